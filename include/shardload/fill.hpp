@@ -1,0 +1,44 @@
+// The host side of the I/O engine: fills a caller's buffer with global rows
+// [lo, hi) of a layout, as native-endian C-order rows.
+//
+// Native C-order data is read with positional reads straight into the
+// destination; big-endian data is byte-swapped in place afterwards;
+// Fortran-order shards go through a bounded scratch buffer. Every read's
+// byte count is checked, and each file is compared with its discovery
+// snapshot (size, mtime) when it is opened. Never throws: it runs inside
+// Legate tasks.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "shardload/io.hpp"
+#include "shardload/layout.hpp"
+#include "shardload/plan.hpp"
+#include "shardload/status.hpp"
+
+namespace shardload {
+
+struct FillOptions {
+  IoBackend* io = nullptr;  // nullptr: posix_io()
+  // Scratch for re-ordering Fortran-order shards; the only extra memory a
+  // fill uses, whatever the tile size.
+  std::size_t scratch_bytes = std::size_t{4} << 20;
+  // Compare each opened file's size and mtime with the discovery snapshot.
+  bool check_snapshot = true;
+};
+
+// Fills dst (exactly (hi - lo) * layout.row_bytes bytes) with rows [lo, hi).
+// Errors are kIo, kFormat or kChanged and name the file and row range.
+Status fill_rows(const Layout& layout, std::int64_t lo, std::int64_t hi, std::byte* dst,
+                 const FillOptions& options = {});
+
+// Fills from precomputed pieces whose dst_row is relative to dst.
+Status fill_pieces(const Layout& layout, const std::vector<Piece>& pieces, std::byte* dst,
+                   const FillOptions& options = {});
+
+// Swaps the byte order of count elements of `unit` bytes in place.
+void byte_swap(std::byte* data, std::size_t count, std::size_t unit);
+
+}  // namespace shardload

@@ -1,0 +1,65 @@
+// The operating-system calls the core reads files through.
+//
+// All file access in the core goes through an IoBackend so that tests can
+// inject faults (a failing or short read in the middle of a load) without
+// touching real disks. posix_io() is the real thing and is what users get.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "shardload/status.hpp"
+
+namespace shardload {
+
+struct FileInfo {
+  std::uint64_t size = 0;
+  std::int64_t mtime_ns = 0;
+  bool regular = false;
+  friend bool operator==(const FileInfo&, const FileInfo&) = default;
+};
+
+class IoBackend {
+ public:
+  virtual ~IoBackend() = default;
+  // Opens for reading; returns a descriptor or an error naming the path.
+  virtual Result<int> open(const std::string& path) = 0;
+  virtual Result<FileInfo> stat(int fd, const std::string& path) = 0;
+  // One positional read: bytes read (0 at end of file) or -errno.
+  virtual std::int64_t pread(int fd, void* buf, std::size_t n, std::uint64_t offset) = 0;
+  virtual void close(int fd) = 0;
+};
+
+// The process-wide POSIX backend. It is stateless, so sharing it is safe.
+IoBackend& posix_io();
+
+// An open file that closes itself.
+class File {
+ public:
+  File() = default;
+  File(IoBackend* io, int fd, std::string path) : io_(io), fd_(fd), path_(std::move(path)) {}
+  File(const File&) = delete;
+  File& operator=(const File&) = delete;
+  File(File&& o) noexcept { *this = std::move(o); }
+  File& operator=(File&& o) noexcept;
+  ~File() { reset(); }
+
+  static Result<File> open(IoBackend& io, const std::string& path);
+
+  [[nodiscard]] const std::string& path() const { return path_; }
+  [[nodiscard]] int fd() const { return fd_; }
+  Result<FileInfo> stat() const { return io_->stat(fd_, path_); }
+
+  // Reads exactly n bytes at offset, retrying partial reads and EINTR. A
+  // read that ends early is kIo naming the file, offset, expected and got.
+  Status read_exact(void* dst, std::size_t n, std::uint64_t offset) const;
+
+ private:
+  void reset();
+  IoBackend* io_ = nullptr;
+  int fd_ = -1;
+  std::string path_;
+};
+
+}  // namespace shardload

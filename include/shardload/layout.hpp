@@ -1,0 +1,69 @@
+// The validated dataset: ordered shards, rows per shard, cumulative row
+// offsets, dtype, trailing shape and a (size, mtime) snapshot of each file.
+// Every check on the files happens in discover(), before anything launches.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "shardload/dtype.hpp"
+#include "shardload/io.hpp"
+#include "shardload/source.hpp"
+#include "shardload/status.hpp"
+
+namespace shardload {
+
+enum class Format : std::uint8_t { kNpy = 0 };
+
+const char* format_name(Format f);
+
+struct Shard {
+  std::string path;
+  std::int64_t rows = 0;
+  std::uint64_t data_offset = 0;  // bytes before the first row
+  bool byte_swap = false;         // stored in the other byte order than this host's
+  bool fortran_order = false;     // stored column-major
+  FileInfo snapshot;              // size and mtime seen at discovery
+};
+
+struct Layout {
+  Format format = Format::kNpy;
+  DType dtype;
+  std::vector<std::int64_t> trailing_shape;  // shape[1:], identical in every shard
+  std::vector<Shard> shards;
+  std::vector<std::int64_t> offsets;  // size shards+1: offsets[i] = first global row of shard i
+  std::uint64_t row_bytes = 0;        // itemsize * product(trailing_shape)
+
+  [[nodiscard]] std::int64_t total_rows() const { return offsets.empty() ? 0 : offsets.back(); }
+  [[nodiscard]] std::uint64_t total_bytes() const {
+    return row_bytes * static_cast<std::uint64_t>(total_rows());
+  }
+  [[nodiscard]] std::vector<std::int64_t> shape() const;
+  [[nodiscard]] std::vector<std::int64_t> rows() const;
+  // Elements in one row (product of the trailing shape; 1 for 1-D data).
+  [[nodiscard]] std::uint64_t row_elements() const { return row_bytes / dtype.size; }
+};
+
+struct DiscoverOptions {
+  IoBackend* io = nullptr;  // nullptr: posix_io()
+};
+
+// Resolves the source and probes every shard. All errors are kLayout and
+// name the offending file, e.g. "DIR/shard_0007.npy: dtype float64 differs
+// from float32 of DIR/shard_0000.npy".
+Result<Layout> discover(const Source& source, const DiscoverOptions& options = {});
+Result<Layout> discover_paths(const std::vector<std::string>& paths,
+                              const DiscoverOptions& options = {});
+
+// Builds a layout from probed shards (used by discover and by the task side
+// when it rebuilds the layout from task arguments). Validates agreement.
+Result<Layout> assemble_layout(Format format, DType dtype, std::vector<std::int64_t> trailing,
+                               std::vector<Shard> shards);
+
+// A human-readable summary: shard count, first and last rows, totals.
+std::string describe(const Layout& layout, std::size_t edge_shards = 3);
+
+std::string shape_string(const std::vector<std::int64_t>& shape);
+
+}  // namespace shardload

@@ -1,0 +1,173 @@
+// shardload._core: the private binding of the engine-independent core.
+// The public API lives in the shardload package; this module only converts
+// types and turns Status into the package's exceptions.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <stdexcept>
+
+#include "shardload/fill.hpp"
+#include "shardload/layout.hpp"
+#include "shardload/plan.hpp"
+#include "shardload/synth.hpp"
+
+namespace py = pybind11;
+using namespace shardload;
+
+namespace {
+
+struct LayoutErrorCpp : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+struct ShardReadErrorCpp : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+[[noreturn]] void raise(const Status& st) {
+  switch (st.code()) {
+    case ErrorCode::kIo:
+    case ErrorCode::kChanged: throw ShardReadErrorCpp(st.message());
+    case ErrorCode::kInvalidArgument: throw py::value_error(st.message());
+    default: throw LayoutErrorCpp(st.message());
+  }
+}
+
+template <typename T>
+T unwrap(Result<T> r) {
+  if (!r) raise(r.status());
+  return std::move(r).value();
+}
+
+Source make_source(const py::object& source, const std::string& pattern) {
+  if (py::isinstance<py::str>(source) || py::hasattr(source, "__fspath__")) {
+    const auto text = py::str(py::module_::import("os").attr("fspath")(source)).cast<std::string>();
+    return unwrap(Source::parse(text, pattern));
+  }
+  if (!pattern.empty()) {
+    throw py::value_error("pattern applies only when the source is a directory");
+  }
+  std::vector<std::string> paths;
+  auto fspath = py::module_::import("os").attr("fspath");
+  for (const auto& item : source) paths.push_back(py::str(fspath(item)).cast<std::string>());
+  return Source::list(std::move(paths));
+}
+
+py::dtype numpy_dtype(DType d) { return py::dtype(d.name()); }
+
+}  // namespace
+
+PYBIND11_MODULE(_core, m) {
+  m.doc() = "Private binding of shardload's engine-independent core.";
+  static py::exception<LayoutErrorCpp> layout_error(m, "LayoutError", PyExc_ValueError);
+  static py::exception<ShardReadErrorCpp> read_error(m, "ShardReadError", PyExc_OSError);
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const LayoutErrorCpp& e) {
+      py::set_error(layout_error, e.what());
+    } catch (const ShardReadErrorCpp& e) {
+      py::set_error(read_error, e.what());
+    }
+  });
+
+  py::class_<Layout>(m, "Layout")
+      .def_property_readonly("format", [](const Layout& l) { return format_name(l.format); })
+      .def_property_readonly("dtype", [](const Layout& l) { return numpy_dtype(l.dtype); })
+      .def_property_readonly("shape",
+                             [](const Layout& l) {
+                               py::tuple t(l.shape().size());
+                               auto s = l.shape();
+                               for (std::size_t i = 0; i < s.size(); ++i) t[i] = s[i];
+                               return t;
+                             })
+      .def_property_readonly("trailing_shape",
+                             [](const Layout& l) {
+                               py::tuple t(l.trailing_shape.size());
+                               for (std::size_t i = 0; i < l.trailing_shape.size(); ++i) {
+                                 t[i] = l.trailing_shape[i];
+                               }
+                               return t;
+                             })
+      .def_property_readonly("paths",
+                             [](const Layout& l) {
+                               std::vector<std::string> p;
+                               for (const auto& s : l.shards) p.push_back(s.path);
+                               return p;
+                             })
+      .def_property_readonly("rows", &Layout::rows)
+      .def_property_readonly("offsets", [](const Layout& l) { return l.offsets; })
+      .def_property_readonly("total_rows", &Layout::total_rows)
+      .def_property_readonly("nbytes", &Layout::total_bytes)
+      .def_property_readonly("num_shards", [](const Layout& l) { return l.shards.size(); })
+      .def("describe", [](const Layout& l, std::size_t edge) { return describe(l, edge); },
+           py::arg("edge_shards") = 3)
+      .def(
+          "read",
+          [](const Layout& l, std::int64_t lo, std::int64_t hi) {
+            if (hi < 0) hi = l.total_rows();
+            if (lo < 0 || hi < lo || hi > l.total_rows()) {
+              throw py::value_error("rows [" + std::to_string(lo) + ", " + std::to_string(hi) +
+                                    ") outside the dataset's " + std::to_string(l.total_rows()) +
+                                    " rows");
+            }
+            std::vector<py::ssize_t> shape{static_cast<py::ssize_t>(hi - lo)};
+            for (const auto d : l.trailing_shape) shape.push_back(d);
+            py::array out(numpy_dtype(l.dtype), shape);
+            auto* dst = static_cast<std::byte*>(out.mutable_data());
+            Status st;
+            {
+              py::gil_scoped_release release;
+              st = fill_rows(l, lo, hi, dst);
+            }
+            if (!st) raise(st);
+            return out;
+          },
+          py::arg("lo") = 0, py::arg("hi") = -1);
+
+  m.def(
+      "discover",
+      [](const py::object& source, const std::string& pattern) {
+        Source src = make_source(source, pattern);
+        Result<Layout> l = [&] {
+          py::gil_scoped_release release;
+          return discover(src);
+        }();
+        if (!l) raise(l.status().with_context("loading " + src.describe()));
+        return std::move(l).value();
+      },
+      py::arg("source"), py::arg("pattern") = "");
+
+  m.def(
+      "plan",
+      [](const std::vector<std::int64_t>& rows, std::int64_t processors, std::int64_t k) {
+        std::vector<std::int64_t> offsets{0};
+        for (const auto r : rows) offsets.push_back(offsets.back() + r);
+        ReadPlan p = unwrap(make_plan(offsets, processors, k));
+        py::list tiles;
+        for (std::int64_t t = 0; t < p.tiles; ++t) {
+          py::list pieces;
+          for (const auto& pc : tile_pieces(p, offsets, t)) {
+            pieces.append(py::make_tuple(pc.shard, pc.lo, pc.hi, pc.dst_row));
+          }
+          tiles.append(pieces);
+        }
+        py::dict d;
+        d["tile_rows"] = p.tile_rows;
+        d["tiles"] = p.tiles;
+        d["uniform"] = p.uniform;
+        d["pieces"] = tiles;
+        return d;
+      },
+      py::arg("rows"), py::arg("processors"), py::arg("overdecompose") = 1);
+
+  m.def(
+      "synth",
+      [](const std::string& dtype, std::uint64_t seed, std::uint64_t first, std::size_t count) {
+        DType d = unwrap(parse_dtype(dtype));
+        py::array out(numpy_dtype(d), std::vector<py::ssize_t>{static_cast<py::ssize_t>(count)});
+        synth_fill(d, seed, first, count, static_cast<std::byte*>(out.mutable_data()));
+        return out;
+      },
+      py::arg("dtype"), py::arg("seed"), py::arg("first"), py::arg("count"));
+}

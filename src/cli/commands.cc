@@ -1,0 +1,190 @@
+#include "commands.hpp"
+
+#include <dirent.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <charconv>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <map>
+
+#include "shardload/layout.hpp"
+#include "shardload/source.hpp"
+#include "shardload/synth.hpp"
+
+namespace shardload::cli {
+
+namespace {
+
+// --name value pairs and positionals; unknown flags are errors.
+struct Parsed {
+  std::map<std::string, std::string> opts;
+  std::vector<std::string> positional;
+};
+
+bool parse(const Args& args, const std::vector<std::string>& known, Parsed* out,
+           const char* cmd) {
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a.rfind("--", 0) == 0) {
+      std::string name = a.substr(2);
+      std::string value;
+      const auto eq = name.find('=');
+      if (eq != std::string::npos) {
+        value = name.substr(eq + 1);
+        name = name.substr(0, eq);
+      } else if (i + 1 < args.size()) {
+        value = args[++i];
+      } else {
+        std::cerr << "shardload " << cmd << ": --" << name << " needs a value\n";
+        return false;
+      }
+      bool ok = false;
+      for (const auto& k : known) ok = ok || k == name;
+      if (!ok) {
+        std::cerr << "shardload " << cmd << ": unknown option --" << name << "\n";
+        return false;
+      }
+      out->opts[name] = value;
+    } else {
+      out->positional.push_back(a);
+    }
+  }
+  return true;
+}
+
+bool parse_int(const std::string& s, long long* v) {
+  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), *v);
+  return ec == std::errc() && p == s.data() + s.size();
+}
+
+int fail(const char* cmd, const std::string& msg) {
+  std::cerr << "shardload " << cmd << ": error: " << msg << "\n";
+  return 1;
+}
+
+// Removes files an earlier `write` left: shard_*.npy and their temporaries.
+Status remove_stale(const std::string& dir) {
+  DIR* d = ::opendir(dir.c_str());
+  if (d == nullptr) return Status(ErrorCode::kIo, dir + ": cannot list the directory");
+  std::vector<std::string> stale;
+  while (const dirent* e = ::readdir(d)) {
+    const std::string n = e->d_name;
+    const bool shard = n.rfind("shard_", 0) == 0 &&
+                       (n.size() > 10 && (n.compare(n.size() - 4, 4, ".npy") == 0 ||
+                                          n.compare(n.size() - 8, 8, ".npy.tmp") == 0));
+    if (shard || n == "_meta.json") stale.push_back(dir + "/" + n);
+  }
+  ::closedir(d);
+  for (const auto& p : stale) {
+    if (::unlink(p.c_str()) != 0) return Status(ErrorCode::kIo, p + ": cannot remove a stale file");
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+bool parse_int_list(const std::string& text, std::vector<long long>* out) {
+  out->clear();
+  std::size_t start = 0;
+  while (start <= text.size()) {
+    const auto comma = text.find(',', start);
+    const std::string part =
+        text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    long long v = 0;
+    if (!parse_int(part, &v)) return false;
+    out->push_back(v);
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return !out->empty();
+}
+
+int cmd_write(const Args& args) {
+  const char* cmd = "write";
+  Parsed p;
+  if (!parse(args, {"shard-dir", "num-shards", "shape", "dtype", "seed"}, &p, cmd)) return 2;
+  for (const char* req : {"shard-dir", "num-shards", "shape"}) {
+    if (p.opts.count(req) == 0) return fail(cmd, std::string("--") + req + " is required");
+  }
+  const std::string dir = p.opts["shard-dir"];
+  long long shards = 0;
+  long long seed = 0;
+  std::vector<long long> shape;
+  if (!parse_int(p.opts["num-shards"], &shards) || shards < 1) {
+    return fail(cmd, "--num-shards: expected an integer >= 1, found '" + p.opts["num-shards"] + "'");
+  }
+  if (p.opts.count("seed") != 0 && !parse_int(p.opts["seed"], &seed)) {
+    return fail(cmd, "--seed: expected an integer, found '" + p.opts["seed"] + "'");
+  }
+  if (!parse_int_list(p.opts["shape"], &shape) || shape.size() > 8) {
+    return fail(cmd, "--shape: expected ROWS[,DIM...] (1 to 8 integers), found '" +
+                         p.opts["shape"] + "'");
+  }
+  for (const auto d : shape) {
+    if (d < 0) return fail(cmd, "--shape: dimensions must be >= 0");
+  }
+  auto dtype = parse_dtype(p.opts.count("dtype") != 0 ? p.opts["dtype"] : "float32");
+  if (!dtype) return fail(cmd, "--dtype: " + dtype.status().message());
+
+  ::mkdir(dir.c_str(), 0755);
+  struct ::stat st {};
+  if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    return fail(cmd, dir + ": cannot create the shard directory");
+  }
+  if (Status s = remove_stale(dir); !s) return fail(cmd, s.message());
+
+  const auto rows = synth_split(static_cast<std::uint64_t>(seed), shape[0], shards);
+  std::uint64_t row_elements = 1;
+  for (std::size_t i = 1; i < shape.size(); ++i) row_elements *= static_cast<std::uint64_t>(shape[i]);
+  const NumberPattern pat{"shard_", 4, ".npy"};
+  std::uint64_t first_row = 0;
+  for (long long i = 0; i < shards; ++i) {
+    NpyWriteSpec spec{*dtype, {rows[static_cast<std::size_t>(i)]}};
+    spec.shape.insert(spec.shape.end(), shape.begin() + 1, shape.end());
+    const std::string path = dir + "/" + pat.format(i);
+    if (Status s = write_npy(path, spec, static_cast<std::uint64_t>(seed), first_row * row_elements);
+        !s) {
+      return fail(cmd, s.message());
+    }
+    first_row += static_cast<std::uint64_t>(rows[static_cast<std::size_t>(i)]);
+  }
+  // The metadata goes last: its presence means the set is complete.
+  const std::string meta = dir + "/_meta.json";
+  {
+    std::ofstream m(meta + ".tmp");
+    m << "{\"seed\": " << seed << ", \"dtype\": \"" << dtype->name() << "\", \"shape\": [";
+    for (std::size_t i = 0; i < shape.size(); ++i) m << (i ? ", " : "") << shape[i];
+    m << "], \"num_shards\": " << shards << ", \"rows\": [";
+    for (std::size_t i = 0; i < rows.size(); ++i) m << (i ? ", " : "") << rows[i];
+    m << "]}\n";
+    if (!m) return fail(cmd, meta + ": write failed");
+  }
+  if (std::rename((meta + ".tmp").c_str(), meta.c_str()) != 0) {
+    return fail(cmd, meta + ": rename failed");
+  }
+  std::cout << "wrote " << shards << " shards to " << dir << ": shape " << "(";
+  for (std::size_t i = 0; i < shape.size(); ++i) std::cout << (i ? ", " : "") << shape[i];
+  std::cout << (shape.size() == 1 ? ",)" : ")") << " " << dtype->name() << ", seed " << seed
+            << "\n";
+  return 0;
+}
+
+int cmd_inspect(const Args& args) {
+  const char* cmd = "inspect";
+  Parsed p;
+  if (!parse(args, {"pattern"}, &p, cmd)) return 2;
+  if (p.positional.empty()) return fail(cmd, "expected SOURCE (a directory, pattern, glob or file)");
+  Result<Source> src = p.positional.size() == 1
+                           ? Source::parse(p.positional[0], p.opts["pattern"])
+                           : Result<Source>(Source::list(p.positional));
+  if (!src) return fail(cmd, src.status().message());
+  auto layout = discover(*src);
+  if (!layout) return fail(cmd, "loading " + src->describe() + ": " + layout.status().message());
+  std::cout << "source:         " << src->describe() << "\n" << describe(*layout);
+  return 0;
+}
+
+}  // namespace shardload::cli

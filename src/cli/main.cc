@@ -1,0 +1,36 @@
+// The `shardload` command line: write a demo dataset, inspect a layout, and
+// (with Legate) read a dataset into a distributed array.
+#include <iostream>
+#include <string>
+
+#include "commands.hpp"
+
+namespace {
+
+void usage(std::ostream& o) {
+  o << "usage: shardload <command> [options]\n"
+       "  write   --shard-dir DIR --num-shards N --shape ROWS[,DIM...] [--dtype T] [--seed S]\n"
+       "          write N .npy shards of deterministic data and _meta.json\n"
+       "  inspect SOURCE [--pattern P]\n"
+       "          print the discovered layout of a directory, pattern, glob or file list\n";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    usage(std::cerr);
+    return 2;
+  }
+  const std::string cmd = argv[1];
+  const shardload::cli::Args args(argv + 2, argv + argc);
+  if (cmd == "write") return shardload::cli::cmd_write(args);
+  if (cmd == "inspect") return shardload::cli::cmd_inspect(args);
+  if (cmd == "-h" || cmd == "--help" || cmd == "help") {
+    usage(std::cout);
+    return 0;
+  }
+  std::cerr << "shardload: unknown command '" << cmd << "'\n";
+  usage(std::cerr);
+  return 2;
+}

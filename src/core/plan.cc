@@ -1,0 +1,80 @@
+#include "shardload/plan.hpp"
+
+#include <algorithm>
+#include <string>
+
+namespace shardload {
+
+Result<ReadPlan> make_plan(std::span<const std::int64_t> offsets, std::int64_t processors,
+                           std::int64_t overdecompose) {
+  if (processors < 1) {
+    return Status(ErrorCode::kInvalidArgument,
+                  "processors must be at least 1, found " + std::to_string(processors));
+  }
+  if (overdecompose < 1) {
+    return Status(ErrorCode::kInvalidArgument,
+                  "overdecompose (K) must be at least 1, found " + std::to_string(overdecompose));
+  }
+  if (offsets.empty() || offsets.front() != 0) {
+    return Status(ErrorCode::kInvalidArgument, "row offsets must start at 0");
+  }
+  for (std::size_t i = 1; i < offsets.size(); ++i) {
+    if (offsets[i] < offsets[i - 1]) {
+      return Status(ErrorCode::kInvalidArgument,
+                    "row offsets decrease at shard " + std::to_string(i - 1));
+    }
+  }
+  ReadPlan p;
+  p.total_rows = offsets.back();
+  p.processors = processors;
+  p.overdecompose = overdecompose;
+  // K * P can only overflow for absurd inputs; saturating keeps tile_rows >= 1.
+  std::int64_t parts = 0;
+  if (__builtin_mul_overflow(processors, overdecompose, &parts)) parts = INT64_MAX;
+  p.tile_rows = std::max<std::int64_t>(1, p.total_rows / parts + (p.total_rows % parts != 0));
+  p.tiles = p.total_rows / p.tile_rows + (p.total_rows % p.tile_rows != 0);
+  const auto shards = static_cast<std::int64_t>(offsets.size()) - 1;
+  if (shards == parts && shards == p.tiles) {
+    p.uniform = true;
+    for (std::int64_t i = 0; i < shards; ++i) {
+      if (offsets[i + 1] - offsets[i] != p.tile_rows) {
+        p.uniform = false;
+        break;
+      }
+    }
+  }
+  return p;
+}
+
+void pieces_for_rows(std::span<const std::int64_t> offsets, std::int64_t lo, std::int64_t hi,
+                     std::vector<Piece>* out) {
+  out->clear();
+  if (lo >= hi) return;
+  // The shard holding row lo is the last one whose first row is <= lo; with
+  // zero-row shards several share that first row, and upper_bound skips them.
+  auto it = std::upper_bound(offsets.begin(), offsets.end() - 1, lo);
+  auto s = static_cast<std::int64_t>(it - offsets.begin()) - 1;
+  const auto shards = static_cast<std::int64_t>(offsets.size()) - 1;
+  std::int64_t row = lo;
+  while (row < hi && s < shards) {
+    const std::int64_t first = offsets[s];
+    const std::int64_t end = std::min(hi, offsets[s + 1]);
+    if (end > row) out->push_back(Piece{s, row - first, end - first, row - lo});
+    row = std::max(row, end);
+    ++s;
+  }
+}
+
+std::vector<Piece> tile_pieces(const ReadPlan& plan, std::span<const std::int64_t> offsets,
+                               std::int64_t t) {
+  std::vector<Piece> pieces;
+  if (t < 0 || t >= plan.tiles) return pieces;
+  if (plan.uniform) {
+    pieces.push_back(Piece{t, 0, plan.tile_rows, 0});
+    return pieces;
+  }
+  pieces_for_rows(offsets, plan.tile_begin(t), plan.tile_end(t), &pieces);
+  return pieces;
+}
+
+}  // namespace shardload

@@ -1,0 +1,50 @@
+#include <gtest/gtest.h>
+
+#include "shardload/dtype.hpp"
+
+namespace shardload {
+namespace {
+
+TEST(DType, ParsesNamesAndCodes) {
+  for (const char* name : {"bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
+                           "uint64", "float16", "float32", "float64", "complex64", "complex128"}) {
+    auto d = parse_dtype(name);
+    ASSERT_TRUE(d) << name;
+    EXPECT_EQ(d->name(), name);
+    auto again = parse_dtype("<" + d->code());
+    ASSERT_TRUE(again) << d->code();
+    EXPECT_EQ(*again, *d);
+  }
+}
+
+TEST(DType, ByteOrder) {
+  bool big = false;
+  ASSERT_TRUE(parse_dtype(">f8", &big));
+  EXPECT_TRUE(big);
+  ASSERT_TRUE(parse_dtype("<i4", &big));
+  EXPECT_FALSE(big);
+  ASSERT_TRUE(parse_dtype("|u1", &big));
+  EXPECT_FALSE(big);
+  ASSERT_TRUE(parse_dtype(">u1", &big));
+  EXPECT_FALSE(big) << "one-byte types have no byte order";
+  EXPECT_FALSE(parse_dtype("|f4")) << "'|' is only for one-byte types";
+}
+
+TEST(DType, SwapUnitSplitsComplex) {
+  EXPECT_EQ(parse_dtype("complex64")->swap_unit(), 4);
+  EXPECT_EQ(parse_dtype("complex128")->swap_unit(), 8);
+  EXPECT_EQ(parse_dtype("float16")->swap_unit(), 2);
+}
+
+TEST(DType, RejectsUnknown) {
+  for (const char* bad : {"", "f", "f3", "i16", "float128", "c4", "O", "<U8", "S5", "M8", "f4x",
+                          "int", "<"}) {
+    auto d = parse_dtype(bad);
+    ASSERT_FALSE(d) << bad;
+    EXPECT_EQ(d.status().code(), ErrorCode::kInvalidArgument);
+    EXPECT_NE(d.status().message().find("unsupported dtype"), std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace shardload

@@ -1,0 +1,234 @@
+#include <gtest/gtest.h>
+
+#include <fcntl.h>
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <cstring>
+#include <numeric>
+#include <random>
+
+#include "shardload/fill.hpp"
+#include "shardload/synth.hpp"
+#include "util.hpp"
+
+namespace shardload {
+namespace {
+
+using testing::npy_bytes;
+using testing::npy_dict;
+
+// An injected backend: real files, but reads can fail, come up short, or
+// be interrupted, counted across the whole fill.
+class FaultyIo final : public IoBackend {
+ public:
+  enum class Mode { kNone, kErrorAfter, kEintrEvery, kShortReads, kEofAfter };
+  Mode mode = Mode::kNone;
+  std::uint64_t after = 0;  // bytes served before the fault
+  std::uint64_t served = 0;
+  int calls = 0;
+
+  Result<int> open(const std::string& p) override { return posix_io().open(p); }
+  Result<FileInfo> stat(int fd, const std::string& p) override { return posix_io().stat(fd, p); }
+  void close(int fd) override { posix_io().close(fd); }
+  std::int64_t pread(int fd, void* buf, std::size_t n, std::uint64_t off) override {
+    ++calls;
+    switch (mode) {
+      case Mode::kNone: break;
+      case Mode::kErrorAfter:
+        if (served >= after) return -EIO;
+        n = std::min<std::size_t>(n, after - served);
+        break;
+      case Mode::kEofAfter:
+        if (served >= after) return 0;
+        n = std::min<std::size_t>(n, after - served);
+        break;
+      case Mode::kEintrEvery:
+        if (calls % 2 == 1) return -EINTR;
+        break;
+      case Mode::kShortReads: n = std::min<std::size_t>(n, 3); break;
+    }
+    const auto got = posix_io().pread(fd, buf, n, off);
+    if (got > 0) served += static_cast<std::uint64_t>(got);
+    return got;
+  }
+};
+
+template <typename T>
+T bswap_value(T v) {
+  std::array<unsigned char, sizeof(T)> b{};
+  std::memcpy(b.data(), &v, sizeof(T));
+  std::reverse(b.begin(), b.end());
+  std::memcpy(&v, b.data(), sizeof(T));
+  return v;
+}
+
+class FillTest : public ::testing::Test {
+ protected:
+  // Shard i holds int32 values base+0 ... in C order with shape (rows, 3, 2).
+  void c_shard(int i, std::int32_t base, std::int64_t rows, bool big = false) {
+    std::vector<std::int32_t> v(static_cast<std::size_t>(rows * 6));
+    std::iota(v.begin(), v.end(), base);
+    if (big) {
+      for (auto& x : v) x = bswap_value(x);
+    }
+    write(i, npy_dict(big ? ">i4" : "<i4", false, "(" + std::to_string(rows) + ", 3, 2)"),
+          testing::raw(v));
+  }
+  // The same logical values stored in Fortran order.
+  void f_shard(int i, std::int32_t base, std::int64_t rows, bool big = false) {
+    std::vector<std::int32_t> v(static_cast<std::size_t>(rows * 6));
+    for (std::int64_t r = 0; r < rows; ++r) {
+      for (int a = 0; a < 3; ++a) {
+        for (int b = 0; b < 2; ++b) {
+          std::int32_t x = base + static_cast<std::int32_t>(r * 6 + a * 2 + b);
+          if (big) x = bswap_value(x);
+          v[static_cast<std::size_t>(r + rows * (a + 3 * b))] = x;
+        }
+      }
+    }
+    write(i, npy_dict(big ? ">i4" : "<i4", true, "(" + std::to_string(rows) + ", 3, 2)"),
+          testing::raw(v));
+  }
+  void write(int i, const std::string& dict, const std::string& data) {
+    testing::write_file(dir_.file(NumberPattern{"shard_", 4, ".npy"}.format(i)),
+                        npy_bytes(dict, data));
+  }
+  Layout layout() {
+    auto l = discover(Source::dir(dir_.path()));
+    EXPECT_TRUE(l) << l.status().message();
+    return l.value();
+  }
+  testing::TempDir dir_;
+};
+
+// Shards whose concatenation holds 0, 1, 2, ... in C order: any row range
+// of the result must be a run of consecutive integers.
+TEST_F(FillTest, EveryRangeOfMixedShards) {
+  c_shard(0, 0, 4);
+  f_shard(1, 24, 5);
+  c_shard(2, 54, 0);
+  c_shard(3, 54, 3, true);
+  f_shard(4, 72, 6, true);
+  c_shard(5, 108, 1);
+  const Layout l = layout();
+  ASSERT_EQ(l.total_rows(), 19);
+  for (std::int64_t lo = 0; lo <= 19; ++lo) {
+    for (std::int64_t hi = lo; hi <= 19; ++hi) {
+      std::vector<std::int32_t> out(static_cast<std::size_t>((hi - lo) * 6), -1);
+      FillOptions o;
+      o.scratch_bytes = 8;  // forces many bounded chunks in the Fortran path
+      Status st = fill_rows(l, lo, hi, reinterpret_cast<std::byte*>(out.data()), o);
+      ASSERT_TRUE(st) << st.message();
+      for (std::size_t k = 0; k < out.size(); ++k) {
+        ASSERT_EQ(out[k], lo * 6 + static_cast<std::int64_t>(k)) << lo << " " << hi << " " << k;
+      }
+    }
+  }
+}
+
+TEST_F(FillTest, ShortReadIsAnErrorWithFileOffsetExpectedGot) {
+  c_shard(0, 0, 10);
+  c_shard(1, 60, 10);
+  const Layout l = layout();
+  FaultyIo io;
+  io.mode = FaultyIo::Mode::kEofAfter;
+  io.after = 240 + 100;  // all of shard 0, then 100 bytes of shard 1
+  FillOptions o;
+  o.io = &io;
+  std::vector<std::int32_t> out(120);
+  Status st = fill_rows(l, 0, 20, reinterpret_cast<std::byte*>(out.data()), o);
+  ASSERT_FALSE(st);
+  EXPECT_EQ(st.code(), ErrorCode::kIo);
+  const auto& m = st.message();
+  EXPECT_NE(m.find("reading rows [0, 10)"), std::string::npos) << m;
+  EXPECT_NE(m.find(dir_.file("shard_0001.npy") + ": short read"), std::string::npos) << m;
+  EXPECT_NE(m.find("expected 240 bytes, got 100"), std::string::npos) << m;
+}
+
+TEST_F(FillTest, IoErrorInTheMiddle) {
+  f_shard(0, 0, 50);
+  const Layout l = layout();
+  FaultyIo io;
+  io.mode = FaultyIo::Mode::kErrorAfter;
+  io.after = 333;
+  FillOptions o;
+  o.io = &io;
+  std::vector<std::int32_t> out(300);
+  Status st = fill_rows(l, 0, 50, reinterpret_cast<std::byte*>(out.data()), o);
+  ASSERT_FALSE(st);
+  EXPECT_NE(st.message().find("Input/output error"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find(dir_.file("shard_0000.npy")), std::string::npos);
+}
+
+TEST_F(FillTest, InterruptedAndPartialReadsAreRetried) {
+  c_shard(0, 0, 7);
+  f_shard(1, 42, 9, true);
+  const Layout l = layout();
+  for (auto mode : {FaultyIo::Mode::kEintrEvery, FaultyIo::Mode::kShortReads}) {
+    FaultyIo io;
+    io.mode = mode;
+    FillOptions o;
+    o.io = &io;
+    std::vector<std::int32_t> out(96, -1);
+    Status st = fill_rows(l, 0, 16, reinterpret_cast<std::byte*>(out.data()), o);
+    ASSERT_TRUE(st) << st.message();
+    for (std::size_t k = 0; k < out.size(); ++k) ASSERT_EQ(out[k], static_cast<std::int32_t>(k));
+  }
+}
+
+TEST_F(FillTest, ChangedAfterDiscovery) {
+  c_shard(0, 0, 4);
+  c_shard(1, 24, 4);
+  const Layout l = layout();
+  // Same size, different mtime.
+  struct timespec times[2] = {{0, UTIME_OMIT}, {12345, 0}};
+  ASSERT_EQ(::utimensat(AT_FDCWD, dir_.file("shard_0001.npy").c_str(), times, 0), 0);
+  std::vector<std::int32_t> out(48);
+  Status st = fill_rows(l, 0, 8, reinterpret_cast<std::byte*>(out.data()));
+  ASSERT_FALSE(st);
+  EXPECT_EQ(st.code(), ErrorCode::kChanged);
+  EXPECT_NE(st.message().find(dir_.file("shard_0001.npy") + ": changed since discovery"),
+            std::string::npos)
+      << st.message();
+  // Truncated: the size differs.
+  c_shard(1, 24, 2);
+  st = fill_rows(l, 4, 8, reinterpret_cast<std::byte*>(out.data()));
+  ASSERT_FALSE(st);
+  EXPECT_EQ(st.code(), ErrorCode::kChanged);
+  // Deleted.
+  ASSERT_EQ(std::remove(dir_.file("shard_0001.npy").c_str()), 0);
+  st = fill_rows(l, 4, 8, reinterpret_cast<std::byte*>(out.data()));
+  ASSERT_FALSE(st);
+  EXPECT_EQ(st.code(), ErrorCode::kIo);
+  EXPECT_NE(st.message().find("No such file"), std::string::npos) << st.message();
+  // The untouched shard still reads.
+  ASSERT_TRUE(fill_rows(l, 0, 4, reinterpret_cast<std::byte*>(out.data())));
+}
+
+TEST_F(FillTest, RangeOutsideTheDataset) {
+  c_shard(0, 0, 4);
+  const Layout l = layout();
+  std::vector<std::int32_t> out(48);
+  EXPECT_EQ(fill_rows(l, 2, 5, reinterpret_cast<std::byte*>(out.data())).code(),
+            ErrorCode::kInvalidArgument);
+  EXPECT_EQ(fill_rows(l, 3, 2, reinterpret_cast<std::byte*>(out.data())).code(),
+            ErrorCode::kInvalidArgument);
+}
+
+TEST(ByteSwap, AllUnits) {
+  std::uint64_t v[2] = {0x0102030405060708ULL, 0x1122334455667788ULL};
+  byte_swap(reinterpret_cast<std::byte*>(v), 2, 8);
+  EXPECT_EQ(v[0], 0x0807060504030201ULL);
+  byte_swap(reinterpret_cast<std::byte*>(v), 4, 4);
+  EXPECT_EQ(v[0], 0x0506070801020304ULL);  // each 4-byte half reversed in memory
+  std::uint16_t h = 0xABCD;
+  byte_swap(reinterpret_cast<std::byte*>(&h), 1, 2);
+  EXPECT_EQ(h, 0xCDAB);
+  std::uint8_t b = 7;
+  byte_swap(reinterpret_cast<std::byte*>(&b), 1, 1);
+  EXPECT_EQ(b, 7);
+}
+
+}  // namespace
+}  // namespace shardload

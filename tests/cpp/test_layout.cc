@@ -1,0 +1,133 @@
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include "shardload/layout.hpp"
+#include "util.hpp"
+
+namespace shardload {
+namespace {
+
+using testing::npy_bytes;
+using testing::npy_dict;
+
+class LayoutTest : public ::testing::Test {
+ protected:
+  void shard(int i, const std::string& descr, const std::string& shape, std::size_t bytes,
+             bool fortran = false) {
+    const NumberPattern p{"shard_", 4, ".npy"};
+    testing::write_file(dir_.file(p.format(i)),
+                        npy_bytes(npy_dict(descr, fortran, shape), std::string(bytes, '\0')));
+  }
+  std::string message() {
+    auto l = discover(Source::dir(dir_.path()));
+    EXPECT_FALSE(l);
+    EXPECT_EQ(l.status().code(), ErrorCode::kLayout);
+    return l.status().message();
+  }
+  testing::TempDir dir_;
+};
+
+TEST_F(LayoutTest, RowsOffsetsAndMetadata) {
+  shard(0, "<f4", "(3, 2)", 24);
+  shard(1, ">f4", "(0, 2)", 0);
+  shard(2, "<f4", "(5, 2)", 40, true);
+  auto l = discover(Source::dir(dir_.path()));
+  ASSERT_TRUE(l) << l.status().message();
+  EXPECT_EQ(l->rows(), (std::vector<std::int64_t>{3, 0, 5}));
+  EXPECT_EQ(l->offsets, (std::vector<std::int64_t>{0, 3, 3, 8}));
+  EXPECT_EQ(l->shape(), (std::vector<std::int64_t>{8, 2}));
+  EXPECT_EQ(l->row_bytes, 8u);
+  EXPECT_EQ(l->total_bytes(), 64u);
+  EXPECT_TRUE(l->shards[1].byte_swap);
+  EXPECT_FALSE(l->shards[0].byte_swap);
+  EXPECT_TRUE(l->shards[2].fortran_order);
+  EXPECT_GT(l->shards[0].snapshot.size, 0u);
+  EXPECT_NE(l->shards[0].snapshot.mtime_ns, 0);
+  const std::string text = describe(*l);
+  EXPECT_NE(text.find("shards:         3"), std::string::npos) << text;
+  EXPECT_NE(text.find("(8, 2)"), std::string::npos) << text;
+}
+
+TEST_F(LayoutTest, FortranWithOneLongDimensionIsReadAsC) {
+  shard(0, "<f4", "(7, 1)", 28, true);
+  shard(1, "<f4", "(7,)", 28, true);
+  auto l = discover(Source::dir(dir_.path()));
+  ASSERT_FALSE(l) << "trailing shapes differ";
+  shard(1, "<f4", "(7, 1)", 28, true);
+  l = discover(Source::dir(dir_.path()));
+  ASSERT_TRUE(l);
+  EXPECT_FALSE(l->shards[0].fortran_order);
+}
+
+TEST_F(LayoutTest, DtypeMismatchNamesBoth) {
+  shard(0, "<f4", "(3,)", 12);
+  shard(1, "<f8", "(3,)", 24);
+  const auto m = message();
+  EXPECT_NE(m.find(dir_.file("shard_0001.npy") + ": dtype float64 differs from float32 of " +
+                   dir_.file("shard_0000.npy")),
+            std::string::npos)
+      << m;
+}
+
+TEST_F(LayoutTest, TrailingShapeMismatchNamesBoth) {
+  shard(0, "<i2", "(3, 4)", 24);
+  shard(1, "<i2", "(3, 5)", 30);
+  const auto m = message();
+  EXPECT_NE(m.find(dir_.file("shard_0001.npy") + ": trailing shape (5,) differs from (4,)"),
+            std::string::npos)
+      << m;
+}
+
+TEST_F(LayoutTest, HeaderErrorsNameTheFile) {
+  shard(0, "<f4", "(3,)", 12);
+  testing::write_file(dir_.file("shard_0001.npy"), "garbage that is long enough to be read");
+  const auto m = message();
+  EXPECT_NE(m.find(dir_.file("shard_0001.npy") + ": header: not a .npy file"), std::string::npos)
+      << m;
+}
+
+TEST_F(LayoutTest, NotARegularFile) {
+  shard(0, "<f4", "(3,)", 12);
+  ::mkdir(dir_.file("shard_0001.npy").c_str(), 0755);
+  const auto m = message();
+  EXPECT_NE(m.find(dir_.file("shard_0001.npy")), std::string::npos) << m;
+  EXPECT_NE(m.find("not a regular file"), std::string::npos) << m;
+}
+
+TEST_F(LayoutTest, UnreadableFile) {
+  if (::geteuid() == 0) {
+    // root reads anything; a dangling symlink is the unreadable file then.
+    shard(0, "<f4", "(3,)", 12);
+    ASSERT_EQ(::symlink(dir_.file("gone").c_str(), dir_.file("shard_0001.npy").c_str()), 0);
+    const auto m = message();
+    EXPECT_NE(m.find(dir_.file("shard_0001.npy") + ": cannot open"), std::string::npos) << m;
+    return;
+  }
+  shard(0, "<f4", "(3,)", 12);
+  shard(1, "<f4", "(3,)", 12);
+  ::chmod(dir_.file("shard_0001.npy").c_str(), 0);
+  const auto m = message();
+  EXPECT_NE(m.find("Permission denied"), std::string::npos) << m;
+}
+
+TEST_F(LayoutTest, ExplicitListKeepsOrder) {
+  shard(0, "<u1", "(1,)", 1);
+  shard(1, "<u1", "(2,)", 2);
+  auto l = discover(Source::list({dir_.file("shard_0001.npy"), dir_.file("shard_0000.npy")}));
+  ASSERT_TRUE(l);
+  EXPECT_EQ(l->rows(), (std::vector<std::int64_t>{2, 1}));
+}
+
+TEST(LayoutAssemble, OverflowIsAnError) {
+  std::vector<Shard> shards(2);
+  shards[0].path = "a";
+  shards[0].rows = INT64_MAX / 2;
+  shards[1].path = "b";
+  shards[1].rows = INT64_MAX / 2;
+  auto l = assemble_layout(Format::kNpy, *parse_dtype("float64"), {}, shards);
+  ASSERT_FALSE(l);
+  EXPECT_NE(l.status().message().find("overflows"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace shardload

@@ -1,0 +1,150 @@
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <random>
+
+#include "shardload/source.hpp"
+#include "util.hpp"
+
+namespace shardload {
+namespace {
+
+TEST(NumberPattern, FormatAndMatch) {
+  auto p = NumberPattern::parse("shard_{:04d}.npy");
+  ASSERT_TRUE(p);
+  EXPECT_EQ(p->format(7), "shard_0007.npy");
+  EXPECT_EQ(p->format(12345), "shard_12345.npy");
+  EXPECT_EQ(p->match("shard_0007.npy"), 7);
+  EXPECT_EQ(p->match("shard_12345.npy"), 12345);
+  EXPECT_EQ(p->match("shard_007.npy"), -1);
+  EXPECT_EQ(p->match("shard_00007.npy"), -1);
+  EXPECT_EQ(p->match("shard_0007.npy.tmp"), -1);
+  EXPECT_EQ(p->match("shard_-007.npy"), -1);
+  auto plain = NumberPattern::parse("x{}.bin");
+  ASSERT_TRUE(plain);
+  EXPECT_EQ(plain->match("x10.bin"), 10);
+  EXPECT_EQ(plain->match("x010.bin"), -1);
+  for (const char* bad : {"nofield", "a{:4d}", "{:04x}", "{:04d}{:04d}", "d/{:04d}", "{:0d}"}) {
+    EXPECT_FALSE(NumberPattern::parse(bad)) << bad;
+  }
+}
+
+TEST(NaturalOrder, NumbersCompareByValue) {
+  std::vector<std::string> v{"f10.npy", "f2.npy", "f1.npy", "f02.npy", "a.npy", "f100.npy", "f9z"};
+  std::sort(v.begin(), v.end(), [](const auto& a, const auto& b) { return natural_less(a, b); });
+  EXPECT_EQ(v, (std::vector<std::string>{"a.npy", "f1.npy", "f2.npy", "f02.npy", "f9z", "f10.npy",
+                                         "f100.npy"}));
+  // A strict weak order: irreflexive and asymmetric on random names.
+  std::mt19937 rng(1);
+  for (int i = 0; i < 2000; ++i) {
+    auto gen = [&] {
+      std::string s;
+      const int n = static_cast<int>(rng() % 6);
+      for (int k = 0; k < n; ++k) s.push_back("a0123_9"[rng() % 7]);
+      return s;
+    };
+    const auto a = gen();
+    const auto b = gen();
+    EXPECT_FALSE(natural_less(a, a));
+    if (a != b) EXPECT_NE(natural_less(a, b), natural_less(b, a)) << a << " " << b;
+  }
+}
+
+class SourceTest : public ::testing::Test {
+ protected:
+  void touch(const std::string& name) { testing::write_file(dir_.file(name), ""); }
+  testing::TempDir dir_;
+};
+
+TEST_F(SourceTest, DirectoryDefaultNamingInOrder) {
+  for (int i = 0; i < 12; ++i) touch(NumberPattern{"shard_", 4, ".npy"}.format(i));
+  touch("shard_0003.npy.tmp");
+  touch("_meta.json");
+  touch("shard_03.npy");
+  auto paths = resolve(Source::dir(dir_.path()));
+  ASSERT_TRUE(paths) << paths.status().message();
+  ASSERT_EQ(paths->size(), 12u);
+  EXPECT_EQ((*paths)[11], dir_.file("shard_0011.npy"));
+}
+
+TEST_F(SourceTest, NumbersPastWidth) {
+  const NumberPattern p{"shard_", 4, ".npy"};
+  for (int i = 0; i < 10002; ++i) touch(p.format(i));
+  auto paths = resolve(Source::dir(dir_.path()));
+  ASSERT_TRUE(paths) << paths.status().message();
+  ASSERT_EQ(paths->size(), 10002u);
+  EXPECT_EQ(paths->back(), dir_.file("shard_10001.npy"));
+  EXPECT_EQ((*paths)[9999], dir_.file("shard_9999.npy"));
+}
+
+TEST_F(SourceTest, GapNamesFirstFiveAndCount) {
+  const NumberPattern p{"shard_", 4, ".npy"};
+  for (int i : {0, 1, 3, 9, 20}) touch(p.format(i));
+  auto paths = resolve(Source::dir(dir_.path()));
+  ASSERT_FALSE(paths);
+  EXPECT_EQ(paths.status().code(), ErrorCode::kLayout);
+  const auto& m = paths.status().message();
+  EXPECT_NE(m.find("16 of 21 files missing"), std::string::npos) << m;
+  EXPECT_NE(m.find("shard_0002.npy, shard_0004.npy, shard_0005.npy, shard_0006.npy, "
+                   "shard_0007.npy, ..."),
+            std::string::npos)
+      << m;
+}
+
+TEST_F(SourceTest, MissingStartIsAGap) {
+  touch("shard_0001.npy");
+  auto paths = resolve(Source::dir(dir_.path()));
+  ASSERT_FALSE(paths);
+  EXPECT_NE(paths.status().message().find("shard_0000.npy"), std::string::npos);
+}
+
+TEST_F(SourceTest, CustomPatternAndParse) {
+  for (int i = 0; i < 3; ++i) touch(NumberPattern{"part-", 5, ".npy"}.format(i));
+  auto src = Source::parse(dir_.path() + "/part-{:05d}.npy");
+  ASSERT_TRUE(src);
+  EXPECT_EQ(src->kind, Source::Kind::kDirectory);
+  auto paths = resolve(*src);
+  ASSERT_TRUE(paths) << paths.status().message();
+  EXPECT_EQ(paths->size(), 3u);
+  auto src2 = Source::parse(dir_.path(), "part-{:05d}.npy");
+  ASSERT_TRUE(src2);
+  EXPECT_EQ(resolve(*src2)->size(), 3u);
+}
+
+TEST_F(SourceTest, GlobIsNatural) {
+  for (const char* n : {"x10.npy", "x2.npy", "x1.npy", "y.txt"}) touch(n);
+  auto src = Source::parse(dir_.path() + "/x*.npy");
+  ASSERT_TRUE(src);
+  EXPECT_EQ(src->kind, Source::Kind::kGlob);
+  auto paths = resolve(*src);
+  ASSERT_TRUE(paths);
+  EXPECT_EQ(*paths, (std::vector<std::string>{dir_.file("x1.npy"), dir_.file("x2.npy"),
+                                              dir_.file("x10.npy")}));
+}
+
+TEST_F(SourceTest, Errors) {
+  auto missing = resolve(Source::dir(dir_.file("nope")));
+  ASSERT_FALSE(missing);
+  EXPECT_NE(missing.status().message().find(dir_.file("nope")), std::string::npos);
+  EXPECT_NE(missing.status().message().find("not found"), std::string::npos);
+
+  auto empty = resolve(Source::dir(dir_.path()));
+  ASSERT_FALSE(empty);
+  EXPECT_NE(empty.status().message().find("no files match"), std::string::npos);
+
+  auto noglob = resolve(Source::from_glob(dir_.path() + "/*.zzz"));
+  ASSERT_FALSE(noglob);
+  EXPECT_NE(noglob.status().message().find("no files match the glob"), std::string::npos);
+
+  touch("file.npy");
+  auto notdir = resolve(Source::dir(dir_.file("file.npy")));
+  ASSERT_FALSE(notdir);
+  EXPECT_NE(notdir.status().message().find("not a directory"), std::string::npos);
+
+  EXPECT_FALSE(resolve(Source::list({})));
+  EXPECT_FALSE(Source::parse(""));
+  EXPECT_FALSE(Source::parse(dir_.path() + "/*.npy", "p{}.npy"));
+}
+
+}  // namespace
+}  // namespace shardload
