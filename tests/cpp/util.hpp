@@ -57,7 +57,7 @@ inline std::string npy_dict(const std::string& descr, bool fortran, const std::s
 template <typename T>
 std::string raw(const std::vector<T>& v) {
   std::string s(v.size() * sizeof(T), '\0');
-  std::memcpy(s.data(), v.data(), s.size());
+  if (!s.empty()) std::memcpy(s.data(), v.data(), s.size());
   return s;
 }
 

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Sets up everything shardload needs on a fresh Debian machine, idempotently:
+# Debian build packages, a project-local venv (.venv) with pinned Python
+# packages, and a Release build in build/. Safe to run again; quick when
+# nothing changed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+
+log() { printf '[setup] %s\n' "$*" >&2; }
+
+# ---- Debian packages -------------------------------------------------------------
+DEB_PACKAGES=(build-essential cmake ninja-build pkg-config libgtest-dev libgmock-dev
+              libbenchmark-dev python3-venv python3-dev)
+missing=()
+for p in "${DEB_PACKAGES[@]}"; do
+  dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  log "installing Debian packages: ${missing[*]}"
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# ---- Python venv with pinned packages ----------------------------------------------
+PY=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  log "creating .venv with $($PY --version)"
+  $PY -m venv .venv
+fi
+stamp=.venv/.requirements.sha
+want=$(sha256sum requirements.txt | cut -d' ' -f1)
+if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+  log "installing pinned Python packages (requirements.txt)"
+  .venv/bin/python -m pip install -q --upgrade pip
+  .venv/bin/python -m pip install -q -r requirements.txt
+  echo "$want" > "$stamp"
+fi
+SITE=$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+# The package is used from the source tree; the build puts its extension there.
+echo "$ROOT/python" > "$SITE/shardload-dev.pth"
+
+# ---- build -----------------------------------------------------------------------------
+export PATH="$ROOT/.venv/bin:$PATH"
+if [ ! -f build/build.ninja ]; then
+  log "configuring build/"
+  cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release \
+        -DPython3_EXECUTABLE="$ROOT/.venv/bin/python" >/dev/null
+fi
+log "building"
+cmake --build build -j "$(nproc)" >/dev/null

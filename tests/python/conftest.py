@@ -1,0 +1,53 @@
+"""Shared fixtures: the built CLI and a numpy reimplementation of synth."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+
+import numpy as np
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="session")
+def cli() -> pathlib.Path:
+    path = pathlib.Path(os.environ.get("SHARDLOAD_BUILD", ROOT / "build")) / "shardload"
+    if not path.exists():
+        pytest.fail(f"{path} is not built; run scripts/setup.sh")
+    return path
+
+
+_M = np.uint64(0xFFFFFFFFFFFFFFFF)
+
+
+def splitmix64(x: np.ndarray) -> np.ndarray:
+    x = (x + np.uint64(0x9E3779B97F4A7C15)) & _M
+    x = ((x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)) & _M
+    x = ((x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)) & _M
+    return x ^ (x >> np.uint64(31))
+
+
+def _real(h: np.ndarray, bits: int) -> np.ndarray:
+    v = (h >> np.uint64(64 - bits)).astype(np.int64) - (1 << (bits - 1))
+    return v.astype(np.float64) * 2.0**-8
+
+
+def synth(dtype: str, seed: int, first: int, count: int) -> np.ndarray:
+    """The documented value formula, written independently of the C++ one."""
+    with np.errstate(over="ignore"):
+        key = splitmix64(np.array([seed], dtype=np.uint64))[0]
+        h = splitmix64(key + np.arange(first, first + count, dtype=np.uint64))
+    dt = np.dtype(dtype)
+    if dt == np.bool_:
+        return (h >> np.uint64(63)).astype(np.bool_)
+    if dt.kind in "iu":
+        return h.astype(dt)  # keeps the low bits, two's complement
+    if dt.kind == "f":
+        bits = {2: 11, 4: 24, 8: 53}[dt.itemsize]
+        return _real(h, bits).astype(dt)
+    bits = {8: 24, 16: 53}[dt.itemsize]
+    with np.errstate(over="ignore"):
+        h2 = splitmix64(h)
+    return (_real(h, bits) + 1j * _real(h2, bits)).astype(dt)

@@ -1,0 +1,242 @@
+"""The core (discovery and host reads) against numpy as the oracle."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import subprocess
+
+import numpy as np
+import pytest
+
+import shardload
+from shardload import _core
+from conftest import synth
+
+DTYPES = ["bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+          "float16", "float32", "float64", "complex64", "complex128"]
+
+
+def random_array(rng: np.random.Generator, shape: tuple[int, ...], dtype: str) -> np.ndarray:
+    dt = np.dtype(dtype)
+    if dt == np.bool_:
+        return rng.integers(0, 2, size=shape).astype(bool)
+    if dt.kind in "iu":
+        info = np.iinfo(dt)
+        return rng.integers(info.min, info.max, size=shape, dtype=dt, endpoint=True)
+    if dt.kind == "f":
+        return rng.standard_normal(shape).astype(dt)
+    return (rng.standard_normal(shape) + 1j * rng.standard_normal(shape)).astype(dt)
+
+
+def write_shards(directory: pathlib.Path, arrays: list[np.ndarray], *, big: list[bool] | None = None,
+                 fortran: list[bool] | None = None, name: str = "shard_{:04d}.npy") -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    for i, a in enumerate(arrays):
+        if big and big[i]:
+            a = a.astype(a.dtype.newbyteorder(">"))
+        if fortran and fortran[i]:
+            a = np.asfortranarray(a)
+        np.save(directory / name.format(i), a)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_every_dtype_mixed_orders(tmp_path: pathlib.Path, dtype: str) -> None:
+    rng = np.random.default_rng(abs(hash(dtype)) % 2**32)
+    rows = [5, 0, 7, 1, 12]
+    arrays = [random_array(rng, (r, 3, 2), dtype) for r in rows]
+    write_shards(tmp_path, arrays, big=[False, True, True, False, True],
+                 fortran=[False, False, True, True, True])
+    layout = shardload.discover(tmp_path)
+    expected = np.concatenate(arrays)
+    assert layout.shape == expected.shape
+    assert layout.dtype == expected.dtype
+    assert layout.rows == rows
+    np.testing.assert_array_equal(layout.read(), expected)
+    # Every sub-range, including ones that cut shards.
+    total = expected.shape[0]
+    for lo in range(0, total + 1, 3):
+        for hi in range(lo, total + 1, 4):
+            np.testing.assert_array_equal(layout.read(lo, hi), expected[lo:hi])
+
+
+@pytest.mark.parametrize("trailing", [(), (4,), (2, 3), (3, 1, 2)])
+def test_one_to_four_dimensions(tmp_path: pathlib.Path, trailing: tuple[int, ...]) -> None:
+    rng = np.random.default_rng(len(trailing))
+    arrays = [random_array(rng, (r, *trailing), "float64") for r in [3, 9, 0, 4]]
+    write_shards(tmp_path, arrays, fortran=[True, False, True, True])
+    layout = shardload.discover(tmp_path)
+    np.testing.assert_array_equal(layout.read(), np.concatenate(arrays))
+
+
+def test_tiles_not_dividing_rows(tmp_path: pathlib.Path) -> None:
+    rng = np.random.default_rng(3)
+    arrays = [random_array(rng, (r, 5), "int32") for r in [13, 0, 0, 7, 29, 1]]
+    write_shards(tmp_path, arrays)
+    layout = shardload.discover(tmp_path)
+    expected = np.concatenate(arrays)
+    for processors in [1, 2, 3, 7, 64]:
+        for k in [1, 3]:
+            plan = _core.plan(layout.rows, processors, k)
+            parts = [layout.read(t * plan["tile_rows"],
+                                 min(len(expected), (t + 1) * plan["tile_rows"]))
+                     for t in range(plan["tiles"])]
+            np.testing.assert_array_equal(np.concatenate(parts), expected)
+            assert plan["tiles"] <= processors * k
+
+
+def test_ten_thousand_small_shards(tmp_path: pathlib.Path) -> None:
+    rng = np.random.default_rng(4)
+    rows = rng.integers(0, 4, size=10_000)
+    arrays = [np.arange(r * 2, dtype=np.uint16).reshape(r, 2) + i for i, r in enumerate(rows)]
+    write_shards(tmp_path, arrays)
+    layout = shardload.discover(tmp_path)
+    assert layout.num_shards == 10_000
+    np.testing.assert_array_equal(layout.read(), np.concatenate(arrays))
+
+
+def test_sources_pattern_glob_list(tmp_path: pathlib.Path) -> None:
+    arrays = [np.full((i + 1, 2), i, dtype=np.int64) for i in range(12)]
+    write_shards(tmp_path / "p", arrays, name="part-{:05d}.npy")
+    expected = np.concatenate(arrays)
+    np.testing.assert_array_equal(
+        shardload.discover(tmp_path / "p", pattern="part-{:05d}.npy").read(), expected)
+    np.testing.assert_array_equal(
+        shardload.discover(str(tmp_path / "p" / "part-{:05d}.npy")).read(), expected)
+    write_shards(tmp_path / "g", arrays, name="x{}.npy")
+    # Natural order puts x2 before x10.
+    np.testing.assert_array_equal(shardload.discover(str(tmp_path / "g" / "x*.npy")).read(),
+                                  expected)
+    paths = [tmp_path / "g" / f"x{i}.npy" for i in (3, 1)]
+    np.testing.assert_array_equal(shardload.discover(paths).read(),
+                                  np.concatenate([arrays[3], arrays[1]]))
+
+
+# ---- errors: each names the offending file ---------------------------------------
+
+def layout_error(source, **kw) -> str:
+    with pytest.raises(shardload.LayoutError) as e:
+        shardload.discover(source, **kw)
+    assert isinstance(e.value, ValueError)
+    return str(e.value)
+
+
+def test_error_missing_directory(tmp_path: pathlib.Path) -> None:
+    msg = layout_error(tmp_path / "nope")
+    assert str(tmp_path / "nope") in msg and "not found" in msg
+
+
+def test_error_nothing_matches(tmp_path: pathlib.Path) -> None:
+    (tmp_path / "other.npy").write_bytes(b"")
+    msg = layout_error(tmp_path)
+    assert "no files match" in msg and "shard_{:04d}.npy" in msg
+
+
+def test_error_gap(tmp_path: pathlib.Path) -> None:
+    write_shards(tmp_path, [np.zeros(2)] * 10)
+    for i in (2, 5, 6, 7, 8, 9):
+        if i != 9:
+            os.remove(tmp_path / f"shard_{i:04d}.npy")
+    msg = layout_error(tmp_path)
+    assert "5 of 10 files missing" in msg
+    assert "shard_0002.npy, shard_0005.npy, shard_0006.npy, shard_0007.npy, shard_0008.npy" in msg
+
+
+def test_error_dtype_mismatch(tmp_path: pathlib.Path) -> None:
+    write_shards(tmp_path, [np.zeros(2, np.float32), np.zeros(2, np.float32), np.zeros(2)])
+    msg = layout_error(tmp_path)
+    assert f"{tmp_path}/shard_0002.npy: dtype float64 differs from float32" in msg
+
+
+def test_error_trailing_shape_mismatch(tmp_path: pathlib.Path) -> None:
+    write_shards(tmp_path, [np.zeros((2, 3)), np.zeros((2, 4))])
+    msg = layout_error(tmp_path)
+    assert f"{tmp_path}/shard_0001.npy: trailing shape (4,) differs from (3,)" in msg
+
+
+def test_error_not_regular_file(tmp_path: pathlib.Path) -> None:
+    write_shards(tmp_path, [np.zeros(2)])
+    (tmp_path / "shard_0001.npy").mkdir()
+    msg = layout_error(tmp_path)
+    assert f"{tmp_path}/shard_0001.npy: not a regular file" in msg
+
+
+def test_error_unreadable(tmp_path: pathlib.Path) -> None:
+    write_shards(tmp_path, [np.zeros(2)])
+    os.symlink(tmp_path / "gone", tmp_path / "shard_0001.npy")
+    msg = layout_error(tmp_path)
+    assert f"{tmp_path}/shard_0001.npy: cannot open" in msg
+
+
+@pytest.mark.parametrize("make,needle", [
+    (lambda: np.array([object(), 1], dtype=object), "object dtype"),
+    (lambda: np.array(["ab", "c"]), "string dtype"),
+    (lambda: np.zeros(2, dtype=[("a", "<f4"), ("b", "<i2")]), "structured"),
+    (lambda: np.array(["2020-01-01"], dtype="datetime64[D]"), "datetime"),
+    (lambda: np.float64(3.0), "0-d"),
+])
+def test_error_unsupported_arrays(tmp_path: pathlib.Path, make, needle: str) -> None:
+    np.save(tmp_path / "shard_0000.npy", make(), allow_pickle=True)
+    msg = layout_error(tmp_path)
+    assert f"{tmp_path}/shard_0000.npy: header:" in msg and needle in msg
+
+
+def test_error_truncated_and_trailing(tmp_path: pathlib.Path) -> None:
+    write_shards(tmp_path, [np.arange(10.0)])
+    p = tmp_path / "shard_0000.npy"
+    data = p.read_bytes()
+    p.write_bytes(data[:-3])
+    assert "truncated" in layout_error(tmp_path)
+    p.write_bytes(data + b"xx")
+    assert "trailing bytes" in layout_error(tmp_path)
+
+
+def test_read_after_change_raises_shard_read_error(tmp_path: pathlib.Path) -> None:
+    write_shards(tmp_path, [np.arange(10.0), np.arange(5.0)])
+    layout = shardload.discover(tmp_path)
+    np.save(tmp_path / "shard_0001.npy", np.arange(4.0))
+    with pytest.raises(shardload.ShardReadError) as e:
+        layout.read()
+    assert isinstance(e.value, OSError)
+    assert f"{tmp_path}/shard_0001.npy: changed since discovery" in str(e.value)
+    np.testing.assert_array_equal(layout.read(0, 10), np.arange(10.0))
+
+
+# ---- the command line -------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype,shape", [("float32", "1000,8"), ("int16", "77"),
+                                         ("complex128", "50,2,3"), ("bool", "31,4"),
+                                         ("float16", "300,3"), ("uint64", "40,1,1,2")])
+def test_write_values_match_the_formula(tmp_path: pathlib.Path, cli, dtype: str,
+                                        shape: str) -> None:
+    out = tmp_path / "set"
+    subprocess.run([cli, "write", "--shard-dir", out, "--num-shards", "5", "--shape", shape,
+                    "--dtype", dtype, "--seed", "123"], check=True, capture_output=True)
+    meta = json.loads((out / "_meta.json").read_text())
+    dims = [int(x) for x in shape.split(",")]
+    assert meta["seed"] == 123 and meta["shape"] == dims and meta["dtype"] == dtype
+    arrays = [np.load(out / f"shard_{i:04d}.npy") for i in range(5)]
+    assert [a.shape[0] for a in arrays] == meta["rows"]
+    whole = np.concatenate(arrays)
+    assert whole.shape == tuple(dims) and whole.dtype == np.dtype(dtype)
+    np.testing.assert_array_equal(whole.reshape(-1), synth(dtype, 123, 0, whole.size))
+
+
+def test_write_removes_stale_shards_and_inspect(tmp_path: pathlib.Path, cli) -> None:
+    out = tmp_path / "set"
+    run = lambda *a: subprocess.run([cli, *a], capture_output=True, text=True)  # noqa: E731
+    assert run("write", "--shard-dir", out, "--num-shards", "9", "--shape", "100,2").returncode == 0
+    assert run("write", "--shard-dir", out, "--num-shards", "3", "--shape", "100,2").returncode == 0
+    assert sorted(p.name for p in out.glob("shard_*")) == [f"shard_{i:04d}.npy" for i in range(3)]
+    r = run("inspect", out)
+    assert r.returncode == 0, r.stderr
+    assert "shards:         3" in r.stdout and "shape:          (100, 2)" in r.stdout
+    os.remove(out / "shard_0001.npy")
+    r = run("inspect", out)
+    assert r.returncode == 1
+    assert "gap in the numbering" in r.stderr and "shard_0001.npy" in r.stderr
+    r = run("write", "--shard-dir", out, "--num-shards", "0", "--shape", "5")
+    assert r.returncode != 0 and "--num-shards" in r.stderr
+    r = run("write", "--shard-dir", out, "--num-shards", "2", "--shape", "5", "--dtype", "float8")
+    assert r.returncode != 0 and "unsupported dtype 'float8'" in r.stderr
