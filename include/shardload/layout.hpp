@@ -8,27 +8,17 @@
 #include <vector>
 
 #include "shardload/dtype.hpp"
+#include "shardload/format.hpp"
 #include "shardload/io.hpp"
+#include "shardload/reader.hpp"
 #include "shardload/source.hpp"
 #include "shardload/status.hpp"
 
 namespace shardload {
 
-enum class Format : std::uint8_t { kNpy = 0 };
-
-const char* format_name(Format f);
-
-struct Shard {
-  std::string path;
-  std::int64_t rows = 0;
-  std::uint64_t data_offset = 0;  // bytes before the first row
-  bool byte_swap = false;         // stored in the other byte order than this host's
-  bool fortran_order = false;     // stored column-major
-  FileInfo snapshot;              // size and mtime seen at discovery
-};
-
 struct Layout {
-  Format format = Format::kNpy;
+  Format format = Format::kNpy;  // always resolved (never kAuto)
+  FormatOptions options;         // what the readers need besides each shard
   DType dtype;
   std::vector<std::int64_t> trailing_shape;  // shape[1:], identical in every shard
   std::vector<Shard> shards;
@@ -47,6 +37,7 @@ struct Layout {
 
 struct DiscoverOptions {
   IoBackend* io = nullptr;  // nullptr: posix_io()
+  FormatOptions format;     // format kAuto: from the extension or the store's metadata
 };
 
 // Resolves the source and probes every shard. All errors are kLayout and
@@ -58,8 +49,12 @@ Result<Layout> discover_paths(const std::vector<std::string>& paths,
 
 // Builds a layout from probed shards (used by discover and by the task side
 // when it rebuilds the layout from task arguments). Validates agreement.
-Result<Layout> assemble_layout(Format format, DType dtype, std::vector<std::int64_t> trailing,
-                               std::vector<Shard> shards);
+Result<Layout> assemble_layout(Format format, FormatOptions options, DType dtype,
+                               std::vector<std::int64_t> trailing, std::vector<Shard> shards);
+
+// The format of a dataset whose first shard is `path`: the option when set,
+// else the extension, else a store's own metadata (Zarr).
+Result<Format> resolve_format(const std::string& path, const FormatOptions& options);
 
 // A human-readable summary: shard count, first and last rows, totals.
 std::string describe(const Layout& layout, std::size_t edge_shards = 3);

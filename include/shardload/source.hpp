@@ -22,11 +22,11 @@ struct Source {
   enum class Kind { kDirectory, kGlob, kList };
   Kind kind = Kind::kDirectory;
   std::string directory;                          // kDirectory
-  std::string pattern{kDefaultPattern};           // kDirectory: "{:0Nd}" or "{}" numbering
+  std::string pattern;  // kDirectory: "{:0Nd}" or "{}" numbering; empty: the format's default
   std::string glob;                               // kGlob
   std::vector<std::string> paths;                 // kList
 
-  static Source dir(std::string directory, std::string pattern = std::string(kDefaultPattern));
+  static Source dir(std::string directory, std::string pattern = {});
   static Source from_glob(std::string glob);
   static Source list(std::vector<std::string> paths);
 

@@ -27,14 +27,34 @@ def _layout_repr(self: Layout) -> str:
 Layout.__repr__ = _layout_repr  # type: ignore[method-assign]
 
 
-def discover(source: SourceLike, *, pattern: str | None = None) -> Layout:
+def discover(
+    source: SourceLike,
+    *,
+    pattern: str | None = None,
+    format: str = "auto",
+    dtype: str | None = None,
+    shape: Sequence[int] | None = None,
+    header_bytes: int | None = None,
+    dataset: str | None = None,
+    columns: Sequence[str] | None = None,
+    fill_value: float | None = None,
+) -> Layout:
     """Finds and validates the shards of a dataset without reading their data.
 
     Args:
         source: a directory of numbered shards (default ``shard_0000.npy`` ...),
             a numbered pattern such as ``"dir/part-{:05d}.npy"``, a glob such as
             ``"dir/*.npy"`` (ordered naturally), or an ordered list of paths.
-        pattern: the numbering of the files in a directory source.
+        pattern: the numbering of the files in a directory source (default
+            ``shard_{:04d}`` with the format's extension).
+        format: ``"auto"`` (from the extension or the store's metadata),
+            ``"npy"``, ``"raw"``, ``"hdf5"``, ``"parquet"``, ``"arrow"``, ``"zarr"``.
+        dtype: raw: the element type; parquet/arrow: cast the columns to it.
+        shape: raw: the trailing shape of a row (``()`` for 1-D data).
+        header_bytes: raw: bytes to skip at the start of each file.
+        dataset: hdf5: the dataset in each file; zarr: the array in each store.
+        columns: parquet/arrow: the columns to read (default: every numeric one).
+        fill_value: parquet/arrow: the value for nulls (default: nulls are an error).
 
     Returns:
         The layout: shard paths, rows per shard, dtype, shape, byte count.
@@ -44,4 +64,14 @@ def discover(source: SourceLike, *, pattern: str | None = None) -> Layout:
         LayoutError: the source or one of its files is not a valid dataset;
             the message names the file and what was expected and found.
     """
-    return _core.discover(source, pattern or "")
+    return _core.discover(
+        source,
+        pattern or "",
+        format,
+        dtype,
+        None if shape is None else [int(d) for d in shape],
+        header_bytes,
+        dataset or "",
+        list(columns or []),
+        fill_value,
+    )

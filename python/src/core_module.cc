@@ -5,9 +5,11 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <optional>
 #include <stdexcept>
 
 #include "shardload/fill.hpp"
+#include "shardload/format.hpp"
 #include "shardload/layout.hpp"
 #include "shardload/plan.hpp"
 #include "shardload/synth.hpp"
@@ -127,16 +129,31 @@ PYBIND11_MODULE(_core, m) {
 
   m.def(
       "discover",
-      [](const py::object& source, const std::string& pattern) {
+      [](const py::object& source, const std::string& pattern, const std::string& format,
+         const std::optional<std::string>& dtype,
+         const std::optional<std::vector<std::int64_t>>& trailing_shape,
+         const std::optional<std::uint64_t>& header_bytes, const std::string& dataset,
+         const std::vector<std::string>& columns, const std::optional<double>& fill_value) {
         Source src = make_source(source, pattern);
+        DiscoverOptions opts;
+        opts.format.format = unwrap(parse_format(format));
+        if (dtype) opts.format.dtype = unwrap(parse_dtype(*dtype));
+        opts.format.trailing_shape = trailing_shape;
+        opts.format.header_bytes = header_bytes;
+        opts.format.dataset = dataset;
+        opts.format.columns = columns;
+        opts.format.fill_value = fill_value;
         Result<Layout> l = [&] {
           py::gil_scoped_release release;
-          return discover(src);
+          return discover(src, opts);
         }();
         if (!l) raise(l.status().with_context("loading " + src.describe()));
         return std::move(l).value();
       },
-      py::arg("source"), py::arg("pattern") = "");
+      py::arg("source"), py::arg("pattern") = "", py::arg("format") = "auto",
+      py::arg("dtype") = py::none(), py::arg("trailing_shape") = py::none(),
+      py::arg("header_bytes") = py::none(), py::arg("dataset") = "",
+      py::arg("columns") = std::vector<std::string>{}, py::arg("fill_value") = py::none());
 
   m.def(
       "plan",

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <charconv>
+#include <cstdlib>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -85,6 +86,59 @@ Status remove_stale(const std::string& dir) {
 }
 
 }  // namespace
+
+const std::vector<std::string>& format_option_names() {
+  static const std::vector<std::string> names{"format",  "dtype",   "trailing-shape", "header-bytes",
+                                              "dataset", "columns", "fill-value"};
+  return names;
+}
+
+Status parse_format_options(const std::map<std::string, std::string>& opts, FormatOptions* out) {
+  auto get = [&](const char* k) -> const std::string* {
+    auto it = opts.find(k);
+    return it == opts.end() ? nullptr : &it->second;
+  };
+  if (const auto* v = get("format")) {
+    SHARDLOAD_ASSIGN_OR_RETURN(out->format, parse_format(*v));
+  }
+  if (const auto* v = get("dtype")) {
+    SHARDLOAD_ASSIGN_OR_RETURN(out->dtype, parse_dtype(*v));
+  }
+  if (const auto* v = get("trailing-shape")) {
+    std::vector<long long> dims;
+    if (!v->empty() && !parse_int_list(*v, &dims)) {
+      return {ErrorCode::kInvalidArgument,
+              "--trailing-shape: expected DIM[,DIM...] or '' for 1-D, found '" + *v + "'"};
+    }
+    out->trailing_shape = std::vector<std::int64_t>(dims.begin(), dims.end());
+  }
+  if (const auto* v = get("header-bytes")) {
+    long long n = 0;
+    if (!parse_int(*v, &n) || n < 0) {
+      return {ErrorCode::kInvalidArgument, "--header-bytes: expected an integer >= 0, found '" + *v + "'"};
+    }
+    out->header_bytes = static_cast<std::uint64_t>(n);
+  }
+  if (const auto* v = get("dataset")) out->dataset = *v;
+  if (const auto* v = get("columns")) {
+    std::size_t start = 0;
+    while (start <= v->size()) {
+      const auto comma = v->find(',', start);
+      out->columns.push_back(v->substr(start, comma == std::string::npos ? comma : comma - start));
+      if (comma == std::string::npos) break;
+      start = comma + 1;
+    }
+  }
+  if (const auto* v = get("fill-value")) {
+    char* end = nullptr;
+    const double d = std::strtod(v->c_str(), &end);
+    if (v->empty() || end != v->c_str() + v->size()) {
+      return {ErrorCode::kInvalidArgument, "--fill-value: expected a number, found '" + *v + "'"};
+    }
+    out->fill_value = d;
+  }
+  return Status::ok();
+}
 
 bool parse_int_list(const std::string& text, std::vector<long long>* out) {
   out->clear();
@@ -175,13 +229,17 @@ int cmd_write(const Args& args) {
 int cmd_inspect(const Args& args) {
   const char* cmd = "inspect";
   Parsed p;
-  if (!parse(args, {"pattern"}, &p, cmd)) return 2;
+  std::vector<std::string> known{"pattern"};
+  known.insert(known.end(), format_option_names().begin(), format_option_names().end());
+  if (!parse(args, known, &p, cmd)) return 2;
   if (p.positional.empty()) return fail(cmd, "expected SOURCE (a directory, pattern, glob or file)");
+  DiscoverOptions opts;
+  if (Status s = parse_format_options(p.opts, &opts.format); !s) return fail(cmd, s.message());
   Result<Source> src = p.positional.size() == 1
                            ? Source::parse(p.positional[0], p.opts["pattern"])
                            : Result<Source>(Source::list(p.positional));
   if (!src) return fail(cmd, src.status().message());
-  auto layout = discover(*src);
+  auto layout = discover(*src, opts);
   if (!layout) return fail(cmd, "loading " + src->describe() + ": " + layout.status().message());
   std::cout << "source:         " << src->describe() << "\n" << describe(*layout);
   return 0;

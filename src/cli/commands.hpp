@@ -2,8 +2,12 @@
 // code and prints its own errors; none throws.
 #pragma once
 
+#include <map>
 #include <string>
 #include <vector>
+
+#include "shardload/format.hpp"
+#include "shardload/status.hpp"
 
 namespace shardload::cli {
 
@@ -11,6 +15,12 @@ using Args = std::vector<std::string>;
 
 int cmd_write(const Args& args);
 int cmd_inspect(const Args& args);
+
+// The options that select a format and what to read from it, shared by the
+// commands that discover a layout: --format, --dtype, --trailing-shape,
+// --header-bytes, --dataset, --columns, --fill-value.
+const std::vector<std::string>& format_option_names();
+Status parse_format_options(const std::map<std::string, std::string>& opts, FormatOptions* out);
 
 // Parses "a,b,c" into integers; false on anything else.
 bool parse_int_list(const std::string& text, std::vector<long long>* out);

@@ -11,7 +11,7 @@ void usage(std::ostream& o) {
   o << "usage: shardload <command> [options]\n"
        "  write   --shard-dir DIR --num-shards N --shape ROWS[,DIM...] [--dtype T] [--seed S]\n"
        "          write N .npy shards of deterministic data and _meta.json\n"
-       "  inspect SOURCE [--pattern P]\n"
+       "  inspect SOURCE [--pattern P] [--format F] [format options]\n"
        "          print the discovered layout of a directory, pattern, glob or file list\n";
 }
 

@@ -1,18 +1,13 @@
 #include "shardload/layout.hpp"
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <sstream>
 
 #include "shardload/detail/checked.hpp"
-#include "shardload/npy.hpp"
 
 namespace shardload {
-
-const char* format_name(Format f) {
-  switch (f) {
-    case Format::kNpy: return "npy";
-  }
-  return "unknown";
-}
 
 std::string shape_string(const std::vector<std::int64_t>& shape) {
   std::string s = "(";
@@ -37,10 +32,12 @@ std::vector<std::int64_t> Layout::rows() const {
   return r;
 }
 
-Result<Layout> assemble_layout(Format format, DType dtype, std::vector<std::int64_t> trailing,
-                               std::vector<Shard> shards) {
+Result<Layout> assemble_layout(Format format, FormatOptions options, DType dtype,
+                               std::vector<std::int64_t> trailing, std::vector<Shard> shards) {
   Layout l;
   l.format = format;
+  l.options = std::move(options);
+  l.options.format = format;
   l.dtype = dtype;
   l.trailing_shape = std::move(trailing);
   std::uint64_t row_bytes = dtype.size;
@@ -68,49 +65,63 @@ Result<Layout> assemble_layout(Format format, DType dtype, std::vector<std::int6
   return l;
 }
 
+Result<Format> resolve_format(const std::string& path, const FormatOptions& options) {
+  if (options.format != Format::kAuto) return options.format;
+  const Format by_ext = format_from_extension(path);
+  if (by_ext != Format::kAuto) return by_ext;
+  struct ::stat st {};
+  if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+    for (const char* meta : {"/.zarray", "/zarr.json"}) {
+      if (::access((path + meta).c_str(), F_OK) == 0) return Format::kZarr;
+    }
+  }
+  return Status(ErrorCode::kLayout,
+                path + ": cannot tell the format from the name; name it with format= "
+                       "(npy, raw, hdf5, parquet, arrow or zarr)");
+}
+
 Result<Layout> discover_paths(const std::vector<std::string>& paths,
                               const DiscoverOptions& options) {
   if (paths.empty()) return Status(ErrorCode::kLayout, "no shards to load");
-  IoBackend& io = options.io != nullptr ? *options.io : posix_io();
+  SHARDLOAD_ASSIGN_OR_RETURN(const Format format, resolve_format(paths[0], options.format));
+  ReaderContext ctx;
+  ctx.io = options.io;
+  auto reader = make_reader(format, options.format, ctx);
+  if (!reader) return Status(ErrorCode::kLayout, reader.status().message());
   std::vector<Shard> shards;
   shards.reserve(paths.size());
   DType dtype;
   std::vector<std::int64_t> trailing;
   for (std::size_t i = 0; i < paths.size(); ++i) {
-    Shard s;
-    s.path = paths[i];
-    auto h = probe_npy(io, s.path, &s.snapshot);
-    if (!h) {
+    auto probe = (*reader)->probe(paths[i]);
+    if (!probe) {
       // At discovery every failure is a layout failure, whatever its cause.
-      return Status(ErrorCode::kLayout, h.status().message());
+      return Status(ErrorCode::kLayout, probe.status().message());
     }
-    std::vector<std::int64_t> tr(h->shape.begin() + 1, h->shape.end());
+    const std::string& path = probe->shard.path;
     if (i == 0) {
-      dtype = h->dtype;
-      trailing = tr;
-    } else if (h->dtype != dtype) {
-      return Status(ErrorCode::kLayout, s.path + ": dtype " + h->dtype.name() + " differs from " +
-                                            dtype.name() + " of " + paths[0]);
-    } else if (tr != trailing) {
-      return Status(ErrorCode::kLayout, s.path + ": trailing shape " + shape_string(tr) +
+      dtype = probe->dtype;
+      trailing = probe->trailing_shape;
+    } else if (probe->dtype != dtype) {
+      return Status(ErrorCode::kLayout, path + ": dtype " + probe->dtype.name() +
+                                            " differs from " + dtype.name() + " of " + paths[0]);
+    } else if (probe->trailing_shape != trailing) {
+      return Status(ErrorCode::kLayout, path + ": trailing shape " +
+                                            shape_string(probe->trailing_shape) +
                                             " differs from " + shape_string(trailing) + " of " +
                                             paths[0]);
     }
-    s.rows = h->shape[0];
-    s.data_offset = h->data_offset;
-    s.byte_swap = h->dtype.size > 1 && h->big_endian == host_is_little_endian();
-    // A Fortran-ordered array with at most one dimension longer than 1 has
-    // the same bytes as the C-ordered one; treat it as C to read it directly.
-    int long_dims = 0;
-    for (const auto d : h->shape) long_dims += d > 1 ? 1 : 0;
-    s.fortran_order = h->fortran_order && long_dims > 1;
-    shards.push_back(std::move(s));
+    shards.push_back(std::move(probe->shard));
   }
-  return assemble_layout(Format::kNpy, dtype, std::move(trailing), std::move(shards));
+  return assemble_layout(format, options.format, dtype, std::move(trailing), std::move(shards));
 }
 
 Result<Layout> discover(const Source& source, const DiscoverOptions& options) {
-  SHARDLOAD_ASSIGN_OR_RETURN(auto paths, resolve(source));
+  Source s = source;
+  if (s.kind == Source::Kind::kDirectory && s.pattern.empty()) {
+    s.pattern = default_pattern(options.format.format);
+  }
+  SHARDLOAD_ASSIGN_OR_RETURN(auto paths, resolve(s));
   return discover_paths(paths, options);
 }
 

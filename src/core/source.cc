@@ -73,12 +73,12 @@ Result<Source> Source::parse(const std::string& text, const std::string& pattern
     }
     return list({text});
   }
-  return dir(text, pattern.empty() ? std::string(kDefaultPattern) : pattern);
+  return dir(text, pattern);
 }
 
 std::string Source::describe() const {
   switch (kind) {
-    case Kind::kDirectory: return join_path(directory, pattern);
+    case Kind::kDirectory: return pattern.empty() ? directory : join_path(directory, pattern);
     case Kind::kGlob: return glob;
     case Kind::kList:
       return paths.size() == 1 ? paths[0] : "a list of " + std::to_string(paths.size()) + " paths";
@@ -179,7 +179,8 @@ bool natural_less(std::string_view a, std::string_view b) {
 namespace {
 
 Result<std::vector<std::string>> resolve_directory(const Source& s) {
-  SHARDLOAD_ASSIGN_OR_RETURN(NumberPattern pat, NumberPattern::parse(s.pattern));
+  const std::string pattern = s.pattern.empty() ? std::string(kDefaultPattern) : s.pattern;
+  SHARDLOAD_ASSIGN_OR_RETURN(NumberPattern pat, NumberPattern::parse(pattern));
   struct ::stat st {};
   if (::stat(s.directory.c_str(), &st) != 0) {
     const int err = errno;
@@ -197,7 +198,7 @@ Result<std::vector<std::string>> resolve_directory(const Source& s) {
     if (n >= 0) numbers.push_back(n);
   }
   ::closedir(d);
-  const std::string where = join_path(s.directory, s.pattern);
+  const std::string where = join_path(s.directory, pattern);
   if (numbers.empty()) return layout_error(where + ": no files match the pattern");
   std::sort(numbers.begin(), numbers.end());
   // The numbering must run 0, 1, ..., max without gaps.

@@ -124,7 +124,7 @@ TEST(LayoutAssemble, OverflowIsAnError) {
   shards[0].rows = INT64_MAX / 2;
   shards[1].path = "b";
   shards[1].rows = INT64_MAX / 2;
-  auto l = assemble_layout(Format::kNpy, *parse_dtype("float64"), {}, shards);
+  auto l = assemble_layout(Format::kNpy, {}, *parse_dtype("float64"), {}, shards);
   ASSERT_FALSE(l);
   EXPECT_NE(l.status().message().find("overflows"), std::string::npos);
 }
