@@ -1,0 +1,93 @@
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "shardload/codec.hpp"
+
+namespace shardload {
+namespace {
+
+Layout sample(int shards) {
+  std::vector<Shard> v;
+  for (int i = 0; i < shards; ++i) {
+    Shard s;
+    s.path = "/data/set/shard_" + std::to_string(i) + ".npy";
+    s.rows = i % 7;
+    s.data_offset = 128;
+    s.byte_swap = i % 2 == 0;
+    s.fortran_order = i % 3 == 0;
+    s.snapshot = {static_cast<std::uint64_t>(1000 + i), -5 + 1700000000000000000LL * (i % 2),
+                  true};
+    s.extra = i % 4 == 0 ? std::string("\0x\xff", 3) : "";
+    v.push_back(s);
+  }
+  FormatOptions o;
+  o.dtype = *parse_dtype("complex64");
+  o.trailing_shape = std::vector<std::int64_t>{3, 0};
+  o.header_bytes = 77;
+  o.dataset = "/group/data";
+  o.columns = {"a", "", "c"};
+  o.fill_value = -0.5;
+  return assemble_layout(Format::kNpy, o, *parse_dtype("float16"), {2, 5}, v).value();
+}
+
+void expect_equal(const Layout& a, const Layout& b) {
+  EXPECT_EQ(a.format, b.format);
+  EXPECT_EQ(a.options, b.options);
+  EXPECT_EQ(a.dtype, b.dtype);
+  EXPECT_EQ(a.trailing_shape, b.trailing_shape);
+  EXPECT_EQ(a.offsets, b.offsets);
+  EXPECT_EQ(a.row_bytes, b.row_bytes);
+  ASSERT_EQ(a.shards.size(), b.shards.size());
+  for (std::size_t i = 0; i < a.shards.size(); ++i) {
+    const auto& x = a.shards[i];
+    const auto& y = b.shards[i];
+    EXPECT_EQ(x.path, y.path);
+    EXPECT_EQ(x.rows, y.rows);
+    EXPECT_EQ(x.data_offset, y.data_offset);
+    EXPECT_EQ(x.byte_swap, y.byte_swap);
+    EXPECT_EQ(x.fortran_order, y.fortran_order);
+    EXPECT_EQ(x.snapshot, y.snapshot);
+    EXPECT_EQ(x.extra, y.extra);
+  }
+}
+
+TEST(Codec, RoundTrip) {
+  for (int n : {1, 2, 13, 1000}) {
+    const Layout l = sample(n);
+    const auto bytes = encode_layout(l);
+    auto back = decode_layout(bytes);
+    ASSERT_TRUE(back) << back.status().message();
+    expect_equal(l, *back);
+  }
+}
+
+TEST(Codec, SizeGrowsWithShardsOnlyAndSharesThePrefix) {
+  const auto a = encode_layout(sample(1000)).size();
+  const auto b = encode_layout(sample(2000)).size();
+  // Linear in the shard count: each added shard costs its file-name suffix
+  // ("1234.npy") plus a few bytes of varints and the 8-byte mtime.
+  EXPECT_LT(b - a, 1000u * 32);
+  // The common directory is stored once: far less than the full paths.
+  EXPECT_LT(a, 1000u * (std::string("/data/set/shard_999.npy").size() + 8));
+}
+
+TEST(Codec, RejectsEveryTruncationAndCorruption) {
+  const auto bytes = encode_layout(sample(5));
+  for (std::size_t n = 0; n < bytes.size(); ++n) {
+    auto r = decode_layout(std::span(bytes).first(n));
+    EXPECT_FALSE(r) << "prefix of " << n << " bytes accepted";
+  }
+  auto extra = bytes;
+  extra.push_back(0);
+  EXPECT_FALSE(decode_layout(extra));
+  std::mt19937 rng(5);
+  for (int i = 0; i < 2000; ++i) {
+    auto c = bytes;
+    c[rng() % c.size()] ^= static_cast<std::uint8_t>(1 + rng() % 255);
+    (void)decode_layout(c);  // must not crash; result may be either
+  }
+}
+
+}  // namespace
+}  // namespace shardload
