@@ -41,6 +41,19 @@ SITE=$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purel
 # The package is used from the source tree; the build puts its extension there.
 echo "$ROOT/python" > "$SITE/shardload-dev.pth"
 
+# ---- a stand-in CUDA driver where no real one exists ---------------------------------------
+# The Legate wheels are CUDA builds whose libraries need libcuda.so.1 to load at all. Where no
+# NVIDIA driver is installed, tools/nocuda builds a libcuda.so.1 that answers "no device" to
+# every call; scripts/env.sh puts it on the library path only then.
+if ! ldconfig -p 2>/dev/null | grep -q 'libcuda\.so\.1 ' && [ ! -e /dev/nvidiactl ]; then
+  if [ ! -f build/nocuda/libcuda.so.1 ] || [ tools/nocuda/nocuda.c -nt build/nocuda/libcuda.so.1 ]; then
+    log "building the stand-in driver build/nocuda/libcuda.so.1 (no NVIDIA driver here)"
+    mkdir -p build/nocuda
+    cc -O2 -shared -fPIC -fvisibility=hidden -Wl,-soname,libcuda.so.1 \
+       -o build/nocuda/libcuda.so.1 tools/nocuda/nocuda.c
+  fi
+fi
+
 # ---- build -----------------------------------------------------------------------------
 export PATH="$ROOT/.venv/bin:$PATH"
 if [ ! -f build/build.ninja ]; then

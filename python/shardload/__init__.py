@@ -1,11 +1,12 @@
 """shardload: load a dataset stored as many shard files into one array.
 
-Discovery and host reads work anywhere; :func:`load` (in a later release of
-this package) builds a distributed ``cupynumeric.ndarray`` under Legate.
+:func:`discover` finds and validates the shards; :func:`load` reads them in
+parallel into one distributed ``cupynumeric.ndarray`` under Legate. Host
+reads of a row range (``layout.read(lo, hi)``) work without Legate.
 """
 
 from __future__ import annotations
 
-from ._api import LayoutError, ShardReadError, Layout, discover
+from ._api import LayoutError, ShardReadError, Layout, discover, load
 
-__all__ = ["Layout", "LayoutError", "ShardReadError", "discover"]
+__all__ = ["Layout", "LayoutError", "ShardReadError", "discover", "load"]

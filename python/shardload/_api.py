@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import os
-from typing import Sequence, Union
+from typing import TYPE_CHECKING, Sequence, Union
+
+if TYPE_CHECKING:
+    import cupynumeric
 
 from . import _core
 
@@ -75,3 +78,58 @@ def discover(
         list(columns or []),
         fill_value,
     )
+
+
+def load(
+    source: SourceLike | Layout,
+    *,
+    pattern: str | None = None,
+    overdecompose: int = 1,
+    format: str = "auto",
+    dtype: str | None = None,
+    shape: Sequence[int] | None = None,
+    header_bytes: int | None = None,
+    dataset: str | None = None,
+    columns: Sequence[str] | None = None,
+    fill_value: float | None = None,
+) -> "cupynumeric.ndarray":
+    """Loads a sharded dataset into one distributed ``cupynumeric.ndarray``.
+
+    The source is discovered and validated first (see :func:`discover`, whose
+    keyword arguments this function shares), or passed as a :class:`Layout`.
+    The output is allocated once with its final shape and dtype, split along
+    axis 0 into about ``overdecompose`` tiles per processor (GPUs if any, else
+    OpenMP, else CPUs), and filled by one parallel launch in which each tile
+    reads only the slices of the shards it covers.
+
+    Args:
+        source: a directory, numbered pattern, glob, list of paths, or Layout.
+        overdecompose: K >= 1; tiles = ceil(rows / ceil(rows / (K * P))).
+
+    Returns:
+        The array; it lives in Legate's memory and joins cuPyNumeric math.
+
+    Raises:
+        LayoutError: the files do not form a valid dataset, or K < 1.
+        ShardReadError: a shard could not be read or changed since discovery;
+            the message names the file and the rows.
+    """
+    if int(overdecompose) < 1:
+        raise LayoutError(f"overdecompose (K) must be at least 1, found {overdecompose}")
+    if isinstance(source, Layout):
+        layout = source
+    else:
+        layout = discover(source, pattern=pattern, format=format, dtype=dtype, shape=shape,
+                          header_bytes=header_bytes, dataset=dataset, columns=columns,
+                          fill_value=fill_value)
+    import cupynumeric  # starts the Legate runtime on first use
+    from legate.core import LogicalArray
+
+    from . import _legate
+
+    handle, _info = _legate.load(layout.encode(), int(overdecompose))
+    try:
+        array = LogicalArray.from_raw_handle(handle)
+    finally:
+        _legate.free_handle(handle)
+    return cupynumeric.asarray(array)

@@ -8,6 +8,7 @@
 #include <optional>
 #include <stdexcept>
 
+#include "shardload/codec.hpp"
 #include "shardload/fill.hpp"
 #include "shardload/format.hpp"
 #include "shardload/layout.hpp"
@@ -102,6 +103,11 @@ PYBIND11_MODULE(_core, m) {
       .def_property_readonly("total_rows", &Layout::total_rows)
       .def_property_readonly("nbytes", &Layout::total_bytes)
       .def_property_readonly("num_shards", [](const Layout& l) { return l.shards.size(); })
+      .def("encode",
+           [](const Layout& l) {
+             const auto b = encode_layout(l);
+             return py::bytes(reinterpret_cast<const char*>(b.data()), b.size());
+           })
       .def("describe", [](const Layout& l, std::size_t edge) { return describe(l, edge); },
            py::arg("edge_shards") = 3)
       .def(

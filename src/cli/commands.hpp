@@ -15,6 +15,9 @@ using Args = std::vector<std::string>;
 
 int cmd_write(const Args& args);
 int cmd_inspect(const Args& args);
+#ifdef SHARDLOAD_WITH_LEGATE
+int cmd_read(const Args& args);
+#endif
 
 // The options that select a format and what to read from it, shared by the
 // commands that discover a layout: --format, --dtype, --trailing-shape,

@@ -12,7 +12,11 @@ void usage(std::ostream& o) {
        "  write   --shard-dir DIR --num-shards N --shape ROWS[,DIM...] [--dtype T] [--seed S]\n"
        "          write N .npy shards of deterministic data and _meta.json\n"
        "  inspect SOURCE [--pattern P] [--format F] [format options]\n"
-       "          print the discovered layout of a directory, pattern, glob or file list\n";
+       "          print the discovered layout of a directory, pattern, glob or file list\n"
+       "  read    --shard-dir DIR [--pattern P] [--overdecompose K] [--no-verify] [--seed S]\n"
+       "          [--format F] [format options]\n"
+       "          load under Legate (LEGATE_CONFIG or the legate launcher), time it, verify\n"
+       "          against the seed of _meta.json\n";
 }
 
 }  // namespace
@@ -26,6 +30,14 @@ int main(int argc, char** argv) {
   const shardload::cli::Args args(argv + 2, argv + argc);
   if (cmd == "write") return shardload::cli::cmd_write(args);
   if (cmd == "inspect") return shardload::cli::cmd_inspect(args);
+  if (cmd == "read") {
+#ifdef SHARDLOAD_WITH_LEGATE
+    return shardload::cli::cmd_read(args);
+#else
+    std::cerr << "shardload read: this build has no Legate (configure with SHARDLOAD_WITH_LEGATE)\n";
+    return 2;
+#endif
+  }
   if (cmd == "-h" || cmd == "--help" || cmd == "help") {
     usage(std::cout);
     return 0;

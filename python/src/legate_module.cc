@@ -1,0 +1,62 @@
+// shardload._legate: the private binding of the Legate adapter. The layout
+// arrives encoded (from shardload._core), the array leaves as a handle that
+// legate.core.LogicalArray.from_raw_handle adopts; errors become the
+// package's exceptions.
+#include <pybind11/pybind11.h>
+
+#include <cstdint>
+#include <span>
+#include <string>
+
+#include "shardload/codec.hpp"
+#include "shardload/legate.hpp"
+
+namespace py = pybind11;
+
+namespace {
+
+[[noreturn]] void raise_as(const char* name, const std::string& message) {
+  const py::object type = py::module_::import("shardload._core").attr(name);
+  PyErr_SetString(type.ptr(), message.c_str());
+  throw py::error_already_set();
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_legate, m) {
+  m.doc() = "Private binding of shardload's Legate adapter.";
+
+  m.def(
+      "load",
+      [](const py::bytes& encoded, std::int64_t overdecompose) {
+        const std::string bytes = encoded;
+        auto layout = shardload::decode_layout(std::span(
+            reinterpret_cast<const std::uint8_t*>(bytes.data()), bytes.size()));
+        if (!layout) throw py::value_error(layout.status().message());
+        shardload::LoadOptions opts;
+        opts.overdecompose = overdecompose;
+        shardload::LoadInfo info;
+        legate::LogicalArray* array = nullptr;
+        try {
+          // submit() waits for the tasks while holding nothing Python needs.
+          py::gil_scoped_release release;
+          array = new legate::LogicalArray(shardload::load(*layout, opts, &info));
+        } catch (const shardload::ShardReadError& e) {
+          raise_as("ShardReadError", e.what());
+        } catch (const shardload::LayoutError& e) {
+          raise_as("LayoutError", e.what());
+        }
+        py::dict d;
+        d["target"] = info.target;
+        d["processors"] = info.processors;
+        d["tile_rows"] = info.tile_rows;
+        d["tiles"] = info.tiles;
+        return py::make_tuple(reinterpret_cast<std::uintptr_t>(array), d);
+      },
+      py::arg("encoded_layout"), py::arg("overdecompose") = 1);
+
+  m.def(
+      "free_handle",
+      [](std::uintptr_t handle) { delete reinterpret_cast<legate::LogicalArray*>(handle); },
+      py::arg("handle"));
+}

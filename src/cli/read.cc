@@ -1,0 +1,176 @@
+// `shardload read`: loads a dataset under Legate, fences, and reports the
+// layout, the plan, the time and GB/s, and a parallel verification against
+// the values `shardload write` put there.
+#include <chrono>
+#include <fstream>
+#include <iostream>
+#include <regex>
+#include <sstream>
+
+#include "commands.hpp"
+#include "shardload/legate.hpp"
+#include "shardload/source.hpp"
+#include "../legate/tasks.hpp"
+
+namespace shardload::cli {
+
+namespace {
+
+struct ReadArgs {
+  std::string dir;
+  std::string pattern;
+  std::int64_t overdecompose = 1;
+  bool verify = true;
+  std::optional<long long> seed;
+  FormatOptions format;
+};
+
+// The seed recorded by `shardload write` in DIR/_meta.json.
+std::optional<long long> meta_seed(const std::string& dir, std::string* dtype) {
+  std::ifstream f(dir + "/_meta.json");
+  if (!f) return std::nullopt;
+  std::stringstream ss;
+  ss << f.rdbuf();
+  const std::string text = ss.str();
+  std::smatch m;
+  if (std::regex_search(text, m, std::regex("\"dtype\"\\s*:\\s*\"([a-z0-9]+)\""))) *dtype = m[1];
+  if (!std::regex_search(text, m, std::regex("\"seed\"\\s*:\\s*(-?[0-9]+)"))) return std::nullopt;
+  return std::stoll(m[1]);
+}
+
+// Counts elements that differ from synth_fill(seed), one verify task per tile.
+std::int64_t verify(const legate::LogicalArray& array, const Layout& layout, const LoadInfo& info,
+                    std::uint64_t seed) {
+  auto* runtime = legate::Runtime::get_runtime();
+  if (info.tiles == 0 || layout.row_bytes == 0) return 0;
+  std::vector<std::uint64_t> tile_shape;
+  for (const auto d : layout.shape()) tile_shape.push_back(static_cast<std::uint64_t>(d));
+  tile_shape[0] = static_cast<std::uint64_t>(info.tile_rows);
+  std::vector<std::uint64_t> launch(tile_shape.size(), 1);
+  launch[0] = static_cast<std::uint64_t>(info.tiles);
+  // One count per point, in a store with the launch's shape (tiles, 1, ...).
+  auto counts = runtime->create_store(legate::Shape{launch}, legate::int64());
+  auto task = runtime->create_task(library(), detail::VerifyTask::TASK_CONFIG.task_id(),
+                                   legate::tuple<std::uint64_t>{launch});
+  task.add_input(array.data().partition_by_tiling(tile_shape));
+  task.add_output(counts.partition_by_tiling(std::vector<std::uint64_t>(launch.size(), 1)));
+  task.add_scalar_arg(legate::Scalar{static_cast<std::int32_t>(layout.dtype.kind)});
+  task.add_scalar_arg(legate::Scalar{static_cast<std::int32_t>(layout.dtype.size)});
+  task.add_scalar_arg(legate::Scalar{seed});
+  task.add_scalar_arg(legate::Scalar{info.tile_rows});
+  runtime->submit(std::move(task));
+  const auto phys = counts.get_physical_store();
+  const legate::InlineAllocation alloc = phys.get_inline_allocation();
+  std::int64_t total = 0;
+  for (std::int64_t i = 0; i < info.tiles; ++i) {
+    total += *reinterpret_cast<const std::int64_t*>(static_cast<const std::byte*>(alloc.ptr) +
+                                                    static_cast<std::size_t>(i) * alloc.strides[0]);
+  }
+  return total;
+}
+
+int run(const ReadArgs& a) {
+  const auto layout = discover(a.dir, a.pattern, a.format);
+  std::cout << "source:         " << Source::parse(a.dir, a.pattern).value().describe() << "\n"
+            << describe(layout);
+  auto* runtime = legate::Runtime::get_runtime();
+  LoadOptions opts;
+  opts.overdecompose = a.overdecompose;
+  LoadInfo info;
+  runtime->issue_execution_fence(true);
+  const auto t0 = std::chrono::steady_clock::now();
+  const legate::LogicalArray array = load(layout, opts, &info);
+  runtime->issue_execution_fence(true);
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::cout << "plan:           " << info.processors << " " << info.target << " processors, K "
+            << a.overdecompose << ", tile rows " << info.tile_rows << ", " << info.tiles
+            << " tasks\n";
+  const double gb = static_cast<double>(layout.total_bytes()) / 1e9;
+  std::cout << "load:           " << secs << " s, " << (secs > 0 ? gb / secs : 0.0) << " GB/s ("
+            << layout.total_bytes() << " bytes)\n";
+  if (!a.verify) {
+    std::cout << "verify:         skipped (--no-verify)\n";
+    return 0;
+  }
+  std::string meta_dtype;
+  std::optional<long long> seed = a.seed;
+  if (!seed) seed = meta_seed(a.dir, &meta_dtype);
+  if (!seed) {
+    std::cout << "verify:         skipped (no --seed and no _meta.json with a seed in " << a.dir
+              << ")\n";
+    return 0;
+  }
+  if (!meta_dtype.empty() && meta_dtype != layout.dtype.name()) {
+    std::cerr << "shardload read: verify: _meta.json says dtype " << meta_dtype
+              << ", the shards hold " << layout.dtype.name() << "\n";
+    return 1;
+  }
+  const std::int64_t bad = verify(array, layout, info, static_cast<std::uint64_t>(*seed));
+  const auto elements = layout.total_bytes() / layout.dtype.size;
+  if (bad != 0) {
+    std::cout << "verify:         FAILED: " << bad << " of " << elements
+              << " elements differ from seed " << *seed << "\n";
+    return 1;
+  }
+  std::cout << "verify:         OK (" << elements << " elements match seed " << *seed << ")\n";
+  return 0;
+}
+
+}  // namespace
+
+int cmd_read(const Args& raw) {
+  const char* cmd = "read";
+  ReadArgs a;
+  Args args;
+  for (const auto& x : raw) {
+    if (x == "--no-verify") {
+      a.verify = false;
+    } else {
+      args.push_back(x);
+    }
+  }
+  std::map<std::string, std::string> opts;
+  std::vector<std::string> known{"shard-dir", "pattern", "overdecompose", "seed"};
+  known.insert(known.end(), format_option_names().begin(), format_option_names().end());
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const std::string& x = args[i];
+    const std::string name = x.rfind("--", 0) == 0 ? x.substr(2) : "";
+    if (name.empty() || std::find(known.begin(), known.end(), name) == known.end() ||
+        i + 1 >= args.size()) {
+      std::cerr << "shardload read: unexpected argument '" << x << "'\n";
+      return 2;
+    }
+    opts[name] = args[++i];
+  }
+  if (opts.count("shard-dir") == 0) {
+    std::cerr << "shardload read: --shard-dir is required\n";
+    return 2;
+  }
+  a.dir = opts["shard-dir"];
+  a.pattern = opts["pattern"];
+  try {
+    if (opts.count("overdecompose") != 0) a.overdecompose = std::stoll(opts["overdecompose"]);
+    if (opts.count("seed") != 0) a.seed = std::stoll(opts["seed"]);
+  } catch (const std::exception&) {
+    std::cerr << "shardload read: --overdecompose and --seed take integers\n";
+    return 2;
+  }
+  if (Status s = parse_format_options(opts, &a.format); !s) {
+    std::cerr << "shardload read: error: " << s.message() << "\n";
+    return 2;
+  }
+
+  legate::start();
+  int rc = 1;
+  try {
+    rc = run(a);
+  } catch (const LayoutError& e) {
+    std::cerr << "shardload " << cmd << ": error: " << e.what() << "\n";
+  } catch (const ShardReadError& e) {
+    std::cerr << "shardload " << cmd << ": error: " << e.what() << "\n";
+  }
+  const int finish = legate::finish();
+  return rc != 0 ? rc : finish;
+}
+
+}  // namespace shardload::cli

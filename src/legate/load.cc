@@ -1,0 +1,142 @@
+// The launcher and the public C++ API: validate everything, then one manual
+// launch whose domain equals the plan's tile count.
+#include <mutex>
+
+#include "shardload/codec.hpp"
+#include "shardload/legate.hpp"
+#include "shardload/plan.hpp"
+#include "tasks.hpp"
+
+namespace shardload {
+
+void throw_status(const Status& st) {
+  switch (st.code()) {
+    case ErrorCode::kIo:
+    case ErrorCode::kChanged: throw ShardReadError(st.message());
+    default: throw LayoutError(st.message());
+  }
+}
+
+namespace {
+
+template <typename T>
+T value_or_throw(Result<T> r, const std::string& context) {
+  if (!r) throw_status(r.status().with_context(context));
+  return std::move(r).value();
+}
+
+}  // namespace
+
+Layout discover(const std::string& source, const std::string& pattern,
+                const FormatOptions& format) {
+  const Source src = value_or_throw(Source::parse(source, pattern), "loading " + source);
+  DiscoverOptions opts;
+  opts.format = format;
+  return value_or_throw(shardload::discover(src, opts), "loading " + src.describe());
+}
+
+Layout discover(const std::vector<std::string>& paths, const FormatOptions& format) {
+  DiscoverOptions opts;
+  opts.format = format;
+  return value_or_throw(shardload::discover(Source::list(paths), opts),
+                        "loading " + Source::list(paths).describe());
+}
+
+legate::Type legate_type(DType d) {
+  switch (d.kind) {
+    case DTypeKind::kBool: return legate::bool_();
+    case DTypeKind::kInt:
+      switch (d.size) {
+        case 1: return legate::int8();
+        case 2: return legate::int16();
+        case 4: return legate::int32();
+        default: return legate::int64();
+      }
+    case DTypeKind::kUInt:
+      switch (d.size) {
+        case 1: return legate::uint8();
+        case 2: return legate::uint16();
+        case 4: return legate::uint32();
+        default: return legate::uint64();
+      }
+    case DTypeKind::kFloat:
+      switch (d.size) {
+        case 2: return legate::float16();
+        case 4: return legate::float32();
+        default: return legate::float64();
+      }
+    case DTypeKind::kComplex: return d.size == 8 ? legate::complex64() : legate::complex128();
+  }
+  throw LayoutError("unsupported dtype " + d.name());
+}
+
+legate::Library library() {
+  auto* runtime = legate::Runtime::get_runtime();
+  // Registration must happen once per process (on every rank); the first
+  // caller creates the library and registers the variants.
+  static std::mutex mu;
+  const std::lock_guard<std::mutex> lock(mu);
+  bool created = false;
+  auto lib = runtime->find_or_create_library(detail::kLibraryName, legate::ResourceConfig{},
+                                             nullptr, {}, &created);
+  if (created) {
+    detail::LoadTask::register_variants(lib);
+    detail::VerifyTask::register_variants(lib);
+  }
+  return lib;
+}
+
+legate::LogicalArray load(const Layout& layout, const LoadOptions& options, LoadInfo* info) {
+  using legate::mapping::TaskTarget;
+  if (options.overdecompose < 1) {
+    throw LayoutError("overdecompose (K) must be at least 1, found " +
+                      std::to_string(options.overdecompose));
+  }
+  auto* runtime = legate::Runtime::get_runtime();
+  const legate::Library lib = library();
+  const auto machine = runtime->get_machine();
+  LoadInfo li;
+  for (const auto& [target, name] : {std::pair{TaskTarget::GPU, "GPU"},
+                                     std::pair{TaskTarget::OMP, "OMP"},
+                                     std::pair{TaskTarget::CPU, "CPU"}}) {
+    if (machine.count(target) > 0) {
+      li.target = name;
+      li.processors = machine.count(target);
+      break;
+    }
+  }
+  if (li.processors == 0) throw LayoutError("the machine has no processors to load on");
+  const ReadPlan plan =
+      value_or_throw(make_plan(layout.offsets, li.processors, options.overdecompose), "planning");
+  li.tile_rows = plan.tile_rows;
+  li.tiles = plan.tiles;
+  if (info != nullptr) *info = li;
+
+  std::vector<std::uint64_t> extents;
+  for (const auto d : layout.shape()) extents.push_back(static_cast<std::uint64_t>(d));
+  legate::LogicalArray array =
+      runtime->create_array(legate::Shape{extents}, legate_type(layout.dtype));
+  if (plan.tiles == 0 || layout.row_bytes == 0) return array;  // nothing to read
+
+  std::vector<std::uint64_t> tile_shape = extents;
+  tile_shape[0] = static_cast<std::uint64_t>(plan.tile_rows);
+  std::vector<std::uint64_t> launch(extents.size(), 1);
+  launch[0] = static_cast<std::uint64_t>(plan.tiles);
+  auto partition = array.data().partition_by_tiling(tile_shape);
+
+  auto task = runtime->create_task(lib, detail::LoadTask::TASK_CONFIG.task_id(),
+                                   legate::tuple<std::uint64_t>{launch});
+  task.add_output(partition);
+  task.add_scalar_arg(legate::Scalar{encode_layout(layout)});
+  task.add_scalar_arg(legate::Scalar{li.processors});
+  task.add_scalar_arg(legate::Scalar{options.overdecompose});
+  task.add_scalar_arg(legate::Scalar{plan.tile_rows});
+  try {
+    runtime->submit(std::move(task));
+  } catch (const legate::TaskException& e) {
+    throw_status(detail::status_from_task_error(e.what()));
+  }
+  return array;
+}
+
+}  // namespace shardload

@@ -1,0 +1,136 @@
+#include "load_body.hpp"
+
+#include <cstring>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "shardload/codec.hpp"
+#include "shardload/detail/strided.hpp"
+#include "shardload/fill.hpp"
+#include "tasks.hpp"
+
+namespace shardload::detail {
+
+Status fill_tile_rows(const Tile& t, std::int64_t lo, std::int64_t hi) {
+  return fill_rows(t.layout, t.lo + lo, t.lo + hi,
+                   t.ptr + static_cast<std::size_t>(lo) * t.layout.row_bytes);
+}
+
+namespace {
+
+constexpr char kMark = '\x1e';  // record separator around an encoded status
+
+Status arg_error(const std::string& msg) {
+  return {ErrorCode::kInvalidArgument, "load task arguments: " + msg};
+}
+
+}  // namespace
+
+void throw_task_error(const Status& status) {
+  throw legate::TaskException{std::string(1, kMark) + std::to_string(static_cast<int>(status.code())) +
+                              ":" + status.message() + std::string(1, kMark)};
+}
+
+Status status_from_task_error(const std::string& what) {
+  const auto a = what.find(kMark);
+  const auto b = a == std::string::npos ? a : what.find(kMark, a + 1);
+  const auto colon = b == std::string::npos ? b : what.find(':', a + 1);
+  if (colon == std::string::npos || colon > b) return {ErrorCode::kIo, what};
+  const int code = std::atoi(what.substr(a + 1, colon - a - 1).c_str());
+  return {static_cast<ErrorCode>(code), what.substr(colon + 1, b - colon - 1)};
+}
+
+Status tile_error(const Tile& t, const Status& st) {
+  return st.with_context("tile " + std::to_string(t.index) + " (rows [" + std::to_string(t.lo) +
+                         ", " + std::to_string(t.hi) + "))");
+}
+
+Result<Tile> prepare_tile(legate::TaskContext& context) {
+  Tile t;
+  const legate::Scalar blob = context.scalar(0);
+  const auto* bytes = static_cast<const std::uint8_t*>(blob.ptr());
+  SHARDLOAD_ASSIGN_OR_RETURN(t.layout, decode_layout(std::span(bytes, blob.size())));
+  const auto processors = context.scalar(1).value<std::int64_t>();
+  const auto k = context.scalar(2).value<std::int64_t>();
+  const auto tile_rows = context.scalar(3).value<std::int64_t>();
+  SHARDLOAD_ASSIGN_OR_RETURN(ReadPlan plan, make_plan(t.layout.offsets, processors, k));
+  if (plan.tile_rows != tile_rows) {
+    return arg_error("tile rows " + std::to_string(tile_rows) + " differ from the plan's " +
+                     std::to_string(plan.tile_rows));
+  }
+  t.index = context.get_task_index()[0];
+  if (t.index < 0 || t.index >= plan.tiles) {
+    return arg_error("point " + std::to_string(t.index) + " outside the plan's " +
+                     std::to_string(plan.tiles) + " tiles");
+  }
+  t.lo = plan.tile_begin(t.index);
+  t.hi = plan.tile_end(t.index);
+  t.pieces = tile_pieces(plan, t.layout.offsets, t.index);
+
+  legate::PhysicalStore store = context.output(0).data();
+  const legate::Domain dom = store.domain();
+  const auto dim = static_cast<std::size_t>(dom.get_dim());
+  if (dim != t.layout.trailing_shape.size() + 1) {
+    return arg_error("the store has " + std::to_string(dim) + " dimensions, the layout " +
+                     std::to_string(t.layout.trailing_shape.size() + 1));
+  }
+  // The tiling gives this point exactly rows [lo, hi) with full trailing extents.
+  for (std::size_t d = 0; d < dim; ++d) {
+    const std::int64_t want_lo = d == 0 ? t.lo : 0;
+    const std::int64_t want_hi = d == 0 ? t.hi : t.layout.trailing_shape[d - 1];
+    const std::int64_t got_lo = dom.lo()[static_cast<int>(d)];
+    const std::int64_t got_hi = dom.hi()[static_cast<int>(d)] + 1;
+    if (got_lo != want_lo || got_hi != want_hi) {
+      return arg_error("the store's piece spans [" + std::to_string(got_lo) + ", " +
+                       std::to_string(got_hi) + ") in dimension " + std::to_string(d) +
+                       ", the tile [" + std::to_string(want_lo) + ", " + std::to_string(want_hi) +
+                       ")");
+    }
+    t.extents.push_back(want_hi - want_lo);
+  }
+  if (t.hi > t.lo && t.layout.row_bytes > 0) {
+    const legate::InlineAllocation alloc = store.get_inline_allocation();
+    t.ptr = static_cast<std::byte*>(alloc.ptr);
+    t.strides = alloc.strides;
+    t.dense = is_dense_c_order(t.extents, t.strides, t.layout.dtype.size);
+  }
+  return t;
+}
+
+Status fill_host_tile(const Tile& t) {
+  if (t.ptr == nullptr) return Status::ok();  // an empty tile
+  const std::int64_t rows = t.hi - t.lo;
+  const std::size_t row_bytes = t.layout.row_bytes;
+  if (t.dense) return fill_pieces(t.layout, t.pieces, t.ptr);
+  // Not dense C-order: fill bounded chunks of rows, then scatter them.
+  constexpr std::size_t kChunkBytes = std::size_t{4} << 20;
+  const auto chunk_rows =
+      static_cast<std::int64_t>(std::max<std::size_t>(1, kChunkBytes / std::max<std::size_t>(row_bytes, 1)));
+  std::unique_ptr<std::byte[]> buf(new (std::nothrow)
+                                       std::byte[static_cast<std::size_t>(chunk_rows) * row_bytes]);
+  if (!buf) return {ErrorCode::kIo, "cannot allocate the scatter buffer"};
+  const auto copy = [](std::byte* d, const std::byte* s, std::size_t n) {
+    std::memcpy(d, s, n);
+    return true;
+  };
+  for (std::int64_t a = 0; a < rows; a += chunk_rows) {
+    const std::int64_t b = std::min(rows, a + chunk_rows);
+    SHARDLOAD_RETURN_IF_ERROR(fill_rows(t.layout, t.lo + a, t.lo + b, buf.get()));
+    scatter_rows(buf.get(), b - a, t.extents, t.strides, t.layout.dtype.size,
+                 t.ptr + static_cast<std::size_t>(a) * t.strides[0], copy);
+  }
+  return Status::ok();
+}
+
+void finish_load(const Tile& tile, const Status& st) {
+  if (!st) throw_task_error(tile_error(tile, st));
+}
+
+Tile prepare_or_throw(legate::TaskContext& context) {
+  Result<Tile> tile = prepare_tile(context);
+  if (!tile) throw_task_error(tile.status());
+  return std::move(tile).value();
+}
+
+}  // namespace shardload::detail

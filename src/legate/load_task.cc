@@ -1,0 +1,12 @@
+// The CPU variant of the load task and the task-side error encoding.
+#include "load_body.hpp"
+#include "tasks.hpp"
+
+namespace shardload::detail {
+
+void LoadTask::cpu_variant(legate::TaskContext context) {
+  const Tile tile = prepare_or_throw(context);
+  finish_load(tile, fill_host_tile(tile));
+}
+
+}  // namespace shardload::detail

@@ -1,0 +1,33 @@
+// The OpenMP variant: the tile's rows split evenly over the OMP processor's
+// threads, each reading its share straight into the store. Compiled only
+// where Legate was built with OpenMP.
+#include "load_body.hpp"
+#include "tasks.hpp"
+
+#if LEGATE_DEFINED(LEGATE_USE_OPENMP)
+#include <omp.h>
+
+#include <vector>
+
+namespace shardload::detail {
+
+void LoadTask::omp_variant(legate::TaskContext context) {
+  const Tile tile = prepare_or_throw(context);
+  const std::int64_t rows = tile.hi - tile.lo;
+  if (!tile.dense || rows < 2) {
+    finish_load(tile, fill_host_tile(tile));
+    return;
+  }
+  const std::int64_t n = std::min<std::int64_t>(omp_get_max_threads(), rows);
+  std::vector<Status> results(static_cast<std::size_t>(n));
+#pragma omp parallel for schedule(static, 1)
+  for (std::int64_t i = 0; i < n; ++i) {
+    results[static_cast<std::size_t>(i)] = fill_tile_rows(tile, rows * i / n, rows * (i + 1) / n);
+  }
+  for (const auto& st : results) {
+    if (!st) finish_load(tile, st);
+  }
+}
+
+}  // namespace shardload::detail
+#endif

@@ -1,0 +1,130 @@
+// The C++ API under a running Legate runtime (LEGATE_CONFIG, e.g. two CPUs).
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <random>
+
+#include "shardload/legate.hpp"
+#include "shardload/synth.hpp"
+
+namespace shardload {
+namespace {
+
+namespace fs = std::filesystem;
+
+class LegateLoad : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("shardload-legate-" + std::to_string(::getpid()));
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  // Writes shards of synthetic data; returns the total shape.
+  void write(const std::vector<std::int64_t>& rows, const std::vector<std::int64_t>& trailing,
+             DType dtype, std::uint64_t seed) {
+    std::uint64_t row_elements = 1;
+    for (const auto d : trailing) row_elements *= static_cast<std::uint64_t>(d);
+    std::uint64_t first = 0;
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+      NpyWriteSpec spec{dtype, {rows[i]}};
+      spec.shape.insert(spec.shape.end(), trailing.begin(), trailing.end());
+      ASSERT_TRUE(write_npy(path(i), spec, seed, first * row_elements));
+      first += static_cast<std::uint64_t>(rows[i]);
+    }
+  }
+  std::string path(std::size_t i) const {
+    return (dir_ / NumberPattern{"shard_", 4, ".npy"}.format(static_cast<std::int64_t>(i))).string();
+  }
+
+  // Compares the whole array with synth_fill through a host mapping.
+  static void expect_synth(const legate::LogicalArray& a, const Layout& l, std::uint64_t seed) {
+    ASSERT_EQ(a.dim(), static_cast<std::uint32_t>(l.shape().size()));
+    const auto extents = a.shape().extents();
+    for (std::size_t d = 0; d < l.shape().size(); ++d) {
+      ASSERT_EQ(static_cast<std::int64_t>(extents[static_cast<std::uint32_t>(d)]), l.shape()[d]);
+    }
+    if (l.total_bytes() == 0) return;
+    const auto phys = a.data().get_physical_store();
+    const legate::InlineAllocation alloc = phys.get_inline_allocation();
+    std::vector<std::byte> want(l.total_bytes());
+    synth_fill(l.dtype, seed, 0, want.size() / l.dtype.size, want.data());
+    ASSERT_EQ(alloc.strides.back(), l.dtype.size);
+    ASSERT_EQ(std::memcmp(alloc.ptr, want.data(), want.size()), 0);
+  }
+
+  fs::path dir_;
+};
+
+TEST_F(LegateLoad, RandomLayoutsAndK) {
+  std::mt19937 rng(17);
+  const char* dtypes[] = {"bool",   "int8",    "uint16",  "int32",     "int64",     "uint64",
+                          "float16", "float32", "float64", "complex64", "complex128"};
+  for (int iter = 0; iter < 12; ++iter) {
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    const int n = 1 + static_cast<int>(rng() % 20);
+    std::vector<std::int64_t> rows(static_cast<std::size_t>(n));
+    for (auto& r : rows) r = rng() % 4 == 0 ? 0 : static_cast<std::int64_t>(rng() % 50);
+    std::vector<std::int64_t> trailing(rng() % 4);
+    for (auto& d : trailing) d = static_cast<std::int64_t>(1 + rng() % 3);
+    const DType dtype = *parse_dtype(dtypes[rng() % std::size(dtypes)]);
+    write(rows, trailing, dtype, static_cast<std::uint64_t>(iter));
+    const Layout layout = discover(dir_.string());
+    for (std::int64_t k : {1, 3}) {
+      SCOPED_TRACE("iter " + std::to_string(iter) + " K " + std::to_string(k) + " " +
+                   dtype.name() + " " + shape_string(layout.shape()));
+      LoadInfo info;
+      const auto a = load(layout, LoadOptions{k}, &info);
+      EXPECT_EQ(info.target, "CPU");
+      EXPECT_GE(info.processors, 1);
+      EXPECT_LE(info.tiles, info.processors * k);
+      expect_synth(a, layout, static_cast<std::uint64_t>(iter));
+    }
+  }
+}
+
+TEST_F(LegateLoad, EmptyDataset) {
+  write({0, 0}, {3}, *parse_dtype("float32"), 1);
+  LoadInfo info;
+  const auto a = load(discover(dir_.string()), {}, &info);
+  EXPECT_EQ(info.tiles, 0);
+  EXPECT_EQ(a.shape().extents()[0], 0u);
+  EXPECT_EQ(a.shape().extents()[1], 3u);
+}
+
+TEST_F(LegateLoad, ErrorsAreTypedAndTheRuntimeSurvives) {
+  EXPECT_THROW(discover((dir_ / "missing").string()), LayoutError);
+  write({100, 100}, {4}, *parse_dtype("float64"), 2);
+  const Layout layout = discover(dir_.string());
+  EXPECT_THROW(load(layout, LoadOptions{0}), LayoutError);
+  // Truncate a shard after discovery: a point task fails, the caller gets
+  // the error naming the file and rows, and the next load works.
+  fs::resize_file(path(1), fs::file_size(path(1)) - 8);
+  try {
+    (void)load(layout);
+    FAIL() << "expected ShardReadError";
+  } catch (const ShardReadError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find(path(1)), std::string::npos) << what;
+    EXPECT_NE(what.find("rows ["), std::string::npos) << what;
+    EXPECT_NE(what.find("changed since discovery"), std::string::npos) << what;
+  }
+  write({100, 100}, {4}, *parse_dtype("float64"), 2);
+  const Layout again = discover(dir_.string());
+  expect_synth(load(again), again, 2);
+}
+
+}  // namespace
+}  // namespace shardload
+
+int main(int argc, char** argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  legate::start();
+  const int rc = RUN_ALL_TESTS();
+  const int fin = legate::finish();
+  return rc != 0 ? rc : fin;
+}
