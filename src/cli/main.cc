@@ -14,6 +14,7 @@ void usage(std::ostream& o) {
        "  inspect SOURCE [--pattern P] [--format F] [format options]\n"
        "          print the discovered layout of a directory, pattern, glob or file list\n"
        "  read    --shard-dir DIR [--pattern P] [--overdecompose K] [--no-verify] [--seed S]\n"
+       "          [--repeat N]\n"
        "          [--format F] [format options]\n"
        "          load under Legate (LEGATE_CONFIG or the legate launcher), time it, verify\n"
        "          against the seed of _meta.json\n";
