@@ -7,6 +7,9 @@
 #include <random>
 
 #include "shardload/legate.hpp"
+#ifdef SHARDLOAD_TEST_CUPYNUMERIC
+#include "shardload/cupynumeric.hpp"
+#endif
 #include "shardload/synth.hpp"
 
 namespace shardload {
@@ -118,12 +121,31 @@ TEST_F(LegateLoad, ErrorsAreTypedAndTheRuntimeSurvives) {
   expect_synth(load(again), again, 2);
 }
 
+#ifdef SHARDLOAD_TEST_CUPYNUMERIC
+TEST_F(LegateLoad, CupynumericNDArray) {
+  write({700, 0, 333}, {3}, *parse_dtype("int64"), 4);
+  const Layout layout = discover(dir_.string());
+  cupynumeric::NDArray a = load_ndarray(layout);
+  ASSERT_EQ(a.shape(), (std::vector<std::uint64_t>{1033, 3}));
+  std::vector<std::int64_t> want(1033 * 3);
+  synth_fill(layout.dtype, 4, 0, want.size(), reinterpret_cast<std::byte*>(want.data()));
+  std::int64_t sum = 0;
+  for (const auto v : want) sum += v;  // wraps like the array's int64 sum does
+  const auto s = cupynumeric::sum(a).get_store().get_physical_store();
+  const legate::InlineAllocation got = s.get_inline_allocation();
+  EXPECT_EQ(*static_cast<const std::int64_t*>(got.ptr), sum);
+}
+#endif
+
 }  // namespace
 }  // namespace shardload
 
 int main(int argc, char** argv) {
   ::testing::InitGoogleTest(&argc, argv);
   legate::start();
+#ifdef SHARDLOAD_TEST_CUPYNUMERIC
+  cupynumeric::initialize(argc, argv);
+#endif
   const int rc = RUN_ALL_TESTS();
   const int fin = legate::finish();
   return rc != 0 ? rc : fin;
