@@ -1,0 +1,537 @@
+// The device-fill pipeline against HostCopyBackend: every byte compared with
+// fill_rows / fill_pieces, whatever the staging sizes, readers and faults.
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <numeric>
+
+#include "shardload/device_fill.hpp"
+#include "shardload/fill.hpp"
+#include "shardload/host_copy_backend.hpp"
+#include "shardload/synth.hpp"
+#include "util.hpp"
+
+namespace shardload {
+namespace {
+
+using testing::npy_bytes;
+using testing::npy_dict;
+
+// Real files; reads fail or end early after a number of bytes served across
+// all reader threads.
+class FaultyIo final : public IoBackend {
+ public:
+  enum class Mode { kNone, kErrorAfter, kEofAfter };
+  explicit FaultyIo(Mode m, std::uint64_t after = 0) : mode_(m), after_(after) {}
+  Result<int> open(const std::string& p) override { return posix_io().open(p); }
+  Result<FileInfo> stat(int fd, const std::string& p) override { return posix_io().stat(fd, p); }
+  void close(int fd) override { posix_io().close(fd); }
+  std::int64_t pread(int fd, void* buf, std::size_t n, std::uint64_t off) override {
+    if (mode_ != Mode::kNone) {
+      const std::uint64_t before = served_.fetch_add(n);
+      if (before >= after_) return mode_ == Mode::kErrorAfter ? -EIO : 0;
+      n = std::min<std::size_t>(n, after_ - before);
+    }
+    return posix_io().pread(fd, buf, n, off);
+  }
+
+ private:
+  Mode mode_;
+  std::uint64_t after_;
+  std::atomic<std::uint64_t> served_{0};
+};
+
+template <typename T>
+T bswap_value(T v) {
+  std::array<unsigned char, sizeof(T)> b{};
+  std::memcpy(b.data(), &v, sizeof(T));
+  std::reverse(b.begin(), b.end());
+  std::memcpy(&v, b.data(), sizeof(T));
+  return v;
+}
+
+class DeviceFillTest : public ::testing::Test {
+ protected:
+  // int32 values base, base+1, ... of shape (rows, 3, 2): 24-byte rows.
+  void c_shard(int i, std::int32_t base, std::int64_t rows, bool big = false) {
+    std::vector<std::int32_t> v(static_cast<std::size_t>(rows * 6));
+    std::iota(v.begin(), v.end(), base);
+    if (big) {
+      for (auto& x : v) x = bswap_value(x);
+    }
+    write(i, npy_dict(big ? ">i4" : "<i4", false, "(" + std::to_string(rows) + ", 3, 2)"),
+          testing::raw(v));
+  }
+  void f_shard(int i, std::int32_t base, std::int64_t rows) {
+    std::vector<std::int32_t> v(static_cast<std::size_t>(rows * 6));
+    for (std::int64_t r = 0; r < rows; ++r) {
+      for (int a = 0; a < 3; ++a) {
+        for (int b = 0; b < 2; ++b) {
+          v[static_cast<std::size_t>(r + rows * (a + 3 * b))] =
+              base + static_cast<std::int32_t>(r * 6 + a * 2 + b);
+        }
+      }
+    }
+    write(i, npy_dict("<i4", true, "(" + std::to_string(rows) + ", 3, 2)"), testing::raw(v));
+  }
+  void write(int i, const std::string& dict, const std::string& data) {
+    testing::write_file(dir_.file(NumberPattern{"shard_", 4, ".npy"}.format(i)),
+                        npy_bytes(dict, data));
+  }
+  // Mixed shards: C, Fortran, empty, big-endian; 0, 1, 2, ... in C order.
+  void mixed() {
+    c_shard(0, 0, 4);
+    f_shard(1, 24, 5);
+    c_shard(2, 54, 0);
+    c_shard(3, 54, 3, true);
+    f_shard(4, 72, 6);
+    c_shard(5, 108, 1);
+  }
+  // Native C-order float64 shards from synth, of synth_split rows.
+  void synth_shards(int n, std::int64_t total, std::int64_t width) {
+    const auto rows = synth_split(11, total, n);
+    std::uint64_t first = 0;
+    for (int i = 0; i < n; ++i) {
+      NpyWriteSpec spec{*parse_dtype("float64"), {rows[static_cast<std::size_t>(i)], width}};
+      ASSERT_TRUE(write_npy(dir_.file(NumberPattern{"shard_", 4, ".npy"}.format(i)), spec, 11,
+                            first));
+      first += static_cast<std::uint64_t>(rows[static_cast<std::size_t>(i)] * width);
+    }
+  }
+  Layout layout() {
+    auto l = discover(Source::dir(dir_.path()));
+    EXPECT_TRUE(l) << l.status().message();
+    return l.value();
+  }
+  static std::vector<std::byte> expected(const Layout& l, std::int64_t lo, std::int64_t hi) {
+    std::vector<std::byte> out(static_cast<std::size_t>(hi - lo) * l.row_bytes);
+    Status st = fill_rows(l, lo, hi, out.data());
+    EXPECT_TRUE(st) << st.message();
+    return out;
+  }
+  // Fills rows [lo, hi) through the pipeline into a fresh, poisoned buffer.
+  static Status device_rows(const Layout& l, std::int64_t lo, std::int64_t hi, StagingPool& pool,
+                            const DeviceFillOptions& o, std::vector<std::byte>* out) {
+    std::vector<Piece> pieces;
+    pieces_for_rows(l.offsets, lo, hi, &pieces);
+    out->assign(static_cast<std::size_t>(hi - lo) * l.row_bytes, std::byte{0xA5});
+    return fill_device(l, pieces, out->data(), out->size(), &stream_, pool, o);
+  }
+  static std::unique_ptr<StagingPool> pool(CopyBackend& b, std::size_t bytes, int n) {
+    auto p = StagingPool::create(b, StagingOptions{bytes, n});
+    EXPECT_TRUE(p) << p.status().message();
+    return std::move(p).value();
+  }
+  static inline int stream_ = 0;  // the address is the stream
+  testing::TempDir dir_;
+};
+
+TEST_F(DeviceFillTest, EveryRangeOfMixedShards) {
+  mixed();
+  const Layout l = layout();
+  HostCopyBackend backend;
+  auto readers = ReaderThreads::create(3);
+  ASSERT_TRUE(readers);
+  DeviceFillOptions o;
+  o.readers = readers->get();
+  o.scratch_bytes = 8;
+  for (std::size_t bytes : {24, 50, 1000}) {
+    auto p = pool(backend, bytes, 3);
+    for (std::int64_t lo = 0; lo <= 19; ++lo) {
+      for (std::int64_t hi = lo; hi <= 19; ++hi) {
+        std::vector<std::byte> out;
+        Status st = device_rows(l, lo, hi, *p, o, &out);
+        ASSERT_TRUE(st) << st.message();
+        ASSERT_EQ(out, expected(l, lo, hi)) << bytes << " [" << lo << ", " << hi << ")";
+      }
+    }
+  }
+  EXPECT_EQ(backend.overwrites(), 0);
+}
+
+TEST_F(DeviceFillTest, StagingSizesBuffersAndReaders) {
+  mixed();
+  const Layout l = layout();
+  const auto want = expected(l, 0, 19);
+  for (std::size_t bytes : {24, 30, 48, 72, 240, 1 << 20}) {
+    for (int buffers : {2, 3, 8}) {
+      for (int readers : {1, 2, 3, 8}) {
+        HostCopyBackend backend;
+        auto p = pool(backend, bytes, buffers);
+        DeviceFillOptions o;
+        o.reader_threads = readers;
+        std::vector<std::byte> out;
+        Status st = device_rows(l, 0, 19, *p, o, &out);
+        ASSERT_TRUE(st) << st.message();
+        ASSERT_EQ(out, want) << bytes << " " << buffers << " " << readers;
+        EXPECT_EQ(backend.overwrites(), 0);
+        if (bytes == 24) EXPECT_EQ(backend.copies(), 19);  // one row per chunk
+      }
+    }
+  }
+}
+
+// Buffers smaller than a row: native C-order rows are split by bytes.
+TEST_F(DeviceFillTest, TinyBuffersSplitRowsByBytes) {
+  synth_shards(7, 61, 5);  // 40-byte rows
+  const Layout l = layout();
+  const auto want = expected(l, 0, 61);
+  for (std::size_t bytes : {1, 3, 7, 39, 40, 41}) {
+    HostCopyBackend backend;
+    auto p = pool(backend, bytes, 2);
+    for (int readers : {1, 4}) {
+      DeviceFillOptions o;
+      o.reader_threads = readers;
+      std::vector<std::byte> out;
+      Status st = device_rows(l, 0, 61, *p, o, &out);
+      ASSERT_TRUE(st) << st.message();
+      ASSERT_EQ(out, want) << bytes;
+      std::vector<std::byte> part;
+      st = device_rows(l, 13, 29, *p, o, &part);
+      ASSERT_TRUE(st) << st.message();
+      ASSERT_EQ(part, expected(l, 13, 29)) << bytes;
+    }
+    EXPECT_EQ(backend.overwrites(), 0);
+  }
+}
+
+TEST_F(DeviceFillTest, RowLargerThanBufferMustBeWholeForSwappedOrFortran) {
+  mixed();
+  const Layout l = layout();
+  HostCopyBackend backend;
+  auto p = pool(backend, 23, 2);
+  std::vector<std::byte> out;
+  // Rows 0-3 are native C order and split by bytes; row 4 is Fortran.
+  ASSERT_TRUE(device_rows(l, 0, 4, *p, {}, &out));
+  EXPECT_EQ(out, expected(l, 0, 4));
+  Status st = device_rows(l, 0, 19, *p, {}, &out);
+  ASSERT_FALSE(st);
+  EXPECT_EQ(st.code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(st.message().find(dir_.file("shard_0001.npy") + ": one row is 24 bytes, more than "
+                                                            "a staging buffer of 23 bytes"),
+            std::string::npos)
+      << st.message();
+  EXPECT_EQ(backend.copies(), 4 * 2);  // nothing of the refused fill was queued
+}
+
+// Slow copies and few buffers: a buffer reused before its fence would be
+// caught by the backend; reads still overlap queued copies.
+TEST_F(DeviceFillTest, BuffersRotateOnlyAfterTheirFence) {
+  synth_shards(3, 200, 4);
+  const Layout l = layout();
+  const auto want = expected(l, 0, 200);
+  for (int readers : {1, 3}) {
+    HostCopyBackend::Hooks h;
+    h.copy_delay = std::chrono::microseconds(300);
+    HostCopyBackend backend(h);
+    auto p = pool(backend, 5 * 32, readers == 1 ? 2 : 3);
+    DeviceFillOptions o;
+    o.reader_threads = readers;
+    std::vector<std::byte> out;
+    Status st = device_rows(l, 0, 200, *p, o, &out);
+    ASSERT_TRUE(st) << st.message();
+    ASSERT_EQ(out, want);
+    EXPECT_EQ(backend.overwrites(), 0);
+    EXPECT_GE(backend.max_queued(), 2) << "no read overlapped a copy";
+    EXPECT_EQ(backend.copied_bytes(), want.size());
+  }
+}
+
+// The check the previous test relies on does catch a buffer reused early.
+TEST(HostCopyBackend, CatchesABufferOverwrittenBeforeItsCopyRan) {
+  HostCopyBackend::Hooks h;
+  h.copy_delay = std::chrono::microseconds(20000);
+  HostCopyBackend backend(h);
+  int stream = 0;
+  auto mem = backend.alloc_staging(64);
+  ASSERT_TRUE(mem);
+  std::vector<std::byte> dst(64);
+  std::memset(*mem, 1, 64);
+  ASSERT_TRUE(backend.copy_async(dst.data(), *mem, 64, &stream));
+  std::memset(*mem, 2, 64);
+  Status st = backend.synchronize(&stream);
+  EXPECT_FALSE(st);
+  EXPECT_EQ(backend.overwrites(), 1);
+  EXPECT_NE(st.message().find("overwritten before the copy ran"), std::string::npos);
+  // And refuses a source outside staging memory.
+  EXPECT_EQ(backend.copy_async(dst.data(), dst.data(), 8, &stream).code(),
+            ErrorCode::kInvalidArgument);
+  backend.free_staging(*mem);
+}
+
+TEST_F(DeviceFillTest, ManyPiecesOverTheTilesOfAPlan) {
+  synth_shards(300, 5000, 3);
+  const Layout l = layout();
+  HostCopyBackend backend;
+  auto p = pool(backend, 7 * 24, 4);
+  auto readers = ReaderThreads::create(4);
+  ASSERT_TRUE(readers);
+  DeviceFillOptions o;
+  o.readers = readers->get();
+  auto plan = make_plan(l.offsets, 3, 2);
+  ASSERT_TRUE(plan);
+  for (std::int64_t t = 0; t < plan->tiles; ++t) {
+    const auto pieces = tile_pieces(*plan, l.offsets, t);
+    const auto rows = plan->tile_end(t) - plan->tile_begin(t);
+    std::vector<std::byte> want(static_cast<std::size_t>(rows) * l.row_bytes);
+    ASSERT_TRUE(fill_pieces(l, pieces, want.data()));
+    std::vector<std::byte> got(want.size(), std::byte{0x5A});
+    Status st = fill_device(l, pieces, got.data(), got.size(), &stream_, *p, o);
+    ASSERT_TRUE(st) << st.message();
+    ASSERT_EQ(got, want) << "tile " << t;
+  }
+  EXPECT_EQ(backend.overwrites(), 0);
+}
+
+TEST_F(DeviceFillTest, ShortReadNamesFileOffsetExpectedGot) {
+  c_shard(0, 0, 10);
+  c_shard(1, 60, 10);
+  const Layout l = layout();
+  HostCopyBackend backend;
+  {
+    auto p = pool(backend, 240, 2);
+    FaultyIo io(FaultyIo::Mode::kEofAfter, 240 + 100);
+    DeviceFillOptions o;
+    o.io = &io;
+    o.reader_threads = 1;
+    std::vector<std::byte> out;
+    Status st = device_rows(l, 0, 20, *p, o, &out);
+    ASSERT_FALSE(st);
+    EXPECT_EQ(st.code(), ErrorCode::kIo);
+    const auto& m = st.message();
+    EXPECT_NE(m.find("device fill rows [0, 10) of shard 1 (tile rows [10, 20))"),
+              std::string::npos)
+        << m;
+    EXPECT_NE(m.find(dir_.file("shard_0001.npy") + ": short read at offset 128: expected 240 "
+                                                   "bytes, got 100"),
+              std::string::npos)
+        << m;
+    // The pool is whole again: the next fill works.
+    ASSERT_TRUE(device_rows(l, 0, 20, *p, {}, &out));
+    EXPECT_EQ(out, expected(l, 0, 20));
+  }
+  EXPECT_EQ(backend.live_allocations(), 0);
+  EXPECT_EQ(backend.live_fences(), 0);
+}
+
+TEST_F(DeviceFillTest, IoErrorWithManyReadersStopsCleanly) {
+  synth_shards(5, 3000, 8);
+  const Layout l = layout();
+  HostCopyBackend::Hooks h;
+  h.copy_delay = std::chrono::microseconds(50);
+  HostCopyBackend backend(h);
+  {
+    auto p = pool(backend, 64 * 10, 6);
+    for (std::uint64_t after : {0, 1, 5000, 100000}) {
+      FaultyIo io(FaultyIo::Mode::kErrorAfter, after);
+      DeviceFillOptions o;
+      o.io = &io;
+      o.reader_threads = 5;
+      std::vector<std::byte> out;
+      Status st = device_rows(l, 0, 3000, *p, o, &out);
+      ASSERT_FALSE(st) << after;
+      EXPECT_EQ(st.code(), ErrorCode::kIo);
+      EXPECT_NE(st.message().find("Input/output error"), std::string::npos) << st.message();
+      EXPECT_NE(st.message().find("device fill rows"), std::string::npos) << st.message();
+      for (const auto& s : p->slots()) EXPECT_FALSE(s.pending);
+    }
+  }
+  EXPECT_EQ(backend.overwrites(), 0);
+  EXPECT_EQ(backend.live_allocations(), 0);
+  EXPECT_EQ(backend.live_fences(), 0);
+}
+
+TEST_F(DeviceFillTest, CopyErrorsAreReturned) {
+  synth_shards(2, 100, 4);
+  const Layout l = layout();
+  for (bool async : {false, true}) {
+    for (int readers : {1, 3}) {
+      HostCopyBackend::Hooks h;
+      (async ? h.fail_copy_async : h.fail_copy_enqueue) = 5;
+      HostCopyBackend backend(h);
+      {
+        auto p = pool(backend, 32 * 3, 3);
+        DeviceFillOptions o;
+        o.reader_threads = readers;
+        std::vector<std::byte> out;
+        Status st = device_rows(l, 0, 100, *p, o, &out);
+        ASSERT_FALSE(st);
+        EXPECT_EQ(st.code(), ErrorCode::kIo);
+        EXPECT_NE(st.message().find(async ? "failure of copy 5 while it ran"
+                                          : "injected refusal of copy 5"),
+                  std::string::npos)
+            << st.message();
+        if (!async) {
+          EXPECT_NE(st.message().find("device fill rows"), std::string::npos) << st.message();
+          EXPECT_NE(st.message().find("copying 96 bytes to device offset"), std::string::npos)
+              << st.message();
+        }
+      }
+      EXPECT_EQ(backend.live_allocations(), 0);
+      EXPECT_EQ(backend.live_fences(), 0);
+    }
+  }
+}
+
+TEST(StagingPool, AllocationFailureFreesWhatItGot) {
+  HostCopyBackend::Hooks h;
+  h.fail_alloc_after = 3;
+  HostCopyBackend backend(h);
+  auto p = StagingPool::create(backend, StagingOptions{4096, 5});
+  ASSERT_FALSE(p);
+  EXPECT_NE(p.status().message().find("staging pool: buffer 3 of 5 (4096 bytes each)"),
+            std::string::npos)
+      << p.status().message();
+  EXPECT_EQ(backend.live_allocations(), 0);
+  EXPECT_EQ(backend.live_fences(), 0);
+}
+
+TEST(StagingPool, SizesAndOptions) {
+  HostCopyBackend backend;
+  auto p = StagingPool::create(backend);
+  ASSERT_TRUE(p);
+  EXPECT_EQ((*p)->buffers(), 16);
+  EXPECT_EQ((*p)->buffer_bytes(), std::size_t{8} << 20);
+  EXPECT_EQ((*p)->total_bytes(), std::size_t{128} << 20);
+  EXPECT_EQ(validate(StagingOptions{0, 4}).code(), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(validate(StagingOptions{1024, 1}).code(), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(validate(StagingOptions{std::size_t{1} << 30, 100}).code(),
+            ErrorCode::kInvalidArgument);
+  EXPECT_TRUE(validate(StagingOptions{1, 2}));
+
+  StagingOptions o;
+  ::setenv("SHARDLOAD_STAGING_BYTES", "1048576", 1);
+  ::setenv("SHARDLOAD_STAGING_BUFFERS", "3", 1);
+  ASSERT_TRUE(staging_options_from_env(&o));
+  EXPECT_EQ(o.buffer_bytes, std::size_t{1} << 20);
+  EXPECT_EQ(o.buffers, 3);
+  ::setenv("SHARDLOAD_STAGING_BUFFERS", "3x", 1);
+  Status st = staging_options_from_env(&o);
+  EXPECT_EQ(st.code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("SHARDLOAD_STAGING_BUFFERS: expected a whole number in [2, 1024], "
+                              "found '3x'"),
+            std::string::npos)
+      << st.message();
+  ::unsetenv("SHARDLOAD_STAGING_BYTES");
+  ::unsetenv("SHARDLOAD_STAGING_BUFFERS");
+  DeviceFillOptions d;
+  ::setenv("SHARDLOAD_READER_THREADS", "6", 1);
+  ASSERT_TRUE(device_fill_options_from_env(&d));
+  EXPECT_EQ(d.reader_threads, 6);
+  ::setenv("SHARDLOAD_READER_THREADS", "0", 1);
+  EXPECT_FALSE(device_fill_options_from_env(&d));
+  ::unsetenv("SHARDLOAD_READER_THREADS");
+  EXPECT_FALSE(ReaderThreads::create(0));
+}
+
+TEST_F(DeviceFillTest, BadArguments) {
+  mixed();
+  const Layout l = layout();
+  HostCopyBackend backend;
+  auto p = pool(backend, 64, 2);
+  std::vector<Piece> pieces;
+  pieces_for_rows(l.offsets, 0, 19, &pieces);
+  std::vector<std::byte> out(19 * 24);
+  Status st = fill_device(l, pieces, out.data(), out.size() - 1, &stream_, *p);
+  EXPECT_EQ(st.code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("overruns the destination of 455 bytes"), std::string::npos)
+      << st.message();
+  EXPECT_EQ(fill_device(l, {Piece{1, 0, 6, 0}}, out.data(), out.size(), &stream_, *p).code(),
+            ErrorCode::kInvalidArgument);
+  EXPECT_EQ(fill_device(l, {Piece{1, 0, 5, 0}}, nullptr, 1000, &stream_, *p).code(),
+            ErrorCode::kInvalidArgument);
+  EXPECT_TRUE(fill_device(l, {}, nullptr, 0, &stream_, *p));
+  EXPECT_TRUE(fill_device(l, {Piece{2, 0, 0, 0}}, nullptr, 0, &stream_, *p));
+  EXPECT_EQ(backend.copies(), 0);
+}
+
+TEST_F(DeviceFillTest, ChangedAfterDiscovery) {
+  c_shard(0, 0, 4);
+  c_shard(1, 24, 4);
+  const Layout l = layout();
+  c_shard(1, 24, 2);
+  HostCopyBackend backend;
+  auto p = pool(backend, 48, 2);
+  std::vector<std::byte> out;
+  Status st = device_rows(l, 0, 8, *p, {}, &out);
+  ASSERT_FALSE(st);
+  EXPECT_EQ(st.code(), ErrorCode::kChanged);
+  EXPECT_NE(st.message().find(dir_.file("shard_0001.npy") + ": changed since discovery"),
+            std::string::npos)
+      << st.message();
+}
+
+TEST_F(DeviceFillTest, DirectReads) {
+  mixed();
+  const Layout l = layout();
+  const auto want = expected(l, 0, 19);
+  {
+    // kOn: native C-order chunks go direct, the others are staged.
+    HostCopyBackend::Hooks h;
+    h.direct_reads = true;
+    HostCopyBackend backend(h);
+    auto p = pool(backend, 48, 3);
+    DeviceFillOptions o;
+    o.direct = DirectReads::kOn;
+    o.reader_threads = 2;
+    std::vector<std::byte> out;
+    ASSERT_TRUE(device_rows(l, 0, 19, *p, o, &out));
+    EXPECT_EQ(out, want);
+    EXPECT_EQ(backend.direct_reads(), 3);  // rows 0-1, 2-3, 18
+    EXPECT_EQ(backend.copies(), 8);        // Fortran 3 + 3, big-endian 2
+    EXPECT_EQ(backend.live_direct_handles(), 0);
+    o.direct = DirectReads::kOff;
+    ASSERT_TRUE(device_rows(l, 0, 19, *p, o, &out));
+    EXPECT_EQ(backend.direct_reads(), 3);
+  }
+  for (bool slow_direct : {true, false}) {
+    HostCopyBackend::Hooks h;
+    h.direct_reads = true;
+    if (slow_direct) {
+      h.direct_delay = std::chrono::milliseconds(30);
+    } else {
+      h.copy_delay = std::chrono::milliseconds(30);
+    }
+    HostCopyBackend backend(h);
+    auto p = pool(backend, 48, 3);
+    DeviceFillOptions o;
+    o.direct = DirectReads::kAuto;
+    o.reader_threads = 1;
+    std::vector<std::byte> out;
+    ASSERT_TRUE(device_rows(l, 0, 19, *p, o, &out));
+    EXPECT_EQ(out, want);
+    EXPECT_EQ(p->direct_choice.load(), slow_direct ? -1 : 1);
+    const auto before = backend.direct_reads();
+    ASSERT_TRUE(device_rows(l, 0, 19, *p, o, &out));
+    EXPECT_EQ(out, want);
+    EXPECT_EQ(backend.direct_reads() - before, slow_direct ? 0 : 3);
+  }
+  {
+    // A backend without direct reads: kOn falls back to staging.
+    HostCopyBackend backend;
+    auto p = pool(backend, 48, 3);
+    DeviceFillOptions o;
+    o.direct = DirectReads::kOn;
+    std::vector<std::byte> out;
+    ASSERT_TRUE(device_rows(l, 0, 19, *p, o, &out));
+    EXPECT_EQ(out, want);
+  }
+}
+
+TEST(ReaderThreads, RunsEachIndexOnceAndIsReusable) {
+  auto r = ReaderThreads::create(4);
+  ASSERT_TRUE(r);
+  for (int round = 0; round < 50; ++round) {
+    std::array<std::atomic<int>, 4> hits{};
+    const int n = 1 + round % 4;
+    (*r)->run(n, [&](int i) { hits[static_cast<std::size_t>(i)].fetch_add(1); });
+    for (int i = 0; i < 4; ++i) EXPECT_EQ(hits[static_cast<std::size_t>(i)].load(), i < n ? 1 : 0);
+  }
+}
+
+}  // namespace
+}  // namespace shardload
