@@ -19,6 +19,27 @@ fi
 cmake --build build-asan -j "$(nproc)" --target core_tests >/dev/null
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 build-asan/core_tests --gtest_brief=1
 
+echo "== Fuzzing: each libFuzzer target for ${FUZZ_SECONDS:-60} s from its seed corpus"
+if [ ! -f build-fuzz/build.ninja ]; then
+  CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+        -DSHARDLOAD_FUZZ=ON -DSHARDLOAD_SANITIZE=ON -DSHARDLOAD_WITH_LEGATE=OFF \
+        -DSHARDLOAD_PYTHON=OFF -DSHARDLOAD_TESTS=OFF -DSHARDLOAD_BENCH=OFF \
+        -DSHARDLOAD_WITH_CUDA=OFF -DSHARDLOAD_WITH_HDF5=OFF -DSHARDLOAD_WITH_ARROW=OFF >/dev/null
+fi
+cmake --build build-fuzz -j "$(nproc)" >/dev/null
+for fuzzer in build-fuzz/fuzz_*; do
+  name=${fuzzer#build-fuzz/fuzz_}
+  work=$(mktemp -d)  # new inputs stay out of the committed corpus
+  cp fuzz/corpus/"$name"/* "$work"/
+  if ! "$fuzzer" -max_total_time="${FUZZ_SECONDS:-60}" -print_final_stats=0 \
+       -artifact_prefix="$work/" "$work" >"$work.log" 2>&1; then
+    echo "fuzz_$name FAILED; its log and crash input:"; tail -40 "$work.log"; ls "$work"/crash-* || true
+    exit 1
+  fi
+  echo "fuzz_$name: $(grep -Eo 'Done [0-9]+ runs in [0-9]+ second' "$work.log"), no crash"
+  rm -rf "$work" "$work.log"
+done
+
 echo "== Python tests"
 cd tests/python
 python -m pytest -q "$@"
