@@ -12,7 +12,8 @@ log() { printf '[setup] %s\n' "$*" >&2; }
 # ---- Debian packages -------------------------------------------------------------
 DEB_PACKAGES=(build-essential cmake ninja-build pkg-config libgtest-dev libgmock-dev
               libbenchmark-dev python3-venv python3-dev
-              clang libclang-rt-14-dev)  # libFuzzer targets and their sanitizers
+              clang libclang-rt-14-dev  # libFuzzer targets and their sanitizers
+              libhdf5-dev)  # HDF5 reader: headers + the libhdf5_serial.so.103 it dlopens
 missing=()
 for p in "${DEB_PACKAGES[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

@@ -22,6 +22,13 @@ Result<std::unique_ptr<ShardReader>> make_reader(Format format, const FormatOpti
   if (ctx.io == nullptr) ctx.io = &posix_io();
   switch (format) {
     case Format::kNpy: return detail::make_npy_reader(options, ctx);
+#ifdef SHARDLOAD_WITH_HDF5
+    case Format::kHdf5: return detail::make_hdf5_reader(options, ctx);
+#endif
+#ifdef SHARDLOAD_WITH_ARROW
+    case Format::kParquet:
+    case Format::kArrow: return detail::make_arrow_reader(format, options, ctx);
+#endif
     default: break;
   }
   return Status(ErrorCode::kInvalidArgument, std::string("the ") + format_name(format) +

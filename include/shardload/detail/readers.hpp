@@ -10,4 +10,13 @@ namespace shardload::detail {
 Result<std::unique_ptr<ShardReader>> make_npy_reader(const FormatOptions& options,
                                                      const ReaderContext& context);
 
+// Built only with SHARDLOAD_WITH_HDF5 (src/core/readers/hdf5_reader.cc).
+Result<std::unique_ptr<ShardReader>> make_hdf5_reader(const FormatOptions& options,
+                                                      const ReaderContext& context);
+
+// Parquet and Arrow IPC / Feather; built only with SHARDLOAD_WITH_ARROW
+// (src/core/readers/arrow_reader.cc).
+Result<std::unique_ptr<ShardReader>> make_arrow_reader(Format format, const FormatOptions& options,
+                                                       const ReaderContext& context);
+
 }  // namespace shardload::detail

@@ -1,0 +1,549 @@
+// The HDF5 reader: one dataset per file, contiguous or chunked (any filter the
+// library has, gzip included), read as a hyperslab of only the requested rows
+// straight into the destination with a native memory type, so HDF5 itself
+// converts byte order and h5py's bool enum and complex compound.
+//
+// Every HDF5 call goes through the privately loaded library (hdf5_api.hpp says
+// why). Debian's libhdf5 is built thread-safe; when a library is not, calls
+// are serialized by one process-wide mutex, held only around HDF5 calls and
+// never across anything that can wait on a runtime.
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "hdf5_api.hpp"
+#include "shardload/detail/readers.hpp"
+#include "shardload/layout.hpp"
+
+#ifndef SHARDLOAD_HDF5_LIBRARY
+#error "SHARDLOAD_HDF5_LIBRARY (the libhdf5 the headers belong to) must be defined"
+#endif
+
+namespace shardload::detail {
+
+namespace {
+
+Result<Hdf5Api> load_api() {
+  Hdf5Api api;
+  api.path = SHARDLOAD_HDF5_LIBRARY;
+  int flags = RTLD_NOW | RTLD_LOCAL;
+#if defined(RTLD_DEEPBIND) && !defined(__SANITIZE_ADDRESS__)
+  // AddressSanitizer refuses RTLD_DEEPBIND; sanitizer builds run without Legate.
+  flags |= RTLD_DEEPBIND;
+#endif
+  void* h = ::dlopen(api.path, flags);
+  if (h == nullptr) {
+    const char* e = ::dlerror();
+    return Status(ErrorCode::kFormat, std::string("hdf5: cannot load the HDF5 library ") +
+                                          api.path + ": " + (e ? e : "unknown error") +
+                                          " (install Debian's libhdf5-dev, see scripts/setup.sh)");
+  }
+  std::string missing;
+  // dlsym on the handle searches only this library and its dependencies.
+#define SHARDLOAD_HDF5_LOAD(name)                                             \
+  api.name = reinterpret_cast<decltype(api.name)>(::dlsym(h, #name));         \
+  if (api.name == nullptr) missing += std::string(missing.empty() ? "" : ", ") + #name;
+  SHARDLOAD_HDF5_FUNCTIONS(SHARDLOAD_HDF5_LOAD)
+#undef SHARDLOAD_HDF5_LOAD
+  api.H5Pset_file_locking =
+      reinterpret_cast<decltype(api.H5Pset_file_locking)>(::dlsym(h, "H5Pset_file_locking"));
+  if (!missing.empty()) {
+    return Status(ErrorCode::kFormat, std::string("hdf5: ") + api.path +
+                                          " lacks functions shardload needs: " + missing);
+  }
+  if (api.H5open() < 0 || api.H5get_libversion(&api.version[0], &api.version[1],
+                                               &api.version[2]) < 0) {
+    return Status(ErrorCode::kFormat, std::string("hdf5: ") + api.path + ": H5open failed");
+  }
+  // The headers' structs and version-mapped names (H5Dopen2, H5Lvisit, ...)
+  // hold within one major.minor release only.
+  if (api.version[0] != H5_VERS_MAJOR || api.version[1] != H5_VERS_MINOR) {
+    return Status(ErrorCode::kFormat,
+                  std::string("hdf5: ") + api.path + ": library version " +
+                      std::to_string(api.version[0]) + "." + std::to_string(api.version[1]) +
+                      "." + std::to_string(api.version[2]) + " differs from the headers' " +
+                      std::to_string(H5_VERS_MAJOR) + "." + std::to_string(H5_VERS_MINOR));
+  }
+  // The globals are valid only after H5open().
+#define SHARDLOAD_HDF5_GLOBAL_LOAD(name)                                      \
+  if (const auto* p = static_cast<const hid_t*>(::dlsym(h, #name))) {         \
+    api.name = *p;                                                            \
+  } else {                                                                    \
+    missing += std::string(missing.empty() ? "" : ", ") + #name;              \
+  }
+  SHARDLOAD_HDF5_GLOBALS(SHARDLOAD_HDF5_GLOBAL_LOAD)
+#undef SHARDLOAD_HDF5_GLOBAL_LOAD
+  if (!missing.empty()) {
+    return Status(ErrorCode::kFormat, std::string("hdf5: ") + api.path +
+                                          " lacks globals shardload needs: " + missing);
+  }
+  hbool_t ts = 0;
+  api.thread_safe = api.H5is_library_threadsafe(&ts) >= 0 && ts;
+  return api;
+}
+
+std::mutex& hdf5_mutex() {
+  static std::mutex m;
+  return m;
+}
+
+// Held for the span of one reader call's HDF5 work when the library is not
+// thread-safe; a no-op otherwise.
+class Hdf5Lock {
+ public:
+  explicit Hdf5Lock(const Hdf5Api& api) {
+    if (!api.thread_safe) lock_.emplace(hdf5_mutex());
+  }
+
+ private:
+  std::optional<std::unique_lock<std::mutex>> lock_;
+};
+
+// An HDF5 identifier that closes itself.
+class Hid {
+ public:
+  using Close = herr_t (*)(hid_t);
+  Hid() = default;
+  Hid(hid_t id, Close close) : id_(id), close_(close) {}
+  Hid(const Hid&) = delete;
+  Hid& operator=(const Hid&) = delete;
+  Hid(Hid&& o) noexcept : id_(o.id_), close_(o.close_) { o.id_ = -1; }
+  Hid& operator=(Hid&& o) noexcept {
+    std::swap(id_, o.id_);
+    std::swap(close_, o.close_);
+    return *this;
+  }
+  ~Hid() {
+    if (id_ >= 0 && close_ != nullptr) close_(id_);
+  }
+  [[nodiscard]] hid_t get() const { return id_; }
+  [[nodiscard]] bool valid() const { return id_ >= 0; }
+
+ private:
+  hid_t id_ = -1;
+  Close close_ = nullptr;
+};
+
+// The HDF5 error stack of this thread, outermost and innermost message
+// ("can't read data: inflate() failed"), then cleared.
+std::string take_error(const Hdf5Api& api) {
+  std::vector<std::string> msgs;
+  api.H5Ewalk2(
+      H5E_DEFAULT, H5E_WALK_DOWNWARD,
+      [](unsigned, const H5E_error2_t* e, void* data) -> herr_t {
+        static_cast<std::vector<std::string>*>(data)->emplace_back(e->desc ? e->desc : "");
+        return 0;
+      },
+      &msgs);
+  api.H5Eclear2(H5E_DEFAULT);
+  if (msgs.empty()) return "HDF5 reported no detail";
+  if (msgs.size() == 1 || msgs.front() == msgs.back()) return "HDF5: " + msgs.front();
+  return "HDF5: " + msgs.front() + ": " + msgs.back();
+}
+
+std::string type_class_name(H5T_class_t c) {
+  switch (c) {
+    case H5T_INTEGER: return "integer";
+    case H5T_FLOAT: return "float";
+    case H5T_TIME: return "time";
+    case H5T_STRING: return "string";
+    case H5T_BITFIELD: return "bitfield";
+    case H5T_OPAQUE: return "opaque";
+    case H5T_COMPOUND: return "compound";
+    case H5T_REFERENCE: return "reference";
+    case H5T_ENUM: return "enum";
+    case H5T_VLEN: return "variable-length";
+    case H5T_ARRAY: return "array";
+    default: return "class " + std::to_string(static_cast<int>(c));
+  }
+}
+
+// H5F_ACC_RDONLY without the H5check() / H5open() calls its macro expands to:
+// this file must not reference an HDF5 symbol directly.
+constexpr unsigned kReadOnly = 0x0000u;
+
+constexpr const char* kExpectedTypes =
+    "expected integer, IEEE float of 2, 4 or 8 bytes, h5py's bool enum {FALSE: 0, TRUE: 1} "
+    "or h5py's complex compound {r, i}";
+
+// True when `t` is an IEEE binary float of `size` bytes in either order.
+bool is_ieee_float(const Hdf5Api& api, hid_t t, std::size_t size) {
+  struct Fields {
+    std::size_t spos, epos, esize, mpos, msize, ebias;
+  };
+  static constexpr Fields k16{15, 10, 5, 0, 10, 15};
+  static constexpr Fields k32{31, 23, 8, 0, 23, 127};
+  static constexpr Fields k64{63, 52, 11, 0, 52, 1023};
+  const Fields* want = size == 2 ? &k16 : size == 4 ? &k32 : size == 8 ? &k64 : nullptr;
+  if (want == nullptr || api.H5Tget_size(t) != size) return false;
+  std::size_t spos = 0, epos = 0, esize = 0, mpos = 0, msize = 0;
+  if (api.H5Tget_fields(t, &spos, &epos, &esize, &mpos, &msize) < 0) return false;
+  return spos == want->spos && epos == want->epos && esize == want->esize &&
+         mpos == want->mpos && msize == want->msize && api.H5Tget_ebias(t) == want->ebias &&
+         api.H5Tget_precision(t) == 8 * size && api.H5Tget_offset(t) == 0;
+}
+
+std::string member_name(const Hdf5Api& api, hid_t t, unsigned i) {
+  char* n = api.H5Tget_member_name(t, i);
+  std::string s = n ? n : "";
+  if (n) api.H5free_memory(n);
+  return s;
+}
+
+// The dtype a file type reads as, or why it cannot.
+Result<DType> classify(const Hdf5Api& api, hid_t t) {
+  const H5T_class_t cls = api.H5Tget_class(t);
+  const std::size_t size = api.H5Tget_size(t);
+  auto unsupported = [&](const std::string& what) {
+    return Status(ErrorCode::kFormat, "type: " + what + " is not supported (" + kExpectedTypes + ")");
+  };
+  switch (cls) {
+    case H5T_INTEGER: {
+      if ((size != 1 && size != 2 && size != 4 && size != 8) ||
+          api.H5Tget_precision(t) != 8 * size || api.H5Tget_offset(t) != 0) {
+        return unsupported("integer of " + std::to_string(size) + " bytes with precision " +
+                           std::to_string(api.H5Tget_precision(t)) + " bits");
+      }
+      const bool is_signed = api.H5Tget_sign(t) == H5T_SGN_2;
+      return DType{is_signed ? DTypeKind::kInt : DTypeKind::kUInt, static_cast<std::uint8_t>(size)};
+    }
+    case H5T_FLOAT:
+      if (!is_ieee_float(api, t, size)) {
+        return unsupported("non-IEEE float of " + std::to_string(size) + " bytes");
+      }
+      return DType{DTypeKind::kFloat, static_cast<std::uint8_t>(size)};
+    case H5T_ENUM: {
+      // h5py's bool: enum over an 8-bit integer with exactly FALSE = 0, TRUE = 1.
+      Hid base(api.H5Tget_super(t), api.H5Tclose);
+      bool ok = base.valid() && api.H5Tget_class(base.get()) == H5T_INTEGER && size == 1 &&
+                api.H5Tget_nmembers(t) == 2;
+      for (unsigned i = 0; ok && i < 2; ++i) {
+        std::uint8_t v = 0xFF;
+        const std::string n = member_name(api, t, i);
+        ok = api.H5Tget_member_value(t, i, &v) >= 0 &&
+             ((n == "FALSE" && v == 0) || (n == "TRUE" && v == 1));
+      }
+      if (!ok) return unsupported("enum other than h5py's bool");
+      return DType{DTypeKind::kBool, 1};
+    }
+    case H5T_COMPOUND: {
+      // h5py's complex: two IEEE floats of one size named r and i, in that order.
+      bool ok = api.H5Tget_nmembers(t) == 2 && member_name(api, t, 0) == "r" &&
+                member_name(api, t, 1) == "i";
+      std::size_t fs = 0;
+      for (unsigned i = 0; ok && i < 2; ++i) {
+        Hid m(api.H5Tget_member_type(t, i), api.H5Tclose);
+        const std::size_t ms = m.valid() ? api.H5Tget_size(m.get()) : 0;
+        ok = m.valid() && api.H5Tget_class(m.get()) == H5T_FLOAT && (ms == 4 || ms == 8) &&
+             (i == 0 || ms == fs) && is_ieee_float(api, m.get(), ms);
+        fs = ms;
+      }
+      if (!ok) return unsupported("compound other than h5py's complex {r, i}");
+      return DType{DTypeKind::kComplex, static_cast<std::uint8_t>(2 * fs)};
+    }
+    default: return unsupported(type_class_name(cls));
+  }
+}
+
+// The native memory type that `dtype` is read into; HDF5 converts the file's
+// byte order (and the member order of a compound) on the way.
+Result<Hid> memory_type(const Hdf5Api& api, DType d) {
+  auto native = [&](hid_t t) { return Hid(api.H5Tcopy(t), api.H5Tclose); };
+  switch (d.kind) {
+    case DTypeKind::kBool: {
+      Hid t(api.H5Tenum_create(api.H5T_NATIVE_INT8_g), api.H5Tclose);
+      const std::int8_t f = 0, tr = 1;
+      if (!t.valid() || api.H5Tenum_insert(t.get(), "FALSE", &f) < 0 ||
+          api.H5Tenum_insert(t.get(), "TRUE", &tr) < 0) {
+        break;
+      }
+      return t;
+    }
+    case DTypeKind::kInt:
+      switch (d.size) {
+        case 1: return native(api.H5T_NATIVE_INT8_g);
+        case 2: return native(api.H5T_NATIVE_INT16_g);
+        case 4: return native(api.H5T_NATIVE_INT32_g);
+        case 8: return native(api.H5T_NATIVE_INT64_g);
+        default: break;
+      }
+      break;
+    case DTypeKind::kUInt:
+      switch (d.size) {
+        case 1: return native(api.H5T_NATIVE_UINT8_g);
+        case 2: return native(api.H5T_NATIVE_UINT16_g);
+        case 4: return native(api.H5T_NATIVE_UINT32_g);
+        case 8: return native(api.H5T_NATIVE_UINT64_g);
+        default: break;
+      }
+      break;
+    case DTypeKind::kFloat:
+      if (d.size == 4) return native(api.H5T_NATIVE_FLOAT_g);
+      if (d.size == 8) return native(api.H5T_NATIVE_DOUBLE_g);
+      if (d.size == 2) {
+        // HDF5 1.10 has no predefined half type: h5py's recipe, in host order.
+        Hid t = native(host_is_little_endian() ? api.H5T_IEEE_F32LE_g : api.H5T_IEEE_F32BE_g);
+        if (t.valid() && api.H5Tset_fields(t.get(), 15, 10, 5, 0, 10) >= 0 &&
+            api.H5Tset_size(t.get(), 2) >= 0 && api.H5Tset_ebias(t.get(), 15) >= 0) {
+          return t;
+        }
+      }
+      break;
+    case DTypeKind::kComplex: {
+      const std::size_t half = d.size / 2u;
+      Hid t(api.H5Tcreate(H5T_COMPOUND, d.size), api.H5Tclose);
+      const hid_t part = half == 4 ? api.H5T_NATIVE_FLOAT_g : api.H5T_NATIVE_DOUBLE_g;
+      if (t.valid() && api.H5Tinsert(t.get(), "r", 0, part) >= 0 &&
+          api.H5Tinsert(t.get(), "i", half, part) >= 0) {
+        return t;
+      }
+      break;
+    }
+  }
+  return Status(ErrorCode::kFormat, "hdf5: cannot build the memory type for " + d.name() + ": " +
+                                        take_error(api));
+}
+
+// Every dataset in the file, by full path, for error messages and the default.
+std::vector<std::string> list_datasets(const Hdf5Api& api, hid_t file) {
+  struct Ctx {
+    const Hdf5Api* api;
+    std::vector<std::string> names;
+  } ctx{&api, {}};
+  api.H5Lvisit(
+      file, H5_INDEX_NAME, H5_ITER_INC,
+      [](hid_t g, const char* name, const H5L_info_t* info, void* data) -> herr_t {
+        auto* c = static_cast<Ctx*>(data);
+        if (info->type != H5L_TYPE_HARD) return 0;  // soft links name a dataset twice
+        Hid o(c->api->H5Oopen(g, name, H5P_DEFAULT), c->api->H5Oclose);
+        if (o.valid() && c->api->H5Iget_type(o.get()) == H5I_DATASET) {
+          c->names.push_back(std::string("/") + name);
+        }
+        return 0;
+      },
+      &ctx);
+  api.H5Eclear2(H5E_DEFAULT);
+  return ctx.names;
+}
+
+std::string join(const std::vector<std::string>& v) {
+  std::string s;
+  for (std::size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + v[i];
+  return s.empty() ? "none" : s;
+}
+
+// True when every link along `path` exists (H5Lexists needs the parents).
+bool path_exists(const Hdf5Api& api, hid_t file, const std::string& path) {
+  std::size_t pos = path.front() == '/' ? 1 : 0;
+  while (pos <= path.size()) {
+    const std::size_t next = std::min(path.find('/', pos), path.size());
+    const std::string prefix = path.substr(0, next);
+    if (!prefix.empty() && prefix != "/" && api.H5Lexists(file, prefix.c_str(), H5P_DEFAULT) <= 0) {
+      return false;
+    }
+    pos = next + 1;
+  }
+  return true;
+}
+
+struct OpenDataset {
+  Hid file;
+  Hid dataset;
+  std::string name;
+  std::vector<hsize_t> dims;
+};
+
+class Hdf5Reader final : public ShardReader {
+ public:
+  Hdf5Reader(const FormatOptions& options, const ReaderContext& ctx, const Hdf5Api* api)
+      : options_(options), ctx_(ctx), api_(*api) {}
+
+  Result<ShardProbe> probe(const std::string& path) override {
+    ShardProbe p;
+    p.shard.path = path;
+    {
+      SHARDLOAD_ASSIGN_OR_RETURN(File f, File::open(*ctx_.io, path));
+      SHARDLOAD_ASSIGN_OR_RETURN(p.shard.snapshot, f.stat());
+      if (!p.shard.snapshot.regular) {
+        return Status(ErrorCode::kFormat, path + ": not a regular file");
+      }
+    }
+    try {
+      Hdf5Lock lock(api_);
+      api_.H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+      SHARDLOAD_ASSIGN_OR_RETURN(OpenDataset d, open(path, options_.dataset));
+      Hid type(api_.H5Dget_type(d.dataset.get()), api_.H5Tclose);
+      if (!type.valid()) {
+        return Status(ErrorCode::kFormat,
+                      path + ": dataset '" + d.name + "': type: " + take_error(api_));
+      }
+      auto dtype = classify(api_, type.get());
+      if (!dtype) return dtype.status().with_context(path + ": dataset '" + d.name + "'");
+      p.dtype = *dtype;
+      p.shard.rows = static_cast<std::int64_t>(d.dims[0]);
+      for (std::size_t i = 1; i < d.dims.size(); ++i) {
+        p.trailing_shape.push_back(static_cast<std::int64_t>(d.dims[i]));
+      }
+      // The resolved dataset path: with the default, each file's only dataset
+      // may have its own name, and the read must not search again.
+      p.shard.extra = d.name;
+    } catch (const std::exception& e) {
+      return Status(ErrorCode::kFormat, path + ": " + e.what());
+    }
+    return p;
+  }
+
+  Status read_rows(const Layout& l, const Shard& s, std::int64_t lo, std::int64_t hi,
+                   std::byte* dst) override {
+    {
+      SHARDLOAD_ASSIGN_OR_RETURN(File f, File::open(*ctx_.io, s.path));
+      if (ctx_.check_snapshot) SHARDLOAD_RETURN_IF_ERROR(check_snapshot(f, s));
+    }
+    if (hi <= lo) return Status::ok();
+    try {
+      Hdf5Lock lock(api_);
+      api_.H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+      SHARDLOAD_ASSIGN_OR_RETURN(OpenDataset d, open(s.path, s.extra));
+      const std::string where = s.path + ": dataset '" + d.name + "'";
+      // The snapshot guards the file; this guards a layout rebuilt from stale
+      // task arguments.
+      bool same = d.dims.size() == l.trailing_shape.size() + 1 &&
+                  d.dims[0] == static_cast<hsize_t>(s.rows);
+      for (std::size_t i = 1; same && i < d.dims.size(); ++i) {
+        same = d.dims[i] == static_cast<hsize_t>(l.trailing_shape[i - 1]);
+      }
+      if (!same) {
+        return Status(ErrorCode::kChanged, where + ": shape differs from the layout's (" +
+                                               std::to_string(s.rows) + " rows, trailing " +
+                                               shape_string(l.trailing_shape) + ")");
+      }
+      SHARDLOAD_ASSIGN_OR_RETURN(Hid mem_type, memory_type(api_, l.dtype));
+      std::vector<hsize_t> start(d.dims.size(), 0), count = d.dims;
+      start[0] = static_cast<hsize_t>(lo);
+      count[0] = static_cast<hsize_t>(hi - lo);
+      Hid file_space(api_.H5Dget_space(d.dataset.get()), api_.H5Sclose);
+      Hid mem_space(api_.H5Screate_simple(static_cast<int>(count.size()), count.data(), nullptr),
+                    api_.H5Sclose);
+      if (!file_space.valid() || !mem_space.valid() ||
+          api_.H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, start.data(), nullptr,
+                                   count.data(), nullptr) < 0) {
+        return Status(ErrorCode::kIo, where + ": selecting rows: " + take_error(api_));
+      }
+      if (api_.H5Dread(d.dataset.get(), mem_type.get(), mem_space.get(), file_space.get(),
+                       H5P_DEFAULT, dst) < 0) {
+        return Status(ErrorCode::kIo, where + ": " + take_error(api_));
+      }
+    } catch (const std::exception& e) {
+      return Status(ErrorCode::kIo, s.path + ": " + e.what());
+    }
+    if (l.dtype.kind == DTypeKind::kBool) return check_bools(s, lo, hi, l.row_bytes, dst);
+    return Status::ok();
+  }
+
+ private:
+  // Opens `path` and its dataset `name` (empty: the file's only dataset).
+  // Called with the lock held and HDF5's error printing off.
+  Result<OpenDataset> open(const std::string& path, const std::string& name) {
+    OpenDataset d;
+    Hid fapl(api_.H5Pcreate(api_.H5P_CLS_FILE_ACCESS_ID_g), api_.H5Pclose);
+    if (fapl.valid() && api_.H5Pset_file_locking != nullptr) {
+      api_.H5Pset_file_locking(fapl.get(), 0, 1);
+    }
+    d.file = Hid(api_.H5Fopen(path.c_str(), kReadOnly, fapl.valid() ? fapl.get() : H5P_DEFAULT),
+                 api_.H5Fclose);
+    if (!d.file.valid()) {
+      return Status(ErrorCode::kFormat, path + ": not a readable HDF5 file: " + take_error(api_));
+    }
+    if (name.empty()) {
+      const auto all = list_datasets(api_, d.file.get());
+      if (all.size() != 1) {
+        return Status(ErrorCode::kFormat,
+                      path + ": dataset: expected exactly one dataset when none is named, found " +
+                          std::to_string(all.size()) + " (" + join(all) +
+                          "); name one with dataset=");
+      }
+      d.name = all[0];
+    } else {
+      d.name = name.front() == '/' ? name : "/" + name;
+    }
+    if (!path_exists(api_, d.file.get(), d.name)) {
+      api_.H5Eclear2(H5E_DEFAULT);
+      return Status(ErrorCode::kFormat, path + ": dataset '" + d.name +
+                                            "' not found (datasets in the file: " +
+                                            join(list_datasets(api_, d.file.get())) + ")");
+    }
+    d.dataset = Hid(api_.H5Dopen2(d.file.get(), d.name.c_str(), H5P_DEFAULT), api_.H5Dclose);
+    if (!d.dataset.valid()) {
+      return Status(ErrorCode::kFormat, path + ": '" + d.name + "' is not a readable dataset: " +
+                                            take_error(api_));
+    }
+    Hid space(api_.H5Dget_space(d.dataset.get()), api_.H5Sclose);
+    const H5S_class_t sc = space.valid() ? api_.H5Sget_simple_extent_type(space.get()) : H5S_NO_CLASS;
+    const int rank = sc == H5S_SIMPLE ? api_.H5Sget_simple_extent_ndims(space.get()) : 0;
+    if (rank < 1) {
+      return Status(ErrorCode::kFormat,
+                    path + ": dataset '" + d.name +
+                        "': shape: expected at least 1 dimension, found a scalar or empty dataspace");
+    }
+    d.dims.resize(static_cast<std::size_t>(rank));
+    if (api_.H5Sget_simple_extent_dims(space.get(), d.dims.data(), nullptr) < 0) {
+      return Status(ErrorCode::kFormat, path + ": dataset '" + d.name + "': shape: " + take_error(api_));
+    }
+    for (const auto dim : d.dims) {
+      if (dim > static_cast<hsize_t>(INT64_MAX)) {
+        return Status(ErrorCode::kFormat, path + ": dataset '" + d.name + "': shape: dimension " +
+                                              std::to_string(dim) + " exceeds int64");
+      }
+    }
+    return d;
+  }
+
+  // A value outside the enum comes back as 0xFF; numpy's bool must be 0 or 1.
+  static Status check_bools(const Shard& s, std::int64_t lo, std::int64_t hi,
+                            std::uint64_t row_bytes, const std::byte* dst) {
+    const std::size_t n = static_cast<std::size_t>(hi - lo) * row_bytes;
+    for (std::size_t i = 0; i < n; ++i) {
+      if (static_cast<unsigned char>(dst[i]) > 1) {
+        return Status(ErrorCode::kFormat,
+                      s.path + ": dataset '" + s.extra + "': row " +
+                          std::to_string(lo + static_cast<std::int64_t>(i / row_bytes)) +
+                          ": bool value is neither FALSE (0) nor TRUE (1)");
+      }
+    }
+    return Status::ok();
+  }
+
+  FormatOptions options_;
+  ReaderContext ctx_;
+  const Hdf5Api& api_;
+};
+
+}  // namespace
+
+Result<const Hdf5Api*> hdf5_api() {
+  // Loaded once per process: the library handle is the one piece of state
+  // every reader shares, and it lives until exit.
+  static const Result<Hdf5Api> api = load_api();
+  if (!api) return api.status();
+  return &api.value();
+}
+
+Result<std::unique_ptr<ShardReader>> make_hdf5_reader(const FormatOptions& options,
+                                                      const ReaderContext& context) {
+  if (options.dtype || options.trailing_shape || options.header_bytes ||
+      !options.columns.empty() || options.fill_value) {
+    return Status(ErrorCode::kInvalidArgument,
+                  "hdf5: each file's dataset gives dtype and shape; options for other formats "
+                  "(dtype, trailing shape, header bytes, columns, fill value) do not apply");
+  }
+  SHARDLOAD_ASSIGN_OR_RETURN(const Hdf5Api* api, hdf5_api());
+  return std::unique_ptr<ShardReader>(std::make_unique<Hdf5Reader>(options, context, api));
+}
+
+}  // namespace shardload::detail

@@ -1,0 +1,165 @@
+// The Parquet / Arrow IPC reader against files written here with Arrow C++:
+// row ranges that cut row groups and record batches, several columns, casts,
+// nulls with and without a fill value. tests/python/test_parquet.py covers the
+// rest with pyarrow as the oracle.
+#include <arrow/api.h>
+#include <arrow/io/file.h>
+#include <arrow/ipc/writer.h>
+#include <parquet/arrow/writer.h>
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <optional>
+
+#include "shardload/fill.hpp"
+#include "shardload/layout.hpp"
+#include "util.hpp"
+
+namespace shardload {
+namespace {
+
+using testing::TempDir;
+
+// Columns a (int32: 0, 1, ...), b (int32: 1000 + i), c (float64: i / 2), and
+// d (int32 with a null at row 5).
+std::shared_ptr<arrow::Table> make_table(std::int32_t first, std::int32_t n) {
+  arrow::Int32Builder a, b, d;
+  arrow::DoubleBuilder c;
+  for (std::int32_t i = first; i < first + n; ++i) {
+    EXPECT_TRUE(a.Append(i).ok());
+    EXPECT_TRUE(b.Append(1000 + i).ok());
+    EXPECT_TRUE(c.Append(i / 2.0).ok());
+    EXPECT_TRUE((i == 5 ? d.AppendNull() : d.Append(i)).ok());
+  }
+  std::shared_ptr<arrow::Array> aa, bb, cc, dd;
+  EXPECT_TRUE(a.Finish(&aa).ok() && b.Finish(&bb).ok() && c.Finish(&cc).ok() && d.Finish(&dd).ok());
+  auto schema = arrow::schema({arrow::field("a", arrow::int32()), arrow::field("b", arrow::int32()),
+                               arrow::field("c", arrow::float64()), arrow::field("d", arrow::int32())});
+  return arrow::Table::Make(schema, {aa, bb, cc, dd});
+}
+
+void write_parquet(const std::string& path, const arrow::Table& t, std::int64_t group_rows) {
+  auto out = arrow::io::FileOutputStream::Open(path);
+  ASSERT_TRUE(out.ok());
+  ASSERT_TRUE(parquet::arrow::WriteTable(t, arrow::default_memory_pool(), *out, group_rows).ok());
+  ASSERT_TRUE((*out)->Close().ok());
+}
+
+void write_ipc(const std::string& path, const arrow::Table& t, std::int64_t batch_rows) {
+  auto out = arrow::io::FileOutputStream::Open(path);
+  ASSERT_TRUE(out.ok());
+  auto w = arrow::ipc::MakeFileWriter(*out, t.schema());
+  ASSERT_TRUE(w.ok());
+  ASSERT_TRUE((*w)->WriteTable(t, batch_rows).ok());
+  ASSERT_TRUE((*w)->Close().ok());
+}
+
+template <typename T>
+std::vector<T> read_all(const Layout& l, std::int64_t lo, std::int64_t hi, Status* st) {
+  std::vector<T> v(static_cast<std::size_t>(hi - lo) * l.row_elements());
+  *st = fill_rows(l, lo, hi, reinterpret_cast<std::byte*>(v.data()));
+  return v;
+}
+
+class ArrowFormats : public ::testing::TestWithParam<Format> {
+ protected:
+  std::string write(const TempDir& dir, const std::string& stem, std::int32_t first,
+                    std::int32_t n, std::int64_t group) {
+    const bool pq = GetParam() == Format::kParquet;
+    const std::string path = dir.file(stem + (pq ? ".parquet" : ".arrow"));
+    auto t = make_table(first, n);
+    if (pq) {
+      write_parquet(path, *t, group);
+    } else {
+      write_ipc(path, *t, group);
+    }
+    return path;
+  }
+};
+
+TEST_P(ArrowFormats, RowRangesCutGroupsAndShards) {
+  TempDir dir;
+  const std::vector<std::string> paths{write(dir, "s0", 0, 10, 3), write(dir, "s1", 10, 0, 4),
+                                       write(dir, "s2", 10, 7, 2)};
+  DiscoverOptions o;
+  o.format.columns = {"b", "a"};
+  auto l = discover_paths(paths, o);
+  ASSERT_TRUE(l.is_ok()) << l.status().message();
+  EXPECT_EQ(l->total_rows(), 17);
+  EXPECT_EQ(l->trailing_shape, std::vector<std::int64_t>{2});
+  EXPECT_EQ(l->dtype.name(), "int32");
+  for (std::int64_t lo = 0; lo <= 17; ++lo) {
+    for (std::int64_t hi = lo; hi <= 17; hi += 3) {
+      Status st;
+      auto v = read_all<std::int32_t>(*l, lo, hi, &st);
+      ASSERT_TRUE(st.is_ok()) << st.message();
+      for (std::int64_t r = lo; r < hi; ++r) {
+        const auto k = static_cast<std::size_t>(r - lo);
+        ASSERT_EQ(v[2 * k], 1000 + r);
+        ASSERT_EQ(v[2 * k + 1], r);
+      }
+    }
+  }
+}
+
+TEST_P(ArrowFormats, MixedTypesNeedACast) {
+  TempDir dir;
+  const auto path = write(dir, "s0", 0, 9, 4);
+  DiscoverOptions o;
+  o.format.columns = {"a", "c"};
+  auto l = discover_paths({path}, o);
+  ASSERT_FALSE(l.is_ok());
+  EXPECT_NE(l.status().message().find(path + ": columns: 'c' is float64 but 'a' is int32"),
+            std::string::npos)
+      << l.status().message();
+  o.format.dtype = DType{DTypeKind::kFloat, 8};
+  l = discover_paths({path}, o);
+  ASSERT_TRUE(l.is_ok()) << l.status().message();
+  Status st;
+  auto v = read_all<double>(*l, 2, 9, &st);
+  ASSERT_TRUE(st.is_ok()) << st.message();
+  for (std::size_t k = 0; k < 7; ++k) {
+    EXPECT_EQ(v[2 * k], static_cast<double>(k + 2));
+    EXPECT_EQ(v[2 * k + 1], (k + 2) / 2.0);
+  }
+}
+
+TEST_P(ArrowFormats, NullsAreAnErrorUnlessFilled) {
+  TempDir dir;
+  const auto path = write(dir, "s0", 0, 9, 4);
+  DiscoverOptions o;
+  o.format.columns = {"d"};
+  auto l = discover_paths({path}, o);
+  ASSERT_TRUE(l.is_ok()) << l.status().message();
+  EXPECT_TRUE(l->trailing_shape.empty());
+  Status st;
+  read_all<std::int32_t>(*l, 0, 4, &st);  // the null is in row 5
+  EXPECT_TRUE(st.is_ok()) << st.message();
+  read_all<std::int32_t>(*l, 3, 9, &st);
+  ASSERT_FALSE(st.is_ok());
+  EXPECT_NE(st.message().find(path + ": column 'd': row 5 is null"), std::string::npos)
+      << st.message();
+  o.format.fill_value = -7;
+  l = discover_paths({path}, o);
+  ASSERT_TRUE(l.is_ok());
+  auto v = read_all<std::int32_t>(*l, 3, 9, &st);
+  ASSERT_TRUE(st.is_ok()) << st.message();
+  EXPECT_EQ(v, (std::vector<std::int32_t>{3, 4, -7, 6, 7, 8}));
+}
+
+TEST_P(ArrowFormats, MissingColumnNamesTheFile) {
+  TempDir dir;
+  const auto path = write(dir, "s0", 0, 3, 4);
+  DiscoverOptions o;
+  o.format.columns = {"zz"};
+  auto l = discover_paths({path}, o);
+  ASSERT_FALSE(l.is_ok());
+  EXPECT_NE(l.status().message().find(path + ": column 'zz' not found"), std::string::npos)
+      << l.status().message();
+}
+
+INSTANTIATE_TEST_SUITE_P(Formats, ArrowFormats, ::testing::Values(Format::kParquet, Format::kArrow),
+                         [](const auto& info) { return std::string(format_name(info.param)); });
+
+}  // namespace
+}  // namespace shardload

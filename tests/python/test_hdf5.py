@@ -1,0 +1,270 @@
+"""The HDF5 reader against h5py as the oracle, and next to legate.io.hdf5."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import shardload
+
+h5py = pytest.importorskip("h5py")
+
+DTYPES = ["bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+          "float16", "float32", "float64", "complex64", "complex128"]
+
+
+def random_array(rng: np.random.Generator, shape: tuple[int, ...], dtype: str) -> np.ndarray:
+    dt = np.dtype(dtype)
+    if dt == np.bool_:
+        return rng.integers(0, 2, size=shape).astype(bool)
+    if dt.kind in "iu":
+        info = np.iinfo(dt)
+        return rng.integers(info.min, info.max, size=shape, dtype=dt, endpoint=True)
+    if dt.kind == "f":
+        return rng.standard_normal(shape).astype(dt)
+    return (rng.standard_normal(shape) + 1j * rng.standard_normal(shape)).astype(dt)
+
+
+def write(path: pathlib.Path, a: np.ndarray, name: str = "data", *, big: bool = False,
+          chunks: tuple[int, ...] | None = None, gzip: bool = False) -> None:
+    if big and a.dtype.itemsize > 1:
+        a = a.astype(a.dtype.newbyteorder(">"))
+    kw = {}
+    if chunks is not None:
+        kw["chunks"] = chunks
+    if gzip:
+        kw["compression"] = "gzip"
+        kw.setdefault("chunks", chunks or True)
+    with h5py.File(path, "w") as f:
+        f.create_dataset(name, data=a, **kw)
+
+
+def check_all_ranges(layout: shardload.Layout, expected: np.ndarray, step: int = 3) -> None:
+    total = expected.shape[0]
+    for lo in range(0, total + 1, step):
+        for hi in range(lo, total + 1, step + 1):
+            np.testing.assert_array_equal(layout.read(lo, hi), expected[lo:hi])
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_every_dtype_layouts_and_byte_orders(tmp_path: pathlib.Path, dtype: str) -> None:
+    rng = np.random.default_rng(abs(hash(dtype)) % 2**32)
+    rows = [7, 0, 13, 1, 9]
+    arrays = [random_array(rng, (r, 3, 2), dtype) for r in rows]
+    # contiguous, chunked with chunks that do not divide the rows, gzip, big-endian
+    settings = [dict(), dict(chunks=(4, 2, 1)), dict(chunks=(5, 3, 2), gzip=True),
+                dict(big=True), dict(big=True, chunks=(2, 1, 2), gzip=True)]
+    for i, (a, kw) in enumerate(zip(arrays, settings)):
+        if a.shape[0] == 0:
+            kw = {k: v for k, v in kw.items() if k not in ("chunks", "gzip")}
+        write(tmp_path / f"shard_{i:04d}.h5", a, **kw)
+    layout = shardload.discover(tmp_path, format="hdf5")
+    expected = np.concatenate(arrays)
+    assert layout.format == "hdf5"
+    assert layout.dtype == expected.dtype
+    assert layout.shape == expected.shape
+    assert layout.rows == rows
+    check_all_ranges(layout, expected)
+
+
+def test_one_dimensional_awkward_chunks_and_named_dataset(tmp_path: pathlib.Path) -> None:
+    rng = np.random.default_rng(1)
+    arrays = [rng.standard_normal(n) for n in (1001, 17, 333)]
+    for i, a in enumerate(arrays):
+        with h5py.File(tmp_path / f"part-{i}.hdf5", "w") as f:
+            f.create_dataset("other", data=np.arange(3))
+            f.create_group("g").create_dataset("x", data=a, chunks=(37,), maxshape=(None,),
+                                               compression="gzip",
+                                               compression_opts=9)
+    layout = shardload.discover(str(tmp_path / "part-{}.hdf5"), dataset="/g/x")
+    expected = np.concatenate(arrays)
+    assert layout.shape == expected.shape
+    np.testing.assert_array_equal(layout.read(), expected)
+    np.testing.assert_array_equal(layout.read(36, 38), expected[36:38])
+    np.testing.assert_array_equal(layout.read(1000, 1019), expected[1000:1019])
+    # relative names work too
+    layout = shardload.discover(str(tmp_path / "part-{}.hdf5"), dataset="g/x")
+    np.testing.assert_array_equal(layout.read(5, 1300), expected[5:1300])
+
+
+def test_default_dataset_may_differ_in_name_per_file(tmp_path: pathlib.Path) -> None:
+    write(tmp_path / "shard_0000.h5", np.arange(5, dtype=np.int16), "a")
+    write(tmp_path / "shard_0001.h5", np.arange(5, 9, dtype=np.int16), "b")
+    layout = shardload.discover(tmp_path, format="hdf5")
+    np.testing.assert_array_equal(layout.read(), np.arange(9, dtype=np.int16))
+
+
+def test_partial_read_of_large_chunked_gzip(tmp_path: pathlib.Path) -> None:
+    a = np.arange(200_000, dtype=np.float32).reshape(50_000, 4)
+    write(tmp_path / "shard_0000.h5", a, chunks=(777, 3), gzip=True)
+    layout = shardload.discover(tmp_path, format="hdf5")
+    np.testing.assert_array_equal(layout.read(12_345, 12_999), a[12_345:12_999])
+
+
+def test_changed_file_is_refused(tmp_path: pathlib.Path) -> None:
+    write(tmp_path / "shard_0000.h5", np.arange(10))
+    layout = shardload.discover(tmp_path, format="hdf5")
+    write(tmp_path / "shard_0000.h5", np.arange(20))
+    with pytest.raises(shardload.ShardReadError, match="shard_0000.h5: changed since discovery"):
+        layout.read(0, 5)
+
+
+# ---- errors: each names the offending file ---------------------------------------
+
+
+def test_error_no_dataset(tmp_path: pathlib.Path) -> None:
+    with h5py.File(tmp_path / "shard_0000.h5", "w") as f:
+        f.create_group("empty")
+    with pytest.raises(shardload.LayoutError,
+                       match=r"shard_0000\.h5: dataset: expected exactly one dataset when none "
+                             r"is named, found 0 \(none\)"):
+        shardload.discover(tmp_path, format="hdf5")
+
+
+def test_error_several_datasets(tmp_path: pathlib.Path) -> None:
+    with h5py.File(tmp_path / "shard_0000.h5", "w") as f:
+        f["a"] = np.arange(3)
+        f.create_group("g")["b"] = np.arange(3)
+    with pytest.raises(shardload.LayoutError,
+                       match=r"shard_0000\.h5: dataset: .*found 2 \(/a, /g/b\); name one with dataset="):
+        shardload.discover(tmp_path, format="hdf5")
+
+
+def test_error_dataset_missing_in_one_shard(tmp_path: pathlib.Path) -> None:
+    write(tmp_path / "shard_0000.h5", np.arange(3), "x")
+    write(tmp_path / "shard_0001.h5", np.arange(3), "y")
+    with pytest.raises(shardload.LayoutError,
+                       match=r"shard_0001\.h5: dataset '/x' not found \(datasets in the file: /y\)"):
+        shardload.discover(tmp_path, format="hdf5", dataset="x")
+
+
+def test_error_dtype_mismatch_across_shards(tmp_path: pathlib.Path) -> None:
+    write(tmp_path / "shard_0000.h5", np.arange(3, dtype=np.float32))
+    write(tmp_path / "shard_0001.h5", np.arange(3, dtype=np.float64))
+    with pytest.raises(shardload.LayoutError,
+                       match=r"shard_0001\.h5: dtype float64 differs from float32 of .*shard_0000\.h5"):
+        shardload.discover(tmp_path, format="hdf5")
+
+
+def test_error_trailing_shape_mismatch(tmp_path: pathlib.Path) -> None:
+    write(tmp_path / "shard_0000.h5", np.zeros((3, 2)))
+    write(tmp_path / "shard_0001.h5", np.zeros((3, 4)))
+    with pytest.raises(shardload.LayoutError, match=r"shard_0001\.h5: trailing shape \(4,\)"):
+        shardload.discover(tmp_path, format="hdf5")
+
+
+@pytest.mark.parametrize("kind", ["string", "compound", "enum", "scalar"])
+def test_error_unsupported_type(tmp_path: pathlib.Path, kind: str) -> None:
+    with h5py.File(tmp_path / "shard_0000.h5", "w") as f:
+        if kind == "string":
+            f["d"] = np.array([b"ab", b"cd"])
+        elif kind == "compound":
+            f["d"] = np.zeros(3, dtype=[("x", "<i4"), ("y", "<f8")])
+        elif kind == "enum":
+            f.create_dataset("d", data=np.zeros(3, np.uint8),
+                             dtype=h5py.enum_dtype({"RED": 0, "GREEN": 1, "BLUE": 2}, basetype="u1"))
+        else:
+            f["d"] = 3.0
+    expected = {"string": "type: string is not supported",
+                "compound": "type: compound other than h5py's complex",
+                "enum": "type: enum other than h5py's bool",
+                "scalar": "shape: expected at least 1 dimension"}[kind]
+    with pytest.raises(shardload.LayoutError, match=rf"shard_0000\.h5: dataset '/d': {expected}"):
+        shardload.discover(tmp_path, format="hdf5")
+
+
+def test_error_corrupt_compressed_chunk(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "shard_0000.h5"
+    a = np.arange(4000, dtype=np.int64)
+    write(path, a, chunks=(1000,), gzip=True)
+    with h5py.File(path, "r") as f:
+        info = f["data"].id.get_chunk_info(2)  # the chunk of rows [2000, 3000)
+    layout = shardload.discover(tmp_path, format="hdf5")
+    raw = bytearray(path.read_bytes())
+    for k in range(info.byte_offset + 2, info.byte_offset + info.size - 4):
+        raw[k] ^= 0x5A
+    path.write_bytes(bytes(raw))
+    layout = shardload.discover(tmp_path, format="hdf5")  # fresh snapshot; metadata is intact
+    np.testing.assert_array_equal(layout.read(0, 2000), a[:2000])  # other chunks still read
+    with pytest.raises(shardload.ShardReadError,
+                       match=r"reading rows \[1500, 2500\): .*shard_0000\.h5: dataset '/data': HDF5: "):
+        layout.read(1500, 2500)
+
+
+def test_error_not_hdf5(tmp_path: pathlib.Path) -> None:
+    (tmp_path / "shard_0000.h5").write_bytes(b"\x89HDF nope" * 100)
+    with pytest.raises(shardload.LayoutError, match=r"shard_0000\.h5: not a readable HDF5 file"):
+        shardload.discover(tmp_path, format="hdf5")
+
+
+def test_error_options_of_other_formats(tmp_path: pathlib.Path) -> None:
+    write(tmp_path / "shard_0000.h5", np.arange(3))
+    with pytest.raises(shardload.LayoutError, match="hdf5: .* do not apply"):
+        shardload.discover(tmp_path, format="hdf5", columns=["a"])
+
+
+# ---- coexistence with Legate's own HDF5 in one process ---------------------------
+
+NOCUDA = pathlib.Path(os.environ.get("SHARDLOAD_NOCUDA_DIR", "/tmp/nocuda-build"))
+
+COEXIST = textwrap.dedent(
+    """
+    import sys, pathlib
+    import numpy as np
+    order = sys.argv[2]
+    # h5py must come before cupynumeric in any case: cupynumeric loads its library
+    # RTLD_GLOBAL, which puts Legate's HDF5 1.14 into the global scope, and an h5py
+    # imported after that binds partly to it and fails ("Not a datatype").
+    import h5py
+    if order == "legate-first":
+        import legate.io.hdf5 as lh
+        import cupynumeric  # from here on Legate's HDF5 is in the global scope
+        import shardload    # ... and shardload's HDF5 must still be its own
+    else:
+        import shardload
+        import legate.io.hdf5 as lh
+        import cupynumeric
+    d = pathlib.Path(sys.argv[1])
+    # Little-endian: legate.io.hdf5 26.06 returns a big-endian dataset's raw bytes
+    # unconverted (checked here), so it cannot be the oracle for one.
+    a = np.arange(6000, dtype="<f8").reshape(1500, 4)
+    for i in range(3):
+        with h5py.File(d / f"shard_{i:04d}.h5", "w") as f:
+            f.create_dataset("x", data=a[i * 500:(i + 1) * 500], chunks=(77, 3), compression="gzip")
+    # shardload's reader first, Legate's reader, then shardload's again
+    layout = shardload.discover(d, format="hdf5")
+    assert (layout.read(250, 1250) == a[250:1250]).all()
+    got = np.asarray(cupynumeric.asarray(lh.from_file(d / "shard_0001.h5", dataset_name="x")))
+    assert (got == a[500:1000]).all(), "legate.io.hdf5 read wrong data"
+    assert (layout.read() == a).all()
+    maps = open("/proc/self/maps").read()
+    assert "libhdf5_serial.so" in maps, "shardload's private HDF5 is not mapped"
+    assert "legate.libs/libhdf5-" in maps, "Legate's HDF5 is not mapped"
+    print("COEXIST OK", order, h5py.version.hdf5_version)
+    """
+)
+
+
+@pytest.mark.parametrize("order", ["legate-first", "shardload-first"])
+def test_coexists_with_legate_io_hdf5(tmp_path: pathlib.Path, order: str) -> None:
+    pytest.importorskip("legate")
+    if not (NOCUDA / "libcuda.so.1").exists() and not os.path.exists("/dev/nvidiactl"):
+        pytest.skip(f"no NVIDIA driver and no stand-in at {NOCUDA} (build tools/nocuda)")
+    env = dict(os.environ)
+    if not os.path.exists("/dev/nvidiactl"):
+        env["LD_LIBRARY_PATH"] = f"{NOCUDA}:{env.get('LD_LIBRARY_PATH', '')}".rstrip(":")
+        env.setdefault("LEGATE_CONFIG", "--cpus 2 --utility 1 --gpus 0 --sysmem 2000")
+    script = tmp_path / "coexist.py"
+    script.write_text(COEXIST)
+    data = tmp_path / "data"
+    data.mkdir()
+    r = subprocess.run([sys.executable, str(script), str(data), order], env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert f"COEXIST OK {order}" in r.stdout

@@ -1,0 +1,241 @@
+"""The Parquet and Arrow IPC (Feather v2) reader against pyarrow as the oracle."""
+
+from __future__ import annotations
+
+import pathlib
+
+import numpy as np
+import pytest
+
+import shardload
+
+pa = pytest.importorskip("pyarrow")
+pq = pytest.importorskip("pyarrow.parquet")
+feather = pytest.importorskip("pyarrow.feather")
+
+FORMATS = ["parquet", "arrow"]
+EXT = {"parquet": "parquet", "arrow": "arrow"}
+TYPES = ["bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+         "float16", "float32", "float64"]
+
+
+def write(path: pathlib.Path, table, fmt: str, group: int, compression: str | None = None) -> None:
+    if fmt == "parquet":
+        pq.write_table(table, path, row_group_size=group, compression=compression or "snappy")
+    else:
+        feather.write_feather(table, path, chunksize=group, compression=compression or "lz4")
+
+
+def column(rng: np.random.Generator, n: int, dtype: str) -> np.ndarray:
+    dt = np.dtype(dtype)
+    if dt == np.bool_:
+        return rng.integers(0, 2, n).astype(bool)
+    if dt.kind in "iu":
+        info = np.iinfo(dt)
+        return rng.integers(info.min, info.max, n, dtype=dt, endpoint=True)
+    return rng.standard_normal(n).astype(dt)
+
+
+def shards(tmp: pathlib.Path, fmt: str, rows: list[int], group: int, make) -> list[np.ndarray]:
+    out = []
+    for i, n in enumerate(rows):
+        table, expected = make(i, n)
+        write(tmp / f"shard_{i:04d}.{EXT[fmt]}", table, fmt, group)
+        out.append(expected)
+    return out
+
+
+def check_ranges(layout, expected: np.ndarray) -> None:
+    total = expected.shape[0]
+    for lo in range(0, total + 1, 5):
+        for hi in range(lo, total + 1, 7):
+            np.testing.assert_array_equal(layout.read(lo, hi), expected[lo:hi])
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("dtype", TYPES)
+def test_every_type_one_column(tmp_path: pathlib.Path, fmt: str, dtype: str) -> None:
+    rng = np.random.default_rng(abs(hash((fmt, dtype))) % 2**32)
+
+    def make(i, n):
+        v = column(rng, n, dtype)
+        return pa.table({"x": v, "s": [str(k) for k in range(n)]}), v
+
+    expected = np.concatenate(shards(tmp_path, fmt, [23, 0, 11, 1, 30], 4, make))
+    layout = shardload.discover(tmp_path, format=fmt, columns=["x"])
+    assert layout.dtype == expected.dtype
+    assert layout.shape == expected.shape  # one column: 1-D
+    check_ranges(layout, expected)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_default_columns_are_every_numeric_one_in_schema_order(tmp_path: pathlib.Path,
+                                                               fmt: str) -> None:
+    def make(i, n):
+        a = np.arange(n, dtype=np.int64) + 100 * i
+        t = pa.table({"name": [f"r{k}" for k in range(n)], "b": a * 2, "flag": a % 2 == 0,
+                      "a": a})
+        return t, np.stack([a * 2, a], axis=1)
+
+    expected = np.concatenate(shards(tmp_path, fmt, [9, 13, 5], 3, make))
+    layout = shardload.discover(tmp_path, format=fmt)
+    assert layout.shape == (27, 2)
+    check_ranges(layout, expected)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_several_columns_in_the_order_named(tmp_path: pathlib.Path, fmt: str) -> None:
+    rng = np.random.default_rng(5)
+
+    def make(i, n):
+        cols = {c: rng.standard_normal(n).astype(np.float32) for c in "pqr"}
+        return pa.table(cols), np.stack([cols["r"], cols["p"]], axis=1)
+
+    expected = np.concatenate(shards(tmp_path, fmt, [101, 7, 64], 10, make))
+    layout = shardload.discover(tmp_path, format=fmt, columns=["r", "p"])
+    assert layout.shape == (172, 2)
+    check_ranges(layout, expected)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("dtype", ["float64", "float32", "float16", "int64", "complex128"])
+def test_cast_mixed_columns(tmp_path: pathlib.Path, fmt: str, dtype: str) -> None:
+    def make(i, n):
+        a = np.arange(n, dtype=np.int16)
+        b = (np.arange(n) * 2.0).astype(np.float64)
+        c = np.arange(n, dtype=np.uint8)
+        return pa.table({"a": a, "b": b, "c": c}), np.stack([a, b, c], axis=1).astype(dtype)
+
+    expected = np.concatenate(shards(tmp_path, fmt, [17, 3], 5, make))
+    layout = shardload.discover(tmp_path, format=fmt, dtype=dtype)
+    assert layout.dtype == np.dtype(dtype)
+    check_ranges(layout, expected)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_nulls_error_names_file_column_and_row(tmp_path: pathlib.Path, fmt: str) -> None:
+    vals = [1.5, None, 3.0, None, 5.0, 6.0, 7.0]
+    write(tmp_path / f"shard_0000.{EXT[fmt]}", pa.table({"v": [9.0] * 4}), fmt, 2)
+    write(tmp_path / f"shard_0001.{EXT[fmt]}", pa.table({"v": vals}), fmt, 3)
+    layout = shardload.discover(tmp_path, format=fmt)
+    np.testing.assert_array_equal(layout.read(0, 5), [9.0] * 4 + [1.5])
+    with pytest.raises(shardload.LayoutError,
+                       match=rf"shard_0001\.{EXT[fmt]}: column 'v': row 3 is null"):
+        layout.read(7, 11)
+    filled = shardload.discover(tmp_path, format=fmt, fill_value=-1.0)
+    np.testing.assert_array_equal(filled.read(), [9.0] * 4 + [1.5, -1, 3, -1, 5, 6, 7])
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_fill_value_must_fit_the_dtype(tmp_path: pathlib.Path, fmt: str) -> None:
+    write(tmp_path / f"shard_0000.{EXT[fmt]}", pa.table({"v": pa.array([1, None], pa.uint8())}),
+          fmt, 2)
+    with pytest.raises(ValueError, match=r"fill_value -1\.0+ is not representable as uint8"):
+        shardload.discover(tmp_path, format=fmt, fill_value=-1)
+    layout = shardload.discover(tmp_path, format=fmt, fill_value=255)
+    np.testing.assert_array_equal(layout.read(), np.array([1, 255], np.uint8))
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_uncompressed_and_zstd(tmp_path: pathlib.Path, fmt: str) -> None:
+    a = np.arange(1000, dtype=np.int32)
+    write(tmp_path / f"shard_0000.{EXT[fmt]}", pa.table({"a": a}), fmt, 333, "zstd")
+    write(tmp_path / f"shard_0001.{EXT[fmt]}", pa.table({"a": a}), fmt, 334,
+          "none" if fmt == "parquet" else "uncompressed")
+    layout = shardload.discover(tmp_path, format=fmt)
+    np.testing.assert_array_equal(layout.read(600, 1700), np.concatenate([a, a])[600:1700])
+
+
+def test_changed_file_is_refused(tmp_path: pathlib.Path) -> None:
+    write(tmp_path / "shard_0000.parquet", pa.table({"a": [1, 2, 3]}), "parquet", 2)
+    layout = shardload.discover(tmp_path, format="parquet")
+    write(tmp_path / "shard_0000.parquet", pa.table({"a": [1, 2, 3, 4, 5]}), "parquet", 2)
+    with pytest.raises(shardload.ShardReadError, match="shard_0000.parquet: changed since discovery"):
+        layout.read(0, 2)
+
+
+# ---- errors: each names the offending file ---------------------------------------
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_error_missing_column(tmp_path: pathlib.Path, fmt: str) -> None:
+    write(tmp_path / f"shard_0000.{EXT[fmt]}", pa.table({"a": [1], "b": [2]}), fmt, 2)
+    write(tmp_path / f"shard_0001.{EXT[fmt]}", pa.table({"a": [1]}), fmt, 2)
+    with pytest.raises(shardload.LayoutError,
+                       match=rf"shard_0001\.{EXT[fmt]}: column 'b' not found \(columns: a: int64\)"):
+        shardload.discover(tmp_path, format=fmt, columns=["a", "b"])
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_error_mixed_dtypes_without_cast(tmp_path: pathlib.Path, fmt: str) -> None:
+    write(tmp_path / f"shard_0000.{EXT[fmt]}",
+          pa.table({"a": pa.array([1], pa.int32()), "b": [2.0]}), fmt, 2)
+    with pytest.raises(shardload.LayoutError,
+                       match=rf"shard_0000\.{EXT[fmt]}: columns: 'b' is float64 but 'a' is int32; "
+                             r"columns must share a dtype \(pass dtype= to cast\)"):
+        shardload.discover(tmp_path, format=fmt)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_error_dtype_mismatch_across_shards(tmp_path: pathlib.Path, fmt: str) -> None:
+    write(tmp_path / f"shard_0000.{EXT[fmt]}", pa.table({"a": pa.array([1], pa.int32())}), fmt, 2)
+    write(tmp_path / f"shard_0001.{EXT[fmt]}", pa.table({"a": pa.array([1], pa.int64())}), fmt, 2)
+    with pytest.raises(shardload.LayoutError,
+                       match=rf"shard_0001\.{EXT[fmt]}: dtype int64 differs from int32"):
+        shardload.discover(tmp_path, format=fmt)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_error_default_columns_differ_across_shards(tmp_path: pathlib.Path, fmt: str) -> None:
+    write(tmp_path / f"shard_0000.{EXT[fmt]}", pa.table({"a": [1], "b": [2]}), fmt, 2)
+    write(tmp_path / f"shard_0001.{EXT[fmt]}", pa.table({"a": [1], "c": [2]}), fmt, 2)
+    with pytest.raises(shardload.LayoutError,
+                       match=rf"shard_0001\.{EXT[fmt]}: numeric columns \(a, c\) differ from "
+                             r"\(a, b\) of .*shard_0000"):
+        shardload.discover(tmp_path, format=fmt)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_error_unsupported_type(tmp_path: pathlib.Path, fmt: str) -> None:
+    write(tmp_path / f"shard_0000.{EXT[fmt]}", pa.table({"s": ["x", "y"]}), fmt, 2)
+    with pytest.raises(shardload.LayoutError,
+                       match=rf"shard_0000\.{EXT[fmt]}: column 's': type string is not supported"):
+        shardload.discover(tmp_path, format=fmt, columns=["s"])
+    with pytest.raises(shardload.LayoutError,
+                       match=rf"shard_0000\.{EXT[fmt]}: columns: no numeric column to read"):
+        shardload.discover(tmp_path, format=fmt)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_error_corrupt_file(tmp_path: pathlib.Path, fmt: str) -> None:
+    path = tmp_path / f"shard_0000.{EXT[fmt]}"
+    write(path, pa.table({"a": np.arange(100)}), fmt, 10)
+    raw = bytearray(path.read_bytes())
+    raw[-12:-4] = b"\xff" * 8  # the footer length / magic region
+    path.write_bytes(bytes(raw))
+    kind = "Parquet" if fmt == "parquet" else "Arrow IPC"
+    with pytest.raises(shardload.LayoutError,
+                       match=rf"shard_0000\.{EXT[fmt]}: not a readable {kind} file"):
+        shardload.discover(tmp_path, format=fmt)
+
+
+def test_error_corrupt_parquet_page(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "shard_0000.parquet"
+    pq.write_table(pa.table({"a": np.arange(3000, dtype=np.int64)}), path, row_group_size=1000,
+                   compression="zstd")
+    md = pq.ParquetFile(path).metadata.row_group(1).column(0)
+    raw = bytearray(path.read_bytes())
+    start = md.data_page_offset + 40
+    raw[start:start + 64] = b"\x00" * 64
+    path.write_bytes(bytes(raw))
+    layout = shardload.discover(tmp_path, format="parquet")  # metadata intact
+    np.testing.assert_array_equal(layout.read(0, 1000), np.arange(1000))
+    with pytest.raises((shardload.ShardReadError, shardload.LayoutError),
+                       match=r"shard_0000\.parquet: row group 1: "):
+        layout.read(900, 1100)
+
+
+def test_error_options_of_other_formats(tmp_path: pathlib.Path) -> None:
+    write(tmp_path / "shard_0000.parquet", pa.table({"a": [1]}), "parquet", 2)
+    with pytest.raises(shardload.LayoutError, match="parquet: .* do not apply"):
+        shardload.discover(tmp_path, format="parquet", dataset="x")
