@@ -1,14 +1,19 @@
-// The GPU variant of the load task: positional reads into pinned staging
-// buffers, asynchronous copies on the task's stream, double buffered, and
-// complete before the task returns. Staging memory is bounded (two buffers)
-// whatever the tile size.
+// The GPU variant of the load task. A dense C-order tile is filled by the
+// device-fill engine (pinned staging pool, reader threads, async copies on
+// the task's stream); anything else goes through a bounded staging buffer
+// and a strided copy. Either way the copies are complete before the task
+// returns, and staging memory does not grow with the tile size.
 #include <cuda_runtime.h>
 
-#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
 #include <string>
 
 #include "load_body.hpp"
+#include "shardload/cuda_backend.hpp"
 #include "shardload/detail/strided.hpp"
+#include "shardload/device_fill.hpp"
 #include "shardload/fill.hpp"
 #include "tasks.hpp"
 
@@ -16,76 +21,95 @@ namespace shardload::detail {
 
 namespace {
 
-constexpr std::size_t kStagingBytes = std::size_t{16} << 20;
-constexpr int kBuffers = 2;
-
 Status cuda_error(const char* call, cudaError_t err) {
   return {ErrorCode::kIo, std::string(call) + " failed: " + cudaGetErrorString(err)};
 }
 
-#define SHARDLOAD_CUDA(call)                                 \
-  do {                                                       \
-    const cudaError_t shardload_err_ = (call);               \
-    if (shardload_err_ != cudaSuccess) return cuda_error(#call, shardload_err_); \
-  } while (0)
-
-// Owns the staging buffers and events of one fill; frees them on every path.
-class Staging {
- public:
-  explicit Staging(cudaStream_t stream) : stream_(stream) {}
-  ~Staging() {
-    // Copies queued before an error may still read the buffers.
-    cudaStreamSynchronize(stream_);
-    for (int i = 0; i < kBuffers; ++i) {
-      if (events[i] != nullptr) cudaEventDestroy(events[i]);
-      if (buffers[i] != nullptr) cudaFreeHost(buffers[i]);
-    }
-  }
-  Status init(std::size_t bytes) {
-    for (int i = 0; i < kBuffers; ++i) {
-      SHARDLOAD_CUDA(cudaHostAlloc(&buffers[i], bytes, cudaHostAllocDefault));
-      SHARDLOAD_CUDA(cudaEventCreateWithFlags(&events[i], cudaEventDisableTiming));
-    }
-    return Status::ok();
-  }
-  void* buffers[kBuffers] = {};
-  cudaEvent_t events[kBuffers] = {};
-
- private:
-  cudaStream_t stream_;
+// What one GPU's fills share: the copy backend, the pinned staging pool and
+// the reader threads, created on the first load task that runs on the GPU
+// (sizes from SHARDLOAD_STAGING_BYTES / _BUFFERS / SHARDLOAD_READER_THREADS).
+struct DeviceEngine {
+  std::unique_ptr<CudaCopyBackend> backend;
+  std::unique_ptr<StagingPool> pool;
+  std::unique_ptr<ReaderThreads> readers;
+  DeviceFillOptions options;
 };
 
-Status fill_device_tile(const Tile& t, cudaStream_t stream) {
-  if (t.ptr == nullptr) return Status::ok();
+// The engines of this process, one per device. They live until the process
+// exits and are deliberately never destroyed: static destructors run after
+// the CUDA runtime may have shut down, and the OS reclaims pinned memory.
+Result<DeviceEngine*> engine_for_current_device() {
+  static std::mutex mu;
+  static auto* engines = new std::map<int, std::unique_ptr<DeviceEngine>>();
+  int device = 0;
+  if (const cudaError_t err = cudaGetDevice(&device); err != cudaSuccess) {
+    return cuda_error("cudaGetDevice", err);
+  }
+  const std::lock_guard<std::mutex> lock(mu);
+  auto& slot = (*engines)[device];
+  if (slot) return slot.get();
+  auto e = std::make_unique<DeviceEngine>();
+  CudaBackendOptions bo;
+  bo.device = device;
+  SHARDLOAD_ASSIGN_OR_RETURN(e->backend, CudaCopyBackend::create(bo));
+  StagingOptions so;
+  SHARDLOAD_RETURN_IF_ERROR(staging_options_from_env(&so));
+  SHARDLOAD_ASSIGN_OR_RETURN(e->pool, StagingPool::create(*e->backend, so));
+  SHARDLOAD_RETURN_IF_ERROR(device_fill_options_from_env(&e->options));
+  SHARDLOAD_ASSIGN_OR_RETURN(e->readers, ReaderThreads::create(e->options.reader_threads));
+  e->options.readers = e->readers.get();
+  slot = std::move(e);
+  return slot.get();
+}
+
+// A tile whose piece of the store is not dense C-order: whole rows through
+// one pinned buffer, scattered with one async copy per contiguous run.
+Status fill_strided_device(const Tile& t, cudaStream_t stream) {
+  constexpr std::size_t kStagingBytes = std::size_t{16} << 20;
   const std::size_t row_bytes = t.layout.row_bytes;
-  const std::int64_t rows = t.hi - t.lo;
-  const auto chunk_rows = static_cast<std::int64_t>(std::max<std::size_t>(1, kStagingBytes / row_bytes));
-  Staging staging(stream);
-  SHARDLOAD_RETURN_IF_ERROR(staging.init(static_cast<std::size_t>(chunk_rows) * row_bytes));
+  const auto chunk_rows =
+      static_cast<std::int64_t>(std::max<std::size_t>(1, kStagingBytes / row_bytes));
+  void* staging = nullptr;
+  if (const cudaError_t err = cudaHostAlloc(&staging, chunk_rows * row_bytes, cudaHostAllocDefault);
+      err != cudaSuccess) {
+    return cuda_error("cudaHostAlloc", err);
+  }
   cudaError_t copy_err = cudaSuccess;
   const RunCopy copy = [&](std::byte* dst, const std::byte* src, std::size_t n) {
     copy_err = cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, stream);
     return copy_err == cudaSuccess;
   };
-  int k = 0;
-  for (std::int64_t a = 0; a < rows; a += chunk_rows, k = (k + 1) % kBuffers) {
-    const std::int64_t b = std::min(rows, a + chunk_rows);
-    // The buffer's previous copy must have finished before it is refilled.
-    SHARDLOAD_CUDA(cudaEventSynchronize(staging.events[k]));
-    auto* buf = static_cast<std::byte*>(staging.buffers[k]);
-    SHARDLOAD_RETURN_IF_ERROR(fill_rows(t.layout, t.lo + a, t.lo + b, buf));
-    if (t.dense) {
-      copy(t.ptr + static_cast<std::size_t>(a) * row_bytes, buf,
-           static_cast<std::size_t>(b - a) * row_bytes);
-    } else {
-      scatter_rows(buf, b - a, t.extents, t.strides, t.layout.dtype.size,
-                   t.ptr + static_cast<std::size_t>(a) * t.strides[0], copy);
+  auto* buf = static_cast<std::byte*>(staging);
+  const auto run = [&]() -> Status {
+    for (std::int64_t a = 0; a < t.hi - t.lo; a += chunk_rows) {
+      const std::int64_t b = std::min(t.hi - t.lo, a + chunk_rows);
+      // The buffer is refilled only once its previous copies have finished.
+      if (const cudaError_t err = cudaStreamSynchronize(stream); err != cudaSuccess) {
+        return cuda_error("cudaStreamSynchronize", err);
+      }
+      SHARDLOAD_RETURN_IF_ERROR(fill_rows(t.layout, t.lo + a, t.lo + b, buf));
+      if (!scatter_rows(buf, b - a, t.extents, t.strides, t.layout.dtype.size,
+                        t.ptr + static_cast<std::size_t>(a) * t.strides[0], copy)) {
+        return cuda_error("cudaMemcpyAsync", copy_err);
+      }
     }
-    if (copy_err != cudaSuccess) return cuda_error("cudaMemcpyAsync", copy_err);
-    SHARDLOAD_CUDA(cudaEventRecord(staging.events[k], stream));
-  }
-  SHARDLOAD_CUDA(cudaStreamSynchronize(stream));
+    return Status::ok();
+  };
+  const Status st = run();
+  // Copies queued before an error may still read the buffer.
+  const cudaError_t sync = cudaStreamSynchronize(stream);
+  cudaFreeHost(staging);
+  if (!st) return st;
+  if (sync != cudaSuccess) return cuda_error("cudaStreamSynchronize", sync);
   return Status::ok();
+}
+
+Status fill_device_tile(const Tile& t, cudaStream_t stream) {
+  if (t.ptr == nullptr) return Status::ok();
+  if (!t.dense) return fill_strided_device(t, stream);
+  SHARDLOAD_ASSIGN_OR_RETURN(DeviceEngine * engine, engine_for_current_device());
+  const std::uint64_t bytes = static_cast<std::uint64_t>(t.hi - t.lo) * t.layout.row_bytes;
+  return fill_device(t.layout, t.pieces, t.ptr, bytes, stream, *engine->pool, engine->options);
 }
 
 }  // namespace
