@@ -13,6 +13,7 @@ log() { printf '[setup] %s\n' "$*" >&2; }
 DEB_PACKAGES=(build-essential cmake ninja-build pkg-config libgtest-dev libgmock-dev
               libbenchmark-dev python3-venv python3-dev
               clang libclang-rt-14-dev  # libFuzzer targets and their sanitizers
+              nlohmann-json3-dev zlib1g-dev libzstd-dev liblz4-dev libblosc-dev  # raw + zarr readers
               libhdf5-dev)  # HDF5 reader: headers + the libhdf5_serial.so.103 it dlopens
 missing=()
 for p in "${DEB_PACKAGES[@]}"; do

@@ -22,6 +22,8 @@ Result<std::unique_ptr<ShardReader>> make_reader(Format format, const FormatOpti
   if (ctx.io == nullptr) ctx.io = &posix_io();
   switch (format) {
     case Format::kNpy: return detail::make_npy_reader(options, ctx);
+    case Format::kRaw: return detail::make_raw_reader(options, ctx);
+    case Format::kZarr: return detail::make_zarr_reader(options, ctx);
 #ifdef SHARDLOAD_WITH_HDF5
     case Format::kHdf5: return detail::make_hdf5_reader(options, ctx);
 #endif

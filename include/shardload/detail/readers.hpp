@@ -9,6 +9,10 @@ namespace shardload::detail {
 
 Result<std::unique_ptr<ShardReader>> make_npy_reader(const FormatOptions& options,
                                                      const ReaderContext& context);
+Result<std::unique_ptr<ShardReader>> make_raw_reader(const FormatOptions& options,
+                                                     const ReaderContext& context);
+Result<std::unique_ptr<ShardReader>> make_zarr_reader(const FormatOptions& options,
+                                                      const ReaderContext& context);
 
 // Built only with SHARDLOAD_WITH_HDF5 (src/core/readers/hdf5_reader.cc).
 Result<std::unique_ptr<ShardReader>> make_hdf5_reader(const FormatOptions& options,

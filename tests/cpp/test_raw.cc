@@ -1,0 +1,133 @@
+// The raw binary reader: sidecar and options, exact sizes, byte order.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <numeric>
+
+#include "shardload/fill.hpp"
+#include "shardload/layout.hpp"
+#include "util.hpp"
+
+namespace shardload {
+namespace {
+
+class RawTest : public ::testing::Test {
+ protected:
+  // Shard i: `rows` rows of 3 int16 values counting up from `base`.
+  void shard(int i, std::int16_t base, std::int64_t rows, bool big = false,
+             const std::string& header = "") {
+    std::vector<std::int16_t> v(static_cast<std::size_t>(rows * 3));
+    std::iota(v.begin(), v.end(), base);
+    std::string bytes = testing::raw(v);
+    if (big) {
+      for (std::size_t k = 0; k + 1 < bytes.size(); k += 2) std::swap(bytes[k], bytes[k + 1]);
+    }
+    testing::write_file(dir_.file(NumberPattern{"shard_", 4, ".bin"}.format(i)), header + bytes);
+  }
+  void sidecar(const std::string& json) { testing::write_file(dir_.file("shardload.json"), json); }
+  Result<Layout> discover_raw(FormatOptions o = {}) {
+    o.format = Format::kRaw;
+    DiscoverOptions d;
+    d.format = o;
+    return discover(Source::dir(dir_.path()), d);
+  }
+  std::string error(FormatOptions o = {}) {
+    auto l = discover_raw(std::move(o));
+    EXPECT_FALSE(l);
+    return l.status().message();
+  }
+  static void expect_counting(const Layout& l) {
+    for (std::int64_t lo = 0; lo <= l.total_rows(); ++lo) {
+      for (std::int64_t hi = lo; hi <= l.total_rows(); ++hi) {
+        std::vector<std::int16_t> out(static_cast<std::size_t>((hi - lo) * 3), -1);
+        Status st = fill_rows(l, lo, hi, reinterpret_cast<std::byte*>(out.data()));
+        ASSERT_TRUE(st) << st.message();
+        for (std::size_t k = 0; k < out.size(); ++k) ASSERT_EQ(out[k], lo * 3 + std::int64_t(k));
+      }
+    }
+  }
+  testing::TempDir dir_;
+};
+
+TEST_F(RawTest, SidecarGivesDtypeShapeHeaderRows) {
+  shard(0, 0, 4, false, "HDR!");
+  shard(1, 12, 0, false, "HDR!");
+  shard(2, 12, 5, true, "HDR!");  // byte order is per dataset, so make it consistent below
+  shard(2, 12, 5, false, "HDR!");
+  sidecar(R"({"dtype": "<i2", "shape": [3], "header_bytes": 4, "rows": [4, 0, 5]})");
+  auto l = discover_raw();
+  ASSERT_TRUE(l) << l.status().message();
+  EXPECT_EQ(l->format, Format::kRaw);
+  EXPECT_EQ(l->rows(), (std::vector<std::int64_t>{4, 0, 5}));
+  EXPECT_EQ(l->trailing_shape, (std::vector<std::int64_t>{3}));
+  EXPECT_EQ(l->shards[0].data_offset, 4u);
+  expect_counting(*l);
+}
+
+TEST_F(RawTest, BigEndianFromTheSidecar) {
+  shard(0, 0, 3, true);
+  shard(1, 9, 6, true);
+  sidecar(R"({"dtype": ">i2", "shape": [3]})");
+  auto l = discover_raw();
+  ASSERT_TRUE(l) << l.status().message();
+  EXPECT_EQ(l->shards[0].byte_swap, host_is_little_endian());
+  expect_counting(*l);
+}
+
+TEST_F(RawTest, OptionsWithoutSidecar) {
+  shard(0, 0, 7);
+  shard(1, 21, 2);
+  FormatOptions o;
+  o.dtype = DType{DTypeKind::kInt, 2};
+  o.trailing_shape = std::vector<std::int64_t>{3};
+  auto l = discover_raw(o);
+  ASSERT_TRUE(l) << l.status().message();
+  expect_counting(*l);
+}
+
+TEST_F(RawTest, TrailingBytesAreAnErrorNeverDropped) {
+  shard(0, 0, 4);
+  testing::write_file(dir_.file("shard_0001.bin"), std::string(6 * 2 + 1, '\0'));
+  sidecar(R"({"dtype": "int16", "shape": [3]})");
+  EXPECT_EQ(error(), dir_.file("shard_0001.bin") +
+                         ": size: 13 bytes is not header 0 + rows of 6 bytes (int16 "
+                         "(little-endian), row shape (3,)): 2 whole rows and 1 bytes left over "
+                         "(truncated, or the wrong dtype, shape or header)");
+}
+
+TEST_F(RawTest, OptionAndSidecarMustAgree) {
+  shard(0, 0, 4);
+  sidecar(R"({"dtype": "int16", "shape": [3]})");
+  FormatOptions o;
+  o.trailing_shape = std::vector<std::int64_t>{2};
+  EXPECT_EQ(error(o),
+            dir_.file("shardload.json") + ": shape: (3,) differs from the shape option (2,)");
+}
+
+TEST_F(RawTest, MalformedSidecarNamesFileAndField) {
+  shard(0, 0, 4);
+  sidecar(R"({"dtype": "int16", "shape": [3, "x"]})");
+  EXPECT_EQ(error(), dir_.file("shardload.json") +
+                         ": shape[1]: expected a non-negative integer, found \"x\"");
+  sidecar(R"({"dtype": "int16", "shape": [3])");
+  EXPECT_EQ(error(), dir_.file("shardload.json") + ": not valid JSON");
+}
+
+TEST_F(RawTest, SidecarRowsMustMatchTheSize) {
+  shard(0, 0, 4);
+  sidecar(R"({"dtype": "int16", "shape": [3], "rows": {"shard_0000.bin": 5}})");
+  const std::string msg = error();
+  EXPECT_NE(msg.find("shard_0000.bin: rows: "), std::string::npos) << msg;
+  EXPECT_NE(msg.find("says 5 rows, but the file's size 24 holds 4"), std::string::npos) << msg;
+}
+
+TEST_F(RawTest, OptionsOfOtherFormatsAreRefused) {
+  FormatOptions o;
+  o.dataset = "x";
+  auto r = make_reader(Format::kRaw, o);
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.status().code(), ErrorCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace shardload

@@ -1,0 +1,298 @@
+// The Zarr reader on hand-made stores: chunk selection, edge chunks, missing
+// chunks, F order, v3 keys and byte order, sharding, corrupt data; plus the
+// metadata encoding that travels in Shard::extra.
+#include <gtest/gtest.h>
+#include <zlib.h>
+
+#include <cmath>
+#include <filesystem>
+#include <functional>
+
+#include "../../src/core/readers/detail/zarr.hpp"
+#include "shardload/fill.hpp"
+#include "shardload/layout.hpp"
+#include "util.hpp"
+
+namespace shardload {
+namespace {
+
+using Value = std::function<std::int32_t(std::int64_t, std::int64_t)>;
+
+// One chunk of a 2-D int32 array: element (r, c) of the array is v(r, c);
+// cells past the array's edge hold junk, as Zarr allows.
+std::string chunk2d(std::int64_t ci, std::int64_t cj, std::int64_t c0, std::int64_t c1,
+                    std::int64_t s0, std::int64_t s1, const Value& v, bool fortran = false,
+                    bool big = false) {
+  std::vector<std::int32_t> out(static_cast<std::size_t>(c0 * c1));
+  for (std::int64_t a = 0; a < c0; ++a) {
+    for (std::int64_t b = 0; b < c1; ++b) {
+      const std::int64_t r = ci * c0 + a;
+      const std::int64_t c = cj * c1 + b;
+      std::int32_t x = (r < s0 && c < s1) ? v(r, c) : 0x5A5A5A5A;
+      if (big) x = static_cast<std::int32_t>(__builtin_bswap32(static_cast<std::uint32_t>(x)));
+      out[static_cast<std::size_t>(fortran ? a + b * c0 : a * c1 + b)] = x;
+    }
+  }
+  return testing::raw(out);
+}
+
+std::string zlib_compress(const std::string& in) {
+  uLongf n = compressBound(static_cast<uLong>(in.size()));
+  std::string out(n, '\0');
+  EXPECT_EQ(compress2(reinterpret_cast<Bytef*>(out.data()), &n,
+                      reinterpret_cast<const Bytef*>(in.data()), static_cast<uLong>(in.size()), 6),
+            Z_OK);
+  out.resize(n);
+  return out;
+}
+
+std::int32_t value(std::int64_t r, std::int64_t c) { return static_cast<std::int32_t>(r * 3 + c); }
+
+class ZarrTest : public ::testing::Test {
+ protected:
+  std::string store(int i) { return dir_.file(NumberPattern{"shard_", 4, ".zarr"}.format(i)); }
+  void put(const std::string& path, const std::string& bytes) {
+    std::filesystem::create_directories(std::filesystem::path(path).parent_path());
+    testing::write_file(path, bytes);
+  }
+  // A v2 store of shape (rows, 3) int32, chunks (3, 2).
+  void v2_store(int i, std::int64_t rows, const std::string& compressor, bool fortran,
+                const std::vector<std::string>& skip = {}) {
+    const std::string s = store(i);
+    std::filesystem::create_directories(s);
+    put(s + "/.zarray", R"({"zarr_format": 2, "shape": [)" + std::to_string(rows) +
+                            R"(, 3], "chunks": [3, 2], "dtype": "<i4", "fill_value": -1,
+                "order": ")" +
+                            (fortran ? "F" : "C") + R"(", "filters": null, "compressor": )" +
+                            compressor + "}");
+    const Value v = [rows0 = offset_](std::int64_t r, std::int64_t c) {
+      return value(r + rows0, c);
+    };
+    for (std::int64_t a = 0; a * 3 < rows; ++a) {
+      for (std::int64_t b = 0; b < 2; ++b) {
+        const std::string key = std::to_string(a) + "." + std::to_string(b);
+        if (std::find(skip.begin(), skip.end(), key) != skip.end()) continue;
+        std::string bytes = chunk2d(a, b, 3, 2, rows, 3, v, fortran);
+        if (compressor != "null") bytes = zlib_compress(bytes);
+        put(s + "/" + key, bytes);
+      }
+    }
+    offset_ += rows;
+  }
+  Layout layout() {
+    DiscoverOptions d;
+    d.format.format = Format::kZarr;
+    auto l = discover(Source::dir(dir_.path()), d);
+    EXPECT_TRUE(l) << l.status().message();
+    return l.value();
+  }
+  std::string read_error(const Layout& l, std::int64_t lo, std::int64_t hi) {
+    std::vector<std::int32_t> out(static_cast<std::size_t>((hi - lo) * 3));
+    Status st = fill_rows(l, lo, hi, reinterpret_cast<std::byte*>(out.data()));
+    EXPECT_FALSE(st);
+    return st.message();
+  }
+  // Every row range; `fill` says which global cells hold the fill value -1.
+  static void expect_values(const Layout& l,
+                            const std::function<bool(std::int64_t, std::int64_t)>& fill) {
+    const std::int64_t n = l.total_rows();
+    for (std::int64_t lo = 0; lo <= n; ++lo) {
+      for (std::int64_t hi = lo; hi <= n; ++hi) {
+        std::vector<std::int32_t> out(static_cast<std::size_t>((hi - lo) * 3), 77);
+        Status st = fill_rows(l, lo, hi, reinterpret_cast<std::byte*>(out.data()));
+        ASSERT_TRUE(st) << st.message();
+        for (std::int64_t r = lo; r < hi; ++r) {
+          for (std::int64_t c = 0; c < 3; ++c) {
+            const std::int32_t want = fill(r, c) ? -1 : value(r, c);
+            ASSERT_EQ(out[static_cast<std::size_t>((r - lo) * 3 + c)], want)
+                << "rows [" << lo << ", " << hi << ") cell " << r << "," << c;
+          }
+        }
+      }
+    }
+  }
+  testing::TempDir dir_;
+  std::int64_t offset_ = 0;
+};
+
+TEST_F(ZarrTest, V2UncompressedRaggedStoresWithMissingChunks) {
+  v2_store(0, 7, "null", false, {"1.1"});  // rows 3-5, column 2 missing
+  v2_store(1, 0, "null", false);
+  v2_store(2, 5, "null", false, {"0.0"});  // global rows 7-9, columns 0-1 missing
+  const Layout l = layout();
+  EXPECT_EQ(l.rows(), (std::vector<std::int64_t>{7, 0, 5}));
+  expect_values(l, [](std::int64_t r, std::int64_t c) {
+    return (r >= 3 && r < 6 && c == 2) || (r >= 7 && r < 10 && c < 2);
+  });
+}
+
+TEST_F(ZarrTest, V2ZlibFortranOrder) {
+  v2_store(0, 8, R"({"id": "zlib", "level": 6})", true);
+  v2_store(1, 4, R"({"id": "zlib", "level": 6})", true, {"1.0"});
+  expect_values(layout(), [](std::int64_t r, std::int64_t c) {
+    return r >= 11 && c < 2;  // store 1 rows 3 (global 11), chunk 1.0
+  });
+}
+
+// One reader serving row after row (as a tile split into staging chunks is
+// served) reuses the chunk it decoded last; the values must not change.
+TEST_F(ZarrTest, OneReaderRowByRowReusesTheDecodedChunk) {
+  v2_store(0, 8, R"({"id": "zlib"})", true, {"1.1"});
+  v2_store(1, 5, "null", false);
+  const Layout l = layout();
+  auto reader = make_reader(Format::kZarr, l.options);
+  ASSERT_TRUE(reader) << reader.status().message();
+  for (int pass = 0; pass < 2; ++pass) {
+    for (std::size_t sh = 0; sh < l.shards.size(); ++sh) {
+      for (std::int64_t r = 0; r < l.shards[sh].rows; ++r) {
+        std::vector<std::int32_t> out(3, 77);
+        Status st = (*reader)->read_rows(l, l.shards[sh], r, r + 1,
+                                         reinterpret_cast<std::byte*>(out.data()));
+        ASSERT_TRUE(st) << st.message();
+        const std::int64_t g = l.offsets[sh] + r;
+        for (std::int64_t c = 0; c < 3; ++c) {
+          const bool fill = sh == 0 && r >= 3 && r < 6 && c == 2;
+          EXPECT_EQ(out[static_cast<std::size_t>(c)], fill ? -1 : value(g, c)) << g << "," << c;
+        }
+      }
+    }
+  }
+}
+
+TEST_F(ZarrTest, V3DefaultKeysBigEndianWholeRowChunksDecodedInPlace) {
+  const std::string s = store(0);
+  put(s + "/zarr.json", R"({"zarr_format": 3, "node_type": "array", "shape": [10, 3],
+    "data_type": "int32", "fill_value": -1, "attributes": {"x": [1, 2]},
+    "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [4, 3]}},
+    "chunk_key_encoding": {"name": "default"},
+    "codecs": [{"name": "bytes", "configuration": {"endian": "big"}}]})");
+  put(s + "/c/0/0", chunk2d(0, 0, 4, 3, 10, 3, value, false, true));
+  put(s + "/c/2/0", chunk2d(2, 0, 4, 3, 10, 3, value, false, true));
+  expect_values(layout(), [](std::int64_t r, std::int64_t) { return r >= 4 && r < 8; });
+}
+
+TEST_F(ZarrTest, V3ShardingWithChecksummedIndex) {
+  // Shape (10, 3), shards (4, 3) of inner chunks (2, 3); index at the end.
+  const std::string s = store(0);
+  put(s + "/zarr.json", R"({"zarr_format": 3, "node_type": "array", "shape": [10, 3],
+    "data_type": "int32", "fill_value": -1,
+    "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [4, 3]}},
+    "chunk_key_encoding": {"name": "default", "configuration": {"separator": "."}},
+    "codecs": [{"name": "sharding_indexed", "configuration": {"chunk_shape": [2, 3],
+      "codecs": [{"name": "bytes", "configuration": {"endian": "little"}}],
+      "index_codecs": [{"name": "bytes", "configuration": {"endian": "little"}},
+                       {"name": "crc32c"}], "index_location": "end"}}]})");
+  for (std::int64_t sh = 0; sh < 3; ++sh) {
+    std::string data;
+    std::string index;
+    for (std::int64_t in = 0; in < 2; ++in) {
+      const std::int64_t inner = sh * 2 + in;  // global inner-chunk row index
+      std::uint64_t off = data.size();
+      std::uint64_t n = 24;
+      if (inner == 1 || inner * 2 >= 10) {  // inner chunk 1 and the ones past the edge: absent
+        off = n = ~std::uint64_t{0};
+      } else {
+        data += chunk2d(inner, 0, 2, 3, 10, 3, value);
+      }
+      index += testing::raw(std::vector<std::uint64_t>{off, n});
+    }
+    const std::uint32_t crc =
+        detail::crc32c(reinterpret_cast<const std::byte*>(index.data()), index.size());
+    put(s + "/c." + std::to_string(sh) + ".0",
+        data + index + testing::raw(std::vector<std::uint32_t>{crc}));
+  }
+  const Layout l = layout();
+  expect_values(l, [](std::int64_t r, std::int64_t) { return r >= 2 && r < 4; });
+
+  // A damaged index is caught by its checksum, and names the shard file.
+  std::string shard1;
+  {
+    std::ifstream f(s + "/c.1.0", std::ios::binary);
+    shard1.assign(std::istreambuf_iterator<char>(f), {});
+  }
+  shard1[shard1.size() - 10] ^= 1;
+  put(s + "/c.1.0", shard1);
+  EXPECT_EQ(read_error(l, 4, 5), "reading rows [4, 5): " + s +
+                                     "/c.1.0: shard index: crc32c checksum mismatch "
+                                     "(corrupt shard)");
+}
+
+TEST_F(ZarrTest, CorruptCompressedChunkNamesTheFile) {
+  v2_store(0, 6, R"({"id": "zlib"})", false);
+  std::string bytes(40, '\x11');
+  put(store(0) + "/1.0", bytes);
+  const Layout l = layout();
+  const std::string msg = read_error(l, 0, 6);
+  EXPECT_EQ(msg.rfind("reading rows [0, 6): " + store(0) + "/1.0: zlib: corrupt chunk (", 0), 0u)
+      << msg;
+  // Rows whose chunks are intact still read: only overlapping chunks are touched.
+  std::vector<std::int32_t> out(9);
+  EXPECT_TRUE(fill_rows(l, 0, 3, reinterpret_cast<std::byte*>(out.data())));
+}
+
+TEST_F(ZarrTest, MetadataErrorsNameTheFileAndField) {
+  put(store(0) + "/.zarray", R"({"zarr_format": 2, "shape": [4, 3], "chunks": [2, 2],
+      "dtype": "<i4", "fill_value": 0, "compressor": {"id": "bz2"}})");
+  DiscoverOptions d;
+  d.format.format = Format::kZarr;
+  auto l = discover(Source::dir(dir_.path()), d);
+  ASSERT_FALSE(l);
+  EXPECT_EQ(l.status().message(),
+            store(0) +
+                "/.zarray: compressor.id: unsupported codec 'bz2' (supported: zlib, "
+                "gzip, zstd, lz4 or blosc)");
+  std::filesystem::remove(store(0) + "/.zarray");
+  l = discover(Source::dir(dir_.path()), d);
+  ASSERT_FALSE(l);
+  EXPECT_EQ(l.status().message(), store(0) + ": no Zarr array metadata (neither " + store(0) +
+                                      "/.zarray nor " + store(0) + "/zarr.json exists)");
+}
+
+TEST(ZarrMetaTest, ExtraRoundTripsAndRejectsGarbage) {
+  auto m = detail::parse_zarr_metadata("z.json", R"({"zarr_format": 3, "node_type": "array",
+    "shape": [5, 4], "data_type": "float16", "fill_value": "NaN",
+    "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [4, 4]}},
+    "chunk_key_encoding": {"name": "v2"},
+    "codecs": [{"name": "sharding_indexed", "configuration": {"chunk_shape": [2, 2],
+      "codecs": [{"name": "bytes", "configuration": {"endian": "big"}}, {"name": "gzip"}],
+      "index_codecs": [{"name": "bytes", "configuration": {"endian": "big"}}],
+      "index_location": "start"}}]})",
+                                       3);
+  ASSERT_TRUE(m) << m.status().message();
+  EXPECT_TRUE(m->sharded && m->big_endian && m->index_big_endian && !m->index_at_end);
+  EXPECT_EQ(m->codecs, (std::vector<detail::ZarrCodec>{detail::ZarrCodec::kGzip}));
+  const std::string extra = detail::encode_zarr_meta(*m);
+  auto back = detail::decode_zarr_meta(extra, "s");
+  ASSERT_TRUE(back) << back.status().message();
+  EXPECT_EQ(*back, *m);
+  for (std::size_t cut = 0; cut < extra.size(); ++cut) {
+    EXPECT_FALSE(detail::decode_zarr_meta(extra.substr(0, cut), "s")) << cut;
+  }
+  EXPECT_EQ(detail::zarr_chunk_key(*m, {1, 0}), "1.0");
+}
+
+TEST(ZarrMetaTest, DuplicateKeysAreRefused) {
+  auto m = detail::parse_zarr_metadata(".zarray", R"({"zarr_format": 2, "shape": [4],
+      "shape": [5], "chunks": [2], "dtype": "<i4", "fill_value": 0, "compressor": null})",
+                                       2);
+  ASSERT_FALSE(m);
+  EXPECT_EQ(m.status().message(), ".zarray: duplicate key 'shape'");
+}
+
+TEST(ZarrMetaTest, Crc32cAndHalfFloats) {
+  const std::string check = "123456789";
+  EXPECT_EQ(detail::crc32c(reinterpret_cast<const std::byte*>(check.data()), check.size()),
+            0xE3069283U);
+  EXPECT_EQ(detail::double_to_half(1.0), 0x3C00);
+  EXPECT_EQ(detail::double_to_half(-2.5), 0xC100);
+  EXPECT_EQ(detail::double_to_half(65504.0), 0x7BFF);
+  EXPECT_EQ(detail::double_to_half(65520.0), 0x7C00);
+  EXPECT_EQ(detail::double_to_half(std::ldexp(1.0, -24)), 0x0001);
+  EXPECT_EQ(detail::double_to_half(std::ldexp(1.0, -14)), 0x0400);
+  EXPECT_EQ(detail::double_to_half(0.1), 0x2E66);
+  EXPECT_EQ(detail::double_to_half(-INFINITY), 0xFC00);
+  EXPECT_EQ(detail::double_to_half(NAN) & 0x7E00, 0x7E00);
+}
+
+}  // namespace
+}  // namespace shardload

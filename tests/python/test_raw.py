@@ -1,0 +1,206 @@
+"""The raw binary reader against numpy as the oracle (ndarray.tofile)."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+
+import numpy as np
+import pytest
+
+import shardload
+
+DTYPES = ["bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+          "float16", "float32", "float64", "complex64", "complex128"]
+ROWS = [13, 0, 5, 29]
+
+
+def random_array(rng: np.random.Generator, shape: tuple[int, ...], dtype: str) -> np.ndarray:
+    dt = np.dtype(dtype)
+    if dt == np.bool_:
+        return rng.integers(0, 2, size=shape).astype(bool)
+    if dt.kind in "iu":
+        info = np.iinfo(dt)
+        return rng.integers(info.min, info.max, size=shape, dtype=dt, endpoint=True)
+    if dt.kind == "f":
+        return rng.standard_normal(shape).astype(dt)
+    return (rng.standard_normal(shape) + 1j * rng.standard_normal(shape)).astype(dt)
+
+
+def write_raw(directory: pathlib.Path, arrays: list[np.ndarray], *, header: bytes = b"",
+              name: str = "shard_{:04d}.bin", sidecar: dict | None = None) -> list[pathlib.Path]:
+    directory.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for i, a in enumerate(arrays):
+        p = directory / name.format(i)
+        p.write_bytes(header + np.ascontiguousarray(a).tobytes())
+        paths.append(p)
+    if sidecar is not None:
+        (directory / "shardload.json").write_text(json.dumps(sidecar))
+    return paths
+
+
+def check_ranges(layout, expected):
+    n = expected.shape[0]
+    assert layout.shape == expected.shape and layout.dtype == expected.dtype
+    for lo, hi in [(0, n), (1, n - 1), (n // 2, n // 2 + 1), (n - 3, n), (4, 4)]:
+        np.testing.assert_array_equal(layout.read(lo, hi), expected[lo:hi])
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("big", [False, True])
+def test_sidecar_every_dtype_both_byte_orders(tmp_path, dtype, big):
+    rng = np.random.default_rng(len(dtype))
+    arrays = [random_array(rng, (r, 3, 2), dtype) for r in ROWS]
+    order = ">" if big else "<"
+    stored = [a.astype(a.dtype.newbyteorder(order)) for a in arrays]
+    code = np.dtype(dtype).newbyteorder(order).str
+    write_raw(tmp_path, stored, sidecar={"dtype": code, "shape": [3, 2]})
+    layout = shardload.discover(tmp_path, format="raw")
+    assert layout.rows == ROWS
+    check_ranges(layout, np.concatenate(arrays))
+
+
+@pytest.mark.parametrize("shape", [(), (7,), (2, 3, 4)])
+def test_options_only(tmp_path, shape):
+    rng = np.random.default_rng(3)
+    arrays = [random_array(rng, (r, *shape), "float32") for r in ROWS]
+    write_raw(tmp_path, arrays)
+    layout = shardload.discover(tmp_path, format="raw", dtype="float32", shape=shape)
+    check_ranges(layout, np.concatenate(arrays))
+
+
+def test_extension_selects_raw_and_glob(tmp_path):
+    arrays = [np.arange(r * 2, dtype="int64").reshape(r, 2) for r in (3, 4)]
+    write_raw(tmp_path, arrays, name="part_{}.dat", sidecar={"dtype": "int64", "shape": [2]})
+    layout = shardload.discover(str(tmp_path / "part_*.dat"))
+    assert layout.format == "raw"
+    check_ranges(layout, np.concatenate(arrays))
+
+
+def test_header_bytes_and_rows(tmp_path):
+    rng = np.random.default_rng(4)
+    arrays = [random_array(rng, (r, 5), "uint16") for r in ROWS]
+    write_raw(tmp_path, arrays, header=b"H" * 24,
+              sidecar={"dtype": "<u2", "shape": [5], "header_bytes": 24, "rows": ROWS})
+    check_ranges(shardload.discover(tmp_path, format="raw"), np.concatenate(arrays))
+    # The rows may also be keyed by file name, and options may repeat the sidecar.
+    (tmp_path / "shardload.json").write_text(json.dumps({
+        "dtype": "uint16", "shape": [5], "header_bytes": 24,
+        "rows": {f"shard_{i:04d}.bin": r for i, r in enumerate(ROWS)}}))
+    layout = shardload.discover(tmp_path, format="raw", dtype="uint16", shape=(5,),
+                                header_bytes=24)
+    check_ranges(layout, np.concatenate(arrays))
+
+
+def test_options_complete_a_partial_sidecar(tmp_path):
+    arrays = [np.arange(r * 3, dtype=">f8").reshape(r, 3) for r in (4, 6)]
+    write_raw(tmp_path, arrays, sidecar={"dtype": ">f8"})
+    layout = shardload.discover(tmp_path, format="raw", shape=(3,))
+    check_ranges(layout, np.concatenate(arrays).astype("float64"))
+
+
+# ---- errors ------------------------------------------------------------------------------
+
+
+def test_truncated_file(tmp_path):
+    paths = write_raw(tmp_path, [np.zeros((10, 3), "float32")] * 2,
+                      sidecar={"dtype": "float32", "shape": [3], "header_bytes": 8},
+                      header=b"\0" * 8)
+    paths[1].write_bytes(paths[1].read_bytes()[:-5])
+    with pytest.raises(shardload.LayoutError,
+                       match=r"shard_0001\.bin: size: 123 bytes is not header 8 \+ rows of 12 "
+                             r"bytes .*: 9 whole rows and 7 bytes left over"):
+        shardload.discover(tmp_path, format="raw")
+
+
+def test_trailing_bytes(tmp_path):
+    paths = write_raw(tmp_path, [np.zeros((4, 2), "int32")], sidecar={"dtype": "i4", "shape": [2]})
+    with open(paths[0], "ab") as f:
+        f.write(b"xyz")
+    with pytest.raises(shardload.LayoutError,
+                       match=r"shard_0000\.bin: size: 35 bytes .* 4 whole rows and 3 bytes left"):
+        shardload.discover(tmp_path, format="raw")
+
+
+def test_file_shorter_than_header(tmp_path):
+    write_raw(tmp_path, [np.zeros((0, 2), "int32")], sidecar={"dtype": "i4", "shape": [2],
+                                                               "header_bytes": 100})
+    with pytest.raises(shardload.LayoutError,
+                       match=r"shard_0000\.bin: size: 0 bytes is shorter than the header of 100"):
+        shardload.discover(tmp_path, format="raw")
+
+
+@pytest.mark.parametrize("text,message", [
+    ('{"dtype": "float32", "shape": [3],', r"not valid JSON"),
+    ('[1, 2]', r"expected a JSON object"),
+    ('{"dtype": 4, "shape": [3]}', r"dtype: expected a string, found 4"),
+    ('{"dtype": "float31", "shape": [3]}', r"dtype: unsupported dtype 'float31'"),
+    ('{"dtype": "f4", "shape": [3, -1]}', r"shape\[1\]: expected a non-negative integer"),
+    ('{"dtype": "f4", "shape": [3], "header_bytes": 1.5}', r"header_bytes: expected a non-neg"),
+    ('{"dtype": "f4", "shape": [3], "rows": "many"}', r"rows: expected a list"),
+    ('{"dtype": "f4", "shape": [3], "header_byte": 4}', r"unknown field 'header_byte'"),
+    ('{"dtype": "f4", "shape": [3], "shape": [4]}', r"duplicate key 'shape'"),
+])
+def test_malformed_sidecar(tmp_path, text, message):
+    write_raw(tmp_path, [np.zeros((2, 3), "float32")])
+    (tmp_path / "shardload.json").write_text(text)
+    with pytest.raises(shardload.LayoutError, match=r"shardload\.json: " + message):
+        shardload.discover(tmp_path, format="raw")
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    ({"dtype": "float64"}, r"dtype: float32 differs from the dtype option float64"),
+    ({"shape": (4,)}, r"shape: \(3,\) differs from the shape option \(4,\)"),
+    ({"header_bytes": 0}, r"header_bytes: 8 differs from the header_bytes option 0"),
+])
+def test_sidecar_disagrees_with_options(tmp_path, kwargs, message):
+    write_raw(tmp_path, [np.zeros((2, 3), "float32")], header=b"\0" * 8,
+              sidecar={"dtype": "<f4", "shape": [3], "header_bytes": 8})
+    with pytest.raises(shardload.LayoutError, match=r"shardload\.json: " + message):
+        shardload.discover(tmp_path, format="raw", **kwargs)
+
+
+def test_sidecar_rows_disagree_with_size(tmp_path):
+    write_raw(tmp_path, [np.zeros((2, 3), "float32"), np.zeros((5, 3), "float32")],
+              sidecar={"dtype": "f4", "shape": [3], "rows": [2, 4]})
+    with pytest.raises(shardload.LayoutError,
+                       match=r"shard_0001\.bin: rows: .*shardload\.json says 4 rows, but the "
+                             r"file's size 60 holds 5"):
+        shardload.discover(tmp_path, format="raw")
+
+
+def test_sidecar_rows_too_short_or_missing_name(tmp_path):
+    write_raw(tmp_path, [np.zeros((2, 3), "float32")] * 3,
+              sidecar={"dtype": "f4", "shape": [3], "rows": [2, 2]})
+    with pytest.raises(shardload.LayoutError, match=r"rows: lists 2 shards, but .*shard_0002\.bin"):
+        shardload.discover(tmp_path, format="raw")
+    (tmp_path / "shardload.json").write_text(json.dumps(
+        {"dtype": "f4", "shape": [3], "rows": {"shard_0000.bin": 2}}))
+    with pytest.raises(shardload.LayoutError, match=r"rows: no entry for 'shard_0001\.bin'"):
+        shardload.discover(tmp_path, format="raw")
+
+
+def test_no_dtype_or_no_shape(tmp_path):
+    write_raw(tmp_path, [np.zeros((2, 3), "float32")])
+    with pytest.raises(shardload.LayoutError, match=r"shard_0000\.bin: raw files need a dtype"):
+        shardload.discover(tmp_path, format="raw")
+    with pytest.raises(shardload.LayoutError,
+                       match=r"shard_0000\.bin: raw files need the trailing shape"):
+        shardload.discover(tmp_path, format="raw", dtype="float32")
+
+
+def test_changed_after_discovery(tmp_path):
+    paths = write_raw(tmp_path, [np.zeros((4, 3), "float32")],
+                      sidecar={"dtype": "f4", "shape": [3]})
+    layout = shardload.discover(tmp_path, format="raw")
+    paths[0].write_bytes(b"\0" * 24)
+    with pytest.raises(shardload.ShardReadError, match=r"shard_0000\.bin: changed since discovery"):
+        layout.read(0, 2)
+
+
+def test_not_a_regular_file(tmp_path):
+    (tmp_path / "shard_0000.bin").mkdir()
+    with pytest.raises(shardload.LayoutError, match=r"shard_0000\.bin: not a regular file"):
+        shardload.discover(tmp_path, format="raw", dtype="float32", shape=())

@@ -1,0 +1,454 @@
+"""The Zarr reader (v2 and v3) against zarr-python as the oracle.
+
+Every test writes ragged stores with zarr-python, discovers them with
+shardload and compares row ranges that cut chunks with the numpy
+concatenation of what zarr-python itself reads back.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import shutil
+import warnings
+
+import numcodecs
+import numpy as np
+import pytest
+import zarr
+import zarr.codecs as zc
+from zarr.codecs import numcodecs as znc
+
+import shardload
+
+warnings.filterwarnings("ignore", category=UserWarning)
+warnings.filterwarnings("ignore", category=FutureWarning)
+
+DTYPES = ["bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+          "float16", "float32", "float64", "complex64", "complex128"]
+ROWS = [23, 0, 7, 40]  # ragged, one empty store; no chunking below divides all of them
+
+
+def random_array(rng: np.random.Generator, shape: tuple[int, ...], dtype: str) -> np.ndarray:
+    dt = np.dtype(dtype)
+    if dt == np.bool_:
+        return rng.integers(0, 2, size=shape).astype(bool)
+    if dt.kind in "iu":
+        info = np.iinfo(dt)
+        return rng.integers(info.min, info.max, size=shape, dtype=dt, endpoint=True)
+    if dt.kind == "f":
+        return rng.standard_normal(shape).astype(dt)
+    return (rng.standard_normal(shape) + 1j * rng.standard_normal(shape)).astype(dt)
+
+
+def write_stores(directory: pathlib.Path, arrays: list[np.ndarray], *,
+                 name: str = "shard_{:04d}.zarr", path: str | None = None,
+                 **kwargs) -> list[np.ndarray]:
+    """Writes one store per array and returns what zarr-python reads back."""
+    out = []
+    for i, a in enumerate(arrays):
+        store = str(directory / name.format(i))
+        if path is None:
+            z = zarr.create_array(store, shape=a.shape, dtype=a.dtype, **kwargs)
+        else:
+            rest = dict(kwargs)
+            root = zarr.open_group(store, mode="w", zarr_format=rest.pop("zarr_format", 3))
+            z = root.create_array(path, shape=a.shape, dtype=a.dtype, **rest)
+        if a.size:
+            z[...] = a
+        out.append(zarr.open_array(store, path=path or "", mode="r")[...])
+    return out
+
+
+def check_ranges(layout: shardload.Layout, expected: np.ndarray, ranges=None) -> None:
+    n = expected.shape[0]
+    assert layout.shape == expected.shape
+    assert layout.dtype == expected.dtype
+    if ranges is None:
+        ranges = [(0, n), (1, n - 1), (3, 4), (n // 3, 2 * n // 3 + 1), (n - 5, n), (5, 5)]
+    for lo, hi in ranges:
+        got = layout.read(lo, hi)
+        np.testing.assert_array_equal(got, expected[lo:hi], err_msg=f"rows [{lo}, {hi})")
+
+
+def ragged(rng, dtype="float32", trailing=(5, 3), rows=ROWS):
+    return [random_array(rng, (r, *trailing), dtype) for r in rows]
+
+
+# ---- dtypes, versions, chunkings ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("fmt", [2, 3])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_every_dtype(tmp_path, fmt, dtype):
+    rng = np.random.default_rng(len(dtype) + fmt)
+    arrays = ragged(rng, dtype, trailing=(3,))
+    back = write_stores(tmp_path, arrays, chunks=(6, 2), zarr_format=fmt)
+    layout = shardload.discover(tmp_path, format="zarr")
+    assert layout.rows == ROWS
+    check_ranges(layout, np.concatenate(back))
+
+
+@pytest.mark.parametrize("fmt", [2, 3])
+@pytest.mark.parametrize("trailing,chunks", [((), (5,)), ((4, 3, 2), (3, 2, 3, 1)),
+                                             ((7,), (100, 7)), ((2, 9), (1, 1, 4))])
+def test_chunkings(tmp_path, fmt, trailing, chunks):
+    rng = np.random.default_rng(7)
+    arrays = ragged(rng, "float64", trailing=trailing)
+    back = write_stores(tmp_path, arrays, chunks=chunks, zarr_format=fmt)
+    check_ranges(shardload.discover(tmp_path, format="zarr"), np.concatenate(back))
+
+
+def test_glob_and_auto_format(tmp_path):
+    rng = np.random.default_rng(1)
+    arrays = ragged(rng, rows=[5, 12, 3])
+    back = write_stores(tmp_path, arrays, name="store_{:02d}", chunks=(4, 5, 3), zarr_format=3)
+    # No extension: the format comes from the store's zarr.json.
+    layout = shardload.discover(str(tmp_path / "store_*"))
+    assert layout.format == "zarr"
+    check_ranges(layout, np.concatenate(back))
+    layout = shardload.discover(str(tmp_path / "store_{:02d}"), format="zarr")
+    check_ranges(layout, np.concatenate(back))
+
+
+def test_array_inside_a_group(tmp_path):
+    rng = np.random.default_rng(2)
+    arrays = ragged(rng, rows=[9, 4])
+    back = write_stores(tmp_path, arrays, path="grp/data", chunks=(4, 2, 2), zarr_format=3)
+    layout = shardload.discover(tmp_path, format="zarr", dataset="grp/data")
+    check_ranges(layout, np.concatenate(back))
+    with pytest.raises(shardload.LayoutError, match=r"shard_0000\.zarr.*zarr\.json.*node_type"):
+        shardload.discover(tmp_path, format="zarr")
+
+
+def test_v2_group_dataset(tmp_path):
+    rng = np.random.default_rng(3)
+    arrays = ragged(rng, rows=[9, 4])
+    back = write_stores(tmp_path, arrays, path="x", chunks=(4, 2, 2), zarr_format=2)
+    check_ranges(shardload.discover(tmp_path, format="zarr", dataset="x"), np.concatenate(back))
+    with pytest.raises(shardload.LayoutError, match=r"shard_0000\.zarr.*no Zarr array metadata.*x"):
+        shardload.discover(tmp_path, format="zarr")
+
+
+# ---- codecs ------------------------------------------------------------------------------
+
+V2_COMPRESSORS = {
+    "none": None,
+    "zlib": numcodecs.Zlib(level=3),
+    "gzip": numcodecs.GZip(level=5),
+    "zstd": numcodecs.Zstd(level=3),
+    "zstd-checksum": numcodecs.Zstd(level=1, checksum=True),
+    "lz4": numcodecs.LZ4(),
+    "blosc-lz4-shuffle": numcodecs.Blosc(cname="lz4", clevel=5, shuffle=numcodecs.Blosc.SHUFFLE),
+    "blosc-zstd-bitshuffle": numcodecs.Blosc(cname="zstd", shuffle=numcodecs.Blosc.BITSHUFFLE),
+    "blosc-zlib-noshuffle": numcodecs.Blosc(cname="zlib", shuffle=numcodecs.Blosc.NOSHUFFLE),
+    "blosc-blosclz": numcodecs.Blosc(cname="blosclz", clevel=9),
+    "blosc-lz4hc": numcodecs.Blosc(cname="lz4hc"),
+}
+
+
+@pytest.mark.parametrize("dtype", ["int16", "float64", "complex64"])
+@pytest.mark.parametrize("codec", list(V2_COMPRESSORS))
+def test_v2_codecs(tmp_path, codec, dtype):
+    rng = np.random.default_rng(11)
+    arrays = ragged(rng, dtype)
+    kwargs = {"compressors": V2_COMPRESSORS[codec]} if V2_COMPRESSORS[codec] else {
+        "compressors": None}
+    back = write_stores(tmp_path, arrays, chunks=(6, 2, 3), zarr_format=2, **kwargs)
+    meta = json.loads((tmp_path / "shard_0000.zarr" / ".zarray").read_text())
+    if codec == "none":
+        assert meta["compressor"] is None
+    check_ranges(shardload.discover(tmp_path, format="zarr"), np.concatenate(back))
+
+
+V3_CODECS = {
+    "bytes": dict(compressors=None),
+    "bytes-big": dict(serializer=zc.BytesCodec(endian="big"), compressors=None),
+    "gzip": dict(compressors=zc.GzipCodec(level=4)),
+    "zstd": dict(compressors=zc.ZstdCodec(level=2, checksum=True)),
+    "blosc": dict(compressors=zc.BloscCodec(cname="lz4", shuffle="bitshuffle")),
+    "blosc-zstd-big": dict(serializer=zc.BytesCodec(endian="big"),
+                           compressors=zc.BloscCodec(cname="zstd", shuffle="shuffle")),
+    "crc32c": dict(compressors=zc.Crc32cCodec()),
+    "zstd+crc32c": dict(compressors=[zc.ZstdCodec(), zc.Crc32cCodec()]),
+    "gzip+zstd": dict(compressors=[zc.GzipCodec(), zc.ZstdCodec()]),
+    "numcodecs.zlib": dict(compressors=znc.Zlib(level=1)),
+    "numcodecs.lz4": dict(compressors=znc.LZ4()),
+    "numcodecs.gzip": dict(compressors=znc.GZip(level=2)),
+    "numcodecs.zstd": dict(compressors=znc.Zstd(level=1)),
+    "numcodecs.blosc": dict(compressors=znc.Blosc(cname="zlib", shuffle=2)),
+}
+
+
+@pytest.mark.parametrize("dtype", ["uint8", "int32", "float16", "complex128"])
+@pytest.mark.parametrize("codec", list(V3_CODECS))
+def test_v3_codecs(tmp_path, codec, dtype):
+    rng = np.random.default_rng(12)
+    arrays = ragged(rng, dtype)
+    back = write_stores(tmp_path, arrays, chunks=(6, 2, 3), zarr_format=3, **V3_CODECS[codec])
+    check_ranges(shardload.discover(tmp_path, format="zarr"), np.concatenate(back))
+
+
+@pytest.mark.parametrize("location", ["end", "start"])
+@pytest.mark.parametrize("inner", [None, zc.ZstdCodec(), zc.BloscCodec(cname="zstd")])
+def test_v3_sharding(tmp_path, location, inner):
+    rng = np.random.default_rng(13)
+    arrays = ragged(rng, "float32", trailing=(6, 3))
+    shards = {"shape": (8, 4, 3), "index_location": location}
+    back = write_stores(tmp_path, arrays, chunks=(4, 2, 3), shards=shards, zarr_format=3,
+                        compressors=inner, serializer=zc.BytesCodec(endian="big"))
+    layout = shardload.discover(tmp_path, format="zarr")
+    full = np.concatenate(back)
+    check_ranges(layout, full, [(lo, hi) for lo in range(0, 70, 9) for hi in (lo + 1, lo + 13)
+                                if hi <= full.shape[0]])
+
+
+def test_v3_sharding_missing_inner_chunks(tmp_path):
+    a = np.full((30, 4), np.nan, dtype="float32")
+    a[0:3, 0:2] = 1.5  # one inner chunk written in the first shard, the rest fill
+    a[20:22, 2:4] = 2.5
+    back = write_stores(tmp_path, [a], chunks=(3, 2), shards={"shape": (6, 4), "index_location": "end"}, zarr_format=3,
+                        fill_value=np.nan)
+    layout = shardload.discover(tmp_path, format="zarr")
+    check_ranges(layout, back[0])
+    # Shards with no data are not written at all.
+    assert not (tmp_path / "shard_0000.zarr" / "c" / "2").exists()
+
+
+def test_v3_nested_sharding_is_refused(tmp_path):
+    a = np.zeros((8, 4), dtype="float32")
+    inner = zc.ShardingCodec(chunk_shape=(2, 2))
+    outer = zc.ShardingCodec(chunk_shape=(4, 4), codecs=[inner])
+    store = tmp_path / "shard_0000.zarr"
+    z = zarr.create_array(str(store), shape=a.shape, dtype=a.dtype, chunks=(8, 4),
+                          serializer=outer, compressors=None, zarr_format=3)
+    z[...] = a
+    with pytest.raises(shardload.LayoutError, match=r"zarr\.json.*nested sharding"):
+        shardload.discover(tmp_path, format="zarr")
+
+
+# ---- keys, order, byte order -------------------------------------------------------------
+
+
+def test_v2_slash_separator_and_fortran_order_and_big_endian(tmp_path):
+    rng = np.random.default_rng(14)
+    arrays = ragged(rng, "float64", trailing=(5, 3))
+    arrays = [a.astype(">f8") for a in arrays]
+    back = write_stores(tmp_path, arrays, chunks=(6, 2, 2), zarr_format=2,
+                        chunk_key_encoding={"name": "v2", "separator": "/"},
+                        order="F", compressors=numcodecs.Zstd())
+    meta = json.loads((tmp_path / "shard_0000.zarr" / ".zarray").read_text())
+    assert meta["order"] == "F" and meta["dimension_separator"] == "/" and meta["dtype"] == ">f8"
+    layout = shardload.discover(tmp_path, format="zarr")
+    assert layout.dtype == np.float64  # native order in memory
+    check_ranges(layout, np.concatenate(back).astype("float64"))
+
+
+@pytest.mark.parametrize("encoding", [{"name": "v2", "separator": "."},
+                                      {"name": "default", "separator": "."},
+                                      {"name": "v2", "separator": "/"}])
+def test_v3_chunk_key_encodings(tmp_path, encoding):
+    rng = np.random.default_rng(15)
+    arrays = ragged(rng, "int32", trailing=(4,))
+    back = write_stores(tmp_path, arrays, chunks=(5, 3), zarr_format=3,
+                        chunk_key_encoding=encoding)
+    check_ranges(shardload.discover(tmp_path, format="zarr"), np.concatenate(back))
+
+
+# ---- missing chunks and fill values ------------------------------------------------------
+
+
+@pytest.mark.parametrize("fmt", [2, 3])
+@pytest.mark.parametrize("dtype,fill", [("float32", np.nan), ("float64", np.inf),
+                                        ("float16", -np.inf), ("int16", -7), ("uint64", 2**63 + 5),
+                                        ("bool", True), ("complex64", complex(np.nan, 2.0)),
+                                        ("float32", 0.1), ("int8", None)])
+def test_missing_chunks_take_the_fill_value(tmp_path, fmt, dtype, fill):
+    if fill is None and fmt == 3:
+        pytest.skip("v3 has no null fill value")
+    a = random_array(np.random.default_rng(16), (25, 6), dtype)
+    back = write_stores(tmp_path, [a, a[:7]], chunks=(4, 4), zarr_format=fmt, fill_value=fill)
+    # Delete chunks in the middle and at the edges, of both stores.
+    removed = 0
+    for store in ("shard_0000.zarr", "shard_0001.zarr"):
+        for p in sorted((tmp_path / store).rglob("*")):
+            if p.is_file() and not p.name.startswith((".z", "zarr.json")) and removed % 2 == 0:
+                p.unlink()
+            removed += 1
+    back = [zarr.open_array(str(tmp_path / s), mode="r")[...]
+            for s in ("shard_0000.zarr", "shard_0001.zarr")]
+    expected = np.concatenate(back)
+    layout = shardload.discover(tmp_path, format="zarr")
+    check_ranges(layout, expected)
+
+
+def test_all_chunks_missing(tmp_path):
+    z = zarr.create_array(str(tmp_path / "shard_0000.zarr"), shape=(13, 3), chunks=(4, 2),
+                          dtype="float64", fill_value=-1.25, zarr_format=3)
+    layout = shardload.discover(tmp_path, format="zarr")
+    np.testing.assert_array_equal(layout.read(2, 11), z[2:11])
+
+
+def test_reads_only_overlapping_chunks(tmp_path):
+    a = np.arange(40 * 3, dtype="int32").reshape(40, 3)
+    write_stores(tmp_path, [a], chunks=(10, 3), zarr_format=2, compressors=numcodecs.Zstd())
+    # Corrupt chunk 2 (rows 20-29): rows outside it still read; rows in it fail.
+    (tmp_path / "shard_0000.zarr" / "2.0").write_bytes(b"garbage")
+    layout = shardload.discover(tmp_path, format="zarr")
+    np.testing.assert_array_equal(layout.read(0, 20), a[0:20])
+    np.testing.assert_array_equal(layout.read(30, 40), a[30:40])
+    with pytest.raises(shardload.LayoutError, match=r"shard_0000\.zarr/2\.0: zstd: corrupt"):
+        layout.read(19, 21)
+
+
+# ---- errors ------------------------------------------------------------------------------
+
+
+def one_store(tmp_path, fmt=2, **kwargs) -> pathlib.Path:
+    a = np.arange(30, dtype="float32").reshape(10, 3)
+    kwargs.setdefault("chunks", (4, 3))
+    write_stores(tmp_path, [a], zarr_format=fmt, **kwargs)
+    return tmp_path / "shard_0000.zarr"
+
+
+CODECS = {"zlib": (2, numcodecs.Zlib()), "gzip": (2, numcodecs.GZip()),
+          "lz4": (2, numcodecs.LZ4()), "blosc": (2, numcodecs.Blosc()),
+          "zstd": (2, numcodecs.Zstd()), "zstd-checksum": (2, numcodecs.Zstd(checksum=True)),
+          "v3-zstd": (3, zc.ZstdCodec()), "v3-crc32c": (3, zc.Crc32cCodec()),
+          "v3-blosc+crc32c": (3, [zc.BloscCodec(), zc.Crc32cCodec()])}
+# Codecs that carry a checksum detect any flipped byte; the others (lz4, blosc,
+# zstd without its checksum) can only detect damage to their structure, such
+# as a chunk cut short.
+CHECKSUMMED = {"zlib", "gzip", "zstd-checksum", "v3-crc32c", "v3-blosc+crc32c"}
+
+
+@pytest.mark.parametrize("damage", ["truncate", "flip"])
+@pytest.mark.parametrize("name", list(CODECS))
+def test_corrupt_chunk(tmp_path, name, damage):
+    if damage == "flip" and name not in CHECKSUMMED:
+        pytest.skip("no checksum in this codec")
+    fmt, codec = CODECS[name]
+    store = one_store(tmp_path, fmt, compressors=codec)
+    chunk = store / ("1.0" if fmt == 2 else "c/1/0")
+    data = bytearray(chunk.read_bytes())
+    if damage == "truncate":
+        data = data[: len(data) - 3]
+    else:
+        data[len(data) // 2] ^= 0xFF
+    chunk.write_bytes(bytes(data))
+    layout = shardload.discover(tmp_path, format="zarr")
+    np.testing.assert_array_equal(layout.read(0, 4), np.arange(12).reshape(4, 3))
+    with pytest.raises((shardload.LayoutError, shardload.ShardReadError),
+                       match=str(chunk).replace(".", r"\.") + ": .*corrupt chunk"):
+        layout.read(0, 10)
+
+
+def test_truncated_uncompressed_chunk(tmp_path):
+    store = one_store(tmp_path, 3, compressors=None)
+    chunk = store / "c" / "0" / "0"
+    chunk.write_bytes(chunk.read_bytes()[:-4])
+    layout = shardload.discover(tmp_path, format="zarr")
+    with pytest.raises(shardload.LayoutError, match=r"c/0/0: size: 44 bytes, expected 48"):
+        layout.read(0, 2)
+
+
+def test_corrupt_shard_index(tmp_path):
+    store = one_store(tmp_path, 3, chunks=(2, 3), shards={"shape": (4, 3), "index_location": "end"})
+    shard = store / "c" / "0" / "0"
+    data = bytearray(shard.read_bytes())
+    data[-6] ^= 0x01
+    shard.write_bytes(bytes(data))
+    layout = shardload.discover(tmp_path, format="zarr")
+    with pytest.raises(shardload.LayoutError, match=r"c/0/0: shard index: crc32c checksum"):
+        layout.read(0, 1)
+    np.testing.assert_array_equal(layout.read(4, 10)[0], [12, 13, 14])
+
+
+def test_chunk_that_is_a_directory(tmp_path):
+    store = one_store(tmp_path, 2)
+    (store / "1.0").unlink()
+    (store / "1.0").mkdir()
+    layout = shardload.discover(tmp_path, format="zarr")
+    with pytest.raises(shardload.LayoutError, match=r"1\.0: not a regular file"):
+        layout.read(0, 10)
+
+
+def test_missing_metadata(tmp_path):
+    (tmp_path / "shard_0000.zarr").mkdir()
+    with pytest.raises(shardload.LayoutError,
+                       match=r"shard_0000\.zarr: no Zarr array metadata \(neither .*\.zarray nor "):
+        shardload.discover(tmp_path, format="zarr")
+
+
+def edit_metadata(store: pathlib.Path, fmt: int, change) -> pathlib.Path:
+    path = store / (".zarray" if fmt == 2 else "zarr.json")
+    meta = json.loads(path.read_text())
+    change(meta)
+    path.write_text(json.dumps(meta))
+    return path
+
+
+@pytest.mark.parametrize("fmt,change,message", [
+    (2, lambda m: m.update(compressor={"id": "bz2", "level": 1}),
+     r"compressor\.id: unsupported codec 'bz2'"),
+    (2, lambda m: m.update(filters=[{"id": "delta", "dtype": "<f4"}]),
+     r"filters: filters are not supported \(found 'delta'"),
+    (2, lambda m: m.update(dtype="|S4"), r"dtype: unsupported dtype '\|S4'"),
+    (2, lambda m: m.update(chunks=[4]), r"chunks: 1 dimensions, but shape has 2"),
+    (2, lambda m: m.update(fill_value="zero"), r"fill_value: expected a number"),
+    (2, lambda m: m.pop("shape"), r"shape: missing"),
+    (2, lambda m: m.update(order="K"), r"order: expected \"C\" or \"F\""),
+    (3, lambda m: m["codecs"].insert(0, {"name": "transpose", "configuration": {"order": [1, 0]}}),
+     r"codecs\[0\]: the transpose codec is not supported"),
+    (3, lambda m: m["codecs"].append({"name": "bz2"}), r"codecs\[2\]: unsupported codec 'bz2'"),
+    (3, lambda m: m.update(data_type="string"), r"data_type: unsupported data type 'string'"),
+    (3, lambda m: m.update(chunk_grid={"name": "rectilinear"}), r"chunk_grid\.name"),
+    (3, lambda m: m["codecs"][0]["configuration"].pop("endian"),
+     r"codecs\[0\]\.configuration\.endian: missing"),
+    (3, lambda m: m.update(fill_value=None), r"fill_value: expected a value"),
+    (3, lambda m: m.update(storage_transformers=[{"name": "x"}]), r"storage_transformers"),
+])
+def test_bad_metadata(tmp_path, fmt, change, message):
+    store = one_store(tmp_path, fmt, compressors=zc.ZstdCodec() if fmt == 3 else numcodecs.Zstd())
+    path = edit_metadata(store, fmt, change)
+    with pytest.raises(shardload.LayoutError, match=str(path).replace(".", r"\.") + ": " + message):
+        shardload.discover(tmp_path, format="zarr")
+
+
+@pytest.mark.parametrize("fmt", [2, 3])
+def test_malformed_metadata_json(tmp_path, fmt):
+    store = one_store(tmp_path, fmt)
+    path = store / (".zarray" if fmt == 2 else "zarr.json")
+    path.write_text(path.read_text()[:-3])
+    with pytest.raises(shardload.LayoutError, match=str(path).replace(".", r"\.") +
+                       ": not valid JSON"):
+        shardload.discover(tmp_path, format="zarr")
+
+
+def test_metadata_changed_after_discovery(tmp_path):
+    store = one_store(tmp_path, 2)
+    layout = shardload.discover(tmp_path, format="zarr")
+    path = edit_metadata(store, 2, lambda m: m.update(fill_value=5.0))
+    os.utime(path, ns=(1, 1))
+    with pytest.raises(shardload.ShardReadError,
+                       match=r"\.zarray: changed since discovery"):
+        layout.read(0, 3)
+
+
+def test_store_is_not_a_directory_and_options_do_not_apply(tmp_path):
+    (tmp_path / "shard_0000.zarr").write_bytes(b"x")
+    with pytest.raises(shardload.LayoutError, match=r"shard_0000\.zarr: not a directory"):
+        shardload.discover(tmp_path, format="zarr")
+    with pytest.raises(shardload.LayoutError, match=r"zarr: .*do not apply"):
+        shardload.discover(tmp_path, format="zarr", dtype="float32")
+    with pytest.raises(shardload.LayoutError, match=r"dataset '\.\./x'"):
+        shardload.discover(tmp_path, format="zarr", dataset="../x")
+
+
+def test_dtype_mismatch_across_stores(tmp_path):
+    write_stores(tmp_path, [np.zeros((3, 2), "f4"), np.zeros((3, 2), "f8")], chunks=(2, 2),
+                 zarr_format=3)
+    with pytest.raises(shardload.LayoutError,
+                       match=r"shard_0001\.zarr: dtype float64 differs from float32"):
+        shardload.discover(tmp_path, format="zarr")
