@@ -12,20 +12,17 @@ echo "== C++ tests (core, and the C++ API under Legate with LEGATE_CONFIG)"
 ctest --test-dir build --output-on-failure -j "$(nproc)"
 
 echo "== C++ core tests under ASan + UBSan"
-if [ ! -f build-asan/build.ninja ]; then
-  cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DSHARDLOAD_SANITIZE=ON \
-        -DSHARDLOAD_PYTHON=OFF -DSHARDLOAD_BENCH=OFF -DSHARDLOAD_WITH_LEGATE=OFF >/dev/null
-fi
+# Configured every time (quick once configured) so the options below always hold.
+cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DSHARDLOAD_SANITIZE=ON \
+      -DSHARDLOAD_PYTHON=OFF -DSHARDLOAD_BENCH=OFF -DSHARDLOAD_WITH_LEGATE=OFF >/dev/null
 cmake --build build-asan -j "$(nproc)" --target core_tests >/dev/null
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 build-asan/core_tests --gtest_brief=1
 
 echo "== Fuzzing: each libFuzzer target for ${FUZZ_SECONDS:-60} s from its seed corpus"
-if [ ! -f build-fuzz/build.ninja ]; then
-  CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-        -DSHARDLOAD_FUZZ=ON -DSHARDLOAD_SANITIZE=ON -DSHARDLOAD_WITH_LEGATE=OFF \
-        -DSHARDLOAD_PYTHON=OFF -DSHARDLOAD_TESTS=OFF -DSHARDLOAD_BENCH=OFF \
-        -DSHARDLOAD_WITH_CUDA=OFF -DSHARDLOAD_WITH_HDF5=OFF -DSHARDLOAD_WITH_ARROW=OFF >/dev/null
-fi
+CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+      -DSHARDLOAD_FUZZ=ON -DSHARDLOAD_SANITIZE=ON -DSHARDLOAD_WITH_LEGATE=OFF \
+      -DSHARDLOAD_PYTHON=OFF -DSHARDLOAD_TESTS=OFF -DSHARDLOAD_BENCH=OFF \
+      -DSHARDLOAD_WITH_CUDA=OFF -DSHARDLOAD_WITH_HDF5=OFF -DSHARDLOAD_WITH_ARROW=OFF >/dev/null
 cmake --build build-fuzz -j "$(nproc)" >/dev/null
 for fuzzer in build-fuzz/fuzz_*; do
   name=${fuzzer#build-fuzz/fuzz_}

@@ -33,6 +33,9 @@ struct FormatOptions {
   // raw: the element type and trailing shape (else from the sidecar JSON);
   // parquet / arrow: a type to cast the columns to.
   std::optional<DType> dtype;
+  // raw: the byte order the dtype option spelled ("<f4" / ">f4"); unset when
+  // it named none ("float32"), and then the sidecar's (or native) applies.
+  std::optional<bool> big_endian;
   std::optional<std::vector<std::int64_t>> trailing_shape;
   // raw: bytes to skip at the start of each file (else from the sidecar).
   std::optional<std::uint64_t> header_bytes;

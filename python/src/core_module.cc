@@ -143,7 +143,14 @@ PYBIND11_MODULE(_core, m) {
         Source src = make_source(source, pattern);
         DiscoverOptions opts;
         opts.format.format = unwrap(parse_format(format));
-        if (dtype) opts.format.dtype = unwrap(parse_dtype(*dtype));
+        if (dtype) {
+          bool big = false;
+          opts.format.dtype = unwrap(parse_dtype(*dtype, &big));
+          // Only an order the caller spelled travels; "float32" leaves it open.
+          if (!dtype->empty() && ((*dtype)[0] == '<' || (*dtype)[0] == '>')) {
+            opts.format.big_endian = big;
+          }
+        }
         opts.format.trailing_shape = trailing_shape;
         opts.format.header_bytes = header_bytes;
         opts.format.dataset = dataset;

@@ -102,7 +102,9 @@ Status parse_format_options(const std::map<std::string, std::string>& opts, Form
     SHARDLOAD_ASSIGN_OR_RETURN(out->format, parse_format(*v));
   }
   if (const auto* v = get("dtype")) {
-    SHARDLOAD_ASSIGN_OR_RETURN(out->dtype, parse_dtype(*v));
+    bool big = false;
+    SHARDLOAD_ASSIGN_OR_RETURN(out->dtype, parse_dtype(*v, &big));
+    if (!v->empty() && ((*v)[0] == '<' || (*v)[0] == '>')) out->big_endian = big;
   }
   if (const auto* v = get("trailing-shape")) {
     std::vector<long long> dims;

@@ -132,6 +132,7 @@ std::vector<std::uint8_t> encode_layout(const Layout& l) {
   const FormatOptions& o = l.options;
   w.u8(o.dtype ? 1 : 0);
   if (o.dtype) put_dtype(w, *o.dtype);
+  w.u8(o.big_endian ? (*o.big_endian ? 2 : 1) : 0);
   w.u8(o.trailing_shape ? 1 : 0);
   if (o.trailing_shape) put_dims(w, *o.trailing_shape);
   w.u8(o.header_bytes ? 1 : 0);
@@ -171,6 +172,7 @@ Result<Layout> decode_layout(std::span<const std::uint8_t> bytes) {
   const auto format = static_cast<Format>(r.u8());
   FormatOptions o;
   if (r.u8() != 0) o.dtype = get_dtype(r);
+  if (const std::uint8_t order = r.u8(); order != 0) o.big_endian = order == 2;
   if (r.u8() != 0) o.trailing_shape = get_dims(r);
   if (r.u8() != 0) o.header_bytes = r.varint();
   o.dataset = r.str();

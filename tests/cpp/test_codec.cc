@@ -23,6 +23,7 @@ Layout sample(int shards) {
   }
   FormatOptions o;
   o.dtype = *parse_dtype("complex64");
+  o.big_endian = true;
   o.trailing_shape = std::vector<std::int64_t>{3, 0};
   o.header_bytes = 77;
   o.dataset = "/group/data";

@@ -204,3 +204,16 @@ def test_not_a_regular_file(tmp_path):
     (tmp_path / "shard_0000.bin").mkdir()
     with pytest.raises(shardload.LayoutError, match=r"shard_0000\.bin: not a regular file"):
         shardload.discover(tmp_path, format="raw", dtype="float32", shape=())
+
+
+def test_dtype_option_byte_order(tmp_path) -> None:
+    a = np.arange(24, dtype=">f4").reshape(8, 3)
+    a.tofile(tmp_path / "shard_0000.bin")
+    layout = shardload.discover(tmp_path, format="raw", dtype=">f4", shape=(3,))
+    np.testing.assert_array_equal(layout.read(), a.astype("<f4"))
+    # "float32" names no order: native, which is not what the file holds.
+    native = shardload.discover(tmp_path, format="raw", dtype="float32", shape=(3,)).read()
+    assert not np.array_equal(native, a.astype("<f4"))
+    (tmp_path / "shardload.json").write_text('{"dtype": "<f4", "shape": [3]}')
+    with pytest.raises(shardload.LayoutError, match="byte order little-endian differs"):
+        shardload.discover(tmp_path, format="raw", dtype=">f4")

@@ -110,10 +110,21 @@ class RawReader final : public ShardReader {
     p.shard.path = path;
     SHARDLOAD_ASSIGN_OR_RETURN(Sidecar * side, sidecar_for(parent_dir(path)));
 
-    // dtype and byte order. The option carries no byte order; the sidecar's
-    // order applies to it (native when there is no sidecar).
+    // dtype and byte order. An order spelled in the dtype option ("<f4")
+    // must agree with the sidecar's; otherwise the sidecar's order applies
+    // (native when there is no sidecar).
     bool big = !host_is_little_endian();
     if (side != nullptr) big = side->big_endian;
+    if (options_.big_endian) {
+      if (side != nullptr && side->dtype && side->big_endian != *options_.big_endian) {
+        return Status(ErrorCode::kFormat,
+                      side->path + ": dtype: byte order " +
+                          (side->big_endian ? "big" : "little") +
+                          "-endian differs from the dtype option's " +
+                          (*options_.big_endian ? "big" : "little") + "-endian");
+      }
+      big = *options_.big_endian;
+    }
     if (options_.dtype && side != nullptr && side->dtype && *options_.dtype != *side->dtype) {
       return Status(ErrorCode::kFormat, side->path + ": dtype: " + side->dtype->name() +
                                             " differs from the dtype option " +
