@@ -25,7 +25,8 @@ class LayoutError : public std::invalid_argument {
   using std::invalid_argument::invalid_argument;
 };
 
-// Reading a shard failed, or a file changed since discovery.
+// Reading a shard failed: an I/O error, a file changed since discovery, or
+// data found damaged (or null) while reading.
 class ShardReadError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
@@ -55,8 +56,9 @@ struct LoadInfo {
 // Allocates the output once (final shape and dtype, no zero fill), tiles it
 // along axis 0 by the read plan for the processors of the kind the load runs
 // on (GPU if any, else OMP, else CPU), and fills it with one manual launch of
-// the load task. Returns once the launch has completed; a read failure in
-// any point is thrown as ShardReadError naming the file and row range.
+// the load task. Returns once the launch has completed; any failure found
+// while reading, in any point, is thrown as ShardReadError naming the file
+// and row range.
 legate::LogicalArray load(const Layout& layout, const LoadOptions& options = {},
                           LoadInfo* info = nullptr);
 

@@ -16,7 +16,8 @@ LayoutError.__doc__ = (
 )
 ShardReadError = _core.ShardReadError
 ShardReadError.__doc__ = (
-    "Reading a shard failed or it changed since discovery; an OSError."
+    "Reading a shard failed: an I/O error, a file changed since discovery, or data found"
+    " damaged (or null) while reading; an OSError."
 )
 Layout = _core.Layout
 
@@ -61,7 +62,8 @@ def discover(
 
     Returns:
         The layout: shard paths, rows per shard, dtype, shape, byte count.
-        ``layout.read(lo, hi)`` reads rows [lo, hi) into a numpy array.
+        ``layout.read(lo, hi)`` reads rows [lo, hi) into a numpy array on the
+        host (no Legate) and raises ShardReadError when reading fails.
 
     Raises:
         LayoutError: the source or one of its files is not a valid dataset;
@@ -111,8 +113,9 @@ def load(
 
     Raises:
         LayoutError: the files do not form a valid dataset, or K < 1.
-        ShardReadError: a shard could not be read or changed since discovery;
-            the message names the file and the rows.
+        ShardReadError: reading failed in some tile (I/O error, a file changed
+            since discovery, damaged or null data); the message names the file
+            and the rows.
     """
     if int(overdecompose) < 1:
         raise LayoutError(f"overdecompose (K) must be at least 1, found {overdecompose}")

@@ -36,6 +36,13 @@ struct ShardReadErrorCpp : std::runtime_error {
   }
 }
 
+// A failure while reading data is a read error whatever its cause (I/O,
+// a changed file, a damaged chunk, a null); only bad arguments are not.
+[[noreturn]] void raise_read(const Status& st) {
+  if (st.code() == ErrorCode::kInvalidArgument) throw py::value_error(st.message());
+  throw ShardReadErrorCpp(st.message());
+}
+
 template <typename T>
 T unwrap(Result<T> r) {
   if (!r) raise(r.status());
@@ -128,7 +135,7 @@ PYBIND11_MODULE(_core, m) {
               py::gil_scoped_release release;
               st = fill_rows(l, lo, hi, dst);
             }
-            if (!st) raise(st);
+            if (!st) raise_read(st);
             return out;
           },
           py::arg("lo") = 0, py::arg("hi") = -1);
