@@ -240,3 +240,18 @@ def test_write_removes_stale_shards_and_inspect(tmp_path: pathlib.Path, cli) -> 
     assert r.returncode != 0 and "--num-shards" in r.stderr
     r = run("write", "--shard-dir", out, "--num-shards", "2", "--shape", "5", "--dtype", "float8")
     assert r.returncode != 0 and "unsupported dtype 'float8'" in r.stderr
+
+
+def test_error_empty_sources(tmp_path: pathlib.Path) -> None:
+    assert "list of shard paths is empty" in layout_error([])
+    (tmp_path / "empty").mkdir()
+    assert "no files match" in layout_error(tmp_path / "empty")
+    with pytest.raises(ValueError, match="the source is empty"):
+        shardload.discover("")
+    assert "no files match the glob" in layout_error(str(tmp_path / "*.npy"))
+
+
+def test_error_format_unknown_from_the_name(tmp_path: pathlib.Path) -> None:
+    (tmp_path / "data.foo").write_bytes(b"\0" * 16)
+    msg = layout_error([tmp_path / "data.foo"])
+    assert f"{tmp_path}/data.foo: cannot tell the format from the name" in msg
