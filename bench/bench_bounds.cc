@@ -18,16 +18,12 @@
 #include <thread>
 #include <vector>
 
+#include "bench_util.hpp"
+
+using shardload::bench::median;
+using shardload::bench::now;
+
 namespace {
-
-double now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 double memcpy_once(std::byte* dst, const std::byte* src, std::size_t bytes, int threads) {
   const double t0 = now();

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_util.hpp"
 #include "shardload/fill.hpp"
 #include "shardload/layout.hpp"
 #include "shardload/synth.hpp"
@@ -22,16 +23,10 @@
 using namespace shardload;
 namespace fs = std::filesystem;
 
+using shardload::bench::median;
+using shardload::bench::now;
+
 namespace {
-
-double now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 void die(const Status& s) {
   std::fprintf(stderr, "bench_core: %s\n", s.message().c_str());

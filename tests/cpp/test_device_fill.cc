@@ -18,69 +18,15 @@
 namespace shardload {
 namespace {
 
-using testing::npy_bytes;
-using testing::npy_dict;
-
-// Real files; reads fail or end early after a number of bytes served across
-// all reader threads.
-class FaultyIo final : public IoBackend {
- public:
-  enum class Mode { kNone, kErrorAfter, kEofAfter };
-  explicit FaultyIo(Mode m, std::uint64_t after = 0) : mode_(m), after_(after) {}
-  Result<int> open(const std::string& p) override { return posix_io().open(p); }
-  Result<FileInfo> stat(int fd, const std::string& p) override { return posix_io().stat(fd, p); }
-  void close(int fd) override { posix_io().close(fd); }
-  std::int64_t pread(int fd, void* buf, std::size_t n, std::uint64_t off) override {
-    if (mode_ != Mode::kNone) {
-      const std::uint64_t before = served_.fetch_add(n);
-      if (before >= after_) return mode_ == Mode::kErrorAfter ? -EIO : 0;
-      n = std::min<std::size_t>(n, after_ - before);
-    }
-    return posix_io().pread(fd, buf, n, off);
-  }
-
- private:
-  Mode mode_;
-  std::uint64_t after_;
-  std::atomic<std::uint64_t> served_{0};
-};
-
-template <typename T>
-T bswap_value(T v) {
-  std::array<unsigned char, sizeof(T)> b{};
-  std::memcpy(b.data(), &v, sizeof(T));
-  std::reverse(b.begin(), b.end());
-  std::memcpy(&v, b.data(), sizeof(T));
-  return v;
-}
+using testing::FaultyIo;
 
 class DeviceFillTest : public ::testing::Test {
  protected:
-  // int32 values base, base+1, ... of shape (rows, 3, 2): 24-byte rows.
   void c_shard(int i, std::int32_t base, std::int64_t rows, bool big = false) {
-    std::vector<std::int32_t> v(static_cast<std::size_t>(rows * 6));
-    std::iota(v.begin(), v.end(), base);
-    if (big) {
-      for (auto& x : v) x = bswap_value(x);
-    }
-    write(i, npy_dict(big ? ">i4" : "<i4", false, "(" + std::to_string(rows) + ", 3, 2)"),
-          testing::raw(v));
+    testing::write_iota_shard(dir_, i, base, rows, big);
   }
   void f_shard(int i, std::int32_t base, std::int64_t rows) {
-    std::vector<std::int32_t> v(static_cast<std::size_t>(rows * 6));
-    for (std::int64_t r = 0; r < rows; ++r) {
-      for (int a = 0; a < 3; ++a) {
-        for (int b = 0; b < 2; ++b) {
-          v[static_cast<std::size_t>(r + rows * (a + 3 * b))] =
-              base + static_cast<std::int32_t>(r * 6 + a * 2 + b);
-        }
-      }
-    }
-    write(i, npy_dict("<i4", true, "(" + std::to_string(rows) + ", 3, 2)"), testing::raw(v));
-  }
-  void write(int i, const std::string& dict, const std::string& data) {
-    testing::write_file(dir_.file(NumberPattern{"shard_", 4, ".npy"}.format(i)),
-                        npy_bytes(dict, data));
+    testing::write_iota_shard(dir_, i, base, rows, /*big=*/false, /*fortran=*/true);
   }
   // Mixed shards: C, Fortran, empty, big-endian; 0, 1, 2, ... in C order.
   void mixed() {

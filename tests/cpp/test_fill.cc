@@ -15,84 +15,15 @@
 namespace shardload {
 namespace {
 
-using testing::npy_bytes;
-using testing::npy_dict;
-
-// An injected backend: real files, but reads can fail, come up short, or
-// be interrupted, counted across the whole fill.
-class FaultyIo final : public IoBackend {
- public:
-  enum class Mode { kNone, kErrorAfter, kEintrEvery, kShortReads, kEofAfter };
-  Mode mode = Mode::kNone;
-  std::uint64_t after = 0;  // bytes served before the fault
-  std::uint64_t served = 0;
-  int calls = 0;
-
-  Result<int> open(const std::string& p) override { return posix_io().open(p); }
-  Result<FileInfo> stat(int fd, const std::string& p) override { return posix_io().stat(fd, p); }
-  void close(int fd) override { posix_io().close(fd); }
-  std::int64_t pread(int fd, void* buf, std::size_t n, std::uint64_t off) override {
-    ++calls;
-    switch (mode) {
-      case Mode::kNone: break;
-      case Mode::kErrorAfter:
-        if (served >= after) return -EIO;
-        n = std::min<std::size_t>(n, after - served);
-        break;
-      case Mode::kEofAfter:
-        if (served >= after) return 0;
-        n = std::min<std::size_t>(n, after - served);
-        break;
-      case Mode::kEintrEvery:
-        if (calls % 2 == 1) return -EINTR;
-        break;
-      case Mode::kShortReads: n = std::min<std::size_t>(n, 3); break;
-    }
-    const auto got = posix_io().pread(fd, buf, n, off);
-    if (got > 0) served += static_cast<std::uint64_t>(got);
-    return got;
-  }
-};
-
-template <typename T>
-T bswap_value(T v) {
-  std::array<unsigned char, sizeof(T)> b{};
-  std::memcpy(b.data(), &v, sizeof(T));
-  std::reverse(b.begin(), b.end());
-  std::memcpy(&v, b.data(), sizeof(T));
-  return v;
-}
+using testing::FaultyIo;
 
 class FillTest : public ::testing::Test {
  protected:
-  // Shard i holds int32 values base+0 ... in C order with shape (rows, 3, 2).
   void c_shard(int i, std::int32_t base, std::int64_t rows, bool big = false) {
-    std::vector<std::int32_t> v(static_cast<std::size_t>(rows * 6));
-    std::iota(v.begin(), v.end(), base);
-    if (big) {
-      for (auto& x : v) x = bswap_value(x);
-    }
-    write(i, npy_dict(big ? ">i4" : "<i4", false, "(" + std::to_string(rows) + ", 3, 2)"),
-          testing::raw(v));
+    testing::write_iota_shard(dir_, i, base, rows, big);
   }
-  // The same logical values stored in Fortran order.
   void f_shard(int i, std::int32_t base, std::int64_t rows, bool big = false) {
-    std::vector<std::int32_t> v(static_cast<std::size_t>(rows * 6));
-    for (std::int64_t r = 0; r < rows; ++r) {
-      for (int a = 0; a < 3; ++a) {
-        for (int b = 0; b < 2; ++b) {
-          std::int32_t x = base + static_cast<std::int32_t>(r * 6 + a * 2 + b);
-          if (big) x = bswap_value(x);
-          v[static_cast<std::size_t>(r + rows * (a + 3 * b))] = x;
-        }
-      }
-    }
-    write(i, npy_dict(big ? ">i4" : "<i4", true, "(" + std::to_string(rows) + ", 3, 2)"),
-          testing::raw(v));
-  }
-  void write(int i, const std::string& dict, const std::string& data) {
-    testing::write_file(dir_.file(NumberPattern{"shard_", 4, ".npy"}.format(i)),
-                        npy_bytes(dict, data));
+    testing::write_iota_shard(dir_, i, base, rows, big, /*fortran=*/true);
   }
   Layout layout() {
     auto l = discover(Source::dir(dir_.path()));
@@ -131,9 +62,7 @@ TEST_F(FillTest, ShortReadIsAnErrorWithFileOffsetExpectedGot) {
   c_shard(0, 0, 10);
   c_shard(1, 60, 10);
   const Layout l = layout();
-  FaultyIo io;
-  io.mode = FaultyIo::Mode::kEofAfter;
-  io.after = 240 + 100;  // all of shard 0, then 100 bytes of shard 1
+  FaultyIo io(FaultyIo::Mode::kEofAfter, 240 + 100);  // all of shard 0, 100 bytes of shard 1
   FillOptions o;
   o.io = &io;
   std::vector<std::int32_t> out(120);
@@ -149,9 +78,7 @@ TEST_F(FillTest, ShortReadIsAnErrorWithFileOffsetExpectedGot) {
 TEST_F(FillTest, IoErrorInTheMiddle) {
   f_shard(0, 0, 50);
   const Layout l = layout();
-  FaultyIo io;
-  io.mode = FaultyIo::Mode::kErrorAfter;
-  io.after = 333;
+  FaultyIo io(FaultyIo::Mode::kErrorAfter, 333);
   FillOptions o;
   o.io = &io;
   std::vector<std::int32_t> out(300);
@@ -166,8 +93,7 @@ TEST_F(FillTest, InterruptedAndPartialReadsAreRetried) {
   f_shard(1, 42, 9, true);
   const Layout l = layout();
   for (auto mode : {FaultyIo::Mode::kEintrEvery, FaultyIo::Mode::kShortReads}) {
-    FaultyIo io;
-    io.mode = mode;
+    FaultyIo io(mode);
     FillOptions o;
     o.io = &io;
     std::vector<std::int32_t> out(96, -1);

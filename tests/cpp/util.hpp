@@ -5,11 +5,18 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
+
+#include "shardload/io.hpp"
+#include "shardload/source.hpp"
 
 namespace shardload::testing {
 
@@ -60,5 +67,75 @@ std::string raw(const std::vector<T>& v) {
   if (!s.empty()) std::memcpy(s.data(), v.data(), s.size());
   return s;
 }
+
+template <typename T>
+T bswap_value(T v) {
+  std::array<unsigned char, sizeof(T)> b{};
+  std::memcpy(b.data(), &v, sizeof(T));
+  std::reverse(b.begin(), b.end());
+  std::memcpy(&v, b.data(), sizeof(T));
+  return v;
+}
+
+// Shard i of `dir` (shard_000i.npy) holds the int32 values base, base+1, ...
+// in C order with shape (rows, 3, 2): 24-byte rows. Shards written with
+// consecutive bases concatenate to 0, 1, 2, ..., so any row range of the
+// result must be a run of consecutive integers.
+inline void write_iota_shard(const TempDir& dir, int i, std::int32_t base, std::int64_t rows,
+                             bool big = false, bool fortran = false) {
+  std::vector<std::int32_t> v(static_cast<std::size_t>(rows * 6));
+  for (std::int64_t r = 0; r < rows; ++r) {
+    for (int a = 0; a < 3; ++a) {
+      for (int b = 0; b < 2; ++b) {
+        std::int32_t x = base + static_cast<std::int32_t>(r * 6 + a * 2 + b);
+        if (big) x = bswap_value(x);
+        // Fortran order: the first index varies fastest.
+        const std::int64_t at = fortran ? r + rows * (a + 3 * b) : r * 6 + a * 2 + b;
+        v[static_cast<std::size_t>(at)] = x;
+      }
+    }
+  }
+  write_file(dir.file(NumberPattern{"shard_", 4, ".npy"}.format(i)),
+             npy_bytes(npy_dict(big ? ">i4" : "<i4", fortran,
+                                "(" + std::to_string(rows) + ", 3, 2)"),
+                       raw(v)));
+}
+
+// An injected backend over real files: reads fail or end early once a
+// number of bytes has been served (counted across threads), or come up
+// short, or are interrupted.
+class FaultyIo final : public IoBackend {
+ public:
+  enum class Mode { kNone, kErrorAfter, kEofAfter, kEintrEvery, kShortReads };
+  explicit FaultyIo(Mode m = Mode::kNone, std::uint64_t after = 0) : mode_(m), after_(after) {}
+
+  Result<int> open(const std::string& p) override { return posix_io().open(p); }
+  Result<FileInfo> stat(int fd, const std::string& p) override { return posix_io().stat(fd, p); }
+  void close(int fd) override { posix_io().close(fd); }
+  std::int64_t pread(int fd, void* buf, std::size_t n, std::uint64_t off) override {
+    const int call = ++calls_;
+    switch (mode_) {
+      case Mode::kNone: break;
+      case Mode::kErrorAfter:
+      case Mode::kEofAfter: {
+        const std::uint64_t before = served_.fetch_add(n);
+        if (before >= after_) return mode_ == Mode::kErrorAfter ? -EIO : 0;
+        n = std::min<std::size_t>(n, after_ - before);
+        break;
+      }
+      case Mode::kEintrEvery:
+        if (call % 2 == 1) return -EINTR;
+        break;
+      case Mode::kShortReads: n = std::min<std::size_t>(n, 3); break;
+    }
+    return posix_io().pread(fd, buf, n, off);
+  }
+
+ private:
+  Mode mode_;
+  std::uint64_t after_;
+  std::atomic<std::uint64_t> served_{0};
+  std::atomic<int> calls_{0};
+};
 
 }  // namespace shardload::testing

@@ -1,4 +1,5 @@
-"""Shared fixtures: the built CLI and a numpy reimplementation of synth."""
+"""Shared helpers: the built CLI, a numpy reimplementation of synth, and random
+arrays of every dtype shardload supports."""
 
 from __future__ import annotations
 
@@ -51,3 +52,20 @@ def synth(dtype: str, seed: int, first: int, count: int) -> np.ndarray:
     with np.errstate(over="ignore"):
         h2 = splitmix64(h)
     return (_real(h, bits) + 1j * _real(h2, bits)).astype(dt)
+
+
+DTYPES = ["bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+          "float16", "float32", "float64", "complex64", "complex128"]
+
+
+def random_array(rng: np.random.Generator, shape: tuple[int, ...], dtype: str) -> np.ndarray:
+    """Random values spanning the whole range of integer types."""
+    dt = np.dtype(dtype)
+    if dt == np.bool_:
+        return rng.integers(0, 2, size=shape).astype(bool)
+    if dt.kind in "iu":
+        info = np.iinfo(dt)
+        return rng.integers(info.min, info.max, size=shape, dtype=dt, endpoint=True)
+    if dt.kind == "f":
+        return rng.standard_normal(shape).astype(dt)
+    return (rng.standard_normal(shape) + 1j * rng.standard_normal(shape)).astype(dt)

@@ -12,22 +12,7 @@ import pytest
 
 import shardload
 from shardload import _core
-from conftest import synth
-
-DTYPES = ["bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
-          "float16", "float32", "float64", "complex64", "complex128"]
-
-
-def random_array(rng: np.random.Generator, shape: tuple[int, ...], dtype: str) -> np.ndarray:
-    dt = np.dtype(dtype)
-    if dt == np.bool_:
-        return rng.integers(0, 2, size=shape).astype(bool)
-    if dt.kind in "iu":
-        info = np.iinfo(dt)
-        return rng.integers(info.min, info.max, size=shape, dtype=dt, endpoint=True)
-    if dt.kind == "f":
-        return rng.standard_normal(shape).astype(dt)
-    return (rng.standard_normal(shape) + 1j * rng.standard_normal(shape)).astype(dt)
+from conftest import DTYPES, random_array, synth
 
 
 def write_shards(directory: pathlib.Path, arrays: list[np.ndarray], *, big: list[bool] | None = None,

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 import shardload
-from test_core import DTYPES, random_array, write_shards
+from conftest import DTYPES, random_array
+from test_core import write_shards
 
 cn = pytest.importorskip("cupynumeric")
 
