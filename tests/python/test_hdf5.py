@@ -192,9 +192,160 @@ def test_error_corrupt_compressed_chunk(tmp_path: pathlib.Path) -> None:
     path.write_bytes(bytes(raw))
     layout = shardload.discover(tmp_path, format="hdf5")  # fresh snapshot; metadata is intact
     np.testing.assert_array_equal(layout.read(0, 2000), a[:2000])  # other chunks still read
+    # The direct path inflates the chunk itself: the error names the chunk's rows.
     with pytest.raises(shardload.ShardReadError,
-                       match=r"reading rows \[1500, 2500\): .*shard_0000\.h5: dataset '/data': HDF5: "):
+                       match=r"reading rows \[1500, 2500\): .*shard_0000\.h5: dataset '/data': "
+                             r"chunk of rows \[2000, 3000\) at \(2000\): deflate: corrupt chunk"):
         layout.read(1500, 2500)
+
+
+# ---- gzip through the direct chunk path (inflated outside HDF5's global lock) ------
+
+
+def write_gzip(path: pathlib.Path, a: np.ndarray, chunks: tuple[int, ...], *, level: int = 1,
+               shuffle: bool = False, big: bool = False, **kw) -> None:
+    if big and a.dtype.itemsize > 1:
+        a = a.astype(a.dtype.newbyteorder(">"))
+    with h5py.File(path, "w") as f:
+        f.create_dataset("data", data=a, chunks=chunks, compression="gzip",
+                         compression_opts=level, shuffle=shuffle, **kw)
+
+
+def read_back(tmp_path: pathlib.Path) -> np.ndarray:
+    parts = []
+    for p in sorted(tmp_path.glob("shard_*.h5")):
+        with h5py.File(p, "r") as f:
+            parts.append(f["data"][...])
+    return np.concatenate(parts).astype(parts[0].dtype.newbyteorder("="))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_gzip_shuffle_levels_byte_orders_every_dtype(tmp_path: pathlib.Path, dtype: str) -> None:
+    rng = np.random.default_rng(abs(hash(dtype + "gz")) % 2**32)
+    # full-row chunks not dividing the rows, shuffle, level 9, big-endian, and
+    # chunks along the trailing axes (partial there too)
+    settings = [dict(chunks=(5, 3, 2)), dict(chunks=(4, 3, 2), shuffle=True, level=9),
+                dict(chunks=(6, 3, 2), big=True), dict(chunks=(3, 2, 2), shuffle=True, big=True),
+                dict(chunks=(7, 1, 2), level=9, big=True), dict(chunks=(2, 2, 1), shuffle=True)]
+    arrays = []
+    for i, kw in enumerate(settings):
+        a = random_array(rng, (11 + 3 * i, 3, 2), dtype)
+        write_gzip(tmp_path / f"shard_{i:04d}.h5", a, **kw)
+        arrays.append(a)
+    layout = shardload.discover(tmp_path, format="hdf5")
+    expected = np.concatenate(arrays)
+    assert layout.dtype == expected.dtype
+    np.testing.assert_array_equal(read_back(tmp_path), expected)  # h5py agrees with the source
+    check_all_ranges(layout, expected, step=5)
+
+
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_gzip_trailing_chunks_and_chunks_beyond_the_extent(tmp_path: pathlib.Path,
+                                                          shuffle: bool) -> None:
+    rng = np.random.default_rng(7)
+    a = rng.standard_normal((203, 7, 5))
+    write_gzip(tmp_path / "shard_0000.h5", a, (16, 3, 2), shuffle=shuffle)
+    # resizable: chunks may be wider than the current trailing extent
+    b = rng.integers(-1000, 1000, size=(90, 7, 5)).astype(np.float64)
+    write_gzip(tmp_path / "shard_0001.h5", b, (32, 8, 8), shuffle=shuffle,
+               maxshape=(None, None, None))
+    layout = shardload.discover(tmp_path, format="hdf5")
+    expected = np.concatenate([a, b])
+    for lo, hi in [(0, 293), (1, 2), (15, 17), (16, 32), (100, 250), (202, 204), (203, 293),
+                   (230, 231), (292, 293)]:
+        np.testing.assert_array_equal(layout.read(lo, hi), expected[lo:hi])
+
+
+@pytest.mark.parametrize("shuffle", [False, True])
+@pytest.mark.parametrize("chunks", [(10, 4), (7, 3)])
+def test_gzip_missing_chunks_read_the_fill_value(tmp_path: pathlib.Path, shuffle: bool,
+                                                 chunks: tuple[int, int]) -> None:
+    expected = np.full((100, 4), -7, dtype=np.int32)
+    with h5py.File(tmp_path / "shard_0000.h5", "w") as f:
+        d = f.create_dataset("data", shape=(100, 4), dtype="<i4", chunks=chunks,
+                             compression="gzip", shuffle=shuffle, fillvalue=-7)
+        d[20:30] = np.arange(40).reshape(10, 4)
+        d[55:75, 1:3] = 5
+        expected[20:30] = np.arange(40).reshape(10, 4)
+        expected[55:75, 1:3] = 5
+    # no fill value set: HDF5's default, zeros (big-endian too)
+    with h5py.File(tmp_path / "shard_0001.h5", "w") as f:
+        d = f.create_dataset("data", shape=(30, 4), dtype=">i4", chunks=chunks,
+                             compression="gzip", shuffle=shuffle)
+        d[3:5] = 9
+    tail = np.zeros((30, 4), np.int32)
+    tail[3:5] = 9
+    expected = np.concatenate([expected, tail])
+    np.testing.assert_array_equal(read_back(tmp_path), expected)
+    layout = shardload.discover(tmp_path, format="hdf5")
+    check_all_ranges(layout, expected, step=9)
+
+
+def test_gzip_chunk_stored_without_its_filter(tmp_path: pathlib.Path) -> None:
+    # A chunk whose filter mask says deflate was skipped is read by H5Dread.
+    path = tmp_path / "shard_0000.h5"
+    a = np.arange(40, dtype=np.int16).reshape(20, 2)
+    write_gzip(path, a, (5, 2))
+    with h5py.File(path, "r+") as f:
+        f["data"].id.write_direct_chunk((10, 0), np.full((5, 2), 77, np.int16).tobytes(),
+                                        filter_mask=1)
+    a[10:15] = 77
+    np.testing.assert_array_equal(read_back(tmp_path), a)
+    layout = shardload.discover(tmp_path, format="hdf5")
+    check_all_ranges(layout, a, step=2)
+
+
+@pytest.mark.parametrize("decoded", ["short", "long"])
+def test_gzip_chunk_of_the_wrong_decoded_size_is_an_error(tmp_path: pathlib.Path,
+                                                          decoded: str) -> None:
+    import zlib
+    path = tmp_path / "shard_0000.h5"
+    a = np.arange(400, dtype=np.float32).reshape(100, 4)
+    write_gzip(path, a, (25, 4))
+    n = 25 * 4 * 4
+    payload = bytes(n - 4) if decoded == "short" else bytes(n + 4)
+    with h5py.File(path, "r+") as f:
+        f["data"].id.write_direct_chunk((50, 0), zlib.compress(payload))
+    layout = shardload.discover(tmp_path, format="hdf5")
+    np.testing.assert_array_equal(layout.read(0, 50), a[:50])
+    np.testing.assert_array_equal(layout.read(75, 100), a[75:])
+    why = "decodes to 396 bytes, expected 400 bytes" if decoded == "short" else \
+        "decodes to more than the expected 400 bytes"
+    with pytest.raises(shardload.ShardReadError,
+                       match=rf"reading rows \[40, 60\): .*shard_0000\.h5: dataset '/data': "
+                             rf"chunk of rows \[50, 75\) at \(50, 0\): deflate: corrupt chunk: {why}"):
+        layout.read(40, 60)
+
+
+@pytest.mark.parametrize("extra", ["fletcher32", "scaleoffset"])
+def test_gzip_with_other_filters_reads_through_hdf5(tmp_path: pathlib.Path, extra: str) -> None:
+    rng = np.random.default_rng(3)
+    a = rng.integers(-5000, 5000, size=(333, 3), dtype=np.int32)
+    kw = {"fletcher32": True} if extra == "fletcher32" else {"scaleoffset": 0}
+    write_gzip(tmp_path / "shard_0000.h5", a, (40, 3), shuffle=True, **kw)
+    write_gzip(tmp_path / "shard_0001.h5", a[::-1], (50, 2), big=True, **kw)
+    expected = np.concatenate([a, a[::-1]])
+    np.testing.assert_array_equal(read_back(tmp_path), expected)
+    layout = shardload.discover(tmp_path, format="hdf5")
+    check_all_ranges(layout, expected, step=37)
+
+
+def test_gzip_fletcher32_corrupt_chunk_is_hdf5s_error(tmp_path: pathlib.Path) -> None:
+    # Outside the direct path, a damaged chunk is still an error (HDF5's own).
+    path = tmp_path / "shard_0000.h5"
+    a = np.arange(4000, dtype=np.int64)
+    write_gzip(path, a, (1000,), fletcher32=True)
+    with h5py.File(path, "r") as f:
+        info = f["data"].id.get_chunk_info(1)
+    raw = bytearray(path.read_bytes())
+    for k in range(info.byte_offset + 2, info.byte_offset + info.size - 8):
+        raw[k] ^= 0x5A
+    path.write_bytes(bytes(raw))
+    layout = shardload.discover(tmp_path, format="hdf5")
+    np.testing.assert_array_equal(layout.read(2000, 4000), a[2000:])
+    with pytest.raises(shardload.ShardReadError,
+                       match=r"reading rows \[500, 1500\): .*shard_0000\.h5: dataset '/data': HDF5: "):
+        layout.read(500, 1500)
 
 
 def test_error_not_hdf5(tmp_path: pathlib.Path) -> None:

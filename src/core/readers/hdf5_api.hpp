@@ -37,7 +37,9 @@ namespace shardload::detail {
   X(H5Tget_member_name) X(H5Tget_member_type) X(H5Tget_member_value) X(H5Tget_super)        \
   X(H5Tcopy) X(H5Tset_fields) X(H5Tset_size) X(H5Tset_ebias) X(H5Tcreate) X(H5Tinsert)      \
   X(H5Tenum_create) X(H5Tenum_insert) X(H5Tclose) X(H5free_memory) X(H5Lvisit) X(H5Lexists) \
-  X(H5Oopen) X(H5Oclose) X(H5Iget_type)
+  X(H5Oopen) X(H5Oclose) X(H5Iget_type) X(H5Dget_create_plist) X(H5Pget_layout)             \
+  X(H5Pget_chunk) X(H5Pget_nfilters) X(H5Pget_filter2) X(H5Tget_order)                      \
+  X(H5Tget_member_offset)
 
 // X(name): one HDF5 global that the H5T_* / H5P_* macros read after H5open().
 #define SHARDLOAD_HDF5_GLOBALS(X)                                                        \
@@ -53,6 +55,10 @@ struct Hdf5Api {
   // Optional (HDF5 >= 1.10.7): turns off HDF5's own file locks, which fail
   // on file systems without flock and add nothing to read-only access.
   decltype(&::H5Pset_file_locking) H5Pset_file_locking = nullptr;
+  // Optional (HDF5 >= 1.10.3): the direct chunk read that lets deflate run
+  // outside the library's global lock; without them every read is H5Dread.
+  decltype(&::H5Dget_chunk_storage_size) H5Dget_chunk_storage_size = nullptr;
+  decltype(&::H5Dread_chunk) H5Dread_chunk = nullptr;
 #define SHARDLOAD_HDF5_GLOBAL(name) hid_t name = -1;
   SHARDLOAD_HDF5_GLOBALS(SHARDLOAD_HDF5_GLOBAL)
 #undef SHARDLOAD_HDF5_GLOBAL

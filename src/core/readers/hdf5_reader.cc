@@ -1,13 +1,16 @@
 // The HDF5 reader: one dataset per file, contiguous or chunked (any filter the
 // library has, gzip included), read as a hyperslab of only the requested rows
 // straight into the destination with a native memory type, so HDF5 itself
-// converts byte order and h5py's bool enum and complex compound.
+// converts byte order and h5py's bool enum and complex compound. Chunks whose
+// only filters are [shuffle,] deflate are instead fetched raw and inflated
+// outside HDF5 (read_direct says why), with H5Dread for anything unusual.
 //
 // Every HDF5 call goes through the privately loaded library (hdf5_api.hpp says
 // why). Debian's libhdf5 is built thread-safe; when a library is not, calls
 // are serialized by one process-wide mutex, held only around HDF5 calls and
 // never across anything that can wait on a runtime.
 #include <dlfcn.h>
+#include <zlib.h>
 
 #include <algorithm>
 #include <cstring>
@@ -19,6 +22,7 @@
 
 #include "hdf5_api.hpp"
 #include "shardload/detail/readers.hpp"
+#include "shardload/fill.hpp"
 #include "shardload/layout.hpp"
 
 #ifndef SHARDLOAD_HDF5_LIBRARY
@@ -53,6 +57,9 @@ Result<Hdf5Api> load_api() {
 #undef SHARDLOAD_HDF5_LOAD
   api.H5Pset_file_locking =
       reinterpret_cast<decltype(api.H5Pset_file_locking)>(::dlsym(h, "H5Pset_file_locking"));
+  api.H5Dget_chunk_storage_size = reinterpret_cast<decltype(api.H5Dget_chunk_storage_size)>(
+      ::dlsym(h, "H5Dget_chunk_storage_size"));
+  api.H5Dread_chunk = reinterpret_cast<decltype(api.H5Dread_chunk)>(::dlsym(h, "H5Dread_chunk"));
   if (!missing.empty()) {
     return Status(ErrorCode::kFormat, std::string("hdf5: ") + api.path +
                                           " lacks functions shardload needs: " + missing);
@@ -94,15 +101,35 @@ std::mutex& hdf5_mutex() {
 }
 
 // Held for the span of one reader call's HDF5 work when the library is not
-// thread-safe; a no-op otherwise.
+// thread-safe; a no-op otherwise. Declared before any Hid of that work, so
+// the handles close while it is held.
 class Hdf5Lock {
  public:
   explicit Hdf5Lock(const Hdf5Api& api) {
     if (!api.thread_safe) lock_.emplace(hdf5_mutex());
   }
+  void unlock() {
+    if (lock_) lock_->unlock();
+  }
+  void lock() {
+    if (lock_) lock_->lock();
+  }
 
  private:
   std::optional<std::unique_lock<std::mutex>> lock_;
+};
+
+// Releases an Hdf5Lock for a span without HDF5 calls (inflating a chunk),
+// taking it back on every way out so the handles still close under it.
+class Hdf5Unlocked {
+ public:
+  explicit Hdf5Unlocked(Hdf5Lock& lock) : lock_(lock) { lock_.unlock(); }
+  Hdf5Unlocked(const Hdf5Unlocked&) = delete;
+  Hdf5Unlocked& operator=(const Hdf5Unlocked&) = delete;
+  ~Hdf5Unlocked() { lock_.lock(); }
+
+ private:
+  Hdf5Lock& lock_;
 };
 
 // An HDF5 identifier that closes itself.
@@ -352,6 +379,144 @@ bool path_exists(const Hdf5Api& api, hid_t file, const std::string& path) {
   return true;
 }
 
+// The largest chunk the direct path decodes: zlib counts in 32-bit units, and
+// the reader keeps one stored and one decoded chunk as scratch. HDF5 caps a
+// chunk at 4 GiB; bigger ones than this go through H5Dread.
+constexpr std::size_t kMaxDirectChunkBytes = std::size_t{1} << 30;
+
+// How the direct path decodes one dataset's chunks.
+struct DirectPlan {
+  std::vector<hsize_t> chunk;    // the chunk shape, one extent per dimension
+  std::size_t elem = 0;          // bytes per element
+  bool shuffle = false;          // HDF5's byte shuffle ran before deflate
+  std::size_t swap_unit = 0;     // 0: stored in host order; else swap units of this size
+  std::size_t chunk_bytes = 0;   // decoded bytes of a chunk (edge chunks are stored whole)
+  std::size_t chunk_elems = 0;
+};
+
+// The direct plan when the dataset is chunked, filtered by exactly deflate
+// (optionally after shuffle), and stored in a type whose bytes are the
+// destination's up to byte order. Anything else (fletcher32, szip, nbit,
+// scale-offset, unknown filters, padded compounds, VAX order) is nullopt and
+// read by H5Dread, which handles it exactly. Called with the lock held; leaves
+// HDF5's error stack for the caller to clear.
+std::optional<DirectPlan> direct_plan(const Hdf5Api& api, hid_t dataset, DType dtype,
+                                      const std::vector<hsize_t>& dims) {
+  if (api.H5Dget_chunk_storage_size == nullptr || api.H5Dread_chunk == nullptr) return std::nullopt;
+  DirectPlan p;
+  const int rank = static_cast<int>(dims.size());
+  Hid dcpl(api.H5Dget_create_plist(dataset), api.H5Pclose);
+  if (!dcpl.valid() || api.H5Pget_layout(dcpl.get()) != H5D_CHUNKED) return std::nullopt;
+  p.chunk.assign(dims.size(), 0);
+  if (api.H5Pget_chunk(dcpl.get(), rank, p.chunk.data()) != rank) return std::nullopt;
+
+  // The pipeline in write order: [shuffle,] deflate; read undoes it backwards.
+  const int nfilters = api.H5Pget_nfilters(dcpl.get());
+  if (nfilters < 1 || nfilters > 2) return std::nullopt;
+  std::size_t shuffle_size = 0;
+  for (int i = 0; i < nfilters; ++i) {
+    unsigned flags = 0, config = 0;
+    unsigned cd[8] = {};
+    std::size_t ncd = 8;
+    char name[64] = {};
+    const H5Z_filter_t f = api.H5Pget_filter2(dcpl.get(), static_cast<unsigned>(i), &flags, &ncd,
+                                              cd, sizeof name, name, &config);
+    if (f != (i == nfilters - 1 ? H5Z_FILTER_DEFLATE : H5Z_FILTER_SHUFFLE)) return std::nullopt;
+    if (f == H5Z_FILTER_SHUFFLE) {
+      // HDF5 records the element size it shuffled by as the first parameter.
+      if (ncd < 1) return std::nullopt;
+      p.shuffle = true;
+      shuffle_size = cd[0];
+    }
+  }
+
+  Hid type(api.H5Dget_type(dataset), api.H5Tclose);
+  if (!type.valid()) return std::nullopt;
+  const auto cls = classify(api, type.get());
+  if (!cls || !(*cls == dtype) || api.H5Tget_size(type.get()) != dtype.size) return std::nullopt;
+  p.elem = dtype.size;
+  if (p.shuffle && shuffle_size != p.elem) return std::nullopt;
+  H5T_order_t order = H5T_ORDER_NONE;
+  std::size_t unit = 1;
+  if (dtype.kind == DTypeKind::kComplex) {
+    // h5py's complex is packed {r, i}; each half has its own byte order.
+    unit = dtype.size / 2u;
+    if (api.H5Tget_member_offset(type.get(), 0) != 0 ||
+        api.H5Tget_member_offset(type.get(), 1) != unit) {
+      return std::nullopt;
+    }
+    Hid re(api.H5Tget_member_type(type.get(), 0), api.H5Tclose);
+    Hid im(api.H5Tget_member_type(type.get(), 1), api.H5Tclose);
+    if (!re.valid() || !im.valid()) return std::nullopt;
+    order = api.H5Tget_order(re.get());
+    if (api.H5Tget_order(im.get()) != order) return std::nullopt;
+  } else if (dtype.size > 1) {
+    unit = dtype.size;  // h5py's bool is one byte: no order to fix
+    order = api.H5Tget_order(type.get());
+  }
+  if (unit > 1) {
+    if (order != H5T_ORDER_LE && order != H5T_ORDER_BE) return std::nullopt;
+    if ((order == H5T_ORDER_LE) != host_is_little_endian()) p.swap_unit = unit;
+  }
+
+  std::size_t elems = 1;
+  for (std::size_t i = 0; i < dims.size(); ++i) {
+    // An empty trailing extent has no bytes to decode; H5Dread handles it.
+    if (p.chunk[i] == 0 || (i > 0 && dims[i] == 0)) return std::nullopt;
+    if (elems > kMaxDirectChunkBytes / p.elem / p.chunk[i]) return std::nullopt;
+    elems *= p.chunk[i];
+  }
+  p.chunk_elems = elems;
+  p.chunk_bytes = elems * p.elem;
+  return p;
+}
+
+// Copies the box `count` at chunk-local `src_start` of a decoded chunk into
+// the destination (shape `dst_dims`, C order) at `dst_start`, undoing the
+// shuffle and the byte order on the way. Dimensions that both the chunk and
+// the destination hold whole merge into one contiguous run, so a chunk of
+// full rows is one copy.
+void copy_box(const DirectPlan& p, const std::byte* raw, const std::vector<hsize_t>& src_start,
+              const std::vector<hsize_t>& dst_dims, const std::vector<hsize_t>& dst_start,
+              const std::vector<hsize_t>& count, std::byte* dst) {
+  const std::size_t rank = count.size();
+  std::vector<std::size_t> src_stride(rank, 1), dst_stride(rank, 1);
+  for (std::size_t i = rank - 1; i > 0; --i) {
+    src_stride[i - 1] = src_stride[i] * p.chunk[i];
+    dst_stride[i - 1] = dst_stride[i] * dst_dims[i];
+  }
+  std::size_t k = rank - 1;
+  std::size_t run = count[k];
+  while (k > 0 && count[k] == p.chunk[k] && count[k] == dst_dims[k]) {
+    --k;
+    run *= count[k];
+  }
+  const std::size_t es = p.elem;
+  std::vector<hsize_t> at(k, 0);  // position within the box in the outer dimensions
+  for (;;) {
+    std::size_t s = src_start[k] * src_stride[k];
+    std::size_t d = dst_start[k] * dst_stride[k];
+    for (std::size_t i = 0; i < k; ++i) {
+      s += (src_start[i] + at[i]) * src_stride[i];
+      d += (dst_start[i] + at[i]) * dst_stride[i];
+    }
+    std::byte* out = dst + d * es;
+    if (p.shuffle) {
+      // Shuffled: byte j of element e sits at j * chunk_elems + e.
+      for (std::size_t j = 0; j < es; ++j) {
+        const std::byte* plane = raw + j * p.chunk_elems + s;
+        for (std::size_t e = 0; e < run; ++e) out[e * es + j] = plane[e];
+      }
+    } else {
+      std::memcpy(out, raw + s * es, run * es);
+    }
+    if (p.swap_unit != 0) byte_swap(out, run * es / p.swap_unit, p.swap_unit);
+    std::size_t i = k;
+    while (i > 0 && ++at[i - 1] == count[i - 1]) at[--i] = 0;
+    if (i == 0) break;
+  }
+}
+
 struct OpenDataset {
   Hid file;
   Hid dataset;
@@ -363,6 +528,11 @@ class Hdf5Reader final : public ShardReader {
  public:
   Hdf5Reader(const FormatOptions& options, const ReaderContext& ctx, const Hdf5Api* api)
       : options_(options), ctx_(ctx), api_(*api) {}
+  Hdf5Reader(const Hdf5Reader&) = delete;
+  Hdf5Reader& operator=(const Hdf5Reader&) = delete;
+  ~Hdf5Reader() override {
+    if (zlib_ready_) inflateEnd(&zlib_);
+  }
 
   Result<ShardProbe> probe(const std::string& path) override {
     ShardProbe p;
@@ -424,6 +594,13 @@ class Hdf5Reader final : public ShardReader {
                                                shape_string(l.trailing_shape) + ")");
       }
       SHARDLOAD_ASSIGN_OR_RETURN(Hid mem_type, memory_type(api_, l.dtype));
+      const std::optional<DirectPlan> plan = direct_plan(api_, d.dataset.get(), l.dtype, d.dims);
+      api_.H5Eclear2(H5E_DEFAULT);  // the plan's probing leaves nothing to report
+      if (plan) {
+        SHARDLOAD_RETURN_IF_ERROR(read_direct(lock, d, where, *plan, mem_type.get(), lo, hi, dst));
+        if (l.dtype.kind == DTypeKind::kBool) return check_bools(s, lo, hi, l.row_bytes, dst);
+        return Status::ok();
+      }
       std::vector<hsize_t> start(d.dims.size(), 0), count = d.dims;
       start[0] = static_cast<hsize_t>(lo);
       count[0] = static_cast<hsize_t>(hi - lo);
@@ -447,6 +624,140 @@ class Hdf5Reader final : public ShardReader {
   }
 
  private:
+  // Rows [lo, hi) chunk by chunk, for a dataset that direct_plan accepted.
+  // HDF5's thread-safe build runs every API call, the deflate filter inside
+  // H5Dread included, under one global lock, so tasks reading through H5Dread
+  // decode one at a time. Here only the stored bytes come out of HDF5
+  // (H5Dread_chunk); inflating, unshuffling and copying run outside any HDF5
+  // call (and outside Hdf5Lock), in parallel across tasks. A chunk that is
+  // not stored (its rows read as the fill value), skipped a filter (filter
+  // mask), or cannot be read directly for any other reason is read by H5Dread
+  // for just its box, so the result stays what H5Dread gives.
+  Status read_direct(Hdf5Lock& lock, const OpenDataset& d, const std::string& where,
+                     const DirectPlan& p, hid_t mem_type, std::int64_t lo, std::int64_t hi,
+                     std::byte* dst) {
+    const std::size_t rank = d.dims.size();
+    std::vector<hsize_t> dst_dims = d.dims;
+    dst_dims[0] = static_cast<hsize_t>(hi - lo);
+    // The chunk grid's indices that meet rows [lo, hi), every one across the
+    // trailing dimensions.
+    std::vector<hsize_t> first(rank, 0), last(rank, 0);
+    first[0] = static_cast<hsize_t>(lo) / p.chunk[0];
+    last[0] = static_cast<hsize_t>(hi - 1) / p.chunk[0];
+    for (std::size_t i = 1; i < rank; ++i) last[i] = (d.dims[i] - 1) / p.chunk[i];
+    std::vector<hsize_t> at = first, offset(rank), box_lo(rank), count(rank), src_start(rank),
+                         dst_start(rank);
+    for (;;) {
+      for (std::size_t i = 0; i < rank; ++i) {
+        offset[i] = at[i] * p.chunk[i];
+        const hsize_t begin = i == 0 ? std::max<hsize_t>(offset[i], static_cast<hsize_t>(lo))
+                                     : offset[i];
+        const hsize_t end = std::min<hsize_t>(offset[i] + p.chunk[i],
+                                              i == 0 ? static_cast<hsize_t>(hi) : d.dims[i]);
+        box_lo[i] = begin;
+        count[i] = end - begin;
+        src_start[i] = begin - offset[i];
+        dst_start[i] = i == 0 ? begin - static_cast<hsize_t>(lo) : begin;
+      }
+      hsize_t stored = 0;
+      std::uint32_t mask = 0;
+      bool direct = api_.H5Dget_chunk_storage_size(d.dataset.get(), offset.data(), &stored) >= 0 &&
+                    stored > 0 && stored <= kMaxDirectChunkBytes;
+      if (direct) {
+        if (stored_.size() < stored) stored_.resize(stored);
+        direct = api_.H5Dread_chunk(d.dataset.get(), H5P_DEFAULT, offset.data(), &mask,
+                                    stored_.data()) >= 0 &&
+                 mask == 0;
+      }
+      if (!direct) {
+        api_.H5Eclear2(H5E_DEFAULT);
+        SHARDLOAD_RETURN_IF_ERROR(
+            read_box(d, where, mem_type, dst_dims, box_lo, dst_start, count, dst));
+      } else {
+        Hdf5Unlocked unlocked(lock);
+        Status st = inflate_chunk(static_cast<std::size_t>(stored), p.chunk_bytes);
+        if (!st.is_ok()) {
+          const hsize_t rows_end = std::min<hsize_t>(offset[0] + p.chunk[0], d.dims[0]);
+          std::string at_text;
+          for (std::size_t i = 0; i < rank; ++i) {
+            at_text += (i ? ", " : "") + std::to_string(offset[i]);
+          }
+          return st.with_context(where + ": chunk of rows [" + std::to_string(offset[0]) + ", " +
+                                 std::to_string(rows_end) + ") at (" + at_text + ")");
+        }
+        copy_box(p, decoded_.data(), src_start, dst_dims, dst_start, count, dst);
+      }
+      std::size_t i = rank;
+      while (i > 0 && at[i - 1] == last[i - 1]) {
+        at[i - 1] = first[i - 1];
+        --i;
+      }
+      if (i == 0) break;
+      ++at[i - 1];
+    }
+    return Status::ok();
+  }
+
+  // One chunk's box through H5Dread, which knows fill values, skipped
+  // filters and whatever else the direct path leaves to the library.
+  Status read_box(const OpenDataset& d, const std::string& where, hid_t mem_type,
+                  const std::vector<hsize_t>& dst_dims, const std::vector<hsize_t>& box_lo,
+                  const std::vector<hsize_t>& dst_start, const std::vector<hsize_t>& count,
+                  std::byte* dst) {
+    const int rank = static_cast<int>(count.size());
+    Hid file_space(api_.H5Dget_space(d.dataset.get()), api_.H5Sclose);
+    Hid mem_space(api_.H5Screate_simple(rank, dst_dims.data(), nullptr), api_.H5Sclose);
+    if (!file_space.valid() || !mem_space.valid() ||
+        api_.H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, box_lo.data(), nullptr,
+                                 count.data(), nullptr) < 0 ||
+        api_.H5Sselect_hyperslab(mem_space.get(), H5S_SELECT_SET, dst_start.data(), nullptr,
+                                 count.data(), nullptr) < 0) {
+      return Status(ErrorCode::kIo, where + ": selecting rows: " + take_error(api_));
+    }
+    if (api_.H5Dread(d.dataset.get(), mem_type, mem_space.get(), file_space.get(), H5P_DEFAULT,
+                     dst) < 0) {
+      return Status(ErrorCode::kIo, where + ": " + take_error(api_));
+    }
+    return Status::ok();
+  }
+
+  // Inflates stored_[0, in) into decoded_, which must come out exactly
+  // `out` bytes (a whole chunk): a damaged chunk is an error, never data.
+  Status inflate_chunk(std::size_t in, std::size_t out) {
+    if (decoded_.size() < out) decoded_.resize(out);
+    if (!zlib_ready_) {
+      if (inflateInit(&zlib_) != Z_OK) {
+        return Status(ErrorCode::kIo, "deflate: cannot initialize zlib");
+      }
+      zlib_ready_ = true;
+    } else if (inflateReset(&zlib_) != Z_OK) {
+      return Status(ErrorCode::kIo, "deflate: cannot reset zlib");
+    }
+    zlib_.next_in = reinterpret_cast<Bytef*>(stored_.data());
+    zlib_.avail_in = static_cast<uInt>(in);
+    zlib_.next_out = reinterpret_cast<Bytef*>(decoded_.data());
+    zlib_.avail_out = static_cast<uInt>(out);
+    const int rc = inflate(&zlib_, Z_FINISH);
+    const std::string expected = std::to_string(out) + " bytes";
+    if (rc == Z_STREAM_END) {
+      if (zlib_.total_out == out) return Status::ok();
+      return Status(ErrorCode::kIo, "deflate: corrupt chunk: decodes to " +
+                                        std::to_string(zlib_.total_out) + " bytes, expected " +
+                                        expected);
+    }
+    if (rc == Z_BUF_ERROR && zlib_.avail_out == 0) {
+      return Status(ErrorCode::kIo,
+                    "deflate: corrupt chunk: decodes to more than the expected " + expected);
+    }
+    if (rc == Z_BUF_ERROR) {
+      return Status(ErrorCode::kIo, "deflate: corrupt chunk: truncated after " +
+                                        std::to_string(zlib_.total_out) + " of " + expected);
+    }
+    if (rc == Z_MEM_ERROR) return Status(ErrorCode::kIo, "deflate: out of memory");
+    return Status(ErrorCode::kIo, std::string("deflate: corrupt chunk: ") +
+                                      (zlib_.msg ? zlib_.msg : "zlib error " + std::to_string(rc)));
+  }
+
   // Opens `path` and its dataset `name` (empty: the file's only dataset).
   // Called with the lock held and HDF5's error printing off.
   Result<OpenDataset> open(const std::string& path, const std::string& name) {
@@ -522,6 +833,12 @@ class Hdf5Reader final : public ShardReader {
   FormatOptions options_;
   ReaderContext ctx_;
   const Hdf5Api& api_;
+  // The direct path's scratch, reused across chunks and calls: one chunk as
+  // stored and one decoded, so the memory stays two chunks whatever the rows.
+  std::vector<std::byte> stored_;
+  std::vector<std::byte> decoded_;
+  z_stream zlib_{};
+  bool zlib_ready_ = false;
 };
 
 }  // namespace
