@@ -12,24 +12,9 @@ import numpy as np
 import pytest
 
 import shardload
+from conftest import DTYPES, random_array
 
 h5py = pytest.importorskip("h5py")
-
-DTYPES = ["bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
-          "float16", "float32", "float64", "complex64", "complex128"]
-
-
-def random_array(rng: np.random.Generator, shape: tuple[int, ...], dtype: str) -> np.ndarray:
-    dt = np.dtype(dtype)
-    if dt == np.bool_:
-        return rng.integers(0, 2, size=shape).astype(bool)
-    if dt.kind in "iu":
-        info = np.iinfo(dt)
-        return rng.integers(info.min, info.max, size=shape, dtype=dt, endpoint=True)
-    if dt.kind == "f":
-        return rng.standard_normal(shape).astype(dt)
-    return (rng.standard_normal(shape) + 1j * rng.standard_normal(shape)).astype(dt)
-
 
 def write(path: pathlib.Path, a: np.ndarray, name: str = "data", *, big: bool = False,
           chunks: tuple[int, ...] | None = None, gzip: bool = False) -> None:
