@@ -6,6 +6,10 @@ from __future__ import annotations
 import os
 import pathlib
 
+# h5py must be imported before cupynumeric in a process: cuPyNumeric loads
+# Legate's own HDF5 into the global symbol scope, and an h5py imported after
+# that binds to it and fails ("Not a datatype"). conftest runs first.
+import h5py  # noqa: F401
 import numpy as np
 import pytest
 

@@ -13,7 +13,7 @@ import shardload
 from conftest import DTYPES, random_array
 from test_core import write_shards
 
-cn = pytest.importorskip("cupynumeric")
+import cupynumeric as cn  # noqa: E402  (a pinned dependency: its absence must fail, not skip)
 
 
 def load_and_compare(directory: pathlib.Path, arrays: list[np.ndarray], k: int) -> None:

@@ -9,9 +9,9 @@ import pytest
 
 import shardload
 
-pa = pytest.importorskip("pyarrow")
-pq = pytest.importorskip("pyarrow.parquet")
-feather = pytest.importorskip("pyarrow.feather")
+import pyarrow as pa  # noqa: E402
+import pyarrow.parquet as pq  # noqa: E402
+import pyarrow.feather as feather  # noqa: E402
 
 FORMATS = ["parquet", "arrow"]
 EXT = {"parquet": "parquet", "arrow": "arrow"}
