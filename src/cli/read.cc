@@ -4,6 +4,7 @@
 #include <chrono>
 #include <fstream>
 #include <iostream>
+#include <ostream>
 #include <regex>
 #include <optional>
 #include <sstream>
@@ -84,9 +85,9 @@ std::optional<Layout> warmup_layout(const Layout& l) {
   return std::nullopt;
 }
 
-int run(const ReadArgs& a) {
+int run(const ReadArgs& a, std::ostream& out, std::ostream& err) {
   const auto layout = discover(a.dir, a.pattern, a.format);
-  std::cout << "source:         " << Source::parse(a.dir, a.pattern).value().describe() << "\n"
+  out << "source:         " << Source::parse(a.dir, a.pattern).value().describe() << "\n"
             << describe(layout);
   auto* runtime = legate::Runtime::get_runtime();
   LoadOptions opts;
@@ -103,39 +104,39 @@ int run(const ReadArgs& a) {
     const double secs =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (r == 0) {
-      std::cout << "plan:           " << info.processors << " " << info.target
+      out << "plan:           " << info.processors << " " << info.target
                 << " processors, K " << a.overdecompose << ", tile rows " << info.tile_rows
                 << ", " << info.tiles << " tasks\n";
     }
     const double gb = static_cast<double>(layout.total_bytes()) / 1e9;
-    std::cout << "load:           " << secs << " s, " << (secs > 0 ? gb / secs : 0.0)
+    out << "load:           " << secs << " s, " << (secs > 0 ? gb / secs : 0.0)
               << " GB/s (" << layout.total_bytes() << " bytes)\n";
   }
   if (!a.verify) {
-    std::cout << "verify:         skipped (--no-verify)\n";
+    out << "verify:         skipped (--no-verify)\n";
     return 0;
   }
   std::string meta_dtype;
   std::optional<long long> seed = a.seed;
   if (!seed) seed = meta_seed(a.dir, &meta_dtype);
   if (!seed) {
-    std::cout << "verify:         skipped (no --seed and no _meta.json with a seed in " << a.dir
+    out << "verify:         skipped (no --seed and no _meta.json with a seed in " << a.dir
               << ")\n";
     return 0;
   }
   if (!meta_dtype.empty() && meta_dtype != layout.dtype.name()) {
-    std::cerr << "shardload read: verify: _meta.json says dtype " << meta_dtype
+    err << "shardload read: verify: _meta.json says dtype " << meta_dtype
               << ", the shards hold " << layout.dtype.name() << "\n";
     return 1;
   }
   const std::int64_t bad = verify(*array, layout, info, static_cast<std::uint64_t>(*seed));
   const auto elements = layout.total_bytes() / layout.dtype.size;
   if (bad != 0) {
-    std::cout << "verify:         FAILED: " << bad << " of " << elements
+    out << "verify:         FAILED: " << bad << " of " << elements
               << " elements differ from seed " << *seed << "\n";
     return 1;
   }
-  std::cout << "verify:         OK (" << elements << " elements match seed " << *seed << ")\n";
+  out << "verify:         OK (" << elements << " elements match seed " << *seed << ")\n";
   return 0;
 }
 
@@ -189,13 +190,19 @@ int cmd_read(const Args& raw) {
   }
 
   legate::start();
+  // Under control replication every rank runs this program and sees the same
+  // results; only the first rank speaks, so a multi-node run prints once.
+  std::ostream null(nullptr);
+  const bool speaks = legate::Runtime::get_runtime()->node_id() == 0;
+  std::ostream& out = speaks ? std::cout : null;
+  std::ostream& err = speaks ? std::cerr : null;
   int rc = 1;
   try {
-    rc = run(a);
+    rc = run(a, out, err);
   } catch (const LayoutError& e) {
-    std::cerr << "shardload " << cmd << ": error: " << e.what() << "\n";
+    err << "shardload " << cmd << ": error: " << e.what() << "\n";
   } catch (const ShardReadError& e) {
-    std::cerr << "shardload " << cmd << ": error: " << e.what() << "\n";
+    err << "shardload " << cmd << ": error: " << e.what() << "\n";
   }
   const int finish = legate::finish();
   return rc != 0 ? rc : finish;
