@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <sys/stat.h>
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -14,7 +15,6 @@
 #include <cstring>
 #include <memory>
 #include <string>
-#include <sys/stat.h>
 #include <thread>
 #include <vector>
 
@@ -30,7 +30,8 @@ double memcpy_once(std::byte* dst, const std::byte* src, std::size_t bytes, int 
   std::vector<std::thread> pool;
   for (int i = 0; i < threads; ++i) {
     const std::size_t a = bytes * static_cast<std::size_t>(i) / static_cast<std::size_t>(threads);
-    const std::size_t b = bytes * static_cast<std::size_t>(i + 1) / static_cast<std::size_t>(threads);
+    const std::size_t b =
+        bytes * static_cast<std::size_t>(i + 1) / static_cast<std::size_t>(threads);
     pool.emplace_back([=] { std::memcpy(dst + a, src + a, b - a); });
   }
   for (auto& t : pool) t.join();
@@ -122,6 +123,7 @@ int main(int argc, char** argv) {
     std::printf("%.6f %.3f\n", t, static_cast<double>(total) / t / 1e9);
     return 0;
   }
-  std::fprintf(stderr, "usage: bench_bounds [--reps R] memcpy BYTES THREADS | read THREADS FILE...\n");
+  std::fprintf(stderr,
+               "usage: bench_bounds [--reps R] memcpy BYTES THREADS | read THREADS FILE...\n");
   return 2;
 }

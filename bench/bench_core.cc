@@ -111,7 +111,7 @@ int main(int argc, char** argv) {
   const std::size_t bytes = lb->total_bytes();
   auto dst = std::unique_ptr<std::byte[]>(new std::byte[bytes]);
   std::memset(dst.get(), 0, bytes);  // fault the pages in before timing
-  raw_reads(*lb, dst.get());          // warm the page cache
+  raw_reads(*lb, dst.get());         // warm the page cache
   std::vector<double> raw;
   std::vector<double> fill;
   for (int r = 0; r < reps; ++r) {

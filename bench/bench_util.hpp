@@ -8,8 +8,7 @@
 namespace shardload::bench {
 
 inline double now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
 inline double median(std::vector<double> v) {

@@ -137,13 +137,20 @@ Args parse(int argc, char** argv) {
       if (i + 1 >= argc) die(2, "missing value after " + k);
       return argv[++i];
     };
-    if (k == "--dir") a.dir = val();
-    else if (k == "--gib") a.gib = std::atof(val().c_str());
-    else if (k == "--shards") a.shards = std::atoi(val().c_str());
-    else if (k == "--reps") a.reps = std::atoi(val().c_str());
-    else if (k == "--gds") a.gds = true;
-    else die(2, "unknown argument " + k + " (usage: --dir DIR [--gib G] [--shards N] "
-                "[--reps R] [--gds])");
+    if (k == "--dir")
+      a.dir = val();
+    else if (k == "--gib")
+      a.gib = std::atof(val().c_str());
+    else if (k == "--shards")
+      a.shards = std::atoi(val().c_str());
+    else if (k == "--reps")
+      a.reps = std::atoi(val().c_str());
+    else if (k == "--gds")
+      a.gds = true;
+    else
+      die(2, "unknown argument " + k +
+                 " (usage: --dir DIR [--gib G] [--shards N] "
+                 "[--reps R] [--gds])");
   }
   if (a.dir.empty()) die(2, "--dir is required");
   if (!(a.gib > 0 && a.gib <= 64) || a.shards < 1 || a.shards > 4096 || a.reps < 1) {
@@ -169,7 +176,8 @@ void write_shards(const Args& a, std::int64_t total_rows) {
   for (unsigned t = 0; t < threads; ++t) {
     pool.emplace_back([&] {
       for (int i = next++; i < a.shards && !bad; i = next++) {
-        const NpyWriteSpec spec{*parse_dtype("float32"), {rows[static_cast<std::size_t>(i)], kWidth}};
+        const NpyWriteSpec spec{*parse_dtype("float32"),
+                                {rows[static_cast<std::size_t>(i)], kWidth}};
         Status s = write_npy(a.dir + "/" + NumberPattern{"shard_", 4, ".npy"}.format(i), spec, 5,
                              first[static_cast<std::size_t>(i)]);
         if (!s) {
@@ -227,8 +235,10 @@ int main(int argc, char** argv) {
                std::to_string((bytes >> 20) + 1024) + " (lower --gib)");
   }
   if (!tmpfs && mem_available() < 2 * bytes + (std::uint64_t{2} << 30)) {
-    std::fprintf(stderr, "device_check: warning: the page cache may not hold all %.1f GB; "
-                         "(c) may read from the disk\n", bytes / kGB);
+    std::fprintf(stderr,
+                 "device_check: warning: the page cache may not hold all %.1f GB; "
+                 "(c) may read from the disk\n",
+                 bytes / kGB);
   }
 
   std::printf("device_check: %s (%d SMs, %.0f GiB), %s%s\n", prop.name, prop.multiProcessorCount,
@@ -261,7 +271,8 @@ int main(int argc, char** argv) {
     double best_read = 1e30, best_copy = 1e30, best_total = 1e30;
     for (int r = 0; r < a.reps; ++r) {
       const double t0 = now();
-      if (Status s = fill_rows(*layout, 0, layout->total_rows(), host.get()); !s) die(1, s.message());
+      if (Status s = fill_rows(*layout, 0, layout->total_rows(), host.get()); !s)
+        die(1, s.message());
       const double t1 = now();
       check_cuda(cudaMemcpy(dev, host.get(), bytes, cudaMemcpyHostToDevice), "cudaMemcpy");
       const double t2 = now();
@@ -301,8 +312,8 @@ int main(int argc, char** argv) {
     }
     check_cuda(cudaFreeHost(pinned), "cudaFreeHost");
     ceiling = bytes / best / kGB;
-    rows.insert(rows.begin(), {"(a) ceiling: cudaMemcpyAsync from pinned, 64 MiB copies",
-                               ceiling, ""});
+    rows.insert(rows.begin(),
+                {"(a) ceiling: cudaMemcpyAsync from pinned, 64 MiB copies", ceiling, ""});
   }
 
   // (c) the engine, at its defaults (the goal) and a few other settings.
@@ -347,8 +358,8 @@ int main(int argc, char** argv) {
     const double gbps = bytes / best / kGB;
     if (ci == 0) engine = gbps;
     char what[160];
-    std::snprintf(what, sizeof what, "(c) fill_device %zu MiB x %d, %d readers%s", c.mib,
-                  c.buffers, c.readers, ci == 0 ? " (defaults)" : "");
+    std::snprintf(what, sizeof what, "(c) fill_device %zu MiB x %d, %d readers%s", c.mib, c.buffers,
+                  c.readers, ci == 0 ? " (defaults)" : "");
     rows.push_back({what, gbps, ok ? "checksum ok" : "CHECKSUM MISMATCH"});
   }
 
@@ -376,7 +387,8 @@ int main(int argc, char** argv) {
   }
 
   std::printf("\n%-62s %9s  %s\n", "what", "GB/s", "");
-  for (const auto& r : rows) std::printf("%-62s %9.2f  %s\n", r.what.c_str(), r.gbps, r.note.c_str());
+  for (const auto& r : rows)
+    std::printf("%-62s %9.2f  %s\n", r.what.c_str(), r.gbps, r.note.c_str());
   const double vs_ceiling = engine / ceiling, vs_naive = engine / naive;
   const bool goals = vs_ceiling >= 0.80 && vs_naive >= 1.5;
   std::printf("\n(c) defaults / (a) ceiling: %5.1f%%  (goal >= 80%%)  %s\n", 100 * vs_ceiling,

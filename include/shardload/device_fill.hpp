@@ -106,7 +106,7 @@ enum class DirectReads : std::uint8_t {
 class StagingPool {
  public:
   static Result<std::unique_ptr<StagingPool>> create(CopyBackend& backend,
-                                                      const StagingOptions& options = {});
+                                                     const StagingOptions& options = {});
   StagingPool(const StagingPool&) = delete;
   StagingPool& operator=(const StagingPool&) = delete;
   ~StagingPool();

@@ -35,8 +35,6 @@ struct DType {
 Result<DType> parse_dtype(std::string_view text, bool* big_endian = nullptr);
 
 // True when this machine stores multi-byte numbers little-endian.
-constexpr bool host_is_little_endian() {
-  return std::endian::native == std::endian::little;
-}
+constexpr bool host_is_little_endian() { return std::endian::native == std::endian::little; }
 
 }  // namespace shardload

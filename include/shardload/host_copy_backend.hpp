@@ -92,7 +92,7 @@ class HostCopyBackend final : public CopyBackend {
   mutable std::mutex mu_;
   std::condition_variable queued_cv_, done_cv_;
   std::deque<Op> queue_;
-  std::uint64_t enqueued_ = 0;  // ops ever queued
+  std::uint64_t enqueued_ = 0;   // ops ever queued
   std::uint64_t completed_ = 0;  // ops ever run
   Status sticky_;
   void* stream_ = nullptr;

@@ -47,7 +47,7 @@ struct LoadOptions {
 
 // What a load did: the processors it was sized for and its plan.
 struct LoadInfo {
-  std::string target;          // "GPU", "OMP" or "CPU"
+  std::string target;           // "GPU", "OMP" or "CPU"
   std::int64_t processors = 0;  // P
   std::int64_t tile_rows = 0;
   std::int64_t tiles = 0;  // the launch domain

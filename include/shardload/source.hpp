@@ -21,10 +21,10 @@ inline constexpr std::string_view kDefaultPattern = "shard_{:04d}.npy";
 struct Source {
   enum class Kind { kDirectory, kGlob, kList };
   Kind kind = Kind::kDirectory;
-  std::string directory;                          // kDirectory
-  std::string pattern;  // kDirectory: "{:0Nd}" or "{}" numbering; empty: the format's default
-  std::string glob;                               // kGlob
-  std::vector<std::string> paths;                 // kList
+  std::string directory;  // kDirectory
+  std::string pattern;    // kDirectory: "{:0Nd}" or "{}" numbering; empty: the format's default
+  std::string glob;       // kGlob
+  std::vector<std::string> paths;  // kList
 
   static Source dir(std::string directory, std::string pattern = {});
   static Source from_glob(std::string glob);

@@ -50,7 +50,7 @@ class [[nodiscard]] Status {
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : v_(std::move(value)) {}  // NOLINT(google-explicit-constructor)
+  Result(T value) : v_(std::move(value)) {}        // NOLINT(google-explicit-constructor)
   Result(Status status) : v_(std::move(status)) {  // NOLINT(google-explicit-constructor)
     assert(!std::get<Status>(v_).is_ok() && "a Result needs a value or an error");
   }
@@ -77,9 +77,9 @@ class [[nodiscard]] Result {
 }  // namespace shardload
 
 // Returns early from a function returning Status or Result<T>.
-#define SHARDLOAD_RETURN_IF_ERROR(expr)              \
-  do {                                               \
-    ::shardload::Status shardload_st_ = (expr);      \
+#define SHARDLOAD_RETURN_IF_ERROR(expr)               \
+  do {                                                \
+    ::shardload::Status shardload_st_ = (expr);       \
     if (!shardload_st_.is_ok()) return shardload_st_; \
   } while (0)
 

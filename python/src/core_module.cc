@@ -30,9 +30,12 @@ struct ShardReadErrorCpp : std::runtime_error {
 [[noreturn]] void raise(const Status& st) {
   switch (st.code()) {
     case ErrorCode::kIo:
-    case ErrorCode::kChanged: throw ShardReadErrorCpp(st.message());
-    case ErrorCode::kInvalidArgument: throw py::value_error(st.message());
-    default: throw LayoutErrorCpp(st.message());
+    case ErrorCode::kChanged:
+      throw ShardReadErrorCpp(st.message());
+    case ErrorCode::kInvalidArgument:
+      throw py::value_error(st.message());
+    default:
+      throw LayoutErrorCpp(st.message());
   }
 }
 
@@ -115,8 +118,9 @@ PYBIND11_MODULE(_core, m) {
              const auto b = encode_layout(l);
              return py::bytes(reinterpret_cast<const char*>(b.data()), b.size());
            })
-      .def("describe", [](const Layout& l, std::size_t edge) { return describe(l, edge); },
-           py::arg("edge_shards") = 3)
+      .def(
+          "describe", [](const Layout& l, std::size_t edge) { return describe(l, edge); },
+          py::arg("edge_shards") = 3)
       .def(
           "read",
           [](const Layout& l, std::int64_t lo, std::int64_t hi) {

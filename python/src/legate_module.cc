@@ -30,8 +30,8 @@ PYBIND11_MODULE(_legate, m) {
       "load",
       [](const py::bytes& encoded, std::int64_t overdecompose) {
         const std::string bytes = encoded;
-        auto layout = shardload::decode_layout(std::span(
-            reinterpret_cast<const std::uint8_t*>(bytes.data()), bytes.size()));
+        auto layout = shardload::decode_layout(
+            std::span(reinterpret_cast<const std::uint8_t*>(bytes.data()), bytes.size()));
         if (!layout) throw py::value_error(layout.status().message());
         shardload::LoadOptions opts;
         opts.overdecompose = overdecompose;

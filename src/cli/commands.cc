@@ -5,8 +5,8 @@
 #include <unistd.h>
 
 #include <charconv>
-#include <cstdlib>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <iostream>
 #include <map>
@@ -25,8 +25,7 @@ struct Parsed {
   std::vector<std::string> positional;
 };
 
-bool parse(const Args& args, const std::vector<std::string>& known, Parsed* out,
-           const char* cmd) {
+bool parse(const Args& args, const std::vector<std::string>& known, Parsed* out, const char* cmd) {
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     if (a.rfind("--", 0) == 0) {
@@ -88,8 +87,8 @@ Status remove_stale(const std::string& dir) {
 }  // namespace
 
 const std::vector<std::string>& format_option_names() {
-  static const std::vector<std::string> names{"format",  "dtype",   "trailing-shape", "header-bytes",
-                                              "dataset", "columns", "fill-value"};
+  static const std::vector<std::string> names{
+      "format", "dtype", "trailing-shape", "header-bytes", "dataset", "columns", "fill-value"};
   return names;
 }
 
@@ -117,7 +116,8 @@ Status parse_format_options(const std::map<std::string, std::string>& opts, Form
   if (const auto* v = get("header-bytes")) {
     long long n = 0;
     if (!parse_int(*v, &n) || n < 0) {
-      return {ErrorCode::kInvalidArgument, "--header-bytes: expected an integer >= 0, found '" + *v + "'"};
+      return {ErrorCode::kInvalidArgument,
+              "--header-bytes: expected an integer >= 0, found '" + *v + "'"};
     }
     out->header_bytes = static_cast<std::uint64_t>(n);
   }
@@ -170,14 +170,15 @@ int cmd_write(const Args& args) {
   long long seed = 0;
   std::vector<long long> shape;
   if (!parse_int(p.opts["num-shards"], &shards) || shards < 1) {
-    return fail(cmd, "--num-shards: expected an integer >= 1, found '" + p.opts["num-shards"] + "'");
+    return fail(cmd,
+                "--num-shards: expected an integer >= 1, found '" + p.opts["num-shards"] + "'");
   }
   if (p.opts.count("seed") != 0 && !parse_int(p.opts["seed"], &seed)) {
     return fail(cmd, "--seed: expected an integer, found '" + p.opts["seed"] + "'");
   }
   if (!parse_int_list(p.opts["shape"], &shape) || shape.size() > 8) {
-    return fail(cmd, "--shape: expected ROWS[,DIM...] (1 to 8 integers), found '" +
-                         p.opts["shape"] + "'");
+    return fail(
+        cmd, "--shape: expected ROWS[,DIM...] (1 to 8 integers), found '" + p.opts["shape"] + "'");
   }
   for (const auto d : shape) {
     if (d < 0) return fail(cmd, "--shape: dimensions must be >= 0");
@@ -194,14 +195,16 @@ int cmd_write(const Args& args) {
 
   const auto rows = synth_split(static_cast<std::uint64_t>(seed), shape[0], shards);
   std::uint64_t row_elements = 1;
-  for (std::size_t i = 1; i < shape.size(); ++i) row_elements *= static_cast<std::uint64_t>(shape[i]);
+  for (std::size_t i = 1; i < shape.size(); ++i)
+    row_elements *= static_cast<std::uint64_t>(shape[i]);
   const NumberPattern pat{"shard_", 4, ".npy"};
   std::uint64_t first_row = 0;
   for (long long i = 0; i < shards; ++i) {
     NpyWriteSpec spec{*dtype, {rows[static_cast<std::size_t>(i)]}};
     spec.shape.insert(spec.shape.end(), shape.begin() + 1, shape.end());
     const std::string path = dir + "/" + pat.format(i);
-    if (Status s = write_npy(path, spec, static_cast<std::uint64_t>(seed), first_row * row_elements);
+    if (Status s =
+            write_npy(path, spec, static_cast<std::uint64_t>(seed), first_row * row_elements);
         !s) {
       return fail(cmd, s.message());
     }
@@ -221,7 +224,8 @@ int cmd_write(const Args& args) {
   if (std::rename((meta + ".tmp").c_str(), meta.c_str()) != 0) {
     return fail(cmd, meta + ": rename failed");
   }
-  std::cout << "wrote " << shards << " shards to " << dir << ": shape " << "(";
+  std::cout << "wrote " << shards << " shards to " << dir << ": shape "
+            << "(";
   for (std::size_t i = 0; i < shape.size(); ++i) std::cout << (i ? ", " : "") << shape[i];
   std::cout << (shape.size() == 1 ? ",)" : ")") << " " << dtype->name() << ", seed " << seed
             << "\n";
@@ -234,12 +238,12 @@ int cmd_inspect(const Args& args) {
   std::vector<std::string> known{"pattern"};
   known.insert(known.end(), format_option_names().begin(), format_option_names().end());
   if (!parse(args, known, &p, cmd)) return 2;
-  if (p.positional.empty()) return fail(cmd, "expected SOURCE (a directory, pattern, glob or file)");
+  if (p.positional.empty())
+    return fail(cmd, "expected SOURCE (a directory, pattern, glob or file)");
   DiscoverOptions opts;
   if (Status s = parse_format_options(p.opts, &opts.format); !s) return fail(cmd, s.message());
-  Result<Source> src = p.positional.size() == 1
-                           ? Source::parse(p.positional[0], p.opts["pattern"])
-                           : Result<Source>(Source::list(p.positional));
+  Result<Source> src = p.positional.size() == 1 ? Source::parse(p.positional[0], p.opts["pattern"])
+                                                : Result<Source>(Source::list(p.positional));
   if (!src) return fail(cmd, src.status().message());
   auto layout = discover(*src, opts);
   if (!layout) return fail(cmd, "loading " + src->describe() + ": " + layout.status().message());

@@ -35,7 +35,8 @@ int main(int argc, char** argv) {
 #ifdef SHARDLOAD_WITH_LEGATE
     return shardload::cli::cmd_read(args);
 #else
-    std::cerr << "shardload read: this build has no Legate (configure with SHARDLOAD_WITH_LEGATE)\n";
+    std::cerr
+        << "shardload read: this build has no Legate (configure with SHARDLOAD_WITH_LEGATE)\n";
     return 2;
 #endif
   }

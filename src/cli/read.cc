@@ -4,15 +4,15 @@
 #include <chrono>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <ostream>
 #include <regex>
-#include <optional>
 #include <sstream>
 
+#include "../legate/tasks.hpp"
 #include "commands.hpp"
 #include "shardload/legate.hpp"
 #include "shardload/source.hpp"
-#include "../legate/tasks.hpp"
 
 namespace shardload::cli {
 
@@ -88,7 +88,7 @@ std::optional<Layout> warmup_layout(const Layout& l) {
 int run(const ReadArgs& a, std::ostream& out, std::ostream& err) {
   const auto layout = discover(a.dir, a.pattern, a.format);
   out << "source:         " << Source::parse(a.dir, a.pattern).value().describe() << "\n"
-            << describe(layout);
+      << describe(layout);
   auto* runtime = legate::Runtime::get_runtime();
   LoadOptions opts;
   opts.overdecompose = a.overdecompose;
@@ -104,13 +104,13 @@ int run(const ReadArgs& a, std::ostream& out, std::ostream& err) {
     const double secs =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (r == 0) {
-      out << "plan:           " << info.processors << " " << info.target
-                << " processors, K " << a.overdecompose << ", tile rows " << info.tile_rows
-                << ", " << info.tiles << " tasks\n";
+      out << "plan:           " << info.processors << " " << info.target << " processors, K "
+          << a.overdecompose << ", tile rows " << info.tile_rows << ", " << info.tiles
+          << " tasks\n";
     }
     const double gb = static_cast<double>(layout.total_bytes()) / 1e9;
-    out << "load:           " << secs << " s, " << (secs > 0 ? gb / secs : 0.0)
-              << " GB/s (" << layout.total_bytes() << " bytes)\n";
+    out << "load:           " << secs << " s, " << (secs > 0 ? gb / secs : 0.0) << " GB/s ("
+        << layout.total_bytes() << " bytes)\n";
   }
   if (!a.verify) {
     out << "verify:         skipped (--no-verify)\n";
@@ -120,20 +120,19 @@ int run(const ReadArgs& a, std::ostream& out, std::ostream& err) {
   std::optional<long long> seed = a.seed;
   if (!seed) seed = meta_seed(a.dir, &meta_dtype);
   if (!seed) {
-    out << "verify:         skipped (no --seed and no _meta.json with a seed in " << a.dir
-              << ")\n";
+    out << "verify:         skipped (no --seed and no _meta.json with a seed in " << a.dir << ")\n";
     return 0;
   }
   if (!meta_dtype.empty() && meta_dtype != layout.dtype.name()) {
-    err << "shardload read: verify: _meta.json says dtype " << meta_dtype
-              << ", the shards hold " << layout.dtype.name() << "\n";
+    err << "shardload read: verify: _meta.json says dtype " << meta_dtype << ", the shards hold "
+        << layout.dtype.name() << "\n";
     return 1;
   }
   const std::int64_t bad = verify(*array, layout, info, static_cast<std::uint64_t>(*seed));
   const auto elements = layout.total_bytes() / layout.dtype.size;
   if (bad != 0) {
-    out << "verify:         FAILED: " << bad << " of " << elements
-              << " elements differ from seed " << *seed << "\n";
+    out << "verify:         FAILED: " << bad << " of " << elements << " elements differ from seed "
+        << *seed << "\n";
     return 1;
   }
   out << "verify:         OK (" << elements << " elements match seed " << *seed << ")\n";

@@ -70,10 +70,10 @@ Status validate(const StagingOptions& o) {
                 std::to_string(o.buffers)};
   }
   if (o.buffer_bytes * static_cast<std::size_t>(o.buffers) > kMaxTotalBytes) {
-    return {ErrorCode::kInvalidArgument,
-            "staging total: " + std::to_string(o.buffers) + " buffers of " +
-                std::to_string(o.buffer_bytes) + " bytes exceed " +
-                std::to_string(kMaxTotalBytes) + " bytes"};
+    return {ErrorCode::kInvalidArgument, "staging total: " + std::to_string(o.buffers) +
+                                             " buffers of " + std::to_string(o.buffer_bytes) +
+                                             " bytes exceed " + std::to_string(kMaxTotalBytes) +
+                                             " bytes"};
   }
   return Status::ok();
 }
@@ -98,7 +98,7 @@ Status device_fill_options_from_env(DeviceFillOptions* o) {
 // ---- staging pool --------------------------------------------------------------
 
 Result<std::unique_ptr<StagingPool>> StagingPool::create(CopyBackend& backend,
-                                                          const StagingOptions& options) {
+                                                         const StagingOptions& options) {
   SHARDLOAD_RETURN_IF_ERROR(validate(options));
   std::unique_ptr<StagingPool> pool(new (std::nothrow) StagingPool(backend));
   if (!pool) return Status(ErrorCode::kIo, "staging pool: out of host memory");
@@ -209,7 +209,7 @@ struct PieceCut {
 
 struct Chunk {
   std::size_t piece = 0;
-  std::int64_t lo = 0, hi = 0;   // shard rows the chunk covers (byte parts: the one row)
+  std::int64_t lo = 0, hi = 0;    // shard rows the chunk covers (byte parts: the one row)
   std::uint64_t file_offset = 0;  // raw chunks: where its bytes are in the file
   std::uint64_t dst_offset = 0;
   std::size_t bytes = 0;
@@ -302,9 +302,8 @@ Status Fill::plan(std::uint64_t dst_bytes) {
         end > dst_bytes) {
       return {ErrorCode::kInvalidArgument,
               "piece " + std::to_string(i) + " (destination rows " +
-                  rows_string(p.dst_row, p.dst_row + (p.hi - p.lo)) + " of " +
-                  std::to_string(row) + " bytes) overruns the destination of " +
-                  std::to_string(dst_bytes) + " bytes"};
+                  rows_string(p.dst_row, p.dst_row + (p.hi - p.lo)) + " of " + std::to_string(row) +
+                  " bytes) overruns the destination of " + std::to_string(dst_bytes) + " bytes"};
     }
     const Shard& s = layout_.shards[static_cast<std::size_t>(p.shard)];
     PieceCut cut;
@@ -335,8 +334,8 @@ Status Fill::plan(std::uint64_t dst_bytes) {
   }
   first_chunk_.push_back(chunks_);
   if (chunks_ > 0 && dst_ == nullptr) {
-    return {ErrorCode::kInvalidArgument, "device fill: null destination for " +
-                                             std::to_string(chunks_) + " chunks"};
+    return {ErrorCode::kInvalidArgument,
+            "device fill: null destination for " + std::to_string(chunks_) + " chunks"};
   }
   may_read_direct_ = may_read_direct_ && options_.direct != DirectReads::kOff &&
                      backend_.has_direct_reads() &&
@@ -546,8 +545,8 @@ Status Fill::run() {
         "device fill: synchronizing the stream before direct reads"));
   }
 
-  const std::uint64_t most = std::min<std::uint64_t>(chunks_, static_cast<std::uint64_t>(
-                                                                  pool_.buffers()));
+  const std::uint64_t most =
+      std::min<std::uint64_t>(chunks_, static_cast<std::uint64_t>(pool_.buffers()));
   const std::function<void(int)> job = [this](int t) { work(t); };
   if (options_.readers != nullptr) {
     const int n = static_cast<int>(

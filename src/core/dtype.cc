@@ -7,12 +7,18 @@ namespace shardload {
 
 const char* error_code_name(ErrorCode code) {
   switch (code) {
-    case ErrorCode::kOk: return "ok";
-    case ErrorCode::kInvalidArgument: return "invalid argument";
-    case ErrorCode::kLayout: return "layout error";
-    case ErrorCode::kFormat: return "format error";
-    case ErrorCode::kIo: return "I/O error";
-    case ErrorCode::kChanged: return "file changed";
+    case ErrorCode::kOk:
+      return "ok";
+    case ErrorCode::kInvalidArgument:
+      return "invalid argument";
+    case ErrorCode::kLayout:
+      return "layout error";
+    case ErrorCode::kFormat:
+      return "format error";
+    case ErrorCode::kIo:
+      return "I/O error";
+    case ErrorCode::kChanged:
+      return "file changed";
   }
   return "unknown";
 }
@@ -60,11 +66,21 @@ std::string DType::name() const {
 std::string DType::code() const {
   char c = '?';
   switch (kind) {
-    case DTypeKind::kBool: c = 'b'; break;
-    case DTypeKind::kInt: c = 'i'; break;
-    case DTypeKind::kUInt: c = 'u'; break;
-    case DTypeKind::kFloat: c = 'f'; break;
-    case DTypeKind::kComplex: c = 'c'; break;
+    case DTypeKind::kBool:
+      c = 'b';
+      break;
+    case DTypeKind::kInt:
+      c = 'i';
+      break;
+    case DTypeKind::kUInt:
+      c = 'u';
+      break;
+    case DTypeKind::kFloat:
+      c = 'f';
+      break;
+    case DTypeKind::kComplex:
+      c = 'c';
+      break;
   }
   return std::string(1, c) + std::to_string(size);
 }
@@ -93,13 +109,26 @@ Result<DType> parse_dtype(std::string_view text, bool* big_endian) {
   if (s.size() < 2) return bad();
   DType d;
   switch (s[0]) {
-    case 'b': d.kind = DTypeKind::kBool; break;
-    case '?': d.kind = DTypeKind::kBool; break;
-    case 'i': d.kind = DTypeKind::kInt; break;
-    case 'u': d.kind = DTypeKind::kUInt; break;
-    case 'f': d.kind = DTypeKind::kFloat; break;
-    case 'c': d.kind = DTypeKind::kComplex; break;
-    default: return bad();
+    case 'b':
+      d.kind = DTypeKind::kBool;
+      break;
+    case '?':
+      d.kind = DTypeKind::kBool;
+      break;
+    case 'i':
+      d.kind = DTypeKind::kInt;
+      break;
+    case 'u':
+      d.kind = DTypeKind::kUInt;
+      break;
+    case 'f':
+      d.kind = DTypeKind::kFloat;
+      break;
+    case 'c':
+      d.kind = DTypeKind::kComplex;
+      break;
+    default:
+      return bad();
   }
   unsigned size = 0;
   const char* first = s.data() + 1;

@@ -27,10 +27,17 @@ std::string range_string(std::int64_t lo, std::int64_t hi) {
 
 void byte_swap(std::byte* data, std::size_t count, std::size_t unit) {
   switch (unit) {
-    case 2: swap_all<std::uint16_t>(data, count, [](std::uint16_t v) { return __builtin_bswap16(v); }); break;
-    case 4: swap_all<std::uint32_t>(data, count, [](std::uint32_t v) { return __builtin_bswap32(v); }); break;
-    case 8: swap_all<std::uint64_t>(data, count, [](std::uint64_t v) { return __builtin_bswap64(v); }); break;
-    default: break;  // one-byte units have no order
+    case 2:
+      swap_all<std::uint16_t>(data, count, [](std::uint16_t v) { return __builtin_bswap16(v); });
+      break;
+    case 4:
+      swap_all<std::uint32_t>(data, count, [](std::uint32_t v) { return __builtin_bswap32(v); });
+      break;
+    case 8:
+      swap_all<std::uint64_t>(data, count, [](std::uint64_t v) { return __builtin_bswap64(v); });
+      break;
+    default:
+      break;  // one-byte units have no order
   }
 }
 
@@ -58,9 +65,9 @@ Status fill_pieces(const Layout& layout, const std::vector<Piece>& pieces, std::
 Status fill_rows(const Layout& layout, std::int64_t lo, std::int64_t hi, std::byte* dst,
                  const FillOptions& options) {
   if (lo < 0 || hi < lo || hi > layout.total_rows()) {
-    return {ErrorCode::kInvalidArgument,
-            "rows [" + std::to_string(lo) + ", " + std::to_string(hi) + ") outside the dataset's " +
-                std::to_string(layout.total_rows()) + " rows"};
+    return {ErrorCode::kInvalidArgument, "rows [" + std::to_string(lo) + ", " + std::to_string(hi) +
+                                             ") outside the dataset's " +
+                                             std::to_string(layout.total_rows()) + " rows"};
   }
   std::vector<Piece> pieces;
   pieces_for_rows(layout.offsets, lo, hi, &pieces);

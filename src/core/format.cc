@@ -15,13 +15,20 @@ bool ends_with(std::string_view s, std::string_view suffix) {
 
 const char* format_name(Format f) {
   switch (f) {
-    case Format::kAuto: return "auto";
-    case Format::kNpy: return "npy";
-    case Format::kRaw: return "raw";
-    case Format::kHdf5: return "hdf5";
-    case Format::kParquet: return "parquet";
-    case Format::kArrow: return "arrow";
-    case Format::kZarr: return "zarr";
+    case Format::kAuto:
+      return "auto";
+    case Format::kNpy:
+      return "npy";
+    case Format::kRaw:
+      return "raw";
+    case Format::kHdf5:
+      return "hdf5";
+    case Format::kParquet:
+      return "parquet";
+    case Format::kArrow:
+      return "arrow";
+    case Format::kZarr:
+      return "zarr";
   }
   return "unknown";
 }
@@ -71,12 +78,18 @@ Format format_from_extension(std::string_view path) {
 
 std::string default_pattern(Format f) {
   switch (f) {
-    case Format::kRaw: return "shard_{:04d}.bin";
-    case Format::kHdf5: return "shard_{:04d}.h5";
-    case Format::kParquet: return "shard_{:04d}.parquet";
-    case Format::kArrow: return "shard_{:04d}.arrow";
-    case Format::kZarr: return "shard_{:04d}.zarr";
-    default: return "shard_{:04d}.npy";
+    case Format::kRaw:
+      return "shard_{:04d}.bin";
+    case Format::kHdf5:
+      return "shard_{:04d}.h5";
+    case Format::kParquet:
+      return "shard_{:04d}.parquet";
+    case Format::kArrow:
+      return "shard_{:04d}.arrow";
+    case Format::kZarr:
+      return "shard_{:04d}.zarr";
+    default:
+      return "shard_{:04d}.npy";
   }
 }
 

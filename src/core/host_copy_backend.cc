@@ -81,8 +81,8 @@ Result<void*> HostCopyBackend::alloc_staging(std::size_t bytes) {
   ++alloc_calls_;
   auto* p = new (std::nothrow) std::byte[bytes];
   if (p == nullptr) {
-    return Status(ErrorCode::kIo, "host backend: out of memory (" + std::to_string(bytes) +
-                                      " bytes)");
+    return Status(ErrorCode::kIo,
+                  "host backend: out of memory (" + std::to_string(bytes) + " bytes)");
   }
   allocations_[p] = bytes;
   return static_cast<void*>(p);

@@ -76,8 +76,9 @@ Result<Format> resolve_format(const std::string& path, const FormatOptions& opti
     }
   }
   return Status(ErrorCode::kLayout,
-                path + ": cannot tell the format from the name; name it with format= "
-                       "(npy, raw, hdf5, parquet, arrow or zarr)");
+                path +
+                    ": cannot tell the format from the name; name it with format= "
+                    "(npy, raw, hdf5, parquet, arrow or zarr)");
 }
 
 Result<Layout> discover_paths(const std::vector<std::string>& paths,
@@ -103,13 +104,12 @@ Result<Layout> discover_paths(const std::vector<std::string>& paths,
       dtype = probe->dtype;
       trailing = probe->trailing_shape;
     } else if (probe->dtype != dtype) {
-      return Status(ErrorCode::kLayout, path + ": dtype " + probe->dtype.name() +
-                                            " differs from " + dtype.name() + " of " + paths[0]);
+      return Status(ErrorCode::kLayout, path + ": dtype " + probe->dtype.name() + " differs from " +
+                                            dtype.name() + " of " + paths[0]);
     } else if (probe->trailing_shape != trailing) {
       return Status(ErrorCode::kLayout, path + ": trailing shape " +
-                                            shape_string(probe->trailing_shape) +
-                                            " differs from " + shape_string(trailing) + " of " +
-                                            paths[0]);
+                                            shape_string(probe->trailing_shape) + " differs from " +
+                                            shape_string(trailing) + " of " + paths[0]);
     }
     shards.push_back(std::move(probe->shard));
   }

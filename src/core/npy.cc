@@ -28,8 +28,8 @@ class Parser {
   explicit Parser(std::string_view s) : s_(s) {}
 
   void skip_ws() {
-    while (pos_ < s_.size() && (s_[pos_] == ' ' || s_[pos_] == '\t' || s_[pos_] == '\n' ||
-                                s_[pos_] == '\r')) {
+    while (pos_ < s_.size() &&
+           (s_[pos_] == ' ' || s_[pos_] == '\t' || s_[pos_] == '\n' || s_[pos_] == '\r')) {
       ++pos_;
     }
   }
@@ -235,8 +235,8 @@ Result<NpyHeader> parse_npy_header(std::span<const std::byte> header) {
     }
   }
   if (!detail::checked_mul(elements, std::uint64_t{h.dtype.size}, &h.data_bytes) ||
-      h.data_bytes > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()) -
-                         h.data_offset) {
+      h.data_bytes >
+          static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()) - h.data_offset) {
     return format_error("shape: the data size overflows 64 bits");
   }
   return h;

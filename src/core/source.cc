@@ -78,8 +78,10 @@ Result<Source> Source::parse(const std::string& text, const std::string& pattern
 
 std::string Source::describe() const {
   switch (kind) {
-    case Kind::kDirectory: return pattern.empty() ? directory : join_path(directory, pattern);
-    case Kind::kGlob: return glob;
+    case Kind::kDirectory:
+      return pattern.empty() ? directory : join_path(directory, pattern);
+    case Kind::kGlob:
+      return glob;
     case Kind::kList:
       return paths.size() == 1 ? paths[0] : "a list of " + std::to_string(paths.size()) + " paths";
   }
@@ -90,9 +92,8 @@ Result<NumberPattern> NumberPattern::parse(std::string_view pattern) {
   const auto open = pattern.find('{');
   const auto close = pattern.find('}', open == std::string_view::npos ? 0 : open);
   auto bad = [&](const std::string& why) {
-    return Status(ErrorCode::kInvalidArgument,
-                  "pattern '" + std::string(pattern) + "': " + why +
-                      " (expected one field such as {:04d} or {})");
+    return Status(ErrorCode::kInvalidArgument, "pattern '" + std::string(pattern) + "': " + why +
+                                                   " (expected one field such as {:04d} or {})");
   };
   if (open == std::string_view::npos || close == std::string_view::npos) {
     return bad("no number field");
@@ -249,8 +250,10 @@ Result<std::vector<std::string>> resolve_glob(const Source& s) {
 
 Result<std::vector<std::string>> resolve(const Source& source) {
   switch (source.kind) {
-    case Source::Kind::kDirectory: return resolve_directory(source);
-    case Source::Kind::kGlob: return resolve_glob(source);
+    case Source::Kind::kDirectory:
+      return resolve_directory(source);
+    case Source::Kind::kGlob:
+      return resolve_glob(source);
     case Source::Kind::kList:
       if (source.paths.empty()) return layout_error("the list of shard paths is empty");
       return source.paths;

@@ -39,7 +39,8 @@ bool scatter_rows(const std::byte* src, std::int64_t rows, std::span<const std::
     std::fill(idx.begin(), idx.end(), 0);
     while (true) {
       std::byte* base = row_dst;
-      for (std::size_t k = 1; k + 1 < nd; ++k) base += static_cast<std::size_t>(idx[k]) * strides[k];
+      for (std::size_t k = 1; k + 1 < nd; ++k)
+        base += static_cast<std::size_t>(idx[k]) * strides[k];
       if (inner_run) {
         if (inner > 0 && !copy(base, src, inner * item)) return false;
         src += inner * item;

@@ -46,22 +46,38 @@ void synth_fill(DType d, std::uint64_t seed, std::uint64_t first, std::size_t co
   for (std::size_t i = 0; i < count; ++i) {
     const std::uint64_t h = splitmix64(key + first + i);
     switch (d.kind) {
-      case DTypeKind::kBool: put<std::uint8_t>(dst, i, static_cast<std::uint8_t>(h >> 63)); break;
+      case DTypeKind::kBool:
+        put<std::uint8_t>(dst, i, static_cast<std::uint8_t>(h >> 63));
+        break;
       case DTypeKind::kInt:
       case DTypeKind::kUInt:
         // Little-endian hosts keep the low bytes first; copy them as they are.
         switch (d.size) {
-          case 1: put(dst, i, static_cast<std::uint8_t>(h)); break;
-          case 2: put(dst, i, static_cast<std::uint16_t>(h)); break;
-          case 4: put(dst, i, static_cast<std::uint32_t>(h)); break;
-          default: put(dst, i, h); break;
+          case 1:
+            put(dst, i, static_cast<std::uint8_t>(h));
+            break;
+          case 2:
+            put(dst, i, static_cast<std::uint16_t>(h));
+            break;
+          case 4:
+            put(dst, i, static_cast<std::uint32_t>(h));
+            break;
+          default:
+            put(dst, i, h);
+            break;
         }
         break;
       case DTypeKind::kFloat:
         switch (d.size) {
-          case 2: put(dst, i, synth_half(h)); break;
-          case 4: put(dst, i, static_cast<float>(synth_real(h, 24))); break;
-          default: put(dst, i, synth_real(h, 53)); break;
+          case 2:
+            put(dst, i, synth_half(h));
+            break;
+          case 4:
+            put(dst, i, static_cast<float>(synth_real(h, 24)));
+            break;
+          default:
+            put(dst, i, synth_real(h, 53));
+            break;
         }
         break;
       case DTypeKind::kComplex: {

@@ -167,9 +167,8 @@ Result<void*> CudaCopyBackend::alloc_staging(std::size_t bytes) {
   void* p = nullptr;
   const cudaError_t e = cudaHostAlloc(&p, bytes, cudaHostAllocPortable);
   if (e != cudaSuccess) {
-    return Status(ErrorCode::kIo, cuda_error(("cudaHostAlloc(" + std::to_string(bytes) +
-                                              " bytes)").c_str(),
-                                             e));
+    return Status(ErrorCode::kIo,
+                  cuda_error(("cudaHostAlloc(" + std::to_string(bytes) + " bytes)").c_str(), e));
   }
   return p;
 }
@@ -182,9 +181,9 @@ void CudaCopyBackend::free_staging(void* p) noexcept {
 Result<CopyBackend::Fence> CudaCopyBackend::create_fence() {
   DeviceScope scope(device_);
   cudaEvent_t e = nullptr;
-  SHARDLOAD_RETURN_IF_ERROR(cuda_status(
-      "cudaEventCreateWithFlags", cudaEventCreateWithFlags(&e, cudaEventDisableTiming |
-                                                                   cudaEventBlockingSync)));
+  SHARDLOAD_RETURN_IF_ERROR(
+      cuda_status("cudaEventCreateWithFlags",
+                  cudaEventCreateWithFlags(&e, cudaEventDisableTiming | cudaEventBlockingSync)));
   return static_cast<Fence>(e);
 }
 
@@ -195,9 +194,8 @@ void CudaCopyBackend::destroy_fence(Fence f) noexcept {
 
 Status CudaCopyBackend::copy_async(void* dst, const void* src, std::size_t bytes, void* stream) {
   DeviceScope scope(device_);
-  return cuda_status("cudaMemcpyAsync",
-                     cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice,
-                                     static_cast<cudaStream_t>(stream)));
+  return cuda_status("cudaMemcpyAsync", cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice,
+                                                        static_cast<cudaStream_t>(stream)));
 }
 
 Status CudaCopyBackend::record(Fence f, void* stream) {
@@ -263,15 +261,14 @@ Status CudaCopyBackend::direct_read(void* handle, std::uint64_t offset, std::siz
   DeviceScope scope(device_);
   std::size_t done = 0;
   while (done < bytes) {
-    const ssize_t got =
-        cufile_->read(h->handle, dst, bytes - done, static_cast<off_t>(offset + done),
-                      static_cast<off_t>(done));
+    const ssize_t got = cufile_->read(h->handle, dst, bytes - done,
+                                      static_cast<off_t>(offset + done), static_cast<off_t>(done));
     if (got < 0) {
-      const std::string why = got == -1 ? std::string(std::strerror(errno))
-                                        : "cuFile error " + std::to_string(-got);
+      const std::string why =
+          got == -1 ? std::string(std::strerror(errno)) : "cuFile error " + std::to_string(-got);
       return {ErrorCode::kIo, h->path + ": cuFileRead of " + std::to_string(bytes) +
-                                  " bytes at offset " + std::to_string(offset) +
-                                  " failed after " + std::to_string(done) + " bytes: " + why};
+                                  " bytes at offset " + std::to_string(offset) + " failed after " +
+                                  std::to_string(done) + " bytes: " + why};
     }
     if (got == 0) {
       return {ErrorCode::kIo, h->path + ": short read at offset " + std::to_string(offset) +

@@ -12,8 +12,10 @@ namespace shardload {
 void throw_status(const Status& st) {
   switch (st.code()) {
     case ErrorCode::kIo:
-    case ErrorCode::kChanged: throw ShardReadError(st.message());
-    default: throw LayoutError(st.message());
+    case ErrorCode::kChanged:
+      throw ShardReadError(st.message());
+    default:
+      throw LayoutError(st.message());
   }
 }
 
@@ -44,28 +46,41 @@ Layout discover(const std::vector<std::string>& paths, const FormatOptions& form
 
 legate::Type legate_type(DType d) {
   switch (d.kind) {
-    case DTypeKind::kBool: return legate::bool_();
+    case DTypeKind::kBool:
+      return legate::bool_();
     case DTypeKind::kInt:
       switch (d.size) {
-        case 1: return legate::int8();
-        case 2: return legate::int16();
-        case 4: return legate::int32();
-        default: return legate::int64();
+        case 1:
+          return legate::int8();
+        case 2:
+          return legate::int16();
+        case 4:
+          return legate::int32();
+        default:
+          return legate::int64();
       }
     case DTypeKind::kUInt:
       switch (d.size) {
-        case 1: return legate::uint8();
-        case 2: return legate::uint16();
-        case 4: return legate::uint32();
-        default: return legate::uint64();
+        case 1:
+          return legate::uint8();
+        case 2:
+          return legate::uint16();
+        case 4:
+          return legate::uint32();
+        default:
+          return legate::uint64();
       }
     case DTypeKind::kFloat:
       switch (d.size) {
-        case 2: return legate::float16();
-        case 4: return legate::float32();
-        default: return legate::float64();
+        case 2:
+          return legate::float16();
+        case 4:
+          return legate::float32();
+        default:
+          return legate::float64();
       }
-    case DTypeKind::kComplex: return d.size == 8 ? legate::complex64() : legate::complex128();
+    case DTypeKind::kComplex:
+      return d.size == 8 ? legate::complex64() : legate::complex128();
   }
   throw LayoutError("unsupported dtype " + d.name());
 }
@@ -96,9 +111,9 @@ legate::LogicalArray load(const Layout& layout, const LoadOptions& options, Load
   const legate::Library lib = library();
   const auto machine = runtime->get_machine();
   LoadInfo li;
-  for (const auto& [target, name] : {std::pair{TaskTarget::GPU, "GPU"},
-                                     std::pair{TaskTarget::OMP, "OMP"},
-                                     std::pair{TaskTarget::CPU, "CPU"}}) {
+  for (const auto& [target, name] :
+       {std::pair{TaskTarget::GPU, "GPU"}, std::pair{TaskTarget::OMP, "OMP"},
+        std::pair{TaskTarget::CPU, "CPU"}}) {
     if (machine.count(target) > 0) {
       li.target = name;
       li.processors = machine.count(target);

@@ -28,8 +28,9 @@ Status arg_error(const std::string& msg) {
 }  // namespace
 
 void throw_task_error(const Status& status) {
-  throw legate::TaskException{std::string(1, kMark) + std::to_string(static_cast<int>(status.code())) +
-                              ":" + status.message() + std::string(1, kMark)};
+  throw legate::TaskException{std::string(1, kMark) +
+                              std::to_string(static_cast<int>(status.code())) + ":" +
+                              status.message() + std::string(1, kMark)};
 }
 
 Status status_from_task_error(const std::string& what) {
@@ -105,8 +106,8 @@ Status fill_host_tile(const Tile& t) {
   if (t.dense) return fill_pieces(t.layout, t.pieces, t.ptr);
   // Not dense C-order: fill bounded chunks of rows, then scatter them.
   constexpr std::size_t kChunkBytes = std::size_t{4} << 20;
-  const auto chunk_rows =
-      static_cast<std::int64_t>(std::max<std::size_t>(1, kChunkBytes / std::max<std::size_t>(row_bytes, 1)));
+  const auto chunk_rows = static_cast<std::int64_t>(
+      std::max<std::size_t>(1, kChunkBytes / std::max<std::size_t>(row_bytes, 1)));
   std::unique_ptr<std::byte[]> buf(new (std::nothrow)
                                        std::byte[static_cast<std::size_t>(chunk_rows) * row_bytes]);
   if (!buf) return {ErrorCode::kIo, "cannot allocate the scatter buffer"};

@@ -35,7 +35,8 @@ void VerifyTask::cpu_variant(legate::TaskContext context) {
     // strides, so any local layout is compared correctly.
     const std::int64_t rows = extents[0];
     const std::int64_t chunk = std::max<std::int64_t>(
-        1, static_cast<std::int64_t>((std::size_t{1} << 20) / std::max<std::uint64_t>(row_elements, 1)));
+        1, static_cast<std::int64_t>((std::size_t{1} << 20) /
+                                     std::max<std::uint64_t>(row_elements, 1)));
     std::vector<std::byte> want(static_cast<std::size_t>(chunk * row_elements) * item);
     std::vector<std::byte> got(want.size());
     const bool dense = is_dense_c_order(extents, alloc.strides, item);

@@ -5,8 +5,8 @@
 #include <arrow/api.h>
 #include <arrow/io/file.h>
 #include <arrow/ipc/writer.h>
-#include <parquet/arrow/writer.h>
 #include <gtest/gtest.h>
+#include <parquet/arrow/writer.h>
 
 #include <cstring>
 #include <optional>
@@ -33,8 +33,9 @@ std::shared_ptr<arrow::Table> make_table(std::int32_t first, std::int32_t n) {
   }
   std::shared_ptr<arrow::Array> aa, bb, cc, dd;
   EXPECT_TRUE(a.Finish(&aa).ok() && b.Finish(&bb).ok() && c.Finish(&cc).ok() && d.Finish(&dd).ok());
-  auto schema = arrow::schema({arrow::field("a", arrow::int32()), arrow::field("b", arrow::int32()),
-                               arrow::field("c", arrow::float64()), arrow::field("d", arrow::int32())});
+  auto schema =
+      arrow::schema({arrow::field("a", arrow::int32()), arrow::field("b", arrow::int32()),
+                     arrow::field("c", arrow::float64()), arrow::field("d", arrow::int32())});
   return arrow::Table::Make(schema, {aa, bb, cc, dd});
 }
 
@@ -63,8 +64,8 @@ std::vector<T> read_all(const Layout& l, std::int64_t lo, std::int64_t hi, Statu
 
 class ArrowFormats : public ::testing::TestWithParam<Format> {
  protected:
-  std::string write(const TempDir& dir, const std::string& stem, std::int32_t first,
-                    std::int32_t n, std::int64_t group) {
+  std::string write(const TempDir& dir, const std::string& stem, std::int32_t first, std::int32_t n,
+                    std::int64_t group) {
     const bool pq = GetParam() == Format::kParquet;
     const std::string path = dir.file(stem + (pq ? ".parquet" : ".arrow"));
     auto t = make_table(first, n);

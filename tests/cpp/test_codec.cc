@@ -16,8 +16,7 @@ Layout sample(int shards) {
     s.data_offset = 128;
     s.byte_swap = i % 2 == 0;
     s.fortran_order = i % 3 == 0;
-    s.snapshot = {static_cast<std::uint64_t>(1000 + i), -5 + 1700000000000000000LL * (i % 2),
-                  true};
+    s.snapshot = {static_cast<std::uint64_t>(1000 + i), -5 + 1700000000000000000LL * (i % 2), true};
     s.extra = i % 4 == 0 ? std::string("\0x\xff", 3) : "";
     v.push_back(s);
   }

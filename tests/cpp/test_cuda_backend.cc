@@ -13,16 +13,16 @@
 namespace shardload {
 namespace {
 
-#define SKIP_WITHOUT_GPU()                                                              \
-  do {                                                                                  \
-    Status gpu = cuda_device_available();                                               \
-    if (!gpu) {                                                                         \
+#define SKIP_WITHOUT_GPU()                                                                 \
+  do {                                                                                     \
+    Status gpu = cuda_device_available();                                                  \
+    if (!gpu) {                                                                            \
       EXPECT_NE(gpu.message().find("no CUDA device"), std::string::npos) << gpu.message(); \
-      auto b = CudaCopyBackend::create();                                               \
-      EXPECT_FALSE(b);                                                                  \
-      EXPECT_EQ(b.status().message(), gpu.message());                                   \
-      GTEST_SKIP() << gpu.message();                                                    \
-    }                                                                                   \
+      auto b = CudaCopyBackend::create();                                                  \
+      EXPECT_FALSE(b);                                                                     \
+      EXPECT_EQ(b.status().message(), gpu.message());                                      \
+      GTEST_SKIP() << gpu.message();                                                       \
+    }                                                                                      \
   } while (0)
 
 class CudaFillTest : public ::testing::Test {
@@ -32,8 +32,8 @@ class CudaFillTest : public ::testing::Test {
     std::uint64_t first = 0;
     for (int i = 0; i < shards; ++i) {
       NpyWriteSpec spec{*parse_dtype("float32"), {split[static_cast<std::size_t>(i)], width}};
-      EXPECT_TRUE(write_npy(dir_.file(NumberPattern{"shard_", 4, ".npy"}.format(i)), spec, 3,
-                            first));
+      EXPECT_TRUE(
+          write_npy(dir_.file(NumberPattern{"shard_", 4, ".npy"}.format(i)), spec, 3, first));
       first += static_cast<std::uint64_t>(split[static_cast<std::size_t>(i)] * width);
     }
     auto l = discover(Source::dir(dir_.path()));

@@ -43,8 +43,8 @@ class DeviceFillTest : public ::testing::Test {
     std::uint64_t first = 0;
     for (int i = 0; i < n; ++i) {
       NpyWriteSpec spec{*parse_dtype("float64"), {rows[static_cast<std::size_t>(i)], width}};
-      ASSERT_TRUE(write_npy(dir_.file(NumberPattern{"shard_", 4, ".npy"}.format(i)), spec, 11,
-                            first));
+      ASSERT_TRUE(
+          write_npy(dir_.file(NumberPattern{"shard_", 4, ".npy"}.format(i)), spec, 11, first));
       first += static_cast<std::uint64_t>(rows[static_cast<std::size_t>(i)] * width);
     }
   }
@@ -249,8 +249,7 @@ TEST_F(DeviceFillTest, ShortReadNamesFileOffsetExpectedGot) {
     ASSERT_FALSE(st);
     EXPECT_EQ(st.code(), ErrorCode::kIo);
     const auto& m = st.message();
-    EXPECT_NE(m.find("device fill rows [0, 10) of shard 1 (tile rows [10, 20))"),
-              std::string::npos)
+    EXPECT_NE(m.find("device fill rows [0, 10) of shard 1 (tile rows [10, 20))"), std::string::npos)
         << m;
     EXPECT_NE(m.find(dir_.file("shard_0001.npy") + ": short read at offset 128: expected 240 "
                                                    "bytes, got 100"),

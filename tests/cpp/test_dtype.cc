@@ -37,8 +37,8 @@ TEST(DType, SwapUnitSplitsComplex) {
 }
 
 TEST(DType, RejectsUnknown) {
-  for (const char* bad : {"", "f", "f3", "i16", "float128", "c4", "O", "<U8", "S5", "M8", "f4x",
-                          "int", "<"}) {
+  for (const char* bad :
+       {"", "f", "f3", "i16", "float128", "c4", "O", "<U8", "S5", "M8", "f4x", "int", "<"}) {
     auto d = parse_dtype(bad);
     ASSERT_FALSE(d) << bad;
     EXPECT_EQ(d.status().code(), ErrorCode::kInvalidArgument);

@@ -40,7 +40,8 @@ class LegateLoad : public ::testing::Test {
     }
   }
   std::string path(std::size_t i) const {
-    return (dir_ / NumberPattern{"shard_", 4, ".npy"}.format(static_cast<std::int64_t>(i))).string();
+    return (dir_ / NumberPattern{"shard_", 4, ".npy"}.format(static_cast<std::int64_t>(i)))
+        .string();
   }
 
   // Compares the whole array with synth_fill through a host mapping.
@@ -64,7 +65,7 @@ class LegateLoad : public ::testing::Test {
 
 TEST_F(LegateLoad, RandomLayoutsAndK) {
   std::mt19937 rng(17);
-  const char* dtypes[] = {"bool",   "int8",    "uint16",  "int32",     "int64",     "uint64",
+  const char* dtypes[] = {"bool",    "int8",    "uint16",  "int32",     "int64",     "uint64",
                           "float16", "float32", "float64", "complex64", "complex128"};
   for (int iter = 0; iter < 12; ++iter) {
     fs::remove_all(dir_);
@@ -78,8 +79,8 @@ TEST_F(LegateLoad, RandomLayoutsAndK) {
     write(rows, trailing, dtype, static_cast<std::uint64_t>(iter));
     const Layout layout = discover(dir_.string());
     for (std::int64_t k : {1, 3}) {
-      SCOPED_TRACE("iter " + std::to_string(iter) + " K " + std::to_string(k) + " " +
-                   dtype.name() + " " + shape_string(layout.shape()));
+      SCOPED_TRACE("iter " + std::to_string(iter) + " K " + std::to_string(k) + " " + dtype.name() +
+                   " " + shape_string(layout.shape()));
       LoadInfo info;
       const auto a = load(layout, LoadOptions{k}, &info);
       EXPECT_EQ(info.target, "CPU");

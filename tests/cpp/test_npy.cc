@@ -28,10 +28,9 @@ TEST(NpyHeader, ParsesCommonForms) {
 }
 
 TEST(NpyHeader, KeysInAnyOrderSpacingAndTrailingComma) {
-  for (const std::string dict :
-       {"{'shape': (5,), 'descr': '>i2', 'fortran_order': True}",
-        "{ \"fortran_order\" :True ,'shape':( 5 , ),'descr':'>i2' , }",
-        "{'fortran_order': True, 'descr': '>i2', 'shape': (5L,)}"}) {
+  for (const std::string dict : {"{'shape': (5,), 'descr': '>i2', 'fortran_order': True}",
+                                 "{ \"fortran_order\" :True ,'shape':( 5 , ),'descr':'>i2' , }",
+                                 "{'fortran_order': True, 'descr': '>i2', 'shape': (5L,)}"}) {
     auto h = parse(npy_bytes(dict, ""));
     ASSERT_TRUE(h) << dict << ": " << h.status().message();
     EXPECT_EQ(h->shape, std::vector<std::int64_t>{5});
@@ -88,9 +87,9 @@ TEST(NpyHeader, RejectsMalformedDicts) {
   expect_error(npy_bytes("{'descr': '<f4', 'shape': (3,)}", ""), "missing key 'fortran_order'");
   expect_error(npy_bytes("{'descr': '<f4', 'fortran_order': False}", ""), "missing key 'shape'");
   expect_error(npy_bytes("{'fortran_order': False, 'shape': (3,)}", ""), "missing key 'descr'");
-  expect_error(npy_bytes("{'descr': '<f4', 'descr': '<f4', 'fortran_order': False, 'shape': (3,)}",
-                         ""),
-               "twice");
+  expect_error(
+      npy_bytes("{'descr': '<f4', 'descr': '<f4', 'fortran_order': False, 'shape': (3,)}", ""),
+      "twice");
   expect_error(npy_bytes("{'descr': '<f4', 'fortran_order': 0, 'shape': (3,)}", ""),
                "fortran_order");
   expect_error(npy_bytes("{'descr': '<f4', 'fortran_order': False, 'shape': (3,), 'x': 1}", ""),

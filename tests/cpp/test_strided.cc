@@ -12,10 +12,11 @@ namespace {
 TEST(Strided, DenseCheck) {
   const std::vector<std::int64_t> e{4, 3, 2};
   EXPECT_TRUE(is_dense_c_order(e, std::vector<std::size_t>{24, 8, 4}, 4));
-  EXPECT_FALSE(is_dense_c_order(e, std::vector<std::size_t>{32, 8, 4}, 4));  // padded rows
+  EXPECT_FALSE(is_dense_c_order(e, std::vector<std::size_t>{32, 8, 4}, 4));   // padded rows
   EXPECT_FALSE(is_dense_c_order(e, std::vector<std::size_t>{4, 16, 48}, 4));  // transposed
   // Extent-1 dimensions may carry any stride.
-  EXPECT_TRUE(is_dense_c_order(std::vector<std::int64_t>{1, 5}, std::vector<std::size_t>{999, 8}, 8));
+  EXPECT_TRUE(
+      is_dense_c_order(std::vector<std::int64_t>{1, 5}, std::vector<std::size_t>{999, 8}, 8));
   EXPECT_FALSE(is_dense_c_order(e, std::vector<std::size_t>{24, 8}, 4));
 }
 
@@ -66,9 +67,9 @@ TEST(Strided, StopsWhenTheCopyFails) {
   std::vector<std::byte> src(64);
   std::vector<std::byte> dst(64);
   int calls = 0;
-  EXPECT_FALSE(scatter_rows(src.data(), 4, std::vector<std::int64_t>{4, 4},
-                            std::vector<std::size_t>{16, 4}, 1, dst.data(),
-                            [&](std::byte*, const std::byte*, std::size_t) { return ++calls < 2; }));
+  EXPECT_FALSE(scatter_rows(
+      src.data(), 4, std::vector<std::int64_t>{4, 4}, std::vector<std::size_t>{16, 4}, 1,
+      dst.data(), [&](std::byte*, const std::byte*, std::size_t) { return ++calls < 2; }));
   EXPECT_EQ(calls, 2);
 }
 

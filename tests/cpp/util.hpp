@@ -95,10 +95,10 @@ inline void write_iota_shard(const TempDir& dir, int i, std::int32_t base, std::
       }
     }
   }
-  write_file(dir.file(NumberPattern{"shard_", 4, ".npy"}.format(i)),
-             npy_bytes(npy_dict(big ? ">i4" : "<i4", fortran,
-                                "(" + std::to_string(rows) + ", 3, 2)"),
-                       raw(v)));
+  write_file(
+      dir.file(NumberPattern{"shard_", 4, ".npy"}.format(i)),
+      npy_bytes(npy_dict(big ? ">i4" : "<i4", fortran, "(" + std::to_string(rows) + ", 3, 2)"),
+                raw(v)));
 }
 
 // An injected backend over real files: reads fail or end early once a
@@ -115,7 +115,8 @@ class FaultyIo final : public IoBackend {
   std::int64_t pread(int fd, void* buf, std::size_t n, std::uint64_t off) override {
     const int call = ++calls_;
     switch (mode_) {
-      case Mode::kNone: break;
+      case Mode::kNone:
+        break;
       case Mode::kErrorAfter:
       case Mode::kEofAfter: {
         const std::uint64_t before = served_.fetch_add(n);
@@ -126,7 +127,9 @@ class FaultyIo final : public IoBackend {
       case Mode::kEintrEvery:
         if (call % 2 == 1) return -EINTR;
         break;
-      case Mode::kShortReads: n = std::min<std::size_t>(n, 3); break;
+      case Mode::kShortReads:
+        n = std::min<std::size_t>(n, 3);
+        break;
     }
     return posix_io().pread(fd, buf, n, off);
   }

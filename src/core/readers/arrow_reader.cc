@@ -105,21 +105,34 @@ Result<ArrowExtra> decode_extra(const Shard& shard) {
 // ---- types -------------------------------------------------------------------
 Result<DType> dtype_of(const arrow::DataType& t) {
   switch (t.id()) {
-    case arrow::Type::BOOL: return DType{DTypeKind::kBool, 1};
-    case arrow::Type::INT8: return DType{DTypeKind::kInt, 1};
-    case arrow::Type::INT16: return DType{DTypeKind::kInt, 2};
-    case arrow::Type::INT32: return DType{DTypeKind::kInt, 4};
-    case arrow::Type::INT64: return DType{DTypeKind::kInt, 8};
-    case arrow::Type::UINT8: return DType{DTypeKind::kUInt, 1};
-    case arrow::Type::UINT16: return DType{DTypeKind::kUInt, 2};
-    case arrow::Type::UINT32: return DType{DTypeKind::kUInt, 4};
-    case arrow::Type::UINT64: return DType{DTypeKind::kUInt, 8};
-    case arrow::Type::HALF_FLOAT: return DType{DTypeKind::kFloat, 2};
-    case arrow::Type::FLOAT: return DType{DTypeKind::kFloat, 4};
-    case arrow::Type::DOUBLE: return DType{DTypeKind::kFloat, 8};
+    case arrow::Type::BOOL:
+      return DType{DTypeKind::kBool, 1};
+    case arrow::Type::INT8:
+      return DType{DTypeKind::kInt, 1};
+    case arrow::Type::INT16:
+      return DType{DTypeKind::kInt, 2};
+    case arrow::Type::INT32:
+      return DType{DTypeKind::kInt, 4};
+    case arrow::Type::INT64:
+      return DType{DTypeKind::kInt, 8};
+    case arrow::Type::UINT8:
+      return DType{DTypeKind::kUInt, 1};
+    case arrow::Type::UINT16:
+      return DType{DTypeKind::kUInt, 2};
+    case arrow::Type::UINT32:
+      return DType{DTypeKind::kUInt, 4};
+    case arrow::Type::UINT64:
+      return DType{DTypeKind::kUInt, 8};
+    case arrow::Type::HALF_FLOAT:
+      return DType{DTypeKind::kFloat, 2};
+    case arrow::Type::FLOAT:
+      return DType{DTypeKind::kFloat, 4};
+    case arrow::Type::DOUBLE:
+      return DType{DTypeKind::kFloat, 8};
     default:
-      return Status(ErrorCode::kFormat, "type " + t.ToString() +
-                                            " is not supported (expected bool, integers or floats)");
+      return Status(
+          ErrorCode::kFormat,
+          "type " + t.ToString() + " is not supported (expected bool, integers or floats)");
   }
 }
 
@@ -209,8 +222,8 @@ template <typename D, typename S>
 Status convert(const arrow::Array& a, std::int64_t begin, std::int64_t end, const ColumnCopy& c) {
   D fill{};
   if (c.fill && !cast_value(*c.fill, &fill)) {
-    return Status(ErrorCode::kInvalidArgument,
-                  "fill_value " + value_string(*c.fill) + " is not representable as " + c.dtype.name());
+    return Status(ErrorCode::kInvalidArgument, "fill_value " + value_string(*c.fill) +
+                                                   " is not representable as " + c.dtype.name());
   }
   const S* values = nullptr;
   const auto* bools = dynamic_cast<const arrow::BooleanArray*>(&a);
@@ -254,19 +267,32 @@ Status convert(const arrow::Array& a, std::int64_t begin, std::int64_t end, cons
 template <typename D>
 Status convert_from(const arrow::Array& a, std::int64_t b, std::int64_t e, const ColumnCopy& c) {
   switch (a.type_id()) {
-    case arrow::Type::BOOL: return convert<D, bool>(a, b, e, c);
-    case arrow::Type::INT8: return convert<D, std::int8_t>(a, b, e, c);
-    case arrow::Type::INT16: return convert<D, std::int16_t>(a, b, e, c);
-    case arrow::Type::INT32: return convert<D, std::int32_t>(a, b, e, c);
-    case arrow::Type::INT64: return convert<D, std::int64_t>(a, b, e, c);
-    case arrow::Type::UINT8: return convert<D, std::uint8_t>(a, b, e, c);
-    case arrow::Type::UINT16: return convert<D, std::uint16_t>(a, b, e, c);
-    case arrow::Type::UINT32: return convert<D, std::uint32_t>(a, b, e, c);
-    case arrow::Type::UINT64: return convert<D, std::uint64_t>(a, b, e, c);
-    case arrow::Type::HALF_FLOAT: return convert<D, _Float16>(a, b, e, c);
-    case arrow::Type::FLOAT: return convert<D, float>(a, b, e, c);
-    case arrow::Type::DOUBLE: return convert<D, double>(a, b, e, c);
-    default: break;
+    case arrow::Type::BOOL:
+      return convert<D, bool>(a, b, e, c);
+    case arrow::Type::INT8:
+      return convert<D, std::int8_t>(a, b, e, c);
+    case arrow::Type::INT16:
+      return convert<D, std::int16_t>(a, b, e, c);
+    case arrow::Type::INT32:
+      return convert<D, std::int32_t>(a, b, e, c);
+    case arrow::Type::INT64:
+      return convert<D, std::int64_t>(a, b, e, c);
+    case arrow::Type::UINT8:
+      return convert<D, std::uint8_t>(a, b, e, c);
+    case arrow::Type::UINT16:
+      return convert<D, std::uint16_t>(a, b, e, c);
+    case arrow::Type::UINT32:
+      return convert<D, std::uint32_t>(a, b, e, c);
+    case arrow::Type::UINT64:
+      return convert<D, std::uint64_t>(a, b, e, c);
+    case arrow::Type::HALF_FLOAT:
+      return convert<D, _Float16>(a, b, e, c);
+    case arrow::Type::FLOAT:
+      return convert<D, float>(a, b, e, c);
+    case arrow::Type::DOUBLE:
+      return convert<D, double>(a, b, e, c);
+    default:
+      break;
   }
   return Status(ErrorCode::kFormat, *c.path + ": column '" + *c.column + "': type " +
                                         a.type()->ToString() + " is not supported");
@@ -276,7 +302,8 @@ Status convert_from(const arrow::Array& a, std::int64_t b, std::int64_t e, const
 Status copy_values(const arrow::Array& a, std::int64_t b, std::int64_t e, const ColumnCopy& c) {
   const DType d = c.dtype;
   switch (d.kind) {
-    case DTypeKind::kBool: return convert_from<bool>(a, b, e, c);
+    case DTypeKind::kBool:
+      return convert_from<bool>(a, b, e, c);
     case DTypeKind::kInt:
       if (d.size == 1) return convert_from<std::int8_t>(a, b, e, c);
       if (d.size == 2) return convert_from<std::int16_t>(a, b, e, c);
@@ -348,7 +375,8 @@ class ArrowReader final : public ShardReader {
   const char* kind() const { return format_ == Format::kParquet ? "Parquet" : "Arrow IPC"; }
 
   // Opens the file's metadata. `projection`: IPC fields to decode (probe only).
-  Result<OpenFile> open(const std::string& path, bool for_probe, const std::vector<int>& projection) {
+  Result<OpenFile> open(const std::string& path, bool for_probe,
+                        const std::vector<int>& projection) {
     OpenFile f;
     if (format_ == Format::kParquet) {
       auto file = arrow::io::ReadableFile::Open(path);
@@ -371,7 +399,8 @@ class ArrowReader final : public ShardReader {
       st = f.parquet->GetSchema(&f.schema);
       if (!st.ok()) return Status(ErrorCode::kFormat, path + ": schema: " + st.ToString());
       const auto md = f.parquet->parquet_reader()->metadata();
-      for (int g = 0; g < md->num_row_groups(); ++g) f.group_rows.push_back(md->RowGroup(g)->num_rows());
+      for (int g = 0; g < md->num_row_groups(); ++g)
+        f.group_rows.push_back(md->RowGroup(g)->num_rows());
       return f;
     }
     // IPC: probing maps the file so that a batch's row count costs no read of
@@ -416,8 +445,8 @@ class ArrowReader final : public ShardReader {
     for (const auto& n : *names) {
       const auto all = schema.GetAllFieldIndices(n);
       if (all.empty()) {
-        return Status(ErrorCode::kFormat, path + ": column '" + n + "' not found (columns: " +
-                                              join_fields(schema) + ")");
+        return Status(ErrorCode::kFormat, path + ": column '" + n +
+                                              "' not found (columns: " + join_fields(schema) + ")");
       }
       if (all.size() > 1) {
         return Status(ErrorCode::kFormat, path + ": column '" + n + "' appears " +
@@ -436,7 +465,8 @@ class ArrowReader final : public ShardReader {
     {
       SHARDLOAD_ASSIGN_OR_RETURN(File f, File::open(*ctx_.io, path));
       SHARDLOAD_ASSIGN_OR_RETURN(p.shard.snapshot, f.stat());
-      if (!p.shard.snapshot.regular) return Status(ErrorCode::kFormat, path + ": not a regular file");
+      if (!p.shard.snapshot.regular)
+        return Status(ErrorCode::kFormat, path + ": not a regular file");
     }
     SHARDLOAD_ASSIGN_OR_RETURN(OpenFile f, open(path, true, {}));
     std::vector<std::string> names = options_.columns;
@@ -449,9 +479,9 @@ class ArrowReader final : public ShardReader {
       if (i == 0) {
         common = d;
       } else if (d != common && !options_.dtype) {
-        return Status(ErrorCode::kFormat,
-                      path + ": columns: '" + names[i] + "' is " + d.name() + " but '" + names[0] +
-                          "' is " + common.name() + "; columns must share a dtype (pass dtype= to cast)");
+        return Status(ErrorCode::kFormat, path + ": columns: '" + names[i] + "' is " + d.name() +
+                                              " but '" + names[0] + "' is " + common.name() +
+                                              "; columns must share a dtype (pass dtype= to cast)");
       }
     }
     p.dtype = options_.dtype ? *options_.dtype : common;
@@ -515,9 +545,9 @@ class ArrowReader final : public ShardReader {
     if (hi <= lo) return Status::ok();
     const std::size_t ncols = e.columns.size();
     if (l.row_bytes != ncols * l.dtype.size) {
-      return Status(ErrorCode::kInvalidArgument,
-                    s.path + ": " + std::to_string(ncols) + " columns do not fill a row of " +
-                        std::to_string(l.row_bytes) + " bytes");
+      return Status(ErrorCode::kInvalidArgument, s.path + ": " + std::to_string(ncols) +
+                                                     " columns do not fill a row of " +
+                                                     std::to_string(l.row_bytes) + " bytes");
     }
     SHARDLOAD_ASSIGN_OR_RETURN(OpenFile f, open(s.path, false, {}));
     std::vector<std::string> names = e.columns;
@@ -532,9 +562,11 @@ class ArrowReader final : public ShardReader {
     } else {
       // The IPC reader's projection keeps schema order; columns are found by name.
       std::set<int> sorted(idx.begin(), idx.end());
-      SHARDLOAD_ASSIGN_OR_RETURN(f, open(s.path, false, std::vector<int>(sorted.begin(), sorted.end())));
+      SHARDLOAD_ASSIGN_OR_RETURN(
+          f, open(s.path, false, std::vector<int>(sorted.begin(), sorted.end())));
       if (f.ipc->num_record_batches() != static_cast<int>(e.group_rows.size())) {
-        return Status(ErrorCode::kChanged, s.path + ": record batch count differs from discovery's");
+        return Status(ErrorCode::kChanged,
+                      s.path + ": record batch count differs from discovery's");
       }
     }
 
@@ -548,8 +580,8 @@ class ArrowReader final : public ShardReader {
       const std::int64_t a = std::max(lo, start) - start;  // rows [a, b) of the group
       const std::int64_t b = std::min(hi, end) - start;
       std::vector<std::shared_ptr<arrow::ChunkedArray>> cols(ncols);
-      const std::string where = s.path + ": " + (f.parquet ? "row group " : "record batch ") +
-                                std::to_string(g);
+      const std::string where =
+          s.path + ": " + (f.parquet ? "row group " : "record batch ") + std::to_string(g);
       if (f.parquet) {
         auto t = f.parquet->ReadRowGroup(static_cast<int>(g), leaves);
         if (!t.ok()) return arrow_error(where, t.status(), ErrorCode::kIo);
@@ -566,8 +598,8 @@ class ArrowReader final : public ShardReader {
         if (!cols[c] || cols[c]->length() != e.group_rows[g]) {
           return Status(ErrorCode::kChanged,
                         where + ": column '" + names[c] + "' is missing or has " +
-                            (cols[c] ? std::to_string(cols[c]->length()) : "no") + " rows, expected " +
-                            std::to_string(e.group_rows[g]));
+                            (cols[c] ? std::to_string(cols[c]->length()) : "no") +
+                            " rows, expected " + std::to_string(e.group_rows[g]));
         }
         std::int64_t chunk_start = 0;  // group row of the chunk's element 0
         for (const auto& chunk : cols[c]->chunks()) {
@@ -575,9 +607,13 @@ class ArrowReader final : public ShardReader {
           const std::int64_t ce = std::min(b, chunk_start + chunk->length()) - chunk_start;
           if (cb < ce) {
             const auto row = static_cast<std::size_t>(start + chunk_start + cb - lo);
-            ColumnCopy copy{&s.path, &names[c], start + chunk_start,
+            ColumnCopy copy{&s.path,
+                            &names[c],
+                            start + chunk_start,
                             dst + row * l.row_bytes + c * l.dtype.size,
-                            static_cast<std::size_t>(l.row_bytes), options_.fill_value, l.dtype};
+                            static_cast<std::size_t>(l.row_bytes),
+                            options_.fill_value,
+                            l.dtype};
             SHARDLOAD_RETURN_IF_ERROR(copy_values(*chunk, cb, ce, copy));
           }
           chunk_start += chunk->length();
@@ -602,8 +638,9 @@ Result<std::unique_ptr<ShardReader>> make_arrow_reader(Format format, const Form
   const char* name = format_name(format);
   if (options.trailing_shape || options.header_bytes || !options.dataset.empty()) {
     return Status(ErrorCode::kInvalidArgument,
-                  std::string(name) + ": the schema gives the shape; options for other formats "
-                                      "(trailing shape, header bytes, dataset) do not apply");
+                  std::string(name) +
+                      ": the schema gives the shape; options for other formats "
+                      "(trailing shape, header bytes, dataset) do not apply");
   }
   std::set<std::string> seen;
   for (const auto& c : options.columns) {

@@ -50,8 +50,8 @@ Result<Hdf5Api> load_api() {
   }
   std::string missing;
   // dlsym on the handle searches only this library and its dependencies.
-#define SHARDLOAD_HDF5_LOAD(name)                                             \
-  api.name = reinterpret_cast<decltype(api.name)>(::dlsym(h, #name));         \
+#define SHARDLOAD_HDF5_LOAD(name)                                     \
+  api.name = reinterpret_cast<decltype(api.name)>(::dlsym(h, #name)); \
   if (api.name == nullptr) missing += std::string(missing.empty() ? "" : ", ") + #name;
   SHARDLOAD_HDF5_FUNCTIONS(SHARDLOAD_HDF5_LOAD)
 #undef SHARDLOAD_HDF5_LOAD
@@ -64,8 +64,8 @@ Result<Hdf5Api> load_api() {
     return Status(ErrorCode::kFormat, std::string("hdf5: ") + api.path +
                                           " lacks functions shardload needs: " + missing);
   }
-  if (api.H5open() < 0 || api.H5get_libversion(&api.version[0], &api.version[1],
-                                               &api.version[2]) < 0) {
+  if (api.H5open() < 0 ||
+      api.H5get_libversion(&api.version[0], &api.version[1], &api.version[2]) < 0) {
     return Status(ErrorCode::kFormat, std::string("hdf5: ") + api.path + ": H5open failed");
   }
   // The headers' structs and version-mapped names (H5Dopen2, H5Lvisit, ...)
@@ -73,22 +73,22 @@ Result<Hdf5Api> load_api() {
   if (api.version[0] != H5_VERS_MAJOR || api.version[1] != H5_VERS_MINOR) {
     return Status(ErrorCode::kFormat,
                   std::string("hdf5: ") + api.path + ": library version " +
-                      std::to_string(api.version[0]) + "." + std::to_string(api.version[1]) +
-                      "." + std::to_string(api.version[2]) + " differs from the headers' " +
+                      std::to_string(api.version[0]) + "." + std::to_string(api.version[1]) + "." +
+                      std::to_string(api.version[2]) + " differs from the headers' " +
                       std::to_string(H5_VERS_MAJOR) + "." + std::to_string(H5_VERS_MINOR));
   }
   // The globals are valid only after H5open().
-#define SHARDLOAD_HDF5_GLOBAL_LOAD(name)                                      \
-  if (const auto* p = static_cast<const hid_t*>(::dlsym(h, #name))) {         \
-    api.name = *p;                                                            \
-  } else {                                                                    \
-    missing += std::string(missing.empty() ? "" : ", ") + #name;              \
+#define SHARDLOAD_HDF5_GLOBAL_LOAD(name)                              \
+  if (const auto* p = static_cast<const hid_t*>(::dlsym(h, #name))) { \
+    api.name = *p;                                                    \
+  } else {                                                            \
+    missing += std::string(missing.empty() ? "" : ", ") + #name;      \
   }
   SHARDLOAD_HDF5_GLOBALS(SHARDLOAD_HDF5_GLOBAL_LOAD)
 #undef SHARDLOAD_HDF5_GLOBAL_LOAD
   if (!missing.empty()) {
-    return Status(ErrorCode::kFormat, std::string("hdf5: ") + api.path +
-                                          " lacks globals shardload needs: " + missing);
+    return Status(ErrorCode::kFormat,
+                  std::string("hdf5: ") + api.path + " lacks globals shardload needs: " + missing);
   }
   hbool_t ts = 0;
   api.thread_safe = api.H5is_library_threadsafe(&ts) >= 0 && ts;
@@ -176,18 +176,30 @@ std::string take_error(const Hdf5Api& api) {
 
 std::string type_class_name(H5T_class_t c) {
   switch (c) {
-    case H5T_INTEGER: return "integer";
-    case H5T_FLOAT: return "float";
-    case H5T_TIME: return "time";
-    case H5T_STRING: return "string";
-    case H5T_BITFIELD: return "bitfield";
-    case H5T_OPAQUE: return "opaque";
-    case H5T_COMPOUND: return "compound";
-    case H5T_REFERENCE: return "reference";
-    case H5T_ENUM: return "enum";
-    case H5T_VLEN: return "variable-length";
-    case H5T_ARRAY: return "array";
-    default: return "class " + std::to_string(static_cast<int>(c));
+    case H5T_INTEGER:
+      return "integer";
+    case H5T_FLOAT:
+      return "float";
+    case H5T_TIME:
+      return "time";
+    case H5T_STRING:
+      return "string";
+    case H5T_BITFIELD:
+      return "bitfield";
+    case H5T_OPAQUE:
+      return "opaque";
+    case H5T_COMPOUND:
+      return "compound";
+    case H5T_REFERENCE:
+      return "reference";
+    case H5T_ENUM:
+      return "enum";
+    case H5T_VLEN:
+      return "variable-length";
+    case H5T_ARRAY:
+      return "array";
+    default:
+      return "class " + std::to_string(static_cast<int>(c));
   }
 }
 
@@ -211,8 +223,8 @@ bool is_ieee_float(const Hdf5Api& api, hid_t t, std::size_t size) {
   if (want == nullptr || api.H5Tget_size(t) != size) return false;
   std::size_t spos = 0, epos = 0, esize = 0, mpos = 0, msize = 0;
   if (api.H5Tget_fields(t, &spos, &epos, &esize, &mpos, &msize) < 0) return false;
-  return spos == want->spos && epos == want->epos && esize == want->esize &&
-         mpos == want->mpos && msize == want->msize && api.H5Tget_ebias(t) == want->ebias &&
+  return spos == want->spos && epos == want->epos && esize == want->esize && mpos == want->mpos &&
+         msize == want->msize && api.H5Tget_ebias(t) == want->ebias &&
          api.H5Tget_precision(t) == 8 * size && api.H5Tget_offset(t) == 0;
 }
 
@@ -228,7 +240,8 @@ Result<DType> classify(const Hdf5Api& api, hid_t t) {
   const H5T_class_t cls = api.H5Tget_class(t);
   const std::size_t size = api.H5Tget_size(t);
   auto unsupported = [&](const std::string& what) {
-    return Status(ErrorCode::kFormat, "type: " + what + " is not supported (" + kExpectedTypes + ")");
+    return Status(ErrorCode::kFormat,
+                  "type: " + what + " is not supported (" + kExpectedTypes + ")");
   };
   switch (cls) {
     case H5T_INTEGER: {
@@ -274,7 +287,8 @@ Result<DType> classify(const Hdf5Api& api, hid_t t) {
       if (!ok) return unsupported("compound other than h5py's complex {r, i}");
       return DType{DTypeKind::kComplex, static_cast<std::uint8_t>(2 * fs)};
     }
-    default: return unsupported(type_class_name(cls));
+    default:
+      return unsupported(type_class_name(cls));
   }
 }
 
@@ -294,20 +308,30 @@ Result<Hid> memory_type(const Hdf5Api& api, DType d) {
     }
     case DTypeKind::kInt:
       switch (d.size) {
-        case 1: return native(api.H5T_NATIVE_INT8_g);
-        case 2: return native(api.H5T_NATIVE_INT16_g);
-        case 4: return native(api.H5T_NATIVE_INT32_g);
-        case 8: return native(api.H5T_NATIVE_INT64_g);
-        default: break;
+        case 1:
+          return native(api.H5T_NATIVE_INT8_g);
+        case 2:
+          return native(api.H5T_NATIVE_INT16_g);
+        case 4:
+          return native(api.H5T_NATIVE_INT32_g);
+        case 8:
+          return native(api.H5T_NATIVE_INT64_g);
+        default:
+          break;
       }
       break;
     case DTypeKind::kUInt:
       switch (d.size) {
-        case 1: return native(api.H5T_NATIVE_UINT8_g);
-        case 2: return native(api.H5T_NATIVE_UINT16_g);
-        case 4: return native(api.H5T_NATIVE_UINT32_g);
-        case 8: return native(api.H5T_NATIVE_UINT64_g);
-        default: break;
+        case 1:
+          return native(api.H5T_NATIVE_UINT8_g);
+        case 2:
+          return native(api.H5T_NATIVE_UINT16_g);
+        case 4:
+          return native(api.H5T_NATIVE_UINT32_g);
+        case 8:
+          return native(api.H5T_NATIVE_UINT64_g);
+        default:
+          break;
       }
       break;
     case DTypeKind::kFloat:
@@ -333,8 +357,8 @@ Result<Hid> memory_type(const Hdf5Api& api, DType d) {
       break;
     }
   }
-  return Status(ErrorCode::kFormat, "hdf5: cannot build the memory type for " + d.name() + ": " +
-                                        take_error(api));
+  return Status(ErrorCode::kFormat,
+                "hdf5: cannot build the memory type for " + d.name() + ": " + take_error(api));
 }
 
 // Every dataset in the file, by full path, for error messages and the default.
@@ -386,11 +410,11 @@ constexpr std::size_t kMaxDirectChunkBytes = std::size_t{1} << 30;
 
 // How the direct path decodes one dataset's chunks.
 struct DirectPlan {
-  std::vector<hsize_t> chunk;    // the chunk shape, one extent per dimension
-  std::size_t elem = 0;          // bytes per element
-  bool shuffle = false;          // HDF5's byte shuffle ran before deflate
-  std::size_t swap_unit = 0;     // 0: stored in host order; else swap units of this size
-  std::size_t chunk_bytes = 0;   // decoded bytes of a chunk (edge chunks are stored whole)
+  std::vector<hsize_t> chunk;   // the chunk shape, one extent per dimension
+  std::size_t elem = 0;         // bytes per element
+  bool shuffle = false;         // HDF5's byte shuffle ran before deflate
+  std::size_t swap_unit = 0;    // 0: stored in host order; else swap units of this size
+  std::size_t chunk_bytes = 0;  // decoded bytes of a chunk (edge chunks are stored whole)
   std::size_t chunk_elems = 0;
 };
 
@@ -583,8 +607,8 @@ class Hdf5Reader final : public ShardReader {
       const std::string where = s.path + ": dataset '" + d.name + "'";
       // The snapshot guards the file; this guards a layout rebuilt from stale
       // task arguments.
-      bool same = d.dims.size() == l.trailing_shape.size() + 1 &&
-                  d.dims[0] == static_cast<hsize_t>(s.rows);
+      bool same =
+          d.dims.size() == l.trailing_shape.size() + 1 && d.dims[0] == static_cast<hsize_t>(s.rows);
       for (std::size_t i = 1; same && i < d.dims.size(); ++i) {
         same = d.dims[i] == static_cast<hsize_t>(l.trailing_shape[i - 1]);
       }
@@ -650,8 +674,8 @@ class Hdf5Reader final : public ShardReader {
     for (;;) {
       for (std::size_t i = 0; i < rank; ++i) {
         offset[i] = at[i] * p.chunk[i];
-        const hsize_t begin = i == 0 ? std::max<hsize_t>(offset[i], static_cast<hsize_t>(lo))
-                                     : offset[i];
+        const hsize_t begin =
+            i == 0 ? std::max<hsize_t>(offset[i], static_cast<hsize_t>(lo)) : offset[i];
         const hsize_t end = std::min<hsize_t>(offset[i] + p.chunk[i],
                                               i == 0 ? static_cast<hsize_t>(hi) : d.dims[i]);
         box_lo[i] = begin;
@@ -791,20 +815,23 @@ class Hdf5Reader final : public ShardReader {
     }
     d.dataset = Hid(api_.H5Dopen2(d.file.get(), d.name.c_str(), H5P_DEFAULT), api_.H5Dclose);
     if (!d.dataset.valid()) {
-      return Status(ErrorCode::kFormat, path + ": '" + d.name + "' is not a readable dataset: " +
-                                            take_error(api_));
+      return Status(ErrorCode::kFormat,
+                    path + ": '" + d.name + "' is not a readable dataset: " + take_error(api_));
     }
     Hid space(api_.H5Dget_space(d.dataset.get()), api_.H5Sclose);
-    const H5S_class_t sc = space.valid() ? api_.H5Sget_simple_extent_type(space.get()) : H5S_NO_CLASS;
+    const H5S_class_t sc =
+        space.valid() ? api_.H5Sget_simple_extent_type(space.get()) : H5S_NO_CLASS;
     const int rank = sc == H5S_SIMPLE ? api_.H5Sget_simple_extent_ndims(space.get()) : 0;
     if (rank < 1) {
-      return Status(ErrorCode::kFormat,
-                    path + ": dataset '" + d.name +
-                        "': shape: expected at least 1 dimension, found a scalar or empty dataspace");
+      return Status(
+          ErrorCode::kFormat,
+          path + ": dataset '" + d.name +
+              "': shape: expected at least 1 dimension, found a scalar or empty dataspace");
     }
     d.dims.resize(static_cast<std::size_t>(rank));
     if (api_.H5Sget_simple_extent_dims(space.get(), d.dims.data(), nullptr) < 0) {
-      return Status(ErrorCode::kFormat, path + ": dataset '" + d.name + "': shape: " + take_error(api_));
+      return Status(ErrorCode::kFormat,
+                    path + ": dataset '" + d.name + "': shape: " + take_error(api_));
     }
     for (const auto dim : d.dims) {
       if (dim > static_cast<hsize_t>(INT64_MAX)) {
@@ -853,8 +880,8 @@ Result<const Hdf5Api*> hdf5_api() {
 
 Result<std::unique_ptr<ShardReader>> make_hdf5_reader(const FormatOptions& options,
                                                       const ReaderContext& context) {
-  if (options.dtype || options.trailing_shape || options.header_bytes ||
-      !options.columns.empty() || options.fill_value) {
+  if (options.dtype || options.trailing_shape || options.header_bytes || !options.columns.empty() ||
+      options.fill_value) {
     return Status(ErrorCode::kInvalidArgument,
                   "hdf5: each file's dataset gives dtype and shape; options for other formats "
                   "(dtype, trailing shape, header bytes, columns, fill value) do not apply");

@@ -17,7 +17,9 @@ Result<Json> parse_json_object(const std::string& file, std::string_view text) {
     std::string duplicate;
     auto callback = [&](int /*depth*/, Json::parse_event_t event, Json& parsed) {
       switch (event) {
-        case Json::parse_event_t::object_start: seen.emplace_back(); break;
+        case Json::parse_event_t::object_start:
+          seen.emplace_back();
+          break;
         case Json::parse_event_t::object_end:
           if (!seen.empty()) seen.pop_back();
           break;
@@ -28,7 +30,8 @@ Result<Json> parse_json_object(const std::string& file, std::string_view text) {
             duplicate = parsed.get_ref<const std::string&>();
           }
           break;
-        default: break;
+        default:
+          break;
       }
       return true;
     };

@@ -74,7 +74,7 @@ class NpyReader final : public ShardReader {
       cstride[k - 1] = cstride[k] * static_cast<std::uint64_t>(dims[k]);
     }
     std::vector<std::uint64_t> idx(dims.size(), 0);  // Fortran odometer: first index fastest
-    std::uint64_t c = 0;                              // C-flat index of idx
+    std::uint64_t c = 0;                             // C-flat index of idx
     const std::size_t step = T * item;
     for (std::uint64_t m = 0; m < T; ++m) {
       for (std::uint64_t r0 = 0; r0 < n; r0 += rows_per_chunk) {
@@ -105,11 +105,12 @@ class NpyReader final : public ShardReader {
 
 Result<std::unique_ptr<ShardReader>> make_npy_reader(const FormatOptions& options,
                                                      const ReaderContext& context) {
-  if (options.dtype || options.trailing_shape || options.header_bytes ||
-      !options.dataset.empty() || !options.columns.empty() || options.fill_value) {
-    return Status(ErrorCode::kInvalidArgument,
-                  "npy: the files' headers give dtype and shape; options for other formats "
-                  "(dtype, trailing shape, header bytes, dataset, columns, fill value) do not apply");
+  if (options.dtype || options.trailing_shape || options.header_bytes || !options.dataset.empty() ||
+      !options.columns.empty() || options.fill_value) {
+    return Status(
+        ErrorCode::kInvalidArgument,
+        "npy: the files' headers give dtype and shape; options for other formats "
+        "(dtype, trailing shape, header bytes, dataset, columns, fill value) do not apply");
   }
   return std::unique_ptr<ShardReader>(std::make_unique<NpyReader>(context));
 }

@@ -118,8 +118,7 @@ class RawReader final : public ShardReader {
     if (options_.big_endian) {
       if (side != nullptr && side->dtype && side->big_endian != *options_.big_endian) {
         return Status(ErrorCode::kFormat,
-                      side->path + ": dtype: byte order " +
-                          (side->big_endian ? "big" : "little") +
+                      side->path + ": dtype: byte order " + (side->big_endian ? "big" : "little") +
                           "-endian differs from the dtype option's " +
                           (*options_.big_endian ? "big" : "little") + "-endian");
       }

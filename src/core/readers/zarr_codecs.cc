@@ -210,11 +210,16 @@ Status decode(ZarrCodec c, const std::byte* in, std::size_t n, std::byte* out, s
               std::vector<std::byte>* grow, std::size_t cap) {
   switch (c) {
     case ZarrCodec::kZlib:
-    case ZarrCodec::kGzip: return inflate_stream(c, in, n, out, expected, grow, cap);
-    case ZarrCodec::kZstd: return zstd_decode(in, n, out, expected, grow, cap);
-    case ZarrCodec::kLz4: return lz4_decode(in, n, out, expected, grow, cap);
-    case ZarrCodec::kBlosc: return blosc_decode(in, n, out, expected, grow, cap);
-    case ZarrCodec::kCrc32c: return crc_decode(in, n, out, expected, grow);
+    case ZarrCodec::kGzip:
+      return inflate_stream(c, in, n, out, expected, grow, cap);
+    case ZarrCodec::kZstd:
+      return zstd_decode(in, n, out, expected, grow, cap);
+    case ZarrCodec::kLz4:
+      return lz4_decode(in, n, out, expected, grow, cap);
+    case ZarrCodec::kBlosc:
+      return blosc_decode(in, n, out, expected, grow, cap);
+    case ZarrCodec::kCrc32c:
+      return crc_decode(in, n, out, expected, grow);
   }
   return {ErrorCode::kFormat, "unknown codec"};
 }
@@ -223,12 +228,18 @@ Status decode(ZarrCodec c, const std::byte* in, std::size_t n, std::byte* out, s
 
 const char* zarr_codec_name(ZarrCodec c) {
   switch (c) {
-    case ZarrCodec::kZlib: return "zlib";
-    case ZarrCodec::kGzip: return "gzip";
-    case ZarrCodec::kZstd: return "zstd";
-    case ZarrCodec::kLz4: return "lz4";
-    case ZarrCodec::kBlosc: return "blosc";
-    case ZarrCodec::kCrc32c: return "crc32c";
+    case ZarrCodec::kZlib:
+      return "zlib";
+    case ZarrCodec::kGzip:
+      return "gzip";
+    case ZarrCodec::kZstd:
+      return "zstd";
+    case ZarrCodec::kLz4:
+      return "lz4";
+    case ZarrCodec::kBlosc:
+      return "blosc";
+    case ZarrCodec::kCrc32c:
+      return "crc32c";
   }
   return "unknown";
 }
