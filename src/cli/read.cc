@@ -60,7 +60,6 @@ std::int64_t verify(const legate::LogicalArray& array, const Layout& layout, con
   task.add_scalar_arg(legate::Scalar{static_cast<std::int32_t>(layout.dtype.kind)});
   task.add_scalar_arg(legate::Scalar{static_cast<std::int32_t>(layout.dtype.size)});
   task.add_scalar_arg(legate::Scalar{seed});
-  task.add_scalar_arg(legate::Scalar{info.tile_rows});
   runtime->submit(std::move(task));
   const auto phys = counts.get_physical_store();
   const legate::InlineAllocation alloc = phys.get_inline_allocation();
