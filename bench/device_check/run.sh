@@ -16,7 +16,8 @@ set -euo pipefail
 start=$SECONDS
 budget=290  # seconds for everything, build included
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-build=${BUILD_DIR:-/tmp/shardload-device-check-build}
+# Inside the checkout (build*/ is ignored), so two checkouts never share a CMake cache.
+build=${BUILD_DIR:-$here/../../build-device-check}
 arch=${CUDA_ARCH:-80-real;90}
 
 dir=""
@@ -36,6 +37,14 @@ data="$dir/shardload-device-check-$$"
 for tool in cmake nvcc g++; do
   command -v "$tool" >/dev/null || { echo "run.sh: $tool not found on PATH" >&2; exit 2; }
 done
+# CMake learned the C++20 dialect for nvcc after 3.25 (3.25 stops at "CUDA20 not supported").
+cmake_version=$(cmake --version | sed -n 's/^cmake version \([0-9]*\)\.\([0-9]*\).*/\1 \2/p')
+read -r cmake_major cmake_minor <<<"$cmake_version"
+if (( cmake_major < 3 || (cmake_major == 3 && cmake_minor < 26) )); then
+  echo "run.sh: CMake >= 3.26 needed for CUDA C++20, found $(cmake --version | head -1)" \
+       "(pip install cmake, or source scripts/env.sh for the project's)" >&2
+  exit 2
+fi
 
 cleanup() { rm -rf -- "$data"; }
 trap cleanup EXIT
