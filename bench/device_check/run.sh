@@ -9,7 +9,7 @@
 # Defaults: 8 GiB in 16 shards under /dev/shm (a directory on local storage works too; the run
 # reads it once before timing, so (c) reads from the page cache). Environment: CUDA_ARCH
 # (default "80-real;90"; "native" on the GPU machine), BUILD_DIR (default
-# /tmp/shardload-device-check-build), JOBS (build parallelism, default nproc). Exit status:
+# build-device-check in the checkout), JOBS (build parallelism, default nproc). Exit status:
 # 0 goals met, 3 goals missed, 1 failure, 2 cannot run here (no CUDA device, memory, disk).
 set -euo pipefail
 
