@@ -9,7 +9,7 @@ import pathlib
 # h5py must be imported before cupynumeric in a process: cuPyNumeric loads
 # Legate's own HDF5 into the global symbol scope, and an h5py imported after
 # that binds to it and fails ("Not a datatype"). conftest runs first.
-import h5py  # noqa: F401
+import h5py
 import numpy as np
 import pytest
 
@@ -73,3 +73,16 @@ def random_array(rng: np.random.Generator, shape: tuple[int, ...], dtype: str) -
     if dt.kind == "f":
         return rng.standard_normal(shape).astype(dt)
     return (rng.standard_normal(shape) + 1j * rng.standard_normal(shape)).astype(dt)
+
+
+def corrupt_hdf5_chunk(path, dataset: str, index: int, keep_tail: int = 4) -> None:
+    """Flips the bytes of one stored chunk, keeping its first 2 and last `keep_tail`
+    bytes (a compressed stream's header and, with fletcher32, its checksum), so the
+    file's metadata stays intact and only reading that chunk can tell."""
+    with h5py.File(path, "r") as f:
+        info = f[dataset].id.get_chunk_info(index)
+    raw = bytearray(pathlib.Path(path).read_bytes())
+    for k in range(info.byte_offset + 2, info.byte_offset + info.size - keep_tail):
+        raw[k] ^= 0x5A
+    pathlib.Path(path).write_bytes(bytes(raw))
+

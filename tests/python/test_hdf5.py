@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import shardload
-from conftest import DTYPES, random_array
+from conftest import DTYPES, corrupt_hdf5_chunk, random_array
 
 import h5py  # noqa: E402
 
@@ -168,13 +168,7 @@ def test_error_corrupt_compressed_chunk(tmp_path: pathlib.Path) -> None:
     path = tmp_path / "shard_0000.h5"
     a = np.arange(4000, dtype=np.int64)
     write(path, a, chunks=(1000,), gzip=True)
-    with h5py.File(path, "r") as f:
-        info = f["data"].id.get_chunk_info(2)  # the chunk of rows [2000, 3000)
-    layout = shardload.discover(tmp_path, format="hdf5")
-    raw = bytearray(path.read_bytes())
-    for k in range(info.byte_offset + 2, info.byte_offset + info.size - 4):
-        raw[k] ^= 0x5A
-    path.write_bytes(bytes(raw))
+    corrupt_hdf5_chunk(path, "data", 2)  # the chunk of rows [2000, 3000)
     layout = shardload.discover(tmp_path, format="hdf5")  # fresh snapshot; metadata is intact
     np.testing.assert_array_equal(layout.read(0, 2000), a[:2000])  # other chunks still read
     # The direct path inflates the chunk itself: the error names the chunk's rows.
@@ -320,12 +314,7 @@ def test_gzip_fletcher32_corrupt_chunk_is_hdf5s_error(tmp_path: pathlib.Path) ->
     path = tmp_path / "shard_0000.h5"
     a = np.arange(4000, dtype=np.int64)
     write_gzip(path, a, (1000,), fletcher32=True)
-    with h5py.File(path, "r") as f:
-        info = f["data"].id.get_chunk_info(1)
-    raw = bytearray(path.read_bytes())
-    for k in range(info.byte_offset + 2, info.byte_offset + info.size - 8):
-        raw[k] ^= 0x5A
-    path.write_bytes(bytes(raw))
+    corrupt_hdf5_chunk(path, "data", 1, keep_tail=8)
     layout = shardload.discover(tmp_path, format="hdf5")
     np.testing.assert_array_equal(layout.read(2000, 4000), a[2000:])
     with pytest.raises(shardload.ShardReadError,

@@ -16,6 +16,7 @@ import pytest
 import zarr
 
 import shardload
+from conftest import corrupt_hdf5_chunk
 
 import cupynumeric as cn  # noqa: E402  (a pinned dependency: its absence must fail, not skip)
 
@@ -78,12 +79,7 @@ def damage(fmt: str, d: pathlib.Path) -> pathlib.Path:
     """Damages shard 3 after discovery so that only reading its data can tell."""
     if fmt == "hdf5":
         path = d / "shard_0003.h5"
-        with h5py.File(path, "r") as f:
-            info = f["x"].id.get_chunk_info(1)
-        raw = bytearray(path.read_bytes())
-        for k in range(info.byte_offset + 2, info.byte_offset + info.size - 4):
-            raw[k] ^= 0x5A
-        path.write_bytes(bytes(raw))
+        corrupt_hdf5_chunk(path, "x", 1)
         return path
     if fmt == "parquet":
         path = d / "shard_0003.parquet"
