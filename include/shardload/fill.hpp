@@ -16,18 +16,15 @@
 #include "shardload/io.hpp"
 #include "shardload/layout.hpp"
 #include "shardload/plan.hpp"
+#include "shardload/reader.hpp"
 #include "shardload/status.hpp"
 
 namespace shardload {
 
-struct FillOptions {
-  IoBackend* io = nullptr;  // nullptr: posix_io()
-  // Scratch for re-ordering Fortran-order shards; the only extra memory a
-  // fill uses, whatever the tile size.
-  std::size_t scratch_bytes = std::size_t{4} << 20;
-  // Compare each opened file's size and mtime with the discovery snapshot.
-  bool check_snapshot = true;
-};
+// A fill's options are exactly what its readers need: the I/O backend, the
+// bounded scratch (the only extra memory a fill uses, whatever the tile
+// size) and whether opened files are checked against their snapshots.
+using FillOptions = ReaderContext;
 
 // Fills dst (exactly (hi - lo) * layout.row_bytes bytes) with rows [lo, hi).
 // Errors are kIo, kFormat or kChanged and name the file and row range.

@@ -39,7 +39,8 @@ std::vector<std::int64_t> synth_split(std::uint64_t seed, std::int64_t total_row
 
 // Writes a version 1.0 .npy file (little-endian, C order) through a
 // temporary file and a rename, so a failure never leaves a partial shard.
-// `fill(first_row, rows, dst)` supplies the data in bounded blocks.
+// The data are synth_fill(seed) values from global element `first_element`,
+// generated in bounded blocks.
 struct NpyWriteSpec {
   DType dtype;
   std::vector<std::int64_t> shape;

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <memory>
 #include <string>
 
 namespace shardload {
@@ -44,11 +43,7 @@ void byte_swap(std::byte* data, std::size_t count, std::size_t unit) {
 Status fill_pieces(const Layout& layout, const std::vector<Piece>& pieces, std::byte* dst,
                    const FillOptions& options) {
   if (pieces.empty()) return Status::ok();
-  ReaderContext ctx;
-  ctx.io = options.io;
-  ctx.scratch_bytes = options.scratch_bytes;
-  ctx.check_snapshot = options.check_snapshot;
-  SHARDLOAD_ASSIGN_OR_RETURN(auto reader, make_reader(layout.format, layout.options, ctx));
+  SHARDLOAD_ASSIGN_OR_RETURN(auto reader, make_reader(layout.format, layout.options, options));
   for (const auto& p : pieces) {
     if (p.shard < 0 || static_cast<std::size_t>(p.shard) >= layout.shards.size() || p.lo < 0 ||
         p.hi < p.lo || p.hi > layout.shards[static_cast<std::size_t>(p.shard)].rows) {

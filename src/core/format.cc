@@ -1,7 +1,10 @@
 #include "shardload/format.hpp"
 
 #include <array>
+#include <string>
 #include <utility>
+
+#include "shardload/source.hpp"
 
 namespace shardload {
 
@@ -89,7 +92,7 @@ std::string default_pattern(Format f) {
     case Format::kZarr:
       return "shard_{:04d}.zarr";
     default:
-      return "shard_{:04d}.npy";
+      return std::string(kDefaultPattern);  // .npy, the numbering Source uses by default
   }
 }
 
