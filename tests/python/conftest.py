@@ -14,11 +14,14 @@ import numpy as np
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
+# The build the tests use: scripts/setup.sh makes build/ in the checkout (scripts/env.sh
+# exports its path); nothing outside the checkout is looked for.
+BUILD = pathlib.Path(os.environ.get("SHARDLOAD_BUILD", ROOT / "build"))
 
 
 @pytest.fixture(scope="session")
 def cli() -> pathlib.Path:
-    path = pathlib.Path(os.environ.get("SHARDLOAD_BUILD", ROOT / "build")) / "shardload"
+    path = BUILD / "shardload"
     if not path.exists():
         pytest.fail(f"{path} is not built; run scripts/setup.sh")
     return path
