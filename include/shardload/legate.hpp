@@ -32,6 +32,13 @@ class ShardReadError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// The dataset does not fit the memory Legate has for the processors the load would run on
+// (checked before anything is allocated); the message names both sizes.
+class OutOfMemoryError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
 // Throws the exception type that matches the status's code.
 [[noreturn]] void throw_status(const Status& status);
 
@@ -58,7 +65,11 @@ struct LoadInfo {
 // on (GPU if any, else OMP, else CPU), and fills it with one manual launch of
 // the load task. Returns once the launch has completed; any failure found
 // while reading, in any point, is thrown as ShardReadError naming the file
-// and row range.
+// and row range. A dataset larger than the memory Legate has for those
+// processors (all system memory for CPUs, each GPU's framebuffer for its share
+// of the tiles) throws OutOfMemoryError before anything is allocated; memory
+// that other live arrays already hold is not counted, so a load that fits the
+// total can still exhaust it, and Legate then ends the process.
 legate::LogicalArray load(const Layout& layout, const LoadOptions& options = {},
                           LoadInfo* info = nullptr);
 

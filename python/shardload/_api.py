@@ -19,6 +19,11 @@ ShardReadError.__doc__ = (
     "Reading a shard failed: an I/O error, a file changed since discovery, or data found"
     " damaged (or null) while reading; an OSError."
 )
+OutOfMemoryError = _core.OutOfMemoryError
+OutOfMemoryError.__doc__ = (
+    "The dataset does not fit the memory Legate has for the processors of the load (checked"
+    " before anything is allocated); a MemoryError."
+)
 Layout = _core.Layout
 
 SourceLike = Union[str, "os.PathLike[str]", Sequence[Union[str, "os.PathLike[str]"]]]

@@ -23,6 +23,9 @@ namespace {
 struct LayoutErrorCpp : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
+struct OutOfMemoryErrorCpp : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
 struct ShardReadErrorCpp : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
@@ -74,6 +77,8 @@ PYBIND11_MODULE(_core, m) {
   m.doc() = "Private binding of shardload's engine-independent core.";
   static py::exception<LayoutErrorCpp> layout_error(m, "LayoutError", PyExc_ValueError);
   static py::exception<ShardReadErrorCpp> read_error(m, "ShardReadError", PyExc_OSError);
+  // Raised by shardload._legate (the load), defined here with the package's other errors.
+  static py::exception<OutOfMemoryErrorCpp> oom_error(m, "OutOfMemoryError", PyExc_MemoryError);
   py::register_exception_translator([](std::exception_ptr p) {
     try {
       if (p) std::rethrow_exception(p);

@@ -45,6 +45,8 @@ PYBIND11_MODULE(_legate, m) {
           raise_as("ShardReadError", e.what());
         } catch (const shardload::LayoutError& e) {
           raise_as("LayoutError", e.what());
+        } catch (const shardload::OutOfMemoryError& e) {
+          raise_as("OutOfMemoryError", e.what());
         }
         py::dict d;
         d["target"] = info.target;

@@ -209,6 +209,8 @@ int cmd_read(const Args& raw) {
     err << "shardload " << cmd << ": error: " << e.what() << "\n";
   } catch (const ShardReadError& e) {
     err << "shardload " << cmd << ": error: " << e.what() << "\n";
+  } catch (const OutOfMemoryError& e) {
+    err << "shardload " << cmd << ": error: " << e.what() << "\n";
   }
   const int finish = legate::finish();
   return rc != 0 ? rc : finish;

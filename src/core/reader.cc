@@ -1,24 +1,59 @@
 #include "shardload/reader.hpp"
 
+#include <exception>
+#include <new>
+
 #include "shardload/detail/readers.hpp"
 
 namespace shardload {
 
-Status check_snapshot(const File& f, const Shard& s) {
-  SHARDLOAD_ASSIGN_OR_RETURN(FileInfo now, f.stat());
-  if (now.size != s.snapshot.size || now.mtime_ns != s.snapshot.mtime_ns) {
-    return {ErrorCode::kChanged,
-            s.path + ": changed since discovery: size " + std::to_string(s.snapshot.size) + " -> " +
-                std::to_string(now.size) + " bytes, mtime " + std::to_string(s.snapshot.mtime_ns) +
-                " -> " + std::to_string(now.mtime_ns) + " ns"};
-  }
-  return Status::ok();
-}
+namespace {
 
-Result<std::unique_ptr<ShardReader>> make_reader(Format format, const FormatOptions& options,
-                                                 const ReaderContext& context) {
-  ReaderContext ctx = context;
-  if (ctx.io == nullptr) ctx.io = &posix_io();
+// The readers are written not to throw, but they size buffers from what files declare
+// (a Zarr chunk, an HDF5 chunk, a Parquet page) and lean on libraries that can throw. Inside a
+// Legate task, a reader thread or an OpenMP region an escaping exception ends the process, so
+// every reader is wrapped here, at the one place readers are made, and anything thrown becomes
+// a status naming the file and rows.
+class GuardedReader final : public ShardReader {
+ public:
+  explicit GuardedReader(std::unique_ptr<ShardReader> inner) : inner_(std::move(inner)) {}
+
+  Result<ShardProbe> probe(const std::string& path) override {
+    try {
+      return inner_->probe(path);
+    } catch (const std::bad_alloc&) {
+      return Status(ErrorCode::kLayout, path + ": out of memory while reading the metadata");
+    } catch (const std::exception& e) {
+      return Status(ErrorCode::kLayout, path + ": " + e.what());
+    } catch (...) {
+      return Status(ErrorCode::kLayout, path + ": unknown error while reading the metadata");
+    }
+  }
+
+  Status read_rows(const Layout& layout, const Shard& shard, std::int64_t lo, std::int64_t hi,
+                   std::byte* dst) override {
+    // The caller puts the rows in front; the file is the shard's.
+    const auto where = [&] { return shard.path; };
+    try {
+      return inner_->read_rows(layout, shard, lo, hi, dst);
+    } catch (const std::bad_alloc&) {
+      return {ErrorCode::kIo, where() +
+                                  ": out of memory (a buffer the data needs could not be "
+                                  "allocated)"};
+    } catch (const std::exception& e) {
+      return {ErrorCode::kIo, where() + ": " + e.what()};
+    } catch (...) {
+      return {ErrorCode::kIo, where() + ": unknown error"};
+    }
+  }
+
+ private:
+  std::unique_ptr<ShardReader> inner_;
+};
+
+Result<std::unique_ptr<ShardReader>> make_unguarded_reader(Format format,
+                                                           const FormatOptions& options,
+                                                           const ReaderContext& ctx) {
   switch (format) {
     case Format::kNpy:
       return detail::make_npy_reader(options, ctx);
@@ -40,6 +75,36 @@ Result<std::unique_ptr<ShardReader>> make_reader(Format format, const FormatOpti
   }
   return Status(ErrorCode::kInvalidArgument, std::string("the ") + format_name(format) +
                                                  " format is not supported by this build");
+}
+
+}  // namespace
+
+Status check_snapshot(const File& f, const Shard& s) {
+  SHARDLOAD_ASSIGN_OR_RETURN(FileInfo now, f.stat());
+  if (now.size != s.snapshot.size || now.mtime_ns != s.snapshot.mtime_ns) {
+    return {ErrorCode::kChanged,
+            s.path + ": changed since discovery: size " + std::to_string(s.snapshot.size) + " -> " +
+                std::to_string(now.size) + " bytes, mtime " + std::to_string(s.snapshot.mtime_ns) +
+                " -> " + std::to_string(now.mtime_ns) + " ns"};
+  }
+  return Status::ok();
+}
+
+Result<std::unique_ptr<ShardReader>> make_reader(Format format, const FormatOptions& options,
+                                                 const ReaderContext& context) {
+  ReaderContext ctx = context;
+  if (ctx.io == nullptr) ctx.io = &posix_io();
+  Result<std::unique_ptr<ShardReader>> reader = [&]() -> Result<std::unique_ptr<ShardReader>> {
+    try {
+      return make_unguarded_reader(format, options, ctx);
+    } catch (const std::bad_alloc&) {
+      return Status(ErrorCode::kIo, "out of memory while creating the reader");
+    } catch (const std::exception& e) {
+      return Status(ErrorCode::kIo, std::string("creating the reader: ") + e.what());
+    }
+  }();
+  if (!reader) return reader.status();
+  return std::unique_ptr<ShardReader>(new GuardedReader(std::move(reader).value()));
 }
 
 }  // namespace shardload

@@ -1,6 +1,11 @@
 // The launcher and the public C++ API: validate everything, then one manual
 // launch whose domain equals the plan's tile count.
+#include <realm.h>
+
+#include <algorithm>
+#include <cstdio>
 #include <mutex>
+#include <set>
 
 #include "shardload/codec.hpp"
 #include "shardload/legate.hpp"
@@ -101,6 +106,91 @@ legate::Library library() {
   return lib;
 }
 
+namespace {
+
+std::string human_bytes(std::uint64_t n) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f GB", static_cast<double>(n) / 1e9);
+  return std::string(buf) + " (" + std::to_string(n) + " bytes)";
+}
+
+// Legate allocates a store in the memory of the processors its tasks run on: the system
+// memory (all CPUs of a node share it), the socket memory of OpenMP processors where there is
+// one, or each GPU's framebuffer. A store larger than that memory makes Legate end the process
+// while mapping, after the launch, where nothing can be caught, so it is refused here, from the
+// sizes alone, before the store exists. Realm's memory capacities are what --sysmem, --ompmem
+// and --fbmem gave.
+void check_memory(const Layout& layout, const ReadPlan& plan, legate::mapping::TaskTarget target,
+                  std::int64_t processors) {
+  using legate::mapping::TaskTarget;
+  std::set<Realm::Memory> memories;
+  Realm::Machine::get_machine().get_all_memories(memories);
+  const auto capacity_of = [&](Realm::Memory::Kind kind, std::size_t* count,
+                               std::uint64_t* smallest) {
+    std::uint64_t total = 0;
+    for (const auto& m : memories) {
+      if (m.kind() != kind) continue;
+      const auto c = static_cast<std::uint64_t>(m.capacity());
+      total += c;
+      *smallest = *count == 0 ? c : std::min(*smallest, c);
+      ++*count;
+    }
+    return total;
+  };
+  std::size_t count = 0;
+  std::uint64_t smallest = 0;
+  std::uint64_t capacity = 0;
+  const char* what = "system memory";
+  const char* flag = "--sysmem";
+  if (target == TaskTarget::GPU) {
+    capacity = capacity_of(Realm::Memory::GPU_FB_MEM, &count, &smallest);
+    what = "GPU framebuffer memory";
+    flag = "--fbmem";
+  } else if (target == TaskTarget::OMP) {
+    capacity = capacity_of(Realm::Memory::SOCKET_MEM, &count, &smallest);
+    what = "OpenMP socket memory";
+    flag = "--ompmem";
+  }
+  if (count == 0) {
+    capacity = capacity_of(Realm::Memory::SYSTEM_MEM, &count, &smallest);
+    what = "system memory";
+    flag = "--sysmem";
+  }
+  if (count == 0) return;  // nothing to compare with; Legate decides
+  // Legate keeps a little of each memory for itself (a store filling all of it fails to map,
+  // one a few MiB smaller loads): leave 16 MiB and 1% of a memory free.
+  const auto usable = [](std::uint64_t c) {
+    const std::uint64_t reserve = (std::uint64_t{16} << 20) + c / 100;
+    return c > reserve ? c - reserve : 0;
+  };
+  const std::uint64_t total = layout.total_bytes();
+  if (target == TaskTarget::GPU) {
+    // Each GPU holds its own tiles; with the tiles spread evenly, the busiest GPU holds
+    // ceil(tiles / P) of them.
+    const auto per_gpu_tiles = static_cast<std::uint64_t>((plan.tiles + processors - 1) /
+                                                          std::max<std::int64_t>(processors, 1));
+    const std::uint64_t per_gpu = std::min<std::uint64_t>(
+        total, per_gpu_tiles * static_cast<std::uint64_t>(plan.tile_rows) * layout.row_bytes);
+    if (per_gpu > usable(smallest)) {
+      throw OutOfMemoryError("the dataset needs " + human_bytes(total) + ", up to " +
+                             human_bytes(per_gpu) + " on each of " + std::to_string(processors) +
+                             " GPUs, but a GPU has " + human_bytes(usable(smallest)) + " of " +
+                             what + " for Legate; give Legate more (" + flag +
+                             ", in LEGATE_CONFIG or to the legate launcher), use more GPUs, or "
+                             "load fewer rows");
+    }
+    return;
+  }
+  if (total > usable(capacity)) {
+    throw OutOfMemoryError("the dataset needs " + human_bytes(total) + ", but Legate has " +
+                           human_bytes(usable(capacity)) + " of " + what +
+                           " for it in all; give Legate more (" + flag +
+                           ", in LEGATE_CONFIG or to the legate launcher), or load fewer rows");
+  }
+}
+
+}  // namespace
+
 legate::LogicalArray load(const Layout& layout, const LoadOptions& options, LoadInfo* info) {
   using legate::mapping::TaskTarget;
   if (options.overdecompose < 1) {
@@ -111,12 +201,14 @@ legate::LogicalArray load(const Layout& layout, const LoadOptions& options, Load
   const legate::Library lib = library();
   const auto machine = runtime->get_machine();
   LoadInfo li;
+  TaskTarget chosen = TaskTarget::CPU;
   for (const auto& [target, name] :
        {std::pair{TaskTarget::GPU, "GPU"}, std::pair{TaskTarget::OMP, "OMP"},
         std::pair{TaskTarget::CPU, "CPU"}}) {
     if (machine.count(target) > 0) {
       li.target = name;
       li.processors = machine.count(target);
+      chosen = target;
       break;
     }
   }
@@ -126,6 +218,7 @@ legate::LogicalArray load(const Layout& layout, const LoadOptions& options, Load
   li.tile_rows = plan.tile_rows;
   li.tiles = plan.tiles;
   if (info != nullptr) *info = li;
+  check_memory(layout, plan, chosen, li.processors);
 
   std::vector<std::uint64_t> extents;
   for (const auto d : layout.shape()) extents.push_back(static_cast<std::uint64_t>(d));

@@ -6,10 +6,14 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <exception>
+#include <new>
+#include <string>
 #include <vector>
 
 #include "shardload/layout.hpp"
 #include "shardload/plan.hpp"
+#include "tasks.hpp"
 
 namespace shardload::detail {
 
@@ -39,6 +43,24 @@ Status fill_tile_rows(const Tile& tile, std::int64_t lo, std::int64_t hi);
 // For the variants: prepare, or throw the task error; throw on a failure.
 Tile prepare_or_throw(legate::TaskContext& context);
 void finish_load(const Tile& tile, const Status& status);
+
+// Runs a variant's whole body. Only a legate::TaskException may leave a task (anything else
+// ends the process), so whatever else it throws (an allocation that fails, a Legate call
+// that refuses) becomes one, carrying a kIo status: the caller sees ShardReadError.
+template <typename Body>
+void run_task_body(Body&& body) {
+  try {
+    body();
+  } catch (const legate::TaskException&) {
+    throw;
+  } catch (const std::bad_alloc&) {
+    throw_task_error({ErrorCode::kIo, "load task: out of memory (an allocation failed)"});
+  } catch (const std::exception& e) {
+    throw_task_error({ErrorCode::kIo, std::string("load task: ") + e.what()});
+  } catch (...) {
+    throw_task_error({ErrorCode::kIo, "load task: unknown exception"});
+  }
+}
 
 // Adds the tile's identity to an error: "tile 3 (rows [300, 400)): ...".
 Status tile_error(const Tile& tile, const Status& status);

@@ -5,8 +5,10 @@
 namespace shardload::detail {
 
 void LoadTask::cpu_variant(legate::TaskContext context) {
-  const Tile tile = prepare_or_throw(context);
-  finish_load(tile, fill_host_tile(tile));
+  run_task_body([&] {
+    const Tile tile = prepare_or_throw(context);
+    finish_load(tile, fill_host_tile(tile));
+  });
 }
 
 }  // namespace shardload::detail

@@ -115,8 +115,10 @@ Status fill_device_tile(const Tile& t, cudaStream_t stream) {
 }  // namespace
 
 void LoadTask::gpu_variant(legate::TaskContext context) {
-  const Tile tile = prepare_or_throw(context);
-  finish_load(tile, fill_device_tile(tile, context.get_task_stream()));
+  run_task_body([&] {
+    const Tile tile = prepare_or_throw(context);
+    finish_load(tile, fill_device_tile(tile, context.get_task_stream()));
+  });
 }
 
 }  // namespace shardload::detail

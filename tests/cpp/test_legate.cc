@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <random>
@@ -120,6 +121,40 @@ TEST_F(LegateLoad, ErrorsAreTypedAndTheRuntimeSurvives) {
   write({100, 100}, {4}, *parse_dtype("float64"), 2);
   const Layout again = discover(dir_.string());
   expect_synth(load(again), again, 2);
+}
+
+// A .npy whose header declares more data than Legate's whole system memory (the data is a
+// hole, so the file costs nothing): refused before anything is allocated, naming both sizes.
+TEST_F(LegateLoad, DatasetLargerThanLegateMemoryIsRefused) {
+  const std::int64_t rows = std::int64_t{1} << 40;  // 8 TiB of float64
+  std::string header =
+      "{'descr': '<f8', 'fortran_order': False, 'shape': (" + std::to_string(rows) + ",), }";
+  header.append(64 - (10 + header.size() + 1) % 64, ' ');
+  header += '\n';
+  std::string bytes = std::string("\x93NUMPY\x01\x00", 8);
+  bytes += static_cast<char>(header.size() & 0xff);
+  bytes += static_cast<char>(header.size() >> 8);
+  bytes += header;
+  {
+    std::FILE* f = std::fopen(path(0).c_str(), "wb");
+    ASSERT_NE(f, nullptr);
+    ASSERT_EQ(std::fwrite(bytes.data(), 1, bytes.size(), f), bytes.size());
+    std::fclose(f);
+  }
+  fs::resize_file(path(0), bytes.size() + static_cast<std::uintmax_t>(rows) * 8);
+  const Layout layout = discover(dir_.string());
+  try {
+    (void)load(layout);
+    FAIL() << "expected OutOfMemoryError";
+  } catch (const OutOfMemoryError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("needs 8796.09 GB (8796093022208 bytes)"), std::string::npos) << what;
+    EXPECT_NE(what.find("Legate has"), std::string::npos) << what;
+  }
+  fs::remove(path(0));
+  write({10, 5}, {2}, *parse_dtype("int32"), 4);
+  const Layout good = discover(dir_.string());
+  expect_synth(load(good), good, 4);
 }
 
 #ifdef SHARDLOAD_TEST_CUPYNUMERIC
