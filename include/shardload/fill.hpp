@@ -5,8 +5,10 @@
 // destination; big-endian data is byte-swapped in place afterwards;
 // Fortran-order shards go through a bounded scratch buffer. Every read's
 // byte count is checked, and each file is compared with its discovery
-// snapshot (size, mtime) when it is opened. Never throws: it runs inside
-// Legate tasks.
+// snapshot (size, mtime, ctime, inode) when it is opened and again after the
+// last read from it, so that a file written while it is read is an error,
+// never a mix of old and new bytes. Never throws: it runs inside Legate
+// tasks.
 #pragma once
 
 #include <cstddef>

@@ -13,10 +13,21 @@
 
 namespace shardload {
 
+// What a file looked like at one moment. Equal snapshots before and after a
+// read mean the bytes read are the file's bytes of that moment: a write
+// updates mtime and ctime, truncation the size, a file renamed over the path
+// the inode. ctime is the field users cannot set back (touch -d and cp -p
+// restore mtime only); a chmod or a new hard link also moves it, which reads
+// as a change, the safe side. The device number is left out on purpose: it
+// numbers a mount on one node (a shared file system has another on each),
+// and a file renamed over a path is always on the path's file system, so the
+// inode alone tells a replacement.
 struct FileInfo {
   std::uint64_t size = 0;
   std::int64_t mtime_ns = 0;
   bool regular = false;
+  std::int64_t ctime_ns = 0;
+  std::uint64_t inode = 0;
   friend bool operator==(const FileInfo&, const FileInfo&) = default;
 };
 

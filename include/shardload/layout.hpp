@@ -1,5 +1,6 @@
 // The validated dataset: ordered shards, rows per shard, cumulative row
-// offsets, dtype, trailing shape and a (size, mtime) snapshot of each file.
+// offsets, dtype, trailing shape and a (size, mtime, ctime, inode) snapshot
+// of each file.
 // Every check on the files happens in discover(), before anything launches.
 #pragma once
 

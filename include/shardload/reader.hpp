@@ -25,14 +25,23 @@ namespace shardload {
 
 struct Layout;
 
+// A file other than the shard's own that its data is read from (an HDF5
+// dataset's external storage), with its snapshot from discovery.
+struct LinkedFile {
+  std::string path;
+  FileInfo snapshot;
+  friend bool operator==(const LinkedFile&, const LinkedFile&) = default;
+};
+
 struct Shard {
   std::string path;
   std::int64_t rows = 0;
-  std::uint64_t data_offset = 0;  // npy / raw: bytes before the first row
-  bool byte_swap = false;         // stored in the other byte order than this host's
-  bool fortran_order = false;     // npy: stored column-major
-  FileInfo snapshot;              // size and mtime seen at discovery
-  std::string extra;              // format-specific, opaque outside its reader
+  std::uint64_t data_offset = 0;   // npy / raw: bytes before the first row
+  bool byte_swap = false;          // stored in the other byte order than this host's
+  bool fortran_order = false;      // npy: stored column-major
+  FileInfo snapshot;               // the file as discovery saw it
+  std::string extra;               // format-specific, opaque outside its reader
+  std::vector<LinkedFile> linked;  // other files the data comes from
 };
 
 struct ShardProbe {
@@ -55,7 +64,8 @@ struct ReaderContext {
   // Scratch for re-ordering or decoding; the most extra memory a reader
   // keeps, whatever the tile size.
   std::size_t scratch_bytes = std::size_t{4} << 20;
-  // Compare each opened file with the discovery snapshot.
+  // Compare each opened file with the discovery snapshot, and again after
+  // the last read from it.
   bool check_snapshot = true;
 };
 
@@ -64,7 +74,25 @@ struct ReaderContext {
 Result<std::unique_ptr<ShardReader>> make_reader(Format format, const FormatOptions& options,
                                                  const ReaderContext& context = {});
 
-// kChanged when the open file's size or mtime differ from the snapshot.
-Status check_snapshot(const File& file, const Shard& shard);
+// The fields in which `now` differs from `then` ("size 10 -> 8 bytes, mtime
+// ... -> ... ns, ..."), or "" when the snapshots are equal.
+std::string snapshot_difference(const FileInfo& then, const FileInfo& now);
+
+// kChanged "PATH: changed since discovery: ..." when the open file differs
+// from the snapshot. Called once a file is opened, before reading it.
+Status check_snapshot(const File& file, const FileInfo& snapshot);
+inline Status check_snapshot(const File& file, const Shard& shard) {
+  return check_snapshot(file, shard.snapshot);
+}
+
+// Called after the last read from an open file that check_snapshot passed:
+// kChanged "PATH: changed while reading: ..." when the file now differs from
+// the snapshot, else `read` (the reads' own status). The change wins over a
+// failed read: a read that came up short because the file shrank under it
+// is reported as the change it was. A write during the reads moves ctime
+// whatever else it restores, so equal snapshots mean the bytes read were
+// the snapshot's; a rewrite within the file system's timestamp granularity
+// of discovery, keeping size and inode, is the one change no snapshot sees.
+Status check_unchanged(const File& file, const FileInfo& snapshot, Status read);
 
 }  // namespace shardload

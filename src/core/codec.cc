@@ -8,7 +8,16 @@ namespace shardload {
 
 namespace {
 
-constexpr std::uint8_t kMagic[4] = {'S', 'L', 'L', '1'};
+// The last byte is the version: 2 added ctime, inode and linked files to the
+// snapshots. A task never decodes another version's bytes.
+constexpr std::uint8_t kMagic[4] = {'S', 'L', 'L', '2'};
+
+// Shard flags.
+constexpr std::uint8_t kByteSwap = 1;
+constexpr std::uint8_t kFortran = 2;
+constexpr std::uint8_t kRegular = 4;
+constexpr std::uint8_t kHasLinked = 8;
+constexpr std::uint8_t kAllFlags = kByteSwap | kFortran | kRegular | kHasLinked;
 
 class Writer {
  public:
@@ -112,6 +121,20 @@ std::vector<std::int64_t> get_dims(Reader& r) {
   return dims;
 }
 
+void put_info(Writer& w, const FileInfo& f) {
+  w.varint(f.size);
+  w.svarint(f.mtime_ns);
+  w.svarint(f.ctime_ns);
+  w.varint(f.inode);
+}
+
+void get_info(Reader& r, FileInfo* f) {
+  f->size = r.varint();
+  f->mtime_ns = r.svarint();
+  f->ctime_ns = r.svarint();
+  f->inode = r.varint();
+}
+
 std::size_t common_prefix(const std::vector<Shard>& shards) {
   if (shards.empty()) return 0;
   std::size_t n = shards[0].path.size();
@@ -152,11 +175,19 @@ std::vector<std::uint8_t> encode_layout(const Layout& l) {
     w.str(s.path.substr(prefix));
     w.varint(static_cast<std::uint64_t>(s.rows));
     w.varint(s.data_offset);
-    w.u8(static_cast<std::uint8_t>((s.byte_swap ? 1 : 0) | (s.fortran_order ? 2 : 0)));
-    w.varint(s.snapshot.size);
-    w.svarint(s.snapshot.mtime_ns);
-    w.u8(s.snapshot.regular ? 1 : 0);
+    w.u8(static_cast<std::uint8_t>(
+        (s.byte_swap ? kByteSwap : 0) | (s.fortran_order ? kFortran : 0) |
+        (s.snapshot.regular ? kRegular : 0) | (s.linked.empty() ? 0 : kHasLinked)));
+    put_info(w, s.snapshot);
     w.str(s.extra);
+    if (!s.linked.empty()) {
+      w.varint(s.linked.size());
+      for (const auto& f : s.linked) {
+        w.str(f.path);
+        w.u8(f.snapshot.regular ? 1 : 0);
+        put_info(w, f.snapshot);
+      }
+    }
   }
   return std::move(w.out);
 }
@@ -189,12 +220,24 @@ Result<Layout> decode_layout(std::span<const std::uint8_t> bytes) {
     s.rows = static_cast<std::int64_t>(r.varint());
     s.data_offset = r.varint();
     const std::uint8_t flags = r.u8();
-    s.byte_swap = (flags & 1) != 0;
-    s.fortran_order = (flags & 2) != 0;
-    s.snapshot.size = r.varint();
-    s.snapshot.mtime_ns = r.svarint();
-    s.snapshot.regular = r.u8() != 0;
+    if ((flags & ~kAllFlags) != 0) return bad("unknown shard flags");
+    s.byte_swap = (flags & kByteSwap) != 0;
+    s.fortran_order = (flags & kFortran) != 0;
+    s.snapshot.regular = (flags & kRegular) != 0;
+    get_info(r, &s.snapshot);
     s.extra = r.str();
+    if ((flags & kHasLinked) != 0) {
+      // Present only when not empty, so that one encoding means one layout.
+      s.linked.resize(static_cast<std::size_t>(r.count()));
+      if (r.ok() && s.linked.empty()) return bad("empty list of linked files");
+      for (auto& f : s.linked) {
+        f.path = r.str();
+        const std::uint8_t regular = r.u8();
+        if (regular > 1) return bad("linked file flag out of range");
+        f.snapshot.regular = regular == 1;
+        get_info(r, &f.snapshot);
+      }
+    }
     if (!r.ok()) break;
   }
   if (!r.ok()) return bad("truncated or malformed");

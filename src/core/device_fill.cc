@@ -254,6 +254,8 @@ class Fill {
   Status direct_chunk(const Chunk& c, ReaderState& st);
   Status read_into(const Chunk& c, ReaderState& st, std::byte* buf);
   Status open_file(std::int64_t shard, ReaderState& st);
+  // After reads of the shard's file through st.file: check_unchanged.
+  Status unchanged(std::int64_t shard, const ReaderState& st, Status read) const;
   void fail(std::uint64_t chunk, Status s);
   std::string where(const Chunk& c) const;
 
@@ -427,7 +429,7 @@ Status Fill::read_into(const Chunk& c, ReaderState& st, std::byte* buf) {
   const Piece& p = pieces_[c.piece];
   if (c.raw) {
     SHARDLOAD_RETURN_IF_ERROR(open_file(p.shard, st));
-    return st.file.read_exact(buf, c.bytes, c.file_offset);
+    return unchanged(p.shard, st, st.file.read_exact(buf, c.bytes, c.file_offset));
   }
   if (!st.reader) {
     ReaderContext ctx;
@@ -484,7 +486,17 @@ Status Fill::direct_chunk(const Chunk& c, ReaderState& st) {
     SHARDLOAD_ASSIGN_OR_RETURN(st.direct, backend_.direct_open(st.file.path()));
     st.direct_shard = p.shard;
   }
-  return backend_.direct_read(st.direct, c.file_offset, c.bytes, dst_ + c.dst_offset);
+  return unchanged(p.shard, st,
+                   backend_.direct_read(st.direct, c.file_offset, c.bytes, dst_ + c.dst_offset));
+}
+
+Status Fill::unchanged(std::int64_t shard, const ReaderState& st, Status read) const {
+  // Every chunk, not only a file's last one: chunks of one file go to any
+  // reader thread, a thread keeps its file open across chunks, and one
+  // fstat per chunk of megabytes costs nothing next to the read.
+  if (!options_.check_snapshot) return read;
+  return check_unchanged(st.file, layout_.shards[static_cast<std::size_t>(shard)].snapshot,
+                         std::move(read));
 }
 
 Status Fill::do_chunk(const Chunk& c, ReaderState& st) {

@@ -36,6 +36,8 @@ class PosixIo final : public IoBackend {
     info.size = static_cast<std::uint64_t>(st.st_size);
     info.mtime_ns = static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
     info.regular = S_ISREG(st.st_mode);
+    info.ctime_ns = static_cast<std::int64_t>(st.st_ctim.tv_sec) * 1000000000 + st.st_ctim.tv_nsec;
+    info.inode = static_cast<std::uint64_t>(st.st_ino);
     return info;
   }
 

@@ -7,6 +7,40 @@
 
 namespace shardload {
 
+std::string snapshot_difference(const FileInfo& then, const FileInfo& now) {
+  if (then == now) return {};
+  // Size and mtime always, so that every message reads alike; the rest when
+  // they are what differs.
+  std::string d = "size " + std::to_string(then.size) + " -> " + std::to_string(now.size) +
+                  " bytes, mtime " + std::to_string(then.mtime_ns) + " -> " +
+                  std::to_string(now.mtime_ns) + " ns";
+  if (then.ctime_ns != now.ctime_ns) {
+    d += ", ctime " + std::to_string(then.ctime_ns) + " -> " + std::to_string(now.ctime_ns) + " ns";
+  }
+  if (then.inode != now.inode) {
+    d += ", replaced by another file (inode " + std::to_string(then.inode) + " -> " +
+         std::to_string(now.inode) + ")";
+  }
+  if (then.regular != now.regular)
+    d += now.regular ? ", now a regular file" : ", no longer a regular file";
+  return d;
+}
+
+Status check_snapshot(const File& f, const FileInfo& snapshot) {
+  SHARDLOAD_ASSIGN_OR_RETURN(FileInfo now, f.stat());
+  if (now == snapshot) return Status::ok();
+  return {ErrorCode::kChanged,
+          f.path() + ": changed since discovery: " + snapshot_difference(snapshot, now)};
+}
+
+Status check_unchanged(const File& f, const FileInfo& snapshot, Status read) {
+  auto now = f.stat();
+  if (!now) return read.is_ok() ? now.status() : read;
+  if (*now == snapshot) return read;
+  return {ErrorCode::kChanged,
+          f.path() + ": changed while reading: " + snapshot_difference(snapshot, *now)};
+}
+
 namespace {
 
 // The readers are written not to throw, but they size buffers from what files declare
@@ -78,17 +112,6 @@ Result<std::unique_ptr<ShardReader>> make_unguarded_reader(Format format,
 }
 
 }  // namespace
-
-Status check_snapshot(const File& f, const Shard& s) {
-  SHARDLOAD_ASSIGN_OR_RETURN(FileInfo now, f.stat());
-  if (now.size != s.snapshot.size || now.mtime_ns != s.snapshot.mtime_ns) {
-    return {ErrorCode::kChanged,
-            s.path + ": changed since discovery: size " + std::to_string(s.snapshot.size) + " -> " +
-                std::to_string(now.size) + " bytes, mtime " + std::to_string(s.snapshot.mtime_ns) +
-                " -> " + std::to_string(now.mtime_ns) + " ns"};
-  }
-  return Status::ok();
-}
 
 Result<std::unique_ptr<ShardReader>> make_reader(Format format, const FormatOptions& options,
                                                  const ReaderContext& context) {

@@ -16,7 +16,12 @@ Layout sample(int shards) {
     s.data_offset = 128;
     s.byte_swap = i % 2 == 0;
     s.fortran_order = i % 3 == 0;
-    s.snapshot = {static_cast<std::uint64_t>(1000 + i), -5 + 1700000000000000000LL * (i % 2), true};
+    s.snapshot = {static_cast<std::uint64_t>(1000 + i), -5 + 1700000000000000000LL * (i % 2),
+                  i % 5 != 1, 1700000000000000001LL + i, static_cast<std::uint64_t>(i) << 40};
+    if (i % 3 == 1) {
+      s.linked.push_back({"/data/ext/part_" + std::to_string(i), {7, 8, true, 9, 10}});
+      s.linked.push_back({"", {0, -1, false, -2, ~std::uint64_t{0}}});
+    }
     s.extra = i % 4 == 0 ? std::string("\0x\xff", 3) : "";
     v.push_back(s);
   }
@@ -49,6 +54,7 @@ void expect_equal(const Layout& a, const Layout& b) {
     EXPECT_EQ(x.fortran_order, y.fortran_order);
     EXPECT_EQ(x.snapshot, y.snapshot);
     EXPECT_EQ(x.extra, y.extra);
+    EXPECT_EQ(x.linked, y.linked);
   }
 }
 
@@ -66,10 +72,41 @@ TEST(Codec, SizeGrowsWithShardsOnlyAndSharesThePrefix) {
   const auto a = encode_layout(sample(1000)).size();
   const auto b = encode_layout(sample(2000)).size();
   // Linear in the shard count: each added shard costs its file-name suffix
-  // ("1234.npy") plus a few bytes of varints and the 8-byte mtime.
-  EXPECT_LT(b - a, 1000u * 32);
-  // The common directory is stored once: far less than the full paths.
-  EXPECT_LT(a, 1000u * (std::string("/data/set/shard_999.npy").size() + 8));
+  // ("1234.npy") plus a few bytes of varints and the mtime, ctime and inode.
+  EXPECT_LT(b - a, 1000u * 64);
+}
+
+TEST(Codec, SharedPrefixIsStoredOnce) {
+  Layout l = sample(1000);
+  for (auto& s : l.shards) s.linked.clear();
+  // The common directory is stored once: far less than the full paths next
+  // to each shard's numbers (mtime, ctime and inode take up to 24 bytes).
+  EXPECT_LT(encode_layout(l).size(), 1000u * (std::string("/data/set/shard_999.npy").size() + 24));
+}
+
+TEST(Codec, RefusesAnotherVersionAndUnknownFlags) {
+  Layout l = sample(1);
+  l.shards[0].linked.clear();
+  auto bytes = encode_layout(l);
+  ASSERT_TRUE(decode_layout(bytes));
+  auto old = bytes;
+  old[3] = '1';  // the version before snapshots had ctime and inode
+  auto r = decode_layout(old);
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.status().message().find("another version"), std::string::npos);
+  // The shard's flags byte follows its path suffix, rows and data offset:
+  // find it by setting an unknown bit on each byte in turn; at least the
+  // flags byte must refuse it as flags (a varint made longer may shift it).
+  int refused_as_flags = 0;
+  for (std::size_t i = 4; i < bytes.size(); ++i) {
+    auto c = bytes;
+    c[i] |= 0x80;
+    auto d = decode_layout(c);
+    if (!d && d.status().message().find("unknown shard flags") != std::string::npos) {
+      ++refused_as_flags;
+    }
+  }
+  EXPECT_GE(refused_as_flags, 1);
 }
 
 TEST(Codec, RejectsEveryTruncationAndCorruption) {

@@ -18,6 +18,8 @@
 namespace shardload {
 namespace {
 
+using testing::Change;
+using testing::ChangingIo;
 using testing::FaultyIo;
 
 class DeviceFillTest : public ::testing::Test {
@@ -408,6 +410,45 @@ TEST_F(DeviceFillTest, ChangedAfterDiscovery) {
   EXPECT_NE(st.message().find(dir_.file("shard_0001.npy") + ": changed since discovery"),
             std::string::npos)
       << st.message();
+}
+
+// A file that changes while its chunks are read is kChanged naming the file,
+// whichever reader thread reads which chunk. With one reader the change is
+// seen after the chunk it landed in; with several, a reader may also open
+// the file only after the change.
+TEST_F(DeviceFillTest, ChangedWhileReading) {
+  for (Change how :
+       {Change::kAppend, Change::kRewriteInPlace, Change::kTruncate, Change::kRenameOver}) {
+    for (int readers : {1, 3}) {
+      SCOPED_TRACE(std::to_string(static_cast<int>(how)) + " readers " + std::to_string(readers));
+      c_shard(0, 0, 4);
+      c_shard(1, 24, 6);
+      const Layout l = layout();
+      const std::string path = dir_.file("shard_0001.npy");
+      HostCopyBackend backend;
+      {
+        auto p = pool(backend, 48, 4);  // 2-row chunks: 3 for shard 1
+        ChangingIo io(path, how);
+        DeviceFillOptions o;
+        o.io = &io;
+        o.reader_threads = readers;
+        std::vector<std::byte> out;
+        Status st = device_rows(l, 4, 10, *p, o, &out);
+        EXPECT_TRUE(io.changed());
+        ASSERT_FALSE(st);
+        EXPECT_EQ(st.code(), ErrorCode::kChanged) << st.message();
+        EXPECT_NE(st.message().find(path + ": changed "), std::string::npos) << st.message();
+        if (readers == 1) {
+          EXPECT_NE(st.message().find(path + ": changed while reading: size"), std::string::npos)
+              << st.message();
+        }
+        // The pool is whole again.
+        ASSERT_TRUE(device_rows(l, 0, 4, *p, {}, &out));
+        EXPECT_EQ(out, expected(l, 0, 4));
+      }
+      EXPECT_EQ(backend.live_allocations(), 0);
+    }
+  }
 }
 
 TEST_F(DeviceFillTest, DirectReads) {

@@ -15,6 +15,8 @@
 namespace shardload {
 namespace {
 
+using testing::Change;
+using testing::ChangingIo;
 using testing::FaultyIo;
 
 class FillTest : public ::testing::Test {
@@ -130,6 +132,68 @@ TEST_F(FillTest, ChangedAfterDiscovery) {
   EXPECT_NE(st.message().find("No such file"), std::string::npos) << st.message();
   // The untouched shard still reads.
   ASSERT_TRUE(fill_rows(l, 0, 4, reinterpret_cast<std::byte*>(out.data())));
+}
+
+// A file that changes while a range of it is read (appended to, rewritten
+// in place with its size and mtime put back, truncated, replaced by a
+// rename) is kChanged "changed while reading" naming the file: never rows of
+// old and new bytes mixed, never returned as if nothing happened, and a read
+// cut short by the truncation is reported as the change it was.
+TEST_F(FillTest, ChangedWhileReading) {
+  for (Change how :
+       {Change::kAppend, Change::kRewriteInPlace, Change::kTruncate, Change::kRenameOver}) {
+    for (bool fortran : {false, true}) {
+      SCOPED_TRACE(std::to_string(static_cast<int>(how)) + (fortran ? " fortran" : " C"));
+      c_shard(0, 0, 4);
+      if (fortran) {
+        f_shard(1, 24, 6);
+      } else {
+        c_shard(1, 24, 6);
+      }
+      const Layout l = layout();
+      const std::string path = dir_.file("shard_0001.npy");
+      ChangingIo io(path, how);
+      FillOptions o;
+      o.io = &io;
+      o.scratch_bytes = 8;  // Fortran order: many reads of the same file
+      std::vector<std::int32_t> out(36);
+      Status st = fill_rows(l, 4, 10, reinterpret_cast<std::byte*>(out.data()), o);
+      EXPECT_TRUE(io.changed());
+      ASSERT_FALSE(st);
+      EXPECT_EQ(st.code(), ErrorCode::kChanged) << st.message();
+      EXPECT_NE(st.message().find("reading rows [0, 6): " + path + ": changed while reading: size"),
+                std::string::npos)
+          << st.message();
+    }
+  }
+}
+
+// What users do to keep a file looking untouched (rewrite it in place, then
+// touch -d or cp -p the old mtime back) leaves ctime moved: refused. So is
+// a same-content copy renamed over the path.
+TEST_F(FillTest, RewriteThatKeepsSizeAndMtimeIsSeenByCtime) {
+  c_shard(0, 0, 4);
+  c_shard(1, 24, 4);
+  Layout l = layout();
+  const std::string path = dir_.file("shard_0001.npy");
+  testing::change_file(path, Change::kRewriteInPlace);
+  std::vector<std::int32_t> out(48);
+  Status st = fill_rows(l, 0, 8, reinterpret_cast<std::byte*>(out.data()));
+  ASSERT_FALSE(st);
+  EXPECT_EQ(st.code(), ErrorCode::kChanged);
+  EXPECT_NE(st.message().find(path + ": changed since discovery: size 224 -> 224 bytes"),
+            std::string::npos)
+      << st.message();
+  EXPECT_NE(st.message().find(", ctime "), std::string::npos) << st.message();
+
+  c_shard(1, 24, 4);
+  l = layout();
+  testing::change_file(path, Change::kRenameOver);
+  st = fill_rows(l, 4, 8, reinterpret_cast<std::byte*>(out.data()));
+  ASSERT_FALSE(st);
+  EXPECT_EQ(st.code(), ErrorCode::kChanged);
+  EXPECT_NE(st.message().find("replaced by another file (inode "), std::string::npos)
+      << st.message();
 }
 
 TEST_F(FillTest, RangeOutsideTheDataset) {

@@ -49,6 +49,28 @@ class RawTest : public ::testing::Test {
   testing::TempDir dir_;
 };
 
+TEST_F(RawTest, ChangedWhileReading) {
+  for (testing::Change how : {testing::Change::kRewriteInPlace, testing::Change::kTruncate}) {
+    shard(0, 0, 10);
+    FormatOptions o;
+    o.dtype = *parse_dtype("int16");
+    o.trailing_shape = std::vector<std::int64_t>{3};
+    auto l = discover_raw(o);
+    ASSERT_TRUE(l) << l.status().message();
+    const std::string path = dir_.file("shard_0000.bin");
+    testing::ChangingIo io(path, how, testing::ChangingIo::On::kPread, 2, 6);
+    FillOptions f;
+    f.io = &io;
+    std::vector<std::int16_t> out(30);
+    Status st = fill_rows(*l, 0, 10, reinterpret_cast<std::byte*>(out.data()), f);
+    EXPECT_TRUE(io.changed());
+    ASSERT_FALSE(st);
+    EXPECT_EQ(st.code(), ErrorCode::kChanged) << st.message();
+    EXPECT_NE(st.message().find(path + ": changed while reading"), std::string::npos)
+        << st.message();
+  }
+}
+
 TEST_F(RawTest, SidecarGivesDtypeShapeHeaderRows) {
   shard(0, 0, 4, false, "HDR!");
   shard(1, 12, 0, false, "HDR!");

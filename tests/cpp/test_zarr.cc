@@ -126,6 +126,32 @@ TEST_F(ZarrTest, V2UncompressedRaggedStoresWithMissingChunks) {
   });
 }
 
+// Chunk files are not snapshotted at discovery; each is compared with itself
+// from its opening to its last read. An uncompressed chunk rewritten in the
+// middle of its read (size and mtime put back) would otherwise give half
+// old, half new values; a compressed one truncated would be a decode error.
+TEST_F(ZarrTest, ChunkChangedWhileReading) {
+  for (const std::string compressor : {"null", R"({"id": "zlib", "level": 1})"}) {
+    offset_ = 0;
+    v2_store(0, 6, compressor, false);
+    const Layout l = layout();
+    const std::string chunk = store(0) + "/1.0";
+    const auto how =
+        compressor == "null" ? testing::Change::kRewriteInPlace : testing::Change::kTruncate;
+    testing::ChangingIo io(chunk, how, testing::ChangingIo::On::kPread, 2, 4);
+    FillOptions o;
+    o.io = &io;
+    std::vector<std::int32_t> out(9);
+    // Rows [3, 6) lie in chunks 1.0 and 1.1 only: pread 1 and 2 are 1.0's.
+    Status st = fill_rows(l, 3, 6, reinterpret_cast<std::byte*>(out.data()), o);
+    EXPECT_TRUE(io.changed());
+    ASSERT_FALSE(st);
+    EXPECT_EQ(st.code(), ErrorCode::kChanged) << st.message();
+    EXPECT_NE(st.message().find(chunk + ": changed while reading"), std::string::npos)
+        << st.message();
+  }
+}
+
 TEST_F(ZarrTest, V2ZlibFortranOrder) {
   v2_store(0, 8, R"({"id": "zlib", "level": 6})", true);
   v2_store(1, 4, R"({"id": "zlib", "level": 6})", true, {"1.0"});

@@ -1,8 +1,10 @@
 // Helpers for the core tests: a scratch directory and hand-made .npy files.
 #pragma once
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -12,6 +14,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -139,6 +142,116 @@ class FaultyIo final : public IoBackend {
   std::uint64_t after_;
   std::atomic<std::uint64_t> served_{0};
   std::atomic<int> calls_{0};
+};
+
+// Ways a file changes under a reader.
+enum class Change {
+  kAppend,          // bytes added at the end: the size differs
+  kRewriteInPlace,  // the last bytes rewritten (inverted), size and mtime put back:
+                    // only ctime tells
+  kTouchInPlace,    // the same bytes written back, size and mtime put back: the
+                    // content is as before, only ctime tells
+  kTruncate,        // cut to half its size
+  kRenameOver,      // a copy renamed over the path: another inode
+};
+
+inline void read_whole(const std::string& path, std::string* out) {
+  std::ifstream f(path, std::ios::binary);
+  out->assign(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+  ASSERT_TRUE(f.good() || f.eof()) << path;
+}
+
+// Changes `path` as `how` says. A rewrite puts mtime back and then waits for
+// ctime to have moved (each utimensat sets it to the current time), so that
+// the change is one that only ctime can show, whatever the clock's
+// granularity.
+inline void change_file(const std::string& path, Change how) {
+  struct ::stat before {};
+  ASSERT_EQ(::stat(path.c_str(), &before), 0) << path;
+  std::string bytes;
+  switch (how) {
+    case Change::kAppend: {
+      std::ofstream f(path, std::ios::binary | std::ios::app);
+      f << "appended";
+      ASSERT_TRUE(f.good());
+      break;
+    }
+    case Change::kTruncate:
+      ASSERT_EQ(::truncate(path.c_str(), before.st_size / 2), 0);
+      break;
+    case Change::kRenameOver: {
+      read_whole(path, &bytes);
+      write_file(path + ".new", bytes);
+      ASSERT_EQ(::rename((path + ".new").c_str(), path.c_str()), 0);
+      break;
+    }
+    case Change::kRewriteInPlace:
+    case Change::kTouchInPlace: {
+      read_whole(path, &bytes);
+      const std::size_t n = std::min<std::size_t>(bytes.size(), 16);
+      std::string tail = bytes.substr(bytes.size() - n);
+      if (how == Change::kRewriteInPlace) {
+        for (auto& c : tail) c = static_cast<char>(~c);
+      }
+      const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+      ASSERT_GE(fd, 0);
+      ASSERT_EQ(::pwrite(fd, tail.data(), n, static_cast<off_t>(bytes.size() - n)),
+                static_cast<ssize_t>(n));
+      ::close(fd);
+      const struct timespec times[2] = {{0, UTIME_OMIT}, before.st_mtim};
+      struct ::stat after {};
+      do {
+        ASSERT_EQ(::utimensat(AT_FDCWD, path.c_str(), times, 0), 0);
+        ASSERT_EQ(::stat(path.c_str(), &after), 0);
+      } while (after.st_ctim.tv_sec == before.st_ctim.tv_sec &&
+               after.st_ctim.tv_nsec == before.st_ctim.tv_nsec);
+      ASSERT_EQ(after.st_size, before.st_size);
+      ASSERT_EQ(after.st_mtim.tv_sec, before.st_mtim.tv_sec);
+      ASSERT_EQ(after.st_mtim.tv_nsec, before.st_mtim.tv_nsec);
+      break;
+    }
+  }
+}
+
+// An injected backend over real files that changes one file in the middle of
+// a read: on the `at`-th call (counted from 1) of pread, or of stat for
+// readers whose reads go through a library (the stat of the check when the
+// file is opened, so the change lands after that check and before the
+// library reads), it changes `target` once and then serves the call. Reads
+// are served at most `max_read` bytes at a time, so that one read of a
+// range takes several calls and the change lands inside it.
+class ChangingIo final : public IoBackend {
+ public:
+  enum class On { kPread, kStat };
+  ChangingIo(std::string target, Change how, On on = On::kPread, int at = 2,
+             std::size_t max_read = 24)
+      : target_(std::move(target)), how_(how), on_(on), at_(at), max_read_(max_read) {}
+
+  Result<int> open(const std::string& p) override { return posix_io().open(p); }
+  Result<FileInfo> stat(int fd, const std::string& p) override {
+    auto r = posix_io().stat(fd, p);
+    if (on_ == On::kStat && ++calls_ == at_) change();
+    return r;
+  }
+  void close(int fd) override { posix_io().close(fd); }
+  std::int64_t pread(int fd, void* buf, std::size_t n, std::uint64_t off) override {
+    if (on_ == On::kPread && ++calls_ == at_) change();
+    return posix_io().pread(fd, buf, std::min(n, max_read_), off);
+  }
+  [[nodiscard]] bool changed() const { return changed_.load(); }
+
+ private:
+  void change() {
+    change_file(target_, how_);
+    changed_.store(true);
+  }
+  std::string target_;
+  Change how_;
+  On on_;
+  int at_;
+  std::size_t max_read_;
+  std::atomic<int> calls_{0};
+  std::atomic<bool> changed_{false};
 };
 
 }  // namespace shardload::testing

@@ -188,6 +188,33 @@ def test_read_after_change_raises_shard_read_error(tmp_path: pathlib.Path) -> No
     np.testing.assert_array_equal(layout.read(0, 10), np.arange(10.0))
 
 
+def rewrite_keeping_size_and_mtime(path: pathlib.Path, data: bytes) -> None:
+    """Writes `data` (of the file's size) in place and puts the mtime back, as
+    touch -d or cp -p would; ctime moves (waited for, whatever the clock's
+    granularity)."""
+    before = os.stat(path)
+    assert len(data) == before.st_size
+    with open(path, "r+b") as f:
+        f.write(data)
+    while True:
+        os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+        after = os.stat(path)
+        if after.st_ctime_ns != before.st_ctime_ns:
+            break
+    assert (after.st_size, after.st_mtime_ns) == (before.st_size, before.st_mtime_ns)
+
+
+def test_rewrite_that_keeps_size_and_mtime_is_refused(tmp_path: pathlib.Path) -> None:
+    write_shards(tmp_path, [np.arange(10.0), np.arange(5.0)])
+    layout = shardload.discover(tmp_path)
+    p = tmp_path / "shard_0001.npy"
+    np.save(tmp_path / "other.npy", np.arange(5.0) + 100)
+    rewrite_keeping_size_and_mtime(p, (tmp_path / "other.npy").read_bytes())
+    with pytest.raises(shardload.ShardReadError,
+                       match=r"shard_0001\.npy: changed since discovery: .*, ctime "):
+        layout.read()
+
+
 # ---- the command line -------------------------------------------------------------
 
 @pytest.mark.parametrize("dtype,shape", [("float32", "1000,8"), ("int16", "77"),

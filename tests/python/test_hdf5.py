@@ -100,6 +100,32 @@ def test_changed_file_is_refused(tmp_path: pathlib.Path) -> None:
         layout.read(0, 5)
 
 
+def test_external_storage_is_snapshotted(tmp_path: pathlib.Path) -> None:
+    # The data of a dataset with external storage lives in another file: it is
+    # snapshotted at discovery and refused when it changed, like the file.
+    a = np.arange(12, dtype="<i4")
+    ext = tmp_path / "external.bin"
+    ext.write_bytes(a.tobytes())
+    with h5py.File(tmp_path / "shard_0000.h5", "w") as f:
+        f.create_dataset("data", shape=a.shape, dtype=a.dtype,
+                         external=[(str(ext), 0, a.nbytes)])
+    layout = shardload.discover(tmp_path, format="hdf5")
+    np.testing.assert_array_equal(layout.read(), a)
+    before = os.stat(ext)
+    with open(ext, "r+b") as f:
+        f.write((a + 1).tobytes())
+    while True:  # mtime put back; only ctime tells
+        os.utime(ext, ns=(before.st_atime_ns, before.st_mtime_ns))
+        if os.stat(ext).st_ctime_ns != before.st_ctime_ns:
+            break
+    with pytest.raises(shardload.ShardReadError,
+                       match=f"{ext}: changed since discovery: .*, ctime "):
+        layout.read(0, 5)
+    ext.unlink()
+    with pytest.raises(shardload.ShardReadError, match=f"{ext}: cannot open"):
+        layout.read(0, 5)
+
+
 # ---- errors: each names the offending file ---------------------------------------
 
 

@@ -538,11 +538,19 @@ class ArrowReader final : public ShardReader {
   Status read_impl(const Layout& l, const Shard& s, std::int64_t lo, std::int64_t hi,
                    std::byte* dst) {
     SHARDLOAD_ASSIGN_OR_RETURN(ArrowExtra e, decode_extra(s));
-    {
-      SHARDLOAD_ASSIGN_OR_RETURN(File file, File::open(*ctx_.io, s.path));
-      if (ctx_.check_snapshot) SHARDLOAD_RETURN_IF_ERROR(check_snapshot(file, s));
-    }
+    // Our descriptor stays open over Arrow's reads, so that the file's state
+    // after them can be compared with the snapshot (a write through any path
+    // moves ctime; a file renamed over the path moves the replaced one's).
+    SHARDLOAD_ASSIGN_OR_RETURN(File file, File::open(*ctx_.io, s.path));
+    if (ctx_.check_snapshot) SHARDLOAD_RETURN_IF_ERROR(check_snapshot(file, s));
     if (hi <= lo) return Status::ok();
+    Status read = read_groups(l, s, e, lo, hi, dst);
+    if (ctx_.check_snapshot) read = check_unchanged(file, s.snapshot, std::move(read));
+    return read;
+  }
+
+  Status read_groups(const Layout& l, const Shard& s, const ArrowExtra& e, std::int64_t lo,
+                     std::int64_t hi, std::byte* dst) {
     const std::size_t ncols = e.columns.size();
     if (l.row_bytes != ncols * l.dtype.size) {
       return Status(ErrorCode::kInvalidArgument, s.path + ": " + std::to_string(ncols) +

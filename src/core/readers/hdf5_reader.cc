@@ -13,6 +13,7 @@
 #include <zlib.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -541,6 +542,53 @@ void copy_box(const DirectPlan& p, const std::byte* raw, const std::vector<hsize
   }
 }
 
+// Where HDF5 1.10 itself looks for an external storage file `name` of the
+// dataset in `file` opened with the default access list (H5D__build_file_prefix
+// and H5_combine_path): HDF5_EXTFILE_PREFIX in front of a relative name, with
+// a leading ${ORIGIN} meaning the file's directory; else the name as it is,
+// relative to the working directory.
+std::string external_path(const std::string& file, const std::string& name) {
+  if (name.empty() || name.front() == '/') return name;
+  const char* env = std::getenv("HDF5_EXTFILE_PREFIX");
+  std::string prefix = env != nullptr ? env : "";
+  if (prefix.empty() || prefix == ".") return name;
+  if (prefix.rfind("${ORIGIN}", 0) == 0) {
+    const auto slash = file.rfind('/');
+    const std::string dir = slash == std::string::npos ? "." : file.substr(0, slash + 1);
+    prefix = dir + prefix.substr(9);
+  }
+  return prefix.back() == '/' ? prefix + name : prefix + "/" + name;
+}
+
+// The external storage files of a dataset, each once, in the dataset's
+// order. Called with the lock held.
+Result<std::vector<std::string>> external_names(const Hdf5Api& api, hid_t dataset,
+                                                const std::string& where) {
+  std::vector<std::string> names;
+  Hid dcpl(api.H5Dget_create_plist(dataset), api.H5Pclose);
+  if (!dcpl.valid()) return Status(ErrorCode::kFormat, where + ": " + take_error(api));
+  const int count = api.H5Pget_external_count(dcpl.get());
+  if (count < 0)
+    return Status(ErrorCode::kFormat, where + ": external storage: " + take_error(api));
+  std::vector<char> buf(4097);
+  for (int i = 0; i < count; ++i) {
+    buf.back() = '\0';
+    if (api.H5Pget_external(dcpl.get(), static_cast<unsigned>(i), buf.size(), buf.data(), nullptr,
+                            nullptr) < 0) {
+      return Status(ErrorCode::kFormat, where + ": external storage file " + std::to_string(i) +
+                                            ": " + take_error(api));
+    }
+    if (buf.back() != '\0') {
+      return Status(ErrorCode::kFormat, where + ": external storage file " + std::to_string(i) +
+                                            ": name longer than " + std::to_string(buf.size() - 1) +
+                                            " bytes");
+    }
+    std::string n(buf.data());
+    if (std::find(names.begin(), names.end(), n) == names.end()) names.push_back(std::move(n));
+  }
+  return names;
+}
+
 struct OpenDataset {
   Hid file;
   Hid dataset;
@@ -568,6 +616,7 @@ class Hdf5Reader final : public ShardReader {
         return Status(ErrorCode::kFormat, path + ": not a regular file");
       }
     }
+    std::vector<std::string> external;
     try {
       Hdf5Lock lock(api_);
       api_.H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
@@ -587,19 +636,62 @@ class Hdf5Reader final : public ShardReader {
       // The resolved dataset path: with the default, each file's only dataset
       // may have its own name, and the read must not search again.
       p.shard.extra = d.name;
+      SHARDLOAD_ASSIGN_OR_RETURN(
+          external, external_names(api_, d.dataset.get(), path + ": dataset '" + d.name + "'"));
     } catch (const std::exception& e) {
       return Status(ErrorCode::kFormat, path + ": " + e.what());
+    }
+    // The data of a dataset with external storage lives in those files: they
+    // are snapshotted and checked like the file itself.
+    for (const auto& name : external) {
+      LinkedFile x;
+      x.path = external_path(path, name);
+      auto f = File::open(*ctx_.io, x.path);
+      if (!f) {
+        return f.status().with_context(path + ": dataset '" + p.shard.extra +
+                                       "': external storage file '" + name + "'");
+      }
+      SHARDLOAD_ASSIGN_OR_RETURN(x.snapshot, f->stat());
+      if (!x.snapshot.regular) {
+        return Status(ErrorCode::kFormat, path + ": dataset '" + p.shard.extra +
+                                              "': external storage file " + x.path +
+                                              ": not a regular file");
+      }
+      p.shard.linked.push_back(std::move(x));
     }
     return p;
   }
 
   Status read_rows(const Layout& l, const Shard& s, std::int64_t lo, std::int64_t hi,
                    std::byte* dst) override {
-    {
-      SHARDLOAD_ASSIGN_OR_RETURN(File f, File::open(*ctx_.io, s.path));
-      if (ctx_.check_snapshot) SHARDLOAD_RETURN_IF_ERROR(check_snapshot(f, s));
-    }
+    // Our own descriptors of the file and its external storage stay open
+    // over HDF5's reads, so that their state after the reads can be compared
+    // with the snapshots: a write through any path moves ctime, and a
+    // file renamed over the path moves the replaced inode's ctime.
+    SHARDLOAD_ASSIGN_OR_RETURN(File f, File::open(*ctx_.io, s.path));
+    if (ctx_.check_snapshot) SHARDLOAD_RETURN_IF_ERROR(check_snapshot(f, s));
     if (hi <= lo) return Status::ok();
+    std::vector<File> linked;
+    if (ctx_.check_snapshot) {
+      for (const auto& x : s.linked) {
+        SHARDLOAD_ASSIGN_OR_RETURN(File lf, File::open(*ctx_.io, x.path));
+        SHARDLOAD_RETURN_IF_ERROR(check_snapshot(lf, x.snapshot));
+        linked.push_back(std::move(lf));
+      }
+    }
+    Status read = read_dataset(l, s, lo, hi, dst);
+    if (ctx_.check_snapshot) {
+      read = check_unchanged(f, s.snapshot, std::move(read));
+      for (std::size_t i = 0; i < linked.size(); ++i) {
+        read = check_unchanged(linked[i], s.linked[i].snapshot, std::move(read));
+      }
+    }
+    return read;
+  }
+
+ private:
+  Status read_dataset(const Layout& l, const Shard& s, std::int64_t lo, std::int64_t hi,
+                      std::byte* dst) {
     try {
       Hdf5Lock lock(api_);
       api_.H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
@@ -647,7 +739,6 @@ class Hdf5Reader final : public ShardReader {
     return Status::ok();
   }
 
- private:
   // Rows [lo, hi) chunk by chunk, for a dataset that direct_plan accepted.
   // HDF5's thread-safe build runs every API call, the deflate filter inside
   // H5Dread included, under one global lock, so tasks reading through H5Dread

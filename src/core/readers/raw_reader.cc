@@ -259,7 +259,9 @@ class RawReader final : public ShardReader {
     SHARDLOAD_ASSIGN_OR_RETURN(File f, File::open(*ctx_.io, s.path));
     if (ctx_.check_snapshot) SHARDLOAD_RETURN_IF_ERROR(check_snapshot(f, s));
     const std::uint64_t off = s.data_offset + static_cast<std::uint64_t>(lo) * l.row_bytes;
-    SHARDLOAD_RETURN_IF_ERROR(f.read_exact(dst, bytes, off));
+    Status read = f.read_exact(dst, bytes, off);
+    if (ctx_.check_snapshot) read = check_unchanged(f, s.snapshot, std::move(read));
+    SHARDLOAD_RETURN_IF_ERROR(read);
     if (s.byte_swap) byte_swap(dst, bytes / l.dtype.swap_unit(), l.dtype.swap_unit());
     return Status::ok();
   }

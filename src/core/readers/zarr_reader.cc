@@ -162,12 +162,14 @@ class ZarrReader final : public ShardReader {
                                       ", shape " + dims_string(m->shape) + ")"};
     }
     const std::string dir = array_dir(s.path, options_.dataset);
+    // The metadata file stays open over the chunk reads and is compared
+    // again after them: chunks read under a rewritten .zarray / zarr.json
+    // may follow another geometry or codec than the one decoded.
+    File meta_file;
     if (ctx_.check_snapshot) {
-      Shard meta_shard;
-      meta_shard.path = metadata_path(dir, m->zarr_format);
-      meta_shard.snapshot = s.snapshot;
-      SHARDLOAD_ASSIGN_OR_RETURN(File f, File::open(*ctx_.io, meta_shard.path));
-      SHARDLOAD_RETURN_IF_ERROR(check_snapshot(f, meta_shard));
+      SHARDLOAD_ASSIGN_OR_RETURN(meta_file,
+                                 File::open(*ctx_.io, metadata_path(dir, m->zarr_format)));
+      SHARDLOAD_RETURN_IF_ERROR(check_snapshot(meta_file, s.snapshot));
     }
     Request r{*m, dir, lo, hi, dst};
     const std::size_t n = m->shape.size();
@@ -188,6 +190,7 @@ class ZarrReader final : public ShardReader {
         status = m->sharded ? read_shard(r, g) : read_chunk(r, g);
       }
     });
+    if (ctx_.check_snapshot) status = check_unchanged(meta_file, s.snapshot, std::move(status));
     return status;
   }
 
@@ -399,7 +402,7 @@ class ZarrReader final : public ShardReader {
                                         " (an uncompressed chunk of shape " +
                                         dims_string(r.m.chunks) + ", " + r.m.dtype.name() + ")"};
       }
-      SHARDLOAD_RETURN_IF_ERROR(f.read_exact(target, expected, 0));
+      SHARDLOAD_RETURN_IF_ERROR(unchanged(f, info, f.read_exact(target, expected, 0)));
     } else {
       const std::size_t cap = 2 * expected + (std::size_t{1} << 20);
       if (info.size > cap) {
@@ -408,7 +411,8 @@ class ZarrReader final : public ShardReader {
                                         std::to_string(expected) + " bytes needs"};
       }
       encoded_.resize(static_cast<std::size_t>(info.size));
-      SHARDLOAD_RETURN_IF_ERROR(f.read_exact(encoded_.data(), encoded_.size(), 0));
+      SHARDLOAD_RETURN_IF_ERROR(
+          unchanged(f, info, f.read_exact(encoded_.data(), encoded_.size(), 0)));
       SHARDLOAD_RETURN_IF_ERROR(
           decode_chain(r.m, encoded_.data(), encoded_.size(), target, expected, path));
     }
@@ -488,7 +492,20 @@ class ZarrReader final : public ShardReader {
         status = read_inner(r, f, info, path, origin, w, per, entry, expected);
       }
     });
+    status = unchanged(f, info, std::move(status));
+    // An inner chunk decoded from a shard that changed under the reads is
+    // not kept for the next call.
+    if (!status.is_ok()) cached_key_.clear();
     return status;
+  }
+
+  // Chunk and shard files are too many to snapshot at discovery: each is
+  // compared with itself, as it was when opened, after the reads from it.
+  // A chunk replaced between discovery and the read is read as it then is;
+  // the metadata's snapshot still guards the array's geometry and codecs.
+  Status unchanged(const File& f, const FileInfo& opened, Status read) const {
+    if (!ctx_.check_snapshot) return read;
+    return check_unchanged(f, opened, std::move(read));
   }
 
   template <typename Entry>
