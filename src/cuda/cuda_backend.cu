@@ -224,13 +224,15 @@ Result<void*> CudaCopyBackend::direct_open(const std::string& path) {
   if (!h) return Status(ErrorCode::kIo, "cuda backend: out of memory");
   h->path = path;
   // Opened like every other shard: without blocking, regular files only.
-  int err = 0;
-  auto opened = open_regular(path, O_DIRECT, &err);
-  if (!opened && err == EINVAL) {
+  auto open_direct = [&]() -> Result<int> {
+    int err = 0;
+    auto r = open_regular(path, O_DIRECT, &err);
+    if (r || err != EINVAL) return r;
     // No O_DIRECT on this file system (tmpfs): cuFile may still serve it
     // in compatibility mode; its registration says whether it will.
-    opened = open_regular(path);
-  }
+    return open_regular(path);
+  };
+  auto opened = open_direct();
   if (!opened) return opened.status();
   h->fd = *opened;
   CUfileDescr_t d{};
