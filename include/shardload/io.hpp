@@ -34,7 +34,9 @@ struct FileInfo {
 class IoBackend {
  public:
   virtual ~IoBackend() = default;
-  // Opens for reading; returns a descriptor or an error naming the path.
+  // Opens a regular file for reading; returns a descriptor or an error naming
+  // the path. posix_io() refuses anything else ("PATH: not a regular file")
+  // without blocking: a FIFO, socket or device never stalls discovery.
   virtual Result<int> open(const std::string& path) = 0;
   virtual Result<FileInfo> stat(int fd, const std::string& path) = 0;
   // One positional read: bytes read (0 at end of file) or -errno.
@@ -44,6 +46,21 @@ class IoBackend {
 
 // The process-wide POSIX backend. It is stateless, so sharing it is safe.
 IoBackend& posix_io();
+
+// What posix_io().open does, for the few callers that need the kernel's
+// descriptor with more flags (O_DIRECT): opens `path` read-only without
+// blocking and refuses ("PATH: not a regular file") anything but a regular
+// file. `open_errno`: set to the open's errno when the open itself failed.
+Result<int> open_regular(const std::string& path, int flags = 0, int* open_errno = nullptr);
+
+// For libraries that open files by name (HDF5, Arrow's memory map): a name
+// for the file open on `fd` ("/proc/self/fd/N", which opens that very file,
+// whatever has since happened to `path`), so what they open is what we
+// checked. `path` itself where /proc is not mounted.
+std::string descriptor_path(int fd, const std::string& path);
+
+// `path` for an error message: a NUL shows as "\0" instead of ending it.
+std::string path_for_message(const std::string& path);
 
 // An open file that closes itself.
 class File {
@@ -61,6 +78,8 @@ class File {
   [[nodiscard]] const std::string& path() const { return path_; }
   [[nodiscard]] int fd() const { return fd_; }
   Result<FileInfo> stat() const { return io_->stat(fd_, path_); }
+  // Gives up the descriptor (the caller closes it) and leaves this empty.
+  int release();
 
   // Reads exactly n bytes at offset, retrying partial reads and EINTR. A
   // read that ends early is kIo naming the file, offset, expected and got.

@@ -30,10 +30,13 @@ struct Source {
   static Source from_glob(std::string glob);
   static Source list(std::vector<std::string> paths);
 
-  // Interprets one string the way the command line and Python do: a pattern
-  // if it holds "{...}" (its directory part names the folder), a glob if it
-  // holds * ? or [, else a directory (an existing file is a one-shard list).
-  // `pattern` overrides the numbering for a directory (empty: default).
+  // Interprets one string the way the command line and Python do: an
+  // existing directory is that directory and an existing regular file a
+  // one-shard list, whatever characters their names hold; otherwise a
+  // pattern if it holds "{...}" (its directory part names the folder,
+  // literally), a glob if it holds * ? or [ (every part of it globbed), else
+  // a directory. `pattern` overrides the numbering for a directory (empty:
+  // default). A NUL in `text` or `pattern` is kInvalidArgument.
   static Result<Source> parse(const std::string& text, const std::string& pattern = {});
 
   [[nodiscard]] std::string describe() const;
@@ -57,7 +60,9 @@ bool natural_less(std::string_view a, std::string_view b);
 
 // Resolves a source to its ordered shard paths. Errors (kLayout) name the
 // directory or pattern: missing directory, nothing matches, gaps in the
-// numbering (the first five missing numbers and the count).
+// numbering (the first five missing numbers and the count). Time is bounded
+// by the files present, whatever numbers their names hold. A NUL in any
+// name is kInvalidArgument (a C string would end there).
 Result<std::vector<std::string>> resolve(const Source& source);
 
 }  // namespace shardload

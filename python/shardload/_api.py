@@ -26,7 +26,8 @@ OutOfMemoryError.__doc__ = (
 )
 Layout = _core.Layout
 
-SourceLike = Union[str, "os.PathLike[str]", Sequence[Union[str, "os.PathLike[str]"]]]
+PathLike = Union[str, bytes, "os.PathLike[str]", "os.PathLike[bytes]"]
+SourceLike = Union[PathLike, Sequence[PathLike]]
 
 
 def _layout_repr(self: Layout) -> str:
@@ -39,7 +40,7 @@ Layout.__repr__ = _layout_repr  # type: ignore[method-assign]
 def discover(
     source: SourceLike,
     *,
-    pattern: str | None = None,
+    pattern: str | bytes | None = None,
     format: str = "auto",
     dtype: str | None = None,
     shape: Sequence[int] | None = None,
@@ -54,6 +55,11 @@ def discover(
         source: a directory of numbered shards (default ``shard_0000.npy`` ...),
             a numbered pattern such as ``"dir/part-{:05d}.npy"``, a glob such as
             ``"dir/*.npy"`` (ordered naturally), or an ordered list of paths.
+            Paths are str, bytes or os.PathLike, converted with os.fsencode,
+            so names that are not UTF-8 work (``layout.paths`` gives them
+            back as os.fsdecode does). An existing directory or file is taken
+            as such even when its name holds ``{`` ``*`` ``?`` or ``[``; a
+            path holding a NUL character is refused (ValueError).
         pattern: the numbering of the files in a directory source (default
             ``shard_{:04d}`` with the format's extension).
         format: ``"auto"`` (from the extension or the store's metadata),
@@ -76,7 +82,7 @@ def discover(
     """
     return _core.discover(
         source,
-        pattern or "",
+        pattern if pattern else None,
         format,
         dtype,
         None if shape is None else [int(d) for d in shape],

@@ -20,15 +20,49 @@ using namespace shardload;
 
 namespace {
 
-struct LayoutErrorCpp : std::runtime_error {
-  using std::runtime_error::runtime_error;
+// The message travels as bytes: paths in it are the file system's, which
+// need not be UTF-8 (nor free of NUL), and what() would cut it at a NUL.
+struct ErrorCpp : std::runtime_error {
+  explicit ErrorCpp(std::string m) : std::runtime_error("shardload error"), message(std::move(m)) {}
+  std::string message;
 };
-struct OutOfMemoryErrorCpp : std::runtime_error {
-  using std::runtime_error::runtime_error;
+struct LayoutErrorCpp : ErrorCpp {
+  using ErrorCpp::ErrorCpp;
 };
-struct ShardReadErrorCpp : std::runtime_error {
-  using std::runtime_error::runtime_error;
+struct ShardReadErrorCpp : ErrorCpp {
+  using ErrorCpp::ErrorCpp;
 };
+struct ValueErrorCpp : ErrorCpp {
+  using ErrorCpp::ErrorCpp;
+};
+struct OutOfMemoryErrorCpp : ErrorCpp {
+  using ErrorCpp::ErrorCpp;
+};
+
+// A message as str: UTF-8 where it is, bytes that are not as \xNN escapes,
+// so building an exception never fails with UnicodeDecodeError.
+py::str message_str(const std::string& m) {
+  PyObject* s =
+      PyUnicode_DecodeUTF8(m.data(), static_cast<Py_ssize_t>(m.size()), "backslashreplace");
+  if (s == nullptr) throw py::error_already_set();
+  return py::reinterpret_steal<py::str>(s);
+}
+
+// A path as str the way os.fsdecode gives it (undecodable bytes as
+// surrogate escapes), so os.fsencode gives back the very bytes.
+py::str path_str(const std::string& p) {
+  PyObject* s = PyUnicode_DecodeFSDefaultAndSize(p.data(), static_cast<Py_ssize_t>(p.size()));
+  if (s == nullptr) throw py::error_already_set();
+  return py::reinterpret_steal<py::str>(s);
+}
+
+// A path argument (str, bytes or os.PathLike) as the file system's bytes,
+// through os.fsencode: a str from os.fsdecode of non-UTF-8 bytes gives those
+// bytes back. A NUL stays in; the core refuses it, naming the parameter.
+std::string path_bytes(const py::handle& obj) {
+  const py::object b = py::module_::import("os").attr("fsencode")(obj);
+  return b.cast<std::string>();
+}
 
 [[noreturn]] void raise(const Status& st) {
   switch (st.code()) {
@@ -36,7 +70,7 @@ struct ShardReadErrorCpp : std::runtime_error {
     case ErrorCode::kChanged:
       throw ShardReadErrorCpp(st.message());
     case ErrorCode::kInvalidArgument:
-      throw py::value_error(st.message());
+      throw ValueErrorCpp(st.message());
     default:
       throw LayoutErrorCpp(st.message());
   }
@@ -45,7 +79,7 @@ struct ShardReadErrorCpp : std::runtime_error {
 // A failure while reading data is a read error whatever its cause (I/O,
 // a changed file, a damaged chunk, a null); only bad arguments are not.
 [[noreturn]] void raise_read(const Status& st) {
-  if (st.code() == ErrorCode::kInvalidArgument) throw py::value_error(st.message());
+  if (st.code() == ErrorCode::kInvalidArgument) throw ValueErrorCpp(st.message());
   throw ShardReadErrorCpp(st.message());
 }
 
@@ -55,17 +89,17 @@ T unwrap(Result<T> r) {
   return std::move(r).value();
 }
 
-Source make_source(const py::object& source, const std::string& pattern) {
-  if (py::isinstance<py::str>(source) || py::hasattr(source, "__fspath__")) {
-    const auto text = py::str(py::module_::import("os").attr("fspath")(source)).cast<std::string>();
-    return unwrap(Source::parse(text, pattern));
+Source make_source(const py::object& source, const py::object& pattern_obj) {
+  const std::string pattern = pattern_obj.is_none() ? std::string() : path_bytes(pattern_obj);
+  if (py::isinstance<py::str>(source) || py::isinstance<py::bytes>(source) ||
+      py::hasattr(source, "__fspath__")) {
+    return unwrap(Source::parse(path_bytes(source), pattern));
   }
   if (!pattern.empty()) {
     throw py::value_error("pattern applies only when the source is a directory");
   }
   std::vector<std::string> paths;
-  auto fspath = py::module_::import("os").attr("fspath");
-  for (const auto& item : source) paths.push_back(py::str(fspath(item)).cast<std::string>());
+  for (const auto& item : source) paths.push_back(path_bytes(item));
   return Source::list(std::move(paths));
 }
 
@@ -83,9 +117,11 @@ PYBIND11_MODULE(_core, m) {
     try {
       if (p) std::rethrow_exception(p);
     } catch (const LayoutErrorCpp& e) {
-      py::set_error(layout_error, e.what());
+      PyErr_SetObject(layout_error.ptr(), message_str(e.message).ptr());
     } catch (const ShardReadErrorCpp& e) {
-      py::set_error(read_error, e.what());
+      PyErr_SetObject(read_error.ptr(), message_str(e.message).ptr());
+    } catch (const ValueErrorCpp& e) {
+      PyErr_SetObject(PyExc_ValueError, message_str(e.message).ptr());
     }
   });
 
@@ -109,8 +145,8 @@ PYBIND11_MODULE(_core, m) {
                              })
       .def_property_readonly("paths",
                              [](const Layout& l) {
-                               std::vector<std::string> p;
-                               for (const auto& s : l.shards) p.push_back(s.path);
+                               py::list p;
+                               for (const auto& s : l.shards) p.append(path_str(s.path));
                                return p;
                              })
       .def_property_readonly("rows", &Layout::rows)
@@ -124,7 +160,8 @@ PYBIND11_MODULE(_core, m) {
              return py::bytes(reinterpret_cast<const char*>(b.data()), b.size());
            })
       .def(
-          "describe", [](const Layout& l, std::size_t edge) { return describe(l, edge); },
+          "describe",
+          [](const Layout& l, std::size_t edge) { return message_str(describe(l, edge)); },
           py::arg("edge_shards") = 3)
       .def(
           "read",
@@ -151,7 +188,7 @@ PYBIND11_MODULE(_core, m) {
 
   m.def(
       "discover",
-      [](const py::object& source, const std::string& pattern, const std::string& format,
+      [](const py::object& source, const py::object& pattern, const std::string& format,
          const std::optional<std::string>& dtype,
          const std::optional<std::vector<std::int64_t>>& trailing_shape,
          const std::optional<std::uint64_t>& header_bytes, const std::string& dataset,
@@ -179,7 +216,7 @@ PYBIND11_MODULE(_core, m) {
         if (!l) raise(l.status().with_context("loading " + src.describe()));
         return std::move(l).value();
       },
-      py::arg("source"), py::arg("pattern") = "", py::arg("format") = "auto",
+      py::arg("source"), py::arg("pattern") = py::none(), py::arg("format") = "auto",
       py::arg("dtype") = py::none(), py::arg("trailing_shape") = py::none(),
       py::arg("header_bytes") = py::none(), py::arg("dataset") = "",
       py::arg("columns") = std::vector<std::string>{}, py::arg("fill_value") = py::none());

@@ -17,7 +17,12 @@ namespace {
 
 [[noreturn]] void raise_as(const char* name, const std::string& message) {
   const py::object type = py::module_::import("shardload._core").attr(name);
-  PyErr_SetString(type.ptr(), message.c_str());
+  // Paths in the message are the file system's bytes, not always UTF-8.
+  PyObject* text = PyUnicode_DecodeUTF8(message.data(), static_cast<Py_ssize_t>(message.size()),
+                                        "backslashreplace");
+  if (text == nullptr) throw py::error_already_set();
+  PyErr_SetObject(type.ptr(), text);
+  Py_DECREF(text);
   throw py::error_already_set();
 }
 

@@ -8,6 +8,8 @@
 #include <iterator>
 #include <new>
 
+#include "shardload/io.hpp"
+
 namespace shardload {
 
 namespace {
@@ -176,11 +178,9 @@ Status HostCopyBackend::synchronize(void* stream) {
 
 Result<void*> HostCopyBackend::direct_open(const std::string& path) {
   if (!hooks_.direct_reads) return CopyBackend::direct_open(path);
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    const int err = errno;
-    return Status(ErrorCode::kIo, path + ": direct open: " + std::strerror(err));
-  }
+  auto opened = open_regular(path);
+  if (!opened) return opened.status();
+  const int fd = *opened;
   auto* h = new (std::nothrow) int(fd);
   if (h == nullptr) {
     ::close(fd);

@@ -14,17 +14,7 @@ namespace {
 
 class PosixIo final : public IoBackend {
  public:
-  Result<int> open(const std::string& path) override {
-    int fd = -1;
-    do {
-      fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    } while (fd < 0 && errno == EINTR);
-    if (fd < 0) {
-      const int err = errno;
-      return Status(ErrorCode::kIo, path + ": cannot open: " + std::strerror(err));
-    }
-    return fd;
-  }
+  Result<int> open(const std::string& path) override { return open_regular(path); }
 
   Result<FileInfo> stat(int fd, const std::string& path) override {
     struct ::stat st {};
@@ -51,6 +41,71 @@ class PosixIo final : public IoBackend {
 
 }  // namespace
 
+// Only regular files are ever read. The open itself must not block or take
+// over anything: O_NONBLOCK makes a FIFO without a writer open at once (a
+// plain open waits for a writer forever) and O_NOCTTY keeps a terminal from
+// becoming ours; the descriptor is then refused unless fstat says it is a
+// regular file. Checking the descriptor rather than the name leaves no window
+// in which the name could be swapped for something else.
+Result<int> open_regular(const std::string& path, int flags, int* open_errno) {
+  if (open_errno != nullptr) *open_errno = 0;
+  if (path.find('\0') != std::string::npos) {
+    return Status(ErrorCode::kInvalidArgument,
+                  path_for_message(path) + ": the path holds a NUL character");
+  }
+  int fd = -1;
+  do {
+    fd = ::open(path.c_str(), flags | O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+  } while (fd < 0 && errno == EINTR);
+  if (fd < 0) {
+    const int err = errno;
+    if (open_errno != nullptr) *open_errno = err;
+    // A socket cannot be opened at all (ENXIO); say what it is instead.
+    struct ::stat st {};
+    if (err == ENXIO && ::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
+      return Status(ErrorCode::kIo, path + ": not a regular file");
+    }
+    return Status(ErrorCode::kIo, path + ": cannot open: " + std::strerror(err));
+  }
+  struct ::stat st {};
+  if (::fstat(fd, &st) != 0) {
+    const int err = errno;
+    ::close(fd);
+    return Status(ErrorCode::kIo, path + ": cannot stat: " + std::strerror(err));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return Status(ErrorCode::kIo, path + ": not a regular file");
+  }
+  // Reads of a regular file never return EAGAIN, but the flag has no business
+  // on a descriptor that others (Arrow, cuFile) may read from.
+  const int now = ::fcntl(fd, F_GETFL);
+  if (now < 0 || ::fcntl(fd, F_SETFL, now & ~O_NONBLOCK) != 0) {
+    const int err = errno;
+    ::close(fd);
+    return Status(ErrorCode::kIo, path + ": cannot clear O_NONBLOCK: " + std::strerror(err));
+  }
+  return fd;
+}
+
+std::string path_for_message(const std::string& path) {
+  std::string out;
+  for (const char c : path) {
+    if (c == '\0') {
+      out += "\\0";
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+std::string descriptor_path(int fd, const std::string& path) {
+  // Checked once: /proc is either mounted for the whole process or not.
+  static const bool have_proc = ::access("/proc/self/fd", X_OK) == 0;
+  return have_proc ? "/proc/self/fd/" + std::to_string(fd) : path;
+}
+
 IoBackend& posix_io() {
   static PosixIo io;
   return io;
@@ -65,6 +120,12 @@ File& File::operator=(File&& o) noexcept {
     o.fd_ = -1;
   }
   return *this;
+}
+
+int File::release() {
+  const int fd = fd_;
+  fd_ = -1;
+  return fd;
 }
 
 void File::reset() {

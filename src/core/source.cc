@@ -10,6 +10,8 @@
 #include <cstring>
 #include <utility>
 
+#include "shardload/io.hpp"
+
 namespace shardload {
 
 namespace {
@@ -47,13 +49,43 @@ Source Source::list(std::vector<std::string> paths) {
   return s;
 }
 
+namespace {
+
+// A C string ends at its first NUL, so a name holding one would silently be
+// read as a shorter one; refuse it instead, naming the parameter.
+Status check_no_nul(std::string_view what, const std::string& text) {
+  if (text.find('\0') == std::string::npos) return Status::ok();
+  return {ErrorCode::kInvalidArgument,
+          std::string(what) + " '" + path_for_message(text) + "' holds a NUL character"};
+}
+
+}  // namespace
+
 Result<Source> Source::parse(const std::string& text, const std::string& pattern) {
   if (text.empty()) return Status(ErrorCode::kInvalidArgument, "the source is empty");
+  SHARDLOAD_RETURN_IF_ERROR(check_no_nul("source", text));
+  SHARDLOAD_RETURN_IF_ERROR(check_no_nul("pattern", pattern));
+  // What exists is taken as it is, before any reading of its characters: a
+  // directory named "run[1]" or "a{b}" is that directory, not a glob or a
+  // pattern that matches nothing.
+  struct ::stat st {};
+  if (::stat(text.c_str(), &st) == 0) {
+    if (S_ISDIR(st.st_mode)) return dir(text, pattern);
+    if (S_ISREG(st.st_mode)) {
+      if (!pattern.empty()) {
+        return Status(ErrorCode::kInvalidArgument,
+                      "source '" + text + "' is a file; a pattern applies only to a directory");
+      }
+      return list({text});
+    }
+  }
   if (text.find('{') != std::string::npos) {
     if (!pattern.empty()) {
       return Status(ErrorCode::kInvalidArgument,
                     "source '" + text + "' is already a pattern; do not also pass a pattern");
     }
+    // The directory part is taken literally (patterns are not globbed), so
+    // "run[1]/shard_{:04d}.npy" names files in the directory "run[1]".
     const auto slash = text.rfind('/');
     if (slash == std::string::npos) return dir(".", text);
     return dir(slash == 0 ? "/" : text.substr(0, slash), text.substr(slash + 1));
@@ -63,15 +95,9 @@ Result<Source> Source::parse(const std::string& text, const std::string& pattern
       return Status(ErrorCode::kInvalidArgument,
                     "source '" + text + "' is a glob; a pattern applies only to a directory");
     }
+    // Every part of a glob is a glob: a directory "run[1]" in it is spelled
+    // "run\[1\]" (glob(3) escapes), or named with a pattern or a list.
     return from_glob(text);
-  }
-  struct ::stat st {};
-  if (::stat(text.c_str(), &st) == 0 && S_ISREG(st.st_mode)) {
-    if (!pattern.empty()) {
-      return Status(ErrorCode::kInvalidArgument,
-                    "source '" + text + "' is a file; a pattern applies only to a directory");
-    }
-    return list({text});
   }
   return dir(text, pattern);
 }
@@ -89,6 +115,7 @@ std::string Source::describe() const {
 }
 
 Result<NumberPattern> NumberPattern::parse(std::string_view pattern) {
+  SHARDLOAD_RETURN_IF_ERROR(check_no_nul("pattern", std::string(pattern)));
   const auto open = pattern.find('{');
   const auto close = pattern.find('}', open == std::string_view::npos ? 0 : open);
   auto bad = [&](const std::string& why) {
@@ -202,20 +229,22 @@ Result<std::vector<std::string>> resolve_directory(const Source& s) {
   const std::string where = join_path(s.directory, pattern);
   if (numbers.empty()) return layout_error(where + ": no files match the pattern");
   std::sort(numbers.begin(), numbers.end());
-  // The numbering must run 0, 1, ..., max without gaps.
+  // One directory cannot list a name twice, but stay correct if it does.
+  numbers.erase(std::unique(numbers.begin(), numbers.end()), numbers.end());
+  // The numbering must run 0, 1, ..., max without gaps. The count and the
+  // first missing numbers come from the numbers present, never from walking
+  // 0..max: one stray "shard_99999999999999.npy" must not cost 1e14 steps.
   const std::int64_t max = numbers.back();
-  const auto expected = max + 1;
-  if (static_cast<std::int64_t>(numbers.size()) != expected) {
+  const std::int64_t expected = max + 1;
+  const auto present = static_cast<std::int64_t>(numbers.size());
+  if (present != expected) {
+    const std::int64_t missing_count = expected - present;
     std::vector<std::int64_t> missing;
-    std::int64_t missing_count = 0;
-    std::size_t k = 0;
-    for (std::int64_t n = 0; n <= max; ++n) {
-      if (k < numbers.size() && numbers[k] == n) {
-        ++k;
-        continue;
-      }
-      if (missing.size() < 5) missing.push_back(n);
-      ++missing_count;
+    std::int64_t next = 0;  // the smallest number not yet accounted for
+    for (const auto n : numbers) {
+      for (; next < n && missing.size() < 5; ++next) missing.push_back(next);
+      if (missing.size() >= 5) break;
+      next = n + 1;
     }
     std::string list;
     for (const auto n : missing) list += (list.empty() ? "" : ", ") + pat.format(n);
@@ -249,6 +278,19 @@ Result<std::vector<std::string>> resolve_glob(const Source& s) {
 }  // namespace
 
 Result<std::vector<std::string>> resolve(const Source& source) {
+  // Sources built in C++ (Source::dir, from_glob, list) never passed parse().
+  switch (source.kind) {
+    case Source::Kind::kDirectory:
+      SHARDLOAD_RETURN_IF_ERROR(check_no_nul("directory", source.directory));
+      SHARDLOAD_RETURN_IF_ERROR(check_no_nul("pattern", source.pattern));
+      break;
+    case Source::Kind::kGlob:
+      SHARDLOAD_RETURN_IF_ERROR(check_no_nul("glob", source.glob));
+      break;
+    case Source::Kind::kList:
+      for (const auto& p : source.paths) SHARDLOAD_RETURN_IF_ERROR(check_no_nul("path", p));
+      break;
+  }
   switch (source.kind) {
     case Source::Kind::kDirectory:
       return resolve_directory(source);

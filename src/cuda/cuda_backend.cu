@@ -11,6 +11,7 @@
 #include <type_traits>
 
 #include "shardload/cuda_backend.hpp"
+#include "shardload/io.hpp"
 
 namespace shardload {
 
@@ -222,16 +223,18 @@ Result<void*> CudaCopyBackend::direct_open(const std::string& path) {
   auto h = std::unique_ptr<DirectHandle>(new (std::nothrow) DirectHandle());
   if (!h) return Status(ErrorCode::kIo, "cuda backend: out of memory");
   h->path = path;
-  h->fd = ::open(path.c_str(), O_RDONLY | O_DIRECT | O_CLOEXEC);
-  if (h->fd < 0 && errno == EINVAL) {
+  // Opened like every other shard: without blocking, regular files only.
+  auto open_direct = [&]() -> Result<int> {
+    int err = 0;
+    auto r = open_regular(path, O_DIRECT, &err);
+    if (r || err != EINVAL) return r;
     // No O_DIRECT on this file system (tmpfs): cuFile may still serve it
     // in compatibility mode; its registration says whether it will.
-    h->fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  }
-  if (h->fd < 0) {
-    const int err = errno;
-    return Status(ErrorCode::kIo, path + ": cannot open for direct reads: " + std::strerror(err));
-  }
+    return open_regular(path);
+  };
+  auto opened = open_direct();
+  if (!opened) return opened.status();
+  h->fd = *opened;
   CUfileDescr_t d{};
   d.type = 1;
   d.handle.fd = h->fd;

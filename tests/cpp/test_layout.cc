@@ -1,6 +1,12 @@
 #include <gtest/gtest.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
 
+#include <cstring>
+
+#include "shardload/fill.hpp"
 #include "shardload/layout.hpp"
 #include "util.hpp"
 
@@ -92,6 +98,51 @@ TEST_F(LayoutTest, NotARegularFile) {
   const auto m = message();
   EXPECT_NE(m.find(dir_.file("shard_0001.npy")), std::string::npos) << m;
   EXPECT_NE(m.find("not a regular file"), std::string::npos) << m;
+}
+
+// A FIFO would make a plain open() wait for a writer forever; the open must
+// not block and the FIFO, a socket or a device is refused like a directory.
+TEST_F(LayoutTest, FifoSocketOrDeviceIsRefusedWithoutBlocking) {
+  shard(0, "<f4", "(3,)", 12);
+  const std::string bad = dir_.file("shard_0001.npy");
+  ASSERT_EQ(::mkfifo(bad.c_str(), 0644), 0);
+  auto m = message();
+  EXPECT_NE(m.find(bad + ": not a regular file"), std::string::npos) << m;
+  EXPECT_EQ(posix_io().open(bad).status().message(), bad + ": not a regular file");
+
+  ASSERT_EQ(::unlink(bad.c_str()), 0);
+  const int s = ::socket(AF_UNIX, SOCK_STREAM, 0);
+  ASSERT_GE(s, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (bad.size() < sizeof(addr.sun_path)) {
+    std::memcpy(addr.sun_path, bad.c_str(), bad.size() + 1);
+    ASSERT_EQ(::bind(s, reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)), 0);
+    ::close(s);
+    m = message();
+    EXPECT_NE(m.find(bad + ": not a regular file"), std::string::npos) << m;
+    ASSERT_EQ(::unlink(bad.c_str()), 0);
+  } else {
+    ::close(s);
+  }
+
+  ASSERT_EQ(::symlink("/dev/zero", bad.c_str()), 0);
+  m = message();
+  EXPECT_NE(m.find(bad + ": not a regular file"), std::string::npos) << m;
+}
+
+TEST_F(LayoutTest, FifoAfterDiscoveryIsARefusedRead) {
+  shard(0, "<f4", "(3,)", 12);
+  shard(1, "<f4", "(3,)", 12);
+  auto l = discover(Source::dir(dir_.path()));
+  ASSERT_TRUE(l) << l.status().message();
+  const std::string bad = dir_.file("shard_0001.npy");
+  ASSERT_EQ(::unlink(bad.c_str()), 0);
+  ASSERT_EQ(::mkfifo(bad.c_str(), 0644), 0);
+  std::vector<std::byte> out(l->total_bytes());
+  const Status st = fill_rows(*l, 0, l->total_rows(), out.data());
+  EXPECT_EQ(st.code(), ErrorCode::kIo) << st.message();
+  EXPECT_NE(st.message().find(bad + ": not a regular file"), std::string::npos) << st.message();
 }
 
 TEST_F(LayoutTest, UnreadableFile) {

@@ -1,4 +1,5 @@
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <random>
@@ -91,6 +92,21 @@ TEST_F(SourceTest, GapNamesFirstFiveAndCount) {
       << m;
 }
 
+// The count and the first missing names come from the files present: one
+// name with a 14-digit number must not make discovery walk 1e14 numbers.
+TEST_F(SourceTest, HugeNumberIsAGapCountedFromTheFilesPresent) {
+  touch("shard_0000.npy");
+  touch("shard_99999999999999.npy");
+  auto paths = resolve(Source::dir(dir_.path()));
+  ASSERT_FALSE(paths);
+  const auto& m = paths.status().message();
+  EXPECT_NE(m.find("gap in the numbering: 99999999999998 of 100000000000000 files missing "
+                   "(shard_0001.npy, shard_0002.npy, shard_0003.npy, shard_0004.npy, "
+                   "shard_0005.npy, ...)"),
+            std::string::npos)
+      << m;
+}
+
 TEST_F(SourceTest, MissingStartIsAGap) {
   touch("shard_0001.npy");
   auto paths = resolve(Source::dir(dir_.path()));
@@ -120,6 +136,55 @@ TEST_F(SourceTest, GlobIsNatural) {
   ASSERT_TRUE(paths);
   EXPECT_EQ(*paths, (std::vector<std::string>{dir_.file("x1.npy"), dir_.file("x2.npy"),
                                               dir_.file("x10.npy")}));
+}
+
+// What exists is what it is, whatever characters its name holds.
+TEST_F(SourceTest, ExistingDirectoryOrFileBeforePatternOrGlob) {
+  for (const std::string name : {"run[1]", "a{b}", "q*?", "x{:04d}"}) {
+    const std::string d = dir_.file(name);
+    ASSERT_EQ(::mkdir(d.c_str(), 0755), 0);
+    testing::write_file(d + "/shard_0000.npy", "");
+    testing::write_file(d + "/p-00.npy", "");
+    auto src = Source::parse(d);
+    ASSERT_TRUE(src) << name;
+    EXPECT_EQ(src->kind, Source::Kind::kDirectory) << name;
+    EXPECT_EQ(src->directory, d);
+    auto paths = resolve(*src);
+    ASSERT_TRUE(paths) << paths.status().message();
+    EXPECT_EQ(*paths, std::vector<std::string>{d + "/shard_0000.npy"});
+    // A pattern's directory part is literal.
+    auto pat = Source::parse(d + "/p-{:02d}.npy");
+    ASSERT_TRUE(pat);
+    EXPECT_EQ(pat->directory, d);
+    paths = resolve(*pat);
+    ASSERT_TRUE(paths) << paths.status().message();
+    EXPECT_EQ(*paths, std::vector<std::string>{d + "/p-00.npy"});
+    // A file with such a name is a one-shard list.
+    touch(name + ".npy");
+    auto file = Source::parse(dir_.file(name + ".npy"));
+    ASSERT_TRUE(file);
+    EXPECT_EQ(file->kind, Source::Kind::kList) << name;
+  }
+}
+
+TEST_F(SourceTest, NulIsRefusedNeverCut) {
+  touch("shard_0000.npy");
+  const std::string nul("\0x", 2);
+  auto expect_refused = [](const Status& st, const std::string& what) {
+    EXPECT_EQ(st.code(), ErrorCode::kInvalidArgument) << st.message();
+    EXPECT_NE(st.message().find(what + " '"), std::string::npos) << st.message();
+    EXPECT_NE(st.message().find("\\0x' holds a NUL character"), std::string::npos) << st.message();
+  };
+  expect_refused(Source::parse(dir_.path() + nul).status(), "source");
+  expect_refused(Source::parse(dir_.path() + "/shard_{:04d}.npy" + nul).status(), "source");
+  expect_refused(Source::parse(dir_.path(), "shard_{:04d}.npy" + nul).status(), "pattern");
+  expect_refused(resolve(Source::dir(dir_.path() + nul)).status(), "directory");
+  expect_refused(resolve(Source::dir(dir_.path(), "shard_{:04d}.npy" + nul)).status(), "pattern");
+  expect_refused(resolve(Source::from_glob(dir_.path() + "/*" + nul)).status(), "glob");
+  expect_refused(resolve(Source::list({dir_.file("shard_0000.npy") + nul})).status(), "path");
+  expect_refused(NumberPattern::parse("shard_{:04d}" + nul).status(), "pattern");
+  EXPECT_EQ(posix_io().open(dir_.file("shard_0000.npy") + nul).status().code(),
+            ErrorCode::kInvalidArgument);
 }
 
 TEST_F(SourceTest, Errors) {

@@ -378,8 +378,14 @@ class ArrowReader final : public ShardReader {
   Result<OpenFile> open(const std::string& path, bool for_probe,
                         const std::vector<int>& projection) {
     OpenFile f;
+    // Arrow opens by name with a plain open, which waits forever on a FIFO;
+    // it gets a descriptor that was opened without blocking and found to be
+    // a regular file instead (or, for the memory map, which only opens by
+    // name, that descriptor's /proc name). Always the kernel's descriptor,
+    // whatever IoBackend the context injects: Arrow reads it itself.
+    SHARDLOAD_ASSIGN_OR_RETURN(File checked, File::open(posix_io(), path));
     if (format_ == Format::kParquet) {
-      auto file = arrow::io::ReadableFile::Open(path);
+      auto file = arrow::io::ReadableFile::Open(checked.release());
       if (!file.ok()) return arrow_error(path, file.status(), ErrorCode::kIo);
       parquet::ArrowReaderProperties props;
       props.set_use_threads(false);
@@ -408,11 +414,12 @@ class ArrowReader final : public ShardReader {
     // reads use positional reads of only the needed batches and columns.
     std::shared_ptr<arrow::io::RandomAccessFile> file;
     if (for_probe) {
-      auto m = arrow::io::MemoryMappedFile::Open(path, arrow::io::FileMode::READ);
+      auto m = arrow::io::MemoryMappedFile::Open(descriptor_path(checked.fd(), path),
+                                                 arrow::io::FileMode::READ);
       if (!m.ok()) return arrow_error(path, m.status(), ErrorCode::kIo);
       file = *m;
     } else {
-      auto r = arrow::io::ReadableFile::Open(path);
+      auto r = arrow::io::ReadableFile::Open(checked.release());
       if (!r.ok()) return arrow_error(path, r.status(), ErrorCode::kIo);
       file = *r;
     }

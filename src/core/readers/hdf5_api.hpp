@@ -43,7 +43,7 @@ namespace shardload::detail {
                                       X(H5Dget_create_plist) X(H5Pget_layout) X(H5Pget_chunk)      \
                                           X(H5Pget_nfilters) X(H5Pget_filter2) X(H5Tget_order)     \
                                               X(H5Tget_member_offset) X(H5Pget_external_count)     \
-                                                  X(H5Pget_external)
+                                                  X(H5Pget_external) X(H5Pset_elink_prefix)
 
 // X(name): one HDF5 global that the H5T_* / H5P_* macros read after H5open().
 #define SHARDLOAD_HDF5_GLOBALS(X)                                                                \
@@ -51,7 +51,8 @@ namespace shardload::detail {
   X(H5T_NATIVE_INT16_g)                                                                          \
   X(H5T_NATIVE_INT32_g) X(H5T_NATIVE_INT64_g) X(H5T_NATIVE_UINT8_g) X(H5T_NATIVE_UINT16_g)       \
       X(H5T_NATIVE_UINT32_g) X(H5T_NATIVE_UINT64_g) X(H5T_NATIVE_FLOAT_g) X(H5T_NATIVE_DOUBLE_g) \
-          X(H5T_IEEE_F32LE_g) X(H5T_IEEE_F32BE_g) X(H5P_CLS_FILE_ACCESS_ID_g)
+          X(H5T_IEEE_F32LE_g) X(H5T_IEEE_F32BE_g) X(H5P_CLS_FILE_ACCESS_ID_g)                    \
+              X(H5P_CLS_DATASET_ACCESS_ID_g)
 
 struct Hdf5Api {
 #define SHARDLOAD_HDF5_MEMBER(name) decltype(&::name) name = nullptr;

@@ -10,15 +10,18 @@
 // are serialized by one process-wide mutex, held only around HDF5 calls and
 // never across anything that can wait on a runtime.
 #include <dlfcn.h>
+#include <sys/stat.h>
 #include <zlib.h>
 
 #include <algorithm>
+#include <climits>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "hdf5_api.hpp"
@@ -391,12 +394,12 @@ std::string join(const std::vector<std::string>& v) {
 }
 
 // True when every link along `path` exists (H5Lexists needs the parents).
-bool path_exists(const Hdf5Api& api, hid_t file, const std::string& path) {
+bool path_exists(const Hdf5Api& api, hid_t file, const std::string& path, hid_t lapl) {
   std::size_t pos = path.front() == '/' ? 1 : 0;
   while (pos <= path.size()) {
     const std::size_t next = std::min(path.find('/', pos), path.size());
     const std::string prefix = path.substr(0, next);
-    if (!prefix.empty() && prefix != "/" && api.H5Lexists(file, prefix.c_str(), H5P_DEFAULT) <= 0) {
+    if (!prefix.empty() && prefix != "/" && api.H5Lexists(file, prefix.c_str(), lapl) <= 0) {
       return false;
     }
     pos = next + 1;
@@ -609,18 +612,16 @@ class Hdf5Reader final : public ShardReader {
   Result<ShardProbe> probe(const std::string& path) override {
     ShardProbe p;
     p.shard.path = path;
-    {
-      SHARDLOAD_ASSIGN_OR_RETURN(File f, File::open(*ctx_.io, path));
-      SHARDLOAD_ASSIGN_OR_RETURN(p.shard.snapshot, f.stat());
-      if (!p.shard.snapshot.regular) {
-        return Status(ErrorCode::kFormat, path + ": not a regular file");
-      }
+    SHARDLOAD_ASSIGN_OR_RETURN(File f, File::open(*ctx_.io, path));
+    SHARDLOAD_ASSIGN_OR_RETURN(p.shard.snapshot, f.stat());
+    if (!p.shard.snapshot.regular) {
+      return Status(ErrorCode::kFormat, path + ": not a regular file");
     }
     std::vector<std::string> external;
     try {
       Hdf5Lock lock(api_);
       api_.H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
-      SHARDLOAD_ASSIGN_OR_RETURN(OpenDataset d, open(path, options_.dataset));
+      SHARDLOAD_ASSIGN_OR_RETURN(OpenDataset d, open(f, options_.dataset));
       Hid type(api_.H5Dget_type(d.dataset.get()), api_.H5Tclose);
       if (!type.valid()) {
         return Status(ErrorCode::kFormat,
@@ -695,7 +696,7 @@ class Hdf5Reader final : public ShardReader {
     try {
       Hdf5Lock lock(api_);
       api_.H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
-      SHARDLOAD_ASSIGN_OR_RETURN(OpenDataset d, open(s.path, s.extra));
+      SHARDLOAD_ASSIGN_OR_RETURN(OpenDataset d, open(f, s.extra));
       const std::string where = s.path + ": dataset '" + d.name + "'";
       // The snapshot guards the file; this guards a layout rebuilt from stale
       // task arguments.
@@ -873,18 +874,54 @@ class Hdf5Reader final : public ShardReader {
                                       (zlib_.msg ? zlib_.msg : "zlib error " + std::to_string(rc)));
   }
 
-  // Opens `path` and its dataset `name` (empty: the file's only dataset).
-  // Called with the lock held and HDF5's error printing off.
-  Result<OpenDataset> open(const std::string& path, const std::string& name) {
+  // Opens the file `checked` (opened and found regular by the caller) and its
+  // dataset `name` (empty: the file's only dataset). Called with the lock
+  // held and HDF5's error printing off.
+  //
+  // HDF5 opens files by name, and a plain open of a FIFO waits for a writer
+  // forever; so HDF5 gets "/proc/self/fd/N" of a descriptor we checked, which
+  // opens that very file whatever the name points to by now. That name
+  // changes what HDF5 takes as the file's directory (its "extpath"), which
+  // only two things use: relative external links, for which the link access
+  // list below names the real directory instead (the same search order), and
+  // an external-storage prefix "${ORIGIN}" from HDF5_EXTFILE_PREFIX or
+  // HDF5_VDS_PREFIX, which no property can override: then HDF5 gets the
+  // path itself, after our check. External storage without ${ORIGIN}
+  // resolves against the working directory either way.
+  Result<OpenDataset> open(const File& checked, const std::string& name) {
+    const std::string& path = checked.path();
     OpenDataset d;
     Hid fapl(api_.H5Pcreate(api_.H5P_CLS_FILE_ACCESS_ID_g), api_.H5Pclose);
     if (fapl.valid() && api_.H5Pset_file_locking != nullptr) {
       api_.H5Pset_file_locking(fapl.get(), 0, 1);
     }
-    d.file = Hid(api_.H5Fopen(path.c_str(), kReadOnly, fapl.valid() ? fapl.get() : H5P_DEFAULT),
-                 api_.H5Fclose);
+    std::string open_name = path;
+    if (!prefix_uses_origin("HDF5_EXTFILE_PREFIX") && !prefix_uses_origin("HDF5_VDS_PREFIX")) {
+      // An injected IoBackend's descriptor need not be the kernel's.
+      File own;
+      int fd = checked.fd();
+      if (ctx_.io != &posix_io()) {
+        SHARDLOAD_ASSIGN_OR_RETURN(own, File::open(posix_io(), path));
+        fd = own.fd();
+      }
+      open_name = descriptor_path(fd, path);
+      d.file =
+          Hid(api_.H5Fopen(open_name.c_str(), kReadOnly, fapl.valid() ? fapl.get() : H5P_DEFAULT),
+              api_.H5Fclose);
+    } else {
+      d.file = Hid(api_.H5Fopen(path.c_str(), kReadOnly, fapl.valid() ? fapl.get() : H5P_DEFAULT),
+                   api_.H5Fclose);
+    }
     if (!d.file.valid()) {
       return Status(ErrorCode::kFormat, path + ": not a readable HDF5 file: " + take_error(api_));
+    }
+    Hid dapl(api_.H5Pcreate(api_.H5P_CLS_DATASET_ACCESS_ID_g), api_.H5Pclose);
+    if (!dapl.valid()) {
+      return Status(ErrorCode::kFormat, path + ": dataset access list: " + take_error(api_));
+    }
+    if (open_name != path &&
+        api_.H5Pset_elink_prefix(dapl.get(), (parent_directory(path) + "/").c_str()) < 0) {
+      return Status(ErrorCode::kFormat, path + ": external link prefix: " + take_error(api_));
     }
     if (name.empty()) {
       const auto all = list_datasets(api_, d.file.get());
@@ -898,17 +935,18 @@ class Hdf5Reader final : public ShardReader {
     } else {
       d.name = name.front() == '/' ? name : "/" + name;
     }
-    if (!path_exists(api_, d.file.get(), d.name)) {
+    if (!path_exists(api_, d.file.get(), d.name, dapl.get())) {
       api_.H5Eclear2(H5E_DEFAULT);
       return Status(ErrorCode::kFormat, path + ": dataset '" + d.name +
                                             "' not found (datasets in the file: " +
                                             join(list_datasets(api_, d.file.get())) + ")");
     }
-    d.dataset = Hid(api_.H5Dopen2(d.file.get(), d.name.c_str(), H5P_DEFAULT), api_.H5Dclose);
+    d.dataset = Hid(api_.H5Dopen2(d.file.get(), d.name.c_str(), dapl.get()), api_.H5Dclose);
     if (!d.dataset.valid()) {
       return Status(ErrorCode::kFormat,
                     path + ": '" + d.name + "' is not a readable dataset: " + take_error(api_));
     }
+    SHARDLOAD_RETURN_IF_ERROR(check_external_files(d, path));
     Hid space(api_.H5Dget_space(d.dataset.get()), api_.H5Sclose);
     const H5S_class_t sc =
         space.valid() ? api_.H5Sget_simple_extent_type(space.get()) : H5S_NO_CLASS;
@@ -931,6 +969,62 @@ class Hdf5Reader final : public ShardReader {
       }
     }
     return d;
+  }
+
+  // A dataset with external storage has its data in files that HDF5 opens
+  // itself, by name, with a plain (blocking) open, when it reads. We cannot
+  // hand it checked descriptors, so each file that exists is checked here,
+  // by the name HDF5 will use (at discovery and before each read): a FIFO,
+  // socket or device is refused instead of hanging the read. This narrows
+  // but cannot close the window between the check and HDF5's open.
+  Status check_external_files(const OpenDataset& d, const std::string& path) {
+    Hid dcpl(api_.H5Dget_create_plist(d.dataset.get()), api_.H5Pclose);
+    const int count = dcpl.valid() ? api_.H5Pget_external_count(dcpl.get()) : -1;
+    if (count <= 0) {
+      api_.H5Eclear2(H5E_DEFAULT);
+      return Status::ok();
+    }
+    // HDF5's search: HDF5_EXTFILE_PREFIX, else the access list's prefix
+    // (none here), else the working directory; "${ORIGIN}" is the file's
+    // directory. An absolute name is used as it is.
+    std::string prefix;
+    if (const char* env = std::getenv("HDF5_EXTFILE_PREFIX")) prefix = env;
+    constexpr std::string_view kOrigin = "${ORIGIN}";
+    if (prefix.compare(0, kOrigin.size(), kOrigin) == 0) {
+      prefix = parent_directory(path) + prefix.substr(kOrigin.size());
+    }
+    for (int i = 0; i < count; ++i) {
+      std::vector<char> buf(PATH_MAX + 1, '\0');
+      off_t offset = 0;
+      hsize_t size = 0;
+      if (api_.H5Pget_external(dcpl.get(), static_cast<unsigned>(i), buf.size() - 1, buf.data(),
+                               &offset, &size) < 0) {
+        return Status(ErrorCode::kFormat, path + ": dataset '" + d.name + "': external file " +
+                                              std::to_string(i) + ": " + take_error(api_));
+      }
+      const std::string file = buf.data();
+      std::string full = file;
+      if (!file.empty() && file.front() != '/' && !prefix.empty() && prefix != ".") {
+        full = prefix + (prefix.back() == '/' ? "" : "/") + file;
+      }
+      struct ::stat st {};
+      if (::stat(full.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
+        return Status(ErrorCode::kFormat, path + ": dataset '" + d.name + "': external file " +
+                                              full + ": not a regular file");
+      }
+    }
+    return Status::ok();
+  }
+
+  static bool prefix_uses_origin(const char* variable) {
+    const char* v = std::getenv(variable);
+    return v != nullptr && std::string_view(v).find("${ORIGIN}") != std::string_view::npos;
+  }
+
+  static std::string parent_directory(const std::string& path) {
+    const auto slash = path.rfind('/');
+    if (slash == std::string::npos) return ".";
+    return slash == 0 ? "/" : path.substr(0, slash);
   }
 
   // A value outside the enum comes back as 0xFF; numpy's bool must be 0 or 1.

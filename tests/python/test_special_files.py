@@ -1,0 +1,325 @@
+"""Files that are not regular files (FIFO, socket, device) wherever shardload
+opens one, and names that are not UTF-8, hold glob characters or a NUL.
+
+A plain open() of a FIFO waits for a writer forever, so every call that could
+block runs in a fresh interpreter with a timeout: a hang fails the test after
+TIMEOUT seconds instead of stalling the suite.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import socket
+import subprocess
+import sys
+import textwrap
+import warnings
+
+import h5py
+import numpy as np
+import pyarrow as pa
+import pyarrow.feather as feather
+import pyarrow.parquet as pq
+import pytest
+import zarr
+
+import shardload
+
+warnings.filterwarnings("ignore", category=UserWarning)
+
+TIMEOUT = 30
+KINDS = ["fifo", "socket", "device"]
+
+
+def make_special(path: pathlib.Path, kind: str) -> None:
+    """Puts a FIFO, a unix socket or (a link to) the character device
+    /dev/zero at `path`, replacing whatever is there."""
+    if path.is_dir() and not path.is_symlink():
+        raise AssertionError(f"{path} is a directory")
+    if path.exists() or path.is_symlink():
+        path.unlink()
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "device":
+        os.symlink("/dev/zero", path)
+    else:
+        # A socket's path must fit in 108 bytes: bind by a relative name.
+        cwd = os.getcwd()
+        os.chdir(path.parent)
+        try:
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s.bind(path.name)
+            s.close()  # the socket file stays
+        finally:
+            os.chdir(cwd)
+
+
+def isolated(code: str) -> dict:
+    """Runs `code` in a fresh interpreter; `code` calls report(f) with the
+    call to make. Returns the exception's kind and message (type None when
+    nothing was raised)."""
+    prog = textwrap.dedent("""
+        import json
+        import h5py  # before anything that loads another HDF5
+        import shardload
+
+        def report(f):
+            try:
+                f()
+            except Exception as e:
+                out = {"type": type(e).__name__, "msg": str(e),
+                       "layout": isinstance(e, shardload.LayoutError),
+                       "read": isinstance(e, shardload.ShardReadError)}
+            else:
+                out = {"type": None}
+            print(json.dumps(out))
+        """) + textwrap.dedent(code)
+    try:
+        r = subprocess.run([sys.executable, "-c", prog], capture_output=True, text=True,
+                           timeout=TIMEOUT)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"blocked for {TIMEOUT} s (a special file was opened as a plain file)")
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+# ---- one writer per format: two shards in `d` ------------------------------------------
+
+EXT = {"npy": "npy", "raw": "bin", "hdf5": "h5", "parquet": "parquet", "arrow": "arrow"}
+OPTIONS = {"npy": "", "raw": "format='raw', dtype='float32', shape=()", "hdf5": "format='hdf5'",
+           "parquet": "format='parquet'", "arrow": "format='arrow'"}
+
+
+def write_shard(path: pathlib.Path, fmt: str, a: np.ndarray) -> None:
+    if fmt == "npy":
+        np.save(path, a)
+    elif fmt == "raw":
+        a.tofile(path)
+    elif fmt == "hdf5":
+        with h5py.File(path, "w") as f:
+            f["x"] = a
+    elif fmt == "parquet":
+        pq.write_table(pa.table({"a": a}), path)
+    else:
+        feather.write_feather(pa.table({"a": a}), path, compression="uncompressed")
+
+
+def write_two(d: pathlib.Path, fmt: str) -> np.ndarray:
+    a = np.arange(10, dtype=np.float32)
+    write_shard(d / f"shard_0000.{EXT[fmt]}", fmt, a[:6])
+    write_shard(d / f"shard_0001.{EXT[fmt]}", fmt, a[6:])
+    return a
+
+
+def discover_code(d: pathlib.Path, fmt: str) -> str:
+    return f"shardload.discover({str(d)!r}, {OPTIONS[fmt]})"
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("fmt", list(EXT))
+def test_special_shard_is_refused_at_discovery(tmp_path: pathlib.Path, fmt: str,
+                                               kind: str) -> None:
+    write_two(tmp_path, fmt)
+    bad = tmp_path / f"shard_0001.{EXT[fmt]}"
+    make_special(bad, kind)
+    out = isolated(f"report(lambda: {discover_code(tmp_path, fmt)})")
+    assert out["layout"], out
+    assert f"{bad}: not a regular file" in out["msg"]
+
+
+@pytest.mark.parametrize("fmt", list(EXT))
+def test_shard_replaced_by_a_fifo_after_discovery(tmp_path: pathlib.Path, fmt: str) -> None:
+    write_two(tmp_path, fmt)
+    bad = tmp_path / f"shard_0001.{EXT[fmt]}"
+    out = isolated(f"""
+        import os
+        layout = {discover_code(tmp_path, fmt)}
+        os.unlink({str(bad)!r})
+        os.mkfifo({str(bad)!r})
+        report(lambda: layout.read(0, 10))
+        """)
+    assert out["read"], out
+    assert f"{bad}: not a regular file" in out["msg"]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_special_raw_sidecar(tmp_path: pathlib.Path, kind: str) -> None:
+    write_two(tmp_path, "raw")
+    side = tmp_path / "shardload.json"
+    make_special(side, kind)
+    out = isolated(f"report(lambda: {discover_code(tmp_path, 'raw')})")
+    assert out["layout"], out
+    assert f"{side}: not a regular file" in out["msg"]
+
+
+def write_zarr_store(path: pathlib.Path, zarr_format: int) -> None:
+    z = zarr.create_array(str(path), shape=(8, 2), chunks=(4, 2), dtype="<f4",
+                          zarr_format=zarr_format, compressors=None)
+    z[...] = np.arange(16, dtype=np.float32).reshape(8, 2)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("zarr_format,meta", [(2, ".zarray"), (3, "zarr.json")])
+def test_special_zarr_metadata(tmp_path: pathlib.Path, zarr_format: int, meta: str,
+                               kind: str) -> None:
+    for i in range(2):
+        write_zarr_store(tmp_path / f"shard_{i:04d}.zarr", zarr_format)
+    bad = tmp_path / "shard_0001.zarr" / meta
+    make_special(bad, kind)
+    out = isolated(f"report(lambda: shardload.discover({str(tmp_path)!r}, format='zarr'))")
+    assert out["layout"], out
+    assert f"{bad}: not a regular file" in out["msg"]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("zarr_format,chunk", [(2, "1.0"), (3, "c/1/0")])
+def test_special_zarr_chunk(tmp_path: pathlib.Path, zarr_format: int, chunk: str,
+                            kind: str) -> None:
+    store = tmp_path / "shard_0000.zarr"
+    write_zarr_store(store, zarr_format)
+    bad = store / chunk
+    assert bad.is_file()
+    make_special(bad, kind)
+    out = isolated(f"""
+        layout = shardload.discover({str(tmp_path)!r}, format='zarr')
+        report(lambda: layout.read(0, 8))
+        """)
+    assert out["read"], out
+    assert f"{bad}: not a regular file" in out["msg"]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_special_hdf5_external_file(tmp_path: pathlib.Path, kind: str) -> None:
+    a = np.arange(12, dtype="<f4").reshape(4, 3)
+    ext = tmp_path / "ext.bin"
+    a.tofile(ext)
+    shard = tmp_path / "shard_0000.h5"
+    with h5py.File(shard, "w") as f:
+        f.create_dataset("x", shape=a.shape, dtype=a.dtype, external=[(str(ext), 0, a.nbytes)])
+    good = isolated(f"""
+        import numpy as np
+        layout = shardload.discover({str(tmp_path)!r}, format='hdf5')
+        assert (layout.read(0, 4) == np.arange(12, dtype='<f4').reshape(4, 3)).all()
+        report(lambda: None)
+        """)
+    assert good["type"] is None, good
+    # Found at discovery ...
+    make_special(ext, kind)
+    out = isolated(f"report(lambda: shardload.discover({str(tmp_path)!r}, format='hdf5'))")
+    assert out["layout"], out
+    assert f"{shard}: dataset '/x': external file {ext}: not a regular file" in out["msg"]
+    # ... and when it changes after discovery.
+    a.tofile(ext.with_suffix(".tmp"))
+    out = isolated(f"""
+        import os
+        os.unlink({str(ext)!r})
+        os.rename({str(ext.with_suffix('.tmp'))!r}, {str(ext)!r})
+        layout = shardload.discover({str(tmp_path)!r}, format='hdf5')
+        os.unlink({str(ext)!r})
+        os.mkfifo({str(ext)!r})
+        report(lambda: layout.read(0, 4))
+        """)
+    assert out["read"], out
+    assert f"external file {ext}: not a regular file" in out["msg"]
+
+
+def test_hdf5_relative_external_file_resolves_as_before(tmp_path: pathlib.Path) -> None:
+    """HDF5 gets the file as /proc/self/fd/N; a relative external file still
+    resolves against the working directory, as HDF5 does for a plain name."""
+    a = np.arange(12, dtype="<f4").reshape(4, 3)
+    a.tofile(tmp_path / "ext.bin")
+    cwd = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        with h5py.File("shard_0000.h5", "w") as f:
+            f.create_dataset("x", shape=a.shape, dtype=a.dtype, external=[("ext.bin", 0, a.nbytes)])
+        layout = shardload.discover(".", format="hdf5")
+        np.testing.assert_array_equal(layout.read(0, 4), a)
+    finally:
+        os.chdir(cwd)
+
+
+# ---- discovery time is bounded by the files present ----------------------------------------
+
+def test_huge_number_in_a_name_is_a_gap_found_quickly(tmp_path: pathlib.Path) -> None:
+    np.save(tmp_path / "shard_0000.npy", np.zeros(2))
+    np.save(tmp_path / "shard_99999999999999.npy", np.zeros(2))
+    out = isolated(f"report(lambda: shardload.discover({str(tmp_path)!r}))")
+    assert out["layout"], out
+    assert ("gap in the numbering: 99999999999998 of 100000000000000 files missing "
+            "(shard_0001.npy, shard_0002.npy, shard_0003.npy, shard_0004.npy, shard_0005.npy, "
+            "...)") in out["msg"]
+
+
+# ---- names -------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["run[1]", "a{b}", "q*?", "x{:04d}"])
+def test_existing_directory_with_glob_or_brace_characters(tmp_path: pathlib.Path,
+                                                          name: str) -> None:
+    d = tmp_path / name
+    d.mkdir()
+    a = np.arange(10.0)
+    np.save(d / "shard_0000.npy", a[:4])
+    np.save(d / "shard_0001.npy", a[4:])
+    layout = shardload.discover(str(d))
+    assert layout.paths == [str(d / "shard_0000.npy"), str(d / "shard_0001.npy")]
+    np.testing.assert_array_equal(layout.read(), a)
+    # A pattern under such a directory takes its directory part literally.
+    np.save(d / "p-00.npy", a)
+    layout = shardload.discover(str(d / "p-{:02d}.npy"))
+    np.testing.assert_array_equal(layout.read(), a)
+    # A file named with such characters is one shard.
+    np.save(tmp_path / f"{name}.npy", a)
+    np.testing.assert_array_equal(shardload.discover(str(tmp_path / f"{name}.npy")).read(), a)
+
+
+def test_non_utf8_names(tmp_path: pathlib.Path) -> None:
+    raw = os.fsencode(tmp_path) + b"/\xff\xfe"
+    os.mkdir(raw)
+    a = np.arange(10.0)
+    for i, part in enumerate([a[:4], a[4:]]):
+        np.save(os.fsdecode(raw + b"/shard_%04d.npy" % i), part)
+    text = os.fsdecode(raw)  # a str with surrogate escapes
+    for source in [raw, text, pathlib.Path(text)]:
+        layout = shardload.discover(source)
+        np.testing.assert_array_equal(layout.read(2, 9), a[2:9])
+        assert [os.fsencode(p) for p in layout.paths] == [raw + b"/shard_0000.npy",
+                                                         raw + b"/shard_0001.npy"]
+        assert isinstance(layout.describe(), str) and isinstance(repr(layout), str)
+    layout = shardload.discover([raw + b"/shard_0001.npy", pathlib.Path(text) / "shard_0000.npy"])
+    np.testing.assert_array_equal(layout.read(), np.concatenate([a[4:], a[:4]]))
+    assert shardload.discover(raw, pattern=b"shard_{:04d}.npy").total_rows == 10
+    # An error that names such a file is still a LayoutError with a str message.
+    with open(raw + b"/shard_0001.npy", "r+b") as f:
+        f.truncate(os.path.getsize(raw + b"/shard_0001.npy") - 3)
+    with pytest.raises(shardload.LayoutError) as e:
+        shardload.discover(text)
+    assert isinstance(str(e.value), str)
+    assert "shard_0001.npy: size:" in str(e.value) and "\\xff\\xfe" in str(e.value)
+    # And so is a read error.
+    np.save(os.fsdecode(raw + b"/shard_0001.npy"), a[4:])
+    layout = shardload.discover(text)
+    os.unlink(raw + b"/shard_0001.npy")
+    with pytest.raises(shardload.ShardReadError) as e:
+        layout.read()
+    assert "\\xff\\xfe/shard_0001.npy: cannot open" in str(e.value)
+
+
+@pytest.mark.parametrize("call,needle", [
+    (lambda d: shardload.discover(f"{d}\x00/x"), "source"),
+    (lambda d: shardload.discover(os.fsencode(d) + b"\x00/x"), "source"),
+    (lambda d: shardload.discover(pathlib.Path(f"{d}\x00x")), "source"),
+    (lambda d: shardload.discover(d, pattern="shard_{:04d}.npy\x00.x"), "pattern"),
+    (lambda d: shardload.discover(f"{d}/shard_{{:04d}}.npy\x00x"), "source"),
+    (lambda d: shardload.discover(f"{d}/*.npy\x00x"), "source"),
+    (lambda d: shardload.discover([f"{d}/shard_0000.npy", f"{d}/shard_0000.npy\x00x"]), "path"),
+])
+def test_nul_in_a_path_is_refused(tmp_path: pathlib.Path, call, needle: str) -> None:
+    np.save(tmp_path / "shard_0000.npy", np.zeros(2))
+    with pytest.raises(ValueError) as e:
+        call(str(tmp_path))
+    msg = str(e.value)
+    assert f"{needle} '" in msg and "holds a NUL character" in msg, msg
+    assert "\\0" in msg, msg
