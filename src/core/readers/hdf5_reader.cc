@@ -680,7 +680,7 @@ class Hdf5Reader final : public ShardReader {
         linked.push_back(std::move(lf));
       }
     }
-    Status read = read_dataset(l, s, lo, hi, dst);
+    Status read = read_dataset(f, l, s, lo, hi, dst);
     if (ctx_.check_snapshot) {
       read = check_unchanged(f, s.snapshot, std::move(read));
       for (std::size_t i = 0; i < linked.size(); ++i) {
@@ -691,8 +691,10 @@ class Hdf5Reader final : public ShardReader {
   }
 
  private:
-  Status read_dataset(const Layout& l, const Shard& s, std::int64_t lo, std::int64_t hi,
-                      std::byte* dst) {
+  // HDF5 opens the file through `f` (see open()), the descriptor whose state
+  // read_rows compares with the snapshot afterwards.
+  Status read_dataset(const File& f, const Layout& l, const Shard& s, std::int64_t lo,
+                      std::int64_t hi, std::byte* dst) {
     try {
       Hdf5Lock lock(api_);
       api_.H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
