@@ -41,3 +41,16 @@ def test_read_errors_exit_one_and_name_the_file(tmp_path: pathlib.Path, cli) -> 
     assert r.returncode == 1 and "gap in the numbering" in r.stderr and "shard_0001.npy" in r.stderr
     r = run(cli, "read", "--shard-dir", d, "--overdecompose", "x")
     assert r.returncode == 2 and "take integers" in r.stderr
+
+
+def test_read_refuses_a_malformed_meta_json_naming_it(tmp_path: pathlib.Path, cli) -> None:
+    d = tmp_path / "set"
+    run(cli, "write", "--shard-dir", d, "--num-shards", "2", "--shape", "10", "--seed", "1")
+    for text, needle in [('{"seed": 1, "x": ' + "[" * 100_000 + "]" * 100_000 + "}",
+                          "JSON nesting deeper than 64 levels"),
+                         ('{"seed": 99999999999999999999999}', "seed: expected an integer"),
+                         ('{"seed": 1, "dtype": "int32"' + " " * 1_000_000, "not valid JSON")]:
+        (d / "_meta.json").write_text(text)
+        r = run(cli, "read", "--shard-dir", d)
+        assert r.returncode == 1 and str(d / "_meta.json") in r.stderr and needle in r.stderr, \
+            r.stderr
