@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <charconv>
 #include <cstdio>
 #include <cstdlib>
@@ -11,6 +12,7 @@
 #include <iostream>
 #include <map>
 
+#include "../core/readers/detail/json.hpp"
 #include "shardload/layout.hpp"
 #include "shardload/source.hpp"
 #include "shardload/synth.hpp"
@@ -230,6 +232,30 @@ int cmd_write(const Args& args) {
   std::cout << (shape.size() == 1 ? ",)" : ")") << " " << dtype->name() << ", seed " << seed
             << "\n";
   return 0;
+}
+
+Result<WriteMeta> read_write_meta(const std::string& dir) {
+  // _meta.json is a few hundred bytes; the cap keeps a stray huge file from
+  // being read whole.
+  constexpr std::uint64_t kMaxMetaBytes = std::uint64_t{1} << 20;
+  const std::string path = dir + "/_meta.json";
+  WriteMeta m;
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0 && errno == ENOENT) return m;
+  SHARDLOAD_ASSIGN_OR_RETURN(const std::string text,
+                             detail::read_small_file(posix_io(), path, kMaxMetaBytes, nullptr));
+  SHARDLOAD_ASSIGN_OR_RETURN(const detail::Json j, detail::parse_json_object(path, text));
+  if (auto it = j.find("dtype"); it != j.end()) {
+    SHARDLOAD_ASSIGN_OR_RETURN(m.dtype, detail::json_string(path, "dtype", *it));
+  }
+  if (auto it = j.find("seed"); it != j.end()) {
+    if (!it->is_number_integer() ||
+        (it->is_number_unsigned() && it->get<std::uint64_t>() > std::uint64_t{INT64_MAX})) {
+      return detail::json_error(path, "seed", "an integer that fits int64", *it);
+    }
+    m.seed = it->get<long long>();
+  }
+  return m;
 }
 
 int cmd_inspect(const Args& args) {

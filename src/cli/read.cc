@@ -2,12 +2,9 @@
 // layout, the plan, the time and GB/s, and a parallel verification against
 // the values `shardload write` put there.
 #include <chrono>
-#include <fstream>
 #include <iostream>
 #include <optional>
 #include <ostream>
-#include <regex>
-#include <sstream>
 
 #include "../legate/tasks.hpp"
 #include "commands.hpp"
@@ -27,19 +24,6 @@ struct ReadArgs {
   std::optional<long long> seed;
   FormatOptions format;
 };
-
-// The seed recorded by `shardload write` in DIR/_meta.json.
-std::optional<long long> meta_seed(const std::string& dir, std::string* dtype) {
-  std::ifstream f(dir + "/_meta.json");
-  if (!f) return std::nullopt;
-  std::stringstream ss;
-  ss << f.rdbuf();
-  const std::string text = ss.str();
-  std::smatch m;
-  if (std::regex_search(text, m, std::regex("\"dtype\"\\s*:\\s*\"([a-z0-9]+)\""))) *dtype = m[1];
-  if (!std::regex_search(text, m, std::regex("\"seed\"\\s*:\\s*(-?[0-9]+)"))) return std::nullopt;
-  return std::stoll(m[1]);
-}
 
 // Counts elements that differ from synth_fill(seed), one verify task per tile.
 std::int64_t verify(const legate::LogicalArray& array, const Layout& layout, const LoadInfo& info,
@@ -125,7 +109,15 @@ int run(const ReadArgs& a, std::ostream& out, std::ostream& err) {
   }
   std::string meta_dtype;
   std::optional<long long> seed = a.seed;
-  if (!seed) seed = meta_seed(a.dir, &meta_dtype);
+  if (!seed) {
+    const Result<WriteMeta> meta = read_write_meta(a.dir);
+    if (!meta) {
+      err << "shardload read: verify: " << meta.status().message() << "\n";
+      return 1;
+    }
+    seed = meta->seed;
+    meta_dtype = meta->dtype;
+  }
   if (!seed) {
     out << "verify:         skipped (no --seed and no _meta.json with a seed in " << a.dir << ")\n";
     return 0;

@@ -10,6 +10,7 @@
 #include <string>
 #include <system_error>
 
+#include "shardload/fill.hpp"
 #include "shardload/reader.hpp"
 
 namespace shardload {
@@ -339,8 +340,10 @@ Status Fill::plan(std::uint64_t dst_bytes) {
     return {ErrorCode::kInvalidArgument,
             "device fill: null destination for " + std::to_string(chunks_) + " chunks"};
   }
-  may_read_direct_ = may_read_direct_ && options_.direct != DirectReads::kOff &&
-                     backend_.has_direct_reads() &&
+  // Direct reads land the file's bytes on the device unseen, and bool bytes
+  // must pass through normalize_bools on the host first.
+  may_read_direct_ = may_read_direct_ && layout_.dtype.kind != DTypeKind::kBool &&
+                     options_.direct != DirectReads::kOff && backend_.has_direct_reads() &&
                      (options_.direct == DirectReads::kOn || pool_.direct_choice.load() != -1);
   return Status::ok();
 }
@@ -457,6 +460,7 @@ Status Fill::staged_chunk(const Chunk& c, ReaderState& st, bool wait_for_copy) {
     release(slot);
     return s;
   }
+  if (layout_.dtype.kind == DTypeKind::kBool) normalize_bools(slot->data, c.bytes);
   // Marked pending before the calls: even a failed enqueue may have queued
   // part of the work, and waiting on a fence that never got recorded is free.
   slot->pending = true;

@@ -40,6 +40,12 @@ void byte_swap(std::byte* data, std::size_t count, std::size_t unit) {
   }
 }
 
+void normalize_bools(std::byte* data, std::size_t count) {
+  // A plain byte loop the compiler vectorises.
+  auto* b = reinterpret_cast<unsigned char*>(data);
+  for (std::size_t i = 0; i < count; ++i) b[i] = static_cast<unsigned char>(b[i] != 0);
+}
+
 Status fill_pieces(const Layout& layout, const std::vector<Piece>& pieces, std::byte* dst,
                    const FillOptions& options) {
   if (pieces.empty()) return Status::ok();
@@ -53,6 +59,9 @@ Status fill_pieces(const Layout& layout, const std::vector<Piece>& pieces, std::
     const Shard& s = layout.shards[static_cast<std::size_t>(p.shard)];
     Status st = reader->read_rows(layout, s, p.lo, p.hi, out);
     if (!st.is_ok()) return st.with_context(range_string(p.lo, p.hi));
+    if (layout.dtype.kind == DTypeKind::kBool) {
+      normalize_bools(out, static_cast<std::size_t>(p.hi - p.lo) * layout.row_bytes);
+    }
   }
   return Status::ok();
 }

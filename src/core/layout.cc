@@ -101,6 +101,15 @@ Result<Layout> discover_paths(const std::vector<std::string>& paths,
     }
     const std::string& path = probe->shard.path;
     if (i == 0) {
+      // numpy's own limit (NPY_MAXDIMS); a header or metadata file may list
+      // any number of dimensions, and nothing past discovery should see more.
+      constexpr std::size_t kMaxDims = 64;
+      if (probe->trailing_shape.size() + 1 > kMaxDims) {
+        return Status(ErrorCode::kLayout,
+                      path + ": shape: " + std::to_string(probe->trailing_shape.size() + 1) +
+                          " dimensions, more than the " + std::to_string(kMaxDims) +
+                          " numpy allows");
+      }
       dtype = probe->dtype;
       trailing = probe->trailing_shape;
     } else if (probe->dtype != dtype) {

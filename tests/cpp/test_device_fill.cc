@@ -508,6 +508,46 @@ TEST_F(DeviceFillTest, DirectReads) {
   }
 }
 
+// Bool bytes reach the destination as 0 or 1 on every path: native C-order
+// rows read whole or split by bytes, Fortran rows through the reader, and
+// with direct reads asked for (which bool data must not take: its bytes are
+// normalised in the staging buffer).
+TEST_F(DeviceFillTest, BoolBytesLandAsZeroOrOneOnEveryPath) {
+  testing::TempDir u8;
+  testing::write_bool_byte_shards(dir_, u8);
+  const Layout l = layout();
+  auto lu = discover(Source::dir(u8.path()));
+  ASSERT_TRUE(lu) << lu.status().message();
+  std::vector<std::uint8_t> raw(static_cast<std::size_t>(l.total_rows()) * 4);
+  ASSERT_TRUE(fill_rows(*lu, 0, l.total_rows(), reinterpret_cast<std::byte*>(raw.data())));
+  for (const DirectReads direct : {DirectReads::kOff, DirectReads::kOn, DirectReads::kAuto}) {
+    for (std::size_t bytes : {3, 8, 40, 1 << 20}) {
+      HostCopyBackend::Hooks h;
+      h.direct_reads = true;
+      HostCopyBackend backend(h);
+      auto p = pool(backend, bytes, 3);
+      DeviceFillOptions o;
+      o.direct = direct;
+      o.reader_threads = 2;
+      for (const auto& [lo, hi] : {std::pair{0, 131}, {0, 64}, {5, 66}, {64, 128}, {128, 131}}) {
+        std::vector<std::byte> out;
+        Status st = device_rows(l, lo, hi, *p, o, &out);
+        if (bytes < 4 && lo < 128 && hi > 64) {  // Fortran rows must be whole: refused
+          ASSERT_FALSE(st);
+          continue;
+        }
+        ASSERT_TRUE(st) << st.message();
+        for (std::size_t k = 0; k < out.size(); ++k) {
+          ASSERT_EQ(std::to_integer<int>(out[k]), raw[static_cast<std::size_t>(lo) * 4 + k] != 0)
+              << bytes << " [" << lo << ", " << hi << ") byte " << k;
+        }
+      }
+      EXPECT_EQ(backend.direct_reads(), 0);
+      EXPECT_EQ(backend.overwrites(), 0);
+    }
+  }
+}
+
 TEST(ReaderThreads, RunsEachIndexOnceAndIsReusable) {
   auto r = ReaderThreads::create(4);
   ASSERT_TRUE(r);

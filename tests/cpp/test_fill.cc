@@ -60,6 +60,54 @@ TEST_F(FillTest, EveryRangeOfMixedShards) {
   }
 }
 
+// Bool bytes other than 0 and 1 land as numpy reads them: nonzero is True,
+// stored as 1, from C-order and Fortran-order .npy and raw shards alike.
+TEST_F(FillTest, BoolBytesLandAsZeroOrOne) {
+  testing::TempDir u8;
+  testing::write_bool_byte_shards(dir_, u8);
+  const Layout l = layout();
+  auto lu = discover(Source::dir(u8.path()));
+  ASSERT_TRUE(lu) << lu.status().message();
+  ASSERT_EQ(l.dtype.kind, DTypeKind::kBool);
+  ASSERT_EQ(l.total_rows(), 131);
+  for (const auto& [lo, hi] : {std::pair{0, 131}, {1, 70}, {63, 65}, {100, 131}}) {
+    std::vector<std::byte> got(static_cast<std::size_t>(hi - lo) * 4, std::byte{0xA5});
+    std::vector<std::uint8_t> raw(got.size());
+    ASSERT_TRUE(fill_rows(l, lo, hi, got.data()));
+    ASSERT_TRUE(fill_rows(*lu, lo, hi, reinterpret_cast<std::byte*>(raw.data())));
+    EXPECT_GT(*std::max_element(raw.begin(), raw.end()), 1);
+    for (std::size_t k = 0; k < got.size(); ++k) {
+      ASSERT_EQ(std::to_integer<int>(got[k]), raw[k] != 0 ? 1 : 0)
+          << "rows [" << lo << ", " << hi << ") byte " << k;
+    }
+  }
+  // The same bytes as a raw shard.
+  testing::TempDir rawdir;
+  std::string all(256, '\0');
+  for (int i = 0; i < 256; ++i) all[static_cast<std::size_t>(i)] = static_cast<char>(i);
+  testing::write_file(rawdir.file("shard_0000.bin"), all);
+  testing::write_file(rawdir.file("shardload.json"), R"({"dtype": "bool", "shape": [2, 2]})");
+  DiscoverOptions d;
+  d.format.format = Format::kRaw;
+  auto lr = discover(Source::dir(rawdir.path()), d);
+  ASSERT_TRUE(lr) << lr.status().message();
+  std::vector<std::byte> got(256);
+  ASSERT_TRUE(fill_rows(*lr, 0, 64, got.data()));
+  for (int k = 0; k < 256; ++k) ASSERT_EQ(std::to_integer<int>(got[k]), k != 0 ? 1 : 0) << k;
+}
+
+TEST(NormalizeBools, EveryByteAndLength) {
+  for (std::size_t n : {0, 1, 15, 16, 17, 255, 256, 1000}) {
+    std::vector<std::byte> b(n);
+    for (std::size_t i = 0; i < n; ++i) b[i] = static_cast<std::byte>((i * 37 + n) & 0xFF);
+    const auto before = b;
+    normalize_bools(b.data(), n);
+    for (std::size_t i = 0; i < n; ++i) {
+      ASSERT_EQ(std::to_integer<int>(b[i]), before[i] != std::byte{0} ? 1 : 0) << n << " " << i;
+    }
+  }
+}
+
 TEST_F(FillTest, ShortReadIsAnErrorWithFileOffsetExpectedGot) {
   c_shard(0, 0, 10);
   c_shard(1, 60, 10);

@@ -92,6 +92,25 @@ TEST_F(LayoutTest, HeaderErrorsNameTheFile) {
       << m;
 }
 
+// A header may list any number of dimensions; more than numpy's 64 is refused
+// at discovery, naming the file, rather than deep inside a read.
+TEST_F(LayoutTest, MoreDimensionsThanNumpyAllows) {
+  const auto ones = [](int n) {
+    std::string s = "(";
+    for (int i = 0; i < n; ++i) s += "1, ";
+    return s + ")";
+  };
+  shard(0, "<f4", ones(64), 4);
+  auto l = discover(Source::dir(dir_.path()));
+  ASSERT_TRUE(l) << l.status().message();
+  EXPECT_EQ(l->shape().size(), 64u);
+  for (const int n : {65, 20000}) {  // 20000: what a version 1.0 header holds
+    shard(0, "<f4", ones(n), 4);
+    EXPECT_EQ(message(), dir_.file("shard_0000.npy") + ": shape: " + std::to_string(n) +
+                             " dimensions, more than the 64 numpy allows");
+  }
+}
+
 TEST_F(LayoutTest, NotARegularFile) {
   shard(0, "<f4", "(3,)", 12);
   ::mkdir(dir_.file("shard_0001.npy").c_str(), 0755);

@@ -106,6 +106,19 @@ TEST(NpyHeader, RejectsMalformedDicts) {
   expect_error(big, "exceeds the limit");
 }
 
+// The header tokenizer is iterative: 100,000 nested tuples, dicts or lists
+// are an error, not a stack overflow.
+TEST(NpyHeader, DeepNestingIsAnErrorNotARecursion) {
+  const std::string deep_tuple = std::string(100000, '(') + std::string(100000, ')');
+  expect_error(npy_bytes(npy_dict("<f4", false, deep_tuple), "", 2), "shape: expected");
+  expect_error(npy_bytes(std::string(100000, '{'), "", 2), "expected a quoted key");
+  expect_error(npy_bytes("{'descr': " + std::string(100000, '[') +
+                             "], 'fortran_order': False, "
+                             "'shape': (3,)}",
+                         "", 2),
+               "structured");
+}
+
 class NpyProbe : public ::testing::Test {
  protected:
   testing::TempDir dir_;

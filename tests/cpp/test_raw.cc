@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <numeric>
 
 #include "shardload/fill.hpp"
@@ -133,6 +134,40 @@ TEST_F(RawTest, MalformedSidecarNamesFileAndField) {
                          ": shape[1]: expected a non-negative integer, found \"x\"");
   sidecar(R"({"dtype": "int16", "shape": [3])");
   EXPECT_EQ(error(), dir_.file("shardload.json") + ": not valid JSON");
+}
+
+// Nesting at the limit parses (and fails on the unknown field); one level more,
+// or 100,000 of them, is refused before any deep tree exists to overflow the
+// stack of the recursive code that copies or prints it.
+TEST_F(RawTest, DeeplyNestedSidecarIsRefusedByDepth) {
+  shard(0, 0, 4);
+  const std::string head = R"({"dtype": "int16", "shape": [3], "x": )";
+  const auto arrays = [](std::size_t n) { return std::string(n, '[') + std::string(n, ']'); };
+  sidecar(head + arrays(63) + "}");  // 64 levels with the top-level object
+  EXPECT_NE(error().find("unknown field 'x'"), std::string::npos) << error();
+  const std::string deep = dir_.file("shardload.json") + ": JSON nesting deeper than 64 levels";
+  sidecar(head + arrays(64) + "}");
+  EXPECT_EQ(error(), deep);
+  sidecar(head + arrays(100000) + "}");
+  EXPECT_EQ(error(), deep);
+  std::string objects;
+  for (int i = 0; i < 100000; ++i) objects += R"({"a":)";
+  sidecar(objects + "1" + std::string(100000, '}'));
+  EXPECT_EQ(error(), deep);
+  sidecar(std::string(100000, '['));  // unterminated: the depth is found first
+  EXPECT_EQ(error(), deep);
+}
+
+// A sidecar too large for metadata is refused from its size: a sparse 10 GB
+// file is neither read nor allocated.
+TEST_F(RawTest, HugeSidecarIsRefusedBySize) {
+  shard(0, 0, 4);
+  sidecar("{}");
+  std::filesystem::resize_file(dir_.file("shardload.json"), std::uint64_t{10} << 30);
+  const std::string msg = error();
+  EXPECT_EQ(msg.rfind(dir_.file("shardload.json") + ": size: 10737418240 bytes is more than", 0),
+            0u)
+      << msg;
 }
 
 TEST_F(RawTest, SidecarRowsMustMatchTheSize) {

@@ -274,6 +274,29 @@ TEST_F(ZarrTest, MetadataErrorsNameTheFileAndField) {
                                       "/.zarray nor " + store(0) + "/zarr.json exists)");
 }
 
+// Discovery names the store's metadata file for nesting too deep, and refuses
+// a metadata file too large from its size: a sparse 10 GB .zarray or
+// zarr.json is neither read nor allocated.
+TEST_F(ZarrTest, DeepOrHugeMetadataIsRefusedNamingTheFile) {
+  DiscoverOptions d;
+  d.format.format = Format::kZarr;
+  for (const std::string meta : {"/.zarray", "/zarr.json"}) {
+    std::filesystem::remove_all(store(0));
+    std::filesystem::create_directories(store(0));
+    put(store(0) + meta, std::string(100000, '[') + std::string(100000, ']'));
+    auto l = discover(Source::dir(dir_.path()), d);
+    ASSERT_FALSE(l);
+    EXPECT_EQ(l.status().message(), store(0) + meta + ": JSON nesting deeper than 64 levels");
+    std::filesystem::resize_file(store(0) + meta, std::uint64_t{10} << 30);
+    l = discover(Source::dir(dir_.path()), d);
+    ASSERT_FALSE(l);
+    EXPECT_EQ(l.status().message().rfind(
+                  store(0) + meta + ": size: 10737418240 bytes is more than the ", 0),
+              0u)
+        << l.status().message();
+  }
+}
+
 TEST(ZarrMetaTest, ExtraRoundTripsAndRejectsGarbage) {
   auto m = detail::parse_zarr_metadata("z.json", R"({"zarr_format": 3, "node_type": "array",
     "shape": [5, 4], "data_type": "float16", "fill_value": "NaN",
@@ -303,6 +326,32 @@ TEST(ZarrMetaTest, DuplicateKeysAreRefused) {
                                        2);
   ASSERT_FALSE(m);
   EXPECT_EQ(m.status().message(), ".zarray: duplicate key 'shape'");
+}
+
+// Both metadata versions stop at the 65th level wherever the nesting is:
+// the whole document, a known field, or attributes the reader ignores.
+TEST(ZarrMetaTest, DeeplyNestedMetadataIsRefusedByDepth) {
+  const auto arrays = [](std::size_t n) { return std::string(n, '[') + std::string(n, ']'); };
+  std::string objects;
+  for (int i = 0; i < 100000; ++i) objects += R"({"a":)";
+  objects += "1" + std::string(100000, '}');
+  for (const int version : {2, 3}) {
+    const std::string file = version == 2 ? ".zarray" : "zarr.json";
+    const std::string deep = file + ": JSON nesting deeper than 64 levels";
+    const std::string head =
+        version == 2 ? R"({"zarr_format": 2, "shape": )" : R"({"zarr_format": 3, "attributes": )";
+    for (const std::string& text :
+         {arrays(100000), objects, std::string(100000, '['), head + arrays(100000) + "}",
+          head + objects + "}", head + arrays(64) + "}"}) {
+      auto m = detail::parse_zarr_metadata(file, text, version);
+      ASSERT_FALSE(m);
+      EXPECT_EQ(m.status().message(), deep);
+    }
+    // 64 levels parse; the error is then about the content.
+    auto m = detail::parse_zarr_metadata(file, head + arrays(63) + "}", version);
+    ASSERT_FALSE(m);
+    EXPECT_EQ(m.status().message().find("nesting"), std::string::npos) << m.status().message();
+  }
 }
 
 TEST(ZarrMetaTest, Crc32cAndHalfFloats) {

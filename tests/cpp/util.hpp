@@ -104,6 +104,28 @@ inline void write_iota_shard(const TempDir& dir, int i, std::int32_t base, std::
                 raw(v)));
 }
 
+// Shards that hold every byte 0..255 as bool elements (and, in `u8_dir`, the
+// same bytes as uint8: the oracle, which numpy's rule turns into `u8 != 0`).
+// Shard 0 is C order (64, 2, 2); shard 1 the same bytes in Fortran order;
+// shard 2 is C order (3, 2, 2) starting at byte 7.
+inline void write_bool_byte_shards(const TempDir& dir, const TempDir& u8_dir) {
+  std::string all(256, '\0');
+  for (int i = 0; i < 256; ++i) all[static_cast<std::size_t>(i)] = static_cast<char>(i);
+  const struct {
+    bool fortran;
+    std::string shape;
+    std::string data;
+  } shards[] = {{false, "(64, 2, 2)", all},
+                {true, "(64, 2, 2)", all},
+                {false, "(3, 2, 2)", all.substr(7, 12)}};
+  for (int i = 0; i < 3; ++i) {
+    const auto& s = shards[i];
+    const std::string name = NumberPattern{"shard_", 4, ".npy"}.format(i);
+    write_file(dir.file(name), npy_bytes(npy_dict("|b1", s.fortran, s.shape), s.data));
+    write_file(u8_dir.file(name), npy_bytes(npy_dict("|u1", s.fortran, s.shape), s.data));
+  }
+}
+
 // An injected backend over real files: reads fail or end early once a
 // number of bytes has been served (counted across threads), or come up
 // short, or are interrupted.

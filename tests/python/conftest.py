@@ -78,6 +78,25 @@ def random_array(rng: np.random.Generator, shape: tuple[int, ...], dtype: str) -
     return (rng.standard_normal(shape) + 1j * rng.standard_normal(shape)).astype(dt)
 
 
+def dirty_bools(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
+    """A bool array whose bytes are anything 0..255 (2 and 255 always among them),
+    as a file may hold them: numpy keeps such bytes through views and tobytes."""
+    raw = rng.integers(0, 256, size=shape, dtype=np.uint8)
+    raw.reshape(-1)[:3] = [2, 255, 0][:raw.size]
+    return raw.view(np.bool_)
+
+
+def assert_bools_normalised(got: np.ndarray, stored: np.ndarray) -> None:
+    """numpy's rule for a bool byte: nonzero is True, and True is stored as 1."""
+    stored_bytes = np.ascontiguousarray(stored).view(np.uint8)
+    assert stored_bytes.size == 0 or stored_bytes.max() > 1  # the data really is dirty
+    assert got.dtype == np.bool_ and got.shape == stored.shape
+    got_bytes = np.ascontiguousarray(got).view(np.uint8)
+    assert got_bytes.size == 0 or got_bytes.max() <= 1
+    np.testing.assert_array_equal(got_bytes, (stored_bytes != 0).astype(np.uint8))
+    assert int(got_bytes.sum()) == np.count_nonzero(stored_bytes)
+
+
 def corrupt_hdf5_chunk(path, dataset: str, index: int, keep_tail: int = 4) -> None:
     """Flips the bytes of one stored chunk, keeping its first 2 and last `keep_tail`
     bytes (a compressed stream's header and, with fletcher32, its checksum), so the

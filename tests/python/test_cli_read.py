@@ -105,3 +105,16 @@ def test_read_every_format_and_verify(tmp_path: pathlib.Path, cli, fmt: str) -> 
     # The data of another seed is found out, in every format.
     wrong = run(cli, "read", "--shard-dir", d, "--seed", str(seed + 1), *opts)
     assert wrong.returncode == 1 and "verify:         FAILED" in wrong.stdout
+
+
+def test_read_refuses_a_malformed_meta_json_naming_it(tmp_path: pathlib.Path, cli) -> None:
+    d = tmp_path / "set"
+    run(cli, "write", "--shard-dir", d, "--num-shards", "2", "--shape", "10", "--seed", "1")
+    for text, needle in [('{"seed": 1, "x": ' + "[" * 100_000 + "]" * 100_000 + "}",
+                          "JSON nesting deeper than 64 levels"),
+                         ('{"seed": 99999999999999999999999}', "seed: expected an integer"),
+                         ('{"seed": 1, "dtype": "int32"' + " " * 1_000_000, "not valid JSON")]:
+        (d / "_meta.json").write_text(text)
+        r = run(cli, "read", "--shard-dir", d)
+        assert r.returncode == 1 and str(d / "_meta.json") in r.stderr and needle in r.stderr, \
+            r.stderr

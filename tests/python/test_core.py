@@ -12,7 +12,7 @@ import pytest
 
 import shardload
 from shardload import _core
-from conftest import DTYPES, random_array, synth
+from conftest import DTYPES, assert_bools_normalised, dirty_bools, random_array, synth
 
 
 def write_shards(directory: pathlib.Path, arrays: list[np.ndarray], *, big: list[bool] | None = None,
@@ -267,3 +267,17 @@ def test_error_format_unknown_from_the_name(tmp_path: pathlib.Path) -> None:
     (tmp_path / "data.foo").write_bytes(b"\0" * 16)
     msg = layout_error([tmp_path / "data.foo"])
     assert f"{tmp_path}/data.foo: cannot tell the format from the name" in msg
+
+
+def test_bool_bytes_other_than_0_and_1_read_as_numpy_does(tmp_path: pathlib.Path) -> None:
+    """A .npy bool byte of 2 or 255 is True, and lands as 1, in C and Fortran order."""
+    rng = np.random.default_rng(12)
+    arrays = [dirty_bools(rng, (r, 3, 2)) for r in [9, 0, 5, 13]]
+    for i, a in enumerate(arrays):
+        np.save(tmp_path / f"shard_{i:04d}.npy", np.asfortranarray(a) if i % 2 else a)
+    stored = np.concatenate(arrays)
+    layout = shardload.discover(tmp_path)
+    assert layout.dtype == np.bool_
+    assert_bools_normalised(layout.read(), stored)
+    for lo, hi in [(1, 8), (8, 16), (20, 27)]:
+        assert_bools_normalised(layout.read(lo, hi), stored[lo:hi])

@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 import shardload
-from conftest import BUILD, DTYPES, corrupt_hdf5_chunk, random_array
+from conftest import (BUILD, DTYPES, assert_bools_normalised, corrupt_hdf5_chunk, dirty_bools,
+                      random_array)
 
 import h5py  # noqa: E402
 
@@ -420,3 +421,30 @@ def test_coexists_with_legate_io_hdf5(tmp_path: pathlib.Path, order: str) -> Non
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
     assert f"COEXIST OK {order}" in r.stdout
+
+
+@pytest.mark.parametrize("storage", ["contiguous", "chunked", "gzip"])
+def test_bool_bytes_other_than_0_and_1_read_as_numpy_does(tmp_path: pathlib.Path,
+                                                          storage: str) -> None:
+    """h5py's bool is an enum over int8; raw values 2..255 written through the
+    enum's own memory type (no conversion) are what h5py reads back."""
+    rng = np.random.default_rng(15)
+    arrays = [dirty_bools(rng, (r, 3)) for r in [10, 0, 7, 21]]
+    for i, a in enumerate(arrays):
+        kw = {"chunks": (4, 2), "maxshape": (None, 3)} if storage == "chunked" else {}
+        if storage == "gzip":
+            kw = {"chunks": (4, 3), "maxshape": (None, 3), "compression": "gzip"}
+        with h5py.File(tmp_path / f"shard_{i:04d}.h5", "w") as f:
+            d = f.create_dataset("data", shape=a.shape, dtype=bool, **kw)
+            if a.size:
+                d.id.write(h5py.h5s.ALL, h5py.h5s.ALL, a.view(np.int8), mtype=d.id.get_type())
+    stored = []
+    for i in range(len(arrays)):
+        with h5py.File(tmp_path / f"shard_{i:04d}.h5", "r") as f:
+            stored.append(f["data"][...])
+    stored = np.concatenate(stored)
+    np.testing.assert_array_equal(stored.view(np.uint8), np.concatenate(arrays).view(np.uint8))
+    layout = shardload.discover(tmp_path, format="hdf5")
+    assert layout.dtype == np.bool_
+    assert_bools_normalised(layout.read(), stored)
+    assert_bools_normalised(layout.read(3, 30), stored[3:30])

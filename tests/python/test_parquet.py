@@ -239,3 +239,18 @@ def test_error_options_of_other_formats(tmp_path: pathlib.Path) -> None:
     write(tmp_path / "shard_0000.parquet", pa.table({"a": [1]}), "parquet", 2)
     with pytest.raises(shardload.LayoutError, match="parquet: .* do not apply"):
         shardload.discover(tmp_path, format="parquet", dataset="x")
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_bools_are_bit_packed_so_land_as_0_or_1(tmp_path: pathlib.Path, fmt: str) -> None:
+    """Arrow and Parquet store bools as bits: nothing but 0 and 1 can come out."""
+    rng = np.random.default_rng(16)
+
+    def make(i, n):
+        v = rng.integers(0, 2, n).astype(bool)
+        return pa.table({"x": v}), v
+
+    expected = np.concatenate(shards(tmp_path, fmt, [23, 0, 11, 30], 4, make))
+    got = shardload.discover(tmp_path, format=fmt, columns=["x"]).read()
+    assert got.view(np.uint8).max() <= 1
+    np.testing.assert_array_equal(got, expected)

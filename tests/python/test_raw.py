@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import shardload
-from conftest import DTYPES, random_array
+from conftest import DTYPES, assert_bools_normalised, dirty_bools, random_array
 
 ROWS = [13, 0, 5, 29]
 
@@ -204,3 +204,22 @@ def test_dtype_option_byte_order(tmp_path) -> None:
     (tmp_path / "shardload.json").write_text('{"dtype": "<f4", "shape": [3]}')
     with pytest.raises(shardload.LayoutError, match="byte order little-endian differs"):
         shardload.discover(tmp_path, format="raw", dtype=">f4")
+
+
+def test_bool_bytes_other_than_0_and_1_read_as_numpy_does(tmp_path):
+    rng = np.random.default_rng(13)
+    arrays = [dirty_bools(rng, (r, 3)) for r in ROWS]
+    write_raw(tmp_path, arrays, sidecar={"dtype": "bool", "shape": [3]})
+    layout = shardload.discover(tmp_path, format="raw")
+    stored = np.concatenate(arrays)
+    assert_bools_normalised(layout.read(), stored)
+    assert_bools_normalised(layout.read(3, 20), stored[3:20])
+
+
+def test_deeply_nested_sidecar_is_a_layout_error(tmp_path):
+    write_raw(tmp_path, [np.zeros((4, 3), np.int16)])
+    (tmp_path / "shardload.json").write_text('{"dtype": "int16", "x": ' + "[" * 100_000
+                                            + "]" * 100_000 + "}")
+    with pytest.raises(shardload.LayoutError,
+                       match="shardload.json: JSON nesting deeper than 64 levels"):
+        shardload.discover(tmp_path, format="raw")

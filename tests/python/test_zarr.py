@@ -21,7 +21,7 @@ import zarr.codecs as zc
 from zarr.codecs import numcodecs as znc
 
 import shardload
-from conftest import DTYPES, random_array
+from conftest import DTYPES, assert_bools_normalised, dirty_bools, random_array
 
 warnings.filterwarnings("ignore", category=UserWarning)
 warnings.filterwarnings("ignore", category=FutureWarning)
@@ -438,4 +438,32 @@ def test_dtype_mismatch_across_stores(tmp_path):
                  zarr_format=3)
     with pytest.raises(shardload.LayoutError,
                        match=r"shard_0001\.zarr: dtype float64 differs from float32"):
+        shardload.discover(tmp_path, format="zarr")
+
+
+@pytest.mark.parametrize("zarr_format", [2, 3])
+@pytest.mark.parametrize("compressed", [False, True])
+def test_bool_bytes_other_than_0_and_1_read_as_numpy_does(tmp_path: pathlib.Path,
+                                                          zarr_format: int,
+                                                          compressed: bool) -> None:
+    """zarr-python stores the bytes of a bool array as given; what it reads back
+    (bytes and all) is the oracle, read by numpy's rule."""
+    rng = np.random.default_rng(14 + zarr_format)
+    arrays = [dirty_bools(rng, (r, 3)) for r in ROWS]
+    kw = {} if compressed else {"compressors": None}
+    stored = np.concatenate(write_stores(tmp_path, arrays, chunks=(5, 2),
+                                         zarr_format=zarr_format, **kw))
+    np.testing.assert_array_equal(stored.view(np.uint8), np.concatenate(arrays).view(np.uint8))
+    layout = shardload.discover(tmp_path, format="zarr")
+    assert_bools_normalised(layout.read(), stored)
+    assert_bools_normalised(layout.read(4, 31), stored[4:31])
+
+
+@pytest.mark.parametrize("meta", [".zarray", "zarr.json"])
+def test_deeply_nested_metadata_is_a_layout_error(tmp_path: pathlib.Path, meta: str) -> None:
+    store = tmp_path / "shard_0000.zarr"
+    store.mkdir()
+    (store / meta).write_text('{"a":' * 100_000 + "1" + "}" * 100_000)
+    with pytest.raises(shardload.LayoutError,
+                       match=f"{meta}: JSON nesting deeper than 64 levels"):
         shardload.discover(tmp_path, format="zarr")

@@ -8,6 +8,14 @@
 
 namespace shardload::detail {
 
+namespace {
+
+// Thrown by the parse callback to stop at the first level too deep; caught
+// in parse_json_object, so it never leaves this file.
+struct TooDeep {};
+
+}  // namespace
+
 Result<Json> parse_json_object(const std::string& file, std::string_view text) {
   // Everything nlohmann may still throw (allocation, a callback's misuse) is
   // caught here: no exception leaves the core.
@@ -15,10 +23,18 @@ Result<Json> parse_json_object(const std::string& file, std::string_view text) {
     // One set of seen keys per open object, innermost last.
     std::vector<std::set<std::string>> seen;
     std::string duplicate;
-    auto callback = [&](int /*depth*/, Json::parse_event_t event, Json& parsed) {
+    // nlohmann parses iteratively, but copying, comparing and dumping a value
+    // recurse once per level: stopping at the first object or array past the
+    // limit keeps every tree we build shallow, however deep the input.
+    // `depth` counts the containers around the one starting.
+    auto callback = [&](int depth, Json::parse_event_t event, Json& parsed) {
       switch (event) {
         case Json::parse_event_t::object_start:
+          if (depth >= kMaxJsonDepth) throw TooDeep{};
           seen.emplace_back();
+          break;
+        case Json::parse_event_t::array_start:
+          if (depth >= kMaxJsonDepth) throw TooDeep{};
           break;
         case Json::parse_event_t::object_end:
           if (!seen.empty()) seen.pop_back();
@@ -46,6 +62,9 @@ Result<Json> parse_json_object(const std::string& file, std::string_view text) {
                     file + ": expected a JSON object at the top level, found " + json_brief(j));
     }
     return j;
+  } catch (const TooDeep&) {
+    return Status(ErrorCode::kFormat,
+                  file + ": JSON nesting deeper than " + std::to_string(kMaxJsonDepth) + " levels");
   } catch (const std::exception& e) {
     return Status(ErrorCode::kFormat, file + ": cannot parse the JSON (" + e.what() + ")");
   }

@@ -22,8 +22,14 @@ namespace shardload::detail {
 
 using Json = nlohmann::json;
 
+// Objects and arrays nested deeper than this are refused: metadata needs a
+// handful of levels, and a deep tree would overflow the stack of the
+// recursive code that copies, compares or prints it.
+constexpr int kMaxJsonDepth = 64;
+
 // Parses `text` of the metadata file `file`. kFormat errors name the file and
-// say why ("not valid JSON", "duplicate key 'shape'", "expected an object").
+// say why ("not valid JSON", "duplicate key 'shape'", "expected an object",
+// "JSON nesting deeper than 64 levels").
 Result<Json> parse_json_object(const std::string& file, std::string_view text);
 
 // A short, bounded rendering of a JSON value for error messages.

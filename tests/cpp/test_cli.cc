@@ -1,0 +1,59 @@
+// The command line's reading of _meta.json (what `shardload read` verifies
+// against): bounded like every metadata file, errors naming it.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "../../src/cli/commands.hpp"
+#include "util.hpp"
+
+namespace shardload {
+namespace {
+
+TEST(WriteMeta, SeedAndDtypeOrNothing) {
+  testing::TempDir dir;
+  auto m = cli::read_write_meta(dir.path());
+  ASSERT_TRUE(m) << m.status().message();
+  EXPECT_FALSE(m->seed);
+  testing::write_file(dir.file("_meta.json"),
+                      R"({"seed": -7, "dtype": "int16", "shape": [4], "rows": [4]})");
+  m = cli::read_write_meta(dir.path());
+  ASSERT_TRUE(m) << m.status().message();
+  EXPECT_EQ(m->seed, -7);
+  EXPECT_EQ(m->dtype, "int16");
+}
+
+// Deep nesting, a huge file and a seed that is no int64 are errors naming the
+// file, never a crash (the old regex scan recursed per character, and a
+// too-long seed threw out of std::stoll).
+TEST(WriteMeta, MalformedFilesAreErrorsNamingThem) {
+  testing::TempDir dir;
+  const std::string file = dir.file("_meta.json");
+  const auto error = [&](const std::string& text) {
+    testing::write_file(file, text);
+    auto m = cli::read_write_meta(dir.path());
+    EXPECT_FALSE(m);
+    return m ? std::string() : m.status().message();
+  };
+  EXPECT_EQ(
+      error(R"({"seed": 1, "x": )" + std::string(100000, '[') + std::string(100000, ']') + "}"),
+      file + ": JSON nesting deeper than 64 levels");
+  EXPECT_EQ(error(R"({"seed": 99999999999999999999999})"),
+            file + ": seed: expected an integer that fits int64, found 9.999999999999999e+22");
+  EXPECT_EQ(error(R"({"seed": 18446744073709551615})"),
+            file + ": seed: expected an integer that fits int64, found 18446744073709551615");
+  EXPECT_EQ(error(R"({"seed": "3"})"), file +
+                                           ": seed: expected an integer that fits int64, "
+                                           "found \"3\"");
+  EXPECT_EQ(error(R"({"seed": 1, "dtype": "int16"  )" + std::string(1000000, ' ')),
+            file + ": not valid JSON");
+  testing::write_file(file, "{}");
+  std::filesystem::resize_file(file, std::uint64_t{10} << 30);
+  auto m = cli::read_write_meta(dir.path());
+  ASSERT_FALSE(m);
+  EXPECT_EQ(m.status().message().rfind(file + ": size: 10737418240 bytes is more than", 0), 0u)
+      << m.status().message();
+}
+
+}  // namespace
+}  // namespace shardload
