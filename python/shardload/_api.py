@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import operator
 import os
+import signal
+import threading
 from typing import TYPE_CHECKING, Sequence, Union
 
 import numpy as np
@@ -285,6 +287,51 @@ def discover(
     )
 
 
+# Realm installs a SIGINT handler that prints a backtrace and aborts the
+# process (Legate asks for it through REALM_BACKTRACE), so Ctrl-C would kill
+# a Python session even while it idles. shardload gives SIGINT back to the
+# handler Python had, once, when it first sees the runtime started; the
+# freeze-on-error debugging modes, which need Realm's handler, keep it.
+_FREEZE_VARIABLES = ("REALM_FREEZE_ON_ERROR", "LEGION_FREEZE_ON_ERROR")
+_runtime_ready = False
+
+
+def _start_runtime() -> None:
+    global _runtime_ready
+    if _runtime_ready:
+        return
+    previous = signal.getsignal(signal.SIGINT)
+    if previous is None or any(os.environ.get(v, "0") not in ("", "0")
+                               for v in _FREEZE_VARIABLES):
+        import cupynumeric  # noqa: F401  (starts the Legate runtime on first use)
+        _runtime_ready = True
+        return
+    # While the runtime starts, a Ctrl-C is held back: noted by a handler
+    # that does not interrupt the import, or left pending by the mask (which
+    # the runtime's threads inherit, so they never take SIGINT later either),
+    # then delivered to the restored handler once the runtime is up.
+    noted: list[int] = []
+    signal.signal(signal.SIGINT, lambda signum, frame: noted.append(signum))
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        import cupynumeric  # noqa: F401,F811
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+    _runtime_ready = True
+    if noted:
+        signal.raise_signal(signal.SIGINT)
+
+
+def _check_thread() -> None:
+    current = threading.current_thread()
+    if current is not threading.main_thread():
+        raise RuntimeError(
+            f"shardload.load was called from thread {current.name!r}; it works only in the main "
+            "thread: Legate takes launches only from the thread that started its runtime, and "
+            "elsewhere it aborts the process (discover() and Layout.read() work in any thread)")
+
+
 _LOAD_OPTIONS = ("pattern", "format", "dtype", "shape", "header_bytes", "dataset", "columns",
                  "fill_value")
 
@@ -313,6 +360,12 @@ def load(
     else CPUs), and filled by one parallel launch in which each tile reads
     only the slices of the shards it covers.
 
+    Call it from the main thread (Legate launches only from the thread that
+    started its runtime). The first call starts the runtime and gives SIGINT
+    back to Python's handler: a Ctrl-C during a load raises
+    KeyboardInterrupt when the load has finished (a launch cannot be
+    cancelled), and one while idle raises it at once, as without Legate.
+
     Args:
         source: a directory, numbered pattern, glob, list of paths, or Layout.
         overdecompose: K, an int >= 1 (not a bool or a float); tiles =
@@ -327,11 +380,13 @@ def load(
         TypeError: an argument has the wrong type, or options were passed
             with a Layout; the message names them.
         ValueError: an argument has a bad value (see :func:`discover`).
+        RuntimeError: called from a thread other than the main thread.
         LayoutError: the files do not form a valid dataset, or K < 1.
         ShardReadError: reading failed in some tile (I/O error, a file changed
             since discovery, damaged or null data); the message names the file
             and the rows.
     """
+    _check_thread()
     k = _overdecompose(overdecompose)
     if isinstance(source, Layout):
         given = {"pattern": pattern, "format": None if format == "auto" else format,
@@ -346,14 +401,14 @@ def load(
         layout = discover(source, pattern=pattern, format=format, dtype=dtype, shape=shape,
                           header_bytes=header_bytes, dataset=dataset, columns=columns,
                           fill_value=fill_value)
-    import cupynumeric  # starts the Legate runtime on first use
+    _start_runtime()
+    import cupynumeric
     from legate.core import LogicalArray
 
     from . import _legate
 
-    handle, _info = _legate.load(layout.encode(), k)
-    try:
-        array = LogicalArray.from_raw_handle(handle)
-    finally:
-        _legate.free_handle(handle)
+    owner, _info = _legate.load(layout.encode(), k)
+    # LogicalArray adopts a copy; the capsule frees the original when dropped.
+    array = LogicalArray.from_raw_handle(_legate.handle(owner))
+    del owner
     return cupynumeric.asarray(array)
