@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import operator
 import os
+import signal
+import threading
 from typing import TYPE_CHECKING, Sequence, Union
+
+import numpy as np
 
 if TYPE_CHECKING:
     import cupynumeric
@@ -28,6 +33,10 @@ Layout = _core.Layout
 
 PathLike = Union[str, bytes, "os.PathLike[str]", "os.PathLike[bytes]"]
 SourceLike = Union[PathLike, Sequence[PathLike]]
+DTypeLike = Union[str, "np.dtype", type]
+
+_INT64_MAX = 2**63 - 1
+_PATH_TYPES = (str, bytes, os.PathLike)
 
 
 def _layout_repr(self: Layout) -> str:
@@ -37,12 +46,202 @@ def _layout_repr(self: Layout) -> str:
 Layout.__repr__ = _layout_repr  # type: ignore[method-assign]
 
 
+# Arguments are checked here, before the binding: its conversions would
+# truncate (1.9 -> 1), split strings ("12" -> (1, 2)) or fail with a signature
+# dump that names no parameter.
+
+def _found(value: object) -> str:
+    text = repr(value)
+    if "\n" in text:  # a Layout describes itself over many lines
+        return type(value).__name__
+    if len(text) > 80:
+        text = text[:77] + "..."
+    return f"{type(value).__name__} {text}"
+
+
+def _int(name: str, value: object) -> int:
+    """An int or numpy integer (anything with __index__), never a bool or a float."""
+    if isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name}: expected an int, found {_found(value)}")
+    try:
+        return operator.index(value)  # type: ignore[arg-type]
+    except TypeError:
+        raise TypeError(f"{name}: expected an int, found {_found(value)}") from None
+
+
+def _text(name: str, value: object) -> str | None:
+    """None (not given) or a non-empty str; "" is refused rather than read as "not given"."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise TypeError(f"{name}: expected a str, found {_found(value)}")
+    if not value:
+        raise ValueError(f"{name}: expected a non-empty str, found ''; leave it out for the "
+                         "default")
+    return value
+
+
+def _pattern(value: object) -> str | bytes | None:
+    """None (not given) or a non-empty str or bytes (a file name pattern may hold bytes that
+    are not UTF-8)."""
+    if value is None:
+        return None
+    if not isinstance(value, (str, bytes)):
+        raise TypeError(f"pattern: expected a str or bytes, found {_found(value)}")
+    if not value:
+        raise ValueError("pattern: expected a non-empty pattern, found an empty one; leave it "
+                         "out for the default")
+    return value
+
+
+def _source(value: object) -> object:
+    # Type checks only: the value goes on to the binding unchanged, which
+    # turns paths (str, bytes, os.PathLike) into the file system's bytes.
+    if isinstance(value, _PATH_TYPES):
+        return value
+    if isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            if not isinstance(item, _PATH_TYPES):
+                raise TypeError(f"source[{i}]: expected a str, bytes or os.PathLike path, "
+                                f"found {_found(item)}")
+        return value
+    hint = "; pass a Layout to load(), or use it directly" if isinstance(value, Layout) else ""
+    raise TypeError("source: expected a str, bytes or os.PathLike path or a list/tuple of them, "
+                    f"found {_found(value)}{hint}")
+
+
+def _dtype(value: object) -> str | None:
+    if value is None or isinstance(value, str):
+        return _text("dtype", value)
+    if isinstance(value, (np.dtype, type)):
+        try:
+            dt = np.dtype(value)  # type: ignore[call-overload]
+        except TypeError:
+            raise TypeError(f"dtype: {value!r} is not a numpy dtype") from None
+        # A byte order travels only when spelled: numpy writes the machine's
+        # own order as "=", which must not contradict a raw sidecar's order.
+        return dt.str if dt.byteorder in "<>" else dt.name
+    raise TypeError("dtype: expected a str, a numpy dtype or a numpy type such as np.float32, "
+                    f"found {_found(value)}")
+
+
+def _shape(value: object) -> list[int] | None:
+    if value is None:
+        return None
+    if isinstance(value, (list, tuple)):
+        items: Sequence[object] = value
+    elif isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+        items = (value,)  # an int n is (n,), as in numpy
+    else:
+        raise TypeError(f"shape: expected a tuple of ints (or one int), found {_found(value)}")
+    dims = [_int(f"shape[{i}]", d) for i, d in enumerate(items)]
+    for i, d in enumerate(dims):
+        if d < 0:
+            raise ValueError(f"shape[{i}]: expected a non-negative int, found {d}")
+    return dims
+
+
+def _header_bytes(value: object) -> int | None:
+    if value is None:
+        return None
+    n = _int("header_bytes", value)
+    if not 0 <= n <= _INT64_MAX:
+        raise ValueError(f"header_bytes: expected an int in [0, 2**63), found {n}")
+    return n
+
+
+def _columns(value: object) -> list[str]:
+    if value is None:
+        return []
+    if isinstance(value, (str, bytes)):
+        raise TypeError(f"columns: expected a list of column names, found {_found(value)}; "
+                        f"write [{value!r}]")
+    if not isinstance(value, (list, tuple)):
+        raise TypeError(f"columns: expected a list of column names, found {_found(value)}")
+    for i, c in enumerate(value):
+        if not isinstance(c, str):
+            raise TypeError(f"columns[{i}]: expected a str, found {_found(c)}")
+    if not value:
+        raise ValueError("columns: expected at least one column name, found []; leave it out "
+                         "for every numeric column")
+    return list(value)
+
+
+def _fill_value(value: object) -> float | None:
+    # Fill values travel as float64; whether the dtype holds the value (1.5
+    # or 300 for uint8) is the reader's check, which must see the value given.
+    if value is None:
+        return None
+    if isinstance(value, (bool, np.bool_, float, np.floating)):
+        return float(value)
+    if isinstance(value, (int, np.integer)):
+        n = int(value)
+        try:
+            f = float(n)
+        except OverflowError:
+            f = float("inf")
+        if f != n:
+            raise ValueError(f"fill_value: {n} cannot be passed exactly (fill values travel as "
+                             "float64, which holds every int only up to 2**53)")
+        return f
+    raise TypeError(f"fill_value: expected a bool, int or float, found {_found(value)}")
+
+
+def _format(value: object) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"format: expected a str, found {_found(value)}")
+    if not value:
+        raise ValueError("format: expected a format name, found ''")
+    return value
+
+
+def _overdecompose(value: object) -> int:
+    k = _int("overdecompose", value)
+    if k < 1:
+        raise LayoutError(f"overdecompose (K) must be at least 1, found {k}")
+    # Every K past the plan's cap gives the same plan, so K need not fit int64.
+    return min(k, _INT64_MAX)
+
+
+_core_read = Layout.read
+
+
+def _layout_read(self: Layout, lo: int | None = None, hi: int | None = None) -> np.ndarray:
+    """Reads rows [lo, hi) into a numpy array on the host (no Legate).
+
+    ``lo`` defaults to 0 and ``hi`` to ``total_rows``. Bounds are row indexes
+    in ``[0, total_rows]`` with ``lo <= hi``; unlike a slice, a negative
+    bound, a bound past the end or ``lo > hi`` is refused (ValueError), never
+    reinterpreted or clamped: ``read(total_rows - n)`` reads the last n rows.
+
+    Raises:
+        TypeError: a bound is not an int (a numpy integer is one; bool is not).
+        ValueError: a bound is negative, past the end, or lo > hi.
+        ShardReadError: reading failed; the message names the file and rows.
+    """
+    total = self.total_rows
+    first = 0 if lo is None else _int("lo", lo)
+    end = total if hi is None else _int("hi", hi)
+    for name, v in (("lo", first), ("hi", end)):
+        if v < 0:
+            raise ValueError(f"{name}: negative row indexes are not accepted, found {v} (rows "
+                             f"run from 0 to {total}; for the last n rows pass total_rows - n)")
+        if v > total:
+            raise ValueError(f"{name}: {v} is past the end of the dataset's {total} rows")
+    if first > end:
+        raise ValueError(f"rows [{first}, {end}): lo is greater than hi")
+    return _core_read(self, first, end)
+
+
+Layout.read = _layout_read  # type: ignore[method-assign]
+
+
 def discover(
     source: SourceLike,
     *,
     pattern: str | bytes | None = None,
     format: str = "auto",
-    dtype: str | None = None,
+    dtype: DTypeLike | None = None,
     shape: Sequence[int] | None = None,
     header_bytes: int | None = None,
     dataset: str | None = None,
@@ -51,25 +250,39 @@ def discover(
 ) -> Layout:
     """Finds and validates the shards of a dataset without reading their data.
 
+    Every argument is checked before any file is opened: a wrong type is a
+    TypeError naming the parameter (a numpy integer counts as an int, a bool
+    does not; nothing is truncated or split), a bad value a ValueError. The
+    options left out (None) take their defaults; an empty string or list is
+    refused rather than read as "left out".
+
     Args:
         source: a directory of numbered shards (default ``shard_0000.npy`` ...),
             a numbered pattern such as ``"dir/part-{:05d}.npy"``, a glob such as
-            ``"dir/*.npy"`` (ordered naturally), or an ordered list of paths.
-            Paths are str, bytes or os.PathLike, converted with os.fsencode,
-            so names that are not UTF-8 work (``layout.paths`` gives them
-            back as os.fsdecode does). An existing directory or file is taken
-            as such even when its name holds ``{`` ``*`` ``?`` or ``[``; a
-            path holding a NUL character is refused (ValueError).
+            ``"dir/*.npy"`` (ordered naturally), or an ordered list (or tuple)
+            of paths. Paths are str, bytes or os.PathLike, converted with
+            os.fsencode, so names that are not UTF-8 work (``layout.paths``
+            gives them back as os.fsdecode does). An existing directory or
+            file is taken as such even when its name holds ``{`` ``*`` ``?``
+            or ``[``; a path holding a NUL character is refused (ValueError).
         pattern: the numbering of the files in a directory source (default
             ``shard_{:04d}`` with the format's extension).
         format: ``"auto"`` (from the extension or the store's metadata),
             ``"npy"``, ``"raw"``, ``"hdf5"``, ``"parquet"``, ``"arrow"``, ``"zarr"``.
         dtype: raw: the element type; parquet/arrow: cast the columns to it.
-        shape: raw: the trailing shape of a row (``()`` for 1-D data).
-        header_bytes: raw: bytes to skip at the start of each file.
+            A str (``"float32"``, ``">f4"``), a numpy dtype or a numpy type
+            (``np.float32``); a numpy dtype states a byte order only when it
+            is not the machine's (``np.dtype(">f4")``).
+        shape: raw: the trailing shape of a row, a tuple of ints (``()`` for
+            1-D data; an int n means ``(n,)``).
+        header_bytes: raw: bytes to skip at the start of each file (an int >= 0).
         dataset: hdf5: the dataset in each file; zarr: the array in each store.
-        columns: parquet/arrow: the columns to read (default: every numeric one).
-        fill_value: parquet/arrow: the value for nulls (default: nulls are an error).
+        columns: parquet/arrow: a list of column names (default: every numeric
+            one); a bare str is refused, not split into letters.
+        fill_value: parquet/arrow: the value for nulls (default: nulls are an
+            error); a bool, int or float. It travels as a float64, so an int
+            beyond 2**53 that float64 cannot hold exactly is refused; whether
+            the dtype holds it (1.5 or 300 for uint8) the reader checks.
 
     Returns:
         The layout: shard paths, rows per shard, dtype, shape, byte count.
@@ -77,20 +290,73 @@ def discover(
         host (no Legate) and raises ShardReadError when reading fails.
 
     Raises:
+        TypeError: an argument has the wrong type; the message names it.
+        ValueError: an argument has a bad value (unknown format or dtype,
+            negative size, empty string).
         LayoutError: the source or one of its files is not a valid dataset;
             the message names the file and what was expected and found.
     """
+    source = _source(source)
     return _core.discover(
         source,
-        pattern if pattern else None,
-        format,
-        dtype,
-        None if shape is None else [int(d) for d in shape],
-        header_bytes,
-        dataset or "",
-        list(columns or []),
-        fill_value,
+        _pattern(pattern),
+        _format(format),
+        _dtype(dtype),
+        _shape(shape),
+        _header_bytes(header_bytes),
+        _text("dataset", dataset) or "",
+        _columns(columns),
+        _fill_value(fill_value),
     )
+
+
+# Realm installs a SIGINT handler that prints a backtrace and aborts the
+# process (Legate asks for it through REALM_BACKTRACE), so Ctrl-C would kill
+# a Python session even while it idles. shardload gives SIGINT back to the
+# handler Python had, once, when it first sees the runtime started; the
+# freeze-on-error debugging modes, which need Realm's handler, keep it.
+_FREEZE_VARIABLES = ("REALM_FREEZE_ON_ERROR", "LEGION_FREEZE_ON_ERROR")
+_runtime_ready = False
+
+
+def _start_runtime() -> None:
+    global _runtime_ready
+    if _runtime_ready:
+        return
+    previous = signal.getsignal(signal.SIGINT)
+    if previous is None or any(os.environ.get(v, "0") not in ("", "0")
+                               for v in _FREEZE_VARIABLES):
+        import cupynumeric  # noqa: F401  (starts the Legate runtime on first use)
+        _runtime_ready = True
+        return
+    # While the runtime starts, a Ctrl-C is held back: noted by a handler
+    # that does not interrupt the import, or left pending by the mask (which
+    # the runtime's threads inherit, so they never take SIGINT later either),
+    # then delivered to the restored handler once the runtime is up.
+    noted: list[int] = []
+    signal.signal(signal.SIGINT, lambda signum, frame: noted.append(signum))
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        import cupynumeric  # noqa: F401,F811
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+    _runtime_ready = True
+    if noted:
+        signal.raise_signal(signal.SIGINT)
+
+
+def _check_thread() -> None:
+    current = threading.current_thread()
+    if current is not threading.main_thread():
+        raise RuntimeError(
+            f"shardload.load was called from thread {current.name!r}; it works only in the main "
+            "thread: Legate takes launches only from the thread that started its runtime, and "
+            "elsewhere it aborts the process (discover() and Layout.read() work in any thread)")
+
+
+_LOAD_OPTIONS = ("pattern", "format", "dtype", "shape", "header_bytes", "dataset", "columns",
+                 "fill_value")
 
 
 def load(
@@ -99,7 +365,7 @@ def load(
     pattern: str | None = None,
     overdecompose: int = 1,
     format: str = "auto",
-    dtype: str | None = None,
+    dtype: DTypeLike | None = None,
     shape: Sequence[int] | None = None,
     header_bytes: int | None = None,
     dataset: str | None = None,
@@ -109,41 +375,63 @@ def load(
     """Loads a sharded dataset into one distributed ``cupynumeric.ndarray``.
 
     The source is discovered and validated first (see :func:`discover`, whose
-    keyword arguments this function shares), or passed as a :class:`Layout`.
-    The output is allocated once with its final shape and dtype, split along
-    axis 0 into about ``overdecompose`` tiles per processor (GPUs if any, else
-    OpenMP, else CPUs), and filled by one parallel launch in which each tile
-    reads only the slices of the shards it covers.
+    keyword arguments this function shares and checks the same way), or
+    passed as a :class:`Layout`, which carries the options it was discovered
+    with: passing any of them with a Layout is a TypeError. The output is
+    allocated once with its final shape and dtype, split along axis 0 into
+    about ``overdecompose`` tiles per processor (GPUs if any, else OpenMP,
+    else CPUs), and filled by one parallel launch in which each tile reads
+    only the slices of the shards it covers.
+
+    Call it from the main thread (Legate launches only from the thread that
+    started its runtime). The first call starts the runtime and gives SIGINT
+    back to Python's handler: a Ctrl-C during a load raises
+    KeyboardInterrupt when the load has finished (a launch cannot be
+    cancelled), and one while idle raises it at once, as without Legate.
 
     Args:
         source: a directory, numbered pattern, glob, list of paths, or Layout.
-        overdecompose: K >= 1; tiles = ceil(rows / ceil(rows / (K * P))).
+        overdecompose: K, an int >= 1 (not a bool or a float); tiles =
+            ceil(rows / ceil(rows / parts)) with parts = min(K, 256) * P, at
+            most max(P, 65536) (see "The read plan" in the README), so any K
+            gives a bounded launch.
 
     Returns:
         The array; it lives in Legate's memory and joins cuPyNumeric math.
 
     Raises:
+        TypeError: an argument has the wrong type, or options were passed
+            with a Layout; the message names them.
+        ValueError: an argument has a bad value (see :func:`discover`).
+        RuntimeError: called from a thread other than the main thread.
         LayoutError: the files do not form a valid dataset, or K < 1.
         ShardReadError: reading failed in some tile (I/O error, a file changed
             since discovery, damaged or null data); the message names the file
             and the rows.
     """
-    if int(overdecompose) < 1:
-        raise LayoutError(f"overdecompose (K) must be at least 1, found {overdecompose}")
+    _check_thread()
+    k = _overdecompose(overdecompose)
     if isinstance(source, Layout):
+        given = {"pattern": pattern, "format": None if format == "auto" else format,
+                 "dtype": dtype, "shape": shape, "header_bytes": header_bytes,
+                 "dataset": dataset, "columns": columns, "fill_value": fill_value}
+        passed = [name for name in _LOAD_OPTIONS if given[name] is not None]
+        if passed:
+            raise TypeError(f"load: {', '.join(passed)} cannot be passed with a Layout, which "
+                            "keeps the options it was discovered with; pass them to discover()")
         layout = source
     else:
         layout = discover(source, pattern=pattern, format=format, dtype=dtype, shape=shape,
                           header_bytes=header_bytes, dataset=dataset, columns=columns,
                           fill_value=fill_value)
-    import cupynumeric  # starts the Legate runtime on first use
+    _start_runtime()
+    import cupynumeric
     from legate.core import LogicalArray
 
     from . import _legate
 
-    handle, _info = _legate.load(layout.encode(), int(overdecompose))
-    try:
-        array = LogicalArray.from_raw_handle(handle)
-    finally:
-        _legate.free_handle(handle)
+    owner, _info = _legate.load(layout.encode(), k)
+    # LogicalArray adopts a copy; the capsule frees the original when dropped.
+    array = LogicalArray.from_raw_handle(_legate.handle(owner))
+    del owner
     return cupynumeric.asarray(array)

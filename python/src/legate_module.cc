@@ -1,6 +1,6 @@
 // shardload._legate: the private binding of the Legate adapter. The layout
-// arrives encoded (from shardload._core), the array leaves as a handle that
-// legate.core.LogicalArray.from_raw_handle adopts; errors become the
+// arrives encoded (from shardload._core), the array leaves as a capsule whose
+// address legate.core.LogicalArray.from_raw_handle adopts; errors become the
 // package's exceptions.
 #include <pybind11/pybind11.h>
 
@@ -14,6 +14,8 @@
 namespace py = pybind11;
 
 namespace {
+
+constexpr const char* kArrayCapsule = "shardload.LogicalArray";
 
 [[noreturn]] void raise_as(const char* name, const std::string& message) {
   const py::object type = py::module_::import("shardload._core").attr(name);
@@ -58,12 +60,19 @@ PYBIND11_MODULE(_legate, m) {
         d["processors"] = info.processors;
         d["tile_rows"] = info.tile_rows;
         d["tiles"] = info.tiles;
-        return py::make_tuple(reinterpret_cast<std::uintptr_t>(array), d);
+        // The capsule owns the array until Python drops it: a KeyboardInterrupt
+        // raised the moment this call returns (a Ctrl-C during the load) then
+        // frees the array instead of leaking it.
+        py::capsule owner(array, kArrayCapsule,
+                          [](void* p) { delete static_cast<legate::LogicalArray*>(p); });
+        return py::make_tuple(std::move(owner), d);
       },
       py::arg("encoded_layout"), py::arg("overdecompose") = 1);
 
   m.def(
-      "free_handle",
-      [](std::uintptr_t handle) { delete reinterpret_cast<legate::LogicalArray*>(handle); },
-      py::arg("handle"));
+      "handle",
+      [](const py::capsule& owner) {
+        return reinterpret_cast<std::uintptr_t>(owner.get_pointer<legate::LogicalArray>());
+      },
+      py::arg("owner"));
 }

@@ -28,9 +28,15 @@ Result<ReadPlan> make_plan(std::span<const std::int64_t> offsets, std::int64_t p
   p.total_rows = offsets.back();
   p.processors = processors;
   p.overdecompose = overdecompose;
-  // K * P can only overflow for absurd inputs; saturating keeps tile_rows >= 1.
+  // See the header: K and the tile count are capped so that any K >= 1 gives
+  // a launch of bounded size; P * kMaxOverdecompose cannot overflow for any P
+  // a machine has, and saturating keeps even an absurd P well defined.
   std::int64_t parts = 0;
-  if (__builtin_mul_overflow(processors, overdecompose, &parts)) parts = INT64_MAX;
+  if (__builtin_mul_overflow(processors, std::min(overdecompose, kMaxOverdecompose), &parts)) {
+    parts = INT64_MAX;
+  }
+  parts = std::min(parts, std::max(processors, kMaxTiles));
+  p.parts = parts;
   p.tile_rows = std::max<std::int64_t>(1, p.total_rows / parts + (p.total_rows % parts != 0));
   p.tiles = p.total_rows / p.tile_rows + (p.total_rows % p.tile_rows != 0);
   const auto shards = static_cast<std::int64_t>(offsets.size()) - 1;

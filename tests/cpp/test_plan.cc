@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <random>
 
 #include "shardload/plan.hpp"
@@ -19,7 +20,9 @@ void check_plan(const std::vector<std::int64_t>& rows, std::int64_t P, std::int6
   auto plan = make_plan(off, P, K);
   ASSERT_TRUE(plan) << plan.status().message();
   const std::int64_t total = off.back();
-  const std::int64_t parts = P * K;
+  // The documented formula, caps included (see plan.hpp).
+  const std::int64_t parts = std::min(std::min(K, kMaxOverdecompose) * P, std::max(P, kMaxTiles));
+  EXPECT_EQ(plan->parts, parts);
   EXPECT_EQ(plan->tile_rows, std::max<std::int64_t>(1, (total + parts - 1) / parts));
   EXPECT_EQ(plan->tiles, (total + plan->tile_rows - 1) / plan->tile_rows);
   EXPECT_LE(plan->tiles, std::max<std::int64_t>(parts, 0));
@@ -118,6 +121,63 @@ TEST(Plan, PropertyRandomLayouts) {
     }
     const auto P = static_cast<std::int64_t>(1 + rng() % 9);
     const auto K = static_cast<std::int64_t>(1 + rng() % 4);
+    SCOPED_TRACE("iter " + std::to_string(iter));
+    check_plan(rows, P, K);
+    if (HasFatalFailure()) return;
+  }
+}
+
+// A huge K must not become a huge launch: the tile count is bounded by
+// kMaxOverdecompose tiles per processor and kMaxTiles in all (or P when the
+// processors alone are more), and every K past the cap gives the same plan.
+TEST(Plan, HugeOverdecomposeIsCapped) {
+  const auto off = offsets_of({10'000'000, 3, 0, 5'000'001});
+  const std::int64_t total = off.back();
+  for (const std::int64_t K : {std::int64_t{257}, std::int64_t{1'000'000'000'000},
+                               std::numeric_limits<std::int64_t>::max()}) {
+    SCOPED_TRACE("K " + std::to_string(K));
+    auto plan = make_plan(off, 2, K);
+    ASSERT_TRUE(plan) << plan.status().message();
+    EXPECT_EQ(plan->overdecompose, K);
+    EXPECT_EQ(plan->parts, 2 * kMaxOverdecompose);
+    EXPECT_EQ(plan->tiles, 2 * kMaxOverdecompose);
+    auto at_cap = make_plan(off, 2, kMaxOverdecompose);
+    ASSERT_TRUE(at_cap);
+    EXPECT_EQ(plan->tile_rows, at_cap->tile_rows);
+    EXPECT_EQ(plan->tiles, at_cap->tiles);
+    check_plan({10'000'000, 3, 0, 5'000'001}, 2, K);
+  }
+  // Many processors: the whole launch is capped at kMaxTiles ...
+  auto many = make_plan(off, 1000, 1'000'000'000'000);
+  ASSERT_TRUE(many);
+  EXPECT_EQ(many->parts, kMaxTiles);
+  EXPECT_LE(many->tiles, kMaxTiles);
+  EXPECT_EQ(many->tile_rows, (total + kMaxTiles - 1) / kMaxTiles);
+  // ... unless P alone is more: the tiles are as fine as with K = 1.
+  auto huge_p = make_plan(off, 100'000, std::numeric_limits<std::int64_t>::max());
+  ASSERT_TRUE(huge_p);
+  EXPECT_EQ(huge_p->parts, 100'000);
+  EXPECT_EQ(huge_p->tile_rows, make_plan(off, 100'000, 1)->tile_rows);
+  // Below the caps nothing changes.
+  auto small = make_plan(off, 4, 256);
+  ASSERT_TRUE(small);
+  EXPECT_EQ(small->parts, 1024);
+  EXPECT_EQ(small->tile_rows, (total + 1023) / 1024);
+  // An absurd P saturates instead of overflowing.
+  auto absurd = make_plan(off, std::numeric_limits<std::int64_t>::max(), 3);
+  ASSERT_TRUE(absurd);
+  EXPECT_EQ(absurd->tile_rows, 1);
+  EXPECT_EQ(absurd->tiles, total);
+}
+
+TEST(Plan, PropertyRandomLayoutsWithLargeK) {
+  std::mt19937_64 rng(777);
+  for (int iter = 0; iter < 300; ++iter) {
+    const int n = 1 + static_cast<int>(rng() % 8);
+    std::vector<std::int64_t> rows(static_cast<std::size_t>(n));
+    for (auto& r : rows) r = static_cast<std::int64_t>(rng() % 200'000);
+    const auto P = static_cast<std::int64_t>(1 + rng() % 600);
+    const std::int64_t K = static_cast<std::int64_t>(1 + rng() % 2000) << (rng() % 30);
     SCOPED_TRACE("iter " + std::to_string(iter));
     check_plan(rows, P, K);
     if (HasFatalFailure()) return;

@@ -1,0 +1,200 @@
+"""What the Legate runtime allows around shardload.load: the main thread only (elsewhere
+Legion aborts the process, so load raises RuntimeError first), and Ctrl-C as a
+KeyboardInterrupt (Realm's SIGINT handler would abort). Each case runs in a fresh
+Python process, since the point is what happens to the process."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+
+import numpy as np
+import pytest
+
+import shardload
+from test_core import write_shards
+
+PACKAGE_ROOT = str(pathlib.Path(shardload.__file__).resolve().parents[1])
+
+
+def child(script: str, *args: str, stderr) -> subprocess.Popen:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (PACKAGE_ROOT, env.get("PYTHONPATH")) if p)
+    return subprocess.Popen([sys.executable, "-c", textwrap.dedent(script), *args],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr,
+                            text=True, env=env)
+
+
+def run(script: str, *args: str, interrupt_at: str | None = None,
+        tmp: pathlib.Path) -> tuple[int, str, str]:
+    """Runs the script; with interrupt_at, sends SIGINT once the child prints that line.
+    stderr goes to a file (Legate may write much there) and a watchdog bounds the run."""
+    with open(tmp / "stderr.txt", "w+") as err_file:
+        p = child(script, *args, stderr=err_file)
+        watchdog = threading.Timer(300, p.kill)
+        watchdog.start()
+        try:
+            lines = []
+            while interrupt_at is not None:
+                line = p.stdout.readline()
+                if not line:
+                    break
+                lines.append(line)
+                if line.strip() == interrupt_at:
+                    p.send_signal(signal.SIGINT)
+                    break
+            out = "".join(lines) + p.stdout.read()
+            p.stdin.close()
+            rc = p.wait()
+        finally:
+            watchdog.cancel()
+        err_file.seek(0)
+        err = err_file.read()
+    assert rc != -signal.SIGKILL, f"the child did not finish\n{out}\n{err[-3000:]}"
+    return rc, out, err
+
+
+@pytest.fixture
+def dataset(tmp_path: pathlib.Path) -> pathlib.Path:
+    rng = np.random.default_rng(5)
+    write_shards(tmp_path / "data", [rng.standard_normal((r, 64)).astype(np.float32)
+                            for r in (3000, 0, 2500, 4100)])
+    return tmp_path / "data"
+
+
+@pytest.fixture
+def big_dataset(tmp_path: pathlib.Path) -> pathlib.Path:
+    # About 100 MB, so that a load lasts long enough for the signal to arrive during one.
+    d = tmp_path / "big"
+    write_shards(d, [np.full((24_000, 128), i, np.float32) for i in range(8)])
+    return d
+
+
+LOAD_IN_A_THREAD = """
+    import sys, threading
+    import numpy as np
+    import shardload
+
+    mode, source = sys.argv[1], sys.argv[2]
+    expected = shardload.discover(source).read()
+
+    def check(a):
+        np.testing.assert_array_equal(np.asarray(a), expected)
+
+    if mode == "runtime started in the main thread":
+        check(shardload.load(source))
+    errors = []
+
+    def work():
+        try:
+            shardload.load(source)
+        except RuntimeError as e:
+            errors.append(str(e))
+        # Discovery and host reads need no runtime and work in any thread.
+        np.testing.assert_array_equal(shardload.discover(source).read(), expected)
+
+    t = threading.Thread(target=work, name="worker")
+    t.start()
+    t.join()
+    print("error:", errors)
+    check(shardload.load(source, overdecompose=2))  # the main thread goes on loading
+    print("done")
+"""
+
+
+@pytest.mark.parametrize("mode", ["runtime started in the main thread",
+                                  "first load in the thread"])
+def test_load_off_the_main_thread_raises_runtime_error(dataset: pathlib.Path, mode: str) -> None:
+    # Before: Legion aborted the process ("Invalid task context", SIGABRT) at the thread's
+    # load when the runtime had started in the main thread; when it started in the thread,
+    # the main thread's next load aborted the same way (or, without one, exit crashed with
+    # SIGSEGV in the runtime's shutdown).
+    rc, out, err = run(LOAD_IN_A_THREAD, mode, str(dataset), tmp=dataset.parent)
+    assert rc == 0, f"stdout:\n{out}\nstderr:\n{err[-3000:]}"
+    assert ("shardload.load was called from thread 'worker'; it works only in the main thread"
+            in out)
+    assert out.rstrip().endswith("done")
+
+
+def test_discover_and_read_work_in_many_threads(dataset: pathlib.Path) -> None:
+    expected = shardload.discover(dataset).read()
+    results: list[bool] = []
+
+    def work(i: int) -> None:
+        layout = shardload.discover(dataset)
+        lo = (i * 977) % layout.total_rows
+        results.append(np.array_equal(layout.read(lo), expected[lo:]))
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert results == [True] * 8
+
+
+CTRL_C = """
+    import sys
+    import numpy as np
+    import shardload
+
+    mode, source = sys.argv[1], sys.argv[2]
+    expected = shardload.discover(source).read()
+    a = shardload.load(source)
+    loads = 1
+    try:
+        if mode == "idle":
+            print("idle", flush=True)
+            sys.stdin.readline()  # blocks until the signal (the parent never writes)
+        else:
+            for i in range(1000):
+                print("loading", flush=True)
+                a = shardload.load(source, overdecompose=2)
+                loads += 1
+        print("not interrupted")
+    except KeyboardInterrupt:
+        print("KeyboardInterrupt", flush=True)
+    # The runtime and the process go on.
+    np.testing.assert_array_equal(np.asarray(shardload.load(source)), expected)
+    print("loaded again")
+"""
+
+
+def test_ctrl_c_while_idle_after_a_load_is_a_keyboard_interrupt(dataset: pathlib.Path) -> None:
+    # Before: Realm's handler printed "Signal 2 received ... obtaining backtrace" and the
+    # process died of SIGINT.
+    rc, out, err = run(CTRL_C, "idle", str(dataset), interrupt_at="idle", tmp=dataset.parent)
+    assert rc == 0, f"stdout:\n{out}\nstderr:\n{err[-3000:]}"
+    assert "KeyboardInterrupt\nloaded again" in out
+    assert "Signal 2 received" not in err
+
+
+def test_ctrl_c_during_loads_is_a_keyboard_interrupt_after_the_load(
+        big_dataset: pathlib.Path) -> None:
+    # The signal arrives during a load or between two: either way Python raises
+    # KeyboardInterrupt once the load has returned, and the next load works.
+    rc, out, err = run(CTRL_C, "loads", str(big_dataset), interrupt_at="loading",
+                       tmp=big_dataset.parent)
+    assert rc == 0, f"stdout:\n{out}\nstderr:\n{err[-3000:]}"
+    assert "KeyboardInterrupt\nloaded again" in out
+    assert "not interrupted" not in out
+    assert "Signal 2 received" not in err
+
+
+def test_an_unhandled_ctrl_c_ends_the_process_as_python_does(dataset: pathlib.Path) -> None:
+    script = """
+        import sys
+        import shardload
+        shardload.load(sys.argv[1])
+        print("idle", flush=True)
+        sys.stdin.readline()
+    """
+    rc, out, err = run(script, str(dataset), interrupt_at="idle", tmp=dataset.parent)
+    # Python re-raises an unhandled KeyboardInterrupt as SIGINT to report it to the shell.
+    assert rc == -signal.SIGINT
+    assert "KeyboardInterrupt" in err and "Signal 2 received" not in err
