@@ -89,7 +89,7 @@ def _pattern(value: object) -> str | bytes | None:
     if not isinstance(value, (str, bytes)):
         raise TypeError(f"pattern: expected a str or bytes, found {_found(value)}")
     if not value:
-        raise ValueError("pattern: expected a non-empty pattern, found an empty one; leave it "
+        raise ValueError(f"pattern: expected a non-empty str or bytes, found {value!r}; leave it "
                          "out for the default")
     return value
 
