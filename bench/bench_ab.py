@@ -9,7 +9,8 @@ libraries register the same Legate library. The data is read once first, so ever
     python bench/bench_ab.py --a OLD/python --b NEW/python --dir DATA [--rounds 5] [--loads 5]
 
 --a / --b are the `python` folders of two checkouts whose builds put _core / _legate there.
-Prints one line per sample and the medians of A and B and their ratio B / A (time).
+Prints one line per sample, the medians of A and B and their ratio B / A (time), and the
+median of each round's B / A.
 """
 
 from __future__ import annotations
@@ -75,7 +76,9 @@ def main() -> None:
             print(f"round {r} {name}: {s['median']:.4f} s, {s['bytes'] / s['median'] / 1e9:.2f} GB/s"
                   f"  ({s['file']})", flush=True)
     a, b = statistics.median(got["A"]), statistics.median(got["B"])
-    print(f"median A {a:.4f} s, B {b:.4f} s, B/A {b / a:.3f}")
+    # Each round's B against the A just before it: the machine's drift cancels in the pair.
+    paired = statistics.median(y / x for x, y in zip(got["A"], got["B"]))
+    print(f"median A {a:.4f} s, B {b:.4f} s, B/A {b / a:.3f}; median of paired B/A {paired:.3f}")
 
 
 if __name__ == "__main__":
