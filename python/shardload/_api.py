@@ -408,6 +408,8 @@ def load(
         ShardReadError: reading failed in some tile (I/O error, a file changed
             since discovery, damaged or null data); the message names the file
             and the rows.
+        OutOfMemoryError: the dataset is larger than the memory Legate has for
+            the processors of the load (a MemoryError; nothing was allocated).
     """
     _check_thread()
     k = _overdecompose(overdecompose)
