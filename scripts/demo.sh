@@ -9,4 +9,4 @@ scripts/setup.sh
 source scripts/env.sh
 DIR=${DEMO_DIR:-demo-data}
 shardload write --shard-dir "$DIR" --num-shards 4 --shape 4000000,8 --dtype float32 --seed 42
-shardload read --shard-dir "$DIR"
+shardload read "$DIR"

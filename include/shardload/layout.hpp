@@ -62,4 +62,8 @@ std::string describe(const Layout& layout, std::size_t edge_shards = 3);
 
 std::string shape_string(const std::vector<std::int64_t>& shape);
 
+// A byte count for people: "1.23 GB (1234567890 bytes)" (decimal units), or
+// "512 bytes" below 1 kB.
+std::string size_string(std::uint64_t bytes);
+
 }  // namespace shardload

@@ -52,12 +52,19 @@ struct LoadOptions {
   std::int64_t overdecompose = 1;  // K: tiles = about K x processors
 };
 
-// What a load did: the processors it was sized for and its plan.
+// What a load did: the processors it was sized for, its plan, and where its
+// time went.
 struct LoadInfo {
   std::string target;           // "GPU", "OMP" or "CPU"
   std::int64_t processors = 0;  // P
   std::int64_t tile_rows = 0;
   std::int64_t tiles = 0;  // the launch domain
+  // From the call to the launch's submission: planning, the memory check,
+  // creating the array and the task.
+  double launch_seconds = 0;
+  // From the submission until every point task has finished: the load task
+  // may raise, so the submission waits for it.
+  double fill_seconds = 0;
 };
 
 // Allocates the output once (final shape and dtype, no zero fill), tiles it

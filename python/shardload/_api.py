@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
+import importlib.util
+import logging
 import operator
 import os
 import signal
+import sys
 import threading
-from typing import TYPE_CHECKING, Sequence, Union
+import time
+from typing import TYPE_CHECKING, Callable, Optional, Sequence, Union
 
 import numpy as np
 
@@ -30,6 +35,11 @@ OutOfMemoryError.__doc__ = (
     " before anything is allocated); a MemoryError."
 )
 Layout = _core.Layout
+
+logger = logging.getLogger("shardload")
+logger.addHandler(logging.NullHandler())
+# A load that takes longer than this logs its summary at INFO (DEBUG otherwise).
+_SUMMARY_AFTER_S = 2.0
 
 PathLike = Union[str, bytes, "os.PathLike[str]", "os.PathLike[bytes]"]
 SourceLike = Union[PathLike, Sequence[PathLike]]
@@ -235,6 +245,55 @@ def _layout_read(self: Layout, lo: int | None = None, hi: int | None = None) -> 
 
 Layout.read = _layout_read  # type: ignore[method-assign]
 
+Layout.__doc__ = """A discovered, validated dataset: its shards in order, their rows, the dtype
+and the shape, and a snapshot (size, mtime) of every file. Made by :func:`discover`; pass it
+to :func:`load`, or read rows on the host with :meth:`read`. Immutable."""
+
+_LAYOUT_DOCS = {
+    "format": "The format of the shards: ``'npy'``, ``'raw'``, ``'hdf5'``, ``'parquet'``, "
+              "``'arrow'`` or ``'zarr'`` (never ``'auto'``).",
+    "dtype": "The numpy dtype of the array, in native byte order.",
+    "shape": "The shape of the whole array: ``(total_rows, *trailing_shape)``.",
+    "trailing_shape": "The shape of one row (``shape[1:]``), the same in every shard; ``()`` "
+                      "for 1-D data.",
+    "paths": "The shard paths in order, as str (names that are not UTF-8 as os.fsdecode "
+             "gives them).",
+    "rows": "The rows of each shard, in order (a list of int; a shard may have 0 rows).",
+    "offsets": "The first global row of each shard, and the total last: ``num_shards + 1`` "
+               "ints from 0 to ``total_rows``.",
+    "total_rows": "The number of rows of the array (``shape[0]``).",
+    "nbytes": "The size of the array in bytes (``total_rows`` x the bytes of one row).",
+    "num_shards": "The number of shards.",
+}
+
+
+def _document_layout() -> None:
+    for name, doc in _LAYOUT_DOCS.items():
+        prop = Layout.__dict__[name]
+        # pybind11's properties are plain property objects: rebuild each with its doc.
+        setattr(Layout, name, property(prop.fget, doc=doc))
+    encode = Layout.encode
+    describe = Layout.describe
+
+    def _encode(self: Layout) -> bytes:
+        """The layout as bytes for shardload's Legate tasks (private; the format may change
+        between versions)."""
+        return encode(self)
+
+    def _describe(self: Layout, edge_shards: int = 3) -> str:
+        """A summary for people: format, shard count, dtype, shapes, size, and the rows of the
+        first and last ``edge_shards`` shards. ``repr(layout)`` is this summary."""
+        edge = _int("edge_shards", edge_shards)
+        if edge < 0:
+            raise ValueError(f"edge_shards: expected an int >= 0, found {edge}")
+        return describe(self, edge)
+
+    Layout.encode = _encode  # type: ignore[method-assign]
+    Layout.describe = _describe  # type: ignore[method-assign]
+
+
+_document_layout()
+
 
 def discover(
     source: SourceLike,
@@ -319,10 +378,30 @@ _FREEZE_VARIABLES = ("REALM_FREEZE_ON_ERROR", "LEGION_FREEZE_ON_ERROR")
 _runtime_ready = False
 
 
+def _import_h5py_first() -> None:
+    """Imports h5py, when it is installed, before cuPyNumeric starts.
+
+    cuPyNumeric loads its library with RTLD_GLOBAL, which puts Legate's own HDF5 into the
+    process's global symbol scope; an h5py imported after that binds to that HDF5 instead of
+    its own and fails ("ValueError: Not a datatype"). Imported first, h5py keeps its own, so
+    ``import h5py`` after ``shardload.load`` works. Nothing can be done once cuPyNumeric was
+    imported before shardload started it: then h5py must be imported before cuPyNumeric.
+    """
+    if "h5py" in sys.modules or "cupynumeric" in sys.modules:
+        return
+    if importlib.util.find_spec("h5py") is None:
+        return
+    try:
+        import h5py  # noqa: F401
+    except Exception as e:  # a broken h5py must not stop a load that does not need it
+        logger.debug("importing h5py before cuPyNumeric failed: %r", e)
+
+
 def _start_runtime() -> None:
     global _runtime_ready
     if _runtime_ready:
         return
+    _import_h5py_first()
     previous = signal.getsignal(signal.SIGINT)
     if previous is None or any(os.environ.get(v, "0") not in ("", "0")
                                for v in _FREEZE_VARIABLES):
@@ -355,6 +434,72 @@ def _check_thread() -> None:
             "elsewhere it aborts the process (discover() and Layout.read() work in any thread)")
 
 
+@dataclasses.dataclass(frozen=True)
+class LoadInfo:
+    """What a load did, returned by ``load(..., info=True)``.
+
+    The plan: ``target`` (``"GPU"``, ``"OMP"`` or ``"CPU"``), ``processors`` (P),
+    ``overdecompose`` (K), ``tile_rows`` and ``tiles`` (the launch). The size: ``rows`` and
+    ``bytes`` of the array. The times, in seconds of the wall clock:
+
+    - ``discovery_s``: finding and checking the shards (0.0 when a Layout was passed);
+    - ``startup_s``: starting the Legate runtime (0.0 after the first load);
+    - ``launch_s``: from the call into the adapter to the launch's submission (planning, the
+      memory check, creating the array and the task);
+    - ``fill_s``: from the submission until every tile is filled (the load task may raise, so
+      submitting waits for it);
+    - ``total_s``: the whole call, argument checks included.
+
+    ``gb_per_s`` is ``bytes / 1e9 / (launch_s + fill_s)``: the load itself, without discovery
+    or the runtime's start.
+    """
+
+    target: str
+    processors: int
+    overdecompose: int
+    tile_rows: int
+    tiles: int
+    rows: int
+    bytes: int
+    discovery_s: float
+    startup_s: float
+    launch_s: float
+    fill_s: float
+    total_s: float
+
+    @property
+    def gb_per_s(self) -> float:
+        """Throughput of the launch and fill, in GB (1e9 bytes) per second."""
+        secs = self.launch_s + self.fill_s
+        return self.bytes / 1e9 / secs if secs > 0 else 0.0
+
+
+@dataclasses.dataclass(frozen=True)
+class LoadProgress:
+    """One report to ``load(..., progress=callback)``, at the end of a stage.
+
+    ``stage`` is ``"discovered"`` (the shards are found and checked), ``"started"`` (the
+    runtime is up; also on loads after the first), ``"launching"`` (the launch is about to be
+    submitted) or ``"filled"`` (every tile is filled). ``tiles_done`` of ``tiles`` and
+    ``bytes_done`` of ``bytes`` say how far the data is; ``tiles`` is None until the plan is
+    known, which is only when the load returns from Legate. ``elapsed_s`` counts from the
+    call.
+
+    Legate gives the caller no signal as a tile completes (the launch is one operation that
+    returns when all of its tasks have finished), so ``tiles_done`` and ``bytes_done`` go
+    from 0 to all at once, at ``"filled"``: progress is reported at stage boundaries only.
+    """
+
+    stage: str
+    tiles_done: int
+    tiles: Optional[int]
+    bytes_done: int
+    bytes: int
+    elapsed_s: float
+
+
+ProgressCallback = Callable[[LoadProgress], object]
+
 _LOAD_OPTIONS = ("pattern", "format", "dtype", "shape", "header_bytes", "dataset", "columns",
                  "fill_value")
 
@@ -371,7 +516,9 @@ def load(
     dataset: str | None = None,
     columns: Sequence[str] | None = None,
     fill_value: float | None = None,
-) -> "cupynumeric.ndarray":
+    info: bool = False,
+    progress: ProgressCallback | None = None,
+) -> "cupynumeric.ndarray | tuple[cupynumeric.ndarray, LoadInfo]":
     """Loads a sharded dataset into one distributed ``cupynumeric.ndarray``.
 
     The source is discovered and validated first (see :func:`discover`, whose
@@ -395,9 +542,23 @@ def load(
             ceil(rows / ceil(rows / parts)) with parts = min(K, 256) * P, at
             most max(P, 65536) (see "The read plan" in the README), so any K
             gives a bounded launch.
+        info: True to return ``(array, LoadInfo)``: the plan, the time of
+            each stage, the bytes and GB/s (see :class:`LoadInfo`).
+        progress: a callable taking one :class:`LoadProgress`, called in
+            this thread at each stage boundary (discovered, started,
+            launching, filled). Legate reports no tile as it completes, so
+            there is no report between "launching" and "filled": the filled
+            fraction jumps from 0 to 1. An exception it raises propagates;
+            raised before "filled", it stops the load before the launch (at
+            "launching" the launch is not yet submitted).
+
+    The ``shardload`` logger (:mod:`logging`) gets a DEBUG record per stage
+    and a summary (shape, size, seconds, GB/s), at INFO when the load took
+    more than 2 seconds, else at DEBUG.
 
     Returns:
         The array; it lives in Legate's memory and joins cuPyNumeric math.
+        With ``info=True``, the tuple ``(array, LoadInfo)``.
 
     Raises:
         TypeError: an argument has the wrong type, or options were passed
@@ -411,8 +572,14 @@ def load(
         OutOfMemoryError: the dataset is larger than the memory Legate has for
             the processors of the load (a MemoryError; nothing was allocated).
     """
+    t_call = time.perf_counter()
     _check_thread()
     k = _overdecompose(overdecompose)
+    if not isinstance(info, (bool, np.bool_)):
+        raise TypeError(f"info: expected a bool, found {_found(info)}")
+    if progress is not None and not callable(progress):
+        raise TypeError(f"progress: expected a callable taking a LoadProgress, or None, found "
+                        f"{_found(progress)}")
     if isinstance(source, Layout):
         given = {"pattern": pattern, "format": None if format == "auto" else format,
                  "dtype": dtype, "shape": shape, "header_bytes": header_bytes,
@@ -426,14 +593,58 @@ def load(
         layout = discover(source, pattern=pattern, format=format, dtype=dtype, shape=shape,
                           header_bytes=header_bytes, dataset=dataset, columns=columns,
                           fill_value=fill_value)
+    nbytes = layout.nbytes
+    t_discovered = time.perf_counter()
+    discovery_s = t_discovered - t_call if not isinstance(source, Layout) else 0.0
+
+    def report(stage: str, tiles: int | None = None, elapsed: float | None = None) -> None:
+        if elapsed is None:
+            elapsed = time.perf_counter() - t_call
+        logger.debug("load: %s after %.3f s", stage, elapsed)
+        if progress is not None:
+            done = stage == "filled"
+            progress(LoadProgress(stage, tiles if done and tiles else 0, tiles,
+                                  nbytes if done else 0, nbytes, elapsed))
+
+    logger.debug("load: discovered %d shards, %d rows, %d bytes in %.3f s", layout.num_shards,
+                 layout.total_rows, nbytes, discovery_s)
+    report("discovered")
+    started_before = _runtime_ready
     _start_runtime()
+    startup_s = 0.0 if started_before else time.perf_counter() - t_discovered
     import cupynumeric
     from legate.core import LogicalArray
 
     from . import _legate
 
-    owner, _info = _legate.load(layout.encode(), k)
+    report("started")
+    encoded = layout.encode()
+    report("launching")
+    owner, plan = _legate.load(encoded, k)
     # LogicalArray adopts a copy; the capsule frees the original when dropped.
     array = LogicalArray.from_raw_handle(_legate.handle(owner))
     del owner
-    return cupynumeric.asarray(array)
+    result = cupynumeric.asarray(array)
+    total_s = time.perf_counter() - t_call
+    load_info = LoadInfo(target=plan["target"], processors=plan["processors"], overdecompose=k,
+                         tile_rows=plan["tile_rows"], tiles=plan["tiles"],
+                         rows=layout.total_rows, bytes=nbytes, discovery_s=discovery_s,
+                         startup_s=startup_s, launch_s=plan["launch_s"], fill_s=plan["fill_s"],
+                         total_s=total_s)
+    logger.log(logging.INFO if total_s > _SUMMARY_AFTER_S else logging.DEBUG,
+               "loaded %s %s (%s) in %.3f s: %d tiles on %d %s processors, %.3f GB/s (discovery "
+               "%.3f s, start-up %.3f s, launch %.3f s, fill %.3f s)", layout.shape,
+               layout.dtype, _size_text(nbytes), total_s, load_info.tiles,
+               load_info.processors, load_info.target, load_info.gb_per_s, discovery_s,
+               startup_s, load_info.launch_s, load_info.fill_s)
+    report("filled", load_info.tiles, total_s)
+    if info:
+        return result, load_info
+    return result
+
+
+def _size_text(n: int) -> str:
+    for unit, size in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= size:
+            return f"{n / size:.2f} {unit}"
+    return f"{n} bytes"

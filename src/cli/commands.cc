@@ -21,50 +21,45 @@ namespace shardload::cli {
 
 namespace {
 
-// --name value pairs and positionals; unknown flags are errors.
-struct Parsed {
-  std::map<std::string, std::string> opts;
-  std::vector<std::string> positional;
-};
-
-bool parse(const Args& args, const std::vector<std::string>& known, Parsed* out, const char* cmd) {
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    if (a.rfind("--", 0) == 0) {
-      std::string name = a.substr(2);
-      std::string value;
-      const auto eq = name.find('=');
-      if (eq != std::string::npos) {
-        value = name.substr(eq + 1);
-        name = name.substr(0, eq);
-      } else if (i + 1 < args.size()) {
-        value = args[++i];
-      } else {
-        std::cerr << "shardload " << cmd << ": --" << name << " needs a value\n";
-        return false;
-      }
-      bool ok = false;
-      for (const auto& k : known) ok = ok || k == name;
-      if (!ok) {
-        std::cerr << "shardload " << cmd << ": unknown option --" << name << "\n";
-        return false;
-      }
-      out->opts[name] = value;
-    } else {
-      out->positional.push_back(a);
-    }
-  }
-  return true;
-}
-
 bool parse_int(const std::string& s, long long* v) {
   auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), *v);
   return ec == std::errc() && p == s.data() + s.size();
 }
 
 int fail(const char* cmd, const std::string& msg) {
-  std::cerr << "shardload " << cmd << ": error: " << msg << "\n";
+  std::cerr << "shardload " << cmd << ": error: " << cli_spelling(msg) << "\n";
   return 1;
+}
+
+int usage_error(const char* cmd, const std::string& msg) {
+  std::cerr << "shardload " << cmd << ": " << msg << "; see 'shardload " << cmd << " --help'\n";
+  return 2;
+}
+
+const OptionSpec* find_option(const CommandSpec& spec, const std::string& name) {
+  for (const auto& o : spec.options) {
+    if (name == o.name) return &o;
+  }
+  if (spec.format_options) {
+    for (const auto& o : format_option_specs()) {
+      if (name == o.name) return &o;
+    }
+  }
+  return nullptr;
+}
+
+void print_options(const std::vector<OptionSpec>& options, std::ostream& out) {
+  for (const auto& o : options) {
+    std::string left = std::string("  --") + o.name;
+    if (o.metavar != nullptr) left += std::string(" ") + o.metavar;
+    out << left;
+    if (left.size() >= 23) {
+      out << "\n" << std::string(24, ' ');
+    } else {
+      out << std::string(24 - left.size(), ' ');
+    }
+    out << o.help << "\n";
+  }
 }
 
 // Removes files an earlier `write` left: shard_*.npy and their temporaries.
@@ -88,10 +83,219 @@ Status remove_stale(const std::string& dir) {
 
 }  // namespace
 
+const std::vector<OptionSpec>& format_option_specs() {
+  static const std::vector<OptionSpec> specs{
+      {"format", "F", "npy, raw, hdf5, parquet, arrow, zarr or auto (the default: by extension)"},
+      {"dtype", "T", "raw: the element type (float32, >f4, ...); parquet/arrow: cast to it"},
+      {"trailing-shape", "D[,D...]",
+       "raw: the shape of one row after the first axis ('' for 1-D data)"},
+      {"header-bytes", "N", "raw: bytes to skip at the start of each file"},
+      {"dataset", "NAME", "hdf5: the dataset in each file; zarr: the array in each store"},
+      {"columns", "A[,B...]", "parquet/arrow: the columns to read (default: every numeric one)"},
+      {"fill-value", "X", "parquet/arrow: the value for nulls (default: a null is an error)"},
+  };
+  return specs;
+}
+
 const std::vector<std::string>& format_option_names() {
-  static const std::vector<std::string> names{
-      "format", "dtype", "trailing-shape", "header-bytes", "dataset", "columns", "fill-value"};
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> n;
+    for (const auto& o : format_option_specs()) n.emplace_back(o.name);
+    return n;
+  }();
   return names;
+}
+
+const std::vector<CommandSpec>& commands() {
+  static const std::vector<CommandSpec> specs{
+      {"write",
+       "--shard-dir DIR --num-shards N --shape ROWS[,DIM...] [options]",
+       "write a demo dataset of .npy shards with values to verify",
+       "Writes N .npy shards of deterministic values (a function of the seed and the element\n"
+       "index) and DIR/_meta.json, which `shardload read` verifies against.",
+       {{"shard-dir", "DIR", "the directory to write (created; stale shards removed)"},
+        {"num-shards", "N", "the number of shards (>= 1); rows are split unevenly"},
+        {"shape", "ROWS[,DIM...]", "the shape of the whole dataset (1 to 8 dimensions)"},
+        {"dtype", "T", "the element type (default float32)"},
+        {"seed", "S", "the seed of the values (default 0)"}},
+       false},
+      {"inspect",
+       "SOURCE... [options]",
+       "print the layout of a dataset (no Legate, no data read)",
+       "Prints the discovered layout of a directory, numbered pattern, glob, file or list of\n"
+       "files without reading their data. Exit status 1 when they do not form a dataset.",
+       {{"pattern", "P", "the numbering of the files in a directory SOURCE (shard_{:04d}.npy)"},
+        {"json", nullptr, "print the layout as JSON (paths not in UTF-8: \\udcXX per byte)"}},
+       true},
+      {"read",
+       "SOURCE [options]",
+       "load a dataset under Legate, time it and verify it",
+       "Loads SOURCE under Legate (configured by LEGATE_CONFIG or the legate launcher), prints\n"
+       "the layout, the plan, the time and GB/s, and verifies the values against the seed of\n"
+       "_meta.json (as `shardload write` made it) or --seed.",
+       {{"pattern", "P", "the numbering of the files in a directory SOURCE"},
+        {"overdecompose", "K", "tiles per processor (default 1)"},
+        {"repeat", "N", "load N times, timing each (default 1)"},
+        {"seed", "S", "verify against this seed instead of _meta.json's"},
+        {"no-verify", nullptr, "skip the verification"},
+        {"shard-dir", "DIR", "deprecated: the same as giving DIR as SOURCE"}},
+       true},
+  };
+  return specs;
+}
+
+const CommandSpec* find_command(const std::string& name) {
+  for (const auto& c : commands()) {
+    if (name == c.name) return &c;
+  }
+  return nullptr;
+}
+
+void print_help(const CommandSpec& spec, std::ostream& out) {
+  out << "usage: shardload " << spec.name << " " << spec.usage << "\n\n" << spec.summary << "\n";
+  out << "\noptions:\n";
+  print_options(spec.options, out);
+  out << "  -h, --help            show this help and exit\n";
+  if (spec.format_options) {
+    out << "\nformat options:\n";
+    print_options(format_option_specs(), out);
+  }
+  out << "\nAn option's value follows it (--opt VALUE) or is joined by '=' (--opt=VALUE).\n";
+}
+
+std::optional<int> parse_command_line(const CommandSpec& spec, const Args& args, Parsed* out) {
+  const char* cmd = spec.name;
+  // Help wins wherever it is, over any other argument's fault, as with argparse.
+  for (const auto& a : args) {
+    if (a == "--") break;
+    if (a == "-h" || a == "--help") {
+      print_help(spec, std::cout);
+      return 0;
+    }
+  }
+  bool only_positionals = false;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (only_positionals || a == "-" || a.empty() || a[0] != '-') {
+      out->positional.push_back(a);
+      continue;
+    }
+    if (a == "--") {
+      only_positionals = true;
+      continue;
+    }
+    if (a.rfind("--", 0) != 0) return usage_error(cmd, "unknown option " + a);
+    std::string name = a.substr(2);
+    std::optional<std::string> value;
+    if (const auto eq = name.find('='); eq != std::string::npos) {
+      value = name.substr(eq + 1);
+      name.resize(eq);
+    }
+    const OptionSpec* o = find_option(spec, name);
+    if (o == nullptr) return usage_error(cmd, "unknown option --" + name);
+    if (o->metavar == nullptr) {
+      if (value) return usage_error(cmd, "--" + name + " takes no value");
+      out->flags.insert(name);
+      continue;
+    }
+    if (!value) {
+      if (i + 1 >= args.size()) {
+        return usage_error(cmd, "--" + name + " needs a value (" + o->metavar + ")");
+      }
+      value = args[++i];
+    }
+    out->opts[name] = *value;
+  }
+  return std::nullopt;
+}
+
+// The core's phrases that name an option as the Python API spells it, and the
+// command line's spelling. Whole phrases, so that a file name or a value that
+// merely contains "dtype" is left alone. tests/python/test_cli.py checks that
+// every "name=" phrase in the core's sources has a row here.
+std::string cli_spelling(std::string message) {
+  static const std::pair<const char*, const char*> kPhrases[] = {
+      {"name it with format= ", "name it with --format "},
+      {"pass dtype= or write", "pass --dtype or write"},
+      {"pass dtype= to cast", "pass --dtype to cast"},
+      {"pass shape= (() for 1-D data)", "pass --trailing-shape ('' for 1-D data)"},
+      {"name one with dataset=", "name one with --dataset"},
+      {"name the array with dataset=", "name the array with --dataset"},
+      {"pass fill_value= to replace nulls", "pass --fill-value to replace nulls"},
+      {"differs from the dtype option", "differs from the --dtype option"},
+      {"differs from the shape option", "differs from the --trailing-shape option"},
+      {"differs from the header_bytes option", "differs from the --header-bytes option"},
+      {"raw: shape option", "raw: --trailing-shape option"},
+      {"(dataset, columns, fill value) do not apply",
+       "(--dataset, --columns, --fill-value) do not apply"},
+  };
+  for (const auto& [from, to] : kPhrases) {
+    const std::string f = from;
+    const std::string t = to;
+    for (std::size_t at = message.find(f); at != std::string::npos;
+         at = message.find(f, at + t.size())) {
+      message.replace(at, f.size(), t);
+    }
+  }
+  return message;
+}
+
+std::string json_path_string(const std::string& bytes) {
+  std::string out = "\"";
+  const auto* s = reinterpret_cast<const unsigned char*>(bytes.data());
+  const std::size_t n = bytes.size();
+  auto escape = [&](unsigned v) {
+    char buf[8];
+    std::snprintf(buf, sizeof buf, "\\u%04x", v);
+    out += buf;
+  };
+  std::size_t i = 0;
+  while (i < n) {
+    const unsigned c = s[i];
+    if (c < 0x80) {
+      if (c == '"' || c == '\\') {
+        out += '\\';
+        out += static_cast<char>(c);
+      } else if (c < 0x20 || c == 0x7f) {
+        escape(c);
+      } else {
+        out += static_cast<char>(c);
+      }
+      ++i;
+      continue;
+    }
+    // The length of a valid UTF-8 sequence starting here, by the strict
+    // rules (no overlong forms, no surrogates, nothing past U+10FFFF), as
+    // Python's decoder applies them; 0 when the byte starts none.
+    std::size_t len = 0;
+    unsigned lo = 0x80;
+    unsigned hi = 0xbf;
+    if (c >= 0xc2 && c <= 0xdf) {
+      len = 2;
+    } else if (c >= 0xe0 && c <= 0xef) {
+      len = 3;
+      if (c == 0xe0) lo = 0xa0;
+      if (c == 0xed) hi = 0x9f;
+    } else if (c >= 0xf0 && c <= 0xf4) {
+      len = 4;
+      if (c == 0xf0) lo = 0x90;
+      if (c == 0xf4) hi = 0x8f;
+    }
+    bool valid = len != 0 && i + len <= n;
+    for (std::size_t k = 1; valid && k < len; ++k) {
+      const unsigned b = s[i + k];
+      valid = k == 1 ? (b >= lo && b <= hi) : (b >= 0x80 && b <= 0xbf);
+    }
+    if (valid) {
+      out.append(bytes, i, len);
+      i += len;
+    } else {
+      escape(0xdc00 + c);
+      ++i;
+    }
+  }
+  out += '"';
+  return out;
 }
 
 Status parse_format_options(const std::map<std::string, std::string>& opts, FormatOptions* out) {
@@ -163,30 +367,32 @@ bool parse_int_list(const std::string& text, std::vector<long long>* out) {
 int cmd_write(const Args& args) {
   const char* cmd = "write";
   Parsed p;
-  if (!parse(args, {"shard-dir", "num-shards", "shape", "dtype", "seed"}, &p, cmd)) return 2;
+  if (auto rc = parse_command_line(*find_command(cmd), args, &p)) return *rc;
+  if (!p.positional.empty())
+    return usage_error(cmd, "unexpected argument '" + p.positional[0] + "'");
   for (const char* req : {"shard-dir", "num-shards", "shape"}) {
-    if (p.opts.count(req) == 0) return fail(cmd, std::string("--") + req + " is required");
+    if (p.opts.count(req) == 0) return usage_error(cmd, std::string("--") + req + " is required");
   }
   const std::string dir = p.opts["shard-dir"];
   long long shards = 0;
   long long seed = 0;
   std::vector<long long> shape;
   if (!parse_int(p.opts["num-shards"], &shards) || shards < 1) {
-    return fail(cmd,
-                "--num-shards: expected an integer >= 1, found '" + p.opts["num-shards"] + "'");
+    return usage_error(
+        cmd, "--num-shards: expected an integer >= 1, found '" + p.opts["num-shards"] + "'");
   }
   if (p.opts.count("seed") != 0 && !parse_int(p.opts["seed"], &seed)) {
-    return fail(cmd, "--seed: expected an integer, found '" + p.opts["seed"] + "'");
+    return usage_error(cmd, "--seed: expected an integer, found '" + p.opts["seed"] + "'");
   }
   if (!parse_int_list(p.opts["shape"], &shape) || shape.size() > 8) {
-    return fail(
+    return usage_error(
         cmd, "--shape: expected ROWS[,DIM...] (1 to 8 integers), found '" + p.opts["shape"] + "'");
   }
   for (const auto d : shape) {
-    if (d < 0) return fail(cmd, "--shape: dimensions must be >= 0");
+    if (d < 0) return usage_error(cmd, "--shape: dimensions must be >= 0");
   }
   auto dtype = parse_dtype(p.opts.count("dtype") != 0 ? p.opts["dtype"] : "float32");
-  if (!dtype) return fail(cmd, "--dtype: " + dtype.status().message());
+  if (!dtype) return usage_error(cmd, "--dtype: " + dtype.status().message());
 
   ::mkdir(dir.c_str(), 0755);
   struct ::stat st {};
@@ -258,23 +464,113 @@ Result<WriteMeta> read_write_meta(const std::string& dir) {
   return m;
 }
 
+namespace {
+
+void json_int_list(std::ostream& o, const std::vector<std::int64_t>& v) {
+  o << "[";
+  for (std::size_t i = 0; i < v.size(); ++i) o << (i ? ", " : "") << v[i];
+  o << "]";
+}
+
+// The layout as one JSON object; names follow the Python Layout's properties.
+void print_json(std::ostream& o, const Source& src, const Layout& l) {
+  o << "{\n  \"source\": " << json_path_string(src.describe()) << ",\n  \"format\": \""
+    << format_name(l.format) << "\",\n  \"dtype\": \"" << l.dtype.name() << "\",\n  \"shape\": ";
+  json_int_list(o, l.shape());
+  o << ",\n  \"trailing_shape\": ";
+  json_int_list(o, l.trailing_shape);
+  o << ",\n  \"total_rows\": " << l.total_rows() << ",\n  \"row_bytes\": " << l.row_bytes
+    << ",\n  \"bytes\": " << l.total_bytes() << ",\n  \"num_shards\": " << l.shards.size()
+    << ",\n  \"shards\": [";
+  for (std::size_t i = 0; i < l.shards.size(); ++i) {
+    const Shard& s = l.shards[i];
+    o << (i ? "," : "") << "\n    {\"path\": " << json_path_string(s.path)
+      << ", \"rows\": " << s.rows << ", \"first_row\": " << l.offsets[i]
+      << ", \"bytes\": " << static_cast<std::uint64_t>(s.rows) * l.row_bytes << "}";
+  }
+  o << (l.shards.empty() ? "]" : "\n  ]") << "\n}\n";
+}
+
+}  // namespace
+
 int cmd_inspect(const Args& args) {
   const char* cmd = "inspect";
   Parsed p;
-  std::vector<std::string> known{"pattern"};
-  known.insert(known.end(), format_option_names().begin(), format_option_names().end());
-  if (!parse(args, known, &p, cmd)) return 2;
-  if (p.positional.empty())
-    return fail(cmd, "expected SOURCE (a directory, pattern, glob or file)");
+  if (auto rc = parse_command_line(*find_command(cmd), args, &p)) return *rc;
+  if (p.positional.empty()) {
+    return usage_error(cmd, "expected SOURCE (a directory, pattern, glob or file)");
+  }
   DiscoverOptions opts;
-  if (Status s = parse_format_options(p.opts, &opts.format); !s) return fail(cmd, s.message());
+  if (Status s = parse_format_options(p.opts, &opts.format); !s) {
+    return usage_error(cmd, cli_spelling(s.message()));
+  }
   Result<Source> src = p.positional.size() == 1 ? Source::parse(p.positional[0], p.opts["pattern"])
                                                 : Result<Source>(Source::list(p.positional));
   if (!src) return fail(cmd, src.status().message());
   auto layout = discover(*src, opts);
   if (!layout) return fail(cmd, "loading " + src->describe() + ": " + layout.status().message());
-  std::cout << "source:         " << src->describe() << "\n" << describe(*layout);
+  if (p.flags.count("json") != 0) {
+    print_json(std::cout, *src, *layout);
+  } else {
+    std::cout << "source:         " << src->describe() << "\n" << describe(*layout);
+  }
   return 0;
+}
+
+std::optional<int> parse_read_args(const Args& args, ReadArgs* out) {
+  const char* cmd = "read";
+  Parsed p;
+  if (auto rc = parse_command_line(*find_command(cmd), args, &p)) return *rc;
+  if (p.positional.size() > 1) {
+    return usage_error(cmd, "expected one SOURCE, found " + std::to_string(p.positional.size()) +
+                                " arguments ('" + p.positional[1] + "' is the second)");
+  }
+  if (auto it = p.opts.find("shard-dir"); it != p.opts.end()) {
+    if (!p.positional.empty()) {
+      return usage_error(cmd, "give SOURCE or --shard-dir (deprecated), not both");
+    }
+    std::cerr << "shardload read: note: --shard-dir is deprecated; give the directory as SOURCE "
+                 "(shardload read DIR)\n";
+    p.positional.push_back(it->second);
+  }
+  if (p.positional.empty()) {
+    return usage_error(cmd, "expected SOURCE (a directory, pattern, glob or file)");
+  }
+  out->source = p.positional[0];
+  out->pattern = p.opts["pattern"];
+  struct ::stat st {};
+  if (::stat(out->source.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+    out->meta_dir = out->source;
+  } else {
+    const auto slash = out->source.rfind('/');
+    out->meta_dir = slash == std::string::npos ? "."
+                    : slash == 0               ? "/"
+                                               : out->source.substr(0, slash);
+  }
+  out->verify = p.flags.count("no-verify") == 0;
+  const std::pair<const char*, std::int64_t*> positive[] = {{"overdecompose", &out->overdecompose},
+                                                            {"repeat", &out->repeat}};
+  for (const auto& [name, field] : positive) {
+    auto it = p.opts.find(name);
+    if (it == p.opts.end()) continue;
+    long long v = 0;
+    if (!parse_int(it->second, &v) || v < 1) {
+      return usage_error(
+          cmd, std::string("--") + name + ": expected an integer >= 1, found '" + it->second + "'");
+    }
+    *field = v;
+  }
+  if (auto it = p.opts.find("seed"); it != p.opts.end()) {
+    long long v = 0;
+    if (!parse_int(it->second, &v)) {
+      return usage_error(cmd, "--seed: expected an integer, found '" + it->second + "'");
+    }
+    out->seed = v;
+  }
+  if (Status s = parse_format_options(p.opts, &out->format); !s) {
+    return usage_error(cmd, cli_spelling(s.message()));
+  }
+  return std::nullopt;
 }
 
 }  // namespace shardload::cli

@@ -2,8 +2,11 @@
 // code and prints its own errors; none throws.
 #pragma once
 
+#include <cstdint>
+#include <iosfwd>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -14,17 +17,80 @@ namespace shardload::cli {
 
 using Args = std::vector<std::string>;
 
+// One option of a command: a flag when `metavar` is null, else it takes a
+// value (`--name VALUE` or `--name=VALUE`).
+struct OptionSpec {
+  const char* name;
+  const char* metavar;
+  const char* help;
+};
+
+// A command's usage, summary and options; `--help` prints exactly these, and
+// the parser accepts exactly these options.
+struct CommandSpec {
+  const char* name;
+  const char* usage;    // after "shardload NAME "
+  const char* brief;    // one line, for `shardload --help`
+  const char* summary;  // a few lines
+  std::vector<OptionSpec> options;
+  bool format_options = false;  // also accepts format_option_specs()
+};
+
+const CommandSpec* find_command(const std::string& name);
+const std::vector<CommandSpec>& commands();
+void print_help(const CommandSpec& spec, std::ostream& out);
+
+struct Parsed {
+  std::map<std::string, std::string> opts;  // options that take a value, by name without "--"
+  std::set<std::string> flags;              // flags given
+  std::vector<std::string> positional;
+};
+
+// Parses a command's arguments: "--name value", "--name=value", flags, "--"
+// (the rest are positionals), "-h"/"--help" anywhere. Returns nullopt to go
+// on, or the exit code to return: 0 after printing the help to stdout, 2
+// after an error on stderr that names the option and points at --help.
+std::optional<int> parse_command_line(const CommandSpec& spec, const Args& args, Parsed* out);
+
 int cmd_write(const Args& args);
 int cmd_inspect(const Args& args);
+
+// What `shardload read` was asked to do, checked before Legate starts.
+struct ReadArgs {
+  std::string source;    // a directory, numbered pattern, glob or file
+  std::string meta_dir;  // where _meta.json is looked for: the source directory, else its parent
+  std::string pattern;
+  std::int64_t overdecompose = 1;
+  std::int64_t repeat = 1;
+  bool verify = true;
+  std::optional<long long> seed;
+  FormatOptions format;
+};
+
+// Parses `read`'s arguments into `out`; nullopt to go on, else the exit code
+// (0 after --help, 2 after a usage error). Nothing here starts Legate.
+std::optional<int> parse_read_args(const Args& args, ReadArgs* out);
 #ifdef SHARDLOAD_WITH_LEGATE
-int cmd_read(const Args& args);
+int cmd_read(const ReadArgs& args);
 #endif
 
 // The options that select a format and what to read from it, shared by the
 // commands that discover a layout: --format, --dtype, --trailing-shape,
 // --header-bytes, --dataset, --columns, --fill-value.
+const std::vector<OptionSpec>& format_option_specs();
 const std::vector<std::string>& format_option_names();
 Status parse_format_options(const std::map<std::string, std::string>& opts, FormatOptions* out);
+
+// The core's messages name options as the Python API spells them ("pass
+// dtype= or ...", "the header_bytes option"); the command line rewrites those
+// phrases into its own spelling ("pass --dtype or ...") before printing.
+std::string cli_spelling(std::string message);
+
+// A JSON string literal of a file system name: valid UTF-8 is kept, and each
+// byte that is not part of valid UTF-8 becomes \udcXX (XX the byte), as
+// Python's os.fsdecode (errors="surrogateescape") decodes it, so
+// os.fsencode(json.loads(text)) gives back the exact bytes.
+std::string json_path_string(const std::string& bytes);
 
 // What `shardload write` recorded in DIR/_meta.json for `shardload read` to
 // verify against. A missing file, or one without a seed, gives no seed; a file

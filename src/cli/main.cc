@@ -1,23 +1,25 @@
 // The `shardload` command line: write a demo dataset, inspect a layout, and
-// (with Legate) read a dataset into a distributed array.
+// (with Legate) read a dataset into a distributed array. Every command's
+// arguments, --help included, are handled before Legate starts.
 #include <iostream>
 #include <string>
 
 #include "commands.hpp"
 
+#ifndef SHARDLOAD_VERSION
+#define SHARDLOAD_VERSION "unknown"
+#endif
+
 namespace {
 
 void usage(std::ostream& o) {
-  o << "usage: shardload <command> [options]\n"
-       "  write   --shard-dir DIR --num-shards N --shape ROWS[,DIM...] [--dtype T] [--seed S]\n"
-       "          write N .npy shards of deterministic data and _meta.json\n"
-       "  inspect SOURCE [--pattern P] [--format F] [format options]\n"
-       "          print the discovered layout of a directory, pattern, glob or file list\n"
-       "  read    --shard-dir DIR [--pattern P] [--overdecompose K] [--no-verify] [--seed S]\n"
-       "          [--repeat N]\n"
-       "          [--format F] [format options]\n"
-       "          load under Legate (LEGATE_CONFIG or the legate launcher), time it, verify\n"
-       "          against the seed of _meta.json\n";
+  o << "usage: shardload [--version] [--help] COMMAND [options]\n\ncommands:\n";
+  for (const auto& c : shardload::cli::commands()) {
+    const std::string name = c.name;
+    o << "  " << name << std::string(10 - name.size(), ' ') << c.brief << "\n";
+  }
+  o << "\n'shardload COMMAND --help' lists the options of a command; 'shardload --version'\n"
+       "prints the version.\n";
 }
 
 }  // namespace
@@ -29,22 +31,43 @@ int main(int argc, char** argv) {
   }
   const std::string cmd = argv[1];
   const shardload::cli::Args args(argv + 2, argv + argc);
+  if (cmd == "-h" || cmd == "--help") {
+    usage(std::cout);
+    return 0;
+  }
+  if (cmd == "--version" || cmd == "-V") {
+    std::cout << "shardload " << SHARDLOAD_VERSION << "\n";
+    return 0;
+  }
+  if (cmd == "help") {
+    if (args.empty()) {
+      usage(std::cout);
+      return 0;
+    }
+    if (const auto* spec = shardload::cli::find_command(args[0])) {
+      shardload::cli::print_help(*spec, std::cout);
+      return 0;
+    }
+    std::cerr << "shardload help: unknown command '" << args[0] << "'; see 'shardload --help'\n";
+    return 2;
+  }
   if (cmd == "write") return shardload::cli::cmd_write(args);
   if (cmd == "inspect") return shardload::cli::cmd_inspect(args);
   if (cmd == "read") {
+    shardload::cli::ReadArgs read;
+    if (auto rc = shardload::cli::parse_read_args(args, &read)) return *rc;
 #ifdef SHARDLOAD_WITH_LEGATE
-    return shardload::cli::cmd_read(args);
+    return shardload::cli::cmd_read(read);
 #else
     std::cerr
         << "shardload read: this build has no Legate (configure with SHARDLOAD_WITH_LEGATE)\n";
     return 2;
 #endif
   }
-  if (cmd == "-h" || cmd == "--help" || cmd == "help") {
-    usage(std::cout);
-    return 0;
+  if (cmd.rfind("-", 0) == 0) {
+    std::cerr << "shardload: unknown option " << cmd << "; see 'shardload --help'\n";
+  } else {
+    std::cerr << "shardload: unknown command '" << cmd << "'; see 'shardload --help'\n";
   }
-  std::cerr << "shardload: unknown command '" << cmd << "'\n";
-  usage(std::cerr);
   return 2;
 }

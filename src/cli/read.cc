@@ -15,16 +15,6 @@ namespace shardload::cli {
 
 namespace {
 
-struct ReadArgs {
-  std::string dir;
-  std::string pattern;
-  std::int64_t overdecompose = 1;
-  std::int64_t repeat = 1;
-  bool verify = true;
-  std::optional<long long> seed;
-  FormatOptions format;
-};
-
 // Counts elements that differ from synth_fill(seed), one verify task per tile.
 std::int64_t verify(const legate::LogicalArray& array, const Layout& layout, const LoadInfo& info,
                     std::uint64_t seed) {
@@ -76,8 +66,8 @@ std::optional<Layout> warmup_layout(const Layout& l) {
 }
 
 int run(const ReadArgs& a, std::ostream& out, std::ostream& err) {
-  const auto layout = discover(a.dir, a.pattern, a.format);
-  out << "source:         " << Source::parse(a.dir, a.pattern).value().describe() << "\n"
+  const auto layout = discover(a.source, a.pattern, a.format);
+  out << "source:         " << Source::parse(a.source, a.pattern).value().describe() << "\n"
       << describe(layout);
   auto* runtime = legate::Runtime::get_runtime();
   LoadOptions opts;
@@ -100,8 +90,8 @@ int run(const ReadArgs& a, std::ostream& out, std::ostream& err) {
           << (warmup ? "" : " (no warm-up load: start-up costs are in the time)") << "\n";
     }
     const double gb = static_cast<double>(layout.total_bytes()) / 1e9;
-    out << "load:           " << secs << " s, " << (secs > 0 ? gb / secs : 0.0) << " GB/s ("
-        << layout.total_bytes() << " bytes)\n";
+    out << "load:           " << secs << " s, " << (secs > 0 ? gb / secs : 0.0) << " GB/s for "
+        << size_string(layout.total_bytes()) << "\n";
   }
   if (!a.verify) {
     out << "verify:         skipped (--no-verify)\n";
@@ -110,7 +100,7 @@ int run(const ReadArgs& a, std::ostream& out, std::ostream& err) {
   std::string meta_dtype;
   std::optional<long long> seed = a.seed;
   if (!seed) {
-    const Result<WriteMeta> meta = read_write_meta(a.dir);
+    const Result<WriteMeta> meta = read_write_meta(a.meta_dir);
     if (!meta) {
       err << "shardload read: verify: " << meta.status().message() << "\n";
       return 1;
@@ -119,7 +109,8 @@ int run(const ReadArgs& a, std::ostream& out, std::ostream& err) {
     meta_dtype = meta->dtype;
   }
   if (!seed) {
-    out << "verify:         skipped (no --seed and no _meta.json with a seed in " << a.dir << ")\n";
+    out << "verify:         skipped (no --seed and no _meta.json with a seed in " << a.meta_dir
+        << ")\n";
     return 0;
   }
   if (!meta_dtype.empty() && meta_dtype != layout.dtype.name()) {
@@ -140,53 +131,8 @@ int run(const ReadArgs& a, std::ostream& out, std::ostream& err) {
 
 }  // namespace
 
-int cmd_read(const Args& raw) {
+int cmd_read(const ReadArgs& a) {
   const char* cmd = "read";
-  ReadArgs a;
-  Args args;
-  for (const auto& x : raw) {
-    if (x == "--no-verify") {
-      a.verify = false;
-    } else {
-      args.push_back(x);
-    }
-  }
-  std::map<std::string, std::string> opts;
-  std::vector<std::string> known{"shard-dir", "pattern", "overdecompose", "seed", "repeat"};
-  known.insert(known.end(), format_option_names().begin(), format_option_names().end());
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    const std::string& x = args[i];
-    const std::string name = x.rfind("--", 0) == 0 ? x.substr(2) : "";
-    if (name.empty() || std::find(known.begin(), known.end(), name) == known.end() ||
-        i + 1 >= args.size()) {
-      std::cerr << "shardload read: unexpected argument '" << x << "'\n";
-      return 2;
-    }
-    opts[name] = args[++i];
-  }
-  if (opts.count("shard-dir") == 0) {
-    std::cerr << "shardload read: --shard-dir is required\n";
-    return 2;
-  }
-  a.dir = opts["shard-dir"];
-  a.pattern = opts["pattern"];
-  try {
-    if (opts.count("overdecompose") != 0) a.overdecompose = std::stoll(opts["overdecompose"]);
-    if (opts.count("seed") != 0) a.seed = std::stoll(opts["seed"]);
-    if (opts.count("repeat") != 0) a.repeat = std::stoll(opts["repeat"]);
-  } catch (const std::exception&) {
-    std::cerr << "shardload read: --overdecompose, --seed and --repeat take integers\n";
-    return 2;
-  }
-  if (a.repeat < 1) {
-    std::cerr << "shardload read: --repeat must be at least 1\n";
-    return 2;
-  }
-  if (Status s = parse_format_options(opts, &a.format); !s) {
-    std::cerr << "shardload read: error: " << s.message() << "\n";
-    return 2;
-  }
-
   legate::start();
   // Under control replication every rank runs this program and sees the same
   // results; only the first rank speaks, so a multi-node run prints once.
@@ -198,11 +144,11 @@ int cmd_read(const Args& raw) {
   try {
     rc = run(a, out, err);
   } catch (const LayoutError& e) {
-    err << "shardload " << cmd << ": error: " << e.what() << "\n";
+    err << "shardload " << cmd << ": error: " << cli_spelling(e.what()) << "\n";
   } catch (const ShardReadError& e) {
-    err << "shardload " << cmd << ": error: " << e.what() << "\n";
+    err << "shardload " << cmd << ": error: " << cli_spelling(e.what()) << "\n";
   } catch (const OutOfMemoryError& e) {
-    err << "shardload " << cmd << ": error: " << e.what() << "\n";
+    err << "shardload " << cmd << ": error: " << cli_spelling(e.what()) << "\n";
   }
   const int finish = legate::finish();
   return rc != 0 ? rc : finish;

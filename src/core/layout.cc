@@ -3,6 +3,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstdio>
+#include <iterator>
 #include <sstream>
 
 #include "shardload/detail/checked.hpp"
@@ -134,6 +136,21 @@ Result<Layout> discover(const Source& source, const DiscoverOptions& options) {
   return discover_paths(paths, options);
 }
 
+std::string size_string(std::uint64_t bytes) {
+  if (bytes < 1000) return std::to_string(bytes) + " bytes";
+  static constexpr const char* kUnits[] = {"kB", "MB", "GB", "TB", "PB", "EB"};
+  double v = static_cast<double>(bytes) / 1000.0;
+  std::size_t u = 0;
+  // Past 999.995 the two decimals would round up to "1000.00": take the next unit.
+  while (v >= 999.995 && u + 1 < std::size(kUnits)) {
+    v /= 1000.0;
+    ++u;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f %s", v, kUnits[u]);
+  return std::string(buf) + " (" + std::to_string(bytes) + " bytes)";
+}
+
 std::string describe(const Layout& l, std::size_t edge) {
   std::ostringstream o;
   const std::size_t n = l.shards.size();
@@ -143,7 +160,7 @@ std::string describe(const Layout& l, std::size_t edge) {
   o << "trailing shape: " << shape_string(l.trailing_shape) << "\n";
   o << "total rows:     " << l.total_rows() << "\n";
   o << "shape:          " << shape_string(l.shape()) << "\n";
-  o << "bytes:          " << l.total_bytes() << "\n";
+  o << "bytes:          " << size_string(l.total_bytes()) << "\n";
   o << "rows per shard:\n";
   for (std::size_t i = 0; i < n; ++i) {
     if (n > 2 * edge && i == edge) {

@@ -3,6 +3,7 @@
 #include <realm.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <mutex>
 #include <set>
@@ -197,6 +198,11 @@ legate::LogicalArray load(const Layout& layout, const LoadOptions& options, Load
     throw LayoutError("overdecompose (K) must be at least 1, found " +
                       std::to_string(options.overdecompose));
   }
+  using Clock = std::chrono::steady_clock;
+  const auto t0 = Clock::now();
+  auto seconds = [](Clock::time_point a, Clock::time_point b) {
+    return std::chrono::duration<double>(b - a).count();
+  };
   auto* runtime = legate::Runtime::get_runtime();
   const legate::Library lib = library();
   const auto machine = runtime->get_machine();
@@ -224,7 +230,10 @@ legate::LogicalArray load(const Layout& layout, const LoadOptions& options, Load
   for (const auto d : layout.shape()) extents.push_back(static_cast<std::uint64_t>(d));
   legate::LogicalArray array =
       runtime->create_array(legate::Shape{extents}, legate_type(layout.dtype));
-  if (plan.tiles == 0 || layout.row_bytes == 0) return array;  // nothing to read
+  if (plan.tiles == 0 || layout.row_bytes == 0) {  // nothing to read
+    if (info != nullptr) info->launch_seconds = seconds(t0, Clock::now());
+    return array;
+  }
 
   std::vector<std::uint64_t> tile_shape = extents;
   tile_shape[0] = static_cast<std::uint64_t>(plan.tile_rows);
@@ -239,8 +248,11 @@ legate::LogicalArray load(const Layout& layout, const LoadOptions& options, Load
   task.add_scalar_arg(legate::Scalar{li.processors});
   task.add_scalar_arg(legate::Scalar{options.overdecompose});
   task.add_scalar_arg(legate::Scalar{plan.tile_rows});
+  const auto t1 = Clock::now();
+  if (info != nullptr) info->launch_seconds = seconds(t0, t1);
   try {
     runtime->submit(std::move(task));
+    if (info != nullptr) info->fill_seconds = seconds(t1, Clock::now());
   } catch (const legate::TaskException& e) {
     // Whatever a point finds while reading (I/O failure, changed file,
     // damaged chunk, a null) is a read error; only bad task arguments are not.

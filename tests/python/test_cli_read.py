@@ -50,7 +50,7 @@ def test_read_errors_exit_one_and_name_the_file(tmp_path: pathlib.Path, cli) -> 
     r = run(cli, "read", "--shard-dir", d)
     assert r.returncode == 1 and "gap in the numbering" in r.stderr and "shard_0001.npy" in r.stderr
     r = run(cli, "read", "--shard-dir", d, "--overdecompose", "x")
-    assert r.returncode == 2 and "take integers" in r.stderr
+    assert r.returncode == 2 and "--overdecompose: expected an integer >= 1" in r.stderr
 
 
 def _write_format(fmt: str, d: pathlib.Path, parts: list[np.ndarray]) -> list[str]:

@@ -1,0 +1,351 @@
+"""The `shardload` command line's conventions, end to end with the built binary: --help for
+every command, --version, SOURCE as an argument, --opt=value, inspect --json, sizes for people,
+messages in the command line's spelling, and no Legate start for --help or inspect."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import re
+import subprocess
+
+import h5py
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import zarr
+
+import shardload
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+COMMANDS = ["write", "inspect", "read"]
+FORMAT_OPTIONS = ["--format", "--dtype", "--trailing-shape", "--header-bytes", "--dataset",
+                  "--columns", "--fill-value"]
+# Every option each command accepts; a test below checks the parser takes each one.
+OPTIONS = {
+    "write": ["--shard-dir", "--num-shards", "--shape", "--dtype", "--seed"],
+    "inspect": ["--pattern", "--json", *FORMAT_OPTIONS],
+    "read": ["--pattern", "--overdecompose", "--repeat", "--seed", "--no-verify", "--shard-dir",
+             *FORMAT_OPTIONS],
+}
+# A Legate start with this configuration fails at once ("Unknown argument: --bogus"), so a
+# command that succeeds under it did not start Legate.
+NO_LEGATE = {"LEGATE_CONFIG": "--bogus"}
+
+
+def run(cli, *args, env: dict | None = None) -> subprocess.CompletedProcess:
+    full_env = None if env is None else {**os.environ, **env}
+    return subprocess.run([str(cli), *[a if isinstance(a, bytes) else str(a) for a in args]],
+                          capture_output=True, timeout=300, env=full_env)
+
+
+def out(r: subprocess.CompletedProcess) -> str:
+    return r.stdout.decode()
+
+
+def err(r: subprocess.CompletedProcess) -> str:
+    return r.stderr.decode(errors="backslashreplace")
+
+
+def write_set(cli, d: pathlib.Path, shards: int = 3, shape: str = "100,2", seed: int = 5) -> None:
+    r = run(cli, "write", "--shard-dir", d, "--num-shards", shards, "--shape", shape,
+            "--seed", seed)
+    assert r.returncode == 0, err(r)
+
+
+# ---- --help and --version -----------------------------------------------------------------
+
+@pytest.mark.parametrize("cmd", COMMANDS)
+@pytest.mark.parametrize("flag", ["--help", "-h"])
+def test_every_command_has_help_listing_every_option(cli, cmd: str, flag: str) -> None:
+    # After other arguments too, and whatever they are: help wins and exits 0.
+    for args in ([flag], ["SOURCE", "--overdecompose", "x", flag]):
+        r = run(cli, cmd, *args, env=NO_LEGATE)
+        assert r.returncode == 0, err(r)
+        text = out(r)
+        assert text.startswith(f"usage: shardload {cmd} ")
+        assert "LEGATE ERROR" not in text + err(r)
+        lines = text.splitlines()
+        for option in OPTIONS[cmd]:
+            listed = [ln for ln in lines if ln.startswith(f"  {option} ") or ln == f"  {option}"]
+            assert len(listed) == 1, (option, text)
+            # One line each, with a description (on the next line when the name is long).
+            i = lines.index(listed[0])
+            rest = listed[0][len(option) + 2:].strip()
+            assert len(rest.split()) >= 2 or lines[i + 1].startswith(" " * 24), (option, text)
+        assert "--help" in text
+    # `shardload help CMD` prints the same.
+    assert out(run(cli, "help", cmd)) == out(run(cli, cmd, flag))
+
+
+def test_every_listed_option_is_accepted(cli, tmp_path: pathlib.Path) -> None:
+    # The parser and the help agree: each option of the help parses (a value-taking option
+    # given a value); what is refused afterwards is the value, not the option.
+    for cmd in COMMANDS:
+        for option in OPTIONS[cmd]:
+            flag = option in ("--json", "--no-verify")
+            args = [option] if flag else [f"{option}=1"]
+            r = run(cli, cmd, *args, "--help", env=NO_LEGATE)
+            assert r.returncode == 0, (cmd, option, err(r))
+
+
+def test_top_level_help_and_version(cli) -> None:
+    for flag in ["--help", "-h", "help"]:
+        r = run(cli, flag)
+        assert r.returncode == 0 and out(r).startswith("usage: shardload")
+        for cmd in COMMANDS:
+            assert re.search(rf"^  {cmd}\s+\S", out(r), re.M), out(r)
+    version = re.search(r"project\(shardload VERSION ([0-9.]+)",
+                        (ROOT / "CMakeLists.txt").read_text()).group(1)
+    for flag in ["--version", "-V"]:
+        r = run(cli, flag, env=NO_LEGATE)
+        assert r.returncode == 0 and out(r) == f"shardload {version}\n", out(r) + err(r)
+    r = run(cli)
+    assert r.returncode == 2 and "usage: shardload" in err(r)
+
+
+@pytest.mark.parametrize("cmd", COMMANDS)
+def test_unknown_options_exit_2_naming_them_and_pointing_at_help(cli, cmd: str) -> None:
+    for args, needle in [(["--bogus", "1"], "unknown option --bogus"),
+                         (["--bogus=1"], "unknown option --bogus"),
+                         (["-x"], "unknown option -x"),
+                         (["--dtypo", "f4"], "unknown option --dtypo")]:
+        r = run(cli, cmd, "SOURCE", *args, env=NO_LEGATE)
+        assert r.returncode == 2, (args, err(r))
+        assert needle in err(r) and f"shardload {cmd} --help" in err(r), err(r)
+        assert "LEGATE ERROR" not in err(r)
+    # A value-taking option at the end, and a flag given a value.
+    value_option = OPTIONS[cmd][0] if cmd != "inspect" else "--pattern"
+    r = run(cli, cmd, "SOURCE", value_option, env=NO_LEGATE)
+    assert r.returncode == 2 and f"{value_option} needs a value" in err(r), err(r)
+    if cmd != "write":
+        flag = "--json" if cmd == "inspect" else "--no-verify"
+        r = run(cli, cmd, "SOURCE", f"{flag}=yes", env=NO_LEGATE)
+        assert r.returncode == 2 and f"{flag} takes no value" in err(r), err(r)
+    for top in (["frobnicate"], ["--frobnicate"]):
+        r = run(cli, *top)
+        assert r.returncode == 2 and top[0] in err(r) and "shardload --help" in err(r)
+
+
+# ---- no Legate for --help, inspect and usage errors ----------------------------------------
+
+def test_help_inspect_and_usage_errors_do_not_start_legate(cli, tmp_path: pathlib.Path) -> None:
+    d = tmp_path / "set"
+    write_set(cli, d)
+    for args in (["read", "--help"], ["read", d, "--help"], ["inspect", d], ["inspect", "--help"],
+                 ["inspect", d, "--json"], ["--version"]):
+        r = run(cli, *args, env=NO_LEGATE)
+        assert r.returncode == 0 and "LEGATE ERROR" not in err(r), (args, err(r))
+    for args in (["read"], ["read", d, "--overdecompose", "0"], ["read", d, "--repeat=x"],
+                 ["read", d, "--format", "tiff"], ["read", d, d]):
+        r = run(cli, *args, env=NO_LEGATE)
+        assert r.returncode == 2 and "LEGATE ERROR" not in err(r), (args, err(r))
+    # The probe works: a read that does start Legate fails on the bogus configuration.
+    r = run(cli, "read", d, env=NO_LEGATE)
+    assert r.returncode != 0 and "Unknown argument: --bogus" in err(r)
+
+
+# ---- read SOURCE, --opt=value --------------------------------------------------------------
+
+def test_read_takes_the_source_as_an_argument(cli, tmp_path: pathlib.Path) -> None:
+    d = tmp_path / "set"
+    write_set(cli, d, shards=4, shape="300,3", seed=11)
+    ok = "verify:         OK (900 elements match seed 11)"
+    r = run(cli, "read", d, "--overdecompose", "2")
+    assert r.returncode == 0 and ok in out(r), out(r) + err(r)
+    assert "deprecated" not in err(r)
+    # A pattern, a glob or one file as SOURCE: _meta.json is looked for beside the files.
+    for source in (d / "shard_{:04d}.npy", d / "*.npy"):
+        r = run(cli, "read", source)
+        assert r.returncode == 0 and ok in out(r) and "shards:         4" in out(r), err(r)
+    # The old spelling keeps working, with a note.
+    r = run(cli, "read", "--shard-dir", d)
+    assert r.returncode == 0 and ok in out(r) and "--shard-dir is deprecated" in err(r)
+    r = run(cli, "read", d, "--shard-dir", d, env=NO_LEGATE)
+    assert r.returncode == 2 and "not both" in err(r)
+    r = run(cli, "read", d, d, env=NO_LEGATE)
+    assert r.returncode == 2 and "expected one SOURCE" in err(r)
+
+
+def test_every_option_takes_the_equals_form(cli, tmp_path: pathlib.Path) -> None:
+    d = tmp_path / "set"
+    r = run(cli, "write", "--shard-dir=" + str(d), "--num-shards=3", "--shape=200,2",
+            "--dtype=int16", "--seed=7")
+    assert r.returncode == 0, err(r)
+    r = run(cli, "inspect", d, "--format=npy", "--pattern=shard_{:04d}.npy")
+    assert r.returncode == 0 and "shape:          (200, 2)" in out(r), err(r)
+    r = run(cli, "read", d, "--overdecompose=2", "--repeat=2", "--seed=7", "--format=npy",
+            "--pattern=shard_{:04d}.npy")
+    assert r.returncode == 0 and "verify:         OK (400 elements match seed 7)" in out(r), \
+        out(r) + err(r)
+    # Raw options, an empty value ("--trailing-shape=" is 1-D) and a value with '=' in it.
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    (raw / "shard_0000.bin").write_bytes(b"\0" * 8 + np.arange(6, dtype=">f4").tobytes())
+    r = run(cli, "inspect", raw, "--format=raw", "--dtype=>f4", "--trailing-shape=",
+            "--header-bytes=8")
+    assert r.returncode == 0 and "shape:          (6,)" in out(r), err(r)
+    r = run(cli, "inspect", raw, "--format=raw", "--dtype=>f4", "--trailing-shape=3",
+            "--header-bytes=8")
+    assert r.returncode == 0 and "shape:          (2, 3)" in out(r), err(r)
+    # Only the first '=' splits: the value keeps the others.
+    np.save(raw / "x=y_0000.npy", np.arange(4))
+    r = run(cli, "inspect", raw, "--pattern=x=y_{:04d}.npy")
+    assert r.returncode == 0 and "x=y_0000.npy: 4" in out(r), err(r)
+
+
+# ---- inspect --json ------------------------------------------------------------------------
+
+def test_inspect_json_matches_the_layout(cli, tmp_path: pathlib.Path) -> None:
+    d = tmp_path / "set"
+    write_set(cli, d, shards=5, shape="1000,3,2")
+    r = run(cli, "inspect", d, "--json")
+    assert r.returncode == 0, err(r)
+    j = json.loads(r.stdout)
+    layout = shardload.discover(d)
+    assert j["format"] == "npy" and j["dtype"] == "float32" == str(layout.dtype)
+    assert j["shape"] == [1000, 3, 2] and j["trailing_shape"] == [3, 2]
+    assert j["total_rows"] == 1000 and j["bytes"] == layout.nbytes == 1000 * 24
+    assert j["row_bytes"] == 24 and j["num_shards"] == 5
+    assert [s["path"] for s in j["shards"]] == layout.paths
+    assert [s["rows"] for s in j["shards"]] == layout.rows
+    assert [s["first_row"] for s in j["shards"]] == layout.offsets[:-1]
+    assert [s["bytes"] for s in j["shards"]] == [r * 24 for r in layout.rows]
+    assert sum(s["bytes"] for s in j["shards"]) == j["bytes"]
+    # An error is still a message and exit 1, not JSON.
+    r = run(cli, "inspect", tmp_path / "missing", "--json")
+    assert r.returncode == 1 and r.stdout == b"" and "missing" in err(r)
+
+
+def test_inspect_json_escapes_paths_that_are_not_utf8(cli, tmp_path: pathlib.Path) -> None:
+    # A directory name with valid UTF-8 (é, U+1F600), bytes that are not UTF-8 (a lone
+    # continuation byte, 0xff, a truncated sequence, an overlong '/' and an encoded
+    # surrogate), a quote, a backslash, a tab and a newline.
+    name = (b'caf\xc3\xa9 \xf0\x9f\x98\x80 \x80 \xff \xe2\x82 \xc0\xaf \xed\xa0\x80 "q" '
+            b'back\\slash \t new\nline')
+    d = os.fsencode(tmp_path) + b"/" + name
+    r = run(cli, "write", "--shard-dir", d, "--num-shards", "2", "--shape", "10")
+    assert r.returncode == 0, err(r)
+    r = run(cli, "inspect", d, "--json")
+    assert r.returncode == 0, err(r)
+    text = r.stdout.decode("ascii", errors="strict") if r.stdout.isascii() else \
+        r.stdout.decode("utf-8", errors="strict")  # valid UTF-8 JSON, whatever the names
+    for byte in (0x80, 0xff, 0xe2, 0x82, 0xc0, 0xaf, 0xed, 0xa0):
+        assert f"\\udc{byte:02x}" in text
+    assert "é" in text and "\U0001F600" in text  # valid UTF-8 is kept as it is
+    j = json.loads(text)
+    # surrogateescape, as os.fsdecode: os.fsencode gives back the exact bytes.
+    assert [os.fsencode(s["path"]) for s in j["shards"]] == \
+        [d + b"/shard_0000.npy", d + b"/shard_0001.npy"]
+    assert os.fsencode(j["source"]) == d
+    assert [s["path"] for s in j["shards"]] == shardload.discover(d).paths
+
+
+# ---- sizes for people ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("nbytes, text", [
+    (0, "0 bytes"), (999, "999 bytes"), (1000, "1.00 kB (1000 bytes)"),
+    (16000, "16.00 kB (16000 bytes)"), (999_994, "999.99 kB (999994 bytes)"),
+    (999_999, "1.00 MB (999999 bytes)"), (1_234_567_890, "1.23 GB (1234567890 bytes)"),
+    (5 * 10**12 + 1, "5.00 TB (5000000000001 bytes)")])
+def test_inspect_prints_sizes_for_people(cli, tmp_path: pathlib.Path, nbytes: int,
+                                         text: str) -> None:
+    # A sparse raw file of uint8 rows has exactly the size asked for, and costs no space.
+    d = tmp_path / "raw"
+    d.mkdir()
+    with open(d / "shard_0000.bin", "wb") as f:
+        f.truncate(nbytes)
+    r = run(cli, "inspect", d, "--format", "raw", "--dtype", "uint8", "--trailing-shape", "")
+    assert r.returncode == 0, err(r)
+    assert f"bytes:          {text}\n" in out(r), out(r)
+
+
+def test_read_prints_sizes_for_people(cli, tmp_path: pathlib.Path) -> None:
+    d = tmp_path / "set"
+    write_set(cli, d, shards=2, shape="1000,4")
+    r = run(cli, "read", d, "--no-verify")
+    assert r.returncode == 0, err(r)
+    assert "bytes:          16.00 kB (16000 bytes)" in out(r)
+    assert re.search(r"^load: .* GB/s for 16\.00 kB \(16000 bytes\)$", out(r), re.M), out(r)
+
+
+# ---- messages in the command line's spelling -----------------------------------------------
+
+def _python_spelling(text: str) -> list[str]:
+    return re.findall(r"\b(?:format|dtype|shape|pattern|dataset|columns|fill_value|"
+                      r"header_bytes)=|the (?:dtype|shape|header_bytes) option", text)
+
+
+def test_errors_name_options_as_the_command_line_spells_them(cli, tmp_path: pathlib.Path) -> None:
+    def check(args: list, needle: str) -> None:
+        r = run(cli, "inspect", *args)
+        assert r.returncode == 1 and needle in err(r), (args, err(r))
+        assert _python_spelling(err(r)) == [], (args, err(r))
+
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    (raw / "shard_0000.bin").write_bytes(bytes(48))
+    check([raw, "--format", "raw"], "pass --dtype or write")
+    check([raw, "--format", "raw", "--dtype", "f4"], "pass --trailing-shape ('' for 1-D data)")
+    # The Python API keeps its own spelling for the same fault.
+    with pytest.raises(shardload.LayoutError, match=r"pass dtype= or write"):
+        shardload.discover(raw, format="raw")
+    (raw / "shardload.json").write_text(json.dumps({"dtype": "<f4", "shape": [3],
+                                                    "header_bytes": 0}))
+    check([raw, "--format", "raw", "--dtype", "<f8"], "differs from the --dtype option")
+    check([raw, "--format", "raw", "--dtype", ">f4"], "differs from the --dtype option's")
+    check([raw, "--format", "raw", "--trailing-shape", "4"],
+          "differs from the --trailing-shape option")
+    check([raw, "--format", "raw", "--header-bytes", "4"],
+          "differs from the --header-bytes option")
+    unknown = tmp_path / "data.weird"
+    unknown.write_bytes(b"x")
+    check([unknown], "name it with --format")
+    h5 = tmp_path / "two.h5"
+    with h5py.File(h5, "w") as f:
+        f["a"] = np.arange(3)
+        f["b"] = np.arange(3)
+    check([h5], "name one with --dataset")
+    g = zarr.open_group(str(tmp_path / "z" / "shard_0000.zarr"), mode="w")
+    g.create_array("x", shape=(4,), dtype="f4")
+    check([tmp_path / "z", "--format", "zarr"], "name the array with --dataset")
+    pqf = tmp_path / "mixed.parquet"
+    pq.write_table(pa.table({"a": np.arange(3, dtype=np.int32), "b": np.arange(3.0)}), pqf)
+    check([pqf], "pass --dtype to cast")
+
+
+def test_read_errors_use_the_command_line_spelling(cli, tmp_path: pathlib.Path) -> None:
+    # A null found while reading, under Legate: the message suggests --fill-value.
+    d = tmp_path / "nulls"
+    d.mkdir()
+    pq.write_table(pa.table({"a": pa.array([1.0, None, 3.0])}), d / "shard_0000.parquet")
+    r = run(cli, "read", d / "shard_{:04d}.parquet", "--no-verify")
+    assert r.returncode == 1 and "pass --fill-value to replace nulls" in err(r), err(r)
+    assert _python_spelling(err(r)) == []
+    r = run(cli, "read", d / "shard_{:04d}.parquet", "--fill-value=0", "--no-verify")
+    assert r.returncode == 0, err(r)
+
+
+def test_every_python_spelled_phrase_of_the_core_has_a_cli_spelling() -> None:
+    # The class of fault, not the cases above: any message phrase in the sources outside the
+    # command line that names an option the Python way ("pass dtype= to cast", "the shape
+    # option") must be covered by a row of the command line's table of phrases.
+    code = (ROOT / "src/cli/commands.cc").read_text()
+    body = code[code.index("std::string cli_spelling"):]
+    rows = re.findall(r'\{"((?:[^"\\]|\\.)*)",\s*"', body[:body.index("for (const auto&")])
+    assert len(rows) >= 10
+    sources = [p for p in (ROOT / "src").rglob("*") if p.suffix in (".cc", ".hpp", ".cu", ".h")
+               and "cli" not in p.relative_to(ROOT).parts]
+    found = []
+    for path in sources:
+        # Adjacent string literals joined, as the compiler does, then searched one by one.
+        joined = re.sub(r'"\s*\n\s*"', "", path.read_text())
+        for literal in re.findall(r'"((?:[^"\\\n]|\\.)*)"', joined):
+            for m in re.finditer(r"(?:[A-Za-z]+ ){1,3}[a-z_]+=(?: [A-Za-z]+){0,2}"
+                                 r"|(?:differs from the|raw:) [a-z_]+ option", literal):
+                found.append((path.name, m.group(0)))
+    assert len(found) >= 8, found  # the scan does see the core's phrases
+    missing = [(f, p) for f, p in found if not any(p in row for row in rows)]
+    assert not missing, missing
