@@ -13,7 +13,6 @@
 #include "shardload/format.hpp"
 #include "shardload/layout.hpp"
 #include "shardload/plan.hpp"
-#include "shardload/synth.hpp"
 
 namespace py = pybind11;
 using namespace shardload;
@@ -243,14 +242,4 @@ PYBIND11_MODULE(_core, m) {
         return d;
       },
       py::arg("rows"), py::arg("processors"), py::arg("overdecompose") = 1);
-
-  m.def(
-      "synth",
-      [](const std::string& dtype, std::uint64_t seed, std::uint64_t first, std::size_t count) {
-        DType d = unwrap(parse_dtype(dtype));
-        py::array out(numpy_dtype(d), std::vector<py::ssize_t>{static_cast<py::ssize_t>(count)});
-        synth_fill(d, seed, first, count, static_cast<std::byte*>(out.mutable_data()));
-        return out;
-      },
-      py::arg("dtype"), py::arg("seed"), py::arg("first"), py::arg("count"));
 }

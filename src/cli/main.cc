@@ -3,7 +3,7 @@
 #include <iostream>
 #include <string>
 
-#include "commands.hpp"
+#include "cli/commands.hpp"
 
 namespace {
 

@@ -7,22 +7,12 @@
 #include <mutex>
 #include <set>
 
+#include "legate/detail/tasks.hpp"
 #include "shardload/codec.hpp"
 #include "shardload/legate.hpp"
 #include "shardload/plan.hpp"
-#include "tasks.hpp"
 
 namespace shardload {
-
-void throw_status(const Status& st) {
-  switch (st.code()) {
-    case ErrorCode::kIo:
-    case ErrorCode::kChanged:
-      throw ShardReadError(st.message());
-    default:
-      throw LayoutError(st.message());
-  }
-}
 
 namespace {
 
@@ -101,7 +91,6 @@ legate::Library library() {
                                              nullptr, {}, &created);
   if (created) {
     detail::LoadTask::register_variants(lib);
-    detail::VerifyTask::register_variants(lib);
   }
   return lib;
 }

@@ -1,14 +1,14 @@
-#include "load_body.hpp"
+#include "legate/detail/load_body.hpp"
 
 #include <cstring>
 #include <memory>
 #include <span>
 #include <string>
 
+#include "engine/detail/strided.hpp"
+#include "legate/detail/tasks.hpp"
 #include "shardload/codec.hpp"
-#include "shardload/detail/strided.hpp"
 #include "shardload/fill.hpp"
-#include "tasks.hpp"
 
 namespace shardload::detail {
 

@@ -8,7 +8,7 @@
 #include <filesystem>
 #include <functional>
 
-#include "../../src/core/readers/detail/zarr.hpp"
+#include "readers/detail/zarr.hpp"
 #include "shardload/fill.hpp"
 #include "shardload/layout.hpp"
 #include "util.hpp"
