@@ -7,6 +7,24 @@ reads of a row range (``layout.read(lo, hi)``) work without Legate.
 
 from __future__ import annotations
 
-from ._api import LayoutError, OutOfMemoryError, ShardReadError, Layout, discover, load
+from ._api import (
+    Error,
+    Layout,
+    LayoutError,
+    OutOfMemoryError,
+    ShardReadError,
+    SourceNotFoundError,
+    discover,
+    load,
+)
 
-__all__ = ["Layout", "LayoutError", "OutOfMemoryError", "ShardReadError", "discover", "load"]
+__all__ = [
+    "Error",
+    "Layout",
+    "LayoutError",
+    "OutOfMemoryError",
+    "ShardReadError",
+    "SourceNotFoundError",
+    "discover",
+    "load",
+]

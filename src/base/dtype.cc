@@ -19,6 +19,8 @@ const char* error_code_name(ErrorCode code) {
       return "I/O error";
     case ErrorCode::kChanged:
       return "file changed";
+    case ErrorCode::kNoMemory:
+      return "out of memory";
   }
   return "unknown";
 }

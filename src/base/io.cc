@@ -20,7 +20,8 @@ class PosixIo final : public IoBackend {
     struct ::stat st {};
     if (::fstat(fd, &st) != 0) {
       const int err = errno;
-      return Status(ErrorCode::kIo, path + ": cannot stat: " + std::strerror(err));
+      return file_error(ErrorCode::kIo, path, std::string("cannot stat: ") + std::strerror(err),
+                        err);
     }
     FileInfo info;
     info.size = static_cast<std::uint64_t>(st.st_size);
@@ -63,19 +64,19 @@ Result<int> open_regular(const std::string& path, int flags, int* open_errno) {
     // A socket cannot be opened at all (ENXIO); say what it is instead.
     struct ::stat st {};
     if (err == ENXIO && ::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
-      return Status(ErrorCode::kIo, path + ": not a regular file");
+      return file_error(ErrorCode::kIo, path, "not a regular file");
     }
-    return Status(ErrorCode::kIo, path + ": cannot open: " + std::strerror(err));
+    return file_error(ErrorCode::kIo, path, std::string("cannot open: ") + std::strerror(err), err);
   }
   struct ::stat st {};
   if (::fstat(fd, &st) != 0) {
     const int err = errno;
     ::close(fd);
-    return Status(ErrorCode::kIo, path + ": cannot stat: " + std::strerror(err));
+    return file_error(ErrorCode::kIo, path, std::string("cannot stat: ") + std::strerror(err), err);
   }
   if (!S_ISREG(st.st_mode)) {
     ::close(fd);
-    return Status(ErrorCode::kIo, path + ": not a regular file");
+    return file_error(ErrorCode::kIo, path, "not a regular file");
   }
   // Reads of a regular file never return EAGAIN, but the flag has no business
   // on a descriptor that others (Arrow, cuFile) may read from.
@@ -150,14 +151,17 @@ Status File::read_exact(void* dst, std::size_t n, std::uint64_t offset) const {
     const std::int64_t got = io_->pread(fd_, out + done, want, offset + done);
     if (got < 0) {
       if (got == -EINTR) continue;
-      return {ErrorCode::kIo, path_ + ": read of " + std::to_string(n) + " bytes at offset " +
-                                  std::to_string(offset) + " failed after " + std::to_string(done) +
-                                  " bytes: " + std::strerror(static_cast<int>(-got))};
+      return file_error(ErrorCode::kIo, path_,
+                        "read of " + std::to_string(n) + " bytes at offset " +
+                            std::to_string(offset) + " failed after " + std::to_string(done) +
+                            " bytes: " + std::strerror(static_cast<int>(-got)),
+                        static_cast<int>(-got));
     }
     if (got == 0) {
-      return {ErrorCode::kIo, path_ + ": short read at offset " + std::to_string(offset) +
-                                  ": expected " + std::to_string(n) + " bytes, got " +
-                                  std::to_string(done) + " (file truncated?)"};
+      return file_error(ErrorCode::kIo, path_,
+                        "short read at offset " + std::to_string(offset) + ": expected " +
+                            std::to_string(n) + " bytes, got " + std::to_string(done) +
+                            " (file truncated?)");
     }
     done += static_cast<std::size_t>(got);
   }

@@ -212,7 +212,8 @@ Result<std::vector<std::string>> resolve_directory(const Source& s) {
   struct ::stat st {};
   if (::stat(s.directory.c_str(), &st) != 0) {
     const int err = errno;
-    return layout_error(s.directory + ": shard directory not found (" + std::strerror(err) + ")");
+    return file_error(ErrorCode::kLayout, s.directory,
+                      std::string("shard directory not found (") + std::strerror(err) + ")", err);
   }
   if (!S_ISDIR(st.st_mode)) return layout_error(s.directory + ": not a directory");
   DIR* d = ::opendir(s.directory.c_str());

@@ -168,12 +168,9 @@ int cmd_read(const Args& raw) {
   int rc = 1;
   try {
     rc = run(a, out, err);
-  } catch (const LayoutError& e) {
-    err << "shardload " << cmd << ": error: " << e.what() << "\n";
-  } catch (const ShardReadError& e) {
-    err << "shardload " << cmd << ": error: " << e.what() << "\n";
-  } catch (const OutOfMemoryError& e) {
-    err << "shardload " << cmd << ": error: " << e.what() << "\n";
+  } catch (const Error& e) {
+    // Whatever throw_status made of the failure (LayoutError, ShardReadError, ...).
+    err << "shardload " << cmd << ": error: " << e.status().message() << "\n";
   }
   const int finish = legate::finish();
   return rc != 0 ? rc : finish;

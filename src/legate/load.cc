@@ -233,9 +233,7 @@ legate::LogicalArray load(const Layout& layout, const LoadOptions& options, Load
   } catch (const legate::TaskException& e) {
     // Whatever a point finds while reading (I/O failure, changed file,
     // damaged chunk, a null) is a read error; only bad task arguments are not.
-    const Status st = detail::status_from_task_error(e.what());
-    if (st.code() == ErrorCode::kInvalidArgument) throw LayoutError(st.message());
-    throw ShardReadError(st.message());
+    throw_status(detail::status_from_task_error(e), ErrorSite::kRead);
   }
   return array;
 }

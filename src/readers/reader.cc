@@ -54,7 +54,9 @@ class GuardedReader final : public ShardReader {
 
   Result<ShardProbe> probe(const std::string& path) override {
     try {
-      return inner_->probe(path);
+      Result<ShardProbe> r = inner_->probe(path);
+      if (!r) return r.status().with_path(path);
+      return r;
     } catch (const std::bad_alloc&) {
       return Status(ErrorCode::kLayout, path + ": out of memory while reading the metadata");
     } catch (const std::exception& e) {
@@ -69,7 +71,7 @@ class GuardedReader final : public ShardReader {
     // The caller puts the rows in front; the file is the shard's.
     const auto where = [&] { return shard.path; };
     try {
-      return inner_->read_rows(spec, shard, lo, hi, dst);
+      return inner_->read_rows(spec, shard, lo, hi, dst).with_path(shard.path);
     } catch (const std::bad_alloc&) {
       return {ErrorCode::kIo, where() +
                                   ": out of memory (a buffer the data needs could not be "

@@ -35,9 +35,10 @@ class LoadTask : public legate::LegateTask<LoadTask> {
 #endif
 };
 
-// How a Status crosses the task boundary: the message carries the code so
-// that the caller can rethrow the matching typed exception.
+// How a Status crosses the task boundary: its code travels as the TaskException's index and
+// its message as the exception's message, so that the launcher rebuilds the Status and
+// throw_status picks the matching exception.
 [[noreturn]] void throw_task_error(const Status& status);
-Status status_from_task_error(const std::string& what);
+Status status_from_task_error(const legate::TaskException& error);
 
 }  // namespace shardload::detail

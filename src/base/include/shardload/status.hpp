@@ -4,6 +4,9 @@
 // exception aborts the process. Errors carry a code (what kind of failure)
 // and a message that names the file, the field, what was expected and what
 // was found; each layer adds its context in front with with_context().
+//
+// Contract: values; copy and move freely, share between threads read-only. A Result holds a
+// value or a non-ok Status, never both; value() on an error is a bug (asserted in debug).
 #pragma once
 
 #include <cassert>
@@ -20,9 +23,15 @@ enum class ErrorCode {
   kFormat,           // a file's own metadata is malformed or unsupported
   kIo,               // the operating system failed a call, or a read came up short
   kChanged,          // a file changed between discovery and load
+  kNoMemory,         // the data does not fit the memory it is to be loaded into
 };
 
 const char* error_code_name(ErrorCode code);
+
+class Status;
+// An error about one file: "PATH: what", with the path (and the errno, when a system call
+// failed) kept as data for the front ends (Python's OSError.filename).
+Status file_error(ErrorCode code, const std::string& path, const std::string& what, int err = 0);
 
 class [[nodiscard]] Status {
  public:
@@ -36,15 +45,37 @@ class [[nodiscard]] Status {
   [[nodiscard]] ErrorCode code() const { return code_; }
   [[nodiscard]] const std::string& message() const { return message_; }
 
-  // Prefixes the message with "context: " and keeps the code.
+  // The file the error is about, as data (the message names it too), or "" when none is
+  // known; and the errno of the failed system call, or 0. Both survive with_context.
+  [[nodiscard]] const std::string& path() const { return path_; }
+  [[nodiscard]] int sys_errno() const { return sys_errno_; }
+
+  // Prefixes the message with "context: " and keeps the code, path and errno.
   [[nodiscard]] Status with_context(const std::string& context) const {
     if (is_ok()) return *this;
-    return {code_, context + ": " + message_};
+    Status s = *this;
+    s.message_ = context + ": " + message_;
+    return s;
+  }
+  // The same error about `path`, unless it names a file already (the innermost site that
+  // knows the file wins: an HDF5 dataset's external file rather than the shard).
+  [[nodiscard]] Status with_path(const std::string& path) const {
+    if (is_ok() || !path_.empty()) return *this;
+    Status s = *this;
+    s.path_ = path;
+    return s;
+  }
+  [[nodiscard]] Status with_errno(int err) const {
+    Status s = *this;
+    s.sys_errno_ = err;
+    return s;
   }
 
  private:
   ErrorCode code_ = ErrorCode::kOk;
   std::string message_;
+  std::string path_;
+  int sys_errno_ = 0;
 };
 
 template <typename T>
@@ -73,6 +104,11 @@ class [[nodiscard]] Result {
  private:
   std::variant<T, Status> v_;
 };
+
+inline Status file_error(ErrorCode code, const std::string& path, const std::string& what,
+                         int err) {
+  return Status(code, path + ": " + what).with_path(path).with_errno(err);
+}
 
 }  // namespace shardload
 

@@ -1,6 +1,9 @@
 // The cuPyNumeric flavour of shardload::load, for programs that use
 // cuPyNumeric's C++ API (link cupynumeric::cupynumeric and call
 // cupynumeric::initialize after legate::start).
+//
+// Contract: as shardload::load (shardload/legate.hpp): the caller owns the returned ndarray;
+// errors are the exceptions of shardload/errors.hpp.
 #pragma once
 
 #include <cupynumeric.h>

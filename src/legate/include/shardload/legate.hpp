@@ -6,6 +6,11 @@
 //
 // The Legate runtime must be started (legate::start()) before load().
 // Errors are typed exceptions here; the core under it returns Status.
+//
+// Contract: Layouts are values; load() returns a LogicalArray the caller owns (Legate frees
+// its storage when the last handle goes). Call from the thread that started Legate, or under
+// control replication from every rank alike. Errors are the exceptions of
+// shardload/errors.hpp (thrown by throw_status, each carrying its Status).
 #pragma once
 
 #include <legate.h>
