@@ -534,7 +534,10 @@ class ArrowReader final : public ShardReader {
       e.group_rows = f.group_rows;
     }
     std::int64_t rows = 0;
-    for (const auto r : e.group_rows) rows += r;
+    for (const auto r : e.group_rows) {
+      rows += r;
+      p.decode_rows = std::max(p.decode_rows, r);
+    }
     p.shard.rows = rows;
     if (idx.size() > 1) p.trailing_shape = {static_cast<std::int64_t>(idx.size())};
     p.shard.extra = encode_extra(e);

@@ -427,6 +427,20 @@ struct DirectPlan {
 // scale-offset, unknown filters, padded compounds, VAX order) is nullopt and
 // read by H5Dread, which handles it exactly. Called with the lock held; leaves
 // HDF5's error stack for the caller to clear.
+// Rows along axis 0 of a chunked dataset's chunk; 0 for contiguous or compact storage.
+// Called with the lock held.
+std::int64_t chunk_rows(const Hdf5Api& api, hid_t dataset, std::size_t rank) {
+  if (rank == 0) return 0;
+  Hid dcpl(api.H5Dget_create_plist(dataset), api.H5Pclose);
+  if (!dcpl.valid() || api.H5Pget_layout(dcpl.get()) != H5D_CHUNKED) return 0;
+  std::vector<hsize_t> chunk(rank, 0);
+  if (api.H5Pget_chunk(dcpl.get(), static_cast<int>(rank), chunk.data()) !=
+      static_cast<int>(rank)) {
+    return 0;
+  }
+  return static_cast<std::int64_t>(chunk[0]);
+}
+
 std::optional<DirectPlan> direct_plan(const Hdf5Api& api, hid_t dataset, DType dtype,
                                       const std::vector<hsize_t>& dims) {
   if (api.H5Dget_chunk_storage_size == nullptr || api.H5Dread_chunk == nullptr) return std::nullopt;
@@ -633,6 +647,7 @@ class Hdf5Reader final : public ShardReader {
       for (std::size_t i = 1; i < d.dims.size(); ++i) {
         p.trailing_shape.push_back(static_cast<std::int64_t>(d.dims[i]));
       }
+      p.decode_rows = chunk_rows(api_, d.dataset.get(), d.dims.size());
       // The resolved dataset path: with the default, each file's only dataset
       // may have its own name, and the read must not search again.
       p.shard.extra = d.name;

@@ -144,6 +144,8 @@ class ZarrReader final : public ShardReader {
     p.shard.byte_swap = meta->dtype.size > 1 && meta->big_endian == host_is_little_endian();
     p.shard.fortran_order = meta->fortran;
     p.shard.extra = encode_zarr_meta(*meta);
+    const auto& unit = meta->sharded ? meta->inner_chunks : meta->chunks;
+    if (!unit.empty()) p.decode_rows = unit[0];
     return p;
   }
 

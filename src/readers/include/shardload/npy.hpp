@@ -3,6 +3,9 @@
 // The header is a Python dict literal; it is tokenized, not searched for
 // substrings, so keys may come in any order with any spacing and a trailing
 // comma, and anything else is rejected with the field that is wrong.
+//
+// Contract: pure functions over the caller's bytes (nothing kept); kFormat errors name the
+// field; safe from any thread.
 #pragma once
 
 #include <cstddef>

@@ -9,6 +9,11 @@
 //
 // A reader never throws and never reads a whole file to serve a slice. One
 // reader object serves one thread; it may keep scratch buffers between calls.
+//
+// Contract: make_reader returns an owned reader; a reader is used by one thread at a time
+// and borrows ReaderContext::io, which must outlive it. Shards and ReadSpecs are values the
+// caller keeps alive for the call. Errors are Status naming the file (its path also as data);
+// readers never throw (make_reader's wrapper turns a stray exception into a Status).
 #pragma once
 
 #include <cstddef>
@@ -46,6 +51,11 @@ struct ShardProbe {
   Shard shard;
   DType dtype;
   std::vector<std::int64_t> trailing_shape;
+  // Rows along axis 0 of the format's natural decode unit, the least a reader decodes to
+  // serve any row in it: an HDF5 chunk, a Parquet row group or Arrow record batch (the
+  // largest in the file), a Zarr chunk (the inner chunk when sharded). 0 when rows are read
+  // directly (npy, raw, contiguous HDF5).
+  std::int64_t decode_rows = 0;
 };
 
 // What a reader needs of the dataset besides the shard itself: the element
