@@ -1,5 +1,8 @@
 // Element types shardload understands: bool, signed and unsigned integers of
 // 1-8 bytes, IEEE floats of 2, 4 and 8 bytes and complex of 8 and 16 bytes.
+//
+// Contract: DType is a value; parse_dtype returns kInvalidArgument naming the text; pure
+// functions, safe from any thread.
 #pragma once
 
 #include <bit>

@@ -1,6 +1,9 @@
 // The on-disk formats shardload reads and the options that select what to
 // read from them. The options are the same for every shard of a dataset and
 // travel with the layout to wherever the data is read.
+//
+// Contract: FormatOptions is a value, copied into the Layout; parse_format returns
+// kInvalidArgument naming the text; safe from any thread.
 #pragma once
 
 #include <cstdint>

@@ -3,6 +3,11 @@
 // All file access in the core goes through an IoBackend so that tests can
 // inject faults (a failing or short read in the middle of a load) without
 // touching real disks. posix_io() is the real thing and is what users get.
+//
+// Contract: a File owns its descriptor (move-only, closed by the destructor) and borrows its
+// IoBackend, which must outlive it. posix_io() is a process-wide singleton, safe from any
+// thread; one File may serve concurrent positional reads. Errors are Status (kIo, naming the
+// file, with the path and errno as data); nothing throws.
 #pragma once
 
 #include <cstddef>

@@ -5,6 +5,10 @@
 //  - a numbered pattern such as "part-{:05d}.npy" (in a directory),
 //  - a glob such as "data/*.npy", ordered naturally (2 before 10),
 //  - an explicit ordered list of paths.
+//
+// Contract: a Source is a value and holds only names; resolving it lists the file system
+// (no file is opened) and returns kLayout / kInvalidArgument errors naming the path or
+// pattern (a missing directory also carries its path and ENOENT as data). Safe from any thread.
 #pragma once
 
 #include <cstdint>

@@ -10,6 +10,10 @@
 //   direct reads    GPUDirect Storage through cuFile, loaded at run time with
 //                   dlopen("libcufile.so.0") when asked for; absent or failing
 //                   to open, the backend simply has no direct reads
+//
+// Contract: a CudaCopyBackend owns its staging memory and events (freed by the destructor
+// after the stream's copies are waited for) and is used by one fill at a time. Errors are
+// Status (kIo, naming the CUDA call); "no CUDA device" is one, not a crash.
 #pragma once
 
 #include <memory>

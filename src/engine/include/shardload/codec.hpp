@@ -3,6 +3,10 @@
 // same bytes for every point, on every rank). Its size grows with the shard
 // count only: shard paths share their common prefix, and numbers are
 // variable-length.
+//
+// Contract: encode_layout returns owned bytes; decode_layout copies what it needs out of the
+// caller's span and returns kInvalidArgument for bytes that are not an encoding (never reads
+// past the span). Safe from any thread.
 #pragma once
 
 #include <cstdint>

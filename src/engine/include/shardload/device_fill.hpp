@@ -14,6 +14,9 @@
 // that run without a GPU. This header includes no CUDA header.
 //
 // Never throws: it runs inside Legate tasks.
+//
+// Contract: the caller owns the device memory, the stream and the CopyBackend, and keeps them
+// alive until fill_device returns (it waits for its own copies). One fill per stream at a time.
 #pragma once
 
 #include <atomic>

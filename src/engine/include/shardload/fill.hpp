@@ -9,6 +9,10 @@
 // last read from it, so that a file written while it is read is an error,
 // never a mix of old and new bytes. Never throws: it runs inside Legate
 // tasks.
+//
+// Contract: the caller owns dst and the Layout and keeps both alive for the call; each call
+// makes its own readers, so concurrent calls (on disjoint dst) are safe. Errors are Status
+// naming the file and rows; nothing throws.
 #pragma once
 
 #include <cstddef>

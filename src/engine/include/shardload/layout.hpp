@@ -2,6 +2,11 @@
 // offsets, dtype, trailing shape and a (size, mtime, ctime, inode) snapshot
 // of each file.
 // Every check on the files happens in discover(), before anything launches.
+//
+// Contract: a Layout is a value (copy it freely; it holds paths and snapshots, no open
+// files), immutable once built and safe to share between threads. discover() and friends
+// return Status (kLayout for a dataset that does not hold together, kIo/kChanged for a file
+// that cannot be read, kInvalidArgument for options) naming the file; nothing throws.
 #pragma once
 
 #include <cstdint>

@@ -17,6 +17,9 @@
 // and the launch at most 65,536 points, unless P alone exceeds that (then the
 // tiles are as fine as with K = 1). The caps depend on (rows, P, K) only, so
 // the task side recomputes the same plan from the same inputs.
+//
+// Contract: pure functions of their arguments (no I/O, no state), safe from any thread;
+// make_plan returns kInvalidArgument for P < 1 or K < 1.
 #pragma once
 
 #include <algorithm>

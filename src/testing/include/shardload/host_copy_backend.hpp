@@ -9,6 +9,9 @@
 // refused at enqueue, or a copy that fails later, as a transfer error would.
 // The "device" is any host memory; the stream argument must be the same
 // non-null pointer in every call.
+//
+// Not part of the product (src/testing): a test double. Owns its worker thread and memory;
+// the destructor drains the queue. One fill at a time, as with a CUDA backend.
 #pragma once
 
 #include <atomic>

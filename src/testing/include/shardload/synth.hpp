@@ -9,6 +9,9 @@
 //   bool: h >> 63;  ints: the low 8*size bits of h;
 //   floats with b significant bits (11, 24, 53): ((h >> (64 - b)) - 2^(b-1)) * 2^-8
 //   complex: real part from h, imaginary part from splitmix64(h), as floats.
+//
+// Not part of the product (src/testing): demo data and tests only. Pure functions over the
+// caller's buffers; write_npy returns an error naming the file. Safe from any thread.
 #pragma once
 
 #include <cstddef>
