@@ -132,35 +132,45 @@ Result<std::uint64_t> npy_header_size(std::span<const std::byte> prefix) {
   return total;
 }
 
-Result<NpyHeader> parse_npy_header(std::span<const std::byte> header) {
-  SHARDLOAD_ASSIGN_OR_RETURN(const std::uint64_t total, npy_header_size(header));
-  if (header.size() != total) {
-    return format_error("expected " + std::to_string(total) + " header bytes, found " +
-                        std::to_string(header.size()));
-  }
-  NpyHeader h;
-  h.major = std::to_integer<int>(header[6]);
-  h.minor = std::to_integer<int>(header[7]);
-  h.data_offset = total;
-  const std::size_t start = h.major == 1 ? 10 : 12;
-  std::string_view text(reinterpret_cast<const char*>(header.data()) + start, total - start);
-  if (text.empty() || text.back() != '\n') {
-    return format_error("the header dict does not end with a newline");
-  }
-  if (h.major < 3) {
-    for (const char c : text) {
-      if (static_cast<unsigned char>(c) >= 0x80) {
-        return format_error("non-ASCII byte in a version " + std::to_string(h.major) +
-                            ".0 header (only version 3.0 allows UTF-8)");
-      }
-    }
-  }
+namespace {
 
-  Parser p(text);
-  if (!p.eat('{')) return format_error("expected '{' at the start of the header dict");
+// The header dict's entries as written, before any of them is interpreted.
+struct HeaderDict {
   std::optional<std::string> descr;
   std::optional<bool> fortran;
   std::optional<std::vector<std::int64_t>> shape;
+};
+
+// The shape tuple after its key: "(n,)", "(a, b)", "()".
+Result<std::vector<std::int64_t>> tokenize_shape(Parser& p) {
+  if (!p.eat('(')) return format_error("shape: expected a tuple");
+  std::vector<std::int64_t> dims;
+  bool need_comma = false;  // a 1-tuple must be written "(5,)"
+  while (!p.eat(')')) {
+    auto v = p.integer();
+    if (!v) return format_error("shape: expected a non-negative integer that fits int64");
+    dims.push_back(*v);
+    if (p.eat(',')) {
+      need_comma = false;
+    } else if (p.peek() == ')') {
+      need_comma = dims.size() == 1;
+    } else {
+      return format_error("shape: expected ',' or ')'");
+    }
+  }
+  if (need_comma) return format_error("shape: '(n)' is not a tuple; expected '(n,)'");
+  return dims;
+}
+
+// Tokenising: the dict literal into its three entries; every syntax error, a duplicate or
+// an unknown key is refused here.
+Result<HeaderDict> tokenize_dict(std::string_view text) {
+  HeaderDict d;
+  auto& descr = d.descr;
+  auto& fortran = d.fortran;
+  auto& shape = d.shape;
+  Parser p(text);
+  if (!p.eat('{')) return format_error("expected '{' at the start of the header dict");
   while (!p.eat('}')) {
     auto key = p.string_literal();
     if (!key) return format_error("expected a quoted key at offset " + std::to_string(p.pos()));
@@ -185,23 +195,7 @@ Result<NpyHeader> parse_npy_header(std::span<const std::byte> header) {
       }
     } else if (*key == "shape") {
       if (shape) return format_error("key 'shape' appears twice");
-      if (!p.eat('(')) return format_error("shape: expected a tuple");
-      std::vector<std::int64_t> dims;
-      bool need_comma = false;  // a 1-tuple must be written "(5,)"
-      while (!p.eat(')')) {
-        auto v = p.integer();
-        if (!v) return format_error("shape: expected a non-negative integer that fits int64");
-        dims.push_back(*v);
-        if (p.eat(',')) {
-          need_comma = false;
-        } else if (p.peek() == ')') {
-          need_comma = dims.size() == 1;
-        } else {
-          return format_error("shape: expected ',' or ')'");
-        }
-      }
-      if (need_comma) return format_error("shape: '(n)' is not a tuple; expected '(n,)'");
-      shape = std::move(dims);
+      SHARDLOAD_ASSIGN_OR_RETURN(shape, tokenize_shape(p));
     } else {
       return format_error("unexpected key '" + *key +
                           "' (expected only descr, fortran_order and shape)");
@@ -212,6 +206,14 @@ Result<NpyHeader> parse_npy_header(std::span<const std::byte> header) {
     }
   }
   if (!p.at_end()) return format_error("unexpected text after the header dict");
+  return d;
+}
+
+// Validation: what the entries mean (dtype and byte order, order, shape, sizes) into h.
+Status validate_dict(HeaderDict dict, NpyHeader& h) {
+  auto& descr = dict.descr;
+  auto& fortran = dict.fortran;
+  auto& shape = dict.shape;
   if (!descr) return format_error("missing key 'descr'");
   if (!fortran) return format_error("missing key 'fortran_order'");
   if (!shape) return format_error("missing key 'shape'");
@@ -239,6 +241,43 @@ Result<NpyHeader> parse_npy_header(std::span<const std::byte> header) {
           static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()) - h.data_offset) {
     return format_error("shape: the data size overflows 64 bits");
   }
+  return Status::ok();
+}
+
+// Framing: the magic, version and size (npy_header_size), then the dict's text, which ends
+// with a newline and, before version 3.0, is ASCII.
+Result<std::string_view> header_text(std::span<const std::byte> header, NpyHeader& h) {
+  SHARDLOAD_ASSIGN_OR_RETURN(const std::uint64_t total, npy_header_size(header));
+  if (header.size() != total) {
+    return format_error("expected " + std::to_string(total) + " header bytes, found " +
+                        std::to_string(header.size()));
+  }
+  h.major = std::to_integer<int>(header[6]);
+  h.minor = std::to_integer<int>(header[7]);
+  h.data_offset = total;
+  const std::size_t start = h.major == 1 ? 10 : 12;
+  std::string_view text(reinterpret_cast<const char*>(header.data()) + start, total - start);
+  if (text.empty() || text.back() != '\n') {
+    return format_error("the header dict does not end with a newline");
+  }
+  if (h.major < 3) {
+    for (const char c : text) {
+      if (static_cast<unsigned char>(c) >= 0x80) {
+        return format_error("non-ASCII byte in a version " + std::to_string(h.major) +
+                            ".0 header (only version 3.0 allows UTF-8)");
+      }
+    }
+  }
+  return text;
+}
+
+}  // namespace
+
+Result<NpyHeader> parse_npy_header(std::span<const std::byte> header) {
+  NpyHeader h;
+  SHARDLOAD_ASSIGN_OR_RETURN(const std::string_view text, header_text(header, h));
+  SHARDLOAD_ASSIGN_OR_RETURN(HeaderDict dict, tokenize_dict(text));
+  SHARDLOAD_RETURN_IF_ERROR(validate_dict(std::move(dict), h));
   return h;
 }
 

@@ -108,12 +108,74 @@ class RawReader final : public ShardReader {
     ShardProbe p;
     p.shard.path = path;
     SHARDLOAD_ASSIGN_OR_RETURN(Sidecar * side, sidecar_for(parent_dir(path)));
+    SHARDLOAD_ASSIGN_OR_RETURN(const Geometry g, geometry(path, side));
+    p.dtype = g.dtype;
+    p.trailing_shape = g.trailing_shape;
 
+    SHARDLOAD_ASSIGN_OR_RETURN(File f, File::open(*ctx_.io, path));
+    SHARDLOAD_ASSIGN_OR_RETURN(p.shard.snapshot, f.stat());
+    if (!p.shard.snapshot.regular) return Status(ErrorCode::kFormat, path + ": not a regular file");
+    const std::uint64_t size = p.shard.snapshot.size;
+    SHARDLOAD_ASSIGN_OR_RETURN(const std::optional<std::int64_t> rows_by_size,
+                               rows_from_size(path, size, g));
+    SHARDLOAD_ASSIGN_OR_RETURN(const std::optional<std::int64_t> rows_by_sidecar,
+                               rows_from_sidecar(path, side));
+    if (rows_by_sidecar && rows_by_size && *rows_by_sidecar != *rows_by_size) {
+      return Status(ErrorCode::kFormat,
+                    path + ": rows: " + side->path + " says " + std::to_string(*rows_by_sidecar) +
+                        " rows, but the file's size " + std::to_string(size) + " holds " +
+                        std::to_string(*rows_by_size) + " (" + g.describe() + ")");
+    }
+    if (!rows_by_size && !rows_by_sidecar) {
+      return Status(ErrorCode::kFormat, path +
+                                            ": rows of 0 bytes: the row count cannot follow "
+                                            "from the file size; give \"rows\" in " +
+                                            parent_dir(path) + "/" + kSidecarName);
+    }
+    p.shard.rows = rows_by_size ? *rows_by_size : *rows_by_sidecar;
+    p.shard.data_offset = g.header;
+    p.shard.byte_swap = p.dtype.size > 1 && g.big == host_is_little_endian();
+    return p;
+  }
+
+  Status read_rows(const ReadSpec& l, const Shard& s, std::int64_t lo, std::int64_t hi,
+                   std::byte* dst) override {
+    const std::size_t bytes = static_cast<std::size_t>(hi - lo) * l.row_bytes;
+    if (bytes == 0) return Status::ok();
+    SHARDLOAD_ASSIGN_OR_RETURN(File f, File::open(*ctx_.io, s.path));
+    if (ctx_.check_snapshot) SHARDLOAD_RETURN_IF_ERROR(check_snapshot(f, s));
+    const std::uint64_t off = s.data_offset + static_cast<std::uint64_t>(lo) * l.row_bytes;
+    Status read = f.read_exact(dst, bytes, off);
+    if (ctx_.check_snapshot) read = check_unchanged(f, s.snapshot, std::move(read));
+    SHARDLOAD_RETURN_IF_ERROR(read);
+    if (s.byte_swap) byte_swap(dst, bytes / l.dtype.swap_unit(), l.dtype.swap_unit());
+    return Status::ok();
+  }
+
+ private:
+  // What a raw file's bytes are, from the options and the directory's sidecar, which must
+  // agree where both say something.
+  struct Geometry {
+    DType dtype;
+    bool big = false;  // stored big-endian
+    std::vector<std::int64_t> trailing_shape;
+    std::uint64_t header = 0;
+    std::uint64_t row_bytes = 0;
+
+    [[nodiscard]] std::string describe() const {
+      return "header " + std::to_string(header) + " + rows of " + std::to_string(row_bytes) +
+             " bytes (" + dtype_with_order(dtype, big) + ", row shape " +
+             shape_string(trailing_shape) + ")";
+    }
+  };
+
+  Result<Geometry> geometry(const std::string& path, const Sidecar* side) const {
+    Geometry g;
     // dtype and byte order. An order spelled in the dtype option ("<f4")
     // must agree with the sidecar's; otherwise the sidecar's order applies
     // (native when there is no sidecar).
-    bool big = !host_is_little_endian();
-    if (side != nullptr) big = side->big_endian;
+    g.big = !host_is_little_endian();
+    if (side != nullptr) g.big = side->big_endian;
     if (options_.big_endian) {
       if (side != nullptr && side->dtype && side->big_endian != *options_.big_endian) {
         return Status(ErrorCode::kFormat,
@@ -121,7 +183,7 @@ class RawReader final : public ShardReader {
                           "-endian differs from the dtype option's " +
                           (*options_.big_endian ? "big" : "little") + "-endian");
       }
-      big = *options_.big_endian;
+      g.big = *options_.big_endian;
     }
     if (options_.dtype && side != nullptr && side->dtype && *options_.dtype != *side->dtype) {
       return Status(ErrorCode::kFormat, side->path + ": dtype: " + side->dtype->name() +
@@ -129,9 +191,9 @@ class RawReader final : public ShardReader {
                                             options_.dtype->name());
     }
     if (options_.dtype) {
-      p.dtype = *options_.dtype;
+      g.dtype = *options_.dtype;
     } else if (side != nullptr && side->dtype) {
-      p.dtype = *side->dtype;
+      g.dtype = *side->dtype;
     } else {
       return Status(ErrorCode::kFormat,
                     path + ": raw files need a dtype: pass dtype= or write \"dtype\" in " +
@@ -145,9 +207,9 @@ class RawReader final : public ShardReader {
                                             shape_string(*options_.trailing_shape));
     }
     if (options_.trailing_shape) {
-      p.trailing_shape = *options_.trailing_shape;
+      g.trailing_shape = *options_.trailing_shape;
     } else if (side != nullptr && side->shape) {
-      p.trailing_shape = *side->shape;
+      g.trailing_shape = *side->shape;
     } else {
       return Status(ErrorCode::kFormat,
                     path +
@@ -163,30 +225,31 @@ class RawReader final : public ShardReader {
                         " differs from the header_bytes option " +
                         std::to_string(*options_.header_bytes));
     }
-    std::uint64_t header = 0;
     if (options_.header_bytes) {
-      header = *options_.header_bytes;
+      g.header = *options_.header_bytes;
     } else if (side != nullptr && side->header_bytes) {
-      header = *side->header_bytes;
+      g.header = *side->header_bytes;
     }
 
-    std::uint64_t row_bytes = p.dtype.size;
-    for (const auto d : p.trailing_shape) {
-      if (!checked_mul(row_bytes, static_cast<std::uint64_t>(d), &row_bytes)) {
+    g.row_bytes = g.dtype.size;
+    for (const auto d : g.trailing_shape) {
+      if (!checked_mul(g.row_bytes, static_cast<std::uint64_t>(d), &g.row_bytes)) {
         return Status(ErrorCode::kFormat, path + ": the row size of trailing shape " +
-                                              shape_string(p.trailing_shape) +
+                                              shape_string(g.trailing_shape) +
                                               " overflows 64 bits");
       }
     }
 
-    SHARDLOAD_ASSIGN_OR_RETURN(File f, File::open(*ctx_.io, path));
-    SHARDLOAD_ASSIGN_OR_RETURN(p.shard.snapshot, f.stat());
-    if (!p.shard.snapshot.regular) return Status(ErrorCode::kFormat, path + ": not a regular file");
-    const std::uint64_t size = p.shard.snapshot.size;
-    const std::string geometry = "header " + std::to_string(header) + " + rows of " +
-                                 std::to_string(row_bytes) + " bytes (" +
-                                 dtype_with_order(p.dtype, big) + ", row shape " +
-                                 shape_string(p.trailing_shape) + ")";
+    return g;
+  }
+
+  // The rows the file's size holds after the header; nullopt for rows of 0 bytes, whose
+  // count the size cannot tell.
+  static Result<std::optional<std::int64_t>> rows_from_size(const std::string& path,
+                                                            std::uint64_t size, const Geometry& g) {
+    const std::uint64_t header = g.header;
+    const std::uint64_t row_bytes = g.row_bytes;
+    const std::string geometry = g.describe();
     if (size < header) {
       return Status(ErrorCode::kFormat, path + ": size: " + std::to_string(size) +
                                             " bytes is shorter than the header of " +
@@ -215,6 +278,13 @@ class RawReader final : public ShardReader {
       rows_by_size = static_cast<std::int64_t>(data / row_bytes);
     }
 
+    return rows_by_size;
+  }
+
+  // The rows the sidecar gives this file, by position ("rows": [...]) or by name; nullopt
+  // when it gives none.
+  static Result<std::optional<std::int64_t>> rows_from_sidecar(const std::string& path,
+                                                               Sidecar* side) {
     std::optional<std::int64_t> rows_by_sidecar;
     if (side != nullptr && side->rows_list) {
       const std::size_t i = side->next_index++;
@@ -233,39 +303,9 @@ class RawReader final : public ShardReader {
       }
       rows_by_sidecar = it->second;
     }
-    if (rows_by_sidecar && rows_by_size && *rows_by_sidecar != *rows_by_size) {
-      return Status(ErrorCode::kFormat,
-                    path + ": rows: " + side->path + " says " + std::to_string(*rows_by_sidecar) +
-                        " rows, but the file's size " + std::to_string(size) + " holds " +
-                        std::to_string(*rows_by_size) + " (" + geometry + ")");
-    }
-    if (!rows_by_size && !rows_by_sidecar) {
-      return Status(ErrorCode::kFormat, path +
-                                            ": rows of 0 bytes: the row count cannot follow "
-                                            "from the file size; give \"rows\" in " +
-                                            parent_dir(path) + "/" + kSidecarName);
-    }
-    p.shard.rows = rows_by_size ? *rows_by_size : *rows_by_sidecar;
-    p.shard.data_offset = header;
-    p.shard.byte_swap = p.dtype.size > 1 && big == host_is_little_endian();
-    return p;
+    return rows_by_sidecar;
   }
 
-  Status read_rows(const ReadSpec& l, const Shard& s, std::int64_t lo, std::int64_t hi,
-                   std::byte* dst) override {
-    const std::size_t bytes = static_cast<std::size_t>(hi - lo) * l.row_bytes;
-    if (bytes == 0) return Status::ok();
-    SHARDLOAD_ASSIGN_OR_RETURN(File f, File::open(*ctx_.io, s.path));
-    if (ctx_.check_snapshot) SHARDLOAD_RETURN_IF_ERROR(check_snapshot(f, s));
-    const std::uint64_t off = s.data_offset + static_cast<std::uint64_t>(lo) * l.row_bytes;
-    Status read = f.read_exact(dst, bytes, off);
-    if (ctx_.check_snapshot) read = check_unchanged(f, s.snapshot, std::move(read));
-    SHARDLOAD_RETURN_IF_ERROR(read);
-    if (s.byte_swap) byte_swap(dst, bytes / l.dtype.swap_unit(), l.dtype.swap_unit());
-    return Status::ok();
-  }
-
- private:
   // The sidecar of a directory, read once per reader (nullptr: none there).
   Result<Sidecar*> sidecar_for(const std::string& dir) {
     auto it = sidecars_.find(dir);
