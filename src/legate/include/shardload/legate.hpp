@@ -8,8 +8,9 @@
 // Errors are typed exceptions here; the core under it returns Status.
 //
 // Contract: Layouts are values; load() returns a LogicalArray the caller owns (Legate frees
-// its storage when the last handle goes). Call from the thread that started Legate, or under
-// control replication from every rank alike. Errors are the exceptions of
+// its storage when the last handle goes). Calls are not meant to race: issue them from one
+// thread, the one that drives the Legate program (shardload.load refuses other threads), and
+// under control replication alike on every rank. Errors are the exceptions of
 // shardload/errors.hpp (thrown by throw_status, each carrying its Status).
 #pragma once
 
