@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "../src/core/readers/detail/zarr.hpp"
+#include "readers/detail/zarr.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   using shardload::detail::ZarrCodec;

@@ -6,7 +6,7 @@
 #include <cstdlib>
 #include <string_view>
 
-#include "../src/core/readers/detail/zarr.hpp"
+#include "readers/detail/zarr.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   if (size < 1) return 0;

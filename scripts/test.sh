@@ -8,6 +8,9 @@ ROOT=$PWD
 scripts/setup.sh
 source scripts/env.sh
 
+echo "== Layers: every #include points down (tools/check_includes.py)"
+python tools/check_includes.py
+
 echo "== C++ tests (core, and the C++ API under Legate with LEGATE_CONFIG)"
 ctest --test-dir build --output-on-failure -j "$(nproc)"
 

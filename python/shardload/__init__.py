@@ -7,8 +7,28 @@ reads of a row range (``layout.read(lo, hi)``) work without Legate.
 
 from __future__ import annotations
 
-from ._api import (LayoutError, LoadInfo, LoadProgress, OutOfMemoryError, ShardReadError, Layout,
-                   discover, load)
+from ._api import (
+    Error,
+    Layout,
+    LayoutError,
+    LoadInfo,
+    LoadProgress,
+    OutOfMemoryError,
+    ShardReadError,
+    SourceNotFoundError,
+    discover,
+    load,
+)
 
-__all__ = ["Layout", "LayoutError", "LoadInfo", "LoadProgress", "OutOfMemoryError",
-           "ShardReadError", "discover", "load"]
+__all__ = [
+    "Error",
+    "Layout",
+    "LayoutError",
+    "LoadInfo",
+    "LoadProgress",
+    "OutOfMemoryError",
+    "ShardReadError",
+    "SourceNotFoundError",
+    "discover",
+    "load",
+]

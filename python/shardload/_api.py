@@ -20,20 +20,8 @@ if TYPE_CHECKING:
 
 from . import _core
 
-LayoutError = _core.LayoutError
-LayoutError.__doc__ = (
-    "The shards do not form a valid dataset (missing, mismatched, malformed); a ValueError."
-)
-ShardReadError = _core.ShardReadError
-ShardReadError.__doc__ = (
-    "Reading a shard failed: an I/O error, a file changed since discovery, or data found"
-    " damaged (or null) while reading; an OSError."
-)
-OutOfMemoryError = _core.OutOfMemoryError
-OutOfMemoryError.__doc__ = (
-    "The dataset does not fit the memory Legate has for the processors of the load (checked"
-    " before anything is allocated); a MemoryError."
-)
+from ._errors import Error, LayoutError, OutOfMemoryError, ShardReadError, SourceNotFoundError
+
 Layout = _core.Layout
 
 logger = logging.getLogger("shardload")

@@ -1,6 +1,6 @@
 // shardload._core: the private binding of the engine-independent core.
 // The public API lives in the shardload package; this module only converts
-// types and turns Status into the package's exceptions.
+// types; a Status becomes the package's exception through throw_status.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -8,53 +8,19 @@
 #include <optional>
 #include <stdexcept>
 
+#include "errors.hpp"
 #include "shardload/codec.hpp"
 #include "shardload/fill.hpp"
 #include "shardload/format.hpp"
 #include "shardload/layout.hpp"
 #include "shardload/plan.hpp"
-#include "shardload/synth.hpp"
 
 namespace py = pybind11;
 using namespace shardload;
+using shardload::python::message_str;
+using shardload::python::path_str;
 
 namespace {
-
-// The message travels as bytes: paths in it are the file system's, which
-// need not be UTF-8 (nor free of NUL), and what() would cut it at a NUL.
-struct ErrorCpp : std::runtime_error {
-  explicit ErrorCpp(std::string m) : std::runtime_error("shardload error"), message(std::move(m)) {}
-  std::string message;
-};
-struct LayoutErrorCpp : ErrorCpp {
-  using ErrorCpp::ErrorCpp;
-};
-struct ShardReadErrorCpp : ErrorCpp {
-  using ErrorCpp::ErrorCpp;
-};
-struct ValueErrorCpp : ErrorCpp {
-  using ErrorCpp::ErrorCpp;
-};
-struct OutOfMemoryErrorCpp : ErrorCpp {
-  using ErrorCpp::ErrorCpp;
-};
-
-// A message as str: UTF-8 where it is, bytes that are not as \xNN escapes,
-// so building an exception never fails with UnicodeDecodeError.
-py::str message_str(const std::string& m) {
-  PyObject* s =
-      PyUnicode_DecodeUTF8(m.data(), static_cast<Py_ssize_t>(m.size()), "backslashreplace");
-  if (s == nullptr) throw py::error_already_set();
-  return py::reinterpret_steal<py::str>(s);
-}
-
-// A path as str the way os.fsdecode gives it (undecodable bytes as
-// surrogate escapes), so os.fsencode gives back the very bytes.
-py::str path_str(const std::string& p) {
-  PyObject* s = PyUnicode_DecodeFSDefaultAndSize(p.data(), static_cast<Py_ssize_t>(p.size()));
-  if (s == nullptr) throw py::error_already_set();
-  return py::reinterpret_steal<py::str>(s);
-}
 
 // A path argument (str, bytes or os.PathLike) as the file system's bytes,
 // through os.fsencode: a str from os.fsdecode of non-UTF-8 bytes gives those
@@ -64,24 +30,11 @@ std::string path_bytes(const py::handle& obj) {
   return b.cast<std::string>();
 }
 
-[[noreturn]] void raise(const Status& st) {
-  switch (st.code()) {
-    case ErrorCode::kIo:
-    case ErrorCode::kChanged:
-      throw ShardReadErrorCpp(st.message());
-    case ErrorCode::kInvalidArgument:
-      throw ValueErrorCpp(st.message());
-    default:
-      throw LayoutErrorCpp(st.message());
-  }
-}
+[[noreturn]] void raise(const Status& st) { throw_status(st, ErrorSite::kDiscover); }
 
 // A failure while reading data is a read error whatever its cause (I/O,
 // a changed file, a damaged chunk, a null); only bad arguments are not.
-[[noreturn]] void raise_read(const Status& st) {
-  if (st.code() == ErrorCode::kInvalidArgument) throw ValueErrorCpp(st.message());
-  throw ShardReadErrorCpp(st.message());
-}
+[[noreturn]] void raise_read(const Status& st) { throw_status(st, ErrorSite::kRead); }
 
 template <typename T>
 T unwrap(Result<T> r) {
@@ -109,21 +62,7 @@ py::dtype numpy_dtype(DType d) { return py::dtype(d.name()); }
 
 PYBIND11_MODULE(_core, m) {
   m.doc() = "Private binding of shardload's engine-independent core.";
-  static py::exception<LayoutErrorCpp> layout_error(m, "LayoutError", PyExc_ValueError);
-  static py::exception<ShardReadErrorCpp> read_error(m, "ShardReadError", PyExc_OSError);
-  // Raised by shardload._legate (the load), defined here with the package's other errors.
-  static py::exception<OutOfMemoryErrorCpp> oom_error(m, "OutOfMemoryError", PyExc_MemoryError);
-  py::register_exception_translator([](std::exception_ptr p) {
-    try {
-      if (p) std::rethrow_exception(p);
-    } catch (const LayoutErrorCpp& e) {
-      PyErr_SetObject(layout_error.ptr(), message_str(e.message).ptr());
-    } catch (const ShardReadErrorCpp& e) {
-      PyErr_SetObject(read_error.ptr(), message_str(e.message).ptr());
-    } catch (const ValueErrorCpp& e) {
-      PyErr_SetObject(PyExc_ValueError, message_str(e.message).ptr());
-    }
-  });
+  python::register_error_translator();
 
   py::class_<Layout>(m, "Layout")
       .def_property_readonly("format", [](const Layout& l) { return format_name(l.format); })
@@ -243,14 +182,4 @@ PYBIND11_MODULE(_core, m) {
         return d;
       },
       py::arg("rows"), py::arg("processors"), py::arg("overdecompose") = 1);
-
-  m.def(
-      "synth",
-      [](const std::string& dtype, std::uint64_t seed, std::uint64_t first, std::size_t count) {
-        DType d = unwrap(parse_dtype(dtype));
-        py::array out(numpy_dtype(d), std::vector<py::ssize_t>{static_cast<py::ssize_t>(count)});
-        synth_fill(d, seed, first, count, static_cast<std::byte*>(out.mutable_data()));
-        return out;
-      },
-      py::arg("dtype"), py::arg("seed"), py::arg("first"), py::arg("count"));
 }

@@ -8,6 +8,7 @@
 #include <span>
 #include <string>
 
+#include "errors.hpp"
 #include "shardload/codec.hpp"
 #include "shardload/legate.hpp"
 
@@ -17,21 +18,11 @@ namespace {
 
 constexpr const char* kArrayCapsule = "shardload.LogicalArray";
 
-[[noreturn]] void raise_as(const char* name, const std::string& message) {
-  const py::object type = py::module_::import("shardload._core").attr(name);
-  // Paths in the message are the file system's bytes, not always UTF-8.
-  PyObject* text = PyUnicode_DecodeUTF8(message.data(), static_cast<Py_ssize_t>(message.size()),
-                                        "backslashreplace");
-  if (text == nullptr) throw py::error_already_set();
-  PyErr_SetObject(type.ptr(), text);
-  Py_DECREF(text);
-  throw py::error_already_set();
-}
-
 }  // namespace
 
 PYBIND11_MODULE(_legate, m) {
   m.doc() = "Private binding of shardload's Legate adapter.";
+  shardload::python::register_error_translator();
 
   m.def(
       "load",
@@ -44,16 +35,11 @@ PYBIND11_MODULE(_legate, m) {
         opts.overdecompose = overdecompose;
         shardload::LoadInfo info;
         legate::LogicalArray* array = nullptr;
-        try {
-          // submit() waits for the tasks while holding nothing Python needs.
+        {
+          // submit() waits for the tasks while holding nothing Python needs; what it throws
+          // leaves through the translator, with the GIL taken back.
           py::gil_scoped_release release;
           array = new legate::LogicalArray(shardload::load(*layout, opts, &info));
-        } catch (const shardload::ShardReadError& e) {
-          raise_as("ShardReadError", e.what());
-        } catch (const shardload::LayoutError& e) {
-          raise_as("LayoutError", e.what());
-        } catch (const shardload::OutOfMemoryError& e) {
-          raise_as("OutOfMemoryError", e.what());
         }
         py::dict d;
         d["target"] = info.target;

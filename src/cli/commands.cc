@@ -1,4 +1,4 @@
-#include "commands.hpp"
+#include "cli/commands.hpp"
 
 #include <dirent.h>
 #include <sys/stat.h>
@@ -12,7 +12,7 @@
 #include <iostream>
 #include <map>
 
-#include "../core/readers/detail/json.hpp"
+#include "readers/detail/json.hpp"
 #include "shardload/layout.hpp"
 #include "shardload/source.hpp"
 #include "shardload/synth.hpp"

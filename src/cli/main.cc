@@ -4,7 +4,7 @@
 #include <iostream>
 #include <string>
 
-#include "commands.hpp"
+#include "cli/commands.hpp"
 
 #ifndef SHARDLOAD_VERSION
 #define SHARDLOAD_VERSION "unknown"

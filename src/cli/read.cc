@@ -6,44 +6,14 @@
 #include <optional>
 #include <ostream>
 
-#include "../legate/tasks.hpp"
-#include "commands.hpp"
+#include "cli/commands.hpp"
 #include "shardload/legate.hpp"
 #include "shardload/source.hpp"
+#include "shardload/verify.hpp"
 
 namespace shardload::cli {
 
 namespace {
-
-// Counts elements that differ from synth_fill(seed), one verify task per tile.
-std::int64_t verify(const legate::LogicalArray& array, const Layout& layout, const LoadInfo& info,
-                    std::uint64_t seed) {
-  auto* runtime = legate::Runtime::get_runtime();
-  if (info.tiles == 0 || layout.row_bytes == 0) return 0;
-  std::vector<std::uint64_t> tile_shape;
-  for (const auto d : layout.shape()) tile_shape.push_back(static_cast<std::uint64_t>(d));
-  tile_shape[0] = static_cast<std::uint64_t>(info.tile_rows);
-  std::vector<std::uint64_t> launch(tile_shape.size(), 1);
-  launch[0] = static_cast<std::uint64_t>(info.tiles);
-  // One count per point, in a store with the launch's shape (tiles, 1, ...).
-  auto counts = runtime->create_store(legate::Shape{launch}, legate::int64());
-  auto task = runtime->create_task(library(), detail::VerifyTask::TASK_CONFIG.task_id(),
-                                   legate::tuple<std::uint64_t>{launch});
-  task.add_input(array.data().partition_by_tiling(tile_shape));
-  task.add_output(counts.partition_by_tiling(std::vector<std::uint64_t>(launch.size(), 1)));
-  task.add_scalar_arg(legate::Scalar{static_cast<std::int32_t>(layout.dtype.kind)});
-  task.add_scalar_arg(legate::Scalar{static_cast<std::int32_t>(layout.dtype.size)});
-  task.add_scalar_arg(legate::Scalar{seed});
-  runtime->submit(std::move(task));
-  const auto phys = counts.get_physical_store();
-  const legate::InlineAllocation alloc = phys.get_inline_allocation();
-  std::int64_t total = 0;
-  for (std::int64_t i = 0; i < info.tiles; ++i) {
-    total += *reinterpret_cast<const std::int64_t*>(static_cast<const std::byte*>(alloc.ptr) +
-                                                    static_cast<std::size_t>(i) * alloc.strides[0]);
-  }
-  return total;
-}
 
 // The warm-up: the smallest non-empty shard, whole, so that loading it first takes the
 // runtime's one-time costs (mapper start, first launch, a reader library's start) out of the
@@ -118,7 +88,8 @@ int run(const ReadArgs& a, std::ostream& out, std::ostream& err) {
         << layout.dtype.name() << "\n";
     return 1;
   }
-  const std::int64_t bad = verify(*array, layout, info, static_cast<std::uint64_t>(*seed));
+  const std::int64_t bad =
+      count_synth_mismatches(*array, layout, info, static_cast<std::uint64_t>(*seed));
   const auto elements = layout.total_bytes() / layout.dtype.size;
   if (bad != 0) {
     out << "verify:         FAILED: " << bad << " of " << elements << " elements differ from seed "
@@ -143,12 +114,9 @@ int cmd_read(const ReadArgs& a) {
   int rc = 1;
   try {
     rc = run(a, out, err);
-  } catch (const LayoutError& e) {
-    err << "shardload " << cmd << ": error: " << cli_spelling(e.what()) << "\n";
-  } catch (const ShardReadError& e) {
-    err << "shardload " << cmd << ": error: " << cli_spelling(e.what()) << "\n";
-  } catch (const OutOfMemoryError& e) {
-    err << "shardload " << cmd << ": error: " << cli_spelling(e.what()) << "\n";
+  } catch (const Error& e) {
+    // Whatever throw_status made of the failure (LayoutError, ShardReadError, ...).
+    err << "shardload " << cmd << ": error: " << cli_spelling(e.status().message()) << "\n";
   }
   const int finish = legate::finish();
   return rc != 0 ? rc : finish;

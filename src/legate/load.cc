@@ -8,22 +8,12 @@
 #include <mutex>
 #include <set>
 
+#include "legate/detail/tasks.hpp"
 #include "shardload/codec.hpp"
 #include "shardload/legate.hpp"
 #include "shardload/plan.hpp"
-#include "tasks.hpp"
 
 namespace shardload {
-
-void throw_status(const Status& st) {
-  switch (st.code()) {
-    case ErrorCode::kIo:
-    case ErrorCode::kChanged:
-      throw ShardReadError(st.message());
-    default:
-      throw LayoutError(st.message());
-  }
-}
 
 namespace {
 
@@ -102,7 +92,6 @@ legate::Library library() {
                                              nullptr, {}, &created);
   if (created) {
     detail::LoadTask::register_variants(lib);
-    detail::VerifyTask::register_variants(lib);
   }
   return lib;
 }
@@ -256,9 +245,7 @@ legate::LogicalArray load(const Layout& layout, const LoadOptions& options, Load
   } catch (const legate::TaskException& e) {
     // Whatever a point finds while reading (I/O failure, changed file,
     // damaged chunk, a null) is a read error; only bad task arguments are not.
-    const Status st = detail::status_from_task_error(e.what());
-    if (st.code() == ErrorCode::kInvalidArgument) throw LayoutError(st.message());
-    throw ShardReadError(st.message());
+    throw_status(detail::status_from_task_error(e), ErrorSite::kRead);
   }
   return array;
 }

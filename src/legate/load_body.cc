@@ -1,14 +1,14 @@
-#include "load_body.hpp"
+#include "legate/detail/load_body.hpp"
 
 #include <cstring>
 #include <memory>
 #include <span>
 #include <string>
 
+#include "engine/detail/strided.hpp"
+#include "legate/detail/tasks.hpp"
 #include "shardload/codec.hpp"
-#include "shardload/detail/strided.hpp"
 #include "shardload/fill.hpp"
-#include "tasks.hpp"
 
 namespace shardload::detail {
 
@@ -19,8 +19,6 @@ Status fill_tile_rows(const Tile& t, std::int64_t lo, std::int64_t hi) {
 
 namespace {
 
-constexpr char kMark = '\x1e';  // record separator around an encoded status
-
 Status arg_error(const std::string& msg) {
   return {ErrorCode::kInvalidArgument, "load task arguments: " + msg};
 }
@@ -28,18 +26,16 @@ Status arg_error(const std::string& msg) {
 }  // namespace
 
 void throw_task_error(const Status& status) {
-  throw legate::TaskException{std::string(1, kMark) +
-                              std::to_string(static_cast<int>(status.code())) + ":" +
-                              status.message() + std::string(1, kMark)};
+  throw legate::TaskException{static_cast<std::int32_t>(status.code()), status.message()};
 }
 
-Status status_from_task_error(const std::string& what) {
-  const auto a = what.find(kMark);
-  const auto b = a == std::string::npos ? a : what.find(kMark, a + 1);
-  const auto colon = b == std::string::npos ? b : what.find(':', a + 1);
-  if (colon == std::string::npos || colon > b) return {ErrorCode::kIo, what};
-  const int code = std::atoi(what.substr(a + 1, colon - a - 1).c_str());
-  return {static_cast<ErrorCode>(code), what.substr(colon + 1, b - colon - 1)};
+Status status_from_task_error(const legate::TaskException& e) {
+  // An index that is no error code (another exception, or a runtime that did not keep it) is
+  // a read failure, as anything found while reading is.
+  const std::int32_t index = e.index();
+  const bool known = index > static_cast<std::int32_t>(ErrorCode::kOk) &&
+                     index <= static_cast<std::int32_t>(ErrorCode::kNoMemory);
+  return {known ? static_cast<ErrorCode>(index) : ErrorCode::kIo, e.error_message()};
 }
 
 Status tile_error(const Tile& t, const Status& st) {

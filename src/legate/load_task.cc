@@ -1,6 +1,6 @@
 // The CPU variant of the load task and the task-side error encoding.
-#include "load_body.hpp"
-#include "tasks.hpp"
+#include "legate/detail/load_body.hpp"
+#include "legate/detail/tasks.hpp"
 
 namespace shardload::detail {
 

@@ -10,12 +10,12 @@
 #include <mutex>
 #include <string>
 
-#include "load_body.hpp"
+#include "engine/detail/strided.hpp"
+#include "legate/detail/load_body.hpp"
+#include "legate/detail/tasks.hpp"
 #include "shardload/cuda_backend.hpp"
-#include "shardload/detail/strided.hpp"
 #include "shardload/device_fill.hpp"
 #include "shardload/fill.hpp"
-#include "tasks.hpp"
 
 namespace shardload::detail {
 

@@ -1,8 +1,8 @@
 // The OpenMP variant: the tile's rows split evenly over the OMP processor's
 // threads, each reading its share straight into the store. Compiled only
 // where Legate was built with OpenMP.
-#include "load_body.hpp"
-#include "tasks.hpp"
+#include "legate/detail/load_body.hpp"
+#include "legate/detail/tasks.hpp"
 
 #if LEGATE_DEFINED(LEGATE_USE_OPENMP)
 #include <omp.h>

@@ -109,6 +109,20 @@ TEST_P(ArrowFormats, RowRangesCutGroupsAndShards) {
 // mtime restored leaves data Arrow reads fine (before, nothing was noticed);
 // inverting the footer makes Arrow fail (before, a plain I/O error): both are
 // the change.
+// The natural decode unit: the largest row group (record batch), here 4 of 4, 4, 2 rows.
+TEST_P(ArrowFormats, ProbeReportsTheRowGroupRows) {
+  TempDir dir;
+  const std::string path = write(dir, "s", 0, 10, 4);
+  FormatOptions o;
+  o.columns = {"a"};
+  auto reader = make_reader(GetParam(), o);
+  ASSERT_TRUE(reader) << reader.status().message();
+  auto probe = (*reader)->probe(path);
+  ASSERT_TRUE(probe) << probe.status().message();
+  EXPECT_EQ(probe->shard.rows, 10);
+  EXPECT_EQ(probe->decode_rows, 4);
+}
+
 TEST_P(ArrowFormats, ChangedWhileReading) {
   for (auto how : {testing::Change::kTouchInPlace, testing::Change::kRewriteInPlace}) {
     TempDir dir;

@@ -4,7 +4,7 @@
 
 #include <filesystem>
 
-#include "../../src/cli/commands.hpp"
+#include "cli/commands.hpp"
 #include "util.hpp"
 
 namespace shardload {

@@ -103,6 +103,7 @@ TEST_F(LegateLoad, EmptyDataset) {
 
 TEST_F(LegateLoad, ErrorsAreTypedAndTheRuntimeSurvives) {
   EXPECT_THROW(discover((dir_ / "missing").string()), LayoutError);
+  EXPECT_THROW(discover((dir_ / "missing").string()), SourceNotFoundError);
   write({100, 100}, {4}, *parse_dtype("float64"), 2);
   const Layout layout = discover(dir_.string());
   EXPECT_THROW(load(layout, LoadOptions{0}), LayoutError);
@@ -117,6 +118,9 @@ TEST_F(LegateLoad, ErrorsAreTypedAndTheRuntimeSurvives) {
     EXPECT_NE(what.find(path(1)), std::string::npos) << what;
     EXPECT_NE(what.find("rows ["), std::string::npos) << what;
     EXPECT_NE(what.find("changed since discovery"), std::string::npos) << what;
+    // The code crossed the task boundary as data, not as text in the message.
+    EXPECT_EQ(e.status().code(), ErrorCode::kChanged);
+    EXPECT_EQ(what.find('\x1e'), std::string::npos) << what;
   }
   write({100, 100}, {4}, *parse_dtype("float64"), 2);
   const Layout again = discover(dir_.string());

@@ -4,7 +4,7 @@
 #include <numeric>
 #include <random>
 
-#include "shardload/detail/strided.hpp"
+#include "engine/detail/strided.hpp"
 
 namespace shardload::detail {
 namespace {

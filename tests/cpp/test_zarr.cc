@@ -8,7 +8,7 @@
 #include <filesystem>
 #include <functional>
 
-#include "../../src/core/readers/detail/zarr.hpp"
+#include "readers/detail/zarr.hpp"
 #include "shardload/fill.hpp"
 #include "shardload/layout.hpp"
 #include "util.hpp"
@@ -195,6 +195,12 @@ TEST_F(ZarrTest, V3DefaultKeysBigEndianWholeRowChunksDecodedInPlace) {
   put(s + "/c/0/0", chunk2d(0, 0, 4, 3, 10, 3, value, false, true));
   put(s + "/c/2/0", chunk2d(2, 0, 4, 3, 10, 3, value, false, true));
   expect_values(layout(), [](std::int64_t r, std::int64_t) { return r >= 4 && r < 8; });
+  // The natural decode unit the probe reports: one chunk, 4 rows.
+  auto reader = make_reader(Format::kZarr, {});
+  ASSERT_TRUE(reader) << reader.status().message();
+  auto probe = (*reader)->probe(s);
+  ASSERT_TRUE(probe) << probe.status().message();
+  EXPECT_EQ(probe->decode_rows, 4);
 }
 
 TEST_F(ZarrTest, V3ShardingWithChecksummedIndex) {
@@ -229,6 +235,14 @@ TEST_F(ZarrTest, V3ShardingWithChecksummedIndex) {
   }
   const Layout l = layout();
   expect_values(l, [](std::int64_t r, std::int64_t) { return r >= 2 && r < 4; });
+  // Sharded: the decode unit is the inner chunk (2 rows), not the shard (4).
+  {
+    auto reader = make_reader(Format::kZarr, {});
+    ASSERT_TRUE(reader) << reader.status().message();
+    auto probe = (*reader)->probe(s);
+    ASSERT_TRUE(probe) << probe.status().message();
+    EXPECT_EQ(probe->decode_rows, 2);
+  }
 
   // A damaged index is caught by its checksum, and names the shard file.
   std::string shard1;

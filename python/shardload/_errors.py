@@ -1,0 +1,32 @@
+"""The package's exceptions. The C++ side raises them (python/src/errors.hpp) from the one
+mapping of a status to an exception, shardload::throw_status."""
+
+from __future__ import annotations
+
+
+class Error(Exception):
+    """Base of every exception shardload raises for a bad dataset, a failed read or a load
+    that does not fit; ``str(e)`` is the message, which names the file and what was found."""
+
+    def __str__(self) -> str:
+        # OSError's own __str__ would show errno and filename instead of the message.
+        return str(self.args[0]) if len(self.args) == 1 else super().__str__()
+
+
+class LayoutError(Error, ValueError):
+    """The shards do not form a valid dataset (missing, mismatched, malformed); a ValueError."""
+
+
+class ShardReadError(Error, OSError):
+    """Reading a shard failed: an I/O error, a file changed since discovery, or data found
+    damaged (or null) while reading; an OSError whose ``filename`` is the file, where known."""
+
+
+class SourceNotFoundError(LayoutError, FileNotFoundError):
+    """The source (a directory, a numbered pattern's directory) does not exist: a LayoutError
+    and a FileNotFoundError, with ``filename`` the missing path."""
+
+
+class OutOfMemoryError(Error, MemoryError):
+    """The dataset does not fit the memory Legate has for the processors of the load (checked
+    before anything is allocated); a MemoryError."""

@@ -1,0 +1,56 @@
+// The on-disk formats shardload reads and the options that select what to
+// read from them. The options are the same for every shard of a dataset and
+// travel with the layout to wherever the data is read.
+//
+// Contract: FormatOptions is a value, copied into the Layout; parse_format returns
+// kInvalidArgument naming the text; safe from any thread.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "shardload/dtype.hpp"
+#include "shardload/status.hpp"
+
+namespace shardload {
+
+enum class Format : std::uint8_t { kAuto = 0, kNpy, kRaw, kHdf5, kParquet, kArrow, kZarr };
+
+const char* format_name(Format f);
+
+// "npy", "raw", "hdf5", "parquet", "arrow" (also "feather", "ipc"), "zarr", "auto".
+Result<Format> parse_format(std::string_view name);
+
+// The format a path's extension names (".npy", ".bin"/".raw"/".dat", ".h5"/".hdf5",
+// ".parquet"/".pq", ".arrow"/".feather"/".ipc", ".zarr"), or kAuto.
+Format format_from_extension(std::string_view path);
+
+// The default file pattern of a directory source in each format.
+std::string default_pattern(Format f);
+
+struct FormatOptions {
+  Format format = Format::kAuto;
+  // raw: the element type and trailing shape (else from the sidecar JSON);
+  // parquet / arrow: a type to cast the columns to.
+  std::optional<DType> dtype;
+  // raw: the byte order the dtype option spelled ("<f4" / ">f4"); unset when
+  // it named none ("float32"), and then the sidecar's (or native) applies.
+  std::optional<bool> big_endian;
+  std::optional<std::vector<std::int64_t>> trailing_shape;
+  // raw: bytes to skip at the start of each file (else from the sidecar).
+  std::optional<std::uint64_t> header_bytes;
+  // hdf5: the dataset path in each file (empty: the file's only dataset);
+  // zarr: the array path inside each store (empty: the store's root array).
+  std::string dataset;
+  // parquet / arrow: the columns to read (empty: every numeric column).
+  std::vector<std::string> columns;
+  // parquet / arrow: the value that replaces nulls (none: nulls are an error).
+  std::optional<double> fill_value;
+
+  friend bool operator==(const FormatOptions&, const FormatOptions&) = default;
+};
+
+}  // namespace shardload

@@ -1,0 +1,100 @@
+// The operating-system calls the core reads files through.
+//
+// All file access in the core goes through an IoBackend so that tests can
+// inject faults (a failing or short read in the middle of a load) without
+// touching real disks. posix_io() is the real thing and is what users get.
+//
+// Contract: a File owns its descriptor (move-only, closed by the destructor) and borrows its
+// IoBackend, which must outlive it. posix_io() is a process-wide singleton, safe from any
+// thread; one File may serve concurrent positional reads. Errors are Status (kIo, naming the
+// file, with the path and errno as data); nothing throws.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "shardload/status.hpp"
+
+namespace shardload {
+
+// What a file looked like at one moment. Equal snapshots before and after a
+// read mean the bytes read are the file's bytes of that moment: a write
+// updates mtime and ctime, truncation the size, a file renamed over the path
+// the inode. ctime is the field users cannot set back (touch -d and cp -p
+// restore mtime only); a chmod or a new hard link also moves it, which reads
+// as a change, the safe side. The device number is left out on purpose: it
+// numbers a mount on one node (a shared file system has another on each),
+// and a file renamed over a path is always on the path's file system, so the
+// inode alone tells a replacement.
+struct FileInfo {
+  std::uint64_t size = 0;
+  std::int64_t mtime_ns = 0;
+  bool regular = false;
+  std::int64_t ctime_ns = 0;
+  std::uint64_t inode = 0;
+  friend bool operator==(const FileInfo&, const FileInfo&) = default;
+};
+
+class IoBackend {
+ public:
+  virtual ~IoBackend() = default;
+  // Opens a regular file for reading; returns a descriptor or an error naming
+  // the path. posix_io() refuses anything else ("PATH: not a regular file")
+  // without blocking: a FIFO, socket or device never stalls discovery.
+  virtual Result<int> open(const std::string& path) = 0;
+  virtual Result<FileInfo> stat(int fd, const std::string& path) = 0;
+  // One positional read: bytes read (0 at end of file) or -errno.
+  virtual std::int64_t pread(int fd, void* buf, std::size_t n, std::uint64_t offset) = 0;
+  virtual void close(int fd) = 0;
+};
+
+// The process-wide POSIX backend. It is stateless, so sharing it is safe.
+IoBackend& posix_io();
+
+// What posix_io().open does, for the few callers that need the kernel's
+// descriptor with more flags (O_DIRECT): opens `path` read-only without
+// blocking and refuses ("PATH: not a regular file") anything but a regular
+// file. `open_errno`: set to the open's errno when the open itself failed.
+Result<int> open_regular(const std::string& path, int flags = 0, int* open_errno = nullptr);
+
+// For libraries that open files by name (HDF5, Arrow's memory map): a name
+// for the file open on `fd` ("/proc/self/fd/N", which opens that very file,
+// whatever has since happened to `path`), so what they open is what we
+// checked. `path` itself where /proc is not mounted.
+std::string descriptor_path(int fd, const std::string& path);
+
+// `path` for an error message: a NUL shows as "\0" instead of ending it.
+std::string path_for_message(const std::string& path);
+
+// An open file that closes itself.
+class File {
+ public:
+  File() = default;
+  File(IoBackend* io, int fd, std::string path) : io_(io), fd_(fd), path_(std::move(path)) {}
+  File(const File&) = delete;
+  File& operator=(const File&) = delete;
+  File(File&& o) noexcept { *this = std::move(o); }
+  File& operator=(File&& o) noexcept;
+  ~File() { reset(); }
+
+  static Result<File> open(IoBackend& io, const std::string& path);
+
+  [[nodiscard]] const std::string& path() const { return path_; }
+  [[nodiscard]] int fd() const { return fd_; }
+  Result<FileInfo> stat() const { return io_->stat(fd_, path_); }
+  // Gives up the descriptor (the caller closes it) and leaves this empty.
+  int release();
+
+  // Reads exactly n bytes at offset, retrying partial reads and EINTR. A
+  // read that ends early is kIo naming the file, offset, expected and got.
+  Status read_exact(void* dst, std::size_t n, std::uint64_t offset) const;
+
+ private:
+  void reset();
+  IoBackend* io_ = nullptr;
+  int fd_ = -1;
+  std::string path_;
+};
+
+}  // namespace shardload

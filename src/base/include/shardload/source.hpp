@@ -1,0 +1,72 @@
+// What the user names as a dataset, before any file is opened.
+//
+// A source resolves to an ordered list of shard paths:
+//  - a directory with numbered files (default naming shard_0000.npy, ...),
+//  - a numbered pattern such as "part-{:05d}.npy" (in a directory),
+//  - a glob such as "data/*.npy", ordered naturally (2 before 10),
+//  - an explicit ordered list of paths.
+//
+// Contract: a Source is a value and holds only names; resolving it lists the file system
+// (no file is opened) and returns kLayout / kInvalidArgument errors naming the path or
+// pattern (a missing directory also carries its path and ENOENT as data). Safe from any thread.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "shardload/status.hpp"
+
+namespace shardload {
+
+inline constexpr std::string_view kDefaultPattern = "shard_{:04d}.npy";
+
+struct Source {
+  enum class Kind { kDirectory, kGlob, kList };
+  Kind kind = Kind::kDirectory;
+  std::string directory;  // kDirectory
+  std::string pattern;    // kDirectory: "{:0Nd}" or "{}" numbering; empty: the format's default
+  std::string glob;       // kGlob
+  std::vector<std::string> paths;  // kList
+
+  static Source dir(std::string directory, std::string pattern = {});
+  static Source from_glob(std::string glob);
+  static Source list(std::vector<std::string> paths);
+
+  // Interprets one string the way the command line and Python do: an
+  // existing directory is that directory and an existing regular file a
+  // one-shard list, whatever characters their names hold; otherwise a
+  // pattern if it holds "{...}" (its directory part names the folder,
+  // literally), a glob if it holds * ? or [ (every part of it globbed), else
+  // a directory. `pattern` overrides the numbering for a directory (empty:
+  // default). A NUL in `text` or `pattern` is kInvalidArgument.
+  static Result<Source> parse(const std::string& text, const std::string& pattern = {});
+
+  [[nodiscard]] std::string describe() const;
+};
+
+// A parsed numbering pattern: prefix, minimum digit count, suffix.
+struct NumberPattern {
+  std::string prefix;
+  int width = 0;  // zero-padded minimum width; 0 means plain decimal
+  std::string suffix;
+
+  static Result<NumberPattern> parse(std::string_view pattern);
+  [[nodiscard]] std::string format(std::int64_t n) const;
+  // The number a file name stands for, or -1 if the name does not match
+  // exactly as format() would write it.
+  [[nodiscard]] std::int64_t match(std::string_view name) const;
+};
+
+// Natural order: digit runs compare as numbers ("shard_2" < "shard_10").
+bool natural_less(std::string_view a, std::string_view b);
+
+// Resolves a source to its ordered shard paths. Errors (kLayout) name the
+// directory or pattern: missing directory, nothing matches, gaps in the
+// numbering (the first five missing numbers and the count). Time is bounded
+// by the files present, whatever numbers their names hold. A NUL in any
+// name is kInvalidArgument (a C string would end there).
+Result<std::vector<std::string>> resolve(const Source& source);
+
+}  // namespace shardload

@@ -1,0 +1,129 @@
+// Status and Result<T>: how the engine-independent core reports errors.
+//
+// The core never throws: it runs inside Legate tasks, where an escaping
+// exception aborts the process. Errors carry a code (what kind of failure)
+// and a message that names the file, the field, what was expected and what
+// was found; each layer adds its context in front with with_context().
+//
+// Contract: values; copy and move freely, share between threads read-only. A Result holds a
+// value or a non-ok Status, never both; value() on an error is a bug (asserted in debug).
+#pragma once
+
+#include <cassert>
+#include <string>
+#include <utility>
+#include <variant>
+
+namespace shardload {
+
+enum class ErrorCode {
+  kOk = 0,
+  kInvalidArgument,  // a caller's option is out of range or malformed
+  kLayout,           // the set of shards is not a valid dataset
+  kFormat,           // a file's own metadata is malformed or unsupported
+  kIo,               // the operating system failed a call, or a read came up short
+  kChanged,          // a file changed between discovery and load
+  kNoMemory,         // the data does not fit the memory it is to be loaded into
+};
+
+const char* error_code_name(ErrorCode code);
+
+class Status;
+// An error about one file: "PATH: what", with the path (and the errno, when a system call
+// failed) kept as data for the front ends (Python's OSError.filename).
+Status file_error(ErrorCode code, const std::string& path, const std::string& what, int err = 0);
+
+class [[nodiscard]] Status {
+ public:
+  Status() = default;
+  Status(ErrorCode code, std::string message) : code_(code), message_(std::move(message)) {}
+
+  static Status ok() { return {}; }
+
+  [[nodiscard]] bool is_ok() const { return code_ == ErrorCode::kOk; }
+  explicit operator bool() const { return is_ok(); }
+  [[nodiscard]] ErrorCode code() const { return code_; }
+  [[nodiscard]] const std::string& message() const { return message_; }
+
+  // The file the error is about, as data (the message names it too), or "" when none is
+  // known; and the errno of the failed system call, or 0. Both survive with_context.
+  [[nodiscard]] const std::string& path() const { return path_; }
+  [[nodiscard]] int sys_errno() const { return sys_errno_; }
+
+  // Prefixes the message with "context: " and keeps the code, path and errno.
+  [[nodiscard]] Status with_context(const std::string& context) const {
+    if (is_ok()) return *this;
+    Status s = *this;
+    s.message_ = context + ": " + message_;
+    return s;
+  }
+  // The same error about `path`, unless it names a file already (the innermost site that
+  // knows the file wins: an HDF5 dataset's external file rather than the shard).
+  [[nodiscard]] Status with_path(const std::string& path) const {
+    if (is_ok() || !path_.empty()) return *this;
+    Status s = *this;
+    s.path_ = path;
+    return s;
+  }
+  [[nodiscard]] Status with_errno(int err) const {
+    Status s = *this;
+    s.sys_errno_ = err;
+    return s;
+  }
+
+ private:
+  ErrorCode code_ = ErrorCode::kOk;
+  std::string message_;
+  std::string path_;
+  int sys_errno_ = 0;
+};
+
+template <typename T>
+class [[nodiscard]] Result {
+ public:
+  Result(T value) : v_(std::move(value)) {}        // NOLINT(google-explicit-constructor)
+  Result(Status status) : v_(std::move(status)) {  // NOLINT(google-explicit-constructor)
+    assert(!std::get<Status>(v_).is_ok() && "a Result needs a value or an error");
+  }
+
+  [[nodiscard]] bool is_ok() const { return std::holds_alternative<T>(v_); }
+  explicit operator bool() const { return is_ok(); }
+
+  [[nodiscard]] const Status& status() const {
+    static const Status kOkStatus;
+    return is_ok() ? kOkStatus : std::get<Status>(v_);
+  }
+  T& value() & { return std::get<T>(v_); }
+  const T& value() const& { return std::get<T>(v_); }
+  T&& value() && { return std::get<T>(std::move(v_)); }
+  T* operator->() { return &value(); }
+  const T* operator->() const { return &value(); }
+  T& operator*() & { return value(); }
+  const T& operator*() const& { return value(); }
+
+ private:
+  std::variant<T, Status> v_;
+};
+
+inline Status file_error(ErrorCode code, const std::string& path, const std::string& what,
+                         int err) {
+  return Status(code, path + ": " + what).with_path(path).with_errno(err);
+}
+
+}  // namespace shardload
+
+// Returns early from a function returning Status or Result<T>.
+#define SHARDLOAD_RETURN_IF_ERROR(expr)               \
+  do {                                                \
+    ::shardload::Status shardload_st_ = (expr);       \
+    if (!shardload_st_.is_ok()) return shardload_st_; \
+  } while (0)
+
+#define SHARDLOAD_CONCAT_INNER(a, b) a##b
+#define SHARDLOAD_CONCAT(a, b) SHARDLOAD_CONCAT_INNER(a, b)
+#define SHARDLOAD_ASSIGN_OR_RETURN_IMPL(tmp, lhs, expr) \
+  auto tmp = (expr);                                    \
+  if (!tmp.is_ok()) return tmp.status();                \
+  lhs = std::move(tmp).value()
+#define SHARDLOAD_ASSIGN_OR_RETURN(lhs, expr) \
+  SHARDLOAD_ASSIGN_OR_RETURN_IMPL(SHARDLOAD_CONCAT(shardload_r_, __LINE__), lhs, expr)

@@ -1,0 +1,171 @@
+#include "shardload/io.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+namespace shardload {
+
+namespace {
+
+class PosixIo final : public IoBackend {
+ public:
+  Result<int> open(const std::string& path) override { return open_regular(path); }
+
+  Result<FileInfo> stat(int fd, const std::string& path) override {
+    struct ::stat st {};
+    if (::fstat(fd, &st) != 0) {
+      const int err = errno;
+      return file_error(ErrorCode::kIo, path, std::string("cannot stat: ") + std::strerror(err),
+                        err);
+    }
+    FileInfo info;
+    info.size = static_cast<std::uint64_t>(st.st_size);
+    info.mtime_ns = static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+    info.regular = S_ISREG(st.st_mode);
+    info.ctime_ns = static_cast<std::int64_t>(st.st_ctim.tv_sec) * 1000000000 + st.st_ctim.tv_nsec;
+    info.inode = static_cast<std::uint64_t>(st.st_ino);
+    return info;
+  }
+
+  std::int64_t pread(int fd, void* buf, std::size_t n, std::uint64_t offset) override {
+    const ssize_t got = ::pread(fd, buf, n, static_cast<off_t>(offset));
+    return got < 0 ? -static_cast<std::int64_t>(errno) : static_cast<std::int64_t>(got);
+  }
+
+  void close(int fd) override { ::close(fd); }
+};
+
+}  // namespace
+
+// Only regular files are ever read. The open itself must not block or take
+// over anything: O_NONBLOCK makes a FIFO without a writer open at once (a
+// plain open waits for a writer forever) and O_NOCTTY keeps a terminal from
+// becoming ours; the descriptor is then refused unless fstat says it is a
+// regular file. Checking the descriptor rather than the name leaves no window
+// in which the name could be swapped for something else.
+Result<int> open_regular(const std::string& path, int flags, int* open_errno) {
+  if (open_errno != nullptr) *open_errno = 0;
+  if (path.find('\0') != std::string::npos) {
+    return Status(ErrorCode::kInvalidArgument,
+                  path_for_message(path) + ": the path holds a NUL character");
+  }
+  int fd = -1;
+  do {
+    fd = ::open(path.c_str(), flags | O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+  } while (fd < 0 && errno == EINTR);
+  if (fd < 0) {
+    const int err = errno;
+    if (open_errno != nullptr) *open_errno = err;
+    // A socket cannot be opened at all (ENXIO); say what it is instead.
+    struct ::stat st {};
+    if (err == ENXIO && ::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
+      return file_error(ErrorCode::kIo, path, "not a regular file");
+    }
+    return file_error(ErrorCode::kIo, path, std::string("cannot open: ") + std::strerror(err), err);
+  }
+  struct ::stat st {};
+  if (::fstat(fd, &st) != 0) {
+    const int err = errno;
+    ::close(fd);
+    return file_error(ErrorCode::kIo, path, std::string("cannot stat: ") + std::strerror(err), err);
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return file_error(ErrorCode::kIo, path, "not a regular file");
+  }
+  // Reads of a regular file never return EAGAIN, but the flag has no business
+  // on a descriptor that others (Arrow, cuFile) may read from.
+  const int now = ::fcntl(fd, F_GETFL);
+  if (now < 0 || ::fcntl(fd, F_SETFL, now & ~O_NONBLOCK) != 0) {
+    const int err = errno;
+    ::close(fd);
+    return Status(ErrorCode::kIo, path + ": cannot clear O_NONBLOCK: " + std::strerror(err));
+  }
+  return fd;
+}
+
+std::string path_for_message(const std::string& path) {
+  std::string out;
+  for (const char c : path) {
+    if (c == '\0') {
+      out += "\\0";
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+std::string descriptor_path(int fd, const std::string& path) {
+  // Checked once: /proc is either mounted for the whole process or not.
+  static const bool have_proc = ::access("/proc/self/fd", X_OK) == 0;
+  return have_proc ? "/proc/self/fd/" + std::to_string(fd) : path;
+}
+
+IoBackend& posix_io() {
+  static PosixIo io;
+  return io;
+}
+
+File& File::operator=(File&& o) noexcept {
+  if (this != &o) {
+    reset();
+    io_ = o.io_;
+    fd_ = o.fd_;
+    path_ = std::move(o.path_);
+    o.fd_ = -1;
+  }
+  return *this;
+}
+
+int File::release() {
+  const int fd = fd_;
+  fd_ = -1;
+  return fd;
+}
+
+void File::reset() {
+  if (fd_ >= 0 && io_ != nullptr) io_->close(fd_);
+  fd_ = -1;
+}
+
+Result<File> File::open(IoBackend& io, const std::string& path) {
+  auto fd = io.open(path);
+  if (!fd) return fd.status();
+  return File(&io, *fd, path);
+}
+
+Status File::read_exact(void* dst, std::size_t n, std::uint64_t offset) const {
+  auto* out = static_cast<std::byte*>(dst);
+  std::size_t done = 0;
+  // Large reads are split so that one call never exceeds what Linux returns
+  // in one go (2 GiB - 4 KiB); the loop also handles partial reads.
+  constexpr std::size_t kMaxRead = std::size_t{1} << 30;
+  while (done < n) {
+    const std::size_t want = std::min(n - done, kMaxRead);
+    const std::int64_t got = io_->pread(fd_, out + done, want, offset + done);
+    if (got < 0) {
+      if (got == -EINTR) continue;
+      return file_error(ErrorCode::kIo, path_,
+                        "read of " + std::to_string(n) + " bytes at offset " +
+                            std::to_string(offset) + " failed after " + std::to_string(done) +
+                            " bytes: " + std::strerror(static_cast<int>(-got)),
+                        static_cast<int>(-got));
+    }
+    if (got == 0) {
+      return file_error(ErrorCode::kIo, path_,
+                        "short read at offset " + std::to_string(offset) + ": expected " +
+                            std::to_string(n) + " bytes, got " + std::to_string(done) +
+                            " (file truncated?)");
+    }
+    done += static_cast<std::size_t>(got);
+  }
+  return Status::ok();
+}
+
+}  // namespace shardload

@@ -1,0 +1,307 @@
+#include "shardload/source.hpp"
+
+#include <dirent.h>
+#include <glob.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <cstring>
+#include <utility>
+
+#include "shardload/io.hpp"
+
+namespace shardload {
+
+namespace {
+
+Status layout_error(const std::string& msg) { return {ErrorCode::kLayout, msg}; }
+
+bool is_digit(char c) { return c >= '0' && c <= '9'; }
+
+std::string join_path(const std::string& dir, const std::string& name) {
+  if (dir.empty() || dir == ".") return name;
+  return dir.back() == '/' ? dir + name : dir + "/" + name;
+}
+
+}  // namespace
+
+Source Source::dir(std::string directory, std::string pattern) {
+  Source s;
+  s.kind = Kind::kDirectory;
+  s.directory = std::move(directory);
+  s.pattern = std::move(pattern);
+  return s;
+}
+
+Source Source::from_glob(std::string glob) {
+  Source s;
+  s.kind = Kind::kGlob;
+  s.glob = std::move(glob);
+  return s;
+}
+
+Source Source::list(std::vector<std::string> paths) {
+  Source s;
+  s.kind = Kind::kList;
+  s.paths = std::move(paths);
+  return s;
+}
+
+namespace {
+
+// A C string ends at its first NUL, so a name holding one would silently be
+// read as a shorter one; refuse it instead, naming the parameter.
+Status check_no_nul(std::string_view what, const std::string& text) {
+  if (text.find('\0') == std::string::npos) return Status::ok();
+  return {ErrorCode::kInvalidArgument,
+          std::string(what) + " '" + path_for_message(text) + "' holds a NUL character"};
+}
+
+}  // namespace
+
+Result<Source> Source::parse(const std::string& text, const std::string& pattern) {
+  if (text.empty()) return Status(ErrorCode::kInvalidArgument, "the source is empty");
+  SHARDLOAD_RETURN_IF_ERROR(check_no_nul("source", text));
+  SHARDLOAD_RETURN_IF_ERROR(check_no_nul("pattern", pattern));
+  // What exists is taken as it is, before any reading of its characters: a
+  // directory named "run[1]" or "a{b}" is that directory, not a glob or a
+  // pattern that matches nothing.
+  struct ::stat st {};
+  if (::stat(text.c_str(), &st) == 0) {
+    if (S_ISDIR(st.st_mode)) return dir(text, pattern);
+    if (S_ISREG(st.st_mode)) {
+      if (!pattern.empty()) {
+        return Status(ErrorCode::kInvalidArgument,
+                      "source '" + text + "' is a file; a pattern applies only to a directory");
+      }
+      return list({text});
+    }
+  }
+  if (text.find('{') != std::string::npos) {
+    if (!pattern.empty()) {
+      return Status(ErrorCode::kInvalidArgument,
+                    "source '" + text + "' is already a pattern; do not also pass a pattern");
+    }
+    // The directory part is taken literally (patterns are not globbed), so
+    // "run[1]/shard_{:04d}.npy" names files in the directory "run[1]".
+    const auto slash = text.rfind('/');
+    if (slash == std::string::npos) return dir(".", text);
+    return dir(slash == 0 ? "/" : text.substr(0, slash), text.substr(slash + 1));
+  }
+  if (text.find_first_of("*?[") != std::string::npos) {
+    if (!pattern.empty()) {
+      return Status(ErrorCode::kInvalidArgument,
+                    "source '" + text + "' is a glob; a pattern applies only to a directory");
+    }
+    // Every part of a glob is a glob: a directory "run[1]" in it is spelled
+    // "run\[1\]" (glob(3) escapes), or named with a pattern or a list.
+    return from_glob(text);
+  }
+  return dir(text, pattern);
+}
+
+std::string Source::describe() const {
+  switch (kind) {
+    case Kind::kDirectory:
+      return pattern.empty() ? directory : join_path(directory, pattern);
+    case Kind::kGlob:
+      return glob;
+    case Kind::kList:
+      return paths.size() == 1 ? paths[0] : "a list of " + std::to_string(paths.size()) + " paths";
+  }
+  return {};
+}
+
+Result<NumberPattern> NumberPattern::parse(std::string_view pattern) {
+  SHARDLOAD_RETURN_IF_ERROR(check_no_nul("pattern", std::string(pattern)));
+  const auto open = pattern.find('{');
+  const auto close = pattern.find('}', open == std::string_view::npos ? 0 : open);
+  auto bad = [&](const std::string& why) {
+    return Status(ErrorCode::kInvalidArgument, "pattern '" + std::string(pattern) + "': " + why +
+                                                   " (expected one field such as {:04d} or {})");
+  };
+  if (open == std::string_view::npos || close == std::string_view::npos) {
+    return bad("no number field");
+  }
+  NumberPattern p;
+  p.prefix = std::string(pattern.substr(0, open));
+  p.suffix = std::string(pattern.substr(close + 1));
+  if (p.prefix.find_first_of("{}/") != std::string::npos ||
+      p.suffix.find_first_of("{}/") != std::string::npos) {
+    return bad("more than one field, or a '/' in the file-name pattern");
+  }
+  std::string_view spec = pattern.substr(open + 1, close - open - 1);
+  if (spec.empty() || spec == ":d") return p;
+  // Accepted: ":0Nd" (zero-padded to N digits) and ":Nd" is rejected since
+  // space padding cannot be part of a file name we match.
+  if (spec.size() < 4 || spec.substr(0, 2) != ":0" || spec.back() != 'd') {
+    return bad("unsupported field '{" + std::string(spec) + "}'");
+  }
+  int width = 0;
+  const char* first = spec.data() + 2;
+  const char* last = spec.data() + spec.size() - 1;
+  auto [ptr, ec] = std::from_chars(first, last, width);
+  if (ec != std::errc() || ptr != last || width < 1 || width > 18) {
+    return bad("unsupported width in '{" + std::string(spec) + "}'");
+  }
+  p.width = width;
+  return p;
+}
+
+std::string NumberPattern::format(std::int64_t n) const {
+  std::string digits = std::to_string(n);
+  if (static_cast<int>(digits.size()) < width) {
+    digits.insert(0, static_cast<std::size_t>(width) - digits.size(), '0');
+  }
+  return prefix + digits + suffix;
+}
+
+std::int64_t NumberPattern::match(std::string_view name) const {
+  if (name.size() <= prefix.size() + suffix.size()) return -1;
+  if (name.substr(0, prefix.size()) != prefix) return -1;
+  if (name.substr(name.size() - suffix.size()) != suffix) return -1;
+  std::string_view digits = name.substr(prefix.size(), name.size() - prefix.size() - suffix.size());
+  if (digits.size() > 18) return -1;
+  for (const char c : digits) {
+    if (!is_digit(c)) return -1;
+  }
+  std::int64_t n = 0;
+  std::from_chars(digits.data(), digits.data() + digits.size(), n);
+  // Only the canonical spelling counts: "shard_007.npy" is not shard 7 under
+  // {:04d}, and "shard_00010.npy" is not shard 10.
+  if (format(n) != std::string(name)) return -1;
+  return n;
+}
+
+bool natural_less(std::string_view a, std::string_view b) {
+  std::size_t i = 0;
+  std::size_t j = 0;
+  while (i < a.size() && j < b.size()) {
+    if (is_digit(a[i]) && is_digit(b[j])) {
+      std::size_t i0 = i;
+      std::size_t j0 = j;
+      while (i0 < a.size() && a[i0] == '0') ++i0;
+      while (j0 < b.size() && b[j0] == '0') ++j0;
+      std::size_t i1 = i0;
+      std::size_t j1 = j0;
+      while (i1 < a.size() && is_digit(a[i1])) ++i1;
+      while (j1 < b.size() && is_digit(b[j1])) ++j1;
+      if (i1 - i0 != j1 - j0) return i1 - i0 < j1 - j0;
+      const int c = a.substr(i0, i1 - i0).compare(b.substr(j0, j1 - j0));
+      if (c != 0) return c < 0;
+      // Equal values: fewer leading zeros first, so the order is total.
+      if (i1 - i != j1 - j) return i1 - i < j1 - j;
+      i = i1;
+      j = j1;
+    } else {
+      if (a[i] != b[j]) return a[i] < b[j];
+      ++i;
+      ++j;
+    }
+  }
+  return a.size() - i < b.size() - j;
+}
+
+namespace {
+
+Result<std::vector<std::string>> resolve_directory(const Source& s) {
+  const std::string pattern = s.pattern.empty() ? std::string(kDefaultPattern) : s.pattern;
+  SHARDLOAD_ASSIGN_OR_RETURN(NumberPattern pat, NumberPattern::parse(pattern));
+  struct ::stat st {};
+  if (::stat(s.directory.c_str(), &st) != 0) {
+    const int err = errno;
+    return file_error(ErrorCode::kLayout, s.directory,
+                      std::string("shard directory not found (") + std::strerror(err) + ")", err);
+  }
+  if (!S_ISDIR(st.st_mode)) return layout_error(s.directory + ": not a directory");
+  DIR* d = ::opendir(s.directory.c_str());
+  if (d == nullptr) {
+    const int err = errno;
+    return layout_error(s.directory + ": cannot list the directory (" + std::strerror(err) + ")");
+  }
+  std::vector<std::int64_t> numbers;
+  while (const dirent* e = ::readdir(d)) {
+    const std::int64_t n = pat.match(e->d_name);
+    if (n >= 0) numbers.push_back(n);
+  }
+  ::closedir(d);
+  const std::string where = join_path(s.directory, pattern);
+  if (numbers.empty()) return layout_error(where + ": no files match the pattern");
+  std::sort(numbers.begin(), numbers.end());
+  // One directory cannot list a name twice, but stay correct if it does.
+  numbers.erase(std::unique(numbers.begin(), numbers.end()), numbers.end());
+  // The numbering must run 0, 1, ..., max without gaps. The count and the
+  // first missing numbers come from the numbers present, never from walking
+  // 0..max: one stray "shard_99999999999999.npy" must not cost 1e14 steps.
+  const std::int64_t max = numbers.back();
+  const std::int64_t expected = max + 1;
+  const auto present = static_cast<std::int64_t>(numbers.size());
+  if (present != expected) {
+    const std::int64_t missing_count = expected - present;
+    std::vector<std::int64_t> missing;
+    std::int64_t next = 0;  // the smallest number not yet accounted for
+    for (const auto n : numbers) {
+      for (; next < n && missing.size() < 5; ++next) missing.push_back(next);
+      if (missing.size() >= 5) break;
+      next = n + 1;
+    }
+    std::string list;
+    for (const auto n : missing) list += (list.empty() ? "" : ", ") + pat.format(n);
+    if (missing_count > 5) list += ", ...";
+    return layout_error(where + ": gap in the numbering: " + std::to_string(missing_count) +
+                        " of " + std::to_string(expected) + " files missing (" + list + ")");
+  }
+  std::vector<std::string> paths;
+  paths.reserve(numbers.size());
+  for (const auto n : numbers) paths.push_back(join_path(s.directory, pat.format(n)));
+  return paths;
+}
+
+Result<std::vector<std::string>> resolve_glob(const Source& s) {
+  glob_t g{};
+  const int rc = ::glob(s.glob.c_str(), GLOB_ERR, nullptr, &g);
+  std::vector<std::string> paths;
+  if (rc == 0) {
+    paths.assign(g.gl_pathv, g.gl_pathv + g.gl_pathc);
+  }
+  ::globfree(&g);
+  if (rc == GLOB_NOMATCH || (rc == 0 && paths.empty())) {
+    return layout_error(s.glob + ": no files match the glob");
+  }
+  if (rc != 0) return layout_error(s.glob + ": the glob could not be expanded (read error)");
+  std::sort(paths.begin(), paths.end(),
+            [](const std::string& a, const std::string& b) { return natural_less(a, b); });
+  return paths;
+}
+
+}  // namespace
+
+Result<std::vector<std::string>> resolve(const Source& source) {
+  // Sources built in C++ (Source::dir, from_glob, list) never passed parse().
+  switch (source.kind) {
+    case Source::Kind::kDirectory:
+      SHARDLOAD_RETURN_IF_ERROR(check_no_nul("directory", source.directory));
+      SHARDLOAD_RETURN_IF_ERROR(check_no_nul("pattern", source.pattern));
+      break;
+    case Source::Kind::kGlob:
+      SHARDLOAD_RETURN_IF_ERROR(check_no_nul("glob", source.glob));
+      break;
+    case Source::Kind::kList:
+      for (const auto& p : source.paths) SHARDLOAD_RETURN_IF_ERROR(check_no_nul("path", p));
+      break;
+  }
+  switch (source.kind) {
+    case Source::Kind::kDirectory:
+      return resolve_directory(source);
+    case Source::Kind::kGlob:
+      return resolve_glob(source);
+    case Source::Kind::kList:
+      if (source.paths.empty()) return layout_error("the list of shard paths is empty");
+      return source.paths;
+  }
+  return layout_error("unknown source kind");
+}
+
+}  // namespace shardload

@@ -1,0 +1,49 @@
+#include "shardload/fill.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+
+namespace shardload {
+
+namespace {
+
+std::string range_string(std::int64_t lo, std::int64_t hi) {
+  return "reading rows [" + std::to_string(lo) + ", " + std::to_string(hi) + ")";
+}
+
+}  // namespace
+
+Status fill_pieces(const Layout& layout, const std::vector<Piece>& pieces, std::byte* dst,
+                   const FillOptions& options) {
+  if (pieces.empty()) return Status::ok();
+  SHARDLOAD_ASSIGN_OR_RETURN(auto reader, make_reader(layout.format, layout.options, options));
+  for (const auto& p : pieces) {
+    if (p.shard < 0 || static_cast<std::size_t>(p.shard) >= layout.shards.size() || p.lo < 0 ||
+        p.hi < p.lo || p.hi > layout.shards[static_cast<std::size_t>(p.shard)].rows) {
+      return {ErrorCode::kInvalidArgument, "piece outside its shard"};
+    }
+    std::byte* out = dst + static_cast<std::size_t>(p.dst_row) * layout.row_bytes;
+    const Shard& s = layout.shards[static_cast<std::size_t>(p.shard)];
+    Status st = reader->read_rows(layout, s, p.lo, p.hi, out);
+    if (!st.is_ok()) return st.with_context(range_string(p.lo, p.hi));
+    if (layout.dtype.kind == DTypeKind::kBool) {
+      normalize_bools(out, static_cast<std::size_t>(p.hi - p.lo) * layout.row_bytes);
+    }
+  }
+  return Status::ok();
+}
+
+Status fill_rows(const Layout& layout, std::int64_t lo, std::int64_t hi, std::byte* dst,
+                 const FillOptions& options) {
+  if (lo < 0 || hi < lo || hi > layout.total_rows()) {
+    return {ErrorCode::kInvalidArgument, "rows [" + std::to_string(lo) + ", " + std::to_string(hi) +
+                                             ") outside the dataset's " +
+                                             std::to_string(layout.total_rows()) + " rows"};
+  }
+  std::vector<Piece> pieces;
+  pieces_for_rows(layout.offsets, lo, hi, &pieces);
+  return fill_pieces(layout, pieces, dst, options);
+}
+
+}  // namespace shardload

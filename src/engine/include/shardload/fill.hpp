@@ -1,0 +1,45 @@
+// The host side of the I/O engine: fills a caller's buffer with global rows
+// [lo, hi) of a layout, as native-endian C-order rows.
+//
+// Native C-order data is read with positional reads straight into the
+// destination; big-endian data is byte-swapped in place afterwards;
+// Fortran-order shards go through a bounded scratch buffer. Every read's
+// byte count is checked, and each file is compared with its discovery
+// snapshot (size, mtime, ctime, inode) when it is opened and again after the
+// last read from it, so that a file written while it is read is an error,
+// never a mix of old and new bytes. Never throws: it runs inside Legate
+// tasks.
+//
+// Contract: the caller owns dst and the Layout and keeps both alive for the call; each call
+// makes its own readers, so concurrent calls (on disjoint dst) are safe. Errors are Status
+// naming the file and rows; nothing throws.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "shardload/byte_order.hpp"
+#include "shardload/io.hpp"
+#include "shardload/layout.hpp"
+#include "shardload/plan.hpp"
+#include "shardload/reader.hpp"
+#include "shardload/status.hpp"
+
+namespace shardload {
+
+// A fill's options are exactly what its readers need: the I/O backend, the
+// bounded scratch (the only extra memory a fill uses, whatever the tile
+// size) and whether opened files are checked against their snapshots.
+using FillOptions = ReaderContext;
+
+// Fills dst (exactly (hi - lo) * layout.row_bytes bytes) with rows [lo, hi).
+// Errors are kIo, kFormat or kChanged and name the file and row range.
+Status fill_rows(const Layout& layout, std::int64_t lo, std::int64_t hi, std::byte* dst,
+                 const FillOptions& options = {});
+
+// Fills from precomputed pieces whose dst_row is relative to dst.
+Status fill_pieces(const Layout& layout, const std::vector<Piece>& pieces, std::byte* dst,
+                   const FillOptions& options = {});
+
+}  // namespace shardload

@@ -1,0 +1,68 @@
+// The validated dataset: ordered shards, rows per shard, cumulative row
+// offsets, dtype, trailing shape and a (size, mtime, ctime, inode) snapshot
+// of each file.
+// Every check on the files happens in discover(), before anything launches.
+//
+// Contract: a Layout is a value (copy it freely; it holds paths and snapshots, no open
+// files), immutable once built and safe to share between threads. discover() and friends
+// return Status (kLayout for a dataset that does not hold together, kIo/kChanged for a file
+// that cannot be read, kInvalidArgument for options) naming the file; nothing throws.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "shardload/dtype.hpp"
+#include "shardload/format.hpp"
+#include "shardload/io.hpp"
+#include "shardload/reader.hpp"
+#include "shardload/source.hpp"
+#include "shardload/status.hpp"
+
+namespace shardload {
+
+// A ReadSpec (options, dtype, trailing shape, row bytes: all a reader needs)
+// plus the shards and where each starts.
+struct Layout : ReadSpec {
+  Format format = Format::kNpy;  // always resolved (never kAuto)
+  std::vector<Shard> shards;
+  std::vector<std::int64_t> offsets;  // size shards+1: offsets[i] = first global row of shard i
+
+  [[nodiscard]] std::int64_t total_rows() const { return offsets.empty() ? 0 : offsets.back(); }
+  [[nodiscard]] std::uint64_t total_bytes() const {
+    return row_bytes * static_cast<std::uint64_t>(total_rows());
+  }
+  [[nodiscard]] std::vector<std::int64_t> shape() const;
+  [[nodiscard]] std::vector<std::int64_t> rows() const;
+};
+
+struct DiscoverOptions {
+  IoBackend* io = nullptr;  // nullptr: posix_io()
+  FormatOptions format;     // format kAuto: from the extension or the store's metadata
+};
+
+// Resolves the source and probes every shard. All errors are kLayout and
+// name the offending file, e.g. "DIR/shard_0007.npy: dtype float64 differs
+// from float32 of DIR/shard_0000.npy".
+Result<Layout> discover(const Source& source, const DiscoverOptions& options = {});
+Result<Layout> discover_paths(const std::vector<std::string>& paths,
+                              const DiscoverOptions& options = {});
+
+// Builds a layout from probed shards (used by discover and by the task side
+// when it rebuilds the layout from task arguments). Validates agreement.
+Result<Layout> assemble_layout(Format format, FormatOptions options, DType dtype,
+                               std::vector<std::int64_t> trailing, std::vector<Shard> shards);
+
+// The format of a dataset whose first shard is `path`: the option when set,
+// else the extension, else a store's own metadata (Zarr).
+Result<Format> resolve_format(const std::string& path, const FormatOptions& options);
+
+// A human-readable summary: shard count, first and last rows, totals.
+std::string describe(const Layout& layout, std::size_t edge_shards = 3);
+
+// A byte count for people: "1.23 GB (1234567890 bytes)" (decimal units), or
+// "512 bytes" below 1 kB.
+std::string size_string(std::uint64_t bytes);
+
+}  // namespace shardload

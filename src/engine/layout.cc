@@ -1,0 +1,166 @@
+#include "shardload/layout.hpp"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <iterator>
+#include <sstream>
+
+#include "base/detail/checked.hpp"
+
+namespace shardload {
+
+std::vector<std::int64_t> Layout::shape() const {
+  std::vector<std::int64_t> s{total_rows()};
+  s.insert(s.end(), trailing_shape.begin(), trailing_shape.end());
+  return s;
+}
+
+std::vector<std::int64_t> Layout::rows() const {
+  std::vector<std::int64_t> r;
+  r.reserve(shards.size());
+  for (const auto& s : shards) r.push_back(s.rows);
+  return r;
+}
+
+Result<Layout> assemble_layout(Format format, FormatOptions options, DType dtype,
+                               std::vector<std::int64_t> trailing, std::vector<Shard> shards) {
+  Layout l;
+  l.format = format;
+  l.options = std::move(options);
+  l.options.format = format;
+  l.dtype = dtype;
+  l.trailing_shape = std::move(trailing);
+  std::uint64_t row_bytes = dtype.size;
+  for (const auto d : l.trailing_shape) {
+    if (d < 0 || !detail::checked_mul(row_bytes, static_cast<std::uint64_t>(d), &row_bytes)) {
+      return Status(ErrorCode::kLayout, "trailing shape " + shape_string(l.trailing_shape) +
+                                            ": the row size overflows 64 bits");
+    }
+  }
+  l.row_bytes = row_bytes;
+  l.offsets.reserve(shards.size() + 1);
+  l.offsets.push_back(0);
+  std::int64_t total = 0;
+  for (const auto& s : shards) {
+    std::uint64_t bytes = 0;
+    if (s.rows < 0 || !detail::checked_add(total, s.rows, &total) ||
+        !detail::checked_mul(static_cast<std::uint64_t>(total), row_bytes, &bytes) ||
+        bytes > static_cast<std::uint64_t>(INT64_MAX)) {
+      return Status(ErrorCode::kLayout,
+                    s.path + ": rows: the dataset size overflows 64 bits at this shard");
+    }
+    l.offsets.push_back(total);
+  }
+  l.shards = std::move(shards);
+  return l;
+}
+
+Result<Format> resolve_format(const std::string& path, const FormatOptions& options) {
+  if (options.format != Format::kAuto) return options.format;
+  const Format by_ext = format_from_extension(path);
+  if (by_ext != Format::kAuto) return by_ext;
+  struct ::stat st {};
+  if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+    for (const char* meta : {"/.zarray", "/zarr.json"}) {
+      if (::access((path + meta).c_str(), F_OK) == 0) return Format::kZarr;
+    }
+  }
+  return Status(ErrorCode::kLayout,
+                path +
+                    ": cannot tell the format from the name; name it with format= "
+                    "(npy, raw, hdf5, parquet, arrow or zarr)");
+}
+
+Result<Layout> discover_paths(const std::vector<std::string>& paths,
+                              const DiscoverOptions& options) {
+  if (paths.empty()) return Status(ErrorCode::kLayout, "no shards to load");
+  SHARDLOAD_ASSIGN_OR_RETURN(const Format format, resolve_format(paths[0], options.format));
+  ReaderContext ctx;
+  ctx.io = options.io;
+  auto reader = make_reader(format, options.format, ctx);
+  if (!reader) return Status(ErrorCode::kLayout, reader.status().message());
+  std::vector<Shard> shards;
+  shards.reserve(paths.size());
+  DType dtype;
+  std::vector<std::int64_t> trailing;
+  for (std::size_t i = 0; i < paths.size(); ++i) {
+    auto probe = (*reader)->probe(paths[i]);
+    if (!probe) {
+      // At discovery every failure is a layout failure, whatever its cause.
+      return Status(ErrorCode::kLayout, probe.status().message());
+    }
+    const std::string& path = probe->shard.path;
+    if (i == 0) {
+      // numpy's own limit (NPY_MAXDIMS); a header or metadata file may list
+      // any number of dimensions, and nothing past discovery should see more.
+      constexpr std::size_t kMaxDims = 64;
+      if (probe->trailing_shape.size() + 1 > kMaxDims) {
+        return Status(ErrorCode::kLayout,
+                      path + ": shape: " + std::to_string(probe->trailing_shape.size() + 1) +
+                          " dimensions, more than the " + std::to_string(kMaxDims) +
+                          " numpy allows");
+      }
+      dtype = probe->dtype;
+      trailing = probe->trailing_shape;
+    } else if (probe->dtype != dtype) {
+      return Status(ErrorCode::kLayout, path + ": dtype " + probe->dtype.name() + " differs from " +
+                                            dtype.name() + " of " + paths[0]);
+    } else if (probe->trailing_shape != trailing) {
+      return Status(ErrorCode::kLayout, path + ": trailing shape " +
+                                            shape_string(probe->trailing_shape) + " differs from " +
+                                            shape_string(trailing) + " of " + paths[0]);
+    }
+    shards.push_back(std::move(probe->shard));
+  }
+  return assemble_layout(format, options.format, dtype, std::move(trailing), std::move(shards));
+}
+
+Result<Layout> discover(const Source& source, const DiscoverOptions& options) {
+  Source s = source;
+  if (s.kind == Source::Kind::kDirectory && s.pattern.empty()) {
+    s.pattern = default_pattern(options.format.format);
+  }
+  SHARDLOAD_ASSIGN_OR_RETURN(auto paths, resolve(s));
+  return discover_paths(paths, options);
+}
+
+std::string size_string(std::uint64_t bytes) {
+  if (bytes < 1000) return std::to_string(bytes) + " bytes";
+  static constexpr const char* kUnits[] = {"kB", "MB", "GB", "TB", "PB", "EB"};
+  double v = static_cast<double>(bytes) / 1000.0;
+  std::size_t u = 0;
+  // Past 999.995 the two decimals would round up to "1000.00": take the next unit.
+  while (v >= 999.995 && u + 1 < std::size(kUnits)) {
+    v /= 1000.0;
+    ++u;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f %s", v, kUnits[u]);
+  return std::string(buf) + " (" + std::to_string(bytes) + " bytes)";
+}
+
+std::string describe(const Layout& l, std::size_t edge) {
+  std::ostringstream o;
+  const std::size_t n = l.shards.size();
+  o << "format:         " << format_name(l.format) << "\n";
+  o << "shards:         " << n << "\n";
+  o << "dtype:          " << l.dtype.name() << "\n";
+  o << "trailing shape: " << shape_string(l.trailing_shape) << "\n";
+  o << "total rows:     " << l.total_rows() << "\n";
+  o << "shape:          " << shape_string(l.shape()) << "\n";
+  o << "bytes:          " << size_string(l.total_bytes()) << "\n";
+  o << "rows per shard:\n";
+  for (std::size_t i = 0; i < n; ++i) {
+    if (n > 2 * edge && i == edge) {
+      o << "  ... (" << (n - 2 * edge) << " more)\n";
+      i = n - edge - 1;
+      continue;
+    }
+    o << "  [" << i << "] " << l.shards[i].path << ": " << l.shards[i].rows << "\n";
+  }
+  return o.str();
+}
+
+}  // namespace shardload

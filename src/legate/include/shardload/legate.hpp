@@ -1,0 +1,72 @@
+// shardload's public C++ API over Legate: discover a sharded dataset and
+// load it into a distributed legate::LogicalArray with one manual launch.
+//
+//   auto layout = shardload::discover("data/");           // throws LayoutError
+//   legate::LogicalArray a = shardload::load(layout);      // throws ShardReadError
+//
+// The Legate runtime must be started (legate::start()) before load().
+// Errors are typed exceptions here; the core under it returns Status.
+//
+// Contract: Layouts are values; load() returns a LogicalArray the caller owns (Legate frees
+// its storage when the last handle goes). Calls are not meant to race: issue them from one
+// thread, the one that drives the Legate program (shardload.load refuses other threads), and
+// under control replication alike on every rank. Errors are the exceptions of
+// shardload/errors.hpp (thrown by throw_status, each carrying its Status).
+#pragma once
+
+#include <legate.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "shardload/errors.hpp"
+#include "shardload/layout.hpp"
+
+namespace shardload {
+
+// Discovers a dataset from a directory, numbered pattern, glob or file (see
+// Source::parse), or from an ordered list of paths. Throws LayoutError.
+Layout discover(const std::string& source, const std::string& pattern = {},
+                const FormatOptions& format = {});
+Layout discover(const std::vector<std::string>& paths, const FormatOptions& format = {});
+
+struct LoadOptions {
+  std::int64_t overdecompose = 1;  // K: tiles = about K x processors
+};
+
+// What a load did: the processors it was sized for, its plan, and where its
+// time went.
+struct LoadInfo {
+  std::string target;           // "GPU", "OMP" or "CPU"
+  std::int64_t processors = 0;  // P
+  std::int64_t tile_rows = 0;
+  std::int64_t tiles = 0;  // the launch domain
+  // From the call to the launch's submission: planning, the memory check,
+  // creating the array and the task.
+  double launch_seconds = 0;
+  // From the submission until every point task has finished: the load task
+  // may raise, so the submission waits for it.
+  double fill_seconds = 0;
+};
+
+// Allocates the output once (final shape and dtype, no zero fill), tiles it
+// along axis 0 by the read plan for the processors of the kind the load runs
+// on (GPU if any, else OMP, else CPU), and fills it with one manual launch of
+// the load task. Returns once the launch has completed; any failure found
+// while reading, in any point, is thrown as ShardReadError naming the file
+// and row range. A dataset larger than the memory Legate has for those
+// processors (all system memory for CPUs, each GPU's framebuffer for its share
+// of the tiles) throws OutOfMemoryError before anything is allocated; memory
+// that other live arrays already hold is not counted, so a load that fits the
+// total can still exhaust it, and Legate then ends the process.
+legate::LogicalArray load(const Layout& layout, const LoadOptions& options = {},
+                          LoadInfo* info = nullptr);
+
+// The Legate library "shardload" with its tasks registered (once per process).
+legate::Library library();
+
+// The Legate type of a shardload dtype.
+legate::Type legate_type(DType dtype);
+
+}  // namespace shardload

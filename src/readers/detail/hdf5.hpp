@@ -1,0 +1,123 @@
+// The HDF5 reader's internals, shared by its four files: the library (hdf5_library.cc), the
+// type mapping (hdf5_types.cc), direct-chunk decoding (hdf5_chunks.cc) and the reader itself
+// (hdf5_reader.cc). Every HDF5 call goes through the Hdf5Api table (hdf5_api.hpp says why).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "readers/detail/hdf5_api.hpp"
+#include "shardload/dtype.hpp"
+#include "shardload/status.hpp"
+
+namespace shardload::detail::hdf5 {
+
+// The one process-wide mutex that serializes a library that is not thread-safe.
+std::mutex& hdf5_mutex();
+
+// Held for the span of one reader call's HDF5 work when the library is not
+// thread-safe; a no-op otherwise. Declared before any Hid of that work, so
+// the handles close while it is held.
+class Hdf5Lock {
+ public:
+  explicit Hdf5Lock(const Hdf5Api& api) {
+    if (!api.thread_safe) lock_.emplace(hdf5_mutex());
+  }
+  void unlock() {
+    if (lock_) lock_->unlock();
+  }
+  void lock() {
+    if (lock_) lock_->lock();
+  }
+
+ private:
+  std::optional<std::unique_lock<std::mutex>> lock_;
+};
+
+// Releases an Hdf5Lock for a span without HDF5 calls (inflating a chunk),
+// taking it back on every way out so the handles still close under it.
+class Hdf5Unlocked {
+ public:
+  explicit Hdf5Unlocked(Hdf5Lock& lock) : lock_(lock) { lock_.unlock(); }
+  Hdf5Unlocked(const Hdf5Unlocked&) = delete;
+  Hdf5Unlocked& operator=(const Hdf5Unlocked&) = delete;
+  ~Hdf5Unlocked() { lock_.lock(); }
+
+ private:
+  Hdf5Lock& lock_;
+};
+
+// An HDF5 identifier that closes itself.
+class Hid {
+ public:
+  using Close = herr_t (*)(hid_t);
+  Hid() = default;
+  Hid(hid_t id, Close close) : id_(id), close_(close) {}
+  Hid(const Hid&) = delete;
+  Hid& operator=(const Hid&) = delete;
+  Hid(Hid&& o) noexcept : id_(o.id_), close_(o.close_) { o.id_ = -1; }
+  Hid& operator=(Hid&& o) noexcept {
+    std::swap(id_, o.id_);
+    std::swap(close_, o.close_);
+    return *this;
+  }
+  ~Hid() {
+    if (id_ >= 0 && close_ != nullptr) close_(id_);
+  }
+  [[nodiscard]] hid_t get() const { return id_; }
+  [[nodiscard]] bool valid() const { return id_ >= 0; }
+
+ private:
+  hid_t id_ = -1;
+  Close close_ = nullptr;
+};
+
+// The HDF5 error stack of this thread, outermost and innermost message
+// ("can't read data: inflate() failed"), then cleared.
+std::string take_error(const Hdf5Api& api);
+
+// The dtype a file type reads as, or why it cannot.
+Result<DType> classify(const Hdf5Api& api, hid_t t);
+
+// The native memory type that `dtype` is read into; HDF5 converts the file's
+// byte order (and the member order of a compound) on the way.
+Result<Hid> memory_type(const Hdf5Api& api, DType d);
+
+// The largest chunk the direct path decodes: zlib counts in 32-bit units, and
+// the reader keeps one stored and one decoded chunk as scratch. HDF5 caps a
+// chunk at 4 GiB; bigger ones than this go through H5Dread.
+constexpr std::size_t kMaxDirectChunkBytes = std::size_t{1} << 30;
+
+// How the direct path decodes one dataset's chunks.
+struct DirectPlan {
+  std::vector<hsize_t> chunk;   // the chunk shape, one extent per dimension
+  std::size_t elem = 0;         // bytes per element
+  bool shuffle = false;         // HDF5's byte shuffle ran before deflate
+  std::size_t swap_unit = 0;    // 0: stored in host order; else swap units of this size
+  std::size_t chunk_bytes = 0;  // decoded bytes of a chunk (edge chunks are stored whole)
+  std::size_t chunk_elems = 0;
+};
+
+// Rows along axis 0 of a chunked dataset's chunk; 0 for contiguous or compact storage.
+// Called with the lock held.
+std::int64_t chunk_rows(const Hdf5Api& api, hid_t dataset, std::size_t rank);
+
+// The direct plan when the dataset is chunked, filtered by exactly deflate
+// (optionally after shuffle), and stored in a type whose bytes are the
+// destination's up to byte order; nullopt otherwise (read by H5Dread). Called with the lock
+// held; leaves HDF5's error stack for the caller to clear.
+std::optional<DirectPlan> direct_plan(const Hdf5Api& api, hid_t dataset, DType dtype,
+                                      const std::vector<hsize_t>& dims);
+
+// Copies the box `count` at `src_start` of a decoded chunk `raw` into `dst` (of extents
+// dst_dims) at `dst_start`, unshuffling and swapping bytes as the plan says.
+void copy_box(const DirectPlan& p, const std::byte* raw, const std::vector<hsize_t>& src_start,
+              const std::vector<hsize_t>& dst_dims, const std::vector<hsize_t>& dst_start,
+              const std::vector<hsize_t>& count, std::byte* dst);
+
+}  // namespace shardload::detail::hdf5

@@ -1,0 +1,26 @@
+// Constructors of the format readers, one per format; make_reader picks.
+#pragma once
+
+#include <memory>
+
+#include "shardload/reader.hpp"
+
+namespace shardload::detail {
+
+Result<std::unique_ptr<ShardReader>> make_npy_reader(const FormatOptions& options,
+                                                     const ReaderContext& context);
+Result<std::unique_ptr<ShardReader>> make_raw_reader(const FormatOptions& options,
+                                                     const ReaderContext& context);
+Result<std::unique_ptr<ShardReader>> make_zarr_reader(const FormatOptions& options,
+                                                      const ReaderContext& context);
+
+// Built only with SHARDLOAD_WITH_HDF5 (src/readers/hdf5_reader.cc).
+Result<std::unique_ptr<ShardReader>> make_hdf5_reader(const FormatOptions& options,
+                                                      const ReaderContext& context);
+
+// Parquet and Arrow IPC / Feather; built only with SHARDLOAD_WITH_ARROW
+// (src/readers/arrow_reader.cc).
+Result<std::unique_ptr<ShardReader>> make_arrow_reader(Format format, const FormatOptions& options,
+                                                       const ReaderContext& context);
+
+}  // namespace shardload::detail

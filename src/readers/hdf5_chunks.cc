@@ -1,0 +1,150 @@
+// Direct-chunk decoding: chunks filtered by exactly deflate (optionally after shuffle) are
+// read with H5Dread_chunk and inflated by the reader itself, outside HDF5's lock; what they
+// need to know of a dataset, and the copy of a decoded chunk's box into the rows.
+#include <cstring>
+#include <optional>
+#include <vector>
+
+#include "readers/detail/hdf5.hpp"
+#include "shardload/byte_order.hpp"
+
+namespace shardload::detail::hdf5 {
+
+// Rows along axis 0 of a chunked dataset's chunk; 0 for contiguous or compact storage.
+// Called with the lock held.
+std::int64_t chunk_rows(const Hdf5Api& api, hid_t dataset, std::size_t rank) {
+  if (rank == 0) return 0;
+  Hid dcpl(api.H5Dget_create_plist(dataset), api.H5Pclose);
+  if (!dcpl.valid() || api.H5Pget_layout(dcpl.get()) != H5D_CHUNKED) return 0;
+  std::vector<hsize_t> chunk(rank, 0);
+  if (api.H5Pget_chunk(dcpl.get(), static_cast<int>(rank), chunk.data()) !=
+      static_cast<int>(rank)) {
+    return 0;
+  }
+  return static_cast<std::int64_t>(chunk[0]);
+}
+
+// The direct plan when the dataset is chunked, filtered by exactly deflate
+// (optionally after shuffle), and stored in a type whose bytes are the
+// destination's up to byte order. Anything else (fletcher32, szip, nbit,
+// scale-offset, unknown filters, padded compounds, VAX order) is nullopt and
+// read by H5Dread, which handles it exactly. Called with the lock held; leaves
+// HDF5's error stack for the caller to clear.
+std::optional<DirectPlan> direct_plan(const Hdf5Api& api, hid_t dataset, DType dtype,
+                                      const std::vector<hsize_t>& dims) {
+  if (api.H5Dget_chunk_storage_size == nullptr || api.H5Dread_chunk == nullptr) return std::nullopt;
+  DirectPlan p;
+  const int rank = static_cast<int>(dims.size());
+  Hid dcpl(api.H5Dget_create_plist(dataset), api.H5Pclose);
+  if (!dcpl.valid() || api.H5Pget_layout(dcpl.get()) != H5D_CHUNKED) return std::nullopt;
+  p.chunk.assign(dims.size(), 0);
+  if (api.H5Pget_chunk(dcpl.get(), rank, p.chunk.data()) != rank) return std::nullopt;
+
+  // The pipeline in write order: [shuffle,] deflate; read undoes it backwards.
+  const int nfilters = api.H5Pget_nfilters(dcpl.get());
+  if (nfilters < 1 || nfilters > 2) return std::nullopt;
+  std::size_t shuffle_size = 0;
+  for (int i = 0; i < nfilters; ++i) {
+    unsigned flags = 0, config = 0;
+    unsigned cd[8] = {};
+    std::size_t ncd = 8;
+    char name[64] = {};
+    const H5Z_filter_t f = api.H5Pget_filter2(dcpl.get(), static_cast<unsigned>(i), &flags, &ncd,
+                                              cd, sizeof name, name, &config);
+    if (f != (i == nfilters - 1 ? H5Z_FILTER_DEFLATE : H5Z_FILTER_SHUFFLE)) return std::nullopt;
+    if (f == H5Z_FILTER_SHUFFLE) {
+      // HDF5 records the element size it shuffled by as the first parameter.
+      if (ncd < 1) return std::nullopt;
+      p.shuffle = true;
+      shuffle_size = cd[0];
+    }
+  }
+
+  Hid type(api.H5Dget_type(dataset), api.H5Tclose);
+  if (!type.valid()) return std::nullopt;
+  const auto cls = classify(api, type.get());
+  if (!cls || !(*cls == dtype) || api.H5Tget_size(type.get()) != dtype.size) return std::nullopt;
+  p.elem = dtype.size;
+  if (p.shuffle && shuffle_size != p.elem) return std::nullopt;
+  H5T_order_t order = H5T_ORDER_NONE;
+  std::size_t unit = 1;
+  if (dtype.kind == DTypeKind::kComplex) {
+    // h5py's complex is packed {r, i}; each half has its own byte order.
+    unit = dtype.size / 2u;
+    if (api.H5Tget_member_offset(type.get(), 0) != 0 ||
+        api.H5Tget_member_offset(type.get(), 1) != unit) {
+      return std::nullopt;
+    }
+    Hid re(api.H5Tget_member_type(type.get(), 0), api.H5Tclose);
+    Hid im(api.H5Tget_member_type(type.get(), 1), api.H5Tclose);
+    if (!re.valid() || !im.valid()) return std::nullopt;
+    order = api.H5Tget_order(re.get());
+    if (api.H5Tget_order(im.get()) != order) return std::nullopt;
+  } else if (dtype.size > 1) {
+    unit = dtype.size;  // h5py's bool is one byte: no order to fix
+    order = api.H5Tget_order(type.get());
+  }
+  if (unit > 1) {
+    if (order != H5T_ORDER_LE && order != H5T_ORDER_BE) return std::nullopt;
+    if ((order == H5T_ORDER_LE) != host_is_little_endian()) p.swap_unit = unit;
+  }
+
+  std::size_t elems = 1;
+  for (std::size_t i = 0; i < dims.size(); ++i) {
+    // An empty trailing extent has no bytes to decode; H5Dread handles it.
+    if (p.chunk[i] == 0 || (i > 0 && dims[i] == 0)) return std::nullopt;
+    if (elems > kMaxDirectChunkBytes / p.elem / p.chunk[i]) return std::nullopt;
+    elems *= p.chunk[i];
+  }
+  p.chunk_elems = elems;
+  p.chunk_bytes = elems * p.elem;
+  return p;
+}
+
+// Copies the box `count` at chunk-local `src_start` of a decoded chunk into
+// the destination (shape `dst_dims`, C order) at `dst_start`, undoing the
+// shuffle and the byte order on the way. Dimensions that both the chunk and
+// the destination hold whole merge into one contiguous run, so a chunk of
+// full rows is one copy.
+void copy_box(const DirectPlan& p, const std::byte* raw, const std::vector<hsize_t>& src_start,
+              const std::vector<hsize_t>& dst_dims, const std::vector<hsize_t>& dst_start,
+              const std::vector<hsize_t>& count, std::byte* dst) {
+  const std::size_t rank = count.size();
+  std::vector<std::size_t> src_stride(rank, 1), dst_stride(rank, 1);
+  for (std::size_t i = rank - 1; i > 0; --i) {
+    src_stride[i - 1] = src_stride[i] * p.chunk[i];
+    dst_stride[i - 1] = dst_stride[i] * dst_dims[i];
+  }
+  std::size_t k = rank - 1;
+  std::size_t run = count[k];
+  while (k > 0 && count[k] == p.chunk[k] && count[k] == dst_dims[k]) {
+    --k;
+    run *= count[k];
+  }
+  const std::size_t es = p.elem;
+  std::vector<hsize_t> at(k, 0);  // position within the box in the outer dimensions
+  for (;;) {
+    std::size_t s = src_start[k] * src_stride[k];
+    std::size_t d = dst_start[k] * dst_stride[k];
+    for (std::size_t i = 0; i < k; ++i) {
+      s += (src_start[i] + at[i]) * src_stride[i];
+      d += (dst_start[i] + at[i]) * dst_stride[i];
+    }
+    std::byte* out = dst + d * es;
+    if (p.shuffle) {
+      // Shuffled: byte j of element e sits at j * chunk_elems + e.
+      for (std::size_t j = 0; j < es; ++j) {
+        const std::byte* plane = raw + j * p.chunk_elems + s;
+        for (std::size_t e = 0; e < run; ++e) out[e * es + j] = plane[e];
+      }
+    } else {
+      std::memcpy(out, raw + s * es, run * es);
+    }
+    if (p.swap_unit != 0) byte_swap(out, run * es / p.swap_unit, p.swap_unit);
+    std::size_t i = k;
+    while (i > 0 && ++at[i - 1] == count[i - 1]) at[--i] = 0;
+    if (i == 0) break;
+  }
+}
+
+}  // namespace shardload::detail::hdf5

@@ -1,0 +1,117 @@
+// The HDF5 library, loaded privately (detail/hdf5_api.hpp says why), its lock and its
+// error stack.
+#include <dlfcn.h>
+
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "readers/detail/hdf5.hpp"
+
+#ifndef SHARDLOAD_HDF5_LIBRARY
+#error "SHARDLOAD_HDF5_LIBRARY (the libhdf5 the headers belong to) must be defined"
+#endif
+
+namespace shardload::detail {
+
+namespace {
+
+Result<Hdf5Api> load_api() {
+  Hdf5Api api;
+  api.path = SHARDLOAD_HDF5_LIBRARY;
+  int flags = RTLD_NOW | RTLD_LOCAL;
+#if defined(RTLD_DEEPBIND) && !defined(__SANITIZE_ADDRESS__)
+  // AddressSanitizer refuses RTLD_DEEPBIND; sanitizer builds run without Legate.
+  flags |= RTLD_DEEPBIND;
+#endif
+  void* h = ::dlopen(api.path, flags);
+  if (h == nullptr) {
+    const char* e = ::dlerror();
+    return Status(ErrorCode::kFormat, std::string("hdf5: cannot load the HDF5 library ") +
+                                          api.path + ": " + (e ? e : "unknown error") +
+                                          " (install Debian's libhdf5-dev, see scripts/setup.sh)");
+  }
+  std::string missing;
+  // dlsym on the handle searches only this library and its dependencies.
+#define SHARDLOAD_HDF5_LOAD(name)                                     \
+  api.name = reinterpret_cast<decltype(api.name)>(::dlsym(h, #name)); \
+  if (api.name == nullptr) missing += std::string(missing.empty() ? "" : ", ") + #name;
+  SHARDLOAD_HDF5_FUNCTIONS(SHARDLOAD_HDF5_LOAD)
+#undef SHARDLOAD_HDF5_LOAD
+  api.H5Pset_file_locking =
+      reinterpret_cast<decltype(api.H5Pset_file_locking)>(::dlsym(h, "H5Pset_file_locking"));
+  api.H5Dget_chunk_storage_size = reinterpret_cast<decltype(api.H5Dget_chunk_storage_size)>(
+      ::dlsym(h, "H5Dget_chunk_storage_size"));
+  api.H5Dread_chunk = reinterpret_cast<decltype(api.H5Dread_chunk)>(::dlsym(h, "H5Dread_chunk"));
+  if (!missing.empty()) {
+    return Status(ErrorCode::kFormat, std::string("hdf5: ") + api.path +
+                                          " lacks functions shardload needs: " + missing);
+  }
+  if (api.H5open() < 0 ||
+      api.H5get_libversion(&api.version[0], &api.version[1], &api.version[2]) < 0) {
+    return Status(ErrorCode::kFormat, std::string("hdf5: ") + api.path + ": H5open failed");
+  }
+  // The headers' structs and version-mapped names (H5Dopen2, H5Lvisit, ...)
+  // hold within one major.minor release only.
+  if (api.version[0] != H5_VERS_MAJOR || api.version[1] != H5_VERS_MINOR) {
+    return Status(ErrorCode::kFormat,
+                  std::string("hdf5: ") + api.path + ": library version " +
+                      std::to_string(api.version[0]) + "." + std::to_string(api.version[1]) + "." +
+                      std::to_string(api.version[2]) + " differs from the headers' " +
+                      std::to_string(H5_VERS_MAJOR) + "." + std::to_string(H5_VERS_MINOR));
+  }
+  // The globals are valid only after H5open().
+#define SHARDLOAD_HDF5_GLOBAL_LOAD(name)                              \
+  if (const auto* p = static_cast<const hid_t*>(::dlsym(h, #name))) { \
+    api.name = *p;                                                    \
+  } else {                                                            \
+    missing += std::string(missing.empty() ? "" : ", ") + #name;      \
+  }
+  SHARDLOAD_HDF5_GLOBALS(SHARDLOAD_HDF5_GLOBAL_LOAD)
+#undef SHARDLOAD_HDF5_GLOBAL_LOAD
+  if (!missing.empty()) {
+    return Status(ErrorCode::kFormat,
+                  std::string("hdf5: ") + api.path + " lacks globals shardload needs: " + missing);
+  }
+  hbool_t ts = 0;
+  api.thread_safe = api.H5is_library_threadsafe(&ts) >= 0 && ts;
+  return api;
+}
+
+}  // namespace
+
+namespace hdf5 {
+
+std::mutex& hdf5_mutex() {
+  static std::mutex m;
+  return m;
+}
+
+// The HDF5 error stack of this thread, outermost and innermost message
+// ("can't read data: inflate() failed"), then cleared.
+std::string take_error(const Hdf5Api& api) {
+  std::vector<std::string> msgs;
+  api.H5Ewalk2(
+      H5E_DEFAULT, H5E_WALK_DOWNWARD,
+      [](unsigned, const H5E_error2_t* e, void* data) -> herr_t {
+        static_cast<std::vector<std::string>*>(data)->emplace_back(e->desc ? e->desc : "");
+        return 0;
+      },
+      &msgs);
+  api.H5Eclear2(H5E_DEFAULT);
+  if (msgs.empty()) return "HDF5 reported no detail";
+  if (msgs.size() == 1 || msgs.front() == msgs.back()) return "HDF5: " + msgs.front();
+  return "HDF5: " + msgs.front() + ": " + msgs.back();
+}
+
+}  // namespace hdf5
+
+Result<const Hdf5Api*> hdf5_api() {
+  // Loaded once per process: the library handle is the one piece of state
+  // every reader shares, and it lives until exit.
+  static const Result<Hdf5Api> api = load_api();
+  if (!api) return api.status();
+  return &api.value();
+}
+
+}  // namespace shardload::detail

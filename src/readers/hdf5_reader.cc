@@ -1,0 +1,591 @@
+// The HDF5 reader: one dataset per file, contiguous or chunked (any filter the
+// library has, gzip included), read as a hyperslab of only the requested rows
+// straight into the destination with a native memory type, so HDF5 itself
+// converts byte order and h5py's bool enum and complex compound. Chunks whose
+// only filters are [shuffle,] deflate are instead fetched raw and inflated
+// outside HDF5 (read_direct says why), with H5Dread for anything unusual.
+//
+// Every HDF5 call goes through the privately loaded library (detail/hdf5_api.hpp says
+// why). Debian's libhdf5 is built thread-safe; when a library is not, calls
+// are serialized by one process-wide mutex, held only around HDF5 calls and
+// never across anything that can wait on a runtime.
+#include <sys/stat.h>
+#include <zlib.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "readers/detail/hdf5.hpp"
+#include "readers/detail/readers.hpp"
+#include "shardload/byte_order.hpp"
+
+namespace shardload::detail {
+
+namespace {
+
+using namespace hdf5;  // NOLINT(google-build-using-namespace)
+
+// H5F_ACC_RDONLY without the H5check() / H5open() calls its macro expands to:
+// this file must not reference an HDF5 symbol directly.
+constexpr unsigned kReadOnly = 0x0000u;
+
+std::vector<std::string> list_datasets(const Hdf5Api& api, hid_t file) {
+  struct Ctx {
+    const Hdf5Api* api;
+    std::vector<std::string> names;
+  } ctx{&api, {}};
+  api.H5Lvisit(
+      file, H5_INDEX_NAME, H5_ITER_INC,
+      [](hid_t g, const char* name, const H5L_info_t* info, void* data) -> herr_t {
+        auto* c = static_cast<Ctx*>(data);
+        if (info->type != H5L_TYPE_HARD) return 0;  // soft links name a dataset twice
+        Hid o(c->api->H5Oopen(g, name, H5P_DEFAULT), c->api->H5Oclose);
+        if (o.valid() && c->api->H5Iget_type(o.get()) == H5I_DATASET) {
+          c->names.push_back(std::string("/") + name);
+        }
+        return 0;
+      },
+      &ctx);
+  api.H5Eclear2(H5E_DEFAULT);
+  return ctx.names;
+}
+
+std::string join(const std::vector<std::string>& v) {
+  std::string s;
+  for (std::size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + v[i];
+  return s.empty() ? "none" : s;
+}
+
+// True when every link along `path` exists (H5Lexists needs the parents).
+bool path_exists(const Hdf5Api& api, hid_t file, const std::string& path, hid_t lapl) {
+  std::size_t pos = path.front() == '/' ? 1 : 0;
+  while (pos <= path.size()) {
+    const std::size_t next = std::min(path.find('/', pos), path.size());
+    const std::string prefix = path.substr(0, next);
+    if (!prefix.empty() && prefix != "/" && api.H5Lexists(file, prefix.c_str(), lapl) <= 0) {
+      return false;
+    }
+    pos = next + 1;
+  }
+  return true;
+}
+
+// Where HDF5 1.10 itself looks for an external storage file `name` of the
+// dataset in `file` opened with the default access list (H5D__build_file_prefix
+// and H5_combine_path): HDF5_EXTFILE_PREFIX in front of a relative name, with
+// a leading ${ORIGIN} meaning the file's directory; else the name as it is,
+// relative to the working directory.
+std::string external_path(const std::string& file, const std::string& name) {
+  if (name.empty() || name.front() == '/') return name;
+  const char* env = std::getenv("HDF5_EXTFILE_PREFIX");
+  std::string prefix = env != nullptr ? env : "";
+  if (prefix.empty() || prefix == ".") return name;
+  if (prefix.rfind("${ORIGIN}", 0) == 0) {
+    const auto slash = file.rfind('/');
+    const std::string dir = slash == std::string::npos ? "." : file.substr(0, slash + 1);
+    prefix = dir + prefix.substr(9);
+  }
+  return prefix.back() == '/' ? prefix + name : prefix + "/" + name;
+}
+
+// The external storage files of a dataset, each once, in the dataset's
+// order. Called with the lock held.
+Result<std::vector<std::string>> external_names(const Hdf5Api& api, hid_t dataset,
+                                                const std::string& where) {
+  std::vector<std::string> names;
+  Hid dcpl(api.H5Dget_create_plist(dataset), api.H5Pclose);
+  if (!dcpl.valid()) return Status(ErrorCode::kFormat, where + ": " + take_error(api));
+  const int count = api.H5Pget_external_count(dcpl.get());
+  if (count < 0)
+    return Status(ErrorCode::kFormat, where + ": external storage: " + take_error(api));
+  std::vector<char> buf(4097);
+  for (int i = 0; i < count; ++i) {
+    buf.back() = '\0';
+    if (api.H5Pget_external(dcpl.get(), static_cast<unsigned>(i), buf.size(), buf.data(), nullptr,
+                            nullptr) < 0) {
+      return Status(ErrorCode::kFormat, where + ": external storage file " + std::to_string(i) +
+                                            ": " + take_error(api));
+    }
+    if (buf.back() != '\0') {
+      return Status(ErrorCode::kFormat, where + ": external storage file " + std::to_string(i) +
+                                            ": name longer than " + std::to_string(buf.size() - 1) +
+                                            " bytes");
+    }
+    std::string n(buf.data());
+    if (std::find(names.begin(), names.end(), n) == names.end()) names.push_back(std::move(n));
+  }
+  return names;
+}
+
+struct OpenDataset {
+  Hid file;
+  Hid dataset;
+  std::string name;
+  std::vector<hsize_t> dims;
+};
+
+class Hdf5Reader final : public ShardReader {
+ public:
+  Hdf5Reader(const FormatOptions& options, const ReaderContext& ctx, const Hdf5Api* api)
+      : options_(options), ctx_(ctx), api_(*api) {}
+  Hdf5Reader(const Hdf5Reader&) = delete;
+  Hdf5Reader& operator=(const Hdf5Reader&) = delete;
+  ~Hdf5Reader() override {
+    if (zlib_ready_) inflateEnd(&zlib_);
+  }
+
+  Result<ShardProbe> probe(const std::string& path) override {
+    ShardProbe p;
+    p.shard.path = path;
+    SHARDLOAD_ASSIGN_OR_RETURN(File f, File::open(*ctx_.io, path));
+    SHARDLOAD_ASSIGN_OR_RETURN(p.shard.snapshot, f.stat());
+    if (!p.shard.snapshot.regular) {
+      return Status(ErrorCode::kFormat, path + ": not a regular file");
+    }
+    std::vector<std::string> external;
+    try {
+      Hdf5Lock lock(api_);
+      api_.H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+      SHARDLOAD_ASSIGN_OR_RETURN(OpenDataset d, open(f, options_.dataset));
+      Hid type(api_.H5Dget_type(d.dataset.get()), api_.H5Tclose);
+      if (!type.valid()) {
+        return Status(ErrorCode::kFormat,
+                      path + ": dataset '" + d.name + "': type: " + take_error(api_));
+      }
+      auto dtype = classify(api_, type.get());
+      if (!dtype) return dtype.status().with_context(path + ": dataset '" + d.name + "'");
+      p.dtype = *dtype;
+      p.shard.rows = static_cast<std::int64_t>(d.dims[0]);
+      for (std::size_t i = 1; i < d.dims.size(); ++i) {
+        p.trailing_shape.push_back(static_cast<std::int64_t>(d.dims[i]));
+      }
+      p.decode_rows = chunk_rows(api_, d.dataset.get(), d.dims.size());
+      // The resolved dataset path: with the default, each file's only dataset
+      // may have its own name, and the read must not search again.
+      p.shard.extra = d.name;
+      SHARDLOAD_ASSIGN_OR_RETURN(
+          external, external_names(api_, d.dataset.get(), path + ": dataset '" + d.name + "'"));
+    } catch (const std::exception& e) {
+      return Status(ErrorCode::kFormat, path + ": " + e.what());
+    }
+    // The data of a dataset with external storage lives in those files: they
+    // are snapshotted and checked like the file itself.
+    for (const auto& name : external) {
+      LinkedFile x;
+      x.path = external_path(path, name);
+      auto f = File::open(*ctx_.io, x.path);
+      if (!f) {
+        return f.status().with_context(path + ": dataset '" + p.shard.extra +
+                                       "': external storage file '" + name + "'");
+      }
+      SHARDLOAD_ASSIGN_OR_RETURN(x.snapshot, f->stat());
+      if (!x.snapshot.regular) {
+        return Status(ErrorCode::kFormat, path + ": dataset '" + p.shard.extra +
+                                              "': external storage file " + x.path +
+                                              ": not a regular file");
+      }
+      p.shard.linked.push_back(std::move(x));
+    }
+    return p;
+  }
+
+  Status read_rows(const ReadSpec& l, const Shard& s, std::int64_t lo, std::int64_t hi,
+                   std::byte* dst) override {
+    // Our own descriptors of the file and its external storage stay open
+    // over HDF5's reads, so that their state after the reads can be compared
+    // with the snapshots: a write through any path moves ctime, and a
+    // file renamed over the path moves the replaced inode's ctime.
+    SHARDLOAD_ASSIGN_OR_RETURN(File f, File::open(*ctx_.io, s.path));
+    if (ctx_.check_snapshot) SHARDLOAD_RETURN_IF_ERROR(check_snapshot(f, s));
+    if (hi <= lo) return Status::ok();
+    std::vector<File> linked;
+    if (ctx_.check_snapshot) {
+      for (const auto& x : s.linked) {
+        SHARDLOAD_ASSIGN_OR_RETURN(File lf, File::open(*ctx_.io, x.path));
+        SHARDLOAD_RETURN_IF_ERROR(check_snapshot(lf, x.snapshot));
+        linked.push_back(std::move(lf));
+      }
+    }
+    Status read = read_dataset(f, l, s, lo, hi, dst);
+    if (ctx_.check_snapshot) {
+      read = check_unchanged(f, s.snapshot, std::move(read));
+      for (std::size_t i = 0; i < linked.size(); ++i) {
+        read = check_unchanged(linked[i], s.linked[i].snapshot, std::move(read));
+      }
+    }
+    return read;
+  }
+
+ private:
+  // HDF5 opens the file through `f` (see open()), the descriptor whose state
+  // read_rows compares with the snapshot afterwards.
+  Status read_dataset(const File& f, const ReadSpec& l, const Shard& s, std::int64_t lo,
+                      std::int64_t hi, std::byte* dst) {
+    try {
+      Hdf5Lock lock(api_);
+      api_.H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+      SHARDLOAD_ASSIGN_OR_RETURN(OpenDataset d, open(f, s.extra));
+      const std::string where = s.path + ": dataset '" + d.name + "'";
+      // The snapshot guards the file; this guards a layout rebuilt from stale
+      // task arguments.
+      bool same =
+          d.dims.size() == l.trailing_shape.size() + 1 && d.dims[0] == static_cast<hsize_t>(s.rows);
+      for (std::size_t i = 1; same && i < d.dims.size(); ++i) {
+        same = d.dims[i] == static_cast<hsize_t>(l.trailing_shape[i - 1]);
+      }
+      if (!same) {
+        return Status(ErrorCode::kChanged, where + ": shape differs from the layout's (" +
+                                               std::to_string(s.rows) + " rows, trailing " +
+                                               shape_string(l.trailing_shape) + ")");
+      }
+      SHARDLOAD_ASSIGN_OR_RETURN(Hid mem_type, memory_type(api_, l.dtype));
+      const std::optional<DirectPlan> plan = direct_plan(api_, d.dataset.get(), l.dtype, d.dims);
+      api_.H5Eclear2(H5E_DEFAULT);  // the plan's probing leaves nothing to report
+      if (plan) {
+        return read_direct(lock, d, where, *plan, mem_type.get(), lo, hi, dst);
+      }
+      std::vector<hsize_t> start(d.dims.size(), 0), count = d.dims;
+      start[0] = static_cast<hsize_t>(lo);
+      count[0] = static_cast<hsize_t>(hi - lo);
+      Hid file_space(api_.H5Dget_space(d.dataset.get()), api_.H5Sclose);
+      Hid mem_space(api_.H5Screate_simple(static_cast<int>(count.size()), count.data(), nullptr),
+                    api_.H5Sclose);
+      if (!file_space.valid() || !mem_space.valid() ||
+          api_.H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, start.data(), nullptr,
+                                   count.data(), nullptr) < 0) {
+        return Status(ErrorCode::kIo, where + ": selecting rows: " + take_error(api_));
+      }
+      if (api_.H5Dread(d.dataset.get(), mem_type.get(), mem_space.get(), file_space.get(),
+                       H5P_DEFAULT, dst) < 0) {
+        return Status(ErrorCode::kIo, where + ": " + take_error(api_));
+      }
+    } catch (const std::exception& e) {
+      return Status(ErrorCode::kIo, s.path + ": " + e.what());
+    }
+    // A bool outside h5py's enum (raw 2..255; H5Dread's conversion gives
+    // 0xFF, the direct path the stored byte) is left for the fill, which
+    // applies numpy's rule to every format alike: nonzero is True.
+    return Status::ok();
+  }
+
+  // Rows [lo, hi) chunk by chunk, for a dataset that direct_plan accepted.
+  // HDF5's thread-safe build runs every API call, the deflate filter inside
+  // H5Dread included, under one global lock, so tasks reading through H5Dread
+  // decode one at a time. Here only the stored bytes come out of HDF5
+  // (H5Dread_chunk); inflating, unshuffling and copying run outside any HDF5
+  // call (and outside Hdf5Lock), in parallel across tasks. A chunk that is
+  // not stored (its rows read as the fill value), skipped a filter (filter
+  // mask), or cannot be read directly for any other reason is read by H5Dread
+  // for just its box, so the result stays what H5Dread gives.
+  Status read_direct(Hdf5Lock& lock, const OpenDataset& d, const std::string& where,
+                     const DirectPlan& p, hid_t mem_type, std::int64_t lo, std::int64_t hi,
+                     std::byte* dst) {
+    const std::size_t rank = d.dims.size();
+    std::vector<hsize_t> dst_dims = d.dims;
+    dst_dims[0] = static_cast<hsize_t>(hi - lo);
+    // The chunk grid's indices that meet rows [lo, hi), every one across the
+    // trailing dimensions.
+    std::vector<hsize_t> first(rank, 0), last(rank, 0);
+    first[0] = static_cast<hsize_t>(lo) / p.chunk[0];
+    last[0] = static_cast<hsize_t>(hi - 1) / p.chunk[0];
+    for (std::size_t i = 1; i < rank; ++i) last[i] = (d.dims[i] - 1) / p.chunk[i];
+    std::vector<hsize_t> at = first, offset(rank), box_lo(rank), count(rank), src_start(rank),
+                         dst_start(rank);
+    for (;;) {
+      for (std::size_t i = 0; i < rank; ++i) {
+        offset[i] = at[i] * p.chunk[i];
+        const hsize_t begin =
+            i == 0 ? std::max<hsize_t>(offset[i], static_cast<hsize_t>(lo)) : offset[i];
+        const hsize_t end = std::min<hsize_t>(offset[i] + p.chunk[i],
+                                              i == 0 ? static_cast<hsize_t>(hi) : d.dims[i]);
+        box_lo[i] = begin;
+        count[i] = end - begin;
+        src_start[i] = begin - offset[i];
+        dst_start[i] = i == 0 ? begin - static_cast<hsize_t>(lo) : begin;
+      }
+      hsize_t stored = 0;
+      std::uint32_t mask = 0;
+      bool direct = api_.H5Dget_chunk_storage_size(d.dataset.get(), offset.data(), &stored) >= 0 &&
+                    stored > 0 && stored <= kMaxDirectChunkBytes;
+      if (direct) {
+        if (stored_.size() < stored) stored_.resize(stored);
+        direct = api_.H5Dread_chunk(d.dataset.get(), H5P_DEFAULT, offset.data(), &mask,
+                                    stored_.data()) >= 0 &&
+                 mask == 0;
+      }
+      if (!direct) {
+        api_.H5Eclear2(H5E_DEFAULT);
+        SHARDLOAD_RETURN_IF_ERROR(
+            read_box(d, where, mem_type, dst_dims, box_lo, dst_start, count, dst));
+      } else {
+        Hdf5Unlocked unlocked(lock);
+        Status st = inflate_chunk(static_cast<std::size_t>(stored), p.chunk_bytes);
+        if (!st.is_ok()) {
+          const hsize_t rows_end = std::min<hsize_t>(offset[0] + p.chunk[0], d.dims[0]);
+          std::string at_text;
+          for (std::size_t i = 0; i < rank; ++i) {
+            at_text += (i ? ", " : "") + std::to_string(offset[i]);
+          }
+          return st.with_context(where + ": chunk of rows [" + std::to_string(offset[0]) + ", " +
+                                 std::to_string(rows_end) + ") at (" + at_text + ")");
+        }
+        copy_box(p, decoded_.data(), src_start, dst_dims, dst_start, count, dst);
+      }
+      std::size_t i = rank;
+      while (i > 0 && at[i - 1] == last[i - 1]) {
+        at[i - 1] = first[i - 1];
+        --i;
+      }
+      if (i == 0) break;
+      ++at[i - 1];
+    }
+    return Status::ok();
+  }
+
+  // One chunk's box through H5Dread, which knows fill values, skipped
+  // filters and whatever else the direct path leaves to the library.
+  Status read_box(const OpenDataset& d, const std::string& where, hid_t mem_type,
+                  const std::vector<hsize_t>& dst_dims, const std::vector<hsize_t>& box_lo,
+                  const std::vector<hsize_t>& dst_start, const std::vector<hsize_t>& count,
+                  std::byte* dst) {
+    const int rank = static_cast<int>(count.size());
+    Hid file_space(api_.H5Dget_space(d.dataset.get()), api_.H5Sclose);
+    Hid mem_space(api_.H5Screate_simple(rank, dst_dims.data(), nullptr), api_.H5Sclose);
+    if (!file_space.valid() || !mem_space.valid() ||
+        api_.H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, box_lo.data(), nullptr,
+                                 count.data(), nullptr) < 0 ||
+        api_.H5Sselect_hyperslab(mem_space.get(), H5S_SELECT_SET, dst_start.data(), nullptr,
+                                 count.data(), nullptr) < 0) {
+      return Status(ErrorCode::kIo, where + ": selecting rows: " + take_error(api_));
+    }
+    if (api_.H5Dread(d.dataset.get(), mem_type, mem_space.get(), file_space.get(), H5P_DEFAULT,
+                     dst) < 0) {
+      return Status(ErrorCode::kIo, where + ": " + take_error(api_));
+    }
+    return Status::ok();
+  }
+
+  // Inflates stored_[0, in) into decoded_, which must come out exactly
+  // `out` bytes (a whole chunk): a damaged chunk is an error, never data.
+  Status inflate_chunk(std::size_t in, std::size_t out) {
+    if (decoded_.size() < out) decoded_.resize(out);
+    if (!zlib_ready_) {
+      if (inflateInit(&zlib_) != Z_OK) {
+        return Status(ErrorCode::kIo, "deflate: cannot initialize zlib");
+      }
+      zlib_ready_ = true;
+    } else if (inflateReset(&zlib_) != Z_OK) {
+      return Status(ErrorCode::kIo, "deflate: cannot reset zlib");
+    }
+    zlib_.next_in = reinterpret_cast<Bytef*>(stored_.data());
+    zlib_.avail_in = static_cast<uInt>(in);
+    zlib_.next_out = reinterpret_cast<Bytef*>(decoded_.data());
+    zlib_.avail_out = static_cast<uInt>(out);
+    const int rc = inflate(&zlib_, Z_FINISH);
+    const std::string expected = std::to_string(out) + " bytes";
+    if (rc == Z_STREAM_END) {
+      if (zlib_.total_out == out) return Status::ok();
+      return Status(ErrorCode::kIo, "deflate: corrupt chunk: decodes to " +
+                                        std::to_string(zlib_.total_out) + " bytes, expected " +
+                                        expected);
+    }
+    if (rc == Z_BUF_ERROR && zlib_.avail_out == 0) {
+      return Status(ErrorCode::kIo,
+                    "deflate: corrupt chunk: decodes to more than the expected " + expected);
+    }
+    if (rc == Z_BUF_ERROR) {
+      return Status(ErrorCode::kIo, "deflate: corrupt chunk: truncated after " +
+                                        std::to_string(zlib_.total_out) + " of " + expected);
+    }
+    if (rc == Z_MEM_ERROR) return Status(ErrorCode::kIo, "deflate: out of memory");
+    return Status(ErrorCode::kIo, std::string("deflate: corrupt chunk: ") +
+                                      (zlib_.msg ? zlib_.msg : "zlib error " + std::to_string(rc)));
+  }
+
+  // Opens the file `checked` (opened and found regular by the caller) and its
+  // dataset `name` (empty: the file's only dataset). Called with the lock
+  // held and HDF5's error printing off.
+  //
+  // HDF5 opens files by name, and a plain open of a FIFO waits for a writer
+  // forever; so HDF5 gets "/proc/self/fd/N" of a descriptor we checked, which
+  // opens that very file whatever the name points to by now. That name
+  // changes what HDF5 takes as the file's directory (its "extpath"), which
+  // only two things use: relative external links, for which the link access
+  // list below names the real directory instead (the same search order), and
+  // an external-storage prefix "${ORIGIN}" from HDF5_EXTFILE_PREFIX or
+  // HDF5_VDS_PREFIX, which no property can override: then HDF5 gets the
+  // path itself, after our check. External storage without ${ORIGIN}
+  // resolves against the working directory either way.
+  Result<OpenDataset> open(const File& checked, const std::string& name) {
+    const std::string& path = checked.path();
+    OpenDataset d;
+    Hid fapl(api_.H5Pcreate(api_.H5P_CLS_FILE_ACCESS_ID_g), api_.H5Pclose);
+    if (fapl.valid() && api_.H5Pset_file_locking != nullptr) {
+      api_.H5Pset_file_locking(fapl.get(), 0, 1);
+    }
+    std::string open_name = path;
+    if (!prefix_uses_origin("HDF5_EXTFILE_PREFIX") && !prefix_uses_origin("HDF5_VDS_PREFIX")) {
+      // An injected IoBackend's descriptor need not be the kernel's.
+      File own;
+      int fd = checked.fd();
+      if (ctx_.io != &posix_io()) {
+        SHARDLOAD_ASSIGN_OR_RETURN(own, File::open(posix_io(), path));
+        fd = own.fd();
+      }
+      open_name = descriptor_path(fd, path);
+      d.file =
+          Hid(api_.H5Fopen(open_name.c_str(), kReadOnly, fapl.valid() ? fapl.get() : H5P_DEFAULT),
+              api_.H5Fclose);
+    } else {
+      d.file = Hid(api_.H5Fopen(path.c_str(), kReadOnly, fapl.valid() ? fapl.get() : H5P_DEFAULT),
+                   api_.H5Fclose);
+    }
+    if (!d.file.valid()) {
+      return Status(ErrorCode::kFormat, path + ": not a readable HDF5 file: " + take_error(api_));
+    }
+    Hid dapl(api_.H5Pcreate(api_.H5P_CLS_DATASET_ACCESS_ID_g), api_.H5Pclose);
+    if (!dapl.valid()) {
+      return Status(ErrorCode::kFormat, path + ": dataset access list: " + take_error(api_));
+    }
+    if (open_name != path &&
+        api_.H5Pset_elink_prefix(dapl.get(), (parent_directory(path) + "/").c_str()) < 0) {
+      return Status(ErrorCode::kFormat, path + ": external link prefix: " + take_error(api_));
+    }
+    if (name.empty()) {
+      const auto all = list_datasets(api_, d.file.get());
+      if (all.size() != 1) {
+        return Status(ErrorCode::kFormat,
+                      path + ": dataset: expected exactly one dataset when none is named, found " +
+                          std::to_string(all.size()) + " (" + join(all) +
+                          "); name one with dataset=");
+      }
+      d.name = all[0];
+    } else {
+      d.name = name.front() == '/' ? name : "/" + name;
+    }
+    if (!path_exists(api_, d.file.get(), d.name, dapl.get())) {
+      api_.H5Eclear2(H5E_DEFAULT);
+      return Status(ErrorCode::kFormat, path + ": dataset '" + d.name +
+                                            "' not found (datasets in the file: " +
+                                            join(list_datasets(api_, d.file.get())) + ")");
+    }
+    d.dataset = Hid(api_.H5Dopen2(d.file.get(), d.name.c_str(), dapl.get()), api_.H5Dclose);
+    if (!d.dataset.valid()) {
+      return Status(ErrorCode::kFormat,
+                    path + ": '" + d.name + "' is not a readable dataset: " + take_error(api_));
+    }
+    SHARDLOAD_RETURN_IF_ERROR(check_external_files(d, path));
+    Hid space(api_.H5Dget_space(d.dataset.get()), api_.H5Sclose);
+    const H5S_class_t sc =
+        space.valid() ? api_.H5Sget_simple_extent_type(space.get()) : H5S_NO_CLASS;
+    const int rank = sc == H5S_SIMPLE ? api_.H5Sget_simple_extent_ndims(space.get()) : 0;
+    if (rank < 1) {
+      return Status(
+          ErrorCode::kFormat,
+          path + ": dataset '" + d.name +
+              "': shape: expected at least 1 dimension, found a scalar or empty dataspace");
+    }
+    d.dims.resize(static_cast<std::size_t>(rank));
+    if (api_.H5Sget_simple_extent_dims(space.get(), d.dims.data(), nullptr) < 0) {
+      return Status(ErrorCode::kFormat,
+                    path + ": dataset '" + d.name + "': shape: " + take_error(api_));
+    }
+    for (const auto dim : d.dims) {
+      if (dim > static_cast<hsize_t>(INT64_MAX)) {
+        return Status(ErrorCode::kFormat, path + ": dataset '" + d.name + "': shape: dimension " +
+                                              std::to_string(dim) + " exceeds int64");
+      }
+    }
+    return d;
+  }
+
+  // A dataset with external storage has its data in files that HDF5 opens
+  // itself, by name, with a plain (blocking) open, when it reads. We cannot
+  // hand it checked descriptors, so each file that exists is checked here,
+  // by the name HDF5 will use (at discovery and before each read): a FIFO,
+  // socket or device is refused instead of hanging the read. This narrows
+  // but cannot close the window between the check and HDF5's open.
+  Status check_external_files(const OpenDataset& d, const std::string& path) {
+    Hid dcpl(api_.H5Dget_create_plist(d.dataset.get()), api_.H5Pclose);
+    const int count = dcpl.valid() ? api_.H5Pget_external_count(dcpl.get()) : -1;
+    if (count <= 0) {
+      api_.H5Eclear2(H5E_DEFAULT);
+      return Status::ok();
+    }
+    // HDF5's search: HDF5_EXTFILE_PREFIX, else the access list's prefix
+    // (none here), else the working directory; "${ORIGIN}" is the file's
+    // directory. An absolute name is used as it is.
+    std::string prefix;
+    if (const char* env = std::getenv("HDF5_EXTFILE_PREFIX")) prefix = env;
+    constexpr std::string_view kOrigin = "${ORIGIN}";
+    if (prefix.compare(0, kOrigin.size(), kOrigin) == 0) {
+      prefix = parent_directory(path) + prefix.substr(kOrigin.size());
+    }
+    for (int i = 0; i < count; ++i) {
+      std::vector<char> buf(PATH_MAX + 1, '\0');
+      off_t offset = 0;
+      hsize_t size = 0;
+      if (api_.H5Pget_external(dcpl.get(), static_cast<unsigned>(i), buf.size() - 1, buf.data(),
+                               &offset, &size) < 0) {
+        return Status(ErrorCode::kFormat, path + ": dataset '" + d.name + "': external file " +
+                                              std::to_string(i) + ": " + take_error(api_));
+      }
+      const std::string file = buf.data();
+      std::string full = file;
+      if (!file.empty() && file.front() != '/' && !prefix.empty() && prefix != ".") {
+        full = prefix + (prefix.back() == '/' ? "" : "/") + file;
+      }
+      struct ::stat st {};
+      if (::stat(full.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
+        return Status(ErrorCode::kFormat, path + ": dataset '" + d.name + "': external file " +
+                                              full + ": not a regular file");
+      }
+    }
+    return Status::ok();
+  }
+
+  static bool prefix_uses_origin(const char* variable) {
+    const char* v = std::getenv(variable);
+    return v != nullptr && std::string_view(v).find("${ORIGIN}") != std::string_view::npos;
+  }
+
+  static std::string parent_directory(const std::string& path) {
+    const auto slash = path.rfind('/');
+    if (slash == std::string::npos) return ".";
+    return slash == 0 ? "/" : path.substr(0, slash);
+  }
+
+  FormatOptions options_;
+  ReaderContext ctx_;
+  const Hdf5Api& api_;
+  // The direct path's scratch, reused across chunks and calls: one chunk as
+  // stored and one decoded, so the memory stays two chunks whatever the rows.
+  std::vector<std::byte> stored_;
+  std::vector<std::byte> decoded_;
+  z_stream zlib_{};
+  bool zlib_ready_ = false;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<ShardReader>> make_hdf5_reader(const FormatOptions& options,
+                                                      const ReaderContext& context) {
+  if (options.dtype || options.trailing_shape || options.header_bytes || !options.columns.empty() ||
+      options.fill_value) {
+    return Status(ErrorCode::kInvalidArgument,
+                  "hdf5: each file's dataset gives dtype and shape; options for other formats "
+                  "(dtype, trailing shape, header bytes, columns, fill value) do not apply");
+  }
+  SHARDLOAD_ASSIGN_OR_RETURN(const Hdf5Api* api, hdf5_api());
+  return std::unique_ptr<ShardReader>(std::make_unique<Hdf5Reader>(options, context, api));
+}
+
+}  // namespace shardload::detail

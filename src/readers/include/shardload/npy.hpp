@@ -1,0 +1,50 @@
+// Strict reading of .npy headers (format versions 1.0, 2.0 and 3.0).
+//
+// The header is a Python dict literal; it is tokenized, not searched for
+// substrings, so keys may come in any order with any spacing and a trailing
+// comma, and anything else is rejected with the field that is wrong.
+//
+// Contract: pure functions over the caller's bytes (nothing kept); kFormat errors name the
+// field; safe from any thread.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "shardload/dtype.hpp"
+#include "shardload/status.hpp"
+
+namespace shardload {
+
+struct NpyHeader {
+  int major = 1;
+  int minor = 0;
+  DType dtype;
+  bool big_endian = false;  // the file's byte order (false for 1-byte types)
+  bool fortran_order = false;
+  std::vector<std::int64_t> shape;  // at least one dimension
+  std::uint64_t data_offset = 0;    // bytes before the data
+  std::uint64_t data_bytes = 0;     // product(shape) * itemsize, overflow-checked
+};
+
+// Headers larger than this are rejected as corrupt before anything is read.
+inline constexpr std::uint64_t kMaxNpyHeaderBytes = std::uint64_t{1} << 20;
+
+// From the first bytes of a file (at least 12, or fewer if the file is that
+// short), the total size of the header including magic and length fields.
+Result<std::uint64_t> npy_header_size(std::span<const std::byte> prefix);
+
+// Parses a complete header (magic through the terminating newline). Errors
+// name the field; the caller adds the file name.
+Result<NpyHeader> parse_npy_header(std::span<const std::byte> header);
+
+// Reads and validates the header of the .npy file at `path`, including that
+// the file size is exactly header + data. `info` receives the file's stat.
+class IoBackend;
+struct FileInfo;
+Result<NpyHeader> probe_npy(IoBackend& io, const std::string& path, FileInfo* info);
+
+}  // namespace shardload

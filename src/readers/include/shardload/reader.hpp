@@ -1,0 +1,118 @@
+// The contract every format reader fulfils.
+//
+//   probe(path)                  -> rows, dtype, trailing shape, and what the
+//                                   reader needs later (data offset, byte
+//                                   order, memory order, format-specific
+//                                   bytes in `extra`), plus the file snapshot;
+//   read_rows(shard, lo, hi, dst) -> exactly (hi - lo) rows, native-endian,
+//                                   C order, reading only what those rows need.
+//
+// A reader never throws and never reads a whole file to serve a slice. One
+// reader object serves one thread; it may keep scratch buffers between calls.
+//
+// Contract: make_reader returns an owned reader; a reader is used by one thread at a time
+// and borrows ReaderContext::io, which must outlive it. Shards and ReadSpecs are values the
+// caller keeps alive for the call. Errors are Status naming the file (its path also as data);
+// readers never throw (make_reader's wrapper turns a stray exception into a Status).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "shardload/format.hpp"
+#include "shardload/io.hpp"
+#include "shardload/status.hpp"
+
+namespace shardload {
+
+// A file other than the shard's own that its data is read from (an HDF5
+// dataset's external storage), with its snapshot from discovery.
+struct LinkedFile {
+  std::string path;
+  FileInfo snapshot;
+  friend bool operator==(const LinkedFile&, const LinkedFile&) = default;
+};
+
+struct Shard {
+  std::string path;
+  std::int64_t rows = 0;
+  std::uint64_t data_offset = 0;   // npy / raw: bytes before the first row
+  bool byte_swap = false;          // stored in the other byte order than this host's
+  bool fortran_order = false;      // npy: stored column-major
+  FileInfo snapshot;               // the file as discovery saw it
+  std::string extra;               // format-specific, opaque outside its reader
+  std::vector<LinkedFile> linked;  // other files the data comes from
+};
+
+struct ShardProbe {
+  Shard shard;
+  DType dtype;
+  std::vector<std::int64_t> trailing_shape;
+  // Rows along axis 0 of the format's natural decode unit, the least a reader decodes to
+  // serve any row in it: an HDF5 chunk, a Parquet row group or Arrow record batch (the
+  // largest in the file), a Zarr chunk (the inner chunk when sharded). 0 when rows are read
+  // directly (npy, raw, contiguous HDF5).
+  std::int64_t decode_rows = 0;
+};
+
+// What a reader needs of the dataset besides the shard itself: the element
+// type, the shape of one row and its size. The engine's Layout is one.
+struct ReadSpec {
+  FormatOptions options;  // as given to make_reader
+  DType dtype;
+  std::vector<std::int64_t> trailing_shape;  // shape[1:], identical in every shard
+  std::uint64_t row_bytes = 0;               // itemsize * product(trailing_shape)
+
+  // Elements in one row (product of the trailing shape; 1 for 1-D data).
+  [[nodiscard]] std::uint64_t row_elements() const { return row_bytes / dtype.size; }
+};
+
+class ShardReader {
+ public:
+  virtual ~ShardReader() = default;
+  virtual Result<ShardProbe> probe(const std::string& path) = 0;
+  // dst holds (hi - lo) * spec.row_bytes bytes. Errors name the file.
+  virtual Status read_rows(const ReadSpec& spec, const Shard& shard, std::int64_t lo,
+                           std::int64_t hi, std::byte* dst) = 0;
+};
+
+struct ReaderContext {
+  IoBackend* io = nullptr;  // nullptr: posix_io()
+  // Scratch for re-ordering or decoding; the most extra memory a reader
+  // keeps, whatever the tile size.
+  std::size_t scratch_bytes = std::size_t{4} << 20;
+  // Compare each opened file with the discovery snapshot, and again after
+  // the last read from it.
+  bool check_snapshot = true;
+};
+
+// A reader for one resolved format (not kAuto). kInvalidArgument when the
+// options do not fit the format; kUnsupported-format errors name the format.
+Result<std::unique_ptr<ShardReader>> make_reader(Format format, const FormatOptions& options,
+                                                 const ReaderContext& context = {});
+
+// The fields in which `now` differs from `then` ("size 10 -> 8 bytes, mtime
+// ... -> ... ns, ..."), or "" when the snapshots are equal.
+std::string snapshot_difference(const FileInfo& then, const FileInfo& now);
+
+// kChanged "PATH: changed since discovery: ..." when the open file differs
+// from the snapshot. Called once a file is opened, before reading it.
+Status check_snapshot(const File& file, const FileInfo& snapshot);
+inline Status check_snapshot(const File& file, const Shard& shard) {
+  return check_snapshot(file, shard.snapshot);
+}
+
+// Called after the last read from an open file that check_snapshot passed:
+// kChanged "PATH: changed while reading: ..." when the file now differs from
+// the snapshot, else `read` (the reads' own status). The change wins over a
+// failed read: a read that came up short because the file shrank under it
+// is reported as the change it was. A write during the reads moves ctime
+// whatever else it restores, so equal snapshots mean the bytes read were
+// the snapshot's; a rewrite within the file system's timestamp granularity
+// of discovery, keeping size and inode, is the one change no snapshot sees.
+Status check_unchanged(const File& file, const FileInfo& snapshot, Status read);
+
+}  // namespace shardload

@@ -1,0 +1,356 @@
+// The raw binary reader: files of bare rows after an optional fixed header.
+//
+// A raw file says nothing about itself, so the dtype, the trailing shape and
+// the header size come from the options or from a sidecar JSON file,
+// `shardload.json`, in the shards' directory:
+//
+//   {"dtype": "<f4", "shape": [3, 4], "header_bytes": 16,
+//    "rows": [100, 0, 57]  or  {"shard_0000.bin": 100, ...}}
+//
+// An option and the sidecar must agree when both give a value (a mismatch is
+// an error naming both): silently preferring one would hide a stale sidecar
+// or a wrong call. The rows of a file always follow from its size, which must
+// be exactly header + a whole number of rows; sidecar rows are a check on it.
+// Deriving rows as size / row_bytes would drop trailing bytes silently.
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <optional>
+
+#include "base/detail/checked.hpp"
+#include "readers/detail/json.hpp"
+#include "readers/detail/readers.hpp"
+#include "shardload/byte_order.hpp"
+
+namespace shardload::detail {
+
+namespace {
+
+constexpr const char* kSidecarName = "shardload.json";
+constexpr std::uint64_t kMaxSidecarBytes = std::uint64_t{64} << 20;
+
+std::string parent_dir(const std::string& path) {
+  const auto slash = path.rfind('/');
+  if (slash == std::string::npos) return ".";
+  if (slash == 0) return "/";
+  return path.substr(0, slash);
+}
+
+std::string base_name(const std::string& path) {
+  const auto slash = path.rfind('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+std::string dtype_with_order(DType d, bool big) {
+  return d.size == 1 ? d.name() : d.name() + (big ? " (big-endian)" : " (little-endian)");
+}
+
+struct Sidecar {
+  std::string path;
+  std::optional<DType> dtype;
+  bool big_endian = !host_is_little_endian();
+  std::optional<std::vector<std::int64_t>> shape;
+  std::optional<std::uint64_t> header_bytes;
+  std::optional<std::vector<std::int64_t>> rows_list;           // in shard order
+  std::optional<std::map<std::string, std::int64_t>> rows_map;  // by file name
+  std::size_t next_index = 0;  // the next shard of this directory, for rows_list
+};
+
+Result<Sidecar> parse_sidecar(const std::string& path, const std::string& text) {
+  SHARDLOAD_ASSIGN_OR_RETURN(const Json j, parse_json_object(path, text));
+  SHARDLOAD_RETURN_IF_ERROR(
+      json_only_keys(path, "", j, {"dtype", "shape", "rows", "header_bytes"}));
+  Sidecar s;
+  s.path = path;
+  if (auto it = j.find("dtype"); it != j.end()) {
+    SHARDLOAD_ASSIGN_OR_RETURN(const std::string name, json_string(path, "dtype", *it));
+    bool big = false;
+    auto d = parse_dtype(name, &big);
+    if (!d) return Status(ErrorCode::kFormat, path + ": dtype: " + d.status().message());
+    s.dtype = *d;
+    s.big_endian = big;
+  }
+  if (auto it = j.find("shape"); it != j.end()) {
+    SHARDLOAD_ASSIGN_OR_RETURN(s.shape, json_shape(path, "shape", *it));
+  }
+  if (auto it = j.find("header_bytes"); it != j.end()) {
+    SHARDLOAD_ASSIGN_OR_RETURN(const std::int64_t h, json_nonneg_int(path, "header_bytes", *it));
+    s.header_bytes = static_cast<std::uint64_t>(h);
+  }
+  if (auto it = j.find("rows"); it != j.end()) {
+    if (it->is_array()) {
+      SHARDLOAD_ASSIGN_OR_RETURN(s.rows_list, json_shape(path, "rows", *it));
+    } else if (it->is_object()) {
+      std::map<std::string, std::int64_t> m;
+      for (const auto& item : it->items()) {
+        SHARDLOAD_ASSIGN_OR_RETURN(const std::int64_t r,
+                                   json_nonneg_int(path, "rows." + item.key(), item.value()));
+        m.emplace(item.key(), r);
+      }
+      s.rows_map = std::move(m);
+    } else {
+      return json_error(path, "rows", "a list of rows per shard or an object {\"file name\": rows}",
+                        *it);
+    }
+  }
+  return s;
+}
+
+class RawReader final : public ShardReader {
+ public:
+  RawReader(const FormatOptions& options, const ReaderContext& ctx)
+      : options_(options), ctx_(ctx) {}
+
+  Result<ShardProbe> probe(const std::string& path) override {
+    ShardProbe p;
+    p.shard.path = path;
+    SHARDLOAD_ASSIGN_OR_RETURN(Sidecar * side, sidecar_for(parent_dir(path)));
+    SHARDLOAD_ASSIGN_OR_RETURN(const Geometry g, geometry(path, side));
+    p.dtype = g.dtype;
+    p.trailing_shape = g.trailing_shape;
+
+    SHARDLOAD_ASSIGN_OR_RETURN(File f, File::open(*ctx_.io, path));
+    SHARDLOAD_ASSIGN_OR_RETURN(p.shard.snapshot, f.stat());
+    if (!p.shard.snapshot.regular) return Status(ErrorCode::kFormat, path + ": not a regular file");
+    const std::uint64_t size = p.shard.snapshot.size;
+    SHARDLOAD_ASSIGN_OR_RETURN(const std::optional<std::int64_t> rows_by_size,
+                               rows_from_size(path, size, g));
+    SHARDLOAD_ASSIGN_OR_RETURN(const std::optional<std::int64_t> rows_by_sidecar,
+                               rows_from_sidecar(path, side));
+    if (rows_by_sidecar && rows_by_size && *rows_by_sidecar != *rows_by_size) {
+      return Status(ErrorCode::kFormat,
+                    path + ": rows: " + side->path + " says " + std::to_string(*rows_by_sidecar) +
+                        " rows, but the file's size " + std::to_string(size) + " holds " +
+                        std::to_string(*rows_by_size) + " (" + g.describe() + ")");
+    }
+    if (!rows_by_size && !rows_by_sidecar) {
+      return Status(ErrorCode::kFormat, path +
+                                            ": rows of 0 bytes: the row count cannot follow "
+                                            "from the file size; give \"rows\" in " +
+                                            parent_dir(path) + "/" + kSidecarName);
+    }
+    p.shard.rows = rows_by_size ? *rows_by_size : *rows_by_sidecar;
+    p.shard.data_offset = g.header;
+    p.shard.byte_swap = p.dtype.size > 1 && g.big == host_is_little_endian();
+    return p;
+  }
+
+  Status read_rows(const ReadSpec& l, const Shard& s, std::int64_t lo, std::int64_t hi,
+                   std::byte* dst) override {
+    const std::size_t bytes = static_cast<std::size_t>(hi - lo) * l.row_bytes;
+    if (bytes == 0) return Status::ok();
+    SHARDLOAD_ASSIGN_OR_RETURN(File f, File::open(*ctx_.io, s.path));
+    if (ctx_.check_snapshot) SHARDLOAD_RETURN_IF_ERROR(check_snapshot(f, s));
+    const std::uint64_t off = s.data_offset + static_cast<std::uint64_t>(lo) * l.row_bytes;
+    Status read = f.read_exact(dst, bytes, off);
+    if (ctx_.check_snapshot) read = check_unchanged(f, s.snapshot, std::move(read));
+    SHARDLOAD_RETURN_IF_ERROR(read);
+    if (s.byte_swap) byte_swap(dst, bytes / l.dtype.swap_unit(), l.dtype.swap_unit());
+    return Status::ok();
+  }
+
+ private:
+  // What a raw file's bytes are, from the options and the directory's sidecar, which must
+  // agree where both say something.
+  struct Geometry {
+    DType dtype;
+    bool big = false;  // stored big-endian
+    std::vector<std::int64_t> trailing_shape;
+    std::uint64_t header = 0;
+    std::uint64_t row_bytes = 0;
+
+    [[nodiscard]] std::string describe() const {
+      return "header " + std::to_string(header) + " + rows of " + std::to_string(row_bytes) +
+             " bytes (" + dtype_with_order(dtype, big) + ", row shape " +
+             shape_string(trailing_shape) + ")";
+    }
+  };
+
+  Result<Geometry> geometry(const std::string& path, const Sidecar* side) const {
+    Geometry g;
+    // dtype and byte order. An order spelled in the dtype option ("<f4")
+    // must agree with the sidecar's; otherwise the sidecar's order applies
+    // (native when there is no sidecar).
+    g.big = !host_is_little_endian();
+    if (side != nullptr) g.big = side->big_endian;
+    if (options_.big_endian) {
+      if (side != nullptr && side->dtype && side->big_endian != *options_.big_endian) {
+        return Status(ErrorCode::kFormat,
+                      side->path + ": dtype: byte order " + (side->big_endian ? "big" : "little") +
+                          "-endian differs from the dtype option's " +
+                          (*options_.big_endian ? "big" : "little") + "-endian");
+      }
+      g.big = *options_.big_endian;
+    }
+    if (options_.dtype && side != nullptr && side->dtype && *options_.dtype != *side->dtype) {
+      return Status(ErrorCode::kFormat, side->path + ": dtype: " + side->dtype->name() +
+                                            " differs from the dtype option " +
+                                            options_.dtype->name());
+    }
+    if (options_.dtype) {
+      g.dtype = *options_.dtype;
+    } else if (side != nullptr && side->dtype) {
+      g.dtype = *side->dtype;
+    } else {
+      return Status(ErrorCode::kFormat,
+                    path + ": raw files need a dtype: pass dtype= or write \"dtype\" in " +
+                        parent_dir(path) + "/" + kSidecarName);
+    }
+
+    if (options_.trailing_shape && side != nullptr && side->shape &&
+        *options_.trailing_shape != *side->shape) {
+      return Status(ErrorCode::kFormat, side->path + ": shape: " + shape_string(*side->shape) +
+                                            " differs from the shape option " +
+                                            shape_string(*options_.trailing_shape));
+    }
+    if (options_.trailing_shape) {
+      g.trailing_shape = *options_.trailing_shape;
+    } else if (side != nullptr && side->shape) {
+      g.trailing_shape = *side->shape;
+    } else {
+      return Status(ErrorCode::kFormat,
+                    path +
+                        ": raw files need the trailing shape of a row: pass shape= (() for "
+                        "1-D data) or write \"shape\" in " +
+                        parent_dir(path) + "/" + kSidecarName);
+    }
+
+    if (options_.header_bytes && side != nullptr && side->header_bytes &&
+        *options_.header_bytes != *side->header_bytes) {
+      return Status(ErrorCode::kFormat,
+                    side->path + ": header_bytes: " + std::to_string(*side->header_bytes) +
+                        " differs from the header_bytes option " +
+                        std::to_string(*options_.header_bytes));
+    }
+    if (options_.header_bytes) {
+      g.header = *options_.header_bytes;
+    } else if (side != nullptr && side->header_bytes) {
+      g.header = *side->header_bytes;
+    }
+
+    g.row_bytes = g.dtype.size;
+    for (const auto d : g.trailing_shape) {
+      if (!checked_mul(g.row_bytes, static_cast<std::uint64_t>(d), &g.row_bytes)) {
+        return Status(ErrorCode::kFormat, path + ": the row size of trailing shape " +
+                                              shape_string(g.trailing_shape) +
+                                              " overflows 64 bits");
+      }
+    }
+
+    return g;
+  }
+
+  // The rows the file's size holds after the header; nullopt for rows of 0 bytes, whose
+  // count the size cannot tell.
+  static Result<std::optional<std::int64_t>> rows_from_size(const std::string& path,
+                                                            std::uint64_t size, const Geometry& g) {
+    const std::uint64_t header = g.header;
+    const std::uint64_t row_bytes = g.row_bytes;
+    const std::string geometry = g.describe();
+    if (size < header) {
+      return Status(ErrorCode::kFormat, path + ": size: " + std::to_string(size) +
+                                            " bytes is shorter than the header of " +
+                                            std::to_string(header) + " bytes (truncated)");
+    }
+    const std::uint64_t data = size - header;
+    std::optional<std::int64_t> rows_by_size;
+    if (row_bytes == 0) {
+      if (data != 0) {
+        return Status(ErrorCode::kFormat, path + ": size: " + std::to_string(size) +
+                                              " bytes, but rows of 0 bytes leave no room for data "
+                                              "after the header of " +
+                                              std::to_string(header) + " bytes");
+      }
+    } else {
+      if (data % row_bytes != 0) {
+        return Status(ErrorCode::kFormat,
+                      path + ": size: " + std::to_string(size) + " bytes is not " + geometry +
+                          ": " + std::to_string(data / row_bytes) + " whole rows and " +
+                          std::to_string(data % row_bytes) +
+                          " bytes left over (truncated, or the wrong dtype, shape or header)");
+      }
+      if (data / row_bytes > static_cast<std::uint64_t>(INT64_MAX)) {
+        return Status(ErrorCode::kFormat, path + ": size: too many rows");
+      }
+      rows_by_size = static_cast<std::int64_t>(data / row_bytes);
+    }
+
+    return rows_by_size;
+  }
+
+  // The rows the sidecar gives this file, by position ("rows": [...]) or by name; nullopt
+  // when it gives none.
+  static Result<std::optional<std::int64_t>> rows_from_sidecar(const std::string& path,
+                                                               Sidecar* side) {
+    std::optional<std::int64_t> rows_by_sidecar;
+    if (side != nullptr && side->rows_list) {
+      const std::size_t i = side->next_index++;
+      if (i >= side->rows_list->size()) {
+        return Status(ErrorCode::kFormat, side->path + ": rows: lists " +
+                                              std::to_string(side->rows_list->size()) +
+                                              " shards, but " + path + " is shard " +
+                                              std::to_string(i + 1) + " of that directory");
+      }
+      rows_by_sidecar = (*side->rows_list)[i];
+    } else if (side != nullptr && side->rows_map) {
+      const auto it = side->rows_map->find(base_name(path));
+      if (it == side->rows_map->end()) {
+        return Status(ErrorCode::kFormat,
+                      side->path + ": rows: no entry for '" + base_name(path) + "' (" + path + ")");
+      }
+      rows_by_sidecar = it->second;
+    }
+    return rows_by_sidecar;
+  }
+
+  // The sidecar of a directory, read once per reader (nullptr: none there).
+  Result<Sidecar*> sidecar_for(const std::string& dir) {
+    auto it = sidecars_.find(dir);
+    if (it != sidecars_.end()) return it->second ? &*it->second : nullptr;
+    const std::string path = dir + "/" + kSidecarName;
+    struct ::stat st {};
+    if (::stat(path.c_str(), &st) != 0) {
+      const int err = errno;
+      if (err != ENOENT) {
+        return Status(ErrorCode::kIo,
+                      path + ": cannot stat the sidecar (" + std::strerror(err) + ")");
+      }
+      sidecars_.emplace(dir, std::nullopt);
+      return nullptr;
+    }
+    SHARDLOAD_ASSIGN_OR_RETURN(const std::string text,
+                               read_small_file(*ctx_.io, path, kMaxSidecarBytes, nullptr));
+    SHARDLOAD_ASSIGN_OR_RETURN(Sidecar s, parse_sidecar(path, text));
+    auto [pos, _] = sidecars_.emplace(dir, std::move(s));
+    return &*pos->second;
+  }
+
+  FormatOptions options_;
+  ReaderContext ctx_;
+  std::map<std::string, std::optional<Sidecar>> sidecars_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<ShardReader>> make_raw_reader(const FormatOptions& options,
+                                                     const ReaderContext& context) {
+  if (!options.dataset.empty() || !options.columns.empty() || options.fill_value) {
+    return Status(ErrorCode::kInvalidArgument,
+                  "raw: options for other formats (dataset, columns, fill value) do not apply");
+  }
+  if (options.trailing_shape) {
+    for (const auto d : *options.trailing_shape) {
+      if (d < 0) {
+        return Status(ErrorCode::kInvalidArgument, "raw: shape option " +
+                                                       shape_string(*options.trailing_shape) +
+                                                       " has a negative dimension");
+      }
+    }
+  }
+  return std::unique_ptr<ShardReader>(std::make_unique<RawReader>(options, context));
+}
+
+}  // namespace shardload::detail

@@ -1,0 +1,614 @@
+// The Zarr reader (v2 and v3): one store per shard, one array per store.
+//
+// probe() reads the array's metadata file, validates it and keeps what
+// reading needs in Shard::extra (see encode_zarr_meta) and the metadata
+// file's snapshot in Shard::snapshot. read_rows() touches only the chunks
+// (or, with sharding_indexed, the inner chunks through the shard's index)
+// that overlap the requested rows; a chunk that does not exist holds the
+// fill value, as in Zarr itself. Chunks are decoded whole into reusable
+// scratch, so memory is bounded by the chunk size; a chunk that covers whole
+// rows and lies inside the request is decoded straight into the destination.
+#include <dirent.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <memory>
+
+#include "base/detail/checked.hpp"
+#include "readers/detail/json.hpp"
+#include "readers/detail/readers.hpp"
+#include "readers/detail/zarr.hpp"
+#include "shardload/byte_order.hpp"
+
+namespace shardload::detail {
+
+namespace {
+
+constexpr std::uint64_t kMaxMetadataBytes = std::uint64_t{64} << 20;
+constexpr std::uint64_t kNoChunk = ~std::uint64_t{0};
+
+enum class PathKind { kMissing, kFile, kDirectory, kOther };
+
+Result<PathKind> path_kind(const std::string& path) {
+  struct ::stat st {};
+  if (::stat(path.c_str(), &st) != 0) {
+    const int err = errno;
+    if (err == ENOENT || err == ENOTDIR) return PathKind::kMissing;
+    return Status(ErrorCode::kIo, path + ": cannot stat (" + std::strerror(err) + ")");
+  }
+  if (S_ISREG(st.st_mode)) return PathKind::kFile;
+  if (S_ISDIR(st.st_mode)) return PathKind::kDirectory;
+  return PathKind::kOther;
+}
+
+std::string array_dir(const std::string& store, const std::string& dataset) {
+  return dataset.empty() ? store : store + "/" + dataset;
+}
+
+std::string metadata_path(const std::string& dir, int zarr_format) {
+  return dir + (zarr_format == 2 ? "/.zarray" : "/zarr.json");
+}
+
+// The arrays directly inside a store, to suggest a dataset= when the root is
+// a group.
+std::string child_arrays(const std::string& dir) {
+  std::string names;
+  DIR* d = ::opendir(dir.c_str());
+  if (d == nullptr) return names;
+  int count = 0;
+  while (const dirent* e = ::readdir(d)) {
+    const std::string name = e->d_name;
+    if (name == "." || name == "..") continue;
+    const std::string child = dir + "/" + name;
+    if (::access((child + "/.zarray").c_str(), F_OK) == 0 ||
+        ::access((child + "/zarr.json").c_str(), F_OK) == 0) {
+      if (++count <= 5) names += (names.empty() ? "" : ", ") + name;
+    }
+  }
+  ::closedir(d);
+  if (count > 5) names += ", ...";
+  return names;
+}
+
+std::string dims_string(const std::vector<std::int64_t>& v) { return shape_string(v); }
+
+// Calls f(run_start) for each run of a box along its last axis, in C order.
+template <typename F>
+void for_each_run(const std::vector<std::int64_t>& lo, const std::vector<std::int64_t>& hi, F f) {
+  const std::size_t n = lo.size();
+  std::vector<std::int64_t> idx = lo;
+  for (;;) {
+    f(idx);
+    std::size_t k = n - 1;
+    for (;;) {
+      if (k == 0) return;
+      --k;
+      if (++idx[k] < hi[k]) break;
+      idx[k] = lo[k];
+    }
+  }
+}
+
+class ZarrReader final : public ShardReader {
+ public:
+  ZarrReader(const FormatOptions& options, const ReaderContext& ctx)
+      : options_(options), ctx_(ctx) {}
+
+  Result<ShardProbe> probe(const std::string& path) override {
+    ShardProbe p;
+    p.shard.path = path;
+    SHARDLOAD_ASSIGN_OR_RETURN(const PathKind kind, path_kind(path));
+    if (kind == PathKind::kMissing) return Status(ErrorCode::kFormat, path + ": not found");
+    if (kind != PathKind::kDirectory) {
+      return Status(ErrorCode::kFormat, path + ": not a directory (a Zarr store is a directory)");
+    }
+    const std::string dir = array_dir(path, options_.dataset);
+    SHARDLOAD_ASSIGN_OR_RETURN(const PathKind v2, path_kind(metadata_path(dir, 2)));
+    SHARDLOAD_ASSIGN_OR_RETURN(const PathKind v3, path_kind(metadata_path(dir, 3)));
+    if (v2 != PathKind::kMissing && v3 != PathKind::kMissing) {
+      return Status(ErrorCode::kFormat, dir +
+                                            ": both .zarray (v2) and zarr.json (v3) exist; "
+                                            "cannot tell which array to read");
+    }
+    if (v2 == PathKind::kMissing && v3 == PathKind::kMissing) {
+      std::string hint;
+      if (options_.dataset.empty()) {
+        const std::string arrays = child_arrays(path);
+        hint =
+            arrays.empty() ? "" : " (arrays in the store: " + arrays + "; name one with dataset=)";
+      }
+      return Status(ErrorCode::kFormat, dir + ": no Zarr array metadata (neither " +
+                                            metadata_path(dir, 2) + " nor " +
+                                            metadata_path(dir, 3) + " exists)" + hint);
+    }
+    const int version = v2 != PathKind::kMissing ? 2 : 3;
+    const std::string meta_file = metadata_path(dir, version);
+    SHARDLOAD_ASSIGN_OR_RETURN(
+        const std::string text,
+        read_small_file(*ctx_.io, meta_file, kMaxMetadataBytes, &p.shard.snapshot));
+    auto meta = parse_zarr_metadata(meta_file, text, version);
+    if (!meta) {
+      Status st = meta.status();
+      if (version == 3 && options_.dataset.empty() &&
+          st.message().find("node_type") != std::string::npos) {
+        const std::string arrays = child_arrays(path);
+        if (!arrays.empty()) st = Status(st.code(), st.message() + "; arrays: " + arrays);
+      }
+      return st;
+    }
+    p.dtype = meta->dtype;
+    p.trailing_shape.assign(meta->shape.begin() + 1, meta->shape.end());
+    p.shard.rows = meta->shape[0];
+    p.shard.byte_swap = meta->dtype.size > 1 && meta->big_endian == host_is_little_endian();
+    p.shard.fortran_order = meta->fortran;
+    p.shard.extra = encode_zarr_meta(*meta);
+    const auto& unit = meta->sharded ? meta->inner_chunks : meta->chunks;
+    if (!unit.empty()) p.decode_rows = unit[0];
+    return p;
+  }
+
+  Status read_rows(const ReadSpec& l, const Shard& s, std::int64_t lo, std::int64_t hi,
+                   std::byte* dst) override {
+    if (hi <= lo || l.row_bytes == 0) return Status::ok();
+    SHARDLOAD_ASSIGN_OR_RETURN(const ZarrMeta* m, meta_for(s));
+    if (m->dtype != l.dtype || m->shape[0] != s.rows ||
+        !std::equal(m->shape.begin() + 1, m->shape.end(), l.trailing_shape.begin(),
+                    l.trailing_shape.end())) {
+      return {ErrorCode::kFormat, s.path + ": the layout (" + l.dtype.name() + ", rows " +
+                                      std::to_string(s.rows) + ", trailing shape " +
+                                      shape_string(l.trailing_shape) +
+                                      ") disagrees with the store's metadata (" + m->dtype.name() +
+                                      ", shape " + dims_string(m->shape) + ")"};
+    }
+    const std::string dir = array_dir(s.path, options_.dataset);
+    // The metadata file stays open over the chunk reads and is compared
+    // again after them: chunks read under a rewritten .zarray / zarr.json
+    // may follow another geometry or codec than the one decoded.
+    File meta_file;
+    if (ctx_.check_snapshot) {
+      SHARDLOAD_ASSIGN_OR_RETURN(meta_file,
+                                 File::open(*ctx_.io, metadata_path(dir, m->zarr_format)));
+      SHARDLOAD_RETURN_IF_ERROR(check_snapshot(meta_file, s.snapshot));
+    }
+    Request r{*m, dir, lo, hi, dst};
+    const std::size_t n = m->shape.size();
+    std::vector<std::int64_t> glo(n, 0);
+    std::vector<std::int64_t> ghi(n, 0);
+    for (std::size_t k = 0; k < n; ++k) {
+      const std::int64_t a = k == 0 ? lo : 0;
+      const std::int64_t b = k == 0 ? hi : m->shape[k];
+      glo[k] = a / m->chunks[k];
+      ghi[k] = (b - 1) / m->chunks[k] + 1;
+    }
+    Status status;
+    // for_each_run visits all but the last axis; walk the last one here.
+    for_each_run(glo, ghi, [&](const std::vector<std::int64_t>& start) {
+      if (!status.is_ok()) return;
+      std::vector<std::int64_t> g = start;
+      for (g[n - 1] = glo[n - 1]; g[n - 1] < ghi[n - 1] && status.is_ok(); ++g[n - 1]) {
+        status = m->sharded ? read_shard(r, g) : read_chunk(r, g);
+      }
+    });
+    if (ctx_.check_snapshot) status = check_unchanged(meta_file, s.snapshot, std::move(status));
+    return status;
+  }
+
+ private:
+  struct Request {
+    const ZarrMeta& m;
+    const std::string& dir;
+    std::int64_t lo;
+    std::int64_t hi;
+    std::byte* dst;
+  };
+
+  Result<const ZarrMeta*> meta_for(const Shard& s) {
+    if (!has_meta_ || s.extra != meta_extra_) {
+      SHARDLOAD_ASSIGN_OR_RETURN(meta_, decode_zarr_meta(s.extra, s.path));
+      meta_extra_ = s.extra;
+      has_meta_ = true;
+      cached_key_.clear();
+    }
+    return &meta_;
+  }
+
+  // The part of a unit (a chunk or inner chunk at `origin` of shape `unit`)
+  // that the request needs; false when none.
+  static bool clip(const Request& r, const std::vector<std::int64_t>& origin,
+                   const std::vector<std::int64_t>& unit, std::vector<std::int64_t>* blo,
+                   std::vector<std::int64_t>* bhi) {
+    const std::size_t n = origin.size();
+    blo->resize(n);
+    bhi->resize(n);
+    for (std::size_t k = 0; k < n; ++k) {
+      const std::int64_t a = k == 0 ? r.lo : 0;
+      const std::int64_t b = k == 0 ? r.hi : r.m.shape[k];
+      (*blo)[k] = std::max(origin[k], a);
+      (*bhi)[k] = std::min(origin[k] + unit[k], b);
+      if ((*bhi)[k] <= (*blo)[k]) return false;
+    }
+    return true;
+  }
+
+  // Byte offset in the destination of global element index idx.
+  static std::uint64_t dst_offset(const Request& r, const std::vector<std::int64_t>& idx) {
+    std::uint64_t off = 0;
+    for (std::size_t k = 0; k < idx.size(); ++k) {
+      const std::int64_t i = k == 0 ? idx[0] - r.lo : idx[k];
+      off = off * static_cast<std::uint64_t>(k == 0 ? 1 : r.m.shape[k]) +
+            static_cast<std::uint64_t>(i);
+    }
+    return off * r.m.dtype.size;
+  }
+
+  // A unit that is whole rows of the destination (spans every other axis)
+  // and lies inside the request can be decoded straight into place.
+  static std::byte* direct_target(const Request& r, const std::vector<std::int64_t>& origin,
+                                  const std::vector<std::int64_t>& unit) {
+    if (r.m.fortran || origin[0] < r.lo || origin[0] + unit[0] > r.hi) return nullptr;
+    for (std::size_t k = 1; k < origin.size(); ++k) {
+      if (origin[k] != 0 || unit[k] != r.m.shape[k]) return nullptr;
+    }
+    std::vector<std::int64_t> idx(origin.size(), 0);
+    idx[0] = origin[0];
+    return r.dst + dst_offset(r, idx);
+  }
+
+  void fill_box(const Request& r, const std::vector<std::int64_t>& blo,
+                const std::vector<std::int64_t>& bhi) {
+    const std::size_t item = r.m.dtype.size;
+    const auto run = static_cast<std::size_t>(bhi.back() - blo.back());
+    const bool zero = r.m.fill.find_first_not_of('\0') == std::string::npos;
+    for_each_run(blo, bhi, [&](const std::vector<std::int64_t>& idx) {
+      std::byte* out = r.dst + dst_offset(r, idx);
+      if (zero) {
+        std::memset(out, 0, run * item);
+      } else {
+        for (std::size_t e = 0; e < run; ++e) std::memcpy(out + e * item, r.m.fill.data(), item);
+      }
+    });
+  }
+
+  void copy_box(const Request& r, const std::byte* unit_data,
+                const std::vector<std::int64_t>& origin, const std::vector<std::int64_t>& unit,
+                const std::vector<std::int64_t>& blo, const std::vector<std::int64_t>& bhi) {
+    const std::size_t item = r.m.dtype.size;
+    const auto run = static_cast<std::size_t>(bhi.back() - blo.back()) * item;
+    for_each_run(blo, bhi, [&](const std::vector<std::int64_t>& idx) {
+      std::uint64_t src = 0;
+      for (std::size_t k = 0; k < idx.size(); ++k) {
+        src = src * static_cast<std::uint64_t>(unit[k]) +
+              static_cast<std::uint64_t>(idx[k] - origin[k]);
+      }
+      std::memcpy(r.dst + dst_offset(r, idx), unit_data + src * item, run);
+    });
+  }
+
+  static std::size_t unit_bytes(const ZarrMeta& m, const std::vector<std::int64_t>& unit) {
+    std::size_t e = m.dtype.size;
+    for (const auto d : unit) e *= static_cast<std::size_t>(d);
+    return e;
+  }
+
+  // Decodes `n` encoded bytes at `in` through the codec chain into exactly
+  // `expected` bytes at `out`. `what` names the chunk in errors.
+  Status decode_chain(const ZarrMeta& m, const std::byte* in, std::size_t n, std::byte* out,
+                      std::size_t expected, const std::string& what) {
+    if (m.codecs.empty()) {
+      if (n != expected) {
+        return {ErrorCode::kFormat, what + ": " + std::to_string(n) + " bytes, expected " +
+                                        std::to_string(expected) + " (an uncompressed chunk)"};
+      }
+      std::memcpy(out, in, n);
+      return Status::ok();
+    }
+    // Intermediate stages may not grow past what any sane encoding of the
+    // chunk needs.
+    const std::size_t cap = 2 * expected + (std::size_t{1} << 20);
+    const std::byte* cur = in;
+    std::size_t cur_n = n;
+    for (std::size_t i = m.codecs.size(); i-- > 1;) {
+      std::vector<std::byte>& buf = (i % 2 == 0) ? stage_a_ : stage_b_;
+      Status st = zarr_decode_grow(m.codecs[i], cur, cur_n, &buf, cap);
+      if (!st) return st.with_context(what);
+      cur = buf.data();
+      cur_n = buf.size();
+    }
+    Status st = zarr_decode_exact(m.codecs[0], cur, cur_n, out, expected);
+    if (!st) return st.with_context(what);
+    return Status::ok();
+  }
+
+  // Places a decoded unit (in `data`, stored byte order and memory order)
+  // into the destination; `data` may be the destination itself (direct).
+  // A unit decoded into unit_ stays there, keyed by `key`: the next call
+  // (a tile or staging chunk of fewer rows than a chunk) reuses it instead
+  // of decoding the same chunk again.
+  void place(const Request& r, std::byte* data, bool direct, const std::string& key,
+             const std::vector<std::int64_t>& origin, const std::vector<std::int64_t>& unit,
+             const std::vector<std::int64_t>& blo, const std::vector<std::int64_t>& bhi) {
+    const std::size_t bytes = unit_bytes(r.m, unit);
+    const std::size_t swap = r.m.dtype.swap_unit();
+    if (r.m.dtype.size > 1 && r.m.big_endian == host_is_little_endian()) {
+      byte_swap(data, bytes / swap, swap);
+    }
+    if (direct) return;
+    if (r.m.fortran) {
+      transposed_.resize(bytes);
+      to_c_order(data, transposed_.data(), unit, r.m.dtype.size);
+      unit_.swap(transposed_);
+    }
+    cached_key_ = key;
+    copy_box(r, unit_.data(), origin, unit, blo, bhi);
+  }
+
+  // Column-major chunk -> row-major chunk.
+  static void to_c_order(const std::byte* f, std::byte* c, const std::vector<std::int64_t>& unit,
+                         std::size_t item) {
+    const std::size_t n = unit.size();
+    std::vector<std::uint64_t> fstride(n, 1);
+    for (std::size_t k = 1; k < n; ++k)
+      fstride[k] = fstride[k - 1] * static_cast<std::uint64_t>(unit[k - 1]);
+    std::vector<std::int64_t> idx(n, 0);
+    std::uint64_t total = 1;
+    for (const auto d : unit) total *= static_cast<std::uint64_t>(d);
+    std::uint64_t foff = 0;
+    for (std::uint64_t ci = 0; ci < total; ++ci) {
+      std::memcpy(c + ci * item, f + foff * item, item);
+      for (std::size_t k = n; k-- > 0;) {
+        if (++idx[k] < unit[k]) {
+          foff += fstride[k];
+          break;
+        }
+        foff -= static_cast<std::uint64_t>(idx[k] - 1) * fstride[k];
+        idx[k] = 0;
+      }
+    }
+  }
+
+  Status read_chunk(const Request& r, const std::vector<std::int64_t>& g) {
+    const std::size_t n = g.size();
+    std::vector<std::int64_t> origin(n);
+    for (std::size_t k = 0; k < n; ++k) origin[k] = g[k] * r.m.chunks[k];
+    std::vector<std::int64_t> blo;
+    std::vector<std::int64_t> bhi;
+    if (!clip(r, origin, r.m.chunks, &blo, &bhi)) return Status::ok();
+    const std::string path = r.dir + "/" + zarr_chunk_key(r.m, g);
+    SHARDLOAD_ASSIGN_OR_RETURN(const PathKind kind, path_kind(path));
+    if (kind == PathKind::kMissing) {
+      fill_box(r, blo, bhi);
+      return Status::ok();
+    }
+    if (kind != PathKind::kFile) return {ErrorCode::kFormat, path + ": not a regular file"};
+    const std::size_t expected = unit_bytes(r.m, r.m.chunks);
+    std::byte* direct = direct_target(r, origin, r.m.chunks);
+    if (direct == nullptr && !cached_key_.empty() && cached_key_ == path) {
+      copy_box(r, unit_.data(), origin, r.m.chunks, blo, bhi);
+      return Status::ok();
+    }
+    SHARDLOAD_ASSIGN_OR_RETURN(File f, File::open(*ctx_.io, path));
+    SHARDLOAD_ASSIGN_OR_RETURN(const FileInfo info, f.stat());
+    std::byte* target = direct;
+    if (target == nullptr) {
+      cached_key_.clear();
+      unit_.resize(expected);
+      target = unit_.data();
+    }
+    if (r.m.codecs.empty()) {
+      if (info.size != expected) {
+        return {ErrorCode::kFormat, path + ": size: " + std::to_string(info.size) +
+                                        " bytes, expected " + std::to_string(expected) +
+                                        " (an uncompressed chunk of shape " +
+                                        dims_string(r.m.chunks) + ", " + r.m.dtype.name() + ")"};
+      }
+      SHARDLOAD_RETURN_IF_ERROR(unchanged(f, info, f.read_exact(target, expected, 0)));
+    } else {
+      const std::size_t cap = 2 * expected + (std::size_t{1} << 20);
+      if (info.size > cap) {
+        return {ErrorCode::kFormat, path + ": size: " + std::to_string(info.size) +
+                                        " bytes, more than any encoding of a chunk of " +
+                                        std::to_string(expected) + " bytes needs"};
+      }
+      encoded_.resize(static_cast<std::size_t>(info.size));
+      SHARDLOAD_RETURN_IF_ERROR(
+          unchanged(f, info, f.read_exact(encoded_.data(), encoded_.size(), 0)));
+      SHARDLOAD_RETURN_IF_ERROR(
+          decode_chain(r.m, encoded_.data(), encoded_.size(), target, expected, path));
+    }
+    place(r, target, direct != nullptr, path, origin, r.m.chunks, blo, bhi);
+    return Status::ok();
+  }
+
+  Status read_shard(const Request& r, const std::vector<std::int64_t>& g) {
+    const ZarrMeta& m = r.m;
+    const std::size_t n = g.size();
+    std::vector<std::int64_t> origin(n);
+    for (std::size_t k = 0; k < n; ++k) origin[k] = g[k] * m.chunks[k];
+    std::vector<std::int64_t> blo;
+    std::vector<std::int64_t> bhi;
+    if (!clip(r, origin, m.chunks, &blo, &bhi)) return Status::ok();
+    const std::string path = r.dir + "/" + zarr_chunk_key(m, g);
+    SHARDLOAD_ASSIGN_OR_RETURN(const PathKind kind, path_kind(path));
+    if (kind == PathKind::kMissing) {
+      fill_box(r, blo, bhi);
+      return Status::ok();
+    }
+    if (kind != PathKind::kFile) return {ErrorCode::kFormat, path + ": not a regular file"};
+    SHARDLOAD_ASSIGN_OR_RETURN(File f, File::open(*ctx_.io, path));
+    SHARDLOAD_ASSIGN_OR_RETURN(const FileInfo info, f.stat());
+
+    // The index: one (offset, nbytes) pair per inner chunk, C order.
+    std::vector<std::int64_t> per(n);
+    std::uint64_t count = 1;
+    for (std::size_t k = 0; k < n; ++k) {
+      per[k] = m.chunks[k] / m.inner_chunks[k];
+      count *= static_cast<std::uint64_t>(per[k]);
+    }
+    const std::uint64_t index_bytes = 16 * count + (m.index_crc32c ? 4 : 0);
+    if (info.size < index_bytes) {
+      return {ErrorCode::kFormat, path + ": size: " + std::to_string(info.size) +
+                                      " bytes, smaller than its index of " +
+                                      std::to_string(index_bytes) + " bytes (corrupt shard)"};
+    }
+    index_.resize(static_cast<std::size_t>(index_bytes));
+    const std::uint64_t index_at = m.index_at_end ? info.size - index_bytes : 0;
+    SHARDLOAD_RETURN_IF_ERROR(f.read_exact(index_.data(), index_.size(), index_at));
+    if (m.index_crc32c) {
+      const std::size_t body = index_.size() - 4;
+      std::uint32_t want = 0;
+      for (int i = 3; i >= 0; --i) {
+        want = (want << 8) |
+               std::to_integer<std::uint32_t>(index_[body + static_cast<std::size_t>(i)]);
+      }
+      if (crc32c(index_.data(), body) != want) {
+        return {ErrorCode::kFormat,
+                path + ": shard index: crc32c checksum mismatch (corrupt shard)"};
+      }
+    }
+    auto entry = [&](std::uint64_t i, int field) {
+      std::uint64_t v = 0;
+      const std::byte* p = index_.data() + i * 16 + static_cast<std::size_t>(field) * 8;
+      for (int b = 0; b < 8; ++b) {
+        const int at = m.index_big_endian ? b : 7 - b;
+        v = (v << 8) | std::to_integer<std::uint64_t>(p[at]);
+      }
+      return v;
+    };
+
+    // Inner chunks of this shard that overlap the request.
+    std::vector<std::int64_t> ilo(n);
+    std::vector<std::int64_t> ihi(n);
+    for (std::size_t k = 0; k < n; ++k) {
+      ilo[k] = (blo[k] - origin[k]) / m.inner_chunks[k];
+      ihi[k] = (bhi[k] - 1 - origin[k]) / m.inner_chunks[k] + 1;
+    }
+    const std::size_t expected = unit_bytes(m, m.inner_chunks);
+    Status status;
+    for_each_run(ilo, ihi, [&](const std::vector<std::int64_t>& start) {
+      std::vector<std::int64_t> w = start;
+      for (w[n - 1] = ilo[n - 1]; w[n - 1] < ihi[n - 1] && status.is_ok(); ++w[n - 1]) {
+        if (!status.is_ok()) return;
+        status = read_inner(r, f, info, path, origin, w, per, entry, expected);
+      }
+    });
+    status = unchanged(f, info, std::move(status));
+    // An inner chunk decoded from a shard that changed under the reads is
+    // not kept for the next call.
+    if (!status.is_ok()) cached_key_.clear();
+    return status;
+  }
+
+  // Chunk and shard files are too many to snapshot at discovery: each is
+  // compared with itself, as it was when opened, after the reads from it.
+  // A chunk replaced between discovery and the read is read as it then is;
+  // the metadata's snapshot still guards the array's geometry and codecs.
+  Status unchanged(const File& f, const FileInfo& opened, Status read) const {
+    if (!ctx_.check_snapshot) return read;
+    return check_unchanged(f, opened, std::move(read));
+  }
+
+  template <typename Entry>
+  Status read_inner(const Request& r, const File& f, const FileInfo& info, const std::string& path,
+                    const std::vector<std::int64_t>& shard_origin,
+                    const std::vector<std::int64_t>& w, const std::vector<std::int64_t>& per,
+                    Entry entry, std::size_t expected) {
+    const ZarrMeta& m = r.m;
+    const std::size_t n = w.size();
+    std::vector<std::int64_t> origin(n);
+    std::uint64_t linear = 0;
+    for (std::size_t k = 0; k < n; ++k) {
+      origin[k] = shard_origin[k] + w[k] * m.inner_chunks[k];
+      linear = linear * static_cast<std::uint64_t>(per[k]) + static_cast<std::uint64_t>(w[k]);
+    }
+    std::vector<std::int64_t> blo;
+    std::vector<std::int64_t> bhi;
+    if (!clip(r, origin, m.inner_chunks, &blo, &bhi)) return Status::ok();
+    const std::uint64_t off = entry(linear, 0);
+    const std::uint64_t nbytes = entry(linear, 1);
+    const std::string what = path + ": inner chunk " + dims_string(w);
+    if (off == kNoChunk && nbytes == kNoChunk) {
+      fill_box(r, blo, bhi);
+      return Status::ok();
+    }
+    std::uint64_t end = 0;
+    if (!checked_add(off, nbytes, &end) || end > info.size) {
+      return {ErrorCode::kFormat, what + ": the index says " + std::to_string(nbytes) +
+                                      " bytes at offset " + std::to_string(off) +
+                                      ", past the end of the file (" + std::to_string(info.size) +
+                                      " bytes; corrupt shard)"};
+    }
+    std::byte* direct = direct_target(r, origin, m.inner_chunks);
+    const std::string key = path + "#" + std::to_string(linear);
+    if (direct == nullptr && cached_key_ == key) {
+      copy_box(r, unit_.data(), origin, m.inner_chunks, blo, bhi);
+      return Status::ok();
+    }
+    std::byte* target = direct;
+    if (target == nullptr) {
+      cached_key_.clear();
+      unit_.resize(expected);
+      target = unit_.data();
+    }
+    if (m.codecs.empty()) {
+      if (nbytes != expected) {
+        return {ErrorCode::kFormat, what + ": " + std::to_string(nbytes) + " bytes, expected " +
+                                        std::to_string(expected) + " (an uncompressed chunk)"};
+      }
+      SHARDLOAD_RETURN_IF_ERROR(f.read_exact(target, expected, off));
+    } else {
+      if (nbytes > 2 * expected + (std::uint64_t{1} << 20)) {
+        return {ErrorCode::kFormat, what + ": " + std::to_string(nbytes) +
+                                        " bytes, more than any encoding of the chunk needs"};
+      }
+      encoded_.resize(static_cast<std::size_t>(nbytes));
+      SHARDLOAD_RETURN_IF_ERROR(f.read_exact(encoded_.data(), encoded_.size(), off));
+      SHARDLOAD_RETURN_IF_ERROR(
+          decode_chain(m, encoded_.data(), encoded_.size(), target, expected, what));
+    }
+    place(r, target, direct != nullptr, key, origin, m.inner_chunks, blo, bhi);
+    return Status::ok();
+  }
+
+  FormatOptions options_;
+  ReaderContext ctx_;
+  bool has_meta_ = false;
+  std::string meta_extra_;
+  ZarrMeta meta_;
+  // Scratch kept between calls; each is at most about one chunk.
+  std::vector<std::byte> encoded_, stage_a_, stage_b_, unit_, transposed_, index_;
+  std::string cached_key_;  // the chunk whose decoded, C-order, native bytes unit_ holds
+};
+
+}  // namespace
+
+Result<std::unique_ptr<ShardReader>> make_zarr_reader(const FormatOptions& options,
+                                                      const ReaderContext& context) {
+  if (options.dtype || options.trailing_shape || options.header_bytes || !options.columns.empty() ||
+      options.fill_value) {
+    return Status(ErrorCode::kInvalidArgument,
+                  "zarr: the stores' metadata gives dtype and shape; options for other formats "
+                  "(dtype, trailing shape, header bytes, columns, fill value) do not apply");
+  }
+  // The array path: components separated by '/', none empty, '.' or '..'
+  // (it must stay inside each store).
+  FormatOptions o = options;
+  std::string& d = o.dataset;
+  while (!d.empty() && d.front() == '/') d.erase(0, 1);
+  while (!d.empty() && d.back() == '/') d.pop_back();
+  std::size_t start = 0;
+  while (!d.empty() && start <= d.size()) {
+    const auto slash = std::min(d.find('/', start), d.size());
+    const std::string part = d.substr(start, slash - start);
+    if (part.empty() || part == "." || part == "..") {
+      return Status(ErrorCode::kInvalidArgument,
+                    "zarr: dataset '" + options.dataset +
+                        "': expected an array path inside the store such as 'group/array'");
+    }
+    start = slash + 1;
+  }
+  return std::unique_ptr<ShardReader>(std::make_unique<ZarrReader>(o, context));
+}
+
+}  // namespace shardload::detail

@@ -1,0 +1,46 @@
+"""The package's exceptions: one base, the standard bases kept, the file as data."""
+
+from __future__ import annotations
+
+import pathlib
+
+import numpy as np
+import pytest
+
+import shardload
+from test_core import write_shards
+
+
+def test_exceptions_share_one_base_and_keep_their_standard_ones() -> None:
+    for cls, std in [(shardload.LayoutError, ValueError), (shardload.ShardReadError, OSError),
+                     (shardload.OutOfMemoryError, MemoryError)]:
+        assert issubclass(cls, shardload.Error) and issubclass(cls, std)
+    assert issubclass(shardload.SourceNotFoundError, shardload.LayoutError)
+    assert issubclass(shardload.SourceNotFoundError, FileNotFoundError)
+
+
+def test_missing_source_is_file_not_found_and_layout_error(tmp_path: pathlib.Path) -> None:
+    missing = tmp_path / "nope"
+    with pytest.raises(FileNotFoundError) as e:
+        shardload.discover(missing)
+    assert isinstance(e.value, shardload.LayoutError)
+    assert e.value.filename == str(missing)
+    assert str(missing) in str(e.value) and "not found" in str(e.value)
+
+
+def test_read_error_names_the_file_as_data(tmp_path: pathlib.Path) -> None:
+    write_shards(tmp_path, [np.arange(10.0), np.arange(5.0)])
+    layout = shardload.discover(tmp_path)
+    np.save(tmp_path / "shard_0001.npy", np.arange(4.0))
+    with pytest.raises(shardload.ShardReadError) as e:
+        layout.read()
+    assert e.value.filename == str(tmp_path / "shard_0001.npy")
+    # The message stays the message (OSError's own str would show errno and filename).
+    assert str(e.value).endswith(str(e.value.args[0])) and "changed since discovery" in str(e.value)
+
+
+def test_bad_argument_stays_a_plain_value_error(tmp_path: pathlib.Path) -> None:
+    write_shards(tmp_path, [np.arange(10.0)])
+    with pytest.raises(ValueError) as e:
+        shardload.discover(tmp_path, format="nosuchformat")
+    assert not isinstance(e.value, shardload.Error)

@@ -1,0 +1,112 @@
+#!/usr/bin/env python3
+"""Checks that the project's #include lines point only down the layers.
+
+Each folder under src/ is one layer; LAYERS below lists them bottom up. A file may include
+the headers of its own layer and of the layers below it, never of a layer above. Headers are
+found where the build finds them: public ones as "shardload/NAME.hpp" in
+src/<layer>/include/shardload/, internal ones as "<layer>/detail/NAME.hpp" under src/.
+Front ends (src/cli, python, tests, fuzz, bench) sit above every layer.
+
+Also refused anywhere: a quoted include that climbs out of its folder ("../"), a
+"shardload/..." or "<layer>/..." include that names no header of the project, and, in the
+product layers and the Python modules, any include of the test doubles and demo data
+(src/testing).
+
+Prints each violation as FILE:LINE: message and exits 1 if there is any.
+"""
+
+from __future__ import annotations
+
+import pathlib
+import re
+import sys
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+# Bottom up. testing sits above the product layers, and no product layer may include it.
+LAYERS = ["base", "readers", "engine", "cuda", "errors", "legate", "testing"]
+PRODUCT = {"base", "readers", "engine", "cuda", "errors", "legate"}
+FRONT_ENDS = ["src/cli", "python", "tests", "fuzz", "bench"]
+SOURCES = (".cc", ".hpp", ".cu", ".h", ".cuh")
+
+INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"')
+
+
+def layer_of_file(path: pathlib.Path) -> str | None:
+    rel = path.relative_to(ROOT).parts
+    if rel[0] == "src" and len(rel) > 1 and rel[1] in LAYERS:
+        return rel[1]
+    return None  # a front end
+
+
+def public_headers() -> dict[str, str]:
+    """'shardload/NAME.hpp' -> the layer whose include/ folder holds it."""
+    found: dict[str, str] = {}
+    for layer in LAYERS:
+        for h in (ROOT / "src" / layer / "include").rglob("*.hpp"):
+            name = h.relative_to(ROOT / "src" / layer / "include").as_posix()
+            if name in found:
+                raise SystemExit(f"{name} is in both {found[name]} and {layer}")
+            found[name] = layer
+    return found
+
+
+def check(path: pathlib.Path, public: dict[str, str]) -> list[str]:
+    problems = []
+    own = layer_of_file(path)
+    rank = LAYERS.index(own) if own else len(LAYERS)
+    # The Python modules are product too: they ship without the test doubles.
+    in_python = path.relative_to(ROOT).parts[0] == "python"
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        m = INCLUDE.match(line)
+        if not m:
+            continue
+        target = m.group(1)
+        where = f"{path.relative_to(ROOT)}:{n}"
+        if ".." in pathlib.PurePosixPath(target).parts:
+            problems.append(f'{where}: "{target}" climbs out of its folder; include project '
+                            'headers as "shardload/NAME.hpp" or "<layer>/detail/NAME.hpp"')
+            continue
+        first = target.split("/", 1)[0]
+        if target in public:
+            layer = public[target]
+        elif first in LAYERS:
+            if not (ROOT / "src" / target).is_file():
+                problems.append(f'{where}: "{target}" is no header of layer {first}')
+                continue
+            layer = first
+        elif first == "shardload":
+            problems.append(f'{where}: "{target}" is no public header of any layer')
+            continue
+        else:
+            # A header of the file's own folder ("cli/commands.hpp", "bench_util.hpp", a
+            # third-party one): not a layer's, nothing to order.
+            continue
+        if LAYERS.index(layer) > rank:
+            problems.append(f'{where}: layer {own} includes "{target}" of layer {layer}, '
+                            f"which is above it ({' < '.join(LAYERS)})")
+        elif (own in PRODUCT or in_python) and layer == "testing":
+            problems.append(f'{where}: {own or "the Python binding"} includes "{target}", a test double '
+                            "or demo data")
+    return problems
+
+
+def main() -> int:
+    public = public_headers()
+    files = []
+    for folder in ["src"] + FRONT_ENDS:
+        for p in sorted((ROOT / folder).rglob("*")):
+            if p.suffix in SOURCES and p.is_file():
+                files.append(p)
+    problems = [msg for p in files for msg in check(p, public)]
+    for msg in problems:
+        print(msg)
+    if problems:
+        print(f"check_includes: {len(problems)} include(s) point up the layers or outside them")
+        return 1
+    print(f"check_includes: {len(files)} files, every include points down the layers")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
