@@ -9,9 +9,7 @@ import numpy as np
 
 _Path = Union[str, bytes, os.PathLike[str], os.PathLike[bytes]]
 
-class LayoutError(ValueError): ...
-class ShardReadError(OSError): ...
-class OutOfMemoryError(MemoryError): ...
+# The exceptions are the package's own (shardload._errors); the binding raises them.
 
 class Layout:
     @property
@@ -52,4 +50,3 @@ def discover(
 def plan(rows: Sequence[int], processors: int, overdecompose: int = 1) -> dict[str, Any]:
     """{"tile_rows": int, "tiles": int, "uniform": bool,
     "pieces": [[(shard, lo, hi, dst_row), ...] per tile]}"""
-def synth(dtype: str, seed: int, first: int, count: int) -> np.ndarray[Any, Any]: ...
