@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <iterator>
 #include <sstream>
@@ -44,6 +45,13 @@ Result<Layout> assemble_layout(Format format, FormatOptions options, DType dtype
   l.offsets.push_back(0);
   std::int64_t total = 0;
   for (const auto& s : shards) {
+    if (s.first_row < 0 || (!s.is_view() && s.first_row != 0) ||
+        (s.is_view() && (s.rows < 0 || s.first_row > s.file_rows - s.rows))) {
+      return Status(ErrorCode::kLayout, s.path + ": the view of rows [" +
+                                            std::to_string(s.first_row) + ", +" +
+                                            std::to_string(s.rows) + ") does not fit the file's " +
+                                            std::to_string(s.stored_rows()) + " rows");
+    }
     std::uint64_t bytes = 0;
     if (s.rows < 0 || !detail::checked_add(total, s.rows, &total) ||
         !detail::checked_mul(static_cast<std::uint64_t>(total), row_bytes, &bytes) ||
@@ -55,6 +63,39 @@ Result<Layout> assemble_layout(Format format, FormatOptions options, DType dtype
   }
   l.shards = std::move(shards);
   return l;
+}
+
+Result<Layout> slice_rows(const Layout& layout, std::int64_t lo, std::int64_t hi) {
+  const std::int64_t total = layout.total_rows();
+  if (lo < 0 || hi < lo || hi > total) {
+    return Status(ErrorCode::kInvalidArgument,
+                  "rows [" + std::to_string(lo) + ", " + std::to_string(hi) +
+                      "): expected 0 <= lo <= hi <= " + std::to_string(total) +
+                      " (the dataset's rows)");
+  }
+  std::vector<Shard> shards;
+  const std::size_t n = layout.shards.size();
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::int64_t first = layout.offsets[i];
+    const std::int64_t end = layout.offsets[i + 1];
+    const std::int64_t a = std::max(lo, first);
+    const std::int64_t b = std::min(hi, end);
+    // Shards outside the range are dropped so that nothing opens them; an
+    // empty range keeps the one shard it falls in, so that a layout always
+    // names a file.
+    const bool keep = a < b || (lo == hi && shards.empty() && (lo < end || i + 1 == n));
+    if (!keep) continue;
+    Shard s = layout.shards[i];
+    const std::int64_t stored = s.stored_rows();
+    s.first_row += a - first;
+    s.rows = std::max<std::int64_t>(0, b - a);
+    s.file_rows = stored;
+    // The whole file is no view: one layout, one encoding.
+    if (s.first_row == 0 && s.rows == stored) s.file_rows = -1;
+    shards.push_back(std::move(s));
+  }
+  return assemble_layout(layout.format, layout.options, layout.dtype, layout.trailing_shape,
+                         std::move(shards));
 }
 
 Result<Format> resolve_format(const std::string& path, const FormatOptions& options) {

@@ -54,6 +54,12 @@ Result<Layout> discover_paths(const std::vector<std::string>& paths,
 Result<Layout> assemble_layout(Format format, FormatOptions options, DType dtype,
                                std::vector<std::int64_t> trailing, std::vector<Shard> shards);
 
+// Rows [lo, hi) of a layout as a layout of its own, without opening a file: the shards
+// the range covers, each a view of its file's rows (Shard::first_row), so that a plan and
+// a fill over it read only those rows. kInvalidArgument unless 0 <= lo <= hi <=
+// total_rows. Slicing a slice composes (rows count in the given layout).
+Result<Layout> slice_rows(const Layout& layout, std::int64_t lo, std::int64_t hi);
+
 // The format of a dataset whose first shard is `path`: the option when set,
 // else the extension, else a store's own metadata (Zarr).
 Result<Format> resolve_format(const std::string& path, const FormatOptions& options);
