@@ -177,10 +177,10 @@ std::vector<std::uint8_t> encode_layout(const Layout& l) {
     w.str(s.path.substr(prefix));
     w.varint(static_cast<std::uint64_t>(s.rows));
     w.varint(s.data_offset);
-    w.u8(static_cast<std::uint8_t>(
-        (s.byte_swap ? kByteSwap : 0) | (s.fortran_order ? kFortran : 0) |
-        (s.snapshot.regular ? kRegular : 0) | (s.linked.empty() ? 0 : kHasLinked) |
-        (s.is_view() ? kView : 0)));
+    w.u8(
+        static_cast<std::uint8_t>((s.byte_swap ? kByteSwap : 0) | (s.fortran_order ? kFortran : 0) |
+                                  (s.snapshot.regular ? kRegular : 0) |
+                                  (s.linked.empty() ? 0 : kHasLinked) | (s.is_view() ? kView : 0)));
     if (s.is_view()) {
       w.varint(static_cast<std::uint64_t>(s.first_row));
       w.varint(static_cast<std::uint64_t>(s.file_rows));
@@ -241,7 +241,8 @@ Result<Layout> decode_layout(std::span<const std::uint8_t> bytes) {
       s.first_row = static_cast<std::int64_t>(first);
       s.file_rows = static_cast<std::int64_t>(file_rows);
       // Present only for a true view, so that one encoding means one layout.
-      if (r.ok() && s.first_row == 0 && s.rows == s.file_rows) return bad("a view of the whole file");
+      if (r.ok() && s.first_row == 0 && s.rows == s.file_rows)
+        return bad("a view of the whole file");
     }
     get_info(r, &s.snapshot);
     s.extra = r.str();

@@ -1,5 +1,6 @@
 #include "shardload/layout.hpp"
 
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -98,20 +99,64 @@ Result<Layout> slice_rows(const Layout& layout, std::int64_t lo, std::int64_t hi
                          std::move(shards));
 }
 
+namespace {
+
+bool is_zarr_store(const std::string& path) {
+  struct ::stat st {};
+  if (::stat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) return false;
+  for (const char* meta : {"/.zarray", "/zarr.json"}) {
+    if (::access((path + meta).c_str(), F_OK) == 0) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+Format sniff_format(const std::string& path) {
+  if (is_zarr_store(path)) return Format::kZarr;
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return Format::kAuto;
+  struct ::stat st {};
+  Format f = Format::kAuto;
+  // Only regular files: reading a FIFO's first bytes would block or consume them.
+  if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {
+    const auto at = [&](off_t offset, std::string_view magic) {
+      char buf[8] = {};
+      return magic.size() <= sizeof buf &&
+             ::pread(fd, buf, magic.size(), offset) == static_cast<ssize_t>(magic.size()) &&
+             std::string_view(buf, magic.size()) == magic;
+    };
+    if (at(0, std::string_view("\x93NUMPY", 6))) {
+      f = Format::kNpy;
+    } else if (at(0, "PAR1")) {
+      f = Format::kParquet;
+    } else if (at(0, std::string_view("ARROW1\0\0", 8))) {
+      f = Format::kArrow;
+    } else {
+      // HDF5's superblock sits at 0 or, after a user block, at 512, 1024, 2048, ...
+      for (off_t off = 0; off < st.st_size && off <= (off_t{1} << 20);
+           off = off == 0 ? 512 : off * 2) {
+        if (at(off, std::string_view("\x89HDF\r\n\x1a\n", 8))) {
+          f = Format::kHdf5;
+          break;
+        }
+      }
+    }
+  }
+  ::close(fd);
+  return f;
+}
+
 Result<Format> resolve_format(const std::string& path, const FormatOptions& options) {
   if (options.format != Format::kAuto) return options.format;
   const Format by_ext = format_from_extension(path);
   if (by_ext != Format::kAuto) return by_ext;
-  struct ::stat st {};
-  if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
-    for (const char* meta : {"/.zarray", "/zarr.json"}) {
-      if (::access((path + meta).c_str(), F_OK) == 0) return Format::kZarr;
-    }
-  }
+  const Format by_content = sniff_format(path);
+  if (by_content != Format::kAuto) return by_content;
   return Status(ErrorCode::kLayout,
                 path +
-                    ": cannot tell the format from the name; name it with format= "
-                    "(npy, raw, hdf5, parquet, arrow or zarr)");
+                    ": cannot tell the format from the name or the first bytes; name it with "
+                    "format= (npy, raw, hdf5, parquet, arrow or zarr)");
 }
 
 Result<Layout> discover_paths(const std::vector<std::string>& paths,
@@ -158,13 +203,89 @@ Result<Layout> discover_paths(const std::vector<std::string>& paths,
   return assemble_layout(format, options.format, dtype, std::move(trailing), std::move(shards));
 }
 
+namespace {
+
+// The format a numbered group holds: its extension's, else its first entry's content.
+Format group_format(const DirectoryScan& scan, const NumberedGroup& g) {
+  const Format by_ext = format_from_extension(g.extension);
+  if (by_ext != Format::kAuto) return by_ext;
+  std::string path = scan.directory;
+  if (!path.empty() && path.back() != '/') path += '/';
+  return sniff_format(path + g.first);
+}
+
+std::string group_text(const NumberedGroup& g, Format f) {
+  return path_for_message(g.pattern) + " (" + std::to_string(g.count) + " " +
+         (g.directories ? "stores" : "files") + ", " + format_name(f) + ")";
+}
+
+// A directory named without a pattern: what it holds decides. A Zarr store is itself;
+// otherwise the one numbered group of a known format (by extension or content); with
+// groups of one format the default naming wins; anything else is an error saying what
+// the directory holds.
+Result<Source> auto_directory(const Source& s, DiscoverOptions* options) {
+  const Format asked = options->format.format;
+  if ((asked == Format::kAuto || asked == Format::kZarr) && is_zarr_store(s.directory)) {
+    return Source::list({s.directory});
+  }
+  if (asked != Format::kAuto) return Source::dir(s.directory, default_pattern(asked));
+  SHARDLOAD_ASSIGN_OR_RETURN(const DirectoryScan scan, scan_directory(s.directory));
+  std::vector<std::pair<const NumberedGroup*, Format>> found;
+  for (const auto& g : scan.groups) {
+    const Format f = group_format(scan, g);
+    if (f != Format::kAuto) found.emplace_back(&g, f);
+  }
+  if (found.empty()) {
+    return Status(ErrorCode::kLayout, path_for_message(s.directory) +
+                                          ": no numbered shards of a known format; the directory " +
+                                          scan.describe() + scan.suggestion());
+  }
+  if (found.size() > 1) {
+    // Groups of one format under the default naming and others (notes_1.npy beside
+    // shard_0000.npy ...): the default naming is what shardload writes and reads.
+    const bool one_format = std::all_of(found.begin(), found.end(),
+                                        [&](const auto& x) { return x.second == found[0].second; });
+    const auto def = std::find_if(found.begin(), found.end(), [](const auto& x) {
+      return x.first->pattern == default_pattern(x.second);
+    });
+    if (!one_format || def == found.end()) {
+      std::string list;
+      for (const auto& [g, f] : found) list += (list.empty() ? "" : " and ") + group_text(*g, f);
+      return Status(ErrorCode::kLayout,
+                    path_for_message(s.directory) +
+                        ": holds numbered shards of more than one "
+                        "kind: " +
+                        list +
+                        "; name one with pattern= (and format= where the name does not tell)");
+    }
+    found = {*def};
+  }
+  options->format.format = found[0].second;
+  return Source::dir(s.directory, found[0].first->pattern);
+}
+
+}  // namespace
+
 Result<Layout> discover(const Source& source, const DiscoverOptions& options) {
   Source s = source;
+  DiscoverOptions opts = options;
   if (s.kind == Source::Kind::kDirectory && s.pattern.empty()) {
-    s.pattern = default_pattern(options.format.format);
+    SHARDLOAD_ASSIGN_OR_RETURN(s, auto_directory(source, &opts));
   }
-  SHARDLOAD_ASSIGN_OR_RETURN(auto paths, resolve(s));
-  return discover_paths(paths, options);
+  auto paths = resolve(s);
+  if (!paths && s.kind == Source::Kind::kDirectory &&
+      paths.status().message().find(": no files match the pattern") != std::string::npos) {
+    // Say what is there instead: the pattern was named, or the format's default.
+    if (auto scan = scan_directory(s.directory)) {
+      return Status(
+          ErrorCode::kLayout,
+          paths.status().message() + "; the directory " + scan->describe() +
+              (scan->groups.empty() || scan->groups[0].pattern == s.pattern ? std::string()
+                                                                            : scan->suggestion()));
+    }
+  }
+  if (!paths) return paths.status();
+  return discover_paths(*paths, opts);
 }
 
 std::string size_string(std::uint64_t bytes) {

@@ -72,8 +72,11 @@ TEST(Codec, RoundTrip) {
 
 TEST(Codec, RowViewsRoundTrip) {
   const Layout l = sample(13);
-  for (auto [lo, hi] : {std::pair<std::int64_t, std::int64_t>{1, 2}, {3, 20}, {0, l.total_rows()},
-                        {5, 5}, {l.total_rows(), l.total_rows()}}) {
+  for (auto [lo, hi] : {std::pair<std::int64_t, std::int64_t>{1, 2},
+                        {3, 20},
+                        {0, l.total_rows()},
+                        {5, 5},
+                        {l.total_rows(), l.total_rows()}}) {
     auto sub = slice_rows(l, lo, hi);
     ASSERT_TRUE(sub) << sub.status().message();
     auto back = decode_layout(encode_layout(*sub));
