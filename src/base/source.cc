@@ -396,7 +396,9 @@ Result<DirectoryScan> scan_directory(const std::string& directory) {
 
 std::string DirectoryScan::describe() const {
   if (entries == 0) return "is empty";
-  std::string out = "holds " + std::to_string(entries) + (any_directory ? " entries" : " files");
+  std::string out = "holds " + std::to_string(entries) +
+                    (any_directory ? (entries == 1 ? " entry" : " entries")
+                                   : (entries == 1 ? " file" : " files"));
   std::string parts;
   std::int64_t other = 0;
   for (const auto& x : extensions) {

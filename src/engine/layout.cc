@@ -216,7 +216,8 @@ Format group_format(const DirectoryScan& scan, const NumberedGroup& g) {
 
 std::string group_text(const NumberedGroup& g, Format f) {
   return path_for_message(g.pattern) + " (" + std::to_string(g.count) + " " +
-         (g.directories ? "stores" : "files") + ", " + format_name(f) + ")";
+         (g.directories ? "store" : "file") + (g.count == 1 ? "" : "s") + ", " + format_name(f) +
+         ")";
 }
 
 // A directory named without a pattern: what it holds decides. A Zarr store is itself;
