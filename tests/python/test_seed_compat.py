@@ -115,9 +115,11 @@ def test_read_skips_verification_against_a_meta_json_it_did_not_write(
     assert r.returncode == 0, r.stdout + r.stderr
     assert f"verify:         skipped (_meta.json in {d} was not written by shardload write)" \
         in r.stdout, r.stdout
-    # Its own _meta.json still verifies; so does a seed given on the command line.
+    # Its own _meta.json still verifies; a seed given on the command line is still checked
+    # (and fails here: these are not shardload's values).
     own = tmp_path / "own"
-    assert run(cli, "write", "--shard-dir", own, "--num-shards", "2", "--shape", "10", "--seed", "4",
-               "--dtype", "float64").returncode == 0
+    assert run(cli, "write", "--shard-dir", own, "--num-shards", "2", "--shape", "10",
+               "--seed", "4", "--dtype", "float64").returncode == 0
     assert "verify:         OK" in run(cli, "read", own).stdout
-    assert run(cli, "read", d, "--seed", "4").returncode == 1
+    checked = run(cli, "read", d, "--seed", "4")
+    assert checked.returncode == 1 and "verify:         FAILED" in checked.stdout
