@@ -15,6 +15,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if (layout->offsets.size() != layout->shards.size() + 1) std::abort();
   for (std::size_t i = 0; i < layout->shards.size(); ++i) {
     if (layout->offsets[i + 1] - layout->offsets[i] != layout->shards[i].rows) std::abort();
+    // A row view lies inside its file.
+    const auto& s = layout->shards[i];
+    if (s.first_row < 0 || s.first_row + s.rows > s.stored_rows()) std::abort();
   }
   const auto again = shardload::encode_layout(*layout);
   auto back = shardload::decode_layout(again);

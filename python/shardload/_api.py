@@ -204,6 +204,53 @@ def _overdecompose(value: object) -> int:
 _core_read = Layout.read
 
 
+def _row_bounds(total: int, lo: object, hi: object) -> tuple[int, int]:
+    # One rule for read(), slice_rows() and load(rows=): row indexes in
+    # [0, total] with lo <= hi, never reinterpreted (negative) or clamped.
+    first = 0 if lo is None else _int("lo", lo)
+    end = total if hi is None else _int("hi", hi)
+    for name, v in (("lo", first), ("hi", end)):
+        if v < 0:
+            raise ValueError(f"{name}: negative row indexes are not accepted, found {v} (rows "
+                             f"run from 0 to {total}; for the last n rows pass total_rows - n)")
+        if v > total:
+            raise ValueError(f"{name}: {v} is past the end of the dataset's {total} rows")
+    if first > end:
+        raise ValueError(f"rows [{first}, {end}): lo is greater than hi")
+    return first, end
+
+
+def _rows(value: object, total: int) -> tuple[int, int]:
+    """``rows=``: a (lo, hi) pair or a slice with step None or 1, under the bounds rule of
+    :meth:`Layout.read` (None for a default bound; no negative or clamped bounds)."""
+    if isinstance(value, slice):
+        if value.step is not None and (isinstance(value.step, bool) or value.step != 1):
+            raise ValueError(f"rows: a slice with step {value.step!r} is not a row range "
+                             "(only step None or 1)")
+        return _row_bounds(total, value.start, value.stop)
+    if isinstance(value, (tuple, list)) and len(value) == 2:
+        return _row_bounds(total, value[0], value[1])
+    raise TypeError(f"rows: expected a (lo, hi) pair or a slice lo:hi, found {_found(value)}")
+
+
+def _astype(value: object) -> np.dtype | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (str, np.dtype, type)):
+        raise TypeError(f"astype: expected a str, a numpy dtype or a numpy type such as "
+                        f"np.float32, found {_found(value)}")
+    try:
+        dt = np.dtype(value)  # type: ignore[call-overload]
+    except TypeError:
+        raise ValueError(f"astype: {value!r} is not a numpy dtype") from None
+    if dt.fields is not None or dt.subdtype is not None or dt.kind not in "biufc":
+        raise ValueError(f"astype: {dt} is not a numeric or bool dtype")
+    if not dt.isnative:
+        raise ValueError(f"astype: {dt.str} is not in the machine's byte order; arrays in "
+                         f"memory are native (pass {dt.newbyteorder('=')})")
+    return dt
+
+
 def _layout_read(self: Layout, lo: int | None = None, hi: int | None = None) -> np.ndarray:
     """Reads rows [lo, hi) into a numpy array on the host (no Legate).
 
@@ -217,20 +264,22 @@ def _layout_read(self: Layout, lo: int | None = None, hi: int | None = None) -> 
         ValueError: a bound is negative, past the end, or lo > hi.
         ShardReadError: reading failed; the message names the file and rows.
     """
-    total = self.total_rows
-    first = 0 if lo is None else _int("lo", lo)
-    end = total if hi is None else _int("hi", hi)
-    for name, v in (("lo", first), ("hi", end)):
-        if v < 0:
-            raise ValueError(f"{name}: negative row indexes are not accepted, found {v} (rows "
-                             f"run from 0 to {total}; for the last n rows pass total_rows - n)")
-        if v > total:
-            raise ValueError(f"{name}: {v} is past the end of the dataset's {total} rows")
-    if first > end:
-        raise ValueError(f"rows [{first}, {end}): lo is greater than hi")
+    first, end = _row_bounds(self.total_rows, lo, hi)
     return _core_read(self, first, end)
 
 
+_core_slice_rows = Layout.slice_rows
+
+
+def _layout_slice_rows(self: Layout, lo: int | None = None, hi: int | None = None) -> Layout:
+    """Rows [lo, hi) as a Layout of their own, without opening a file: the shards the range
+    covers, each a view of its file's rows, so that :func:`load` and :meth:`read` of it read
+    only those rows. Bounds follow :meth:`read`'s rule (no negative or clamped bounds)."""
+    first, end = _row_bounds(self.total_rows, lo, hi)
+    return _core_slice_rows(self, first, end)
+
+
+Layout.slice_rows = _layout_slice_rows  # type: ignore[method-assign]
 Layout.read = _layout_read  # type: ignore[method-assign]
 
 Layout.__doc__ = """A discovered, validated dataset: its shards in order, their rows, the dtype
@@ -504,6 +553,8 @@ def load(
     dataset: str | None = None,
     columns: Sequence[str] | None = None,
     fill_value: float | None = None,
+    rows: "tuple[int | None, int | None] | slice | None" = None,
+    astype: DTypeLike | None = None,
     info: bool = False,
     progress: ProgressCallback | None = None,
 ) -> "cupynumeric.ndarray | tuple[cupynumeric.ndarray, LoadInfo]":
@@ -530,6 +581,14 @@ def load(
             ceil(rows / ceil(rows / parts)) with parts = min(K, 256) * P, at
             most max(P, 65536) (see "The read plan" in the README), so any K
             gives a bounded launch.
+        rows: load only rows [lo, hi): a pair ``(lo, hi)`` or a slice ``lo:hi`` (step None
+            or 1; None for a default bound), under :meth:`Layout.read`'s rule: bounds in
+            ``[0, total_rows]``, ``lo <= hi``, never negative or clamped (ValueError).
+            Only the shards the range covers are opened and only those rows read.
+        astype: the dtype of the result, as ``ndarray.astype`` / h5py's ``astype``
+            cast the data read (numpy casting rules, e.g. float to int truncates);
+            works for every format. ``dtype`` keeps its meaning: the on-disk type
+            of raw files, the type parquet/arrow columns are read as.
         info: True to return ``(array, LoadInfo)``: the plan, the time of
             each stage, the bytes and GB/s (see :class:`LoadInfo`).
         progress: a callable taking one :class:`LoadProgress`, called in
@@ -565,6 +624,7 @@ def load(
     k = _overdecompose(overdecompose)
     if not isinstance(info, (bool, np.bool_)):
         raise TypeError(f"info: expected a bool, found {_found(info)}")
+    cast = _astype(astype)
     if progress is not None and not callable(progress):
         raise TypeError(f"progress: expected a callable taking a LoadProgress, or None, found "
                         f"{_found(progress)}")
@@ -581,6 +641,8 @@ def load(
         layout = discover(source, pattern=pattern, format=format, dtype=dtype, shape=shape,
                           header_bytes=header_bytes, dataset=dataset, columns=columns,
                           fill_value=fill_value)
+    if rows is not None:
+        layout = layout.slice_rows(*_rows(rows, layout.total_rows))
     nbytes = layout.nbytes
     t_discovered = time.perf_counter()
     discovery_s = t_discovered - t_call if not isinstance(source, Layout) else 0.0
@@ -613,6 +675,9 @@ def load(
     array = LogicalArray.from_raw_handle(_legate.handle(owner))
     del owner
     result = cupynumeric.asarray(array)
+    if cast is not None and cast != result.dtype:
+        # After the fill, as numpy's astype: one pass over the array in Legate.
+        result = result.astype(cast)
     total_s = time.perf_counter() - t_call
     load_info = LoadInfo(target=plan["target"], processors=plan["processors"], overdecompose=k,
                          tile_rows=plan["tile_rows"], tiles=plan["tiles"],

@@ -103,6 +103,14 @@ PYBIND11_MODULE(_core, m) {
           [](const Layout& l, std::size_t edge) { return message_str(describe(l, edge)); },
           py::arg("edge_shards") = 3)
       .def(
+          "slice_rows",
+          [](const Layout& l, std::int64_t lo, std::int64_t hi) {
+            auto sub = slice_rows(l, lo, hi);
+            if (!sub) throw py::value_error(sub.status().message());
+            return std::move(sub).value();
+          },
+          py::arg("lo"), py::arg("hi"))
+      .def(
           "read",
           [](const Layout& l, std::int64_t lo, std::int64_t hi) {
             if (hi < 0) hi = l.total_rows();

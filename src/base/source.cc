@@ -10,6 +10,7 @@
 #include <cstring>
 #include <utility>
 
+#include "shardload/format.hpp"
 #include "shardload/io.hpp"
 
 namespace shardload {
@@ -277,6 +278,157 @@ Result<std::vector<std::string>> resolve_glob(const Source& s) {
 }
 
 }  // namespace
+
+namespace {
+
+// Splits a name into prefix, digit run and extension: the digits are the last run before
+// the extension ("shard_0007.h5" -> "shard_", "0007", ".h5"), or at the very end when the
+// name has no extension, or none ends there ("part-00001").
+bool split_numbered(const std::string& name, std::string* prefix, std::string* digits,
+                    std::string* ext) {
+  const auto try_at = [&](std::size_t end, std::string e) {
+    std::size_t b = end;
+    while (b > 0 && is_digit(name[b - 1])) --b;
+    if (b == end || end - b > 18) return false;
+    *prefix = name.substr(0, b);
+    *digits = name.substr(b, end - b);
+    *ext = std::move(e);
+    return true;
+  };
+  const auto dot = name.rfind('.');
+  if (dot != std::string::npos && dot > 0 && try_at(dot, name.substr(dot))) return true;
+  return try_at(name.size(), "");
+}
+
+std::string extension_of(const std::string& name) {
+  const auto dot = name.rfind('.');
+  return dot == std::string::npos || dot == 0 ? std::string() : name.substr(dot);
+}
+
+}  // namespace
+
+Result<DirectoryScan> scan_directory(const std::string& directory) {
+  struct ::stat st {};
+  if (::stat(directory.c_str(), &st) != 0) {
+    const int err = errno;
+    return file_error(ErrorCode::kLayout, directory,
+                      std::string("shard directory not found (") + std::strerror(err) + ")", err);
+  }
+  if (!S_ISDIR(st.st_mode)) return layout_error(directory + ": not a directory");
+  DIR* d = ::opendir(directory.c_str());
+  if (d == nullptr) {
+    const int err = errno;
+    return layout_error(directory + ": cannot list the directory (" + std::strerror(err) + ")");
+  }
+  DirectoryScan scan;
+  scan.directory = directory;
+  struct Names {
+    std::string prefix, ext;
+    int width = 0;
+    std::vector<std::string> names;
+  };
+  std::vector<Names> groups;
+  std::vector<std::pair<std::string, std::vector<std::string>>> exts;
+  std::vector<std::string> dirs;
+  while (const dirent* e = ::readdir(d)) {
+    const std::string name = e->d_name;
+    if (name == "." || name == "..") continue;
+    ++scan.entries;
+    bool is_dir = e->d_type == DT_DIR;
+    if (e->d_type == DT_UNKNOWN || e->d_type == DT_LNK) {
+      struct ::stat es {};
+      is_dir = ::stat(join_path(directory, name).c_str(), &es) == 0 && S_ISDIR(es.st_mode);
+    }
+    if (is_dir) {
+      scan.any_directory = true;
+      dirs.push_back(name);
+    }
+    const std::string ext = extension_of(name);
+    auto xe = std::find_if(exts.begin(), exts.end(), [&](const auto& x) { return x.first == ext; });
+    if (xe == exts.end()) {
+      exts.push_back({ext, {}});
+      xe = exts.end() - 1;
+    }
+    xe->second.push_back(name);
+    std::string prefix, digits, suffix;
+    if (!split_numbered(name, &prefix, &digits, &suffix)) continue;
+    auto g = std::find_if(groups.begin(), groups.end(),
+                          [&](const Names& n) { return n.prefix == prefix && n.ext == suffix; });
+    if (g == groups.end()) {
+      groups.push_back({prefix, suffix, 0, {}});
+      g = groups.end() - 1;
+    }
+    // A leading zero shows the padding; the widest such run is the width.
+    if (digits.size() > 1 && digits[0] == '0') {
+      g->width = std::max(g->width, static_cast<int>(digits.size()));
+    }
+    g->names.push_back(name);
+  }
+  ::closedir(d);
+  const auto by_number = [](const std::string& a, const std::string& b) {
+    return natural_less(a, b);
+  };
+  for (auto& g : groups) {
+    std::sort(g.names.begin(), g.names.end(), by_number);
+    NumberedGroup out;
+    out.pattern = g.prefix + (g.width > 0 ? "{:0" + std::to_string(g.width) + "d}" : "{}") + g.ext;
+    out.extension = g.ext;
+    out.first = g.names.front();
+    out.last = g.names.back();
+    out.count = static_cast<std::int64_t>(g.names.size());
+    out.directories = std::find(dirs.begin(), dirs.end(), out.first) != dirs.end();
+    scan.groups.push_back(std::move(out));
+  }
+  std::sort(scan.groups.begin(), scan.groups.end(),
+            [](const NumberedGroup& a, const NumberedGroup& b) {
+              return a.count != b.count ? a.count > b.count : a.pattern < b.pattern;
+            });
+  for (auto& [ext, names] : exts) {
+    std::sort(names.begin(), names.end(), by_number);
+    scan.extensions.push_back(
+        {ext, static_cast<std::int64_t>(names.size()), names.front(), names.back()});
+  }
+  std::sort(scan.extensions.begin(), scan.extensions.end(), [](const auto& a, const auto& b) {
+    return a.count != b.count ? a.count > b.count : a.extension < b.extension;
+  });
+  return scan;
+}
+
+std::string DirectoryScan::describe() const {
+  if (entries == 0) return "is empty";
+  std::string out = "holds " + std::to_string(entries) +
+                    (any_directory ? (entries == 1 ? " entry" : " entries")
+                                   : (entries == 1 ? " file" : " files"));
+  std::string parts;
+  std::int64_t other = 0;
+  for (const auto& x : extensions) {
+    if (x.extension.empty() || format_from_extension(x.extension) == Format::kAuto) {
+      other += x.count;
+      continue;
+    }
+    parts += (parts.empty() ? ": " : ", ") + std::to_string(x.count) + " *" + x.extension + " (" +
+             path_for_message(x.first);
+    if (x.count > 1) parts += " ... " + path_for_message(x.last);
+    parts += ")";
+  }
+  if (other > 0) parts += (parts.empty() ? ": " : ", ") + std::to_string(other) + " other";
+  return out + parts;
+}
+
+std::string DirectoryScan::suggestion() const {
+  const auto glob_dir = [&] { return join_path(directory, ""); };
+  for (const auto& g : groups) {
+    return "; pass pattern='" + path_for_message(g.pattern) + "' or a glob '" + glob_dir() +
+           (g.extension.empty() ? path_for_message(g.pattern.substr(0, g.pattern.find('{'))) + "*"
+                                : "*" + path_for_message(g.extension)) +
+           "'";
+  }
+  for (const auto& x : extensions) {
+    if (x.extension.empty()) continue;
+    return "; pass a glob '" + glob_dir() + "*" + path_for_message(x.extension) + "'";
+  }
+  return {};
+}
 
 Result<std::vector<std::string>> resolve(const Source& source) {
   // Sources built in C++ (Source::dir, from_glob, list) never passed parse().

@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <cstdio>
@@ -216,6 +217,9 @@ std::optional<int> parse_command_line(const CommandSpec& spec, const Args& args,
 std::string cli_spelling(std::string message) {
   static const std::pair<const char*, const char*> kPhrases[] = {
       {"name it with format= ", "name it with --format "},
+      {"; pass pattern=", "; pass --pattern="},
+      {"name one with pattern= (and format= where the name does not tell)",
+       "name one with --pattern (and --format where the name does not tell)"},
       {"pass dtype= or write", "pass --dtype or write"},
       {"pass dtype= to cast", "pass --dtype to cast"},
       {"pass shape= (() for 1-D data)", "pass --trailing-shape ('' for 1-D data)"},
@@ -451,6 +455,14 @@ Result<WriteMeta> read_write_meta(const std::string& dir) {
   SHARDLOAD_ASSIGN_OR_RETURN(const std::string text,
                              detail::read_small_file(posix_io(), path, kMaxMetaBytes, nullptr));
   SHARDLOAD_ASSIGN_OR_RETURN(const detail::Json j, detail::parse_json_object(path, text));
+  // Its seed means shardload's value formula only when shardload wrote it.
+  std::vector<std::string> keys;
+  for (const auto& item : j.items()) keys.push_back(item.key());
+  std::sort(keys.begin(), keys.end());
+  if (keys != std::vector<std::string>{"dtype", "num_shards", "rows", "seed", "shape"}) {
+    m.foreign = true;
+    return m;
+  }
   if (auto it = j.find("dtype"); it != j.end()) {
     SHARDLOAD_ASSIGN_OR_RETURN(m.dtype, detail::json_string(path, "dtype", *it));
   }

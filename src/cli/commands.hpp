@@ -95,10 +95,13 @@ std::string json_path_string(const std::string& bytes);
 // What `shardload write` recorded in DIR/_meta.json for `shardload read` to
 // verify against. A missing file, or one without a seed, gives no seed; a file
 // that is not such JSON (too large, nested too deep, a seed that is not an
-// integer) is a kFormat error naming it.
+// integer) is a kFormat error naming it. A JSON object whose keys are not exactly
+// those shardload write writes (seed, dtype, shape, num_shards, rows) is another tool's
+// (the seed recipe's script writes one too): foreign, and its values are not read.
 struct WriteMeta {
   std::optional<long long> seed;
-  std::string dtype;  // empty when not recorded
+  std::string dtype;     // empty when not recorded
+  bool foreign = false;  // not written by shardload write
 };
 Result<WriteMeta> read_write_meta(const std::string& dir);
 

@@ -75,6 +75,11 @@ int run(const ReadArgs& a, std::ostream& out, std::ostream& err) {
       err << "shardload read: verify: " << meta.status().message() << "\n";
       return 1;
     }
+    if (meta->foreign) {
+      out << "verify:         skipped (_meta.json in " << a.meta_dir
+          << " was not written by shardload write)\n";
+      return 0;
+    }
     seed = meta->seed;
     meta_dtype = meta->dtype;
   }

@@ -9,15 +9,17 @@ namespace shardload {
 namespace {
 
 // The last byte is the version: 2 added ctime, inode and linked files to the
-// snapshots. A task never decodes another version's bytes.
-constexpr std::uint8_t kMagic[4] = {'S', 'L', 'L', '2'};
+// snapshots; 3 row views (a shard's first row and its file's rows). A task
+// never decodes another version's bytes.
+constexpr std::uint8_t kMagic[4] = {'S', 'L', 'L', '3'};
 
 // Shard flags.
 constexpr std::uint8_t kByteSwap = 1;
 constexpr std::uint8_t kFortran = 2;
 constexpr std::uint8_t kRegular = 4;
 constexpr std::uint8_t kHasLinked = 8;
-constexpr std::uint8_t kAllFlags = kByteSwap | kFortran | kRegular | kHasLinked;
+constexpr std::uint8_t kView = 16;
+constexpr std::uint8_t kAllFlags = kByteSwap | kFortran | kRegular | kHasLinked | kView;
 
 class Writer {
  public:
@@ -175,9 +177,14 @@ std::vector<std::uint8_t> encode_layout(const Layout& l) {
     w.str(s.path.substr(prefix));
     w.varint(static_cast<std::uint64_t>(s.rows));
     w.varint(s.data_offset);
-    w.u8(static_cast<std::uint8_t>(
-        (s.byte_swap ? kByteSwap : 0) | (s.fortran_order ? kFortran : 0) |
-        (s.snapshot.regular ? kRegular : 0) | (s.linked.empty() ? 0 : kHasLinked)));
+    w.u8(
+        static_cast<std::uint8_t>((s.byte_swap ? kByteSwap : 0) | (s.fortran_order ? kFortran : 0) |
+                                  (s.snapshot.regular ? kRegular : 0) |
+                                  (s.linked.empty() ? 0 : kHasLinked) | (s.is_view() ? kView : 0)));
+    if (s.is_view()) {
+      w.varint(static_cast<std::uint64_t>(s.first_row));
+      w.varint(static_cast<std::uint64_t>(s.file_rows));
+    }
     put_info(w, s.snapshot);
     w.str(s.extra);
     if (!s.linked.empty()) {
@@ -224,6 +231,19 @@ Result<Layout> decode_layout(std::span<const std::uint8_t> bytes) {
     s.byte_swap = (flags & kByteSwap) != 0;
     s.fortran_order = (flags & kFortran) != 0;
     s.snapshot.regular = (flags & kRegular) != 0;
+    if ((flags & kView) != 0) {
+      const std::uint64_t first = r.varint();
+      const std::uint64_t file_rows = r.varint();
+      if (first > static_cast<std::uint64_t>(INT64_MAX) ||
+          file_rows > static_cast<std::uint64_t>(INT64_MAX)) {
+        return bad("row view out of range");
+      }
+      s.first_row = static_cast<std::int64_t>(first);
+      s.file_rows = static_cast<std::int64_t>(file_rows);
+      // Present only for a true view, so that one encoding means one layout.
+      if (r.ok() && s.first_row == 0 && s.rows == s.file_rows)
+        return bad("a view of the whole file");
+    }
     get_info(r, &s.snapshot);
     s.extra = r.str();
     if ((flags & kHasLinked) != 0) {

@@ -264,7 +264,8 @@ class Fill {
   void release(StagingPool::Slot* s);
 
   const Layout& layout_;
-  const std::vector<Piece>& pieces_;
+  // The pieces in rows of the files (a view's first_row added), once plan() has run.
+  std::vector<Piece> pieces_;
   std::byte* dst_;
   void* stream_;
   StagingPool& pool_;
@@ -292,7 +293,7 @@ Status Fill::plan(std::uint64_t dst_bytes) {
   cuts_.reserve(pieces_.size());
   first_chunk_.reserve(pieces_.size() + 1);
   for (std::size_t i = 0; i < pieces_.size(); ++i) {
-    const Piece& p = pieces_[i];
+    Piece& p = pieces_[i];
     if (p.shard < 0 || static_cast<std::size_t>(p.shard) >= layout_.shards.size() || p.lo < 0 ||
         p.hi < p.lo || p.hi > layout_.shards[static_cast<std::size_t>(p.shard)].rows ||
         p.dst_row < 0) {
@@ -309,6 +310,10 @@ Status Fill::plan(std::uint64_t dst_bytes) {
                   " bytes) overruns the destination of " + std::to_string(dst_bytes) + " bytes"};
     }
     const Shard& s = layout_.shards[static_cast<std::size_t>(p.shard)];
+    // From here on a piece counts rows of its file: chunk offsets and the
+    // reader both want them.
+    p.lo += s.first_row;
+    p.hi += s.first_row;
     PieceCut cut;
     cut.raw = layout_.format == Format::kNpy && !s.byte_swap && !s.fortran_order;
     const auto rows = static_cast<std::uint64_t>(p.hi - p.lo);

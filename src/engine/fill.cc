@@ -25,7 +25,8 @@ Status fill_pieces(const Layout& layout, const std::vector<Piece>& pieces, std::
     }
     std::byte* out = dst + static_cast<std::size_t>(p.dst_row) * layout.row_bytes;
     const Shard& s = layout.shards[static_cast<std::size_t>(p.shard)];
-    Status st = reader->read_rows(layout, s, p.lo, p.hi, out);
+    // Pieces count rows of the shard's view; the reader reads rows of the file.
+    Status st = reader->read_rows(layout, s, s.first_row + p.lo, s.first_row + p.hi, out);
     if (!st.is_ok()) return st.with_context(range_string(p.lo, p.hi));
     if (layout.dtype.kind == DTypeKind::kBool) {
       normalize_bools(out, static_cast<std::size_t>(p.hi - p.lo) * layout.row_bytes);

@@ -1,8 +1,10 @@
 #include "shardload/layout.hpp"
 
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <iterator>
 #include <sstream>
@@ -44,6 +46,13 @@ Result<Layout> assemble_layout(Format format, FormatOptions options, DType dtype
   l.offsets.push_back(0);
   std::int64_t total = 0;
   for (const auto& s : shards) {
+    if (s.first_row < 0 || (!s.is_view() && s.first_row != 0) ||
+        (s.is_view() && (s.rows < 0 || s.first_row > s.file_rows - s.rows))) {
+      return Status(ErrorCode::kLayout, s.path + ": the view of rows [" +
+                                            std::to_string(s.first_row) + ", +" +
+                                            std::to_string(s.rows) + ") does not fit the file's " +
+                                            std::to_string(s.stored_rows()) + " rows");
+    }
     std::uint64_t bytes = 0;
     if (s.rows < 0 || !detail::checked_add(total, s.rows, &total) ||
         !detail::checked_mul(static_cast<std::uint64_t>(total), row_bytes, &bytes) ||
@@ -57,20 +66,97 @@ Result<Layout> assemble_layout(Format format, FormatOptions options, DType dtype
   return l;
 }
 
+Result<Layout> slice_rows(const Layout& layout, std::int64_t lo, std::int64_t hi) {
+  const std::int64_t total = layout.total_rows();
+  if (lo < 0 || hi < lo || hi > total) {
+    return Status(ErrorCode::kInvalidArgument,
+                  "rows [" + std::to_string(lo) + ", " + std::to_string(hi) +
+                      "): expected 0 <= lo <= hi <= " + std::to_string(total) +
+                      " (the dataset's rows)");
+  }
+  std::vector<Shard> shards;
+  const std::size_t n = layout.shards.size();
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::int64_t first = layout.offsets[i];
+    const std::int64_t end = layout.offsets[i + 1];
+    const std::int64_t a = std::max(lo, first);
+    const std::int64_t b = std::min(hi, end);
+    // Shards outside the range are dropped so that nothing opens them; an
+    // empty range keeps the one shard it falls in, so that a layout always
+    // names a file.
+    const bool keep = a < b || (lo == hi && shards.empty() && (lo < end || i + 1 == n));
+    if (!keep) continue;
+    Shard s = layout.shards[i];
+    const std::int64_t stored = s.stored_rows();
+    s.first_row += a - first;
+    s.rows = std::max<std::int64_t>(0, b - a);
+    s.file_rows = stored;
+    // The whole file is no view: one layout, one encoding.
+    if (s.first_row == 0 && s.rows == stored) s.file_rows = -1;
+    shards.push_back(std::move(s));
+  }
+  return assemble_layout(layout.format, layout.options, layout.dtype, layout.trailing_shape,
+                         std::move(shards));
+}
+
+namespace {
+
+bool is_zarr_store(const std::string& path) {
+  struct ::stat st {};
+  if (::stat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) return false;
+  for (const char* meta : {"/.zarray", "/zarr.json"}) {
+    if (::access((path + meta).c_str(), F_OK) == 0) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+Format sniff_format(const std::string& path) {
+  if (is_zarr_store(path)) return Format::kZarr;
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return Format::kAuto;
+  struct ::stat st {};
+  Format f = Format::kAuto;
+  // Only regular files: reading a FIFO's first bytes would block or consume them.
+  if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {
+    const auto at = [&](off_t offset, std::string_view magic) {
+      char buf[8] = {};
+      return magic.size() <= sizeof buf &&
+             ::pread(fd, buf, magic.size(), offset) == static_cast<ssize_t>(magic.size()) &&
+             std::string_view(buf, magic.size()) == magic;
+    };
+    if (at(0, std::string_view("\x93NUMPY", 6))) {
+      f = Format::kNpy;
+    } else if (at(0, "PAR1")) {
+      f = Format::kParquet;
+    } else if (at(0, std::string_view("ARROW1\0\0", 8))) {
+      f = Format::kArrow;
+    } else {
+      // HDF5's superblock sits at 0 or, after a user block, at 512, 1024, 2048, ...
+      for (off_t off = 0; off < st.st_size && off <= (off_t{1} << 20);
+           off = off == 0 ? 512 : off * 2) {
+        if (at(off, std::string_view("\x89HDF\r\n\x1a\n", 8))) {
+          f = Format::kHdf5;
+          break;
+        }
+      }
+    }
+  }
+  ::close(fd);
+  return f;
+}
+
 Result<Format> resolve_format(const std::string& path, const FormatOptions& options) {
   if (options.format != Format::kAuto) return options.format;
   const Format by_ext = format_from_extension(path);
   if (by_ext != Format::kAuto) return by_ext;
-  struct ::stat st {};
-  if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
-    for (const char* meta : {"/.zarray", "/zarr.json"}) {
-      if (::access((path + meta).c_str(), F_OK) == 0) return Format::kZarr;
-    }
-  }
+  const Format by_content = sniff_format(path);
+  if (by_content != Format::kAuto) return by_content;
   return Status(ErrorCode::kLayout,
                 path +
-                    ": cannot tell the format from the name; name it with format= "
-                    "(npy, raw, hdf5, parquet, arrow or zarr)");
+                    ": cannot tell the format from the name or the first bytes; name it with "
+                    "format= (npy, raw, hdf5, parquet, arrow or zarr)");
 }
 
 Result<Layout> discover_paths(const std::vector<std::string>& paths,
@@ -117,13 +203,90 @@ Result<Layout> discover_paths(const std::vector<std::string>& paths,
   return assemble_layout(format, options.format, dtype, std::move(trailing), std::move(shards));
 }
 
+namespace {
+
+// The format a numbered group holds: its extension's, else its first entry's content.
+Format group_format(const DirectoryScan& scan, const NumberedGroup& g) {
+  const Format by_ext = format_from_extension(g.extension);
+  if (by_ext != Format::kAuto) return by_ext;
+  std::string path = scan.directory;
+  if (!path.empty() && path.back() != '/') path += '/';
+  return sniff_format(path + g.first);
+}
+
+std::string group_text(const NumberedGroup& g, Format f) {
+  return path_for_message(g.pattern) + " (" + std::to_string(g.count) + " " +
+         (g.directories ? "store" : "file") + (g.count == 1 ? "" : "s") + ", " + format_name(f) +
+         ")";
+}
+
+// A directory named without a pattern: what it holds decides. A Zarr store is itself;
+// otherwise the one numbered group of a known format (by extension or content); with
+// groups of one format the default naming wins; anything else is an error saying what
+// the directory holds.
+Result<Source> auto_directory(const Source& s, DiscoverOptions* options) {
+  const Format asked = options->format.format;
+  if ((asked == Format::kAuto || asked == Format::kZarr) && is_zarr_store(s.directory)) {
+    return Source::list({s.directory});
+  }
+  if (asked != Format::kAuto) return Source::dir(s.directory, default_pattern(asked));
+  SHARDLOAD_ASSIGN_OR_RETURN(const DirectoryScan scan, scan_directory(s.directory));
+  std::vector<std::pair<const NumberedGroup*, Format>> found;
+  for (const auto& g : scan.groups) {
+    const Format f = group_format(scan, g);
+    if (f != Format::kAuto) found.emplace_back(&g, f);
+  }
+  if (found.empty()) {
+    return Status(ErrorCode::kLayout, path_for_message(s.directory) +
+                                          ": no numbered shards of a known format; the directory " +
+                                          scan.describe() + scan.suggestion());
+  }
+  if (found.size() > 1) {
+    // Groups of one format under the default naming and others (notes_1.npy beside
+    // shard_0000.npy ...): the default naming is what shardload writes and reads.
+    const bool one_format = std::all_of(found.begin(), found.end(),
+                                        [&](const auto& x) { return x.second == found[0].second; });
+    const auto def = std::find_if(found.begin(), found.end(), [](const auto& x) {
+      return x.first->pattern == default_pattern(x.second);
+    });
+    if (!one_format || def == found.end()) {
+      std::string list;
+      for (const auto& [g, f] : found) list += (list.empty() ? "" : " and ") + group_text(*g, f);
+      return Status(ErrorCode::kLayout,
+                    path_for_message(s.directory) +
+                        ": holds numbered shards of more than one "
+                        "kind: " +
+                        list +
+                        "; name one with pattern= (and format= where the name does not tell)");
+    }
+    found = {*def};
+  }
+  options->format.format = found[0].second;
+  return Source::dir(s.directory, found[0].first->pattern);
+}
+
+}  // namespace
+
 Result<Layout> discover(const Source& source, const DiscoverOptions& options) {
   Source s = source;
+  DiscoverOptions opts = options;
   if (s.kind == Source::Kind::kDirectory && s.pattern.empty()) {
-    s.pattern = default_pattern(options.format.format);
+    SHARDLOAD_ASSIGN_OR_RETURN(s, auto_directory(source, &opts));
   }
-  SHARDLOAD_ASSIGN_OR_RETURN(auto paths, resolve(s));
-  return discover_paths(paths, options);
+  auto paths = resolve(s);
+  if (!paths && s.kind == Source::Kind::kDirectory &&
+      paths.status().message().find(": no files match the pattern") != std::string::npos) {
+    // Say what is there instead: the pattern was named, or the format's default.
+    if (auto scan = scan_directory(s.directory)) {
+      return Status(
+          ErrorCode::kLayout,
+          paths.status().message() + "; the directory " + scan->describe() +
+              (scan->groups.empty() || scan->groups[0].pattern == s.pattern ? std::string()
+                                                                            : scan->suggestion()));
+    }
+  }
+  if (!paths) return paths.status();
+  return discover_paths(*paths, opts);
 }
 
 std::string size_string(std::uint64_t bytes) {

@@ -97,7 +97,7 @@ Result<ArrowExtra> decode_extra(const Shard& shard) {
     e.group_rows.push_back(static_cast<std::int64_t>(r));
     total += static_cast<std::int64_t>(r);
   }
-  if (pos != s.size() || e.columns.empty() || total != shard.rows) return bad();
+  if (pos != s.size() || e.columns.empty() || total != shard.stored_rows()) return bad();
   return e;
 }
 

@@ -237,13 +237,13 @@ class Hdf5Reader final : public ShardReader {
       // The snapshot guards the file; this guards a layout rebuilt from stale
       // task arguments.
       bool same =
-          d.dims.size() == l.trailing_shape.size() + 1 && d.dims[0] == static_cast<hsize_t>(s.rows);
+          d.dims.size() == l.trailing_shape.size() + 1 && d.dims[0] == static_cast<hsize_t>(s.stored_rows());
       for (std::size_t i = 1; same && i < d.dims.size(); ++i) {
         same = d.dims[i] == static_cast<hsize_t>(l.trailing_shape[i - 1]);
       }
       if (!same) {
         return Status(ErrorCode::kChanged, where + ": shape differs from the layout's (" +
-                                               std::to_string(s.rows) + " rows, trailing " +
+                                               std::to_string(s.stored_rows()) + " rows, trailing " +
                                                shape_string(l.trailing_shape) + ")");
       }
       SHARDLOAD_ASSIGN_OR_RETURN(Hid mem_type, memory_type(api_, l.dtype));

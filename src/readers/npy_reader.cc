@@ -59,7 +59,7 @@ class NpyReader final : public ShardReader {
                       std::int64_t hi, std::byte* dst) {
     const std::size_t item = l.dtype.size;
     const std::uint64_t T = l.row_elements();
-    const auto R = static_cast<std::uint64_t>(s.rows);
+    const auto R = static_cast<std::uint64_t>(s.stored_rows());
     const auto n = static_cast<std::uint64_t>(hi - lo);
     const std::size_t scratch = std::max<std::size_t>(ctx_.scratch_bytes, item);
     const std::uint64_t rows_per_chunk = std::max<std::uint64_t>(1, scratch / item);

@@ -12,6 +12,12 @@
 // or a wrong call. The rows of a file always follow from its size, which must
 // be exactly header + a whole number of rows; sidecar rows are a check on it.
 // Deriving rows as size / row_bytes would drop trailing bytes silently.
+//
+// A directory without shardload.json may hold the seed recipe's sidecar,
+// `shard_meta.json`, read the same way and as strictly:
+//
+//   {"dtype": "float32", "trailing_shape": [3, 4],
+//    "rows_per_shard": [100, 0, 57]  or  100 (every shard)}
 #include <sys/stat.h>
 
 #include <cerrno>
@@ -30,6 +36,7 @@ namespace shardload::detail {
 namespace {
 
 constexpr const char* kSidecarName = "shardload.json";
+constexpr const char* kSeedSidecarName = "shard_meta.json";
 constexpr std::uint64_t kMaxSidecarBytes = std::uint64_t{64} << 20;
 
 std::string parent_dir(const std::string& path) {
@@ -56,7 +63,9 @@ struct Sidecar {
   std::optional<std::uint64_t> header_bytes;
   std::optional<std::vector<std::int64_t>> rows_list;           // in shard order
   std::optional<std::map<std::string, std::int64_t>> rows_map;  // by file name
-  std::size_t next_index = 0;  // the next shard of this directory, for rows_list
+  std::optional<std::int64_t> rows_each;                        // every shard (seed)
+  const char* rows_field = "rows";  // as the file spells it, for messages
+  std::size_t next_index = 0;       // the next shard of this directory, for rows_list
 };
 
 Result<Sidecar> parse_sidecar(const std::string& path, const std::string& text) {
@@ -94,6 +103,39 @@ Result<Sidecar> parse_sidecar(const std::string& path, const std::string& text) 
     } else {
       return json_error(path, "rows", "a list of rows per shard or an object {\"file name\": rows}",
                         *it);
+    }
+  }
+  return s;
+}
+
+// The seed's sidecar: its own field names, the same checks (unknown keys refused, every
+// error naming the file and field).
+Result<Sidecar> parse_seed_sidecar(const std::string& path, const std::string& text) {
+  SHARDLOAD_ASSIGN_OR_RETURN(const Json j, parse_json_object(path, text));
+  SHARDLOAD_RETURN_IF_ERROR(
+      json_only_keys(path, "", j, {"dtype", "trailing_shape", "rows_per_shard"}));
+  Sidecar s;
+  s.path = path;
+  s.rows_field = "rows_per_shard";
+  if (auto it = j.find("dtype"); it != j.end()) {
+    SHARDLOAD_ASSIGN_OR_RETURN(const std::string name, json_string(path, "dtype", *it));
+    bool big = false;
+    auto d = parse_dtype(name, &big);
+    if (!d) return Status(ErrorCode::kFormat, path + ": dtype: " + d.status().message());
+    s.dtype = *d;
+    s.big_endian = big;
+  }
+  if (auto it = j.find("trailing_shape"); it != j.end()) {
+    SHARDLOAD_ASSIGN_OR_RETURN(s.shape, json_shape(path, "trailing_shape", *it));
+  }
+  if (auto it = j.find("rows_per_shard"); it != j.end()) {
+    if (it->is_array()) {
+      SHARDLOAD_ASSIGN_OR_RETURN(s.rows_list, json_shape(path, "rows_per_shard", *it));
+    } else if (it->is_number_integer() || it->is_number_unsigned()) {
+      SHARDLOAD_ASSIGN_OR_RETURN(s.rows_each, json_nonneg_int(path, "rows_per_shard", *it));
+    } else {
+      return json_error(path, "rows_per_shard",
+                        "a list of rows per shard or one int for every shard", *it);
     }
   }
   return s;
@@ -289,7 +331,7 @@ class RawReader final : public ShardReader {
     if (side != nullptr && side->rows_list) {
       const std::size_t i = side->next_index++;
       if (i >= side->rows_list->size()) {
-        return Status(ErrorCode::kFormat, side->path + ": rows: lists " +
+        return Status(ErrorCode::kFormat, side->path + ": " + side->rows_field + ": lists " +
                                               std::to_string(side->rows_list->size()) +
                                               " shards, but " + path + " is shard " +
                                               std::to_string(i + 1) + " of that directory");
@@ -302,30 +344,37 @@ class RawReader final : public ShardReader {
                       side->path + ": rows: no entry for '" + base_name(path) + "' (" + path + ")");
       }
       rows_by_sidecar = it->second;
+    } else if (side != nullptr && side->rows_each) {
+      rows_by_sidecar = side->rows_each;
     }
     return rows_by_sidecar;
   }
 
-  // The sidecar of a directory, read once per reader (nullptr: none there).
+  // The sidecar of a directory, read once per reader (nullptr: none there): shardload.json,
+  // else the seed's shard_meta.json.
   Result<Sidecar*> sidecar_for(const std::string& dir) {
     auto it = sidecars_.find(dir);
     if (it != sidecars_.end()) return it->second ? &*it->second : nullptr;
-    const std::string path = dir + "/" + kSidecarName;
-    struct ::stat st {};
-    if (::stat(path.c_str(), &st) != 0) {
-      const int err = errno;
-      if (err != ENOENT) {
-        return Status(ErrorCode::kIo,
-                      path + ": cannot stat the sidecar (" + std::strerror(err) + ")");
+    for (const char* name : {kSidecarName, kSeedSidecarName}) {
+      const std::string path = dir + "/" + name;
+      struct ::stat st {};
+      if (::stat(path.c_str(), &st) != 0) {
+        const int err = errno;
+        if (err != ENOENT) {
+          return Status(ErrorCode::kIo,
+                        path + ": cannot stat the sidecar (" + std::strerror(err) + ")");
+        }
+        continue;
       }
-      sidecars_.emplace(dir, std::nullopt);
-      return nullptr;
+      SHARDLOAD_ASSIGN_OR_RETURN(const std::string text,
+                                 read_small_file(*ctx_.io, path, kMaxSidecarBytes, nullptr));
+      SHARDLOAD_ASSIGN_OR_RETURN(Sidecar s, name == kSidecarName ? parse_sidecar(path, text)
+                                                                 : parse_seed_sidecar(path, text));
+      auto [pos, _] = sidecars_.emplace(dir, std::move(s));
+      return &*pos->second;
     }
-    SHARDLOAD_ASSIGN_OR_RETURN(const std::string text,
-                               read_small_file(*ctx_.io, path, kMaxSidecarBytes, nullptr));
-    SHARDLOAD_ASSIGN_OR_RETURN(Sidecar s, parse_sidecar(path, text));
-    auto [pos, _] = sidecars_.emplace(dir, std::move(s));
-    return &*pos->second;
+    sidecars_.emplace(dir, std::nullopt);
+    return nullptr;
   }
 
   FormatOptions options_;

@@ -153,11 +153,11 @@ class ZarrReader final : public ShardReader {
                    std::byte* dst) override {
     if (hi <= lo || l.row_bytes == 0) return Status::ok();
     SHARDLOAD_ASSIGN_OR_RETURN(const ZarrMeta* m, meta_for(s));
-    if (m->dtype != l.dtype || m->shape[0] != s.rows ||
+    if (m->dtype != l.dtype || m->shape[0] != s.stored_rows() ||
         !std::equal(m->shape.begin() + 1, m->shape.end(), l.trailing_shape.begin(),
                     l.trailing_shape.end())) {
       return {ErrorCode::kFormat, s.path + ": the layout (" + l.dtype.name() + ", rows " +
-                                      std::to_string(s.rows) + ", trailing shape " +
+                                      std::to_string(s.stored_rows()) + ", trailing shape " +
                                       shape_string(l.trailing_shape) +
                                       ") disagrees with the store's metadata (" + m->dtype.name() +
                                       ", shape " + dims_string(m->shape) + ")"};

@@ -16,11 +16,31 @@ TEST(WriteMeta, SeedAndDtypeOrNothing) {
   ASSERT_TRUE(m) << m.status().message();
   EXPECT_FALSE(m->seed);
   testing::write_file(dir.file("_meta.json"),
-                      R"({"seed": -7, "dtype": "int16", "shape": [4], "rows": [4]})");
+                      R"({"seed": -7, "dtype": "int16", "shape": [4], "num_shards": 1, )"
+                      R"("rows": [4]})");
   m = cli::read_write_meta(dir.path());
   ASSERT_TRUE(m) << m.status().message();
+  EXPECT_FALSE(m->foreign);
   EXPECT_EQ(m->seed, -7);
   EXPECT_EQ(m->dtype, "int16");
+}
+
+// Only shardload write's exact keys make its _meta.json: another tool's file (the seed
+// recipe's script writes one) is foreign and none of its values is taken, not even a
+// seed that would otherwise be refused.
+TEST(WriteMeta, AnotherToolsFileIsForeign) {
+  testing::TempDir dir;
+  for (const char* text :
+       {R"({"seed": -7, "dtype": "int16", "shape": [4], "rows": [4]})",
+        R"({"seed": 1, "dtype": "int16", "shape": [4], "num_shards": 1, "rows": [4], )"
+        R"("generator": "numpy"})",
+        R"({"seed": "not an int", "rows_per_shard": [4]})", "{}"}) {
+    testing::write_file(dir.file("_meta.json"), text);
+    auto m = cli::read_write_meta(dir.path());
+    ASSERT_TRUE(m) << text << ": " << m.status().message();
+    EXPECT_TRUE(m->foreign) << text;
+    EXPECT_FALSE(m->seed) << text;
+  }
 }
 
 // Deep nesting, a huge file and a seed that is no int64 are errors naming the
@@ -38,13 +58,21 @@ TEST(WriteMeta, MalformedFilesAreErrorsNamingThem) {
   EXPECT_EQ(
       error(R"({"seed": 1, "x": )" + std::string(100000, '[') + std::string(100000, ']') + "}"),
       file + ": JSON nesting deeper than 64 levels");
-  EXPECT_EQ(error(R"({"seed": 99999999999999999999999})"),
-            file + ": seed: expected an integer that fits int64, found 9.999999999999999e+22");
-  EXPECT_EQ(error(R"({"seed": 18446744073709551615})"),
-            file + ": seed: expected an integer that fits int64, found 18446744073709551615");
-  EXPECT_EQ(error(R"({"seed": "3"})"), file +
-                                           ": seed: expected an integer that fits int64, "
-                                           "found \"3\"");
+  // Errors in a file with shardload write's keys; a damaged one (not JSON) is an error too.
+  EXPECT_EQ(
+      error(R"({"seed": 99999999999999999999999)" +
+            std::string(R"(, "dtype": "int16", "shape": [4], "num_shards": 1, "rows": [4]})")),
+      file + ": seed: expected an integer that fits int64, found 9.999999999999999e+22");
+  EXPECT_EQ(
+      error(R"({"seed": 18446744073709551615)" +
+            std::string(R"(, "dtype": "int16", "shape": [4], "num_shards": 1, "rows": [4]})")),
+      file + ": seed: expected an integer that fits int64, found 18446744073709551615");
+  EXPECT_EQ(
+      error(R"({"seed": "3")" +
+            std::string(R"(, "dtype": "int16", "shape": [4], "num_shards": 1, "rows": [4]})")),
+      file +
+          ": seed: expected an integer that fits int64, "
+          "found \"3\"");
   EXPECT_EQ(error(R"({"seed": 1, "dtype": "int16"  )" + std::string(1000000, ' ')),
             file + ": not valid JSON");
   testing::write_file(file, "{}");

@@ -49,6 +49,8 @@ void expect_equal(const Layout& a, const Layout& b) {
     const auto& y = b.shards[i];
     EXPECT_EQ(x.path, y.path);
     EXPECT_EQ(x.rows, y.rows);
+    EXPECT_EQ(x.first_row, y.first_row);
+    EXPECT_EQ(x.file_rows, y.file_rows);
     EXPECT_EQ(x.data_offset, y.data_offset);
     EXPECT_EQ(x.byte_swap, y.byte_swap);
     EXPECT_EQ(x.fortran_order, y.fortran_order);
@@ -66,6 +68,45 @@ TEST(Codec, RoundTrip) {
     ASSERT_TRUE(back) << back.status().message();
     expect_equal(l, *back);
   }
+}
+
+TEST(Codec, RowViewsRoundTrip) {
+  const Layout l = sample(13);
+  for (auto [lo, hi] : {std::pair<std::int64_t, std::int64_t>{1, 2},
+                        {3, 20},
+                        {0, l.total_rows()},
+                        {5, 5},
+                        {l.total_rows(), l.total_rows()}}) {
+    auto sub = slice_rows(l, lo, hi);
+    ASSERT_TRUE(sub) << sub.status().message();
+    auto back = decode_layout(encode_layout(*sub));
+    ASSERT_TRUE(back) << back.status().message();
+    expect_equal(*sub, *back);
+  }
+}
+
+TEST(Codec, ViewsThatDoNotFitTheirFileAreRefused) {
+  Layout l = sample(2);
+  auto bytes = [&](std::int64_t first, std::int64_t file_rows) {
+    Layout v = l;
+    v.shards[1].first_row = first;
+    v.shards[1].file_rows = file_rows;
+    return encode_layout(v);
+  };
+  // shard 1 has 1 row: a view at row 3 of a 4-row file fits, at row 4 does not.
+  EXPECT_TRUE(decode_layout(bytes(3, 4)));
+  auto past = decode_layout(bytes(4, 4));
+  ASSERT_FALSE(past);
+  EXPECT_NE(past.status().message().find("does not fit the file's 4 rows"), std::string::npos)
+      << past.status().message();
+  // The whole file spelled as a view is another encoding of the same layout.
+  auto whole = decode_layout(bytes(0, 1));
+  ASSERT_FALSE(whole);
+  EXPECT_NE(whole.status().message().find("a view of the whole file"), std::string::npos);
+  // Another version's bytes are refused.
+  auto v2 = encode_layout(l);
+  v2[3] = '2';
+  EXPECT_FALSE(decode_layout(v2));
 }
 
 TEST(Codec, SizeGrowsWithShardsOnlyAndSharesThePrefix) {

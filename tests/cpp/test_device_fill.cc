@@ -101,6 +101,29 @@ TEST_F(DeviceFillTest, EveryRangeOfMixedShards) {
   EXPECT_EQ(backend.overwrites(), 0);
 }
 
+// The staged and direct paths read a view's rows of the file, not its first rows.
+TEST_F(DeviceFillTest, SlicesReadTheirRowsOfTheFiles) {
+  mixed();
+  const Layout l = layout();
+  HostCopyBackend backend;
+  auto readers = ReaderThreads::create(2);
+  ASSERT_TRUE(readers);
+  DeviceFillOptions o;
+  o.readers = readers->get();
+  o.scratch_bytes = 8;
+  auto p = pool(backend, 50, 3);
+  for (std::int64_t lo = 0; lo <= 19; ++lo) {
+    for (std::int64_t hi = lo; hi <= 19; ++hi) {
+      auto sub = slice_rows(l, lo, hi);
+      ASSERT_TRUE(sub) << sub.status().message();
+      std::vector<std::byte> out;
+      Status st = device_rows(*sub, 0, hi - lo, *p, o, &out);
+      ASSERT_TRUE(st) << st.message();
+      ASSERT_EQ(out, expected(l, lo, hi)) << " [" << lo << ", " << hi << ")";
+    }
+  }
+}
+
 TEST_F(DeviceFillTest, StagingSizesBuffersAndReaders) {
   mixed();
   const Layout l = layout();

@@ -60,6 +60,64 @@ TEST_F(FillTest, EveryRangeOfMixedShards) {
   }
 }
 
+// A slice is a layout of its own whose shards are views of their files:
+// every sub-range of every slice reads the same values as the whole
+// layout, through C, Fortran, empty and byte-swapped shards.
+TEST_F(FillTest, EverySliceReadsItsRowsOfTheFiles) {
+  c_shard(0, 0, 4);
+  f_shard(1, 24, 5);
+  c_shard(2, 54, 0);
+  c_shard(3, 54, 3, true);
+  f_shard(4, 72, 6, true);
+  c_shard(5, 108, 1);
+  const Layout l = layout();
+  for (std::int64_t lo = 0; lo <= 19; ++lo) {
+    for (std::int64_t hi = lo; hi <= 19; ++hi) {
+      auto sub = slice_rows(l, lo, hi);
+      ASSERT_TRUE(sub) << sub.status().message();
+      ASSERT_EQ(sub->total_rows(), hi - lo);
+      ASSERT_FALSE(sub->shards.empty());
+      for (const auto& s : sub->shards) {
+        ASSERT_LE(s.first_row + s.rows, s.stored_rows());
+        // Only shards the range covers are kept (one, empty, for an empty range).
+        if (hi > lo) ASSERT_GT(s.rows, 0);
+      }
+      std::vector<std::int32_t> out(static_cast<std::size_t>((hi - lo) * 6), -1);
+      FillOptions o;
+      o.scratch_bytes = 8;
+      Status st = fill_rows(*sub, 0, hi - lo, reinterpret_cast<std::byte*>(out.data()), o);
+      ASSERT_TRUE(st) << st.message();
+      for (std::size_t k = 0; k < out.size(); ++k) {
+        ASSERT_EQ(out[k], lo * 6 + static_cast<std::int64_t>(k)) << lo << " " << hi << " " << k;
+      }
+      // A slice of a slice counts rows of the slice.
+      if (hi - lo >= 2) {
+        auto inner = slice_rows(*sub, 1, hi - lo);
+        ASSERT_TRUE(inner) << inner.status().message();
+        std::vector<std::int32_t> in(static_cast<std::size_t>((hi - lo - 1) * 6), -1);
+        ASSERT_TRUE(fill_rows(*inner, 0, hi - lo - 1, reinterpret_cast<std::byte*>(in.data())));
+        ASSERT_EQ(in[0], (lo + 1) * 6);
+      }
+    }
+  }
+}
+
+TEST_F(FillTest, SliceBoundsAreChecked) {
+  c_shard(0, 0, 4);
+  const Layout l = layout();
+  for (auto [lo, hi] : {std::pair{-1, 2}, {3, 2}, {0, 5}}) {
+    auto sub = slice_rows(l, lo, hi);
+    ASSERT_FALSE(sub);
+    EXPECT_EQ(sub.status().code(), ErrorCode::kInvalidArgument);
+    EXPECT_NE(sub.status().message().find("the dataset's rows"), std::string::npos)
+        << sub.status().message();
+  }
+  // The whole range is the layout itself, no view.
+  auto whole = slice_rows(l, 0, 4);
+  ASSERT_TRUE(whole);
+  EXPECT_FALSE(whole->shards[0].is_view());
+}
+
 // Bool bytes other than 0 and 1 land as numpy reads them: nonzero is True,
 // stored as 1, from C-order and Fortran-order .npy and raw shards alike.
 TEST_F(FillTest, BoolBytesLandAsZeroOrOne) {

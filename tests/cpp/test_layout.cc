@@ -199,5 +199,42 @@ TEST(LayoutAssemble, OverflowIsAnError) {
   EXPECT_NE(l.status().message().find("overflows"), std::string::npos);
 }
 
+// A directory without a pattern: its numbered files of one format, told by the
+// extension or, where there is none, by the magic bytes; what is there when nothing fits.
+TEST_F(LayoutTest, AutoDiscoveryRecognisesWhatTheDirectoryHolds) {
+  const std::string data(8, '\0');
+  for (int i = 0; i < 3; ++i) {
+    testing::write_file(dir_.file("part" + std::to_string(i)),
+                        npy_bytes(npy_dict("<f4", false, "(2,)"), data));
+  }
+  testing::write_file(dir_.file("notes.txt"), "x");
+  auto l = discover(Source::dir(dir_.path()));
+  ASSERT_TRUE(l) << l.status().message();
+  EXPECT_EQ(l->format, Format::kNpy);
+  EXPECT_EQ(l->shards.size(), 3u);
+  EXPECT_EQ(l->shards[2].path, dir_.file("part2"));
+  EXPECT_EQ(sniff_format(dir_.file("notes.txt")), Format::kAuto);
+
+  // A second numbered group of another format is ambiguous; both are named.
+  testing::write_file(dir_.file("shard_0000.h5"), std::string("\x89HDF\r\n\x1a\n", 8));
+  EXPECT_EQ(sniff_format(dir_.file("shard_0000.h5")), Format::kHdf5);
+  const std::string m = message();
+  EXPECT_NE(m.find("part{} (3 files, npy) and shard_{:04d}.h5 (1 file, hdf5)"), std::string::npos)
+      << m;
+
+  // The format named: its default naming, and what the directory holds when it is absent.
+  auto named = discover(Source::dir(dir_.path()), DiscoverOptions{nullptr, [] {
+                                                                    FormatOptions o;
+                                                                    o.format = Format::kParquet;
+                                                                    return o;
+                                                                  }()});
+  ASSERT_FALSE(named);
+  EXPECT_EQ(named.status().message(),
+            dir_.file("shard_{:04d}.parquet") +
+                ": no files match the pattern; the directory holds 5 files: 1 *.h5 "
+                "(shard_0000.h5), 4 other; pass pattern='part{}' or a glob '" +
+                dir_.path() + "/part*'");
+}
+
 }  // namespace
 }  // namespace shardload

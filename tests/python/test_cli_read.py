@@ -97,7 +97,10 @@ def test_read_every_format_and_verify(tmp_path: pathlib.Path, cli, fmt: str) -> 
     parts = np.split(flat, np.cumsum(rows)[:-1])
     d = tmp_path / fmt
     opts = _write_format(fmt, d, parts)
-    (d / "_meta.json").write_text(json.dumps({"seed": seed, "dtype": "float32"}))
+    # What `shardload write` writes: only a _meta.json with its keys is taken as its own.
+    (d / "_meta.json").write_text(json.dumps({"seed": seed, "dtype": "float32",
+                                              "shape": [sum(rows), cols],
+                                              "num_shards": len(rows), "rows": rows}))
     r = run(cli, "read", "--shard-dir", d, "--overdecompose", "2", *opts)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "shape:          (51, 3)" in r.stdout
@@ -112,7 +115,9 @@ def test_read_refuses_a_malformed_meta_json_naming_it(tmp_path: pathlib.Path, cl
     run(cli, "write", "--shard-dir", d, "--num-shards", "2", "--shape", "10", "--seed", "1")
     for text, needle in [('{"seed": 1, "x": ' + "[" * 100_000 + "]" * 100_000 + "}",
                           "JSON nesting deeper than 64 levels"),
-                         ('{"seed": 99999999999999999999999}', "seed: expected an integer"),
+                         ('{"seed": 99999999999999999999999, "dtype": "float64", '
+                          '"shape": [10], "num_shards": 2, "rows": [5, 5]}',
+                          "seed: expected an integer"),
                          ('{"seed": 1, "dtype": "int32"' + " " * 1_000_000, "not valid JSON")]:
         (d / "_meta.json").write_text(text)
         r = run(cli, "read", "--shard-dir", d)

@@ -115,7 +115,12 @@ def test_error_missing_directory(tmp_path: pathlib.Path) -> None:
 def test_error_nothing_matches(tmp_path: pathlib.Path) -> None:
     (tmp_path / "other.npy").write_bytes(b"")
     msg = layout_error(tmp_path)
-    assert "no files match" in msg and "shard_{:04d}.npy" in msg
+    # Nothing numbered: the error says what the directory holds and what to pass.
+    assert "no numbered shards of a known format" in msg, msg
+    assert "the directory holds 1 file: 1 *.npy (other.npy)" in msg, msg
+    assert f"pass a glob '{tmp_path}/*.npy'" in msg, msg
+    msg = layout_error(tmp_path, pattern="shard_{:04d}.npy")
+    assert "shard_{:04d}.npy: no files match the pattern; the directory holds 1 file" in msg, msg
 
 
 def test_error_gap(tmp_path: pathlib.Path) -> None:
@@ -257,7 +262,7 @@ def test_write_removes_stale_shards_and_inspect(tmp_path: pathlib.Path, cli) -> 
 def test_error_empty_sources(tmp_path: pathlib.Path) -> None:
     assert "list of shard paths is empty" in layout_error([])
     (tmp_path / "empty").mkdir()
-    assert "no files match" in layout_error(tmp_path / "empty")
+    assert "the directory is empty" in layout_error(tmp_path / "empty")
     with pytest.raises(ValueError, match="the source is empty"):
         shardload.discover("")
     assert "no files match the glob" in layout_error(str(tmp_path / "*.npy"))

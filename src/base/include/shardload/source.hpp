@@ -62,6 +62,41 @@ struct NumberPattern {
 // Natural order: digit runs compare as numbers ("shard_2" < "shard_10").
 bool natural_less(std::string_view a, std::string_view b);
 
+// A directory's names as discovery sees them: the numbered ones grouped by the pattern
+// that writes them ("shard_{:04d}.h5", "part-{}.parquet"), and a count of the rest.
+struct NumberedGroup {
+  std::string pattern;      // a NumberPattern: prefix, {:0Nd} or {}, extension
+  std::string extension;    // ".h5", or "" when the name has none
+  std::string first, last;  // the lowest and highest numbered names
+  std::int64_t count = 0;
+  bool directories = false;  // the first name is a directory (a store)
+};
+
+struct DirectoryScan {
+  std::string directory;
+  std::int64_t entries = 0;  // names other than . and ..
+  bool any_directory = false;
+  std::vector<NumberedGroup> groups;  // most names first, then by pattern
+  // Per extension: (extension, count, first, last) in natural order, most names first.
+  struct Extension {
+    std::string extension;
+    std::int64_t count = 0;
+    std::string first, last;
+  };
+  std::vector<Extension> extensions;
+
+  // "holds 12 files: 10 *.h5 (shard_0000.h5 ... shard_0009.h5), 2 other" (known formats'
+  // extensions by name, the rest as "other"), or "is empty".
+  [[nodiscard]] std::string describe() const;
+  // "; pass pattern='shard_{:04d}.h5' or a glob 'D/*.h5'" for the largest group (else the
+  // most common extension), or "" when there is nothing to suggest.
+  [[nodiscard]] std::string suggestion() const;
+};
+
+// Lists a directory once (names only; no file is opened). kLayout naming the directory
+// when it is missing or cannot be listed.
+Result<DirectoryScan> scan_directory(const std::string& directory);
+
 // Resolves a source to its ordered shard paths. Errors (kLayout) name the
 // directory or pattern: missing directory, nothing matches, gaps in the
 // numbering (the first five missing numbers and the count). Time is bounded

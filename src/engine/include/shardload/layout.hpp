@@ -37,6 +37,11 @@ struct Layout : ReadSpec {
   [[nodiscard]] std::vector<std::int64_t> rows() const;
 };
 
+// discover() on a directory without a pattern recognises what it holds: a Zarr store is
+// that one store; otherwise the numbered files (or stores) of one known format, by
+// extension or by content (sniff_format); the format's default naming wins among groups
+// of one format. Anything else is kLayout naming what the directory holds and the
+// pattern or glob to pass. A format option keeps its default naming (shard_{:04d}.h5).
 struct DiscoverOptions {
   IoBackend* io = nullptr;  // nullptr: posix_io()
   FormatOptions format;     // format kAuto: from the extension or the store's metadata
@@ -54,9 +59,20 @@ Result<Layout> discover_paths(const std::vector<std::string>& paths,
 Result<Layout> assemble_layout(Format format, FormatOptions options, DType dtype,
                                std::vector<std::int64_t> trailing, std::vector<Shard> shards);
 
+// Rows [lo, hi) of a layout as a layout of its own, without opening a file: the shards
+// the range covers, each a view of its file's rows (Shard::first_row), so that a plan and
+// a fill over it read only those rows. kInvalidArgument unless 0 <= lo <= hi <=
+// total_rows. Slicing a slice composes (rows count in the given layout).
+Result<Layout> slice_rows(const Layout& layout, std::int64_t lo, std::int64_t hi);
+
 // The format of a dataset whose first shard is `path`: the option when set,
-// else the extension, else a store's own metadata (Zarr).
+// else the extension, else what the path holds (sniff_format).
 Result<Format> resolve_format(const std::string& path, const FormatOptions& options);
+
+// What a path holds, from its content alone: a Zarr store (a directory with .zarray or
+// zarr.json), or a regular file starting with the magic bytes of .npy, Parquet, Arrow IPC
+// or HDF5 (also after a user block); kAuto otherwise. Opens the file, reads a few bytes.
+Format sniff_format(const std::string& path);
 
 // A human-readable summary: shard count, first and last rows, totals.
 std::string describe(const Layout& layout, std::size_t edge_shards = 3);

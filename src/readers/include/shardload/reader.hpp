@@ -5,7 +5,9 @@
 //                                   order, memory order, format-specific
 //                                   bytes in `extra`), plus the file snapshot;
 //   read_rows(shard, lo, hi, dst) -> exactly (hi - lo) rows, native-endian,
-//                                   C order, reading only what those rows need.
+//                                   C order, reading only what those rows need;
+//                                   lo and hi are rows of the file (a view's
+//                                   callers add Shard::first_row).
 //
 // A reader never throws and never reads a whole file to serve a slice. One
 // reader object serves one thread; it may keep scratch buffers between calls.
@@ -38,13 +40,23 @@ struct LinkedFile {
 
 struct Shard {
   std::string path;
+  // The rows this shard contributes to its layout: all of the file's, or a
+  // view of them (slice_rows) that starts at file row first_row.
   std::int64_t rows = 0;
+  std::int64_t first_row = 0;
+  // The file's own row count, as probe found it, when the shard is a view;
+  // -1 when it is the whole file (then rows). Readers check a file against
+  // this, never against the view.
+  std::int64_t file_rows = -1;
   std::uint64_t data_offset = 0;   // npy / raw: bytes before the first row
   bool byte_swap = false;          // stored in the other byte order than this host's
   bool fortran_order = false;      // npy: stored column-major
   FileInfo snapshot;               // the file as discovery saw it
   std::string extra;               // format-specific, opaque outside its reader
   std::vector<LinkedFile> linked;  // other files the data comes from
+
+  [[nodiscard]] std::int64_t stored_rows() const { return file_rows < 0 ? rows : file_rows; }
+  [[nodiscard]] bool is_view() const { return file_rows >= 0; }
 };
 
 struct ShardProbe {

@@ -1,0 +1,209 @@
+"""A directory named without format= or pattern= is recognised by what it holds: the
+numbered files of one format (by extension, or by magic bytes where the extension is
+missing or odd), numbered Zarr stores, or one Zarr store; when nothing fits, the error says
+what the directory holds and what to pass. Host-side (discover, Layout.read): no Legate."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import re
+
+import h5py
+import numpy as np
+import pyarrow as pa
+import pyarrow.feather as feather
+import pyarrow.parquet as pq
+import pytest
+import zarr
+
+import shardload
+
+ROWS = (5, 0, 7, 3)
+
+
+def arrays() -> list[np.ndarray]:
+    rng = np.random.default_rng(3)
+    return [rng.standard_normal((r, 2)).astype(np.float32) for r in ROWS]
+
+
+def write_one(kind: str, path: pathlib.Path, a: np.ndarray) -> None:
+    if kind == "npy":
+        with open(path, "wb") as f:
+            np.save(f, a)
+    elif kind == "raw":
+        a.tofile(path)
+    elif kind == "hdf5":
+        with h5py.File(path, "w") as f:
+            f.create_dataset("x", data=a)
+    elif kind == "parquet":
+        pq.write_table(pa.table({"a": a[:, 0], "b": a[:, 1]}), path)
+    elif kind == "arrow":
+        feather.write_feather(pa.table({"a": a[:, 0], "b": a[:, 1]}), str(path),
+                              compression="uncompressed")
+    elif kind in ("zarr2", "zarr3"):
+        z = zarr.create_array(store=str(path), shape=a.shape, dtype=a.dtype,
+                              chunks=(4, 2), zarr_format=2 if kind == "zarr2" else 3)
+        z[:] = a
+    else:
+        raise AssertionError(kind)
+
+
+def write_set(d: pathlib.Path, kind: str, name: str) -> np.ndarray:
+    d.mkdir(parents=True, exist_ok=True)
+    parts = arrays()
+    for i, a in enumerate(parts):
+        write_one(kind, d / name.format(i), a)
+    if kind == "raw":
+        (d / "shardload.json").write_text(json.dumps({"dtype": "<f4", "shape": [2]}))
+    return np.concatenate(parts)
+
+
+EXPECTED_FORMAT = {"npy": "npy", "raw": "raw", "hdf5": "hdf5", "parquet": "parquet",
+                   "arrow": "arrow", "zarr2": "zarr", "zarr3": "zarr"}
+
+
+@pytest.mark.parametrize("kind, name", [
+    ("npy", "shard_{:04d}.npy"),
+    ("raw", "shard_{:04d}.bin"),
+    ("hdf5", "shard_{:04d}.h5"),
+    ("hdf5", "shard_{:04d}.hdf5"),
+    ("parquet", "shard_{:04d}.parquet"),
+    ("parquet", "part-{}.parquet"),
+    ("arrow", "shard_{:04d}.arrow"),
+    ("arrow", "shard_{:04d}.feather"),
+    ("zarr2", "shard_{:04d}.zarr"),
+    ("zarr3", "shard_{:04d}.zarr"),
+    # Numbered stores without the extension: their metadata tells.
+    ("zarr2", "shard_{:04d}"),
+    ("zarr3", "chunk{:03d}"),
+])
+def test_a_directory_of_numbered_shards_is_recognised(tmp_path: pathlib.Path, kind: str,
+                                                      name: str) -> None:
+    want = write_set(tmp_path / "d", kind, name)
+    (tmp_path / "d" / "README.txt").write_text("not a shard")
+    layout = shardload.discover(tmp_path / "d")
+    assert layout.format == EXPECTED_FORMAT[kind]
+    assert layout.rows == list(ROWS)
+    assert [pathlib.Path(p).name for p in layout.paths] == [name.format(i) for i in range(4)]
+    np.testing.assert_array_equal(layout.read(), want)
+
+
+@pytest.mark.parametrize("kind, name", [
+    ("hdf5", "shard_{:04d}"),        # no extension
+    ("hdf5", "shard_{:04d}.nc"),     # an extension of its own
+    ("parquet", "part_{}.pqt"),
+    ("arrow", "batch-{:02d}.ipc2"),
+    ("npy", "x{}"),
+])
+def test_magic_bytes_tell_the_format_where_the_extension_does_not(
+        tmp_path: pathlib.Path, kind: str, name: str) -> None:
+    want = write_set(tmp_path / "d", kind, name)
+    layout = shardload.discover(tmp_path / "d")
+    assert layout.format == EXPECTED_FORMAT[kind]
+    np.testing.assert_array_equal(layout.read(), want)
+    # A glob or list of such files resolves its format the same way.
+    glob = str(tmp_path / "d" / name.replace("{:04d}", "*").replace("{:02d}", "*")
+               .replace("{}", "*"))
+    np.testing.assert_array_equal(shardload.discover(glob).read(), want)
+
+
+@pytest.mark.parametrize("kind", ["zarr2", "zarr3"])
+def test_a_single_zarr_store_passed_as_a_string_is_that_store(tmp_path: pathlib.Path,
+                                                              kind: str) -> None:
+    a = np.arange(24, dtype=np.int16).reshape(12, 2)
+    for store in (tmp_path / "one.zarr", tmp_path / "plain_name"):
+        write_one(kind, store, a)
+        layout = shardload.discover(str(store))
+        assert layout.format == "zarr" and layout.num_shards == 1
+        assert layout.paths == [str(store)]
+        np.testing.assert_array_equal(layout.read(), a)
+        # format="zarr" names the same store.
+        np.testing.assert_array_equal(shardload.discover(store, format="zarr").read(), a)
+
+
+def test_nothing_matches_lists_what_the_directory_holds(tmp_path: pathlib.Path) -> None:
+    d = tmp_path / "d"
+    d.mkdir()
+    for i in range(10):
+        write_one("hdf5", d / f"shard_{i:04d}.h5", np.zeros((2, 2)))
+    (d / "notes.txt").write_text("x")
+    (d / "meta.json").write_text("{}")
+    # The format named, its default naming absent: what is there, and what to pass.
+    with pytest.raises(shardload.LayoutError) as e:
+        shardload.discover(d, format="npy")
+    msg = str(e.value)
+    assert f"{d}/shard_{{:04d}}.npy: no files match the pattern" in msg, msg
+    assert ("the directory holds 12 files: 10 *.h5 (shard_0000.h5 ... shard_0009.h5), 2 other"
+            in msg), msg
+    assert f"pass pattern='shard_{{:04d}}.h5' or a glob '{d}/*.h5'" in msg, msg
+    # A named pattern that matches nothing says the same.
+    with pytest.raises(shardload.LayoutError, match=re.escape("10 *.h5 (shard_0000.h5")):
+        shardload.discover(d, pattern="part_{}.h5")
+
+
+def test_no_known_format_lists_the_directory(tmp_path: pathlib.Path) -> None:
+    d = tmp_path / "d"
+    d.mkdir()
+    for i in range(3):
+        (d / f"rec_{i}.txt").write_text("not data")
+    with pytest.raises(shardload.LayoutError) as e:
+        shardload.discover(d)
+    msg = str(e.value)
+    assert "no numbered shards of a known format" in msg, msg
+    assert "holds 3 files: 3 other" in msg, msg
+    assert f"pass pattern='rec_{{}}.txt' or a glob '{d}/*.txt'" in msg, msg
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(shardload.LayoutError, match="the directory is empty"):
+        shardload.discover(empty)
+
+
+def test_two_numbered_formats_are_ambiguous_and_both_are_named(tmp_path: pathlib.Path) -> None:
+    d = tmp_path / "d"
+    write_set(d, "npy", "shard_{:04d}.npy")
+    write_set(d, "hdf5", "shard_{:04d}.h5")
+    with pytest.raises(shardload.LayoutError) as e:
+        shardload.discover(d)
+    msg = str(e.value)
+    assert "more than one kind" in msg, msg
+    assert "shard_{:04d}.npy (4 files, npy)" in msg and "shard_{:04d}.h5 (4 files, hdf5)" in msg
+    # Naming one is enough, as before.
+    assert shardload.discover(d, format="hdf5").format == "hdf5"
+    assert shardload.discover(d, pattern="shard_{:04d}.npy").format == "npy"
+
+
+def test_the_default_naming_wins_among_groups_of_one_format(tmp_path: pathlib.Path) -> None:
+    d = tmp_path / "d"
+    want = write_set(d, "npy", "shard_{:04d}.npy")
+    np.save(d / "stats_1.npy", np.zeros(3))
+    np.testing.assert_array_equal(shardload.discover(d).read(), want)
+    # Two namings of one format and neither the default: ambiguous.
+    e = tmp_path / "e"
+    write_set(e, "npy", "a_{}.npy")
+    write_set(e, "npy", "b_{}.npy")
+    with pytest.raises(shardload.LayoutError, match=r"a_\{\}\.npy \(4 files, npy\) and b_"):
+        shardload.discover(e)
+
+
+def test_a_gap_in_recognised_numbering_is_still_an_error(tmp_path: pathlib.Path) -> None:
+    d = tmp_path / "d"
+    write_set(d, "hdf5", "shard_{:04d}.h5")
+    (d / "shard_0002.h5").unlink()
+    with pytest.raises(shardload.LayoutError, match=r"gap in the numbering: 1 of 4 files missing "
+                                                    r"\(shard_0002\.h5\)"):
+        shardload.discover(d)
+
+
+def test_the_cli_reads_a_directory_of_h5_shards(tmp_path: pathlib.Path, cli: pathlib.Path) -> None:
+    import subprocess
+    write_set(tmp_path / "d", "hdf5", "shard_{:04d}.h5")
+    r = subprocess.run([str(cli), "inspect", str(tmp_path / "d")], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert "format:         hdf5" in r.stdout
+    d = tmp_path / "bad"
+    d.mkdir()
+    (d / "x_1.txt").write_text("")
+    r = subprocess.run([str(cli), "inspect", str(d)], capture_output=True, text=True)
+    assert r.returncode != 0
+    assert "pass --pattern='x_{}.txt' or a glob" in r.stderr, r.stderr
