@@ -40,6 +40,12 @@ for fuzzer in build-fuzz/fuzz_*; do
   rm -rf "$work" "$work.log"
 done
 
+echo "== Examples (examples/*.py, each in its own process under Legate)"
+for example in examples/*.py; do
+  echo "-- $example"
+  python "$example"
+done
+
 echo "== Python tests"
 cd tests/python
 python -m pytest -q "$@"
