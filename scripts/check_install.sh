@@ -72,4 +72,13 @@ clean cmake --build "$WORK/consumer" >/dev/null
 out=$(clean "$WORK/consumer/consumer" "$DATA")
 echo "$out"
 [ "$out" = "shape (15, 4) float32" ] || { echo "consumer printed '$out'"; exit 1; }
+# The Legate-linked consumer needs the stand-in driver where the package uses it.
+standin=$(cd "$WORK" && clean python -c 'from shardload import _runtime as r; print(r.STANDIN_DIR if r.standin_loaded else "")')
+if [ -n "$standin" ]; then
+  out=$(clean LD_LIBRARY_PATH="$standin" "$WORK/consumer/consumer_legate" "$DATA")
+else
+  out=$(clean "$WORK/consumer/consumer_legate" "$DATA")
+fi
+echo "$out"
+[ "$out" = "shape (15, 4) float32" ] || { echo "consumer_legate printed '$out'"; exit 1; }
 log "installed package: all checks passed"
