@@ -63,3 +63,30 @@ def test_a_development_tree_loads_no_standin():
     # scripts/env.sh arranges the stand-in there; the package must not add a second one.
     assert not _runtime.standin_loaded
     assert _runtime.PRODUCT_DIR == str(ROOT / "python" / "shardload")
+
+
+def test_launcher_runs_the_program_with_the_arguments(monkeypatch, tmp_path):
+    from shardload import _launcher
+
+    program = tmp_path / "shardload"
+    program.write_text("")
+    calls = []
+    monkeypatch.setattr(_runtime, "PROGRAM", str(program))
+    monkeypatch.setattr(_runtime, "_needs_standin", True)
+    monkeypatch.setattr(_launcher.os, "execve", lambda *args: calls.append(args))
+    monkeypatch.setattr(_launcher.sys, "argv", ["/venv/bin/shardload", "read", "--dtype=f4", "d"])
+    monkeypatch.delenv("LEGATE_CONFIG", raising=False)
+    _launcher.main()
+    (path, argv, env), = calls
+    assert path == str(program)
+    assert argv == ["shardload", "read", "--dtype=f4", "d"]
+    assert env["LD_LIBRARY_PATH"].split(":")[-1] == _runtime.STANDIN_DIR
+    assert env["LEGATE_CONFIG"].startswith("--cpus ")
+
+
+def test_launcher_names_a_missing_program(monkeypatch, tmp_path):
+    from shardload import _launcher
+
+    monkeypatch.setattr(_runtime, "PROGRAM", str(tmp_path / "bin" / "shardload"))
+    with pytest.raises(SystemExit, match=r"bin/shardload is missing; the package is not fully"):
+        _launcher.main()
