@@ -41,13 +41,33 @@ standin_loaded = False
 legate_config_default: Optional[str] = None
 
 
+# The CUDA runtime of the nvidia-cuda-runtime wheel: Legate's libhdf5_vfd_gds.so.1 needs
+# libcudart.so.13 and no RPATH of the legate wheel names a folder that has it, so a machine
+# without the CUDA toolkit cannot load liblegate.so unless someone loads it first.
+CUDART = os.path.join(os.path.dirname(PRODUCT_DIR), "nvidia", "cu13", "lib", "libcudart.so.13")
+
+_found: dict = {}
+
+
+def library_found(soname: str) -> bool:
+    """Whether the dynamic linker finds ``soname`` on its own; decided once per process, before
+    this module loads anything by that name."""
+    if soname not in _found:
+        try:
+            ctypes.CDLL(soname)
+            _found[soname] = True
+        except OSError:
+            _found[soname] = False
+    return _found[soname]
+
+
 def driver_found() -> bool:
     """Whether the dynamic linker finds a ``libcuda.so.1`` (what liblegate.so asks it for)."""
-    try:
-        ctypes.CDLL("libcuda.so.1")
-    except OSError:
-        return False
-    return True
+    return library_found("libcuda.so.1")
+
+
+def needs_cudart() -> bool:
+    return os.path.exists(CUDART) and not library_found("libcudart.so.13")
 
 
 _needs_standin: Optional[bool] = None
@@ -99,6 +119,8 @@ def prepare_process() -> None:
     """At ``import shardload``: preload the stand-in where no driver exists, so that liblegate's
     needed ``libcuda.so.1`` is satisfied by its SONAME, and give Legate a CPU configuration."""
     global standin_loaded, legate_config_default
+    if needs_cudart():
+        ctypes.CDLL(CUDART, mode=ctypes.RTLD_GLOBAL)
     if not needs_standin():
         return
     ctypes.CDLL(STANDIN, mode=ctypes.RTLD_GLOBAL)
@@ -121,9 +143,14 @@ def prepare_process() -> None:
 def program_environment(env: MutableMapping[str, str]) -> None:
     """The same for the ``shardload`` program, which the dynamic linker loads before any code
     runs: the stand-in's folder goes on LD_LIBRARY_PATH (after the user's entries, so a driver
-    there wins). NCCL needs nothing: the program's RPATH names the nvidia-nccl wheel's folder."""
-    if not needs_standin():
-        return
-    old = env.get("LD_LIBRARY_PATH")
-    env["LD_LIBRARY_PATH"] = f"{old}:{STANDIN_DIR}" if old else STANDIN_DIR
-    default_legate_config(env)
+    there wins); so does the CUDA runtime's where the toolkit's is not found. NCCL needs
+    nothing: the program's RPATH names the nvidia-nccl wheel's folder."""
+    dirs = []
+    if needs_cudart():
+        dirs.append(os.path.dirname(CUDART))
+    if needs_standin():
+        dirs.append(STANDIN_DIR)
+        default_legate_config(env)
+    if dirs:
+        old = env.get("LD_LIBRARY_PATH")
+        env["LD_LIBRARY_PATH"] = ":".join(([old] if old else []) + dirs)

@@ -90,3 +90,19 @@ def test_launcher_names_a_missing_program(monkeypatch, tmp_path):
     monkeypatch.setattr(_runtime, "PROGRAM", str(tmp_path / "bin" / "shardload"))
     with pytest.raises(SystemExit, match=r"bin/shardload is missing; the package is not fully"):
         _launcher.main()
+
+
+def test_program_environment_adds_the_wheels_cudart_where_none_is_found(monkeypatch, tmp_path):
+    cudart = tmp_path / "nvidia" / "cu13" / "lib" / "libcudart.so.13"
+    cudart.parent.mkdir(parents=True)
+    cudart.write_text("")
+    monkeypatch.setattr(_runtime, "CUDART", str(cudart))
+    monkeypatch.setattr(_runtime, "_needs_standin", False)
+    monkeypatch.setitem(_runtime._found, "libcudart.so.13", False)
+    env = {}
+    _runtime.program_environment(env)
+    assert env == {"LD_LIBRARY_PATH": str(cudart.parent)}
+    monkeypatch.setitem(_runtime._found, "libcudart.so.13", True)
+    env = {}
+    _runtime.program_environment(env)
+    assert env == {}
