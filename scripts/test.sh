@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Runs every test: sets up first, then the C++ tests (the core plain and under
-# AddressSanitizer + UndefinedBehaviorSanitizer, the C++ API under Legate) and
-# the Python tests (the core against numpy, shardload.load under Legate).
+# AddressSanitizer + UndefinedBehaviorSanitizer, the C++ API under Legate), the
+# Python tests (the core against numpy, shardload.load under Legate) and, last,
+# the package as a user installs it (scripts/check_install.sh: pip install . into
+# a new venv, a smoke test with nothing sourced, the C++ consumer).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -47,5 +49,7 @@ for example in examples/*.py; do
 done
 
 echo "== Python tests"
-cd tests/python
-python -m pytest -q "$@"
+(cd tests/python && python -m pytest -q "$@")
+
+echo "== Installed package: pip install . in a new venv, smoke test, C++ consumer"
+scripts/check_install.sh

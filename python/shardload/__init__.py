@@ -7,7 +7,35 @@ reads of a row range (``layout.read(lo, hi)``) work without Legate.
 
 from __future__ import annotations
 
-from ._api import (
+# First, before anything loads Legate: the stand-in driver and a CPU configuration where this
+# machine has no NVIDIA driver (see _runtime).
+from . import _runtime
+
+_runtime.prepare_process()
+
+
+def _version() -> str:
+    from importlib import metadata
+
+    try:
+        return metadata.version("shardload")
+    except metadata.PackageNotFoundError:
+        pass
+    # A development tree, used through the venv's .pth: CMakeLists.txt is the one source.
+    import re
+    from pathlib import Path
+
+    cmake = Path(__file__).resolve().parents[2] / "CMakeLists.txt"
+    try:
+        found = re.search(r"project\(shardload VERSION ([0-9.]+)", cmake.read_text())
+    except OSError:
+        found = None
+    return found.group(1) if found else "unknown"
+
+
+__version__ = _version()
+
+from ._api import (  # noqa: E402
     Error,
     Layout,
     LayoutError,
@@ -21,6 +49,7 @@ from ._api import (
 )
 
 __all__ = [
+    "__version__",
     "Error",
     "Layout",
     "LayoutError",

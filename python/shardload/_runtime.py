@@ -1,0 +1,156 @@
+"""What the Legate wheels need to start on this machine, arranged before Legate loads.
+
+The legate and cupynumeric wheels are CUDA builds: liblegate.so lists ``libcuda.so.1`` (the
+NVIDIA driver) as a needed library, so without a driver ``import cupynumeric`` fails with
+"libcuda.so.1: cannot open shared object file". An installed shardload carries the stand-in
+driver of tools/nocuda (``_nocuda/libcuda.so.1``, whose every entry point answers "no device")
+and loads it only where the dynamic linker finds no ``libcuda.so.1`` of its own; Legate then
+runs on CPUs. Its automatic configuration fails without GPUs on small machines, so a CPU
+configuration is chosen too, unless the user set ``LEGATE_CONFIG``.
+
+``SHARDLOAD_NO_STANDIN=1`` turns all of this off.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib.util
+import logging
+import os
+from typing import MutableMapping, Optional
+
+
+def _product_dir() -> str:
+    """Where CMake installed the products: beside the extension modules, which in an editable
+    install (pip install -e .) is site-packages/shardload/ while this file is in the source tree."""
+    spec = importlib.util.find_spec("shardload._core")
+    if spec is not None and spec.origin:
+        return os.path.dirname(os.path.abspath(spec.origin))
+    return os.path.dirname(os.path.abspath(__file__))
+
+
+PRODUCT_DIR = _product_dir()
+PROGRAM = os.path.join(PRODUCT_DIR, "bin", "shardload")
+STANDIN_DIR = os.path.join(PRODUCT_DIR, "_nocuda")
+STANDIN = os.path.join(STANDIN_DIR, "libcuda.so.1")
+
+_log = logging.getLogger("shardload")
+
+# What this process arranged, for the user who wants to know (and for the tests).
+standin_loaded = False
+legate_config_default: Optional[str] = None
+
+
+# The CUDA runtime of the nvidia-cuda-runtime wheel: Legate's libhdf5_vfd_gds.so.1 needs
+# libcudart.so.13 and no RPATH of the legate wheel names a folder that has it, so a machine
+# without the CUDA toolkit cannot load liblegate.so unless someone loads it first.
+CUDART = os.path.join(os.path.dirname(PRODUCT_DIR), "nvidia", "cu13", "lib", "libcudart.so.13")
+
+_found: dict = {}
+
+
+def library_found(soname: str) -> bool:
+    """Whether the dynamic linker finds ``soname`` on its own; decided once per process, before
+    this module loads anything by that name."""
+    if soname not in _found:
+        try:
+            ctypes.CDLL(soname)
+            _found[soname] = True
+        except OSError:
+            _found[soname] = False
+    return _found[soname]
+
+
+def driver_found() -> bool:
+    """Whether the dynamic linker finds a ``libcuda.so.1`` (what liblegate.so asks it for)."""
+    return library_found("libcuda.so.1")
+
+
+def needs_cudart() -> bool:
+    return os.path.exists(CUDART) and not library_found("libcudart.so.13")
+
+
+_needs_standin: Optional[bool] = None
+
+
+def needs_standin() -> bool:
+    # Decided once: after the stand-in is loaded, libcuda.so.1 is found by its SONAME.
+    global _needs_standin
+    if _needs_standin is None:
+        if os.environ.get("SHARDLOAD_NO_STANDIN") == "1" or not os.path.exists(STANDIN):
+            _needs_standin = False  # turned off, or a development tree (scripts/env.sh does it)
+        else:
+            _needs_standin = not driver_found()
+    return _needs_standin
+
+
+def cpu_config() -> str:
+    """A LEGATE_CONFIG for CPUs only: the cores this process may use, one of them left to the
+    utility processor and Python where there are more than two (16 at most), and half of the
+    memory available now for Legate's system memory."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    cpus = cores if cores <= 2 else min(cores - 1, 16)
+    sysmem_mib = 4000
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    sysmem_mib = max(256, int(line.split()[1]) // 1024 // 2)
+                    break
+    except OSError:
+        pass
+    # gpu=6,threads=5: the CUDA module's "no device found" and Realm's thread-pinning warnings
+    # are expected here and say nothing to the user.
+    return f"--cpus {cpus} --utility 1 --gpus 0 --sysmem {sysmem_mib} --logging gpu=6,threads=5"
+
+
+def default_legate_config(env: MutableMapping[str, str]) -> Optional[str]:
+    """Sets LEGATE_CONFIG in ``env`` to a CPU configuration where the user set none."""
+    if env.get("LEGATE_CONFIG"):
+        return None
+    env["LEGATE_CONFIG"] = cpu_config()
+    return env["LEGATE_CONFIG"]
+
+
+def prepare_process() -> None:
+    """At ``import shardload``: preload the stand-in where no driver exists, so that liblegate's
+    needed ``libcuda.so.1`` is satisfied by its SONAME, and give Legate a CPU configuration."""
+    global standin_loaded, legate_config_default
+    if needs_cudart():
+        ctypes.CDLL(CUDART, mode=ctypes.RTLD_GLOBAL)
+    if not needs_standin():
+        return
+    ctypes.CDLL(STANDIN, mode=ctypes.RTLD_GLOBAL)
+    standin_loaded = True
+    if os.path.exists("/dev/nvidiactl"):
+        _log.warning(
+            "shardload: /dev/nvidiactl exists but no libcuda.so.1 is on the library path; "
+            "Legate runs on CPUs. Install the NVIDIA driver's libraries to use the GPUs."
+        )
+    legate_config_default = default_legate_config(os.environ)
+    _log.info(
+        "shardload: no NVIDIA driver found; loaded the stand-in %s so that Legate runs on CPUs%s",
+        STANDIN,
+        f", with LEGATE_CONFIG={legate_config_default!r} (set LEGATE_CONFIG to choose another)"
+        if legate_config_default
+        else "",
+    )
+
+
+def program_environment(env: MutableMapping[str, str]) -> None:
+    """The same for the ``shardload`` program, which the dynamic linker loads before any code
+    runs: the stand-in's folder goes on LD_LIBRARY_PATH (after the user's entries, so a driver
+    there wins); so does the CUDA runtime's where the toolkit's is not found. NCCL needs
+    nothing: the program's RPATH names the nvidia-nccl wheel's folder."""
+    dirs = []
+    if needs_cudart():
+        dirs.append(os.path.dirname(CUDART))
+    if needs_standin():
+        dirs.append(STANDIN_DIR)
+        default_legate_config(env)
+    if dirs:
+        old = env.get("LD_LIBRARY_PATH")
+        env["LD_LIBRARY_PATH"] = ":".join(([old] if old else []) + dirs)

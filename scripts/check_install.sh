@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# Checks the package as a user gets it: builds the wheel and installs it with pip into a new venv,
+# then, with nothing sourced (only PATH to the venv and HOME), imports it, loads a dataset, runs
+# the `shardload` command and builds the C++ consumer in tests/consumer against the installed
+# package. Prints the wheel build's time. Usage: scripts/check_install.sh [PYTHON]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+PY=${1:-${PYTHON:-python3}}
+WORK=$(mktemp -d)
+trap 'rm -rf "$WORK"' EXIT
+VENV=$WORK/venv
+log() { printf '[check_install] %s\n' "$*" >&2; }
+
+log "new venv $VENV ($($PY --version))"
+"$PY" -m venv "$VENV"
+"$VENV/bin/python" -m pip install -q --upgrade pip
+log "pip install . (builds the C++ core, the Legate adapter, the bindings and the program)"
+start=$(date +%s)
+"$VENV/bin/python" -m pip install -q "$ROOT"
+log "pip install . took $(($(date +%s) - start)) s"
+# The consumer's build tools (CMake >= 3.30 for Legate's package config) and the test's writer.
+"$VENV/bin/python" -m pip install -q 'cmake>=3.30' ninja
+
+# Nothing from this shell: no LD_LIBRARY_PATH, no LEGATE_CONFIG, no PYTHONPATH.
+clean() { env -i PATH="$VENV/bin:/usr/bin:/bin" HOME="$HOME" "$@"; }
+DATA=$WORK/data
+mkdir -p "$DATA"
+
+want=$(sed -nE 's/^project\(shardload VERSION ([0-9.]+).*/\1/p' CMakeLists.txt)
+got=$(cd "$WORK" && clean python -c 'import shardload; print(shardload.__version__)')
+log "shardload.__version__: $got"
+[ "$got" = "$want" ] || { echo "shardload.__version__ is $got, CMakeLists.txt says $want"; exit 1; }
+got=$(cd "$WORK" && clean shardload --version)
+log "shardload --version: $got"
+[ "$got" = "shardload $want" ] || { echo "shardload --version printed '$got', want 'shardload $want'"; exit 1; }
+
+log "shardload.load of a generated dataset"
+(cd "$WORK" && clean python - "$DATA" <<'PY'
+import sys
+
+import numpy as np
+
+import shardload
+
+data = sys.argv[1]
+rows = [5, 0, 7, 3]
+parts = []
+for i, n in enumerate(rows):
+    part = (np.arange(n * 4, dtype=np.float32) + 100 * i).reshape(n, 4)
+    np.save(f"{data}/shard_{i:04d}.npy", part)
+    parts.append(part)
+array = shardload.load(data)
+want = np.concatenate(parts)
+got = np.asarray(array)
+assert got.shape == want.shape and got.dtype == want.dtype, (got.shape, got.dtype)
+assert np.array_equal(got, want), "loaded values differ from the shards"
+print(f"loaded {got.shape} {got.dtype}: equal to the shards")
+PY
+)
+
+log "shardload inspect / read"
+out=$(cd "$WORK" && clean shardload inspect "$DATA")
+echo "$out"
+grep -q 'shape: *(15, 4)' <<<"$out" || { echo "inspect: no shape (15, 4)"; exit 1; }
+(cd "$WORK" && clean shardload read "$DATA")
+
+log "C++ consumer (tests/consumer) against the installed package"
+prefix=$(cd "$WORK" && clean python -c 'import os, shardload; print(os.path.dirname(shardload.__file__))')
+clean cmake -S "$ROOT/tests/consumer" -B "$WORK/consumer" -G Ninja -DCMAKE_PREFIX_PATH="$prefix" >/dev/null
+clean cmake --build "$WORK/consumer" >/dev/null
+out=$(clean "$WORK/consumer/consumer" "$DATA")
+echo "$out"
+[ "$out" = "shape (15, 4) float32" ] || { echo "consumer printed '$out'"; exit 1; }
+# The Legate-linked consumer needs the stand-in driver where the package uses it.
+standin=$(cd "$WORK" && clean python -c 'from shardload import _runtime as r; print(r.STANDIN_DIR if r.standin_loaded else "")')
+if [ -n "$standin" ]; then
+  out=$(clean LD_LIBRARY_PATH="$standin" "$WORK/consumer/consumer_legate" "$DATA")
+else
+  out=$(clean "$WORK/consumer/consumer_legate" "$DATA")
+fi
+echo "$out"
+[ "$out" = "shape (15, 4) float32" ] || { echo "consumer_legate printed '$out'"; exit 1; }
+log "installed package: all checks passed"
