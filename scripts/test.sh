@@ -48,8 +48,10 @@ for example in examples/*.py; do
   python "$example"
 done
 
-echo "== Python tests"
-(cd tests/python && python -m pytest -q "$@")
-
 echo "== Installed package: pip install . in a new venv, smoke test, C++ consumer"
 scripts/check_install.sh
+
+# Last, so that its summary closes the output.
+echo "== Python tests"
+cd tests/python
+python -m pytest -q "$@"
