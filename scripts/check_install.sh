@@ -81,4 +81,10 @@ else
 fi
 echo "$out"
 [ "$out" = "shape (15, 4) float32" ] || { echo "consumer_legate printed '$out'"; exit 1; }
+log "examples/*.py with the installed package (and the pinned h5py, zarr they write with)"
+"$VENV/bin/python" -m pip install -q $(grep -E '^(h5py|zarr|numcodecs|donfig|google-crc32c|typing_extensions)==' requirements.txt)
+for example in "$ROOT"/examples/*.py; do
+  (cd "$WORK" && clean python "$example" >/dev/null) || { echo "$example failed"; exit 1; }
+  log "  $(basename "$example"): OK"
+done
 log "installed package: all checks passed"
