@@ -10,7 +10,7 @@ import pathlib
 import sys
 import tempfile
 
-import h5py  # before cupynumeric: see the README, "Which HDF5"
+import h5py  # before cupynumeric: see docs/formats.md, "Which HDF5"
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq

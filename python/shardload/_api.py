@@ -579,7 +579,7 @@ def load(
         source: a directory, numbered pattern, glob, list of paths, or Layout.
         overdecompose: K, an int >= 1 (not a bool or a float); tiles =
             ceil(rows / ceil(rows / parts)) with parts = min(K, 256) * P, at
-            most max(P, 65536) (see "The read plan" in the README), so any K
+            most max(P, 65536) (see "The read plan" in docs/design.md), so any K
             gives a bounded launch.
         rows: load only rows [lo, hi): a pair ``(lo, hi)`` or a slice ``lo:hi`` (step None
             or 1; None for a default bound), under :meth:`Layout.read`'s rule: bounds in

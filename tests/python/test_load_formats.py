@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import pathlib
 
-import h5py  # before cupynumeric: see the HDF5 section of the README
+import h5py  # before cupynumeric: see "Which HDF5" in docs/formats.md
 import numpy as np
 import pyarrow as pa
 import pyarrow.feather as feather
