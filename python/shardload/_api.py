@@ -541,6 +541,21 @@ _LOAD_OPTIONS = ("pattern", "format", "dtype", "shape", "header_bytes", "dataset
                  "fill_value")
 
 
+def _name_the_shard(error: ShardReadError, layout: Layout) -> None:
+    """Sets ``error.filename`` to the shard a load-task error is about.
+
+    A Legate task exception carries a code and a message, nothing more, so the file cannot
+    travel as data from the task; but the message names it by its path in the layout (or a
+    file inside it, such as a Zarr chunk), so the longest layout path the message holds is it.
+    """
+    if getattr(error, "filename", None) is not None:
+        return
+    message = str(error)
+    found = [p for p in layout.paths if p in message]
+    if found:
+        error.filename = max(found, key=len)
+
+
 def load(
     source: SourceLike | Layout,
     *,
@@ -670,7 +685,11 @@ def load(
     report("started")
     encoded = layout.encode()
     report("launching")
-    owner, plan = _legate.load(encoded, k)
+    try:
+        owner, plan = _legate.load(encoded, k)
+    except ShardReadError as e:
+        _name_the_shard(e, layout)
+        raise
     # LogicalArray adopts a copy; the capsule frees the original when dropped.
     array = LogicalArray.from_raw_handle(_legate.handle(owner))
     del owner

@@ -44,3 +44,20 @@ def test_bad_argument_stays_a_plain_value_error(tmp_path: pathlib.Path) -> None:
     with pytest.raises(ValueError) as e:
         shardload.discover(tmp_path, format="nosuchformat")
     assert not isinstance(e.value, shardload.Error)
+
+
+def test_a_load_error_names_the_shard_as_data(tmp_path: pathlib.Path) -> None:
+    # Across Legate's task boundary only a code and a message travel; the package still sets
+    # filename to the shard the message is about: the longest layout path in it (here one path
+    # is a prefix of another).
+    paths = [tmp_path / "x.npy", tmp_path / "x.npy.npy", tmp_path / "y.npy"]
+    for p, n in zip(paths, (10, 5, 7)):
+        with open(p, "wb") as f:
+            np.save(f, np.arange(float(n)))
+    layout = shardload.discover(paths)
+    with open(paths[1], "wb") as f:
+        np.save(f, np.arange(4.0))
+    with pytest.raises(shardload.ShardReadError) as e:
+        shardload.load(layout)
+    assert e.value.filename == str(paths[1]), str(e.value)
+    assert "changed since discovery" in str(e.value)
