@@ -9,7 +9,7 @@ import os
 import pathlib
 import re
 
-import h5py  # before cupynumeric: see the HDF5 section of the README
+import h5py  # before cupynumeric: see "Which HDF5" in docs/formats.md
 import numpy as np
 import pyarrow as pa
 import pyarrow.feather as feather
