@@ -68,20 +68,26 @@ struct Sidecar {
   std::size_t next_index = 0;       // the next shard of this directory, for rows_list
 };
 
+// "dtype" of either sidecar: a numpy dtype string, its byte order kept.
+Status read_sidecar_dtype(const std::string& path, const Json& j, Sidecar* s) {
+  auto it = j.find("dtype");
+  if (it == j.end()) return Status::ok();
+  SHARDLOAD_ASSIGN_OR_RETURN(const std::string name, json_string(path, "dtype", *it));
+  bool big = false;
+  auto d = parse_dtype(name, &big);
+  if (!d) return Status(ErrorCode::kFormat, path + ": dtype: " + d.status().message());
+  s->dtype = *d;
+  s->big_endian = big;
+  return Status::ok();
+}
+
 Result<Sidecar> parse_sidecar(const std::string& path, const std::string& text) {
   SHARDLOAD_ASSIGN_OR_RETURN(const Json j, parse_json_object(path, text));
   SHARDLOAD_RETURN_IF_ERROR(
       json_only_keys(path, "", j, {"dtype", "shape", "rows", "header_bytes"}));
   Sidecar s;
   s.path = path;
-  if (auto it = j.find("dtype"); it != j.end()) {
-    SHARDLOAD_ASSIGN_OR_RETURN(const std::string name, json_string(path, "dtype", *it));
-    bool big = false;
-    auto d = parse_dtype(name, &big);
-    if (!d) return Status(ErrorCode::kFormat, path + ": dtype: " + d.status().message());
-    s.dtype = *d;
-    s.big_endian = big;
-  }
+  SHARDLOAD_RETURN_IF_ERROR(read_sidecar_dtype(path, j, &s));
   if (auto it = j.find("shape"); it != j.end()) {
     SHARDLOAD_ASSIGN_OR_RETURN(s.shape, json_shape(path, "shape", *it));
   }
@@ -117,14 +123,7 @@ Result<Sidecar> parse_seed_sidecar(const std::string& path, const std::string& t
   Sidecar s;
   s.path = path;
   s.rows_field = "rows_per_shard";
-  if (auto it = j.find("dtype"); it != j.end()) {
-    SHARDLOAD_ASSIGN_OR_RETURN(const std::string name, json_string(path, "dtype", *it));
-    bool big = false;
-    auto d = parse_dtype(name, &big);
-    if (!d) return Status(ErrorCode::kFormat, path + ": dtype: " + d.status().message());
-    s.dtype = *d;
-    s.big_endian = big;
-  }
+  SHARDLOAD_RETURN_IF_ERROR(read_sidecar_dtype(path, j, &s));
   if (auto it = j.find("trailing_shape"); it != j.end()) {
     SHARDLOAD_ASSIGN_OR_RETURN(s.shape, json_shape(path, "trailing_shape", *it));
   }
