@@ -32,6 +32,8 @@ const char* format_name(Format f) {
       return "arrow";
     case Format::kZarr:
       return "zarr";
+    case Format::kCustom:
+      return "custom";
   }
   return "unknown";
 }

@@ -155,6 +155,8 @@ std::vector<std::uint8_t> encode_layout(const Layout& l) {
   w.out.assign(std::begin(kMagic), std::end(kMagic));
   w.u8(static_cast<std::uint8_t>(l.format));
   const FormatOptions& o = l.options;
+  // Only after the custom format's code, which no earlier encoding holds: no new version.
+  if (l.format == Format::kCustom) w.str(o.reader);
   w.u8(o.dtype ? 1 : 0);
   if (o.dtype) put_dtype(w, *o.dtype);
   w.u8(o.big_endian ? (*o.big_endian ? 2 : 1) : 0);
@@ -209,6 +211,10 @@ Result<Layout> decode_layout(std::span<const std::uint8_t> bytes) {
   Reader r(bytes.subspan(4));
   const auto format = static_cast<Format>(r.u8());
   FormatOptions o;
+  if (format == Format::kCustom) {
+    o.reader = r.str();
+    if (r.ok() && o.reader.empty()) return bad("a custom format without a reader name");
+  }
   if (r.u8() != 0) o.dtype = get_dtype(r);
   if (const std::uint8_t order = r.u8(); order != 0) o.big_endian = order == 2;
   if (r.u8() != 0) o.trailing_shape = get_dims(r);
@@ -262,7 +268,7 @@ Result<Layout> decode_layout(std::span<const std::uint8_t> bytes) {
   }
   if (!r.ok()) return bad("truncated or malformed");
   if (!r.done()) return bad("trailing bytes");
-  if (format == Format::kAuto || static_cast<int>(format) > static_cast<int>(Format::kZarr)) {
+  if (format == Format::kAuto || static_cast<int>(format) > static_cast<int>(Format::kCustom)) {
     return bad("unknown format code");
   }
   if (dtype.name() == "invalid") return bad("unknown dtype code");

@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "base/detail/checked.hpp"
+#include "shardload/reader_registry.hpp"
 
 namespace shardload {
 
@@ -159,10 +160,17 @@ Result<Format> resolve_format(const std::string& path, const FormatOptions& opti
                     "format= (npy, raw, hdf5, parquet, arrow or zarr)");
 }
 
-Result<Layout> discover_paths(const std::vector<std::string>& paths,
-                              const DiscoverOptions& options) {
+Result<Layout> discover_paths(const std::vector<std::string>& paths, const DiscoverOptions& given) {
   if (paths.empty()) return Status(ErrorCode::kLayout, "no shards to load");
+  DiscoverOptions options = given;
+  if (options.format.format == Format::kAuto && format_from_extension(paths[0]) == Format::kAuto) {
+    if (auto name = registered_reader_for_path(paths[0])) options.format = custom_format(*name);
+  }
   SHARDLOAD_ASSIGN_OR_RETURN(const Format format, resolve_format(paths[0], options.format));
+  const bool custom = format == Format::kCustom;
+  if (custom && options.format.reader.empty()) {
+    return Status(ErrorCode::kInvalidArgument, "format custom: name the registered reader");
+  }
   ReaderContext ctx;
   ctx.io = options.io;
   auto reader = make_reader(format, options.format, ctx);
@@ -172,10 +180,42 @@ Result<Layout> discover_paths(const std::vector<std::string>& paths,
   DType dtype;
   std::vector<std::int64_t> trailing;
   for (std::size_t i = 0; i < paths.size(); ++i) {
+    FileInfo info;
+    if (custom) {
+      // The built-in readers refuse FIFOs and devices themselves; a user's probe is not
+      // trusted to (opening a FIFO would block it), and its snapshot is taken here.
+      auto file = File::open(ctx.io ? *ctx.io : posix_io(), paths[i]);
+      if (!file) return Status(ErrorCode::kLayout, file.status().message()).with_path(paths[i]);
+      auto stat = file->stat();
+      if (!stat) return Status(ErrorCode::kLayout, stat.status().message()).with_path(paths[i]);
+      info = *stat;
+    }
     auto probe = (*reader)->probe(paths[i]);
     if (!probe) {
       // At discovery every failure is a layout failure, whatever its cause.
       return Status(ErrorCode::kLayout, probe.status().message());
+    }
+    if (custom) {
+      probe->shard.path = paths[i];
+      probe->shard.snapshot = info;
+      probe->shard.first_row = 0;
+      probe->shard.file_rows = -1;
+      if (probe->shard.rows < 0) {
+        return Status(ErrorCode::kLayout,
+                      paths[i] + ": rows: the reader '" + options.format.reader + "' reported " +
+                          std::to_string(probe->shard.rows) + ", expected a count >= 0");
+      }
+      if (probe->dtype.name() == "invalid") {
+        return Status(ErrorCode::kLayout, paths[i] + ": dtype: the reader '" +
+                                              options.format.reader + "' reported no valid type");
+      }
+      for (const auto d : probe->trailing_shape) {
+        if (d < 0) {
+          return Status(ErrorCode::kLayout, paths[i] + ": trailing shape " +
+                                                shape_string(probe->trailing_shape) +
+                                                ": expected dimensions >= 0");
+        }
+      }
     }
     const std::string& path = probe->shard.path;
     if (i == 0) {
@@ -209,6 +249,7 @@ namespace {
 Format group_format(const DirectoryScan& scan, const NumberedGroup& g) {
   const Format by_ext = format_from_extension(g.extension);
   if (by_ext != Format::kAuto) return by_ext;
+  if (registered_reader_for_path(g.extension)) return Format::kCustom;
   std::string path = scan.directory;
   if (!path.empty() && path.back() != '/') path += '/';
   return sniff_format(path + g.first);
@@ -228,6 +269,11 @@ Result<Source> auto_directory(const Source& s, DiscoverOptions* options) {
   const Format asked = options->format.format;
   if ((asked == Format::kAuto || asked == Format::kZarr) && is_zarr_store(s.directory)) {
     return Source::list({s.directory});
+  }
+  if (asked == Format::kCustom) {
+    SHARDLOAD_ASSIGN_OR_RETURN(std::string pattern,
+                               registered_default_pattern(options->format.reader));
+    return Source::dir(s.directory, pattern);
   }
   if (asked != Format::kAuto) return Source::dir(s.directory, default_pattern(asked));
   SHARDLOAD_ASSIGN_OR_RETURN(const DirectoryScan scan, scan_directory(s.directory));
@@ -262,6 +308,9 @@ Result<Source> auto_directory(const Source& s, DiscoverOptions* options) {
     found = {*def};
   }
   options->format.format = found[0].second;
+  if (found[0].second == Format::kCustom) {
+    options->format = custom_format(*registered_reader_for_path(found[0].first->extension));
+  }
   return Source::dir(s.directory, found[0].first->pattern);
 }
 

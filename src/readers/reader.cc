@@ -97,6 +97,8 @@ Result<std::unique_ptr<ShardReader>> make_unguarded_reader(Format format,
       return detail::make_raw_reader(options, ctx);
     case Format::kZarr:
       return detail::make_zarr_reader(options, ctx);
+    case Format::kCustom:
+      return detail::make_registered_reader(options, ctx);
 #ifdef SHARDLOAD_WITH_HDF5
     case Format::kHdf5:
       return detail::make_hdf5_reader(options, ctx);

@@ -23,4 +23,9 @@ Result<std::unique_ptr<ShardReader>> make_hdf5_reader(const FormatOptions& optio
 Result<std::unique_ptr<ShardReader>> make_arrow_reader(Format format, const FormatOptions& options,
                                                        const ReaderContext& context);
 
+// The reader registered as options.reader (reader_registry.cc); kInvalidArgument naming
+// the name when this process has none by that name.
+Result<std::unique_ptr<ShardReader>> make_registered_reader(const FormatOptions& options,
+                                                            const ReaderContext& context);
+
 }  // namespace shardload::detail

@@ -17,7 +17,9 @@
 
 namespace shardload {
 
-enum class Format : std::uint8_t { kAuto = 0, kNpy, kRaw, kHdf5, kParquet, kArrow, kZarr };
+// kCustom: a reader registered under a name (shardload/reader_registry.hpp), which
+// FormatOptions::reader carries to wherever the data is read.
+enum class Format : std::uint8_t { kAuto = 0, kNpy, kRaw, kHdf5, kParquet, kArrow, kZarr, kCustom };
 
 const char* format_name(Format f);
 
@@ -49,6 +51,8 @@ struct FormatOptions {
   std::vector<std::string> columns;
   // parquet / arrow: the value that replaces nulls (none: nulls are an error).
   std::optional<double> fill_value;
+  // custom: the name the reader was registered under (register_reader).
+  std::string reader;
 
   friend bool operator==(const FormatOptions&, const FormatOptions&) = default;
 };

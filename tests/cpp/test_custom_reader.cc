@@ -1,0 +1,206 @@
+// Readers registered by name (shardload/reader_registry.hpp): discovery, the codec, reads
+// through the engine, and the guard that turns a user reader's exceptions into a Status.
+#include <sys/stat.h>
+
+#include <cstring>
+#include <stdexcept>
+
+#include "cpp/rows_format.hpp"
+#include "shardload/codec.hpp"
+#include "shardload/fill.hpp"
+#include "shardload/layout.hpp"
+#include "shardload/reader_registry.hpp"
+#include "util.hpp"
+
+namespace shardload {
+namespace {
+
+using testing::TempDir;
+
+// A reader whose probe reports what the test sets, and whose read throws.
+struct Scripted {
+  static inline std::int64_t rows = 2;
+  static inline std::string dtype = "float32";
+  static inline bool throw_in_probe = false;
+};
+
+class ScriptedReader final : public ShardReader {
+ public:
+  Result<ShardProbe> probe(const std::string& path) override {
+    if (Scripted::throw_in_probe) throw std::runtime_error("probe blew up");
+    ShardProbe p;
+    p.shard.path = path;
+    p.shard.rows = Scripted::rows;
+    p.dtype = parse_dtype(Scripted::dtype).value();
+    return p;
+  }
+  Status read_rows(const ReadSpec&, const Shard&, std::int64_t, std::int64_t, std::byte*) override {
+    throw std::runtime_error("read blew up");
+  }
+};
+
+void register_once() {
+  static const bool done = [] {
+    EXPECT_TRUE(rows_format::register_rows_reader());
+    EXPECT_TRUE(register_reader(
+        {"scripted",
+         [](const FormatOptions&, const ReaderContext&) -> Result<std::unique_ptr<ShardReader>> {
+           return std::unique_ptr<ShardReader>(new ScriptedReader);
+         },
+         {".scr"}}));
+    return true;
+  }();
+  (void)done;
+}
+
+class CustomReader : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    register_once();
+    Scripted::rows = 2;
+    Scripted::dtype = "float32";
+    Scripted::throw_in_probe = false;
+  }
+  // Three .rows shards of 3 columns: 4, 0 and 5 rows of consecutive floats.
+  std::vector<std::string> write_rows() {
+    std::vector<std::string> paths;
+    float first = 0;
+    for (const std::int64_t rows : {4, 0, 5}) {
+      paths.push_back(dir_.file("shard_000" + std::to_string(paths.size()) + ".rows"));
+      EXPECT_TRUE(rows_format::write_rows_file(paths.back(), rows, 3, first));
+      first += static_cast<float>(rows * 3);
+    }
+    return paths;
+  }
+  TempDir dir_;
+};
+
+TEST_F(CustomReader, RegistrationRefusesBadNamesTakenNamesAndExtensions) {
+  const ReaderFactory factory = [](const FormatOptions&,
+                                   const ReaderContext&) -> Result<std::unique_ptr<ShardReader>> {
+    return std::unique_ptr<ShardReader>();
+  };
+  EXPECT_EQ(register_reader({"", factory, {}}).code(), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(register_reader({"a b", factory, {}}).code(), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(register_reader({"nofactory", nullptr, {}}).code(), ErrorCode::kInvalidArgument);
+  const Status taken = register_reader({"rows", factory, {}});
+  EXPECT_NE(taken.message().find("'rows' is already registered"), std::string::npos)
+      << taken.message();
+  const Status builtin = register_reader({"mine", factory, {".npy"}});
+  EXPECT_NE(builtin.message().find("built-in npy"), std::string::npos) << builtin.message();
+  const Status ext = register_reader({"mine", factory, {".rows"}});
+  EXPECT_NE(ext.message().find("taken by the reader 'rows'"), std::string::npos) << ext.message();
+  EXPECT_EQ(register_reader({"mine", factory, {"rows"}}).code(), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(registered_readers(), (std::vector<std::string>{"rows", "scripted"}));
+}
+
+TEST_F(CustomReader, DiscoversByNameByExtensionAndByDirectoryAndReadsAcrossShards) {
+  const auto paths = write_rows();
+  for (const auto& found : {discover_paths(paths, {nullptr, custom_format("rows")}),
+                            discover_paths(paths), discover(Source::dir(dir_.path()))}) {
+    ASSERT_TRUE(found) << found.status().message();
+    EXPECT_EQ(found->format, Format::kCustom);
+    EXPECT_EQ(found->options.reader, "rows");
+    EXPECT_EQ(found->shape(), (std::vector<std::int64_t>{9, 3}));
+    EXPECT_EQ(found->dtype.name(), "float32");
+    std::vector<float> got(27, -1.0f);
+    ASSERT_TRUE(fill_rows(*found, 0, 9, reinterpret_cast<std::byte*>(got.data())));
+    for (std::size_t i = 0; i < got.size(); ++i) ASSERT_EQ(got[i], static_cast<float>(i)) << i;
+    std::vector<float> part(6, -1.0f);  // rows 3..5: the end of shard 0, over the empty one
+    ASSERT_TRUE(fill_rows(*found, 3, 5, reinterpret_cast<std::byte*>(part.data())));
+    for (std::size_t i = 0; i < part.size(); ++i) EXPECT_EQ(part[i], static_cast<float>(9 + i));
+  }
+}
+
+TEST_F(CustomReader, TheNameTravelsThroughTheCodec) {
+  const auto layout = discover_paths(write_rows(), {nullptr, custom_format("rows")});
+  ASSERT_TRUE(layout);
+  const auto back = decode_layout(encode_layout(*layout));
+  ASSERT_TRUE(back) << back.status().message();
+  EXPECT_EQ(back->format, Format::kCustom);
+  EXPECT_EQ(back->options.reader, "rows");
+  EXPECT_EQ(encode_layout(*back), encode_layout(*layout));
+}
+
+TEST_F(CustomReader, AnUnknownNameIsAClearErrorWhereTheReaderIsMade) {
+  auto layout = discover_paths(write_rows(), {nullptr, custom_format("rows")}).value();
+  // The task side of a rank that did not register the reader.
+  layout.options.reader = "nowhere";
+  std::vector<float> got(27);
+  const Status s = fill_rows(layout, 0, 9, reinterpret_cast<std::byte*>(got.data()));
+  EXPECT_EQ(s.code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("no reader is registered as 'nowhere'"), std::string::npos)
+      << s.message();
+  const auto found = discover_paths(write_rows(), {nullptr, custom_format("nowhere")});
+  ASSERT_FALSE(found);
+  EXPECT_NE(found.status().message().find("'nowhere'"), std::string::npos);
+}
+
+TEST_F(CustomReader, DiscoveryChecksWhatTheReaderReports) {
+  const std::vector<std::string> paths = {dir_.file("a.scr"), dir_.file("b.scr")};
+  for (const auto& p : paths) testing::write_file(p, "x");
+  Scripted::rows = -3;
+  auto found = discover_paths(paths);
+  ASSERT_FALSE(found);
+  EXPECT_EQ(found.status().code(), ErrorCode::kLayout);
+  EXPECT_NE(found.status().message().find(paths[0] + ": rows: the reader 'scripted' reported -3"),
+            std::string::npos)
+      << found.status().message();
+
+  // A dtype that differs between shards names the second file.
+  struct Alternate final : ShardReader {
+    int calls = 0;
+    Result<ShardProbe> probe(const std::string& path) override {
+      ShardProbe p;
+      p.shard.path = path;
+      p.dtype = parse_dtype(calls++ == 0 ? "float32" : "int64").value();
+      return p;
+    }
+    Status read_rows(const ReadSpec&, const Shard&, std::int64_t, std::int64_t,
+                     std::byte*) override {
+      return Status::ok();
+    }
+  };
+  ASSERT_TRUE(register_reader(
+      {"alternate",
+       [](const FormatOptions&, const ReaderContext&) -> Result<std::unique_ptr<ShardReader>> {
+         return std::unique_ptr<ShardReader>(new Alternate);
+       },
+       {}}));
+  found = discover_paths(paths, {nullptr, custom_format("alternate")});
+  ASSERT_FALSE(found);
+  EXPECT_NE(found.status().message().find(paths[1] + ": dtype int64 differs from float32"),
+            std::string::npos)
+      << found.status().message();
+}
+
+TEST_F(CustomReader, AFifoIsRefusedBeforeTheReaderSeesIt) {
+  const std::string fifo = dir_.file("pipe.scr");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  const auto found = discover_paths({fifo});
+  ASSERT_FALSE(found);
+  EXPECT_EQ(found.status().code(), ErrorCode::kLayout);
+  EXPECT_NE(found.status().message().find(fifo + ": not a regular file"), std::string::npos)
+      << found.status().message();
+}
+
+TEST_F(CustomReader, ExceptionsFromAUserReaderBecomeStatusesNamingTheFile) {
+  const std::string path = dir_.file("a.scr");
+  testing::write_file(path, "x");
+  Scripted::throw_in_probe = true;
+  auto found = discover_paths({path});
+  ASSERT_FALSE(found);
+  EXPECT_NE(found.status().message().find(path + ": probe blew up"), std::string::npos)
+      << found.status().message();
+  Scripted::throw_in_probe = false;
+  found = discover_paths({path});
+  ASSERT_TRUE(found) << found.status().message();
+  std::vector<float> got(2);
+  const Status s = fill_rows(*found, 0, 2, reinterpret_cast<std::byte*>(got.data()));
+  EXPECT_EQ(s.code(), ErrorCode::kIo);
+  EXPECT_NE(s.message().find(path), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("read blew up"), std::string::npos) << s.message();
+}
+
+}  // namespace
+}  // namespace shardload
