@@ -47,6 +47,7 @@ from ._api import (  # noqa: E402
     discover,
     load,
 )
+from ._readers import register_reader, registered_readers  # noqa: E402
 
 __all__ = [
     "__version__",
@@ -60,4 +61,6 @@ __all__ = [
     "SourceNotFoundError",
     "discover",
     "load",
+    "register_reader",
+    "registered_readers",
 ]

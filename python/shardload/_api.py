@@ -572,6 +572,7 @@ def load(
     astype: DTypeLike | None = None,
     info: bool = False,
     progress: ProgressCallback | None = None,
+    reader: str | None = None,
 ) -> "cupynumeric.ndarray | tuple[cupynumeric.ndarray, LoadInfo]":
     """Loads a sharded dataset into one distributed ``cupynumeric.ndarray``.
 
@@ -606,6 +607,9 @@ def load(
             of raw files, the type parquet/arrow columns are read as.
         info: True to return ``(array, LoadInfo)``: the plan, the time of
             each stage, the bytes and GB/s (see :class:`LoadInfo`).
+        reader: the name of a Python reader (:func:`register_reader`): the files are
+            read by its functions in Legate tasks. Only ``pattern``, ``overdecompose``,
+            ``rows`` and ``astype`` apply with it (TypeError for the others).
         progress: a callable taking one :class:`LoadProgress`, called in
             this thread at each stage boundary (discovered, started,
             launching, filled). Legate reports no tile as it completes, so
@@ -643,6 +647,19 @@ def load(
     if progress is not None and not callable(progress):
         raise TypeError(f"progress: expected a callable taking a LoadProgress, or None, found "
                         f"{_found(progress)}")
+    if reader is not None:
+        from . import _readers
+
+        given = {"format": None if format == "auto" else format, "dtype": dtype, "shape": shape,
+                 "header_bytes": header_bytes, "dataset": dataset, "columns": columns,
+                 "fill_value": fill_value, "info": info or None, "progress": progress,
+                 "a Layout": source if isinstance(source, Layout) else None}
+        passed = [name for name, value in given.items() if value is not None]
+        if passed:
+            raise TypeError(f"load: {', '.join(passed)} cannot be passed with reader=, whose "
+                            "functions say what the files hold")
+        return _readers.load(source, reader, pattern=pattern, overdecompose=k, rows=rows,
+                             astype=cast)
     if isinstance(source, Layout):
         given = {"pattern": pattern, "format": None if format == "auto" else format,
                  "dtype": dtype, "shape": shape, "header_bytes": header_bytes,

@@ -48,6 +48,9 @@ def discover(
     columns: Sequence[str] = ...,
     fill_value: float | None = None,
 ) -> Layout: ...
+def resolve(source: Union[_Path, Sequence[_Path]], pattern: Union[str, bytes, None] = None) -> list[str]:
+    """The source's paths in order (no file opened); errors as discover's."""
+
 def plan(rows: Sequence[int], processors: int, overdecompose: int = 1) -> dict[str, Any]:
     """{"tile_rows": int, "tiles": int, "uniform": bool,
     "pieces": [[(shard, lo, hi, dst_row), ...] per tile]}"""

@@ -168,6 +168,22 @@ PYBIND11_MODULE(_core, m) {
       py::arg("header_bytes") = py::none(), py::arg("dataset") = "",
       py::arg("columns") = std::vector<std::string>{}, py::arg("fill_value") = py::none());
 
+  // The paths of a source, in order, without opening them (the Python readers' discovery).
+  m.def(
+      "resolve",
+      [](const py::object& source, const py::object& pattern) {
+        const Source src = make_source(source, pattern);
+        Result<std::vector<std::string>> paths = [&] {
+          py::gil_scoped_release release;
+          return resolve(src);
+        }();
+        if (!paths) raise(paths.status().with_context("loading " + src.describe()));
+        py::list out;
+        for (const auto& path : *paths) out.append(path_str(path));
+        return out;
+      },
+      py::arg("source"), py::arg("pattern") = py::none());
+
   m.def(
       "plan",
       [](const std::vector<std::int64_t>& rows, std::int64_t processors, std::int64_t k) {

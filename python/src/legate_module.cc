@@ -57,6 +57,9 @@ PYBIND11_MODULE(_legate, m) {
       },
       py::arg("encoded_layout"), py::arg("overdecompose") = 1);
 
+  m.def("check_load_memory", &shardload::check_load_memory, py::arg("rows"), py::arg("row_bytes"),
+        py::arg("target"), py::arg("processors"), py::arg("overdecompose"));
+
   m.def(
       "handle",
       [](const py::capsule& owner) {

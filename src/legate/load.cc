@@ -250,4 +250,15 @@ legate::LogicalArray load(const Layout& layout, const LoadOptions& options, Load
   return array;
 }
 
+void check_load_memory(std::int64_t rows, std::uint64_t row_bytes, const std::string& target,
+                       std::int64_t processors, std::int64_t overdecompose) {
+  using legate::mapping::TaskTarget;
+  Layout shape;  // only what the check reads: the rows and their size
+  shape.row_bytes = row_bytes;
+  shape.offsets = {0, rows};
+  const ReadPlan plan =
+      value_or_throw(make_plan(shape.offsets, processors, overdecompose), "planning");
+  check_memory(shape, plan, target == "GPU" ? TaskTarget::GPU : TaskTarget::CPU, processors);
+}
+
 }  // namespace shardload

@@ -63,6 +63,13 @@ struct LoadInfo {
 legate::LogicalArray load(const Layout& layout, const LoadOptions& options = {},
                           LoadInfo* info = nullptr);
 
+// The memory check of load() for an array filled by other tasks (the Python readers'):
+// throws OutOfMemoryError when `rows` rows of `row_bytes` bytes, tiled as make_plan tiles them
+// for `processors` processors of `target` ("GPU" or "CPU") and K = overdecompose, do not fit
+// the memory Legate has for those processors.
+void check_load_memory(std::int64_t rows, std::uint64_t row_bytes, const std::string& target,
+                       std::int64_t processors, std::int64_t overdecompose);
+
 // The Legate library "shardload" with its tasks registered (once per process).
 legate::Library library();
 

@@ -1,0 +1,422 @@
+"""User-defined readers in Python: a format shardload does not know, read by the user's code
+inside Legate tasks.
+
+::
+
+    def rows(path): ...            # the file's row count (axis 0), an int >= 0
+    def read(path, lo, hi): ...    # rows [lo, hi) of the file as a numpy array
+
+    shardload.register_reader("mytext", rows=rows, read=read, dtype="float32",
+                              trailing_shape=(3,), extension=".txt")
+    a = shardload.load("data/", reader="mytext")
+
+shardload does the rest as for its own formats: it resolves the source (a directory, a
+numbered pattern, a glob or a list of paths), calls ``rows`` on every file in the calling
+process and checks what it returns, plans the tiles as ``load`` does (the same plan for the
+same rows, processors and ``overdecompose``), and fills the output with one manual launch of a
+Python task in which each point calls ``read`` for the pieces of the files its tile covers and
+writes the rows into its piece of the output. What ``read`` returns is checked (an ndarray of
+exactly the dtype and of shape ``(hi - lo, *trailing_shape)``); an exception it raises, or a
+result that does not fit, fails the load with a ShardReadError naming the file and the rows.
+
+Register the reader in every process of the program before the load (under control
+replication the same script runs on every rank, so registering it at the top of the script
+is enough): the tasks find it by its name.
+"""
+
+# No "from __future__ import annotations": Legate reads the task's annotations as objects.
+import dataclasses
+import itertools
+import os
+import re
+import stat
+from typing import Any, Callable, Optional, Sequence
+
+import numpy as np
+
+from . import _core
+from ._errors import LayoutError, ShardReadError
+
+__all__ = ["register_reader", "registered_readers"]
+
+ReadFunction = Callable[[str, int, int], np.ndarray]
+RowsFunction = Callable[[str], int]
+
+_Snapshot = tuple[int, int, int, int]  # size, mtime_ns, ctime_ns, inode
+
+_NAME = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
+
+
+@dataclasses.dataclass(frozen=True)
+class _Reader:
+    name: str
+    read: ReadFunction
+    rows: RowsFunction
+    dtype: Optional[np.dtype]
+    trailing_shape: Optional[tuple[int, ...]]
+    extension: Optional[str]
+
+
+# By name; looked up by the task bodies, in whatever process runs them.
+_READERS: dict[str, _Reader] = {}
+
+
+def _found(value: object) -> str:
+    return f"{type(value).__name__} {value!r}"
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+
+
+def _numeric_dtype(where: str, value: object) -> np.dtype:
+    try:
+        dt = np.dtype(value)  # type: ignore[arg-type]
+    except TypeError as e:
+        raise TypeError(f"{where}: expected a numpy dtype, found {_found(value)}") from e
+    if dt.kind not in "biufc" or dt.hasobject or dt.fields is not None or dt.subdtype is not None:
+        raise ValueError(f"{where}: expected a numeric dtype (bool, int, uint, float, complex), "
+                         f"found {dt}")
+    return dt
+
+
+def _trailing(where: str, value: object) -> tuple[int, ...]:
+    if _is_int(value):
+        value = (value,)
+    if not isinstance(value, (tuple, list)) or not all(_is_int(d) for d in value):
+        raise TypeError(f"{where}: expected a tuple of ints, found {_found(value)}")
+    dims = tuple(int(d) for d in value)
+    if any(d < 0 for d in dims):
+        raise ValueError(f"{where}: expected dimensions >= 0, found {dims}")
+    return dims
+
+
+def register_reader(
+    name: str,
+    *,
+    read: ReadFunction,
+    rows: RowsFunction,
+    dtype: Any = None,
+    trailing_shape: Sequence[int] | int | None = None,
+    extension: str | None = None,
+) -> None:
+    """Registers a reader for ``shardload.load(source, reader=name)``.
+
+    Args:
+        name: 1 to 64 letters, digits, ``_``, ``-`` or ``.``; a name registered before is
+            refused (ValueError): tasks of a load may be running with it.
+        read: ``read(path, lo, hi)`` returns rows [lo, hi) of the file (rows of the file,
+            0 <= lo <= hi <= rows(path)) as a numpy array of the dtype and of shape
+            ``(hi - lo, *trailing_shape)``; any strides. It runs inside Legate tasks, in the
+            processes of the program, possibly from several threads at once, and should read
+            only the rows asked for. It must not call cuPyNumeric or Legate.
+        rows: ``rows(path)`` returns the file's row count, an int >= 0; called once per file,
+            in the calling process, before anything is launched.
+        dtype: the element type of every file (a numeric numpy dtype). None: what
+            ``read(first_file, 0, 0)`` returns tells.
+        trailing_shape: the shape of one row (``()`` for 1-D data). None: as dtype.
+        extension: files named ``*EXTENSION`` (``".txt"``): a directory source without a
+            pattern then means ``shard_0000EXTENSION``, ``shard_0001EXTENSION``, ...
+
+    Raises:
+        TypeError: an argument has the wrong type; the message names it.
+        ValueError: a bad name or extension, a name already registered, a dtype that is not
+            numeric, a negative dimension.
+    """
+    if not isinstance(name, str):
+        raise TypeError(f"name: expected a str, found {_found(name)}")
+    if not _NAME.fullmatch(name):
+        raise ValueError(f"name: expected 1 to 64 letters, digits, '_', '-' or '.', found "
+                         f"{name!r}")
+    for arg, fn in (("read", read), ("rows", rows)):
+        if not callable(fn):
+            raise TypeError(f"{arg}: expected a callable, found {_found(fn)}")
+    dt = None if dtype is None else _numeric_dtype("dtype", dtype)
+    trailing = None if trailing_shape is None else _trailing("trailing_shape", trailing_shape)
+    if extension is not None:
+        if not isinstance(extension, str):
+            raise TypeError(f"extension: expected a str such as '.txt', found {_found(extension)}")
+        if not (extension.startswith(".") and _NAME.fullmatch(extension[1:] or "!")):
+            raise ValueError(f"extension: expected a dot and 1 to 64 letters, digits, '_', '-' "
+                             f"or '.', found {extension!r}")
+    if name in _READERS:
+        raise ValueError(f"name: a reader named {name!r} is already registered")
+    _READERS[name] = _Reader(name, read, rows, dt, trailing, extension)
+
+
+def registered_readers() -> list[str]:
+    """The names of the Python readers registered in this process, in registration order."""
+    return list(_READERS)
+
+
+def _reader(name: object) -> _Reader:
+    if not isinstance(name, str):
+        raise TypeError(f"reader: expected the name of a registered reader (a str), found "
+                        f"{_found(name)}")
+    found = _READERS.get(name)
+    if found is None:
+        known = ", ".join(repr(n) for n in _READERS) or "none"
+        raise ValueError(f"reader: no reader is registered as {name!r} (registered: {known}); "
+                         "call shardload.register_reader first")
+    return found
+
+
+# ---- discovery -------------------------------------------------------------------------------
+@dataclasses.dataclass
+class _Dataset:
+    paths: list[str]
+    rows: list[int]  # per file
+    snapshots: list[_Snapshot]  # per file, as discovery saw it
+    dtype: np.dtype
+    trailing: tuple[int, ...]
+
+
+def _paths(source: object, pattern: object, reader: _Reader) -> list[str]:
+    if pattern is None and isinstance(source, (str, bytes, os.PathLike)) and \
+            os.path.isdir(source):
+        if reader.extension is None:
+            raise ValueError(f"pattern: the reader {reader.name!r} was registered without an "
+                             "extension, so a directory source needs a pattern such as "
+                             "'shard_{:04d}.txt'")
+        pattern = "shard_{:04d}" + reader.extension
+    return _core.resolve(source, pattern)
+
+
+def _snapshot(st: os.stat_result) -> _Snapshot:
+    return (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
+
+
+def _regular(path: str) -> _Snapshot:
+    # Before the user's code opens it: a FIFO would block rows() or read() for ever.
+    try:
+        st = os.stat(path)
+    except OSError as e:
+        raise LayoutError(f"{path}: {e.strerror} (errno {e.errno})") from e
+    if not stat.S_ISREG(st.st_mode):
+        raise LayoutError(f"{path}: not a regular file")
+    return _snapshot(st)
+
+
+def _difference(then: _Snapshot, now: _Snapshot) -> str:
+    d = f"size {then[0]} -> {now[0]} bytes, mtime {then[1]} -> {now[1]} ns"
+    if then[2] != now[2]:
+        d += f", ctime {then[2]} -> {now[2]} ns"
+    if then[3] != now[3]:
+        d += f", replaced by another file (inode {then[3]} -> {now[3]})"
+    return d
+
+
+def _file_rows(reader: _Reader, path: str) -> int:
+    try:
+        n = reader.rows(path)
+    except Exception as e:
+        raise LayoutError(f"{path}: rows(): the reader {reader.name!r} raised "
+                          f"{type(e).__name__}: {e}") from e
+    if not _is_int(n) or int(n) < 0:
+        raise LayoutError(f"{path}: rows(): the reader {reader.name!r} returned {_found(n)}; "
+                          "expected an int >= 0")
+    return int(n)
+
+
+def _discover(source: object, pattern: object, reader: _Reader) -> _Dataset:
+    paths = _paths(source, pattern, reader)
+    if not paths:
+        raise LayoutError("no shards to load")
+    rows, snapshots = [], []
+    total = 0
+    for p in paths:
+        snapshots.append(_regular(p))
+        rows.append(_file_rows(reader, p))
+        total += rows[-1]
+        if total >= 2**63:
+            raise LayoutError(f"{p}: rows: the dataset's row count overflows 64 bits at this "
+                              "file")
+    dtype, trailing = reader.dtype, reader.trailing_shape
+    if dtype is None or trailing is None:
+        # What a read of no rows returns tells what the reader makes.
+        first = paths[0]
+        try:
+            probe = reader.read(first, 0, 0)
+        except Exception as e:
+            raise LayoutError(f"{first}: read(path, 0, 0), asked for the dtype and the trailing "
+                              f"shape: the reader {reader.name!r} raised {type(e).__name__}: "
+                              f"{e}") from e
+        if not isinstance(probe, np.ndarray) or probe.ndim < 1:
+            raise LayoutError(f"{first}: read(path, 0, 0), asked for the dtype and the trailing "
+                              f"shape: expected a numpy array of at least one dimension, found "
+                              f"{type(probe).__name__} {getattr(probe, 'shape', '')}")
+        if dtype is None:
+            try:
+                dtype = _numeric_dtype("dtype", probe.dtype)
+            except ValueError as e:
+                raise LayoutError(f"{first}: read(path, 0, 0): {e}") from None
+        if trailing is None:
+            trailing = tuple(int(d) for d in probe.shape[1:])
+    row_bytes = dtype.itemsize * int(np.prod(trailing, dtype=object))
+    if total * row_bytes >= 2**63:
+        raise LayoutError(f"{paths[-1]}: rows: the dataset's size ({total} rows of {row_bytes} "
+                          "bytes) overflows 64 bits")
+    return _Dataset(paths, rows, snapshots, dtype, trailing)
+
+
+# ---- the task --------------------------------------------------------------------------------
+@dataclasses.dataclass
+class _Job:
+    reader: _Reader
+    paths: list[str]
+    first: list[int]  # per shard: the file row its first row is
+    snapshots: list[_Snapshot]  # per shard
+    pieces: list[list[tuple[int, int, int, int]]]  # per tile: (shard, lo, hi, dst_row)
+    dtype: np.dtype
+    trailing: tuple[int, ...]
+
+
+# Loads in flight, by a number every rank counts alike (the same program runs on every rank).
+_JOBS: dict[int, _Job] = {}
+_job_numbers = itertools.count()
+_task = None
+
+
+def _checked(job: _Job, path: str, lo: int, hi: int, arr: object) -> np.ndarray:
+    where = f"{path}: rows [{lo}, {hi}): read() of the reader {job.reader.name!r}"
+    want = (hi - lo, *job.trailing)
+    if not isinstance(arr, np.ndarray):
+        raise ShardReadError(f"{where} returned {type(arr).__name__}; expected a numpy array of "
+                             f"shape {want} and dtype {job.dtype}")
+    if arr.dtype != job.dtype:
+        raise ShardReadError(f"{where} returned dtype {arr.dtype}; expected {job.dtype}")
+    if arr.shape != want:
+        raise ShardReadError(f"{where} returned shape {arr.shape}; expected {want}")
+    return arr
+
+
+def _fill_tile(job: _Job, tile: int, view: Any, gpu: bool) -> None:
+    for shard, lo, hi, dst_row in job.pieces[tile]:
+        path = job.paths[shard]
+        a, b = job.first[shard] + lo, job.first[shard] + hi
+        try:
+            arr = job.reader.read(path, a, b)
+        except BaseException as e:
+            raise ShardReadError(f"{path}: rows [{a}, {b}): read() of the reader "
+                                 f"{job.reader.name!r} raised {type(e).__name__}: {e}") from None
+        arr = _checked(job, path, a, b, arr)
+        # After the read: a write during it or since discovery moved ctime at least, so equal
+        # snapshots mean the rows are the file's as discovery saw it.
+        try:
+            now = _snapshot(os.stat(path))
+        except OSError as e:
+            raise ShardReadError(f"{path}: rows [{a}, {b}): gone since discovery: "
+                                 f"{e.strerror}") from None
+        if now != job.snapshots[shard]:
+            raise ShardReadError(f"{path}: rows [{a}, {b}): changed since discovery: "
+                                 f"{_difference(job.snapshots[shard], now)}")
+        if gpu:
+            view[dst_row:dst_row + (hi - lo)].set(np.ascontiguousarray(arr))
+        else:
+            view[dst_row:dst_row + (hi - lo)] = arr
+
+
+def _read_task():
+    # Made on first use: the decorator registers the task with a running Legate.
+    global _task
+    if _task is not None:
+        return _task
+    from legate.core import TaskContext, VariantCode
+    from legate.core.task import OutputStore, task
+
+    @task(variants=(VariantCode.CPU, VariantCode.GPU))
+    def shardload_python_reader(ctx: TaskContext, dst: OutputStore, job: int) -> None:
+        # Only ShardReadError may leave the task (the one type the launch declares); anything
+        # else would end the process.
+        try:
+            j = _JOBS[job]
+            gpu = ctx.get_variant_kind() == VariantCode.GPU
+            if gpu:
+                import cupy
+
+                view = cupy.from_dlpack(dst)
+            else:
+                view = np.asarray(dst)
+            _fill_tile(j, ctx.task_index[0], view, gpu)
+        except ShardReadError:
+            raise
+        except BaseException as e:
+            raise ShardReadError(f"the Python reader task failed: {type(e).__name__}: {e}") \
+                from None
+
+    _task = shardload_python_reader
+    return _task
+
+
+def _views(data: _Dataset, lo: int, hi: int) -> tuple[list[int], list[int], list[int]]:
+    """The files rows [lo, hi) cover: index, first file row and rows of each."""
+    index, first, rows = [], [], []
+    start = 0
+    for i, n in enumerate(data.rows):
+        a, b = max(lo, start), min(hi, start + n)
+        if a < b:
+            index.append(i)
+            first.append(a - start)
+            rows.append(b - a)
+        start += n
+    return index, first, rows
+
+
+def load(source: object, reader_name: object, *, pattern: object, overdecompose: int,
+         rows: Optional[tuple[int, int]], astype: Optional[np.dtype]) -> Any:
+    """``shardload.load(source, reader=NAME, ...)``; the arguments are checked by the caller
+    but for the reader and the source."""
+    from ._api import _rows, _source, _start_runtime
+
+    reader = _reader(reader_name)
+    data = _discover(_source(source), pattern, reader)
+    total = sum(data.rows)
+    lo, hi = (0, total) if rows is None else _rows(rows, total)
+    index, first, counts = _views(data, lo, hi)
+    paths = [data.paths[i] for i in index]
+
+    _start_runtime()
+    import cupynumeric
+    from legate.core import TaskTarget, get_legate_runtime
+    from legate.core import types as ty
+
+    from . import _legate
+
+    n = hi - lo
+    rt = get_legate_runtime()
+    machine = rt.get_machine()
+    # The task has CPU and GPU variants: it runs on the GPUs if any, else on the CPUs.
+    target = "GPU" if machine.count(TaskTarget.GPU) > 0 else "CPU"
+    procs = max(machine.count(getattr(TaskTarget, target)), 1)
+    row_bytes = data.dtype.itemsize * int(np.prod(data.trailing, dtype=object))
+    if row_bytes > 0:
+        # Before the array exists: a store larger than the memory ends the process.
+        _legate.check_load_memory(n, row_bytes, target, procs, overdecompose)
+    result = cupynumeric.empty((n, *data.trailing), dtype=data.dtype)
+    if n > 0 and row_bytes > 0:
+        plan = _core.plan(counts, procs, overdecompose)
+        number = next(_job_numbers)
+        _JOBS[number] = _Job(reader, paths, first, [data.snapshots[i] for i in index],
+                            plan["pieces"], data.dtype, data.trailing)
+        try:
+            task = _read_task()
+            store = next(iter(result.__legate_data_interface__["data"].values())).data
+            part = store.partition_by_tiling((plan["tile_rows"], *data.trailing))
+            launch = rt.create_manual_task(task.library, task.task_id,
+                                           (plan["tiles"],) + (1,) * len(data.trailing))
+            launch.add_output(part)
+            launch.add_scalar_arg(number, ty.int64)
+            launch.throws_exception(ShardReadError)
+            # Declared as throwing, the launch returns once every point has run, and raises
+            # the first ShardReadError.
+            rt.submit(launch)
+        except ShardReadError as e:
+            named = [p for p in paths if p in str(e)]
+            if named:
+                e.filename = max(named, key=len)
+            raise
+        finally:
+            del _JOBS[number]
+    if astype is not None and astype != result.dtype:
+        result = result.astype(astype)
+    return result

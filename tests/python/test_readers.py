@@ -1,0 +1,260 @@
+"""Python readers (shardload.register_reader, load(reader=...)) under Legate, against numpy.
+
+The made-up format of these tests: a text line "ROWS <dtype> <rows> [<dim> ...]\\n", then the
+rows, raw, in this machine's byte order (the C++ example's format, examples/cpp)."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import re
+import pathlib
+
+import numpy as np
+import pytest
+
+import shardload
+from conftest import DTYPES, random_array
+
+import cupynumeric as cn  # noqa: E402
+
+_names = itertools.count()
+
+
+def write_rows(path: os.PathLike | str | bytes, a: np.ndarray) -> None:
+    dims = " ".join(str(d) for d in a.shape)
+    with open(path, "wb") as f:
+        f.write(f"ROWS {a.dtype.str} {dims}\n".encode())
+        f.write(np.ascontiguousarray(a).tobytes())
+
+
+def header(path: str) -> tuple[np.dtype, list[int], int]:
+    with open(path, "rb") as f:
+        line = f.readline(257)
+    words = line.split()
+    return np.dtype(words[1].decode()), [int(w) for w in words[2:]], len(line)
+
+
+def rows_of(path: str) -> int:
+    return header(path)[1][0]
+
+
+def read_rows(path: str, lo: int, hi: int) -> np.ndarray:
+    dtype, shape, offset = header(path)
+    data = np.memmap(path, dtype=dtype, mode="r", offset=offset, shape=tuple(shape))
+    return np.array(data[lo:hi])
+
+
+def register(**kwargs) -> str:
+    """A reader under a new name (names cannot be registered twice), by default the ROWS one."""
+    name = f"test{next(_names)}"
+    kwargs.setdefault("read", read_rows)
+    kwargs.setdefault("rows", rows_of)
+    shardload.register_reader(name, **kwargs)
+    return name
+
+
+def write_set(d: pathlib.Path, arrays: list[np.ndarray], ext: str = ".rows") -> list[str]:
+    d.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for i, a in enumerate(arrays):
+        paths.append(str(d / f"shard_{i:04d}{ext}"))
+        write_rows(paths[-1], a)
+    return paths
+
+
+@pytest.mark.parametrize("k", [1, 3, 8])
+def test_round_trip_across_shard_boundaries(tmp_path: pathlib.Path, k: int) -> None:
+    rng = np.random.default_rng(7 + k)
+    name = register()
+    for case in range(3):
+        rows = [0 if rng.random() < 0.25 else int(rng.integers(1, 30)) for _ in range(9)]
+        trailing = tuple(int(x) for x in rng.integers(1, 4, size=case))
+        dtype = DTYPES[int(rng.integers(0, len(DTYPES)))]
+        arrays = [random_array(rng, (r, *trailing), dtype) for r in rows]
+        paths = write_set(tmp_path / f"c{case}", arrays)
+        out = shardload.load(paths, reader=name, overdecompose=k)
+        assert isinstance(out, cn.ndarray)
+        expected = np.concatenate(arrays)
+        assert out.shape == expected.shape and out.dtype == expected.dtype
+        np.testing.assert_array_equal(np.asarray(out), expected)
+
+
+def test_directory_by_extension_pattern_rows_and_astype(tmp_path: pathlib.Path) -> None:
+    arrays = [np.arange(12, dtype=np.float32).reshape(4, 3) + 100 * i for i in range(5)]
+    write_set(tmp_path / "d", arrays, ext=".myrows")
+    expected = np.concatenate(arrays)
+    name = register(extension=".myrows", dtype="float32", trailing_shape=(3,))
+    np.testing.assert_array_equal(np.asarray(shardload.load(tmp_path / "d", reader=name)),
+                                  expected)
+    got = shardload.load(str(tmp_path / "d/shard_{:04d}.myrows"), reader=name, rows=(3, 13))
+    np.testing.assert_array_equal(np.asarray(got), expected[3:13])
+    got = shardload.load(tmp_path / "d", reader=name, rows=slice(5, 5))
+    assert got.shape == (0, 3)
+    got = shardload.load(tmp_path / "d", reader=name, astype="int64", overdecompose=4)
+    assert got.dtype == np.int64
+    np.testing.assert_array_equal(np.asarray(got), expected.astype(np.int64))
+
+
+def test_only_zero_row_files(tmp_path: pathlib.Path) -> None:
+    paths = write_set(tmp_path, [np.zeros((0, 2), np.int16)] * 3)
+    out = shardload.load(paths, reader=register())
+    assert out.shape == (0, 2) and out.dtype == np.int16
+
+
+def test_dtype_and_trailing_shape_from_an_empty_read(tmp_path: pathlib.Path) -> None:
+    arrays = [np.full((3, 2, 2), i, dtype=np.uint16) for i in range(3)]
+    paths = write_set(tmp_path, arrays)
+    calls = []
+
+    def read(path: str, lo: int, hi: int) -> np.ndarray:
+        calls.append((path, lo, hi))
+        return read_rows(path, lo, hi)
+
+    out = shardload.load(paths, reader=register(read=read))
+    assert out.dtype == np.uint16 and out.shape == (9, 2, 2)
+    np.testing.assert_array_equal(np.asarray(out), np.concatenate(arrays))
+    assert calls[0] == (paths[0], 0, 0)
+
+
+def test_strided_and_fortran_results_are_written_right(tmp_path: pathlib.Path) -> None:
+    arrays = [np.arange(40, dtype=np.float64).reshape(8, 5) * (i + 1) for i in range(3)]
+    paths = write_set(tmp_path, arrays)
+
+    def read(path: str, lo: int, hi: int) -> np.ndarray:
+        a = read_rows(path, lo, hi)
+        return np.asfortranarray(a) if lo % 2 else np.repeat(a, 2, axis=1)[:, ::2]
+
+    out = shardload.load(paths, reader=register(read=read), overdecompose=5)
+    np.testing.assert_array_equal(np.asarray(out), np.concatenate(arrays))
+
+
+def test_a_reader_that_raises_is_a_shard_read_error_naming_file_and_rows(
+        tmp_path: pathlib.Path) -> None:
+    arrays = [np.ones((10, 2), np.float32)] * 3
+    paths = write_set(tmp_path, arrays)
+
+    def read(path: str, lo: int, hi: int) -> np.ndarray:
+        if path == paths[1]:
+            raise OSError("the disk is on fire")
+        return read_rows(path, lo, hi)
+
+    with pytest.raises(shardload.ShardReadError) as e:
+        shardload.load(paths, reader=register(read=read, dtype="float32", trailing_shape=2))
+    message = str(e.value)
+    # Two tiles on two CPUs: shard 1 is split between them, and either half may fail first.
+    assert re.match(re.escape(paths[1]) + r": rows \[(0, 5|5, 10)\): read\(\) of the reader",
+                    message), message
+    assert "raised OSError: the disk is on fire" in message
+    assert e.value.filename == paths[1]
+    # The process goes on: another load works.
+    np.testing.assert_array_equal(np.asarray(shardload.load(paths, reader=register())),
+                                  np.concatenate(arrays))
+
+
+@pytest.mark.parametrize("wrong, found", [
+    (lambda a: a[:-1], "returned shape (4, 3); expected (5, 3)"),
+    (lambda a: a.reshape(-1), "returned shape (15,); expected (5, 3)"),
+    (lambda a: a.astype(np.float64), "returned dtype float64; expected float32"),
+    (lambda a: a.tolist(), "returned list; expected a numpy array of shape (5, 3)"),
+])
+def test_a_result_that_does_not_fit_is_a_clear_error(tmp_path: pathlib.Path, wrong,
+                                                     found: str) -> None:
+    paths = write_set(tmp_path, [np.ones((5, 3), np.float32)] * 2)
+    name = register(read=lambda p, lo, hi: wrong(read_rows(p, lo, hi)), dtype="float32",
+                    trailing_shape=(3,))
+    with pytest.raises(shardload.ShardReadError) as e:
+        shardload.load(paths, reader=name)
+    assert f": rows [0, 5): read() of the reader '{name}' {found}" in str(e.value)
+    assert e.value.filename in paths
+
+
+@pytest.mark.parametrize("value, shown", [(-1, "int -1"), (2.0, "float 2.0"), (True, "bool True"),
+                                          (None, "NoneType None"), ("3", "str '3'")])
+def test_rows_must_return_an_int_not_below_zero(tmp_path: pathlib.Path, value: object,
+                                                shown: str) -> None:
+    paths = write_set(tmp_path, [np.ones((5, 3), np.float32)] * 2)
+    name = register(rows=lambda p: value if p == paths[1] else 5, dtype="float32",
+                    trailing_shape=(3,))
+    with pytest.raises(shardload.LayoutError) as e:
+        shardload.load(paths, reader=name)
+    assert str(e.value) == (f"{paths[1]}: rows(): the reader '{name}' returned {shown}; "
+                            "expected an int >= 0")
+
+
+def test_rows_raising_is_a_layout_error_naming_the_file(tmp_path: pathlib.Path) -> None:
+    paths = write_set(tmp_path, [np.ones((5, 3), np.float32)])
+    def rows(path: str) -> int:
+        raise ValueError("bad header")
+
+    with pytest.raises(shardload.LayoutError) as e:
+        shardload.load(paths, reader=register(rows=rows, dtype="f4", trailing_shape=3))
+    assert str(e.value).startswith(f"{paths[0]}: rows(): the reader 'test")
+    assert str(e.value).endswith("raised ValueError: bad header")
+
+
+def test_special_files_are_refused_before_the_reader_sees_them(tmp_path: pathlib.Path) -> None:
+    fifo = tmp_path / "pipe.rows"
+    os.mkfifo(fifo)
+    seen = []
+    name = register(rows=lambda p: seen.append(p) or 0, dtype="f4", trailing_shape=())
+    with pytest.raises(shardload.LayoutError, match=f"^{fifo}: not a regular file$"):
+        shardload.load([fifo], reader=name)
+    with pytest.raises(shardload.LayoutError, match="^/dev/null: not a regular file$"):
+        shardload.load(["/dev/null"], reader=name)
+    assert seen == []
+
+
+def test_odd_names(tmp_path: pathlib.Path) -> None:
+    d = tmp_path / "we[ir]d *?"
+    d.mkdir()
+    arrays = [np.arange(6, dtype=np.int32).reshape(3, 2) + i for i in range(2)]
+    paths = [os.path.join(os.fsencode(d), b"caf\xe9_%d.rows" % i) for i in range(2)]
+    for p, a in zip(paths, arrays):
+        write_rows(p, a)
+    out = shardload.load(paths, reader=register())
+    np.testing.assert_array_equal(np.asarray(out), np.concatenate(arrays))
+
+
+def test_arguments_are_checked(tmp_path: pathlib.Path) -> None:
+    with pytest.raises(ValueError, match="no reader is registered as 'nope'"):
+        shardload.load(tmp_path, reader="nope")
+    with pytest.raises(TypeError, match="reader: expected the name"):
+        shardload.load(tmp_path, reader=read_rows)
+    name = register()
+    with pytest.raises(TypeError, match="dtype, info cannot be passed with reader="):
+        shardload.load(tmp_path, reader=name, dtype="f4", info=True)
+    with pytest.raises(ValueError, match="already registered"):
+        shardload.register_reader(name, read=read_rows, rows=rows_of)
+    with pytest.raises(ValueError, match="name: expected 1 to 64"):
+        shardload.register_reader("a b", read=read_rows, rows=rows_of)
+    with pytest.raises(TypeError, match="read: expected a callable"):
+        shardload.register_reader("x1", read=None, rows=rows_of)
+    with pytest.raises(ValueError, match="dtype: expected a numeric dtype"):
+        shardload.register_reader("x2", read=read_rows, rows=rows_of, dtype=object)
+    with pytest.raises(ValueError, match="extension: expected a dot"):
+        shardload.register_reader("x3", read=read_rows, rows=rows_of, extension="rows")
+    with pytest.raises(ValueError, match="expected dimensions >= 0"):
+        shardload.register_reader("x4", read=read_rows, rows=rows_of, trailing_shape=(2, -1))
+    # A directory without a pattern needs the reader's extension.
+    with pytest.raises(ValueError, match="registered without an extension"):
+        shardload.load(tmp_path, reader=name)
+    assert name in shardload.registered_readers()
+    assert "x1" not in shardload.registered_readers()
+
+
+def test_a_file_changed_since_discovery_is_a_shard_read_error(tmp_path: pathlib.Path) -> None:
+    paths = write_set(tmp_path, [np.ones((4, 2), np.float32)] * 2)
+
+    def read(path: str, lo: int, hi: int) -> np.ndarray:
+        rows = read_rows(path, lo, hi)
+        if path == paths[1]:
+            with open(path, "ab") as f:  # a writer appends while the load reads
+                f.write(b"more")
+        return rows
+
+    with pytest.raises(shardload.ShardReadError) as e:
+        shardload.load(paths, reader=register(read=read, dtype="float32", trailing_shape=(2,)))
+    assert str(e.value).startswith(f"{paths[1]}: rows [0, 4): changed since discovery: size "
+                                   "45 -> 49 bytes")
+    assert e.value.filename == paths[1]
