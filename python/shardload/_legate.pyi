@@ -18,3 +18,8 @@ class _ArrayOwner:
 def load(encoded_layout: bytes, overdecompose: int = 1) -> tuple[_ArrayOwner, _Plan]: ...
 def handle(owner: _ArrayOwner) -> int:
     """The address legate.core.LogicalArray.from_raw_handle adopts (a copy)."""
+
+def check_load_memory(rows: int, row_bytes: int, target: str, processors: int,
+                      overdecompose: int) -> None:
+    """Raises OutOfMemoryError as load() does when the array would not fit (target "GPU" or
+    "CPU")."""
