@@ -26,6 +26,7 @@ is enough): the tasks find it by its name.
 
 # No "from __future__ import annotations": Legate reads the task's annotations as objects.
 import dataclasses
+import gc
 import itertools
 import os
 import re
@@ -408,12 +409,23 @@ def load(source: object, reader_name: object, *, pattern: object, overdecompose:
             launch.add_scalar_arg(number, ty.int64)
             launch.throws_exception(ShardReadError)
             # Declared as throwing, the launch returns once every point has run, and raises
-            # the first ShardReadError.
-            rt.submit(launch)
+            # the first ShardReadError. Meanwhile only the tasks run Python, and a garbage
+            # collection there that freed a Legate object (of a cycle anywhere in the
+            # program) would end the process: collections wait for the main thread.
+            collecting = gc.isenabled()
+            gc.disable()
+            try:
+                rt.submit(launch)
+            finally:
+                if collecting:
+                    gc.enable()
         except ShardReadError as e:
             named = [p for p in paths if p in str(e)]
             if named:
                 e.filename = max(named, key=len)
+            # The traceback keeps this frame: it must not keep the Legate objects alive into
+            # a later collection on another thread.
+            result = store = part = launch = None  # noqa: F841
             raise
         finally:
             del _JOBS[number]

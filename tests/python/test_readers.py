@@ -258,3 +258,22 @@ def test_a_file_changed_since_discovery_is_a_shard_read_error(tmp_path: pathlib.
     assert str(e.value).startswith(f"{paths[1]}: rows [0, 4): changed since discovery: size "
                                    "45 -> 49 bytes")
     assert e.value.filename == paths[1]
+
+
+def test_huge_declared_sizes_fail_before_anything_is_allocated(tmp_path: pathlib.Path) -> None:
+    paths = write_set(tmp_path, [np.ones((4, 2), np.float32)] * 3)
+    read_calls = []
+
+    def read(path: str, lo: int, hi: int) -> np.ndarray:
+        read_calls.append(path)
+        return read_rows(path, lo, hi)
+
+    name = register(read=read, rows=lambda p: 2**62, dtype="float32", trailing_shape=(2,))
+    with pytest.raises(shardload.LayoutError, match=f"^{re.escape(paths[1])}: rows: the "
+                                                    "dataset's row count overflows 64 bits"):
+        shardload.load(paths, reader=name)
+    # Fits 64 bits, not the 4 GB Legate has here: refused as load() refuses it.
+    name = register(read=read, rows=lambda p: 10**10, dtype="float32", trailing_shape=(2,))
+    with pytest.raises(shardload.OutOfMemoryError, match="the dataset needs 240.00 GB"):
+        shardload.load(paths, reader=name)
+    assert read_calls == []
