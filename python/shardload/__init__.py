@@ -47,9 +47,12 @@ from ._api import (  # noqa: E402
     discover,
     load,
 )
+from ._batches import BatchIterator, batches  # noqa: E402
 
 __all__ = [
     "__version__",
+    "BatchIterator",
+    "batches",
     "Error",
     "Layout",
     "LayoutError",

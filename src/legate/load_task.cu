@@ -9,6 +9,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "engine/detail/strided.hpp"
 #include "legate/detail/load_body.hpp"
@@ -119,6 +120,22 @@ void LoadTask::gpu_variant(legate::TaskContext context) {
     const Tile tile = prepare_or_throw(context);
     finish_load(tile, fill_device_tile(tile, context.get_task_stream()));
   });
+}
+
+void LoadReportTask::gpu_variant(legate::TaskContext context) {
+  const cudaStream_t stream = context.get_task_stream();
+  const Status st =
+      run_report_body(context, [&](const Tile& tile) { return fill_device_tile(tile, stream); });
+  const RecordPiece record = record_piece(context);
+  if (record.ptr == nullptr) return;
+  // The record lives where the mapper put the task's outputs (the framebuffer): written from
+  // the host through one copy, finished before the task returns.
+  std::vector<std::byte> host(record.size);
+  encode_record(st, host.data(), host.size());
+  if (cudaMemcpyAsync(record.ptr, host.data(), host.size(), cudaMemcpyHostToDevice, stream) ==
+      cudaSuccess) {
+    cudaStreamSynchronize(stream);
+  }
 }
 
 }  // namespace shardload::detail
