@@ -66,6 +66,7 @@ def main() -> None:
     rows_per_batch = -(-total_rows // args.batches)
     marker = args.dir / f"rows-{total_rows}"
     if not marker.exists():
+        args.dir.parent.mkdir(parents=True, exist_ok=True)
         subprocess.run([str(BUILD / "shardload"), "write", "--shard-dir", str(args.dir),
                         "--num-shards", "16", "--shape", f"{total_rows},{COLUMNS}", "--dtype",
                         "float32", "--seed", "1"], check=True)

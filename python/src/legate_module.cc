@@ -75,8 +75,8 @@ PYBIND11_MODULE(_legate, m) {
       py::arg("encoded_layout"), py::arg("overdecompose") = 1);
 
   py::class_<shardload::Batches>(m, "Batches")
-      .def(py::init([](const py::bytes& encoded, std::int64_t rows_per_batch,
-                       std::int64_t prefetch, std::int64_t overdecompose) {
+      .def(py::init([](const py::bytes& encoded, std::int64_t rows_per_batch, std::int64_t prefetch,
+                       std::int64_t overdecompose) {
              shardload::BatchOptions opts;
              opts.rows_per_batch = rows_per_batch;
              opts.prefetch = prefetch;

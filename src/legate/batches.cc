@@ -46,8 +46,7 @@ Batches::Batches(Layout layout, const BatchOptions& options)
                         std::to_string(options_.rows_per_batch));
   }
   if (options_.prefetch < 0) {
-    throw ArgumentError("prefetch must be at least 0, found " +
-                        std::to_string(options_.prefetch));
+    throw ArgumentError("prefetch must be at least 0, found " + std::to_string(options_.prefetch));
   }
   if (options_.overdecompose < 1) {
     throw ArgumentError("overdecompose (K) must be at least 1, found " +
@@ -68,10 +67,11 @@ Batches::Batches(Layout layout, const BatchOptions& options)
   if (count_ == 0) return;
   // The first batch is the largest; prefetch + 1 of them live at once (no more than there are).
   const Layout first =
-      value_or_throw(slice_rows(layout_, 0, std::min(total, options_.rows_per_batch)),
-                     "batch 0", ErrorSite::kDiscover);
-  const ReadPlan plan = value_or_throw(
-      make_plan(first.offsets, processors_, options_.overdecompose), "planning", ErrorSite::kDiscover);
+      value_or_throw(slice_rows(layout_, 0, std::min(total, options_.rows_per_batch)), "batch 0",
+                     ErrorSite::kDiscover);
+  const ReadPlan plan =
+      value_or_throw(make_plan(first.offsets, processors_, options_.overdecompose), "planning",
+                     ErrorSite::kDiscover);
   const auto copies =
       static_cast<std::uint64_t>(std::min<std::int64_t>(options_.prefetch, count_ - 1) + 1);
   detail::check_memory(first, plan, target_, processors_, copies);
@@ -84,13 +84,14 @@ void Batches::launch_next() {
   const std::int64_t hi = std::min(layout_.total_rows(), lo + options_.rows_per_batch);
   const std::string what = "batch " + std::to_string(index) + " (" + rows_text(lo, hi) + ")";
   const Layout slice = value_or_throw(slice_rows(layout_, lo, hi), what, ErrorSite::kDiscover);
-  const ReadPlan plan = value_or_throw(make_plan(slice.offsets, processors_, options_.overdecompose),
-                                       what + ": planning", ErrorSite::kDiscover);
+  const ReadPlan plan =
+      value_or_throw(make_plan(slice.offsets, processors_, options_.overdecompose),
+                     what + ": planning", ErrorSite::kDiscover);
   std::vector<std::uint64_t> extents;
   for (const auto d : slice.shape()) extents.push_back(static_cast<std::uint64_t>(d));
-  Launched l{Batch{index, lo, hi,
-                   runtime->create_array(legate::Shape{extents}, legate_type(slice.dtype))},
-             std::nullopt, 0};
+  Launched l{
+      Batch{index, lo, hi, runtime->create_array(legate::Shape{extents}, legate_type(slice.dtype))},
+      std::nullopt, 0};
   if (plan.tiles == 0 || slice.row_bytes == 0) {  // nothing to read
     pending_.push_back(std::move(l));
     return;
@@ -125,7 +126,8 @@ void Batches::launch_next() {
 
 std::optional<Batch> Batches::next() {
   if (handed_out_ >= count_) return std::nullopt;
-  while (launched_ < count_ && launched_ <= handed_out_ + options_.prefetch) launch_next();
+  // In flight: launched and not handed out (no sum that a prefetch near INT64_MAX overflows).
+  while (launched_ < count_ && launched_ - handed_out_ <= options_.prefetch) launch_next();
   Launched l = std::move(pending_.front());
   pending_.pop_front();
   ++handed_out_;

@@ -161,33 +161,33 @@ void check_memory(const Layout& layout, const ReadPlan& plan, legate::mapping::T
   };
   const std::uint64_t total = layout.total_bytes() * copies;
   // Batches keep `copies` of a batch alive at once; a load keeps one.
-  const std::string needs =
-      copies == 1 ? "the dataset needs " + human_bytes(total)
-                  : std::to_string(copies) + " batches (prefetch + 1) of " +
-                        human_bytes(layout.total_bytes()) + " need " + human_bytes(total);
+  const std::string needs = copies == 1 ? "the dataset needs " + human_bytes(total)
+                                        : std::to_string(copies) + " batches (prefetch + 1) of " +
+                                              human_bytes(layout.total_bytes()) + " need " +
+                                              human_bytes(total);
+  const std::string fewer =
+      copies == 1 ? "load fewer rows" : "use fewer rows per batch or a smaller prefetch";
   if (target == TaskTarget::GPU) {
     // Each GPU holds its own tiles; with the tiles spread evenly, the busiest GPU holds
     // ceil(tiles / P) of them.
     const auto per_gpu_tiles = static_cast<std::uint64_t>((plan.tiles + processors - 1) /
                                                           std::max<std::int64_t>(processors, 1));
     const std::uint64_t per_gpu = std::min<std::uint64_t>(
-        total, copies * per_gpu_tiles * static_cast<std::uint64_t>(plan.tile_rows) *
-                   layout.row_bytes);
+        total,
+        copies * per_gpu_tiles * static_cast<std::uint64_t>(plan.tile_rows) * layout.row_bytes);
     if (per_gpu > usable(smallest)) {
-      throw OutOfMemoryError(needs + ", up to " +
-                             human_bytes(per_gpu) + " on each of " + std::to_string(processors) +
-                             " GPUs, but a GPU has " + human_bytes(usable(smallest)) + " of " +
-                             what + " for Legate; give Legate more (" + flag +
-                             ", in LEGATE_CONFIG or to the legate launcher), use more GPUs, or "
-                             "load fewer rows");
+      throw OutOfMemoryError(
+          needs + ", up to " + human_bytes(per_gpu) + " on each of " + std::to_string(processors) +
+          " GPUs, but a GPU has " + human_bytes(usable(smallest)) + " of " + what +
+          " for Legate; give Legate more (" + flag +
+          ", in LEGATE_CONFIG or to the legate launcher), use more GPUs, or " + fewer);
     }
     return;
   }
   if (total > usable(capacity)) {
-    throw OutOfMemoryError(needs + ", but Legate has " +
-                           human_bytes(usable(capacity)) + " of " + what +
-                           " for it in all; give Legate more (" + flag +
-                           ", in LEGATE_CONFIG or to the legate launcher), or load fewer rows");
+    throw OutOfMemoryError(needs + ", but Legate has " + human_bytes(usable(capacity)) + " of " +
+                           what + " for it in all; give Legate more (" + flag +
+                           ", in LEGATE_CONFIG or to the legate launcher), or " + fewer);
   }
 }
 

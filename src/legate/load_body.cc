@@ -3,8 +3,8 @@
 #include <cstring>
 #include <memory>
 #include <span>
-#include <string_view>
 #include <string>
+#include <string_view>
 
 #include "engine/detail/strided.hpp"
 #include "legate/detail/tasks.hpp"

@@ -22,8 +22,7 @@ Status fill_omp_tile(const Tile& tile) {
   for (std::int64_t i = 0; i < n; ++i) {
     // Nothing may leave an OpenMP region: a throw there ends the process.
     try {
-      results[static_cast<std::size_t>(i)] =
-          fill_tile_rows(tile, rows * i / n, rows * (i + 1) / n);
+      results[static_cast<std::size_t>(i)] = fill_tile_rows(tile, rows * i / n, rows * (i + 1) / n);
     } catch (const std::exception& e) {
       results[static_cast<std::size_t>(i)] = {ErrorCode::kIo,
                                               std::string("load task: ") + e.what()};

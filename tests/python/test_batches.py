@@ -62,7 +62,7 @@ def test_awkward_shapes(tmp_path: pathlib.Path) -> None:
     expected = np.concatenate(parts)  # 11 rows of 2 x 3
     layout = shardload.discover(tmp_path)
     for rows_per_batch in (1, 2, 3, 5, 10, 11, 12, 10**6, 2**63 - 1, 2**70):
-        for prefetch in (0, 1, 4, 100):
+        for prefetch in (0, 1, 4, 100, 2**63 - 1, 2**70):
             got = collect(shardload.batches(layout, rows_per_batch, prefetch=prefetch))
             check_batches(got, expected, min(rows_per_batch, 11))
 

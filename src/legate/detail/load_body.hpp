@@ -91,5 +91,4 @@ struct RecordPiece {
 };
 RecordPiece record_piece(legate::TaskContext& context) noexcept;
 
-
 }  // namespace shardload::detail
