@@ -222,3 +222,29 @@ def test_a_dataset_larger_than_legate_memory_iterates(tmp_path: pathlib.Path) ->
     assert "2 batches (prefetch + 1)" in out["big"] and "--sysmem" in out["big"], out
     assert out["batches"] == 8 * rows_per_shard // rows_per_batch
     assert out["sum"] == pytest.approx(expected, rel=1e-12)
+
+
+def test_errors_name_odd_and_long_paths_whole(tmp_path: pathlib.Path) -> None:
+    # Glob characters, a name that is not UTF-8, and a path of over 2,000 bytes: the error
+    # record of the batch must carry the whole path.
+    deep = tmp_path
+    for i in range(9):
+        deep = deep / (f"{i}" + "d" * 240)
+    odd = os.fsencode(deep / "we[i]rd*{x}?") + b"-\xff"
+    os.makedirs(odd)
+    paths = []
+    for i in range(3):
+        paths.append(odd + b"/shard_%04d.npy" % i)
+        with open(paths[-1], "wb") as f:
+            np.save(f, np.arange(5.0) + i)
+    layout = shardload.discover(odd)
+    with open(paths[1], "wb") as f:
+        np.save(f, np.arange(6.0))
+    it = shardload.batches(layout, 5)
+    np.testing.assert_array_equal(np.asarray(next(it)), np.arange(5.0))
+    with pytest.raises(shardload.ShardReadError) as e:
+        next(it)
+    assert len(paths[1]) > 2000
+    assert e.value.filename == os.fsdecode(paths[1]), str(e.value)[:200]
+    # Whole, with the byte that is not UTF-8 written as \xff.
+    assert paths[1].decode("utf-8", "backslashreplace") in str(e.value)
