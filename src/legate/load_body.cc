@@ -1,5 +1,7 @@
 #include "legate/detail/load_body.hpp"
 
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <span>
@@ -174,6 +176,15 @@ RecordPiece record_piece(legate::TaskContext& context) noexcept {
   } catch (...) {
     return {};
   }
+}
+
+void write_host_record(legate::TaskContext& context, const Status& status) noexcept {
+  const RecordPiece record = record_piece(context);
+  if (record.ptr == nullptr) {
+    std::fprintf(stderr, "shardload: load task: its error record is not one dense piece\n");
+    std::abort();
+  }
+  encode_record(status, record.ptr, record.size);
 }
 
 void finish_load(const Tile& tile, const Status& st) {

@@ -13,8 +13,7 @@ void LoadTask::cpu_variant(legate::TaskContext context) {
 
 void LoadReportTask::cpu_variant(legate::TaskContext context) {
   const Status st = run_report_body(context, [](const Tile& tile) { return fill_host_tile(tile); });
-  const RecordPiece record = record_piece(context);
-  encode_record(st, record.ptr, record.size);
+  write_host_record(context, st);
 }
 
 }  // namespace shardload::detail

@@ -47,8 +47,7 @@ void LoadTask::omp_variant(legate::TaskContext context) {
 
 void LoadReportTask::omp_variant(legate::TaskContext context) {
   const Status st = run_report_body(context, [](const Tile& tile) { return fill_omp_tile(tile); });
-  const RecordPiece record = record_piece(context);
-  encode_record(st, record.ptr, record.size);
+  write_host_record(context, st);
 }
 
 }  // namespace shardload::detail

@@ -91,4 +91,9 @@ struct RecordPiece {
 };
 RecordPiece record_piece(legate::TaskContext& context) noexcept;
 
+// Writes the status into this point's record in host memory. A record left unwritten could
+// read as success over unfilled data, and nothing may leave the task: where there is no
+// record to write, the process ends with the reason.
+void write_host_record(legate::TaskContext& context, const Status& status) noexcept;
+
 }  // namespace shardload::detail
