@@ -48,9 +48,12 @@ from ._api import (  # noqa: E402
     load,
 )
 from ._readers import register_reader, registered_readers  # noqa: E402
+from ._batches import BatchIterator, batches  # noqa: E402
 
 __all__ = [
     "__version__",
+    "BatchIterator",
+    "batches",
     "Error",
     "Layout",
     "LayoutError",

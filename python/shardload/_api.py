@@ -551,7 +551,9 @@ def _name_the_shard(error: ShardReadError, layout: Layout) -> None:
     if getattr(error, "filename", None) is not None:
         return
     message = str(error)
-    found = [p for p in layout.paths if p in message]
+    # Messages write the bytes of a name that are not UTF-8 as \xNN.
+    found = [p for p in layout.paths
+             if p in message or os.fsencode(p).decode("utf-8", "backslashreplace") in message]
     if found:
         error.filename = max(found, key=len)
 

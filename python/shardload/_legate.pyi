@@ -16,6 +16,16 @@ class _ArrayOwner:
     """A capsule that owns the loaded legate LogicalArray until dropped."""
 
 def load(encoded_layout: bytes, overdecompose: int = 1) -> tuple[_ArrayOwner, _Plan]: ...
+class Batches:
+    """shardload::Batches: a layout's row batches, launched ahead and handed out in order."""
+
+    def __init__(self, encoded_layout: bytes, rows_per_batch: int, prefetch: int,
+                 overdecompose: int) -> None: ...
+    @property
+    def size(self) -> int: ...
+    def next(self) -> tuple[_ArrayOwner, int, int, int] | None:
+        """(owner, index, lo, hi) of the next batch, or None after the last."""
+
 def handle(owner: _ArrayOwner) -> int:
     """The address legate.core.LogicalArray.from_raw_handle adopts (a copy)."""
 

@@ -5,10 +5,13 @@
 #include <pybind11/pybind11.h>
 
 #include <cstdint>
+#include <memory>
+#include <optional>
 #include <span>
 #include <string>
 
 #include "errors.hpp"
+#include "shardload/batches.hpp"
 #include "shardload/codec.hpp"
 #include "shardload/legate.hpp"
 
@@ -17,6 +20,20 @@ namespace py = pybind11;
 namespace {
 
 constexpr const char* kArrayCapsule = "shardload.LogicalArray";
+
+shardload::Layout decode_or_raise(const py::bytes& encoded) {
+  const std::string bytes = encoded;
+  auto layout = shardload::decode_layout(
+      std::span(reinterpret_cast<const std::uint8_t*>(bytes.data()), bytes.size()));
+  if (!layout) throw py::value_error(layout.status().message());
+  return std::move(layout).value();
+}
+
+// The capsule owns the array until Python drops it (see load below).
+py::capsule array_owner(legate::LogicalArray* array) {
+  return py::capsule(array, kArrayCapsule,
+                     [](void* p) { delete static_cast<legate::LogicalArray*>(p); });
+}
 
 }  // namespace
 
@@ -59,6 +76,30 @@ PYBIND11_MODULE(_legate, m) {
 
   m.def("check_load_memory", &shardload::check_load_memory, py::arg("rows"), py::arg("row_bytes"),
         py::arg("target"), py::arg("processors"), py::arg("overdecompose"));
+  py::class_<shardload::Batches>(m, "Batches")
+      .def(py::init([](const py::bytes& encoded, std::int64_t rows_per_batch, std::int64_t prefetch,
+                       std::int64_t overdecompose) {
+             shardload::BatchOptions opts;
+             opts.rows_per_batch = rows_per_batch;
+             opts.prefetch = prefetch;
+             opts.overdecompose = overdecompose;
+             return std::make_unique<shardload::Batches>(decode_or_raise(encoded), opts);
+           }),
+           py::arg("encoded_layout"), py::arg("rows_per_batch"), py::arg("prefetch"),
+           py::arg("overdecompose"))
+      .def_property_readonly("size", &shardload::Batches::size)
+      .def("next", [](shardload::Batches& self) -> py::object {
+        std::optional<shardload::Batch> batch;
+        {
+          // next() waits for the batch's launch; what it throws leaves through the translator.
+          py::gil_scoped_release release;
+          batch = self.next();
+        }
+        if (!batch) return py::none();
+        auto* array = new legate::LogicalArray(std::move(batch->array));
+        py::capsule owner = array_owner(array);
+        return py::make_tuple(std::move(owner), batch->index, batch->lo, batch->hi);
+      });
 
   m.def(
       "handle",

@@ -8,6 +8,7 @@
 #include <mutex>
 #include <set>
 
+#include "legate/detail/launch.hpp"
 #include "legate/detail/tasks.hpp"
 #include "shardload/codec.hpp"
 #include "shardload/legate.hpp"
@@ -92,6 +93,7 @@ legate::Library library() {
                                              nullptr, {}, &created);
   if (created) {
     detail::LoadTask::register_variants(lib);
+    detail::LoadReportTask::register_variants(lib);
   }
   return lib;
 }
@@ -104,6 +106,10 @@ std::string human_bytes(std::uint64_t n) {
   return std::string(buf) + " (" + std::to_string(n) + " bytes)";
 }
 
+}  // namespace
+
+namespace detail {
+
 // Legate allocates a store in the memory of the processors its tasks run on: the system
 // memory (all CPUs of a node share it), the socket memory of OpenMP processors where there is
 // one, or each GPU's framebuffer. A store larger than that memory makes Legate end the process
@@ -111,7 +117,7 @@ std::string human_bytes(std::uint64_t n) {
 // sizes alone, before the store exists. Realm's memory capacities are what --sysmem, --ompmem
 // and --fbmem gave.
 void check_memory(const Layout& layout, const ReadPlan& plan, legate::mapping::TaskTarget target,
-                  std::int64_t processors) {
+                  std::int64_t processors, std::uint64_t copies) {
   using legate::mapping::TaskTarget;
   std::set<Realm::Memory> memories;
   Realm::Machine::get_machine().get_all_memories(memories);
@@ -153,33 +159,39 @@ void check_memory(const Layout& layout, const ReadPlan& plan, legate::mapping::T
     const std::uint64_t reserve = (std::uint64_t{16} << 20) + c / 100;
     return c > reserve ? c - reserve : 0;
   };
-  const std::uint64_t total = layout.total_bytes();
+  const std::uint64_t total = layout.total_bytes() * copies;
+  // Batches keep `copies` of a batch alive at once; a load keeps one.
+  const std::string needs = copies == 1 ? "the dataset needs " + human_bytes(total)
+                                        : std::to_string(copies) + " batches (prefetch + 1) of " +
+                                              human_bytes(layout.total_bytes()) + " need " +
+                                              human_bytes(total);
+  const std::string fewer =
+      copies == 1 ? "load fewer rows" : "use fewer rows per batch or a smaller prefetch";
   if (target == TaskTarget::GPU) {
     // Each GPU holds its own tiles; with the tiles spread evenly, the busiest GPU holds
     // ceil(tiles / P) of them.
     const auto per_gpu_tiles = static_cast<std::uint64_t>((plan.tiles + processors - 1) /
                                                           std::max<std::int64_t>(processors, 1));
     const std::uint64_t per_gpu = std::min<std::uint64_t>(
-        total, per_gpu_tiles * static_cast<std::uint64_t>(plan.tile_rows) * layout.row_bytes);
+        total,
+        copies * per_gpu_tiles * static_cast<std::uint64_t>(plan.tile_rows) * layout.row_bytes);
     if (per_gpu > usable(smallest)) {
-      throw OutOfMemoryError("the dataset needs " + human_bytes(total) + ", up to " +
-                             human_bytes(per_gpu) + " on each of " + std::to_string(processors) +
-                             " GPUs, but a GPU has " + human_bytes(usable(smallest)) + " of " +
-                             what + " for Legate; give Legate more (" + flag +
-                             ", in LEGATE_CONFIG or to the legate launcher), use more GPUs, or "
-                             "load fewer rows");
+      throw OutOfMemoryError(
+          needs + ", up to " + human_bytes(per_gpu) + " on each of " + std::to_string(processors) +
+          " GPUs, but a GPU has " + human_bytes(usable(smallest)) + " of " + what +
+          " for Legate; give Legate more (" + flag +
+          ", in LEGATE_CONFIG or to the legate launcher), use more GPUs, or " + fewer);
     }
     return;
   }
   if (total > usable(capacity)) {
-    throw OutOfMemoryError("the dataset needs " + human_bytes(total) + ", but Legate has " +
-                           human_bytes(usable(capacity)) + " of " + what +
-                           " for it in all; give Legate more (" + flag +
-                           ", in LEGATE_CONFIG or to the legate launcher), or load fewer rows");
+    throw OutOfMemoryError(needs + ", but Legate has " + human_bytes(usable(capacity)) + " of " +
+                           what + " for it in all; give Legate more (" + flag +
+                           ", in LEGATE_CONFIG or to the legate launcher), or " + fewer);
   }
 }
 
-}  // namespace
+}  // namespace detail
 
 legate::LogicalArray load(const Layout& layout, const LoadOptions& options, LoadInfo* info) {
   using legate::mapping::TaskTarget;
@@ -213,7 +225,7 @@ legate::LogicalArray load(const Layout& layout, const LoadOptions& options, Load
   li.tile_rows = plan.tile_rows;
   li.tiles = plan.tiles;
   if (info != nullptr) *info = li;
-  check_memory(layout, plan, chosen, li.processors);
+  detail::check_memory(layout, plan, chosen, li.processors, 1);
 
   std::vector<std::uint64_t> extents;
   for (const auto d : layout.shape()) extents.push_back(static_cast<std::uint64_t>(d));
@@ -258,7 +270,8 @@ void check_load_memory(std::int64_t rows, std::uint64_t row_bytes, const std::st
   shape.offsets = {0, rows};
   const ReadPlan plan =
       value_or_throw(make_plan(shape.offsets, processors, overdecompose), "planning");
-  check_memory(shape, plan, target == "GPU" ? TaskTarget::GPU : TaskTarget::CPU, processors);
+  detail::check_memory(shape, plan, target == "GPU" ? TaskTarget::GPU : TaskTarget::CPU,
+                       processors, 1);
 }
 
 }  // namespace shardload

@@ -1,9 +1,12 @@
 #include "legate/detail/load_body.hpp"
 
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 
 #include "engine/detail/strided.hpp"
 #include "legate/detail/tasks.hpp"
@@ -118,6 +121,70 @@ Status fill_host_tile(const Tile& t) {
                  t.ptr + static_cast<std::size_t>(a) * t.strides[0], copy);
   }
   return Status::ok();
+}
+
+void encode_record(const Status& st, std::byte* record, std::size_t size) {
+  if (size < kRecordHeader) return;
+  const auto code = static_cast<std::int32_t>(st.code());
+  const std::string message = st ? std::string() : st.message();
+  const std::size_t room = size - kRecordHeader;
+  std::string text = message;
+  if (text.size() > room) {
+    // Paths are what a message must keep: the launcher sizes records for the longest path of
+    // the layout twice over, so only a message of unusual length is cut, at its end.
+    constexpr std::string_view kCut = " [...]";
+    text = message.substr(0, room > kCut.size() ? room - kCut.size() : 0);
+    text += std::string(kCut.substr(0, room - text.size()));
+  }
+  const auto length = static_cast<std::int32_t>(text.size());
+  std::memcpy(record, &code, 4);
+  std::memcpy(record + 4, &length, 4);
+  std::memcpy(record + kRecordHeader, text.data(), text.size());
+}
+
+Status decode_record(const std::byte* record, std::size_t size) {
+  if (size < kRecordHeader) return {ErrorCode::kIo, "load task: error record too small"};
+  std::int32_t code = 0;
+  std::int32_t length = 0;
+  std::memcpy(&code, record, 4);
+  std::memcpy(&length, record + 4, 4);
+  if (code == static_cast<std::int32_t>(ErrorCode::kOk)) return Status::ok();
+  const bool known = code > static_cast<std::int32_t>(ErrorCode::kOk) &&
+                     code <= static_cast<std::int32_t>(ErrorCode::kNoMemory);
+  if (!known || length < 0 || static_cast<std::size_t>(length) > size - kRecordHeader) {
+    return {ErrorCode::kIo, "load task: damaged error record (code " + std::to_string(code) +
+                                ", length " + std::to_string(length) + ")"};
+  }
+  return {static_cast<ErrorCode>(code),
+          std::string(reinterpret_cast<const char*>(record + kRecordHeader),
+                      static_cast<std::size_t>(length))};
+}
+
+RecordPiece record_piece(legate::TaskContext& context) noexcept {
+  try {
+    legate::PhysicalStore store = context.output(1).data();
+    const legate::Domain dom = store.domain();
+    const std::size_t size = dom.get_volume();
+    if (size < kRecordHeader) return {};
+    const legate::InlineAllocation alloc = store.get_inline_allocation();
+    // One byte per element along axis 0, every other extent 1: dense whatever the strides.
+    for (int d = 1; d < dom.get_dim(); ++d) {
+      if (dom.hi()[d] != dom.lo()[d]) return {};
+    }
+    if (!alloc.strides.empty() && alloc.strides[0] != 1) return {};
+    return {static_cast<std::byte*>(alloc.ptr), size};
+  } catch (...) {
+    return {};
+  }
+}
+
+void write_host_record(legate::TaskContext& context, const Status& status) noexcept {
+  const RecordPiece record = record_piece(context);
+  if (record.ptr == nullptr) {
+    std::fprintf(stderr, "shardload: load task: its error record is not one dense piece\n");
+    std::abort();
+  }
+  encode_record(status, record.ptr, record.size);
 }
 
 void finish_load(const Tile& tile, const Status& st) {

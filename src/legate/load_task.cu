@@ -5,10 +5,13 @@
 // returns, and staging memory does not grow with the tile size.
 #include <cuda_runtime.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "engine/detail/strided.hpp"
 #include "legate/detail/load_body.hpp"
@@ -119,6 +122,36 @@ void LoadTask::gpu_variant(legate::TaskContext context) {
     const Tile tile = prepare_or_throw(context);
     finish_load(tile, fill_device_tile(tile, context.get_task_stream()));
   });
+}
+
+void LoadReportTask::gpu_variant(legate::TaskContext context) {
+  const cudaStream_t stream = context.get_task_stream();
+  const Status st =
+      run_report_body(context, [&](const Tile& tile) { return fill_device_tile(tile, stream); });
+  const RecordPiece record = record_piece(context);
+  if (record.ptr == nullptr) {
+    std::fprintf(stderr, "shardload: load task: its error record is not one dense piece\n");
+    std::abort();
+  }
+  // The record lives where the mapper put the task's outputs (the framebuffer, as a rule; a
+  // copy of kind Default serves any memory), written from the host and finished before the task
+  // returns. A record left unwritten could read as success over unfilled data, and nothing may
+  // leave this task, so a failure here ends the process with its reason.
+  const char* failed = nullptr;
+  try {
+    std::vector<std::byte> host(record.size);
+    encode_record(st, host.data(), host.size());
+    cudaError_t err =
+        cudaMemcpyAsync(record.ptr, host.data(), host.size(), cudaMemcpyDefault, stream);
+    if (err == cudaSuccess) err = cudaStreamSynchronize(stream);
+    if (err != cudaSuccess) failed = cudaGetErrorString(err);
+  } catch (...) {
+    failed = "out of memory";
+  }
+  if (failed != nullptr) {
+    std::fprintf(stderr, "shardload: load task: cannot write its error record: %s\n", failed);
+    std::abort();
+  }
 }
 
 }  // namespace shardload::detail

@@ -11,33 +11,43 @@
 
 namespace shardload::detail {
 
+namespace {
+
+Status fill_omp_tile(const Tile& tile) {
+  const std::int64_t rows = tile.hi - tile.lo;
+  if (!tile.dense || rows < 2) return fill_host_tile(tile);
+  const std::int64_t n = std::min<std::int64_t>(omp_get_max_threads(), rows);
+  std::vector<Status> results(static_cast<std::size_t>(n));
+#pragma omp parallel for schedule(static, 1)
+  for (std::int64_t i = 0; i < n; ++i) {
+    // Nothing may leave an OpenMP region: a throw there ends the process.
+    try {
+      results[static_cast<std::size_t>(i)] = fill_tile_rows(tile, rows * i / n, rows * (i + 1) / n);
+    } catch (const std::exception& e) {
+      results[static_cast<std::size_t>(i)] = {ErrorCode::kIo,
+                                              std::string("load task: ") + e.what()};
+    } catch (...) {
+      results[static_cast<std::size_t>(i)] = {ErrorCode::kIo, "load task: unknown exception"};
+    }
+  }
+  for (const auto& st : results) {
+    if (!st) return st;
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
 void LoadTask::omp_variant(legate::TaskContext context) {
   run_task_body([&] {
     const Tile tile = prepare_or_throw(context);
-    const std::int64_t rows = tile.hi - tile.lo;
-    if (!tile.dense || rows < 2) {
-      finish_load(tile, fill_host_tile(tile));
-      return;
-    }
-    const std::int64_t n = std::min<std::int64_t>(omp_get_max_threads(), rows);
-    std::vector<Status> results(static_cast<std::size_t>(n));
-#pragma omp parallel for schedule(static, 1)
-    for (std::int64_t i = 0; i < n; ++i) {
-      // Nothing may leave an OpenMP region: a throw there ends the process.
-      try {
-        results[static_cast<std::size_t>(i)] =
-            fill_tile_rows(tile, rows * i / n, rows * (i + 1) / n);
-      } catch (const std::exception& e) {
-        results[static_cast<std::size_t>(i)] = {ErrorCode::kIo,
-                                                std::string("load task: ") + e.what()};
-      } catch (...) {
-        results[static_cast<std::size_t>(i)] = {ErrorCode::kIo, "load task: unknown exception"};
-      }
-    }
-    for (const auto& st : results) {
-      if (!st) finish_load(tile, st);
-    }
+    finish_load(tile, fill_omp_tile(tile));
   });
+}
+
+void LoadReportTask::omp_variant(legate::TaskContext context) {
+  const Status st = run_report_body(context, [](const Tile& tile) { return fill_omp_tile(tile); });
+  write_host_record(context, st);
 }
 
 }  // namespace shardload::detail

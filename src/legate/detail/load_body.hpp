@@ -65,4 +65,35 @@ void run_task_body(Body&& body) {
 // Adds the tile's identity to an error: "tile 3 (rows [300, 400)): ...".
 Status tile_error(const Tile& tile, const Status& status);
 
+// For the report variants (LoadReportTask): prepares the tile and fills it, returning what a
+// throwing variant would throw, as a Status; never throws.
+template <typename Fill>
+Status run_report_body(legate::TaskContext& context, Fill&& fill) {
+  try {
+    Result<Tile> tile = prepare_tile(context);
+    if (!tile) return tile.status();
+    const Status st = fill(*tile);
+    return st ? st : tile_error(*tile, st);
+  } catch (const std::bad_alloc&) {
+    return {ErrorCode::kIo, "load task: out of memory (an allocation failed)"};
+  } catch (const std::exception& e) {
+    return {ErrorCode::kIo, std::string("load task: ") + e.what()};
+  } catch (...) {
+    return {ErrorCode::kIo, "load task: unknown exception"};
+  }
+}
+
+// This point's error record: the local piece of output 1, which the launcher tiles so that
+// it is one dense record. Null (and size 0) where it is not, which the launcher never makes.
+struct RecordPiece {
+  std::byte* ptr = nullptr;
+  std::size_t size = 0;
+};
+RecordPiece record_piece(legate::TaskContext& context) noexcept;
+
+// Writes the status into this point's record in host memory. A record left unwritten could
+// read as success over unfilled data, and nothing may leave the task: where there is no
+// record to write, the process ends with the reason.
+void write_host_record(legate::TaskContext& context, const Status& status) noexcept;
+
 }  // namespace shardload::detail

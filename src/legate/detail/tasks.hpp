@@ -5,6 +5,7 @@
 
 #include <legate.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 
@@ -15,7 +16,7 @@ namespace shardload::detail {
 inline constexpr const char* kLibraryName = "shardload";
 
 // Task ids of the library; 2 is the demo verify task's (src/testing/verify_task.cc).
-enum TaskId : std::int64_t { kLoadTask = 1 };
+enum TaskId : std::int64_t { kLoadTask = 1, kLoadReportTask = 10 };
 
 // Output 0: the array, tiled along axis 0. Scalars: 0 encoded layout
 // (uint8 array), 1 processors, 2 overdecompose, 3 tile rows (checked).
@@ -34,6 +35,35 @@ class LoadTask : public legate::LegateTask<LoadTask> {
   static void gpu_variant(legate::TaskContext context);
 #endif
 };
+
+// The load task for launches that must not block (batches): the same fill, but a failure
+// is written to a per-tile error record instead of thrown, since Legate waits at submission
+// for any task that may throw. Outputs: 0 the array as LoadTask's, 1 the error records,
+// uint8 of shape (tiles * record bytes, 1, ...) tiled so each point holds one record (see
+// kRecordHeader). Scalars as LoadTask's.
+class LoadReportTask : public legate::LegateTask<LoadReportTask> {
+ public:
+  static inline const auto TASK_CONFIG =  // NOLINT(cert-err58-cpp)
+      legate::TaskConfig{legate::LocalTaskID{kLoadReportTask}}.with_signature(
+          legate::TaskSignature{}.outputs(2).scalars(4));
+
+  static void cpu_variant(legate::TaskContext context);
+#if LEGATE_DEFINED(LEGATE_USE_OPENMP)
+  static void omp_variant(legate::TaskContext context);
+#endif
+#if LEGATE_DEFINED(LEGATE_USE_CUDA)
+  static void gpu_variant(legate::TaskContext context);
+#endif
+};
+
+// An error record: int32 code (0 = ok), int32 message length, then the message bytes,
+// truncated to the record.
+inline constexpr std::size_t kRecordHeader = 8;
+
+// Encodes a Status into a record of `size` bytes (size >= kRecordHeader).
+void encode_record(const Status& status, std::byte* record, std::size_t size);
+// Decodes a record; ok for code 0.
+Status decode_record(const std::byte* record, std::size_t size);
 
 // How a Status crosses the task boundary: its code travels as the TaskException's index and
 // its message as the exception's message, so that the launcher rebuilds the Status and
