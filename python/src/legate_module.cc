@@ -11,6 +11,7 @@
 #include "errors.hpp"
 #include "shardload/codec.hpp"
 #include "shardload/legate.hpp"
+#include "shardload/manifest_legate.hpp"
 
 namespace py = pybind11;
 
@@ -56,6 +57,40 @@ PYBIND11_MODULE(_legate, m) {
         return py::make_tuple(std::move(owner), d);
       },
       py::arg("encoded_layout"), py::arg("overdecompose") = 1);
+
+  m.def(
+      "verify",
+      [](const py::bytes& manifest_path, std::int64_t groups) {
+        const std::string path = manifest_path;
+        shardload::VerifyReport report;
+        {
+          py::gil_scoped_release release;
+          report = shardload::verify_manifest(path, groups);
+        }
+        py::list out;
+        for (const auto& mm : report.mismatches) {
+          out.append(py::make_tuple(mm.shard, py::bytes(mm.path),
+                                    shardload::python::message_str(mm.what)));
+        }
+        return py::make_tuple(report.shards, report.groups, out);
+      },
+      py::arg("manifest_path"), py::arg("groups") = 0);
+
+  m.def(
+      "discover_once",
+      [](const py::bytes& source, const py::bytes& pattern, bool trust_manifest) {
+        const std::string src = source;
+        const std::string pat = pattern;
+        shardload::Layout layout;
+        {
+          py::gil_scoped_release release;
+          layout = shardload::discover_once(src, pat, {}, trust_manifest);
+        }
+        const auto b = shardload::encode_layout(layout);
+        return py::make_tuple(py::bytes(reinterpret_cast<const char*>(b.data()), b.size()),
+                              shardload::python::message_str(layout.manifest_status));
+      },
+      py::arg("source"), py::arg("pattern"), py::arg("trust_manifest") = false);
 
   m.def(
       "handle",

@@ -92,6 +92,8 @@ legate::Library library() {
                                              nullptr, {}, &created);
   if (created) {
     detail::LoadTask::register_variants(lib);
+    detail::VerifyManifestTask::register_variants(lib);
+    detail::DiscoverTask::register_variants(lib);
   }
   return lib;
 }
