@@ -47,6 +47,7 @@ from ._api import (  # noqa: E402
     discover,
     load,
 )
+from ._manifest import ChecksumMismatch, discover_once, index, verify  # noqa: E402
 
 __all__ = [
     "__version__",
@@ -60,4 +61,8 @@ __all__ = [
     "SourceNotFoundError",
     "discover",
     "load",
+    "ChecksumMismatch",
+    "index",
+    "verify",
+    "discover_once",
 ]

@@ -18,3 +18,7 @@ class _ArrayOwner:
 def load(encoded_layout: bytes, overdecompose: int = 1) -> tuple[_ArrayOwner, _Plan]: ...
 def handle(owner: _ArrayOwner) -> int:
     """The address legate.core.LogicalArray.from_raw_handle adopts (a copy)."""
+def verify(manifest_path: bytes, groups: int = 0) -> tuple[int, int, list[tuple[int, bytes, str]]]:
+    """(shards, groups, [(shard, path, what), ...] for every mismatch)"""
+def discover_once(source: bytes, pattern: bytes, trust_manifest: bool = False) -> tuple[bytes, str]:
+    """(the encoded layout, its manifest_status)"""

@@ -143,10 +143,11 @@ PYBIND11_MODULE(_core, m) {
          const std::optional<std::vector<std::int64_t>>& trailing_shape,
          const std::optional<std::uint64_t>& header_bytes, const std::string& dataset,
          const std::vector<std::string>& columns, const std::optional<double>& fill_value,
-         bool trust_manifest) {
+         bool trust_manifest, bool use_manifest) {
         Source src = make_source(source, pattern);
         DiscoverOptions opts;
         opts.trust_manifest = trust_manifest;
+        opts.use_manifest = use_manifest;
         opts.format.format = unwrap(parse_format(format));
         if (dtype) {
           bool big = false;
@@ -172,7 +173,7 @@ PYBIND11_MODULE(_core, m) {
       py::arg("dtype") = py::none(), py::arg("trailing_shape") = py::none(),
       py::arg("header_bytes") = py::none(), py::arg("dataset") = "",
       py::arg("columns") = std::vector<std::string>{}, py::arg("fill_value") = py::none(),
-      py::arg("trust_manifest") = false);
+      py::arg("trust_manifest") = false, py::arg("use_manifest") = true);
 
   // The manifest (shardload/manifest.hpp); shardload._manifest is its Python API.
   m.def(
@@ -209,14 +210,16 @@ PYBIND11_MODULE(_core, m) {
       "decode_layout",
       [](const py::bytes& encoded, const std::string& manifest_status) {
         const std::string b = encoded;
-        auto l = decode_layout(std::span(reinterpret_cast<const std::uint8_t*>(b.data()), b.size()));
+        auto l =
+            decode_layout(std::span(reinterpret_cast<const std::uint8_t*>(b.data()), b.size()));
         if (!l) raise(l.status());
         l->manifest_status = manifest_status;
         return std::move(l).value();
       },
       py::arg("encoded"), py::arg("manifest_status") = "");
   m.def(
-      "manifest_path", [](const py::object& dir) { return path_str(manifest_path(path_bytes(dir))); },
+      "manifest_path",
+      [](const py::object& dir) { return path_str(manifest_path(path_bytes(dir))); },
       py::arg("directory"));
   m.def(
       "verify_on_host",

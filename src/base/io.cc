@@ -119,8 +119,7 @@ Result<FileInfo> IoBackend::stat_path(const std::string& path) {
   struct ::stat st {};
   if (::stat(path.c_str(), &st) != 0) {
     const int err = errno;
-    return file_error(ErrorCode::kIo, path, std::string("cannot stat: ") + std::strerror(err),
-                      err);
+    return file_error(ErrorCode::kIo, path, std::string("cannot stat: ") + std::strerror(err), err);
   }
   return info_of(st);
 }

@@ -3,9 +3,9 @@
 #include <sys/stat.h>
 
 #include <iostream>
+#include <ostream>
 #include <stdexcept>
 #include <string>
-#include <ostream>
 
 #include "cli/commands.hpp"
 #include "shardload/legate.hpp"

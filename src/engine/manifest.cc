@@ -120,8 +120,8 @@ Status relative_to(const std::string& dir, std::string* path) {
   path->erase(0, prefix.size());
   std::string why;
   if (!safe_relative(*path, &why)) {
-    return Status(ErrorCode::kInvalidArgument, path_for_message(prefix + *path) +
-                                                   ": cannot be written into a manifest: " + why);
+    return Status(ErrorCode::kInvalidArgument,
+                  path_for_message(prefix + *path) + ": cannot be written into a manifest: " + why);
   }
   return Status::ok();
 }
@@ -192,8 +192,7 @@ Result<std::uint64_t> file_checksum(const std::string& path, Checksum kind, IoBa
     if (got < 0) {
       const int err = static_cast<int>(-got);
       return file_error(ErrorCode::kIo, path,
-                        "cannot read at byte " + std::to_string(offset) + ": " +
-                            std::strerror(err),
+                        "cannot read at byte " + std::to_string(offset) + ": " + std::strerror(err),
                         err);
     }
     if (got == 0) break;
@@ -224,7 +223,8 @@ Result<std::string> write_manifest(const Layout& layout, const std::string& dire
                           ": checksums cover regular files only, and this shard is a "
                           "directory (a Zarr store); index it with checksum none");
       }
-      SHARDLOAD_ASSIGN_OR_RETURN(const std::uint64_t h, file_checksum(s.path, options.checksum, io));
+      SHARDLOAD_ASSIGN_OR_RETURN(const std::uint64_t h,
+                                 file_checksum(s.path, options.checksum, io));
       // The checksum must be of the bytes the snapshot describes.
       auto now = io.stat_path(s.path);
       if (!now) return now.status();
@@ -255,10 +255,9 @@ Result<std::string> write_manifest(const Layout& layout, const std::string& dire
   const int fd = ::mkostemp(tmp.data(), O_CLOEXEC);
   if (fd < 0) {
     const int err = errno;
-    return file_error(ErrorCode::kIo, directory,
-                      "cannot create the manifest's temporary file: " +
-                          std::string(std::strerror(err)),
-                      err);
+    return file_error(
+        ErrorCode::kIo, directory,
+        "cannot create the manifest's temporary file: " + std::string(std::strerror(err)), err);
   }
   auto fail = [&](Status st) {
     ::close(fd);
@@ -271,14 +270,13 @@ Result<std::string> write_manifest(const Layout& layout, const std::string& dire
   ::umask(mask);
   if (::fchmod(fd, 0644 & ~mask) != 0 || ::fsync(fd) != 0) {
     const int err = errno;
-    return fail(file_error(ErrorCode::kIo, tmp, std::string("cannot sync: ") + std::strerror(err),
-                           err));
+    return fail(
+        file_error(ErrorCode::kIo, tmp, std::string("cannot sync: ") + std::strerror(err), err));
   }
   if (::close(fd) != 0) {
     const int err = errno;
     ::unlink(tmp.c_str());
-    return file_error(ErrorCode::kIo, tmp, std::string("cannot close: ") + std::strerror(err),
-                      err);
+    return file_error(ErrorCode::kIo, tmp, std::string("cannot close: ") + std::strerror(err), err);
   }
   if (::rename(tmp.c_str(), target.c_str()) != 0) {
     const int err = errno;
@@ -288,8 +286,8 @@ Result<std::string> write_manifest(const Layout& layout, const std::string& dire
                       err);
   }
   // The rename is durable only once the directory is.
-  const int dfd = ::open(directory.empty() ? "." : directory.c_str(),
-                         O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  const int dfd =
+      ::open(directory.empty() ? "." : directory.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dfd >= 0) {
     ::fsync(dfd);
     ::close(dfd);
@@ -305,11 +303,11 @@ Result<Manifest> read_manifest(const std::string& path) {
   int open_err = 0;
   auto fd = open_regular(path, 0, &open_err);
   if (!fd) {
-    Status st = file_error(ErrorCode::kLayout, path,
-                           "manifest: " + fd.status().message().substr(
-                                              std::min(fd.status().message().size(),
-                                                       path_for_message(path).size() + 2)),
-                           open_err);
+    Status st = file_error(
+        ErrorCode::kLayout, path,
+        "manifest: " + fd.status().message().substr(std::min(fd.status().message().size(),
+                                                             path_for_message(path).size() + 2)),
+        open_err);
     return st;
   }
   File file(&posix_io(), *fd, path);
@@ -334,19 +332,17 @@ Result<Manifest> read_manifest(const std::string& path) {
   }
   const std::uint64_t body = get_le(bytes.data() + 16, 8);
   if (body != info.size - kHeaderBytes - kTrailerBytes) {
-    return bad("truncated or extended: the header declares " + std::to_string(body) +
-               " body bytes, so " +
-               (body > kMaxManifestBytes ? std::string("more than ") +
-                                               std::to_string(kMaxManifestBytes)
-                                         : std::to_string(body + kHeaderBytes + kTrailerBytes)) +
-               " bytes in all, and the file has " + std::to_string(info.size));
+    return bad(
+        "truncated or extended: the header declares " + std::to_string(body) + " body bytes, so " +
+        (body > kMaxManifestBytes ? std::string("more than ") + std::to_string(kMaxManifestBytes)
+                                  : std::to_string(body + kHeaderBytes + kTrailerBytes)) +
+        " bytes in all, and the file has " + std::to_string(info.size));
   }
   const std::size_t end = bytes.size() - kTrailerBytes;
   const std::uint64_t want = get_le(bytes.data() + end, 8);
   const std::uint64_t got = XXH3_64bits(bytes.data(), end);
   if (want != got) {
-    return bad("corrupt: container checksum " + hex(got) + ", the manifest records " +
-               hex(want));
+    return bad("corrupt: container checksum " + hex(got) + ", the manifest records " + hex(want));
   }
   Manifest m;
   m.path = path;
@@ -442,9 +438,9 @@ std::string manifest_staleness(const Manifest& m, IoBackend& io) {
 Result<std::vector<ChecksumMismatch>> verify_range(const Manifest& m, std::size_t lo,
                                                    std::size_t hi, IoBackend& io) {
   if (m.checksum == Checksum::kNone) {
-    return Status(ErrorCode::kInvalidArgument,
-                  path_for_message(m.path) +
-                      ": the manifest holds no checksums; index with --checksum xxh3");
+    return Status(
+        ErrorCode::kInvalidArgument,
+        path_for_message(m.path) + ": the manifest holds no checksums; index with --checksum xxh3");
   }
   if (lo > hi || hi > m.layout.shards.size()) {
     return Status(ErrorCode::kInvalidArgument,

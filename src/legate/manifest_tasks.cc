@@ -165,13 +165,12 @@ VerifyReport verify_manifest(const std::string& manifest_path, std::int64_t grou
   auto* runtime = legate::Runtime::get_runtime();
   const legate::Library lib = library();
   if (groups <= 0) {
-    groups = 4 * std::max<std::int64_t>(
-                     1, static_cast<std::int64_t>(
-                            runtime->get_machine().count(legate::mapping::TaskTarget::CPU)));
+    groups = 4 * std::max<std::int64_t>(1, static_cast<std::int64_t>(runtime->get_machine().count(
+                                               legate::mapping::TaskTarget::CPU)));
   }
   groups = std::min<std::int64_t>(groups, static_cast<std::int64_t>(n));
-  const std::uint64_t per = (n + static_cast<std::uint64_t>(groups) - 1) /
-                            static_cast<std::uint64_t>(groups);
+  const std::uint64_t per =
+      (n + static_cast<std::uint64_t>(groups) - 1) / static_cast<std::uint64_t>(groups);
   groups = static_cast<std::int64_t>((n + per - 1) / per);
   report.groups = groups;
   const legate::Shape shape{static_cast<std::uint64_t>(n)};
@@ -202,14 +201,13 @@ VerifyReport verify_manifest(const std::string& manifest_path, std::int64_t grou
     if (code == kMismatch) {
       char buf[96];
       std::snprintf(buf, sizeof buf, "%s 0x%016llx expected, found 0x%016llx",
-                    checksum_name(m->checksum),
-                    static_cast<unsigned long long>(m->checksums[i]),
+                    checksum_name(m->checksum), static_cast<unsigned long long>(m->checksums[i]),
                     static_cast<unsigned long long>(value));
       mm.what = buf;
     } else {
-      mm.what = value != 0 ? std::string("cannot be read: ") +
-                                 std::strerror(static_cast<int>(value))
-                           : std::string("cannot be read (not a regular file?)");
+      mm.what = value != 0
+                    ? std::string("cannot be read: ") + std::strerror(static_cast<int>(value))
+                    : std::string("cannot be read (not a regular file?)");
     }
     report.mismatches.push_back(std::move(mm));
   }
@@ -246,8 +244,8 @@ Layout discover_once(const std::string& source, const std::string& pattern,
     throw LayoutError("discover task: malformed result");
   }
   auto layout = decode_layout(std::span(bytes).subspan(pos));
-  if (!layout) throw_status(layout.status().with_context("discover task: result"),
-                            ErrorSite::kDiscover);
+  if (!layout)
+    throw_status(layout.status().with_context("discover task: result"), ErrorSite::kDiscover);
   layout->manifest_status = std::move(status);
   return std::move(layout).value();
 }

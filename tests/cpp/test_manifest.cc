@@ -242,8 +242,12 @@ TEST_F(ManifestTest, EveryFlippedByteIsAnError) {
 
 TEST_F(ManifestTest, HostilePathsAreRefused) {
   Layout l = probe(dir.path());
-  const std::vector<std::string> hostile = {"../outside.npy", "/etc/passwd",  "a/../../b.npy",
-                                            "./x.npy",        "a//b.npy",     "",
+  const std::vector<std::string> hostile = {"../outside.npy",
+                                            "/etc/passwd",
+                                            "a/../../b.npy",
+                                            "./x.npy",
+                                            "a//b.npy",
+                                            "",
                                             std::string("sh\0ard.npy", 9)};
   for (const auto& p : hostile) {
     Layout h = l;
@@ -305,8 +309,7 @@ TEST_F(ManifestTest, WriteIntoAMissingDirectoryFailsCleanly) {
   for (auto& s : l.shards) s.path = dir.file("missing/" + s.path.substr(dir.path().size() + 1));
   w = write_manifest(l, dir.file("missing"));
   ASSERT_FALSE(w);
-  EXPECT_NE(w.status().message().find("temporary file"), std::string::npos)
-      << w.status().message();
+  EXPECT_NE(w.status().message().find("temporary file"), std::string::npos) << w.status().message();
 }
 
 TEST_F(ManifestTest, AFileChangedBeforeItsChecksumKeepsTheOldManifest) {

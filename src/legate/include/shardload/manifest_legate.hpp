@@ -29,8 +29,8 @@
 namespace shardload {
 
 struct VerifyReport {
-  std::size_t shards = 0;  // shards checked
-  std::int64_t groups = 0;  // points of the launch
+  std::size_t shards = 0;                    // shards checked
+  std::int64_t groups = 0;                   // points of the launch
   std::vector<ChecksumMismatch> mismatches;  // in shard order; empty: every checksum matches
 };
 
