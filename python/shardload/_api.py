@@ -301,6 +301,10 @@ _LAYOUT_DOCS = {
     "total_rows": "The number of rows of the array (``shape[0]``).",
     "nbytes": "The size of the array in bytes (``total_rows`` x the bytes of one row).",
     "num_shards": "The number of shards.",
+    "manifest_status": "How discovery used the directory's manifest, for people: "
+                       "``manifest: used ...``, ``manifest: stale because ...``, "
+                       "``manifest: absent``, ``manifest: not used: ...``; empty where no "
+                       "directory was discovered (see docs/manifest.md).",
 }
 
 
