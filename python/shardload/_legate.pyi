@@ -20,5 +20,16 @@ def handle(owner: _ArrayOwner) -> int:
     """The address legate.core.LogicalArray.from_raw_handle adopts (a copy)."""
 def verify(manifest_path: bytes, groups: int = 0) -> tuple[int, int, list[tuple[int, bytes, str]]]:
     """(shards, groups, [(shard, path, what), ...] for every mismatch)"""
-def discover_once(source: bytes, pattern: bytes, trust_manifest: bool = False) -> tuple[bytes, str]:
+def discover_once(
+    source: bytes,
+    pattern: bytes,
+    trust_manifest: bool = False,
+    format: str = "auto",
+    dtype: str | None = None,
+    trailing_shape: list[int] | None = None,
+    header_bytes: int | None = None,
+    dataset: str = "",
+    columns: list[str] = ...,
+    fill_value: float | None = None,
+) -> tuple[bytes, str]:
     """(the encoded layout, its manifest_status)"""

@@ -134,25 +134,49 @@ def verify(source: str | bytes | os.PathLike, *, groups: int | None = None,
     return [ChecksumMismatch(i, os.fsdecode(p), w) for i, p, w in bad]
 
 
-def discover_once(source: str | bytes | os.PathLike, *, pattern: str | None = None,
-                  trust_manifest: bool = False) -> Layout:
+def discover_once(
+    source: str | bytes | os.PathLike,
+    *,
+    pattern: str | None = None,
+    trust_manifest: bool = False,
+    format: str = "auto",
+    dtype: DTypeLike | None = None,
+    shape: Sequence[int] | None = None,
+    header_bytes: int | None = None,
+    dataset: str | None = None,
+    columns: Sequence[str] | None = None,
+    fill_value: float | None = None,
+) -> Layout:
     """Discovers a dataset in one Legate task for the whole job.
 
-    Under control replication every rank runs the program; :func:`shardload.discover`
+    Under control replication every rank runs the program, and :func:`shardload.discover`
     would probe every shard on every rank. Here one point task discovers (from the manifest
     when there is a usable one) and every rank reads the encoded layout it produced, so the
-    files are touched once and every rank holds the same layout. Format options come from
-    the manifest or the defaults (auto); use :func:`shardload.discover` for others.
+    files are touched by one processor and every rank holds the same layout, snapshots
+    included. Pass the result to :func:`shardload.load`. Starts the Legate runtime.
+
+    Args:
+        source: a directory, numbered pattern, glob or file (str, bytes or os.PathLike).
+        pattern, trust_manifest, format, dtype, shape, header_bytes, dataset, columns,
+            fill_value: as for :func:`shardload.discover`.
 
     Raises:
+        TypeError, ValueError: a bad argument.
         LayoutError: as :func:`shardload.discover`.
     """
+    if not isinstance(source, (str, bytes, os.PathLike)):
+        raise TypeError(f"source: expected a path (str, bytes or os.PathLike), found "
+                        f"{_found(source)}")
     if not isinstance(trust_manifest, bool):
         raise TypeError(f"trust_manifest: expected a bool, found {_found(trust_manifest)}")
+    pat = _api._pattern(pattern)
+    args = (_api._format(format), _api._dtype(dtype), _api._shape(shape),
+            _api._header_bytes(header_bytes), _api._text("dataset", dataset) or "",
+            _api._columns(columns), _api._fill_value(fill_value))
     from . import _legate
 
     _api._check_thread()
     _api._start_runtime()
     encoded, status = _legate.discover_once(
-        os.fsencode(source), os.fsencode(pattern) if pattern else b"", trust_manifest)
+        os.fsencode(source), os.fsencode(pat) if pat else b"", trust_manifest, *args)
     return _core.decode_layout(encoded, status)

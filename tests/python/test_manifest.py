@@ -262,3 +262,21 @@ def test_cli_index_verify(cli, tmp_path):
     assert r.returncode == 2 and "--checksum" in r.stderr
     r = run(cli, "index", d / "shard_0000.npy")
     assert r.returncode == 1 and "directory" in r.stderr
+
+
+def test_discover_once_with_format_options(tmp_path):
+    d = tmp_path / "raw"
+    d.mkdir()
+    data = np.arange(7 * 4, dtype=">i2").reshape(7, 4)
+    for i, (lo, hi) in enumerate([(0, 3), (3, 7)]):
+        (d / f"shard_{i:04d}.bin").write_bytes(b"HDR!" + data[lo:hi].tobytes())
+    opts = dict(format="raw", dtype=">i2", shape=(4,), header_bytes=4)
+    direct = shardload.discover(d, **opts)
+    once = shardload.discover_once(d, **opts)
+    assert once.encode() == direct.encode()
+    np.testing.assert_array_equal(np.asarray(shardload.load(once)), data)
+    shardload.index(d, **opts)
+    once = shardload.discover_once(d, trust_manifest=True, **opts)
+    assert once.encode() == direct.encode() and "trusted" in once.manifest_status
+    with pytest.raises(TypeError, match="source"):
+        shardload.discover_once(3)
