@@ -364,6 +364,8 @@ Result<Manifest> read_manifest(const std::string& path) {
   auto layout = decode_layout(part);
   if (!layout) return bad(layout.status().message());
   const std::size_t shards = layout->shards.size();
+  // discover() never makes a layout without shards; a manifest of one is not ours.
+  if (shards == 0) return bad("lists no shards");
   const std::size_t want_sums = m.checksum == Checksum::kNone ? 0 : shards;
   if (c.left() / 8 != want_sums || c.left() % 8 != 0) {
     return bad(std::to_string(c.left()) + " bytes after the layout, expected " +

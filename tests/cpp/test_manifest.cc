@@ -278,6 +278,14 @@ TEST_F(ManifestTest, HostileCountsAndLengthsAreRefusedWithoutAllocating) {
   EXPECT_NE(m.status().message().find("8 per shard"), std::string::npos) << m.status().message();
   write_file(path, container(body, 7));
   EXPECT_FALSE(read_manifest(path));
+  // No shards at all.
+  Layout empty = probe(dir.path());
+  empty.shards.clear();
+  write_file(path, container(layout_body(empty)));
+  m = read_manifest(path);
+  ASSERT_FALSE(m);
+  EXPECT_NE(m.status().message().find("lists no shards"), std::string::npos)
+      << m.status().message();
   // Another version.
   std::string v2 = container(body);
   v2[8] = 2;
