@@ -440,9 +440,9 @@ std::string manifest_staleness(const Manifest& m, IoBackend& io) {
 Result<std::vector<ChecksumMismatch>> verify_range(const Manifest& m, std::size_t lo,
                                                    std::size_t hi, IoBackend& io) {
   if (m.checksum == Checksum::kNone) {
-    return Status(
-        ErrorCode::kInvalidArgument,
-        path_for_message(m.path) + ": the manifest holds no checksums; index with --checksum xxh3");
+    return file_error(ErrorCode::kLayout, m.path,
+                      "the manifest holds no checksums; index the directory again with "
+                      "checksum xxh3");
   }
   if (lo > hi || hi > m.layout.shards.size()) {
     return Status(ErrorCode::kInvalidArgument,

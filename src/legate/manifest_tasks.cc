@@ -154,9 +154,10 @@ VerifyReport verify_manifest(const std::string& manifest_path, std::int64_t grou
   auto m = read_manifest(manifest_path);
   if (!m) throw_status(m.status(), ErrorSite::kDiscover);
   if (m->checksum == Checksum::kNone) {
-    throw_status(file_error(ErrorCode::kLayout, manifest_path,
-                            "the manifest holds no checksums; index with --checksum xxh3"),
-                 ErrorSite::kDiscover);
+    throw_status(
+        file_error(ErrorCode::kLayout, manifest_path,
+                   "the manifest holds no checksums; index the directory again with checksum xxh3"),
+        ErrorSite::kDiscover);
   }
   VerifyReport report;
   const std::size_t n = m->layout.shards.size();

@@ -213,11 +213,12 @@ def test_verify_names_every_corrupted_file(tmp_path, on_host):
     assert "read" in bad[1].what or "open" in bad[1].what
 
 
-def test_verify_without_checksums_is_an_error(data):
+@pytest.mark.parametrize("on_host", [False, True])
+def test_verify_without_checksums_is_an_error(data, on_host):
     d, _ = data
     shardload.index(d)
     with pytest.raises(shardload.LayoutError, match="no checksums"):
-        shardload.verify(d)
+        shardload.verify(d, on_host=on_host)
 
 
 def test_discover_once_equals_discover(data):
