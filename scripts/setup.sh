@@ -14,7 +14,8 @@ DEB_PACKAGES=(build-essential cmake ninja-build pkg-config libgtest-dev libgmock
               libbenchmark-dev python3-venv python3-dev
               clang libclang-rt-14-dev  # libFuzzer targets and their sanitizers
               nlohmann-json3-dev zlib1g-dev libzstd-dev liblz4-dev libblosc-dev  # raw + zarr readers
-              libhdf5-dev)  # HDF5 reader: headers + the libhdf5_serial.so.103 it dlopens
+              libhdf5-dev  # HDF5 reader: headers + the libhdf5_serial.so.103 it dlopens
+              libxxhash-dev)  # manifest checksums (XXH3)
 missing=()
 for p in "${DEB_PACKAGES[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

@@ -49,6 +49,7 @@ from ._api import (  # noqa: E402
 )
 from ._readers import register_reader, registered_readers  # noqa: E402
 from ._batches import BatchIterator, batches  # noqa: E402
+from ._manifest import ChecksumMismatch, discover_once, index, verify  # noqa: E402
 
 __all__ = [
     "__version__",
@@ -66,4 +67,8 @@ __all__ = [
     "load",
     "register_reader",
     "registered_readers",
+    "ChecksumMismatch",
+    "index",
+    "verify",
+    "discover_once",
 ]

@@ -301,6 +301,10 @@ _LAYOUT_DOCS = {
     "total_rows": "The number of rows of the array (``shape[0]``).",
     "nbytes": "The size of the array in bytes (``total_rows`` x the bytes of one row).",
     "num_shards": "The number of shards.",
+    "manifest_status": "How discovery used the directory's manifest, for people: "
+                       "``manifest: used ...``, ``manifest: stale because ...``, "
+                       "``manifest: absent``, ``manifest: not used: ...``; empty where no "
+                       "directory was discovered (see docs/manifest.md).",
 }
 
 
@@ -343,6 +347,7 @@ def discover(
     dataset: str | None = None,
     columns: Sequence[str] | None = None,
     fill_value: float | None = None,
+    trust_manifest: bool = False,
 ) -> Layout:
     """Finds and validates the shards of a dataset without reading their data.
 
@@ -379,6 +384,11 @@ def discover(
             error); a bool, int or float. It travels as a float64, so an int
             beyond 2**53 that float64 cannot hold exactly is refused; whether
             the dtype holds it (1.5 or 300 for uint8) the reader checks.
+        trust_manifest: a directory source with a manifest (``DIR/shardload.manifest``,
+            written by :func:`shardload.index`) is discovered from it when every shard's
+            size and times still match it (one stat per file; else the files are probed and
+            ``layout.manifest_status`` says why); True takes the manifest without touching
+            any shard at all. See docs/manifest.md.
 
     Returns:
         The layout: shard paths, rows per shard, dtype, shape, byte count.
@@ -393,6 +403,8 @@ def discover(
             the message names the file and what was expected and found.
     """
     source = _source(source)
+    if not isinstance(trust_manifest, (bool, np.bool_)):
+        raise TypeError(f"trust_manifest: expected a bool, found {_found(trust_manifest)}")
     return _core.discover(
         source,
         _pattern(pattern),
@@ -403,6 +415,7 @@ def discover(
         _text("dataset", dataset) or "",
         _columns(columns),
         _fill_value(fill_value),
+        bool(trust_manifest),
     )
 
 
@@ -575,6 +588,7 @@ def load(
     info: bool = False,
     progress: ProgressCallback | None = None,
     reader: str | None = None,
+    trust_manifest: bool = False,
 ) -> "cupynumeric.ndarray | tuple[cupynumeric.ndarray, LoadInfo]":
     """Loads a sharded dataset into one distributed ``cupynumeric.ndarray``.
 
@@ -619,6 +633,7 @@ def load(
             fraction jumps from 0 to 1. An exception it raises propagates;
             raised before "filled", it stops the load before the launch (at
             "launching" the launch is not yet submitted).
+        trust_manifest: as for :func:`discover`.
 
     The ``shardload`` logger (:mod:`logging`) gets a DEBUG record per stage
     and a summary (shape, size, seconds, GB/s), at INFO when the load took
@@ -655,6 +670,7 @@ def load(
         given = {"format": None if format == "auto" else format, "dtype": dtype, "shape": shape,
                  "header_bytes": header_bytes, "dataset": dataset, "columns": columns,
                  "fill_value": fill_value, "info": info or None, "progress": progress,
+                 "trust_manifest": trust_manifest or None,
                  "a Layout": source if isinstance(source, Layout) else None}
         passed = [name for name, value in given.items() if value is not None]
         if passed:
@@ -667,6 +683,8 @@ def load(
                  "dtype": dtype, "shape": shape, "header_bytes": header_bytes,
                  "dataset": dataset, "columns": columns, "fill_value": fill_value}
         passed = [name for name in _LOAD_OPTIONS if given[name] is not None]
+        if trust_manifest:
+            passed.append("trust_manifest")
         if passed:
             raise TypeError(f"load: {', '.join(passed)} cannot be passed with a Layout, which "
                             "keeps the options it was discovered with; pass them to discover()")
@@ -674,7 +692,12 @@ def load(
     else:
         layout = discover(source, pattern=pattern, format=format, dtype=dtype, shape=shape,
                           header_bytes=header_bytes, dataset=dataset, columns=columns,
-                          fill_value=fill_value)
+                          fill_value=fill_value, trust_manifest=trust_manifest)
+        if layout.manifest_status:
+            # A manifest that could not be used is worth a look; one used or absent is not.
+            quiet = layout.manifest_status.startswith(("manifest: used", "manifest: absent"))
+            logger.log(logging.DEBUG if quiet else logging.INFO, "load: %s",
+                       layout.manifest_status)
     if rows is not None:
         layout = layout.slice_rows(*_rows(rows, layout.total_rows))
     nbytes = layout.nbytes

@@ -33,3 +33,18 @@ def check_load_memory(rows: int, row_bytes: int, target: str, processors: int,
                       overdecompose: int) -> None:
     """Raises OutOfMemoryError as load() does when the array would not fit (target "GPU" or
     "CPU")."""
+def verify(manifest_path: bytes, groups: int = 0) -> tuple[int, int, list[tuple[int, bytes, str]]]:
+    """(shards, groups, [(shard, path, what), ...] for every mismatch)"""
+def discover_once(
+    source: bytes,
+    pattern: bytes,
+    trust_manifest: bool = False,
+    format: str = "auto",
+    dtype: str | None = None,
+    trailing_shape: list[int] | None = None,
+    header_bytes: int | None = None,
+    dataset: str = "",
+    columns: list[str] = ...,
+    fill_value: float | None = None,
+) -> tuple[bytes, str]:
+    """(the encoded layout, its manifest_status)"""

@@ -13,6 +13,7 @@
 #include "shardload/fill.hpp"
 #include "shardload/format.hpp"
 #include "shardload/layout.hpp"
+#include "shardload/manifest.hpp"
 #include "shardload/plan.hpp"
 
 namespace py = pybind11;
@@ -93,6 +94,8 @@ PYBIND11_MODULE(_core, m) {
       .def_property_readonly("total_rows", &Layout::total_rows)
       .def_property_readonly("nbytes", &Layout::total_bytes)
       .def_property_readonly("num_shards", [](const Layout& l) { return l.shards.size(); })
+      .def_property_readonly("manifest_status",
+                             [](const Layout& l) { return message_str(l.manifest_status); })
       .def("encode",
            [](const Layout& l) {
              const auto b = encode_layout(l);
@@ -139,9 +142,12 @@ PYBIND11_MODULE(_core, m) {
          const std::optional<std::string>& dtype,
          const std::optional<std::vector<std::int64_t>>& trailing_shape,
          const std::optional<std::uint64_t>& header_bytes, const std::string& dataset,
-         const std::vector<std::string>& columns, const std::optional<double>& fill_value) {
+         const std::vector<std::string>& columns, const std::optional<double>& fill_value,
+         bool trust_manifest, bool use_manifest) {
         Source src = make_source(source, pattern);
         DiscoverOptions opts;
+        opts.trust_manifest = trust_manifest;
+        opts.use_manifest = use_manifest;
         opts.format.format = unwrap(parse_format(format));
         if (dtype) {
           bool big = false;
@@ -166,7 +172,72 @@ PYBIND11_MODULE(_core, m) {
       py::arg("source"), py::arg("pattern") = py::none(), py::arg("format") = "auto",
       py::arg("dtype") = py::none(), py::arg("trailing_shape") = py::none(),
       py::arg("header_bytes") = py::none(), py::arg("dataset") = "",
-      py::arg("columns") = std::vector<std::string>{}, py::arg("fill_value") = py::none());
+      py::arg("columns") = std::vector<std::string>{}, py::arg("fill_value") = py::none(),
+      py::arg("trust_manifest") = false, py::arg("use_manifest") = true);
+
+  // The manifest (shardload/manifest.hpp); shardload._manifest is its Python API.
+  m.def(
+      "write_manifest",
+      [](const Layout& layout, const py::object& directory, const std::string& checksum,
+         const py::object& pattern) {
+        ManifestOptions opts;
+        opts.checksum = unwrap(parse_checksum(checksum));
+        if (!pattern.is_none()) opts.pattern = path_bytes(pattern);
+        const std::string dir = path_bytes(directory);
+        Result<std::string> written = [&] {
+          py::gil_scoped_release release;
+          return write_manifest(layout, dir, opts);
+        }();
+        if (!written) raise(written.status().with_context("indexing " + dir));
+        return path_str(*written);
+      },
+      py::arg("layout"), py::arg("directory"), py::arg("checksum") = "none",
+      py::arg("pattern") = py::none());
+  m.def(
+      "read_manifest",
+      [](const py::object& path) {
+        Result<Manifest> r = read_manifest(path_bytes(path));
+        if (!r) raise(r.status());
+        py::dict d;
+        d["layout"] = std::move(r->layout);
+        d["pattern"] = path_str(r->pattern);
+        d["checksum"] = checksum_name(r->checksum);
+        d["checksums"] = r->checksums;
+        return d;
+      },
+      py::arg("path"));
+  m.def(
+      "decode_layout",
+      [](const py::bytes& encoded, const std::string& manifest_status) {
+        const std::string b = encoded;
+        auto l =
+            decode_layout(std::span(reinterpret_cast<const std::uint8_t*>(b.data()), b.size()));
+        if (!l) raise(l.status());
+        l->manifest_status = manifest_status;
+        return std::move(l).value();
+      },
+      py::arg("encoded"), py::arg("manifest_status") = "");
+  m.def(
+      "manifest_path",
+      [](const py::object& dir) { return path_str(manifest_path(path_bytes(dir))); },
+      py::arg("directory"));
+  m.def(
+      "verify_on_host",
+      [](const py::object& path) {
+        Result<Manifest> r = read_manifest(path_bytes(path));
+        if (!r) raise(r.status());
+        Result<std::vector<ChecksumMismatch>> v = [&] {
+          py::gil_scoped_release release;
+          return verify_range(*r, 0, r->layout.shards.size(), posix_io());
+        }();
+        if (!v) raise(v.status());
+        py::list out;
+        for (const auto& mm : *v) {
+          out.append(py::make_tuple(mm.shard, path_str(mm.path), message_str(mm.what)));
+        }
+        return out;
+      },
+      py::arg("path"));
 
   // The paths of a source, in order, without opening them (the Python readers' discovery).
   m.def(

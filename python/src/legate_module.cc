@@ -3,17 +3,20 @@
 // address legate.core.LogicalArray.from_raw_handle adopts; errors become the
 // package's exceptions.
 #include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
 
 #include <cstdint>
 #include <memory>
 #include <optional>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "errors.hpp"
 #include "shardload/batches.hpp"
 #include "shardload/codec.hpp"
 #include "shardload/legate.hpp"
+#include "shardload/manifest_legate.hpp"
 
 namespace py = pybind11;
 
@@ -100,6 +103,67 @@ PYBIND11_MODULE(_legate, m) {
         py::capsule owner = array_owner(array);
         return py::make_tuple(std::move(owner), batch->index, batch->lo, batch->hi);
       });
+
+  m.def(
+      "verify",
+      [](const py::bytes& manifest_path, std::int64_t groups) {
+        const std::string path = manifest_path;
+        shardload::VerifyReport report;
+        {
+          py::gil_scoped_release release;
+          report = shardload::verify_manifest(path, groups);
+        }
+        py::list out;
+        for (const auto& mm : report.mismatches) {
+          out.append(py::make_tuple(mm.shard, py::bytes(mm.path),
+                                    shardload::python::message_str(mm.what)));
+        }
+        return py::make_tuple(report.shards, report.groups, out);
+      },
+      py::arg("manifest_path"), py::arg("groups") = 0);
+
+  m.def(
+      "discover_once",
+      [](const py::bytes& source, const py::bytes& pattern, bool trust_manifest,
+         const std::string& format, const std::optional<std::string>& dtype,
+         const std::optional<std::vector<std::int64_t>>& trailing_shape,
+         const std::optional<std::uint64_t>& header_bytes, const std::string& dataset,
+         const std::vector<std::string>& columns, const std::optional<double>& fill_value) {
+        const std::string src = source;
+        const std::string pat = pattern;
+        // The options as _core.discover converts them (the Python side checked them).
+        shardload::FormatOptions opts;
+        auto unwrap = [](auto r) {
+          if (!r) shardload::throw_status(r.status(), shardload::ErrorSite::kDiscover);
+          return std::move(r).value();
+        };
+        opts.format = unwrap(shardload::parse_format(format));
+        if (dtype) {
+          bool big = false;
+          opts.dtype = unwrap(shardload::parse_dtype(*dtype, &big));
+          if (!dtype->empty() && ((*dtype)[0] == '<' || (*dtype)[0] == '>')) {
+            opts.big_endian = big;
+          }
+        }
+        opts.trailing_shape = trailing_shape;
+        opts.header_bytes = header_bytes;
+        opts.dataset = dataset;
+        opts.columns = columns;
+        opts.fill_value = fill_value;
+        shardload::Layout layout;
+        {
+          py::gil_scoped_release release;
+          layout = shardload::discover_once(src, pat, opts, trust_manifest);
+        }
+        const auto b = shardload::encode_layout(layout);
+        return py::make_tuple(py::bytes(reinterpret_cast<const char*>(b.data()), b.size()),
+                              shardload::python::message_str(layout.manifest_status));
+      },
+      py::arg("source"), py::arg("pattern"), py::arg("trust_manifest") = false,
+      py::arg("format") = "auto", py::arg("dtype") = py::none(),
+      py::arg("trailing_shape") = py::none(), py::arg("header_bytes") = py::none(),
+      py::arg("dataset") = "", py::arg("columns") = std::vector<std::string>{},
+      py::arg("fill_value") = py::none());
 
   m.def(
       "handle",

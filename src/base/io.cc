@@ -12,6 +12,16 @@ namespace shardload {
 
 namespace {
 
+FileInfo info_of(const struct ::stat& st) {
+  FileInfo info;
+  info.size = static_cast<std::uint64_t>(st.st_size);
+  info.mtime_ns = static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+  info.regular = S_ISREG(st.st_mode);
+  info.ctime_ns = static_cast<std::int64_t>(st.st_ctim.tv_sec) * 1000000000 + st.st_ctim.tv_nsec;
+  info.inode = static_cast<std::uint64_t>(st.st_ino);
+  return info;
+}
+
 class PosixIo final : public IoBackend {
  public:
   Result<int> open(const std::string& path) override { return open_regular(path); }
@@ -23,13 +33,7 @@ class PosixIo final : public IoBackend {
       return file_error(ErrorCode::kIo, path, std::string("cannot stat: ") + std::strerror(err),
                         err);
     }
-    FileInfo info;
-    info.size = static_cast<std::uint64_t>(st.st_size);
-    info.mtime_ns = static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
-    info.regular = S_ISREG(st.st_mode);
-    info.ctime_ns = static_cast<std::int64_t>(st.st_ctim.tv_sec) * 1000000000 + st.st_ctim.tv_nsec;
-    info.inode = static_cast<std::uint64_t>(st.st_ino);
-    return info;
+    return info_of(st);
   }
 
   std::int64_t pread(int fd, void* buf, std::size_t n, std::uint64_t offset) override {
@@ -105,6 +109,19 @@ std::string descriptor_path(int fd, const std::string& path) {
   // Checked once: /proc is either mounted for the whole process or not.
   static const bool have_proc = ::access("/proc/self/fd", X_OK) == 0;
   return have_proc ? "/proc/self/fd/" + std::to_string(fd) : path;
+}
+
+Result<FileInfo> IoBackend::stat_path(const std::string& path) {
+  if (path.find('\0') != std::string::npos) {
+    return Status(ErrorCode::kInvalidArgument,
+                  path_for_message(path) + ": the path holds a NUL character");
+  }
+  struct ::stat st {};
+  if (::stat(path.c_str(), &st) != 0) {
+    const int err = errno;
+    return file_error(ErrorCode::kIo, path, std::string("cannot stat: ") + std::strerror(err), err);
+  }
+  return info_of(st);
 }
 
 IoBackend& posix_io() {

@@ -15,6 +15,7 @@
 
 #include "readers/detail/json.hpp"
 #include "shardload/layout.hpp"
+#include "shardload/manifest.hpp"
 #include "shardload/source.hpp"
 #include "shardload/synth.hpp"
 
@@ -126,8 +127,27 @@ const std::vector<CommandSpec>& commands() {
        "Prints the discovered layout of a directory, numbered pattern, glob, file or list of\n"
        "files without reading their data. Exit status 1 when they do not form a dataset.",
        {{"pattern", "P", "the numbering of the files in a directory SOURCE (shard_{:04d}.npy)"},
-        {"json", nullptr, "print the layout as JSON (paths not in UTF-8: \\udcXX per byte)"}},
+        {"json", nullptr, "print the layout as JSON (paths not in UTF-8: \\udcXX per byte)"},
+        {"trust-manifest", nullptr, "take DIR/shardload.manifest without checking any shard"}},
        true},
+      {"index",
+       "DIR [options]",
+       "write DIR/shardload.manifest: the layout, for discovery without probing",
+       "Discovers DIR (probing every shard) and writes its manifest, DIR/shardload.manifest,\n"
+       "atomically: every shard's path, rows, format data and snapshot, and with --checksum\n"
+       "a checksum of each file for `shardload verify`. Later discoveries of DIR read it\n"
+       "instead of the shards while every shard's size and times match.",
+       {{"pattern", "P", "the numbering of the files in DIR (shard_{:04d}.npy)"},
+        {"checksum", "C", "xxh3 or none (default none)"}},
+       true},
+      {"verify",
+       "DIR|MANIFEST [options]",
+       "check the shards against the manifest's checksums, in parallel under Legate",
+       "Hashes every shard named in DIR/shardload.manifest (or the manifest file given) in a\n"
+       "Legate task, one point per group of shards, and names every file whose checksum\n"
+       "differs or that cannot be read. Exit status 1 when any does.",
+       {{"groups", "G", "points of the launch (default four per CPU)"}},
+       false},
       {"read",
        "SOURCE [options]",
        "load a dataset under Legate, time it and verify it",
@@ -139,6 +159,7 @@ const std::vector<CommandSpec>& commands() {
         {"repeat", "N", "load N times, timing each (default 1)"},
         {"seed", "S", "verify against this seed instead of _meta.json's"},
         {"no-verify", nullptr, "skip the verification"},
+        {"trust-manifest", nullptr, "take DIR/shardload.manifest without checking any shard"},
         {"shard-dir", "DIR", "deprecated: the same as giving DIR as SOURCE"}},
        true},
   };
@@ -519,13 +540,54 @@ int cmd_inspect(const Args& args) {
   Result<Source> src = p.positional.size() == 1 ? Source::parse(p.positional[0], p.opts["pattern"])
                                                 : Result<Source>(Source::list(p.positional));
   if (!src) return fail(cmd, src.status().message());
+  opts.trust_manifest = p.flags.count("trust-manifest") != 0;
   auto layout = discover(*src, opts);
   if (!layout) return fail(cmd, "loading " + src->describe() + ": " + layout.status().message());
   if (p.flags.count("json") != 0) {
     print_json(std::cout, *src, *layout);
   } else {
-    std::cout << "source:         " << src->describe() << "\n" << describe(*layout);
+    std::cout << "source:         " << src->describe() << "\n";
+    if (!layout->manifest_status.empty() && layout->manifest_status != "manifest: absent") {
+      std::cout << layout->manifest_status << "\n";
+    }
+    std::cout << describe(*layout);
   }
+  return 0;
+}
+
+int cmd_index(const Args& args) {
+  const char* cmd = "index";
+  Parsed p;
+  if (auto rc = parse_command_line(*find_command(cmd), args, &p)) return *rc;
+  if (p.positional.size() != 1) {
+    return usage_error(cmd, "expected one DIR, the directory that holds the shards");
+  }
+  DiscoverOptions opts;
+  opts.use_manifest = false;  // the files themselves, not the manifest being replaced
+  if (Status s = parse_format_options(p.opts, &opts.format); !s) {
+    return usage_error(cmd, cli_spelling(s.message()));
+  }
+  ManifestOptions mopts;
+  if (auto c = parse_checksum(p.opts["checksum"]); c) {
+    mopts.checksum = *c;
+  } else {
+    return usage_error(cmd, "--checksum: " + c.status().message());
+  }
+  mopts.pattern = p.opts["pattern"];
+  Result<Source> src = Source::parse(p.positional[0], mopts.pattern);
+  if (!src) return fail(cmd, src.status().message());
+  if (src->kind != Source::Kind::kDirectory) {
+    return fail(cmd, path_for_message(p.positional[0]) +
+                         ": a manifest is written into the directory of the shards; give that "
+                         "directory (with --pattern for another numbering)");
+  }
+  auto layout = discover(*src, opts);
+  if (!layout) return fail(cmd, "loading " + src->describe() + ": " + layout.status().message());
+  auto written = write_manifest(*layout, src->directory, mopts);
+  if (!written) return fail(cmd, "indexing " + src->describe() + ": " + written.status().message());
+  std::cout << "wrote " << path_for_message(*written) << ": " << layout->shards.size()
+            << " shards, " << layout->total_rows() << " rows, checksums "
+            << checksum_name(mopts.checksum) << "\n";
   return 0;
 }
 
@@ -582,6 +644,7 @@ std::optional<int> parse_read_args(const Args& args, ReadArgs* out) {
   if (Status s = parse_format_options(p.opts, &out->format); !s) {
     return usage_error(cmd, cli_spelling(s.message()));
   }
+  out->trust_manifest = p.flags.count("trust-manifest") != 0;
   return std::nullopt;
 }
 

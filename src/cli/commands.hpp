@@ -54,6 +54,12 @@ std::optional<int> parse_command_line(const CommandSpec& spec, const Args& args,
 
 int cmd_write(const Args& args);
 int cmd_inspect(const Args& args);
+// `shardload index DIR`: writes DIR/shardload.manifest (no Legate).
+int cmd_index(const Args& args);
+#ifdef SHARDLOAD_WITH_LEGATE
+// `shardload verify DIR|MANIFEST`: the checksums, in a Legate task (src/cli/verify.cc).
+int cmd_verify(const Args& args);
+#endif
 
 // What `shardload read` was asked to do, checked before Legate starts.
 struct ReadArgs {
@@ -65,6 +71,7 @@ struct ReadArgs {
   bool verify = true;
   std::optional<long long> seed;
   FormatOptions format;
+  bool trust_manifest = false;
 };
 
 // Parses `read`'s arguments into `out`; nullopt to go on, else the exit code

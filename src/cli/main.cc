@@ -53,6 +53,16 @@ int main(int argc, char** argv) {
   }
   if (cmd == "write") return shardload::cli::cmd_write(args);
   if (cmd == "inspect") return shardload::cli::cmd_inspect(args);
+  if (cmd == "index") return shardload::cli::cmd_index(args);
+  if (cmd == "verify") {
+#ifdef SHARDLOAD_WITH_LEGATE
+    return shardload::cli::cmd_verify(args);
+#else
+    std::cerr
+        << "shardload verify: this build has no Legate (configure with SHARDLOAD_WITH_LEGATE)\n";
+    return 2;
+#endif
+  }
   if (cmd == "read") {
     shardload::cli::ReadArgs read;
     if (auto rc = shardload::cli::parse_read_args(args, &read)) return *rc;

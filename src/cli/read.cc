@@ -8,6 +8,7 @@
 
 #include "cli/commands.hpp"
 #include "shardload/legate.hpp"
+#include "shardload/manifest_legate.hpp"
 #include "shardload/source.hpp"
 #include "shardload/verify.hpp"
 
@@ -36,9 +37,14 @@ std::optional<Layout> warmup_layout(const Layout& l) {
 }
 
 int run(const ReadArgs& a, std::ostream& out, std::ostream& err) {
-  const auto layout = discover(a.source, a.pattern, a.format);
-  out << "source:         " << Source::parse(a.source, a.pattern).value().describe() << "\n"
-      << describe(layout);
+  // One point discovers for the whole job (every rank runs this program); see
+  // shardload/manifest_legate.hpp.
+  const auto layout = discover_once(a.source, a.pattern, a.format, a.trust_manifest);
+  out << "source:         " << Source::parse(a.source, a.pattern).value().describe() << "\n";
+  if (!layout.manifest_status.empty() && layout.manifest_status != "manifest: absent") {
+    out << layout.manifest_status << "\n";
+  }
+  out << describe(layout);
   auto* runtime = legate::Runtime::get_runtime();
   LoadOptions opts;
   opts.overdecompose = a.overdecompose;

@@ -11,6 +11,7 @@
 
 #include "base/detail/checked.hpp"
 #include "shardload/reader_registry.hpp"
+#include "shardload/manifest.hpp"
 
 namespace shardload {
 
@@ -316,7 +317,22 @@ Result<Source> auto_directory(const Source& s, DiscoverOptions* options) {
 
 }  // namespace
 
+static Result<Layout> discover_probing(const Source& source, const DiscoverOptions& options);
+
 Result<Layout> discover(const Source& source, const DiscoverOptions& options) {
+  std::string manifest_note;
+  if (source.kind == Source::Kind::kDirectory && options.use_manifest) {
+    ManifestDiscovery m = discover_from_manifest(source, options);
+    if (m.layout) return std::move(*m.layout);
+    if (!m.error.is_ok()) return m.error;
+    manifest_note = std::move(m.note);
+  }
+  auto probed = discover_probing(source, options);
+  if (probed) probed->manifest_status = std::move(manifest_note);
+  return probed;
+}
+
+static Result<Layout> discover_probing(const Source& source, const DiscoverOptions& options) {
   Source s = source;
   DiscoverOptions opts = options;
   if (s.kind == Source::Kind::kDirectory && s.pattern.empty()) {

@@ -94,6 +94,8 @@ legate::Library library() {
   if (created) {
     detail::LoadTask::register_variants(lib);
     detail::LoadReportTask::register_variants(lib);
+    detail::VerifyManifestTask::register_variants(lib);
+    detail::DiscoverTask::register_variants(lib);
   }
   return lib;
 }

@@ -143,8 +143,8 @@ def test_logger_records_stages_and_a_summary(tmp_path: pathlib.Path, caplog,
 # ---- docstrings, py.typed, stubs ------------------------------------------------------------
 
 LAYOUT_MEMBERS = ["format", "dtype", "shape", "trailing_shape", "paths", "rows", "offsets",
-                  "total_rows", "nbytes", "num_shards", "encode", "describe", "read",
-                  "slice_rows"]
+                  "total_rows", "nbytes", "num_shards", "manifest_status", "encode", "describe",
+                  "read", "slice_rows"]
 
 
 def test_layout_and_its_members_have_docstrings(tmp_path: pathlib.Path) -> None:

@@ -16,7 +16,12 @@ namespace shardload::detail {
 inline constexpr const char* kLibraryName = "shardload";
 
 // Task ids of the library; 2 is the demo verify task's (src/testing/verify_task.cc).
-enum TaskId : std::int64_t { kLoadTask = 1, kLoadReportTask = 10 };
+enum TaskId : std::int64_t {
+  kLoadTask = 1,
+  kVerifyManifestTask = 3,
+  kDiscoverTask = 4,
+  kLoadReportTask = 10,
+};
 
 // Output 0: the array, tiled along axis 0. Scalars: 0 encoded layout
 // (uint8 array), 1 processors, 2 overdecompose, 3 tile rows (checked).
@@ -64,6 +69,32 @@ inline constexpr std::size_t kRecordHeader = 8;
 void encode_record(const Status& status, std::byte* record, std::size_t size);
 // Decodes a record; ok for code 0.
 Status decode_record(const std::byte* record, std::size_t size);
+// The manifest's checksums, one point per group of shards (src/legate/manifest_tasks.cc).
+// Outputs 0 (uint8: 0 ok, 1 mismatch, 2 unreadable) and 1 (uint64: the checksum found, or
+// the errno of an unreadable file), both 1-D over the shards and tiled by group. Scalars:
+// 0 the manifest's path (bytes), 1 its container checksum (the points check they read the
+// manifest the caller read).
+class VerifyManifestTask : public legate::LegateTask<VerifyManifestTask> {
+ public:
+  static inline const auto TASK_CONFIG =  // NOLINT(cert-err58-cpp)
+      legate::TaskConfig{legate::LocalTaskID{kVerifyManifestTask}}
+          .with_signature(legate::TaskSignature{}.outputs(2).scalars(2))
+          .with_variant_options(legate::VariantOptions{}.with_may_throw_exception(true));
+
+  static void cpu_variant(legate::TaskContext context);
+};
+
+// Discovery in one point, for the whole job: output 0 an unbound 1-D uint8 store that the
+// point binds to the encoded result (see discover_once). Scalar 0: the encoded request.
+class DiscoverTask : public legate::LegateTask<DiscoverTask> {
+ public:
+  static inline const auto TASK_CONFIG =  // NOLINT(cert-err58-cpp)
+      legate::TaskConfig{legate::LocalTaskID{kDiscoverTask}}
+          .with_signature(legate::TaskSignature{}.outputs(1).scalars(1))
+          .with_variant_options(legate::VariantOptions{}.with_may_throw_exception(true));
+
+  static void cpu_variant(legate::TaskContext context);
+};
 
 // How a Status crosses the task boundary: its code travels as the TaskException's index and
 // its message as the exception's message, so that the launcher rebuilds the Status and

@@ -47,6 +47,11 @@ class IoBackend {
   // One positional read: bytes read (0 at end of file) or -errno.
   virtual std::int64_t pread(int fd, void* buf, std::size_t n, std::uint64_t offset) = 0;
   virtual void close(int fd) = 0;
+  // The snapshot of a path without opening it (stat(2), following links): the one call a
+  // manifest's freshness check makes per file. Not pure, so that backends written before it
+  // keep compiling; the default is the real call, which a counting or failing backend
+  // overrides.
+  virtual Result<FileInfo> stat_path(const std::string& path);
 };
 
 // The process-wide POSIX backend. It is stateless, so sharing it is safe.

@@ -28,6 +28,10 @@ struct Layout : ReadSpec {
   Format format = Format::kNpy;  // always resolved (never kAuto)
   std::vector<Shard> shards;
   std::vector<std::int64_t> offsets;  // size shards+1: offsets[i] = first global row of shard i
+  // How discover() got this layout, for people (shardload/manifest.hpp): "manifest: used",
+  // "manifest: stale because ...", "manifest: absent", ...; empty where no directory was
+  // discovered. Not part of the encoding: it describes the discovery, not the data.
+  std::string manifest_status;
 
   [[nodiscard]] std::int64_t total_rows() const { return offsets.empty() ? 0 : offsets.back(); }
   [[nodiscard]] std::uint64_t total_bytes() const {
@@ -45,6 +49,12 @@ struct Layout : ReadSpec {
 struct DiscoverOptions {
   IoBackend* io = nullptr;  // nullptr: posix_io()
   FormatOptions format;     // format kAuto: from the extension or the store's metadata
+  // A directory holding a manifest (kManifestName) is discovered from it when it fits the
+  // request and every shard's snapshot still matches (one stat per file); else by probing,
+  // with the reason in Layout::manifest_status. trust_manifest: take the manifest without
+  // touching any shard (no stat, no listing). use_manifest false: ignore it.
+  bool use_manifest = true;
+  bool trust_manifest = false;
 };
 
 // Resolves the source and probes every shard. All errors are kLayout and

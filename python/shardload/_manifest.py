@@ -1,0 +1,182 @@
+"""Manifests: a dataset's layout written next to its shards, and checks of their checksums.
+
+:func:`index` writes ``DIR/shardload.manifest`` (atomically); :func:`shardload.discover` and
+:func:`shardload.load` then read it instead of probing every shard while the shards' sizes and
+times match it (or without looking at the shards at all with ``trust_manifest=True``).
+:func:`verify` checks the shards against the manifest's checksums in a parallel Legate task.
+:func:`discover_once` discovers in one Legate task for a whole multi-rank job. The design and
+the container format are in docs/manifest.md.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import NamedTuple, Sequence
+
+from . import _api, _core
+from ._api import DTypeLike, Layout, _found, _int
+
+__all__ = ["ChecksumMismatch", "index", "verify", "discover_once", "MANIFEST_NAME"]
+
+MANIFEST_NAME = "shardload.manifest"
+_CHECKSUMS = ("none", "xxh3")
+
+
+class ChecksumMismatch(NamedTuple):
+    """One shard whose bytes differ from the manifest's checksum, or that cannot be read."""
+
+    shard: int  # its index in the layout
+    path: str  # as os.fsdecode gives it
+    what: str  # "xxh3 0x... expected, found 0x..." or why it cannot be read
+
+
+def _directory(source: object) -> str | bytes:
+    if not isinstance(source, (str, bytes, os.PathLike)):
+        raise TypeError(f"source: expected a directory (str, bytes or os.PathLike), found "
+                        f"{_found(source)}")
+    path = os.fspath(source)
+    if not os.path.isdir(path):
+        raise ValueError(f"{os.fsdecode(path)}: not a directory; a manifest is written into the "
+                         "directory of the shards")
+    return path
+
+
+def index(
+    source: str | bytes | os.PathLike,
+    *,
+    checksum: str = "none",
+    pattern: str | None = None,
+    format: str = "auto",
+    dtype: DTypeLike | None = None,
+    shape: Sequence[int] | None = None,
+    header_bytes: int | None = None,
+    dataset: str | None = None,
+    columns: Sequence[str] | None = None,
+    fill_value: float | None = None,
+) -> str:
+    """Discovers a directory of shards by probing every file and writes its manifest.
+
+    The manifest, ``DIR/shardload.manifest``, holds every shard's path (relative to DIR),
+    rows, format data and snapshot (size, mtime, ctime, inode), the format options given,
+    and with ``checksum="xxh3"`` an XXH3-64 checksum of each file. It is written to a
+    temporary file in DIR, synced and renamed over the old one: a reader sees the old
+    manifest or the new one, never part of one. An existing manifest is not consulted.
+
+    Args:
+        source: the directory that holds the shards.
+        checksum: ``"none"`` or ``"xxh3"`` (``"crc32c"`` is refused: no maintained CRC32C
+            library is packaged for this build).
+        pattern, format, dtype, shape, header_bytes, dataset, columns, fill_value: as for
+            :func:`shardload.discover`; they are recorded, and a later discovery that asks
+            for other options probes the files instead.
+
+    Returns:
+        The path of the manifest written.
+
+    Raises:
+        TypeError, ValueError: a bad argument (a source that is not a directory).
+        LayoutError: the shards do not form a dataset, a file changed while its checksum
+            was computed, or the manifest cannot be written (the message names the file).
+    """
+    directory = _directory(source)
+    if not isinstance(checksum, str) or checksum not in _CHECKSUMS + ("crc32c",):
+        raise ValueError(f"checksum: expected one of {', '.join(_CHECKSUMS)}, found "
+                         f"{checksum!r}")
+    # The files themselves: the manifest being replaced must not describe the dataset.
+    layout = _core.discover(
+        directory,
+        _api._pattern(pattern),
+        _api._format(format),
+        _api._dtype(dtype),
+        _api._shape(shape),
+        _api._header_bytes(header_bytes),
+        _api._text("dataset", dataset) or "",
+        _api._columns(columns),
+        _api._fill_value(fill_value),
+        False,
+        False,
+    )
+    return _core.write_manifest(layout, directory, checksum, _api._pattern(pattern))
+
+
+def verify(source: str | bytes | os.PathLike, *, groups: int | None = None,
+           on_host: bool = False) -> list[ChecksumMismatch]:
+    """Checks every shard against the checksums of its manifest.
+
+    Args:
+        source: the directory of the shards (its ``shardload.manifest``) or a manifest file.
+        groups: points of the Legate launch, each hashing a range of shards (default four
+            per CPU, at most one per shard).
+        on_host: True hashes the files in this process instead (no Legate).
+
+    Returns:
+        Every shard whose checksum differs or that cannot be read, in shard order; an empty
+        list when every checksum matches.
+
+    Raises:
+        LayoutError: the manifest is missing, damaged, or holds no checksums.
+    """
+    if not isinstance(source, (str, bytes, os.PathLike)):
+        raise TypeError(f"source: expected a path, found {_found(source)}")
+    path = os.fsencode(source)
+    if os.path.isdir(path):
+        path = os.path.join(path, os.fsencode(MANIFEST_NAME))
+    if on_host:
+        return [ChecksumMismatch(i, p, w) for i, p, w in _core.verify_on_host(path)]
+    n = 0 if groups is None else _int("groups", groups)
+    if groups is not None and n < 1:
+        raise ValueError(f"groups: expected an int >= 1, found {n}")
+    from . import _legate
+
+    _api._check_thread()
+    _api._start_runtime()
+    _shards, _groups, bad = _legate.verify(path, n)
+    return [ChecksumMismatch(i, os.fsdecode(p), w) for i, p, w in bad]
+
+
+def discover_once(
+    source: str | bytes | os.PathLike,
+    *,
+    pattern: str | None = None,
+    trust_manifest: bool = False,
+    format: str = "auto",
+    dtype: DTypeLike | None = None,
+    shape: Sequence[int] | None = None,
+    header_bytes: int | None = None,
+    dataset: str | None = None,
+    columns: Sequence[str] | None = None,
+    fill_value: float | None = None,
+) -> Layout:
+    """Discovers a dataset in one Legate task for the whole job.
+
+    Under control replication every rank runs the program, and :func:`shardload.discover`
+    would probe every shard on every rank. Here one point task discovers (from the manifest
+    when there is a usable one) and every rank reads the encoded layout it produced, so the
+    files are touched by one processor and every rank holds the same layout, snapshots
+    included. Pass the result to :func:`shardload.load`. Starts the Legate runtime.
+
+    Args:
+        source: a directory, numbered pattern, glob or file (str, bytes or os.PathLike).
+        pattern, trust_manifest, format, dtype, shape, header_bytes, dataset, columns,
+            fill_value: as for :func:`shardload.discover`.
+
+    Raises:
+        TypeError, ValueError: a bad argument.
+        LayoutError: as :func:`shardload.discover`.
+    """
+    if not isinstance(source, (str, bytes, os.PathLike)):
+        raise TypeError(f"source: expected a path (str, bytes or os.PathLike), found "
+                        f"{_found(source)}")
+    if not isinstance(trust_manifest, bool):
+        raise TypeError(f"trust_manifest: expected a bool, found {_found(trust_manifest)}")
+    pat = _api._pattern(pattern)
+    args = (_api._format(format), _api._dtype(dtype), _api._shape(shape),
+            _api._header_bytes(header_bytes), _api._text("dataset", dataset) or "",
+            _api._columns(columns), _api._fill_value(fill_value))
+    from . import _legate
+
+    _api._check_thread()
+    _api._start_runtime()
+    encoded, status = _legate.discover_once(
+        os.fsencode(source), os.fsencode(pat) if pat else b"", trust_manifest, *args)
+    return _core.decode_layout(encoded, status)

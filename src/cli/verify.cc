@@ -1,0 +1,68 @@
+// `shardload verify`: checks the shards against their manifest's checksums in a Legate task and
+// names every file that differs.
+#include <sys/stat.h>
+
+#include <iostream>
+#include <ostream>
+#include <stdexcept>
+#include <string>
+
+#include "cli/commands.hpp"
+#include "shardload/legate.hpp"
+#include "shardload/manifest_legate.hpp"
+
+namespace shardload::cli {
+
+int cmd_verify(const Args& args) {
+  const char* cmd = "verify";
+  Parsed p;
+  if (auto rc = parse_command_line(*find_command(cmd), args, &p)) return *rc;
+  if (p.positional.size() != 1) {
+    std::cerr << "shardload verify: expected one DIR or MANIFEST; see 'shardload verify --help'\n";
+    return 2;
+  }
+  std::int64_t groups = 0;
+  if (auto it = p.opts.find("groups"); it != p.opts.end()) {
+    long long g = 0;
+    try {
+      std::size_t used = 0;
+      g = std::stoll(it->second, &used);
+      if (used != it->second.size() || g < 1) throw std::invalid_argument("");
+    } catch (const std::exception&) {
+      std::cerr << "shardload verify: --groups: expected an integer >= 1, found '" << it->second
+                << "'; see 'shardload verify --help'\n";
+      return 2;
+    }
+    groups = g;
+  }
+  // A directory means its manifest; anything else is the manifest file itself.
+  std::string path = p.positional[0];
+  struct ::stat st {};
+  if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) path = manifest_path(path);
+  legate::start();
+  std::ostream null(nullptr);
+  const bool speaks = legate::Runtime::get_runtime()->node_id() == 0;
+  std::ostream& out = speaks ? std::cout : null;
+  std::ostream& err = speaks ? std::cerr : null;
+  int rc = 1;
+  try {
+    const VerifyReport r = verify_manifest(path, groups);
+    for (const auto& m : r.mismatches) {
+      err << "shardload verify: " << path_for_message(m.path) << ": " << m.what << "\n";
+    }
+    if (r.mismatches.empty()) {
+      out << "verified " << r.shards << " shards in " << r.groups
+          << " groups: every checksum matches\n";
+      rc = 0;
+    } else {
+      err << "shardload verify: error: " << r.mismatches.size() << " of " << r.shards
+          << " shards differ from " << path_for_message(path) << "\n";
+    }
+  } catch (const Error& e) {
+    err << "shardload " << cmd << ": error: " << cli_spelling(e.status().message()) << "\n";
+  }
+  const int finish = legate::finish();
+  return rc != 0 ? rc : finish;
+}
+
+}  // namespace shardload::cli

@@ -1,0 +1,521 @@
+#include "shardload/manifest.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include <cerrno>
+#include <cinttypes>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <span>
+
+#include "shardload/codec.hpp"
+
+namespace shardload {
+
+namespace {
+
+constexpr char kMagic[8] = {'S', 'L', 'M', 'A', 'N', 'I', 'F', '\n'};
+constexpr std::uint32_t kVersion = 1;
+constexpr std::size_t kHeaderBytes = 24;
+constexpr std::size_t kTrailerBytes = 8;
+// A million shards take about 30 MB; anything past this is not a manifest we wrote, and
+// reading it whole would be the huge allocation a hostile file asks for.
+constexpr std::uint64_t kMaxManifestBytes = std::uint64_t{1} << 30;
+
+std::string join(const std::string& dir, const std::string& name) {
+  if (dir.empty()) return name;
+  return dir.back() == '/' ? dir + name : dir + "/" + name;
+}
+
+void put_u32(std::vector<std::uint8_t>& out, std::uint32_t v) {
+  for (int i = 0; i < 4; ++i) out.push_back(static_cast<std::uint8_t>(v >> (8 * i)));
+}
+void put_u64(std::vector<std::uint8_t>& out, std::uint64_t v) {
+  for (int i = 0; i < 8; ++i) out.push_back(static_cast<std::uint8_t>(v >> (8 * i)));
+}
+void put_u64_at(std::vector<std::uint8_t>& out, std::size_t at, std::uint64_t v) {
+  for (int i = 0; i < 8; ++i) out[at + i] = static_cast<std::uint8_t>(v >> (8 * i));
+}
+void put_varint(std::vector<std::uint8_t>& out, std::uint64_t v) {
+  while (v >= 0x80) {
+    out.push_back(static_cast<std::uint8_t>(v | 0x80));
+    v >>= 7;
+  }
+  out.push_back(static_cast<std::uint8_t>(v));
+}
+std::uint64_t get_le(const std::uint8_t* p, int bytes) {
+  std::uint64_t v = 0;
+  for (int i = 0; i < bytes; ++i) v |= static_cast<std::uint64_t>(p[i]) << (8 * i);
+  return v;
+}
+
+// A bounded cursor over the body: every length is checked against what is left.
+class Cursor {
+ public:
+  explicit Cursor(std::span<const std::uint8_t> b) : b_(b) {}
+  bool varint(std::uint64_t* v) {
+    *v = 0;
+    for (int shift = 0; shift < 64; shift += 7) {
+      if (pos_ >= b_.size()) return false;
+      const std::uint8_t byte = b_[pos_++];
+      *v |= static_cast<std::uint64_t>(byte & 0x7F) << shift;
+      if ((byte & 0x80) == 0) return true;
+    }
+    return false;
+  }
+  bool bytes(std::uint64_t n, std::span<const std::uint8_t>* out) {
+    if (n > b_.size() - pos_) return false;
+    *out = b_.subspan(pos_, static_cast<std::size_t>(n));
+    pos_ += static_cast<std::size_t>(n);
+    return true;
+  }
+  [[nodiscard]] std::size_t left() const { return b_.size() - pos_; }
+
+ private:
+  std::span<const std::uint8_t> b_;
+  std::size_t pos_ = 0;
+};
+
+std::string hex(std::uint64_t v) {
+  char buf[24];
+  std::snprintf(buf, sizeof buf, "0x%016" PRIx64, v);
+  return buf;
+}
+
+// A path relative to the manifest's directory that cannot leave it or end early.
+bool safe_relative(const std::string& rel, std::string* why) {
+  if (rel.empty()) {
+    *why = "an empty path";
+  } else if (rel.find('\0') != std::string::npos) {
+    *why = "a path with a NUL character";
+  } else if (rel.front() == '/') {
+    *why = "an absolute path '" + rel + "'";
+  } else {
+    std::size_t start = 0;
+    while (start <= rel.size()) {
+      const std::size_t end = std::min(rel.find('/', start), rel.size());
+      const std::string_view part(rel.data() + start, end - start);
+      if (part.empty() || part == "." || part == "..") {
+        *why = "the path '" + rel + "' (empty, '.' or '..' parts)";
+        return false;
+      }
+      start = end + 1;
+    }
+    return true;
+  }
+  return false;
+}
+
+Status relative_to(const std::string& dir, std::string* path) {
+  const std::string prefix = join(dir, "");
+  if (path->size() <= prefix.size() || path->compare(0, prefix.size(), prefix) != 0) {
+    return Status(ErrorCode::kInvalidArgument,
+                  path_for_message(*path) + ": not inside " + path_for_message(dir) +
+                      ", where the manifest is written; index a directory that holds every shard");
+  }
+  path->erase(0, prefix.size());
+  std::string why;
+  if (!safe_relative(*path, &why)) {
+    return Status(ErrorCode::kInvalidArgument,
+                  path_for_message(prefix + *path) + ": cannot be written into a manifest: " + why);
+  }
+  return Status::ok();
+}
+
+// The numbering under which the directory's one numbered group is exactly these shards.
+std::string infer_pattern(const Layout& layout, const std::string& dir) {
+  if (layout.shards.empty()) return {};
+  auto scan = scan_directory(dir);
+  if (!scan) return {};
+  for (const auto& g : scan->groups) {
+    if (static_cast<std::size_t>(g.count) == layout.shards.size() &&
+        join(dir, g.first) == layout.shards.front().path &&
+        join(dir, g.last) == layout.shards.back().path) {
+      return g.pattern;
+    }
+  }
+  return {};
+}
+
+Status write_all(int fd, const std::vector<std::uint8_t>& bytes, const std::string& path) {
+  std::size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int err = n < 0 ? errno : EIO;
+      return file_error(ErrorCode::kIo, path, std::string("cannot write: ") + std::strerror(err),
+                        err);
+    }
+    done += static_cast<std::size_t>(n);
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+Result<Checksum> parse_checksum(std::string_view name) {
+  if (name == "none" || name.empty()) return Checksum::kNone;
+  if (name == "xxh3") return Checksum::kXxh3;
+  if (name == "crc32c") {
+    return Status(ErrorCode::kInvalidArgument,
+                  "checksum 'crc32c' is not available in this build (no maintained CRC32C "
+                  "library is packaged); use 'xxh3' or 'none'");
+  }
+  return Status(ErrorCode::kInvalidArgument,
+                "checksum '" + std::string(name) + "': expected 'xxh3' or 'none'");
+}
+
+const char* checksum_name(Checksum c) { return c == Checksum::kXxh3 ? "xxh3" : "none"; }
+
+std::string manifest_path(const std::string& directory) {
+  return join(directory, std::string(kManifestName));
+}
+
+Result<std::uint64_t> file_checksum(const std::string& path, Checksum kind, IoBackend& io) {
+  if (kind == Checksum::kNone) return std::uint64_t{0};
+  SHARDLOAD_ASSIGN_OR_RETURN(File f, File::open(io, path));
+  std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> state(XXH3_createState(),
+                                                                 &XXH3_freeState);
+  if (!state || XXH3_64bits_reset(state.get()) == XXH_ERROR) {
+    return Status(ErrorCode::kNoMemory, path_for_message(path) + ": cannot start a checksum");
+  }
+  std::vector<std::uint8_t> buf(std::size_t{1} << 20);
+  std::uint64_t offset = 0;
+  for (;;) {
+    const std::int64_t got = io.pread(f.fd(), buf.data(), buf.size(), offset);
+    if (got == -EINTR) continue;
+    if (got < 0) {
+      const int err = static_cast<int>(-got);
+      return file_error(ErrorCode::kIo, path,
+                        "cannot read at byte " + std::to_string(offset) + ": " + std::strerror(err),
+                        err);
+    }
+    if (got == 0) break;
+    XXH3_64bits_update(state.get(), buf.data(), static_cast<std::size_t>(got));
+    offset += static_cast<std::uint64_t>(got);
+  }
+  return static_cast<std::uint64_t>(XXH3_64bits_digest(state.get()));
+}
+
+Result<std::string> write_manifest(const Layout& layout, const std::string& directory,
+                                   const ManifestOptions& options) {
+  IoBackend& io = options.io != nullptr ? *options.io : posix_io();
+  const std::string target = manifest_path(directory);
+  // Relative paths: the directory may be moved or mounted elsewhere with its manifest.
+  Layout rel = layout;
+  rel.manifest_status.clear();
+  for (auto& s : rel.shards) {
+    SHARDLOAD_RETURN_IF_ERROR(relative_to(directory, &s.path));
+    for (auto& f : s.linked) SHARDLOAD_RETURN_IF_ERROR(relative_to(directory, &f.path));
+  }
+  std::vector<std::uint64_t> sums;
+  if (options.checksum != Checksum::kNone) {
+    sums.reserve(layout.shards.size());
+    for (const auto& s : layout.shards) {
+      if (!s.snapshot.regular) {
+        return Status(ErrorCode::kInvalidArgument,
+                      path_for_message(s.path) +
+                          ": checksums cover regular files only, and this shard is a "
+                          "directory (a Zarr store); index it with checksum none");
+      }
+      SHARDLOAD_ASSIGN_OR_RETURN(const std::uint64_t h,
+                                 file_checksum(s.path, options.checksum, io));
+      // The checksum must be of the bytes the snapshot describes.
+      auto now = io.stat_path(s.path);
+      if (!now) return now.status();
+      if (*now != s.snapshot) {
+        return file_error(ErrorCode::kChanged, s.path,
+                          "changed since discovery: " + snapshot_difference(s.snapshot, *now));
+      }
+      sums.push_back(h);
+    }
+  }
+  const std::string pattern =
+      options.pattern.empty() ? infer_pattern(layout, directory) : options.pattern;
+
+  std::vector<std::uint8_t> out(kMagic, kMagic + sizeof kMagic);
+  put_u32(out, kVersion);
+  put_u32(out, static_cast<std::uint32_t>(options.checksum));
+  put_u64(out, 0);  // body length, set below
+  put_varint(out, pattern.size());
+  out.insert(out.end(), pattern.begin(), pattern.end());
+  const std::vector<std::uint8_t> encoded = encode_layout(rel);
+  put_varint(out, encoded.size());
+  out.insert(out.end(), encoded.begin(), encoded.end());
+  for (const auto h : sums) put_u64(out, h);
+  put_u64_at(out, 16, out.size() - kHeaderBytes);
+  put_u64(out, XXH3_64bits(out.data(), out.size()));
+
+  std::string tmp = join(directory, ".shardload.manifest.XXXXXX");
+  const int fd = ::mkostemp(tmp.data(), O_CLOEXEC);
+  if (fd < 0) {
+    const int err = errno;
+    return file_error(
+        ErrorCode::kIo, directory,
+        "cannot create the manifest's temporary file: " + std::string(std::strerror(err)), err);
+  }
+  auto fail = [&](Status st) {
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    return st;
+  };
+  if (Status st = write_all(fd, out, tmp); !st) return fail(st);
+  // mkostemp creates 0600; a manifest is for everyone who may read the data.
+  const mode_t mask = ::umask(0);
+  ::umask(mask);
+  if (::fchmod(fd, 0644 & ~mask) != 0 || ::fsync(fd) != 0) {
+    const int err = errno;
+    return fail(
+        file_error(ErrorCode::kIo, tmp, std::string("cannot sync: ") + std::strerror(err), err));
+  }
+  if (::close(fd) != 0) {
+    const int err = errno;
+    ::unlink(tmp.c_str());
+    return file_error(ErrorCode::kIo, tmp, std::string("cannot close: ") + std::strerror(err), err);
+  }
+  if (::rename(tmp.c_str(), target.c_str()) != 0) {
+    const int err = errno;
+    ::unlink(tmp.c_str());
+    return file_error(ErrorCode::kIo, target,
+                      std::string("cannot replace with the new manifest: ") + std::strerror(err),
+                      err);
+  }
+  // The rename is durable only once the directory is.
+  const int dfd =
+      ::open(directory.empty() ? "." : directory.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0) {
+    ::fsync(dfd);
+    ::close(dfd);
+  }
+  return target;
+}
+
+Result<Manifest> read_manifest(const std::string& path) {
+  auto bad = [&](const std::string& what) {
+    return file_error(ErrorCode::kLayout, path,
+                      "manifest: " + what + "; run shardload index again, or delete it");
+  };
+  int open_err = 0;
+  auto fd = open_regular(path, 0, &open_err);
+  if (!fd) {
+    Status st = file_error(
+        ErrorCode::kLayout, path,
+        "manifest: " + fd.status().message().substr(std::min(fd.status().message().size(),
+                                                             path_for_message(path).size() + 2)),
+        open_err);
+    return st;
+  }
+  File file(&posix_io(), *fd, path);
+  SHARDLOAD_ASSIGN_OR_RETURN(const FileInfo info, file.stat());
+  if (info.size < kHeaderBytes + kTrailerBytes) {
+    return bad("truncated: " + std::to_string(info.size) + " bytes, expected at least " +
+               std::to_string(kHeaderBytes + kTrailerBytes));
+  }
+  if (info.size > kMaxManifestBytes) {
+    return bad(std::to_string(info.size) + " bytes, more than the " +
+               std::to_string(kMaxManifestBytes) + " a manifest may have");
+  }
+  std::vector<std::uint8_t> bytes(static_cast<std::size_t>(info.size));
+  SHARDLOAD_RETURN_IF_ERROR(file.read_exact(bytes.data(), bytes.size(), 0));
+  if (std::memcmp(bytes.data(), kMagic, sizeof kMagic) != 0) {
+    return bad("not a shardload manifest (wrong magic bytes)");
+  }
+  const auto version = static_cast<std::uint32_t>(get_le(bytes.data() + 8, 4));
+  if (version != kVersion) {
+    return bad("container version " + std::to_string(version) + ", this build reads version " +
+               std::to_string(kVersion));
+  }
+  const std::uint64_t body = get_le(bytes.data() + 16, 8);
+  if (body != info.size - kHeaderBytes - kTrailerBytes) {
+    return bad(
+        "truncated or extended: the header declares " + std::to_string(body) + " body bytes, so " +
+        (body > kMaxManifestBytes ? std::string("more than ") + std::to_string(kMaxManifestBytes)
+                                  : std::to_string(body + kHeaderBytes + kTrailerBytes)) +
+        " bytes in all, and the file has " + std::to_string(info.size));
+  }
+  const std::size_t end = bytes.size() - kTrailerBytes;
+  const std::uint64_t want = get_le(bytes.data() + end, 8);
+  const std::uint64_t got = XXH3_64bits(bytes.data(), end);
+  if (want != got) {
+    return bad("corrupt: container checksum " + hex(got) + ", the manifest records " + hex(want));
+  }
+  Manifest m;
+  m.path = path;
+  const auto slash = path.rfind('/');
+  m.directory = slash == std::string::npos ? "" : path.substr(0, slash == 0 ? 1 : slash);
+  m.container_hash = want;
+  const auto kind = static_cast<std::uint32_t>(get_le(bytes.data() + 12, 4));
+  if (kind > static_cast<std::uint32_t>(Checksum::kXxh3)) {
+    return bad("unknown checksum kind " + std::to_string(kind));
+  }
+  m.checksum = static_cast<Checksum>(kind);
+  Cursor c(std::span<const std::uint8_t>(bytes.data() + kHeaderBytes, body));
+  std::uint64_t n = 0;
+  std::span<const std::uint8_t> part;
+  if (!c.varint(&n) || !c.bytes(n, &part)) return bad("malformed pattern field");
+  m.pattern.assign(reinterpret_cast<const char*>(part.data()), part.size());
+  if (m.pattern.find('\0') != std::string::npos) return bad("pattern holds a NUL character");
+  if (!c.varint(&n) || !c.bytes(n, &part)) return bad("malformed layout field");
+  auto layout = decode_layout(part);
+  if (!layout) return bad(layout.status().message());
+  const std::size_t shards = layout->shards.size();
+  // discover() never makes a layout without shards; a manifest of one is not ours.
+  if (shards == 0) return bad("lists no shards");
+  const std::size_t want_sums = m.checksum == Checksum::kNone ? 0 : shards;
+  if (c.left() / 8 != want_sums || c.left() % 8 != 0) {
+    return bad(std::to_string(c.left()) + " bytes after the layout, expected " +
+               std::to_string(want_sums * 8) + " (8 per shard's checksum)");
+  }
+  std::span<const std::uint8_t> sums;
+  (void)c.bytes(c.left(), &sums);
+  m.checksums.resize(want_sums);
+  for (std::size_t i = 0; i < want_sums; ++i) m.checksums[i] = get_le(sums.data() + 8 * i, 8);
+  const std::string prefix = join(m.directory, "");
+  std::string why;
+  for (auto& s : layout->shards) {
+    if (!safe_relative(s.path, &why)) return bad("shard " + path_for_message(why));
+    s.path.insert(0, prefix);
+    for (auto& f : s.linked) {
+      if (!safe_relative(f.path, &why)) return bad("linked file " + path_for_message(why));
+      f.path.insert(0, prefix);
+    }
+  }
+  m.layout = std::move(layout).value();
+  return m;
+}
+
+std::string manifest_staleness(const Manifest& m, IoBackend& io) {
+  auto differs = [&](const std::string& path, const FileInfo& then) -> std::string {
+    auto now = io.stat_path(path);
+    if (!now) return now.status().message();
+    if (*now == then) return {};
+    return path_for_message(path) + ": " + snapshot_difference(then, *now);
+  };
+  const auto& options = m.layout.options;
+  for (const auto& s : m.layout.shards) {
+    std::string why;
+    if (m.layout.format == Format::kZarr && !s.snapshot.regular) {
+      // A store's snapshot is its array metadata file's.
+      why = "?";
+      for (const std::string& sub :
+           {std::string(), options.dataset.empty() ? std::string() : options.dataset + "/"}) {
+        for (const char* meta : {".zarray", "zarr.json"}) {
+          auto now = io.stat_path(join(s.path, sub + meta));
+          if (now && *now == s.snapshot) why.clear();
+        }
+      }
+      if (!why.empty()) why = path_for_message(s.path) + ": its array metadata changed";
+    } else {
+      why = differs(s.path, s.snapshot);
+    }
+    for (const auto& f : s.linked) {
+      if (why.empty()) why = differs(f.path, f.snapshot);
+    }
+    if (!why.empty()) return why;
+  }
+  if (!m.pattern.empty()) {
+    auto listed = resolve(Source::dir(m.directory, m.pattern));
+    if (!listed) return listed.status().message();
+    const auto& shards = m.layout.shards;
+    for (std::size_t i = 0; i < std::max(listed->size(), shards.size()); ++i) {
+      if (i >= shards.size()) {
+        return path_for_message((*listed)[i]) + " is new: the manifest lists " +
+               std::to_string(shards.size()) + " shards, the directory holds " +
+               std::to_string(listed->size());
+      }
+      if (i >= listed->size() || (*listed)[i] != shards[i].path) {
+        return path_for_message(i < listed->size() ? (*listed)[i] : shards[i].path) +
+               (i < listed->size() ? " is not in the manifest" : " is gone");
+      }
+    }
+  }
+  return {};
+}
+
+Result<std::vector<ChecksumMismatch>> verify_range(const Manifest& m, std::size_t lo,
+                                                   std::size_t hi, IoBackend& io) {
+  if (m.checksum == Checksum::kNone) {
+    return file_error(ErrorCode::kLayout, m.path,
+                      "the manifest holds no checksums; index the directory again with "
+                      "checksum xxh3");
+  }
+  if (lo > hi || hi > m.layout.shards.size()) {
+    return Status(ErrorCode::kInvalidArgument,
+                  "shards [" + std::to_string(lo) + ", " + std::to_string(hi) +
+                      "): outside the manifest's " + std::to_string(m.layout.shards.size()));
+  }
+  std::vector<ChecksumMismatch> out;
+  for (std::size_t i = lo; i < hi; ++i) {
+    const std::string& path = m.layout.shards[i].path;
+    auto h = file_checksum(path, m.checksum, io);
+    if (!h) {
+      out.push_back({i, path, h.status().message()});
+    } else if (*h != m.checksums[i]) {
+      out.push_back({i, path,
+                     std::string(checksum_name(m.checksum)) + " " + hex(m.checksums[i]) +
+                         " expected, found " + hex(*h)});
+    }
+  }
+  return out;
+}
+
+ManifestDiscovery discover_from_manifest(const Source& source, const DiscoverOptions& options) {
+  ManifestDiscovery r;
+  const std::string path = manifest_path(source.directory);
+  auto m = read_manifest(path);
+  if (!m) {
+    if (m.status().sys_errno() == ENOENT || m.status().sys_errno() == ENOTDIR) {
+      // Without one, discovery probes as before; trusting a manifest that is not there
+      // cannot mean anything else.
+      r.note = "manifest: absent";
+    } else {
+      r.error = m.status();
+    }
+    return r;
+  }
+  auto not_used = [&](const std::string& why) {
+    if (options.trust_manifest) {
+      r.error = file_error(ErrorCode::kLayout, path,
+                           "manifest: cannot be trusted for this request: " + why);
+    } else {
+      r.note = "manifest: not used: " + why;
+    }
+    return r;
+  };
+  if (!source.pattern.empty() && source.pattern != m->pattern) {
+    return not_used("it was indexed " +
+                    (m->pattern.empty() ? std::string("without a pattern")
+                                        : "with pattern '" + m->pattern + "'") +
+                    ", and pattern '" + source.pattern + "' was asked");
+  }
+  if (options.format != FormatOptions{}) {
+    FormatOptions asked = options.format;
+    if (asked.format == Format::kAuto) asked.format = m->layout.format;
+    if (asked != m->layout.options) {
+      return not_used("the format options differ from those it was indexed with");
+    }
+  }
+  const std::size_t n = m->layout.shards.size();
+  if (options.trust_manifest) {
+    m->layout.manifest_status =
+        "manifest: used without checking the " + std::to_string(n) + " shards (trusted)";
+  } else {
+    IoBackend& io = options.io != nullptr ? *options.io : posix_io();
+    const std::string why = manifest_staleness(*m, io);
+    if (!why.empty()) {
+      r.note = "manifest: stale because " + why + "; probed the files instead";
+      return r;
+    }
+    m->layout.manifest_status =
+        "manifest: used (" + std::to_string(n) + " shards unchanged since indexing)";
+  }
+  r.layout = std::move(m->layout);
+  return r;
+}
+
+}  // namespace shardload

@@ -1,0 +1,45 @@
+// The manifest under Legate: checking its checksums in parallel, and discovering a dataset
+// once for a whole job.
+//
+//   auto bad = shardload::verify_manifest("data/shardload.manifest");  // every mismatch
+//   auto layout = shardload::discover_once("data/");  // one point discovers, every rank gets it
+//
+// Discovery once per job: under control replication every rank runs the top-level program,
+// so a plain discover() probes every shard on every rank (ranks x files metadata operations
+// on a shared file system) and each rank's layout carries the snapshots its own stats saw.
+// discover_once() runs discovery (or the manifest's reading) in a single-point task; the
+// point binds the encoded layout to an unbound 1-D uint8 store, and every rank reads that
+// store through an inline mapping (get_physical_store), so one processor of the job touches
+// the files and every rank decodes the same bytes. See docs/manifest.md.
+//
+// Contract: the Legate runtime must be started; calls are made alike on every rank from the
+// thread that drives the program (as load()). Errors are the exceptions of
+// shardload/errors.hpp: discover_once throws as discover() does, verify_manifest throws
+// LayoutError for a manifest it cannot read or without checksums and returns the mismatches.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "shardload/errors.hpp"
+#include "shardload/layout.hpp"
+#include "shardload/manifest.hpp"
+
+namespace shardload {
+
+struct VerifyReport {
+  std::size_t shards = 0;                    // shards checked
+  std::int64_t groups = 0;                   // points of the launch
+  std::vector<ChecksumMismatch> mismatches;  // in shard order; empty: every checksum matches
+};
+
+// Checks every shard's checksum against the manifest at `manifest_path`, `groups` points
+// (0: four per CPU, at most one per shard), each hashing its range of shards.
+VerifyReport verify_manifest(const std::string& manifest_path, std::int64_t groups = 0);
+
+// discover(source, pattern, format) with trust_manifest, run in one point task for the job.
+Layout discover_once(const std::string& source, const std::string& pattern = {},
+                     const FormatOptions& format = {}, bool trust_manifest = false);
+
+}  // namespace shardload

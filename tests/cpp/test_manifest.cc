@@ -1,0 +1,388 @@
+// The manifest: round trip, freshness checks, trust without file operations, damaged and
+// hostile containers, checksums, and the atomic write.
+#include <sys/stat.h>
+#include <xxhash.h>
+
+#include <filesystem>
+
+#include "shardload/codec.hpp"
+#include "shardload/layout.hpp"
+#include "shardload/manifest.hpp"
+#include "util.hpp"
+
+namespace shardload::testing {
+namespace {
+
+// Counts every operation discovery makes through the backend.
+class CountingIo final : public IoBackend {
+ public:
+  Result<int> open(const std::string& p) override {
+    ++opens;
+    return posix_io().open(p);
+  }
+  Result<FileInfo> stat(int fd, const std::string& p) override {
+    ++stats;
+    return posix_io().stat(fd, p);
+  }
+  Result<FileInfo> stat_path(const std::string& p) override {
+    ++path_stats;
+    return posix_io().stat_path(p);
+  }
+  std::int64_t pread(int fd, void* buf, std::size_t n, std::uint64_t off) override {
+    ++preads;
+    return posix_io().pread(fd, buf, n, off);
+  }
+  void close(int fd) override { posix_io().close(fd); }
+  [[nodiscard]] int total() const { return opens + stats + path_stats + preads; }
+  int opens = 0, stats = 0, path_stats = 0, preads = 0;
+};
+
+std::vector<std::uint8_t> enc(const Layout& l) { return encode_layout(l); }
+
+Layout probe(const std::string& dir) {
+  DiscoverOptions o;
+  o.use_manifest = false;
+  auto l = discover(Source::dir(dir), o);
+  EXPECT_TRUE(l) << l.status().message();
+  return l ? *l : Layout{};
+}
+
+class ManifestTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    for (int i = 0; i < 5; ++i) write_iota_shard(dir, i, i * 1000, 3 + i);
+  }
+  std::string shard(int i) const { return dir.file(NumberPattern{"shard_", 4, ".npy"}.format(i)); }
+  std::string index(Checksum c = Checksum::kNone) {
+    ManifestOptions o;
+    o.checksum = c;
+    auto p = write_manifest(probe(dir.path()), dir.path(), o);
+    EXPECT_TRUE(p) << p.status().message();
+    return p ? *p : std::string();
+  }
+  Result<Layout> discover_dir(bool trust = false, IoBackend* io = nullptr) {
+    DiscoverOptions o;
+    o.trust_manifest = trust;
+    o.io = io;
+    return discover(Source::dir(dir.path()), o);
+  }
+  std::vector<std::string> leftovers() const {
+    std::vector<std::string> names;
+    for (const auto& e : std::filesystem::directory_iterator(dir.path())) {
+      const std::string n = e.path().filename().string();
+      if (n.rfind(".shardload.manifest", 0) == 0) names.push_back(n);
+    }
+    return names;
+  }
+  TempDir dir;
+};
+
+TEST_F(ManifestTest, RoundTripEqualsDiscover) {
+  const Layout direct = probe(dir.path());
+  const std::string path = index();
+  EXPECT_EQ(path, dir.file("shardload.manifest"));
+  auto m = read_manifest(path);
+  ASSERT_TRUE(m) << m.status().message();
+  EXPECT_EQ(enc(m->layout), enc(direct));
+  EXPECT_EQ(m->pattern, "shard_{:04d}.npy");
+  EXPECT_EQ(m->checksum, Checksum::kNone);
+  auto l = discover_dir();
+  ASSERT_TRUE(l) << l.status().message();
+  EXPECT_EQ(enc(*l), enc(direct));
+  EXPECT_EQ(l->manifest_status, "manifest: used (5 shards unchanged since indexing)");
+  EXPECT_EQ(l->offsets, direct.offsets);
+}
+
+TEST_F(ManifestTest, AbsentSaysSo) {
+  auto l = discover_dir();
+  ASSERT_TRUE(l);
+  EXPECT_EQ(l->manifest_status, "manifest: absent");
+}
+
+TEST_F(ManifestTest, FreshCheckIsOneStatPerShardAndNoOpen) {
+  index();
+  CountingIo io;
+  auto l = discover_dir(false, &io);
+  ASSERT_TRUE(l) << l.status().message();
+  EXPECT_EQ(io.path_stats, 5);
+  EXPECT_EQ(io.opens, 0);
+  EXPECT_EQ(io.preads, 0);
+}
+
+TEST_F(ManifestTest, TrustDoesNoFileOperation) {
+  const Layout direct = probe(dir.path());
+  index();
+  // The shards need not even exist: nothing looks at them.
+  for (int i = 0; i < 5; ++i) std::filesystem::remove(shard(i));
+  CountingIo io;
+  auto l = discover_dir(true, &io);
+  ASSERT_TRUE(l) << l.status().message();
+  EXPECT_EQ(io.total(), 0);
+  EXPECT_EQ(enc(*l), enc(direct));
+  EXPECT_NE(l->manifest_status.find("trusted"), std::string::npos);
+}
+
+void expect_stale(ManifestTest* t, Result<Layout> l, const std::string& needle) {
+  ASSERT_TRUE(l) << l.status().message();
+  EXPECT_EQ(l->manifest_status.rfind("manifest: stale because ", 0), 0u) << l->manifest_status;
+  EXPECT_NE(l->manifest_status.find(needle), std::string::npos) << l->manifest_status;
+  (void)t;
+}
+
+TEST_F(ManifestTest, StaleAfterTouchFallsBackAndSaysWhy) {
+  index();
+  const struct timespec times[2] = {{0, UTIME_OMIT}, {12345, 0}};
+  ASSERT_EQ(::utimensat(AT_FDCWD, shard(3).c_str(), times, 0), 0);
+  auto l = discover_dir();
+  expect_stale(this, l, shard(3) + ": ");
+  EXPECT_NE(l->manifest_status.find("mtime"), std::string::npos) << l->manifest_status;
+  EXPECT_EQ(enc(*l), enc(probe(dir.path())));
+}
+
+TEST_F(ManifestTest, StaleAfterResize) {
+  index();
+  write_iota_shard(dir, 2, 2000, 9);
+  auto l = discover_dir();
+  expect_stale(this, l, shard(2) + ": size");
+  EXPECT_EQ(l->rows()[2], 9);  // probed: the new rows, not the manifest's
+}
+
+TEST_F(ManifestTest, StaleAfterDelete) {
+  index();
+  std::filesystem::remove(shard(4));
+  auto l = discover_dir();
+  expect_stale(this, l, shard(4));
+  EXPECT_EQ(l->shards.size(), 4u);
+}
+
+TEST_F(ManifestTest, StaleAfterAdd) {
+  index();
+  write_iota_shard(dir, 5, 5000, 2);
+  auto l = discover_dir();
+  expect_stale(this, l, shard(5) + " is new");
+  EXPECT_EQ(l->shards.size(), 6u);
+}
+
+TEST_F(ManifestTest, OtherPatternOrOptionsDoNotUseIt) {
+  index();
+  auto l = discover(Source::dir(dir.path(), "shard_{}.npy"));
+  EXPECT_FALSE(l);  // probed: that pattern matches nothing here
+  DiscoverOptions o;
+  o.format.dtype = DType{DTypeKind::kFloat, 8};
+  o.format.format = Format::kRaw;
+  l = discover(Source::dir(dir.path(), "shard_{:04d}.npy"), o);
+  // raw with a dtype: probed, not taken from the npy manifest.
+  if (l) EXPECT_NE(l->manifest_status.find("not used"), std::string::npos) << l->manifest_status;
+  o.trust_manifest = true;
+  l = discover(Source::dir(dir.path(), "shard_{:04d}.npy"), o);
+  ASSERT_FALSE(l);
+  EXPECT_NE(l.status().message().find("cannot be trusted"), std::string::npos)
+      << l.status().message();
+}
+
+// --- damaged and hostile containers ----------------------------------------------------
+
+std::string container(const std::string& body, std::uint32_t kind = 0,
+                      std::uint64_t declared = UINT64_MAX) {
+  std::string out("SLMANIF\n", 8);
+  auto put = [&](std::uint64_t v, int n) {
+    for (int i = 0; i < n; ++i) out.push_back(static_cast<char>(v >> (8 * i)));
+  };
+  put(1, 4);
+  put(kind, 4);
+  put(declared == UINT64_MAX ? body.size() : declared, 8);
+  out += body;
+  put(XXH3_64bits(out.data(), out.size()), 8);
+  return out;
+}
+
+std::string varstr(const std::string& s) {
+  std::string out;
+  std::uint64_t v = s.size();
+  while (v >= 0x80) {
+    out.push_back(static_cast<char>(v | 0x80));
+    v >>= 7;
+  }
+  out.push_back(static_cast<char>(v));
+  return out + s;
+}
+
+std::string layout_body(const Layout& l) {
+  const auto e = encode_layout(l);
+  return varstr("") + varstr(std::string(e.begin(), e.end()));
+}
+
+TEST_F(ManifestTest, TruncatedAtEveryLengthIsAnErrorNamingIt) {
+  const std::string path = index();
+  std::string whole;
+  read_whole(path, &whole);
+  for (std::size_t n = 0; n < whole.size(); n += (n < 64 ? 1 : 7)) {
+    write_file(path, whole.substr(0, n));
+    auto m = read_manifest(path);
+    ASSERT_FALSE(m) << n;
+    EXPECT_EQ(m.status().message().rfind(path + ": manifest: ", 0), 0u) << m.status().message();
+    auto l = discover_dir();
+    ASSERT_FALSE(l) << n;
+    EXPECT_NE(l.status().message().find(path), std::string::npos);
+  }
+}
+
+TEST_F(ManifestTest, EveryFlippedByteIsAnError) {
+  const std::string path = index();
+  std::string whole;
+  read_whole(path, &whole);
+  for (std::size_t i = 0; i < whole.size(); ++i) {
+    std::string bad = whole;
+    bad[i] = static_cast<char>(bad[i] ^ 0x40);
+    write_file(path, bad);
+    auto m = read_manifest(path);
+    EXPECT_FALSE(m) << "byte " << i;
+  }
+}
+
+TEST_F(ManifestTest, HostilePathsAreRefused) {
+  Layout l = probe(dir.path());
+  const std::vector<std::string> hostile = {"../outside.npy",
+                                            "/etc/passwd",
+                                            "a/../../b.npy",
+                                            "./x.npy",
+                                            "a//b.npy",
+                                            "",
+                                            std::string("sh\0ard.npy", 9)};
+  for (const auto& p : hostile) {
+    Layout h = l;
+    for (auto& s : h.shards) s.path = p;
+    write_file(dir.file("shardload.manifest"), container(layout_body(h)));
+    auto m = read_manifest(dir.file("shardload.manifest"));
+    ASSERT_FALSE(m) << p;
+    EXPECT_NE(m.status().message().find("shard"), std::string::npos) << m.status().message();
+  }
+}
+
+TEST_F(ManifestTest, HostileCountsAndLengthsAreRefusedWithoutAllocating) {
+  const std::string path = dir.file("shardload.manifest");
+  // A body length that does not match the file.
+  write_file(path, container(layout_body(probe(dir.path())), 0, std::uint64_t{1} << 62));
+  auto m = read_manifest(path);
+  ASSERT_FALSE(m);
+  EXPECT_NE(m.status().message().find("truncated or extended"), std::string::npos)
+      << m.status().message();
+  // A layout length and a shard count far past the bytes there.
+  write_file(path, container(varstr("") + "\xff\xff\xff\xff\xff\xff\xff\xff\x7f"));
+  EXPECT_FALSE(read_manifest(path));
+  auto e = encode_layout(probe(dir.path()));
+  std::string body = varstr("") + varstr(std::string(e.begin(), e.end()));
+  write_file(path, container(body, 1));  // says xxh3 but holds no checksums
+  m = read_manifest(path);
+  ASSERT_FALSE(m);
+  EXPECT_NE(m.status().message().find("8 per shard"), std::string::npos) << m.status().message();
+  write_file(path, container(body, 7));
+  EXPECT_FALSE(read_manifest(path));
+  // No shards at all.
+  Layout empty = probe(dir.path());
+  empty.shards.clear();
+  write_file(path, container(layout_body(empty)));
+  m = read_manifest(path);
+  ASSERT_FALSE(m);
+  EXPECT_NE(m.status().message().find("lists no shards"), std::string::npos)
+      << m.status().message();
+  // Another version.
+  std::string v2 = container(body);
+  v2[8] = 2;
+  write_file(path, v2);
+  m = read_manifest(path);
+  ASSERT_FALSE(m);
+  EXPECT_NE(m.status().message().find("version 2"), std::string::npos) << m.status().message();
+}
+
+TEST_F(ManifestTest, FifoOrDirectoryAtTheManifestPathIsAnErrorNotAHang) {
+  ASSERT_EQ(::mkfifo(dir.file("shardload.manifest").c_str(), 0644), 0);
+  auto l = discover_dir();
+  ASSERT_FALSE(l);
+  EXPECT_NE(l.status().message().find("not a regular file"), std::string::npos)
+      << l.status().message();
+  std::filesystem::remove(dir.file("shardload.manifest"));
+  std::filesystem::create_directory(dir.file("shardload.manifest"));
+  auto w = write_manifest(probe(dir.path()), dir.path());
+  ASSERT_FALSE(w);
+  EXPECT_NE(w.status().message().find(dir.file("shardload.manifest")), std::string::npos)
+      << w.status().message();
+  EXPECT_TRUE(leftovers().empty());
+}
+
+TEST_F(ManifestTest, WriteIntoAMissingDirectoryFailsCleanly) {
+  Layout l = probe(dir.path());
+  auto w = write_manifest(l, dir.file("missing"));
+  ASSERT_FALSE(w);  // the shards are not under it
+  for (auto& s : l.shards) s.path = dir.file("missing/" + s.path.substr(dir.path().size() + 1));
+  w = write_manifest(l, dir.file("missing"));
+  ASSERT_FALSE(w);
+  EXPECT_NE(w.status().message().find("temporary file"), std::string::npos) << w.status().message();
+}
+
+TEST_F(ManifestTest, AFileChangedBeforeItsChecksumKeepsTheOldManifest) {
+  const std::string path = index();
+  std::string before;
+  read_whole(path, &before);
+  Layout l = probe(dir.path());
+  change_file(shard(1), Change::kAppend);
+  ManifestOptions o;
+  o.checksum = Checksum::kXxh3;
+  auto w = write_manifest(l, dir.path(), o);
+  ASSERT_FALSE(w);
+  EXPECT_EQ(w.status().code(), ErrorCode::kChanged);
+  std::string after;
+  read_whole(path, &after);
+  EXPECT_EQ(after, before);
+  EXPECT_TRUE(leftovers().empty());
+}
+
+TEST_F(ManifestTest, VerifyNamesEveryCorruptedFile) {
+  const std::string path = index(Checksum::kXxh3);
+  auto m = read_manifest(path);
+  ASSERT_TRUE(m) << m.status().message();
+  ASSERT_EQ(m->checksums.size(), 5u);
+  auto clean = verify_range(*m, 0, 5, posix_io());
+  ASSERT_TRUE(clean);
+  EXPECT_TRUE(clean->empty());
+  change_file(shard(1), Change::kRewriteInPlace);
+  change_file(shard(3), Change::kRewriteInPlace);
+  auto bad = verify_range(*m, 0, 5, posix_io());
+  ASSERT_TRUE(bad);
+  ASSERT_EQ(bad->size(), 2u);
+  EXPECT_EQ((*bad)[0].path, shard(1));
+  EXPECT_EQ((*bad)[1].path, shard(3));
+  EXPECT_NE((*bad)[0].what.find("expected, found"), std::string::npos);
+  std::filesystem::remove(shard(4));
+  bad = verify_range(*m, 2, 5, posix_io());
+  ASSERT_TRUE(bad);
+  ASSERT_EQ(bad->size(), 2u);
+  EXPECT_NE((*bad)[1].what.find("cannot open"), std::string::npos) << (*bad)[1].what;
+  EXPECT_FALSE(verify_range(*m, 3, 9, posix_io()));
+}
+
+TEST_F(ManifestTest, ChecksumNames) {
+  EXPECT_EQ(*parse_checksum("xxh3"), Checksum::kXxh3);
+  EXPECT_EQ(*parse_checksum("none"), Checksum::kNone);
+  auto c = parse_checksum("crc32c");
+  ASSERT_FALSE(c);
+  EXPECT_NE(c.status().message().find("not available"), std::string::npos);
+  EXPECT_FALSE(parse_checksum("md5"));
+}
+
+TEST_F(ManifestTest, RelativePathsSurviveAMove) {
+  index();
+  const std::string moved = dir.path() + "-moved";
+  std::filesystem::rename(dir.path(), moved);
+  auto l = [&] {
+    DiscoverOptions o;
+    o.trust_manifest = true;
+    return discover(Source::dir(moved), o);
+  }();
+  std::filesystem::rename(moved, dir.path());
+  ASSERT_TRUE(l) << l.status().message();
+  EXPECT_EQ(l->shards[0].path, moved + "/shard_0000.npy");
+}
+
+}  // namespace
+}  // namespace shardload::testing

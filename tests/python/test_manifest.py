@@ -1,0 +1,283 @@
+"""The manifest: shardload.index / verify / discover_once, discover's use of the manifest, and the
+`shardload index` / `shardload verify` commands. numpy is the oracle for the data."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import subprocess
+
+import numpy as np
+import pytest
+
+import shardload
+
+MANIFEST = "shardload.manifest"
+
+
+def write_shards(directory: pathlib.Path, rows: list[int], start: int = 0) -> np.ndarray:
+    directory.mkdir(parents=True, exist_ok=True)
+    parts = []
+    base = start
+    for i, n in enumerate(rows):
+        a = (np.arange(n * 3, dtype=np.float32) + base).reshape(n, 3)
+        np.save(directory / f"shard_{i:04d}.npy", a)
+        parts.append(a)
+        base += n * 3
+    return np.concatenate(parts)
+
+
+def probed(directory: pathlib.Path) -> shardload.Layout:
+    """The layout from the files themselves (a list source never consults a manifest)."""
+    paths = sorted(str(p) for p in directory.glob("shard_*.npy"))
+    return shardload.discover(paths)
+
+
+@pytest.fixture
+def data(tmp_path: pathlib.Path) -> tuple[pathlib.Path, np.ndarray]:
+    d = tmp_path / "d"
+    return d, write_shards(d, [3, 0, 5, 7, 1, 4])
+
+
+def test_round_trip_equals_discover(data):
+    d, expected = data
+    before = shardload.discover(d)
+    assert before.manifest_status == "manifest: absent"
+    path = shardload.index(d)
+    assert path == str(d / MANIFEST)
+    after = shardload.discover(d)
+    assert after.manifest_status.startswith("manifest: used")
+    assert after.encode() == before.encode()
+    assert after.paths == before.paths and after.rows == before.rows
+    np.testing.assert_array_equal(after.read(), expected)
+
+
+@pytest.mark.parametrize("change", ["touch", "resize", "delete", "add"])
+def test_stale_manifest_falls_back_and_says_why(data, change):
+    d, _ = data
+    shardload.index(d)
+    target = d / "shard_0003.npy"
+    if change == "touch":
+        st = target.stat()
+        os.utime(target, ns=(st.st_atime_ns, st.st_mtime_ns - 10**9))
+    elif change == "resize":
+        np.save(target, np.ones((2, 3), np.float32))
+    elif change == "delete":
+        for i in (3, 4, 5):  # keep the numbering without gaps
+            (d / f"shard_{i:04d}.npy").unlink()
+        target = d / "shard_0003.npy"
+    else:
+        target = d / "shard_0006.npy"
+        np.save(target, np.ones((2, 3), np.float32))
+    layout = shardload.discover(d)
+    status = layout.manifest_status
+    assert status.startswith("manifest: stale because "), status
+    assert str(target) in status, status
+    want = {"touch": "mtime", "resize": "size", "delete": "", "add": "is new"}[change]
+    assert want in status, status
+    assert layout.encode() == probed(d).encode()
+
+
+def test_trust_manifest_needs_no_shard(data):
+    d, _ = data
+    shardload.index(d)
+    want = shardload.discover(d).encode()
+    for p in d.glob("shard_*.npy"):
+        p.unlink()
+    layout = shardload.discover(d, trust_manifest=True)
+    assert layout.encode() == want
+    assert "trusted" in layout.manifest_status
+    # Without trust the missing files are seen.
+    with pytest.raises(shardload.LayoutError):
+        shardload.discover(d)
+
+
+def test_trust_manifest_argument_checked(data):
+    d, _ = data
+    with pytest.raises(TypeError, match="trust_manifest"):
+        shardload.discover(d, trust_manifest="yes")
+
+
+def test_load_uses_manifest(data, caplog):
+    d, expected = data
+    (d / "shard_0002.npy").touch()  # any state; index records it
+    shardload.index(d)
+    np.testing.assert_array_equal(np.asarray(shardload.load(d, trust_manifest=True)), expected)
+    np.save(d / "shard_0000.npy", np.zeros((3, 3), np.float32))
+    expected[:3] = 0
+    with caplog.at_level("INFO", logger="shardload"):
+        out = shardload.load(d)
+    np.testing.assert_array_equal(np.asarray(out), expected)
+    assert any("manifest: stale because" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.parametrize("damage", ["truncate", "flip", "empty", "garbage"])
+def test_damaged_manifest_is_an_error_naming_it(data, damage):
+    d, _ = data
+    path = pathlib.Path(shardload.index(d))
+    raw = bytearray(path.read_bytes())
+    if damage == "truncate":
+        raw = raw[: len(raw) // 2]
+    elif damage == "flip":
+        raw[len(raw) // 2] ^= 0x10
+    elif damage == "empty":
+        raw = bytearray()
+    else:
+        raw = bytearray(b"\x93NUMPY" + bytes(100))
+    path.write_bytes(bytes(raw))
+    for trust in (False, True):
+        with pytest.raises(shardload.LayoutError, match=str(path)):
+            shardload.discover(d, trust_manifest=trust)
+
+
+def test_fifo_manifest_is_an_error_not_a_hang(data):
+    d, _ = data
+    os.mkfifo(d / MANIFEST)
+    with pytest.raises(shardload.LayoutError, match="not a regular file"):
+        shardload.discover(d)
+
+
+def test_index_is_atomic(data):
+    d, _ = data
+    (d / MANIFEST).mkdir()  # the rename cannot replace a directory
+    with pytest.raises(shardload.Error, match=MANIFEST):
+        shardload.index(d)
+    assert sorted(p.name for p in d.iterdir() if p.name.startswith(".shardload")) == []
+    (d / MANIFEST).rmdir()
+    path = pathlib.Path(shardload.index(d, checksum="xxh3"))
+    old = path.read_bytes()
+    np.save(d / "shard_0001.npy", np.ones((0, 4), np.float32))  # another trailing shape
+    with pytest.raises(shardload.LayoutError):
+        shardload.index(d, checksum="xxh3")
+    assert path.read_bytes() == old
+    assert [p.name for p in d.iterdir() if p.name.startswith(".shardload")] == []
+
+
+def test_index_arguments(data, tmp_path):
+    d, _ = data
+    with pytest.raises(ValueError, match="checksum"):
+        shardload.index(d, checksum="md5")
+    with pytest.raises(ValueError, match="crc32c"):
+        shardload.index(d, checksum="crc32c")
+    with pytest.raises(ValueError, match="not a directory"):
+        shardload.index(d / "shard_0000.npy")
+
+
+def test_other_pattern_or_options_do_not_use_it(tmp_path):
+    d = tmp_path / "p"
+    expected = write_shards(d, [2, 3])
+    for i in range(2):
+        os.rename(d / f"shard_{i:04d}.npy", d / f"part-{i}.npy")
+    shardload.index(d, pattern="part-{}.npy")
+    layout = shardload.discover(d, pattern="part-{}.npy")
+    assert layout.manifest_status.startswith("manifest: used"), layout.manifest_status
+    layout = shardload.discover(d)  # no pattern: the manifest's
+    assert layout.manifest_status.startswith("manifest: used"), layout.manifest_status
+    np.testing.assert_array_equal(layout.read(), expected)
+    with pytest.raises(shardload.LayoutError, match="cannot be trusted"):
+        shardload.discover(d, pattern="part-{:02d}.npy", trust_manifest=True)
+
+
+@pytest.mark.parametrize("name", ["d[1]*?", b"non-utf8-\xff\xfe"])
+def test_odd_directory_names(tmp_path, name):
+    d = pathlib.Path(os.fsdecode(os.path.join(os.fsencode(tmp_path), os.fsencode(name))))
+    expected = write_shards(d, [2, 2])
+    shardload.index(d, checksum="xxh3")
+    layout = shardload.discover(d)
+    assert layout.manifest_status.startswith("manifest: used")
+    np.testing.assert_array_equal(layout.read(), expected)
+    assert shardload.verify(d, on_host=True) == []
+
+
+def corrupt(path: pathlib.Path, at: int) -> None:
+    raw = bytearray(path.read_bytes())
+    raw[at] ^= 0xFF
+    path.write_bytes(bytes(raw))
+
+
+@pytest.mark.parametrize("on_host", [False, True])
+def test_verify_names_every_corrupted_file(tmp_path, on_host):
+    d = tmp_path / "v"
+    write_shards(d, [4] * 9)
+    shardload.index(d, checksum="xxh3")
+    assert shardload.verify(d, on_host=on_host) == []
+    corrupt(d / "shard_0002.npy", 130)
+    corrupt(d / "shard_0007.npy", 140)
+    bad = shardload.verify(d, on_host=on_host, **({} if on_host else {"groups": 4}))
+    assert [(m.shard, m.path) for m in bad] == [
+        (2, str(d / "shard_0002.npy")), (7, str(d / "shard_0007.npy"))]
+    assert all("expected, found" in m.what for m in bad)
+    (d / "shard_0005.npy").unlink()
+    bad = shardload.verify(d / MANIFEST, on_host=on_host)
+    assert [m.shard for m in bad] == [2, 5, 7]
+    assert "read" in bad[1].what or "open" in bad[1].what
+
+
+@pytest.mark.parametrize("on_host", [False, True])
+def test_verify_without_checksums_is_an_error(data, on_host):
+    d, _ = data
+    shardload.index(d)
+    with pytest.raises(shardload.LayoutError, match="no checksums"):
+        shardload.verify(d, on_host=on_host)
+
+
+def test_discover_once_equals_discover(data):
+    d, _ = data
+    direct = shardload.discover(d)
+    once = shardload.discover_once(d)
+    assert once.encode() == direct.encode()
+    assert once.manifest_status == "manifest: absent"
+    shardload.index(d)
+    once = shardload.discover_once(d, trust_manifest=True)
+    assert once.encode() == direct.encode()
+    assert "trusted" in once.manifest_status
+    with pytest.raises(shardload.LayoutError, match="missing"):
+        shardload.discover_once(d / "missing")
+
+
+def run(cli, *args):
+    return subprocess.run([str(cli), *map(str, args)], capture_output=True, text=True,
+                          timeout=300)
+
+
+def test_cli_index_verify(cli, tmp_path):
+    d = tmp_path / "c"
+    write_shards(d, [5] * 6)
+    r = run(cli, "index", d, "--checksum", "xxh3")
+    assert r.returncode == 0, r.stderr
+    assert "6 shards" in r.stdout
+    r = run(cli, "inspect", d)
+    assert "manifest: used" in r.stdout
+    r = run(cli, "inspect", d, "--trust-manifest")
+    assert "trusted" in r.stdout
+    r = run(cli, "verify", d)
+    assert r.returncode == 0, r.stderr
+    corrupt(d / "shard_0001.npy", 150)
+    corrupt(d / "shard_0004.npy", 150)
+    r = run(cli, "verify", d, "--groups", "3")
+    assert r.returncode == 1
+    for i in (1, 4):
+        assert f"{d}/shard_{i:04d}.npy: xxh3 " in r.stderr, r.stderr
+    assert "2 of 6 shards differ" in r.stderr
+    r = run(cli, "index", d, "--checksum", "md5")
+    assert r.returncode == 2 and "--checksum" in r.stderr
+    r = run(cli, "index", d / "shard_0000.npy")
+    assert r.returncode == 1 and "directory" in r.stderr
+
+
+def test_discover_once_with_format_options(tmp_path):
+    d = tmp_path / "raw"
+    d.mkdir()
+    data = np.arange(7 * 4, dtype=">i2").reshape(7, 4)
+    for i, (lo, hi) in enumerate([(0, 3), (3, 7)]):
+        (d / f"shard_{i:04d}.bin").write_bytes(b"HDR!" + data[lo:hi].tobytes())
+    opts = dict(format="raw", dtype=">i2", shape=(4,), header_bytes=4)
+    direct = shardload.discover(d, **opts)
+    once = shardload.discover_once(d, **opts)
+    assert once.encode() == direct.encode()
+    np.testing.assert_array_equal(np.asarray(shardload.load(once)), data)
+    shardload.index(d, **opts)
+    once = shardload.discover_once(d, trust_manifest=True, **opts)
+    assert once.encode() == direct.encode() and "trusted" in once.manifest_status
+    with pytest.raises(TypeError, match="source"):
+        shardload.discover_once(3)
