@@ -123,18 +123,11 @@ class GuardedReader final : public ShardReader {
         return inner_->read_rows(spec, shard, row, hi, out);
       }
       if (u.lo == row && u.hi <= hi) {
-        // Whole units: extend the run over every unit that ends within the request.
-        std::int64_t end = u.hi;
-        if (shard.decode_rows > 0) {
-          // On a grid: every boundary up to hi, and hi itself at the file's end.
-          end = std::max(end, hi >= shard.stored_rows() ? hi : hi - hi % shard.decode_rows);
-        } else {
-          for (;;) {
-            const DecodeUnit next = inner_->decode_unit(shard, end);
-            if (next.none() || next.lo != end || next.hi > hi) break;
-            end = next.hi;
-          }
-        }
+        // Whole units: the run goes on to the start of the unit holding row hi - 1, or to
+        // hi when that unit ends there (two look-ups, however many units the run holds).
+        const DecodeUnit last = inner_->decode_unit(shard, hi - 1);
+        const std::int64_t end =
+            std::max(u.hi, last.none() || last.hi <= hi || last.lo < row ? hi : last.lo);
         SHARDLOAD_RETURN_IF_ERROR(inner_->read_rows(spec, shard, row, end, out));
         row = end;
         continue;

@@ -36,6 +36,9 @@ z[:] = a
 p = np.arange(4096 * 4, dtype=np.float64).reshape(4096, 4)
 t = pa.table({"c%d" % c: p[:, c] for c in range(4)})
 pq.write_table(t, d + "/data.parquet", row_group_size=1024)
+with pq.ParquetWriter(d + "/irregular.parquet", t.schema) as w:
+    for lo, hi in ((0, 300), (300, 1000), (1000, 4096)):
+        w.write_table(t.slice(lo, hi - lo))
 big = np.arange(4096 * 64, dtype=np.float32).reshape(4096, 64)
 z = zarr.create_array(store=d + "/one.zarr", shape=big.shape, chunks=big.shape, dtype="float32",
                       zarr_format=2, compressors=numcodecs.Zlib(level=1))
@@ -200,6 +203,35 @@ TEST_F(DecodeOnce, HostRowFillerDecodesEachChunkOnceAcrossCalls) {
     EXPECT_EQ(stats.decodes.load(), l.format == Format::kParquet ? 4u : 32u);
     EXPECT_GT(stats.unit_cache_hits.load(), 0u);
   }
+}
+
+TEST_F(DecodeOnce, IrregularRowGroupsAreFoundFromTheShardAndDecodedOnce) {
+  // Groups of 300, 700 and 3096 rows: no grid, decode_unit finds them in the shard's data.
+  const Layout l = layout("irregular.parquet");
+  EXPECT_EQ(l.shards[0].decode_rows, 0);
+  ReaderStats stats;
+  FillOptions o;
+  o.stats = &stats;
+  auto filler = RowFiller::create(l, o);
+  ASSERT_TRUE(filler) << filler.status().message();
+  std::vector<std::byte> got(static_cast<std::size_t>(kRows) * l.row_bytes);
+  for (std::int64_t a = 0; a < kRows; a += 100) {
+    const std::int64_t b = std::min(kRows, a + 100);
+    Status st = (*filler)->fill(a, b, got.data() + static_cast<std::size_t>(a) * l.row_bytes);
+    ASSERT_TRUE(st) << st.message();
+  }
+  EXPECT_EQ(got, expected(l, 0, kRows));
+  EXPECT_EQ(stats.decodes.load(), 3u);
+  // One read of rows [250, 4000): the run of whole groups is read straight, the two
+  // partial groups through the cache: 3 decodes again.
+  ReaderStats once;
+  o.stats = &once;
+  std::vector<std::byte> part(static_cast<std::size_t>(4000 - 250) * l.row_bytes);
+  auto again = RowFiller::create(l, o);
+  ASSERT_TRUE(again);
+  ASSERT_TRUE((*again)->fill(250, 4000, part.data()));
+  EXPECT_EQ(part, expected(l, 250, 4000));
+  EXPECT_EQ(once.decodes.load(), 3u);
 }
 
 TEST_F(DecodeOnce, UnitOverTheCacheBoundIsReadAsBefore) {
