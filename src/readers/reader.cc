@@ -155,7 +155,13 @@ class GuardedReader final : public ShardReader {
           }
           cache_size_ = bytes;
         }
-        SHARDLOAD_RETURN_IF_ERROR(inner_->read_rows(spec, shard, u.lo, u.hi, cache_.get()));
+        if (!inner_->read_rows(spec, shard, u.lo, u.hi, cache_.get())) {
+          // Rows of the unit outside the request may fail where the request would not (a
+          // null the caller never asked for): the rows as asked decide, as without the cache.
+          SHARDLOAD_RETURN_IF_ERROR(inner_->read_rows(spec, shard, row, end, out));
+          row = end;
+          continue;
+        }
         cache_key_ = CacheKey{true, shard.path, shard.snapshot, shard.extra,
                               u.lo, u.hi,       spec.row_bytes, spec.dtype};
       } else if (stats_ != nullptr) {
