@@ -1,9 +1,10 @@
 // The read plan: a pure function from (rows per shard, processors P,
-// over-decomposition K) to tiles along axis 0 and, per tile, the pieces of
-// shards that fill it. No I/O and no runtime.
+// over-decomposition K, the decode unit grid) to tiles along axis 0 and, per
+// tile, the pieces of shards that fill it. No I/O and no runtime.
 //
 //   parts     = min(min(K, kMaxOverdecompose) * P, max(P, kMaxTiles))
-//   tile_rows = max(1, ceil(total / parts))
+//   tile_rows = max(1, ceil(total / parts)), then moved onto the unit grid
+//               (see "Decode units" below)
 //   tiles     = ceil(total / tile_rows)          (<= parts, <= total)
 //
 // Tiles may span shards; the last tile may be short; zero-row shards
@@ -15,8 +16,9 @@
 // minute), while past a few dozen tiles per processor finer tiles balance
 // nothing more. Whatever K is asked for, a processor gets at most 256 tiles
 // and the launch at most 65,536 points, unless P alone exceeds that (then the
-// tiles are as fine as with K = 1). The caps depend on (rows, P, K) only, so
-// the task side recomputes the same plan from the same inputs.
+// tiles are as fine as with K = 1). The plan depends on (rows, P, K) and the
+// unit grid below only, so the task side recomputes the same plan from the
+// same inputs.
 //
 // Decode units (chunk-aware tiles). Chunked formats decode whole units (an HDF5 or Zarr
 // chunk, a Parquet row group), and a unit met by two tiles is decoded by both tasks: one
