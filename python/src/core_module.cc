@@ -257,10 +257,11 @@ PYBIND11_MODULE(_core, m) {
 
   m.def(
       "plan",
-      [](const std::vector<std::int64_t>& rows, std::int64_t processors, std::int64_t k) {
+      [](const std::vector<std::int64_t>& rows, std::int64_t processors, std::int64_t k,
+         std::int64_t unit_rows, bool units_aligned) {
         std::vector<std::int64_t> offsets{0};
         for (const auto r : rows) offsets.push_back(offsets.back() + r);
-        ReadPlan p = unwrap(make_plan(offsets, processors, k));
+        ReadPlan p = unwrap(make_plan(offsets, processors, k, UnitGrid{unit_rows, units_aligned}));
         py::list tiles;
         for (std::int64_t t = 0; t < p.tiles; ++t) {
           py::list pieces;
@@ -276,5 +277,6 @@ PYBIND11_MODULE(_core, m) {
         d["pieces"] = tiles;
         return d;
       },
-      py::arg("rows"), py::arg("processors"), py::arg("overdecompose") = 1);
+      py::arg("rows"), py::arg("processors"), py::arg("overdecompose") = 1,
+      py::arg("unit_rows") = 0, py::arg("units_aligned") = false);
 }

@@ -9,9 +9,9 @@ namespace shardload {
 namespace {
 
 // The last byte is the version: 2 added ctime, inode and linked files to the
-// snapshots; 3 row views (a shard's first row and its file's rows). A task
-// never decodes another version's bytes.
-constexpr std::uint8_t kMagic[4] = {'S', 'L', 'L', '3'};
+// snapshots; 3 row views (a shard's first row and its file's rows); 4 the decode
+// unit grid (Shard::decode_rows). A task never decodes another version's bytes.
+constexpr std::uint8_t kMagic[4] = {'S', 'L', 'L', '4'};
 
 // Shard flags.
 constexpr std::uint8_t kByteSwap = 1;
@@ -19,7 +19,9 @@ constexpr std::uint8_t kFortran = 2;
 constexpr std::uint8_t kRegular = 4;
 constexpr std::uint8_t kHasLinked = 8;
 constexpr std::uint8_t kView = 16;
-constexpr std::uint8_t kAllFlags = kByteSwap | kFortran | kRegular | kHasLinked | kView;
+constexpr std::uint8_t kDecodeGrid = 32;
+constexpr std::uint8_t kAllFlags =
+    kByteSwap | kFortran | kRegular | kHasLinked | kView | kDecodeGrid;
 
 class Writer {
  public:
@@ -179,14 +181,15 @@ std::vector<std::uint8_t> encode_layout(const Layout& l) {
     w.str(s.path.substr(prefix));
     w.varint(static_cast<std::uint64_t>(s.rows));
     w.varint(s.data_offset);
-    w.u8(
-        static_cast<std::uint8_t>((s.byte_swap ? kByteSwap : 0) | (s.fortran_order ? kFortran : 0) |
-                                  (s.snapshot.regular ? kRegular : 0) |
-                                  (s.linked.empty() ? 0 : kHasLinked) | (s.is_view() ? kView : 0)));
+    w.u8(static_cast<std::uint8_t>(
+        (s.byte_swap ? kByteSwap : 0) | (s.fortran_order ? kFortran : 0) |
+        (s.snapshot.regular ? kRegular : 0) | (s.linked.empty() ? 0 : kHasLinked) |
+        (s.is_view() ? kView : 0) | (s.decode_rows > 0 ? kDecodeGrid : 0)));
     if (s.is_view()) {
       w.varint(static_cast<std::uint64_t>(s.first_row));
       w.varint(static_cast<std::uint64_t>(s.file_rows));
     }
+    if (s.decode_rows > 0) w.varint(static_cast<std::uint64_t>(s.decode_rows));
     put_info(w, s.snapshot);
     w.str(s.extra);
     if (!s.linked.empty()) {
@@ -249,6 +252,14 @@ Result<Layout> decode_layout(std::span<const std::uint8_t> bytes) {
       // Present only for a true view, so that one encoding means one layout.
       if (r.ok() && s.first_row == 0 && s.rows == s.file_rows)
         return bad("a view of the whole file");
+    }
+    if ((flags & kDecodeGrid) != 0) {
+      // Present only when set, so that one encoding means one layout.
+      const std::uint64_t unit = r.varint();
+      if (r.ok() && (unit == 0 || unit > static_cast<std::uint64_t>(INT64_MAX))) {
+        return bad("decode unit rows out of range");
+      }
+      s.decode_rows = static_cast<std::int64_t>(unit);
     }
     get_info(r, &s.snapshot);
     s.extra = r.str();

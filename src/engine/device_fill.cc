@@ -199,10 +199,17 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// How one piece is cut: `rows` whole rows per chunk, or, when a row exceeds a
-// staging buffer, `parts` byte ranges per row.
+// How one piece is cut: chunks of `rows_per_chunk` rows on a grid of file rows
+// starting at `origin` (the first and last chunk cut at the piece), or, when a row exceeds
+// a staging buffer, `parts` byte ranges per row. For a shard with decode units the grid is
+// the units' (origin a unit boundary, rows_per_chunk a whole number of units), so that no
+// unit is split between chunks, which go to different reader threads; a unit larger than a
+// buffer is one chunk that its thread reads in `sub_rows` pieces, the reader decoding the
+// unit once into its unit cache and serving every piece from there.
 struct PieceCut {
   std::int64_t rows_per_chunk = 0;  // 0: split rows by bytes
+  std::int64_t origin = 0;          // file row where the grid of chunks starts
+  std::int64_t sub_rows = 0;        // > 0: a chunk is a unit, staged this many rows at a time
   std::uint64_t parts_per_row = 1;
   std::uint64_t chunks = 0;
   bool raw = false;  // bytes are the file's bytes: native-endian C-order .npy
@@ -214,6 +221,7 @@ struct Chunk {
   std::uint64_t file_offset = 0;  // raw chunks: where its bytes are in the file
   std::uint64_t dst_offset = 0;
   std::size_t bytes = 0;
+  std::int64_t sub_rows = 0;  // > 0: more rows than a buffer, staged this many at a time
   bool raw = false;
   bool whole_rows = true;
 };
@@ -321,8 +329,21 @@ Status Fill::plan(std::uint64_t dst_bytes) {
       cut.rows_per_chunk = 1;
       cut.chunks = 0;
     } else if (row <= buf) {
-      cut.rows_per_chunk = static_cast<std::int64_t>(buf / row);
-      cut.chunks = (rows + static_cast<std::uint64_t>(cut.rows_per_chunk) - 1) /
+      const auto per_buffer = static_cast<std::int64_t>(buf / row);
+      const std::int64_t unit = cut.raw ? 0 : s.decode_rows;
+      cut.rows_per_chunk = per_buffer;
+      cut.origin = p.lo;
+      if (unit > 0) {
+        if (unit <= per_buffer) {
+          cut.rows_per_chunk = per_buffer / unit * unit;
+        } else {
+          cut.rows_per_chunk = unit;
+          cut.sub_rows = per_buffer;
+        }
+        cut.origin = p.lo - p.lo % cut.rows_per_chunk;
+      }
+      const auto span = static_cast<std::uint64_t>(p.hi - cut.origin);
+      cut.chunks = (span + static_cast<std::uint64_t>(cut.rows_per_chunk) - 1) /
                    static_cast<std::uint64_t>(cut.rows_per_chunk);
     } else if (cut.raw) {
       cut.rows_per_chunk = 0;
@@ -367,8 +388,10 @@ Chunk Fill::chunk_at(std::uint64_t index) const {
   c.piece = pi;
   c.raw = cut.raw;
   if (cut.rows_per_chunk > 0) {
-    c.lo = p.lo + static_cast<std::int64_t>(j) * cut.rows_per_chunk;
-    c.hi = std::min(p.hi, c.lo + cut.rows_per_chunk);
+    const std::int64_t start = cut.origin + static_cast<std::int64_t>(j) * cut.rows_per_chunk;
+    c.lo = std::max(p.lo, start);
+    c.hi = std::min(p.hi, start + cut.rows_per_chunk);
+    c.sub_rows = cut.sub_rows;
     c.bytes = static_cast<std::size_t>(static_cast<std::uint64_t>(c.hi - c.lo) * row);
     c.file_offset = s.data_offset + static_cast<std::uint64_t>(c.lo) * row;
     c.dst_offset = static_cast<std::uint64_t>(p.dst_row + (c.lo - p.lo)) * row;
@@ -444,6 +467,8 @@ Status Fill::read_into(const Chunk& c, ReaderState& st, std::byte* buf) {
     ctx.io = io_;
     ctx.scratch_bytes = options_.scratch_bytes;
     ctx.check_snapshot = options_.check_snapshot;
+    ctx.unit_cache_bytes = options_.unit_cache_bytes;
+    ctx.stats = options_.stats;
     SHARDLOAD_ASSIGN_OR_RETURN(st.reader, make_reader(layout_.format, layout_.options, ctx));
   }
   return st.reader->read_rows(layout_, layout_.shards[static_cast<std::size_t>(p.shard)], c.lo,
@@ -509,6 +534,21 @@ Status Fill::unchanged(std::int64_t shard, const ReaderState& st, Status read) c
 }
 
 Status Fill::do_chunk(const Chunk& c, ReaderState& st) {
+  if (c.sub_rows > 0 && c.hi - c.lo > c.sub_rows) {
+    // One unit, more than a buffer: staged in turn by this thread, decoded once.
+    const std::uint64_t row = layout_.row_bytes;
+    for (std::int64_t a = c.lo; a < c.hi; a += c.sub_rows) {
+      Chunk part = c;
+      part.lo = a;
+      part.hi = std::min(c.hi, a + c.sub_rows);
+      part.sub_rows = 0;
+      part.bytes = static_cast<std::size_t>(static_cast<std::uint64_t>(part.hi - part.lo) * row);
+      part.file_offset = c.file_offset + static_cast<std::uint64_t>(a - c.lo) * row;
+      part.dst_offset = c.dst_offset + static_cast<std::uint64_t>(a - c.lo) * row;
+      SHARDLOAD_RETURN_IF_ERROR(staged_chunk(part, st, false));
+    }
+    return Status::ok();
+  }
   if (!c.raw || !may_read_direct_) return staged_chunk(c, st, false);
   if (options_.direct == DirectReads::kOn) return direct_chunk(c, st);
   int choice = pool_.direct_choice.load();

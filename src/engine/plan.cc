@@ -1,12 +1,43 @@
 #include "shardload/plan.hpp"
 
 #include <algorithm>
+#include <numeric>
 #include <string>
 
 namespace shardload {
 
+UnitGrid unit_grid(std::span<const std::int64_t> offsets, std::span<const Shard> shards) {
+  UnitGrid g;
+  if (offsets.size() != shards.size() + 1) return g;
+  std::int64_t largest = 0;
+  std::int64_t lcm = 0;  // of the grids met so far; -1 once past the total rows
+  bool aligned = true;
+  const std::int64_t total = offsets.back();
+  for (std::size_t i = 0; i < shards.size(); ++i) {
+    const std::int64_t u = shards[i].decode_rows;
+    if (u <= 0) continue;
+    largest = std::max(largest, u);
+    if (lcm == 0) {
+      lcm = u;
+    } else if (lcm > 0) {
+      const std::int64_t a = lcm / std::gcd(lcm, u);
+      if (__builtin_mul_overflow(a, u, &lcm) || lcm > total) lcm = -1;
+    }
+    const std::int64_t start = offsets[i] - shards[i].first_row;
+    if (offsets[i + 1] > offsets[i] && start % u != 0) aligned = false;
+  }
+  if (largest == 0) return g;
+  g.aligned = aligned && lcm > 0;
+  g.rows = g.aligned ? lcm : largest;
+  return g;
+}
+
 Result<ReadPlan> make_plan(std::span<const std::int64_t> offsets, std::int64_t processors,
-                           std::int64_t overdecompose) {
+                           std::int64_t overdecompose, UnitGrid units) {
+  if (units.rows < 0) {
+    return Status(ErrorCode::kInvalidArgument,
+                  "decode unit rows must not be negative, found " + std::to_string(units.rows));
+  }
   if (processors < 1) {
     return Status(ErrorCode::kInvalidArgument,
                   "processors must be at least 1, found " + std::to_string(processors));
@@ -38,6 +69,17 @@ Result<ReadPlan> make_plan(std::span<const std::int64_t> offsets, std::int64_t p
   parts = std::min(parts, std::max(processors, kMaxTiles));
   p.parts = parts;
   p.tile_rows = std::max<std::int64_t>(1, p.total_rows / parts + (p.total_rows % parts != 0));
+  p.units = units;
+  if (const std::int64_t u = units.rows; u > 0 && p.total_rows > 0) {
+    // See the header: tile boundaries on the unit grid, or tiles at least a unit long. A
+    // tile never needs more than all the rows, which also keeps the rounding in range.
+    if (units.aligned) {
+      const std::int64_t n = p.tile_rows / u + (p.tile_rows % u != 0);
+      p.tile_rows = n > p.total_rows / u ? p.total_rows : n * u;
+    } else {
+      p.tile_rows = std::max(p.tile_rows, std::min(u, p.total_rows));
+    }
+  }
   p.tiles = p.total_rows / p.tile_rows + (p.total_rows % p.tile_rows != 0);
   const auto shards = static_cast<std::int64_t>(offsets.size()) - 1;
   if (shards == parts && shards == p.tiles) {

@@ -223,7 +223,9 @@ legate::LogicalArray load(const Layout& layout, const LoadOptions& options, Load
   }
   if (li.processors == 0) throw LayoutError("the machine has no processors to load on");
   const ReadPlan plan =
-      value_or_throw(make_plan(layout.offsets, li.processors, options.overdecompose), "planning");
+      value_or_throw(make_plan(layout.offsets, li.processors, options.overdecompose,
+                               unit_grid(layout.offsets, layout.shards)),
+                     "planning");
   li.tile_rows = plan.tile_rows;
   li.tiles = plan.tiles;
   if (info != nullptr) *info = li;

@@ -54,7 +54,9 @@ Result<Tile> prepare_tile(legate::TaskContext& context) {
   const auto processors = context.scalar(1).value<std::int64_t>();
   const auto k = context.scalar(2).value<std::int64_t>();
   const auto tile_rows = context.scalar(3).value<std::int64_t>();
-  SHARDLOAD_ASSIGN_OR_RETURN(ReadPlan plan, make_plan(t.layout.offsets, processors, k));
+  SHARDLOAD_ASSIGN_OR_RETURN(
+      ReadPlan plan,
+      make_plan(t.layout.offsets, processors, k, unit_grid(t.layout.offsets, t.layout.shards)));
   if (plan.tile_rows != tile_rows) {
     return arg_error("tile rows " + std::to_string(tile_rows) + " differ from the plan's " +
                      std::to_string(plan.tile_rows));
@@ -110,13 +112,15 @@ Status fill_host_tile(const Tile& t) {
   std::unique_ptr<std::byte[]> buf(new (std::nothrow)
                                        std::byte[static_cast<std::size_t>(chunk_rows) * row_bytes]);
   if (!buf) return {ErrorCode::kIo, "cannot allocate the scatter buffer"};
+  // One reader for every chunk: a decode unit spanning chunks is decoded once.
+  SHARDLOAD_ASSIGN_OR_RETURN(auto filler, RowFiller::create(t.layout));
   const auto copy = [](std::byte* d, const std::byte* s, std::size_t n) {
     std::memcpy(d, s, n);
     return true;
   };
   for (std::int64_t a = 0; a < rows; a += chunk_rows) {
     const std::int64_t b = std::min(rows, a + chunk_rows);
-    SHARDLOAD_RETURN_IF_ERROR(fill_rows(t.layout, t.lo + a, t.lo + b, buf.get()));
+    SHARDLOAD_RETURN_IF_ERROR(filler->fill(t.lo + a, t.lo + b, buf.get()));
     scatter_rows(buf.get(), b - a, t.extents, t.strides, t.layout.dtype.size,
                  t.ptr + static_cast<std::size_t>(a) * t.strides[0], copy);
   }

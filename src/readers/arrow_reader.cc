@@ -538,6 +538,15 @@ class ArrowReader final : public ShardReader {
       rows += r;
       p.decode_rows = std::max(p.decode_rows, r);
     }
+    // A regular grid (every group but the last of one size, what writers with a fixed row
+    // group or batch size produce) travels as Shard::decode_rows for the plan and the
+    // device fill; irregular groups are found from `extra` (decode_unit).
+    bool regular = !e.group_rows.empty() && e.group_rows[0] > 0;
+    for (std::size_t g = 0; regular && g + 1 < e.group_rows.size(); ++g) {
+      regular = e.group_rows[g] == e.group_rows[0];
+    }
+    if (regular && e.group_rows.back() > e.group_rows[0]) regular = false;
+    p.shard.decode_rows = regular ? e.group_rows[0] : 0;
     p.shard.rows = rows;
     if (idx.size() > 1) p.trailing_shape = {static_cast<std::int64_t>(idx.size())};
     p.shard.extra = encode_extra(e);
@@ -556,6 +565,18 @@ class ArrowReader final : public ShardReader {
     Status read = read_groups(l, s, e, lo, hi, dst);
     if (ctx_.check_snapshot) read = check_unchanged(file, s.snapshot, std::move(read));
     return read;
+  }
+
+  DecodeUnit decode_unit(const Shard& s, std::int64_t row) override {
+    if (s.decode_rows > 0) return grid_unit(s, row);
+    auto e = decode_extra(s);
+    if (!e) return {};
+    std::int64_t start = 0;
+    for (const auto r : e->group_rows) {
+      if (row < start + r) return {start, start + r};
+      start += r;
+    }
+    return {};
   }
 
   Status read_groups(const ReadSpec& l, const Shard& s, const ArrowExtra& e, std::int64_t lo,
@@ -599,6 +620,7 @@ class ArrowReader final : public ShardReader {
       std::vector<std::shared_ptr<arrow::ChunkedArray>> cols(ncols);
       const std::string where =
           s.path + ": " + (f.parquet ? "row group " : "record batch ") + std::to_string(g);
+      if (ctx_.stats != nullptr) ctx_.stats->decodes.fetch_add(1, std::memory_order_relaxed);
       if (f.parquet) {
         auto t = f.parquet->ReadRowGroup(static_cast<int>(g), leaves);
         if (!t.ok()) return arrow_error(where, t.status(), ErrorCode::kIo);

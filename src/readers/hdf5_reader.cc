@@ -168,6 +168,7 @@ class Hdf5Reader final : public ShardReader {
         p.trailing_shape.push_back(static_cast<std::int64_t>(d.dims[i]));
       }
       p.decode_rows = chunk_rows(api_, d.dataset.get(), d.dims.size());
+      p.shard.decode_rows = p.decode_rows;
       // The resolved dataset path: with the default, each file's only dataset
       // may have its own name, and the read must not search again.
       p.shard.extra = d.name;
@@ -313,6 +314,7 @@ class Hdf5Reader final : public ShardReader {
       }
       hsize_t stored = 0;
       std::uint32_t mask = 0;
+      if (ctx_.stats != nullptr) ctx_.stats->decodes.fetch_add(1, std::memory_order_relaxed);
       bool direct = api_.H5Dget_chunk_storage_size(d.dataset.get(), offset.data(), &stored) >= 0 &&
                     stored > 0 && stored <= kMaxDirectChunkBytes;
       if (direct) {

@@ -1,6 +1,9 @@
 #include "shardload/reader.hpp"
 
+#include <algorithm>
+#include <cstring>
 #include <exception>
+#include <memory>
 #include <new>
 
 #include "readers/detail/readers.hpp"
@@ -41,6 +44,15 @@ Status check_unchanged(const File& f, const FileInfo& snapshot, Status read) {
           f.path() + ": changed while reading: " + snapshot_difference(snapshot, *now)};
 }
 
+DecodeUnit grid_unit(const Shard& shard, std::int64_t row) {
+  const std::int64_t u = shard.decode_rows;
+  if (u <= 0 || row < 0) return {};
+  const std::int64_t lo = row - row % u;
+  // A unit past the file's end (a stale or hostile layout) is the reader's to report.
+  const std::int64_t end = std::max(shard.stored_rows(), row + 1);
+  return {lo, std::min(end, lo > INT64_MAX - u ? INT64_MAX : lo + u)};
+}
+
 namespace {
 
 // The readers are written not to throw, but they size buffers from what files declare
@@ -50,7 +62,8 @@ namespace {
 // a status naming the file and rows.
 class GuardedReader final : public ShardReader {
  public:
-  explicit GuardedReader(std::unique_ptr<ShardReader> inner) : inner_(std::move(inner)) {}
+  GuardedReader(std::unique_ptr<ShardReader> inner, const ReaderContext& ctx)
+      : inner_(std::move(inner)), cache_bound_(ctx.unit_cache_bytes), stats_(ctx.stats) {}
 
   Result<ShardProbe> probe(const std::string& path) override {
     try {
@@ -71,7 +84,7 @@ class GuardedReader final : public ShardReader {
     // The caller puts the rows in front; the file is the shard's.
     const auto where = [&] { return shard.path; };
     try {
-      return inner_->read_rows(spec, shard, lo, hi, dst).with_path(shard.path);
+      return read_units(spec, shard, lo, hi, dst).with_path(shard.path);
     } catch (const std::bad_alloc&) {
       return {ErrorCode::kIo, where() +
                                   ": out of memory (a buffer the data needs could not be "
@@ -83,8 +96,108 @@ class GuardedReader final : public ShardReader {
     }
   }
 
+  DecodeUnit decode_unit(const Shard& shard, std::int64_t row) override {
+    try {
+      return inner_->decode_unit(shard, row);
+    } catch (...) {
+      return {};  // no unit known: read as asked
+    }
+  }
+
  private:
+  // Rows [lo, hi) cut at decode units: runs of whole units go straight to the destination
+  // (each unit decoded once by the inner read), and a unit of which only a part is asked
+  // for is decoded whole into the one-unit cache, then served from there to this and later
+  // calls. Without units, with the cache off, or for a unit over its bound, the inner
+  // reader serves the rows as asked.
+  Status read_units(const ReadSpec& spec, const Shard& shard, std::int64_t lo, std::int64_t hi,
+                    std::byte* dst) {
+    if (hi <= lo || cache_bound_ == 0 || spec.row_bytes == 0) {
+      return inner_->read_rows(spec, shard, lo, hi, dst);
+    }
+    std::int64_t row = lo;
+    while (row < hi) {
+      const DecodeUnit u = inner_->decode_unit(shard, row);
+      std::byte* out = dst + static_cast<std::size_t>(row - lo) * spec.row_bytes;
+      if (u.none() || u.lo > row || u.hi <= row) {
+        return inner_->read_rows(spec, shard, row, hi, out);
+      }
+      if (u.lo == row && u.hi <= hi) {
+        // Whole units: the run goes on to the start of the unit holding row hi - 1, or to
+        // hi when that unit ends there (two look-ups, however many units the run holds).
+        const DecodeUnit last = inner_->decode_unit(shard, hi - 1);
+        const std::int64_t end =
+            std::max(u.hi, last.none() || last.hi <= hi || last.lo < row ? hi : last.lo);
+        SHARDLOAD_RETURN_IF_ERROR(inner_->read_rows(spec, shard, row, end, out));
+        row = end;
+        continue;
+      }
+      const std::int64_t end = std::min(hi, u.hi);
+      const auto unit_rows = static_cast<std::uint64_t>(u.hi - u.lo);
+      const bool fits = unit_rows <= cache_bound_ / spec.row_bytes;
+      if (!fits) {
+        SHARDLOAD_RETURN_IF_ERROR(inner_->read_rows(spec, shard, row, end, out));
+        row = end;
+        continue;
+      }
+      if (!cached(spec, shard, u)) {
+        const std::size_t bytes = static_cast<std::size_t>(unit_rows * spec.row_bytes);
+        cache_key_.valid = false;
+        if (cache_size_ < bytes) {
+          cache_.reset();
+          cache_size_ = 0;
+          cache_.reset(new (std::nothrow) std::byte[bytes]);
+          if (!cache_) {
+            // No memory for the cache: the rows as asked, as without it.
+            SHARDLOAD_RETURN_IF_ERROR(inner_->read_rows(spec, shard, row, end, out));
+            row = end;
+            continue;
+          }
+          cache_size_ = bytes;
+        }
+        if (!inner_->read_rows(spec, shard, u.lo, u.hi, cache_.get())) {
+          // Rows of the unit outside the request may fail where the request would not (a
+          // null the caller never asked for): the rows as asked decide, as without the cache.
+          SHARDLOAD_RETURN_IF_ERROR(inner_->read_rows(spec, shard, row, end, out));
+          row = end;
+          continue;
+        }
+        cache_key_ = CacheKey{true, shard.path, shard.snapshot, shard.extra,
+                              u.lo, u.hi,       spec.row_bytes, spec.dtype};
+      } else if (stats_ != nullptr) {
+        stats_->unit_cache_hits.fetch_add(1, std::memory_order_relaxed);
+      }
+      std::memcpy(out, cache_.get() + static_cast<std::size_t>(row - u.lo) * spec.row_bytes,
+                  static_cast<std::size_t>(end - row) * spec.row_bytes);
+      row = end;
+    }
+    return Status::ok();
+  }
+
+  // The cache holds the rows of one unit as the inner reader gave them for one file as
+  // discovery saw it (its snapshot and format data), in one row layout.
+  struct CacheKey {
+    bool valid = false;
+    std::string path;
+    FileInfo snapshot;
+    std::string extra;
+    std::int64_t lo = 0, hi = 0;
+    std::uint64_t row_bytes = 0;
+    DType dtype;
+  };
+  bool cached(const ReadSpec& spec, const Shard& shard, const DecodeUnit& u) const {
+    const CacheKey& k = cache_key_;
+    return k.valid && k.lo == u.lo && k.hi == u.hi && k.row_bytes == spec.row_bytes &&
+           k.dtype == spec.dtype && k.path == shard.path && k.snapshot == shard.snapshot &&
+           k.extra == shard.extra;
+  }
+
   std::unique_ptr<ShardReader> inner_;
+  std::size_t cache_bound_ = 0;
+  ReaderStats* stats_ = nullptr;
+  std::unique_ptr<std::byte[]> cache_;
+  std::size_t cache_size_ = 0;
+  CacheKey cache_key_;
 };
 
 Result<std::unique_ptr<ShardReader>> make_unguarded_reader(Format format,
@@ -131,7 +244,7 @@ Result<std::unique_ptr<ShardReader>> make_reader(Format format, const FormatOpti
     }
   }();
   if (!reader) return reader.status();
-  return std::unique_ptr<ShardReader>(new GuardedReader(std::move(reader).value()));
+  return std::unique_ptr<ShardReader>(new GuardedReader(std::move(reader).value(), ctx));
 }
 
 }  // namespace shardload

@@ -146,6 +146,7 @@ class ZarrReader final : public ShardReader {
     p.shard.extra = encode_zarr_meta(*meta);
     const auto& unit = meta->sharded ? meta->inner_chunks : meta->chunks;
     if (!unit.empty()) p.decode_rows = unit[0];
+    p.shard.decode_rows = p.decode_rows;
     return p;
   }
 
@@ -390,6 +391,7 @@ class ZarrReader final : public ShardReader {
     }
     SHARDLOAD_ASSIGN_OR_RETURN(File f, File::open(*ctx_.io, path));
     SHARDLOAD_ASSIGN_OR_RETURN(const FileInfo info, f.stat());
+    count_decode();
     std::byte* target = direct;
     if (target == nullptr) {
       cached_key_.clear();
@@ -545,6 +547,7 @@ class ZarrReader final : public ShardReader {
       copy_box(r, unit_.data(), origin, m.inner_chunks, blo, bhi);
       return Status::ok();
     }
+    count_decode();
     std::byte* target = direct;
     if (target == nullptr) {
       cached_key_.clear();
@@ -569,6 +572,10 @@ class ZarrReader final : public ShardReader {
     }
     place(r, target, direct != nullptr, key, origin, m.inner_chunks, blo, bhi);
     return Status::ok();
+  }
+
+  void count_decode() const {
+    if (ctx_.stats != nullptr) ctx_.stats->decodes.fetch_add(1, std::memory_order_relaxed);
   }
 
   FormatOptions options_;

@@ -182,6 +182,12 @@ struct DeviceFillOptions {
   ReaderThreads* readers = nullptr;
   int reader_threads = 8;
   DirectReads direct = DirectReads::kOff;
+  // Each reader's unit cache (ReaderContext::unit_cache_bytes): a decode unit larger than a
+  // staging buffer is decoded once into it and staged from there, so a fill holds at most
+  // the readers used x this many bytes more, only while such units are read. Units larger
+  // than this are decoded once per buffer they fill, as without the cache.
+  std::size_t unit_cache_bytes = kDefaultUnitCacheBytes;
+  ReaderStats* stats = nullptr;  // the readers' counts (decodes), for tests and benchmarks
 };
 
 // Overrides reader_threads with SHARDLOAD_READER_THREADS when set.
@@ -190,7 +196,9 @@ Status device_fill_options_from_env(DeviceFillOptions* options);
 // Fills device memory `device_dst` (dst_bytes long) with the pieces of one
 // tile (dst_row relative to device_dst) on `stream`, through `pool`.
 //
-// Pieces are read in chunks of whole rows that fit a staging buffer; a row
+// Pieces are read in chunks of whole rows that fit a staging buffer, cut on the shard's
+// decode unit grid (Shard::decode_rows) so that each unit is read by one reader thread
+// and decoded once (a unit larger than a buffer through that reader's unit cache); a row
 // larger than a buffer is split by bytes for native-endian C-order .npy
 // shards and is kInvalidArgument otherwise. Returns once every copy it
 // enqueued has completed (so its status covers them and later work on the

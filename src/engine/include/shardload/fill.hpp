@@ -17,6 +17,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "shardload/byte_order.hpp"
@@ -29,8 +30,9 @@
 namespace shardload {
 
 // A fill's options are exactly what its readers need: the I/O backend, the
-// bounded scratch (the only extra memory a fill uses, whatever the tile
-// size) and whether opened files are checked against their snapshots.
+// bounded scratch and unit cache (the only extra memory a fill uses, whatever
+// the tile size), whether opened files are checked against their snapshots,
+// and where the readers count their decodes.
 using FillOptions = ReaderContext;
 
 // Fills dst (exactly (hi - lo) * layout.row_bytes bytes) with rows [lo, hi).
@@ -41,5 +43,25 @@ Status fill_rows(const Layout& layout, std::int64_t lo, std::int64_t hi, std::by
 // Fills from precomputed pieces whose dst_row is relative to dst.
 Status fill_pieces(const Layout& layout, const std::vector<Piece>& pieces, std::byte* dst,
                    const FillOptions& options = {});
+
+// Fills rows of one layout in several calls through one reader, so that a decode unit
+// met by several calls (a tile filled a bounded buffer at a time) is decoded once: the
+// reader's unit cache (ReaderContext::unit_cache_bytes, one unit at most) keeps it between
+// calls. fill_rows makes a reader per call, and each call decodes the units it meets.
+// The filler borrows the layout, which must outlive it; one thread at a time.
+class RowFiller {
+ public:
+  static Result<std::unique_ptr<RowFiller>> create(const Layout& layout,
+                                                   const FillOptions& options = {});
+  // As fill_rows.
+  Status fill(std::int64_t lo, std::int64_t hi, std::byte* dst);
+
+ private:
+  RowFiller(const Layout& layout, std::unique_ptr<ShardReader> reader)
+      : layout_(layout), reader_(std::move(reader)) {}
+  const Layout& layout_;
+  std::unique_ptr<ShardReader> reader_;
+  std::vector<Piece> pieces_;
+};
 
 }  // namespace shardload

@@ -1,9 +1,10 @@
 // The read plan: a pure function from (rows per shard, processors P,
-// over-decomposition K) to tiles along axis 0 and, per tile, the pieces of
-// shards that fill it. No I/O and no runtime.
+// over-decomposition K, the decode unit grid) to tiles along axis 0 and, per
+// tile, the pieces of shards that fill it. No I/O and no runtime.
 //
 //   parts     = min(min(K, kMaxOverdecompose) * P, max(P, kMaxTiles))
-//   tile_rows = max(1, ceil(total / parts))
+//   tile_rows = max(1, ceil(total / parts)), then moved onto the unit grid
+//               (see "Decode units" below)
 //   tiles     = ceil(total / tile_rows)          (<= parts, <= total)
 //
 // Tiles may span shards; the last tile may be short; zero-row shards
@@ -15,8 +16,29 @@
 // minute), while past a few dozen tiles per processor finer tiles balance
 // nothing more. Whatever K is asked for, a processor gets at most 256 tiles
 // and the launch at most 65,536 points, unless P alone exceeds that (then the
-// tiles are as fine as with K = 1). The caps depend on (rows, P, K) only, so
-// the task side recomputes the same plan from the same inputs.
+// tiles are as fine as with K = 1). The plan depends on (rows, P, K) and the
+// unit grid below only, so the task side recomputes the same plan from the
+// same inputs.
+//
+// Decode units (chunk-aware tiles). Chunked formats decode whole units (an HDF5 or Zarr
+// chunk, a Parquet row group), and a unit met by two tiles is decoded by both tasks: one
+// 128 MiB Zarr chunk under 64 tiles was decoded 64 times. So the plan takes the layout's
+// unit grid (unit_grid: from Shard::decode_rows, the one thing about units the layout
+// carries, so the task side recomputes the same plan) and moves tile boundaries onto it:
+//
+//   aligned grid (every unit starts at a multiple of u in global rows: one chunked file,
+//   or shards whose rows are multiples of u):
+//       tile_rows = ceil(tile_rows / u) * u       no unit is in two tiles
+//   unaligned grid (largest unit u):
+//       tile_rows = max(tile_rows, u)             a unit is in at most two tiles
+//   tiles = ceil(total / tile_rows)
+//
+// Tiles stay uniform (the launch partitions by tiling, which has one tile size). The
+// price is balance: a tile has at most tile_rows + u - 1 rows of the unit-free plan's
+// tile_rows, the last tile may be short, and with units much larger than total / parts
+// there are fewer tiles than parts (one 128 MiB chunk is one tile whatever K is: a unit
+// is the least one task can decode anyway). The tile count never exceeds the unit-free
+// plan's.
 //
 // Contract: pure functions of their arguments (no I/O, no state), safe from any thread;
 // make_plan returns kInvalidArgument for P < 1 or K < 1.
@@ -27,6 +49,7 @@
 #include <span>
 #include <vector>
 
+#include "shardload/reader.hpp"
 #include "shardload/status.hpp"
 
 namespace shardload {
@@ -35,6 +58,21 @@ namespace shardload {
 inline constexpr std::int64_t kMaxOverdecompose = 256;
 // At most this many tiles in all, unless there are more processors.
 inline constexpr std::int64_t kMaxTiles = 65536;
+
+// The decode units of a layout as the plan sees them.
+struct UnitGrid {
+  std::int64_t rows = 0;  // 0: no units (rows are read directly)
+  // Every unit of every shard starts at a multiple of `rows` in global rows.
+  bool aligned = false;
+  friend bool operator==(const UnitGrid&, const UnitGrid&) = default;
+};
+
+// From the shards' decode_rows (offsets as for make_plan, one shard per offset but the
+// last): rows is the least common multiple of the shards' grids, aligned when each
+// shard with rows has (its first global row - its first file row) a multiple of its own
+// grid; when the multiple exceeds the total rows (or 64 bits), rows is the largest grid
+// and aligned is false. Shards without a grid (0) constrain nothing.
+UnitGrid unit_grid(std::span<const std::int64_t> offsets, std::span<const Shard> shards);
 
 struct Piece {
   std::int64_t shard = 0;
@@ -51,6 +89,7 @@ struct ReadPlan {
   std::int64_t parts = 1;          // the tile count aimed at, after the caps
   std::int64_t tile_rows = 1;
   std::int64_t tiles = 0;
+  UnitGrid units;  // as given to make_plan
   // Every shard has tile_rows rows and there is one shard per tile, so tile
   // t is exactly shard t and no search is needed.
   bool uniform = false;
@@ -62,9 +101,9 @@ struct ReadPlan {
 };
 
 // offsets: cumulative rows, size shards+1, offsets[0] == 0, non-decreasing.
-// kInvalidArgument when P < 1 or K < 1 or the offsets are malformed.
+// kInvalidArgument when P < 1 or K < 1, the offsets are malformed or units.rows < 0.
 Result<ReadPlan> make_plan(std::span<const std::int64_t> offsets, std::int64_t processors,
-                           std::int64_t overdecompose);
+                           std::int64_t overdecompose, UnitGrid units = {});
 
 // The pieces covering global rows [lo, hi), in order, found by binary
 // search over the offsets; dst_row is relative to lo.

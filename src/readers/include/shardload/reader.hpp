@@ -18,10 +18,12 @@
 // readers never throw (make_reader's wrapper turns a stray exception into a Status).
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "shardload/format.hpp"
@@ -54,6 +56,14 @@ struct Shard {
   FileInfo snapshot;               // the file as discovery saw it
   std::string extra;               // format-specific, opaque outside its reader
   std::vector<LinkedFile> linked;  // other files the data comes from
+  // The decode unit as a regular grid of file rows: the units are rows [j * decode_rows,
+  // (j + 1) * decode_rows) of the file (the last one cut at its end), the least a reader
+  // decodes to serve any row in them (an HDF5 or Zarr chunk's extent along axis 0, a
+  // Parquet row group or Arrow record batch when all but the file's last have the same
+  // rows). 0 when rows are read directly, or when the units are irregular: then
+  // ShardReader::decode_unit knows them from `extra`. The plan and the device fill align
+  // their cuts to this grid; it counts rows of the file, so a view keeps it unchanged.
+  std::int64_t decode_rows = 0;
 
   [[nodiscard]] std::int64_t stored_rows() const { return file_rows < 0 ? rows : file_rows; }
   [[nodiscard]] bool is_view() const { return file_rows >= 0; }
@@ -69,6 +79,17 @@ struct ShardProbe {
   // directly (npy, raw, contiguous HDF5).
   std::int64_t decode_rows = 0;
 };
+
+// The file rows [lo, hi) of one decode unit; {-1, -1} when rows are read directly.
+struct DecodeUnit {
+  std::int64_t lo = -1;
+  std::int64_t hi = -1;
+  [[nodiscard]] bool none() const { return lo < 0; }
+};
+
+// The unit of `shard` holding file row `row` on its regular grid (Shard::decode_rows), cut
+// at the file's end; none when the shard has no grid.
+DecodeUnit grid_unit(const Shard& shard, std::int64_t row);
 
 // What a reader needs of the dataset besides the shard itself: the element
 // type, the shape of one row and its size. The engine's Layout is one.
@@ -89,16 +110,44 @@ class ShardReader {
   // dst holds (hi - lo) * spec.row_bytes bytes. Errors name the file.
   virtual Status read_rows(const ReadSpec& spec, const Shard& shard, std::int64_t lo,
                            std::int64_t hi, std::byte* dst) = 0;
+  // The decode unit holding file row `row` (0 <= row < stored rows), from what the shard
+  // carries (no I/O): grid_unit by default; readers with irregular units (Parquet row
+  // groups, Arrow batches) answer from Shard::extra.
+  virtual DecodeUnit decode_unit(const Shard& shard, std::int64_t row) {
+    return grid_unit(shard, row);
+  }
 };
+
+// Counts kept by the readers of a ReaderContext, from any thread. `decodes` is the decode
+// units a reader decoded itself: HDF5 chunks inflated (or read by H5Dread box by box on
+// the direct path), Zarr chunks decoded, Parquet row groups and Arrow record batches read.
+// Tests and benchmarks read it to check that each unit is decoded once; `unit_cache_hits`
+// counts reads served from the unit cache instead.
+struct ReaderStats {
+  std::atomic<std::uint64_t> decodes{0};
+  std::atomic<std::uint64_t> unit_cache_hits{0};
+};
+
+// The default bound of the unit cache, per reader (see ReaderContext::unit_cache_bytes).
+inline constexpr std::size_t kDefaultUnitCacheBytes = std::size_t{128} << 20;
 
 struct ReaderContext {
   IoBackend* io = nullptr;  // nullptr: posix_io()
-  // Scratch for re-ordering or decoding; the most extra memory a reader
-  // keeps, whatever the tile size.
+  // Scratch for re-ordering or decoding; with unit_cache_bytes, the most
+  // extra memory a reader keeps, whatever the tile size.
   std::size_t scratch_bytes = std::size_t{4} << 20;
   // Compare each opened file with the discovery snapshot, and again after
   // the last read from it.
   bool check_snapshot = true;
+  // The unit cache: a read that covers only part of a decode unit decodes the whole unit
+  // once into this reader's cache and serves that part, and the next reads of the same
+  // unit, from it; reads of whole units go straight to the destination. At most one unit
+  // is kept, so a reader holds at most this many bytes more (allocated on first use). A
+  // unit larger than this is read as before, part by part, each part decoding it again;
+  // 0 turns the cache off.
+  std::size_t unit_cache_bytes = kDefaultUnitCacheBytes;
+  // Where the readers count their work; nullptr: not counted.
+  ReaderStats* stats = nullptr;
 };
 
 // A reader for one resolved format (not kAuto). kInvalidArgument when the
