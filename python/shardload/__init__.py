@@ -47,6 +47,8 @@ from ._api import (  # noqa: E402
     discover,
     load,
 )
+from ._errors import DestinationExistsError, ShardWriteError  # noqa: E402
+from ._save import SaveInfo, save  # noqa: E402
 
 __all__ = [
     "__version__",
@@ -60,4 +62,8 @@ __all__ = [
     "SourceNotFoundError",
     "discover",
     "load",
+    "DestinationExistsError",
+    "SaveInfo",
+    "ShardWriteError",
+    "save",
 ]

@@ -92,6 +92,7 @@ legate::Library library() {
                                              nullptr, {}, &created);
   if (created) {
     detail::LoadTask::register_variants(lib);
+    detail::SaveTask::register_variants(lib);
   }
   return lib;
 }

@@ -14,8 +14,8 @@ namespace shardload::detail {
 
 inline constexpr const char* kLibraryName = "shardload";
 
-// Task ids of the library; 2 is the demo verify task's (src/testing/verify_task.cc).
-enum TaskId : std::int64_t { kLoadTask = 1 };
+// Task ids of the library; 2 and 4 are the demo verify and synth tasks' (src/testing).
+enum TaskId : std::int64_t { kLoadTask = 1, kSaveTask = 3 };
 
 // Output 0: the array, tiled along axis 0. Scalars: 0 encoded layout
 // (uint8 array), 1 processors, 2 overdecompose, 3 tile rows (checked).
@@ -33,6 +33,19 @@ class LoadTask : public legate::LegateTask<LoadTask> {
 #if LEGATE_DEFINED(LEGATE_USE_CUDA)
   static void gpu_variant(legate::TaskContext context);
 #endif
+};
+
+// Input 0: the array, tiled along axis 0 (tile t is rows [t x tile rows, ...)). Scalars:
+// 0 the staging directory's bytes (uint8 array), 1 the SaveSpec (int64 array), 2 tile rows.
+// Each point writes its tile's rows into the shard files the launcher created.
+class SaveTask : public legate::LegateTask<SaveTask> {
+ public:
+  static inline const auto TASK_CONFIG =  // NOLINT(cert-err58-cpp)
+      legate::TaskConfig{legate::LocalTaskID{kSaveTask}}
+          .with_signature(legate::TaskSignature{}.inputs(1).scalars(3))
+          .with_variant_options(legate::VariantOptions{}.with_may_throw_exception(true));
+
+  static void cpu_variant(legate::TaskContext context);
 };
 
 // How a Status crosses the task boundary: its code travels as the TaskException's index and
