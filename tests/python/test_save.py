@@ -305,3 +305,40 @@ def test_dot_destination_refused(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     with pytest.raises(ValueError, match="by its name"):
         shardload.save(np.arange(3), ".", overwrite=True)
+
+
+# --- shardload write goes through save ----------------------------------------------------
+
+
+def test_cli_write_is_a_save(tmp_path, cli):
+    import subprocess
+
+    from conftest import synth
+
+    out = tmp_path / "set"
+    r = subprocess.run([cli, "write", "--shard-dir", out, "--num-shards", "5", "--shape",
+                        "1000,3", "--dtype", "int16", "--seed", "4"], capture_output=True,
+                       text=True)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == f"wrote 5 shards to {out}: shape (1000, 3) int16, seed 4\n"
+    meta = json.loads((out / "_meta.json").read_text())
+    whole = np.concatenate([np.load(out / f"shard_{i:04d}.npy") for i in range(5)])
+    assert [len(np.load(out / f"shard_{i:04d}.npy")) for i in range(5)] == meta["rows"]
+    np.testing.assert_array_equal(whole.reshape(-1), synth("int16", 4, 0, whole.size))
+    assert no_staging_left(tmp_path)
+    # Its output is a saved dataset: a save may replace it, and it replaces a save.
+    shardload.save(np.arange(4), out, overwrite=True)
+    assert sorted(os.listdir(out)) == ["shard_0000.npy", "shard_0001.npy"]
+    r = subprocess.run([cli, "write", "--shard-dir", out, "--num-shards", "2", "--shape", "7"],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert sorted(os.listdir(out)) == ["_meta.json", "shard_0000.npy", "shard_0001.npy"]
+    # A directory with other files is refused, untouched, never emptied or mixed.
+    (out / "notes.txt").write_text("mine")
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    r = subprocess.run([cli, "write", "--shard-dir", out, "--num-shards", "3", "--shape", "9"],
+                       capture_output=True, text=True)
+    assert r.returncode == 1
+    assert "shardload write: error:" in r.stderr and "notes.txt" in r.stderr
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    assert no_staging_left(tmp_path)
