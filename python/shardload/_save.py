@@ -115,7 +115,13 @@ def save(
         raise ValueError("save: dest= is empty")
     if b"\0" in path:
         raise ValueError(f"save: dest= holds a NUL byte: {dest!r}")
-    _api._check_thread()
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        raise RuntimeError(
+            f"shardload.save was called from thread {threading.current_thread().name!r}; it "
+            "works only in the main thread, as load does (Legate takes launches only from the "
+            "thread that started its runtime)")
     _api._start_runtime()
     from . import _legate
 

@@ -342,3 +342,62 @@ def test_cli_write_is_a_save(tmp_path, cli):
     assert "shardload write: error:" in r.stderr and "notes.txt" in r.stderr
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
     assert no_staging_left(tmp_path)
+
+
+def test_a_failed_write_leaves_nothing(tmp_path):
+    """A file size limit (as a full disk would) fails creating the shards: ShardWriteError
+    naming the file and the errno, the staging directory removed, the destination absent."""
+    import subprocess
+    import sys
+    import textwrap
+
+    script = textwrap.dedent(f"""
+        import errno, os, resource, signal
+        import numpy as np
+        import shardload
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, resource.RLIM_INFINITY))
+        try:
+            shardload.save(np.zeros((1 << 20, 4), np.float32), {str(tmp_path / 'o')!r},
+                           num_shards=2)
+        except shardload.ShardWriteError as e:
+            assert e.errno == errno.EFBIG, e.errno
+            assert e.filename.endswith("shard_0000.npy"), e.filename
+            print("RAISED", e)
+    """)
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "RAISED" in r.stdout and "File too large" in r.stdout, r.stdout
+    assert not (tmp_path / "o").exists()
+    assert no_staging_left(tmp_path)
+
+
+def test_concurrent_saves_to_one_destination(tmp_path):
+    """Two saves racing for one destination: one wins whole, the other is refused."""
+    import subprocess
+    import sys
+    import textwrap
+
+    script = textwrap.dedent("""
+        import sys
+        import numpy as np
+        import shardload
+        v = int(sys.argv[2])
+        try:
+            shardload.save(np.full((200000, 4), v, np.int32), sys.argv[1], num_shards=3)
+            print("SAVED")
+        except shardload.DestinationExistsError:
+            print("REFUSED")
+    """)
+    dest = tmp_path / "o"
+    procs = [subprocess.Popen([sys.executable, "-c", script, str(dest), str(v)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for v in (1, 2)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [o[1][-2000:] for o in outs]
+    results = sorted(o[0].strip() for o in outs)
+    assert results == ["REFUSED", "SAVED"]
+    x = np.asarray(shardload.load(dest))
+    assert x.shape == (200000, 4) and len(np.unique(x)) == 1  # one writer's data, never a mix
+    assert no_staging_left(tmp_path)
