@@ -401,3 +401,53 @@ def test_concurrent_saves_to_one_destination(tmp_path):
     x = np.asarray(shardload.load(dest))
     assert x.shape == (200000, 4) and len(np.unique(x)) == 1  # one writer's data, never a mix
     assert no_staging_left(tmp_path)
+
+
+def test_a_reader_during_overwrites_never_sees_a_mix(tmp_path):
+    """A reader (host reads, in another process) loops over the destination while it is
+    overwritten again and again with datasets of one value each: every read that succeeds
+    returns one whole dataset; the others fail with shardload's errors, never a mix."""
+    import subprocess
+    import sys
+    import textwrap
+
+    dest = tmp_path / "o"
+    shardload.save(np.full((30000, 4), 0, np.int32), dest, num_shards=3)
+    reader = textwrap.dedent(f"""
+        import sys, time
+        import numpy as np
+        import shardload
+        ok = failed = 0
+        shardload.discover({str(dest)!r}).read()
+        print("READY", flush=True)
+        end = time.monotonic() + 600
+        while time.monotonic() < end:
+            try:
+                x = shardload.discover({str(dest)!r}).read()
+            except (shardload.LayoutError, shardload.ShardReadError, FileNotFoundError):
+                failed += 1
+            else:
+                assert x.shape == (30000, 4), x.shape
+                assert len(np.unique(x)) == 1, np.unique(x)
+                ok += 1
+            if sys.stdin.closed:
+                break
+            import select
+            if select.select([sys.stdin], [], [], 0)[0]:
+                break
+        print("READS", ok, failed)
+    """)
+    p = subprocess.Popen([sys.executable, "-c", reader], stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline().strip() == "READY", p.stderr.read()[-3000:]
+        for v in range(1, 25):
+            shardload.save(np.full((30000, 4), v, np.int32), dest, num_shards=3, overwrite=True)
+    finally:
+        out, errs = p.communicate("stop\n", timeout=300)
+    assert p.returncode == 0, errs[-3000:]
+    ok, failed = (int(n) for n in out.split()[1:3])
+    print(f"reads during the overwrites: {ok} whole datasets, {failed} refused")
+    assert ok + failed >= 2, (ok, failed)
+    np.testing.assert_array_equal(np.asarray(shardload.load(dest)), np.full((30000, 4), 24))
+    assert no_staging_left(tmp_path)
