@@ -12,7 +12,8 @@ One process makes an array in cuPyNumeric (--mb MB of float32, rows of --cols) a
          and that plus the time np.asarray takes to gather such an array from cuPyNumeric
          (npsave), which is what a user without save would do.
 
-Every written directory is removed, and os.sync() run, outside the timing, so that each
+The order of the three turns every round. Every written directory is removed, and
+os.sync() run, outside the timing, so that each
 method starts with no dirty pages of the others waiting for writeback (whose throttling is
 otherwise the largest noise of the run). Medians, then the ratios
 bound / save (>= 0.9 is the goal's "90% of the bound") and npsave / save (>= 3).
@@ -141,29 +142,25 @@ def main() -> None:
     g = np.arange(rows * args.cols, dtype=np.float32).reshape(rows, args.cols) + np.float32(0.5)
 
     times: dict[str, list[float]] = {"save": [], "bound": [], "npsave_only": [], "npsave": []}
-    for rnd in range(args.rounds):
-        d = os.path.join(args.dir, f"save{rnd}")
-        os.sync()
-        t0 = time.perf_counter()
+    def run_save(d: str) -> None:
         shardload.save(x, d, num_shards=parts, format=args.format)
-        times["save"].append(time.perf_counter() - t0)
-        rm(d)
 
-        d = os.path.join(args.dir, f"bound{rnd}")
-        os.sync()
-        t0 = time.perf_counter()
-        bound(g, d, parts)
-        times["bound"].append(time.perf_counter() - t0)
-        rm(d)
-
-        d = os.path.join(args.dir, f"np{rnd}")
-        os.sync()
-        t0 = time.perf_counter()
+    def run_npsave(d: str) -> None:
         npsave(np, g, d, parts)
-        s = time.perf_counter() - t0
-        times["npsave_only"].append(s)
-        times["npsave"].append(s + gather_s)
-        rm(d)
+
+    steps = [("save", run_save), ("bound", lambda d: bound(g, d, parts)),
+             ("npsave_only", run_npsave)]
+    for rnd in range(args.rounds):
+        # The order turns every round, so that no method always follows the same one.
+        order = steps[rnd % 3:] + steps[:rnd % 3]
+        for name, step in order:
+            d = os.path.join(args.dir, f"{name}{rnd}")
+            os.sync()
+            t0 = time.perf_counter()
+            step(d)
+            times[name].append(time.perf_counter() - t0)
+            rm(d)
+        times["npsave"].append(times["npsave_only"][-1] + gather_s)
         print(f"round {rnd}: " + ", ".join(f"{k} {v[-1]:.3f} s" for k, v in times.items()),
               flush=True)
 
