@@ -451,3 +451,16 @@ def test_a_reader_during_overwrites_never_sees_a_mix(tmp_path):
     assert ok + failed >= 2, (ok, failed)
     np.testing.assert_array_equal(np.asarray(shardload.load(dest)), np.full((30000, 4), 24))
     assert no_staging_left(tmp_path)
+
+
+def test_cli_write_larger_than_legate_memory_is_refused(tmp_path, cli):
+    import subprocess
+
+    env = {**os.environ,
+           "LEGATE_CONFIG": "--cpus 2 --utility 1 --gpus 0 --sysmem 256 --logging gpu=6,threads=5"}
+    r = subprocess.run([cli, "write", "--shard-dir", tmp_path / "o", "--num-shards", "3",
+                        "--shape", "100000000,2"], capture_output=True, text=True, env=env,
+                       timeout=300)
+    assert r.returncode == 1, r.stderr[-2000:]
+    assert "the dataset needs 800000000 bytes" in r.stderr and "--sysmem" in r.stderr
+    assert not (tmp_path / "o").exists() and no_staging_left(tmp_path)
