@@ -38,23 +38,32 @@ Status save_point(legate::TaskContext& context) {
                                              " dimensions, the spec " +
                                              std::to_string(spec.trailing.size() + 1)};
   }
+  // The tiling gives this point rows [lo, hi) with full trailing extents; a store Legate
+  // cannot tile that way (a broadcast view: its promoted axis) hands each point more, which is
+  // fine as long as the piece holds the tile: the tile is addressed inside it.
   std::vector<std::int64_t> extents;
+  std::vector<std::int64_t> skip;
   for (std::size_t d = 0; d < dim; ++d) {
     const std::int64_t want_lo = d == 0 ? lo : 0;
     const std::int64_t want_hi = d == 0 ? hi : spec.trailing[d - 1];
     const std::int64_t got_lo = dom.lo()[static_cast<int>(d)];
     const std::int64_t got_hi = dom.hi()[static_cast<int>(d)] + 1;
-    if (hi > lo && (got_lo != want_lo || got_hi != want_hi)) {
+    if (hi > lo && (got_lo > want_lo || got_hi < want_hi)) {
       return {ErrorCode::kInvalidArgument,
               "save task: the store's piece spans [" + std::to_string(got_lo) + ", " +
-                  std::to_string(got_hi) + ") in dimension " + std::to_string(d) + ", the tile [" +
-                  std::to_string(want_lo) + ", " + std::to_string(want_hi) + ")"};
+                  std::to_string(got_hi) + ") in dimension " + std::to_string(d) +
+                  ", which does not hold the tile's [" + std::to_string(want_lo) + ", " +
+                  std::to_string(want_hi) + ")"};
     }
     extents.push_back(want_hi - want_lo);
+    skip.push_back(want_lo - got_lo);
   }
   if (hi <= lo || spec.row_bytes == 0) return Status::ok();
   const legate::InlineAllocation alloc = store.get_inline_allocation();
   auto* ptr = static_cast<std::byte*>(alloc.ptr);
+  for (std::size_t d = 0; d < dim; ++d) {
+    ptr += static_cast<std::size_t>(skip[d]) * alloc.strides[d];
+  }
   if (is_dense_c_order(extents, alloc.strides, spec.dtype.size)) {
     const Status st = write_rows(dir, spec, lo, hi, ptr);
     return st ? st : context_of(st);

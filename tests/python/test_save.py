@@ -110,7 +110,13 @@ def test_views_that_are_not_dense(tmp_path, fmt):
     base = np.arange(12 * 40, dtype=np.float64).reshape(12, 40)
     c = cn.asarray(base)
     for i, (view, expected) in enumerate([(c.T, base.T), (c[:, 5:17], base[:, 5:17]),
-                                          (c[3:9], base[3:9])]):
+                                          (c[3:9], base[3:9]),
+                                          # Broadcast: Legate cannot tile the promoted axis,
+                                          # so every point gets all rows and writes its own.
+                                          (cn.broadcast_to(c[4], (30, 40)),
+                                           np.broadcast_to(base[4], (30, 40))),
+                                          (c.reshape(12, 4, 10).transpose((1, 2, 0)),
+                                           base.reshape(12, 4, 10).transpose((1, 2, 0)))]):
         dest = tmp_path / f"v{i}"
         shardload.save(view, dest, format=fmt, num_shards=3)
         np.testing.assert_array_equal(np.asarray(shardload.load(dest, format=fmt)), expected)
