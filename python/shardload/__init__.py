@@ -50,6 +50,8 @@ from ._api import (  # noqa: E402
 from ._readers import register_reader, registered_readers  # noqa: E402
 from ._batches import BatchIterator, batches  # noqa: E402
 from ._manifest import ChecksumMismatch, discover_once, index, verify  # noqa: E402
+from ._errors import DestinationExistsError, ShardWriteError  # noqa: E402
+from ._save import SaveInfo, save  # noqa: E402
 
 __all__ = [
     "__version__",
@@ -71,4 +73,8 @@ __all__ = [
     "index",
     "verify",
     "discover_once",
+    "DestinationExistsError",
+    "SaveInfo",
+    "ShardWriteError",
+    "save",
 ]

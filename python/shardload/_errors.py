@@ -30,3 +30,15 @@ class SourceNotFoundError(LayoutError, FileNotFoundError):
 class OutOfMemoryError(Error, MemoryError):
     """The dataset does not fit the memory Legate has for the processors of the load (checked
     before anything is allocated); a MemoryError."""
+
+
+class ShardWriteError(Error, OSError):
+    """Saving failed: the destination cannot be created or written, something that is not a
+    regular file is in the way, or a write failed; an OSError whose ``filename`` is the file,
+    where known. Nothing of the new dataset is visible when it is raised."""
+
+
+class DestinationExistsError(ShardWriteError, FileExistsError):
+    """The save's destination is not empty and ``overwrite=False``, or it holds files that no
+    save writes (which ``overwrite=True`` refuses to delete): a ShardWriteError and a
+    FileExistsError."""

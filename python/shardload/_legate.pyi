@@ -48,3 +48,17 @@ def discover_once(
     fill_value: float | None = None,
 ) -> tuple[bytes, str]:
     """(the encoded layout, its manifest_status)"""
+class _SaveInfo(TypedDict):
+    target: str  # "CPU": the save task has a CPU variant only
+    processors: int
+    tiles: int
+    shards: int
+    bytes: int
+    prepare_s: float
+    write_s: float
+    commit_s: float
+
+def save(handle: int, dest: bytes, num_shards: int, shard_rows: list[int], format: str,
+         overwrite: bool) -> _SaveInfo:
+    """Writes the legate::LogicalArray at address ``handle`` (a live LogicalArray's
+    raw_handle) to ``dest``; num_shards 0 is one per processor, shard_rows [] an even split."""

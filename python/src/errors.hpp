@@ -48,6 +48,12 @@ inline void set_python_error(const Error& e) {
   } else if (dynamic_cast<const ShardReadError*>(&e) != nullptr) {
     name = "ShardReadError";
     os_error = true;
+  } else if (dynamic_cast<const DestinationExistsError*>(&e) != nullptr) {
+    name = "DestinationExistsError";
+    os_error = true;
+  } else if (dynamic_cast<const ShardWriteError*>(&e) != nullptr) {
+    name = "ShardWriteError";
+    os_error = true;
   } else if (dynamic_cast<const OutOfMemoryError*>(&e) != nullptr) {
     name = "OutOfMemoryError";
   }

@@ -17,6 +17,7 @@
 #include "shardload/codec.hpp"
 #include "shardload/legate.hpp"
 #include "shardload/manifest_legate.hpp"
+#include "shardload/save.hpp"
 
 namespace py = pybind11;
 
@@ -171,4 +172,36 @@ PYBIND11_MODULE(_legate, m) {
         return reinterpret_cast<std::uintptr_t>(owner.get_pointer<legate::LogicalArray>());
       },
       py::arg("owner"));
+
+  // The array arrives as the address of a legate::LogicalArray that a live Python
+  // legate.core.LogicalArray holds (its raw_handle); the caller keeps that object alive.
+  m.def(
+      "save",
+      [](std::uintptr_t handle, const py::bytes& dest, std::int64_t num_shards,
+         const std::vector<std::int64_t>& shard_rows, const std::string& format, bool overwrite) {
+        const auto* array = reinterpret_cast<const legate::LogicalArray*>(handle);
+        shardload::SaveOptions opts;
+        opts.num_shards = num_shards;
+        opts.shard_rows = shard_rows;
+        opts.format = shardload::parse_save_format(format);
+        opts.overwrite = overwrite;
+        const std::string path = dest;
+        shardload::SaveInfo info;
+        {
+          py::gil_scoped_release release;
+          shardload::save(*array, path, opts, &info);
+        }
+        py::dict d;
+        d["target"] = info.target;
+        d["processors"] = info.processors;
+        d["tiles"] = info.tiles;
+        d["shards"] = info.shards;
+        d["bytes"] = info.bytes;
+        d["prepare_s"] = info.prepare_seconds;
+        d["write_s"] = info.write_seconds;
+        d["commit_s"] = info.commit_seconds;
+        return d;
+      },
+      py::arg("handle"), py::arg("dest"), py::arg("num_shards"), py::arg("shard_rows"),
+      py::arg("format"), py::arg("overwrite"));
 }

@@ -389,7 +389,7 @@ bool parse_int_list(const std::string& text, std::vector<long long>* out) {
   return !out->empty();
 }
 
-int cmd_write(const Args& args) {
+std::optional<int> parse_write_args(const Args& args, WriteArgs* out) {
   const char* cmd = "write";
   Parsed p;
   if (auto rc = parse_command_line(*find_command(cmd), args, &p)) return *rc;
@@ -398,26 +398,55 @@ int cmd_write(const Args& args) {
   for (const char* req : {"shard-dir", "num-shards", "shape"}) {
     if (p.opts.count(req) == 0) return usage_error(cmd, std::string("--") + req + " is required");
   }
-  const std::string dir = p.opts["shard-dir"];
-  long long shards = 0;
-  long long seed = 0;
-  std::vector<long long> shape;
-  if (!parse_int(p.opts["num-shards"], &shards) || shards < 1) {
+  out->dir = p.opts["shard-dir"];
+  if (!parse_int(p.opts["num-shards"], &out->shards) || out->shards < 1) {
     return usage_error(
         cmd, "--num-shards: expected an integer >= 1, found '" + p.opts["num-shards"] + "'");
   }
-  if (p.opts.count("seed") != 0 && !parse_int(p.opts["seed"], &seed)) {
+  if (p.opts.count("seed") != 0 && !parse_int(p.opts["seed"], &out->seed)) {
     return usage_error(cmd, "--seed: expected an integer, found '" + p.opts["seed"] + "'");
   }
-  if (!parse_int_list(p.opts["shape"], &shape) || shape.size() > 8) {
+  if (!parse_int_list(p.opts["shape"], &out->shape) || out->shape.size() > 8) {
     return usage_error(
         cmd, "--shape: expected ROWS[,DIM...] (1 to 8 integers), found '" + p.opts["shape"] + "'");
   }
-  for (const auto d : shape) {
+  for (const auto d : out->shape) {
     if (d < 0) return usage_error(cmd, "--shape: dimensions must be >= 0");
   }
   auto dtype = parse_dtype(p.opts.count("dtype") != 0 ? p.opts["dtype"] : "float32");
   if (!dtype) return usage_error(cmd, "--dtype: " + dtype.status().message());
+  out->dtype = *dtype;
+  return std::nullopt;
+}
+
+std::vector<std::int64_t> write_rows_per_shard(const WriteArgs& a) {
+  return synth_split(static_cast<std::uint64_t>(a.seed), a.shape[0], a.shards);
+}
+
+std::string write_meta_json(const WriteArgs& a, const std::vector<std::int64_t>& rows) {
+  std::ostringstream m;
+  m << "{\"seed\": " << a.seed << ", \"dtype\": \"" << a.dtype.name() << "\", \"shape\": [";
+  for (std::size_t i = 0; i < a.shape.size(); ++i) m << (i ? ", " : "") << a.shape[i];
+  m << "], \"num_shards\": " << a.shards << ", \"rows\": [";
+  for (std::size_t i = 0; i < rows.size(); ++i) m << (i ? ", " : "") << rows[i];
+  m << "]}\n";
+  return m.str();
+}
+
+std::string write_summary(const WriteArgs& a) {
+  std::ostringstream o;
+  o << "wrote " << a.shards << " shards to " << a.dir << ": shape "
+    << "(";
+  for (std::size_t i = 0; i < a.shape.size(); ++i) o << (i ? ", " : "") << a.shape[i];
+  o << (a.shape.size() == 1 ? ",)" : ")") << " " << a.dtype.name() << ", seed " << a.seed << "\n";
+  return o.str();
+}
+
+int cmd_write(const Args& args) {
+  const char* cmd = "write";
+  WriteArgs a;
+  if (auto rc = parse_write_args(args, &a)) return *rc;
+  const std::string& dir = a.dir;
 
   ::mkdir(dir.c_str(), 0755);
   struct ::stat st {};
@@ -426,18 +455,18 @@ int cmd_write(const Args& args) {
   }
   if (Status s = remove_stale(dir); !s) return fail(cmd, s.message());
 
-  const auto rows = synth_split(static_cast<std::uint64_t>(seed), shape[0], shards);
+  const auto rows = write_rows_per_shard(a);
   std::uint64_t row_elements = 1;
-  for (std::size_t i = 1; i < shape.size(); ++i)
-    row_elements *= static_cast<std::uint64_t>(shape[i]);
+  for (std::size_t i = 1; i < a.shape.size(); ++i)
+    row_elements *= static_cast<std::uint64_t>(a.shape[i]);
   const NumberPattern pat{"shard_", 4, ".npy"};
   std::uint64_t first_row = 0;
-  for (long long i = 0; i < shards; ++i) {
-    NpyWriteSpec spec{*dtype, {rows[static_cast<std::size_t>(i)]}};
-    spec.shape.insert(spec.shape.end(), shape.begin() + 1, shape.end());
+  for (long long i = 0; i < a.shards; ++i) {
+    NpyWriteSpec spec{a.dtype, {rows[static_cast<std::size_t>(i)]}};
+    spec.shape.insert(spec.shape.end(), a.shape.begin() + 1, a.shape.end());
     const std::string path = dir + "/" + pat.format(i);
     if (Status s =
-            write_npy(path, spec, static_cast<std::uint64_t>(seed), first_row * row_elements);
+            write_npy(path, spec, static_cast<std::uint64_t>(a.seed), first_row * row_elements);
         !s) {
       return fail(cmd, s.message());
     }
@@ -447,21 +476,13 @@ int cmd_write(const Args& args) {
   const std::string meta = dir + "/_meta.json";
   {
     std::ofstream m(meta + ".tmp");
-    m << "{\"seed\": " << seed << ", \"dtype\": \"" << dtype->name() << "\", \"shape\": [";
-    for (std::size_t i = 0; i < shape.size(); ++i) m << (i ? ", " : "") << shape[i];
-    m << "], \"num_shards\": " << shards << ", \"rows\": [";
-    for (std::size_t i = 0; i < rows.size(); ++i) m << (i ? ", " : "") << rows[i];
-    m << "]}\n";
+    m << write_meta_json(a, rows);
     if (!m) return fail(cmd, meta + ": write failed");
   }
   if (std::rename((meta + ".tmp").c_str(), meta.c_str()) != 0) {
     return fail(cmd, meta + ": rename failed");
   }
-  std::cout << "wrote " << shards << " shards to " << dir << ": shape "
-            << "(";
-  for (std::size_t i = 0; i < shape.size(); ++i) std::cout << (i ? ", " : "") << shape[i];
-  std::cout << (shape.size() == 1 ? ",)" : ")") << " " << dtype->name() << ", seed " << seed
-            << "\n";
+  std::cout << write_summary(a);
   return 0;
 }
 

@@ -52,7 +52,26 @@ struct Parsed {
 // after an error on stderr that names the option and points at --help.
 std::optional<int> parse_command_line(const CommandSpec& spec, const Args& args, Parsed* out);
 
+// What `shardload write` was asked to do, checked before anything is written.
+struct WriteArgs {
+  std::string dir;
+  long long shards = 0;
+  long long seed = 0;
+  std::vector<long long> shape;
+  DType dtype;
+};
+std::optional<int> parse_write_args(const Args& args, WriteArgs* out);
+// The rows of each shard (synth_split), _meta.json's text and the line write prints.
+std::vector<std::int64_t> write_rows_per_shard(const WriteArgs& args);
+std::string write_meta_json(const WriteArgs& args, const std::vector<std::int64_t>& rows);
+std::string write_summary(const WriteArgs& args);
+
+// Without Legate: each shard written by this process in turn.
 int cmd_write(const Args& args);
+#ifdef SHARDLOAD_WITH_LEGATE
+// With Legate: the data made by a synth task per tile and written by shardload::save.
+int cmd_write_legate(const WriteArgs& args);
+#endif
 int cmd_inspect(const Args& args);
 // `shardload index DIR`: writes DIR/shardload.manifest (no Legate).
 int cmd_index(const Args& args);

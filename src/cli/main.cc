@@ -51,7 +51,15 @@ int main(int argc, char** argv) {
     std::cerr << "shardload help: unknown command '" << args[0] << "'; see 'shardload --help'\n";
     return 2;
   }
-  if (cmd == "write") return shardload::cli::cmd_write(args);
+  if (cmd == "write") {
+#ifdef SHARDLOAD_WITH_LEGATE
+    shardload::cli::WriteArgs write;
+    if (auto rc = shardload::cli::parse_write_args(args, &write)) return *rc;
+    return shardload::cli::cmd_write_legate(write);
+#else
+    return shardload::cli::cmd_write(args);
+#endif
+  }
   if (cmd == "inspect") return shardload::cli::cmd_inspect(args);
   if (cmd == "index") return shardload::cli::cmd_index(args);
   if (cmd == "verify") {

@@ -5,6 +5,11 @@
 namespace shardload {
 
 void throw_status(const Status& st, ErrorSite site) {
+  if (site == ErrorSite::kWrite && st.code() != ErrorCode::kInvalidArgument &&
+      st.code() != ErrorCode::kNoMemory) {
+    if (st.sys_errno() == EEXIST || st.sys_errno() == ENOTEMPTY) throw DestinationExistsError(st);
+    throw ShardWriteError(st);
+  }
   switch (st.code()) {
     case ErrorCode::kInvalidArgument:
       throw ArgumentError(st);

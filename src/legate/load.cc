@@ -96,6 +96,7 @@ legate::Library library() {
     detail::LoadReportTask::register_variants(lib);
     detail::VerifyManifestTask::register_variants(lib);
     detail::DiscoverTask::register_variants(lib);
+    detail::SaveTask::register_variants(lib);
   }
   return lib;
 }

@@ -15,11 +15,12 @@ namespace shardload::detail {
 
 inline constexpr const char* kLibraryName = "shardload";
 
-// Task ids of the library; 2 is the demo verify task's (src/testing/verify_task.cc).
+// Task ids of the library; 2 and 4 are the demo verify and synth tasks' (src/testing).
 enum TaskId : std::int64_t {
   kLoadTask = 1,
-  kVerifyManifestTask = 3,
-  kDiscoverTask = 4,
+  kSaveTask = 3,
+  kVerifyManifestTask = 5,
+  kDiscoverTask = 6,
   kLoadReportTask = 10,
 };
 
@@ -91,6 +92,14 @@ class DiscoverTask : public legate::LegateTask<DiscoverTask> {
   static inline const auto TASK_CONFIG =  // NOLINT(cert-err58-cpp)
       legate::TaskConfig{legate::LocalTaskID{kDiscoverTask}}
           .with_signature(legate::TaskSignature{}.outputs(1).scalars(1))
+// Input 0: the array, tiled along axis 0 (tile t is rows [t x tile rows, ...)). Scalars:
+// 0 the staging directory's bytes (uint8 array), 1 the SaveSpec (int64 array), 2 tile rows.
+// Each point writes its tile's rows into the shard files the launcher created.
+class SaveTask : public legate::LegateTask<SaveTask> {
+ public:
+  static inline const auto TASK_CONFIG =  // NOLINT(cert-err58-cpp)
+      legate::TaskConfig{legate::LocalTaskID{kSaveTask}}
+          .with_signature(legate::TaskSignature{}.inputs(1).scalars(3))
           .with_variant_options(legate::VariantOptions{}.with_may_throw_exception(true));
 
   static void cpu_variant(legate::TaskContext context);

@@ -68,16 +68,36 @@ class OutOfMemoryError : public std::runtime_error, public Error {
       : OutOfMemoryError(Status{ErrorCode::kNoMemory, message}) {}
 };
 
+// Writing a dataset (shardload/save.hpp) failed: the destination cannot be created or
+// written, something that is not a regular file or directory is in the way, or a write
+// failed. Nothing of the new dataset is visible when it is thrown.
+class ShardWriteError : public std::runtime_error, public Error {
+ public:
+  explicit ShardWriteError(Status status)
+      : std::runtime_error(status.message()), Error(std::move(status)) {}
+  explicit ShardWriteError(const std::string& message)
+      : ShardWriteError(Status{ErrorCode::kIo, message}) {}
+};
+
+// A save's destination already holds something and overwrite was not asked for, or it holds
+// files that no save writes (which overwrite would otherwise delete).
+class DestinationExistsError : public ShardWriteError {
+ public:
+  using ShardWriteError::ShardWriteError;
+};
+
 // Where a Status arose, which decides what a kLayout or kFormat code means: found while
 // discovering, the files are not a valid dataset; found while reading data, any failure
-// (I/O, a changed file, a damaged chunk, a null) is a read error.
-enum class ErrorSite { kDiscover, kRead };
+// (I/O, a changed file, a damaged chunk, a null) is a read error; found while writing, any
+// failure but a bad argument is a write error (EEXIST / ENOTEMPTY: the destination exists).
+enum class ErrorSite { kDiscover, kRead, kWrite };
 
 // Throws the exception that matches the status (which must not be ok):
 //   kInvalidArgument -> ArgumentError (a LayoutError)        kNoMemory -> OutOfMemoryError
 //   discovering: kIo, kChanged -> ShardReadError; a missing source (kLayout with ENOENT)
 //                -> SourceNotFoundError; anything else -> LayoutError
 //   reading:     anything else -> ShardReadError
+//   writing:     EEXIST, ENOTEMPTY -> DestinationExistsError; anything else -> ShardWriteError
 [[noreturn]] void throw_status(const Status& status, ErrorSite site = ErrorSite::kDiscover);
 
 }  // namespace shardload

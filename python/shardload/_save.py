@@ -1,0 +1,136 @@
+"""shardload.save: write a distributed array as shard files, in parallel, under Legate.
+
+Every point task writes the rows of its own piece of the array straight into the shard files
+(no gather to one process); the dataset is built in a hidden directory beside the destination
+and renamed into place with its metadata last, so a reader never sees half of it. The C++
+side (src/legate/save.cc, shardload/save.hpp) does the work; this module checks arguments
+and turns the array into the legate::LogicalArray it takes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from typing import Any, Union
+
+import numpy as np
+
+from . import _api
+
+_FORMATS = ("npy", "zarr", "raw")
+
+PathLike = Union[str, bytes, "os.PathLike[str]", "os.PathLike[bytes]"]
+
+
+@dataclasses.dataclass(frozen=True)
+class SaveInfo:
+    """What a save did, returned by ``save(..., info=True)``: the processors (``target``,
+    ``processors``), the launch (``tiles``), ``shards`` and ``bytes`` written, and seconds of
+    the wall clock for ``prepare_s`` (checks, the hidden directory, creating the files),
+    ``write_s`` (the launch, until every point wrote its rows), ``commit_s`` (metadata and
+    the rename) and ``total_s`` (the whole call)."""
+
+    target: str
+    processors: int
+    tiles: int
+    shards: int
+    bytes: int
+    prepare_s: float
+    write_s: float
+    commit_s: float
+    total_s: float
+
+    @property
+    def gb_per_s(self) -> float:
+        """Bytes written per second of the whole call, in GB (1e9 bytes)."""
+        return self.bytes / 1e9 / self.total_s if self.total_s > 0 else 0.0
+
+
+def _logical_array(array: Any) -> Any:
+    """The legate.core.LogicalArray behind ``array`` (kept alive by the caller)."""
+    from legate.core import LogicalArray
+
+    if isinstance(array, LogicalArray):
+        return array
+    if isinstance(array, np.ndarray):
+        import cupynumeric
+
+        array = cupynumeric.asarray(array)
+    interface = getattr(array, "__legate_data_interface__", None)
+    if interface is None:
+        raise TypeError(
+            f"save: expected a cupynumeric.ndarray, a legate.core.LogicalArray or a "
+            f"numpy.ndarray, found {type(array).__name__}")
+    fields = list(interface["data"].values())
+    if len(fields) != 1:
+        raise ValueError(f"save: expected an array of one field, found {len(fields)}")
+    return fields[0]
+
+
+def save(
+    array: Any,
+    dest: PathLike,
+    *,
+    num_shards: int | None = None,
+    format: str = "npy",
+    overwrite: bool = False,
+    info: bool = False,
+) -> SaveInfo | None:
+    """Writes ``array`` to the directory ``dest`` as shards that :func:`load` reads back.
+
+    ``array``: a ``cupynumeric.ndarray``, a ``legate.core.LogicalArray`` or a
+    ``numpy.ndarray`` (copied into Legate first), of 1 to 8 dimensions, of bool, integers,
+    float16/32/64 or complex64/128. Axis 0 is split into ``num_shards`` shards (default: one
+    per CPU processor of the launch) of ``ceil(rows / num_shards)`` rows, the last ones
+    shorter or empty. ``format``: ``"npy"`` (``shard_0000.npy`` ...), ``"raw"``
+    (``shard_0000.bin`` ... and a ``shardload.json`` sidecar) or ``"zarr"`` (one uncompressed
+    Zarr v2 store per shard, ``shard_0000.zarr`` ...).
+
+    ``dest`` must be absent or an empty directory, unless ``overwrite=True``: then a
+    directory that holds only what a save writes is replaced in one atomic swap (see
+    ``docs/save.md`` for what a concurrent reader can see). Raises ``DestinationExistsError``
+    (a ``FileExistsError``) when refused, ``ShardWriteError`` (an ``OSError`` with
+    ``filename``) when writing fails, ``ValueError`` for bad arguments, ``TypeError`` for an
+    array of another kind. On any error nothing of the new dataset is visible.
+
+    Returns a :class:`SaveInfo` when ``info=True``, else None.
+    """
+    t_call = time.perf_counter()
+    if format not in _FORMATS:
+        raise ValueError(f"save: format= must be one of {', '.join(_FORMATS)}, found {format!r}")
+    if num_shards is not None and (isinstance(num_shards, bool)
+                                   or not isinstance(num_shards, (int, np.integer))
+                                   or num_shards < 1):
+        raise ValueError(f"save: num_shards= must be an integer >= 1 or None, found "
+                         f"{num_shards!r}")
+    if not isinstance(overwrite, bool):
+        raise ValueError(f"save: overwrite= must be True or False, found {overwrite!r}")
+    try:
+        path = os.fsencode(dest)
+    except TypeError:
+        raise TypeError(f"save: dest= must be a path (str, bytes or os.PathLike), found "
+                        f"{type(dest).__name__}") from None
+    if not path:
+        raise ValueError("save: dest= is empty")
+    if b"\0" in path:
+        raise ValueError(f"save: dest= holds a NUL byte: {dest!r}")
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        raise RuntimeError(
+            f"shardload.save was called from thread {threading.current_thread().name!r}; it "
+            "works only in the main thread, as load does (Legate takes launches only from the "
+            "thread that started its runtime)")
+    _api._start_runtime()
+    from . import _legate
+
+    logical = _logical_array(array)
+    d = _legate.save(logical.raw_handle, path, int(num_shards or 0), [], format, overwrite)
+    del logical
+    if not info:
+        return None
+    return SaveInfo(target=d["target"], processors=d["processors"], tiles=d["tiles"],
+                    shards=d["shards"], bytes=d["bytes"], prepare_s=d["prepare_s"],
+                    write_s=d["write_s"], commit_s=d["commit_s"],
+                    total_s=time.perf_counter() - t_call)

@@ -1,0 +1,66 @@
+// The file side of a save (shardload/save.hpp), free of Legate: the shard files' names and
+// headers, creating them at their final sizes in the hidden staging directory, positional
+// writes of row ranges into them, the metadata and the final rename. Returns Status.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "shardload/dtype.hpp"
+#include "shardload/save.hpp"
+#include "shardload/status.hpp"
+
+namespace shardload::detail {
+
+// What every point task needs to find where a row goes; travels as int64 scalars.
+struct SaveSpec {
+  SaveFormat format = SaveFormat::kNpy;
+  DType dtype;
+  std::vector<std::int64_t> trailing;  // trailing shape
+  std::size_t row_bytes = 0;
+  std::vector<std::int64_t> offsets;      // cumulative rows, shards + 1
+  std::vector<std::int64_t> data_offset;  // per shard: bytes before row 0 (npy header)
+  std::vector<std::int64_t> chunk_rows;   // per shard (zarr): rows per chunk
+
+  [[nodiscard]] std::int64_t shards() const {
+    return static_cast<std::int64_t>(offsets.size()) - 1;
+  }
+  [[nodiscard]] std::vector<std::int64_t> encode() const;
+  static Result<SaveSpec> decode(std::span<const std::int64_t> ints);
+};
+
+// shard_0000.npy / .bin / .zarr: the loader's default names for the format.
+std::string save_shard_name(SaveFormat format, std::int64_t shard);
+// Rows per chunk of a Zarr shard of `rows` rows: at most 64 MiB a chunk, at least 1 row.
+std::int64_t zarr_chunk_rows(std::int64_t rows, std::size_t row_bytes);
+
+// Fills data_offset and chunk_rows, then creates every shard file (and Zarr store directory
+// and chunk file) in `dir` at its final size, npy headers written, data still zeros.
+Status create_shard_files(const std::string& dir, SaveSpec* spec);
+
+// Writes global rows [lo, hi) from `src` (dense C-order rows) into the shard files in `dir`.
+Status write_rows(const std::string& dir, const SaveSpec& spec, std::int64_t lo, std::int64_t hi,
+                  const std::byte* src);
+
+// The format's metadata (raw: shardload.json; zarr: each store's .zarray), then the extra
+// files, written last.
+Status write_metadata(const std::string& dir, const SaveSpec& spec,
+                      const std::vector<std::pair<std::string, std::string>>& extra_files = {});
+
+// Checks `dest` before anything is written: absent, an empty directory, or (overwrite) a
+// directory holding only names a save writes. kIo with EEXIST / ENOTEMPTY when it is refused.
+Status check_destination(const std::string& dest, bool overwrite);
+
+// A new hidden directory beside dest, for the dataset to be built in.
+Result<std::string> make_staging_dir(const std::string& dest);
+
+// Makes the staging directory DEST (see save.hpp); removes what it replaced.
+Status commit_staging(const std::string& staging, const std::string& dest, bool overwrite);
+
+// Removes a directory tree we created; errors are ignored (best effort on a failure path).
+void remove_tree(const std::string& path) noexcept;
+
+}  // namespace shardload::detail

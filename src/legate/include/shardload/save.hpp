@@ -1,0 +1,91 @@
+// Saving a distributed legate::LogicalArray as shard files that shardload (and numpy, zarr)
+// read back, written in parallel by one manual launch: every point task writes the rows of
+// its own piece of the store straight into the shard files (no gather to one process).
+//
+//   shardload::SaveOptions opts;
+//   opts.num_shards = 8;                               // 0: one shard per processor
+//   opts.format = shardload::SaveFormat::kNpy;         // kNpy, kZarr (v2) or kRaw
+//   shardload::save(array, "out/", opts);              // out/shard_0000.npy ...
+//
+// What is written (shard i holds rows [offsets[i], offsets[i+1]) of axis 0):
+//   npy:  DEST/shard_{:04d}.npy, numpy format 1.0, C order, little-endian (bool and 1-byte
+//         types '|');
+//   raw:  DEST/shard_{:04d}.bin, bare C-order rows in this machine's byte order, and
+//         DEST/shardload.json (dtype with byte order, trailing shape, header_bytes 0, rows);
+//   zarr: DEST/shard_{:04d}.zarr, one Zarr v2 store per shard, uncompressed, chunked along
+//         axis 0 only (at most 64 MiB per chunk, edge chunks padded as Zarr v2 requires),
+//         '.' chunk keys, metadata .zarray.
+//
+// How it becomes visible: everything is written into a new hidden directory beside DEST
+// (".NAME.shardload-tmp-PID-N", which no directory, pattern or glob source of DEST matches),
+// the format's metadata last, and that directory is then renamed to DEST in one rename(2):
+//   - DEST absent or an empty directory: a reader sees either nothing or the whole dataset;
+//   - DEST a dataset of an earlier save and overwrite = true: the two directories are swapped
+//     with renameat2(RENAME_EXCHANGE), so DEST names the old or the new dataset, never a mix;
+//     the old one is then deleted. A reader that discovered the old dataset before the swap
+//     finds its files gone or changed when it reads them (shardload's snapshot check reports
+//     that as an error; it never returns a mix). Where the file system cannot exchange,
+//     DEST is renamed aside first, so for the moment between the two renames DEST is absent.
+//   - overwrite = false and DEST not empty: DestinationExistsError, nothing written;
+//   - overwrite = true refuses (DestinationExistsError) a DEST holding anything that a save
+//     does not write (shard_NNNN.npy/.bin/.zarr, shardload.json, _meta.json): replacing a
+//     directory must never delete a user's other files.
+// On any error the hidden directory is removed and DEST is untouched. A crash (the process
+// killed) can leave the hidden directory behind, never a partial DEST. Files are not
+// fsync'ed: a save survives the process, not a power loss.
+//
+// Contract: call from the thread that drives the Legate program, after legate::start(), one
+// process (the hidden directory and the final rename are made by the calling process; the
+// point tasks must see the same file system). Errors: ArgumentError (bad options, a dtype or
+// array kind shardload cannot write), DestinationExistsError, ShardWriteError (naming the
+// file and the errno); a failure inside a point task is reported as ShardWriteError too.
+#pragma once
+
+#include <legate.h>
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "shardload/errors.hpp"
+
+namespace shardload {
+
+enum class SaveFormat : std::int32_t { kNpy = 0, kZarr = 1, kRaw = 2 };
+
+struct SaveOptions {
+  // Shards to write; 0: one per processor of the launch. May exceed the rows (the extra
+  // shards have 0 rows). Rows are split as evenly as tiles: ceil(rows / N) each, the last
+  // ones shorter.
+  std::int64_t num_shards = 0;
+  // Explicit rows per shard (must sum to the array's rows); overrides num_shards.
+  std::vector<std::int64_t> shard_rows;
+  SaveFormat format = SaveFormat::kNpy;
+  bool overwrite = false;
+  // Small files (name, contents) written into the dataset after everything else, before it
+  // becomes visible: `shardload write`'s _meta.json. A name is one plain file name; only
+  // "_meta.json" and "shardload.json" are names a later overwrite accepts.
+  std::vector<std::pair<std::string, std::string>> extra_files;
+};
+
+struct SaveInfo {
+  std::string target;           // the processor kind the save task ran on ("CPU")
+  std::int64_t processors = 0;  // P
+  std::int64_t tiles = 0;       // the launch domain
+  std::int64_t shards = 0;
+  std::uint64_t bytes = 0;     // of array data written
+  double prepare_seconds = 0;  // checks, the hidden directory, creating the files
+  double write_seconds = 0;    // the launch, until every point has written
+  double commit_seconds = 0;   // metadata and the rename (and removing an old dataset)
+};
+
+// "npy", "zarr" or "raw" -> the format; ArgumentError for anything else.
+SaveFormat parse_save_format(const std::string& name);
+
+// Writes `array` (dense, not nullable, 1 to 8 dimensions, a dtype shardload reads) to the
+// directory `dest` as described above. Returns once the dataset is in place.
+void save(const legate::LogicalArray& array, const std::string& dest,
+          const SaveOptions& options = {}, SaveInfo* info = nullptr);
+
+}  // namespace shardload

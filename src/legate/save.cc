@@ -1,0 +1,196 @@
+// The save launcher: check everything, build the dataset in a hidden staging directory with
+// one manual launch of the save task, write the metadata, then rename it into place.
+#include <chrono>
+#include <cstring>
+
+#include "legate/detail/save_files.hpp"
+#include "legate/detail/tasks.hpp"
+#include "shardload/legate.hpp"
+#include "shardload/plan.hpp"
+#include "shardload/save.hpp"
+
+namespace shardload {
+
+namespace {
+
+[[noreturn]] void argument_error(const std::string& message) {
+  throw_status({ErrorCode::kInvalidArgument, "save: " + message}, ErrorSite::kWrite);
+}
+
+DType dtype_of(const legate::Type& type) {
+  using Code = legate::Type::Code;
+  switch (type.code()) {
+    case Code::BOOL:
+      return {DTypeKind::kBool, 1};
+    case Code::INT8:
+      return {DTypeKind::kInt, 1};
+    case Code::INT16:
+      return {DTypeKind::kInt, 2};
+    case Code::INT32:
+      return {DTypeKind::kInt, 4};
+    case Code::INT64:
+      return {DTypeKind::kInt, 8};
+    case Code::UINT8:
+      return {DTypeKind::kUInt, 1};
+    case Code::UINT16:
+      return {DTypeKind::kUInt, 2};
+    case Code::UINT32:
+      return {DTypeKind::kUInt, 4};
+    case Code::UINT64:
+      return {DTypeKind::kUInt, 8};
+    case Code::FLOAT16:
+      return {DTypeKind::kFloat, 2};
+    case Code::FLOAT32:
+      return {DTypeKind::kFloat, 4};
+    case Code::FLOAT64:
+      return {DTypeKind::kFloat, 8};
+    case Code::COMPLEX64:
+      return {DTypeKind::kComplex, 8};
+    case Code::COMPLEX128:
+      return {DTypeKind::kComplex, 16};
+    default:
+      argument_error("arrays of type " + type.to_string() +
+                     " cannot be saved (expected bool, integers, float16/32/64 or complex)");
+  }
+}
+
+// Removes the staging directory unless the save completed.
+struct StagingGuard {
+  std::string path;
+  bool keep = false;
+  ~StagingGuard() {
+    if (!keep && !path.empty()) detail::remove_tree(path);
+  }
+};
+
+}  // namespace
+
+SaveFormat parse_save_format(const std::string& name) {
+  if (name == "npy") return SaveFormat::kNpy;
+  if (name == "zarr") return SaveFormat::kZarr;
+  if (name == "raw") return SaveFormat::kRaw;
+  argument_error("format: expected \"npy\", \"zarr\" or \"raw\", found '" + name + "'");
+}
+
+void save(const legate::LogicalArray& array, const std::string& dest, const SaveOptions& options,
+          SaveInfo* info) {
+  using Clock = std::chrono::steady_clock;
+  const auto seconds = [](Clock::time_point a, Clock::time_point b) {
+    return std::chrono::duration<double>(b - a).count();
+  };
+  const auto t0 = Clock::now();
+  if (dest.empty()) argument_error("the destination is empty");
+  if (dest.find('\0') != std::string::npos) argument_error("the destination holds a NUL byte");
+  if (array.nullable())
+    argument_error("nullable arrays cannot be saved (the formats hold no mask)");
+  if (array.nested()) argument_error("nested (struct, list or string) arrays cannot be saved");
+  if (array.dim() < 1 || array.dim() > 8) {
+    argument_error("expected an array of 1 to 8 dimensions, found " + std::to_string(array.dim()));
+  }
+  for (const auto& [name, text] : options.extra_files) {
+    if (name.empty() || name == "." || name == ".." ||
+        name.find_first_of(std::string("/\0", 2)) != std::string::npos) {
+      argument_error("extra file name '" + name + "' is not a plain file name");
+    }
+  }
+  if (options.format != SaveFormat::kNpy && options.format != SaveFormat::kZarr &&
+      options.format != SaveFormat::kRaw) {
+    argument_error("unknown format " + std::to_string(static_cast<int>(options.format)));
+  }
+
+  detail::SaveSpec spec;
+  spec.format = options.format;
+  spec.dtype = dtype_of(array.type());
+  const auto extents = array.extents();
+  const auto rows = static_cast<std::int64_t>(extents[0]);
+  std::int64_t row_bytes = spec.dtype.size;
+  for (std::size_t d = 1; d < extents.size(); ++d) {
+    spec.trailing.push_back(static_cast<std::int64_t>(extents[d]));
+    if (__builtin_mul_overflow(row_bytes, spec.trailing.back(), &row_bytes)) {
+      argument_error("a row of the array overflows a byte count");
+    }
+  }
+  spec.row_bytes = static_cast<std::size_t>(row_bytes);
+
+  auto* runtime = legate::Runtime::get_runtime();
+  const legate::Library lib = library();
+  // The save task has a CPU variant only: a store elsewhere is brought to system memory by
+  // Legate for it (see docs/save.md).
+  const auto machine = runtime->get_machine().only(legate::mapping::TaskTarget::CPU);
+  const auto processors = static_cast<std::int64_t>(machine.count());
+  if (processors < 1) argument_error("the machine has no CPU processors to save on");
+
+  spec.offsets.assign(1, 0);
+  if (!options.shard_rows.empty()) {
+    for (const auto r : options.shard_rows) {
+      if (r < 0) argument_error("shard rows must be >= 0, found " + std::to_string(r));
+      spec.offsets.push_back(spec.offsets.back() + r);
+    }
+    if (spec.offsets.back() != rows) {
+      argument_error("the shard rows add up to " + std::to_string(spec.offsets.back()) +
+                     ", but the array has " + std::to_string(rows) + " rows");
+    }
+  } else {
+    if (options.num_shards < 0) {
+      argument_error("num_shards must be >= 1, found " + std::to_string(options.num_shards));
+    }
+    const std::int64_t n = options.num_shards == 0 ? processors : options.num_shards;
+    if (n > 1000000)
+      argument_error("num_shards must be at most 1000000, found " + std::to_string(n));
+    const std::int64_t per = std::max<std::int64_t>(1, (rows + n - 1) / n);
+    for (std::int64_t i = 0; i < n; ++i) {
+      spec.offsets.push_back(std::min(rows, spec.offsets.back() + per));
+    }
+  }
+
+  SaveInfo si;
+  si.target = "CPU";
+  si.processors = processors;
+  si.shards = spec.shards();
+  si.bytes = static_cast<std::uint64_t>(rows) * spec.row_bytes;
+
+  const auto check = [&](const Status& st) {
+    if (!st) throw_status(st.with_context("saving to " + dest), ErrorSite::kWrite);
+  };
+  check(detail::check_destination(dest, options.overwrite));
+  auto staging = detail::make_staging_dir(dest);
+  if (!staging) check(staging.status());
+  StagingGuard guard{*staging};
+  check(detail::create_shard_files(*staging, &spec));
+  const auto t1 = Clock::now();
+  si.prepare_seconds = seconds(t0, t1);
+
+  if (rows > 0 && spec.row_bytes > 0) {
+    const auto plan = make_plan(spec.offsets, processors, 1);
+    check(plan.status());
+    si.tiles = plan->tiles;
+    std::vector<std::uint64_t> tile_shape(extents.begin(), extents.end());
+    tile_shape[0] = static_cast<std::uint64_t>(plan->tile_rows);
+    std::vector<std::uint64_t> launch(extents.size(), 1);
+    launch[0] = static_cast<std::uint64_t>(plan->tiles);
+    const legate::Scope scope{machine};
+    auto task = runtime->create_task(lib, detail::SaveTask::TASK_CONFIG.task_id(),
+                                     legate::tuple<std::uint64_t>{launch});
+    task.add_input(array.data().partition_by_tiling(tile_shape));
+    const std::vector<std::uint8_t> dir_bytes(staging->begin(), staging->end());
+    task.add_scalar_arg(legate::Scalar{dir_bytes});
+    task.add_scalar_arg(legate::Scalar{spec.encode()});
+    task.add_scalar_arg(legate::Scalar{plan->tile_rows});
+    try {
+      runtime->submit(std::move(task));
+    } catch (const legate::TaskException& e) {
+      throw_status(detail::status_from_task_error(e).with_context("saving to " + dest),
+                   ErrorSite::kWrite);
+    }
+  }
+  const auto t2 = Clock::now();
+  si.write_seconds = seconds(t1, t2);
+
+  check(detail::write_metadata(*staging, spec, options.extra_files));
+  check(detail::commit_staging(*staging, dest, options.overwrite));
+  guard.keep = true;
+  si.commit_seconds = seconds(t2, Clock::now());
+  if (info != nullptr) *info = si;
+}
+
+}  // namespace shardload

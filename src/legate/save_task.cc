@@ -1,0 +1,102 @@
+// The CPU variant of the save task: each point writes the rows of its piece of the store
+// straight from the store into the shard files (positional writes, no copy) when the piece is
+// dense C-order, else through one bounded buffer.
+#include <cstring>
+#include <memory>
+#include <new>
+
+#include "engine/detail/strided.hpp"
+#include "legate/detail/load_body.hpp"
+#include "legate/detail/save_files.hpp"
+#include "legate/detail/tasks.hpp"
+
+namespace shardload::detail {
+
+namespace {
+
+Status save_point(legate::TaskContext& context) {
+  const auto dir_bytes = context.scalar(0).values<std::uint8_t>();
+  const std::string dir(reinterpret_cast<const char*>(dir_bytes.data()), dir_bytes.size());
+  const auto ints = context.scalar(1).values<std::int64_t>();
+  SHARDLOAD_ASSIGN_OR_RETURN(const SaveSpec spec,
+                             SaveSpec::decode(std::span(ints.data(), ints.size())));
+  const auto tile_rows = context.scalar(2).value<std::int64_t>();
+  const std::int64_t total = spec.offsets.back();
+  const std::int64_t t = context.get_task_index()[0];
+  const std::int64_t lo = t * tile_rows;
+  const std::int64_t hi = std::min(total, lo + tile_rows);
+  const auto context_of = [&](const Status& st) {
+    return st.with_context("save tile " + std::to_string(t) + " (rows [" + std::to_string(lo) +
+                           ", " + std::to_string(hi) + "))");
+  };
+
+  legate::PhysicalStore store = context.input(0).data();
+  const legate::Domain dom = store.domain();
+  const auto dim = static_cast<std::size_t>(dom.get_dim());
+  if (dim != spec.trailing.size() + 1) {
+    return {ErrorCode::kInvalidArgument, "save task: the store has " + std::to_string(dim) +
+                                             " dimensions, the spec " +
+                                             std::to_string(spec.trailing.size() + 1)};
+  }
+  // The tiling gives this point rows [lo, hi) with full trailing extents; a store Legate
+  // cannot tile that way (a broadcast view: its promoted axis) hands each point more, which is
+  // fine as long as the piece holds the tile: the tile is addressed inside it.
+  std::vector<std::int64_t> extents;
+  std::vector<std::int64_t> skip;
+  for (std::size_t d = 0; d < dim; ++d) {
+    const std::int64_t want_lo = d == 0 ? lo : 0;
+    const std::int64_t want_hi = d == 0 ? hi : spec.trailing[d - 1];
+    const std::int64_t got_lo = dom.lo()[static_cast<int>(d)];
+    const std::int64_t got_hi = dom.hi()[static_cast<int>(d)] + 1;
+    if (hi > lo && (got_lo > want_lo || got_hi < want_hi)) {
+      return {ErrorCode::kInvalidArgument,
+              "save task: the store's piece spans [" + std::to_string(got_lo) + ", " +
+                  std::to_string(got_hi) + ") in dimension " + std::to_string(d) +
+                  ", which does not hold the tile's [" + std::to_string(want_lo) + ", " +
+                  std::to_string(want_hi) + ")"};
+    }
+    extents.push_back(want_hi - want_lo);
+    skip.push_back(want_lo - got_lo);
+  }
+  if (hi <= lo || spec.row_bytes == 0) return Status::ok();
+  const legate::InlineAllocation alloc = store.get_inline_allocation();
+  auto* ptr = static_cast<std::byte*>(alloc.ptr);
+  for (std::size_t d = 0; d < dim; ++d) {
+    ptr += static_cast<std::size_t>(skip[d]) * alloc.strides[d];
+  }
+  if (is_dense_c_order(extents, alloc.strides, spec.dtype.size)) {
+    const Status st = write_rows(dir, spec, lo, hi, ptr);
+    return st ? st : context_of(st);
+  }
+  // Not dense C-order (a transposed or sliced view): gather bounded chunks of rows into dense
+  // rows, then write them. scatter_rows walks the strided side; its copy runs the other way.
+  constexpr std::size_t kChunkBytes = std::size_t{4} << 20;
+  const auto chunk_rows =
+      static_cast<std::int64_t>(std::max<std::size_t>(1, kChunkBytes / spec.row_bytes));
+  std::unique_ptr<std::byte[]> buf(
+      new (std::nothrow) std::byte[static_cast<std::size_t>(chunk_rows) * spec.row_bytes]);
+  if (!buf) return context_of({ErrorCode::kNoMemory, "cannot allocate the gather buffer"});
+  const RunCopy gather = [](std::byte* strided, const std::byte* dense, std::size_t n) {
+    std::memcpy(const_cast<std::byte*>(dense), strided, n);
+    return true;
+  };
+  for (std::int64_t a = 0; a < hi - lo; a += chunk_rows) {
+    const std::int64_t b = std::min(hi - lo, a + chunk_rows);
+    scatter_rows(buf.get(), b - a, extents, alloc.strides, spec.dtype.size,
+                 ptr + static_cast<std::size_t>(a) * alloc.strides[0], gather);
+    const Status st = write_rows(dir, spec, lo + a, lo + b, buf.get());
+    if (!st) return context_of(st);
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+void SaveTask::cpu_variant(legate::TaskContext context) {
+  run_task_body([&] {
+    const Status st = save_point(context);
+    if (!st) throw_task_error(st);
+  });
+}
+
+}  // namespace shardload::detail
