@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "base/detail/checked.hpp"
+#include "engine/detail/probe.hpp"
 
 namespace shardload {
 
@@ -165,14 +166,16 @@ Result<Layout> discover_paths(const std::vector<std::string>& paths,
   SHARDLOAD_ASSIGN_OR_RETURN(const Format format, resolve_format(paths[0], options.format));
   ReaderContext ctx;
   ctx.io = options.io;
-  auto reader = make_reader(format, options.format, ctx);
-  if (!reader) return Status(ErrorCode::kLayout, reader.status().message());
+  const unsigned threads = detail::probe_threads(format, ctx, paths.size(), options.probe_threads);
+  SHARDLOAD_ASSIGN_OR_RETURN(detail::ProbeResults probes,
+                             detail::probe_shards(paths, format, options.format, ctx, threads));
   std::vector<Shard> shards;
   shards.reserve(paths.size());
   DType dtype;
   std::vector<std::int64_t> trailing;
+  // In path order, so that the first bad shard is reported whatever the threads did.
   for (std::size_t i = 0; i < paths.size(); ++i) {
-    auto probe = (*reader)->probe(paths[i]);
+    auto& probe = *probes[i];
     if (!probe) {
       // At discovery every failure is a layout failure, whatever its cause.
       return Status(ErrorCode::kLayout, probe.status().message());

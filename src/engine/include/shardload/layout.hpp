@@ -45,6 +45,10 @@ struct Layout : ReadSpec {
 struct DiscoverOptions {
   IoBackend* io = nullptr;  // nullptr: posix_io()
   FormatOptions format;     // format kAuto: from the extension or the store's metadata
+  // Threads probing the shards; 0 picks (several for many .npy or raw shards through
+  // posix_io(), else one). Errors are the same whatever the count: the first bad shard in
+  // path order.
+  unsigned probe_threads = 0;
 };
 
 // Resolves the source and probes every shard. All errors are kLayout and
