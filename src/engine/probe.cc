@@ -59,6 +59,9 @@ Result<ProbeResults> probe_shards(const std::vector<std::string>& paths, Format 
   std::vector<std::thread> pool;
   if (threads > 1) {
     try {
+      // Room first: a vector growing after a thread started would destroy a joinable thread.
+      readers.reserve(threads - 1);
+      pool.reserve(threads - 1);
       for (unsigned t = 1; t < threads; ++t) {
         auto r = make_reader(format, options, ctx);
         if (!r) break;
