@@ -2,6 +2,10 @@
 //   memcpy BYTES THREADS      copy BYTES between two pre-faulted buffers with THREADS threads
 //   read THREADS FILE...      read every file whole with large positional reads, THREADS
 //                             threads taking files (and 64 MiB pieces of them) from a queue
+//   reread THREADS COUNT FILE read one file whole COUNT times (open, pread, close) into COUNT
+//                             consecutive slices, THREADS threads: the per-file calls of `read`
+//                             with a source that stays in the CPU caches, which tells the cost
+//                             of the page-cache copy from memory apart from that of the calls
 // Prints one line: "<seconds> <GB/s>" (median of the runs given by --reps, default 3).
 #include <fcntl.h>
 #include <unistd.h>
@@ -123,7 +127,25 @@ int main(int argc, char** argv) {
     std::printf("%.6f %.3f\n", t, static_cast<double>(total) / t / 1e9);
     return 0;
   }
+  if (args.size() == 4 && args[0] == "reread") {
+    const int threads = std::atoi(args[1].c_str());
+    const auto count = static_cast<std::size_t>(std::atoll(args[2].c_str()));
+    struct stat st {};
+    if (::stat(args[3].c_str(), &st) != 0) {
+      std::perror(args[3].c_str());
+      return 1;
+    }
+    const auto size = static_cast<std::uint64_t>(st.st_size);
+    const std::vector<Job> jobs(count, Job{args[3], 0, size});
+    auto dst = std::unique_ptr<std::byte[]>(new std::byte[size * count]);
+    std::memset(dst.get(), 0, size * count);
+    std::vector<double> t;
+    for (int r = 0; r < reps; ++r) t.push_back(read_once(jobs, dst.get(), threads));
+    std::printf("%.6f %.3f\n", median(t), static_cast<double>(size * count) / median(t) / 1e9);
+    return 0;
+  }
   std::fprintf(stderr,
-               "usage: bench_bounds [--reps R] memcpy BYTES THREADS | read THREADS FILE...\n");
+               "usage: bench_bounds [--reps R] memcpy BYTES THREADS | read THREADS FILE... | "
+               "reread THREADS COUNT FILE\n");
   return 2;
 }

@@ -12,7 +12,7 @@ namespace shardload {
 
 namespace {
 
-FileInfo info_of(const struct ::stat& st) {
+FileInfo info_from_stat(const struct ::stat& st) {
   FileInfo info;
   info.size = static_cast<std::uint64_t>(st.st_size);
   info.mtime_ns = static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
@@ -22,37 +22,15 @@ FileInfo info_of(const struct ::stat& st) {
   return info;
 }
 
-class PosixIo final : public IoBackend {
- public:
-  Result<int> open(const std::string& path) override { return open_regular(path); }
-
-  Result<FileInfo> stat(int fd, const std::string& path) override {
-    struct ::stat st {};
-    if (::fstat(fd, &st) != 0) {
-      const int err = errno;
-      return file_error(ErrorCode::kIo, path, std::string("cannot stat: ") + std::strerror(err),
-                        err);
-    }
-    return info_of(st);
-  }
-
-  std::int64_t pread(int fd, void* buf, std::size_t n, std::uint64_t offset) override {
-    const ssize_t got = ::pread(fd, buf, n, static_cast<off_t>(offset));
-    return got < 0 ? -static_cast<std::int64_t>(errno) : static_cast<std::int64_t>(got);
-  }
-
-  void close(int fd) override { ::close(fd); }
-};
-
-}  // namespace
-
 // Only regular files are ever read. The open itself must not block or take
 // over anything: O_NONBLOCK makes a FIFO without a writer open at once (a
 // plain open waits for a writer forever) and O_NOCTTY keeps a terminal from
 // becoming ours; the descriptor is then refused unless fstat says it is a
 // regular file. Checking the descriptor rather than the name leaves no window
-// in which the name could be swapped for something else.
-Result<int> open_regular(const std::string& path, int flags, int* open_errno) {
+// in which the name could be swapped for something else. `st`: what that
+// fstat found, for callers that want the snapshot too.
+Result<int> open_regular_stat(const std::string& path, int flags, int* open_errno,
+                              struct ::stat* st_out) {
   if (open_errno != nullptr) *open_errno = 0;
   if (path.find('\0') != std::string::npos) {
     return Status(ErrorCode::kInvalidArgument,
@@ -90,6 +68,24 @@ Result<int> open_regular(const std::string& path, int flags, int* open_errno) {
     ::close(fd);
     return Status(ErrorCode::kIo, path + ": cannot clear O_NONBLOCK: " + std::strerror(err));
   }
+  if (st_out != nullptr) *st_out = st;
+  return fd;
+}
+
+}  // namespace
+
+Result<int> open_regular(const std::string& path, int flags, int* open_errno) {
+  return open_regular_stat(path, flags, open_errno, nullptr);
+}
+
+Result<int> IoBackend::open_stat(const std::string& path, FileInfo* info) {
+  SHARDLOAD_ASSIGN_OR_RETURN(const int fd, open(path));
+  auto st = stat(fd, path);
+  if (!st) {
+    close(fd);
+    return st.status();
+  }
+  *info = *st;
   return fd;
 }
 
@@ -121,8 +117,42 @@ Result<FileInfo> IoBackend::stat_path(const std::string& path) {
     const int err = errno;
     return file_error(ErrorCode::kIo, path, std::string("cannot stat: ") + std::strerror(err), err);
   }
-  return info_of(st);
+  return info_from_stat(st);
 }
+
+namespace {
+
+class PosixIo final : public IoBackend {
+ public:
+  Result<int> open(const std::string& path) override { return open_regular(path); }
+
+  // The fstat that refuses what is not a regular file is the snapshot: one call, not two.
+  Result<int> open_stat(const std::string& path, FileInfo* info) override {
+    struct ::stat st {};
+    SHARDLOAD_ASSIGN_OR_RETURN(const int fd, open_regular_stat(path, 0, nullptr, &st));
+    *info = info_from_stat(st);
+    return fd;
+  }
+
+  Result<FileInfo> stat(int fd, const std::string& path) override {
+    struct ::stat st {};
+    if (::fstat(fd, &st) != 0) {
+      const int err = errno;
+      return file_error(ErrorCode::kIo, path, std::string("cannot stat: ") + std::strerror(err),
+                        err);
+    }
+    return info_from_stat(st);
+  }
+
+  std::int64_t pread(int fd, void* buf, std::size_t n, std::uint64_t offset) override {
+    const ssize_t got = ::pread(fd, buf, n, static_cast<off_t>(offset));
+    return got < 0 ? -static_cast<std::int64_t>(errno) : static_cast<std::int64_t>(got);
+  }
+
+  void close(int fd) override { ::close(fd); }
+};
+
+}  // namespace
 
 IoBackend& posix_io() {
   static PosixIo io;
@@ -153,6 +183,12 @@ void File::reset() {
 
 Result<File> File::open(IoBackend& io, const std::string& path) {
   auto fd = io.open(path);
+  if (!fd) return fd.status();
+  return File(&io, *fd, path);
+}
+
+Result<File> File::open_stat(IoBackend& io, const std::string& path, FileInfo* info) {
+  auto fd = io.open_stat(path, info);
   if (!fd) return fd.status();
   return File(&io, *fd, path);
 }

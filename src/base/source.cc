@@ -368,13 +368,15 @@ Result<DirectoryScan> scan_directory(const std::string& directory) {
   const auto by_number = [](const std::string& a, const std::string& b) {
     return natural_less(a, b);
   };
+  // Only the first and last names in natural order are kept: a linear pass, not a sort
+  // (with a hundred thousand shards the sorts were a fifth of discovery).
   for (auto& g : groups) {
-    std::sort(g.names.begin(), g.names.end(), by_number);
+    const auto [lo, hi] = std::minmax_element(g.names.begin(), g.names.end(), by_number);
     NumberedGroup out;
     out.pattern = g.prefix + (g.width > 0 ? "{:0" + std::to_string(g.width) + "d}" : "{}") + g.ext;
     out.extension = g.ext;
-    out.first = g.names.front();
-    out.last = g.names.back();
+    out.first = *lo;
+    out.last = *hi;
     out.count = static_cast<std::int64_t>(g.names.size());
     out.directories = std::find(dirs.begin(), dirs.end(), out.first) != dirs.end();
     scan.groups.push_back(std::move(out));
@@ -384,9 +386,8 @@ Result<DirectoryScan> scan_directory(const std::string& directory) {
               return a.count != b.count ? a.count > b.count : a.pattern < b.pattern;
             });
   for (auto& [ext, names] : exts) {
-    std::sort(names.begin(), names.end(), by_number);
-    scan.extensions.push_back(
-        {ext, static_cast<std::int64_t>(names.size()), names.front(), names.back()});
+    const auto [lo, hi] = std::minmax_element(names.begin(), names.end(), by_number);
+    scan.extensions.push_back({ext, static_cast<std::int64_t>(names.size()), *lo, *hi});
   }
   std::sort(scan.extensions.begin(), scan.extensions.end(), [](const auto& a, const auto& b) {
     return a.count != b.count ? a.count > b.count : a.extension < b.extension;

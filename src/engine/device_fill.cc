@@ -450,8 +450,7 @@ Status Fill::open_file(std::int64_t shard, ReaderState& st) {
   st.file = File();
   st.file_shard = -1;
   const Shard& s = layout_.shards[static_cast<std::size_t>(shard)];
-  SHARDLOAD_ASSIGN_OR_RETURN(st.file, File::open(*io_, s.path));
-  if (options_.check_snapshot) SHARDLOAD_RETURN_IF_ERROR(check_snapshot(st.file, s));
+  SHARDLOAD_ASSIGN_OR_RETURN(st.file, open_checked(*io_, s, options_.check_snapshot));
   st.file_shard = shard;
   return Status::ok();
 }

@@ -10,8 +10,9 @@
 #include <sstream>
 
 #include "base/detail/checked.hpp"
-#include "shardload/reader_registry.hpp"
+#include "engine/detail/probe.hpp"
 #include "shardload/manifest.hpp"
+#include "shardload/reader_registry.hpp"
 
 namespace shardload {
 
@@ -174,31 +175,47 @@ Result<Layout> discover_paths(const std::vector<std::string>& paths, const Disco
   }
   ReaderContext ctx;
   ctx.io = options.io;
-  auto reader = make_reader(format, options.format, ctx);
-  if (!reader) return Status(ErrorCode::kLayout, reader.status().message());
+  detail::ProbeResults probes;
+  std::vector<FileInfo> custom_info;
+  if (custom) {
+    // The built-in readers refuse FIFOs and devices themselves; a user's probe is not trusted
+    // to (opening a FIFO would block it), so each file is opened and its snapshot taken here
+    // first, one file at a time, and probing stops at the first failure as in path order.
+    auto reader = make_reader(format, options.format, ctx);
+    if (!reader) return Status(ErrorCode::kLayout, reader.status().message());
+    probes.resize(paths.size());
+    custom_info.resize(paths.size());
+    for (std::size_t i = 0; i < paths.size(); ++i) {
+      auto file = File::open(ctx.io ? *ctx.io : posix_io(), paths[i]);
+      auto stat = file ? file->stat() : Result<FileInfo>(file.status());
+      if (!stat) {
+        probes[i].emplace(Status(ErrorCode::kLayout, stat.status().message()).with_path(paths[i]));
+        break;
+      }
+      custom_info[i] = *stat;
+      probes[i].emplace((*reader)->probe(paths[i]));
+      if (!*probes[i]) break;
+    }
+  } else {
+    const unsigned threads =
+        detail::probe_threads(format, ctx, paths.size(), options.probe_threads);
+    SHARDLOAD_ASSIGN_OR_RETURN(probes,
+                               detail::probe_shards(paths, format, options.format, ctx, threads));
+  }
   std::vector<Shard> shards;
   shards.reserve(paths.size());
   DType dtype;
   std::vector<std::int64_t> trailing;
+  // In path order, so that the first bad shard is reported whatever the threads did.
   for (std::size_t i = 0; i < paths.size(); ++i) {
-    FileInfo info;
-    if (custom) {
-      // The built-in readers refuse FIFOs and devices themselves; a user's probe is not
-      // trusted to (opening a FIFO would block it), and its snapshot is taken here.
-      auto file = File::open(ctx.io ? *ctx.io : posix_io(), paths[i]);
-      if (!file) return Status(ErrorCode::kLayout, file.status().message()).with_path(paths[i]);
-      auto stat = file->stat();
-      if (!stat) return Status(ErrorCode::kLayout, stat.status().message()).with_path(paths[i]);
-      info = *stat;
-    }
-    auto probe = (*reader)->probe(paths[i]);
+    auto& probe = *probes[i];
     if (!probe) {
       // At discovery every failure is a layout failure, whatever its cause.
       return Status(ErrorCode::kLayout, probe.status().message());
     }
     if (custom) {
       probe->shard.path = paths[i];
-      probe->shard.snapshot = info;
+      probe->shard.snapshot = custom_info[i];
       probe->shard.first_row = 0;
       probe->shard.file_rows = -1;
       if (probe->shard.rows < 0) {

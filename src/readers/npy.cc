@@ -282,11 +282,12 @@ Result<NpyHeader> parse_npy_header(std::span<const std::byte> header) {
 }
 
 Result<NpyHeader> probe_npy(IoBackend& io, const std::string& path, FileInfo* info) {
-  SHARDLOAD_ASSIGN_OR_RETURN(File f, File::open(io, path));
-  SHARDLOAD_ASSIGN_OR_RETURN(FileInfo st, f.stat());
+  FileInfo st;
+  SHARDLOAD_ASSIGN_OR_RETURN(File f, File::open_stat(io, path, &st));
   if (!st.regular) return Status(ErrorCode::kLayout, path + ": not a regular file");
-  // One read serves almost every header: numpy pads them to 64 or 128 bytes.
-  std::vector<std::byte> buf(static_cast<std::size_t>(std::min<std::uint64_t>(st.size, 4096)));
+  // One small read serves almost every header: numpy pads them to 64 or 128 bytes (a
+  // larger one costs a second read); a probe copies no more than it needs.
+  std::vector<std::byte> buf(static_cast<std::size_t>(std::min<std::uint64_t>(st.size, 512)));
   if (!buf.empty()) SHARDLOAD_RETURN_IF_ERROR(f.read_exact(buf.data(), buf.size(), 0));
   auto total = npy_header_size(buf);
   if (!total) return total.status().with_context(path);

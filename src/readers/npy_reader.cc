@@ -35,8 +35,7 @@ class NpyReader final : public ShardReader {
 
   Status read_rows(const ReadSpec& l, const Shard& s, std::int64_t lo, std::int64_t hi,
                    std::byte* dst) override {
-    SHARDLOAD_ASSIGN_OR_RETURN(File f, File::open(*ctx_.io, s.path));
-    if (ctx_.check_snapshot) SHARDLOAD_RETURN_IF_ERROR(check_snapshot(f, s));
+    SHARDLOAD_ASSIGN_OR_RETURN(File f, open_checked(*ctx_.io, s, ctx_.check_snapshot));
     const std::size_t bytes = static_cast<std::size_t>(hi - lo) * l.row_bytes;
     Status read;
     if (s.fortran_order) {

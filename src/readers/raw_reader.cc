@@ -153,8 +153,7 @@ class RawReader final : public ShardReader {
     p.dtype = g.dtype;
     p.trailing_shape = g.trailing_shape;
 
-    SHARDLOAD_ASSIGN_OR_RETURN(File f, File::open(*ctx_.io, path));
-    SHARDLOAD_ASSIGN_OR_RETURN(p.shard.snapshot, f.stat());
+    SHARDLOAD_ASSIGN_OR_RETURN(File f, File::open_stat(*ctx_.io, path, &p.shard.snapshot));
     if (!p.shard.snapshot.regular) return Status(ErrorCode::kFormat, path + ": not a regular file");
     const std::uint64_t size = p.shard.snapshot.size;
     SHARDLOAD_ASSIGN_OR_RETURN(const std::optional<std::int64_t> rows_by_size,
@@ -183,8 +182,7 @@ class RawReader final : public ShardReader {
                    std::byte* dst) override {
     const std::size_t bytes = static_cast<std::size_t>(hi - lo) * l.row_bytes;
     if (bytes == 0) return Status::ok();
-    SHARDLOAD_ASSIGN_OR_RETURN(File f, File::open(*ctx_.io, s.path));
-    if (ctx_.check_snapshot) SHARDLOAD_RETURN_IF_ERROR(check_snapshot(f, s));
+    SHARDLOAD_ASSIGN_OR_RETURN(File f, open_checked(*ctx_.io, s, ctx_.check_snapshot));
     const std::uint64_t off = s.data_offset + static_cast<std::uint64_t>(lo) * l.row_bytes;
     Status read = f.read_exact(dst, bytes, off);
     if (ctx_.check_snapshot) read = check_unchanged(f, s.snapshot, std::move(read));

@@ -36,6 +36,15 @@ Status check_snapshot(const File& f, const FileInfo& snapshot) {
           f.path() + ": changed since discovery: " + snapshot_difference(snapshot, now)};
 }
 
+Result<File> open_checked(IoBackend& io, const Shard& shard, bool check) {
+  if (!check) return File::open(io, shard.path);
+  FileInfo now;
+  SHARDLOAD_ASSIGN_OR_RETURN(File f, File::open_stat(io, shard.path, &now));
+  if (now == shard.snapshot) return f;
+  return Status(ErrorCode::kChanged, f.path() + ": changed since discovery: " +
+                                         snapshot_difference(shard.snapshot, now));
+}
+
 Status check_unchanged(const File& f, const FileInfo& snapshot, Status read) {
   auto now = f.stat();
   if (!now) return read.is_ok() ? now.status() : read;

@@ -44,6 +44,10 @@ class IoBackend {
   // without blocking: a FIFO, socket or device never stalls discovery.
   virtual Result<int> open(const std::string& path) = 0;
   virtual Result<FileInfo> stat(int fd, const std::string& path) = 0;
+  // open() and then stat() of the new descriptor, for callers that want both (a reader checks
+  // the snapshot of every file it opens). posix_io() answers with the one fstat that also
+  // refuses what is not a regular file, so a small file costs one call less.
+  virtual Result<int> open_stat(const std::string& path, FileInfo* info);
   // One positional read: bytes read (0 at end of file) or -errno.
   virtual std::int64_t pread(int fd, void* buf, std::size_t n, std::uint64_t offset) = 0;
   virtual void close(int fd) = 0;
@@ -84,6 +88,8 @@ class File {
   ~File() { reset(); }
 
   static Result<File> open(IoBackend& io, const std::string& path);
+  // Opens `path` and sets `*info` to what the descriptor looked like at the open.
+  static Result<File> open_stat(IoBackend& io, const std::string& path, FileInfo* info);
 
   [[nodiscard]] const std::string& path() const { return path_; }
   [[nodiscard]] int fd() const { return fd_; }

@@ -55,6 +55,10 @@ struct DiscoverOptions {
   // touching any shard (no stat, no listing). use_manifest false: ignore it.
   bool use_manifest = true;
   bool trust_manifest = false;
+  // Threads probing the shards; 0 picks (several for many .npy or raw shards through
+  // posix_io(), else one). Errors are the same whatever the count: the first bad shard in
+  // path order.
+  unsigned probe_threads = 0;
 };
 
 // Resolves the source and probes every shard. All errors are kLayout and

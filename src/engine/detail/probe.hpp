@@ -1,0 +1,34 @@
+// Probing many shards at once for discovery.
+//
+// Contract: probe_shards returns, in path order, the probe of every path up to and including
+// the lowest-numbered one whose probe failed (all of them when none failed); entries after
+// that may be empty. Which failure comes first therefore does not depend on thread timing.
+// Nothing throws: a thread that cannot start leaves its share to the others.
+#pragma once
+
+#include <cstddef>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "shardload/format.hpp"
+#include "shardload/reader.hpp"
+#include "shardload/status.hpp"
+
+namespace shardload::detail {
+
+// Threads for probing `count` shards of `format` through `ctx` (0 or 1: the caller's thread
+// alone). `requested` > 0 is taken as given; 0 picks: one thread for an injected IoBackend
+// (whose calls tests count in order), for formats whose probes serialize anyway (HDF5) and
+// for small counts, else enough threads to keep a few metadata operations in flight.
+unsigned probe_threads(Format format, const ReaderContext& ctx, std::size_t count,
+                       unsigned requested);
+
+using ProbeResults = std::vector<std::optional<Result<ShardProbe>>>;
+
+// kLayout only when a reader cannot be made (the options do not fit the format).
+Result<ProbeResults> probe_shards(const std::vector<std::string>& paths, Format format,
+                                  const FormatOptions& options, const ReaderContext& ctx,
+                                  unsigned threads);
+
+}  // namespace shardload::detail
