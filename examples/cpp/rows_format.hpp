@@ -97,7 +97,9 @@ inline bool write_rows_file(const std::string& path, std::int64_t rows, std::int
                static_cast<long long>(cols));
   std::vector<float> data(static_cast<std::size_t>(rows * cols));
   for (std::size_t i = 0; i < data.size(); ++i) data[i] = first + static_cast<float>(i);
-  const bool ok = std::fwrite(data.data(), sizeof(float), data.size(), f) == data.size();
+  // fwrite of nothing would still pass data()'s null pointer of an empty vector.
+  const bool ok =
+      data.empty() || std::fwrite(data.data(), sizeof(float), data.size(), f) == data.size();
   return std::fclose(f) == 0 && ok;
 }
 
