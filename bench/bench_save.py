@@ -24,7 +24,8 @@ format.
 Memory: for each format, a fresh child process makes the same array, reads ru_maxrss, saves,
 and reads it again; the growth during the save is what the save needed beside the array.
 
-    python bench/bench_save.py --dir /tmp/bench-save [--mb 1024] [--rounds 5] [--format npy,zarr,raw]
+    python bench/bench_save.py --dir /tmp/bench-save [--mb 1024] [--rounds 5] \
+        [--format npy,zarr,raw]
 """
 
 from __future__ import annotations
