@@ -4,7 +4,9 @@
 One process makes an array in cuPyNumeric (--mb MB of float32, rows of --cols) and, for
 --rounds rounds, times in turn:
 
-- save:  shardload.save(x, DIR, num_shards=P, format=F) (P = the CPU processors of Legate);
+- save:  shardload.save(x, DIR, num_shards=P, format=F) (P = the CPU processors of Legate),
+         once for each format F of --format (a comma-separated list: several formats are
+         measured side by side in the same rounds, against the same bound);
 - bound: P Python threads, each pwrite-ing one P-th of the same bytes (in one numpy array)
          into its own new file, then renaming it: the same bytes, files and renames,
          with no runtime, no metadata and no staging directory;
@@ -12,16 +14,18 @@ One process makes an array in cuPyNumeric (--mb MB of float32, rows of --cols) a
          and that plus the time np.asarray takes to gather such an array from cuPyNumeric
          (npsave), which is what a user without save would do.
 
-The order of the three turns every round. Every written directory is removed, and
+The order of the steps turns every round. Every written directory is removed, and
 os.sync() run, outside the timing, so that each
 method starts with no dirty pages of the others waiting for writeback (whose throttling is
 otherwise the largest noise of the run). Medians, then the ratios
-bound / save (>= 0.9 is the goal's "90% of the bound") and npsave / save (>= 3).
+bound / save (>= 0.9 is the goal's "90% of the bound") and npsave / save (>= 3), for each
+format.
 
-Memory: a fresh child process makes the same array, reads ru_maxrss, saves, and reads it
-again; the growth during the save is what the save needed beside the array.
+Memory: for each format, a fresh child process makes the same array, reads ru_maxrss, saves,
+and reads it again; the growth during the save is what the save needed beside the array.
 
-    python bench/bench_save.py --dir /tmp/bench-save [--mb 1024] [--rounds 5] [--format npy]
+    python bench/bench_save.py --dir /tmp/bench-save [--mb 1024] [--rounds 5] \
+        [--format npy,zarr,raw]
 """
 
 from __future__ import annotations
@@ -102,19 +106,26 @@ def main() -> None:
     ap.add_argument("--mb", type=int, default=1024, help="array size in MiB (float32)")
     ap.add_argument("--cols", type=int, default=16)
     ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--format", default="npy", choices=["npy", "raw", "zarr"])
+    ap.add_argument("--format", default="npy",
+                    help="npy, raw or zarr, or several separated by commas (side by side)")
     args = ap.parse_args()
+    formats = args.format.split(",")
+    for f in formats:
+        if f not in ("npy", "raw", "zarr") or formats.count(f) > 1:
+            ap.error(f"--format: expected distinct npy, raw or zarr, found {args.format!r}")
 
     rm(args.dir)
     os.makedirs(args.dir)
-    r = subprocess.run([sys.executable, "-c", MEM_CHILD, str(args.mb), str(args.cols),
-                        os.path.join(args.dir, "mem"), args.format],
-                       capture_output=True, text=True, timeout=900)
-    mem_lines = [x for x in r.stdout.splitlines() if x.startswith("MEM ")]
-    if r.returncode != 0 or not mem_lines:
-        sys.exit(f"the memory child failed (rc {r.returncode}):\n{r.stderr[-3000:]}")
-    mem = json.loads(mem_lines[0][4:])
-    rm(os.path.join(args.dir, "mem"))
+    mems = {}
+    for f in formats:
+        r = subprocess.run([sys.executable, "-c", MEM_CHILD, str(args.mb), str(args.cols),
+                            os.path.join(args.dir, "mem"), f],
+                           capture_output=True, text=True, timeout=900)
+        mem_lines = [x for x in r.stdout.splitlines() if x.startswith("MEM ")]
+        if r.returncode != 0 or not mem_lines:
+            sys.exit(f"the memory child ({f}) failed (rc {r.returncode}):\n{r.stderr[-3000:]}")
+        mems[f] = json.loads(mem_lines[0][4:])
+        rm(os.path.join(args.dir, "mem"))
 
     import numpy as np
 
@@ -127,9 +138,12 @@ def main() -> None:
     get_legate_runtime().issue_execution_fence(block=True)
     # Warm-up: one untimed save of the whole array (the first save of an array in a process
     # was several times slower than the next ones: first-use costs, not the write path).
-    warm = shardload.save(x, os.path.join(args.dir, "warm"), format=args.format, info=True)
-    parts = warm.processors
-    rm(os.path.join(args.dir, "warm"))
+    warm_s = {}
+    for f in formats:
+        warm = shardload.save(x, os.path.join(args.dir, "warm"), format=f, info=True)
+        warm_s[f] = warm.total_s
+        parts = warm.processors
+        rm(os.path.join(args.dir, "warm"))
     # The gather np.save needs, timed on a copy of x: once np.asarray has mapped an array
     # whole, later saves of that array were 2-5x slower in our runs, so x itself is never
     # gathered. The bound and np.save write the same bytes, made by numpy.
@@ -141,18 +155,21 @@ def main() -> None:
     del gathered, y
     g = np.arange(rows * args.cols, dtype=np.float32).reshape(rows, args.cols) + np.float32(0.5)
 
-    times: dict[str, list[float]] = {"save": [], "bound": [], "npsave_only": [], "npsave": []}
-    def run_save(d: str) -> None:
-        shardload.save(x, d, num_shards=parts, format=args.format)
+    saves = [f"save_{f}" for f in formats]
+    times: dict[str, list[float]] = {k: [] for k in saves + ["bound", "npsave_only", "npsave"]}
+
+    def run_save(f: str):
+        return lambda d: shardload.save(x, d, num_shards=parts, format=f)
 
     def run_npsave(d: str) -> None:
         npsave(np, g, d, parts)
 
-    steps = [("save", run_save), ("bound", lambda d: bound(g, d, parts)),
-             ("npsave_only", run_npsave)]
+    steps = [(f"save_{f}", run_save(f)) for f in formats]
+    steps += [("bound", lambda d: bound(g, d, parts)), ("npsave_only", run_npsave)]
     for rnd in range(args.rounds):
         # The order turns every round, so that no method always follows the same one.
-        order = steps[rnd % 3:] + steps[:rnd % 3]
+        k = rnd % len(steps)
+        order = steps[k:] + steps[:k]
         for name, step in order:
             d = os.path.join(args.dir, f"{name}{rnd}")
             os.sync()
@@ -166,21 +183,25 @@ def main() -> None:
 
     med = {k: statistics.median(v) for k, v in times.items()}
     nbytes = rows * args.cols * 4
-    print(f"warm-up save (untimed in the medians): {warm.total_s:.3f} s")
-    print(f"array: ({rows}, {args.cols}) float32, {nbytes / 1e9:.3f} GB; format {args.format}; "
+    print("warm-up saves (untimed in the medians): " +
+          ", ".join(f"{f} {s:.3f} s" for f, s in warm_s.items()))
+    print(f"array: ({rows}, {args.cols}) float32, {nbytes / 1e9:.3f} GB; formats {args.format}; "
           f"P = {parts} CPU processors, {parts} shards; {args.rounds} rounds; gather "
           f"{gather_s:.3f} s")
     for k, v in med.items():
         print(f"median {k:12s} {v:.3f} s  {nbytes / 1e9 / v:.2f} GB/s")
-    paired = statistics.median(b / s for b, s in zip(times["bound"], times["save"]))
-    print(f"bound / save (goal >= 0.9):        {med['bound'] / med['save']:.3f} "
-          f"(median of the rounds' ratios {paired:.3f})")
-    print(f"npsave / save (goal >= 3):         {med['npsave'] / med['save']:.3f}")
-    print(f"npsave_only / save:                {med['npsave_only'] / med['save']:.3f}")
-    grown = mem["after"] - mem["before"]
-    print(f"memory: array {mem['bytes'] / 2**20:.1f} MiB; ru_maxrss before the save "
-          f"{mem['before'] / 2**20:.1f} MiB, after {mem['after'] / 2**20:.1f} MiB: the save "
-          f"grew the peak by {grown / 2**20:.1f} MiB ({grown / mem['bytes']:.3f} of the array)")
+    for f, sv in zip(formats, saves):
+        paired = statistics.median(b / s for b, s in zip(times["bound"], times[sv]))
+        print(f"{f}: bound / save (goal >= 0.9):   {med['bound'] / med[sv]:.3f} "
+              f"(median of the rounds' ratios {paired:.3f})")
+        print(f"{f}: npsave / save (goal >= 3):    {med['npsave'] / med[sv]:.3f}")
+        print(f"{f}: npsave_only / save:           {med['npsave_only'] / med[sv]:.3f}")
+        mem = mems[f]
+        grown = mem["after"] - mem["before"]
+        print(f"{f}: memory: array {mem['bytes'] / 2**20:.1f} MiB; ru_maxrss before the save "
+              f"{mem['before'] / 2**20:.1f} MiB, after {mem['after'] / 2**20:.1f} MiB: the save "
+              f"grew the peak by {grown / 2**20:.1f} MiB ({grown / mem['bytes']:.3f} of the "
+              f"array)")
     rm(args.dir)
 
 
