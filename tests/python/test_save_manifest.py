@@ -212,3 +212,15 @@ def test_a_save_whose_manifest_cannot_be_written_leaves_nothing(tmp_path):
     assert "RAISED" in r.stdout and MANIFEST in r.stdout, r.stdout
     assert {p.name: p.read_bytes() for p in dest.iterdir()} == old
     assert not [p for p in tmp_path.iterdir() if ".shardload-tmp-" in p.name]
+
+
+@pytest.mark.parametrize("name", ["o*t?", "out[1]", "{a,b}", b"out\xff\xfe"])
+def test_odd_destination_names(tmp_path, name):
+    dest = (os.path.join(os.fsencode(tmp_path), name) if isinstance(name, bytes)
+            else str(tmp_path / name))
+    x = np.arange(12, dtype=np.float64).reshape(4, 3)
+    shardload.save(x, dest, num_shards=3, checksum="xxh3")
+    got = shardload.discover(os.fsdecode(dest))
+    assert got.manifest_status.startswith("manifest: used ("), got.manifest_status
+    assert shardload.verify(os.fsdecode(dest)) == []
+    np.testing.assert_array_equal(np.asarray(shardload.load(os.fsdecode(dest))), x)
