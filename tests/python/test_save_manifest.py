@@ -224,3 +224,23 @@ def test_odd_destination_names(tmp_path, name):
     assert got.manifest_status.startswith("manifest: used ("), got.manifest_status
     assert shardload.verify(os.fsdecode(dest)) == []
     np.testing.assert_array_equal(np.asarray(shardload.load(os.fsdecode(dest))), x)
+
+
+def test_an_indexed_zarr_directory_is_fresh(tmp_path):
+    """Independent of save: a Zarr store's snapshot is its .zarray's, so the freshness check
+    compares that file, not the store directory; xxh3 is refused naming the store."""
+    import zarr
+
+    for i in range(3):
+        z = zarr.open_array(str(tmp_path / f"shard_{i:04d}.zarr"), mode="w", shape=(5, 2),
+                            chunks=(2, 2), dtype="i4", zarr_format=2)
+        z[...] = np.arange(10, dtype=np.int32).reshape(5, 2) + i
+    shardload.index(tmp_path)
+    assert_manifest_used(tmp_path)
+    with pytest.raises(ValueError, match=r"shard_0000\.zarr.*Zarr store"):
+        shardload.index(tmp_path, checksum="xxh3")
+    # A store whose metadata changed is stale, and says which.
+    meta = tmp_path / "shard_0001.zarr" / ".zarray"
+    meta.write_text(meta.read_text().replace('"chunks": [\n        2,', '"chunks": [\n        3,'))
+    got = shardload.discover(tmp_path)
+    assert "stale because" in got.manifest_status and "shard_0001.zarr" in got.manifest_status
