@@ -244,3 +244,19 @@ def test_an_indexed_zarr_directory_is_fresh(tmp_path):
     meta.write_text(meta.read_text().replace('"chunks": [\n        2,', '"chunks": [\n        3,'))
     got = shardload.discover(tmp_path)
     assert "stale because" in got.manifest_status and "shard_0001.zarr" in got.manifest_status
+
+
+@pytest.mark.parametrize("kind", ["fifo", "symlink"])
+def test_overwrite_refuses_a_special_file_named_like_the_manifest(tmp_path, kind):
+    dest = tmp_path / "out"
+    shardload.save(np.arange(10), dest, num_shards=2, manifest=False)
+    if kind == "fifo":
+        os.mkfifo(dest / MANIFEST)
+    else:
+        (tmp_path / "elsewhere").write_bytes(b"x")
+        (dest / MANIFEST).symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(shardload.ShardWriteError, match="not a regular file") as e:
+        shardload.save(np.arange(4), dest, overwrite=True)
+    assert e.value.filename.endswith(MANIFEST)
+    assert (tmp_path / "elsewhere").exists() if kind == "symlink" else True
+    assert sorted(os.listdir(dest)) == ["shard_0000.npy", "shard_0001.npy", MANIFEST]
