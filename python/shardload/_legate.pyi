@@ -59,6 +59,6 @@ class _SaveInfo(TypedDict):
     commit_s: float
 
 def save(handle: int, dest: bytes, num_shards: int, shard_rows: list[int], format: str,
-         overwrite: bool) -> _SaveInfo:
+         overwrite: bool, manifest: bool = ..., checksum: str = ...) -> _SaveInfo:
     """Writes the legate::LogicalArray at address ``handle`` (a live LogicalArray's
     raw_handle) to ``dest``; num_shards 0 is one per processor, shard_rows [] an even split."""

@@ -19,6 +19,7 @@ import numpy as np
 from . import _api
 
 _FORMATS = ("npy", "zarr", "raw")
+_CHECKSUMS = ("none", "xxh3")
 
 PathLike = Union[str, bytes, "os.PathLike[str]", "os.PathLike[bytes]"]
 
@@ -75,6 +76,8 @@ def save(
     num_shards: int | None = None,
     format: str = "npy",
     overwrite: bool = False,
+    manifest: bool = True,
+    checksum: str = "none",
     info: bool = False,
 ) -> SaveInfo | None:
     """Writes ``array`` to the directory ``dest`` as shards that :func:`load` reads back.
@@ -94,6 +97,12 @@ def save(
     ``filename``) when writing fails, ``ValueError`` for bad arguments, ``TypeError`` for an
     array of another kind. On any error nothing of the new dataset is visible.
 
+    ``manifest=True`` (the default) writes ``dest/shardload.manifest`` after every other
+    file, before the rename: :func:`discover` and :func:`load` of ``dest`` then read it
+    instead of probing every shard (see ``docs/manifest.md``). ``checksum="xxh3"`` keeps an
+    XXH3-64 checksum of each shard in it for :func:`verify` (not for ``"zarr"``, whose
+    shards are directories).
+
     Returns a :class:`SaveInfo` when ``info=True``, else None.
     """
     t_call = time.perf_counter()
@@ -106,6 +115,18 @@ def save(
                          f"{num_shards!r}")
     if not isinstance(overwrite, bool):
         raise ValueError(f"save: overwrite= must be True or False, found {overwrite!r}")
+    if not isinstance(manifest, bool):
+        raise ValueError(f"save: manifest= must be True or False, found {manifest!r}")
+    if not isinstance(checksum, str) or checksum not in _CHECKSUMS:
+        raise ValueError(f"save: checksum= must be one of {', '.join(_CHECKSUMS)}, found "
+                         f"{checksum!r} (crc32c is not offered: no maintained CRC32C library "
+                         "is packaged for this build)")
+    if checksum != "none" and not manifest:
+        raise ValueError(f"save: checksum={checksum!r} is kept in the manifest, and "
+                         "manifest=False")
+    if checksum != "none" and format == "zarr":
+        raise ValueError(f"save: checksum={checksum!r} covers regular files, and a Zarr shard "
+                         "is a directory; save Zarr with checksum='none'")
     try:
         path = os.fsencode(dest)
     except TypeError:
@@ -126,7 +147,8 @@ def save(
     from . import _legate
 
     logical = _logical_array(array)
-    d = _legate.save(logical.raw_handle, path, int(num_shards or 0), [], format, overwrite)
+    d = _legate.save(logical.raw_handle, path, int(num_shards or 0), [], format, overwrite,
+                     manifest, checksum)
     del logical
     if not info:
         return None

@@ -178,13 +178,21 @@ PYBIND11_MODULE(_legate, m) {
   m.def(
       "save",
       [](std::uintptr_t handle, const py::bytes& dest, std::int64_t num_shards,
-         const std::vector<std::int64_t>& shard_rows, const std::string& format, bool overwrite) {
+         const std::vector<std::int64_t>& shard_rows, const std::string& format, bool overwrite,
+         bool manifest, const std::string& checksum) {
         const auto* array = reinterpret_cast<const legate::LogicalArray*>(handle);
         shardload::SaveOptions opts;
         opts.num_shards = num_shards;
         opts.shard_rows = shard_rows;
         opts.format = shardload::parse_save_format(format);
         opts.overwrite = overwrite;
+        opts.manifest = manifest;
+        if (auto c = shardload::parse_checksum(checksum); c) {
+          opts.checksum = *c;
+        } else {
+          shardload::throw_status(c.status().with_context("save: checksum"),
+                                  shardload::ErrorSite::kWrite);
+        }
         const std::string path = dest;
         shardload::SaveInfo info;
         {
@@ -203,5 +211,6 @@ PYBIND11_MODULE(_legate, m) {
         return d;
       },
       py::arg("handle"), py::arg("dest"), py::arg("num_shards"), py::arg("shard_rows"),
-      py::arg("format"), py::arg("overwrite"));
+      py::arg("format"), py::arg("overwrite"), py::arg("manifest") = true,
+      py::arg("checksum") = "none");
 }

@@ -1,6 +1,7 @@
 // `shardload write` under Legate: the demo dataset is made in a distributed array by a synth
 // task per tile and written by shardload::save, the same parallel path, temporary directory
-// and final rename as any save; _meta.json goes in last, before the rename.
+// and final rename as any save; _meta.json goes in after the shards, and the manifest last,
+// before the rename.
 #include <legate.h>
 #include <realm.h>
 

@@ -217,7 +217,9 @@ Result<std::string> write_manifest(const Layout& layout, const std::string& dire
   if (options.checksum != Checksum::kNone) {
     sums.reserve(layout.shards.size());
     for (const auto& s : layout.shards) {
-      if (!s.snapshot.regular) {
+      // A Zarr shard's snapshot is its metadata file's, so only the format says that the
+      // shard itself is a directory.
+      if (layout.format == Format::kZarr || !s.snapshot.regular) {
         return Status(ErrorCode::kInvalidArgument,
                       path_for_message(s.path) +
                           ": checksums cover regular files only, and this shard is a "
@@ -399,8 +401,9 @@ std::string manifest_staleness(const Manifest& m, IoBackend& io) {
   const auto& options = m.layout.options;
   for (const auto& s : m.layout.shards) {
     std::string why;
-    if (m.layout.format == Format::kZarr && !s.snapshot.regular) {
-      // A store's snapshot is its array metadata file's.
+    if (m.layout.format == Format::kZarr) {
+      // A store's snapshot is its array metadata file's (a regular file), not the store
+      // directory's.
       why = "?";
       for (const std::string& sub :
            {std::string(), options.dataset.empty() ? std::string() : options.dataset + "/"}) {

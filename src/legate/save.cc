@@ -97,6 +97,20 @@ void save(const legate::LogicalArray& array, const std::string& dest, const Save
       options.format != SaveFormat::kRaw) {
     argument_error("unknown format " + std::to_string(static_cast<int>(options.format)));
   }
+  if (options.checksum != Checksum::kNone && options.checksum != Checksum::kXxh3) {
+    argument_error("unknown checksum " + std::to_string(static_cast<int>(options.checksum)));
+  }
+  if (options.checksum != Checksum::kNone && !options.manifest) {
+    argument_error("checksum " + std::string(checksum_name(options.checksum)) +
+                   " is kept in the manifest, and manifest is false");
+  }
+  // Refused before anything is written: a Zarr store is a directory, and checksums cover
+  // regular files only.
+  if (options.checksum != Checksum::kNone && options.format == SaveFormat::kZarr) {
+    argument_error("checksum " + std::string(checksum_name(options.checksum)) +
+                   " covers regular files, and a Zarr shard is a directory; save Zarr with "
+                   "checksum none");
+  }
 
   detail::SaveSpec spec;
   spec.format = options.format;
@@ -187,6 +201,7 @@ void save(const legate::LogicalArray& array, const std::string& dest, const Save
   si.write_seconds = seconds(t1, t2);
 
   check(detail::write_metadata(*staging, spec, options.extra_files));
+  if (options.manifest) check(detail::write_save_manifest(*staging, options.checksum));
   check(detail::commit_staging(*staging, dest, options.overwrite));
   guard.keep = true;
   si.commit_seconds = seconds(t2, Clock::now());

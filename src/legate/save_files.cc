@@ -12,6 +12,8 @@
 #include <filesystem>
 #include <string_view>
 
+#include "shardload/layout.hpp"
+#include "shardload/manifest.hpp"
 #include "shardload/plan.hpp"
 #include "shardload/source.hpp"
 
@@ -132,7 +134,7 @@ std::pair<std::string, std::string> split_dest(std::string dest) {
 // The names a save writes, of the type it writes them; anything else in a directory makes
 // overwrite refuse it.
 bool saved_name(std::string_view name, bool is_dir) {
-  if (name == "shardload.json" || name == "_meta.json") return !is_dir;
+  if (name == "shardload.json" || name == "_meta.json" || name == kManifestName) return !is_dir;
   for (const auto& [suffix, dir] :
        {std::pair{".npy", false}, std::pair{".bin", false}, std::pair{".zarr", true}}) {
     if (NumberPattern{"shard_", 4, suffix}.match(name) >= 0) return is_dir == dir;
@@ -303,9 +305,21 @@ Status write_metadata(const std::string& dir, const SaveSpec& spec,
   for (const auto& [name, text] : extra_files) {
     SHARDLOAD_RETURN_IF_ERROR(write_text(dir + "/" + name, text));
   }
-  // MANIFEST: once `shardload index` (issue 12) defines the dataset manifest, it is written
-  // here, after every shard and the format's metadata and before the rename makes the
-  // directory visible, so that its presence still means the set is complete.
+  return Status::ok();
+}
+
+Status write_save_manifest(const std::string& dir, Checksum checksum) {
+  // The layout is the one discover() finds for the finished directory, so that discovering
+  // the destination later takes the manifest and gets exactly what probing would give.
+  // Renaming the directory changes neither the files' inodes nor their times, so the
+  // snapshots stay valid at the destination.
+  DiscoverOptions opts;
+  opts.use_manifest = false;
+  SHARDLOAD_ASSIGN_OR_RETURN(const Layout layout, discover(Source::dir(dir), opts));
+  ManifestOptions mopts;
+  mopts.checksum = checksum;
+  SHARDLOAD_ASSIGN_OR_RETURN(const std::string written, write_manifest(layout, dir, mopts));
+  (void)written;
   return Status::ok();
 }
 

@@ -191,7 +191,7 @@ def test_overwrite_across_formats(tmp_path):
     dest = tmp_path / "o"
     shardload.save(np.arange(12.0), dest, format="raw", num_shards=3)
     shardload.save(np.arange(6.0), dest, format="npy", num_shards=2, overwrite=True)
-    assert sorted(os.listdir(dest)) == ["shard_0000.npy", "shard_0001.npy"]
+    assert sorted(os.listdir(dest)) == ["shard_0000.npy", "shard_0001.npy", "shardload.manifest"]
     np.testing.assert_array_equal(np.asarray(shardload.load(dest)), np.arange(6.0))
 
 
@@ -273,7 +273,8 @@ def test_non_utf8_destination(tmp_path):
     dest = os.path.join(os.fsencode(tmp_path), b"out\xff\xfe")
     x = np.arange(15, dtype=np.uint8).reshape(5, 3)
     shardload.save(x, dest, num_shards=2)
-    assert sorted(os.listdir(dest)) == [b"shard_0000.npy", b"shard_0001.npy"]
+    assert sorted(os.listdir(dest)) == [b"shard_0000.npy", b"shard_0001.npy",
+                                        b"shardload.manifest"]
     np.testing.assert_array_equal(np.asarray(shardload.load(os.fsdecode(dest))), x)
     with pytest.raises(shardload.DestinationExistsError) as e:
         shardload.save(x, os.fsdecode(dest))
@@ -285,7 +286,8 @@ def test_glob_characters_in_destination(tmp_path, name):
     dest = tmp_path / name
     x = np.arange(12, dtype=np.float64).reshape(4, 3)
     shardload.save(x, dest, num_shards=3)
-    assert sorted(os.listdir(dest)) == [f"shard_{i:04d}.npy" for i in range(3)]
+    assert sorted(os.listdir(dest)) == [f"shard_{i:04d}.npy" for i in range(3)] + [
+        "shardload.manifest"]
     # An existing directory is taken as what it is, glob characters and all.
     np.testing.assert_array_equal(np.asarray(shardload.load(dest)), x)
 
@@ -339,11 +341,12 @@ def test_cli_write_is_a_save(tmp_path, cli):
     assert no_staging_left(tmp_path)
     # Its output is a saved dataset: a save may replace it, and it replaces a save.
     shardload.save(np.arange(4), out, overwrite=True)
-    assert sorted(os.listdir(out)) == ["shard_0000.npy", "shard_0001.npy"]
+    assert sorted(os.listdir(out)) == ["shard_0000.npy", "shard_0001.npy", "shardload.manifest"]
     r = subprocess.run([cli, "write", "--shard-dir", out, "--num-shards", "2", "--shape", "7"],
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
-    assert sorted(os.listdir(out)) == ["_meta.json", "shard_0000.npy", "shard_0001.npy"]
+    assert sorted(os.listdir(out)) == ["_meta.json", "shard_0000.npy", "shard_0001.npy",
+                                       "shardload.manifest"]
     # A directory with other files is refused, untouched, never emptied or mixed.
     (out / "notes.txt").write_text("mine")
     before = {p.name: p.read_bytes() for p in out.iterdir()}

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "shardload/dtype.hpp"
+#include "shardload/manifest.hpp"
 #include "shardload/save.hpp"
 #include "shardload/status.hpp"
 
@@ -49,6 +50,10 @@ Status write_rows(const std::string& dir, const SaveSpec& spec, std::int64_t lo,
 // files, written last.
 Status write_metadata(const std::string& dir, const SaveSpec& spec,
                       const std::vector<std::pair<std::string, std::string>>& extra_files = {});
+
+// The manifest of the finished dataset in `dir` (DIR/shardload.manifest, as `shardload index`
+// writes it), written after every other file: its presence means the set is complete.
+Status write_save_manifest(const std::string& dir, Checksum checksum);
 
 // Checks `dest` before anything is written: absent, an empty directory, or (overwrite) a
 // directory holding only names a save writes. kIo with EEXIST / ENOTEMPTY when it is refused.

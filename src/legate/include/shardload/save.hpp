@@ -18,7 +18,9 @@
 //
 // How it becomes visible: everything is written into a new hidden directory beside DEST
 // (".NAME.shardload-tmp-PID-N", which no directory, pattern or glob source of DEST matches),
-// the format's metadata last, and that directory is then renamed to DEST in one rename(2):
+// the format's metadata after the shards, then the extra files, then the manifest
+// (DEST/shardload.manifest, see shardload/manifest.hpp) last, and that directory is then
+// renamed to DEST in one rename(2):
 //   - DEST absent or an empty directory: a reader sees either nothing or the whole dataset;
 //   - DEST a dataset of an earlier save and overwrite = true: the two directories are swapped
 //     with renameat2(RENAME_EXCHANGE), so DEST names the old or the new dataset, never a mix;
@@ -28,8 +30,8 @@
 //     DEST is renamed aside first, so for the moment between the two renames DEST is absent.
 //   - overwrite = false and DEST not empty: DestinationExistsError, nothing written;
 //   - overwrite = true refuses (DestinationExistsError) a DEST holding anything that a save
-//     does not write (shard_NNNN.npy/.bin/.zarr, shardload.json, _meta.json): replacing a
-//     directory must never delete a user's other files.
+//     does not write (shard_NNNN.npy/.bin/.zarr, shardload.json, _meta.json,
+//     shardload.manifest): replacing a directory must never delete a user's other files.
 // On any error the hidden directory is removed and DEST is untouched. A crash (the process
 // killed) can leave the hidden directory behind, never a partial DEST. Files are not
 // fsync'ed: a save survives the process, not a power loss.
@@ -49,6 +51,7 @@
 #include <vector>
 
 #include "shardload/errors.hpp"
+#include "shardload/manifest.hpp"
 
 namespace shardload {
 
@@ -67,6 +70,12 @@ struct SaveOptions {
   // becomes visible: `shardload write`'s _meta.json. A name is one plain file name; only
   // "_meta.json" and "shardload.json" are names a later overwrite accepts.
   std::vector<std::pair<std::string, std::string>> extra_files;
+  // DEST/shardload.manifest, written after every other file (extra files included) and
+  // before the rename, so that discovering DEST reads it instead of probing the shards.
+  bool manifest = true;
+  // Per-file checksums kept in the manifest for `shardload verify` (kXxh3 reads every shard
+  // once more). Needs manifest; not for Zarr (its shards are directories).
+  Checksum checksum = Checksum::kNone;
 };
 
 struct SaveInfo {
