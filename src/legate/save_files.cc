@@ -14,6 +14,7 @@
 
 #include "shardload/layout.hpp"
 #include "shardload/manifest.hpp"
+#include "shardload/npy.hpp"
 #include "shardload/plan.hpp"
 #include "shardload/source.hpp"
 
@@ -30,21 +31,6 @@ Status sys_error(const std::string& path, const std::string& what, int err) {
 std::string byte_order_char(const DType& d) {
   if (d.size == 1) return "|";
   return host_is_little_endian() ? "<" : ">";
-}
-
-std::string npy_header(const DType& dtype, const std::vector<std::int64_t>& shape) {
-  std::string dict = "{'descr': '" + byte_order_char(dtype) + dtype.code() +
-                     "', 'fortran_order': False, 'shape': " + shape_string(shape) + ", }";
-  // numpy pads with spaces so that the data starts on a 64-byte boundary.
-  const std::size_t unpadded = 10 + dict.size() + 1;
-  const std::size_t total = (unpadded + 63) / 64 * 64;
-  dict.append(total - unpadded, ' ');
-  dict.push_back('\n');
-  const auto len = static_cast<std::uint16_t>(dict.size());
-  std::string out("\x93NUMPY\x01\x00", 8);
-  out.push_back(static_cast<char>(len & 0xFF));
-  out.push_back(static_cast<char>(len >> 8));
-  return out + dict;
 }
 
 bool mul_ok(std::int64_t a, std::size_t b, std::int64_t* out) {
@@ -221,7 +207,7 @@ Status create_shard_files(const std::string& dir, SaveSpec* spec) {
       case SaveFormat::kNpy: {
         std::vector<std::int64_t> shape{rows};
         shape.insert(shape.end(), spec->trailing.begin(), spec->trailing.end());
-        const std::string head = npy_header(spec->dtype, shape);
+        const std::string head = encode_npy_header(spec->dtype, shape);
         spec->data_offset[s] = static_cast<std::int64_t>(head.size());
         SHARDLOAD_RETURN_IF_ERROR(
             create_file(path, head, static_cast<std::int64_t>(head.size()) + data));

@@ -273,6 +273,22 @@ Result<std::string_view> header_text(std::span<const std::byte> header, NpyHeade
 
 }  // namespace
 
+std::string encode_npy_header(const DType& dtype, const std::vector<std::int64_t>& shape) {
+  const char order = dtype.size == 1 ? '|' : (host_is_little_endian() ? '<' : '>');
+  std::string dict = "{'descr': '" + std::string(1, order) + dtype.code() +
+                     "', 'fortran_order': False, 'shape': " + shape_string(shape) + ", }";
+  // numpy pads with spaces so that the data starts on a 64-byte boundary.
+  const std::size_t unpadded = 10 + dict.size() + 1;
+  const std::size_t total = (unpadded + 63) / 64 * 64;
+  dict.append(total - unpadded, ' ');
+  dict.push_back('\n');
+  const auto len = static_cast<std::uint16_t>(dict.size());
+  std::string out("\x93NUMPY\x01\x00", 8);
+  out.push_back(static_cast<char>(len & 0xFF));
+  out.push_back(static_cast<char>(len >> 8));
+  return out + dict;
+}
+
 Result<NpyHeader> parse_npy_header(std::span<const std::byte> header) {
   NpyHeader h;
   SHARDLOAD_ASSIGN_OR_RETURN(const std::string_view text, header_text(header, h));

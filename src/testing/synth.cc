@@ -10,6 +10,7 @@
 #include <memory>
 
 #include "shardload/layout.hpp"
+#include "shardload/npy.hpp"
 
 namespace shardload {
 
@@ -115,19 +116,7 @@ std::vector<std::int64_t> synth_split(std::uint64_t seed, std::int64_t total_row
 }
 
 std::string npy_header_bytes(const NpyWriteSpec& spec) {
-  const char order = spec.dtype.size == 1 ? '|' : '<';
-  std::string dict = "{'descr': '" + std::string(1, order) + spec.dtype.code() +
-                     "', 'fortran_order': False, 'shape': " + shape_string(spec.shape) + ", }";
-  // Pad with spaces so that the data starts on a 64-byte boundary.
-  const std::size_t unpadded = 10 + dict.size() + 1;
-  const std::size_t total = (unpadded + 63) / 64 * 64;
-  dict.append(total - unpadded, ' ');
-  dict.push_back('\n');
-  const auto len = static_cast<std::uint16_t>(dict.size());
-  std::string out("\x93NUMPY\x01\x00", 8);
-  out.push_back(static_cast<char>(len & 0xFF));
-  out.push_back(static_cast<char>(len >> 8));
-  return out + dict;
+  return encode_npy_header(spec.dtype, spec.shape);
 }
 
 Status write_npy(const std::string& path, const NpyWriteSpec& spec, std::uint64_t seed,

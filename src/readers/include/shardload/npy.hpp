@@ -41,6 +41,11 @@ Result<std::uint64_t> npy_header_size(std::span<const std::byte> prefix);
 // name the field; the caller adds the file name.
 Result<NpyHeader> parse_npy_header(std::span<const std::byte> header);
 
+// A version 1.0 header for C-order data of `dtype` in this host's byte order with `shape`,
+// padded as numpy pads it (the data starts on a 64-byte boundary): what every .npy shardload
+// writes starts with.
+std::string encode_npy_header(const DType& dtype, const std::vector<std::int64_t>& shape);
+
 // Reads and validates the header of the .npy file at `path`, including that
 // the file size is exactly header + data. `info` receives the file's stat.
 class IoBackend;
