@@ -1,5 +1,7 @@
 #include "shardload/plan.hpp"
 
+#include "shardload/layout.hpp"
+
 #include <algorithm>
 #include <numeric>
 #include <string>
@@ -92,6 +94,12 @@ Result<ReadPlan> make_plan(std::span<const std::int64_t> offsets, std::int64_t p
     }
   }
   return p;
+}
+
+Result<ReadPlan> plan_layout(const Layout& layout, std::int64_t processors,
+                             std::int64_t overdecompose) {
+  return make_plan(layout.offsets, processors, overdecompose,
+                   unit_grid(layout.offsets, layout.shards));
 }
 
 void pieces_for_rows(std::span<const std::int64_t> offsets, std::int64_t lo, std::int64_t hi,

@@ -69,8 +69,7 @@ Batches::Batches(Layout layout, const BatchOptions& options)
   const Layout first =
       value_or_throw(slice_rows(layout_, 0, std::min(total, options_.rows_per_batch)), "batch 0",
                      ErrorSite::kDiscover);
-  const ReadPlan plan = value_or_throw(make_plan(first.offsets, processors_, options_.overdecompose,
-                                                 unit_grid(first.offsets, first.shards)),
+  const ReadPlan plan = value_or_throw(plan_layout(first, processors_, options_.overdecompose),
                                        "planning", ErrorSite::kDiscover);
   const auto copies =
       static_cast<std::uint64_t>(std::min<std::int64_t>(options_.prefetch, count_ - 1) + 1);
@@ -84,8 +83,7 @@ void Batches::launch_next() {
   const std::int64_t hi = std::min(layout_.total_rows(), lo + options_.rows_per_batch);
   const std::string what = "batch " + std::to_string(index) + " (" + rows_text(lo, hi) + ")";
   const Layout slice = value_or_throw(slice_rows(layout_, lo, hi), what, ErrorSite::kDiscover);
-  const ReadPlan plan = value_or_throw(make_plan(slice.offsets, processors_, options_.overdecompose,
-                                                 unit_grid(slice.offsets, slice.shards)),
+  const ReadPlan plan = value_or_throw(plan_layout(slice, processors_, options_.overdecompose),
                                        what + ": planning", ErrorSite::kDiscover);
   std::vector<std::uint64_t> extents;
   for (const auto d : slice.shape()) extents.push_back(static_cast<std::uint64_t>(d));

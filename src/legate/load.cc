@@ -224,9 +224,7 @@ legate::LogicalArray load(const Layout& layout, const LoadOptions& options, Load
   }
   if (li.processors == 0) throw LayoutError("the machine has no processors to load on");
   const ReadPlan plan =
-      value_or_throw(make_plan(layout.offsets, li.processors, options.overdecompose,
-                               unit_grid(layout.offsets, layout.shards)),
-                     "planning");
+      value_or_throw(plan_layout(layout, li.processors, options.overdecompose), "planning");
   li.tile_rows = plan.tile_rows;
   li.tiles = plan.tiles;
   if (info != nullptr) *info = li;
@@ -275,8 +273,8 @@ void check_load_memory(std::int64_t rows, std::uint64_t row_bytes, const std::st
   shape.offsets = {0, rows};
   const ReadPlan plan =
       value_or_throw(make_plan(shape.offsets, processors, overdecompose), "planning");
-  detail::check_memory(shape, plan, target == "GPU" ? TaskTarget::GPU : TaskTarget::CPU,
-                       processors, 1);
+  detail::check_memory(shape, plan, target == "GPU" ? TaskTarget::GPU : TaskTarget::CPU, processors,
+                       1);
 }
 
 }  // namespace shardload

@@ -54,9 +54,7 @@ Result<Tile> prepare_tile(legate::TaskContext& context) {
   const auto processors = context.scalar(1).value<std::int64_t>();
   const auto k = context.scalar(2).value<std::int64_t>();
   const auto tile_rows = context.scalar(3).value<std::int64_t>();
-  SHARDLOAD_ASSIGN_OR_RETURN(
-      ReadPlan plan,
-      make_plan(t.layout.offsets, processors, k, unit_grid(t.layout.offsets, t.layout.shards)));
+  SHARDLOAD_ASSIGN_OR_RETURN(ReadPlan plan, plan_layout(t.layout, processors, k));
   if (plan.tile_rows != tile_rows) {
     return arg_error("tile rows " + std::to_string(tile_rows) + " differ from the plan's " +
                      std::to_string(plan.tile_rows));

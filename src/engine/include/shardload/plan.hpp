@@ -105,6 +105,12 @@ struct ReadPlan {
 Result<ReadPlan> make_plan(std::span<const std::int64_t> offsets, std::int64_t processors,
                            std::int64_t overdecompose, UnitGrid units = {});
 
+struct Layout;
+// The plan of a layout: make_plan over its offsets with its shards' unit grid. The launcher
+// and every point task must agree on it to the tile, so both take it from here.
+Result<ReadPlan> plan_layout(const Layout& layout, std::int64_t processors,
+                             std::int64_t overdecompose);
+
 // The pieces covering global rows [lo, hi), in order, found by binary
 // search over the offsets; dst_row is relative to lo.
 void pieces_for_rows(std::span<const std::int64_t> offsets, std::int64_t lo, std::int64_t hi,
