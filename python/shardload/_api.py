@@ -193,6 +193,13 @@ def _format(value: object) -> str:
     return value
 
 
+def _format_options(format: object, dtype: object, shape: object, header_bytes: object,
+                    dataset: object, columns: object, fill_value: object) -> tuple:
+    """discover's format options, checked, in the order the bindings take them."""
+    return (_format(format), _dtype(dtype), _shape(shape), _header_bytes(header_bytes),
+            _text("dataset", dataset) or "", _columns(columns), _fill_value(fill_value))
+
+
 def _overdecompose(value: object) -> int:
     k = _int("overdecompose", value)
     if k < 1:
@@ -408,13 +415,7 @@ def discover(
     return _core.discover(
         source,
         _pattern(pattern),
-        _format(format),
-        _dtype(dtype),
-        _shape(shape),
-        _header_bytes(header_bytes),
-        _text("dataset", dataset) or "",
-        _columns(columns),
-        _fill_value(fill_value),
+        *_format_options(format, dtype, shape, header_bytes, dataset, columns, fill_value),
         bool(trust_manifest),
     )
 

@@ -86,13 +86,7 @@ def index(
     layout = _core.discover(
         directory,
         _api._pattern(pattern),
-        _api._format(format),
-        _api._dtype(dtype),
-        _api._shape(shape),
-        _api._header_bytes(header_bytes),
-        _api._text("dataset", dataset) or "",
-        _api._columns(columns),
-        _api._fill_value(fill_value),
+        *_api._format_options(format, dtype, shape, header_bytes, dataset, columns, fill_value),
         False,
         False,
     )
@@ -170,9 +164,8 @@ def discover_once(
     if not isinstance(trust_manifest, bool):
         raise TypeError(f"trust_manifest: expected a bool, found {_found(trust_manifest)}")
     pat = _api._pattern(pattern)
-    args = (_api._format(format), _api._dtype(dtype), _api._shape(shape),
-            _api._header_bytes(header_bytes), _api._text("dataset", dataset) or "",
-            _api._columns(columns), _api._fill_value(fill_value))
+    args = _api._format_options(format, dtype, shape, header_bytes, dataset, columns,
+                                fill_value)
     from . import _legate
 
     _api._check_thread()
