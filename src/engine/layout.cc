@@ -117,7 +117,9 @@ bool is_zarr_store(const std::string& path) {
 
 Format sniff_format(const std::string& path) {
   if (is_zarr_store(path)) return Format::kZarr;
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: a FIFO without a writer would block open() itself, before fstat can say
+  // it is no regular file.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
   if (fd < 0) return Format::kAuto;
   struct ::stat st {};
   Format f = Format::kAuto;

@@ -324,3 +324,22 @@ def test_nul_in_a_path_is_refused(tmp_path: pathlib.Path, call, needle: str) -> 
     msg = str(e.value)
     assert f"{needle} '" in msg and "holds a NUL character" in msg, msg
     assert "\\0" in msg, msg
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("how", ["list", "dir", "auto"])
+def test_special_file_of_unknown_extension_is_not_sniffed_open(tmp_path: pathlib.Path,
+                                                               kind: str, how: str) -> None:
+    # The format of a name with no known extension is told by its first bytes; opening a FIFO
+    # to read them must not wait for a writer.
+    for i in range(2):
+        make_special(tmp_path / f"shard_{i:04d}.xyz", kind)
+    if how == "list":
+        call = f"shardload.discover([{str(tmp_path / 'shard_0000.xyz')!r}])"
+    elif how == "dir":
+        call = f"shardload.discover({str(tmp_path)!r}, pattern='shard_{{:04d}}.xyz')"
+    else:  # the directory alone: what it holds decides
+        call = f"shardload.discover({str(tmp_path)!r})"
+    out = isolated(f"report(lambda: {call})")
+    assert out["layout"], out
+    assert str(tmp_path / "shard_0000.xyz") in out["msg"] or how == "auto", out
