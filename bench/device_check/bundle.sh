@@ -4,8 +4,8 @@
 #
 #   bench/device_check/bundle.sh [OUT]      # default OUT: .device in the checkout (ignored)
 #
-# OUT holds run.sh (this folder's, which runs everything), device_check, cuda_tests and
-# BUILD-INFO. Both programs link the CUDA runtime (cudart_static), libstdc++, libgcc and
+# OUT holds run.sh (this folder's, which runs everything), device_check, cuda_tests (with
+# fake_cufile.so, the stand-in cuFile some of its tests load) and BUILD-INFO. Both programs link the CUDA runtime (cudart_static), libstdc++, libgcc and
 # GoogleTest statically; they need only glibc and the driver's libcuda.so.1, which the CUDA runtime
 # loads at run time. The script checks that (readelf) and that OUT stays under 64 MiB.
 #
@@ -55,7 +55,7 @@ core=(src/base/dtype.cc src/base/format.cc src/base/io.cc src/base/source.cc
       src/readers/reader_registry.cc
       src/engine/device_fill.cc src/engine/fill.cc src/engine/layout.cc src/engine/plan.cc
       src/engine/probe.cc
-      src/testing/synth.cc bench/device_check/stubs.cc)
+      src/cuda/cufile.cc src/testing/synth.cc bench/device_check/stubs.cc)
 
 mkdir -p "$obj"
 log=$obj/build.log
@@ -121,6 +121,9 @@ libs=("$cudart" -ldl -lrt)
 "${link[@]}" -o "$out/cuda_tests" "$tests_o" "$backend_o" "${objects[@]}" $gtest_lib "${libs[@]}" \
   >>"$log" 2>&1 || { tail -30 "$log" >&2; die "linking cuda_tests failed"; }
 strip --strip-unneeded "$out/device_check" "$out/cuda_tests"
+# The stand-in cuFile that cuda_tests' cuFile tests load from beside the program.
+gcc -O2 -shared -fPIC -fvisibility=hidden -o "$out/fake_cufile.so" "$root/tests/cpp/fake_cufile.c" \
+  >>"$log" 2>&1 || { tail -30 "$log" >&2; die "building fake_cufile.so failed"; }
 cp "$here/run.sh" "$out/run.sh"
 chmod +x "$out/run.sh"
 

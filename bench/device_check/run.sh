@@ -91,9 +91,10 @@ case $tests in
 esac
 
 if [[ $info -eq 2 ]]; then
-  section "done: no CUDA device, exit status 2"
-  [[ $tests -eq 0 ]] || exit 1
-  exit 2
+  status=2
+  [[ $tests -eq 0 ]] || status=1
+  section "done: no CUDA device; cuda_tests exit $tests; exit status $status"
+  exit $status
 fi
 
 section "device_check (at most $(($(left) - 10)) s)"

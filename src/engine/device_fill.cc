@@ -253,14 +253,16 @@ class Fill {
     std::int64_t file_shard = -1;
     File file;
     std::int64_t direct_shard = -1;
-    void* direct = nullptr;
+    void* direct = nullptr;  // nullptr with direct_shard set: the backend declined the file
   };
 
   Chunk chunk_at(std::uint64_t index) const;
   void work(int thread);
   Status do_chunk(const Chunk& c, ReaderState& st);
   Status staged_chunk(const Chunk& c, ReaderState& st, bool wait_for_copy);
-  Status direct_chunk(const Chunk& c, ReaderState& st);
+  // Reads straight into device memory, or stages a file the backend declines; *direct says
+  // which.
+  Status direct_chunk(const Chunk& c, ReaderState& st, bool* direct = nullptr);
   Status read_into(const Chunk& c, ReaderState& st, std::byte* buf);
   Status open_file(std::int64_t shard, ReaderState& st);
   // After reads of the shard's file through st.file: check_unchanged.
@@ -508,7 +510,7 @@ Status Fill::staged_chunk(const Chunk& c, ReaderState& st, bool wait_for_copy) {
   return s.with_context("after the copy to device offset " + std::to_string(c.dst_offset));
 }
 
-Status Fill::direct_chunk(const Chunk& c, ReaderState& st) {
+Status Fill::direct_chunk(const Chunk& c, ReaderState& st, bool* direct) {
   const Piece& p = pieces_[c.piece];
   if (st.direct_shard != p.shard) {
     // The snapshot check goes through the ordinary open, as for staged reads.
@@ -519,6 +521,9 @@ Status Fill::direct_chunk(const Chunk& c, ReaderState& st) {
     SHARDLOAD_ASSIGN_OR_RETURN(st.direct, backend_.direct_open(st.file.path()));
     st.direct_shard = p.shard;
   }
+  if (direct != nullptr) *direct = st.direct != nullptr;
+  // Declined (cuFile does not serve this file's file system): staged like any other chunk.
+  if (st.direct == nullptr) return staged_chunk(c, st, false);
   return unchanged(p.shard, st,
                    backend_.direct_read(st.direct, c.file_offset, c.bytes, dst_ + c.dst_offset));
 }
@@ -563,8 +568,14 @@ Status Fill::do_chunk(const Chunk& c, ReaderState& st) {
     pool_.direct_choice.store(0);
     return s;
   }
-  Status d = direct_chunk(c, st);
+  bool went_direct = false;
+  Status d = direct_chunk(c, st, &went_direct);
   const auto t2 = Clock::now();
+  if (!went_direct) {
+    // This file was declined: nothing measured; a later chunk of another file measures.
+    pool_.direct_choice.store(0);
+    return d;
+  }
   // A failing direct read only means the pinned path is the one to use.
   pool_.direct_choice.store(d && (t2 - t1) < (t1 - t0) ? 1 : -1);
   return Status::ok();

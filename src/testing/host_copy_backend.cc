@@ -178,6 +178,10 @@ Status HostCopyBackend::synchronize(void* stream) {
 
 Result<void*> HostCopyBackend::direct_open(const std::string& path) {
   if (!hooks_.direct_reads) return CopyBackend::direct_open(path);
+  if (!hooks_.decline_direct.empty() && path.find(hooks_.decline_direct) != std::string::npos) {
+    direct_declined_.fetch_add(1);
+    return static_cast<void*>(nullptr);
+  }
   auto opened = open_regular(path);
   if (!opened) return opened.status();
   const int fd = *opened;

@@ -531,6 +531,35 @@ TEST_F(DeviceFillTest, DirectReads) {
   }
 }
 
+// A file the backend declines (cuFile refusing its file system) is staged; the other files still
+// go direct, and the fill succeeds, with kOn and with kAuto.
+TEST_F(DeviceFillTest, DeclinedFilesFallBackToStaging) {
+  synth_shards(4, 300, 5);
+  const Layout l = layout();
+  const auto want = expected(l, 0, l.total_rows());
+  for (const DirectReads direct : {DirectReads::kOn, DirectReads::kAuto}) {
+    for (int readers : {1, 3}) {
+      HostCopyBackend::Hooks h;
+      h.direct_reads = true;
+      h.decline_direct = "shard_0001";
+      HostCopyBackend backend(h);
+      auto p = pool(backend, 400, 4);
+      DeviceFillOptions o;
+      o.direct = direct;
+      o.reader_threads = readers;
+      std::vector<std::byte> out;
+      Status st = device_rows(l, 0, l.total_rows(), *p, o, &out);
+      ASSERT_TRUE(st) << st.message();
+      EXPECT_EQ(out, want);
+      EXPECT_GE(backend.direct_declined(), 1);
+      EXPECT_GT(backend.copies(), 0);  // shard 1 staged
+      if (direct == DirectReads::kOn) EXPECT_GT(backend.direct_reads(), 0);
+      EXPECT_EQ(backend.live_direct_handles(), 0);
+      EXPECT_EQ(backend.overwrites(), 0);
+    }
+  }
+}
+
 // Bool bytes reach the destination as 0 or 1 on every path: native C-order
 // rows read whole or split by bytes, Fortran rows through the reader, and
 // with direct reads asked for (which bool data must not take: its bytes are

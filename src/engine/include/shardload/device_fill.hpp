@@ -67,6 +67,10 @@ class CopyBackend {
 
   // Optional reads from a file straight into device memory (GPUDirect
   // Storage). Synchronous: the bytes are in place when direct_read returns.
+  // direct_open gives nullptr, not an error, for a file the backend declines
+  // (one cuFile refuses to register, on a file system it does not serve):
+  // the fill then stages that file's chunks; an error is a file that cannot
+  // be opened.
   [[nodiscard]] virtual bool has_direct_reads() const { return false; }
   virtual Result<void*> direct_open(const std::string& path);
   virtual void direct_close(void* handle) noexcept;
