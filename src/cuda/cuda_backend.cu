@@ -37,13 +37,14 @@ class DeviceScope {
   explicit DeviceScope(int device) {
     cudaError_t e = cudaGetDevice(&previous_);
     if (e != cudaSuccess) {
-      status_ = cuda_status("cudaGetDevice", e);
+      // (void): nvcc's front end reads the assignment's Status& as a discarded [[nodiscard]].
+      (void)(status_ = cuda_status("cudaGetDevice", e));
       return;
     }
     if (previous_ == device) return;
     e = cudaSetDevice(device);
     if (e != cudaSuccess) {
-      status_ = cuda_status(("cudaSetDevice(" + std::to_string(device) + ")").c_str(), e);
+      (void)(status_ = cuda_status(("cudaSetDevice(" + std::to_string(device) + ")").c_str(), e));
       return;
     }
     restore_ = true;

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <iterator>
 #include <new>
+#include <stdexcept>
 
 #include "shardload/io.hpp"
 
@@ -131,6 +132,9 @@ Status HostCopyBackend::copy_async(void* dst, const void* src, std::size_t bytes
   const std::int64_t index = copies_.fetch_add(1);
   if (index == hooks_.fail_copy_enqueue) {
     return {ErrorCode::kIo, "host backend: injected refusal of copy " + std::to_string(index)};
+  }
+  if (index == hooks_.throw_copy_enqueue) {
+    throw std::runtime_error("host backend: injected exception in copy " + std::to_string(index));
   }
   // The pipeline must copy from staging memory, which is what the device can
   // read asynchronously; anything else would be a pageable copy under CUDA.

@@ -553,11 +553,112 @@ TEST_F(DeviceFillTest, DeclinedFilesFallBackToStaging) {
       EXPECT_EQ(out, want);
       EXPECT_GE(backend.direct_declined(), 1);
       EXPECT_GT(backend.copies(), 0);  // shard 1 staged
-      if (direct == DirectReads::kOn) EXPECT_GT(backend.direct_reads(), 0);
+      if (direct == DirectReads::kOn) {
+        EXPECT_GT(backend.direct_reads(), 0);
+      }
       EXPECT_EQ(backend.live_direct_handles(), 0);
       EXPECT_EQ(backend.overwrites(), 0);
     }
   }
+}
+
+// The non-dense destination (a column-major store's piece): rows through the pool's buffers,
+// scattered; reads overlap the copies; no allocation beyond the pool's, on errors and
+// exceptions too, and the pool serves the next fill.
+class StridedFillTest : public DeviceFillTest {
+ protected:
+  // Rows [lo, hi) as a column-major (hi - lo) x 5 array of float64.
+  static std::vector<std::byte> column_major(const std::vector<std::byte>& dense, std::int64_t n) {
+    std::vector<std::byte> out(dense.size());
+    for (std::int64_t r = 0; r < n; ++r) {
+      for (std::int64_t k = 0; k < 5; ++k) {
+        std::memcpy(out.data() + static_cast<std::size_t>(k * n + r) * 8,
+                    dense.data() + static_cast<std::size_t>(r * 5 + k) * 8, 8);
+      }
+    }
+    return out;
+  }
+  static Status strided(const Layout& l, std::int64_t lo, std::int64_t hi, StagingPool& pool,
+                        std::vector<std::byte>* out, const DeviceFillOptions& o = {}) {
+    const std::int64_t n = hi - lo;
+    out->assign(static_cast<std::size_t>(n) * l.row_bytes, std::byte{0xA5});
+    const std::vector<std::int64_t> extents{n, 5};
+    const std::vector<std::size_t> strides{8, static_cast<std::size_t>(n) * 8};
+    return fill_device_strided(l, lo, hi, extents, strides, out->data(), &stream_, pool, o);
+  }
+};
+
+TEST_F(StridedFillTest, MatchesTheHostScatterWithOverlapAndNoExtraMemory) {
+  synth_shards(3, 301, 5);
+  const Layout l = layout();
+  for (const auto& [lo, hi] :
+       {std::pair<std::int64_t, std::int64_t>{0, 301}, {7, 150}, {299, 301}}) {
+    const auto want = column_major(expected(l, lo, hi), hi - lo);
+    for (std::size_t bytes : {std::size_t{40}, std::size_t{400}, std::size_t{1} << 20}) {
+      HostCopyBackend::Hooks h;
+      h.copy_delay = std::chrono::microseconds(200);
+      HostCopyBackend backend(h);
+      auto p = pool(backend, bytes, 3);
+      std::vector<std::byte> out;
+      Status st = strided(l, lo, hi, *p, &out);
+      ASSERT_TRUE(st) << st.message();
+      EXPECT_EQ(out, want) << lo << " " << hi << " " << bytes;
+      EXPECT_EQ(backend.live_allocations(), 3);  // the pool's, nothing per fill
+      EXPECT_EQ(backend.overwrites(), 0);
+      if (bytes == 40 && hi - lo > 100) {
+        EXPECT_GT(backend.max_queued(), 5);  // reads overlapped the copies
+      }
+    }
+  }
+}
+
+TEST_F(StridedFillTest, RowsLargerThanABufferGoThroughOneAllocationFreedAfter) {
+  synth_shards(2, 20, 5);
+  const Layout l = layout();
+  HostCopyBackend backend;
+  auto p = pool(backend, 16, 2);  // a row is 40 bytes
+  std::vector<std::byte> out;
+  ASSERT_TRUE(strided(l, 0, 20, *p, &out));
+  EXPECT_EQ(out, column_major(expected(l, 0, 20), 20));
+  EXPECT_EQ(backend.live_allocations(), 2);
+  EXPECT_EQ(backend.live_fences(), 2);
+}
+
+TEST_F(StridedFillTest, ErrorsAndExceptionsLeaveNothingInFlightOrAllocated) {
+  synth_shards(3, 200, 5);
+  const Layout l = layout();
+  for (int fault = 0; fault < 3; ++fault) {
+    HostCopyBackend::Hooks h;
+    h.copy_delay = std::chrono::microseconds(100);
+    if (fault == 0) h.fail_copy_enqueue = 7;
+    if (fault == 1) h.fail_copy_async = 7;
+    if (fault == 2) h.throw_copy_enqueue = 7;
+    HostCopyBackend backend(h);
+    {
+      auto p = pool(backend, 80, 3);
+      std::vector<std::byte> out;
+      Status st = strided(l, 0, 200, *p, &out);
+      ASSERT_FALSE(st) << fault;
+      EXPECT_NE(st.message().find(fault == 2 ? "injected exception" : "copy 7"), std::string::npos)
+          << st.message();
+      // A transfer error is sticky (as CUDA's are): every later wait reports it, so the
+      // buffers stay marked and the pool waits again before freeing them.
+      if (fault != 1) {
+        for (auto& s : p->slots()) EXPECT_FALSE(s.pending) << fault;
+      }
+      EXPECT_EQ(backend.live_allocations(), 3);
+      EXPECT_EQ(backend.overwrites(), 0);
+    }
+    EXPECT_EQ(backend.live_allocations(), 0);
+    EXPECT_EQ(backend.live_fences(), 0);
+  }
+  // A read error: the same, and the pool serves the next fill.
+  HostCopyBackend backend;
+  auto p = pool(backend, 80, 3);
+  std::vector<std::byte> out;
+  EXPECT_FALSE(strided(l, 0, 300, *p, &out));  // more rows than the layout has
+  ASSERT_TRUE(strided(l, 3, 200, *p, &out));
+  EXPECT_EQ(out, column_major(expected(l, 3, 200), 197));
 }
 
 // Bool bytes reach the destination as 0 or 1 on every path: native C-order

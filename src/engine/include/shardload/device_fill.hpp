@@ -26,6 +26,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -213,5 +214,19 @@ Status device_fill_options_from_env(DeviceFillOptions* options);
 Status fill_device(const Layout& layout, const std::vector<Piece>& pieces, void* device_dst,
                    std::uint64_t dst_bytes, void* stream, StagingPool& pool,
                    const DeviceFillOptions& options = {});
+
+// Fills device memory that is not dense C-order (a transposed or sliced store's piece) with
+// rows [lo, hi) of the layout: row r's element i goes to device_dst + (r - lo) * strides[0] +
+// sum(i_k * strides[k]) (extents in elements, strides in bytes, extents[0] == hi - lo). Whole
+// rows are read, as many as fit, into the pool's staging buffers in turn and scattered with one
+// copy per contiguous run; while one buffer's copies run the next is read, and a buffer is
+// reused only after its fence. A row larger than a buffer goes through one staging allocation
+// of its size, freed before returning. Returns once every copy has completed, on errors too;
+// never throws (an exception inside is an error, with nothing left in flight or allocated).
+// The reads run on the calling thread (options.readers is not used).
+Status fill_device_strided(const Layout& layout, std::int64_t lo, std::int64_t hi,
+                           std::span<const std::int64_t> extents,
+                           std::span<const std::size_t> strides, void* device_dst, void* stream,
+                           StagingPool& pool, const DeviceFillOptions& options = {});
 
 }  // namespace shardload

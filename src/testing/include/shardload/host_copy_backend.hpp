@@ -37,6 +37,9 @@ class HostCopyBackend final : public CopyBackend {
     int fail_alloc_after = -1;
     // The copy with this 0-based index is refused by copy_async (-1: none).
     std::int64_t fail_copy_enqueue = -1;
+    // copy_async throws for the copy with this index, as an allocation failing inside a
+    // copy path would (-1: none).
+    std::int64_t throw_copy_enqueue = -1;
     // The copy with this index fails when it runs; the error is sticky and
     // surfaces in every later wait() and synchronize(), as CUDA's do (-1: none).
     std::int64_t fail_copy_async = -1;
