@@ -1,5 +1,9 @@
 #include "shardload/device_fill.hpp"
 
+#include <pthread.h>
+#include <sched.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
@@ -134,17 +138,50 @@ StagingPool::~StagingPool() {
 
 // ---- reader threads ------------------------------------------------------------
 
-Result<std::unique_ptr<ReaderThreads>> ReaderThreads::create(int count) {
+namespace {
+
+// The CPUs of the process as it was started (its main thread's; a Realm worker thread is pinned
+// to its own core), or every CPU where that cannot be read. The kernel keeps any of them to
+// what the process's cpuset allows.
+cpu_set_t process_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (::sched_getaffinity(::getpid(), sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) return set;
+  CPU_ZERO(&set);
+  const long n = ::sysconf(_SC_NPROCESSORS_CONF);
+  for (long c = 0; c < std::min<long>(n > 0 ? n : 1, CPU_SETSIZE); ++c) CPU_SET(c, &set);
+  return set;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<ReaderThreads>> ReaderThreads::create(int count, std::span<const int> cpus) {
   if (count < 1 || count > 256) {
     return Status(ErrorCode::kInvalidArgument,
                   "reader threads: expected 1 to 256, found " + std::to_string(count));
   }
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  for (const int c : cpus) {
+    if (c < 0 || c >= CPU_SETSIZE) {
+      return Status(ErrorCode::kInvalidArgument, "reader threads: CPU " + std::to_string(c) +
+                                                     " out of range [0, " +
+                                                     std::to_string(CPU_SETSIZE) + ")");
+    }
+    CPU_SET(c, &set);
+  }
+  if (cpus.empty()) set = process_cpus();
   std::unique_ptr<ReaderThreads> r(new (std::nothrow) ReaderThreads());
   if (!r) return Status(ErrorCode::kIo, "reader threads: out of memory");
   try {
     r->threads_.reserve(static_cast<std::size_t>(count));
+    r->cpus_ = CPU_COUNT(&set);
     for (int i = 0; i < count; ++i) {
       r->threads_.emplace_back([p = r.get(), i] { p->loop(i); });
+      // Set, not inherited: threads created inside a task would share its pinned core. A
+      // sandbox that refuses affinity leaves them where they are (not an error).
+      const int e = ::pthread_setaffinity_np(r->threads_.back().native_handle(), sizeof set, &set);
+      if (e != 0) r->cpus_ = 0;
     }
   } catch (const std::exception& e) {
     // The destructor joins the threads that did start.

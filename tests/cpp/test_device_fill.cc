@@ -1,6 +1,8 @@
 // The device-fill pipeline against HostCopyBackend: every byte compared with
 // fill_rows / fill_pieces, whatever the staging sizes, readers and faults.
 #include <gtest/gtest.h>
+#include <pthread.h>
+#include <sched.h>
 #include <stdlib.h>
 
 #include <algorithm>
@@ -8,6 +10,7 @@
 #include <cerrno>
 #include <cstring>
 #include <numeric>
+#include <thread>
 
 #include "shardload/device_fill.hpp"
 #include "shardload/fill.hpp"
@@ -710,6 +713,47 @@ TEST(ReaderThreads, RunsEachIndexOnceAndIsReusable) {
     (*r)->run(n, [&](int i) { hits[static_cast<std::size_t>(i)].fetch_add(1); });
     for (int i = 0; i < 4; ++i) EXPECT_EQ(hits[static_cast<std::size_t>(i)].load(), i < n ? 1 : 0);
   }
+}
+
+// Reader threads made by a thread pinned to one core (a Legate task's) run on the process's
+// CPUs, not on that core; an explicit list is taken as given.
+TEST(ReaderThreads, AffinityIsSetNotInherited) {
+  cpu_set_t all;
+  ASSERT_EQ(::sched_getaffinity(0, sizeof all, &all), 0);
+  if (CPU_COUNT(&all) < 2) GTEST_SKIP() << "one CPU: nothing to tell apart";
+  int first = 0;
+  while (!CPU_ISSET(first, &all)) ++first;
+  std::vector<int> seen;
+  int explicit_cpus = -1;
+  std::thread task([&] {
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(first, &one);
+    ASSERT_EQ(::pthread_setaffinity_np(::pthread_self(), sizeof one, &one), 0);
+    auto r = ReaderThreads::create(3);
+    ASSERT_TRUE(r);
+    EXPECT_EQ((*r)->cpus(), CPU_COUNT(&all));
+    std::array<int, 3> counts{};
+    (*r)->run(3, [&](int i) {
+      cpu_set_t mine;
+      ::sched_getaffinity(0, sizeof mine, &mine);
+      counts[static_cast<std::size_t>(i)] = CPU_COUNT(&mine);
+    });
+    seen.assign(counts.begin(), counts.end());
+    const std::vector<int> just_first{first};
+    auto pinned = ReaderThreads::create(2, just_first);
+    ASSERT_TRUE(pinned);
+    (*pinned)->run(1, [&](int) {
+      cpu_set_t mine;
+      ::sched_getaffinity(0, sizeof mine, &mine);
+      explicit_cpus = CPU_ISSET(first, &mine) ? CPU_COUNT(&mine) : -2;
+    });
+  });
+  task.join();
+  EXPECT_EQ(seen, std::vector<int>(3, CPU_COUNT(&all)));
+  EXPECT_EQ(explicit_cpus, 1);
+  const std::vector<int> bad{-1};
+  EXPECT_FALSE(ReaderThreads::create(1, bad));
 }
 
 }  // namespace

@@ -148,10 +148,18 @@ class StagingPool {
 // process or per device) by whoever owns the fills and injected through
 // DeviceFillOptions::readers; a fill without one starts and joins its own.
 // Fills sharing one ReaderThreads take turns (run() calls are serialized).
+//
+// Each thread's CPU affinity is set, never inherited: on `cpus` when given, else on the CPUs of
+// the process as started (its main thread's), so that threads created inside a task, whose
+// thread Realm pins to one core, do not all share that core.
 class ReaderThreads {
  public:
-  // kInvalidArgument unless 1 <= count <= 256; kIo when a thread cannot start.
-  static Result<std::unique_ptr<ReaderThreads>> create(int count);
+  // kInvalidArgument unless 1 <= count <= 256 and every CPU is in [0, CPU_SETSIZE); kIo when a
+  // thread cannot start. Where the system refuses the affinity, the threads run where they
+  // started (cpus() == 0).
+  static Result<std::unique_ptr<ReaderThreads>> create(int count, std::span<const int> cpus = {});
+  // The CPUs each thread may run on, as set; 0 where setting it failed.
+  [[nodiscard]] int cpus() const { return cpus_; }
   ReaderThreads(const ReaderThreads&) = delete;
   ReaderThreads& operator=(const ReaderThreads&) = delete;
   ~ReaderThreads();  // joins
@@ -173,6 +181,7 @@ class ReaderThreads {
   std::uint64_t generation_ = 0;
   int running_ = 0;
   bool stop_ = false;
+  int cpus_ = 0;
 };
 
 struct DeviceFillOptions {
