@@ -10,9 +10,11 @@
 #include <cstring>
 #include <deque>
 #include <exception>
+#include <iterator>
 #include <limits>
 #include <string>
 #include <system_error>
+#include <utility>
 
 #include "engine/detail/strided.hpp"
 #include "shardload/fill.hpp"
@@ -303,7 +305,16 @@ class Fill {
   Chunk chunk_at(std::uint64_t index) const;
   void work(int thread);
   Status do_chunk(const Chunk& c, ReaderState& st);
+  // Reads into a free staging buffer through read(buffer, &bytes), then copies the bytes to
+  // dst_offset on the stream and records the buffer's fence.
+  template <class Read>
+  Status staged(std::uint64_t dst_offset, Read&& read, bool wait_for_copy);
   Status staged_chunk(const Chunk& c, ReaderState& st, bool wait_for_copy);
+  // Chunks [begin, end) of a coalesced group: one buffer, one copy, one fence.
+  Status staged_group(std::uint64_t begin, std::uint64_t end, ReaderState& st);
+  // The coalesced group chunk i begins ({i, end}), lies inside ({begin, end} with begin < i),
+  // or {i, i + 1} when it is in none.
+  std::pair<std::uint64_t, std::uint64_t> group_of(std::uint64_t i) const;
   // Reads straight into device memory, or stages a file the backend declines; *direct says
   // which.
   Status direct_chunk(const Chunk& c, ReaderState& st, bool* direct = nullptr);
@@ -331,6 +342,10 @@ class Fill {
   std::vector<std::uint64_t> first_chunk_;  // per piece, size pieces + 1
   std::uint64_t chunks_ = 0;
   bool may_read_direct_ = false;
+  // Runs of small pieces, each one chunk, with adjacent destinations and together no larger
+  // than a buffer: staged together (one copy and one fence instead of one per piece). Chunk
+  // ranges [first, second), in order.
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> groups_;
 
   std::atomic<std::uint64_t> next_{0};
   std::atomic<bool> failed_{false};
@@ -417,7 +432,50 @@ Status Fill::plan(std::uint64_t dst_bytes) {
   may_read_direct_ = may_read_direct_ && layout_.dtype.kind != DTypeKind::kBool &&
                      options_.direct != DirectReads::kOff && backend_.has_direct_reads() &&
                      (options_.direct == DirectReads::kOn || pool_.direct_choice.load() != -1);
+  // Coalescing: staged reads only (a direct read needs no buffer, copy or fence to share).
+  if (!may_read_direct_) {
+    std::size_t open = 0;  // pieces in the group being built
+    std::uint64_t group_bytes = 0;
+    std::int64_t next_dst = -1;  // the destination row the group's next piece must start at
+    std::uint64_t begin = 0;
+    auto close = [&] {
+      if (open >= 2) groups_.emplace_back(begin, begin + open);
+      open = 0;
+    };
+    for (std::size_t i = 0; i < pieces_.size(); ++i) {
+      const PieceCut& cut = cuts_[i];
+      if (cut.chunks == 0) continue;  // no rows: it splits nothing
+      const Piece& p = pieces_[i];
+      const std::uint64_t bytes = static_cast<std::uint64_t>(p.hi - p.lo) * row;
+      const bool small = cut.chunks == 1 && cut.rows_per_chunk > 0 && cut.sub_rows == 0;
+      if (!small) {
+        close();
+        continue;
+      }
+      if (open > 0 && p.dst_row == next_dst && group_bytes + bytes <= buf) {
+        ++open;
+        group_bytes += bytes;
+      } else {
+        close();
+        open = 1;
+        begin = first_chunk_[i];
+        group_bytes = bytes;
+      }
+      next_dst = p.dst_row + (p.hi - p.lo);
+    }
+    close();
+  }
   return Status::ok();
+}
+
+std::pair<std::uint64_t, std::uint64_t> Fill::group_of(std::uint64_t i) const {
+  const auto it =
+      std::upper_bound(groups_.begin(), groups_.end(), i,
+                       [](std::uint64_t v, const std::pair<std::uint64_t, std::uint64_t>& g) {
+                         return v < g.first;
+                       });
+  if (it != groups_.begin() && i < std::prev(it)->second) return *std::prev(it);
+  return {i, i + 1};
 }
 
 Chunk Fill::chunk_at(std::uint64_t index) const {
@@ -520,7 +578,8 @@ Status Fill::read_into(const Chunk& c, ReaderState& st, std::byte* buf) {
                               c.hi, buf);
 }
 
-Status Fill::staged_chunk(const Chunk& c, ReaderState& st, bool wait_for_copy) {
+template <class Read>
+Status Fill::staged(std::uint64_t dst_offset, Read&& read, bool wait_for_copy) {
   StagingPool::Slot* slot = acquire();
   if (slot->pending) {
     Status s = backend_.wait(slot->fence);
@@ -530,20 +589,21 @@ Status Fill::staged_chunk(const Chunk& c, ReaderState& st, bool wait_for_copy) {
     }
     slot->pending = false;
   }
-  Status s = read_into(c, st, slot->data);
+  std::size_t bytes = 0;
+  Status s = read(slot->data, &bytes);
   if (!s) {
     release(slot);
     return s;
   }
-  if (layout_.dtype.kind == DTypeKind::kBool) normalize_bools(slot->data, c.bytes);
+  if (layout_.dtype.kind == DTypeKind::kBool) normalize_bools(slot->data, bytes);
   // Marked pending before the calls: even a failed enqueue may have queued
   // part of the work, and waiting on a fence that never got recorded is free.
   slot->pending = true;
-  s = backend_.copy_async(dst_ + c.dst_offset, slot->data, c.bytes, stream_);
+  s = backend_.copy_async(dst_ + dst_offset, slot->data, bytes, stream_);
   if (!s) {
     release(slot);
-    return s.with_context("copying " + std::to_string(c.bytes) + " bytes to device offset " +
-                          std::to_string(c.dst_offset));
+    return s.with_context("copying " + std::to_string(bytes) + " bytes to device offset " +
+                          std::to_string(dst_offset));
   }
   s = backend_.record(slot->fence, stream_);
   if (s && wait_for_copy) {
@@ -551,7 +611,40 @@ Status Fill::staged_chunk(const Chunk& c, ReaderState& st, bool wait_for_copy) {
     if (s) slot->pending = false;
   }
   release(slot);
-  return s.with_context("after the copy to device offset " + std::to_string(c.dst_offset));
+  return s.with_context("after the copy to device offset " + std::to_string(dst_offset));
+}
+
+Status Fill::staged_chunk(const Chunk& c, ReaderState& st, bool wait_for_copy) {
+  return staged(
+      c.dst_offset,
+      [&](std::byte* buf, std::size_t* bytes) {
+        *bytes = c.bytes;
+        return read_into(c, st, buf);
+      },
+      wait_for_copy);
+}
+
+Status Fill::staged_group(std::uint64_t begin, std::uint64_t end, ReaderState& st) {
+  const Chunk first = chunk_at(begin);
+  bool read_failed = false;
+  Status s = staged(
+      first.dst_offset,
+      [&](std::byte* buf, std::size_t* bytes) {
+        for (std::uint64_t k = begin; k < end; ++k) {
+          const Chunk c = chunk_at(k);
+          Status r = read_into(c, st, buf + *bytes);
+          if (!r) {
+            read_failed = true;
+            return r.with_context(where(c));
+          }
+          *bytes += c.bytes;
+        }
+        return Status::ok();
+      },
+      false);
+  if (s || read_failed) return s;
+  return s.with_context(where(first) + " and the " + std::to_string(end - begin - 1) +
+                        " pieces after it, staged together");
 }
 
 Status Fill::direct_chunk(const Chunk& c, ReaderState& st, bool* direct) {
@@ -633,6 +726,16 @@ void Fill::work(int /*thread*/) {
     if (i >= chunks_) break;
     Chunk c;
     try {
+      const auto [begin, end] = group_of(i);
+      if (begin != i) continue;  // inside a group: its first chunk's thread stages it
+      if (end > i + 1) {
+        Status s = staged_group(begin, end, st);
+        if (!s) {
+          fail(i, std::move(s));  // the chunk that failed is named inside
+          break;
+        }
+        continue;
+      }
       c = chunk_at(i);
       Status s = do_chunk(c, st);
       if (!s) {

@@ -4,6 +4,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -563,6 +564,48 @@ TEST_F(DeviceFillTest, DeclinedFilesFallBackToStaging) {
       EXPECT_EQ(backend.overwrites(), 0);
     }
   }
+}
+
+// Many small pieces share staging buffers: one copy and one fence per buffer, not per piece,
+// with every byte in place, for native and byte-swapped shards, whatever the readers; a read
+// error inside a group names its file's rows.
+TEST_F(DeviceFillTest, SmallPiecesAreCoalescedIntoStagingBuffers) {
+  for (int i = 0; i < 60; ++i) c_shard(i, 12 * i, 2, /*big=*/i % 7 == 3);
+  const Layout l = layout();  // 60 shards of 2 rows of 24 bytes
+  const auto want = expected(l, 0, l.total_rows());
+  for (int readers : {1, 3}) {
+    HostCopyBackend backend;
+    auto p = pool(backend, 480, 4);  // 10 pieces a buffer
+    DeviceFillOptions o;
+    o.reader_threads = readers;
+    std::vector<std::byte> out;
+    Status st = device_rows(l, 0, l.total_rows(), *p, o, &out);
+    ASSERT_TRUE(st) << st.message();
+    EXPECT_EQ(out, want);
+    EXPECT_EQ(backend.copies(), 6) << readers;  // 60 before
+    EXPECT_EQ(backend.overwrites(), 0);
+    // A range starting and ending inside shards.
+    ASSERT_TRUE(device_rows(l, 3, 101, *p, o, &out));
+    EXPECT_EQ(out, expected(l, 3, 101));
+  }
+  // Direct reads go piece by piece: nothing to share.
+  HostCopyBackend::Hooks h;
+  h.direct_reads = true;
+  HostCopyBackend direct(h);
+  auto p = pool(direct, 480, 4);
+  DeviceFillOptions o;
+  o.direct = DirectReads::kOn;
+  std::vector<std::byte> out;
+  ASSERT_TRUE(device_rows(l, 0, l.total_rows(), *p, o, &out));
+  EXPECT_EQ(out, want);
+  // A shard truncated since discovery, inside a group: the error names it and its rows.
+  ASSERT_EQ(::truncate(dir_.file("shard_0025.npy").c_str(), 100), 0);
+  HostCopyBackend backend;
+  auto q = pool(backend, 480, 4);
+  Status st = device_rows(l, 0, l.total_rows(), *q, DeviceFillOptions{}, &out);
+  ASSERT_FALSE(st);
+  EXPECT_NE(st.message().find("shard_0025.npy"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("of shard 25"), std::string::npos) << st.message();
 }
 
 // The non-dense destination (a column-major store's piece): rows through the pool's buffers,

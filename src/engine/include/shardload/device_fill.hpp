@@ -214,7 +214,9 @@ Status device_fill_options_from_env(DeviceFillOptions* options);
 // decode unit grid (Shard::decode_rows) so that each unit is read by one reader thread
 // and decoded once (a unit larger than a buffer through that reader's unit cache); a row
 // larger than a buffer is split by bytes for native-endian C-order .npy
-// shards and is kInvalidArgument otherwise. Returns once every copy it
+// shards and is kInvalidArgument otherwise. Consecutive pieces of one chunk each whose
+// destinations are adjacent and that fit one buffer together are staged together (one copy
+// and one fence), unless direct reads may serve them. Returns once every copy it
 // enqueued has completed (so its status covers them and later work on the
 // stream sees the data); staging memory is never released to another fill
 // with a copy in flight, on error paths too. Errors name the file and rows
