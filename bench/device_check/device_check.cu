@@ -17,7 +17,8 @@
 // space and the host and device memory left, else to the one that takes the most; NAME
 // (default shardload-device-check-PID) is removed at exit. Settings that would overrun
 // --budget (default 240 s) are skipped and say so. stdout is line-buffered: every row is
-// written as it is measured.
+// written as it is measured. --plan-only DEVICE_GIB only prints that choice, for a device with
+// that much free memory, without touching a GPU (CI checks the sizing with it).
 #include <cuda_runtime.h>
 #include <sys/statvfs.h>
 #include <sys/vfs.h>
@@ -150,12 +151,13 @@ struct Args {
   double budget = 240;  // seconds for everything after --info
   bool gds = false;
   bool info = false;
+  double plan_device_gib = 0;  // > 0: only choose the data's size and place, for that much
 };
 
 [[noreturn]] void usage_error(const std::string& what) {
   die(2, what +
              " (usage: device_check --info | --dir DIR [--dir DIR2 ...] [--name NAME] [--gib G] "
-             "[--shards N] [--reps R] [--budget SECONDS] [--gds])");
+             "[--shards N] [--reps R] [--budget SECONDS] [--gds] [--plan-only DEVICE_GIB])");
 }
 
 Args parse(int argc, char** argv) {
@@ -182,6 +184,8 @@ Args parse(int argc, char** argv) {
       a.gds = true;
     else if (k == "--info")
       a.info = true;
+    else if (k == "--plan-only")
+      a.plan_device_gib = std::atof(val().c_str());
     else
       usage_error("unknown argument " + k);
   }
@@ -332,8 +336,11 @@ int print_info() {
     check_cuda(cudaSetDevice(d), "cudaSetDevice");
     std::size_t free = 0, total = 0;
     check_cuda(cudaMemGetInfo(&free, &total), "cudaMemGetInfo");
-    char bus[32] = "?";
-    (void)cudaDeviceGetPCIBusId(bus, sizeof bus, d);
+    char bus[32];
+    if (cudaDeviceGetPCIBusId(bus, sizeof bus, d) != cudaSuccess) {
+      (void)cudaGetLastError();  // not sticky; only the bus is unknown
+      std::snprintf(bus, sizeof bus, "unknown");
+    }
     std::printf("GPU %d: %s, compute capability %d.%d, %d SMs, %.1f GiB (%.1f GiB free), PCI %s\n",
                 d, prop.name, prop.major, prop.minor, prop.multiProcessorCount,
                 total / double(kGiB), free / double(kGiB), bus);
@@ -351,16 +358,24 @@ int main(int argc, char** argv) {
   const double t_start = now();
   const Args a = parse(argc, argv);
   if (a.info) return print_info();
-  if (Status s = cuda_device_available(); !s) die(2, s.message());
+  const bool plan_only = a.plan_device_gib > 0;
+  if (!plan_only) {
+    if (Status s = cuda_device_available(); !s) die(2, s.message());
+  }
   const double deadline = t_start + a.budget;
   auto time_left = [&] { return deadline - now(); };
 
-  int dev_id = 0;
-  check_cuda(cudaGetDevice(&dev_id), "cudaGetDevice");
   cudaDeviceProp prop{};
-  check_cuda(cudaGetDeviceProperties(&prop, dev_id), "cudaGetDeviceProperties");
   std::size_t dev_free = 0, dev_total = 0;
-  check_cuda(cudaMemGetInfo(&dev_free, &dev_total), "cudaMemGetInfo");
+  if (plan_only) {
+    std::snprintf(prop.name, sizeof prop.name, "(planned, no GPU used)");
+    dev_free = dev_total = static_cast<std::size_t>(a.plan_device_gib * double(kGiB));
+  } else {
+    int dev_id = 0;
+    check_cuda(cudaGetDevice(&dev_id), "cudaGetDevice");
+    check_cuda(cudaGetDeviceProperties(&prop, dev_id), "cudaGetDeviceProperties");
+    check_cuda(cudaMemGetInfo(&dev_free, &dev_total), "cudaMemGetInfo");
+  }
 
   // Where the data goes and how much: the first candidate that takes all of --gib, else the
   // one that takes the most.
@@ -393,6 +408,7 @@ int main(int argc, char** argv) {
     std::printf("note: the page cache may not hold all %.2f GB; (c) may read from the disk\n",
                 bytes / kGB);
   }
+  if (plan_only) return 0;
 
   double t = now();
   g_data_dir = data_dir;

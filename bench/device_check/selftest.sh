@@ -30,4 +30,17 @@ grep -q '^device_check: no CUDA device (' "$out" || fail "no 'no CUDA device' me
 grep -q '^run.sh: cuda_tests passed' "$out" || fail "cuda_tests did not pass"
 grep -q 'SKIPPED .*CudaFillTest' "$out" || fail "cuda_tests skipped nothing"
 grep -q 'OK .*CuFile\.' "$out" || fail "cuda_tests' cuFile tests did not run"
+# The sizing and placement, without a GPU: a 60 GiB cap is cut to what is free, 64 MiB of
+# device memory is too little.
+plan=$("$bundle/device_check" --plan-only 1000 --dir "$root/build-device" --gib 60 --name selftest)
+echo "$plan" | grep -q '^device_check: (planned, no GPU used) .* GiB in 16 shards under ' ||
+  { echo "$plan"; echo "selftest: FAILED: no data plan" >&2; exit 1; }
+echo "$plan" | grep -q 'allows .* (bound: \(free space\|host memory\)' ||
+  { echo "$plan"; echo "selftest: FAILED: a 60 GiB cap was not cut to what is free" >&2; exit 1; }
+set +e
+"$bundle/device_check" --plan-only 0.0625 --dir "$root/build-device" --name selftest >"$out" 2>&1
+rc=$?
+set -e
+[[ $rc -eq 2 ]] && grep -q 'no room for even 64 MiB' "$out" ||
+  { cat "$out"; echo "selftest: FAILED: exit $rc, expected 2 and 'no room'" >&2; exit 1; }
 echo "selftest: the bundle ($(sed -n 's/^size: //p' "$bundle/BUILD-INFO")) runs to 'no CUDA device', exit status 2"
