@@ -82,6 +82,50 @@ TEST_F(CudaFillTest, FillMatchesHostFill) {
   EXPECT_EQ(cudaStreamDestroy(stream), cudaSuccess);
 }
 
+// Many small shards (coalesced into shared buffers) and a column-major destination (the
+// strided path), on the GPU.
+TEST_F(CudaFillTest, SmallShardsAndStridedDestinations) {
+  SKIP_WITHOUT_GPU();
+  const Layout l = synth_layout(200, 3000, 5);
+  std::vector<std::byte> want(l.total_bytes());
+  ASSERT_TRUE(fill_rows(l, 0, l.total_rows(), want.data()));
+  auto backend = CudaCopyBackend::create();
+  ASSERT_TRUE(backend) << backend.status().message();
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  void* dev = nullptr;
+  ASSERT_EQ(cudaMalloc(&dev, want.size()), cudaSuccess);
+  auto pool = StagingPool::create(**backend, StagingOptions{4096, 4});
+  ASSERT_TRUE(pool) << pool.status().message();
+  std::vector<std::byte> got(want.size());
+
+  ASSERT_EQ(cudaMemsetAsync(dev, 0xA5, want.size(), stream), cudaSuccess);
+  std::vector<Piece> pieces;
+  pieces_for_rows(l.offsets, 0, l.total_rows(), &pieces);
+  Status st = fill_device(l, pieces, dev, want.size(), stream, **pool);
+  ASSERT_TRUE(st) << st.message();
+  ASSERT_EQ(cudaMemcpy(got.data(), dev, got.size(), cudaMemcpyDeviceToHost), cudaSuccess);
+  EXPECT_EQ(got, want);
+
+  const std::int64_t n = l.total_rows();
+  ASSERT_EQ(cudaMemsetAsync(dev, 0xA5, want.size(), stream), cudaSuccess);
+  const std::vector<std::int64_t> extents{n, 5};
+  const std::vector<std::size_t> strides{4, static_cast<std::size_t>(n) * 4};
+  st = fill_device_strided(l, 0, n, extents, strides, dev, stream, **pool);
+  ASSERT_TRUE(st) << st.message();
+  ASSERT_EQ(cudaMemcpy(got.data(), dev, got.size(), cudaMemcpyDeviceToHost), cudaSuccess);
+  for (std::int64_t r = 0; r < n; ++r) {
+    for (std::int64_t k = 0; k < 5; ++k) {
+      ASSERT_EQ(std::memcmp(got.data() + static_cast<std::size_t>(k * n + r) * 4,
+                            want.data() + static_cast<std::size_t>(r * 5 + k) * 4, 4),
+                0)
+          << r << " " << k;
+    }
+  }
+  EXPECT_EQ(cudaFree(dev), cudaSuccess);
+  EXPECT_EQ(cudaStreamDestroy(stream), cudaSuccess);
+}
+
 TEST_F(CudaFillTest, DirectReadsWhenCuFileIsThere) {
   SKIP_WITHOUT_GPU();
   const Layout l = synth_layout(3, 5000, 16);
