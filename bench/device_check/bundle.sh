@@ -55,7 +55,8 @@ core=(src/base/dtype.cc src/base/format.cc src/base/io.cc src/base/source.cc
       src/readers/reader_registry.cc
       src/engine/device_fill.cc src/engine/fill.cc src/engine/layout.cc src/engine/plan.cc
       src/engine/probe.cc src/engine/strided.cc
-      src/cuda/cufile.cc src/testing/synth.cc bench/device_check/stubs.cc)
+      src/cuda/cufile.cc src/testing/synth.cc bench/device_check/stubs.cc
+      bench/device_check/glibc_compat.cc)
 
 mkdir -p "$obj"
 log=$obj/build.log
