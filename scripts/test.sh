@@ -16,6 +16,9 @@ python tools/check_includes.py
 echo "== C++ tests (core, and the C++ API under Legate with LEGATE_CONFIG)"
 ctest --test-dir build --output-on-failure -j "$(nproc)"
 
+echo "== Device check bundle: built with g++ and nvcc alone, run through the stand-in driver"
+bench/device_check/selftest.sh
+
 echo "== C++ core tests under ASan + UBSan"
 # Configured every time (quick once configured) so the options below always hold.
 cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DSHARDLOAD_SANITIZE=ON \

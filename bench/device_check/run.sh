@@ -1,72 +1,114 @@
 #!/usr/bin/env bash
-# The device check (docs/benchmarks.md, "GPU destination"): builds the core and the CUDA
-# backend with cmake + nvcc, writes the shards, measures (a) the pinned copy ceiling,
-# (b) the naive pageable path and (c) the engine's device fill side by side, checks the data on
-# the GPU, prints the table and removes what it wrote. Within 5 minutes, offline.
+# The device check, run from its bundle (bench/device_check/bundle.sh builds it; this script is
+# copied into it): no build step, nothing needed but bash, coreutils and the NVIDIA driver.
 #
-#   bench/device_check/run.sh [--gib G] [--dir DIR] [--shards N] [--reps R] [--gds]
+#   .device/run.sh [--gib G] [--dir DIR]... [--shards N] [--reps R] [--gds] [--log FILE]
 #
-# Defaults: 8 GiB in 16 shards under /dev/shm (a directory on local storage works too; the run
-# reads it once before timing, so (c) reads from the page cache). Environment: CUDA_ARCH
-# (default "80-real;90"; "native" on the GPU machine), BUILD_DIR (default
-# build-device-check in the checkout), JOBS (build parallelism, default nproc). Exit status:
-# 0 goals met, 3 goals missed, 1 failure, 2 cannot run here (no CUDA device, memory, disk).
-set -euo pipefail
+# In order, within 5 minutes (BUDGET seconds, default 280):
+#   1. the machine: kernel, CPUs, driver, GPUs, memory, /dev/shm and disk (device_check --info);
+#   2. cuda_tests (the CUDA backend's tests; each skips, after checking the clean "no CUDA
+#      device" error, where there is no GPU), at most 90 s;
+#   3. device_check: the pinned ceiling, the naive path and the device fill side by side
+#      (docs/benchmarks.md), with the data sized and placed by what is free: at most --gib
+#      (default 4), in the first --dir that takes it all (default /dev/shm, then TMPDIR or /tmp,
+#      then the bundle's folder), else in the one that takes the most.
+# Every line is printed as it is measured (and appended to FILE with --log), so a time-out or a
+# crash keeps what was measured before it.
+#
+# Exit status: 0 the tests passed and the goals were met; 1 a failure (a test failed, wrong
+# data, a CUDA or I/O error, a crash); 2 cannot run here ("no CUDA device", or no room for the
+# data); 3 the goals were missed; 4 out of time (what was measured is printed).
+set -uo pipefail
 
-start=$SECONDS
-budget=290  # seconds for everything, build included
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-# Inside the checkout (build*/ is ignored), so two checkouts never share a CMake cache.
-build=${BUILD_DIR:-$here/../../build-device-check}
-arch=${CUDA_ARCH:-80-real;90}
+start=$SECONDS
+budget=${BUDGET:-280}
 
-dir=""
+dirs=()
 args=()
+log=""
 while [[ $# -gt 0 ]]; do
   case $1 in
-    --dir) dir=$2; shift 2 ;;
+    --dir) dirs+=("$2"); shift 2 ;;
     --gib|--shards|--reps) args+=("$1" "$2"); shift 2 ;;
     --gds) args+=("$1"); shift ;;
-    -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
+    --log) log=$2; shift 2 ;;
+    -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
     *) echo "run.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
-[[ -n $dir ]] || dir=/dev/shm
-data="$dir/shardload-device-check-$$"
-
-for tool in cmake nvcc g++; do
-  command -v "$tool" >/dev/null || { echo "run.sh: $tool not found on PATH" >&2; exit 2; }
-done
-# CMake learned the C++20 dialect for nvcc after 3.25 (3.25 stops at "CUDA20 not supported").
-cmake_version=$(cmake --version | sed -n 's/^cmake version \([0-9]*\)\.\([0-9]*\).*/\1 \2/p')
-read -r cmake_major cmake_minor <<<"$cmake_version"
-if (( cmake_major < 3 || (cmake_major == 3 && cmake_minor < 26) )); then
-  echo "run.sh: CMake >= 3.26 needed for CUDA C++20, found $(cmake --version | head -1)" \
-       "(pip install cmake, or source scripts/env.sh for the project's)" >&2
-  exit 2
+if [[ ${#dirs[@]} -eq 0 ]]; then
+  dirs=(/dev/shm "${TMPDIR:-/tmp}" "$here")
+fi
+if [[ -n $log ]]; then
+  # Everything from here on, stdout and stderr, also goes to the log, line by line.
+  exec > >(tee -a "$log") 2>&1
 fi
 
-cleanup() { rm -rf -- "$data"; }
+name="shardload-device-check-$$"
+cleanup() { for d in "${dirs[@]}"; do rm -rf -- "${d:?}/$name"; done; }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-echo "== build ($build, CUDA architectures $arch)"
-gen=()
-command -v ninja >/dev/null && gen=(-G Ninja)
-cmake -S "$here" -B "$build" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release \
-  -DCMAKE_CUDA_COMPILER="$(command -v nvcc)" -DSHARDLOAD_CHECK_ARCH="$arch" >"$build.log" 2>&1 ||
-  { tail -30 "$build.log"; echo "run.sh: cmake configure failed (log: $build.log)" >&2; exit 1; }
-cmake --build "$build" --target device_check -j "${JOBS:-$(nproc)}" >>"$build.log" 2>&1 ||
-  { tail -30 "$build.log"; echo "run.sh: build failed (log: $build.log)" >&2; exit 1; }
-echo "   built in $((SECONDS - start)) s"
+section() { echo; echo "== $* ($((SECONDS - start)) s)"; }
+left() { echo $((budget - (SECONDS - start))); }
 
-left=$((budget - (SECONDS - start)))
-(( left > 30 )) || { echo "run.sh: the build left no time to run" >&2; exit 1; }
-echo "== run (at most $left s; data in $data)"
-set +e
-timeout --signal=TERM --kill-after=10 "$left" "$build/device_check" --dir "$data" "${args[@]}"
-rc=$?
-set -e
-if [[ $rc -eq 124 ]]; then echo "run.sh: the check ran out of time (5-minute budget)" >&2; fi
-echo "== done in $((SECONDS - start)) s, exit status $rc"
-exit $rc
+section "machine"
+[[ -f $here/BUILD-INFO ]] && sed 's/^/bundle: /' "$here/BUILD-INFO"
+echo "kernel: $(uname -srm); $(nproc) CPUs; $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+if [[ -r /proc/driver/nvidia/version ]]; then
+  sed -n '1s/^/driver: /p' /proc/driver/nvidia/version
+fi
+if command -v nvidia-smi >/dev/null; then
+  timeout 20 nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used,pcie.link.gen.max,pcie.link.width.max \
+    --format=csv,noheader 2>&1 | sed 's/^/nvidia-smi: /'
+else
+  echo "nvidia-smi: not on PATH"
+fi
+grep -E '^(MemTotal|MemAvailable|HugePages_Total):' /proc/meminfo | tr -s ' ' | sed 's/^/memory: /'
+if [[ -r /sys/fs/cgroup/memory.max ]]; then
+  echo "memory: cgroup limit $(cat /sys/fs/cgroup/memory.max), in use $(cat /sys/fs/cgroup/memory.current 2>/dev/null || echo ?)"
+fi
+for d in "${dirs[@]}"; do
+  df -h --output=target,fstype,size,avail "$d" 2>/dev/null | tail -1 | sed "s|^|space ($d): |"
+done
+timeout 60 "$here/device_check" --info
+info=$?
+case $info in
+  0) ;;
+  2) echo "run.sh: no CUDA device here: cuda_tests check that each test says so, then skip" ;;
+  124) echo "run.sh: device_check --info timed out (the driver did not answer in 60 s)"; exit 1 ;;
+  *) echo "run.sh: device_check --info failed (exit status $info)"; exit 1 ;;
+esac
+
+section "cuda_tests"
+timeout --kill-after=5 90 "$here/cuda_tests" --gtest_color=no
+tests=$?
+case $tests in
+  0) echo "run.sh: cuda_tests passed" ;;
+  124|137) echo "run.sh: cuda_tests ran out of time (90 s)" ;;
+  *) echo "run.sh: cuda_tests FAILED (exit status $tests)" ;;
+esac
+
+if [[ $info -eq 2 ]]; then
+  status=2
+  [[ $tests -eq 0 ]] || status=1
+  section "done: no CUDA device; cuda_tests exit $tests; exit status $status"
+  exit $status
+fi
+
+section "device_check (at most $(($(left) - 10)) s)"
+(( $(left) > 40 )) || { echo "run.sh: no time left for device_check"; exit 4; }
+dir_args=()
+for d in "${dirs[@]}"; do dir_args+=(--dir "$d"); done
+timeout --signal=TERM --kill-after=10 $(($(left) - 10)) "$here/device_check" \
+  "${dir_args[@]}" --name "$name" --budget $(($(left) - 25)) "${args[@]}"
+check=$?
+case $check in
+  124|137) echo "run.sh: device_check ran out of time; the rows above are what it measured"; check=4 ;;
+esac
+
+status=$check
+if [[ $tests -ne 0 ]]; then status=1; fi
+section "done in $((SECONDS - start)) s: cuda_tests exit $tests, device_check exit $check; exit status $status"
+exit $status

@@ -327,26 +327,48 @@ def _read_task():
 
     @task(variants=(VariantCode.CPU, VariantCode.GPU))
     def shardload_python_reader(ctx: TaskContext, dst: OutputStore, job: int) -> None:
-        # Only ShardReadError may leave the task (the one type the launch declares); anything
-        # else would end the process.
-        try:
-            j = _JOBS[job]
-            gpu = ctx.get_variant_kind() == VariantCode.GPU
-            if gpu:
-                import cupy
-
-                view = cupy.from_dlpack(dst)
-            else:
-                view = np.asarray(dst)
-            _fill_tile(j, ctx.task_index[0], view, gpu)
-        except ShardReadError:
-            raise
-        except BaseException as e:
-            raise ShardReadError(f"the Python reader task failed: {type(e).__name__}: {e}") \
-                from None
+        _run_read_task(ctx, dst, job, ctx.get_variant_kind() == VariantCode.GPU)
 
     _task = shardload_python_reader
     return _task
+
+
+_CUPY_MISSING = ("the Python reader's GPU variant needs CuPy, which is not installed: "
+                 "pip install 'shardload[gpu]' (cupy-cuda13x), or run Legate on CPUs (--gpus 0)")
+
+
+def _cupy() -> Any:
+    """CuPy, an optional dependency (the ``gpu`` extra): only the GPU variant needs it."""
+    try:
+        import cupy
+    except ImportError as e:
+        raise ImportError(_CUPY_MISSING) from e
+    return cupy
+
+
+def _run_read_task(ctx: Any, dst: Any, job: int, gpu: bool) -> None:
+    # Only ShardReadError may leave the task (the one type the launch declares); anything
+    # else would end the process.
+    try:
+        j = _JOBS[job]
+        if gpu:
+            cupy = _cupy()
+            # The rows are written on the task's stream, which Legate orders before the tasks
+            # that use the output; on CuPy's own stream a later task could read them before the
+            # copies land.
+            stream = ctx.task_stream
+            with cupy.cuda.ExternalStream(stream if stream is not None else 0):
+                view = cupy.from_dlpack(dst)
+                _fill_tile(j, ctx.task_index[0], view, gpu)
+                if stream is None:
+                    cupy.cuda.get_current_stream().synchronize()
+        else:
+            _fill_tile(j, ctx.task_index[0], np.asarray(dst), gpu)
+    except ShardReadError:
+        raise
+    except BaseException as e:
+        raise ShardReadError(f"the Python reader task failed: {type(e).__name__}: {e}") \
+            from None
 
 
 def _views(data: _Dataset, lo: int, hi: int) -> tuple[list[int], list[int], list[int]]:
@@ -388,6 +410,8 @@ def load(source: object, reader_name: object, *, pattern: object, overdecompose:
     machine = rt.get_machine()
     # The task has CPU and GPU variants: it runs on the GPUs if any, else on the CPUs.
     target = "GPU" if machine.count(TaskTarget.GPU) > 0 else "CPU"
+    if target == "GPU":
+        _cupy()  # before anything is allocated or launched
     procs = max(machine.count(getattr(TaskTarget, target)), 1)
     row_bytes = data.dtype.itemsize * int(np.prod(data.trailing, dtype=object))
     if row_bytes > 0:

@@ -1,15 +1,22 @@
 #include "shardload/device_fill.hpp"
 
+#include <pthread.h>
+#include <sched.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <exception>
+#include <iterator>
 #include <limits>
 #include <string>
 #include <system_error>
+#include <utility>
 
+#include "engine/detail/strided.hpp"
 #include "shardload/fill.hpp"
 #include "shardload/reader.hpp"
 
@@ -133,17 +140,50 @@ StagingPool::~StagingPool() {
 
 // ---- reader threads ------------------------------------------------------------
 
-Result<std::unique_ptr<ReaderThreads>> ReaderThreads::create(int count) {
+namespace {
+
+// The CPUs of the process as it was started (its main thread's; a Realm worker thread is pinned
+// to its own core), or every CPU where that cannot be read. The kernel keeps any of them to
+// what the process's cpuset allows.
+cpu_set_t process_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (::sched_getaffinity(::getpid(), sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) return set;
+  CPU_ZERO(&set);
+  const long n = ::sysconf(_SC_NPROCESSORS_CONF);
+  for (long c = 0; c < std::min<long>(n > 0 ? n : 1, CPU_SETSIZE); ++c) CPU_SET(c, &set);
+  return set;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<ReaderThreads>> ReaderThreads::create(int count, std::span<const int> cpus) {
   if (count < 1 || count > 256) {
     return Status(ErrorCode::kInvalidArgument,
                   "reader threads: expected 1 to 256, found " + std::to_string(count));
   }
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  for (const int c : cpus) {
+    if (c < 0 || c >= CPU_SETSIZE) {
+      return Status(ErrorCode::kInvalidArgument, "reader threads: CPU " + std::to_string(c) +
+                                                     " out of range [0, " +
+                                                     std::to_string(CPU_SETSIZE) + ")");
+    }
+    CPU_SET(c, &set);
+  }
+  if (cpus.empty()) set = process_cpus();
   std::unique_ptr<ReaderThreads> r(new (std::nothrow) ReaderThreads());
   if (!r) return Status(ErrorCode::kIo, "reader threads: out of memory");
   try {
     r->threads_.reserve(static_cast<std::size_t>(count));
+    r->cpus_ = CPU_COUNT(&set);
     for (int i = 0; i < count; ++i) {
       r->threads_.emplace_back([p = r.get(), i] { p->loop(i); });
+      // Set, not inherited: threads created inside a task would share its pinned core. A
+      // sandbox that refuses affinity leaves them where they are (not an error).
+      const int e = ::pthread_setaffinity_np(r->threads_.back().native_handle(), sizeof set, &set);
+      if (e != 0) r->cpus_ = 0;
     }
   } catch (const std::exception& e) {
     // The destructor joins the threads that did start.
@@ -227,7 +267,13 @@ struct Chunk {
 };
 
 std::string rows_string(std::int64_t lo, std::int64_t hi) {
-  return "[" + std::to_string(lo) + ", " + std::to_string(hi) + ")";
+  // Appended, not "[" + ...: GCC 12 warns falsely (-Wrestrict) on that once inlined.
+  std::string s = "[";
+  s += std::to_string(lo);
+  s += ", ";
+  s += std::to_string(hi);
+  s += ")";
+  return s;
 }
 
 class Fill {
@@ -253,14 +299,25 @@ class Fill {
     std::int64_t file_shard = -1;
     File file;
     std::int64_t direct_shard = -1;
-    void* direct = nullptr;
+    void* direct = nullptr;  // nullptr with direct_shard set: the backend declined the file
   };
 
   Chunk chunk_at(std::uint64_t index) const;
   void work(int thread);
   Status do_chunk(const Chunk& c, ReaderState& st);
+  // Reads into a free staging buffer through read(buffer, &bytes), then copies the bytes to
+  // dst_offset on the stream and records the buffer's fence.
+  template <class Read>
+  Status staged(std::uint64_t dst_offset, Read&& read, bool wait_for_copy);
   Status staged_chunk(const Chunk& c, ReaderState& st, bool wait_for_copy);
-  Status direct_chunk(const Chunk& c, ReaderState& st);
+  // Chunks [begin, end) of a coalesced group: one buffer, one copy, one fence.
+  Status staged_group(std::uint64_t begin, std::uint64_t end, ReaderState& st);
+  // The coalesced group chunk i begins ({i, end}), lies inside ({begin, end} with begin < i),
+  // or {i, i + 1} when it is in none.
+  std::pair<std::uint64_t, std::uint64_t> group_of(std::uint64_t i) const;
+  // Reads straight into device memory, or stages a file the backend declines; *direct says
+  // which.
+  Status direct_chunk(const Chunk& c, ReaderState& st, bool* direct = nullptr);
   Status read_into(const Chunk& c, ReaderState& st, std::byte* buf);
   Status open_file(std::int64_t shard, ReaderState& st);
   // After reads of the shard's file through st.file: check_unchanged.
@@ -285,6 +342,10 @@ class Fill {
   std::vector<std::uint64_t> first_chunk_;  // per piece, size pieces + 1
   std::uint64_t chunks_ = 0;
   bool may_read_direct_ = false;
+  // Runs of small pieces, each one chunk, with adjacent destinations and together no larger
+  // than a buffer: staged together (one copy and one fence instead of one per piece). Chunk
+  // ranges [first, second), in order.
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> groups_;
 
   std::atomic<std::uint64_t> next_{0};
   std::atomic<bool> failed_{false};
@@ -371,7 +432,50 @@ Status Fill::plan(std::uint64_t dst_bytes) {
   may_read_direct_ = may_read_direct_ && layout_.dtype.kind != DTypeKind::kBool &&
                      options_.direct != DirectReads::kOff && backend_.has_direct_reads() &&
                      (options_.direct == DirectReads::kOn || pool_.direct_choice.load() != -1);
+  // Coalescing: staged reads only (a direct read needs no buffer, copy or fence to share).
+  if (!may_read_direct_) {
+    std::size_t open = 0;  // pieces in the group being built
+    std::uint64_t group_bytes = 0;
+    std::int64_t next_dst = -1;  // the destination row the group's next piece must start at
+    std::uint64_t begin = 0;
+    auto close = [&] {
+      if (open >= 2) groups_.emplace_back(begin, begin + open);
+      open = 0;
+    };
+    for (std::size_t i = 0; i < pieces_.size(); ++i) {
+      const PieceCut& cut = cuts_[i];
+      if (cut.chunks == 0) continue;  // no rows: it splits nothing
+      const Piece& p = pieces_[i];
+      const std::uint64_t bytes = static_cast<std::uint64_t>(p.hi - p.lo) * row;
+      const bool small = cut.chunks == 1 && cut.rows_per_chunk > 0 && cut.sub_rows == 0;
+      if (!small) {
+        close();
+        continue;
+      }
+      if (open > 0 && p.dst_row == next_dst && group_bytes + bytes <= buf) {
+        ++open;
+        group_bytes += bytes;
+      } else {
+        close();
+        open = 1;
+        begin = first_chunk_[i];
+        group_bytes = bytes;
+      }
+      next_dst = p.dst_row + (p.hi - p.lo);
+    }
+    close();
+  }
   return Status::ok();
+}
+
+std::pair<std::uint64_t, std::uint64_t> Fill::group_of(std::uint64_t i) const {
+  const auto it =
+      std::upper_bound(groups_.begin(), groups_.end(), i,
+                       [](std::uint64_t v, const std::pair<std::uint64_t, std::uint64_t>& g) {
+                         return v < g.first;
+                       });
+  if (it != groups_.begin() && i < std::prev(it)->second) return *std::prev(it);
+  return {i, i + 1};
 }
 
 Chunk Fill::chunk_at(std::uint64_t index) const {
@@ -474,7 +578,8 @@ Status Fill::read_into(const Chunk& c, ReaderState& st, std::byte* buf) {
                               c.hi, buf);
 }
 
-Status Fill::staged_chunk(const Chunk& c, ReaderState& st, bool wait_for_copy) {
+template <class Read>
+Status Fill::staged(std::uint64_t dst_offset, Read&& read, bool wait_for_copy) {
   StagingPool::Slot* slot = acquire();
   if (slot->pending) {
     Status s = backend_.wait(slot->fence);
@@ -484,20 +589,21 @@ Status Fill::staged_chunk(const Chunk& c, ReaderState& st, bool wait_for_copy) {
     }
     slot->pending = false;
   }
-  Status s = read_into(c, st, slot->data);
+  std::size_t bytes = 0;
+  Status s = read(slot->data, &bytes);
   if (!s) {
     release(slot);
     return s;
   }
-  if (layout_.dtype.kind == DTypeKind::kBool) normalize_bools(slot->data, c.bytes);
+  if (layout_.dtype.kind == DTypeKind::kBool) normalize_bools(slot->data, bytes);
   // Marked pending before the calls: even a failed enqueue may have queued
   // part of the work, and waiting on a fence that never got recorded is free.
   slot->pending = true;
-  s = backend_.copy_async(dst_ + c.dst_offset, slot->data, c.bytes, stream_);
+  s = backend_.copy_async(dst_ + dst_offset, slot->data, bytes, stream_);
   if (!s) {
     release(slot);
-    return s.with_context("copying " + std::to_string(c.bytes) + " bytes to device offset " +
-                          std::to_string(c.dst_offset));
+    return s.with_context("copying " + std::to_string(bytes) + " bytes to device offset " +
+                          std::to_string(dst_offset));
   }
   s = backend_.record(slot->fence, stream_);
   if (s && wait_for_copy) {
@@ -505,10 +611,43 @@ Status Fill::staged_chunk(const Chunk& c, ReaderState& st, bool wait_for_copy) {
     if (s) slot->pending = false;
   }
   release(slot);
-  return s.with_context("after the copy to device offset " + std::to_string(c.dst_offset));
+  return s.with_context("after the copy to device offset " + std::to_string(dst_offset));
 }
 
-Status Fill::direct_chunk(const Chunk& c, ReaderState& st) {
+Status Fill::staged_chunk(const Chunk& c, ReaderState& st, bool wait_for_copy) {
+  return staged(
+      c.dst_offset,
+      [&](std::byte* buf, std::size_t* bytes) {
+        *bytes = c.bytes;
+        return read_into(c, st, buf);
+      },
+      wait_for_copy);
+}
+
+Status Fill::staged_group(std::uint64_t begin, std::uint64_t end, ReaderState& st) {
+  const Chunk first = chunk_at(begin);
+  bool read_failed = false;
+  Status s = staged(
+      first.dst_offset,
+      [&](std::byte* buf, std::size_t* bytes) {
+        for (std::uint64_t k = begin; k < end; ++k) {
+          const Chunk c = chunk_at(k);
+          Status r = read_into(c, st, buf + *bytes);
+          if (!r) {
+            read_failed = true;
+            return r.with_context(where(c));
+          }
+          *bytes += c.bytes;
+        }
+        return Status::ok();
+      },
+      false);
+  if (s || read_failed) return s;
+  return s.with_context(where(first) + " and the " + std::to_string(end - begin - 1) +
+                        " pieces after it, staged together");
+}
+
+Status Fill::direct_chunk(const Chunk& c, ReaderState& st, bool* direct) {
   const Piece& p = pieces_[c.piece];
   if (st.direct_shard != p.shard) {
     // The snapshot check goes through the ordinary open, as for staged reads.
@@ -519,6 +658,9 @@ Status Fill::direct_chunk(const Chunk& c, ReaderState& st) {
     SHARDLOAD_ASSIGN_OR_RETURN(st.direct, backend_.direct_open(st.file.path()));
     st.direct_shard = p.shard;
   }
+  if (direct != nullptr) *direct = st.direct != nullptr;
+  // Declined (cuFile does not serve this file's file system): staged like any other chunk.
+  if (st.direct == nullptr) return staged_chunk(c, st, false);
   return unchanged(p.shard, st,
                    backend_.direct_read(st.direct, c.file_offset, c.bytes, dst_ + c.dst_offset));
 }
@@ -563,8 +705,14 @@ Status Fill::do_chunk(const Chunk& c, ReaderState& st) {
     pool_.direct_choice.store(0);
     return s;
   }
-  Status d = direct_chunk(c, st);
+  bool went_direct = false;
+  Status d = direct_chunk(c, st, &went_direct);
   const auto t2 = Clock::now();
+  if (!went_direct) {
+    // This file was declined: nothing measured; a later chunk of another file measures.
+    pool_.direct_choice.store(0);
+    return d;
+  }
   // A failing direct read only means the pinned path is the one to use.
   pool_.direct_choice.store(d && (t2 - t1) < (t1 - t0) ? 1 : -1);
   return Status::ok();
@@ -578,6 +726,16 @@ void Fill::work(int /*thread*/) {
     if (i >= chunks_) break;
     Chunk c;
     try {
+      const auto [begin, end] = group_of(i);
+      if (begin != i) continue;  // inside a group: its first chunk's thread stages it
+      if (end > i + 1) {
+        Status s = staged_group(begin, end, st);
+        if (!s) {
+          fail(i, std::move(s));  // the chunk that failed is named inside
+          break;
+        }
+        continue;
+      }
       c = chunk_at(i);
       Status s = do_chunk(c, st);
       if (!s) {
@@ -664,6 +822,162 @@ Status fill_device(const Layout& layout, const std::vector<Piece>& pieces, void*
     return fill.run();
   } catch (const std::exception& e) {
     return {ErrorCode::kIo, std::string("device fill: ") + e.what()};
+  }
+}
+
+namespace {
+
+// The staging buffers of one strided fill: each buffer's fence is waited for before the buffer
+// is refilled, and every copy before the pool (or a one-off buffer) is handed back, whichever
+// way the fill ends.
+class StridedStaging {
+ public:
+  StridedStaging(StagingPool& pool, void* stream) : pool_(pool), stream_(stream) {}
+  StridedStaging(const StridedStaging&) = delete;
+  StridedStaging& operator=(const StridedStaging&) = delete;
+  ~StridedStaging() { (void)finish(); }
+
+  // A buffer of at least `bytes` whose earlier copies have completed.
+  Result<StagingPool::Slot*> next(std::size_t bytes) {
+    CopyBackend& b = pool_.backend();
+    StagingPool::Slot* slot = nullptr;
+    if (bytes > pool_.buffer_bytes()) {
+      if (!big_) {
+        SHARDLOAD_ASSIGN_OR_RETURN(void* mem, b.alloc_staging(bytes));
+        big_ = std::make_unique<StagingPool::Slot>();
+        big_->data = static_cast<std::byte*>(mem);
+        auto fence = b.create_fence();
+        if (!fence) return fence.status();
+        big_->fence = *fence;
+      }
+      slot = big_.get();
+    } else {
+      slot = &pool_.slots()[turn_++ % pool_.slots().size()];
+    }
+    if (slot->pending) {
+      SHARDLOAD_RETURN_IF_ERROR(
+          b.wait(slot->fence).with_context("waiting for an earlier copy from staging buffer"));
+      slot->pending = false;
+    }
+    return slot;
+  }
+
+  // Every copy done; the first error met doing so. Leaves nothing in flight even then.
+  Status finish() noexcept {
+    CopyBackend& b = pool_.backend();
+    Status end;
+    bool stuck = false;
+    auto drain = [&](StagingPool::Slot& s) {
+      if (!s.pending) return;
+      Status w = b.wait(s.fence);
+      if (w) {
+        s.pending = false;
+      } else {
+        stuck = true;
+        if (end) end = w.with_context("device fill: waiting for the last copies");
+      }
+    };
+    for (auto& s : pool_.slots()) drain(s);
+    if (big_) drain(*big_);
+    if (stuck || unfenced_) {
+      // A copy may have been queued without its fence; the stream covers it.
+      Status sync = b.synchronize(stream_);
+      if (sync) {
+        for (auto& s : pool_.slots()) s.pending = false;
+        if (big_) big_->pending = false;
+      } else if (end) {
+        end = sync.with_context("device fill: synchronizing after an error");
+      }
+      unfenced_ = false;
+    }
+    if (big_ && !big_->pending) {
+      b.destroy_fence(big_->fence);
+      b.free_staging(big_->data);
+      big_.reset();
+    }
+    return end;
+  }
+
+  void set_unfenced() { unfenced_ = true; }
+  void set_unfenced_done() { unfenced_ = false; }
+
+ private:
+  StagingPool& pool_;
+  void* stream_;
+  std::unique_ptr<StagingPool::Slot> big_;  // a row larger than the pool's buffers
+  std::size_t turn_ = 0;
+  bool unfenced_ = false;  // a copy was enqueued after the last fence of its buffer
+};
+
+Status strided_fill(const Layout& layout, std::int64_t lo, std::int64_t hi,
+                    std::span<const std::int64_t> extents, std::span<const std::size_t> strides,
+                    std::byte* dst, void* stream, StagingPool& pool,
+                    const DeviceFillOptions& options) {
+  const std::size_t row = layout.row_bytes;
+  if (extents.empty() || extents.size() != strides.size() || extents[0] != hi - lo || lo < 0 ||
+      hi < lo || hi > layout.total_rows()) {
+    return {ErrorCode::kInvalidArgument,
+            "device fill (strided): rows " + rows_string(lo, hi) + " of " +
+                std::to_string(layout.total_rows()) + " do not match the destination's " +
+                std::to_string(extents.empty() ? 0 : extents[0]) + " rows in " +
+                std::to_string(extents.size()) + " dimensions (" + std::to_string(strides.size()) +
+                " strides)"};
+  }
+  if (hi == lo || row == 0) return Status::ok();
+  if (dst == nullptr)
+    return {ErrorCode::kInvalidArgument, "device fill (strided): null destination"};
+  CopyBackend& backend = pool.backend();
+  std::unique_lock pool_lock(pool.in_use());
+  FillOptions fo;
+  fo.io = options.io;
+  fo.scratch_bytes = options.scratch_bytes;
+  fo.check_snapshot = options.check_snapshot;
+  fo.unit_cache_bytes = options.unit_cache_bytes;
+  fo.stats = options.stats;
+  SHARDLOAD_ASSIGN_OR_RETURN(auto filler, RowFiller::create(layout, fo));
+  const auto rows_per_buffer =
+      static_cast<std::int64_t>(std::max<std::size_t>(1, pool.buffer_bytes() / row));
+  StridedStaging staging(pool, stream);
+  Status copy_error;
+  for (std::int64_t a = lo; a < hi; a += rows_per_buffer) {
+    const std::int64_t b = std::min(hi, a + rows_per_buffer);
+    const std::size_t bytes = static_cast<std::size_t>(b - a) * row;
+    SHARDLOAD_ASSIGN_OR_RETURN(StagingPool::Slot * slot, staging.next(bytes));
+    SHARDLOAD_RETURN_IF_ERROR(filler->fill(a, b, slot->data));  // bools normalised there
+    // Pending from the first enqueue on: a failed one may have queued part of the work.
+    slot->pending = true;
+    staging.set_unfenced();
+    const detail::RunCopy copy = [&](std::byte* to, const std::byte* from, std::size_t n) {
+      copy_error = backend.copy_async(to, from, n, stream);
+      return copy_error.is_ok();
+    };
+    std::vector<std::int64_t> chunk_extents(extents.begin(), extents.end());
+    chunk_extents[0] = b - a;
+    if (!detail::scatter_rows(slot->data, b - a, chunk_extents, strides, layout.dtype.size,
+                              dst + static_cast<std::size_t>(a - lo) * strides[0], copy)) {
+      return copy_error.with_context("device fill (strided): rows " + rows_string(a, b) +
+                                     ": copying to the device");
+    }
+    SHARDLOAD_RETURN_IF_ERROR(backend.record(slot->fence, stream)
+                                  .with_context("device fill (strided): rows " + rows_string(a, b) +
+                                                ": after the copies"));
+    staging.set_unfenced_done();
+  }
+  return staging.finish();
+}
+
+}  // namespace
+
+Status fill_device_strided(const Layout& layout, std::int64_t lo, std::int64_t hi,
+                           std::span<const std::int64_t> extents,
+                           std::span<const std::size_t> strides, void* device_dst, void* stream,
+                           StagingPool& pool, const DeviceFillOptions& options) {
+  try {
+    return strided_fill(layout, lo, hi, extents, strides, static_cast<std::byte*>(device_dst),
+                        stream, pool, options);
+  } catch (const std::exception& e) {
+    // The staging guard has waited for every copy while unwinding.
+    return {ErrorCode::kIo, std::string("device fill (strided): ") + e.what()};
   }
 }
 

@@ -1,7 +1,7 @@
 // The GPU variant of the load task. A dense C-order tile is filled by the
 // device-fill engine (pinned staging pool, reader threads, async copies on
-// the task's stream); anything else goes through a bounded staging buffer
-// and a strided copy. Either way the copies are complete before the task
+// the task's stream); anything else goes through the same pool, scattered
+// by fill_device_strided. Either way the copies are complete before the task
 // returns, and staging memory does not grow with the tile size.
 #include <cuda_runtime.h>
 
@@ -13,7 +13,6 @@
 #include <string>
 #include <vector>
 
-#include "engine/detail/strided.hpp"
 #include "legate/detail/load_body.hpp"
 #include "legate/detail/tasks.hpp"
 #include "shardload/cuda_backend.hpp"
@@ -65,52 +64,15 @@ Result<DeviceEngine*> engine_for_current_device() {
   return slot.get();
 }
 
-// A tile whose piece of the store is not dense C-order: whole rows through
-// one pinned buffer, scattered with one async copy per contiguous run.
-Status fill_strided_device(const Tile& t, cudaStream_t stream) {
-  constexpr std::size_t kStagingBytes = std::size_t{16} << 20;
-  const std::size_t row_bytes = t.layout.row_bytes;
-  const auto chunk_rows =
-      static_cast<std::int64_t>(std::max<std::size_t>(1, kStagingBytes / row_bytes));
-  void* staging = nullptr;
-  if (const cudaError_t err = cudaHostAlloc(&staging, chunk_rows * row_bytes, cudaHostAllocDefault);
-      err != cudaSuccess) {
-    return cuda_error("cudaHostAlloc", err);
-  }
-  cudaError_t copy_err = cudaSuccess;
-  const RunCopy copy = [&](std::byte* dst, const std::byte* src, std::size_t n) {
-    copy_err = cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, stream);
-    return copy_err == cudaSuccess;
-  };
-  auto* buf = static_cast<std::byte*>(staging);
-  const auto run = [&]() -> Status {
-    for (std::int64_t a = 0; a < t.hi - t.lo; a += chunk_rows) {
-      const std::int64_t b = std::min(t.hi - t.lo, a + chunk_rows);
-      // The buffer is refilled only once its previous copies have finished.
-      if (const cudaError_t err = cudaStreamSynchronize(stream); err != cudaSuccess) {
-        return cuda_error("cudaStreamSynchronize", err);
-      }
-      SHARDLOAD_RETURN_IF_ERROR(fill_rows(t.layout, t.lo + a, t.lo + b, buf));
-      if (!scatter_rows(buf, b - a, t.extents, t.strides, t.layout.dtype.size,
-                        t.ptr + static_cast<std::size_t>(a) * t.strides[0], copy)) {
-        return cuda_error("cudaMemcpyAsync", copy_err);
-      }
-    }
-    return Status::ok();
-  };
-  const Status st = run();
-  // Copies queued before an error may still read the buffer.
-  const cudaError_t sync = cudaStreamSynchronize(stream);
-  cudaFreeHost(staging);
-  if (!st) return st;
-  if (sync != cudaSuccess) return cuda_error("cudaStreamSynchronize", sync);
-  return Status::ok();
-}
-
 Status fill_device_tile(const Tile& t, cudaStream_t stream) {
   if (t.ptr == nullptr) return Status::ok();
-  if (!t.dense) return fill_strided_device(t, stream);
   SHARDLOAD_ASSIGN_OR_RETURN(DeviceEngine * engine, engine_for_current_device());
+  if (!t.dense) {
+    // Through the same pinned pool: no per-task pinned allocation (a device-wide stall), reads
+    // overlapping the copies, nothing left allocated or in flight on an error.
+    return fill_device_strided(t.layout, t.lo, t.hi, t.extents, t.strides, t.ptr, stream,
+                               *engine->pool, engine->options);
+  }
   const std::uint64_t bytes = static_cast<std::uint64_t>(t.hi - t.lo) * t.layout.row_bytes;
   return fill_device(t.layout, t.pieces, t.ptr, bytes, stream, *engine->pool, engine->options);
 }

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <iterator>
 #include <new>
+#include <stdexcept>
 
 #include "shardload/io.hpp"
 
@@ -132,6 +133,9 @@ Status HostCopyBackend::copy_async(void* dst, const void* src, std::size_t bytes
   if (index == hooks_.fail_copy_enqueue) {
     return {ErrorCode::kIo, "host backend: injected refusal of copy " + std::to_string(index)};
   }
+  if (index == hooks_.throw_copy_enqueue) {
+    throw std::runtime_error("host backend: injected exception in copy " + std::to_string(index));
+  }
   // The pipeline must copy from staging memory, which is what the device can
   // read asynchronously; anything else would be a pageable copy under CUDA.
   const auto* s = static_cast<const std::byte*>(src);
@@ -178,6 +182,10 @@ Status HostCopyBackend::synchronize(void* stream) {
 
 Result<void*> HostCopyBackend::direct_open(const std::string& path) {
   if (!hooks_.direct_reads) return CopyBackend::direct_open(path);
+  if (!hooks_.decline_direct.empty() && path.find(hooks_.decline_direct) != std::string::npos) {
+    direct_declined_.fetch_add(1);
+    return static_cast<void*>(nullptr);
+  }
   auto opened = open_regular(path);
   if (!opened) return opened.status();
   const int fd = *opened;

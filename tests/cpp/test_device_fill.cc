@@ -1,13 +1,17 @@
 // The device-fill pipeline against HostCopyBackend: every byte compared with
 // fill_rows / fill_pieces, whatever the staging sizes, readers and faults.
 #include <gtest/gtest.h>
+#include <pthread.h>
+#include <sched.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <numeric>
+#include <thread>
 
 #include "shardload/device_fill.hpp"
 #include "shardload/fill.hpp"
@@ -531,6 +535,178 @@ TEST_F(DeviceFillTest, DirectReads) {
   }
 }
 
+// A file the backend declines (cuFile refusing its file system) is staged; the other files still
+// go direct, and the fill succeeds, with kOn and with kAuto.
+TEST_F(DeviceFillTest, DeclinedFilesFallBackToStaging) {
+  synth_shards(4, 300, 5);
+  const Layout l = layout();
+  const auto want = expected(l, 0, l.total_rows());
+  for (const DirectReads direct : {DirectReads::kOn, DirectReads::kAuto}) {
+    for (int readers : {1, 3}) {
+      HostCopyBackend::Hooks h;
+      h.direct_reads = true;
+      h.decline_direct = "shard_0001";
+      HostCopyBackend backend(h);
+      auto p = pool(backend, 400, 4);
+      DeviceFillOptions o;
+      o.direct = direct;
+      o.reader_threads = readers;
+      std::vector<std::byte> out;
+      Status st = device_rows(l, 0, l.total_rows(), *p, o, &out);
+      ASSERT_TRUE(st) << st.message();
+      EXPECT_EQ(out, want);
+      EXPECT_GE(backend.direct_declined(), 1);
+      EXPECT_GT(backend.copies(), 0);  // shard 1 staged
+      if (direct == DirectReads::kOn) {
+        EXPECT_GT(backend.direct_reads(), 0);
+      }
+      EXPECT_EQ(backend.live_direct_handles(), 0);
+      EXPECT_EQ(backend.overwrites(), 0);
+    }
+  }
+}
+
+// Many small pieces share staging buffers: one copy and one fence per buffer, not per piece,
+// with every byte in place, for native and byte-swapped shards, whatever the readers; a read
+// error inside a group names its file's rows.
+TEST_F(DeviceFillTest, SmallPiecesAreCoalescedIntoStagingBuffers) {
+  for (int i = 0; i < 60; ++i) c_shard(i, 12 * i, 2, /*big=*/i % 7 == 3);
+  const Layout l = layout();  // 60 shards of 2 rows of 24 bytes
+  const auto want = expected(l, 0, l.total_rows());
+  for (int readers : {1, 3}) {
+    HostCopyBackend backend;
+    auto p = pool(backend, 480, 4);  // 10 pieces a buffer
+    DeviceFillOptions o;
+    o.reader_threads = readers;
+    std::vector<std::byte> out;
+    Status st = device_rows(l, 0, l.total_rows(), *p, o, &out);
+    ASSERT_TRUE(st) << st.message();
+    EXPECT_EQ(out, want);
+    EXPECT_EQ(backend.copies(), 6) << readers;  // 60 before
+    EXPECT_EQ(backend.overwrites(), 0);
+    // A range starting and ending inside shards.
+    ASSERT_TRUE(device_rows(l, 3, 101, *p, o, &out));
+    EXPECT_EQ(out, expected(l, 3, 101));
+  }
+  // Direct reads go piece by piece: nothing to share.
+  HostCopyBackend::Hooks h;
+  h.direct_reads = true;
+  HostCopyBackend direct(h);
+  auto p = pool(direct, 480, 4);
+  DeviceFillOptions o;
+  o.direct = DirectReads::kOn;
+  std::vector<std::byte> out;
+  ASSERT_TRUE(device_rows(l, 0, l.total_rows(), *p, o, &out));
+  EXPECT_EQ(out, want);
+  // A shard truncated since discovery, inside a group: the error names it and its rows.
+  ASSERT_EQ(::truncate(dir_.file("shard_0025.npy").c_str(), 100), 0);
+  HostCopyBackend backend;
+  auto q = pool(backend, 480, 4);
+  Status st = device_rows(l, 0, l.total_rows(), *q, DeviceFillOptions{}, &out);
+  ASSERT_FALSE(st);
+  EXPECT_NE(st.message().find("shard_0025.npy"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("of shard 25"), std::string::npos) << st.message();
+}
+
+// The non-dense destination (a column-major store's piece): rows through the pool's buffers,
+// scattered; reads overlap the copies; no allocation beyond the pool's, on errors and
+// exceptions too, and the pool serves the next fill.
+class StridedFillTest : public DeviceFillTest {
+ protected:
+  // Rows [lo, hi) as a column-major (hi - lo) x 5 array of float64.
+  static std::vector<std::byte> column_major(const std::vector<std::byte>& dense, std::int64_t n) {
+    std::vector<std::byte> out(dense.size());
+    for (std::int64_t r = 0; r < n; ++r) {
+      for (std::int64_t k = 0; k < 5; ++k) {
+        std::memcpy(out.data() + static_cast<std::size_t>(k * n + r) * 8,
+                    dense.data() + static_cast<std::size_t>(r * 5 + k) * 8, 8);
+      }
+    }
+    return out;
+  }
+  static Status strided(const Layout& l, std::int64_t lo, std::int64_t hi, StagingPool& pool,
+                        std::vector<std::byte>* out, const DeviceFillOptions& o = {}) {
+    const std::int64_t n = hi - lo;
+    out->assign(static_cast<std::size_t>(n) * l.row_bytes, std::byte{0xA5});
+    const std::vector<std::int64_t> extents{n, 5};
+    const std::vector<std::size_t> strides{8, static_cast<std::size_t>(n) * 8};
+    return fill_device_strided(l, lo, hi, extents, strides, out->data(), &stream_, pool, o);
+  }
+};
+
+TEST_F(StridedFillTest, MatchesTheHostScatterWithOverlapAndNoExtraMemory) {
+  synth_shards(3, 301, 5);
+  const Layout l = layout();
+  for (const auto& [lo, hi] :
+       {std::pair<std::int64_t, std::int64_t>{0, 301}, {7, 150}, {299, 301}}) {
+    const auto want = column_major(expected(l, lo, hi), hi - lo);
+    for (std::size_t bytes : {std::size_t{40}, std::size_t{400}, std::size_t{1} << 20}) {
+      HostCopyBackend::Hooks h;
+      h.copy_delay = std::chrono::microseconds(200);
+      HostCopyBackend backend(h);
+      auto p = pool(backend, bytes, 3);
+      std::vector<std::byte> out;
+      Status st = strided(l, lo, hi, *p, &out);
+      ASSERT_TRUE(st) << st.message();
+      EXPECT_EQ(out, want) << lo << " " << hi << " " << bytes;
+      EXPECT_EQ(backend.live_allocations(), 3);  // the pool's, nothing per fill
+      EXPECT_EQ(backend.overwrites(), 0);
+      if (bytes == 40 && hi - lo > 100) {
+        EXPECT_GT(backend.max_queued(), 5);  // reads overlapped the copies
+      }
+    }
+  }
+}
+
+TEST_F(StridedFillTest, RowsLargerThanABufferGoThroughOneAllocationFreedAfter) {
+  synth_shards(2, 20, 5);
+  const Layout l = layout();
+  HostCopyBackend backend;
+  auto p = pool(backend, 16, 2);  // a row is 40 bytes
+  std::vector<std::byte> out;
+  ASSERT_TRUE(strided(l, 0, 20, *p, &out));
+  EXPECT_EQ(out, column_major(expected(l, 0, 20), 20));
+  EXPECT_EQ(backend.live_allocations(), 2);
+  EXPECT_EQ(backend.live_fences(), 2);
+}
+
+TEST_F(StridedFillTest, ErrorsAndExceptionsLeaveNothingInFlightOrAllocated) {
+  synth_shards(3, 200, 5);
+  const Layout l = layout();
+  for (int fault = 0; fault < 3; ++fault) {
+    HostCopyBackend::Hooks h;
+    h.copy_delay = std::chrono::microseconds(100);
+    if (fault == 0) h.fail_copy_enqueue = 7;
+    if (fault == 1) h.fail_copy_async = 7;
+    if (fault == 2) h.throw_copy_enqueue = 7;
+    HostCopyBackend backend(h);
+    {
+      auto p = pool(backend, 80, 3);
+      std::vector<std::byte> out;
+      Status st = strided(l, 0, 200, *p, &out);
+      ASSERT_FALSE(st) << fault;
+      EXPECT_NE(st.message().find(fault == 2 ? "injected exception" : "copy 7"), std::string::npos)
+          << st.message();
+      // A transfer error is sticky (as CUDA's are): every later wait reports it, so the
+      // buffers stay marked and the pool waits again before freeing them.
+      if (fault != 1) {
+        for (auto& s : p->slots()) EXPECT_FALSE(s.pending) << fault;
+      }
+      EXPECT_EQ(backend.live_allocations(), 3);
+      EXPECT_EQ(backend.overwrites(), 0);
+    }
+    EXPECT_EQ(backend.live_allocations(), 0);
+    EXPECT_EQ(backend.live_fences(), 0);
+  }
+  // A read error: the same, and the pool serves the next fill.
+  HostCopyBackend backend;
+  auto p = pool(backend, 80, 3);
+  std::vector<std::byte> out;
+  EXPECT_FALSE(strided(l, 0, 300, *p, &out));  // more rows than the layout has
+  ASSERT_TRUE(strided(l, 3, 200, *p, &out));
+  EXPECT_EQ(out, column_major(expected(l, 3, 200), 197));
+}
+
 // Bool bytes reach the destination as 0 or 1 on every path: native C-order
 // rows read whole or split by bytes, Fortran rows through the reader, and
 // with direct reads asked for (which bool data must not take: its bytes are
@@ -580,6 +756,47 @@ TEST(ReaderThreads, RunsEachIndexOnceAndIsReusable) {
     (*r)->run(n, [&](int i) { hits[static_cast<std::size_t>(i)].fetch_add(1); });
     for (int i = 0; i < 4; ++i) EXPECT_EQ(hits[static_cast<std::size_t>(i)].load(), i < n ? 1 : 0);
   }
+}
+
+// Reader threads made by a thread pinned to one core (a Legate task's) run on the process's
+// CPUs, not on that core; an explicit list is taken as given.
+TEST(ReaderThreads, AffinityIsSetNotInherited) {
+  cpu_set_t all;
+  ASSERT_EQ(::sched_getaffinity(0, sizeof all, &all), 0);
+  if (CPU_COUNT(&all) < 2) GTEST_SKIP() << "one CPU: nothing to tell apart";
+  int first = 0;
+  while (!CPU_ISSET(first, &all)) ++first;
+  std::vector<int> seen;
+  int explicit_cpus = -1;
+  std::thread task([&] {
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(first, &one);
+    ASSERT_EQ(::pthread_setaffinity_np(::pthread_self(), sizeof one, &one), 0);
+    auto r = ReaderThreads::create(3);
+    ASSERT_TRUE(r);
+    EXPECT_EQ((*r)->cpus(), CPU_COUNT(&all));
+    std::array<int, 3> counts{};
+    (*r)->run(3, [&](int i) {
+      cpu_set_t mine;
+      ::sched_getaffinity(0, sizeof mine, &mine);
+      counts[static_cast<std::size_t>(i)] = CPU_COUNT(&mine);
+    });
+    seen.assign(counts.begin(), counts.end());
+    const std::vector<int> just_first{first};
+    auto pinned = ReaderThreads::create(2, just_first);
+    ASSERT_TRUE(pinned);
+    (*pinned)->run(1, [&](int) {
+      cpu_set_t mine;
+      ::sched_getaffinity(0, sizeof mine, &mine);
+      explicit_cpus = CPU_ISSET(first, &mine) ? CPU_COUNT(&mine) : -2;
+    });
+  });
+  task.join();
+  EXPECT_EQ(seen, std::vector<int>(3, CPU_COUNT(&all)));
+  EXPECT_EQ(explicit_cpus, 1);
+  const std::vector<int> bad{-1};
+  EXPECT_FALSE(ReaderThreads::create(1, bad));
 }
 
 }  // namespace

@@ -8,12 +8,21 @@
 //   fences          one cudaEvent per staging buffer (blocking sync, no timing),
 //                   so a waiting reader sleeps instead of spinning on a core
 //   direct reads    GPUDirect Storage through cuFile, loaded at run time with
-//                   dlopen("libcufile.so.0") when asked for; absent or failing
-//                   to open, the backend simply has no direct reads
+//                   dlopen("libcufile.so.0") when asked for, once per process and
+//                   never unloaded (cuda/detail/cufile.hpp); absent or failing to
+//                   open, the backend simply has no direct reads. A file whose
+//                   registration cuFile refuses (a file system it does not serve)
+//                   is declined (direct_open gives nullptr) and the fill stages it.
+//                   A read whose file offset, size or destination is not 4 KiB
+//                   aligned goes through an aligned bounce range in device memory
+//                   (one per open file, a staging buffer's size plus 8 KiB), so that
+//                   cuFile can still move it peer-to-peer.
 //
 // Contract: a CudaCopyBackend owns its staging memory and events (freed by the destructor
 // after the stream's copies are waited for) and is used by one fill at a time. Errors are
-// Status (kIo, naming the CUDA call); "no CUDA device" is one, not a crash.
+// Status (kIo, naming the CUDA call); "no CUDA device" is one, not a crash. Every CUDA call is
+// checked: one that fails makes the operation fail (the device switch included), and one in a
+// function that cannot return an error (the frees) is reported on stderr.
 #pragma once
 
 #include <memory>
@@ -22,6 +31,10 @@
 #include "shardload/device_fill.hpp"
 
 namespace shardload {
+
+namespace detail {
+struct CuFileApi;
+}
 
 struct CudaBackendOptions {
   int device = -1;  // -1: the device current on the creating thread
@@ -61,12 +74,10 @@ class CudaCopyBackend final : public CopyBackend {
   void direct_close(void* handle) noexcept override;
   Status direct_read(void* handle, std::uint64_t offset, std::size_t bytes, void* dst) override;
 
-  struct CuFile;  // the dlopen'ed library; internal
-
  private:
   explicit CudaCopyBackend(int device);
   int device_ = 0;
-  std::unique_ptr<CuFile> cufile_;
+  const detail::CuFileApi* cufile_ = nullptr;  // the process's, never unloaded
   std::string direct_status_ = "not requested";
 };
 

@@ -26,6 +26,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -67,6 +68,10 @@ class CopyBackend {
 
   // Optional reads from a file straight into device memory (GPUDirect
   // Storage). Synchronous: the bytes are in place when direct_read returns.
+  // direct_open gives nullptr, not an error, for a file the backend declines
+  // (one cuFile refuses to register, on a file system it does not serve):
+  // the fill then stages that file's chunks; an error is a file that cannot
+  // be opened.
   [[nodiscard]] virtual bool has_direct_reads() const { return false; }
   virtual Result<void*> direct_open(const std::string& path);
   virtual void direct_close(void* handle) noexcept;
@@ -143,10 +148,18 @@ class StagingPool {
 // process or per device) by whoever owns the fills and injected through
 // DeviceFillOptions::readers; a fill without one starts and joins its own.
 // Fills sharing one ReaderThreads take turns (run() calls are serialized).
+//
+// Each thread's CPU affinity is set, never inherited: on `cpus` when given, else on the CPUs of
+// the process as started (its main thread's), so that threads created inside a task, whose
+// thread Realm pins to one core, do not all share that core.
 class ReaderThreads {
  public:
-  // kInvalidArgument unless 1 <= count <= 256; kIo when a thread cannot start.
-  static Result<std::unique_ptr<ReaderThreads>> create(int count);
+  // kInvalidArgument unless 1 <= count <= 256 and every CPU is in [0, CPU_SETSIZE); kIo when a
+  // thread cannot start. Where the system refuses the affinity, the threads run where they
+  // started (cpus() == 0).
+  static Result<std::unique_ptr<ReaderThreads>> create(int count, std::span<const int> cpus = {});
+  // The CPUs each thread may run on, as set; 0 where setting it failed.
+  [[nodiscard]] int cpus() const { return cpus_; }
   ReaderThreads(const ReaderThreads&) = delete;
   ReaderThreads& operator=(const ReaderThreads&) = delete;
   ~ReaderThreads();  // joins
@@ -168,6 +181,7 @@ class ReaderThreads {
   std::uint64_t generation_ = 0;
   int running_ = 0;
   bool stop_ = false;
+  int cpus_ = 0;
 };
 
 struct DeviceFillOptions {
@@ -200,7 +214,9 @@ Status device_fill_options_from_env(DeviceFillOptions* options);
 // decode unit grid (Shard::decode_rows) so that each unit is read by one reader thread
 // and decoded once (a unit larger than a buffer through that reader's unit cache); a row
 // larger than a buffer is split by bytes for native-endian C-order .npy
-// shards and is kInvalidArgument otherwise. Returns once every copy it
+// shards and is kInvalidArgument otherwise. Consecutive pieces of one chunk each whose
+// destinations are adjacent and that fit one buffer together are staged together (one copy
+// and one fence), unless direct reads may serve them. Returns once every copy it
 // enqueued has completed (so its status covers them and later work on the
 // stream sees the data); staging memory is never released to another fill
 // with a copy in flight, on error paths too. Errors name the file and rows
@@ -209,5 +225,19 @@ Status device_fill_options_from_env(DeviceFillOptions* options);
 Status fill_device(const Layout& layout, const std::vector<Piece>& pieces, void* device_dst,
                    std::uint64_t dst_bytes, void* stream, StagingPool& pool,
                    const DeviceFillOptions& options = {});
+
+// Fills device memory that is not dense C-order (a transposed or sliced store's piece) with
+// rows [lo, hi) of the layout: row r's element i goes to device_dst + (r - lo) * strides[0] +
+// sum(i_k * strides[k]) (extents in elements, strides in bytes, extents[0] == hi - lo). Whole
+// rows are read, as many as fit, into the pool's staging buffers in turn and scattered with one
+// copy per contiguous run; while one buffer's copies run the next is read, and a buffer is
+// reused only after its fence. A row larger than a buffer goes through one staging allocation
+// of its size, freed before returning. Returns once every copy has completed, on errors too;
+// never throws (an exception inside is an error, with nothing left in flight or allocated).
+// The reads run on the calling thread (options.readers is not used).
+Status fill_device_strided(const Layout& layout, std::int64_t lo, std::int64_t hi,
+                           std::span<const std::int64_t> extents,
+                           std::span<const std::size_t> strides, void* device_dst, void* stream,
+                           StagingPool& pool, const DeviceFillOptions& options = {});
 
 }  // namespace shardload

@@ -37,6 +37,9 @@ class HostCopyBackend final : public CopyBackend {
     int fail_alloc_after = -1;
     // The copy with this 0-based index is refused by copy_async (-1: none).
     std::int64_t fail_copy_enqueue = -1;
+    // copy_async throws for the copy with this index, as an allocation failing inside a
+    // copy path would (-1: none).
+    std::int64_t throw_copy_enqueue = -1;
     // The copy with this index fails when it runs; the error is sticky and
     // surfaces in every later wait() and synchronize(), as CUDA's do (-1: none).
     std::int64_t fail_copy_async = -1;
@@ -47,6 +50,9 @@ class HostCopyBackend final : public CopyBackend {
     bool direct_reads = false;
     // Make direct reads slow, so that DirectReads::kAuto declines them.
     std::chrono::microseconds direct_delay{0};
+    // direct_open declines (gives nullptr for) the files whose path contains this, as cuFile
+    // refuses to register a file on a file system it does not serve (empty: none).
+    std::string decline_direct;
   };
 
   HostCopyBackend();
@@ -73,6 +79,7 @@ class HostCopyBackend final : public CopyBackend {
   [[nodiscard]] std::uint64_t copied_bytes() const { return copied_bytes_.load(); }
   [[nodiscard]] std::int64_t overwrites() const { return overwrites_.load(); }
   [[nodiscard]] std::int64_t direct_reads() const { return direct_reads_.load(); }
+  [[nodiscard]] std::int64_t direct_declined() const { return direct_declined_.load(); }
   [[nodiscard]] std::int64_t live_allocations() const;
   [[nodiscard]] std::int64_t live_fences() const;
   [[nodiscard]] std::int64_t live_direct_handles() const;
@@ -104,7 +111,8 @@ class HostCopyBackend final : public CopyBackend {
   std::set<void*> fences_;
   std::set<void*> handles_;
   int alloc_calls_ = 0;
-  std::atomic<std::int64_t> copies_{0}, overwrites_{0}, direct_reads_{0}, max_queued_{0};
+  std::atomic<std::int64_t> copies_{0}, overwrites_{0}, direct_reads_{0}, max_queued_{0},
+      direct_declined_{0};
   std::atomic<std::uint64_t> copied_bytes_{0};
   std::thread stream_thread_;
 };
