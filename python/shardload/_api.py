@@ -476,11 +476,12 @@ def _start_runtime() -> None:
         signal.raise_signal(signal.SIGINT)
 
 
-def _check_thread() -> None:
+def _check_thread(what: str) -> None:
+    """Refuses a call from a thread other than the main one; ``what`` names the call."""
     current = threading.current_thread()
     if current is not threading.main_thread():
         raise RuntimeError(
-            f"shardload.load was called from thread {current.name!r}; it works only in the main "
+            f"{what} was called from thread {current.name!r}; it works only in the main "
             "thread: Legate takes launches only from the thread that started its runtime, and "
             "elsewhere it aborts the process (discover() and Layout.read() work in any thread)")
 
@@ -657,7 +658,7 @@ def load(
             the processors of the load (a MemoryError; nothing was allocated).
     """
     t_call = time.perf_counter()
-    _check_thread()
+    _check_thread("shardload.load")
     k = _overdecompose(overdecompose)
     if not isinstance(info, (bool, np.bool_)):
         raise TypeError(f"info: expected a bool, found {_found(info)}")

@@ -40,7 +40,7 @@ class BatchIterator:
     def __next__(self) -> "cupynumeric.ndarray":
         if self._batches is None:
             raise StopIteration
-        _check_thread()
+        _check_thread("next() of a shardload.batches iterator")
         import cupynumeric
         from legate.core import LogicalArray
 
@@ -136,7 +136,7 @@ def batches(
             correct; the iteration ends with the error.
         RuntimeError: called, or iterated, from a thread other than the main thread.
     """
-    _check_thread()
+    _check_thread("shardload.batches")
     if isinstance(rows_per_batch, (bool, np.bool_)) or not isinstance(
             rows_per_batch, (int, np.integer)):
         raise TypeError(f"rows_per_batch: expected an int, found {_found(rows_per_batch)}")

@@ -198,3 +198,41 @@ def test_an_unhandled_ctrl_c_ends_the_process_as_python_does(dataset: pathlib.Pa
     # Python re-raises an unhandled KeyboardInterrupt as SIGINT to report it to the shell.
     assert rc == -signal.SIGINT
     assert "KeyboardInterrupt" in err and "Signal 2 received" not in err
+
+
+def test_every_legate_call_off_the_main_thread_names_itself(dataset: pathlib.Path,
+                                                            tmp_path: pathlib.Path) -> None:
+    # Before, verify, discover_once and batches (and the batches iterator's next()) all said
+    # "shardload.load was called ...". Each is refused before it touches the runtime, so this
+    # runs in the test's own process.
+    shardload.index(dataset, checksum="xxh3")
+    it = shardload.batches(dataset, 2000)  # made in the main thread, used from the worker
+    calls = {
+        "shardload.load": lambda: shardload.load(dataset),
+        "shardload.batches": lambda: shardload.batches(dataset, 100),
+        "next() of a shardload.batches iterator": lambda: next(it),
+        "shardload.verify": lambda: shardload.verify(dataset),
+        "shardload.discover_once": lambda: shardload.discover_once(dataset),
+        "shardload.save": lambda: shardload.save(np.zeros(3), tmp_path / "saved"),
+    }
+    messages: dict[str, str] = {}
+
+    def work() -> None:
+        for name, call in calls.items():
+            try:
+                call()
+                messages[name] = "no error"
+            except RuntimeError as e:
+                messages[name] = str(e)
+
+    t = threading.Thread(target=work, name="worker")
+    t.start()
+    t.join()
+    for name in calls:
+        assert messages[name].startswith(f"{name} was called from thread 'worker'; it works "
+                                         "only in the main thread"), (name, messages[name])
+    # The iterator goes on in the main thread, whole.
+    expected = shardload.discover(dataset).read()
+    np.testing.assert_array_equal(np.concatenate([np.asarray(b) for b in it]), expected)
+    assert not (tmp_path / "saved").exists()
+
