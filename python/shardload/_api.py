@@ -486,6 +486,26 @@ def _check_thread(what: str) -> None:
             "elsewhere it aborts the process (discover() and Layout.read() work in any thread)")
 
 
+def _check_legate_dims(layout: Layout) -> None:
+    """Refuses a layout of more dimensions than a Legate array can have, before the runtime
+    starts: the launchers' own check (``shardload::check_legate_dims``), so that the message
+    is theirs and no Legate error report comes first. Host reads (:meth:`Layout.read`) take
+    any number of dimensions."""
+    from . import _legate
+
+    if len(layout.shape) > _legate.MAX_DIMS:
+        _legate.check_layout_dims(layout.encode())  # raises LayoutError
+
+
+def _check_shape_dims(shape: Sequence[int], what: str, *, write: bool = False) -> None:
+    """:func:`_check_legate_dims` for an array's shape; ``what`` names the array. A
+    ValueError with ``write``, else a LayoutError."""
+    from . import _legate
+
+    if len(shape) > _legate.MAX_DIMS:
+        _legate.check_dims([int(d) for d in shape], what, write)
+
+
 @dataclasses.dataclass(frozen=True)
 class LoadInfo:
     """What a load did, returned by ``load(..., info=True)``.
@@ -702,6 +722,7 @@ def load(
                        layout.manifest_status)
     if rows is not None:
         layout = layout.slice_rows(*_rows(rows, layout.total_rows))
+    _check_legate_dims(layout)
     nbytes = layout.nbytes
     t_discovered = time.perf_counter()
     discovery_s = t_discovered - t_call if not isinstance(source, Layout) else 0.0

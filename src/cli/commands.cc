@@ -109,6 +109,9 @@ const std::vector<std::string>& format_option_names() {
 }
 
 const std::vector<CommandSpec>& commands() {
+  static const std::string shape_help = "the shape of the whole dataset (1 to " +
+                                        std::to_string(kMaxWriteDims) +
+                                        " dimensions: those of a Legate array)";
   static const std::vector<CommandSpec> specs{
       {"write",
        "--shard-dir DIR --num-shards N --shape ROWS[,DIM...] [options]",
@@ -117,7 +120,7 @@ const std::vector<CommandSpec>& commands() {
        "index) and DIR/_meta.json, which `shardload read` verifies against.",
        {{"shard-dir", "DIR", "the directory to write (created; stale shards removed)"},
         {"num-shards", "N", "the number of shards (>= 1); rows are split unevenly"},
-        {"shape", "ROWS[,DIM...]", "the shape of the whole dataset (1 to 8 dimensions)"},
+        {"shape", "ROWS[,DIM...]", shape_help.c_str()},
         {"dtype", "T", "the element type (default float32)"},
         {"seed", "S", "the seed of the values (default 0)"}},
        false},
@@ -406,9 +409,17 @@ std::optional<int> parse_write_args(const Args& args, WriteArgs* out) {
   if (p.opts.count("seed") != 0 && !parse_int(p.opts["seed"], &out->seed)) {
     return usage_error(cmd, "--seed: expected an integer, found '" + p.opts["seed"] + "'");
   }
-  if (!parse_int_list(p.opts["shape"], &out->shape) || out->shape.size() > 8) {
-    return usage_error(
-        cmd, "--shape: expected ROWS[,DIM...] (1 to 8 integers), found '" + p.opts["shape"] + "'");
+  if (!parse_int_list(p.opts["shape"], &out->shape)) {
+    return usage_error(cmd, "--shape: expected ROWS[,DIM...] (1 to " +
+                                std::to_string(kMaxWriteDims) + " integers), found '" +
+                                p.opts["shape"] + "'");
+  }
+  if (out->shape.size() > kMaxWriteDims) {
+    // Legate ends the process on a store of more dimensions than it was built for.
+    return usage_error(cmd, "--shape: " + std::to_string(out->shape.size()) +
+                                " dimensions, and a Legate array has at most " +
+                                std::to_string(kMaxWriteDims) + " (LEGATE_MAX_DIM); found '" +
+                                p.opts["shape"] + "'");
   }
   for (const auto d : out->shape) {
     if (d < 0) return usage_error(cmd, "--shape: dimensions must be >= 0");

@@ -52,6 +52,11 @@ struct Parsed {
 // after an error on stderr that names the option and points at --help.
 std::optional<int> parse_command_line(const CommandSpec& spec, const Args& args, Parsed* out);
 
+// The most dimensions `write --shape` takes: those of a Legate array (LEGATE_MAX_DIM of the
+// Legate wheels; write.cc checks at compile time that they agree), so that what write makes,
+// read loads. Host reads of data with more dimensions work; Legate cannot hold it.
+inline constexpr std::size_t kMaxWriteDims = 6;
+
 // What `shardload write` was asked to do, checked before anything is written.
 struct WriteArgs {
   std::string dir;

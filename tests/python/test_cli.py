@@ -349,3 +349,55 @@ def test_every_python_spelled_phrase_of_the_core_has_a_cli_spelling() -> None:
     assert len(found) >= 8, found  # the scan does see the core's phrases
     missing = [(f, p) for f, p in found if not any(p in row for row in rows)]
     assert not missing, missing
+
+
+# ---- dimensions: what a Legate array holds --------------------------------------------------
+
+def test_write_refuses_more_dimensions_than_legate_holds(cli, tmp_path: pathlib.Path) -> None:
+    # Before, `write --shape 4,2,2,2,2,2,2` aborted the process (SIGABRT, exit 134) in Legate,
+    # and --help promised 1 to 8 dimensions.
+    from legate import install_info  # the wheels' LEGATE_MAX_DIM, without starting Legate
+
+    limit = install_info.max_dim
+    r = run(cli, "write", "--help")
+    assert f"the shape of the whole dataset (1 to {limit} dimensions" in out(r), out(r)
+    for n in (limit + 1, 8):
+        shape = ",".join(["4"] + ["2"] * (n - 1))
+        d = tmp_path / f"d{n}"
+        r = run(cli, "write", "--shard-dir", d, "--num-shards", "2", "--shape", shape,
+                env=NO_LEGATE)
+        assert r.returncode == 2, err(r)
+        assert (f"--shape: {n} dimensions, and a Legate array has at most {limit} "
+                f"(LEGATE_MAX_DIM); found '{shape}'") in err(r), err(r)
+        assert not d.exists()
+    # The limit itself is written and read back.
+    d = tmp_path / "d6"
+    r = run(cli, "write", "--shard-dir", d, "--num-shards", "3", "--shape",
+            ",".join(["5"] + ["2"] * (limit - 1)), "--seed", "4")
+    assert r.returncode == 0, err(r)
+    r = run(cli, "read", d)
+    assert r.returncode == 0 and "verify:         OK (160 elements match seed 4)" in out(r), \
+        out(r) + err(r)
+
+
+@pytest.mark.parametrize("n", [7, 8])
+def test_read_refuses_more_dimensions_than_legate_holds(cli, tmp_path: pathlib.Path,
+                                                        n: int) -> None:
+    # Before, read of 7-D or 8-D data aborted the process (SIGABRT, exit 134) in Legate.
+    d = tmp_path / "set"
+    d.mkdir()
+    data = np.arange(3 * 2 ** (n - 1), dtype=np.float32).reshape((3,) + (2,) * (n - 1))
+    np.save(d / "shard_0000.npy", data[:2])
+    np.save(d / "shard_0001.npy", data[2:])
+    r = run(cli, "read", d)
+    assert r.returncode == 1, err(r)
+    shape = "(3, " + ", ".join(["2"] * (n - 1)) + ")"
+    assert (f"shardload read: error: the dataset of {d}/shard_0000.npy and 1 more shard has "
+            f"{n} dimensions, shape {shape}, and a Legate array has at most 6 "
+            "(LEGATE_MAX_DIM of this Legate build); it cannot be loaded through Legate, but it "
+            "can be read on the host") in err(r), err(r)
+    assert "LEGATE ERROR" not in err(r) and "Signal 6" not in err(r)
+    # inspect, which reads no data, describes it; host reads work (Layout.read).
+    r = run(cli, "inspect", d)
+    assert r.returncode == 0 and f"shape:          {shape}" in out(r), err(r)
+    np.testing.assert_array_equal(shardload.discover(d).read(), data)
