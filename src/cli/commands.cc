@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <charconv>
 #include <cstdio>
@@ -391,6 +392,11 @@ Status parse_format_options(const std::map<std::string, std::string>& opts, Form
       return {ErrorCode::kInvalidArgument,
               "--trailing-shape: expected DIM[,DIM...] or '' for 1-D, found '" + *v + "'"};
     }
+    // A usage error, as Python's shape= refuses a negative dimension (ValueError).
+    if (std::any_of(dims.begin(), dims.end(), [](long long d) { return d < 0; })) {
+      return {ErrorCode::kInvalidArgument,
+              "--trailing-shape: dimensions must be >= 0, found '" + *v + "'"};
+    }
     out->trailing_shape = std::vector<std::int64_t>(dims.begin(), dims.end());
   }
   if (const auto* v = get("header-bytes")) {
@@ -414,7 +420,9 @@ Status parse_format_options(const std::map<std::string, std::string>& opts, Form
   if (const auto* v = get("fill-value")) {
     char* end = nullptr;
     const double d = std::strtod(v->c_str(), &end);
-    if (v->empty() || end != v->c_str() + v->size()) {
+    // strtod skips leading spaces, which no other number option takes.
+    if (v->empty() || std::isspace(static_cast<unsigned char>((*v)[0])) != 0 ||
+        end != v->c_str() + v->size()) {
       return {ErrorCode::kInvalidArgument, "--fill-value: expected a number, found '" + *v + "'"};
     }
     out->fill_value = d;

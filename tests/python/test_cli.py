@@ -494,6 +494,23 @@ def test_verify_groups_is_an_integer_as_every_other_option_takes_it(
         assert f"--groups: expected an integer >= 1, found '{value}'" in err(r), err(r)
         r = run(cli, "read", d, "--repeat", value, env=NO_LEGATE)
         assert r.returncode == 2 and "--repeat: expected an integer >= 1" in err(r), err(r)
+    # --fill-value (strtod) took leading spaces too; a float it still takes whole.
+    r = run(cli, "read", d, "--fill-value", " 1", env=NO_LEGATE)
+    assert r.returncode == 2 and "--fill-value: expected a number, found ' 1'" in err(r), err(r)
+
+
+def test_a_negative_trailing_dimension_is_a_usage_error(cli, tmp_path: pathlib.Path) -> None:
+    # Python's shape=(-1,) is a ValueError; the command line exited 1 after discovery began.
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    (raw / "shard_0000.bin").write_bytes(np.arange(6, dtype="<f4").tobytes())
+    with pytest.raises(ValueError, match="expected a non-negative int"):
+        shardload.discover(raw, format="raw", dtype="<f4", shape=(-1,))
+    for cmd in ("inspect", "read"):
+        r = run(cli, cmd, raw, "--format=raw", "--dtype=<f4", "--trailing-shape=2,-1",
+                env=NO_LEGATE)
+        assert r.returncode == 2, (cmd, err(r))
+        assert "--trailing-shape: dimensions must be >= 0, found '2,-1'" in err(r), err(r)
 
 
 # ---- dimensions: what a Legate array holds --------------------------------------------------
