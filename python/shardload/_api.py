@@ -476,13 +476,34 @@ def _start_runtime() -> None:
         signal.raise_signal(signal.SIGINT)
 
 
-def _check_thread() -> None:
+def _check_thread(what: str) -> None:
+    """Refuses a call from a thread other than the main one; ``what`` names the call."""
     current = threading.current_thread()
     if current is not threading.main_thread():
         raise RuntimeError(
-            f"shardload.load was called from thread {current.name!r}; it works only in the main "
+            f"{what} was called from thread {current.name!r}; it works only in the main "
             "thread: Legate takes launches only from the thread that started its runtime, and "
             "elsewhere it aborts the process (discover() and Layout.read() work in any thread)")
+
+
+def _check_legate_dims(layout: Layout) -> None:
+    """Refuses a layout of more dimensions than a Legate array can have, before the runtime
+    starts: the launchers' own check (``shardload::check_legate_dims``), so that the message
+    is theirs and no Legate error report comes first. Host reads (:meth:`Layout.read`) take
+    any number of dimensions."""
+    from . import _legate
+
+    if len(layout.shape) > _legate.MAX_DIMS:
+        _legate.check_layout_dims(layout.encode())  # raises LayoutError
+
+
+def _check_shape_dims(shape: Sequence[int], what: str, *, write: bool = False) -> None:
+    """:func:`_check_legate_dims` for an array's shape; ``what`` names the array. A
+    ValueError with ``write``, else a LayoutError."""
+    from . import _legate
+
+    if len(shape) > _legate.MAX_DIMS:
+        _legate.check_dims([int(d) for d in shape], what, write)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -657,7 +678,7 @@ def load(
             the processors of the load (a MemoryError; nothing was allocated).
     """
     t_call = time.perf_counter()
-    _check_thread()
+    _check_thread("shardload.load")
     k = _overdecompose(overdecompose)
     if not isinstance(info, (bool, np.bool_)):
         raise TypeError(f"info: expected a bool, found {_found(info)}")
@@ -701,6 +722,7 @@ def load(
                        layout.manifest_status)
     if rows is not None:
         layout = layout.slice_rows(*_rows(rows, layout.total_rows))
+    _check_legate_dims(layout)
     nbytes = layout.nbytes
     t_discovered = time.perf_counter()
     discovery_s = t_discovered - t_call if not isinstance(source, Layout) else 0.0

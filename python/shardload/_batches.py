@@ -8,8 +8,9 @@ from typing import TYPE_CHECKING, Iterator, Sequence
 import numpy as np
 
 from . import _api
-from ._api import (DTypeLike, Layout, ShardReadError, SourceLike, _astype, _check_thread,
-                   _found, _int, _name_the_shard, _overdecompose, _start_runtime, discover)
+from ._api import (DTypeLike, Layout, ShardReadError, SourceLike, _astype, _check_legate_dims,
+                   _check_thread, _found, _int, _name_the_shard, _overdecompose, _start_runtime,
+                   discover)
 
 if TYPE_CHECKING:
     import cupynumeric
@@ -40,7 +41,7 @@ class BatchIterator:
     def __next__(self) -> "cupynumeric.ndarray":
         if self._batches is None:
             raise StopIteration
-        _check_thread()
+        _check_thread("next() of a shardload.batches iterator")
         import cupynumeric
         from legate.core import LogicalArray
 
@@ -136,7 +137,7 @@ def batches(
             correct; the iteration ends with the error.
         RuntimeError: called, or iterated, from a thread other than the main thread.
     """
-    _check_thread()
+    _check_thread("shardload.batches")
     if isinstance(rows_per_batch, (bool, np.bool_)) or not isinstance(
             rows_per_batch, (int, np.integer)):
         raise TypeError(f"rows_per_batch: expected an int, found {_found(rows_per_batch)}")
@@ -165,5 +166,6 @@ def batches(
     # Past the int64 range no batch is shorter than the dataset anyway.
     rpb = min(rpb, max(layout.total_rows, 1))
     ahead = min(ahead, _api._INT64_MAX)
+    _check_legate_dims(layout)
     _start_runtime()
     return BatchIterator(layout, rpb, ahead, k, cast)

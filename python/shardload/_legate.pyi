@@ -29,6 +29,14 @@ class Batches:
 def handle(owner: _ArrayOwner) -> int:
     """The address legate.core.LogicalArray.from_raw_handle adopts (a copy)."""
 
+MAX_DIMS: int
+"""The most dimensions a Legate array has in the Legate shardload was built with."""
+
+def check_layout_dims(encoded_layout: bytes) -> None:
+    """Raises LayoutError as load() does when the layout has more than MAX_DIMS dimensions."""
+def check_dims(shape: list[int], what: str, write: bool = False) -> None:
+    """The same for a shape; ``what`` names the array: a ValueError with ``write``, else a
+    LayoutError."""
 def check_load_memory(rows: int, row_bytes: int, target: str, processors: int,
                       overdecompose: int) -> None:
     """Raises OutOfMemoryError as load() does when the array would not fit (target "GPU" or

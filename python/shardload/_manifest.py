@@ -122,7 +122,7 @@ def verify(source: str | bytes | os.PathLike, *, groups: int | None = None,
         raise ValueError(f"groups: expected an int >= 1, found {n}")
     from . import _legate
 
-    _api._check_thread()
+    _api._check_thread("shardload.verify")
     _api._start_runtime()
     _shards, _groups, bad = _legate.verify(path, n)
     return [ChecksumMismatch(i, os.fsdecode(p), w) for i, p, w in bad]
@@ -168,7 +168,7 @@ def discover_once(
                                 fill_value)
     from . import _legate
 
-    _api._check_thread()
+    _api._check_thread("shardload.discover_once")
     _api._start_runtime()
     encoded, status = _legate.discover_once(
         os.fsencode(source), os.fsencode(pat) if pat else b"", trust_manifest, *args)

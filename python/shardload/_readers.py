@@ -389,7 +389,7 @@ def load(source: object, reader_name: object, *, pattern: object, overdecompose:
          rows: Optional[tuple[int, int]], astype: Optional[np.dtype]) -> Any:
     """``shardload.load(source, reader=NAME, ...)``; the arguments are checked by the caller
     but for the reader and the source."""
-    from ._api import _rows, _source, _start_runtime
+    from ._api import _check_shape_dims, _rows, _source, _start_runtime
 
     reader = _reader(reader_name)
     data = _discover(_source(source), pattern, reader)
@@ -397,6 +397,7 @@ def load(source: object, reader_name: object, *, pattern: object, overdecompose:
     lo, hi = (0, total) if rows is None else _rows(rows, total)
     index, first, counts = _views(data, lo, hi)
     paths = [data.paths[i] for i in index]
+    _check_shape_dims((hi - lo, *data.trailing), f"the dataset of reader {reader.name!r}")
 
     _start_runtime()
     import cupynumeric

@@ -83,7 +83,7 @@ def save(
     """Writes ``array`` to the directory ``dest`` as shards that :func:`load` reads back.
 
     ``array``: a ``cupynumeric.ndarray``, a ``legate.core.LogicalArray`` or a
-    ``numpy.ndarray`` (copied into Legate first), of 1 to 8 dimensions, of bool, integers,
+    ``numpy.ndarray`` (copied into Legate first), of 1 to 6 dimensions, of bool, integers,
     float16/32/64 or complex64/128. Axis 0 is split into ``num_shards`` shards (default: one
     per CPU processor of the launch) of ``ceil(rows / num_shards)`` rows, the last ones
     shorter or empty. ``format``: ``"npy"`` (``shard_0000.npy`` ...), ``"raw"``
@@ -143,6 +143,8 @@ def save(
             f"shardload.save was called from thread {threading.current_thread().name!r}; it "
             "works only in the main thread, as load does (Legate takes launches only from the "
             "thread that started its runtime)")
+    if isinstance(array, np.ndarray):  # the one kind that can have more than Legate holds
+        _api._check_shape_dims(array.shape, "save: the array", write=True)
     _api._start_runtime()
     from . import _legate
 

@@ -78,6 +78,19 @@ PYBIND11_MODULE(_legate, m) {
       },
       py::arg("encoded_layout"), py::arg("overdecompose") = 1);
 
+  // The dimension limit of the launchers, checked from Python before the runtime starts.
+  m.attr("MAX_DIMS") = shardload::kMaxLegateDims;
+  m.def(
+      "check_layout_dims",
+      [](const py::bytes& encoded) { shardload::check_legate_dims(decode_or_raise(encoded)); },
+      py::arg("encoded_layout"));
+  m.def(
+      "check_dims",
+      [](const std::vector<std::int64_t>& shape, const std::string& what, bool write) {
+        shardload::check_legate_dims(
+            shape, what, write ? shardload::ErrorSite::kWrite : shardload::ErrorSite::kDiscover);
+      },
+      py::arg("shape"), py::arg("what"), py::arg("write") = false);
   m.def("check_load_memory", &shardload::check_load_memory, py::arg("rows"), py::arg("row_bytes"),
         py::arg("target"), py::arg("processors"), py::arg("overdecompose"));
   py::class_<shardload::Batches>(m, "Batches")

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <charconv>
 #include <cstdio>
@@ -21,12 +22,12 @@
 
 namespace shardload::cli {
 
-namespace {
-
-bool parse_int(const std::string& s, long long* v) {
-  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), *v);
-  return ec == std::errc() && p == s.data() + s.size();
+bool parse_int(const std::string& text, long long* out) {
+  auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), *out);
+  return ec == std::errc() && p == text.data() + text.size();
 }
+
+namespace {
 
 int fail(const char* cmd, const std::string& msg) {
   std::cerr << "shardload " << cmd << ": error: " << cli_spelling(msg) << "\n";
@@ -36,6 +37,42 @@ int fail(const char* cmd, const std::string& msg) {
 int usage_error(const char* cmd, const std::string& msg) {
   std::cerr << "shardload " << cmd << ": " << msg << "; see 'shardload " << cmd << " --help'\n";
   return 2;
+}
+
+// Source::parse's faults: a malformed argument (a pattern with a file or a glob, as Python's
+// ValueError) is a usage error, exit 2; a source that is not there is exit 1.
+int source_error(const char* cmd, const Status& s) {
+  if (s.code() == ErrorCode::kInvalidArgument) return usage_error(cmd, cli_spelling(s.message()));
+  return fail(cmd, s.message());
+}
+
+// Several SOURCE arguments are a list of files (a Zarr store counts as one). A directory of
+// shards, a numbered pattern or a glob among them is a SOURCE of its own that the list would
+// take for a file name ("cannot tell the format of DIR"): say so instead.
+std::optional<int> check_file_list(const char* cmd, const std::vector<std::string>& paths) {
+  for (const auto& p : paths) {
+    struct ::stat st {};
+    const char* what = nullptr;
+    if (::stat(p.c_str(), &st) == 0) {
+      const auto has = [&](const char* meta) {
+        return ::access((p + "/" + meta).c_str(), F_OK) == 0;
+      };
+      if (S_ISDIR(st.st_mode) && !has(".zarray") && !has(".zgroup") && !has("zarr.json")) {
+        what = "a directory";
+      }
+    } else if (p.find('{') != std::string::npos) {
+      what = "a numbered pattern";
+    } else if (p.find_first_of("*?[") != std::string::npos) {
+      what = "a glob";
+    }
+    if (what != nullptr) {
+      return usage_error(cmd, "'" + path_for_message(p) + "' is " + what +
+                                  ", a SOURCE of its own: give one directory, pattern or glob "
+                                  "alone, or several files (" +
+                                  std::to_string(paths.size()) + " arguments given)");
+    }
+  }
+  return std::nullopt;
 }
 
 const OptionSpec* find_option(const CommandSpec& spec, const std::string& name) {
@@ -90,7 +127,7 @@ const std::vector<OptionSpec>& format_option_specs() {
       {"format", "F", "npy, raw, hdf5, parquet, arrow, zarr or auto (the default: by extension)"},
       {"dtype", "T", "raw: the element type (float32, >f4, ...); parquet/arrow: cast to it"},
       {"trailing-shape", "D[,D...]",
-       "raw: the shape of one row after the first axis ('' for 1-D data)"},
+       "raw: the shape of one row after the first axis ('' for 1-D data)", true},
       {"header-bytes", "N", "raw: bytes to skip at the start of each file"},
       {"dataset", "NAME", "hdf5: the dataset in each file; zarr: the array in each store"},
       {"columns", "A[,B...]", "parquet/arrow: the columns to read (default: every numeric one)"},
@@ -109,6 +146,9 @@ const std::vector<std::string>& format_option_names() {
 }
 
 const std::vector<CommandSpec>& commands() {
+  static const std::string shape_help = "the shape of the whole dataset (1 to " +
+                                        std::to_string(kMaxWriteDims) +
+                                        " dimensions: those of a Legate array)";
   static const std::vector<CommandSpec> specs{
       {"write",
        "--shard-dir DIR --num-shards N --shape ROWS[,DIM...] [options]",
@@ -117,7 +157,7 @@ const std::vector<CommandSpec>& commands() {
        "index) and DIR/_meta.json, which `shardload read` verifies against.",
        {{"shard-dir", "DIR", "the directory to write (created; stale shards removed)"},
         {"num-shards", "N", "the number of shards (>= 1); rows are split unevenly"},
-        {"shape", "ROWS[,DIM...]", "the shape of the whole dataset (1 to 8 dimensions)"},
+        {"shape", "ROWS[,DIM...]", shape_help.c_str()},
         {"dtype", "T", "the element type (default float32)"},
         {"seed", "S", "the seed of the values (default 0)"}},
        false},
@@ -199,6 +239,8 @@ std::optional<int> parse_command_line(const CommandSpec& spec, const Args& args,
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     if (only_positionals || a == "-" || a.empty() || a[0] != '-') {
+      // An empty path names nothing; Python refuses "" as a source too.
+      if (a.empty()) return usage_error(cmd, "an empty argument ('') is not a path");
       out->positional.push_back(a);
       continue;
     }
@@ -217,7 +259,7 @@ std::optional<int> parse_command_line(const CommandSpec& spec, const Args& args,
     if (o == nullptr) return usage_error(cmd, "unknown option --" + name);
     if (o->metavar == nullptr) {
       if (value) return usage_error(cmd, "--" + name + " takes no value");
-      out->flags.insert(name);
+      out->flags.insert(name);  // a flag twice says nothing new
       continue;
     }
     if (!value) {
@@ -225,6 +267,14 @@ std::optional<int> parse_command_line(const CommandSpec& spec, const Args& args,
         return usage_error(cmd, "--" + name + " needs a value (" + o->metavar + ")");
       }
       value = args[++i];
+    }
+    if (value->empty() && !o->empty_ok) {
+      return usage_error(
+          cmd, "--" + name + ": expected a non-empty value (" + o->metavar + "), found ''");
+    }
+    if (const auto it = out->opts.find(name); it != out->opts.end()) {
+      return usage_error(cmd, "--" + name + " is given twice ('" + it->second + "', then '" +
+                                  *value + "'); give it once");
     }
     out->opts[name] = *value;
   }
@@ -342,6 +392,11 @@ Status parse_format_options(const std::map<std::string, std::string>& opts, Form
       return {ErrorCode::kInvalidArgument,
               "--trailing-shape: expected DIM[,DIM...] or '' for 1-D, found '" + *v + "'"};
     }
+    // A usage error, as Python's shape= refuses a negative dimension (ValueError).
+    if (std::any_of(dims.begin(), dims.end(), [](long long d) { return d < 0; })) {
+      return {ErrorCode::kInvalidArgument,
+              "--trailing-shape: dimensions must be >= 0, found '" + *v + "'"};
+    }
     out->trailing_shape = std::vector<std::int64_t>(dims.begin(), dims.end());
   }
   if (const auto* v = get("header-bytes")) {
@@ -365,7 +420,9 @@ Status parse_format_options(const std::map<std::string, std::string>& opts, Form
   if (const auto* v = get("fill-value")) {
     char* end = nullptr;
     const double d = std::strtod(v->c_str(), &end);
-    if (v->empty() || end != v->c_str() + v->size()) {
+    // strtod skips leading spaces, which no other number option takes.
+    if (v->empty() || std::isspace(static_cast<unsigned char>((*v)[0])) != 0 ||
+        end != v->c_str() + v->size()) {
       return {ErrorCode::kInvalidArgument, "--fill-value: expected a number, found '" + *v + "'"};
     }
     out->fill_value = d;
@@ -406,9 +463,17 @@ std::optional<int> parse_write_args(const Args& args, WriteArgs* out) {
   if (p.opts.count("seed") != 0 && !parse_int(p.opts["seed"], &out->seed)) {
     return usage_error(cmd, "--seed: expected an integer, found '" + p.opts["seed"] + "'");
   }
-  if (!parse_int_list(p.opts["shape"], &out->shape) || out->shape.size() > 8) {
-    return usage_error(
-        cmd, "--shape: expected ROWS[,DIM...] (1 to 8 integers), found '" + p.opts["shape"] + "'");
+  if (!parse_int_list(p.opts["shape"], &out->shape)) {
+    return usage_error(cmd, "--shape: expected ROWS[,DIM...] (1 to " +
+                                std::to_string(kMaxWriteDims) + " integers), found '" +
+                                p.opts["shape"] + "'");
+  }
+  if (out->shape.size() > kMaxWriteDims) {
+    // Legate ends the process on a store of more dimensions than it was built for.
+    return usage_error(cmd, "--shape: " + std::to_string(out->shape.size()) +
+                                " dimensions, and a Legate array has at most " +
+                                std::to_string(kMaxWriteDims) + " (LEGATE_MAX_DIM); found '" +
+                                p.opts["shape"] + "'");
   }
   for (const auto d : out->shape) {
     if (d < 0) return usage_error(cmd, "--shape: dimensions must be >= 0");
@@ -558,9 +623,15 @@ int cmd_inspect(const Args& args) {
   if (Status s = parse_format_options(p.opts, &opts.format); !s) {
     return usage_error(cmd, cli_spelling(s.message()));
   }
+  if (p.positional.size() > 1) {
+    if (auto rc = check_file_list(cmd, p.positional)) return *rc;
+    if (p.opts.count("pattern") != 0) {
+      return usage_error(cmd, "--pattern applies to one directory SOURCE, not to a list of files");
+    }
+  }
   Result<Source> src = p.positional.size() == 1 ? Source::parse(p.positional[0], p.opts["pattern"])
                                                 : Result<Source>(Source::list(p.positional));
-  if (!src) return fail(cmd, src.status().message());
+  if (!src) return source_error(cmd, src.status());
   opts.trust_manifest = p.flags.count("trust-manifest") != 0;
   auto layout = discover(*src, opts);
   if (!layout) return fail(cmd, "loading " + src->describe() + ": " + layout.status().message());
@@ -596,7 +667,7 @@ int cmd_index(const Args& args) {
   }
   mopts.pattern = p.opts["pattern"];
   Result<Source> src = Source::parse(p.positional[0], mopts.pattern);
-  if (!src) return fail(cmd, src.status().message());
+  if (!src) return source_error(cmd, src.status());
   if (src->kind != Source::Kind::kDirectory) {
     return fail(cmd, path_for_message(p.positional[0]) +
                          ": a manifest is written into the directory of the shards; give that "
@@ -633,6 +704,12 @@ std::optional<int> parse_read_args(const Args& args, ReadArgs* out) {
   }
   out->source = p.positional[0];
   out->pattern = p.opts["pattern"];
+  // A malformed source (a pattern with a file or a glob) is refused before Legate starts; one
+  // that is not there is discovery's error, under Legate.
+  if (auto src = Source::parse(out->source, out->pattern);
+      !src && src.status().code() == ErrorCode::kInvalidArgument) {
+    return usage_error(cmd, cli_spelling(src.status().message()));
+  }
   struct ::stat st {};
   if (::stat(out->source.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
     out->meta_dir = out->source;
@@ -643,6 +720,11 @@ std::optional<int> parse_read_args(const Args& args, ReadArgs* out) {
                                                : out->source.substr(0, slash);
   }
   out->verify = p.flags.count("no-verify") == 0;
+  if (!out->verify && p.opts.count("seed") != 0) {
+    return usage_error(cmd,
+                       "--seed is the seed to verify against, and --no-verify skips the "
+                       "verification; give one of them");
+  }
   const std::pair<const char*, std::int64_t*> positive[] = {{"overdecompose", &out->overdecompose},
                                                             {"repeat", &out->repeat}};
   for (const auto& [name, field] : positive) {

@@ -18,11 +18,14 @@ namespace shardload::cli {
 using Args = std::vector<std::string>;
 
 // One option of a command: a flag when `metavar` is null, else it takes a
-// value (`--name VALUE` or `--name=VALUE`).
+// value (`--name VALUE` or `--name=VALUE`). An empty value is refused, as the
+// Python API refuses "" for its options, unless it means something (`empty_ok`:
+// --trailing-shape '' is 1-D data).
 struct OptionSpec {
   const char* name;
   const char* metavar;
   const char* help;
+  bool empty_ok = false;
 };
 
 // A command's usage, summary and options; `--help` prints exactly these, and
@@ -49,8 +52,15 @@ struct Parsed {
 // Parses a command's arguments: "--name value", "--name=value", flags, "--"
 // (the rest are positionals), "-h"/"--help" anywhere. Returns nullopt to go
 // on, or the exit code to return: 0 after printing the help to stdout, 2
-// after an error on stderr that names the option and points at --help.
+// after an error on stderr that names the option and points at --help. Usage
+// errors besides unknown options: an option given twice (which value would win
+// is a guess), an empty value (see OptionSpec), an empty positional argument.
 std::optional<int> parse_command_line(const CommandSpec& spec, const Args& args, Parsed* out);
+
+// The most dimensions `write --shape` takes: those of a Legate array (LEGATE_MAX_DIM of the
+// Legate wheels; write.cc checks at compile time that they agree), so that what write makes,
+// read loads. Host reads of data with more dimensions work; Legate cannot hold it.
+inline constexpr std::size_t kMaxWriteDims = 6;
 
 // What `shardload write` was asked to do, checked before anything is written.
 struct WriteArgs {
@@ -130,6 +140,9 @@ struct WriteMeta {
   bool foreign = false;  // not written by shardload write
 };
 Result<WriteMeta> read_write_meta(const std::string& dir);
+
+// Parses a whole string as a decimal integer (no sign '+', no spaces); false on anything else.
+bool parse_int(const std::string& text, long long* out);
 
 // Parses "a,b,c" into integers; false on anything else.
 bool parse_int_list(const std::string& text, std::vector<long long>* out);

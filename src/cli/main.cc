@@ -36,6 +36,11 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (cmd == "--version" || cmd == "-V") {
+    if (!args.empty()) {
+      std::cerr << "shardload: " << cmd << " takes no argument, found '" << args[0]
+                << "'; see 'shardload --help'\n";
+      return 2;
+    }
     std::cout << "shardload " << SHARDLOAD_VERSION << "\n";
     return 0;
   }
@@ -43,6 +48,11 @@ int main(int argc, char** argv) {
     if (args.empty()) {
       usage(std::cout);
       return 0;
+    }
+    if (args.size() > 1) {
+      std::cerr << "shardload help: expected at most one COMMAND, found '" << args[1] << "' after '"
+                << args[0] << "'; see 'shardload --help'\n";
+      return 2;
     }
     if (const auto* spec = shardload::cli::find_command(args[0])) {
       shardload::cli::print_help(*spec, std::cout);

@@ -40,6 +40,8 @@ int run(const ReadArgs& a, std::ostream& out, std::ostream& err) {
   // One point discovers for the whole job (every rank runs this program); see
   // shardload/manifest_legate.hpp.
   const auto layout = discover_once(a.source, a.pattern, a.format, a.trust_manifest);
+  // Before the warm-up, whose load would name only its one shard.
+  check_legate_dims(layout);
   out << "source:         " << Source::parse(a.source, a.pattern).value().describe() << "\n";
   if (!layout.manifest_status.empty() && layout.manifest_status != "manifest: absent") {
     out << layout.manifest_status << "\n";

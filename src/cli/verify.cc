@@ -4,7 +4,6 @@
 
 #include <iostream>
 #include <ostream>
-#include <stdexcept>
 #include <string>
 
 #include "cli/commands.hpp"
@@ -23,12 +22,9 @@ int cmd_verify(const Args& args) {
   }
   std::int64_t groups = 0;
   if (auto it = p.opts.find("groups"); it != p.opts.end()) {
+    // The integers of every command: no spaces or '+' (std::stoll took " 3" and "+3").
     long long g = 0;
-    try {
-      std::size_t used = 0;
-      g = std::stoll(it->second, &used);
-      if (used != it->second.size() || g < 1) throw std::invalid_argument("");
-    } catch (const std::exception&) {
+    if (!parse_int(it->second, &g) || g < 1) {
       std::cerr << "shardload verify: --groups: expected an integer >= 1, found '" << it->second
                 << "'; see 'shardload verify --help'\n";
       return 2;

@@ -9,10 +9,14 @@
 #include <set>
 
 #include "cli/commands.hpp"
+#include "shardload/legate.hpp"
 #include "shardload/save.hpp"
 #include "shardload/synth_array.hpp"
 
 namespace shardload::cli {
+
+static_assert(kMaxWriteDims == kMaxLegateDims,
+              "write --shape takes the dimensions of a Legate array: update kMaxWriteDims");
 
 namespace {
 

@@ -52,6 +52,7 @@ Batches::Batches(Layout layout, const BatchOptions& options)
     throw ArgumentError("overdecompose (K) must be at least 1, found " +
                         std::to_string(options_.overdecompose));
   }
+  check_legate_dims(layout_);
   const std::int64_t total = layout_.total_rows();
   count_ = total / options_.rows_per_batch + (total % options_.rows_per_batch != 0 ? 1 : 0);
   using legate::mapping::TaskTarget;

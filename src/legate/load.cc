@@ -82,6 +82,38 @@ legate::Type legate_type(DType d) {
   throw LayoutError("unsupported dtype " + d.name());
 }
 
+void check_legate_dims(std::span<const std::int64_t> shape, const std::string& what,
+                       ErrorSite site) {
+  if (shape.size() <= kMaxLegateDims) return;
+  const bool write = site == ErrorSite::kWrite;
+  std::string message =
+      what + " has " + std::to_string(shape.size()) + " dimensions, shape " +
+      shape_string({shape.begin(), shape.end()}) + ", and a Legate array has at most " +
+      std::to_string(kMaxLegateDims) + " (LEGATE_MAX_DIM of this Legate build); " +
+      (write ? "reshape it to fewer dimensions to save it"
+             : "it cannot be loaded through Legate, but it can be read on the host (Python "
+               "Layout.read, C++ fill_rows)");
+  throw_status({write ? ErrorCode::kInvalidArgument : ErrorCode::kLayout, std::move(message)},
+               site);
+}
+
+void check_legate_dims(const legate::LogicalArray& array, const std::string& what) {
+  const auto extents = array.extents();
+  const std::vector<std::int64_t> shape(extents.begin(), extents.end());
+  check_legate_dims(shape, what, ErrorSite::kWrite);
+}
+
+void check_legate_dims(const Layout& layout) {
+  std::string what = "the dataset";
+  if (!layout.shards.empty()) {
+    what += " of " + path_for_message(layout.shards[0].path);
+    if (layout.shards.size() > 1)
+      what += " and " + std::to_string(layout.shards.size() - 1) + " more shard" +
+              (layout.shards.size() > 2 ? "s" : "");
+  }
+  check_legate_dims(layout.shape(), what);
+}
+
 legate::Library library() {
   auto* runtime = legate::Runtime::get_runtime();
   // Registration must happen once per process (on every rank); the first
@@ -202,6 +234,7 @@ legate::LogicalArray load(const Layout& layout, const LoadOptions& options, Load
     throw LayoutError("overdecompose (K) must be at least 1, found " +
                       std::to_string(options.overdecompose));
   }
+  check_legate_dims(layout);
   using Clock = std::chrono::steady_clock;
   const auto t0 = Clock::now();
   auto seconds = [](Clock::time_point a, Clock::time_point b) {

@@ -111,6 +111,7 @@ void save(const legate::LogicalArray& array, const std::string& dest, const Save
                    " covers regular files, and a Zarr shard is a directory; save Zarr with "
                    "checksum none");
   }
+  check_legate_dims(array, "save: the array");
 
   detail::SaveSpec spec;
   spec.format = options.format;

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <random>
 
+#include "shardload/fill.hpp"
 #include "shardload/legate.hpp"
 #ifdef SHARDLOAD_TEST_CUPYNUMERIC
 #include "shardload/cupynumeric.hpp"
@@ -159,6 +160,62 @@ TEST_F(LegateLoad, DatasetLargerThanLegateMemoryIsRefused) {
   write({10, 5}, {2}, *parse_dtype("int32"), 4);
   const Layout good = discover(dir_.string());
   expect_synth(load(good), good, 4);
+}
+
+// Legate holds arrays of at most LEGATE_MAX_DIM (6) dimensions, and a store of more ends the
+// process with an exception out of the runtime. Such data is discovered and read on the host
+// like any other, and load() refuses it before creating anything; the runtime goes on.
+TEST_F(LegateLoad, MoreDimensionsThanLegateHoldsAreRefusedBeforeTheLaunch) {
+  ASSERT_EQ(kMaxLegateDims, 6u);
+  for (const std::size_t dims : {kMaxLegateDims + 1, kMaxLegateDims + 2}) {
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    const std::vector<std::int64_t> trailing(dims - 1, 2);
+    write({3, 2}, trailing, *parse_dtype("int16"), 9);
+    const Layout layout = discover(dir_.string());
+    ASSERT_EQ(layout.shape().size(), dims);
+    // Host reads take any number of dimensions.
+    std::vector<std::byte> host(layout.total_bytes());
+    ASSERT_TRUE(fill_rows(layout, 0, layout.total_rows(), host.data()));
+    std::vector<std::byte> want(host.size());
+    synth_fill(layout.dtype, 9, 0, want.size() / 2, want.data());
+    EXPECT_EQ(host, want);
+    try {
+      (void)load(layout);
+      FAIL() << "expected LayoutError";
+    } catch (const LayoutError& e) {
+      EXPECT_EQ(e.status().code(), ErrorCode::kLayout);
+      EXPECT_EQ(std::string(e.what()),
+                "the dataset of " + path(0) + " and 1 more shard has " + std::to_string(dims) +
+                    " dimensions, shape " + shape_string(layout.shape()) +
+                    ", and a Legate array has at most 6 (LEGATE_MAX_DIM of this Legate build); "
+                    "it cannot be loaded through Legate, but it can be read on the host "
+                    "(Python Layout.read, C++ fill_rows)");
+    }
+  }
+  // The limit itself loads.
+  fs::remove_all(dir_);
+  fs::create_directories(dir_);
+  write({3, 2}, std::vector<std::int64_t>(kMaxLegateDims - 1, 2), *parse_dtype("int16"), 9);
+  const Layout six = discover(dir_.string());
+  expect_synth(load(six), six, 9);
+}
+
+// The check of save() and of the Python package: an ArgumentError at the write site.
+TEST(LegateDims, CheckNamesTheArrayTheShapeAndTheLimit) {
+  const std::vector<std::int64_t> six(6, 1);
+  EXPECT_NO_THROW(check_legate_dims(six, "the array", ErrorSite::kWrite));
+  const std::vector<std::int64_t> seven{4, 1, 1, 1, 1, 1, 2};
+  try {
+    check_legate_dims(seven, "save: the array", ErrorSite::kWrite);
+    FAIL() << "expected ArgumentError";
+  } catch (const ArgumentError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "save: the array has 7 dimensions, shape (4, 1, 1, 1, 1, 1, 2), and a Legate array "
+              "has at most 6 (LEGATE_MAX_DIM of this Legate build); reshape it to fewer "
+              "dimensions to save it");
+  }
+  EXPECT_THROW(check_legate_dims(seven, "the dataset"), LayoutError);
 }
 
 #ifdef SHARDLOAD_TEST_CUPYNUMERIC

@@ -97,6 +97,25 @@ TEST_F(LegateBatches, EmptyDatasetHasNoBatch) {
   EXPECT_FALSE(batches.next().has_value());
 }
 
+// As load(): a layout of more dimensions than a Legate array has is refused when the
+// batches are made, before any launch (Legate ended the process on the first batch's store).
+TEST_F(LegateBatches, MoreDimensionsThanLegateHoldsAreRefused) {
+  write({3, 2}, std::vector<std::int64_t>(kMaxLegateDims, 2), *parse_dtype("float32"), 3);
+  const Layout layout = discover(dir_.string());
+  BatchOptions options;
+  options.rows_per_batch = 2;
+  try {
+    Batches batches(layout, options);
+    FAIL() << "expected LayoutError";
+  } catch (const LayoutError& e) {
+    EXPECT_NE(std::string(e.what()).find(path(0) + " and 1 more shard has 7 dimensions, shape "
+                                                   "(5, 2, 2, 2, 2, 2, 2), and a Legate array "
+                                                   "has at most 6"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 TEST_F(LegateBatches, OptionsAreChecked) {
   write({10}, {}, *parse_dtype("float64"), 1);
   const Layout layout = discover(dir_.string());

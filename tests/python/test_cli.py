@@ -349,3 +349,217 @@ def test_every_python_spelled_phrase_of_the_core_has_a_cli_spelling() -> None:
     assert len(found) >= 8, found  # the scan does see the core's phrases
     missing = [(f, p) for f, p in found if not any(p in row for row in rows)]
     assert not missing, missing
+
+
+# ---- usage errors: what Python refuses, the command line refuses (exit 2, no Legate) -------
+
+# Every value-taking option of every command, with a value that would otherwise be accepted
+# (only --trailing-shape has a meaning for '': 1-D data).
+VALUE_OPTIONS = {
+    "write": ["--shard-dir", "--num-shards", "--shape", "--dtype", "--seed"],
+    "inspect": ["--pattern", *[o for o in FORMAT_OPTIONS if o != "--trailing-shape"]],
+    "index": ["--pattern", "--checksum", *[o for o in FORMAT_OPTIONS
+                                           if o != "--trailing-shape"]],
+    "verify": ["--groups"],
+    "read": ["--pattern", "--overdecompose", "--repeat", "--seed", "--shard-dir",
+             *[o for o in FORMAT_OPTIONS if o != "--trailing-shape"]],
+}
+
+
+def test_empty_values_are_refused_as_python_refuses_them(cli, tmp_path: pathlib.Path) -> None:
+    # Before, --pattern= read as the default pattern, --checksum '' as none, --dataset '' as
+    # no dataset and --columns '' as a column named '', where Python refuses pattern='',
+    # checksum='', dataset='' and columns=[] (ValueError); --shard-dir '' exited 1.
+    d = tmp_path / "set"
+    write_set(cli, d)
+    for cmd, options in VALUE_OPTIONS.items():
+        source = [] if cmd == "write" else [d]
+        for option in options:
+            for args in ([f"{option}="], [option, ""]):
+                r = run(cli, cmd, *source, *args, env=NO_LEGATE)
+                assert r.returncode == 2, (cmd, args, err(r))
+                assert f"{option}: expected a non-empty value" in err(r), (cmd, args, err(r))
+                assert f"see 'shardload {cmd} --help'" in err(r)
+                assert "LEGATE ERROR" not in err(r)
+    for kwargs in ({"pattern": ""}, {"dataset": ""}, {"columns": []}, {"format": ""}):
+        with pytest.raises(ValueError):
+            shardload.discover(d, **kwargs)
+    with pytest.raises(ValueError):
+        shardload.index(d, checksum="")
+    # An empty SOURCE (or DIR) too, as Python's discover("") raises ValueError.
+    for cmd in ("inspect", "index", "verify", "read"):
+        r = run(cli, cmd, "", env=NO_LEGATE)
+        assert r.returncode == 2 and "an empty argument ('') is not a path" in err(r), \
+            (cmd, err(r))
+    # '' is still 1-D data for --trailing-shape.
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    (raw / "shard_0000.bin").write_bytes(np.arange(3, dtype="<i4").tobytes())
+    r = run(cli, "inspect", raw, "--format=raw", "--dtype=<i4", "--trailing-shape=")
+    assert r.returncode == 0 and "shape:          (3,)" in out(r), err(r)
+
+
+def test_an_option_given_twice_is_refused(cli, tmp_path: pathlib.Path) -> None:
+    # Before, the last value won silently (`inspect D --format npy --format raw` was raw).
+    d = tmp_path / "set"
+    write_set(cli, d)
+    for cmd, options in VALUE_OPTIONS.items():
+        source = [] if cmd == "write" else [d]
+        for option in options:
+            r = run(cli, cmd, *source, f"{option}=a", option, "b", env=NO_LEGATE)
+            assert r.returncode == 2, (cmd, option, err(r))
+            assert f"{option} is given twice ('a', then 'b'); give it once" in err(r), err(r)
+    # A flag twice says nothing new and is taken.
+    r = run(cli, "inspect", d, "--json", "--json", env=NO_LEGATE)
+    assert r.returncode == 0 and json.loads(r.stdout)["total_rows"] == 100, err(r)
+
+
+def test_version_and_help_take_no_extra_arguments(cli) -> None:
+    # Before, `--version extra` printed the version and ignored the rest.
+    for args in (["--version", "extra"], ["-V", "extra"], ["--version", "--version"]):
+        r = run(cli, *args, env=NO_LEGATE)
+        assert r.returncode == 2 and r.stdout == b"", (args, out(r))
+        assert f"shardload: {args[0]} takes no argument, found '{args[1]}'" in err(r), err(r)
+    r = run(cli, "help", "read", "extra")
+    assert r.returncode == 2 and r.stdout == b"", out(r)
+    assert "expected at most one COMMAND, found 'extra'" in err(r), err(r)
+    # Help still wins over other arguments, as for every command.
+    r = run(cli, "--help", "extra")
+    assert r.returncode == 0 and out(r).startswith("usage: shardload")
+
+
+def test_inspect_of_several_sources_says_each_directory_is_a_source_of_its_own(
+        cli, tmp_path: pathlib.Path) -> None:
+    # Before, `inspect D D` said "loading a list of 2 paths: D: cannot tell the format from
+    # the name or the first bytes", as if D were a shard file of an unknown kind.
+    d = tmp_path / "set"
+    write_set(cli, d, shards=2)
+    for args, what, name in (([d, d], "a directory", d),
+                             ([d / "shard_0000.npy", d], "a directory", d),
+                             ([d / "*.npy", d / "shard_0000.npy"], "a glob", d / "*.npy"),
+                             ([d / "shard_0000.npy", d / "shard_{:04d}.npy"],
+                              "a numbered pattern", d / "shard_{:04d}.npy")):
+        r = run(cli, "inspect", *args, env=NO_LEGATE)
+        assert r.returncode == 2, (args, err(r))
+        assert (f"'{name}' is {what}, a SOURCE of its own: give one directory, pattern or glob "
+                "alone, or several files (2 arguments given)") in err(r), err(r)
+    r = run(cli, "inspect", d / "shard_0000.npy", d / "shard_0001.npy", "--pattern", "x_{}.npy")
+    assert r.returncode == 2 and "--pattern applies to one directory SOURCE" in err(r), err(r)
+    # A list of files, and a list of Zarr stores (directories), are still one dataset.
+    r = run(cli, "inspect", d / "shard_0000.npy", d / "shard_0001.npy")
+    assert r.returncode == 0 and "total rows:     100" in out(r), err(r)
+    stores = []
+    for i in range(2):
+        z = zarr.open_array(str(tmp_path / f"z{i}.zarr"), mode="w", shape=(3, 2), dtype="f4",
+                            zarr_format=2)
+        z[:] = i
+        stores.append(tmp_path / f"z{i}.zarr")
+    r = run(cli, "inspect", *stores)
+    assert r.returncode == 0 and "shape:          (6, 2)" in out(r), err(r)
+
+
+def test_a_malformed_source_is_a_usage_error_before_legate(cli, tmp_path: pathlib.Path) -> None:
+    # A pattern with a file or a glob: Python raises ValueError; the command line exited 1
+    # (read: after starting Legate).
+    d = tmp_path / "set"
+    write_set(cli, d, shards=2)
+    with pytest.raises(ValueError, match="a pattern applies only to a directory"):
+        shardload.discover(d / "shard_0000.npy", pattern="shard_{:04d}.npy")
+    for cmd in ("inspect", "index", "read"):
+        for source in (d / "shard_0000.npy", d / "*.npy"):
+            r = run(cli, cmd, source, "--pattern", "shard_{:04d}.npy", env=NO_LEGATE)
+            assert r.returncode == 2, (cmd, source, err(r))
+            assert "a pattern applies only to a directory" in err(r), err(r)
+            assert "LEGATE ERROR" not in err(r)
+
+
+def test_read_refuses_a_seed_it_would_not_use(cli, tmp_path: pathlib.Path) -> None:
+    # --seed is what the verification compares with; --no-verify skips it, so the seed was
+    # ignored.
+    d = tmp_path / "set"
+    write_set(cli, d)
+    r = run(cli, "read", d, "--seed", "3", "--no-verify", env=NO_LEGATE)
+    assert r.returncode == 2 and "give one of them" in err(r), err(r)
+
+
+def test_verify_groups_is_an_integer_as_every_other_option_takes_it(
+        cli, tmp_path: pathlib.Path) -> None:
+    # verify parsed with std::stoll, which took " 3" and "+3" that every other integer option
+    # refuses.
+    d = tmp_path / "set"
+    write_set(cli, d)
+    for value in (" 3", "+3", "3 ", "0", "x"):
+        r = run(cli, "verify", d, "--groups", value, env=NO_LEGATE)
+        assert r.returncode == 2, (value, err(r))
+        assert f"--groups: expected an integer >= 1, found '{value}'" in err(r), err(r)
+        r = run(cli, "read", d, "--repeat", value, env=NO_LEGATE)
+        assert r.returncode == 2 and "--repeat: expected an integer >= 1" in err(r), err(r)
+    # --fill-value (strtod) took leading spaces too; a float it still takes whole.
+    r = run(cli, "read", d, "--fill-value", " 1", env=NO_LEGATE)
+    assert r.returncode == 2 and "--fill-value: expected a number, found ' 1'" in err(r), err(r)
+
+
+def test_a_negative_trailing_dimension_is_a_usage_error(cli, tmp_path: pathlib.Path) -> None:
+    # Python's shape=(-1,) is a ValueError; the command line exited 1 after discovery began.
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    (raw / "shard_0000.bin").write_bytes(np.arange(6, dtype="<f4").tobytes())
+    with pytest.raises(ValueError, match="expected a non-negative int"):
+        shardload.discover(raw, format="raw", dtype="<f4", shape=(-1,))
+    for cmd in ("inspect", "read"):
+        r = run(cli, cmd, raw, "--format=raw", "--dtype=<f4", "--trailing-shape=2,-1",
+                env=NO_LEGATE)
+        assert r.returncode == 2, (cmd, err(r))
+        assert "--trailing-shape: dimensions must be >= 0, found '2,-1'" in err(r), err(r)
+
+
+# ---- dimensions: what a Legate array holds --------------------------------------------------
+
+def test_write_refuses_more_dimensions_than_legate_holds(cli, tmp_path: pathlib.Path) -> None:
+    # Before, `write --shape 4,2,2,2,2,2,2` aborted the process (SIGABRT, exit 134) in Legate,
+    # and --help promised 1 to 8 dimensions.
+    from legate import install_info  # the wheels' LEGATE_MAX_DIM, without starting Legate
+
+    limit = install_info.max_dim
+    r = run(cli, "write", "--help")
+    assert f"the shape of the whole dataset (1 to {limit} dimensions" in out(r), out(r)
+    for n in (limit + 1, 8):
+        shape = ",".join(["4"] + ["2"] * (n - 1))
+        d = tmp_path / f"d{n}"
+        r = run(cli, "write", "--shard-dir", d, "--num-shards", "2", "--shape", shape,
+                env=NO_LEGATE)
+        assert r.returncode == 2, err(r)
+        assert (f"--shape: {n} dimensions, and a Legate array has at most {limit} "
+                f"(LEGATE_MAX_DIM); found '{shape}'") in err(r), err(r)
+        assert not d.exists()
+    # The limit itself is written and read back.
+    d = tmp_path / "d6"
+    r = run(cli, "write", "--shard-dir", d, "--num-shards", "3", "--shape",
+            ",".join(["5"] + ["2"] * (limit - 1)), "--seed", "4")
+    assert r.returncode == 0, err(r)
+    r = run(cli, "read", d)
+    assert r.returncode == 0 and "verify:         OK (160 elements match seed 4)" in out(r), \
+        out(r) + err(r)
+
+
+@pytest.mark.parametrize("n", [7, 8])
+def test_read_refuses_more_dimensions_than_legate_holds(cli, tmp_path: pathlib.Path,
+                                                        n: int) -> None:
+    # Before, read of 7-D or 8-D data aborted the process (SIGABRT, exit 134) in Legate.
+    d = tmp_path / "set"
+    d.mkdir()
+    data = np.arange(3 * 2 ** (n - 1), dtype=np.float32).reshape((3,) + (2,) * (n - 1))
+    np.save(d / "shard_0000.npy", data[:2])
+    np.save(d / "shard_0001.npy", data[2:])
+    r = run(cli, "read", d)
+    assert r.returncode == 1, err(r)
+    shape = "(3, " + ", ".join(["2"] * (n - 1)) + ")"
+    assert (f"shardload read: error: the dataset of {d}/shard_0000.npy and 1 more shard has "
+            f"{n} dimensions, shape {shape}, and a Legate array has at most 6 "
+            "(LEGATE_MAX_DIM of this Legate build); it cannot be loaded through Legate, but it "
+            "can be read on the host") in err(r), err(r)
+    assert "LEGATE ERROR" not in err(r) and "Signal 6" not in err(r)
+    # inspect, which reads no data, describes it; host reads work (Layout.read).
+    r = run(cli, "inspect", d)
+    assert r.returncode == 0 and f"shape:          {shape}" in out(r), err(r)
+    np.testing.assert_array_equal(shardload.discover(d).read(), data)

@@ -198,3 +198,142 @@ def test_an_unhandled_ctrl_c_ends_the_process_as_python_does(dataset: pathlib.Pa
     # Python re-raises an unhandled KeyboardInterrupt as SIGINT to report it to the shell.
     assert rc == -signal.SIGINT
     assert "KeyboardInterrupt" in err and "Signal 2 received" not in err
+
+
+def test_every_legate_call_off_the_main_thread_names_itself(dataset: pathlib.Path,
+                                                            tmp_path: pathlib.Path) -> None:
+    # Before, verify, discover_once and batches (and the batches iterator's next()) all said
+    # "shardload.load was called ...". Each is refused before it touches the runtime, so this
+    # runs in the test's own process.
+    shardload.index(dataset, checksum="xxh3")
+    it = shardload.batches(dataset, 2000)  # made in the main thread, used from the worker
+    calls = {
+        "shardload.load": lambda: shardload.load(dataset),
+        "shardload.batches": lambda: shardload.batches(dataset, 100),
+        "next() of a shardload.batches iterator": lambda: next(it),
+        "shardload.verify": lambda: shardload.verify(dataset),
+        "shardload.discover_once": lambda: shardload.discover_once(dataset),
+        "shardload.save": lambda: shardload.save(np.zeros(3), tmp_path / "saved"),
+    }
+    messages: dict[str, str] = {}
+
+    def work() -> None:
+        for name, call in calls.items():
+            try:
+                call()
+                messages[name] = "no error"
+            except RuntimeError as e:
+                messages[name] = str(e)
+
+    t = threading.Thread(target=work, name="worker")
+    t.start()
+    t.join()
+    for name in calls:
+        assert messages[name].startswith(f"{name} was called from thread 'worker'; it works "
+                                         "only in the main thread"), (name, messages[name])
+    # The iterator goes on in the main thread, whole.
+    expected = shardload.discover(dataset).read()
+    np.testing.assert_array_equal(np.concatenate([np.asarray(b) for b in it]), expected)
+    assert not (tmp_path / "saved").exists()
+
+
+MORE_DIMENSIONS = """
+    import sys
+    import numpy as np
+    import shardload
+    from shardload import _api
+
+    shardload.register_reader("seven", read=lambda p, lo, hi: np.zeros((hi - lo,) + (2,) * 6),
+                              rows=lambda p: 3, dtype="float64", trailing_shape=(2,) * 6,
+                              extension=".seven")
+    for source in sys.argv[1:3]:
+        layout = shardload.discover(source)
+        calls = {
+            "load": lambda: shardload.load(source),
+            "load of a Layout": lambda: shardload.load(layout),
+            "load rows": lambda: shardload.load(source, rows=(0, 1)),
+            "batches": lambda: shardload.batches(source, 2),
+            "save": lambda: shardload.save(np.zeros(layout.shape, np.float32), sys.argv[4]),
+        }
+        for name, call in calls.items():
+            try:
+                call()
+                print(name, "no error")
+            except ValueError as e:
+                print(name, type(e).__name__, "|", e)
+    try:
+        shardload.load(sys.argv[3], reader="seven")
+        print("reader no error")
+    except ValueError as e:
+        print("reader", type(e).__name__, "|", e)
+    print("runtime started:", _api._runtime_ready)
+"""
+
+
+def test_more_dimensions_than_legate_has_are_refused_before_the_runtime_starts(
+        tmp_path: pathlib.Path) -> None:
+    # The Legate wheels hold arrays of at most 6 dimensions. Before, a load, batches or save
+    # of 7-D or 8-D data raised IndexError with Legate's error report inside, after starting
+    # the runtime; now each is refused first, by the launchers' own check, naming the limit.
+    from legate import install_info  # the wheels' LEGATE_MAX_DIM, without starting Legate
+
+    assert install_info.max_dim == 6
+    rng = np.random.default_rng(7)
+    sources = []
+    for n in (7, 8):
+        parts = [rng.standard_normal((r,) + (2,) * (n - 1)).astype(np.float32) for r in (3, 2)]
+        write_shards(tmp_path / f"d{n}", parts)
+        sources.append(tmp_path / f"d{n}")
+        # Host reads take any number of dimensions.
+        layout = shardload.discover(tmp_path / f"d{n}")
+        assert layout.shape == (5,) + (2,) * (n - 1)
+        np.testing.assert_array_equal(layout.read(), np.concatenate(parts))
+        np.testing.assert_array_equal(layout.read(1, 4), np.concatenate(parts)[1:4])
+    (tmp_path / "r").mkdir()
+    (tmp_path / "r" / "shard_0000.seven").write_bytes(b"")
+    rc, out, err = run(MORE_DIMENSIONS, *map(str, sources), str(tmp_path / "r"),
+                       str(tmp_path / "saved"), tmp=tmp_path)
+    assert rc == 0, f"stdout:\n{out}\nstderr:\n{err[-3000:]}"
+    lines = out.splitlines()
+    assert lines[-1] == "runtime started: False", out
+    assert "LEGATE ERROR" not in out + err and "IndexError" not in out + err
+    for n, source in zip((7, 8), sources):
+        shape = "(5, " + ", ".join(["2"] * (n - 1)) + ")"
+        refused = (f"the dataset of {source}/shard_0000.npy and 1 more shard has {n} "
+                   f"dimensions, shape {shape}, and a Legate array has at most 6 "
+                   "(LEGATE_MAX_DIM of this Legate build); it cannot be loaded through Legate, "
+                   "but it can be read on the host (Python Layout.read, C++ fill_rows)")
+        for name in ("load", "load of a Layout", "batches"):
+            assert f"{name} LayoutError | {refused}" in lines, (name, out)
+        assert (f"load rows LayoutError | {refused.replace('(5, ', '(1, ')}"
+                .replace(" and 1 more shard", "") in lines), out
+        assert (f"save ValueError | save: the array has {n} dimensions, shape {shape}, and a "
+                "Legate array has at most 6 (LEGATE_MAX_DIM of this Legate build); reshape it "
+                "to fewer dimensions to save it") in lines, out
+    assert ("reader LayoutError | the dataset of reader 'seven' has 7 dimensions, shape "
+            "(3, 2, 2, 2, 2, 2, 2), and a Legate array has at most 6") in out, out
+    assert not (tmp_path / "saved").exists()
+    from shardload import _legate
+
+    assert _legate.MAX_DIMS == install_info.max_dim  # the limit shardload was built with
+
+
+def test_the_launchers_refuse_more_dimensions_themselves(tmp_path: pathlib.Path) -> None:
+    # Past the Python checks, the C++ launchers (load, Batches) refuse such a layout before
+    # creating anything (Legate ended the process on the store), and the runtime goes on.
+    from shardload import _api, _legate
+
+    data = np.arange(2 * 2 ** 6, dtype=np.int16).reshape((2,) + (2,) * 6)
+    write_shards(tmp_path / "d7", [data])
+    encoded = shardload.discover(tmp_path / "d7").encode()
+    _api._start_runtime()
+    with pytest.raises(shardload.LayoutError, match=r"shard_0000.npy has 7 dimensions, shape "
+                       r"\(2, 2, 2, 2, 2, 2, 2\), and a Legate array has at most 6"):
+        _legate.load(encoded, 1)
+    with pytest.raises(shardload.LayoutError, match=r"shard_0000.npy has 7 dimensions"):
+        _legate.Batches(encoded, 1, 1, 1)
+    six = data.reshape((4,) + (2,) * 5)
+    write_shards(tmp_path / "d6", [six[:3], six[3:]])
+    np.testing.assert_array_equal(np.asarray(shardload.load(tmp_path / "d6")), six)
+    batches = [np.asarray(b) for b in shardload.batches(tmp_path / "d6", 3)]
+    np.testing.assert_array_equal(np.concatenate(batches), six)

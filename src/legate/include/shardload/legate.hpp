@@ -17,6 +17,7 @@
 #include <legate.h>
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -69,6 +70,23 @@ legate::LogicalArray load(const Layout& layout, const LoadOptions& options = {},
 // the memory Legate has for those processors.
 void check_load_memory(std::int64_t rows, std::uint64_t row_bytes, const std::string& target,
                        std::int64_t processors, std::int64_t overdecompose);
+
+// The most dimensions a Legate array can have in the Legate shardload is built with
+// (LEGATE_MAX_DIM: 6 in the wheels). Data of more dimensions is discovered and read on the host
+// (fill_rows; Python's Layout.read) like any other, but cannot be loaded, batched or saved.
+inline constexpr std::size_t kMaxLegateDims = LEGATE_MAX_DIM;
+
+// The check of that limit, made by load(), Batches and save() before anything is created
+// (Legate refuses a store of more dimensions with an exception that ends the process) and by
+// the Python package before the runtime starts. Throws unless `shape` has at most
+// kMaxLegateDims dimensions: `what` names the array in the message ("the dataset"); the site
+// picks the exception: kWrite an ArgumentError (the caller's array), otherwise a LayoutError.
+void check_legate_dims(std::span<const std::int64_t> shape, const std::string& what,
+                       ErrorSite site = ErrorSite::kDiscover);
+// The same for a layout to load (a LayoutError naming its first shard) and for an array to
+// write (an ArgumentError naming `what`, "save: the array").
+void check_legate_dims(const Layout& layout);
+void check_legate_dims(const legate::LogicalArray& array, const std::string& what);
 
 // The Legate library "shardload" with its tasks registered (once per process).
 legate::Library library();

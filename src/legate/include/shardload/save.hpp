@@ -92,7 +92,7 @@ struct SaveInfo {
 // "npy", "zarr" or "raw" -> the format; ArgumentError for anything else.
 SaveFormat parse_save_format(const std::string& name);
 
-// Writes `array` (dense, not nullable, 1 to 8 dimensions, a dtype shardload reads) to the
+// Writes `array` (dense, not nullable, 1 to 6 dimensions, a dtype shardload reads) to the
 // directory `dest` as described above. Returns once the dataset is in place.
 void save(const legate::LogicalArray& array, const std::string& dest,
           const SaveOptions& options = {}, SaveInfo* info = nullptr);
