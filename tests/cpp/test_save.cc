@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "legate/detail/save_files.hpp"
 #include "shardload/fill.hpp"
 #include "shardload/legate.hpp"
 #include "shardload/save.hpp"
@@ -86,6 +87,38 @@ TEST_F(LegateSave, DestinationRules) {
   EXPECT_THROW(parse_save_format("hdf5"), ArgumentError);
   EXPECT_FALSE(fs::exists(dir_ / "b"));
   EXPECT_FALSE(staging_left());
+}
+
+// The race an overwrite's last check cannot close: between it and the swap a user replaces a
+// chunk and adds a file to a store. The removal of the replaced dataset deletes only the
+// files that were checked, each only while it is that file, and says something is left.
+TEST_F(LegateSave, TheRemovalOfAReplacedDatasetKeepsWhatAppearedAfterTheCheck) {
+  const auto array = make_synth_array(DType{DTypeKind::kFloat, 4}, {10, 2}, 3);
+  SaveOptions opts;
+  opts.format = SaveFormat::kZarr;
+  opts.num_shards = 2;
+  const std::string dest = (dir_ / "z").string();
+  save(array, dest, opts);
+  detail::ExistingDestination existing;
+  ASSERT_TRUE(detail::check_destination(dest, true, &existing));
+  EXPECT_TRUE(existing.exists);
+  const fs::path store0 = dir_ / "z" / "shard_0000.zarr", store1 = dir_ / "z" / "shard_0001.zarr";
+  std::ofstream(store1 / "mine") << "mine";
+  fs::rename(store1 / "mine", store1 / "0");  // a new file under a checked name
+  std::ofstream(store0 / "late.txt") << "late";
+  EXPECT_FALSE(detail::remove_saved_entries(dest, existing.entries));
+  EXPECT_TRUE(fs::exists(store0 / "late.txt"));
+  EXPECT_EQ(fs::file_size(store1 / "0"), 4u);
+  EXPECT_FALSE(fs::exists(store0 / ".zarray"));
+  EXPECT_FALSE(fs::exists(store0 / "0"));
+  EXPECT_FALSE(fs::exists(store1 / ".zarray"));
+  EXPECT_FALSE(fs::exists(dir_ / "z" / "shardload.manifest"));
+  // Nothing foreign: everything goes, the directory too.
+  const std::string clean = (dir_ / "c").string();
+  save(array, clean, opts);
+  ASSERT_TRUE(detail::check_destination(clean, true, &existing));
+  EXPECT_TRUE(detail::remove_saved_entries(clean, existing.entries));
+  EXPECT_FALSE(fs::exists(clean));
 }
 
 }  // namespace
