@@ -1,6 +1,8 @@
 // shardload::save (the C++ API) under a running Legate runtime: round trips through every
 // format, read back on the host by the engine; the destination rules. Runs in legate_tests.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -119,6 +121,46 @@ TEST_F(LegateSave, TheRemovalOfAReplacedDatasetKeepsWhatAppearedAfterTheCheck) {
   ASSERT_TRUE(detail::check_destination(clean, true, &existing));
   EXPECT_TRUE(detail::remove_saved_entries(clean, existing.entries));
   EXPECT_FALSE(fs::exists(clean));
+}
+
+// A destination whose owner or group the saving process cannot give the new directory is
+// refused before anything is written. Run as another user in a child (the check touches only
+// the file system), against directories root made.
+TEST_F(LegateSave, ADestinationOfAnotherOwnerOrGroupIsRefused) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to make another user's directory";
+  const fs::path mine = dir_ / "users", theirs = dir_ / "roots", group = dir_ / "group";
+  for (const auto& d : {mine, theirs, group}) fs::create_directories(d);
+  ASSERT_EQ(::chown(mine.c_str(), 65534, 65534), 0);
+  ASSERT_EQ(::chown(group.c_str(), 65534, 0), 0);
+  const auto as_nobody = [](const std::string& dest) -> std::string {
+    int fds[2];
+    if (::pipe(fds) != 0) return "pipe failed";
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      ::close(fds[0]);
+      std::string out = "cannot drop privileges";
+      if (::setgid(65534) == 0 && ::setuid(65534) == 0) {
+        const Status st = detail::check_destination(dest, true);
+        out = st ? "ok" : std::to_string(st.sys_errno()) + " " + st.message();
+      }
+      (void)!::write(fds[1], out.data(), out.size());
+      ::_exit(0);
+    }
+    ::close(fds[1]);
+    std::string got;
+    char buf[512];
+    for (ssize_t n; (n = ::read(fds[0], buf, sizeof buf)) > 0;) got.append(buf, n);
+    ::close(fds[0]);
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    return got;
+  };
+  EXPECT_EQ(as_nobody(mine.string()), "ok");
+  const std::string refused = as_nobody(theirs.string());
+  EXPECT_EQ(refused.rfind(std::to_string(EPERM) + " ", 0), 0u) << refused;
+  EXPECT_NE(refused.find("belongs to user 0"), std::string::npos) << refused;
+  const std::string other_group = as_nobody(group.string());
+  EXPECT_NE(other_group.find("belongs to group 0"), std::string::npos) << other_group;
 }
 
 }  // namespace

@@ -185,11 +185,44 @@ def test_a_pre_created_empty_destination_keeps_its_attributes(tmp_path):
     assert (got.st_uid, got.st_gid) == (want.st_uid, want.st_gid)
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root can give any owner")
-def test_a_destination_of_another_owner_is_refused_before_writing():
-    dest = pathlib.Path("/")  # owned by root, never by a user running the tests
-    with pytest.raises(shardload.ShardWriteError):
-        shardload.save(np.arange(3), dest / "tmp", overwrite=True)
+def test_a_destination_of_another_owner_is_refused_before_writing(tmp_path):
+    """A save by another user (uid 65534, in a child) into a directory it may write, to an
+    empty destination that root made: it cannot give the new directory root's ownership, so
+    it is refused, with root's directory left as it was."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to run the save as another user")
+    parent = tmp_path / "shared"
+    parent.mkdir()
+    os.chmod(tmp_path, 0o755)
+    os.chmod(parent, 0o777)
+    dest = parent / "ds"
+    dest.mkdir(mode=0o700)
+    before = os.stat(dest)
+    script = textwrap.dedent("""
+        import sys
+        import numpy as np
+        import shardload
+        try:
+            shardload.save(np.arange(10), sys.argv[1], num_shards=2)
+            print("SAVED")
+        except shardload.ShardWriteError as e:
+            print("REFUSED", e.errno, e)
+    """)
+    env = {**os.environ, "HOME": str(parent), "TMPDIR": str(parent)}
+    try:
+        r = subprocess.run([sys.executable, "-c", script, str(dest)], capture_output=True,
+                           text=True, timeout=300, env=env, cwd=parent,
+                           preexec_fn=lambda: (os.setgid(65534), os.setuid(65534)))
+    except PermissionError as e:  # the interpreter lies where that user cannot reach
+        pytest.skip(f"cannot run the interpreter as uid 65534 here: {e}")
+    if r.returncode != 0:
+        pytest.skip(f"cannot run a save as uid 65534 here: {r.stderr[-500:]}")
+    assert r.stdout.startswith("REFUSED 1 "), r.stdout
+    assert "belongs to user 0" in r.stdout, r.stdout
+    after = os.stat(dest)
+    assert (after.st_ino, after.st_uid, stat.S_IMODE(after.st_mode)) == (
+        before.st_ino, 0, 0o700)
+    assert not os.listdir(dest) and not staging_dirs(parent)
 
 
 @pytest.mark.parametrize("mask", [0o002, 0o077])
