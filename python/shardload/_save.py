@@ -161,9 +161,15 @@ def save(
     from . import _legate
 
     logical = _logical_array(array)
-    d = _legate.save(logical.raw_handle, path, int(num_shards or 0), [], format, overwrite,
-                     manifest, checksum)
-    del logical
+    try:
+        d = _legate.save(logical.raw_handle, path, int(num_shards or 0), [], format, overwrite,
+                         manifest, checksum)
+    finally:
+        # Dropped here on the error path too: the raised exception's traceback keeps this
+        # frame, and a caller that keeps the exception (pytest.raises, `except ... as e` in a
+        # frame it references) makes a cycle that a garbage collection frees, maybe on
+        # another thread, where freeing a Legate object ends the process.
+        del logical
     if not info:
         return None
     return SaveInfo(target=d["target"], processors=d["processors"], tiles=d["tiles"],

@@ -14,6 +14,7 @@ import stat
 import subprocess
 import sys
 import textwrap
+import time
 import warnings
 
 import numpy as np
@@ -279,7 +280,7 @@ def _kill_a_save_midway(tmp_path: pathlib.Path) -> pathlib.Path:
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         try:
             while p.poll() is None and not staging_dirs(tmp_path):
-                pass
+                time.sleep(0.001)
             p.kill()
         finally:
             p.communicate(timeout=300)
@@ -315,7 +316,7 @@ def test_ctrl_c_during_a_save_publishes_nothing(tmp_path):
     """SIGINT arrives while the save works (sent when its staging directory appears): the
     save raises KeyboardInterrupt, with the staging directory removed and nothing at dest."""
     script = textwrap.dedent("""
-        import os, signal, sys, threading, pathlib
+        import os, signal, sys, threading, pathlib, time
         import numpy as np
         import shardload
         dest = pathlib.Path(sys.argv[1])
@@ -324,7 +325,7 @@ def test_ctrl_c_during_a_save_publishes_nothing(tmp_path):
         late = []
         def interrupt():
             while not any(".shardload-tmp-" in n for n in os.listdir(dest.parent)):
-                pass
+                time.sleep(0.0005)
             os.kill(os.getpid(), signal.SIGINT)
             late.append(dest.exists())
         t = threading.Thread(target=interrupt)
@@ -444,3 +445,31 @@ def test_cli_write_bounds_num_shards_and_refuses_another_byte_order(tmp_path, cl
                        timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     assert np.load(tmp_path / "o" / "shard_0000.npy").dtype == np.dtype("float32")
+
+
+def test_a_kept_save_error_frees_no_legate_object_on_another_thread(tmp_path):
+    """A refused save's exception, kept by the caller in a cycle (as pytest.raises and
+    `except ... as e` in a kept frame do), is freed by a garbage collection, which may run on
+    any thread; a Legate object freed there ends the process. The save's frame holds none."""
+    script = textwrap.dedent("""
+        import gc, sys, threading
+        import numpy as np
+        import shardload
+        dest = sys.argv[1]
+        shardload.save(np.arange(4), dest, num_shards=1)
+        gc.disable()
+        def refused():
+            try:
+                shardload.save(np.arange(6), dest, num_shards=2)
+            except shardload.DestinationExistsError as e:
+                kept = e  # the exception -> its traceback -> this frame -> the exception
+                return kept
+        refused()
+        t = threading.Thread(target=gc.collect)
+        t.start()
+        t.join()
+        print("ALIVE")
+    """)
+    r = subprocess.run([sys.executable, "-c", script, str(tmp_path / "o")], capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0 and r.stdout.strip() == "ALIVE", r.stderr[-3000:]
