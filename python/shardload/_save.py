@@ -20,6 +20,8 @@ from . import _api
 
 _FORMATS = ("npy", "zarr", "raw")
 _CHECKSUMS = ("none", "xxh3")
+# The most shards one save writes (the C++ side's bound too).
+_MAX_SHARDS = 1_000_000
 
 PathLike = Union[str, bytes, "os.PathLike[str]", "os.PathLike[bytes]"]
 
@@ -57,6 +59,10 @@ def _logical_array(array: Any) -> Any:
     if isinstance(array, np.ndarray):
         import cupynumeric
 
+        if array.dtype.byteorder not in ("=", "|"):
+            # The bytes are converted to this machine's order, which is what Legate holds
+            # and the shards are written in; the values are the same.
+            array = array.astype(array.dtype.newbyteorder("="))
         array = cupynumeric.asarray(array)
     interface = getattr(array, "__legate_data_interface__", None)
     if interface is None:
@@ -83,19 +89,23 @@ def save(
     """Writes ``array`` to the directory ``dest`` as shards that :func:`load` reads back.
 
     ``array``: a ``cupynumeric.ndarray``, a ``legate.core.LogicalArray`` or a
-    ``numpy.ndarray`` (copied into Legate first), of 1 to 6 dimensions, of bool, integers,
-    float16/32/64 or complex64/128. Axis 0 is split into ``num_shards`` shards (default: one
-    per CPU processor of the launch) of ``ceil(rows / num_shards)`` rows, the last ones
-    shorter or empty. ``format``: ``"npy"`` (``shard_0000.npy`` ...), ``"raw"``
+    ``numpy.ndarray`` (copied into Legate first, in native byte order), of 1 to 6
+    dimensions, of bool, integers, float16/32/64 or complex64/128. Axis 0 is split into
+    ``num_shards`` shards (1 to 1,000,000; default: one per CPU processor of the launch) of
+    ``ceil(rows / num_shards)`` rows, the last ones shorter or empty. ``format``: ``"npy"``
+    (``shard_0000.npy`` ...), ``"raw"``
     (``shard_0000.bin`` ... and a ``shardload.json`` sidecar) or ``"zarr"`` (one uncompressed
     Zarr v2 store per shard, ``shard_0000.zarr`` ...).
 
     ``dest`` must be absent or an empty directory, unless ``overwrite=True``: then a
     directory that holds only what a save writes is replaced in one atomic swap (see
-    ``docs/save.md`` for what a concurrent reader can see). Raises ``DestinationExistsError``
-    (a ``FileExistsError``) when refused, ``ShardWriteError`` (an ``OSError`` with
-    ``filename``) when writing fails, ``ValueError`` for bad arguments, ``TypeError`` for an
-    array of another kind. On any error nothing of the new dataset is visible.
+    ``docs/save.md`` for what a concurrent reader can see); a directory holding anything a
+    save did not write (down to a file inside a Zarr store) is refused. ``dest`` keeps its
+    mode, owner, group and extended attributes. Raises ``DestinationExistsError`` (a
+    ``FileExistsError``) when refused, ``ShardWriteError`` (an ``OSError`` with ``filename``)
+    when writing fails, ``ValueError`` for bad values, ``TypeError`` for arguments of the
+    wrong type. On any error nothing of the new dataset is visible; Ctrl-C during the save
+    raises ``KeyboardInterrupt`` with nothing published.
 
     ``manifest=True`` (the default) writes ``dest/shardload.manifest`` after every other
     file, before the rename: :func:`discover` and :func:`load` of ``dest`` then read it
@@ -108,13 +118,18 @@ def save(
     t_call = time.perf_counter()
     if format not in _FORMATS:
         raise ValueError(f"save: format= must be one of {', '.join(_FORMATS)}, found {format!r}")
-    if num_shards is not None and (isinstance(num_shards, bool)
-                                   or not isinstance(num_shards, (int, np.integer))
-                                   or num_shards < 1):
-        raise ValueError(f"save: num_shards= must be an integer >= 1 or None, found "
-                         f"{num_shards!r}")
-    if not isinstance(overwrite, bool):
-        raise ValueError(f"save: overwrite= must be True or False, found {overwrite!r}")
+    if num_shards is not None:
+        if isinstance(num_shards, (bool, np.bool_)) or not isinstance(num_shards,
+                                                                      (int, np.integer)):
+            raise TypeError(f"save: num_shards= must be an integer or None, found "
+                            f"{type(num_shards).__name__} {num_shards!r}")
+        if not 1 <= int(num_shards) <= _MAX_SHARDS:
+            raise ValueError(f"save: num_shards= must be from 1 to {_MAX_SHARDS}, found "
+                             f"{int(num_shards)}")
+    for name, value in (("overwrite", overwrite), ("info", info)):
+        if not isinstance(value, bool):
+            raise TypeError(f"save: {name}= must be True or False, found "
+                            f"{type(value).__name__} {value!r}")
     if not isinstance(manifest, bool):
         raise ValueError(f"save: manifest= must be True or False, found {manifest!r}")
     if not isinstance(checksum, str) or checksum not in _CHECKSUMS:
@@ -149,9 +164,15 @@ def save(
     from . import _legate
 
     logical = _logical_array(array)
-    d = _legate.save(logical.raw_handle, path, int(num_shards or 0), [], format, overwrite,
-                     manifest, checksum)
-    del logical
+    try:
+        d = _legate.save(logical.raw_handle, path, int(num_shards or 0), [], format, overwrite,
+                         manifest, checksum)
+    finally:
+        # Dropped here on the error path too: the raised exception's traceback keeps this
+        # frame, and a caller that keeps the exception (pytest.raises, `except ... as e` in a
+        # frame it references) makes a cycle that a garbage collection frees, maybe on
+        # another thread, where freeing a Legate object ends the process.
+        del logical
     if not info:
         return None
     return SaveInfo(target=d["target"], processors=d["processors"], tiles=d["tiles"],

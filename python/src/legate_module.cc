@@ -206,6 +206,12 @@ PYBIND11_MODULE(_legate, m) {
           shardload::throw_status(c.status().with_context("save: checksum"),
                                   shardload::ErrorSite::kWrite);
         }
+        // Ctrl-C while the save runs (the GIL released) only marks the signal pending; it is
+        // looked at before the rename, so that an interrupted save publishes nothing.
+        opts.before_commit = [] {
+          py::gil_scoped_acquire gil;
+          if (PyErr_CheckSignals() != 0) throw py::error_already_set();
+        };
         const std::string path = dest;
         shardload::SaveInfo info;
         {

@@ -333,6 +333,9 @@ Result<DirectoryScan> scan_directory(const std::string& directory) {
   while (const dirent* e = ::readdir(d)) {
     const std::string name = e->d_name;
     if (name == "." || name == "..") continue;
+    // A save's hidden staging directory (".NAME.shardload-tmp-HOST-PID-N", left by a killed
+    // save) is never a dataset to load or to suggest: it may be half written.
+    if (name[0] == '.' && name.find(".shardload-tmp-") != std::string::npos) continue;
     ++scan.entries;
     bool is_dir = e->d_type == DT_DIR;
     if (e->d_type == DT_UNKNOWN || e->d_type == DT_LNK) {

@@ -156,7 +156,7 @@ const std::vector<CommandSpec>& commands() {
        "Writes N .npy shards of deterministic values (a function of the seed and the element\n"
        "index) and DIR/_meta.json, which `shardload read` verifies against.",
        {{"shard-dir", "DIR", "the directory to write (created; stale shards removed)"},
-        {"num-shards", "N", "the number of shards (>= 1); rows are split unevenly"},
+        {"num-shards", "N", "the number of shards (1 to 1000000); rows are split unevenly"},
         {"shape", "ROWS[,DIM...]", shape_help.c_str()},
         {"dtype", "T", "the element type (default float32)"},
         {"seed", "S", "the seed of the values (default 0)"}},
@@ -460,6 +460,10 @@ std::optional<int> parse_write_args(const Args& args, WriteArgs* out) {
     return usage_error(
         cmd, "--num-shards: expected an integer >= 1, found '" + p.opts["num-shards"] + "'");
   }
+  if (out->shards > 1000000) {  // save's bound (shardload/save.hpp)
+    return usage_error(
+        cmd, "--num-shards: expected at most 1000000 shards, found " + p.opts["num-shards"]);
+  }
   if (p.opts.count("seed") != 0 && !parse_int(p.opts["seed"], &out->seed)) {
     return usage_error(cmd, "--seed: expected an integer, found '" + p.opts["seed"] + "'");
   }
@@ -478,8 +482,17 @@ std::optional<int> parse_write_args(const Args& args, WriteArgs* out) {
   for (const auto d : out->shape) {
     if (d < 0) return usage_error(cmd, "--shape: dimensions must be >= 0");
   }
-  auto dtype = parse_dtype(p.opts.count("dtype") != 0 ? p.opts["dtype"] : "float32");
+  const std::string dtype_text = p.opts.count("dtype") != 0 ? p.opts["dtype"] : "float32";
+  bool big = false;
+  auto dtype = parse_dtype(dtype_text, &big);
   if (!dtype) return usage_error(cmd, "--dtype: " + dtype.status().message());
+  // The shards are written in this machine's byte order; another one is refused, not ignored.
+  if (dtype->size > 1 && big != !host_is_little_endian()) {
+    return usage_error(cmd, "--dtype: '" + dtype_text + "' is " + (big ? "big" : "little") +
+                                "-endian, and write writes " + (big ? "little" : "big") +
+                                "-endian shards (this machine's order); pass '" + dtype->name() +
+                                "'");
+  }
   out->dtype = *dtype;
   return std::nullopt;
 }

@@ -54,6 +54,23 @@ DType dtype_of(const legate::Type& type) {
   }
 }
 
+// The array the save task can take. A store whose storage is one value (a 0-d result such as
+// x.sum(), then promoted, broadcast or reshaped into a larger view: cn.atleast_1d(x.sum()),
+// cn.broadcast_to(s, shape)) has no region for Legate to tile ("unsupported number of
+// dimensions: 0"); every element of such a view is that value, so a new array of the view's
+// shape is filled with it (one array of the view's size in Legate's memory, made by a fill).
+legate::LogicalArray tileable(const legate::LogicalArray& array) {
+  const legate::LogicalStore store = array.data();
+  if (!store.has_scalar_storage()) return array;
+  auto* runtime = legate::Runtime::get_runtime();
+  legate::LogicalArray out = runtime->create_array(legate::Shape{store.extents()}, array.type());
+  if (store.volume() == 0) return out;
+  const legate::PhysicalStore value = store.get_physical_store();
+  const legate::InlineAllocation alloc = value.get_inline_allocation();
+  runtime->issue_fill(out, legate::Scalar{array.type(), alloc.ptr, /*copy=*/true});
+  return out;
+}
+
 // Removes the staging directory unless the save completed.
 struct StagingGuard {
   std::string path;
@@ -84,8 +101,10 @@ void save(const legate::LogicalArray& array, const std::string& dest, const Save
   if (array.nullable())
     argument_error("nullable arrays cannot be saved (the formats hold no mask)");
   if (array.nested()) argument_error("nested (struct, list or string) arrays cannot be saved");
-  if (array.dim() < 1 || array.dim() > 8) {
-    argument_error("expected an array of 1 to 8 dimensions, found " + std::to_string(array.dim()));
+  // The upper bound is Legate's, checked below with the other launchers' check.
+  if (array.dim() < 1) {
+    argument_error("expected an array of at least 1 dimension, found " +
+                   std::to_string(array.dim()));
   }
   for (const auto& [name, text] : options.extra_files) {
     if (name.empty() || name == "." || name == ".." ||
@@ -186,7 +205,7 @@ void save(const legate::LogicalArray& array, const std::string& dest, const Save
     const legate::Scope scope{machine};
     auto task = runtime->create_task(lib, detail::SaveTask::TASK_CONFIG.task_id(),
                                      legate::tuple<std::uint64_t>{launch});
-    task.add_input(array.data().partition_by_tiling(tile_shape));
+    task.add_input(tileable(array).data().partition_by_tiling(tile_shape));
     const std::vector<std::uint8_t> dir_bytes(staging->begin(), staging->end());
     task.add_scalar_arg(legate::Scalar{dir_bytes});
     task.add_scalar_arg(legate::Scalar{spec.encode()});
@@ -203,8 +222,11 @@ void save(const legate::LogicalArray& array, const std::string& dest, const Save
 
   check(detail::write_metadata(*staging, spec, options.extra_files));
   if (options.manifest) check(detail::write_save_manifest(*staging, options.checksum));
-  check(detail::commit_staging(*staging, dest, options.overwrite));
-  guard.keep = true;
+  if (options.before_commit) options.before_commit();
+  bool published = false;
+  const Status committed = detail::commit_staging(*staging, dest, options.overwrite, &published);
+  guard.keep = published;  // what is left at the staging path then is not ours to remove
+  check(committed);
   si.commit_seconds = seconds(t2, Clock::now());
   if (info != nullptr) *info = si;
 }

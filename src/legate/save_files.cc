@@ -3,13 +3,19 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
+#include <climits>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <map>
+#include <optional>
 #include <string_view>
 
 #include "shardload/layout.hpp"
@@ -62,7 +68,7 @@ Status write_all(int fd, const std::string& path, const void* data, std::size_t 
 // A new regular file of `size` bytes starting with `head`. O_EXCL and O_NOFOLLOW: the
 // staging directory is ours and new, so anything already there is an error, never a target.
 Status create_file(const std::string& path, const std::string& head, std::int64_t size) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0666);
   if (fd < 0) return sys_error(path, "cannot create", errno);
   Status st = head.empty() ? Status::ok() : write_all(fd, path, head.data(), head.size(), 0);
   if (st && ::ftruncate(fd, size) != 0) {
@@ -108,6 +114,11 @@ std::string zarr_fill_value(const DType& d) {
     default:
       return "0";
   }
+}
+
+std::string without_trailing_slashes(std::string path) {
+  while (path.size() > 1 && path.back() == '/') path.pop_back();
+  return path;
 }
 
 std::pair<std::string, std::string> split_dest(std::string dest) {
@@ -217,7 +228,7 @@ Status create_shard_files(const std::string& dir, SaveSpec* spec) {
         SHARDLOAD_RETURN_IF_ERROR(create_file(path, {}, data));
         break;
       case SaveFormat::kZarr: {
-        if (::mkdir(path.c_str(), 0755) != 0) return sys_error(path, "cannot create", errno);
+        if (::mkdir(path.c_str(), 0777) != 0) return sys_error(path, "cannot create", errno);
         const std::int64_t cr = zarr_chunk_rows(rows, spec->row_bytes);
         spec->chunk_rows[s] = cr;
         if (spec->row_bytes == 0) break;  // no bytes: every chunk is missing (fill value)
@@ -309,9 +320,423 @@ Status write_save_manifest(const std::string& dir, Checksum checksum) {
   return Status::ok();
 }
 
-Status check_destination(const std::string& dest, bool overwrite) {
+namespace {
+
+std::int64_t ns_of(const struct ::timespec& t) {
+  return static_cast<std::int64_t>(t.tv_sec) * 1000000000 + t.tv_nsec;
+}
+
+// The chunk number of a Zarr chunk key as a save writes it for an array of `dims` dimensions
+// (a decimal number along axis 0 without leading zeros, then ".0" per other axis; dims 0: any
+// count of ".0"), or -1 for any other name.
+std::int64_t zarr_chunk_number(std::string_view name, std::size_t dims) {
+  std::size_t digits = 0;
+  while (digits < name.size() && name[digits] >= '0' && name[digits] <= '9') ++digits;
+  if (digits == 0 || digits > 18 || (digits > 1 && name[0] == '0')) return -1;
+  std::string_view rest = name.substr(digits);
+  std::size_t axes = 1;
+  while (rest.size() >= 2 && rest[0] == '.' && rest[1] == '0') {
+    rest.remove_prefix(2);
+    ++axes;
+  }
+  if (!rest.empty() || (dims > 0 && axes != dims)) return -1;
+  return std::stoll(std::string(name.substr(0, digits)));
+}
+
+// 0777 less this process's umask: the mode mkdir(2) gives a new directory. Read from
+// /proc (umask(2) can only be read by setting it, which races with other threads).
+mode_t new_directory_mode() {
+  if (std::FILE* f = std::fopen("/proc/self/status", "re")) {
+    char line[256];
+    unsigned mask = 0;
+    bool found = false;
+    while (std::fgets(line, sizeof line, f) != nullptr) {
+      if (std::sscanf(line, "Umask: %o", &mask) == 1) {
+        found = true;
+        break;
+      }
+    }
+    std::fclose(f);
+    if (found) return static_cast<mode_t>(0777 & ~mask);
+  }
+  const mode_t mask = ::umask(0);
+  ::umask(mask);
+  return 0777 & ~mask;
+}
+
+bool in_my_groups(gid_t gid) {
+  if (gid == ::getegid()) return true;
+  const int n = ::getgroups(0, nullptr);
+  if (n <= 0) return false;
+  std::vector<gid_t> groups(static_cast<std::size_t>(n));
+  const int got = ::getgroups(n, groups.data());
+  return got > 0 && std::find(groups.begin(), groups.begin() + got, gid) != groups.begin() + got;
+}
+
+// The new dataset takes the owner and group of the directory it replaces; where this process
+// cannot give it them (it is not root, and they are another user's or a group it is not in)
+// the save is refused before anything is written, rather than changing them.
+Status check_owner(const std::string& dest, const struct ::stat& st) {
+  const uid_t me = ::geteuid();
+  if (me == 0) return Status::ok();  // a chown that still fails is reported at the commit
+  if (st.st_uid != me) {
+    return file_error(ErrorCode::kIo, dest,
+                      "the destination belongs to user " + std::to_string(st.st_uid) +
+                          ", and this process (user " + std::to_string(me) +
+                          ") cannot give the new dataset that owner; save as that user, or "
+                          "elsewhere",
+                      EPERM);
+  }
+  if (!in_my_groups(st.st_gid)) {
+    return file_error(ErrorCode::kIo, dest,
+                      "the destination belongs to group " + std::to_string(st.st_gid) +
+                          ", which this process is not in, so the new dataset cannot keep it; "
+                          "save as a member of that group, or elsewhere",
+                      EPERM);
+  }
+  return Status::ok();
+}
+
+// The extended attributes of `path` (ACLs are among them: system.posix_acl_*); none where
+// the file system has none.
+Result<std::map<std::string, std::string>> xattrs_of(const std::string& path) {
+  std::map<std::string, std::string> out;
+  std::string names;
+  for (;;) {
+    const ssize_t n = ::llistxattr(path.c_str(), nullptr, 0);
+    if (n < 0) {
+      if (errno == ENOTSUP) return out;
+      return sys_error(path, "cannot list the extended attributes", errno);
+    }
+    names.resize(static_cast<std::size_t>(n));
+    const ssize_t got = n == 0 ? 0 : ::llistxattr(path.c_str(), names.data(), names.size());
+    if (got >= 0) {
+      names.resize(static_cast<std::size_t>(got));
+      break;
+    }
+    if (errno != ERANGE) return sys_error(path, "cannot list the extended attributes", errno);
+  }
+  for (std::size_t at = 0; at < names.size();) {
+    const std::string name(names.c_str() + at);
+    at += name.size() + 1;
+    if (name.empty()) continue;
+    std::string value;
+    for (;;) {
+      const ssize_t n = ::lgetxattr(path.c_str(), name.c_str(), nullptr, 0);
+      if (n < 0) {
+        if (errno == ENODATA) break;  // removed meanwhile
+        return sys_error(path, "cannot read the extended attribute " + name, errno);
+      }
+      value.resize(static_cast<std::size_t>(n));
+      const ssize_t got =
+          n == 0 ? 0 : ::lgetxattr(path.c_str(), name.c_str(), value.data(), value.size());
+      if (got >= 0) {
+        value.resize(static_cast<std::size_t>(got));
+        out.emplace(name, std::move(value));
+        break;
+      }
+      if (errno != ERANGE) {
+        return sys_error(path, "cannot read the extended attribute " + name, errno);
+      }
+    }
+  }
+  return out;
+}
+
+// Gives the staging directory what the directory it replaces has: mode, owner, group and
+// extended attributes (ACLs included); or, for a new destination, the mode mkdir(2) gives.
+// Refuses (nothing published) where one of them cannot be kept.
+Status take_attributes(const std::string& staging, const std::string& dest,
+                       const ExistingDestination& existing) {
+  const auto cannot = [&](const std::string& what, int err) {
+    return file_error(ErrorCode::kIo, dest,
+                      "cannot give the new dataset the destination's " + what + ": " +
+                          std::strerror(err) + "; nothing was replaced",
+                      err);
+  };
+  if (!existing.exists) {
+    if (::chmod(staging.c_str(), new_directory_mode()) != 0) {
+      return sys_error(staging, "cannot set the mode", errno);
+    }
+    return Status::ok();
+  }
   struct ::stat st {};
-  if (::lstat(dest.c_str(), &st) != 0) {
+  if (::lstat(staging.c_str(), &st) != 0) return sys_error(staging, "cannot look at", errno);
+  if ((st.st_uid != existing.uid || st.st_gid != existing.gid) &&
+      ::lchown(staging.c_str(), existing.uid, existing.gid) != 0) {
+    return cannot("owner and group (" + std::to_string(existing.uid) + ":" +
+                      std::to_string(existing.gid) + ")",
+                  errno);
+  }
+  // After the chown, which may clear the set-group-ID bit.
+  if (::chmod(staging.c_str(), existing.mode) != 0) return cannot("mode", errno);
+  SHARDLOAD_ASSIGN_OR_RETURN(const auto want, xattrs_of(dest));
+  SHARDLOAD_ASSIGN_OR_RETURN(const auto have, xattrs_of(staging));
+  for (const auto& [name, value] : want) {
+    const auto it = have.find(name);
+    if (it != have.end() && it->second == value) continue;
+    if (::lsetxattr(staging.c_str(), name.c_str(), value.data(), value.size(), 0) != 0) {
+      return cannot("extended attribute " + name, errno);
+    }
+  }
+  // What the staging directory inherited (a default ACL of the parent) and the destination
+  // does not have.
+  for (const auto& [name, value] : have) {
+    if (want.count(name) == 0 && ::lremovexattr(staging.c_str(), name.c_str()) != 0 &&
+        errno != ENODATA) {
+      return cannot("lack of the extended attribute " + name, errno);
+    }
+  }
+  return Status::ok();
+}
+
+// FNV-1a: a short, stable stand-in for a name too long to be part of another name.
+std::string name_hash(const std::string& name) {
+  std::uint64_t h = 14695981039346656037ull;
+  for (const unsigned char c : name) h = (h ^ c) * 1099511628211ull;
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
+  return hex;
+}
+
+std::string host_name() {
+  char host[HOST_NAME_MAX + 1] = {};
+  if (::gethostname(host, sizeof host - 1) != 0) host[0] = '\0';
+  std::string out;
+  for (const char* p = host; *p != '\0'; ++p) {
+    const char c = *p;
+    const bool plain = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                       c == '.' || c == '_';
+    out += plain ? c : '_';  // '-' too: "-PID-N" is parsed from the end
+  }
+  return out.empty() ? std::string("host") : out;
+}
+
+// Room kept after a stem for "-PID-N" and ".old".
+constexpr std::size_t kEndingRoom = 1 + 10 + 1 + 20 + 4;
+
+// The staging directory's name without its "-PID-N" ending: ".NAME.shardload-tmp-HOST", or,
+// where that would leave no room within NAME_MAX, ".HASH.shardload-tmp-HOST" (HASH: 16 hex
+// digits of NAME). The host name tells a later save which staging directories it may judge
+// by their PID.
+std::string staging_stem(const std::string& base) {
+  const std::string tail = ".shardload-tmp-" + host_name();
+  std::string stem = "." + base + tail;
+  if (stem.size() + kEndingRoom > NAME_MAX) stem = "." + name_hash(base) + tail;
+  return stem;
+}
+
+// Removes what saves to the same destination killed on this host left: directories named
+// exactly stem + "-PID-N" whose PID is no running process here.
+void remove_stale_staging(const std::string& parent, const std::string& stem) {
+  DIR* d = ::opendir(parent.c_str());
+  if (d == nullptr) return;  // making the staging directory reports the parent's trouble
+  std::vector<std::string> stale;
+  const std::string head = stem + "-";
+  while (const dirent* e = ::readdir(d)) {
+    const std::string_view name = e->d_name;
+    if (name.size() <= head.size() || name.substr(0, head.size()) != head) continue;
+    const std::string_view rest = name.substr(head.size());
+    const auto dash = rest.find('-');
+    if (dash == std::string_view::npos || dash == 0 || dash > 10 || dash + 1 == rest.size() ||
+        rest.size() - dash - 1 > 20) {
+      continue;
+    }
+    const auto digits = [](std::string_view s) {
+      return std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
+    };
+    if (!digits(rest.substr(0, dash)) || !digits(rest.substr(dash + 1))) continue;
+    const long long pid = std::stoll(std::string(rest.substr(0, dash)));
+    if (pid <= 0 || pid > INT32_MAX || pid == ::getpid()) continue;
+    if (::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;  // alive, or unknown
+    stale.emplace_back(name);
+  }
+  ::closedir(d);
+  for (const auto& name : stale) {
+    const std::string path = (parent == "/" ? std::string() : parent) + "/" + name;
+    struct ::stat st {};
+    if (::lstat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) remove_tree(path);
+  }
+}
+
+// Deletes the replaced dataset, now at `old`, entry by entry: a file a user put into it
+// after the last check is never deleted. Its directory then stays, renamed to a visible
+// name beside dest, and the save reports it (the new dataset is in place by then).
+Status remove_replaced(const std::string& old, const std::string& dest,
+                       const std::vector<SavedEntry>& entries) {
+  if (remove_saved_entries(old, entries)) return Status::ok();
+  const auto [parent, base] = split_dest(dest);
+  const std::string dir = parent == "/" ? std::string() : parent;
+  const std::string ending = "-" + std::to_string(::getpid()) + "-" + name_hash(old).substr(0, 8);
+  std::string kept = dir + "/" + base + ".shardload-kept" + ending;
+  if (base.size() + 15 + ending.size() > NAME_MAX) {
+    kept = dir + "/shardload-kept-" + name_hash(base) + ending;
+  }
+  if (::rename(old.c_str(), kept.c_str()) != 0) kept = old;
+  return file_error(ErrorCode::kIo, dest,
+                    "the new dataset is in place, but files were added to the one it replaced "
+                    "during the save; they were not deleted, and are in " +
+                        kept,
+                    0);
+}
+
+// The names in a directory, sorted, so that the first foreign entry named is the same on
+// every file system.
+Status list_names(const std::string& dir, std::vector<std::string>* names) {
+  DIR* d = ::opendir(dir.c_str());
+  if (d == nullptr) return sys_error(dir, "cannot list", errno);
+  while (const dirent* e = ::readdir(d)) {
+    const std::string_view name = e->d_name;
+    if (name != "." && name != "..") names->emplace_back(name);
+  }
+  ::closedir(d);
+  std::sort(names->begin(), names->end());
+  return Status::ok();
+}
+
+// What an earlier save wrote into an existing dataset directory. With its manifest, the
+// shards it lists (by name, and by snapshot: a file changed or replaced since is not the
+// save's any more) and, in each Zarr store, the .zarray it snapshots and the chunk keys its
+// geometry gives. Without one (a save with manifest = false, or the CLI's older output):
+// entries of the names and types a save writes, and in a Zarr store only .zarray and chunk
+// keys of the save's pattern.
+struct SavedTree {
+  std::string dest;
+  std::optional<Manifest> manifest;
+  std::map<std::string, const Shard*, std::less<>> shards;  // the manifest's, by file name
+
+  Status foreign(const std::string& rel, const std::string& why) const {
+    return file_error(ErrorCode::kIo, dest,
+                      "overwrite replaces only a directory of saved shards, and it holds '" + rel +
+                          "', " + why + "; remove it or save elsewhere",
+                      EEXIST);
+  }
+
+  Status read_manifest_if_any() {
+    const std::string path = manifest_path(dest);
+    struct ::stat st {};
+    if (::lstat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return Status::ok();
+    auto m = read_manifest(path);
+    if (!m) {
+      return file_error(ErrorCode::kIo, dest,
+                        "overwrite replaces only a directory of saved shards, and its manifest "
+                        "cannot be read, so what the save wrote is unknown (" +
+                            m.status().message() +
+                            "); delete the manifest to have the shards checked by name, or "
+                            "save elsewhere",
+                        EEXIST);
+    }
+    manifest = std::move(*m);
+    const std::string prefix = manifest->directory.empty() || manifest->directory.back() == '/'
+                                   ? manifest->directory
+                                   : manifest->directory + "/";
+    for (const Shard& s : manifest->layout.shards) {
+      if (s.path.size() <= prefix.size() || s.path.compare(0, prefix.size(), prefix) != 0) {
+        continue;
+      }
+      const std::string name = s.path.substr(prefix.size());
+      if (name.find('/') == std::string::npos) shards.emplace(name, &s);
+    }
+    return Status::ok();
+  }
+
+  // The snapshot of `path` against the manifest's.
+  Status same_as_saved(const std::string& rel, const FileInfo& saved) const {
+    auto now = posix_io().stat_path(dest + "/" + rel);
+    if (now && *now == saved) return Status::ok();
+    return foreign(rel,
+                   "which changed since the save wrote it (its size, times or inode "
+                   "differ from those in " +
+                       manifest_path(dest) + ")");
+  }
+
+  Status check_store(const std::string& name, const Shard* shard,
+                     std::vector<SavedEntry>* entries) const {
+    // The chunk keys the store's geometry gives: from the manifest, or else from the store's
+    // own .zarray (probed); a store whose .zarray cannot be read is held to the key pattern.
+    std::size_t dims = 0;
+    std::int64_t chunks = -1;  // unknown: any chunk number
+    const auto geometry = [&](const Layout& layout, const Shard& s) {
+      dims = layout.trailing_shape.size() + 1;
+      if (layout.row_bytes == 0) {
+        chunks = 0;
+      } else if (s.decode_rows > 0) {
+        chunks = (s.stored_rows() + s.decode_rows - 1) / s.decode_rows;
+      }
+    };
+    if (shard != nullptr) {
+      geometry(manifest->layout, *shard);
+    } else {
+      DiscoverOptions opts;
+      opts.use_manifest = false;
+      opts.format.format = Format::kZarr;
+      const auto probed = discover_paths({dest + "/" + name}, opts);
+      if (probed && probed->shards.size() == 1) geometry(*probed, probed->shards[0]);
+    }
+    std::vector<std::string> names;
+    SHARDLOAD_RETURN_IF_ERROR(list_names(dest + "/" + name, &names));
+    for (const std::string& e : names) {
+      const std::string rel = name + "/" + e;
+      struct ::stat es {};
+      if (::lstat((dest + "/" + rel).c_str(), &es) != 0) {
+        return sys_error(dest + "/" + rel, "cannot look at", errno);
+      }
+      if (!S_ISREG(es.st_mode)) return foreign(rel, "which is not a file a save writes");
+      if (e == ".zarray") {
+        if (shard != nullptr) SHARDLOAD_RETURN_IF_ERROR(same_as_saved(rel, shard->snapshot));
+      } else {
+        const std::int64_t k = zarr_chunk_number(e, dims);
+        if (k < 0 || (chunks >= 0 && k >= chunks)) {
+          return foreign(rel, "which a save does not write");
+        }
+      }
+      entries->push_back(
+          {rel, false, es.st_ino, static_cast<std::uint64_t>(es.st_size), ns_of(es.st_ctim)});
+    }
+    return Status::ok();
+  }
+
+  Status check(std::vector<SavedEntry>* entries) {
+    SHARDLOAD_RETURN_IF_ERROR(read_manifest_if_any());
+    std::vector<std::string> names;
+    SHARDLOAD_RETURN_IF_ERROR(list_names(dest, &names));
+    for (const std::string& name : names) {
+      const std::string path = dest + "/" + name;
+      struct ::stat es {};
+      if (::lstat(path.c_str(), &es) != 0) return sys_error(path, "cannot look at", errno);
+      const bool is_dir = S_ISDIR(es.st_mode);
+      if (!is_dir && !S_ISREG(es.st_mode) && saved_name(name, false)) {
+        return file_error(ErrorCode::kIo, path,
+                          "not a regular file (a FIFO, device, socket or link is in the way of "
+                          "the shard name); remove it first",
+                          EINVAL);
+      }
+      if (!saved_name(name, is_dir)) return foreign(name, "which a save does not write");
+      const bool fixed = name == "shardload.json" || name == "_meta.json" || name == kManifestName;
+      const Shard* shard = nullptr;
+      if (manifest && !fixed) {
+        const auto it = shards.find(name);
+        if (it == shards.end()) {
+          return foreign(name,
+                         "which the dataset's manifest " + manifest_path(dest) + " does not list");
+        }
+        shard = it->second;
+        if (!is_dir) SHARDLOAD_RETURN_IF_ERROR(same_as_saved(name, shard->snapshot));
+      }
+      if (is_dir) SHARDLOAD_RETURN_IF_ERROR(check_store(name, shard, entries));
+      entries->push_back(
+          {name, is_dir, es.st_ino, static_cast<std::uint64_t>(es.st_size), ns_of(es.st_ctim)});
+    }
+    return Status::ok();
+  }
+};
+
+}  // namespace
+
+Status check_destination(const std::string& dest, bool overwrite, ExistingDestination* existing) {
+  struct ::stat st {};
+  // "link/" would name the link's target: the destination is looked at without the slash.
+  if (::lstat(without_trailing_slashes(dest).c_str(), &st) != 0) {
     if (errno == ENOENT) return Status::ok();
     return sys_error(dest, "cannot look at the destination", errno);
   }
@@ -325,46 +750,62 @@ Status check_destination(const std::string& dest, bool overwrite) {
                       "shards, or nothing)",
                       overwrite ? ENOTDIR : EEXIST);
   }
-  DIR* d = ::opendir(dest.c_str());
-  if (d == nullptr) return sys_error(dest, "cannot list the destination", errno);
-  Status result = Status::ok();
-  while (const dirent* e = ::readdir(d)) {
-    const std::string_view name = e->d_name;
-    if (name == "." || name == "..") continue;
-    if (!overwrite) {
-      result =
-          file_error(ErrorCode::kIo, dest,
-                     "the destination exists and is not empty (it holds '" + std::string(name) +
-                         "'); pass overwrite to replace a dataset saved there",
-                     EEXIST);
+  std::string first;  // any entry
+  {
+    DIR* d = ::opendir(dest.c_str());
+    if (d == nullptr) return sys_error(dest, "cannot list the destination", errno);
+    while (const dirent* e = ::readdir(d)) {
+      const std::string_view name = e->d_name;
+      if (name == "." || name == "..") continue;
+      first = name;
       break;
     }
-    const std::string path = dest + "/" + std::string(name);
-    struct ::stat es {};
-    if (::lstat(path.c_str(), &es) != 0) {
-      result = sys_error(path, "cannot look at", errno);
-      break;
+    ::closedir(d);
+  }
+  if (!first.empty() && !overwrite) {
+    return file_error(ErrorCode::kIo, dest,
+                      "the destination exists and is not empty (it holds '" + first +
+                          "'); pass overwrite to replace a dataset saved there",
+                      EEXIST);
+  }
+  SHARDLOAD_RETURN_IF_ERROR(check_owner(dest, st));
+  std::vector<SavedEntry> entries;
+  if (!first.empty()) {
+    SavedTree tree;
+    tree.dest = dest;
+    SHARDLOAD_RETURN_IF_ERROR(tree.check(&entries));
+  }
+  if (existing != nullptr) {
+    existing->exists = true;
+    existing->mode = st.st_mode & 07777;
+    existing->uid = st.st_uid;
+    existing->gid = st.st_gid;
+    existing->entries = std::move(entries);
+  }
+  return Status::ok();
+}
+
+bool remove_saved_entries(const std::string& dir, const std::vector<SavedEntry>& entries) {
+  bool all = true;
+  for (const SavedEntry& e : entries) {
+    const std::string path = dir + "/" + e.rel;
+    if (e.directory) {
+      if (::rmdir(path.c_str()) != 0 && errno != ENOENT) all = false;
+      continue;
     }
-    const bool is_dir = S_ISDIR(es.st_mode);
-    if (!is_dir && !S_ISREG(es.st_mode) && saved_name(name, false)) {
-      result = file_error(ErrorCode::kIo, path,
-                          "not a regular file (a FIFO, device, socket or link is in the way of "
-                          "the shard name); remove it first",
-                          EINVAL);
-      break;
+    struct ::stat st {};
+    if (::lstat(path.c_str(), &st) != 0) {
+      if (errno != ENOENT) all = false;
+      continue;
     }
-    if (!saved_name(name, is_dir)) {
-      result = file_error(ErrorCode::kIo, dest,
-                          "overwrite replaces only a directory of saved shards, and it holds '" +
-                              std::string(name) +
-                              "', which a save does not write; remove it or "
-                              "save elsewhere",
-                          EEXIST);
-      break;
+    // Only the very file that was checked: one put there since is not ours to delete.
+    if (st.st_ino != e.inode || static_cast<std::uint64_t>(st.st_size) != e.size ||
+        ns_of(st.st_ctim) != e.ctime_ns || ::unlink(path.c_str()) != 0) {
+      all = false;
     }
   }
-  ::closedir(d);
-  return result;
+  if (::rmdir(dir.c_str()) != 0) all = false;
+  return all;
 }
 
 Result<std::string> make_staging_dir(const std::string& dest) {
@@ -373,12 +814,15 @@ Result<std::string> make_staging_dir(const std::string& dest) {
     return Status{ErrorCode::kInvalidArgument,
                   "save: the destination '" + dest + "' must name a directory by its name"};
   }
-  static std::int64_t counter = 0;
+  const std::string dir = parent == "/" ? std::string() : parent;
+  const std::string stem = staging_stem(base);
+  remove_stale_staging(parent, stem);
+  static std::atomic<std::int64_t> counter{0};
   for (int attempt = 0; attempt < 100; ++attempt) {
-    const std::string path = (parent == "/" ? std::string() : parent) + "/." + base +
-                             ".shardload-tmp-" + std::to_string(::getpid()) + "-" +
-                             std::to_string(counter++);
-    if (::mkdir(path.c_str(), 0755) == 0) return path;
+    const std::string path =
+        dir + "/" + stem + "-" + std::to_string(::getpid()) + "-" + std::to_string(counter++);
+    // Private while it is built: it takes the destination's mode (or mkdir's) at the commit.
+    if (::mkdir(path.c_str(), 0700) == 0) return path;
     if (errno != EEXIST) {
       return sys_error(dest, "cannot create the staging directory " + path + " beside it", errno);
     }
@@ -386,34 +830,48 @@ Result<std::string> make_staging_dir(const std::string& dest) {
   return file_error(ErrorCode::kIo, dest, "cannot find a free staging directory name", EEXIST);
 }
 
-Status commit_staging(const std::string& staging, const std::string& dest, bool overwrite) {
-  // rename(2) replaces an absent destination or an empty directory in one step.
-  if (::rename(staging.c_str(), dest.c_str()) == 0) return Status::ok();
-  const int err = errno;
-  if ((err != ENOTEMPTY && err != EEXIST) || !overwrite) {
-    return sys_error(dest, "cannot move the new dataset into place", err);
+Status commit_staging(const std::string& staging, const std::string& dest, bool overwrite,
+                      bool* published) {
+  *published = false;
+  for (int attempt = 0;; ++attempt) {
+    const bool again = attempt < 3;
+    // The destination may have changed since it was first checked: check it again just
+    // before replacing it, and take the attributes of what is there now.
+    ExistingDestination existing;
+    SHARDLOAD_RETURN_IF_ERROR(check_destination(dest, overwrite, &existing));
+    SHARDLOAD_RETURN_IF_ERROR(take_attributes(staging, dest, existing));
+    if (existing.entries.empty()) {
+      // rename(2) replaces an absent destination or an empty directory in one step.
+      if (::rename(staging.c_str(), dest.c_str()) == 0) {
+        *published = true;
+        return Status::ok();
+      }
+      const int err = errno;
+      if ((err == ENOTEMPTY || err == EEXIST) && overwrite && again) continue;  // filled meanwhile
+      return sys_error(dest, "cannot move the new dataset into place", err);
+    }
+    if (::renameat2(AT_FDCWD, staging.c_str(), AT_FDCWD, dest.c_str(), RENAME_EXCHANGE) == 0) {
+      *published = true;
+      return remove_replaced(staging, dest, existing.entries);  // the old dataset is at staging
+    }
+    const int err = errno;
+    if (err == ENOENT && again) continue;  // removed meanwhile
+    if (err != EINVAL && err != ENOSYS && err != ENOTSUP) {
+      return sys_error(dest, "cannot swap the new dataset into place", err);
+    }
+    // No atomic exchange on this file system: move the old dataset aside, then the new one in.
+    const std::string aside = staging + ".old";
+    if (::rename(dest.c_str(), aside.c_str()) != 0) {
+      return sys_error(dest, "cannot move the old dataset aside", errno);
+    }
+    if (::rename(staging.c_str(), dest.c_str()) != 0) {
+      const int e = errno;
+      (void)::rename(aside.c_str(), dest.c_str());
+      return sys_error(dest, "cannot move the new dataset into place", e);
+    }
+    *published = true;
+    return remove_replaced(aside, dest, existing.entries);
   }
-  // The destination changed since it was checked: check again just before replacing it.
-  SHARDLOAD_RETURN_IF_ERROR(check_destination(dest, true));
-  if (::renameat2(AT_FDCWD, staging.c_str(), AT_FDCWD, dest.c_str(), RENAME_EXCHANGE) == 0) {
-    remove_tree(staging);  // now the old dataset
-    return Status::ok();
-  }
-  if (errno != EINVAL && errno != ENOSYS && errno != ENOTSUP) {
-    return sys_error(dest, "cannot swap the new dataset into place", errno);
-  }
-  // No atomic exchange on this file system: move the old dataset aside, then the new one in.
-  const std::string aside = staging + ".old";
-  if (::rename(dest.c_str(), aside.c_str()) != 0) {
-    return sys_error(dest, "cannot move the old dataset aside", errno);
-  }
-  if (::rename(staging.c_str(), dest.c_str()) != 0) {
-    const int e = errno;
-    (void)::rename(aside.c_str(), dest.c_str());
-    return sys_error(dest, "cannot move the new dataset into place", e);
-  }
-  remove_tree(aside);
-  return Status::ok();
 }
 
 void remove_tree(const std::string& path) noexcept {

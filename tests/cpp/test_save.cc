@@ -1,11 +1,14 @@
 // shardload::save (the C++ API) under a running Legate runtime: round trips through every
 // format, read back on the host by the engine; the destination rules. Runs in legate_tests.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
 
+#include "legate/detail/save_files.hpp"
 #include "shardload/fill.hpp"
 #include "shardload/legate.hpp"
 #include "shardload/save.hpp"
@@ -86,6 +89,78 @@ TEST_F(LegateSave, DestinationRules) {
   EXPECT_THROW(parse_save_format("hdf5"), ArgumentError);
   EXPECT_FALSE(fs::exists(dir_ / "b"));
   EXPECT_FALSE(staging_left());
+}
+
+// The race an overwrite's last check cannot close: between it and the swap a user replaces a
+// chunk and adds a file to a store. The removal of the replaced dataset deletes only the
+// files that were checked, each only while it is that file, and says something is left.
+TEST_F(LegateSave, TheRemovalOfAReplacedDatasetKeepsWhatAppearedAfterTheCheck) {
+  const auto array = make_synth_array(DType{DTypeKind::kFloat, 4}, {10, 2}, 3);
+  SaveOptions opts;
+  opts.format = SaveFormat::kZarr;
+  opts.num_shards = 2;
+  const std::string dest = (dir_ / "z").string();
+  save(array, dest, opts);
+  detail::ExistingDestination existing;
+  ASSERT_TRUE(detail::check_destination(dest, true, &existing));
+  EXPECT_TRUE(existing.exists);
+  const fs::path store0 = dir_ / "z" / "shard_0000.zarr", store1 = dir_ / "z" / "shard_0001.zarr";
+  std::ofstream(store1 / "mine") << "mine";
+  fs::rename(store1 / "mine", store1 / "0");  // a new file under a checked name
+  std::ofstream(store0 / "late.txt") << "late";
+  EXPECT_FALSE(detail::remove_saved_entries(dest, existing.entries));
+  EXPECT_TRUE(fs::exists(store0 / "late.txt"));
+  EXPECT_EQ(fs::file_size(store1 / "0"), 4u);
+  EXPECT_FALSE(fs::exists(store0 / ".zarray"));
+  EXPECT_FALSE(fs::exists(store0 / "0"));
+  EXPECT_FALSE(fs::exists(store1 / ".zarray"));
+  EXPECT_FALSE(fs::exists(dir_ / "z" / "shardload.manifest"));
+  // Nothing foreign: everything goes, the directory too.
+  const std::string clean = (dir_ / "c").string();
+  save(array, clean, opts);
+  ASSERT_TRUE(detail::check_destination(clean, true, &existing));
+  EXPECT_TRUE(detail::remove_saved_entries(clean, existing.entries));
+  EXPECT_FALSE(fs::exists(clean));
+}
+
+// A destination whose owner or group the saving process cannot give the new directory is
+// refused before anything is written. Run as another user in a child (the check touches only
+// the file system), against directories root made.
+TEST_F(LegateSave, ADestinationOfAnotherOwnerOrGroupIsRefused) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to make another user's directory";
+  const fs::path mine = dir_ / "users", theirs = dir_ / "roots", group = dir_ / "group";
+  for (const auto& d : {mine, theirs, group}) fs::create_directories(d);
+  ASSERT_EQ(::chown(mine.c_str(), 65534, 65534), 0);
+  ASSERT_EQ(::chown(group.c_str(), 65534, 0), 0);
+  const auto as_nobody = [](const std::string& dest) -> std::string {
+    int fds[2];
+    if (::pipe(fds) != 0) return "pipe failed";
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      ::close(fds[0]);
+      std::string out = "cannot drop privileges";
+      if (::setgid(65534) == 0 && ::setuid(65534) == 0) {
+        const Status st = detail::check_destination(dest, true);
+        out = st ? "ok" : std::to_string(st.sys_errno()) + " " + st.message();
+      }
+      (void)!::write(fds[1], out.data(), out.size());
+      ::_exit(0);
+    }
+    ::close(fds[1]);
+    std::string got;
+    char buf[512];
+    for (ssize_t n; (n = ::read(fds[0], buf, sizeof buf)) > 0;) got.append(buf, n);
+    ::close(fds[0]);
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    return got;
+  };
+  EXPECT_EQ(as_nobody(mine.string()), "ok");
+  const std::string refused = as_nobody(theirs.string());
+  EXPECT_EQ(refused.rfind(std::to_string(EPERM) + " ", 0), 0u) << refused;
+  EXPECT_NE(refused.find("belongs to user 0"), std::string::npos) << refused;
+  const std::string other_group = as_nobody(group.string());
+  EXPECT_NE(other_group.find("belongs to group 0"), std::string::npos) << other_group;
 }
 
 }  // namespace

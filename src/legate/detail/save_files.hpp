@@ -55,15 +55,48 @@ Status write_metadata(const std::string& dir, const SaveSpec& spec,
 // writes it), written after every other file: its presence means the set is complete.
 Status write_save_manifest(const std::string& dir, Checksum checksum);
 
-// Checks `dest` before anything is written: absent, an empty directory, or (overwrite) a
-// directory holding only names a save writes. kIo with EEXIST / ENOTEMPTY when it is refused.
-Status check_destination(const std::string& dest, bool overwrite);
+// One entry of an existing dataset that check_destination found to be a save's, as it was
+// then: an overwrite deletes it only while it is still that file (inode, size and ctime).
+struct SavedEntry {
+  std::string rel;  // below the dataset: "shard_0000.npy", "shard_0000.zarr/0.0"
+  bool directory = false;
+  std::uint64_t inode = 0;
+  std::uint64_t size = 0;
+  std::int64_t ctime_ns = 0;
+};
 
-// A new hidden directory beside dest, for the dataset to be built in.
+// What check_destination found at dest, when it is a directory.
+struct ExistingDestination {
+  bool exists = false;
+  unsigned mode = 0;  // permission bits (07777)
+  unsigned uid = 0, gid = 0;
+  std::vector<SavedEntry> entries;  // what an overwrite replaces, files before their directory
+};
+
+// Checks `dest` before anything is written: absent, an empty directory, or (overwrite) a
+// directory holding only what a save writes, to the last file of its Zarr stores: with the
+// dataset's manifest, what it lists with the snapshots it records; without one, entries of
+// the names and types a save writes. Refuses a destination whose owner or group this process
+// cannot keep. kIo with EEXIST / ENOTEMPTY when it is refused as taken.
+Status check_destination(const std::string& dest, bool overwrite,
+                         ExistingDestination* existing = nullptr);
+
+// Deletes `entries` (relative to `dir`), each only while it is the file that was checked,
+// then `dir`; false where anything is left (then `dir` is too).
+bool remove_saved_entries(const std::string& dir, const std::vector<SavedEntry>& entries);
+
+// A new hidden directory beside dest (mode 0700 until the commit), for the dataset to be
+// built in: ".NAME.shardload-tmp-HOST-PID-N", or ".HASH.shardload-tmp-HOST-PID-N" where NAME
+// is too long for that to fit NAME_MAX. Staging directories of earlier saves to the same
+// destination on this host whose process is gone are removed first.
 Result<std::string> make_staging_dir(const std::string& dest);
 
-// Makes the staging directory DEST (see save.hpp); removes what it replaced.
-Status commit_staging(const std::string& staging, const std::string& dest, bool overwrite);
+// Makes the staging directory DEST (see save.hpp), with the mode, owner, group and extended
+// attributes of the directory it replaces (a new one: 0777 less the umask); removes what it
+// replaced, entry by entry. *published: whether the new dataset is at dest (then `staging`
+// is no longer the staging directory, even when an error is returned).
+Status commit_staging(const std::string& staging, const std::string& dest, bool overwrite,
+                      bool* published);
 
 // Removes a directory tree we created; errors are ignored (best effort on a failure path).
 void remove_tree(const std::string& path) noexcept;

@@ -93,8 +93,9 @@ struct DirectoryScan {
   [[nodiscard]] std::string suggestion() const;
 };
 
-// Lists a directory once (names only; no file is opened). kLayout naming the directory
-// when it is missing or cannot be listed.
+// Lists a directory once (names only; no file is opened), skipping saves' hidden staging
+// directories (".*.shardload-tmp-*"). kLayout naming the directory when it is missing or
+// cannot be listed.
 Result<DirectoryScan> scan_directory(const std::string& directory);
 
 // Resolves a source to its ordered shard paths. Errors (kLayout) name the

@@ -17,24 +17,32 @@
 //         '.' chunk keys, metadata .zarray.
 //
 // How it becomes visible: everything is written into a new hidden directory beside DEST
-// (".NAME.shardload-tmp-PID-N", which no directory, pattern or glob source of DEST matches),
-// the format's metadata after the shards, then the extra files, then the manifest
-// (DEST/shardload.manifest, see shardload/manifest.hpp) last, and that directory is then
-// renamed to DEST in one rename(2):
+// (".NAME.shardload-tmp-HOST-PID-N", mode 0700 until the commit; NAME replaced by a hash where
+// the name would be too long; no directory, pattern or glob source matches it), the format's
+// metadata after the shards, then the extra files, then the manifest (DEST/shardload.manifest,
+// see shardload/manifest.hpp) last; the directory takes DEST's mode, owner, group and
+// extended attributes (a new DEST: 0777 less the umask; shard files are 0666 less the umask),
+// and is then renamed to DEST in one rename(2):
 //   - DEST absent or an empty directory: a reader sees either nothing or the whole dataset;
 //   - DEST a dataset of an earlier save and overwrite = true: the two directories are swapped
 //     with renameat2(RENAME_EXCHANGE), so DEST names the old or the new dataset, never a mix;
-//     the old one is then deleted. A reader that discovered the old dataset before the swap
-//     finds its files gone or changed when it reads them (shardload's snapshot check reports
-//     that as an error; it never returns a mix). Where the file system cannot exchange,
-//     DEST is renamed aside first, so for the moment between the two renames DEST is absent.
+//     the old one is then deleted, entry by entry. A reader that discovered the old dataset
+//     before the swap finds its files gone or changed when it reads them (shardload's
+//     snapshot check reports that as an error; it never returns a mix). Where the file system
+//     cannot exchange, DEST is renamed aside first, so for the moment between the two renames
+//     DEST is absent.
 //   - overwrite = false and DEST not empty: DestinationExistsError, nothing written;
 //   - overwrite = true refuses (DestinationExistsError) a DEST holding anything that a save
-//     does not write (shard_NNNN.npy/.bin/.zarr, shardload.json, _meta.json,
-//     shardload.manifest): replacing a directory must never delete a user's other files.
+//     did not write, down to the files inside its Zarr stores: with DEST's manifest, what it
+//     lists by name and snapshot; without one, the names and types a save writes
+//     (shard_NNNN.npy/.bin, shard_NNNN.zarr holding .zarray and chunk keys, shardload.json,
+//     _meta.json, shardload.manifest): replacing a directory never deletes a user's files.
+//   - a DEST this process cannot give its owner and group (not root, another user's): refused
+//     before anything is written (ShardWriteError).
 // On any error the hidden directory is removed and DEST is untouched. A crash (the process
-// killed) can leave the hidden directory behind, never a partial DEST. Files are not
-// fsync'ed: a save survives the process, not a power loss.
+// killed) can leave the hidden directory behind, never a partial DEST; the next save to DEST
+// on this host removes it once its process is gone. Files are not fsync'ed: a save survives
+// the process, not a power loss.
 //
 // Contract: call from the thread that drives the Legate program, after legate::start(), one
 // process (the hidden directory and the final rename are made by the calling process; the
@@ -46,6 +54,7 @@
 #include <legate.h>
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -76,6 +85,11 @@ struct SaveOptions {
   // Per-file checksums kept in the manifest for `shardload verify` (kXxh3 reads every shard
   // once more). Needs manifest; not for Zarr (its shards are directories).
   Checksum checksum = Checksum::kNone;
+  // Called once when the dataset is complete in the staging directory, just before it is
+  // renamed into place: whatever it throws ends the save with the staging directory removed
+  // and nothing published. The Python binding raises a pending KeyboardInterrupt there, so
+  // that Ctrl-C during a save publishes nothing.
+  std::function<void()> before_commit;
 };
 
 struct SaveInfo {
