@@ -103,7 +103,7 @@ void save(const legate::LogicalArray& array, const std::string& dest, const Save
   if (array.nested()) argument_error("nested (struct, list or string) arrays cannot be saved");
   // The upper bound is Legate's, checked below with the other launchers' check.
   if (array.dim() < 1) {
-    argument_error("expected an array of at least 1 dimension, found " +
+    argument_error("expected an array of 1 or more dimensions, found " +
                    std::to_string(array.dim()));
   }
   for (const auto& [name, text] : options.extra_files) {

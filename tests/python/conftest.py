@@ -3,6 +3,7 @@ arrays of every dtype shardload supports."""
 
 from __future__ import annotations
 
+import gc
 import os
 import pathlib
 
@@ -17,6 +18,24 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 # The build the tests use: scripts/setup.sh makes build/ in the checkout (scripts/env.sh
 # exports its path); nothing outside the checkout is looked for.
 BUILD = pathlib.Path(os.environ.get("SHARDLOAD_BUILD", ROOT / "build"))
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _collect_garbage_on_the_main_thread():
+    """Legate ends the process when one of its arrays is freed on a thread other than the
+    one that runs it. pytest keeps failed calls' tracebacks (and so the arrays in their
+    frames) in reference cycles, and the cyclic collector runs on whichever thread happens
+    to allocate: a zarr, pyarrow or h5py worker thread among them. The suite collects on
+    the main thread only, between tests (see docs/errors.md, "Runtime limits")."""
+    gc.disable()
+    yield
+    gc.enable()
+
+
+@pytest.fixture(autouse=True)
+def _collect_after_each_test():
+    yield
+    gc.collect()
 
 
 @pytest.fixture(scope="session")
