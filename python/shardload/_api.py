@@ -240,6 +240,18 @@ def _rows(value: object, total: int) -> tuple[int, int]:
     raise TypeError(f"rows: expected a (lo, hi) pair or a slice lo:hi, found {_found(value)}")
 
 
+# The element types a Legate store (legate.core.types) and so a cuPyNumeric array can hold.
+# numpy's long double types (float128, complex256 on x86-64) have none: a cast to them would
+# fail inside cuPyNumeric, after the whole load.
+_LEGATE_DTYPES: tuple[np.dtype, ...] = tuple(np.dtype(t) for t in (
+    "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+    "float16", "float32", "float64", "complex64", "complex128"))
+
+
+def _legate_dtypes_text() -> str:
+    return ", ".join(str(t) for t in _LEGATE_DTYPES)
+
+
 def _astype(value: object) -> np.dtype | None:
     if value is None:
         return None
@@ -255,6 +267,9 @@ def _astype(value: object) -> np.dtype | None:
     if not dt.isnative:
         raise ValueError(f"astype: {dt.str} is not in the machine's byte order; arrays in "
                          f"memory are native (pass {dt.newbyteorder('=')})")
+    if dt not in _LEGATE_DTYPES:
+        raise ValueError(f"astype: {dt} has no Legate type, so cuPyNumeric cannot hold it; "
+                         f"astype takes {_legate_dtypes_text()}")
     return dt
 
 
