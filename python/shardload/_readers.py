@@ -121,10 +121,16 @@ def register_reader(
             0 <= lo <= hi <= rows(path)) as a numpy array of the dtype and of shape
             ``(hi - lo, *trailing_shape)``; any strides. It runs inside Legate tasks, in the
             processes of the program, possibly from several threads at once, and should read
-            only the rows asked for. It must not call cuPyNumeric or Legate.
+            only the rows asked for. It must not call cuPyNumeric or Legate: such a call is
+            stopped before it runs and fails the load with a ShardReadError naming the
+            reader. Before each call the file is opened without blocking and compared with
+            what discovery saw (a FIFO or another file in its place fails the load, read()
+            is not called).
         rows: ``rows(path)`` returns the file's row count, an int >= 0; called once per file,
             in the calling process, before anything is launched.
-        dtype: the element type of every file (a numeric numpy dtype). None: what
+        dtype: the element type of every file: a numeric numpy dtype in this machine's
+            byte order that Legate has (bool, int8-64, uint8-64, float16/32/64,
+            complex64/128; ``">f4"`` or ``float128`` are refused). None: what
             ``read(first_file, 0, 0)`` returns tells.
         trailing_shape: the shape of one row (``()`` for 1-D data). None: as dtype.
         extension: files named ``*EXTENSION`` (``".txt"``): a directory source without a
@@ -133,7 +139,7 @@ def register_reader(
     Raises:
         TypeError: an argument has the wrong type; the message names it.
         ValueError: a bad name or extension, a name already registered, a dtype that is not
-            numeric, a negative dimension.
+            numeric, not native or has no Legate type, a negative dimension.
     """
     if not isinstance(name, str):
         raise TypeError(f"name: expected a str, found {_found(name)}")
