@@ -5,6 +5,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cinttypes>
 #include <cstdio>
@@ -12,6 +13,7 @@
 #include <memory>
 #include <span>
 
+#include "engine/detail/auto_directory.hpp"
 #include "engine/detail/probe.hpp"
 #include "shardload/codec.hpp"
 
@@ -602,6 +604,35 @@ ManifestDiscovery discover_from_manifest(const Source& source, const DiscoverOpt
     return not_used("it was indexed with other format options (" +
                     format_options_text(m->layout.options) + ") than asked (" +
                     format_options_text(asked) + ")");
+  }
+  // Without a pattern a request stands for the directory's own naming, as probing finds it;
+  // a manifest indexed under another pattern (part_{}.npy beside shard_0000.npy ...) would
+  // answer with other files. The trusted path touches no file, so it takes the recorded one.
+  if (source.pattern.empty() && !options.trust_manifest) {
+    DiscoverOptions probing = options;
+    auto own = detail::auto_directory(source, &probing);
+    if (!own) {
+      return not_used("without a pattern the directory's shards cannot be told: " +
+                      own.status().message());
+    }
+    const auto& shards = m->layout.shards;
+    bool same = own->kind == Source::Kind::kDirectory && own->pattern == m->pattern;
+    if (!same && own->kind == Source::Kind::kDirectory) {
+      // Two spellings of one numbering ("part_{}.npy", "part_{:01d}.npy") name the same files.
+      auto listed = resolve(*own);
+      same = listed && listed->size() == shards.size() &&
+             std::equal(listed->begin(), listed->end(), shards.begin(),
+                        [](const std::string& p, const Shard& s) { return p == s.path; });
+    }
+    if (!same) {
+      return not_used("it was indexed " +
+                      (m->pattern.empty() ? std::string("without a pattern")
+                                          : "with pattern '" + m->pattern + "'") +
+                      ", and without a pattern the directory's shards are " +
+                      (own->kind == Source::Kind::kDirectory
+                           ? "those of '" + own->pattern + "'"
+                           : std::string("the directory itself")));
+    }
   }
   const std::size_t n = m->layout.shards.size();
   if (options.trust_manifest) {

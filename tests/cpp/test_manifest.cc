@@ -184,6 +184,35 @@ TEST_F(ManifestTest, OtherPatternOrOptionsDoNotUseIt) {
       << l.status().message();
 }
 
+// A request without a pattern stands for what probing finds: the default naming wins over
+// another numbered group, so a manifest indexed under that group's pattern is not used.
+TEST_F(ManifestTest, APlainRequestGetsTheFilesProbingFindsNotAnotherPatterns) {
+  const Layout shards = probe(dir.path());
+  for (int i = 0; i < 2; ++i) {
+    std::filesystem::copy_file(shard(i), dir.file("part_" + std::to_string(i) + ".npy"));
+  }
+  DiscoverOptions o;
+  o.use_manifest = false;
+  auto parts = discover(Source::dir(dir.path(), "part_{}.npy"), o);
+  ASSERT_TRUE(parts) << parts.status().message();
+  ManifestOptions mo;
+  mo.pattern = "part_{}.npy";
+  ASSERT_TRUE(write_manifest(*parts, dir.path(), mo));
+  auto l = discover_dir();
+  ASSERT_TRUE(l) << l.status().message();
+  EXPECT_EQ(l->manifest_status,
+            "manifest: not used: it was indexed with pattern 'part_{}.npy', and without a "
+            "pattern the directory's shards are those of 'shard_{:04d}.npy'");
+  EXPECT_EQ(enc(*l), enc(shards));
+  // With its pattern it is used; trusted without one it is taken as recorded (no listing).
+  l = discover(Source::dir(dir.path(), "part_{}.npy"));
+  ASSERT_TRUE(l) << l.status().message();
+  EXPECT_EQ(l->manifest_status, "manifest: used (2 shards unchanged since indexing)");
+  l = discover_dir(true);
+  ASSERT_TRUE(l) << l.status().message();
+  EXPECT_EQ(l->shards.size(), 2u);
+}
+
 // --- damaged and hostile containers ----------------------------------------------------
 
 std::string container(const std::string& body, std::uint32_t kind = 0,
