@@ -5,8 +5,9 @@
 // Synthetic: a layout of N one-row shards built in memory (the files do not exist), written
 // through write_manifest, then read back by read_manifest and by discover(trust_manifest):
 // what a million-shard manifest costs with no per-file operation. Files: M real one-row .npy
-// files, discovered by probing every file, by the manifest with its freshness check (one
-// stat per file and one listing), and by the trusted manifest. Medians of R rounds, hot
+// files, discovered by probing every file, by the manifest with its check (for .npy the
+// header of each file read and compared with the manifest's, and one listing), and by the
+// trusted manifest. Medians of R rounds, hot
 // page cache; prints one row per case.
 #include <unistd.h>
 
@@ -144,7 +145,7 @@ int main(int argc, char** argv) {
         std::exit(2);
       }
     });
-    std::printf("files: discover(manifest + stat per file),%lld,%.4f\n",
+    std::printf("files: discover(manifest + checked per file),%lld,%.4f\n",
                 static_cast<long long>(files), k);
     DiscoverOptions trust;
     trust.trust_manifest = true;

@@ -240,6 +240,18 @@ def _rows(value: object, total: int) -> tuple[int, int]:
     raise TypeError(f"rows: expected a (lo, hi) pair or a slice lo:hi, found {_found(value)}")
 
 
+# The element types a Legate store (legate.core.types) and so a cuPyNumeric array can hold.
+# numpy's long double types (float128, complex256 on x86-64) have none: a cast to them would
+# fail inside cuPyNumeric, after the whole load.
+_LEGATE_DTYPES: tuple[np.dtype, ...] = tuple(np.dtype(t) for t in (
+    "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+    "float16", "float32", "float64", "complex64", "complex128"))
+
+
+def _legate_dtypes_text() -> str:
+    return ", ".join(str(t) for t in _LEGATE_DTYPES)
+
+
 def _astype(value: object) -> np.dtype | None:
     if value is None:
         return None
@@ -255,6 +267,9 @@ def _astype(value: object) -> np.dtype | None:
     if not dt.isnative:
         raise ValueError(f"astype: {dt.str} is not in the machine's byte order; arrays in "
                          f"memory are native (pass {dt.newbyteorder('=')})")
+    if dt not in _LEGATE_DTYPES:
+        raise ValueError(f"astype: {dt} has no Legate type, so cuPyNumeric cannot hold it; "
+                         f"astype takes {_legate_dtypes_text()}")
     return dt
 
 
@@ -392,10 +407,12 @@ def discover(
             beyond 2**53 that float64 cannot hold exactly is refused; whether
             the dtype holds it (1.5 or 300 for uint8) the reader checks.
         trust_manifest: a directory source with a manifest (``DIR/shardload.manifest``,
-            written by :func:`shardload.index`) is discovered from it when every shard's
-            size and times still match it (one stat per file; else the files are probed and
-            ``layout.manifest_status`` says why); True takes the manifest without touching
-            any shard at all. See docs/manifest.md.
+            written by :func:`shardload.index`) is discovered from it when it was made with
+            the same format options and every shard still matches it (npy, raw, Zarr: the
+            header or metadata read and compared; HDF5, Parquet, Arrow: size and times, one
+            stat per file); else the files are probed and ``layout.manifest_status`` says
+            why. True takes the manifest without touching any shard at all. See
+            docs/manifest.md.
 
     Returns:
         The layout: shard paths, rows per shard, dtype, shape, byte count.
@@ -641,8 +658,10 @@ def load(
             Only the shards the range covers are opened and only those rows read.
         astype: the dtype of the result, as ``ndarray.astype`` / h5py's ``astype``
             cast the data read (numpy casting rules, e.g. float to int truncates);
-            works for every format. ``dtype`` keeps its meaning: the on-disk type
-            of raw files, the type parquet/arrow columns are read as.
+            works for every format. A numeric dtype Legate has, native byte order:
+            bool, int8-64, uint8-64, float16/32/64, complex64/128 (``float128`` is
+            refused before anything is read). ``dtype`` keeps its meaning: the on-disk
+            type of raw files, the type parquet/arrow columns are read as.
         info: True to return ``(array, LoadInfo)``: the plan, the time of
             each stage, the bytes and GB/s (see :class:`LoadInfo`).
         reader: the name of a Python reader (:func:`register_reader`): the files are

@@ -31,11 +31,13 @@ import itertools
 import os
 import re
 import stat
+import sys
 from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 
 from . import _core
+from ._api import _LEGATE_DTYPES, _legate_dtypes_text
 from ._errors import LayoutError, ShardReadError
 
 __all__ = ["register_reader", "registered_readers"]
@@ -78,6 +80,15 @@ def _numeric_dtype(where: str, value: object) -> np.dtype:
     if dt.kind not in "biufc" or dt.hasobject or dt.fields is not None or dt.subdtype is not None:
         raise ValueError(f"{where}: expected a numeric dtype (bool, int, uint, float, complex), "
                          f"found {dt}")
+    # Refused rather than converted: read() must return arrays of exactly this dtype, and
+    # cuPyNumeric holds native ones only; a reader of big-endian files swaps in read().
+    if not dt.isnative:
+        raise ValueError(f"{where}: {dt.str} is not in the machine's byte order; a reader's "
+                         f"arrays are native: pass {dt.newbyteorder('=').str} and return "
+                         f"arr.astype({dt.newbyteorder('=').str!r}) from read()")
+    if dt not in _LEGATE_DTYPES:
+        raise ValueError(f"{where}: {dt} has no Legate type, so cuPyNumeric cannot hold it; "
+                         f"expected one of {_legate_dtypes_text()}")
     return dt
 
 
@@ -110,10 +121,16 @@ def register_reader(
             0 <= lo <= hi <= rows(path)) as a numpy array of the dtype and of shape
             ``(hi - lo, *trailing_shape)``; any strides. It runs inside Legate tasks, in the
             processes of the program, possibly from several threads at once, and should read
-            only the rows asked for. It must not call cuPyNumeric or Legate.
+            only the rows asked for. It must not call cuPyNumeric or Legate: such a call is
+            stopped before it runs and fails the load with a ShardReadError naming the
+            reader. Before each call the file is opened without blocking and compared with
+            what discovery saw (a FIFO or another file in its place fails the load, read()
+            is not called).
         rows: ``rows(path)`` returns the file's row count, an int >= 0; called once per file,
             in the calling process, before anything is launched.
-        dtype: the element type of every file (a numeric numpy dtype). None: what
+        dtype: the element type of every file: a numeric numpy dtype in this machine's
+            byte order that Legate has (bool, int8-64, uint8-64, float16/32/64,
+            complex64/128; ``">f4"`` or ``float128`` are refused). None: what
             ``read(first_file, 0, 0)`` returns tells.
         trailing_shape: the shape of one row (``()`` for 1-D data). None: as dtype.
         extension: files named ``*EXTENSION`` (``".txt"``): a directory source without a
@@ -122,7 +139,7 @@ def register_reader(
     Raises:
         TypeError: an argument has the wrong type; the message names it.
         ValueError: a bad name or extension, a name already registered, a dtype that is not
-            numeric, a negative dimension.
+            numeric, not native or has no Legate type, a negative dimension.
     """
     if not isinstance(name, str):
         raise TypeError(f"name: expected a str, found {_found(name)}")
@@ -291,15 +308,85 @@ def _checked(job: _Job, path: str, lo: int, hi: int, arr: object) -> np.ndarray:
     return arr
 
 
+def _check_before_read(job: _Job, shard: int, where: str) -> None:
+    """The file as discovery saw it, before the user's read() opens it: a FIFO swapped in
+    since would block read() for ever. Opened without blocking (a FIFO's open returns at once
+    then) and compared by fstat of that open file."""
+    path = job.paths[shard]
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
+    except OSError as e:
+        raise ShardReadError(f"{where}: cannot open: {e.strerror} (errno {e.errno})") from None
+    try:
+        st = os.fstat(fd)
+    finally:
+        os.close(fd)
+    if not stat.S_ISREG(st.st_mode):
+        raise ShardReadError(f"{where}: not a regular file any more (discovery found one); "
+                             "read() was not called")
+    now = _snapshot(st)
+    if now != job.snapshots[shard]:
+        raise ShardReadError(f"{where}: changed since discovery: "
+                             f"{_difference(job.snapshots[shard], now)}")
+
+
+# Inside a user's read(), which runs in a Legate task: calling cuPyNumeric or Legate there
+# would launch work from inside a task, which ends the process. While read() runs, a profile
+# hook of the task's thread stops any call into those packages before its body runs.
+_FORBIDDEN = ("cupynumeric", "legate")
+
+
+def _forbidden(name: object) -> bool:
+    return isinstance(name, str) and any(
+        name == p or name.startswith(p + ".") for p in _FORBIDDEN)
+
+
+class _ForbiddenCall(RuntimeError):
+    pass
+
+
+def _call_read(job: _Job, path: str, a: int, b: int) -> Any:
+    where = f"{path}: rows [{a}, {b}): read() of the reader {job.reader.name!r}"
+    seen: list[str] = []
+
+    def hook(frame: Any, event: str, arg: Any) -> None:
+        if event == "call":
+            module = frame.f_globals.get("__name__")
+        elif event == "c_call":
+            module = getattr(arg, "__module__", None)
+        else:
+            return
+        if _forbidden(module):
+            name = f"{module}.{frame.f_code.co_name if event == 'call' else arg.__name__}"
+            seen.append(name)
+            raise _ForbiddenCall(f"{name}: cuPyNumeric and Legate cannot be called inside "
+                                 "a reader's read(), which runs in a Legate task")
+
+    previous = sys.getprofile()
+    sys.setprofile(hook)
+    try:
+        arr = job.reader.read(path, a, b)
+    except BaseException as e:
+        sys.setprofile(previous)
+        if seen:
+            raise ShardReadError(f"{where} called {seen[0]}: cuPyNumeric and Legate cannot be "
+                                 "called inside read(), which runs in a Legate task; "
+                                 "return a numpy array") from None
+        raise ShardReadError(f"{where} raised {type(e).__name__}: {e}") from None
+    sys.setprofile(previous)
+    if seen:  # the error was caught inside read(); the call was still made
+        raise ShardReadError(f"{where} called {seen[0]}: cuPyNumeric and Legate cannot be "
+                             "called inside read(), which runs in a Legate task; return a "
+                             "numpy array")
+    return arr
+
+
 def _fill_tile(job: _Job, tile: int, view: Any, gpu: bool) -> None:
     for shard, lo, hi, dst_row in job.pieces[tile]:
         path = job.paths[shard]
         a, b = job.first[shard] + lo, job.first[shard] + hi
-        try:
-            arr = job.reader.read(path, a, b)
-        except BaseException as e:
-            raise ShardReadError(f"{path}: rows [{a}, {b}): read() of the reader "
-                                 f"{job.reader.name!r} raised {type(e).__name__}: {e}") from None
+        _check_before_read(job, shard, f"{path}: rows [{a}, {b})")
+        arr = _call_read(job, path, a, b)
         arr = _checked(job, path, a, b, arr)
         # After the read: a write during it or since discovery moved ctime at least, so equal
         # snapshots mean the rows are the file's as discovery saw it.

@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "base/detail/checked.hpp"
+#include "engine/detail/auto_directory.hpp"
 #include "engine/detail/probe.hpp"
 #include "shardload/manifest.hpp"
 #include "shardload/reader_registry.hpp"
@@ -281,6 +282,10 @@ std::string group_text(const NumberedGroup& g, Format f) {
          ")";
 }
 
+}  // namespace
+
+namespace detail {
+
 // A directory named without a pattern: what it holds decides. A Zarr store is itself;
 // otherwise the one numbered group of a known format (by extension or content); with
 // groups of one format the default naming wins; anything else is an error saying what
@@ -334,7 +339,7 @@ Result<Source> auto_directory(const Source& s, DiscoverOptions* options) {
   return Source::dir(s.directory, found[0].first->pattern);
 }
 
-}  // namespace
+}  // namespace detail
 
 static Result<Layout> discover_probing(const Source& source, const DiscoverOptions& options);
 
@@ -355,7 +360,7 @@ static Result<Layout> discover_probing(const Source& source, const DiscoverOptio
   Source s = source;
   DiscoverOptions opts = options;
   if (s.kind == Source::Kind::kDirectory && s.pattern.empty()) {
-    SHARDLOAD_ASSIGN_OR_RETURN(s, auto_directory(source, &opts));
+    SHARDLOAD_ASSIGN_OR_RETURN(s, detail::auto_directory(source, &opts));
   }
   auto paths = resolve(s);
   if (!paths && s.kind == Source::Kind::kDirectory &&

@@ -5,6 +5,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cinttypes>
 #include <cstdio>
@@ -12,6 +13,8 @@
 #include <memory>
 #include <span>
 
+#include "engine/detail/auto_directory.hpp"
+#include "engine/detail/probe.hpp"
 #include "shardload/codec.hpp"
 
 namespace shardload {
@@ -391,6 +394,85 @@ Result<Manifest> read_manifest(const std::string& path) {
   return m;
 }
 
+namespace {
+
+// Formats whose probe is cheap enough to repeat at every checked discovery: an .npy header
+// (one read of at most a few kB), a raw file's size and its directory's sidecar (read once
+// per reader), a Zarr store's metadata file (a small JSON). The others (HDF5, Parquet,
+// Arrow, a user's reader) would reparse a file's metadata, which is what the manifest saves.
+bool reprobe_when_checked(Format f) {
+  return f == Format::kNpy || f == Format::kRaw || f == Format::kZarr;
+}
+
+template <typename T>
+std::string text_of(const T& v) {
+  return std::to_string(v);
+}
+std::string text_of(bool v) { return v ? "true" : "false"; }
+
+// The options for a message, the ones set only: "format parquet, columns [a, b], dtype float32".
+std::string format_options_text(const FormatOptions& o) {
+  std::string out = std::string("format ") + format_name(o.format);
+  if (!o.reader.empty()) out += " (reader '" + o.reader + "')";
+  if (o.dtype) out += ", dtype " + o.dtype->name();
+  if (o.big_endian) out += *o.big_endian ? ", big-endian" : ", little-endian";
+  if (o.trailing_shape) out += ", shape " + shape_string(*o.trailing_shape);
+  if (o.header_bytes) out += ", header bytes " + std::to_string(*o.header_bytes);
+  if (!o.dataset.empty()) out += ", dataset '" + o.dataset + "'";
+  if (!o.columns.empty()) {
+    out += ", columns [";
+    for (std::size_t i = 0; i < o.columns.size(); ++i) {
+      out += (i ? ", " : "") + o.columns[i];
+    }
+    out += "]";
+  }
+  if (o.fill_value) {
+    char buf[40];
+    std::snprintf(buf, sizeof buf, "%.17g", *o.fill_value);
+    out += std::string(", fill value ") + buf;
+  }
+  return out;
+}
+
+// Where a shard's probe differs from what the manifest says of it, or "".
+std::string probe_difference(const Layout& l, const Shard& s, const ShardProbe& p) {
+  const std::string where = path_for_message(s.path) + ": ";
+  if (p.shard.snapshot != s.snapshot) {
+    return where + snapshot_difference(s.snapshot, p.shard.snapshot);
+  }
+  auto says = [&](const std::string& field, const std::string& file, const std::string& manifest) {
+    return where + "the file says " + field + " " + file + ", the manifest " + manifest;
+  };
+  if (p.dtype != l.dtype) return says("dtype", p.dtype.name(), l.dtype.name());
+  if (p.trailing_shape != l.trailing_shape) {
+    return says("trailing shape", shape_string(p.trailing_shape), shape_string(l.trailing_shape));
+  }
+  // A manifest of discovery's never holds a view of a file: it lists whole files.
+  if (p.shard.rows != s.rows || s.is_view() || s.first_row != 0) {
+    return says("rows", text_of(p.shard.rows),
+                s.is_view()
+                    ? "a view of rows [" + text_of(s.first_row) + ", +" + text_of(s.rows) + ")"
+                    : text_of(s.rows));
+  }
+  if (p.shard.data_offset != s.data_offset) {
+    return says("data offset", text_of(p.shard.data_offset), text_of(s.data_offset));
+  }
+  if (p.shard.byte_swap != s.byte_swap) {
+    return says("byte swap", text_of(p.shard.byte_swap), text_of(s.byte_swap));
+  }
+  if (p.shard.fortran_order != s.fortran_order) {
+    return says("Fortran order", text_of(p.shard.fortran_order), text_of(s.fortran_order));
+  }
+  if (p.shard.decode_rows != s.decode_rows) {
+    return says("decode unit rows", text_of(p.shard.decode_rows), text_of(s.decode_rows));
+  }
+  if (p.shard.extra != s.extra) return where + "its format data differs from the manifest's";
+  if (p.shard.linked != s.linked) return where + "its linked files differ from the manifest's";
+  return {};
+}
+
+}  // namespace
+
 std::string manifest_staleness(const Manifest& m, IoBackend& io) {
   auto differs = [&](const std::string& path, const FileInfo& then) -> std::string {
     auto now = io.stat_path(path);
@@ -398,33 +480,44 @@ std::string manifest_staleness(const Manifest& m, IoBackend& io) {
     if (*now == then) return {};
     return path_for_message(path) + ": " + snapshot_difference(then, *now);
   };
-  const auto& options = m.layout.options;
-  for (const auto& s : m.layout.shards) {
-    std::string why;
-    if (m.layout.format == Format::kZarr) {
-      // A store's snapshot is its array metadata file's (a regular file), not the store
-      // directory's.
-      why = "?";
-      for (const std::string& sub :
-           {std::string(), options.dataset.empty() ? std::string() : options.dataset + "/"}) {
-        for (const char* meta : {".zarray", "zarr.json"}) {
-          auto now = io.stat_path(join(s.path, sub + meta));
-          if (now && *now == s.snapshot) why.clear();
-        }
+  const Layout& layout = m.layout;
+  const auto& shards = layout.shards;
+  if (reprobe_when_checked(layout.format)) {
+    // The file's own header against the manifest's, not only its snapshot: a manifest
+    // with a valid container checksum can still say another dtype than the files (it was
+    // written by someone else, or by hand), and the data would be read as that dtype.
+    std::vector<std::string> paths;
+    paths.reserve(shards.size());
+    for (const auto& s : shards) paths.push_back(s.path);
+    ReaderContext ctx;
+    ctx.io = &io;
+    const unsigned threads = detail::probe_threads(layout.format, ctx, paths.size(), 0);
+    auto probes = detail::probe_shards(paths, layout.format, layout.options, ctx, threads);
+    if (!probes) return probes.status().message();
+    for (std::size_t i = 0; i < shards.size(); ++i) {
+      const auto& probe = (*probes)[i];
+      if (!probe) return path_for_message(shards[i].path) + ": not probed";  // not reached
+      if (!*probe) return probe->status().message();
+      std::string why = probe_difference(layout, shards[i], **probe);
+      for (const auto& f : shards[i].linked) {
+        if (why.empty()) why = differs(f.path, f.snapshot);
       }
-      if (!why.empty()) why = path_for_message(s.path) + ": its array metadata changed";
-    } else {
-      why = differs(s.path, s.snapshot);
+      if (!why.empty()) return why;
     }
-    for (const auto& f : s.linked) {
-      if (why.empty()) why = differs(f.path, f.snapshot);
+  } else {
+    // HDF5, Parquet, Arrow and a user's reader: the snapshot of each file (and of each
+    // linked file); their metadata is taken from the manifest while the snapshots match.
+    for (const auto& s : shards) {
+      std::string why = differs(s.path, s.snapshot);
+      for (const auto& f : s.linked) {
+        if (why.empty()) why = differs(f.path, f.snapshot);
+      }
+      if (!why.empty()) return why;
     }
-    if (!why.empty()) return why;
   }
   if (!m.pattern.empty()) {
     auto listed = resolve(Source::dir(m.directory, m.pattern));
     if (!listed) return listed.status().message();
-    const auto& shards = m.layout.shards;
     for (std::size_t i = 0; i < std::max(listed->size(), shards.size()); ++i) {
       if (i >= shards.size()) {
         return path_for_message((*listed)[i]) + " is new: the manifest lists " +
@@ -496,11 +589,49 @@ ManifestDiscovery discover_from_manifest(const Source& source, const DiscoverOpt
                                         : "with pattern '" + m->pattern + "'") +
                     ", and pattern '" + source.pattern + "' was asked");
   }
-  if (options.format != FormatOptions{}) {
-    FormatOptions asked = options.format;
-    if (asked.format == Format::kAuto) asked.format = m->layout.format;
-    if (asked != m->layout.options) {
-      return not_used("the format options differ from those it was indexed with");
+  // Only the options it was made with, exactly: a plain request must not be given the
+  // columns, fill value or cast an index() was asked for (it would read other data than
+  // the files give without them). A format left to auto-detection is the recorded one, as
+  // probing would find it, and a user's reader is the recorded one by name.
+  FormatOptions asked = options.format;
+  if (asked.format == Format::kAuto) {
+    asked.format = m->layout.format;
+    if (asked.format == Format::kCustom && asked.reader.empty()) {
+      asked.reader = m->layout.options.reader;
+    }
+  }
+  if (asked != m->layout.options) {
+    return not_used("it was indexed with other format options (" +
+                    format_options_text(m->layout.options) + ") than asked (" +
+                    format_options_text(asked) + ")");
+  }
+  // Without a pattern a request stands for the directory's own naming, as probing finds it;
+  // a manifest indexed under another pattern (part_{}.npy beside shard_0000.npy ...) would
+  // answer with other files. The trusted path touches no file, so it takes the recorded one.
+  if (source.pattern.empty() && !options.trust_manifest) {
+    DiscoverOptions probing = options;
+    auto own = detail::auto_directory(source, &probing);
+    if (!own) {
+      return not_used("without a pattern the directory's shards cannot be told: " +
+                      own.status().message());
+    }
+    const auto& shards = m->layout.shards;
+    bool same = own->kind == Source::Kind::kDirectory && own->pattern == m->pattern;
+    if (!same && own->kind == Source::Kind::kDirectory) {
+      // Two spellings of one numbering ("part_{}.npy", "part_{:01d}.npy") name the same files.
+      auto listed = resolve(*own);
+      same = listed && listed->size() == shards.size() &&
+             std::equal(listed->begin(), listed->end(), shards.begin(),
+                        [](const std::string& p, const Shard& s) { return p == s.path; });
+    }
+    if (!same) {
+      return not_used("it was indexed " +
+                      (m->pattern.empty() ? std::string("without a pattern")
+                                          : "with pattern '" + m->pattern + "'") +
+                      ", and without a pattern the directory's shards are " +
+                      (own->kind == Source::Kind::kDirectory
+                           ? "those of '" + own->pattern + "'"
+                           : std::string("the directory itself")));
     }
   }
   const std::size_t n = m->layout.shards.size();

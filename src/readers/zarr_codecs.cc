@@ -1,7 +1,7 @@
 // Chunk codecs for the Zarr reader, over the real libraries (zlib, zstd, lz4,
-// blosc). Every decoder checks that the input is consumed exactly and the
-// output has exactly the size the metadata promises: a corrupt chunk is an
-// error, never a buffer of garbage or a silently short chunk.
+// blosc). Every decoder checks that the input is consumed exactly (blosc: its frame, as
+// numcodecs does; see blosc_decode) and the output has exactly the size the metadata
+// promises: a corrupt chunk is an error, never a buffer of garbage or a silently short chunk.
 #include <blosc.h>
 #include <lz4.h>
 #include <zlib.h>
@@ -151,19 +151,25 @@ Status lz4_decode(const std::byte* in, std::size_t n, std::byte* out, std::size_
 Status blosc_decode(const std::byte* in, std::size_t n, std::byte* out, std::size_t expected,
                     std::vector<std::byte>* grow, std::size_t cap) {
   const ZarrCodec c = ZarrCodec::kBlosc;
-  std::size_t nbytes = 0;
-  // validate checks the header against the buffer length, which is what
-  // makes the decompression below safe to attempt on untrusted bytes.
-  if (n < BLOSC_MIN_HEADER_LENGTH || blosc_cbuffer_validate(in, n, &nbytes) != 0) {
+  if (n < BLOSC_MIN_HEADER_LENGTH) {
     return corrupt(c, "not a valid blosc buffer of " + std::to_string(n) + " bytes");
   }
   std::size_t nb = 0;
   std::size_t cbytes = 0;
   std::size_t block = 0;
   blosc_cbuffer_sizes(in, &nb, &cbytes, &block);
-  if (cbytes != n) {
+  // The frame is the header's cbytes; bytes after it are not blosc's. Other writers leave
+  // some there (z5py: 16), and numcodecs decodes the frame and ignores them, so they are
+  // ignored here too. A frame longer than the chunk is a truncated one.
+  if (cbytes > n) {
     return corrupt(c, "its header says " + std::to_string(cbytes) + " compressed bytes, found " +
                           std::to_string(n));
+  }
+  std::size_t nbytes = 0;
+  // validate checks the header against the frame's length, which is what makes the
+  // decompression below (which reads at most cbytes bytes) safe on untrusted bytes.
+  if (blosc_cbuffer_validate(in, cbytes, &nbytes) != 0) {
+    return corrupt(c, "not a valid blosc buffer of " + std::to_string(cbytes) + " bytes");
   }
   if (grow != nullptr) {
     if (nbytes > cap) return corrupt(c, "a buffer of " + std::to_string(nbytes) + " bytes");

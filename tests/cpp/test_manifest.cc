@@ -4,6 +4,7 @@
 #include <xxhash.h>
 
 #include <filesystem>
+#include <functional>
 
 #include "shardload/codec.hpp"
 #include "shardload/layout.hpp"
@@ -99,14 +100,17 @@ TEST_F(ManifestTest, AbsentSaysSo) {
   EXPECT_EQ(l->manifest_status, "manifest: absent");
 }
 
-TEST_F(ManifestTest, FreshCheckIsOneStatPerShardAndNoOpen) {
+TEST_F(ManifestTest, FreshCheckReadsEachHeaderOnceAndListsNothingElse) {
   index();
   CountingIo io;
   auto l = discover_dir(false, &io);
   ASSERT_TRUE(l) << l.status().message();
-  EXPECT_EQ(io.path_stats, 5);
-  EXPECT_EQ(io.opens, 0);
-  EXPECT_EQ(io.preads, 0);
+  // Per .npy shard the header probe: one open, one fstat, one read of the header; the
+  // snapshot comes from the fstat, so no stat by path.
+  EXPECT_EQ(io.opens, 5);
+  EXPECT_EQ(io.stats, 5);
+  EXPECT_EQ(io.preads, 5);
+  EXPECT_EQ(io.path_stats, 0);
 }
 
 TEST_F(ManifestTest, TrustDoesNoFileOperation) {
@@ -180,6 +184,35 @@ TEST_F(ManifestTest, OtherPatternOrOptionsDoNotUseIt) {
       << l.status().message();
 }
 
+// A request without a pattern stands for what probing finds: the default naming wins over
+// another numbered group, so a manifest indexed under that group's pattern is not used.
+TEST_F(ManifestTest, APlainRequestGetsTheFilesProbingFindsNotAnotherPatterns) {
+  const Layout shards = probe(dir.path());
+  for (int i = 0; i < 2; ++i) {
+    std::filesystem::copy_file(shard(i), dir.file("part_" + std::to_string(i) + ".npy"));
+  }
+  DiscoverOptions o;
+  o.use_manifest = false;
+  auto parts = discover(Source::dir(dir.path(), "part_{}.npy"), o);
+  ASSERT_TRUE(parts) << parts.status().message();
+  ManifestOptions mo;
+  mo.pattern = "part_{}.npy";
+  ASSERT_TRUE(write_manifest(*parts, dir.path(), mo));
+  auto l = discover_dir();
+  ASSERT_TRUE(l) << l.status().message();
+  EXPECT_EQ(l->manifest_status,
+            "manifest: not used: it was indexed with pattern 'part_{}.npy', and without a "
+            "pattern the directory's shards are those of 'shard_{:04d}.npy'");
+  EXPECT_EQ(enc(*l), enc(shards));
+  // With its pattern it is used; trusted without one it is taken as recorded (no listing).
+  l = discover(Source::dir(dir.path(), "part_{}.npy"));
+  ASSERT_TRUE(l) << l.status().message();
+  EXPECT_EQ(l->manifest_status, "manifest: used (2 shards unchanged since indexing)");
+  l = discover_dir(true);
+  ASSERT_TRUE(l) << l.status().message();
+  EXPECT_EQ(l->shards.size(), 2u);
+}
+
 // --- damaged and hostile containers ----------------------------------------------------
 
 std::string container(const std::string& body, std::uint32_t kind = 0,
@@ -210,6 +243,134 @@ std::string varstr(const std::string& s) {
 std::string layout_body(const Layout& l) {
   const auto e = encode_layout(l);
   return varstr("") + varstr(std::string(e.begin(), e.end()));
+}
+
+// A manifest describes what the files hold with the options it was made with; a request
+// with other options (a plain one included) must get what those options give, not the
+// manifest's: it probes, and says why.
+TEST(ManifestOptionsTest, OnlyTheOptionsItWasIndexedWithUseIt) {
+  TempDir dir;
+  std::vector<float> v(12);
+  for (std::size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(i) + 0.5f;
+  for (int i = 0; i < 3; ++i)
+    write_file(dir.file("shard_000" + std::to_string(i) + ".bin"), raw(v));
+  DiscoverOptions with;
+  with.use_manifest = false;
+  with.format.format = Format::kRaw;
+  with.format.dtype = DType{DTypeKind::kFloat, 4};
+  with.format.trailing_shape = std::vector<std::int64_t>{};
+  auto indexed = discover(Source::dir(dir.path()), with);
+  ASSERT_TRUE(indexed) << indexed.status().message();
+  ASSERT_TRUE(write_manifest(*indexed, dir.path()));
+  with.use_manifest = true;
+  auto same = discover(Source::dir(dir.path()), with);
+  ASSERT_TRUE(same) << same.status().message();
+  EXPECT_EQ(same->manifest_status, "manifest: used (3 shards unchanged since indexing)");
+  // Plain: the .bin files without a sidecar have no dtype; the manifest's float32 must not
+  // be taken for it.
+  auto plain = discover(Source::dir(dir.path()));
+  ASSERT_FALSE(plain);
+  EXPECT_NE(plain.status().message().find("dtype"), std::string::npos) << plain.status().message();
+  // Another dtype: probed as asked, and the status says why the manifest was not used.
+  DiscoverOptions other = with;
+  other.format.dtype = DType{DTypeKind::kInt, 4};
+  auto l = discover(Source::dir(dir.path()), other);
+  ASSERT_TRUE(l) << l.status().message();
+  EXPECT_EQ(l->dtype, (DType{DTypeKind::kInt, 4}));
+  EXPECT_EQ(l->manifest_status,
+            "manifest: not used: it was indexed with other format options (format raw, dtype "
+            "float32, shape ()) than asked (format raw, dtype int32, shape ())");
+  // Trusted, a plain request that does not match is an error, not the manifest's options.
+  DiscoverOptions trusted;
+  trusted.trust_manifest = true;
+  plain = discover(Source::dir(dir.path()), trusted);
+  ASSERT_FALSE(plain);
+  EXPECT_NE(plain.status().message().find("cannot be trusted for this request: it was indexed "
+                                          "with other format options (format raw, dtype "
+                                          "float32, shape ()) than asked (format raw)"),
+            std::string::npos)
+      << plain.status().message();
+}
+
+// A manifest with a valid container checksum but another header than the files': without
+// trust_manifest, discovery compares each file's own header with it.
+TEST_F(ManifestTest, ACraftedHeaderInTheManifestIsNotTrustedOverTheFiles) {
+  const Layout direct = probe(dir.path());
+  const std::string path = dir.file("shardload.manifest");
+  // As write_manifest stores them: relative to the directory.
+  const auto relative = [&](std::vector<Shard> shards) {
+    for (auto& s : shards) s.path.erase(0, dir.path().size() + 1);
+    return shards;
+  };
+  struct Craft {
+    std::function<void(Layout&)> change;
+    std::string says;
+  };
+  const std::vector<Craft> crafts = {
+      {[](Layout& l) {
+         l.dtype = DType{DTypeKind::kFloat, 4};
+       },
+       "the file says dtype int32, the manifest float32"},
+      {[](Layout& l) {
+         l.trailing_shape = {2, 3};
+       },
+       "the file says trailing shape (3, 2), the manifest (2, 3)"},
+      {[](Layout& l) { l.shards[1].data_offset += 8; },
+       "the file says data offset 128, the manifest 136"},
+      {[](Layout& l) { l.shards[2].fortran_order = true; },
+       "the file says Fortran order false, the manifest true"},
+      {[](Layout& l) { l.shards[3].byte_swap = true; },
+       "the file says byte swap false, the manifest true"},
+  };
+  for (const auto& c : crafts) {
+    Layout h = direct;
+    c.change(h);
+    auto rebuilt =
+        assemble_layout(h.format, h.options, h.dtype, h.trailing_shape, relative(h.shards));
+    ASSERT_TRUE(rebuilt) << rebuilt.status().message();
+    write_file(path, container(layout_body(*rebuilt)));
+    ASSERT_TRUE(read_manifest(path)) << c.says;  // a valid container
+    auto l = discover_dir();
+    ASSERT_TRUE(l) << l.status().message();
+    EXPECT_EQ(l->manifest_status.rfind("manifest: stale because ", 0), 0u) << l->manifest_status;
+    EXPECT_NE(l->manifest_status.find(c.says), std::string::npos) << l->manifest_status;
+    EXPECT_EQ(enc(*l), enc(direct)) << c.says;  // the files' own layout
+  }
+  // Rows: a view of a file where discovery lists whole files.
+  Layout h = direct;
+  h.shards[4].file_rows = h.shards[4].rows;
+  h.shards[4].rows -= 1;
+  auto rebuilt =
+      assemble_layout(h.format, h.options, h.dtype, h.trailing_shape, relative(h.shards));
+  ASSERT_TRUE(rebuilt) << rebuilt.status().message();
+  write_file(path, container(layout_body(*rebuilt)));
+  auto l = discover_dir();
+  ASSERT_TRUE(l) << l.status().message();
+  EXPECT_NE(l->manifest_status.find(shard(4) + ": the file says rows 7, the manifest a view"),
+            std::string::npos)
+      << l->manifest_status;
+}
+
+// A raw dataset's sidecar is what its dtype comes from: a sidecar rewritten after indexing
+// (keeping the shards' sizes) is seen by the checked discovery.
+TEST(ManifestRawTest, ASidecarChangedAfterIndexingIsSeen) {
+  TempDir dir;
+  std::vector<std::int32_t> v(8, 7);
+  for (int i = 0; i < 2; ++i)
+    write_file(dir.file("shard_000" + std::to_string(i) + ".bin"), raw(v));
+  write_file(dir.file("shardload.json"), R"({"dtype": "<i4", "shape": []})");
+  DiscoverOptions o;
+  o.use_manifest = false;
+  auto indexed = discover(Source::dir(dir.path()), o);
+  ASSERT_TRUE(indexed) << indexed.status().message();
+  ASSERT_TRUE(write_manifest(*indexed, dir.path()));
+  write_file(dir.file("shardload.json"), R"({"dtype": "<f4", "shape": []})");
+  auto l = discover(Source::dir(dir.path()));
+  ASSERT_TRUE(l) << l.status().message();
+  EXPECT_EQ(l->dtype, (DType{DTypeKind::kFloat, 4}));
+  EXPECT_NE(l->manifest_status.find("the file says dtype float32, the manifest int32"),
+            std::string::npos)
+      << l->manifest_status;
 }
 
 TEST_F(ManifestTest, TruncatedAtEveryLengthIsAnErrorNamingIt) {

@@ -1,6 +1,7 @@
 // The Zarr reader on hand-made stores: chunk selection, edge chunks, missing
 // chunks, F order, v3 keys and byte order, sharding, corrupt data; plus the
 // metadata encoding that travels in Shard::extra.
+#include <blosc.h>
 #include <gtest/gtest.h>
 #include <zlib.h>
 
@@ -268,6 +269,41 @@ TEST_F(ZarrTest, CorruptCompressedChunkNamesTheFile) {
   // Rows whose chunks are intact still read: only overlapping chunks are touched.
   std::vector<std::int32_t> out(9);
   EXPECT_TRUE(fill_rows(l, 0, 3, reinterpret_cast<std::byte*>(out.data())));
+}
+
+// z5py (a C++ Zarr writer) leaves 16 bytes after each blosc frame; numcodecs decodes the
+// frame its header's cbytes delimits and ignores the rest. A frame cut short stays an error.
+TEST(ZarrCodecTest, BloscBytesAfterTheFrameAreIgnoredACutFrameIsRefused) {
+  std::vector<float> v(1000);
+  for (std::size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(i) * 0.25f - 7.0f;
+  const std::size_t bytes = v.size() * sizeof(float);
+  std::vector<std::byte> frame(bytes + BLOSC_MAX_OVERHEAD);
+  const int c = blosc_compress_ctx(5, BLOSC_SHUFFLE, sizeof(float), bytes, v.data(), frame.data(),
+                                   frame.size(), "lz4", 0, 1);
+  ASSERT_GT(c, 0);
+  frame.resize(static_cast<std::size_t>(c));
+  std::vector<std::byte> padded = frame;
+  padded.insert(padded.end(), 16, std::byte{0xA7});
+  std::vector<float> out(v.size());
+  Status st = detail::zarr_decode_exact(detail::ZarrCodec::kBlosc, padded.data(), padded.size(),
+                                        reinterpret_cast<std::byte*>(out.data()), bytes);
+  ASSERT_TRUE(st) << st.message();
+  EXPECT_EQ(out, v);
+  std::vector<std::byte> grown;
+  st = detail::zarr_decode_grow(detail::ZarrCodec::kBlosc, padded.data(), padded.size(), &grown,
+                                bytes);
+  ASSERT_TRUE(st) << st.message();
+  EXPECT_EQ(std::memcmp(grown.data(), v.data(), bytes), 0);
+  // The frame less its last byte: the header promises more than the chunk holds.
+  st = detail::zarr_decode_exact(detail::ZarrCodec::kBlosc, frame.data(), frame.size() - 1,
+                                 reinterpret_cast<std::byte*>(out.data()), bytes);
+  ASSERT_FALSE(st);
+  EXPECT_EQ(st.message(), "blosc: corrupt chunk (its header says " + std::to_string(c) +
+                              " compressed bytes, found " + std::to_string(c - 1) + ")");
+  // Less than a header.
+  st = detail::zarr_decode_exact(detail::ZarrCodec::kBlosc, frame.data(), 15,
+                                 reinterpret_cast<std::byte*>(out.data()), bytes);
+  EXPECT_FALSE(st);
 }
 
 TEST_F(ZarrTest, MetadataErrorsNameTheFileAndField) {

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import pathlib
+import re
 import subprocess
 
 import numpy as np
@@ -281,3 +282,55 @@ def test_discover_once_with_format_options(tmp_path):
     assert once.encode() == direct.encode() and "trusted" in once.manifest_status
     with pytest.raises(TypeError, match="source"):
         shardload.discover_once(3)
+
+
+def test_a_manifest_made_with_options_does_not_change_a_plain_load(tmp_path, cli):
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    d = tmp_path / "pq"
+    d.mkdir()
+    parts = []
+    for i, n in enumerate([5, 4]):
+        a = np.arange(n, dtype=np.float64) + 10 * i
+        b = [None if (i + r) % 3 == 0 else float(r) for r in range(n)]
+        c = np.arange(n, dtype=np.float64) - 2
+        pq.write_table(pa.table({"a": a, "b": b, "c": c}), d / f"shard_{i:04d}.parquet")
+        parts.append(np.stack([a, c], axis=1).astype(np.float32))
+    opts = dict(columns=["a", "c"], fill_value=0, dtype="float32")
+    shardload.index(d, **opts)
+    # The oracle: the same plain request of a list source, which never reads a manifest.
+    files = shardload.discover(sorted(str(p) for p in d.glob("shard_*.parquet")))
+    assert files.shape == (9, 3) and files.dtype == np.float64
+
+    plain = shardload.discover(d)
+    assert plain.manifest_status.startswith(
+        "manifest: not used: it was indexed with other format options (format parquet, dtype "
+        "float32, columns [a, c], fill value 0) than asked (format parquet)"), \
+        plain.manifest_status
+    assert plain.encode() == files.encode()
+    with pytest.raises(shardload.ShardReadError, match="column 'b': row 0 is null"):
+        plain.read()
+    with pytest.raises(shardload.ShardReadError, match="column 'b': row 0 is null"):
+        shardload.load(d)
+    with pytest.raises(shardload.ShardReadError, match="column 'b': row 0 is null"):
+        list(shardload.batches(d, 4))
+    once = shardload.discover_once(d)
+    assert once.encode() == files.encode()
+    assert once.manifest_status == plain.manifest_status
+    with pytest.raises(shardload.LayoutError, match="cannot be trusted for this request"):
+        shardload.discover(d, trust_manifest=True)
+    # Another cast than the manifest's is not the manifest's either.
+    other = shardload.discover(d, **{**opts, "dtype": "float64"})
+    assert other.manifest_status.startswith("manifest: not used") and other.dtype == np.float64
+
+    # Asked with the options it was made with, the manifest is used.
+    used = shardload.discover(d, **opts)
+    assert used.manifest_status.startswith("manifest: used"), used.manifest_status
+    np.testing.assert_array_equal(np.asarray(shardload.load(d, **opts)), np.concatenate(parts))
+
+    r = run(cli, "inspect", d)
+    assert r.returncode == 0, r.stderr
+    assert "manifest: not used" in r.stdout and "float64" in r.stdout, r.stdout
+    r = run(cli, "read", d, "--no-verify")
+    assert r.returncode == 1 and re.search(r"column 'b': row \d+ is null", r.stderr), \
+        r.stdout + r.stderr

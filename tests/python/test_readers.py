@@ -9,6 +9,9 @@ import itertools
 import os
 import re
 import pathlib
+import subprocess
+import sys
+import textwrap
 
 import numpy as np
 import pytest
@@ -277,3 +280,124 @@ def test_huge_declared_sizes_fail_before_anything_is_allocated(tmp_path: pathlib
     with pytest.raises(shardload.OutOfMemoryError, match="the dataset needs 240.00 GB"):
         shardload.load(paths, reader=name)
     assert read_calls == []
+
+
+def test_dtypes_cupynumeric_cannot_hold_are_refused_at_registration() -> None:
+    # Big-endian: refused, not converted (read() must return arrays of exactly the dtype, and
+    # cuPyNumeric holds native ones only); the message says what to pass instead.
+    with pytest.raises(ValueError, match=r"^dtype: >f4 is not in the machine's byte order; a "
+                                         r"reader's arrays are native: pass <f4 and return "
+                                         r"arr\.astype\('<f4'\) from read\(\)$"):
+        shardload.register_reader("be1", read=read_rows, rows=rows_of, dtype=">f4")
+    with pytest.raises(ValueError, match="dtype: float128 has no Legate type"):
+        shardload.register_reader("ld1", read=read_rows, rows=rows_of, dtype=np.longdouble)
+    assert "be1" not in shardload.registered_readers()
+    assert "ld1" not in shardload.registered_readers()
+    # One-byte and native types are native whatever their spelling.
+    shardload.register_reader("be2", read=read_rows, rows=rows_of, dtype=">u1")
+
+
+def test_a_big_endian_dtype_told_by_an_empty_read_is_a_layout_error(
+        tmp_path: pathlib.Path) -> None:
+    paths = write_set(tmp_path, [np.ones((4, 2), np.float32)])
+    name = register(read=lambda p, lo, hi: read_rows(p, lo, hi).astype(">f4"))
+    with pytest.raises(shardload.LayoutError, match=r"read\(path, 0, 0\): dtype: >f4 is not in "
+                                                    r"the machine's byte order"):
+        shardload.load(paths, reader=name)
+
+
+# Loads that, unguarded, hang or end the process: each runs in a child process with a bound.
+_CHILD = """
+import os, sys
+import numpy as np
+import shardload
+
+d = sys.argv[1]
+paths = [os.path.join(d, f"s{i}.arr") for i in range(2)]
+for i, p in enumerate(paths):
+    with open(p, "wb") as f:
+        np.save(f, np.arange(6, dtype=np.float32).reshape(3, 2) + 10 * i)
+
+
+def rows(p):
+    return np.load(p, mmap_mode="r").shape[0]
+
+
+def read(p, lo, hi):
+    return np.array(np.load(p, mmap_mode="r")[lo:hi])
+
+
+def attempt(name):
+    try:
+        a = shardload.load(paths, reader=name)
+        print("LOADED", np.asarray(a).tolist(), flush=True)
+    except shardload.ShardReadError as e:
+        print("ERROR", e.filename, "|", e, flush=True)
+"""
+
+
+def run_child(tmp_path: pathlib.Path, body: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", _CHILD + textwrap.dedent(body), str(tmp_path)],
+                          capture_output=True, text=True, timeout=240)
+
+
+def test_a_file_replaced_by_a_fifo_after_discovery_is_refused_before_read_opens_it(
+        tmp_path: pathlib.Path) -> None:
+    r = run_child(tmp_path, """
+        def swapping_rows(p):
+            n = rows(p)
+            if p == paths[1]:  # after discovery's check of this file: a FIFO in its place
+                os.mkfifo(p + ".fifo")
+                os.replace(p + ".fifo", p)
+            return n
+
+        shardload.register_reader("swap", rows=swapping_rows, read=read, dtype="float32",
+                                  trailing_shape=(2,))
+        attempt("swap")
+        os.unlink(paths[1])
+        with open(paths[1], "wb") as f:
+            np.save(f, np.zeros((1, 2), np.float32))
+        shardload.register_reader("plain", rows=rows, read=read, dtype="float32",
+                                  trailing_shape=(2,))
+        attempt("plain")  # the runtime goes on
+    """)
+    assert r.returncode == 0, r.stdout + r.stderr
+    lines = [line for line in r.stdout.splitlines() if line.startswith(("ERROR", "LOADED"))]
+    p1 = str(tmp_path / "s1.arr")
+    assert lines[0] == (f"ERROR {p1} | {p1}: rows [0, 3): not a regular file any more "
+                        "(discovery found one); read() was not called"), r.stdout + r.stderr
+    assert lines[1].startswith("LOADED [[0.0, 1.0], "), lines
+
+
+def test_a_reader_calling_cupynumeric_is_a_clean_error(tmp_path: pathlib.Path) -> None:
+    r = run_child(tmp_path, """
+        import cupynumeric as cn
+
+
+        def read_cn(p, lo, hi):
+            return np.asarray(cn.arange((hi - lo) * 2, dtype=np.float32).reshape(hi - lo, 2))
+
+
+        def read_swallowing(p, lo, hi):
+            try:
+                cn.zeros(3)
+            except Exception:
+                pass
+            return read(p, lo, hi)
+
+
+        for name, fn in (("cn", read_cn), ("swallow", read_swallowing), ("fine", read)):
+            shardload.register_reader(name, rows=rows, read=fn, dtype="float32",
+                                      trailing_shape=(2,))
+            attempt(name)
+    """)
+    assert r.returncode == 0, r.stdout + r.stderr
+    lines = [line for line in r.stdout.splitlines() if line.startswith(("ERROR", "LOADED"))]
+    assert len(lines) == 3, r.stdout + r.stderr
+    for line, name in zip(lines[:2], ("cn", "swallow")):
+        assert re.fullmatch(rf"ERROR \S+ \| \S+: rows \[0, 3\): read\(\) of the reader "
+                            rf"'{name}' called (cupynumeric|legate)\.\S+: cuPyNumeric and "
+                            r"Legate cannot be called inside read\(\), which runs in a Legate "
+                            r"task; return a numpy array", line), line
+    assert lines[2] == ("LOADED [[0.0, 1.0], [2.0, 3.0], [4.0, 5.0], [10.0, 11.0], "
+                        "[12.0, 13.0], [14.0, 15.0]]"), lines

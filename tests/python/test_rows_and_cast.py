@@ -153,9 +153,17 @@ def test_astype_casts_every_format_as_numpy_does(tmp_path: pathlib.Path, fmt: st
     ("U4", ValueError, "not a numeric or bool dtype"),
     (3, TypeError, "astype: expected a str, a numpy dtype"),
     (True, TypeError, "astype: expected"),
+    # numpy's long double types have no Legate type: refused before the load, not after it.
+    ("float128", ValueError, r"astype: float128 has no Legate type, so cuPyNumeric cannot "
+                             r"hold it; astype takes bool, int8, .*, float16, float32, float64, "
+                             r"complex64, complex128$"),
+    (np.longdouble, ValueError, "has no Legate type"),
+    ("complex256", ValueError, "complex256 has no Legate type"),
 ])
 def test_astype_is_checked_before_anything_is_read(tmp_path: pathlib.Path, astype: object,
                                                    error: type, needle: str) -> None:
     write("npy", tmp_path, parts())
     with pytest.raises(error, match=needle):
         shardload.load(tmp_path / "missing", astype=astype)
+    with pytest.raises(error, match=needle):
+        shardload.batches(tmp_path / "missing", 4, astype=astype)

@@ -467,3 +467,35 @@ def test_deeply_nested_metadata_is_a_layout_error(tmp_path: pathlib.Path, meta: 
     with pytest.raises(shardload.LayoutError,
                        match=f"{meta}: JSON nesting deeper than 64 levels"):
         shardload.discover(tmp_path, format="zarr")
+
+
+@pytest.mark.parametrize("cname", ["lz4", "zstd", "blosclz", "zlib"])
+def test_blosc_chunks_with_bytes_after_the_frame_read_as_numcodecs_reads_them(tmp_path, cname):
+    # z5py (a C++ Zarr writer) leaves 16 bytes after each blosc frame: a chunk file of
+    # 10,032 bytes whose header says 10,016. numcodecs decodes the frame and ignores them.
+    a = random_array(np.random.default_rng(16), (37, 5), "float64")
+    write_stores(tmp_path, [a], zarr_format=2, chunks=(8, 5),
+                 compressors=numcodecs.Blosc(cname=cname, shuffle=numcodecs.Blosc.SHUFFLE))
+    store = tmp_path / "shard_0000.zarr"
+    chunks = sorted(p for p in store.iterdir() if not p.name.startswith("."))
+    assert len(chunks) == 5
+    for c in chunks:
+        raw = c.read_bytes()
+        cbytes = int.from_bytes(raw[12:16], "little")
+        assert cbytes == len(raw)
+        c.write_bytes(raw + bytes(range(0xF0, 0x100)))  # 16 bytes after the frame
+    oracle = zarr.open_array(str(store), mode="r")[...]  # numcodecs reads them
+    np.testing.assert_array_equal(oracle, a)
+    check_ranges(shardload.discover(tmp_path, format="zarr"), oracle)
+    # A frame cut short stays refused: its header promises bytes the chunk does not hold.
+    # (numcodecs does not check this and decodes past the end of its buffer.)
+    last = chunks[-1]
+    raw = last.read_bytes()
+    cut = raw[: int.from_bytes(raw[12:16], "little") - 1]
+    last.write_bytes(cut)
+    layout = shardload.discover(tmp_path, format="zarr")
+    np.testing.assert_array_equal(layout.read(0, 32), a[:32])
+    with pytest.raises(shardload.ShardReadError,
+                       match=r"shard_0000\.zarr/4\.0: blosc: corrupt chunk \(its header says "
+                             rf"{len(cut) + 1} compressed bytes, found {len(cut)}\)"):
+        layout.read(30, 37)

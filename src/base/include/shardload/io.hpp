@@ -52,9 +52,9 @@ class IoBackend {
   virtual std::int64_t pread(int fd, void* buf, std::size_t n, std::uint64_t offset) = 0;
   virtual void close(int fd) = 0;
   // The snapshot of a path without opening it (stat(2), following links): the one call a
-  // manifest's freshness check makes per file. Not pure, so that backends written before it
-  // keep compiling; the default is the real call, which a counting or failing backend
-  // overrides.
+  // manifest's check makes per HDF5, Parquet or Arrow file (npy, raw and Zarr are probed).
+  // Not pure, so that backends written before it keep compiling; the default is the real
+  // call, which a counting or failing backend overrides.
   virtual Result<FileInfo> stat_path(const std::string& path);
 };
 

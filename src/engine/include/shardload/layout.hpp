@@ -49,8 +49,9 @@ struct Layout : ReadSpec {
 struct DiscoverOptions {
   IoBackend* io = nullptr;  // nullptr: posix_io()
   FormatOptions format;     // format kAuto: from the extension or the store's metadata
-  // A directory holding a manifest (kManifestName) is discovered from it when it fits the
-  // request and every shard's snapshot still matches (one stat per file); else by probing,
+  // A directory holding a manifest (kManifestName) is discovered from it when it was made
+  // with exactly these format options and every shard still matches it (manifest_staleness:
+  // header per file for npy / raw / Zarr, one stat per file otherwise); else by probing,
   // with the reason in Layout::manifest_status. trust_manifest: take the manifest without
   // touching any shard (no stat, no listing). use_manifest false: ignore it.
   bool use_manifest = true;

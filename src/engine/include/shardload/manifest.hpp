@@ -80,9 +80,13 @@ Result<Manifest> read_manifest(const std::string& path);
 // The checksum of a whole file (kNone: 0). kIo naming the file when it cannot be read.
 Result<std::uint64_t> file_checksum(const std::string& path, Checksum kind, IoBackend& io);
 
-// Why a manifest no longer describes its files, or "" when it does: one stat per shard (and
-// per linked file) compared with the snapshots, and one listing of the directory under the
-// manifest's pattern for added or removed shards. "DIR/shard_0003.npy: size 10 -> 8 bytes".
+// Why a manifest no longer describes its files, or "" when it does. Per shard: for npy, raw
+// and Zarr its probe (the header, the raw geometry with the sidecar, the metadata file)
+// compared with the manifest's shard, dtype and trailing shape; for the other formats one
+// stat compared with the snapshot (their metadata is the manifest's while it matches).
+// Linked files: one stat each. Then one listing of the directory under the manifest's
+// pattern for added or removed shards. "DIR/shard_0003.npy: size 10 -> 8 bytes",
+// "DIR/shard_0001.npy: the file says dtype int32, the manifest float32".
 std::string manifest_staleness(const Manifest& manifest, IoBackend& io);
 
 // One shard whose checksum differs from the manifest's, or that cannot be read.
@@ -100,7 +104,10 @@ Result<std::vector<ChecksumMismatch>> verify_range(const Manifest& manifest, std
 // What discover() does with a directory source before probing. Exactly one of: a layout
 // (from the manifest, with its manifest_status "manifest: used ..."), an error (a damaged
 // manifest, or a trusted one that does not fit the request), or a note for the probed
-// layout ("manifest: absent", "manifest: stale because ...").
+// layout ("manifest: absent", "manifest: not used: ...", "manifest: stale because ...").
+// A manifest fits a request made with exactly the format options it was indexed with
+// (format kAuto standing for the recorded one): a plain request does not get the columns,
+// fill value or cast an index recorded.
 struct ManifestDiscovery {
   std::optional<Layout> layout;
   Status error;
