@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <string>
 
+#include "legate/detail/compat.hpp"
 #include "shardload/status.hpp"
 
 namespace shardload::detail {
@@ -37,7 +38,7 @@ class LoadTask : public legate::LegateTask<LoadTask> {
 #if LEGATE_DEFINED(LEGATE_USE_OPENMP)
   static void omp_variant(legate::TaskContext context);
 #endif
-#if LEGATE_DEFINED(LEGATE_USE_CUDA)
+#if SHARDLOAD_GPU_VARIANTS
   static void gpu_variant(legate::TaskContext context);
 #endif
 };
@@ -57,7 +58,7 @@ class LoadReportTask : public legate::LegateTask<LoadReportTask> {
 #if LEGATE_DEFINED(LEGATE_USE_OPENMP)
   static void omp_variant(legate::TaskContext context);
 #endif
-#if LEGATE_DEFINED(LEGATE_USE_CUDA)
+#if SHARDLOAD_GPU_VARIANTS
   static void gpu_variant(legate::TaskContext context);
 #endif
 };
