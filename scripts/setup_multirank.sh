@@ -80,12 +80,17 @@ fi
 
 # ---- build --------------------------------------------------------------------------------
 export PATH="$ROOT/$VENV/bin:$PATH"
-if [ ! -f build-mr/build.ninja ]; then
-  log "configuring build-mr/ (Legate $($VENV/bin/python -c 'import importlib.metadata as m; print(m.version("legate"))'), CPU variants only)"
-  cmake -S . -B build-mr -G Ninja -DCMAKE_BUILD_TYPE=Release \
-        -DPython3_EXECUTABLE="$ROOT/$VENV/bin/python" -DSHARDLOAD_WITH_CUDA=OFF \
-        -DSHARDLOAD_BENCH=OFF -DSHARDLOAD_PYTHON_MODULE_DIR="$ROOT/$PKG" >/dev/null
-fi
+# The wheels' libraries find UCX and the CUDA 12 runtime at run time through Python packages
+# (or LD_LIBRARY_PATH, scripts/multirank.sh), not through their RPATHs; the linker must be
+# shown them too, or it takes Debian's older UCX (installed with OpenMPI) for liblegate's.
+link_dirs="$SITE/libucx/lib:$SITE/nvidia/cuda_runtime/lib"
+log "configuring build-mr/ (Legate $($VENV/bin/python -c 'import importlib.metadata as m; print(m.version("legate"))'), CPU variants only)"
+cmake -S . -B build-mr -G Ninja -DCMAKE_BUILD_TYPE=Release \
+      -DPython3_EXECUTABLE="$ROOT/$VENV/bin/python" -DSHARDLOAD_WITH_CUDA=OFF \
+      -DSHARDLOAD_BENCH=OFF -DSHARDLOAD_PYTHON_MODULE_DIR="$ROOT/$PKG" \
+      -DCMAKE_EXE_LINKER_FLAGS="-Wl,-rpath-link,$link_dirs" \
+      -DCMAKE_SHARED_LINKER_FLAGS="-Wl,-rpath-link,$link_dirs" \
+      -DCMAKE_MODULE_LINKER_FLAGS="-Wl,-rpath-link,$link_dirs" >/dev/null
 read -r -a targets <<< "${SHARDLOAD_MR_TARGETS:-shardload _core _legate legate_tests}"
 log "building ${targets[*]}"
 cmake --build build-mr -j "$(nproc)" --target "${targets[@]}" >/dev/null
