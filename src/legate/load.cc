@@ -97,6 +97,8 @@ legate::Library library() {
     detail::VerifyManifestTask::register_variants(lib);
     detail::DiscoverTask::register_variants(lib);
     detail::SaveTask::register_variants(lib);
+    detail::SavePrepareTask::register_variants(lib);
+    detail::SaveCommitTask::register_variants(lib);
   }
   return lib;
 }

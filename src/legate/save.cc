@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "legate/detail/save_files.hpp"
+#include "legate/detail/save_once.hpp"
 #include "legate/detail/tasks.hpp"
 #include "shardload/legate.hpp"
 #include "shardload/plan.hpp"
@@ -166,11 +167,12 @@ void save(const legate::LogicalArray& array, const std::string& dest, const Save
   const auto check = [&](const Status& st) {
     if (!st) throw_status(st.with_context("saving to " + dest), ErrorSite::kWrite);
   };
+  // Every rank checks (the same answer everywhere); one rank makes the staging directory and
+  // its files, whose name every rank then uses (save_once.hpp).
   check(detail::check_destination(dest, options.overwrite));
-  auto staging = detail::make_staging_dir(dest);
+  auto staging = detail::prepare_save_once(dest, &spec);
   if (!staging) check(staging.status());
   StagingGuard guard{*staging};
-  check(detail::create_shard_files(*staging, &spec));
   const auto t1 = Clock::now();
   si.prepare_seconds = seconds(t0, t1);
 
@@ -200,9 +202,7 @@ void save(const legate::LogicalArray& array, const std::string& dest, const Save
   const auto t2 = Clock::now();
   si.write_seconds = seconds(t1, t2);
 
-  check(detail::write_metadata(*staging, spec, options.extra_files));
-  if (options.manifest) check(detail::write_save_manifest(*staging, options.checksum));
-  check(detail::commit_staging(*staging, dest, options.overwrite));
+  check(detail::commit_save_once(*staging, dest, spec, options));
   guard.keep = true;
   si.commit_seconds = seconds(t2, Clock::now());
   if (info != nullptr) *info = si;
