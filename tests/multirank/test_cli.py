@@ -14,11 +14,12 @@ CLI = str(BUILD / "shardload")
 
 
 def _one_report(job, needle: str) -> str:
-    """The report: printed by exactly one rank; the others print nothing on stdout."""
-    speaking = [r for r in job.ranks if r.out.strip()]
+    """The report: printed by exactly one rank (stdout and stderr); the others print nothing."""
+    speaking = [r for r in job.ranks if (r.out + r.err).strip()]
     assert len(speaking) == 1, job.describe()
-    assert needle in speaking[0].out, job.describe()
-    return speaking[0].out
+    report = speaking[0].out + speaking[0].err
+    assert needle in report, job.describe()
+    return report
 
 
 def _same_status(job, expected: int) -> None:
@@ -52,10 +53,14 @@ def test_read_verifies_and_discovers_on_one_rank(written):
     _same_status(job, 0)
     report = _one_report(job, "source:")
     assert "verif" in report.lower(), report
-    opened = [{p for p in r.opened(data) if p.endswith(".npy")} for r in job.ranks]
-    # One rank discovered (opened every shard); the other never opened the whole set.
-    assert sorted(len(s) for s in opened)[-1] == 6 and sorted(len(s) for s in opened)[0] < 6, \
-        opened
+    # `shardload write` wrote a manifest: one rank discovered by reading it (and listing the
+    # directory), the other touched neither; both read shards for their tiles.
+    manifest = str(data / "shardload.manifest")
+    readers = [r.index for r in job.ranks if manifest in r.opened(data)]
+    listers = [r.index for r in job.ranks if str(data) in
+               [c[1] for c in r.trace if c[0].startswith("open")]]
+    assert len(readers) == 1 and listers == readers, (readers, listers)
+    assert all(any(p.endswith(".npy") for p in r.opened(data)) for r in job.ranks)
 
 
 def test_index_then_verify(written):
