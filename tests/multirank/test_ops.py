@@ -8,6 +8,7 @@ import pytest
 from conftest import python_job, write_spec
 
 ROWS = [6, 0, 11, 3, 9]
+MANY = 600
 
 
 @pytest.fixture(scope="module")
@@ -27,6 +28,12 @@ def ops(tmp_path_factory):
             "rows_per_batch": 7, "prefetch": p} for p in (0, 1, 3)]
     ops += [{"name": f"reader-K{k}", "op": "reader", "source": str(base / "text"),
              "overdecompose": k} for k in (1, 4)]
+    # discover_once of a layout far larger than a task's default allocation pool (a few KiB)
+    many = base / ("many-shards-" + "x" * 60)
+    many.mkdir()
+    for i in range(MANY):
+        np.save(many / f"shard_{i:04d}.npy", np.full((2, 2), i, dtype=np.int16))
+    ops += [{"name": "once-many", "op": "once", "source": str(many)}]
     ops += [{"name": "index", "op": "index", "source": str(base / "npy"), "checksum": "xxh3"},
             {"name": "verify", "op": "verify", "source": str(base / "npy")},
             {"name": "load-manifest", "op": "load", "source": str(base / "npy"),
@@ -69,3 +76,8 @@ def test_index_verify_and_load_from_the_manifest(ops):
     _ok(job, "load-manifest")
     for rank in job.ranks:
         np.testing.assert_array_equal(rank.array("load-manifest"), whole)
+
+
+def test_discover_once_of_many_shards(ops):
+    _, job, _, _ = ops
+    assert [(r["shards"], r["rows"]) for r in _ok(job, "once-many")] == [(MANY, 2 * MANY)] * 2

@@ -90,12 +90,15 @@ class VerifyManifestTask : public legate::LegateTask<VerifyManifestTask> {
 
 // Discovery in one point, for the whole job: output 0 an unbound 1-D uint8 store that the
 // point binds to the encoded result (see discover_once). Scalar 0: the encoded request.
+// has_allocations: binding the output allocates from the task's pool, which is a few KiB
+// without it (the layout of 10,000 shards is 400 KB: Legion aborted the process).
 class DiscoverTask : public legate::LegateTask<DiscoverTask> {
  public:
   static inline const auto TASK_CONFIG =  // NOLINT(cert-err58-cpp)
       legate::TaskConfig{legate::LocalTaskID{kDiscoverTask}}
           .with_signature(legate::TaskSignature{}.outputs(1).scalars(1))
-          .with_variant_options(legate::VariantOptions{}.with_may_throw_exception(true));
+          .with_variant_options(
+              legate::VariantOptions{}.with_may_throw_exception(true).with_has_allocations(true));
 
   static void cpu_variant(legate::TaskContext context);
 };
@@ -124,7 +127,8 @@ class SavePrepareTask : public legate::LegateTask<SavePrepareTask> {
   static inline const auto TASK_CONFIG =  // NOLINT(cert-err58-cpp)
       legate::TaskConfig{legate::LocalTaskID{kSavePrepareTask}}
           .with_signature(legate::TaskSignature{}.outputs(1).scalars(1))
-          .with_variant_options(legate::VariantOptions{}.with_may_throw_exception(true));
+          .with_variant_options(
+              legate::VariantOptions{}.with_may_throw_exception(true).with_has_allocations(true));
 
   static void cpu_variant(legate::TaskContext context);
 };
@@ -134,7 +138,8 @@ class SaveCommitTask : public legate::LegateTask<SaveCommitTask> {
   static inline const auto TASK_CONFIG =  // NOLINT(cert-err58-cpp)
       legate::TaskConfig{legate::LocalTaskID{kSaveCommitTask}}
           .with_signature(legate::TaskSignature{}.outputs(1).scalars(1))
-          .with_variant_options(legate::VariantOptions{}.with_may_throw_exception(true));
+          .with_variant_options(
+              legate::VariantOptions{}.with_may_throw_exception(true).with_has_allocations(true));
 
   static void cpu_variant(legate::TaskContext context);
 };

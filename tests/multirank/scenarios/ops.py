@@ -6,6 +6,7 @@ Spec: {"ops": [{"name", "op", ...}]} with op one of
   index    source, checksum                      -> the manifest's path
   verify   source                                -> the mismatches
   load     source, kwargs                        -> <name>.npy
+  once     source                                -> discover_once's shard count and rows
 Outcomes (or the error) go to results.json."""
 
 from __future__ import annotations
@@ -52,6 +53,9 @@ def run(op: dict):
         return {"ok": True, "manifest": shardload.index(op["source"], checksum=op["checksum"])}
     if kind == "verify":
         return {"ok": True, "mismatches": [list(m) for m in shardload.verify(op["source"])]}
+    if kind == "once":
+        layout = shardload.discover_once(op["source"])
+        return {"ok": True, "shards": int(layout.num_shards), "rows": int(layout.total_rows)}
     if kind == "load":
         arr = shardload.load(op["source"], **op.get("kwargs", {}))
         np.save(_rank.OUT / f"{op['name']}.npy", np.asarray(arr))
