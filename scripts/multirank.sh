@@ -8,9 +8,9 @@
 #
 # COMMAND is anything: `python script.py`, the `shardload` program (build-mr/ is first on
 # PATH), a C++ test binary. RANKS defaults to 2. Each rank gets one CPU, one utility processor,
-# no GPU and 500 MiB of system memory (SHARDLOAD_MR_SYSMEM changes the last). The exit status
-# is mpirun's: 0 when every rank exited 0. Nothing else needs to be set; a LEGATE_CONFIG from
-# the caller's environment is replaced.
+# no GPU and 500 MiB of system memory (SHARDLOAD_MR_CPUS and SHARDLOAD_MR_SYSMEM change the
+# CPUs and the memory, for benchmarks). The exit status is mpirun's: 0 when every rank exited
+# 0. Nothing else needs to be set; a LEGATE_CONFIG from the caller's environment is replaced.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 
@@ -58,7 +58,7 @@ export LD_PRELOAD="$BUILD/ucxshim/libshardload_ucxshim.so${LD_PRELOAD:+:$LD_PREL
 # Loopback only: shared memory and TCP on lo between the ranks of this machine.
 export UCX_TLS=sm,self,tcp UCX_NET_DEVICES=lo UCX_WARN_UNUSED_ENV_VARS=n
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-per_rank=(--cpus 1 --utility 1 --gpus 0 --sysmem "${SHARDLOAD_MR_SYSMEM:-500}")
+per_rank=(--cpus "${SHARDLOAD_MR_CPUS:-1}" --utility 1 --gpus 0 --sysmem "${SHARDLOAD_MR_SYSMEM:-500}")
 # gpu=6,threads=5: the CUDA module's "no device" and Realm's thread-pinning warnings are
 # expected here and say nothing.
 logging=(--logging gpu=6,threads=5)
