@@ -20,7 +20,8 @@ log() { printf '[setup-multirank] %s\n' "$*" >&2; }
 DEB_PACKAGES=(build-essential cmake ninja-build pkg-config libgtest-dev libgmock-dev python3-venv
               python3-dev nlohmann-json3-dev zlib1g-dev libzstd-dev liblz4-dev libblosc-dev
               libhdf5-dev libxxhash-dev
-              openmpi-bin libopenmpi-dev)  # Legate finds its bundled OpenMPI wrapper by itself
+              openmpi-bin libopenmpi-dev  # Legate finds its bundled OpenMPI wrapper by itself
+              strace)  # tests/multirank counts the files each rank opens
 missing=()
 for p in "${DEB_PACKAGES[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
