@@ -83,8 +83,9 @@ fi
 export PATH="$ROOT/$VENV/bin:$PATH"
 # The wheels' libraries find UCX and the CUDA 12 runtime at run time through Python packages
 # (or LD_LIBRARY_PATH, scripts/multirank.sh), not through their RPATHs; the linker must be
-# shown them too, or it takes Debian's older UCX (installed with OpenMPI) for liblegate's.
-link_dirs="$SITE/libucx/lib:$SITE/nvidia/cuda_runtime/lib"
+# shown them too, or it takes Debian's older UCX (installed with OpenMPI) for liblegate's. NCCL
+# too: a LD_LIBRARY_PATH of the default build (scripts/env.sh) names the CUDA 13 one.
+link_dirs="$SITE/libucx/lib:$SITE/nvidia/cuda_runtime/lib:$SITE/nvidia/nccl/lib"
 log "configuring build-mr/ (Legate $($VENV/bin/python -c 'import importlib.metadata as m; print(m.version("legate"))'), CPU variants only)"
 cmake -S . -B build-mr -G Ninja -DCMAKE_BUILD_TYPE=Release \
       -DPython3_EXECUTABLE="$ROOT/$VENV/bin/python" -DSHARDLOAD_WITH_CUDA=OFF \
