@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Runs every test: sets up first, then the C++ tests (the core plain and under
 # AddressSanitizer + UndefinedBehaviorSanitizer, the C++ API under Legate), the
-# Python tests (the core against numpy, shardload.load under Legate) and, last,
-# the package as a user installs it (scripts/check_install.sh: pip install . into
-# a new venv, a smoke test with nothing sourced, the C++ consumer).
+# package as a user installs it (scripts/check_install.sh: pip install . into a
+# new venv, a smoke test with nothing sourced, the C++ consumer), the multi-rank
+# suite on 2 Legate ranks (tests/multirank, with the networked build of
+# scripts/setup_multirank.sh) and, last, the Python tests (the core against numpy,
+# shardload.load under Legate).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -53,6 +55,12 @@ done
 
 echo "== Installed package: pip install . in a new venv, smoke test, C++ consumer"
 scripts/check_install.sh
+
+echo "== Multi-rank tests: 2 Legate ranks over loopback (Legate 26.01 with UCX in build-mr)"
+# The networked build beside the default one (scripts/setup_multirank.sh), then the suite of
+# tests/multirank, each test one job of scripts/multirank.sh; -s shows each job's ranks.
+scripts/setup_multirank.sh
+(cd tests/multirank && "$ROOT/.venv-mr/bin/python" -m pytest -q -s -p no:cacheprovider)
 
 # Last, so that its summary closes the output.
 echo "== Python tests"

@@ -1,7 +1,9 @@
 // The `shardload` command line: write a demo dataset, inspect a layout, and
 // (with Legate) read a dataset into a distributed array. Every command's
 // arguments, --help included, are handled before Legate starts.
+#include <cstdlib>
 #include <iostream>
+#include <streambuf>
 #include <string>
 
 #include "cli/commands.hpp"
@@ -21,6 +23,26 @@ void usage(std::ostream& o) {
   o << "\n'shardload COMMAND --help' lists the options of a command; 'shardload --version'\n"
        "prints the version.\n";
 }
+
+// inspect and index start no Legate, so they cannot ask it which rank they are; under a
+// launcher (mpirun, srun, the legate driver) every rank runs them, and only the first may
+// print, as read, verify and write do. The launchers' rank variables tell.
+bool first_rank() {
+  for (const char* name :
+       {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID", "MV2_COMM_WORLD_RANK"}) {
+    if (const char* v = std::getenv(name); v != nullptr && *v != '\0') {
+      return std::string(v) == "0";
+    }
+  }
+  return true;
+}
+
+// Takes whatever is written to it and drops it.
+class NullBuffer : public std::streambuf {
+ protected:
+  int overflow(int c) override { return traits_type::not_eof(c); }
+  std::streamsize xsputn(const char*, std::streamsize n) override { return n; }
+};
 
 }  // namespace
 
@@ -70,8 +92,21 @@ int main(int argc, char** argv) {
     return shardload::cli::cmd_write(args);
 #endif
   }
-  if (cmd == "inspect") return shardload::cli::cmd_inspect(args);
-  if (cmd == "index") return shardload::cli::cmd_index(args);
+  if (cmd == "inspect" || cmd == "index") {
+    // Every rank does the work (index: each writes the same manifest atomically) and exits
+    // with the same status; the others' output is dropped.
+    NullBuffer null;
+    const bool quiet = !first_rank();
+    std::streambuf* const out = quiet ? std::cout.rdbuf(&null) : nullptr;
+    std::streambuf* const err = quiet ? std::cerr.rdbuf(&null) : nullptr;
+    const int rc =
+        cmd == "inspect" ? shardload::cli::cmd_inspect(args) : shardload::cli::cmd_index(args);
+    if (quiet) {  // before `null` goes
+      std::cout.rdbuf(out);
+      std::cerr.rdbuf(err);
+    }
+    return rc;
+  }
   if (cmd == "verify") {
 #ifdef SHARDLOAD_WITH_LEGATE
     return shardload::cli::cmd_verify(args);

@@ -129,6 +129,8 @@ legate::Library library() {
     detail::VerifyManifestTask::register_variants(lib);
     detail::DiscoverTask::register_variants(lib);
     detail::SaveTask::register_variants(lib);
+    detail::SavePrepareTask::register_variants(lib);
+    detail::SaveCommitTask::register_variants(lib);
   }
   return lib;
 }

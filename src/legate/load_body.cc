@@ -1,5 +1,6 @@
 #include "legate/detail/load_body.hpp"
 
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -41,7 +42,18 @@ Status status_from_task_error(const legate::TaskException& e) {
   return {known ? static_cast<ErrorCode>(index) : ErrorCode::kIo, e.error_message()};
 }
 
-Status tile_error(const Tile& t, const Status& st) {
+Status tile_error(const Tile& t, const Status& given) {
+  Status st = given;
+  if (st.sys_errno() == ENOENT) {
+    // Discovery found the file. Gone since, or never there for this rank: on several ranks
+    // or nodes, a path that only some of them see fails here, on the ranks whose tiles read it.
+    st = Status{st.code(), st.message() +
+                               " (discovery found it: it was removed since, or this rank does "
+                               "not see it; the source must be visible to every rank at the "
+                               "same path)"}
+             .with_path(st.path())
+             .with_errno(st.sys_errno());
+  }
   return st.with_context("tile " + std::to_string(t.index) + " (rows [" + std::to_string(t.lo) +
                          ", " + std::to_string(t.hi) + "))");
 }

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "legate/detail/save_files.hpp"
+#include "legate/detail/save_once.hpp"
 #include "legate/detail/tasks.hpp"
 #include "shardload/legate.hpp"
 #include "shardload/plan.hpp"
@@ -138,7 +139,7 @@ void save(const legate::LogicalArray& array, const std::string& dest, const Save
   const auto extents = array.extents();
   const auto rows = static_cast<std::int64_t>(extents[0]);
   std::int64_t row_bytes = spec.dtype.size;
-  for (std::size_t d = 1; d < extents.size(); ++d) {
+  for (std::uint32_t d = 1; d < extents.size(); ++d) {
     spec.trailing.push_back(static_cast<std::int64_t>(extents[d]));
     if (__builtin_mul_overflow(row_bytes, spec.trailing.back(), &row_bytes)) {
       argument_error("a row of the array overflows a byte count");
@@ -186,11 +187,12 @@ void save(const legate::LogicalArray& array, const std::string& dest, const Save
   const auto check = [&](const Status& st) {
     if (!st) throw_status(st.with_context("saving to " + dest), ErrorSite::kWrite);
   };
+  // Every rank checks (the same answer everywhere); one rank makes the staging directory and
+  // its files, whose name every rank then uses (save_once.hpp).
   check(detail::check_destination(dest, options.overwrite));
-  auto staging = detail::make_staging_dir(dest);
+  auto staging = detail::prepare_save_once(dest, &spec);
   if (!staging) check(staging.status());
   StagingGuard guard{*staging};
-  check(detail::create_shard_files(*staging, &spec));
   const auto t1 = Clock::now();
   si.prepare_seconds = seconds(t0, t1);
 
@@ -220,11 +222,11 @@ void save(const legate::LogicalArray& array, const std::string& dest, const Save
   const auto t2 = Clock::now();
   si.write_seconds = seconds(t1, t2);
 
-  check(detail::write_metadata(*staging, spec, options.extra_files));
-  if (options.manifest) check(detail::write_save_manifest(*staging, options.checksum));
+  // Every rank runs the hook (a pending Ctrl-C aborts before anything is published), then one
+  // rank writes the metadata and renames; every rank reads back whether it was published.
   if (options.before_commit) options.before_commit();
   bool published = false;
-  const Status committed = detail::commit_staging(*staging, dest, options.overwrite, &published);
+  const Status committed = detail::commit_save_once(*staging, dest, spec, options, &published);
   guard.keep = published;  // what is left at the staging path then is not ours to remove
   check(committed);
   si.commit_seconds = seconds(t2, Clock::now());

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <string>
 
+#include "legate/detail/compat.hpp"
 #include "shardload/status.hpp"
 
 namespace shardload::detail {
@@ -22,6 +23,8 @@ enum TaskId : std::int64_t {
   kVerifyManifestTask = 5,
   kDiscoverTask = 6,
   kLoadReportTask = 10,
+  kSavePrepareTask = 20,
+  kSaveCommitTask = 21,
 };
 
 // Output 0: the array, tiled along axis 0. Scalars: 0 encoded layout
@@ -37,7 +40,7 @@ class LoadTask : public legate::LegateTask<LoadTask> {
 #if LEGATE_DEFINED(LEGATE_USE_OPENMP)
   static void omp_variant(legate::TaskContext context);
 #endif
-#if LEGATE_DEFINED(LEGATE_USE_CUDA)
+#if SHARDLOAD_GPU_VARIANTS
   static void gpu_variant(legate::TaskContext context);
 #endif
 };
@@ -57,7 +60,7 @@ class LoadReportTask : public legate::LegateTask<LoadReportTask> {
 #if LEGATE_DEFINED(LEGATE_USE_OPENMP)
   static void omp_variant(legate::TaskContext context);
 #endif
-#if LEGATE_DEFINED(LEGATE_USE_CUDA)
+#if SHARDLOAD_GPU_VARIANTS
   static void gpu_variant(legate::TaskContext context);
 #endif
 };
@@ -87,12 +90,15 @@ class VerifyManifestTask : public legate::LegateTask<VerifyManifestTask> {
 
 // Discovery in one point, for the whole job: output 0 an unbound 1-D uint8 store that the
 // point binds to the encoded result (see discover_once). Scalar 0: the encoded request.
+// has_allocations: binding the output allocates from the task's pool, which is a few KiB
+// without it (the layout of 10,000 shards is 400 KB: Legion aborted the process).
 class DiscoverTask : public legate::LegateTask<DiscoverTask> {
  public:
   static inline const auto TASK_CONFIG =  // NOLINT(cert-err58-cpp)
       legate::TaskConfig{legate::LocalTaskID{kDiscoverTask}}
           .with_signature(legate::TaskSignature{}.outputs(1).scalars(1))
-          .with_variant_options(legate::VariantOptions{}.with_may_throw_exception(true));
+          .with_variant_options(
+              legate::VariantOptions{}.with_may_throw_exception(true).with_has_allocations(true));
 
   static void cpu_variant(legate::TaskContext context);
 };
@@ -106,6 +112,34 @@ class SaveTask : public legate::LegateTask<SaveTask> {
       legate::TaskConfig{legate::LocalTaskID{kSaveTask}}
           .with_signature(legate::TaskSignature{}.inputs(1).scalars(3))
           .with_variant_options(legate::VariantOptions{}.with_may_throw_exception(true));
+
+  static void cpu_variant(legate::TaskContext context);
+};
+
+// The once-per-job steps of a save (src/legate/detail/save_once.hpp), one point each.
+// Output 0: an unbound 1-D uint8 store the point binds to the step's outcome (its Status
+// whole, then its result). Scalar 0: the encoded request. A failed step is no exception but
+// its outcome: every rank rebuilds the Status, path and errno included, and throws the same
+// typed exception. (They may throw nonetheless, as run_task_body does on a failed
+// allocation.)
+class SavePrepareTask : public legate::LegateTask<SavePrepareTask> {
+ public:
+  static inline const auto TASK_CONFIG =  // NOLINT(cert-err58-cpp)
+      legate::TaskConfig{legate::LocalTaskID{kSavePrepareTask}}
+          .with_signature(legate::TaskSignature{}.outputs(1).scalars(1))
+          .with_variant_options(
+              legate::VariantOptions{}.with_may_throw_exception(true).with_has_allocations(true));
+
+  static void cpu_variant(legate::TaskContext context);
+};
+
+class SaveCommitTask : public legate::LegateTask<SaveCommitTask> {
+ public:
+  static inline const auto TASK_CONFIG =  // NOLINT(cert-err58-cpp)
+      legate::TaskConfig{legate::LocalTaskID{kSaveCommitTask}}
+          .with_signature(legate::TaskSignature{}.outputs(1).scalars(1))
+          .with_variant_options(
+              legate::VariantOptions{}.with_may_throw_exception(true).with_has_allocations(true));
 
   static void cpu_variant(legate::TaskContext context);
 };

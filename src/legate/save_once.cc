@@ -1,0 +1,236 @@
+// The steps of a save that must happen once per job, not once per rank: under control
+// replication every rank runs the program and calls save(), but one staging directory must be
+// made and filled, by every rank's tiles alike, and renamed into place once. Each step runs in
+// a one-point task (the rank that runs it does the file work) whose outcome, error included,
+// every rank reads back from the task's output and acts on alike.
+#include <cstring>
+#include <span>
+
+#include "legate/detail/load_body.hpp"
+#include "legate/detail/save_files.hpp"
+#include "legate/detail/tasks.hpp"
+#include "shardload/legate.hpp"
+
+namespace shardload::detail {
+
+namespace {
+
+void put_u64(std::vector<std::uint8_t>& out, std::uint64_t v) {
+  for (int i = 0; i < 8; ++i) out.push_back(static_cast<std::uint8_t>(v >> (8 * i)));
+}
+
+void put_str(std::vector<std::uint8_t>& out, const std::string& s) {
+  put_u64(out, s.size());
+  out.insert(out.end(), s.begin(), s.end());
+}
+
+void put_ints(std::vector<std::uint8_t>& out, const std::vector<std::int64_t>& v) {
+  put_u64(out, v.size());
+  for (const auto x : v) put_u64(out, static_cast<std::uint64_t>(x));
+}
+
+// Reads what the put_ functions wrote, in order; every read fails once the bytes run out.
+class Reader {
+ public:
+  explicit Reader(std::span<const std::uint8_t> b) : b_(b) {}
+  bool u64(std::uint64_t* v) {
+    if (b_.size() - pos_ < 8) return false;
+    *v = 0;
+    for (int i = 0; i < 8; ++i) *v |= static_cast<std::uint64_t>(b_[pos_ + i]) << (8 * i);
+    pos_ += 8;
+    return true;
+  }
+  bool str(std::string* s) {
+    std::uint64_t n = 0;
+    if (!u64(&n) || n > b_.size() - pos_) return false;
+    s->assign(reinterpret_cast<const char*>(b_.data() + pos_), n);
+    pos_ += n;
+    return true;
+  }
+  bool ints(std::vector<std::int64_t>* v) {
+    std::uint64_t n = 0;
+    if (!u64(&n) || n > (b_.size() - pos_) / 8) return false;
+    v->resize(n);
+    for (auto& x : *v) {
+      std::uint64_t u = 0;
+      (void)u64(&u);
+      x = static_cast<std::int64_t>(u);
+    }
+    return true;
+  }
+
+ private:
+  std::span<const std::uint8_t> b_;
+  std::size_t pos_ = 0;
+};
+
+Status malformed(const char* what) {
+  return {ErrorCode::kInvalidArgument, std::string("save: malformed ") + what};
+}
+
+// The outcome of a step: the Status whole (code, errno and path as data, so every rank throws
+// the same typed exception the rank that did the work would have), then the step's result.
+std::vector<std::uint8_t> encode_outcome(const Status& st,
+                                         const std::vector<std::uint8_t>& result) {
+  std::vector<std::uint8_t> out;
+  put_u64(out, static_cast<std::uint64_t>(st.code()));
+  put_u64(out, static_cast<std::uint64_t>(static_cast<std::int64_t>(st.sys_errno())));
+  put_str(out, st.path());
+  put_str(out, st.message());
+  out.insert(out.end(), result.begin(), result.end());
+  return out;
+}
+
+void write_output(legate::TaskContext& context, const std::vector<std::uint8_t>& bytes) {
+  const legate::PhysicalStore store = context.output(0).data();
+  auto buf = store.create_output_buffer<std::uint8_t, 1>(
+      legate::Point<1>(static_cast<legate::coord_t>(bytes.size())), true);
+  std::memcpy(buf.ptr(legate::Point<1>(0)), bytes.data(), bytes.size());
+}
+
+std::vector<std::uint8_t> scalar_bytes(legate::TaskContext& context, std::uint32_t i) {
+  const auto v = context.scalar(i).values<std::uint8_t>();
+  return {v.begin(), v.end()};
+}
+
+// Runs the one-point task `id` with `request` and returns its outcome's Status, the step's
+// result bytes in *result.
+Status run_once(legate::LocalTaskID id, const std::vector<std::uint8_t>& request,
+                std::vector<std::uint8_t>* result) {
+  auto* runtime = legate::Runtime::get_runtime();
+  auto out = runtime->create_store(legate::uint8(), 1);  // unbound: the point sizes it
+  auto task = runtime->create_task(library(), id, legate::tuple<std::uint64_t>{1});
+  task.add_output(out);
+  task.add_scalar_arg(legate::Scalar{request});
+  try {
+    runtime->submit(std::move(task));
+  } catch (const legate::TaskException& e) {
+    return status_from_task_error(e);
+  }
+  const auto phys = out.get_physical_store();
+  const legate::Rect<1> rect = phys.shape<1>();
+  const auto size = static_cast<std::size_t>(rect.hi[0] - rect.lo[0] + 1);
+  const legate::InlineAllocation a = phys.get_inline_allocation();
+  std::vector<std::uint8_t> bytes(size);
+  for (std::size_t i = 0; i < size; ++i) {
+    bytes[i] = *(static_cast<const std::uint8_t*>(a.ptr) + i * a.strides[0]);
+  }
+  Reader r(bytes);
+  std::uint64_t code = 0;
+  std::uint64_t err = 0;
+  std::string path;
+  std::string message;
+  if (!r.u64(&code) || !r.u64(&err) || !r.str(&path) || !r.str(&message) ||
+      code > static_cast<std::uint64_t>(ErrorCode::kNoMemory)) {
+    return malformed("result of a save step");
+  }
+  result->assign(bytes.begin() + static_cast<std::ptrdiff_t>(32 + path.size() + message.size()),
+                 bytes.end());
+  if (code == static_cast<std::uint64_t>(ErrorCode::kOk)) return Status::ok();
+  return Status{static_cast<ErrorCode>(code), message}.with_path(path).with_errno(
+      static_cast<int>(static_cast<std::int64_t>(err)));
+}
+
+}  // namespace
+
+// Request: dest, the spec. Result: the staging directory, the spec with its files' offsets.
+void SavePrepareTask::cpu_variant(legate::TaskContext context) {
+  run_task_body([&] {
+    const auto request = scalar_bytes(context, 0);
+    Reader r(request);
+    std::string dest;
+    std::vector<std::int64_t> ints;
+    std::vector<std::uint8_t> result;
+    Status st = r.str(&dest) && r.ints(&ints) ? Status::ok() : malformed("save request");
+    Result<SaveSpec> spec = st ? SaveSpec::decode(ints) : Result<SaveSpec>(st);
+    if (!spec) st = spec.status();
+    Result<std::string> staging = st ? make_staging_dir(dest) : Result<std::string>(st);
+    if (!staging) st = staging.status();
+    if (st) {
+      st = create_shard_files(*staging, &*spec);
+      if (st) {
+        put_str(result, *staging);
+        put_ints(result, spec->encode());
+      } else {
+        remove_tree(*staging);
+      }
+    }
+    write_output(context, encode_outcome(st, result));
+  });
+}
+
+// Request: staging, dest, overwrite, manifest, checksum, the spec, the extra files.
+void SaveCommitTask::cpu_variant(legate::TaskContext context) {
+  run_task_body([&] {
+    const auto request = scalar_bytes(context, 0);
+    Reader r(request);
+    std::string staging;
+    std::string dest;
+    std::uint64_t overwrite = 0;
+    std::uint64_t manifest = 0;
+    std::uint64_t checksum = 0;
+    std::vector<std::int64_t> ints;
+    std::uint64_t extras = 0;
+    bool ok = r.str(&staging) && r.str(&dest) && r.u64(&overwrite) && r.u64(&manifest) &&
+              r.u64(&checksum) && r.ints(&ints) && r.u64(&extras);
+    std::vector<std::pair<std::string, std::string>> extra_files;
+    for (std::uint64_t i = 0; ok && i < extras; ++i) {
+      std::pair<std::string, std::string> f;
+      ok = r.str(&f.first) && r.str(&f.second);
+      extra_files.push_back(std::move(f));
+    }
+    Status st = ok ? Status::ok() : malformed("save commit request");
+    Result<SaveSpec> spec = st ? SaveSpec::decode(ints) : Result<SaveSpec>(st);
+    if (!spec) st = spec.status();
+    if (st) st = write_metadata(staging, *spec, extra_files);
+    if (st && manifest != 0) st = write_save_manifest(staging, static_cast<Checksum>(checksum));
+    bool published = false;
+    if (st) st = commit_staging(staging, dest, overwrite != 0, &published);
+    std::vector<std::uint8_t> result;
+    put_u64(result, published ? 1 : 0);
+    write_output(context, encode_outcome(st, result));
+  });
+}
+
+Result<std::string> prepare_save_once(const std::string& dest, SaveSpec* spec) {
+  // The spec's encoding carries every per-shard field; create_shard_files fills them in.
+  const auto n = static_cast<std::size_t>(spec->shards());
+  spec->data_offset.assign(n, 0);
+  spec->chunk_rows.assign(n, 1);
+  std::vector<std::uint8_t> request;
+  put_str(request, dest);
+  put_ints(request, spec->encode());
+  std::vector<std::uint8_t> result;
+  SHARDLOAD_RETURN_IF_ERROR(run_once(SavePrepareTask::TASK_CONFIG.task_id(), request, &result));
+  Reader r(result);
+  std::string staging;
+  std::vector<std::int64_t> ints;
+  if (!r.str(&staging) || !r.ints(&ints)) return malformed("result of the save's preparation");
+  SHARDLOAD_ASSIGN_OR_RETURN(*spec, SaveSpec::decode(ints));
+  return staging;
+}
+
+Status commit_save_once(const std::string& staging, const std::string& dest, const SaveSpec& spec,
+                        const SaveOptions& options, bool* published) {
+  std::vector<std::uint8_t> request;
+  put_str(request, staging);
+  put_str(request, dest);
+  put_u64(request, options.overwrite ? 1 : 0);
+  put_u64(request, options.manifest ? 1 : 0);
+  put_u64(request, static_cast<std::uint64_t>(options.checksum));
+  put_ints(request, spec.encode());
+  put_u64(request, options.extra_files.size());
+  for (const auto& [name, text] : options.extra_files) {
+    put_str(request, name);
+    put_str(request, text);
+  }
+  std::vector<std::uint8_t> result;
+  const Status st = run_once(SaveCommitTask::TASK_CONFIG.task_id(), request, &result);
+  // A step that failed before its body ran (a task error) carries no result: not published.
+  Reader r(result);
+  std::uint64_t flag = 0;
+  *published = r.u64(&flag) && flag != 0;
+  return st;
+}
+
+}  // namespace shardload::detail

@@ -1,0 +1,59 @@
+"""Every format on 2 ranks equals numpy: K=1 and K=4, ragged and empty shards, rows=, astype=.
+
+One job loads every case (a job starts Legate on both ranks, which costs more than the loads);
+each rank writes what it got and the tests compare both ranks' arrays with the oracle."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import python_job, write_spec
+from data import RAGGED, dataset, write_shards
+
+FORMATS = ["npy", "raw", "hdf5", "parquet", "arrow", "zarr"]
+KS = [1, 4]
+
+
+@pytest.fixture(scope="module")
+def loaded(tmp_path_factory):
+    base = tmp_path_factory.mktemp("load")
+    rng = np.random.default_rng(19)
+    oracle, cases = {}, []
+    for fmt in FORMATS:
+        parts = dataset(rng, fmt, RAGGED)
+        kwargs = write_shards(base / fmt, fmt, parts)
+        whole = np.concatenate(parts)
+        for k in KS:
+            name = f"{fmt}-K{k}"
+            cases.append({"name": name, "source": str(base / fmt),
+                          "kwargs": {**kwargs, "overdecompose": k}})
+            oracle[name] = whole
+        # rows= crossing empty shards and shard edges, and astype=, at K=4
+        cases.append({"name": f"{fmt}-rows", "source": str(base / fmt),
+                      "kwargs": {**kwargs, "overdecompose": 4, "rows": [3, 27]}})
+        oracle[f"{fmt}-rows"] = whole[3:27]
+        cases.append({"name": f"{fmt}-astype", "source": str(base / fmt),
+                      "kwargs": {**kwargs, "overdecompose": 4, "astype": "float32"}})
+        oracle[f"{fmt}-astype"] = whole.astype(np.float32)
+        cases.append({"name": f"{fmt}-rows-astype", "source": str(base / fmt),
+                      "kwargs": {**kwargs, "overdecompose": 1, "rows": [5, 6],
+                                 "astype": "int64"}})
+        oracle[f"{fmt}-rows-astype"] = whole[5:6].astype(np.int64)
+    spec = write_spec(base / "spec.json", {"cases": cases})
+    job = python_job(base / "out", "load_cases.py", str(spec))
+    assert job.rc == 0, job.describe()
+    return job, oracle
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("what", ["K1", "K4", "rows", "astype", "rows-astype"])
+def test_every_format_equals_numpy_on_both_ranks(loaded, fmt, what):
+    job, oracle = loaded
+    name = f"{fmt}-{what}"
+    expected = oracle[name]
+    for rank in job.ranks:
+        result = rank.results()[name]
+        assert result["ok"], f"rank {rank.index}: {result}"
+        got = rank.array(name)
+        assert got.dtype == expected.dtype and got.shape == expected.shape, (rank.index, name)
+        np.testing.assert_array_equal(got, expected, err_msg=f"rank {rank.index}: {name}")
