@@ -11,7 +11,7 @@ import signal
 import sys
 import threading
 import time
-from typing import TYPE_CHECKING, Callable, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence, Union
 
 import numpy as np
 
@@ -493,6 +493,34 @@ def _start_runtime() -> None:
         signal.raise_signal(signal.SIGINT)
 
 
+# How the usual launchers (Open MPI's mpirun, MPICH / PMI, Slurm's srun, MVAPICH) tell a process
+# how many processes its job has. Seen with a value above 1, the runtime is asked for its ranks.
+_JOB_SIZE_VARIABLES = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_STEP_NUM_TASKS",
+                       "MV2_COMM_WORLD_SIZE")
+
+
+def _job_ranks() -> int:
+    """The number of Legate ranks of this job. A process that no launcher started as one of
+    several is alone: the runtime is not started to ask."""
+    if not any(os.environ.get(v, "").strip() not in ("", "0", "1") for v in _JOB_SIZE_VARIABLES):
+        return 1
+    _start_runtime()
+    from legate.core import get_legate_runtime
+
+    return int(get_legate_runtime().node_count)
+
+
+def _discover_for_job(source: SourceLike, **options: Any) -> Layout:
+    """discover() in a process of its own; discover_once() on several ranks, so that one rank
+    touches the files and every rank gets the same layout, or the same error (ranks that each
+    discovered could disagree, one raising while the others went on into the launch)."""
+    if isinstance(source, (str, bytes, os.PathLike)) and _job_ranks() > 1:
+        from ._manifest import discover_once
+
+        return discover_once(source, **options)
+    return discover(source, **options)
+
+
 def _check_thread(what: str) -> None:
     """Refuses a call from a thread other than the main one; ``what`` names the call."""
     current = threading.current_thread()
@@ -731,9 +759,10 @@ def load(
                             "keeps the options it was discovered with; pass them to discover()")
         layout = source
     else:
-        layout = discover(source, pattern=pattern, format=format, dtype=dtype, shape=shape,
-                          header_bytes=header_bytes, dataset=dataset, columns=columns,
-                          fill_value=fill_value, trust_manifest=trust_manifest)
+        layout = _discover_for_job(source, pattern=pattern, format=format, dtype=dtype,
+                                   shape=shape, header_bytes=header_bytes, dataset=dataset,
+                                   columns=columns, fill_value=fill_value,
+                                   trust_manifest=trust_manifest)
         if layout.manifest_status:
             # A manifest that could not be used is worth a look; one used or absent is not.
             quiet = layout.manifest_status.startswith(("manifest: used", "manifest: absent"))

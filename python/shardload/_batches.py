@@ -9,8 +9,7 @@ import numpy as np
 
 from . import _api
 from ._api import (DTypeLike, Layout, ShardReadError, SourceLike, _astype, _check_legate_dims,
-                   _check_thread, _found, _int, _name_the_shard, _overdecompose, _start_runtime,
-                   discover)
+                   _check_thread, _found, _int, _name_the_shard, _overdecompose, _start_runtime)
 
 if TYPE_CHECKING:
     import cupynumeric
@@ -160,9 +159,10 @@ def batches(
                             "discover()")
         layout = source
     else:
-        layout = discover(source, pattern=pattern, format=format, dtype=dtype, shape=shape,
-                          header_bytes=header_bytes, dataset=dataset, columns=columns,
-                          fill_value=fill_value)
+        layout = _api._discover_for_job(source, pattern=pattern, format=format, dtype=dtype,
+                                        shape=shape, header_bytes=header_bytes,
+                                        dataset=dataset, columns=columns,
+                                        fill_value=fill_value)
     # Past the int64 range no batch is shorter than the dataset anyway.
     rpb = min(rpb, max(layout.total_rows, 1))
     ahead = min(ahead, _api._INT64_MAX)

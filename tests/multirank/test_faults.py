@@ -128,15 +128,19 @@ def test_a_source_one_rank_cannot_see(tmp_path):
         pytest.skip(f"no mount namespaces here (unshare -m: {probe.stderr.decode().strip()})")
     _npy_set(tmp_path / "local", 5)
     spec = write_spec(tmp_path / "spec.json", {"cases": [
-        {"name": "local-once", "source": str(tmp_path / "local"), "once": {}, "kwargs": {}}]})
+        {"name": "local-once", "source": str(tmp_path / "local"), "once": {}, "kwargs": {}},
+        # A plain load(source) on several ranks discovers once as well: before, each rank
+        # discovered, rank 1 raised and rank 0 went on into the launch.
+        {"name": "local-plain", "source": str(tmp_path / "local"), "kwargs": {}}]})
     job = python_job(tmp_path / "out", "load_cases.py", str(spec), timeout=240,
                      env={"SHARDLOAD_MR_HIDE": f"1:{tmp_path / 'local'}"})
     assert job.rc == 0, job.describe()
-    err = _same_error(job, "local-once")
-    if err["type"] == "ShardReadError":
-        assert "visible to every rank" in err["message"], err
-    else:
-        assert "SourceNotFoundError" in err["mro"], err
+    for case in ("local-once", "local-plain"):
+        err = _same_error(job, case)
+        if err["type"] == "ShardReadError":
+            assert "visible to every rank" in err["message"], err
+        else:
+            assert "SourceNotFoundError" in err["mro"], err
 
 
 def test_a_rank_killed_during_a_load_ends_the_job(tmp_path):
