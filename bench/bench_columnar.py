@@ -57,13 +57,16 @@ def to_numpy(t: pa.Table, dim: int) -> np.ndarray:
     if dim:
         col = t.column(0)
         return np.concatenate([np.stack(c.to_numpy(zero_copy_only=False)) for c in col.chunks])
+    if t.num_columns == 1:  # one column loads 1-D
+        return t.column(0).to_numpy()
     return np.stack([c.to_numpy() for c in t.columns], axis=1)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dir", default=str(ROOT / "bench-data" / "columnar"))
-    ap.add_argument("--rows", type=int, default=4_194_304, help="rows in all (float32 each col)")
+    ap.add_argument("--mb", type=int, default=256,
+                    help="MiB of float32 values per case (rows follow from the columns)")
     ap.add_argument("--shards", type=int, default=16)
     ap.add_argument("--cols", default="16", help="comma list of column counts")
     ap.add_argument("--groups", default="0", help="comma list of row group rows; 0: one per file")
@@ -101,9 +104,12 @@ def main() -> None:
     dim = args.embeddings
     for fmt in args.formats.split(","):
         for comp in args.compression.split(","):
+            if fmt == "arrow" and comp == "snappy":
+                continue  # Arrow IPC compresses with lz4 or zstd only
             for group in [int(g) for g in args.groups.split(",")]:
                 for cols in ([1] if dim else [int(c) for c in args.cols.split(",")]):
-                    rows = args.rows
+                    rows = (args.mb << 20) // (4 * cols * max(dim, 1))
+                    rows -= rows % args.shards
                     name = f"{fmt}-{comp}-g{group}-c{cols}-d{dim}-r{rows}-s{args.shards}"
                     d = pathlib.Path(args.dir) / name
                     if not (d / ".complete").exists():

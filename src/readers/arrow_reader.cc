@@ -31,6 +31,11 @@
 #include <utility>
 #include <vector>
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#include <xmmintrin.h>
+#endif
+
 #include "readers/detail/json.hpp"
 #include "readers/detail/readers.hpp"
 
@@ -464,6 +469,52 @@ Status copy_rows(const ColumnView& v, std::int64_t b, std::int64_t e, std::byte*
   return Status::ok();
 }
 
+// Four columns of n 4-byte values into n rows (16 bytes each, `stride`
+// apart): 4 x 4 register transposes, 16 values per 4 loads and 4 stores.
+void transpose4x4(const std::byte* a, const std::byte* b, const std::byte* c, const std::byte* d,
+                  std::size_t n, std::byte* out, std::size_t stride) {
+  std::size_t i = 0;
+#if defined(__SSE2__)
+  for (; i + 4 <= n; i += 4) {
+    // Moves of bits only (loads, shuffles, stores): no value is converted.
+    __m128 r0 = _mm_loadu_ps(reinterpret_cast<const float*>(a + i * 4));
+    __m128 r1 = _mm_loadu_ps(reinterpret_cast<const float*>(b + i * 4));
+    __m128 r2 = _mm_loadu_ps(reinterpret_cast<const float*>(c + i * 4));
+    __m128 r3 = _mm_loadu_ps(reinterpret_cast<const float*>(d + i * 4));
+    _MM_TRANSPOSE4_PS(r0, r1, r2, r3);
+    _mm_storeu_ps(reinterpret_cast<float*>(out + i * stride), r0);
+    _mm_storeu_ps(reinterpret_cast<float*>(out + (i + 1) * stride), r1);
+    _mm_storeu_ps(reinterpret_cast<float*>(out + (i + 2) * stride), r2);
+    _mm_storeu_ps(reinterpret_cast<float*>(out + (i + 3) * stride), r3);
+  }
+#endif
+  for (; i < n; ++i) {
+    std::byte* row = out + i * stride;
+    std::memcpy(row, a + i * 4, 4);
+    std::memcpy(row + 4, b + i * 4, 4);
+    std::memcpy(row + 8, c + i * 4, 4);
+    std::memcpy(row + 12, d + i * 4, 4);
+  }
+}
+
+// Two columns of n 8-byte values into n rows (16 bytes each, `stride` apart).
+void transpose2x2(const std::byte* a, const std::byte* b, std::size_t n, std::byte* out,
+                  std::size_t stride) {
+  std::size_t i = 0;
+#if defined(__SSE2__)
+  for (; i + 2 <= n; i += 2) {
+    const __m128d r0 = _mm_loadu_pd(reinterpret_cast<const double*>(a + i * 8));
+    const __m128d r1 = _mm_loadu_pd(reinterpret_cast<const double*>(b + i * 8));
+    _mm_storeu_pd(reinterpret_cast<double*>(out + i * stride), _mm_unpacklo_pd(r0, r1));
+    _mm_storeu_pd(reinterpret_cast<double*>(out + (i + 1) * stride), _mm_unpackhi_pd(r0, r1));
+  }
+#endif
+  for (; i < n; ++i) {
+    std::memcpy(out + i * stride, a + i * 8, 8);
+    std::memcpy(out + i * stride + 8, b + i * 8, 8);
+  }
+}
+
 // Calls f.template operator()<T>() with T the C++ type of `d`.
 template <typename F>
 Status visit_dtype(DType d, F&& f) {
@@ -670,10 +721,20 @@ class ArrowReader final : public ShardReader {
         return Status(ErrorCode::kFormat, path + ": column '" + n + "' appears " +
                                               std::to_string(all.size()) + " times in the schema");
       }
-      auto c = column_shape(schema.field(all[0])->type());
+      const auto& type = schema.field(all[0])->type();
+      auto c = column_shape(type);
       if (!c) {
-        return Status(ErrorCode::kFormat, path + ": column '" + n + "': " + c.status().message() +
-                                              "; name only numeric columns in columns=");
+        std::string hint = "; name only numeric columns in columns=";
+        if (format_ == Format::kParquet &&
+            (type->id() == arrow::Type::LIST || type->id() == arrow::Type::LARGE_LIST)) {
+          // Parquet itself has only variable-size lists; the fixed size lives in the
+          // Arrow schema that Arrow writers store beside it (store_schema).
+          hint +=
+              " (a fixed-size list written without the stored Arrow schema reads back as a "
+              "variable-size one)";
+        }
+        return Status(ErrorCode::kFormat,
+                      path + ": column '" + n + "': " + c.status().message() + hint);
       }
       shapes->push_back(*c);
       idx.push_back(all[0]);
@@ -938,15 +999,44 @@ class ArrowReader final : public ShardReader {
           ColumnCopy{&s.path, &names[c], first, options_.fill_value, l.dtype, &shapes[c].dims});
     }
     const std::size_t row_bytes = l.row_bytes;
+    // Columns that are plain 4- or 8-byte values of the destination type, one
+    // per row, without nulls: those side by side go through a register
+    // transpose, the rest column by column.
+    std::vector<const std::byte*> plain(ncols, nullptr);
+    const bool wide = l.dtype.size == 4 || l.dtype.size == 8;
+    for (std::size_t c = 0; c < ncols && wide; ++c) {
+      const ColumnView& v = views[c];
+      if (k == 1 && !v.any_null && types[c] == l.dtype && l.dtype.kind != DTypeKind::kComplex) {
+        const arrow::Array& leaf = *v.values();
+        plain[c] = leaf.data()->GetValues<std::byte>(1, 0) +
+                   static_cast<std::size_t>(leaf.offset() + v.first.back()) * l.dtype.size;
+      }
+    }
     const std::int64_t block =
         std::max<std::int64_t>(1, static_cast<std::int64_t>(kBlockBytes / row_bytes));
     std::byte* out = dst + static_cast<std::size_t>(first + ra - lo) * row_bytes;
     for (std::int64_t r0 = ra; r0 < rb; r0 += block) {
       const std::int64_t r1 = std::min(rb, r0 + block);
+      const auto n = static_cast<std::size_t>(r1 - r0);
       std::byte* rows = out + static_cast<std::size_t>(r0 - ra) * row_bytes;
-      for (std::size_t c = 0; c < ncols; ++c) {
+      for (std::size_t c = 0; c < ncols;) {
+        const std::size_t group = l.dtype.size == 4 ? 4 : 2;
+        bool fast = c + group <= ncols;
+        for (std::size_t g = 0; fast && g < group; ++g) fast = plain[c + g] != nullptr;
+        if (fast) {
+          const auto at = static_cast<std::size_t>(r0) * l.dtype.size;
+          if (group == 4) {
+            transpose4x4(plain[c] + at, plain[c + 1] + at, plain[c + 2] + at, plain[c + 3] + at, n,
+                         rows + c * column_bytes, row_bytes);
+          } else {
+            transpose2x2(plain[c] + at, plain[c + 1] + at, n, rows + c * column_bytes, row_bytes);
+          }
+          c += group;
+          continue;
+        }
         SHARDLOAD_RETURN_IF_ERROR(
             copy_values(views[c], types[c], r0, r1, rows + c * column_bytes, row_bytes, copies[c]));
+        ++c;
       }
     }
     return Status::ok();
