@@ -235,6 +235,11 @@ def test_strings_and_variable_lists_are_refused_naming_the_column(tmp_path: path
         shardload.discover(tmp_path, format=fmt, columns=["tags"])
     # The default selection leaves them out.
     np.testing.assert_array_equal(shardload.discover(tmp_path, format=fmt).read(), [1, 2])
+    write(tmp_path / f"shard_0000.{EXT[fmt]}",
+          pa.table({"b": list_array(np.array([[True, False], [False, True]]), (2,))}), fmt, 2)
+    with pytest.raises(shardload.LayoutError, match=r"column 'b': .*\(lists of bool; expected "
+                                                    r"lists of integers or floats\)"):
+        shardload.discover(tmp_path, format=fmt, columns=["b"])
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
