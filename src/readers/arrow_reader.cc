@@ -1,7 +1,8 @@
 // The Parquet and Arrow IPC (Feather v2) reader.
 //
 // One column gives a 1-D dataset, several give (rows, columns) rows with the
-// columns interleaved in the order named. A read touches only the row groups
+// columns interleaved in the order named; array columns (fixed-size lists,
+// fixed_shape_tensor) add their value shape after that. A read touches only the row groups
 // (Parquet) or record batches (IPC) that overlap the requested rows, and only
 // the selected columns of them; their row counts come from the file metadata
 // at probe and travel in Shard::extra.
@@ -9,8 +10,11 @@
 // Arrow C++ reports errors through Status / Result, but Parquet's lower layers
 // and the standard library can still throw: every entry point catches at the
 // boundary, because the core never throws (it runs inside Legate tasks).
-// Arrow's own thread pools are kept out (use_threads = false, no pre-buffer):
-// the caller owns concurrency.
+// Decoding stays on the calling thread (use_threads = false): the caller owns
+// concurrency. Parquet pre-buffers a row group's column chunks, which issues
+// their reads through Arrow's process-wide I/O pool: measured side by side it
+// took a 16-column load from 1.25-1.5x to 1.1-1.26x pyarrow's to_table time,
+// which reads ahead the same way.
 #include <arrow/api.h>
 #include <arrow/io/file.h>
 #include <arrow/ipc/reader.h>
@@ -640,7 +644,7 @@ class ArrowReader final : public ShardReader {
       if (!file.ok()) return arrow_error(path, file.status(), ErrorCode::kIo);
       parquet::ArrowReaderProperties props;
       props.set_use_threads(false);
-      props.set_pre_buffer(false);
+      props.set_pre_buffer(true);  // see the top of the file
       parquet::arrow::FileReaderBuilder builder;
       arrow::Status st = builder.Open(*file);
       if (!st.ok()) {
