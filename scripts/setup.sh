@@ -16,16 +16,8 @@ DEB_PACKAGES=(build-essential cmake ninja-build pkg-config libgtest-dev libgmock
               nlohmann-json3-dev zlib1g-dev libzstd-dev liblz4-dev libblosc-dev  # raw + zarr readers
               libhdf5-dev  # HDF5 reader: headers + the libhdf5_serial.so.103 it dlopens
               libxxhash-dev)  # manifest checksums (XXH3)
-missing=()
-for p in "${DEB_PACKAGES[@]}"; do
-  dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
-done
-if ((${#missing[@]})); then
-  log "installing Debian packages: ${missing[*]}"
-  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-fi
+source scripts/debian.sh
+install_debian_packages "${DEB_PACKAGES[@]}"
 
 # ---- Python venv with pinned packages ----------------------------------------------
 PY=${PYTHON:-python3}

@@ -22,16 +22,8 @@ DEB_PACKAGES=(build-essential cmake ninja-build pkg-config libgtest-dev libgmock
               libhdf5-dev libxxhash-dev
               openmpi-bin libopenmpi-dev  # Legate finds its bundled OpenMPI wrapper by itself
               strace)  # tests/multirank counts the files each rank opens
-missing=()
-for p in "${DEB_PACKAGES[@]}"; do
-  dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
-done
-if ((${#missing[@]})); then
-  log "installing Debian packages: ${missing[*]}"
-  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-fi
+source scripts/debian.sh
+install_debian_packages "${DEB_PACKAGES[@]}"
 
 # ---- Python venv with pinned packages ----------------------------------------------------
 PY=${PYTHON:-python3}
