@@ -303,6 +303,8 @@ std::string cli_spelling(std::string message) {
       {"raw: shape option", "raw: --trailing-shape option"},
       {"(dataset, columns, fill value) do not apply",
        "(--dataset, --columns, --fill-value) do not apply"},
+      {"name only numeric columns in columns=", "name only numeric columns in --columns"},
+      {"(pass columns= to choose)", "(pass --columns to choose)"},
   };
   for (const auto& [from, to] : kPhrases) {
     const std::string f = from;
