@@ -422,7 +422,10 @@ Status copy_rows(const ColumnView& v, std::int64_t b, std::int64_t e, std::byte*
     return Status(ErrorCode::kInvalidArgument, "fill_value " + value_string(*c.fill) +
                                                    " is not representable as " + c.dtype.name());
   }
-  const auto* bools = static_cast<const arrow::BooleanArray*>(&leaf);
+  // Only a bool column's leaf is a BooleanArray: cast it there alone (a downcast of another
+  // array's address is undefined even if never used).
+  const arrow::BooleanArray* bools = nullptr;
+  if constexpr (std::is_same_v<S, bool>) bools = static_cast<const arrow::BooleanArray*>(&leaf);
   const std::size_t levels = v.levels.size();
   for (std::int64_t i = b; i < e; ++i) {
     std::byte* row = out + static_cast<std::size_t>(i - b) * stride;
