@@ -6,6 +6,7 @@
 #include <span>
 
 #include "legate/detail/load_body.hpp"
+#include "legate/detail/point_task.hpp"
 #include "legate/detail/tasks.hpp"
 #include "shardload/codec.hpp"
 #include "shardload/legate.hpp"
@@ -133,10 +134,7 @@ void DiscoverTask::cpu_variant(legate::TaskContext context) {
     put_str(out, layout->manifest_status);
     const auto enc = encode_layout(*layout);
     out.insert(out.end(), enc.begin(), enc.end());
-    const legate::PhysicalStore store = context.output(0).data();
-    auto buf = store.create_output_buffer<std::uint8_t, 1>(
-        legate::Point<1>(static_cast<legate::coord_t>(out.size())), true);
-    std::memcpy(buf.ptr(legate::Point<1>(0)), out.data(), out.size());
+    detail::write_point_result(context, out);
   });
 }
 
@@ -217,27 +215,12 @@ VerifyReport verify_manifest(const std::string& manifest_path, std::int64_t grou
 
 Layout discover_once(const std::string& source, const std::string& pattern,
                      const FormatOptions& format, bool trust_manifest) {
-  auto* runtime = legate::Runtime::get_runtime();
-  const legate::Library lib = library();
-  auto out = runtime->create_store(legate::uint8(), 1);  // unbound: the point sizes it
-  auto task = runtime->create_task(lib, detail::DiscoverTask::TASK_CONFIG.task_id(),
-                                   legate::tuple<std::uint64_t>{1});
-  task.add_output(out);
-  task.add_scalar_arg(legate::Scalar{encode_request(source, pattern, format, trust_manifest)});
+  std::vector<std::uint8_t> bytes;
   try {
-    runtime->submit(std::move(task));
+    bytes = detail::run_point_task(detail::DiscoverTask::TASK_CONFIG.task_id(),
+                                   encode_request(source, pattern, format, trust_manifest));
   } catch (const legate::TaskException& e) {
     throw_status(detail::status_from_task_error(e), ErrorSite::kDiscover);
-  }
-  const auto phys = out.get_physical_store();
-  const legate::Rect<1> rect = phys.shape<1>();
-  const auto size = static_cast<std::size_t>(rect.hi[0] - rect.lo[0] + 1);
-  const legate::InlineAllocation a = phys.get_inline_allocation();
-  std::vector<std::uint8_t> bytes(size);
-  if (a.strides[0] == 1) {
-    std::memcpy(bytes.data(), a.ptr, size);
-  } else {
-    for (std::size_t i = 0; i < size; ++i) bytes[i] = *element(a, i);
   }
   std::string status;
   std::size_t pos = 0;

@@ -7,6 +7,7 @@
 #include <span>
 
 #include "legate/detail/load_body.hpp"
+#include "legate/detail/point_task.hpp"
 #include "legate/detail/save_files.hpp"
 #include "legate/detail/tasks.hpp"
 #include "shardload/legate.hpp"
@@ -81,13 +82,6 @@ std::vector<std::uint8_t> encode_outcome(const Status& st,
   return out;
 }
 
-void write_output(legate::TaskContext& context, const std::vector<std::uint8_t>& bytes) {
-  const legate::PhysicalStore store = context.output(0).data();
-  auto buf = store.create_output_buffer<std::uint8_t, 1>(
-      legate::Point<1>(static_cast<legate::coord_t>(bytes.size())), true);
-  std::memcpy(buf.ptr(legate::Point<1>(0)), bytes.data(), bytes.size());
-}
-
 std::vector<std::uint8_t> scalar_bytes(legate::TaskContext& context, std::uint32_t i) {
   const auto v = context.scalar(i).values<std::uint8_t>();
   return {v.begin(), v.end()};
@@ -97,23 +91,11 @@ std::vector<std::uint8_t> scalar_bytes(legate::TaskContext& context, std::uint32
 // result bytes in *result.
 Status run_once(legate::LocalTaskID id, const std::vector<std::uint8_t>& request,
                 std::vector<std::uint8_t>* result) {
-  auto* runtime = legate::Runtime::get_runtime();
-  auto out = runtime->create_store(legate::uint8(), 1);  // unbound: the point sizes it
-  auto task = runtime->create_task(library(), id, legate::tuple<std::uint64_t>{1});
-  task.add_output(out);
-  task.add_scalar_arg(legate::Scalar{request});
+  std::vector<std::uint8_t> bytes;
   try {
-    runtime->submit(std::move(task));
+    bytes = run_point_task(id, request);
   } catch (const legate::TaskException& e) {
     return status_from_task_error(e);
-  }
-  const auto phys = out.get_physical_store();
-  const legate::Rect<1> rect = phys.shape<1>();
-  const auto size = static_cast<std::size_t>(rect.hi[0] - rect.lo[0] + 1);
-  const legate::InlineAllocation a = phys.get_inline_allocation();
-  std::vector<std::uint8_t> bytes(size);
-  for (std::size_t i = 0; i < size; ++i) {
-    bytes[i] = *(static_cast<const std::uint8_t*>(a.ptr) + i * a.strides[0]);
   }
   Reader r(bytes);
   std::uint64_t code = 0;
@@ -155,7 +137,7 @@ void SavePrepareTask::cpu_variant(legate::TaskContext context) {
         remove_tree(*staging);
       }
     }
-    write_output(context, encode_outcome(st, result));
+    write_point_result(context, encode_outcome(st, result));
   });
 }
 
@@ -188,7 +170,7 @@ void SaveCommitTask::cpu_variant(legate::TaskContext context) {
     if (st) st = commit_staging(staging, dest, overwrite != 0, &published);
     std::vector<std::uint8_t> result;
     put_u64(result, published ? 1 : 0);
-    write_output(context, encode_outcome(st, result));
+    write_point_result(context, encode_outcome(st, result));
   });
 }
 
