@@ -7,7 +7,7 @@ Legate gets --memory-mib of system memory (set in LEGATE_CONFIG before it starts
 LEGATE_CONFIG is kept, CPUs only). The dataset (float32, 16 columns, 16 .npy shards, written
 once with `shardload write`) is four times --memory-mib. Each round, in turn:
 
-  load        shardload.load(rows=(0, quarter)) and its sum: a quarter of the dataset, less
+  load        shardload.load(row_range=(0, quarter)) and its sum: a quarter of the dataset, less
               what Legate keeps of its memory (16 MiB and 1%) and 8 MiB for the sum;
   batches p1  shardload.batches(whole dataset, prefetch=1) with a sum per batch;
   batches p0  the same with prefetch=0 (each batch read only when asked for).
@@ -92,7 +92,7 @@ def main() -> None:
 
     def run_load() -> tuple[float, float]:
         t0 = time.perf_counter()
-        a = shardload.load(layout, rows=(0, quarter_rows))
+        a = shardload.load(layout, row_range=(0, quarter_rows))
         s = float(a.sum())
         dt = time.perf_counter() - t0
         del a

@@ -65,7 +65,7 @@ def main() -> None:
     args = ap.parse_args()
     base = pathlib.Path(args.dir)
     base.mkdir(parents=True, exist_ok=True)
-    shardload.register_reader("npy-mmap", rows=npy_rows, read=npy_read, dtype="float32")
+    shardload.register_reader("npy-mmap", count_rows=npy_rows, read=npy_read, dtype="float32")
 
     sets = {"a": ("(a) 16 shards, 400 MB, hot cache", "big", 16, "6250000,16"),
             "b": ("(b) 2,000 shards of 100 KB, hot cache", "small", 2000, "1600000,32")}

@@ -140,7 +140,7 @@ def main() -> None:
     # was several times slower than the next ones: first-use costs, not the write path).
     warm_s = {}
     for f in formats:
-        warm = shardload.save(x, os.path.join(args.dir, "warm"), format=f, info=True)
+        warm = shardload.save(x, os.path.join(args.dir, "warm"), format=f)
         warm_s[f] = warm.total_s
         parts = warm.processors
         rm(os.path.join(args.dir, "warm"))

@@ -4,9 +4,9 @@
 
 The made-up ".rows" format: one text line "ROWS <dtype> <rows> [<dim> ...]", then the rows,
 raw, in this machine's byte order (examples/cpp/rows_format.hpp reads the same files in C++).
-The reader is two functions: rows(path), the file's row count, and read(path, lo, hi), rows
-[lo, hi) as a numpy array. shardload calls rows() on every file, checks what it says, plans
-the tiles as for its own formats and runs read() inside parallel Legate tasks.
+The reader is two functions: count_rows(path), the file's row count, and read(path, lo, hi),
+rows [lo, hi) as a numpy array. shardload calls count_rows() on every file, checks what it
+says, plans the tiles as for its own formats and runs read() inside parallel Legate tasks.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ def header(path: str) -> tuple[np.dtype, tuple[int, ...], int]:
     return np.dtype(dtype.decode()), tuple(int(d) for d in dims), len(line)
 
 
-def rows(path: str) -> int:
+def count_rows(path: str) -> int:
     return header(path)[1][0]
 
 
@@ -46,8 +46,8 @@ def read(path: str, lo: int, hi: int) -> np.ndarray:
 
 
 # Before any load, in every process of the program (here: at import, as a script's top would).
-shardload.register_reader("rows", rows=rows, read=read, dtype="float32", trailing_shape=(8,),
-                          extension=".rows")
+shardload.register_reader("rows", count_rows=count_rows, read=read, dtype="float32",
+                          trailing_shape=(8,), extension=".rows")
 
 
 def main(directory: pathlib.Path) -> None:
@@ -62,7 +62,7 @@ def main(directory: pathlib.Path) -> None:
     print(f"loaded {array.shape} {array.dtype} through the Python reader 'rows'")
     print("column means:", np.round(np.asarray(array.mean(axis=0)), 4))
 
-    window = shardload.load(directory, reader="rows", rows=(900, 1100))
+    window = shardload.load(directory, reader="rows", row_range=(900, 1100))
     assert np.array_equal(np.asarray(window), expected[900:1100])
     print("rows [900, 1100) match numpy")
 

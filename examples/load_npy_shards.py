@@ -36,7 +36,7 @@ def main(directory: pathlib.Path) -> None:
     print("column means:", np.round(column_means, 4))
 
     # A row range reads only the files it touches.
-    window = shardload.load(directory, rows=(900, 1100))
+    window = shardload.load(directory, row_range=(900, 1100))
     assert np.array_equal(np.asarray(window), expected[900:1100])
     print("rows [900, 1100) match numpy")
 

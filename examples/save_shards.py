@@ -34,8 +34,8 @@ def main(directory: pathlib.Path) -> None:
 
     for fmt in ("npy", "raw", "zarr"):
         dest = directory / f"out-{fmt}"
-        info = shardload.save(y, dest, num_shards=3, format=fmt, info=True)
-        print(f"saved {y.shape} {y.dtype} as {info.shards} {fmt} shards with {info.tiles} tasks "
+        info = shardload.save(y, dest, num_shards=3, format=fmt)
+        print(f"saved {y.shape} {y.dtype} as {info.num_shards} {fmt} shards with {info.tiles} tasks "
               f"in {info.total_s:.3f} s: {sorted(p.name for p in dest.iterdir())}")
         back = shardload.load(dest, format=fmt)
         assert np.allclose(np.asarray(back), expected, atol=1e-5)

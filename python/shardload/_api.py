@@ -11,6 +11,7 @@ import signal
 import sys
 import threading
 import time
+import warnings
 from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence, Union
 
 import numpy as np
@@ -38,10 +39,85 @@ _PATH_TYPES = (str, bytes, os.PathLike)
 
 
 def _layout_repr(self: Layout) -> str:
+    return (f"<shardload.Layout format={self.format!r} shape={self.shape} dtype={self.dtype} "
+            f"shards={self.num_shards}>")
+
+
+def _layout_str(self: Layout) -> str:
     return self.describe()
 
 
+def _layout_len(self: Layout) -> int:
+    return self.total_rows
+
+
+def _layout_getitem(self: Layout, key: object) -> np.ndarray:
+    """``layout[i]`` is row i, ``layout[lo:hi]`` rows [lo, hi), read on the host as
+    :meth:`read` reads (no Legate); negative indices and slice bounds count from the end and
+    slice bounds are clipped, as in numpy. The step must be 1 (or None)."""
+    total = self.total_rows
+    if isinstance(key, slice):
+        if key.step is not None:
+            step = _int("step", key.step)
+            if step != 1:
+                text = ":".join("" if v is None else str(v) for v in (key.start, key.stop))
+                raise ValueError(f"layout[{text}:{step}]: only step 1 (or None) reads a row "
+                                 "range")
+        lo, hi, _ = slice(None if key.start is None else _int("start", key.start),
+                          None if key.stop is None else _int("stop", key.stop)).indices(total)
+        return self.read(lo, max(lo, hi))
+    if isinstance(key, (bool, np.bool_)) or not isinstance(key, (int, np.integer)):
+        raise TypeError(f"Layout indices must be an int or a slice lo:hi, found {_found(key)}")
+    i = int(key)
+    if not -total <= i < total:
+        raise IndexError(f"row {i} is out of range for a dataset of {total} rows")
+    if i < 0:
+        i += total
+    return self.read(i, i + 1)[0]
+
+
+def _layout_eq(self: Layout, other: object) -> bool:
+    if not isinstance(other, Layout):
+        return NotImplemented
+    # The encoding holds the shards (paths, rows, snapshots), the dtype, the trailing shape
+    # and the format options: all a layout is.
+    return bool(self.encode() == other.encode())
+
+
+def _layout_hash(self: Layout) -> int:
+    return hash(self.encode())
+
+
+def _decode_layout(encoded: bytes, manifest_status: str) -> Layout:
+    """Unpickles a Layout (``Layout.__reduce__``)."""
+    return _core.decode_layout(encoded, manifest_status)
+
+
+def _layout_reduce(self: Layout) -> tuple:
+    return (_decode_layout, (self.encode(), self.manifest_status))
+
+
+def _layout_rows(self: Layout) -> list[int]:
+    warnings.warn("Layout.rows is deprecated; use Layout.shard_rows", DeprecationWarning,
+                  stacklevel=2)
+    return self.shard_rows
+
+
 Layout.__repr__ = _layout_repr  # type: ignore[method-assign]
+Layout.__str__ = _layout_str  # type: ignore[method-assign]
+Layout.__len__ = _layout_len  # type: ignore[attr-defined]
+Layout.__getitem__ = _layout_getitem  # type: ignore[attr-defined]
+Layout.__eq__ = _layout_eq  # type: ignore[method-assign,assignment]
+Layout.__hash__ = _layout_hash  # type: ignore[method-assign,assignment]
+Layout.__reduce__ = _layout_reduce  # type: ignore[method-assign,assignment]
+Layout.ndim = property(lambda self: len(self.shape),  # type: ignore[attr-defined]
+                       doc="The number of dimensions (``len(shape)``).")
+Layout.size = property(lambda self: int(np.prod(self.shape, dtype=object)),  # type: ignore
+                       doc="The number of elements (the product of ``shape``), as numpy's.")
+Layout.itemsize = property(lambda self: self.dtype.itemsize,  # type: ignore[attr-defined]
+                           doc="The bytes of one element.")
+Layout.rows = property(_layout_rows,  # type: ignore[attr-defined]
+                       doc="Deprecated spelling of :attr:`shard_rows`.")
 
 
 # Arguments are checked here, before the binding: its conversions would
@@ -50,7 +126,7 @@ Layout.__repr__ = _layout_repr  # type: ignore[method-assign]
 
 def _found(value: object) -> str:
     text = repr(value)
-    if "\n" in text:  # a Layout describes itself over many lines
+    if "\n" in text or isinstance(value, Layout):
         return type(value).__name__
     if len(text) > 80:
         text = text[:77] + "..."
@@ -123,7 +199,7 @@ def _dtype(value: object) -> str | None:
                     f"found {_found(value)}")
 
 
-def _shape(value: object) -> list[int] | None:
+def _shape(value: object, name: str = "trailing_shape") -> list[int] | None:
     if value is None:
         return None
     if isinstance(value, (list, tuple)):
@@ -131,11 +207,11 @@ def _shape(value: object) -> list[int] | None:
     elif isinstance(value, (int, np.integer)) and not isinstance(value, bool):
         items = (value,)  # an int n is (n,), as in numpy
     else:
-        raise TypeError(f"shape: expected a tuple of ints (or one int), found {_found(value)}")
-    dims = [_int(f"shape[{i}]", d) for i, d in enumerate(items)]
+        raise TypeError(f"{name}: expected a tuple of ints (or one int), found {_found(value)}")
+    dims = [_int(f"{name}[{i}]", d) for i, d in enumerate(items)]
     for i, d in enumerate(dims):
         if d < 0:
-            raise ValueError(f"shape[{i}]: expected a non-negative int, found {d}")
+            raise ValueError(f"{name}[{i}]: expected a non-negative int, found {d}")
     return dims
 
 
@@ -193,17 +269,170 @@ def _format(value: object) -> str:
     return value
 
 
-def _format_options(format: object, dtype: object, shape: object, header_bytes: object,
-                    dataset: object, columns: object, fill_value: object) -> tuple:
-    """discover's format options, checked, in the order the bindings take them."""
-    return (_format(format), _dtype(dtype), _shape(shape), _header_bytes(header_bytes),
-            _text("dataset", dataset) or "", _columns(columns), _fill_value(fill_value))
+def _bool(name: str, value: object) -> bool:
+    """A bool or numpy bool; anything else (0, 1, "yes", None) is a TypeError."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name}: expected a bool, found {_found(value)}")
+    return bool(value)
+
+
+def _renamed(where: str, deprecated: dict[str, Any], renames: dict[str, str],
+             current: dict[str, Any], stacklevel: int = 3) -> dict[str, Any]:
+    """Takes the old spellings of renamed keywords (``renames``: old -> new) from
+    ``deprecated``, the keywords a function got beyond its own, into ``current`` (new -> value,
+    None when not given), with a DeprecationWarning each, attributed to the caller
+    ``stacklevel`` frames up. An unknown keyword is the TypeError Python gives, and an old and
+    a new spelling together a TypeError."""
+    for old, value in deprecated.items():
+        new = renames.get(old)
+        if new is None:
+            raise TypeError(f"{where}() got an unexpected keyword argument {old!r}")
+        if current.get(new) is not None:
+            raise TypeError(f"{where}: {old}= is the deprecated spelling of {new}=; pass "
+                            f"{new}= only")
+        warnings.warn(f"{where}: {old}= is deprecated; use {new}=", DeprecationWarning,
+                      stacklevel=stacklevel)
+        current[new] = value
+    return current
+
+
+# The formats whose columns are decoded into a type of the caller's choice (astype=).
+_COLUMNAR = ("parquet", "arrow")
+# discover()'s options, as every entry point that discovers takes them.
+_DISCOVER_OPTIONS = ("pattern", "format", "dtype", "trailing_shape", "header_bytes", "dataset",
+                     "columns", "fill_value", "trust_manifest")
+_OPTION_RENAMES = {"shape": "trailing_shape"}
+
+
+@dataclasses.dataclass(frozen=True)
+class _Options:
+    """discover()'s options, checked once (:func:`_options`), for every entry point that
+    discovers: discover, load, batches, index and discover_once."""
+
+    pattern: str | bytes | None
+    format: str
+    dtype: str | None
+    trailing_shape: list[int] | None
+    header_bytes: int | None
+    dataset: str
+    columns: list[str]
+    fill_value: float | None
+    trust_manifest: bool
+    given: tuple[str, ...]  # the options passed, in _DISCOVER_OPTIONS order
+
+    def format_args(self, dtype: str | None = None) -> tuple:
+        """The format options in the order the bindings take them; ``dtype`` in place of
+        the option's (the type parquet/arrow columns are decoded into)."""
+        return (self.format, self.dtype if dtype is None else dtype, self.trailing_shape,
+                self.header_bytes, self.dataset, self.columns, self.fill_value)
+
+
+def _options(where: str, *, pattern: object = None, format: object = "auto",
+             dtype: object = None, trailing_shape: object = None, header_bytes: object = None,
+             dataset: object = None, columns: object = None, fill_value: object = None,
+             trust_manifest: object = False, deprecated: dict[str, Any] | None = None,
+             layout: bool = False) -> _Options:
+    """Checks discover()'s options for the entry point ``where``: the same types, values and
+    messages for all of them. ``deprecated`` holds the keywords beyond the entry point's own
+    (old spellings, such as ``shape=`` for ``trailing_shape=``). With ``layout`` (the source
+    is a Layout) any option passed is a TypeError, whatever its value."""
+    if deprecated:
+        # The caller of the entry point that called this.
+        renamed = _renamed(where, deprecated, _OPTION_RENAMES,
+                           {"trailing_shape": trailing_shape}, stacklevel=4)
+        trailing_shape = renamed["trailing_shape"]
+    if layout:
+        passed = {"pattern": pattern, "format": None if format == "auto" else format,
+                  "dtype": dtype, "trailing_shape": trailing_shape,
+                  "header_bytes": header_bytes, "dataset": dataset, "columns": columns,
+                  "fill_value": fill_value, "trust_manifest": trust_manifest or None}
+        given = [n for n in _DISCOVER_OPTIONS if passed[n] is not None]
+        if given:
+            raise TypeError(f"{where}: {', '.join(given)} cannot be passed with a Layout, "
+                            "which keeps the options it was discovered with; pass them to "
+                            "discover()")
+    checked = dict(
+        pattern=_pattern(pattern), format=_format(format), dtype=_dtype(dtype),
+        trailing_shape=_shape(trailing_shape), header_bytes=_header_bytes(header_bytes),
+        dataset=_text("dataset", dataset) or "", columns=_columns(columns),
+        fill_value=_fill_value(fill_value), trust_manifest=_bool("trust_manifest", trust_manifest))
+    passed = {"pattern": pattern, "format": None if format == "auto" else format,
+              "dtype": dtype, "trailing_shape": trailing_shape, "header_bytes": header_bytes,
+              "dataset": dataset, "columns": columns, "fill_value": fill_value,
+              "trust_manifest": True if checked["trust_manifest"] else None}
+    return _Options(**checked,
+                    given=tuple(n for n in _DISCOVER_OPTIONS if passed[n] is not None))
+
+
+def _dtype_text(dt: np.dtype) -> str:
+    return dt.str if dt.byteorder in "<>" else dt.name
+
+
+# The names format="auto" takes for parquet and arrow files, and for the others
+# (src/base/format.cc).
+_COLUMNAR_EXTENSIONS = (".parquet", ".pq", ".arrow", ".feather", ".ipc")
+_OTHER_EXTENSIONS = (".npy", ".bin", ".raw", ".dat", ".h5", ".hdf5", ".zarr")
+
+
+def _named_columnar(source: object, pattern: str | bytes | None) -> bool:
+    """Whether format="auto" will find parquet or arrow files by their names, from the names
+    alone (no file is opened): a directory's entries when no pattern is given (some columnar,
+    none of another format), else the source's first path."""
+    try:
+        if pattern is None and isinstance(source, _PATH_TYPES) and os.path.isdir(source):
+            names = [os.fsdecode(n) for n in os.listdir(source)]
+            return any(n.endswith(_COLUMNAR_EXTENSIONS) for n in names) and not any(
+                n.endswith(_OTHER_EXTENSIONS) for n in names)
+        paths = _core.resolve(source, pattern)
+    except (Error, ValueError, OSError):
+        return False  # discovery itself gives the error
+    return bool(paths) and paths[0].rstrip("/").endswith(_COLUMNAR_EXTENSIONS)
+
+
+def _decoded(discover_with: Callable[[_Options, str | None], Layout], options: _Options,
+             astype: np.dtype | None, where: str, *, cast_after: bool,
+             source: object) -> Layout:
+    """Discovery with ``astype`` decoded into where the format decodes into a chosen type
+    (parquet, arrow): ``discover_with(options, dtype)`` discovers with ``dtype`` in place of
+    the dtype option. Elsewhere ``astype`` is for the caller to cast after the read
+    (``cast_after``), or a ValueError before anything is read (discover's)."""
+    if options.dtype is not None and options.format in _COLUMNAR:
+        if astype is not None:
+            raise TypeError(f"{where}: dtype= is the deprecated spelling of astype= for "
+                            f"{options.format}; pass astype= only")
+        warnings.warn(f"{where}: dtype= for {options.format} is deprecated; use astype=",
+                      DeprecationWarning, stacklevel=3)
+    if astype is None:
+        layout = discover_with(options, None)
+        if options.dtype is not None and options.format == "auto" and \
+                layout.format in _COLUMNAR:
+            warnings.warn(f"{where}: dtype= for {layout.format} is deprecated; use astype=",
+                          DeprecationWarning, stacklevel=3)
+        return layout
+    if options.format in _COLUMNAR or (options.format == "auto" and
+                                       _named_columnar(source, options.pattern)):
+        return discover_with(options, _dtype_text(astype))
+    if options.format != "auto" and not cast_after:
+        raise ValueError(f"{where}: astype= is the type parquet and arrow columns are "
+                         f"decoded into; {options.format} files give their own dtype (pass "
+                         "astype= to load() or batches() to cast the array)")
+    layout = discover_with(options, None)
+    if layout.format in _COLUMNAR:
+        if layout.dtype != astype:
+            # Told by the files' first bytes, not their names: decode into astype instead.
+            layout = discover_with(dataclasses.replace(options, format=layout.format),
+                                   _dtype_text(astype))
+    elif not cast_after:
+        raise ValueError(f"{where}: astype= is the type parquet and arrow columns are "
+                         f"decoded into; these are {layout.format} files, which give their "
+                         "own dtype (pass astype= to load() or batches() to cast the array)")
+    return layout
 
 
 def _overdecompose(value: object) -> int:
     k = _int("overdecompose", value)
     if k < 1:
-        raise LayoutError(f"overdecompose (K) must be at least 1, found {k}")
+        raise ValueError(f"overdecompose: expected an int >= 1, found {k}")
     # Every K past the plan's cap gives the same plan, so K need not fit int64.
     return min(k, _INT64_MAX)
 
@@ -212,7 +441,7 @@ _core_read = Layout.read
 
 
 def _row_bounds(total: int, lo: object, hi: object) -> tuple[int, int]:
-    # One rule for read(), slice_rows() and load(rows=): row indexes in
+    # One rule for read(), slice_rows() and load(row_range=): row indexes in
     # [0, total] with lo <= hi, never reinterpreted (negative) or clamped.
     first = 0 if lo is None else _int("lo", lo)
     end = total if hi is None else _int("hi", hi)
@@ -228,16 +457,17 @@ def _row_bounds(total: int, lo: object, hi: object) -> tuple[int, int]:
 
 
 def _rows(value: object, total: int) -> tuple[int, int]:
-    """``rows=``: a (lo, hi) pair or a slice with step None or 1, under the bounds rule of
+    """``row_range=``: a (lo, hi) pair or a slice with step None or 1, under the bounds rule of
     :meth:`Layout.read` (None for a default bound; no negative or clamped bounds)."""
     if isinstance(value, slice):
         if value.step is not None and (isinstance(value.step, bool) or value.step != 1):
-            raise ValueError(f"rows: a slice with step {value.step!r} is not a row range "
+            raise ValueError(f"row_range: a slice with step {value.step!r} is not a row range "
                              "(only step None or 1)")
         return _row_bounds(total, value.start, value.stop)
     if isinstance(value, (tuple, list)) and len(value) == 2:
         return _row_bounds(total, value[0], value[1])
-    raise TypeError(f"rows: expected a (lo, hi) pair or a slice lo:hi, found {_found(value)}")
+    raise TypeError(f"row_range: expected a (lo, hi) pair or a slice lo:hi, found "
+                    f"{_found(value)}")
 
 
 # The element types a Legate store (legate.core.types) and so a cuPyNumeric array can hold.
@@ -306,7 +536,14 @@ Layout.read = _layout_read  # type: ignore[method-assign]
 
 Layout.__doc__ = """A discovered, validated dataset: its shards in order, their rows, the dtype
 and the shape, and a snapshot (size, mtime) of every file. Made by :func:`discover`; pass it
-to :func:`load`, or read rows on the host with :meth:`read`. Immutable."""
+to :func:`load`, or read rows on the host with :meth:`read`. Immutable.
+
+It reads like an array's description: ``shape``, ``dtype``, ``ndim``, ``size``, ``itemsize``,
+``nbytes``, and ``len(layout)`` (the rows). ``layout[lo:hi]`` reads rows on the host as
+``layout.read(lo, hi)`` (numpy's rules for negative and clipped bounds; step 1 only) and
+``layout[i]`` reads row i. ``repr()`` is one line; ``str()`` is :meth:`describe`. Two
+layouts are equal when they hold the same shards (paths, rows, file snapshots), dtype,
+trailing shape and format options. A Layout pickles (to pass it to another process)."""
 
 _LAYOUT_DOCS = {
     "format": "The format of the shards: ``'npy'``, ``'raw'``, ``'hdf5'``, ``'parquet'``, "
@@ -317,7 +554,8 @@ _LAYOUT_DOCS = {
                       "for 1-D data.",
     "paths": "The shard paths in order, as str (names that are not UTF-8 as os.fsdecode "
              "gives them).",
-    "rows": "The rows of each shard, in order (a list of int; a shard may have 0 rows).",
+    "shard_rows": "The rows of each shard, in order (a list of int; a shard may have 0 "
+                  "rows).",
     "offsets": "The first global row of each shard, and the total last: ``num_shards + 1`` "
                "ints from 0 to ``total_rows``.",
     "total_rows": "The number of rows of the array (``shape[0]``).",
@@ -344,8 +582,9 @@ def _document_layout() -> None:
         return encode(self)
 
     def _describe(self: Layout, edge_shards: int = 3) -> str:
-        """A summary for people: format, shard count, dtype, shapes, size, and the rows of the
-        first and last ``edge_shards`` shards. ``repr(layout)`` is this summary."""
+        """A summary for people, over several lines: format, shard count, dtype, shapes, size,
+        and the rows of the first and last ``edge_shards`` shards. ``str(layout)`` is this
+        summary with ``edge_shards=3``."""
         edge = _int("edge_shards", edge_shards)
         if edge < 0:
             raise ValueError(f"edge_shards: expected an int >= 0, found {edge}")
@@ -364,12 +603,14 @@ def discover(
     pattern: str | bytes | None = None,
     format: str = "auto",
     dtype: DTypeLike | None = None,
-    shape: Sequence[int] | None = None,
+    trailing_shape: Sequence[int] | int | None = None,
     header_bytes: int | None = None,
     dataset: str | None = None,
     columns: Sequence[str] | None = None,
     fill_value: float | None = None,
     trust_manifest: bool = False,
+    astype: DTypeLike | None = None,
+    **deprecated: Any,
 ) -> Layout:
     """Finds and validates the shards of a dataset without reading their data.
 
@@ -392,12 +633,15 @@ def discover(
             ``shard_{:04d}`` with the format's extension).
         format: ``"auto"`` (from the extension or the store's metadata),
             ``"npy"``, ``"raw"``, ``"hdf5"``, ``"parquet"``, ``"arrow"``, ``"zarr"``.
-        dtype: raw: the element type; parquet/arrow: cast the columns to it.
-            A str (``"float32"``, ``">f4"``), a numpy dtype or a numpy type
+        dtype: raw: the element type stored in the files. A str
+            (``"float32"``, ``">f4"``), a numpy dtype or a numpy type
             (``np.float32``); a numpy dtype states a byte order only when it
-            is not the machine's (``np.dtype(">f4")``).
-        shape: raw: the trailing shape of a row, a tuple of ints (``()`` for
-            1-D data; an int n means ``(n,)``).
+            is not the machine's (``np.dtype(">f4")``). The other formats
+            give their own (a ``dtype`` they are given is refused); for
+            parquet/arrow ``dtype`` is a deprecated spelling of ``astype``.
+        trailing_shape: raw: the shape of one row, a tuple of ints (``()`` for
+            1-D data; an int n means ``(n,)``). ``shape=`` is its deprecated
+            spelling.
         header_bytes: raw: bytes to skip at the start of each file (an int >= 0).
         dataset: hdf5: the dataset in each file; zarr: the array in each store.
         columns: parquet/arrow: a list of column names (default: every numeric
@@ -413,6 +657,10 @@ def discover(
             stat per file); else the files are probed and ``layout.manifest_status`` says
             why. True takes the manifest without touching any shard at all. See
             docs/manifest.md.
+        astype: parquet/arrow only: the type the columns are decoded into (the layout's
+            dtype); numeric, native, one Legate has (see :func:`load`). For the other
+            formats the files give the dtype, and ``astype`` is a ValueError here (pass it to
+            :func:`load` or :func:`batches`, which cast the array).
 
     Returns:
         The layout: shard paths, rows per shard, dtype, shape, byte count.
@@ -427,14 +675,19 @@ def discover(
             the message names the file and what was expected and found.
     """
     source = _source(source)
-    if not isinstance(trust_manifest, (bool, np.bool_)):
-        raise TypeError(f"trust_manifest: expected a bool, found {_found(trust_manifest)}")
-    return _core.discover(
-        source,
-        _pattern(pattern),
-        *_format_options(format, dtype, shape, header_bytes, dataset, columns, fill_value),
-        bool(trust_manifest),
-    )
+    options = _options("discover", pattern=pattern, format=format, dtype=dtype,
+                       trailing_shape=trailing_shape, header_bytes=header_bytes,
+                       dataset=dataset, columns=columns, fill_value=fill_value,
+                       trust_manifest=trust_manifest, deprecated=deprecated)
+    return _decoded(lambda o, dt: _discover(source, o, dt), options, _astype(astype),
+                    "discover", cast_after=False, source=source)
+
+
+def _discover(source: object, options: _Options, dtype: str | None = None) -> Layout:
+    """discover() of checked options in this process; ``dtype`` as in
+    :meth:`_Options.format_args`."""
+    return _core.discover(source, options.pattern, *options.format_args(dtype),
+                          options.trust_manifest)
 
 
 # Realm installs a SIGINT handler that prints a backtrace and aborts the
@@ -510,15 +763,17 @@ def _job_ranks() -> int:
     return int(get_legate_runtime().node_count)
 
 
-def _discover_for_job(source: SourceLike, **options: Any) -> Layout:
+def _discover_for_job(source: object, options: _Options, dtype: str | None = None) -> Layout:
     """discover() in a process of its own; discover_once() on several ranks, so that one rank
     touches the files and every rank gets the same layout, or the same error (ranks that each
-    discovered could disagree, one raising while the others went on into the launch)."""
+    discovered could disagree, one raising while the others went on into the launch).
+    ``dtype`` as in :meth:`_Options.format_args`."""
+    source = _source(source)
     if isinstance(source, (str, bytes, os.PathLike)) and _job_ranks() > 1:
-        from ._manifest import discover_once
+        from ._manifest import _discover_once
 
-        return discover_once(source, **options)
-    return discover(source, **options)
+        return _discover_once(source, options, dtype)
+    return _discover(source, options, dtype)
 
 
 def _check_thread(what: str) -> None:
@@ -556,8 +811,8 @@ class LoadInfo:
     """What a load did, returned by ``load(..., info=True)``.
 
     The plan: ``target`` (``"GPU"``, ``"OMP"`` or ``"CPU"``), ``processors`` (P),
-    ``overdecompose`` (K), ``tile_rows`` and ``tiles`` (the launch). The size: ``rows`` and
-    ``bytes`` of the array. The times, in seconds of the wall clock:
+    ``overdecompose`` (K), ``tile_rows`` and ``tiles`` (the launch). The size: ``total_rows``
+    and ``bytes`` of the array. The times, in seconds of the wall clock:
 
     - ``discovery_s``: finding and checking the shards (0.0 when a Layout was passed);
     - ``startup_s``: starting the Legate runtime (0.0 after the first load);
@@ -567,8 +822,7 @@ class LoadInfo:
       submitting waits for it);
     - ``total_s``: the whole call, argument checks included.
 
-    ``gb_per_s`` is ``bytes / 1e9 / (launch_s + fill_s)``: the load itself, without discovery
-    or the runtime's start.
+    ``gb_per_s`` is ``bytes / 1e9 / total_s``: the whole call, as for :class:`SaveInfo`.
     """
 
     target: str
@@ -576,7 +830,7 @@ class LoadInfo:
     overdecompose: int
     tile_rows: int
     tiles: int
-    rows: int
+    total_rows: int
     bytes: int
     discovery_s: float
     startup_s: float
@@ -586,9 +840,15 @@ class LoadInfo:
 
     @property
     def gb_per_s(self) -> float:
-        """Throughput of the launch and fill, in GB (1e9 bytes) per second."""
-        secs = self.launch_s + self.fill_s
-        return self.bytes / 1e9 / secs if secs > 0 else 0.0
+        """Bytes per second of the whole call (``total_s``), in GB (1e9 bytes)."""
+        return self.bytes / 1e9 / self.total_s if self.total_s > 0 else 0.0
+
+    @property
+    def rows(self) -> int:
+        """Deprecated spelling of :attr:`total_rows`."""
+        warnings.warn("LoadInfo.rows is deprecated; use LoadInfo.total_rows",
+                      DeprecationWarning, stacklevel=2)
+        return self.total_rows
 
 
 @dataclasses.dataclass(frozen=True)
@@ -617,8 +877,6 @@ class LoadProgress:
 
 ProgressCallback = Callable[[LoadProgress], object]
 
-_LOAD_OPTIONS = ("pattern", "format", "dtype", "shape", "header_bytes", "dataset", "columns",
-                 "fill_value")
 
 
 def _name_the_shard(error: ShardReadError, layout: Layout) -> None:
@@ -645,17 +903,18 @@ def load(
     overdecompose: int = 1,
     format: str = "auto",
     dtype: DTypeLike | None = None,
-    shape: Sequence[int] | None = None,
+    trailing_shape: Sequence[int] | int | None = None,
     header_bytes: int | None = None,
     dataset: str | None = None,
     columns: Sequence[str] | None = None,
     fill_value: float | None = None,
-    rows: "tuple[int | None, int | None] | slice | None" = None,
+    row_range: "tuple[int | None, int | None] | slice | None" = None,
     astype: DTypeLike | None = None,
     info: bool = False,
     progress: ProgressCallback | None = None,
     reader: str | None = None,
     trust_manifest: bool = False,
+    **deprecated: Any,
 ) -> "cupynumeric.ndarray | tuple[cupynumeric.ndarray, LoadInfo]":
     """Loads a sharded dataset into one distributed ``cupynumeric.ndarray``.
 
@@ -680,21 +939,25 @@ def load(
             ceil(rows / ceil(rows / parts)) with parts = min(K, 256) * P, at
             most max(P, 65536) (see "The read plan" in docs/design.md), so any K
             gives a bounded launch.
-        rows: load only rows [lo, hi): a pair ``(lo, hi)`` or a slice ``lo:hi`` (step None
-            or 1; None for a default bound), under :meth:`Layout.read`'s rule: bounds in
-            ``[0, total_rows]``, ``lo <= hi``, never negative or clamped (ValueError).
+        pattern, format, dtype, trailing_shape, header_bytes, dataset, columns,
+            fill_value, trust_manifest: as for :func:`discover`.
+        row_range: load only rows [lo, hi): a pair ``(lo, hi)`` or a slice ``lo:hi`` (step
+            None or 1; None for a default bound), under :meth:`Layout.read`'s rule: bounds
+            in ``[0, total_rows]``, ``lo <= hi``, never negative or clamped (ValueError).
             Only the shards the range covers are opened and only those rows read.
-        astype: the dtype of the result, as ``ndarray.astype`` / h5py's ``astype``
-            cast the data read (numpy casting rules, e.g. float to int truncates);
-            works for every format. A numeric dtype Legate has, native byte order:
-            bool, int8-64, uint8-64, float16/32/64, complex64/128 (``float128`` is
-            refused before anything is read). ``dtype`` keeps its meaning: the on-disk
-            type of raw files, the type parquet/arrow columns are read as.
+            ``rows=`` is its deprecated spelling.
+        astype: the dtype of the result; works for every format. Parquet/arrow columns
+            are decoded straight into it (when the source is not a Layout); the other
+            formats are cast after the read, as ``ndarray.astype`` / h5py's ``astype``
+            cast (numpy casting rules, e.g. float to int truncates). A numeric dtype
+            Legate has, native byte order: bool, int8-64, uint8-64, float16/32/64,
+            complex64/128 (``float128`` is refused before anything is read). ``dtype``
+            is the type stored in raw files.
         info: True to return ``(array, LoadInfo)``: the plan, the time of
             each stage, the bytes and GB/s (see :class:`LoadInfo`).
         reader: the name of a Python reader (:func:`register_reader`): the files are
             read by its functions in Legate tasks. Only ``pattern``, ``overdecompose``,
-            ``rows`` and ``astype`` apply with it (TypeError for the others).
+            ``row_range`` and ``astype`` apply with it (TypeError for the others).
         progress: a callable taking one :class:`LoadProgress`, called in
             this thread at each stage boundary (discovered, started,
             launching, filled). Legate reports no tile as it completes, so
@@ -702,7 +965,6 @@ def load(
             fraction jumps from 0 to 1. An exception it raises propagates;
             raised before "filled", it stops the load before the launch (at
             "launching" the launch is not yet submitted).
-        trust_manifest: as for :func:`discover`.
 
     The ``shardload`` logger (:mod:`logging`) gets a DEBUG record per stage
     and a summary (shape, size, seconds, GB/s), at INFO when the load took
@@ -715,9 +977,9 @@ def load(
     Raises:
         TypeError: an argument has the wrong type, or options were passed
             with a Layout; the message names them.
-        ValueError: an argument has a bad value (see :func:`discover`).
+        ValueError: an argument has a bad value (see :func:`discover`), or K < 1.
         RuntimeError: called from a thread other than the main thread.
-        LayoutError: the files do not form a valid dataset, or K < 1.
+        LayoutError: the files do not form a valid dataset.
         ShardReadError: reading failed in some tile (I/O error, a file changed
             since discovery, damaged or null data); the message names the file
             and the rows.
@@ -726,9 +988,17 @@ def load(
     """
     t_call = time.perf_counter()
     _check_thread("shardload.load")
+    if deprecated:
+        row_range = _renamed("load", {k: v for k, v in deprecated.items() if k == "rows"},
+                             {"rows": "row_range"}, {"row_range": row_range})["row_range"]
+        deprecated = {k: v for k, v in deprecated.items() if k != "rows"}
+    options = _options("load", pattern=pattern, format=format, dtype=dtype,
+                       trailing_shape=trailing_shape, header_bytes=header_bytes,
+                       dataset=dataset, columns=columns, fill_value=fill_value,
+                       trust_manifest=trust_manifest, deprecated=deprecated,
+                       layout=isinstance(source, Layout) and reader is None)
     k = _overdecompose(overdecompose)
-    if not isinstance(info, (bool, np.bool_)):
-        raise TypeError(f"info: expected a bool, found {_found(info)}")
+    _bool("info", info)
     cast = _astype(astype)
     if progress is not None and not callable(progress):
         raise TypeError(f"progress: expected a callable taking a LoadProgress, or None, found "
@@ -736,40 +1006,28 @@ def load(
     if reader is not None:
         from . import _readers
 
-        given = {"format": None if format == "auto" else format, "dtype": dtype, "shape": shape,
-                 "header_bytes": header_bytes, "dataset": dataset, "columns": columns,
-                 "fill_value": fill_value, "info": info or None, "progress": progress,
-                 "trust_manifest": trust_manifest or None,
-                 "a Layout": source if isinstance(source, Layout) else None}
-        passed = [name for name, value in given.items() if value is not None]
+        others = {"info": info or None, "progress": progress,
+                  "a Layout": source if isinstance(source, Layout) else None}
+        passed = [n for n in options.given if n != "pattern"]
+        passed += [name for name, value in others.items() if value is not None]
         if passed:
             raise TypeError(f"load: {', '.join(passed)} cannot be passed with reader=, whose "
                             "functions say what the files hold")
-        return _readers.load(source, reader, pattern=pattern, overdecompose=k, rows=rows,
-                             astype=cast)
+        return _readers.load(source, reader, pattern=options.pattern, overdecompose=k,
+                             row_range=row_range, astype=cast)
     if isinstance(source, Layout):
-        given = {"pattern": pattern, "format": None if format == "auto" else format,
-                 "dtype": dtype, "shape": shape, "header_bytes": header_bytes,
-                 "dataset": dataset, "columns": columns, "fill_value": fill_value}
-        passed = [name for name in _LOAD_OPTIONS if given[name] is not None]
-        if trust_manifest:
-            passed.append("trust_manifest")
-        if passed:
-            raise TypeError(f"load: {', '.join(passed)} cannot be passed with a Layout, which "
-                            "keeps the options it was discovered with; pass them to discover()")
         layout = source
     else:
-        layout = _discover_for_job(source, pattern=pattern, format=format, dtype=dtype,
-                                   shape=shape, header_bytes=header_bytes, dataset=dataset,
-                                   columns=columns, fill_value=fill_value,
-                                   trust_manifest=trust_manifest)
+        source = _source(source)
+        layout = _decoded(lambda o, dt: _discover_for_job(source, o, dt), options, cast, "load",
+                          cast_after=True, source=source)
         if layout.manifest_status:
             # A manifest that could not be used is worth a look; one used or absent is not.
             quiet = layout.manifest_status.startswith(("manifest: used", "manifest: absent"))
             logger.log(logging.DEBUG if quiet else logging.INFO, "load: %s",
                        layout.manifest_status)
-    if rows is not None:
-        layout = layout.slice_rows(*_rows(rows, layout.total_rows))
+    if row_range is not None:
+        layout = layout.slice_rows(*_rows(row_range, layout.total_rows))
     _check_legate_dims(layout)
     nbytes = layout.nbytes
     t_discovered = time.perf_counter()
@@ -813,7 +1071,7 @@ def load(
     total_s = time.perf_counter() - t_call
     load_info = LoadInfo(target=plan["target"], processors=plan["processors"], overdecompose=k,
                          tile_rows=plan["tile_rows"], tiles=plan["tiles"],
-                         rows=layout.total_rows, bytes=nbytes, discovery_s=discovery_s,
+                         total_rows=layout.total_rows, bytes=nbytes, discovery_s=discovery_s,
                          startup_s=startup_s, launch_s=plan["launch_s"], fill_s=plan["fill_s"],
                          total_s=total_s)
     logger.log(logging.INFO if total_s > _SUMMARY_AFTER_S else logging.DEBUG,

@@ -3,13 +3,13 @@ Legate's memory, over the binding's ``Batches`` (src/legate/batches.cc)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 import numpy as np
 
 from . import _api
 from ._api import (DTypeLike, Layout, ShardReadError, SourceLike, _astype, _check_legate_dims,
-                   _check_thread, _found, _int, _name_the_shard, _overdecompose, _start_runtime)
+                   _check_thread, _int, _name_the_shard, _overdecompose, _start_runtime)
 
 if TYPE_CHECKING:
     import cupynumeric
@@ -80,13 +80,15 @@ def batches(
     pattern: str | bytes | None = None,
     format: str = "auto",
     dtype: DTypeLike | None = None,
-    shape: Sequence[int] | None = None,
+    trailing_shape: Sequence[int] | int | None = None,
     header_bytes: int | None = None,
     dataset: str | None = None,
     columns: Sequence[str] | None = None,
     fill_value: float | None = None,
+    trust_manifest: bool = False,
     overdecompose: int = 1,
     astype: DTypeLike | None = None,
+    **deprecated: Any,
 ) -> Iterator["cupynumeric.ndarray"]:
     """Iterates over a dataset in batches of ``rows_per_batch`` consecutive rows (the last may
     be shorter), each a ``cupynumeric.ndarray`` loaded in parallel as :func:`load` loads, while
@@ -116,8 +118,11 @@ def batches(
             :func:`load`; with a Layout, no discover option may be passed).
         rows_per_batch: an int >= 1; a value past the dataset's rows gives one batch.
         prefetch: an int >= 0: the batches read ahead of the one handed out.
+        pattern, format, dtype, trailing_shape, header_bytes, dataset, columns,
+            fill_value, trust_manifest: as for :func:`discover`.
         overdecompose: K of each batch's launch, an int >= 1, as in :func:`load`.
-        astype: the dtype of each batch, cast after its read as in :func:`load`.
+        astype: the dtype of each batch, as in :func:`load`: parquet/arrow columns decoded
+            into it, other formats cast after each batch's read.
 
     Returns:
         An iterator of ``cupynumeric.ndarray`` of shape ``(rows, *trailing_shape)``; ``len()``
@@ -137,9 +142,11 @@ def batches(
         RuntimeError: called, or iterated, from a thread other than the main thread.
     """
     _check_thread("shardload.batches")
-    if isinstance(rows_per_batch, (bool, np.bool_)) or not isinstance(
-            rows_per_batch, (int, np.integer)):
-        raise TypeError(f"rows_per_batch: expected an int, found {_found(rows_per_batch)}")
+    options = _api._options("batches", pattern=pattern, format=format, dtype=dtype,
+                            trailing_shape=trailing_shape, header_bytes=header_bytes,
+                            dataset=dataset, columns=columns, fill_value=fill_value,
+                            trust_manifest=trust_manifest, deprecated=deprecated,
+                            layout=isinstance(source, Layout))
     rpb = _int("rows_per_batch", rows_per_batch)
     if rpb < 1:
         raise ValueError(f"rows_per_batch: expected an int >= 1, found {rpb}")
@@ -149,20 +156,11 @@ def batches(
     k = _overdecompose(overdecompose)
     cast = _astype(astype)
     if isinstance(source, Layout):
-        given = {"pattern": pattern, "format": None if format == "auto" else format,
-                 "dtype": dtype, "shape": shape, "header_bytes": header_bytes,
-                 "dataset": dataset, "columns": columns, "fill_value": fill_value}
-        passed = [name for name in _api._LOAD_OPTIONS if given[name] is not None]
-        if passed:
-            raise TypeError(f"batches: {', '.join(passed)} cannot be passed with a Layout, "
-                            "which keeps the options it was discovered with; pass them to "
-                            "discover()")
         layout = source
     else:
-        layout = _api._discover_for_job(source, pattern=pattern, format=format, dtype=dtype,
-                                        shape=shape, header_bytes=header_bytes,
-                                        dataset=dataset, columns=columns,
-                                        fill_value=fill_value)
+        source = _api._source(source)
+        layout = _api._decoded(lambda o, dt: _api._discover_for_job(source, o, dt), options,
+                               cast, "batches", cast_after=True, source=source)
     # Past the int64 range no batch is shorter than the dataset anyway.
     rpb = min(rpb, max(layout.total_rows, 1))
     ahead = min(ahead, _api._INT64_MAX)

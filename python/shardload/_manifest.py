@@ -12,11 +12,12 @@ the container format are in docs/manifest.md.
 
 from __future__ import annotations
 
+import dataclasses
 import os
-from typing import NamedTuple, Sequence
+from typing import Any, Sequence
 
 from . import _api, _core
-from ._api import DTypeLike, Layout, _found, _int
+from ._api import DTypeLike, Layout, _Options, _bool, _found, _int
 
 __all__ = ["ChecksumMismatch", "index", "verify", "discover_once", "MANIFEST_NAME"]
 
@@ -24,12 +25,15 @@ MANIFEST_NAME = "shardload.manifest"
 _CHECKSUMS = ("none", "xxh3")
 
 
-class ChecksumMismatch(NamedTuple):
-    """One shard whose bytes differ from the manifest's checksum, or that cannot be read."""
+@dataclasses.dataclass(frozen=True)
+class ChecksumMismatch:
+    """One shard whose bytes differ from the manifest's checksum, or that cannot be read:
+    ``shard`` (its index in the layout), ``path`` (a str, as os.fsdecode gives it) and
+    ``what`` (``"xxh3 0x... expected, found 0x..."`` or why it cannot be read)."""
 
-    shard: int  # its index in the layout
-    path: str  # as os.fsdecode gives it
-    what: str  # "xxh3 0x... expected, found 0x..." or why it cannot be read
+    shard: int
+    path: str
+    what: str
 
 
 def _directory(source: object) -> str | bytes:
@@ -47,14 +51,17 @@ def index(
     source: str | bytes | os.PathLike,
     *,
     checksum: str = "none",
-    pattern: str | None = None,
+    pattern: str | bytes | None = None,
     format: str = "auto",
     dtype: DTypeLike | None = None,
-    shape: Sequence[int] | None = None,
+    trailing_shape: Sequence[int] | int | None = None,
     header_bytes: int | None = None,
     dataset: str | None = None,
     columns: Sequence[str] | None = None,
     fill_value: float | None = None,
+    trust_manifest: bool = False,
+    astype: DTypeLike | None = None,
+    **deprecated: Any,
 ) -> str:
     """Discovers a directory of shards by probing every file and writes its manifest.
 
@@ -68,9 +75,11 @@ def index(
         source: the directory that holds the shards.
         checksum: ``"none"`` or ``"xxh3"`` (``"crc32c"`` is refused: no maintained CRC32C
             library is packaged for this build).
-        pattern, format, dtype, shape, header_bytes, dataset, columns, fill_value: as for
-            :func:`shardload.discover`; they are recorded, and a later discovery that asks
-            for other options probes the files instead.
+        pattern, format, dtype, trailing_shape, header_bytes, dataset, columns, fill_value,
+            astype: as for :func:`shardload.discover`; they are recorded, and a later
+            discovery that asks for other options probes the files instead.
+        trust_manifest: checked as for :func:`shardload.discover`, and must be False: the
+            files are probed, and an existing manifest is never consulted (ValueError).
 
     Returns:
         The path of the manifest written.
@@ -80,19 +89,27 @@ def index(
         LayoutError: the shards do not form a dataset, a file changed while its checksum
             was computed, or the manifest cannot be written (the message names the file).
     """
+    options = _api._options("index", pattern=pattern, format=format, dtype=dtype,
+                            trailing_shape=trailing_shape, header_bytes=header_bytes,
+                            dataset=dataset, columns=columns, fill_value=fill_value,
+                            trust_manifest=trust_manifest, deprecated=deprecated)
+    if options.trust_manifest:
+        raise ValueError("trust_manifest: index() probes every file to write a new manifest, "
+                         "so no manifest can be trusted here; leave it out")
+    cast = _api._astype(astype)
     directory = _directory(source)
-    if not isinstance(checksum, str) or checksum not in _CHECKSUMS + ("crc32c",):
+    if not isinstance(checksum, str):
+        raise TypeError(f"checksum: expected a str, found {_found(checksum)}")
+    if checksum not in _CHECKSUMS + ("crc32c",):
         raise ValueError(f"checksum: expected one of {', '.join(_CHECKSUMS)}, found "
                          f"{checksum!r}")
-    # The files themselves: the manifest being replaced must not describe the dataset.
-    layout = _core.discover(
-        directory,
-        _api._pattern(pattern),
-        *_api._format_options(format, dtype, shape, header_bytes, dataset, columns, fill_value),
-        False,
-        False,
-    )
-    return _core.write_manifest(layout, directory, checksum, _api._pattern(pattern))
+
+    def probe(o: _Options, dtype: str | None) -> Layout:
+        # The files themselves: the manifest being replaced must not describe the dataset.
+        return _core.discover(directory, o.pattern, *o.format_args(dtype), False, False)
+
+    layout = _api._decoded(probe, options, cast, "index", cast_after=False, source=directory)
+    return _core.write_manifest(layout, directory, checksum, options.pattern)
 
 
 def verify(source: str | bytes | os.PathLike, *, groups: int | None = None,
@@ -106,22 +123,27 @@ def verify(source: str | bytes | os.PathLike, *, groups: int | None = None,
         on_host: True hashes the files in this process instead (no Legate).
 
     Returns:
-        Every shard whose checksum differs or that cannot be read, in shard order; an empty
-        list when every checksum matches.
+        A :class:`ChecksumMismatch` for every shard whose checksum differs or that cannot be
+        read, in shard order; an empty list when every checksum matches. The same records,
+        paths as str, with or without ``on_host``.
 
     Raises:
+        TypeError: an argument of the wrong type.
+        ValueError: ``groups`` < 1.
         LayoutError: the manifest is missing, damaged, or holds no checksums.
     """
     if not isinstance(source, (str, bytes, os.PathLike)):
         raise TypeError(f"source: expected a path, found {_found(source)}")
-    path = os.fsencode(source)
-    if os.path.isdir(path):
-        path = os.path.join(path, os.fsencode(MANIFEST_NAME))
-    if on_host:
-        return [ChecksumMismatch(i, p, w) for i, p, w in _core.verify_on_host(path)]
+    host = _bool("on_host", on_host)
     n = 0 if groups is None else _int("groups", groups)
     if groups is not None and n < 1:
         raise ValueError(f"groups: expected an int >= 1, found {n}")
+    path = os.fsencode(source)
+    if os.path.isdir(path):
+        path = os.path.join(path, os.fsencode(MANIFEST_NAME))
+    if host:
+        return [ChecksumMismatch(i, os.fsdecode(p), w)
+                for i, p, w in _core.verify_on_host(path)]
     from . import _legate
 
     _api._check_thread("shardload.verify")
@@ -133,15 +155,17 @@ def verify(source: str | bytes | os.PathLike, *, groups: int | None = None,
 def discover_once(
     source: str | bytes | os.PathLike,
     *,
-    pattern: str | None = None,
-    trust_manifest: bool = False,
+    pattern: str | bytes | None = None,
     format: str = "auto",
     dtype: DTypeLike | None = None,
-    shape: Sequence[int] | None = None,
+    trailing_shape: Sequence[int] | int | None = None,
     header_bytes: int | None = None,
     dataset: str | None = None,
     columns: Sequence[str] | None = None,
     fill_value: float | None = None,
+    trust_manifest: bool = False,
+    astype: DTypeLike | None = None,
+    **deprecated: Any,
 ) -> Layout:
     """Discovers a dataset in one Legate task for the whole job.
 
@@ -153,8 +177,8 @@ def discover_once(
 
     Args:
         source: a directory, numbered pattern, glob or file (str, bytes or os.PathLike).
-        pattern, trust_manifest, format, dtype, shape, header_bytes, dataset, columns,
-            fill_value: as for :func:`shardload.discover`.
+        pattern, format, dtype, trailing_shape, header_bytes, dataset, columns, fill_value,
+            trust_manifest, astype: as for :func:`shardload.discover`.
 
     Raises:
         TypeError, ValueError: a bad argument.
@@ -163,15 +187,24 @@ def discover_once(
     if not isinstance(source, (str, bytes, os.PathLike)):
         raise TypeError(f"source: expected a path (str, bytes or os.PathLike), found "
                         f"{_found(source)}")
-    if not isinstance(trust_manifest, bool):
-        raise TypeError(f"trust_manifest: expected a bool, found {_found(trust_manifest)}")
-    pat = _api._pattern(pattern)
-    args = _api._format_options(format, dtype, shape, header_bytes, dataset, columns,
-                                fill_value)
+    options = _api._options("discover_once", pattern=pattern, format=format, dtype=dtype,
+                            trailing_shape=trailing_shape, header_bytes=header_bytes,
+                            dataset=dataset, columns=columns, fill_value=fill_value,
+                            trust_manifest=trust_manifest, deprecated=deprecated)
+    cast = _api._astype(astype)
+    _api._check_thread("shardload.discover_once")
+    return _api._decoded(lambda o, dt: _discover_once(source, o, dt), options, cast,
+                         "discover_once", cast_after=False, source=source)
+
+
+def _discover_once(source: str | bytes | os.PathLike, options: _Options,
+                   dtype: str | None = None) -> Layout:
+    """discover_once() of checked options; ``dtype`` as in ``_Options.format_args``."""
     from . import _legate
 
-    _api._check_thread("shardload.discover_once")
     _api._start_runtime()
+    pattern = options.pattern
     encoded, status = _legate.discover_once(
-        os.fsencode(source), os.fsencode(pat) if pat else b"", trust_manifest, *args)
+        os.fsencode(source), os.fsencode(pattern) if pattern else b"", options.trust_manifest,
+        *options.format_args(dtype))
     return _core.decode_layout(encoded, status)

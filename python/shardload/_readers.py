@@ -3,15 +3,15 @@ inside Legate tasks.
 
 ::
 
-    def rows(path): ...            # the file's row count (axis 0), an int >= 0
+    def count_rows(path): ...      # the file's row count (axis 0), an int >= 0
     def read(path, lo, hi): ...    # rows [lo, hi) of the file as a numpy array
 
-    shardload.register_reader("mytext", rows=rows, read=read, dtype="float32",
+    shardload.register_reader("mytext", count_rows=count_rows, read=read, dtype="float32",
                               trailing_shape=(3,), extension=".txt")
     a = shardload.load("data/", reader="mytext")
 
 shardload does the rest as for its own formats: it resolves the source (a directory, a
-numbered pattern, a glob or a list of paths), calls ``rows`` on every file in the calling
+numbered pattern, a glob or a list of paths), calls ``count_rows`` on every file in the calling
 process and checks what it returns, plans the tiles as ``load`` does (the same plan for the
 same rows, processors and ``overdecompose``), and fills the output with one manual launch of a
 Python task in which each point calls ``read`` for the pieces of the files its tile covers and
@@ -54,7 +54,7 @@ _NAME = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
 class _Reader:
     name: str
     read: ReadFunction
-    rows: RowsFunction
+    count_rows: RowsFunction
     dtype: Optional[np.dtype]
     trailing_shape: Optional[tuple[int, ...]]
     extension: Optional[str]
@@ -107,10 +107,11 @@ def register_reader(
     name: str,
     *,
     read: ReadFunction,
-    rows: RowsFunction,
+    count_rows: Optional[RowsFunction] = None,
     dtype: Any = None,
-    trailing_shape: Sequence[int] | int | None = None,
-    extension: str | None = None,
+    trailing_shape: Optional[Sequence[int] | int] = None,
+    extension: Optional[str] = None,
+    **deprecated: Any,
 ) -> None:
     """Registers a reader for ``shardload.load(source, reader=name)``.
 
@@ -118,7 +119,7 @@ def register_reader(
         name: 1 to 64 letters, digits, ``_``, ``-`` or ``.``; a name registered before is
             refused (ValueError): tasks of a load may be running with it.
         read: ``read(path, lo, hi)`` returns rows [lo, hi) of the file (rows of the file,
-            0 <= lo <= hi <= rows(path)) as a numpy array of the dtype and of shape
+            0 <= lo <= hi <= count_rows(path)) as a numpy array of the dtype and of shape
             ``(hi - lo, *trailing_shape)``; any strides. It runs inside Legate tasks, in the
             processes of the program, possibly from several threads at once, and should read
             only the rows asked for. It must not call cuPyNumeric or Legate: such a call is
@@ -126,8 +127,9 @@ def register_reader(
             reader. Before each call the file is opened without blocking and compared with
             what discovery saw (a FIFO or another file in its place fails the load, read()
             is not called).
-        rows: ``rows(path)`` returns the file's row count, an int >= 0; called once per file,
-            in the calling process, before anything is launched.
+        count_rows: ``count_rows(path)`` returns the file's row count, an int >= 0; called
+            once per file, in the calling process, before anything is launched (required;
+            ``rows=`` is its deprecated spelling).
         dtype: the element type of every file: a numeric numpy dtype in this machine's
             byte order that Legate has (bool, int8-64, uint8-64, float16/32/64,
             complex64/128; ``">f4"`` or ``float128`` are refused). None: what
@@ -141,12 +143,19 @@ def register_reader(
         ValueError: a bad name or extension, a name already registered, a dtype that is not
             numeric, not native or has no Legate type, a negative dimension.
     """
+    from ._api import _renamed
+
+    if deprecated:
+        count_rows = _renamed("register_reader", deprecated, {"rows": "count_rows"},
+                              {"count_rows": count_rows})["count_rows"]
+    if count_rows is None:
+        raise TypeError("register_reader() missing required keyword argument: 'count_rows'")
     if not isinstance(name, str):
         raise TypeError(f"name: expected a str, found {_found(name)}")
     if not _NAME.fullmatch(name):
         raise ValueError(f"name: expected 1 to 64 letters, digits, '_', '-' or '.', found "
                          f"{name!r}")
-    for arg, fn in (("read", read), ("rows", rows)):
+    for arg, fn in (("read", read), ("count_rows", count_rows)):
         if not callable(fn):
             raise TypeError(f"{arg}: expected a callable, found {_found(fn)}")
     dt = None if dtype is None else _numeric_dtype("dtype", dtype)
@@ -159,7 +168,7 @@ def register_reader(
                              f"or '.', found {extension!r}")
     if name in _READERS:
         raise ValueError(f"name: a reader named {name!r} is already registered")
-    _READERS[name] = _Reader(name, read, rows, dt, trailing, extension)
+    _READERS[name] = _Reader(name, read, count_rows, dt, trailing, extension)
 
 
 def registered_readers() -> list[str]:
@@ -205,7 +214,7 @@ def _snapshot(st: os.stat_result) -> _Snapshot:
 
 
 def _regular(path: str) -> _Snapshot:
-    # Before the user's code opens it: a FIFO would block rows() or read() for ever.
+    # Before the user's code opens it: a FIFO would block count_rows() or read() for ever.
     try:
         st = os.stat(path)
     except OSError as e:
@@ -226,13 +235,13 @@ def _difference(then: _Snapshot, now: _Snapshot) -> str:
 
 def _file_rows(reader: _Reader, path: str) -> int:
     try:
-        n = reader.rows(path)
+        n = reader.count_rows(path)
     except Exception as e:
-        raise LayoutError(f"{path}: rows(): the reader {reader.name!r} raised "
+        raise LayoutError(f"{path}: count_rows(): the reader {reader.name!r} raised "
                           f"{type(e).__name__}: {e}") from e
     if not _is_int(n) or int(n) < 0:
-        raise LayoutError(f"{path}: rows(): the reader {reader.name!r} returned {_found(n)}; "
-                          "expected an int >= 0")
+        raise LayoutError(f"{path}: count_rows(): the reader {reader.name!r} returned "
+                          f"{_found(n)}; expected an int >= 0")
     return int(n)
 
 
@@ -473,7 +482,7 @@ def _views(data: _Dataset, lo: int, hi: int) -> tuple[list[int], list[int], list
 
 
 def load(source: object, reader_name: object, *, pattern: object, overdecompose: int,
-         rows: Optional[tuple[int, int]], astype: Optional[np.dtype]) -> Any:
+         row_range: object, astype: Optional[np.dtype]) -> Any:
     """``shardload.load(source, reader=NAME, ...)``; the arguments are checked by the caller
     but for the reader and the source."""
     from ._api import _check_shape_dims, _rows, _source, _start_runtime
@@ -481,7 +490,7 @@ def load(source: object, reader_name: object, *, pattern: object, overdecompose:
     reader = _reader(reader_name)
     data = _discover(_source(source), pattern, reader)
     total = sum(data.rows)
-    lo, hi = (0, total) if rows is None else _rows(rows, total)
+    lo, hi = (0, total) if row_range is None else _rows(row_range, total)
     index, first, counts = _views(data, lo, hi)
     paths = [data.paths[i] for i in index]
     _check_shape_dims((hi - lo, *data.trailing), f"the dataset of reader {reader.name!r}")

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
+import warnings
 from typing import Any, Union
 
 import numpy as np
@@ -28,16 +29,17 @@ PathLike = Union[str, bytes, "os.PathLike[str]", "os.PathLike[bytes]"]
 
 @dataclasses.dataclass(frozen=True)
 class SaveInfo:
-    """What a save did, returned by ``save(..., info=True)``: the processors (``target``,
-    ``processors``), the launch (``tiles``), ``shards`` and ``bytes`` written, and seconds of
-    the wall clock for ``prepare_s`` (checks, the hidden directory, creating the files),
+    """What a save did, returned by :func:`save`: the processors (``target``,
+    ``processors``), the launch (``tiles``), ``num_shards`` and ``bytes`` written, and seconds
+    of the wall clock for ``prepare_s`` (checks, the hidden directory, creating the files),
     ``write_s`` (the launch, until every point wrote its rows), ``commit_s`` (metadata and
-    the rename) and ``total_s`` (the whole call)."""
+    the rename) and ``total_s`` (the whole call). ``gb_per_s`` is ``bytes / 1e9 / total_s``,
+    as for :class:`LoadInfo`."""
 
     target: str
     processors: int
     tiles: int
-    shards: int
+    num_shards: int
     bytes: int
     prepare_s: float
     write_s: float
@@ -48,6 +50,13 @@ class SaveInfo:
     def gb_per_s(self) -> float:
         """Bytes written per second of the whole call, in GB (1e9 bytes)."""
         return self.bytes / 1e9 / self.total_s if self.total_s > 0 else 0.0
+
+    @property
+    def shards(self) -> int:
+        """Deprecated spelling of :attr:`num_shards`."""
+        warnings.warn("SaveInfo.shards is deprecated; use SaveInfo.num_shards",
+                      DeprecationWarning, stacklevel=2)
+        return self.num_shards
 
 
 def _logical_array(array: Any) -> Any:
@@ -84,8 +93,8 @@ def save(
     overwrite: bool = False,
     manifest: bool = True,
     checksum: str = "none",
-    info: bool = False,
-) -> SaveInfo | None:
+    info: bool | None = None,
+) -> SaveInfo:
     """Writes ``array`` to the directory ``dest`` as shards that :func:`load` reads back.
 
     ``array``: a ``cupynumeric.ndarray``, a ``legate.core.LogicalArray`` or a
@@ -113,9 +122,13 @@ def save(
     XXH3-64 checksum of each shard in it for :func:`verify` (not for ``"zarr"``, whose
     shards are directories).
 
-    Returns a :class:`SaveInfo` when ``info=True``, else None.
+    Returns a :class:`SaveInfo` (the ``info=`` keyword is deprecated: the info is always
+    returned).
     """
     t_call = time.perf_counter()
+    if not isinstance(format, str):
+        raise TypeError(f"save: format= must be a str, found {type(format).__name__} "
+                        f"{format!r}")
     if format not in _FORMATS:
         raise ValueError(f"save: format= must be one of {', '.join(_FORMATS)}, found {format!r}")
     if num_shards is not None:
@@ -126,13 +139,17 @@ def save(
         if not 1 <= int(num_shards) <= _MAX_SHARDS:
             raise ValueError(f"save: num_shards= must be from 1 to {_MAX_SHARDS}, found "
                              f"{int(num_shards)}")
-    for name, value in (("overwrite", overwrite), ("info", info)):
-        if not isinstance(value, bool):
+    if info is not None:
+        warnings.warn("save: info= is deprecated; save() always returns its SaveInfo",
+                      DeprecationWarning, stacklevel=2)
+    for name, value in (("overwrite", overwrite), ("manifest", manifest), ("info", info)):
+        if value is not None and not isinstance(value, (bool, np.bool_)):
             raise TypeError(f"save: {name}= must be True or False, found "
                             f"{type(value).__name__} {value!r}")
-    if not isinstance(manifest, bool):
-        raise ValueError(f"save: manifest= must be True or False, found {manifest!r}")
-    if not isinstance(checksum, str) or checksum not in _CHECKSUMS:
+    if not isinstance(checksum, str):
+        raise TypeError(f"save: checksum= must be a str, found {type(checksum).__name__} "
+                        f"{checksum!r}")
+    if checksum not in _CHECKSUMS:
         raise ValueError(f"save: checksum= must be one of {', '.join(_CHECKSUMS)}, found "
                          f"{checksum!r} (crc32c is not offered: no maintained CRC32C library "
                          "is packaged for this build)")
@@ -165,17 +182,15 @@ def save(
 
     logical = _logical_array(array)
     try:
-        d = _legate.save(logical.raw_handle, path, int(num_shards or 0), [], format, overwrite,
-                         manifest, checksum)
+        d = _legate.save(logical.raw_handle, path, int(num_shards or 0), [], format,
+                         bool(overwrite), bool(manifest), checksum)
     finally:
         # Dropped here on the error path too: the raised exception's traceback keeps this
         # frame, and a caller that keeps the exception (pytest.raises, `except ... as e` in a
         # frame it references) makes a cycle that a garbage collection frees, maybe on
         # another thread, where freeing a Legate object ends the process.
         del logical
-    if not info:
-        return None
     return SaveInfo(target=d["target"], processors=d["processors"], tiles=d["tiles"],
-                    shards=d["shards"], bytes=d["bytes"], prepare_s=d["prepare_s"],
+                    num_shards=d["shards"], bytes=d["bytes"], prepare_s=d["prepare_s"],
                     write_s=d["write_s"], commit_s=d["commit_s"],
                     total_s=time.perf_counter() - t_call)

@@ -89,7 +89,7 @@ PYBIND11_MODULE(_core, m) {
                                for (const auto& s : l.shards) p.append(path_str(s.path));
                                return p;
                              })
-      .def_property_readonly("rows", &Layout::rows)
+      .def_property_readonly("shard_rows", &Layout::rows)
       .def_property_readonly("offsets", [](const Layout& l) { return l.offsets; })
       .def_property_readonly("total_rows", &Layout::total_rows)
       .def_property_readonly("nbytes", &Layout::total_bytes)

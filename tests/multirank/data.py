@@ -45,7 +45,7 @@ def write_shards(directory: pathlib.Path, fmt: str, parts: list[np.ndarray]) -> 
         else:
             raise ValueError(fmt)
     if fmt == "raw":
-        return {"format": "raw", "dtype": str(parts[0].dtype), "shape": list(parts[0].shape[1:])}
+        return {"format": "raw", "dtype": str(parts[0].dtype), "trailing_shape": list(parts[0].shape[1:])}
     return {"format": fmt}
 
 

@@ -74,7 +74,7 @@ def faults(tmp_path_factory):
         {"name": "huge", "source": str(base / "huge"), "kwargs": {}},
         # the runtime survived every error above on both ranks
         {"name": "after", "source": str(base / "gone"),
-         "kwargs": {"rows": [0, 8], "trust_manifest": True}},
+         "kwargs": {"row_range": [0, 8], "trust_manifest": True}},
     ]
     spec = write_spec(base / "spec.json", {"cases": cases})
     job = python_job(base / "out", "load_cases.py", str(spec), timeout=240)

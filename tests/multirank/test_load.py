@@ -1,4 +1,4 @@
-"""Every format on 2 ranks equals numpy: K=1 and K=4, ragged and empty shards, rows=, astype=.
+"""Every format on 2 ranks equals numpy: K=1 and K=4, ragged and empty shards, row_range=, astype=.
 
 One job loads every case (a job starts Legate on both ranks, which costs more than the loads);
 each rank writes what it got and the tests compare both ranks' arrays with the oracle."""
@@ -28,15 +28,15 @@ def loaded(tmp_path_factory):
             cases.append({"name": name, "source": str(base / fmt),
                           "kwargs": {**kwargs, "overdecompose": k}})
             oracle[name] = whole
-        # rows= crossing empty shards and shard edges, and astype=, at K=4
+        # row_range= crossing empty shards and shard edges, and astype=, at K=4
         cases.append({"name": f"{fmt}-rows", "source": str(base / fmt),
-                      "kwargs": {**kwargs, "overdecompose": 4, "rows": [3, 27]}})
+                      "kwargs": {**kwargs, "overdecompose": 4, "row_range": [3, 27]}})
         oracle[f"{fmt}-rows"] = whole[3:27]
         cases.append({"name": f"{fmt}-astype", "source": str(base / fmt),
                       "kwargs": {**kwargs, "overdecompose": 4, "astype": "float32"}})
         oracle[f"{fmt}-astype"] = whole.astype(np.float32)
         cases.append({"name": f"{fmt}-rows-astype", "source": str(base / fmt),
-                      "kwargs": {**kwargs, "overdecompose": 1, "rows": [5, 6],
+                      "kwargs": {**kwargs, "overdecompose": 1, "row_range": [5, 6],
                                  "astype": "int64"}})
         oracle[f"{fmt}-rows-astype"] = whole[5:6].astype(np.int64)
     spec = write_spec(base / "spec.json", {"cases": cases})

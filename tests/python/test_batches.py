@@ -142,7 +142,7 @@ def test_arguments_are_checked_when_called(tmp_path: pathlib.Path) -> None:
          "prefetch: expected an int >= 0, found -1"),
         ({"rows_per_batch": 2, "prefetch": 1.0}, TypeError, "prefetch"),
         ({"rows_per_batch": 2, "prefetch": None}, TypeError, "prefetch"),
-        ({"rows_per_batch": 2, "overdecompose": 0}, shardload.LayoutError, "overdecompose"),
+        ({"rows_per_batch": 2, "overdecompose": 0}, ValueError, "overdecompose"),
         ({"rows_per_batch": 2, "astype": "nope"}, ValueError, "astype"),
         ({"rows_per_batch": 2, "astype": 3}, TypeError, "astype"),
         ({"rows_per_batch": 2, "format": 3}, TypeError, "format"),

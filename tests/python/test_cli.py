@@ -210,9 +210,9 @@ def test_inspect_json_matches_the_layout(cli, tmp_path: pathlib.Path) -> None:
     assert j["total_rows"] == 1000 and j["bytes"] == layout.nbytes == 1000 * 24
     assert j["row_bytes"] == 24 and j["num_shards"] == 5
     assert [s["path"] for s in j["shards"]] == layout.paths
-    assert [s["rows"] for s in j["shards"]] == layout.rows
+    assert [s["rows"] for s in j["shards"]] == layout.shard_rows
     assert [s["first_row"] for s in j["shards"]] == layout.offsets[:-1]
-    assert [s["bytes"] for s in j["shards"]] == [r * 24 for r in layout.rows]
+    assert [s["bytes"] for s in j["shards"]] == [r * 24 for r in layout.shard_rows]
     assert sum(s["bytes"] for s in j["shards"]) == j["bytes"]
     # An error is still a message and exit 1, not JSON.
     r = run(cli, "inspect", tmp_path / "missing", "--json")
@@ -500,12 +500,12 @@ def test_verify_groups_is_an_integer_as_every_other_option_takes_it(
 
 
 def test_a_negative_trailing_dimension_is_a_usage_error(cli, tmp_path: pathlib.Path) -> None:
-    # Python's shape=(-1,) is a ValueError; the command line exited 1 after discovery began.
+    # Python's trailing_shape=(-1,) is a ValueError; the command line exited 1 after discovery began.
     raw = tmp_path / "raw"
     raw.mkdir()
     (raw / "shard_0000.bin").write_bytes(np.arange(6, dtype="<f4").tobytes())
     with pytest.raises(ValueError, match="expected a non-negative int"):
-        shardload.discover(raw, format="raw", dtype="<f4", shape=(-1,))
+        shardload.discover(raw, format="raw", dtype="<f4", trailing_shape=(-1,))
     for cmd in ("inspect", "read"):
         r = run(cli, cmd, raw, "--format=raw", "--dtype=<f4", "--trailing-shape=2,-1",
                 env=NO_LEGATE)

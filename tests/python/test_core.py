@@ -37,7 +37,7 @@ def test_every_dtype_mixed_orders(tmp_path: pathlib.Path, dtype: str) -> None:
     expected = np.concatenate(arrays)
     assert layout.shape == expected.shape
     assert layout.dtype == expected.dtype
-    assert layout.rows == rows
+    assert layout.shard_rows == rows
     np.testing.assert_array_equal(layout.read(), expected)
     # Every sub-range, including ones that cut shards.
     total = expected.shape[0]
@@ -63,7 +63,7 @@ def test_tiles_not_dividing_rows(tmp_path: pathlib.Path) -> None:
     expected = np.concatenate(arrays)
     for processors in [1, 2, 3, 7, 64]:
         for k in [1, 3]:
-            plan = _core.plan(layout.rows, processors, k)
+            plan = _core.plan(layout.shard_rows, processors, k)
             parts = [layout.read(t * plan["tile_rows"],
                                  min(len(expected), (t + 1) * plan["tile_rows"]))
                      for t in range(plan["tiles"])]

@@ -84,7 +84,7 @@ def test_a_directory_of_numbered_shards_is_recognised(tmp_path: pathlib.Path, ki
     (tmp_path / "d" / "README.txt").write_text("not a shard")
     layout = shardload.discover(tmp_path / "d")
     assert layout.format == EXPECTED_FORMAT[kind]
-    assert layout.rows == list(ROWS)
+    assert layout.shard_rows == list(ROWS)
     assert [pathlib.Path(p).name for p in layout.paths] == [name.format(i) for i in range(4)]
     np.testing.assert_array_equal(layout.read(), want)
 

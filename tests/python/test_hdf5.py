@@ -55,7 +55,7 @@ def test_every_dtype_layouts_and_byte_orders(tmp_path: pathlib.Path, dtype: str)
     assert layout.format == "hdf5"
     assert layout.dtype == expected.dtype
     assert layout.shape == expected.shape
-    assert layout.rows == rows
+    assert layout.shard_rows == rows
     check_all_ranges(layout, expected)
 
 

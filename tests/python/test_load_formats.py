@@ -116,8 +116,8 @@ def test_invalid_options(tmp_path: pathlib.Path) -> None:
     with pytest.raises(ValueError, match="unknown format 'npz'"):
         shardload.load(tmp_path, format="npz")
     with pytest.raises(ValueError, match="unsupported dtype 'float8'"):
-        shardload.load(tmp_path, format="raw", dtype="float8", shape=(3,))
-    with pytest.raises(shardload.LayoutError, match="overdecompose"):
+        shardload.load(tmp_path, format="raw", dtype="float8", trailing_shape=(3,))
+    with pytest.raises(ValueError, match="overdecompose"):
         shardload.load(tmp_path, overdecompose=-1)
     with pytest.raises(shardload.LayoutError, match="npy: .*do not apply"):
         shardload.load(tmp_path, dtype="float32")

@@ -49,7 +49,7 @@ def test_round_trip_equals_discover(data):
     after = shardload.discover(d)
     assert after.manifest_status.startswith("manifest: used")
     assert after.encode() == before.encode()
-    assert after.paths == before.paths and after.rows == before.rows
+    assert after.paths == before.paths and after.shard_rows == before.shard_rows
     np.testing.assert_array_equal(after.read(), expected)
 
 
@@ -272,7 +272,7 @@ def test_discover_once_with_format_options(tmp_path):
     data = np.arange(7 * 4, dtype=">i2").reshape(7, 4)
     for i, (lo, hi) in enumerate([(0, 3), (3, 7)]):
         (d / f"shard_{i:04d}.bin").write_bytes(b"HDR!" + data[lo:hi].tobytes())
-    opts = dict(format="raw", dtype=">i2", shape=(4,), header_bytes=4)
+    opts = dict(format="raw", dtype=">i2", trailing_shape=(4,), header_bytes=4)
     direct = shardload.discover(d, **opts)
     once = shardload.discover_once(d, **opts)
     assert once.encode() == direct.encode()
@@ -296,7 +296,7 @@ def test_a_manifest_made_with_options_does_not_change_a_plain_load(tmp_path, cli
         c = np.arange(n, dtype=np.float64) - 2
         pq.write_table(pa.table({"a": a, "b": b, "c": c}), d / f"shard_{i:04d}.parquet")
         parts.append(np.stack([a, c], axis=1).astype(np.float32))
-    opts = dict(columns=["a", "c"], fill_value=0, dtype="float32")
+    opts = dict(columns=["a", "c"], fill_value=0, astype="float32")
     shardload.index(d, **opts)
     # The oracle: the same plain request of a list source, which never reads a manifest.
     files = shardload.discover(sorted(str(p) for p in d.glob("shard_*.parquet")))
@@ -320,7 +320,7 @@ def test_a_manifest_made_with_options_does_not_change_a_plain_load(tmp_path, cli
     with pytest.raises(shardload.LayoutError, match="cannot be trusted for this request"):
         shardload.discover(d, trust_manifest=True)
     # Another cast than the manifest's is not the manifest's either.
-    other = shardload.discover(d, **{**opts, "dtype": "float64"})
+    other = shardload.discover(d, **{**opts, "astype": "float64"})
     assert other.manifest_status.startswith("manifest: not used") and other.dtype == np.float64
 
     # Asked with the options it was made with, the manifest is used.

@@ -107,7 +107,7 @@ def test_cast_mixed_columns(tmp_path: pathlib.Path, fmt: str, dtype: str) -> Non
         return pa.table({"a": a, "b": b, "c": c}), np.stack([a, b, c], axis=1).astype(dtype)
 
     expected = np.concatenate(shards(tmp_path, fmt, [17, 3], 5, make))
-    layout = shardload.discover(tmp_path, format=fmt, dtype=dtype)
+    layout = shardload.discover(tmp_path, format=fmt, astype=dtype)
     assert layout.dtype == np.dtype(dtype)
     check_ranges(layout, expected)
 

@@ -150,13 +150,13 @@ def test_casts_of_array_columns(tmp_path: pathlib.Path, fmt: str) -> None:
 
     tables = make_shards(tmp_path, fmt, make)
     expected = np.concatenate([oracle(t, "v", (2, 2)) for t in tables])
-    layout = shardload.discover(tmp_path, format=fmt, dtype="float64")
+    layout = shardload.discover(tmp_path, format=fmt, astype="float64")
     assert layout.dtype == np.float64
     check_ranges(layout, expected.astype(np.float64))
     with pytest.raises(shardload.ShardReadError,
                        match=r"column 'v': row 0, element \[0, 0\]: value -7 cannot be cast "
                              r"exactly to uint8"):
-        shardload.discover(tmp_path, format=fmt, dtype="uint8").read(0, 2)
+        shardload.discover(tmp_path, format=fmt, astype="uint8").read(0, 2)
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
@@ -254,7 +254,7 @@ def test_load_rows_and_astype_of_array_columns(tmp_path: pathlib.Path, fmt: str)
     got = shardload.load(tmp_path, format=fmt)
     assert got.shape == expected.shape
     np.testing.assert_array_equal(np.asarray(got), expected)
-    part = shardload.load(tmp_path, format=fmt, rows=(9, 40), astype="float64")
+    part = shardload.load(tmp_path, format=fmt, row_range=(9, 40), astype="float64")
     assert part.dtype == np.float64
     np.testing.assert_array_equal(np.asarray(part), expected[9:40].astype(np.float64))
 

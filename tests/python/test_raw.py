@@ -45,7 +45,7 @@ def test_sidecar_every_dtype_both_byte_orders(tmp_path, dtype, big):
     code = np.dtype(dtype).newbyteorder(order).str
     write_raw(tmp_path, stored, sidecar={"dtype": code, "shape": [3, 2]})
     layout = shardload.discover(tmp_path, format="raw")
-    assert layout.rows == ROWS
+    assert layout.shard_rows == ROWS
     check_ranges(layout, np.concatenate(arrays))
 
 
@@ -54,7 +54,7 @@ def test_options_only(tmp_path, shape):
     rng = np.random.default_rng(3)
     arrays = [random_array(rng, (r, *shape), "float32") for r in ROWS]
     write_raw(tmp_path, arrays)
-    layout = shardload.discover(tmp_path, format="raw", dtype="float32", shape=shape)
+    layout = shardload.discover(tmp_path, format="raw", dtype="float32", trailing_shape=shape)
     check_ranges(layout, np.concatenate(arrays))
 
 
@@ -76,7 +76,7 @@ def test_header_bytes_and_rows(tmp_path):
     (tmp_path / "shardload.json").write_text(json.dumps({
         "dtype": "uint16", "shape": [5], "header_bytes": 24,
         "rows": {f"shard_{i:04d}.bin": r for i, r in enumerate(ROWS)}}))
-    layout = shardload.discover(tmp_path, format="raw", dtype="uint16", shape=(5,),
+    layout = shardload.discover(tmp_path, format="raw", dtype="uint16", trailing_shape=(5,),
                                 header_bytes=24)
     check_ranges(layout, np.concatenate(arrays))
 
@@ -84,7 +84,7 @@ def test_header_bytes_and_rows(tmp_path):
 def test_options_complete_a_partial_sidecar(tmp_path):
     arrays = [np.arange(r * 3, dtype=">f8").reshape(r, 3) for r in (4, 6)]
     write_raw(tmp_path, arrays, sidecar={"dtype": ">f8"})
-    layout = shardload.discover(tmp_path, format="raw", shape=(3,))
+    layout = shardload.discover(tmp_path, format="raw", trailing_shape=(3,))
     check_ranges(layout, np.concatenate(arrays).astype("float64"))
 
 
@@ -139,7 +139,7 @@ def test_malformed_sidecar(tmp_path, text, message):
 
 @pytest.mark.parametrize("kwargs,message", [
     ({"dtype": "float64"}, r"dtype: float32 differs from the dtype option float64"),
-    ({"shape": (4,)}, r"shape: \(3,\) differs from the shape option \(4,\)"),
+    ({"trailing_shape": (4,)}, r"shape: \(3,\) differs from the shape option \(4,\)"),
     ({"header_bytes": 0}, r"header_bytes: 8 differs from the header_bytes option 0"),
 ])
 def test_sidecar_disagrees_with_options(tmp_path, kwargs, message):
@@ -190,16 +190,16 @@ def test_changed_after_discovery(tmp_path):
 def test_not_a_regular_file(tmp_path):
     (tmp_path / "shard_0000.bin").mkdir()
     with pytest.raises(shardload.LayoutError, match=r"shard_0000\.bin: not a regular file"):
-        shardload.discover(tmp_path, format="raw", dtype="float32", shape=())
+        shardload.discover(tmp_path, format="raw", dtype="float32", trailing_shape=())
 
 
 def test_dtype_option_byte_order(tmp_path) -> None:
     a = np.arange(24, dtype=">f4").reshape(8, 3)
     a.tofile(tmp_path / "shard_0000.bin")
-    layout = shardload.discover(tmp_path, format="raw", dtype=">f4", shape=(3,))
+    layout = shardload.discover(tmp_path, format="raw", dtype=">f4", trailing_shape=(3,))
     np.testing.assert_array_equal(layout.read(), a.astype("<f4"))
     # "float32" names no order: native, which is not what the file holds.
-    native = shardload.discover(tmp_path, format="raw", dtype="float32", shape=(3,)).read()
+    native = shardload.discover(tmp_path, format="raw", dtype="float32", trailing_shape=(3,)).read()
     assert not np.array_equal(native, a.astype("<f4"))
     (tmp_path / "shardload.json").write_text('{"dtype": "<f4", "shape": [3]}')
     with pytest.raises(shardload.LayoutError, match="byte order little-endian differs"):

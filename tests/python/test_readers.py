@@ -52,7 +52,7 @@ def register(**kwargs) -> str:
     """A reader under a new name (names cannot be registered twice), by default the ROWS one."""
     name = f"test{next(_names)}"
     kwargs.setdefault("read", read_rows)
-    kwargs.setdefault("rows", rows_of)
+    kwargs.setdefault("count_rows", rows_of)
     shardload.register_reader(name, **kwargs)
     return name
 
@@ -90,9 +90,9 @@ def test_directory_by_extension_pattern_rows_and_astype(tmp_path: pathlib.Path) 
     name = register(extension=".myrows", dtype="float32", trailing_shape=(3,))
     np.testing.assert_array_equal(np.asarray(shardload.load(tmp_path / "d", reader=name)),
                                   expected)
-    got = shardload.load(str(tmp_path / "d/shard_{:04d}.myrows"), reader=name, rows=(3, 13))
+    got = shardload.load(str(tmp_path / "d/shard_{:04d}.myrows"), reader=name, row_range=(3, 13))
     np.testing.assert_array_equal(np.asarray(got), expected[3:13])
-    got = shardload.load(tmp_path / "d", reader=name, rows=slice(5, 5))
+    got = shardload.load(tmp_path / "d", reader=name, row_range=slice(5, 5))
     assert got.shape == (0, 3)
     got = shardload.load(tmp_path / "d", reader=name, astype="int64", overdecompose=4)
     assert got.dtype == np.int64
@@ -177,11 +177,11 @@ def test_a_result_that_does_not_fit_is_a_clear_error(tmp_path: pathlib.Path, wro
 def test_rows_must_return_an_int_not_below_zero(tmp_path: pathlib.Path, value: object,
                                                 shown: str) -> None:
     paths = write_set(tmp_path, [np.ones((5, 3), np.float32)] * 2)
-    name = register(rows=lambda p: value if p == paths[1] else 5, dtype="float32",
+    name = register(count_rows=lambda p: value if p == paths[1] else 5, dtype="float32",
                     trailing_shape=(3,))
     with pytest.raises(shardload.LayoutError) as e:
         shardload.load(paths, reader=name)
-    assert str(e.value) == (f"{paths[1]}: rows(): the reader '{name}' returned {shown}; "
+    assert str(e.value) == (f"{paths[1]}: count_rows(): the reader '{name}' returned {shown}; "
                             "expected an int >= 0")
 
 
@@ -191,8 +191,8 @@ def test_rows_raising_is_a_layout_error_naming_the_file(tmp_path: pathlib.Path) 
         raise ValueError("bad header")
 
     with pytest.raises(shardload.LayoutError) as e:
-        shardload.load(paths, reader=register(rows=rows, dtype="f4", trailing_shape=3))
-    assert str(e.value).startswith(f"{paths[0]}: rows(): the reader 'test")
+        shardload.load(paths, reader=register(count_rows=rows, dtype="f4", trailing_shape=3))
+    assert str(e.value).startswith(f"{paths[0]}: count_rows(): the reader 'test")
     assert str(e.value).endswith("raised ValueError: bad header")
 
 
@@ -200,7 +200,7 @@ def test_special_files_are_refused_before_the_reader_sees_them(tmp_path: pathlib
     fifo = tmp_path / "pipe.rows"
     os.mkfifo(fifo)
     seen = []
-    name = register(rows=lambda p: seen.append(p) or 0, dtype="f4", trailing_shape=())
+    name = register(count_rows=lambda p: seen.append(p) or 0, dtype="f4", trailing_shape=())
     with pytest.raises(shardload.LayoutError, match=f"^{fifo}: not a regular file$"):
         shardload.load([fifo], reader=name)
     with pytest.raises(shardload.LayoutError, match="^/dev/null: not a regular file$"):
@@ -228,17 +228,17 @@ def test_arguments_are_checked(tmp_path: pathlib.Path) -> None:
     with pytest.raises(TypeError, match="dtype, info cannot be passed with reader="):
         shardload.load(tmp_path, reader=name, dtype="f4", info=True)
     with pytest.raises(ValueError, match="already registered"):
-        shardload.register_reader(name, read=read_rows, rows=rows_of)
+        shardload.register_reader(name, read=read_rows, count_rows=rows_of)
     with pytest.raises(ValueError, match="name: expected 1 to 64"):
-        shardload.register_reader("a b", read=read_rows, rows=rows_of)
+        shardload.register_reader("a b", read=read_rows, count_rows=rows_of)
     with pytest.raises(TypeError, match="read: expected a callable"):
-        shardload.register_reader("x1", read=None, rows=rows_of)
+        shardload.register_reader("x1", read=None, count_rows=rows_of)
     with pytest.raises(ValueError, match="dtype: expected a numeric dtype"):
-        shardload.register_reader("x2", read=read_rows, rows=rows_of, dtype=object)
+        shardload.register_reader("x2", read=read_rows, count_rows=rows_of, dtype=object)
     with pytest.raises(ValueError, match="extension: expected a dot"):
-        shardload.register_reader("x3", read=read_rows, rows=rows_of, extension="rows")
+        shardload.register_reader("x3", read=read_rows, count_rows=rows_of, extension="rows")
     with pytest.raises(ValueError, match="expected dimensions >= 0"):
-        shardload.register_reader("x4", read=read_rows, rows=rows_of, trailing_shape=(2, -1))
+        shardload.register_reader("x4", read=read_rows, count_rows=rows_of, trailing_shape=(2, -1))
     # A directory without a pattern needs the reader's extension.
     with pytest.raises(ValueError, match="registered without an extension"):
         shardload.load(tmp_path, reader=name)
@@ -271,12 +271,12 @@ def test_huge_declared_sizes_fail_before_anything_is_allocated(tmp_path: pathlib
         read_calls.append(path)
         return read_rows(path, lo, hi)
 
-    name = register(read=read, rows=lambda p: 2**62, dtype="float32", trailing_shape=(2,))
+    name = register(read=read, count_rows=lambda p: 2**62, dtype="float32", trailing_shape=(2,))
     with pytest.raises(shardload.LayoutError, match=f"^{re.escape(paths[1])}: rows: the "
                                                     "dataset's row count overflows 64 bits"):
         shardload.load(paths, reader=name)
     # Fits 64 bits, not the 4 GB Legate has here: refused as load() refuses it.
-    name = register(read=read, rows=lambda p: 10**10, dtype="float32", trailing_shape=(2,))
+    name = register(read=read, count_rows=lambda p: 10**10, dtype="float32", trailing_shape=(2,))
     with pytest.raises(shardload.OutOfMemoryError, match="the dataset needs 240.00 GB"):
         shardload.load(paths, reader=name)
     assert read_calls == []
@@ -288,13 +288,13 @@ def test_dtypes_cupynumeric_cannot_hold_are_refused_at_registration() -> None:
     with pytest.raises(ValueError, match=r"^dtype: >f4 is not in the machine's byte order; a "
                                          r"reader's arrays are native: pass <f4 and return "
                                          r"arr\.astype\('<f4'\) from read\(\)$"):
-        shardload.register_reader("be1", read=read_rows, rows=rows_of, dtype=">f4")
+        shardload.register_reader("be1", read=read_rows, count_rows=rows_of, dtype=">f4")
     with pytest.raises(ValueError, match="dtype: float128 has no Legate type"):
-        shardload.register_reader("ld1", read=read_rows, rows=rows_of, dtype=np.longdouble)
+        shardload.register_reader("ld1", read=read_rows, count_rows=rows_of, dtype=np.longdouble)
     assert "be1" not in shardload.registered_readers()
     assert "ld1" not in shardload.registered_readers()
     # One-byte and native types are native whatever their spelling.
-    shardload.register_reader("be2", read=read_rows, rows=rows_of, dtype=">u1")
+    shardload.register_reader("be2", read=read_rows, count_rows=rows_of, dtype=">u1")
 
 
 def test_a_big_endian_dtype_told_by_an_empty_read_is_a_layout_error(
@@ -351,13 +351,13 @@ def test_a_file_replaced_by_a_fifo_after_discovery_is_refused_before_read_opens_
                 os.replace(p + ".fifo", p)
             return n
 
-        shardload.register_reader("swap", rows=swapping_rows, read=read, dtype="float32",
+        shardload.register_reader("swap", count_rows=swapping_rows, read=read, dtype="float32",
                                   trailing_shape=(2,))
         attempt("swap")
         os.unlink(paths[1])
         with open(paths[1], "wb") as f:
             np.save(f, np.zeros((1, 2), np.float32))
-        shardload.register_reader("plain", rows=rows, read=read, dtype="float32",
+        shardload.register_reader("plain", count_rows=rows, read=read, dtype="float32",
                                   trailing_shape=(2,))
         attempt("plain")  # the runtime goes on
     """)
@@ -387,7 +387,7 @@ def test_a_reader_calling_cupynumeric_is_a_clean_error(tmp_path: pathlib.Path) -
 
 
         for name, fn in (("cn", read_cn), ("swallow", read_swallowing), ("fine", read)):
-            shardload.register_reader(name, rows=rows, read=fn, dtype="float32",
+            shardload.register_reader(name, count_rows=rows, read=fn, dtype="float32",
                                       trailing_shape=(2,))
             attempt(name)
     """)

@@ -1,4 +1,4 @@
-"""load(rows=...) reads only a row range, in every format, through a sub-layout whose shards
+"""load(row_range=...) reads only a row range, in every format, through a sub-layout whose shards
 are views of their files; load(astype=...) casts the result, in every format. Oracles: the
 arrays numpy wrote, sliced and cast by numpy."""
 
@@ -70,15 +70,15 @@ def test_rows_loads_every_range_as_numpy_slices_it(tmp_path: pathlib.Path, fmt: 
     layout = shardload.discover(tmp_path / fmt)
     for lo, hi in RANGES:
         for rows in ((lo, hi), slice(lo, hi), slice(lo, hi, 1)):
-            a = shardload.load(layout, rows=rows, overdecompose=2)
+            a = shardload.load(layout, row_range=rows, overdecompose=2)
             assert isinstance(a, cn.ndarray) and a.shape == (hi - lo, COLS), (fmt, rows)
             np.testing.assert_array_equal(np.asarray(a), want[lo:hi], err_msg=f"{fmt} {rows}")
         # The host read of the sub-layout agrees.
         np.testing.assert_array_equal(layout.slice_rows(lo, hi).read(), want[lo:hi])
-    # A source, not a Layout, takes rows= too; None is a default bound.
-    np.testing.assert_array_equal(np.asarray(shardload.load(tmp_path / fmt, rows=slice(None, 6))),
+    # A source, not a Layout, takes row_range= too; None is a default bound.
+    np.testing.assert_array_equal(np.asarray(shardload.load(tmp_path / fmt, row_range=slice(None, 6))),
                                   want[:6])
-    np.testing.assert_array_equal(np.asarray(shardload.load(tmp_path / fmt, rows=(14, None))),
+    np.testing.assert_array_equal(np.asarray(shardload.load(tmp_path / fmt, row_range=(14, None))),
                                   want[14:])
 
 
@@ -86,7 +86,7 @@ def test_a_sub_layout_holds_only_the_shards_it_covers(tmp_path: pathlib.Path) ->
     want = write("npy", tmp_path, parts())
     layout = shardload.discover(tmp_path)
     sub = layout.slice_rows(4, 13)
-    assert sub.rows == [1, 7, 1] and sub.total_rows == 9 and sub.shape == (9, COLS)
+    assert sub.shard_rows == [1, 7, 1] and sub.total_rows == 9 and sub.shape == (9, COLS)
     assert [os.path.basename(p) for p in sub.paths] == [
         "shard_0000.npy", "shard_0002.npy", "shard_0003.npy"]
     # A slice of a slice counts rows of the slice.
@@ -94,7 +94,7 @@ def test_a_sub_layout_holds_only_the_shards_it_covers(tmp_path: pathlib.Path) ->
     # Files the range does not cover are never opened: damaged after discovery, shard 4
     # fails a whole load and not one of rows [0, 15).
     (tmp_path / "shard_0004.npy").write_bytes(b"gone")
-    np.testing.assert_array_equal(np.asarray(shardload.load(layout, rows=(0, 15))), want[:15])
+    np.testing.assert_array_equal(np.asarray(shardload.load(layout, row_range=(0, 15))), want[:15])
     with pytest.raises(shardload.ShardReadError, match="shard_0004.npy"):
         shardload.load(layout)
 
@@ -107,8 +107,8 @@ def test_a_sub_layout_holds_only_the_shards_it_covers(tmp_path: pathlib.Path) ->
     ((5, 4), ValueError, "rows [5, 4): lo is greater than hi"),
     (slice(0, 10, 2), ValueError, "a slice with step 2 is not a row range"),
     (slice(0, 10, -1), ValueError, "step -1"),
-    ((1, 2, 3), TypeError, "rows: expected a (lo, hi) pair or a slice lo:hi"),
-    (3, TypeError, "rows: expected a (lo, hi) pair"),
+    ((1, 2, 3), TypeError, "row_range: expected a (lo, hi) pair or a slice lo:hi"),
+    (3, TypeError, "row_range: expected a (lo, hi) pair"),
     ((1.5, 3), TypeError, "lo: expected an int, found float 1.5"),
     ((True, 3), TypeError, "lo: expected an int, found bool True"),
 ])
@@ -116,7 +116,7 @@ def test_rows_bounds_follow_layout_read(tmp_path: pathlib.Path, rows: object,
                                         error: type, needle: str) -> None:
     write("npy", tmp_path, parts())
     with pytest.raises(error) as e:
-        shardload.load(tmp_path, rows=rows)
+        shardload.load(tmp_path, row_range=rows)
     assert needle in str(e.value), str(e.value)
     layout = shardload.discover(tmp_path)
     if isinstance(rows, tuple) and len(rows) == 2 and error is ValueError:
@@ -139,10 +139,10 @@ def test_astype_casts_every_format_as_numpy_does(tmp_path: pathlib.Path, fmt: st
         a = shardload.load(layout, astype=dt)
         assert a.dtype == np.dtype(dt), (fmt, dt)
         np.testing.assert_array_equal(np.asarray(a), expected, err_msg=f"{fmt} {dt}")
-    # With rows= too, and with info=True the plan is of the rows read.
-    a, info = shardload.load(layout, rows=(3, 14), astype="float64", info=True)
+    # With row_range= too, and with info=True the plan is of the rows read.
+    a, info = shardload.load(layout, row_range=(3, 14), astype="float64", info=True)
     np.testing.assert_array_equal(np.asarray(a), want[3:14].astype(np.float64))
-    assert info.rows == 11 and info.bytes == 11 * COLS * 4
+    assert info.total_rows == 11 and info.bytes == 11 * COLS * 4
     # The data's own dtype is no cast.
     assert shardload.load(layout, astype=np.float32).dtype == np.float32
 

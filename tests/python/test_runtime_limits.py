@@ -244,14 +244,14 @@ MORE_DIMENSIONS = """
     from shardload import _api
 
     shardload.register_reader("seven", read=lambda p, lo, hi: np.zeros((hi - lo,) + (2,) * 6),
-                              rows=lambda p: 3, dtype="float64", trailing_shape=(2,) * 6,
+                              count_rows=lambda p: 3, dtype="float64", trailing_shape=(2,) * 6,
                               extension=".seven")
     for source in sys.argv[1:3]:
         layout = shardload.discover(source)
         calls = {
             "load": lambda: shardload.load(source),
             "load of a Layout": lambda: shardload.load(layout),
-            "load rows": lambda: shardload.load(source, rows=(0, 1)),
+            "load rows": lambda: shardload.load(source, row_range=(0, 1)),
             "batches": lambda: shardload.batches(source, 2),
             "save": lambda: shardload.save(np.zeros(layout.shape, np.float32), sys.argv[4]),
         }

@@ -37,7 +37,7 @@ def test_the_seed_sidecar_describes_raw_shards(tmp_path: pathlib.Path, dtype: st
     want = raw_set(tmp_path, dtype, (3,))
     seed_meta(tmp_path, rows_per_shard=ROWS, dtype=dtype, trailing_shape=[3])
     layout = shardload.discover(tmp_path)  # no format=, no dtype=: the sidecar tells
-    assert layout.format == "raw" and layout.rows == ROWS
+    assert layout.format == "raw" and layout.shard_rows == ROWS
     assert layout.dtype == np.dtype(dtype).newbyteorder("=")
     assert layout.shape == (sum(ROWS), 3)
     np.testing.assert_array_equal(layout.read(), want)
@@ -47,7 +47,7 @@ def test_one_int_gives_the_rows_of_every_shard(tmp_path: pathlib.Path) -> None:
     want = raw_set(tmp_path, "int32", (2, 2), [5, 5, 5])
     seed_meta(tmp_path, rows_per_shard=5, dtype="int32", trailing_shape=[2, 2])
     layout = shardload.discover(tmp_path)
-    assert layout.rows == [5, 5, 5]
+    assert layout.shard_rows == [5, 5, 5]
     np.testing.assert_array_equal(layout.read(), want)
     # The int is a check on each file's size, as a list is.
     seed_meta(tmp_path, rows_per_shard=4, dtype="int32", trailing_shape=[2, 2])

@@ -88,7 +88,7 @@ def isolated(code: str) -> dict:
 # ---- one writer per format: two shards in `d` ------------------------------------------
 
 EXT = {"npy": "npy", "raw": "bin", "hdf5": "h5", "parquet": "parquet", "arrow": "arrow"}
-OPTIONS = {"npy": "", "raw": "format='raw', dtype='float32', shape=()", "hdf5": "format='hdf5'",
+OPTIONS = {"npy": "", "raw": "format='raw', dtype='float32', trailing_shape=()", "hdf5": "format='hdf5'",
            "parquet": "format='parquet'", "arrow": "format='arrow'"}
 
 

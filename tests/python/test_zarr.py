@@ -73,7 +73,7 @@ def test_every_dtype(tmp_path, fmt, dtype):
     arrays = ragged(rng, dtype, trailing=(3,))
     back = write_stores(tmp_path, arrays, chunks=(6, 2), zarr_format=fmt)
     layout = shardload.discover(tmp_path, format="zarr")
-    assert layout.rows == ROWS
+    assert layout.shard_rows == ROWS
     check_ranges(layout, np.concatenate(back))
 
 

@@ -24,7 +24,7 @@ def _read(path: str, lo: int, hi: int) -> np.ndarray:
     return np.zeros((hi - lo, 2), dtype=np.float32)
 
 
-shardload.register_reader("mr-kill", rows=_rows, read=_read, dtype="float32",
+shardload.register_reader("mr-kill", count_rows=_rows, read=_read, dtype="float32",
                           trailing_shape=(2,), extension=".dat")
 
 arr = shardload.load(sys.argv[1], reader="mr-kill")

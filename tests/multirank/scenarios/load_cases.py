@@ -20,14 +20,14 @@ import shardload
 def layout_summary(layout) -> dict:
     return {"rows": int(layout.total_rows), "dtype": str(layout.dtype),
             "shape": list(layout.shape), "files": [str(p) for p in layout.paths],
-            "rows_per_shard": [int(n) for n in layout.rows]}
+            "rows_per_shard": [int(n) for n in layout.shard_rows]}
 
 
 def run(case: dict) -> dict:
     _rank.marker(case["name"])
     kwargs = dict(case.get("kwargs", {}))
-    if isinstance(kwargs.get("rows"), list):
-        kwargs["rows"] = tuple(kwargs["rows"])
+    if isinstance(kwargs.get("row_range"), list):
+        kwargs["row_range"] = tuple(kwargs["row_range"])
     source = case["source"]
     record: dict = {"ok": True}
     if "once" in case:

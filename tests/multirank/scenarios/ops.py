@@ -34,7 +34,7 @@ def _text_read(path: str, lo: int, hi: int) -> np.ndarray:
     return out.reshape(hi - lo, 3)
 
 
-shardload.register_reader("mr-text", rows=_text_rows, read=_text_read, dtype="float64",
+shardload.register_reader("mr-text", count_rows=_text_rows, read=_text_read, dtype="float64",
                           trailing_shape=(3,), extension=".txt")
 
 

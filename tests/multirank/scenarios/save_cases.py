@@ -23,7 +23,7 @@ def main() -> None:
         _rank.marker(case["name"])
         try:
             arr = shardload.load(case["source"])
-            info = shardload.save(arr, case["dest"], info=True, **case["save"])
+            info = shardload.save(arr, case["dest"], **case["save"])
             back = np.asarray(shardload.load(case["dest"]))
             np.save(_rank.OUT / f"{case['name']}.npy", back)
             results[case["name"]] = {"ok": True, "info": dataclasses.asdict(info)
