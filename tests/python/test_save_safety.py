@@ -402,9 +402,13 @@ def test_num_shards_types_and_range(tmp_path):
 
 
 def test_bool_arguments_are_type_checked(tmp_path):
-    for name in ("info", "overwrite"):
+    for name in ("overwrite", "manifest"):
         with pytest.raises(TypeError, match=f"{name}= must be True or False"):
             shardload.save(np.arange(3), tmp_path / "a", **{name: "yes"})
+    # info= is deprecated, and still checked.
+    with pytest.warns(DeprecationWarning, match="info= is deprecated"):
+        with pytest.raises(TypeError, match="info= must be True or False"):
+            shardload.save(np.arange(3), tmp_path / "a", info="yes")
     assert not (tmp_path / "a").exists()
 
 
