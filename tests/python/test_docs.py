@@ -76,6 +76,18 @@ def test_every_relative_link_points_to_an_existing_file(page: pathlib.Path):
     assert not broken, f"{page.relative_to(ROOT)}: broken links:\n  " + "\n  ".join(broken)
 
 
+# Paths named in code spans rather than linked: the repository's own docs, scripts, examples.
+NAMED_PATH = re.compile(r"`((?:docs|examples|scripts|tools|bench|tests)/[\w./-]*\w)`")
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_repository_path_in_code_spans_exists(page: pathlib.Path):
+    text = FENCE.sub("", page.read_text())
+    missing = sorted({p for p in NAMED_PATH.findall(text)
+                      if not any(c in p for c in "*{<") and not (ROOT / p).exists()})
+    assert not missing, f"{page.relative_to(ROOT)} names paths that do not exist: {missing}"
+
+
 def test_the_link_check_sees_links_and_refuses_broken_ones(tmp_path: pathlib.Path):
     (tmp_path / "there.md").write_text("# A title: with (punctuation)\n")
     page = tmp_path / "page.md"
