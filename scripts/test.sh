@@ -4,7 +4,8 @@
 # package as a user installs it (scripts/check_install.sh: pip install . into a
 # new venv, a smoke test with nothing sourced, the C++ consumer), the multi-rank
 # suite on 2 Legate ranks (tests/multirank, with the networked build of
-# scripts/setup_multirank.sh) and, last, the Python tests (the core against numpy,
+# scripts/setup_multirank.sh), the Python API reference (scripts/api_docs.sh)
+# and, last, the Python tests (the core against numpy,
 # shardload.load under Legate).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -61,6 +62,9 @@ echo "== Multi-rank tests: 2 Legate ranks over loopback (Legate 26.01 with UCX i
 # tests/multirank, each test one job of scripts/multirank.sh; -s shows each job's ranks.
 scripts/setup_multirank.sh
 (cd tests/multirank && "$ROOT/.venv-mr/bin/python" -m pytest -q -s -p no:cacheprovider)
+
+echo "== Python API reference: pdoc from the docstrings into build/api, without starting Legate"
+scripts/api_docs.sh build/api
 
 # Last, so that its summary closes the output.
 echo "== Python tests"
