@@ -268,6 +268,16 @@ def test_every_entry_point_takes_bytes_patterns_and_the_new_names(tmp_path, fn,
                                   np.concatenate(arrays))
 
 
+def test_batches_takes_trust_manifest(npy, no_warnings) -> None:
+    d, data = npy
+    shardload.index(d)
+    # Trusted, the manifest is taken without a look at the shards: a change goes unseen.
+    it = shardload.batches(d, 6, trust_manifest=True)
+    assert it.layout.manifest_status.startswith("manifest: used"), it.layout.manifest_status
+    assert it.layout == shardload.discover(d, trust_manifest=True)
+    np.testing.assert_array_equal(np.concatenate([np.asarray(b) for b in it]), data)
+
+
 @pytest.mark.parametrize("fn", [shardload.load, lambda s, **kw: shardload.batches(s, 2, **kw)],
                          ids=["load", "batches"])
 def test_options_with_a_layout_are_refused_trust_manifest_included(npy, fn) -> None:

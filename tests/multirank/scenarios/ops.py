@@ -52,7 +52,8 @@ def run(op: dict):
     if kind == "index":
         return {"ok": True, "manifest": shardload.index(op["source"], checksum=op["checksum"])}
     if kind == "verify":
-        return {"ok": True, "mismatches": [list(m) for m in shardload.verify(op["source"])]}
+        return {"ok": True, "mismatches": [[m.shard, m.path, m.what]
+                                           for m in shardload.verify(op["source"])]}
     if kind == "once":
         layout = shardload.discover_once(op["source"])
         return {"ok": True, "shards": int(layout.num_shards), "rows": int(layout.total_rows)}
