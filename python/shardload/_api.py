@@ -411,6 +411,9 @@ def _decoded(discover_with: Callable[[_Options, str | None], Layout], options: _
         return layout
     if options.format in _COLUMNAR or (options.format == "auto" and
                                        _named_columnar(source, options.pattern)):
+        if options.dtype is not None:
+            raise TypeError(f"{where}: dtype= is the deprecated spelling of astype= for "
+                            "parquet and arrow; pass astype= only")
         return discover_with(options, _dtype_text(astype))
     if options.format != "auto" and not cast_after:
         raise ValueError(f"{where}: astype= is the type parquet and arrow columns are "

@@ -137,8 +137,9 @@ def test_parquet_dtype_is_astype(mixed_parquet) -> None:
     new = shardload.discover(d, astype="float64")
     assert old == new == auto and new.dtype == np.float64
     np.testing.assert_array_equal(new.read(), data)
-    with pytest.raises(TypeError, match="dtype= is the deprecated spelling of astype="):
-        shardload.discover(d, format="parquet", dtype="float64", astype="float64")
+    for fmt in ("parquet", "auto"):
+        with pytest.raises(TypeError, match="dtype= is the deprecated spelling of astype="):
+            shardload.discover(d, format=fmt, dtype="float64", astype="float64")
 
 
 # ---- Layout as an array-like description --------------------------------------------------
