@@ -902,7 +902,7 @@ def _name_the_shard(error: ShardReadError, layout: Layout) -> None:
 def load(
     source: SourceLike | Layout,
     *,
-    pattern: str | None = None,
+    pattern: str | bytes | None = None,
     overdecompose: int = 1,
     format: str = "auto",
     dtype: DTypeLike | None = None,
