@@ -1,7 +1,9 @@
 // What every point task of a load spends before it reads a byte: turning the launch's
 // arguments into its tile's layout and pieces. A layout of N shards is built in memory (the
 // files do not exist, nothing is read), planned for P processors at overdecompose K, and each
-// of the plan's tiles is prepared as the load task prepares it; the figure is the sum over all
+// of the plan's tiles is prepared as the load task prepared it (the whole layout decoded and
+// replanned in every point) and as it does now (the launcher cuts the layout at the tiles with
+// encode_tiles, each point decodes its own tile's shards); the figures are the sum over all
 // points (what the machine spends in all) and the slowest point.
 //
 //   bench_tile_prepare [--shards N] [--processors P] [--k K] [--reps R]
@@ -62,6 +64,41 @@ std::size_t prepare_whole(std::span<const std::uint8_t> bytes, std::int64_t proc
   return tile_pieces(*plan, layout->offsets, tile).size();
 }
 
+// The point task's preparation since the launch cuts the layout at the tiles: decode this
+// tile's shards only, take their pieces.
+std::size_t prepare_tile(std::span<const std::uint8_t> bytes, std::span<const std::int64_t> offsets,
+                         std::int64_t tile) {
+  using namespace shardload;
+  auto layout = decode_tile(bytes, offsets, tile);
+  if (!layout) die(layout.status());
+  std::vector<Piece> pieces;
+  pieces_for_rows(layout->offsets, 0, layout->total_rows(), &pieces);
+  return pieces.size();
+}
+
+// The sum over every point and the slowest point, medians of `reps` repetitions.
+template <typename Prepare>
+void measure(const char* name, std::int64_t tiles, int reps, Prepare&& prepare) {
+  std::vector<double> sums;
+  std::vector<double> worst;
+  std::size_t pieces = 0;
+  for (int r = 0; r < reps; ++r) {
+    double sum = 0;
+    double slowest = 0;
+    for (std::int64_t t = 0; t < tiles; ++t) {
+      const double a = now();
+      pieces += prepare(t);
+      const double d = now() - a;
+      sum += d;
+      slowest = std::max(slowest, d);
+    }
+    sums.push_back(sum);
+    worst.push_back(slowest);
+  }
+  if (pieces == 0) std::exit(2);
+  std::printf("%s,%.4f,%.5f\n", name, median(sums), median(worst));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -84,24 +121,21 @@ int main(int argc, char** argv) {
   std::printf("shards,processors,k,tiles,encoded bytes\n%lld,%lld,%lld,%lld,%zu\n",
               static_cast<long long>(n), static_cast<long long>(processors),
               static_cast<long long>(k), static_cast<long long>(plan->tiles), bytes.size());
-  std::printf("case,all points seconds,slowest point seconds\n");
-  std::vector<double> sums;
-  std::vector<double> worst;
-  std::size_t pieces = 0;
+  std::vector<double> launch;
+  TileEncoding tiles;
   for (int r = 0; r < reps; ++r) {
-    double sum = 0;
-    double slowest = 0;
-    for (std::int64_t t = 0; t < plan->tiles; ++t) {
-      const double a = now();
-      pieces += prepare_whole(bytes, processors, k, t);
-      const double d = now() - a;
-      sum += d;
-      slowest = std::max(slowest, d);
-    }
-    sums.push_back(sum);
-    worst.push_back(slowest);
+    const double a = now();
+    auto e = encode_tiles(layout, *plan);
+    if (!e) die(e.status());
+    launch.push_back(now() - a);
+    tiles = std::move(e).value();
   }
-  std::printf("whole layout per point,%.4f,%.5f\n", median(sums), median(worst));
-  if (pieces == 0) return 2;
+  std::printf("launcher: encode_tiles seconds,tile bytes\n%.4f,%zu\n", median(launch),
+              tiles.bytes.size());
+  std::printf("case,all points seconds,slowest point seconds\n");
+  measure("whole layout per point", plan->tiles, reps,
+          [&](std::int64_t t) { return prepare_whole(bytes, processors, k, t); });
+  measure("own tile per point", plan->tiles, reps,
+          [&](std::int64_t t) { return prepare_tile(tiles.bytes, tiles.offsets, t); });
   return 0;
 }

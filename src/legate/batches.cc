@@ -114,9 +114,10 @@ void Batches::launch_next() {
                                    legate::tuple<std::uint64_t>{launch});
   task.add_output(l.batch.array.data().partition_by_tiling(tile_shape));
   task.add_output(errors.partition_by_tiling(record_tile));
-  task.add_scalar_arg(legate::Scalar{encode_layout(slice)});
-  task.add_scalar_arg(legate::Scalar{processors_});
-  task.add_scalar_arg(legate::Scalar{options_.overdecompose});
+  const TileEncoding tiles =
+      value_or_throw(encode_tiles(slice, plan), what + ": planning", ErrorSite::kDiscover);
+  task.add_scalar_arg(legate::Scalar{tiles.bytes});
+  task.add_scalar_arg(legate::Scalar{tiles.offsets});
   task.add_scalar_arg(legate::Scalar{plan.tile_rows});
   runtime->submit(std::move(task));  // does not wait: the task cannot throw
   l.errors = std::move(errors);

@@ -283,9 +283,9 @@ legate::LogicalArray load(const Layout& layout, const LoadOptions& options, Load
   auto task = runtime->create_task(lib, detail::LoadTask::TASK_CONFIG.task_id(),
                                    legate::tuple<std::uint64_t>{launch});
   task.add_output(partition);
-  task.add_scalar_arg(legate::Scalar{encode_layout(layout)});
-  task.add_scalar_arg(legate::Scalar{li.processors});
-  task.add_scalar_arg(legate::Scalar{options.overdecompose});
+  const TileEncoding tiles = value_or_throw(encode_tiles(layout, plan), "planning");
+  task.add_scalar_arg(legate::Scalar{tiles.bytes});
+  task.add_scalar_arg(legate::Scalar{tiles.offsets});
   task.add_scalar_arg(legate::Scalar{plan.tile_rows});
   const auto t1 = Clock::now();
   if (info != nullptr) info->launch_seconds = seconds(t0, t1);
