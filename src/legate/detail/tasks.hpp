@@ -10,22 +10,12 @@
 #include <string>
 
 #include "legate/detail/compat.hpp"
+#include "legate/detail/task_ids.hpp"
 #include "shardload/status.hpp"
 
 namespace shardload::detail {
 
 inline constexpr const char* kLibraryName = "shardload";
-
-// Task ids of the library; 2 and 4 are the demo verify and synth tasks' (src/testing).
-enum TaskId : std::int64_t {
-  kLoadTask = 1,
-  kSaveTask = 3,
-  kVerifyManifestTask = 5,
-  kDiscoverTask = 6,
-  kLoadReportTask = 10,
-  kSavePrepareTask = 20,
-  kSaveCommitTask = 21,
-};
 
 // Output 0: the array, tiled along axis 0. Scalars: 0 the layout cut at the plan's tiles
 // (encode_tiles' bytes, uint8 array), 1 their offsets (int64 array, tiles + 1), 2 tile rows.
