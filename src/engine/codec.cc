@@ -1,5 +1,6 @@
 #include "shardload/codec.hpp"
 
+#include <algorithm>
 #include <bit>
 #include <cstring>
 #include <string>
@@ -289,6 +290,39 @@ Result<Layout> decode_layout(std::span<const std::uint8_t> bytes) {
   auto l = assemble_layout(format, std::move(o), dtype, std::move(trailing), std::move(shards));
   if (!l) return bad(l.status().message());
   return l;
+}
+
+Result<TileEncoding> encode_tiles(const Layout& layout, const ReadPlan& plan) {
+  TileEncoding e;
+  e.offsets.reserve(static_cast<std::size_t>(plan.tiles) + 1);
+  e.offsets.push_back(0);
+  for (std::int64_t t = 0; t < plan.tiles; ++t) {
+    SHARDLOAD_ASSIGN_OR_RETURN(const Layout tile,
+                               slice_rows(layout, plan.tile_begin(t), plan.tile_end(t)));
+    const std::vector<std::uint8_t> b = encode_layout(tile);
+    e.bytes.insert(e.bytes.end(), b.begin(), b.end());
+    e.offsets.push_back(static_cast<std::int64_t>(e.bytes.size()));
+  }
+  return e;
+}
+
+Result<Layout> decode_tile(std::span<const std::uint8_t> bytes,
+                           std::span<const std::int64_t> offsets, std::int64_t tile) {
+  const auto tiles = static_cast<std::int64_t>(offsets.size()) - 1;
+  if (tile < 0 || tile >= tiles) {
+    return Status(ErrorCode::kInvalidArgument,
+                  "encoded tiles: tile " + std::to_string(tile) + " outside the table's " +
+                      std::to_string(std::max<std::int64_t>(tiles, 0)) + " tiles");
+  }
+  const std::int64_t a = offsets[static_cast<std::size_t>(tile)];
+  const std::int64_t b = offsets[static_cast<std::size_t>(tile) + 1];
+  if (a < 0 || b < a || static_cast<std::uint64_t>(b) > bytes.size()) {
+    return Status(ErrorCode::kInvalidArgument, "encoded tiles: tile " + std::to_string(tile) +
+                                                   " spans bytes [" + std::to_string(a) + ", " +
+                                                   std::to_string(b) + ") of " +
+                                                   std::to_string(bytes.size()));
+  }
+  return decode_layout(bytes.subspan(static_cast<std::size_t>(a), static_cast<std::size_t>(b - a)));
 }
 
 }  // namespace shardload

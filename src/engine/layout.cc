@@ -80,8 +80,16 @@ Result<Layout> slice_rows(const Layout& layout, std::int64_t lo, std::int64_t hi
   }
   std::vector<Shard> shards;
   const std::size_t n = layout.shards.size();
-  for (std::size_t i = 0; i < n; ++i) {
+  std::size_t begin = 0;
+  if (lo < hi && n > 0) {
+    // Start at the shard holding row lo (upper_bound skips the zero-row shards that share
+    // its first row), so that a slice costs the shards it covers, not the layout's.
+    const auto it = std::upper_bound(layout.offsets.begin(), layout.offsets.end() - 1, lo);
+    begin = static_cast<std::size_t>(it - layout.offsets.begin()) - 1;
+  }
+  for (std::size_t i = begin; i < n; ++i) {
     const std::int64_t first = layout.offsets[i];
+    if (lo < hi && first >= hi) break;
     const std::int64_t end = layout.offsets[i + 1];
     const std::int64_t a = std::max(lo, first);
     const std::int64_t b = std::min(hi, end);

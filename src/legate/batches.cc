@@ -55,16 +55,9 @@ Batches::Batches(Layout layout, const BatchOptions& options)
   check_legate_dims(layout_);
   const std::int64_t total = layout_.total_rows();
   count_ = total / options_.rows_per_batch + (total % options_.rows_per_batch != 0 ? 1 : 0);
-  using legate::mapping::TaskTarget;
-  const auto machine = legate::Runtime::get_runtime()->get_machine();
-  for (const TaskTarget t : {TaskTarget::GPU, TaskTarget::OMP, TaskTarget::CPU}) {
-    if (machine.count(t) > 0) {
-      target_ = t;
-      processors_ = machine.count(t);
-      break;
-    }
-  }
-  if (processors_ == 0) throw LayoutError("the machine has no processors to load on");
+  const detail::Target target = detail::choose_target();
+  target_ = target.kind;
+  processors_ = target.processors;
   if (count_ == 0) return;
   // The first batch is the largest; prefetch + 1 of them live at once (no more than there are).
   const Layout first =
@@ -95,10 +88,7 @@ void Batches::launch_next() {
     pending_.push_back(std::move(l));
     return;
   }
-  std::vector<std::uint64_t> tile_shape = extents;
-  tile_shape[0] = static_cast<std::uint64_t>(plan.tile_rows);
-  std::vector<std::uint64_t> launch(extents.size(), 1);
-  launch[0] = static_cast<std::uint64_t>(plan.tiles);
+  const detail::Tiling tiling = detail::tile_axis0(extents, plan.tile_rows, plan.tiles);
   // One record per point: the records lie along axis 0 with every other extent 1, so their
   // tiling has the launch's color space whatever the array's dimension.
   l.record_bytes = record_bytes_for(slice);
@@ -110,13 +100,13 @@ void Batches::launch_next() {
       runtime->create_store(legate::Shape{record_extents}, legate::uint8());
 
   const legate::Library lib = library();
-  auto task = runtime->create_task(lib, detail::LoadReportTask::TASK_CONFIG.task_id(),
-                                   legate::tuple<std::uint64_t>{launch});
-  task.add_output(l.batch.array.data().partition_by_tiling(tile_shape));
+  auto task = detail::tiled_task(lib, detail::LoadReportTask::TASK_CONFIG.task_id(), tiling);
+  task.add_output(l.batch.array.data().partition_by_tiling(tiling.tile_shape));
   task.add_output(errors.partition_by_tiling(record_tile));
-  task.add_scalar_arg(legate::Scalar{encode_layout(slice)});
-  task.add_scalar_arg(legate::Scalar{processors_});
-  task.add_scalar_arg(legate::Scalar{options_.overdecompose});
+  const TileEncoding tiles =
+      value_or_throw(encode_tiles(slice, plan), what + ": planning", ErrorSite::kDiscover);
+  task.add_scalar_arg(legate::Scalar{tiles.bytes});
+  task.add_scalar_arg(legate::Scalar{tiles.offsets});
   task.add_scalar_arg(legate::Scalar{plan.tile_rows});
   runtime->submit(std::move(task));  // does not wait: the task cannot throw
   l.errors = std::move(errors);

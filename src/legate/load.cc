@@ -135,103 +135,7 @@ legate::Library library() {
   return lib;
 }
 
-namespace {
-
-std::string human_bytes(std::uint64_t n) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.2f GB", static_cast<double>(n) / 1e9);
-  return std::string(buf) + " (" + std::to_string(n) + " bytes)";
-}
-
-}  // namespace
-
-namespace detail {
-
-// Legate allocates a store in the memory of the processors its tasks run on: the system
-// memory (all CPUs of a node share it), the socket memory of OpenMP processors where there is
-// one, or each GPU's framebuffer. A store larger than that memory makes Legate end the process
-// while mapping, after the launch, where nothing can be caught, so it is refused here, from the
-// sizes alone, before the store exists. Realm's memory capacities are what --sysmem, --ompmem
-// and --fbmem gave.
-void check_memory(const Layout& layout, const ReadPlan& plan, legate::mapping::TaskTarget target,
-                  std::int64_t processors, std::uint64_t copies) {
-  using legate::mapping::TaskTarget;
-  std::set<Realm::Memory> memories;
-  Realm::Machine::get_machine().get_all_memories(memories);
-  const auto capacity_of = [&](Realm::Memory::Kind kind, std::size_t* count,
-                               std::uint64_t* smallest) {
-    std::uint64_t total = 0;
-    for (const auto& m : memories) {
-      if (m.kind() != kind) continue;
-      const auto c = static_cast<std::uint64_t>(m.capacity());
-      total += c;
-      *smallest = *count == 0 ? c : std::min(*smallest, c);
-      ++*count;
-    }
-    return total;
-  };
-  std::size_t count = 0;
-  std::uint64_t smallest = 0;
-  std::uint64_t capacity = 0;
-  const char* what = "system memory";
-  const char* flag = "--sysmem";
-  if (target == TaskTarget::GPU) {
-    capacity = capacity_of(Realm::Memory::GPU_FB_MEM, &count, &smallest);
-    what = "GPU framebuffer memory";
-    flag = "--fbmem";
-  } else if (target == TaskTarget::OMP) {
-    capacity = capacity_of(Realm::Memory::SOCKET_MEM, &count, &smallest);
-    what = "OpenMP socket memory";
-    flag = "--ompmem";
-  }
-  if (count == 0) {
-    capacity = capacity_of(Realm::Memory::SYSTEM_MEM, &count, &smallest);
-    what = "system memory";
-    flag = "--sysmem";
-  }
-  if (count == 0) return;  // nothing to compare with; Legate decides
-  // Legate keeps a little of each memory for itself (a store filling all of it fails to map,
-  // one a few MiB smaller loads): leave 16 MiB and 1% of a memory free.
-  const auto usable = [](std::uint64_t c) {
-    const std::uint64_t reserve = (std::uint64_t{16} << 20) + c / 100;
-    return c > reserve ? c - reserve : 0;
-  };
-  const std::uint64_t total = layout.total_bytes() * copies;
-  // Batches keep `copies` of a batch alive at once; a load keeps one.
-  const std::string needs = copies == 1 ? "the dataset needs " + human_bytes(total)
-                                        : std::to_string(copies) + " batches (prefetch + 1) of " +
-                                              human_bytes(layout.total_bytes()) + " need " +
-                                              human_bytes(total);
-  const std::string fewer =
-      copies == 1 ? "load fewer rows" : "use fewer rows per batch or a smaller prefetch";
-  if (target == TaskTarget::GPU) {
-    // Each GPU holds its own tiles; with the tiles spread evenly, the busiest GPU holds
-    // ceil(tiles / P) of them.
-    const auto per_gpu_tiles = static_cast<std::uint64_t>((plan.tiles + processors - 1) /
-                                                          std::max<std::int64_t>(processors, 1));
-    const std::uint64_t per_gpu = std::min<std::uint64_t>(
-        total,
-        copies * per_gpu_tiles * static_cast<std::uint64_t>(plan.tile_rows) * layout.row_bytes);
-    if (per_gpu > usable(smallest)) {
-      throw OutOfMemoryError(
-          needs + ", up to " + human_bytes(per_gpu) + " on each of " + std::to_string(processors) +
-          " GPUs, but a GPU has " + human_bytes(usable(smallest)) + " of " + what +
-          " for Legate; give Legate more (" + flag +
-          ", in LEGATE_CONFIG or to the legate launcher), use more GPUs, or " + fewer);
-    }
-    return;
-  }
-  if (total > usable(capacity)) {
-    throw OutOfMemoryError(needs + ", but Legate has " + human_bytes(usable(capacity)) + " of " +
-                           what + " for it in all; give Legate more (" + flag +
-                           ", in LEGATE_CONFIG or to the legate launcher), or " + fewer);
-  }
-}
-
-}  // namespace detail
-
 legate::LogicalArray load(const Layout& layout, const LoadOptions& options, LoadInfo* info) {
-  using legate::mapping::TaskTarget;
   if (options.overdecompose < 1) {
     throw LayoutError("overdecompose (K) must be at least 1, found " +
                       std::to_string(options.overdecompose));
@@ -244,26 +148,16 @@ legate::LogicalArray load(const Layout& layout, const LoadOptions& options, Load
   };
   auto* runtime = legate::Runtime::get_runtime();
   const legate::Library lib = library();
-  const auto machine = runtime->get_machine();
+  const detail::Target target = detail::choose_target();
   LoadInfo li;
-  TaskTarget chosen = TaskTarget::CPU;
-  for (const auto& [target, name] :
-       {std::pair{TaskTarget::GPU, "GPU"}, std::pair{TaskTarget::OMP, "OMP"},
-        std::pair{TaskTarget::CPU, "CPU"}}) {
-    if (machine.count(target) > 0) {
-      li.target = name;
-      li.processors = machine.count(target);
-      chosen = target;
-      break;
-    }
-  }
-  if (li.processors == 0) throw LayoutError("the machine has no processors to load on");
+  li.target = target.name;
+  li.processors = target.processors;
   const ReadPlan plan =
       value_or_throw(plan_layout(layout, li.processors, options.overdecompose), "planning");
   li.tile_rows = plan.tile_rows;
   li.tiles = plan.tiles;
   if (info != nullptr) *info = li;
-  detail::check_memory(layout, plan, chosen, li.processors, 1);
+  detail::check_memory(layout, plan, target.kind, li.processors, 1);
 
   std::vector<std::uint64_t> extents;
   for (const auto d : layout.shape()) extents.push_back(static_cast<std::uint64_t>(d));
@@ -274,29 +168,19 @@ legate::LogicalArray load(const Layout& layout, const LoadOptions& options, Load
     return array;
   }
 
-  std::vector<std::uint64_t> tile_shape = extents;
-  tile_shape[0] = static_cast<std::uint64_t>(plan.tile_rows);
-  std::vector<std::uint64_t> launch(extents.size(), 1);
-  launch[0] = static_cast<std::uint64_t>(plan.tiles);
-  auto partition = array.data().partition_by_tiling(tile_shape);
-
-  auto task = runtime->create_task(lib, detail::LoadTask::TASK_CONFIG.task_id(),
-                                   legate::tuple<std::uint64_t>{launch});
-  task.add_output(partition);
-  task.add_scalar_arg(legate::Scalar{encode_layout(layout)});
-  task.add_scalar_arg(legate::Scalar{li.processors});
-  task.add_scalar_arg(legate::Scalar{options.overdecompose});
+  const detail::Tiling tiling = detail::tile_axis0(extents, plan.tile_rows, plan.tiles);
+  auto task = detail::tiled_task(lib, detail::LoadTask::TASK_CONFIG.task_id(), tiling);
+  task.add_output(array.data().partition_by_tiling(tiling.tile_shape));
+  const TileEncoding tiles = value_or_throw(encode_tiles(layout, plan), "planning");
+  task.add_scalar_arg(legate::Scalar{tiles.bytes});
+  task.add_scalar_arg(legate::Scalar{tiles.offsets});
   task.add_scalar_arg(legate::Scalar{plan.tile_rows});
   const auto t1 = Clock::now();
   if (info != nullptr) info->launch_seconds = seconds(t0, t1);
-  try {
-    runtime->submit(std::move(task));
-    if (info != nullptr) info->fill_seconds = seconds(t1, Clock::now());
-  } catch (const legate::TaskException& e) {
-    // Whatever a point finds while reading (I/O failure, changed file,
-    // damaged chunk, a null) is a read error; only bad task arguments are not.
-    throw_status(detail::status_from_task_error(e), ErrorSite::kRead);
-  }
+  // Whatever a point finds while reading (I/O failure, changed file, damaged chunk, a null) is
+  // a read error; only bad task arguments are not.
+  detail::submit_or_throw(std::move(task), ErrorSite::kRead);
+  if (info != nullptr) info->fill_seconds = seconds(t1, Clock::now());
   return array;
 }
 

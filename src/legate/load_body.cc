@@ -17,8 +17,7 @@
 namespace shardload::detail {
 
 Status fill_tile_rows(const Tile& t, std::int64_t lo, std::int64_t hi) {
-  return fill_rows(t.layout, t.lo + lo, t.lo + hi,
-                   t.ptr + static_cast<std::size_t>(lo) * t.layout.row_bytes);
+  return fill_rows(t.layout, lo, hi, t.ptr + static_cast<std::size_t>(lo) * t.layout.row_bytes);
 }
 
 namespace {
@@ -60,25 +59,22 @@ Status tile_error(const Tile& t, const Status& given) {
 
 Result<Tile> prepare_tile(legate::TaskContext& context) {
   Tile t;
-  const legate::Scalar blob = context.scalar(0);
-  const auto* bytes = static_cast<const std::uint8_t*>(blob.ptr());
-  SHARDLOAD_ASSIGN_OR_RETURN(t.layout, decode_layout(std::span(bytes, blob.size())));
-  const auto processors = context.scalar(1).value<std::int64_t>();
-  const auto k = context.scalar(2).value<std::int64_t>();
-  const auto tile_rows = context.scalar(3).value<std::int64_t>();
-  SHARDLOAD_ASSIGN_OR_RETURN(ReadPlan plan, plan_layout(t.layout, processors, k));
-  if (plan.tile_rows != tile_rows) {
-    return arg_error("tile rows " + std::to_string(tile_rows) + " differ from the plan's " +
-                     std::to_string(plan.tile_rows));
-  }
+  const auto bytes = context.scalar(0).values<std::uint8_t>();
+  const auto offsets = context.scalar(1).values<std::int64_t>();
+  const auto tile_rows = context.scalar(2).value<std::int64_t>();
   t.index = context.get_task_index()[0];
-  if (t.index < 0 || t.index >= plan.tiles) {
-    return arg_error("point " + std::to_string(t.index) + " outside the plan's " +
-                     std::to_string(plan.tiles) + " tiles");
+  // Only this tile's shards: the launcher cut the layout at the plan's tiles.
+  SHARDLOAD_ASSIGN_OR_RETURN(t.layout,
+                             decode_tile(std::span(bytes.data(), bytes.size()),
+                                         std::span(offsets.data(), offsets.size()), t.index));
+  const std::int64_t rows = t.layout.total_rows();
+  if (tile_rows < 1 || rows < 1 || rows > tile_rows ||
+      __builtin_mul_overflow(t.index, tile_rows, &t.lo)) {
+    return arg_error("tile " + std::to_string(t.index) + " has " + std::to_string(rows) +
+                     " rows, expected 1 to the tile rows " + std::to_string(tile_rows));
   }
-  t.lo = plan.tile_begin(t.index);
-  t.hi = plan.tile_end(t.index);
-  t.pieces = tile_pieces(plan, t.layout.offsets, t.index);
+  t.hi = t.lo + rows;
+  pieces_for_rows(t.layout.offsets, 0, rows, &t.pieces);
 
   legate::PhysicalStore store = context.output(0).data();
   const legate::Domain dom = store.domain();
@@ -130,7 +126,7 @@ Status fill_host_tile(const Tile& t) {
   };
   for (std::int64_t a = 0; a < rows; a += chunk_rows) {
     const std::int64_t b = std::min(rows, a + chunk_rows);
-    SHARDLOAD_RETURN_IF_ERROR(filler->fill(t.lo + a, t.lo + b, buf.get()));
+    SHARDLOAD_RETURN_IF_ERROR(filler->fill(a, b, buf.get()));
     scatter_rows(buf.get(), b - a, t.extents, t.strides, t.layout.dtype.size,
                  t.ptr + static_cast<std::size_t>(a) * t.strides[0], copy);
   }

@@ -70,7 +70,7 @@ Status fill_device_tile(const Tile& t, cudaStream_t stream) {
   if (!t.dense) {
     // Through the same pinned pool: no per-task pinned allocation (a device-wide stall), reads
     // overlapping the copies, nothing left allocated or in flight on an error.
-    return fill_device_strided(t.layout, t.lo, t.hi, t.extents, t.strides, t.ptr, stream,
+    return fill_device_strided(t.layout, 0, t.hi - t.lo, t.extents, t.strides, t.ptr, stream,
                                *engine->pool, engine->options);
   }
   const std::uint64_t bytes = static_cast<std::uint64_t>(t.hi - t.lo) * t.layout.row_bytes;

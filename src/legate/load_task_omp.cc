@@ -21,13 +21,13 @@ Status fill_omp_tile(const Tile& tile) {
   if (!tile.dense || rows < 2) return fill_host_tile(tile);
   const std::int64_t n = std::min<std::int64_t>(omp_get_max_threads(), rows);
   // On an aligned unit grid the threads' shares end on unit boundaries, so that no unit
-  // is decoded by two threads (a share may be empty when units are large).
+  // is decoded by two threads (a share may be empty when units are large). The grid is the
+  // tile's own: its rows count from the tile's first row.
   const UnitGrid grid = unit_grid(tile.layout.offsets, tile.layout.shards);
   const auto split = [&](std::int64_t i) {
     std::int64_t r = rows * i / n;
     if (grid.aligned && grid.rows > 0 && i > 0 && i < n) {
-      const std::int64_t g = tile.lo + r;
-      r = std::clamp<std::int64_t>(g - g % grid.rows - tile.lo, 0, rows);
+      r = std::clamp<std::int64_t>(r - r % grid.rows, 0, rows);
     }
     return r;
   };

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <span>
 
+#include "legate/detail/launch.hpp"
 #include "legate/detail/load_body.hpp"
 #include "legate/detail/point_task.hpp"
 #include "legate/detail/tasks.hpp"
@@ -182,11 +183,7 @@ VerifyReport verify_manifest(const std::string& manifest_path, std::int64_t grou
   task.add_output(found.partition_by_tiling({per}));
   task.add_scalar_arg(legate::Scalar{bytes_of(manifest_path)});
   task.add_scalar_arg(legate::Scalar{m->container_hash});
-  try {
-    runtime->submit(std::move(task));
-  } catch (const legate::TaskException& e) {
-    throw_status(detail::status_from_task_error(e), ErrorSite::kDiscover);
-  }
+  detail::submit_or_throw(std::move(task), ErrorSite::kDiscover);
   const auto codes_phys = codes.get_physical_store();
   const auto found_phys = found.get_physical_store();
   const legate::InlineAllocation ca = codes_phys.get_inline_allocation();

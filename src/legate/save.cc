@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstring>
 
+#include "legate/detail/launch.hpp"
 #include "legate/detail/save_files.hpp"
 #include "legate/detail/save_once.hpp"
 #include "legate/detail/tasks.hpp"
@@ -200,24 +201,15 @@ void save(const legate::LogicalArray& array, const std::string& dest, const Save
     const auto plan = make_plan(spec.offsets, processors, 1);
     check(plan.status());
     si.tiles = plan->tiles;
-    std::vector<std::uint64_t> tile_shape(extents.begin(), extents.end());
-    tile_shape[0] = static_cast<std::uint64_t>(plan->tile_rows);
-    std::vector<std::uint64_t> launch(extents.size(), 1);
-    launch[0] = static_cast<std::uint64_t>(plan->tiles);
+    const detail::Tiling tiling = detail::tile_axis0(extents, plan->tile_rows, plan->tiles);
     const legate::Scope scope{machine};
-    auto task = runtime->create_task(lib, detail::SaveTask::TASK_CONFIG.task_id(),
-                                     legate::tuple<std::uint64_t>{launch});
-    task.add_input(tileable(array).data().partition_by_tiling(tile_shape));
+    auto task = detail::tiled_task(lib, detail::SaveTask::TASK_CONFIG.task_id(), tiling);
+    task.add_input(tileable(array).data().partition_by_tiling(tiling.tile_shape));
     const std::vector<std::uint8_t> dir_bytes(staging->begin(), staging->end());
     task.add_scalar_arg(legate::Scalar{dir_bytes});
     task.add_scalar_arg(legate::Scalar{spec.encode()});
     task.add_scalar_arg(legate::Scalar{plan->tile_rows});
-    try {
-      runtime->submit(std::move(task));
-    } catch (const legate::TaskException& e) {
-      throw_status(detail::status_from_task_error(e).with_context("saving to " + dest),
-                   ErrorSite::kWrite);
-    }
+    detail::submit_or_throw(std::move(task), ErrorSite::kWrite, "saving to " + dest);
   }
   const auto t2 = Clock::now();
   si.write_seconds = seconds(t1, t2);

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "engine/detail/strided.hpp"
+#include "legate/detail/task_ids.hpp"
 #include "shardload/legate.hpp"
 #include "shardload/synth.hpp"
 #include "shardload/synth_array.hpp"
@@ -15,13 +16,11 @@ namespace shardload {
 
 namespace {
 
-constexpr std::int64_t kSynthTaskId = 4;  // beside load (1), verify (2) and save (3)
-
 // Output 0: the array tiled along axis 0. Scalars: 0 dtype kind, 1 dtype size, 2 seed.
 class SynthTask : public legate::LegateTask<SynthTask> {
  public:
   static inline const auto TASK_CONFIG =  // NOLINT(cert-err58-cpp)
-      legate::TaskConfig{legate::LocalTaskID{kSynthTaskId}}.with_signature(
+      legate::TaskConfig{legate::LocalTaskID{detail::kDemoSynthTask}}.with_signature(
           legate::TaskSignature{}.outputs(1).scalars(3));
 
   static void cpu_variant(legate::TaskContext context);

@@ -9,6 +9,8 @@
 #include <vector>
 
 #include "engine/detail/strided.hpp"
+#include "legate/detail/launch.hpp"
+#include "legate/detail/task_ids.hpp"
 #include "shardload/synth.hpp"
 #include "shardload/verify.hpp"
 
@@ -16,15 +18,13 @@ namespace shardload {
 
 namespace {
 
-constexpr std::int64_t kVerifyTaskId = 2;  // next to the library's load task (1)
-
 // Input 0: a loaded array tiled along axis 0; output 0: one int64 per tile,
 // the count of elements that differ from synth_fill(seed). Scalars: 0 dtype
 // kind, 1 dtype size, 2 seed. Each point finds its rows from its piece.
 class VerifyTask : public legate::LegateTask<VerifyTask> {
  public:
   static inline const auto TASK_CONFIG =  // NOLINT(cert-err58-cpp)
-      legate::TaskConfig{legate::LocalTaskID{kVerifyTaskId}}.with_signature(
+      legate::TaskConfig{legate::LocalTaskID{detail::kDemoVerifyTask}}.with_signature(
           legate::TaskSignature{}.inputs(1).outputs(1).scalars(3));
 
   static void cpu_variant(legate::TaskContext context);
@@ -109,16 +109,14 @@ std::int64_t count_synth_mismatches(const legate::LogicalArray& array, const Lay
                                     const LoadInfo& info, std::uint64_t seed) {
   auto* runtime = legate::Runtime::get_runtime();
   if (info.tiles == 0 || layout.row_bytes == 0) return 0;
-  std::vector<std::uint64_t> tile_shape;
-  for (const auto d : layout.shape()) tile_shape.push_back(static_cast<std::uint64_t>(d));
-  tile_shape[0] = static_cast<std::uint64_t>(info.tile_rows);
-  std::vector<std::uint64_t> launch(tile_shape.size(), 1);
-  launch[0] = static_cast<std::uint64_t>(info.tiles);
+  std::vector<std::uint64_t> extents;
+  for (const auto d : layout.shape()) extents.push_back(static_cast<std::uint64_t>(d));
+  const detail::Tiling tiling = detail::tile_axis0(extents, info.tile_rows, info.tiles);
   // One count per point, in a store with the launch's shape (tiles, 1, ...).
+  const std::vector<std::uint64_t>& launch = tiling.launch;
   auto counts = runtime->create_store(legate::Shape{launch}, legate::int64());
-  auto task = runtime->create_task(demo_library(), VerifyTask::TASK_CONFIG.task_id(),
-                                   legate::tuple<std::uint64_t>{launch});
-  task.add_input(array.data().partition_by_tiling(tile_shape));
+  auto task = detail::tiled_task(demo_library(), VerifyTask::TASK_CONFIG.task_id(), tiling);
+  task.add_input(array.data().partition_by_tiling(tiling.tile_shape));
   task.add_output(counts.partition_by_tiling(std::vector<std::uint64_t>(launch.size(), 1)));
   task.add_scalar_arg(legate::Scalar{static_cast<std::int32_t>(layout.dtype.kind)});
   task.add_scalar_arg(legate::Scalar{static_cast<std::int32_t>(layout.dtype.size)});

@@ -1,6 +1,9 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
+#include <span>
+#include <string>
 
 #include "shardload/codec.hpp"
 
@@ -165,6 +168,104 @@ TEST(Codec, RejectsEveryTruncationAndCorruption) {
     c[rng() % c.size()] ^= static_cast<std::uint8_t>(1 + rng() % 255);
     (void)decode_layout(c);  // must not crash; result may be either
   }
+}
+
+// slice_rows as it was written first, one pass over every shard: the oracle for the one that
+// starts at the range's first shard.
+Layout naive_slice(const Layout& layout, std::int64_t lo, std::int64_t hi) {
+  std::vector<Shard> shards;
+  const std::size_t n = layout.shards.size();
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::int64_t first = layout.offsets[i];
+    const std::int64_t end = layout.offsets[i + 1];
+    const std::int64_t a = std::max(lo, first);
+    const std::int64_t b = std::min(hi, end);
+    const bool keep = a < b || (lo == hi && shards.empty() && (lo < end || i + 1 == n));
+    if (!keep) continue;
+    Shard s = layout.shards[i];
+    const std::int64_t stored = s.stored_rows();
+    s.first_row += a - first;
+    s.rows = std::max<std::int64_t>(0, b - a);
+    s.file_rows = stored;
+    if (s.first_row == 0 && s.rows == stored) s.file_rows = -1;
+    shards.push_back(std::move(s));
+  }
+  return assemble_layout(layout.format, layout.options, layout.dtype, layout.trailing_shape,
+                         std::move(shards))
+      .value();
+}
+
+TEST(Codec, SliceRowsMatchesAPassOverEveryShard) {
+  // Zero-row shards (every 7th) at the start, inside and at the end of ranges; a slice of a
+  // slice, whose shards are views already.
+  const Layout l = sample(30);
+  const Layout views = slice_rows(l, 2, l.total_rows() - 3).value();
+  for (const Layout* layout : {&l, &views}) {
+    const std::int64_t total = layout->total_rows();
+    for (std::int64_t lo = 0; lo <= total; ++lo) {
+      for (std::int64_t hi = lo; hi <= total; ++hi) {
+        auto fast = slice_rows(*layout, lo, hi);
+        ASSERT_TRUE(fast) << fast.status().message();
+        ASSERT_EQ(encode_layout(*fast), encode_layout(naive_slice(*layout, lo, hi)))
+            << "rows [" << lo << ", " << hi << ")";
+      }
+    }
+  }
+}
+
+TEST(Codec, EachTileDecodesToItsSliceOnly) {
+  Layout grid = sample(40);
+  for (std::size_t i = 0; i < grid.shards.size(); ++i) grid.shards[i].decode_rows = 1 + i % 3;
+  const Layout views = slice_rows(sample(40), 3, 90).value();
+  for (const Layout* layout : {static_cast<const Layout*>(&grid), &views}) {
+    for (std::int64_t p : {1, 2, 3}) {
+      for (std::int64_t k : {1, 4, 64}) {
+        const ReadPlan plan = plan_layout(*layout, p, k).value();
+        auto tiles = encode_tiles(*layout, plan);
+        ASSERT_TRUE(tiles) << tiles.status().message();
+        ASSERT_EQ(tiles->offsets.size(), static_cast<std::size_t>(plan.tiles) + 1);
+        for (std::int64_t t = 0; t < plan.tiles; ++t) {
+          auto tile = decode_tile(tiles->bytes, tiles->offsets, t);
+          ASSERT_TRUE(tile) << tile.status().message();
+          const Layout want = slice_rows(*layout, plan.tile_begin(t), plan.tile_end(t)).value();
+          expect_equal(*tile, want);
+          // Only the shards with rows in the tile (zero-row shards have none).
+          std::size_t covered = 0;
+          for (std::size_t s = 0; s < layout->shards.size(); ++s) {
+            covered += std::max(layout->offsets[s], plan.tile_begin(t)) <
+                       std::min(layout->offsets[s + 1], plan.tile_end(t));
+          }
+          EXPECT_EQ(tile->shards.size(), covered) << "tile " << t;
+        }
+      }
+    }
+  }
+}
+
+TEST(Codec, DecodeTileRefusesWhatIsNoTileTable) {
+  const Layout l = sample(20);
+  const ReadPlan plan = plan_layout(l, 2, 2).value();
+  const TileEncoding tiles = encode_tiles(l, plan).value();
+  ASSERT_EQ(plan.tiles, 4);
+  const auto refused = [&](std::span<const std::uint8_t> bytes,
+                           std::span<const std::int64_t> offsets, std::int64_t t,
+                           const std::string& why) {
+    auto r = decode_tile(bytes, offsets, t);
+    ASSERT_FALSE(r) << "tile " << t << " accepted";
+    EXPECT_EQ(r.status().code(), ErrorCode::kInvalidArgument);
+    EXPECT_NE(r.status().message().find(why), std::string::npos) << r.status().message();
+  };
+  refused(tiles.bytes, tiles.offsets, -1, "outside the table's 4 tiles");
+  refused(tiles.bytes, tiles.offsets, 4, "outside the table's 4 tiles");
+  refused(tiles.bytes, {}, 0, "outside the table's 0 tiles");
+  refused(std::span(tiles.bytes).first(tiles.bytes.size() - 1), tiles.offsets, 3, "spans bytes");
+  auto backwards = tiles.offsets;
+  std::swap(backwards[1], backwards[2]);
+  refused(tiles.bytes, backwards, 1, "spans bytes");
+  // A table cut elsewhere than at the tiles: the bytes are no encoding.
+  auto shifted = tiles.offsets;
+  shifted[1] += 1;
+  refused(tiles.bytes, shifted, 1, "encoded layout");
 }
 
 }  // namespace

@@ -1,17 +1,49 @@
-// What the launchers of the Legate adapter share (load.cc, batches.cc). Internal.
+// What the launchers of the Legate adapter share (load, batches, save, the manifest's
+// verification, the demo tasks): the target choice, the tiled launch along axis 0, submitting
+// with the task's error mapped to the typed exception, and the memory check. Internal.
 #pragma once
 
 #include <legate.h>
 
 #include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
 
+#include "shardload/errors.hpp"
 #include "shardload/layout.hpp"
 #include "shardload/plan.hpp"
 
 namespace shardload::detail {
 
+// Where a load runs: the GPUs where there are any, else the OpenMP processors, else the CPUs.
+struct Target {
+  legate::mapping::TaskTarget kind = legate::mapping::TaskTarget::CPU;
+  const char* name = "CPU";
+  std::int64_t processors = 0;
+};
+// Throws LayoutError when the machine has no processor of any kind.
+Target choose_target();
+
+// A launch of `tiles` points over an array of shape `extents`, point t holding rows
+// [t x tile_rows, ...) with full trailing extents: partition the array by tile_shape.
+struct Tiling {
+  std::vector<std::uint64_t> tile_shape;
+  std::vector<std::uint64_t> launch;  // (tiles, 1, ...): the launch domain's shape
+};
+Tiling tile_axis0(std::span<const std::uint64_t> extents, std::int64_t tile_rows,
+                  std::int64_t tiles);
+legate::ManualTask tiled_task(const legate::Library& lib, legate::LocalTaskID id,
+                              const Tiling& tiling);
+
+// Submits the task; a legate::TaskException that a point threw becomes the typed exception of
+// its Status (throw_status at `site`), with `context` in front when it is not empty. A task
+// that may throw makes the submission wait for it.
+void submit_or_throw(legate::ManualTask task, ErrorSite site, const std::string& context = {});
+
 // Throws OutOfMemoryError unless `copies` arrays of the layout's size, tiled by `plan`, fit
-// the memory Legate has for `processors` processors of `target`.
+// the memory Legate has for `processors` processors of `target`. Legate keeps a little of each
+// memory for itself: 16 MiB and 1% of each memory count as taken.
 void check_memory(const Layout& layout, const ReadPlan& plan, legate::mapping::TaskTarget target,
                   std::int64_t processors, std::uint64_t copies);
 

@@ -18,7 +18,7 @@
 namespace shardload::detail {
 
 struct Tile {
-  Layout layout;
+  Layout layout;  // the tile's rows only: its row 0 is global row lo
   std::int64_t index = 0;
   std::int64_t lo = 0;  // global rows [lo, hi)
   std::int64_t hi = 0;
@@ -29,8 +29,8 @@ struct Tile {
   bool dense = false;                 // dense C-order: fill through ptr directly
 };
 
-// Decodes the arguments, recomputes the plan, finds this point's pieces and
-// checks that the store's local piece is exactly the tile. Never throws.
+// Decodes this point's tile (its shards only), finds its pieces and checks that
+// the store's local piece is exactly the tile. Never throws.
 Result<Tile> prepare_tile(legate::TaskContext& context);
 
 // Fills a host tile on the calling thread: straight into the store when it

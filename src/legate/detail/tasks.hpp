@@ -10,30 +10,21 @@
 #include <string>
 
 #include "legate/detail/compat.hpp"
+#include "legate/detail/task_ids.hpp"
 #include "shardload/status.hpp"
 
 namespace shardload::detail {
 
 inline constexpr const char* kLibraryName = "shardload";
 
-// Task ids of the library; 2 and 4 are the demo verify and synth tasks' (src/testing).
-enum TaskId : std::int64_t {
-  kLoadTask = 1,
-  kSaveTask = 3,
-  kVerifyManifestTask = 5,
-  kDiscoverTask = 6,
-  kLoadReportTask = 10,
-  kSavePrepareTask = 20,
-  kSaveCommitTask = 21,
-};
-
-// Output 0: the array, tiled along axis 0. Scalars: 0 encoded layout
-// (uint8 array), 1 processors, 2 overdecompose, 3 tile rows (checked).
+// Output 0: the array, tiled along axis 0. Scalars: 0 the layout cut at the plan's tiles
+// (encode_tiles' bytes, uint8 array), 1 their offsets (int64 array, tiles + 1), 2 tile rows.
+// Point t decodes only tile t's shards.
 class LoadTask : public legate::LegateTask<LoadTask> {
  public:
   static inline const auto TASK_CONFIG =  // NOLINT(cert-err58-cpp)
       legate::TaskConfig{legate::LocalTaskID{kLoadTask}}
-          .with_signature(legate::TaskSignature{}.outputs(1).scalars(4))
+          .with_signature(legate::TaskSignature{}.outputs(1).scalars(3))
           .with_variant_options(legate::VariantOptions{}.with_may_throw_exception(true));
 
   static void cpu_variant(legate::TaskContext context);
@@ -54,7 +45,7 @@ class LoadReportTask : public legate::LegateTask<LoadReportTask> {
  public:
   static inline const auto TASK_CONFIG =  // NOLINT(cert-err58-cpp)
       legate::TaskConfig{legate::LocalTaskID{kLoadReportTask}}.with_signature(
-          legate::TaskSignature{}.outputs(2).scalars(4));
+          legate::TaskSignature{}.outputs(2).scalars(3));
 
   static void cpu_variant(legate::TaskContext context);
 #if LEGATE_DEFINED(LEGATE_USE_OPENMP)

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "shardload/layout.hpp"
+#include "shardload/plan.hpp"
 #include "shardload/status.hpp"
 
 namespace shardload {
@@ -22,5 +23,21 @@ std::vector<std::uint8_t> encode_layout(const Layout& layout);
 
 // Rebuilds and re-validates the layout; malformed bytes are kInvalidArgument.
 Result<Layout> decode_layout(std::span<const std::uint8_t> bytes);
+
+// A layout cut at its plan's tiles, for the load task: tile t's rows as a layout of their own
+// (slice_rows: row 0 is the tile's first row), each encoded by encode_layout, one after the
+// other. A point task then decodes only the shards its tile covers, so that what a point
+// spends before reading does not grow with the whole layout's shards (decoding all of it and
+// replanning it in every point cost O(tiles x shards) per load).
+struct TileEncoding {
+  std::vector<std::uint8_t> bytes;
+  std::vector<std::int64_t> offsets;  // tiles + 1: tile t is bytes [offsets[t], offsets[t + 1])
+};
+Result<TileEncoding> encode_tiles(const Layout& layout, const ReadPlan& plan);
+
+// Tile t's layout from encode_tiles' bytes and offsets; kInvalidArgument when t is no tile of
+// the table, the table does not fit the bytes, or the tile's bytes are no encoding.
+Result<Layout> decode_tile(std::span<const std::uint8_t> bytes,
+                           std::span<const std::int64_t> offsets, std::int64_t tile);
 
 }  // namespace shardload

@@ -17,14 +17,14 @@
 // nothing more. Whatever K is asked for, a processor gets at most 256 tiles
 // and the launch at most 65,536 points, unless P alone exceeds that (then the
 // tiles are as fine as with K = 1). The plan depends on (rows, P, K) and the
-// unit grid below only, so the task side recomputes the same plan from the
-// same inputs.
+// unit grid below only; the launcher plans and cuts the layout at the tiles
+// (encode_tiles), so the tasks need not replan.
 //
 // Decode units (chunk-aware tiles). Chunked formats decode whole units (an HDF5 or Zarr
 // chunk, a Parquet row group), and a unit met by two tiles is decoded by both tasks: one
 // 128 MiB Zarr chunk under 64 tiles was decoded 64 times. So the plan takes the layout's
 // unit grid (unit_grid: from Shard::decode_rows, the one thing about units the layout
-// carries, so the task side recomputes the same plan) and moves tile boundaries onto it:
+// carries) and moves tile boundaries onto it:
 //
 //   aligned grid (every unit starts at a multiple of u in global rows: one chunked file,
 //   or shards whose rows are multiples of u):
@@ -106,8 +106,8 @@ Result<ReadPlan> make_plan(std::span<const std::int64_t> offsets, std::int64_t p
                            std::int64_t overdecompose, UnitGrid units = {});
 
 struct Layout;
-// The plan of a layout: make_plan over its offsets with its shards' unit grid. The launcher
-// and every point task must agree on it to the tile, so both take it from here.
+// The plan of a layout: make_plan over its offsets with its shards' unit grid. Every launcher
+// (load, batches, the memory check) takes it from here, so they agree on it to the tile.
 Result<ReadPlan> plan_layout(const Layout& layout, std::int64_t processors,
                              std::int64_t overdecompose);
 

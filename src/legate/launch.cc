@@ -1,0 +1,152 @@
+// The launchers' shared steps (legate/detail/launch.hpp): target choice, the tiled launch,
+// submit-or-throw and the memory check with its reserve rule.
+#include "legate/detail/launch.hpp"
+
+#include <realm.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "legate/detail/tasks.hpp"
+#include "shardload/legate.hpp"
+
+namespace shardload {
+
+namespace {
+
+std::string human_bytes(std::uint64_t n) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f GB", static_cast<double>(n) / 1e9);
+  return std::string(buf) + " (" + std::to_string(n) + " bytes)";
+}
+
+}  // namespace
+
+namespace detail {
+
+// Legate allocates a store in the memory of the processors its tasks run on: the system
+// memory (all CPUs of a node share it), the socket memory of OpenMP processors where there is
+// one, or each GPU's framebuffer. A store larger than that memory makes Legate end the process
+// while mapping, after the launch, where nothing can be caught, so it is refused here, from the
+// sizes alone, before the store exists. Realm's memory capacities are what --sysmem, --ompmem
+// and --fbmem gave.
+void check_memory(const Layout& layout, const ReadPlan& plan, legate::mapping::TaskTarget target,
+                  std::int64_t processors, std::uint64_t copies) {
+  using legate::mapping::TaskTarget;
+  std::set<Realm::Memory> memories;
+  Realm::Machine::get_machine().get_all_memories(memories);
+  const auto capacity_of = [&](Realm::Memory::Kind kind, std::size_t* count,
+                               std::uint64_t* smallest) {
+    std::uint64_t total = 0;
+    for (const auto& m : memories) {
+      if (m.kind() != kind) continue;
+      const auto c = static_cast<std::uint64_t>(m.capacity());
+      total += c;
+      *smallest = *count == 0 ? c : std::min(*smallest, c);
+      ++*count;
+    }
+    return total;
+  };
+  std::size_t count = 0;
+  std::uint64_t smallest = 0;
+  std::uint64_t capacity = 0;
+  const char* what = "system memory";
+  const char* flag = "--sysmem";
+  if (target == TaskTarget::GPU) {
+    capacity = capacity_of(Realm::Memory::GPU_FB_MEM, &count, &smallest);
+    what = "GPU framebuffer memory";
+    flag = "--fbmem";
+  } else if (target == TaskTarget::OMP) {
+    capacity = capacity_of(Realm::Memory::SOCKET_MEM, &count, &smallest);
+    what = "OpenMP socket memory";
+    flag = "--ompmem";
+  }
+  if (count == 0) {
+    capacity = capacity_of(Realm::Memory::SYSTEM_MEM, &count, &smallest);
+    what = "system memory";
+    flag = "--sysmem";
+  }
+  if (count == 0) return;  // nothing to compare with; Legate decides
+  // Legate keeps a little of each memory for itself (a store filling all of it fails to map,
+  // one a few MiB smaller loads): leave 16 MiB and 1% of a memory free.
+  const auto usable = [](std::uint64_t c) {
+    const std::uint64_t reserve = (std::uint64_t{16} << 20) + c / 100;
+    return c > reserve ? c - reserve : 0;
+  };
+  const std::uint64_t total = layout.total_bytes() * copies;
+  // Batches keep `copies` of a batch alive at once; a load keeps one.
+  const std::string needs = copies == 1 ? "the dataset needs " + human_bytes(total)
+                                        : std::to_string(copies) + " batches (prefetch + 1) of " +
+                                              human_bytes(layout.total_bytes()) + " need " +
+                                              human_bytes(total);
+  const std::string fewer =
+      copies == 1 ? "load fewer rows" : "use fewer rows per batch or a smaller prefetch";
+  if (target == TaskTarget::GPU) {
+    // Each GPU holds its own tiles; with the tiles spread evenly, the busiest GPU holds
+    // ceil(tiles / P) of them.
+    const auto per_gpu_tiles = static_cast<std::uint64_t>((plan.tiles + processors - 1) /
+                                                          std::max<std::int64_t>(processors, 1));
+    const std::uint64_t per_gpu = std::min<std::uint64_t>(
+        total,
+        copies * per_gpu_tiles * static_cast<std::uint64_t>(plan.tile_rows) * layout.row_bytes);
+    if (per_gpu > usable(smallest)) {
+      throw OutOfMemoryError(
+          needs + ", up to " + human_bytes(per_gpu) + " on each of " + std::to_string(processors) +
+          " GPUs, but a GPU has " + human_bytes(usable(smallest)) + " of " + what +
+          " for Legate; give Legate more (" + flag +
+          ", in LEGATE_CONFIG or to the legate launcher), use more GPUs, or " + fewer);
+    }
+    return;
+  }
+  if (total > usable(capacity)) {
+    throw OutOfMemoryError(needs + ", but Legate has " + human_bytes(usable(capacity)) + " of " +
+                           what + " for it in all; give Legate more (" + flag +
+                           ", in LEGATE_CONFIG or to the legate launcher), or " + fewer);
+  }
+}
+
+Target choose_target() {
+  using legate::mapping::TaskTarget;
+  const auto machine = legate::Runtime::get_runtime()->get_machine();
+  for (const auto& [kind, name] :
+       {std::pair{TaskTarget::GPU, "GPU"}, std::pair{TaskTarget::OMP, "OMP"},
+        std::pair{TaskTarget::CPU, "CPU"}}) {
+    if (machine.count(kind) > 0) {
+      return {kind, name, static_cast<std::int64_t>(machine.count(kind))};
+    }
+  }
+  throw LayoutError("the machine has no processors to load on");
+}
+
+Tiling tile_axis0(std::span<const std::uint64_t> extents, std::int64_t tile_rows,
+                  std::int64_t tiles) {
+  Tiling t;
+  t.tile_shape.assign(extents.begin(), extents.end());
+  t.tile_shape[0] = static_cast<std::uint64_t>(tile_rows);
+  t.launch.assign(extents.size(), 1);
+  t.launch[0] = static_cast<std::uint64_t>(tiles);
+  return t;
+}
+
+legate::ManualTask tiled_task(const legate::Library& lib, legate::LocalTaskID id,
+                              const Tiling& tiling) {
+  return legate::Runtime::get_runtime()->create_task(lib, id,
+                                                     legate::tuple<std::uint64_t>{tiling.launch});
+}
+
+void submit_or_throw(legate::ManualTask task, ErrorSite site, const std::string& context) {
+  try {
+    legate::Runtime::get_runtime()->submit(std::move(task));
+  } catch (const legate::TaskException& e) {
+    const Status st = status_from_task_error(e);
+    throw_status(context.empty() ? st : st.with_context(context), site);
+  }
+}
+
+}  // namespace detail
+
+}  // namespace shardload
