@@ -8,6 +8,7 @@
 #include <mutex>
 #include <set>
 
+#include "base/detail/bytes.hpp"
 #include "legate/detail/launch.hpp"
 #include "legate/detail/tasks.hpp"
 #include "shardload/codec.hpp"
@@ -31,14 +32,66 @@ Layout discover(const std::string& source, const std::string& pattern,
   const Source src = value_or_throw(Source::parse(source, pattern), "loading " + source);
   DiscoverOptions opts;
   opts.format = format;
-  return value_or_throw(shardload::discover(src, opts), "loading " + src.describe());
+  return value_or_throw(shardload::try_discover(src, opts), "loading " + src.describe());
+}
+
+Layout discover(const Source& source, const DiscoverOptions& options) {
+  return value_or_throw(shardload::try_discover(source, options), "loading " + source.describe());
+}
+
+Layout discover(const std::string& source, const DiscoverOptions& options) {
+  return discover(value_or_throw(Source::parse(source), "loading " + source), options);
 }
 
 Layout discover(const std::vector<std::string>& paths, const FormatOptions& format) {
   DiscoverOptions opts;
   opts.format = format;
-  return value_or_throw(shardload::discover(Source::list(paths), opts),
+  return value_or_throw(shardload::try_discover(Source::list(paths), opts),
                         "loading " + Source::list(paths).describe());
+}
+
+std::optional<DType> detail::find_dtype(const legate::Type& type) {
+  using Code = legate::Type::Code;
+  switch (type.code()) {
+    case Code::BOOL:
+      return DType{DTypeKind::kBool, 1};
+    case Code::INT8:
+      return DType{DTypeKind::kInt, 1};
+    case Code::INT16:
+      return DType{DTypeKind::kInt, 2};
+    case Code::INT32:
+      return DType{DTypeKind::kInt, 4};
+    case Code::INT64:
+      return DType{DTypeKind::kInt, 8};
+    case Code::UINT8:
+      return DType{DTypeKind::kUInt, 1};
+    case Code::UINT16:
+      return DType{DTypeKind::kUInt, 2};
+    case Code::UINT32:
+      return DType{DTypeKind::kUInt, 4};
+    case Code::UINT64:
+      return DType{DTypeKind::kUInt, 8};
+    case Code::FLOAT16:
+      return DType{DTypeKind::kFloat, 2};
+    case Code::FLOAT32:
+      return DType{DTypeKind::kFloat, 4};
+    case Code::FLOAT64:
+      return DType{DTypeKind::kFloat, 8};
+    case Code::COMPLEX64:
+      return DType{DTypeKind::kComplex, 8};
+    case Code::COMPLEX128:
+      return DType{DTypeKind::kComplex, 16};
+    default:
+      return std::nullopt;
+  }
+}
+
+DType dtype_of(const legate::Type& type) {
+  if (auto d = detail::find_dtype(type)) return *d;
+  throw_status({ErrorCode::kInvalidArgument,
+                "Legate type " + type.to_string() +
+                    " has no shardload dtype (expected bool, integers, float16/32/64 or "
+                    "complex64/128)"});
 }
 
 legate::Type legate_type(DType d) {
@@ -135,16 +188,6 @@ legate::Library library() {
   return lib;
 }
 
-namespace {
-
-std::string human_bytes(std::uint64_t n) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.2f GB", static_cast<double>(n) / 1e9);
-  return std::string(buf) + " (" + std::to_string(n) + " bytes)";
-}
-
-}  // namespace
-
 namespace detail {
 
 // Legate allocates a store in the memory of the processors its tasks run on: the system
@@ -198,10 +241,10 @@ void check_memory(const Layout& layout, const ReadPlan& plan, legate::mapping::T
   };
   const std::uint64_t total = layout.total_bytes() * copies;
   // Batches keep `copies` of a batch alive at once; a load keeps one.
-  const std::string needs = copies == 1 ? "the dataset needs " + human_bytes(total)
+  const std::string needs = copies == 1 ? "the dataset needs " + detail::size_string(total)
                                         : std::to_string(copies) + " batches (prefetch + 1) of " +
-                                              human_bytes(layout.total_bytes()) + " need " +
-                                              human_bytes(total);
+                                              detail::size_string(layout.total_bytes()) + " need " +
+                                              detail::size_string(total);
   const std::string fewer =
       copies == 1 ? "load fewer rows" : "use fewer rows per batch or a smaller prefetch";
   if (target == TaskTarget::GPU) {
@@ -213,17 +256,18 @@ void check_memory(const Layout& layout, const ReadPlan& plan, legate::mapping::T
         total,
         copies * per_gpu_tiles * static_cast<std::uint64_t>(plan.tile_rows) * layout.row_bytes);
     if (per_gpu > usable(smallest)) {
-      throw OutOfMemoryError(
-          needs + ", up to " + human_bytes(per_gpu) + " on each of " + std::to_string(processors) +
-          " GPUs, but a GPU has " + human_bytes(usable(smallest)) + " of " + what +
-          " for Legate; give Legate more (" + flag +
-          ", in LEGATE_CONFIG or to the legate launcher), use more GPUs, or " + fewer);
+      throw OutOfMemoryError(needs + ", up to " + detail::size_string(per_gpu) + " on each of " +
+                             std::to_string(processors) + " GPUs, but a GPU has " +
+                             detail::size_string(usable(smallest)) + " of " + what +
+                             " for Legate; give Legate more (" + flag +
+                             ", in LEGATE_CONFIG or to the legate launcher), use more GPUs, or " +
+                             fewer);
     }
     return;
   }
   if (total > usable(capacity)) {
-    throw OutOfMemoryError(needs + ", but Legate has " + human_bytes(usable(capacity)) + " of " +
-                           what + " for it in all; give Legate more (" + flag +
+    throw OutOfMemoryError(needs + ", but Legate has " + detail::size_string(usable(capacity)) +
+                           " of " + what + " for it in all; give Legate more (" + flag +
                            ", in LEGATE_CONFIG or to the legate launcher), or " + fewer);
   }
 }
