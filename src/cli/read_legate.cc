@@ -6,6 +6,7 @@
 #include <optional>
 #include <ostream>
 
+#include "base/detail/bytes.hpp"
 #include "cli/commands.hpp"
 #include "shardload/legate.hpp"
 #include "shardload/manifest_legate.hpp"
@@ -39,7 +40,22 @@ std::optional<Layout> warmup_layout(const Layout& l) {
 int run(const ReadArgs& a, std::ostream& out, std::ostream& err) {
   // One point discovers for the whole job (every rank runs this program); see
   // shardload/manifest_legate.hpp.
-  const auto layout = discover_once(a.source, a.pattern, a.format, a.trust_manifest);
+  std::optional<Layout> discovered;
+  try {
+    discovered = discover_once(a.source, a.pattern, a.format, a.trust_manifest);
+  } catch (const LayoutError&) {
+    // --astype with a format that reads its stored type: the refusal that names the format.
+    if (const auto src = Source::parse(a.source, a.pattern)) {
+      DiscoverOptions opts;
+      opts.format = a.format;
+      if (auto rc = check_type_options_after_failure("read", a.type_options, *src, opts)) {
+        return *rc;
+      }
+    }
+    throw;
+  }
+  const Layout& layout = *discovered;
+  if (auto rc = check_type_options("read", a.type_options, layout.format)) return *rc;
   // Before the warm-up, whose load would name only its one shard.
   check_legate_dims(layout);
   out << "source:         " << Source::parse(a.source, a.pattern).value().describe() << "\n";
@@ -69,7 +85,7 @@ int run(const ReadArgs& a, std::ostream& out, std::ostream& err) {
     }
     const double gb = static_cast<double>(layout.total_bytes()) / 1e9;
     out << "load:           " << secs << " s, " << (secs > 0 ? gb / secs : 0.0) << " GB/s for "
-        << size_string(layout.total_bytes()) << "\n";
+        << detail::size_string(layout.total_bytes()) << "\n";
   }
   if (!a.verify) {
     out << "verify:         skipped (--no-verify)\n";

@@ -1,0 +1,481 @@
+// The command line's argument handling, shared by every command: the commands' specs and
+// help, the option parser, the format options, and the error and spelling helpers.
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <charconv>
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <map>
+
+#include "cli/commands.hpp"
+#include "shardload/io.hpp"
+#include "shardload/layout.hpp"
+
+namespace shardload::cli {
+
+bool parse_int(const std::string& text, long long* out) {
+  auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), *out);
+  return ec == std::errc() && p == text.data() + text.size();
+}
+
+int fail(const char* cmd, const std::string& msg) {
+  std::cerr << "shardload " << cmd << ": error: " << cli_spelling(msg) << "\n";
+  return 1;
+}
+
+int usage_error(const char* cmd, const std::string& msg) {
+  std::cerr << "shardload " << cmd << ": " << msg << "; see 'shardload " << cmd << " --help'\n";
+  return 2;
+}
+
+// Source::parse's faults: a malformed argument (a pattern with a file or a glob, as Python's
+// ValueError) is a usage error, exit 2; a source that is not there is exit 1.
+int source_error(const char* cmd, const Status& s) {
+  if (s.code() == ErrorCode::kInvalidArgument) return usage_error(cmd, cli_spelling(s.message()));
+  return fail(cmd, s.message());
+}
+
+// Several SOURCE arguments are a list of files (a Zarr store counts as one). A directory of
+// shards, a numbered pattern or a glob among them is a SOURCE of its own that the list would
+// take for a file name ("cannot tell the format of DIR"): say so instead.
+std::optional<int> check_file_list(const char* cmd, const std::vector<std::string>& paths) {
+  for (const auto& p : paths) {
+    struct ::stat st {};
+    const char* what = nullptr;
+    if (::stat(p.c_str(), &st) == 0) {
+      const auto has = [&](const char* meta) {
+        return ::access((p + "/" + meta).c_str(), F_OK) == 0;
+      };
+      if (S_ISDIR(st.st_mode) && !has(".zarray") && !has(".zgroup") && !has("zarr.json")) {
+        what = "a directory";
+      }
+    } else if (p.find('{') != std::string::npos) {
+      what = "a numbered pattern";
+    } else if (p.find_first_of("*?[") != std::string::npos) {
+      what = "a glob";
+    }
+    if (what != nullptr) {
+      return usage_error(cmd, "'" + path_for_message(p) + "' is " + what +
+                                  ", a SOURCE of its own: give one directory, pattern or glob "
+                                  "alone, or several files (" +
+                                  std::to_string(paths.size()) + " arguments given)");
+    }
+  }
+  return std::nullopt;
+}
+
+namespace {
+
+const OptionSpec* find_option(const CommandSpec& spec, const std::string& name) {
+  for (const auto& o : spec.options) {
+    if (name == o.name) return &o;
+  }
+  if (spec.format_options) {
+    for (const auto& o : format_option_specs()) {
+      if (name == o.name) return &o;
+    }
+  }
+  return nullptr;
+}
+
+void print_options(const std::vector<OptionSpec>& options, std::ostream& out) {
+  for (const auto& o : options) {
+    std::string left = std::string("  --") + o.name;
+    if (o.metavar != nullptr) left += std::string(" ") + o.metavar;
+    out << left;
+    if (left.size() >= 23) {
+      out << "\n" << std::string(24, ' ');
+    } else {
+      out << std::string(24 - left.size(), ' ');
+    }
+    out << o.help << "\n";
+  }
+}
+
+}  // namespace
+
+const std::vector<OptionSpec>& format_option_specs() {
+  static const std::vector<OptionSpec> specs{
+      {"format", "F", "npy, raw, hdf5, parquet, arrow, zarr or auto (the default: by extension)"},
+      {"dtype", "T", "raw: the stored element type (float32, >f4, ...)"},
+      {"astype", "T", "parquet/arrow: the type to decode the columns into"},
+      {"trailing-shape", "D[,D...]",
+       "raw: the shape of one row after the first axis ('' for 1-D data)", true},
+      {"header-bytes", "N", "raw: bytes to skip at the start of each file"},
+      {"dataset", "NAME", "hdf5: the dataset in each file; zarr: the array in each store"},
+      {"columns", "A[,B...]", "parquet/arrow: the columns to read (default: every numeric one)"},
+      {"fill-value", "X", "parquet/arrow: the value for nulls (default: a null is an error)"},
+  };
+  return specs;
+}
+
+const std::vector<std::string>& format_option_names() {
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> n;
+    for (const auto& o : format_option_specs()) n.emplace_back(o.name);
+    return n;
+  }();
+  return names;
+}
+
+const std::vector<CommandSpec>& commands() {
+  static const std::string shape_help = "the shape of the whole dataset (1 to " +
+                                        std::to_string(kMaxWriteDims) +
+                                        " dimensions: those of a Legate array)";
+  static const std::vector<CommandSpec> specs{
+      {"write",
+       "--shard-dir DIR --num-shards N --shape ROWS[,DIM...] [options]",
+       "write a demo dataset of .npy shards with values to verify",
+       "Writes N .npy shards of deterministic values (a function of the seed and the element\n"
+       "index) and DIR/_meta.json, which `shardload read` verifies against.",
+       {{"shard-dir", "DIR", "the directory to write (created; stale shards removed)"},
+        {"num-shards", "N", "the number of shards (1 to 1000000); rows are split unevenly"},
+        {"shape", "ROWS[,DIM...]", shape_help.c_str()},
+        {"dtype", "T", "the element type (default float32)"},
+        {"seed", "S", "the seed of the values (default 0)"}},
+       false},
+      {"inspect",
+       "SOURCE... [options]",
+       "print the layout of a dataset (no Legate, no data read)",
+       "Prints the discovered layout of a directory, numbered pattern, glob, file or list of\n"
+       "files without reading their data. Exit status 1 when they do not form a dataset.",
+       {{"pattern", "P", "the numbering of the files in a directory SOURCE (shard_{:04d}.npy)"},
+        {"json", nullptr, "print the layout as JSON (paths not in UTF-8: \\udcXX per byte)"},
+        {"trust-manifest", nullptr, "take DIR/shardload.manifest without checking any shard"}},
+       true},
+      {"index",
+       "DIR [options]",
+       "write DIR/shardload.manifest: the layout, for discovery without probing",
+       "Discovers DIR (probing every shard) and writes its manifest, DIR/shardload.manifest,\n"
+       "atomically: every shard's path, rows, format data and snapshot, and with --checksum\n"
+       "a checksum of each file for `shardload verify`. Later discoveries of DIR read it\n"
+       "instead of the shards while every shard's size and times match.",
+       {{"pattern", "P", "the numbering of the files in DIR (shard_{:04d}.npy)"},
+        {"checksum", "C", "xxh3 or none (default none)"}},
+       true},
+      {"verify",
+       "DIR|MANIFEST [options]",
+       "check the shards against the manifest's checksums, in parallel under Legate",
+       "Hashes every shard named in DIR/shardload.manifest (or the manifest file given) in a\n"
+       "Legate task, one point per group of shards, and names every file whose checksum\n"
+       "differs or that cannot be read. Exit status 1 when any does.",
+       {{"groups", "G", "points of the launch (default four per CPU)"}},
+       false},
+      {"read",
+       "SOURCE [options]",
+       "load a dataset under Legate, time it and verify it",
+       "Loads SOURCE under Legate (configured by LEGATE_CONFIG or the legate launcher), prints\n"
+       "the layout, the plan, the time and GB/s, and verifies the values against the seed of\n"
+       "_meta.json (as `shardload write` made it) or --seed.",
+       {{"pattern", "P", "the numbering of the files in a directory SOURCE"},
+        {"overdecompose", "K", "tiles per processor (default 1)"},
+        {"repeat", "N", "load N times, timing each (default 1)"},
+        {"seed", "S", "verify against this seed instead of _meta.json's"},
+        {"no-verify", nullptr, "skip the verification"},
+        {"trust-manifest", nullptr, "take DIR/shardload.manifest without checking any shard"},
+        {"shard-dir", "DIR", "deprecated: the same as giving DIR as SOURCE"}},
+       true},
+  };
+  return specs;
+}
+
+const CommandSpec* find_command(const std::string& name) {
+  for (const auto& c : commands()) {
+    if (name == c.name) return &c;
+  }
+  return nullptr;
+}
+
+void print_help(const CommandSpec& spec, std::ostream& out) {
+  out << "usage: shardload " << spec.name << " " << spec.usage << "\n\n" << spec.summary << "\n";
+  out << "\noptions:\n";
+  print_options(spec.options, out);
+  out << "  -h, --help            show this help and exit\n";
+  if (spec.format_options) {
+    out << "\nformat options:\n";
+    print_options(format_option_specs(), out);
+  }
+  out << "\nAn option's value follows it (--opt VALUE) or is joined by '=' (--opt=VALUE).\n";
+}
+
+std::optional<int> parse_command_line(const CommandSpec& spec, const Args& args, Parsed* out) {
+  const char* cmd = spec.name;
+  // Help wins wherever it is, over any other argument's fault, as with argparse.
+  for (const auto& a : args) {
+    if (a == "--") break;
+    if (a == "-h" || a == "--help") {
+      print_help(spec, std::cout);
+      return 0;
+    }
+  }
+  bool only_positionals = false;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (only_positionals || a == "-" || a.empty() || a[0] != '-') {
+      // An empty path names nothing; Python refuses "" as a source too.
+      if (a.empty()) return usage_error(cmd, "an empty argument ('') is not a path");
+      out->positional.push_back(a);
+      continue;
+    }
+    if (a == "--") {
+      only_positionals = true;
+      continue;
+    }
+    if (a.rfind("--", 0) != 0) return usage_error(cmd, "unknown option " + a);
+    std::string name = a.substr(2);
+    std::optional<std::string> value;
+    if (const auto eq = name.find('='); eq != std::string::npos) {
+      value = name.substr(eq + 1);
+      name.resize(eq);
+    }
+    const OptionSpec* o = find_option(spec, name);
+    if (o == nullptr) return usage_error(cmd, "unknown option --" + name);
+    if (o->metavar == nullptr) {
+      if (value) return usage_error(cmd, "--" + name + " takes no value");
+      out->flags.insert(name);  // a flag twice says nothing new
+      continue;
+    }
+    if (!value) {
+      if (i + 1 >= args.size()) {
+        return usage_error(cmd, "--" + name + " needs a value (" + o->metavar + ")");
+      }
+      value = args[++i];
+    }
+    if (value->empty() && !o->empty_ok) {
+      return usage_error(
+          cmd, "--" + name + ": expected a non-empty value (" + o->metavar + "), found ''");
+    }
+    if (const auto it = out->opts.find(name); it != out->opts.end()) {
+      return usage_error(cmd, "--" + name + " is given twice ('" + it->second + "', then '" +
+                                  *value + "'); give it once");
+    }
+    out->opts[name] = *value;
+  }
+  return std::nullopt;
+}
+
+// The core's phrases that name an option as the Python API spells it, and the
+// command line's spelling. Whole phrases, so that a file name or a value that
+// merely contains "dtype" is left alone. tests/python/test_cli.py checks that
+// every "name=" phrase in the core's sources has a row here.
+std::string cli_spelling(std::string message) {
+  static const std::pair<const char*, const char*> kPhrases[] = {
+      {"name it with format= ", "name it with --format "},
+      {"; pass pattern=", "; pass --pattern="},
+      {"name one with pattern= (and format= where the name does not tell)",
+       "name one with --pattern (and --format where the name does not tell)"},
+      {"pass dtype= or write", "pass --dtype or write"},
+      {"pass astype= to cast", "pass --astype to cast"},
+      {"pass shape= (() for 1-D data)", "pass --trailing-shape ('' for 1-D data)"},
+      {"name one with dataset=", "name one with --dataset"},
+      {"name the array with dataset=", "name the array with --dataset"},
+      {"pass fill_value= to replace nulls", "pass --fill-value to replace nulls"},
+      {"differs from the dtype option", "differs from the --dtype option"},
+      {"differs from the shape option", "differs from the --trailing-shape option"},
+      {"differs from the header_bytes option", "differs from the --header-bytes option"},
+      {"raw: shape option", "raw: --trailing-shape option"},
+      {"(dataset, columns, fill value) do not apply",
+       "(--dataset, --columns, --fill-value) do not apply"},
+      {"name only numeric columns in columns=", "name only numeric columns in --columns"},
+      {"(pass columns= to choose)", "(pass --columns to choose)"},
+  };
+  for (const auto& [from, to] : kPhrases) {
+    const std::string f = from;
+    const std::string t = to;
+    for (std::size_t at = message.find(f); at != std::string::npos;
+         at = message.find(f, at + t.size())) {
+      message.replace(at, f.size(), t);
+    }
+  }
+  return message;
+}
+
+std::string json_path_string(const std::string& bytes) {
+  std::string out = "\"";
+  const auto* s = reinterpret_cast<const unsigned char*>(bytes.data());
+  const std::size_t n = bytes.size();
+  auto escape = [&](unsigned v) {
+    char buf[8];
+    std::snprintf(buf, sizeof buf, "\\u%04x", v);
+    out += buf;
+  };
+  std::size_t i = 0;
+  while (i < n) {
+    const unsigned c = s[i];
+    if (c < 0x80) {
+      if (c == '"' || c == '\\') {
+        out += '\\';
+        out += static_cast<char>(c);
+      } else if (c < 0x20 || c == 0x7f) {
+        escape(c);
+      } else {
+        out += static_cast<char>(c);
+      }
+      ++i;
+      continue;
+    }
+    // The length of a valid UTF-8 sequence starting here, by the strict
+    // rules (no overlong forms, no surrogates, nothing past U+10FFFF), as
+    // Python's decoder applies them; 0 when the byte starts none.
+    std::size_t len = 0;
+    unsigned lo = 0x80;
+    unsigned hi = 0xbf;
+    if (c >= 0xc2 && c <= 0xdf) {
+      len = 2;
+    } else if (c >= 0xe0 && c <= 0xef) {
+      len = 3;
+      if (c == 0xe0) lo = 0xa0;
+      if (c == 0xed) hi = 0x9f;
+    } else if (c >= 0xf0 && c <= 0xf4) {
+      len = 4;
+      if (c == 0xf0) lo = 0x90;
+      if (c == 0xf4) hi = 0x8f;
+    }
+    bool valid = len != 0 && i + len <= n;
+    for (std::size_t k = 1; valid && k < len; ++k) {
+      const unsigned b = s[i + k];
+      valid = k == 1 ? (b >= lo && b <= hi) : (b >= 0x80 && b <= 0xbf);
+    }
+    if (valid) {
+      out.append(bytes, i, len);
+      i += len;
+    } else {
+      escape(0xdc00 + c);
+      ++i;
+    }
+  }
+  out += '"';
+  return out;
+}
+
+namespace {
+
+// Only the columnar readers decode into another type; every other format reads its stored one.
+bool decodes_into(Format f) { return f == Format::kParquet || f == Format::kArrow; }
+
+std::string astype_refusal(Format f) {
+  return std::string(
+             "--astype: only parquet and arrow decode into another type, and the data "
+             "is ") +
+         format_name(f) + " (for raw files, --dtype is their stored type)";
+}
+
+}  // namespace
+
+Status parse_format_options(const std::map<std::string, std::string>& opts, FormatOptions* out) {
+  auto get = [&](const char* k) -> const std::string* {
+    auto it = opts.find(k);
+    return it == opts.end() ? nullptr : &it->second;
+  };
+  if (const auto* v = get("format")) {
+    SHARDLOAD_ASSIGN_OR_RETURN(out->format, parse_format(*v));
+  }
+  const auto* dtype = get("dtype");
+  const auto* astype = get("astype");
+  if (dtype != nullptr && astype != nullptr) {
+    return {ErrorCode::kInvalidArgument,
+            "--astype '" + *astype + "' and --dtype '" + *dtype +
+                "': give one (--dtype is the stored type of raw files, --astype the type "
+                "parquet/arrow decode into)"};
+  }
+  if (dtype != nullptr) SHARDLOAD_RETURN_IF_ERROR(set_dtype_option(*dtype, out));
+  if (astype != nullptr) {
+    // The read-as type of the parquet/arrow decode, which FormatOptions::dtype carries there.
+    auto parsed = parse_dtype(*astype);
+    if (!parsed) return {ErrorCode::kInvalidArgument, "--astype: " + parsed.status().message()};
+    out->dtype = *parsed;
+  }
+  if (astype != nullptr && out->format != Format::kAuto && !decodes_into(out->format)) {
+    return {ErrorCode::kInvalidArgument, astype_refusal(out->format)};
+  }
+  if (const auto* v = get("trailing-shape")) {
+    std::vector<long long> dims;
+    if (!v->empty() && !parse_int_list(*v, &dims)) {
+      return {ErrorCode::kInvalidArgument,
+              "--trailing-shape: expected DIM[,DIM...] or '' for 1-D, found '" + *v + "'"};
+    }
+    // A usage error, as Python's shape= refuses a negative dimension (ValueError).
+    if (std::any_of(dims.begin(), dims.end(), [](long long d) { return d < 0; })) {
+      return {ErrorCode::kInvalidArgument,
+              "--trailing-shape: dimensions must be >= 0, found '" + *v + "'"};
+    }
+    out->trailing_shape = std::vector<std::int64_t>(dims.begin(), dims.end());
+  }
+  if (const auto* v = get("header-bytes")) {
+    long long n = 0;
+    if (!parse_int(*v, &n) || n < 0) {
+      return {ErrorCode::kInvalidArgument,
+              "--header-bytes: expected an integer >= 0, found '" + *v + "'"};
+    }
+    out->header_bytes = static_cast<std::uint64_t>(n);
+  }
+  if (const auto* v = get("dataset")) out->dataset = *v;
+  if (const auto* v = get("columns")) {
+    std::size_t start = 0;
+    while (start <= v->size()) {
+      const auto comma = v->find(',', start);
+      out->columns.push_back(v->substr(start, comma == std::string::npos ? comma : comma - start));
+      if (comma == std::string::npos) break;
+      start = comma + 1;
+    }
+  }
+  if (const auto* v = get("fill-value")) {
+    char* end = nullptr;
+    const double d = std::strtod(v->c_str(), &end);
+    // strtod skips leading spaces, which no other number option takes.
+    if (v->empty() || std::isspace(static_cast<unsigned char>((*v)[0])) != 0 ||
+        end != v->c_str() + v->size()) {
+      return {ErrorCode::kInvalidArgument, "--fill-value: expected a number, found '" + *v + "'"};
+    }
+    out->fill_value = d;
+  }
+  return Status::ok();
+}
+
+std::optional<int> check_type_options(const char* cmd,
+                                      const std::map<std::string, std::string>& opts,
+                                      Format format) {
+  if (opts.count("astype") != 0 && !decodes_into(format)) {
+    return usage_error(cmd, astype_refusal(format));
+  }
+  if (const auto it = opts.find("dtype"); it != opts.end() && decodes_into(format)) {
+    std::cerr << "shardload " << cmd << ": note: --dtype is deprecated for " << format_name(format)
+              << " data, where it is the type to decode into; pass --astype " << it->second << "\n";
+  }
+  return std::nullopt;
+}
+
+std::optional<int> check_type_options_after_failure(const char* cmd,
+                                                    const std::map<std::string, std::string>& opts,
+                                                    const Source& source, DiscoverOptions options) {
+  if (opts.count("astype") == 0 || options.format.format != Format::kAuto) return std::nullopt;
+  // Only on this error path: the format without the read-as type, which the readers of other
+  // formats refuse as an option that does not apply.
+  options.format.dtype.reset();
+  options.use_manifest = false;
+  const auto found = try_discover(source, options);
+  if (!found || decodes_into(found->format)) return std::nullopt;
+  return usage_error(cmd, astype_refusal(found->format));
+}
+
+bool parse_int_list(const std::string& text, std::vector<long long>* out) {
+  out->clear();
+  std::size_t start = 0;
+  while (start <= text.size()) {
+    const auto comma = text.find(',', start);
+    const std::string part =
+        text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    long long v = 0;
+    if (!parse_int(part, &v)) return false;
+    out->push_back(v);
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return !out->empty();
+}
+
+}  // namespace shardload::cli

@@ -1,0 +1,120 @@
+// `shardload read`'s arguments and the _meta.json it verifies against, checked before Legate
+// starts (the load itself: read_legate.cc).
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdint>
+#include <iostream>
+
+#include "cli/commands.hpp"
+#include "readers/detail/json.hpp"
+#include "shardload/io.hpp"
+#include "shardload/source.hpp"
+
+namespace shardload::cli {
+
+Result<WriteMeta> read_write_meta(const std::string& dir) {
+  // _meta.json is a few hundred bytes; the cap keeps a stray huge file from
+  // being read whole.
+  constexpr std::uint64_t kMaxMetaBytes = std::uint64_t{1} << 20;
+  const std::string path = dir + "/_meta.json";
+  WriteMeta m;
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0 && errno == ENOENT) return m;
+  SHARDLOAD_ASSIGN_OR_RETURN(const std::string text,
+                             detail::read_small_file(posix_io(), path, kMaxMetaBytes, nullptr));
+  SHARDLOAD_ASSIGN_OR_RETURN(const detail::Json j, detail::parse_json_object(path, text));
+  // Its seed means shardload's value formula only when shardload wrote it.
+  std::vector<std::string> keys;
+  for (const auto& item : j.items()) keys.push_back(item.key());
+  std::sort(keys.begin(), keys.end());
+  if (keys != std::vector<std::string>{"dtype", "num_shards", "rows", "seed", "shape"}) {
+    m.foreign = true;
+    return m;
+  }
+  if (auto it = j.find("dtype"); it != j.end()) {
+    SHARDLOAD_ASSIGN_OR_RETURN(m.dtype, detail::json_string(path, "dtype", *it));
+  }
+  if (auto it = j.find("seed"); it != j.end()) {
+    if (!it->is_number_integer() ||
+        (it->is_number_unsigned() && it->get<std::uint64_t>() > std::uint64_t{INT64_MAX})) {
+      return detail::json_error(path, "seed", "an integer that fits int64", *it);
+    }
+    m.seed = it->get<long long>();
+  }
+  return m;
+}
+
+std::optional<int> parse_read_args(const Args& args, ReadArgs* out) {
+  const char* cmd = "read";
+  Parsed p;
+  if (auto rc = parse_command_line(*find_command(cmd), args, &p)) return *rc;
+  if (p.positional.size() > 1) {
+    return usage_error(cmd, "expected one SOURCE, found " + std::to_string(p.positional.size()) +
+                                " arguments ('" + p.positional[1] + "' is the second)");
+  }
+  if (auto it = p.opts.find("shard-dir"); it != p.opts.end()) {
+    if (!p.positional.empty()) {
+      return usage_error(cmd, "give SOURCE or --shard-dir (deprecated), not both");
+    }
+    std::cerr << "shardload read: note: --shard-dir is deprecated; give the directory as SOURCE "
+                 "(shardload read DIR)\n";
+    p.positional.push_back(it->second);
+  }
+  if (p.positional.empty()) {
+    return usage_error(cmd, "expected SOURCE (a directory, pattern, glob or file)");
+  }
+  out->source = p.positional[0];
+  out->pattern = p.opts["pattern"];
+  // A malformed source (a pattern with a file or a glob) is refused before Legate starts; one
+  // that is not there is discovery's error, under Legate.
+  if (auto src = Source::parse(out->source, out->pattern);
+      !src && src.status().code() == ErrorCode::kInvalidArgument) {
+    return usage_error(cmd, cli_spelling(src.status().message()));
+  }
+  struct ::stat st {};
+  if (::stat(out->source.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+    out->meta_dir = out->source;
+  } else {
+    const auto slash = out->source.rfind('/');
+    out->meta_dir = slash == std::string::npos ? "."
+                    : slash == 0               ? "/"
+                                               : out->source.substr(0, slash);
+  }
+  out->verify = p.flags.count("no-verify") == 0;
+  if (!out->verify && p.opts.count("seed") != 0) {
+    return usage_error(cmd,
+                       "--seed is the seed to verify against, and --no-verify skips the "
+                       "verification; give one of them");
+  }
+  const std::pair<const char*, std::int64_t*> positive[] = {{"overdecompose", &out->overdecompose},
+                                                            {"repeat", &out->repeat}};
+  for (const auto& [name, field] : positive) {
+    auto it = p.opts.find(name);
+    if (it == p.opts.end()) continue;
+    long long v = 0;
+    if (!parse_int(it->second, &v) || v < 1) {
+      return usage_error(
+          cmd, std::string("--") + name + ": expected an integer >= 1, found '" + it->second + "'");
+    }
+    *field = v;
+  }
+  if (auto it = p.opts.find("seed"); it != p.opts.end()) {
+    long long v = 0;
+    if (!parse_int(it->second, &v)) {
+      return usage_error(cmd, "--seed: expected an integer, found '" + it->second + "'");
+    }
+    out->seed = v;
+  }
+  if (Status s = parse_format_options(p.opts, &out->format); !s) {
+    return usage_error(cmd, cli_spelling(s.message()));
+  }
+  for (const char* name : {"dtype", "astype"}) {
+    if (const auto it = p.opts.find(name); it != p.opts.end()) out->type_options.insert(*it);
+  }
+  out->trust_manifest = p.flags.count("trust-manifest") != 0;
+  return std::nullopt;
+}
+
+}  // namespace shardload::cli
