@@ -93,7 +93,7 @@ int main(int argc, char** argv) {
   Layout l;
   for (int r = 0; r < reps + 1; ++r) {
     const double t0 = now();
-    auto res = discover(Source::dir(small));
+    auto res = try_discover(Source::directory(small));
     const double dt = now() - t0;
     if (!res) die(res.status());
     if (r > 0) disc.push_back(dt);  // the first run warms the page cache
@@ -106,7 +106,7 @@ int main(int argc, char** argv) {
   const std::string big = dir + "/big";
   const std::int64_t rows = fill_mib * (1 << 20) / 32;
   make_set(big, 16, rows);
-  auto lb = discover(Source::dir(big));
+  auto lb = try_discover(Source::directory(big));
   if (!lb) die(lb.status());
   const std::size_t bytes = lb->total_bytes();
   auto dst = std::unique_ptr<std::byte[]>(new std::byte[bytes]);

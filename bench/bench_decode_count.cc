@@ -50,7 +50,7 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  auto layout = discover_paths({path});
+  auto layout = try_discover_paths({path});
   if (!layout) {
     std::fprintf(stderr, "%s\n", layout.status().message().c_str());
     return 1;

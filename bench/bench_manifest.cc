@@ -94,7 +94,7 @@ int main(int argc, char** argv) {
     DiscoverOptions trust;
     trust.trust_manifest = true;
     const double d = time_median(rounds, [&] {
-      auto l = discover(Source::dir(dir), trust);
+      auto l = try_discover(Source::directory(dir), trust);
       if (!l) die(l.status());
       if (l->shards.size() != static_cast<std::size_t>(synthetic)) std::exit(2);
     });
@@ -124,10 +124,10 @@ int main(int argc, char** argv) {
     std::printf("files: create,%lld,%.4f\n", static_cast<long long>(files), now() - c);
     DiscoverOptions probe;
     probe.use_manifest = false;
-    const Source src = Source::dir(dir, "shard_{:07d}.npy");
+    const Source src = Source::directory(dir, "shard_{:07d}.npy");
     Layout probed;
     const double p = time_median(rounds, [&] {
-      auto l = discover(src, probe);
+      auto l = try_discover(src, probe);
       if (!l) die(l.status());
       probed = std::move(*l);
     });
@@ -138,7 +138,7 @@ int main(int argc, char** argv) {
     std::printf("files: write_manifest,%lld,%.4f\n", static_cast<long long>(files), w);
     DiscoverOptions checked;
     const double k = time_median(rounds, [&] {
-      auto l = discover(src, checked);
+      auto l = try_discover(src, checked);
       if (!l) die(l.status());
       if (l->manifest_status.rfind("manifest: used", 0) != 0) {
         std::fprintf(stderr, "%s\n", l->manifest_status.c_str());
@@ -150,7 +150,7 @@ int main(int argc, char** argv) {
     DiscoverOptions trust;
     trust.trust_manifest = true;
     const double t = time_median(rounds, [&] {
-      auto l = discover(src, trust);
+      auto l = try_discover(src, trust);
       if (!l) die(l.status());
     });
     std::printf("files: discover(trust_manifest),%lld,%.4f\n", static_cast<long long>(files), t);

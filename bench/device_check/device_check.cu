@@ -416,7 +416,7 @@ int main(int argc, char** argv) {
   write_shards(data_dir, a.shards, total_rows);
   std::printf("wrote %d shards, %.2f GB, in %.1f s; %.0f s of the budget left\n", a.shards,
               bytes / kGB, now() - t, time_left());
-  auto layout = discover(Source::dir(data_dir));
+  auto layout = try_discover(Source::directory(data_dir));
   if (!layout) die(1, layout.status().message());
   std::vector<Piece> pieces;
   pieces_for_rows(layout->offsets, 0, layout->total_rows(), &pieces);

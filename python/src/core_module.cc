@@ -8,6 +8,7 @@
 #include <optional>
 #include <stdexcept>
 
+#include "base/detail/bytes.hpp"
 #include "errors.hpp"
 #include "shardload/codec.hpp"
 #include "shardload/fill.hpp"
@@ -150,12 +151,7 @@ PYBIND11_MODULE(_core, m) {
         opts.use_manifest = use_manifest;
         opts.format.format = unwrap(parse_format(format));
         if (dtype) {
-          bool big = false;
-          opts.format.dtype = unwrap(parse_dtype(*dtype, &big));
-          // Only an order the caller spelled travels; "float32" leaves it open.
-          if (!dtype->empty() && ((*dtype)[0] == '<' || (*dtype)[0] == '>')) {
-            opts.format.big_endian = big;
-          }
+          if (Status st = set_dtype_option(*dtype, &opts.format); !st) raise(st);
         }
         opts.format.trailing_shape = trailing_shape;
         opts.format.header_bytes = header_bytes;
@@ -164,7 +160,7 @@ PYBIND11_MODULE(_core, m) {
         opts.format.fill_value = fill_value;
         Result<Layout> l = [&] {
           py::gil_scoped_release release;
-          return discover(src, opts);
+          return try_discover(src, opts);
         }();
         if (!l) raise(l.status().with_context("loading " + src.describe()));
         return std::move(l).value();
@@ -217,6 +213,8 @@ PYBIND11_MODULE(_core, m) {
         return std::move(l).value();
       },
       py::arg("encoded"), py::arg("manifest_status") = "");
+  // The byte count for people every front end prints (base/detail/bytes.hpp).
+  m.def("size_string", &detail::size_string, py::arg("nbytes"));
   m.def(
       "manifest_path",
       [](const py::object& dir) { return path_str(manifest_path(path_bytes(dir))); },

@@ -153,10 +153,8 @@ PYBIND11_MODULE(_legate, m) {
         };
         opts.format = unwrap(shardload::parse_format(format));
         if (dtype) {
-          bool big = false;
-          opts.dtype = unwrap(shardload::parse_dtype(*dtype, &big));
-          if (!dtype->empty() && ((*dtype)[0] == '<' || (*dtype)[0] == '>')) {
-            opts.big_endian = big;
+          if (auto st = shardload::set_dtype_option(*dtype, &opts); !st) {
+            shardload::throw_status(st, shardload::ErrorSite::kDiscover);
           }
         }
         opts.trailing_shape = trailing_shape;

@@ -16,6 +16,14 @@ bool ends_with(std::string_view s, std::string_view suffix) {
 
 }  // namespace
 
+Status set_dtype_option(std::string_view text, FormatOptions* options) {
+  bool big = false;
+  SHARDLOAD_ASSIGN_OR_RETURN(const DType dtype, parse_dtype(text, &big));
+  options->dtype = dtype;
+  if (!text.empty() && (text[0] == '<' || text[0] == '>')) options->big_endian = big;
+  return Status::ok();
+}
+
 const char* format_name(Format f) {
   switch (f) {
     case Format::kAuto:

@@ -28,18 +28,18 @@ std::string join_path(const std::string& dir, const std::string& name) {
 
 }  // namespace
 
-Source Source::dir(std::string directory, std::string pattern) {
+Source Source::directory(std::string directory, std::string pattern) {
   Source s;
   s.kind = Kind::kDirectory;
-  s.directory = std::move(directory);
+  s.dir_path = std::move(directory);
   s.pattern = std::move(pattern);
   return s;
 }
 
-Source Source::from_glob(std::string glob) {
+Source Source::glob(std::string glob) {
   Source s;
   s.kind = Kind::kGlob;
-  s.glob = std::move(glob);
+  s.glob_expr = std::move(glob);
   return s;
 }
 
@@ -71,7 +71,7 @@ Result<Source> Source::parse(const std::string& text, const std::string& pattern
   // pattern that matches nothing.
   struct ::stat st {};
   if (::stat(text.c_str(), &st) == 0) {
-    if (S_ISDIR(st.st_mode)) return dir(text, pattern);
+    if (S_ISDIR(st.st_mode)) return directory(text, pattern);
     if (S_ISREG(st.st_mode)) {
       if (!pattern.empty()) {
         return Status(ErrorCode::kInvalidArgument,
@@ -88,8 +88,8 @@ Result<Source> Source::parse(const std::string& text, const std::string& pattern
     // The directory part is taken literally (patterns are not globbed), so
     // "run[1]/shard_{:04d}.npy" names files in the directory "run[1]".
     const auto slash = text.rfind('/');
-    if (slash == std::string::npos) return dir(".", text);
-    return dir(slash == 0 ? "/" : text.substr(0, slash), text.substr(slash + 1));
+    if (slash == std::string::npos) return directory(".", text);
+    return directory(slash == 0 ? "/" : text.substr(0, slash), text.substr(slash + 1));
   }
   if (text.find_first_of("*?[") != std::string::npos) {
     if (!pattern.empty()) {
@@ -98,17 +98,17 @@ Result<Source> Source::parse(const std::string& text, const std::string& pattern
     }
     // Every part of a glob is a glob: a directory "run[1]" in it is spelled
     // "run\[1\]" (glob(3) escapes), or named with a pattern or a list.
-    return from_glob(text);
+    return glob(text);
   }
-  return dir(text, pattern);
+  return directory(text, pattern);
 }
 
 std::string Source::describe() const {
   switch (kind) {
     case Kind::kDirectory:
-      return pattern.empty() ? directory : join_path(directory, pattern);
+      return pattern.empty() ? dir_path : join_path(dir_path, pattern);
     case Kind::kGlob:
-      return glob;
+      return glob_expr;
     case Kind::kList:
       return paths.size() == 1 ? paths[0] : "a list of " + std::to_string(paths.size()) + " paths";
   }
@@ -211,16 +211,16 @@ Result<std::vector<std::string>> resolve_directory(const Source& s) {
   const std::string pattern = s.pattern.empty() ? std::string(kDefaultPattern) : s.pattern;
   SHARDLOAD_ASSIGN_OR_RETURN(NumberPattern pat, NumberPattern::parse(pattern));
   struct ::stat st {};
-  if (::stat(s.directory.c_str(), &st) != 0) {
+  if (::stat(s.dir_path.c_str(), &st) != 0) {
     const int err = errno;
-    return file_error(ErrorCode::kLayout, s.directory,
+    return file_error(ErrorCode::kLayout, s.dir_path,
                       std::string("shard directory not found (") + std::strerror(err) + ")", err);
   }
-  if (!S_ISDIR(st.st_mode)) return layout_error(s.directory + ": not a directory");
-  DIR* d = ::opendir(s.directory.c_str());
+  if (!S_ISDIR(st.st_mode)) return layout_error(s.dir_path + ": not a directory");
+  DIR* d = ::opendir(s.dir_path.c_str());
   if (d == nullptr) {
     const int err = errno;
-    return layout_error(s.directory + ": cannot list the directory (" + std::strerror(err) + ")");
+    return layout_error(s.dir_path + ": cannot list the directory (" + std::strerror(err) + ")");
   }
   std::vector<std::int64_t> numbers;
   while (const dirent* e = ::readdir(d)) {
@@ -228,7 +228,7 @@ Result<std::vector<std::string>> resolve_directory(const Source& s) {
     if (n >= 0) numbers.push_back(n);
   }
   ::closedir(d);
-  const std::string where = join_path(s.directory, pattern);
+  const std::string where = join_path(s.dir_path, pattern);
   if (numbers.empty()) return layout_error(where + ": no files match the pattern");
   std::sort(numbers.begin(), numbers.end());
   // One directory cannot list a name twice, but stay correct if it does.
@@ -256,22 +256,22 @@ Result<std::vector<std::string>> resolve_directory(const Source& s) {
   }
   std::vector<std::string> paths;
   paths.reserve(numbers.size());
-  for (const auto n : numbers) paths.push_back(join_path(s.directory, pat.format(n)));
+  for (const auto n : numbers) paths.push_back(join_path(s.dir_path, pat.format(n)));
   return paths;
 }
 
 Result<std::vector<std::string>> resolve_glob(const Source& s) {
   glob_t g{};
-  const int rc = ::glob(s.glob.c_str(), GLOB_ERR, nullptr, &g);
+  const int rc = ::glob(s.glob_expr.c_str(), GLOB_ERR, nullptr, &g);
   std::vector<std::string> paths;
   if (rc == 0) {
     paths.assign(g.gl_pathv, g.gl_pathv + g.gl_pathc);
   }
   ::globfree(&g);
   if (rc == GLOB_NOMATCH || (rc == 0 && paths.empty())) {
-    return layout_error(s.glob + ": no files match the glob");
+    return layout_error(s.glob_expr + ": no files match the glob");
   }
-  if (rc != 0) return layout_error(s.glob + ": the glob could not be expanded (read error)");
+  if (rc != 0) return layout_error(s.glob_expr + ": the glob could not be expanded (read error)");
   std::sort(paths.begin(), paths.end(),
             [](const std::string& a, const std::string& b) { return natural_less(a, b); });
   return paths;
@@ -438,11 +438,11 @@ Result<std::vector<std::string>> resolve(const Source& source) {
   // Sources built in C++ (Source::dir, from_glob, list) never passed parse().
   switch (source.kind) {
     case Source::Kind::kDirectory:
-      SHARDLOAD_RETURN_IF_ERROR(check_no_nul("directory", source.directory));
+      SHARDLOAD_RETURN_IF_ERROR(check_no_nul("directory", source.dir_path));
       SHARDLOAD_RETURN_IF_ERROR(check_no_nul("pattern", source.pattern));
       break;
     case Source::Kind::kGlob:
-      SHARDLOAD_RETURN_IF_ERROR(check_no_nul("glob", source.glob));
+      SHARDLOAD_RETURN_IF_ERROR(check_no_nul("glob", source.glob_expr));
       break;
     case Source::Kind::kList:
       for (const auto& p : source.paths) SHARDLOAD_RETURN_IF_ERROR(check_no_nul("path", p));

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "shardload/format.hpp"
+#include "shardload/layout.hpp"
 #include "shardload/status.hpp"
 
 namespace shardload::cli {
@@ -100,6 +101,7 @@ struct ReadArgs {
   bool verify = true;
   std::optional<long long> seed;
   FormatOptions format;
+  std::map<std::string, std::string> type_options;  // --dtype / --astype, for check_type_options
   bool trust_manifest = false;
 };
 
@@ -111,11 +113,24 @@ int cmd_read(const ReadArgs& args);
 #endif
 
 // The options that select a format and what to read from it, shared by the
-// commands that discover a layout: --format, --dtype, --trailing-shape,
-// --header-bytes, --dataset, --columns, --fill-value.
+// commands that discover a layout: --format, --dtype, --astype, --trailing-shape,
+// --header-bytes, --dataset, --columns, --fill-value. --dtype is the stored type (raw);
+// --astype the type parquet/arrow decode into (refused with another --format); not both.
 const std::vector<OptionSpec>& format_option_specs();
 const std::vector<std::string>& format_option_names();
 Status parse_format_options(const std::map<std::string, std::string>& opts, FormatOptions* out);
+// Once discovery has resolved the format: a usage error (exit 2) for --astype with a format
+// that reads its stored type; a note on stderr for --dtype with parquet/arrow (its read-as
+// type there is spelled --astype; --dtype stays accepted one release).
+std::optional<int> check_type_options(const char* cmd,
+                                      const std::map<std::string, std::string>& opts,
+                                      Format format);
+// After a discovery with --astype and no --format failed: the usage error (exit 2) when the
+// source holds a format that reads its stored type (whose reader refused the option), found
+// by discovering again without it; nullopt to report the failure as it is.
+std::optional<int> check_type_options_after_failure(const char* cmd,
+                                                    const std::map<std::string, std::string>& opts,
+                                                    const Source& source, DiscoverOptions options);
 
 // The core's messages name options as the Python API spells them ("pass
 // dtype= or ...", "the header_bytes option"); the command line rewrites those
@@ -140,6 +155,18 @@ struct WriteMeta {
   bool foreign = false;  // not written by shardload write
 };
 Result<WriteMeta> read_write_meta(const std::string& dir);
+
+// The error reports every command shares (args.cc). fail prints "shardload CMD: error: MSG"
+// (in the command line's spelling) and returns 1; usage_error prints MSG and a pointer to
+// --help, and returns 2; source_error is usage_error for a malformed SOURCE (kInvalidArgument)
+// and fail for one that is not there.
+int fail(const char* cmd, const std::string& msg);
+int usage_error(const char* cmd, const std::string& msg);
+int source_error(const char* cmd, const Status& s);
+
+// Several SOURCE arguments are a list of files (a Zarr store counts as one): a directory of
+// shards, a numbered pattern or a glob among them is a usage error (exit 2), nullopt if none.
+std::optional<int> check_file_list(const char* cmd, const std::vector<std::string>& paths);
 
 // Parses a whole string as a decimal integer (no sign '+', no spaces); false on anything else.
 bool parse_int(const std::string& text, long long* out);

@@ -1,138 +1,120 @@
-// `shardload read`: loads a dataset under Legate, fences, and reports the
-// layout, the plan, the time and GB/s, and a parallel verification against
-// the values `shardload write` put there.
-#include <chrono>
+// `shardload read`'s arguments and the _meta.json it verifies against, checked before Legate
+// starts (the load itself: read_legate.cc).
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdint>
 #include <iostream>
-#include <optional>
-#include <ostream>
 
 #include "cli/commands.hpp"
-#include "shardload/legate.hpp"
-#include "shardload/manifest_legate.hpp"
+#include "readers/detail/json.hpp"
+#include "shardload/io.hpp"
 #include "shardload/source.hpp"
-#include "shardload/verify.hpp"
 
 namespace shardload::cli {
 
-namespace {
-
-// The warm-up: the smallest non-empty shard, whole, so that loading it first takes the
-// runtime's one-time costs (mapper start, first launch, a reader library's start) out of the
-// timing. It is the shard exactly as discovered, so every reader's metadata checks accept it
-// (a shard cut to fewer rows disagrees with the file's own metadata). Skipped when even the
-// smallest shard is a large part of the dataset or of the memory: that load would cost more
-// than the start-up it hides. Every rank picks the same shard, as control replication needs.
-std::optional<Layout> warmup_layout(const Layout& l) {
-  const Shard* best = nullptr;
-  for (const auto& s : l.shards) {
-    if (s.rows > 0 && (best == nullptr || s.rows < best->rows)) best = &s;
+Result<WriteMeta> read_write_meta(const std::string& dir) {
+  // _meta.json is a few hundred bytes; the cap keeps a stray huge file from
+  // being read whole.
+  constexpr std::uint64_t kMaxMetaBytes = std::uint64_t{1} << 20;
+  const std::string path = dir + "/_meta.json";
+  WriteMeta m;
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0 && errno == ENOENT) return m;
+  SHARDLOAD_ASSIGN_OR_RETURN(const std::string text,
+                             detail::read_small_file(posix_io(), path, kMaxMetaBytes, nullptr));
+  SHARDLOAD_ASSIGN_OR_RETURN(const detail::Json j, detail::parse_json_object(path, text));
+  // Its seed means shardload's value formula only when shardload wrote it.
+  std::vector<std::string> keys;
+  for (const auto& item : j.items()) keys.push_back(item.key());
+  std::sort(keys.begin(), keys.end());
+  if (keys != std::vector<std::string>{"dtype", "num_shards", "rows", "seed", "shape"}) {
+    m.foreign = true;
+    return m;
   }
-  if (best == nullptr) return std::nullopt;
-  constexpr std::uint64_t kMaxWarmupBytes = std::uint64_t{256} << 20;
-  const std::uint64_t bytes = static_cast<std::uint64_t>(best->rows) * l.row_bytes;
-  if (l.shards.size() < 2 || bytes > kMaxWarmupBytes) return std::nullopt;
-  auto w = assemble_layout(l.format, l.options, l.dtype, l.trailing_shape, {*best});
-  if (!w) return std::nullopt;
-  return std::move(w).value();
+  if (auto it = j.find("dtype"); it != j.end()) {
+    SHARDLOAD_ASSIGN_OR_RETURN(m.dtype, detail::json_string(path, "dtype", *it));
+  }
+  if (auto it = j.find("seed"); it != j.end()) {
+    if (!it->is_number_integer() ||
+        (it->is_number_unsigned() && it->get<std::uint64_t>() > std::uint64_t{INT64_MAX})) {
+      return detail::json_error(path, "seed", "an integer that fits int64", *it);
+    }
+    m.seed = it->get<long long>();
+  }
+  return m;
 }
 
-int run(const ReadArgs& a, std::ostream& out, std::ostream& err) {
-  // One point discovers for the whole job (every rank runs this program); see
-  // shardload/manifest_legate.hpp.
-  const auto layout = discover_once(a.source, a.pattern, a.format, a.trust_manifest);
-  // Before the warm-up, whose load would name only its one shard.
-  check_legate_dims(layout);
-  out << "source:         " << Source::parse(a.source, a.pattern).value().describe() << "\n";
-  if (!layout.manifest_status.empty() && layout.manifest_status != "manifest: absent") {
-    out << layout.manifest_status << "\n";
-  }
-  out << describe(layout);
-  auto* runtime = legate::Runtime::get_runtime();
-  LoadOptions opts;
-  opts.overdecompose = a.overdecompose;
-  LoadInfo info;
-  const auto warmup = warmup_layout(layout);
-  if (warmup) (void)load(*warmup, opts);
-  runtime->issue_execution_fence(true);
-  std::optional<legate::LogicalArray> array;
-  for (std::int64_t r = 0; r < a.repeat; ++r) {
-    array.reset();  // free the previous copy before the next load allocates
-    const auto t0 = std::chrono::steady_clock::now();
-    array = load(layout, opts, &info);
-    runtime->issue_execution_fence(true);
-    const double secs =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (r == 0) {
-      out << "plan:           " << info.processors << " " << info.target << " processors, K "
-          << a.overdecompose << ", tile rows " << info.tile_rows << ", " << info.tiles << " tasks"
-          << (warmup ? "" : " (no warm-up load: start-up costs are in the time)") << "\n";
-    }
-    const double gb = static_cast<double>(layout.total_bytes()) / 1e9;
-    out << "load:           " << secs << " s, " << (secs > 0 ? gb / secs : 0.0) << " GB/s for "
-        << size_string(layout.total_bytes()) << "\n";
-  }
-  if (!a.verify) {
-    out << "verify:         skipped (--no-verify)\n";
-    return 0;
-  }
-  std::string meta_dtype;
-  std::optional<long long> seed = a.seed;
-  if (!seed) {
-    const Result<WriteMeta> meta = read_write_meta(a.meta_dir);
-    if (!meta) {
-      err << "shardload read: verify: " << meta.status().message() << "\n";
-      return 1;
-    }
-    if (meta->foreign) {
-      out << "verify:         skipped (_meta.json in " << a.meta_dir
-          << " was not written by shardload write)\n";
-      return 0;
-    }
-    seed = meta->seed;
-    meta_dtype = meta->dtype;
-  }
-  if (!seed) {
-    out << "verify:         skipped (no --seed and no _meta.json with a seed in " << a.meta_dir
-        << ")\n";
-    return 0;
-  }
-  if (!meta_dtype.empty() && meta_dtype != layout.dtype.name()) {
-    err << "shardload read: verify: _meta.json says dtype " << meta_dtype << ", the shards hold "
-        << layout.dtype.name() << "\n";
-    return 1;
-  }
-  const std::int64_t bad =
-      count_synth_mismatches(*array, layout, info, static_cast<std::uint64_t>(*seed));
-  const auto elements = layout.total_bytes() / layout.dtype.size;
-  if (bad != 0) {
-    out << "verify:         FAILED: " << bad << " of " << elements << " elements differ from seed "
-        << *seed << "\n";
-    return 1;
-  }
-  out << "verify:         OK (" << elements << " elements match seed " << *seed << ")\n";
-  return 0;
-}
-
-}  // namespace
-
-int cmd_read(const ReadArgs& a) {
+std::optional<int> parse_read_args(const Args& args, ReadArgs* out) {
   const char* cmd = "read";
-  legate::start();
-  // Under control replication every rank runs this program and sees the same
-  // results; only the first rank speaks, so a multi-node run prints once.
-  std::ostream null(nullptr);
-  const bool speaks = legate::Runtime::get_runtime()->node_id() == 0;
-  std::ostream& out = speaks ? std::cout : null;
-  std::ostream& err = speaks ? std::cerr : null;
-  int rc = 1;
-  try {
-    rc = run(a, out, err);
-  } catch (const Error& e) {
-    // Whatever throw_status made of the failure (LayoutError, ShardReadError, ...).
-    err << "shardload " << cmd << ": error: " << cli_spelling(e.status().message()) << "\n";
+  Parsed p;
+  if (auto rc = parse_command_line(*find_command(cmd), args, &p)) return *rc;
+  if (p.positional.size() > 1) {
+    return usage_error(cmd, "expected one SOURCE, found " + std::to_string(p.positional.size()) +
+                                " arguments ('" + p.positional[1] + "' is the second)");
   }
-  const int finish = legate::finish();
-  return rc != 0 ? rc : finish;
+  if (auto it = p.opts.find("shard-dir"); it != p.opts.end()) {
+    if (!p.positional.empty()) {
+      return usage_error(cmd, "give SOURCE or --shard-dir (deprecated), not both");
+    }
+    std::cerr << "shardload read: note: --shard-dir is deprecated; give the directory as SOURCE "
+                 "(shardload read DIR)\n";
+    p.positional.push_back(it->second);
+  }
+  if (p.positional.empty()) {
+    return usage_error(cmd, "expected SOURCE (a directory, pattern, glob or file)");
+  }
+  out->source = p.positional[0];
+  out->pattern = p.opts["pattern"];
+  // A malformed source (a pattern with a file or a glob) is refused before Legate starts; one
+  // that is not there is discovery's error, under Legate.
+  if (auto src = Source::parse(out->source, out->pattern);
+      !src && src.status().code() == ErrorCode::kInvalidArgument) {
+    return usage_error(cmd, cli_spelling(src.status().message()));
+  }
+  struct ::stat st {};
+  if (::stat(out->source.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+    out->meta_dir = out->source;
+  } else {
+    const auto slash = out->source.rfind('/');
+    out->meta_dir = slash == std::string::npos ? "."
+                    : slash == 0               ? "/"
+                                               : out->source.substr(0, slash);
+  }
+  out->verify = p.flags.count("no-verify") == 0;
+  if (!out->verify && p.opts.count("seed") != 0) {
+    return usage_error(cmd,
+                       "--seed is the seed to verify against, and --no-verify skips the "
+                       "verification; give one of them");
+  }
+  const std::pair<const char*, std::int64_t*> positive[] = {{"overdecompose", &out->overdecompose},
+                                                            {"repeat", &out->repeat}};
+  for (const auto& [name, field] : positive) {
+    auto it = p.opts.find(name);
+    if (it == p.opts.end()) continue;
+    long long v = 0;
+    if (!parse_int(it->second, &v) || v < 1) {
+      return usage_error(
+          cmd, std::string("--") + name + ": expected an integer >= 1, found '" + it->second + "'");
+    }
+    *field = v;
+  }
+  if (auto it = p.opts.find("seed"); it != p.opts.end()) {
+    long long v = 0;
+    if (!parse_int(it->second, &v)) {
+      return usage_error(cmd, "--seed: expected an integer, found '" + it->second + "'");
+    }
+    out->seed = v;
+  }
+  if (Status s = parse_format_options(p.opts, &out->format); !s) {
+    return usage_error(cmd, cli_spelling(s.message()));
+  }
+  for (const char* name : {"dtype", "astype"}) {
+    if (const auto it = p.opts.find(name); it != p.opts.end()) out->type_options.insert(*it);
+  }
+  out->trust_manifest = p.flags.count("trust-manifest") != 0;
+  return std::nullopt;
 }
 
 }  // namespace shardload::cli

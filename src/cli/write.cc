@@ -1,82 +1,159 @@
-// `shardload write` under Legate: the demo dataset is made in a distributed array by a synth
-// task per tile and written by shardload::save, the same parallel path, temporary directory
-// and final rename as any save; _meta.json goes in after the shards, and the manifest last,
-// before the rename.
-#include <legate.h>
-#include <realm.h>
+// `shardload write` without Legate, and the argument checks the Legate version shares
+// (write_legate.cc).
+#include <dirent.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include <cstdio>
+#include <fstream>
 #include <iostream>
-#include <set>
+#include <sstream>
 
 #include "cli/commands.hpp"
-#include "shardload/legate.hpp"
-#include "shardload/save.hpp"
-#include "shardload/synth_array.hpp"
+#include "shardload/source.hpp"
+#include "shardload/synth.hpp"
 
 namespace shardload::cli {
 
-static_assert(kMaxWriteDims == kMaxLegateDims,
-              "write --shape takes the dimensions of a Legate array: update kMaxWriteDims");
-
 namespace {
 
-// The whole dataset lives in Legate's system memory while it is written (a store larger than
-// that memory makes Legate end the process, where nothing can be caught), so it is refused
-// first, as load refuses a dataset that does not fit. Same reserve as load's check.
-Status check_fits(const WriteArgs& a) {
-  std::uint64_t bytes = a.dtype.size;
-  for (const auto d : a.shape) {
-    if (__builtin_mul_overflow(bytes, static_cast<std::uint64_t>(d), &bytes)) {
-      return {ErrorCode::kNoMemory, "the dataset's size overflows 64 bits"};
-    }
+// Removes files an earlier `write` left: shard_*.npy and their temporaries.
+Status remove_stale(const std::string& dir) {
+  DIR* d = ::opendir(dir.c_str());
+  if (d == nullptr) return Status(ErrorCode::kIo, dir + ": cannot list the directory");
+  std::vector<std::string> stale;
+  while (const dirent* e = ::readdir(d)) {
+    const std::string n = e->d_name;
+    const bool shard = n.rfind("shard_", 0) == 0 &&
+                       (n.size() > 10 && (n.compare(n.size() - 4, 4, ".npy") == 0 ||
+                                          n.compare(n.size() - 8, 8, ".npy.tmp") == 0));
+    if (shard || n == "_meta.json") stale.push_back(dir + "/" + n);
   }
-  std::set<Realm::Memory> memories;
-  Realm::Machine::get_machine().get_all_memories(memories);
-  std::uint64_t capacity = 0;
-  for (const auto& m : memories) {
-    if (m.kind() == Realm::Memory::SYSTEM_MEM) capacity += m.capacity();
+  ::closedir(d);
+  for (const auto& p : stale) {
+    if (::unlink(p.c_str()) != 0) return Status(ErrorCode::kIo, p + ": cannot remove a stale file");
   }
-  if (capacity == 0) return Status::ok();  // nothing to compare with; Legate decides
-  const std::uint64_t reserve = (std::uint64_t{16} << 20) + capacity / 100;
-  const std::uint64_t usable = capacity > reserve ? capacity - reserve : 0;
-  if (bytes <= usable) return Status::ok();
-  return {ErrorCode::kNoMemory,
-          "the dataset needs " + std::to_string(bytes) + " bytes, but Legate has " +
-              std::to_string(usable) +
-              " bytes of system memory for it (write makes it in memory, then saves it); give "
-              "Legate more (--sysmem, in LEGATE_CONFIG or to the legate launcher), or write "
-              "fewer rows"};
+  return Status::ok();
 }
 
 }  // namespace
 
-int cmd_write_legate(const WriteArgs& a) {
-  legate::start();
-  const bool speaks = legate::Runtime::get_runtime()->node_id() == 0;
-  int rc = 1;
-  try {
-    if (Status fits = check_fits(a); !fits) throw_status(fits, ErrorSite::kWrite);
-    const auto rows = write_rows_per_shard(a);
-    const std::vector<std::int64_t> shape(a.shape.begin(), a.shape.end());
-    const legate::LogicalArray array =
-        make_synth_array(a.dtype, shape, static_cast<std::uint64_t>(a.seed));
-    SaveOptions opts;
-    opts.shard_rows = rows;
-    opts.format = SaveFormat::kNpy;
-    // An earlier write's (or save's) dataset is replaced; a directory with other files is
-    // refused rather than emptied.
-    opts.overwrite = true;
-    opts.extra_files = {{"_meta.json", write_meta_json(a, rows)}};
-    save(array, a.dir, opts);
-    if (speaks) std::cout << write_summary(a);
-    rc = 0;
-  } catch (const Error& e) {
-    if (speaks) {
-      std::cerr << "shardload write: error: " << cli_spelling(e.status().message()) << "\n";
-    }
+std::optional<int> parse_write_args(const Args& args, WriteArgs* out) {
+  const char* cmd = "write";
+  Parsed p;
+  if (auto rc = parse_command_line(*find_command(cmd), args, &p)) return *rc;
+  if (!p.positional.empty())
+    return usage_error(cmd, "unexpected argument '" + p.positional[0] + "'");
+  for (const char* req : {"shard-dir", "num-shards", "shape"}) {
+    if (p.opts.count(req) == 0) return usage_error(cmd, std::string("--") + req + " is required");
   }
-  const int finish = legate::finish();
-  return rc != 0 ? rc : finish;
+  out->dir = p.opts["shard-dir"];
+  if (!parse_int(p.opts["num-shards"], &out->shards) || out->shards < 1) {
+    return usage_error(
+        cmd, "--num-shards: expected an integer >= 1, found '" + p.opts["num-shards"] + "'");
+  }
+  if (out->shards > 1000000) {  // save's bound (shardload/save.hpp)
+    return usage_error(
+        cmd, "--num-shards: expected at most 1000000 shards, found " + p.opts["num-shards"]);
+  }
+  if (p.opts.count("seed") != 0 && !parse_int(p.opts["seed"], &out->seed)) {
+    return usage_error(cmd, "--seed: expected an integer, found '" + p.opts["seed"] + "'");
+  }
+  if (!parse_int_list(p.opts["shape"], &out->shape)) {
+    return usage_error(cmd, "--shape: expected ROWS[,DIM...] (1 to " +
+                                std::to_string(kMaxWriteDims) + " integers), found '" +
+                                p.opts["shape"] + "'");
+  }
+  if (out->shape.size() > kMaxWriteDims) {
+    // Legate ends the process on a store of more dimensions than it was built for.
+    return usage_error(cmd, "--shape: " + std::to_string(out->shape.size()) +
+                                " dimensions, and a Legate array has at most " +
+                                std::to_string(kMaxWriteDims) + " (LEGATE_MAX_DIM); found '" +
+                                p.opts["shape"] + "'");
+  }
+  for (const auto d : out->shape) {
+    if (d < 0) return usage_error(cmd, "--shape: dimensions must be >= 0");
+  }
+  const std::string dtype_text = p.opts.count("dtype") != 0 ? p.opts["dtype"] : "float32";
+  bool big = false;
+  auto dtype = parse_dtype(dtype_text, &big);
+  if (!dtype) return usage_error(cmd, "--dtype: " + dtype.status().message());
+  // The shards are written in this machine's byte order; another one is refused, not ignored.
+  if (dtype->size > 1 && big != !host_is_little_endian()) {
+    return usage_error(cmd, "--dtype: '" + dtype_text + "' is " + (big ? "big" : "little") +
+                                "-endian, and write writes " + (big ? "little" : "big") +
+                                "-endian shards (this machine's order); pass '" + dtype->name() +
+                                "'");
+  }
+  out->dtype = *dtype;
+  return std::nullopt;
+}
+
+std::vector<std::int64_t> write_rows_per_shard(const WriteArgs& a) {
+  return synth_split(static_cast<std::uint64_t>(a.seed), a.shape[0], a.shards);
+}
+
+std::string write_meta_json(const WriteArgs& a, const std::vector<std::int64_t>& rows) {
+  std::ostringstream m;
+  m << "{\"seed\": " << a.seed << ", \"dtype\": \"" << a.dtype.name() << "\", \"shape\": [";
+  for (std::size_t i = 0; i < a.shape.size(); ++i) m << (i ? ", " : "") << a.shape[i];
+  m << "], \"num_shards\": " << a.shards << ", \"rows\": [";
+  for (std::size_t i = 0; i < rows.size(); ++i) m << (i ? ", " : "") << rows[i];
+  m << "]}\n";
+  return m.str();
+}
+
+std::string write_summary(const WriteArgs& a) {
+  std::ostringstream o;
+  o << "wrote " << a.shards << " shards to " << a.dir << ": shape "
+    << "(";
+  for (std::size_t i = 0; i < a.shape.size(); ++i) o << (i ? ", " : "") << a.shape[i];
+  o << (a.shape.size() == 1 ? ",)" : ")") << " " << a.dtype.name() << ", seed " << a.seed << "\n";
+  return o.str();
+}
+
+int cmd_write(const Args& args) {
+  const char* cmd = "write";
+  WriteArgs a;
+  if (auto rc = parse_write_args(args, &a)) return *rc;
+  const std::string& dir = a.dir;
+
+  ::mkdir(dir.c_str(), 0755);
+  struct ::stat st {};
+  if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    return fail(cmd, dir + ": cannot create the shard directory");
+  }
+  if (Status s = remove_stale(dir); !s) return fail(cmd, s.message());
+
+  const auto rows = write_rows_per_shard(a);
+  std::uint64_t row_elements = 1;
+  for (std::size_t i = 1; i < a.shape.size(); ++i)
+    row_elements *= static_cast<std::uint64_t>(a.shape[i]);
+  const NumberPattern pat{"shard_", 4, ".npy"};
+  std::uint64_t first_row = 0;
+  for (long long i = 0; i < a.shards; ++i) {
+    NpyWriteSpec spec{a.dtype, {rows[static_cast<std::size_t>(i)]}};
+    spec.shape.insert(spec.shape.end(), a.shape.begin() + 1, a.shape.end());
+    const std::string path = dir + "/" + pat.format(i);
+    if (Status s =
+            write_npy(path, spec, static_cast<std::uint64_t>(a.seed), first_row * row_elements);
+        !s) {
+      return fail(cmd, s.message());
+    }
+    first_row += static_cast<std::uint64_t>(rows[static_cast<std::size_t>(i)]);
+  }
+  // The metadata goes last: its presence means the set is complete.
+  const std::string meta = dir + "/_meta.json";
+  {
+    std::ofstream m(meta + ".tmp");
+    m << write_meta_json(a, rows);
+    if (!m) return fail(cmd, meta + ": write failed");
+  }
+  if (std::rename((meta + ".tmp").c_str(), meta.c_str()) != 0) {
+    return fail(cmd, meta + ": rename failed");
+  }
+  std::cout << write_summary(a);
+  return 0;
 }
 
 }  // namespace shardload::cli

@@ -5,6 +5,8 @@
 #include <cstring>
 #include <string>
 
+#include "base/detail/bytes.hpp"
+
 namespace shardload {
 
 namespace {
@@ -13,6 +15,9 @@ namespace {
 // snapshots; 3 row views (a shard's first row and its file's rows); 4 the decode
 // unit grid (Shard::decode_rows). A task never decodes another version's bytes.
 constexpr std::uint8_t kMagic[4] = {'S', 'L', 'L', '4'};
+// Format options alone (encode_format_options): their own magic, so that neither encoding
+// is taken for the other.
+constexpr std::uint8_t kOptionsMagic[4] = {'S', 'L', 'O', '1'};
 
 // Shard flags.
 constexpr std::uint8_t kByteSwap = 1;
@@ -27,24 +32,13 @@ constexpr std::uint8_t kAllFlags =
 class Writer {
  public:
   void u8(std::uint8_t v) { out.push_back(v); }
-  void varint(std::uint64_t v) {
-    while (v >= 0x80) {
-      out.push_back(static_cast<std::uint8_t>(v | 0x80));
-      v >>= 7;
-    }
-    out.push_back(static_cast<std::uint8_t>(v));
-  }
-  void svarint(std::int64_t v) {  // zigzag keeps small negative numbers short
-    varint((static_cast<std::uint64_t>(v) << 1) ^ static_cast<std::uint64_t>(v >> 63));
-  }
+  void varint(std::uint64_t v) { detail::put_varint(out, v); }
+  void svarint(std::int64_t v) { varint(detail::zigzag(v)); }  // small negatives stay short
   void str(const std::string& s) {
     varint(s.size());
     out.insert(out.end(), s.begin(), s.end());
   }
-  void f64(double d) {
-    const auto bits = std::bit_cast<std::uint64_t>(d);
-    for (int i = 0; i < 8; ++i) u8(static_cast<std::uint8_t>(bits >> (8 * i)));
-  }
+  void f64(double d) { detail::put_le(out, std::bit_cast<std::uint64_t>(d), 8); }
   std::vector<std::uint8_t> out;
 };
 
@@ -60,18 +54,10 @@ class Reader {
   }
   std::uint64_t varint() {
     std::uint64_t v = 0;
-    for (int shift = 0; shift < 64; shift += 7) {
-      const std::uint8_t byte = u8();
-      if (!ok_) return 0;
-      v |= static_cast<std::uint64_t>(byte & 0x7F) << shift;
-      if ((byte & 0x80) == 0) return v;
-    }
-    return fail<std::uint64_t>();
+    if (!ok_ || !detail::get_varint(b_, &pos_, &v)) return fail<std::uint64_t>();
+    return v;
   }
-  std::int64_t svarint() {
-    const std::uint64_t z = varint();
-    return static_cast<std::int64_t>((z >> 1) ^ (~(z & 1) + 1));
-  }
+  std::int64_t svarint() { return detail::unzigzag(varint()); }
   std::string str() {
     const std::uint64_t n = varint();
     if (!ok_ || n > b_.size() - pos_) return fail<std::string>();
@@ -80,8 +66,9 @@ class Reader {
     return s;
   }
   double f64() {
-    std::uint64_t bits = 0;
-    for (int i = 0; i < 8; ++i) bits |= static_cast<std::uint64_t>(u8()) << (8 * i);
+    if (b_.size() - pos_ < 8) return fail<double>();
+    const std::uint64_t bits = detail::get_le(b_.data() + pos_, 8);
+    pos_ += 8;
     return std::bit_cast<double>(bits);
   }
   // A count of items that each take at least one byte: bounded by what is left.
@@ -151,15 +138,12 @@ std::size_t common_prefix(const std::vector<Shard>& shards) {
   return n;
 }
 
-}  // namespace
-
-std::vector<std::uint8_t> encode_layout(const Layout& l) {
-  Writer w;
-  w.out.assign(std::begin(kMagic), std::end(kMagic));
-  w.u8(static_cast<std::uint8_t>(l.format));
-  const FormatOptions& o = l.options;
+// The format's code and its options: the head of a layout's encoding, and the whole of an
+// options encoding.
+void put_options(Writer& w, Format format, const FormatOptions& o) {
+  w.u8(static_cast<std::uint8_t>(format));
   // Only after the custom format's code, which no earlier encoding holds: no new version.
-  if (l.format == Format::kCustom) w.str(o.reader);
+  if (format == Format::kCustom) w.str(o.reader);
   w.u8(o.dtype ? 1 : 0);
   if (o.dtype) put_dtype(w, *o.dtype);
   w.u8(o.big_endian ? (*o.big_endian ? 2 : 1) : 0);
@@ -172,6 +156,35 @@ std::vector<std::uint8_t> encode_layout(const Layout& l) {
   for (const auto& c : o.columns) w.str(c);
   w.u8(o.fill_value ? 1 : 0);
   if (o.fill_value) w.f64(*o.fill_value);
+}
+
+// Reads what put_options wrote; a fault the reader's state does not show is an error here
+// (the caller checks r.ok() for truncation).
+Status get_options(Reader& r, Format* format, FormatOptions* o) {
+  *format = static_cast<Format>(r.u8());
+  if (*format == Format::kCustom) {
+    o->reader = r.str();
+    if (r.ok() && o->reader.empty()) {
+      return {ErrorCode::kInvalidArgument, "a custom format without a reader name"};
+    }
+  }
+  if (r.u8() != 0) o->dtype = get_dtype(r);
+  if (const std::uint8_t order = r.u8(); order != 0) o->big_endian = order == 2;
+  if (r.u8() != 0) o->trailing_shape = get_dims(r);
+  if (r.u8() != 0) o->header_bytes = r.varint();
+  o->dataset = r.str();
+  o->columns.resize(static_cast<std::size_t>(r.count()));
+  for (auto& c : o->columns) c = r.str();
+  if (r.u8() != 0) o->fill_value = r.f64();
+  return Status::ok();
+}
+
+}  // namespace
+
+std::vector<std::uint8_t> encode_layout(const Layout& l) {
+  Writer w;
+  w.out.assign(std::begin(kMagic), std::end(kMagic));
+  put_options(w, l.format, l.options);
 
   put_dtype(w, l.dtype);
   put_dims(w, l.trailing_shape);
@@ -213,20 +226,9 @@ Result<Layout> decode_layout(std::span<const std::uint8_t> bytes) {
     return bad("wrong magic (not an encoded layout, or another version)");
   }
   Reader r(bytes.subspan(4));
-  const auto format = static_cast<Format>(r.u8());
+  Format format = Format::kAuto;
   FormatOptions o;
-  if (format == Format::kCustom) {
-    o.reader = r.str();
-    if (r.ok() && o.reader.empty()) return bad("a custom format without a reader name");
-  }
-  if (r.u8() != 0) o.dtype = get_dtype(r);
-  if (const std::uint8_t order = r.u8(); order != 0) o.big_endian = order == 2;
-  if (r.u8() != 0) o.trailing_shape = get_dims(r);
-  if (r.u8() != 0) o.header_bytes = r.varint();
-  o.dataset = r.str();
-  o.columns.resize(static_cast<std::size_t>(r.count()));
-  for (auto& c : o.columns) c = r.str();
-  if (r.u8() != 0) o.fill_value = r.f64();
+  if (Status st = get_options(r, &format, &o); !st) return bad(st.message());
 
   const DType dtype = get_dtype(r);
   auto trailing = get_dims(r);
@@ -323,6 +325,37 @@ Result<Layout> decode_tile(std::span<const std::uint8_t> bytes,
                                                    std::to_string(bytes.size()));
   }
   return decode_layout(bytes.subspan(static_cast<std::size_t>(a), static_cast<std::size_t>(b - a)));
+}
+
+std::vector<std::uint8_t> encode_format_options(const FormatOptions& options) {
+  Writer w;
+  w.out.assign(std::begin(kOptionsMagic), std::end(kOptionsMagic));
+  put_options(w, options.format, options);
+  return std::move(w.out);
+}
+
+Result<FormatOptions> decode_format_options(std::span<const std::uint8_t> bytes) {
+  auto bad = [](const std::string& why) {
+    return Status(ErrorCode::kInvalidArgument, "encoded format options: " + why);
+  };
+  if (bytes.size() < 4 || std::memcmp(bytes.data(), kOptionsMagic, 4) != 0) {
+    return bad("wrong magic (not encoded format options, or another version)");
+  }
+  Reader r(bytes.subspan(4));
+  FormatOptions o;
+  if (Status st = get_options(r, &o.format, &o); !st) return bad(st.message());
+  if (!r.ok()) return bad("truncated or malformed");
+  if (!r.done()) return bad("trailing bytes");
+  if (static_cast<int>(o.format) > static_cast<int>(Format::kCustom)) {
+    return bad("unknown format code");
+  }
+  if (o.dtype && o.dtype->name() == "invalid") return bad("unknown dtype code");
+  if (o.trailing_shape) {
+    for (const auto d : *o.trailing_shape) {
+      if (d < 0) return bad("negative dimension");
+    }
+  }
+  return o;
 }
 
 }  // namespace shardload

@@ -9,6 +9,7 @@
 #include <iterator>
 #include <sstream>
 
+#include "base/detail/bytes.hpp"
 #include "base/detail/checked.hpp"
 #include "engine/detail/auto_directory.hpp"
 #include "engine/detail/probe.hpp"
@@ -173,7 +174,8 @@ Result<Format> resolve_format(const std::string& path, const FormatOptions& opti
                     "format= (npy, raw, hdf5, parquet, arrow or zarr)");
 }
 
-Result<Layout> discover_paths(const std::vector<std::string>& paths, const DiscoverOptions& given) {
+Result<Layout> try_discover_paths(const std::vector<std::string>& paths,
+                                  const DiscoverOptions& given) {
   if (paths.empty()) return Status(ErrorCode::kLayout, "no shards to load");
   DiscoverOptions options = given;
   if (options.format.format == Format::kAuto && format_from_extension(paths[0]) == Format::kAuto) {
@@ -300,23 +302,23 @@ namespace detail {
 // the directory holds.
 Result<Source> auto_directory(const Source& s, DiscoverOptions* options) {
   const Format asked = options->format.format;
-  if ((asked == Format::kAuto || asked == Format::kZarr) && is_zarr_store(s.directory)) {
-    return Source::list({s.directory});
+  if ((asked == Format::kAuto || asked == Format::kZarr) && is_zarr_store(s.dir_path)) {
+    return Source::list({s.dir_path});
   }
   if (asked == Format::kCustom) {
     SHARDLOAD_ASSIGN_OR_RETURN(std::string pattern,
                                registered_default_pattern(options->format.reader));
-    return Source::dir(s.directory, pattern);
+    return Source::directory(s.dir_path, pattern);
   }
-  if (asked != Format::kAuto) return Source::dir(s.directory, default_pattern(asked));
-  SHARDLOAD_ASSIGN_OR_RETURN(const DirectoryScan scan, scan_directory(s.directory));
+  if (asked != Format::kAuto) return Source::directory(s.dir_path, default_pattern(asked));
+  SHARDLOAD_ASSIGN_OR_RETURN(const DirectoryScan scan, scan_directory(s.dir_path));
   std::vector<std::pair<const NumberedGroup*, Format>> found;
   for (const auto& g : scan.groups) {
     const Format f = group_format(scan, g);
     if (f != Format::kAuto) found.emplace_back(&g, f);
   }
   if (found.empty()) {
-    return Status(ErrorCode::kLayout, path_for_message(s.directory) +
+    return Status(ErrorCode::kLayout, path_for_message(s.dir_path) +
                                           ": no numbered shards of a known format; the directory " +
                                           scan.describe() + scan.suggestion());
   }
@@ -332,7 +334,7 @@ Result<Source> auto_directory(const Source& s, DiscoverOptions* options) {
       std::string list;
       for (const auto& [g, f] : found) list += (list.empty() ? "" : " and ") + group_text(*g, f);
       return Status(ErrorCode::kLayout,
-                    path_for_message(s.directory) +
+                    path_for_message(s.dir_path) +
                         ": holds numbered shards of more than one "
                         "kind: " +
                         list +
@@ -344,14 +346,14 @@ Result<Source> auto_directory(const Source& s, DiscoverOptions* options) {
   if (found[0].second == Format::kCustom) {
     options->format = custom_format(*registered_reader_for_path(found[0].first->extension));
   }
-  return Source::dir(s.directory, found[0].first->pattern);
+  return Source::directory(s.dir_path, found[0].first->pattern);
 }
 
 }  // namespace detail
 
 static Result<Layout> discover_probing(const Source& source, const DiscoverOptions& options);
 
-Result<Layout> discover(const Source& source, const DiscoverOptions& options) {
+Result<Layout> try_discover(const Source& source, const DiscoverOptions& options) {
   std::string manifest_note;
   if (source.kind == Source::Kind::kDirectory && options.use_manifest) {
     ManifestDiscovery m = discover_from_manifest(source, options);
@@ -374,7 +376,7 @@ static Result<Layout> discover_probing(const Source& source, const DiscoverOptio
   if (!paths && s.kind == Source::Kind::kDirectory &&
       paths.status().message().find(": no files match the pattern") != std::string::npos) {
     // Say what is there instead: the pattern was named, or the format's default.
-    if (auto scan = scan_directory(s.directory)) {
+    if (auto scan = scan_directory(s.dir_path)) {
       return Status(
           ErrorCode::kLayout,
           paths.status().message() + "; the directory " + scan->describe() +
@@ -383,22 +385,7 @@ static Result<Layout> discover_probing(const Source& source, const DiscoverOptio
     }
   }
   if (!paths) return paths.status();
-  return discover_paths(*paths, opts);
-}
-
-std::string size_string(std::uint64_t bytes) {
-  if (bytes < 1000) return std::to_string(bytes) + " bytes";
-  static constexpr const char* kUnits[] = {"kB", "MB", "GB", "TB", "PB", "EB"};
-  double v = static_cast<double>(bytes) / 1000.0;
-  std::size_t u = 0;
-  // Past 999.995 the two decimals would round up to "1000.00": take the next unit.
-  while (v >= 999.995 && u + 1 < std::size(kUnits)) {
-    v /= 1000.0;
-    ++u;
-  }
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.2f %s", v, kUnits[u]);
-  return std::string(buf) + " (" + std::to_string(bytes) + " bytes)";
+  return try_discover_paths(*paths, opts);
 }
 
 std::string describe(const Layout& l, std::size_t edge) {
@@ -410,7 +397,7 @@ std::string describe(const Layout& l, std::size_t edge) {
   o << "trailing shape: " << shape_string(l.trailing_shape) << "\n";
   o << "total rows:     " << l.total_rows() << "\n";
   o << "shape:          " << shape_string(l.shape()) << "\n";
-  o << "bytes:          " << size_string(l.total_bytes()) << "\n";
+  o << "bytes:          " << detail::size_string(l.total_bytes()) << "\n";
   o << "rows per shard:\n";
   for (std::size_t i = 0; i < n; ++i) {
     if (n > 2 * edge && i == edge) {

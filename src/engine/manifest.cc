@@ -13,6 +13,7 @@
 #include <memory>
 #include <span>
 
+#include "base/detail/bytes.hpp"
 #include "engine/detail/auto_directory.hpp"
 #include "engine/detail/probe.hpp"
 #include "shardload/codec.hpp"
@@ -34,42 +35,14 @@ std::string join(const std::string& dir, const std::string& name) {
   return dir.back() == '/' ? dir + name : dir + "/" + name;
 }
 
-void put_u32(std::vector<std::uint8_t>& out, std::uint32_t v) {
-  for (int i = 0; i < 4; ++i) out.push_back(static_cast<std::uint8_t>(v >> (8 * i)));
-}
-void put_u64(std::vector<std::uint8_t>& out, std::uint64_t v) {
-  for (int i = 0; i < 8; ++i) out.push_back(static_cast<std::uint8_t>(v >> (8 * i)));
-}
-void put_u64_at(std::vector<std::uint8_t>& out, std::size_t at, std::uint64_t v) {
-  for (int i = 0; i < 8; ++i) out[at + i] = static_cast<std::uint8_t>(v >> (8 * i));
-}
-void put_varint(std::vector<std::uint8_t>& out, std::uint64_t v) {
-  while (v >= 0x80) {
-    out.push_back(static_cast<std::uint8_t>(v | 0x80));
-    v >>= 7;
-  }
-  out.push_back(static_cast<std::uint8_t>(v));
-}
-std::uint64_t get_le(const std::uint8_t* p, int bytes) {
-  std::uint64_t v = 0;
-  for (int i = 0; i < bytes; ++i) v |= static_cast<std::uint64_t>(p[i]) << (8 * i);
-  return v;
-}
+using detail::get_le;
+using detail::put_le;
 
 // A bounded cursor over the body: every length is checked against what is left.
 class Cursor {
  public:
   explicit Cursor(std::span<const std::uint8_t> b) : b_(b) {}
-  bool varint(std::uint64_t* v) {
-    *v = 0;
-    for (int shift = 0; shift < 64; shift += 7) {
-      if (pos_ >= b_.size()) return false;
-      const std::uint8_t byte = b_[pos_++];
-      *v |= static_cast<std::uint64_t>(byte & 0x7F) << shift;
-      if ((byte & 0x80) == 0) return true;
-    }
-    return false;
-  }
+  bool varint(std::uint64_t* v) { return detail::get_varint(b_, &pos_, v); }
   bool bytes(std::uint64_t n, std::span<const std::uint8_t>* out) {
     if (n > b_.size() - pos_) return false;
     *out = b_.subspan(pos_, static_cast<std::size_t>(n));
@@ -142,21 +115,6 @@ std::string infer_pattern(const Layout& layout, const std::string& dir) {
     }
   }
   return {};
-}
-
-Status write_all(int fd, const std::vector<std::uint8_t>& bytes, const std::string& path) {
-  std::size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const int err = n < 0 ? errno : EIO;
-      return file_error(ErrorCode::kIo, path, std::string("cannot write: ") + std::strerror(err),
-                        err);
-    }
-    done += static_cast<std::size_t>(n);
-  }
-  return Status::ok();
 }
 
 }  // namespace
@@ -244,17 +202,17 @@ Result<std::string> write_manifest(const Layout& layout, const std::string& dire
       options.pattern.empty() ? infer_pattern(layout, directory) : options.pattern;
 
   std::vector<std::uint8_t> out(kMagic, kMagic + sizeof kMagic);
-  put_u32(out, kVersion);
-  put_u32(out, static_cast<std::uint32_t>(options.checksum));
-  put_u64(out, 0);  // body length, set below
-  put_varint(out, pattern.size());
+  put_le(out, kVersion, 4);
+  put_le(out, static_cast<std::uint32_t>(options.checksum), 4);
+  put_le(out, 0, 8);  // body length, set below
+  detail::put_varint(out, pattern.size());
   out.insert(out.end(), pattern.begin(), pattern.end());
   const std::vector<std::uint8_t> encoded = encode_layout(rel);
-  put_varint(out, encoded.size());
+  detail::put_varint(out, encoded.size());
   out.insert(out.end(), encoded.begin(), encoded.end());
-  for (const auto h : sums) put_u64(out, h);
-  put_u64_at(out, 16, out.size() - kHeaderBytes);
-  put_u64(out, XXH3_64bits(out.data(), out.size()));
+  for (const auto h : sums) put_le(out, h, 8);
+  detail::put_le_at(out, 16, out.size() - kHeaderBytes, 8);
+  put_le(out, XXH3_64bits(out.data(), out.size()), 8);
 
   std::string tmp = join(directory, ".shardload.manifest.XXXXXX");
   const int fd = ::mkostemp(tmp.data(), O_CLOEXEC);
@@ -269,7 +227,7 @@ Result<std::string> write_manifest(const Layout& layout, const std::string& dire
     ::unlink(tmp.c_str());
     return st;
   };
-  if (Status st = write_all(fd, out, tmp); !st) return fail(st);
+  if (Status st = detail::write_all(fd, tmp, out.data(), out.size()); !st) return fail(st);
   // mkostemp creates 0600; a manifest is for everyone who may read the data.
   const mode_t mask = ::umask(0);
   ::umask(mask);
@@ -516,7 +474,7 @@ std::string manifest_staleness(const Manifest& m, IoBackend& io) {
     }
   }
   if (!m.pattern.empty()) {
-    auto listed = resolve(Source::dir(m.directory, m.pattern));
+    auto listed = resolve(Source::directory(m.directory, m.pattern));
     if (!listed) return listed.status().message();
     for (std::size_t i = 0; i < std::max(listed->size(), shards.size()); ++i) {
       if (i >= shards.size()) {
@@ -562,7 +520,7 @@ Result<std::vector<ChecksumMismatch>> verify_range(const Manifest& m, std::size_
 
 ManifestDiscovery discover_from_manifest(const Source& source, const DiscoverOptions& options) {
   ManifestDiscovery r;
-  const std::string path = manifest_path(source.directory);
+  const std::string path = manifest_path(source.dir_path);
   auto m = read_manifest(path);
   if (!m) {
     if (m.status().sys_errno() == ENOENT || m.status().sys_errno() == ENOTDIR) {

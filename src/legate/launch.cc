@@ -12,19 +12,10 @@
 #include <vector>
 
 #include "legate/detail/tasks.hpp"
+#include "base/detail/bytes.hpp"
 #include "shardload/legate.hpp"
 
 namespace shardload {
-
-namespace {
-
-std::string human_bytes(std::uint64_t n) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.2f GB", static_cast<double>(n) / 1e9);
-  return std::string(buf) + " (" + std::to_string(n) + " bytes)";
-}
-
-}  // namespace
 
 namespace detail {
 
@@ -79,10 +70,10 @@ void check_memory(const Layout& layout, const ReadPlan& plan, legate::mapping::T
   };
   const std::uint64_t total = layout.total_bytes() * copies;
   // Batches keep `copies` of a batch alive at once; a load keeps one.
-  const std::string needs = copies == 1 ? "the dataset needs " + human_bytes(total)
+  const std::string needs = copies == 1 ? "the dataset needs " + detail::size_string(total)
                                         : std::to_string(copies) + " batches (prefetch + 1) of " +
-                                              human_bytes(layout.total_bytes()) + " need " +
-                                              human_bytes(total);
+                                              detail::size_string(layout.total_bytes()) + " need " +
+                                              detail::size_string(total);
   const std::string fewer =
       copies == 1 ? "load fewer rows" : "use fewer rows per batch or a smaller prefetch";
   if (target == TaskTarget::GPU) {
@@ -95,15 +86,15 @@ void check_memory(const Layout& layout, const ReadPlan& plan, legate::mapping::T
         copies * per_gpu_tiles * static_cast<std::uint64_t>(plan.tile_rows) * layout.row_bytes);
     if (per_gpu > usable(smallest)) {
       throw OutOfMemoryError(
-          needs + ", up to " + human_bytes(per_gpu) + " on each of " + std::to_string(processors) +
-          " GPUs, but a GPU has " + human_bytes(usable(smallest)) + " of " + what +
+          needs + ", up to " + detail::size_string(per_gpu) + " on each of " + std::to_string(processors) +
+          " GPUs, but a GPU has " + detail::size_string(usable(smallest)) + " of " + what +
           " for Legate; give Legate more (" + flag +
           ", in LEGATE_CONFIG or to the legate launcher), use more GPUs, or " + fewer);
     }
     return;
   }
   if (total > usable(capacity)) {
-    throw OutOfMemoryError(needs + ", but Legate has " + human_bytes(usable(capacity)) + " of " +
+    throw OutOfMemoryError(needs + ", but Legate has " + detail::size_string(usable(capacity)) + " of " +
                            what + " for it in all; give Legate more (" + flag +
                            ", in LEGATE_CONFIG or to the legate launcher), or " + fewer);
   }

@@ -8,6 +8,7 @@
 #include <mutex>
 #include <set>
 
+#include "base/detail/bytes.hpp"
 #include "legate/detail/launch.hpp"
 #include "legate/detail/tasks.hpp"
 #include "shardload/codec.hpp"
@@ -31,14 +32,66 @@ Layout discover(const std::string& source, const std::string& pattern,
   const Source src = value_or_throw(Source::parse(source, pattern), "loading " + source);
   DiscoverOptions opts;
   opts.format = format;
-  return value_or_throw(shardload::discover(src, opts), "loading " + src.describe());
+  return value_or_throw(shardload::try_discover(src, opts), "loading " + src.describe());
+}
+
+Layout discover(const Source& source, const DiscoverOptions& options) {
+  return value_or_throw(shardload::try_discover(source, options), "loading " + source.describe());
+}
+
+Layout discover(const std::string& source, const DiscoverOptions& options) {
+  return discover(value_or_throw(Source::parse(source), "loading " + source), options);
 }
 
 Layout discover(const std::vector<std::string>& paths, const FormatOptions& format) {
   DiscoverOptions opts;
   opts.format = format;
-  return value_or_throw(shardload::discover(Source::list(paths), opts),
+  return value_or_throw(shardload::try_discover(Source::list(paths), opts),
                         "loading " + Source::list(paths).describe());
+}
+
+std::optional<DType> detail::find_dtype(const legate::Type& type) {
+  using Code = legate::Type::Code;
+  switch (type.code()) {
+    case Code::BOOL:
+      return DType{DTypeKind::kBool, 1};
+    case Code::INT8:
+      return DType{DTypeKind::kInt, 1};
+    case Code::INT16:
+      return DType{DTypeKind::kInt, 2};
+    case Code::INT32:
+      return DType{DTypeKind::kInt, 4};
+    case Code::INT64:
+      return DType{DTypeKind::kInt, 8};
+    case Code::UINT8:
+      return DType{DTypeKind::kUInt, 1};
+    case Code::UINT16:
+      return DType{DTypeKind::kUInt, 2};
+    case Code::UINT32:
+      return DType{DTypeKind::kUInt, 4};
+    case Code::UINT64:
+      return DType{DTypeKind::kUInt, 8};
+    case Code::FLOAT16:
+      return DType{DTypeKind::kFloat, 2};
+    case Code::FLOAT32:
+      return DType{DTypeKind::kFloat, 4};
+    case Code::FLOAT64:
+      return DType{DTypeKind::kFloat, 8};
+    case Code::COMPLEX64:
+      return DType{DTypeKind::kComplex, 8};
+    case Code::COMPLEX128:
+      return DType{DTypeKind::kComplex, 16};
+    default:
+      return std::nullopt;
+  }
+}
+
+DType dtype_of(const legate::Type& type) {
+  if (auto d = detail::find_dtype(type)) return *d;
+  throw_status({ErrorCode::kInvalidArgument,
+                "Legate type " + type.to_string() +
+                    " has no shardload dtype (expected bool, integers, float16/32/64 or "
+                    "complex64/128)"});
 }
 
 legate::Type legate_type(DType d) {

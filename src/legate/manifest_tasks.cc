@@ -3,9 +3,11 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <limits>
 #include <span>
 
 #include "legate/detail/launch.hpp"
+#include "base/detail/bytes.hpp"
 #include "legate/detail/load_body.hpp"
 #include "legate/detail/point_task.hpp"
 #include "legate/detail/tasks.hpp"
@@ -26,44 +28,33 @@ std::string string_of(const legate::Scalar& s) {
 }
 
 void put_str(std::vector<std::uint8_t>& out, const std::string& s) {
-  std::uint64_t v = s.size();
-  while (v >= 0x80) {
-    out.push_back(static_cast<std::uint8_t>(v | 0x80));
-    v >>= 7;
-  }
-  out.push_back(static_cast<std::uint8_t>(v));
+  detail::put_varint(out, s.size());
   out.insert(out.end(), s.begin(), s.end());
 }
 
 // Reads what put_str wrote at *pos; false when the bytes run out.
 bool get_str(std::span<const std::uint8_t> b, std::size_t* pos, std::string* s) {
   std::uint64_t v = 0;
-  for (int shift = 0;; shift += 7) {
-    if (*pos >= b.size() || shift > 63) return false;
-    const std::uint8_t byte = b[(*pos)++];
-    v |= static_cast<std::uint64_t>(byte & 0x7F) << shift;
-    if ((byte & 0x80) == 0) break;
-  }
-  if (v > b.size() - *pos) return false;
+  if (!detail::get_varint(b, pos, &v) || v > b.size() - *pos) return false;
   s->assign(reinterpret_cast<const char*>(b.data() + *pos), static_cast<std::size_t>(v));
   *pos += static_cast<std::size_t>(v);
   return true;
 }
 
-// The request of discover_once: source, pattern, the format, the trust flag, and the format
-// options in the codec's encoding (an empty layout carries them).
+// The request of discover_once: source, pattern, the manifest flags, the probe threads and the
+// format options in the codec's encoding of options alone.
+constexpr std::uint8_t kTrustManifest = 1;
+constexpr std::uint8_t kIgnoreManifest = 2;
+
 std::vector<std::uint8_t> encode_request(const std::string& source, const std::string& pattern,
-                                         const FormatOptions& format, bool trust) {
+                                         const DiscoverOptions& options) {
   std::vector<std::uint8_t> out;
   put_str(out, source);
   put_str(out, pattern);
-  out.push_back(static_cast<std::uint8_t>(format.format));
-  out.push_back(trust ? 1 : 0);
-  Layout carrier;
-  carrier.format = Format::kNpy;  // the codec refuses kAuto; the real one is the byte above
-  carrier.dtype = DType{DTypeKind::kUInt, 1};
-  carrier.options = format;
-  const auto enc = encode_layout(carrier);
+  out.push_back(static_cast<std::uint8_t>((options.trust_manifest ? kTrustManifest : 0) |
+                                          (options.use_manifest ? 0 : kIgnoreManifest)));
+  detail::put_varint(out, options.probe_threads);
+  const auto enc = encode_format_options(options.format);
   out.insert(out.end(), enc.begin(), enc.end());
   return out;
 }
@@ -71,15 +62,21 @@ std::vector<std::uint8_t> encode_request(const std::string& source, const std::s
 Status decode_request(std::span<const std::uint8_t> b, std::string* source, std::string* pattern,
                       DiscoverOptions* options) {
   std::size_t pos = 0;
-  if (!get_str(b, &pos, source) || !get_str(b, &pos, pattern) || b.size() - pos < 2) {
+  std::uint64_t threads = 0;
+  if (!get_str(b, &pos, source) || !get_str(b, &pos, pattern) || pos >= b.size()) {
     return Status(ErrorCode::kInvalidArgument, "discover task: malformed request");
   }
-  const auto format = static_cast<Format>(b[pos]);
-  options->trust_manifest = b[pos + 1] != 0;
-  auto carrier = decode_layout(b.subspan(pos + 2));
-  if (!carrier) return carrier.status().with_context("discover task: request");
-  options->format = carrier->options;
-  options->format.format = format;
+  const std::uint8_t flags = b[pos++];
+  if ((flags & ~(kTrustManifest | kIgnoreManifest)) != 0 ||
+      !detail::get_varint(b, &pos, &threads) || threads > std::numeric_limits<unsigned>::max()) {
+    return Status(ErrorCode::kInvalidArgument, "discover task: malformed request");
+  }
+  options->trust_manifest = (flags & kTrustManifest) != 0;
+  options->use_manifest = (flags & kIgnoreManifest) == 0;
+  options->probe_threads = static_cast<unsigned>(threads);
+  auto format = decode_format_options(b.subspan(pos));
+  if (!format) return format.status().with_context("discover task: request");
+  options->format = std::move(format).value();
   return Status::ok();
 }
 
@@ -129,7 +126,7 @@ void DiscoverTask::cpu_variant(legate::TaskContext context) {
     if (!st) throw_task_error(st);
     auto src = Source::parse(source, pattern);
     if (!src) throw_task_error(src.status().with_context("loading " + source));
-    auto layout = discover(*src, options);
+    auto layout = try_discover(*src, options);
     if (!layout) throw_task_error(layout.status().with_context("loading " + src->describe()));
     std::vector<std::uint8_t> out;
     put_str(out, layout->manifest_status);
@@ -212,10 +209,24 @@ VerifyReport verify_manifest(const std::string& manifest_path, std::int64_t grou
 
 Layout discover_once(const std::string& source, const std::string& pattern,
                      const FormatOptions& format, bool trust_manifest) {
+  DiscoverOptions options;
+  options.format = format;
+  options.trust_manifest = trust_manifest;
+  return discover_once(source, pattern, options);
+}
+
+Layout discover_once(const std::string& source, const std::string& pattern,
+                     const DiscoverOptions& options) {
+  if (options.io != nullptr) {
+    // A pointer into this process means nothing to the rank whose point discovers.
+    throw_status({ErrorCode::kInvalidArgument,
+                  "discover_once: DiscoverOptions::io cannot travel to the discovering point "
+                  "task; leave it null (the task reads through posix_io())"});
+  }
   std::vector<std::uint8_t> bytes;
   try {
     bytes = detail::run_point_task(detail::DiscoverTask::TASK_CONFIG.task_id(),
-                                   encode_request(source, pattern, format, trust_manifest));
+                                   encode_request(source, pattern, options));
   } catch (const legate::TaskException& e) {
     throw_status(detail::status_from_task_error(e), ErrorSite::kDiscover);
   }

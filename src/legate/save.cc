@@ -19,41 +19,10 @@ namespace {
   throw_status({ErrorCode::kInvalidArgument, "save: " + message}, ErrorSite::kWrite);
 }
 
-DType dtype_of(const legate::Type& type) {
-  using Code = legate::Type::Code;
-  switch (type.code()) {
-    case Code::BOOL:
-      return {DTypeKind::kBool, 1};
-    case Code::INT8:
-      return {DTypeKind::kInt, 1};
-    case Code::INT16:
-      return {DTypeKind::kInt, 2};
-    case Code::INT32:
-      return {DTypeKind::kInt, 4};
-    case Code::INT64:
-      return {DTypeKind::kInt, 8};
-    case Code::UINT8:
-      return {DTypeKind::kUInt, 1};
-    case Code::UINT16:
-      return {DTypeKind::kUInt, 2};
-    case Code::UINT32:
-      return {DTypeKind::kUInt, 4};
-    case Code::UINT64:
-      return {DTypeKind::kUInt, 8};
-    case Code::FLOAT16:
-      return {DTypeKind::kFloat, 2};
-    case Code::FLOAT32:
-      return {DTypeKind::kFloat, 4};
-    case Code::FLOAT64:
-      return {DTypeKind::kFloat, 8};
-    case Code::COMPLEX64:
-      return {DTypeKind::kComplex, 8};
-    case Code::COMPLEX128:
-      return {DTypeKind::kComplex, 16};
-    default:
-      argument_error("arrays of type " + type.to_string() +
-                     " cannot be saved (expected bool, integers, float16/32/64 or complex)");
-  }
+DType saved_dtype(const legate::Type& type) {
+  if (auto d = detail::find_dtype(type)) return *d;
+  argument_error("arrays of type " + type.to_string() +
+                 " cannot be saved (expected bool, integers, float16/32/64 or complex)");
 }
 
 // The array the save task can take. A store whose storage is one value (a 0-d result such as
@@ -136,7 +105,7 @@ void save(const legate::LogicalArray& array, const std::string& dest, const Save
 
   detail::SaveSpec spec;
   spec.format = options.format;
-  spec.dtype = dtype_of(array.type());
+  spec.dtype = saved_dtype(array.type());
   const auto extents = array.extents();
   const auto rows = static_cast<std::int64_t>(extents[0]);
   std::int64_t row_bytes = spec.dtype.size;

@@ -18,6 +18,7 @@
 #include <optional>
 #include <string_view>
 
+#include "base/detail/bytes.hpp"
 #include "shardload/layout.hpp"
 #include "shardload/manifest.hpp"
 #include "shardload/npy.hpp"
@@ -41,28 +42,6 @@ std::string byte_order_char(const DType& d) {
 
 bool mul_ok(std::int64_t a, std::size_t b, std::int64_t* out) {
   return !__builtin_mul_overflow(a, static_cast<std::int64_t>(b), out);
-}
-
-Status write_all(int fd, const std::string& path, const void* data, std::size_t n,
-                 std::int64_t offset) {
-  const auto* p = static_cast<const char*>(data);
-  while (n > 0) {
-    const ssize_t w = ::pwrite(fd, p, std::min<std::size_t>(n, std::size_t{1} << 30), offset);
-    if (w < 0 && errno == EINTR) continue;
-    if (w < 0)
-      return sys_error(path,
-                       "write of " + std::to_string(n) + " bytes at offset " +
-                           std::to_string(offset) + " failed",
-                       errno);
-    if (w == 0) {
-      return file_error(ErrorCode::kIo, path,
-                        "write at offset " + std::to_string(offset) + " wrote nothing", ENOSPC);
-    }
-    p += w;
-    n -= static_cast<std::size_t>(w);
-    offset += w;
-  }
-  return Status::ok();
 }
 
 // A new regular file of `size` bytes starting with `head`. O_EXCL and O_NOFOLLOW: the
@@ -312,7 +291,7 @@ Status write_save_manifest(const std::string& dir, Checksum checksum) {
   // snapshots stay valid at the destination.
   DiscoverOptions opts;
   opts.use_manifest = false;
-  SHARDLOAD_ASSIGN_OR_RETURN(const Layout layout, discover(Source::dir(dir), opts));
+  SHARDLOAD_ASSIGN_OR_RETURN(const Layout layout, try_discover(Source::directory(dir), opts));
   ManifestOptions mopts;
   mopts.checksum = checksum;
   SHARDLOAD_ASSIGN_OR_RETURN(const std::string written, write_manifest(layout, dir, mopts));
@@ -670,7 +649,7 @@ struct SavedTree {
       DiscoverOptions opts;
       opts.use_manifest = false;
       opts.format.format = Format::kZarr;
-      const auto probed = discover_paths({dest + "/" + name}, opts);
+      const auto probed = try_discover_paths({dest + "/" + name}, opts);
       if (probed && probed->shards.size() == 1) geometry(*probed, probed->shards[0]);
     }
     std::vector<std::string> names;

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <span>
 
+#include "base/detail/bytes.hpp"
 #include "legate/detail/load_body.hpp"
 #include "legate/detail/point_task.hpp"
 #include "legate/detail/save_files.hpp"
@@ -16,9 +17,7 @@ namespace shardload::detail {
 
 namespace {
 
-void put_u64(std::vector<std::uint8_t>& out, std::uint64_t v) {
-  for (int i = 0; i < 8; ++i) out.push_back(static_cast<std::uint8_t>(v >> (8 * i)));
-}
+void put_u64(std::vector<std::uint8_t>& out, std::uint64_t v) { put_le(out, v, 8); }
 
 void put_str(std::vector<std::uint8_t>& out, const std::string& s) {
   put_u64(out, s.size());
@@ -36,8 +35,7 @@ class Reader {
   explicit Reader(std::span<const std::uint8_t> b) : b_(b) {}
   bool u64(std::uint64_t* v) {
     if (b_.size() - pos_ < 8) return false;
-    *v = 0;
-    for (int i = 0; i < 8; ++i) *v |= static_cast<std::uint64_t>(b_[pos_ + i]) << (8 * i);
+    *v = get_le(b_.data() + pos_, 8);
     pos_ += 8;
     return true;
   }

@@ -780,10 +780,10 @@ class ArrowReader final : public ShardReader {
                                               " (pass columns= to choose)");
       }
       if (shapes[i].dtype != shapes[0].dtype && !options_.dtype) {
-        return Status(ErrorCode::kFormat, path + ": columns: '" + names[i] + "' is " +
-                                              shapes[i].dtype.name() + " but '" + names[0] +
-                                              "' is " + shapes[0].dtype.name() +
-                                              "; columns must share a dtype (pass dtype= to cast)");
+        return Status(ErrorCode::kFormat,
+                      path + ": columns: '" + names[i] + "' is " + shapes[i].dtype.name() +
+                          " but '" + names[0] + "' is " + shapes[0].dtype.name() +
+                          "; columns must share a dtype (pass astype= to cast)");
       }
     }
     p.dtype = options_.dtype ? *options_.dtype : shapes[0].dtype;

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <memory>
 
+#include "base/detail/bytes.hpp"
 #include "shardload/layout.hpp"
 #include "shardload/npy.hpp"
 
@@ -129,30 +130,21 @@ Status write_npy(const std::string& path, const NpyWriteSpec& spec, std::uint64_
   };
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return fail("cannot create");
-  auto write_all = [&](const void* p, std::size_t n) {
-    const auto* b = static_cast<const char*>(p);
-    while (n > 0) {
-      const ssize_t w = ::write(fd, b, n);
-      if (w < 0 && errno == EINTR) continue;
-      if (w <= 0) return false;
-      b += w;
-      n -= static_cast<std::size_t>(w);
-    }
-    return true;
-  };
+  // The shard's bytes go to the temporary file at its position; a failure keeps its errno.
   const std::string header = npy_header_bytes(spec);
-  bool ok = write_all(header.data(), header.size());
+  Status st = detail::write_all(fd, tmp, header.data(), header.size());
   std::uint64_t elements = 1;
   for (const auto d : spec.shape) elements *= static_cast<std::uint64_t>(d);
   constexpr std::size_t kBlock = 1 << 16;
   auto buf = std::make_unique<std::byte[]>(kBlock * spec.dtype.size);
-  for (std::uint64_t e = 0; ok && e < elements; e += kBlock) {
+  for (std::uint64_t e = 0; st && e < elements; e += kBlock) {
     const auto n = static_cast<std::size_t>(std::min<std::uint64_t>(kBlock, elements - e));
     synth_fill(spec.dtype, seed, first_element + e, n, buf.get());
-    ok = write_all(buf.get(), n * spec.dtype.size);
+    st = detail::write_all(fd, tmp, buf.get(), n * spec.dtype.size);
   }
-  if (!ok) {
+  if (!st) {
     ::close(fd);
+    errno = st.sys_errno();
     return fail("write failed");
   }
   if (::close(fd) != 0) return fail("close failed");

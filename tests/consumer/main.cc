@@ -11,7 +11,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: consumer DIRECTORY\n");
     return 2;
   }
-  auto layout = shardload::discover(shardload::Source::dir(argv[1]));
+  auto layout = shardload::try_discover(shardload::Source::directory(argv[1]));
   if (!layout) {
     std::fprintf(stderr, "consumer: %s\n", layout.status().message().c_str());
     return 1;

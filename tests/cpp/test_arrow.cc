@@ -89,7 +89,7 @@ TEST_P(ArrowFormats, RowRangesCutGroupsAndShards) {
                                        write(dir, "s2", 10, 7, 2)};
   DiscoverOptions o;
   o.format.columns = {"b", "a"};
-  auto l = discover_paths(paths, o);
+  auto l = try_discover_paths(paths, o);
   ASSERT_TRUE(l.is_ok()) << l.status().message();
   EXPECT_EQ(l->total_rows(), 17);
   EXPECT_EQ(l->trailing_shape, std::vector<std::int64_t>{2});
@@ -134,7 +134,7 @@ TEST_P(ArrowFormats, ChangedWhileReading) {
     const auto path = write(dir, "s0", 0, 9, 4);
     DiscoverOptions o;
     o.format.columns = {"b", "a"};
-    auto l = discover_paths({path}, o);
+    auto l = try_discover_paths({path}, o);
     ASSERT_TRUE(l.is_ok()) << l.status().message();
     testing::ChangingIo io(path, how, testing::ChangingIo::On::kStat, 1);
     FillOptions f;
@@ -154,13 +154,13 @@ TEST_P(ArrowFormats, MixedTypesNeedACast) {
   const auto path = write(dir, "s0", 0, 9, 4);
   DiscoverOptions o;
   o.format.columns = {"a", "c"};
-  auto l = discover_paths({path}, o);
+  auto l = try_discover_paths({path}, o);
   ASSERT_FALSE(l.is_ok());
   EXPECT_NE(l.status().message().find(path + ": columns: 'c' is float64 but 'a' is int32"),
             std::string::npos)
       << l.status().message();
   o.format.dtype = DType{DTypeKind::kFloat, 8};
-  l = discover_paths({path}, o);
+  l = try_discover_paths({path}, o);
   ASSERT_TRUE(l.is_ok()) << l.status().message();
   Status st;
   auto v = read_all<double>(*l, 2, 9, &st);
@@ -176,7 +176,7 @@ TEST_P(ArrowFormats, NullsAreAnErrorUnlessFilled) {
   const auto path = write(dir, "s0", 0, 9, 4);
   DiscoverOptions o;
   o.format.columns = {"d"};
-  auto l = discover_paths({path}, o);
+  auto l = try_discover_paths({path}, o);
   ASSERT_TRUE(l.is_ok()) << l.status().message();
   EXPECT_TRUE(l->trailing_shape.empty());
   Status st;
@@ -187,7 +187,7 @@ TEST_P(ArrowFormats, NullsAreAnErrorUnlessFilled) {
   EXPECT_NE(st.message().find(path + ": column 'd': row 5 is null"), std::string::npos)
       << st.message();
   o.format.fill_value = -7;
-  l = discover_paths({path}, o);
+  l = try_discover_paths({path}, o);
   ASSERT_TRUE(l.is_ok());
   auto v = read_all<std::int32_t>(*l, 3, 9, &st);
   ASSERT_TRUE(st.is_ok()) << st.message();
@@ -199,7 +199,7 @@ TEST_P(ArrowFormats, MissingColumnNamesTheFile) {
   const auto path = write(dir, "s0", 0, 3, 4);
   DiscoverOptions o;
   o.format.columns = {"zz"};
-  auto l = discover_paths({path}, o);
+  auto l = try_discover_paths({path}, o);
   ASSERT_FALSE(l.is_ok());
   EXPECT_NE(l.status().message().find(path + ": column 'zz' not found"), std::string::npos)
       << l.status().message();
@@ -239,7 +239,7 @@ void wide_rows_case(Format format, const std::shared_ptr<arrow::DataType>& type)
   }
   DiscoverOptions o;
   o.format.fill_value = -1;
-  auto l = discover_paths({path}, o);
+  auto l = try_discover_paths({path}, o);
   ASSERT_TRUE(l.is_ok()) << l.status().message();
   EXPECT_EQ(l->trailing_shape, std::vector<std::int64_t>{kCols});
   const std::vector<std::pair<std::int64_t, std::int64_t>> ranges{
@@ -292,7 +292,7 @@ TEST_P(ArrowFormats, NestedFixedSizeListsStack) {
   }
   DiscoverOptions o;
   o.format.columns = {"q", "p"};
-  auto l = discover_paths({path}, o);
+  auto l = try_discover_paths({path}, o);
   ASSERT_TRUE(l.is_ok()) << l.status().message();
   EXPECT_EQ(l->trailing_shape, (std::vector<std::int64_t>{2, 3, 2}));
   Status st;

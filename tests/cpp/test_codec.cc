@@ -270,3 +270,41 @@ TEST(Codec, DecodeTileRefusesWhatIsNoTileTable) {
 
 }  // namespace
 }  // namespace shardload
+
+namespace shardload {
+namespace {
+
+// Format options travel alone (discover_once's request) and come back equal, kAuto and a
+// custom reader included; truncations, trailing bytes and a layout's encoding are refused.
+TEST(Codec, FormatOptionsRoundTripAlone) {
+  std::vector<FormatOptions> cases(4);
+  cases[1] = sample(1).options;
+  cases[1].format = Format::kParquet;
+  cases[2].format = Format::kCustom;
+  cases[2].reader = "rows";
+  cases[2].columns = {"x"};
+  cases[3].format = Format::kRaw;
+  cases[3].dtype = *parse_dtype("uint16");
+  cases[3].big_endian = false;
+  cases[3].trailing_shape = std::vector<std::int64_t>{};
+  for (const auto& o : cases) {
+    const auto bytes = encode_format_options(o);
+    const auto back = decode_format_options(bytes);
+    ASSERT_TRUE(back) << back.status().message();
+    EXPECT_EQ(*back, o);
+    for (std::size_t n = 0; n < bytes.size(); ++n) {
+      EXPECT_FALSE(decode_format_options(std::span(bytes).first(n))) << n;
+    }
+    auto longer = bytes;
+    longer.push_back(0);
+    EXPECT_FALSE(decode_format_options(longer));
+  }
+  const auto layout = encode_layout(sample(2));
+  const auto refused = decode_format_options(layout);
+  ASSERT_FALSE(refused);
+  EXPECT_NE(refused.status().message().find("wrong magic"), std::string::npos);
+  EXPECT_FALSE(decode_layout(encode_format_options(cases[1])));
+}
+
+}  // namespace
+}  // namespace shardload

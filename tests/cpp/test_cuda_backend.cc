@@ -42,7 +42,7 @@ class CudaFillTest : public ::testing::Test {
           write_npy(dir_.file(NumberPattern{"shard_", 4, ".npy"}.format(i)), spec, 3, first));
       first += static_cast<std::uint64_t>(split[static_cast<std::size_t>(i)] * width);
     }
-    auto l = discover(Source::dir(dir_.path()));
+    auto l = try_discover(Source::directory(dir_.path()));
     EXPECT_TRUE(l) << l.status().message();
     return l.value();
   }

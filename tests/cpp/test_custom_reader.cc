@@ -96,8 +96,9 @@ TEST_F(CustomReader, RegistrationRefusesBadNamesTakenNamesAndExtensions) {
 
 TEST_F(CustomReader, DiscoversByNameByExtensionAndByDirectoryAndReadsAcrossShards) {
   const auto paths = write_rows();
-  for (const auto& found : {discover_paths(paths, {nullptr, custom_format("rows")}),
-                            discover_paths(paths), discover(Source::dir(dir_.path()))}) {
+  for (const auto& found :
+       {try_discover_paths(paths, {nullptr, custom_format("rows")}), try_discover_paths(paths),
+        try_discover(Source::directory(dir_.path()))}) {
     ASSERT_TRUE(found) << found.status().message();
     EXPECT_EQ(found->format, Format::kCustom);
     EXPECT_EQ(found->options.reader, "rows");
@@ -113,7 +114,7 @@ TEST_F(CustomReader, DiscoversByNameByExtensionAndByDirectoryAndReadsAcrossShard
 }
 
 TEST_F(CustomReader, TheNameTravelsThroughTheCodec) {
-  const auto layout = discover_paths(write_rows(), {nullptr, custom_format("rows")});
+  const auto layout = try_discover_paths(write_rows(), {nullptr, custom_format("rows")});
   ASSERT_TRUE(layout);
   const auto back = decode_layout(encode_layout(*layout));
   ASSERT_TRUE(back) << back.status().message();
@@ -123,7 +124,7 @@ TEST_F(CustomReader, TheNameTravelsThroughTheCodec) {
 }
 
 TEST_F(CustomReader, AnUnknownNameIsAClearErrorWhereTheReaderIsMade) {
-  auto layout = discover_paths(write_rows(), {nullptr, custom_format("rows")}).value();
+  auto layout = try_discover_paths(write_rows(), {nullptr, custom_format("rows")}).value();
   // The task side of a rank that did not register the reader.
   layout.options.reader = "nowhere";
   std::vector<float> got(27);
@@ -131,7 +132,7 @@ TEST_F(CustomReader, AnUnknownNameIsAClearErrorWhereTheReaderIsMade) {
   EXPECT_EQ(s.code(), ErrorCode::kInvalidArgument);
   EXPECT_NE(s.message().find("no reader is registered as 'nowhere'"), std::string::npos)
       << s.message();
-  const auto found = discover_paths(write_rows(), {nullptr, custom_format("nowhere")});
+  const auto found = try_discover_paths(write_rows(), {nullptr, custom_format("nowhere")});
   ASSERT_FALSE(found);
   EXPECT_NE(found.status().message().find("'nowhere'"), std::string::npos);
 }
@@ -140,7 +141,7 @@ TEST_F(CustomReader, DiscoveryChecksWhatTheReaderReports) {
   const std::vector<std::string> paths = {dir_.file("a.scr"), dir_.file("b.scr")};
   for (const auto& p : paths) testing::write_file(p, "x");
   Scripted::rows = -3;
-  auto found = discover_paths(paths);
+  auto found = try_discover_paths(paths);
   ASSERT_FALSE(found);
   EXPECT_EQ(found.status().code(), ErrorCode::kLayout);
   EXPECT_NE(found.status().message().find(paths[0] + ": rows: the reader 'scripted' reported -3"),
@@ -167,7 +168,7 @@ TEST_F(CustomReader, DiscoveryChecksWhatTheReaderReports) {
          return std::unique_ptr<ShardReader>(new Alternate);
        },
        {}}));
-  found = discover_paths(paths, {nullptr, custom_format("alternate")});
+  found = try_discover_paths(paths, {nullptr, custom_format("alternate")});
   ASSERT_FALSE(found);
   EXPECT_NE(found.status().message().find(paths[1] + ": dtype int64 differs from float32"),
             std::string::npos)
@@ -177,7 +178,7 @@ TEST_F(CustomReader, DiscoveryChecksWhatTheReaderReports) {
 TEST_F(CustomReader, AFifoIsRefusedBeforeTheReaderSeesIt) {
   const std::string fifo = dir_.file("pipe.scr");
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
-  const auto found = discover_paths({fifo});
+  const auto found = try_discover_paths({fifo});
   ASSERT_FALSE(found);
   EXPECT_EQ(found.status().code(), ErrorCode::kLayout);
   EXPECT_NE(found.status().message().find(fifo + ": not a regular file"), std::string::npos)
@@ -188,12 +189,12 @@ TEST_F(CustomReader, ExceptionsFromAUserReaderBecomeStatusesNamingTheFile) {
   const std::string path = dir_.file("a.scr");
   testing::write_file(path, "x");
   Scripted::throw_in_probe = true;
-  auto found = discover_paths({path});
+  auto found = try_discover_paths({path});
   ASSERT_FALSE(found);
   EXPECT_NE(found.status().message().find(path + ": probe blew up"), std::string::npos)
       << found.status().message();
   Scripted::throw_in_probe = false;
-  found = discover_paths({path});
+  found = try_discover_paths({path});
   ASSERT_TRUE(found) << found.status().message();
   std::vector<float> got(2);
   const Status s = fill_rows(*found, 0, 2, reinterpret_cast<std::byte*>(got.data()));

@@ -64,7 +64,7 @@ class DecodeOnce : public ::testing::Test {
   }
 
   static Layout layout(const std::string& name) {
-    auto l = discover_paths({dir_->file(name)});
+    auto l = try_discover_paths({dir_->file(name)});
     EXPECT_TRUE(l) << l.status().message();
     return std::move(l).value();
   }
@@ -267,7 +267,7 @@ TEST_F(DecodeOnce, FileChangedAfterItsUnitWasCachedIsStillCaught) {
   // compares it with the snapshot.
   const std::string path = dir_->file("changed.h5");
   std::filesystem::copy_file(dir_->file("data.h5"), path);
-  auto l = discover_paths({path});
+  auto l = try_discover_paths({path});
   ASSERT_TRUE(l);
   auto filler = RowFiller::create(*l);
   ASSERT_TRUE(filler);

@@ -55,7 +55,7 @@ class DeviceFillTest : public ::testing::Test {
     }
   }
   Layout layout() {
-    auto l = discover(Source::dir(dir_.path()));
+    auto l = try_discover(Source::directory(dir_.path()));
     EXPECT_TRUE(l) << l.status().message();
     return l.value();
   }
@@ -715,7 +715,7 @@ TEST_F(DeviceFillTest, BoolBytesLandAsZeroOrOneOnEveryPath) {
   testing::TempDir u8;
   testing::write_bool_byte_shards(dir_, u8);
   const Layout l = layout();
-  auto lu = discover(Source::dir(u8.path()));
+  auto lu = try_discover(Source::directory(u8.path()));
   ASSERT_TRUE(lu) << lu.status().message();
   std::vector<std::uint8_t> raw(static_cast<std::size_t>(l.total_rows()) * 4);
   ASSERT_TRUE(fill_rows(*lu, 0, l.total_rows(), reinterpret_cast<std::byte*>(raw.data())));

@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include "shardload/dtype.hpp"
+#include "shardload/format.hpp"
 
 namespace shardload {
 namespace {
@@ -44,6 +45,25 @@ TEST(DType, RejectsUnknown) {
     EXPECT_EQ(d.status().code(), ErrorCode::kInvalidArgument);
     EXPECT_NE(d.status().message().find("unsupported dtype"), std::string::npos);
   }
+}
+
+// The one parser of a stored-type option (CLI --dtype, Python dtype=, discover_once): an order
+// travels only when the text spells one.
+TEST(DType, DtypeOptionKeepsOnlyASpelledByteOrder) {
+  FormatOptions o;
+  ASSERT_TRUE(set_dtype_option("float32", &o));
+  EXPECT_EQ(o.dtype, *parse_dtype("float32"));
+  EXPECT_FALSE(o.big_endian.has_value());
+  ASSERT_TRUE(set_dtype_option(">i2", &o));
+  EXPECT_EQ(o.dtype, *parse_dtype("int16"));
+  EXPECT_EQ(o.big_endian, std::optional<bool>(true));
+  ASSERT_TRUE(set_dtype_option("<f8", &o));
+  EXPECT_EQ(o.big_endian, std::optional<bool>(false));
+  const FormatOptions before = o;
+  const Status bad = set_dtype_option("float31", &o);
+  EXPECT_EQ(bad.code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(bad.message().find("float31"), std::string::npos) << bad.message();
+  EXPECT_EQ(o, before);
 }
 
 }  // namespace

@@ -28,7 +28,7 @@ class FillTest : public ::testing::Test {
     testing::write_iota_shard(dir_, i, base, rows, big, /*fortran=*/true);
   }
   Layout layout() {
-    auto l = discover(Source::dir(dir_.path()));
+    auto l = try_discover(Source::directory(dir_.path()));
     EXPECT_TRUE(l) << l.status().message();
     return l.value();
   }
@@ -124,7 +124,7 @@ TEST_F(FillTest, BoolBytesLandAsZeroOrOne) {
   testing::TempDir u8;
   testing::write_bool_byte_shards(dir_, u8);
   const Layout l = layout();
-  auto lu = discover(Source::dir(u8.path()));
+  auto lu = try_discover(Source::directory(u8.path()));
   ASSERT_TRUE(lu) << lu.status().message();
   ASSERT_EQ(l.dtype.kind, DTypeKind::kBool);
   ASSERT_EQ(l.total_rows(), 131);
@@ -147,7 +147,7 @@ TEST_F(FillTest, BoolBytesLandAsZeroOrOne) {
   testing::write_file(rawdir.file("shardload.json"), R"({"dtype": "bool", "shape": [2, 2]})");
   DiscoverOptions d;
   d.format.format = Format::kRaw;
-  auto lr = discover(Source::dir(rawdir.path()), d);
+  auto lr = try_discover(Source::directory(rawdir.path()), d);
   ASSERT_TRUE(lr) << lr.status().message();
   std::vector<std::byte> got(256);
   ASSERT_TRUE(fill_rows(*lr, 0, 64, got.data()));

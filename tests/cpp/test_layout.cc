@@ -25,7 +25,7 @@ class LayoutTest : public ::testing::Test {
                         npy_bytes(npy_dict(descr, fortran, shape), std::string(bytes, '\0')));
   }
   std::string message() {
-    auto l = discover(Source::dir(dir_.path()));
+    auto l = try_discover(Source::directory(dir_.path()));
     EXPECT_FALSE(l);
     EXPECT_EQ(l.status().code(), ErrorCode::kLayout);
     return l.status().message();
@@ -37,7 +37,7 @@ TEST_F(LayoutTest, RowsOffsetsAndMetadata) {
   shard(0, "<f4", "(3, 2)", 24);
   shard(1, ">f4", "(0, 2)", 0);
   shard(2, "<f4", "(5, 2)", 40, true);
-  auto l = discover(Source::dir(dir_.path()));
+  auto l = try_discover(Source::directory(dir_.path()));
   ASSERT_TRUE(l) << l.status().message();
   EXPECT_EQ(l->rows(), (std::vector<std::int64_t>{3, 0, 5}));
   EXPECT_EQ(l->offsets, (std::vector<std::int64_t>{0, 3, 3, 8}));
@@ -57,10 +57,10 @@ TEST_F(LayoutTest, RowsOffsetsAndMetadata) {
 TEST_F(LayoutTest, FortranWithOneLongDimensionIsReadAsC) {
   shard(0, "<f4", "(7, 1)", 28, true);
   shard(1, "<f4", "(7,)", 28, true);
-  auto l = discover(Source::dir(dir_.path()));
+  auto l = try_discover(Source::directory(dir_.path()));
   ASSERT_FALSE(l) << "trailing shapes differ";
   shard(1, "<f4", "(7, 1)", 28, true);
-  l = discover(Source::dir(dir_.path()));
+  l = try_discover(Source::directory(dir_.path()));
   ASSERT_TRUE(l);
   EXPECT_FALSE(l->shards[0].fortran_order);
 }
@@ -101,7 +101,7 @@ TEST_F(LayoutTest, MoreDimensionsThanNumpyAllows) {
     return s + ")";
   };
   shard(0, "<f4", ones(64), 4);
-  auto l = discover(Source::dir(dir_.path()));
+  auto l = try_discover(Source::directory(dir_.path()));
   ASSERT_TRUE(l) << l.status().message();
   EXPECT_EQ(l->shape().size(), 64u);
   for (const int n : {65, 20000}) {  // 20000: what a version 1.0 header holds
@@ -153,7 +153,7 @@ TEST_F(LayoutTest, FifoSocketOrDeviceIsRefusedWithoutBlocking) {
 TEST_F(LayoutTest, FifoAfterDiscoveryIsARefusedRead) {
   shard(0, "<f4", "(3,)", 12);
   shard(1, "<f4", "(3,)", 12);
-  auto l = discover(Source::dir(dir_.path()));
+  auto l = try_discover(Source::directory(dir_.path()));
   ASSERT_TRUE(l) << l.status().message();
   const std::string bad = dir_.file("shard_0001.npy");
   ASSERT_EQ(::unlink(bad.c_str()), 0);
@@ -183,7 +183,7 @@ TEST_F(LayoutTest, UnreadableFile) {
 TEST_F(LayoutTest, ExplicitListKeepsOrder) {
   shard(0, "<u1", "(1,)", 1);
   shard(1, "<u1", "(2,)", 2);
-  auto l = discover(Source::list({dir_.file("shard_0001.npy"), dir_.file("shard_0000.npy")}));
+  auto l = try_discover(Source::list({dir_.file("shard_0001.npy"), dir_.file("shard_0000.npy")}));
   ASSERT_TRUE(l);
   EXPECT_EQ(l->rows(), (std::vector<std::int64_t>{2, 1}));
 }
@@ -208,7 +208,7 @@ TEST_F(LayoutTest, AutoDiscoveryRecognisesWhatTheDirectoryHolds) {
                         npy_bytes(npy_dict("<f4", false, "(2,)"), data));
   }
   testing::write_file(dir_.file("notes.txt"), "x");
-  auto l = discover(Source::dir(dir_.path()));
+  auto l = try_discover(Source::directory(dir_.path()));
   ASSERT_TRUE(l) << l.status().message();
   EXPECT_EQ(l->format, Format::kNpy);
   EXPECT_EQ(l->shards.size(), 3u);
@@ -223,11 +223,12 @@ TEST_F(LayoutTest, AutoDiscoveryRecognisesWhatTheDirectoryHolds) {
       << m;
 
   // The format named: its default naming, and what the directory holds when it is absent.
-  auto named = discover(Source::dir(dir_.path()), DiscoverOptions{nullptr, [] {
-                                                                    FormatOptions o;
-                                                                    o.format = Format::kParquet;
-                                                                    return o;
-                                                                  }()});
+  auto named = try_discover(Source::directory(dir_.path()), DiscoverOptions{nullptr, [] {
+                                                                              FormatOptions o;
+                                                                              o.format =
+                                                                                  Format::kParquet;
+                                                                              return o;
+                                                                            }()});
   ASSERT_FALSE(named);
   EXPECT_EQ(named.status().message(),
             dir_.file("shard_{:04d}.parquet") +

@@ -9,6 +9,8 @@
 
 #include "shardload/fill.hpp"
 #include "shardload/legate.hpp"
+#include "shardload/manifest.hpp"
+#include "shardload/manifest_legate.hpp"
 #ifdef SHARDLOAD_TEST_CUPYNUMERIC
 #include "shardload/cupynumeric.hpp"
 #endif
@@ -93,6 +95,49 @@ TEST_F(LegateLoad, RandomLayoutsAndK) {
   }
 }
 
+// The throwing discover takes every DiscoverOptions: a trusted manifest is taken without
+// looking at the shards, so a shard removed after indexing goes unseen; a plain discover
+// probes and finds one shard fewer.
+TEST_F(LegateLoad, DiscoverTakesDiscoverOptions) {
+  write({30, 20}, {2}, *parse_dtype("int32"), 4);
+  const Layout probed = discover(dir_.string());
+  ASSERT_TRUE(write_manifest(probed, dir_.string()));
+  fs::remove(path(1));
+  DiscoverOptions trusted;
+  trusted.trust_manifest = true;
+  EXPECT_EQ(discover(Source::directory(dir_.string()), trusted).total_rows(), 50);
+  EXPECT_EQ(discover(dir_.string(), trusted).total_rows(), 50);
+  EXPECT_EQ(discover(Source::directory(dir_.string())).total_rows(), 30);
+  DiscoverOptions ignore;
+  ignore.use_manifest = false;
+  EXPECT_EQ(discover(dir_.string(), ignore).shards.size(), 1u);
+  EXPECT_THROW(discover(Source::directory((dir_ / "missing").string()), trusted),
+               SourceNotFoundError);
+  // discover_once carries the same options to its point task.
+  EXPECT_EQ(discover_once(dir_.string(), {}, trusted).total_rows(), 50);
+  EXPECT_EQ(discover_once(dir_.string(), {}, ignore).total_rows(), 30);
+  trusted.use_manifest = false;  // no manifest to trust: the files as they are
+  EXPECT_EQ(discover_once(dir_.string(), {}, trusted).total_rows(), 30);
+  DiscoverOptions local_io;
+  local_io.io = &posix_io();
+  EXPECT_THROW(discover_once(dir_.string(), {}, local_io), ArgumentError);
+}
+
+// dtype_of inverts legate_type for every dtype and refuses a type shardload does not hold.
+TEST(LegateTypes, DtypeOfInvertsLegateType) {
+  for (const char* name : {"bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
+                           "uint64", "float16", "float32", "float64", "complex64", "complex128"}) {
+    const DType d = *parse_dtype(name);
+    EXPECT_EQ(dtype_of(legate_type(d)), d) << name;
+  }
+  try {
+    (void)dtype_of(legate::string_type());
+    FAIL() << "expected ArgumentError";
+  } catch (const ArgumentError& e) {
+    EXPECT_NE(std::string(e.what()).find("has no shardload dtype"), std::string::npos) << e.what();
+  }
+}
+
 TEST_F(LegateLoad, EmptyDataset) {
   write({0, 0}, {3}, *parse_dtype("float32"), 1);
   LoadInfo info;
@@ -153,7 +198,7 @@ TEST_F(LegateLoad, DatasetLargerThanLegateMemoryIsRefused) {
     FAIL() << "expected OutOfMemoryError";
   } catch (const OutOfMemoryError& e) {
     const std::string what = e.what();
-    EXPECT_NE(what.find("needs 8796.09 GB (8796093022208 bytes)"), std::string::npos) << what;
+    EXPECT_NE(what.find("needs 8.80 TB (8796093022208 bytes)"), std::string::npos) << what;
     EXPECT_NE(what.find("Legate has"), std::string::npos) << what;
   }
   fs::remove(path(0));

@@ -43,7 +43,7 @@ std::vector<std::uint8_t> enc(const Layout& l) { return encode_layout(l); }
 Layout probe(const std::string& dir) {
   DiscoverOptions o;
   o.use_manifest = false;
-  auto l = discover(Source::dir(dir), o);
+  auto l = try_discover(Source::directory(dir), o);
   EXPECT_TRUE(l) << l.status().message();
   return l ? *l : Layout{};
 }
@@ -65,7 +65,7 @@ class ManifestTest : public ::testing::Test {
     DiscoverOptions o;
     o.trust_manifest = trust;
     o.io = io;
-    return discover(Source::dir(dir.path()), o);
+    return try_discover(Source::directory(dir.path()), o);
   }
   std::vector<std::string> leftovers() const {
     std::vector<std::string> names;
@@ -169,16 +169,16 @@ TEST_F(ManifestTest, StaleAfterAdd) {
 
 TEST_F(ManifestTest, OtherPatternOrOptionsDoNotUseIt) {
   index();
-  auto l = discover(Source::dir(dir.path(), "shard_{}.npy"));
+  auto l = try_discover(Source::directory(dir.path(), "shard_{}.npy"));
   EXPECT_FALSE(l);  // probed: that pattern matches nothing here
   DiscoverOptions o;
   o.format.dtype = DType{DTypeKind::kFloat, 8};
   o.format.format = Format::kRaw;
-  l = discover(Source::dir(dir.path(), "shard_{:04d}.npy"), o);
+  l = try_discover(Source::directory(dir.path(), "shard_{:04d}.npy"), o);
   // raw with a dtype: probed, not taken from the npy manifest.
   if (l) EXPECT_NE(l->manifest_status.find("not used"), std::string::npos) << l->manifest_status;
   o.trust_manifest = true;
-  l = discover(Source::dir(dir.path(), "shard_{:04d}.npy"), o);
+  l = try_discover(Source::directory(dir.path(), "shard_{:04d}.npy"), o);
   ASSERT_FALSE(l);
   EXPECT_NE(l.status().message().find("cannot be trusted"), std::string::npos)
       << l.status().message();
@@ -193,7 +193,7 @@ TEST_F(ManifestTest, APlainRequestGetsTheFilesProbingFindsNotAnotherPatterns) {
   }
   DiscoverOptions o;
   o.use_manifest = false;
-  auto parts = discover(Source::dir(dir.path(), "part_{}.npy"), o);
+  auto parts = try_discover(Source::directory(dir.path(), "part_{}.npy"), o);
   ASSERT_TRUE(parts) << parts.status().message();
   ManifestOptions mo;
   mo.pattern = "part_{}.npy";
@@ -205,7 +205,7 @@ TEST_F(ManifestTest, APlainRequestGetsTheFilesProbingFindsNotAnotherPatterns) {
             "pattern the directory's shards are those of 'shard_{:04d}.npy'");
   EXPECT_EQ(enc(*l), enc(shards));
   // With its pattern it is used; trusted without one it is taken as recorded (no listing).
-  l = discover(Source::dir(dir.path(), "part_{}.npy"));
+  l = try_discover(Source::directory(dir.path(), "part_{}.npy"));
   ASSERT_TRUE(l) << l.status().message();
   EXPECT_EQ(l->manifest_status, "manifest: used (2 shards unchanged since indexing)");
   l = discover_dir(true);
@@ -259,22 +259,22 @@ TEST(ManifestOptionsTest, OnlyTheOptionsItWasIndexedWithUseIt) {
   with.format.format = Format::kRaw;
   with.format.dtype = DType{DTypeKind::kFloat, 4};
   with.format.trailing_shape = std::vector<std::int64_t>{};
-  auto indexed = discover(Source::dir(dir.path()), with);
+  auto indexed = try_discover(Source::directory(dir.path()), with);
   ASSERT_TRUE(indexed) << indexed.status().message();
   ASSERT_TRUE(write_manifest(*indexed, dir.path()));
   with.use_manifest = true;
-  auto same = discover(Source::dir(dir.path()), with);
+  auto same = try_discover(Source::directory(dir.path()), with);
   ASSERT_TRUE(same) << same.status().message();
   EXPECT_EQ(same->manifest_status, "manifest: used (3 shards unchanged since indexing)");
   // Plain: the .bin files without a sidecar have no dtype; the manifest's float32 must not
   // be taken for it.
-  auto plain = discover(Source::dir(dir.path()));
+  auto plain = try_discover(Source::directory(dir.path()));
   ASSERT_FALSE(plain);
   EXPECT_NE(plain.status().message().find("dtype"), std::string::npos) << plain.status().message();
   // Another dtype: probed as asked, and the status says why the manifest was not used.
   DiscoverOptions other = with;
   other.format.dtype = DType{DTypeKind::kInt, 4};
-  auto l = discover(Source::dir(dir.path()), other);
+  auto l = try_discover(Source::directory(dir.path()), other);
   ASSERT_TRUE(l) << l.status().message();
   EXPECT_EQ(l->dtype, (DType{DTypeKind::kInt, 4}));
   EXPECT_EQ(l->manifest_status,
@@ -283,7 +283,7 @@ TEST(ManifestOptionsTest, OnlyTheOptionsItWasIndexedWithUseIt) {
   // Trusted, a plain request that does not match is an error, not the manifest's options.
   DiscoverOptions trusted;
   trusted.trust_manifest = true;
-  plain = discover(Source::dir(dir.path()), trusted);
+  plain = try_discover(Source::directory(dir.path()), trusted);
   ASSERT_FALSE(plain);
   EXPECT_NE(plain.status().message().find("cannot be trusted for this request: it was indexed "
                                           "with other format options (format raw, dtype "
@@ -361,11 +361,11 @@ TEST(ManifestRawTest, ASidecarChangedAfterIndexingIsSeen) {
   write_file(dir.file("shardload.json"), R"({"dtype": "<i4", "shape": []})");
   DiscoverOptions o;
   o.use_manifest = false;
-  auto indexed = discover(Source::dir(dir.path()), o);
+  auto indexed = try_discover(Source::directory(dir.path()), o);
   ASSERT_TRUE(indexed) << indexed.status().message();
   ASSERT_TRUE(write_manifest(*indexed, dir.path()));
   write_file(dir.file("shardload.json"), R"({"dtype": "<f4", "shape": []})");
-  auto l = discover(Source::dir(dir.path()));
+  auto l = try_discover(Source::directory(dir.path()));
   ASSERT_TRUE(l) << l.status().message();
   EXPECT_EQ(l->dtype, (DType{DTypeKind::kFloat, 4}));
   EXPECT_NE(l->manifest_status.find("the file says dtype float32, the manifest int32"),
@@ -538,7 +538,7 @@ TEST_F(ManifestTest, RelativePathsSurviveAMove) {
   auto l = [&] {
     DiscoverOptions o;
     o.trust_manifest = true;
-    return discover(Source::dir(moved), o);
+    return try_discover(Source::directory(moved), o);
   }();
   std::filesystem::rename(moved, dir.path());
   ASSERT_TRUE(l) << l.status().message();

@@ -30,7 +30,7 @@ class RawTest : public ::testing::Test {
     o.format = Format::kRaw;
     DiscoverOptions d;
     d.format = o;
-    return discover(Source::dir(dir_.path()), d);
+    return try_discover(Source::directory(dir_.path()), d);
   }
   std::string error(FormatOptions o = {}) {
     auto l = discover_raw(std::move(o));

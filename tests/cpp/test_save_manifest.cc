@@ -31,7 +31,7 @@ class LegateSaveManifest : public ::testing::Test {
 Layout discovered(const std::string& dest, bool use_manifest) {
   DiscoverOptions opts;
   opts.use_manifest = use_manifest;
-  auto l = discover(Source::dir(dest), opts);
+  auto l = try_discover(Source::directory(dest), opts);
   EXPECT_TRUE(static_cast<bool>(l)) << l.status().message();
   return l ? *l : Layout{};
 }

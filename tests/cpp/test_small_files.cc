@@ -131,7 +131,7 @@ TEST(OpenStat, DefaultOpensThenStatsAndClosesOnAFailedStat) {
 TEST(SmallFiles, ReadingAShardOpensWithItsSnapshot) {
   TempDir dir;
   write_shard(dir.file(shard_name(0)), 5, 0);
-  auto layout = discover(Source::dir(dir.path(), "shard_{:04d}.npy"));
+  auto layout = try_discover(Source::directory(dir.path(), "shard_{:04d}.npy"));
   ASSERT_TRUE(layout) << layout.status().message();
   CountingIo io(/*fused=*/true);
   FillOptions opts;
@@ -151,7 +151,7 @@ TEST(SmallFiles, AChangeBeforeTheReadIsCaughtAtTheOpen) {
   TempDir dir;
   write_shard(dir.file(shard_name(0)), 5, 0);
   write_shard(dir.file(shard_name(1)), 5, 10);
-  auto layout = discover(Source::dir(dir.path(), "shard_{:04d}.npy"));
+  auto layout = try_discover(Source::directory(dir.path(), "shard_{:04d}.npy"));
   ASSERT_TRUE(layout);
   testing::change_file(dir.file(shard_name(1)), testing::Change::kRewriteInPlace);
   std::vector<float> out(20);
@@ -171,7 +171,7 @@ class ParallelProbe : public ::testing::Test {
   Result<Layout> run(unsigned threads) {
     DiscoverOptions o;
     o.probe_threads = threads;
-    return discover(Source::dir(dir.path(), "shard_{:04d}.npy"), o);
+    return try_discover(Source::directory(dir.path(), "shard_{:04d}.npy"), o);
   }
   static constexpr int kShards = 3000;
   TempDir dir;

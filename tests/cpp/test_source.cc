@@ -62,7 +62,7 @@ TEST_F(SourceTest, DirectoryDefaultNamingInOrder) {
   touch("shard_0003.npy.tmp");
   touch("_meta.json");
   touch("shard_03.npy");
-  auto paths = resolve(Source::dir(dir_.path()));
+  auto paths = resolve(Source::directory(dir_.path()));
   ASSERT_TRUE(paths) << paths.status().message();
   ASSERT_EQ(paths->size(), 12u);
   EXPECT_EQ((*paths)[11], dir_.file("shard_0011.npy"));
@@ -71,7 +71,7 @@ TEST_F(SourceTest, DirectoryDefaultNamingInOrder) {
 TEST_F(SourceTest, NumbersPastWidth) {
   const NumberPattern p{"shard_", 4, ".npy"};
   for (int i = 0; i < 10002; ++i) touch(p.format(i));
-  auto paths = resolve(Source::dir(dir_.path()));
+  auto paths = resolve(Source::directory(dir_.path()));
   ASSERT_TRUE(paths) << paths.status().message();
   ASSERT_EQ(paths->size(), 10002u);
   EXPECT_EQ(paths->back(), dir_.file("shard_10001.npy"));
@@ -81,7 +81,7 @@ TEST_F(SourceTest, NumbersPastWidth) {
 TEST_F(SourceTest, GapNamesFirstFiveAndCount) {
   const NumberPattern p{"shard_", 4, ".npy"};
   for (int i : {0, 1, 3, 9, 20}) touch(p.format(i));
-  auto paths = resolve(Source::dir(dir_.path()));
+  auto paths = resolve(Source::directory(dir_.path()));
   ASSERT_FALSE(paths);
   EXPECT_EQ(paths.status().code(), ErrorCode::kLayout);
   const auto& m = paths.status().message();
@@ -97,7 +97,7 @@ TEST_F(SourceTest, GapNamesFirstFiveAndCount) {
 TEST_F(SourceTest, HugeNumberIsAGapCountedFromTheFilesPresent) {
   touch("shard_0000.npy");
   touch("shard_99999999999999.npy");
-  auto paths = resolve(Source::dir(dir_.path()));
+  auto paths = resolve(Source::directory(dir_.path()));
   ASSERT_FALSE(paths);
   const auto& m = paths.status().message();
   EXPECT_NE(m.find("gap in the numbering: 99999999999998 of 100000000000000 files missing "
@@ -109,7 +109,7 @@ TEST_F(SourceTest, HugeNumberIsAGapCountedFromTheFilesPresent) {
 
 TEST_F(SourceTest, MissingStartIsAGap) {
   touch("shard_0001.npy");
-  auto paths = resolve(Source::dir(dir_.path()));
+  auto paths = resolve(Source::directory(dir_.path()));
   ASSERT_FALSE(paths);
   EXPECT_NE(paths.status().message().find("shard_0000.npy"), std::string::npos);
 }
@@ -148,14 +148,14 @@ TEST_F(SourceTest, ExistingDirectoryOrFileBeforePatternOrGlob) {
     auto src = Source::parse(d);
     ASSERT_TRUE(src) << name;
     EXPECT_EQ(src->kind, Source::Kind::kDirectory) << name;
-    EXPECT_EQ(src->directory, d);
+    EXPECT_EQ(src->dir_path, d);
     auto paths = resolve(*src);
     ASSERT_TRUE(paths) << paths.status().message();
     EXPECT_EQ(*paths, std::vector<std::string>{d + "/shard_0000.npy"});
     // A pattern's directory part is literal.
     auto pat = Source::parse(d + "/p-{:02d}.npy");
     ASSERT_TRUE(pat);
-    EXPECT_EQ(pat->directory, d);
+    EXPECT_EQ(pat->dir_path, d);
     paths = resolve(*pat);
     ASSERT_TRUE(paths) << paths.status().message();
     EXPECT_EQ(*paths, std::vector<std::string>{d + "/p-00.npy"});
@@ -178,9 +178,10 @@ TEST_F(SourceTest, NulIsRefusedNeverCut) {
   expect_refused(Source::parse(dir_.path() + nul).status(), "source");
   expect_refused(Source::parse(dir_.path() + "/shard_{:04d}.npy" + nul).status(), "source");
   expect_refused(Source::parse(dir_.path(), "shard_{:04d}.npy" + nul).status(), "pattern");
-  expect_refused(resolve(Source::dir(dir_.path() + nul)).status(), "directory");
-  expect_refused(resolve(Source::dir(dir_.path(), "shard_{:04d}.npy" + nul)).status(), "pattern");
-  expect_refused(resolve(Source::from_glob(dir_.path() + "/*" + nul)).status(), "glob");
+  expect_refused(resolve(Source::directory(dir_.path() + nul)).status(), "directory");
+  expect_refused(resolve(Source::directory(dir_.path(), "shard_{:04d}.npy" + nul)).status(),
+                 "pattern");
+  expect_refused(resolve(Source::glob(dir_.path() + "/*" + nul)).status(), "glob");
   expect_refused(resolve(Source::list({dir_.file("shard_0000.npy") + nul})).status(), "path");
   expect_refused(NumberPattern::parse("shard_{:04d}" + nul).status(), "pattern");
   EXPECT_EQ(posix_io().open(dir_.file("shard_0000.npy") + nul).status().code(),
@@ -188,21 +189,21 @@ TEST_F(SourceTest, NulIsRefusedNeverCut) {
 }
 
 TEST_F(SourceTest, Errors) {
-  auto missing = resolve(Source::dir(dir_.file("nope")));
+  auto missing = resolve(Source::directory(dir_.file("nope")));
   ASSERT_FALSE(missing);
   EXPECT_NE(missing.status().message().find(dir_.file("nope")), std::string::npos);
   EXPECT_NE(missing.status().message().find("not found"), std::string::npos);
 
-  auto empty = resolve(Source::dir(dir_.path()));
+  auto empty = resolve(Source::directory(dir_.path()));
   ASSERT_FALSE(empty);
   EXPECT_NE(empty.status().message().find("no files match"), std::string::npos);
 
-  auto noglob = resolve(Source::from_glob(dir_.path() + "/*.zzz"));
+  auto noglob = resolve(Source::glob(dir_.path() + "/*.zzz"));
   ASSERT_FALSE(noglob);
   EXPECT_NE(noglob.status().message().find("no files match the glob"), std::string::npos);
 
   touch("file.npy");
-  auto notdir = resolve(Source::dir(dir_.file("file.npy")));
+  auto notdir = resolve(Source::directory(dir_.file("file.npy")));
   ASSERT_FALSE(notdir);
   EXPECT_NE(notdir.status().message().find("not a directory"), std::string::npos);
 

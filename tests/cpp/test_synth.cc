@@ -57,7 +57,7 @@ TEST(Synth, WrittenNpyReadsBack) {
   const std::string path = dir.file("x.npy");
   const NpyWriteSpec spec{*parse_dtype("complex64"), {5, 3}};
   ASSERT_TRUE(write_npy(path, spec, 11, 30));
-  auto l = discover(Source::list({path}));
+  auto l = try_discover(Source::list({path}));
   ASSERT_TRUE(l) << l.status().message();
   EXPECT_EQ(l->shape(), (std::vector<std::int64_t>{5, 3}));
   std::vector<std::byte> got(15 * 8);

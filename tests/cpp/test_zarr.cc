@@ -83,7 +83,7 @@ class ZarrTest : public ::testing::Test {
   Layout layout() {
     DiscoverOptions d;
     d.format.format = Format::kZarr;
-    auto l = discover(Source::dir(dir_.path()), d);
+    auto l = try_discover(Source::directory(dir_.path()), d);
     EXPECT_TRUE(l) << l.status().message();
     return l.value();
   }
@@ -311,14 +311,14 @@ TEST_F(ZarrTest, MetadataErrorsNameTheFileAndField) {
       "dtype": "<i4", "fill_value": 0, "compressor": {"id": "bz2"}})");
   DiscoverOptions d;
   d.format.format = Format::kZarr;
-  auto l = discover(Source::dir(dir_.path()), d);
+  auto l = try_discover(Source::directory(dir_.path()), d);
   ASSERT_FALSE(l);
   EXPECT_EQ(l.status().message(),
             store(0) +
                 "/.zarray: compressor.id: unsupported codec 'bz2' (supported: zlib, "
                 "gzip, zstd, lz4 or blosc)");
   std::filesystem::remove(store(0) + "/.zarray");
-  l = discover(Source::dir(dir_.path()), d);
+  l = try_discover(Source::directory(dir_.path()), d);
   ASSERT_FALSE(l);
   EXPECT_EQ(l.status().message(), store(0) + ": no Zarr array metadata (neither " + store(0) +
                                       "/.zarray nor " + store(0) + "/zarr.json exists)");
@@ -334,11 +334,11 @@ TEST_F(ZarrTest, DeepOrHugeMetadataIsRefusedNamingTheFile) {
     std::filesystem::remove_all(store(0));
     std::filesystem::create_directories(store(0));
     put(store(0) + meta, std::string(100000, '[') + std::string(100000, ']'));
-    auto l = discover(Source::dir(dir_.path()), d);
+    auto l = try_discover(Source::directory(dir_.path()), d);
     ASSERT_FALSE(l);
     EXPECT_EQ(l.status().message(), store(0) + meta + ": JSON nesting deeper than 64 levels");
     std::filesystem::resize_file(store(0) + meta, std::uint64_t{10} << 30);
-    l = discover(Source::dir(dir_.path()), d);
+    l = try_discover(Source::directory(dir_.path()), d);
     ASSERT_FALSE(l);
     EXPECT_EQ(l.status().message().rfind(
                   store(0) + meta + ": size: 10737418240 bytes is more than the ", 0),

@@ -21,8 +21,8 @@ import shardload
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 COMMANDS = ["write", "inspect", "read"]
-FORMAT_OPTIONS = ["--format", "--dtype", "--trailing-shape", "--header-bytes", "--dataset",
-                  "--columns", "--fill-value"]
+FORMAT_OPTIONS = ["--format", "--dtype", "--astype", "--trailing-shape", "--header-bytes",
+                  "--dataset", "--columns", "--fill-value"]
 # Every option each command accepts; a test below checks the parser takes each one.
 OPTIONS = {
     "write": ["--shard-dir", "--num-shards", "--shape", "--dtype", "--seed"],
@@ -313,7 +313,47 @@ def test_errors_name_options_as_the_command_line_spells_them(cli, tmp_path: path
     check([tmp_path / "z", "--format", "zarr"], "name the array with --dataset")
     pqf = tmp_path / "mixed.parquet"
     pq.write_table(pa.table({"a": np.arange(3, dtype=np.int32), "b": np.arange(3.0)}), pqf)
-    check([pqf], "pass --dtype to cast")
+    check([pqf], "pass --astype to cast")
+
+
+def test_astype_is_the_read_as_type_and_dtype_the_stored_one(cli, tmp_path: pathlib.Path) -> None:
+    # The flags mirror Python: --astype is what parquet/arrow decode into, --dtype the stored
+    # type (raw); --dtype for parquet/arrow still works one release, with a note on stderr.
+    pqd = tmp_path / "pq"
+    pqd.mkdir()
+    table = pa.table({"a": np.arange(5, dtype=np.int32), "b": np.arange(5.0)})
+    pq.write_table(table, pqd / "shard_0000.parquet")
+    for cmd in ("inspect", "index"):
+        r = run(cli, cmd, pqd, "--astype", "float32")
+        assert r.returncode == 0 and "deprecated" not in err(r), (cmd, err(r))
+        r = run(cli, cmd, pqd, "--dtype", "float32")
+        assert r.returncode == 0, (cmd, err(r))
+        assert (f"shardload {cmd}: note: --dtype is deprecated for parquet data, where it is "
+                "the type to decode into; pass --astype float32") in err(r), (cmd, err(r))
+    r = run(cli, "inspect", pqd, "--astype", "float32", "--json")
+    assert json.loads(out(r))["dtype"] == "float32", out(r)
+    r = run(cli, "read", pqd, "--astype", "float64", "--no-verify")
+    assert r.returncode == 0 and "dtype:          float64" in out(r), out(r) + err(r)
+    # --astype where the format reads its stored type: named or found by discovery, exit 2.
+    npyd = tmp_path / "npy"
+    write_set(cli, npyd)
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    (raw / "shard_0000.bin").write_bytes(np.arange(6, dtype="<f4").tobytes())
+    for args, fmt in (([raw, "--format", "raw"], "raw"), ([npyd, "--format=npy"], "npy"),
+                      ([npyd], "npy")):
+        for cmd in ("inspect", "read"):
+            r = run(cli, cmd, *args, "--astype", "float64", env=NO_LEGATE if "--format" in
+                    " ".join(map(str, args)) else None)
+            assert r.returncode == 2, (cmd, args, err(r))
+            assert (f"--astype: only parquet and arrow decode into another type, and the data "
+                    f"is {fmt}") in err(r), (cmd, args, err(r))
+    # Both at once: which one is meant is a guess.
+    r = run(cli, "inspect", pqd, "--astype", "float32", "--dtype", "float64", env=NO_LEGATE)
+    assert r.returncode == 2 and "give one" in err(r), err(r)
+    # Raw's --dtype is its stored type, without a note.
+    r = run(cli, "inspect", raw, "--format", "raw", "--dtype", "<f4", "--trailing-shape=")
+    assert r.returncode == 0 and "shape:          (6,)" in out(r) and err(r) == "", err(r)
 
 
 def test_read_errors_use_the_command_line_spelling(cli, tmp_path: pathlib.Path) -> None:
@@ -332,7 +372,7 @@ def test_every_python_spelled_phrase_of_the_core_has_a_cli_spelling() -> None:
     # The class of fault, not the cases above: any message phrase in the sources outside the
     # command line that names an option the Python way ("pass dtype= to cast", "the shape
     # option") must be covered by a row of the command line's table of phrases.
-    code = (ROOT / "src/cli/commands.cc").read_text()
+    code = (ROOT / "src/cli/args.cc").read_text()
     body = code[code.index("std::string cli_spelling"):]
     rows = re.findall(r'\{"((?:[^"\\]|\\.)*)",\s*"', body[:body.index("for (const auto&")])
     assert len(rows) >= 10

@@ -172,7 +172,7 @@ def test_error_mixed_dtypes_without_cast(tmp_path: pathlib.Path, fmt: str) -> No
           pa.table({"a": pa.array([1], pa.int32()), "b": [2.0]}), fmt, 2)
     with pytest.raises(shardload.LayoutError,
                        match=rf"shard_0000\.{EXT[fmt]}: columns: 'b' is float64 but 'a' is int32; "
-                             r"columns must share a dtype \(pass dtype= to cast\)"):
+                             r"columns must share a dtype \(pass astype= to cast\)"):
         shardload.discover(tmp_path, format=fmt)
 
 

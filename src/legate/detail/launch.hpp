@@ -6,6 +6,7 @@
 #include <legate.h>
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -46,5 +47,13 @@ void submit_or_throw(legate::ManualTask task, ErrorSite site, const std::string&
 // memory for itself: 16 MiB and 1% of each memory count as taken.
 void check_memory(const Layout& layout, const ReadPlan& plan, legate::mapping::TaskTarget target,
                   std::int64_t processors, std::uint64_t copies);
+
+// The dtype of a Legate type, or nothing for a type shardload does not hold (strings,
+// structs, ...): dtype_of throws for those, save() says the array cannot be saved.
+std::optional<DType> find_dtype(const legate::Type& type);
+
+// The dtype of a Legate type, or nothing for a type shardload does not hold (strings,
+// structs, ...): dtype_of throws for those, save() says the array cannot be saved.
+std::optional<DType> find_dtype(const legate::Type& type);
 
 }  // namespace shardload::detail

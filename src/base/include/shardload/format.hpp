@@ -57,4 +57,10 @@ struct FormatOptions {
   friend bool operator==(const FormatOptions&, const FormatOptions&) = default;
 };
 
+// Sets options->dtype from a type as every front end spells it ("float32", "f4", "<f4",
+// ">f4"), and options->big_endian only when the text names an order ('<' or '>'), so that
+// "float32" leaves the order to the sidecar. kInvalidArgument naming the text; options
+// unchanged then.
+Status set_dtype_option(std::string_view text, FormatOptions* options);
+
 }  // namespace shardload

@@ -25,13 +25,13 @@ inline constexpr std::string_view kDefaultPattern = "shard_{:04d}.npy";
 struct Source {
   enum class Kind { kDirectory, kGlob, kList };
   Kind kind = Kind::kDirectory;
-  std::string directory;  // kDirectory
+  std::string dir_path;   // kDirectory
   std::string pattern;    // kDirectory: "{:0Nd}" or "{}" numbering; empty: the format's default
-  std::string glob;       // kGlob
+  std::string glob_expr;  // kGlob
   std::vector<std::string> paths;  // kList
 
-  static Source dir(std::string directory, std::string pattern = {});
-  static Source from_glob(std::string glob);
+  static Source directory(std::string directory, std::string pattern = {});
+  static Source glob(std::string glob);
   static Source list(std::vector<std::string> paths);
 
   // Interprets one string the way the command line and Python do: an

@@ -40,4 +40,11 @@ Result<TileEncoding> encode_tiles(const Layout& layout, const ReadPlan& plan);
 Result<Layout> decode_tile(std::span<const std::uint8_t> bytes,
                            std::span<const std::int64_t> offsets, std::int64_t tile);
 
+// Format options alone (the format, kAuto included, and every option), encoded as a layout's
+// encoding holds them: for a request that names what to discover before any layout exists
+// (discover_once). decode_format_options gives back an equal FormatOptions; malformed bytes,
+// a layout's encoding included, are kInvalidArgument.
+std::vector<std::uint8_t> encode_format_options(const FormatOptions& options);
+Result<FormatOptions> decode_format_options(std::span<const std::uint8_t> bytes);
+
 }  // namespace shardload

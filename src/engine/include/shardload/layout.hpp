@@ -65,9 +65,9 @@ struct DiscoverOptions {
 // Resolves the source and probes every shard. All errors are kLayout and
 // name the offending file, e.g. "DIR/shard_0007.npy: dtype float64 differs
 // from float32 of DIR/shard_0000.npy".
-Result<Layout> discover(const Source& source, const DiscoverOptions& options = {});
-Result<Layout> discover_paths(const std::vector<std::string>& paths,
-                              const DiscoverOptions& options = {});
+Result<Layout> try_discover(const Source& source, const DiscoverOptions& options = {});
+Result<Layout> try_discover_paths(const std::vector<std::string>& paths,
+                                  const DiscoverOptions& options = {});
 
 // Builds a layout from probed shards (used by discover and by the task side
 // when it rebuilds the layout from task arguments). Validates agreement.
@@ -91,9 +91,5 @@ Format sniff_format(const std::string& path);
 
 // A human-readable summary: shard count, first and last rows, totals.
 std::string describe(const Layout& layout, std::size_t edge_shards = 3);
-
-// A byte count for people: "1.23 GB (1234567890 bytes)" (decimal units), or
-// "512 bytes" below 1 kB.
-std::string size_string(std::uint64_t bytes);
 
 }  // namespace shardload

@@ -31,6 +31,11 @@ namespace shardload {
 Layout discover(const std::string& source, const std::string& pattern = {},
                 const FormatOptions& format = {});
 Layout discover(const std::vector<std::string>& paths, const FormatOptions& format = {});
+// The same with every discovery option (trust_manifest, use_manifest, probe_threads, io): the
+// throwing form of try_discover (shardload/layout.hpp). The string is read as Source::parse
+// reads it, without a pattern.
+Layout discover(const Source& source, const DiscoverOptions& options = {});
+Layout discover(const std::string& source, const DiscoverOptions& options);
 
 struct LoadOptions {
   std::int64_t overdecompose = 1;  // K: tiles = about K x processors
@@ -91,7 +96,9 @@ void check_legate_dims(const legate::LogicalArray& array, const std::string& wha
 // The Legate library "shardload" with its tasks registered (once per process).
 legate::Library library();
 
-// The Legate type of a shardload dtype.
+// The Legate type of a shardload dtype, and the dtype of a Legate type (the inverse; throws
+// ArgumentError for a type shardload does not hold: strings, structs, lists, ...).
 legate::Type legate_type(DType dtype);
+DType dtype_of(const legate::Type& type);
 
 }  // namespace shardload

@@ -41,5 +41,10 @@ VerifyReport verify_manifest(const std::string& manifest_path, std::int64_t grou
 // discover(source, pattern, format) with trust_manifest, run in one point task for the job.
 Layout discover_once(const std::string& source, const std::string& pattern = {},
                      const FormatOptions& format = {}, bool trust_manifest = false);
+// The same with every discovery option: the format options, trust_manifest, use_manifest and
+// probe_threads travel to the point task; `io` must be null (ArgumentError otherwise: the
+// point reads through posix_io()).
+Layout discover_once(const std::string& source, const std::string& pattern,
+                     const DiscoverOptions& options);
 
 }  // namespace shardload

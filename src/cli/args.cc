@@ -1,24 +1,19 @@
-#include "cli/commands.hpp"
-
-#include <dirent.h>
+// The command line's argument handling, shared by every command: the commands' specs and
+// help, the option parser, the format options, and the error and spelling helpers.
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
-#include <cerrno>
 #include <charconv>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <iostream>
 #include <map>
 
-#include "readers/detail/json.hpp"
+#include "cli/commands.hpp"
+#include "shardload/io.hpp"
 #include "shardload/layout.hpp"
-#include "shardload/manifest.hpp"
-#include "shardload/source.hpp"
-#include "shardload/synth.hpp"
 
 namespace shardload::cli {
 
@@ -26,8 +21,6 @@ bool parse_int(const std::string& text, long long* out) {
   auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), *out);
   return ec == std::errc() && p == text.data() + text.size();
 }
-
-namespace {
 
 int fail(const char* cmd, const std::string& msg) {
   std::cerr << "shardload " << cmd << ": error: " << cli_spelling(msg) << "\n";
@@ -75,6 +68,8 @@ std::optional<int> check_file_list(const char* cmd, const std::vector<std::strin
   return std::nullopt;
 }
 
+namespace {
+
 const OptionSpec* find_option(const CommandSpec& spec, const std::string& name) {
   for (const auto& o : spec.options) {
     if (name == o.name) return &o;
@@ -101,31 +96,13 @@ void print_options(const std::vector<OptionSpec>& options, std::ostream& out) {
   }
 }
 
-// Removes files an earlier `write` left: shard_*.npy and their temporaries.
-Status remove_stale(const std::string& dir) {
-  DIR* d = ::opendir(dir.c_str());
-  if (d == nullptr) return Status(ErrorCode::kIo, dir + ": cannot list the directory");
-  std::vector<std::string> stale;
-  while (const dirent* e = ::readdir(d)) {
-    const std::string n = e->d_name;
-    const bool shard = n.rfind("shard_", 0) == 0 &&
-                       (n.size() > 10 && (n.compare(n.size() - 4, 4, ".npy") == 0 ||
-                                          n.compare(n.size() - 8, 8, ".npy.tmp") == 0));
-    if (shard || n == "_meta.json") stale.push_back(dir + "/" + n);
-  }
-  ::closedir(d);
-  for (const auto& p : stale) {
-    if (::unlink(p.c_str()) != 0) return Status(ErrorCode::kIo, p + ": cannot remove a stale file");
-  }
-  return Status::ok();
-}
-
 }  // namespace
 
 const std::vector<OptionSpec>& format_option_specs() {
   static const std::vector<OptionSpec> specs{
       {"format", "F", "npy, raw, hdf5, parquet, arrow, zarr or auto (the default: by extension)"},
-      {"dtype", "T", "raw: the element type (float32, >f4, ...); parquet/arrow: cast to it"},
+      {"dtype", "T", "raw: the stored element type (float32, >f4, ...)"},
+      {"astype", "T", "parquet/arrow: the type to decode the columns into"},
       {"trailing-shape", "D[,D...]",
        "raw: the shape of one row after the first axis ('' for 1-D data)", true},
       {"header-bytes", "N", "raw: bytes to skip at the start of each file"},
@@ -292,7 +269,7 @@ std::string cli_spelling(std::string message) {
       {"name one with pattern= (and format= where the name does not tell)",
        "name one with --pattern (and --format where the name does not tell)"},
       {"pass dtype= or write", "pass --dtype or write"},
-      {"pass dtype= to cast", "pass --dtype to cast"},
+      {"pass astype= to cast", "pass --astype to cast"},
       {"pass shape= (() for 1-D data)", "pass --trailing-shape ('' for 1-D data)"},
       {"name one with dataset=", "name one with --dataset"},
       {"name the array with dataset=", "name the array with --dataset"},
@@ -375,6 +352,20 @@ std::string json_path_string(const std::string& bytes) {
   return out;
 }
 
+namespace {
+
+// Only the columnar readers decode into another type; every other format reads its stored one.
+bool decodes_into(Format f) { return f == Format::kParquet || f == Format::kArrow; }
+
+std::string astype_refusal(Format f) {
+  return std::string(
+             "--astype: only parquet and arrow decode into another type, and the data "
+             "is ") +
+         format_name(f) + " (for raw files, --dtype is their stored type)";
+}
+
+}  // namespace
+
 Status parse_format_options(const std::map<std::string, std::string>& opts, FormatOptions* out) {
   auto get = [&](const char* k) -> const std::string* {
     auto it = opts.find(k);
@@ -383,10 +374,23 @@ Status parse_format_options(const std::map<std::string, std::string>& opts, Form
   if (const auto* v = get("format")) {
     SHARDLOAD_ASSIGN_OR_RETURN(out->format, parse_format(*v));
   }
-  if (const auto* v = get("dtype")) {
-    bool big = false;
-    SHARDLOAD_ASSIGN_OR_RETURN(out->dtype, parse_dtype(*v, &big));
-    if (!v->empty() && ((*v)[0] == '<' || (*v)[0] == '>')) out->big_endian = big;
+  const auto* dtype = get("dtype");
+  const auto* astype = get("astype");
+  if (dtype != nullptr && astype != nullptr) {
+    return {ErrorCode::kInvalidArgument,
+            "--astype '" + *astype + "' and --dtype '" + *dtype +
+                "': give one (--dtype is the stored type of raw files, --astype the type "
+                "parquet/arrow decode into)"};
+  }
+  if (dtype != nullptr) SHARDLOAD_RETURN_IF_ERROR(set_dtype_option(*dtype, out));
+  if (astype != nullptr) {
+    // The read-as type of the parquet/arrow decode, which FormatOptions::dtype carries there.
+    auto parsed = parse_dtype(*astype);
+    if (!parsed) return {ErrorCode::kInvalidArgument, "--astype: " + parsed.status().message()};
+    out->dtype = *parsed;
+  }
+  if (astype != nullptr && out->format != Format::kAuto && !decodes_into(out->format)) {
+    return {ErrorCode::kInvalidArgument, astype_refusal(out->format)};
   }
   if (const auto* v = get("trailing-shape")) {
     std::vector<long long> dims;
@@ -432,6 +436,32 @@ Status parse_format_options(const std::map<std::string, std::string>& opts, Form
   return Status::ok();
 }
 
+std::optional<int> check_type_options(const char* cmd,
+                                      const std::map<std::string, std::string>& opts,
+                                      Format format) {
+  if (opts.count("astype") != 0 && !decodes_into(format)) {
+    return usage_error(cmd, astype_refusal(format));
+  }
+  if (const auto it = opts.find("dtype"); it != opts.end() && decodes_into(format)) {
+    std::cerr << "shardload " << cmd << ": note: --dtype is deprecated for " << format_name(format)
+              << " data, where it is the type to decode into; pass --astype " << it->second << "\n";
+  }
+  return std::nullopt;
+}
+
+std::optional<int> check_type_options_after_failure(const char* cmd,
+                                                    const std::map<std::string, std::string>& opts,
+                                                    const Source& source, DiscoverOptions options) {
+  if (opts.count("astype") == 0 || options.format.format != Format::kAuto) return std::nullopt;
+  // Only on this error path: the format without the read-as type, which the readers of other
+  // formats refuse as an option that does not apply.
+  options.format.dtype.reset();
+  options.use_manifest = false;
+  const auto found = try_discover(source, options);
+  if (!found || decodes_into(found->format)) return std::nullopt;
+  return usage_error(cmd, astype_refusal(found->format));
+}
+
 bool parse_int_list(const std::string& text, std::vector<long long>* out) {
   out->clear();
   std::size_t start = 0;
@@ -446,324 +476,6 @@ bool parse_int_list(const std::string& text, std::vector<long long>* out) {
     start = comma + 1;
   }
   return !out->empty();
-}
-
-std::optional<int> parse_write_args(const Args& args, WriteArgs* out) {
-  const char* cmd = "write";
-  Parsed p;
-  if (auto rc = parse_command_line(*find_command(cmd), args, &p)) return *rc;
-  if (!p.positional.empty())
-    return usage_error(cmd, "unexpected argument '" + p.positional[0] + "'");
-  for (const char* req : {"shard-dir", "num-shards", "shape"}) {
-    if (p.opts.count(req) == 0) return usage_error(cmd, std::string("--") + req + " is required");
-  }
-  out->dir = p.opts["shard-dir"];
-  if (!parse_int(p.opts["num-shards"], &out->shards) || out->shards < 1) {
-    return usage_error(
-        cmd, "--num-shards: expected an integer >= 1, found '" + p.opts["num-shards"] + "'");
-  }
-  if (out->shards > 1000000) {  // save's bound (shardload/save.hpp)
-    return usage_error(
-        cmd, "--num-shards: expected at most 1000000 shards, found " + p.opts["num-shards"]);
-  }
-  if (p.opts.count("seed") != 0 && !parse_int(p.opts["seed"], &out->seed)) {
-    return usage_error(cmd, "--seed: expected an integer, found '" + p.opts["seed"] + "'");
-  }
-  if (!parse_int_list(p.opts["shape"], &out->shape)) {
-    return usage_error(cmd, "--shape: expected ROWS[,DIM...] (1 to " +
-                                std::to_string(kMaxWriteDims) + " integers), found '" +
-                                p.opts["shape"] + "'");
-  }
-  if (out->shape.size() > kMaxWriteDims) {
-    // Legate ends the process on a store of more dimensions than it was built for.
-    return usage_error(cmd, "--shape: " + std::to_string(out->shape.size()) +
-                                " dimensions, and a Legate array has at most " +
-                                std::to_string(kMaxWriteDims) + " (LEGATE_MAX_DIM); found '" +
-                                p.opts["shape"] + "'");
-  }
-  for (const auto d : out->shape) {
-    if (d < 0) return usage_error(cmd, "--shape: dimensions must be >= 0");
-  }
-  const std::string dtype_text = p.opts.count("dtype") != 0 ? p.opts["dtype"] : "float32";
-  bool big = false;
-  auto dtype = parse_dtype(dtype_text, &big);
-  if (!dtype) return usage_error(cmd, "--dtype: " + dtype.status().message());
-  // The shards are written in this machine's byte order; another one is refused, not ignored.
-  if (dtype->size > 1 && big != !host_is_little_endian()) {
-    return usage_error(cmd, "--dtype: '" + dtype_text + "' is " + (big ? "big" : "little") +
-                                "-endian, and write writes " + (big ? "little" : "big") +
-                                "-endian shards (this machine's order); pass '" + dtype->name() +
-                                "'");
-  }
-  out->dtype = *dtype;
-  return std::nullopt;
-}
-
-std::vector<std::int64_t> write_rows_per_shard(const WriteArgs& a) {
-  return synth_split(static_cast<std::uint64_t>(a.seed), a.shape[0], a.shards);
-}
-
-std::string write_meta_json(const WriteArgs& a, const std::vector<std::int64_t>& rows) {
-  std::ostringstream m;
-  m << "{\"seed\": " << a.seed << ", \"dtype\": \"" << a.dtype.name() << "\", \"shape\": [";
-  for (std::size_t i = 0; i < a.shape.size(); ++i) m << (i ? ", " : "") << a.shape[i];
-  m << "], \"num_shards\": " << a.shards << ", \"rows\": [";
-  for (std::size_t i = 0; i < rows.size(); ++i) m << (i ? ", " : "") << rows[i];
-  m << "]}\n";
-  return m.str();
-}
-
-std::string write_summary(const WriteArgs& a) {
-  std::ostringstream o;
-  o << "wrote " << a.shards << " shards to " << a.dir << ": shape "
-    << "(";
-  for (std::size_t i = 0; i < a.shape.size(); ++i) o << (i ? ", " : "") << a.shape[i];
-  o << (a.shape.size() == 1 ? ",)" : ")") << " " << a.dtype.name() << ", seed " << a.seed << "\n";
-  return o.str();
-}
-
-int cmd_write(const Args& args) {
-  const char* cmd = "write";
-  WriteArgs a;
-  if (auto rc = parse_write_args(args, &a)) return *rc;
-  const std::string& dir = a.dir;
-
-  ::mkdir(dir.c_str(), 0755);
-  struct ::stat st {};
-  if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
-    return fail(cmd, dir + ": cannot create the shard directory");
-  }
-  if (Status s = remove_stale(dir); !s) return fail(cmd, s.message());
-
-  const auto rows = write_rows_per_shard(a);
-  std::uint64_t row_elements = 1;
-  for (std::size_t i = 1; i < a.shape.size(); ++i)
-    row_elements *= static_cast<std::uint64_t>(a.shape[i]);
-  const NumberPattern pat{"shard_", 4, ".npy"};
-  std::uint64_t first_row = 0;
-  for (long long i = 0; i < a.shards; ++i) {
-    NpyWriteSpec spec{a.dtype, {rows[static_cast<std::size_t>(i)]}};
-    spec.shape.insert(spec.shape.end(), a.shape.begin() + 1, a.shape.end());
-    const std::string path = dir + "/" + pat.format(i);
-    if (Status s =
-            write_npy(path, spec, static_cast<std::uint64_t>(a.seed), first_row * row_elements);
-        !s) {
-      return fail(cmd, s.message());
-    }
-    first_row += static_cast<std::uint64_t>(rows[static_cast<std::size_t>(i)]);
-  }
-  // The metadata goes last: its presence means the set is complete.
-  const std::string meta = dir + "/_meta.json";
-  {
-    std::ofstream m(meta + ".tmp");
-    m << write_meta_json(a, rows);
-    if (!m) return fail(cmd, meta + ": write failed");
-  }
-  if (std::rename((meta + ".tmp").c_str(), meta.c_str()) != 0) {
-    return fail(cmd, meta + ": rename failed");
-  }
-  std::cout << write_summary(a);
-  return 0;
-}
-
-Result<WriteMeta> read_write_meta(const std::string& dir) {
-  // _meta.json is a few hundred bytes; the cap keeps a stray huge file from
-  // being read whole.
-  constexpr std::uint64_t kMaxMetaBytes = std::uint64_t{1} << 20;
-  const std::string path = dir + "/_meta.json";
-  WriteMeta m;
-  struct stat st {};
-  if (::stat(path.c_str(), &st) != 0 && errno == ENOENT) return m;
-  SHARDLOAD_ASSIGN_OR_RETURN(const std::string text,
-                             detail::read_small_file(posix_io(), path, kMaxMetaBytes, nullptr));
-  SHARDLOAD_ASSIGN_OR_RETURN(const detail::Json j, detail::parse_json_object(path, text));
-  // Its seed means shardload's value formula only when shardload wrote it.
-  std::vector<std::string> keys;
-  for (const auto& item : j.items()) keys.push_back(item.key());
-  std::sort(keys.begin(), keys.end());
-  if (keys != std::vector<std::string>{"dtype", "num_shards", "rows", "seed", "shape"}) {
-    m.foreign = true;
-    return m;
-  }
-  if (auto it = j.find("dtype"); it != j.end()) {
-    SHARDLOAD_ASSIGN_OR_RETURN(m.dtype, detail::json_string(path, "dtype", *it));
-  }
-  if (auto it = j.find("seed"); it != j.end()) {
-    if (!it->is_number_integer() ||
-        (it->is_number_unsigned() && it->get<std::uint64_t>() > std::uint64_t{INT64_MAX})) {
-      return detail::json_error(path, "seed", "an integer that fits int64", *it);
-    }
-    m.seed = it->get<long long>();
-  }
-  return m;
-}
-
-namespace {
-
-void json_int_list(std::ostream& o, const std::vector<std::int64_t>& v) {
-  o << "[";
-  for (std::size_t i = 0; i < v.size(); ++i) o << (i ? ", " : "") << v[i];
-  o << "]";
-}
-
-// The layout as one JSON object; names follow the Python Layout's properties.
-void print_json(std::ostream& o, const Source& src, const Layout& l) {
-  o << "{\n  \"source\": " << json_path_string(src.describe()) << ",\n  \"format\": \""
-    << format_name(l.format) << "\",\n  \"dtype\": \"" << l.dtype.name() << "\",\n  \"shape\": ";
-  json_int_list(o, l.shape());
-  o << ",\n  \"trailing_shape\": ";
-  json_int_list(o, l.trailing_shape);
-  o << ",\n  \"total_rows\": " << l.total_rows() << ",\n  \"row_bytes\": " << l.row_bytes
-    << ",\n  \"bytes\": " << l.total_bytes() << ",\n  \"num_shards\": " << l.shards.size()
-    << ",\n  \"shards\": [";
-  for (std::size_t i = 0; i < l.shards.size(); ++i) {
-    const Shard& s = l.shards[i];
-    o << (i ? "," : "") << "\n    {\"path\": " << json_path_string(s.path)
-      << ", \"rows\": " << s.rows << ", \"first_row\": " << l.offsets[i]
-      << ", \"bytes\": " << static_cast<std::uint64_t>(s.rows) * l.row_bytes << "}";
-  }
-  o << (l.shards.empty() ? "]" : "\n  ]") << "\n}\n";
-}
-
-}  // namespace
-
-int cmd_inspect(const Args& args) {
-  const char* cmd = "inspect";
-  Parsed p;
-  if (auto rc = parse_command_line(*find_command(cmd), args, &p)) return *rc;
-  if (p.positional.empty()) {
-    return usage_error(cmd, "expected SOURCE (a directory, pattern, glob or file)");
-  }
-  DiscoverOptions opts;
-  if (Status s = parse_format_options(p.opts, &opts.format); !s) {
-    return usage_error(cmd, cli_spelling(s.message()));
-  }
-  if (p.positional.size() > 1) {
-    if (auto rc = check_file_list(cmd, p.positional)) return *rc;
-    if (p.opts.count("pattern") != 0) {
-      return usage_error(cmd, "--pattern applies to one directory SOURCE, not to a list of files");
-    }
-  }
-  Result<Source> src = p.positional.size() == 1 ? Source::parse(p.positional[0], p.opts["pattern"])
-                                                : Result<Source>(Source::list(p.positional));
-  if (!src) return source_error(cmd, src.status());
-  opts.trust_manifest = p.flags.count("trust-manifest") != 0;
-  auto layout = discover(*src, opts);
-  if (!layout) return fail(cmd, "loading " + src->describe() + ": " + layout.status().message());
-  if (p.flags.count("json") != 0) {
-    print_json(std::cout, *src, *layout);
-  } else {
-    std::cout << "source:         " << src->describe() << "\n";
-    if (!layout->manifest_status.empty() && layout->manifest_status != "manifest: absent") {
-      std::cout << layout->manifest_status << "\n";
-    }
-    std::cout << describe(*layout);
-  }
-  return 0;
-}
-
-int cmd_index(const Args& args) {
-  const char* cmd = "index";
-  Parsed p;
-  if (auto rc = parse_command_line(*find_command(cmd), args, &p)) return *rc;
-  if (p.positional.size() != 1) {
-    return usage_error(cmd, "expected one DIR, the directory that holds the shards");
-  }
-  DiscoverOptions opts;
-  opts.use_manifest = false;  // the files themselves, not the manifest being replaced
-  if (Status s = parse_format_options(p.opts, &opts.format); !s) {
-    return usage_error(cmd, cli_spelling(s.message()));
-  }
-  ManifestOptions mopts;
-  if (auto c = parse_checksum(p.opts["checksum"]); c) {
-    mopts.checksum = *c;
-  } else {
-    return usage_error(cmd, "--checksum: " + c.status().message());
-  }
-  mopts.pattern = p.opts["pattern"];
-  Result<Source> src = Source::parse(p.positional[0], mopts.pattern);
-  if (!src) return source_error(cmd, src.status());
-  if (src->kind != Source::Kind::kDirectory) {
-    return fail(cmd, path_for_message(p.positional[0]) +
-                         ": a manifest is written into the directory of the shards; give that "
-                         "directory (with --pattern for another numbering)");
-  }
-  auto layout = discover(*src, opts);
-  if (!layout) return fail(cmd, "loading " + src->describe() + ": " + layout.status().message());
-  auto written = write_manifest(*layout, src->directory, mopts);
-  if (!written) return fail(cmd, "indexing " + src->describe() + ": " + written.status().message());
-  std::cout << "wrote " << path_for_message(*written) << ": " << layout->shards.size()
-            << " shards, " << layout->total_rows() << " rows, checksums "
-            << checksum_name(mopts.checksum) << "\n";
-  return 0;
-}
-
-std::optional<int> parse_read_args(const Args& args, ReadArgs* out) {
-  const char* cmd = "read";
-  Parsed p;
-  if (auto rc = parse_command_line(*find_command(cmd), args, &p)) return *rc;
-  if (p.positional.size() > 1) {
-    return usage_error(cmd, "expected one SOURCE, found " + std::to_string(p.positional.size()) +
-                                " arguments ('" + p.positional[1] + "' is the second)");
-  }
-  if (auto it = p.opts.find("shard-dir"); it != p.opts.end()) {
-    if (!p.positional.empty()) {
-      return usage_error(cmd, "give SOURCE or --shard-dir (deprecated), not both");
-    }
-    std::cerr << "shardload read: note: --shard-dir is deprecated; give the directory as SOURCE "
-                 "(shardload read DIR)\n";
-    p.positional.push_back(it->second);
-  }
-  if (p.positional.empty()) {
-    return usage_error(cmd, "expected SOURCE (a directory, pattern, glob or file)");
-  }
-  out->source = p.positional[0];
-  out->pattern = p.opts["pattern"];
-  // A malformed source (a pattern with a file or a glob) is refused before Legate starts; one
-  // that is not there is discovery's error, under Legate.
-  if (auto src = Source::parse(out->source, out->pattern);
-      !src && src.status().code() == ErrorCode::kInvalidArgument) {
-    return usage_error(cmd, cli_spelling(src.status().message()));
-  }
-  struct ::stat st {};
-  if (::stat(out->source.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
-    out->meta_dir = out->source;
-  } else {
-    const auto slash = out->source.rfind('/');
-    out->meta_dir = slash == std::string::npos ? "."
-                    : slash == 0               ? "/"
-                                               : out->source.substr(0, slash);
-  }
-  out->verify = p.flags.count("no-verify") == 0;
-  if (!out->verify && p.opts.count("seed") != 0) {
-    return usage_error(cmd,
-                       "--seed is the seed to verify against, and --no-verify skips the "
-                       "verification; give one of them");
-  }
-  const std::pair<const char*, std::int64_t*> positive[] = {{"overdecompose", &out->overdecompose},
-                                                            {"repeat", &out->repeat}};
-  for (const auto& [name, field] : positive) {
-    auto it = p.opts.find(name);
-    if (it == p.opts.end()) continue;
-    long long v = 0;
-    if (!parse_int(it->second, &v) || v < 1) {
-      return usage_error(
-          cmd, std::string("--") + name + ": expected an integer >= 1, found '" + it->second + "'");
-    }
-    *field = v;
-  }
-  if (auto it = p.opts.find("seed"); it != p.opts.end()) {
-    long long v = 0;
-    if (!parse_int(it->second, &v)) {
-      return usage_error(cmd, "--seed: expected an integer, found '" + it->second + "'");
-    }
-    out->seed = v;
-  }
-  if (Status s = parse_format_options(p.opts, &out->format); !s) {
-    return usage_error(cmd, cli_spelling(s.message()));
-  }
-  out->trust_manifest = p.flags.count("trust-manifest") != 0;
-  return std::nullopt;
 }
 
 }  // namespace shardload::cli

@@ -1,0 +1,154 @@
+// `shardload read`: loads a dataset under Legate, fences, and reports the
+// layout, the plan, the time and GB/s, and a parallel verification against
+// the values `shardload write` put there.
+#include <chrono>
+#include <iostream>
+#include <optional>
+#include <ostream>
+
+#include "base/detail/bytes.hpp"
+#include "cli/commands.hpp"
+#include "shardload/legate.hpp"
+#include "shardload/manifest_legate.hpp"
+#include "shardload/source.hpp"
+#include "shardload/verify.hpp"
+
+namespace shardload::cli {
+
+namespace {
+
+// The warm-up: the smallest non-empty shard, whole, so that loading it first takes the
+// runtime's one-time costs (mapper start, first launch, a reader library's start) out of the
+// timing. It is the shard exactly as discovered, so every reader's metadata checks accept it
+// (a shard cut to fewer rows disagrees with the file's own metadata). Skipped when even the
+// smallest shard is a large part of the dataset or of the memory: that load would cost more
+// than the start-up it hides. Every rank picks the same shard, as control replication needs.
+std::optional<Layout> warmup_layout(const Layout& l) {
+  const Shard* best = nullptr;
+  for (const auto& s : l.shards) {
+    if (s.rows > 0 && (best == nullptr || s.rows < best->rows)) best = &s;
+  }
+  if (best == nullptr) return std::nullopt;
+  constexpr std::uint64_t kMaxWarmupBytes = std::uint64_t{256} << 20;
+  const std::uint64_t bytes = static_cast<std::uint64_t>(best->rows) * l.row_bytes;
+  if (l.shards.size() < 2 || bytes > kMaxWarmupBytes) return std::nullopt;
+  auto w = assemble_layout(l.format, l.options, l.dtype, l.trailing_shape, {*best});
+  if (!w) return std::nullopt;
+  return std::move(w).value();
+}
+
+int run(const ReadArgs& a, std::ostream& out, std::ostream& err) {
+  // One point discovers for the whole job (every rank runs this program); see
+  // shardload/manifest_legate.hpp.
+  std::optional<Layout> discovered;
+  try {
+    discovered = discover_once(a.source, a.pattern, a.format, a.trust_manifest);
+  } catch (const LayoutError&) {
+    // --astype with a format that reads its stored type: the refusal that names the format.
+    if (const auto src = Source::parse(a.source, a.pattern)) {
+      DiscoverOptions opts;
+      opts.format = a.format;
+      if (auto rc = check_type_options_after_failure("read", a.type_options, *src, opts)) {
+        return *rc;
+      }
+    }
+    throw;
+  }
+  const Layout& layout = *discovered;
+  if (auto rc = check_type_options("read", a.type_options, layout.format)) return *rc;
+  // Before the warm-up, whose load would name only its one shard.
+  check_legate_dims(layout);
+  out << "source:         " << Source::parse(a.source, a.pattern).value().describe() << "\n";
+  if (!layout.manifest_status.empty() && layout.manifest_status != "manifest: absent") {
+    out << layout.manifest_status << "\n";
+  }
+  out << describe(layout);
+  auto* runtime = legate::Runtime::get_runtime();
+  LoadOptions opts;
+  opts.overdecompose = a.overdecompose;
+  LoadInfo info;
+  const auto warmup = warmup_layout(layout);
+  if (warmup) (void)load(*warmup, opts);
+  runtime->issue_execution_fence(true);
+  std::optional<legate::LogicalArray> array;
+  for (std::int64_t r = 0; r < a.repeat; ++r) {
+    array.reset();  // free the previous copy before the next load allocates
+    const auto t0 = std::chrono::steady_clock::now();
+    array = load(layout, opts, &info);
+    runtime->issue_execution_fence(true);
+    const double secs =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (r == 0) {
+      out << "plan:           " << info.processors << " " << info.target << " processors, K "
+          << a.overdecompose << ", tile rows " << info.tile_rows << ", " << info.tiles << " tasks"
+          << (warmup ? "" : " (no warm-up load: start-up costs are in the time)") << "\n";
+    }
+    const double gb = static_cast<double>(layout.total_bytes()) / 1e9;
+    out << "load:           " << secs << " s, " << (secs > 0 ? gb / secs : 0.0) << " GB/s for "
+        << detail::size_string(layout.total_bytes()) << "\n";
+  }
+  if (!a.verify) {
+    out << "verify:         skipped (--no-verify)\n";
+    return 0;
+  }
+  std::string meta_dtype;
+  std::optional<long long> seed = a.seed;
+  if (!seed) {
+    const Result<WriteMeta> meta = read_write_meta(a.meta_dir);
+    if (!meta) {
+      err << "shardload read: verify: " << meta.status().message() << "\n";
+      return 1;
+    }
+    if (meta->foreign) {
+      out << "verify:         skipped (_meta.json in " << a.meta_dir
+          << " was not written by shardload write)\n";
+      return 0;
+    }
+    seed = meta->seed;
+    meta_dtype = meta->dtype;
+  }
+  if (!seed) {
+    out << "verify:         skipped (no --seed and no _meta.json with a seed in " << a.meta_dir
+        << ")\n";
+    return 0;
+  }
+  if (!meta_dtype.empty() && meta_dtype != layout.dtype.name()) {
+    err << "shardload read: verify: _meta.json says dtype " << meta_dtype << ", the shards hold "
+        << layout.dtype.name() << "\n";
+    return 1;
+  }
+  const std::int64_t bad =
+      count_synth_mismatches(*array, layout, info, static_cast<std::uint64_t>(*seed));
+  const auto elements = layout.total_bytes() / layout.dtype.size;
+  if (bad != 0) {
+    out << "verify:         FAILED: " << bad << " of " << elements << " elements differ from seed "
+        << *seed << "\n";
+    return 1;
+  }
+  out << "verify:         OK (" << elements << " elements match seed " << *seed << ")\n";
+  return 0;
+}
+
+}  // namespace
+
+int cmd_read(const ReadArgs& a) {
+  const char* cmd = "read";
+  legate::start();
+  // Under control replication every rank runs this program and sees the same
+  // results; only the first rank speaks, so a multi-node run prints once.
+  std::ostream null(nullptr);
+  const bool speaks = legate::Runtime::get_runtime()->node_id() == 0;
+  std::ostream& out = speaks ? std::cout : null;
+  std::ostream& err = speaks ? std::cerr : null;
+  int rc = 1;
+  try {
+    rc = run(a, out, err);
+  } catch (const Error& e) {
+    // Whatever throw_status made of the failure (LayoutError, ShardReadError, ...).
+    err << "shardload " << cmd << ": error: " << cli_spelling(e.status().message()) << "\n";
+  }
+  const int finish = legate::finish();
+  return rc != 0 ? rc : finish;
+}
+
+}  // namespace shardload::cli
