@@ -179,8 +179,6 @@ def program_environment(env: MutableMapping[str, str]) -> None:
     if needs_standin():
         dirs.append(STANDIN_DIR)
         default_legate_config(env)
-    elif os.environ.get("SHARDLOAD_NO_STANDIN") != "1" and standin_is_the_driver():
-        default_legate_config(env)
     if dirs:
         old = env.get("LD_LIBRARY_PATH")
         env["LD_LIBRARY_PATH"] = ":".join(([old] if old else []) + dirs)
