@@ -24,7 +24,7 @@ def _without_parentheses(text: str) -> str:
         text = stripped
 
 
-def test_cells() -> list[tuple[int, str]]:
+def table_cells() -> list[tuple[int, str]]:
     """The "tests" cell of every table row of docs/errors.md, with its line number."""
     cells = []
     for number, line in enumerate(ERRORS.read_text().splitlines(), 1):
@@ -34,9 +34,6 @@ def test_cells() -> list[tuple[int, str]]:
         if cell not in ("tests", ""):
             cells.append((number, cell))
     return cells
-
-
-test_cells.__test__ = False  # a helper, not a test
 
 
 def named_tests(cell: str) -> list[tuple[str, str]]:
@@ -100,7 +97,7 @@ def test_the_parser_reads_each_kind_of_cell():
 def test_every_test_docs_errors_md_names_exists():
     py, cpp, fuzz = _python_functions(), _cpp_tests(), _fuzz_targets()
     known = {"py": py, "C++": cpp, "fuzz": fuzz}
-    cells = test_cells()
+    cells = table_cells()
     assert len(cells) > 100  # the table really was read
     missing = [f"docs/errors.md:{number}: {kind} {name}"
                for number, cell in cells for kind, name in named_tests(cell)
