@@ -7,17 +7,38 @@
 # scripts/setup_multirank.sh), the Python API reference (scripts/api_docs.sh)
 # and, last, the Python tests (the core against numpy,
 # shardload.load under Legate).
+#
+# scripts/test.sh --quick is the loop to run while working (a few minutes on a warm build): the
+# build, the include check, the stub check, the C++ tests of build/ (core and the C++ API under
+# Legate) and the Python tests not marked slow. Other arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
+QUICK=0
+if [ "${1:-}" = "--quick" ]; then
+  QUICK=1
+  shift
+fi
 scripts/setup.sh
 source scripts/env.sh
 
 echo "== Layers: every #include points down (tools/check_includes.py)"
 python tools/check_includes.py
 
+echo "== Stubs: python/shardload/*.pyi against the built modules (mypy's stubtest)"
+# The cache goes into the build, not beside the sources.
+(cd python && MYPY_CACHE_DIR="$ROOT/build/.mypy_cache" python -m mypy.stubtest \
+   --allowlist "$ROOT/tools/stubtest_allowlist.txt" shardload._core shardload._legate)
+
 echo "== C++ tests (core, and the C++ API under Legate with LEGATE_CONFIG)"
 ctest --test-dir build --output-on-failure -j "$(nproc)"
+
+if [ "$QUICK" = 1 ]; then
+  echo "== Python tests not marked slow (scripts/test.sh without --quick runs them all)"
+  cd tests/python
+  python -m pytest -q -m "not slow" "$@"
+  exit 0
+fi
 
 echo "== Device check bundle: built with g++ and nvcc alone, run through the stand-in driver"
 bench/device_check/selftest.sh

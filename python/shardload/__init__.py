@@ -50,7 +50,7 @@ from ._api import (  # noqa: E402
 from ._readers import register_reader, registered_readers  # noqa: E402
 from ._batches import BatchIterator, batches  # noqa: E402
 from ._manifest import ChecksumMismatch, discover_once, index, verify  # noqa: E402
-from ._errors import DestinationExistsError, ShardWriteError  # noqa: E402
+from ._errors import DestinationExistsError, RuntimeStartError, ShardWriteError  # noqa: E402
 from ._save import SaveInfo, save  # noqa: E402
 
 __all__ = [
@@ -77,4 +77,5 @@ __all__ = [
     "SaveInfo",
     "ShardWriteError",
     "save",
+    "RuntimeStartError",
 ]

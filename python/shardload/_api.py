@@ -19,9 +19,10 @@ import numpy as np
 if TYPE_CHECKING:
     import cupynumeric
 
-from . import _core
+from . import _core, _runtime
 
-from ._errors import Error, LayoutError, OutOfMemoryError, ShardReadError, SourceNotFoundError
+from ._errors import (Error, LayoutError, OutOfMemoryError, RuntimeStartError, ShardReadError,
+                      SourceNotFoundError)
 
 Layout = _core.Layout
 
@@ -721,6 +722,15 @@ def _import_h5py_first() -> None:
         logger.debug("importing h5py before cuPyNumeric failed: %r", e)
 
 
+def _import_cupynumeric() -> None:
+    """Starts the Legate runtime (cuPyNumeric starts it on import). A start that fails raises
+    one RuntimeStartError of a few lines, not Legate's report of a hundred lines and more."""
+    try:
+        import cupynumeric  # noqa: F401
+    except Exception as e:
+        raise RuntimeStartError(_runtime.start_failure(e), str(e)) from None
+
+
 def _start_runtime() -> None:
     global _runtime_ready
     if _runtime_ready:
@@ -729,7 +739,7 @@ def _start_runtime() -> None:
     previous = signal.getsignal(signal.SIGINT)
     if previous is None or any(os.environ.get(v, "0") not in ("", "0")
                                for v in _FREEZE_VARIABLES):
-        import cupynumeric  # noqa: F401  (starts the Legate runtime on first use)
+        _import_cupynumeric()
         _runtime_ready = True
         return
     # While the runtime starts, a Ctrl-C is held back: noted by a handler
@@ -740,7 +750,7 @@ def _start_runtime() -> None:
     signal.signal(signal.SIGINT, lambda signum, frame: noted.append(signum))
     mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     try:
-        import cupynumeric  # noqa: F401,F811
+        _import_cupynumeric()
     finally:
         signal.signal(signal.SIGINT, previous)
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)

@@ -42,3 +42,12 @@ class DestinationExistsError(ShardWriteError, FileExistsError):
     """The save's destination is not empty and ``overwrite=False``, or it holds files that no
     save writes (which ``overwrite=True`` refuses to delete): a ShardWriteError and a
     FileExistsError."""
+
+
+class RuntimeStartError(Error, RuntimeError):
+    """Legate did not start (a configuration this machine cannot run, a missing library): the
+    message gives Legate's own first line and the fix; the full report is ``legate_report``."""
+
+    def __init__(self, message: str, legate_report: str = "") -> None:
+        super().__init__(message)
+        self.legate_report = legate_report

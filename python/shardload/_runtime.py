@@ -17,6 +17,7 @@ import ctypes
 import importlib.util
 import logging
 import os
+import re
 from typing import MutableMapping, Optional
 
 
@@ -64,6 +65,31 @@ def library_found(soname: str) -> bool:
 def driver_found() -> bool:
     """Whether the dynamic linker finds a ``libcuda.so.1`` (what liblegate.so asks it for)."""
     return library_found("libcuda.so.1")
+
+
+# What the stand-in's cuGetErrorString says for CUDA_ERROR_NO_DEVICE (tools/nocuda/nocuda.c).
+_STANDIN_MARK = b"nocuda stand-in driver"
+
+
+def standin_is_the_driver() -> bool:
+    """Whether the ``libcuda.so.1`` the dynamic linker finds is the stand-in of tools/nocuda (a
+    development tree's scripts/env.sh puts it on LD_LIBRARY_PATH): then there is no driver and
+    Legate needs a CPU configuration as much as where shardload loads the stand-in itself. Asks
+    its cuGetErrorString, which needs no cuInit and which a real driver answers without it too."""
+    if "standin" not in _found:
+        is_standin = False
+        try:
+            lib = ctypes.CDLL("libcuda.so.1")
+            describe = lib.cuGetErrorString
+            describe.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)]
+            describe.restype = ctypes.c_int
+            text = ctypes.c_char_p()
+            is_standin = (describe(100, ctypes.byref(text)) == 0 and text.value is not None
+                          and _STANDIN_MARK in text.value)
+        except (OSError, AttributeError):
+            pass
+        _found["standin"] = is_standin
+    return bool(_found["standin"])
 
 
 def needs_cudart() -> bool:
@@ -122,6 +148,8 @@ def prepare_process() -> None:
     if needs_cudart():
         ctypes.CDLL(CUDART, mode=ctypes.RTLD_GLOBAL)
     if not needs_standin():
+        if os.environ.get("SHARDLOAD_NO_STANDIN") != "1" and standin_is_the_driver():
+            legate_config_default = default_legate_config(os.environ)
         return
     ctypes.CDLL(STANDIN, mode=ctypes.RTLD_GLOBAL)
     standin_loaded = True
@@ -154,3 +182,33 @@ def program_environment(env: MutableMapping[str, str]) -> None:
     if dirs:
         old = env.get("LD_LIBRARY_PATH")
         env["LD_LIBRARY_PATH"] = ":".join(([old] if old else []) + dirs)
+
+
+def _legate_first_line(text: str) -> str:
+    """The line of Legate's start-up report that says what went wrong: the bottom-most
+    exception of its "Exception stack", without the C++ type; else the first line that is not
+    part of the banner (an ImportError's own message, say)."""
+    lines = [re.sub(r"^LEGATE ERROR:\s?", "", line).strip() for line in text.splitlines()]
+    for line in lines:
+        found = re.match(r"#0 [\w:<>]+: (.+)", line)
+        if found:
+            return found.group(1)
+    banner = ("System:", "Legate version:", "Legion version:", "Configure options:",
+              "LEGATE_CONFIG:", "Exception stack", "Stack trace")
+    for line in lines:
+        if line and not re.fullmatch(r"[=-]+", line) and not line.startswith(banner):
+            return line
+    return "no reason given"
+
+
+def start_failure(error: BaseException) -> str:
+    """A few lines for a Legate that did not start: Legate's own first line, the
+    configuration it was given and what to do, instead of its 130-line report."""
+    config = os.environ.get("LEGATE_CONFIG")
+    given = f"LEGATE_CONFIG={config!r}" if config else "no LEGATE_CONFIG (automatic configuration)"
+    return (
+        f"Legate could not start: {_legate_first_line(str(error))}\n"
+        f"It was given {given}. Set LEGATE_CONFIG to what this machine has, e.g. "
+        f"LEGATE_CONFIG={cpu_config()!r} for its CPUs only "
+        "(see the README, \"Running without a GPU\")."
+    )

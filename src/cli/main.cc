@@ -2,11 +2,16 @@
 // (with Legate) read a dataset into a distributed array. Every command's
 // arguments, --help included, are handled before Legate starts.
 #include <cstdlib>
+#include <exception>
 #include <iostream>
+#include <sstream>
 #include <streambuf>
 #include <string>
 
 #include "cli/commands.hpp"
+#ifdef SHARDLOAD_WITH_LEGATE
+#include "shardload/legate.hpp"
+#endif
 
 #ifndef SHARDLOAD_VERSION
 #define SHARDLOAD_VERSION "unknown"
@@ -43,6 +48,55 @@ class NullBuffer : public std::streambuf {
   int overflow(int c) override { return traits_type::not_eof(c); }
   std::streamsize xsputn(const char*, std::streamsize n) override { return n; }
 };
+
+#ifdef SHARDLOAD_WITH_LEGATE
+// The line of Legate's start-up report that says what went wrong: the bottom-most exception of
+// its "Exception stack" without the C++ type, else the report's first line that is not banner.
+std::string legate_first_line(const std::string& report) {
+  std::istringstream in(report);
+  std::string line;
+  std::string fallback;
+  const std::string prefix = "LEGATE ERROR:";
+  while (std::getline(in, line)) {
+    if (line.rfind(prefix, 0) == 0) line.erase(0, prefix.size());
+    line.erase(0, line.find_first_not_of(' '));
+    if (line.rfind("#0 ", 0) == 0) {
+      if (const auto colon = line.find(": "); colon != std::string::npos) {
+        return line.substr(colon + 2);
+      }
+    }
+    bool banner = line.empty() || line.find_first_not_of("=-") == std::string::npos;
+    for (const char* head : {"System:", "Legate version:", "Legion version:", "Configure options:",
+                             "LEGATE_CONFIG:", "Exception stack", "Stack trace"}) {
+      banner = banner || line.rfind(head, 0) == 0;
+    }
+    if (fallback.empty() && !banner) fallback = line;
+  }
+  return fallback.empty() ? "no reason given" : fallback;
+}
+
+// Runs a command that starts Legate. A start that fails throws an exception whose what() is
+// Legate's whole report (a hundred lines and more), which std::terminate would print before
+// aborting; the user gets Legate's first line, the configuration and the fix instead.
+template <typename F>
+int with_legate(const std::string& cmd, F&& run) {
+  try {
+    return run();
+  } catch (const std::exception& e) {
+    if (legate::has_started()) throw;
+    const char* config = std::getenv("LEGATE_CONFIG");
+    std::cerr << "shardload " << cmd << ": Legate could not start: " << legate_first_line(e.what())
+              << "\nshardload " << cmd << ": it was given "
+              << (config != nullptr && *config != '\0'
+                      ? "LEGATE_CONFIG='" + std::string(config) + "'"
+                      : std::string("no LEGATE_CONFIG (automatic configuration)"))
+              << "; set LEGATE_CONFIG to what this machine has, e.g. LEGATE_CONFIG='--cpus 2 "
+                 "--utility 1 --gpus 0 --sysmem 4000' for its CPUs only (README, \"Running "
+                 "without a GPU\")\n";
+    return 1;
+  }
+}
+#endif
 
 }  // namespace
 
@@ -87,7 +141,7 @@ int main(int argc, char** argv) {
 #ifdef SHARDLOAD_WITH_LEGATE
     shardload::cli::WriteArgs write;
     if (auto rc = shardload::cli::parse_write_args(args, &write)) return *rc;
-    return shardload::cli::cmd_write_legate(write);
+    return with_legate(cmd, [&] { return shardload::cli::cmd_write_legate(write); });
 #else
     return shardload::cli::cmd_write(args);
 #endif
@@ -109,7 +163,7 @@ int main(int argc, char** argv) {
   }
   if (cmd == "verify") {
 #ifdef SHARDLOAD_WITH_LEGATE
-    return shardload::cli::cmd_verify(args);
+    return with_legate(cmd, [&] { return shardload::cli::cmd_verify(args); });
 #else
     std::cerr
         << "shardload verify: this build has no Legate (configure with SHARDLOAD_WITH_LEGATE)\n";
@@ -120,7 +174,7 @@ int main(int argc, char** argv) {
     shardload::cli::ReadArgs read;
     if (auto rc = shardload::cli::parse_read_args(args, &read)) return *rc;
 #ifdef SHARDLOAD_WITH_LEGATE
-    return shardload::cli::cmd_read(read);
+    return with_legate(cmd, [&] { return shardload::cli::cmd_read(read); });
 #else
     std::cerr
         << "shardload read: this build has no Legate (configure with SHARDLOAD_WITH_LEGATE)\n";

@@ -82,52 +82,6 @@ class DeviceFillTest : public ::testing::Test {
   testing::TempDir dir_;
 };
 
-TEST_F(DeviceFillTest, EveryRangeOfMixedShards) {
-  mixed();
-  const Layout l = layout();
-  HostCopyBackend backend;
-  auto readers = ReaderThreads::create(3);
-  ASSERT_TRUE(readers);
-  DeviceFillOptions o;
-  o.readers = readers->get();
-  o.scratch_bytes = 8;
-  for (std::size_t bytes : {24, 50, 1000}) {
-    auto p = pool(backend, bytes, 3);
-    for (std::int64_t lo = 0; lo <= 19; ++lo) {
-      for (std::int64_t hi = lo; hi <= 19; ++hi) {
-        std::vector<std::byte> out;
-        Status st = device_rows(l, lo, hi, *p, o, &out);
-        ASSERT_TRUE(st) << st.message();
-        ASSERT_EQ(out, expected(l, lo, hi)) << bytes << " [" << lo << ", " << hi << ")";
-      }
-    }
-  }
-  EXPECT_EQ(backend.overwrites(), 0);
-}
-
-// The staged and direct paths read a view's rows of the file, not its first rows.
-TEST_F(DeviceFillTest, SlicesReadTheirRowsOfTheFiles) {
-  mixed();
-  const Layout l = layout();
-  HostCopyBackend backend;
-  auto readers = ReaderThreads::create(2);
-  ASSERT_TRUE(readers);
-  DeviceFillOptions o;
-  o.readers = readers->get();
-  o.scratch_bytes = 8;
-  auto p = pool(backend, 50, 3);
-  for (std::int64_t lo = 0; lo <= 19; ++lo) {
-    for (std::int64_t hi = lo; hi <= 19; ++hi) {
-      auto sub = slice_rows(l, lo, hi);
-      ASSERT_TRUE(sub) << sub.status().message();
-      std::vector<std::byte> out;
-      Status st = device_rows(*sub, 0, hi - lo, *p, o, &out);
-      ASSERT_TRUE(st) << st.message();
-      ASSERT_EQ(out, expected(l, lo, hi)) << " [" << lo << ", " << hi << ")";
-    }
-  }
-}
-
 TEST_F(DeviceFillTest, StagingSizesBuffersAndReaders) {
   mixed();
   const Layout l = layout();
@@ -262,36 +216,6 @@ TEST_F(DeviceFillTest, ManyPiecesOverTheTilesOfAPlan) {
   EXPECT_EQ(backend.overwrites(), 0);
 }
 
-TEST_F(DeviceFillTest, ShortReadNamesFileOffsetExpectedGot) {
-  c_shard(0, 0, 10);
-  c_shard(1, 60, 10);
-  const Layout l = layout();
-  HostCopyBackend backend;
-  {
-    auto p = pool(backend, 240, 2);
-    FaultyIo io(FaultyIo::Mode::kEofAfter, 240 + 100);
-    DeviceFillOptions o;
-    o.io = &io;
-    o.reader_threads = 1;
-    std::vector<std::byte> out;
-    Status st = device_rows(l, 0, 20, *p, o, &out);
-    ASSERT_FALSE(st);
-    EXPECT_EQ(st.code(), ErrorCode::kIo);
-    const auto& m = st.message();
-    EXPECT_NE(m.find("device fill rows [0, 10) of shard 1 (tile rows [10, 20))"), std::string::npos)
-        << m;
-    EXPECT_NE(m.find(dir_.file("shard_0001.npy") + ": short read at offset 128: expected 240 "
-                                                   "bytes, got 100"),
-              std::string::npos)
-        << m;
-    // The pool is whole again: the next fill works.
-    ASSERT_TRUE(device_rows(l, 0, 20, *p, {}, &out));
-    EXPECT_EQ(out, expected(l, 0, 20));
-  }
-  EXPECT_EQ(backend.live_allocations(), 0);
-  EXPECT_EQ(backend.live_fences(), 0);
-}
-
 TEST_F(DeviceFillTest, IoErrorWithManyReadersStopsCleanly) {
   synth_shards(5, 3000, 8);
   const Layout l = layout();
@@ -421,61 +345,6 @@ TEST_F(DeviceFillTest, BadArguments) {
   EXPECT_TRUE(fill_device(l, {}, nullptr, 0, &stream_, *p));
   EXPECT_TRUE(fill_device(l, {Piece{2, 0, 0, 0}}, nullptr, 0, &stream_, *p));
   EXPECT_EQ(backend.copies(), 0);
-}
-
-TEST_F(DeviceFillTest, ChangedAfterDiscovery) {
-  c_shard(0, 0, 4);
-  c_shard(1, 24, 4);
-  const Layout l = layout();
-  c_shard(1, 24, 2);
-  HostCopyBackend backend;
-  auto p = pool(backend, 48, 2);
-  std::vector<std::byte> out;
-  Status st = device_rows(l, 0, 8, *p, {}, &out);
-  ASSERT_FALSE(st);
-  EXPECT_EQ(st.code(), ErrorCode::kChanged);
-  EXPECT_NE(st.message().find(dir_.file("shard_0001.npy") + ": changed since discovery"),
-            std::string::npos)
-      << st.message();
-}
-
-// A file that changes while its chunks are read is kChanged naming the file,
-// whichever reader thread reads which chunk. With one reader the change is
-// seen after the chunk it landed in; with several, a reader may also open
-// the file only after the change.
-TEST_F(DeviceFillTest, ChangedWhileReading) {
-  for (Change how :
-       {Change::kAppend, Change::kRewriteInPlace, Change::kTruncate, Change::kRenameOver}) {
-    for (int readers : {1, 3}) {
-      SCOPED_TRACE(std::to_string(static_cast<int>(how)) + " readers " + std::to_string(readers));
-      c_shard(0, 0, 4);
-      c_shard(1, 24, 6);
-      const Layout l = layout();
-      const std::string path = dir_.file("shard_0001.npy");
-      HostCopyBackend backend;
-      {
-        auto p = pool(backend, 48, 4);  // 2-row chunks: 3 for shard 1
-        ChangingIo io(path, how);
-        DeviceFillOptions o;
-        o.io = &io;
-        o.reader_threads = readers;
-        std::vector<std::byte> out;
-        Status st = device_rows(l, 4, 10, *p, o, &out);
-        EXPECT_TRUE(io.changed());
-        ASSERT_FALSE(st);
-        EXPECT_EQ(st.code(), ErrorCode::kChanged) << st.message();
-        EXPECT_NE(st.message().find(path + ": changed "), std::string::npos) << st.message();
-        if (readers == 1) {
-          EXPECT_NE(st.message().find(path + ": changed while reading: size"), std::string::npos)
-              << st.message();
-        }
-        // The pool is whole again.
-        ASSERT_TRUE(device_rows(l, 0, 4, *p, {}, &out));
-        EXPECT_EQ(out, expected(l, 0, 4));
-      }
-      EXPECT_EQ(backend.live_allocations(), 0);
-    }
-  }
 }
 
 TEST_F(DeviceFillTest, DirectReads) {

@@ -35,31 +35,6 @@ class FillTest : public ::testing::Test {
   testing::TempDir dir_;
 };
 
-// Shards whose concatenation holds 0, 1, 2, ... in C order: any row range
-// of the result must be a run of consecutive integers.
-TEST_F(FillTest, EveryRangeOfMixedShards) {
-  c_shard(0, 0, 4);
-  f_shard(1, 24, 5);
-  c_shard(2, 54, 0);
-  c_shard(3, 54, 3, true);
-  f_shard(4, 72, 6, true);
-  c_shard(5, 108, 1);
-  const Layout l = layout();
-  ASSERT_EQ(l.total_rows(), 19);
-  for (std::int64_t lo = 0; lo <= 19; ++lo) {
-    for (std::int64_t hi = lo; hi <= 19; ++hi) {
-      std::vector<std::int32_t> out(static_cast<std::size_t>((hi - lo) * 6), -1);
-      FillOptions o;
-      o.scratch_bytes = 8;  // forces many bounded chunks in the Fortran path
-      Status st = fill_rows(l, lo, hi, reinterpret_cast<std::byte*>(out.data()), o);
-      ASSERT_TRUE(st) << st.message();
-      for (std::size_t k = 0; k < out.size(); ++k) {
-        ASSERT_EQ(out[k], lo * 6 + static_cast<std::int64_t>(k)) << lo << " " << hi << " " << k;
-      }
-    }
-  }
-}
-
 // A slice is a layout of its own whose shards are views of their files:
 // every sub-range of every slice reads the same values as the whole
 // layout, through C, Fortran, empty and byte-swapped shards.
@@ -166,36 +141,6 @@ TEST(NormalizeBools, EveryByteAndLength) {
   }
 }
 
-TEST_F(FillTest, ShortReadIsAnErrorWithFileOffsetExpectedGot) {
-  c_shard(0, 0, 10);
-  c_shard(1, 60, 10);
-  const Layout l = layout();
-  FaultyIo io(FaultyIo::Mode::kEofAfter, 240 + 100);  // all of shard 0, 100 bytes of shard 1
-  FillOptions o;
-  o.io = &io;
-  std::vector<std::int32_t> out(120);
-  Status st = fill_rows(l, 0, 20, reinterpret_cast<std::byte*>(out.data()), o);
-  ASSERT_FALSE(st);
-  EXPECT_EQ(st.code(), ErrorCode::kIo);
-  const auto& m = st.message();
-  EXPECT_NE(m.find("reading rows [0, 10)"), std::string::npos) << m;
-  EXPECT_NE(m.find(dir_.file("shard_0001.npy") + ": short read"), std::string::npos) << m;
-  EXPECT_NE(m.find("expected 240 bytes, got 100"), std::string::npos) << m;
-}
-
-TEST_F(FillTest, IoErrorInTheMiddle) {
-  f_shard(0, 0, 50);
-  const Layout l = layout();
-  FaultyIo io(FaultyIo::Mode::kErrorAfter, 333);
-  FillOptions o;
-  o.io = &io;
-  std::vector<std::int32_t> out(300);
-  Status st = fill_rows(l, 0, 50, reinterpret_cast<std::byte*>(out.data()), o);
-  ASSERT_FALSE(st);
-  EXPECT_NE(st.message().find("Input/output error"), std::string::npos) << st.message();
-  EXPECT_NE(st.message().find(dir_.file("shard_0000.npy")), std::string::npos);
-}
-
 TEST_F(FillTest, InterruptedAndPartialReadsAreRetried) {
   c_shard(0, 0, 7);
   f_shard(1, 42, 9, true);
@@ -208,69 +153,6 @@ TEST_F(FillTest, InterruptedAndPartialReadsAreRetried) {
     Status st = fill_rows(l, 0, 16, reinterpret_cast<std::byte*>(out.data()), o);
     ASSERT_TRUE(st) << st.message();
     for (std::size_t k = 0; k < out.size(); ++k) ASSERT_EQ(out[k], static_cast<std::int32_t>(k));
-  }
-}
-
-TEST_F(FillTest, ChangedAfterDiscovery) {
-  c_shard(0, 0, 4);
-  c_shard(1, 24, 4);
-  const Layout l = layout();
-  // Same size, different mtime.
-  struct timespec times[2] = {{0, UTIME_OMIT}, {12345, 0}};
-  ASSERT_EQ(::utimensat(AT_FDCWD, dir_.file("shard_0001.npy").c_str(), times, 0), 0);
-  std::vector<std::int32_t> out(48);
-  Status st = fill_rows(l, 0, 8, reinterpret_cast<std::byte*>(out.data()));
-  ASSERT_FALSE(st);
-  EXPECT_EQ(st.code(), ErrorCode::kChanged);
-  EXPECT_NE(st.message().find(dir_.file("shard_0001.npy") + ": changed since discovery"),
-            std::string::npos)
-      << st.message();
-  // Truncated: the size differs.
-  c_shard(1, 24, 2);
-  st = fill_rows(l, 4, 8, reinterpret_cast<std::byte*>(out.data()));
-  ASSERT_FALSE(st);
-  EXPECT_EQ(st.code(), ErrorCode::kChanged);
-  // Deleted.
-  ASSERT_EQ(std::remove(dir_.file("shard_0001.npy").c_str()), 0);
-  st = fill_rows(l, 4, 8, reinterpret_cast<std::byte*>(out.data()));
-  ASSERT_FALSE(st);
-  EXPECT_EQ(st.code(), ErrorCode::kIo);
-  EXPECT_NE(st.message().find("No such file"), std::string::npos) << st.message();
-  // The untouched shard still reads.
-  ASSERT_TRUE(fill_rows(l, 0, 4, reinterpret_cast<std::byte*>(out.data())));
-}
-
-// A file that changes while a range of it is read (appended to, rewritten
-// in place with its size and mtime put back, truncated, replaced by a
-// rename) is kChanged "changed while reading" naming the file: never rows of
-// old and new bytes mixed, never returned as if nothing happened, and a read
-// cut short by the truncation is reported as the change it was.
-TEST_F(FillTest, ChangedWhileReading) {
-  for (Change how :
-       {Change::kAppend, Change::kRewriteInPlace, Change::kTruncate, Change::kRenameOver}) {
-    for (bool fortran : {false, true}) {
-      SCOPED_TRACE(std::to_string(static_cast<int>(how)) + (fortran ? " fortran" : " C"));
-      c_shard(0, 0, 4);
-      if (fortran) {
-        f_shard(1, 24, 6);
-      } else {
-        c_shard(1, 24, 6);
-      }
-      const Layout l = layout();
-      const std::string path = dir_.file("shard_0001.npy");
-      ChangingIo io(path, how);
-      FillOptions o;
-      o.io = &io;
-      o.scratch_bytes = 8;  // Fortran order: many reads of the same file
-      std::vector<std::int32_t> out(36);
-      Status st = fill_rows(l, 4, 10, reinterpret_cast<std::byte*>(out.data()), o);
-      EXPECT_TRUE(io.changed());
-      ASSERT_FALSE(st);
-      EXPECT_EQ(st.code(), ErrorCode::kChanged) << st.message();
-      EXPECT_NE(st.message().find("reading rows [0, 6): " + path + ": changed while reading: size"),
-                std::string::npos)
-          << st.message();
-    }
   }
 }
 

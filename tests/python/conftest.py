@@ -127,3 +127,125 @@ def corrupt_hdf5_chunk(path, dataset: str, index: int, keep_tail: int = 4) -> No
         raw[k] ^= 0x5A
     pathlib.Path(path).write_bytes(bytes(raw))
 
+
+
+# ---- the slow tests: left out by scripts/test.sh --quick (pytest -m "not slow") ----------------
+# Listed here rather than decorated where they are, so that one place says what the quick loop
+# leaves out and why: each took several seconds (pytest --durations) and another test of the
+# quick loop covers the same code more cheaply. "file.py" marks a whole module,
+# "file.py::name" a test function (all its parameters).
+SLOW: set[str] = {
+    "test_api_info.py::test_h5py_imported_after_a_load_works",
+    "test_batches.py::test_a_dataset_larger_than_legate_memory_iterates",
+    "test_cli.py::test_a_malformed_source_is_a_usage_error_before_legate",
+    "test_cli.py::test_an_option_given_twice_is_refused",
+    "test_cli.py::test_empty_values_are_refused_as_python_refuses_them",
+    "test_cli.py::test_every_command_has_help_listing_every_option",
+    "test_cli.py::test_every_listed_option_is_accepted",
+    "test_cli.py::test_every_option_takes_the_equals_form",
+    "test_cli.py::test_help_inspect_and_usage_errors_do_not_start_legate",
+    "test_cli.py::test_inspect_json_escapes_paths_that_are_not_utf8",
+    "test_cli.py::test_inspect_json_matches_the_layout",
+    "test_cli.py::test_inspect_of_several_sources_says_each_directory_is_a_source_of_its_own",
+    "test_cli.py::test_inspect_prints_sizes_for_people",
+    "test_cli.py::test_read_errors_use_the_command_line_spelling",
+    "test_cli.py::test_read_prints_sizes_for_people",
+    "test_cli.py::test_read_refuses_a_seed_it_would_not_use",
+    "test_cli.py::test_read_refuses_more_dimensions_than_legate_holds",
+    "test_cli.py::test_read_takes_the_source_as_an_argument",
+    "test_cli.py::test_top_level_help_and_version",
+    "test_cli.py::test_unknown_options_exit_2_naming_them_and_pointing_at_help",
+    "test_cli.py::test_verify_groups_is_an_integer_as_every_other_option_takes_it",
+    "test_cli.py::test_write_refuses_more_dimensions_than_legate_holds",
+    "test_cli_read.py",
+    "test_core.py::test_every_dtype_mixed_orders",
+    "test_core.py::test_one_to_four_dimensions",
+    "test_core.py::test_ten_thousand_small_shards",
+    "test_core.py::test_write_removes_stale_shards_and_inspect",
+    "test_core.py::test_write_values_match_the_formula",
+    "test_discovery_auto.py::test_a_directory_of_numbered_shards_is_recognised",
+    "test_hdf5.py::test_coexists_with_legate_io_hdf5",
+    "test_hdf5.py::test_every_dtype_layouts_and_byte_orders",
+    "test_hdf5.py::test_gzip_missing_chunks_read_the_fill_value",
+    "test_hdf5.py::test_gzip_shuffle_levels_byte_orders_every_dtype",
+    "test_legate_start.py::test_a_legate_that_cannot_start_is_one_runtime_start_error",
+    "test_legate_start.py::test_an_uncaught_start_failure_prints_a_few_lines",
+    "test_legate_start.py::"
+        "test_the_stand_in_driver_counts_as_no_driver_and_gets_a_cpu_configuration",
+    "test_load.py::test_one_hundred_thousand_shards",
+    "test_load_formats.py::test_damaged_data_found_in_a_task",
+    "test_load_formats.py::test_same_dataset_in_every_format_loads_equal",
+    "test_manifest.py::test_cli_index_verify",
+    "test_manifest.py::test_stale_manifest_falls_back_and_says_why",
+    "test_memory.py",
+    "test_parquet.py::test_cast_mixed_columns",
+    "test_parquet.py::test_every_type_one_column",
+    "test_parquet.py::test_several_columns_in_the_order_named",
+    "test_parquet_arrays.py::test_fixed_size_lists_give_trailing_dimensions",
+    "test_raw.py::test_sidecar_every_dtype_both_byte_orders",
+    "test_readers.py::"
+        "test_a_file_replaced_by_a_fifo_after_discovery_is_refused_before_read_opens_it",
+    "test_readers.py::test_a_reader_calling_cupynumeric_is_a_clean_error",
+    "test_rows_and_cast.py::test_rows_loads_every_range_as_numpy_slices_it",
+    "test_runtime_limits.py::test_an_unhandled_ctrl_c_ends_the_process_as_python_does",
+    "test_runtime_limits.py::test_ctrl_c_during_loads_is_a_keyboard_interrupt_after_the_load",
+    "test_runtime_limits.py::test_ctrl_c_while_idle_after_a_load_is_a_keyboard_interrupt",
+    "test_runtime_limits.py::test_load_off_the_main_thread_raises_runtime_error",
+    "test_save.py::test_a_failed_write_leaves_nothing",
+    "test_save.py::test_a_reader_during_overwrites_never_sees_a_mix",
+    "test_save.py::test_cli_write_is_a_save",
+    "test_save.py::test_concurrent_saves_to_one_destination",
+    "test_save.py::test_every_dtype",
+    "test_save.py::test_layouts",
+    "test_save_manifest.py::test_a_failed_save_leaves_no_manifest",
+    "test_save_manifest.py::test_a_save_whose_manifest_cannot_be_written_leaves_nothing",
+    "test_save_manifest.py::test_cli_write_has_a_manifest",
+    "test_save_manifest.py::test_discovery_of_a_save_uses_its_manifest",
+    "test_save_safety.py::test_a_kept_save_error_frees_no_legate_object_on_another_thread",
+    "test_save_safety.py::test_ctrl_c_during_a_save_publishes_nothing",
+    "test_save_safety.py::test_overwrite_refuses_a_users_file_inside_a_zarr_store",
+    "test_seed_compat.py::test_read_skips_verification_against_a_meta_json_it_did_not_write",
+    "test_small_files.py::test_the_first_bad_tiny_shard_is_named",
+    "test_small_files.py::test_twenty_thousand_tiny_shards_load",
+    "test_special_files.py::test_huge_number_in_a_name_is_a_gap_found_quickly",
+    "test_special_files.py::test_nul_in_a_path_is_refused",
+    "test_special_files.py::test_shard_replaced_by_a_fifo_after_discovery",
+    "test_special_files.py::test_special_file_of_unknown_extension_is_not_sniffed_open",
+    "test_special_files.py::test_special_hdf5_external_file",
+    "test_special_files.py::test_special_raw_sidecar",
+    "test_special_files.py::test_special_shard_is_refused_at_discovery",
+    "test_special_files.py::test_special_zarr_chunk",
+    "test_special_files.py::test_special_zarr_metadata",
+    "test_zarr.py::test_bad_metadata",
+    "test_zarr.py::test_chunkings",
+    "test_zarr.py::test_corrupt_chunk",
+    "test_zarr.py::test_every_dtype",
+    "test_zarr.py::test_missing_chunks_take_the_fill_value",
+    "test_zarr.py::test_v2_codecs",
+    "test_zarr.py::test_v3_codecs",
+}
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "slow: takes seconds; scripts/test.sh --quick leaves it out (conftest.SLOW)")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    seen = set()
+    for item in items:
+        module = item.path.name
+        name = f"{module}::{item.originalname}" if hasattr(item, "originalname") else item.nodeid
+        for key in (module, name):
+            if key in SLOW:
+                item.add_marker(pytest.mark.slow)
+                seen.add(key)
+    # A renamed or removed test must not leave a stale entry behind: every entry whose module
+    # was collected whole (this hook runs before -k and -m deselect) must have marked something.
+    if any("::" in arg for arg in config.args):
+        return
+    modules = {item.path.name for item in items}
+    stale = sorted(k for k in SLOW - seen if k.split("::")[0] in modules)
+    if stale:
+        raise pytest.UsageError(f"conftest.SLOW names tests that do not exist: {stale}")
