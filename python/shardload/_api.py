@@ -1090,17 +1090,10 @@ def load(
     logger.log(logging.INFO if total_s > _SUMMARY_AFTER_S else logging.DEBUG,
                "loaded %s %s (%s) in %.3f s: %d tiles on %d %s processors, %.3f GB/s (discovery "
                "%.3f s, start-up %.3f s, launch %.3f s, fill %.3f s)", layout.shape,
-               layout.dtype, _size_text(nbytes), total_s, load_info.tiles,
+               layout.dtype, _core.size_string(nbytes), total_s, load_info.tiles,
                load_info.processors, load_info.target, load_info.gb_per_s, discovery_s,
                startup_s, load_info.launch_s, load_info.fill_s)
     report("filled", load_info.tiles, total_s)
     if info:
         return result, load_info
     return result
-
-
-def _size_text(n: int) -> str:
-    for unit, size in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if n >= size:
-            return f"{n / size:.2f} {unit}"
-    return f"{n} bytes"

@@ -128,8 +128,8 @@ def test_logger_records_stages_and_a_summary(tmp_path: pathlib.Path, caplog,
     for stage in ("discovered 5 shards, 95 rows, 1140 bytes", "started", "launching",
                   "filled"):
         assert stage in text, text
-    assert re.search(r"loaded \(95, 3\) float32 \(1\.14 kB\) in [0-9.]+ s: \d+ tiles on 2 CPU "
-                     r"processors, [0-9.]+ GB/s", text), text
+    assert re.search(r"loaded \(95, 3\) float32 \(1\.14 kB \(1140 bytes\)\) in [0-9.]+ s: "
+                     r"\d+ tiles on 2 CPU processors, [0-9.]+ GB/s", text), text
     # ... and within reach: the summary comes at INFO, the stages stay at DEBUG.
     caplog.clear()
     monkeypatch.setattr(_api, "_SUMMARY_AFTER_S", 0.0)
@@ -198,7 +198,7 @@ def test_py_typed_and_stubs_cover_what_the_package_uses() -> None:
         # Everything the stub lists is really there.
         assert all(hasattr(module, n) for n in top if not n.startswith("_")), name
     _, layout = _stub_names(PACKAGE / "_core.pyi")
-    assert layout == set(LAYOUT_MEMBERS)
+    assert layout == set(LAYOUT_MEMBERS + LAYOUT_PYTHON_MEMBERS + ["__len__", "__getitem__"])
 
 
 # ---- h5py after a load ----------------------------------------------------------------------

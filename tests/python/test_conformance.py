@@ -86,7 +86,7 @@ def _rows_read(path: str, lo: int, hi: int) -> np.ndarray:
 
 
 READER = "conformance_rows"
-shardload.register_reader(READER, read=_rows_read, rows=_rows_count)
+shardload.register_reader(READER, read=_rows_read, count_rows=_rows_count)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -165,7 +165,7 @@ def check(fmt: Format, source: pathlib.Path, expected: np.ndarray, **kw) -> None
     np.testing.assert_array_equal(np.asarray(got), expected)
     if fmt.host_reads:
         layout = shardload.discover(source, **fmt.options)
-        lo, hi = kw.get("rows", (0, layout.total_rows))
+        lo, hi = kw.get("row_range", (0, layout.total_rows))
         np.testing.assert_array_equal(layout.read(lo, hi), expected)
 
 
@@ -195,7 +195,7 @@ def test_a_row_range_across_shards(fmt: Format, tmp_path: pathlib.Path) -> None:
     fmt.write(tmp_path, arrays)
     expected = np.concatenate(arrays)
     for lo, hi in [(3, 20), (0, 0), (7, 18), (22, 23)]:
-        check(fmt, tmp_path, expected[lo:hi], rows=(lo, hi))
+        check(fmt, tmp_path, expected[lo:hi], row_range=(lo, hi))
 
 
 def _mismatch(fmt: Format, tmp_path: pathlib.Path, arrays: list[np.ndarray]) -> None:
