@@ -119,7 +119,7 @@ class FillConformance : public ::testing::Test {
     c_shard(5, 108, 1);
   }
   Layout layout() {
-    auto l = discover(Source::dir(dir_.path()));
+    auto l = try_discover(Source::directory(dir_.path()));
     EXPECT_TRUE(l) << l.status().message();
     return l.value();
   }
