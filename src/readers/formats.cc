@@ -123,6 +123,7 @@ std::vector<FormatDescriptor> build_table() {
     d.make_reader = detail::make_zarr_reader;
     t.push_back(std::move(d));
   }
+  t.push_back(detail::npz_format());
   {
     // Readers registered by name: the name travels in FormatOptions::reader.
     FormatDescriptor d;

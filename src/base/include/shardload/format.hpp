@@ -30,6 +30,7 @@ enum class Format : std::uint8_t {
   kArrow,
   kZarr,
   kCustom,
+  kNpz,
 };
 
 struct FormatOptions {
