@@ -13,14 +13,26 @@
 #include "shardload/fill.hpp"
 #include "shardload/layout.hpp"
 
-extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
-  static const std::string path = [] {
+namespace {
+
+// One file for every input, removed when the fuzzer exits.
+struct TempFile {
+  std::string path;
+  TempFile() {
     char tmpl[] = "/tmp/npz_fuzz_XXXXXX";
     const int fd = ::mkstemp(tmpl);
     if (fd < 0) std::abort();
     ::close(fd);
-    return std::string(tmpl);
-  }();
+    path = tmpl;
+  }
+  ~TempFile() { ::unlink(path.c_str()); }
+};
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  static const TempFile tmp;
+  const std::string& path = tmp.path;
   FILE* f = std::fopen(path.c_str(), "wb");
   if (f == nullptr) std::abort();
   if (size > 0 && std::fwrite(data, 1, size, f) != size) std::abort();
