@@ -636,7 +636,8 @@ def discover(
         pattern: the numbering of the files in a directory source (default
             ``shard_{:04d}`` with the format's extension).
         format: ``"auto"`` (from the extension or the store's metadata),
-            ``"npy"``, ``"raw"``, ``"hdf5"``, ``"parquet"``, ``"arrow"``, ``"zarr"``.
+            ``"npy"``, ``"raw"``, ``"hdf5"``, ``"parquet"``, ``"arrow"``, ``"zarr"``,
+            ``"npz"``.
         dtype: raw: the element type stored in the files. A str
             (``"float32"``, ``">f4"``), a numpy dtype or a numpy type
             (``np.float32``); a numpy dtype states a byte order only when it
@@ -647,7 +648,8 @@ def discover(
             1-D data; an int n means ``(n,)``). ``shape=`` is its deprecated
             spelling.
         header_bytes: raw: bytes to skip at the start of each file (an int >= 0).
-        dataset: hdf5: the dataset in each file; zarr: the array in each store.
+        dataset: hdf5: the dataset in each file; zarr: the array in each store;
+            npz: the array in each archive (default: its only one).
         columns: parquet/arrow: a list of column names (default: every numeric
             one); a bare str is refused, not split into letters.
         fill_value: parquet/arrow: the value for nulls (default: nulls are an

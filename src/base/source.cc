@@ -10,7 +10,6 @@
 #include <cstring>
 #include <utility>
 
-#include "shardload/format.hpp"
 #include "shardload/io.hpp"
 
 namespace shardload {
@@ -398,7 +397,8 @@ Result<DirectoryScan> scan_directory(const std::string& directory) {
   return scan;
 }
 
-std::string DirectoryScan::describe() const {
+std::string DirectoryScan::describe(
+    const std::function<bool(std::string_view extension)>& known) const {
   if (entries == 0) return "is empty";
   std::string out = "holds " + std::to_string(entries) +
                     (any_directory ? (entries == 1 ? " entry" : " entries")
@@ -406,7 +406,7 @@ std::string DirectoryScan::describe() const {
   std::string parts;
   std::int64_t other = 0;
   for (const auto& x : extensions) {
-    if (x.extension.empty() || format_from_extension(x.extension) == Format::kAuto) {
+    if (x.extension.empty() || !known(x.extension)) {
       other += x.count;
       continue;
     }

@@ -100,13 +100,13 @@ void print_options(const std::vector<OptionSpec>& options, std::ostream& out) {
 
 const std::vector<OptionSpec>& format_option_specs() {
   static const std::vector<OptionSpec> specs{
-      {"format", "F", "npy, raw, hdf5, parquet, arrow, zarr or auto (the default: by extension)"},
+      {"format", "F", "npy, npz, raw, hdf5, parquet, arrow, zarr or auto (the default: by extension)"},
       {"dtype", "T", "raw: the stored element type (float32, >f4, ...)"},
       {"astype", "T", "parquet/arrow: the type to decode the columns into"},
       {"trailing-shape", "D[,D...]",
        "raw: the shape of one row after the first axis ('' for 1-D data)", true},
       {"header-bytes", "N", "raw: bytes to skip at the start of each file"},
-      {"dataset", "NAME", "hdf5: the dataset in each file; zarr: the array in each store"},
+      {"dataset", "NAME", "hdf5: the dataset in each file; zarr: the array in each store; npz: the array in each archive"},
       {"columns", "A[,B...]", "parquet/arrow: the columns to read (default: every numeric one)"},
       {"fill-value", "X", "parquet/arrow: the value for nulls (default: a null is an error)"},
   };

@@ -282,7 +282,7 @@ Result<Layout> decode_layout(std::span<const std::uint8_t> bytes) {
   }
   if (!r.ok()) return bad("truncated or malformed");
   if (!r.done()) return bad("trailing bytes");
-  if (format == Format::kAuto || static_cast<int>(format) > static_cast<int>(Format::kCustom)) {
+  if (find_format(format) == nullptr) {
     return bad("unknown format code");
   }
   if (dtype.name() == "invalid") return bad("unknown dtype code");

@@ -286,7 +286,9 @@ class Fill {
         stream_(stream),
         pool_(pool),
         backend_(pool.backend()),
-        options_(options) {}
+        options_(options),
+        contiguous_rows_(find_format(layout.format) != nullptr &&
+                         find_format(layout.format)->capabilities.contiguous_rows) {}
 
   Status plan(std::uint64_t dst_bytes);
   Status run();
@@ -336,6 +338,9 @@ class Fill {
   StagingPool& pool_;
   CopyBackend& backend_;
   const DeviceFillOptions& options_;
+  // The format stores rows as one byte range (FormatCapabilities): plain shards are read
+  // straight into the staging buffers.
+  const bool contiguous_rows_;
   IoBackend* io_ = nullptr;
 
   std::vector<PieceCut> cuts_;
@@ -384,7 +389,7 @@ Status Fill::plan(std::uint64_t dst_bytes) {
     p.lo += s.first_row;
     p.hi += s.first_row;
     PieceCut cut;
-    cut.raw = layout_.format == Format::kNpy && !s.byte_swap && !s.fortran_order;
+    cut.raw = contiguous_rows_ && !s.byte_swap && !s.fortran_order;
     const auto rows = static_cast<std::uint64_t>(p.hi - p.lo);
     if (row == 0 || rows == 0) {
       cut.rows_per_chunk = 1;

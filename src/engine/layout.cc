@@ -1,9 +1,5 @@
 #include "shardload/layout.hpp"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cstdio>
 #include <iterator>
@@ -112,56 +108,6 @@ Result<Layout> slice_rows(const Layout& layout, std::int64_t lo, std::int64_t hi
                          std::move(shards));
 }
 
-namespace {
-
-bool is_zarr_store(const std::string& path) {
-  struct ::stat st {};
-  if (::stat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) return false;
-  for (const char* meta : {"/.zarray", "/zarr.json"}) {
-    if (::access((path + meta).c_str(), F_OK) == 0) return true;
-  }
-  return false;
-}
-
-}  // namespace
-
-Format sniff_format(const std::string& path) {
-  if (is_zarr_store(path)) return Format::kZarr;
-  // O_NONBLOCK: a FIFO without a writer would block open() itself, before fstat can say
-  // it is no regular file.
-  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
-  if (fd < 0) return Format::kAuto;
-  struct ::stat st {};
-  Format f = Format::kAuto;
-  // Only regular files: reading a FIFO's first bytes would block or consume them.
-  if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {
-    const auto at = [&](off_t offset, std::string_view magic) {
-      char buf[8] = {};
-      return magic.size() <= sizeof buf &&
-             ::pread(fd, buf, magic.size(), offset) == static_cast<ssize_t>(magic.size()) &&
-             std::string_view(buf, magic.size()) == magic;
-    };
-    if (at(0, std::string_view("\x93NUMPY", 6))) {
-      f = Format::kNpy;
-    } else if (at(0, "PAR1")) {
-      f = Format::kParquet;
-    } else if (at(0, std::string_view("ARROW1\0\0", 8))) {
-      f = Format::kArrow;
-    } else {
-      // HDF5's superblock sits at 0 or, after a user block, at 512, 1024, 2048, ...
-      for (off_t off = 0; off < st.st_size && off <= (off_t{1} << 20);
-           off = off == 0 ? 512 : off * 2) {
-        if (at(off, std::string_view("\x89HDF\r\n\x1a\n", 8))) {
-          f = Format::kHdf5;
-          break;
-        }
-      }
-    }
-  }
-  ::close(fd);
-  return f;
-}
-
 Result<Format> resolve_format(const std::string& path, const FormatOptions& options) {
   if (options.format != Format::kAuto) return options.format;
   const Format by_ext = format_from_extension(path);
@@ -171,7 +117,8 @@ Result<Format> resolve_format(const std::string& path, const FormatOptions& opti
   return Status(ErrorCode::kLayout,
                 path +
                     ": cannot tell the format from the name or the first bytes; name it with "
-                    "format= (npy, raw, hdf5, parquet, arrow or zarr)");
+                    "format= (" +
+                    format_names_text() + ")");
 }
 
 Result<Layout> try_discover_paths(const std::vector<std::string>& paths,
@@ -276,6 +223,11 @@ Result<Layout> try_discover_paths(const std::vector<std::string>& paths,
 
 namespace {
 
+// Extensions of a known format, named in what a directory holds.
+bool known_extension(std::string_view extension) {
+  return format_from_extension(extension) != Format::kAuto;
+}
+
 // The format a numbered group holds: its extension's, else its first entry's content.
 Format group_format(const DirectoryScan& scan, const NumberedGroup& g) {
   const Format by_ext = format_from_extension(g.extension);
@@ -302,7 +254,8 @@ namespace detail {
 // the directory holds.
 Result<Source> auto_directory(const Source& s, DiscoverOptions* options) {
   const Format asked = options->format.format;
-  if ((asked == Format::kAuto || asked == Format::kZarr) && is_zarr_store(s.dir_path)) {
+  if (const Format store = store_format(s.dir_path);
+      store != Format::kAuto && (asked == Format::kAuto || asked == store)) {
     return Source::list({s.dir_path});
   }
   if (asked == Format::kCustom) {
@@ -320,7 +273,7 @@ Result<Source> auto_directory(const Source& s, DiscoverOptions* options) {
   if (found.empty()) {
     return Status(ErrorCode::kLayout, path_for_message(s.dir_path) +
                                           ": no numbered shards of a known format; the directory " +
-                                          scan.describe() + scan.suggestion());
+                                          scan.describe(known_extension) + scan.suggestion());
   }
   if (found.size() > 1) {
     // Groups of one format under the default naming and others (notes_1.npy beside
@@ -379,7 +332,7 @@ static Result<Layout> discover_probing(const Source& source, const DiscoverOptio
     if (auto scan = scan_directory(s.dir_path)) {
       return Status(
           ErrorCode::kLayout,
-          paths.status().message() + "; the directory " + scan->describe() +
+          paths.status().message() + "; the directory " + scan->describe(known_extension) +
               (scan->groups.empty() || scan->groups[0].pattern == s.pattern ? std::string()
                                                                             : scan->suggestion()));
     }

@@ -178,9 +178,11 @@ Result<std::string> write_manifest(const Layout& layout, const std::string& dire
   if (options.checksum != Checksum::kNone) {
     sums.reserve(layout.shards.size());
     for (const auto& s : layout.shards) {
-      // A Zarr shard's snapshot is its metadata file's, so only the format says that the
-      // shard itself is a directory.
-      if (layout.format == Format::kZarr || !s.snapshot.regular) {
+      // A store's snapshot is its metadata file's, so only the format says that the shard
+      // itself is a directory.
+      const FormatDescriptor* d = find_format(layout.format);
+      if ((d != nullptr && d->capabilities.freshness == Freshness::kMetadataFile) ||
+          !s.snapshot.regular) {
         return Status(ErrorCode::kInvalidArgument,
                       path_for_message(s.path) +
                           ": checksums cover regular files only, and this shard is a "
@@ -354,12 +356,12 @@ Result<Manifest> read_manifest(const std::string& path) {
 
 namespace {
 
-// Formats whose probe is cheap enough to repeat at every checked discovery: an .npy header
-// (one read of at most a few kB), a raw file's size and its directory's sidecar (read once
-// per reader), a Zarr store's metadata file (a small JSON). The others (HDF5, Parquet,
+// Formats whose probe is cheap enough to repeat at every checked discovery (an .npy header,
+// a raw file's size and sidecar, a Zarr store's metadata file). The others (HDF5, Parquet,
 // Arrow, a user's reader) would reparse a file's metadata, which is what the manifest saves.
 bool reprobe_when_checked(Format f) {
-  return f == Format::kNpy || f == Format::kRaw || f == Format::kZarr;
+  const FormatDescriptor* d = find_format(f);
+  return d != nullptr && d->capabilities.cheap_reprobe;
 }
 
 template <typename T>

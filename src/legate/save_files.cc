@@ -142,7 +142,12 @@ Result<SaveSpec> SaveSpec::decode(std::span<const std::int64_t> v) {
   };
   SaveSpec s;
   std::int64_t f = 0, kind = 0, size = 0, dims = 0, n = 0;
-  if (!next(&f) || !next(&kind) || !next(&size) || !next(&dims) || f < 0 || f > 2 || kind < 0 ||
+  const auto writable = [](std::int64_t code) {
+    return code == static_cast<std::int64_t>(SaveFormat::kNpy) ||
+           code == static_cast<std::int64_t>(SaveFormat::kRaw) ||
+           code == static_cast<std::int64_t>(SaveFormat::kZarr);
+  };
+  if (!next(&f) || !next(&kind) || !next(&size) || !next(&dims) || !writable(f) || kind < 0 ||
       kind > 4 || size < 1 || size > 16 || dims < 0 || dims > 32) {
     return bad();
   }
@@ -168,10 +173,11 @@ Result<SaveSpec> SaveSpec::decode(std::span<const std::int64_t> v) {
 }
 
 std::string save_shard_name(SaveFormat format, std::int64_t shard) {
-  const char* ext = format == SaveFormat::kNpy   ? ".npy"
-                    : format == SaveFormat::kRaw ? ".bin"
-                                                 : ".zarr";
-  return NumberPattern{"shard_", 4, ext}.format(shard);
+  // The format's first extension, the one its default pattern names.
+  const FormatDescriptor* d = find_format(format);
+  return NumberPattern{"shard_", 4,
+                       d != nullptr && !d->extensions.empty() ? d->extensions.front() : ".npy"}
+      .format(shard);
 }
 
 std::int64_t zarr_chunk_rows(std::int64_t rows, std::size_t row_bytes) {
@@ -219,6 +225,10 @@ Status create_shard_files(const std::string& dir, SaveSpec* spec) {
         }
         break;
       }
+      default:
+        return file_error(
+            ErrorCode::kInvalidArgument, path,
+            std::string("no writer for the ") + format_name(spec->format) + " format");
     }
   }
   return Status::ok();

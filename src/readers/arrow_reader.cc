@@ -42,6 +42,7 @@
 
 #include "readers/detail/json.hpp"
 #include "readers/detail/readers.hpp"
+#include "shardload/formats.hpp"
 
 namespace shardload::detail {
 

@@ -6,7 +6,7 @@
 #include <memory>
 #include <new>
 
-#include "readers/detail/readers.hpp"
+#include "shardload/formats.hpp"
 
 namespace shardload {
 
@@ -212,29 +212,12 @@ class GuardedReader final : public ShardReader {
 Result<std::unique_ptr<ShardReader>> make_unguarded_reader(Format format,
                                                            const FormatOptions& options,
                                                            const ReaderContext& ctx) {
-  switch (format) {
-    case Format::kNpy:
-      return detail::make_npy_reader(options, ctx);
-    case Format::kRaw:
-      return detail::make_raw_reader(options, ctx);
-    case Format::kZarr:
-      return detail::make_zarr_reader(options, ctx);
-    case Format::kCustom:
-      return detail::make_registered_reader(options, ctx);
-#ifdef SHARDLOAD_WITH_HDF5
-    case Format::kHdf5:
-      return detail::make_hdf5_reader(options, ctx);
-#endif
-#ifdef SHARDLOAD_WITH_ARROW
-    case Format::kParquet:
-    case Format::kArrow:
-      return detail::make_arrow_reader(format, options, ctx);
-#endif
-    default:
-      break;
+  const FormatDescriptor* d = find_format(format);
+  if (d == nullptr || !d->make_reader) {
+    return Status(ErrorCode::kInvalidArgument, std::string("the ") + format_name(format) +
+                                                   " format is not supported by this build");
   }
-  return Status(ErrorCode::kInvalidArgument, std::string("the ") + format_name(format) +
-                                                 " format is not supported by this build");
+  return d->make_reader(options, ctx);
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "readers/detail/readers.hpp"
+#include "shardload/formats.hpp"
 
 namespace shardload {
 

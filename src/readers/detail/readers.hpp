@@ -3,6 +3,7 @@
 
 #include <memory>
 
+#include "shardload/formats.hpp"
 #include "shardload/reader.hpp"
 
 namespace shardload::detail {
@@ -13,6 +14,9 @@ Result<std::unique_ptr<ShardReader>> make_raw_reader(const FormatOptions& option
                                                      const ReaderContext& context);
 Result<std::unique_ptr<ShardReader>> make_zarr_reader(const FormatOptions& options,
                                                       const ReaderContext& context);
+
+// numpy's .npz archives (npz_reader.cc): the descriptor, reader included.
+FormatDescriptor npz_format();
 
 // Built only with SHARDLOAD_WITH_HDF5 (src/readers/hdf5_reader.cc).
 Result<std::unique_ptr<ShardReader>> make_hdf5_reader(const FormatOptions& options,

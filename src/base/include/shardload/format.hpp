@@ -2,8 +2,7 @@
 // read from them. The options are the same for every shard of a dataset and
 // travel with the layout to wherever the data is read.
 //
-// Contract: FormatOptions is a value, copied into the Layout; parse_format returns
-// kInvalidArgument naming the text; safe from any thread.
+// Contract: FormatOptions is a value, copied into the Layout; safe from any thread.
 #pragma once
 
 #include <cstdint>
@@ -17,21 +16,22 @@
 
 namespace shardload {
 
+// The one format enum: every format's identity, in layouts, manifests and the codec (the
+// numbers are stored: add new formats at the end). Names, extensions, recognition and
+// readers are the formats' descriptors' (shardload/formats.hpp, in the readers layer).
 // kCustom: a reader registered under a name (shardload/reader_registry.hpp), which
 // FormatOptions::reader carries to wherever the data is read.
-enum class Format : std::uint8_t { kAuto = 0, kNpy, kRaw, kHdf5, kParquet, kArrow, kZarr, kCustom };
-
-const char* format_name(Format f);
-
-// "npy", "raw", "hdf5", "parquet", "arrow" (also "feather", "ipc"), "zarr", "auto".
-Result<Format> parse_format(std::string_view name);
-
-// The format a path's extension names (".npy", ".bin"/".raw"/".dat", ".h5"/".hdf5",
-// ".parquet"/".pq", ".arrow"/".feather"/".ipc", ".zarr"), or kAuto.
-Format format_from_extension(std::string_view path);
-
-// The default file pattern of a directory source in each format.
-std::string default_pattern(Format f);
+enum class Format : std::uint8_t {
+  kAuto = 0,
+  kNpy,
+  kRaw,
+  kHdf5,
+  kParquet,
+  kArrow,
+  kZarr,
+  kCustom,
+  kNpz,
+};
 
 struct FormatOptions {
   Format format = Format::kAuto;

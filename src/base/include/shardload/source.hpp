@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -85,9 +86,11 @@ struct DirectoryScan {
   };
   std::vector<Extension> extensions;
 
-  // "holds 12 files: 10 *.h5 (shard_0000.h5 ... shard_0009.h5), 2 other" (known formats'
-  // extensions by name, the rest as "other"), or "is empty".
-  [[nodiscard]] std::string describe() const;
+  // "holds 12 files: 10 *.h5 (shard_0000.h5 ... shard_0009.h5), 2 other" (the extensions
+  // `known` accepts by name, the rest as "other"), or "is empty". The caller knows the
+  // formats: this layer does not.
+  [[nodiscard]] std::string describe(
+      const std::function<bool(std::string_view extension)>& known) const;
   // "; pass pattern='shard_{:04d}.h5' or a glob 'D/*.h5'" for the largest group (else the
   // most common extension), or "" when there is nothing to suggest.
   [[nodiscard]] std::string suggestion() const;

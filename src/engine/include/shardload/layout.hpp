@@ -15,6 +15,7 @@
 
 #include "shardload/dtype.hpp"
 #include "shardload/format.hpp"
+#include "shardload/formats.hpp"
 #include "shardload/io.hpp"
 #include "shardload/reader.hpp"
 #include "shardload/source.hpp"
@@ -83,11 +84,6 @@ Result<Layout> slice_rows(const Layout& layout, std::int64_t lo, std::int64_t hi
 // The format of a dataset whose first shard is `path`: the option when set,
 // else the extension, else what the path holds (sniff_format).
 Result<Format> resolve_format(const std::string& path, const FormatOptions& options);
-
-// What a path holds, from its content alone: a Zarr store (a directory with .zarray or
-// zarr.json), or a regular file starting with the magic bytes of .npy, Parquet, Arrow IPC
-// or HDF5 (also after a user block); kAuto otherwise. Opens the file, reads a few bytes.
-Format sniff_format(const std::string& path);
 
 // A human-readable summary: shard count, first and last rows, totals.
 std::string describe(const Layout& layout, std::size_t edge_shards = 3);

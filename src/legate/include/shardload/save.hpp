@@ -64,7 +64,8 @@
 
 namespace shardload {
 
-enum class SaveFormat : std::int32_t { kNpy = 0, kZarr = 1, kRaw = 2 };
+// The one format enum (shardload/format.hpp): save writes kNpy, kZarr (v2) or kRaw.
+using SaveFormat = Format;
 
 struct SaveOptions {
   // Shards to write; 0: one per processor of the launch. May exceed the rows (the extra

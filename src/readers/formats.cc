@@ -1,0 +1,223 @@
+// The format table: one descriptor per format. Adding a format is adding its line here.
+#include "shardload/formats.hpp"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <array>
+#include <cstring>
+
+#include "readers/detail/readers.hpp"
+#include "shardload/source.hpp"
+
+namespace shardload {
+
+namespace {
+
+bool ends_with(std::string_view s, std::string_view suffix) {
+  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
+}
+
+// Whether `file` holds `magic` at `offset`.
+bool magic_at(const File& file, std::uint64_t size, std::uint64_t offset, std::string_view magic) {
+  std::array<char, 16> buf{};
+  if (magic.size() > buf.size() || offset + magic.size() > size) return false;
+  return file.read_exact(buf.data(), magic.size(), offset).is_ok() &&
+         std::string_view(buf.data(), magic.size()) == magic;
+}
+
+auto magic(std::string_view bytes) {
+  return [bytes](const File& f, std::uint64_t size) { return magic_at(f, size, 0, bytes); };
+}
+
+// HDF5's superblock sits at 0 or, after a user block, at 512, 1024, 2048, ...
+bool hdf5_sniff(const File& f, std::uint64_t size) {
+  constexpr std::string_view kMagic("\x89HDF\r\n\x1a\n", 8);
+  for (std::uint64_t off = 0; off < size && off <= (std::uint64_t{1} << 20);
+       off = off == 0 ? 512 : off * 2) {
+    if (magic_at(f, size, off, kMagic)) return true;
+  }
+  return false;
+}
+
+bool zarr_store(const std::string& path) {
+  struct ::stat st {};
+  if (::stat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) return false;
+  for (const char* meta : {"/.zarray", "/zarr.json"}) {
+    if (::access((path + meta).c_str(), F_OK) == 0) return true;
+  }
+  return false;
+}
+
+#if !defined(SHARDLOAD_WITH_HDF5) || !defined(SHARDLOAD_WITH_ARROW)
+// The factory of a format this build leaves out.
+ReaderMaker unsupported(const char* name) {
+  return
+      [name](const FormatOptions&, const ReaderContext&) -> Result<std::unique_ptr<ShardReader>> {
+        return Status(ErrorCode::kInvalidArgument,
+                      std::string("the ") + name + " format is not supported by this build");
+      };
+}
+#endif
+
+std::vector<FormatDescriptor> build_table() {
+  std::vector<FormatDescriptor> t;
+  {
+    FormatDescriptor d;
+    d.format = Format::kNpy;
+    d.name = "npy";
+    d.extensions = {".npy"};
+    d.sniff = magic(std::string_view("\x93NUMPY", 6));
+    d.capabilities = {.contiguous_rows = true, .parallel_probe = true, .cheap_reprobe = true};
+    d.make_reader = detail::make_npy_reader;
+    t.push_back(std::move(d));
+  }
+  {
+    FormatDescriptor d;
+    d.format = Format::kRaw;
+    d.name = "raw";
+    d.extensions = {".bin", ".raw", ".dat"};
+    d.capabilities = {.parallel_probe = true, .cheap_reprobe = true};
+    d.make_reader = detail::make_raw_reader;
+    t.push_back(std::move(d));
+  }
+  {
+    FormatDescriptor d;
+    d.format = Format::kHdf5;
+    d.name = "hdf5";
+    d.aliases = {"h5"};
+    d.extensions = {".h5", ".hdf5"};
+    d.sniff = hdf5_sniff;
+#ifdef SHARDLOAD_WITH_HDF5
+    d.make_reader = detail::make_hdf5_reader;
+#else
+    d.make_reader = unsupported("hdf5");
+#endif
+    t.push_back(std::move(d));
+  }
+  for (const Format f : {Format::kParquet, Format::kArrow}) {
+    FormatDescriptor d;
+    d.format = f;
+    const bool parquet = f == Format::kParquet;
+    d.name = parquet ? "parquet" : "arrow";
+    if (!parquet) d.aliases = {"feather", "ipc"};
+    d.extensions = parquet ? std::vector<std::string>{".parquet", ".pq"}
+                           : std::vector<std::string>{".arrow", ".feather", ".ipc"};
+    d.sniff = parquet ? magic("PAR1") : magic(std::string_view("ARROW1\0\0", 8));
+#ifdef SHARDLOAD_WITH_ARROW
+    d.make_reader = [f](const FormatOptions& o, const ReaderContext& c) {
+      return detail::make_arrow_reader(f, o, c);
+    };
+#else
+    d.make_reader = unsupported(parquet ? "parquet" : "arrow");
+#endif
+    t.push_back(std::move(d));
+  }
+  {
+    FormatDescriptor d;
+    d.format = Format::kZarr;
+    d.name = "zarr";
+    d.extensions = {".zarr"};
+    d.is_store = zarr_store;
+    d.capabilities = {.freshness = Freshness::kMetadataFile, .cheap_reprobe = true};
+    d.make_reader = detail::make_zarr_reader;
+    t.push_back(std::move(d));
+  }
+  t.push_back(detail::npz_format());
+  {
+    // Readers registered by name: the name travels in FormatOptions::reader.
+    FormatDescriptor d;
+    d.format = Format::kCustom;
+    d.name = "custom";
+    d.make_reader = detail::make_registered_reader;
+    t.push_back(std::move(d));
+  }
+  return t;
+}
+
+}  // namespace
+
+const std::vector<FormatDescriptor>& formats() {
+  // Never destroyed: a task may make a reader while the process exits.
+  static const auto* table = new std::vector<FormatDescriptor>(build_table());
+  return *table;
+}
+
+const FormatDescriptor* find_format(Format f) {
+  for (const auto& d : formats()) {
+    if (d.format == f) return &d;
+  }
+  return nullptr;
+}
+
+const char* format_name(Format f) {
+  if (f == Format::kAuto) return "auto";
+  const FormatDescriptor* d = find_format(f);
+  return d != nullptr ? d->name.c_str() : "unknown";
+}
+
+std::string format_names_text() {
+  std::vector<const std::string*> names;
+  for (const auto& d : formats()) {
+    if (d.format != Format::kCustom) names.push_back(&d.name);
+  }
+  std::string out;
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    if (i > 0) out += i + 1 == names.size() ? " or " : ", ";
+    out += *names[i];
+  }
+  return out;
+}
+
+Result<Format> parse_format(std::string_view name) {
+  if (name == "auto") return Format::kAuto;
+  for (const auto& d : formats()) {
+    if (d.format == Format::kCustom) continue;
+    if (d.name == name) return d.format;
+    for (const auto& a : d.aliases) {
+      if (a == name) return d.format;
+    }
+  }
+  return Status(ErrorCode::kInvalidArgument, "unknown format '" + std::string(name) +
+                                                 "' (expected auto, " + format_names_text() + ")");
+}
+
+Format format_from_extension(std::string_view path) {
+  while (!path.empty() && path.back() == '/') path.remove_suffix(1);
+  for (const auto& d : formats()) {
+    for (const auto& ext : d.extensions) {
+      if (ends_with(path, ext)) return d.format;
+    }
+  }
+  return Format::kAuto;
+}
+
+std::string default_pattern(Format f) {
+  const FormatDescriptor* d = find_format(f);
+  if (d == nullptr || d->extensions.empty()) {
+    return std::string(kDefaultPattern);  // .npy, the numbering Source uses by default
+  }
+  return "shard_{:04d}" + d->extensions.front();
+}
+
+Format store_format(const std::string& directory) {
+  for (const auto& d : formats()) {
+    if (d.is_store && d.is_store(directory)) return d.format;
+  }
+  return Format::kAuto;
+}
+
+Format sniff_format(const std::string& path) {
+  if (const Format f = store_format(path); f != Format::kAuto) return f;
+  // Only regular files: File::open refuses anything else without blocking (a FIFO without
+  // a writer), and reading a FIFO's first bytes would block or consume them.
+  FileInfo info;
+  auto file = File::open_stat(posix_io(), path, &info);
+  if (!file) return Format::kAuto;
+  for (const auto& d : formats()) {
+    if (d.sniff && d.sniff(*file, info.size)) return d.format;
+  }
+  return Format::kAuto;
+}
+
+}  // namespace shardload

@@ -1,0 +1,96 @@
+// The formats shardload reads, each one registered descriptor: its names, extensions, how
+// its files and stores are recognised, what the engine may do with its shards, and its
+// reader. The engine, the manifest and the front ends ask these questions here and never
+// name a format: a new format is its reader, its descriptor and one line in the table
+// (src/readers/formats.cc).
+//
+// Contract: the table is built once, on first use, and never changes or is destroyed, so a
+// descriptor pointer stays valid for the process; every function here is thread-safe.
+// Readers registered by name (shardload/reader_registry.hpp) share the one descriptor of
+// Format::kCustom, whose factory looks the name up.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "shardload/format.hpp"
+#include "shardload/io.hpp"
+#include "shardload/reader.hpp"
+#include "shardload/status.hpp"
+
+namespace shardload {
+
+// What tells that a shard is unchanged since discovery.
+enum class Freshness : std::uint8_t {
+  kFile,          // the shard is a regular file, its snapshot that file's
+  kMetadataFile,  // the shard is a directory (a store), its snapshot its metadata file's
+};
+
+// What the engine may do with a format's shards besides asking its reader.
+struct FormatCapabilities {
+  // Rows lie at Shard::data_offset as one contiguous range of C-order rows when the shard
+  // is neither byte-swapped nor Fortran-ordered, so the device fill may read them straight
+  // into its staging buffers (and through GPUDirect Storage).
+  bool contiguous_rows = false;
+  // A probe is an open, an fstat and one small read: many shards are worth probing on
+  // several threads.
+  bool parallel_probe = false;
+  Freshness freshness = Freshness::kFile;
+  // A probe is cheap enough to repeat at every checked discovery from a manifest (a small
+  // header or metadata file); otherwise the manifest's snapshot stands for the metadata.
+  bool cheap_reprobe = false;
+};
+
+using ReaderMaker = std::function<Result<std::unique_ptr<ShardReader>>(
+    const FormatOptions& options, const ReaderContext& context)>;
+
+struct FormatDescriptor {
+  Format format = Format::kAuto;
+  std::string name;                     // "hdf5": messages, parse_format, the codec's text
+  std::vector<std::string> aliases;     // other names parse_format accepts ("h5")
+  std::vector<std::string> extensions;  // ".h5"; the first names the default pattern
+  // Whether a regular file (`size` bytes, open as `file`) starts with this format's magic
+  // bytes; a few positional reads. Empty: the format has none (raw).
+  std::function<bool(const File& file, std::uint64_t size)> sniff;
+  // Whether a directory is itself one shard of this format (a Zarr store). Empty: never.
+  std::function<bool(const std::string& directory)> is_store;
+  FormatCapabilities capabilities;
+  // The reader, before make_reader's wrapper. kInvalidArgument when the options do not fit.
+  ReaderMaker make_reader;
+};
+
+// The descriptor of a format (kCustom included); nullptr for kAuto and unknown values.
+const FormatDescriptor* find_format(Format f);
+
+// Every descriptor in table order (kCustom last).
+const std::vector<FormatDescriptor>& formats();
+
+// "npy", ...; "auto" for kAuto, "unknown" for a value with no descriptor.
+const char* format_name(Format f);
+
+// A format's name or alias, or "auto". kInvalidArgument listing the names otherwise.
+Result<Format> parse_format(std::string_view name);
+
+// "npy, raw, hdf5, parquet, arrow or zarr": the built-in formats, for messages.
+std::string format_names_text();
+
+// The built-in format a path's extension names (a trailing '/' ignored), or kAuto.
+Format format_from_extension(std::string_view path);
+
+// The default file pattern of a directory source in a built-in format ("shard_{:04d}.h5");
+// the .npy one for kAuto.
+std::string default_pattern(Format f);
+
+// The format of a directory that is itself a store, or kAuto.
+Format store_format(const std::string& directory);
+
+// What a path holds, from its content alone: a store (store_format), or a regular file
+// whose first bytes some format's sniff recognises; kAuto otherwise. Opens the file
+// through File::open (never blocks on a FIFO or device: those are no regular files).
+Format sniff_format(const std::string& path);
+
+}  // namespace shardload
