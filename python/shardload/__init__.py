@@ -41,6 +41,7 @@ from ._api import (  # noqa: E402
     LayoutError,
     LoadInfo,
     LoadProgress,
+    ManifestState,
     OutOfMemoryError,
     ShardReadError,
     SourceNotFoundError,
@@ -77,4 +78,5 @@ __all__ = [
     "SaveInfo",
     "ShardWriteError",
     "save",
+    "ManifestState",
 ]

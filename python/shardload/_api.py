@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import enum
 import importlib.util
 import logging
 import operator
@@ -88,13 +89,34 @@ def _layout_hash(self: Layout) -> int:
     return hash(self.encode())
 
 
-def _decode_layout(encoded: bytes, manifest_status: str) -> Layout:
-    """Unpickles a Layout (``Layout.__reduce__``)."""
-    return _core.decode_layout(encoded, manifest_status)
+class ManifestState(str, enum.Enum):
+    """How discovery used a directory's manifest (``Layout.manifest_state``); decide on this,
+    not on the text of ``Layout.manifest_status``."""
+
+    NONE = "none"
+    """No directory was discovered (a list, a glob, a layout of its own), so no manifest."""
+    ABSENT = "absent"
+    """The directory holds no manifest; the files were probed."""
+    USED = "used"
+    """Taken from the manifest after checking that no shard changed since indexing."""
+    TRUSTED = "trusted"
+    """Taken from the manifest without touching a shard (``trust_manifest=True``)."""
+    STALE = "stale"
+    """A shard changed since indexing; the files were probed."""
+    OTHER_OPTIONS = "other_options"
+    """The manifest was indexed with other format options than asked; the files were probed."""
+    OTHER_PATTERN = "other_pattern"
+    """The manifest was indexed under another pattern than the request's; the files were
+    probed."""
+
+
+def _decode_layout(encoded: bytes, manifest_status: str, manifest_state: str = "none") -> Layout:
+    """Unpickles a Layout (``Layout.__reduce__``); the state is absent from older pickles."""
+    return _core.decode_layout(encoded, manifest_status, manifest_state)
 
 
 def _layout_reduce(self: Layout) -> tuple:
-    return (_decode_layout, (self.encode(), self.manifest_status))
+    return (_decode_layout, (self.encode(), self.manifest_status, self.manifest_state.value))
 
 
 def _layout_rows(self: Layout) -> list[int]:
@@ -118,6 +140,10 @@ Layout.itemsize = property(lambda self: self.dtype.itemsize,  # type: ignore[att
                            doc="The bytes of one element.")
 Layout.rows = property(_layout_rows,  # type: ignore[attr-defined]
                        doc="Deprecated spelling of :attr:`shard_rows`.")
+Layout.manifest_state = property(  # type: ignore[attr-defined]
+    lambda self: ManifestState(self._manifest_state),
+    doc="How discovery used the directory's manifest, as a :class:`ManifestState` (a str "
+        "enum); ``manifest_status`` says the same for people, with the reason.")
 
 
 # Arguments are checked here, before the binding: its conversions would
@@ -1024,9 +1050,10 @@ def load(
         source = _source(source)
         layout = _decoded(lambda o, dt: _discover_for_job(source, o, dt), options, cast, "load",
                           cast_after=True, source=source)
-        if layout.manifest_status:
+        if layout.manifest_state is not ManifestState.NONE:
             # A manifest that could not be used is worth a look; one used or absent is not.
-            quiet = layout.manifest_status.startswith(("manifest: used", "manifest: absent"))
+            quiet = layout.manifest_state in (ManifestState.USED, ManifestState.TRUSTED,
+                                              ManifestState.ABSENT)
             logger.log(logging.DEBUG if quiet else logging.INFO, "load: %s",
                        layout.manifest_status)
     if row_range is not None:
