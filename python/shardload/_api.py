@@ -908,23 +908,6 @@ ProgressCallback = Callable[[LoadProgress], object]
 
 
 
-def _name_the_shard(error: ShardReadError, layout: Layout) -> None:
-    """Sets ``error.filename`` to the shard a load-task error is about.
-
-    A Legate task exception carries a code and a message, nothing more, so the file cannot
-    travel as data from the task; but the message names it by its path in the layout (or a
-    file inside it, such as a Zarr chunk), so the longest layout path the message holds is it.
-    """
-    if getattr(error, "filename", None) is not None:
-        return
-    message = str(error)
-    # Messages write the bytes of a name that are not UTF-8 as \xNN.
-    found = [p for p in layout.paths
-             if p in message or os.fsencode(p).decode("utf-8", "backslashreplace") in message]
-    if found:
-        error.filename = max(found, key=len)
-
-
 def load(
     source: SourceLike | Layout,
     *,
@@ -1086,11 +1069,8 @@ def load(
     report("started")
     encoded = layout.encode()
     report("launching")
-    try:
-        owner, plan = _legate.load(encoded, k)
-    except ShardReadError as e:
-        _name_the_shard(e, layout)
-        raise
+    # A task's error names its file and errno as data: the exception carries them already.
+    owner, plan = _legate.load(encoded, k)
     # LogicalArray adopts a copy; the capsule frees the original when dropped.
     array = LogicalArray.from_raw_handle(_legate.handle(owner))
     del owner
