@@ -41,6 +41,7 @@ from ._api import (  # noqa: E402
     LayoutError,
     LoadInfo,
     LoadProgress,
+    ManifestState,
     OutOfMemoryError,
     ShardReadError,
     SourceNotFoundError,
@@ -78,4 +79,5 @@ __all__ = [
     "ShardWriteError",
     "save",
     "RuntimeStartError",
+    "ManifestState",
 ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import enum
 import importlib.util
 import logging
 import operator
@@ -89,13 +90,34 @@ def _layout_hash(self: Layout) -> int:
     return hash(self.encode())
 
 
-def _decode_layout(encoded: bytes, manifest_status: str) -> Layout:
-    """Unpickles a Layout (``Layout.__reduce__``)."""
-    return _core.decode_layout(encoded, manifest_status)
+class ManifestState(str, enum.Enum):
+    """How discovery used a directory's manifest (``Layout.manifest_state``); decide on this,
+    not on the text of ``Layout.manifest_status``."""
+
+    NONE = "none"
+    """No directory was discovered (a list, a glob, a layout of its own), so no manifest."""
+    ABSENT = "absent"
+    """The directory holds no manifest; the files were probed."""
+    USED = "used"
+    """Taken from the manifest after checking that no shard changed since indexing."""
+    TRUSTED = "trusted"
+    """Taken from the manifest without touching a shard (``trust_manifest=True``)."""
+    STALE = "stale"
+    """A shard changed since indexing; the files were probed."""
+    OTHER_OPTIONS = "other_options"
+    """The manifest was indexed with other format options than asked; the files were probed."""
+    OTHER_PATTERN = "other_pattern"
+    """The manifest was indexed under another pattern than the request's; the files were
+    probed."""
+
+
+def _decode_layout(encoded: bytes, manifest_status: str, manifest_state: str = "none") -> Layout:
+    """Unpickles a Layout (``Layout.__reduce__``); the state is absent from older pickles."""
+    return _core.decode_layout(encoded, manifest_status, manifest_state)
 
 
 def _layout_reduce(self: Layout) -> tuple:
-    return (_decode_layout, (self.encode(), self.manifest_status))
+    return (_decode_layout, (self.encode(), self.manifest_status, self.manifest_state.value))
 
 
 def _layout_rows(self: Layout) -> list[int]:
@@ -119,6 +141,10 @@ Layout.itemsize = property(lambda self: self.dtype.itemsize,  # type: ignore[att
                            doc="The bytes of one element.")
 Layout.rows = property(_layout_rows,  # type: ignore[attr-defined]
                        doc="Deprecated spelling of :attr:`shard_rows`.")
+Layout.manifest_state = property(  # type: ignore[attr-defined]
+    lambda self: ManifestState(self._manifest_state),
+    doc="How discovery used the directory's manifest, as a :class:`ManifestState` (a str "
+        "enum); ``manifest_status`` says the same for people, with the reason.")
 
 
 # Arguments are checked here, before the binding: its conversions would
@@ -894,23 +920,6 @@ ProgressCallback = Callable[[LoadProgress], object]
 
 
 
-def _name_the_shard(error: ShardReadError, layout: Layout) -> None:
-    """Sets ``error.filename`` to the shard a load-task error is about.
-
-    A Legate task exception carries a code and a message, nothing more, so the file cannot
-    travel as data from the task; but the message names it by its path in the layout (or a
-    file inside it, such as a Zarr chunk), so the longest layout path the message holds is it.
-    """
-    if getattr(error, "filename", None) is not None:
-        return
-    message = str(error)
-    # Messages write the bytes of a name that are not UTF-8 as \xNN.
-    found = [p for p in layout.paths
-             if p in message or os.fsencode(p).decode("utf-8", "backslashreplace") in message]
-    if found:
-        error.filename = max(found, key=len)
-
-
 def load(
     source: SourceLike | Layout,
     *,
@@ -1036,9 +1045,10 @@ def load(
         source = _source(source)
         layout = _decoded(lambda o, dt: _discover_for_job(source, o, dt), options, cast, "load",
                           cast_after=True, source=source)
-        if layout.manifest_status:
+        if layout.manifest_state is not ManifestState.NONE:
             # A manifest that could not be used is worth a look; one used or absent is not.
-            quiet = layout.manifest_status.startswith(("manifest: used", "manifest: absent"))
+            quiet = layout.manifest_state in (ManifestState.USED, ManifestState.TRUSTED,
+                                              ManifestState.ABSENT)
             logger.log(logging.DEBUG if quiet else logging.INFO, "load: %s",
                        layout.manifest_status)
     if row_range is not None:
@@ -1071,11 +1081,8 @@ def load(
     report("started")
     encoded = layout.encode()
     report("launching")
-    try:
-        owner, plan = _legate.load(encoded, k)
-    except ShardReadError as e:
-        _name_the_shard(e, layout)
-        raise
+    # A task's error names its file and errno as data: the exception carries them already.
+    owner, plan = _legate.load(encoded, k)
     # LogicalArray adopts a copy; the capsule frees the original when dropped.
     array = LogicalArray.from_raw_handle(_legate.handle(owner))
     del owner

@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING, Any, Iterator, Sequence
 import numpy as np
 
 from . import _api
-from ._api import (DTypeLike, Layout, ShardReadError, SourceLike, _astype, _check_legate_dims,
-                   _check_thread, _int, _name_the_shard, _overdecompose, _start_runtime)
+from ._api import (DTypeLike, Layout, SourceLike, _astype, _check_legate_dims,
+                   _check_thread, _int, _overdecompose, _start_runtime)
 
 if TYPE_CHECKING:
     import cupynumeric
@@ -48,12 +48,8 @@ class BatchIterator:
 
         try:
             got = self._batches.next()
-        except ShardReadError as e:
-            # The iteration ends with its error: the batches launched after it are dropped.
-            self._batches = None
-            _name_the_shard(e, self.layout)
-            raise
         except BaseException:
+            # The iteration ends with its error: the batches launched after it are dropped.
             self._batches = None
             raise
         if got is None:

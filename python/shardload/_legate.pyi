@@ -54,8 +54,8 @@ def discover_once(
     dataset: str = "",
     columns: list[str] = ...,
     fill_value: float | None = None,
-) -> tuple[bytes, str]:
-    """(the encoded layout, its manifest_status)"""
+) -> tuple[bytes, str, str]:
+    """(the encoded layout, its manifest_status, the name of its manifest_state)"""
 class _SaveInfo(TypedDict):
     target: str  # "CPU": the save task has a CPU variant only
     processors: int

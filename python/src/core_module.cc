@@ -97,6 +97,9 @@ PYBIND11_MODULE(_core, m) {
       .def_property_readonly("num_shards", [](const Layout& l) { return l.shards.size(); })
       .def_property_readonly("manifest_status",
                              [](const Layout& l) { return message_str(l.manifest_status); })
+      // The package wraps the name in its ManifestState enum (Layout.manifest_state).
+      .def_property_readonly("_manifest_state",
+                             [](const Layout& l) { return manifest_state_name(l.manifest_state); })
       .def("encode",
            [](const Layout& l) {
              const auto b = encode_layout(l);
@@ -204,15 +207,22 @@ PYBIND11_MODULE(_core, m) {
       py::arg("path"));
   m.def(
       "decode_layout",
-      [](const py::bytes& encoded, const std::string& manifest_status) {
+      [](const py::bytes& encoded, const std::string& manifest_status,
+         const std::string& manifest_state) {
+        const auto state = parse_manifest_state(manifest_state);
+        if (!state) {
+          raise(Status(ErrorCode::kInvalidArgument,
+                       "manifest_state: '" + manifest_state + "' is no manifest state"));
+        }
         const std::string b = encoded;
         auto l =
             decode_layout(std::span(reinterpret_cast<const std::uint8_t*>(b.data()), b.size()));
         if (!l) raise(l.status());
         l->manifest_status = manifest_status;
+        l->manifest_state = *state;
         return std::move(l).value();
       },
-      py::arg("encoded"), py::arg("manifest_status") = "");
+      py::arg("encoded"), py::arg("manifest_status") = "", py::arg("manifest_state") = "none");
   // The byte count for people every front end prints (base/detail/bytes.hpp).
   m.def("size_string", &detail::size_string, py::arg("nbytes"));
   m.def(

@@ -169,7 +169,8 @@ PYBIND11_MODULE(_legate, m) {
         }
         const auto b = shardload::encode_layout(layout);
         return py::make_tuple(py::bytes(reinterpret_cast<const char*>(b.data()), b.size()),
-                              shardload::python::message_str(layout.manifest_status));
+                              shardload::python::message_str(layout.manifest_status),
+                              shardload::manifest_state_name(layout.manifest_state));
       },
       py::arg("source"), py::arg("pattern"), py::arg("trust_manifest") = false,
       py::arg("format") = "auto", py::arg("dtype") = py::none(),

@@ -68,7 +68,8 @@ int cmd_inspect(const Args& args) {
     print_json(std::cout, *src, *layout);
   } else {
     std::cout << "source:         " << src->describe() << "\n";
-    if (!layout->manifest_status.empty() && layout->manifest_status != "manifest: absent") {
+    if (layout->manifest_state != ManifestState::kNone &&
+        layout->manifest_state != ManifestState::kAbsent) {
       std::cout << layout->manifest_status << "\n";
     }
     std::cout << describe(*layout);

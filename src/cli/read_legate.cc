@@ -59,7 +59,8 @@ int run(const ReadArgs& a, std::ostream& out, std::ostream& err) {
   // Before the warm-up, whose load would name only its one shard.
   check_legate_dims(layout);
   out << "source:         " << Source::parse(a.source, a.pattern).value().describe() << "\n";
-  if (!layout.manifest_status.empty() && layout.manifest_status != "manifest: absent") {
+  if (layout.manifest_state != ManifestState::kNone &&
+      layout.manifest_state != ManifestState::kAbsent) {
     out << layout.manifest_status << "\n";
   }
   out << describe(layout);

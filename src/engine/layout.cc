@@ -304,18 +304,52 @@ Result<Source> auto_directory(const Source& s, DiscoverOptions* options) {
 
 }  // namespace detail
 
+const char* manifest_state_name(ManifestState state) {
+  switch (state) {
+    case ManifestState::kNone:
+      return "none";
+    case ManifestState::kAbsent:
+      return "absent";
+    case ManifestState::kUsed:
+      return "used";
+    case ManifestState::kTrusted:
+      return "trusted";
+    case ManifestState::kStale:
+      return "stale";
+    case ManifestState::kOtherOptions:
+      return "other_options";
+    case ManifestState::kOtherPattern:
+      return "other_pattern";
+  }
+  return "none";
+}
+
+std::optional<ManifestState> parse_manifest_state(std::string_view name) {
+  for (const auto s :
+       {ManifestState::kNone, ManifestState::kAbsent, ManifestState::kUsed, ManifestState::kTrusted,
+        ManifestState::kStale, ManifestState::kOtherOptions, ManifestState::kOtherPattern}) {
+    if (name == manifest_state_name(s)) return s;
+  }
+  return std::nullopt;
+}
+
 static Result<Layout> discover_probing(const Source& source, const DiscoverOptions& options);
 
 Result<Layout> try_discover(const Source& source, const DiscoverOptions& options) {
   std::string manifest_note;
+  ManifestState manifest_state = ManifestState::kNone;
   if (source.kind == Source::Kind::kDirectory && options.use_manifest) {
     ManifestDiscovery m = discover_from_manifest(source, options);
     if (m.layout) return std::move(*m.layout);
     if (!m.error.is_ok()) return m.error;
     manifest_note = std::move(m.note);
+    manifest_state = m.state;
   }
   auto probed = discover_probing(source, options);
-  if (probed) probed->manifest_status = std::move(manifest_note);
+  if (probed) {
+    probed->manifest_status = std::move(manifest_note);
+    probed->manifest_state = manifest_state;
+  }
   return probed;
 }
 

@@ -170,6 +170,7 @@ Result<std::string> write_manifest(const Layout& layout, const std::string& dire
   // Relative paths: the directory may be moved or mounted elsewhere with its manifest.
   Layout rel = layout;
   rel.manifest_status.clear();
+  rel.manifest_state = ManifestState::kNone;
   for (auto& s : rel.shards) {
     SHARDLOAD_RETURN_IF_ERROR(relative_to(directory, &s.path));
     for (auto& f : s.linked) SHARDLOAD_RETURN_IF_ERROR(relative_to(directory, &f.path));
@@ -529,25 +530,28 @@ ManifestDiscovery discover_from_manifest(const Source& source, const DiscoverOpt
       // Without one, discovery probes as before; trusting a manifest that is not there
       // cannot mean anything else.
       r.note = "manifest: absent";
+      r.state = ManifestState::kAbsent;
     } else {
       r.error = m.status();
     }
     return r;
   }
-  auto not_used = [&](const std::string& why) {
+  auto not_used = [&](ManifestState state, const std::string& why) {
     if (options.trust_manifest) {
       r.error = file_error(ErrorCode::kLayout, path,
                            "manifest: cannot be trusted for this request: " + why);
     } else {
       r.note = "manifest: not used: " + why;
+      r.state = state;
     }
     return r;
   };
   if (!source.pattern.empty() && source.pattern != m->pattern) {
-    return not_used("it was indexed " +
-                    (m->pattern.empty() ? std::string("without a pattern")
-                                        : "with pattern '" + m->pattern + "'") +
-                    ", and pattern '" + source.pattern + "' was asked");
+    return not_used(ManifestState::kOtherPattern,
+                    "it was indexed " +
+                        (m->pattern.empty() ? std::string("without a pattern")
+                                            : "with pattern '" + m->pattern + "'") +
+                        ", and pattern '" + source.pattern + "' was asked");
   }
   // Only the options it was made with, exactly: a plain request must not be given the
   // columns, fill value or cast an index() was asked for (it would read other data than
@@ -561,9 +565,10 @@ ManifestDiscovery discover_from_manifest(const Source& source, const DiscoverOpt
     }
   }
   if (asked != m->layout.options) {
-    return not_used("it was indexed with other format options (" +
-                    format_options_text(m->layout.options) + ") than asked (" +
-                    format_options_text(asked) + ")");
+    return not_used(ManifestState::kOtherOptions, "it was indexed with other format options (" +
+                                                      format_options_text(m->layout.options) +
+                                                      ") than asked (" +
+                                                      format_options_text(asked) + ")");
   }
   // Without a pattern a request stands for the directory's own naming, as probing finds it;
   // a manifest indexed under another pattern (part_{}.npy beside shard_0000.npy ...) would
@@ -572,8 +577,9 @@ ManifestDiscovery discover_from_manifest(const Source& source, const DiscoverOpt
     DiscoverOptions probing = options;
     auto own = detail::auto_directory(source, &probing);
     if (!own) {
-      return not_used("without a pattern the directory's shards cannot be told: " +
-                      own.status().message());
+      return not_used(
+          ManifestState::kOtherPattern,
+          "without a pattern the directory's shards cannot be told: " + own.status().message());
     }
     const auto& shards = m->layout.shards;
     bool same = own->kind == Source::Kind::kDirectory && own->pattern == m->pattern;
@@ -585,28 +591,32 @@ ManifestDiscovery discover_from_manifest(const Source& source, const DiscoverOpt
                         [](const std::string& p, const Shard& s) { return p == s.path; });
     }
     if (!same) {
-      return not_used("it was indexed " +
-                      (m->pattern.empty() ? std::string("without a pattern")
-                                          : "with pattern '" + m->pattern + "'") +
-                      ", and without a pattern the directory's shards are " +
-                      (own->kind == Source::Kind::kDirectory
-                           ? "those of '" + own->pattern + "'"
-                           : std::string("the directory itself")));
+      return not_used(
+          ManifestState::kOtherPattern,
+          "it was indexed " +
+              (m->pattern.empty() ? std::string("without a pattern")
+                                  : "with pattern '" + m->pattern + "'") +
+              ", and without a pattern the directory's shards are " +
+              (own->kind == Source::Kind::kDirectory ? "those of '" + own->pattern + "'"
+                                                     : std::string("the directory itself")));
     }
   }
   const std::size_t n = m->layout.shards.size();
   if (options.trust_manifest) {
     m->layout.manifest_status =
         "manifest: used without checking the " + std::to_string(n) + " shards (trusted)";
+    m->layout.manifest_state = ManifestState::kTrusted;
   } else {
     IoBackend& io = options.io != nullptr ? *options.io : posix_io();
     const std::string why = manifest_staleness(*m, io);
     if (!why.empty()) {
       r.note = "manifest: stale because " + why + "; probed the files instead";
+      r.state = ManifestState::kStale;
       return r;
     }
     m->layout.manifest_status =
         "manifest: used (" + std::to_string(n) + " shards unchanged since indexing)";
+    m->layout.manifest_state = ManifestState::kUsed;
   }
   r.layout = std::move(m->layout);
   return r;

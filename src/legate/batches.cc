@@ -33,7 +33,8 @@ std::string rows_text(std::int64_t lo, std::int64_t hi) {
 std::uint64_t record_bytes_for(const Layout& layout) {
   std::size_t longest = 0;
   for (const auto& s : layout.shards) longest = std::max(longest, s.path.size());
-  const std::uint64_t bytes = detail::kRecordHeader + 2048 + 2 * longest;
+  // The error's file as data and its message naming it (twice at most), with room to spare.
+  const std::uint64_t bytes = detail::kRecordHeader + 2048 + 3 * longest;
   return (bytes + 7) / 8 * 8;
 }
 

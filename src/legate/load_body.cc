@@ -28,17 +28,58 @@ Status arg_error(const std::string& msg) {
 
 }  // namespace
 
+std::string task_error_message(const Status& status) {
+  std::string out(kTaskErrorMark);
+  out += std::to_string(status.sys_errno()) + ";" + std::to_string(status.path().size()) + ";";
+  out += status.path();
+  out += status.message();
+  return out;
+}
+
+namespace {
+
+// A decimal int closed by ';' at *pos, moved past it; false unless it is one.
+bool take_number(std::string_view s, std::size_t* pos, std::uint64_t limit, std::uint64_t* out) {
+  std::uint64_t v = 0;
+  std::size_t i = *pos;
+  for (; i < s.size() && s[i] >= '0' && s[i] <= '9' && i - *pos < 20; ++i) {
+    v = v * 10 + static_cast<std::uint64_t>(s[i] - '0');
+    if (v > limit) return false;
+  }
+  if (i == *pos || i >= s.size() || s[i] != ';') return false;
+  *pos = i + 1;
+  *out = v;
+  return true;
+}
+
+}  // namespace
+
+Status task_error_status(std::int32_t code, std::string_view message) {
+  // An index that is no error code (another exception, or a runtime that did not keep it) is
+  // a read failure, as anything found while reading is.
+  const bool known = code > static_cast<std::int32_t>(ErrorCode::kOk) &&
+                     code <= static_cast<std::int32_t>(ErrorCode::kNoMemory);
+  const ErrorCode ec = known ? static_cast<ErrorCode>(code) : ErrorCode::kIo;
+  std::size_t pos = kTaskErrorMark.size();
+  std::uint64_t err = 0;
+  std::uint64_t path_size = 0;
+  if (message.substr(0, kTaskErrorMark.size()) != kTaskErrorMark ||
+      !take_number(message, &pos, INT32_MAX, &err) ||
+      !take_number(message, &pos, message.size(), &path_size) || path_size > message.size() - pos) {
+    return {ec, std::string(message)};
+  }
+  const std::string path(message.substr(pos, path_size));
+  return Status(ec, std::string(message.substr(pos + path_size)))
+      .with_path(path)
+      .with_errno(static_cast<int>(err));
+}
+
 void throw_task_error(const Status& status) {
-  throw legate::TaskException{static_cast<std::int32_t>(status.code()), status.message()};
+  throw legate::TaskException{static_cast<std::int32_t>(status.code()), task_error_message(status)};
 }
 
 Status status_from_task_error(const legate::TaskException& e) {
-  // An index that is no error code (another exception, or a runtime that did not keep it) is
-  // a read failure, as anything found while reading is.
-  const std::int32_t index = e.index();
-  const bool known = index > static_cast<std::int32_t>(ErrorCode::kOk) &&
-                     index <= static_cast<std::int32_t>(ErrorCode::kNoMemory);
-  return {known ? static_cast<ErrorCode>(index) : ErrorCode::kIo, e.error_message()};
+  return task_error_status(e.index(), e.error_message());
 }
 
 Status tile_error(const Tile& t, const Status& given) {
@@ -136,14 +177,25 @@ Status fill_host_tile(const Tile& t) {
 void encode_record(const Status& st, std::byte* record, std::size_t size) {
   if (size < kRecordHeader) return;
   const auto code = static_cast<std::int32_t>(st.code());
-  const std::string message = st ? std::string() : st.message();
   const std::size_t room = size - kRecordHeader;
-  std::string text = message;
+  // The same frame as a task's exception, so the file and errno come back as data. Paths are
+  // what a message must keep: the launcher sizes records for the longest path of the layout
+  // three times over (the frame's and the message's), so only a message of unusual length is
+  // cut, at its end; a frame whose path alone would not fit goes without the file.
+  std::string text;
+  std::size_t frame = 0;
+  if (!st.is_ok()) {
+    text = task_error_message(st);
+    frame = text.size() - st.message().size();
+    if (frame > room) {
+      text = task_error_message(Status(st.code(), st.message()).with_errno(st.sys_errno()));
+      frame = text.size() - st.message().size();
+    }
+  }
   if (text.size() > room) {
-    // Paths are what a message must keep: the launcher sizes records for the longest path of
-    // the layout twice over, so only a message of unusual length is cut, at its end.
     constexpr std::string_view kCut = " [...]";
-    text = message.substr(0, room > kCut.size() ? room - kCut.size() : 0);
+    const std::size_t keep = room > frame + kCut.size() ? room - kCut.size() : frame;
+    text.resize(std::min(keep, room));
     text += std::string(kCut.substr(0, room - text.size()));
   }
   const auto length = static_cast<std::int32_t>(text.size());
@@ -165,9 +217,9 @@ Status decode_record(const std::byte* record, std::size_t size) {
     return {ErrorCode::kIo, "load task: damaged error record (code " + std::to_string(code) +
                                 ", length " + std::to_string(length) + ")"};
   }
-  return {static_cast<ErrorCode>(code),
-          std::string(reinterpret_cast<const char*>(record + kRecordHeader),
-                      static_cast<std::size_t>(length))};
+  return task_error_status(code,
+                           std::string_view(reinterpret_cast<const char*>(record + kRecordHeader),
+                                            static_cast<std::size_t>(length)));
 }
 
 RecordPiece record_piece(legate::TaskContext& context) noexcept {

@@ -4,6 +4,7 @@
 #include <cerrno>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <span>
 
 #include "legate/detail/launch.hpp"
@@ -130,6 +131,7 @@ void DiscoverTask::cpu_variant(legate::TaskContext context) {
     if (!layout) throw_task_error(layout.status().with_context("loading " + src->describe()));
     std::vector<std::uint8_t> out;
     put_str(out, layout->manifest_status);
+    put_str(out, manifest_state_name(layout->manifest_state));
     const auto enc = encode_layout(*layout);
     out.insert(out.end(), enc.begin(), enc.end());
     detail::write_point_result(context, out);
@@ -231,14 +233,18 @@ Layout discover_once(const std::string& source, const std::string& pattern,
     throw_status(detail::status_from_task_error(e), ErrorSite::kDiscover);
   }
   std::string status;
+  std::string state_name;
   std::size_t pos = 0;
-  if (!get_str(bytes, &pos, &status)) {
+  std::optional<ManifestState> state;
+  if (!get_str(bytes, &pos, &status) || !get_str(bytes, &pos, &state_name) ||
+      !(state = parse_manifest_state(state_name))) {
     throw LayoutError("discover task: malformed result");
   }
   auto layout = decode_layout(std::span(bytes).subspan(pos));
   if (!layout)
     throw_status(layout.status().with_context("discover task: result"), ErrorSite::kDiscover);
   layout->manifest_status = std::move(status);
+  layout->manifest_state = *state;
   return std::move(layout).value();
 }
 

@@ -2,11 +2,13 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <random>
 
+#include "legate/detail/tasks.hpp"
 #include "shardload/fill.hpp"
 #include "shardload/legate.hpp"
 #include "shardload/manifest.hpp"
@@ -164,13 +166,78 @@ TEST_F(LegateLoad, ErrorsAreTypedAndTheRuntimeSurvives) {
     EXPECT_NE(what.find(path(1)), std::string::npos) << what;
     EXPECT_NE(what.find("rows ["), std::string::npos) << what;
     EXPECT_NE(what.find("changed since discovery"), std::string::npos) << what;
-    // The code crossed the task boundary as data, not as text in the message.
+    // The code and the file crossed the task boundary as data, not as text in the message.
     EXPECT_EQ(e.status().code(), ErrorCode::kChanged);
+    EXPECT_EQ(e.filename(), path(1));
     EXPECT_EQ(what.find('\x1e'), std::string::npos) << what;
+    EXPECT_EQ(e.status().message(), what);
   }
   write({100, 100}, {4}, *parse_dtype("float64"), 2);
   const Layout again = discover(dir_.string());
   expect_synth(load(again), again, 2);
+}
+
+// A shard that disappears after discovery: the task's error reaches the caller with the file
+// and the errno of the failed open as data, the class and code of a read error.
+TEST_F(LegateLoad, AShardRemovedAfterDiscoveryIsNamedWithItsErrno) {
+  write({40, 40, 40}, {2}, *parse_dtype("int32"), 5);
+  const Layout layout = discover(dir_.string());
+  fs::remove(path(2));
+  try {
+    (void)load(layout, LoadOptions{2});
+    FAIL() << "expected ShardReadError";
+  } catch (const ShardReadError& e) {
+    EXPECT_EQ(e.status().code(), ErrorCode::kIo);
+    EXPECT_EQ(e.filename(), path(2));
+    EXPECT_EQ(e.sys_errno(), ENOENT);
+    EXPECT_NE(std::string(e.what()).find(path(2)), std::string::npos) << e.what();
+  }
+}
+
+// The frame a task's error travels in: file, errno and message come back exactly, whatever
+// bytes they hold; a message without the frame is taken whole, with no file.
+TEST(TaskError, FrameRoundTripsAndPlainMessagesPass) {
+  const std::string odd_path = std::string("dir;7;/\x1e") + '\xff' + "shard 1;.npy";
+  const std::string message = odd_path + ": 12;34; read failed";
+  const Status st = file_error(ErrorCode::kIo, odd_path, "12;34; read failed", EACCES);
+  const Status back = detail::task_error_status(static_cast<std::int32_t>(ErrorCode::kIo),
+                                                detail::task_error_message(st));
+  EXPECT_EQ(back.code(), ErrorCode::kIo);
+  EXPECT_EQ(back.path(), odd_path);
+  EXPECT_EQ(back.sys_errno(), EACCES);
+  EXPECT_EQ(back.message(), message);
+
+  const Status none = detail::task_error_status(
+      static_cast<std::int32_t>(ErrorCode::kLayout),
+      detail::task_error_message(Status(ErrorCode::kLayout, "no file here")));
+  EXPECT_EQ(none.path(), "");
+  EXPECT_EQ(none.sys_errno(), 0);
+  EXPECT_EQ(none.message(), "no file here");
+
+  const Status plain = detail::task_error_status(99, "a runtime's own words");
+  EXPECT_EQ(plain.code(), ErrorCode::kIo);
+  EXPECT_EQ(plain.path(), "");
+  EXPECT_EQ(plain.message(), "a runtime's own words");
+  // A damaged frame (a path longer than what follows) is a plain message too.
+  const std::string bad = std::string(detail::kTaskErrorMark) + "2;999;short";
+  EXPECT_EQ(detail::task_error_status(1, bad).message(), bad);
+  EXPECT_EQ(detail::task_error_status(1, bad).path(), "");
+
+  // A batch's error record: the same frame, the message cut at its end to fit, the file kept.
+  const Status long_message = file_error(ErrorCode::kChanged, odd_path,
+                                         "changed since discovery: " + std::string(300, 'x'), 0);
+  std::vector<std::byte> record(detail::kRecordHeader + 200);
+  detail::encode_record(long_message, record.data(), record.size());
+  const Status got = detail::decode_record(record.data(), record.size());
+  EXPECT_EQ(got.code(), ErrorCode::kChanged);
+  EXPECT_EQ(got.path(), odd_path);
+  EXPECT_EQ(got.message().rfind(odd_path + ": changed since discovery: xxx", 0), 0u)
+      << got.message();
+  EXPECT_EQ(got.message().substr(got.message().size() - 6), " [...]") << got.message();
+  detail::encode_record(st, record.data(), record.size());
+  EXPECT_EQ(detail::decode_record(record.data(), record.size()).sys_errno(), EACCES);
+  detail::encode_record(Status::ok(), record.data(), record.size());
+  EXPECT_TRUE(detail::decode_record(record.data(), record.size()).is_ok());
 }
 
 // A .npy whose header declares more data than Legate's whole system memory (the data is a

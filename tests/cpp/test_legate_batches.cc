@@ -144,6 +144,8 @@ TEST_F(LegateBatches, ReadErrorIsThrownWhenItsBatchIsHandedOut) {
     EXPECT_NE(what.find("batch 3 (rows [30, 40))"), std::string::npos) << what;
     EXPECT_NE(what.find("changed since discovery"), std::string::npos) << what;
     EXPECT_EQ(e.status().code(), ErrorCode::kChanged);
+    EXPECT_EQ(e.filename(), path(3));
+    EXPECT_EQ(e.sys_errno(), 0);
   }
   // The C++ iterator goes on with the batch after the failed one.
   auto b = batches.next();

@@ -91,13 +91,32 @@ TEST_F(ManifestTest, RoundTripEqualsDiscover) {
   ASSERT_TRUE(l) << l.status().message();
   EXPECT_EQ(enc(*l), enc(direct));
   EXPECT_EQ(l->manifest_status, "manifest: used (5 shards unchanged since indexing)");
+  EXPECT_EQ(l->manifest_state, ManifestState::kUsed);
   EXPECT_EQ(l->offsets, direct.offsets);
+  // Not consulted: the state says so, whatever the directory holds.
+  DiscoverOptions ignore;
+  ignore.use_manifest = false;
+  l = try_discover(Source::directory(dir.path()), ignore);
+  ASSERT_TRUE(l) << l.status().message();
+  EXPECT_EQ(l->manifest_state, ManifestState::kNone);
+  EXPECT_EQ(l->manifest_status, "");
 }
 
 TEST_F(ManifestTest, AbsentSaysSo) {
   auto l = discover_dir();
   ASSERT_TRUE(l);
   EXPECT_EQ(l->manifest_status, "manifest: absent");
+  EXPECT_EQ(l->manifest_state, ManifestState::kAbsent);
+}
+
+TEST(ManifestState, NamesRoundTrip) {
+  for (const auto s :
+       {ManifestState::kNone, ManifestState::kAbsent, ManifestState::kUsed, ManifestState::kTrusted,
+        ManifestState::kStale, ManifestState::kOtherOptions, ManifestState::kOtherPattern}) {
+    EXPECT_EQ(parse_manifest_state(manifest_state_name(s)), s) << manifest_state_name(s);
+  }
+  EXPECT_EQ(parse_manifest_state("used "), std::nullopt);
+  EXPECT_EQ(parse_manifest_state(""), std::nullopt);
 }
 
 TEST_F(ManifestTest, FreshCheckReadsEachHeaderOnceAndListsNothingElse) {
@@ -124,11 +143,13 @@ TEST_F(ManifestTest, TrustDoesNoFileOperation) {
   EXPECT_EQ(io.total(), 0);
   EXPECT_EQ(enc(*l), enc(direct));
   EXPECT_NE(l->manifest_status.find("trusted"), std::string::npos);
+  EXPECT_EQ(l->manifest_state, ManifestState::kTrusted);
 }
 
 void expect_stale(ManifestTest* t, Result<Layout> l, const std::string& needle) {
   ASSERT_TRUE(l) << l.status().message();
   EXPECT_EQ(l->manifest_status.rfind("manifest: stale because ", 0), 0u) << l->manifest_status;
+  EXPECT_EQ(l->manifest_state, ManifestState::kStale);
   EXPECT_NE(l->manifest_status.find(needle), std::string::npos) << l->manifest_status;
   (void)t;
 }
@@ -176,7 +197,7 @@ TEST_F(ManifestTest, OtherPatternOrOptionsDoNotUseIt) {
   o.format.format = Format::kRaw;
   l = try_discover(Source::directory(dir.path(), "shard_{:04d}.npy"), o);
   // raw with a dtype: probed, not taken from the npy manifest.
-  if (l) EXPECT_NE(l->manifest_status.find("not used"), std::string::npos) << l->manifest_status;
+  if (l) EXPECT_EQ(l->manifest_state, ManifestState::kOtherOptions) << l->manifest_status;
   o.trust_manifest = true;
   l = try_discover(Source::directory(dir.path(), "shard_{:04d}.npy"), o);
   ASSERT_FALSE(l);
@@ -203,6 +224,7 @@ TEST_F(ManifestTest, APlainRequestGetsTheFilesProbingFindsNotAnotherPatterns) {
   EXPECT_EQ(l->manifest_status,
             "manifest: not used: it was indexed with pattern 'part_{}.npy', and without a "
             "pattern the directory's shards are those of 'shard_{:04d}.npy'");
+  EXPECT_EQ(l->manifest_state, ManifestState::kOtherPattern);
   EXPECT_EQ(enc(*l), enc(shards));
   // With its pattern it is used; trusted without one it is taken as recorded (no listing).
   l = try_discover(Source::directory(dir.path(), "part_{}.npy"));
@@ -280,6 +302,7 @@ TEST(ManifestOptionsTest, OnlyTheOptionsItWasIndexedWithUseIt) {
   EXPECT_EQ(l->manifest_status,
             "manifest: not used: it was indexed with other format options (format raw, dtype "
             "float32, shape ()) than asked (format raw, dtype int32, shape ())");
+  EXPECT_EQ(l->manifest_state, ManifestState::kOtherOptions);
   // Trusted, a plain request that does not match is an error, not the manifest's options.
   DiscoverOptions trusted;
   trusted.trust_manifest = true;

@@ -143,8 +143,8 @@ def test_logger_records_stages_and_a_summary(tmp_path: pathlib.Path, caplog,
 # ---- docstrings, py.typed, stubs ------------------------------------------------------------
 
 LAYOUT_MEMBERS = ["format", "dtype", "shape", "trailing_shape", "paths", "shard_rows", "offsets",
-                  "total_rows", "nbytes", "num_shards", "manifest_status", "encode", "describe",
-                  "read", "slice_rows"]
+                  "total_rows", "nbytes", "num_shards", "manifest_status", "manifest_state",
+                  "encode", "describe", "read", "slice_rows"]
 # Added in Python over the binding's (the array-like ones, and Layout.rows, deprecated).
 LAYOUT_PYTHON_MEMBERS = ["ndim", "size", "itemsize", "rows"]
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import errno
+import os
 import pathlib
 
 import numpy as np
@@ -47,9 +49,8 @@ def test_bad_argument_stays_a_plain_value_error(tmp_path: pathlib.Path) -> None:
 
 
 def test_a_load_error_names_the_shard_as_data(tmp_path: pathlib.Path) -> None:
-    # Across Legate's task boundary only a code and a message travel; the package still sets
-    # filename to the shard the message is about: the longest layout path in it (here one path
-    # is a prefix of another).
+    # The file crosses Legate's task boundary as data, not found again in the message (where
+    # one path here is a prefix of another).
     paths = [tmp_path / "x.npy", tmp_path / "x.npy.npy", tmp_path / "y.npy"]
     for p, n in zip(paths, (10, 5, 7)):
         with open(p, "wb") as f:
@@ -60,4 +61,30 @@ def test_a_load_error_names_the_shard_as_data(tmp_path: pathlib.Path) -> None:
     with pytest.raises(shardload.ShardReadError) as e:
         shardload.load(layout)
     assert e.value.filename == str(paths[1]), str(e.value)
+    assert e.value.errno is None
     assert "changed since discovery" in str(e.value)
+
+
+@pytest.mark.parametrize("how", ["load", "batches"])
+def test_a_shard_removed_after_discovery_is_named_with_its_errno(tmp_path: pathlib.Path,
+                                                                 how: str) -> None:
+    # The file and errno come from the task as data: a name no message search could find
+    # (the message writes its bytes that are not UTF-8 as \xNN) still comes back whole.
+    d = tmp_path / "data"
+    d.mkdir()
+    odd = os.fsencode(d) + b"/sh\xffard_0001.npy"
+    paths = [os.fsencode(d / "shard_0000.npy"), odd, os.fsencode(d / "shard_0002.npy")]
+    for i, p in enumerate(paths):
+        with open(p, "wb") as f:
+            np.save(f, np.arange(6.0).reshape(3, 2) + i)
+    layout = shardload.discover(paths)
+    os.unlink(odd)
+    with pytest.raises(shardload.ShardReadError) as e:
+        if how == "load":
+            shardload.load(layout)
+        else:
+            list(shardload.batches(layout, 3))
+    assert isinstance(e.value, OSError)
+    assert e.value.errno == errno.ENOENT, str(e.value)
+    assert os.fsencode(e.value.filename) == odd, str(e.value)
+    assert "discovery found it" in str(e.value)

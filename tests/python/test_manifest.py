@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import pathlib
+import pickle
 import re
 import subprocess
 
@@ -44,10 +45,15 @@ def test_round_trip_equals_discover(data):
     d, expected = data
     before = shardload.discover(d)
     assert before.manifest_status == "manifest: absent"
+    assert before.manifest_state is shardload.ManifestState.ABSENT
     path = shardload.index(d)
     assert path == str(d / MANIFEST)
     after = shardload.discover(d)
     assert after.manifest_status.startswith("manifest: used")
+    assert after.manifest_state is shardload.ManifestState.USED and after.manifest_state == "used"
+    # A pickled layout keeps its state; one not consulting a manifest has none.
+    assert pickle.loads(pickle.dumps(after)).manifest_state is shardload.ManifestState.USED
+    assert shardload.discover(probed(d).paths).manifest_state is shardload.ManifestState.NONE
     assert after.encode() == before.encode()
     assert after.paths == before.paths and after.shard_rows == before.shard_rows
     np.testing.assert_array_equal(after.read(), expected)
@@ -72,7 +78,7 @@ def test_stale_manifest_falls_back_and_says_why(data, change):
         np.save(target, np.ones((2, 3), np.float32))
     layout = shardload.discover(d)
     status = layout.manifest_status
-    assert status.startswith("manifest: stale because "), status
+    assert layout.manifest_state is shardload.ManifestState.STALE, status
     assert str(target) in status, status
     want = {"touch": "mtime", "resize": "size", "delete": "", "add": "is new"}[change]
     assert want in status, status
@@ -87,7 +93,7 @@ def test_trust_manifest_needs_no_shard(data):
         p.unlink()
     layout = shardload.discover(d, trust_manifest=True)
     assert layout.encode() == want
-    assert "trusted" in layout.manifest_status
+    assert layout.manifest_state is shardload.ManifestState.TRUSTED
     # Without trust the missing files are seen.
     with pytest.raises(shardload.LayoutError):
         shardload.discover(d)
@@ -228,10 +234,11 @@ def test_discover_once_equals_discover(data):
     once = shardload.discover_once(d)
     assert once.encode() == direct.encode()
     assert once.manifest_status == "manifest: absent"
+    assert once.manifest_state is shardload.ManifestState.ABSENT
     shardload.index(d)
     once = shardload.discover_once(d, trust_manifest=True)
     assert once.encode() == direct.encode()
-    assert "trusted" in once.manifest_status
+    assert once.manifest_state is shardload.ManifestState.TRUSTED
     with pytest.raises(shardload.LayoutError, match="missing"):
         shardload.discover_once(d / "missing")
 
@@ -307,6 +314,7 @@ def test_a_manifest_made_with_options_does_not_change_a_plain_load(tmp_path, cli
         "manifest: not used: it was indexed with other format options (format parquet, dtype "
         "float32, columns [a, c], fill value 0) than asked (format parquet)"), \
         plain.manifest_status
+    assert plain.manifest_state is shardload.ManifestState.OTHER_OPTIONS
     assert plain.encode() == files.encode()
     with pytest.raises(shardload.ShardReadError, match="column 'b': row 0 is null"):
         plain.read()
@@ -317,15 +325,17 @@ def test_a_manifest_made_with_options_does_not_change_a_plain_load(tmp_path, cli
     once = shardload.discover_once(d)
     assert once.encode() == files.encode()
     assert once.manifest_status == plain.manifest_status
+    assert once.manifest_state is shardload.ManifestState.OTHER_OPTIONS
     with pytest.raises(shardload.LayoutError, match="cannot be trusted for this request"):
         shardload.discover(d, trust_manifest=True)
     # Another cast than the manifest's is not the manifest's either.
     other = shardload.discover(d, **{**opts, "astype": "float64"})
-    assert other.manifest_status.startswith("manifest: not used") and other.dtype == np.float64
+    assert other.manifest_state is shardload.ManifestState.OTHER_OPTIONS
+    assert other.dtype == np.float64
 
     # Asked with the options it was made with, the manifest is used.
     used = shardload.discover(d, **opts)
-    assert used.manifest_status.startswith("manifest: used"), used.manifest_status
+    assert used.manifest_state is shardload.ManifestState.USED, used.manifest_status
     np.testing.assert_array_equal(np.asarray(shardload.load(d, **opts)), np.concatenate(parts))
 
     r = run(cli, "inspect", d)

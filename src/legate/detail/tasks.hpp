@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 #include "legate/detail/compat.hpp"
 #include "legate/detail/task_ids.hpp"
@@ -56,8 +57,8 @@ class LoadReportTask : public legate::LegateTask<LoadReportTask> {
 #endif
 };
 
-// An error record: int32 code (0 = ok), int32 message length, then the message bytes,
-// truncated to the record.
+// An error record: int32 code (0 = ok), int32 text length, then the text: the message in the
+// frame of task_error_message (file and errno as data), its end cut to fit the record.
 inline constexpr std::size_t kRecordHeader = 8;
 
 // Encodes a Status into a record of `size` bytes (size >= kRecordHeader).
@@ -135,10 +136,20 @@ class SaveCommitTask : public legate::LegateTask<SaveCommitTask> {
   static void cpu_variant(legate::TaskContext context);
 };
 
-// How a Status crosses the task boundary: its code travels as the TaskException's index and
-// its message as the exception's message, so that the launcher rebuilds the Status and
-// throw_status picks the matching exception.
+// How a Status crosses the task boundary: its code travels as the TaskException's index, and
+// its file, errno and message as the exception's message in a frame (task_error_message) that
+// the launcher strips (status_from_task_error), so that the Status it rebuilds has the file
+// and errno as data and throw_status picks the matching exception. Nothing else may build or
+// read a task's error.
 [[noreturn]] void throw_task_error(const Status& status);
 Status status_from_task_error(const legate::TaskException& error);
+
+// The two halves, without Legate: the frame is kTaskErrorMark, the errno and the path's byte
+// count in decimal, each closed by ';', the path's bytes, then the message (paths hold any
+// byte but NUL, messages any byte). task_error_status takes a message without a valid frame
+// whole, with no file: a runtime's own error, or a task not built by this library.
+inline constexpr std::string_view kTaskErrorMark = "\x1eshardload-status;";
+std::string task_error_message(const Status& status);
+Status task_error_status(std::int32_t code, std::string_view message);
 
 }  // namespace shardload::detail

@@ -10,7 +10,9 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "shardload/dtype.hpp"
@@ -23,6 +25,23 @@
 
 namespace shardload {
 
+// How discover() used a directory's manifest (shardload/manifest.hpp), as data: front ends
+// decide on this (what to log, what to print), never on the text of Layout::manifest_status.
+enum class ManifestState : std::uint8_t {
+  kNone,          // no directory was discovered, or the manifest was not to be consulted
+  kAbsent,        // the directory holds no manifest; the files were probed
+  kUsed,          // taken from the manifest, every shard checked unchanged
+  kTrusted,       // taken from the manifest without touching a shard (trust_manifest)
+  kStale,         // a shard changed since indexing; the files were probed
+  kOtherOptions,  // indexed with other format options than asked; the files were probed
+  kOtherPattern,  // indexed under another pattern than the request's; the files were probed
+};
+
+// "none", "absent", "used", "trusted", "stale", "other_options", "other_pattern": the names
+// the Python package and the encodings between processes use.
+const char* manifest_state_name(ManifestState state);
+std::optional<ManifestState> parse_manifest_state(std::string_view name);
+
 // A ReadSpec (options, dtype, trailing shape, row bytes: all a reader needs)
 // plus the shards and where each starts.
 struct Layout : ReadSpec {
@@ -33,6 +52,7 @@ struct Layout : ReadSpec {
   // "manifest: stale because ...", "manifest: absent", ...; empty where no directory was
   // discovered. Not part of the encoding: it describes the discovery, not the data.
   std::string manifest_status;
+  ManifestState manifest_state = ManifestState::kNone;  // the same, as data; not encoded either
 
   [[nodiscard]] std::int64_t total_rows() const { return offsets.empty() ? 0 : offsets.back(); }
   [[nodiscard]] std::uint64_t total_bytes() const {

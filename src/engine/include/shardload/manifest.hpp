@@ -104,7 +104,8 @@ Result<std::vector<ChecksumMismatch>> verify_range(const Manifest& manifest, std
 // What discover() does with a directory source before probing. Exactly one of: a layout
 // (from the manifest, with its manifest_status "manifest: used ..."), an error (a damaged
 // manifest, or a trusted one that does not fit the request), or a note for the probed
-// layout ("manifest: absent", "manifest: not used: ...", "manifest: stale because ...").
+// layout ("manifest: absent", "manifest: not used: ...", "manifest: stale because ...") with
+// its state (the layout's own manifest_state when a layout is given).
 // A manifest fits a request made with exactly the format options it was indexed with
 // (format kAuto standing for the recorded one): a plain request does not get the columns,
 // fill value or cast an index recorded.
@@ -112,6 +113,7 @@ struct ManifestDiscovery {
   std::optional<Layout> layout;
   Status error;
   std::string note;
+  ManifestState state = ManifestState::kNone;
 };
 ManifestDiscovery discover_from_manifest(const Source& source, const DiscoverOptions& options);
 

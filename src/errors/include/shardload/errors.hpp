@@ -21,6 +21,11 @@ class Error {
   explicit Error(Status status) : status_(std::move(status)) {}
   virtual ~Error() = default;
   [[nodiscard]] const Status& status() const noexcept { return status_; }
+  // The file the error is about ("" when none is known) and the errno of the failed system
+  // call (0 when none), as data: also from a Legate task, whose error carries them beside its
+  // message. Decide on these, not on the message.
+  [[nodiscard]] const std::string& filename() const noexcept { return status_.path(); }
+  [[nodiscard]] int sys_errno() const noexcept { return status_.sys_errno(); }
 
  private:
   Status status_;
