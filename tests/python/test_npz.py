@@ -49,7 +49,7 @@ def test_every_dtype_stored_and_deflated(tmp_path: pathlib.Path, dtype: str,
     assert layout.format == "npz"
     assert layout.dtype == expected.dtype
     assert layout.shape == expected.shape
-    assert layout.rows == [a.shape[0] for a in arrays]
+    assert layout.shard_rows == [a.shape[0] for a in arrays]
     check_all_ranges(layout, expected)
 
 
