@@ -17,19 +17,59 @@ namespace shardload::cli {
 
 namespace {
 
-// Removes files an earlier `write` left: shard_*.npy and their temporaries.
+bool is_shard_name(const std::string& n) {
+  // shard_NNNN.npy (four or more digits) or its temporary shard_NNNN.npy.tmp.
+  std::string stem = n;
+  if (stem.size() > 4 && stem.compare(stem.size() - 4, 4, ".tmp") == 0) {
+    stem.resize(stem.size() - 4);
+  }
+  if (stem.rfind("shard_", 0) != 0 || stem.size() < 14 ||
+      stem.compare(stem.size() - 4, 4, ".npy") != 0) {
+    return false;
+  }
+  for (std::size_t i = 6; i + 4 < stem.size(); ++i) {
+    if (stem[i] < '0' || stem[i] > '9') return false;
+  }
+  return true;
+}
+
+// Removes what an earlier `write` left (shard_NNNN.npy, _meta.json and their temporaries) so
+// that a write can replace it. Anything else in the directory (a user's file, a directory, a
+// link, a _meta.json that write did not write) refuses the write before anything is removed:
+// the directory is not a demo dataset, and emptying it would lose the user's data.
 Status remove_stale(const std::string& dir) {
   DIR* d = ::opendir(dir.c_str());
   if (d == nullptr) return Status(ErrorCode::kIo, dir + ": cannot list the directory");
   std::vector<std::string> stale;
+  std::string foreign;
+  bool meta = false;
   while (const dirent* e = ::readdir(d)) {
     const std::string n = e->d_name;
-    const bool shard = n.rfind("shard_", 0) == 0 &&
-                       (n.size() > 10 && (n.compare(n.size() - 4, 4, ".npy") == 0 ||
-                                          n.compare(n.size() - 8, 8, ".npy.tmp") == 0));
-    if (shard || n == "_meta.json") stale.push_back(dir + "/" + n);
+    if (n == "." || n == "..") continue;
+    struct ::stat st {};
+    const std::string p = dir + "/" + n;
+    const bool regular = ::lstat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+    const bool ours = is_shard_name(n) || n == "_meta.json" || n == "_meta.json.tmp";
+    if (!regular || !ours) {
+      if (foreign.empty()) foreign = p;
+      continue;
+    }
+    meta = meta || n == "_meta.json";
+    stale.push_back(p);
   }
   ::closedir(d);
+  const auto refuse = [&](const std::string& what) {
+    return Status(ErrorCode::kLayout,
+                  dir + ": not replaced: " + what +
+                      "; write replaces only a directory that an earlier write made (or an "
+                      "empty one): pass another --shard-dir");
+  };
+  if (!foreign.empty()) return refuse(foreign + " was not written by shardload write");
+  if (!stale.empty()) {
+    if (!meta) return refuse("it holds shard files without the _meta.json a write leaves");
+    const Result<WriteMeta> m = read_write_meta(dir);
+    if (!m || m->foreign) return refuse(dir + "/_meta.json was not written by shardload write");
+  }
   for (const auto& p : stale) {
     if (::unlink(p.c_str()) != 0) return Status(ErrorCode::kIo, p + ": cannot remove a stale file");
   }
