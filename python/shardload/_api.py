@@ -416,6 +416,26 @@ def _named_columnar(source: object, pattern: str | bytes | None) -> bool:
     return bool(paths) and paths[0].rstrip("/").endswith(_COLUMNAR_EXTENSIONS)
 
 
+def _columnar_for_cast(discover_with: Callable[[_Options, str | None], Layout],
+                       options: _Options, astype: np.dtype, *,
+                       stored: Layout | None = None) -> Layout:
+    """The parquet/arrow layout that gives load() and batches() ``astype``, with numpy's
+    ``astype`` meaning for every format: columns of one stored type that convert to
+    ``astype`` without loss (``np.can_cast(..., "safe")``) are decoded straight into it, the
+    same values in one pass; others are read as stored and cast after, as numpy casts
+    (float to int truncates). Columns of different types have no stored type of their own:
+    they are decoded into ``astype``, and a value that does not convert exactly is an error."""
+    if stored is None:
+        try:
+            stored = discover_with(options, None)
+        except LayoutError:
+            # Columns of different types (or a fault the retry reports as well).
+            return discover_with(options, _dtype_text(astype))
+    if stored.dtype != astype and np.can_cast(stored.dtype, astype, "safe"):
+        return discover_with(options, _dtype_text(astype))
+    return stored
+
+
 def _decoded(discover_with: Callable[[_Options, str | None], Layout], options: _Options,
              astype: np.dtype | None, where: str, *, cast_after: bool,
              source: object) -> Layout:
@@ -441,6 +461,8 @@ def _decoded(discover_with: Callable[[_Options, str | None], Layout], options: _
         if options.dtype is not None:
             raise TypeError(f"{where}: dtype= is the deprecated spelling of astype= for "
                             "parquet and arrow; pass astype= only")
+        if cast_after:
+            return _columnar_for_cast(discover_with, options, astype)
         return discover_with(options, _dtype_text(astype))
     if options.format != "auto" and not cast_after:
         raise ValueError(f"{where}: astype= is the type parquet and arrow columns are "
@@ -448,10 +470,10 @@ def _decoded(discover_with: Callable[[_Options, str | None], Layout], options: _
                          "astype= to load() or batches() to cast the array)")
     layout = discover_with(options, None)
     if layout.format in _COLUMNAR:
-        if layout.dtype != astype:
-            # Told by the files' first bytes, not their names: decode into astype instead.
-            layout = discover_with(dataclasses.replace(options, format=layout.format),
-                                   _dtype_text(astype))
+        # Told by the files' first bytes, not their names.
+        return _columnar_for_cast(discover_with,
+                                  dataclasses.replace(options, format=layout.format), astype,
+                                  stored=layout)
     elif not cast_after:
         raise ValueError(f"{where}: astype= is the type parquet and arrow columns are "
                          f"decoded into; these are {layout.format} files, which give their "
@@ -970,10 +992,12 @@ def load(
             in ``[0, total_rows]``, ``lo <= hi``, never negative or clamped (ValueError).
             Only the shards the range covers are opened and only those rows read.
             ``rows=`` is its deprecated spelling.
-        astype: the dtype of the result; works for every format. Parquet/arrow columns
-            are decoded straight into it (when the source is not a Layout); the other
-            formats are cast after the read, as ``ndarray.astype`` / h5py's ``astype``
-            cast (numpy casting rules, e.g. float to int truncates). A numeric dtype
+        astype: the dtype of the result, as ``ndarray.astype`` / h5py's ``astype`` cast
+            (numpy casting rules, e.g. float to int truncates), for every format.
+            Parquet/arrow columns that convert to it without loss are decoded straight into
+            it (when the source is not a Layout); columns of different types, which have no
+            stored dtype of their own, are decoded into it, and a value that does not
+            convert exactly is then an error; everything else is cast after the read. A numeric dtype
             Legate has, native byte order: bool, int8-64, uint8-64, float16/32/64,
             complex64/128 (``float128`` is refused before anything is read). ``dtype``
             is the type stored in raw files.

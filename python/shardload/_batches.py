@@ -117,8 +117,8 @@ def batches(
         pattern, format, dtype, trailing_shape, header_bytes, dataset, columns,
             fill_value, trust_manifest: as for :func:`discover`.
         overdecompose: K of each batch's launch, an int >= 1, as in :func:`load`.
-        astype: the dtype of each batch, as in :func:`load`: parquet/arrow columns decoded
-            into it, other formats cast after each batch's read.
+        astype: the dtype of each batch, as in :func:`load` (numpy's casting for every
+            format; parquet/arrow columns that convert without loss decoded straight into it).
 
     Returns:
         An iterator of ``cupynumeric.ndarray`` of shape ``(rows, *trailing_shape)``; ``len()``

@@ -142,6 +142,34 @@ def test_parquet_dtype_is_astype(mixed_parquet) -> None:
             shardload.discover(d, format=fmt, dtype="float64", astype="float64")
 
 
+@pytest.mark.parametrize("fmt", ["parquet", "arrow"])
+def test_astype_casts_columnar_data_as_numpy_does(tmp_path, fmt) -> None:
+    """astype= means numpy's astype for parquet and arrow too: float to int truncates (it is
+    not the exact decode cast that refuses -0.5 -> int64), a lossless astype gives the same
+    values, and batches agree with load."""
+    import pyarrow as pa
+    import pyarrow.feather as feather
+    import pyarrow.parquet as pq
+
+    rng = np.random.default_rng(7)
+    parts = [rng.normal(scale=3.0, size=(n, 3)).astype(np.float32) for n in (5, 0, 9)]
+    for i, part in enumerate(parts):
+        table = pa.table({f"c{j}": part[:, j] for j in range(3)})
+        if fmt == "parquet":
+            pq.write_table(table, tmp_path / f"shard_{i:04d}.parquet")
+        else:
+            feather.write_feather(table, tmp_path / f"shard_{i:04d}.arrow")
+    data = np.concatenate(parts)
+    assert (np.trunc(data) != data).any()  # values an exact cast would refuse
+    for astype in ("int64", "float64", "int16", "uint8", "bool"):
+        got = shardload.load(str(tmp_path), astype=astype)
+        np.testing.assert_array_equal(np.asarray(got), data.astype(astype))
+        rows = [np.asarray(b) for b in shardload.batches(str(tmp_path), 4, astype=astype)]
+        np.testing.assert_array_equal(np.concatenate(rows), data.astype(astype))
+    got = shardload.load(str(tmp_path), astype="int64", row_range=(3, 12))
+    np.testing.assert_array_equal(np.asarray(got), data[3:12].astype("int64"))
+
+
 # ---- Layout as an array-like description --------------------------------------------------
 
 def test_layout_describes_itself_like_an_array(npy, no_warnings) -> None:
