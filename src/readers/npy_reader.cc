@@ -4,6 +4,7 @@
 #include <cstring>
 #include <memory>
 
+#include "readers/detail/fortran_walk.hpp"
 #include "readers/detail/readers.hpp"
 #include "shardload/byte_order.hpp"
 #include "shardload/npy.hpp"
@@ -69,13 +70,7 @@ class NpyReader final : public ShardReader {
     }
     std::byte* buf = scratch_.data();
 
-    const auto& dims = l.trailing_shape;
-    std::vector<std::uint64_t> cstride(dims.size(), 1);  // C-order strides, in elements
-    for (std::size_t k = dims.size(); k-- > 1;) {
-      cstride[k - 1] = cstride[k] * static_cast<std::uint64_t>(dims[k]);
-    }
-    std::vector<std::uint64_t> idx(dims.size(), 0);  // Fortran odometer: first index fastest
-    std::uint64_t c = 0;                             // C-flat index of idx
+    FortranWalk walk(l.trailing_shape);
     const std::size_t step = T * item;
     for (std::uint64_t m = 0; m < T; ++m) {
       for (std::uint64_t r0 = 0; r0 < n; r0 += rows_per_chunk) {
@@ -83,17 +78,10 @@ class NpyReader final : public ShardReader {
         const std::uint64_t off =
             s.data_offset + (m * R + static_cast<std::uint64_t>(lo) + r0) * item;
         SHARDLOAD_RETURN_IF_ERROR(f.read_exact(buf, cnt * item, off));
-        std::byte* out = dst + ((r0 * T) + c) * item;
+        std::byte* out = dst + ((r0 * T) + walk.c_index()) * item;
         for (std::uint64_t r = 0; r < cnt; ++r) std::memcpy(out + r * step, buf + r * item, item);
       }
-      for (std::size_t k = 0; k < dims.size(); ++k) {
-        if (++idx[k] < static_cast<std::uint64_t>(dims[k])) {
-          c += cstride[k];
-          break;
-        }
-        c -= (idx[k] - 1) * cstride[k];
-        idx[k] = 0;
-      }
+      walk.next();
     }
     return Status::ok();
   }

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "readers/detail/fortran_walk.hpp"
 #include "readers/detail/readers.hpp"
 #include "shardload/byte_order.hpp"
 #include "shardload/formats.hpp"
@@ -462,27 +463,14 @@ class NpzReader final : public ShardReader {
     SHARDLOAD_RETURN_IF_ERROR(z.finish(d.crc));
     const std::size_t item = l.dtype.size;
     const std::uint64_t T = l.row_elements();
-    const auto& dims = l.trailing_shape;
-    std::vector<std::uint64_t> cstride(dims.size(), 1);  // C-order strides, in elements
-    for (std::size_t k = dims.size(); k-- > 1;) {
-      cstride[k - 1] = cstride[k] * static_cast<std::uint64_t>(dims[k]);
-    }
-    std::vector<std::uint64_t> idx(dims.size(), 0);  // Fortran odometer: first index fastest
-    std::uint64_t c = 0;                             // C-flat index of idx
+    FortranWalk walk(l.trailing_shape);
     for (std::uint64_t m = 0; m < T; ++m) {
       for (std::int64_t r = lo; r < hi; ++r) {
         const auto row = static_cast<std::uint64_t>(r);
-        std::memcpy(dst + (static_cast<std::uint64_t>(r - lo) * T + c) * item,
+        std::memcpy(dst + (static_cast<std::uint64_t>(r - lo) * T + walk.c_index()) * item,
                     all.data() + (m * stored + row) * item, item);
       }
-      for (std::size_t k = 0; k < dims.size(); ++k) {
-        if (++idx[k] < static_cast<std::uint64_t>(dims[k])) {
-          c += cstride[k];
-          break;
-        }
-        c -= (idx[k] - 1) * cstride[k];
-        idx[k] = 0;
-      }
+      walk.next();
     }
     return Status::ok();
   }
