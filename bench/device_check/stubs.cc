@@ -28,6 +28,19 @@ Result<std::unique_ptr<ShardReader>> make_zarr_reader(const FormatOptions& /*opt
   return left_out("Zarr reader");
 }
 
+// .npz needs zlib: the format is known by name and extension, its reader says it is left out.
+FormatDescriptor npz_format() {
+  FormatDescriptor d;
+  d.format = Format::kNpz;
+  d.name = "npz";
+  d.extensions = {".npz"};
+  d.make_reader = [](const FormatOptions& /*options*/,
+                     const ReaderContext& /*context*/) -> Result<std::unique_ptr<ShardReader>> {
+    return left_out("npz reader");
+  };
+  return d;
+}
+
 }  // namespace detail
 
 // No manifest: discovery probes the shards, as for a directory without one.
