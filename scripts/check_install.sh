@@ -87,4 +87,16 @@ for example in "$ROOT"/examples/*.py; do
   (cd "$WORK" && clean python "$example" >/dev/null) || { echo "$example failed"; exit 1; }
   log "  $(basename "$example"): OK"
 done
+log "README.md's command-line and Python examples, as written, in a scratch directory"
+# The CLI block writes demo-data; the Python block reads data/, here that dataset.
+readme=$WORK/readme
+mkdir -p "$readme"
+awk '/^## Command line/{c=1} c && /^```sh/{p=1; next} p && /^```/{exit} p' README.md >"$readme/cli.sh"
+awk '/^```python/{p=1; next} p && /^```/{exit} p' README.md >"$readme/example.py"
+[ -s "$readme/cli.sh" ] && [ -s "$readme/example.py" ] || { echo "README.md: no examples found"; exit 1; }
+(cd "$readme" && clean bash -euo pipefail cli.sh >/dev/null) || { echo "README.md's CLI example failed"; exit 1; }
+ln -s demo-data "$readme/data"
+(cd "$readme" && clean python -W error::DeprecationWarning example.py >/dev/null) ||
+  { echo "README.md's Python example failed"; exit 1; }
+log "  README.md: OK"
 log "installed package: all checks passed"
