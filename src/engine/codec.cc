@@ -346,7 +346,8 @@ Result<FormatOptions> decode_format_options(std::span<const std::uint8_t> bytes)
   if (Status st = get_options(r, &o.format, &o); !st) return bad(st.message());
   if (!r.ok()) return bad("truncated or malformed");
   if (!r.done()) return bad("trailing bytes");
-  if (static_cast<int>(o.format) > static_cast<int>(Format::kCustom)) {
+  // Any format of the table (as decode_layout checks), or auto: a request may leave it open.
+  if (o.format != Format::kAuto && find_format(o.format) == nullptr) {
     return bad("unknown format code");
   }
   if (o.dtype && o.dtype->name() == "invalid") return bad("unknown dtype code");

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "shardload/codec.hpp"
+#include "shardload/formats.hpp"
 
 namespace shardload {
 namespace {
@@ -299,6 +300,18 @@ TEST(Codec, FormatOptionsRoundTripAlone) {
     longer.push_back(0);
     EXPECT_FALSE(decode_format_options(longer));
   }
+  // Every format of the table travels, the ones added after kCustom included.
+  for (const auto& d : formats()) {
+    FormatOptions o;
+    o.format = d.format;
+    if (d.format == Format::kCustom) o.reader = "rows";  // a custom request names its reader
+    const auto back = decode_format_options(encode_format_options(o));
+    ASSERT_TRUE(back) << d.name << ": " << back.status().message();
+    EXPECT_EQ(back->format, d.format) << d.name;
+  }
+  auto unknown = encode_format_options(FormatOptions{});
+  unknown[4] = 0xee;  // the format code follows the magic
+  EXPECT_FALSE(decode_format_options(unknown));
   const auto layout = encode_layout(sample(2));
   const auto refused = decode_format_options(layout);
   ASSERT_FALSE(refused);

@@ -186,3 +186,20 @@ def test_load_under_legate(tmp_path: pathlib.Path) -> None:
     for k in (1, 3):
         np.testing.assert_array_equal(np.asarray(shardload.load(tmp_path, overdecompose=k)),
                                       np.concatenate(arrays))
+
+
+def test_discover_once_and_the_cli_name_npz(tmp_path: pathlib.Path, cli: pathlib.Path) -> None:
+    """format="npz" crosses to the one-point discovery task (discover_once, the CLI's read)."""
+    import subprocess
+
+    rng = np.random.default_rng(10)
+    arrays = [rng.standard_normal((r, 2)).astype(np.float32) for r in (4, 0, 9)]
+    for i, a in enumerate(arrays):
+        save(tmp_path / f"shard_{i:04d}.npz", i == 2, data=a)
+    layout = shardload.discover_once(tmp_path, format="npz")
+    assert layout == shardload.discover(tmp_path, format="npz")
+    np.testing.assert_array_equal(layout.read(), np.concatenate(arrays))
+    run = subprocess.run([str(cli), "read", str(tmp_path), "--format", "npz", "--no-verify"],
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    assert "shape:          (13, 2)" in run.stdout, run.stdout
