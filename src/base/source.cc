@@ -206,7 +206,7 @@ bool natural_less(std::string_view a, std::string_view b) {
 
 namespace {
 
-Result<std::vector<std::string>> resolve_directory(const Source& s) {
+Result<std::vector<std::string>> resolve_directory(const Source& s, bool* nothing_matches) {
   const std::string pattern = s.pattern.empty() ? std::string(kDefaultPattern) : s.pattern;
   SHARDLOAD_ASSIGN_OR_RETURN(NumberPattern pat, NumberPattern::parse(pattern));
   struct ::stat st {};
@@ -228,7 +228,10 @@ Result<std::vector<std::string>> resolve_directory(const Source& s) {
   }
   ::closedir(d);
   const std::string where = join_path(s.dir_path, pattern);
-  if (numbers.empty()) return layout_error(where + ": no files match the pattern");
+  if (numbers.empty()) {
+    *nothing_matches = true;
+    return layout_error(where + ": no files match the pattern");
+  }
   std::sort(numbers.begin(), numbers.end());
   // One directory cannot list a name twice, but stay correct if it does.
   numbers.erase(std::unique(numbers.begin(), numbers.end()), numbers.end());
@@ -259,7 +262,7 @@ Result<std::vector<std::string>> resolve_directory(const Source& s) {
   return paths;
 }
 
-Result<std::vector<std::string>> resolve_glob(const Source& s) {
+Result<std::vector<std::string>> resolve_glob(const Source& s, bool* nothing_matches) {
   glob_t g{};
   const int rc = ::glob(s.glob_expr.c_str(), GLOB_ERR, nullptr, &g);
   std::vector<std::string> paths;
@@ -268,6 +271,7 @@ Result<std::vector<std::string>> resolve_glob(const Source& s) {
   }
   ::globfree(&g);
   if (rc == GLOB_NOMATCH || (rc == 0 && paths.empty())) {
+    *nothing_matches = true;
     return layout_error(s.glob_expr + ": no files match the glob");
   }
   if (rc != 0) return layout_error(s.glob_expr + ": the glob could not be expanded (read error)");
@@ -435,6 +439,12 @@ std::string DirectoryScan::suggestion() const {
 }
 
 Result<std::vector<std::string>> resolve(const Source& source) {
+  bool nothing_matches = false;
+  return resolve(source, &nothing_matches);
+}
+
+Result<std::vector<std::string>> resolve(const Source& source, bool* nothing_matches) {
+  *nothing_matches = false;
   // Sources built in C++ (Source::dir, from_glob, list) never passed parse().
   switch (source.kind) {
     case Source::Kind::kDirectory:
@@ -450,9 +460,9 @@ Result<std::vector<std::string>> resolve(const Source& source) {
   }
   switch (source.kind) {
     case Source::Kind::kDirectory:
-      return resolve_directory(source);
+      return resolve_directory(source, nothing_matches);
     case Source::Kind::kGlob:
-      return resolve_glob(source);
+      return resolve_glob(source, nothing_matches);
     case Source::Kind::kList:
       if (source.paths.empty()) return layout_error("the list of shard paths is empty");
       return source.paths;

@@ -170,8 +170,9 @@ Result<Layout> try_discover_paths(const std::vector<std::string>& paths,
   for (std::size_t i = 0; i < paths.size(); ++i) {
     auto& probe = *probes[i];
     if (!probe) {
-      // At discovery every failure is a layout failure, whatever its cause.
-      return Status(ErrorCode::kLayout, probe.status().message());
+      // At discovery every failure is a layout failure, whatever its cause; the file stays
+      // attached as data (not the errno: a shard gone missing is no missing source).
+      return Status(ErrorCode::kLayout, probe.status().message()).with_path(probe.status().path());
     }
     if (custom) {
       probe->shard.path = paths[i];
@@ -359,9 +360,9 @@ static Result<Layout> discover_probing(const Source& source, const DiscoverOptio
   if (s.kind == Source::Kind::kDirectory && s.pattern.empty()) {
     SHARDLOAD_ASSIGN_OR_RETURN(s, detail::auto_directory(source, &opts));
   }
-  auto paths = resolve(s);
-  if (!paths && s.kind == Source::Kind::kDirectory &&
-      paths.status().message().find(": no files match the pattern") != std::string::npos) {
+  bool nothing_matches = false;
+  auto paths = resolve(s, &nothing_matches);
+  if (!paths && s.kind == Source::Kind::kDirectory && nothing_matches) {
     // Say what is there instead: the pattern was named, or the format's default.
     if (auto scan = scan_directory(s.dir_path)) {
       return Status(

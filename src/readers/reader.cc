@@ -80,28 +80,27 @@ class GuardedReader final : public ShardReader {
       if (!r) return r.status().with_path(path);
       return r;
     } catch (const std::bad_alloc&) {
-      return Status(ErrorCode::kLayout, path + ": out of memory while reading the metadata");
+      return file_error(ErrorCode::kLayout, path, "out of memory while reading the metadata");
     } catch (const std::exception& e) {
-      return Status(ErrorCode::kLayout, path + ": " + e.what());
+      return file_error(ErrorCode::kLayout, path, e.what());
     } catch (...) {
-      return Status(ErrorCode::kLayout, path + ": unknown error while reading the metadata");
+      return file_error(ErrorCode::kLayout, path, "unknown error while reading the metadata");
     }
   }
 
   Status read_rows(const ReadSpec& spec, const Shard& shard, std::int64_t lo, std::int64_t hi,
                    std::byte* dst) override {
-    // The caller puts the rows in front; the file is the shard's.
-    const auto where = [&] { return shard.path; };
+    // The caller puts the rows in front; the file is the shard's, as data too, whatever the
+    // reader threw.
     try {
       return read_units(spec, shard, lo, hi, dst).with_path(shard.path);
     } catch (const std::bad_alloc&) {
-      return {ErrorCode::kIo, where() +
-                                  ": out of memory (a buffer the data needs could not be "
-                                  "allocated)"};
+      return file_error(ErrorCode::kIo, shard.path,
+                        "out of memory (a buffer the data needs could not be allocated)");
     } catch (const std::exception& e) {
-      return {ErrorCode::kIo, where() + ": " + e.what()};
+      return file_error(ErrorCode::kIo, shard.path, e.what());
     } catch (...) {
-      return {ErrorCode::kIo, where() + ": unknown error"};
+      return file_error(ErrorCode::kIo, shard.path, "unknown error");
     }
   }
 

@@ -191,6 +191,8 @@ TEST_F(CustomReader, ExceptionsFromAUserReaderBecomeStatusesNamingTheFile) {
   Scripted::throw_in_probe = true;
   auto found = try_discover_paths({path});
   ASSERT_FALSE(found);
+  EXPECT_EQ(found.status().code(), ErrorCode::kLayout);
+  EXPECT_EQ(found.status().path(), path);  // as data, for the front ends' filename
   EXPECT_NE(found.status().message().find(path + ": probe blew up"), std::string::npos)
       << found.status().message();
   Scripted::throw_in_probe = false;
@@ -199,6 +201,7 @@ TEST_F(CustomReader, ExceptionsFromAUserReaderBecomeStatusesNamingTheFile) {
   std::vector<float> got(2);
   const Status s = fill_rows(*found, 0, 2, reinterpret_cast<std::byte*>(got.data()));
   EXPECT_EQ(s.code(), ErrorCode::kIo);
+  EXPECT_EQ(s.path(), path);
   EXPECT_NE(s.message().find(path), std::string::npos) << s.message();
   EXPECT_NE(s.message().find("read blew up"), std::string::npos) << s.message();
 }

@@ -237,5 +237,38 @@ TEST_F(LayoutTest, AutoDiscoveryRecognisesWhatTheDirectoryHolds) {
                 dir_.path() + "/part*'");
 }
 
+// Discovery says what the directory holds only when nothing matches, decided on what
+// resolving found, not on the message: a directory whose name holds that very phrase, with a
+// gap in its numbering, gets the gap error alone.
+TEST(LayoutDiscovery, TheNothingMatchesCaseIsDecidedOnDataNotOnTheMessage) {
+  testing::TempDir parent;
+  const std::string dir = parent.file("odd: no files match the pattern");
+  ASSERT_EQ(::mkdir(dir.c_str(), 0700), 0);
+  for (const int i : {0, 2}) {
+    testing::write_file(dir + "/" + NumberPattern{"shard_", 4, ".npy"}.format(i),
+                        npy_bytes(npy_dict("<f4", false, "(1,)"), std::string(4, '\0')));
+  }
+  testing::write_file(dir + "/notes.txt", "x");
+  const auto gap = try_discover(Source::directory(dir));
+  ASSERT_FALSE(gap);
+  EXPECT_EQ(gap.status().code(), ErrorCode::kLayout);
+  EXPECT_EQ(gap.status().message(), dir +
+                                        "/shard_{:04d}.npy: gap in the numbering: 1 of 3 files "
+                                        "missing (shard_0001.npy)");
+
+  bool nothing_matches = true;
+  EXPECT_FALSE(resolve(Source::directory(dir), &nothing_matches));  // the gap
+  EXPECT_FALSE(nothing_matches);
+  nothing_matches = true;
+  EXPECT_TRUE(resolve(Source::glob(dir + "/*.npy"), &nothing_matches));
+  EXPECT_FALSE(nothing_matches);
+  EXPECT_FALSE(resolve(Source::directory(dir, "part{}.npy"), &nothing_matches));
+  EXPECT_TRUE(nothing_matches);
+  EXPECT_FALSE(resolve(Source::glob(dir + "/*.h5"), &nothing_matches));
+  EXPECT_TRUE(nothing_matches);
+  EXPECT_FALSE(resolve(Source::directory(dir + "/missing"), &nothing_matches));
+  EXPECT_FALSE(nothing_matches);
+}
+
 }  // namespace
 }  // namespace shardload
