@@ -452,19 +452,25 @@ Status v3_sharding(const std::string& file, const V3Codec& c, ZarrMeta* m) {
   return Status::ok();
 }
 
-Result<ZarrMeta> parse_v3(const std::string& file, const Json& j) {
+// The node_type of v3 metadata: "array", else an error (and *not_an_array set, as data).
+Status check_v3_node(const std::string& file, const Json& j, bool* not_an_array) {
+  auto nt = require(file, j, "", "node_type");
+  Result<std::string> node = nt ? json_string(file, "node_type", **nt) : nt.status();
+  if (node && *node == "array") return Status::ok();
+  *not_an_array = true;
+  if (!node) return node.status();
+  return bad(file, "node_type",
+             "expected \"array\", found \"" + *node + "\" (name the array with dataset=)");
+}
+
+Result<ZarrMeta> parse_v3(const std::string& file, const Json& j, bool* not_an_array) {
   ZarrMeta m;
   m.zarr_format = 3;
   SHARDLOAD_ASSIGN_OR_RETURN(const Json* zf, require(file, j, "", "zarr_format"));
   if (!zf->is_number_integer() || zf->get<std::int64_t>() != 3) {
     return json_error(file, "zarr_format", "3", *zf);
   }
-  SHARDLOAD_ASSIGN_OR_RETURN(const Json* nt, require(file, j, "", "node_type"));
-  SHARDLOAD_ASSIGN_OR_RETURN(const std::string node, json_string(file, "node_type", *nt));
-  if (node != "array") {
-    return bad(file, "node_type",
-               "expected \"array\", found \"" + node + "\" (name the array with dataset=)");
-  }
+  SHARDLOAD_RETURN_IF_ERROR(check_v3_node(file, j, not_an_array));
   SHARDLOAD_ASSIGN_OR_RETURN(const Json* dt, require(file, j, "", "data_type"));
   if (!dt->is_string()) return json_error(file, "data_type", "a data type name", *dt);
   {
@@ -597,10 +603,13 @@ class Cursor {
 }  // namespace
 
 Result<ZarrMeta> parse_zarr_metadata(const std::string& file, std::string_view text,
-                                     int zarr_format) {
+                                     int zarr_format, bool* not_an_array) {
+  bool ignored = false;
+  if (not_an_array == nullptr) not_an_array = &ignored;
+  *not_an_array = false;
   try {
     SHARDLOAD_ASSIGN_OR_RETURN(const Json j, parse_json_object(file, text));
-    return zarr_format == 2 ? parse_v2(file, j) : parse_v3(file, j);
+    return zarr_format == 2 ? parse_v2(file, j) : parse_v3(file, j, not_an_array);
   } catch (const std::exception& e) {
     // The accessors above check types first; this only catches what cannot
     // be ruled out (allocation failure) so that nothing leaves the core.

@@ -128,11 +128,11 @@ class ZarrReader final : public ShardReader {
     SHARDLOAD_ASSIGN_OR_RETURN(
         const std::string text,
         read_small_file(*ctx_.io, meta_file, kMaxMetadataBytes, &p.shard.snapshot));
-    auto meta = parse_zarr_metadata(meta_file, text, version);
+    bool not_an_array = false;
+    auto meta = parse_zarr_metadata(meta_file, text, version, &not_an_array);
     if (!meta) {
       Status st = meta.status();
-      if (version == 3 && options_.dataset.empty() &&
-          st.message().find("node_type") != std::string::npos) {
+      if (not_an_array && options_.dataset.empty()) {
         const std::string arrays = child_arrays(path);
         if (!arrays.empty()) st = Status(st.code(), st.message() + "; arrays: " + arrays);
       }

@@ -204,6 +204,41 @@ TEST_F(ZarrTest, V3DefaultKeysBigEndianWholeRowChunksDecodedInPlace) {
   EXPECT_EQ(probe->decode_rows, 4);
 }
 
+// The store's arrays are named when its root is no array, decided on what the parser found,
+// not on the message: a store whose path holds "node_type" and whose metadata fails on
+// another field gets that error alone.
+TEST_F(ZarrTest, ArraysAreNamedOnlyWhenTheRootIsNoArray) {
+  const std::string array = R"({"zarr_format": 3, "node_type": "array", "shape": [4, 3],
+    "data_type": "int32", "fill_value": 0,
+    "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [4, 3]}},
+    "chunk_key_encoding": {"name": "default"},
+    "codecs": [{"name": "bytes", "configuration": {"endian": "little"}}]})";
+  auto reader = make_reader(Format::kZarr, {});
+  ASSERT_TRUE(reader) << reader.status().message();
+
+  const std::string group = dir_.file("group.zarr");
+  put(group + "/zarr.json", R"({"zarr_format": 3, "node_type": "group"})");
+  put(group + "/inner/zarr.json", array);
+  auto probe = (*reader)->probe(group);
+  ASSERT_FALSE(probe);
+  EXPECT_EQ(probe.status().code(), ErrorCode::kFormat);
+  EXPECT_NE(probe.status().message().find("; arrays: inner"), std::string::npos)
+      << probe.status().message();
+
+  const std::string odd = dir_.file("node_type.zarr");
+  std::string bad_type = array;
+  bad_type.replace(bad_type.find("\"int32\""), 7, "\"int99\"");
+  put(odd + "/zarr.json", bad_type);
+  put(odd + "/inner/zarr.json", array);
+  probe = (*reader)->probe(odd);
+  ASSERT_FALSE(probe);
+  EXPECT_EQ(probe.status().code(), ErrorCode::kFormat);
+  EXPECT_NE(probe.status().message().find("data_type"), std::string::npos)
+      << probe.status().message();
+  EXPECT_EQ(probe.status().message().find("arrays:"), std::string::npos)
+      << probe.status().message();
+}
+
 TEST_F(ZarrTest, V3ShardingWithChecksummedIndex) {
   // Shape (10, 3), shards (4, 3) of inner chunks (2, 3); index at the end.
   const std::string s = store(0);

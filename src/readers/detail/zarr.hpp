@@ -48,9 +48,11 @@ struct ZarrMeta {
 };
 
 // Parses and validates the metadata file `file` (.zarray or zarr.json).
-// Errors (kFormat) name the file and the field.
+// Errors (kFormat) name the file and the field. *not_an_array (when given) says, as data,
+// whether the error is that v3 metadata is of no array (its node_type missing or not
+// "array": a group), for the reader to name the arrays it holds.
 Result<ZarrMeta> parse_zarr_metadata(const std::string& file, std::string_view text,
-                                     int zarr_format);
+                                     int zarr_format, bool* not_an_array = nullptr);
 
 // A compact, versioned byte string for Shard::extra, and its strict inverse
 // (the task side rebuilds the layout from what travelled).
