@@ -304,16 +304,54 @@ _job_numbers = itertools.count()
 _task = None
 
 
+def _shard_error(path: str, message: str, errno: Optional[int] = None) -> ShardReadError:
+    """A ShardReadError about ``path``, with the file (and the errno) as data."""
+    e = ShardReadError(message)
+    e.filename = path
+    if errno is not None:
+        e.errno = errno
+    return e
+
+
+# A task's exception reaches the launch as its type and message only, so the file and the
+# errno travel in front of the message in a frame, as the C++ load task's do, and the launch
+# takes them back out as data.
+_FRAME_MARK = "\x1eshardload-status;"
+
+
+def _framed(e: ShardReadError) -> ShardReadError:
+    path = e.filename if isinstance(e.filename, str) else ""
+    errno = e.errno if isinstance(e.errno, int) and e.errno > 0 else 0
+    return ShardReadError(f"{_FRAME_MARK}{errno};{len(path)};{path}{e}")
+
+
+def _unframed(e: ShardReadError) -> ShardReadError:
+    """The error a task raised, its file and errno back as data; unchanged without a frame."""
+    frame = re.match(re.escape(_FRAME_MARK) + r"([0-9]{1,10});([0-9]{1,20});", str(e), re.ASCII)
+    if frame is None:
+        return e
+    errno, size = int(frame.group(1)), int(frame.group(2))
+    rest = str(e)[frame.end():]
+    if size > len(rest):
+        return e
+    out = ShardReadError(rest[size:])
+    if size:
+        out.filename = rest[:size]
+    if errno:
+        out.errno = errno
+    return out
+
+
 def _checked(job: _Job, path: str, lo: int, hi: int, arr: object) -> np.ndarray:
     where = f"{path}: rows [{lo}, {hi}): read() of the reader {job.reader.name!r}"
     want = (hi - lo, *job.trailing)
     if not isinstance(arr, np.ndarray):
-        raise ShardReadError(f"{where} returned {type(arr).__name__}; expected a numpy array of "
-                             f"shape {want} and dtype {job.dtype}")
+        raise _shard_error(path, f"{where} returned {type(arr).__name__}; expected a numpy "
+                                 f"array of shape {want} and dtype {job.dtype}")
     if arr.dtype != job.dtype:
-        raise ShardReadError(f"{where} returned dtype {arr.dtype}; expected {job.dtype}")
+        raise _shard_error(path, f"{where} returned dtype {arr.dtype}; expected {job.dtype}")
     if arr.shape != want:
-        raise ShardReadError(f"{where} returned shape {arr.shape}; expected {want}")
+        raise _shard_error(path, f"{where} returned shape {arr.shape}; expected {want}")
     return arr
 
 
@@ -325,18 +363,19 @@ def _check_before_read(job: _Job, shard: int, where: str) -> None:
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
     except OSError as e:
-        raise ShardReadError(f"{where}: cannot open: {e.strerror} (errno {e.errno})") from None
+        raise _shard_error(path, f"{where}: cannot open: {e.strerror} (errno {e.errno})",
+                           e.errno) from None
     try:
         st = os.fstat(fd)
     finally:
         os.close(fd)
     if not stat.S_ISREG(st.st_mode):
-        raise ShardReadError(f"{where}: not a regular file any more (discovery found one); "
-                             "read() was not called")
+        raise _shard_error(path, f"{where}: not a regular file any more (discovery found one); "
+                                 "read() was not called")
     now = _snapshot(st)
     if now != job.snapshots[shard]:
-        raise ShardReadError(f"{where}: changed since discovery: "
-                             f"{_difference(job.snapshots[shard], now)}")
+        raise _shard_error(path, f"{where}: changed since discovery: "
+                                 f"{_difference(job.snapshots[shard], now)}")
 
 
 # Inside a user's read(), which runs in a Legate task: calling cuPyNumeric or Legate there
@@ -378,15 +417,15 @@ def _call_read(job: _Job, path: str, a: int, b: int) -> Any:
     except BaseException as e:
         sys.setprofile(previous)
         if seen:
-            raise ShardReadError(f"{where} called {seen[0]}: cuPyNumeric and Legate cannot be "
-                                 "called inside read(), which runs in a Legate task; "
-                                 "return a numpy array") from None
-        raise ShardReadError(f"{where} raised {type(e).__name__}: {e}") from None
+            raise _shard_error(path, f"{where} called {seen[0]}: cuPyNumeric and Legate cannot "
+                                     "be called inside read(), which runs in a Legate task; "
+                                     "return a numpy array") from None
+        raise _shard_error(path, f"{where} raised {type(e).__name__}: {e}") from None
     sys.setprofile(previous)
     if seen:  # the error was caught inside read(); the call was still made
-        raise ShardReadError(f"{where} called {seen[0]}: cuPyNumeric and Legate cannot be "
-                             "called inside read(), which runs in a Legate task; return a "
-                             "numpy array")
+        raise _shard_error(path, f"{where} called {seen[0]}: cuPyNumeric and Legate cannot be "
+                                 "called inside read(), which runs in a Legate task; return a "
+                                 "numpy array")
     return arr
 
 
@@ -402,11 +441,11 @@ def _fill_tile(job: _Job, tile: int, view: Any, gpu: bool) -> None:
         try:
             now = _snapshot(os.stat(path))
         except OSError as e:
-            raise ShardReadError(f"{path}: rows [{a}, {b}): gone since discovery: "
-                                 f"{e.strerror}") from None
+            raise _shard_error(path, f"{path}: rows [{a}, {b}): gone since discovery: "
+                                     f"{e.strerror}", e.errno) from None
         if now != job.snapshots[shard]:
-            raise ShardReadError(f"{path}: rows [{a}, {b}): changed since discovery: "
-                                 f"{_difference(job.snapshots[shard], now)}")
+            raise _shard_error(path, f"{path}: rows [{a}, {b}): changed since discovery: "
+                                     f"{_difference(job.snapshots[shard], now)}")
         if gpu:
             view[dst_row:dst_row + (hi - lo)].set(np.ascontiguousarray(arr))
         else:
@@ -460,8 +499,8 @@ def _run_read_task(ctx: Any, dst: Any, job: int, gpu: bool) -> None:
                     cupy.cuda.get_current_stream().synchronize()
         else:
             _fill_tile(j, ctx.task_index[0], np.asarray(dst), gpu)
-    except ShardReadError:
-        raise
+    except ShardReadError as e:
+        raise _framed(e) from None
     except BaseException as e:
         raise ShardReadError(f"the Python reader task failed: {type(e).__name__}: {e}") \
             from None
@@ -541,13 +580,11 @@ def load(source: object, reader_name: object, *, pattern: object, overdecompose:
                 if collecting:
                     gc.enable()
         except ShardReadError as e:
-            named = [p for p in paths if p in str(e)]
-            if named:
-                e.filename = max(named, key=len)
+            error = _unframed(e)
             # The traceback keeps this frame: it must not keep the Legate objects alive into
             # a later collection on another thread.
-            result = store = part = launch = None  # noqa: F841
-            raise
+            result = store = part = launch = e = None  # noqa: F841
+            raise error from None
         finally:
             del _JOBS[number]
     if astype is not None and astype != result.dtype:

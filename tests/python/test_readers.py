@@ -5,6 +5,7 @@ rows, raw, in this machine's byte order (the C++ example's format, examples/cpp)
 
 from __future__ import annotations
 
+import errno
 import itertools
 import os
 import re
@@ -153,6 +154,42 @@ def test_a_reader_that_raises_is_a_shard_read_error_naming_file_and_rows(
     # The process goes on: another load works.
     np.testing.assert_array_equal(np.asarray(shardload.load(paths, reader=register())),
                                   np.concatenate(arrays))
+
+
+def test_the_failing_file_is_data_not_found_in_the_message(tmp_path: pathlib.Path) -> None:
+    # The message of shard 1's failure names shard 0, whose path is longer: filename is the
+    # file that failed, whatever the message holds.
+    arrays = [np.ones((4, 2), np.float32)] * 2
+    paths = [str(tmp_path / "a_longer_name.rows"), str(tmp_path / "b.rows")]
+    for p, a in zip(paths, arrays):
+        write_rows(p, a)
+
+    def read(path: str, lo: int, hi: int) -> np.ndarray:
+        if path == paths[1]:
+            raise OSError(f"the copy of {paths[0]} differs")
+        return read_rows(path, lo, hi)
+
+    with pytest.raises(shardload.ShardReadError) as e:
+        shardload.load(paths, reader=register(read=read, dtype="float32", trailing_shape=2))
+    assert e.value.filename == paths[1]
+    assert e.value.errno is None
+    assert str(e.value).startswith(f"{paths[1]}: rows [")
+    assert "\x1e" not in str(e.value)
+
+
+def test_a_file_gone_since_discovery_carries_file_and_errno(tmp_path: pathlib.Path) -> None:
+    paths = write_set(tmp_path, [np.ones((4, 2), np.float32)] * 2)
+
+    def read(path: str, lo: int, hi: int) -> np.ndarray:
+        if lo == hi == 0:  # discovery asks for the dtype: the second file goes after it
+            os.remove(paths[1])
+        return read_rows(path, lo, hi)
+
+    with pytest.raises(shardload.ShardReadError) as e:
+        shardload.load(paths, reader=register(read=read))
+    assert e.value.filename == paths[1]
+    assert e.value.errno == errno.ENOENT
+    assert "cannot open" in str(e.value)
 
 
 @pytest.mark.parametrize("wrong, found", [
