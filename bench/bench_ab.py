@@ -33,8 +33,9 @@ the parent checks them bit for bit against the format's own library (numpy, h5py
 pyarrow): the first and last rows, rows around shard boundaries and random rows. The first
 process of each build also hashes its whole array and A's hash must equal B's.
 
-Prints one line per process, then a table per case: medians of A and B, B / A (time: under 1
-is faster) and the median of each round's B / A (the pair run back to back).
+Prints one line per process, then a Markdown table with a row per case: for the load and for
+discovery, the medians of A and B, B / A (time: under 1 is faster) and the median of each
+round's B / A (the pair run back to back); and the load average before and after the case.
 """
 
 from __future__ import annotations
@@ -369,7 +370,7 @@ def main() -> None:
                     got[label].append(s)
                     print(f"{name} round {r} {label}: load {s['load']:.4f} s "
                           f"({s['bytes'] / s['load'] / 1e9:.2f} GB/s), discover "
-                          f"{s['discover']:.4f} s", flush=True)
+                          f"{s['discover'] * 1e3:.3g} ms", flush=True)
             if digests["A"] != digests["B"]:
                 sys.exit(f"{name}: the arrays of A and B differ (hashes {digests})")
             shapes = {(tuple(s["shape"]), s["dtype"]) for v in got.values() for s in v}
@@ -387,14 +388,14 @@ def main() -> None:
             print(f"{name}: equal (A and B hashes {digests['A']}; {checked})", flush=True)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    print("\n| case | GB | load A s | load B s | B/A | paired B/A | discover A s | discover B s "
+    print("\n| case | GB | load A s | load B s | B/A | paired B/A | discover A ms | discover B ms "
           "| B/A | paired B/A | load average |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for row in results:
         la, lb, lp = row["load"]
         da, db, dp = row["discover"]
         print(f"| {row['case']} | {row['bytes'] / 1e9:.2f} | {la:.4f} | {lb:.4f} | {lb / la:.3f} "
-              f"| {lp:.3f} | {da:.4f} | {db:.4f} | {db / da:.3f} | {dp:.3f} "
+              f"| {lp:.3f} | {da * 1e3:.3g} | {db * 1e3:.3g} | {db / da:.3f} | {dp:.3f} "
               f"| {row['load_avg'][0]:.1f}-{row['load_avg'][1]:.1f} |")
     for row in results:
         print(f"{row['case']}: {row['what']}")
