@@ -370,6 +370,7 @@ class DiscoverOptions(TypedDict, total=False):
     dtype: DTypeLike | None
     trailing_shape: Sequence[int] | int | None
     header_bytes: int | None
+    footer_bytes: int | None
     dataset: str | None
     columns: Sequence[str] | None
     fill_value: float | None
@@ -729,6 +730,9 @@ def discover(
             1-D data; an int n means ``(n,)``). ``shape=`` is its deprecated
             spelling.
         header_bytes: raw: bytes to skip at the start of each file (an int >= 0).
+        footer_bytes: raw: bytes to skip at the end of each file (an int >= 0), such as
+            the record length that ends a Fortran unformatted file's record
+            (``header_bytes=4, footer_bytes=4`` reads one such record per file).
         dataset: hdf5: the dataset in each file; zarr: the array in each store;
             npz: the array in each archive (default: its only one).
         columns: parquet/arrow: a list of column names (default: every numeric

@@ -46,6 +46,9 @@ struct FormatOptions {
   std::optional<std::vector<std::int64_t>> trailing_shape;
   // raw: bytes to skip at the start of each file (else from the sidecar).
   std::optional<std::uint64_t> header_bytes;
+  // raw: bytes to skip at the end of each file (a trailer, such as the record length after
+  // each record of a Fortran unformatted file); none when unset.
+  std::optional<std::uint64_t> footer_bytes;
   // hdf5: the dataset path in each file (empty: the file's only dataset);
   // zarr: the array path inside each store (empty: the store's root array).
   std::string dataset;
@@ -172,6 +175,16 @@ inline constexpr FormatOptionSpec kFormatOptionTable[] = {
      },
      [](const OptionValue& v, FormatOptions* o) {
        o->fill_value = std::get<double>(v);
+       return Status::ok();
+     }},
+    {"footer_bytes", "footer bytes", "N", OptionKind::kCount, format_bit(Format::kRaw),
+     "raw: bytes to skip at the end of each file",
+     [](const FormatOptions& o) -> std::optional<OptionValue> {
+       if (!o.footer_bytes) return std::nullopt;
+       return OptionValue(*o.footer_bytes);
+     },
+     [](const OptionValue& v, FormatOptions* o) {
+       o->footer_bytes = std::get<std::uint64_t>(v);
        return Status::ok();
      }},
 };
