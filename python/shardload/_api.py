@@ -13,7 +13,8 @@ import sys
 import threading
 import time
 import warnings
-from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence, Union
+from typing import (TYPE_CHECKING, Any, Callable, Mapping, Optional, Sequence, TypedDict, Union,
+                    Unpack)
 
 import numpy as np
 
@@ -211,19 +212,19 @@ def _source(value: object) -> object:
                     f"found {_found(value)}{hint}")
 
 
-def _dtype(value: object) -> str | None:
+def _dtype(value: object, name: str = "dtype") -> str | None:
     if value is None or isinstance(value, str):
-        return _text("dtype", value)
+        return _text(name, value)
     if isinstance(value, (np.dtype, type)):
         try:
             dt = np.dtype(value)  # type: ignore[call-overload]
         except TypeError:
-            raise TypeError(f"dtype: {value!r} is not a numpy dtype") from None
+            raise TypeError(f"{name}: {value!r} is not a numpy dtype") from None
         # A byte order travels only when spelled: numpy writes the machine's
         # own order as "=", which must not contradict a raw sidecar's order.
         return dt.str if dt.byteorder in "<>" else dt.name
-    raise TypeError("dtype: expected a str, a numpy dtype or a numpy type such as np.float32, "
-                    f"found {_found(value)}")
+    raise TypeError(f"{name}: expected a str, a numpy dtype or a numpy type such as "
+                    f"np.float32, found {_found(value)}")
 
 
 def _shape(value: object, name: str = "trailing_shape") -> list[int] | None:
@@ -242,18 +243,18 @@ def _shape(value: object, name: str = "trailing_shape") -> list[int] | None:
     return dims
 
 
-def _header_bytes(value: object) -> int | None:
+def _count(name: str, value: object) -> int | None:
     if value is None:
         return None
-    n = _int("header_bytes", value)
+    n = _int(name, value)
     if not 0 <= n <= _INT64_MAX:
-        raise ValueError(f"header_bytes: expected an int in [0, 2**63), found {n}")
+        raise ValueError(f"{name}: expected an int in [0, 2**63), found {n}")
     return n
 
 
-def _columns(value: object) -> list[str]:
+def _columns(value: object) -> list[str] | None:
     if value is None:
-        return []
+        return None
     if isinstance(value, (str, bytes)):
         raise TypeError(f"columns: expected a list of column names, found {_found(value)}; "
                         f"write [{value!r}]")
@@ -268,8 +269,22 @@ def _columns(value: object) -> list[str]:
     return list(value)
 
 
-def _fill_value(value: object) -> float | None:
-    # Fill values travel as float64; whether the dtype holds the value (1.5
+def _text_list(name: str, value: object) -> list[str] | None:
+    if value is None:
+        return None
+    if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)):
+        raise TypeError(f"{name}: expected a list of str, found {_found(value)}")
+    for i, c in enumerate(value):
+        if not isinstance(c, str):
+            raise TypeError(f"{name}[{i}]: expected a str, found {_found(c)}")
+    if not value:
+        raise ValueError(f"{name}: expected at least one str, found []; leave it out for the "
+                         "default")
+    return list(value)
+
+
+def _number(name: str, value: object) -> float | None:
+    # Numbers travel as float64; whether the dtype holds a fill value (1.5
     # or 300 for uint8) is the reader's check, which must see the value given.
     if value is None:
         return None
@@ -282,10 +297,10 @@ def _fill_value(value: object) -> float | None:
         except OverflowError:
             f = float("inf")
         if f != n:
-            raise ValueError(f"fill_value: {n} cannot be passed exactly (fill values travel as "
-                             "float64, which holds every int only up to 2**53)")
+            raise ValueError(f"{name}: {n} cannot be passed exactly (it travels as a float64, "
+                             "which holds every int only up to 2**53)")
         return f
-    raise TypeError(f"fill_value: expected a bool, int or float, found {_found(value)}")
+    raise TypeError(f"{name}: expected a bool, int or float, found {_found(value)}")
 
 
 def _format(value: object) -> str:
@@ -325,10 +340,41 @@ def _renamed(where: str, deprecated: dict[str, Any], renames: dict[str, str],
 
 # The formats whose columns are decoded into a type of the caller's choice (astype=).
 _COLUMNAR = ("parquet", "arrow")
+# The format options are the C++ option table's (shardload/format.hpp), checked by their
+# kind; a name of the table's gets the checks of its kind unless named here (messages that
+# speak of what the option holds).
+_KIND_CHECKS: dict[str, Callable[[str, object], object]] = {
+    "dtype": lambda name, value: _dtype(value, name),
+    "dims": lambda name, value: _shape(value, name),
+    "count": _count,
+    "text": _text,
+    "text_list": _text_list,
+    "number": _number,
+}
+_NAMED_CHECKS: dict[str, Callable[[str, object], object]] = {
+    "columns": lambda name, value: _columns(value),
+}
+_FORMAT_CHECKS = {name: _NAMED_CHECKS.get(name, _KIND_CHECKS[kind])
+                  for name, kind in _core.format_option_rows()}
 # discover()'s options, as every entry point that discovers takes them.
-_DISCOVER_OPTIONS = ("pattern", "format", "dtype", "trailing_shape", "header_bytes", "dataset",
-                     "columns", "fill_value", "trust_manifest")
+_DISCOVER_OPTIONS = ("pattern", "format", *_FORMAT_CHECKS, "trust_manifest")
 _OPTION_RENAMES = {"shape": "trailing_shape"}
+
+
+class DiscoverOptions(TypedDict, total=False):
+    """The keywords of :func:`discover`, which :func:`load`, :func:`batches`, :func:`index`
+    and :func:`discover_once` take as well (``**options``); see :func:`discover`."""
+
+    pattern: str | bytes | None
+    format: str
+    dtype: DTypeLike | None
+    trailing_shape: Sequence[int] | int | None
+    header_bytes: int | None
+    footer_bytes: int | None
+    dataset: str | None
+    columns: Sequence[str] | None
+    fill_value: float | None
+    trust_manifest: bool
 
 
 @dataclasses.dataclass(frozen=True)
@@ -338,57 +384,54 @@ class _Options:
 
     pattern: str | bytes | None
     format: str
-    dtype: str | None
-    trailing_shape: list[int] | None
-    header_bytes: int | None
-    dataset: str
-    columns: list[str]
-    fill_value: float | None
+    values: dict[str, object]  # the format options by the table's names; None: the default
     trust_manifest: bool
     given: tuple[str, ...]  # the options passed, in _DISCOVER_OPTIONS order
 
-    def format_args(self, dtype: str | None = None) -> tuple:
-        """The format options in the order the bindings take them; ``dtype`` in place of
-        the option's (the type parquet/arrow columns are decoded into)."""
-        return (self.format, self.dtype if dtype is None else dtype, self.trailing_shape,
-                self.header_bytes, self.dataset, self.columns, self.fill_value)
+    @property
+    def dtype(self) -> str | None:
+        return self.values.get("dtype")  # type: ignore[return-value]
+
+    def format_args(self, dtype: str | None = None) -> dict[str, object]:
+        """The format options as the bindings take them; ``dtype`` in place of the option's
+        (the type parquet/arrow columns are decoded into)."""
+        args: dict[str, object] = {"format": self.format, **self.values}
+        if dtype is not None:
+            args["dtype"] = dtype
+        return args
 
 
-def _options(where: str, *, pattern: object = None, format: object = "auto",
-             dtype: object = None, trailing_shape: object = None, header_bytes: object = None,
-             dataset: object = None, columns: object = None, fill_value: object = None,
-             trust_manifest: object = False, deprecated: dict[str, Any] | None = None,
-             layout: bool = False) -> _Options:
-    """Checks discover()'s options for the entry point ``where``: the same types, values and
-    messages for all of them. ``deprecated`` holds the keywords beyond the entry point's own
-    (old spellings, such as ``shape=`` for ``trailing_shape=``). With ``layout`` (the source
-    is a Layout) any option passed is a TypeError, whatever its value."""
+def _options(where: str, options: Mapping[str, object], *, layout: bool = False) -> _Options:
+    """Checks discover()'s options for the entry point ``where`` (``options``: the keywords it
+    got beyond its own): the same types, values and messages for all of them. Old spellings
+    (``shape=`` for ``trailing_shape=``) are taken with a DeprecationWarning; any other name
+    is the TypeError Python gives. With ``layout`` (the source is a Layout) any option passed
+    is a TypeError, whatever its value."""
+    given: dict[str, Any] = dict(options)
+    deprecated = {k: given.pop(k) for k in list(given) if k not in _DISCOVER_OPTIONS}
     if deprecated:
         # The caller of the entry point that called this.
-        renamed = _renamed(where, deprecated, _OPTION_RENAMES,
-                           {"trailing_shape": trailing_shape}, stacklevel=4)
-        trailing_shape = renamed["trailing_shape"]
+        given = _renamed(where, deprecated, _OPTION_RENAMES, given, stacklevel=4)
+    pattern = given.get("pattern")
+    format = given.get("format", "auto")
+    trust_manifest = given.get("trust_manifest", False)
     if layout:
-        passed = {"pattern": pattern, "format": None if format == "auto" else format,
-                  "dtype": dtype, "trailing_shape": trailing_shape,
-                  "header_bytes": header_bytes, "dataset": dataset, "columns": columns,
-                  "fill_value": fill_value, "trust_manifest": trust_manifest or None}
-        given = [n for n in _DISCOVER_OPTIONS if passed[n] is not None]
-        if given:
-            raise TypeError(f"{where}: {', '.join(given)} cannot be passed with a Layout, "
+        passed = {**given, "format": None if format == "auto" else format,
+                  "trust_manifest": trust_manifest or None}
+        named = [n for n in _DISCOVER_OPTIONS if passed.get(n) is not None]
+        if named:
+            raise TypeError(f"{where}: {', '.join(named)} cannot be passed with a Layout, "
                             "which keeps the options it was discovered with; pass them to "
                             "discover()")
-    checked = dict(
-        pattern=_pattern(pattern), format=_format(format), dtype=_dtype(dtype),
-        trailing_shape=_shape(trailing_shape), header_bytes=_header_bytes(header_bytes),
-        dataset=_text("dataset", dataset) or "", columns=_columns(columns),
-        fill_value=_fill_value(fill_value), trust_manifest=_bool("trust_manifest", trust_manifest))
-    passed = {"pattern": pattern, "format": None if format == "auto" else format,
-              "dtype": dtype, "trailing_shape": trailing_shape, "header_bytes": header_bytes,
-              "dataset": dataset, "columns": columns, "fill_value": fill_value,
-              "trust_manifest": True if checked["trust_manifest"] else None}
-    return _Options(**checked,
-                    given=tuple(n for n in _DISCOVER_OPTIONS if passed[n] is not None))
+    checked_pattern = _pattern(pattern)
+    checked_format = _format(format)
+    values = {name: check(name, given.get(name)) for name, check in _FORMAT_CHECKS.items()}
+    checked_trust = _bool("trust_manifest", trust_manifest)
+    passed = {**given, "format": None if format == "auto" else format,
+              "trust_manifest": True if checked_trust else None}
+    return _Options(pattern=checked_pattern, format=checked_format, values=values,
+                    trust_manifest=checked_trust,
+                    given=tuple(n for n in _DISCOVER_OPTIONS if passed.get(n) is not None))
 
 
 def _dtype_text(dt: np.dtype) -> str:
@@ -652,17 +695,8 @@ _document_layout()
 def discover(
     source: SourceLike,
     *,
-    pattern: str | bytes | None = None,
-    format: str = "auto",
-    dtype: DTypeLike | None = None,
-    trailing_shape: Sequence[int] | int | None = None,
-    header_bytes: int | None = None,
-    dataset: str | None = None,
-    columns: Sequence[str] | None = None,
-    fill_value: float | None = None,
-    trust_manifest: bool = False,
     astype: DTypeLike | None = None,
-    **deprecated: Any,
+    **options: Unpack[DiscoverOptions],
 ) -> Layout:
     """Finds and validates the shards of a dataset without reading their data.
 
@@ -696,6 +730,9 @@ def discover(
             1-D data; an int n means ``(n,)``). ``shape=`` is its deprecated
             spelling.
         header_bytes: raw: bytes to skip at the start of each file (an int >= 0).
+        footer_bytes: raw: bytes to skip at the end of each file (an int >= 0), such as
+            the record length that ends a Fortran unformatted file's record
+            (``header_bytes=4, footer_bytes=4`` reads one such record per file).
         dataset: hdf5: the dataset in each file; zarr: the array in each store;
             npz: the array in each archive (default: its only one).
         columns: parquet/arrow: a list of column names (default: every numeric
@@ -729,18 +766,15 @@ def discover(
             the message names the file and what was expected and found.
     """
     source = _source(source)
-    options = _options("discover", pattern=pattern, format=format, dtype=dtype,
-                       trailing_shape=trailing_shape, header_bytes=header_bytes,
-                       dataset=dataset, columns=columns, fill_value=fill_value,
-                       trust_manifest=trust_manifest, deprecated=deprecated)
-    return _decoded(lambda o, dt: _discover(source, o, dt), options, _astype(astype),
+    checked = _options("discover", options)
+    return _decoded(lambda o, dt: _discover(source, o, dt), checked, _astype(astype),
                     "discover", cast_after=False, source=source)
 
 
 def _discover(source: object, options: _Options, dtype: str | None = None) -> Layout:
     """discover() of checked options in this process; ``dtype`` as in
     :meth:`_Options.format_args`."""
-    return _core.discover(source, options.pattern, *options.format_args(dtype),
+    return _core.discover(source, options.pattern, options.format_args(dtype),
                           options.trust_manifest)
 
 
@@ -945,22 +979,13 @@ ProgressCallback = Callable[[LoadProgress], object]
 def load(
     source: SourceLike | Layout,
     *,
-    pattern: str | bytes | None = None,
     overdecompose: int = 1,
-    format: str = "auto",
-    dtype: DTypeLike | None = None,
-    trailing_shape: Sequence[int] | int | None = None,
-    header_bytes: int | None = None,
-    dataset: str | None = None,
-    columns: Sequence[str] | None = None,
-    fill_value: float | None = None,
     row_range: "tuple[int | None, int | None] | slice | None" = None,
     astype: DTypeLike | None = None,
     info: bool = False,
     progress: ProgressCallback | None = None,
     reader: str | None = None,
-    trust_manifest: bool = False,
-    **deprecated: Any,
+    **options: Unpack[DiscoverOptions],
 ) -> "cupynumeric.ndarray | tuple[cupynumeric.ndarray, LoadInfo]":
     """Loads a sharded dataset into one distributed ``cupynumeric.ndarray``.
 
@@ -1036,15 +1061,11 @@ def load(
     """
     t_call = time.perf_counter()
     _check_thread("shardload.load")
-    if deprecated:
-        row_range = _renamed("load", {k: v for k, v in deprecated.items() if k == "rows"},
-                             {"rows": "row_range"}, {"row_range": row_range})["row_range"]
-        deprecated = {k: v for k, v in deprecated.items() if k != "rows"}
-    options = _options("load", pattern=pattern, format=format, dtype=dtype,
-                       trailing_shape=trailing_shape, header_bytes=header_bytes,
-                       dataset=dataset, columns=columns, fill_value=fill_value,
-                       trust_manifest=trust_manifest, deprecated=deprecated,
-                       layout=isinstance(source, Layout) and reader is None)
+    given: dict[str, Any] = dict(options)
+    if "rows" in given:
+        row_range = _renamed("load", {"rows": given.pop("rows")}, {"rows": "row_range"},
+                             {"row_range": row_range})["row_range"]
+    checked = _options("load", given, layout=isinstance(source, Layout) and reader is None)
     k = _overdecompose(overdecompose)
     _bool("info", info)
     cast = _astype(astype)
@@ -1056,18 +1077,18 @@ def load(
 
         others = {"info": info or None, "progress": progress,
                   "a Layout": source if isinstance(source, Layout) else None}
-        passed = [n for n in options.given if n != "pattern"]
+        passed = [n for n in checked.given if n != "pattern"]
         passed += [name for name, value in others.items() if value is not None]
         if passed:
             raise TypeError(f"load: {', '.join(passed)} cannot be passed with reader=, whose "
                             "functions say what the files hold")
-        return _readers.load(source, reader, pattern=options.pattern, overdecompose=k,
+        return _readers.load(source, reader, pattern=checked.pattern, overdecompose=k,
                              row_range=row_range, astype=cast)
     if isinstance(source, Layout):
         layout = source
     else:
         source = _source(source)
-        layout = _decoded(lambda o, dt: _discover_for_job(source, o, dt), options, cast, "load",
+        layout = _decoded(lambda o, dt: _discover_for_job(source, o, dt), checked, cast, "load",
                           cast_after=True, source=source)
         if layout.manifest_state is not ManifestState.NONE:
             # A manifest that could not be used is worth a look; one used or absent is not.

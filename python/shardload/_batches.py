@@ -3,12 +3,12 @@ Legate's memory, over the binding's ``Batches`` (src/legate/batches.cc)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Iterator, Sequence
+from typing import TYPE_CHECKING, Iterator, Unpack
 
 import numpy as np
 
 from . import _api
-from ._api import (DTypeLike, Layout, SourceLike, _astype, _check_legate_dims,
+from ._api import (DiscoverOptions, DTypeLike, Layout, SourceLike, _astype, _check_legate_dims,
                    _check_thread, _int, _overdecompose, _start_runtime)
 
 if TYPE_CHECKING:
@@ -73,18 +73,9 @@ def batches(
     rows_per_batch: int,
     *,
     prefetch: int = 1,
-    pattern: str | bytes | None = None,
-    format: str = "auto",
-    dtype: DTypeLike | None = None,
-    trailing_shape: Sequence[int] | int | None = None,
-    header_bytes: int | None = None,
-    dataset: str | None = None,
-    columns: Sequence[str] | None = None,
-    fill_value: float | None = None,
-    trust_manifest: bool = False,
     overdecompose: int = 1,
     astype: DTypeLike | None = None,
-    **deprecated: Any,
+    **options: Unpack[DiscoverOptions],
 ) -> Iterator["cupynumeric.ndarray"]:
     """Iterates over a dataset in batches of ``rows_per_batch`` consecutive rows (the last may
     be shorter), each a ``cupynumeric.ndarray`` loaded in parallel as :func:`load` loads, while
@@ -138,11 +129,7 @@ def batches(
         RuntimeError: called, or iterated, from a thread other than the main thread.
     """
     _check_thread("shardload.batches")
-    options = _api._options("batches", pattern=pattern, format=format, dtype=dtype,
-                            trailing_shape=trailing_shape, header_bytes=header_bytes,
-                            dataset=dataset, columns=columns, fill_value=fill_value,
-                            trust_manifest=trust_manifest, deprecated=deprecated,
-                            layout=isinstance(source, Layout))
+    checked = _api._options("batches", options, layout=isinstance(source, Layout))
     rpb = _int("rows_per_batch", rows_per_batch)
     if rpb < 1:
         raise ValueError(f"rows_per_batch: expected an int >= 1, found {rpb}")
@@ -155,7 +142,7 @@ def batches(
         layout = source
     else:
         source = _api._source(source)
-        layout = _api._decoded(lambda o, dt: _api._discover_for_job(source, o, dt), options,
+        layout = _api._decoded(lambda o, dt: _api._discover_for_job(source, o, dt), checked,
                                cast, "batches", cast_after=True, source=source)
     # Past the int64 range no batch is shorter than the dataset anyway.
     rpb = min(rpb, max(layout.total_rows, 1))

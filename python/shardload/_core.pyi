@@ -58,16 +58,15 @@ class Layout:
 def discover(
     source: Union[_Path, Sequence[_Path]],
     pattern: Union[str, bytes, None] = None,
-    format: str = "auto",
-    dtype: str | None = None,
-    trailing_shape: Sequence[int] | None = None,
-    header_bytes: int | None = None,
-    dataset: str = "",
-    columns: Sequence[str] = ...,
-    fill_value: float | None = None,
+    options: dict[str, object] = ...,
     trust_manifest: bool = False,
     use_manifest: bool = True,
-) -> Layout: ...
+) -> Layout:
+    """``options``: "format" and the option table's names (format_option_rows), values
+    checked by the package; None keeps the default."""
+
+def format_option_rows() -> list[tuple[str, str]]:
+    """(name, kind) of each row of the C++ format option table, in order."""
 def resolve(source: Union[_Path, Sequence[_Path]], pattern: Union[str, bytes, None] = None) -> list[str]:
     """The source's paths in order (no file opened); errors as discover's."""
 

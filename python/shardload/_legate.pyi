@@ -47,13 +47,7 @@ def discover_once(
     source: bytes,
     pattern: bytes,
     trust_manifest: bool = False,
-    format: str = "auto",
-    dtype: str | None = None,
-    trailing_shape: list[int] | None = None,
-    header_bytes: int | None = None,
-    dataset: str = "",
-    columns: list[str] = ...,
-    fill_value: float | None = None,
+    options: dict[str, object] = ...,
 ) -> tuple[bytes, str, str]:
     """(the encoded layout, its manifest_status, the name of its manifest_state)"""
 class _SaveInfo(TypedDict):

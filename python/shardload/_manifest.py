@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Any, Sequence
+from typing import Unpack
 
 from . import _api, _core
-from ._api import DTypeLike, Layout, _Options, _bool, _found, _int
+from ._api import DiscoverOptions, DTypeLike, Layout, _Options, _bool, _found, _int
 
 __all__ = ["ChecksumMismatch", "index", "verify", "discover_once", "MANIFEST_NAME"]
 
@@ -51,17 +51,8 @@ def index(
     source: str | bytes | os.PathLike,
     *,
     checksum: str = "none",
-    pattern: str | bytes | None = None,
-    format: str = "auto",
-    dtype: DTypeLike | None = None,
-    trailing_shape: Sequence[int] | int | None = None,
-    header_bytes: int | None = None,
-    dataset: str | None = None,
-    columns: Sequence[str] | None = None,
-    fill_value: float | None = None,
-    trust_manifest: bool = False,
     astype: DTypeLike | None = None,
-    **deprecated: Any,
+    **options: Unpack[DiscoverOptions],
 ) -> str:
     """Discovers a directory of shards by probing every file and writes its manifest.
 
@@ -89,11 +80,8 @@ def index(
         LayoutError: the shards do not form a dataset, a file changed while its checksum
             was computed, or the manifest cannot be written (the message names the file).
     """
-    options = _api._options("index", pattern=pattern, format=format, dtype=dtype,
-                            trailing_shape=trailing_shape, header_bytes=header_bytes,
-                            dataset=dataset, columns=columns, fill_value=fill_value,
-                            trust_manifest=trust_manifest, deprecated=deprecated)
-    if options.trust_manifest:
+    checked = _api._options("index", options)
+    if checked.trust_manifest:
         raise ValueError("trust_manifest: index() probes every file to write a new manifest, "
                          "so no manifest can be trusted here; leave it out")
     cast = _api._astype(astype)
@@ -106,10 +94,10 @@ def index(
 
     def probe(o: _Options, dtype: str | None) -> Layout:
         # The files themselves: the manifest being replaced must not describe the dataset.
-        return _core.discover(directory, o.pattern, *o.format_args(dtype), False, False)
+        return _core.discover(directory, o.pattern, o.format_args(dtype), False, False)
 
-    layout = _api._decoded(probe, options, cast, "index", cast_after=False, source=directory)
-    return _core.write_manifest(layout, directory, checksum, options.pattern)
+    layout = _api._decoded(probe, checked, cast, "index", cast_after=False, source=directory)
+    return _core.write_manifest(layout, directory, checksum, checked.pattern)
 
 
 def verify(source: str | bytes | os.PathLike, *, groups: int | None = None,
@@ -155,17 +143,8 @@ def verify(source: str | bytes | os.PathLike, *, groups: int | None = None,
 def discover_once(
     source: str | bytes | os.PathLike,
     *,
-    pattern: str | bytes | None = None,
-    format: str = "auto",
-    dtype: DTypeLike | None = None,
-    trailing_shape: Sequence[int] | int | None = None,
-    header_bytes: int | None = None,
-    dataset: str | None = None,
-    columns: Sequence[str] | None = None,
-    fill_value: float | None = None,
-    trust_manifest: bool = False,
     astype: DTypeLike | None = None,
-    **deprecated: Any,
+    **options: Unpack[DiscoverOptions],
 ) -> Layout:
     """Discovers a dataset in one Legate task for the whole job.
 
@@ -187,13 +166,10 @@ def discover_once(
     if not isinstance(source, (str, bytes, os.PathLike)):
         raise TypeError(f"source: expected a path (str, bytes or os.PathLike), found "
                         f"{_found(source)}")
-    options = _api._options("discover_once", pattern=pattern, format=format, dtype=dtype,
-                            trailing_shape=trailing_shape, header_bytes=header_bytes,
-                            dataset=dataset, columns=columns, fill_value=fill_value,
-                            trust_manifest=trust_manifest, deprecated=deprecated)
+    checked = _api._options("discover_once", options)
     cast = _api._astype(astype)
     _api._check_thread("shardload.discover_once")
-    return _api._decoded(lambda o, dt: _discover_once(source, o, dt), options, cast,
+    return _api._decoded(lambda o, dt: _discover_once(source, o, dt), checked, cast,
                          "discover_once", cast_after=False, source=source)
 
 
@@ -206,5 +182,5 @@ def _discover_once(source: str | bytes | os.PathLike, options: _Options,
     pattern = options.pattern
     encoded, status, state = _legate.discover_once(
         os.fsencode(source), os.fsencode(pattern) if pattern else b"", options.trust_manifest,
-        *options.format_args(dtype))
+        options.format_args(dtype))
     return _core.decode_layout(encoded, status, state)

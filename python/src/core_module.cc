@@ -10,6 +10,7 @@
 
 #include "base/detail/bytes.hpp"
 #include "errors.hpp"
+#include "options.hpp"
 #include "shardload/codec.hpp"
 #include "shardload/fill.hpp"
 #include "shardload/format.hpp"
@@ -142,25 +143,13 @@ PYBIND11_MODULE(_core, m) {
 
   m.def(
       "discover",
-      [](const py::object& source, const py::object& pattern, const std::string& format,
-         const std::optional<std::string>& dtype,
-         const std::optional<std::vector<std::int64_t>>& trailing_shape,
-         const std::optional<std::uint64_t>& header_bytes, const std::string& dataset,
-         const std::vector<std::string>& columns, const std::optional<double>& fill_value,
+      [](const py::object& source, const py::object& pattern, const py::dict& options,
          bool trust_manifest, bool use_manifest) {
         Source src = make_source(source, pattern);
         DiscoverOptions opts;
         opts.trust_manifest = trust_manifest;
         opts.use_manifest = use_manifest;
-        opts.format.format = unwrap(parse_format(format));
-        if (dtype) {
-          if (Status st = set_dtype_option(*dtype, &opts.format); !st) raise(st);
-        }
-        opts.format.trailing_shape = trailing_shape;
-        opts.format.header_bytes = header_bytes;
-        opts.format.dataset = dataset;
-        opts.format.columns = columns;
-        opts.format.fill_value = fill_value;
+        opts.format = python::format_options_from(options);
         Result<Layout> l = [&] {
           py::gil_scoped_release release;
           return try_discover(src, opts);
@@ -168,11 +157,10 @@ PYBIND11_MODULE(_core, m) {
         if (!l) raise(l.status().with_context("loading " + src.describe()));
         return std::move(l).value();
       },
-      py::arg("source"), py::arg("pattern") = py::none(), py::arg("format") = "auto",
-      py::arg("dtype") = py::none(), py::arg("trailing_shape") = py::none(),
-      py::arg("header_bytes") = py::none(), py::arg("dataset") = "",
-      py::arg("columns") = std::vector<std::string>{}, py::arg("fill_value") = py::none(),
+      py::arg("source"), py::arg("pattern") = py::none(), py::arg("options") = py::dict(),
       py::arg("trust_manifest") = false, py::arg("use_manifest") = true);
+  // The format option table's (name, kind) rows, from which the package checks its keywords.
+  m.def("format_option_rows", &python::format_option_rows);
 
   // The manifest (shardload/manifest.hpp); shardload._manifest is its Python API.
   m.def(

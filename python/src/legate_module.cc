@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "errors.hpp"
+#include "options.hpp"
 #include "shardload/batches.hpp"
 #include "shardload/codec.hpp"
 #include "shardload/legate.hpp"
@@ -139,29 +140,11 @@ PYBIND11_MODULE(_legate, m) {
   m.def(
       "discover_once",
       [](const py::bytes& source, const py::bytes& pattern, bool trust_manifest,
-         const std::string& format, const std::optional<std::string>& dtype,
-         const std::optional<std::vector<std::int64_t>>& trailing_shape,
-         const std::optional<std::uint64_t>& header_bytes, const std::string& dataset,
-         const std::vector<std::string>& columns, const std::optional<double>& fill_value) {
+         const py::dict& options) {
         const std::string src = source;
         const std::string pat = pattern;
         // The options as _core.discover converts them (the Python side checked them).
-        shardload::FormatOptions opts;
-        auto unwrap = [](auto r) {
-          if (!r) shardload::throw_status(r.status(), shardload::ErrorSite::kDiscover);
-          return std::move(r).value();
-        };
-        opts.format = unwrap(shardload::parse_format(format));
-        if (dtype) {
-          if (auto st = shardload::set_dtype_option(*dtype, &opts); !st) {
-            shardload::throw_status(st, shardload::ErrorSite::kDiscover);
-          }
-        }
-        opts.trailing_shape = trailing_shape;
-        opts.header_bytes = header_bytes;
-        opts.dataset = dataset;
-        opts.columns = columns;
-        opts.fill_value = fill_value;
+        const shardload::FormatOptions opts = shardload::python::format_options_from(options);
         shardload::Layout layout;
         {
           py::gil_scoped_release release;
@@ -173,10 +156,7 @@ PYBIND11_MODULE(_legate, m) {
                               shardload::manifest_state_name(layout.manifest_state));
       },
       py::arg("source"), py::arg("pattern"), py::arg("trust_manifest") = false,
-      py::arg("format") = "auto", py::arg("dtype") = py::none(),
-      py::arg("trailing_shape") = py::none(), py::arg("header_bytes") = py::none(),
-      py::arg("dataset") = "", py::arg("columns") = std::vector<std::string>{},
-      py::arg("fill_value") = py::none());
+      py::arg("options") = py::dict());
 
   m.def(
       "handle",

@@ -1,5 +1,10 @@
 #include "shardload/format.hpp"
 
+#include <algorithm>
+#include <cctype>
+#include <charconv>
+#include <cstdio>
+#include <cstdlib>
 #include <string_view>
 
 namespace shardload {
@@ -10,6 +15,114 @@ Status set_dtype_option(std::string_view text, FormatOptions* options) {
   options->dtype = dtype;
   if (!text.empty() && (text[0] == '<' || text[0] == '>')) options->big_endian = big;
   return Status::ok();
+}
+
+}  // namespace shardload
+
+namespace shardload {
+
+const FormatOptionSpec* find_format_option(std::string_view name, bool cli) {
+  for (const auto& row : format_option_table()) {
+    std::string key = row.name;
+    if (cli) std::replace(key.begin(), key.end(), '_', '-');
+    if (key == name) return &row;
+  }
+  return nullptr;
+}
+
+namespace {
+
+bool parse_int64(std::string_view text, std::int64_t* out) {
+  const auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), *out);
+  return ec == std::errc() && p == text.data() + text.size();
+}
+
+Status expected(const char* what, std::string_view text) {
+  return {ErrorCode::kInvalidArgument,
+          std::string("expected ") + what + ", found '" + std::string(text) + "'"};
+}
+
+}  // namespace
+
+Result<OptionValue> parse_option_text(OptionKind kind, std::string_view text) {
+  switch (kind) {
+    case OptionKind::kDType:
+    case OptionKind::kText:
+      return OptionValue(std::string(text));
+    case OptionKind::kDims: {
+      std::vector<std::int64_t> dims;
+      for (std::size_t start = 0; !text.empty() && start <= text.size();) {
+        const auto comma = text.find(',', start);
+        std::int64_t d = 0;
+        if (!parse_int64(
+                text.substr(start, comma == std::string_view::npos ? comma : comma - start), &d)) {
+          return expected("DIM[,DIM...] or '' for 1-D", text);
+        }
+        dims.push_back(d);
+        if (comma == std::string_view::npos) break;
+        start = comma + 1;
+      }
+      // Refused as Python's trailing_shape= refuses a negative dimension (ValueError).
+      if (std::any_of(dims.begin(), dims.end(), [](std::int64_t d) { return d < 0; })) {
+        return Status(ErrorCode::kInvalidArgument,
+                      "dimensions must be >= 0, found '" + std::string(text) + "'");
+      }
+      return OptionValue(std::move(dims));
+    }
+    case OptionKind::kCount: {
+      std::int64_t n = 0;
+      if (!parse_int64(text, &n) || n < 0) return expected("an integer >= 0", text);
+      return OptionValue(static_cast<std::uint64_t>(n));
+    }
+    case OptionKind::kTextList: {
+      std::vector<std::string> items;
+      for (std::size_t start = 0; start <= text.size();) {
+        const auto comma = text.find(',', start);
+        items.emplace_back(
+            text.substr(start, comma == std::string_view::npos ? comma : comma - start));
+        if (comma == std::string_view::npos) break;
+        start = comma + 1;
+      }
+      return OptionValue(std::move(items));
+    }
+    case OptionKind::kNumber: {
+      const std::string s(text);
+      char* end = nullptr;
+      const double d = std::strtod(s.c_str(), &end);
+      // strtod skips leading spaces, which no other number option takes.
+      if (s.empty() || std::isspace(static_cast<unsigned char>(s[0])) != 0 ||
+          end != s.c_str() + s.size()) {
+        return expected("a number", text);
+      }
+      return OptionValue(d);
+    }
+  }
+  return Status(ErrorCode::kInvalidArgument, "unknown option kind");
+}
+
+std::string option_value_text(const OptionValue& value, OptionKind kind) {
+  switch (kind) {
+    case OptionKind::kDType:
+      return std::get<std::string>(value);
+    case OptionKind::kText:
+      return "'" + std::get<std::string>(value) + "'";
+    case OptionKind::kDims:
+      return shape_string(std::get<std::vector<std::int64_t>>(value));
+    case OptionKind::kCount:
+      return std::to_string(std::get<std::uint64_t>(value));
+    case OptionKind::kTextList: {
+      std::string out = "[";
+      const auto& items = std::get<std::vector<std::string>>(value);
+      for (std::size_t i = 0; i < items.size(); ++i) out += (i ? ", " : "") + items[i];
+      return out + "]";
+    }
+    case OptionKind::kNumber: {
+      char buf[40];
+      std::snprintf(buf, sizeof buf, "%.17g", std::get<double>(value));
+      return buf;
+    }
+  }
+  return {};
 }
 
 }  // namespace shardload

@@ -98,18 +98,33 @@ void print_options(const std::vector<OptionSpec>& options, std::ostream& out) {
 
 }  // namespace
 
+// The flags of the format option table (shardload/format.hpp), led by --format and with
+// --astype, the command line's name for the type parquet/arrow decode into, after --dtype.
 const std::vector<OptionSpec>& format_option_specs() {
-  static const std::vector<OptionSpec> specs{
-      {"format", "F", "npy, npz, raw, hdf5, parquet, arrow, zarr or auto (the default: by extension)"},
-      {"dtype", "T", "raw: the stored element type (float32, >f4, ...)"},
-      {"astype", "T", "parquet/arrow: the type to decode the columns into"},
-      {"trailing-shape", "D[,D...]",
-       "raw: the shape of one row after the first axis ('' for 1-D data)", true},
-      {"header-bytes", "N", "raw: bytes to skip at the start of each file"},
-      {"dataset", "NAME", "hdf5: the dataset in each file; zarr: the array in each store; npz: the array in each archive"},
-      {"columns", "A[,B...]", "parquet/arrow: the columns to read (default: every numeric one)"},
-      {"fill-value", "X", "parquet/arrow: the value for nulls (default: a null is an error)"},
-  };
+  static const std::vector<std::string> flags = [] {
+    std::vector<std::string> f;
+    for (const auto& row : format_option_table()) {
+      std::string flag = row.name;
+      std::replace(flag.begin(), flag.end(), '_', '-');
+      f.push_back(std::move(flag));
+    }
+    return f;
+  }();
+  static const std::vector<OptionSpec> specs = [] {
+    std::vector<OptionSpec> out{
+        {"format", "F",
+         "npy, npz, raw, hdf5, parquet, arrow, zarr or auto (the default: by extension)"}};
+    const auto table = format_option_table();
+    for (std::size_t i = 0; i < table.size(); ++i) {
+      // Only a list of dimensions means something when empty ('' is 1-D data).
+      out.push_back(
+          {flags[i].c_str(), table[i].metavar, table[i].help, table[i].kind == OptionKind::kDims});
+      if (table[i].kind == OptionKind::kDType) {
+        out.push_back({"astype", "T", "parquet/arrow: the type to decode the columns into"});
+      }
+    }
+    return out;
+  }();
   return specs;
 }
 
@@ -392,46 +407,20 @@ Status parse_format_options(const std::map<std::string, std::string>& opts, Form
   if (astype != nullptr && out->format != Format::kAuto && !decodes_into(out->format)) {
     return {ErrorCode::kInvalidArgument, astype_refusal(out->format)};
   }
-  if (const auto* v = get("trailing-shape")) {
-    std::vector<long long> dims;
-    if (!v->empty() && !parse_int_list(*v, &dims)) {
-      return {ErrorCode::kInvalidArgument,
-              "--trailing-shape: expected DIM[,DIM...] or '' for 1-D, found '" + *v + "'"};
+  // The rest by the table: each flag's text parsed by its kind, the one parser.
+  for (const auto& row : format_option_table()) {
+    if (row.kind == OptionKind::kDType) continue;  // --dtype and --astype above
+    std::string flag = row.name;
+    std::replace(flag.begin(), flag.end(), '_', '-');
+    const auto* v = get(flag.c_str());
+    if (v == nullptr) continue;
+    auto value = parse_option_text(row.kind, *v);
+    if (!value) {
+      return {ErrorCode::kInvalidArgument, "--" + flag + ": " + value.status().message()};
     }
-    // A usage error, as Python's shape= refuses a negative dimension (ValueError).
-    if (std::any_of(dims.begin(), dims.end(), [](long long d) { return d < 0; })) {
-      return {ErrorCode::kInvalidArgument,
-              "--trailing-shape: dimensions must be >= 0, found '" + *v + "'"};
+    if (Status st = row.set(*value, out); !st) {
+      return {ErrorCode::kInvalidArgument, "--" + flag + ": " + st.message()};
     }
-    out->trailing_shape = std::vector<std::int64_t>(dims.begin(), dims.end());
-  }
-  if (const auto* v = get("header-bytes")) {
-    long long n = 0;
-    if (!parse_int(*v, &n) || n < 0) {
-      return {ErrorCode::kInvalidArgument,
-              "--header-bytes: expected an integer >= 0, found '" + *v + "'"};
-    }
-    out->header_bytes = static_cast<std::uint64_t>(n);
-  }
-  if (const auto* v = get("dataset")) out->dataset = *v;
-  if (const auto* v = get("columns")) {
-    std::size_t start = 0;
-    while (start <= v->size()) {
-      const auto comma = v->find(',', start);
-      out->columns.push_back(v->substr(start, comma == std::string::npos ? comma : comma - start));
-      if (comma == std::string::npos) break;
-      start = comma + 1;
-    }
-  }
-  if (const auto* v = get("fill-value")) {
-    char* end = nullptr;
-    const double d = std::strtod(v->c_str(), &end);
-    // strtod skips leading spaces, which no other number option takes.
-    if (v->empty() || std::isspace(static_cast<unsigned char>((*v)[0])) != 0 ||
-        end != v->c_str() + v->size()) {
-      return {ErrorCode::kInvalidArgument, "--fill-value: expected a number, found '" + *v + "'"};
-    }
-    out->fill_value = d;
   }
   return Status::ok();
 }

@@ -6,6 +6,7 @@
 #include <iosfwd>
 #include <map>
 #include <optional>
+#include <ostream>
 #include <set>
 #include <string>
 #include <vector>
@@ -110,11 +111,30 @@ struct ReadArgs {
 std::optional<int> parse_read_args(const Args& args, ReadArgs* out);
 #ifdef SHARDLOAD_WITH_LEGATE
 int cmd_read(const ReadArgs& args);
+
+// The streams of a command that runs under Legate (call after legate::start()). Under
+// control replication every rank runs the program and sees the same results; only the first
+// rank speaks, so a multi-node run prints once: elsewhere `out` and `err` discard.
+class RankStreams {
+ public:
+  RankStreams();
+  RankStreams(const RankStreams&) = delete;
+  RankStreams& operator=(const RankStreams&) = delete;
+
+  const bool speaks;
+
+ private:
+  std::ostream null_{nullptr};
+
+ public:
+  std::ostream& out;
+  std::ostream& err;
+};
 #endif
 
 // The options that select a format and what to read from it, shared by the
-// commands that discover a layout: --format, --dtype, --astype, --trailing-shape,
-// --header-bytes, --dataset, --columns, --fill-value. --dtype is the stored type (raw);
+// commands that discover a layout: --format, --astype and a flag for each row of the
+// format option table (shardload/format.hpp). --dtype is the stored type (raw);
 // --astype the type parquet/arrow decode into (refused with another --format); not both.
 const std::vector<OptionSpec>& format_option_specs();
 const std::vector<std::string>& format_option_names();

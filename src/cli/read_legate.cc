@@ -135,18 +135,13 @@ int run(const ReadArgs& a, std::ostream& out, std::ostream& err) {
 int cmd_read(const ReadArgs& a) {
   const char* cmd = "read";
   legate::start();
-  // Under control replication every rank runs this program and sees the same
-  // results; only the first rank speaks, so a multi-node run prints once.
-  std::ostream null(nullptr);
-  const bool speaks = legate::Runtime::get_runtime()->node_id() == 0;
-  std::ostream& out = speaks ? std::cout : null;
-  std::ostream& err = speaks ? std::cerr : null;
+  RankStreams io;
   int rc = 1;
   try {
-    rc = run(a, out, err);
+    rc = run(a, io.out, io.err);
   } catch (const Error& e) {
     // Whatever throw_status made of the failure (LayoutError, ShardReadError, ...).
-    err << "shardload " << cmd << ": error: " << cli_spelling(e.status().message()) << "\n";
+    io.err << "shardload " << cmd << ": error: " << cli_spelling(e.status().message()) << "\n";
   }
   const int finish = legate::finish();
   return rc != 0 ? rc : finish;

@@ -36,10 +36,9 @@ int cmd_verify(const Args& args) {
   struct ::stat st {};
   if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) path = manifest_path(path);
   legate::start();
-  std::ostream null(nullptr);
-  const bool speaks = legate::Runtime::get_runtime()->node_id() == 0;
-  std::ostream& out = speaks ? std::cout : null;
-  std::ostream& err = speaks ? std::cerr : null;
+  RankStreams io;
+  std::ostream& out = io.out;
+  std::ostream& err = io.err;
   int rc = 1;
   try {
     const VerifyReport r = verify_manifest(path, groups);

@@ -52,7 +52,7 @@ Status check_fits(const WriteArgs& a) {
 
 int cmd_write_legate(const WriteArgs& a) {
   legate::start();
-  const bool speaks = legate::Runtime::get_runtime()->node_id() == 0;
+  RankStreams io;
   int rc = 1;
   try {
     if (Status fits = check_fits(a); !fits) throw_status(fits, ErrorSite::kWrite);
@@ -68,12 +68,10 @@ int cmd_write_legate(const WriteArgs& a) {
     opts.overwrite = true;
     opts.extra_files = {{"_meta.json", write_meta_json(a, rows)}};
     save(array, a.dir, opts);
-    if (speaks) std::cout << write_summary(a);
+    io.out << write_summary(a);
     rc = 0;
   } catch (const Error& e) {
-    if (speaks) {
-      std::cerr << "shardload write: error: " << cli_spelling(e.status().message()) << "\n";
-    }
+    io.err << "shardload write: error: " << cli_spelling(e.status().message()) << "\n";
   }
   const int finish = legate::finish();
   return rc != 0 ? rc : finish;

@@ -138,44 +138,207 @@ std::size_t common_prefix(const std::vector<Shard>& shards) {
   return n;
 }
 
+// The options are written from their table (shardload/format.hpp), which the codec never
+// names. The first kPositionalOptions rows are written in place, each as its kind dictates,
+// as version 4 wrote them; rows after those, which version 4 did not know, follow only when
+// one is set, flagged in the format's byte (kExtendedOptions) as (row, value) pairs, so that
+// a layout without them encodes as before and one encoding means one layout.
+constexpr std::size_t kPositionalOptions = 6;
+constexpr std::uint8_t kExtendedOptions = 0x80;
+
+void put_value(Writer& w, OptionKind kind, const OptionValue& v) {
+  switch (kind) {
+    case OptionKind::kDType:
+    case OptionKind::kText:
+      w.str(std::get<std::string>(v));
+      break;
+    case OptionKind::kDims:
+      put_dims(w, std::get<std::vector<std::int64_t>>(v));
+      break;
+    case OptionKind::kCount:
+      w.varint(std::get<std::uint64_t>(v));
+      break;
+    case OptionKind::kTextList: {
+      const auto& items = std::get<std::vector<std::string>>(v);
+      w.varint(items.size());
+      for (const auto& c : items) w.str(c);
+      break;
+    }
+    case OptionKind::kNumber:
+      w.f64(std::get<double>(v));
+      break;
+  }
+}
+
+OptionValue get_value(Reader& r, OptionKind kind) {
+  switch (kind) {
+    case OptionKind::kDType:
+    case OptionKind::kText:
+      return r.str();
+    case OptionKind::kDims:
+      return get_dims(r);
+    case OptionKind::kCount:
+      return r.varint();
+    case OptionKind::kTextList: {
+      std::vector<std::string> items(static_cast<std::size_t>(r.count()));
+      for (auto& c : items) c = r.str();
+      return items;
+    }
+    case OptionKind::kNumber:
+      return r.f64();
+  }
+  return {};
+}
+
+// A positional row as version 4 wrote it: a dtype as its codes and a byte order; text and
+// lists bare (empty when unset); the others behind a presence byte.
+void put_positional(Writer& w, const FormatOptionSpec& row, const FormatOptions& o) {
+  const std::optional<OptionValue> v = row.get(o);
+  switch (row.kind) {
+    case OptionKind::kDType: {
+      // The row's text ("float32", ">f4"), which always parses, as its codes and an order.
+      const std::string text = v ? std::get<std::string>(*v) : std::string();
+      bool big = false;
+      const auto d = v ? parse_dtype(text, &big) : Result<DType>(DType{});
+      w.u8(v && d ? 1 : 0);
+      if (v && d) put_dtype(w, *d);
+      const bool ordered = !text.empty() && (text[0] == '<' || text[0] == '>');
+      w.u8(ordered ? (big ? 2 : 1) : 0);
+      return;
+    }
+    case OptionKind::kText:
+      w.str(v ? std::get<std::string>(*v) : std::string());
+      return;
+    case OptionKind::kTextList:
+      put_value(w, row.kind, v ? *v : OptionValue(std::vector<std::string>{}));
+      return;
+    default:
+      w.u8(v ? 1 : 0);
+      if (v) put_value(w, row.kind, *v);
+  }
+}
+
+// The checks of a value's kind that bytes from elsewhere must pass, as every front end's
+// parser makes them.
+Status set_value(const FormatOptionSpec& row, const OptionValue& v, FormatOptions* o) {
+  if (row.kind == OptionKind::kDims) {
+    for (const auto d : std::get<std::vector<std::int64_t>>(v)) {
+      if (d < 0) return {ErrorCode::kInvalidArgument, "negative dimension"};
+    }
+  }
+  if (row.kind == OptionKind::kCount &&
+      std::get<std::uint64_t>(v) > static_cast<std::uint64_t>(INT64_MAX)) {
+    return {ErrorCode::kInvalidArgument, std::string(row.name) + " out of range"};
+  }
+  if (Status st = row.set(v, o); !st) {
+    return {ErrorCode::kInvalidArgument, std::string(row.name) + ": " + st.message()};
+  }
+  return Status::ok();
+}
+
+Status get_positional(Reader& r, const FormatOptionSpec& row, FormatOptions* o) {
+  switch (row.kind) {
+    case OptionKind::kDType: {
+      const bool has = r.u8() != 0;
+      const DType d = has ? get_dtype(r) : DType{};
+      const std::uint8_t order = r.u8();
+      if (!r.ok()) return Status::ok();  // the caller reports the truncation
+      if (order > 2) return {ErrorCode::kInvalidArgument, "byte order out of range"};
+      if (!has) {
+        if (order != 0) return {ErrorCode::kInvalidArgument, "a byte order without a dtype"};
+        return Status::ok();
+      }
+      if (d.name() == "invalid") return {ErrorCode::kInvalidArgument, "unknown dtype code"};
+      const std::string text = order == 0 ? d.name() : (order == 2 ? ">" : "<") + d.code();
+      return set_value(row, text, o);
+    }
+    case OptionKind::kText:
+    case OptionKind::kTextList: {
+      const OptionValue v = get_value(r, row.kind);
+      const bool empty = row.kind == OptionKind::kText
+                             ? std::get<std::string>(v).empty()
+                             : std::get<std::vector<std::string>>(v).empty();
+      if (!r.ok() || empty) return Status::ok();
+      return set_value(row, v, o);
+    }
+    default: {
+      if (r.u8() == 0) return Status::ok();
+      const OptionValue v = get_value(r, row.kind);
+      if (!r.ok()) return Status::ok();
+      return set_value(row, v, o);
+    }
+  }
+}
+
 // The format's code and its options: the head of a layout's encoding, and the whole of an
 // options encoding.
 void put_options(Writer& w, Format format, const FormatOptions& o) {
-  w.u8(static_cast<std::uint8_t>(format));
+  const auto table = format_option_table();
+  std::vector<std::pair<std::size_t, OptionValue>> extended;
+  for (std::size_t i = kPositionalOptions; i < table.size(); ++i) {
+    if (auto v = table[i].get(o)) extended.emplace_back(i, std::move(*v));
+  }
+  w.u8(static_cast<std::uint8_t>(static_cast<std::uint8_t>(format) |
+                                 (extended.empty() ? 0 : kExtendedOptions)));
   // Only after the custom format's code, which no earlier encoding holds: no new version.
   if (format == Format::kCustom) w.str(o.reader);
-  w.u8(o.dtype ? 1 : 0);
-  if (o.dtype) put_dtype(w, *o.dtype);
-  w.u8(o.big_endian ? (*o.big_endian ? 2 : 1) : 0);
-  w.u8(o.trailing_shape ? 1 : 0);
-  if (o.trailing_shape) put_dims(w, *o.trailing_shape);
-  w.u8(o.header_bytes ? 1 : 0);
-  if (o.header_bytes) w.varint(*o.header_bytes);
-  w.str(o.dataset);
-  w.varint(o.columns.size());
-  for (const auto& c : o.columns) w.str(c);
-  w.u8(o.fill_value ? 1 : 0);
-  if (o.fill_value) w.f64(*o.fill_value);
+  for (std::size_t i = 0; i < kPositionalOptions && i < table.size(); ++i) {
+    put_positional(w, table[i], o);
+  }
+  if (extended.empty()) return;
+  w.varint(extended.size());
+  for (const auto& [row, value] : extended) {
+    w.varint(row);
+    put_value(w, table[row].kind, value);
+  }
 }
 
 // Reads what put_options wrote; a fault the reader's state does not show is an error here
 // (the caller checks r.ok() for truncation).
 Status get_options(Reader& r, Format* format, FormatOptions* o) {
-  *format = static_cast<Format>(r.u8());
+  const std::uint8_t code = r.u8();
+  *format = static_cast<Format>(code & ~kExtendedOptions);
   if (*format == Format::kCustom) {
     o->reader = r.str();
     if (r.ok() && o->reader.empty()) {
       return {ErrorCode::kInvalidArgument, "a custom format without a reader name"};
     }
   }
-  if (r.u8() != 0) o->dtype = get_dtype(r);
-  if (const std::uint8_t order = r.u8(); order != 0) o->big_endian = order == 2;
-  if (r.u8() != 0) o->trailing_shape = get_dims(r);
-  if (r.u8() != 0) o->header_bytes = r.varint();
-  o->dataset = r.str();
-  o->columns.resize(static_cast<std::size_t>(r.count()));
-  for (auto& c : o->columns) c = r.str();
-  if (r.u8() != 0) o->fill_value = r.f64();
+  const auto table = format_option_table();
+  for (std::size_t i = 0; i < kPositionalOptions && i < table.size(); ++i) {
+    SHARDLOAD_RETURN_IF_ERROR(get_positional(r, table[i], o));
+  }
+  if ((code & kExtendedOptions) == 0) return Status::ok();
+  const std::uint64_t n = r.count();
+  if (r.ok() && n == 0) return {ErrorCode::kInvalidArgument, "an empty list of options"};
+  std::uint64_t last = 0;
+  for (std::uint64_t k = 0; k < n && r.ok(); ++k) {
+    const std::uint64_t row = r.varint();
+    if (!r.ok()) break;
+    // Each set row once, in table order, so that one encoding means one layout.
+    if (row < kPositionalOptions || row >= table.size() || (k > 0 && row <= last)) {
+      return {ErrorCode::kInvalidArgument,
+              "option row " + std::to_string(row) + " unknown or out of order"};
+    }
+    last = row;
+    const OptionValue v = get_value(r, table[row].kind);
+    if (!r.ok()) break;
+    SHARDLOAD_RETURN_IF_ERROR(set_value(table[row], v, o));
+    if (!table[row].get(*o)) {
+      return {ErrorCode::kInvalidArgument,
+              std::string("option ") + table[row].name + " written at its default"};
+    }
+  }
+  return Status::ok();
+}
+
+// What both decodings check once the options (get_options) and the rest are read.
+Status check_end(const Reader& r, Format format, bool auto_ok) {
+  if (!r.ok()) return {ErrorCode::kInvalidArgument, "truncated or malformed"};
+  if (!r.done()) return {ErrorCode::kInvalidArgument, "trailing bytes"};
+  if (!(auto_ok && format == Format::kAuto) && find_format(format) == nullptr) {
+    return {ErrorCode::kInvalidArgument, "unknown format code"};
+  }
   return Status::ok();
 }
 
@@ -280,11 +443,7 @@ Result<Layout> decode_layout(std::span<const std::uint8_t> bytes) {
     }
     if (!r.ok()) break;
   }
-  if (!r.ok()) return bad("truncated or malformed");
-  if (!r.done()) return bad("trailing bytes");
-  if (find_format(format) == nullptr) {
-    return bad("unknown format code");
-  }
+  if (Status st = check_end(r, format, false); !st) return bad(st.message());
   if (dtype.name() == "invalid") return bad("unknown dtype code");
   for (const auto d : trailing) {
     if (d < 0) return bad("negative dimension");
@@ -344,18 +503,8 @@ Result<FormatOptions> decode_format_options(std::span<const std::uint8_t> bytes)
   Reader r(bytes.subspan(4));
   FormatOptions o;
   if (Status st = get_options(r, &o.format, &o); !st) return bad(st.message());
-  if (!r.ok()) return bad("truncated or malformed");
-  if (!r.done()) return bad("trailing bytes");
-  // Any format of the table (as decode_layout checks), or auto: a request may leave it open.
-  if (o.format != Format::kAuto && find_format(o.format) == nullptr) {
-    return bad("unknown format code");
-  }
-  if (o.dtype && o.dtype->name() == "invalid") return bad("unknown dtype code");
-  if (o.trailing_shape) {
-    for (const auto d : *o.trailing_shape) {
-      if (d < 0) return bad("negative dimension");
-    }
-  }
+  // Any format of the table, or auto: a request may leave it open.
+  if (Status st = check_end(r, o.format, true); !st) return bad(st.message());
   return o;
 }
 

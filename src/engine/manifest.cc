@@ -375,22 +375,10 @@ std::string text_of(bool v) { return v ? "true" : "false"; }
 std::string format_options_text(const FormatOptions& o) {
   std::string out = std::string("format ") + format_name(o.format);
   if (!o.reader.empty()) out += " (reader '" + o.reader + "')";
-  if (o.dtype) out += ", dtype " + o.dtype->name();
-  if (o.big_endian) out += *o.big_endian ? ", big-endian" : ", little-endian";
-  if (o.trailing_shape) out += ", shape " + shape_string(*o.trailing_shape);
-  if (o.header_bytes) out += ", header bytes " + std::to_string(*o.header_bytes);
-  if (!o.dataset.empty()) out += ", dataset '" + o.dataset + "'";
-  if (!o.columns.empty()) {
-    out += ", columns [";
-    for (std::size_t i = 0; i < o.columns.size(); ++i) {
-      out += (i ? ", " : "") + o.columns[i];
+  for (const auto& row : format_option_table()) {
+    if (const auto v = row.get(o)) {
+      out += std::string(", ") + row.label + " " + option_value_text(*v, row.kind);
     }
-    out += "]";
-  }
-  if (o.fill_value) {
-    char buf[40];
-    std::snprintf(buf, sizeof buf, "%.17g", *o.fill_value);
-    out += std::string(", fill value ") + buf;
   }
   return out;
 }

@@ -199,12 +199,14 @@ class RawReader final : public ShardReader {
     bool big = false;  // stored big-endian
     std::vector<std::int64_t> trailing_shape;
     std::uint64_t header = 0;
+    std::uint64_t footer = 0;  // the footer_bytes option; no sidecar gives one
     std::uint64_t row_bytes = 0;
 
     [[nodiscard]] std::string describe() const {
       return "header " + std::to_string(header) + " + rows of " + std::to_string(row_bytes) +
              " bytes (" + dtype_with_order(dtype, big) + ", row shape " +
-             shape_string(trailing_shape) + ")";
+             shape_string(trailing_shape) + ")" +
+             (footer > 0 ? " + footer " + std::to_string(footer) : std::string());
     }
   };
 
@@ -269,6 +271,7 @@ class RawReader final : public ShardReader {
     } else if (side != nullptr && side->header_bytes) {
       g.header = *side->header_bytes;
     }
+    g.footer = options_.footer_bytes.value_or(0);
 
     g.row_bytes = g.dtype.size;
     for (const auto d : g.trailing_shape) {
@@ -294,14 +297,21 @@ class RawReader final : public ShardReader {
                                             " bytes is shorter than the header of " +
                                             std::to_string(header) + " bytes (truncated)");
     }
-    const std::uint64_t data = size - header;
+    if (size - header < g.footer) {
+      return Status(ErrorCode::kFormat, path + ": size: " + std::to_string(size) +
+                                            " bytes is shorter than the header of " +
+                                            std::to_string(header) + " bytes and the footer of " +
+                                            std::to_string(g.footer) + " bytes (truncated)");
+    }
+    const std::uint64_t data = size - header - g.footer;
     std::optional<std::int64_t> rows_by_size;
     if (row_bytes == 0) {
       if (data != 0) {
         return Status(ErrorCode::kFormat, path + ": size: " + std::to_string(size) +
                                               " bytes, but rows of 0 bytes leave no room for data "
                                               "after the header of " +
-                                              std::to_string(header) + " bytes");
+                                              std::to_string(header) + " bytes" +
+                                              (g.footer > 0 ? " and before the footer" : ""));
       }
     } else {
       if (data % row_bytes != 0) {

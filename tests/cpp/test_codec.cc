@@ -319,5 +319,39 @@ TEST(Codec, FormatOptionsRoundTripAlone) {
   EXPECT_FALSE(decode_layout(encode_format_options(cases[1])));
 }
 
+// Options after the six that version 4 wrote (footer_bytes) travel only when set, flagged in
+// the format's byte: a layout without them encodes exactly as before it, one with them comes
+// back equal, and a cut anywhere in them is refused.
+TEST(Codec, OptionsAfterTheFirstSixTravelOnlyWhenSet) {
+  const Layout plain = sample(3);
+  ASSERT_FALSE(plain.options.footer_bytes);
+  const auto plain_bytes = encode_layout(plain);
+  EXPECT_EQ(plain_bytes[4], static_cast<std::uint8_t>(plain.format));  // no flag
+
+  Layout with = plain;
+  with.options.footer_bytes = 4;
+  const auto bytes = encode_layout(with);
+  EXPECT_EQ(bytes[4], static_cast<std::uint8_t>(plain.format) | 0x80);
+  const auto back = decode_layout(bytes);
+  ASSERT_TRUE(back) << back.status().message();
+  expect_equal(*back, with);
+  EXPECT_EQ(back->options.footer_bytes, std::optional<std::uint64_t>(4));
+  for (std::size_t n = 0; n < bytes.size(); ++n) {
+    EXPECT_FALSE(decode_layout(std::span(bytes).first(n))) << n;
+  }
+  // The flag without a set option after it, and a set option written at its default, are
+  // not encodings of any layout.
+  auto flagged = plain_bytes;
+  flagged[4] |= 0x80;
+  EXPECT_FALSE(decode_layout(flagged));
+
+  FormatOptions o;
+  o.format = Format::kRaw;
+  o.footer_bytes = 0;
+  const auto alone = decode_format_options(encode_format_options(o));
+  ASSERT_TRUE(alone) << alone.status().message();
+  EXPECT_EQ(*alone, o);
+}
+
 }  // namespace
 }  // namespace shardload

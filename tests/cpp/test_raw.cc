@@ -186,5 +186,59 @@ TEST_F(RawTest, OptionsOfOtherFormatsAreRefused) {
   EXPECT_EQ(r.status().code(), ErrorCode::kInvalidArgument);
 }
 
+// footer_bytes: a trailer after each file's rows (the record length that ends a Fortran
+// unformatted record) is skipped, as header_bytes skips the start; the rows still follow
+// exactly from the size, and a file too short for both is an error naming it.
+TEST_F(RawTest, FooterBytesAreSkippedAtTheEndOfEachFile) {
+  const std::string footer("\x07\x00\xff\x10\x01", 5);
+  const std::int64_t rows[] = {4, 0, 7};
+  std::int16_t base = 0;
+  for (int i = 0; i < 3; ++i) {
+    std::vector<std::int16_t> v(static_cast<std::size_t>(rows[i] * 3));
+    std::iota(v.begin(), v.end(), base);
+    base = static_cast<std::int16_t>(base + rows[i] * 3);
+    testing::write_file(dir_.file(NumberPattern{"shard_", 4, ".bin"}.format(i)),
+                        "HDR" + testing::raw(v) + footer);
+  }
+  FormatOptions o;
+  o.dtype = *parse_dtype("int16");
+  o.trailing_shape = std::vector<std::int64_t>{3};
+  o.header_bytes = 3;
+  o.footer_bytes = 5;
+  auto l = discover_raw(o);
+  ASSERT_TRUE(l) << l.status().message();
+  EXPECT_EQ(l->rows(), (std::vector<std::int64_t>{4, 0, 7}));
+  expect_counting(*l);
+
+  // Without the option the footer is bytes left over: an error, never dropped.
+  FormatOptions without = o;
+  without.footer_bytes.reset();
+  EXPECT_NE(error(without).find("bytes left over"), std::string::npos);
+  // A footer the file cannot hold.
+  FormatOptions too_long = o;
+  too_long.footer_bytes = 100;
+  const std::string e = error(too_long);
+  EXPECT_NE(e.find("shard_0000.bin: size: 32 bytes is shorter than the header of 3 bytes and "
+                   "the footer of 100 bytes (truncated)"),
+            std::string::npos)
+      << e;
+}
+
+// An option the table gives to other formats is refused by the reader of one it does not
+// apply to, naming the option and the formats it is for.
+TEST_F(RawTest, FooterBytesApplyToRawOnly) {
+  FormatOptions o;
+  o.footer_bytes = 4;
+  for (const Format f : {Format::kNpy, Format::kHdf5, Format::kParquet, Format::kZarr}) {
+    auto r = make_reader(f, o);
+    ASSERT_FALSE(r) << format_name(f);
+    EXPECT_EQ(r.status().code(), ErrorCode::kInvalidArgument);
+    EXPECT_NE(r.status().message().find("the footer bytes option does not apply (it is for raw)"),
+              std::string::npos)
+        << r.status().message();
+  }
+  EXPECT_TRUE(make_reader(Format::kRaw, o));
+}
+
 }  // namespace
 }  // namespace shardload

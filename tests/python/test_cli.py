@@ -22,7 +22,7 @@ import shardload
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 COMMANDS = ["write", "inspect", "read"]
 FORMAT_OPTIONS = ["--format", "--dtype", "--astype", "--trailing-shape", "--header-bytes",
-                  "--dataset", "--columns", "--fill-value"]
+                  "--dataset", "--columns", "--fill-value", "--footer-bytes"]
 # Every option each command accepts; a test below checks the parser takes each one.
 OPTIONS = {
     "write": ["--shard-dir", "--num-shards", "--shape", "--dtype", "--seed"],
@@ -194,6 +194,29 @@ def test_every_option_takes_the_equals_form(cli, tmp_path: pathlib.Path) -> None
     np.save(raw / "x=y_0000.npy", np.arange(4))
     r = run(cli, "inspect", raw, "--pattern=x=y_{:04d}.npy")
     assert r.returncode == 0 and "x=y_0000.npy: 4" in out(r), err(r)
+
+
+# ---- --footer-bytes: the option table's newest row, through the command line ---------------
+
+def test_footer_bytes_reads_fortran_records(cli, tmp_path: pathlib.Path) -> None:
+    d = tmp_path / "records"
+    d.mkdir()
+    rng = np.random.default_rng(3)
+    arrays = [rng.integers(-9, 9, (r, 2), dtype="<i4") for r in [5, 0, 3]]
+    for i, a in enumerate(arrays):
+        marker = np.int32(a.nbytes).tobytes()
+        (d / f"shard_{i:04d}.bin").write_bytes(marker + a.tobytes() + marker)
+    opts = ["--format=raw", "--dtype=<i4", "--trailing-shape=2", "--header-bytes=4"]
+    r = run(cli, "inspect", d, *opts, "--footer-bytes=4", "--json", env=NO_LEGATE)
+    assert r.returncode == 0, err(r)
+    j = json.loads(r.stdout)
+    layout = shardload.discover(d, format="raw", dtype="<i4", trailing_shape=(2,),
+                                header_bytes=4, footer_bytes=4)
+    assert [s["rows"] for s in j["shards"]] == layout.shard_rows == [5, 0, 3]
+    np.testing.assert_array_equal(layout.read(), np.concatenate(arrays))
+    r = run(cli, "inspect", d, *opts, "--footer-bytes=-4", env=NO_LEGATE)
+    assert r.returncode == 2, err(r)
+    assert "--footer-bytes: expected an integer >= 0, found '-4'" in err(r), err(r)
 
 
 # ---- inspect --json ------------------------------------------------------------------------

@@ -223,3 +223,64 @@ def test_deeply_nested_sidecar_is_a_layout_error(tmp_path):
     with pytest.raises(shardload.LayoutError,
                        match="shardload.json: JSON nesting deeper than 64 levels"):
         shardload.discover(tmp_path, format="raw")
+
+
+def write_fortran_records(directory: pathlib.Path, arrays: list[np.ndarray]) -> None:
+    """One record per file as Fortran's unformatted sequential write makes it: the record's
+    byte length as int32 before and after the data (the oracle of footer_bytes)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    for i, a in enumerate(arrays):
+        data = np.ascontiguousarray(a).tobytes()
+        marker = np.int32(len(data)).tobytes()
+        (directory / f"shard_{i:04d}.bin").write_bytes(marker + data + marker)
+
+
+@pytest.mark.parametrize("entry", ["discover", "load", "batches", "index", "discover_once"])
+def test_footer_bytes_reads_fortran_records_through_every_entry_point(tmp_path, entry):
+    rng = np.random.default_rng(20)
+    arrays = [rng.standard_normal((r, 3)).astype("<f8") for r in [7, 0, 12, 1]]
+    d = tmp_path / "records"
+    write_fortran_records(d, arrays)
+    expected = np.concatenate(arrays)
+    kw = dict(format="raw", dtype="<f8", trailing_shape=(3,), header_bytes=4, footer_bytes=4)
+    if entry == "discover":
+        layout = shardload.discover(d, **kw)
+        assert layout.shard_rows == [7, 0, 12, 1]
+        check_ranges(layout, expected)
+    elif entry == "load":
+        np.testing.assert_array_equal(np.asarray(shardload.load(d, **kw)), expected)
+    elif entry == "batches":
+        got = [np.asarray(b) for b in shardload.batches(d, 5, **kw)]
+        np.testing.assert_array_equal(np.concatenate(got), expected)
+    elif entry == "index":
+        shardload.index(d, **kw)
+        # The manifest holds the options: the same ones use it, another footer does not.
+        assert shardload.discover(d, **kw).manifest_status.startswith("manifest: used")
+        status = shardload.discover(d, **dict(kw, footer_bytes=0, header_bytes=8)).manifest_status
+        assert "other format options" in status and "footer bytes 4" in status, status
+    else:
+        layout = shardload.discover_once(d, **kw)
+        assert layout == shardload.discover(d, **kw)
+        check_ranges(layout, expected)
+
+
+def test_footer_bytes_is_checked_and_for_raw_only(tmp_path):
+    d = tmp_path / "records"
+    write_fortran_records(d, [np.arange(6, dtype="<i4").reshape(2, 3)])
+    kw = dict(format="raw", dtype="<i4", trailing_shape=(3,), header_bytes=4)
+    with pytest.raises(TypeError, match=r"^footer_bytes: expected an int, found float 4.0$"):
+        shardload.discover(d, footer_bytes=4.0, **kw)
+    with pytest.raises(ValueError, match=r"^footer_bytes: expected an int in \[0, 2\*\*63\)"):
+        shardload.discover(d, footer_bytes=-1, **kw)
+    # Without it the trailing record length is bytes left over, never dropped.
+    with pytest.raises(shardload.LayoutError, match="4 bytes left over"):
+        shardload.discover(d, **kw)
+    with pytest.raises(shardload.LayoutError, match=r"shorter than the header of 4 bytes and "
+                                                    r"the footer of 40 bytes"):
+        shardload.discover(d, footer_bytes=40, **kw)
+    npy = tmp_path / "npy"
+    npy.mkdir()
+    np.save(npy / "shard_0000.npy", np.zeros(3))
+    with pytest.raises(ValueError, match=r"npy: the footer bytes option does not apply "
+                                         r"\(it is for raw\)"):
+        shardload.discover(npy, footer_bytes=4)

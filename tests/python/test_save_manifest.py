@@ -29,7 +29,7 @@ EXT = {"npy": ".npy", "raw": ".bin", "zarr": ".zarr"}
 
 def probed(dest: pathlib.Path, **kw) -> shardload.Layout:
     # Python's discover has no switch for it; the core's discover does.
-    return _core.discover(str(dest), use_manifest=False, **kw)
+    return _core.discover(str(dest), options=kw, use_manifest=False)
 
 
 def assert_manifest_used(dest: pathlib.Path, **kw) -> shardload.Layout:
