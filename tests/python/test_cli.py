@@ -22,7 +22,7 @@ import shardload
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 COMMANDS = ["write", "inspect", "read"]
 FORMAT_OPTIONS = ["--format", "--dtype", "--astype", "--trailing-shape", "--header-bytes",
-                  "--dataset", "--columns", "--fill-value"]
+                  "--dataset", "--columns", "--fill-value", "--storage-option"]
 # Every option each command accepts; a test below checks the parser takes each one.
 OPTIONS = {
     "write": ["--shard-dir", "--num-shards", "--shape", "--dtype", "--seed"],

@@ -203,8 +203,30 @@ def test_object_overwritten_after_discover_is_an_error(bucket):
     with pytest.raises(shardload.Error) as e:
         shardload.load(layout)
     assert "shard_0001.npy" in str(e.value) and "changed" in str(e.value)
-    with pytest.raises(shardload.Error):
+    with pytest.raises(shardload.ShardReadError, match="overwritten") as e:
         layout.read(0, 20)
+    assert bucket.url("o/shard_0001.npy") in str(e.value)
+    # The same bytes again: the same ETag, and the data is what discovery saw.
+    bucket.put_npy("o/shard_0001.npy", a + 100)
+    np.testing.assert_array_equal(layout.read(0, 20), np.concatenate([a, a + 100]))
+
+
+def test_wrong_credentials_are_a_clear_error(server):
+    """A server that checks signatures (moto does after its first unchecked requests): the
+    keys it does not know are refused with 403, an error naming the URL."""
+    proc, endpoint = _start_server({"INITIAL_NO_AUTH_ACTION_COUNT": "2"})
+    try:
+        b = Bucket(endpoint)  # the two unchecked requests: the bucket and this object
+        b.put_npy("a/shard_0000.npy", np.zeros((3, 2)))
+        url = b.url("a/shard_0000.npy")
+        with pytest.raises(shardload.Error) as e:
+            shardload.discover(url, storage_options=b.options)
+        msg = str(e.value)
+        assert url in msg and ("403" in msg or "InvalidAccessKeyId" in msg or
+                               "ACCESS_DENIED" in msg or "denied" in msg.lower()), msg
+        assert getattr(e.value, "errno", None) in (None, 13)
+    finally:
+        _stop(proc)
 
 
 def test_formats_not_yet_supported_say_so(bucket):
