@@ -5,8 +5,11 @@
 #include <cstring>
 #include <map>
 #include <random>
+#include <tuple>
 
+#include "shardload/fill.hpp"
 #include "shardload/io.hpp"
+#include "shardload/layout.hpp"
 #include "shardload/source.hpp"
 #include "util.hpp"
 
@@ -227,6 +230,7 @@ class MemoryRemote final : public RemoteIo {
  public:
   std::map<std::string, std::string> objects;  // by URL without its query
   std::map<int, std::string> open_files;
+  std::vector<std::tuple<std::string, std::uint64_t, std::size_t>> reads;  // url, offset, n
 
   static std::string key(const std::string& url) { return url.substr(0, url.find('?')); }
 
@@ -242,6 +246,7 @@ class MemoryRemote final : public RemoteIo {
     return info;
   }
   std::int64_t pread(int fd, void* buf, std::size_t n, std::uint64_t offset) override {
+    reads.emplace_back(open_files.at(fd), offset, n);
     const std::string& s = objects[open_files.at(fd)];
     if (offset >= s.size()) return 0;
     n = std::min<std::size_t>(n, s.size() - offset);
@@ -336,6 +341,39 @@ TEST(RemoteSource, PosixIoRoutesUrlsAndTheirDescriptors) {
   ASSERT_FALSE(f);
   EXPECT_NE(f.status().message().find("not supported by this build"), std::string::npos);
   EXPECT_FALSE(Source::parse("s3://b/x"));
+}
+
+TEST(RemoteSource, HostFillReadsOnlyTheRowsRangesOfEachObject) {
+  using testing::npy_bytes;
+  using testing::npy_dict;
+  using testing::raw;
+  MemoryRemote m;
+  std::vector<std::int32_t> all;
+  const std::vector<std::int64_t> rows{5, 0, 9, 4};
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    std::vector<std::int32_t> v;
+    for (std::int64_t e = 0; e < rows[i] * 3; ++e)
+      v.push_back(static_cast<std::int32_t>(all.size() + v.size()));
+    all.insert(all.end(), v.begin(), v.end());
+    m.objects["s3://b/d/shard_000" + std::to_string(i) + ".npy"] =
+        npy_bytes(npy_dict("<i4", false, "(" + std::to_string(rows[i]) + ", 3)"), raw(v));
+  }
+  RemoteSwap swap(&m);
+  auto layout = try_discover(*Source::parse("s3://b/d/?scheme=http"));
+  ASSERT_TRUE(layout) << layout.status().message();
+  ASSERT_EQ(layout->total_rows(), 18);
+  m.reads.clear();
+  std::vector<std::int32_t> got((12 - 3) * 3);
+  ASSERT_TRUE(fill_rows(*layout, 3, 12, reinterpret_cast<std::byte*>(got.data())).is_ok());
+  EXPECT_EQ(got, std::vector<std::int32_t>(all.begin() + 3 * 3, all.begin() + 12 * 3));
+  // Rows [3, 5) of shard 0 and [0, 7) of shard 2, each one read at its rows' bytes: no
+  // object is read whole.
+  std::uint64_t bytes = 0;
+  for (const auto& [url, offset, n] : m.reads) {
+    EXPECT_GT(offset, 0u) << url;  // past the header
+    bytes += n;
+  }
+  EXPECT_EQ(bytes, got.size() * sizeof(std::int32_t));
 }
 
 }  // namespace
