@@ -157,6 +157,16 @@ def test_raw_ragged_big_endian_with_header(bucket):
     np.testing.assert_array_equal(np.asarray(got), np.concatenate(parts)[2:25])
 
 
+def test_raw_sidecar_beside_the_objects(bucket):
+    rng = np.random.default_rng(5)
+    parts = [rng.standard_normal((r, 3)).astype("<f8") for r in (6, 2, 9)]
+    for i, p in enumerate(parts):
+        bucket.put(f"rs/shard_{i:04d}.bin", p.tobytes())
+    bucket.put("rs/shardload.json", b'{"dtype": "<f8", "shape": [3]}')
+    got = shardload.load(bucket.url("rs/"), format="raw", storage_options=bucket.options)
+    np.testing.assert_array_equal(np.asarray(got), np.concatenate(parts))
+
+
 def test_cli_read_s3(bucket, cli):
     rng = np.random.default_rng(4)
     parts = _ragged(rng, [3, 8, 5], (2,), "float64")
