@@ -196,6 +196,41 @@ def _pattern(value: object) -> str | bytes | None:
     return value
 
 
+# The options an s3:// URL takes in its query (Arrow's S3 URI options), which
+# ``storage_options=`` spells as a dict.
+def _with_storage_options(source: object, storage_options: object) -> object:
+    """``source`` with ``storage_options`` added to the query of each s3:// URL in it
+    (``s3://bucket/dir/?endpoint_override=host:port&scheme=http``), which configures the
+    store for every object under it. TypeError for options that are not a dict of str keys
+    and str / int / bool values; ValueError when the source names no s3:// URL."""
+    if storage_options is None:
+        return source
+    if not isinstance(storage_options, dict):
+        raise TypeError("storage_options: expected a dict of str keys and str values, found "
+                        f"{_found(storage_options)}")
+    for k, v in storage_options.items():
+        if not isinstance(k, str) or not k:
+            raise TypeError(f"storage_options: expected non-empty str keys, found {k!r}")
+        if not isinstance(v, (str, int, bool)):
+            raise TypeError(f"storage_options[{k!r}]: expected a str, int or bool, found "
+                            f"{_found(v)}")
+    if not storage_options:
+        return source
+    from urllib.parse import urlencode
+
+    query = urlencode({k: (str(v).lower() if isinstance(v, bool) else str(v))
+                       for k, v in storage_options.items()})
+
+    def one(path: object) -> object:
+        if isinstance(path, str) and path.startswith("s3://"):
+            return path + ("&" if "?" in path else "?") + query
+        raise ValueError(f"storage_options: apply to s3:// URLs only, found {path!r}")
+
+    if isinstance(source, (list, tuple)):
+        return [one(p) for p in source]
+    return one(source)
+
+
 def _source(value: object) -> object:
     # Type checks only: the value goes on to the binding unchanged, which
     # turns paths (str, bytes, os.PathLike) into the file system's bytes.
@@ -696,6 +731,7 @@ def discover(
     source: SourceLike,
     *,
     astype: DTypeLike | None = None,
+    storage_options: dict[str, str] | None = None,
     **options: Unpack[DiscoverOptions],
 ) -> Layout:
     """Finds and validates the shards of a dataset without reading their data.
@@ -752,6 +788,12 @@ def discover(
             dtype); numeric, native, one Legate has (see :func:`load`). For the other
             formats the files give the dtype, and ``astype`` is a ValueError here (pass it to
             :func:`load` or :func:`batches`, which cast the array).
+        storage_options: object storage: options added to the query of each ``s3://`` URL
+            in the source (Arrow's S3 URI options: ``endpoint_override``, ``scheme``,
+            ``region``, ...), e.g. ``{"endpoint_override": "127.0.0.1:9000", "scheme":
+            "http"}``; credentials come from the AWS environment and credentials chain.
+            Only npy and raw are read from object storage so far (see
+            docs/object_storage.md).
 
     Returns:
         The layout: shard paths, rows per shard, dtype, shape, byte count.
@@ -765,7 +807,7 @@ def discover(
         LayoutError: the source or one of its files is not a valid dataset;
             the message names the file and what was expected and found.
     """
-    source = _source(source)
+    source = _with_storage_options(_source(source), storage_options)
     checked = _options("discover", options)
     return _decoded(lambda o, dt: _discover(source, o, dt), checked, _astype(astype),
                     "discover", cast_after=False, source=source)
@@ -985,6 +1027,7 @@ def load(
     info: bool = False,
     progress: ProgressCallback | None = None,
     reader: str | None = None,
+    storage_options: dict[str, str] | None = None,
     **options: Unpack[DiscoverOptions],
 ) -> "cupynumeric.ndarray | tuple[cupynumeric.ndarray, LoadInfo]":
     """Loads a sharded dataset into one distributed ``cupynumeric.ndarray``.
@@ -1011,7 +1054,7 @@ def load(
             most max(P, 65536) (see "The read plan" in docs/design.md), so any K
             gives a bounded launch.
         pattern, format, dtype, trailing_shape, header_bytes, dataset, columns,
-            fill_value, trust_manifest: as for :func:`discover`.
+            fill_value, trust_manifest, storage_options: as for :func:`discover`.
         row_range: load only rows [lo, hi): a pair ``(lo, hi)`` or a slice ``lo:hi`` (step
             None or 1; None for a default bound), under :meth:`Layout.read`'s rule: bounds
             in ``[0, total_rows]``, ``lo <= hi``, never negative or clamped (ValueError).
@@ -1085,9 +1128,12 @@ def load(
         return _readers.load(source, reader, pattern=checked.pattern, overdecompose=k,
                              row_range=row_range, astype=cast)
     if isinstance(source, Layout):
+        if storage_options is not None:
+            raise TypeError("load: storage_options cannot be passed with a Layout, whose paths "
+                            "carry them")
         layout = source
     else:
-        source = _source(source)
+        source = _with_storage_options(_source(source), storage_options)
         layout = _decoded(lambda o, dt: _discover_for_job(source, o, dt), checked, cast, "load",
                           cast_after=True, source=source)
         if layout.manifest_state is not ManifestState.NONE:

@@ -5,12 +5,20 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 
 namespace shardload {
 
 namespace {
+
+std::atomic<RemoteIo*> g_remote{nullptr};
+
+Status no_remote(const std::string& path) {
+  return file_error(ErrorCode::kIo, path,
+                    "object storage is not supported by this build (it needs Arrow)");
+}
 
 FileInfo info_from_stat(const struct ::stat& st) {
   FileInfo info;
@@ -107,7 +115,17 @@ std::string descriptor_path(int fd, const std::string& path) {
   return have_proc ? "/proc/self/fd/" + std::to_string(fd) : path;
 }
 
+bool is_remote_url(std::string_view path) { return path.starts_with("s3://"); }
+
+void set_remote_io(RemoteIo* io) { g_remote.store(io, std::memory_order_release); }
+
+RemoteIo* remote_io() { return g_remote.load(std::memory_order_acquire); }
+
 Result<FileInfo> IoBackend::stat_path(const std::string& path) {
+  if (is_remote_url(path)) {
+    RemoteIo* r = remote_io();
+    return r != nullptr ? r->stat_path(path) : Result<FileInfo>(no_remote(path));
+  }
   if (path.find('\0') != std::string::npos) {
     return Status(ErrorCode::kInvalidArgument,
                   path_for_message(path) + ": the path holds a NUL character");
@@ -124,10 +142,20 @@ namespace {
 
 class PosixIo final : public IoBackend {
  public:
-  Result<int> open(const std::string& path) override { return open_regular(path); }
+  Result<int> open(const std::string& path) override {
+    if (is_remote_url(path)) {
+      RemoteIo* r = remote_io();
+      return r != nullptr ? r->open(path) : Result<int>(no_remote(path));
+    }
+    return open_regular(path);
+  }
 
   // The fstat that refuses what is not a regular file is the snapshot: one call, not two.
   Result<int> open_stat(const std::string& path, FileInfo* info) override {
+    if (is_remote_url(path)) {
+      RemoteIo* r = remote_io();
+      return r != nullptr ? r->open_stat(path, info) : Result<int>(no_remote(path));
+    }
     struct ::stat st {};
     SHARDLOAD_ASSIGN_OR_RETURN(const int fd, open_regular_stat(path, 0, nullptr, &st));
     *info = info_from_stat(st);
@@ -135,6 +163,7 @@ class PosixIo final : public IoBackend {
   }
 
   Result<FileInfo> stat(int fd, const std::string& path) override {
+    if (fd >= kRemoteFdBase) return remote_io()->stat(fd, path);
     struct ::stat st {};
     if (::fstat(fd, &st) != 0) {
       const int err = errno;
@@ -145,11 +174,18 @@ class PosixIo final : public IoBackend {
   }
 
   std::int64_t pread(int fd, void* buf, std::size_t n, std::uint64_t offset) override {
+    if (fd >= kRemoteFdBase) return remote_io()->pread(fd, buf, n, offset);
     const ssize_t got = ::pread(fd, buf, n, static_cast<off_t>(offset));
     return got < 0 ? -static_cast<std::int64_t>(errno) : static_cast<std::int64_t>(got);
   }
 
-  void close(int fd) override { ::close(fd); }
+  void close(int fd) override {
+    if (fd >= kRemoteFdBase) {
+      remote_io()->close(fd);
+    } else {
+      ::close(fd);
+    }
+  }
 };
 
 }  // namespace

@@ -1,6 +1,7 @@
 #include "shardload/source.hpp"
 
 #include <dirent.h>
+#include <fnmatch.h>
 #include <glob.h>
 #include <sys/stat.h>
 
@@ -23,6 +24,37 @@ bool is_digit(char c) { return c >= '0' && c <= '9'; }
 std::string join_path(const std::string& dir, const std::string& name) {
   if (dir.empty() || dir == ".") return name;
   return dir.back() == '/' ? dir + name : dir + "/" + name;
+}
+
+// An object-store URL's query ("?endpoint_override=..."), which configures the store and
+// belongs to every URL derived from it, kept apart from the key.
+std::pair<std::string, std::string> split_query(const std::string& url) {
+  const auto q = url.find('?');
+  if (q == std::string::npos) return {url, {}};
+  return {url.substr(0, q), url.substr(q)};
+}
+
+// `name` in the remote "directory" `dir_url`, the query carried over.
+std::string remote_join(const std::string& dir_url, const std::string& name) {
+  auto [base, query] = split_query(dir_url);
+  if (base.back() != '/') base += '/';
+  return base + name + query;
+}
+
+RemoteIo* need_remote(const std::string& url, Status* error) {
+  RemoteIo* r = remote_io();
+  if (r == nullptr) {
+    *error = layout_error(url + ": object storage is not supported by this build (it needs Arrow)");
+  }
+  return r;
+}
+
+// The names in a remote directory, for the numbered and scanned directory sources.
+Result<std::vector<std::string>> remote_names(const std::string& dir_url) {
+  Status error;
+  RemoteIo* r = need_remote(dir_url, &error);
+  if (r == nullptr) return error;
+  return r->list(dir_url);
 }
 
 }  // namespace
@@ -61,10 +93,52 @@ Status check_no_nul(std::string_view what, const std::string& text) {
 
 }  // namespace
 
+namespace {
+
+// Object storage has no directories of its own: a URL ending in '/' is one, a URL naming an
+// object is that object, any other a prefix (asked of the store: one request). The query
+// configures the store, so wildcards and numbering are looked for in the key only.
+Result<Source> parse_remote(const std::string& text, const std::string& pattern) {
+  const auto [key, query] = split_query(text);
+  const auto slash = key.rfind('/');
+  const std::string last = key.substr(slash + 1);
+  if (key.find('{') != std::string::npos) {
+    if (!pattern.empty()) {
+      return Status(ErrorCode::kInvalidArgument,
+                    "source '" + text + "' is already a pattern; do not also pass a pattern");
+    }
+    return Source::directory(key.substr(0, slash + 1) + query, last);
+  }
+  if (key.find_first_of("*?[") != std::string::npos) {
+    if (!pattern.empty()) {
+      return Status(ErrorCode::kInvalidArgument,
+                    "source '" + text + "' is a glob; a pattern applies only to a directory");
+    }
+    return Source::glob(text);
+  }
+  if (!last.empty()) {
+    Status error;
+    RemoteIo* r = need_remote(text, &error);
+    if (r == nullptr) return error;
+    SHARDLOAD_ASSIGN_OR_RETURN(const bool object, r->is_object(text));
+    if (object) {
+      if (!pattern.empty()) {
+        return Status(ErrorCode::kInvalidArgument,
+                      "source '" + text + "' is a file; a pattern applies only to a directory");
+      }
+      return Source::list({text});
+    }
+  }
+  return Source::directory(text, pattern);
+}
+
+}  // namespace
+
 Result<Source> Source::parse(const std::string& text, const std::string& pattern) {
   if (text.empty()) return Status(ErrorCode::kInvalidArgument, "the source is empty");
   SHARDLOAD_RETURN_IF_ERROR(check_no_nul("source", text));
   SHARDLOAD_RETURN_IF_ERROR(check_no_nul("pattern", pattern));
+  if (is_remote_url(text)) return parse_remote(text, pattern);
   // What exists is taken as it is, before any reading of its characters: a
   // directory named "run[1]" or "a{b}" is that directory, not a glob or a
   // pattern that matches nothing.
@@ -209,25 +283,35 @@ namespace {
 Result<std::vector<std::string>> resolve_directory(const Source& s, bool* nothing_matches) {
   const std::string pattern = s.pattern.empty() ? std::string(kDefaultPattern) : s.pattern;
   SHARDLOAD_ASSIGN_OR_RETURN(NumberPattern pat, NumberPattern::parse(pattern));
-  struct ::stat st {};
-  if (::stat(s.dir_path.c_str(), &st) != 0) {
-    const int err = errno;
-    return file_error(ErrorCode::kLayout, s.dir_path,
-                      std::string("shard directory not found (") + std::strerror(err) + ")", err);
-  }
-  if (!S_ISDIR(st.st_mode)) return layout_error(s.dir_path + ": not a directory");
-  DIR* d = ::opendir(s.dir_path.c_str());
-  if (d == nullptr) {
-    const int err = errno;
-    return layout_error(s.dir_path + ": cannot list the directory (" + std::strerror(err) + ")");
-  }
   std::vector<std::int64_t> numbers;
-  while (const dirent* e = ::readdir(d)) {
-    const std::int64_t n = pat.match(e->d_name);
-    if (n >= 0) numbers.push_back(n);
+  const bool remote = is_remote_url(s.dir_path);
+  if (remote) {
+    SHARDLOAD_ASSIGN_OR_RETURN(const auto names, remote_names(s.dir_path));
+    for (const auto& name : names) {
+      const std::int64_t n = pat.match(name);
+      if (n >= 0) numbers.push_back(n);
+    }
+  } else {
+    struct ::stat st {};
+    if (::stat(s.dir_path.c_str(), &st) != 0) {
+      const int err = errno;
+      return file_error(ErrorCode::kLayout, s.dir_path,
+                        std::string("shard directory not found (") + std::strerror(err) + ")", err);
+    }
+    if (!S_ISDIR(st.st_mode)) return layout_error(s.dir_path + ": not a directory");
+    DIR* d = ::opendir(s.dir_path.c_str());
+    if (d == nullptr) {
+      const int err = errno;
+      return layout_error(s.dir_path + ": cannot list the directory (" + std::strerror(err) + ")");
+    }
+    while (const dirent* e = ::readdir(d)) {
+      const std::int64_t n = pat.match(e->d_name);
+      if (n >= 0) numbers.push_back(n);
+    }
+    ::closedir(d);
   }
-  ::closedir(d);
-  const std::string where = join_path(s.dir_path, pattern);
+  const std::string where =
+      remote ? remote_join(s.dir_path, pattern) : join_path(s.dir_path, pattern);
   if (numbers.empty()) {
     *nothing_matches = true;
     return layout_error(where + ": no files match the pattern");
@@ -258,11 +342,42 @@ Result<std::vector<std::string>> resolve_directory(const Source& s, bool* nothin
   }
   std::vector<std::string> paths;
   paths.reserve(numbers.size());
-  for (const auto n : numbers) paths.push_back(join_path(s.dir_path, pat.format(n)));
+  for (const auto n : numbers) {
+    paths.push_back(remote ? remote_join(s.dir_path, pat.format(n))
+                           : join_path(s.dir_path, pat.format(n)));
+  }
+  return paths;
+}
+
+// A remote glob matches in the last part of the key only: object storage lists one prefix
+// per request, and a wildcard in a "directory" would list the whole bucket.
+Result<std::vector<std::string>> resolve_remote_glob(const Source& s, bool* nothing_matches) {
+  const auto [key, query] = split_query(s.glob_expr);
+  const auto slash = key.rfind('/');
+  const std::string dir = key.substr(0, slash + 1);
+  const std::string last = key.substr(slash + 1);
+  if (dir.find_first_of("*?[") != std::string::npos) {
+    return Status(ErrorCode::kInvalidArgument,
+                  s.glob_expr + ": an s3:// glob may hold wildcards in its last part only");
+  }
+  SHARDLOAD_ASSIGN_OR_RETURN(const auto names, remote_names(dir + query));
+  std::vector<std::string> paths;
+  for (const auto& name : names) {
+    if (::fnmatch(last.c_str(), name.c_str(), FNM_PERIOD) == 0) {
+      paths.push_back(dir + name + query);
+    }
+  }
+  if (paths.empty()) {
+    *nothing_matches = true;
+    return layout_error(s.glob_expr + ": no files match the glob");
+  }
+  std::sort(paths.begin(), paths.end(),
+            [](const std::string& a, const std::string& b) { return natural_less(a, b); });
   return paths;
 }
 
 Result<std::vector<std::string>> resolve_glob(const Source& s, bool* nothing_matches) {
+  if (is_remote_url(s.glob_expr)) return resolve_remote_glob(s, nothing_matches);
   glob_t g{};
   const int rc = ::glob(s.glob_expr.c_str(), GLOB_ERR, nullptr, &g);
   std::vector<std::string> paths;
@@ -311,17 +426,35 @@ std::string extension_of(const std::string& name) {
 }  // namespace
 
 Result<DirectoryScan> scan_directory(const std::string& directory) {
-  struct ::stat st {};
-  if (::stat(directory.c_str(), &st) != 0) {
-    const int err = errno;
-    return file_error(ErrorCode::kLayout, directory,
-                      std::string("shard directory not found (") + std::strerror(err) + ")", err);
-  }
-  if (!S_ISDIR(st.st_mode)) return layout_error(directory + ": not a directory");
-  DIR* d = ::opendir(directory.c_str());
-  if (d == nullptr) {
-    const int err = errno;
-    return layout_error(directory + ": cannot list the directory (" + std::strerror(err) + ")");
+  // Both kinds of directory as (name, is a directory): object storage lists objects only.
+  std::vector<std::pair<std::string, bool>> entries;
+  if (is_remote_url(directory)) {
+    SHARDLOAD_ASSIGN_OR_RETURN(const auto names, remote_names(directory));
+    for (const auto& name : names) entries.emplace_back(name, false);
+  } else {
+    struct ::stat st {};
+    if (::stat(directory.c_str(), &st) != 0) {
+      const int err = errno;
+      return file_error(ErrorCode::kLayout, directory,
+                        std::string("shard directory not found (") + std::strerror(err) + ")", err);
+    }
+    if (!S_ISDIR(st.st_mode)) return layout_error(directory + ": not a directory");
+    DIR* d = ::opendir(directory.c_str());
+    if (d == nullptr) {
+      const int err = errno;
+      return layout_error(directory + ": cannot list the directory (" + std::strerror(err) + ")");
+    }
+    while (const dirent* e = ::readdir(d)) {
+      const std::string name = e->d_name;
+      if (name == "." || name == "..") continue;
+      bool is_dir = e->d_type == DT_DIR;
+      if (e->d_type == DT_UNKNOWN || e->d_type == DT_LNK) {
+        struct ::stat es {};
+        is_dir = ::stat(join_path(directory, name).c_str(), &es) == 0 && S_ISDIR(es.st_mode);
+      }
+      entries.emplace_back(name, is_dir);
+    }
+    ::closedir(d);
   }
   DirectoryScan scan;
   scan.directory = directory;
@@ -333,18 +466,11 @@ Result<DirectoryScan> scan_directory(const std::string& directory) {
   std::vector<Names> groups;
   std::vector<std::pair<std::string, std::vector<std::string>>> exts;
   std::vector<std::string> dirs;
-  while (const dirent* e = ::readdir(d)) {
-    const std::string name = e->d_name;
-    if (name == "." || name == "..") continue;
+  for (const auto& [name, is_dir] : entries) {
     // A save's hidden staging directory (".NAME.shardload-tmp-HOST-PID-N", left by a killed
     // save) is never a dataset to load or to suggest: it may be half written.
     if (name[0] == '.' && name.find(".shardload-tmp-") != std::string::npos) continue;
     ++scan.entries;
-    bool is_dir = e->d_type == DT_DIR;
-    if (e->d_type == DT_UNKNOWN || e->d_type == DT_LNK) {
-      struct ::stat es {};
-      is_dir = ::stat(join_path(directory, name).c_str(), &es) == 0 && S_ISDIR(es.st_mode);
-    }
     if (is_dir) {
       scan.any_directory = true;
       dirs.push_back(name);
@@ -370,7 +496,6 @@ Result<DirectoryScan> scan_directory(const std::string& directory) {
     }
     g->names.push_back(name);
   }
-  ::closedir(d);
   const auto by_number = [](const std::string& a, const std::string& b) {
     return natural_less(a, b);
   };

@@ -39,6 +39,11 @@ int source_error(const char* cmd, const Status& s) {
   return fail(cmd, s.message());
 }
 
+// A path, or an s3:// URL without its query (the store's options, not part of the name).
+static std::string key_of(const std::string& p) {
+  return is_remote_url(p) ? p.substr(0, p.find('?')) : p;
+}
+
 // Several SOURCE arguments are a list of files (a Zarr store counts as one). A directory of
 // shards, a numbered pattern or a glob among them is a SOURCE of its own that the list would
 // take for a file name ("cannot tell the format of DIR"): say so instead.
@@ -53,9 +58,9 @@ std::optional<int> check_file_list(const char* cmd, const std::vector<std::strin
       if (S_ISDIR(st.st_mode) && !has(".zarray") && !has(".zgroup") && !has("zarr.json")) {
         what = "a directory";
       }
-    } else if (p.find('{') != std::string::npos) {
+    } else if (key_of(p).find('{') != std::string::npos) {
       what = "a numbered pattern";
-    } else if (p.find_first_of("*?[") != std::string::npos) {
+    } else if (key_of(p).find_first_of("*?[") != std::string::npos) {
       what = "a glob";
     }
     if (what != nullptr) {
@@ -123,6 +128,9 @@ const std::vector<OptionSpec>& format_option_specs() {
         out.push_back({"astype", "T", "parquet/arrow: the type to decode the columns into"});
       }
     }
+    out.push_back(
+        {"storage-option", "KEY=VALUE",
+         "s3://: an option of the store (endpoint_override, scheme, region, ...); repeatable"});
     return out;
   }();
   return specs;
@@ -264,11 +272,36 @@ std::optional<int> parse_command_line(const CommandSpec& spec, const Args& args,
       return usage_error(
           cmd, "--" + name + ": expected a non-empty value (" + o->metavar + "), found ''");
     }
+    if (name == "storage-option") {
+      // Repeatable; each one joins the query that every s3:// SOURCE gets below.
+      const auto eq = value->find('=');
+      if (eq == 0 || eq == std::string::npos || value->find_first_of("&?#") != std::string::npos) {
+        return usage_error(cmd,
+                           "--storage-option: expected KEY=VALUE (no '&', '?' or '#'), "
+                           "found '" +
+                               *value + "'");
+      }
+      auto& joined = out->opts[name];
+      joined += (joined.empty() ? "" : "&") + *value;
+      continue;
+    }
     if (const auto it = out->opts.find(name); it != out->opts.end()) {
       return usage_error(cmd, "--" + name + " is given twice ('" + it->second + "', then '" +
                                   *value + "'); give it once");
     }
     out->opts[name] = *value;
+  }
+  // The store's options travel in the query of each URL, as Arrow's URIs take them, so that
+  // every object under a directory or glob gets them.
+  if (const auto it = out->opts.find("storage-option"); it != out->opts.end()) {
+    for (auto& p : out->positional) {
+      if (!is_remote_url(p)) {
+        return usage_error(cmd, "--storage-option applies to s3:// SOURCEs only, found '" +
+                                    path_for_message(p) + "'");
+      }
+      p += (p.find('?') == std::string::npos ? "?" : "&") + it->second;
+    }
+    out->opts.erase(it);
   }
   return std::nullopt;
 }

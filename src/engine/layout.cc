@@ -129,6 +129,17 @@ Result<Layout> try_discover_paths(const std::vector<std::string>& paths,
     if (auto name = registered_reader_for_path(paths[0])) options.format = custom_format(*name);
   }
   SHARDLOAD_ASSIGN_OR_RETURN(const Format format, resolve_format(paths[0], options.format));
+  // Object storage serves positional reads only: the formats whose readers read through
+  // the IoBackend (npy, raw). The others open files by name or descriptor themselves.
+  if (format != Format::kNpy && format != Format::kRaw) {
+    for (const auto& p : paths) {
+      if (is_remote_url(p)) {
+        return file_error(ErrorCode::kLayout, p,
+                          std::string("the ") + format_name(format) +
+                              " format is not yet supported for s3:// sources (npy and raw are)");
+      }
+    }
+  }
   const bool custom = format == Format::kCustom;
   if (custom && options.format.reader.empty()) {
     return Status(ErrorCode::kInvalidArgument, "format custom: name the registered reader");

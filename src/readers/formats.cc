@@ -8,11 +8,19 @@
 #include <cstring>
 
 #include "readers/detail/readers.hpp"
+#if SHARDLOAD_WITH_ARROW
+#include "readers/detail/s3_io.hpp"
+#endif
 #include "shardload/source.hpp"
 
 namespace shardload {
 
 namespace {
+
+#if SHARDLOAD_WITH_ARROW
+// At load time, so that a source parsed before any reader exists can name "s3://" URLs.
+const bool kS3Registered = (detail::register_s3_io(), true);
+#endif
 
 bool ends_with(std::string_view s, std::string_view suffix) {
   return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
@@ -183,6 +191,8 @@ Result<Format> parse_format(std::string_view name) {
 }
 
 Format format_from_extension(std::string_view path) {
+  // An object-storage URL's query configures the store; the name ends before it.
+  if (is_remote_url(path)) path = path.substr(0, path.find('?'));
   while (!path.empty() && path.back() == '/') path.remove_suffix(1);
   for (const auto& d : formats()) {
     for (const auto& ext : d.extensions) {

@@ -148,7 +148,7 @@ class RawReader final : public ShardReader {
   Result<ShardProbe> probe(const std::string& path) override {
     ShardProbe p;
     p.shard.path = path;
-    SHARDLOAD_ASSIGN_OR_RETURN(Sidecar * side, sidecar_for(parent_dir(path)));
+    SHARDLOAD_ASSIGN_OR_RETURN(Sidecar * side, sidecar_for(path));
     SHARDLOAD_ASSIGN_OR_RETURN(const Geometry g, geometry(path, side));
     p.dtype = g.dtype;
     p.trailing_shape = g.trailing_shape;
@@ -359,13 +359,25 @@ class RawReader final : public ShardReader {
 
   // The sidecar of a directory, read once per reader (nullptr: none there): shardload.json,
   // else the seed's shard_meta.json.
-  Result<Sidecar*> sidecar_for(const std::string& dir) {
-    auto it = sidecars_.find(dir);
+  // The sidecar of the shard at `shard_path`, from its directory. Beside objects in object
+  // storage it is an object too, asked for with the shard URL's query (the store's options).
+  Result<Sidecar*> sidecar_for(const std::string& shard_path) {
+    const bool remote = is_remote_url(shard_path);
+    const auto q = remote ? shard_path.find('?') : std::string::npos;
+    const std::string query = q == std::string::npos ? std::string() : shard_path.substr(q);
+    const std::string dir = parent_dir(shard_path.substr(0, q));
+    auto it = sidecars_.find(dir + query);
     if (it != sidecars_.end()) return it->second ? &*it->second : nullptr;
     for (const char* name : {kSidecarName, kSeedSidecarName}) {
-      const std::string path = dir + "/" + name;
-      struct ::stat st {};
-      if (::stat(path.c_str(), &st) != 0) {
+      const std::string path = dir + "/" + name + query;
+      if (remote) {
+        auto st = ctx_.io->stat_path(path);
+        if (!st) {
+          if (st.status().sys_errno() == ENOENT) continue;
+          return Status(ErrorCode::kIo,
+                        path + ": cannot look up the sidecar (" + st.status().message() + ")");
+        }
+      } else if (struct ::stat st{}; ::stat(path.c_str(), &st) != 0) {
         const int err = errno;
         if (err != ENOENT) {
           return Status(ErrorCode::kIo,
@@ -377,10 +389,10 @@ class RawReader final : public ShardReader {
                                  read_small_file(*ctx_.io, path, kMaxSidecarBytes, nullptr));
       SHARDLOAD_ASSIGN_OR_RETURN(Sidecar s, name == kSidecarName ? parse_sidecar(path, text)
                                                                  : parse_seed_sidecar(path, text));
-      auto [pos, _] = sidecars_.emplace(dir, std::move(s));
+      auto [pos, _] = sidecars_.emplace(dir + query, std::move(s));
       return &*pos->second;
     }
-    sidecars_.emplace(dir, std::nullopt);
+    sidecars_.emplace(dir + query, std::nullopt);
     return nullptr;
   }
 

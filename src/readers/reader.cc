@@ -29,11 +29,24 @@ std::string snapshot_difference(const FileInfo& then, const FileInfo& now) {
   return d;
 }
 
+namespace {
+
+// An object's snapshot has no times: its size and the hash of its ETag say what changed.
+std::string difference(const std::string& path, const FileInfo& then, const FileInfo& now) {
+  if (!is_remote_url(path)) return snapshot_difference(then, now);
+  std::string d =
+      "size " + std::to_string(then.size) + " -> " + std::to_string(now.size) + " bytes";
+  if (then.inode != now.inode) d += ", overwritten (its ETag differs)";
+  return d;
+}
+
+}  // namespace
+
 Status check_snapshot(const File& f, const FileInfo& snapshot) {
   SHARDLOAD_ASSIGN_OR_RETURN(FileInfo now, f.stat());
   if (now == snapshot) return Status::ok();
   return {ErrorCode::kChanged,
-          f.path() + ": changed since discovery: " + snapshot_difference(snapshot, now)};
+          f.path() + ": changed since discovery: " + difference(f.path(), snapshot, now)};
 }
 
 Result<File> open_checked(IoBackend& io, const Shard& shard, bool check) {
@@ -42,7 +55,7 @@ Result<File> open_checked(IoBackend& io, const Shard& shard, bool check) {
   SHARDLOAD_ASSIGN_OR_RETURN(File f, File::open_stat(io, shard.path, &now));
   if (now == shard.snapshot) return f;
   return Status(ErrorCode::kChanged, f.path() + ": changed since discovery: " +
-                                         snapshot_difference(shard.snapshot, now));
+                                         difference(f.path(), shard.snapshot, now));
 }
 
 Status check_unchanged(const File& f, const FileInfo& snapshot, Status read) {
@@ -50,7 +63,7 @@ Status check_unchanged(const File& f, const FileInfo& snapshot, Status read) {
   if (!now) return read.is_ok() ? now.status() : read;
   if (*now == snapshot) return read;
   return {ErrorCode::kChanged,
-          f.path() + ": changed while reading: " + snapshot_difference(snapshot, *now)};
+          f.path() + ": changed while reading: " + difference(f.path(), snapshot, *now)};
 }
 
 DecodeUnit grid_unit(const Shard& shard, std::int64_t row) {

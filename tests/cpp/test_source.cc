@@ -2,8 +2,14 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cstring>
+#include <map>
 #include <random>
+#include <tuple>
 
+#include "shardload/fill.hpp"
+#include "shardload/io.hpp"
+#include "shardload/layout.hpp"
 #include "shardload/source.hpp"
 #include "util.hpp"
 
@@ -210,6 +216,164 @@ TEST_F(SourceTest, Errors) {
   EXPECT_FALSE(resolve(Source::list({})));
   EXPECT_FALSE(Source::parse(""));
   EXPECT_FALSE(Source::parse(dir_.path() + "/*.npy", "p{}.npy"));
+}
+
+}  // namespace
+}  // namespace shardload
+
+namespace shardload {
+namespace {
+
+// Object storage in memory, to test what the sources and posix_io() do with "s3://" URLs
+// without a server (tests/python/test_s3.py reads from a real one).
+class MemoryRemote final : public RemoteIo {
+ public:
+  std::map<std::string, std::string> objects;  // by URL without its query
+  std::map<int, std::string> open_files;
+  std::vector<std::tuple<std::string, std::uint64_t, std::size_t>> reads;  // url, offset, n
+
+  static std::string key(const std::string& url) { return url.substr(0, url.find('?')); }
+
+  Result<int> open(const std::string& url) override {
+    if (objects.count(key(url)) == 0) return file_error(ErrorCode::kIo, url, "missing", ENOENT);
+    open_files[next_] = key(url);
+    return next_++;
+  }
+  Result<FileInfo> stat(int fd, const std::string& /*path*/) override {
+    FileInfo info;
+    info.size = objects[open_files.at(fd)].size();
+    info.regular = true;
+    return info;
+  }
+  std::int64_t pread(int fd, void* buf, std::size_t n, std::uint64_t offset) override {
+    reads.emplace_back(open_files.at(fd), offset, n);
+    const std::string& s = objects[open_files.at(fd)];
+    if (offset >= s.size()) return 0;
+    n = std::min<std::size_t>(n, s.size() - offset);
+    std::memcpy(buf, s.data() + offset, n);
+    return static_cast<std::int64_t>(n);
+  }
+  void close(int fd) override { open_files.erase(fd); }
+  Result<std::vector<std::string>> list(const std::string& dir_url) override {
+    std::string base = key(dir_url);
+    if (base.back() != '/') base += '/';
+    std::vector<std::string> names;
+    for (const auto& [url, bytes] : objects) {
+      if (url.rfind(base, 0) == 0 && url.find('/', base.size()) == std::string::npos) {
+        names.push_back(url.substr(base.size()));
+      }
+    }
+    return names;
+  }
+  Result<bool> is_object(const std::string& url) override { return objects.count(key(url)) != 0; }
+
+ private:
+  int next_ = kRemoteFdBase;
+};
+
+// Puts `io` in place of the registered backend for one test.
+struct RemoteSwap {
+  explicit RemoteSwap(RemoteIo* io) : before(remote_io()) { set_remote_io(io); }
+  ~RemoteSwap() { set_remote_io(before); }
+  RemoteSwap(const RemoteSwap&) = delete;
+  RemoteSwap& operator=(const RemoteSwap&) = delete;
+  RemoteIo* before;
+};
+
+TEST(RemoteSource, DirectoryPatternGlobAndListKeepTheQuery) {
+  MemoryRemote m;
+  for (const char* n : {"shard_0000.npy", "shard_0001.npy", "shard_0002.npy", "notes.txt"}) {
+    m.objects[std::string("s3://b/d/") + n] = "x";
+  }
+  m.objects["s3://b/d/sub/shard_0003.npy"] = "x";  // not directly under the prefix
+  RemoteSwap swap(&m);
+  const std::string q = "?endpoint_override=h:1&scheme=http";
+  std::vector<std::string> want;
+  for (int i = 0; i < 3; ++i) want.push_back("s3://b/d/shard_000" + std::to_string(i) + ".npy" + q);
+  for (const std::string text : {"s3://b/d/" + q, "s3://b/d" + q, "s3://b/d/shard_{:04d}.npy" + q,
+                                 "s3://b/d/*.npy" + q, "s3://b/d/shard_000[0-2].npy" + q}) {
+    auto source = Source::parse(text);
+    ASSERT_TRUE(source) << text << ": " << source.status().message();
+    auto paths = resolve(*source);
+    ASSERT_TRUE(paths) << text << ": " << paths.status().message();
+    EXPECT_EQ(*paths, want) << text;
+  }
+  auto one = Source::parse("s3://b/d/shard_0001.npy" + q);
+  ASSERT_TRUE(one);
+  EXPECT_EQ(one->kind, Source::Kind::kList);
+  EXPECT_EQ(one->paths, std::vector<std::string>{want[1]});
+  auto deep = Source::parse("s3://b/*/shard_0000.npy");
+  ASSERT_TRUE(deep);
+  auto refused = resolve(*deep);
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.status().code(), ErrorCode::kInvalidArgument);
+  m.objects.erase("s3://b/d/shard_0001.npy");
+  auto gap = resolve(*Source::parse("s3://b/d/" + q));
+  ASSERT_FALSE(gap);
+  EXPECT_NE(gap.status().message().find("s3://b/d/shard_{:04d}.npy" + q + ": gap in the numbering"),
+            std::string::npos)
+      << gap.status().message();
+  auto scan = scan_directory("s3://b/d/" + q);
+  ASSERT_TRUE(scan);
+  EXPECT_EQ(scan->entries, 3);
+}
+
+TEST(RemoteSource, PosixIoRoutesUrlsAndTheirDescriptors) {
+  MemoryRemote m;
+  m.objects["s3://b/x"] = "hello world";
+  {
+    RemoteSwap swap(&m);
+    auto f = File::open(posix_io(), "s3://b/x?scheme=http");
+    ASSERT_TRUE(f) << f.status().message();
+    EXPECT_GE(f->fd(), kRemoteFdBase);
+    char buf[5];
+    ASSERT_TRUE(f->read_exact(buf, 5, 6).is_ok());
+    EXPECT_EQ(std::string(buf, 5), "world");
+    EXPECT_FALSE(f->read_exact(buf, 5, 8).is_ok());  // past the end: a short read
+    auto st = f->stat();
+    ASSERT_TRUE(st);
+    EXPECT_EQ(st->size, 11u);
+    *f = File();
+    EXPECT_TRUE(m.open_files.empty());
+  }
+  RemoteSwap none(nullptr);
+  auto f = File::open(posix_io(), "s3://b/x");
+  ASSERT_FALSE(f);
+  EXPECT_NE(f.status().message().find("not supported by this build"), std::string::npos);
+  EXPECT_FALSE(Source::parse("s3://b/x"));
+}
+
+TEST(RemoteSource, HostFillReadsOnlyTheRowsRangesOfEachObject) {
+  using testing::npy_bytes;
+  using testing::npy_dict;
+  using testing::raw;
+  MemoryRemote m;
+  std::vector<std::int32_t> all;
+  const std::vector<std::int64_t> rows{5, 0, 9, 4};
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    std::vector<std::int32_t> v;
+    for (std::int64_t e = 0; e < rows[i] * 3; ++e)
+      v.push_back(static_cast<std::int32_t>(all.size() + v.size()));
+    all.insert(all.end(), v.begin(), v.end());
+    m.objects["s3://b/d/shard_000" + std::to_string(i) + ".npy"] =
+        npy_bytes(npy_dict("<i4", false, "(" + std::to_string(rows[i]) + ", 3)"), raw(v));
+  }
+  RemoteSwap swap(&m);
+  auto layout = try_discover(*Source::parse("s3://b/d/?scheme=http"));
+  ASSERT_TRUE(layout) << layout.status().message();
+  ASSERT_EQ(layout->total_rows(), 18);
+  m.reads.clear();
+  std::vector<std::int32_t> got((12 - 3) * 3);
+  ASSERT_TRUE(fill_rows(*layout, 3, 12, reinterpret_cast<std::byte*>(got.data())).is_ok());
+  EXPECT_EQ(got, std::vector<std::int32_t>(all.begin() + 3 * 3, all.begin() + 12 * 3));
+  // Rows [3, 5) of shard 0 and [0, 7) of shard 2, each one read at its rows' bytes: no
+  // object is read whole.
+  std::uint64_t bytes = 0;
+  for (const auto& [url, offset, n] : m.reads) {
+    EXPECT_GT(offset, 0u) << url;  // past the header
+    bytes += n;
+  }
+  EXPECT_EQ(bytes, got.size() * sizeof(std::int32_t));
 }
 
 }  // namespace

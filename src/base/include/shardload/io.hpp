@@ -13,6 +13,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "shardload/status.hpp"
 
@@ -58,8 +60,35 @@ class IoBackend {
   virtual Result<FileInfo> stat_path(const std::string& path);
 };
 
-// The process-wide POSIX backend. It is stateless, so sharing it is safe.
+// The process-wide POSIX backend. It is stateless, so sharing it is safe. It also serves
+// object-store URLs (is_remote_url) through the registered RemoteIo: open() of such a URL
+// hands out a descriptor at or above kRemoteFdBase, which the other calls route there. A
+// local file costs nothing more than the comparison of its descriptor.
 IoBackend& posix_io();
+
+// Object storage ("s3://bucket/key"). The implementation needs Arrow, which this layer does
+// not link: the readers' layer registers one (set_remote_io) before the first URL is opened.
+// Its descriptors are at or above kRemoteFdBase, far above any the kernel hands out; its
+// FileInfo is the object's size, its last-modified time as mtime and ctime, and a hash of
+// its ETag as the inode, so that an object overwritten under the same name differs.
+inline constexpr int kRemoteFdBase = 1 << 30;
+
+class RemoteIo : public IoBackend {
+ public:
+  // The objects directly under the "directory" `dir_url` (a prefix ending at a '/'), as
+  // full URLs in name order (kLayout naming the URL when the bucket is missing or the
+  // listing is refused; an empty list when nothing is there).
+  virtual Result<std::vector<std::string>> list(const std::string& dir_url) = 0;
+  // Whether `url` names an object (true) or a prefix with objects under it (false);
+  // kIo naming the URL when it is neither.
+  virtual Result<bool> is_object(const std::string& url) = 0;
+};
+
+// "s3://...": the URLs the remote backend serves.
+bool is_remote_url(std::string_view path);
+void set_remote_io(RemoteIo* io);
+// The registered backend, or nullptr when this build has none.
+RemoteIo* remote_io();
 
 // What posix_io().open does, for the few callers that need the kernel's
 // descriptor with more flags (O_DIRECT): opens `path` read-only without

@@ -1,0 +1,148 @@
+#!/usr/bin/env python
+"""Object storage: shardload.load("s3://...") against its peers, on one S3 server.
+
+Starts moto's S3 server on 127.0.0.1 (the tests' server), uploads SHARDS .npy shards of
+about MB_PER_SHARD MB each, and times, in one run on the same objects:
+  shardload    shardload.load("s3://bucket/data/") (discovery included) -> host array;
+  boto3-seq    boto3 get_object of each object in turn, np.load, np.concatenate;
+  get-bound    a plain parallel-GET bound: the same data bytes by ranged GETs into one
+               preallocated array, with as many threads as shardload's load has tiles in
+               flight (its processors): no shardload, no discovery.
+Each is the median of --repeat runs. The server is a Python process: on one machine it is
+the bottleneck of every column, so the ratios, not the GB/s, are what carries over.
+
+Run it with the project's environment (source scripts/env.sh) so Legate is configured:
+  python bench/bench_s3.py --shards 16 --mb 8 --repeat 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import boto3
+import numpy as np
+
+import shardload
+
+ENV = {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench",
+       "AWS_DEFAULT_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true"}
+
+
+def start_server() -> tuple[subprocess.Popen, str]:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p",
+                             str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return proc, f"127.0.0.1:{port}"
+        except OSError:
+            time.sleep(0.1)
+    proc.kill()
+    raise SystemExit("the S3 server did not start")
+
+
+def timed(fn, repeat: int) -> tuple[float, object]:
+    times, out = [], None
+    for _ in range(repeat):
+        t = time.perf_counter()
+        out = fn()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times), out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--shards", type=int, default=16)
+    ap.add_argument("--mb", type=float, default=8.0, help="MB per shard")
+    ap.add_argument("--repeat", type=int, default=3)
+    args = ap.parse_args()
+    os.environ.update(ENV)
+    proc, endpoint = start_server()
+    try:
+        client = boto3.client("s3", endpoint_url=f"http://{endpoint}", region_name="us-east-1")
+        client.create_bucket(Bucket="bench")
+        rows = max(1, int(args.mb * 1e6 / (64 * 4)))
+        rng = np.random.default_rng(0)
+        keys, parts = [], []
+        for i in range(args.shards):
+            a = rng.standard_normal((rows + i, 64)).astype(np.float32)  # ragged by a row
+            buf = io.BytesIO()
+            np.save(buf, a)
+            key = f"data/shard_{i:04d}.npy"
+            client.put_object(Bucket="bench", Key=key, Body=buf.getvalue())
+            keys.append(key)
+            parts.append(a)
+        want = np.concatenate(parts)
+        nbytes = want.nbytes
+        options = {"endpoint_override": endpoint, "scheme": "http", "region": "us-east-1"}
+
+        def sl():
+            return np.asarray(shardload.load("s3://bench/data/", storage_options=options))
+
+        got, info = shardload.load("s3://bench/data/", storage_options=options, info=True)
+        assert np.array_equal(np.asarray(got), want)
+        threads = info.processors
+
+        def seq():
+            out = []
+            for k in keys:
+                body = client.get_object(Bucket="bench", Key=k)["Body"].read()
+                out.append(np.load(io.BytesIO(body)))
+            return np.concatenate(out)
+
+        # The data's byte ranges (each object's header length from its own first bytes, as
+        # discovery reads them: outside the timing).
+        ranges = []
+        row0 = 0
+        for k, a in zip(keys, parts):
+            head = client.get_object(Bucket="bench", Key=k, Range="bytes=0-4095")["Body"].read()
+            ver = head[6]
+            hlen = (int.from_bytes(head[8:10], "little") + 10 if ver == 1
+                    else int.from_bytes(head[8:12], "little") + 12)
+            ranges.append((k, hlen, a.nbytes, row0))
+            row0 += a.shape[0]
+
+        def bound():
+            out = np.empty_like(want)
+            flat = out.reshape(-1).view(np.uint8)
+            row_bytes = want.shape[1] * want.itemsize
+
+            def get(r):
+                k, off, n, first = r
+                body = client.get_object(Bucket="bench", Key=k,
+                                         Range=f"bytes={off}-{off + n - 1}")["Body"].read()
+                flat[first * row_bytes:first * row_bytes + n] = np.frombuffer(body, np.uint8)
+
+            with ThreadPoolExecutor(threads) as pool:
+                list(pool.map(get, ranges))
+            return out
+
+        results = {}
+        for name, fn in (("shardload", sl), ("boto3-seq", seq), ("get-bound", bound)):
+            t, out = timed(fn, args.repeat)
+            assert np.array_equal(out, want), name
+            results[name] = t
+        print(f"{args.shards} shards, {nbytes / 1e6:.1f} MB, {threads} processors "
+              f"({info.target}), median of {args.repeat}")
+        for name, t in results.items():
+            print(f"  {name:10s} {t:7.3f} s  {nbytes / 1e9 / t:6.3f} GB/s  "
+                  f"shardload x{t / results['shardload']:.2f}")
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+if __name__ == "__main__":
+    main()

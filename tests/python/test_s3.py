@@ -1,0 +1,254 @@
+"""Object storage: shards in an S3 bucket, read through Arrow's S3 client against a real
+S3-compatible server (moto's server mode) that the tests start on 127.0.0.1."""
+
+from __future__ import annotations
+
+import io
+import os
+import socket
+import subprocess
+import sys
+import time
+import uuid
+
+import numpy as np
+import pytest
+
+moto = pytest.importorskip("moto", reason="moto[server] is installed by scripts/setup.sh")
+boto3 = pytest.importorskip("boto3")
+
+import shardload  # noqa: E402
+
+from conftest import ROOT  # noqa: E402
+
+# The credentials chain's environment: the server takes any key. The metadata service is
+# never asked (it would cost a timeout per client where there is none).
+_ENV = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true"}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _start_server(env: dict[str, str]) -> tuple[subprocess.Popen, str]:
+    for _ in range(5):
+        port = _free_port()
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, **env})
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and proc.poll() is None:
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                    return proc, f"127.0.0.1:{port}"
+            except OSError:
+                time.sleep(0.1)
+        proc.kill()
+        proc.wait()
+    pytest.fail("the S3 server (moto) did not start")
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.fixture(scope="module")
+def server():
+    """An S3 server on 127.0.0.1 for this module, and the environment its clients use."""
+    saved = {k: os.environ.get(k) for k in _ENV}
+    os.environ.update(_ENV)
+    proc, endpoint = _start_server({})
+    try:
+        yield endpoint
+    finally:
+        _stop(proc)
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+class Bucket:
+    def __init__(self, endpoint: str):
+        self.endpoint = endpoint
+        self.name = "b-" + uuid.uuid4().hex[:12]
+        self.client = boto3.client("s3", endpoint_url=f"http://{endpoint}",
+                                   region_name="us-east-1", aws_access_key_id="testing",
+                                   aws_secret_access_key="testing")
+        self.client.create_bucket(Bucket=self.name)
+        self.options = {"endpoint_override": endpoint, "scheme": "http", "region": "us-east-1"}
+
+    def put(self, key: str, data: bytes) -> None:
+        self.client.put_object(Bucket=self.name, Key=key, Body=data)
+
+    def put_npy(self, key: str, array: np.ndarray) -> None:
+        buf = io.BytesIO()
+        np.save(buf, array)
+        self.put(key, buf.getvalue())
+
+    def url(self, key: str = "") -> str:
+        return f"s3://{self.name}/{key}"
+
+
+@pytest.fixture
+def bucket(server) -> Bucket:
+    return Bucket(server)
+
+
+def _ragged(rng: np.random.Generator, rows: list[int], trailing: tuple[int, ...],
+            dtype: str) -> list[np.ndarray]:
+    return [rng.standard_normal((r, *trailing)).astype(dtype) for r in rows]
+
+
+def test_npy_directory_ragged_matches_numpy(bucket):
+    rng = np.random.default_rng(1)
+    parts = _ragged(rng, [7, 0, 1, 13, 5, 2, 11, 3, 9, 4, 6, 8], (3, 2), "float32")
+    for i, p in enumerate(parts):
+        bucket.put_npy(f"data/shard_{i:04d}.npy", p)
+    bucket.put("data/notes.txt", b"not a shard")
+    want = np.concatenate(parts)
+    layout = shardload.discover(bucket.url("data/"), storage_options=bucket.options)
+    assert layout.total_rows == want.shape[0]
+    assert len(layout.paths) == 12
+    assert layout.paths[10].startswith(bucket.url("data/shard_0010.npy"))
+    got = shardload.load(bucket.url("data/"), storage_options=bucket.options, overdecompose=3)
+    np.testing.assert_array_equal(np.asarray(got), want)
+    # A prefix without the trailing '/' is the same directory.
+    got = shardload.load(bucket.url("data"), storage_options=bucket.options)
+    np.testing.assert_array_equal(np.asarray(got), want)
+
+
+def test_npy_row_range_glob_and_list(bucket):
+    rng = np.random.default_rng(2)
+    parts = _ragged(rng, [5, 9, 2, 14, 6], (4,), "int64")
+    for i, p in enumerate(parts):
+        bucket.put_npy(f"g/part-{i}.npy", p)
+    want = np.concatenate(parts)
+    got = shardload.load(bucket.url("g/part-*.npy"), storage_options=bucket.options,
+                         row_range=(3, 31))
+    np.testing.assert_array_equal(np.asarray(got), want[3:31])
+    urls = [bucket.url(f"g/part-{i}.npy") for i in (3, 0)]
+    got = shardload.load(urls, storage_options=bucket.options)
+    np.testing.assert_array_equal(np.asarray(got), np.concatenate([parts[3], parts[0]]))
+    got = shardload.load(bucket.url("g/part-{}.npy"), storage_options=bucket.options)
+    np.testing.assert_array_equal(np.asarray(got), want)
+    # A layout read on the host (no Legate) reads the same ranges.
+    layout = shardload.discover(bucket.url("g/part-*.npy"), storage_options=bucket.options)
+    np.testing.assert_array_equal(layout.read(4, 20), want[4:20])
+
+
+def test_raw_ragged_big_endian_with_header(bucket):
+    rng = np.random.default_rng(3)
+    rows = [4, 1, 17, 0, 6]
+    parts = [rng.integers(-1000, 1000, size=(r, 5)).astype(">i4") for r in rows]
+    for i, p in enumerate(parts):
+        bucket.put(f"raw/shard_{i:04d}.bin", b"HDR!" * 4 + p.tobytes())
+    got = shardload.load(bucket.url("raw/"), format="raw", dtype=">i4", trailing_shape=(5,),
+                         header_bytes=16, storage_options=bucket.options, row_range=(2, 25))
+    np.testing.assert_array_equal(np.asarray(got), np.concatenate(parts)[2:25])
+
+
+def test_raw_sidecar_beside_the_objects(bucket):
+    rng = np.random.default_rng(5)
+    parts = [rng.standard_normal((r, 3)).astype("<f8") for r in (6, 2, 9)]
+    for i, p in enumerate(parts):
+        bucket.put(f"rs/shard_{i:04d}.bin", p.tobytes())
+    bucket.put("rs/shardload.json", b'{"dtype": "<f8", "shape": [3]}')
+    got = shardload.load(bucket.url("rs/"), format="raw", storage_options=bucket.options)
+    np.testing.assert_array_equal(np.asarray(got), np.concatenate(parts))
+
+
+def test_cli_read_s3(bucket, cli):
+    rng = np.random.default_rng(4)
+    parts = _ragged(rng, [3, 8, 5], (2,), "float64")
+    for i, p in enumerate(parts):
+        bucket.put_npy(f"c/shard_{i:04d}.npy", p)
+    opts = [f"--storage-option=endpoint_override={bucket.endpoint}",
+            "--storage-option", "scheme=http", "--storage-option", "region=us-east-1"]
+    r = subprocess.run([str(cli), "inspect", bucket.url("c/"), *opts],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "16" in r.stdout and "shard_0002.npy" in r.stdout
+    r = subprocess.run([str(cli), "read", bucket.url("c/"), "--no-verify", *opts],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "16" in r.stdout, r.stdout
+    r = subprocess.run([str(cli), "inspect", "/tmp", "--storage-option", "scheme=http"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "s3:// SOURCEs only" in r.stderr
+
+
+def test_missing_object_and_bucket_name_the_url(bucket):
+    bucket.put_npy("m/shard_0000.npy", np.zeros((2, 2)))
+    url = bucket.url("m/shard_0001.npy")
+    with pytest.raises(shardload.Error) as e:
+        shardload.discover([bucket.url("m/shard_0000.npy"), url],
+                           storage_options=bucket.options)
+    assert url in str(e.value)
+    missing = "s3://no-such-bucket-" + uuid.uuid4().hex[:8] + "/d/"
+    with pytest.raises(shardload.Error) as e:
+        shardload.discover(missing, storage_options=bucket.options)
+    assert missing.rstrip("/") in str(e.value)
+    with pytest.raises(shardload.Error) as e:
+        shardload.discover(bucket.url("nothing-here/"), storage_options=bucket.options)
+    assert bucket.url("nothing-here") in str(e.value)
+
+
+def test_object_overwritten_after_discover_is_an_error(bucket):
+    a = np.arange(40, dtype=np.float32).reshape(10, 4)
+    bucket.put_npy("o/shard_0000.npy", a)
+    bucket.put_npy("o/shard_0001.npy", a + 100)
+    layout = shardload.discover(bucket.url("o/"), storage_options=bucket.options)
+    # The same size, other bytes: only the ETag tells.
+    bucket.put_npy("o/shard_0001.npy", a - 100)
+    with pytest.raises(shardload.Error) as e:
+        shardload.load(layout)
+    assert "shard_0001.npy" in str(e.value) and "changed" in str(e.value)
+    with pytest.raises(shardload.ShardReadError, match="overwritten") as e:
+        layout.read(0, 20)
+    assert bucket.url("o/shard_0001.npy") in str(e.value)
+    # The same bytes again: the same ETag, and the data is what discovery saw.
+    bucket.put_npy("o/shard_0001.npy", a + 100)
+    np.testing.assert_array_equal(layout.read(0, 20), np.concatenate([a, a + 100]))
+
+
+def test_wrong_credentials_are_a_clear_error(server):
+    """A server that checks signatures (moto does after its first unchecked requests): the
+    keys it does not know are refused with 403, an error naming the URL."""
+    proc, endpoint = _start_server({"INITIAL_NO_AUTH_ACTION_COUNT": "2"})
+    try:
+        b = Bucket(endpoint)  # the two unchecked requests: the bucket and this object
+        b.put_npy("a/shard_0000.npy", np.zeros((3, 2)))
+        url = b.url("a/shard_0000.npy")
+        with pytest.raises(shardload.Error) as e:
+            shardload.discover(url, storage_options=b.options)
+        msg = str(e.value)
+        assert url in msg and ("403" in msg or "InvalidAccessKeyId" in msg or
+                               "ACCESS_DENIED" in msg or "denied" in msg.lower()), msg
+        assert getattr(e.value, "errno", None) in (None, 13)
+    finally:
+        _stop(proc)
+
+
+def test_formats_not_yet_supported_say_so(bucket):
+    bucket.put("p/shard_0000.parquet", b"PAR1" + b"\0" * 16 + b"PAR1")
+    with pytest.raises(shardload.LayoutError, match="parquet format is not yet supported for s3"):
+        shardload.discover(bucket.url("p/shard_0000.parquet"), storage_options=bucket.options)
+
+
+def test_storage_options_checked():
+    with pytest.raises(ValueError, match="s3:// URLs only"):
+        shardload.discover("/tmp", storage_options={"scheme": "http"})
+    with pytest.raises(TypeError, match="storage_options"):
+        shardload.discover("s3://b/d/", storage_options=[("scheme", "http")])
+    with pytest.raises(ValueError, match="bad object-storage URL or options"):
+        shardload.discover("s3://b/d/x.npy", storage_options={"no_such_option": "1"})
