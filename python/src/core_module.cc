@@ -16,6 +16,7 @@
 #include "shardload/layout.hpp"
 #include "shardload/manifest.hpp"
 #include "shardload/plan.hpp"
+#include "shardload/reader_registry.hpp"
 
 namespace py = pybind11;
 using namespace shardload;
@@ -152,7 +153,7 @@ PYBIND11_MODULE(_core, m) {
         DiscoverOptions opts;
         opts.trust_manifest = trust_manifest;
         opts.use_manifest = use_manifest;
-        opts.format.format = unwrap(parse_format(format));
+        if (Status st = set_format_option(format, &opts.format); !st) raise(st);
         if (dtype) {
           if (Status st = set_dtype_option(*dtype, &opts.format); !st) raise(st);
         }
@@ -262,6 +263,15 @@ PYBIND11_MODULE(_core, m) {
         return out;
       },
       py::arg("source"), py::arg("pattern") = py::none());
+
+  // What the process holds once, as this module sees it: libshardload.so's I/O backend and the
+  // readers registered in C++ (the tests compare it with _legate's).
+  m.def("_process_state", [] {
+    py::dict d;
+    d["posix_io"] = reinterpret_cast<std::uintptr_t>(&posix_io());
+    d["readers"] = registered_readers();
+    return d;
+  });
 
   m.def(
       "plan",
