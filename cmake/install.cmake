@@ -98,6 +98,13 @@ if(SHARDLOAD_WHEEL)
     LIBRARY_OUTPUT_DIRECTORY ${PROJECT_BINARY_DIR}/nocuda)
   install(FILES $<TARGET_FILE_DIR:shardload_nocuda>/libcuda.so.1 DESTINATION _nocuda)
 else()
-  # Elsewhere the products keep the absolute paths they were linked with.
+  # Elsewhere the products keep the absolute paths they were linked with. On the targets: they
+  # exist already, and the variable only sets up targets made after it. libshardload.so needs
+  # it most: a consumer's link resolves its Arrow libraries through it.
   set(CMAKE_INSTALL_RPATH_USE_LINK_PATH TRUE)
+  foreach(t shardload_lib shardload_legate shardload ${shardload_modules})
+    if(TARGET ${t})
+      set_target_properties(${t} PROPERTIES INSTALL_RPATH_USE_LINK_PATH TRUE)
+    endif()
+  endforeach()
 endif()
