@@ -6,7 +6,7 @@
 # pyproject.toml), beside the packages it links at run time:
 #   site-packages/shardload/_core*.so, _legate*.so     the Python extension modules
 #   site-packages/shardload/bin/shardload              the program (the `shardload` command runs it)
-#   site-packages/shardload/lib/                       libshardload_legate.so, the static layers,
+#   site-packages/shardload/lib/                       libshardload.so, libshardload_legate.so,
 #                                                      cmake/shardload/ (the package config)
 #   site-packages/shardload/include/shardload/         the public headers
 #   site-packages/shardload/_nocuda/libcuda.so.1       the stand-in driver (tools/nocuda)
@@ -41,6 +41,9 @@ foreach(t ${shardload_export_targets})
   string(REGEX REPLACE "^shardload_" "" name ${t})
   set_target_properties(${t} PROPERTIES EXPORT_NAME ${name})
 endforeach()
+# libshardload.so, which the layer targets above (shardload::engine, ...) link.
+list(APPEND shardload_export_targets shardload_lib)
+set_target_properties(shardload_lib PROPERTIES EXPORT_NAME shardload)
 install(TARGETS ${shardload_export_targets} EXPORT shardloadTargets
         ARCHIVE DESTINATION ${SHARDLOAD_INSTALL_LIBDIR}
         LIBRARY DESTINATION ${SHARDLOAD_INSTALL_LIBDIR}
@@ -81,8 +84,10 @@ if(SHARDLOAD_WHEEL)
       shardload_wheel_rpath(${m} "" "$ORIGIN/lib")
     endforeach()
   endif()
+  shardload_wheel_rpath(shardload_lib "../")
   if(SHARDLOAD_WITH_LEGATE)
-    shardload_wheel_rpath(shardload_legate "../")
+    # libshardload.so beside it.
+    shardload_wheel_rpath(shardload_legate "../" "$ORIGIN")
   endif()
   # The stand-in driver (tools/nocuda/nocuda.c; README "Running without a GPU"). shardload's
   # __init__ and the `shardload` command load it only where the dynamic linker finds no
@@ -93,6 +98,13 @@ if(SHARDLOAD_WHEEL)
     LIBRARY_OUTPUT_DIRECTORY ${PROJECT_BINARY_DIR}/nocuda)
   install(FILES $<TARGET_FILE_DIR:shardload_nocuda>/libcuda.so.1 DESTINATION _nocuda)
 else()
-  # Elsewhere the products keep the absolute paths they were linked with.
+  # Elsewhere the products keep the absolute paths they were linked with. On the targets: they
+  # exist already, and the variable only sets up targets made after it. libshardload.so needs
+  # it most: a consumer's link resolves its Arrow libraries through it.
   set(CMAKE_INSTALL_RPATH_USE_LINK_PATH TRUE)
+  foreach(t shardload_lib shardload_legate shardload ${shardload_modules})
+    if(TARGET ${t})
+      set_target_properties(${t} PROPERTIES INSTALL_RPATH_USE_LINK_PATH TRUE)
+    endif()
+  endforeach()
 endif()

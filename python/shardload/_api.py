@@ -933,7 +933,7 @@ def _check_legate_dims(layout: Layout) -> None:
     from . import _legate
 
     if len(layout.shape) > _legate.MAX_DIMS:
-        _legate.check_layout_dims(layout.encode())  # raises LayoutError
+        _legate.check_layout_dims(layout)  # raises LayoutError
 
 
 def _check_shape_dims(shape: Sequence[int], what: str, *, write: bool = False) -> None:
@@ -1170,10 +1170,9 @@ def load(
     from . import _legate
 
     report("started")
-    encoded = layout.encode()
     report("launching")
     # A task's error names its file and errno as data: the exception carries them already.
-    owner, plan = _legate.load(encoded, k)
+    owner, plan = _legate.load(layout, k)
     # LogicalArray adopts a copy; the capsule frees the original when dropped.
     array = LogicalArray.from_raw_handle(_legate.handle(owner))
     del owner

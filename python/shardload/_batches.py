@@ -28,7 +28,7 @@ class BatchIterator:
         self.prefetch = prefetch
         self._cast = cast
         self._count = -(-layout.total_rows // rows_per_batch)
-        self._batches: _legate.Batches | None = _legate.Batches(layout.encode(), rows_per_batch,
+        self._batches: _legate.Batches | None = _legate.Batches(layout, rows_per_batch,
                                                                  prefetch, overdecompose)
 
     def __len__(self) -> int:

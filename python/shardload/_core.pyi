@@ -79,6 +79,9 @@ def decode_layout(encoded: bytes, manifest_status: str = "", manifest_state: str
 def manifest_path(directory: _Path) -> str: ...
 def size_string(nbytes: int) -> str: ...
 def verify_on_host(path: _Path) -> list[tuple[int, str, str]]: ...
+def _process_state() -> dict[str, Any]:
+    """{"posix_io": the address of libshardload's I/O backend, "readers": the names of the
+    readers registered in C++}"""
 def plan(rows: Sequence[int], processors: int, overdecompose: int = 1) -> dict[str, Any]:
     """{"tile_rows": int, "tiles": int, "uniform": bool,
     "pieces": [[(shard, lo, hi, dst_row), ...] per tile]}"""

@@ -4,6 +4,8 @@ What the package's Python code uses; not a public interface."""
 
 from typing import Any, TypedDict
 
+from ._core import Layout
+
 class _Plan(TypedDict):
     target: str  # "GPU", "OMP" or "CPU"
     processors: int
@@ -15,24 +17,26 @@ class _Plan(TypedDict):
 class _ArrayOwner:
     """A capsule that owns the loaded legate LogicalArray until dropped."""
 
-def load(encoded_layout: bytes, overdecompose: int = 1) -> tuple[_ArrayOwner, _Plan]: ...
+def load(layout: Layout, overdecompose: int = 1) -> tuple[_ArrayOwner, _Plan]: ...
 class Batches:
     """shardload::Batches: a layout's row batches, launched ahead and handed out in order."""
 
-    def __init__(self, encoded_layout: bytes, rows_per_batch: int, prefetch: int,
+    def __init__(self, layout: Layout, rows_per_batch: int, prefetch: int,
                  overdecompose: int) -> None: ...
     @property
     def size(self) -> int: ...
     def next(self) -> tuple[_ArrayOwner, int, int, int] | None:
         """(owner, index, lo, hi) of the next batch, or None after the last."""
 
+def _process_state() -> dict[str, Any]:
+    """_core._process_state as this module sees it."""
 def handle(owner: _ArrayOwner) -> int:
     """The address legate.core.LogicalArray.from_raw_handle adopts (a copy)."""
 
 MAX_DIMS: int
 """The most dimensions a Legate array has in the Legate shardload was built with."""
 
-def check_layout_dims(encoded_layout: bytes) -> None:
+def check_layout_dims(layout: Layout) -> None:
     """Raises LayoutError as load() does when the layout has more than MAX_DIMS dimensions."""
 def check_dims(shape: list[int], what: str, write: bool = False) -> None:
     """The same for a shape; ``what`` names the array: a ValueError with ``write``, else a
@@ -48,8 +52,7 @@ def discover_once(
     pattern: bytes,
     trust_manifest: bool = False,
     options: dict[str, object] = ...,
-) -> tuple[bytes, str, str]:
-    """(the encoded layout, its manifest_status, the name of its manifest_state)"""
+) -> Layout: ...
 class _SaveInfo(TypedDict):
     target: str  # "CPU": the save task has a CPU variant only
     processors: int

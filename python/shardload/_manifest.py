@@ -180,7 +180,6 @@ def _discover_once(source: str | bytes | os.PathLike, options: _Options,
 
     _api._start_runtime()
     pattern = options.pattern
-    encoded, status, state = _legate.discover_once(
+    return _legate.discover_once(
         os.fsencode(source), os.fsencode(pattern) if pattern else b"", options.trust_manifest,
         options.format_args(dtype))
-    return _core.decode_layout(encoded, status, state)

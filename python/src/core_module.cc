@@ -17,6 +17,7 @@
 #include "shardload/layout.hpp"
 #include "shardload/manifest.hpp"
 #include "shardload/plan.hpp"
+#include "shardload/reader_registry.hpp"
 
 namespace py = pybind11;
 using namespace shardload;
@@ -250,6 +251,15 @@ PYBIND11_MODULE(_core, m) {
         return out;
       },
       py::arg("source"), py::arg("pattern") = py::none());
+
+  // What the process holds once, as this module sees it: libshardload.so's I/O backend and the
+  // readers registered in C++ (the tests compare it with _legate's).
+  m.def("_process_state", [] {
+    py::dict d;
+    d["posix_io"] = reinterpret_cast<std::uintptr_t>(&posix_io());
+    d["readers"] = registered_readers();
+    return d;
+  });
 
   m.def(
       "plan",

@@ -1,23 +1,25 @@
 // shardload._legate: the private binding of the Legate adapter. The layout
-// arrives encoded (from shardload._core), the array leaves as a capsule whose
-// address legate.core.LogicalArray.from_raw_handle adopts; errors become the
-// package's exceptions.
+// arrives as the shardload._core.Layout object (both modules link the one
+// libshardload.so, so pybind11 shares the type), the array leaves as a capsule
+// whose address legate.core.LogicalArray.from_raw_handle adopts; errors become
+// the package's exceptions.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
 #include <cstdint>
 #include <memory>
 #include <optional>
-#include <span>
 #include <string>
 #include <vector>
 
 #include "errors.hpp"
 #include "options.hpp"
 #include "shardload/batches.hpp"
-#include "shardload/codec.hpp"
+#include "shardload/io.hpp"
+#include "shardload/layout.hpp"
 #include "shardload/legate.hpp"
 #include "shardload/manifest_legate.hpp"
+#include "shardload/reader_registry.hpp"
 #include "shardload/save.hpp"
 
 namespace py = pybind11;
@@ -25,14 +27,6 @@ namespace py = pybind11;
 namespace {
 
 constexpr const char* kArrayCapsule = "shardload.LogicalArray";
-
-shardload::Layout decode_or_raise(const py::bytes& encoded) {
-  const std::string bytes = encoded;
-  auto layout = shardload::decode_layout(
-      std::span(reinterpret_cast<const std::uint8_t*>(bytes.data()), bytes.size()));
-  if (!layout) throw py::value_error(layout.status().message());
-  return std::move(layout).value();
-}
 
 // The capsule owns the array until Python drops it (see load below).
 py::capsule array_owner(legate::LogicalArray* array) {
@@ -48,11 +42,7 @@ PYBIND11_MODULE(_legate, m) {
 
   m.def(
       "load",
-      [](const py::bytes& encoded, std::int64_t overdecompose) {
-        const std::string bytes = encoded;
-        auto layout = shardload::decode_layout(
-            std::span(reinterpret_cast<const std::uint8_t*>(bytes.data()), bytes.size()));
-        if (!layout) throw py::value_error(layout.status().message());
+      [](const shardload::Layout& layout, std::int64_t overdecompose) {
         shardload::LoadOptions opts;
         opts.overdecompose = overdecompose;
         shardload::LoadInfo info;
@@ -61,7 +51,7 @@ PYBIND11_MODULE(_legate, m) {
           // submit() waits for the tasks while holding nothing Python needs; what it throws
           // leaves through the translator, with the GIL taken back.
           py::gil_scoped_release release;
-          array = new legate::LogicalArray(shardload::load(*layout, opts, &info));
+          array = new legate::LogicalArray(shardload::load(layout, opts, &info));
         }
         py::dict d;
         d["target"] = info.target;
@@ -77,14 +67,14 @@ PYBIND11_MODULE(_legate, m) {
                           [](void* p) { delete static_cast<legate::LogicalArray*>(p); });
         return py::make_tuple(std::move(owner), d);
       },
-      py::arg("encoded_layout"), py::arg("overdecompose") = 1);
+      py::arg("layout"), py::arg("overdecompose") = 1);
 
   // The dimension limit of the launchers, checked from Python before the runtime starts.
   m.attr("MAX_DIMS") = shardload::kMaxLegateDims;
   m.def(
       "check_layout_dims",
-      [](const py::bytes& encoded) { shardload::check_legate_dims(decode_or_raise(encoded)); },
-      py::arg("encoded_layout"));
+      [](const shardload::Layout& layout) { shardload::check_legate_dims(layout); },
+      py::arg("layout"));
   m.def(
       "check_dims",
       [](const std::vector<std::int64_t>& shape, const std::string& what, bool write) {
@@ -95,15 +85,15 @@ PYBIND11_MODULE(_legate, m) {
   m.def("check_load_memory", &shardload::check_load_memory, py::arg("rows"), py::arg("row_bytes"),
         py::arg("target"), py::arg("processors"), py::arg("overdecompose"));
   py::class_<shardload::Batches>(m, "Batches")
-      .def(py::init([](const py::bytes& encoded, std::int64_t rows_per_batch, std::int64_t prefetch,
-                       std::int64_t overdecompose) {
+      .def(py::init([](const shardload::Layout& layout, std::int64_t rows_per_batch,
+                       std::int64_t prefetch, std::int64_t overdecompose) {
              shardload::BatchOptions opts;
              opts.rows_per_batch = rows_per_batch;
              opts.prefetch = prefetch;
              opts.overdecompose = overdecompose;
-             return std::make_unique<shardload::Batches>(decode_or_raise(encoded), opts);
+             return std::make_unique<shardload::Batches>(layout, opts);
            }),
-           py::arg("encoded_layout"), py::arg("rows_per_batch"), py::arg("prefetch"),
+           py::arg("layout"), py::arg("rows_per_batch"), py::arg("prefetch"),
            py::arg("overdecompose"))
       .def_property_readonly("size", &shardload::Batches::size)
       .def("next", [](shardload::Batches& self) -> py::object {
@@ -150,13 +140,18 @@ PYBIND11_MODULE(_legate, m) {
           py::gil_scoped_release release;
           layout = shardload::discover_once(src, pat, opts, trust_manifest);
         }
-        const auto b = shardload::encode_layout(layout);
-        return py::make_tuple(py::bytes(reinterpret_cast<const char*>(b.data()), b.size()),
-                              shardload::python::message_str(layout.manifest_status),
-                              shardload::manifest_state_name(layout.manifest_state));
+        return layout;
       },
       py::arg("source"), py::arg("pattern"), py::arg("trust_manifest") = false,
       py::arg("options") = py::dict());
+
+  // _core._process_state as this module sees it (the tests compare the two).
+  m.def("_process_state", [] {
+    py::dict d;
+    d["posix_io"] = reinterpret_cast<std::uintptr_t>(&shardload::posix_io());
+    d["readers"] = shardload::registered_readers();
+    return d;
+  });
 
   m.def(
       "handle",

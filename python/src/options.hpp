@@ -12,6 +12,7 @@
 #include "shardload/errors.hpp"
 #include "shardload/format.hpp"
 #include "shardload/formats.hpp"
+#include "shardload/reader_registry.hpp"
 
 namespace shardload::python {
 
@@ -26,9 +27,8 @@ inline FormatOptions format_options_from(const py::dict& given) {
     const std::string name = py::cast<std::string>(key);
     if (value.is_none()) continue;
     if (name == "format") {
-      auto f = parse_format(py::cast<std::string>(value));
-      if (!f) fail(f.status());
-      out.format = *f;
+      // A built-in format or a reader registered in C++ (custom_format selects it).
+      if (Status st = set_format_option(py::cast<std::string>(value), &out); !st) fail(st);
       continue;
     }
     const FormatOptionSpec* row = find_format_option(name);

@@ -86,6 +86,20 @@ FormatOptions custom_format(std::string name) {
   return o;
 }
 
+Status set_format_option(std::string_view name, FormatOptions* options) {
+  Result<Format> builtin = parse_format(name);
+  if (builtin) {
+    options->format = *builtin;
+    options->reader.clear();
+    return Status::ok();
+  }
+  const std::vector<std::string> names = registered_readers();
+  if (std::find(names.begin(), names.end(), name) == names.end()) return builtin.status();
+  options->format = Format::kCustom;
+  options->reader = std::string(name);
+  return Status::ok();
+}
+
 std::vector<std::string> registered_readers() {
   Registry& r = registry();
   std::lock_guard lock(r.mutex);

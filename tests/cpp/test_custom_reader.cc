@@ -206,5 +206,24 @@ TEST_F(CustomReader, ExceptionsFromAUserReaderBecomeStatusesNamingTheFile) {
   EXPECT_NE(s.message().find("read blew up"), std::string::npos) << s.message();
 }
 
+TEST_F(CustomReader, AFormatOptionNamesABuiltInFormatOrARegisteredReader) {
+  FormatOptions o;
+  ASSERT_TRUE(set_format_option("rows", &o));
+  EXPECT_EQ(o.format, Format::kCustom);
+  EXPECT_EQ(o.reader, "rows");
+  // A built-in name wins and clears the reader; "auto" stays auto.
+  ASSERT_TRUE(set_format_option("npy", &o));
+  EXPECT_EQ(o.format, Format::kNpy);
+  EXPECT_EQ(o.reader, "");
+  ASSERT_TRUE(set_format_option("auto", &o));
+  EXPECT_EQ(o.format, Format::kAuto);
+  // Neither: parse_format's error, the options untouched.
+  o = custom_format("rows");
+  const Status s = set_format_option("no_such_reader", &o);
+  EXPECT_EQ(s.code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("unknown format 'no_such_reader'"), std::string::npos) << s.message();
+  EXPECT_EQ(o, custom_format("rows"));
+}
+
 }  // namespace
 }  // namespace shardload

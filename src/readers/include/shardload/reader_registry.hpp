@@ -50,6 +50,12 @@ Status register_reader(ReaderRegistration registration);
 // FormatOptions selecting the reader registered as `name` (it need not be registered yet).
 FormatOptions custom_format(std::string name);
 
+// Sets options->format (and options->reader) from a format as the bindings spell it: "auto", a
+// built-in format's name or alias (parse_format), or the name of a reader registered in this
+// process, which selects it as custom_format does. The error of parse_format otherwise; options
+// unchanged then.
+Status set_format_option(std::string_view name, FormatOptions* options);
+
 // The names registered in this process, in registration order.
 std::vector<std::string> registered_readers();
 
