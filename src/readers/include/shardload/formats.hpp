@@ -6,8 +6,10 @@
 //
 // Contract: the table is built once, on first use, and never changes or is destroyed, so a
 // descriptor pointer stays valid for the process; every function here is thread-safe.
-// Readers registered by name (shardload/reader_registry.hpp) share the one descriptor of
-// Format::kCustom, whose factory looks the name up.
+// A reader registered by name (shardload/reader_registry.hpp) has a descriptor of its own
+// (its name, extensions and capabilities; Format::kCustom), made at its registration and
+// found by name or extension; the table's kCustom descriptor stands for "some registered
+// reader" and its factory looks the name up.
 //
 // A format that save can write has a ShardWriter beside its reader; save asks the
 // descriptor for it and names no format.
@@ -135,6 +137,15 @@ struct FormatDescriptor {
 
 // The descriptor of a format (kCustom included); nullptr for kAuto and unknown values.
 const FormatDescriptor* find_format(Format f);
+
+// The descriptor of `format`, or for kCustom that of the reader registered as `reader`
+// (nullptr where none is): what the engine asks a layout's capabilities of.
+const FormatDescriptor* find_format(Format format, std::string_view reader);
+
+// The descriptor of the reader registered as `name`, or of the one registered for the
+// path's extension (a trailing '/' ignored); nullptr where none is. Valid for the process.
+const FormatDescriptor* find_registered_format(std::string_view name);
+const FormatDescriptor* registered_format_for_path(std::string_view path);
 
 // Every descriptor in table order (kCustom last).
 const std::vector<FormatDescriptor>& formats();
