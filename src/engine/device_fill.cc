@@ -62,8 +62,9 @@ class Fill {
         pool_(pool),
         backend_(pool.backend()),
         options_(options),
-        contiguous_rows_(find_format(layout.format) != nullptr &&
-                         find_format(layout.format)->capabilities.contiguous_rows) {}
+        contiguous_rows_(
+            find_format(layout.format, layout.options.reader) != nullptr &&
+            find_format(layout.format, layout.options.reader)->capabilities.contiguous_rows) {}
 
   Status plan(std::uint64_t dst_bytes);
   Status run();

@@ -181,7 +181,7 @@ Result<std::string> write_manifest(const Layout& layout, const std::string& dire
     for (const auto& s : layout.shards) {
       // A store's snapshot is its metadata file's, so only the format says that the shard
       // itself is a directory.
-      const FormatDescriptor* d = find_format(layout.format);
+      const FormatDescriptor* d = find_format(layout.format, layout.options.reader);
       if ((d != nullptr && d->capabilities.freshness == Freshness::kMetadataFile) ||
           !s.snapshot.regular) {
         return Status(ErrorCode::kInvalidArgument,
@@ -360,8 +360,8 @@ namespace {
 // Formats whose probe is cheap enough to repeat at every checked discovery (an .npy header,
 // a raw file's size and sidecar, a Zarr store's metadata file). The others (HDF5, Parquet,
 // Arrow, a user's reader) would reparse a file's metadata, which is what the manifest saves.
-bool reprobe_when_checked(Format f) {
-  const FormatDescriptor* d = find_format(f);
+bool reprobe_when_checked(const Layout& layout) {
+  const FormatDescriptor* d = find_format(layout.format, layout.options.reader);
   return d != nullptr && d->capabilities.cheap_reprobe;
 }
 
@@ -431,7 +431,7 @@ std::string manifest_staleness(const Manifest& m, IoBackend& io) {
   };
   const Layout& layout = m.layout;
   const auto& shards = layout.shards;
-  if (reprobe_when_checked(layout.format)) {
+  if (reprobe_when_checked(layout)) {
     // The file's own header against the manifest's, not only its snapshot: a manifest
     // with a valid container checksum can still say another dtype than the files (it was
     // written by someone else, or by hand), and the data would be read as that dtype.
@@ -440,7 +440,8 @@ std::string manifest_staleness(const Manifest& m, IoBackend& io) {
     for (const auto& s : shards) paths.push_back(s.path);
     ReaderContext ctx;
     ctx.io = &io;
-    const unsigned threads = detail::probe_threads(layout.format, ctx, paths.size(), 0);
+    const unsigned threads = detail::probe_threads(
+        find_format(layout.format, layout.options.reader), ctx, paths.size(), 0);
     auto probes = detail::probe_shards(paths, layout.format, layout.options, ctx, threads);
     if (!probes) return probes.status().message();
     for (std::size_t i = 0; i < shards.size(); ++i) {

@@ -10,11 +10,10 @@
 
 namespace shardload::detail {
 
-unsigned probe_threads(Format format, const ReaderContext& ctx, std::size_t count,
+unsigned probe_threads(const FormatDescriptor* d, const ReaderContext& ctx, std::size_t count,
                        unsigned requested) {
   if (requested > 0) return static_cast<unsigned>(std::min<std::size_t>(requested, count));
   if (ctx.io != nullptr && ctx.io != &posix_io()) return 1;
-  const FormatDescriptor* d = find_format(format);
   if (d == nullptr || !d->capabilities.parallel_probe) return 1;
   // Each probe is an open, an fstat, one small read and a close: from the page cache a few
   // microseconds of CPU, so threads pay off only for many shards; on a network file system

@@ -7,6 +7,7 @@
 #include "legate/detail/save_files.hpp"
 #include "legate/detail/save_once.hpp"
 #include "legate/detail/tasks.hpp"
+#include "shardload/formats.hpp"
 #include "shardload/legate.hpp"
 #include "shardload/plan.hpp"
 #include "shardload/save.hpp"
@@ -54,10 +55,10 @@ struct StagingGuard {
 }  // namespace
 
 SaveFormat parse_save_format(const std::string& name) {
-  if (name == "npy") return SaveFormat::kNpy;
-  if (name == "zarr") return SaveFormat::kZarr;
-  if (name == "raw") return SaveFormat::kRaw;
-  argument_error("format: expected \"npy\", \"zarr\" or \"raw\", found '" + name + "'");
+  for (const auto& d : formats()) {
+    if (d.writer && d.name == name) return d.format;
+  }
+  argument_error("format: expected " + writable_format_names_text() + ", found '" + name + "'");
 }
 
 void save(const legate::LogicalArray& array, const std::string& dest, const SaveOptions& options,
@@ -83,9 +84,13 @@ void save(const legate::LogicalArray& array, const std::string& dest, const Save
       argument_error("extra file name '" + name + "' is not a plain file name");
     }
   }
-  if (options.format != SaveFormat::kNpy && options.format != SaveFormat::kZarr &&
-      options.format != SaveFormat::kRaw) {
+  const FormatDescriptor* format = find_format(options.format);
+  if (format == nullptr) {
     argument_error("unknown format " + std::to_string(static_cast<int>(options.format)));
+  }
+  if (!format->writer) {
+    argument_error("no writer for the " + format->name + " format (expected " +
+                   writable_format_names_text() + ")");
   }
   if (options.checksum != Checksum::kNone && options.checksum != Checksum::kXxh3) {
     argument_error("unknown checksum " + std::to_string(static_cast<int>(options.checksum)));
@@ -94,12 +99,12 @@ void save(const legate::LogicalArray& array, const std::string& dest, const Save
     argument_error("checksum " + std::string(checksum_name(options.checksum)) +
                    " is kept in the manifest, and manifest is false");
   }
-  // Refused before anything is written: a Zarr store is a directory, and checksums cover
-  // regular files only.
-  if (options.checksum != Checksum::kNone && options.format == SaveFormat::kZarr) {
+  // Refused before anything is written: a store is a directory, and checksums cover regular
+  // files only.
+  if (options.checksum != Checksum::kNone && format->writer->writes_directories()) {
     argument_error("checksum " + std::string(checksum_name(options.checksum)) +
-                   " covers regular files, and a Zarr shard is a directory; save Zarr with "
-                   "checksum none");
+                   " covers regular files, and a " + format->name + " shard is a directory; save " +
+                   format->name + " with checksum none");
   }
   check_legate_dims(array, "save: the array");
 

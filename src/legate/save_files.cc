@@ -19,9 +19,10 @@
 #include <string_view>
 
 #include "base/detail/bytes.hpp"
+#include "readers/detail/write_files.hpp"
+#include "shardload/formats.hpp"
 #include "shardload/layout.hpp"
 #include "shardload/manifest.hpp"
-#include "shardload/npy.hpp"
 #include "shardload/plan.hpp"
 #include "shardload/source.hpp"
 
@@ -29,71 +30,17 @@ namespace shardload::detail {
 
 namespace {
 
-constexpr std::size_t kZarrChunkBytes = std::size_t{64} << 20;
-
-Status sys_error(const std::string& path, const std::string& what, int err) {
-  return file_error(ErrorCode::kIo, path, what + ": " + std::strerror(err), err);
-}
-
-std::string byte_order_char(const DType& d) {
-  if (d.size == 1) return "|";
-  return host_is_little_endian() ? "<" : ">";
-}
-
 bool mul_ok(std::int64_t a, std::size_t b, std::int64_t* out) {
   return !__builtin_mul_overflow(a, static_cast<std::int64_t>(b), out);
 }
 
-// A new regular file of `size` bytes starting with `head`. O_EXCL and O_NOFOLLOW: the
-// staging directory is ours and new, so anything already there is an error, never a target.
-Status create_file(const std::string& path, const std::string& head, std::int64_t size) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0666);
-  if (fd < 0) return sys_error(path, "cannot create", errno);
-  Status st = head.empty() ? Status::ok() : write_all(fd, path, head.data(), head.size(), 0);
-  if (st && ::ftruncate(fd, size) != 0) {
-    st = sys_error(path, "cannot size to " + std::to_string(size) + " bytes", errno);
-  }
-  if (::close(fd) != 0 && st) st = sys_error(path, "close failed", errno);
-  return st;
+// The descriptor of a format save can write, or nullptr.
+const FormatDescriptor* writable(Format f) {
+  const FormatDescriptor* d = find_format(f);
+  return d != nullptr && d->writer ? d : nullptr;
 }
 
-Status write_file_at(const std::string& path, std::int64_t offset, const std::byte* src,
-                     std::size_t n) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC | O_NOFOLLOW);
-  if (fd < 0) return sys_error(path, "cannot open for writing", errno);
-  Status st = write_all(fd, path, src, n, offset);
-  if (::close(fd) != 0 && st) st = sys_error(path, "close failed", errno);
-  return st;
-}
-
-std::string zarr_chunk_key(std::int64_t chunk, std::size_t dims) {
-  std::string key = std::to_string(chunk);
-  for (std::size_t d = 1; d < dims; ++d) key += ".0";
-  return key;
-}
-
-Status write_text(const std::string& path, const std::string& text) {
-  return create_file(path, text, static_cast<std::int64_t>(text.size()));
-}
-
-std::string json_list(const std::vector<std::int64_t>& v) {
-  std::string s = "[";
-  for (std::size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
-  return s + "]";
-}
-
-std::string zarr_fill_value(const DType& d) {
-  switch (d.kind) {
-    case DTypeKind::kBool:
-      return "false";
-    case DTypeKind::kFloat:
-      return "0.0";
-    case DTypeKind::kComplex:
-      return "[0.0, 0.0]";
-    default:
-      return "0";
-  }
-}
+WriteSpec write_spec(const SaveSpec& spec) { return {spec.dtype, spec.trailing, spec.row_bytes}; }
 
 std::string without_trailing_slashes(std::string path) {
   while (path.size() > 1 && path.back() == '/') path.pop_back();
@@ -107,15 +54,36 @@ std::pair<std::string, std::string> split_dest(std::string dest) {
   return {slash == 0 ? "/" : dest.substr(0, slash), dest.substr(slash + 1)};
 }
 
+// The files every save may write beside its shards: the CLI's _meta.json, the manifest and
+// the writers' metadata (shardload.json).
+bool fixed_name(std::string_view name) {
+  if (name == "_meta.json" || name == kManifestName) return true;
+  for (const auto& d : formats()) {
+    if (!d.writer) continue;
+    for (const auto& m : d.writer->metadata_names()) {
+      if (name == m) return true;
+    }
+  }
+  return false;
+}
+
+// The format whose shard a save names `name` (shard_NNNN and the format's first extension),
+// a directory exactly when that format's shards are; nullptr for any other name.
+const FormatDescriptor* shard_format(std::string_view name, bool is_dir) {
+  for (const auto& d : formats()) {
+    if (!d.writer || d.extensions.empty()) continue;
+    if (NumberPattern{"shard_", 4, d.extensions.front()}.match(name) >= 0) {
+      return d.writer->writes_directories() == is_dir ? &d : nullptr;
+    }
+  }
+  return nullptr;
+}
+
 // The names a save writes, of the type it writes them; anything else in a directory makes
 // overwrite refuse it.
 bool saved_name(std::string_view name, bool is_dir) {
-  if (name == "shardload.json" || name == "_meta.json" || name == kManifestName) return !is_dir;
-  for (const auto& [suffix, dir] :
-       {std::pair{".npy", false}, std::pair{".bin", false}, std::pair{".zarr", true}}) {
-    if (NumberPattern{"shard_", 4, suffix}.match(name) >= 0) return is_dir == dir;
-  }
-  return false;
+  if (fixed_name(name)) return !is_dir;
+  return shard_format(name, is_dir) != nullptr;
 }
 
 }  // namespace
@@ -142,13 +110,9 @@ Result<SaveSpec> SaveSpec::decode(std::span<const std::int64_t> v) {
   };
   SaveSpec s;
   std::int64_t f = 0, kind = 0, size = 0, dims = 0, n = 0;
-  const auto writable = [](std::int64_t code) {
-    return code == static_cast<std::int64_t>(SaveFormat::kNpy) ||
-           code == static_cast<std::int64_t>(SaveFormat::kRaw) ||
-           code == static_cast<std::int64_t>(SaveFormat::kZarr);
-  };
-  if (!next(&f) || !next(&kind) || !next(&size) || !next(&dims) || !writable(f) || kind < 0 ||
-      kind > 4 || size < 1 || size > 16 || dims < 0 || dims > 32) {
+  if (!next(&f) || !next(&kind) || !next(&size) || !next(&dims) || f < 0 || f > 255 ||
+      writable(static_cast<Format>(f)) == nullptr || kind < 0 || kind > 4 || size < 1 ||
+      size > 16 || dims < 0 || dims > 32) {
     return bad();
   }
   s.format = static_cast<SaveFormat>(f);
@@ -180,15 +144,12 @@ std::string save_shard_name(SaveFormat format, std::int64_t shard) {
       .format(shard);
 }
 
-std::int64_t zarr_chunk_rows(std::int64_t rows, std::size_t row_bytes) {
-  const auto cap = static_cast<std::int64_t>(kZarrChunkBytes / std::max<std::size_t>(row_bytes, 1));
-  return std::max<std::int64_t>(1, std::min(rows, cap));
-}
-
 Status create_shard_files(const std::string& dir, SaveSpec* spec) {
   const auto n = static_cast<std::size_t>(spec->shards());
   spec->data_offset.assign(n, 0);
   spec->chunk_rows.assign(n, 1);
+  const FormatDescriptor* d = writable(spec->format);
+  const WriteSpec ws = write_spec(*spec);
   for (std::size_t s = 0; s < n; ++s) {
     const std::int64_t rows = spec->offsets[s + 1] - spec->offsets[s];
     const std::string path =
@@ -199,95 +160,52 @@ Status create_shard_files(const std::string& dir, SaveSpec* spec) {
                         std::to_string(rows) + " rows of " + std::to_string(spec->row_bytes) +
                             " bytes overflow a file size");
     }
-    switch (spec->format) {
-      case SaveFormat::kNpy: {
-        std::vector<std::int64_t> shape{rows};
-        shape.insert(shape.end(), spec->trailing.begin(), spec->trailing.end());
-        const std::string head = encode_npy_header(spec->dtype, shape);
-        spec->data_offset[s] = static_cast<std::int64_t>(head.size());
-        SHARDLOAD_RETURN_IF_ERROR(
-            create_file(path, head, static_cast<std::int64_t>(head.size()) + data));
-        break;
-      }
-      case SaveFormat::kRaw:
-        SHARDLOAD_RETURN_IF_ERROR(create_file(path, {}, data));
-        break;
-      case SaveFormat::kZarr: {
-        if (::mkdir(path.c_str(), 0777) != 0) return sys_error(path, "cannot create", errno);
-        const std::int64_t cr = zarr_chunk_rows(rows, spec->row_bytes);
-        spec->chunk_rows[s] = cr;
-        if (spec->row_bytes == 0) break;  // no bytes: every chunk is missing (fill value)
-        const auto chunk_bytes = static_cast<std::int64_t>(cr * spec->row_bytes);
-        for (std::int64_t k = 0; k * cr < rows; ++k) {
-          // Zarr v2 stores an edge chunk at full size; the padding stays zeros.
-          SHARDLOAD_RETURN_IF_ERROR(create_file(
-              path + "/" + zarr_chunk_key(k, spec->trailing.size() + 1), {}, chunk_bytes));
-        }
-        break;
-      }
-      default:
-        return file_error(
-            ErrorCode::kInvalidArgument, path,
-            std::string("no writer for the ") + format_name(spec->format) + " format");
+    if (d == nullptr) {
+      return file_error(ErrorCode::kInvalidArgument, path,
+                        std::string("no writer for the ") + format_name(spec->format) + " format");
     }
+    ShardPlacement placement;
+    SHARDLOAD_RETURN_IF_ERROR(d->writer->create(path, ws, rows, &placement));
+    spec->data_offset[s] = placement.data_offset;
+    spec->chunk_rows[s] = placement.chunk_rows;
   }
   return Status::ok();
 }
 
 Status write_rows(const std::string& dir, const SaveSpec& spec, std::int64_t lo, std::int64_t hi,
                   const std::byte* src) {
+  const FormatDescriptor* d = writable(spec.format);
+  if (d == nullptr) {
+    return Status{ErrorCode::kInvalidArgument,
+                  std::string("save: no writer for the ") + format_name(spec.format) + " format"};
+  }
+  const WriteSpec ws = write_spec(spec);
   std::vector<Piece> pieces;
   pieces_for_rows(spec.offsets, lo, hi, &pieces);
   const auto rb = static_cast<std::int64_t>(spec.row_bytes);
   for (const Piece& p : pieces) {
     const auto s = static_cast<std::size_t>(p.shard);
-    const std::string path = dir + "/" + save_shard_name(spec.format, p.shard);
-    const std::byte* from = src + p.dst_row * rb;
-    if (spec.format != SaveFormat::kZarr) {
-      SHARDLOAD_RETURN_IF_ERROR(write_file_at(path, spec.data_offset[s] + p.lo * rb, from,
-                                              static_cast<std::size_t>((p.hi - p.lo) * rb)));
-      continue;
-    }
-    const std::int64_t cr = spec.chunk_rows[s];
-    for (std::int64_t r = p.lo; r < p.hi;) {
-      const std::int64_t k = r / cr;
-      const std::int64_t end = std::min(p.hi, (k + 1) * cr);
-      SHARDLOAD_RETURN_IF_ERROR(
-          write_file_at(path + "/" + zarr_chunk_key(k, spec.trailing.size() + 1), (r - k * cr) * rb,
-                        from + (r - p.lo) * rb, static_cast<std::size_t>((end - r) * rb)));
-      r = end;
-    }
+    const ShardPlacement placement{spec.data_offset[s], spec.chunk_rows[s]};
+    SHARDLOAD_RETURN_IF_ERROR(d->writer->write(dir + "/" + save_shard_name(spec.format, p.shard),
+                                               ws, placement, p.lo, p.hi, src + p.dst_row * rb));
   }
   return Status::ok();
 }
 
 Status write_metadata(const std::string& dir, const SaveSpec& spec,
                       const std::vector<std::pair<std::string, std::string>>& extra_files) {
-  const std::string descr = byte_order_char(spec.dtype) + spec.dtype.code();
-  std::vector<std::int64_t> rows;
+  const FormatDescriptor* d = writable(spec.format);
+  if (d == nullptr) {
+    return Status{ErrorCode::kInvalidArgument,
+                  std::string("save: no writer for the ") + format_name(spec.format) + " format"};
+  }
+  std::vector<WrittenShard> shards;
   for (std::int64_t s = 0; s < spec.shards(); ++s) {
-    rows.push_back(spec.offsets[static_cast<std::size_t>(s) + 1] -
-                   spec.offsets[static_cast<std::size_t>(s)]);
+    const auto i = static_cast<std::size_t>(s);
+    shards.push_back({save_shard_name(spec.format, s), spec.offsets[i + 1] - spec.offsets[i],
+                      ShardPlacement{spec.data_offset[i], spec.chunk_rows[i]}});
   }
-  if (spec.format == SaveFormat::kRaw) {
-    SHARDLOAD_RETURN_IF_ERROR(
-        write_text(dir + "/shardload.json",
-                   "{\"dtype\": \"" + descr + "\", \"shape\": " + json_list(spec.trailing) +
-                       ", \"header_bytes\": 0, \"rows\": " + json_list(rows) + "}\n"));
-  } else if (spec.format == SaveFormat::kZarr) {
-    for (std::int64_t s = 0; s < spec.shards(); ++s) {
-      std::vector<std::int64_t> shape{rows[static_cast<std::size_t>(s)]};
-      std::vector<std::int64_t> chunks{spec.chunk_rows[static_cast<std::size_t>(s)]};
-      shape.insert(shape.end(), spec.trailing.begin(), spec.trailing.end());
-      for (const auto d : spec.trailing) chunks.push_back(std::max<std::int64_t>(1, d));
-      SHARDLOAD_RETURN_IF_ERROR(write_text(
-          dir + "/" + save_shard_name(spec.format, s) + "/.zarray",
-          "{\"zarr_format\": 2, \"shape\": " + json_list(shape) +
-              ", \"chunks\": " + json_list(chunks) + ", \"dtype\": \"" + descr +
-              "\", \"compressor\": null, \"fill_value\": " + zarr_fill_value(spec.dtype) +
-              ", \"order\": \"C\", \"filters\": null, \"dimension_separator\": \".\"}\n"));
-    }
-  }
+  SHARDLOAD_RETURN_IF_ERROR(d->writer->finish(dir, write_spec(spec), shards));
   for (const auto& [name, text] : extra_files) {
     SHARDLOAD_RETURN_IF_ERROR(write_text(dir + "/" + name, text));
   }
@@ -313,23 +231,6 @@ namespace {
 
 std::int64_t ns_of(const struct ::timespec& t) {
   return static_cast<std::int64_t>(t.tv_sec) * 1000000000 + t.tv_nsec;
-}
-
-// The chunk number of a Zarr chunk key as a save writes it for an array of `dims` dimensions
-// (a decimal number along axis 0 without leading zeros, then ".0" per other axis; dims 0: any
-// count of ".0"), or -1 for any other name.
-std::int64_t zarr_chunk_number(std::string_view name, std::size_t dims) {
-  std::size_t digits = 0;
-  while (digits < name.size() && name[digits] >= '0' && name[digits] <= '9') ++digits;
-  if (digits == 0 || digits > 18 || (digits > 1 && name[0] == '0')) return -1;
-  std::string_view rest = name.substr(digits);
-  std::size_t axes = 1;
-  while (rest.size() >= 2 && rest[0] == '.' && rest[1] == '0') {
-    rest.remove_prefix(2);
-    ++axes;
-  }
-  if (!rest.empty() || (dims > 0 && axes != dims)) return -1;
-  return std::stoll(std::string(name.substr(0, digits)));
 }
 
 // 0777 less this process's umask: the mode mkdir(2) gives a new directory. Read from
@@ -585,10 +486,10 @@ Status list_names(const std::string& dir, std::vector<std::string>* names) {
 
 // What an earlier save wrote into an existing dataset directory. With its manifest, the
 // shards it lists (by name, and by snapshot: a file changed or replaced since is not the
-// save's any more) and, in each Zarr store, the .zarray it snapshots and the chunk keys its
-// geometry gives. Without one (a save with manifest = false, or the CLI's older output):
-// entries of the names and types a save writes, and in a Zarr store only .zarray and chunk
-// keys of the save's pattern.
+// save's any more) and, in each store (Zarr), the metadata file it snapshots and the chunk
+// keys its geometry gives. Without one (a save with manifest = false, or the CLI's older
+// output): entries of the names and types a save writes, and in a store only the metadata
+// file and chunk keys its writer writes.
 struct SavedTree {
   std::string dest;
   std::optional<Manifest> manifest;
@@ -639,10 +540,10 @@ struct SavedTree {
                        manifest_path(dest) + ")");
   }
 
-  Status check_store(const std::string& name, const Shard* shard,
+  Status check_store(const std::string& name, const FormatDescriptor& format, const Shard* shard,
                      std::vector<SavedEntry>* entries) const {
     // The chunk keys the store's geometry gives: from the manifest, or else from the store's
-    // own .zarray (probed); a store whose .zarray cannot be read is held to the key pattern.
+    // own metadata (probed); a store whose metadata cannot be read is held to the key pattern.
     std::size_t dims = 0;
     std::int64_t chunks = -1;  // unknown: any chunk number
     const auto geometry = [&](const Layout& layout, const Shard& s) {
@@ -658,7 +559,7 @@ struct SavedTree {
     } else {
       DiscoverOptions opts;
       opts.use_manifest = false;
-      opts.format.format = Format::kZarr;
+      opts.format.format = format.format;
       const auto probed = try_discover_paths({dest + "/" + name}, opts);
       if (probed && probed->shards.size() == 1) geometry(*probed, probed->shards[0]);
     }
@@ -671,11 +572,10 @@ struct SavedTree {
         return sys_error(dest + "/" + rel, "cannot look at", errno);
       }
       if (!S_ISREG(es.st_mode)) return foreign(rel, "which is not a file a save writes");
-      if (e == ".zarray") {
+      if (e == format.writer->store_metadata_name()) {
         if (shard != nullptr) SHARDLOAD_RETURN_IF_ERROR(same_as_saved(rel, shard->snapshot));
       } else {
-        const std::int64_t k = zarr_chunk_number(e, dims);
-        if (k < 0 || (chunks >= 0 && k >= chunks)) {
+        if (!format.writer->is_chunk_entry(e, dims, chunks)) {
           return foreign(rel, "which a save does not write");
         }
       }
@@ -701,7 +601,7 @@ struct SavedTree {
                           EINVAL);
       }
       if (!saved_name(name, is_dir)) return foreign(name, "which a save does not write");
-      const bool fixed = name == "shardload.json" || name == "_meta.json" || name == kManifestName;
+      const bool fixed = fixed_name(name);
       const Shard* shard = nullptr;
       if (manifest && !fixed) {
         const auto it = shards.find(name);
@@ -712,7 +612,9 @@ struct SavedTree {
         shard = it->second;
         if (!is_dir) SHARDLOAD_RETURN_IF_ERROR(same_as_saved(name, shard->snapshot));
       }
-      if (is_dir) SHARDLOAD_RETURN_IF_ERROR(check_store(name, shard, entries));
+      if (is_dir) {
+        SHARDLOAD_RETURN_IF_ERROR(check_store(name, *shard_format(name, true), shard, entries));
+      }
       entries->push_back(
           {name, is_dir, es.st_ino, static_cast<std::uint64_t>(es.st_size), ns_of(es.st_ctim)});
     }

@@ -78,6 +78,7 @@ std::vector<FormatDescriptor> build_table() {
     d.sniff = magic(std::string_view("\x93NUMPY", 6));
     d.capabilities = {.contiguous_rows = true, .parallel_probe = true, .cheap_reprobe = true};
     d.make_reader = detail::make_npy_reader;
+    d.writer = detail::npy_writer();
     t.push_back(std::move(d));
   }
   {
@@ -87,6 +88,7 @@ std::vector<FormatDescriptor> build_table() {
     d.extensions = {".bin", ".raw", ".dat"};
     d.capabilities = {.parallel_probe = true, .cheap_reprobe = true};
     d.make_reader = detail::make_raw_reader;
+    d.writer = detail::raw_writer();
     t.push_back(std::move(d));
   }
   {
@@ -129,6 +131,7 @@ std::vector<FormatDescriptor> build_table() {
     d.is_store = zarr_store;
     d.capabilities = {.freshness = Freshness::kMetadataFile, .cheap_reprobe = true};
     d.make_reader = detail::make_zarr_reader;
+    d.writer = detail::zarr_writer();
     t.push_back(std::move(d));
   }
   t.push_back(detail::npz_format());
@@ -164,10 +167,14 @@ const char* format_name(Format f) {
   return d != nullptr ? d->name.c_str() : "unknown";
 }
 
-std::string format_names_text() {
+namespace {
+
+// "a, b or c": the names of the descriptors `pick` takes, in table order.
+template <typename Pick>
+std::string names_text(Pick pick) {
   std::vector<const std::string*> names;
   for (const auto& d : formats()) {
-    if (d.format != Format::kCustom) names.push_back(&d.name);
+    if (pick(d)) names.push_back(&d.name);
   }
   std::string out;
   for (std::size_t i = 0; i < names.size(); ++i) {
@@ -175,6 +182,16 @@ std::string format_names_text() {
     out += *names[i];
   }
   return out;
+}
+
+}  // namespace
+
+std::string format_names_text() {
+  return names_text([](const FormatDescriptor& d) { return d.format != Format::kCustom; });
+}
+
+std::string writable_format_names_text() {
+  return names_text([](const FormatDescriptor& d) { return d.writer != nullptr; });
 }
 
 Result<Format> parse_format(std::string_view name) {

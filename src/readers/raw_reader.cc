@@ -29,6 +29,7 @@
 #include "base/detail/checked.hpp"
 #include "readers/detail/json.hpp"
 #include "readers/detail/readers.hpp"
+#include "readers/detail/write_files.hpp"
 #include "shardload/byte_order.hpp"
 
 namespace shardload::detail {
@@ -138,6 +139,24 @@ Result<Sidecar> parse_seed_sidecar(const std::string& path, const std::string& t
     }
   }
   return s;
+}
+
+// The text of a shardload.json holding what `s` holds (its list of rows, if any): what
+// parse_sidecar reads back as `s`.
+std::string sidecar_text(const Sidecar& s) {
+  std::vector<std::string> fields;
+  if (s.dtype) {
+    const char order = s.dtype->size == 1 ? '|' : s.big_endian ? '>' : '<';
+    fields.push_back("\"dtype\": \"" + std::string(1, order) + s.dtype->code() + "\"");
+  }
+  if (s.shape) fields.push_back("\"shape\": " + json_int_list(*s.shape));
+  if (s.header_bytes) {
+    fields.push_back("\"header_bytes\": " + std::to_string(*s.header_bytes));
+  }
+  if (s.rows_list) fields.push_back("\"rows\": " + json_int_list(*s.rows_list));
+  std::string text = "{";
+  for (std::size_t i = 0; i < fields.size(); ++i) text += (i ? ", " : "") + fields[i];
+  return text + "}\n";
 }
 
 class RawReader final : public ShardReader {
@@ -401,7 +420,43 @@ class RawReader final : public ShardReader {
   std::map<std::string, std::optional<Sidecar>> sidecars_;
 };
 
+// Bare rows in this host's byte order, one file per shard, and the directory's
+// shardload.json saying their dtype, trailing shape and rows (what the reader needs).
+class RawWriter final : public ShardWriter {
+ public:
+  [[nodiscard]] bool writes_directories() const override { return false; }
+
+  Status create(const std::string& path, const WriteSpec& spec, std::int64_t rows,
+                ShardPlacement* placement) const override {
+    placement->data_offset = 0;
+    return create_file(path, {}, rows * static_cast<std::int64_t>(spec.row_bytes));
+  }
+
+  Status write(const std::string& path, const WriteSpec& spec, const ShardPlacement& placement,
+               std::int64_t lo, std::int64_t hi, const std::byte* src) const override {
+    const auto rb = static_cast<std::int64_t>(spec.row_bytes);
+    return write_file_at(path, placement.data_offset + lo * rb, src,
+                         static_cast<std::size_t>((hi - lo) * rb));
+  }
+
+  Status finish(const std::string& dir, const WriteSpec& spec,
+                const std::vector<WrittenShard>& shards) const override {
+    Sidecar s;
+    s.dtype = spec.dtype;
+    s.big_endian = !host_is_little_endian();
+    s.shape = spec.trailing;
+    s.header_bytes = 0;
+    s.rows_list.emplace();
+    for (const WrittenShard& w : shards) s.rows_list->push_back(w.rows);
+    return write_text(dir + "/" + kSidecarName, sidecar_text(s));
+  }
+
+  [[nodiscard]] std::vector<std::string> metadata_names() const override { return {kSidecarName}; }
+};
+
 }  // namespace
+
+std::shared_ptr<const ShardWriter> raw_writer() { return std::make_shared<RawWriter>(); }
 
 Result<std::unique_ptr<ShardReader>> make_raw_reader(const FormatOptions& options,
                                                      const ReaderContext& context) {

@@ -1,6 +1,7 @@
 #include "shardload/reader_registry.hpp"
 
 #include <algorithm>
+#include <deque>
 #include <mutex>
 #include <utility>
 
@@ -14,6 +15,8 @@ namespace {
 struct Registry {
   std::mutex mutex;
   std::vector<ReaderRegistration> entries;
+  // One per entry, in the same order; a deque, so that a descriptor never moves.
+  std::deque<FormatDescriptor> descriptors;
 };
 
 Registry& registry() {
@@ -75,6 +78,13 @@ Status register_reader(ReaderRegistration reg) {
       }
     }
   }
+  FormatDescriptor d;
+  d.format = Format::kCustom;
+  d.name = reg.name;
+  d.extensions = reg.extensions;
+  d.capabilities = reg.capabilities;
+  d.make_reader = reg.factory;
+  r.descriptors.push_back(std::move(d));
   r.entries.push_back(std::move(reg));
   return Status::ok();
 }
@@ -133,6 +143,31 @@ Result<std::string> registered_default_pattern(const std::string& name) {
     return "shard_{:04d}" + e.extensions.front();
   }
   return Status(ErrorCode::kInvalidArgument, "no reader is registered as '" + name + "'");
+}
+
+const FormatDescriptor* find_registered_format(std::string_view name) {
+  Registry& r = registry();
+  std::lock_guard lock(r.mutex);
+  for (const auto& d : r.descriptors) {
+    if (d.name == name) return &d;
+  }
+  return nullptr;
+}
+
+const FormatDescriptor* registered_format_for_path(std::string_view path) {
+  while (!path.empty() && path.back() == '/') path.remove_suffix(1);
+  Registry& r = registry();
+  std::lock_guard lock(r.mutex);
+  for (const auto& d : r.descriptors) {
+    for (const auto& ext : d.extensions) {
+      if (ends_with(path, ext)) return &d;
+    }
+  }
+  return nullptr;
+}
+
+const FormatDescriptor* find_format(Format format, std::string_view reader) {
+  return format == Format::kCustom ? find_registered_format(reader) : find_format(format);
 }
 
 namespace detail {

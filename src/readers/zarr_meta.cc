@@ -6,6 +6,7 @@
 
 #include "base/detail/checked.hpp"
 #include "readers/detail/json.hpp"
+#include "readers/detail/write_files.hpp"
 #include "readers/detail/zarr.hpp"
 
 namespace shardload::detail {
@@ -615,6 +616,28 @@ Result<ZarrMeta> parse_zarr_metadata(const std::string& file, std::string_view t
     // be ruled out (allocation failure) so that nothing leaves the core.
     return Status(ErrorCode::kFormat, file + ": " + e.what());
   }
+}
+
+Result<std::string> zarr_v2_metadata_text(const ZarrMeta& m) {
+  // What shardload writes: uncompressed chunks with a zero fill. Anything else has no
+  // spelling here, and is refused rather than written as something the reader would take
+  // for different.
+  if (m.zarr_format != 2 || !m.codecs.empty() || m.sharded || !m.v2_keys ||
+      m.shape.size() != m.chunks.size() || m.fill.size() != m.dtype.size ||
+      m.fill.find_first_not_of('\0') != std::string::npos) {
+    return Status(ErrorCode::kInvalidArgument,
+                  "zarr: only v2 metadata of uncompressed chunks with a zero fill is written");
+  }
+  const char order = m.dtype.size == 1 ? '|' : m.big_endian ? '>' : '<';
+  const char* fill = "0";
+  if (m.dtype.kind == DTypeKind::kBool) fill = "false";
+  if (m.dtype.kind == DTypeKind::kFloat) fill = "0.0";
+  if (m.dtype.kind == DTypeKind::kComplex) fill = "[0.0, 0.0]";
+  return "{\"zarr_format\": 2, \"shape\": " + json_int_list(m.shape) +
+         ", \"chunks\": " + json_int_list(m.chunks) + ", \"dtype\": \"" + std::string(1, order) +
+         m.dtype.code() + "\", \"compressor\": null, \"fill_value\": " + fill + ", \"order\": \"" +
+         (m.fortran ? "F" : "C") + "\", \"filters\": null, \"dimension_separator\": \"" +
+         std::string(1, m.separator) + "\"}\n";
 }
 
 std::string encode_zarr_meta(const ZarrMeta& m) {

@@ -6,6 +6,7 @@
 #include <stdexcept>
 
 #include "cpp/rows_format.hpp"
+#include "engine/detail/probe.hpp"
 #include "shardload/codec.hpp"
 #include "shardload/fill.hpp"
 #include "shardload/layout.hpp"
@@ -47,7 +48,8 @@ void register_once() {
          [](const FormatOptions&, const ReaderContext&) -> Result<std::unique_ptr<ShardReader>> {
            return std::unique_ptr<ShardReader>(new ScriptedReader);
          },
-         {".scr"}}));
+         {".scr"},
+         {.parallel_probe = true}}));
     return true;
   }();
   (void)done;
@@ -111,6 +113,35 @@ TEST_F(CustomReader, DiscoversByNameByExtensionAndByDirectoryAndReadsAcrossShard
     ASSERT_TRUE(fill_rows(*found, 3, 5, reinterpret_cast<std::byte*>(part.data())));
     for (std::size_t i = 0; i < part.size(); ++i) EXPECT_EQ(part[i], static_cast<float>(9 + i));
   }
+}
+
+// Two registered readers are two descriptors, told apart by extension and by name, each
+// with its own capabilities, which the engine asks as it asks a built-in format's.
+TEST_F(CustomReader, EachRegisteredReaderHasItsOwnDescriptor) {
+  const FormatDescriptor* rows = registered_format_for_path("d/shard_0000.rows");
+  const FormatDescriptor* scripted = registered_format_for_path("d/shard_0000.scr/");
+  ASSERT_NE(rows, nullptr);
+  ASSERT_NE(scripted, nullptr);
+  EXPECT_NE(rows, scripted);
+  EXPECT_EQ(rows->name, "rows");
+  EXPECT_EQ(scripted->name, "scripted");
+  EXPECT_EQ(scripted->extensions, std::vector<std::string>{".scr"});
+  EXPECT_EQ(rows->format, Format::kCustom);
+  EXPECT_EQ(scripted->format, Format::kCustom);
+  EXPECT_EQ(find_registered_format("rows"), rows);
+  EXPECT_EQ(find_format(Format::kCustom, "scripted"), scripted);
+  EXPECT_EQ(find_format(Format::kNpy, "scripted"), find_format(Format::kNpy));
+  EXPECT_EQ(find_format(Format::kCustom, "nobody"), nullptr);
+  EXPECT_EQ(registered_format_for_path("d/shard_0000.npy"), nullptr);
+  EXPECT_FALSE(rows->capabilities.parallel_probe);
+  EXPECT_TRUE(scripted->capabilities.parallel_probe);
+  EXPECT_EQ(detail::probe_threads(rows, {}, 100000, 0), 1u);
+  EXPECT_GT(detail::probe_threads(scripted, {}, 100000, 0), 1u);
+  auto reader = scripted->make_reader(custom_format("scripted"), {});
+  ASSERT_TRUE(reader) << reader.status().message();
+  auto probe = (*reader)->probe("x.scr");
+  ASSERT_TRUE(probe);
+  EXPECT_EQ(probe->shard.rows, Scripted::rows);
 }
 
 TEST_F(CustomReader, TheNameTravelsThroughTheCodec) {

@@ -87,6 +87,19 @@ TEST_F(LegateSave, DestinationRules) {
   bad.shard_rows = {3, 3};
   EXPECT_THROW(save(array, (dir_ / "b").string(), bad), ArgumentError);
   EXPECT_THROW(parse_save_format("hdf5"), ArgumentError);
+  EXPECT_EQ(parse_save_format("raw"), Format::kRaw);
+  // A format without a writer is refused by name before anything is written.
+  SaveOptions unwritable;
+  unwritable.format = Format::kHdf5;
+  try {
+    save(array, (dir_ / "b").string(), unwritable);
+    ADD_FAILURE() << "saved as hdf5";
+  } catch (const ArgumentError& e) {
+    EXPECT_NE(
+        std::string(e.what()).find("no writer for the hdf5 format (expected npy, raw or zarr)"),
+        std::string::npos)
+        << e.what();
+  }
   EXPECT_FALSE(fs::exists(dir_ / "b"));
   EXPECT_FALSE(staging_left());
 }

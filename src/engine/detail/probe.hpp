@@ -12,16 +12,17 @@
 #include <vector>
 
 #include "shardload/format.hpp"
+#include "shardload/formats.hpp"
 #include "shardload/reader.hpp"
 #include "shardload/status.hpp"
 
 namespace shardload::detail {
 
-// Threads for probing `count` shards of `format` through `ctx` (0 or 1: the caller's thread
-// alone). `requested` > 0 is taken as given; 0 picks: one thread for an injected IoBackend
-// (whose calls tests count in order), for formats whose probes serialize anyway (HDF5) and
-// for small counts, else enough threads to keep a few metadata operations in flight.
-unsigned probe_threads(Format format, const ReaderContext& ctx, std::size_t count,
+// Threads for probing `count` shards of `format` (its descriptor; nullptr: none) through `ctx` (0
+// or 1: the caller's thread alone). `requested` > 0 is taken as given; 0 picks: one thread for an
+// injected IoBackend (whose calls tests count in order), for formats whose probes serialize anyway
+// (HDF5) and for small counts, else enough threads to keep a few metadata operations in flight.
+unsigned probe_threads(const FormatDescriptor* format, const ReaderContext& ctx, std::size_t count,
                        unsigned requested);
 
 using ProbeResults = std::vector<std::optional<Result<ShardProbe>>>;

@@ -1,6 +1,8 @@
-// The file side of a save (shardload/save.hpp), free of Legate: the shard files' names and
-// headers, creating them at their final sizes in the hidden staging directory, positional
-// writes of row ranges into them, the metadata and the final rename. Returns Status.
+// The file side of a save (shardload/save.hpp), free of Legate: the shard files' names,
+// creating them at their final sizes in the hidden staging directory, positional writes of
+// row ranges into them, the metadata and the final rename. What a format's files hold is
+// its writer's (the format descriptor's, shardload/formats.hpp); this file names no format.
+// Returns Status.
 #pragma once
 
 #include <cstddef>
@@ -22,9 +24,10 @@ struct SaveSpec {
   DType dtype;
   std::vector<std::int64_t> trailing;  // trailing shape
   std::size_t row_bytes = 0;
-  std::vector<std::int64_t> offsets;      // cumulative rows, shards + 1
-  std::vector<std::int64_t> data_offset;  // per shard: bytes before row 0 (npy header)
-  std::vector<std::int64_t> chunk_rows;   // per shard (zarr): rows per chunk
+  std::vector<std::int64_t> offsets;  // cumulative rows, shards + 1
+  // Per shard, where its writer put its rows (ShardPlacement).
+  std::vector<std::int64_t> data_offset;
+  std::vector<std::int64_t> chunk_rows;
 
   [[nodiscard]] std::int64_t shards() const {
     return static_cast<std::int64_t>(offsets.size()) - 1;
@@ -33,21 +36,21 @@ struct SaveSpec {
   static Result<SaveSpec> decode(std::span<const std::int64_t> ints);
 };
 
-// shard_0000.npy / .bin / .zarr: the loader's default names for the format.
+// shard_0000.npy / .bin / .zarr: the loader's default names for the format (its first
+// extension).
 std::string save_shard_name(SaveFormat format, std::int64_t shard);
-// Rows per chunk of a Zarr shard of `rows` rows: at most 64 MiB a chunk, at least 1 row.
-std::int64_t zarr_chunk_rows(std::int64_t rows, std::size_t row_bytes);
 
-// Fills data_offset and chunk_rows, then creates every shard file (and Zarr store directory
-// and chunk file) in `dir` at its final size, npy headers written, data still zeros.
+// Creates every shard in `dir` through the format's writer, at its final size with its
+// headers, data still zeros, and fills data_offset and chunk_rows from the writer.
+// kInvalidArgument ("no writer for the hdf5 format") for a format without a writer.
 Status create_shard_files(const std::string& dir, SaveSpec* spec);
 
 // Writes global rows [lo, hi) from `src` (dense C-order rows) into the shard files in `dir`.
 Status write_rows(const std::string& dir, const SaveSpec& spec, std::int64_t lo, std::int64_t hi,
                   const std::byte* src);
 
-// The format's metadata (raw: shardload.json; zarr: each store's .zarray), then the extra
-// files, written last.
+// The format's metadata (its writer's finish: raw's shardload.json, each Zarr store's
+// .zarray), then the extra files, written last.
 Status write_metadata(const std::string& dir, const SaveSpec& spec,
                       const std::vector<std::pair<std::string, std::string>>& extra_files = {});
 

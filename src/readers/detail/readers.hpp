@@ -15,6 +15,12 @@ Result<std::unique_ptr<ShardReader>> make_raw_reader(const FormatOptions& option
 Result<std::unique_ptr<ShardReader>> make_zarr_reader(const FormatOptions& options,
                                                       const ReaderContext& context);
 
+// The writers of the formats save writes, beside their readers (npy_reader.cc,
+// raw_reader.cc, zarr_writer.cc).
+std::shared_ptr<const ShardWriter> npy_writer();
+std::shared_ptr<const ShardWriter> raw_writer();
+std::shared_ptr<const ShardWriter> zarr_writer();
+
 // numpy's .npz archives (npz_reader.cc): the descriptor, reader included.
 FormatDescriptor npz_format();
 

@@ -54,6 +54,10 @@ struct ZarrMeta {
 Result<ZarrMeta> parse_zarr_metadata(const std::string& file, std::string_view text,
                                      int zarr_format, bool* not_an_array = nullptr);
 
+// The .zarray text of `meta`, which parse_zarr_metadata reads back as `meta`: v2, no
+// codecs, a zero fill (what shardload writes); kInvalidArgument for anything else.
+Result<std::string> zarr_v2_metadata_text(const ZarrMeta& meta);
+
 // A compact, versioned byte string for Shard::extra, and its strict inverse
 // (the task side rebuilds the layout from what travelled).
 std::string encode_zarr_meta(const ZarrMeta& meta);

@@ -104,7 +104,8 @@ struct SaveInfo {
   double commit_seconds = 0;   // metadata and the rename (and removing an old dataset)
 };
 
-// "npy", "zarr" or "raw" -> the format; ArgumentError for anything else.
+// The name of a format with a writer ("npy", "raw", "zarr") -> the format; ArgumentError for
+// anything else.
 SaveFormat parse_save_format(const std::string& name);
 
 // Writes `array` (dense, not nullable, 1 to 6 dimensions, a dtype shardload reads) to the

@@ -6,10 +6,16 @@
 //
 // Contract: the table is built once, on first use, and never changes or is destroyed, so a
 // descriptor pointer stays valid for the process; every function here is thread-safe.
-// Readers registered by name (shardload/reader_registry.hpp) share the one descriptor of
-// Format::kCustom, whose factory looks the name up.
+// A reader registered by name (shardload/reader_registry.hpp) has a descriptor of its own
+// (its name, extensions and capabilities; Format::kCustom), made at its registration and
+// found by name or extension; the table's kCustom descriptor stands for "some registered
+// reader" and its factory looks the name up.
+//
+// A format that save can write has a ShardWriter beside its reader; save asks the
+// descriptor for it and names no format.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -17,6 +23,7 @@
 #include <string_view>
 #include <vector>
 
+#include "shardload/dtype.hpp"
 #include "shardload/format.hpp"
 #include "shardload/io.hpp"
 #include "shardload/reader.hpp"
@@ -45,6 +52,69 @@ struct FormatCapabilities {
   bool cheap_reprobe = false;
 };
 
+// What every shard of a save holds: rows of `dtype` with `trailing` shape, C order, in this
+// host's byte order.
+struct WriteSpec {
+  DType dtype;
+  std::vector<std::int64_t> trailing;
+  std::size_t row_bytes = 0;  // dtype.size * product(trailing)
+};
+
+// Where a shard's rows go, as its writer's create decided; travels with the save's spec to
+// the processes that write the rows.
+struct ShardPlacement {
+  std::int64_t data_offset = 0;  // bytes before row 0 in a file (the .npy header)
+  std::int64_t chunk_rows = 1;   // rows per chunk object of a store
+};
+
+// One shard of a finished save, for the writer's metadata.
+struct WrittenShard {
+  std::string name;  // its file or store name in the dataset directory
+  std::int64_t rows = 0;
+  ShardPlacement placement;
+};
+
+// A format's writer, in three steps that fit a distributed save: one process creates every
+// shard at its final size (data zeros) in a staging directory, then any number of processes
+// and threads write disjoint row ranges into them, then one process writes the metadata.
+// Nothing here publishes: the caller builds in a private directory and renames it (see
+// shardload/save.hpp). Stateless and thread-safe; errors are Status naming the file.
+class ShardWriter {
+ public:
+  virtual ~ShardWriter() = default;
+
+  // Whether a shard is a directory (a store) rather than one regular file.
+  [[nodiscard]] virtual bool writes_directories() const = 0;
+
+  // Creates the shard `path` of `rows` rows, new (anything already there is an error), at
+  // its final size, and says where its rows go.
+  virtual Status create(const std::string& path, const WriteSpec& spec, std::int64_t rows,
+                        ShardPlacement* placement) const = 0;
+
+  // Writes the shard's rows [lo, hi) (of the shard, not the dataset) from `src`, dense
+  // C-order rows. Concurrent calls on disjoint ranges are safe.
+  virtual Status write(const std::string& path, const WriteSpec& spec,
+                       const ShardPlacement& placement, std::int64_t lo, std::int64_t hi,
+                       const std::byte* src) const = 0;
+
+  // The format's metadata in `dir`, after every row is written.
+  virtual Status finish(const std::string& dir, const WriteSpec& spec,
+                        const std::vector<WrittenShard>& shards) const = 0;
+
+  // The files finish writes into the dataset directory ("shardload.json"), so that an
+  // overwrite knows them as a save's.
+  [[nodiscard]] virtual std::vector<std::string> metadata_names() const { return {}; }
+
+  // For a writer of stores: the metadata file inside each store (".zarray"), and whether
+  // `entry` inside a store is a chunk this writer writes for an array of `dims` dimensions
+  // (0: any) and `chunks` chunks along axis 0 (negative: any count).
+  [[nodiscard]] virtual std::string store_metadata_name() const { return {}; }
+  [[nodiscard]] virtual bool is_chunk_entry(std::string_view /*entry*/, std::size_t /*dims*/,
+                                            std::int64_t /*chunks*/) const {
+    return false;
+  }
+};
+
 using ReaderMaker = std::function<Result<std::unique_ptr<ShardReader>>(
     const FormatOptions& options, const ReaderContext& context)>;
 
@@ -61,13 +131,27 @@ struct FormatDescriptor {
   FormatCapabilities capabilities;
   // The reader, before make_reader's wrapper. kInvalidArgument when the options do not fit.
   ReaderMaker make_reader;
+  // What save writes this format with; null: save cannot write it.
+  std::shared_ptr<const ShardWriter> writer;
 };
 
 // The descriptor of a format (kCustom included); nullptr for kAuto and unknown values.
 const FormatDescriptor* find_format(Format f);
 
+// The descriptor of `format`, or for kCustom that of the reader registered as `reader`
+// (nullptr where none is): what the engine asks a layout's capabilities of.
+const FormatDescriptor* find_format(Format format, std::string_view reader);
+
+// The descriptor of the reader registered as `name`, or of the one registered for the
+// path's extension (a trailing '/' ignored); nullptr where none is. Valid for the process.
+const FormatDescriptor* find_registered_format(std::string_view name);
+const FormatDescriptor* registered_format_for_path(std::string_view path);
+
 // Every descriptor in table order (kCustom last).
 const std::vector<FormatDescriptor>& formats();
+
+// The formats that have a writer, in table order: "npy, raw or zarr", for messages.
+std::string writable_format_names_text();
 
 // "npy", ...; "auto" for kAuto, "unknown" for a value with no descriptor.
 const char* format_name(Format f);

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "shardload/format.hpp"
+#include "shardload/formats.hpp"
 #include "shardload/reader.hpp"
 #include "shardload/status.hpp"
 
@@ -41,6 +42,9 @@ struct ReaderRegistration {
   // Extensions (".shd") whose files discover() gives this reader when no format is named;
   // none of the built-in formats' and none registered by another reader.
   std::vector<std::string> extensions;
+  // What the engine may do with the reader's shards (shardload/formats.hpp); the defaults
+  // promise nothing.
+  FormatCapabilities capabilities;
 };
 
 // kInvalidArgument naming what is wrong: a bad or taken name, no factory, an extension
