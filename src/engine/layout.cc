@@ -9,6 +9,7 @@
 #include "base/detail/checked.hpp"
 #include "engine/detail/auto_directory.hpp"
 #include "engine/detail/probe.hpp"
+#include "shardload/formats.hpp"
 #include "shardload/manifest.hpp"
 #include "shardload/reader_registry.hpp"
 
@@ -266,9 +267,14 @@ namespace detail {
 // the directory holds.
 Result<Source> auto_directory(const Source& s, DiscoverOptions* options) {
   const Format asked = options->format.format;
-  if (const Format store = store_format(s.dir_path);
-      store != Format::kAuto && (asked == Format::kAuto || asked == store)) {
-    return Source::list({s.dir_path});
+  // Only a format that could be a store is looked for: a file format named (npy, hdf5)
+  // never takes the directory as a store, so its stat and metadata look-ups would be waste.
+  const FormatDescriptor* asked_d = find_format(asked);
+  if (asked == Format::kAuto || (asked_d != nullptr && asked_d->is_store)) {
+    if (const Format store = store_format(s.dir_path);
+        store != Format::kAuto && (asked == Format::kAuto || asked == store)) {
+      return Source::list({s.dir_path});
+    }
   }
   if (asked == Format::kCustom) {
     SHARDLOAD_ASSIGN_OR_RETURN(std::string pattern,

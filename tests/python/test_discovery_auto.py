@@ -207,3 +207,36 @@ def test_the_cli_reads_a_directory_of_h5_shards(tmp_path: pathlib.Path, cli: pat
     r = subprocess.run([str(cli), "inspect", str(d)], capture_output=True, text=True)
     assert r.returncode != 0
     assert "pass --pattern='x_{}.txt' or a glob" in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("kind, name, options", [
+    ("npy", "shard_{:04d}.npy", {"format": "npy"}),
+    ("hdf5", "shard_{:04d}.h5", {"format": "hdf5", "dataset": "x"}),
+])
+def test_a_named_file_format_does_not_look_for_store_metadata(
+        tmp_path: pathlib.Path, kind: str, name: str, options: dict) -> None:
+    # Issue 20: a named file format never takes the directory as a Zarr store, so discovery
+    # must not look for one (a stat and two look-ups per call, on a network file system each a
+    # round trip). The system calls are the only trace of it, so they are what is checked.
+    import shutil
+    import subprocess
+    import sys
+    strace = shutil.which("strace")
+    if strace is None:
+        pytest.skip("strace is not installed")
+    d = tmp_path / "d"
+    expected = write_set(d, kind, name)
+    code = ("import sys, json, numpy as np, shardload\n"
+            "l = shardload.discover(sys.argv[1], **json.loads(sys.argv[2]))\n"
+            "print(l.shape[0])\n")
+    log = tmp_path / "trace"
+    r = subprocess.run([strace, "-f", "-qq", "-o", str(log), sys.executable, "-c", code, str(d),
+                        json.dumps(options)], capture_output=True, text=True)
+    if r.returncode != 0 and "ptrace" in r.stderr:
+        pytest.skip("tracing is not permitted here: " + r.stderr.strip())
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == [str(expected.shape[0])]
+    calls = log.read_text(errors="replace").splitlines()
+    assert any(str(d) in c for c in calls), "the trace shows no call on the directory"
+    store = [c for c in calls if ".zarray" in c or "zarr.json" in c]
+    assert store == []
