@@ -316,7 +316,7 @@ def test_load_with_huge_overdecompose_is_bounded_and_equal(tmp_path: pathlib.Pat
     expected = np.concatenate(arrays)
     layout = shardload.discover(tmp_path)
     # Without the cap, K = 10**12 meant one tile per row: 100,003 points.
-    _owner, info = _legate.load(layout.encode(), 10**12)
+    _owner, info = _legate.load(layout, 10**12)
     assert info["tiles"] <= 256 * info["processors"]
     for k in (10**12, np.int64(10**12), 2**63 - 1, 10**30):
         out = shardload.load(tmp_path, overdecompose=k)
