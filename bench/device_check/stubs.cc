@@ -28,6 +28,10 @@ Result<std::unique_ptr<ShardReader>> make_zarr_reader(const FormatOptions& /*opt
   return left_out("Zarr reader");
 }
 
+// Save's raw and Zarr writers live beside their readers, left out with them: no writer.
+std::shared_ptr<const ShardWriter> raw_writer() { return nullptr; }
+std::shared_ptr<const ShardWriter> zarr_writer() { return nullptr; }
+
 // .npz needs zlib: the format is known by name and extension, its reader says it is left out.
 FormatDescriptor npz_format() {
   FormatDescriptor d;
