@@ -25,9 +25,15 @@ PACKAGE_ROOT = str(pathlib.Path(shardload.__file__).resolve().parents[1])
 def child(script: str, *args: str, stderr) -> subprocess.Popen:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (PACKAGE_ROOT, env.get("PYTHONPATH")) if p)
+    # A shell's background job starts with SIGINT ignored, and Python then keeps it ignored:
+    # the child gets Ctrl-C's default, as a program started from a terminal has it.
     return subprocess.Popen([sys.executable, "-c", textwrap.dedent(script), *args],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr,
-                            text=True, env=env)
+                            text=True, env=env, preexec_fn=_ctrl_c_default)
+
+
+def _ctrl_c_default() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def run(script: str, *args: str, interrupt_at: str | None = None,

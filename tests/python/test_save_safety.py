@@ -341,6 +341,7 @@ def test_ctrl_c_during_a_save_publishes_nothing(tmp_path):
     for attempt in range(3):
         dest = tmp_path / f"o{attempt}"
         r = subprocess.run([sys.executable, "-c", script, str(dest)], capture_output=True,
+                           preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
                            text=True, timeout=300)
         assert r.returncode == 0, r.stderr[-3000:]
         if "LATE" in r.stdout:
