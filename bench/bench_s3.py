@@ -20,9 +20,8 @@ from __future__ import annotations
 import argparse
 import io
 import os
-import socket
+import pathlib
 import statistics
-import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -32,25 +31,12 @@ import numpy as np
 
 import shardload
 
+# The tests' server, started and stopped as the tests do.
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "tests" / "python"))
+import s3_server  # noqa: E402
+
 ENV = {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench",
        "AWS_DEFAULT_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true"}
-
-
-def start_server() -> tuple[subprocess.Popen, str]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p",
-                             str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                return proc, f"127.0.0.1:{port}"
-        except OSError:
-            time.sleep(0.1)
-    proc.kill()
-    raise SystemExit("the S3 server did not start")
 
 
 def timed(fn, repeat: int) -> tuple[float, object]:
@@ -69,7 +55,7 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args()
     os.environ.update(ENV)
-    proc, endpoint = start_server()
+    proc, endpoint = s3_server.start()
     try:
         client = boto3.client("s3", endpoint_url=f"http://{endpoint}", region_name="us-east-1")
         client.create_bucket(Bucket="bench")
@@ -140,8 +126,7 @@ def main() -> None:
             print(f"  {name:10s} {t:7.3f} s  {nbytes / 1e9 / t:6.3f} GB/s  "
                   f"shardload x{t / results['shardload']:.2f}")
     finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+        s3_server.stop(proc)
 
 
 if __name__ == "__main__":

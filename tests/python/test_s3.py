@@ -5,10 +5,7 @@ from __future__ import annotations
 
 import io
 import os
-import socket
 import subprocess
-import sys
-import time
 import uuid
 
 import numpy as np
@@ -19,6 +16,7 @@ boto3 = pytest.importorskip("boto3")
 
 import shardload  # noqa: E402
 
+import s3_server  # noqa: E402
 from conftest import ROOT  # noqa: E402
 
 # The credentials chain's environment: the server takes any key. The metadata service is
@@ -27,37 +25,14 @@ _ENV = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
         "AWS_DEFAULT_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true"}
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _start_server(env: dict[str, str]) -> tuple[subprocess.Popen, str]:
-    for _ in range(5):
-        port = _free_port()
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, **env})
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and proc.poll() is None:
-            try:
-                with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                    return proc, f"127.0.0.1:{port}"
-            except OSError:
-                time.sleep(0.1)
-        proc.kill()
-        proc.wait()
-    pytest.fail("the S3 server (moto) did not start")
-
-
-def _stop(proc: subprocess.Popen) -> None:
-    proc.terminate()
     try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
+        return s3_server.start(env)
+    except RuntimeError as e:
+        pytest.fail(str(e))
+
+
+_stop = s3_server.stop
 
 
 @pytest.fixture(scope="module")

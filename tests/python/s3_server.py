@@ -1,0 +1,47 @@
+"""moto's S3 server on 127.0.0.1, started and stopped for the object-storage tests
+(test_s3.py) and benchmark (bench/bench_s3.py)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start(env: dict[str, str] | None = None) -> tuple[subprocess.Popen, str]:
+    """The server process and its endpoint "127.0.0.1:PORT", once it accepts connections;
+    ``env`` is added to the server's environment. RuntimeError if it does not start (five
+    ports tried, 30 s each)."""
+    for _ in range(5):
+        port = _free_port()
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            env={**os.environ, **(env or {})})
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and proc.poll() is None:
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                    return proc, f"127.0.0.1:{port}"
+            except OSError:
+                time.sleep(0.1)
+        proc.kill()
+        proc.wait()
+    raise RuntimeError("the S3 server (moto) did not start")
+
+
+def stop(proc: subprocess.Popen) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
