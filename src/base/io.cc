@@ -15,9 +15,14 @@ namespace {
 
 std::atomic<RemoteIo*> g_remote{nullptr};
 
-Status no_remote(const std::string& path) {
-  return file_error(ErrorCode::kIo, path,
-                    "object storage is not supported by this build (it needs Arrow)");
+// The backend that serves an s3:// path, or the error of a build without one.
+Result<RemoteIo*> remote_for(const std::string& path) {
+  RemoteIo* r = g_remote.load(std::memory_order_acquire);
+  if (r == nullptr) {
+    return file_error(ErrorCode::kIo, path,
+                      "object storage is not supported by this build (it needs Arrow)");
+  }
+  return r;
 }
 
 FileInfo info_from_stat(const struct ::stat& st) {
@@ -123,8 +128,8 @@ RemoteIo* remote_io() { return g_remote.load(std::memory_order_acquire); }
 
 Result<FileInfo> IoBackend::stat_path(const std::string& path) {
   if (is_remote_url(path)) {
-    RemoteIo* r = remote_io();
-    return r != nullptr ? r->stat_path(path) : Result<FileInfo>(no_remote(path));
+    SHARDLOAD_ASSIGN_OR_RETURN(RemoteIo* const r, remote_for(path));
+    return r->stat_path(path);
   }
   if (path.find('\0') != std::string::npos) {
     return Status(ErrorCode::kInvalidArgument,
@@ -144,8 +149,8 @@ class PosixIo final : public IoBackend {
  public:
   Result<int> open(const std::string& path) override {
     if (is_remote_url(path)) {
-      RemoteIo* r = remote_io();
-      return r != nullptr ? r->open(path) : Result<int>(no_remote(path));
+      SHARDLOAD_ASSIGN_OR_RETURN(RemoteIo* const r, remote_for(path));
+      return r->open(path);
     }
     return open_regular(path);
   }
@@ -153,8 +158,8 @@ class PosixIo final : public IoBackend {
   // The fstat that refuses what is not a regular file is the snapshot: one call, not two.
   Result<int> open_stat(const std::string& path, FileInfo* info) override {
     if (is_remote_url(path)) {
-      RemoteIo* r = remote_io();
-      return r != nullptr ? r->open_stat(path, info) : Result<int>(no_remote(path));
+      SHARDLOAD_ASSIGN_OR_RETURN(RemoteIo* const r, remote_for(path));
+      return r->open_stat(path, info);
     }
     struct ::stat st {};
     SHARDLOAD_ASSIGN_OR_RETURN(const int fd, open_regular_stat(path, 0, nullptr, &st));
