@@ -1071,9 +1071,11 @@ def load(
             is the type stored in raw files.
         info: True to return ``(array, LoadInfo)``: the plan, the time of
             each stage, the bytes and GB/s (see :class:`LoadInfo`).
-        reader: the name of a Python reader (:func:`register_reader`): the files are
-            read by its functions in Legate tasks. Only ``pattern``, ``overdecompose``,
-            ``row_range`` and ``astype`` apply with it (TypeError for the others).
+        reader: the name of a Python reader (:func:`register_reader`), the same as
+            ``format=name`` but that a directory source without a pattern means the
+            reader's numbered files: the files are read by its functions, in Legate tasks.
+            Of the discovery options only ``pattern`` applies with it, and the source is
+            not a Layout (TypeError otherwise).
         progress: a callable taking one :class:`LoadProgress`, called in
             this thread at each stage boundary (discovered, started,
             launching, filled). Legate reports no tile as it completes, so
@@ -1108,25 +1110,28 @@ def load(
     if "rows" in given:
         row_range = _renamed("load", {"rows": given.pop("rows")}, {"rows": "row_range"},
                              {"row_range": row_range})["row_range"]
-    checked = _options("load", given, layout=isinstance(source, Layout) and reader is None)
+    if reader is not None:
+        # A Python reader is a registered format: reader=NAME is format=NAME, and a directory
+        # source without a pattern means the reader's numbered files.
+        from . import _readers
+
+        found = _readers._reader(reader)
+        passed = [n for n in given if n != "pattern"]
+        passed += [name for name, value in (("storage_options", storage_options),
+                                            ("a Layout", isinstance(source, Layout) or None))
+                   if value is not None]
+        if passed:
+            raise TypeError(f"load: {', '.join(passed)} cannot be passed with reader=, whose "
+                            "functions say what the files hold")
+        pattern = _readers._pattern(source, given.get("pattern"), found)
+        given = {"format": found.name, **({} if pattern is None else {"pattern": pattern})}
+    checked = _options("load", given, layout=isinstance(source, Layout))
     k = _overdecompose(overdecompose)
     _bool("info", info)
     cast = _astype(astype)
     if progress is not None and not callable(progress):
         raise TypeError(f"progress: expected a callable taking a LoadProgress, or None, found "
                         f"{_found(progress)}")
-    if reader is not None:
-        from . import _readers
-
-        others = {"info": info or None, "progress": progress,
-                  "a Layout": source if isinstance(source, Layout) else None}
-        passed = [n for n in checked.given if n != "pattern"]
-        passed += [name for name, value in others.items() if value is not None]
-        if passed:
-            raise TypeError(f"load: {', '.join(passed)} cannot be passed with reader=, whose "
-                            "functions say what the files hold")
-        return _readers.load(source, reader, pattern=checked.pattern, overdecompose=k,
-                             row_range=row_range, astype=cast)
     if isinstance(source, Layout):
         if storage_options is not None:
             raise TypeError("load: storage_options cannot be passed with a Layout, whose paths "

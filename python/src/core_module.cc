@@ -11,6 +11,7 @@
 #include "base/detail/bytes.hpp"
 #include "errors.hpp"
 #include "options.hpp"
+#include "py_reader.hpp"
 #include "shardload/codec.hpp"
 #include "shardload/fill.hpp"
 #include "shardload/format.hpp"
@@ -251,6 +252,10 @@ PYBIND11_MODULE(_core, m) {
         return out;
       },
       py::arg("source"), py::arg("pattern") = py::none());
+
+  // shardload.register_reader's registration in libshardload.so's registry (py_reader.hpp).
+  m.def("register_python_reader", &python::register_python_reader, py::arg("name"),
+        py::arg("probe"), py::arg("read_into"), py::arg("extensions"));
 
   // What the process holds once, as this module sees it: libshardload.so's I/O backend and the
   // readers registered in C++ (the tests compare it with _legate's).
