@@ -141,7 +141,9 @@ def register_reader(
             ``read(first_file, 0, 0)`` returns tells.
         trailing_shape: the shape of one row (``()`` for 1-D data). None: as dtype.
         extension: files named ``*EXTENSION`` (``".txt"``): a directory source without a
-            pattern then means ``shard_0000EXTENSION``, ``shard_0001EXTENSION``, ...
+            pattern then means ``shard_0000EXTENSION``, ``shard_0001EXTENSION``, ... for
+            ``load(reader=name)``; and discovery with no format named gives such files this
+            reader, unless the extension is a built-in format's or an earlier reader's.
 
     Raises:
         TypeError: an argument has the wrong type; the message names it.
@@ -174,12 +176,19 @@ def register_reader(
     if name in _READERS:
         raise ValueError(f"name: a reader named {name!r} is already registered")
     reader = _Reader(name, read, count_rows, dt, trailing, extension)
+    probe = lambda path: _probe(reader, path)  # noqa: E731
+    read_into = lambda path, lo, hi, dst: _read_into(reader, path, lo, hi, dst)  # noqa: E731
     try:
-        _core.register_python_reader(name, lambda path: _probe(reader, path),
-                                     lambda path, lo, hi, dst: _read_into(reader, path, lo, hi,
-                                                                          dst),
-                                     [] if extension is None else [extension])
-    except ValueError as e:  # a name or extension a reader registered in C++ holds
+        try:
+            _core.register_python_reader(name, probe, read_into,
+                                         [] if extension is None else [extension])
+        except ValueError:
+            if extension is None:
+                raise
+            # The extension is a built-in format's or another reader's: it still names this
+            # reader's files for load(reader=), as it always did, but does not select it.
+            _core.register_python_reader(name, probe, read_into, [])
+    except ValueError as e:  # a name a reader registered in C++ holds
         raise ValueError(f"name: {e}") from None
     _READERS[name] = reader
 
