@@ -98,8 +98,7 @@ class Format:
     # The cases this format cannot express, with the reason.
     cannot: dict = dataclasses.field(default_factory=dict)
     # What a shard whose dtype or row shape differs from the first's raises: discovery's
-    # LayoutError, or (a Python reader, whose dtype and row shape the first file tells) the
-    # ShardReadError of the task that reads it.
+    # LayoutError, for every format.
     mismatch: type = shardload.LayoutError
     host_reads: bool = True
 
@@ -120,18 +119,11 @@ class Format:
             pytest.skip(f"{self.name}: {self.cannot[case]}")
 
     def load(self, source, **kw):
-        if self.name == "reader" and not isinstance(source, shardload.Layout):
-            return shardload.load(sorted(str(p) for p in pathlib.Path(source).iterdir()),
-                                  reader=READER, **kw)
         return shardload.load(source, **({} if isinstance(source, shardload.Layout)
                                          else self.options), **kw)
 
 
 _ONE_SIDECAR = "one sidecar (shardload.json) gives the dtype and row shape of every shard"
-_ONE_CALL = ("load(reader=) discovers and reads in one call, so no file changes between them "
-             "(test_readers::test_a_file_changed_since_discovery_is_a_shard_read_error changes "
-             "one from inside read)")
-_NO_LAYOUT = "a Python reader has no Layout: load(reader=) is its only way in"
 
 FORMATS = [
     Format("npy", ".npy", _npy, {}),
@@ -141,9 +133,8 @@ FORMATS = [
     Format("parquet", ".parquet", _parquet, {"format": "parquet"}),
     Format("arrow", ".arrow", _arrow, {"format": "arrow"}),
     Format("zarr", ".zarr", _zarr, {"format": "zarr"}),
-    Format("reader", ".rows", _rows_file, {}, mismatch=shardload.ShardReadError,
-           cannot={"changed after discovery": _ONE_CALL, "host read": _NO_LAYOUT},
-           host_reads=False),
+    # A Python reader is a registered format like the others: its files are probed at discovery.
+    Format("reader", ".rows", _rows_file, {"format": READER, "pattern": "shard_{:04d}.rows"}),
 ]
 
 

@@ -212,6 +212,11 @@ for epoch in range(3):
             Holder(b)
             got.append(np.asarray(b))
         assert np.array_equal(np.concatenate(got), expected)
+        # Dropped mid-epoch with launches in flight: the drop must not wait holding the GIL.
+        it = shardload.batches(src, 3, format="gcrows", prefetch=4, overdecompose=k)
+        next(it)
+        it.close()
+        del it
     layout = shardload.discover(src, format="gcrows")
     assert np.array_equal(layout.read(), expected)
     shardload.index(src, format="gcrows")
