@@ -3,7 +3,7 @@
 What the package's Python code uses; not a public interface."""
 
 import os
-from typing import Any, Sequence, Union
+from typing import Any, Callable, Sequence, Union
 
 import numpy as np
 
@@ -82,6 +82,14 @@ def verify_on_host(path: _Path) -> list[tuple[int, str, str]]: ...
 def _process_state() -> dict[str, Any]:
     """{"posix_io": the address of libshardload's I/O backend, "readers": the names of the
     readers registered in C++}"""
+def register_python_reader(
+    name: str,
+    probe: Callable[[str], tuple[int, str, tuple[int, ...]]],
+    read_into: Callable[[str, int, int, Any], None],
+    extensions: Sequence[str],
+) -> None:
+    """Registers a trampoline reader in libshardload's registry (shardload.register_reader);
+    ValueError when the registry refuses the name or an extension."""
 def plan(rows: Sequence[int], processors: int, overdecompose: int = 1) -> dict[str, Any]:
     """{"tile_rows": int, "tiles": int, "uniform": bool,
     "pieces": [[(shard, lo, hi, dst_row), ...] per tile]}"""

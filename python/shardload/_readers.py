@@ -125,20 +125,22 @@ def register_reader(
             refused (ValueError): tasks of a load may be running with it.
         read: ``read(path, lo, hi)`` returns rows [lo, hi) of the file (rows of the file,
             0 <= lo <= hi <= count_rows(path)) as a numpy array of the dtype and of shape
-            ``(hi - lo, *trailing_shape)``; any strides. It runs inside Legate tasks, in the
-            processes of the program, possibly from several threads at once, and should read
-            only the rows asked for. It must not call cuPyNumeric or Legate: such a call is
+            ``(hi - lo, *trailing_shape)``; any strides. It runs inside Legate tasks (and in
+            ``Layout.read``), in the processes of the program, possibly from several threads
+            at once, and should read only the rows asked for. It must not call
+            ``gc.enable()`` or ``gc.collect()`` (see the module's documentation). It must not call cuPyNumeric or Legate: such a call is
             stopped before it runs and fails the load with a ShardReadError naming the
             reader. Before each call the file is opened without blocking and compared with
             what discovery saw (a FIFO or another file in its place fails the load, read()
             is not called).
         count_rows: ``count_rows(path)`` returns the file's row count, an int >= 0; called
-            once per file, in the calling process, before anything is launched (required;
+            once per file by discovery (``discover``, ``load``, ``batches``, ``index``; not
+            for a file a usable manifest describes), before anything is launched (required;
             ``rows=`` is its deprecated spelling).
         dtype: the element type of every file: a numeric numpy dtype in this machine's
             byte order that Legate has (bool, int8-64, uint8-64, float16/32/64,
             complex64/128; ``">f4"`` or ``float128`` are refused). None: what
-            ``read(first_file, 0, 0)`` returns tells.
+            ``read(file, 0, 0)`` returns tells, for each file.
         trailing_shape: the shape of one row (``()`` for 1-D data). None: as dtype.
         extension: files named ``*EXTENSION`` (``".txt"``): a directory source without a
             pattern then means ``shard_0000EXTENSION``, ``shard_0001EXTENSION``, ... for

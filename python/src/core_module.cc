@@ -237,7 +237,7 @@ PYBIND11_MODULE(_core, m) {
       },
       py::arg("path"));
 
-  // The paths of a source, in order, without opening them (the Python readers' discovery).
+  // The paths of a source, in order, without opening them.
   m.def(
       "resolve",
       [](const py::object& source, const py::object& pattern) {
