@@ -69,9 +69,16 @@ Status status_of(py::error_already_set& e, ErrorCode code, const std::string& pa
   std::string message;
   std::string file = path;
   int err = 0;
+  // A Ctrl-C delivered inside a callback (only the main thread gets signals) cannot cross the
+  // engine: it fails this read or probe, and is made pending again so that Python raises
+  // KeyboardInterrupt once the call is back in Python.
+  if (e.matches(PyExc_KeyboardInterrupt)) {
+    PyErr_SetInterrupt();
+    message = path + ": interrupted (KeyboardInterrupt) in the reader's callback";
+  }
   try {
     const py::object value = e.value();
-    message = fs_bytes(py::str(value));
+    if (message.empty()) message = fs_bytes(py::str(value));
     if (py::hasattr(value, "filename")) {
       const py::object f = value.attr("filename");
       if (py::isinstance<py::str>(f)) file = fs_bytes(f);

@@ -249,3 +249,83 @@ def test_an_extension_already_taken_still_names_the_readers_files(tmp_path: path
     # Discovery by extension gives the files to the reader registered first for it.
     np.testing.assert_array_equal(shardload.discover(tmp_path / "d").read(), expected)
     assert npy in shardload.registered_readers()
+
+
+# One entry point per child, its callbacks on the engine's threads: a wait that held the GIL
+# would hang it, and the bound fails the test then, naming the entry point.
+_ENTRY = """
+import gc, os, sys
+import numpy as np
+import shardload
+
+d, entry = sys.argv[1], sys.argv[2]
+src = os.path.join(d, "s")
+os.mkdir(src)
+arrays = [np.full((n, 2), i, np.int64) for i, n in enumerate([5, 0, 11, 3])]
+for i, a in enumerate(arrays):
+    np.save(os.path.join(src, f"shard_{i:04d}.npyish"), a)
+    os.rename(os.path.join(src, f"shard_{i:04d}.npyish.npy"), os.path.join(src, f"shard_{i:04d}.npyish"))
+expected = np.concatenate(arrays)
+threads = set()
+
+
+def rows(p):
+    threads.add(__import__("threading").get_ident())
+    return np.load(p, mmap_mode="r").shape[0]
+
+
+def read(p, lo, hi):
+    threads.add(__import__("threading").get_ident())
+    return np.array(np.load(p, mmap_mode="r")[lo:hi])
+
+
+shardload.register_reader("entry", count_rows=rows, read=read, extension=".npyish")
+gc.enable()
+gc.set_threshold(1)
+if entry == "discover":
+    assert shardload.discover(src, format="entry").shard_rows == [5, 0, 11, 3]
+elif entry == "layout_read":
+    assert np.array_equal(shardload.discover(src, format="entry").read(2, 17), expected[2:17])
+elif entry == "load":
+    assert np.array_equal(np.asarray(shardload.load(src, reader="entry", overdecompose=3)), expected)
+elif entry == "batches":
+    got = [np.asarray(b) for b in shardload.batches(src, 4, format="entry", prefetch=3)]
+    assert np.array_equal(np.concatenate(got), expected)
+elif entry == "index":
+    shardload.index(src, format="entry")
+    assert shardload.discover(src, format="entry").manifest_state.value == "used"
+elif entry == "discover_once":
+    layout = shardload.discover_once(src, format="entry")
+    assert np.array_equal(np.asarray(shardload.load(layout)), expected)
+elif entry == "interrupt":
+    def interrupted(p):
+        raise KeyboardInterrupt  # as a Ctrl-C during count_rows would
+    shardload.register_reader("ctrl-c", count_rows=interrupted, read=read)
+    try:
+        try:
+            shardload.discover(src + "/shard_{:04d}.npyish", format="ctrl-c")
+        except shardload.LayoutError:
+            for _ in range(100000):
+                pass
+            print("INTERRUPT LOST", flush=True)
+    except KeyboardInterrupt:
+        print("KEYBOARD INTERRUPT", flush=True)
+print("ENTRY OK", entry, len(threads), flush=True)
+"""
+
+
+@pytest.mark.parametrize("entry", ["discover", "layout_read", "load", "batches", "index",
+                                   "discover_once"])
+def test_each_entry_point_releases_the_gil_while_it_waits(tmp_path: pathlib.Path,
+                                                          entry: str) -> None:
+    r = subprocess.run([sys.executable, "-c", _ENTRY, str(tmp_path), entry],
+                       capture_output=True, text=True, timeout=240)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-5000:]
+    assert f"ENTRY OK {entry}" in r.stdout
+
+
+def test_a_ctrl_c_inside_a_callback_is_not_lost(tmp_path: pathlib.Path) -> None:
+    r = subprocess.run([sys.executable, "-c", _ENTRY, str(tmp_path), "interrupt"],
+                       capture_output=True, text=True, timeout=240)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-5000:]
+    assert "KEYBOARD INTERRUPT" in r.stdout and "INTERRUPT LOST" not in r.stdout
