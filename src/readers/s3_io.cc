@@ -18,7 +18,10 @@
 #include <memory>
 #include <mutex>
 #include <random>
+#include <system_error>
+#include <thread>
 #include <unordered_map>
+#include <vector>
 
 namespace shardload::detail {
 
@@ -67,12 +70,17 @@ Status remote_error(ErrorCode code, const std::string& url, const std::string& w
 
 // What shardload adds to Arrow's S3 URI options (taken out of the query before Arrow sees it,
 // which refuses keys it does not know). Defaults: see docs/object_storage.md.
-struct RetryOptions {
+struct StoreOptions {
   std::int64_t max_attempts = 5;       // the first try included
   std::int64_t backoff_ms = 50;        // the first retry's delay; doubled for each further one
   std::int64_t max_backoff_ms = 5000;  // the longest single delay
   double connect_timeout = 5;          // seconds to set up a connection
   double request_timeout = 30;         // seconds a request may go without receiving data
+  // A read larger than request_bytes is split into ranged GETs of that size, up to
+  // requests_in_flight of them at once (the calling thread and helpers it joins before it
+  // returns): one GET's latency and one connection's bandwidth no longer bound a large piece.
+  std::int64_t request_bytes = std::int64_t{8} << 20;
+  std::int64_t requests_in_flight = 4;
 };
 
 Result<std::int64_t> int_option(const std::string& url, const std::string& key,
@@ -104,8 +112,8 @@ Result<double> seconds_option(const std::string& url, const std::string& key,
 }
 
 // Splits shardload's keys out of `query` ("?a=b&c=d" or ""): returns the query left for Arrow.
-Result<std::string> take_retry_options(const std::string& url, const std::string& query,
-                                       RetryOptions* out) {
+Result<std::string> take_store_options(const std::string& url, const std::string& query,
+                                       StoreOptions* out) {
   std::string rest;
   std::size_t pos = query.empty() ? 0 : 1;
   while (pos < query.size()) {
@@ -126,6 +134,11 @@ Result<std::string> take_retry_options(const std::string& url, const std::string
       SHARDLOAD_ASSIGN_OR_RETURN(out->connect_timeout, seconds_option(url, key, value));
     } else if (key == "request_timeout") {
       SHARDLOAD_ASSIGN_OR_RETURN(out->request_timeout, seconds_option(url, key, value));
+    } else if (key == "request_bytes") {
+      SHARDLOAD_ASSIGN_OR_RETURN(out->request_bytes,
+                                 int_option(url, key, value, 4096, std::int64_t{1} << 34));
+    } else if (key == "requests_in_flight") {
+      SHARDLOAD_ASSIGN_OR_RETURN(out->requests_in_flight, int_option(url, key, value, 1, 64));
     } else {
       rest += (rest.empty() ? "?" : "&") + item;
     }
@@ -140,7 +153,7 @@ Result<std::string> take_retry_options(const std::string& url, const std::string
 // asking again gets the same.
 class CountingRetryStrategy final : public arrow::fs::S3RetryStrategy {
  public:
-  CountingRetryStrategy(const RetryOptions& o, std::atomic<std::uint64_t>* retries)
+  CountingRetryStrategy(const StoreOptions& o, std::atomic<std::uint64_t>* retries)
       : options_(o), retries_(retries) {}
 
   bool ShouldRetry(const AWSErrorDetail& error, std::int64_t attempted_retries) override {
@@ -178,7 +191,7 @@ class CountingRetryStrategy final : public arrow::fs::S3RetryStrategy {
     return false;
   }
 
-  RetryOptions options_;
+  StoreOptions options_;
   std::atomic<std::uint64_t>* retries_;
 };
 
@@ -191,9 +204,16 @@ class ArrowRemoteIo final : public RemoteIo {
 
   Result<int> open_stat(const std::string& url, FileInfo* info) override {
     SHARDLOAD_ASSIGN_OR_RETURN(auto file, open_object(url, info));
+    StoreOptions options;  // checked already by open_object's resolve
+    const auto q = url.find('?');
+    SHARDLOAD_ASSIGN_OR_RETURN(
+        const std::string ignored,
+        take_store_options(url, q == std::string::npos ? std::string() : url.substr(q), &options));
+    (void)ignored;
     std::lock_guard lock(mu_);
     const int fd = next_fd_++;
-    files_.emplace(fd, Open{std::move(file), url});
+    files_.emplace(fd, Open{std::move(file), url, static_cast<std::size_t>(options.request_bytes),
+                            static_cast<std::size_t>(options.requests_in_flight)});
     return fd;
   }
 
@@ -217,23 +237,68 @@ class ArrowRemoteIo final : public RemoteIo {
 
   std::int64_t pread(int fd, void* buf, std::size_t n, std::uint64_t offset) override {
     std::shared_ptr<arrow::io::RandomAccessFile> file;
+    std::size_t part = 0;
+    std::size_t in_flight = 1;
     {
       std::lock_guard lock(mu_);
       auto it = files_.find(fd);
       if (it == files_.end()) return -EBADF;
       file = it->second.file;
+      part = it->second.request_bytes;
+      in_flight = it->second.requests_in_flight;
     }
-    t_gave_up_after = 0;
     t_read_error.clear();
-    auto got = file->ReadAt(static_cast<std::int64_t>(offset), static_cast<std::int64_t>(n), buf);
-    if (!got.ok()) {
-      t_read_error = got.status().message();
-      if (t_gave_up_after > 0) {
-        t_read_error += " (gave up after " + std::to_string(t_gave_up_after) + " attempts)";
+    const std::size_t parts = part == 0 ? 1 : (n + part - 1) / part;
+    if (parts <= 1 || in_flight <= 1) return read_range(*file, buf, n, offset, &t_read_error);
+
+    // Parts are claimed in order from a shared counter by this thread and its helpers. The
+    // answer is pread's: the bytes read contiguously from `offset` up to the first part that
+    // came back short or failed (read_exact asks again from there), or that part's error.
+    struct Outcome {
+      std::size_t first_bad = SIZE_MAX;  // the lowest part that did not come back whole
+      std::int64_t got = 0;              // its result
+      std::string why;
+    };
+    std::mutex m;
+    Outcome out;
+    std::atomic<std::size_t> next{0};
+    auto* dst = static_cast<std::byte*>(buf);
+    auto work = [&] {
+      for (;;) {
+        const std::size_t i = next.fetch_add(1, std::memory_order_relaxed);
+        if (i >= parts) return;
+        {
+          std::lock_guard lock(m);
+          if (i > out.first_bad) return;  // a lower part already ends the answer
+        }
+        const std::size_t lo = i * part;
+        const std::size_t len = std::min(part, n - lo);
+        std::string why;
+        const std::int64_t got = read_range(*file, dst + lo, len, offset + lo, &why);
+        if (got != static_cast<std::int64_t>(len)) {
+          std::lock_guard lock(m);
+          if (i < out.first_bad) out = Outcome{i, got, std::move(why)};
+        }
       }
-      return -errno_of(got.status());
+    };
+    std::vector<std::thread> helpers;
+    for (std::size_t k = 1; k < std::min(in_flight, parts); ++k) {
+      try {
+        helpers.emplace_back(work);
+      } catch (const std::system_error&) {
+        break;  // no thread to be had: fewer requests in flight, the same bytes
+      }
     }
-    return *got;
+    work();
+    for (auto& h : helpers) h.join();
+    if (out.first_bad == SIZE_MAX) return static_cast<std::int64_t>(n);
+    const std::size_t lo = out.first_bad * part;
+    if (out.got < 0) {
+      if (lo > 0) return static_cast<std::int64_t>(lo);  // what came before it; asked again
+      t_read_error = std::move(out.why);
+      return out.got;
+    }
+    return static_cast<std::int64_t>(lo) + out.got;
   }
 
   void close(int fd) override {
@@ -296,7 +361,22 @@ class ArrowRemoteIo final : public RemoteIo {
   struct Open {
     std::shared_ptr<arrow::io::RandomAccessFile> file;
     std::string url;
+    std::size_t request_bytes = 0;
+    std::size_t requests_in_flight = 1;
   };
+
+  // One ranged GET into `dst`: its byte count or -errno, and then the store's words in `why`.
+  static std::int64_t read_range(arrow::io::RandomAccessFile& file, void* dst, std::size_t n,
+                                 std::uint64_t offset, std::string* why) {
+    t_gave_up_after = 0;
+    auto got = file.ReadAt(static_cast<std::int64_t>(offset), static_cast<std::int64_t>(n), dst);
+    if (got.ok()) return *got;
+    *why = got.status().message();
+    if (t_gave_up_after > 0) {
+      *why += " (gave up after " + std::to_string(t_gave_up_after) + " attempts)";
+    }
+    return -errno_of(got.status());
+  }
 
   // The file system for `url` (one per bucket and query, made once: each holds an S3 client)
   // and the object's path in it ("bucket/key").
@@ -305,9 +385,9 @@ class ArrowRemoteIo final : public RemoteIo {
     const auto q = url.find('?');
     const std::string base = url.substr(0, q);
     const std::string query = q == std::string::npos ? std::string() : url.substr(q);
-    RetryOptions retry;
+    StoreOptions retry;
     SHARDLOAD_ASSIGN_OR_RETURN(const std::string arrow_query,
-                               take_retry_options(url, query, &retry));
+                               take_store_options(url, query, &retry));
     const std::string path = base.substr(5);  // after "s3://"
     const std::string bucket = path.substr(0, path.find('/'));
     if (bucket.empty()) {

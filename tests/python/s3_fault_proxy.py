@@ -43,13 +43,15 @@ class Rule:
     ``method``: "GET", "HEAD", ... or None for any. ``path``: a substring of the request
     target (path and query: a LIST is ``/bucket?list-type=2&prefix=...``), or None for any.
     ``ranged``: True for requests with a Range header only, False for those without, None for
-    both. ``action``: one of ACTIONS. ``count``: how many matching requests to spoil (None:
+    both. ``range``: a substring of the Range header ("bytes=4096-"), or None for any.
+    ``action``: one of ACTIONS. ``count``: how many matching requests to spoil (None:
     all of them). ``delay_s``: for "delay", how long to hold the response before forwarding
     it. ``fired`` counts the requests spoiled so far."""
 
     method: str | None = None
     path: str | None = None
     ranged: bool | None = None
+    range: str | None = None
     action: str = "500"
     count: int | None = 1
     delay_s: float = 0.0
@@ -59,12 +61,15 @@ class Rule:
         if self.action not in ACTIONS:
             raise ValueError(f"action: expected one of {ACTIONS}, found {self.action!r}")
 
-    def matches(self, method: str, target: str, has_range: bool) -> bool:
+    def matches(self, method: str, target: str, range_: str | None) -> bool:
+        has_range = range_ is not None
         if self.count is not None and self.fired >= self.count:
             return False
         if self.method is not None and self.method != method:
             return False
         if self.path is not None and self.path not in target:
+            return False
+        if self.range is not None and (range_ is None or self.range not in range_):
             return False
         return self.ranged is None or self.ranged == has_range
 
@@ -85,8 +90,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         proxy: FaultProxy = self.server.proxy  # type: ignore[attr-defined]
         length = int(self.headers.get("Content-Length") or 0)
         body = self.rfile.read(length) if length else b""
-        has_range = "Range" in self.headers
-        rule = proxy._take(self.command, self.path, has_range)
+        rule = proxy._take(self.command, self.path, self.headers.get("Range"))
         proxy._log(self.command, self.path, self.headers.get("Range"),
                    rule.action if rule else None)
         if rule is None:
@@ -217,10 +221,10 @@ class FaultProxy:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _take(self, method: str, target: str, has_range: bool) -> Rule | None:
+    def _take(self, method: str, target: str, range_: str | None) -> Rule | None:
         with self._lock:
             for rule in self.rules:
-                if rule.matches(method, target, has_range):
+                if rule.matches(method, target, range_):
                     rule.fired += 1
                     return rule
         return None

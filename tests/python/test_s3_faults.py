@@ -242,3 +242,42 @@ def test_without_faults_nothing_is_retried(data, proxy):
     np.testing.assert_array_equal(np.asarray(got), data.want)
     assert info.remote_retries == 0
     assert all(action is None for *_, action in proxy.log)
+
+
+def _data_offset(array: np.ndarray) -> int:
+    buf = io.BytesIO()
+    np.save(buf, array)
+    buf.seek(0)
+    major, _ = np.lib.format.read_magic(buf)
+    if major == 1:
+        np.lib.format.read_array_header_1_0(buf)
+    else:
+        np.lib.format.read_array_header_2_0(buf)
+    return buf.tell()
+
+
+def test_large_reads_are_split_into_ranged_gets_in_flight(server, proxy):
+    """A piece larger than request_bytes is read as several ranged GETs (requests_in_flight
+    at once); a fault in a middle one is retried, a persistent one names the URL."""
+    d = Data(server, proxy, rows=(3000, 17, 2500), seed=3)  # 36000 and 30000 data bytes
+    part = 4096
+    options = {**d.options, "request_bytes": str(part), "requests_in_flight": "3"}
+    layout = shardload.discover(d.url(), storage_options=options)
+    proxy.clear()
+    np.testing.assert_array_equal(layout.read(0, layout.total_rows), d.want)
+    gets = proxy.requests("GET", d.key(0))
+    assert gets >= d.parts[0].nbytes // part, gets
+    # The third part of shard 0 refused once: retried, the same data.
+    third = f"bytes={_data_offset(d.parts[0]) + 2 * part}-"
+    rule = proxy.add(Rule("GET", path=d.key(0), range=third, action="slowdown", count=1))
+    got, info = shardload.load(layout, info=True)
+    np.testing.assert_array_equal(np.asarray(got), d.want)
+    assert rule.fired == 1 and info.remote_retries >= 1
+    # Refused every time: an error naming the object, never part of its bytes.
+    proxy.add(Rule("GET", path=d.key(0), range=third, action="500", count=None))
+    with pytest.raises(shardload.ShardReadError) as e:
+        layout.read(0, layout.total_rows)
+    assert d.url("d/shard_0000.npy") in str(e.value)
+    for key, value in [("request_bytes", "100"), ("requests_in_flight", "0")]:
+        with pytest.raises(ValueError, match=f"bad object-storage URL or options: {key}"):
+            shardload.discover(d.url(), storage_options={**d.options, key: value})
