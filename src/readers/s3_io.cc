@@ -78,9 +78,11 @@ struct StoreOptions {
   double request_timeout = 30;         // seconds a request may go without receiving data
   // A read larger than request_bytes is split into ranged GETs of that size, up to
   // requests_in_flight of them at once (the calling thread and helpers it joins before it
-  // returns): one GET's latency and one connection's bandwidth no longer bound a large piece.
+  // returns), so that one GET's latency and one connection's bandwidth need not bound a large
+  // piece. One by default: on the only store measured (bench/bench_s3.py, one server process
+  // on the same small machine) more in flight was slower, the server being the bottleneck.
   std::int64_t request_bytes = std::int64_t{8} << 20;
-  std::int64_t requests_in_flight = 4;
+  std::int64_t requests_in_flight = 1;
 };
 
 Result<std::int64_t> int_option(const std::string& url, const std::string& key,
