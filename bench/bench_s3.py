@@ -4,6 +4,9 @@
 Starts moto's S3 server on 127.0.0.1 (the tests' server), uploads SHARDS .npy shards of
 about MB_PER_SHARD MB each, and times, in one run on the same objects:
   shardload    shardload.load("s3://bucket/data/") (discovery included) -> host array;
+  sl-4req      the same with requests_in_flight=4: a piece larger than request_bytes (8 MiB)
+               read as up to 4 ranged GETs at once (docs/object_storage.md), against the
+               default of one GET per piece;
   boto3-seq    boto3 get_object of each object in turn, np.load, np.concatenate;
   get-bound    a plain parallel-GET bound: the same data bytes by ranged GETs into one
                preallocated array, with as many threads as shardload's load has tiles in
@@ -77,6 +80,11 @@ def main() -> None:
         def sl():
             return np.asarray(shardload.load("s3://bench/data/", storage_options=options))
 
+        def sl_four_requests():
+            return np.asarray(shardload.load("s3://bench/data/",
+                                             storage_options={**options,
+                                                              "requests_in_flight": "4"}))
+
         got, info = shardload.load("s3://bench/data/", storage_options=options, info=True)
         assert np.array_equal(np.asarray(got), want)
         threads = info.processors
@@ -116,7 +124,8 @@ def main() -> None:
             return out
 
         results = {}
-        for name, fn in (("shardload", sl), ("boto3-seq", seq), ("get-bound", bound)):
+        for name, fn in (("shardload", sl), ("sl-4req", sl_four_requests), ("boto3-seq", seq),
+                         ("get-bound", bound)):
             t, out = timed(fn, args.repeat)
             assert np.array_equal(out, want), name
             results[name] = t

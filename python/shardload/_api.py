@@ -962,6 +962,10 @@ class LoadInfo:
     - ``total_s``: the whole call, argument checks included.
 
     ``gb_per_s`` is ``bytes / 1e9 / total_s``: the whole call, as for :class:`SaveInfo`.
+
+    ``remote_retries``: requests to object storage (``s3://``) that were retried during the
+    call, discovery and fill, after a 5xx, a SlowDown, a reset connection or a timeout (see
+    docs/object_storage.md); counted in this process. 0 for local files.
     """
 
     target: str
@@ -976,6 +980,7 @@ class LoadInfo:
     launch_s: float
     fill_s: float
     total_s: float
+    remote_retries: int = 0
 
     @property
     def gb_per_s(self) -> float:
@@ -1105,6 +1110,7 @@ def load(
             the processors of the load (a MemoryError; nothing was allocated).
     """
     t_call = time.perf_counter()
+    retries_before = _core.remote_retries()
     _check_thread("shardload.load")
     given: dict[str, Any] = dict(options)
     if "rows" in given:
@@ -1190,7 +1196,8 @@ def load(
                          tile_rows=plan["tile_rows"], tiles=plan["tiles"],
                          total_rows=layout.total_rows, bytes=nbytes, discovery_s=discovery_s,
                          startup_s=startup_s, launch_s=plan["launch_s"], fill_s=plan["fill_s"],
-                         total_s=total_s)
+                         total_s=total_s,
+                         remote_retries=_core.remote_retries() - retries_before)
     logger.log(logging.INFO if total_s > _SUMMARY_AFTER_S else logging.DEBUG,
                "loaded %s %s (%s) in %.3f s: %d tiles on %d %s processors, %.3f GB/s (discovery "
                "%.3f s, start-up %.3f s, launch %.3f s, fill %.3f s)", layout.shape,

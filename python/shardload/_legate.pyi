@@ -13,6 +13,7 @@ class _Plan(TypedDict):
     tiles: int
     launch_s: float
     fill_s: float
+    remote_retries: int  # object-storage requests retried during the fill, in this process
 
 class _ArrayOwner:
     """A capsule that owns the loaded legate LogicalArray until dropped."""

@@ -257,6 +257,10 @@ PYBIND11_MODULE(_core, m) {
   m.def("register_python_reader", &python::register_python_reader, py::arg("name"),
         py::arg("probe"), py::arg("read_into"), py::arg("extensions"));
 
+  // Requests to object storage retried so far in this process: LoadInfo's count is the
+  // difference around a load.
+  m.def("remote_retries", [] { return remote_retries(); });
+
   // What the process holds once, as this module sees it: libshardload.so's I/O backend and the
   // readers registered in C++ (the tests compare it with _legate's).
   m.def("_process_state", [] {

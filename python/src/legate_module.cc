@@ -60,6 +60,7 @@ PYBIND11_MODULE(_legate, m) {
         d["tiles"] = info.tiles;
         d["launch_s"] = info.launch_seconds;
         d["fill_s"] = info.fill_seconds;
+        d["remote_retries"] = info.remote_retries;
         // The capsule owns the array until Python drops it: a KeyboardInterrupt
         // raised the moment this call returns (a Ctrl-C during the load) then
         // frees the array instead of leaking it.

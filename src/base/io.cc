@@ -126,6 +126,11 @@ void set_remote_io(RemoteIo* io) { g_remote.store(io, std::memory_order_release)
 
 RemoteIo* remote_io() { return g_remote.load(std::memory_order_acquire); }
 
+std::uint64_t remote_retries() {
+  const RemoteIo* r = remote_io();
+  return r == nullptr ? 0 : r->retries();
+}
+
 Result<FileInfo> IoBackend::stat_path(const std::string& path) {
   if (is_remote_url(path)) {
     SHARDLOAD_ASSIGN_OR_RETURN(RemoteIo* const r, remote_for(path));
@@ -245,10 +250,16 @@ Status File::read_exact(void* dst, std::size_t n, std::uint64_t offset) const {
     const std::int64_t got = io_->pread(fd_, out + done, want, offset + done);
     if (got < 0) {
       if (got == -EINTR) continue;
+      std::string why = std::strerror(static_cast<int>(-got));
+      if (fd_ >= kRemoteFdBase && remote_io() != nullptr) {
+        // An errno says little of an HTTP failure: the store's own words, where it gave some.
+        const std::string said = remote_io()->last_read_error();
+        if (!said.empty()) why += " (" + said + ")";
+      }
       return file_error(ErrorCode::kIo, path_,
                         "read of " + std::to_string(n) + " bytes at offset " +
                             std::to_string(offset) + " failed after " + std::to_string(done) +
-                            " bytes: " + std::strerror(static_cast<int>(-got)),
+                            " bytes: " + why,
                         static_cast<int>(-got));
     }
     if (got == 0) {

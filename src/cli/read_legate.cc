@@ -87,6 +87,9 @@ int run(const ReadArgs& a, std::ostream& out, std::ostream& err) {
     const double gb = static_cast<double>(layout.total_bytes()) / 1e9;
     out << "load:           " << secs << " s, " << (secs > 0 ? gb / secs : 0.0) << " GB/s for "
         << detail::size_string(layout.total_bytes()) << "\n";
+    if (!layout.shards.empty() && is_remote_url(layout.shards.front().path)) {
+      out << "remote retries: " << info.remote_retries << "\n";
+    }
   }
   if (!a.verify) {
     out << "verify:         skipped (--no-verify)\n";

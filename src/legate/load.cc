@@ -230,10 +230,14 @@ legate::LogicalArray load(const Layout& layout, const LoadOptions& options, Load
   task.add_scalar_arg(legate::Scalar{plan.tile_rows});
   const auto t1 = Clock::now();
   if (info != nullptr) info->launch_seconds = seconds(t0, t1);
+  const std::uint64_t retries_before = remote_retries();
   // Whatever a point finds while reading (I/O failure, changed file, damaged chunk, a null) is
   // a read error; only bad task arguments are not.
   detail::submit_or_throw(std::move(task), ErrorSite::kRead);
-  if (info != nullptr) info->fill_seconds = seconds(t1, Clock::now());
+  if (info != nullptr) {
+    info->fill_seconds = seconds(t1, Clock::now());
+    info->remote_retries = remote_retries() - retries_before;
+  }
   return array;
 }
 

@@ -9,12 +9,19 @@
 #include <arrow/util/key_value_metadata.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
+#include <charconv>
+#include <cmath>
 #include <cstdlib>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <random>
+#include <system_error>
+#include <thread>
 #include <unordered_map>
+#include <vector>
 
 namespace shardload::detail {
 
@@ -47,10 +54,148 @@ int errno_of(const arrow::Status& st) {
   return EIO;
 }
 
+// Set by the retry strategy on the thread whose request it gave up on after its last
+// attempt: the sync requests (HEAD, ranged GET) fail on the caller's thread, so the error
+// built right after can say so. Cleared before each request.
+thread_local std::int64_t t_gave_up_after = 0;
+
 Status remote_error(ErrorCode code, const std::string& url, const std::string& what,
                     const arrow::Status& st) {
-  return file_error(code, url, what + ": " + st.message(), errno_of(st));
+  std::string msg = what + ": " + st.message();
+  if (t_gave_up_after > 0) {
+    msg += " (gave up after " + std::to_string(t_gave_up_after) + " attempts)";
+  }
+  return file_error(code, url, msg, errno_of(st));
 }
+
+// What shardload adds to Arrow's S3 URI options (taken out of the query before Arrow sees it,
+// which refuses keys it does not know). Defaults: see docs/object_storage.md.
+struct StoreOptions {
+  std::int64_t max_attempts = 5;       // the first try included
+  std::int64_t backoff_ms = 50;        // the first retry's delay; doubled for each further one
+  std::int64_t max_backoff_ms = 5000;  // the longest single delay
+  double connect_timeout = 5;          // seconds to set up a connection
+  double request_timeout = 30;         // seconds a request may go without receiving data
+  // A read larger than request_bytes is split into ranged GETs of that size, up to
+  // requests_in_flight of them at once (the calling thread and helpers it joins before it
+  // returns), so that one GET's latency and one connection's bandwidth need not bound a large
+  // piece. One by default: on the only store measured (bench/bench_s3.py, one server process
+  // on the same small machine) more in flight was slower, the server being the bottleneck.
+  std::int64_t request_bytes = std::int64_t{8} << 20;
+  std::int64_t requests_in_flight = 1;
+};
+
+Result<std::int64_t> int_option(const std::string& url, const std::string& key,
+                                const std::string& value, std::int64_t lo, std::int64_t hi) {
+  std::int64_t v = 0;
+  const auto* end = value.data() + value.size();
+  const auto [p, ec] = std::from_chars(value.data(), end, v);
+  if (ec != std::errc() || p != end || v < lo || v > hi) {
+    return file_error(ErrorCode::kInvalidArgument, url,
+                      "bad object-storage URL or options: " + key + " must be an integer from " +
+                          std::to_string(lo) + " to " + std::to_string(hi) + ", found '" + value +
+                          "'");
+  }
+  return v;
+}
+
+Result<double> seconds_option(const std::string& url, const std::string& key,
+                              const std::string& value) {
+  double v = 0;
+  const auto* end = value.data() + value.size();
+  const auto [p, ec] = std::from_chars(value.data(), end, v);
+  if (ec != std::errc() || p != end || !std::isfinite(v) || v <= 0 || v > 86400) {
+    return file_error(ErrorCode::kInvalidArgument, url,
+                      "bad object-storage URL or options: " + key +
+                          " must be a number of seconds above 0 (at most 86400), found '" + value +
+                          "'");
+  }
+  return v;
+}
+
+// Splits shardload's keys out of `query` ("?a=b&c=d" or ""): returns the query left for Arrow.
+Result<std::string> take_store_options(const std::string& url, const std::string& query,
+                                       StoreOptions* out) {
+  std::string rest;
+  std::size_t pos = query.empty() ? 0 : 1;
+  while (pos < query.size()) {
+    std::size_t amp = query.find('&', pos);
+    if (amp == std::string::npos) amp = query.size();
+    const std::string item = query.substr(pos, amp - pos);
+    pos = amp + 1;
+    const auto eq = item.find('=');
+    const std::string key = item.substr(0, eq);
+    const std::string value = eq == std::string::npos ? std::string() : item.substr(eq + 1);
+    if (key == "max_attempts") {
+      SHARDLOAD_ASSIGN_OR_RETURN(out->max_attempts, int_option(url, key, value, 1, 100));
+    } else if (key == "backoff_ms") {
+      SHARDLOAD_ASSIGN_OR_RETURN(out->backoff_ms, int_option(url, key, value, 0, 60000));
+    } else if (key == "max_backoff_ms") {
+      SHARDLOAD_ASSIGN_OR_RETURN(out->max_backoff_ms, int_option(url, key, value, 0, 600000));
+    } else if (key == "connect_timeout") {
+      SHARDLOAD_ASSIGN_OR_RETURN(out->connect_timeout, seconds_option(url, key, value));
+    } else if (key == "request_timeout") {
+      SHARDLOAD_ASSIGN_OR_RETURN(out->request_timeout, seconds_option(url, key, value));
+    } else if (key == "request_bytes") {
+      SHARDLOAD_ASSIGN_OR_RETURN(out->request_bytes,
+                                 int_option(url, key, value, 4096, std::int64_t{1} << 34));
+    } else if (key == "requests_in_flight") {
+      SHARDLOAD_ASSIGN_OR_RETURN(out->requests_in_flight, int_option(url, key, value, 1, 64));
+    } else {
+      rest += (rest.empty() ? "?" : "&") + item;
+    }
+  }
+  return rest;
+}
+
+// Bounded retries with exponential backoff, counted. What is retried: what the AWS SDK
+// classifies as retryable (5xx, throttling such as S3's SlowDown, network errors: a reset or
+// a body cut short, a timeout), plus those codes by name in case a store answers them without
+// the SDK's classification. Never an answer about the request itself (403, 404, a bad range):
+// asking again gets the same.
+class CountingRetryStrategy final : public arrow::fs::S3RetryStrategy {
+ public:
+  CountingRetryStrategy(const StoreOptions& o, std::atomic<std::uint64_t>* retries)
+      : options_(o), retries_(retries) {}
+
+  bool ShouldRetry(const AWSErrorDetail& error, std::int64_t attempted_retries) override {
+    if (!retryable(error)) return false;
+    if (attempted_retries + 1 >= options_.max_attempts) {
+      t_gave_up_after = attempted_retries + 1;
+      return false;
+    }
+    retries_->fetch_add(1, std::memory_order_relaxed);
+    return true;
+  }
+
+  // "Equal jitter": half the exponential delay, plus a random part of the other half, so that
+  // many tasks refused at once do not come back at once.
+  std::int64_t CalculateDelayBeforeNextRetry(const AWSErrorDetail&,
+                                             std::int64_t attempted_retries) override {
+    const std::int64_t shift = std::min<std::int64_t>(attempted_retries, 20);
+    const std::int64_t full = std::min(options_.max_backoff_ms, options_.backoff_ms << shift);
+    if (full <= 1) return full;
+    thread_local std::minstd_rand rng{std::random_device{}()};
+    return full / 2 + std::uniform_int_distribution<std::int64_t>(0, full / 2)(rng);
+  }
+
+ private:
+  static bool retryable(const AWSErrorDetail& e) {
+    if (e.should_retry) return true;
+    // A ranged GET reads into the caller's buffer of the range's size: an error answer's body
+    // larger than that (a 500's or a SlowDown's XML into a short range) fails to be stored, and
+    // the SDK then reports this instead of the answer. Bounded by the attempts like the rest.
+    if (e.message.find("Failed to flush response stream") != std::string::npos) return true;
+    for (const char* name : {"SlowDown", "InternalError", "ServiceUnavailable", "RequestTimeout",
+                             "Throttling", "ThrottlingException", "RequestTimeTooSkewed"}) {
+      if (e.exception_name == name) return true;
+    }
+    return false;
+  }
+
+  StoreOptions options_;
+  std::atomic<std::uint64_t>* retries_;
+};
 
 class ArrowRemoteIo final : public RemoteIo {
  public:
@@ -61,9 +206,16 @@ class ArrowRemoteIo final : public RemoteIo {
 
   Result<int> open_stat(const std::string& url, FileInfo* info) override {
     SHARDLOAD_ASSIGN_OR_RETURN(auto file, open_object(url, info));
+    StoreOptions options;  // checked already by open_object's resolve
+    const auto q = url.find('?');
+    SHARDLOAD_ASSIGN_OR_RETURN(
+        const std::string ignored,
+        take_store_options(url, q == std::string::npos ? std::string() : url.substr(q), &options));
+    (void)ignored;
     std::lock_guard lock(mu_);
     const int fd = next_fd_++;
-    files_.emplace(fd, Open{std::move(file), url});
+    files_.emplace(fd, Open{std::move(file), url, static_cast<std::size_t>(options.request_bytes),
+                            static_cast<std::size_t>(options.requests_in_flight)});
     return fd;
   }
 
@@ -87,15 +239,68 @@ class ArrowRemoteIo final : public RemoteIo {
 
   std::int64_t pread(int fd, void* buf, std::size_t n, std::uint64_t offset) override {
     std::shared_ptr<arrow::io::RandomAccessFile> file;
+    std::size_t part = 0;
+    std::size_t in_flight = 1;
     {
       std::lock_guard lock(mu_);
       auto it = files_.find(fd);
       if (it == files_.end()) return -EBADF;
       file = it->second.file;
+      part = it->second.request_bytes;
+      in_flight = it->second.requests_in_flight;
     }
-    auto got = file->ReadAt(static_cast<std::int64_t>(offset), static_cast<std::int64_t>(n), buf);
-    if (!got.ok()) return -errno_of(got.status());
-    return *got;
+    t_read_error.clear();
+    const std::size_t parts = part == 0 ? 1 : (n + part - 1) / part;
+    if (parts <= 1 || in_flight <= 1) return read_range(*file, buf, n, offset, &t_read_error);
+
+    // Parts are claimed in order from a shared counter by this thread and its helpers. The
+    // answer is pread's: the bytes read contiguously from `offset` up to the first part that
+    // came back short or failed (read_exact asks again from there), or that part's error.
+    struct Outcome {
+      std::size_t first_bad = SIZE_MAX;  // the lowest part that did not come back whole
+      std::int64_t got = 0;              // its result
+      std::string why;
+    };
+    std::mutex m;
+    Outcome out;
+    std::atomic<std::size_t> next{0};
+    auto* dst = static_cast<std::byte*>(buf);
+    auto work = [&] {
+      for (;;) {
+        const std::size_t i = next.fetch_add(1, std::memory_order_relaxed);
+        if (i >= parts) return;
+        {
+          std::lock_guard lock(m);
+          if (i > out.first_bad) return;  // a lower part already ends the answer
+        }
+        const std::size_t lo = i * part;
+        const std::size_t len = std::min(part, n - lo);
+        std::string why;
+        const std::int64_t got = read_range(*file, dst + lo, len, offset + lo, &why);
+        if (got != static_cast<std::int64_t>(len)) {
+          std::lock_guard lock(m);
+          if (i < out.first_bad) out = Outcome{i, got, std::move(why)};
+        }
+      }
+    };
+    std::vector<std::thread> helpers;
+    for (std::size_t k = 1; k < std::min(in_flight, parts); ++k) {
+      try {
+        helpers.emplace_back(work);
+      } catch (const std::system_error&) {
+        break;  // no thread to be had: fewer requests in flight, the same bytes
+      }
+    }
+    work();
+    for (auto& h : helpers) h.join();
+    if (out.first_bad == SIZE_MAX) return static_cast<std::int64_t>(n);
+    const std::size_t lo = out.first_bad * part;
+    if (out.got < 0) {
+      if (lo > 0) return static_cast<std::int64_t>(lo);  // what came before it; asked again
+      t_read_error = std::move(out.why);
+      return out.got;
+    }
+    return static_cast<std::int64_t>(lo) + out.got;
   }
 
   void close(int fd) override {
@@ -135,8 +340,13 @@ class ArrowRemoteIo final : public RemoteIo {
     return names;
   }
 
+  std::uint64_t retries() const override { return retries_.load(std::memory_order_relaxed); }
+
+  std::string last_read_error() const override { return t_read_error; }
+
   Result<bool> is_object(const std::string& url) override {
     SHARDLOAD_ASSIGN_OR_RETURN(auto where, resolve(url));
+    t_gave_up_after = 0;
     auto info = where.first->GetFileInfo(where.second);
     if (!info.ok()) return remote_error(ErrorCode::kIo, url, "cannot look up", info.status());
     switch (info->type()) {
@@ -153,7 +363,22 @@ class ArrowRemoteIo final : public RemoteIo {
   struct Open {
     std::shared_ptr<arrow::io::RandomAccessFile> file;
     std::string url;
+    std::size_t request_bytes = 0;
+    std::size_t requests_in_flight = 1;
   };
+
+  // One ranged GET into `dst`: its byte count or -errno, and then the store's words in `why`.
+  static std::int64_t read_range(arrow::io::RandomAccessFile& file, void* dst, std::size_t n,
+                                 std::uint64_t offset, std::string* why) {
+    t_gave_up_after = 0;
+    auto got = file.ReadAt(static_cast<std::int64_t>(offset), static_cast<std::int64_t>(n), dst);
+    if (got.ok()) return *got;
+    *why = got.status().message();
+    if (t_gave_up_after > 0) {
+      *why += " (gave up after " + std::to_string(t_gave_up_after) + " attempts)";
+    }
+    return -errno_of(got.status());
+  }
 
   // The file system for `url` (one per bucket and query, made once: each holds an S3 client)
   // and the object's path in it ("bucket/key").
@@ -162,6 +387,9 @@ class ArrowRemoteIo final : public RemoteIo {
     const auto q = url.find('?');
     const std::string base = url.substr(0, q);
     const std::string query = q == std::string::npos ? std::string() : url.substr(q);
+    StoreOptions retry;
+    SHARDLOAD_ASSIGN_OR_RETURN(const std::string arrow_query,
+                               take_store_options(url, query, &retry));
     const std::string path = base.substr(5);  // after "s3://"
     const std::string bucket = path.substr(0, path.find('/'));
     if (bucket.empty()) {
@@ -176,8 +404,15 @@ class ArrowRemoteIo final : public RemoteIo {
     const std::string key = bucket + query;
     auto it = fs_.find(key);
     if (it == fs_.end()) {
-      std::string ignored;
-      auto fs = arrow::fs::FileSystemFromUri("s3://" + bucket + query, &ignored);
+      auto options = arrow::fs::S3Options::FromUri("s3://" + bucket + arrow_query);
+      if (!options.ok()) {
+        return file_error(ErrorCode::kInvalidArgument, url,
+                          "bad object-storage URL or options: " + options.status().message());
+      }
+      options->retry_strategy = std::make_shared<CountingRetryStrategy>(retry, &retries_);
+      options->connect_timeout = retry.connect_timeout;
+      options->request_timeout = retry.request_timeout;
+      auto fs = arrow::fs::S3FileSystem::Make(*options);
       if (!fs.ok()) {
         return file_error(ErrorCode::kInvalidArgument, url,
                           "bad object-storage URL or options: " + fs.status().message());
@@ -202,6 +437,7 @@ class ArrowRemoteIo final : public RemoteIo {
     if (where.second.empty() || where.second.back() == '/') {
       return file_error(ErrorCode::kIo, url, "not an object (the URL ends in '/')");
     }
+    t_gave_up_after = 0;
     auto file = where.first->OpenInputFile(where.second);
     if (!file.ok()) return remote_error(ErrorCode::kIo, url, "cannot open", file.status());
     auto size = (*file)->GetSize();
@@ -228,7 +464,11 @@ class ArrowRemoteIo final : public RemoteIo {
   std::map<std::string, std::shared_ptr<arrow::fs::FileSystem>> fs_;
   std::unordered_map<int, Open> files_;
   int next_fd_ = kRemoteFdBase;
+  std::atomic<std::uint64_t> retries_{0};
+  static thread_local std::string t_read_error;
 };
+
+thread_local std::string ArrowRemoteIo::t_read_error;
 
 ArrowRemoteIo* the_s3_io() {
   // Never destroyed: objects may be open in other threads until the very end; its S3

@@ -157,6 +157,7 @@ def test_cli_read_s3(bucket, cli):
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     assert "16" in r.stdout, r.stdout
+    assert "remote retries: 0" in r.stdout, r.stdout
     r = subprocess.run([str(cli), "inspect", "/tmp", "--storage-option", "scheme=http"],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and "s3:// SOURCEs only" in r.stderr

@@ -82,6 +82,12 @@ class RemoteIo : public IoBackend {
   // Whether `url` names an object (true) or a prefix with objects under it (false);
   // kIo naming the URL when it is neither.
   virtual Result<bool> is_object(const std::string& url) = 0;
+  // Requests retried so far in this process (after a 5xx, a SlowDown, a reset or a timeout),
+  // for LoadInfo: a load's count is the difference around it.
+  virtual std::uint64_t retries() const { return 0; }
+  // What the store said of this thread's last failed pread (which returns only an errno), or
+  // "" when it said nothing; read_exact adds it to its message.
+  virtual std::string last_read_error() const { return {}; }
 };
 
 // "s3://...": the URLs the remote backend serves.
@@ -89,6 +95,8 @@ bool is_remote_url(std::string_view path);
 void set_remote_io(RemoteIo* io);
 // The registered backend, or nullptr when this build has none.
 RemoteIo* remote_io();
+// remote_io()->retries(), or 0 without one.
+std::uint64_t remote_retries();
 
 // What posix_io().open does, for the few callers that need the kernel's
 // descriptor with more flags (O_DIRECT): opens `path` read-only without

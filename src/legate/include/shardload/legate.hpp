@@ -54,6 +54,9 @@ struct LoadInfo {
   // From the submission until every point task has finished: the load task
   // may raise, so the submission waits for it.
   double fill_seconds = 0;
+  // Requests to object storage that were retried (after a 5xx, a SlowDown, a reset or a
+  // timeout) while the tiles were filled, by the tasks of this process.
+  std::uint64_t remote_retries = 0;
 };
 
 // Allocates the output once (final shape and dtype, no zero fill), tiles it

@@ -1,0 +1,234 @@
+"""A fault-injecting HTTP proxy on 127.0.0.1 for the object-storage tests (test_s3_faults.py).
+
+It forwards each request to an upstream S3 server (the tests' moto server) and, where a rule
+the test set matches the request, answers it badly instead: an HTTP error (500, 503, 403), a
+``SlowDown`` (503 with S3's XML error body), a reset connection, a body cut short (the
+upstream's Content-Length, fewer bytes, then the connection closed) or a delay. The client
+under test is pointed at it with ``endpoint_override``. Pure Python, one thread per
+connection; nothing but the standard library.
+
+    proxy = FaultProxy("127.0.0.1:9000")
+    proxy.add(Rule("GET", path="shard_0001", ranged=True, action="slowdown", count=2))
+    ... load with endpoint_override=proxy.endpoint ...
+    assert proxy.rules[0].fired == 2
+    proxy.close()
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import http.client
+import http.server
+import socket
+import socketserver
+import struct
+import threading
+
+ACTIONS = ("500", "503", "403", "slowdown", "reset", "truncate", "delay")
+
+_ERROR_CODES = {"500": (500, "InternalError", "We encountered an internal error."),
+                "503": (503, "ServiceUnavailable", "Please reduce your request rate."),
+                "403": (403, "AccessDenied", "Access Denied"),
+                "slowdown": (503, "SlowDown", "Please reduce your request rate.")}
+
+# Headers that describe one hop's connection, not the message: never forwarded.
+_HOP = {"connection", "keep-alive", "transfer-encoding", "proxy-connection", "te", "trailer",
+        "upgrade"}
+
+
+@dataclasses.dataclass
+class Rule:
+    """Which requests to spoil and how.
+
+    ``method``: "GET", "HEAD", ... or None for any. ``path``: a substring of the request
+    target (path and query: a LIST is ``/bucket?list-type=2&prefix=...``), or None for any.
+    ``ranged``: True for requests with a Range header only, False for those without, None for
+    both. ``range``: a substring of the Range header ("bytes=4096-"), or None for any.
+    ``action``: one of ACTIONS. ``count``: how many matching requests to spoil (None:
+    all of them). ``delay_s``: for "delay", how long to hold the response before forwarding
+    it. ``fired`` counts the requests spoiled so far."""
+
+    method: str | None = None
+    path: str | None = None
+    ranged: bool | None = None
+    range: str | None = None
+    action: str = "500"
+    count: int | None = 1
+    delay_s: float = 0.0
+    fired: int = 0
+
+    def __post_init__(self) -> None:
+        if self.action not in ACTIONS:
+            raise ValueError(f"action: expected one of {ACTIONS}, found {self.action!r}")
+
+    def matches(self, method: str, target: str, range_: str | None) -> bool:
+        has_range = range_ is not None
+        if self.count is not None and self.fired >= self.count:
+            return False
+        if self.method is not None and self.method != method:
+            return False
+        if self.path is not None and self.path not in target:
+            return False
+        if self.range is not None and (range_ is None or self.range not in range_):
+            return False
+        return self.ranged is None or self.ranged == has_range
+
+
+class _Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+    proxy: "FaultProxy"
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"  # keep-alive, as the client expects of S3
+
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+        pass  # quiet: the test's output is the proxy's log list
+
+    def _any(self) -> None:
+        proxy: FaultProxy = self.server.proxy  # type: ignore[attr-defined]
+        length = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(length) if length else b""
+        rule = proxy._take(self.command, self.path, self.headers.get("Range"))
+        proxy._log(self.command, self.path, self.headers.get("Range"),
+                   rule.action if rule else None)
+        if rule is None:
+            self._forward(body)
+        elif rule.action in _ERROR_CODES:
+            self._error(*_ERROR_CODES[rule.action])
+        elif rule.action == "reset":
+            self._reset()
+        elif rule.action == "truncate":
+            self._forward(body, truncate=True)
+        else:  # delay
+            if proxy._closing.wait(rule.delay_s):
+                self._reset()
+                return
+            self._forward(body)
+
+    do_GET = do_HEAD = do_PUT = do_POST = do_DELETE = _any
+
+    def _upstream(self, body: bytes) -> tuple[int, str, list[tuple[str, str]], bytes]:
+        proxy: FaultProxy = self.server.proxy  # type: ignore[attr-defined]
+        host, port = proxy.upstream.rsplit(":", 1)
+        conn = http.client.HTTPConnection(host, int(port), timeout=60)
+        try:
+            headers = {k: v for k, v in self.headers.items() if k.lower() not in _HOP}
+            conn.request(self.command, self.path, body=body or None, headers=headers)
+            resp = conn.getresponse()
+            data = resp.read()
+            return resp.status, resp.reason, resp.getheaders(), data
+        finally:
+            conn.close()
+
+    def _forward(self, body: bytes, truncate: bool = False) -> None:
+        status, reason, headers, data = self._upstream(body)
+        self.send_response_only(status, reason)
+        length = None
+        for k, v in headers:
+            if k.lower() in _HOP:
+                continue
+            if k.lower() == "content-length":
+                length = v
+                continue
+            self.send_header(k, v)
+        if self.command == "HEAD":
+            # No body: the object's length as the upstream said it.
+            self.send_header("Content-Length", length if length is not None else "0")
+        else:
+            self.send_header("Content-Length", str(len(data)))
+        if truncate:
+            self.send_header("Connection", "close")
+        self.end_headers()
+        if self.command == "HEAD":
+            return
+        if truncate:
+            # Half the body (at least one byte short), then the connection ends.
+            self.wfile.write(data[: len(data) // 2])
+            self.wfile.flush()
+            self.close_connection = True
+            return
+        self.wfile.write(data)
+
+    def _error(self, status: int, code: str, message: str) -> None:
+        body = (f'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>{code}</Code>'
+                f"<Message>{message}</Message><RequestId>fault-proxy</RequestId></Error>"
+                ).encode()
+        self.send_response_only(status)
+        self.send_header("Content-Type", "application/xml")
+        self.send_header("Content-Length", "0" if self.command == "HEAD" else str(len(body)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def _reset(self) -> None:
+        # SO_LINGER with a zero timeout: close() sends a RST instead of a FIN.
+        self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        self.close_connection = True
+        try:
+            self.connection.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+
+class FaultProxy:
+    """A proxy on 127.0.0.1 (``endpoint``, "127.0.0.1:PORT") in front of ``upstream``
+    ("HOST:PORT"), serving until :meth:`close`. ``rules`` are checked in order for each
+    request, the first that matches (and has firings left) spoils it; ``log`` lists every
+    request as (method, target, Range header or None, the action taken or None)."""
+
+    def __init__(self, upstream: str):
+        self.upstream = upstream
+        self.rules: list[Rule] = []
+        self.log: list[tuple[str, str, str | None, str | None]] = []
+        self._lock = threading.Lock()
+        self._closing = threading.Event()
+        self._server = _Server(("127.0.0.1", 0), _Handler)
+        self._server.proxy = self
+        self.endpoint = f"127.0.0.1:{self._server.server_address[1]}"
+        self._thread = threading.Thread(target=self._server.serve_forever,
+                                        kwargs={"poll_interval": 0.05}, daemon=True)
+        self._thread.start()
+
+    def add(self, rule: Rule) -> Rule:
+        with self._lock:
+            self.rules.append(rule)
+        return rule
+
+    def clear(self) -> None:
+        """Forgets the rules and the log."""
+        with self._lock:
+            self.rules.clear()
+            self.log.clear()
+
+    def requests(self, method: str | None = None, path: str | None = None) -> int:
+        """How many requests of ``method`` (None: any) whose target contains ``path`` (None:
+        any) came through."""
+        with self._lock:
+            return sum(1 for m, t, _, _ in self.log
+                       if (method is None or m == method) and (path is None or path in t))
+
+    def close(self) -> None:
+        self._closing.set()  # ends the delays at once
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=10)
+
+    def __enter__(self) -> "FaultProxy":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _take(self, method: str, target: str, range_: str | None) -> Rule | None:
+        with self._lock:
+            for rule in self.rules:
+                if rule.matches(method, target, range_):
+                    rule.fired += 1
+                    return rule
+        return None
+
+    def _log(self, method: str, target: str, range_: str | None, action: str | None) -> None:
+        with self._lock:
+            self.log.append((method, target, range_, action))

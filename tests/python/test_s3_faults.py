@@ -1,0 +1,283 @@
+"""Object storage under faults: the S3 client reads through a fault-injecting proxy
+(s3_fault_proxy.py) in front of the tests' moto server, which answers chosen requests with a
+5xx, a SlowDown, a reset, a body cut short or a delay. Each fault is either retried (the load
+equals numpy's and LoadInfo counts the retries) or a clear error naming the s3:// URL, within
+a bound: never wrong data, never a hang."""
+
+from __future__ import annotations
+
+import faulthandler
+import io
+import os
+import sys
+import time
+import uuid
+
+import numpy as np
+import pytest
+
+moto = pytest.importorskip("moto", reason="moto[server] is installed by scripts/setup.sh")
+boto3 = pytest.importorskip("boto3")
+
+import shardload  # noqa: E402
+
+import s3_server  # noqa: E402
+from s3_fault_proxy import FaultProxy, Rule  # noqa: E402
+
+_ENV = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true"}
+
+# Each test's bound: a test that runs past it is a hang, and the process ends with every
+# thread's stack (pytest has no timeout of its own here).
+_TEST_LIMIT_S = 120
+
+# Retries without waiting long: the tests count them, they do not time them.
+_FAST = {"max_attempts": "4", "backoff_ms": "5", "max_backoff_ms": "50"}
+
+
+@pytest.fixture(autouse=True)
+def _bounded():
+    faulthandler.dump_traceback_later(_TEST_LIMIT_S, exit=True, file=sys.stderr)
+    yield
+    faulthandler.cancel_dump_traceback_later()
+
+
+@pytest.fixture(scope="module")
+def server():
+    saved = {k: os.environ.get(k) for k in _ENV}
+    os.environ.update(_ENV)
+    try:
+        proc, endpoint = s3_server.start({})
+    except RuntimeError as e:
+        pytest.fail(str(e))
+    try:
+        yield endpoint
+    finally:
+        s3_server.stop(proc)
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+@pytest.fixture
+def proxy(server):
+    p = FaultProxy(server)
+    yield p
+    p.close()
+
+
+class Data:
+    """A bucket with ragged .npy shards under "d/", written straight to the server; reads go
+    through the proxy (``options``)."""
+
+    def __init__(self, server: str, proxy: FaultProxy, rows=(7, 0, 13, 5, 9), seed=0):
+        self.name = "f-" + uuid.uuid4().hex[:12]
+        self.client = boto3.client("s3", endpoint_url=f"http://{server}",
+                                   region_name="us-east-1")
+        self.client.create_bucket(Bucket=self.name)
+        rng = np.random.default_rng(seed)
+        self.parts = [rng.standard_normal((r, 3)).astype("float32") for r in rows]
+        for i, p in enumerate(self.parts):
+            self.put_npy(f"d/shard_{i:04d}.npy", p)
+        self.want = np.concatenate(self.parts)
+        self.options = {"endpoint_override": proxy.endpoint, "scheme": "http",
+                        "region": "us-east-1", **_FAST}
+
+    def put_npy(self, key: str, array: np.ndarray) -> None:
+        buf = io.BytesIO()
+        np.save(buf, array)
+        self.client.put_object(Bucket=self.name, Key=key, Body=buf.getvalue())
+
+    def url(self, key: str = "d/") -> str:
+        return f"s3://{self.name}/{key}"
+
+    def key(self, i: int) -> str:
+        return f"/{self.name}/d/shard_{i:04d}.npy"
+
+
+@pytest.fixture
+def data(server, proxy) -> Data:
+    return Data(server, proxy)
+
+
+@pytest.mark.parametrize("action", ["500", "503", "slowdown", "reset"])
+def test_transient_fault_on_ranged_get_is_retried(data, proxy, action):
+    layout = shardload.discover(data.url(), storage_options=data.options)
+    # The next two ranged GETs of shard 2 fail; the third attempt gets the bytes.
+    rule = proxy.add(Rule("GET", path=data.key(2), ranged=True, action=action, count=2))
+    got, info = shardload.load(layout, info=True)
+    np.testing.assert_array_equal(np.asarray(got), data.want)
+    assert rule.fired == 2
+    # curl itself reconnects once, uncounted, when a reused connection is reset before any
+    # answer; every other failed attempt is a counted retry.
+    assert info.remote_retries >= (1 if action == "reset" else 2)
+
+
+def test_transient_faults_in_discovery_are_retried(data, proxy):
+    # The LIST, a HEAD and the header's ranged GET each fail once.
+    rules = [proxy.add(Rule("GET", path="list-type=2", action="slowdown")),
+             proxy.add(Rule("HEAD", path=data.key(3), action="503")),
+             proxy.add(Rule("GET", path=data.key(1), ranged=True, action="reset"))]
+    got, info = shardload.load(data.url(), storage_options=data.options, info=True)
+    np.testing.assert_array_equal(np.asarray(got), data.want)
+    assert [r.fired for r in rules] == [1, 1, 1]
+    assert info.remote_retries >= 2  # the reset may be curl's own reconnect (see above)
+
+
+def test_persistent_500_is_a_clear_error_after_the_bounded_attempts(data, proxy):
+    layout = shardload.discover(data.url(), storage_options=data.options)
+    rule = proxy.add(Rule("GET", path=data.key(3), ranged=True, action="500", count=None))
+    with pytest.raises(shardload.ShardReadError) as e:
+        shardload.load(layout)
+    msg = str(e.value)
+    assert data.url("d/shard_0003.npy") in msg, msg
+    assert "gave up after 4 attempts" in msg, msg
+    # Each tile's read of the shard tried 4 times and no more.
+    assert rule.fired % 4 == 0 and rule.fired > 0
+    # The same on the host path.
+    rule.fired = 0
+    with pytest.raises(shardload.ShardReadError, match="gave up after 4 attempts") as e:
+        layout.read(0, layout.total_rows)
+    assert data.url("d/shard_0003.npy") in str(e.value)
+    assert rule.fired == 4
+
+
+def test_persistent_faults_in_discovery_name_the_url(data, proxy):
+    proxy.add(Rule("HEAD", path=data.key(4), action="slowdown", count=None))
+    with pytest.raises(shardload.Error) as e:
+        shardload.discover(data.url(), storage_options=data.options)
+    assert data.url("d/shard_0004.npy") in str(e.value)
+    assert "gave up after 4 attempts" in str(e.value)
+    proxy.clear()
+    rule = proxy.add(Rule("GET", path="list-type=2", action="503", count=None))
+    with pytest.raises(shardload.LayoutError) as e:
+        shardload.discover(data.url(), storage_options=data.options)
+    assert data.url("d") in str(e.value)
+    assert rule.fired == 4
+
+
+def test_truncated_body_is_retried_never_wrong_data(data, proxy):
+    layout = shardload.discover(data.url(), storage_options=data.options)
+    rule = proxy.add(Rule("GET", path=data.key(2), ranged=True, action="truncate", count=1))
+    try:
+        got = layout.read(0, layout.total_rows)
+    except shardload.ShardReadError as e:  # a clear error is the other acceptable answer
+        assert data.url("d/shard_0002.npy") in str(e)
+    else:
+        np.testing.assert_array_equal(got, data.want)
+    assert rule.fired == 1
+    # Every read of it cut short: an error naming the object, not a part of its bytes.
+    proxy.add(Rule("GET", path=data.key(2), ranged=True, action="truncate", count=None))
+    with pytest.raises(shardload.ShardReadError) as e:
+        layout.read(0, layout.total_rows)
+    assert data.url("d/shard_0002.npy") in str(e.value)
+
+
+def test_slow_response_beyond_request_timeout_is_an_error_within_the_limit(data, proxy):
+    options = {**data.options, "request_timeout": "1", "max_attempts": "2"}
+    layout = shardload.discover(data.url(), storage_options=options)
+    proxy.add(Rule("GET", path=data.key(3), ranged=True, action="delay", delay_s=60,
+                   count=None))
+    t = time.monotonic()
+    with pytest.raises(shardload.ShardReadError) as e:
+        layout.read(0, layout.total_rows)
+    took = time.monotonic() - t
+    assert data.url("d/shard_0003.npy") in str(e.value)
+    # Two attempts of about a second each, far from the proxy's minute.
+    assert took < 30, took
+
+
+def test_slow_response_within_request_timeout_is_read(data, proxy):
+    options = {**data.options, "request_timeout": "20"}
+    layout = shardload.discover(data.url(), storage_options=options)
+    rule = proxy.add(Rule("GET", path=data.key(0), ranged=True, action="delay", delay_s=1.5))
+    np.testing.assert_array_equal(layout.read(0, layout.total_rows), data.want)
+    assert rule.fired == 1
+
+
+def test_403_and_404_are_not_retried(data, proxy):
+    layout = shardload.discover(data.url(), storage_options=data.options)
+    rule = proxy.add(Rule("GET", path=data.key(2), ranged=True, action="403", count=None))
+    with pytest.raises(shardload.ShardReadError) as e:
+        layout.read(0, layout.total_rows)
+    assert data.url("d/shard_0002.npy") in str(e.value)
+    assert rule.fired == 1  # asking again gets the same answer: asked once
+    proxy.clear()
+    rule = proxy.add(Rule("HEAD", path=data.key(1), action="403", count=None))
+    with pytest.raises(shardload.Error) as e:
+        shardload.discover(data.url(), storage_options=data.options)
+    assert data.url("d/shard_0001.npy") in str(e.value)
+    assert rule.fired == 1
+    proxy.clear()
+    data.client.delete_object(Bucket=data.name, Key="d/shard_0004.npy")
+    missing = data.url("d/shard_0004.npy")
+    with pytest.raises(shardload.Error) as e:
+        shardload.discover([data.url("d/shard_0000.npy"), missing],
+                           storage_options=data.options)
+    assert missing in str(e.value)
+    assert proxy.requests("HEAD", data.key(4)) == 1
+
+
+def test_object_overwritten_between_discovery_and_read_under_retries(data, proxy):
+    layout = shardload.discover(data.url(), storage_options=data.options)
+    # The same size, other bytes, while a GET of it is being retried.
+    data.put_npy("d/shard_0002.npy", data.parts[2] + 1)
+    proxy.add(Rule("GET", path=data.key(2), ranged=True, action="503", count=1))
+    with pytest.raises(shardload.ShardReadError) as e:
+        layout.read(0, layout.total_rows)
+    assert data.url("d/shard_0002.npy") in str(e.value)
+
+
+def test_retry_options_are_checked(data):
+    for key, value in [("max_attempts", "0"), ("max_attempts", "x"), ("backoff_ms", "-1"),
+                       ("request_timeout", "0"), ("connect_timeout", "nan")]:
+        with pytest.raises(ValueError, match=f"bad object-storage URL or options: {key}"):
+            shardload.discover(data.url(), storage_options={**data.options, key: value})
+
+
+def test_without_faults_nothing_is_retried(data, proxy):
+    got, info = shardload.load(data.url(), storage_options=data.options, info=True)
+    np.testing.assert_array_equal(np.asarray(got), data.want)
+    assert info.remote_retries == 0
+    assert all(action is None for *_, action in proxy.log)
+
+
+def _data_offset(array: np.ndarray) -> int:
+    buf = io.BytesIO()
+    np.save(buf, array)
+    buf.seek(0)
+    major, _ = np.lib.format.read_magic(buf)
+    if major == 1:
+        np.lib.format.read_array_header_1_0(buf)
+    else:
+        np.lib.format.read_array_header_2_0(buf)
+    return buf.tell()
+
+
+def test_large_reads_are_split_into_ranged_gets_in_flight(server, proxy):
+    """A piece larger than request_bytes is read as several ranged GETs (requests_in_flight
+    at once); a fault in a middle one is retried, a persistent one names the URL."""
+    d = Data(server, proxy, rows=(3000, 17, 2500), seed=3)  # 36000 and 30000 data bytes
+    part = 4096
+    options = {**d.options, "request_bytes": str(part), "requests_in_flight": "3"}
+    layout = shardload.discover(d.url(), storage_options=options)
+    proxy.clear()
+    np.testing.assert_array_equal(layout.read(0, layout.total_rows), d.want)
+    gets = proxy.requests("GET", d.key(0))
+    assert gets >= d.parts[0].nbytes // part, gets
+    # The third part of shard 0 refused once: retried, the same data.
+    third = f"bytes={_data_offset(d.parts[0]) + 2 * part}-"
+    rule = proxy.add(Rule("GET", path=d.key(0), range=third, action="slowdown", count=1))
+    got, info = shardload.load(layout, info=True)
+    np.testing.assert_array_equal(np.asarray(got), d.want)
+    assert rule.fired == 1 and info.remote_retries >= 1
+    # Refused every time: an error naming the object, never part of its bytes.
+    proxy.add(Rule("GET", path=d.key(0), range=third, action="500", count=None))
+    with pytest.raises(shardload.ShardReadError) as e:
+        layout.read(0, layout.total_rows)
+    assert d.url("d/shard_0000.npy") in str(e.value)
+    for key, value in [("request_bytes", "100"), ("requests_in_flight", "0")]:
+        with pytest.raises(ValueError, match=f"bad object-storage URL or options: {key}"):
+            shardload.discover(d.url(), storage_options={**d.options, key: value})
