@@ -167,6 +167,9 @@ void put_value(Writer& w, OptionKind kind, const OptionValue& v) {
     case OptionKind::kNumber:
       w.f64(std::get<double>(v));
       break;
+    case OptionKind::kFlag:
+      w.u8(std::get<bool>(v) ? 1 : 0);
+      break;
   }
 }
 
@@ -186,6 +189,8 @@ OptionValue get_value(Reader& r, OptionKind kind) {
     }
     case OptionKind::kNumber:
       return r.f64();
+    case OptionKind::kFlag:
+      return r.u8() != 0;
   }
   return {};
 }
