@@ -415,6 +415,7 @@ class DiscoverOptions(TypedDict, total=False):
     columns: Sequence[str] | None
     fill_value: float | None
     trust_manifest: bool
+    probe_threads: int | None
 
 
 def _passed(given: Mapping[str, object], format: object) -> dict[str, object]:
@@ -800,6 +801,10 @@ def discover(
             stat per file); else the files are probed and ``layout.manifest_status`` says
             why. True takes the manifest without touching any shard at all. See
             docs/manifest.md.
+        probe_threads: threads probing the shards (an int from 0 to 1024; default 0: several
+            for many npy or raw shards on a local file system, else one). More help on a
+            network file system, where each probe waits on the server; the layout and the
+            first bad shard reported are the same whatever the count.
         astype: parquet/arrow only: the type the columns are decoded into (the layout's
             dtype); numeric, native, one Legate has (see :func:`load`). For the other
             formats the files give the dtype, and ``astype`` is a ValueError here (pass it to

@@ -25,7 +25,7 @@ FORMAT_OPTIONS = ["--format", "--dtype", "--astype", "--trailing-shape", "--head
                   "--dataset", "--columns", "--fill-value", "--footer-bytes",
                   "--storage-option"]
 # The rows of the discovery option table, under "discovery options:" in the help.
-DISCOVERY_OPTIONS = ["--trust-manifest"]
+DISCOVERY_OPTIONS = ["--trust-manifest", "--probe-threads"]
 # Every option each command accepts; a test below checks the parser takes each one.
 OPTIONS = {
     "write": ["--shard-dir", "--num-shards", "--shape", "--dtype", "--seed"],
@@ -165,6 +165,26 @@ def test_help_inspect_and_usage_errors_do_not_start_legate(cli, tmp_path: pathli
     # The probe works: a read that does start Legate fails on the bogus configuration.
     r = run(cli, "read", d, env=NO_LEGATE)
     assert r.returncode != 0 and "Unknown argument: --bogus" in err(r)
+
+
+def test_probe_threads_from_the_table_steers_inspect_and_read(cli, tmp_path: pathlib.Path) -> None:
+    d = tmp_path / "set"
+    write_set(cli, d, shards=9, shape="200,2")
+    plain = run(cli, "inspect", d, env=NO_LEGATE)
+    assert plain.returncode == 0, err(plain)
+    for n in ("1", "3"):
+        r = run(cli, "inspect", d, "--probe-threads", n, env=NO_LEGATE)
+        assert r.returncode == 0 and out(r) == out(plain), err(r)
+    for bad, says in (("x", "--probe-threads: expected an integer >= 0, found 'x'"),
+                      ("-2", "--probe-threads: expected an integer >= 0, found '-2'"),
+                      ("1025", "--probe-threads: expected at most 1024, found 1025")):
+        for cmd in ("inspect", "read"):
+            r = run(cli, cmd, d, f"--probe-threads={bad}", env=NO_LEGATE)
+            assert r.returncode == 2 and says in err(r), (cmd, bad, err(r))
+            assert "LEGATE ERROR" not in err(r)
+    # read takes it to the discovering point task.
+    r = run(cli, "read", d, "--probe-threads", "2")
+    assert r.returncode == 0 and "verify:         OK" in out(r), out(r) + err(r)
 
 
 # ---- read SOURCE, --opt=value --------------------------------------------------------------

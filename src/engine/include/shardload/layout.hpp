@@ -139,6 +139,10 @@ inline constexpr DiscoverOptionSpec kDiscoverOptionTable[] = {
      "take DIR/shardload.manifest without checking any shard",
      detail::get_field<&DiscoverOptions::trust_manifest>,
      detail::set_field<&DiscoverOptions::trust_manifest>},
+    {"probe_threads", "N", OptionKind::kCount,
+     "threads probing the shards, at most 1024 (default 0: several for many npy or raw shards)",
+     detail::get_field<&DiscoverOptions::probe_threads>,
+     detail::set_field<&DiscoverOptions::probe_threads, 1024>},
 };
 
 inline constexpr std::span<const DiscoverOptionSpec> discover_option_table() {
