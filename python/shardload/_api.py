@@ -385,14 +385,19 @@ _KIND_CHECKS: dict[str, Callable[[str, object], object]] = {
     "text": _text,
     "text_list": _text_list,
     "number": _number,
+    "flag": _bool,
 }
 _NAMED_CHECKS: dict[str, Callable[[str, object], object]] = {
     "columns": lambda name, value: _columns(value),
 }
 _FORMAT_CHECKS = {name: _NAMED_CHECKS.get(name, _KIND_CHECKS[kind])
                   for name, kind in _core.format_option_rows()}
+# The discovery option table's rows: each one's check and its value when left out (a flag's
+# False; None otherwise, which the check keeps as the default).
+_DISCOVERY_CHECKS = {name: (_KIND_CHECKS[kind], False if kind == "flag" else None)
+                     for name, kind in _core.discover_option_rows()}
 # discover()'s options, as every entry point that discovers takes them.
-_DISCOVER_OPTIONS = ("pattern", "format", *_FORMAT_CHECKS, "trust_manifest")
+_DISCOVER_OPTIONS = ("pattern", "format", *_FORMAT_CHECKS, *_DISCOVERY_CHECKS)
 _OPTION_RENAMES = {"shape": "trailing_shape"}
 
 
@@ -410,6 +415,16 @@ class DiscoverOptions(TypedDict, total=False):
     columns: Sequence[str] | None
     fill_value: float | None
     trust_manifest: bool
+    probe_threads: int | None
+
+
+def _passed(given: Mapping[str, object], format: object) -> dict[str, object]:
+    """``given`` with None for what stands for the default: format "auto", a flag False."""
+    passed = {**given, "format": None if format == "auto" else format}
+    for name, (_, default) in _DISCOVERY_CHECKS.items():
+        if default is False:
+            passed[name] = given.get(name) or None
+    return passed
 
 
 @dataclasses.dataclass(frozen=True)
@@ -420,8 +435,12 @@ class _Options:
     pattern: str | bytes | None
     format: str
     values: dict[str, object]  # the format options by the table's names; None: the default
-    trust_manifest: bool
+    discovery: dict[str, object]  # the discovery options by their table's names, as values
     given: tuple[str, ...]  # the options passed, in _DISCOVER_OPTIONS order
+
+    @property
+    def trust_manifest(self) -> bool:
+        return bool(self.discovery.get("trust_manifest"))
 
     @property
     def dtype(self) -> str | None:
@@ -449,10 +468,8 @@ def _options(where: str, options: Mapping[str, object], *, layout: bool = False)
         given = _renamed(where, deprecated, _OPTION_RENAMES, given, stacklevel=4)
     pattern = given.get("pattern")
     format = given.get("format", "auto")
-    trust_manifest = given.get("trust_manifest", False)
     if layout:
-        passed = {**given, "format": None if format == "auto" else format,
-                  "trust_manifest": trust_manifest or None}
+        passed = _passed(given, format)
         named = [n for n in _DISCOVER_OPTIONS if passed.get(n) is not None]
         if named:
             raise TypeError(f"{where}: {', '.join(named)} cannot be passed with a Layout, "
@@ -461,11 +478,11 @@ def _options(where: str, options: Mapping[str, object], *, layout: bool = False)
     checked_pattern = _pattern(pattern)
     checked_format = _format(format)
     values = {name: check(name, given.get(name)) for name, check in _FORMAT_CHECKS.items()}
-    checked_trust = _bool("trust_manifest", trust_manifest)
-    passed = {**given, "format": None if format == "auto" else format,
-              "trust_manifest": True if checked_trust else None}
+    discovery = {name: check(name, given.get(name, default))
+                 for name, (check, default) in _DISCOVERY_CHECKS.items()}
+    passed = _passed({**given, **discovery}, format)
     return _Options(pattern=checked_pattern, format=checked_format, values=values,
-                    trust_manifest=checked_trust,
+                    discovery=discovery,
                     given=tuple(n for n in _DISCOVER_OPTIONS if passed.get(n) is not None))
 
 
@@ -784,6 +801,10 @@ def discover(
             stat per file); else the files are probed and ``layout.manifest_status`` says
             why. True takes the manifest without touching any shard at all. See
             docs/manifest.md.
+        probe_threads: threads probing the shards (an int from 0 to 1024; default 0: several
+            for many npy or raw shards on a local file system, else one). More help on a
+            network file system, where each probe waits on the server; the layout and the
+            first bad shard reported are the same whatever the count.
         astype: parquet/arrow only: the type the columns are decoded into (the layout's
             dtype); numeric, native, one Legate has (see :func:`load`). For the other
             formats the files give the dtype, and ``astype`` is a ValueError here (pass it to
@@ -817,7 +838,7 @@ def _discover(source: object, options: _Options, dtype: str | None = None) -> La
     """discover() of checked options in this process; ``dtype`` as in
     :meth:`_Options.format_args`."""
     return _core.discover(source, options.pattern, options.format_args(dtype),
-                          options.trust_manifest)
+                          options.discovery)
 
 
 # Realm installs a SIGINT handler that prints a backtrace and aborts the
@@ -1058,8 +1079,8 @@ def load(
             ceil(rows / ceil(rows / parts)) with parts = min(K, 256) * P, at
             most max(P, 65536) (see "The read plan" in docs/design.md), so any K
             gives a bounded launch.
-        pattern, format, dtype, trailing_shape, header_bytes, dataset, columns,
-            fill_value, trust_manifest, storage_options: as for :func:`discover`.
+        options: discover()'s keywords (:class:`DiscoverOptions`: pattern, format, the format
+            and discovery options) and storage_options: as for :func:`discover`.
         row_range: load only rows [lo, hi): a pair ``(lo, hi)`` or a slice ``lo:hi`` (step
             None or 1; None for a default bound), under :meth:`Layout.read`'s rule: bounds
             in ``[0, total_rows]``, ``lo <= hi``, never negative or clamped (ValueError).

@@ -105,8 +105,8 @@ def batches(
             :func:`load`; with a Layout, no discover option may be passed).
         rows_per_batch: an int >= 1; a value past the dataset's rows gives one batch.
         prefetch: an int >= 0: the batches read ahead of the one handed out.
-        pattern, format, dtype, trailing_shape, header_bytes, dataset, columns,
-            fill_value, trust_manifest: as for :func:`discover`.
+        options: discover()'s keywords (:class:`DiscoverOptions`: pattern, format, the format
+            and discovery options): as for :func:`discover`.
         overdecompose: K of each batch's launch, an int >= 1, as in :func:`load`.
         astype: the dtype of each batch, as in :func:`load` (numpy's casting for every
             format; parquet/arrow columns that convert without loss decoded straight into it).

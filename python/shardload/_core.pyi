@@ -59,14 +59,17 @@ def discover(
     source: Union[_Path, Sequence[_Path]],
     pattern: Union[str, bytes, None] = None,
     options: dict[str, object] = ...,
-    trust_manifest: bool = False,
+    discovery: dict[str, object] = ...,
     use_manifest: bool = True,
 ) -> Layout:
     """``options``: "format" and the option table's names (format_option_rows), values
-    checked by the package; None keeps the default."""
+    checked by the package; None keeps the default. ``discovery``: the discovery option
+    table's names (discover_option_rows), likewise."""
 
 def format_option_rows() -> list[tuple[str, str]]:
     """(name, kind) of each row of the C++ format option table, in order."""
+def discover_option_rows() -> list[tuple[str, str]]:
+    """(name, kind) of each row of the C++ discovery option table, in order."""
 def resolve(source: Union[_Path, Sequence[_Path]], pattern: Union[str, bytes, None] = None) -> list[str]:
     """The source's paths in order (no file opened); errors as discover's."""
 

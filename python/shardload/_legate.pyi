@@ -51,7 +51,7 @@ def verify(manifest_path: bytes, groups: int = 0) -> tuple[int, int, list[tuple[
 def discover_once(
     source: bytes,
     pattern: bytes,
-    trust_manifest: bool = False,
+    discovery: dict[str, object] = ...,
     options: dict[str, object] = ...,
 ) -> Layout: ...
 class _SaveInfo(TypedDict):

@@ -94,7 +94,7 @@ def index(
 
     def probe(o: _Options, dtype: str | None) -> Layout:
         # The files themselves: the manifest being replaced must not describe the dataset.
-        return _core.discover(directory, o.pattern, o.format_args(dtype), False, False)
+        return _core.discover(directory, o.pattern, o.format_args(dtype), o.discovery, False)
 
     layout = _api._decoded(probe, checked, cast, "index", cast_after=False, source=directory)
     return _core.write_manifest(layout, directory, checksum, checked.pattern)
@@ -156,8 +156,8 @@ def discover_once(
 
     Args:
         source: a directory, numbered pattern, glob or file (str, bytes or os.PathLike).
-        pattern, format, dtype, trailing_shape, header_bytes, dataset, columns, fill_value,
-            trust_manifest, astype: as for :func:`shardload.discover`.
+        options: discover()'s keywords (DiscoverOptions: pattern, format, the format and
+            discovery options) and astype: as for :func:`shardload.discover`.
 
     Raises:
         TypeError, ValueError: a bad argument.
@@ -181,5 +181,5 @@ def _discover_once(source: str | bytes | os.PathLike, options: _Options,
     _api._start_runtime()
     pattern = options.pattern
     return _legate.discover_once(
-        os.fsencode(source), os.fsencode(pattern) if pattern else b"", options.trust_manifest,
+        os.fsencode(source), os.fsencode(pattern) if pattern else b"", options.discovery,
         options.format_args(dtype))

@@ -146,10 +146,10 @@ PYBIND11_MODULE(_core, m) {
   m.def(
       "discover",
       [](const py::object& source, const py::object& pattern, const py::dict& options,
-         bool trust_manifest, bool use_manifest) {
+         const py::dict& discovery, bool use_manifest) {
         Source src = make_source(source, pattern);
         DiscoverOptions opts;
-        opts.trust_manifest = trust_manifest;
+        python::discover_options_from(discovery, &opts);
         opts.use_manifest = use_manifest;
         opts.format = python::format_options_from(options);
         Result<Layout> l = [&] {
@@ -160,9 +160,10 @@ PYBIND11_MODULE(_core, m) {
         return std::move(l).value();
       },
       py::arg("source"), py::arg("pattern") = py::none(), py::arg("options") = py::dict(),
-      py::arg("trust_manifest") = false, py::arg("use_manifest") = true);
-  // The format option table's (name, kind) rows, from which the package checks its keywords.
+      py::arg("discovery") = py::dict(), py::arg("use_manifest") = true);
+  // The option tables' (name, kind) rows, from which the package checks its keywords.
   m.def("format_option_rows", &python::format_option_rows);
+  m.def("discover_option_rows", &python::discover_option_rows);
 
   // The manifest (shardload/manifest.hpp); shardload._manifest is its Python API.
   m.def(

@@ -130,20 +130,22 @@ PYBIND11_MODULE(_legate, m) {
 
   m.def(
       "discover_once",
-      [](const py::bytes& source, const py::bytes& pattern, bool trust_manifest,
+      [](const py::bytes& source, const py::bytes& pattern, const py::dict& discovery,
          const py::dict& options) {
         const std::string src = source;
         const std::string pat = pattern;
         // The options as _core.discover converts them (the Python side checked them).
-        const shardload::FormatOptions opts = shardload::python::format_options_from(options);
+        shardload::DiscoverOptions d;
+        d.format = shardload::python::format_options_from(options);
+        shardload::python::discover_options_from(discovery, &d);
         shardload::Layout layout;
         {
           py::gil_scoped_release release;
-          layout = shardload::discover_once(src, pat, opts, trust_manifest);
+          layout = shardload::discover_once(src, pat, d);
         }
         return layout;
       },
-      py::arg("source"), py::arg("pattern"), py::arg("trust_manifest") = false,
+      py::arg("source"), py::arg("pattern"), py::arg("discovery") = py::dict(),
       py::arg("options") = py::dict());
 
   // _core._process_state as this module sees it (the tests compare the two).

@@ -12,11 +12,32 @@
 #include "shardload/errors.hpp"
 #include "shardload/format.hpp"
 #include "shardload/formats.hpp"
+#include "shardload/layout.hpp"
 #include "shardload/reader_registry.hpp"
 
 namespace shardload::python {
 
 namespace py = pybind11;
+
+// A value of `kind` from the Python object the package checked.
+inline OptionValue option_value_from(OptionKind kind, const py::handle& value) {
+  switch (kind) {
+    case OptionKind::kDType:
+    case OptionKind::kText:
+      return py::cast<std::string>(value);
+    case OptionKind::kDims:
+      return py::cast<std::vector<std::int64_t>>(value);
+    case OptionKind::kCount:
+      return py::cast<std::uint64_t>(value);
+    case OptionKind::kTextList:
+      return py::cast<std::vector<std::string>>(value);
+    case OptionKind::kNumber:
+      return py::cast<double>(value);
+    case OptionKind::kFlag:
+      return py::cast<bool>(value);
+  }
+  return {};
+}
 
 // {"format": str, name: value or None, ...}: None (or a name left out) keeps the default.
 // The package checked every value's type and range; a name the table lacks is a TypeError.
@@ -33,57 +54,71 @@ inline FormatOptions format_options_from(const py::dict& given) {
     }
     const FormatOptionSpec* row = find_format_option(name);
     if (row == nullptr) throw py::type_error("unknown format option '" + name + "'");
-    OptionValue v;
-    switch (row->kind) {
-      case OptionKind::kDType:
-      case OptionKind::kText:
-        v = py::cast<std::string>(value);
-        break;
-      case OptionKind::kDims:
-        v = py::cast<std::vector<std::int64_t>>(value);
-        break;
-      case OptionKind::kCount:
-        v = py::cast<std::uint64_t>(value);
-        break;
-      case OptionKind::kTextList:
-        v = py::cast<std::vector<std::string>>(value);
-        break;
-      case OptionKind::kNumber:
-        v = py::cast<double>(value);
-        break;
-    }
-    if (Status st = row->set(v, &out); !st) fail(st);
+    if (Status st = row->set(option_value_from(row->kind, value), &out); !st) fail(st);
   }
   return out;
 }
 
-// The table as the package checks it: (name, kind) per row, kind as "dtype", "dims",
-// "count", "text", "text_list" or "number".
+// {name: value or None, ...} of the discovery option table (shardload/layout.hpp) into
+// `out`, as format_options_from takes the format options.
+inline void discover_options_from(const py::dict& given, DiscoverOptions* out) {
+  for (const auto& [key, value] : given) {
+    const std::string name = py::cast<std::string>(key);
+    if (value.is_none()) continue;
+    const DiscoverOptionSpec* row = nullptr;
+    for (const auto& r : discover_option_table()) {
+      if (name == r.name) row = &r;
+    }
+    if (row == nullptr) throw py::type_error("unknown discovery option '" + name + "'");
+    if (Status st = row->set(option_value_from(row->kind, value), out); !st) {
+      throw py::value_error(name + ": " + st.message());
+    }
+  }
+}
+
+// A kind as the package names its checks: "dtype", "dims", "count", "text", "text_list",
+// "number" or "flag".
+inline const char* option_kind_name(OptionKind k) {
+  const char* kind = "";
+  switch (k) {
+    case OptionKind::kDType:
+      kind = "dtype";
+      break;
+    case OptionKind::kDims:
+      kind = "dims";
+      break;
+    case OptionKind::kCount:
+      kind = "count";
+      break;
+    case OptionKind::kText:
+      kind = "text";
+      break;
+    case OptionKind::kTextList:
+      kind = "text_list";
+      break;
+    case OptionKind::kNumber:
+      kind = "number";
+      break;
+    case OptionKind::kFlag:
+      kind = "flag";
+      break;
+  }
+  return kind;
+}
+
+// The tables as the package checks them: (name, kind) per row.
 inline py::list format_option_rows() {
   py::list rows;
   for (const auto& row : format_option_table()) {
-    const char* kind = "";
-    switch (row.kind) {
-      case OptionKind::kDType:
-        kind = "dtype";
-        break;
-      case OptionKind::kDims:
-        kind = "dims";
-        break;
-      case OptionKind::kCount:
-        kind = "count";
-        break;
-      case OptionKind::kText:
-        kind = "text";
-        break;
-      case OptionKind::kTextList:
-        kind = "text_list";
-        break;
-      case OptionKind::kNumber:
-        kind = "number";
-        break;
-    }
-    rows.append(py::make_tuple(row.name, kind));
+    rows.append(py::make_tuple(row.name, option_kind_name(row.kind)));
+  }
+  return rows;
+}
+
+inline py::list discover_option_rows() {
+  py::list rows;
+  for (const auto& row : discover_option_table()) {
+    rows.append(py::make_tuple(row.name, option_kind_name(row.kind)));
   }
   return rows;
 }

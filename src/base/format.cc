@@ -96,6 +96,11 @@ Result<OptionValue> parse_option_text(OptionKind kind, std::string_view text) {
       }
       return OptionValue(d);
     }
+    case OptionKind::kFlag:
+      // A flag's presence is its value; the text form is for completeness.
+      if (text == "true") return OptionValue(true);
+      if (text == "false") return OptionValue(false);
+      return expected("true or false", text);
   }
   return Status(ErrorCode::kInvalidArgument, "unknown option kind");
 }
@@ -121,6 +126,8 @@ std::string option_value_text(const OptionValue& value, OptionKind kind) {
       std::snprintf(buf, sizeof buf, "%.17g", std::get<double>(value));
       return buf;
     }
+    case OptionKind::kFlag:
+      return std::get<bool>(value) ? "true" : "false";
   }
   return {};
 }

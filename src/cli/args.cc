@@ -84,6 +84,11 @@ const OptionSpec* find_option(const CommandSpec& spec, const std::string& name) 
       if (name == o.name) return &o;
     }
   }
+  if (spec.discover_options) {
+    for (const auto& o : discover_option_specs()) {
+      if (name == o.name) return &o;
+    }
+  }
   return nullptr;
 }
 
@@ -136,6 +141,51 @@ const std::vector<OptionSpec>& format_option_specs() {
   return specs;
 }
 
+// The table's flag name of a row: its name with '-' for '_'.
+static std::string cli_flag(const char* name) {
+  std::string flag = name;
+  std::replace(flag.begin(), flag.end(), '_', '-');
+  return flag;
+}
+
+const std::vector<OptionSpec>& discover_option_specs() {
+  static const std::vector<std::string> flags = [] {
+    std::vector<std::string> f;
+    for (const auto& row : discover_option_table()) f.push_back(cli_flag(row.name));
+    return f;
+  }();
+  static const std::vector<OptionSpec> specs = [] {
+    std::vector<OptionSpec> out;
+    const auto table = discover_option_table();
+    for (std::size_t i = 0; i < table.size(); ++i) {
+      out.push_back({flags[i].c_str(), table[i].metavar, table[i].help});
+    }
+    return out;
+  }();
+  return specs;
+}
+
+Status parse_discover_options(const Parsed& parsed, DiscoverOptions* out) {
+  for (const auto& row : discover_option_table()) {
+    const std::string flag = cli_flag(row.name);
+    OptionValue value;
+    if (row.metavar == nullptr) {
+      if (parsed.flags.count(flag) == 0) continue;
+      value = true;
+    } else {
+      const auto it = parsed.opts.find(flag);
+      if (it == parsed.opts.end()) continue;
+      auto v = parse_option_text(row.kind, it->second);
+      if (!v) return {ErrorCode::kInvalidArgument, "--" + flag + ": " + v.status().message()};
+      value = std::move(*v);
+    }
+    if (Status st = row.set(value, out); !st) {
+      return {ErrorCode::kInvalidArgument, "--" + flag + ": " + st.message()};
+    }
+  }
+  return Status::ok();
+}
+
 const std::vector<std::string>& format_option_names() {
   static const std::vector<std::string> names = [] {
     std::vector<std::string> n;
@@ -167,8 +217,8 @@ const std::vector<CommandSpec>& commands() {
        "Prints the discovered layout of a directory, numbered pattern, glob, file or list of\n"
        "files without reading their data. Exit status 1 when they do not form a dataset.",
        {{"pattern", "P", "the numbering of the files in a directory SOURCE (shard_{:04d}.npy)"},
-        {"json", nullptr, "print the layout as JSON (paths not in UTF-8: \\udcXX per byte)"},
-        {"trust-manifest", nullptr, "take DIR/shardload.manifest without checking any shard"}},
+        {"json", nullptr, "print the layout as JSON (paths not in UTF-8: \\udcXX per byte)"}},
+       true,
        true},
       {"index",
        "DIR [options]",
@@ -199,8 +249,8 @@ const std::vector<CommandSpec>& commands() {
         {"repeat", "N", "load N times, timing each (default 1)"},
         {"seed", "S", "verify against this seed instead of _meta.json's"},
         {"no-verify", nullptr, "skip the verification"},
-        {"trust-manifest", nullptr, "take DIR/shardload.manifest without checking any shard"},
         {"shard-dir", "DIR", "deprecated: the same as giving DIR as SOURCE"}},
+       true,
        true},
   };
   return specs;
@@ -221,6 +271,10 @@ void print_help(const CommandSpec& spec, std::ostream& out) {
   if (spec.format_options) {
     out << "\nformat options:\n";
     print_options(format_option_specs(), out);
+  }
+  if (spec.discover_options) {
+    out << "\ndiscovery options:\n";
+    print_options(discover_option_specs(), out);
   }
   out << "\nAn option's value follows it (--opt VALUE) or is joined by '=' (--opt=VALUE).\n";
 }

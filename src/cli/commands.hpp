@@ -38,7 +38,8 @@ struct CommandSpec {
   const char* brief;    // one line, for `shardload --help`
   const char* summary;  // a few lines
   std::vector<OptionSpec> options;
-  bool format_options = false;  // also accepts format_option_specs()
+  bool format_options = false;    // also accepts format_option_specs()
+  bool discover_options = false;  // also accepts discover_option_specs()
 };
 
 const CommandSpec* find_command(const std::string& name);
@@ -103,7 +104,8 @@ struct ReadArgs {
   std::optional<long long> seed;
   FormatOptions format;
   std::map<std::string, std::string> type_options;  // --dtype / --astype, for check_type_options
-  bool trust_manifest = false;
+  // The discovery option table's rows (trust_manifest, ...); its format is `format`.
+  DiscoverOptions discovery;
 };
 
 // Parses `read`'s arguments into `out`; nullopt to go on, else the exit code
@@ -139,6 +141,11 @@ class RankStreams {
 const std::vector<OptionSpec>& format_option_specs();
 const std::vector<std::string>& format_option_names();
 Status parse_format_options(const std::map<std::string, std::string>& opts, FormatOptions* out);
+
+// The flags of the discovery option table (shardload/layout.hpp), for the commands that
+// discover: each row's flag, help and value parsed by its kind, as the Python keywords are.
+const std::vector<OptionSpec>& discover_option_specs();
+Status parse_discover_options(const Parsed& parsed, DiscoverOptions* out);
 // Once discovery has resolved the format: a usage error (exit 2) for --astype with a format
 // that reads its stored type; a note on stderr for --dtype with parquet/arrow (its read-as
 // type there is spelled --astype; --dtype stays accepted one release).

@@ -57,7 +57,7 @@ int cmd_inspect(const Args& args) {
   Result<Source> src = p.positional.size() == 1 ? Source::parse(p.positional[0], p.opts["pattern"])
                                                 : Result<Source>(Source::list(p.positional));
   if (!src) return source_error(cmd, src.status());
-  opts.trust_manifest = p.flags.count("trust-manifest") != 0;
+  if (Status s = parse_discover_options(p, &opts); !s) return usage_error(cmd, s.message());
   auto layout = try_discover(*src, opts);
   if (!layout) {
     if (auto rc = check_type_options_after_failure(cmd, p.opts, *src, opts)) return *rc;

@@ -113,7 +113,9 @@ std::optional<int> parse_read_args(const Args& args, ReadArgs* out) {
   for (const char* name : {"dtype", "astype"}) {
     if (const auto it = p.opts.find(name); it != p.opts.end()) out->type_options.insert(*it);
   }
-  out->trust_manifest = p.flags.count("trust-manifest") != 0;
+  if (Status s = parse_discover_options(p, &out->discovery); !s) {
+    return usage_error(cmd, s.message());
+  }
   return std::nullopt;
 }
 

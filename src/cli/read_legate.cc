@@ -42,7 +42,9 @@ int run(const ReadArgs& a, std::ostream& out, std::ostream& err) {
   // shardload/manifest_legate.hpp.
   std::optional<Layout> discovered;
   try {
-    discovered = discover_once(a.source, a.pattern, a.format, a.trust_manifest);
+    DiscoverOptions options = a.discovery;
+    options.format = a.format;
+    discovered = discover_once(a.source, a.pattern, options);
   } catch (const LayoutError&) {
     // --astype with a format that reads its stored type: the refusal that names the format.
     if (const auto src = Source::parse(a.source, a.pattern)) {

@@ -167,6 +167,9 @@ void put_value(Writer& w, OptionKind kind, const OptionValue& v) {
     case OptionKind::kNumber:
       w.f64(std::get<double>(v));
       break;
+    case OptionKind::kFlag:
+      w.u8(std::get<bool>(v) ? 1 : 0);
+      break;
   }
 }
 
@@ -186,6 +189,8 @@ OptionValue get_value(Reader& r, OptionKind kind) {
     }
     case OptionKind::kNumber:
       return r.f64();
+    case OptionKind::kFlag:
+      return r.u8() != 0;
   }
   return {};
 }
@@ -270,6 +275,12 @@ Status get_positional(Reader& r, const FormatOptionSpec& row, FormatOptions* o) 
   }
 }
 
+// Whether the format's descriptor is a registered reader's, whose name its options carry.
+bool registered(Format format) {
+  const FormatDescriptor* d = find_format(format);
+  return d != nullptr && d->registered;
+}
+
 // The format's code and its options: the head of a layout's encoding, and the whole of an
 // options encoding.
 void put_options(Writer& w, Format format, const FormatOptions& o) {
@@ -280,8 +291,9 @@ void put_options(Writer& w, Format format, const FormatOptions& o) {
   }
   w.u8(static_cast<std::uint8_t>(static_cast<std::uint8_t>(format) |
                                  (extended.empty() ? 0 : kExtendedOptions)));
-  // Only after the custom format's code, which no earlier encoding holds: no new version.
-  if (format == Format::kCustom) w.str(o.reader);
+  // A registered reader's name, only after the custom format's code (the one the
+  // descriptors mark registered), which no earlier encoding holds: no new version.
+  if (registered(format)) w.str(o.reader);
   for (std::size_t i = 0; i < kPositionalOptions && i < table.size(); ++i) {
     put_positional(w, table[i], o);
   }
@@ -298,7 +310,7 @@ void put_options(Writer& w, Format format, const FormatOptions& o) {
 Status get_options(Reader& r, Format* format, FormatOptions* o) {
   const std::uint8_t code = r.u8();
   *format = static_cast<Format>(code & ~kExtendedOptions);
-  if (*format == Format::kCustom) {
+  if (registered(*format)) {
     o->reader = r.str();
     if (r.ok() && o->reader.empty()) {
       return {ErrorCode::kInvalidArgument, "a custom format without a reader name"};

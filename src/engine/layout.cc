@@ -127,7 +127,9 @@ Result<Layout> try_discover_paths(const std::vector<std::string>& paths,
   if (paths.empty()) return Status(ErrorCode::kLayout, "no shards to load");
   DiscoverOptions options = given;
   if (options.format.format == Format::kAuto && format_from_extension(paths[0]) == Format::kAuto) {
-    if (auto name = registered_reader_for_path(paths[0])) options.format = custom_format(*name);
+    if (const FormatDescriptor* d = registered_format_for_path(paths[0])) {
+      select_format(*d, &options.format);
+    }
   }
   SHARDLOAD_ASSIGN_OR_RETURN(const Format format, resolve_format(paths[0], options.format));
   // Object storage serves positional reads only: the formats whose readers read through
@@ -141,7 +143,8 @@ Result<Layout> try_discover_paths(const std::vector<std::string>& paths,
       }
     }
   }
-  const bool custom = format == Format::kCustom;
+  const FormatDescriptor* table = find_format(format);
+  const bool custom = table != nullptr && table->registered;
   if (custom && options.format.reader.empty()) {
     return Status(ErrorCode::kInvalidArgument, "format custom: name the registered reader");
   }
@@ -241,20 +244,19 @@ bool known_extension(std::string_view extension) {
   return format_from_extension(extension) != Format::kAuto;
 }
 
-// The format a numbered group holds: its extension's, else its first entry's content.
-Format group_format(const DirectoryScan& scan, const NumberedGroup& g) {
-  const Format by_ext = format_from_extension(g.extension);
-  if (by_ext != Format::kAuto) return by_ext;
-  if (registered_reader_for_path(g.extension)) return Format::kCustom;
+// The format a numbered group holds: its extension's (a built-in format's, else a registered
+// reader's), else its first entry's content; nullptr when none tells.
+const FormatDescriptor* group_format(const DirectoryScan& scan, const NumberedGroup& g) {
+  if (const FormatDescriptor* d = find_format(format_from_extension(g.extension))) return d;
+  if (const FormatDescriptor* d = registered_format_for_path(g.extension)) return d;
   std::string path = scan.directory;
   if (!path.empty() && path.back() != '/') path += '/';
-  return sniff_format(path + g.first);
+  return find_format(sniff_format(path + g.first));
 }
 
-std::string group_text(const NumberedGroup& g, Format f) {
+std::string group_text(const NumberedGroup& g, const FormatDescriptor& d) {
   return path_for_message(g.pattern) + " (" + std::to_string(g.count) + " " +
-         (g.directories ? "store" : "file") + (g.count == 1 ? "" : "s") + ", " + format_name(f) +
-         ")";
+         (g.directories ? "store" : "file") + (g.count == 1 ? "" : "s") + ", " + d.name + ")";
 }
 
 }  // namespace
@@ -276,17 +278,14 @@ Result<Source> auto_directory(const Source& s, DiscoverOptions* options) {
       return Source::list({s.dir_path});
     }
   }
-  if (asked == Format::kCustom) {
-    SHARDLOAD_ASSIGN_OR_RETURN(std::string pattern,
-                               registered_default_pattern(options->format.reader));
+  if (asked != Format::kAuto) {
+    SHARDLOAD_ASSIGN_OR_RETURN(std::string pattern, default_pattern(options->format));
     return Source::directory(s.dir_path, pattern);
   }
-  if (asked != Format::kAuto) return Source::directory(s.dir_path, default_pattern(asked));
   SHARDLOAD_ASSIGN_OR_RETURN(const DirectoryScan scan, scan_directory(s.dir_path));
-  std::vector<std::pair<const NumberedGroup*, Format>> found;
+  std::vector<std::pair<const NumberedGroup*, const FormatDescriptor*>> found;
   for (const auto& g : scan.groups) {
-    const Format f = group_format(scan, g);
-    if (f != Format::kAuto) found.emplace_back(&g, f);
+    if (const FormatDescriptor* d = group_format(scan, g)) found.emplace_back(&g, d);
   }
   if (found.empty()) {
     return Status(ErrorCode::kLayout, path_for_message(s.dir_path) +
@@ -299,11 +298,11 @@ Result<Source> auto_directory(const Source& s, DiscoverOptions* options) {
     const bool one_format = std::all_of(found.begin(), found.end(),
                                         [&](const auto& x) { return x.second == found[0].second; });
     const auto def = std::find_if(found.begin(), found.end(), [](const auto& x) {
-      return x.first->pattern == default_pattern(x.second);
+      return x.first->pattern == default_pattern(*x.second);
     });
     if (!one_format || def == found.end()) {
       std::string list;
-      for (const auto& [g, f] : found) list += (list.empty() ? "" : " and ") + group_text(*g, f);
+      for (const auto& [g, d] : found) list += (list.empty() ? "" : " and ") + group_text(*g, *d);
       return Status(ErrorCode::kLayout,
                     path_for_message(s.dir_path) +
                         ": holds numbered shards of more than one "
@@ -313,10 +312,7 @@ Result<Source> auto_directory(const Source& s, DiscoverOptions* options) {
     }
     found = {*def};
   }
-  options->format.format = found[0].second;
-  if (found[0].second == Format::kCustom) {
-    options->format = custom_format(*registered_reader_for_path(found[0].first->extension));
-  }
+  select_format(*found[0].second, &options->format);
   return Source::directory(s.dir_path, found[0].first->pattern);
 }
 

@@ -549,9 +549,7 @@ ManifestDiscovery discover_from_manifest(const Source& source, const DiscoverOpt
   FormatOptions asked = options.format;
   if (asked.format == Format::kAuto) {
     asked.format = m->layout.format;
-    if (asked.format == Format::kCustom && asked.reader.empty()) {
-      asked.reader = m->layout.options.reader;
-    }
+    asked.reader = m->layout.options.reader;
   }
   if (asked != m->layout.options) {
     return not_used(ManifestState::kOtherOptions, "it was indexed with other format options (" +

@@ -11,6 +11,7 @@
 #if SHARDLOAD_WITH_ARROW
 #include "readers/detail/s3_io.hpp"
 #endif
+#include "shardload/reader_registry.hpp"
 #include "shardload/source.hpp"
 
 namespace shardload {
@@ -141,6 +142,7 @@ std::vector<FormatDescriptor> build_table() {
     d.format = Format::kCustom;
     d.name = "custom";
     d.make_reader = detail::make_registered_reader;
+    d.registered = true;
     t.push_back(std::move(d));
   }
   return t;
@@ -187,7 +189,7 @@ std::string names_text(Pick pick) {
 }  // namespace
 
 std::string format_names_text() {
-  return names_text([](const FormatDescriptor& d) { return d.format != Format::kCustom; });
+  return names_text([](const FormatDescriptor& d) { return !d.registered; });
 }
 
 std::string writable_format_names_text() {
@@ -197,7 +199,7 @@ std::string writable_format_names_text() {
 Result<Format> parse_format(std::string_view name) {
   if (name == "auto") return Format::kAuto;
   for (const auto& d : formats()) {
-    if (d.format == Format::kCustom) continue;
+    if (d.registered) continue;
     if (d.name == name) return d.format;
     for (const auto& a : d.aliases) {
       if (a == name) return d.format;
@@ -219,12 +221,31 @@ Format format_from_extension(std::string_view path) {
   return Format::kAuto;
 }
 
-std::string default_pattern(Format f) {
-  const FormatDescriptor* d = find_format(f);
-  if (d == nullptr || d->extensions.empty()) {
+std::string default_pattern(const FormatDescriptor& d) {
+  if (d.extensions.empty()) {
     return std::string(kDefaultPattern);  // .npy, the numbering Source uses by default
   }
-  return "shard_{:04d}" + d->extensions.front();
+  return "shard_{:04d}" + d.extensions.front();
+}
+
+std::string default_pattern(Format f) {
+  const FormatDescriptor* d = find_format(f);
+  return d == nullptr ? std::string(kDefaultPattern) : default_pattern(*d);
+}
+
+Result<std::string> default_pattern(const FormatOptions& options) {
+  const FormatDescriptor* d = find_format(options.format);
+  if (d == nullptr || !d->registered) return default_pattern(options.format);
+  return registered_default_pattern(options.reader);
+}
+
+const FormatDescriptor* find_format(const FormatOptions& options) {
+  return find_format(options.format, options.reader);
+}
+
+void select_format(const FormatDescriptor& d, FormatOptions* options) {
+  options->format = d.format;
+  options->reader = d.registered ? d.name : std::string();
 }
 
 Format store_format(const std::string& directory) {

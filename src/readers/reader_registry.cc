@@ -84,6 +84,7 @@ Status register_reader(ReaderRegistration reg) {
   d.extensions = reg.extensions;
   d.capabilities = reg.capabilities;
   d.make_reader = reg.factory;
+  d.registered = true;
   r.descriptors.push_back(std::move(d));
   r.entries.push_back(std::move(reg));
   return Status::ok();

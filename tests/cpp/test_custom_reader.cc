@@ -144,6 +144,46 @@ TEST_F(CustomReader, EachRegisteredReaderHasItsOwnDescriptor) {
   EXPECT_EQ(probe->shard.rows, Scripted::rows);
 }
 
+// A registered reader's descriptor answers what the engine asks a built-in format's: its
+// default naming (its first extension) and, in messages, its own name.
+TEST_F(CustomReader, ADirectoryTakesTheReadersDefaultNamingAndNamesTheReader) {
+  const auto paths = write_rows();
+  // Another numbered group of the same reader: the default naming wins, as for npy.
+  ASSERT_TRUE(rows_format::write_rows_file(dir_.file("notes_1.rows"), 2, 3, 0.0f));
+  const auto found = try_discover(Source::directory(dir_.path()));
+  ASSERT_TRUE(found) << found.status().message();
+  EXPECT_EQ(found->options.reader, "rows");
+  EXPECT_EQ(found->shards.size(), 3u);
+  EXPECT_EQ(found->shape(), (std::vector<std::int64_t>{9, 3}));
+  EXPECT_EQ(default_pattern(custom_format("rows")).value(), "shard_{:04d}.rows");
+  EXPECT_EQ(default_pattern(FormatOptions{}).value(), std::string(kDefaultPattern));
+  EXPECT_FALSE(default_pattern(custom_format("nobody")));
+
+  // Groups of two readers: the error names each group's reader, not "custom".
+  ASSERT_TRUE(rows_format::write_rows_file(dir_.file("part_1.scr"), 2, 3, 0.0f));
+  const auto two = try_discover(Source::directory(dir_.path()));
+  ASSERT_FALSE(two);
+  EXPECT_NE(two.status().message().find("files, rows)"), std::string::npos)
+      << two.status().message();
+  EXPECT_NE(two.status().message().find("(1 file, scripted)"), std::string::npos)
+      << two.status().message();
+}
+
+// Found by extension, a registered reader is selected as a format named would be: the
+// other options the caller gave stay and reach the reader (they were dropped before).
+TEST_F(CustomReader, AReaderFoundByExtensionKeepsTheOtherOptions) {
+  const auto paths = write_rows();
+  DiscoverOptions o;
+  o.format.dataset = "inner";
+  for (const auto& found :
+       {try_discover_paths(paths, o), try_discover(Source::directory(dir_.path()), o)}) {
+    ASSERT_TRUE(found) << found.status().message();
+    EXPECT_EQ(found->format, Format::kCustom);
+    EXPECT_EQ(found->options.reader, "rows");
+    EXPECT_EQ(found->options.dataset, "inner");
+  }
+}
+
 TEST_F(CustomReader, TheNameTravelsThroughTheCodec) {
   const auto layout = try_discover_paths(write_rows(), {nullptr, custom_format("rows")});
   ASSERT_TRUE(layout);

@@ -272,3 +272,45 @@ TEST(LayoutDiscovery, TheNothingMatchesCaseIsDecidedOnDataNotOnTheMessage) {
 
 }  // namespace
 }  // namespace shardload
+
+namespace shardload {
+namespace {
+
+// The discovery option table: each row moves its field in and out by kind, a flag from its
+// presence, a count from the one text parser, bounded by the row's maximum.
+TEST(DiscoverOptionTable, RowsMoveTheirFieldsAndCheckTheirRange) {
+  const auto find = [](std::string_view name) -> const DiscoverOptionSpec* {
+    for (const auto& row : discover_option_table()) {
+      if (name == row.name) return &row;
+    }
+    return nullptr;
+  };
+  const DiscoverOptionSpec* trust = find("trust_manifest");
+  const DiscoverOptionSpec* threads = find("probe_threads");
+  ASSERT_NE(trust, nullptr);
+  ASSERT_NE(threads, nullptr);
+  EXPECT_EQ(trust->kind, OptionKind::kFlag);
+  EXPECT_EQ(trust->metavar, nullptr);
+  EXPECT_EQ(threads->kind, OptionKind::kCount);
+
+  DiscoverOptions o;
+  EXPECT_FALSE(trust->get(o));
+  EXPECT_FALSE(threads->get(o));
+  ASSERT_TRUE(trust->set(OptionValue(true), &o));
+  EXPECT_TRUE(o.trust_manifest);
+  EXPECT_EQ(trust->get(o), std::optional<OptionValue>(true));
+  ASSERT_TRUE(threads->set(parse_option_text(threads->kind, "1024").value(), &o));
+  EXPECT_EQ(o.probe_threads, 1024u);
+  EXPECT_EQ(threads->get(o), std::optional<OptionValue>(std::uint64_t{1024}));
+  const Status over = threads->set(OptionValue(std::uint64_t{1025}), &o);
+  EXPECT_EQ(over.code(), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(over.message(), "expected at most 1024, found 1025");
+  EXPECT_EQ(o.probe_threads, 1024u);  // unchanged
+  // 2**32 + 1 would wrap to 1 in an unsigned: refused, not truncated.
+  EXPECT_FALSE(threads->set(OptionValue((std::uint64_t{1} << 32) + 1), &o));
+  EXPECT_EQ(option_value_text(OptionValue(true), OptionKind::kFlag), "true");
+  EXPECT_FALSE(parse_option_text(OptionKind::kFlag, "yes"));
+}
+
+}  // namespace
+}  // namespace shardload

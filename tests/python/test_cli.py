@@ -24,13 +24,16 @@ COMMANDS = ["write", "inspect", "read"]
 FORMAT_OPTIONS = ["--format", "--dtype", "--astype", "--trailing-shape", "--header-bytes",
                   "--dataset", "--columns", "--fill-value", "--footer-bytes",
                   "--storage-option"]
+# The rows of the discovery option table, under "discovery options:" in the help.
+DISCOVERY_OPTIONS = ["--trust-manifest", "--probe-threads"]
 # Every option each command accepts; a test below checks the parser takes each one.
 OPTIONS = {
     "write": ["--shard-dir", "--num-shards", "--shape", "--dtype", "--seed"],
-    "inspect": ["--pattern", "--json", *FORMAT_OPTIONS],
+    "inspect": ["--pattern", "--json", *FORMAT_OPTIONS, *DISCOVERY_OPTIONS],
     "read": ["--pattern", "--overdecompose", "--repeat", "--seed", "--no-verify", "--shard-dir",
-             *FORMAT_OPTIONS],
+             *FORMAT_OPTIONS, *DISCOVERY_OPTIONS],
 }
+FLAGS = ("--json", "--no-verify", "--trust-manifest")
 # A Legate start with this configuration fails at once ("Unknown argument: --bogus"), so a
 # command that succeeds under it did not start Legate.
 NO_LEGATE = {"LEGATE_CONFIG": "--bogus"}
@@ -86,10 +89,26 @@ def test_every_listed_option_is_accepted(cli, tmp_path: pathlib.Path) -> None:
     # given a value); what is refused afterwards is the value, not the option.
     for cmd in COMMANDS:
         for option in OPTIONS[cmd]:
-            flag = option in ("--json", "--no-verify")
+            flag = option in FLAGS
             args = [option] if flag else [f"{option}=1"]
             r = run(cli, cmd, *args, "--help", env=NO_LEGATE)
             assert r.returncode == 0, (cmd, option, err(r))
+
+
+def test_discovery_options_come_from_their_table(cli) -> None:
+    # Each row of the C++ discovery table is a flag of the commands that discover, listed
+    # under its own heading, a row's '_' spelled '-'.
+    rows = [name.replace("_", "-") for name, _ in shardload._core.discover_option_rows()]
+    assert [f"--{r}" for r in rows] == DISCOVERY_OPTIONS
+    for cmd in ("inspect", "read"):
+        text = out(run(cli, cmd, "--help", env=NO_LEGATE))
+        heading = text.index("\ndiscovery options:\n")
+        for r in rows:
+            assert text.index(f"  --{r}") > heading, (cmd, r, text)
+    # A flag takes no value, as any flag.
+    r = run(cli, "inspect", "SOURCE", "--trust-manifest=1", env=NO_LEGATE)
+    assert r.returncode == 2
+    assert "--trust-manifest takes no value" in err(r)
 
 
 def test_top_level_help_and_version(cli) -> None:
@@ -146,6 +165,26 @@ def test_help_inspect_and_usage_errors_do_not_start_legate(cli, tmp_path: pathli
     # The probe works: a read that does start Legate fails on the bogus configuration.
     r = run(cli, "read", d, env=NO_LEGATE)
     assert r.returncode != 0 and "Unknown argument: --bogus" in err(r)
+
+
+def test_probe_threads_from_the_table_steers_inspect_and_read(cli, tmp_path: pathlib.Path) -> None:
+    d = tmp_path / "set"
+    write_set(cli, d, shards=9, shape="200,2")
+    plain = run(cli, "inspect", d, env=NO_LEGATE)
+    assert plain.returncode == 0, err(plain)
+    for n in ("1", "3"):
+        r = run(cli, "inspect", d, "--probe-threads", n, env=NO_LEGATE)
+        assert r.returncode == 0 and out(r) == out(plain), err(r)
+    for bad, says in (("x", "--probe-threads: expected an integer >= 0, found 'x'"),
+                      ("-2", "--probe-threads: expected an integer >= 0, found '-2'"),
+                      ("1025", "--probe-threads: expected at most 1024, found 1025")):
+        for cmd in ("inspect", "read"):
+            r = run(cli, cmd, d, f"--probe-threads={bad}", env=NO_LEGATE)
+            assert r.returncode == 2 and says in err(r), (cmd, bad, err(r))
+            assert "LEGATE ERROR" not in err(r)
+    # read takes it to the discovering point task.
+    r = run(cli, "read", d, "--probe-threads", "2")
+    assert r.returncode == 0 and "verify:         OK" in out(r), out(r) + err(r)
 
 
 # ---- read SOURCE, --opt=value --------------------------------------------------------------

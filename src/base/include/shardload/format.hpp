@@ -83,10 +83,11 @@ enum class OptionKind : std::uint8_t {
   kText,      // a non-empty str (unset: empty)
   kTextList,  // a non-empty list of str (CLI: "a,b"; unset: empty)
   kNumber,    // a float64
+  kFlag,      // a bool (CLI: a flag without a value; unset: false)
 };
 
 using OptionValue = std::variant<std::string, std::vector<std::int64_t>, std::uint64_t,
-                                 std::vector<std::string>, double>;
+                                 std::vector<std::string>, double, bool>;
 
 // A set of formats, one bit each (FormatOptionSpec::formats).
 constexpr std::uint32_t format_bit(Format f) {

@@ -11,8 +11,10 @@
 
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include "shardload/dtype.hpp"
@@ -82,6 +84,70 @@ struct DiscoverOptions {
   // path order.
   unsigned probe_threads = 0;
 };
+
+// The discovery options a caller names (all of DiscoverOptions but io, format and
+// use_manifest, which a front end sets for its own reasons) as rows, the sibling of the format
+// option table (shardload/format.hpp) with its kinds and its one text parser: the command
+// line's flags, help and parser (the name with '-' for '_') and both Python bindings' keywords
+// and checks derive from it. Adding a discovery option is a field above plus a row below.
+struct DiscoverOptionSpec {
+  const char* name;     // the Python keyword; the CLI flag with '-' for '_'
+  const char* metavar;  // the CLI's placeholder; nullptr for a flag (kFlag)
+  OptionKind kind;
+  const char* help;  // the CLI's help line
+  // The value when set; nullopt at the default. A value of the row's kind.
+  std::optional<OptionValue> (*get)(const DiscoverOptions&);
+  // Sets a value of the row's kind; kInvalidArgument when out of the field's range.
+  Status (*set)(const OptionValue&, DiscoverOptions*);
+};
+
+namespace detail {
+
+// A row's getter and setter over a field of DiscoverOptions: a bool (kFlag) or an unsigned
+// count (kCount) at most `Max`, unset at its type's default.
+template <auto Field>
+std::optional<OptionValue> get_field(const DiscoverOptions& o) {
+  using T = std::remove_cvref_t<decltype(o.*Field)>;
+  if (o.*Field == T{}) return std::nullopt;
+  if constexpr (std::is_same_v<T, bool>) {
+    return OptionValue(true);
+  } else {
+    return OptionValue(static_cast<std::uint64_t>(o.*Field));
+  }
+}
+
+template <auto Field, std::uint64_t Max = 0>
+Status set_field(const OptionValue& v, DiscoverOptions* o) {
+  using T = std::remove_cvref_t<decltype(o->*Field)>;
+  if constexpr (std::is_same_v<T, bool>) {
+    o->*Field = std::get<bool>(v);
+  } else {
+    const std::uint64_t n = std::get<std::uint64_t>(v);
+    if (n > Max) {
+      return {ErrorCode::kInvalidArgument,
+              "expected at most " + std::to_string(Max) + ", found " + std::to_string(n)};
+    }
+    o->*Field = static_cast<T>(n);
+  }
+  return Status::ok();
+}
+
+}  // namespace detail
+
+inline constexpr DiscoverOptionSpec kDiscoverOptionTable[] = {
+    {"trust_manifest", nullptr, OptionKind::kFlag,
+     "take DIR/shardload.manifest without checking any shard",
+     detail::get_field<&DiscoverOptions::trust_manifest>,
+     detail::set_field<&DiscoverOptions::trust_manifest>},
+    {"probe_threads", "N", OptionKind::kCount,
+     "threads probing the shards, at most 1024 (default 0: several for many npy or raw shards)",
+     detail::get_field<&DiscoverOptions::probe_threads>,
+     detail::set_field<&DiscoverOptions::probe_threads, 1024>},
+};
+
+inline constexpr std::span<const DiscoverOptionSpec> discover_option_table() {
+  return kDiscoverOptionTable;
+}
 
 // Resolves the source and probes every shard. All errors are kLayout and
 // name the offending file, e.g. "DIR/shard_0007.npy: dtype float64 differs

@@ -133,6 +133,10 @@ struct FormatDescriptor {
   ReaderMaker make_reader;
   // What save writes this format with; null: save cannot write it.
   std::shared_ptr<const ShardWriter> writer;
+  // A reader registered by name (Format::kCustom): FormatOptions::reader carries `name` to
+  // the codec and to wherever the data is read, and its probe is a user's, which discovery
+  // runs on one thread after opening each file itself.
+  bool registered = false;
 };
 
 // The descriptor of a format (kCustom included); nullptr for kAuto and unknown values.
@@ -146,6 +150,13 @@ const FormatDescriptor* find_format(Format format, std::string_view reader);
 // path's extension (a trailing '/' ignored); nullptr where none is. Valid for the process.
 const FormatDescriptor* find_registered_format(std::string_view name);
 const FormatDescriptor* registered_format_for_path(std::string_view path);
+
+// The descriptor of `options`' format: find_format(options.format, options.reader).
+const FormatDescriptor* find_format(const FormatOptions& options);
+
+// Selects `d` in `options`: its format and, for a registered reader, its name; the other
+// options stay as they are.
+void select_format(const FormatDescriptor& d, FormatOptions* options);
 
 // Every descriptor in table order (kCustom last).
 const std::vector<FormatDescriptor>& formats();
@@ -168,6 +179,15 @@ Format format_from_extension(std::string_view path);
 // The default file pattern of a directory source in a built-in format ("shard_{:04d}.h5");
 // the .npy one for kAuto.
 std::string default_pattern(Format f);
+
+// "shard_{:04d}" + the descriptor's first extension; the .npy one for a descriptor without
+// extensions.
+std::string default_pattern(const FormatDescriptor& d);
+
+// The default file pattern of a directory source read with `options`: a built-in format's
+// as above, a registered reader's as registered_default_pattern (kInvalidArgument for a name
+// not registered or registered without extensions).
+Result<std::string> default_pattern(const FormatOptions& options);
 
 // The format of a directory that is itself a store, or kAuto.
 Format store_format(const std::string& directory);
