@@ -14,6 +14,7 @@ import warnings
 import h5py
 import numpy as np
 import pyarrow as pa
+import pyarrow.feather as feather
 import pyarrow.parquet as pq
 import pytest
 import zarr
@@ -400,7 +401,6 @@ def _datasets(tmp_path: pathlib.Path) -> dict[str, pathlib.Path]:
         f["x"] = data
     table = pa.table({"a": data[:, 0], "b": data[:, 1]})
     pq.write_table(table, out["parquet"] / "shard_0000.parquet")
-    import pyarrow.feather as feather
     feather.write_feather(table, out["arrow"] / "shard_0000.arrow")
     z = zarr.open_array(str(out["zarr"] / "shard_0000.zarr"), mode="w", shape=data.shape,
                         dtype="f4")
