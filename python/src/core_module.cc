@@ -98,8 +98,11 @@ PYBIND11_MODULE(_core, m) {
       .def_property_readonly("total_rows", &Layout::total_rows)
       .def_property_readonly("nbytes", &Layout::total_bytes)
       .def_property_readonly("num_shards", [](const Layout& l) { return l.shards.size(); })
-      .def_property_readonly("manifest_status",
-                             [](const Layout& l) { return message_str(l.manifest_status); })
+      .def_property_readonly(
+          "manifest_status",
+          [](const Layout& l) {
+            return message_str(spell_options(l.manifest_status, OptionSpelling::kPython));
+          })
       // The package wraps the name in its ManifestState enum (Layout.manifest_state).
       .def_property_readonly("_manifest_state",
                              [](const Layout& l) { return manifest_state_name(l.manifest_state); })
@@ -116,7 +119,7 @@ PYBIND11_MODULE(_core, m) {
           "slice_rows",
           [](const Layout& l, std::int64_t lo, std::int64_t hi) {
             auto sub = slice_rows(l, lo, hi);
-            if (!sub) throw py::value_error(sub.status().message());
+            if (!sub) throw_status(sub.status());
             return std::move(sub).value();
           },
           py::arg("lo"), py::arg("hi"))

@@ -33,11 +33,12 @@ inline py::str path_str(const std::string& p) {
 }
 
 // Sets the Python error for a C++ one. The message travels from status(), not what(): paths
-// in it are the file system's bytes, which need not be UTF-8 (nor free of NUL).
+// in it are the file system's bytes, which need not be UTF-8 (nor free of NUL); the options
+// it names are spelled as Python's keywords (dtype=).
 inline void set_python_error(const Error& e) {
   const Status& st = e.status();
   if (dynamic_cast<const ArgumentError*>(&e) != nullptr) {
-    PyErr_SetObject(PyExc_ValueError, message_str(st.message()).ptr());
+    PyErr_SetObject(PyExc_ValueError, message_str(e.message(OptionSpelling::kPython)).ptr());
     return;
   }
   const char* name = "LayoutError";
@@ -58,7 +59,7 @@ inline void set_python_error(const Error& e) {
     name = "OutOfMemoryError";
   }
   const py::object type = py::module_::import("shardload._errors").attr(name);
-  py::object exc = type(message_str(st.message()));
+  py::object exc = type(message_str(e.message(OptionSpelling::kPython)));
   if (os_error && !st.path().empty()) exc.attr("filename") = path_str(st.path());
   if (os_error && st.sys_errno() != 0) exc.attr("errno") = st.sys_errno();
   PyErr_SetObject(type.ptr(), exc.ptr());

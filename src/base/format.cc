@@ -1,6 +1,7 @@
 #include "shardload/format.hpp"
 
 #include <algorithm>
+#include <cassert>
 #include <cctype>
 #include <charconv>
 #include <cstdio>
@@ -28,6 +29,83 @@ const FormatOptionSpec* find_format_option(std::string_view name, bool cli) {
     if (key == name) return &row;
   }
   return nullptr;
+}
+
+namespace {
+
+constexpr char kMentionMark = '\x1f';
+
+// Options the core names that are no row of the table, with their words for the C++ API.
+struct OtherOption {
+  std::string_view name;
+  std::string_view neutral;         // as a name
+  std::string_view neutral_assign;  // before a value
+};
+constexpr OtherOption kOtherOptions[] = {
+    {"format", "the format option", "the format "},
+    {"pattern", "the pattern argument", "the pattern "},
+    // The front ends' name for the type parquet/arrow decode into; FormatOptions::dtype in C++.
+    {"astype", "the dtype option", "the dtype "},
+};
+
+}  // namespace
+
+std::string option_spelling(std::string_view name, OptionSpelling spelling, bool assign) {
+  const FormatOptionSpec* row = find_format_option(name);
+  const OtherOption* other = nullptr;
+  for (const auto& o : kOtherOptions) {
+    if (o.name == name) other = &o;
+  }
+  if (row == nullptr && other == nullptr) return {};
+  std::string key(name);
+  switch (spelling) {
+    case OptionSpelling::kPython:
+      return key + "=";
+    case OptionSpelling::kCli:
+      std::replace(key.begin(), key.end(), '_', '-');
+      return "--" + key + (assign ? "=" : "");
+    case OptionSpelling::kNeutral:
+      break;
+  }
+  if (other != nullptr) return std::string(assign ? other->neutral_assign : other->neutral);
+  std::replace(key.begin(), key.end(), '_', ' ');
+  return "the " + key + " option" + (assign ? " " : "");
+}
+
+std::string option_mention(std::string_view name, bool assign) {
+  assert(!option_spelling(name, OptionSpelling::kNeutral).empty() && "an option the core names");
+  std::string out(1, kMentionMark);
+  out += name;
+  if (assign) out += '=';
+  out += kMentionMark;
+  return out;
+}
+
+std::string spell_options(std::string_view message, OptionSpelling spelling) {
+  std::string out;
+  out.reserve(message.size());
+  std::size_t i = 0;
+  while (i < message.size()) {
+    const std::size_t open = message.find(kMentionMark, i);
+    if (open == std::string_view::npos) break;
+    out.append(message.substr(i, open - i));
+    const std::size_t close = message.find(kMentionMark, open + 1);
+    std::string_view name =
+        message.substr(open + 1, close == std::string_view::npos ? 0 : close - open - 1);
+    const bool assign = name.ends_with('=');
+    if (assign) name.remove_suffix(1);
+    const std::string spelled =
+        close == std::string_view::npos ? std::string() : option_spelling(name, spelling, assign);
+    if (spelled.empty()) {
+      out += kMentionMark;  // not a mark: kept as it was
+      i = open + 1;
+      continue;
+    }
+    out += spelled;
+    i = close + 1;
+  }
+  if (i < message.size()) out.append(message.substr(i));
+  return out;
 }
 
 namespace {

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <utility>
 
+#include "shardload/format.hpp"
 #include "shardload/io.hpp"
 
 namespace shardload {
@@ -551,7 +552,8 @@ std::string DirectoryScan::describe(
 std::string DirectoryScan::suggestion() const {
   const auto glob_dir = [&] { return join_path(directory, ""); };
   for (const auto& g : groups) {
-    return "; pass pattern='" + path_for_message(g.pattern) + "' or a glob '" + glob_dir() +
+    return "; pass " + option_mention("pattern", true) + "'" + path_for_message(g.pattern) +
+           "' or a glob '" + glob_dir() +
            (g.extension.empty() ? path_for_message(g.pattern.substr(0, g.pattern.find('{'))) + "*"
                                 : "*" + path_for_message(g.extension)) +
            "'";

@@ -22,20 +22,24 @@ bool parse_int(const std::string& text, long long* out) {
   return ec == std::errc() && p == text.data() + text.size();
 }
 
+// The core's messages mark the options they name (shardload/format.hpp); the command line
+// spells them as its flags (--dtype) here, where every message is printed.
 int fail(const char* cmd, const std::string& msg) {
-  std::cerr << "shardload " << cmd << ": error: " << cli_spelling(msg) << "\n";
+  std::cerr << "shardload " << cmd << ": error: " << spell_options(msg, OptionSpelling::kCli)
+            << "\n";
   return 1;
 }
 
 int usage_error(const char* cmd, const std::string& msg) {
-  std::cerr << "shardload " << cmd << ": " << msg << "; see 'shardload " << cmd << " --help'\n";
+  std::cerr << "shardload " << cmd << ": " << spell_options(msg, OptionSpelling::kCli)
+            << "; see 'shardload " << cmd << " --help'\n";
   return 2;
 }
 
 // Source::parse's faults: a malformed argument (a pattern with a file or a glob, as Python's
 // ValueError) is a usage error, exit 2; a source that is not there is exit 1.
 int source_error(const char* cmd, const Status& s) {
-  if (s.code() == ErrorCode::kInvalidArgument) return usage_error(cmd, cli_spelling(s.message()));
+  if (s.code() == ErrorCode::kInvalidArgument) return usage_error(cmd, s.message());
   return fail(cmd, s.message());
 }
 
@@ -358,42 +362,6 @@ std::optional<int> parse_command_line(const CommandSpec& spec, const Args& args,
     out->opts.erase(it);
   }
   return std::nullopt;
-}
-
-// The core's phrases that name an option as the Python API spells it, and the
-// command line's spelling. Whole phrases, so that a file name or a value that
-// merely contains "dtype" is left alone. tests/python/test_cli.py checks that
-// every "name=" phrase in the core's sources has a row here.
-std::string cli_spelling(std::string message) {
-  static const std::pair<const char*, const char*> kPhrases[] = {
-      {"name it with format= ", "name it with --format "},
-      {"; pass pattern=", "; pass --pattern="},
-      {"name one with pattern= (and format= where the name does not tell)",
-       "name one with --pattern (and --format where the name does not tell)"},
-      {"pass dtype= or write", "pass --dtype or write"},
-      {"pass astype= to cast", "pass --astype to cast"},
-      {"pass shape= (() for 1-D data)", "pass --trailing-shape ('' for 1-D data)"},
-      {"name one with dataset=", "name one with --dataset"},
-      {"name the array with dataset=", "name the array with --dataset"},
-      {"pass fill_value= to replace nulls", "pass --fill-value to replace nulls"},
-      {"differs from the dtype option", "differs from the --dtype option"},
-      {"differs from the shape option", "differs from the --trailing-shape option"},
-      {"differs from the header_bytes option", "differs from the --header-bytes option"},
-      {"raw: shape option", "raw: --trailing-shape option"},
-      {"(dataset, columns, fill value) do not apply",
-       "(--dataset, --columns, --fill-value) do not apply"},
-      {"name only numeric columns in columns=", "name only numeric columns in --columns"},
-      {"(pass columns= to choose)", "(pass --columns to choose)"},
-  };
-  for (const auto& [from, to] : kPhrases) {
-    const std::string f = from;
-    const std::string t = to;
-    for (std::size_t at = message.find(f); at != std::string::npos;
-         at = message.find(f, at + t.size())) {
-      message.replace(at, f.size(), t);
-    }
-  }
-  return message;
 }
 
 std::string json_path_string(const std::string& bytes) {

@@ -159,11 +159,6 @@ std::optional<int> check_type_options_after_failure(const char* cmd,
                                                     const std::map<std::string, std::string>& opts,
                                                     const Source& source, DiscoverOptions options);
 
-// The core's messages name options as the Python API spells them ("pass
-// dtype= or ...", "the header_bytes option"); the command line rewrites those
-// phrases into its own spelling ("pass --dtype or ...") before printing.
-std::string cli_spelling(std::string message);
-
 // A JSON string literal of a file system name: valid UTF-8 is kept, and each
 // byte that is not part of valid UTF-8 becomes \udcXX (XX the byte), as
 // Python's os.fsdecode (errors="surrogateescape") decodes it, so

@@ -18,7 +18,7 @@ int cmd_index(const Args& args) {
   DiscoverOptions opts;
   opts.use_manifest = false;  // the files themselves, not the manifest being replaced
   if (Status s = parse_format_options(p.opts, &opts.format); !s) {
-    return usage_error(cmd, cli_spelling(s.message()));
+    return usage_error(cmd, s.message());
   }
   ManifestOptions mopts;
   if (auto c = parse_checksum(p.opts["checksum"]); c) {

@@ -46,7 +46,7 @@ int cmd_inspect(const Args& args) {
   }
   DiscoverOptions opts;
   if (Status s = parse_format_options(p.opts, &opts.format); !s) {
-    return usage_error(cmd, cli_spelling(s.message()));
+    return usage_error(cmd, s.message());
   }
   if (p.positional.size() > 1) {
     if (auto rc = check_file_list(cmd, p.positional)) return *rc;
@@ -70,7 +70,7 @@ int cmd_inspect(const Args& args) {
     std::cout << "source:         " << src->describe() << "\n";
     if (layout->manifest_state != ManifestState::kNone &&
         layout->manifest_state != ManifestState::kAbsent) {
-      std::cout << layout->manifest_status << "\n";
+      std::cout << spell_options(layout->manifest_status, OptionSpelling::kCli) << "\n";
     }
     std::cout << describe(*layout);
   }

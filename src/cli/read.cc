@@ -71,7 +71,7 @@ std::optional<int> parse_read_args(const Args& args, ReadArgs* out) {
   // that is not there is discovery's error, under Legate.
   if (auto src = Source::parse(out->source, out->pattern);
       !src && src.status().code() == ErrorCode::kInvalidArgument) {
-    return usage_error(cmd, cli_spelling(src.status().message()));
+    return usage_error(cmd, src.status().message());
   }
   struct ::stat st {};
   if (::stat(out->source.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
@@ -108,7 +108,7 @@ std::optional<int> parse_read_args(const Args& args, ReadArgs* out) {
     out->seed = v;
   }
   if (Status s = parse_format_options(p.opts, &out->format); !s) {
-    return usage_error(cmd, cli_spelling(s.message()));
+    return usage_error(cmd, s.message());
   }
   for (const char* name : {"dtype", "astype"}) {
     if (const auto it = p.opts.find(name); it != p.opts.end()) out->type_options.insert(*it);

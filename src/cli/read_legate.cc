@@ -63,7 +63,7 @@ int run(const ReadArgs& a, std::ostream& out, std::ostream& err) {
   out << "source:         " << Source::parse(a.source, a.pattern).value().describe() << "\n";
   if (layout.manifest_state != ManifestState::kNone &&
       layout.manifest_state != ManifestState::kAbsent) {
-    out << layout.manifest_status << "\n";
+    out << spell_options(layout.manifest_status, OptionSpelling::kCli) << "\n";
   }
   out << describe(layout);
   auto* runtime = legate::Runtime::get_runtime();
@@ -102,7 +102,8 @@ int run(const ReadArgs& a, std::ostream& out, std::ostream& err) {
   if (!seed) {
     const Result<WriteMeta> meta = read_write_meta(a.meta_dir);
     if (!meta) {
-      err << "shardload read: verify: " << meta.status().message() << "\n";
+      err << "shardload read: verify: "
+          << spell_options(meta.status().message(), OptionSpelling::kCli) << "\n";
       return 1;
     }
     if (meta->foreign) {
@@ -146,7 +147,7 @@ int cmd_read(const ReadArgs& a) {
     rc = run(a, io.out, io.err);
   } catch (const Error& e) {
     // Whatever throw_status made of the failure (LayoutError, ShardReadError, ...).
-    io.err << "shardload " << cmd << ": error: " << cli_spelling(e.status().message()) << "\n";
+    io.err << "shardload " << cmd << ": error: " << e.message(OptionSpelling::kCli) << "\n";
   }
   const int finish = legate::finish();
   return rc != 0 ? rc : finish;

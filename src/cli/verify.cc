@@ -54,7 +54,7 @@ int cmd_verify(const Args& args) {
           << " shards differ from " << path_for_message(path) << "\n";
     }
   } catch (const Error& e) {
-    err << "shardload " << cmd << ": error: " << cli_spelling(e.status().message()) << "\n";
+    err << "shardload " << cmd << ": error: " << e.message(OptionSpelling::kCli) << "\n";
   }
   const int finish = legate::finish();
   return rc != 0 ? rc : finish;

@@ -71,7 +71,7 @@ int cmd_write_legate(const WriteArgs& a) {
     io.out << write_summary(a);
     rc = 0;
   } catch (const Error& e) {
-    io.err << "shardload write: error: " << cli_spelling(e.status().message()) << "\n";
+    io.err << "shardload write: error: " << e.message(OptionSpelling::kCli) << "\n";
   }
   const int finish = legate::finish();
   return rc != 0 ? rc : finish;

@@ -116,10 +116,8 @@ Result<Format> resolve_format(const std::string& path, const FormatOptions& opti
   const Format by_content = sniff_format(path);
   if (by_content != Format::kAuto) return by_content;
   return Status(ErrorCode::kLayout,
-                path +
-                    ": cannot tell the format from the name or the first bytes; name it with "
-                    "format= (" +
-                    format_names_text() + ")");
+                path + ": cannot tell the format from the name or the first bytes; name it with " +
+                    option_mention("format") + " (" + format_names_text() + ")");
 }
 
 Result<Layout> try_discover_paths(const std::vector<std::string>& paths,
@@ -303,12 +301,12 @@ Result<Source> auto_directory(const Source& s, DiscoverOptions* options) {
     if (!one_format || def == found.end()) {
       std::string list;
       for (const auto& [g, d] : found) list += (list.empty() ? "" : " and ") + group_text(*g, *d);
-      return Status(ErrorCode::kLayout,
-                    path_for_message(s.dir_path) +
-                        ": holds numbered shards of more than one "
-                        "kind: " +
-                        list +
-                        "; name one with pattern= (and format= where the name does not tell)");
+      return Status(ErrorCode::kLayout, path_for_message(s.dir_path) +
+                                            ": holds numbered shards of more than one "
+                                            "kind: " +
+                                            list + "; name one with " + option_mention("pattern") +
+                                            " (and " + option_mention("format") +
+                                            " where the name does not tell)");
     }
     found = {*def};
   }

@@ -449,9 +449,10 @@ Status copy_rows(const ColumnView& v, std::int64_t b, std::int64_t e, std::byte*
                                        ? "row " + std::to_string(c.first_file_row + i) + " is null"
                                        : "row " + std::to_string(c.first_file_row + i) +
                                              ": element " + element_string(j, *c.dims) + " is null";
-          return Status(ErrorCode::kFormat,
-                        *c.path + ": column '" + *c.column + "': " + what +
-                            " (the first null read; pass fill_value= to replace nulls)");
+          return Status(ErrorCode::kFormat, *c.path + ": column '" + *c.column + "': " + what +
+                                                " (the first null read; pass " +
+                                                option_mention("fill_value") +
+                                                " to replace nulls)");
         }
         d = fill;
       } else {
@@ -732,7 +733,7 @@ class ArrowReader final : public ShardReader {
       const auto& type = schema.field(all[0])->type();
       auto c = column_shape(type);
       if (!c) {
-        std::string hint = "; name only numeric columns in columns=";
+        std::string hint = "; name only numeric columns in " + option_mention("columns");
         if (format_ == Format::kParquet &&
             (type->id() == arrow::Type::LIST || type->id() == arrow::Type::LARGE_LIST)) {
           // Parquet itself has only variable-size lists; the fixed size lives in the
@@ -773,18 +774,19 @@ class ArrowReader final : public ShardReader {
                                 : "an array column of shape " + shape_string(c.dims);
         };
         const bool mixed = shapes[i].dims.empty() != shapes[0].dims.empty();
-        return Status(ErrorCode::kFormat, path + ": columns: '" + names[i] + "' is " +
-                                              what(shapes[i]) + " but '" + names[0] + "' is " +
-                                              what(shapes[0]) +
-                                              (mixed ? "; array and scalar columns cannot be mixed"
-                                                     : "; array columns must share a shape") +
-                                              " (pass columns= to choose)");
+        return Status(ErrorCode::kFormat,
+                      path + ": columns: '" + names[i] + "' is " + what(shapes[i]) + " but '" +
+                          names[0] + "' is " + what(shapes[0]) +
+                          (mixed ? "; array and scalar columns cannot be mixed"
+                                 : "; array columns must share a shape") +
+                          " (pass " + option_mention("columns") + " to choose)");
       }
       if (shapes[i].dtype != shapes[0].dtype && !options_.dtype) {
-        return Status(ErrorCode::kFormat,
-                      path + ": columns: '" + names[i] + "' is " + shapes[i].dtype.name() +
-                          " but '" + names[0] + "' is " + shapes[0].dtype.name() +
-                          "; columns must share a dtype (pass astype= to cast)");
+        return Status(ErrorCode::kFormat, path + ": columns: '" + names[i] + "' is " +
+                                              shapes[i].dtype.name() + " but '" + names[0] +
+                                              "' is " + shapes[0].dtype.name() +
+                                              "; columns must share a dtype (pass " +
+                                              option_mention("astype") + " to cast)");
       }
     }
     p.dtype = options_.dtype ? *options_.dtype : shapes[0].dtype;
@@ -1062,17 +1064,12 @@ class ArrowReader final : public ShardReader {
 Result<std::unique_ptr<ShardReader>> make_arrow_reader(Format format, const FormatOptions& options,
                                                        const ReaderContext& context) {
   const char* name = format_name(format);
-  if (options.trailing_shape || options.header_bytes || !options.dataset.empty()) {
-    return Status(ErrorCode::kInvalidArgument,
-                  std::string(name) +
-                      ": the schema gives the shape; options for other formats "
-                      "(trailing shape, header bytes, dataset) do not apply");
-  }
   std::set<std::string> seen;
   for (const auto& c : options.columns) {
     if (!seen.insert(c).second) {
-      return Status(ErrorCode::kInvalidArgument,
-                    std::string(name) + ": columns: '" + c + "' is named twice");
+      return Status(
+          ErrorCode::kInvalidArgument,
+          std::string(name) + ": '" + c + "' is named twice in " + option_mention("columns"));
     }
   }
   return std::unique_ptr<ShardReader>(std::make_unique<ArrowReader>(format, options, context));

@@ -237,15 +237,16 @@ class Hdf5Reader final : public ShardReader {
       const std::string where = s.path + ": dataset '" + d.name + "'";
       // The snapshot guards the file; this guards a layout rebuilt from stale
       // task arguments.
-      bool same =
-          d.dims.size() == l.trailing_shape.size() + 1 && d.dims[0] == static_cast<hsize_t>(s.stored_rows());
+      bool same = d.dims.size() == l.trailing_shape.size() + 1 &&
+                  d.dims[0] == static_cast<hsize_t>(s.stored_rows());
       for (std::size_t i = 1; same && i < d.dims.size(); ++i) {
         same = d.dims[i] == static_cast<hsize_t>(l.trailing_shape[i - 1]);
       }
       if (!same) {
         return Status(ErrorCode::kChanged, where + ": shape differs from the layout's (" +
-                                               std::to_string(s.stored_rows()) + " rows, trailing " +
-                                               shape_string(l.trailing_shape) + ")");
+                                               std::to_string(s.stored_rows()) +
+                                               " rows, trailing " + shape_string(l.trailing_shape) +
+                                               ")");
       }
       SHARDLOAD_ASSIGN_OR_RETURN(Hid mem_type, memory_type(api_, l.dtype));
       const std::optional<DirectPlan> plan = direct_plan(api_, d.dataset.get(), l.dtype, d.dims);
@@ -466,8 +467,8 @@ class Hdf5Reader final : public ShardReader {
       if (all.size() != 1) {
         return Status(ErrorCode::kFormat,
                       path + ": dataset: expected exactly one dataset when none is named, found " +
-                          std::to_string(all.size()) + " (" + join(all) +
-                          "); name one with dataset=");
+                          std::to_string(all.size()) + " (" + join(all) + "); name one with " +
+                          option_mention("dataset"));
       }
       d.name = all[0];
     } else {
@@ -580,12 +581,6 @@ class Hdf5Reader final : public ShardReader {
 
 Result<std::unique_ptr<ShardReader>> make_hdf5_reader(const FormatOptions& options,
                                                       const ReaderContext& context) {
-  if (options.dtype || options.trailing_shape || options.header_bytes || !options.columns.empty() ||
-      options.fill_value) {
-    return Status(ErrorCode::kInvalidArgument,
-                  "hdf5: each file's dataset gives dtype and shape; options for other formats "
-                  "(dtype, trailing shape, header bytes, columns, fill value) do not apply");
-  }
   SHARDLOAD_ASSIGN_OR_RETURN(const Hdf5Api* api, hdf5_api());
   return std::unique_ptr<ShardReader>(std::make_unique<Hdf5Reader>(options, context, api));
 }

@@ -124,15 +124,8 @@ class NpyWriter final : public ShardWriter {
 
 std::shared_ptr<const ShardWriter> npy_writer() { return std::make_shared<NpyWriter>(); }
 
-Result<std::unique_ptr<ShardReader>> make_npy_reader(const FormatOptions& options,
+Result<std::unique_ptr<ShardReader>> make_npy_reader(const FormatOptions& /*options*/,
                                                      const ReaderContext& context) {
-  if (options.dtype || options.trailing_shape || options.header_bytes || !options.dataset.empty() ||
-      !options.columns.empty() || options.fill_value) {
-    return Status(
-        ErrorCode::kInvalidArgument,
-        "npy: the files' headers give dtype and shape; options for other formats "
-        "(dtype, trailing shape, header bytes, dataset, columns, fill value) do not apply");
-  }
   return std::unique_ptr<ShardReader>(std::make_unique<NpyReader>(context));
 }
 

@@ -163,7 +163,7 @@ Result<const Member*> choose(const std::string& path, const Directory& d, const 
     if (d.members.empty()) return npz_error(path, "array: the archive holds no arrays");
     return npz_error(path, "array: expected exactly one array when none is named, found " +
                                std::to_string(d.members.size()) + " (" + array_list(d) +
-                               "); name one with dataset=");
+                               "); name one with " + option_mention("dataset"));
   }
   for (const auto& m : d.members) {
     if (m.name == name || m.name == name + ".npy") return &m;
@@ -506,12 +506,6 @@ FormatDescriptor npz_format() {
   d.capabilities = {.parallel_probe = true};
   d.make_reader = [](const FormatOptions& options,
                      const ReaderContext& context) -> Result<std::unique_ptr<ShardReader>> {
-    if (options.dtype || options.trailing_shape || options.header_bytes ||
-        !options.columns.empty() || options.fill_value) {
-      return Status(ErrorCode::kInvalidArgument,
-                    "npz: the members' headers give dtype and shape; options for other formats "
-                    "(dtype, trailing shape, header bytes, columns, fill value) do not apply");
-    }
     SHARDLOAD_ASSIGN_OR_RETURN(auto npy, make_npy_reader(FormatOptions{}, context));
     return std::unique_ptr<ShardReader>(
         std::make_unique<NpzReader>(options, context, std::move(npy)));

@@ -240,14 +240,14 @@ class RawReader final : public ShardReader {
       if (side != nullptr && side->dtype && side->big_endian != *options_.big_endian) {
         return Status(ErrorCode::kFormat,
                       side->path + ": dtype: byte order " + (side->big_endian ? "big" : "little") +
-                          "-endian differs from the dtype option's " +
-                          (*options_.big_endian ? "big" : "little") + "-endian");
+                          "-endian differs from the " + (*options_.big_endian ? "big" : "little") +
+                          "-endian of " + option_mention("dtype"));
       }
       g.big = *options_.big_endian;
     }
     if (options_.dtype && side != nullptr && side->dtype && *options_.dtype != *side->dtype) {
       return Status(ErrorCode::kFormat, side->path + ": dtype: " + side->dtype->name() +
-                                            " differs from the dtype option " +
+                                            " differs from " + option_mention("dtype", true) +
                                             options_.dtype->name());
     }
     if (options_.dtype) {
@@ -255,15 +255,16 @@ class RawReader final : public ShardReader {
     } else if (side != nullptr && side->dtype) {
       g.dtype = *side->dtype;
     } else {
-      return Status(ErrorCode::kFormat,
-                    path + ": raw files need a dtype: pass dtype= or write \"dtype\" in " +
-                        parent_dir(path) + "/" + kSidecarName);
+      return Status(ErrorCode::kFormat, path + ": raw files need a dtype: pass " +
+                                            option_mention("dtype") + " or write \"dtype\" in " +
+                                            parent_dir(path) + "/" + kSidecarName);
     }
 
     if (options_.trailing_shape && side != nullptr && side->shape &&
         *options_.trailing_shape != *side->shape) {
       return Status(ErrorCode::kFormat, side->path + ": shape: " + shape_string(*side->shape) +
-                                            " differs from the shape option " +
+                                            " differs from " +
+                                            option_mention("trailing_shape", true) +
                                             shape_string(*options_.trailing_shape));
     }
     if (options_.trailing_shape) {
@@ -271,18 +272,18 @@ class RawReader final : public ShardReader {
     } else if (side != nullptr && side->shape) {
       g.trailing_shape = *side->shape;
     } else {
-      return Status(ErrorCode::kFormat,
-                    path +
-                        ": raw files need the trailing shape of a row: pass shape= (() for "
-                        "1-D data) or write \"shape\" in " +
-                        parent_dir(path) + "/" + kSidecarName);
+      return Status(ErrorCode::kFormat, path +
+                                            ": raw files need the trailing shape of a row: pass " +
+                                            option_mention("trailing_shape") +
+                                            " (empty for 1-D data) or write \"shape\" in " +
+                                            parent_dir(path) + "/" + kSidecarName);
     }
 
     if (options_.header_bytes && side != nullptr && side->header_bytes &&
         *options_.header_bytes != *side->header_bytes) {
       return Status(ErrorCode::kFormat,
                     side->path + ": header_bytes: " + std::to_string(*side->header_bytes) +
-                        " differs from the header_bytes option " +
+                        " differs from " + option_mention("header_bytes", true) +
                         std::to_string(*options_.header_bytes));
     }
     if (options_.header_bytes) {
@@ -460,16 +461,12 @@ std::shared_ptr<const ShardWriter> raw_writer() { return std::make_shared<RawWri
 
 Result<std::unique_ptr<ShardReader>> make_raw_reader(const FormatOptions& options,
                                                      const ReaderContext& context) {
-  if (!options.dataset.empty() || !options.columns.empty() || options.fill_value) {
-    return Status(ErrorCode::kInvalidArgument,
-                  "raw: options for other formats (dataset, columns, fill value) do not apply");
-  }
   if (options.trailing_shape) {
     for (const auto d : *options.trailing_shape) {
       if (d < 0) {
-        return Status(ErrorCode::kInvalidArgument, "raw: shape option " +
-                                                       shape_string(*options.trailing_shape) +
-                                                       " has a negative dimension");
+        return Status(ErrorCode::kInvalidArgument,
+                      "raw: " + option_mention("trailing_shape", true) +
+                          shape_string(*options.trailing_shape) + " has a negative dimension");
       }
     }
   }

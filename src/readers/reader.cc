@@ -229,22 +229,20 @@ Result<std::unique_ptr<ShardReader>> make_unguarded_reader(Format format,
     return Status(ErrorCode::kInvalidArgument, std::string("the ") + format_name(format) +
                                                    " format is not supported by this build");
   }
-  auto reader = d->make_reader(options, ctx);
-  if (!reader || format == Format::kCustom) return reader;
-  // The option table's word on the options the reader let through (shardload/format.hpp).
+  // The option table's word on the options a built-in format does not take
+  // (shardload/format.hpp), before its reader sees them: one refusal naming the option set.
   for (const auto& row : format_option_table()) {
-    if ((row.formats & format_bit(format)) == 0 && row.get(options)) {
+    if (format != Format::kCustom && (row.formats & format_bit(format)) == 0 && row.get(options)) {
       std::string takers;
       for (const auto& f : formats()) {
         if ((row.formats & format_bit(f.format)) != 0)
           takers += (takers.empty() ? "" : ", ") + f.name;
       }
-      return Status(
-          ErrorCode::kInvalidArgument,
-          d->name + ": the " + row.label + " option does not apply (it is for " + takers + ")");
+      return Status(ErrorCode::kInvalidArgument, d->name + ": " + option_mention(row.name) +
+                                                     " does not apply (it is for " + takers + ")");
     }
   }
-  return reader;
+  return d->make_reader(options, ctx);
 }
 
 }  // namespace

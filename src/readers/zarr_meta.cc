@@ -8,6 +8,7 @@
 #include "readers/detail/json.hpp"
 #include "readers/detail/write_files.hpp"
 #include "readers/detail/zarr.hpp"
+#include "shardload/format.hpp"
 
 namespace shardload::detail {
 
@@ -461,7 +462,8 @@ Status check_v3_node(const std::string& file, const Json& j, bool* not_an_array)
   *not_an_array = true;
   if (!node) return node.status();
   return bad(file, "node_type",
-             "expected \"array\", found \"" + *node + "\" (name the array with dataset=)");
+             "expected \"array\", found \"" + *node + "\" (name the array with " +
+                 option_mention("dataset") + ")");
 }
 
 Result<ZarrMeta> parse_v3(const std::string& file, const Json& j, bool* not_an_array) {

@@ -51,7 +51,7 @@ std::string metadata_path(const std::string& dir, int zarr_format) {
   return dir + (zarr_format == 2 ? "/.zarray" : "/zarr.json");
 }
 
-// The arrays directly inside a store, to suggest a dataset= when the root is
+// The arrays directly inside a store, to suggest a dataset when the root is
 // a group.
 std::string child_arrays(const std::string& dir) {
   std::string names;
@@ -116,8 +116,9 @@ class ZarrReader final : public ShardReader {
       std::string hint;
       if (options_.dataset.empty()) {
         const std::string arrays = child_arrays(path);
-        hint =
-            arrays.empty() ? "" : " (arrays in the store: " + arrays + "; name one with dataset=)";
+        hint = arrays.empty() ? ""
+                              : " (arrays in the store: " + arrays + "; name one with " +
+                                    option_mention("dataset") + ")";
       }
       return Status(ErrorCode::kFormat, dir + ": no Zarr array metadata (neither " +
                                             metadata_path(dir, 2) + " nor " +
@@ -592,12 +593,6 @@ class ZarrReader final : public ShardReader {
 
 Result<std::unique_ptr<ShardReader>> make_zarr_reader(const FormatOptions& options,
                                                       const ReaderContext& context) {
-  if (options.dtype || options.trailing_shape || options.header_bytes || !options.columns.empty() ||
-      options.fill_value) {
-    return Status(ErrorCode::kInvalidArgument,
-                  "zarr: the stores' metadata gives dtype and shape; options for other formats "
-                  "(dtype, trailing shape, header bytes, columns, fill value) do not apply");
-  }
   // The array path: components separated by '/', none empty, '.' or '..'
   // (it must stay inside each store).
   FormatOptions o = options;

@@ -1,5 +1,9 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <string>
+#include <vector>
+
 #include "shardload/dtype.hpp"
 #include "shardload/format.hpp"
 
@@ -64,6 +68,44 @@ TEST(DType, DtypeOptionKeepsOnlyASpelledByteOrder) {
   EXPECT_EQ(bad.code(), ErrorCode::kInvalidArgument);
   EXPECT_NE(bad.message().find("float31"), std::string::npos) << bad.message();
   EXPECT_EQ(o, before);
+}
+
+// A message names an option by a mark, which each front end spells its own way: every row of
+// the table and the options outside it, as a name and as set to a value.
+TEST(OptionMention, EachFrontEndSpellsEveryOptionItsOwnWay) {
+  std::vector<std::string> names = {"format", "pattern", "astype"};
+  for (const auto& row : format_option_table()) names.emplace_back(row.name);
+  for (const auto& name : names) {
+    std::string flag = name;
+    std::replace(flag.begin(), flag.end(), '_', '-');
+    const std::string message = "x: pass " + option_mention(name) + " or " +
+                                option_mention(name, true) + "'v' (and " + option_mention(name) +
+                                ")";
+    EXPECT_EQ(spell_options(message, OptionSpelling::kPython),
+              "x: pass " + name + "= or " + name + "='v' (and " + name + "=)");
+    EXPECT_EQ(spell_options(message, OptionSpelling::kCli),
+              "x: pass --" + flag + " or --" + flag + "='v' (and --" + flag + ")");
+    const std::string neutral = spell_options(message, OptionSpelling::kNeutral);
+    EXPECT_EQ(neutral.find('='), std::string::npos) << neutral;
+    EXPECT_EQ(neutral.find("--"), std::string::npos) << neutral;
+    EXPECT_EQ(neutral.find('\x1f'), std::string::npos) << neutral;
+  }
+  EXPECT_EQ(spell_options("pass " + option_mention("trailing_shape"), OptionSpelling::kNeutral),
+            "pass the trailing shape option");
+}
+
+// Text that is no mark of a known option is the message's own (a file name may hold any byte
+// but NUL and '/'): left as it is.
+TEST(OptionMention, TextThatIsNoMarkIsLeftAlone) {
+  const std::string m(1, '\x1f');
+  for (const std::string& text : {"a" + m, m + m, "a" + m + "not_an_option" + m + " b", m + "dtype",
+                                  m + "dtype=x" + m, std::string("plain")}) {
+    for (const auto s : {OptionSpelling::kNeutral, OptionSpelling::kPython, OptionSpelling::kCli}) {
+      EXPECT_EQ(spell_options(text, s), text);
+    }
+  }
+  // A stray mark before a real one: the stray one stays, the real one is spelled.
+  EXPECT_EQ(spell_options(m + m + "dtype" + m, OptionSpelling::kCli), m + "--dtype");
 }
 
 }  // namespace

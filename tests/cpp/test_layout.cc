@@ -230,10 +230,10 @@ TEST_F(LayoutTest, AutoDiscoveryRecognisesWhatTheDirectoryHolds) {
                                                                               return o;
                                                                             }()});
   ASSERT_FALSE(named);
-  EXPECT_EQ(named.status().message(),
+  EXPECT_EQ(spell_options(named.status().message(), OptionSpelling::kNeutral),
             dir_.file("shard_{:04d}.parquet") +
                 ": no files match the pattern; the directory holds 5 files: 1 *.h5 "
-                "(shard_0000.h5), 4 other; pass pattern='part{}' or a glob '" +
+                "(shard_0000.h5), 4 other; pass the pattern 'part{}' or a glob '" +
                 dir_.path() + "/part*'");
 }
 

@@ -194,6 +194,28 @@ TEST_F(LegateLoad, AShardRemovedAfterDiscoveryIsNamedWithItsErrno) {
   }
 }
 
+// A message names its options by marks (shardload/format.hpp), which are part of its text: they
+// survive each layer's context and the frame a task's error travels in, and the exceptions
+// spell them: what() in the C++ API's words, message() as the front end asks.
+TEST(TaskError, OptionMarksSurviveTheFrameAndTheExceptionsSpellThem) {
+  const Status st =
+      file_error(ErrorCode::kFormat, "f.parquet",
+                 "row 2 is null (pass " + option_mention("fill_value") + " to replace nulls)")
+          .with_context("tile 0");
+  const Status back = detail::task_error_status(static_cast<std::int32_t>(ErrorCode::kFormat),
+                                                detail::task_error_message(st));
+  EXPECT_EQ(back.message(), st.message());
+  const ShardReadError e(back);
+  EXPECT_STREQ(e.what(),
+               "tile 0: f.parquet: row 2 is null (pass the fill value option to replace "
+               "nulls)");
+  EXPECT_EQ(e.message(OptionSpelling::kCli),
+            "tile 0: f.parquet: row 2 is null (pass --fill-value to replace nulls)");
+  EXPECT_EQ(e.message(OptionSpelling::kPython),
+            "tile 0: f.parquet: row 2 is null (pass fill_value= to replace nulls)");
+  EXPECT_EQ(e.filename(), "f.parquet");
+}
+
 // The frame a task's error travels in: file, errno and message come back exactly, whatever
 // bytes they hold; a message without the frame is taken whole, with no file.
 TEST(TaskError, FrameRoundTripsAndPlainMessagesPass) {

@@ -35,7 +35,7 @@ class RawTest : public ::testing::Test {
   std::string error(FormatOptions o = {}) {
     auto l = discover_raw(std::move(o));
     EXPECT_FALSE(l);
-    return l.status().message();
+    return spell_options(l.status().message(), OptionSpelling::kNeutral);  // as C++ shows it
   }
   static void expect_counting(const Layout& l) {
     for (std::int64_t lo = 0; lo <= l.total_rows(); ++lo) {
@@ -123,8 +123,8 @@ TEST_F(RawTest, OptionAndSidecarMustAgree) {
   sidecar(R"({"dtype": "int16", "shape": [3]})");
   FormatOptions o;
   o.trailing_shape = std::vector<std::int64_t>{2};
-  EXPECT_EQ(error(o),
-            dir_.file("shardload.json") + ": shape: (3,) differs from the shape option (2,)");
+  EXPECT_EQ(error(o), dir_.file("shardload.json") +
+                          ": shape: (3,) differs from the trailing shape option (2,)");
 }
 
 TEST_F(RawTest, MalformedSidecarNamesFileAndField) {
@@ -184,6 +184,12 @@ TEST_F(RawTest, OptionsOfOtherFormatsAreRefused) {
   auto r = make_reader(Format::kRaw, o);
   ASSERT_FALSE(r);
   EXPECT_EQ(r.status().code(), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(spell_options(r.status().message(), OptionSpelling::kCli)
+                .rfind("raw: --dataset does "
+                       "not apply",
+                       0),
+            0u)
+      << r.status().message();
 }
 
 // footer_bytes: a trailer after each file's rows (the record length that ends a Fortran
@@ -233,9 +239,10 @@ TEST_F(RawTest, FooterBytesApplyToRawOnly) {
     auto r = make_reader(f, o);
     ASSERT_FALSE(r) << format_name(f);
     EXPECT_EQ(r.status().code(), ErrorCode::kInvalidArgument);
-    EXPECT_NE(r.status().message().find("the footer bytes option does not apply (it is for raw)"),
+    const std::string message = spell_options(r.status().message(), OptionSpelling::kNeutral);
+    EXPECT_NE(message.find("the footer bytes option does not apply (it is for raw)"),
               std::string::npos)
-        << r.status().message();
+        << message;
   }
   EXPECT_TRUE(make_reader(Format::kRaw, o));
 }

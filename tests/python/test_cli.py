@@ -9,10 +9,12 @@ import os
 import pathlib
 import re
 import subprocess
+import warnings
 
 import h5py
 import numpy as np
 import pyarrow as pa
+import pyarrow.feather as feather
 import pyarrow.parquet as pq
 import pytest
 import zarr
@@ -336,47 +338,149 @@ def test_read_prints_sizes_for_people(cli, tmp_path: pathlib.Path) -> None:
 
 # ---- messages in the command line's spelling -----------------------------------------------
 
+# The options the core names: the table's rows, and the three outside it.
+OPTION_NAMES = [name for name, _ in shardload._core.format_option_rows()] + [
+    "format", "pattern", "astype"]
+
+
+def flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
 def _python_spelling(text: str) -> list[str]:
-    return re.findall(r"\b(?:format|dtype|shape|pattern|dataset|columns|fill_value|"
-                      r"header_bytes)=|the (?:dtype|shape|header_bytes) option", text)
+    return re.findall(r"(?<![-\w])(?:" + "|".join(OPTION_NAMES) + r")=", text)
 
 
-def test_errors_name_options_as_the_command_line_spells_them(cli, tmp_path: pathlib.Path) -> None:
-    def check(args: list, needle: str) -> None:
-        r = run(cli, "inspect", *args)
-        assert r.returncode == 1 and needle in err(r), (args, err(r))
-        assert _python_spelling(err(r)) == [], (args, err(r))
+def _cli_spelling(text: str) -> list[str]:
+    return re.findall(r"--(?:" + "|".join(flag(n)[2:] for n in OPTION_NAMES) + r")\b", text)
+
+
+def _check_spellings(cli_err: str, python_msg: str, name: str | None) -> None:
+    # Each front end names the option its own way, and never the other's way; no mark of the
+    # core's is left in either.
+    assert "\x1f" not in cli_err and "\x1f" not in python_msg, (cli_err, python_msg)
+    assert _python_spelling(cli_err) == [], cli_err
+    assert _cli_spelling(python_msg) == [], python_msg
+    if name is not None:
+        assert flag(name) in cli_err, (name, cli_err)
+        assert f"{name}=" in python_msg, (name, python_msg)
+
+
+def _discover_error(source: pathlib.Path, **kw) -> str:
+    with pytest.raises(ValueError) as e:
+        shardload.discover(source, **kw)
+    return str(e.value)
+
+
+def _cli_args(options: dict) -> list[str]:
+    args = []
+    for name, value in options.items():
+        if isinstance(value, (list, tuple)):
+            value = ",".join(str(v) for v in value)
+        args += [flag(name), str(value)]
+    return args
+
+
+def test_errors_name_options_as_each_front_end_spells_them(cli, tmp_path: pathlib.Path) -> None:
+    # The same fault through the command line and through Python: the option it names is
+    # --flag in one and keyword= in the other.
+    def check(source: pathlib.Path, options: dict, name: str) -> None:
+        r = run(cli, "inspect", source, *_cli_args(options))
+        assert r.returncode == 1, (options, err(r))
+        _check_spellings(err(r), _discover_error(source, **options), name)
 
     raw = tmp_path / "raw"
     raw.mkdir()
     (raw / "shard_0000.bin").write_bytes(bytes(48))
-    check([raw, "--format", "raw"], "pass --dtype or write")
-    check([raw, "--format", "raw", "--dtype", "f4"], "pass --trailing-shape ('' for 1-D data)")
-    # The Python API keeps its own spelling for the same fault.
-    with pytest.raises(shardload.LayoutError, match=r"pass dtype= or write"):
-        shardload.discover(raw, format="raw")
+    check(raw, {"format": "raw"}, "dtype")
+    check(raw, {"format": "raw", "dtype": "f4"}, "trailing_shape")
     (raw / "shardload.json").write_text(json.dumps({"dtype": "<f4", "shape": [3],
                                                     "header_bytes": 0}))
-    check([raw, "--format", "raw", "--dtype", "<f8"], "differs from the --dtype option")
-    check([raw, "--format", "raw", "--dtype", ">f4"], "differs from the --dtype option's")
-    check([raw, "--format", "raw", "--trailing-shape", "4"],
-          "differs from the --trailing-shape option")
-    check([raw, "--format", "raw", "--header-bytes", "4"],
-          "differs from the --header-bytes option")
+    check(raw, {"format": "raw", "dtype": "<f8"}, "dtype")
+    check(raw, {"format": "raw", "dtype": ">f4"}, "dtype")
+    check(raw, {"format": "raw", "trailing_shape": [4]}, "trailing_shape")
+    check(raw, {"format": "raw", "header_bytes": 4}, "header_bytes")
     unknown = tmp_path / "data.weird"
     unknown.write_bytes(b"x")
-    check([unknown], "name it with --format")
+    check(unknown, {}, "format")
     h5 = tmp_path / "two.h5"
     with h5py.File(h5, "w") as f:
         f["a"] = np.arange(3)
         f["b"] = np.arange(3)
-    check([h5], "name one with --dataset")
+    check(h5, {}, "dataset")
     g = zarr.open_group(str(tmp_path / "z" / "shard_0000.zarr"), mode="w")
     g.create_array("x", shape=(4,), dtype="f4")
-    check([tmp_path / "z", "--format", "zarr"], "name the array with --dataset")
+    check(tmp_path / "z", {"format": "zarr"}, "dataset")
     pqf = tmp_path / "mixed.parquet"
     pq.write_table(pa.table({"a": np.arange(3, dtype=np.int32), "b": np.arange(3.0)}), pqf)
-    check([pqf], "pass --astype to cast")
+    check(pqf, {}, "astype")
+    pq.write_table(pa.table({"a": np.arange(3.0), "s": ["x", "y", "z"]}), pqf)
+    check(pqf, {"columns": ["a", "s"]}, "columns")
+    check(pqf, {"columns": ["a", "a"]}, "columns")
+    mixed = tmp_path / "mixed"
+    mixed.mkdir()
+    np.save(mixed / "shard_0000.npy", np.zeros(2))
+    with h5py.File(mixed / "shard_0000.h5", "w") as f:
+        f["x"] = np.zeros(2)
+    check(mixed, {}, "pattern")
+
+
+def _datasets(tmp_path: pathlib.Path) -> dict[str, pathlib.Path]:
+    """One valid one-shard dataset of each format the tests can write, by format name."""
+    out = {}
+    for fmt in ("npy", "raw", "hdf5", "parquet", "arrow", "zarr", "npz"):
+        d = tmp_path / fmt
+        d.mkdir()
+        out[fmt] = d
+    data = np.arange(12, dtype=np.float32).reshape(4, 3)
+    np.save(out["npy"] / "shard_0000.npy", data)
+    data.tofile(out["raw"] / "shard_0000.bin")
+    (out["raw"] / "shardload.json").write_text(json.dumps({"dtype": "<f4", "shape": [3]}))
+    with h5py.File(out["hdf5"] / "shard_0000.h5", "w") as f:
+        f["x"] = data
+    table = pa.table({"a": data[:, 0], "b": data[:, 1]})
+    pq.write_table(table, out["parquet"] / "shard_0000.parquet")
+    feather.write_feather(table, out["arrow"] / "shard_0000.arrow")
+    z = zarr.open_array(str(out["zarr"] / "shard_0000.zarr"), mode="w", shape=data.shape,
+                        dtype="f4")
+    z[:] = data
+    np.savez(out["npz"] / "shard_0000.npz", x=data)
+    return out
+
+
+# A value of each kind of the option table, as Python takes it.
+VALUE_OF_KIND = {"dtype": "float32", "dims": [3], "count": 4, "text": "x",
+                 "text_list": ["a"], "number": 0.5}
+
+
+def test_every_option_naming_error_names_the_option_as_each_front_end_spells_it(
+        cli, tmp_path: pathlib.Path) -> None:
+    # Every row of the option table, set on a valid dataset of every format: where that fails,
+    # the command line and Python fail alike, each in its own spelling of the options named
+    # (none in the other's), and an error that names the option in one names it in both.
+    # npy takes no option of the table, so every row gives at least that refusal.
+    datasets = _datasets(tmp_path)
+    refused = set()
+    for name, kind in shardload._core.format_option_rows():
+        options = {name: VALUE_OF_KIND[kind]}
+        for fmt, d in datasets.items():
+            r = run(cli, "inspect", d, "--format", fmt, *_cli_args(options))
+            try:
+                with warnings.catch_warnings():  # dtype= for parquet/arrow: deprecated, works
+                    warnings.simplefilter("ignore", DeprecationWarning)
+                    shardload.discover(d, format=fmt, **options)
+                python_msg = None
+            except ValueError as e:
+                python_msg = str(e)
+            assert (r.returncode == 0) == (python_msg is None), (name, fmt, err(r), python_msg)
+            if python_msg is None:
+                continue
+            named = flag(name) in err(r)
+            assert named == (f"{name}=" in python_msg), (name, fmt, err(r), python_msg)
+            _check_spellings(err(r), python_msg, name if named else None)
+            if named:
+                refused.add((name, fmt))
+    assert {(name, "npy") for name in OPTION_NAMES[:-3]} <= refused, refused
 
 
 def test_astype_is_the_read_as_type_and_dtype_the_stored_one(cli, tmp_path: pathlib.Path) -> None:
@@ -419,6 +523,22 @@ def test_astype_is_the_read_as_type_and_dtype_the_stored_one(cli, tmp_path: path
     assert r.returncode == 0 and "shape:          (6,)" in out(r) and err(r) == "", err(r)
 
 
+def test_the_core_spells_no_option_the_way_one_front_end_does() -> None:
+    # Besides the behaviour above: no string in the sources under the front ends names an
+    # option as Python (dtype=) or the command line (--dtype) would; they mark it.
+    sources = [p for p in (ROOT / "src").rglob("*") if p.suffix in (".cc", ".hpp", ".cu", ".h")
+               and "cli" not in p.relative_to(ROOT).parts]
+    assert len(sources) > 20
+    found = []
+    for path in sources:
+        code = re.sub(r"(?m)^\s*//.*$", "", path.read_text())  # whole-line comments
+        # Adjacent string literals joined, as the compiler does, then searched one by one.
+        joined = re.sub(r'"\s*\n\s*"', "", code)
+        for literal in re.findall(r'"((?:[^"\\\n]|\\.)*)"', joined):
+            found += [(path.name, s) for s in _python_spelling(literal) + _cli_spelling(literal)]
+    assert not found, found
+
+
 def test_read_errors_use_the_command_line_spelling(cli, tmp_path: pathlib.Path) -> None:
     # A null found while reading, under Legate: the message suggests --fill-value.
     d = tmp_path / "nulls"
@@ -426,32 +546,9 @@ def test_read_errors_use_the_command_line_spelling(cli, tmp_path: pathlib.Path) 
     pq.write_table(pa.table({"a": pa.array([1.0, None, 3.0])}), d / "shard_0000.parquet")
     r = run(cli, "read", d / "shard_{:04d}.parquet", "--no-verify")
     assert r.returncode == 1 and "pass --fill-value to replace nulls" in err(r), err(r)
-    assert _python_spelling(err(r)) == []
+    _check_spellings(err(r), "", None)
     r = run(cli, "read", d / "shard_{:04d}.parquet", "--fill-value=0", "--no-verify")
     assert r.returncode == 0, err(r)
-
-
-def test_every_python_spelled_phrase_of_the_core_has_a_cli_spelling() -> None:
-    # The class of fault, not the cases above: any message phrase in the sources outside the
-    # command line that names an option the Python way ("pass dtype= to cast", "the shape
-    # option") must be covered by a row of the command line's table of phrases.
-    code = (ROOT / "src/cli/args.cc").read_text()
-    body = code[code.index("std::string cli_spelling"):]
-    rows = re.findall(r'\{"((?:[^"\\]|\\.)*)",\s*"', body[:body.index("for (const auto&")])
-    assert len(rows) >= 10
-    sources = [p for p in (ROOT / "src").rglob("*") if p.suffix in (".cc", ".hpp", ".cu", ".h")
-               and "cli" not in p.relative_to(ROOT).parts]
-    found = []
-    for path in sources:
-        # Adjacent string literals joined, as the compiler does, then searched one by one.
-        joined = re.sub(r'"\s*\n\s*"', "", path.read_text())
-        for literal in re.findall(r'"((?:[^"\\\n]|\\.)*)"', joined):
-            for m in re.finditer(r"(?:[A-Za-z]+ ){1,3}[a-z_]+=(?: [A-Za-z]+){0,2}"
-                                 r"|(?:differs from the|raw:) [a-z_]+ option", literal):
-                found.append((path.name, m.group(0)))
-    assert len(found) >= 8, found  # the scan does see the core's phrases
-    missing = [(f, p) for f, p in found if not any(p in row for row in rows)]
-    assert not missing, missing
 
 
 # ---- usage errors: what Python refuses, the command line refuses (exit 2, no Legate) -------

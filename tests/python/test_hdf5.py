@@ -357,7 +357,7 @@ def test_error_not_hdf5(tmp_path: pathlib.Path) -> None:
 
 def test_error_options_of_other_formats(tmp_path: pathlib.Path) -> None:
     write(tmp_path / "shard_0000.h5", np.arange(3))
-    with pytest.raises(shardload.LayoutError, match="hdf5: .* do not apply"):
+    with pytest.raises(shardload.LayoutError, match=r"hdf5: columns= does not apply"):
         shardload.discover(tmp_path, format="hdf5", columns=["a"])
 
 

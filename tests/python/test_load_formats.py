@@ -119,5 +119,5 @@ def test_invalid_options(tmp_path: pathlib.Path) -> None:
         shardload.load(tmp_path, format="raw", dtype="float8", trailing_shape=(3,))
     with pytest.raises(ValueError, match="overdecompose"):
         shardload.load(tmp_path, overdecompose=-1)
-    with pytest.raises(shardload.LayoutError, match="npy: .*do not apply"):
+    with pytest.raises(shardload.LayoutError, match=r"npy: dtype= does not apply"):
         shardload.load(tmp_path, dtype="float32")

@@ -138,9 +138,9 @@ def test_malformed_sidecar(tmp_path, text, message):
 
 
 @pytest.mark.parametrize("kwargs,message", [
-    ({"dtype": "float64"}, r"dtype: float32 differs from the dtype option float64"),
-    ({"trailing_shape": (4,)}, r"shape: \(3,\) differs from the shape option \(4,\)"),
-    ({"header_bytes": 0}, r"header_bytes: 8 differs from the header_bytes option 0"),
+    ({"dtype": "float64"}, r"dtype: float32 differs from dtype=float64"),
+    ({"trailing_shape": (4,)}, r"shape: \(3,\) differs from trailing_shape=\(4,\)"),
+    ({"header_bytes": 0}, r"header_bytes: 8 differs from header_bytes=0"),
 ])
 def test_sidecar_disagrees_with_options(tmp_path, kwargs, message):
     write_raw(tmp_path, [np.zeros((2, 3), "float32")], header=b"\0" * 8,
@@ -281,6 +281,6 @@ def test_footer_bytes_is_checked_and_for_raw_only(tmp_path):
     npy = tmp_path / "npy"
     npy.mkdir()
     np.save(npy / "shard_0000.npy", np.zeros(3))
-    with pytest.raises(ValueError, match=r"npy: the footer bytes option does not apply "
+    with pytest.raises(ValueError, match=r"npy: footer_bytes= does not apply "
                                          r"\(it is for raw\)"):
         shardload.discover(npy, footer_bytes=4)

@@ -427,7 +427,7 @@ def test_store_is_not_a_directory_and_options_do_not_apply(tmp_path):
     (tmp_path / "shard_0000.zarr").write_bytes(b"x")
     with pytest.raises(shardload.LayoutError, match=r"shard_0000\.zarr: not a directory"):
         shardload.discover(tmp_path, format="zarr")
-    with pytest.raises(shardload.LayoutError, match=r"zarr: .*do not apply"):
+    with pytest.raises(shardload.LayoutError, match=r"zarr: dtype= does not apply"):
         shardload.discover(tmp_path, format="zarr", dtype="float32")
     with pytest.raises(shardload.LayoutError, match=r"dataset '\.\./x'"):
         shardload.discover(tmp_path, format="zarr", dataset="../x")

@@ -100,7 +100,7 @@ struct FormatOptionSpec {
   const char* metavar;  // the CLI's placeholder
   OptionKind kind;
   // The built-in formats whose readers take it (format_bit); the others refuse it when set
-  // (make_reader checks; a reader may refuse first with words of its own). A user's
+  // (make_reader checks, before the reader sees the options). A user's
   // registered reader (kCustom) is given every option.
   std::uint32_t formats;
   const char* help;  // the CLI's help line
@@ -197,6 +197,28 @@ inline constexpr std::span<const FormatOptionSpec> format_option_table() {
 // The row named `name` (a Python keyword, or with `cli` a flag such as "header-bytes"), or
 // nullptr.
 const FormatOptionSpec* find_format_option(std::string_view name, bool cli = false);
+
+// Messages name an option as data, never in one front end's spelling: the core puts a mark
+// (option_mention) where a message names an option, and each front end spells every mark its
+// own way (spell_options) where it turns a Status into its error: Python's keyword (dtype=),
+// the command line's flag (--dtype), or words for the C++ API (the dtype option). The mark is
+// part of the message text, so it survives with_context and a Legate task's error record;
+// the message itself is never rewritten.
+enum class OptionSpelling : std::uint8_t { kNeutral, kPython, kCli };
+
+// The mark for the option `name`: a row's name, or one of the options outside the table that
+// the core names ("format", "pattern", and "astype", the front ends' name for the type
+// parquet/arrow decode into). With `assign`, the option as set to the value that follows
+// ("pass " + option_mention("pattern", true) + "'x'": pattern='x', --pattern='x', the
+// pattern 'x').
+std::string option_mention(std::string_view name, bool assign = false);
+
+// The option `name` as `spelling` writes it ("" for a name option_mention does not take).
+std::string option_spelling(std::string_view name, OptionSpelling spelling, bool assign = false);
+
+// `message` with every mark in `spelling`; text that is not a mark of a known option (bytes of
+// a file name, say) is left as it is.
+std::string spell_options(std::string_view message, OptionSpelling spelling);
 
 // A value of `kind` from the command line's text ("3,4", "16", "a,b", "0.5"); the one text
 // parser of the options. kInvalidArgument saying what was expected and found, without the

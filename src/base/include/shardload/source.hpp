@@ -92,7 +92,8 @@ struct DirectoryScan {
   [[nodiscard]] std::string describe(
       const std::function<bool(std::string_view extension)>& known) const;
   // "; pass pattern='shard_{:04d}.h5' or a glob 'D/*.h5'" for the largest group (else the
-  // most common extension), or "" when there is nothing to suggest.
+  // most common extension; the pattern option marked, shardload/format.hpp's option_mention),
+  // or "" when there is nothing to suggest.
   [[nodiscard]] std::string suggestion() const;
 };
 

@@ -52,7 +52,8 @@ struct Layout : ReadSpec {
   std::vector<std::int64_t> offsets;  // size shards+1: offsets[i] = first global row of shard i
   // How discover() got this layout, for people (shardload/manifest.hpp): "manifest: used",
   // "manifest: stale because ...", "manifest: absent", ...; empty where no directory was
-  // discovered. Not part of the encoding: it describes the discovery, not the data.
+  // discovered. Not part of the encoding: it describes the discovery, not the data. Options
+  // it names are marked as in a Status's message (spell_options, shardload/format.hpp).
   std::string manifest_status;
   ManifestState manifest_state = ManifestState::kNone;  // the same, as data; not encoded either
 

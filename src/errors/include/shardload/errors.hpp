@@ -10,17 +10,22 @@
 #include <stdexcept>
 #include <string>
 
+#include "shardload/format.hpp"
 #include "shardload/status.hpp"
 
 namespace shardload {
 
 // Base of shardload's exceptions: the Status as data. message() is the whole message, bytes
-// included that what() would cut (a file name holding a NUL).
+// included that what() would cut (a file name holding a NUL), with the options it names
+// spelled the front end's way (what(): the C++ API's words, "the dtype option").
 class Error {
  public:
   explicit Error(Status status) : status_(std::move(status)) {}
   virtual ~Error() = default;
   [[nodiscard]] const Status& status() const noexcept { return status_; }
+  [[nodiscard]] std::string message(OptionSpelling spelling = OptionSpelling::kNeutral) const {
+    return spell_options(status_.message(), spelling);
+  }
   // The file the error is about ("" when none is known) and the errno of the failed system
   // call (0 when none), as data: also from a Legate task, whose error carries them beside its
   // message. Decide on these, not on the message.
@@ -35,7 +40,8 @@ class Error {
 class LayoutError : public std::invalid_argument, public Error {
  public:
   explicit LayoutError(Status status)
-      : std::invalid_argument(status.message()), Error(std::move(status)) {}
+      : std::invalid_argument(spell_options(status.message(), OptionSpelling::kNeutral)),
+        Error(std::move(status)) {}
   explicit LayoutError(const std::string& message)
       : LayoutError(Status{ErrorCode::kLayout, message}) {}
 };
@@ -58,7 +64,8 @@ class ArgumentError : public LayoutError {
 class ShardReadError : public std::runtime_error, public Error {
  public:
   explicit ShardReadError(Status status)
-      : std::runtime_error(status.message()), Error(std::move(status)) {}
+      : std::runtime_error(spell_options(status.message(), OptionSpelling::kNeutral)),
+        Error(std::move(status)) {}
   explicit ShardReadError(const std::string& message)
       : ShardReadError(Status{ErrorCode::kIo, message}) {}
 };
@@ -68,7 +75,8 @@ class ShardReadError : public std::runtime_error, public Error {
 class OutOfMemoryError : public std::runtime_error, public Error {
  public:
   explicit OutOfMemoryError(Status status)
-      : std::runtime_error(status.message()), Error(std::move(status)) {}
+      : std::runtime_error(spell_options(status.message(), OptionSpelling::kNeutral)),
+        Error(std::move(status)) {}
   explicit OutOfMemoryError(const std::string& message)
       : OutOfMemoryError(Status{ErrorCode::kNoMemory, message}) {}
 };
@@ -79,7 +87,8 @@ class OutOfMemoryError : public std::runtime_error, public Error {
 class ShardWriteError : public std::runtime_error, public Error {
  public:
   explicit ShardWriteError(Status status)
-      : std::runtime_error(status.message()), Error(std::move(status)) {}
+      : std::runtime_error(spell_options(status.message(), OptionSpelling::kNeutral)),
+        Error(std::move(status)) {}
   explicit ShardWriteError(const std::string& message)
       : ShardWriteError(Status{ErrorCode::kIo, message}) {}
 };
