@@ -54,8 +54,8 @@ struct LoadLaunch {
 LoadLaunch submit_load(const legate::Library& lib, const legate::LogicalArray& array,
                        const Layout& layout, const ReadPlan& plan, const TileEncoding& tiles);
 
-// Waits for the launch (maps its records on this rank, so every rank reads the same ones)
-// and returns the failure of its lowest failing tile, or ok. Each rank decides alike.
+// Waits for the launch (maps all of its records on this rank, so that every rank returns the
+// same) and returns the failure of its lowest failing tile, or ok.
 Status load_failure(const legate::LogicalStore& records, std::uint64_t record_bytes);
 
 // Throws OutOfMemoryError unless `copies` arrays of the layout's size, tiled by `plan`, fit
