@@ -976,10 +976,10 @@ class LoadInfo:
 
     - ``discovery_s``: finding and checking the shards (0.0 when a Layout was passed);
     - ``startup_s``: starting the Legate runtime (0.0 after the first load);
-    - ``launch_s``: from the call into the adapter to the launch's submission (planning, the
-      memory check, creating the array and the task);
-    - ``fill_s``: from the submission until every tile is filled (the load task may raise, so
-      submitting waits for it);
+    - ``launch_s``: from the call into the adapter to the launch (planning, the memory check,
+      creating the array);
+    - ``fill_s``: from the launch until every tile is filled (the load waits for every tile's
+      error record);
     - ``total_s``: the whole call, argument checks included.
 
     ``gb_per_s`` is ``bytes / 1e9 / total_s``: the whole call, as for :class:`SaveInfo`.

@@ -48,7 +48,7 @@ PYBIND11_MODULE(_legate, m) {
         shardload::LoadInfo info;
         legate::LogicalArray* array = nullptr;
         {
-          // submit() waits for the tasks while holding nothing Python needs; what it throws
+          // load() waits for the tasks while holding nothing Python needs; what it throws
           // leaves through the translator, with the GIL taken back.
           py::gil_scoped_release release;
           array = new legate::LogicalArray(shardload::load(layout, opts, &info));

@@ -1,5 +1,5 @@
-// Batches: one launch of the reporting load task per batch, submitted without waiting (a task
-// that may throw makes Legate wait at submission), its failures read back from the error
+// Batches: one launch of the load task per batch, submitted without waiting (the task never
+// throws, so Legate does not wait at submission), its failures read back from the error
 // records when the batch is handed out.
 #include "shardload/batches.hpp"
 
@@ -26,16 +26,6 @@ T value_or_throw(Result<T> r, const std::string& context, ErrorSite site) {
 
 std::string rows_text(std::int64_t lo, std::int64_t hi) {
   return "rows [" + std::to_string(lo) + ", " + std::to_string(hi) + ")";
-}
-
-// A record holds a message that names a path (or a file inside it, a Zarr chunk) and what was
-// expected and found: room for the longest path twice and the rest.
-std::uint64_t record_bytes_for(const Layout& layout) {
-  std::size_t longest = 0;
-  for (const auto& s : layout.shards) longest = std::max(longest, s.path.size());
-  // The error's file as data and its message naming it (twice at most), with room to spare.
-  const std::uint64_t bytes = detail::kRecordHeader + 2048 + 3 * longest;
-  return (bytes + 7) / 8 * 8;
 }
 
 }  // namespace
@@ -89,28 +79,11 @@ void Batches::launch_next() {
     pending_.push_back(std::move(l));
     return;
   }
-  const detail::Tiling tiling = detail::tile_axis0(extents, plan.tile_rows, plan.tiles);
-  // One record per point: the records lie along axis 0 with every other extent 1, so their
-  // tiling has the launch's color space whatever the array's dimension.
-  l.record_bytes = record_bytes_for(slice);
-  std::vector<std::uint64_t> record_extents(extents.size(), 1);
-  record_extents[0] = static_cast<std::uint64_t>(plan.tiles) * l.record_bytes;
-  std::vector<std::uint64_t> record_tile(extents.size(), 1);
-  record_tile[0] = l.record_bytes;
-  legate::LogicalStore errors =
-      runtime->create_store(legate::Shape{record_extents}, legate::uint8());
-
-  const legate::Library lib = library();
-  auto task = detail::tiled_task(lib, detail::LoadReportTask::TASK_CONFIG.task_id(), tiling);
-  task.add_output(l.batch.array.data().partition_by_tiling(tiling.tile_shape));
-  task.add_output(errors.partition_by_tiling(record_tile));
   const TileEncoding tiles =
       value_or_throw(encode_tiles(slice, plan), what + ": planning", ErrorSite::kDiscover);
-  task.add_scalar_arg(legate::Scalar{tiles.bytes});
-  task.add_scalar_arg(legate::Scalar{tiles.offsets});
-  task.add_scalar_arg(legate::Scalar{plan.tile_rows});
-  runtime->submit(std::move(task));  // does not wait: the task cannot throw
-  l.errors = std::move(errors);
+  detail::LoadLaunch launch = detail::submit_load(library(), l.batch.array, slice, plan, tiles);
+  l.errors = std::move(launch.records);
+  l.record_bytes = launch.record_bytes;
   pending_.push_back(std::move(l));
 }
 
@@ -122,18 +95,8 @@ std::optional<Batch> Batches::next() {
   pending_.pop_front();
   ++handed_out_;
   if (l.errors) {
-    // Mapping the records waits for this batch's launch only.
-    Status failure = Status::ok();
-    {
-      const legate::PhysicalStore records =
-          l.errors->get_physical_store(legate::mapping::StoreTarget::SYSMEM);
-      const legate::InlineAllocation alloc = records.get_inline_allocation();
-      const auto* bytes = static_cast<const std::byte*>(alloc.ptr);
-      const auto n = static_cast<std::size_t>(records.domain().get_volume() / l.record_bytes);
-      for (std::size_t i = 0; i < n && failure; ++i) {
-        failure = detail::decode_record(bytes + i * l.record_bytes, l.record_bytes);
-      }
-    }
+    // Waits for this batch's launch only.
+    const Status failure = detail::load_failure(*l.errors, l.record_bytes);
     l.errors.reset();
     if (!failure) {
       // As load() reports it, with the batch's place in the whole dataset in front (the tile's

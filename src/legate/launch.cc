@@ -1,5 +1,6 @@
 // The launchers' shared steps (legate/detail/launch.hpp): target choice, the tiled launch,
-// submit-or-throw and the memory check with its reserve rule.
+// submit-or-throw, the load task's launch and its error records, and the memory check with
+// its reserve rule.
 #include "legate/detail/launch.hpp"
 
 #include <realm.h>
@@ -11,8 +12,8 @@
 #include <utility>
 #include <vector>
 
-#include "legate/detail/tasks.hpp"
 #include "base/detail/bytes.hpp"
+#include "legate/detail/tasks.hpp"
 #include "shardload/legate.hpp"
 
 namespace shardload {
@@ -85,17 +86,18 @@ void check_memory(const Layout& layout, const ReadPlan& plan, legate::mapping::T
         total,
         copies * per_gpu_tiles * static_cast<std::uint64_t>(plan.tile_rows) * layout.row_bytes);
     if (per_gpu > usable(smallest)) {
-      throw OutOfMemoryError(
-          needs + ", up to " + detail::size_string(per_gpu) + " on each of " + std::to_string(processors) +
-          " GPUs, but a GPU has " + detail::size_string(usable(smallest)) + " of " + what +
-          " for Legate; give Legate more (" + flag +
-          ", in LEGATE_CONFIG or to the legate launcher), use more GPUs, or " + fewer);
+      throw OutOfMemoryError(needs + ", up to " + detail::size_string(per_gpu) + " on each of " +
+                             std::to_string(processors) + " GPUs, but a GPU has " +
+                             detail::size_string(usable(smallest)) + " of " + what +
+                             " for Legate; give Legate more (" + flag +
+                             ", in LEGATE_CONFIG or to the legate launcher), use more GPUs, or " +
+                             fewer);
     }
     return;
   }
   if (total > usable(capacity)) {
-    throw OutOfMemoryError(needs + ", but Legate has " + detail::size_string(usable(capacity)) + " of " +
-                           what + " for it in all; give Legate more (" + flag +
+    throw OutOfMemoryError(needs + ", but Legate has " + detail::size_string(usable(capacity)) +
+                           " of " + what + " for it in all; give Legate more (" + flag +
                            ", in LEGATE_CONFIG or to the legate launcher), or " + fewer);
   }
 }
@@ -136,6 +138,60 @@ void submit_or_throw(legate::ManualTask task, ErrorSite site, const std::string&
     const Status st = status_from_task_error(e);
     throw_status(context.empty() ? st : st.with_context(context), site);
   }
+}
+
+namespace {
+
+// A record holds a message that names a path (or a file inside it, a Zarr chunk) and what was
+// expected and found: room for the longest path three times (the frame's file and a message
+// naming it twice at most) and the rest.
+std::uint64_t record_bytes_for(const Layout& layout) {
+  std::size_t longest = 0;
+  for (const auto& s : layout.shards) longest = std::max(longest, s.path.size());
+  const std::uint64_t bytes = kRecordHeader + 2048 + 3 * longest;
+  return (bytes + 7) / 8 * 8;
+}
+
+}  // namespace
+
+LoadLaunch submit_load(const legate::Library& lib, const legate::LogicalArray& array,
+                       const Layout& layout, const ReadPlan& plan, const TileEncoding& tiles) {
+  auto* runtime = legate::Runtime::get_runtime();
+  const auto shape = array.extents();
+  const std::vector<std::uint64_t> extents(shape.begin(), shape.end());
+  const Tiling tiling = tile_axis0(extents, plan.tile_rows, plan.tiles);
+  // One record per point: the records lie along axis 0 with every other extent 1, so their
+  // tiling has the launch's color space whatever the array's dimension.
+  const std::uint64_t record_bytes = record_bytes_for(layout);
+  std::vector<std::uint64_t> record_extents(extents.size(), 1);
+  record_extents[0] = static_cast<std::uint64_t>(plan.tiles) * record_bytes;
+  std::vector<std::uint64_t> record_tile(extents.size(), 1);
+  record_tile[0] = record_bytes;
+  legate::LogicalStore records =
+      runtime->create_store(legate::Shape{record_extents}, legate::uint8());
+
+  auto task = tiled_task(lib, LoadReportTask::TASK_CONFIG.task_id(), tiling);
+  task.add_output(array.data().partition_by_tiling(tiling.tile_shape));
+  task.add_output(records.partition_by_tiling(record_tile));
+  task.add_scalar_arg(legate::Scalar{tiles.bytes});
+  task.add_scalar_arg(legate::Scalar{tiles.offsets});
+  task.add_scalar_arg(legate::Scalar{plan.tile_rows});
+  runtime->submit(std::move(task));  // does not wait: the task cannot throw
+  return {std::move(records), record_bytes};
+}
+
+Status load_failure(const legate::LogicalStore& records, std::uint64_t record_bytes) {
+  // Mapping the records waits for the launch that wrote them, and for nothing else.
+  const legate::PhysicalStore store =
+      records.get_physical_store(legate::mapping::StoreTarget::SYSMEM);
+  const legate::InlineAllocation alloc = store.get_inline_allocation();
+  const auto* bytes = static_cast<const std::byte*>(alloc.ptr);
+  const auto n = static_cast<std::size_t>(store.domain().get_volume() / record_bytes);
+  for (std::size_t i = 0; i < n; ++i) {
+    Status st = decode_record(bytes + i * record_bytes, record_bytes);
+    if (!st) return st;
+  }
+  return Status::ok();
 }
 
 }  // namespace detail

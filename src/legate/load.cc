@@ -177,7 +177,6 @@ legate::Library library() {
   auto lib = runtime->find_or_create_library(detail::kLibraryName, legate::ResourceConfig{},
                                              nullptr, {}, &created);
   if (created) {
-    detail::LoadTask::register_variants(lib);
     detail::LoadReportTask::register_variants(lib);
     detail::VerifyManifestTask::register_variants(lib);
     detail::DiscoverTask::register_variants(lib);
@@ -221,19 +220,17 @@ legate::LogicalArray load(const Layout& layout, const LoadOptions& options, Load
     return array;
   }
 
-  const detail::Tiling tiling = detail::tile_axis0(extents, plan.tile_rows, plan.tiles);
-  auto task = detail::tiled_task(lib, detail::LoadTask::TASK_CONFIG.task_id(), tiling);
-  task.add_output(array.data().partition_by_tiling(tiling.tile_shape));
   const TileEncoding tiles = value_or_throw(encode_tiles(layout, plan), "planning");
-  task.add_scalar_arg(legate::Scalar{tiles.bytes});
-  task.add_scalar_arg(legate::Scalar{tiles.offsets});
-  task.add_scalar_arg(legate::Scalar{plan.tile_rows});
   const auto t1 = Clock::now();
   if (info != nullptr) info->launch_seconds = seconds(t0, t1);
   const std::uint64_t retries_before = remote_retries();
-  // Whatever a point finds while reading (I/O failure, changed file, damaged chunk, a null) is
-  // a read error; only bad task arguments are not.
-  detail::submit_or_throw(std::move(task), ErrorSite::kRead);
+  const detail::LoadLaunch launch = detail::submit_load(lib, array, layout, plan, tiles);
+  // Reading the records waits for every tile, as a launch that throws would at submission; the
+  // lowest failing tile is reported, the same on every rank. Whatever a point finds while
+  // reading (I/O failure, changed file, damaged chunk, a null) is a read error; only bad task
+  // arguments are not.
+  const Status failure = detail::load_failure(launch.records, launch.record_bytes);
+  if (!failure) throw_status(failure, ErrorSite::kRead);
   if (info != nullptr) {
     info->fill_seconds = seconds(t1, Clock::now());
     info->remote_retries = remote_retries() - retries_before;

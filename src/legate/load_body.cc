@@ -249,14 +249,4 @@ void write_host_record(legate::TaskContext& context, const Status& status) noexc
   encode_record(status, record.ptr, record.size);
 }
 
-void finish_load(const Tile& tile, const Status& st) {
-  if (!st) throw_task_error(tile_error(tile, st));
-}
-
-Tile prepare_or_throw(legate::TaskContext& context) {
-  Result<Tile> tile = prepare_tile(context);
-  if (!tile) throw_task_error(tile.status());
-  return std::move(tile).value();
-}
-
 }  // namespace shardload::detail

@@ -79,13 +79,6 @@ Status fill_device_tile(const Tile& t, cudaStream_t stream) {
 
 }  // namespace
 
-void LoadTask::gpu_variant(legate::TaskContext context) {
-  run_task_body([&] {
-    const Tile tile = prepare_or_throw(context);
-    finish_load(tile, fill_device_tile(tile, context.get_task_stream()));
-  });
-}
-
 void LoadReportTask::gpu_variant(legate::TaskContext context) {
   const cudaStream_t stream = context.get_task_stream();
   const Status st =

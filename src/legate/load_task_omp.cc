@@ -52,13 +52,6 @@ Status fill_omp_tile(const Tile& tile) {
 
 }  // namespace
 
-void LoadTask::omp_variant(legate::TaskContext context) {
-  run_task_body([&] {
-    const Tile tile = prepare_or_throw(context);
-    finish_load(tile, fill_omp_tile(tile));
-  });
-}
-
 void LoadReportTask::omp_variant(legate::TaskContext context) {
   const Status st = run_report_body(context, [](const Tile& tile) { return fill_omp_tile(tile); });
   write_host_record(context, st);

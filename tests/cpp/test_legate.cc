@@ -216,6 +216,32 @@ TEST(TaskError, OptionMarksSurviveTheFrameAndTheExceptionsSpellThem) {
   EXPECT_EQ(e.filename(), "f.parquet");
 }
 
+// Several tiles fail: the error is the lowest failing tile's, every time, whichever point
+// finished first (each point's failure is a record in tile order, read after all of them).
+TEST_F(LegateLoad, TheLowestFailingTileIsReported) {
+  // Eight shards of 16 rows and K=4 on the test's CPUs: several tiles, each of whole shards.
+  write(std::vector<std::int64_t>(8, 16), {3}, *parse_dtype("int16"), 7);
+  const Layout layout = discover(dir_.string());
+  LoadInfo info;
+  (void)load(layout, LoadOptions{4}, &info);
+  ASSERT_GE(info.tiles, 3);
+  ASSERT_EQ(info.tile_rows % 16, 0);
+  // Tile 1's first shard changed; every shard of the tiles after it gone.
+  const auto low = static_cast<std::size_t>(info.tile_rows / 16);
+  fs::resize_file(path(low), fs::file_size(path(low)) - 2);
+  for (std::size_t i = 2 * low; i < layout.shards.size(); ++i) fs::remove(path(i));
+  for (int attempt = 0; attempt < 5; ++attempt) {
+    try {
+      (void)load(layout, LoadOptions{4});
+      FAIL() << "expected ShardReadError";
+    } catch (const ShardReadError& e) {
+      EXPECT_EQ(e.status().code(), ErrorCode::kChanged) << e.what();
+      EXPECT_EQ(e.filename(), path(low)) << e.what();
+      EXPECT_EQ(std::string(e.what()).rfind("tile 1 (rows [", 0), 0u) << e.what();
+    }
+  }
+}
+
 // The frame a task's error travels in: file, errno and message come back exactly, whatever
 // bytes they hold; a message without the frame is taken whole, with no file.
 TEST(TaskError, FrameRoundTripsAndPlainMessagesPass) {

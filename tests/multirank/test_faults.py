@@ -43,6 +43,12 @@ def faults(tmp_path_factory):
     _npy_set(base / "gone", 2)
     _index(base / "gone")
     (base / "gone" / f"{last}.npy").unlink()
+    # two bad shards, one in each rank's tile: the first changed, the last gone
+    _npy_set(base / "two", 5)
+    _index(base / "two")
+    with open(base / "two" / "shard_0000.npy", "ab") as f:
+        f.write(b"\0" * 16)
+    (base / "two" / f"{last}.npy").unlink()
     # corrupt: a compressed Zarr chunk of the last shard damaged; its metadata stays intact
     (base / "corrupt").mkdir()
     rng = np.random.default_rng(3)
@@ -69,6 +75,7 @@ def faults(tmp_path_factory):
          "kwargs": {"trust_manifest": True}},
         {"name": "gone", "source": str(base / "gone"), "kwargs": {"trust_manifest": True}},
         {"name": "corrupt", "source": str(base / "corrupt"), "kwargs": {}},
+        {"name": "two", "source": str(base / "two"), "kwargs": {"trust_manifest": True}},
         {"name": "discover-error", "source": str(base / "badheader"), "once": {},
          "load": False},
         {"name": "huge", "source": str(base / "huge"), "kwargs": {}},
@@ -97,6 +104,18 @@ def test_a_bad_shard_read_by_one_rank_raises_the_same_error_on_every_rank(faults
     assert "ShardReadError" in err["mro"], err
     assert f"shard_{N - 1:04d}" in err["message"], err
     assert code in err["message"], err
+
+
+def test_bad_shards_on_both_ranks_raise_the_lowest_tiles_error_on_every_rank(faults):
+    # Each rank's tile fails: every rank reads all the tiles' error records and raises the
+    # lowest failing tile's, so the ranks agree whichever point finished first.
+    base, job = faults
+    err = _same_error(job, "two")
+    assert "ShardReadError" in err["mro"], err
+    assert {r.results()["two"]["filename"] for r in job.ranks} == {
+        str(base / "two" / "shard_0000.npy")}, err
+    assert "shard_0000.npy" in err["message"] and "changed" in err["message"], err
+    assert "tile 0 (rows [0, " in err["message"], err
 
 
 def test_an_error_in_discover_once_reaches_every_rank(faults):

@@ -88,3 +88,28 @@ def test_a_shard_removed_after_discovery_is_named_with_its_errno(tmp_path: pathl
     assert e.value.errno == errno.ENOENT, str(e.value)
     assert os.fsencode(e.value.filename) == odd, str(e.value)
     assert "discovery found it" in str(e.value)
+
+
+@pytest.mark.parametrize("how", ["load", "batches"])
+def test_the_lowest_failing_tile_is_reported(tmp_path: pathlib.Path, how: str) -> None:
+    # Several tiles fail: each point's failure is a record in tile order, read once all have
+    # run, so the error is the lowest failing tile's whichever point finished first.
+    write_shards(tmp_path, [np.full((16, 3), i, np.int16) for i in range(8)])
+    layout = shardload.discover(tmp_path)
+    _, info = shardload.load(layout, overdecompose=4, info=True)
+    assert info.tiles >= 3 and info.tile_rows % 16 == 0, info
+    low = info.tile_rows // 16  # tile 1's first shard: changed; the tiles after it: gone
+    bad = tmp_path / f"shard_{low:04d}.npy"
+    os.truncate(bad, bad.stat().st_size - 2)
+    for i in range(2 * low, 8):
+        os.unlink(tmp_path / f"shard_{i:04d}.npy")
+    for _ in range(5):
+        with pytest.raises(shardload.ShardReadError) as e:
+            if how == "load":
+                shardload.load(layout, overdecompose=4)
+            else:  # one batch of every row
+                list(shardload.batches(layout, 128, overdecompose=4))
+        assert e.value.filename == str(bad), str(e.value)
+        assert e.value.errno is None, str(e.value)
+        assert "changed since discovery" in str(e.value)
+        assert f"tile 1 (rows [{info.tile_rows}, " in str(e.value)

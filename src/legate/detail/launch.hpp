@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "shardload/codec.hpp"
 #include "shardload/errors.hpp"
 #include "shardload/layout.hpp"
 #include "shardload/plan.hpp"
@@ -39,18 +40,29 @@ legate::ManualTask tiled_task(const legate::Library& lib, legate::LocalTaskID id
 
 // Submits the task; a legate::TaskException that a point threw becomes the typed exception of
 // its Status (throw_status at `site`), with `context` in front when it is not empty. A task
-// that may throw makes the submission wait for it.
+// that may throw makes the submission wait for it. For the tasks that throw: save's and the
+// manifest's verification; the load task reports through records instead (submit_load).
 void submit_or_throw(legate::ManualTask task, ErrorSite site, const std::string& context = {});
+
+// The load task's launch (LoadReportTask, tasks.hpp) over `array`, whose rows `plan` cuts
+// into tiles of `layout` (`tiles` is encode_tiles(layout, plan)): submitted without waiting,
+// since the task never throws. The plan must have tiles and the layout bytes per row.
+struct LoadLaunch {
+  legate::LogicalStore records;  // one error record per point, in tile order
+  std::uint64_t record_bytes = 0;
+};
+LoadLaunch submit_load(const legate::Library& lib, const legate::LogicalArray& array,
+                       const Layout& layout, const ReadPlan& plan, const TileEncoding& tiles);
+
+// Waits for the launch (maps all of its records on this rank, so that every rank returns the
+// same) and returns the failure of its lowest failing tile, or ok.
+Status load_failure(const legate::LogicalStore& records, std::uint64_t record_bytes);
 
 // Throws OutOfMemoryError unless `copies` arrays of the layout's size, tiled by `plan`, fit
 // the memory Legate has for `processors` processors of `target`. Legate keeps a little of each
 // memory for itself: 16 MiB and 1% of each memory count as taken.
 void check_memory(const Layout& layout, const ReadPlan& plan, legate::mapping::TaskTarget target,
                   std::int64_t processors, std::uint64_t copies);
-
-// The dtype of a Legate type, or nothing for a type shardload does not hold (strings,
-// structs, ...): dtype_of throws for those, save() says the array cannot be saved.
-std::optional<DType> find_dtype(const legate::Type& type);
 
 // The dtype of a Legate type, or nothing for a type shardload does not hold (strings,
 // structs, ...): dtype_of throws for those, save() says the array cannot be saved.

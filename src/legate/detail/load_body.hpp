@@ -40,13 +40,10 @@ Status fill_host_tile(const Tile& tile);
 // Fills tile rows [lo, hi) (relative to the tile) of a dense host tile.
 Status fill_tile_rows(const Tile& tile, std::int64_t lo, std::int64_t hi);
 
-// For the variants: prepare, or throw the task error; throw on a failure.
-Tile prepare_or_throw(legate::TaskContext& context);
-void finish_load(const Tile& tile, const Status& status);
-
-// Runs a variant's whole body. Only a legate::TaskException may leave a task (anything else
-// ends the process), so whatever else it throws (an allocation that fails, a Legate call
-// that refuses) becomes one, carrying a kIo status: the caller sees ShardReadError.
+// Runs the whole body of a task that may throw (save, the manifest's). Only a legate::TaskException
+// may leave a task (anything else ends the process), so whatever else it throws (an allocation that
+// fails, a Legate call that refuses) becomes one, carrying a kIo status: the caller sees
+// ShardReadError.
 template <typename Body>
 void run_task_body(Body&& body) {
   try {
@@ -65,8 +62,8 @@ void run_task_body(Body&& body) {
 // Adds the tile's identity to an error: "tile 3 (rows [300, 400)): ...".
 Status tile_error(const Tile& tile, const Status& status);
 
-// For the report variants (LoadReportTask): prepares the tile and fills it, returning what a
-// throwing variant would throw, as a Status; never throws.
+// For the load task's variants: prepares the tile and fills it, returning a failure (with the
+// tile's identity, as tile_error gives it) as a Status; never throws.
 template <typename Fill>
 Status run_report_body(legate::TaskContext& context, Fill&& fill) {
   try {

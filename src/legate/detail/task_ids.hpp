@@ -8,13 +8,12 @@
 namespace shardload::detail {
 
 enum TaskId : std::int64_t {
-  kLoadTask = 1,        // the load, throwing its error (legate/detail/tasks.hpp)
   kDemoVerifyTask = 2,  // src/testing/verify_task.cc: a loaded demo dataset against synth
   kSaveTask = 3,        // one tile of a save
   kDemoSynthTask = 4,   // src/testing/synth_task.cc: fills an array with the synth values
   kVerifyManifestTask = 5,
   kDiscoverTask = 6,
-  kLoadReportTask = 10,  // the load for batches, writing its error to a record
+  kLoadReportTask = 10,  // the load task (load and batches), writing its error to a record
   kSavePrepareTask = 20,
   kSaveCommitTask = 21,
 };

@@ -1,6 +1,6 @@
-// The load task of the shardload library. Each variant is a thin call
-// into one shared body; the bodies never let anything but a
-// legate::TaskException escape (anything else aborts the process).
+// The tasks of the shardload library. Each variant is a thin call into one shared body; the
+// bodies never let anything but a legate::TaskException escape (anything else aborts the
+// process), and the load task lets nothing escape at all.
 #pragma once
 
 #include <legate.h>
@@ -18,30 +18,16 @@ namespace shardload::detail {
 
 inline constexpr const char* kLibraryName = "shardload";
 
-// Output 0: the array, tiled along axis 0. Scalars: 0 the layout cut at the plan's tiles
-// (encode_tiles' bytes, uint8 array), 1 their offsets (int64 array, tiles + 1), 2 tile rows.
-// Point t decodes only tile t's shards.
-class LoadTask : public legate::LegateTask<LoadTask> {
- public:
-  static inline const auto TASK_CONFIG =  // NOLINT(cert-err58-cpp)
-      legate::TaskConfig{legate::LocalTaskID{kLoadTask}}
-          .with_signature(legate::TaskSignature{}.outputs(1).scalars(3))
-          .with_variant_options(legate::VariantOptions{}.with_may_throw_exception(true));
-
-  static void cpu_variant(legate::TaskContext context);
-#if LEGATE_DEFINED(LEGATE_USE_OPENMP)
-  static void omp_variant(legate::TaskContext context);
-#endif
-#if SHARDLOAD_GPU_VARIANTS
-  static void gpu_variant(legate::TaskContext context);
-#endif
-};
-
-// The load task for launches that must not block (batches): the same fill, but a failure
-// is written to a per-tile error record instead of thrown, since Legate waits at submission
-// for any task that may throw. Outputs: 0 the array as LoadTask's, 1 the error records,
-// uint8 of shape (tiles * record bytes, 1, ...) tiled so each point holds one record (see
-// kRecordHeader). Scalars as LoadTask's.
+// The load task, serving load and batches alike. Output 0: the array, tiled along axis 0
+// (tile t is rows [t x tile rows, ...) with full trailing extents). Output 1: the error
+// records, uint8 of shape (tiles x record bytes, 1, ...) tiled so that each point holds one
+// record (see kRecordHeader). Scalars: 0 the layout cut at the plan's tiles (encode_tiles'
+// bytes, uint8 array), 1 their offsets (int64 array, tiles + 1), 2 tile rows. Point t decodes
+// only tile t's shards. detail::submit_load (launch.hpp) builds this launch.
+// It never throws: a failure is written to the point's record, which the launcher reads back
+// (load at once, batches when the batch is handed out). A task that may throw would make
+// Legate wait for it at submission, which batches must not, and a record names its tile, so
+// the failure reported is the lowest tile's whatever order the points ran in.
 class LoadReportTask : public legate::LegateTask<LoadReportTask> {
  public:
   static inline const auto TASK_CONFIG =  // NOLINT(cert-err58-cpp)

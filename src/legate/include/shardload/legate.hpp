@@ -48,11 +48,11 @@ struct LoadInfo {
   std::int64_t processors = 0;  // P
   std::int64_t tile_rows = 0;
   std::int64_t tiles = 0;  // the launch domain
-  // From the call to the launch's submission: planning, the memory check,
-  // creating the array and the task.
+  // From the call to the launch: planning, the memory check, creating the
+  // array and cutting the layout at the tiles.
   double launch_seconds = 0;
-  // From the submission until every point task has finished: the load task
-  // may raise, so the submission waits for it.
+  // From the launch until every point task has finished: load reads the
+  // points' error records back, which waits for them.
   double fill_seconds = 0;
   // Requests to object storage that were retried (after a 5xx, a SlowDown, a reset or a
   // timeout) while the tiles were filled, by the tasks of this process.
@@ -63,12 +63,12 @@ struct LoadInfo {
 // along axis 0 by the read plan for the processors of the kind the load runs
 // on (GPU if any, else OMP, else CPU), and fills it with one manual launch of
 // the load task. Returns once the launch has completed; any failure found
-// while reading, in any point, is thrown as ShardReadError naming the file
-// and row range. A dataset larger than the memory Legate has for those
-// processors (all system memory for CPUs, each GPU's framebuffer for its share
-// of the tiles) throws OutOfMemoryError before anything is allocated; memory
-// that other live arrays already hold is not counted, so a load that fits the
-// total can still exhaust it, and Legate then ends the process.
+// while reading is thrown as ShardReadError naming the file and row range
+// (where several tiles fail, the lowest tile's failure, on every rank). A dataset larger than the
+// memory Legate has for those processors (all system memory for CPUs, each GPU's framebuffer for
+// its share of the tiles) throws OutOfMemoryError before anything is allocated; memory that other
+// live arrays already hold is not counted, so a load that fits the total can still exhaust it, and
+// Legate then ends the process.
 legate::LogicalArray load(const Layout& layout, const LoadOptions& options = {},
                           LoadInfo* info = nullptr);
 
