@@ -1,5 +1,6 @@
 #include "legate/detail/load_body.hpp"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -13,6 +14,7 @@
 #include "legate/detail/tasks.hpp"
 #include "shardload/codec.hpp"
 #include "shardload/fill.hpp"
+#include "shardload/format.hpp"
 
 namespace shardload::detail {
 
@@ -196,6 +198,12 @@ void encode_record(const Status& st, std::byte* record, std::size_t size) {
     constexpr std::string_view kCut = " [...]";
     const std::size_t keep = room > frame + kCut.size() ? room - kCut.size() : frame;
     text.resize(std::min(keep, room));
+    // A cut inside an option's mark would leave half a mark for the front end to print: cut
+    // before it instead (the marks come in pairs; the frame holds none of the message's).
+    const char mark = option_mention("dtype").front();
+    const auto marks =
+        std::count(text.begin() + static_cast<std::ptrdiff_t>(frame), text.end(), mark);
+    if (marks % 2 != 0) text.resize(std::max(text.rfind(mark), frame));
     text += std::string(kCut.substr(0, room - text.size()));
   }
   const auto length = static_cast<std::int32_t>(text.size());

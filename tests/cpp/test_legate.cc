@@ -1,6 +1,7 @@
 // The C++ API under a running Legate runtime (LEGATE_CONFIG, e.g. two CPUs).
 #include <gtest/gtest.h>
 #include <unistd.h>
+#include <algorithm>
 
 #include <cerrno>
 #include <cstdio>
@@ -282,6 +283,17 @@ TEST(TaskError, FrameRoundTripsAndPlainMessagesPass) {
   EXPECT_EQ(got.message().rfind(odd_path + ": changed since discovery: xxx", 0), 0u)
       << got.message();
   EXPECT_EQ(got.message().substr(got.message().size() - 6), " [...]") << got.message();
+  // A cut that would fall inside an option's mark falls before it: no half mark is left.
+  for (std::size_t pad = 100; pad < 170; ++pad) {
+    const Status marked = file_error(
+        ErrorCode::kFormat, "f.parquet",
+        std::string(pad, 'y') + " pass " + option_mention("fill_value") + " to replace nulls");
+    detail::encode_record(marked, record.data(), record.size());
+    const std::string text = detail::decode_record(record.data(), record.size()).message();
+    EXPECT_EQ(std::count(text.begin(), text.end(), option_mention("dtype").front()) % 2, 0)
+        << pad << ": " << text;
+    EXPECT_EQ(spell_options(text, OptionSpelling::kCli).find('\x1f'), std::string::npos) << text;
+  }
   detail::encode_record(st, record.data(), record.size());
   EXPECT_EQ(detail::decode_record(record.data(), record.size()).sys_errno(), EACCES);
   detail::encode_record(Status::ok(), record.data(), record.size());
