@@ -14,8 +14,17 @@ about MB_PER_SHARD MB each, and times, in one run on the same objects:
 Each is the median of --repeat runs. The server is a Python process: on one machine it is
 the bottleneck of every column, so the ratios, not the GB/s, are what carries over.
 
+With --format parquet the shards are Parquet files of 64 float32 columns (row groups of about
+1 MB) and the columns are:
+  shardload    shardload.load("s3://bucket/data/") -> host array (rows, 64);
+  pa-dataset   pyarrow.dataset over pyarrow's S3FileSystem on the same server, to_table()
+               (pyarrow's own threads and read-ahead);
+  pa-numpy     the same and then the (rows, 64) array shardload returns (np.stack of the
+               columns).
+
 Run it with the project's environment (source scripts/env.sh) so Legate is configured:
   python bench/bench_s3.py --shards 16 --mb 8 --repeat 3
+  python bench/bench_s3.py --format parquet --shards 8 --mb 8 --repeat 3
 """
 
 from __future__ import annotations
@@ -56,8 +65,12 @@ def main() -> None:
     ap.add_argument("--shards", type=int, default=16)
     ap.add_argument("--mb", type=float, default=8.0, help="MB per shard")
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--format", choices=["npy", "parquet"], default="npy")
     args = ap.parse_args()
     os.environ.update(ENV)
+    if args.format == "parquet":
+        parquet(args)
+        return
     proc, endpoint = s3_server.start()
     try:
         client = boto3.client("s3", endpoint_url=f"http://{endpoint}", region_name="us-east-1")
@@ -131,6 +144,65 @@ def main() -> None:
             results[name] = t
         print(f"{args.shards} shards, {nbytes / 1e6:.1f} MB, {threads} processors "
               f"({info.target}), median of {args.repeat}")
+        for name, t in results.items():
+            print(f"  {name:10s} {t:7.3f} s  {nbytes / 1e9 / t:6.3f} GB/s  "
+                  f"shardload x{t / results['shardload']:.2f}")
+    finally:
+        s3_server.stop(proc)
+
+
+def parquet(args: argparse.Namespace) -> None:
+    import pyarrow as pa
+    import pyarrow.dataset as ds
+    import pyarrow.fs as pafs
+    import pyarrow.parquet as pq
+
+    proc, endpoint = s3_server.start()
+    try:
+        client = boto3.client("s3", endpoint_url=f"http://{endpoint}", region_name="us-east-1")
+        client.create_bucket(Bucket="bench")
+        cols = 64
+        rows = max(1, int(args.mb * 1e6 / (cols * 4)))
+        group = max(1, int(1e6 / (cols * 4)))
+        rng = np.random.default_rng(0)
+        parts = []
+        for i in range(args.shards):
+            a = rng.standard_normal((rows + i, cols)).astype(np.float32)  # ragged by a row
+            buf = io.BytesIO()
+            pq.write_table(pa.table({f"c{j:02d}": a[:, j] for j in range(cols)}), buf,
+                           row_group_size=group)
+            client.put_object(Bucket="bench", Key=f"data/shard_{i:04d}.parquet",
+                              Body=buf.getvalue())
+            parts.append(a)
+        want = np.concatenate(parts)
+        nbytes = want.nbytes
+        options = {"endpoint_override": endpoint, "scheme": "http", "region": "us-east-1"}
+        fs = pafs.S3FileSystem(endpoint_override=endpoint, scheme="http", region="us-east-1",
+                               access_key=ENV["AWS_ACCESS_KEY_ID"],
+                               secret_key=ENV["AWS_SECRET_ACCESS_KEY"])
+
+        def sl():
+            return np.asarray(shardload.load("s3://bench/data/", storage_options=options))
+
+        def pa_table():
+            return ds.dataset("bench/data/", format="parquet", filesystem=fs).to_table()
+
+        def pa_numpy():
+            t = pa_table()
+            return np.stack([t.column(j).to_numpy() for j in range(t.num_columns)], axis=1)
+
+        got, info = shardload.load("s3://bench/data/", storage_options=options, info=True)
+        assert np.array_equal(np.asarray(got), want)
+        results = {}
+        for name, fn, check in (("shardload", sl, True), ("pa-dataset", pa_table, False),
+                                ("pa-numpy", pa_numpy, True)):
+            t, out = timed(fn, args.repeat)
+            if check:
+                assert np.array_equal(out, want), name
+            results[name] = t
+        print(f"parquet: {args.shards} shards, {nbytes / 1e6:.1f} MB, {cols} columns, row groups "
+              f"of {group} rows, {info.processors} processors ({info.target}), "
+              f"median of {args.repeat}")
         for name, t in results.items():
             print(f"  {name:10s} {t:7.3f} s  {nbytes / 1e9 / t:6.3f} GB/s  "
                   f"shardload x{t / results['shardload']:.2f}")

@@ -813,7 +813,7 @@ def discover(
             in the source (Arrow's S3 URI options: ``endpoint_override``, ``scheme``,
             ``region``, ...), e.g. ``{"endpoint_override": "127.0.0.1:9000", "scheme":
             "http"}``; credentials come from the AWS environment and credentials chain.
-            Only npy and raw are read from object storage so far (see
+            npy, raw, Parquet and Arrow IPC are read from object storage (see
             docs/object_storage.md).
 
     Returns:

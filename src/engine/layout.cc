@@ -120,6 +120,20 @@ Result<Format> resolve_format(const std::string& path, const FormatOptions& opti
                     option_mention("format") + " (" + format_names_text() + ")");
 }
 
+// "npy, raw, parquet and arrow": the built-in formats read from object storage.
+static std::string remote_format_names_text() {
+  std::vector<const std::string*> names;
+  for (const auto& d : formats()) {
+    if (!d.registered && d.capabilities.remote_reads) names.push_back(&d.name);
+  }
+  std::string out;
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    if (i > 0) out += i + 1 == names.size() ? " and " : ", ";
+    out += *names[i];
+  }
+  return out;
+}
+
 Result<Layout> try_discover_paths(const std::vector<std::string>& paths,
                                   const DiscoverOptions& given) {
   if (paths.empty()) return Status(ErrorCode::kLayout, "no shards to load");
@@ -130,14 +144,16 @@ Result<Layout> try_discover_paths(const std::vector<std::string>& paths,
     }
   }
   SHARDLOAD_ASSIGN_OR_RETURN(const Format format, resolve_format(paths[0], options.format));
-  // Object storage serves positional reads only: the formats whose readers read through
-  // the IoBackend (npy, raw). The others open files by name or descriptor themselves.
-  if (format != Format::kNpy && format != Format::kRaw) {
+  // Object storage serves positional reads only: the formats whose readers read through the
+  // IoBackend say so (remote_reads); the others open files by name or descriptor themselves.
+  const FormatDescriptor* reads = find_format(format, options.format.reader);
+  if (reads == nullptr || !reads->capabilities.remote_reads) {
     for (const auto& p : paths) {
       if (is_remote_url(p)) {
         return file_error(ErrorCode::kLayout, p,
                           std::string("the ") + format_name(format) +
-                              " format is not yet supported for s3:// sources (npy and raw are)");
+                              " format is not yet supported for s3:// sources (" +
+                              remote_format_names_text() + " are)");
       }
     }
   }

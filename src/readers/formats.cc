@@ -77,7 +77,10 @@ std::vector<FormatDescriptor> build_table() {
     d.name = "npy";
     d.extensions = {".npy"};
     d.sniff = magic(std::string_view("\x93NUMPY", 6));
-    d.capabilities = {.contiguous_rows = true, .parallel_probe = true, .cheap_reprobe = true};
+    d.capabilities = {.contiguous_rows = true,
+                      .parallel_probe = true,
+                      .cheap_reprobe = true,
+                      .remote_reads = true};
     d.make_reader = detail::make_npy_reader;
     d.writer = detail::npy_writer();
     t.push_back(std::move(d));
@@ -87,7 +90,7 @@ std::vector<FormatDescriptor> build_table() {
     d.format = Format::kRaw;
     d.name = "raw";
     d.extensions = {".bin", ".raw", ".dat"};
-    d.capabilities = {.parallel_probe = true, .cheap_reprobe = true};
+    d.capabilities = {.parallel_probe = true, .cheap_reprobe = true, .remote_reads = true};
     d.make_reader = detail::make_raw_reader;
     d.writer = detail::raw_writer();
     t.push_back(std::move(d));
@@ -116,6 +119,8 @@ std::vector<FormatDescriptor> build_table() {
                            : std::vector<std::string>{".arrow", ".feather", ".ipc"};
     d.sniff = parquet ? magic("PAR1") : magic(std::string_view("ARROW1\0\0", 8));
 #ifdef SHARDLOAD_WITH_ARROW
+    // Arrow reads a remote shard through a random-access file over the IoBackend.
+    d.capabilities.remote_reads = true;
     d.make_reader = [f](const FormatOptions& o, const ReaderContext& c) {
       return detail::make_arrow_reader(f, o, c);
     };

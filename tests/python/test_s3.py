@@ -216,9 +216,11 @@ def test_wrong_credentials_are_a_clear_error(server):
 
 
 def test_formats_not_yet_supported_say_so(bucket):
-    bucket.put("p/shard_0000.parquet", b"PAR1" + b"\0" * 16 + b"PAR1")
-    with pytest.raises(shardload.LayoutError, match="parquet format is not yet supported for s3"):
-        shardload.discover(bucket.url("p/shard_0000.parquet"), storage_options=bucket.options)
+    bucket.put("h/shard_0000.h5", b"\x89HDF\r\n\x1a\n" + b"\0" * 32)
+    with pytest.raises(shardload.LayoutError,
+                       match=r"shard_0000\.h5(\?\S*)?: the hdf5 format is not yet supported for s3:// "
+                             r"sources \(npy, raw, parquet and arrow are\)"):
+        shardload.discover(bucket.url("h/shard_0000.h5"), storage_options=bucket.options)
 
 
 def test_storage_options_checked():

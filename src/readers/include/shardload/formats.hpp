@@ -50,6 +50,9 @@ struct FormatCapabilities {
   // A probe is cheap enough to repeat at every checked discovery from a manifest (a small
   // header or metadata file); otherwise the manifest's snapshot stands for the metadata.
   bool cheap_reprobe = false;
+  // The reader reads through the IoBackend (positional reads), so its shards may be objects
+  // in object storage ("s3://"): discovery refuses a remote source of a format without it.
+  bool remote_reads = false;
 };
 
 // What every shard of a save holds: rows of `dtype` with `trailing` shape, C order, in this
