@@ -3,11 +3,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import subprocess
 import sys
 import time
+from typing import Iterator
 
 
 def _free_port() -> int:
@@ -45,3 +47,29 @@ def stop(proc: subprocess.Popen) -> None:
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
+
+
+# The credentials chain's environment of the clients: the server takes any key. The metadata
+# service is never asked (it would cost a timeout per client where there is none).
+CLIENT_ENV = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+              "AWS_DEFAULT_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true"}
+
+
+@contextlib.contextmanager
+def serving(env: dict[str, str] | None = None) -> Iterator[str]:
+    """A server for the block (its endpoint, HOST:PORT), with CLIENT_ENV set in this process
+    and restored after."""
+    saved = {k: os.environ.get(k) for k in CLIENT_ENV}
+    os.environ.update(CLIENT_ENV)
+    try:
+        proc, endpoint = start(env)
+        try:
+            yield endpoint
+        finally:
+            stop(proc)
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v

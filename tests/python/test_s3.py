@@ -4,7 +4,6 @@ S3-compatible server (moto's server mode) that the tests start on 127.0.0.1."""
 from __future__ import annotations
 
 import io
-import os
 import subprocess
 import uuid
 
@@ -18,11 +17,6 @@ import shardload  # noqa: E402
 
 import s3_server  # noqa: E402
 from conftest import ROOT  # noqa: E402
-
-# The credentials chain's environment: the server takes any key. The metadata service is
-# never asked (it would cost a timeout per client where there is none).
-_ENV = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_DEFAULT_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true"}
 
 
 def _start_server(env: dict[str, str]) -> tuple[subprocess.Popen, str]:
@@ -38,18 +32,8 @@ _stop = s3_server.stop
 @pytest.fixture(scope="module")
 def server():
     """An S3 server on 127.0.0.1 for this module, and the environment its clients use."""
-    saved = {k: os.environ.get(k) for k in _ENV}
-    os.environ.update(_ENV)
-    proc, endpoint = _start_server({})
-    try:
+    with s3_server.serving() as endpoint:
         yield endpoint
-    finally:
-        _stop(proc)
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 class Bucket:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import faulthandler
 import io
-import os
 import sys
 import time
 import uuid
@@ -24,8 +23,6 @@ import shardload  # noqa: E402
 import s3_server  # noqa: E402
 from s3_fault_proxy import FaultProxy, Rule  # noqa: E402
 
-_ENV = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_DEFAULT_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true"}
 
 # Each test's bound: a test that runs past it is a hang, and the process ends with every
 # thread's stack (pytest has no timeout of its own here).
@@ -44,21 +41,9 @@ def _bounded():
 
 @pytest.fixture(scope="module")
 def server():
-    saved = {k: os.environ.get(k) for k in _ENV}
-    os.environ.update(_ENV)
-    try:
-        proc, endpoint = s3_server.start({})
-    except RuntimeError as e:
-        pytest.fail(str(e))
-    try:
+    """An S3 server on 127.0.0.1 for this module, and the environment its clients use."""
+    with s3_server.serving() as endpoint:
         yield endpoint
-    finally:
-        s3_server.stop(proc)
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 @pytest.fixture
