@@ -124,9 +124,8 @@ class PythonReader final : public ShardReader {
       } catch (py::error_already_set& e) {
         st = status_of(e, ErrorCode::kLayout, path);
       } catch (const std::exception& e) {
-        st = Status(ErrorCode::kLayout,
-                    path + ": the reader '" + callbacks_->name + "': probe failed: " + e.what())
-                 .with_path(path);
+        st = file_error(ErrorCode::kLayout, path,
+                        "the reader '" + callbacks_->name + "': probe failed: " + e.what());
       }
     }
     if (!st) return st;
@@ -146,9 +145,9 @@ class PythonReader final : public ShardReader {
 
  private:
   Status stopped(const std::string& path) const {
-    return Status(ErrorCode::kIo, path + ": the reader '" + callbacks_->name +
-                                      "' is written in Python, and the interpreter has ended")
-        .with_path(path);
+    return file_error(ErrorCode::kIo, path,
+                      "the reader '" + callbacks_->name +
+                          "' is written in Python, and the interpreter has ended");
   }
 
   Status call_read(const ReadSpec& spec, const std::string& path, std::int64_t lo, std::int64_t hi,
@@ -168,10 +167,9 @@ class PythonReader final : public ShardReader {
     } catch (py::error_already_set& e) {
       return status_of(e, ErrorCode::kIo, path);
     } catch (const std::exception& e) {
-      return Status(ErrorCode::kIo, path + ": rows [" + std::to_string(lo) + ", " +
-                                        std::to_string(hi) + "): the reader '" + callbacks_->name +
-                                        "' failed: " + e.what())
-          .with_path(path);
+      return file_error(ErrorCode::kIo, path,
+                        "rows [" + std::to_string(lo) + ", " + std::to_string(hi) +
+                            "): the reader '" + callbacks_->name + "' failed: " + e.what());
     }
   }
 
