@@ -91,6 +91,10 @@ Result<int> open_regular(const std::string& path, int flags, int* open_errno) {
   return open_regular_stat(path, flags, open_errno, nullptr);
 }
 
+Result<int> IoBackend::open_known(const std::string& path, std::uint64_t /*size*/) {
+  return open(path);
+}
+
 Result<int> IoBackend::open_stat(const std::string& path, FileInfo* info) {
   SHARDLOAD_ASSIGN_OR_RETURN(const int fd, open(path));
   auto st = stat(fd, path);
@@ -156,6 +160,14 @@ class PosixIo final : public IoBackend {
     if (is_remote_url(path)) {
       SHARDLOAD_ASSIGN_OR_RETURN(RemoteIo* const r, remote_for(path));
       return r->open(path);
+    }
+    return open_regular(path);
+  }
+
+  Result<int> open_known(const std::string& path, std::uint64_t size) override {
+    if (is_remote_url(path)) {
+      SHARDLOAD_ASSIGN_OR_RETURN(RemoteIo* const r, remote_for(path));
+      return r->open_known(path, size);
     }
     return open_regular(path);
   }

@@ -714,9 +714,11 @@ class ArrowReader final : public ShardReader {
  private:
   const char* kind() const { return format_ == Format::kParquet ? "Parquet" : "Arrow IPC"; }
 
-  // Opens the file's metadata. `projection`: IPC fields to decode (probe only).
-  Result<OpenFile> open(const std::string& path, bool for_probe,
-                        const std::vector<int>& projection) {
+  // Opens the file's metadata. `projection`: IPC fields to decode (probe only). `known`: the
+  // discovery snapshot when reading, so that an object is opened without a HEAD (the reads'
+  // caller compares the object with that snapshot after them).
+  Result<OpenFile> open(const std::string& path, bool for_probe, const std::vector<int>& projection,
+                        const FileInfo* known = nullptr) {
     OpenFile f;
     // Arrow opens by name with a plain open, which waits forever on a FIFO;
     // it gets a descriptor that was opened without blocking and found to be
@@ -729,7 +731,14 @@ class ArrowReader final : public ShardReader {
     File checked;
     if (is_remote_url(path)) {
       FileInfo info;
-      SHARDLOAD_ASSIGN_OR_RETURN(File object, File::open_stat(*ctx_.io, path, &info));
+      File object;
+      if (known != nullptr) {
+        info = *known;
+        SHARDLOAD_ASSIGN_OR_RETURN(const int fd, ctx_.io->open_known(path, known->size));
+        object = File(ctx_.io, fd, path);
+      } else {
+        SHARDLOAD_ASSIGN_OR_RETURN(object, File::open_stat(*ctx_.io, path, &info));
+      }
       remote = std::make_shared<IoRandomAccessFile>(std::move(object),
                                                     static_cast<std::int64_t>(info.size));
     } else {
@@ -980,7 +989,7 @@ class ArrowReader final : public ShardReader {
                                                      " columns do not fill a row of " +
                                                      std::to_string(l.row_bytes) + " bytes");
     }
-    SHARDLOAD_ASSIGN_OR_RETURN(OpenFile f, open(s.path, false, {}));
+    SHARDLOAD_ASSIGN_OR_RETURN(OpenFile f, open(s.path, false, {}, &s.snapshot));
     std::vector<std::string> names = e.columns;
     std::vector<ColumnShape> shapes;
     SHARDLOAD_ASSIGN_OR_RETURN(std::vector<int> idx, select(s.path, *f.schema, &names, &shapes));
@@ -1016,7 +1025,7 @@ class ArrowReader final : public ShardReader {
       // The IPC reader's projection keeps schema order; columns are found by name.
       std::set<int> sorted(idx.begin(), idx.end());
       SHARDLOAD_ASSIGN_OR_RETURN(
-          f, open(s.path, false, std::vector<int>(sorted.begin(), sorted.end())));
+          f, open(s.path, false, std::vector<int>(sorted.begin(), sorted.end()), &s.snapshot));
       if (f.ipc->num_record_batches() != static_cast<int>(e.group_rows.size())) {
         return Status(ErrorCode::kChanged,
                       s.path + ": record batch count differs from discovery's");

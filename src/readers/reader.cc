@@ -51,6 +51,12 @@ Status check_snapshot(const File& f, const FileInfo& snapshot) {
 
 Result<File> open_checked(IoBackend& io, const Shard& shard, bool check) {
   if (!check) return File::open(io, shard.path);
+  if (is_remote_url(shard.path)) {
+    // Asking an object's state is a request (a HEAD) and the check after the reads asks
+    // again; that later answer is the one that counts, so the open asks nothing.
+    SHARDLOAD_ASSIGN_OR_RETURN(const int fd, io.open_known(shard.path, shard.snapshot.size));
+    return File(&io, fd, shard.path);
+  }
   FileInfo now;
   SHARDLOAD_ASSIGN_OR_RETURN(File f, File::open_stat(io, shard.path, &now));
   if (now == shard.snapshot) return f;
@@ -62,8 +68,10 @@ Status check_unchanged(const File& f, const FileInfo& snapshot, Status read) {
   auto now = f.stat();
   if (!now) return read.is_ok() ? now.status() : read;
   if (*now == snapshot) return read;
-  return {ErrorCode::kChanged,
-          f.path() + ": changed while reading: " + difference(f.path(), snapshot, *now)};
+  // An object was not asked at its open (open_checked), so this cannot tell before from during.
+  const char* when =
+      is_remote_url(f.path()) ? ": changed since discovery: " : ": changed while reading: ";
+  return {ErrorCode::kChanged, f.path() + when + difference(f.path(), snapshot, *now)};
 }
 
 DecodeUnit grid_unit(const Shard& shard, std::int64_t row) {

@@ -206,17 +206,21 @@ class ArrowRemoteIo final : public RemoteIo {
 
   Result<int> open_stat(const std::string& url, FileInfo* info) override {
     SHARDLOAD_ASSIGN_OR_RETURN(auto file, open_object(url, info));
-    StoreOptions options;  // checked already by open_object's resolve
-    const auto q = url.find('?');
-    SHARDLOAD_ASSIGN_OR_RETURN(
-        const std::string ignored,
-        take_store_options(url, q == std::string::npos ? std::string() : url.substr(q), &options));
-    (void)ignored;
-    std::lock_guard lock(mu_);
-    const int fd = next_fd_++;
-    files_.emplace(fd, Open{std::move(file), url, static_cast<std::size_t>(options.request_bytes),
-                            static_cast<std::size_t>(options.requests_in_flight)});
-    return fd;
+    return add_open(url, std::move(file));
+  }
+
+  // No HEAD: Arrow takes the size it is given, and reads past it come back short.
+  Result<int> open_known(const std::string& url, std::uint64_t size) override {
+    SHARDLOAD_ASSIGN_OR_RETURN(auto where, resolve(url));
+    if (where.second.empty() || where.second.back() == '/') {
+      return file_error(ErrorCode::kIo, url, "not an object (the URL ends in '/')");
+    }
+    arrow::fs::FileInfo known(where.second, arrow::fs::FileType::File);
+    known.set_size(static_cast<std::int64_t>(size));
+    t_gave_up_after = 0;
+    auto file = where.first->OpenInputFile(known);
+    if (!file.ok()) return remote_error(ErrorCode::kIo, url, "cannot open", file.status());
+    return add_open(url, *std::move(file));
   }
 
   // A fresh request, not what the open saw: the check after the last read asks the store.
@@ -366,6 +370,20 @@ class ArrowRemoteIo final : public RemoteIo {
     std::size_t request_bytes = 0;
     std::size_t requests_in_flight = 1;
   };
+
+  Result<int> add_open(const std::string& url, std::shared_ptr<arrow::io::RandomAccessFile> file) {
+    StoreOptions options;  // checked already by resolve
+    const auto q = url.find('?');
+    SHARDLOAD_ASSIGN_OR_RETURN(
+        const std::string ignored,
+        take_store_options(url, q == std::string::npos ? std::string() : url.substr(q), &options));
+    (void)ignored;
+    std::lock_guard lock(mu_);
+    const int fd = next_fd_++;
+    files_.emplace(fd, Open{std::move(file), url, static_cast<std::size_t>(options.request_bytes),
+                            static_cast<std::size_t>(options.requests_in_flight)});
+    return fd;
+  }
 
   // One ranged GET into `dst`: its byte count or -errno, and then the store's words in `why`.
   static std::int64_t read_range(arrow::io::RandomAccessFile& file, void* dst, std::size_t n,

@@ -234,3 +234,25 @@ def test_cli_read_parquet_from_s3(bucket, tmp_path, cli):
     assert "27" in r.stdout, r.stdout
     assert "remote retries: 0" in r.stdout, r.stdout
 
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_a_read_asks_each_object_state_once(server, tmp_path, fmt):
+    """A read of a discovered layout opens each object without a HEAD (its size is the
+    snapshot's) and asks its state once, after the reads; an object overwritten since
+    discovery is still an error naming the URL."""
+    with FaultProxy(server) as proxy:
+        b = Bucket(server, proxy.endpoint)
+        tables = ragged_tables(np.random.default_rng(11), [40, 25, 33])
+        paths = put_shards(b, tmp_path, fmt, tables, group=10)
+        layout = shardload.discover(b.url("d/"), storage_options=b.options, columns=["a", "b"])
+        proxy.clear()
+        np.testing.assert_array_equal(layout.read(0, layout.total_rows),
+                                      oracle(paths, fmt, ["a", "b"]))
+        for p in paths:
+            heads = proxy.requests("HEAD", p.name)
+            assert heads == 1, (p.name, heads, proxy.log)
+        b.upload(f"d/{paths[1].name}", paths[0])
+        with pytest.raises(shardload.ShardReadError, match="changed") as e:
+            layout.read(0, layout.total_rows)
+        assert b.url(f"d/{paths[1].name}") in str(e.value)

@@ -266,3 +266,28 @@ def test_large_reads_are_split_into_ranged_gets_in_flight(server, proxy):
     for key, value in [("request_bytes", "100"), ("requests_in_flight", "0")]:
         with pytest.raises(ValueError, match=f"bad object-storage URL or options: {key}"):
             shardload.discover(d.url(), storage_options={**d.options, key: value})
+
+
+def test_a_read_asks_each_object_state_once_after_its_reads(data, proxy):
+    """Reading a discovered layout makes one HEAD per object read, after its ranged GETs (the
+    check that sees any change since discovery), not one more at the open; a change between
+    discovery and the read is still an error naming the URL."""
+    layout = shardload.discover(data.url(), storage_options=data.options)
+    proxy.clear()
+    np.testing.assert_array_equal(layout.read(0, layout.total_rows), data.want)
+    for i, part in enumerate(data.parts):
+        heads = proxy.requests("HEAD", data.key(i))
+        assert heads == (1 if len(part) else 0), (i, heads, proxy.log)
+        if len(part):
+            methods = [m for m, t, _, _ in proxy.log if t.startswith(data.key(i))]
+            assert methods[-1] == "HEAD" and "GET" in methods, methods
+    # Overwritten with an object of the same size: only the ETag tells, at the check after.
+    data.put_npy("d/shard_0002.npy", data.parts[2] + 1)
+    with pytest.raises(shardload.ShardReadError, match="overwritten") as e:
+        layout.read(0, layout.total_rows)
+    assert data.url("d/shard_0002.npy") in str(e.value)
+    # Truncated: the reads come up short, and the change is what is reported.
+    data.put_npy("d/shard_0002.npy", data.parts[2][:3])
+    with pytest.raises(shardload.ShardReadError, match="changed") as e:
+        layout.read(0, layout.total_rows)
+    assert data.url("d/shard_0002.npy") in str(e.value)

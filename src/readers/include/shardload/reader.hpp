@@ -168,7 +168,10 @@ inline Status check_snapshot(const File& file, const Shard& shard) {
 
 // Opens the shard's file and, when `check`, compares it with the discovery snapshot as
 // check_snapshot does (the same kChanged error), from the stat the open itself made
-// (IoBackend::open_stat): for a file read in one piece, one system call in five.
+// (IoBackend::open_stat): for a file read in one piece, one system call in five. An object in
+// object storage is opened without a request for its state (IoBackend::open_known) and is
+// compared only by the check_unchanged that every caller makes after its reads: that check
+// sees any change since discovery, and a HEAD at the open would only repeat it.
 Result<File> open_checked(IoBackend& io, const Shard& shard, bool check);
 
 // Called after the last read from an open file that check_snapshot passed:
