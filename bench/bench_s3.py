@@ -8,17 +8,26 @@ about MB_PER_SHARD MB each, and times, in one run on the same objects:
                read as up to 4 ranged GETs at once (docs/object_storage.md), against the
                default of one GET per piece;
   boto3-seq    boto3 get_object of each object in turn, np.load, np.concatenate;
+  s3fs-dask    s3fs + dask: a LIST (fs.glob) and each object's npy header read through s3fs
+               (discovery, as shardload's), then dask.array.from_delayed over np.load of each
+               s3fs file, concatenated and computed to one numpy array by dask's threaded
+               scheduler with as many workers as shardload has processors;
   get-bound    a plain parallel-GET bound: the same data bytes by ranged GETs into one
                preallocated array, with as many threads as shardload's load has tiles in
                flight (its processors): no shardload, no discovery.
-Each is the median of --repeat runs. The server is a Python process: on one machine it is
-the bottleneck of every column, so the ratios, not the GB/s, are what carries over.
+Each is the median of --repeat runs, after one untimed run; every run's result is compared
+with the expected array outside the timing, and a loader whose result differs (or that
+raises) is reported instead of timed. The last line names the fastest peer and how shardload
+compares with it and with the GET bound (the issue's goals: 2x the best peer, 80% of the
+bound). The server is a Python process: on one machine it is the bottleneck of every column,
+so the ratios, not the GB/s, are what carries over.
 
 With --format parquet the shards are Parquet files of 64 float32 columns (row groups of about
 1 MB) and the columns are:
   shardload    shardload.load("s3://bucket/data/") -> host array (rows, 64);
   pa-dataset   pyarrow.dataset over pyarrow's S3FileSystem on the same server, to_table()
-               (pyarrow's own threads and read-ahead);
+               (pyarrow's own threads and read-ahead); its table is checked as an array
+               outside the timing;
   pa-numpy     the same and then the (rows, 64) array shardload returns (np.stack of the
                columns).
 
@@ -39,7 +48,10 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import boto3
+import dask
+import dask.array as da
 import numpy as np
+import s3fs
 
 import shardload
 
@@ -51,13 +63,56 @@ ENV = {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench",
        "AWS_DEFAULT_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true"}
 
 
-def timed(fn, repeat: int) -> tuple[float, object]:
-    times, out = [], None
-    for _ in range(repeat):
-        t = time.perf_counter()
-        out = fn()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times), out
+def mismatch(got: np.ndarray, want: np.ndarray) -> str | None:
+    """None when got equals want, else what differs."""
+    got = np.asarray(got)
+    if got.shape != want.shape or got.dtype != want.dtype:
+        return f"{got.dtype}{got.shape}, expected {want.dtype}{want.shape}"
+    if np.array_equal(got, want):
+        return None
+    bad = np.argwhere(got != want)
+    return f"{len(bad)} elements differ, the first at {tuple(int(i) for i in bad[0])}"
+
+
+def measure(loaders, want: np.ndarray, repeat: int) -> tuple[dict[str, float], dict[str, str]]:
+    """Each loader's median time over repeat runs after one untimed run, and the loaders not
+    timed with why: a result unlike want (checked after every run, outside the timing) or an
+    exception. loaders: (name, fn, to_array), to_array turning fn's result into the array
+    compared (None: the result is the array)."""
+    times: dict[str, float] = {}
+    failed: dict[str, str] = {}
+    for name, fn, to_array in loaders:
+        try:
+            runs = []
+            for i in range(repeat + 1):
+                t = time.perf_counter()
+                out = fn()
+                runs.append(time.perf_counter() - t)
+                why = mismatch(to_array(out) if to_array else out, want)
+                if why is not None:
+                    raise ValueError(f"wrong data in run {i}: {why}")
+            times[name] = statistics.median(runs[1:])
+        except Exception as e:  # noqa: BLE001  a peer's failure is reported, not fatal
+            failed[name] = f"{type(e).__name__}: {e}"
+    return times, failed
+
+
+def report(times: dict[str, float], failed: dict[str, str], nbytes: int,
+           bound: str | None) -> None:
+    base = times.get("shardload")
+    for name, t in times.items():
+        ratio = f"  shardload x{t / base:.2f}" if base else ""
+        print(f"  {name:10s} {t:7.3f} s  {nbytes / 1e9 / t:6.3f} GB/s{ratio}")
+    for name, why in failed.items():
+        print(f"  {name:10s} NOT TIMED: {why}")
+    peers = {n: t for n, t in times.items()
+             if n != bound and n != "shardload" and not n.startswith("sl-")}
+    if base and peers:
+        best = min(peers, key=peers.get)
+        line = f"  best peer {best}: shardload {peers[best] / base:.2f}x its speed"
+        if bound in times:
+            line += f"; shardload at {times[bound] / base:.0%} of {bound}"
+        print(line)
 
 
 def main() -> None:
@@ -136,17 +191,37 @@ def main() -> None:
                 list(pool.map(get, ranges))
             return out
 
-        results = {}
-        for name, fn in (("shardload", sl), ("sl-4req", sl_four_requests), ("boto3-seq", seq),
-                         ("get-bound", bound)):
-            t, out = timed(fn, args.repeat)
-            assert np.array_equal(out, want), name
-            results[name] = t
+        # s3fs's own client on the same server, as a dask user would open it; no listings
+        # cache, so each run LISTs as shardload's discovery does.
+        fs = s3fs.S3FileSystem(endpoint_url=f"http://{endpoint}", use_listings_cache=False,
+                               client_kwargs={"region_name": "us-east-1"})
+
+        def npy_header(path: str) -> tuple[tuple[int, ...], np.dtype]:
+            with fs.open(path, "rb") as f:
+                version = np.lib.format.read_magic(f)
+                read = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                        else np.lib.format.read_array_header_2_0)
+                shape, _, dtype = read(f)
+            return shape, dtype
+
+        def npy_load(path: str) -> np.ndarray:
+            with fs.open(path, "rb") as f:
+                return np.load(f)
+
+        def s3fs_dask():
+            paths = sorted(fs.glob("bench/data/*.npy"))
+            heads = dask.compute(*[dask.delayed(npy_header)(p) for p in paths],
+                                 scheduler="threads", num_workers=threads)
+            arr = da.concatenate([da.from_delayed(dask.delayed(npy_load)(p), shape, dtype)
+                                  for p, (shape, dtype) in zip(paths, heads)])
+            return arr.compute(scheduler="threads", num_workers=threads)
+
+        times, failed = measure((("shardload", sl, None), ("sl-4req", sl_four_requests, None),
+                                 ("boto3-seq", seq, None), ("s3fs-dask", s3fs_dask, None),
+                                 ("get-bound", bound, None)), want, args.repeat)
         print(f"{args.shards} shards, {nbytes / 1e6:.1f} MB, {threads} processors "
               f"({info.target}), median of {args.repeat}")
-        for name, t in results.items():
-            print(f"  {name:10s} {t:7.3f} s  {nbytes / 1e9 / t:6.3f} GB/s  "
-                  f"shardload x{t / results['shardload']:.2f}")
+        report(times, failed, nbytes, "get-bound")
     finally:
         s3_server.stop(proc)
 
@@ -187,25 +262,20 @@ def parquet(args: argparse.Namespace) -> None:
         def pa_table():
             return ds.dataset("bench/data/", format="parquet", filesystem=fs).to_table()
 
-        def pa_numpy():
-            t = pa_table()
+        def table_array(t):
             return np.stack([t.column(j).to_numpy() for j in range(t.num_columns)], axis=1)
+
+        def pa_numpy():
+            return table_array(pa_table())
 
         got, info = shardload.load("s3://bench/data/", storage_options=options, info=True)
         assert np.array_equal(np.asarray(got), want)
-        results = {}
-        for name, fn, check in (("shardload", sl, True), ("pa-dataset", pa_table, False),
-                                ("pa-numpy", pa_numpy, True)):
-            t, out = timed(fn, args.repeat)
-            if check:
-                assert np.array_equal(out, want), name
-            results[name] = t
+        times, failed = measure((("shardload", sl, None), ("pa-dataset", pa_table, table_array),
+                                 ("pa-numpy", pa_numpy, None)), want, args.repeat)
         print(f"parquet: {args.shards} shards, {nbytes / 1e6:.1f} MB, {cols} columns, row groups "
               f"of {group} rows, {info.processors} processors ({info.target}), "
               f"median of {args.repeat}")
-        for name, t in results.items():
-            print(f"  {name:10s} {t:7.3f} s  {nbytes / 1e9 / t:6.3f} GB/s  "
-                  f"shardload x{t / results['shardload']:.2f}")
+        report(times, failed, nbytes, None)
     finally:
         s3_server.stop(proc)
 
