@@ -160,12 +160,21 @@ def test_several_stores_ragged_with_an_empty_one(tmp_path, bucket, fmt):
                                 (numcodecs.Zstd() if fmt == 2 else zc.ZstdCodec())))
         bucket.upload_tree(f"m/{name}", tmp_path / name)
         urls.append(bucket.url(f"m/{name}"))
+    bucket.put("m/notes.txt", b"not a store")
     expected = np.concatenate(want)
     layout = shardload.discover(urls, storage_options=bucket.options)
     assert len(layout.paths) == 4
     check_ranges(layout, expected)
     got = shardload.load(urls, storage_options=bucket.options, row_range=(4, 66))
     np.testing.assert_array_equal(np.asarray(got), expected[4:66])
+    # The stores as a directory (its one LIST sees their prefixes), a pattern and a glob.
+    for source in ("m/", "m", "m/shard_{:04d}.zarr", "m/*.zarr"):
+        layout = shardload.discover(bucket.url(source), storage_options=bucket.options)
+        assert layout.format == "zarr" and len(layout.paths) == 4, source
+        assert layout.paths[2].startswith(bucket.url("m/shard_0002.zarr")), layout.paths
+        np.testing.assert_array_equal(layout.read(0, 70), expected, err_msg=source)
+    got = shardload.load(bucket.url("m/"), storage_options=bucket.options, overdecompose=2)
+    np.testing.assert_array_equal(np.asarray(got), expected)
 
 
 def test_array_inside_a_group(tmp_path, bucket):
