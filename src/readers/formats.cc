@@ -59,7 +59,9 @@ bool zarr_store(const std::string& path) {
     while (!base.empty() && base.back() == '/') base.pop_back();
     const std::string query = q == std::string::npos ? std::string() : path.substr(q);
     for (const char* meta : {"/.zarray", "/zarr.json"}) {
-      if (posix_io().stat_path(base + meta + query)) return true;
+      // An open is the one HEAD (and works with any RemoteIo, which stat_path need not).
+      FileInfo info;
+      if (File::open_stat(posix_io(), base + meta + query, &info)) return true;
     }
     return false;
   }

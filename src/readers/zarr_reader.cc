@@ -50,10 +50,12 @@ std::string join(const std::string& dir, const std::string& name) {
 // an error: reading it as missing would fill real data with the fill value.
 Result<PathKind> path_kind(IoBackend& io, const std::string& path) {
   if (is_remote_url(path)) {
-    auto info = io.stat_path(path);
-    if (info) return PathKind::kFile;
-    if (info.status().sys_errno() == ENOENT) return PathKind::kMissing;
-    return info.status();
+    // An open is the object's one HEAD, as a stat would be.
+    FileInfo info;
+    auto f = File::open_stat(io, path, &info);
+    if (f) return PathKind::kFile;
+    if (f.status().sys_errno() == ENOENT) return PathKind::kMissing;
+    return f.status();
   }
   struct ::stat st {};
   if (::stat(path.c_str(), &st) != 0) {
