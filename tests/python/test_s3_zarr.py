@@ -5,6 +5,7 @@ the local originals."""
 from __future__ import annotations
 
 import pathlib
+import subprocess
 import threading
 import time
 import uuid
@@ -182,9 +183,28 @@ def test_array_inside_a_group(tmp_path, bucket):
     want = write_store(tmp_path / "g.zarr", a, dataset="grp/data", zarr_format=3,
                        chunks=(4, 3, 2))
     bucket.upload_tree("g.zarr", tmp_path / "g.zarr")
-    layout = shardload.discover(bucket.url("g.zarr"), format="zarr", dataset="grp/data",
-                                storage_options=bucket.options)
+    # The options in the URL's query instead: they travel to the array's metadata and chunks.
+    query = "&".join(f"{k}={v}" for k, v in bucket.options.items())
+    layout = shardload.discover(bucket.url("g.zarr") + "?" + query, format="zarr",
+                                dataset="grp/data")
     check_ranges(layout, want)
+
+
+def test_cli_read_s3_store(tmp_path, bucket, cli):
+    a = random_array(np.random.default_rng(8), (17, 4), "float32")
+    write_store(tmp_path / "c.zarr", a, zarr_format=2, chunks=(5, 3),
+                compressors=numcodecs.Zstd())
+    bucket.upload_tree("c.zarr", tmp_path / "c.zarr")
+    opts = [f"--storage-option=endpoint_override={bucket.endpoint}",
+            "--storage-option", "scheme=http", "--storage-option", "region=us-east-1"]
+    r = subprocess.run([str(cli), "inspect", bucket.url("c.zarr"), *opts],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "zarr" in r.stdout and "17" in r.stdout, r.stdout
+    r = subprocess.run([str(cli), "read", bucket.url("c.zarr"), "--no-verify", *opts],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "17" in r.stdout and "remote retries: 0" in r.stdout, r.stdout
 
 
 @pytest.mark.parametrize("fmt,shards", [(2, None), (3, None), (3, (8, 4))])
