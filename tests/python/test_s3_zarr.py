@@ -238,8 +238,9 @@ def test_not_a_store_says_so(bucket):
 @pytest.fixture
 def proxied(server):
     """A bucket written straight to the server and read through a fault proxy. Its stores are
-    named with a trailing '/': a prefix without it is first looked up as an object, and the
-    proxy answers that HEAD's 404 too slowly for the client (its body is never sent)."""
+    named with a trailing '/': a prefix without it is first looked up as an object and as a
+    prefix, and through the proxy that look-up stalls until the client's request timeout (a
+    limit of the proxy, not of what is tested here)."""
     with FaultProxy(server) as proxy:
         yield Bucket(server, proxy.endpoint), proxy
 
