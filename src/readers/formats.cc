@@ -50,6 +50,21 @@ bool hdf5_sniff(const File& f, std::uint64_t size) {
 }
 
 bool zarr_store(const std::string& path) {
+  if (is_remote_url(path)) {
+    // A prefix is a store when its metadata object exists: a HEAD each, never a LIST (a v2
+    // store's chunk keys all sit directly under the prefix, so its listing is as long as
+    // the array has chunks).
+    const auto q = path.find('?');
+    std::string base = path.substr(0, q);
+    while (!base.empty() && base.back() == '/') base.pop_back();
+    const std::string query = q == std::string::npos ? std::string() : path.substr(q);
+    for (const char* meta : {"/.zarray", "/zarr.json"}) {
+      // An open is the one HEAD (and works with any RemoteIo, which stat_path need not).
+      FileInfo info;
+      if (File::open_stat(posix_io(), base + meta + query, &info)) return true;
+    }
+    return false;
+  }
   struct ::stat st {};
   if (::stat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) return false;
   for (const char* meta : {"/.zarray", "/zarr.json"}) {
@@ -135,7 +150,9 @@ std::vector<FormatDescriptor> build_table() {
     d.name = "zarr";
     d.extensions = {".zarr"};
     d.is_store = zarr_store;
-    d.capabilities = {.freshness = Freshness::kMetadataFile, .cheap_reprobe = true};
+    // Its reader opens metadata and chunks through the IoBackend, by key in object storage.
+    d.capabilities = {
+        .freshness = Freshness::kMetadataFile, .cheap_reprobe = true, .remote_reads = true};
     d.make_reader = detail::make_zarr_reader;
     d.writer = detail::zarr_writer();
     t.push_back(std::move(d));

@@ -336,11 +336,16 @@ class ArrowRemoteIo final : public RemoteIo {
               " (" + infos.status().message() + ")",
           err);
     }
+    // The prefixes directly under it too, as a local directory lists its subdirectories: a
+    // directory of stores (Zarr) is a list of prefixes, each named like a shard.
     std::vector<std::string> names;
     for (const auto& fi : *infos) {
-      if (fi.type() == arrow::fs::FileType::File) names.push_back(fi.base_name());
+      if (fi.type() == arrow::fs::FileType::File || fi.type() == arrow::fs::FileType::Directory) {
+        names.push_back(fi.base_name());
+      }
     }
     std::sort(names.begin(), names.end());
+    names.erase(std::unique(names.begin(), names.end()), names.end());
     return names;
   }
 

@@ -8,6 +8,10 @@
 // fill value, as in Zarr itself. Chunks are decoded whole into reusable
 // scratch, so memory is bounded by the chunk size; a chunk that covers whole
 // rows and lies inside the request is decoded straight into the destination.
+//
+// A store may also be an object-storage prefix ("s3://bucket/a.zarr"): its
+// metadata and chunks are objects read by key through the IoBackend. Only a
+// 404 is a missing chunk (the fill value); any other failure is an error.
 #include <dirent.h>
 #include <sys/stat.h>
 
@@ -15,6 +19,7 @@
 #include <cerrno>
 #include <cstring>
 #include <memory>
+#include <optional>
 
 #include "base/detail/checked.hpp"
 #include "readers/detail/json.hpp"
@@ -31,7 +36,27 @@ constexpr std::uint64_t kNoChunk = ~std::uint64_t{0};
 
 enum class PathKind { kMissing, kFile, kDirectory, kOther };
 
-Result<PathKind> path_kind(const std::string& path) {
+// "dir/name" for a local directory or an object-storage prefix; a URL's query
+// configures the store, so it stays at the end of every key derived from it.
+std::string join(const std::string& dir, const std::string& name) {
+  if (!is_remote_url(dir)) return dir + "/" + name;
+  const auto q = dir.find('?');
+  std::string base = dir.substr(0, q);
+  while (!base.empty() && base.back() == '/') base.pop_back();
+  return base + "/" + name + (q == std::string::npos ? std::string() : dir.substr(q));
+}
+
+// An object is a file; a 404 is missing. Any other answer (403, a 5xx after the retries) is
+// an error: reading it as missing would fill real data with the fill value.
+Result<PathKind> path_kind(IoBackend& io, const std::string& path) {
+  if (is_remote_url(path)) {
+    // An open is the object's one HEAD, as a stat would be.
+    FileInfo info;
+    auto f = File::open_stat(io, path, &info);
+    if (f) return PathKind::kFile;
+    if (f.status().sys_errno() == ENOENT) return PathKind::kMissing;
+    return f.status();
+  }
   struct ::stat st {};
   if (::stat(path.c_str(), &st) != 0) {
     const int err = errno;
@@ -44,17 +69,19 @@ Result<PathKind> path_kind(const std::string& path) {
 }
 
 std::string array_dir(const std::string& store, const std::string& dataset) {
-  return dataset.empty() ? store : store + "/" + dataset;
+  return dataset.empty() ? store : join(store, dataset);
 }
 
 std::string metadata_path(const std::string& dir, int zarr_format) {
-  return dir + (zarr_format == 2 ? "/.zarray" : "/zarr.json");
+  return join(dir, zarr_format == 2 ? ".zarray" : "zarr.json");
 }
 
 // The arrays directly inside a store, to suggest a dataset when the root is
 // a group.
 std::string child_arrays(const std::string& dir) {
   std::string names;
+  // A prefix's children would cost a listing of every chunk key under it.
+  if (is_remote_url(dir)) return names;
   DIR* d = ::opendir(dir.c_str());
   if (d == nullptr) return names;
   int count = 0;
@@ -99,14 +126,18 @@ class ZarrReader final : public ShardReader {
   Result<ShardProbe> probe(const std::string& path) override {
     ShardProbe p;
     p.shard.path = path;
-    SHARDLOAD_ASSIGN_OR_RETURN(const PathKind kind, path_kind(path));
-    if (kind == PathKind::kMissing) return Status(ErrorCode::kFormat, path + ": not found");
-    if (kind != PathKind::kDirectory) {
-      return Status(ErrorCode::kFormat, path + ": not a directory (a Zarr store is a directory)");
+    // A prefix in object storage exists only through its objects: the metadata's look-ups
+    // below say whether it is a store.
+    if (!is_remote_url(path)) {
+      SHARDLOAD_ASSIGN_OR_RETURN(const PathKind kind, path_kind(*ctx_.io, path));
+      if (kind == PathKind::kMissing) return Status(ErrorCode::kFormat, path + ": not found");
+      if (kind != PathKind::kDirectory) {
+        return Status(ErrorCode::kFormat, path + ": not a directory (a Zarr store is a directory)");
+      }
     }
     const std::string dir = array_dir(path, options_.dataset);
-    SHARDLOAD_ASSIGN_OR_RETURN(const PathKind v2, path_kind(metadata_path(dir, 2)));
-    SHARDLOAD_ASSIGN_OR_RETURN(const PathKind v3, path_kind(metadata_path(dir, 3)));
+    SHARDLOAD_ASSIGN_OR_RETURN(const PathKind v2, path_kind(*ctx_.io, metadata_path(dir, 2)));
+    SHARDLOAD_ASSIGN_OR_RETURN(const PathKind v3, path_kind(*ctx_.io, metadata_path(dir, 3)));
     if (v2 != PathKind::kMissing && v3 != PathKind::kMissing) {
       return Status(ErrorCode::kFormat, dir +
                                             ": both .zarray (v2) and zarr.json (v3) exist; "
@@ -377,21 +408,34 @@ class ZarrReader final : public ShardReader {
     std::vector<std::int64_t> blo;
     std::vector<std::int64_t> bhi;
     if (!clip(r, origin, r.m.chunks, &blo, &bhi)) return Status::ok();
-    const std::string path = r.dir + "/" + zarr_chunk_key(r.m, g);
-    SHARDLOAD_ASSIGN_OR_RETURN(const PathKind kind, path_kind(path));
-    if (kind == PathKind::kMissing) {
-      fill_box(r, blo, bhi);
-      return Status::ok();
-    }
-    if (kind != PathKind::kFile) return {ErrorCode::kFormat, path + ": not a regular file"};
+    const std::string path = join(r.dir, zarr_chunk_key(r.m, g));
     const std::size_t expected = unit_bytes(r.m, r.m.chunks);
     std::byte* direct = direct_target(r, origin, r.m.chunks);
-    if (direct == nullptr && !cached_key_.empty() && cached_key_ == path) {
+    const bool remote = is_remote_url(path);
+    // An object decoded by the previous call needs no request at all.
+    if (remote && direct == nullptr && cached_key_ == path) {
       copy_box(r, unit_.data(), origin, r.m.chunks, blo, bhi);
       return Status::ok();
     }
-    SHARDLOAD_ASSIGN_OR_RETURN(File f, File::open(*ctx_.io, path));
-    SHARDLOAD_ASSIGN_OR_RETURN(const FileInfo info, f.stat());
+    if (!remote) {
+      SHARDLOAD_ASSIGN_OR_RETURN(const PathKind kind, path_kind(*ctx_.io, path));
+      if (kind == PathKind::kMissing) {
+        fill_box(r, blo, bhi);
+        return Status::ok();
+      }
+      if (kind != PathKind::kFile) return {ErrorCode::kFormat, path + ": not a regular file"};
+      if (direct == nullptr && !cached_key_.empty() && cached_key_ == path) {
+        copy_box(r, unit_.data(), origin, r.m.chunks, blo, bhi);
+        return Status::ok();
+      }
+    }
+    FileInfo info;
+    SHARDLOAD_ASSIGN_OR_RETURN(std::optional<File> opened, open_unit(path, &info));
+    if (!opened) {
+      fill_box(r, blo, bhi);
+      return Status::ok();
+    }
+    File& f = *opened;
     count_decode();
     std::byte* target = direct;
     if (target == nullptr) {
@@ -432,15 +476,22 @@ class ZarrReader final : public ShardReader {
     std::vector<std::int64_t> blo;
     std::vector<std::int64_t> bhi;
     if (!clip(r, origin, m.chunks, &blo, &bhi)) return Status::ok();
-    const std::string path = r.dir + "/" + zarr_chunk_key(m, g);
-    SHARDLOAD_ASSIGN_OR_RETURN(const PathKind kind, path_kind(path));
-    if (kind == PathKind::kMissing) {
+    const std::string path = join(r.dir, zarr_chunk_key(m, g));
+    if (!is_remote_url(path)) {
+      SHARDLOAD_ASSIGN_OR_RETURN(const PathKind kind, path_kind(*ctx_.io, path));
+      if (kind == PathKind::kMissing) {
+        fill_box(r, blo, bhi);
+        return Status::ok();
+      }
+      if (kind != PathKind::kFile) return {ErrorCode::kFormat, path + ": not a regular file"};
+    }
+    FileInfo info;
+    SHARDLOAD_ASSIGN_OR_RETURN(std::optional<File> opened, open_unit(path, &info));
+    if (!opened) {
       fill_box(r, blo, bhi);
       return Status::ok();
     }
-    if (kind != PathKind::kFile) return {ErrorCode::kFormat, path + ": not a regular file"};
-    SHARDLOAD_ASSIGN_OR_RETURN(File f, File::open(*ctx_.io, path));
-    SHARDLOAD_ASSIGN_OR_RETURN(const FileInfo info, f.stat());
+    const File& f = *opened;
 
     // The index: one (offset, nbytes) pair per inner chunk, C order.
     std::vector<std::int64_t> per(n);
@@ -501,6 +552,21 @@ class ZarrReader final : public ShardReader {
     // not kept for the next call.
     if (!status.is_ok()) cached_key_.clear();
     return status;
+  }
+
+  // Opens a chunk or shard file and sets `*info` to its snapshot. An object's open is its
+  // one HEAD, whose 404 is the missing chunk (nullopt): no look-up of its own before it. A
+  // local file was looked up by the caller, so any failure here is an error.
+  Result<std::optional<File>> open_unit(const std::string& path, FileInfo* info) {
+    if (!is_remote_url(path)) {
+      SHARDLOAD_ASSIGN_OR_RETURN(File f, File::open(*ctx_.io, path));
+      SHARDLOAD_ASSIGN_OR_RETURN(*info, f.stat());
+      return std::optional<File>(std::move(f));
+    }
+    auto f = File::open_stat(*ctx_.io, path, info);
+    if (f) return std::optional<File>(std::move(f).value());
+    if (f.status().sys_errno() == ENOENT) return std::optional<File>();
+    return f.status();
   }
 
   // Chunk and shard files are too many to snapshot at discovery: each is

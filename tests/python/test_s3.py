@@ -203,7 +203,7 @@ def test_formats_not_yet_supported_say_so(bucket):
     bucket.put("h/shard_0000.h5", b"\x89HDF\r\n\x1a\n" + b"\0" * 32)
     with pytest.raises(shardload.LayoutError,
                        match=r"shard_0000\.h5(\?\S*)?: the hdf5 format is not yet supported for s3:// "
-                             r"sources \(npy, raw, parquet and arrow are\)"):
+                             r"sources \(npy, raw, parquet, arrow and zarr are\)"):
         shardload.discover(bucket.url("h/shard_0000.h5"), storage_options=bucket.options)
 
 

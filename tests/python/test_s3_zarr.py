@@ -1,0 +1,325 @@
+"""Zarr stores (v2 and v3) in an S3 bucket, read by key through Arrow's S3 client against a
+real S3-compatible server (moto's server mode on 127.0.0.1), compared with zarr-python reading
+the local originals."""
+
+from __future__ import annotations
+
+import pathlib
+import subprocess
+import threading
+import time
+import uuid
+import warnings
+
+import numpy as np
+import pytest
+
+moto = pytest.importorskip("moto", reason="moto[server] is installed by scripts/setup.sh")
+boto3 = pytest.importorskip("boto3")
+zarr = pytest.importorskip("zarr")
+numcodecs = pytest.importorskip("numcodecs")
+
+import zarr.codecs as zc  # noqa: E402
+
+import shardload  # noqa: E402
+
+import s3_server  # noqa: E402
+from conftest import random_array  # noqa: E402
+from s3_fault_proxy import FaultProxy, Rule  # noqa: E402
+
+warnings.filterwarnings("ignore", category=UserWarning)
+warnings.filterwarnings("ignore", category=FutureWarning)
+
+
+@pytest.fixture(scope="module")
+def server():
+    """An S3 server on 127.0.0.1 for this module, and the environment its clients use."""
+    with s3_server.serving() as endpoint:
+        yield endpoint
+
+
+class Bucket:
+    """A new bucket; writes go straight to the server, reads through ``endpoint``."""
+
+    def __init__(self, server: str, endpoint: str | None = None):
+        self.name = "z-" + uuid.uuid4().hex[:12]
+        self.endpoint = endpoint or server
+        self.client = boto3.client("s3", endpoint_url=f"http://{server}",
+                                   region_name="us-east-1")
+        self.client.create_bucket(Bucket=self.name)
+        self.options = {"endpoint_override": self.endpoint, "scheme": "http",
+                        "region": "us-east-1"}
+
+    def put(self, key: str, data: bytes) -> None:
+        self.client.put_object(Bucket=self.name, Key=key, Body=data)
+
+    def upload_tree(self, prefix: str, local: pathlib.Path) -> list[str]:
+        """Every file under ``local`` as an object under ``prefix``; their keys."""
+        keys = []
+        for p in sorted(local.rglob("*")):
+            if p.is_file():
+                key = f"{prefix}/{p.relative_to(local).as_posix()}"
+                self.put(key, p.read_bytes())
+                keys.append(key)
+        return keys
+
+    def url(self, key: str = "") -> str:
+        return f"s3://{self.name}/{key}"
+
+
+@pytest.fixture
+def bucket(server) -> Bucket:
+    return Bucket(server)
+
+
+def write_store(path: pathlib.Path, a: np.ndarray, dataset: str | None = None,
+                **kwargs) -> np.ndarray:
+    """A local store holding `a`; what zarr-python reads back from it."""
+    if dataset is None:
+        z = zarr.create_array(str(path), shape=a.shape, dtype=a.dtype, **kwargs)
+    else:
+        rest = dict(kwargs)
+        root = zarr.open_group(str(path), mode="w", zarr_format=rest.pop("zarr_format", 3))
+        z = root.create_array(dataset, shape=a.shape, dtype=a.dtype, **rest)
+    if a.size:
+        z[...] = a
+    return zarr.open_array(str(path), path=dataset or "", mode="r")[...]
+
+
+def check_ranges(layout: shardload.Layout, expected: np.ndarray) -> None:
+    expected = expected.astype(expected.dtype.newbyteorder("="))  # shardload gives native
+    n = expected.shape[0]
+    assert layout.shape == expected.shape
+    assert layout.dtype == expected.dtype
+    for lo, hi in [(0, n), (1, n - 1), (3, 4), (n // 3, 2 * n // 3 + 1), (n - 5, n), (5, 5)]:
+        np.testing.assert_array_equal(layout.read(lo, hi), expected[lo:hi],
+                                      err_msg=f"rows [{lo}, {hi})")
+
+
+# Chunkings that do not divide the 23 rows or the trailing (5, 3): ragged edges everywhere.
+CASES = {
+    "v2-zstd": dict(zarr_format=2, chunks=(6, 2, 3), compressors=numcodecs.Zstd(level=3)),
+    "v2-blosc": dict(zarr_format=2, chunks=(4, 5, 2),
+                     compressors=numcodecs.Blosc(cname="lz4", shuffle=numcodecs.Blosc.SHUFFLE)),
+    "v2-gzip-slash-fortran-big": dict(zarr_format=2, chunks=(6, 2, 2), dtype=">f8",
+                                      chunk_key_encoding={"name": "v2", "separator": "/"},
+                                      order="F", compressors=numcodecs.GZip()),
+    "v2-uncompressed": dict(zarr_format=2, chunks=(7, 5, 3), compressors=None),
+    "v2-lz4": dict(zarr_format=2, chunks=(5, 4, 3), compressors=numcodecs.LZ4()),
+    "v2-zlib": dict(zarr_format=2, chunks=(6, 5, 1), compressors=numcodecs.Zlib(level=2)),
+    "v3-bytes": dict(zarr_format=3, chunks=(6, 2, 3), compressors=None),
+    "v3-gzip+crc32c": dict(zarr_format=3, chunks=(5, 3, 2),
+                           compressors=[zc.GzipCodec(level=4), zc.Crc32cCodec()]),
+    "v3-blosc-big": dict(zarr_format=3, chunks=(4, 5, 3),
+                         serializer=zc.BytesCodec(endian="big"),
+                         compressors=zc.BloscCodec(cname="zstd", shuffle="bitshuffle")),
+    "v3-sharded-end-zstd": dict(zarr_format=3, chunks=(4, 2, 3), shards=(8, 4, 3),
+                                compressors=zc.ZstdCodec()),
+    "v3-sharded-start": dict(zarr_format=3, chunks=(3, 5, 3),
+                             shards={"shape": (9, 5, 3), "index_location": "start"},
+                             compressors=None),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_store_matches_zarr_python(tmp_path, bucket, case):
+    kwargs = dict(CASES[case])
+    dtype = kwargs.pop("dtype", "<f4")
+    a = random_array(np.random.default_rng(len(case)), (23, 5, 3), dtype)
+    want = write_store(tmp_path / "a.zarr", a, **kwargs)
+    bucket.upload_tree("d/a.zarr", tmp_path / "a.zarr")
+    # The options reach every metadata and chunk request: the bucket is on no other server.
+    layout = shardload.discover(bucket.url("d/a.zarr"), storage_options=bucket.options)
+    assert layout.format == "zarr"
+    check_ranges(layout, want)
+
+
+def test_load_store_detected_without_extension_and_row_range(tmp_path, bucket):
+    a = random_array(np.random.default_rng(7), (41, 6), "int32")
+    want = write_store(tmp_path / "s", a, zarr_format=3, chunks=(6, 4),
+                       compressors=zc.ZstdCodec())
+    bucket.upload_tree("data", tmp_path / "s")
+    for source in ("data", "data/"):
+        # Neither the name nor a first byte says Zarr: the zarr.json object does.
+        got = shardload.load(bucket.url(source), storage_options=bucket.options,
+                             row_range=(5, 38), overdecompose=3)
+        np.testing.assert_array_equal(np.asarray(got), want[5:38])
+    got = shardload.load(bucket.url("data"), storage_options=bucket.options, format="zarr")
+    np.testing.assert_array_equal(np.asarray(got), want)
+
+
+@pytest.mark.parametrize("fmt", [2, 3])
+def test_several_stores_ragged_with_an_empty_one(tmp_path, bucket, fmt):
+    rng = np.random.default_rng(11 + fmt)
+    rows = [23, 0, 7, 40]
+    want = []
+    urls = []
+    for i, r in enumerate(rows):
+        name = f"shard_{i:04d}.zarr"
+        want.append(write_store(tmp_path / name, random_array(rng, (r, 5), "float64"),
+                                zarr_format=fmt, chunks=(6, 2), compressors=None if i % 2 else
+                                (numcodecs.Zstd() if fmt == 2 else zc.ZstdCodec())))
+        bucket.upload_tree(f"m/{name}", tmp_path / name)
+        urls.append(bucket.url(f"m/{name}"))
+    bucket.put("m/notes.txt", b"not a store")
+    expected = np.concatenate(want)
+    layout = shardload.discover(urls, storage_options=bucket.options)
+    assert len(layout.paths) == 4
+    check_ranges(layout, expected)
+    got = shardload.load(urls, storage_options=bucket.options, row_range=(4, 66))
+    np.testing.assert_array_equal(np.asarray(got), expected[4:66])
+    # The stores as a directory (its one LIST sees their prefixes), a pattern and a glob.
+    for source in ("m/", "m", "m/shard_{:04d}.zarr", "m/*.zarr"):
+        layout = shardload.discover(bucket.url(source), storage_options=bucket.options)
+        assert layout.format == "zarr" and len(layout.paths) == 4, source
+        assert layout.paths[2].startswith(bucket.url("m/shard_0002.zarr")), layout.paths
+        np.testing.assert_array_equal(layout.read(0, 70), expected, err_msg=source)
+    got = shardload.load(bucket.url("m/"), storage_options=bucket.options, overdecompose=2)
+    np.testing.assert_array_equal(np.asarray(got), expected)
+
+
+def test_array_inside_a_group(tmp_path, bucket):
+    a = random_array(np.random.default_rng(5), (19, 4, 2), "uint16")
+    want = write_store(tmp_path / "g.zarr", a, dataset="grp/data", zarr_format=3,
+                       chunks=(4, 3, 2))
+    bucket.upload_tree("g.zarr", tmp_path / "g.zarr")
+    # The options in the URL's query instead: they travel to the array's metadata and chunks.
+    query = "&".join(f"{k}={v}" for k, v in bucket.options.items())
+    layout = shardload.discover(bucket.url("g.zarr") + "?" + query, format="zarr",
+                                dataset="grp/data")
+    check_ranges(layout, want)
+
+
+def test_cli_read_s3_store(tmp_path, bucket, cli):
+    a = random_array(np.random.default_rng(8), (17, 4), "float32")
+    write_store(tmp_path / "c.zarr", a, zarr_format=2, chunks=(5, 3),
+                compressors=numcodecs.Zstd())
+    bucket.upload_tree("c.zarr", tmp_path / "c.zarr")
+    opts = [f"--storage-option=endpoint_override={bucket.endpoint}",
+            "--storage-option", "scheme=http", "--storage-option", "region=us-east-1"]
+    r = subprocess.run([str(cli), "inspect", bucket.url("c.zarr"), *opts],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "zarr" in r.stdout and "17" in r.stdout, r.stdout
+    r = subprocess.run([str(cli), "read", bucket.url("c.zarr"), "--no-verify", *opts],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "17" in r.stdout and "remote retries: 0" in r.stdout, r.stdout
+
+
+@pytest.mark.parametrize("fmt,shards", [(2, None), (3, None), (3, (8, 4))])
+def test_missing_chunks_take_the_fill_value(tmp_path, bucket, fmt, shards):
+    a = random_array(np.random.default_rng(3), (25, 6), "float32")
+    extra = {"shards": shards} if shards else {}
+    write_store(tmp_path / "f.zarr", a, zarr_format=fmt, chunks=(4, 4), fill_value=-2.5,
+                **extra)
+    # Chunk (or shard) objects removed in the middle and at the ragged edges.
+    chunks = sorted(p for p in (tmp_path / "f.zarr").rglob("*")
+                    if p.is_file() and not p.name.startswith((".z", "zarr.json")))
+    assert len(chunks) >= 3
+    for p in chunks[::2]:
+        p.unlink()
+    want = zarr.open_array(str(tmp_path / "f.zarr"), mode="r")[...]
+    assert (want == -2.5).any()
+    bucket.upload_tree("f.zarr", tmp_path / "f.zarr")
+    layout = shardload.discover(bucket.url("f.zarr"), storage_options=bucket.options)
+    check_ranges(layout, want)
+    got = shardload.load(bucket.url("f.zarr"), storage_options=bucket.options)
+    np.testing.assert_array_equal(np.asarray(got), want)
+
+
+def test_not_a_store_says_so(bucket):
+    bucket.put("e/notes.txt", b"nothing")
+    with pytest.raises(shardload.Error) as e:
+        shardload.discover(bucket.url("e"), format="zarr", storage_options=bucket.options)
+    assert bucket.url("e") in str(e.value)
+
+
+@pytest.fixture
+def proxied(server):
+    """A bucket written straight to the server and read through a fault proxy. Its stores are
+    named with a trailing '/': a prefix without it is first looked up as an object and as a
+    prefix, and through the proxy that look-up stalls until the client's request timeout (a
+    limit of the proxy, not of what is tested here)."""
+    with FaultProxy(server) as proxy:
+        yield Bucket(server, proxy.endpoint), proxy
+
+
+def _chunked_store(tmp_path: pathlib.Path, b: Bucket) -> np.ndarray:
+    a = random_array(np.random.default_rng(9), (20, 3), "float64")
+    want = write_store(tmp_path / "p.zarr", a, zarr_format=2, chunks=(5, 3),
+                       compressors=numcodecs.Zstd())
+    b.upload_tree("p.zarr", tmp_path / "p.zarr")
+    return want
+
+
+@pytest.mark.parametrize("method,ranged", [("HEAD", None), ("GET", True)])
+def test_403_on_a_chunk_is_an_error_naming_it_never_the_fill_value(tmp_path, proxied, method,
+                                                                  ranged):
+    b, proxy = proxied
+    want = _chunked_store(tmp_path, b)
+    layout = shardload.discover(b.url("p.zarr/"), storage_options=b.options)
+    rule = proxy.add(Rule(method, path="p.zarr/2.0", ranged=ranged, action="403", count=None))
+    with pytest.raises(shardload.Error) as e:
+        layout.read(0, 20)
+    assert b.url("p.zarr/2.0") in str(e.value), str(e.value)
+    # A refused HEAD is not asked again. A refused GET of a chunk smaller than the error's
+    # body is seen by the client as a failed write of the body, which is retried, boundedly.
+    assert rule.fired == 1 if method == "HEAD" else 1 <= rule.fired <= 5
+    # Rows the refused chunk does not hold are read as they are.
+    np.testing.assert_array_equal(layout.read(0, 10), want[:10])
+    with pytest.raises(shardload.Error, match=r"p\.zarr/2\.0"):
+        shardload.load(b.url("p.zarr/"), storage_options=b.options)
+
+
+def test_persistent_503_on_a_chunk_is_an_error_never_the_fill_value(tmp_path, proxied):
+    b, proxy = proxied
+    _chunked_store(tmp_path, b)
+    layout = shardload.discover(b.url("p.zarr/"), storage_options={**b.options,
+                                                                  "max_attempts": "2",
+                                                                  "backoff_ms": "1"})
+    proxy.add(Rule("HEAD", path="p.zarr/1.0", action="503", count=None))
+    with pytest.raises(shardload.Error) as e:
+        layout.read(0, 20)
+    assert b.url("p.zarr/1.0") in str(e.value) and "gave up after 2 attempts" in str(e.value)
+
+
+def test_chunk_overwritten_while_it_is_read_is_an_error(tmp_path, proxied):
+    b, proxy = proxied
+    a = random_array(np.random.default_rng(6), (20, 3), "float64")
+    write_store(tmp_path / "w.zarr", a, zarr_format=2, chunks=(5, 3), compressors=None)
+    b.upload_tree("w.zarr", tmp_path / "w.zarr")
+    layout = shardload.discover(b.url("w.zarr/"), storage_options=b.options)
+    # The chunk's GET is held at the proxy (its HEAD has been answered) until the object has
+    # been replaced by one of the same size; then the held request is reset and the retry
+    # reads the new bytes, whose ETag after the read differs from the one seen at the open.
+    rule = proxy.add(Rule("GET", path="w.zarr/3.0", ranged=True, action="delay", delay_s=300))
+
+    def replace() -> None:
+        while rule.fired == 0:
+            time.sleep(0.02)
+        b.put("w.zarr/3.0", np.full((5, 3), 7.0).tobytes())
+        proxy._closing.set()  # ends the held delay now (with a reset), as close() does
+
+    t = threading.Thread(target=replace)
+    t.start()
+    try:
+        with pytest.raises(shardload.Error) as e:
+            layout.read(0, 20)
+    finally:
+        t.join()
+    msg = str(e.value)
+    assert b.url("w.zarr/3.0") in msg and "changed" in msg, msg
+
+
+def test_metadata_overwritten_after_discovery_is_an_error(tmp_path, bucket):
+    a = random_array(np.random.default_rng(4), (12, 3), "float32")
+    write_store(tmp_path / "o.zarr", a, zarr_format=2, chunks=(5, 3), compressors=None)
+    bucket.upload_tree("o.zarr", tmp_path / "o.zarr")
+    layout = shardload.discover(bucket.url("o.zarr"), storage_options=bucket.options)
+    meta = (tmp_path / "o.zarr" / ".zarray").read_bytes()
+    # The same size, other bytes: only the ETag tells.
+    bucket.put("o.zarr/.zarray", meta.replace(b'"<f4"', b'"<i4"'))
+    with pytest.raises(shardload.Error) as e:
+        layout.read(0, 12)
+    assert bucket.url("o.zarr/.zarray") in str(e.value) and "changed" in str(e.value)
