@@ -31,9 +31,18 @@ With --format parquet the shards are Parquet files of 64 float32 columns (row gr
   pa-numpy     the same and then the (rows, 64) array shardload returns (np.stack of the
                columns).
 
+With --format zarr the data is one Zarr v3 array (rows, 64) float32 in chunks of about 1 MB,
+zstd-compressed (zarr-python's defaults), written by zarr-python and uploaded object by object:
+  shardload    shardload.load("s3://bucket/data.zarr") -> host array;
+  zarr-s3fs    zarr-python over s3fs (FsspecStore) on the same server, array[:];
+  tensorstore  TensorStore's zarr3 driver over its S3 key-value store on the same server;
+  get-bound    every chunk object fetched whole by parallel GETs (as many threads as
+               shardload's processors): the compressed bytes only, no decoding.
+
 Run it with the project's environment (source scripts/env.sh) so Legate is configured:
   python bench/bench_s3.py --shards 16 --mb 8 --repeat 3
   python bench/bench_s3.py --format parquet --shards 8 --mb 8 --repeat 3
+  python bench/bench_s3.py --format zarr --shards 8 --mb 8 --repeat 3  (SHARDS x MB of data)
 """
 
 from __future__ import annotations
@@ -102,9 +111,9 @@ def report(times: dict[str, float], failed: dict[str, str], nbytes: int,
     base = times.get("shardload")
     for name, t in times.items():
         ratio = f"  shardload x{t / base:.2f}" if base else ""
-        print(f"  {name:10s} {t:7.3f} s  {nbytes / 1e9 / t:6.3f} GB/s{ratio}")
+        print(f"  {name:11s} {t:7.3f} s  {nbytes / 1e9 / t:6.3f} GB/s{ratio}")
     for name, why in failed.items():
-        print(f"  {name:10s} NOT TIMED: {why}")
+        print(f"  {name:11s} NOT TIMED: {why}")
     peers = {n: t for n, t in times.items()
              if n != bound and n != "shardload" and not n.startswith("sl-")}
     if base and peers:
@@ -120,11 +129,14 @@ def main() -> None:
     ap.add_argument("--shards", type=int, default=16)
     ap.add_argument("--mb", type=float, default=8.0, help="MB per shard")
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--format", choices=["npy", "parquet"], default="npy")
+    ap.add_argument("--format", choices=["npy", "parquet", "zarr"], default="npy")
     args = ap.parse_args()
     os.environ.update(ENV)
     if args.format == "parquet":
         parquet(args)
+        return
+    if args.format == "zarr":
+        zarr_store(args)
         return
     proc, endpoint = s3_server.start()
     try:
@@ -276,6 +288,82 @@ def parquet(args: argparse.Namespace) -> None:
               f"of {group} rows, {info.processors} processors ({info.target}), "
               f"median of {args.repeat}")
         report(times, failed, nbytes, None)
+    finally:
+        s3_server.stop(proc)
+
+
+def zarr_store(args: argparse.Namespace) -> None:
+    import tempfile
+
+    import tensorstore as ts
+    import zarr
+
+    proc, endpoint = s3_server.start()
+    try:
+        client = boto3.client("s3", endpoint_url=f"http://{endpoint}", region_name="us-east-1")
+        client.create_bucket(Bucket="bench")
+        cols = 64
+        rows = max(1, int(args.shards * args.mb * 1e6 / (cols * 4)))
+        chunk = max(1, int(1e6 / (cols * 4)))
+        rng = np.random.default_rng(0)
+        # Rounded to 1/64 so that zstd finds something to compress, as in most real data.
+        want = np.round(rng.standard_normal((rows, cols)) * 64).astype(np.float32) / 64
+        with tempfile.TemporaryDirectory() as tmp:
+            local = pathlib.Path(tmp) / "data.zarr"
+            z = zarr.create_array(str(local), shape=want.shape, chunks=(chunk, cols),
+                                  dtype="float32", zarr_format=3)
+            z[:] = want
+            stored = 0
+            keys = []
+            for f in sorted(local.rglob("*")):
+                if f.is_file():
+                    key = "data.zarr/" + f.relative_to(local).as_posix()
+                    client.put_object(Bucket="bench", Key=key, Body=f.read_bytes())
+                    stored += f.stat().st_size
+                    keys.append(key)
+        nbytes = want.nbytes
+        options = {"endpoint_override": endpoint, "scheme": "http", "region": "us-east-1"}
+
+        def sl():
+            return np.asarray(shardload.load("s3://bench/data.zarr", storage_options=options))
+
+        got, info = shardload.load("s3://bench/data.zarr", storage_options=options, info=True)
+        assert np.array_equal(np.asarray(got), want)
+        threads = info.processors
+
+        fs_options = {"endpoint_url": f"http://{endpoint}", "use_listings_cache": False,
+                      "client_kwargs": {"region_name": "us-east-1"}}
+
+        def zarr_s3fs():
+            store = zarr.storage.FsspecStore.from_url("s3://bench/data.zarr", read_only=True,
+                                                      storage_options=fs_options)
+            return zarr.open_array(store, mode="r")[:]
+
+        spec = {"driver": "zarr3",
+                "kvstore": {"driver": "s3", "bucket": "bench", "path": "data.zarr/",
+                            "endpoint": f"http://{endpoint}", "aws_region": "us-east-1"}}
+
+        def tensorstore():
+            return ts.open(spec, read=True).result().read().result()
+
+        chunk_keys = [k for k in keys if not k.endswith("zarr.json")]
+
+        def bound():
+            def get(k):
+                return len(client.get_object(Bucket="bench", Key=k)["Body"].read())
+
+            with ThreadPoolExecutor(threads) as pool:
+                got_bytes = sum(pool.map(get, chunk_keys))
+            assert got_bytes <= stored
+            return want  # the bytes, not an array: nothing to compare
+
+        times, failed = measure((("shardload", sl, None), ("zarr-s3fs", zarr_s3fs, None),
+                                 ("tensorstore", tensorstore, None), ("get-bound", bound, None)),
+                                want, args.repeat)
+        print(f"zarr: {rows} x {cols} float32 ({nbytes / 1e6:.1f} MB, {stored / 1e6:.1f} MB "
+              f"stored in {len(chunk_keys)} chunks of {chunk} rows, zstd), {threads} processors "
+              f"({info.target}), median of {args.repeat}")
+        report(times, failed, nbytes, "get-bound")
     finally:
         s3_server.stop(proc)
 
