@@ -6,7 +6,7 @@ pyarrow reading the local originals."""
 from __future__ import annotations
 
 import io
-import pathlib
+import subprocess
 import uuid
 
 import numpy as np
@@ -20,6 +20,7 @@ pq = pytest.importorskip("pyarrow.parquet")
 import shardload  # noqa: E402
 
 import s3_server  # noqa: E402
+from s3_fault_proxy import FaultProxy, Rule  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -40,6 +41,9 @@ class Bucket:
         self.client.create_bucket(Bucket=self.name)
         self.options = {"endpoint_override": endpoint or server, "scheme": "http",
                         "region": "us-east-1"}
+        # Uploads bypass the proxy, which forwards Content-Length bodies only (not the
+        # chunked ones the AWS SDK sends).
+        self.direct = {**self.options, "endpoint_override": server}
 
     def put(self, key: str, data: bytes) -> None:
         self.client.put_object(Bucket=self.name, Key=key, Body=data)
@@ -167,3 +171,172 @@ def test_batches_storage_options_need_an_s3_source(tmp_path):
     layout = shardload.discover(str(tmp_path))
     with pytest.raises(TypeError, match="storage_options cannot be passed with a Layout"):
         shardload.batches(layout, 2, storage_options={"scheme": "http"})
+
+
+# ---- the manifest of a dataset in a bucket ------------------------------------------------
+
+@pytest.fixture
+def proxy(server):
+    """A proxy in front of the server that logs every request shardload makes."""
+    with FaultProxy(server) as p:
+        yield p
+
+
+def shard_requests(proxy: FaultProxy, prefix: str, method: str) -> int:
+    """Requests of ``method`` for objects named shard_* under ``prefix``."""
+    return sum(1 for m, t, _, _ in proxy.log if m == method and f"/{prefix}/shard_" in t)
+
+
+def test_index_writes_the_manifest_object_and_discovery_uses_it(server, proxy):
+    b = Bucket(server, proxy.endpoint)
+    rng = np.random.default_rng(31)
+    parts = ragged(rng, [9, 0, 4, 13, 1, 7, 2, 11], (3,), "float64")
+    put_npy_shards(b, "d", parts)
+    want = np.concatenate(parts)
+
+    proxy.clear()
+    probed = shardload.discover(b.url("d/"), storage_options=b.options)
+    assert probed.manifest_state is shardload.ManifestState.ABSENT
+    probing = len(proxy.log)
+    assert shard_requests(proxy, "d", "GET") == 8  # each header
+
+    written = shardload.index(b.url("d/"), storage_options=b.direct)
+    assert written.startswith(b.url("d/shardload.manifest"))
+    assert "d/shardload.manifest" in b.keys("d/")
+    body = b.get("d/shardload.manifest")
+    assert body.startswith(b"SLMANIF\n")
+    # Keys relative to the prefix; the store's options are the reader's, never recorded.
+    assert b"shard_" in body and b"s3:" not in body and b.name.encode() not in body
+    assert b"endpoint_override" not in body and proxy.endpoint.encode() not in body
+
+    proxy.clear()
+    layout = shardload.discover(b.url("d/"), storage_options=b.options)
+    assert layout.manifest_state is shardload.ManifestState.USED, layout.manifest_status
+    assert layout == probed and layout.paths == probed.paths
+    # The check is each object's snapshot (a HEAD: size and ETag), no header read.
+    assert shard_requests(proxy, "d", "GET") == 0
+    assert shard_requests(proxy, "d", "HEAD") == 8
+    assert len(proxy.log) < probing, proxy.log
+
+    proxy.clear()
+    trusted = shardload.discover(b.url("d/"), storage_options=b.options, trust_manifest=True)
+    assert trusted.manifest_state is shardload.ManifestState.TRUSTED
+    assert trusted == probed
+    # One object read (its HEAD and GET), nothing else.
+    assert [m for m, t, _, _ in proxy.log if "shardload.manifest" in t] == ["HEAD", "GET"]
+    assert len(proxy.log) == 2, proxy.log
+
+    np.testing.assert_array_equal(
+        np.asarray(shardload.load(b.url("d/"), storage_options=b.options, overdecompose=2)),
+        want)
+    np.testing.assert_array_equal(np.asarray(shardload.load(trusted)), want)
+    got = epoch(shardload.batches(b.url("d/"), 10, storage_options=b.options,
+                                  trust_manifest=True))
+    np.testing.assert_array_equal(np.concatenate(got), want)
+
+
+def test_stale_manifest_is_seen_as_locally(bucket):
+    a = np.arange(40, dtype=np.float32).reshape(10, 4)
+    for i in range(3):
+        bucket.put_npy(f"s/shard_{i:04d}.npy", a + 100 * i)
+    shardload.index(bucket.url("s/"), storage_options=bucket.options)
+    trusted = shardload.discover(bucket.url("s/"), storage_options=bucket.options,
+                                 trust_manifest=True)
+    # The same size, other bytes: only the ETag tells.
+    bucket.put_npy("s/shard_0001.npy", a - 1)
+    layout = shardload.discover(bucket.url("s/"), storage_options=bucket.options)
+    assert layout.manifest_state is shardload.ManifestState.STALE
+    assert bucket.url("s/shard_0001.npy") in layout.manifest_status
+    assert "probed the files instead" in layout.manifest_status
+    want = np.concatenate([a, a - 1, a + 200])
+    np.testing.assert_array_equal(
+        np.asarray(shardload.load(bucket.url("s/"), storage_options=bucket.options)), want)
+    # Trusted: the manifest's layout, and the load's own check names the object.
+    again = shardload.discover(bucket.url("s/"), storage_options=bucket.options,
+                               trust_manifest=True)
+    assert again.manifest_state is shardload.ManifestState.TRUSTED and again == trusted
+    with pytest.raises(shardload.ShardReadError) as e:
+        shardload.load(again)
+    assert bucket.url("s/shard_0001.npy") in str(e.value) and "changed" in str(e.value)
+    # An object added under the pattern.
+    shardload.index(bucket.url("s/"), storage_options=bucket.options)
+    bucket.put_npy("s/shard_0003.npy", a)
+    layout = shardload.discover(bucket.url("s/"), storage_options=bucket.options)
+    assert layout.manifest_state is shardload.ManifestState.STALE
+    assert bucket.url("s/shard_0003.npy") in layout.manifest_status
+    assert "is new" in layout.manifest_status and layout.total_rows == 40
+
+
+def test_damaged_manifest_object_is_an_error_naming_it(bucket):
+    bucket.put_npy("x/shard_0000.npy", np.zeros((3, 2)))
+    bucket.put("x/shardload.manifest", b"SLMANIF\n" + b"\0" * 40)
+    with pytest.raises(shardload.LayoutError) as e:
+        shardload.discover(bucket.url("x/"), storage_options=bucket.options)
+    assert bucket.url("x/shardload.manifest") in str(e.value) and "manifest" in str(e.value)
+
+
+def test_failed_manifest_upload_leaves_the_old_one(server, proxy):
+    b = Bucket(server, proxy.endpoint)
+    put_npy_shards(b, "w", [np.ones((4, 2)), np.zeros((3, 2))])
+    shardload.index(b.url("w/"), storage_options=b.direct)
+    old = b.get("w/shardload.manifest")
+    b.put_npy("w/shard_0002.npy", np.ones((5, 2)))
+    for method in ("PUT", "POST"):
+        proxy.add(Rule(method, path="shardload.manifest", action="403", count=None))
+    with pytest.raises(shardload.Error) as e:
+        shardload.index(b.url("w/"), storage_options=b.options)
+    assert b.url("w/shardload.manifest") in str(e.value), str(e.value)
+    assert b.get("w/shardload.manifest") == old
+    assert b.keys("w/") == ["w/shard_0000.npy", "w/shard_0001.npy", "w/shard_0002.npy",
+                            "w/shardload.manifest"]
+
+
+def test_parquet_manifest_spares_the_footers(server, proxy, tmp_path):
+    b = Bucket(server, proxy.endpoint)
+    rng = np.random.default_rng(33)
+    paths = []
+    for i, n in enumerate([17, 0, 6, 25]):
+        t = pa.table({"a": rng.standard_normal(n), "b": rng.standard_normal(n)})
+        p = tmp_path / f"shard_{i:04d}.parquet"
+        pq.write_table(t, p, row_group_size=5)
+        b.put(f"p/{p.name}", p.read_bytes())
+        paths.append(p)
+    want = np.concatenate([np.stack([pq.read_table(p).column(c).to_numpy() for c in "ab"], 1)
+                           for p in paths])
+    shardload.index(b.url("p/"), columns=["a", "b"], storage_options=b.direct)
+    proxy.clear()
+    layout = shardload.discover(b.url("p/"), columns=["a", "b"], storage_options=b.options)
+    assert layout.manifest_state is shardload.ManifestState.USED, layout.manifest_status
+    assert shard_requests(proxy, "p", "GET") == 0
+    np.testing.assert_array_equal(np.asarray(shardload.load(layout)), want)
+
+
+def test_discover_once_of_a_bucket(bucket):
+    rng = np.random.default_rng(34)
+    parts = ragged(rng, [5, 0, 8, 3], (2,), "int32")
+    put_npy_shards(bucket, "o", parts)
+    direct = shardload.discover(bucket.url("o/"), storage_options=bucket.options)
+    once = shardload.discover_once(bucket.url("o/"), storage_options=bucket.options)
+    assert once == direct and once.manifest_state is shardload.ManifestState.ABSENT
+    shardload.index(bucket.url("o/"), storage_options=bucket.options)
+    once = shardload.discover_once(bucket.url("o/"), storage_options=bucket.options)
+    assert once == direct and once.manifest_state is shardload.ManifestState.USED
+    np.testing.assert_array_equal(np.asarray(shardload.load(once)), np.concatenate(parts))
+
+
+def test_cli_index_writes_into_the_bucket(bucket, cli):
+    parts = [np.arange(6.0).reshape(3, 2), np.arange(8.0).reshape(4, 2)]
+    put_npy_shards(bucket, "c", parts)
+    opts = [f"--storage-option=endpoint_override={bucket.options['endpoint_override']}",
+            "--storage-option", "scheme=http", "--storage-option", "region=us-east-1"]
+    r = subprocess.run([str(cli), "index", bucket.url("c/"), "--checksum", "xxh3", *opts],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert bucket.url("c/shardload.manifest") in r.stdout and "2 shards" in r.stdout
+    r = subprocess.run([str(cli), "inspect", bucket.url("c/"), *opts],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "manifest: used" in r.stdout, r.stdout
+    layout = shardload.discover(bucket.url("c/"), storage_options=bucket.options)
+    assert layout.manifest_state is shardload.ManifestState.USED
+    np.testing.assert_array_equal(np.asarray(shardload.load(layout)), np.concatenate(parts))
