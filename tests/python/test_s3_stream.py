@@ -247,6 +247,7 @@ def test_stale_manifest_is_seen_as_locally(bucket):
     layout = shardload.discover(bucket.url("s/"), storage_options=bucket.options)
     assert layout.manifest_state is shardload.ManifestState.STALE
     assert bucket.url("s/shard_0001.npy") in layout.manifest_status
+    assert "overwritten (its ETag differs)" in layout.manifest_status
     assert "probed the files instead" in layout.manifest_status
     want = np.concatenate([a, a - 1, a + 200])
     np.testing.assert_array_equal(
@@ -283,9 +284,10 @@ def test_failed_manifest_upload_leaves_the_old_one(server, proxy):
     b.put_npy("w/shard_0002.npy", np.ones((5, 2)))
     for method in ("PUT", "POST"):
         proxy.add(Rule(method, path="shardload.manifest", action="403", count=None))
-    with pytest.raises(shardload.Error) as e:
+    with pytest.raises(shardload.ShardReadError) as e:
         shardload.index(b.url("w/"), storage_options=b.options)
-    assert b.url("w/shardload.manifest") in str(e.value), str(e.value)
+    msg = str(e.value)
+    assert b.url("w/shardload.manifest") in msg and "cannot write" in msg, msg
     assert b.get("w/shardload.manifest") == old
     assert b.keys("w/") == ["w/shard_0000.npy", "w/shard_0001.npy", "w/shard_0002.npy",
                             "w/shardload.manifest"]
