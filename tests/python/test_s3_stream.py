@@ -342,3 +342,13 @@ def test_cli_index_writes_into_the_bucket(bucket, cli):
     layout = shardload.discover(bucket.url("c/"), storage_options=bucket.options)
     assert layout.manifest_state is shardload.ManifestState.USED
     np.testing.assert_array_equal(np.asarray(shardload.load(layout)), np.concatenate(parts))
+
+
+def test_index_and_discover_once_take_storage_options_for_s3_only(tmp_path):
+    np.save(tmp_path / "shard_0000.npy", np.zeros((3, 2)))
+    for call in (shardload.index, shardload.discover_once):
+        with pytest.raises(ValueError, match="s3:// URLs only"):
+            call(str(tmp_path), storage_options={"scheme": "http"})
+        with pytest.raises(TypeError, match="storage_options"):
+            call("s3://b/d/", storage_options=["scheme=http"])
+    assert not (tmp_path / "shardload.manifest").exists()
