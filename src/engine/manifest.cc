@@ -6,12 +6,15 @@
 #include <xxhash.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
 #include <memory>
 #include <span>
+#include <system_error>
+#include <thread>
 
 #include "base/detail/bytes.hpp"
 #include "engine/detail/auto_directory.hpp"
@@ -549,15 +552,44 @@ std::string manifest_staleness(const Manifest& m, IoBackend& io) {
       if (!why.empty()) return why;
     }
   } else {
-    // HDF5, Parquet, Arrow and a user's reader: the snapshot of each file (and of each
-    // linked file); their metadata is taken from the manifest while the snapshots match.
-    for (const auto& s : shards) {
-      std::string why = differs(s.path, s.snapshot);
-      for (const auto& f : s.linked) {
-        if (why.empty()) why = differs(f.path, f.snapshot);
+    // HDF5, Parquet, Arrow and a user's reader (and remote .npy): the snapshot of each file
+    // (and of each linked file); their metadata is taken from the manifest while the
+    // snapshots match. On as many threads as probing as many .npy files would use, so that
+    // the check (one stat or HEAD per shard) never takes longer than probing would; the
+    // answer is the lowest shard that differs, whatever the timing: shards are claimed in
+    // order, so every one below it has been checked.
+    std::vector<std::string> why(shards.size());
+    std::atomic<std::size_t> next{0};
+    std::atomic<std::size_t> first_bad{shards.size()};
+    const auto work = [&] {
+      for (std::size_t i = next.fetch_add(1); i < shards.size(); i = next.fetch_add(1)) {
+        if (i > first_bad.load()) return;
+        std::string w = differs(shards[i].path, shards[i].snapshot);
+        for (const auto& f : shards[i].linked) {
+          if (w.empty()) w = differs(f.path, f.snapshot);
+        }
+        if (w.empty()) continue;
+        why[i] = std::move(w);
+        std::size_t seen = first_bad.load();
+        while (i < seen && !first_bad.compare_exchange_weak(seen, i)) {
+        }
       }
-      if (!why.empty()) return why;
+    };
+    ReaderContext ctx;
+    ctx.io = &io;
+    const unsigned threads =
+        detail::probe_threads(find_format(Format::kNpy), ctx, shards.size(), 0);
+    std::vector<std::thread> helpers;
+    for (unsigned k = 1; k < threads; ++k) {
+      try {
+        helpers.emplace_back(work);
+      } catch (const std::system_error&) {
+        break;  // no thread to be had: the others check its share
+      }
     }
+    work();
+    for (auto& h : helpers) h.join();
+    if (first_bad.load() < shards.size()) return why[first_bad.load()];
   }
   if (!m.pattern.empty()) {
     auto listed = resolve(Source::directory(m.directory, m.pattern));
