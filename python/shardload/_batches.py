@@ -75,6 +75,7 @@ def batches(
     prefetch: int = 1,
     overdecompose: int = 1,
     astype: DTypeLike | None = None,
+    storage_options: dict[str, str] | None = None,
     **options: Unpack[DiscoverOptions],
 ) -> Iterator["cupynumeric.ndarray"]:
     """Iterates over a dataset in batches of ``rows_per_batch`` consecutive rows (the last may
@@ -110,6 +111,8 @@ def batches(
         overdecompose: K of each batch's launch, an int >= 1, as in :func:`load`.
         astype: the dtype of each batch, as in :func:`load` (numpy's casting for every
             format; parquet/arrow columns that convert without loss decoded straight into it).
+        storage_options: object storage: options added to the query of each ``s3://`` URL,
+            as for :func:`discover` (not with a Layout, whose paths carry them).
 
     Returns:
         An iterator of ``cupynumeric.ndarray`` of shape ``(rows, *trailing_shape)``; ``len()``
@@ -139,9 +142,12 @@ def batches(
     k = _overdecompose(overdecompose)
     cast = _astype(astype)
     if isinstance(source, Layout):
+        if storage_options is not None:
+            raise TypeError("batches: storage_options cannot be passed with a Layout, whose "
+                            "paths carry them")
         layout = source
     else:
-        source = _api._source(source)
+        source = _api._with_storage_options(_api._source(source), storage_options)
         layout = _api._decoded(lambda o, dt: _api._discover_for_job(source, o, dt), checked,
                                cast, "batches", cast_after=True, source=source)
     # Past the int64 range no batch is shorter than the dataset anyway.

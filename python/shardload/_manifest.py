@@ -36,11 +36,15 @@ class ChecksumMismatch:
     what: str
 
 
-def _directory(source: object) -> str | bytes:
+def _directory(source: object, storage_options: object = None) -> str | bytes:
     if not isinstance(source, (str, bytes, os.PathLike)):
         raise TypeError(f"source: expected a directory (str, bytes or os.PathLike), found "
                         f"{_found(source)}")
     path = os.fspath(source)
+    if isinstance(path, str) and path.startswith("s3://"):
+        # A prefix in a bucket: discovery says whether objects are under it.
+        return _api._with_storage_options(path, storage_options)  # type: ignore[return-value]
+    _api._with_storage_options(path, storage_options)  # refuses options for a local path
     if not os.path.isdir(path):
         raise ValueError(f"{os.fsdecode(path)}: not a directory; a manifest is written into the "
                          "directory of the shards")
@@ -52,6 +56,7 @@ def index(
     *,
     checksum: str = "none",
     astype: DTypeLike | None = None,
+    storage_options: dict[str, str] | None = None,
     **options: Unpack[DiscoverOptions],
 ) -> str:
     """Discovers a directory of shards by probing every file and writes its manifest.
@@ -61,9 +66,12 @@ def index(
     and with ``checksum="xxh3"`` an XXH3-64 checksum of each file. It is written to a
     temporary file in DIR, synced and renamed over the old one: a reader sees the old
     manifest or the new one, never part of one. An existing manifest is not consulted.
+    For an ``s3://`` prefix the manifest is one object, ``PREFIX/shardload.manifest``,
+    uploaded whole (the store shows the old object or the new one), holding the keys
+    relative to the prefix and each object's size and ETag, never the store's options.
 
     Args:
-        source: the directory that holds the shards.
+        source: the directory that holds the shards, or an ``s3://bucket/prefix/``.
         checksum: ``"none"`` or ``"xxh3"`` (``"crc32c"`` is refused: no maintained CRC32C
             library is packaged for this build).
         pattern, format, dtype, trailing_shape, header_bytes, dataset, columns, fill_value,
@@ -71,6 +79,8 @@ def index(
             discovery that asks for other options probes the files instead.
         trust_manifest: checked as for :func:`shardload.discover`, and must be False: the
             files are probed, and an existing manifest is never consulted (ValueError).
+        storage_options: object storage: options added to the query of an ``s3://`` source,
+            as for :func:`shardload.discover`.
 
     Returns:
         The path of the manifest written.
@@ -85,7 +95,7 @@ def index(
         raise ValueError("trust_manifest: index() probes every file to write a new manifest, "
                          "so no manifest can be trusted here; leave it out")
     cast = _api._astype(astype)
-    directory = _directory(source)
+    directory = _directory(source, storage_options)
     if not isinstance(checksum, str):
         raise TypeError(f"checksum: expected a str, found {_found(checksum)}")
     if checksum not in _CHECKSUMS + ("crc32c",):
@@ -144,6 +154,7 @@ def discover_once(
     source: str | bytes | os.PathLike,
     *,
     astype: DTypeLike | None = None,
+    storage_options: dict[str, str] | None = None,
     **options: Unpack[DiscoverOptions],
 ) -> Layout:
     """Discovers a dataset in one Legate task for the whole job.
@@ -157,7 +168,8 @@ def discover_once(
     Args:
         source: a directory, numbered pattern, glob or file (str, bytes or os.PathLike).
         options: discover()'s keywords (DiscoverOptions: pattern, format, the format and
-            discovery options) and astype: as for :func:`shardload.discover`.
+            discovery options), astype and storage_options: as for
+            :func:`shardload.discover`.
 
     Raises:
         TypeError, ValueError: a bad argument.
@@ -166,6 +178,7 @@ def discover_once(
     if not isinstance(source, (str, bytes, os.PathLike)):
         raise TypeError(f"source: expected a path (str, bytes or os.PathLike), found "
                         f"{_found(source)}")
+    source = _api._with_storage_options(source, storage_options)  # type: ignore[assignment]
     checked = _api._options("discover_once", options)
     cast = _api._astype(astype)
     _api._check_thread("shardload.discover_once")

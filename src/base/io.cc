@@ -135,6 +135,10 @@ std::uint64_t remote_retries() {
   return r == nullptr ? 0 : r->retries();
 }
 
+Status RemoteIo::write_object(const std::string& url, const void*, std::size_t) {
+  return file_error(ErrorCode::kIo, url, "this object-storage backend cannot write objects");
+}
+
 Result<FileInfo> IoBackend::stat_path(const std::string& path) {
   if (is_remote_url(path)) {
     SHARDLOAD_ASSIGN_OR_RETURN(RemoteIo* const r, remote_for(path));

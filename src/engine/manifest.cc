@@ -6,12 +6,15 @@
 #include <xxhash.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
 #include <memory>
 #include <span>
+#include <system_error>
+#include <thread>
 
 #include "base/detail/bytes.hpp"
 #include "engine/detail/auto_directory.hpp"
@@ -30,8 +33,24 @@ constexpr std::size_t kTrailerBytes = 8;
 // reading it whole would be the huge allocation a hostile file asks for.
 constexpr std::uint64_t kMaxManifestBytes = std::uint64_t{1} << 30;
 
+// An object-store URL's query ("?endpoint_override=..."), which configures the store, apart
+// from the key. A manifest records keys relative to its directory and never a query (the
+// store's options, and any secret in them, belong to the reader): every URL made from it
+// gets the query of the URL the manifest was read from.
+std::pair<std::string, std::string> split_query(const std::string& url) {
+  const auto q = url.find('?');
+  if (q == std::string::npos) return {url, {}};
+  return {url.substr(0, q), url.substr(q)};
+}
+
+// `name` in directory `dir`; in a remote one, before the directory's query.
 std::string join(const std::string& dir, const std::string& name) {
   if (dir.empty()) return name;
+  if (is_remote_url(dir)) {
+    auto [base, query] = split_query(dir);
+    if (base.back() != '/') base += '/';
+    return base + name + query;
+  }
   return dir.back() == '/' ? dir + name : dir + "/" + name;
 }
 
@@ -55,6 +74,16 @@ class Cursor {
   std::span<const std::uint8_t> b_;
   std::size_t pos_ = 0;
 };
+
+// What changed, in the words of the load's own check (src/readers/reader.cc): an object's
+// snapshot has no times, its size and the hash of its ETag say it.
+std::string difference(const std::string& path, const FileInfo& then, const FileInfo& now) {
+  if (!is_remote_url(path)) return snapshot_difference(then, now);
+  std::string d =
+      "size " + std::to_string(then.size) + " -> " + std::to_string(now.size) + " bytes";
+  if (then.inode != now.inode) d += ", overwritten (its ETag differs)";
+  return d;
+}
 
 std::string hex(std::uint64_t v) {
   char buf[24];
@@ -87,6 +116,33 @@ bool safe_relative(const std::string& rel, std::string* why) {
 }
 
 Status relative_to(const std::string& dir, std::string* path) {
+  if (is_remote_url(dir)) {
+    // Keys only: the query is the reader's (see split_query), the same for every shard.
+    const auto [dir_key, dir_query] = split_query(dir);
+    auto [key, query] = split_query(*path);
+    if (query != dir_query) {
+      return Status(ErrorCode::kInvalidArgument,
+                    *path + ": its store options ('" + query + "') differ from those of " + dir +
+                        ", where the manifest is written; index a directory that holds every "
+                        "shard");
+    }
+    *path = std::move(key);
+    std::string prefix = dir_key;
+    if (prefix.back() != '/') prefix += '/';
+    if (path->size() <= prefix.size() || path->compare(0, prefix.size(), prefix) != 0) {
+      return Status(ErrorCode::kInvalidArgument,
+                    *path + dir_query + ": not inside " + dir +
+                        ", where the manifest is written; index a directory that holds every "
+                        "shard");
+    }
+    path->erase(0, prefix.size());
+    std::string why;
+    if (!safe_relative(*path, &why)) {
+      return Status(ErrorCode::kInvalidArgument,
+                    prefix + *path + dir_query + ": cannot be written into a manifest: " + why);
+    }
+    return Status::ok();
+  }
   const std::string prefix = join(dir, "");
   if (path->size() <= prefix.size() || path->compare(0, prefix.size(), prefix) != 0) {
     return Status(ErrorCode::kInvalidArgument,
@@ -115,6 +171,29 @@ std::string infer_pattern(const Layout& layout, const std::string& dir) {
     }
   }
   return {};
+}
+
+// A store has no rename: one upload of the whole object, which the store makes visible only
+// once complete, gives what the temporary file and rename give locally.
+Result<std::string> write_remote_manifest(const std::string& target,
+                                          const std::vector<std::uint8_t>& bytes) {
+  RemoteIo* r = remote_io();
+  if (r == nullptr) {
+    return file_error(ErrorCode::kIo, target,
+                      "object storage is not supported by this build (it needs Arrow)");
+  }
+  SHARDLOAD_RETURN_IF_ERROR(r->write_object(target, bytes.data(), bytes.size()));
+  return target;
+}
+
+// Opens a manifest object (one HEAD, for its size and ETag); errors as read_manifest's.
+Result<File> open_remote_manifest(const std::string& path, FileInfo* info) {
+  auto f = File::open_stat(posix_io(), path, info);
+  if (f) return f;
+  const std::string& msg = f.status().message();
+  return file_error(ErrorCode::kLayout, path,
+                    "manifest: " + msg.substr(std::min(msg.size(), path.size() + 2)),
+                    f.status().sys_errno());
 }
 
 }  // namespace
@@ -196,7 +275,7 @@ Result<std::string> write_manifest(const Layout& layout, const std::string& dire
       if (!now) return now.status();
       if (*now != s.snapshot) {
         return file_error(ErrorCode::kChanged, s.path,
-                          "changed since discovery: " + snapshot_difference(s.snapshot, *now));
+                          "changed since discovery: " + difference(s.path, s.snapshot, *now));
       }
       sums.push_back(h);
     }
@@ -216,6 +295,7 @@ Result<std::string> write_manifest(const Layout& layout, const std::string& dire
   for (const auto h : sums) put_le(out, h, 8);
   detail::put_le_at(out, 16, out.size() - kHeaderBytes, 8);
   put_le(out, XXH3_64bits(out.data(), out.size()), 8);
+  if (is_remote_url(directory)) return write_remote_manifest(target, out);
 
   std::string tmp = join(directory, ".shardload.manifest.XXXXXX");
   const int fd = ::mkostemp(tmp.data(), O_CLOEXEC);
@@ -266,18 +346,24 @@ Result<Manifest> read_manifest(const std::string& path) {
     return file_error(ErrorCode::kLayout, path,
                       "manifest: " + what + "; run shardload index again, or delete it");
   };
-  int open_err = 0;
-  auto fd = open_regular(path, 0, &open_err);
-  if (!fd) {
-    Status st = file_error(
-        ErrorCode::kLayout, path,
-        "manifest: " + fd.status().message().substr(std::min(fd.status().message().size(),
-                                                             path_for_message(path).size() + 2)),
-        open_err);
-    return st;
+  FileInfo info;
+  File file;
+  if (is_remote_url(path)) {
+    SHARDLOAD_ASSIGN_OR_RETURN(file, open_remote_manifest(path, &info));
+  } else {
+    int open_err = 0;
+    auto fd = open_regular(path, 0, &open_err);
+    if (!fd) {
+      Status st = file_error(
+          ErrorCode::kLayout, path,
+          "manifest: " + fd.status().message().substr(std::min(fd.status().message().size(),
+                                                               path_for_message(path).size() + 2)),
+          open_err);
+      return st;
+    }
+    file = File(&posix_io(), *fd, path);
+    SHARDLOAD_ASSIGN_OR_RETURN(info, file.stat());
   }
-  File file(&posix_io(), *fd, path);
-  SHARDLOAD_ASSIGN_OR_RETURN(const FileInfo info, file.stat());
   if (info.size < kHeaderBytes + kTrailerBytes) {
     return bad("truncated: " + std::to_string(info.size) + " bytes, expected at least " +
                std::to_string(kHeaderBytes + kTrailerBytes));
@@ -312,8 +398,12 @@ Result<Manifest> read_manifest(const std::string& path) {
   }
   Manifest m;
   m.path = path;
-  const auto slash = path.rfind('/');
-  m.directory = slash == std::string::npos ? "" : path.substr(0, slash == 0 ? 1 : slash);
+  {
+    const auto [key, query] =
+        is_remote_url(path) ? split_query(path) : std::pair<std::string, std::string>(path, "");
+    const auto slash = key.rfind('/');
+    m.directory = (slash == std::string::npos ? "" : key.substr(0, slash == 0 ? 1 : slash)) + query;
+  }
   m.container_hash = want;
   const auto kind = static_cast<std::uint32_t>(get_le(bytes.data() + 12, 4));
   if (kind > static_cast<std::uint32_t>(Checksum::kXxh3)) {
@@ -341,14 +431,13 @@ Result<Manifest> read_manifest(const std::string& path) {
   (void)c.bytes(c.left(), &sums);
   m.checksums.resize(want_sums);
   for (std::size_t i = 0; i < want_sums; ++i) m.checksums[i] = get_le(sums.data() + 8 * i, 8);
-  const std::string prefix = join(m.directory, "");
   std::string why;
   for (auto& s : layout->shards) {
     if (!safe_relative(s.path, &why)) return bad("shard " + path_for_message(why));
-    s.path.insert(0, prefix);
+    s.path = join(m.directory, s.path);
     for (auto& f : s.linked) {
       if (!safe_relative(f.path, &why)) return bad("linked file " + path_for_message(why));
-      f.path.insert(0, prefix);
+      f.path = join(m.directory, f.path);
     }
   }
   m.layout = std::move(layout).value();
@@ -360,8 +449,16 @@ namespace {
 // Formats whose probe is cheap enough to repeat at every checked discovery (an .npy header,
 // a raw file's size and sidecar, a Zarr store's metadata file). The others (HDF5, Parquet,
 // Arrow, a user's reader) would reparse a file's metadata, which is what the manifest saves.
+// In object storage an .npy header is a GET per object, the very cost the manifest saves,
+// and the object's snapshot is its size and ETag, which change with its bytes: there npy is
+// checked as HDF5 is locally, by the snapshot (one HEAD). A raw probe reads no shard bytes
+// (a HEAD, and the sidecar once), so it stays.
 bool reprobe_when_checked(const Layout& layout) {
   const FormatDescriptor* d = find_format(layout.format, layout.options.reader);
+  if (layout.format == Format::kNpy && !layout.shards.empty() &&
+      is_remote_url(layout.shards.front().path)) {
+    return false;
+  }
   return d != nullptr && d->capabilities.cheap_reprobe;
 }
 
@@ -387,7 +484,7 @@ std::string format_options_text(const FormatOptions& o) {
 std::string probe_difference(const Layout& l, const Shard& s, const ShardProbe& p) {
   const std::string where = path_for_message(s.path) + ": ";
   if (p.shard.snapshot != s.snapshot) {
-    return where + snapshot_difference(s.snapshot, p.shard.snapshot);
+    return where + difference(s.path, s.snapshot, p.shard.snapshot);
   }
   auto says = [&](const std::string& field, const std::string& file, const std::string& manifest) {
     return where + "the file says " + field + " " + file + ", the manifest " + manifest;
@@ -427,7 +524,7 @@ std::string manifest_staleness(const Manifest& m, IoBackend& io) {
     auto now = io.stat_path(path);
     if (!now) return now.status().message();
     if (*now == then) return {};
-    return path_for_message(path) + ": " + snapshot_difference(then, *now);
+    return path_for_message(path) + ": " + difference(path, then, *now);
   };
   const Layout& layout = m.layout;
   const auto& shards = layout.shards;
@@ -455,15 +552,44 @@ std::string manifest_staleness(const Manifest& m, IoBackend& io) {
       if (!why.empty()) return why;
     }
   } else {
-    // HDF5, Parquet, Arrow and a user's reader: the snapshot of each file (and of each
-    // linked file); their metadata is taken from the manifest while the snapshots match.
-    for (const auto& s : shards) {
-      std::string why = differs(s.path, s.snapshot);
-      for (const auto& f : s.linked) {
-        if (why.empty()) why = differs(f.path, f.snapshot);
+    // HDF5, Parquet, Arrow and a user's reader (and remote .npy): the snapshot of each file
+    // (and of each linked file); their metadata is taken from the manifest while the
+    // snapshots match. On as many threads as probing as many .npy files would use, so that
+    // the check (one stat or HEAD per shard) never takes longer than probing would; the
+    // answer is the lowest shard that differs, whatever the timing: shards are claimed in
+    // order, so every one below it has been checked.
+    std::vector<std::string> why(shards.size());
+    std::atomic<std::size_t> next{0};
+    std::atomic<std::size_t> first_bad{shards.size()};
+    const auto work = [&] {
+      for (std::size_t i = next.fetch_add(1); i < shards.size(); i = next.fetch_add(1)) {
+        if (i > first_bad.load()) return;
+        std::string w = differs(shards[i].path, shards[i].snapshot);
+        for (const auto& f : shards[i].linked) {
+          if (w.empty()) w = differs(f.path, f.snapshot);
+        }
+        if (w.empty()) continue;
+        why[i] = std::move(w);
+        std::size_t seen = first_bad.load();
+        while (i < seen && !first_bad.compare_exchange_weak(seen, i)) {
+        }
       }
-      if (!why.empty()) return why;
+    };
+    ReaderContext ctx;
+    ctx.io = &io;
+    const unsigned threads =
+        detail::probe_threads(find_format(Format::kNpy), ctx, shards.size(), 0);
+    std::vector<std::thread> helpers;
+    for (unsigned k = 1; k < threads; ++k) {
+      try {
+        helpers.emplace_back(work);
+      } catch (const std::system_error&) {
+        break;  // no thread to be had: the others check its share
+      }
     }
+    work();
+    for (auto& h : helpers) h.join();
+    if (first_bad.load() < shards.size()) return why[first_bad.load()];
   }
   if (!m.pattern.empty()) {
     auto listed = resolve(Source::directory(m.directory, m.pattern));

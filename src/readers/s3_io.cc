@@ -353,6 +353,8 @@ class ArrowRemoteIo final : public RemoteIo {
 
   std::string last_read_error() const override { return t_read_error; }
 
+  Status write_object(const std::string& url, const void* data, std::size_t n) override;
+
   Result<bool> is_object(const std::string& url) override {
     SHARDLOAD_ASSIGN_OR_RETURN(auto where, resolve(url));
     t_gave_up_after = 0;
@@ -498,6 +500,30 @@ ArrowRemoteIo* the_s3_io() {
   // clients are let go of at exit, before FinalizeS3.
   static auto* io = new ArrowRemoteIo();
   return io;
+}
+
+// One upload of the whole object: a PUT or a multipart upload, either of which S3 makes
+// visible only when it completes, so the object appears whole or not at all. A failed write
+// is aborted (a multipart upload is cancelled, never completed with what was sent).
+Status ArrowRemoteIo::write_object(const std::string& url, const void* data, std::size_t n) {
+  SHARDLOAD_ASSIGN_OR_RETURN(auto where, resolve(url));
+  if (where.second.empty() || where.second.back() == '/') {
+    return file_error(ErrorCode::kIo, url, "not an object (the URL ends in '/')");
+  }
+  t_gave_up_after = 0;
+  auto out = where.first->OpenOutputStream(where.second);
+  if (!out.ok()) return remote_error(ErrorCode::kIo, url, "cannot write", out.status());
+  t_gave_up_after = 0;
+  auto st = (*out)->Write(data, static_cast<std::int64_t>(n));
+  if (st.ok()) {
+    t_gave_up_after = 0;
+    st = (*out)->Close();
+  }
+  if (!st.ok()) {
+    (void)(*out)->Abort();
+    return remote_error(ErrorCode::kIo, url, "cannot write", st);
+  }
+  return Status::ok();
 }
 
 void ArrowRemoteIo::finalize_at_exit() {

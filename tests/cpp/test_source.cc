@@ -10,6 +10,7 @@
 #include "shardload/fill.hpp"
 #include "shardload/io.hpp"
 #include "shardload/layout.hpp"
+#include "shardload/manifest.hpp"
 #include "shardload/source.hpp"
 #include "util.hpp"
 
@@ -266,6 +267,19 @@ class MemoryRemote final : public RemoteIo {
     return names;
   }
   Result<bool> is_object(const std::string& url) override { return objects.count(key(url)) != 0; }
+  Result<FileInfo> stat_path(const std::string& url) override {
+    if (objects.count(key(url)) == 0) return file_error(ErrorCode::kIo, url, "missing", ENOENT);
+    FileInfo info;
+    info.size = objects[key(url)].size();
+    info.regular = true;
+    return info;
+  }
+  bool refuse_writes = false;
+  Status write_object(const std::string& url, const void* data, std::size_t n) override {
+    if (refuse_writes) return file_error(ErrorCode::kIo, url, "cannot write: refused", EACCES);
+    objects[key(url)].assign(static_cast<const char*>(data), n);
+    return Status::ok();
+  }
 
  private:
   int next_ = kRemoteFdBase;
@@ -374,6 +388,71 @@ TEST(RemoteSource, HostFillReadsOnlyTheRowsRangesOfEachObject) {
     bytes += n;
   }
   EXPECT_EQ(bytes, got.size() * sizeof(std::int32_t));
+}
+
+// The manifest of a remote directory: one object written whole, keys relative to the prefix
+// and no query in it; discovery reads it back under the query of the URL it was given.
+TEST(RemoteSource, ManifestIsOneObjectWithoutTheQuery) {
+  using testing::npy_bytes;
+  using testing::npy_dict;
+  MemoryRemote m;
+  for (int i = 0; i < 3; ++i) {
+    m.objects["s3://b/d/shard_000" + std::to_string(i) + ".npy"] = npy_bytes(
+        npy_dict("<f4", false, "(" + std::to_string(i + 2) + ",)"), std::string(4 * (i + 2), 'x'));
+  }
+  RemoteSwap swap(&m);
+  const std::string dir = "s3://b/d/?scheme=http";
+  auto probed = try_discover(*Source::parse(dir));
+  ASSERT_TRUE(probed) << probed.status().message();
+  EXPECT_EQ(probed->manifest_state, ManifestState::kAbsent);
+  auto written = write_manifest(*probed, dir);
+  ASSERT_TRUE(written) << written.status().message();
+  EXPECT_EQ(*written, "s3://b/d/shardload.manifest?scheme=http");
+  const std::string& bytes = m.objects.at("s3://b/d/shardload.manifest");
+  EXPECT_EQ(bytes.find("scheme"), std::string::npos);
+  EXPECT_EQ(bytes.find("s3://"), std::string::npos);
+  auto read = read_manifest(*written);
+  ASSERT_TRUE(read) << read.status().message();
+  EXPECT_EQ(read->pattern, "shard_{:04d}.npy");
+  ASSERT_EQ(read->layout.shards.size(), 3u);
+  EXPECT_EQ(read->layout.shards[2].path, "s3://b/d/shard_0002.npy?scheme=http");
+  auto used = try_discover(*Source::parse(dir));
+  ASSERT_TRUE(used) << used.status().message();
+  EXPECT_EQ(used->manifest_state, ManifestState::kUsed) << used->manifest_status;
+  EXPECT_EQ(used->shards.size(), 3u);
+  EXPECT_EQ(used->shards[1].path, probed->shards[1].path);
+  // Another size under the same name: stale, probed again.
+  m.objects["s3://b/d/shard_0001.npy"] =
+      npy_bytes(npy_dict("<f4", false, "(4,)"), std::string(16, 'y'));
+  auto stale = try_discover(*Source::parse(dir));
+  ASSERT_TRUE(stale) << stale.status().message();
+  EXPECT_EQ(stale->manifest_state, ManifestState::kStale);
+  EXPECT_NE(stale->manifest_status.find("s3://b/d/shard_0001.npy?scheme=http: size"),
+            std::string::npos)
+      << stale->manifest_status;
+  EXPECT_EQ(stale->total_rows(), 2 + 4 + 4);
+  // A shard under other store options, or outside the prefix, cannot be written relative.
+  Layout other = *probed;
+  other.shards[1].path = "s3://b/d/shard_0001.npy?scheme=https";
+  auto refused = write_manifest(other, dir);
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.status().code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("store options"), std::string::npos)
+      << refused.status().message();
+  other.shards[1].path = "s3://b/e/shard_0001.npy?scheme=http";
+  refused = write_manifest(other, dir);
+  ASSERT_FALSE(refused);
+  EXPECT_NE(refused.status().message().find("not inside " + dir), std::string::npos)
+      << refused.status().message();
+  // A refused upload: an error naming the object, the old manifest kept.
+  const std::string before = m.objects.at("s3://b/d/shardload.manifest");
+  m.refuse_writes = true;
+  auto failed = write_manifest(*stale, dir);
+  ASSERT_FALSE(failed);
+  EXPECT_NE(failed.status().message().find("s3://b/d/shardload.manifest?scheme=http"),
+            std::string::npos)
+      << failed.status().message();
+  EXPECT_EQ(m.objects.at("s3://b/d/shardload.manifest"), before);
 }
 
 }  // namespace

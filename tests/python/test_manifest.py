@@ -344,3 +344,29 @@ def test_a_manifest_made_with_options_does_not_change_a_plain_load(tmp_path, cli
     r = run(cli, "read", d, "--no-verify")
     assert r.returncode == 1 and re.search(r"column 'b': row \d+ is null", r.stderr), \
         r.stdout + r.stderr
+
+
+def test_snapshot_check_of_many_shards_names_the_first_that_changed(tmp_path):
+    """Enough Parquet files for the check's stats to run on several threads: the first shard
+    that changed is named, whatever the timing, and every other change is seen as well."""
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    d = tmp_path / "many"
+    d.mkdir()
+    n = 1100  # past 1024: two threads
+    for i in range(n):
+        pq.write_table(pa.table({"a": np.full(2, i, dtype=np.int32)}), d / f"p_{i:04d}.parquet")
+    shardload.index(d)
+    assert shardload.discover(d).manifest_state is shardload.ManifestState.USED
+    for i in (1050, 700, 901):
+        st = os.stat(d / f"p_{i:04d}.parquet")
+        os.utime(d / f"p_{i:04d}.parquet", ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+    for _ in range(3):
+        layout = shardload.discover(d)
+        assert layout.manifest_state is shardload.ManifestState.STALE
+        assert f"{d}/p_0700.parquet: size" in layout.manifest_status, layout.manifest_status
+    shardload.index(d)
+    st = os.stat(d / "p_1099.parquet")
+    os.utime(d / "p_1099.parquet", ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+    layout = shardload.discover(d)
+    assert f"{d}/p_1099.parquet: size" in layout.manifest_status, layout.manifest_status

@@ -93,6 +93,11 @@ class RemoteIo : public IoBackend {
   // What the store said of this thread's last failed pread (which returns only an errno), or
   // "" when it said nothing; read_exact adds it to its message.
   virtual std::string last_read_error() const { return {}; }
+  // Writes `n` bytes as the whole object `url`, replacing one of that name: readers see the
+  // old object or the new one, never part of one (the store makes an object visible only
+  // once its upload completed). kIo naming the URL when it fails; the default says this
+  // backend does not write.
+  virtual Status write_object(const std::string& url, const void* data, std::size_t n);
 };
 
 // "s3://...": the URLs the remote backend serves.

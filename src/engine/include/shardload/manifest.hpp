@@ -20,7 +20,10 @@
 // Contract: values and free functions, safe from any thread. Errors are Status naming the
 // manifest or the shard; nothing throws. write_manifest leaves either the complete new
 // manifest or what was there before (a temporary file in DIR, fsync, rename, fsync of DIR);
-// a failure removes its temporary file.
+// a failure removes its temporary file. In object storage (DIR an "s3://" prefix, with the
+// store's options in its query) the manifest is one object uploaded whole through the
+// RemoteIo (the store shows it only once complete); it holds keys relative to DIR and never
+// the query, which every URL read from it gets from the URL it was read from.
 #pragma once
 
 #include <cstdint>
@@ -82,8 +85,10 @@ Result<std::uint64_t> file_checksum(const std::string& path, Checksum kind, IoBa
 
 // Why a manifest no longer describes its files, or "" when it does. Per shard: for npy, raw
 // and Zarr its probe (the header, the raw geometry with the sidecar, the metadata file)
-// compared with the manifest's shard, dtype and trailing shape; for the other formats one
-// stat compared with the snapshot (their metadata is the manifest's while it matches).
+// compared with the manifest's shard, dtype and trailing shape; for the other formats, and
+// for .npy objects in object storage, one stat (a HEAD: size and ETag) compared with the
+// snapshot (their metadata is the manifest's while it matches), on as many threads as
+// probing would use.
 // Linked files: one stat each. Then one listing of the directory under the manifest's
 // pattern for added or removed shards. "DIR/shard_0003.npy: size 10 -> 8 bytes",
 // "DIR/shard_0001.npy: the file says dtype int32, the manifest float32".

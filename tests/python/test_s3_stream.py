@@ -1,0 +1,355 @@
+"""Streaming and manifests over object storage: ``batches`` of s3:// sources, and the manifest
+of a dataset in a bucket (``index`` writes it there; ``discover``, ``load`` and
+``discover_once`` read it), against moto's S3 server on 127.0.0.1, compared with numpy and
+pyarrow reading the local originals."""
+
+from __future__ import annotations
+
+import io
+import subprocess
+import uuid
+
+import numpy as np
+import pytest
+
+moto = pytest.importorskip("moto", reason="moto[server] is installed by scripts/setup.sh")
+boto3 = pytest.importorskip("boto3")
+pa = pytest.importorskip("pyarrow")
+pq = pytest.importorskip("pyarrow.parquet")
+
+import shardload  # noqa: E402
+
+import s3_server  # noqa: E402
+from s3_fault_proxy import FaultProxy, Rule  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def server():
+    """An S3 server on 127.0.0.1 for this module."""
+    with s3_server.serving() as endpoint:
+        yield endpoint
+
+
+class Bucket:
+    """A new bucket; writes go straight to the server, shardload reads through ``endpoint``
+    (the server itself, or a proxy in front of it that counts requests)."""
+
+    def __init__(self, server: str, endpoint: str | None = None):
+        self.name = "m-" + uuid.uuid4().hex[:12]
+        self.client = boto3.client("s3", endpoint_url=f"http://{server}",
+                                   region_name="us-east-1")
+        self.client.create_bucket(Bucket=self.name)
+        self.options = {"endpoint_override": endpoint or server, "scheme": "http",
+                        "region": "us-east-1"}
+        # Uploads bypass the proxy, which forwards Content-Length bodies only (not the
+        # chunked ones the AWS SDK sends).
+        self.direct = {**self.options, "endpoint_override": server}
+
+    def put(self, key: str, data: bytes) -> None:
+        self.client.put_object(Bucket=self.name, Key=key, Body=data)
+
+    def put_npy(self, key: str, array: np.ndarray) -> None:
+        buf = io.BytesIO()
+        np.save(buf, array)
+        self.put(key, buf.getvalue())
+
+    def keys(self, prefix: str = "") -> list[str]:
+        got = self.client.list_objects_v2(Bucket=self.name, Prefix=prefix)
+        return sorted(o["Key"] for o in got.get("Contents", []))
+
+    def get(self, key: str) -> bytes:
+        return self.client.get_object(Bucket=self.name, Key=key)["Body"].read()
+
+    def url(self, key: str = "") -> str:
+        return f"s3://{self.name}/{key}"
+
+
+@pytest.fixture
+def bucket(server) -> Bucket:
+    return Bucket(server)
+
+
+def ragged(rng: np.random.Generator, rows: list[int], trailing: tuple[int, ...],
+           dtype: str) -> list[np.ndarray]:
+    return [rng.standard_normal((r, *trailing)).astype(dtype) for r in rows]
+
+
+def put_npy_shards(bucket: Bucket, prefix: str, parts: list[np.ndarray]) -> None:
+    for i, p in enumerate(parts):
+        bucket.put_npy(f"{prefix}/shard_{i:04d}.npy", p)
+
+
+def epoch(it) -> list[np.ndarray]:
+    """Every batch of an iterator as a numpy array, each dropped before the next is taken."""
+    out = []
+    for batch in it:
+        out.append(np.asarray(batch).copy())
+        del batch
+    return out
+
+
+# ---- batches over s3:// -----------------------------------------------------------------
+
+@pytest.mark.parametrize("rows_per_batch,prefetch", [(7, 1), (16, 0), (1000, 2)])
+def test_batches_npy_ragged_epoch_matches_numpy(bucket, rows_per_batch, prefetch):
+    rng = np.random.default_rng(21)
+    parts = ragged(rng, [9, 0, 1, 17, 5, 0, 12, 3], (3, 2), "float32")
+    put_npy_shards(bucket, "d", parts)
+    want = np.concatenate(parts)
+    it = shardload.batches(bucket.url("d/"), rows_per_batch, prefetch=prefetch,
+                           storage_options=bucket.options)
+    assert len(it) == -(-want.shape[0] // rows_per_batch)
+    got = epoch(it)
+    assert [b.shape[0] for b in got[:-1]] == [rows_per_batch] * (len(got) - 1)
+    np.testing.assert_array_equal(np.concatenate(got), want)
+
+
+def test_batches_raw_glob_and_row_range(bucket):
+    rng = np.random.default_rng(22)
+    rows = [4, 1, 17, 0, 6, 11]
+    parts = [rng.integers(-1000, 1000, size=(r, 5)).astype(">i4") for r in rows]
+    for i, p in enumerate(parts):
+        bucket.put(f"raw/part-{i}.bin", b"HDR!" * 4 + p.tobytes())
+    want = np.concatenate(parts)
+    got = epoch(shardload.batches(bucket.url("raw/part-*.bin"), 5, format="raw", dtype=">i4",
+                                  trailing_shape=(5,), header_bytes=16,
+                                  storage_options=bucket.options, overdecompose=2))
+    np.testing.assert_array_equal(np.concatenate(got), want)
+    # A row range: batches of a Layout's slice read those rows only.
+    layout = shardload.discover(bucket.url("raw/part-{}.bin"), format="raw", dtype=">i4",
+                                trailing_shape=(5,), header_bytes=16,
+                                storage_options=bucket.options)
+    got = epoch(shardload.batches(layout.slice_rows(3, 33), 8))
+    assert [b.shape[0] for b in got] == [8, 8, 8, 6]
+    np.testing.assert_array_equal(np.concatenate(got), want[3:33])
+
+
+def test_batches_parquet_matches_pyarrow(bucket, tmp_path):
+    rng = np.random.default_rng(23)
+    paths = []
+    for i, n in enumerate([23, 0, 5, 40, 1]):
+        t = pa.table({"a": rng.standard_normal(n).astype(np.float32),
+                      "name": [f"r{j}" for j in range(n)],
+                      "b": rng.integers(-1000, 1000, n).astype(np.float32)})
+        p = tmp_path / f"shard_{i:04d}.parquet"
+        pq.write_table(t, p, row_group_size=6)
+        bucket.put(f"pq/{p.name}", p.read_bytes())
+        paths.append(p)
+    want = np.concatenate([np.stack([pq.read_table(p).column(c).to_numpy() for c in "ab"], 1)
+                           for p in paths])
+    got = epoch(shardload.batches(bucket.url("pq/"), 11, prefetch=2,
+                                  storage_options=bucket.options))
+    np.testing.assert_array_equal(np.concatenate(got), want)
+    got = epoch(shardload.batches(bucket.url("pq/"), 9, columns=["b"],
+                                  storage_options=bucket.options))
+    np.testing.assert_array_equal(np.concatenate(got), want[:, 1])
+
+
+def test_batches_object_overwritten_mid_epoch_is_an_error_naming_it(bucket):
+    a = np.arange(40, dtype=np.float32).reshape(10, 4)
+    for i in range(4):
+        bucket.put_npy(f"o/shard_{i:04d}.npy", a + 100 * i)
+    # One shard per batch and nothing read ahead: batch i is read when it is asked for.
+    it = shardload.batches(bucket.url("o/"), 10, prefetch=0, storage_options=bucket.options)
+    np.testing.assert_array_equal(np.asarray(next(it)), a)
+    # The same size, other bytes: only the ETag tells.
+    bucket.put_npy("o/shard_0002.npy", a - 1)
+    np.testing.assert_array_equal(np.asarray(next(it)), a + 100)
+    with pytest.raises(shardload.ShardReadError) as e:
+        next(it)
+    msg = str(e.value)
+    assert "batch 2 (rows [20, 30))" in msg, msg
+    assert bucket.url("o/shard_0002.npy") in msg and "changed" in msg, msg
+    with pytest.raises(StopIteration):
+        next(it)
+
+
+def test_batches_storage_options_need_an_s3_source(tmp_path):
+    np.save(tmp_path / "shard_0000.npy", np.zeros((3, 2)))
+    with pytest.raises(ValueError, match="s3:// URLs only"):
+        shardload.batches(str(tmp_path), 2, storage_options={"scheme": "http"})
+    layout = shardload.discover(str(tmp_path))
+    with pytest.raises(TypeError, match="storage_options cannot be passed with a Layout"):
+        shardload.batches(layout, 2, storage_options={"scheme": "http"})
+
+
+# ---- the manifest of a dataset in a bucket ------------------------------------------------
+
+@pytest.fixture
+def proxy(server):
+    """A proxy in front of the server that logs every request shardload makes."""
+    with FaultProxy(server) as p:
+        yield p
+
+
+def shard_requests(proxy: FaultProxy, prefix: str, method: str) -> int:
+    """Requests of ``method`` for objects named shard_* under ``prefix``."""
+    return sum(1 for m, t, _, _ in proxy.log if m == method and f"/{prefix}/shard_" in t)
+
+
+def test_index_writes_the_manifest_object_and_discovery_uses_it(server, proxy):
+    b = Bucket(server, proxy.endpoint)
+    rng = np.random.default_rng(31)
+    parts = ragged(rng, [9, 0, 4, 13, 1, 7, 2, 11], (3,), "float64")
+    put_npy_shards(b, "d", parts)
+    want = np.concatenate(parts)
+
+    proxy.clear()
+    probed = shardload.discover(b.url("d/"), storage_options=b.options)
+    assert probed.manifest_state is shardload.ManifestState.ABSENT
+    probing = len(proxy.log)
+    assert shard_requests(proxy, "d", "GET") >= 8  # each header
+
+    written = shardload.index(b.url("d/"), storage_options=b.direct)
+    assert written.startswith(b.url("d/shardload.manifest"))
+    assert "d/shardload.manifest" in b.keys("d/")
+    body = b.get("d/shardload.manifest")
+    assert body.startswith(b"SLMANIF\n")
+    # Keys relative to the prefix; the store's options are the reader's, never recorded.
+    assert b"shard_" in body and b"s3:" not in body and b.name.encode() not in body
+    assert b"endpoint_override" not in body and proxy.endpoint.encode() not in body
+
+    proxy.clear()
+    layout = shardload.discover(b.url("d/"), storage_options=b.options)
+    assert layout.manifest_state is shardload.ManifestState.USED, layout.manifest_status
+    assert layout == probed and layout.paths == probed.paths
+    # The check is each object's snapshot (a HEAD: size and ETag), no header read.
+    assert shard_requests(proxy, "d", "GET") == 0
+    assert shard_requests(proxy, "d", "HEAD") >= 8
+    assert len(proxy.log) < probing, proxy.log
+
+    proxy.clear()
+    trusted = shardload.discover(b.url("d/"), storage_options=b.options, trust_manifest=True)
+    assert trusted.manifest_state is shardload.ManifestState.TRUSTED
+    assert trusted == probed
+    # One object read (its HEAD and GET; the client may ask again after a reset connection),
+    # nothing else.
+    assert all("/d/shardload.manifest" in t for _, t, _, _ in proxy.log), proxy.log
+    assert {m for m, _, _, _ in proxy.log} == {"HEAD", "GET"}, proxy.log
+
+    np.testing.assert_array_equal(
+        np.asarray(shardload.load(b.url("d/"), storage_options=b.options, overdecompose=2)),
+        want)
+    np.testing.assert_array_equal(np.asarray(shardload.load(trusted)), want)
+    got = epoch(shardload.batches(b.url("d/"), 10, storage_options=b.options,
+                                  trust_manifest=True))
+    np.testing.assert_array_equal(np.concatenate(got), want)
+
+
+def test_stale_manifest_is_seen_as_locally(bucket):
+    a = np.arange(40, dtype=np.float32).reshape(10, 4)
+    for i in range(3):
+        bucket.put_npy(f"s/shard_{i:04d}.npy", a + 100 * i)
+    shardload.index(bucket.url("s/"), storage_options=bucket.options)
+    trusted = shardload.discover(bucket.url("s/"), storage_options=bucket.options,
+                                 trust_manifest=True)
+    # The same size, other bytes: only the ETag tells.
+    bucket.put_npy("s/shard_0001.npy", a - 1)
+    layout = shardload.discover(bucket.url("s/"), storage_options=bucket.options)
+    assert layout.manifest_state is shardload.ManifestState.STALE
+    assert bucket.url("s/shard_0001.npy") in layout.manifest_status
+    assert "overwritten (its ETag differs)" in layout.manifest_status
+    assert "probed the files instead" in layout.manifest_status
+    want = np.concatenate([a, a - 1, a + 200])
+    np.testing.assert_array_equal(
+        np.asarray(shardload.load(bucket.url("s/"), storage_options=bucket.options)), want)
+    # Trusted: the manifest's layout, and the load's own check names the object.
+    again = shardload.discover(bucket.url("s/"), storage_options=bucket.options,
+                               trust_manifest=True)
+    assert again.manifest_state is shardload.ManifestState.TRUSTED and again == trusted
+    with pytest.raises(shardload.ShardReadError) as e:
+        shardload.load(again)
+    assert bucket.url("s/shard_0001.npy") in str(e.value) and "changed" in str(e.value)
+    # An object added under the pattern.
+    shardload.index(bucket.url("s/"), storage_options=bucket.options)
+    bucket.put_npy("s/shard_0003.npy", a)
+    layout = shardload.discover(bucket.url("s/"), storage_options=bucket.options)
+    assert layout.manifest_state is shardload.ManifestState.STALE
+    assert bucket.url("s/shard_0003.npy") in layout.manifest_status
+    assert "is new" in layout.manifest_status and layout.total_rows == 40
+
+
+def test_damaged_manifest_object_is_an_error_naming_it(bucket):
+    bucket.put_npy("x/shard_0000.npy", np.zeros((3, 2)))
+    bucket.put("x/shardload.manifest", b"SLMANIF\n" + b"\0" * 40)
+    with pytest.raises(shardload.LayoutError) as e:
+        shardload.discover(bucket.url("x/"), storage_options=bucket.options)
+    assert bucket.url("x/shardload.manifest") in str(e.value) and "manifest" in str(e.value)
+
+
+def test_failed_manifest_upload_leaves_the_old_one(server, proxy):
+    b = Bucket(server, proxy.endpoint)
+    put_npy_shards(b, "w", [np.ones((4, 2)), np.zeros((3, 2))])
+    shardload.index(b.url("w/"), storage_options=b.direct)
+    old = b.get("w/shardload.manifest")
+    b.put_npy("w/shard_0002.npy", np.ones((5, 2)))
+    for method in ("PUT", "POST"):
+        proxy.add(Rule(method, path="shardload.manifest", action="403", count=None))
+    with pytest.raises(shardload.ShardReadError) as e:
+        shardload.index(b.url("w/"), storage_options=b.options)
+    msg = str(e.value)
+    assert b.url("w/shardload.manifest") in msg and "cannot write" in msg, msg
+    assert b.get("w/shardload.manifest") == old
+    assert b.keys("w/") == ["w/shard_0000.npy", "w/shard_0001.npy", "w/shard_0002.npy",
+                            "w/shardload.manifest"]
+
+
+def test_parquet_manifest_spares_the_footers(server, proxy, tmp_path):
+    b = Bucket(server, proxy.endpoint)
+    rng = np.random.default_rng(33)
+    paths = []
+    for i, n in enumerate([17, 0, 6, 25]):
+        t = pa.table({"a": rng.standard_normal(n), "b": rng.standard_normal(n)})
+        p = tmp_path / f"shard_{i:04d}.parquet"
+        pq.write_table(t, p, row_group_size=5)
+        b.put(f"p/{p.name}", p.read_bytes())
+        paths.append(p)
+    want = np.concatenate([np.stack([pq.read_table(p).column(c).to_numpy() for c in "ab"], 1)
+                           for p in paths])
+    shardload.index(b.url("p/"), columns=["a", "b"], storage_options=b.direct)
+    proxy.clear()
+    layout = shardload.discover(b.url("p/"), columns=["a", "b"], storage_options=b.options)
+    assert layout.manifest_state is shardload.ManifestState.USED, layout.manifest_status
+    assert shard_requests(proxy, "p", "GET") == 0
+    np.testing.assert_array_equal(np.asarray(shardload.load(layout)), want)
+
+
+def test_discover_once_of_a_bucket(bucket):
+    rng = np.random.default_rng(34)
+    parts = ragged(rng, [5, 0, 8, 3], (2,), "int32")
+    put_npy_shards(bucket, "o", parts)
+    direct = shardload.discover(bucket.url("o/"), storage_options=bucket.options)
+    once = shardload.discover_once(bucket.url("o/"), storage_options=bucket.options)
+    assert once == direct and once.manifest_state is shardload.ManifestState.ABSENT
+    shardload.index(bucket.url("o/"), storage_options=bucket.options)
+    once = shardload.discover_once(bucket.url("o/"), storage_options=bucket.options)
+    assert once == direct and once.manifest_state is shardload.ManifestState.USED
+    np.testing.assert_array_equal(np.asarray(shardload.load(once)), np.concatenate(parts))
+
+
+def test_cli_index_writes_into_the_bucket(bucket, cli):
+    parts = [np.arange(6.0).reshape(3, 2), np.arange(8.0).reshape(4, 2)]
+    put_npy_shards(bucket, "c", parts)
+    opts = [f"--storage-option=endpoint_override={bucket.options['endpoint_override']}",
+            "--storage-option", "scheme=http", "--storage-option", "region=us-east-1"]
+    r = subprocess.run([str(cli), "index", bucket.url("c/"), "--checksum", "xxh3", *opts],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert bucket.url("c/shardload.manifest") in r.stdout and "2 shards" in r.stdout
+    r = subprocess.run([str(cli), "inspect", bucket.url("c/"), *opts],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "manifest: used" in r.stdout, r.stdout
+    layout = shardload.discover(bucket.url("c/"), storage_options=bucket.options)
+    assert layout.manifest_state is shardload.ManifestState.USED
+    np.testing.assert_array_equal(np.asarray(shardload.load(layout)), np.concatenate(parts))
+
+
+def test_index_and_discover_once_take_storage_options_for_s3_only(tmp_path):
+    np.save(tmp_path / "shard_0000.npy", np.zeros((3, 2)))
+    for call in (shardload.index, shardload.discover_once):
+        with pytest.raises(ValueError, match="s3:// URLs only"):
+            call(str(tmp_path), storage_options={"scheme": "http"})
+        with pytest.raises(TypeError, match="storage_options"):
+            call("s3://b/d/", storage_options=["scheme=http"])
+    assert not (tmp_path / "shardload.manifest").exists()
