@@ -4,11 +4,14 @@
 from __future__ import annotations
 
 import contextlib
+import io
 import os
+import pathlib
 import socket
 import subprocess
 import sys
 import time
+import uuid
 from typing import Iterator
 
 
@@ -73,3 +76,47 @@ def serving(env: dict[str, str] | None = None) -> Iterator[str]:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+
+
+class Bucket:
+    """A new bucket on the server at ``server``: writes go straight to it, shardload reads
+    through ``endpoint`` (the server itself, or a proxy in front of it) with ``options``."""
+
+    def __init__(self, server: str, endpoint: str | None = None, prefix: str = "b-"):
+        import boto3
+
+        self.name = prefix + uuid.uuid4().hex[:12]
+        self.endpoint = endpoint or server
+        # Credentials given here: a test may set wrong ones in the environment for shardload.
+        self.client = boto3.client("s3", endpoint_url=f"http://{server}",
+                                   region_name="us-east-1", aws_access_key_id="testing",
+                                   aws_secret_access_key="testing")
+        self.client.create_bucket(Bucket=self.name)
+        self.options = {"endpoint_override": self.endpoint, "scheme": "http",
+                        "region": "us-east-1"}
+
+    def put(self, key: str, data: bytes) -> None:
+        self.client.put_object(Bucket=self.name, Key=key, Body=data)
+
+    def put_npy(self, key: str, array) -> None:
+        import numpy as np
+
+        buf = io.BytesIO()
+        np.save(buf, array)
+        self.put(key, buf.getvalue())
+
+    def upload(self, key: str, path: pathlib.Path) -> None:
+        self.put(key, path.read_bytes())
+
+    def upload_tree(self, prefix: str, local: pathlib.Path) -> list[str]:
+        """Every file under ``local`` as an object under ``prefix``; their keys."""
+        keys = []
+        for p in sorted(local.rglob("*")):
+            if p.is_file():
+                key = f"{prefix}/{p.relative_to(local).as_posix()}"
+                self.upload(key, p)
+                keys.append(key)
+        return keys
+
+    def url(self, key: str = "") -> str:
+        return f"s3://{self.name}/{key}"

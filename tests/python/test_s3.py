@@ -3,7 +3,6 @@ S3-compatible server (moto's server mode) that the tests start on 127.0.0.1."""
 
 from __future__ import annotations
 
-import io
 import subprocess
 import uuid
 
@@ -36,26 +35,8 @@ def server():
         yield endpoint
 
 
-class Bucket:
-    def __init__(self, endpoint: str):
-        self.endpoint = endpoint
-        self.name = "b-" + uuid.uuid4().hex[:12]
-        self.client = boto3.client("s3", endpoint_url=f"http://{endpoint}",
-                                   region_name="us-east-1", aws_access_key_id="testing",
-                                   aws_secret_access_key="testing")
-        self.client.create_bucket(Bucket=self.name)
-        self.options = {"endpoint_override": endpoint, "scheme": "http", "region": "us-east-1"}
-
-    def put(self, key: str, data: bytes) -> None:
-        self.client.put_object(Bucket=self.name, Key=key, Body=data)
-
-    def put_npy(self, key: str, array: np.ndarray) -> None:
-        buf = io.BytesIO()
-        np.save(buf, array)
-        self.put(key, buf.getvalue())
-
-    def url(self, key: str = "") -> str:
-        return f"s3://{self.name}/{key}"
+class Bucket(s3_server.Bucket):
+    pass
 
 
 @pytest.fixture

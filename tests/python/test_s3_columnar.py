@@ -7,7 +7,6 @@ from __future__ import annotations
 import pathlib
 import re
 import subprocess
-import uuid
 
 import numpy as np
 import pytest
@@ -35,23 +34,9 @@ def server():
         yield endpoint
 
 
-class Bucket:
-    """A new bucket; writes go straight to the server, reads through ``endpoint``."""
-
+class Bucket(s3_server.Bucket):
     def __init__(self, server: str, endpoint: str | None = None):
-        self.name = "c-" + uuid.uuid4().hex[:12]
-        self.endpoint = endpoint or server
-        self.client = boto3.client("s3", endpoint_url=f"http://{server}",
-                                   region_name="us-east-1")
-        self.client.create_bucket(Bucket=self.name)
-        self.options = {"endpoint_override": self.endpoint, "scheme": "http",
-                        "region": "us-east-1"}
-
-    def upload(self, key: str, path: pathlib.Path) -> None:
-        self.client.put_object(Bucket=self.name, Key=key, Body=path.read_bytes())
-
-    def url(self, key: str = "") -> str:
-        return f"s3://{self.name}/{key}"
+        super().__init__(server, endpoint, prefix="c-")
 
 
 @pytest.fixture

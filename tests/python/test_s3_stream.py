@@ -5,9 +5,7 @@ pyarrow reading the local originals."""
 
 from __future__ import annotations
 
-import io
 import subprocess
-import uuid
 
 import numpy as np
 import pytest
@@ -30,28 +28,14 @@ def server():
         yield endpoint
 
 
-class Bucket:
-    """A new bucket; writes go straight to the server, shardload reads through ``endpoint``
-    (the server itself, or a proxy in front of it that counts requests)."""
+class Bucket(s3_server.Bucket):
+    """A new bucket (s3_server.Bucket), its keys and objects read back."""
 
     def __init__(self, server: str, endpoint: str | None = None):
-        self.name = "m-" + uuid.uuid4().hex[:12]
-        self.client = boto3.client("s3", endpoint_url=f"http://{server}",
-                                   region_name="us-east-1")
-        self.client.create_bucket(Bucket=self.name)
-        self.options = {"endpoint_override": endpoint or server, "scheme": "http",
-                        "region": "us-east-1"}
+        super().__init__(server, endpoint, prefix="m-")
         # Uploads bypass the proxy, which forwards Content-Length bodies only (not the
         # chunked ones the AWS SDK sends).
         self.direct = {**self.options, "endpoint_override": server}
-
-    def put(self, key: str, data: bytes) -> None:
-        self.client.put_object(Bucket=self.name, Key=key, Body=data)
-
-    def put_npy(self, key: str, array: np.ndarray) -> None:
-        buf = io.BytesIO()
-        np.save(buf, array)
-        self.put(key, buf.getvalue())
 
     def keys(self, prefix: str = "") -> list[str]:
         got = self.client.list_objects_v2(Bucket=self.name, Prefix=prefix)
@@ -59,9 +43,6 @@ class Bucket:
 
     def get(self, key: str) -> bytes:
         return self.client.get_object(Bucket=self.name, Key=key)["Body"].read()
-
-    def url(self, key: str = "") -> str:
-        return f"s3://{self.name}/{key}"
 
 
 @pytest.fixture

@@ -8,7 +8,6 @@ import pathlib
 import subprocess
 import threading
 import time
-import uuid
 import warnings
 
 import numpy as np
@@ -38,33 +37,9 @@ def server():
         yield endpoint
 
 
-class Bucket:
-    """A new bucket; writes go straight to the server, reads through ``endpoint``."""
-
+class Bucket(s3_server.Bucket):
     def __init__(self, server: str, endpoint: str | None = None):
-        self.name = "z-" + uuid.uuid4().hex[:12]
-        self.endpoint = endpoint or server
-        self.client = boto3.client("s3", endpoint_url=f"http://{server}",
-                                   region_name="us-east-1")
-        self.client.create_bucket(Bucket=self.name)
-        self.options = {"endpoint_override": self.endpoint, "scheme": "http",
-                        "region": "us-east-1"}
-
-    def put(self, key: str, data: bytes) -> None:
-        self.client.put_object(Bucket=self.name, Key=key, Body=data)
-
-    def upload_tree(self, prefix: str, local: pathlib.Path) -> list[str]:
-        """Every file under ``local`` as an object under ``prefix``; their keys."""
-        keys = []
-        for p in sorted(local.rglob("*")):
-            if p.is_file():
-                key = f"{prefix}/{p.relative_to(local).as_posix()}"
-                self.put(key, p.read_bytes())
-                keys.append(key)
-        return keys
-
-    def url(self, key: str = "") -> str:
-        return f"s3://{self.name}/{key}"
+        super().__init__(server, endpoint, prefix="z-")
 
 
 @pytest.fixture
