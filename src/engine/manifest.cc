@@ -75,16 +75,6 @@ class Cursor {
   std::size_t pos_ = 0;
 };
 
-// What changed, in the words of the load's own check (src/readers/reader.cc): an object's
-// snapshot has no times, its size and the hash of its ETag say it.
-std::string difference(const std::string& path, const FileInfo& then, const FileInfo& now) {
-  if (!is_remote_url(path)) return snapshot_difference(then, now);
-  std::string d =
-      "size " + std::to_string(then.size) + " -> " + std::to_string(now.size) + " bytes";
-  if (then.inode != now.inode) d += ", overwritten (its ETag differs)";
-  return d;
-}
-
 std::string hex(std::uint64_t v) {
   char buf[24];
   std::snprintf(buf, sizeof buf, "0x%016" PRIx64, v);
@@ -274,8 +264,9 @@ Result<std::string> write_manifest(const Layout& layout, const std::string& dire
       auto now = io.stat_path(s.path);
       if (!now) return now.status();
       if (*now != s.snapshot) {
-        return file_error(ErrorCode::kChanged, s.path,
-                          "changed since discovery: " + difference(s.path, s.snapshot, *now));
+        return file_error(
+            ErrorCode::kChanged, s.path,
+            "changed since discovery: " + snapshot_difference(s.path, s.snapshot, *now));
       }
       sums.push_back(h);
     }
@@ -484,7 +475,7 @@ std::string format_options_text(const FormatOptions& o) {
 std::string probe_difference(const Layout& l, const Shard& s, const ShardProbe& p) {
   const std::string where = path_for_message(s.path) + ": ";
   if (p.shard.snapshot != s.snapshot) {
-    return where + difference(s.path, s.snapshot, p.shard.snapshot);
+    return where + snapshot_difference(s.path, s.snapshot, p.shard.snapshot);
   }
   auto says = [&](const std::string& field, const std::string& file, const std::string& manifest) {
     return where + "the file says " + field + " " + file + ", the manifest " + manifest;
@@ -524,7 +515,7 @@ std::string manifest_staleness(const Manifest& m, IoBackend& io) {
     auto now = io.stat_path(path);
     if (!now) return now.status().message();
     if (*now == then) return {};
-    return path_for_message(path) + ": " + difference(path, then, *now);
+    return path_for_message(path) + ": " + snapshot_difference(path, then, *now);
   };
   const Layout& layout = m.layout;
   const auto& shards = layout.shards;

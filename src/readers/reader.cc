@@ -29,10 +29,8 @@ std::string snapshot_difference(const FileInfo& then, const FileInfo& now) {
   return d;
 }
 
-namespace {
-
-// An object's snapshot has no times: its size and the hash of its ETag say what changed.
-std::string difference(const std::string& path, const FileInfo& then, const FileInfo& now) {
+std::string snapshot_difference(const std::string& path, const FileInfo& then,
+                                const FileInfo& now) {
   if (!is_remote_url(path)) return snapshot_difference(then, now);
   std::string d =
       "size " + std::to_string(then.size) + " -> " + std::to_string(now.size) + " bytes";
@@ -40,13 +38,11 @@ std::string difference(const std::string& path, const FileInfo& then, const File
   return d;
 }
 
-}  // namespace
-
 Status check_snapshot(const File& f, const FileInfo& snapshot) {
   SHARDLOAD_ASSIGN_OR_RETURN(FileInfo now, f.stat());
   if (now == snapshot) return Status::ok();
   return {ErrorCode::kChanged,
-          f.path() + ": changed since discovery: " + difference(f.path(), snapshot, now)};
+          f.path() + ": changed since discovery: " + snapshot_difference(f.path(), snapshot, now)};
 }
 
 Result<File> open_checked(IoBackend& io, const Shard& shard, bool check) {
@@ -61,7 +57,7 @@ Result<File> open_checked(IoBackend& io, const Shard& shard, bool check) {
   SHARDLOAD_ASSIGN_OR_RETURN(File f, File::open_stat(io, shard.path, &now));
   if (now == shard.snapshot) return f;
   return Status(ErrorCode::kChanged, f.path() + ": changed since discovery: " +
-                                         difference(f.path(), shard.snapshot, now));
+                                         snapshot_difference(f.path(), shard.snapshot, now));
 }
 
 Status check_unchanged(const File& f, const FileInfo& snapshot, Status read) {
@@ -71,7 +67,7 @@ Status check_unchanged(const File& f, const FileInfo& snapshot, Status read) {
   // An object was not asked at its open (open_checked), so this cannot tell before from during.
   const char* when =
       is_remote_url(f.path()) ? ": changed since discovery: " : ": changed while reading: ";
-  return {ErrorCode::kChanged, f.path() + when + difference(f.path(), snapshot, *now)};
+  return {ErrorCode::kChanged, f.path() + when + snapshot_difference(f.path(), snapshot, *now)};
 }
 
 DecodeUnit grid_unit(const Shard& shard, std::int64_t row) {

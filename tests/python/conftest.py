@@ -6,6 +6,7 @@ from __future__ import annotations
 import gc
 import os
 import pathlib
+from collections.abc import Iterator
 
 # h5py must be imported before cupynumeric in a process: cuPyNumeric loads
 # Legate's own HDF5 into the global symbol scope, and an h5py imported after
@@ -36,6 +37,24 @@ def _collect_garbage_on_the_main_thread():
 def _collect_after_each_test():
     yield
     gc.collect()
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[str]:
+    """An S3 server (moto) on 127.0.0.1 for the module, and the environment its clients use
+    (the object-storage tests)."""
+    import s3_server
+
+    with s3_server.serving() as endpoint:
+        yield endpoint
+
+
+@pytest.fixture
+def bucket(server: str):
+    """A new bucket on that server (s3_server.Bucket)."""
+    import s3_server
+
+    return s3_server.Bucket(server)
 
 
 @pytest.fixture(scope="session")

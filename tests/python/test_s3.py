@@ -15,6 +15,7 @@ boto3 = pytest.importorskip("boto3")
 import shardload  # noqa: E402
 
 import s3_server  # noqa: E402
+from s3_server import Bucket  # noqa: E402
 from conftest import ROOT  # noqa: E402
 
 
@@ -26,22 +27,6 @@ def _start_server(env: dict[str, str]) -> tuple[subprocess.Popen, str]:
 
 
 _stop = s3_server.stop
-
-
-@pytest.fixture(scope="module")
-def server():
-    """An S3 server on 127.0.0.1 for this module, and the environment its clients use."""
-    with s3_server.serving() as endpoint:
-        yield endpoint
-
-
-class Bucket(s3_server.Bucket):
-    pass
-
-
-@pytest.fixture
-def bucket(server) -> Bucket:
-    return Bucket(server)
 
 
 def _ragged(rng: np.random.Generator, rows: list[int], trailing: tuple[int, ...],

@@ -19,29 +19,12 @@ feather = pytest.importorskip("pyarrow.feather")
 
 import shardload  # noqa: E402
 
-import s3_server  # noqa: E402
+from s3_server import Bucket  # noqa: E402
 from s3_fault_proxy import FaultProxy, Rule  # noqa: E402
 
 
 EXT = {"parquet": "parquet", "arrow": "arrow"}
 FORMATS = ["parquet", "arrow"]
-
-
-@pytest.fixture(scope="module")
-def server():
-    """An S3 server on 127.0.0.1 for this module, and the environment its clients use."""
-    with s3_server.serving() as endpoint:
-        yield endpoint
-
-
-class Bucket(s3_server.Bucket):
-    def __init__(self, server: str, endpoint: str | None = None):
-        super().__init__(server, endpoint, prefix="c-")
-
-
-@pytest.fixture
-def bucket(server) -> Bucket:
-    return Bucket(server)
 
 
 def write(path: pathlib.Path, table: pa.Table, fmt: str, group: int) -> None:

@@ -20,7 +20,6 @@ boto3 = pytest.importorskip("boto3")
 
 import shardload  # noqa: E402
 
-import s3_server  # noqa: E402
 from s3_fault_proxy import FaultProxy, Rule  # noqa: E402
 
 
@@ -37,13 +36,6 @@ def _bounded():
     faulthandler.dump_traceback_later(_TEST_LIMIT_S, exit=True, file=sys.stderr)
     yield
     faulthandler.cancel_dump_traceback_later()
-
-
-@pytest.fixture(scope="module")
-def server():
-    """An S3 server on 127.0.0.1 for this module, and the environment its clients use."""
-    with s3_server.serving() as endpoint:
-        yield endpoint
 
 
 @pytest.fixture

@@ -21,13 +21,6 @@ import s3_server  # noqa: E402
 from s3_fault_proxy import FaultProxy, Rule  # noqa: E402
 
 
-@pytest.fixture(scope="module")
-def server():
-    """An S3 server on 127.0.0.1 for this module."""
-    with s3_server.serving() as endpoint:
-        yield endpoint
-
-
 class Bucket(s3_server.Bucket):
     """A new bucket (s3_server.Bucket), its keys and objects read back."""
 

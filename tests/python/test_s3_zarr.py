@@ -22,29 +22,12 @@ import zarr.codecs as zc  # noqa: E402
 
 import shardload  # noqa: E402
 
-import s3_server  # noqa: E402
+from s3_server import Bucket  # noqa: E402
 from conftest import random_array  # noqa: E402
 from s3_fault_proxy import FaultProxy, Rule  # noqa: E402
 
 warnings.filterwarnings("ignore", category=UserWarning)
 warnings.filterwarnings("ignore", category=FutureWarning)
-
-
-@pytest.fixture(scope="module")
-def server():
-    """An S3 server on 127.0.0.1 for this module, and the environment its clients use."""
-    with s3_server.serving() as endpoint:
-        yield endpoint
-
-
-class Bucket(s3_server.Bucket):
-    def __init__(self, server: str, endpoint: str | None = None):
-        super().__init__(server, endpoint, prefix="z-")
-
-
-@pytest.fixture
-def bucket(server) -> Bucket:
-    return Bucket(server)
 
 
 def write_store(path: pathlib.Path, a: np.ndarray, dataset: str | None = None,
