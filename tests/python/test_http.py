@@ -162,6 +162,41 @@ def test_raw_shards_with_header(web):
     np.testing.assert_array_equal(np.asarray(got), np.concatenate(parts))
 
 
+def test_parquet_and_arrow_through_the_same_backend(web):
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    feather = pytest.importorskip("pyarrow.feather")
+    store, base = web
+    rng = np.random.default_rng(7)
+    tables = [pa.table({"a": rng.standard_normal(r), "b": rng.standard_normal(r)})
+              for r in (13, 1, 29)]
+    want = np.concatenate([np.stack([t["a"].to_numpy(), t["b"].to_numpy()], axis=1)
+                           for t in tables])
+    for ext, write in (("parquet", lambda t, b: pq.write_table(t, b, row_group_size=4)),
+                       ("arrow", feather.write_feather)):
+        urls = []
+        for i, t in enumerate(tables):
+            buf = io.BytesIO()
+            write(t, buf)
+            store.put(f"/{ext}/s{i}.{ext}", buf.getvalue())
+            urls.append(f"{base}/{ext}/s{i}.{ext}")
+        got = shardload.load(urls, columns=["a", "b"])
+        np.testing.assert_array_equal(np.asarray(got), want, err_msg=ext)
+
+
+def test_cli_read_http(web, cli):
+    """The command line takes one SOURCE: one URL (a list of URLs is Python's)."""
+    store, base = web
+    store.put_npy("/c/a.npy", np.arange(16 * 3, dtype=np.float64).reshape(16, 3))
+    r = subprocess.run([str(cli), "read", f"{base}/c/a.npy", "--no-verify"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "(16, 3)" in r.stdout and "remote retries: 0" in r.stdout, r.stdout
+    r = subprocess.run([str(cli), "inspect", f"{base}/c/"], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode != 0 and "HTTP has no directory listing" in r.stderr, r.stderr
+
+
 def test_server_ignoring_range_never_corrupts(web):
     """A server that answers every GET with 200 and the whole object: its bytes are never read
     as a range. A read from offset 0 of the whole object is exactly the object; any other is a
