@@ -195,6 +195,13 @@ def test_cli_read_http(web, cli):
     r = subprocess.run([str(cli), "inspect", f"{base}/c/"], capture_output=True, text=True,
                        timeout=120)
     assert r.returncode != 0 and "HTTP has no directory listing" in r.stderr, r.stderr
+    # Store options are s3's; an http URL takes the retry keys in its own query.
+    r = subprocess.run([str(cli), "inspect", f"{base}/c/a.npy", "--storage-option",
+                        "max_attempts=2"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "s3:// SOURCEs only" in r.stderr, r.stderr
+    r = subprocess.run([str(cli), "inspect", f"{base}/c/a.npy?max_attempts=2"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and "(16, 3)" in r.stdout, r.stderr
 
 
 def test_server_ignoring_range_never_corrupts(web):
@@ -239,6 +246,12 @@ def test_5xx_retried_then_fine_and_counted(web):
     store.fail_next["/t/a.npy"] = [503, 500, 503]
     np.testing.assert_array_equal(np.asarray(shardload.load(url)), a)
     assert sum(1 for r in store.requests if r[1].startswith("/t/a.npy")) >= 4
+    # In the load's own requests (its HEADs and ranged GETs), each refused answer one retry.
+    layout = shardload.discover(url)
+    store.fail_next["/t/a.npy"] = [503, 429, 500]
+    got, info = shardload.load(layout, info=True)
+    np.testing.assert_array_equal(np.asarray(got), a)
+    assert not store.fail_next["/t/a.npy"] and info.remote_retries == 3
     # Beyond max_attempts: an error naming the URL and the attempts.
     store.fail_next["/t/a.npy"] = [503] * 5
     with pytest.raises(shardload.Error) as e:
