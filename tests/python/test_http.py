@@ -21,6 +21,10 @@ import pytest
 import shardload
 
 
+CUT = -1  # a fault: half the body, then the connection closed
+RESET = -2  # a fault: the connection closed before any answer
+
+
 class Store:
     """The server's objects (path -> bytes) and its faults, shared with its handler threads."""
 
@@ -67,7 +71,20 @@ class Handler(http.server.BaseHTTPRequestHandler):
             queue = s.fail_next.get(path)
             fault = queue.pop(0) if queue else None
             data = s.objects.get(path)
-        if fault is not None:
+        if fault == CUT and not head and data is not None:
+            # The whole Content-Length announced, half the body sent, the connection closed.
+            body = self._range_of(data)[1]
+            self.send_response(206 if self.headers.get("Range") else 200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body[:len(body) // 2])
+            self.wfile.flush()
+            self.close_connection = True
+            return
+        if fault == RESET:
+            self.close_connection = True  # closed with no answer at all
+            return
+        if fault is not None and fault > 0:
             self._answer(fault, f"<error>{fault}</error>".encode(), head=head)
             return
         if data is None:
@@ -84,14 +101,22 @@ class Handler(http.server.BaseHTTPRequestHandler):
         if head or rng is None or s.ignore_range:
             self._answer(200, data, headers, head=head)
             return
-        m = re.fullmatch(r"bytes=(\d+)-(\d+)", rng)
-        assert m, rng
-        first, last = int(m.group(1)), min(int(m.group(2)), len(data) - 1)
+        first, body = self._range_of(data)
         if first >= len(data):
             self._answer(416, b"", {"Content-Range": f"bytes */{len(data)}"})
             return
-        headers["Content-Range"] = f"bytes {first}-{last}/{len(data)}"
-        self._answer(206, data[first:last + 1], headers)
+        headers["Content-Range"] = f"bytes {first}-{first + len(body) - 1}/{len(data)}"
+        self._answer(206, body, headers)
+
+    def _range_of(self, data: bytes) -> tuple[int, bytes]:
+        """The first byte and the bytes of the request's Range (all of it without one)."""
+        rng = self.headers.get("Range")
+        if rng is None:
+            return 0, data
+        m = re.fullmatch(r"bytes=(\d+)-(\d+)", rng)
+        assert m, rng
+        first, last = int(m.group(1)), min(int(m.group(2)), len(data) - 1)
+        return first, data[first:last + 1]
 
     def do_GET(self) -> None:  # noqa: N802 (http.server's name)
         self._serve(head=False)
@@ -260,10 +285,32 @@ def test_5xx_retried_then_fine_and_counted(web):
     assert "gave up after 2 attempts" in str(e.value)
 
 
+def test_cut_body_and_reset_retried_never_wrong_data(web):
+    store, base = web
+    a = np.arange(3000, dtype=np.float64).reshape(1000, 3)
+    store.put_npy("/k/a.npy", a)
+    url = f"{base}/k/a.npy?backoff_ms=1"
+    layout = shardload.discover(url)
+    store.fail_next["/k/a.npy"] = [RESET, CUT, CUT, RESET]
+    got, info = shardload.load(layout, info=True)
+    np.testing.assert_array_equal(np.asarray(got), a)
+    # Each cut body is a counted retry; libcurl itself reconnects once, uncounted, when a
+    # connection it reused is closed before any answer, so a reset may not be.
+    assert not store.fail_next["/k/a.npy"] and 2 <= info.remote_retries <= 4
+    # Cut every time: an error naming the URL, not short data.
+    layout = shardload.discover(f"{base}/k/a.npy?backoff_ms=1&max_attempts=2")
+    store.fail_next["/k/a.npy"] = [CUT] * 40
+    with pytest.raises(shardload.ShardReadError) as e:
+        layout.read(0, 1000)
+    assert f"{base}/k/a.npy" in str(e.value) and "gave up after 2 attempts" in str(e.value)
+
+
 def test_retry_options_checked(web):
     _, base = web
     with pytest.raises(ValueError, match="max_attempts must be an integer"):
         shardload.discover(f"{base}/x.npy?max_attempts=0")
+    with pytest.raises(ValueError, match="s3:// URLs only"):
+        shardload.discover(f"{base}/x.npy", storage_options={"max_attempts": 2})
 
 
 def test_object_changed_after_discover_is_an_error(web):
