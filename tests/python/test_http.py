@@ -305,6 +305,20 @@ def test_cut_body_and_reset_retried_never_wrong_data(web):
     assert f"{base}/k/a.npy" in str(e.value) and "gave up after 2 attempts" in str(e.value)
 
 
+def test_large_reads_are_split_into_ranged_gets_in_flight(web):
+    store, base = web
+    a = np.random.default_rng(9).standard_normal((4000, 5))
+    store.put_npy("/big/a.npy", a)
+    url = f"{base}/big/a.npy?request_bytes=4096&requests_in_flight=4"
+    layout = shardload.discover(url)
+    before = len(store.requests)
+    np.testing.assert_array_equal(layout.read(0, 4000), a)
+    ranges = [r[2] for r in store.requests[before:] if r[0] == "GET"]
+    # 160000 bytes in parts of at most 4096: each its own ranged GET, none larger.
+    sizes = [int(b) - int(f) + 1 for f, b in (r[len("bytes="):].split("-") for r in ranges)]
+    assert len(sizes) >= 160000 // 4096 and max(sizes) <= 4096 and sum(sizes) >= 160000
+
+
 def test_retry_options_checked(web):
     _, base = web
     with pytest.raises(ValueError, match="max_attempts must be an integer"):
