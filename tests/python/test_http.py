@@ -209,6 +209,15 @@ def test_parquet_and_arrow_through_the_same_backend(web):
         np.testing.assert_array_equal(np.asarray(got), want, err_msg=ext)
 
 
+def test_formats_not_yet_supported_say_so(web):
+    store, base = web
+    store.put("/h/a.h5", b"\x89HDF\r\n\x1a\n" + b"\0" * 32)
+    with pytest.raises(shardload.LayoutError,
+                       match=r"a\.h5: the hdf5 format is not yet supported for http\(s\):// "
+                             r"sources \(npy, raw, parquet and arrow are\)"):
+        shardload.discover(f"{base}/h/a.h5")
+
+
 def test_cli_read_http(web, cli):
     """The command line takes one SOURCE: one URL (a list of URLs is Python's)."""
     store, base = web
