@@ -15,7 +15,8 @@ DEB_PACKAGES=(build-essential cmake ninja-build pkg-config libgtest-dev libgmock
               clang libclang-rt-14-dev  # libFuzzer targets and their sanitizers
               nlohmann-json3-dev zlib1g-dev libzstd-dev liblz4-dev libblosc-dev  # raw + zarr readers
               libhdf5-dev  # HDF5 reader: headers + the libhdf5_serial.so.103 it dlopens
-              libxxhash-dev)  # manifest checksums (XXH3)
+              libxxhash-dev  # manifest checksums (XXH3)
+              libcurl4-openssl-dev)  # http(s):// sources
 source scripts/debian.sh
 install_debian_packages "${DEB_PACKAGES[@]}"
 

@@ -14,13 +14,17 @@ namespace shardload {
 namespace {
 
 std::atomic<RemoteIo*> g_remote{nullptr};
+std::atomic<RemoteIo*> g_http{nullptr};
 
-// The backend that serves an s3:// path, or the error of a build without one.
+// The backend that serves a remote path, or the error of a build without one.
 Result<RemoteIo*> remote_for(const std::string& path) {
-  RemoteIo* r = g_remote.load(std::memory_order_acquire);
+  RemoteIo* r = remote_io_for(path);
   if (r == nullptr) {
     return file_error(ErrorCode::kIo, path,
-                      "object storage is not supported by this build (it needs Arrow)");
+                      is_http_url(path)
+                          ? "http:// and https:// are not supported by this build (not built "
+                            "with http support: it needs libcurl)"
+                          : "object storage is not supported by this build (it needs Arrow)");
   }
   return r;
 }
@@ -124,15 +128,36 @@ std::string descriptor_path(int fd, const std::string& path) {
   return have_proc ? "/proc/self/fd/" + std::to_string(fd) : path;
 }
 
-bool is_remote_url(std::string_view path) { return path.starts_with("s3://"); }
+bool is_http_url(std::string_view path) {
+  return path.starts_with("http://") || path.starts_with("https://");
+}
+
+bool is_remote_url(std::string_view path) { return path.starts_with("s3://") || is_http_url(path); }
 
 void set_remote_io(RemoteIo* io) { g_remote.store(io, std::memory_order_release); }
 
+void set_http_io(RemoteIo* io) { g_http.store(io, std::memory_order_release); }
+
 RemoteIo* remote_io() { return g_remote.load(std::memory_order_acquire); }
 
+RemoteIo* http_io() { return g_http.load(std::memory_order_acquire); }
+
+RemoteIo* remote_io_for(std::string_view url) {
+  if (is_http_url(url)) return http_io();
+  return is_remote_url(url) ? remote_io() : nullptr;
+}
+
+RemoteIo* remote_io_for_fd(int fd) {
+  if (fd >= kHttpFdBase) return http_io();
+  return fd >= kRemoteFdBase ? remote_io() : nullptr;
+}
+
 std::uint64_t remote_retries() {
-  const RemoteIo* r = remote_io();
-  return r == nullptr ? 0 : r->retries();
+  std::uint64_t n = 0;
+  for (const RemoteIo* r : {remote_io(), http_io()}) {
+    if (r != nullptr) n += r->retries();
+  }
+  return n;
 }
 
 Status RemoteIo::write_object(const std::string& url, const void*, std::size_t) {
@@ -189,7 +214,7 @@ class PosixIo final : public IoBackend {
   }
 
   Result<FileInfo> stat(int fd, const std::string& path) override {
-    if (fd >= kRemoteFdBase) return remote_io()->stat(fd, path);
+    if (fd >= kRemoteFdBase) return remote_io_for_fd(fd)->stat(fd, path);
     struct ::stat st {};
     if (::fstat(fd, &st) != 0) {
       const int err = errno;
@@ -200,14 +225,14 @@ class PosixIo final : public IoBackend {
   }
 
   std::int64_t pread(int fd, void* buf, std::size_t n, std::uint64_t offset) override {
-    if (fd >= kRemoteFdBase) return remote_io()->pread(fd, buf, n, offset);
+    if (fd >= kRemoteFdBase) return remote_io_for_fd(fd)->pread(fd, buf, n, offset);
     const ssize_t got = ::pread(fd, buf, n, static_cast<off_t>(offset));
     return got < 0 ? -static_cast<std::int64_t>(errno) : static_cast<std::int64_t>(got);
   }
 
   void close(int fd) override {
     if (fd >= kRemoteFdBase) {
-      remote_io()->close(fd);
+      remote_io_for_fd(fd)->close(fd);
     } else {
       ::close(fd);
     }
@@ -267,9 +292,9 @@ Status File::read_exact(void* dst, std::size_t n, std::uint64_t offset) const {
     if (got < 0) {
       if (got == -EINTR) continue;
       std::string why = std::strerror(static_cast<int>(-got));
-      if (fd_ >= kRemoteFdBase && remote_io() != nullptr) {
+      if (RemoteIo* r = remote_io_for_fd(fd_); r != nullptr) {
         // An errno says little of an HTTP failure: the store's own words, where it gave some.
-        const std::string said = remote_io()->last_read_error();
+        const std::string said = r->last_read_error();
         if (!said.empty()) why += " (" + said + ")";
       }
       return file_error(ErrorCode::kIo, path_,

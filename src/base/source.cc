@@ -43,9 +43,13 @@ std::string remote_join(const std::string& dir_url, const std::string& name) {
 }
 
 RemoteIo* need_remote(const std::string& url, Status* error) {
-  RemoteIo* r = remote_io();
+  RemoteIo* r = remote_io_for(url);
   if (r == nullptr) {
-    *error = layout_error(url + ": object storage is not supported by this build (it needs Arrow)");
+    *error = layout_error(url + (is_http_url(url)
+                                     ? ": http:// and https:// are not supported by this build "
+                                       "(not built with http support: it needs libcurl)"
+                                     : ": object storage is not supported by this build (it "
+                                       "needs Arrow)"));
   }
   return r;
 }
@@ -101,6 +105,17 @@ namespace {
 // configures the store, so wildcards and numbering are looked for in the key only.
 Result<Source> parse_remote(const std::string& text, const std::string& pattern) {
   const auto [key, query] = split_query(text);
+  if (is_http_url(text)) {
+    // A web server has no listing to ask: each object is named. The query stays part of the
+    // URL (a signed URL's), so wildcards and numbering are refused in the path only.
+    if (!pattern.empty() || key.back() == '/' || key.find_first_of("*?[{") != std::string::npos) {
+      return file_error(ErrorCode::kInvalidArgument, text,
+                        "http:// and https:// sources name objects, one URL each (a URL or a "
+                        "list of URLs): HTTP has no directory listing, so a URL ending in '/', "
+                        "a glob, a numbered pattern or a pattern is not supported");
+    }
+    return Source::list({text});
+  }
   const auto slash = key.rfind('/');
   const std::string last = key.substr(slash + 1);
   if (key.find('{') != std::string::npos) {

@@ -353,7 +353,8 @@ std::optional<int> parse_command_line(const CommandSpec& spec, const Args& args,
   // every object under a directory or glob gets them.
   if (const auto it = out->opts.find("storage-option"); it != out->opts.end()) {
     for (auto& p : out->positional) {
-      if (!is_remote_url(p)) {
+      // An http(s) URL takes shardload's keys in its own query; the rest would go to the server.
+      if (!is_remote_url(p) || is_http_url(p)) {
         return usage_error(cmd, "--storage-option applies to s3:// SOURCEs only, found '" +
                                     path_for_message(p) + "'");
       }

@@ -152,7 +152,8 @@ Result<Layout> try_discover_paths(const std::vector<std::string>& paths,
       if (is_remote_url(p)) {
         return file_error(ErrorCode::kLayout, p,
                           std::string("the ") + format_name(format) +
-                              " format is not yet supported for s3:// sources (" +
+                              " format is not yet supported for " +
+                              (is_http_url(p) ? "http(s)://" : "s3://") + " sources (" +
                               remote_format_names_text() + " are)");
       }
     }

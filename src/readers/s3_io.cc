@@ -2,6 +2,7 @@
 // the RemoteIo that posix_io() routes "s3://" URLs to. A read is one ranged GET
 // (RandomAccessFile::ReadAt) into the caller's buffer; nothing downloads a whole object.
 #include "readers/detail/s3_io.hpp"
+#include "readers/detail/store_options.hpp"
 
 #include <arrow/filesystem/filesystem.h>
 #include <arrow/filesystem/s3fs.h>
@@ -11,32 +12,16 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
-#include <charconv>
-#include <cmath>
 #include <cstdlib>
 #include <map>
 #include <memory>
 #include <mutex>
-#include <random>
-#include <system_error>
-#include <thread>
 #include <unordered_map>
 #include <vector>
 
 namespace shardload::detail {
 
 namespace {
-
-// FNV-1a: the same hash of an ETag in every process of a run (discovery and the tasks may
-// be different processes), which std::hash does not promise.
-std::uint64_t fnv1a(std::string_view s) {
-  std::uint64_t h = 14695981039346656037ull;
-  for (const char c : s) {
-    h ^= static_cast<unsigned char>(c);
-    h *= 1099511628211ull;
-  }
-  return h;
-}
 
 // The errno that best says what Arrow's error was, for Python's exception classes.
 int errno_of(const arrow::Status& st) {
@@ -68,86 +53,6 @@ Status remote_error(ErrorCode code, const std::string& url, const std::string& w
   return file_error(code, url, msg, errno_of(st));
 }
 
-// What shardload adds to Arrow's S3 URI options (taken out of the query before Arrow sees it,
-// which refuses keys it does not know). Defaults: see docs/object_storage.md.
-struct StoreOptions {
-  std::int64_t max_attempts = 5;       // the first try included
-  std::int64_t backoff_ms = 50;        // the first retry's delay; doubled for each further one
-  std::int64_t max_backoff_ms = 5000;  // the longest single delay
-  double connect_timeout = 5;          // seconds to set up a connection
-  double request_timeout = 30;         // seconds a request may go without receiving data
-  // A read larger than request_bytes is split into ranged GETs of that size, up to
-  // requests_in_flight of them at once (the calling thread and helpers it joins before it
-  // returns), so that one GET's latency and one connection's bandwidth need not bound a large
-  // piece. One by default: on the only store measured (bench/bench_s3.py, one server process
-  // on the same small machine) more in flight was slower, the server being the bottleneck.
-  std::int64_t request_bytes = std::int64_t{8} << 20;
-  std::int64_t requests_in_flight = 1;
-};
-
-Result<std::int64_t> int_option(const std::string& url, const std::string& key,
-                                const std::string& value, std::int64_t lo, std::int64_t hi) {
-  std::int64_t v = 0;
-  const auto* end = value.data() + value.size();
-  const auto [p, ec] = std::from_chars(value.data(), end, v);
-  if (ec != std::errc() || p != end || v < lo || v > hi) {
-    return file_error(ErrorCode::kInvalidArgument, url,
-                      "bad object-storage URL or options: " + key + " must be an integer from " +
-                          std::to_string(lo) + " to " + std::to_string(hi) + ", found '" + value +
-                          "'");
-  }
-  return v;
-}
-
-Result<double> seconds_option(const std::string& url, const std::string& key,
-                              const std::string& value) {
-  double v = 0;
-  const auto* end = value.data() + value.size();
-  const auto [p, ec] = std::from_chars(value.data(), end, v);
-  if (ec != std::errc() || p != end || !std::isfinite(v) || v <= 0 || v > 86400) {
-    return file_error(ErrorCode::kInvalidArgument, url,
-                      "bad object-storage URL or options: " + key +
-                          " must be a number of seconds above 0 (at most 86400), found '" + value +
-                          "'");
-  }
-  return v;
-}
-
-// Splits shardload's keys out of `query` ("?a=b&c=d" or ""): returns the query left for Arrow.
-Result<std::string> take_store_options(const std::string& url, const std::string& query,
-                                       StoreOptions* out) {
-  std::string rest;
-  std::size_t pos = query.empty() ? 0 : 1;
-  while (pos < query.size()) {
-    std::size_t amp = query.find('&', pos);
-    if (amp == std::string::npos) amp = query.size();
-    const std::string item = query.substr(pos, amp - pos);
-    pos = amp + 1;
-    const auto eq = item.find('=');
-    const std::string key = item.substr(0, eq);
-    const std::string value = eq == std::string::npos ? std::string() : item.substr(eq + 1);
-    if (key == "max_attempts") {
-      SHARDLOAD_ASSIGN_OR_RETURN(out->max_attempts, int_option(url, key, value, 1, 100));
-    } else if (key == "backoff_ms") {
-      SHARDLOAD_ASSIGN_OR_RETURN(out->backoff_ms, int_option(url, key, value, 0, 60000));
-    } else if (key == "max_backoff_ms") {
-      SHARDLOAD_ASSIGN_OR_RETURN(out->max_backoff_ms, int_option(url, key, value, 0, 600000));
-    } else if (key == "connect_timeout") {
-      SHARDLOAD_ASSIGN_OR_RETURN(out->connect_timeout, seconds_option(url, key, value));
-    } else if (key == "request_timeout") {
-      SHARDLOAD_ASSIGN_OR_RETURN(out->request_timeout, seconds_option(url, key, value));
-    } else if (key == "request_bytes") {
-      SHARDLOAD_ASSIGN_OR_RETURN(out->request_bytes,
-                                 int_option(url, key, value, 4096, std::int64_t{1} << 34));
-    } else if (key == "requests_in_flight") {
-      SHARDLOAD_ASSIGN_OR_RETURN(out->requests_in_flight, int_option(url, key, value, 1, 64));
-    } else {
-      rest += (rest.empty() ? "?" : "&") + item;
-    }
-  }
-  return rest;
-}
-
 // Bounded retries with exponential backoff, counted. What is retried: what the AWS SDK
 // classifies as retryable (5xx, throttling such as S3's SlowDown, network errors: a reset or
 // a body cut short, a timeout), plus those codes by name in case a store answers them without
@@ -168,15 +73,9 @@ class CountingRetryStrategy final : public arrow::fs::S3RetryStrategy {
     return true;
   }
 
-  // "Equal jitter": half the exponential delay, plus a random part of the other half, so that
-  // many tasks refused at once do not come back at once.
   std::int64_t CalculateDelayBeforeNextRetry(const AWSErrorDetail&,
                                              std::int64_t attempted_retries) override {
-    const std::int64_t shift = std::min<std::int64_t>(attempted_retries, 20);
-    const std::int64_t full = std::min(options_.max_backoff_ms, options_.backoff_ms << shift);
-    if (full <= 1) return full;
-    thread_local std::minstd_rand rng{std::random_device{}()};
-    return full / 2 + std::uniform_int_distribution<std::int64_t>(0, full / 2)(rng);
+    return backoff_delay_ms(options_, attempted_retries);
   }
 
  private:
@@ -254,57 +153,11 @@ class ArrowRemoteIo final : public RemoteIo {
       in_flight = it->second.requests_in_flight;
     }
     t_read_error.clear();
-    const std::size_t parts = part == 0 ? 1 : (n + part - 1) / part;
-    if (parts <= 1 || in_flight <= 1) return read_range(*file, buf, n, offset, &t_read_error);
-
-    // Parts are claimed in order from a shared counter by this thread and its helpers. The
-    // answer is pread's: the bytes read contiguously from `offset` up to the first part that
-    // came back short or failed (read_exact asks again from there), or that part's error.
-    struct Outcome {
-      std::size_t first_bad = SIZE_MAX;  // the lowest part that did not come back whole
-      std::int64_t got = 0;              // its result
-      std::string why;
-    };
-    std::mutex m;
-    Outcome out;
-    std::atomic<std::size_t> next{0};
-    auto* dst = static_cast<std::byte*>(buf);
-    auto work = [&] {
-      for (;;) {
-        const std::size_t i = next.fetch_add(1, std::memory_order_relaxed);
-        if (i >= parts) return;
-        {
-          std::lock_guard lock(m);
-          if (i > out.first_bad) return;  // a lower part already ends the answer
-        }
-        const std::size_t lo = i * part;
-        const std::size_t len = std::min(part, n - lo);
-        std::string why;
-        const std::int64_t got = read_range(*file, dst + lo, len, offset + lo, &why);
-        if (got != static_cast<std::int64_t>(len)) {
-          std::lock_guard lock(m);
-          if (i < out.first_bad) out = Outcome{i, got, std::move(why)};
-        }
-      }
-    };
-    std::vector<std::thread> helpers;
-    for (std::size_t k = 1; k < std::min(in_flight, parts); ++k) {
-      try {
-        helpers.emplace_back(work);
-      } catch (const std::system_error&) {
-        break;  // no thread to be had: fewer requests in flight, the same bytes
-      }
-    }
-    work();
-    for (auto& h : helpers) h.join();
-    if (out.first_bad == SIZE_MAX) return static_cast<std::int64_t>(n);
-    const std::size_t lo = out.first_bad * part;
-    if (out.got < 0) {
-      if (lo > 0) return static_cast<std::int64_t>(lo);  // what came before it; asked again
-      t_read_error = std::move(out.why);
-      return out.got;
-    }
-    return static_cast<std::int64_t>(lo) + out.got;
+    return read_in_parts(
+        [&file](void* dst, std::size_t len, std::uint64_t off, std::string* why) {
+          return read_range(*file, dst, len, off, why);
+        },
+        buf, n, offset, part, in_flight, &t_read_error);
   }
 
   void close(int fd) override {

@@ -229,6 +229,7 @@ namespace {
 // without a server (tests/python/test_s3.py reads from a real one).
 class MemoryRemote final : public RemoteIo {
  public:
+  explicit MemoryRemote(int fd_base = kRemoteFdBase) : next_(fd_base) {}
   std::map<std::string, std::string> objects;  // by URL without its query
   std::map<int, std::string> open_files;
   std::vector<std::tuple<std::string, std::uint64_t, std::size_t>> reads;  // url, offset, n
@@ -282,7 +283,7 @@ class MemoryRemote final : public RemoteIo {
   }
 
  private:
-  int next_ = kRemoteFdBase;
+  int next_;
 };
 
 // Puts `io` in place of the registered backend for one test.
@@ -355,6 +356,57 @@ TEST(RemoteSource, PosixIoRoutesUrlsAndTheirDescriptors) {
   ASSERT_FALSE(f);
   EXPECT_NE(f.status().message().find("not supported by this build"), std::string::npos);
   EXPECT_FALSE(Source::parse("s3://b/x"));
+}
+
+// Puts `io` in place of the registered http(s) backend for one test.
+struct HttpSwap {
+  explicit HttpSwap(RemoteIo* io) : before(http_io()) { set_http_io(io); }
+  ~HttpSwap() { set_http_io(before); }
+  HttpSwap(const HttpSwap&) = delete;
+  HttpSwap& operator=(const HttpSwap&) = delete;
+  RemoteIo* before;
+};
+
+TEST(RemoteSource, S3AndHttpBackendsCoexist) {
+  MemoryRemote s3;
+  MemoryRemote web(kHttpFdBase);
+  s3.objects["s3://b/x"] = "from s3";
+  web.objects["https://h/x"] = "from the web";
+  {
+    RemoteSwap swap_s3(&s3);
+    HttpSwap swap_web(&web);
+    EXPECT_TRUE(is_remote_url("http://h/x") && is_http_url("https://h/x"));
+    EXPECT_FALSE(is_http_url("s3://b/x"));
+    auto a = File::open(posix_io(), "s3://b/x");
+    auto b = File::open(posix_io(), "https://h/x");
+    ASSERT_TRUE(a && b);
+    EXPECT_TRUE(a->fd() >= kRemoteFdBase && a->fd() < kHttpFdBase);
+    EXPECT_GE(b->fd(), kHttpFdBase);
+    char buf[8];
+    ASSERT_TRUE(a->read_exact(buf, 2, 5).is_ok());
+    EXPECT_EQ(std::string(buf, 2), "s3");
+    ASSERT_TRUE(b->read_exact(buf, 3, 9).is_ok());
+    EXPECT_EQ(std::string(buf, 3), "web");
+    *a = File();
+    *b = File();
+    EXPECT_TRUE(s3.open_files.empty() && web.open_files.empty());
+    // A URL names an object; HTTP has nothing to list.
+    auto one = Source::parse("https://h/x?sig=1");
+    ASSERT_TRUE(one) << one.status().message();
+    EXPECT_EQ(one->kind, Source::Kind::kList);
+    for (const std::string text : {"http://h/d/", "http://h/d/*.npy", "http://h/d/s_{:04d}.npy"}) {
+      auto bad = Source::parse(text);
+      ASSERT_FALSE(bad) << text;
+      EXPECT_NE(bad.status().message().find("HTTP has no directory listing"), std::string::npos)
+          << bad.status().message();
+    }
+    EXPECT_FALSE(Source::parse("http://h/x.npy", "p{}.npy"));
+  }
+  HttpSwap none(nullptr);
+  auto f = File::open(posix_io(), "http://h/x");
+  ASSERT_FALSE(f);
+  EXPECT_NE(f.status().message().find("not built with http support"), std::string::npos)
+      << f.status().message();
 }
 
 TEST(RemoteSource, HostFillReadsOnlyTheRowsRangesOfEachObject) {

@@ -100,12 +100,27 @@ class RemoteIo : public IoBackend {
   virtual Status write_object(const std::string& url, const void* data, std::size_t n);
 };
 
-// "s3://...": the URLs the remote backend serves.
+// HTTP servers ("http://host/key", "https://..."): a second RemoteIo (libcurl), registered
+// with set_http_io, whose descriptors are at or above kHttpFdBase so that both backends can
+// hand out descriptors at once. Its FileInfo is the object's Content-Length and a hash of
+// its ETag (or of its Last-Modified where it sends no ETag) as the inode.
+inline constexpr int kHttpFdBase = kRemoteFdBase + (1 << 29);
+
+// "s3://...", "http://..." and "https://...": the URLs the remote backends serve.
 bool is_remote_url(std::string_view path);
+// "http://..." and "https://...": the URLs the HTTP backend serves (no listing, no globs).
+bool is_http_url(std::string_view path);
 void set_remote_io(RemoteIo* io);
-// The registered backend, or nullptr when this build has none.
+void set_http_io(RemoteIo* io);
+// The registered s3:// backend, or nullptr when this build has none.
 RemoteIo* remote_io();
-// remote_io()->retries(), or 0 without one.
+// The registered http(s):// backend, or nullptr when this build has none.
+RemoteIo* http_io();
+// The backend that serves `url` (by its scheme), or nullptr when this build has none.
+RemoteIo* remote_io_for(std::string_view url);
+// The backend whose descriptor `fd` is (>= kRemoteFdBase), or nullptr.
+RemoteIo* remote_io_for_fd(int fd);
+// The retries of both backends, or 0 without them.
 std::uint64_t remote_retries();
 
 // What posix_io().open does, for the few callers that need the kernel's

@@ -1,0 +1,151 @@
+#include "readers/detail/store_options.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <charconv>
+#include <cmath>
+#include <mutex>
+#include <random>
+#include <system_error>
+#include <thread>
+#include <vector>
+
+namespace shardload::detail {
+
+std::uint64_t fnv1a(std::string_view s) {
+  std::uint64_t h = 14695981039346656037ull;
+  for (const char c : s) {
+    h ^= static_cast<unsigned char>(c);
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+namespace {
+
+Result<std::int64_t> int_option(const std::string& url, const std::string& key,
+                                const std::string& value, std::int64_t lo, std::int64_t hi) {
+  std::int64_t v = 0;
+  const auto* end = value.data() + value.size();
+  const auto [p, ec] = std::from_chars(value.data(), end, v);
+  if (ec != std::errc() || p != end || v < lo || v > hi) {
+    return file_error(ErrorCode::kInvalidArgument, url,
+                      "bad object-storage URL or options: " + key + " must be an integer from " +
+                          std::to_string(lo) + " to " + std::to_string(hi) + ", found '" + value +
+                          "'");
+  }
+  return v;
+}
+
+Result<double> seconds_option(const std::string& url, const std::string& key,
+                              const std::string& value) {
+  double v = 0;
+  const auto* end = value.data() + value.size();
+  const auto [p, ec] = std::from_chars(value.data(), end, v);
+  if (ec != std::errc() || p != end || !std::isfinite(v) || v <= 0 || v > 86400) {
+    return file_error(ErrorCode::kInvalidArgument, url,
+                      "bad object-storage URL or options: " + key +
+                          " must be a number of seconds above 0 (at most 86400), found '" + value +
+                          "'");
+  }
+  return v;
+}
+
+}  // namespace
+
+Result<std::string> take_store_options(const std::string& url, const std::string& query,
+                                       StoreOptions* out) {
+  std::string rest;
+  std::size_t pos = query.empty() ? 0 : 1;
+  while (pos < query.size()) {
+    std::size_t amp = query.find('&', pos);
+    if (amp == std::string::npos) amp = query.size();
+    const std::string item = query.substr(pos, amp - pos);
+    pos = amp + 1;
+    const auto eq = item.find('=');
+    const std::string key = item.substr(0, eq);
+    const std::string value = eq == std::string::npos ? std::string() : item.substr(eq + 1);
+    if (key == "max_attempts") {
+      SHARDLOAD_ASSIGN_OR_RETURN(out->max_attempts, int_option(url, key, value, 1, 100));
+    } else if (key == "backoff_ms") {
+      SHARDLOAD_ASSIGN_OR_RETURN(out->backoff_ms, int_option(url, key, value, 0, 60000));
+    } else if (key == "max_backoff_ms") {
+      SHARDLOAD_ASSIGN_OR_RETURN(out->max_backoff_ms, int_option(url, key, value, 0, 600000));
+    } else if (key == "connect_timeout") {
+      SHARDLOAD_ASSIGN_OR_RETURN(out->connect_timeout, seconds_option(url, key, value));
+    } else if (key == "request_timeout") {
+      SHARDLOAD_ASSIGN_OR_RETURN(out->request_timeout, seconds_option(url, key, value));
+    } else if (key == "request_bytes") {
+      SHARDLOAD_ASSIGN_OR_RETURN(out->request_bytes,
+                                 int_option(url, key, value, 4096, std::int64_t{1} << 34));
+    } else if (key == "requests_in_flight") {
+      SHARDLOAD_ASSIGN_OR_RETURN(out->requests_in_flight, int_option(url, key, value, 1, 64));
+    } else {
+      rest += (rest.empty() ? "?" : "&") + item;
+    }
+  }
+  return rest;
+}
+
+std::int64_t backoff_delay_ms(const StoreOptions& o, std::int64_t attempted_retries) {
+  const std::int64_t shift = std::min<std::int64_t>(attempted_retries, 20);
+  const std::int64_t full = std::min(o.max_backoff_ms, o.backoff_ms << shift);
+  if (full <= 1) return full;
+  thread_local std::minstd_rand rng{std::random_device{}()};
+  return full / 2 + std::uniform_int_distribution<std::int64_t>(0, full / 2)(rng);
+}
+
+std::int64_t read_in_parts(const RangeRead& read, void* buf, std::size_t n, std::uint64_t offset,
+                           std::size_t part, std::size_t in_flight, std::string* why) {
+  const std::size_t parts = part == 0 ? 1 : (n + part - 1) / part;
+  if (parts <= 1 || in_flight <= 1) return read(buf, n, offset, why);
+
+  // Parts are claimed in order from a shared counter by this thread and its helpers.
+  struct Outcome {
+    std::size_t first_bad = SIZE_MAX;  // the lowest part that did not come back whole
+    std::int64_t got = 0;              // its result
+    std::string why;
+  };
+  std::mutex m;
+  Outcome out;
+  std::atomic<std::size_t> next{0};
+  auto* dst = static_cast<std::byte*>(buf);
+  auto work = [&] {
+    for (;;) {
+      const std::size_t i = next.fetch_add(1, std::memory_order_relaxed);
+      if (i >= parts) return;
+      {
+        std::lock_guard lock(m);
+        if (i > out.first_bad) return;  // a lower part already ends the answer
+      }
+      const std::size_t lo = i * part;
+      const std::size_t len = std::min(part, n - lo);
+      std::string part_why;
+      const std::int64_t got = read(dst + lo, len, offset + lo, &part_why);
+      if (got != static_cast<std::int64_t>(len)) {
+        std::lock_guard lock(m);
+        if (i < out.first_bad) out = Outcome{i, got, std::move(part_why)};
+      }
+    }
+  };
+  std::vector<std::thread> helpers;
+  for (std::size_t k = 1; k < std::min(in_flight, parts); ++k) {
+    try {
+      helpers.emplace_back(work);
+    } catch (const std::system_error&) {
+      break;  // no thread to be had: fewer requests in flight, the same bytes
+    }
+  }
+  work();
+  for (auto& h : helpers) h.join();
+  if (out.first_bad == SIZE_MAX) return static_cast<std::int64_t>(n);
+  const std::size_t lo = out.first_bad * part;
+  if (out.got < 0) {
+    if (lo > 0) return static_cast<std::int64_t>(lo);  // what came before it; asked again
+    *why = std::move(out.why);
+    return out.got;
+  }
+  return static_cast<std::int64_t>(lo) + out.got;
+}
+
+}  // namespace shardload::detail

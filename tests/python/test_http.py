@@ -1,0 +1,395 @@
+"""http:// and https:// sources: shards served by a small HTTP server on 127.0.0.1 that this
+module starts (Python's http.server, with the Range support and ETags written here), read
+through shardload's libcurl backend."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import http.server
+import io
+import re
+import shutil
+import ssl
+import subprocess
+import threading
+from typing import Iterator
+
+import numpy as np
+import pytest
+
+import shardload
+
+
+CUT = -1  # a fault: half the body, then the connection closed
+RESET = -2  # a fault: the connection closed before any answer
+
+
+class Store:
+    """The server's objects (path -> bytes) and its faults, shared with its handler threads."""
+
+    def __init__(self) -> None:
+        self.objects: dict[str, bytes] = {}
+        self.lock = threading.Lock()
+        self.ignore_range = False  # answer every GET with 200 and the whole object
+        self.etag = True  # send an ETag (else only Last-Modified)
+        self.fail_next: dict[str, list[int]] = {}  # path -> statuses to answer first, in order
+        self.requests: list[tuple[str, str, str | None]] = []  # (method, path, Range)
+
+    def put(self, path: str, data: bytes) -> None:
+        with self.lock:
+            self.objects[path] = data
+
+    def put_npy(self, path: str, array: np.ndarray) -> None:
+        buf = io.BytesIO()
+        np.save(buf, array)
+        self.put(path, buf.getvalue())
+
+
+class Handler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"  # keep-alive, as real servers do
+    store: Store
+
+    def log_message(self, *args) -> None:
+        pass
+
+    def _answer(self, code: int, body: bytes = b"", headers: dict[str, str] | None = None,
+                head: bool = False) -> None:
+        self.send_response(code)
+        for k, v in (headers or {}).items():
+            self.send_header(k, v)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if not head:
+            self.wfile.write(body)
+
+    def _serve(self, head: bool) -> None:
+        s = self.store
+        path = self.path.split("?")[0]
+        with s.lock:
+            s.requests.append((self.command, self.path, self.headers.get("Range")))
+            queue = s.fail_next.get(path)
+            fault = queue.pop(0) if queue else None
+            data = s.objects.get(path)
+        if fault == CUT and not head and data is not None:
+            # The whole Content-Length announced, half the body sent, the connection closed.
+            body = self._range_of(data)[1]
+            self.send_response(206 if self.headers.get("Range") else 200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body[:len(body) // 2])
+            self.wfile.flush()
+            self.close_connection = True
+            return
+        if fault == RESET:
+            self.close_connection = True  # closed with no answer at all
+            return
+        if fault is not None and fault > 0:
+            self._answer(fault, f"<error>{fault}</error>".encode(), head=head)
+            return
+        if data is None:
+            self._answer(404, b"<error>not found</error>", head=head)
+            return
+        headers = {"Last-Modified": "Mon, 01 Jan 2024 00:00:00 GMT"}
+        if s.etag:
+            headers["ETag"] = '"' + hashlib.md5(data).hexdigest() + '"'
+        if_match = self.headers.get("If-Match")
+        if if_match is not None and s.etag and if_match != headers["ETag"]:
+            self._answer(412, b"<error>precondition failed</error>", head=head)
+            return
+        rng = self.headers.get("Range")
+        if head or rng is None or s.ignore_range:
+            self._answer(200, data, headers, head=head)
+            return
+        first, body = self._range_of(data)
+        if first >= len(data):
+            self._answer(416, b"", {"Content-Range": f"bytes */{len(data)}"})
+            return
+        headers["Content-Range"] = f"bytes {first}-{first + len(body) - 1}/{len(data)}"
+        self._answer(206, body, headers)
+
+    def _range_of(self, data: bytes) -> tuple[int, bytes]:
+        """The first byte and the bytes of the request's Range (all of it without one)."""
+        rng = self.headers.get("Range")
+        if rng is None:
+            return 0, data
+        m = re.fullmatch(r"bytes=(\d+)-(\d+)", rng)
+        assert m, rng
+        first, last = int(m.group(1)), min(int(m.group(2)), len(data) - 1)
+        return first, data[first:last + 1]
+
+    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+        self._serve(head=False)
+
+    def do_HEAD(self) -> None:  # noqa: N802
+        self._serve(head=True)
+
+
+@contextlib.contextmanager
+def serving(tls: ssl.SSLContext | None = None) -> Iterator[tuple[Store, str]]:
+    store = Store()
+    handler = type("BoundHandler", (Handler,), {"store": store})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server.daemon_threads = True
+    if tls is not None:
+        server.socket = tls.wrap_socket(server.socket, server_side=True)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    scheme = "https" if tls is not None else "http"
+    try:
+        yield store, f"{scheme}://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+@pytest.fixture
+def web() -> Iterator[tuple[Store, str]]:
+    with serving() as s:
+        yield s
+
+
+def _ragged(rng: np.random.Generator, rows: list[int]) -> list[np.ndarray]:
+    return [rng.standard_normal((r, 3, 2)).astype("float32") for r in rows]
+
+
+def test_npy_list_ragged_matches_numpy(web):
+    store, base = web
+    rng = np.random.default_rng(1)
+    parts = _ragged(rng, [7, 0, 1, 13, 5, 2, 11])
+    urls = []
+    for i, p in enumerate(parts):
+        store.put_npy(f"/d/shard_{i:04d}.npy", p)
+        urls.append(f"{base}/d/shard_{i:04d}.npy")
+    want = np.concatenate(parts)
+    layout = shardload.discover(urls)
+    assert layout.total_rows == want.shape[0]
+    np.testing.assert_array_equal(np.asarray(shardload.load(urls)), want)
+    np.testing.assert_array_equal(layout.read(3, 30), want[3:30])
+    got = shardload.load(urls, row_range=(2, 25))
+    np.testing.assert_array_equal(np.asarray(got), want[2:25])
+    # One URL alone is a source too; every GET was a ranged one.
+    np.testing.assert_array_equal(np.asarray(shardload.load(urls[3])), parts[3])
+    gets = [r for r in store.requests if r[0] == "GET"]
+    assert gets and all(r[2] is not None and r[2].startswith("bytes=") for r in gets)
+
+
+def test_raw_shards_with_header(web):
+    store, base = web
+    rng = np.random.default_rng(3)
+    parts = [rng.integers(-1000, 1000, size=(r, 5)).astype(">i4") for r in (4, 1, 17, 6)]
+    urls = []
+    for i, p in enumerate(parts):
+        store.put(f"/raw/s{i}.bin", b"HDR!" * 4 + p.tobytes())
+        urls.append(f"{base}/raw/s{i}.bin")
+    got = shardload.load(urls, format="raw", dtype=">i4", trailing_shape=(5,), header_bytes=16)
+    np.testing.assert_array_equal(np.asarray(got), np.concatenate(parts))
+
+
+def test_parquet_and_arrow_through_the_same_backend(web):
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    feather = pytest.importorskip("pyarrow.feather")
+    store, base = web
+    rng = np.random.default_rng(7)
+    tables = [pa.table({"a": rng.standard_normal(r), "b": rng.standard_normal(r)})
+              for r in (13, 1, 29)]
+    want = np.concatenate([np.stack([t["a"].to_numpy(), t["b"].to_numpy()], axis=1)
+                           for t in tables])
+    for ext, write in (("parquet", lambda t, b: pq.write_table(t, b, row_group_size=4)),
+                       ("arrow", feather.write_feather)):
+        urls = []
+        for i, t in enumerate(tables):
+            buf = io.BytesIO()
+            write(t, buf)
+            store.put(f"/{ext}/s{i}.{ext}", buf.getvalue())
+            urls.append(f"{base}/{ext}/s{i}.{ext}")
+        got = shardload.load(urls, columns=["a", "b"])
+        np.testing.assert_array_equal(np.asarray(got), want, err_msg=ext)
+
+
+def test_formats_not_yet_supported_say_so(web):
+    store, base = web
+    store.put("/h/a.h5", b"\x89HDF\r\n\x1a\n" + b"\0" * 32)
+    with pytest.raises(shardload.LayoutError,
+                       match=r"a\.h5: the hdf5 format is not yet supported for http\(s\):// "
+                             r"sources \(npy, raw, parquet and arrow are\)"):
+        shardload.discover(f"{base}/h/a.h5")
+
+
+def test_cli_read_http(web, cli):
+    """The command line takes one SOURCE: one URL (a list of URLs is Python's)."""
+    store, base = web
+    store.put_npy("/c/a.npy", np.arange(16 * 3, dtype=np.float64).reshape(16, 3))
+    r = subprocess.run([str(cli), "read", f"{base}/c/a.npy", "--no-verify"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "(16, 3)" in r.stdout and "remote retries: 0" in r.stdout, r.stdout
+    r = subprocess.run([str(cli), "inspect", f"{base}/c/"], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode != 0 and "HTTP has no directory listing" in r.stderr, r.stderr
+    # Store options are s3's; an http URL takes the retry keys in its own query.
+    r = subprocess.run([str(cli), "inspect", f"{base}/c/a.npy", "--storage-option",
+                        "max_attempts=2"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "s3:// SOURCEs only" in r.stderr, r.stderr
+    r = subprocess.run([str(cli), "inspect", f"{base}/c/a.npy?max_attempts=2"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and "(16, 3)" in r.stdout, r.stderr
+
+
+def test_server_ignoring_range_never_corrupts(web):
+    """A server that answers every GET with 200 and the whole object: its bytes are never read
+    as a range. A read from offset 0 of the whole object is exactly the object; any other is a
+    clear error naming the URL."""
+    store, base = web
+    a = np.arange(60, dtype=np.int64).reshape(20, 3)
+    store.put_npy("/r/a.npy", a)
+    store.ignore_range = True
+    url = f"{base}/r/a.npy"
+    with pytest.raises(shardload.Error) as e:
+        np.asarray(shardload.load(url))
+    assert url in str(e.value) and "ignored the Range" in str(e.value)
+    # The whole object asked for at once (a raw shard without a header) is the object.
+    store.put("/r/b.bin", a.tobytes())
+    layout = shardload.discover(f"{base}/r/b.bin", format="raw", dtype="<i8", trailing_shape=(3,))
+    np.testing.assert_array_equal(layout.read(0, 20), a)
+
+
+@pytest.mark.parametrize("status", [404, 403])
+def test_client_errors_name_the_url_and_are_not_retried(web, status):
+    store, base = web
+    store.put_npy("/e/a.npy", np.zeros((2, 2)))
+    url = f"{base}/e/b.npy"
+    if status == 403:
+        store.put_npy("/e/b.npy", np.zeros((2, 2)))
+        store.fail_next["/e/b.npy"] = [403] * 10
+    with pytest.raises(shardload.Error) as e:
+        shardload.discover([f"{base}/e/a.npy", url])
+    assert url in str(e.value) and f"HTTP {status}" in str(e.value)
+    assert getattr(e.value, "errno", None) in (None, 2 if status == 404 else 13)
+    # Asked once: a 4xx is an answer, not a fault.
+    assert sum(1 for r in store.requests if r[1] == "/e/b.npy") == 1
+
+
+def test_5xx_retried_then_fine_and_counted(web):
+    store, base = web
+    a = np.arange(24, dtype=np.float64).reshape(8, 3)
+    store.put_npy("/t/a.npy", a)
+    url = f"{base}/t/a.npy?backoff_ms=1"
+    store.fail_next["/t/a.npy"] = [503, 500, 503]
+    np.testing.assert_array_equal(np.asarray(shardload.load(url)), a)
+    assert sum(1 for r in store.requests if r[1].startswith("/t/a.npy")) >= 4
+    # In the load's own requests (its HEADs and ranged GETs), each refused answer one retry.
+    layout = shardload.discover(url)
+    store.fail_next["/t/a.npy"] = [503, 429, 500]
+    got, info = shardload.load(layout, info=True)
+    np.testing.assert_array_equal(np.asarray(got), a)
+    assert not store.fail_next["/t/a.npy"] and info.remote_retries == 3
+    # Beyond max_attempts: an error naming the URL and the attempts.
+    store.fail_next["/t/a.npy"] = [503] * 5
+    with pytest.raises(shardload.Error) as e:
+        shardload.discover(f"{base}/t/a.npy?backoff_ms=1&max_attempts=2")
+    assert f"{base}/t/a.npy" in str(e.value) and "HTTP 503" in str(e.value)
+    assert "gave up after 2 attempts" in str(e.value)
+
+
+def test_cut_body_and_reset_retried_never_wrong_data(web):
+    store, base = web
+    a = np.arange(3000, dtype=np.float64).reshape(1000, 3)
+    store.put_npy("/k/a.npy", a)
+    url = f"{base}/k/a.npy?backoff_ms=1"
+    layout = shardload.discover(url)
+    store.fail_next["/k/a.npy"] = [RESET, CUT, CUT, RESET]
+    got, info = shardload.load(layout, info=True)
+    np.testing.assert_array_equal(np.asarray(got), a)
+    # Each cut body is a counted retry; libcurl itself reconnects once, uncounted, when a
+    # connection it reused is closed before any answer, so a reset may not be.
+    assert not store.fail_next["/k/a.npy"] and 2 <= info.remote_retries <= 4
+    # Cut every time: an error naming the URL, not short data.
+    layout = shardload.discover(f"{base}/k/a.npy?backoff_ms=1&max_attempts=2")
+    store.fail_next["/k/a.npy"] = [CUT] * 40
+    with pytest.raises(shardload.ShardReadError) as e:
+        layout.read(0, 1000)
+    assert f"{base}/k/a.npy" in str(e.value) and "gave up after 2 attempts" in str(e.value)
+
+
+def test_large_reads_are_split_into_ranged_gets_in_flight(web):
+    store, base = web
+    a = np.random.default_rng(9).standard_normal((4000, 5))
+    store.put_npy("/big/a.npy", a)
+    url = f"{base}/big/a.npy?request_bytes=4096&requests_in_flight=4"
+    layout = shardload.discover(url)
+    before = len(store.requests)
+    np.testing.assert_array_equal(layout.read(0, 4000), a)
+    ranges = [r[2] for r in store.requests[before:] if r[0] == "GET"]
+    # 160000 bytes in parts of at most 4096: each its own ranged GET, none larger.
+    sizes = [int(b) - int(f) + 1 for f, b in (r[len("bytes="):].split("-") for r in ranges)]
+    assert len(sizes) >= 160000 // 4096 and max(sizes) <= 4096 and sum(sizes) >= 160000
+
+
+def test_retry_options_checked(web):
+    _, base = web
+    with pytest.raises(ValueError, match="max_attempts must be an integer"):
+        shardload.discover(f"{base}/x.npy?max_attempts=0")
+    with pytest.raises(ValueError, match="s3:// URLs only"):
+        shardload.discover(f"{base}/x.npy", storage_options={"max_attempts": 2})
+
+
+def test_object_changed_after_discover_is_an_error(web):
+    store, base = web
+    a = np.arange(40, dtype=np.float32).reshape(10, 4)
+    store.put_npy("/o/a.npy", a)
+    store.put_npy("/o/b.npy", a + 100)
+    urls = [f"{base}/o/a.npy", f"{base}/o/b.npy"]
+    layout = shardload.discover(urls)
+    # The same size, other bytes: only the ETag tells.
+    store.put_npy("/o/b.npy", a - 100)
+    with pytest.raises(shardload.Error) as e:
+        shardload.load(layout)
+    assert urls[1] in str(e.value) and "changed" in str(e.value)
+    with pytest.raises(shardload.ShardReadError, match="overwritten") as e:
+        layout.read(0, 20)
+    assert urls[1] in str(e.value)
+    # Without an ETag, Last-Modified is the snapshot; the same bytes again read fine.
+    store.put_npy("/o/b.npy", a + 100)
+    store.etag = False
+    layout = shardload.discover(urls)
+    np.testing.assert_array_equal(layout.read(0, 20), np.concatenate([a, a + 100]))
+
+
+def test_no_listing_over_http(web):
+    _, base = web
+    for source in (f"{base}/d/", f"{base}/d/*.npy", f"{base}/d/shard_{{:04d}}.npy"):
+        with pytest.raises(ValueError, match="HTTP has no directory listing") as e:
+            shardload.discover(source)
+        assert source in str(e.value)
+
+
+def _self_signed(tmp_path) -> tuple[str, str]:
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl (the command) makes the test's certificate")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+                    "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
+                    "-keyout", str(key), "-out", str(cert)],
+                   check=True, capture_output=True, timeout=60)
+    return str(cert), str(key)
+
+
+def test_https_with_a_self_signed_certificate(tmp_path, monkeypatch):
+    cert, key = _self_signed(tmp_path)
+    tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    tls.load_cert_chain(cert, key)
+    with serving(tls) as (store, base):
+        a = np.arange(30, dtype=np.int32).reshape(10, 3)
+        store.put_npy("/s/a.npy", a)
+        url = f"{base}/s/a.npy"
+        # Not trusted by default: an error naming the URL, not data.
+        monkeypatch.delenv("CURL_CA_BUNDLE", raising=False)
+        monkeypatch.delenv("SSL_CERT_FILE", raising=False)
+        with pytest.raises(shardload.Error) as e:
+            shardload.discover(url)
+        assert url in str(e.value)
+        monkeypatch.setenv("CURL_CA_BUNDLE", cert)
+        np.testing.assert_array_equal(np.asarray(shardload.load(url)), a)
