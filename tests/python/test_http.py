@@ -214,8 +214,28 @@ def test_formats_not_yet_supported_say_so(web):
     store.put("/h/a.h5", b"\x89HDF\r\n\x1a\n" + b"\0" * 32)
     with pytest.raises(shardload.LayoutError,
                        match=r"a\.h5: the hdf5 format is not yet supported for http\(s\):// "
-                             r"sources \(npy, raw, parquet and arrow are\)"):
+                             r"sources \(npy, raw, parquet, arrow and zarr are\)"):
         shardload.discover(f"{base}/h/a.h5")
+
+
+@pytest.mark.parametrize("zarr_format", [2, 3])
+def test_zarr_store_by_key(web, tmp_path, zarr_format):
+    """A Zarr store's metadata and chunks are objects under the store's URL; a chunk the
+    server does not have (404) is the fill value, as a missing chunk file is."""
+    zarr = pytest.importorskip("zarr")
+    store, base = web
+    want = np.arange(37 * 3, dtype=np.float32).reshape(37, 3)
+    local = tmp_path / "a.zarr"
+    z = zarr.create_array(str(local), shape=want.shape, chunks=(8, 3), dtype="float32",
+                          zarr_format=zarr_format, fill_value=-1)
+    z[:] = want
+    z[16:24] = -1  # all fill: zarr-python writes no chunk for it
+    want[16:24] = -1
+    for f in sorted(local.rglob("*")):
+        if f.is_file():
+            store.put("/z/a.zarr/" + f.relative_to(local).as_posix(), f.read_bytes())
+    got = shardload.load(f"{base}/z/a.zarr")
+    np.testing.assert_array_equal(np.asarray(got), want)
 
 
 def test_cli_read_http(web, cli):
