@@ -3,6 +3,7 @@ S3-compatible server (moto's server mode) that the tests start on 127.0.0.1."""
 
 from __future__ import annotations
 
+import io
 import subprocess
 import uuid
 
@@ -166,11 +167,13 @@ def test_wrong_credentials_are_a_clear_error(server):
 
 
 def test_formats_not_yet_supported_say_so(bucket):
-    bucket.put("h/shard_0000.h5", b"\x89HDF\r\n\x1a\n" + b"\0" * 32)
+    buf = io.BytesIO()
+    np.savez(buf, x=np.zeros((3, 2)))
+    bucket.put("h/shard_0000.npz", buf.getvalue())
     with pytest.raises(shardload.LayoutError,
-                       match=r"shard_0000\.h5(\?\S*)?: the hdf5 format is not yet supported for s3:// "
-                             r"sources \(npy, raw, parquet, arrow and zarr are\)"):
-        shardload.discover(bucket.url("h/shard_0000.h5"), storage_options=bucket.options)
+                       match=r"shard_0000\.npz(\?\S*)?: the npz format is not yet supported for s3:// "
+                             r"sources \(npy, raw, hdf5, parquet, arrow and zarr are\)"):
+        shardload.discover(bucket.url("h/shard_0000.npz"), storage_options=bucket.options)
 
 
 def test_storage_options_checked():
