@@ -231,15 +231,23 @@ def test_hdf5_by_ranged_reads(web, tmp_path):
     np.testing.assert_array_equal(shardload.discover(urls).read(5, 40), want[5:40])
 
 
-def test_formats_not_yet_supported_say_so(web):
+def test_npz_and_a_reader_that_opens_paths_itself(web):
     store, base = web
-    buf = io.BytesIO()
-    np.savez(buf, x=np.zeros((3, 2)))
-    store.put("/h/a.npz", buf.getvalue())
+    rng = np.random.default_rng(33)
+    parts = [rng.integers(0, 50, (n, 2)).astype("<i2") for n in [6, 11]]
+    for i, p in enumerate(parts):
+        buf = io.BytesIO()
+        np.savez_compressed(buf, p)
+        store.put(f"/z/s{i}.npz", buf.getvalue())
+    urls = [f"{base}/z/s{i}.npz" for i in range(2)]
+    np.testing.assert_array_equal(np.asarray(shardload.load(urls)), np.concatenate(parts))
+    # A reader registered from Python opens its paths by name: refused for a URL.
+    shardload.register_reader("http-refused-rows", read=lambda p, lo, hi: np.zeros((hi - lo, 2)),
+                              count_rows=lambda p: 3)
     with pytest.raises(shardload.LayoutError,
-                       match=r"a\.npz: the npz format is not yet supported for http\(s\):// "
-                             r"sources \(npy, raw, hdf5, parquet, arrow and zarr are\)"):
-        shardload.discover(f"{base}/h/a.npz")
+                       match=r"a\.rows: the custom format is not yet supported for http\(s\):// "
+                             r"sources \(npy, raw, hdf5, parquet, arrow, zarr and npz are\)"):
+        shardload.load([f"{base}/h/a.rows"], reader="http-refused-rows")
 
 
 @pytest.mark.parametrize("zarr_format", [2, 3])
