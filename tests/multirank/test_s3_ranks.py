@@ -348,7 +348,9 @@ def test_a_403_for_one_object_is_an_error_naming_it_on_every_rank(faults):
     # what the object's HEAD answers.
     assert "ACCESS_DENIED" in err["message"] and "Permission denied" in err["message"], err
     err = _same_error(job, "denied-discovery")
+    assert "LayoutError" in err["mro"], err
     assert bucket.url("deny2/shard_0003.npy") in err["message"], err
+    assert "ACCESS_DENIED" in err["message"], err
 
 
 def test_the_runtime_survives_the_faults_on_every_rank(faults):
