@@ -28,10 +28,10 @@ from s3_fault_proxy import FaultProxy, Rule  # noqa: E402
 
 FORMATS = ["npy", "raw", "parquet", "zarr"]
 TOTAL = sum(RAGGED)  # 35 rows: divisible by neither 2 tiles nor 8
-# The store's address and how to speak to it, besides the endpoint; short retries, so that a
-# fault ends quickly (none of the tests here asks for a retry).
-OPTIONS = {"scheme": "http", "region": "us-east-1", "max_attempts": "2",
-           "request_timeout": "20"}
+# How to speak to the store, besides the endpoint (the default retries and time limits).
+OPTIONS = {"scheme": "http", "region": "us-east-1"}
+# For the faults: a refusal whose body does not fit its range is retried; twice is enough.
+FEW_ATTEMPTS = {"max_attempts": "2", "backoff_ms": "10"}
 
 
 @pytest.fixture(scope="module")
@@ -40,8 +40,8 @@ def server():
         yield endpoint
 
 
-def _options(endpoint: str) -> dict:
-    return {**OPTIONS, "endpoint_override": endpoint}
+def _options(endpoint: str, **more: str) -> dict:
+    return {**OPTIONS, "endpoint_override": endpoint, **more}
 
 
 def _ok(job, name: str) -> list[dict]:
@@ -287,8 +287,8 @@ def faults(server, tmp_path_factory):
     out = base / "out"
     bucket = s3_server.Bucket(server, prefix="mr-")
     proxy = FaultProxy(server)
-    opts = _options(server)
-    via_proxy = _options(proxy.endpoint)
+    opts = _options(server, **FEW_ATTEMPTS)
+    via_proxy = _options(proxy.endpoint, **FEW_ATTEMPTS)
     parts = {p: _npy_set(bucket, p, seed) for seed, p in enumerate(("ow", "ow2", "deny", "deny2"))}
 
     def overwrite(prefix: str):
