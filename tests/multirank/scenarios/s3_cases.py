@@ -80,20 +80,9 @@ def run(op: dict) -> dict:
 def main() -> None:
     spec = json.loads(open(sys.argv[1]).read())
     # What the launcher gave this rank, before the spec adds to it.
-    results: dict = {"env": sorted(k for k in os.environ if k.startswith("AWS_"))}
+    env = {"env": sorted(k for k in os.environ if k.startswith("AWS_"))}
     os.environ.update(spec.get("rank_env", {}).get(str(_rank.RANK), {}))
-    for op in spec["ops"]:
-        _rank.marker(op["name"])
-        if op.get("uncaught"):
-            _rank.save_results(results)
-            run(op)
-            continue
-        try:
-            results[op["name"]] = run(op)
-        except Exception as e:
-            results[op["name"]] = _rank.error_record(e)
-    _rank.marker("end")
-    _rank.save_results(results)
+    _rank.run_ops(spec["ops"], run, env)
 
 
 if __name__ == "__main__":
