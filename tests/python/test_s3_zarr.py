@@ -364,8 +364,9 @@ def test_chunks_are_fetched_while_the_first_is_held(tmp_path, proxied):
             proxy.requests("GET", k) > 0 for k in others) >= 3))
         proxy._closing.set()  # resets the held GET now; the client asks again
 
-    layout = shardload.discover(b.url("h.zarr/"), storage_options={**b.options,
-                                                                  "chunks_in_flight": "4"})
+    # request_timeout: the held GET is not given up on by the client while the test waits.
+    layout = shardload.discover(b.url("h.zarr/"), storage_options={
+        **b.options, "chunks_in_flight": "4", "request_timeout": "600"})
     retries = _core.remote_retries()
     t = threading.Thread(target=release)
     t.start()
@@ -396,7 +397,9 @@ def test_a_refused_chunk_among_many_in_flight_is_an_error_naming_it(tmp_path, pr
 
     t = threading.Thread(target=release)
     t.start()
-    layout = shardload.discover(b.url("r.zarr/"), storage_options=b.options)
+    # request_timeout: the held GET is not given up on by the client while the test waits.
+    layout = shardload.discover(b.url("r.zarr/"), storage_options={**b.options,
+                                                                  "request_timeout": "600"})
     try:
         with pytest.raises(shardload.Error) as e:
             layout.read(0, 61)
