@@ -481,9 +481,11 @@ class ZarrReader final : public ShardReader {
     return Status::ok();
   }
 
-  // A chunk object a remote read needs, and what its fetch brought.
+  // A chunk object (or a shard's inner chunk) a remote read needs, and what its fetch brought.
   struct RemoteChunk {
-    std::string path;
+    std::string path;  // the object's URL; an inner chunk's: "URL: inner chunk [i, j]"
+    std::string key;   // what unit_ is keyed by once it is decoded there
+    std::uint64_t offset = 0, nbytes = 0;  // an inner chunk's bytes in its shard
     std::vector<std::int64_t> origin, blo, bhi;
     std::byte* direct = nullptr;   // where it decodes straight into the destination, if it does
     bool missing = false;          // 404: the fill value
@@ -497,13 +499,7 @@ class ZarrReader final : public ShardReader {
   // its URL, and it is compared with itself, as its HEAD saw it, after its GET.
   Status read_chunks_remote(const Request& r, const std::vector<std::int64_t>& glo,
                             const std::vector<std::int64_t>& ghi) {
-    StoreOptions options;
-    const auto q = r.dir.find('?');
-    SHARDLOAD_ASSIGN_OR_RETURN(
-        const std::string rest,
-        take_store_options(r.dir, q == std::string::npos ? std::string() : r.dir.substr(q),
-                           &options));
-    (void)rest;
+    SHARDLOAD_ASSIGN_OR_RETURN(const std::size_t in_flight, chunks_in_flight(r.dir));
     const std::size_t n = glo.size();
     std::vector<RemoteChunk> chunks;
     for_each_run(glo, ghi, [&](const std::vector<std::int64_t>& start) {
@@ -514,6 +510,7 @@ class ZarrReader final : public ShardReader {
         for (std::size_t k = 0; k < n; ++k) c.origin[k] = g[k] * r.m.chunks[k];
         if (!clip(r, c.origin, r.m.chunks, &c.blo, &c.bhi)) continue;
         c.path = join(r.dir, zarr_chunk_key(r.m, g));
+        c.key = c.path;
         c.direct = direct_target(r, c.origin, r.m.chunks);
         // An object decoded by the previous call needs no request at all (served now, before
         // any other chunk is decoded into unit_).
@@ -526,9 +523,97 @@ class ZarrReader final : public ShardReader {
     });
     const std::size_t expected = unit_bytes(r.m, r.m.chunks);
     return fetch_ahead(
-        chunks.size(), static_cast<std::size_t>(options.chunks_in_flight), kFetchWindowBytes,
+        chunks.size(), in_flight, kFetchWindowBytes,
         [&](std::size_t i) { return fetch_chunk(r.m, expected, &chunks[i]); },
-        [&](std::size_t i) { return decode_chunk(r, expected, &chunks[i]); });
+        [&](std::size_t i) { return decode_chunk(r, expected, &chunks[i], r.m.chunks); });
+  }
+
+  static Result<std::size_t> chunks_in_flight(const std::string& dir) {
+    StoreOptions options;
+    const auto q = dir.find('?');
+    SHARDLOAD_ASSIGN_OR_RETURN(
+        const std::string rest,
+        take_store_options(dir, q == std::string::npos ? std::string() : dir.substr(q), &options));
+    (void)rest;
+    return static_cast<std::size_t>(options.chunks_in_flight);
+  }
+
+  // A remote shard's inner chunks, as read_inner reads them one by one, fetched several at
+  // once (ranged GETs of the one open shard object) and decoded here in order. The shard's
+  // HEAD after all of them is the caller's.
+  template <typename Entry>
+  Status read_inners_remote(const Request& r, const File& f, const FileInfo& info,
+                            const std::string& path, const std::vector<std::int64_t>& shard_origin,
+                            const std::vector<std::int64_t>& ilo,
+                            const std::vector<std::int64_t>& ihi,
+                            const std::vector<std::int64_t>& per, Entry entry,
+                            std::size_t expected) {
+    SHARDLOAD_ASSIGN_OR_RETURN(const std::size_t in_flight, chunks_in_flight(r.dir));
+    const ZarrMeta& m = r.m;
+    const std::size_t n = ilo.size();
+    std::vector<RemoteChunk> chunks;
+    Status status;
+    for_each_run(ilo, ihi, [&](const std::vector<std::int64_t>& start) {
+      std::vector<std::int64_t> w = start;
+      for (w[n - 1] = ilo[n - 1]; w[n - 1] < ihi[n - 1] && status.is_ok(); ++w[n - 1]) {
+        RemoteChunk c;
+        c.origin.resize(n);
+        std::uint64_t linear = 0;
+        for (std::size_t k = 0; k < n; ++k) {
+          c.origin[k] = shard_origin[k] + w[k] * m.inner_chunks[k];
+          linear = linear * static_cast<std::uint64_t>(per[k]) + static_cast<std::uint64_t>(w[k]);
+        }
+        if (!clip(r, c.origin, m.inner_chunks, &c.blo, &c.bhi)) continue;
+        c.offset = entry(linear, 0);
+        c.nbytes = entry(linear, 1);
+        c.path = path + ": inner chunk " + dims_string(w);
+        if (c.offset == kNoChunk && c.nbytes == kNoChunk) {
+          fill_box(r, c.blo, c.bhi);
+          continue;
+        }
+        std::uint64_t end = 0;
+        if (!checked_add(c.offset, c.nbytes, &end) || end > info.size) {
+          status = {ErrorCode::kFormat, c.path + ": the index says " + std::to_string(c.nbytes) +
+                                            " bytes at offset " + std::to_string(c.offset) +
+                                            ", past the end of the file (" +
+                                            std::to_string(info.size) + " bytes; corrupt shard)"};
+          return;
+        }
+        if (m.codecs.empty() && c.nbytes != expected) {
+          status = {ErrorCode::kFormat, c.path + ": " + std::to_string(c.nbytes) +
+                                            " bytes, expected " + std::to_string(expected) +
+                                            " (an uncompressed chunk)"};
+          return;
+        }
+        if (!m.codecs.empty() && c.nbytes > 2 * expected + (std::uint64_t{1} << 20)) {
+          status = {ErrorCode::kFormat, c.path + ": " + std::to_string(c.nbytes) +
+                                            " bytes, more than any encoding of the chunk needs"};
+          return;
+        }
+        c.direct = direct_target(r, c.origin, m.inner_chunks);
+        c.key = path + "#" + std::to_string(linear);
+        if (c.direct == nullptr && cached_key_ == c.key) {
+          copy_box(r, unit_.data(), c.origin, m.inner_chunks, c.blo, c.bhi);
+          continue;
+        }
+        chunks.push_back(std::move(c));
+      }
+    });
+    SHARDLOAD_RETURN_IF_ERROR(status);
+    return fetch_ahead(
+        chunks.size(), in_flight, kFetchWindowBytes,
+        [&](std::size_t i) -> Result<std::uint64_t> {
+          RemoteChunk& c = chunks[i];
+          std::byte* into = m.codecs.empty() ? c.direct : nullptr;  // distinct rows per chunk
+          if (into == nullptr) {
+            c.bytes.resize(static_cast<std::size_t>(c.nbytes));
+            into = c.bytes.data();
+          }
+          SHARDLOAD_RETURN_IF_ERROR(
+              f.read_exact(into, static_cast<std::size_t>(c.nbytes), c.offset));
+          return static_cast<std::uint64_t>(c.bytes.size());
+        },
+        [&](std::size_t i) { return decode_chunk(r, expected, &chunks[i], m.inner_chunks); });
   }
 
   // On a helper thread: touches only `c` (and the IoBackend, which is safe from any thread).
@@ -552,7 +637,8 @@ class ZarrReader final : public ShardReader {
   }
 
   // On the calling thread, in the chunks' order.
-  Status decode_chunk(const Request& r, std::size_t expected, RemoteChunk* c) {
+  Status decode_chunk(const Request& r, std::size_t expected, RemoteChunk* c,
+                      const std::vector<std::int64_t>& unit) {
     if (c->missing) {
       fill_box(r, c->blo, c->bhi);
       return Status::ok();
@@ -571,7 +657,7 @@ class ZarrReader final : public ShardReader {
           decode_chain(r.m, c->bytes.data(), c->bytes.size(), target, expected, c->path));
     }
     std::vector<std::byte>().swap(c->bytes);  // out of the window now
-    place(r, target, c->direct != nullptr, c->path, c->origin, r.m.chunks, c->blo, c->bhi);
+    place(r, target, c->direct != nullptr, c->key, c->origin, unit, c->blo, c->bhi);
     return Status::ok();
   }
 
@@ -647,13 +733,17 @@ class ZarrReader final : public ShardReader {
     }
     const std::size_t expected = unit_bytes(m, m.inner_chunks);
     Status status;
-    for_each_run(ilo, ihi, [&](const std::vector<std::int64_t>& start) {
-      std::vector<std::int64_t> w = start;
-      for (w[n - 1] = ilo[n - 1]; w[n - 1] < ihi[n - 1] && status.is_ok(); ++w[n - 1]) {
-        if (!status.is_ok()) return;
-        status = read_inner(r, f, info, path, origin, w, per, entry, expected);
-      }
-    });
+    if (is_remote_url(path)) {
+      status = read_inners_remote(r, f, info, path, origin, ilo, ihi, per, entry, expected);
+    } else {
+      for_each_run(ilo, ihi, [&](const std::vector<std::int64_t>& start) {
+        std::vector<std::int64_t> w = start;
+        for (w[n - 1] = ilo[n - 1]; w[n - 1] < ihi[n - 1] && status.is_ok(); ++w[n - 1]) {
+          if (!status.is_ok()) return;
+          status = read_inner(r, f, info, path, origin, w, per, entry, expected);
+        }
+      });
+    }
     status = unchanged(f, info, std::move(status));
     // An inner chunk decoded from a shard that changed under the reads is
     // not kept for the next call.
