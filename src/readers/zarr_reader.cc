@@ -10,8 +10,10 @@
 // rows and lies inside the request is decoded straight into the destination.
 //
 // A store may also be an object-storage prefix ("s3://bucket/a.zarr"): its
-// metadata and chunks are objects read by key through the IoBackend. Only a
-// 404 is a missing chunk (the fill value); any other failure is an error.
+// metadata and chunks are objects read by key through the IoBackend, a read's chunk objects
+// (or a shard's inner chunks) fetched several at once while it decodes them (fetch_ahead),
+// since each costs a request's wait. Only a 404 is a missing chunk (the fill value); any
+// other failure is an error.
 #include <dirent.h>
 #include <sys/stat.h>
 
