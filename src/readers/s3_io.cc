@@ -131,10 +131,16 @@ class ArrowObjectWriter final : public ObjectWriter {
     return Status::ok();
   }
 
+  // The parts sent so far are waited for first, while the upload can still be aborted: a
+  // failed Close ends Arrow's stream without aborting the upload, so only a failure of the
+  // last part (sent by Close) leaves an incomplete upload behind (never an object).
   Status commit() override {
     if (!out_) return file_error(ErrorCode::kIo, url_, "cannot write: the upload has ended");
     t_gave_up_after = 0;
-    const auto st = out_->Close();
+    auto st = out_->Flush();
+    if (!st.ok()) return fail("cannot write", st);
+    t_gave_up_after = 0;
+    st = out_->Close();
     if (!st.ok()) return fail("cannot complete the upload", st);
     out_.reset();
     return Status::ok();
