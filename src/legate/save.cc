@@ -1,5 +1,7 @@
 // The save launcher: check everything, build the dataset in a hidden staging directory with
 // one manual launch of the save task, write the metadata, then rename it into place.
+#include <realm.h>
+
 #include <chrono>
 #include <cstring>
 
@@ -64,6 +66,13 @@ void save_to_object_store(const legate::LogicalArray& array, const std::string& 
   const auto check = [&](const Status& st) {
     if (!st) throw_status(st.with_context("saving to " + dest), ErrorSite::kWrite);
   };
+  // The launcher's steps (the listing, the empty shards, the metadata, the manifest) are made
+  // by the calling process; under control replication every rank would make them, each
+  // seeing the others' objects. Refused rather than raced.
+  if (const auto spaces = Realm::Machine::get_machine().get_address_space_count(); spaces > 1) {
+    argument_error(dest + ": a save to object storage runs in one process, and this job has " +
+                   std::to_string(spaces) + "; save to a shared file system instead");
+  }
   const auto n = static_cast<std::size_t>(spec->shards());
   spec->data_offset.assign(n, 0);
   spec->chunk_rows.assign(n, 1);

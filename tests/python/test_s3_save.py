@@ -228,17 +228,23 @@ def test_a_part_upload_answered_500_is_retried_and_the_save_completes(proxied):
     np.testing.assert_array_equal(np.asarray(back), a)
 
 
-def test_a_refused_part_upload_fails_the_save_without_a_manifest_and_leaves_nothing(proxied):
+@pytest.mark.parametrize("action,options,words", [
+    ("403", {}, "Access Denied"),                      # never retried
+    ("500", {"max_attempts": "2"}, "internal error"),  # retried, then given up
+])
+def test_a_refused_part_upload_fails_the_save_without_a_manifest_and_leaves_nothing(
+        proxied, action, options, words):
     from s3_fault_proxy import Rule
 
     bucket, proxy = proxied
-    rule = proxy.add(Rule("PUT", path="/d/shard_0001.npy?", action="403", count=None))
+    rule = proxy.add(Rule("PUT", path="/d/shard_0001.npy?", action=action, count=None))
     a = np.arange(40, dtype=np.int32).reshape(10, 4)
     with pytest.raises(shardload.ShardWriteError) as e:
-        shardload.save(a, bucket.url("d/"), num_shards=3, storage_options=bucket.options)
-    assert rule.fired >= 1
+        shardload.save(a, bucket.url("d/"), num_shards=3,
+                       storage_options={**bucket.options, **options})
+    assert rule.fired >= (2 if action == "500" else 1)
     assert f"s3://{bucket.name}/d/shard_0001.npy" in str(e.value), str(e.value)
-    assert "AccessDenied" in str(e.value) or "Access Denied" in str(e.value), str(e.value)
+    assert words in str(e.value), str(e.value)
     # Never completed (its only part, sent at the upload's completion, failed: Arrow leaves
     # that upload incomplete, see docs/save.md); what the other tiles uploaded is deleted.
     assert bucket.keys("d/") == []
