@@ -294,3 +294,58 @@ def test_checksums_are_kept_in_the_manifest_and_verify_checks_the_objects(bucket
     bucket.put("c/shard_0001.npy", tampered.getvalue())
     bad = shardload.verify(manifest, on_host=True)
     assert [m.shard for m in bad] == [1], bad
+
+
+def test_ctrl_c_during_an_s3_save_publishes_no_manifest(proxied, server):
+    """SIGINT arrives while the save uploads (shard 1's part held back 5 s by the proxy, the
+    signal sent once shard 0's object is there): KeyboardInterrupt before the manifest, and
+    what was uploaded is deleted."""
+    import signal
+    import subprocess
+    import sys
+    import textwrap
+
+    from s3_fault_proxy import Rule
+
+    bucket, proxy = proxied
+    rule = proxy.add(Rule("PUT", path="/d/shard_0001.npy?", action="delay", delay_s=5.0,
+                          count=None))
+    script = textwrap.dedent("""
+        import json, os, signal, sys, threading, time
+        import boto3, numpy as np
+        import shardload
+        url, options, server, name = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3], sys.argv[4]
+        shardload.save(np.ones((2, 2)), url + "warm/", storage_options=options)  # Legate up
+        client = boto3.client("s3", endpoint_url="http://" + server, region_name="us-east-1",
+                              aws_access_key_id="testing", aws_secret_access_key="testing")
+        def keys():
+            got = client.list_objects_v2(Bucket=name, Prefix="d/").get("Contents", [])
+            return {o["Key"] for o in got}
+        late = []
+        def interrupt():
+            deadline = time.monotonic() + 120
+            while "d/shard_0000.npy" not in keys() and time.monotonic() < deadline:
+                time.sleep(0.01)
+            late.append("d/shardload.manifest" in keys())
+            if not late[0]:
+                os.kill(os.getpid(), signal.SIGINT)
+        t = threading.Thread(target=interrupt, daemon=True)
+        t.start()
+        try:
+            shardload.save(np.ones((30, 4), np.float32), url + "d/", num_shards=3,
+                           storage_options=options)
+            print("SAVED")
+        except KeyboardInterrupt:
+            print("INTERRUPTED")
+        t.join(timeout=130)
+        print("LATE" if not late or late[0] else "IN-TIME")
+    """)
+    r = subprocess.run([sys.executable, "-c", script, bucket.url(), json.dumps(bucket.options),
+                        server, bucket.name], capture_output=True, text=True, timeout=300,
+                       preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    assert r.returncode == 0, r.stderr[-3000:]
+    if "LATE" in r.stdout:  # shard 0 came more than 5 s after shard 1's part was held back
+        pytest.skip("the signal came after the save")
+    assert r.stdout.split() == ["INTERRUPTED", "IN-TIME"], (r.stdout, r.stderr[-3000:])
+    assert rule.fired >= 1
+    assert bucket.keys("d/") == []
