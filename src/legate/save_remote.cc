@@ -48,8 +48,7 @@ std::vector<std::pair<std::string, std::string>> metadata_of(const SaveSpec& spe
   const ObjectShardLayout* layout = layout_of(spec);
   std::vector<WrittenShard> shards;
   for (std::int64_t s = 0; s < spec.shards(); ++s) {
-    shards.push_back({save_shard_name(spec.format, s), shard_rows(spec, s),
-                      ShardPlacement{spec.data_offset[static_cast<std::size_t>(s)], 1}});
+    shards.push_back({save_shard_name(spec.format, s), shard_rows(spec, s), ShardPlacement{}});
   }
   return layout->metadata(write_spec(spec), shards);
 }
@@ -101,6 +100,19 @@ Result<RemoteDest> prepare_remote_save(const std::string& dest, const SaveOption
     return Status(ErrorCode::kInvalidArgument, "save: " + dest + ": the URL names no bucket");
   }
   d.dir = base + "/";
+  // An object of the prefix's own name is no dataset to write into (a local save refuses a
+  // destination that is a file). The bucket itself is never an object.
+  if (base.find('/', 5) != std::string::npos) {
+    if (RemoteIo* io = remote_io(); io != nullptr) {
+      const auto object = io->is_object(base + d.query);
+      if (object && *object) {
+        return file_error(ErrorCode::kIo, dest,
+                          "the destination is an object (expected a prefix of shards, or "
+                          "nothing); name a prefix",
+                          options.overwrite ? ENOTDIR : EEXIST);
+      }
+    }
+  }
 
   SHARDLOAD_ASSIGN_OR_RETURN(const auto entries, d.store->list_entries(d.dir_url()));
   for (const ObjectEntry& e : entries) {

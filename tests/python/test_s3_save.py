@@ -156,6 +156,16 @@ def test_overwrite_refuses_a_prefix_holding_objects_a_save_does_not_write(bucket
     assert bucket.keys("d/") == ["d/sub/x.npy"]
 
 
+def test_a_destination_that_is_an_object_is_refused(bucket):
+    bucket.put("x.npy", b"mine")
+    with pytest.raises(shardload.DestinationExistsError, match="the destination is an object"):
+        shardload.save(np.zeros((4, 2)), bucket.url("x.npy"), storage_options=bucket.options)
+    with pytest.raises(shardload.ShardWriteError, match="the destination is an object"):
+        shardload.save(np.zeros((4, 2)), bucket.url("x.npy/"), overwrite=True,
+                       storage_options=bucket.options)
+    assert bucket.keys() == ["x.npy"] and bucket.get("x.npy") == b"mine"
+
+
 def test_overwrite_replaces_a_larger_dataset_and_deletes_its_extra_objects(bucket):
     old = np.arange(60, dtype=np.float32).reshape(20, 3)
     shardload.save(old, bucket.url("d/"), num_shards=6, format="raw",
