@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <charconv>
 #include <cstring>
@@ -96,6 +97,27 @@ Status check_no_nul(std::string_view what, const std::string& text) {
           std::string(what) + " '" + path_for_message(text) + "' holds a NUL character"};
 }
 
+// "gs://b/k" or "az://c/k" taken as a local path would end in "not found", which hides the
+// cause: a URL whose scheme no backend serves is refused by name, unless a local path of
+// that spelling exists (a directory "gs:" is legal, if odd).
+Status check_scheme(std::string_view what, const std::string& text) {
+  const auto colon = text.find("://");
+  if (colon == std::string::npos || colon == 0 || is_remote_url(text)) return Status::ok();
+  const std::string scheme = text.substr(0, colon);
+  const bool url_like =
+      std::isalpha(static_cast<unsigned char>(scheme[0])) != 0 &&
+      std::all_of(scheme.begin(), scheme.end(), [](char c) {
+        return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '+' || c == '-' || c == '.';
+      });
+  struct ::stat st {};
+  if (!url_like || ::stat(text.c_str(), &st) == 0) return Status::ok();
+  return {ErrorCode::kInvalidArgument,
+          std::string(what) + " '" + path_for_message(text) + "': the " + scheme +
+              ":// scheme is not supported (s3://, http:// and https:// are; a local path "
+              "spelled so can be written './" +
+              path_for_message(text) + "')"};
+}
+
 }  // namespace
 
 namespace {
@@ -155,6 +177,7 @@ Result<Source> Source::parse(const std::string& text, const std::string& pattern
   SHARDLOAD_RETURN_IF_ERROR(check_no_nul("source", text));
   SHARDLOAD_RETURN_IF_ERROR(check_no_nul("pattern", pattern));
   if (is_remote_url(text)) return parse_remote(text, pattern);
+  SHARDLOAD_RETURN_IF_ERROR(check_scheme("source", text));
   // What exists is taken as it is, before any reading of its characters: a
   // directory named "run[1]" or "a{b}" is that directory, not a glob or a
   // pattern that matches nothing.
@@ -591,13 +614,17 @@ Result<std::vector<std::string>> resolve(const Source& source, bool* nothing_mat
   switch (source.kind) {
     case Source::Kind::kDirectory:
       SHARDLOAD_RETURN_IF_ERROR(check_no_nul("directory", source.dir_path));
+      SHARDLOAD_RETURN_IF_ERROR(check_scheme("directory", source.dir_path));
       SHARDLOAD_RETURN_IF_ERROR(check_no_nul("pattern", source.pattern));
       break;
     case Source::Kind::kGlob:
       SHARDLOAD_RETURN_IF_ERROR(check_no_nul("glob", source.glob_expr));
       break;
     case Source::Kind::kList:
-      for (const auto& p : source.paths) SHARDLOAD_RETURN_IF_ERROR(check_no_nul("path", p));
+      for (const auto& p : source.paths) {
+        SHARDLOAD_RETURN_IF_ERROR(check_no_nul("path", p));
+        SHARDLOAD_RETURN_IF_ERROR(check_scheme("path", p));
+      }
       break;
   }
   switch (source.kind) {

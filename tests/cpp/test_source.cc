@@ -1,7 +1,9 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <random>
@@ -193,6 +195,37 @@ TEST_F(SourceTest, NulIsRefusedNeverCut) {
   expect_refused(NumberPattern::parse("shard_{:04d}" + nul).status(), "pattern");
   EXPECT_EQ(posix_io().open(dir_.file("shard_0000.npy") + nul).status().code(),
             ErrorCode::kInvalidArgument);
+}
+
+TEST_F(SourceTest, UnservedSchemesAreRefusedByName) {
+  auto expect_refused = [](const Status& st, const std::string& what, const std::string& scheme) {
+    EXPECT_EQ(st.code(), ErrorCode::kInvalidArgument) << st.message();
+    EXPECT_NE(st.message().find(what + " '" + scheme + "://"), std::string::npos) << st.message();
+    EXPECT_NE(st.message().find("the " + scheme + ":// scheme is not supported"), std::string::npos)
+        << st.message();
+  };
+  expect_refused(Source::parse("gs://bucket/train/").status(), "source", "gs");
+  expect_refused(Source::parse("az://container/train/*.npy").status(), "source", "az");
+  expect_refused(Source::parse("abfss://c@acct.dfs.core.windows.net/d/").status(), "source",
+                 "abfss");
+  expect_refused(resolve(Source::list({"gs://bucket/a.npy"})).status(), "path", "gs");
+  expect_refused(resolve(Source::directory("hdfs://nn/d")).status(), "directory", "hdfs");
+  // A local path that is spelled like a URL and exists is that path (relative: from the
+  // directory that holds "gs:").
+  ASSERT_EQ(::mkdir(dir_.file("gs:").c_str(), 0755), 0);
+  ASSERT_EQ(::mkdir(dir_.file("gs:/b").c_str(), 0755), 0);
+  char* const cwd = ::getcwd(nullptr, 0);
+  ASSERT_NE(cwd, nullptr);
+  ASSERT_EQ(::chdir(dir_.path().c_str()), 0);
+  auto local = Source::parse("gs://b");
+  EXPECT_EQ(::chdir(cwd), 0);
+  std::free(cwd);
+  ASSERT_TRUE(local) << local.status().message();
+  EXPECT_EQ(local->kind, Source::Kind::kDirectory);
+  // An absolute path holding "://" is a path, not a URL.
+  auto path = resolve(Source::directory("/no/such/dir/gs://b"));
+  ASSERT_FALSE(path);
+  EXPECT_EQ(path.status().message().find("scheme"), std::string::npos) << path.status().message();
 }
 
 TEST_F(SourceTest, Errors) {

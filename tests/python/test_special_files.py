@@ -308,6 +308,29 @@ def test_non_utf8_names(tmp_path: pathlib.Path) -> None:
     assert "\\xff\\xfe/shard_0001.npy: cannot open" in str(e.value)
 
 
+@pytest.mark.parametrize("source,needle,scheme", [
+    ("gs://bucket/train/", "source", "gs"),
+    ("az://container/train/*.npy", "source", "az"),
+    (["gs://bucket/a.npy", "gs://bucket/b.npy"], "path", "gs"),
+])
+def test_unserved_url_scheme_is_refused_by_name(source, needle: str, scheme: str) -> None:
+    # Taken for a local path it would be "not found", which hides the cause.
+    with pytest.raises(ValueError) as e:
+        shardload.discover(source)
+    msg = str(e.value)
+    assert f"{needle} '{scheme}://" in msg and f"the {scheme}:// scheme is not supported" in msg, msg
+    assert "s3://, http:// and https:// are" in msg, msg
+
+
+def test_existing_local_path_spelled_like_a_url_is_read(tmp_path: pathlib.Path,
+                                                        monkeypatch) -> None:
+    (tmp_path / "gs:" / "b").mkdir(parents=True)
+    a = np.arange(12.0).reshape(4, 3)
+    np.save(tmp_path / "gs:" / "b" / "shard_0000.npy", a)
+    monkeypatch.chdir(tmp_path)
+    np.testing.assert_array_equal(np.asarray(shardload.load("gs://b")), a)
+
+
 @pytest.mark.parametrize("call,needle", [
     (lambda d: shardload.discover(f"{d}\x00/x"), "source"),
     (lambda d: shardload.discover(os.fsencode(d) + b"\x00/x"), "source"),
