@@ -92,7 +92,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         body = self.rfile.read(length) if length else b""
         rule = proxy._take(self.command, self.path, self.headers.get("Range"))
         proxy._log(self.command, self.path, self.headers.get("Range"),
-                   rule.action if rule else None)
+                   rule.action if rule else None, dict(self.headers.items()))
         if rule is None:
             self._forward(body)
         elif rule.action in _ERROR_CODES:
@@ -176,12 +176,14 @@ class FaultProxy:
     """A proxy on 127.0.0.1 (``endpoint``, "127.0.0.1:PORT") in front of ``upstream``
     ("HOST:PORT"), serving until :meth:`close`. ``rules`` are checked in order for each
     request, the first that matches (and has firings left) spoils it; ``log`` lists every
-    request as (method, target, Range header or None, the action taken or None)."""
+    request as (method, target, Range header or None, the action taken or None), and
+    ``headers`` each request's (method, target, its headers as sent)."""
 
     def __init__(self, upstream: str):
         self.upstream = upstream
         self.rules: list[Rule] = []
         self.log: list[tuple[str, str, str | None, str | None]] = []
+        self.headers: list[tuple[str, str, dict[str, str]]] = []
         self._lock = threading.Lock()
         self._closing = threading.Event()
         self._server = _Server(("127.0.0.1", 0), _Handler)
@@ -201,6 +203,7 @@ class FaultProxy:
         with self._lock:
             self.rules.clear()
             self.log.clear()
+            self.headers.clear()
 
     def requests(self, method: str | None = None, path: str | None = None) -> int:
         """How many requests of ``method`` (None: any) whose target contains ``path`` (None:
@@ -229,6 +232,8 @@ class FaultProxy:
                     return rule
         return None
 
-    def _log(self, method: str, target: str, range_: str | None, action: str | None) -> None:
+    def _log(self, method: str, target: str, range_: str | None, action: str | None,
+             headers: dict[str, str]) -> None:
         with self._lock:
             self.log.append((method, target, range_, action))
+            self.headers.append((method, target, headers))

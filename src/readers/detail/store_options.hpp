@@ -31,12 +31,19 @@ struct StoreOptions {
   // on the same small machine) more in flight was slower, the server being the bottleneck.
   std::int64_t request_bytes = std::int64_t{8} << 20;
   std::int64_t requests_in_flight = 1;
+  // s3:// credentials given as options (Arrow's URI has no keys for them): a key pair (and a
+  // session token), or anonymous (unsigned requests). Empty and false: the environment's.
+  std::string access_key;
+  std::string secret_key;
+  std::string session_token;
+  bool anonymous = false;
 };
 
 // Splits shardload's keys out of `query` ("?a=b&c=d" or ""): returns the query left for the
-// store (kInvalidArgument naming `url` for a bad value).
+// store (kInvalidArgument naming `url` for a bad value). `credentials`: the credential keys
+// too (s3:// only; an http(s) URL's query is the server's).
 Result<std::string> take_store_options(const std::string& url, const std::string& query,
-                                       StoreOptions* out);
+                                       StoreOptions* out, bool credentials = false);
 
 // The delay before retry number `attempted_retries` + 1: "equal jitter", half the exponential
 // delay plus a random part of the other half, so that many tasks refused at once do not come
