@@ -187,3 +187,32 @@ def test_overwritten_object_is_refused_by_its_get_without_a_head(server, proxy):
         layout.read(0, layout.total_rows)
     assert data.url("d/shard_0003.npy") in str(e.value) and "overwritten" in str(e.value)
     assert not any(m == "HEAD" for m, _, _ in _object_requests(proxy, data))
+
+
+def test_credential_options_are_checked(server):
+    data = Data(server, rows=(2,))
+    base = {"endpoint_override": server, "scheme": "http", "region": "us-east-1"}
+    for extra, why in [({"access_key": "AK"}, "access_key and secret_key go together"),
+                       ({"session_token": "T"}, "access_key and secret_key go together"),
+                       ({"anonymous": "yes"}, "anonymous must be true or false, found 'yes'")]:
+        with pytest.raises(ValueError, match=f"bad object-storage URL or options: {why}"):
+            shardload.discover(data.url(), storage_options={**base, **extra})
+
+
+def test_anonymous_requests_are_unsigned(server, proxy):
+    data = Data(server)
+    for i in (0, 2):  # readable without credentials; the rest stays private
+        data.client.put_object_acl(Bucket=data.name, Key=f"d/shard_{i:04d}.npy",
+                                   ACL="public-read")
+    options = {"endpoint_override": proxy.endpoint, "scheme": "http", "region": "us-east-1",
+               "anonymous": "true"}
+    layout = shardload.discover([data.url("d/shard_0000.npy"), data.url("d/shard_0002.npy")],
+                                storage_options=options)
+    np.testing.assert_array_equal(layout.read(0, layout.total_rows),
+                                  np.concatenate([data.parts[0], data.parts[2]]))
+    reqs = _object_requests(proxy, data)
+    assert reqs and all("Authorization" not in h for _, _, h in reqs), reqs
+    # A private object refuses them: an error naming it, in the store's words.
+    with pytest.raises(shardload.Error) as e:
+        shardload.discover([data.url("d/shard_0001.npy")], storage_options=options)
+    assert data.url("d/shard_0001.npy") in str(e.value) and "403" in str(e.value)
