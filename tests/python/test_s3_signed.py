@@ -216,3 +216,18 @@ def test_anonymous_requests_are_unsigned(server, proxy):
     with pytest.raises(shardload.Error) as e:
         shardload.discover([data.url("d/shard_0001.npy")], storage_options=options)
     assert data.url("d/shard_0001.npy") in str(e.value) and "403" in str(e.value)
+
+
+def test_a_manifest_indexed_on_arrows_path_is_current_on_the_signed_path(server, monkeypatch):
+    """Both paths take the same snapshot of an object (its size and the hash of its ETag as
+    S3 sends it), so a manifest written by one is not stale for the other."""
+    data = Data(server)
+    signed = {"endpoint_override": server, "scheme": "http", "region": "us-east-1"}
+    arrow = {"endpoint_override": server, "scheme": "http"}
+    with monkeypatch.context() as m:
+        for k in ("AWS_REGION", "AWS_DEFAULT_REGION"):
+            m.delenv(k, raising=False)
+        shardload.index(data.url(), storage_options=arrow)
+    layout = shardload.discover(data.url(), storage_options=signed)
+    assert layout.manifest_state is shardload.ManifestState.USED, layout.manifest_status
+    np.testing.assert_array_equal(layout.read(0, layout.total_rows), data.want)
