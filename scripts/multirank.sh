@@ -70,7 +70,7 @@ if [ $driver = legate ]; then
   for o in "${mpi_options[@]}"; do extra+=("--launcher-extra=$o"); done
   # The driver forwards the environment variables it knows; these it does not.
   for v in LD_PRELOAD LD_LIBRARY_PATH LEGATE_CUDA_DRIVER UCX_TLS UCX_NET_DEVICES \
-           UCX_WARN_UNUSED_ENV_VARS PATH $(compgen -e | grep '^SHARDLOAD_' || true); do
+           UCX_WARN_UNUSED_ENV_VARS PATH $(compgen -e | grep -E '^(SHARDLOAD|AWS)_' || true); do
     [ -n "${!v:-}" ] && extra+=("--launcher-extra=-x $v")
   done
   exec "$VENV/bin/legate" --launcher mpirun --ranks-per-node "$ranks" "${per_rank[@]}" \
@@ -79,9 +79,11 @@ fi
 
 export LEGATE_CONFIG="${per_rank[*]} ${logging[*]}"
 forward=()
-# The caller's SHARDLOAD_* variables reach every rank too.
+# The caller's SHARDLOAD_* variables reach every rank too, and AWS_* (object storage's
+# credentials and configuration): mpirun's processes on this node would inherit them, those
+# on another node only get what -x names.
 for v in PATH LD_LIBRARY_PATH LD_PRELOAD LEGATE_CONFIG LEGATE_CUDA_DRIVER UCX_TLS \
-         UCX_NET_DEVICES UCX_WARN_UNUSED_ENV_VARS $(compgen -e | grep '^SHARDLOAD_' || true); do
+         UCX_NET_DEVICES UCX_WARN_UNUSED_ENV_VARS $(compgen -e | grep -E '^(SHARDLOAD|AWS)_' || true); do
   [ -n "${!v:-}" ] && forward+=(-x "$v")
 done
 exec mpirun --allow-run-as-root "${mpi_options[@]}" -np "$ranks" "${forward[@]}" "$@"

@@ -188,7 +188,8 @@ Result<Layout> try_discover_paths(const std::vector<std::string>& paths,
     }
   } else {
     const unsigned threads =
-        detail::probe_threads(find_format(format), ctx, paths.size(), options.probe_threads);
+        detail::probe_threads(find_format(format), ctx, paths.size(), options.probe_threads,
+                              is_remote_url(paths.front()));
     SHARDLOAD_ASSIGN_OR_RETURN(probes,
                                detail::probe_shards(paths, format, options.format, ctx, threads));
   }

@@ -528,8 +528,9 @@ std::string manifest_staleness(const Manifest& m, IoBackend& io) {
     for (const auto& s : shards) paths.push_back(s.path);
     ReaderContext ctx;
     ctx.io = &io;
-    const unsigned threads = detail::probe_threads(
-        find_format(layout.format, layout.options.reader), ctx, paths.size(), 0);
+    const unsigned threads =
+        detail::probe_threads(find_format(layout.format, layout.options.reader), ctx, paths.size(),
+                              0, !paths.empty() && is_remote_url(paths.front()));
     auto probes = detail::probe_shards(paths, layout.format, layout.options, ctx, threads);
     if (!probes) return probes.status().message();
     for (std::size_t i = 0; i < shards.size(); ++i) {
@@ -569,7 +570,8 @@ std::string manifest_staleness(const Manifest& m, IoBackend& io) {
     ReaderContext ctx;
     ctx.io = &io;
     const unsigned threads =
-        detail::probe_threads(find_format(Format::kNpy), ctx, shards.size(), 0);
+        detail::probe_threads(find_format(Format::kNpy), ctx, shards.size(), 0,
+                              !shards.empty() && is_remote_url(shards.front().path));
     std::vector<std::thread> helpers;
     for (unsigned k = 1; k < threads; ++k) {
       try {

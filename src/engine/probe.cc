@@ -11,10 +11,13 @@
 namespace shardload::detail {
 
 unsigned probe_threads(const FormatDescriptor* d, const ReaderContext& ctx, std::size_t count,
-                       unsigned requested) {
+                       unsigned requested, bool remote) {
   if (requested > 0) return static_cast<unsigned>(std::min<std::size_t>(requested, count));
   if (ctx.io != nullptr && ctx.io != &posix_io()) return 1;
   if (d == nullptr || !d->capabilities.parallel_probe) return 1;
+  if (remote) {
+    return static_cast<unsigned>(std::clamp<std::size_t>(count, 1, kRemoteProbeThreads));
+  }
   // Each probe is an open, an fstat, one small read and a close: from the page cache a few
   // microseconds of CPU, so threads pay off only for many shards; on a network file system
   // each is a round trip, so more threads than cores keep the server busy.
@@ -37,10 +40,12 @@ Result<ProbeResults> probe_shards(const std::vector<std::string>& paths, Format 
   // failing index whatever the timing.
   std::atomic<std::size_t> first_bad{n};
   std::atomic<std::size_t> next{0};
-  constexpr std::size_t kChunk = 64;
+  // Shards taken 64 at a time (one atomic per 64 cheap probes), fewer when there are few per
+  // thread, so that every thread gets some (8 objects on 8 threads: one each).
+  const std::size_t chunk = std::clamp<std::size_t>(n / (std::max(1u, threads) * 4), 1, 64);
   const auto work = [&](ShardReader& reader) {
-    for (std::size_t a = next.fetch_add(kChunk); a < n; a = next.fetch_add(kChunk)) {
-      const std::size_t b = std::min(n, a + kChunk);
+    for (std::size_t a = next.fetch_add(chunk); a < n; a = next.fetch_add(chunk)) {
+      const std::size_t b = std::min(n, a + chunk);
       for (std::size_t i = a; i < b && i <= first_bad.load(std::memory_order_relaxed); ++i) {
         auto& slot = out[i];
         try {

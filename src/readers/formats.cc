@@ -124,6 +124,8 @@ std::vector<FormatDescriptor> build_table() {
     d.extensions = {".h5", ".hdf5"};
     d.sniff = hdf5_sniff;
 #ifdef SHARDLOAD_WITH_HDF5
+    // HDF5 reads a remote shard through a file driver over the IoBackend (hdf5_remote.cc).
+    d.capabilities.remote_reads = true;
     d.make_reader = detail::make_hdf5_reader;
 #else
     d.make_reader = unsupported("hdf5");

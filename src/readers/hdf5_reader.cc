@@ -145,8 +145,7 @@ class Hdf5Reader final : public ShardReader {
   Result<ShardProbe> probe(const std::string& path) override {
     ShardProbe p;
     p.shard.path = path;
-    SHARDLOAD_ASSIGN_OR_RETURN(File f, File::open(*ctx_.io, path));
-    SHARDLOAD_ASSIGN_OR_RETURN(p.shard.snapshot, f.stat());
+    SHARDLOAD_ASSIGN_OR_RETURN(File f, File::open_stat(*ctx_.io, path, &p.shard.snapshot));
     if (!p.shard.snapshot.regular) {
       return Status(ErrorCode::kFormat, path + ": not a regular file");
     }
@@ -154,7 +153,7 @@ class Hdf5Reader final : public ShardReader {
     try {
       Hdf5Lock lock(api_);
       api_.H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
-      SHARDLOAD_ASSIGN_OR_RETURN(OpenDataset d, open(f, options_.dataset));
+      SHARDLOAD_ASSIGN_OR_RETURN(OpenDataset d, open(f, p.shard.snapshot.size, options_.dataset));
       Hid type(api_.H5Dget_type(d.dataset.get()), api_.H5Tclose);
       if (!type.valid()) {
         return Status(ErrorCode::kFormat,
@@ -174,6 +173,14 @@ class Hdf5Reader final : public ShardReader {
       p.shard.extra = d.name;
       SHARDLOAD_ASSIGN_OR_RETURN(
           external, external_names(api_, d.dataset.get(), path + ": dataset '" + d.name + "'"));
+      if (!external.empty() && is_remote_url(path)) {
+        // HDF5 opens external storage itself, by a local name: nothing of the store's.
+        return Status(ErrorCode::kFormat,
+                      path + ": dataset '" + d.name + "': its data is in external storage files (" +
+                          external.front() + (external.size() > 1 ? ", ..." : "") +
+                          "), which are not read from object storage; copy the files to a "
+                          "local or shared file system");
+      }
     } catch (const std::exception& e) {
       return Status(ErrorCode::kFormat, path + ": " + e.what());
     }
@@ -182,12 +189,12 @@ class Hdf5Reader final : public ShardReader {
     for (const auto& name : external) {
       LinkedFile x;
       x.path = external_path(path, name);
-      auto f = File::open(*ctx_.io, x.path);
-      if (!f) {
-        return f.status().with_context(path + ": dataset '" + p.shard.extra +
-                                       "': external storage file '" + name + "'");
+      auto ext = File::open(*ctx_.io, x.path);
+      if (!ext) {
+        return ext.status().with_context(path + ": dataset '" + p.shard.extra +
+                                         "': external storage file '" + name + "'");
       }
-      SHARDLOAD_ASSIGN_OR_RETURN(x.snapshot, f->stat());
+      SHARDLOAD_ASSIGN_OR_RETURN(x.snapshot, ext->stat());
       if (!x.snapshot.regular) {
         return Status(ErrorCode::kFormat, path + ": dataset '" + p.shard.extra +
                                               "': external storage file " + x.path +
@@ -204,9 +211,8 @@ class Hdf5Reader final : public ShardReader {
     // over HDF5's reads, so that their state after the reads can be compared
     // with the snapshots: a write through any path moves ctime, and a
     // file renamed over the path moves the replaced inode's ctime.
-    SHARDLOAD_ASSIGN_OR_RETURN(File f, File::open(*ctx_.io, s.path));
-    if (ctx_.check_snapshot) SHARDLOAD_RETURN_IF_ERROR(check_snapshot(f, s));
     if (hi <= lo) return Status::ok();
+    SHARDLOAD_ASSIGN_OR_RETURN(File f, open_checked(*ctx_.io, s, ctx_.check_snapshot));
     std::vector<File> linked;
     if (ctx_.check_snapshot) {
       for (const auto& x : s.linked) {
@@ -233,7 +239,7 @@ class Hdf5Reader final : public ShardReader {
     try {
       Hdf5Lock lock(api_);
       api_.H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
-      SHARDLOAD_ASSIGN_OR_RETURN(OpenDataset d, open(f, s.extra));
+      SHARDLOAD_ASSIGN_OR_RETURN(OpenDataset d, open(f, s.snapshot.size, s.extra));
       const std::string where = s.path + ": dataset '" + d.name + "'";
       // The snapshot guards the file; this guards a layout rebuilt from stale
       // task arguments.
@@ -267,7 +273,7 @@ class Hdf5Reader final : public ShardReader {
       }
       if (api_.H5Dread(d.dataset.get(), mem_type.get(), mem_space.get(), file_space.get(),
                        H5P_DEFAULT, dst) < 0) {
-        return Status(ErrorCode::kIo, where + ": " + take_error(api_));
+        return hdf5_failure(ErrorCode::kIo, where + ": ");
       }
     } catch (const std::exception& e) {
       return Status(ErrorCode::kIo, s.path + ": " + e.what());
@@ -325,6 +331,8 @@ class Hdf5Reader final : public ShardReader {
                  mask == 0;
       }
       if (!direct) {
+        // A store that failed the chunk's read (after its retries) fails it for H5Dread too.
+        SHARDLOAD_RETURN_IF_ERROR(take_remote_error());
         api_.H5Eclear2(H5E_DEFAULT);
         SHARDLOAD_RETURN_IF_ERROR(
             read_box(d, where, mem_type, dst_dims, box_lo, dst_start, count, dst));
@@ -371,7 +379,7 @@ class Hdf5Reader final : public ShardReader {
     }
     if (api_.H5Dread(d.dataset.get(), mem_type, mem_space.get(), file_space.get(), H5P_DEFAULT,
                      dst) < 0) {
-      return Status(ErrorCode::kIo, where + ": " + take_error(api_));
+      return hdf5_failure(ErrorCode::kIo, where + ": ");
     }
     return Status::ok();
   }
@@ -427,15 +435,28 @@ class Hdf5Reader final : public ShardReader {
   // HDF5_VDS_PREFIX, which no property can override: then HDF5 gets the
   // path itself, after our check. External storage without ${ORIGIN}
   // resolves against the working directory either way.
-  Result<OpenDataset> open(const File& checked, const std::string& name) {
+  //
+  // An object in object storage has no name HDF5 can open: HDF5 reads it through `checked`
+  // (of `size` bytes, its snapshot's) by ranged reads (hdf5_remote.cc).
+  Result<OpenDataset> open(const File& checked, std::uint64_t size, const std::string& name) {
     const std::string& path = checked.path();
     OpenDataset d;
-    Hid fapl(api_.H5Pcreate(api_.H5P_CLS_FILE_ACCESS_ID_g), api_.H5Pclose);
+    const bool remote = is_remote_url(path);
+    (void)take_remote_error();  // nothing of an earlier call's is this one's
+    Hid fapl;
+    if (remote) {
+      SHARDLOAD_ASSIGN_OR_RETURN(fapl, remote_access_list(api_, checked, size));
+    } else {
+      fapl = Hid(api_.H5Pcreate(api_.H5P_CLS_FILE_ACCESS_ID_g), api_.H5Pclose);
+    }
     if (fapl.valid() && api_.H5Pset_file_locking != nullptr) {
       api_.H5Pset_file_locking(fapl.get(), 0, 1);
     }
     std::string open_name = path;
-    if (!prefix_uses_origin("HDF5_EXTFILE_PREFIX") && !prefix_uses_origin("HDF5_VDS_PREFIX")) {
+    if (remote) {
+      d.file = Hid(api_.H5Fopen(path.c_str(), kReadOnly, fapl.get()), api_.H5Fclose);
+    } else if (!prefix_uses_origin("HDF5_EXTFILE_PREFIX") &&
+               !prefix_uses_origin("HDF5_VDS_PREFIX")) {
       // An injected IoBackend's descriptor need not be the kernel's.
       File own;
       int fd = checked.fd();
@@ -451,9 +472,8 @@ class Hdf5Reader final : public ShardReader {
       d.file = Hid(api_.H5Fopen(path.c_str(), kReadOnly, fapl.valid() ? fapl.get() : H5P_DEFAULT),
                    api_.H5Fclose);
     }
-    if (!d.file.valid()) {
-      return Status(ErrorCode::kFormat, path + ": not a readable HDF5 file: " + take_error(api_));
-    }
+    if (!d.file.valid())
+      return hdf5_failure(ErrorCode::kFormat, path + ": not a readable HDF5 file: ");
     Hid dapl(api_.H5Pcreate(api_.H5P_CLS_DATASET_ACCESS_ID_g), api_.H5Pclose);
     if (!dapl.valid()) {
       return Status(ErrorCode::kFormat, path + ": dataset access list: " + take_error(api_));
@@ -482,8 +502,8 @@ class Hdf5Reader final : public ShardReader {
     }
     d.dataset = Hid(api_.H5Dopen2(d.file.get(), d.name.c_str(), dapl.get()), api_.H5Dclose);
     if (!d.dataset.valid()) {
-      return Status(ErrorCode::kFormat,
-                    path + ": '" + d.name + "' is not a readable dataset: " + take_error(api_));
+      return hdf5_failure(ErrorCode::kFormat,
+                          path + ": '" + d.name + "' is not a readable dataset: ");
     }
     SHARDLOAD_RETURN_IF_ERROR(check_external_files(d, path));
     Hid space(api_.H5Dget_space(d.dataset.get()), api_.H5Sclose);
@@ -553,6 +573,18 @@ class Hdf5Reader final : public ShardReader {
       }
     }
     return Status::ok();
+  }
+
+  // A failed HDF5 call: the store's error where a remote read failed inside it (the URL and
+  // the store's words, which HDF5 reports only as "read failed"), else `what` and HDF5's
+  // messages.
+  Status hdf5_failure(ErrorCode code, const std::string& what) {
+    Status remote = take_remote_error();
+    if (!remote.ok()) {
+      api_.H5Eclear2(H5E_DEFAULT);
+      return remote;
+    }
+    return Status(code, what + take_error(api_));
   }
 
   static bool prefix_uses_origin(const char* variable) {

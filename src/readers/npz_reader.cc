@@ -40,6 +40,9 @@ constexpr std::uint16_t kStored = 0;
 constexpr std::uint16_t kDeflated = 8;
 constexpr std::uint16_t kEncrypted = 0x1;  // general purpose flag bit 0
 constexpr std::size_t kInputChunk = std::size_t{256} << 10;
+// From object storage each chunk of compressed input is a GET: larger ones pay a request's
+// latency less often.
+constexpr std::size_t kRemoteInputChunk = std::size_t{4} << 20;
 
 std::uint16_t le16(const std::byte* p) {
   return static_cast<std::uint16_t>(std::to_integer<unsigned>(p[0]) |
@@ -208,7 +211,8 @@ class Inflater {
                        " bytes) ends after " + std::to_string(produced_) +
                        " bytes of output (truncated)");
         }
-        if (in_.size() < kInputChunk) in_.resize(kInputChunk);
+        const std::size_t want = is_remote_url(f_.path()) ? kRemoteInputChunk : kInputChunk;
+        if (in_.size() < want) in_.resize(want);
         const auto k = static_cast<std::size_t>(std::min<std::uint64_t>(left, in_.size()));
         SHARDLOAD_RETURN_IF_ERROR(f_.read_exact(in_.data(), k, offset_ + consumed_));
         consumed_ += k;
@@ -503,7 +507,8 @@ FormatDescriptor npz_format() {
   d.sniff = sniff_npz;
   // Not contiguous_rows: a deflated member has no byte range of rows. Probing reads the end
   // of the archive, its directory and one header: cheap, but a manifest saves it.
-  d.capabilities = {.parallel_probe = true};
+  // Every read goes through the IoBackend, so a remote archive is read by ranged GETs.
+  d.capabilities = {.parallel_probe = true, .remote_reads = true};
   d.make_reader = [](const FormatOptions& options,
                      const ReaderContext& context) -> Result<std::unique_ptr<ShardReader>> {
     SHARDLOAD_ASSIGN_OR_RETURN(auto npy, make_npy_reader(FormatOptions{}, context));

@@ -47,6 +47,9 @@ int errno_of(const arrow::Status& st) {
   return EIO;
 }
 
+// What the AWS SDK says when an answer's body does not fit the buffer it was to be read into.
+constexpr const char* kAnswerDidNotFit = "Failed to flush response stream";
+
 // Set by the retry strategy on the thread whose request it gave up on after its last
 // attempt: the sync requests (HEAD, ranged GET) fail on the caller's thread, so the error
 // built right after can say so. Cleared before each request.
@@ -92,7 +95,7 @@ class CountingRetryStrategy final : public arrow::fs::S3RetryStrategy {
     // A ranged GET reads into the caller's buffer of the range's size: an error answer's body
     // larger than that (a 500's or a SlowDown's XML into a short range) fails to be stored, and
     // the SDK then reports this instead of the answer. Bounded by the attempts like the rest.
-    if (e.message.find("Failed to flush response stream") != std::string::npos) return true;
+    if (e.message.find(kAnswerDidNotFit) != std::string::npos) return true;
     for (const char* name : {"SlowDown", "InternalError", "ServiceUnavailable", "RequestTimeout",
                              "Throttling", "ThrottlingException", "RequestTimeTooSkewed"}) {
       if (e.exception_name == name) return true;
@@ -206,6 +209,7 @@ class ArrowRemoteIo final : public RemoteIo {
 
   std::int64_t pread(int fd, void* buf, std::size_t n, std::uint64_t offset) override {
     std::shared_ptr<arrow::io::RandomAccessFile> file;
+    std::string url;
     std::shared_ptr<SignedOpen> s;
     std::size_t part = 0;
     std::size_t in_flight = 1;
@@ -214,6 +218,7 @@ class ArrowRemoteIo final : public RemoteIo {
       auto it = files_.find(fd);
       if (it == files_.end()) return -EBADF;
       file = it->second.file;
+      url = it->second.url;
       s = it->second.signed_open;
       part = it->second.request_bytes;
       in_flight = it->second.requests_in_flight;
@@ -222,11 +227,14 @@ class ArrowRemoteIo final : public RemoteIo {
 #if SHARDLOAD_S3_SIGNED
     if (s != nullptr) return signed_pread(*s, buf, n, offset, part, in_flight);
 #endif
-    return read_in_parts(
-        [&file](void* dst, std::size_t len, std::uint64_t off, std::string* why) {
-          return read_range(*file, dst, len, off, why);
-        },
-        buf, n, offset, part, in_flight, &t_read_error);
+    const std::int64_t got =
+        read_in_parts([&file](void* dst, std::size_t len, std::uint64_t off,
+                              std::string* why) { return read_range(*file, dst, len, off, why); },
+                      buf, n, offset, part, in_flight, &t_read_error);
+    if (got < 0 && t_read_error.find(kAnswerDidNotFit) != std::string::npos) {
+      return explain_unfit_answer(url, got);
+    }
+    return got;
   }
 
   void close(int fd) override {
@@ -418,6 +426,28 @@ class ArrowRemoteIo final : public RemoteIo {
     return static_cast<std::int64_t>(done) + got;
   }
 #endif
+
+  // A ranged GET's answer that did not fit the range's buffer: an error answer whose body (a
+  // 403's or a 5xx's XML) is longer than the range, as with a small object or a tile's few
+  // rows. The AWS SDK then reports the failed write instead of the answer and drops its
+  // status (and, since such a failure may be a 5xx, it was retried). The object's HEAD, whose
+  // answer has no body, tells a refusal of the object (403, 404) from a failure of that one
+  // request: its words then say what the store answers, with its errno (EACCES for a 403).
+  std::int64_t explain_unfit_answer(const std::string& url, std::int64_t got) {
+    std::string why = t_read_error +
+                      "; the store's answer did not fit the range's buffer: an error answer, "
+                      "whose status the client does not pass on";
+    auto head = stat_path(url);
+    if (head) {
+      t_read_error = why + " (a HEAD of the object succeeds)";
+      return got;
+    }
+    std::string said = head.status().message();
+    if (said.rfind(url + ": ", 0) == 0) said.erase(0, url.size() + 2);
+    t_read_error = why + "; a HEAD of the object answers: " + said;
+    const int err = head.status().sys_errno();
+    return err > 0 ? -err : got;
+  }
 
   // One ranged GET into `dst`: its byte count or -errno, and then the store's words in `why`.
   static std::int64_t read_range(arrow::io::RandomAccessFile& file, void* dst, std::size_t n,

@@ -88,6 +88,17 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
     def _any(self) -> None:
         proxy: FaultProxy = self.server.proxy  # type: ignore[attr-defined]
+        with proxy._lock:
+            proxy._in_flight += 1
+            proxy.max_in_flight = max(proxy.max_in_flight, proxy._in_flight)
+        try:
+            self._serve()
+        finally:
+            with proxy._lock:
+                proxy._in_flight -= 1
+
+    def _serve(self) -> None:
+        proxy: FaultProxy = self.server.proxy  # type: ignore[attr-defined]
         length = int(self.headers.get("Content-Length") or 0)
         body = self.rfile.read(length) if length else b""
         rule = proxy._take(self.command, self.path, self.headers.get("Range"))
@@ -184,6 +195,9 @@ class FaultProxy:
         self.rules: list[Rule] = []
         self.log: list[tuple[str, str, str | None, str | None]] = []
         self.headers: list[tuple[str, str, dict[str, str]]] = []
+        # The most requests it was serving at once (since the last clear()).
+        self.max_in_flight = 0
+        self._in_flight = 0
         self._lock = threading.Lock()
         self._closing = threading.Event()
         self._server = _Server(("127.0.0.1", 0), _Handler)
@@ -199,11 +213,12 @@ class FaultProxy:
         return rule
 
     def clear(self) -> None:
-        """Forgets the rules and the log."""
+        """Forgets the rules, the log and the most requests in flight."""
         with self._lock:
             self.rules.clear()
             self.log.clear()
             self.headers.clear()
+            self.max_in_flight = self._in_flight
 
     def requests(self, method: str | None = None, path: str | None = None) -> int:
         """How many requests of ``method`` (None: any) whose target contains ``path`` (None:

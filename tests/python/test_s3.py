@@ -3,6 +3,7 @@ S3-compatible server (moto's server mode) that the tests start on 127.0.0.1."""
 
 from __future__ import annotations
 
+import io
 import subprocess
 import uuid
 
@@ -165,12 +166,32 @@ def test_wrong_credentials_are_a_clear_error(server):
         _stop(proc)
 
 
-def test_formats_not_yet_supported_say_so(bucket):
-    bucket.put("h/shard_0000.h5", b"\x89HDF\r\n\x1a\n" + b"\0" * 32)
+@pytest.mark.parametrize("compress", [False, True])
+def test_npz_archives_ragged(bucket, compress):
+    """npz archives (stored members read in place, deflated ones inflated from a stream of
+    ranged GETs), compared with numpy."""
+    rng = np.random.default_rng(31 + compress)
+    parts = [rng.standard_normal((n, 3)).astype("<f4") for n in [9, 0, 25, 4]]
+    for i, p in enumerate(parts):
+        buf = io.BytesIO()
+        (np.savez_compressed if compress else np.savez)(buf, x=p, y=p[:, :1])
+        bucket.put(f"z/shard_{i:04d}.npz", buf.getvalue())
+    want = np.concatenate(parts)
+    got = shardload.load(bucket.url("z/"), storage_options=bucket.options, dataset="x")
+    np.testing.assert_array_equal(np.asarray(got), want)
+    layout = shardload.discover(bucket.url("z/"), storage_options=bucket.options, dataset="x")
+    np.testing.assert_array_equal(layout.read(5, 33), want[5:33])
+
+
+def test_reader_that_opens_paths_itself_is_refused(bucket):
+    # A reader registered from Python opens its paths by name, which object storage has not.
+    shardload.register_reader("s3-refused-rows", read=lambda p, lo, hi: np.zeros((hi - lo, 2)),
+                              count_rows=lambda p: 3)
+    url = bucket.url("h/a.rows")
     with pytest.raises(shardload.LayoutError,
-                       match=r"shard_0000\.h5(\?\S*)?: the hdf5 format is not yet supported for s3:// "
-                             r"sources \(npy, raw, parquet, arrow and zarr are\)"):
-        shardload.discover(bucket.url("h/shard_0000.h5"), storage_options=bucket.options)
+                       match=r"a\.rows: the custom format is not yet supported for s3:// "
+                             r"sources \(npy, raw, hdf5, parquet, arrow, zarr and npz are\)"):
+        shardload.load([url], reader="s3-refused-rows")
 
 
 def test_storage_options_checked():

@@ -280,3 +280,38 @@ def test_a_read_makes_one_get_per_piece_and_no_head(data, proxy):
     with pytest.raises(shardload.ShardReadError, match="changed") as e:
         layout.read(0, layout.total_rows)
     assert data.url("d/shard_0002.npy") in str(e.value)
+
+
+@pytest.mark.parametrize("path", ["signed", "arrow"])
+def test_403_whose_body_does_not_fit_a_short_range_names_the_refusal(server, proxy, path,
+                                                                     monkeypatch):
+    """A tile's few rows are a range shorter than a 403's XML body. The signed path keeps an
+    error answer's body apart from the range's buffer and quotes S3's words. Arrow's client
+    then reports only that the answer did not fit (and retries it, as it may be a 5xx): the
+    error says what the object's HEAD answers (403: EACCES) or, where the HEAD succeeds, that
+    the GET's answer was an error whose status is not passed on. Never data."""
+    data = Data(server, proxy, rows=(4, 2, 4))  # 2 rows of float32 x 3: a 24-byte range
+    options = data.options
+    if path == "arrow":  # no region outside the AWS SDK: Arrow's client reads
+        options = {k: v for k, v in data.options.items() if k != "region"}
+        for k in ("AWS_REGION", "AWS_DEFAULT_REGION"):
+            monkeypatch.delenv(k, raising=False)
+    layout = shardload.discover(data.url(), storage_options=options)
+    denied = data.url("d/shard_0001.npy")
+    proxy.add(Rule(None, path=data.key(1), action="403", count=None))
+    with pytest.raises(shardload.ShardReadError) as e:
+        layout.read(0, layout.total_rows)
+    msg = str(e.value)
+    if path == "signed":
+        assert denied in msg and "HTTP 403 AccessDenied: Access Denied" in msg, msg
+        assert e.value.errno == 13, msg
+        return
+    assert denied in msg and "ACCESS_DENIED" in msg and "HEAD of the object answers" in msg, msg
+    assert e.value.errno == 13, msg
+    # Only the GETs are refused (as for an object whose key the caller may not use to decrypt).
+    proxy.clear()
+    proxy.add(Rule("GET", path=data.key(1), ranged=True, action="403", count=None))
+    with pytest.raises(shardload.ShardReadError) as e:
+        layout.read(0, layout.total_rows)
+    msg = str(e.value)
+    assert denied in msg and "an error answer" in msg and "HEAD of the object succeeds" in msg, msg

@@ -215,6 +215,26 @@ def test_index_writes_the_manifest_object_and_discovery_uses_it(server, proxy):
     np.testing.assert_array_equal(np.concatenate(got), want)
 
 
+def test_objects_are_probed_and_checked_with_requests_in_flight(server, proxy):
+    """Each object's probe (and a manifest's check) is a request's round trip: several are
+    in flight at once, not one after another. Each shard request is held 0.3 s by the proxy,
+    so requests sent in turn would never overlap."""
+    b = Bucket(server, proxy.endpoint)
+    parts = ragged(np.random.default_rng(37), [3, 5, 2, 8, 1, 4], (2,), "float32")
+    put_npy_shards(b, "p", parts)
+    proxy.clear()
+    proxy.add(Rule(None, path="/p/shard_", action="delay", delay_s=0.3, count=None))
+    layout = shardload.discover(b.url("p/"), storage_options=b.options)
+    assert layout.total_rows == sum(len(p) for p in parts)
+    assert proxy.max_in_flight >= 2, proxy.log
+    shardload.index(b.url("p/"), storage_options=b.direct)
+    proxy.clear()
+    proxy.add(Rule("HEAD", path="/p/shard_", action="delay", delay_s=0.3, count=None))
+    checked = shardload.discover(b.url("p/"), storage_options=b.options)
+    assert checked.manifest_state is shardload.ManifestState.USED, checked.manifest_status
+    assert proxy.max_in_flight >= 2, proxy.log
+
+
 def test_stale_manifest_is_seen_as_locally(bucket):
     a = np.arange(40, dtype=np.float32).reshape(10, 4)
     for i in range(3):

@@ -22,8 +22,15 @@ namespace shardload::detail {
 // or 1: the caller's thread alone). `requested` > 0 is taken as given; 0 picks: one thread for an
 // injected IoBackend (whose calls tests count in order), for formats whose probes serialize anyway
 // (HDF5) and for small counts, else enough threads to keep a few metadata operations in flight.
+// `remote`: the shards are objects in object storage, where each probe is a request's round
+// trip (milliseconds, not microseconds): then one thread per object, up to kRemoteProbeThreads.
 unsigned probe_threads(const FormatDescriptor* format, const ReaderContext& ctx, std::size_t count,
-                       unsigned requested);
+                       unsigned requested, bool remote = false);
+
+// Requests in flight at once while probing objects: enough to hide a store's latency behind
+// one another, few enough not to be throttled (S3 takes thousands of GETs per second and
+// prefix).
+inline constexpr unsigned kRemoteProbeThreads = 16;
 
 using ProbeResults = std::vector<std::optional<Result<ShardProbe>>>;
 

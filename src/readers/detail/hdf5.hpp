@@ -13,6 +13,7 @@
 
 #include "readers/detail/hdf5_api.hpp"
 #include "shardload/dtype.hpp"
+#include "shardload/io.hpp"
 #include "shardload/status.hpp"
 
 namespace shardload::detail::hdf5 {
@@ -119,5 +120,16 @@ std::optional<DirectPlan> direct_plan(const Hdf5Api& api, hid_t dataset, DType d
 void copy_box(const DirectPlan& p, const std::byte* raw, const std::vector<hsize_t>& src_start,
               const std::vector<hsize_t>& dst_dims, const std::vector<hsize_t>& dst_start,
               const std::vector<hsize_t>& count, std::byte* dst);
+
+// A file-access property list whose driver reads the open remote object `file` (`size` bytes,
+// its snapshot's) by ranged reads through its IoBackend (hdf5_remote.cc): HDF5 cannot open an
+// object-store URL by name. `file` must stay open while HDF5 has the file open. Called with the
+// lock held.
+Result<Hid> remote_access_list(const Hdf5Api& api, const File& file, std::uint64_t size);
+
+// The error a read of that driver met during this thread's last HDF5 call (the store's words,
+// naming the URL), cleared; ok() when none. HDF5 itself reports such a failure only as "read
+// failed".
+Status take_remote_error();
 
 }  // namespace shardload::detail::hdf5

@@ -66,15 +66,7 @@ def run(op: dict):
 
 def main() -> None:
     spec = json.loads(open(sys.argv[1]).read())
-    results = {}
-    for op in spec["ops"]:
-        _rank.marker(op["name"])
-        try:
-            results[op["name"]] = run(op)
-        except Exception as e:
-            results[op["name"]] = _rank.error_record(e)
-    _rank.marker("end")
-    _rank.save_results(results)
+    _rank.run_ops(spec["ops"], run)
 
 
 if __name__ == "__main__":

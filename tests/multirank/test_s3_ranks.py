@@ -1,0 +1,373 @@
+"""Object storage on 2 ranks: s3:// sources against one moto S3 server that this module starts
+on 127.0.0.1, reached by both ranks (the endpoint in storage_options, the credentials in the
+environment of s3_server.CLIENT_ENV), compared with numpy, pyarrow and zarr run here.
+
+Three jobs (each starts Legate on both ranks, which costs more than the loads): every format
+and the manifest, discovery and batches (one job); `shardload read`; faults. The requests each
+rank makes are told apart by giving each rank its own proxy (tests/python/s3_fault_proxy.py)
+in front of the server."""
+
+from __future__ import annotations
+
+import pathlib
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+from conftest import BUILD, RANKS, python_job, run_job, write_spec
+from data import RAGGED, dataset, write_shards
+from plan import split_between_ranks, tiles
+
+# The object-storage helpers of the single-process tests: the server and the proxy.
+sys.path.append(str(pathlib.Path(__file__).resolve().parents[1] / "python"))
+pytest.importorskip("moto", reason="moto[server] is installed by scripts/setup_multirank.sh")
+import s3_server  # noqa: E402
+from s3_fault_proxy import FaultProxy, Rule  # noqa: E402
+
+FORMATS = ["npy", "raw", "parquet", "zarr"]
+TOTAL = sum(RAGGED)  # 35 rows: divisible by neither 2 tiles nor 8
+# How to speak to the store, besides the endpoint (the default retries and time limits).
+OPTIONS = {"scheme": "http", "region": "us-east-1"}
+# For the faults: a refusal whose body does not fit its range is retried; twice is enough.
+FEW_ATTEMPTS = {"max_attempts": "2", "backoff_ms": "10"}
+
+
+@pytest.fixture(scope="module")
+def server():
+    with s3_server.serving() as endpoint:
+        yield endpoint
+
+
+def _options(endpoint: str, **more: str) -> dict:
+    return {**OPTIONS, "endpoint_override": endpoint, **more}
+
+
+def _ok(job, name: str) -> list[dict]:
+    found = [r.results()[name] for r in job.ranks]
+    for rank, result in zip(job.ranks, found):
+        assert result["ok"], f"rank {rank.index}: {result}"
+    return found
+
+
+def _same_error(job, name: str) -> dict:
+    found = [r.results()[name] for r in job.ranks]
+    assert not any(f["ok"] for f in found), found
+    assert len({(f["type"], f["message"]) for f in found}) == 1, found
+    return found[0]
+
+
+# ---- every format, discovery on one rank, the manifest, batches: one job ----------------------
+
+@pytest.fixture(scope="module")
+def loaded(server, tmp_path_factory):
+    base = tmp_path_factory.mktemp("s3")
+    bucket = s3_server.Bucket(server, prefix="mr-")
+    opts = _options(server)
+    rng = np.random.default_rng(23)
+    oracle, ops = {}, []
+    for fmt in FORMATS:
+        parts = dataset(rng, fmt, RAGGED)
+        kwargs = write_shards(base / fmt, fmt, parts)
+        bucket.upload_tree(fmt, base / fmt)
+        whole = np.concatenate(parts)
+        for k in (1, 4):  # 2 tiles or 7 of 5 rows: tiles span objects, chunks and row groups
+            ops.append({"name": f"{fmt}-K{k}", "op": "load", "source": bucket.url(f"{fmt}/"),
+                        "kwargs": {**kwargs, "overdecompose": k, "storage_options": opts}})
+            oracle[f"{fmt}-K{k}"] = whole
+        ops.append({"name": f"{fmt}-rows", "op": "load", "source": bucket.url(f"{fmt}/"),
+                    "kwargs": {**kwargs, "overdecompose": 4, "row_range": [3, 27],
+                               "storage_options": opts}})
+        oracle[f"{fmt}-rows"] = whole[3:27]
+        if fmt == "npy":
+            npy = parts
+    # One Zarr v3 store of 37 rows in chunks of 4 (the last one partial).
+    import zarr
+
+    store = zarr.create_array(base / "one.zarr", shape=(37, 2), dtype="float32", chunks=(4, 2),
+                              zarr_format=3)
+    oracle["store"] = rng.standard_normal((37, 2)).astype(np.float32)
+    store[...] = oracle["store"]
+    bucket.upload_tree("one.zarr", base / "one.zarr")
+    ops.append({"name": "store", "op": "load", "source": bucket.url("one.zarr"),
+                "kwargs": {"overdecompose": 3, "storage_options": opts}})
+    # A list of URLs (each rank discovers it: only a str source is discovered once).
+    urls = [bucket.url(f"npy/shard_{i:04d}.npy") for i in (6, 2, 4)]
+    ops.append({"name": "list", "op": "load", "source": urls,
+                "kwargs": {"overdecompose": 2, "storage_options": opts}})
+    oracle["list"] = np.concatenate([npy[6], npy[2], npy[4]])
+
+    # Discovery on one rank, each rank's tiles reading their own objects: each rank reaches the
+    # store through a proxy of its own (AWS_ENDPOINT_URL_S3 on that rank: the URLs name no
+    # endpoint), so each proxy's log is what that rank asked.
+    proxies = [FaultProxy(server) for _ in range(RANKS)]
+    rank_env = {str(r): {"AWS_ENDPOINT_URL_S3": f"http://{p.endpoint}"}
+                for r, p in enumerate(proxies)}
+    ops.append({"name": "per-rank", "op": "load", "source": bucket.url("npy/"),
+                "once": {"storage_options": OPTIONS}, "kwargs": {"overdecompose": 1}})
+    oracle["per-rank"] = oracle["npy-K1"]
+
+    # The manifest: index on both ranks, then discover_once from it, checked and trusted.
+    bucket.upload_tree("man", base / "npy")
+    ops += [{"name": "index", "op": "index", "source": bucket.url("man/"),
+             "kwargs": {"storage_options": opts}},
+            {"name": "man-once", "op": "once", "source": bucket.url("man/"),
+             "kwargs": {"storage_options": opts}},
+            {"name": "man-trusted", "op": "load", "source": bucket.url("man/"),
+             "once": {"storage_options": opts, "trust_manifest": True},
+             "kwargs": {"overdecompose": 4}},
+            {"name": "man-plain", "op": "load", "source": bucket.url("man/"),
+             "kwargs": {"storage_options": opts, "trust_manifest": True}}]
+    oracle["man-trusted"] = oracle["man-plain"] = oracle["npy-K1"]
+
+    # batches over s3://, read ahead and not
+    for prefetch in (0, 2):
+        ops.append({"name": f"batches-p{prefetch}", "op": "batches",
+                    "source": bucket.url("parquet/" if prefetch else "npy/"),
+                    "rows_per_batch": 6, "kwargs": {"prefetch": prefetch,
+                                                    "storage_options": opts}})
+    oracle["batches-p0"] = oracle["npy-K1"]
+    oracle["batches-p2"] = oracle["parquet-K1"]
+
+    spec = write_spec(base / "spec.json", {"ops": ops, "rank_env": rank_env})
+    try:
+        job = python_job(base / "out", "s3_cases.py", str(spec), env=s3_server.CLIENT_ENV,
+                         timeout=300)
+    finally:
+        for p in proxies:
+            p.close()
+    assert job.rc == 0, job.describe()
+    return bucket, job, oracle, proxies
+
+
+def test_the_credentials_reach_both_ranks(loaded):
+    _, job, _, _ = loaded
+    for r in job.ranks:
+        assert set(s3_server.CLIENT_ENV) <= set(r.results()["env"]), r.results()["env"]
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("what", ["K1", "K4", "rows"])
+def test_every_format_equals_numpy_on_both_ranks(loaded, fmt, what):
+    _, job, oracle, _ = loaded
+    name = f"{fmt}-{what}"
+    _ok(job, name)
+    for rank in job.ranks:
+        got = rank.array(name)
+        assert got.dtype == oracle[name].dtype and got.shape == oracle[name].shape, name
+        np.testing.assert_array_equal(got, oracle[name], err_msg=f"rank {rank.index}: {name}")
+
+
+@pytest.mark.parametrize("name", ["store", "list"])
+def test_a_zarr_store_and_a_list_of_urls(loaded, name):
+    _, job, oracle, _ = loaded
+    _ok(job, name)
+    for rank in job.ranks:
+        np.testing.assert_array_equal(rank.array(name), oracle[name])
+
+
+def _requests(proxy: FaultProxy, prefix: str) -> dict[str, set[int]]:
+    """The shards under ``prefix`` that requests through ``proxy`` named, by kind: "list"
+    (LISTs of the prefix, as {0}), "head", "header" (GETs from byte 0), "rows" (GETs from a
+    later byte: a tile's rows)."""
+    found: dict[str, set[int]] = {"list": set(), "head": set(), "header": set(), "rows": set()}
+    for method, target, range_, _ in proxy.log:
+        path = target.split("?")[0]
+        if method == "GET" and "list-type=" in target and f"prefix={prefix}" in target:
+            found["list"].add(0)
+        if f"/{prefix}/shard_" not in path:
+            continue
+        shard = int(path.rsplit("shard_", 1)[1].split(".")[0])
+        if method == "HEAD":
+            found["head"].add(shard)
+        elif method == "GET":
+            found["header" if (range_ or "bytes=0-").startswith("bytes=0-") else "rows"].add(
+                shard)
+    return found
+
+
+def test_discovery_on_one_rank_and_each_ranks_tiles_read_their_objects(loaded):
+    _, job, oracle, proxies = loaded
+    seen = [_requests(p, "npy") for p in proxies]
+    # One rank listed the prefix and read every shard's header; the other did neither.
+    every = set(range(len(RAGGED)))
+    assert sorted(bool(s["list"]) for s in seen) == [False, True], seen
+    discoverer = [s["list"] for s in seen].index({0})
+    assert seen[discoverer]["header"] == every, seen
+    assert not seen[1 - discoverer]["header"], seen
+    # Both ranks read rows, each exactly the objects of the tiles it ran (an empty shard: none).
+    rows = [s["rows"] for s in seen]
+    assert all(rows) and split_between_ranks(RAGGED, RANKS, 1, rows), (
+        rows, tiles(RAGGED, RANKS, 1))
+    results = _ok(job, "per-rank")
+    assert results[0]["layout"] == results[1]["layout"], results
+    assert results[0]["layout"]["rows_per_shard"] == RAGGED, results
+    assert results[0]["layout"]["manifest_state"] == "ABSENT", results
+    # The layout names no endpoint: each rank's tiles went through that rank's own.
+    assert all("endpoint_override" not in f for f in results[0]["layout"]["files"]), results
+    for rank in job.ranks:
+        np.testing.assert_array_equal(rank.array("per-rank"), oracle["per-rank"])
+
+
+def test_index_on_two_ranks_then_load_from_the_manifest(loaded):
+    bucket, job, oracle, _ = loaded
+    written = {r["manifest"] for r in _ok(job, "index")}
+    assert len(written) == 1 and written.pop().startswith(bucket.url("man/shardload.manifest"))
+    keys = bucket.client.list_objects_v2(Bucket=bucket.name, Prefix="man/")["Contents"]
+    assert [k["Key"] for k in keys].count("man/shardload.manifest") == 1
+    assert [r["layout"]["manifest_state"] for r in _ok(job, "man-once")] == ["USED"] * RANKS
+    assert [r["layout"]["manifest_state"] for r in _ok(job, "man-trusted")] == ["TRUSTED"] * 2
+    for name in ("man-trusted", "man-plain"):
+        _ok(job, name)
+        for rank in job.ranks:
+            np.testing.assert_array_equal(rank.array(name), oracle[name])
+
+
+@pytest.mark.parametrize("prefetch", [0, 2])
+def test_batches(loaded, prefetch):
+    _, job, oracle, _ = loaded
+    name = f"batches-p{prefetch}"
+    assert all(r["batches"] == [6, 6, 6, 6, 6, 5] for r in _ok(job, name))
+    for rank in job.ranks:
+        np.testing.assert_array_equal(rank.array(name), oracle[name])
+
+
+# ---- the command line ----------------------------------------------------------------------
+
+def test_cli_read_on_two_ranks(server, tmp_path):
+    bucket = s3_server.Bucket(server, prefix="mr-")
+    rng = np.random.default_rng(29)
+    write_shards(tmp_path / "npy", "npy", dataset(rng, "npy", RAGGED))
+    bucket.upload_tree("c", tmp_path / "npy")
+    opts = [f"--storage-option={k}={v}" for k, v in _options(server).items()]
+    job = run_job(tmp_path / "out", [str(BUILD / "shardload"), "read", bucket.url("c/"), *opts,
+                                     "--overdecompose", "2"],
+                  env=s3_server.CLIENT_ENV, timeout=240)
+    assert [r.rc for r in job.ranks] == [0] * RANKS and job.rc == 0, job.describe()
+    speaking = [r for r in job.ranks if (r.out + r.err).strip()]
+    assert len(speaking) == 1, job.describe()
+    report = speaking[0].out
+    assert "shard_0007.npy" in report or str(TOTAL) in report, report
+    assert "remote retries: 0" in report, report
+
+
+# ---- faults --------------------------------------------------------------------------------
+
+def _npy_set(bucket, prefix: str, seed: int, n: int = 8) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    parts = [rng.standard_normal((4, 2)) for _ in range(n)]
+    for i, p in enumerate(parts):
+        bucket.put_npy(f"{prefix}/shard_{i:04d}.npy", p)
+    return parts
+
+
+def _when_both_wait(out: pathlib.Path, name: str, act, errors: list) -> threading.Thread:
+    """A thread that waits until every rank opened marker-<name> (it then waits for the file
+    go-<name>), calls ``act`` and writes go-<name>."""
+    def run():
+        try:
+            while not all((out / f"rank{r}" / f"marker-{name}").exists() for r in range(RANKS)):
+                if (out / f"go-{name}").exists():
+                    return  # the job ended without getting here
+                time.sleep(0.05)
+            act()
+        except Exception as e:  # the test reports it
+            errors.append(e)
+        finally:
+            (out / f"go-{name}").touch()
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    return t
+
+
+@pytest.fixture(scope="module")
+def faults(server, tmp_path_factory):
+    base = tmp_path_factory.mktemp("s3faults")
+    out = base / "out"
+    bucket = s3_server.Bucket(server, prefix="mr-")
+    proxy = FaultProxy(server)
+    opts = _options(server, **FEW_ATTEMPTS)
+    via_proxy = _options(proxy.endpoint, **FEW_ATTEMPTS)
+    parts = {p: _npy_set(bucket, p, seed) for seed, p in enumerate(("ow", "ow2", "deny", "deny2"))}
+
+    def overwrite(prefix: str):
+        # The same size, other bytes: only the ETag tells. The last shard: with one tile per
+        # rank, the second rank's tile alone reads it.
+        return lambda: bucket.put_npy(f"{prefix}/shard_0007.npy", parts[prefix][7] + 1)
+
+    # 403 for every request about one object, read by a tile (the trusted manifest spares
+    # discovery its requests); 403 for another's request at discovery (its GET on the signed
+    # path, its HEAD on Arrow's).
+    proxy.add(Rule(None, path="/deny/shard_0006.npy", action="403", count=None))
+    proxy.add(Rule(None, path="/deny2/shard_0003.npy", action="403", count=None))
+    ops = [{"name": "overwritten", "op": "load", "source": bucket.url("ow/"),
+            "once": {"storage_options": opts}, "wait": "wait-ow", "kwargs": {}},
+           {"name": "deny-index", "op": "index", "source": bucket.url("deny/"),
+            "kwargs": {"storage_options": opts}},
+           {"name": "denied", "op": "load", "source": bucket.url("deny/"),
+            "kwargs": {"storage_options": via_proxy, "trust_manifest": True}},
+           {"name": "denied-discovery", "op": "load", "source": bucket.url("deny2/"),
+            "kwargs": {"storage_options": via_proxy}},
+           {"name": "after", "op": "load", "source": bucket.url("deny/"),
+            "kwargs": {"storage_options": opts}},
+           # last: the error ends the program on both ranks
+           {"name": "uncaught", "op": "load", "source": bucket.url("ow2/"),
+            "once": {"storage_options": opts}, "wait": "wait-ow2", "kwargs": {},
+            "uncaught": True}]
+    spec = write_spec(base / "spec.json", {"ops": ops})
+    errors: list = []
+    waits = {"wait-ow": overwrite("ow"), "wait-ow2": overwrite("ow2")}
+    out.mkdir()
+    threads = [_when_both_wait(out, name, act, errors) for name, act in waits.items()]
+    try:
+        job = python_job(out, "s3_cases.py", str(spec), env=s3_server.CLIENT_ENV, timeout=300)
+    finally:
+        proxy.close()
+        for name in waits:  # a thread still waiting for markers ends now
+            (out / f"go-{name}").touch()
+        for t in threads:
+            t.join(timeout=10)
+    assert not errors, errors
+    return bucket, job, parts
+
+
+def test_an_object_overwritten_between_discovery_and_load_is_an_error_on_every_rank(faults):
+    bucket, job, _ = faults
+    err = _same_error(job, "overwritten")
+    assert "ShardReadError" in err["mro"], err
+    assert bucket.url("ow/shard_0007.npy") in err["message"], err
+    assert "changed" in err["message"], err
+
+
+def test_a_403_for_one_object_is_an_error_naming_it_on_every_rank(faults):
+    bucket, job, _ = faults
+    err = _same_error(job, "denied")
+    assert "ShardReadError" in err["mro"], err
+    assert bucket.url("deny/shard_0006.npy") in err["message"], err
+    # The store's words: S3's error code through the signed path (on Arrow's, whose answer to a
+    # short range cannot hold the 403's body, what the object's HEAD answers).
+    assert ("AccessDenied" in err["message"] or "ACCESS_DENIED" in err["message"]) and (
+        "Permission denied" in err["message"]), err
+    err = _same_error(job, "denied-discovery")
+    assert "LayoutError" in err["mro"], err
+    assert bucket.url("deny2/shard_0003.npy") in err["message"], err
+    assert "AccessDenied" in err["message"] or "ACCESS_DENIED" in err["message"], err
+
+
+def test_the_runtime_survives_the_faults_on_every_rank(faults):
+    _, job, parts = faults
+    _ok(job, "after")
+    for rank in job.ranks:
+        np.testing.assert_array_equal(rank.array("after"), np.concatenate(parts["deny"]))
+
+
+def test_an_uncaught_error_ends_every_rank_with_an_error(faults):
+    bucket, job, _ = faults
+    # Each rank raised the error naming the object, and exited with status 1 (not killed,
+    # not hung: the job ended within its time).
+    assert job.rc != 0, job.describe()
+    assert [r.rc for r in job.ranks] == [1] * RANKS, job.describe()
+    for r in job.ranks:
+        assert bucket.url("ow2/shard_0007.npy") in r.err, job.describe()
+        assert "ShardReadError" in r.err, job.describe()

@@ -1,0 +1,163 @@
+"""HDF5 shards in an S3 bucket (moto's server mode on 127.0.0.1) and on an HTTP server, read
+through shardload's HDF5 file driver over ranged GETs, compared with h5py reading the local
+originals."""
+
+from __future__ import annotations
+
+import pathlib
+
+import numpy as np
+import pytest
+
+moto = pytest.importorskip("moto", reason="moto[server] is installed by scripts/setup.sh")
+boto3 = pytest.importorskip("boto3")
+h5py = pytest.importorskip("h5py")
+
+import shardload  # noqa: E402
+
+from s3_server import Bucket  # noqa: E402
+from s3_fault_proxy import FaultProxy, Rule  # noqa: E402
+
+# (h5py dataset keywords, dtype): contiguous, chunked, deflate, shuffle + deflate, big-endian.
+LAYOUTS = {
+    "contiguous": ({}, "<f4"),
+    "chunked": ({"chunks": (5, 3)}, "<i8"),
+    "gzip": ({"chunks": (4, 3), "compression": "gzip"}, "<f8"),
+    "shuffle": ({"chunks": (7, 3), "compression": "gzip", "shuffle": True}, "<u2"),
+    "bigendian": ({"chunks": (6, 3)}, ">f4"),
+}
+
+
+def write_shards(tmp: pathlib.Path, rows: list[int], kw: dict, dtype: str,
+                 rng: np.random.Generator, name: str = "x") -> list[pathlib.Path]:
+    paths = []
+    for i, n in enumerate(rows):
+        a = (rng.standard_normal((n, 3)) * 1000).astype(dtype)
+        p = tmp / f"shard_{i:04d}.h5"
+        with h5py.File(p, "w") as f:
+            # maxshape lets a chunk be longer than a short shard, as an appended file's is.
+            extra = {"maxshape": (None, 3)} if "chunks" in kw else {}
+            f.create_dataset(name, data=a, **(kw if n else {}), **(extra if n else {}))
+        paths.append(p)
+    return paths
+
+
+def oracle(paths: list[pathlib.Path], name: str = "x") -> np.ndarray:
+    parts = []
+    for p in paths:
+        with h5py.File(p, "r") as f:
+            parts.append(f[name][...])
+    return np.concatenate(parts).astype(parts[0].dtype.newbyteorder("="))
+
+
+@pytest.mark.parametrize("layout", sorted(LAYOUTS))
+def test_ragged_shards_match_h5py(bucket, tmp_path, layout):
+    kw, dtype = LAYOUTS[layout]
+    rng = np.random.default_rng(len(layout))
+    paths = write_shards(tmp_path, [23, 0, 1, 40, 9], kw, dtype, rng)
+    for p in paths:
+        bucket.upload(f"d/{p.name}", p)
+    want = oracle(paths)
+    src = bucket.url("d/")
+    layout_ = shardload.discover(src, storage_options=bucket.options)
+    assert layout_.format == "hdf5" and layout_.total_rows == want.shape[0]
+    np.testing.assert_array_equal(np.asarray(shardload.load(src, storage_options=bucket.options)),
+                                  want)
+    # Rows that start and end inside chunks, across objects.
+    np.testing.assert_array_equal(layout_.read(3, 66), want[3:66])
+    got = shardload.load(src, storage_options=bucket.options, row_range=(22, 70))
+    np.testing.assert_array_equal(np.asarray(got), want[22:70])
+
+
+def test_named_dataset_in_a_file_of_several(bucket, tmp_path):
+    rng = np.random.default_rng(3)
+    for i, n in enumerate([12, 5]):
+        with h5py.File(tmp_path / f"s{i}.h5", "w") as f:
+            f.create_dataset("grp/a", data=rng.integers(0, 9, (n, 2)), chunks=(4, 2))
+            f.create_dataset("b", data=np.arange(n * 4.0).reshape(n, 4))
+        bucket.upload(f"m/s{i}.h5", tmp_path / f"s{i}.h5")
+    urls = [bucket.url(f"m/s{i}.h5") for i in range(2)]
+    want = oracle([tmp_path / "s0.h5", tmp_path / "s1.h5"], "grp/a")
+    got = shardload.load(urls, storage_options=bucket.options, dataset="grp/a")
+    np.testing.assert_array_equal(np.asarray(got), want)
+    with pytest.raises(shardload.LayoutError, match="expected exactly one dataset") as e:
+        shardload.discover(urls, storage_options=bucket.options)
+    assert urls[0] in str(e.value)
+
+
+def test_a_truncated_object_is_a_clear_error(bucket, tmp_path):
+    paths = write_shards(tmp_path, [50], {"chunks": (10, 3)}, "<f8", np.random.default_rng(4))
+    data = paths[0].read_bytes()
+    bucket.put("t/shard_0000.h5", data[: len(data) // 2])
+    url = bucket.url("t/shard_0000.h5")
+    with pytest.raises(shardload.Error) as e:
+        shardload.load(url, storage_options=bucket.options)
+    assert url in str(e.value), str(e.value)
+
+
+def test_object_overwritten_after_discover_is_an_error(bucket, tmp_path):
+    rng = np.random.default_rng(5)
+    paths = write_shards(tmp_path, [16, 16], {"chunks": (4, 3)}, "<f4", rng)
+    for p in paths:
+        bucket.upload(f"d/{p.name}", p)
+    layout = shardload.discover(bucket.url("d/"), storage_options=bucket.options)
+    (tmp_path / "other").mkdir()
+    other = write_shards(tmp_path / "other", [16], {"chunks": (4, 3)}, "<f4", rng)[0]
+    bucket.upload("d/shard_0001.h5", other)  # other values, same rows
+    with pytest.raises(shardload.ShardReadError) as e:
+        layout.read(0, 32)
+    assert bucket.url("d/shard_0001.h5") in str(e.value) and "changed" in str(e.value)
+
+
+def test_reads_are_ranged_and_retried(server, tmp_path):
+    """No object is fetched whole: a tile reads the file's metadata and the chunks of its
+    rows by ranged GETs; a 500 on one of them is retried and counted."""
+    with FaultProxy(server) as proxy:
+        b = Bucket(server, proxy.endpoint)
+        b.options.update({"max_attempts": "4", "backoff_ms": "5", "max_backoff_ms": "50"})
+        # Chunks of about 100 KB (4,000 rows x 3 float64 per chunk), 2.4 MB in all.
+        paths = write_shards(tmp_path, [100_000], {"chunks": (4000, 3), "compression": "gzip"},
+                             "<f8", np.random.default_rng(6))
+        b.upload("r/shard_0000.h5", paths[0])
+        want = oracle(paths)
+        layout = shardload.discover(b.url("r/"), storage_options=b.options)
+        proxy.clear()
+        got = layout.read(50_000, 54_000)  # one chunk's rows, in two chunks
+        np.testing.assert_array_equal(got, want[50_000:54_000])
+        gets = [r for r in proxy.log if r[0] == "GET" and "shard_0000.h5" in r[1]]
+        assert gets and all(r[2] is not None for r in gets), proxy.log  # every GET ranged
+        size = paths[0].stat().st_size
+        fetched = sum(int(r[2].split("-")[1]) - int(r[2].split("=")[1].split("-")[0]) + 1
+                      for r in gets)
+        assert fetched < size / 2, (fetched, size, [r[2] for r in gets])
+        rule = proxy.add(Rule("GET", path="shard_0000.h5", ranged=True, action="500", count=2))
+        got, info = shardload.load(b.url("r/"), storage_options=b.options, info=True)
+        np.testing.assert_array_equal(np.asarray(got), want)
+        assert rule.fired == 2 and info.remote_retries >= 2
+
+
+def test_refused_read_names_the_url(server, tmp_path):
+    with FaultProxy(server) as proxy:
+        b = Bucket(server, proxy.endpoint)
+        paths = write_shards(tmp_path, [30], {"chunks": (10, 3)}, "<f4",
+                             np.random.default_rng(8))
+        b.upload("f/shard_0000.h5", paths[0])
+        layout = shardload.discover(b.url("f/"), storage_options=b.options)
+        proxy.add(Rule("GET", path="shard_0000.h5", ranged=True, action="403", count=None))
+        with pytest.raises(shardload.ShardReadError) as e:
+            layout.read(0, 30)
+        assert b.url("f/shard_0000.h5") in str(e.value), str(e.value)
+
+
+def test_external_storage_is_refused_by_name(bucket, tmp_path):
+    a = np.arange(24, dtype="<f4").reshape(8, 3)
+    a.tofile(tmp_path / "raw.bin")
+    with h5py.File(tmp_path / "e.h5", "w") as f:
+        f.create_dataset("x", shape=a.shape, dtype=a.dtype,
+                         external=[(str(tmp_path / "raw.bin"), 0, a.nbytes)])
+    bucket.upload("e/e.h5", tmp_path / "e.h5")
+    bucket.upload("e/raw.bin", tmp_path / "raw.bin")
+    url = bucket.url("e/e.h5")
+    with pytest.raises(shardload.LayoutError, match="external storage files") as e:
+        shardload.discover(url, storage_options=bucket.options)
+    assert url in str(e.value)
