@@ -231,3 +231,20 @@ def test_a_manifest_indexed_on_arrows_path_is_current_on_the_signed_path(server,
     layout = shardload.discover(data.url(), storage_options=signed)
     assert layout.manifest_state is shardload.ManifestState.USED, layout.manifest_status
     np.testing.assert_array_equal(layout.read(0, layout.total_rows), data.want)
+
+
+def test_an_empty_object_is_opened_by_a_head_after_its_refused_range(server, proxy):
+    """An object of 0 bytes has no byte 0 for the opening GET to ask for (416): its snapshot
+    comes from a HEAD, and it is read as the 0 rows it holds."""
+    data = Data(server, rows=(1,))
+    parts = [np.arange(10, dtype="<i4").reshape(2, 5), np.zeros((0, 5), "<i4"),
+             np.arange(15, dtype="<i4").reshape(3, 5)]
+    for i, p in enumerate(parts):
+        data.client.put_object(Bucket=data.name, Key=f"r/shard_{i:04d}.bin", Body=p.tobytes())
+    options = {"endpoint_override": proxy.endpoint, "scheme": "http", "region": "us-east-1"}
+    layout = shardload.discover(data.url("r/"), format="raw", dtype="<i4", trailing_shape=(5,),
+                                storage_options=options)
+    assert layout.total_rows == 5 and len(layout.paths) == 3
+    np.testing.assert_array_equal(layout.read(0, 5), np.concatenate(parts))
+    empty = [m for m, t, _, _ in proxy.log if t.endswith("/r/shard_0001.bin")]
+    assert empty[:2] == ["GET", "HEAD"], proxy.log
