@@ -213,6 +213,9 @@ CurlAnswer curl_perform(const CurlRequest& req, void* dst, std::size_t cap, std:
     if (req.head) {
       curl_easy_setopt(c, CURLOPT_NOBODY, 1L);
     } else {
+      // A receive buffer of 512 KiB instead of libcurl's 16: a large range arrives in fewer
+      // reads and callbacks.
+      curl_easy_setopt(c, CURLOPT_BUFFERSIZE, 512L * 1024);
       curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
       curl_easy_setopt(c, CURLOPT_WRITEDATA, &sink);
     }
