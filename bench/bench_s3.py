@@ -7,6 +7,9 @@ about MB_PER_SHARD MB each, and times, in one run on the same objects:
   sl-4req      the same with requests_in_flight=4: a piece larger than request_bytes (8 MiB)
                read as up to 4 ranged GETs at once (docs/object_storage.md), against the
                default of one GET per piece;
+  sl-arrow     the same load on Arrow's S3 client, as every s3:// read was made before the
+               GETs signed by shardload (no region known outside the AWS SDK: a HEAD and a
+               header GET per object at discovery, a HEAD after each object's reads);
   boto3-seq    boto3 get_object of each object in turn, np.load, np.concatenate;
   s3fs-dask    s3fs + dask: a LIST (fs.glob) and each object's npy header read through s3fs
                (discovery, as shardload's), then dask.array.from_delayed over np.load of each
@@ -168,6 +171,18 @@ def main() -> None:
         def sl():
             return np.asarray(shardload.load("s3://bench/data/", storage_options=options))
 
+        # No region in the options or the environment: shardload leaves the object to Arrow.
+        arrow_options = {"endpoint_override": endpoint, "scheme": "http"}
+
+        def sl_arrow():
+            saved = {k: os.environ.pop(k) for k in ("AWS_REGION", "AWS_DEFAULT_REGION")
+                     if k in os.environ}
+            try:
+                return np.asarray(shardload.load("s3://bench/data/",
+                                                 storage_options=arrow_options))
+            finally:
+                os.environ.update(saved)
+
         def sl_four_requests():
             return np.asarray(shardload.load("s3://bench/data/",
                                              storage_options={**options,
@@ -237,6 +252,7 @@ def main() -> None:
             return arr.compute(scheduler="threads", num_workers=threads)
 
         times, failed = measure((("shardload", sl, None), ("sl-4req", sl_four_requests, None),
+                                 ("sl-arrow", sl_arrow, None),
                                  ("boto3-seq", seq, None), ("s3fs-dask", s3fs_dask, None),
                                  ("get-bound", bound, None)), want, args.repeat)
         print(f"{args.shards} shards, {nbytes / 1e6:.1f} MB, {threads} processors "

@@ -95,7 +95,7 @@ Result<int> open_regular(const std::string& path, int flags, int* open_errno) {
   return open_regular_stat(path, flags, open_errno, nullptr);
 }
 
-Result<int> IoBackend::open_known(const std::string& path, std::uint64_t /*size*/) {
+Result<int> IoBackend::open_known(const std::string& path, const FileInfo& /*snapshot*/) {
   return open(path);
 }
 
@@ -193,10 +193,10 @@ class PosixIo final : public IoBackend {
     return open_regular(path);
   }
 
-  Result<int> open_known(const std::string& path, std::uint64_t size) override {
+  Result<int> open_known(const std::string& path, const FileInfo& snapshot) override {
     if (is_remote_url(path)) {
       SHARDLOAD_ASSIGN_OR_RETURN(RemoteIo* const r, remote_for(path));
-      return r->open_known(path, size);
+      return r->open_known(path, snapshot);
     }
     return open_regular(path);
   }

@@ -734,7 +734,7 @@ class ArrowReader final : public ShardReader {
       File object;
       if (known != nullptr) {
         info = *known;
-        SHARDLOAD_ASSIGN_OR_RETURN(const int fd, ctx_.io->open_known(path, known->size));
+        SHARDLOAD_ASSIGN_OR_RETURN(const int fd, ctx_.io->open_known(path, *known));
         object = File(ctx_.io, fd, path);
       } else {
         SHARDLOAD_ASSIGN_OR_RETURN(object, File::open_stat(*ctx_.io, path, &info));

@@ -50,7 +50,7 @@ Result<File> open_checked(IoBackend& io, const Shard& shard, bool check) {
   if (is_remote_url(shard.path)) {
     // Asking an object's state is a request (a HEAD) and the check after the reads asks
     // again; that later answer is the one that counts, so the open asks nothing.
-    SHARDLOAD_ASSIGN_OR_RETURN(const int fd, io.open_known(shard.path, shard.snapshot.size));
+    SHARDLOAD_ASSIGN_OR_RETURN(const int fd, io.open_known(shard.path, shard.snapshot));
     return File(&io, fd, shard.path);
   }
   FileInfo now;

@@ -1,9 +1,16 @@
 // Object storage through Arrow's S3 file system (the one inside the pinned pyarrow's libarrow):
 // the RemoteIo that posix_io() routes "s3://" URLs to. A read is one ranged GET
 // (RandomAccessFile::ReadAt) into the caller's buffer; nothing downloads a whole object.
+// Where the credentials and region are known without the AWS SDK (s3_signed.hpp), objects are
+// opened and read by GETs signed here and sent through libcurl instead: a GET that also says
+// the object's size and ETag, which Arrow's cannot. Listing and writing stay on Arrow.
 #include "readers/detail/s3_io.hpp"
 #include "readers/detail/object_store.hpp"
 #include "readers/detail/store_options.hpp"
+#if SHARDLOAD_S3_SIGNED
+#include "readers/detail/curl_get.hpp"
+#include "readers/detail/s3_signed.hpp"
+#endif
 
 #include <arrow/filesystem/filesystem.h>
 #include <arrow/filesystem/s3fs.h>
@@ -14,6 +21,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -168,6 +176,27 @@ class ArrowObjectWriter final : public ObjectWriter {
   std::size_t unflushed_ = 0;
 };
 
+#if SHARDLOAD_S3_SIGNED
+// The first bytes of an object that its open (discovery's) asks for: the size and ETag come
+// with them, a header within them costs no other request, and a small object comes whole.
+constexpr std::size_t kFirstBytes = 64 * 1024;
+#endif
+
+// An object open on the signed path: the snapshot each answer is compared with, and what an
+// answer said that differed from it, for the stat after the reads.
+struct SignedOpen {
+#if SHARDLOAD_S3_SIGNED
+  std::shared_ptr<const S3Endpoint> ep;
+#endif
+  std::string key;
+  FileInfo snapshot;
+  std::string first;  // the object's first bytes, from the open's GET
+  std::mutex mu;
+  bool differs = false;     // an answer's ETag or size was not the snapshot's: `seen`
+  bool unverified = false;  // an answer without an ETag: the stat asks the store
+  FileInfo seen;
+};
+
 class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
  public:
   Result<int> open(const std::string& url) override {
@@ -176,37 +205,72 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
   }
 
   Result<int> open_stat(const std::string& url, FileInfo* info) override {
+#if SHARDLOAD_S3_SIGNED
+    SHARDLOAD_ASSIGN_OR_RETURN(auto where, resolve(url));
+    if (where.ep != nullptr) return signed_open(url, where, info);
+#endif
     SHARDLOAD_ASSIGN_OR_RETURN(auto file, open_object(url, info));
     return add_open(url, std::move(file));
   }
 
-  // No HEAD: Arrow takes the size it is given, and reads past it come back short.
-  Result<int> open_known(const std::string& url, std::uint64_t size) override {
+  // No HEAD: Arrow takes the size it is given, and reads past it come back short. On the
+  // signed path each GET's ETag is compared with the snapshot's.
+  Result<int> open_known(const std::string& url, const FileInfo& snapshot) override {
     SHARDLOAD_ASSIGN_OR_RETURN(auto where, resolve(url));
-    if (where.second.empty() || where.second.back() == '/') {
+    if (where.path.empty() || where.path.back() == '/') {
       return file_error(ErrorCode::kIo, url, "not an object (the URL ends in '/')");
     }
-    arrow::fs::FileInfo known(where.second, arrow::fs::FileType::File);
-    known.set_size(static_cast<std::int64_t>(size));
+#if SHARDLOAD_S3_SIGNED
+    if (where.ep != nullptr) {
+      auto s = std::make_shared<SignedOpen>();
+      s->ep = where.ep;
+      s->key = key_of(where.path);
+      s->snapshot = snapshot;
+      return add_signed(url, std::move(s));
+    }
+#endif
+    arrow::fs::FileInfo known(where.path, arrow::fs::FileType::File);
+    known.set_size(static_cast<std::int64_t>(snapshot.size));
     t_gave_up_after = 0;
-    auto file = where.first->OpenInputFile(known);
+    auto file = where.fs->OpenInputFile(known);
     if (!file.ok()) return remote_error(ErrorCode::kIo, url, "cannot open", file.status());
     return add_open(url, *std::move(file));
   }
 
-  // A fresh request, not what the open saw: the check after the last read asks the store.
+  // On Arrow's path a fresh request, not what the open saw: the check after the last read
+  // asks the store. On the signed path what the answers said: each GET's ETag was compared
+  // with the snapshot's, so a HEAD would only repeat it (one is made where an answer had no
+  // ETag).
   Result<FileInfo> stat(int fd, const std::string& path) override {
     std::string url;
+    std::shared_ptr<SignedOpen> s;
     {
       std::lock_guard lock(mu_);
       auto it = files_.find(fd);
       if (it == files_.end()) return file_error(ErrorCode::kIo, path, "not an open object");
       url = it->second.url;
+      s = it->second.signed_open;
+    }
+    if (s != nullptr) {
+      std::lock_guard lock(s->mu);
+      if (s->differs) return s->seen;
+      if (!s->unverified) return s->snapshot;
     }
     return stat_path(url);
   }
 
   Result<FileInfo> stat_path(const std::string& url) override {
+#if SHARDLOAD_S3_SIGNED
+    {
+      SHARDLOAD_ASSIGN_OR_RETURN(auto where, resolve(url));
+      if (where.ep != nullptr) {
+        if (where.path.empty() || where.path.back() == '/') {
+          return file_error(ErrorCode::kIo, url, "not an object (the URL ends in '/')");
+        }
+        return s3_head(*where.ep, url, key_of(where.path), &retries_);
+      }
+    }
+#endif
     FileInfo info;
     SHARDLOAD_ASSIGN_OR_RETURN(auto file, open_object(url, &info));
     return info;
@@ -215,6 +279,7 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
   std::int64_t pread(int fd, void* buf, std::size_t n, std::uint64_t offset) override {
     std::shared_ptr<arrow::io::RandomAccessFile> file;
     std::string url;
+    std::shared_ptr<SignedOpen> s;
     std::size_t part = 0;
     std::size_t in_flight = 1;
     {
@@ -223,10 +288,14 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
       if (it == files_.end()) return -EBADF;
       file = it->second.file;
       url = it->second.url;
+      s = it->second.signed_open;
       part = it->second.request_bytes;
       in_flight = it->second.requests_in_flight;
     }
     t_read_error.clear();
+#if SHARDLOAD_S3_SIGNED
+    if (s != nullptr) return signed_pread(*s, buf, n, offset, part, in_flight);
+#endif
     const std::int64_t got =
         read_in_parts([&file](void* dst, std::size_t len, std::uint64_t off,
                               std::string* why) { return read_range(*file, dst, len, off, why); },
@@ -246,12 +315,13 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
       file = std::move(it->second.file);
       files_.erase(it);
     }
-    (void)file->Close();
+    if (file != nullptr) (void)file->Close();
   }
 
   Result<std::vector<std::string>> list(const std::string& dir_url) override {
     SHARDLOAD_ASSIGN_OR_RETURN(auto where, resolve(dir_url));
-    auto& [fs, path] = where;
+    auto& fs = where.fs;
+    auto& path = where.path;
     while (!path.empty() && path.back() == '/') path.pop_back();
     arrow::fs::FileSelector sel;
     sel.base_dir = path;
@@ -287,11 +357,11 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
 
   Result<std::unique_ptr<ObjectWriter>> open_writer(const std::string& url) override {
     SHARDLOAD_ASSIGN_OR_RETURN(auto where, resolve(url));
-    if (where.second.empty() || where.second.back() == '/') {
+    if (where.path.empty() || where.path.back() == '/') {
       return file_error(ErrorCode::kIo, url, "not an object (the URL ends in '/')");
     }
     t_gave_up_after = 0;
-    auto out = where.first->OpenOutputStream(where.second);
+    auto out = where.fs->OpenOutputStream(where.path);
     if (!out.ok()) return remote_error(ErrorCode::kIo, url, "cannot write", out.status());
     return std::unique_ptr<ObjectWriter>(std::make_unique<ArrowObjectWriter>(url, *std::move(out)));
   }
@@ -299,14 +369,15 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
   Status remove(const std::string& url) override {
     SHARDLOAD_ASSIGN_OR_RETURN(auto where, resolve(url));
     t_gave_up_after = 0;
-    const auto st = where.first->DeleteFile(where.second);
+    const auto st = where.fs->DeleteFile(where.path);
     if (st.ok() || errno_of(st) == ENOENT) return Status::ok();
     return remote_error(ErrorCode::kIo, url, "cannot delete", st);
   }
 
   Result<std::vector<ObjectEntry>> list_entries(const std::string& dir_url) override {
     SHARDLOAD_ASSIGN_OR_RETURN(auto where, resolve(dir_url));
-    auto& [fs, path] = where;
+    auto& fs = where.fs;
+    auto& path = where.path;
     while (!path.empty() && path.back() == '/') path.pop_back();
     arrow::fs::FileSelector sel;
     sel.base_dir = path;
@@ -341,7 +412,7 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
   Result<bool> is_object(const std::string& url) override {
     SHARDLOAD_ASSIGN_OR_RETURN(auto where, resolve(url));
     t_gave_up_after = 0;
-    auto info = where.first->GetFileInfo(where.second);
+    auto info = where.fs->GetFileInfo(where.path);
     if (!info.ok()) return remote_error(ErrorCode::kIo, url, "cannot look up", info.status());
     switch (info->type()) {
       case arrow::fs::FileType::File:
@@ -355,25 +426,129 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
 
  private:
   struct Open {
-    std::shared_ptr<arrow::io::RandomAccessFile> file;
+    std::shared_ptr<arrow::io::RandomAccessFile> file;  // Arrow's path
     std::string url;
     std::size_t request_bytes = 0;
     std::size_t requests_in_flight = 1;
+    std::shared_ptr<SignedOpen> signed_open;  // the signed path
   };
 
-  Result<int> add_open(const std::string& url, std::shared_ptr<arrow::io::RandomAccessFile> file) {
+  // Where a URL leads: Arrow's file system for its bucket and query, the object's path in it
+  // ("bucket/key"), and the endpoint of the signed path where it is taken (else null).
+  struct Where {
+    std::shared_ptr<arrow::fs::FileSystem> fs;
+    std::string path;
+#if SHARDLOAD_S3_SIGNED
+    std::shared_ptr<const S3Endpoint> ep;
+#else
+    const void* ep = nullptr;
+#endif
+  };
+
+  static std::string key_of(const std::string& path) { return path.substr(path.find('/') + 1); }
+
+  Result<int> add_open(const std::string& url, std::shared_ptr<arrow::io::RandomAccessFile> file,
+                       std::shared_ptr<SignedOpen> s = nullptr) {
     StoreOptions options;  // checked already by resolve
     const auto q = url.find('?');
     SHARDLOAD_ASSIGN_OR_RETURN(
         const std::string ignored,
-        take_store_options(url, q == std::string::npos ? std::string() : url.substr(q), &options));
+        take_store_options(url, q == std::string::npos ? std::string() : url.substr(q), &options,
+                           /*credentials=*/true));
     (void)ignored;
     std::lock_guard lock(mu_);
     const int fd = next_fd_++;
     files_.emplace(fd, Open{std::move(file), url, static_cast<std::size_t>(options.request_bytes),
-                            static_cast<std::size_t>(options.requests_in_flight)});
+                            static_cast<std::size_t>(options.requests_in_flight), std::move(s)});
     return fd;
   }
+
+  Result<int> add_signed(const std::string& url, std::shared_ptr<SignedOpen> s) {
+    return add_open(url, nullptr, std::move(s));
+  }
+
+#if SHARDLOAD_S3_SIGNED
+  // The open of discovery (and of a Zarr chunk): one GET of the first bytes, whose answer
+  // says the object's size (Content-Range) and ETag; later reads within them cost nothing.
+  Result<int> signed_open(const std::string& url, const Where& where, FileInfo* info) {
+    if (where.path.empty() || where.path.back() == '/') {
+      return file_error(ErrorCode::kIo, url, "not an object (the URL ends in '/')");
+    }
+    auto s = std::make_shared<SignedOpen>();
+    s->ep = where.ep;
+    s->key = key_of(where.path);
+    s->first.resize(kFirstBytes);
+    S3Get g = s3_get_range(*s->ep, s->key, s->first.data(), kFirstBytes, 0, false, 0, &retries_);
+    if (g.status == 416) {
+      // An empty object has no byte 0 to ask for: its snapshot from a HEAD.
+      SHARDLOAD_ASSIGN_OR_RETURN(s->snapshot, s3_head(*s->ep, url, s->key, &retries_));
+      s->first.clear();
+    } else if (g.got < 0) {
+      return file_error(ErrorCode::kIo, url, "cannot open: " + g.why, static_cast<int>(-g.got));
+    } else if (!g.state.has_size) {
+      return file_error(ErrorCode::kIo, url,
+                        "cannot open: the store's answer to a ranged GET has no Content-Range");
+    } else {
+      s->first.resize(static_cast<std::size_t>(g.got));
+      s->first.shrink_to_fit();
+      s->snapshot.size = g.state.size;
+      s->snapshot.regular = true;
+      s->snapshot.inode = g.state.has_etag ? g.state.inode : fnv1a("");
+      s->unverified = !g.state.has_etag;
+    }
+    *info = s->snapshot;
+    return add_signed(url, std::move(s));
+  }
+
+  // What an answer said that differs from the snapshot, for the stat after the reads.
+  static void note(SignedOpen& s, const FileInfo& now) {
+    std::lock_guard lock(s.mu);
+    if (now == s.snapshot || s.differs) return;
+    s.differs = true;
+    s.seen = now;
+  }
+
+  std::int64_t signed_pread(SignedOpen& s, void* buf, std::size_t n, std::uint64_t offset,
+                            std::size_t part, std::size_t in_flight) {
+    if (n == 0 || offset >= s.snapshot.size) return 0;
+    // Never past the end the snapshot saw: a range there is a 416, not an end of file.
+    n = static_cast<std::size_t>(std::min<std::uint64_t>(n, s.snapshot.size - offset));
+    std::size_t done = 0;
+    if (offset < s.first.size()) {
+      done = std::min<std::size_t>(n, s.first.size() - static_cast<std::size_t>(offset));
+      std::memcpy(buf, s.first.data() + offset, done);
+      if (done == n) return static_cast<std::int64_t>(done);
+    }
+    const std::int64_t got = read_in_parts(
+        [this, &s](void* dst, std::size_t len, std::uint64_t off, std::string* why) {
+          S3Get g = s3_get_range(*s.ep, s.key, dst, len, off, true, s.snapshot.inode, &retries_);
+          if (g.changed) {
+            FileInfo now = s.snapshot;
+            now.inode = g.state.inode;
+            if (g.state.has_size) now.size = g.state.size;
+            note(s, now);
+          } else if (g.status == 416) {
+            // The object is shorter than the snapshot: what it is now, for the message.
+            auto now = s3_head(*s.ep, "", s.key, &retries_);
+            if (now) note(s, *now);
+          } else if (g.got >= 0 && g.state.has_size && g.state.size != s.snapshot.size) {
+            FileInfo now = s.snapshot;
+            now.size = g.state.size;
+            if (g.state.has_etag) now.inode = g.state.inode;
+            note(s, now);
+          } else if (g.got >= 0 && !g.state.has_etag) {
+            std::lock_guard lock(s.mu);
+            s.unverified = true;
+          }
+          *why = std::move(g.why);
+          return g.got;
+        },
+        static_cast<std::byte*>(buf) + done, n - done, offset + done, part, in_flight,
+        &t_read_error);
+    if (got < 0) return done > 0 ? static_cast<std::int64_t>(done) : got;
+    return static_cast<std::int64_t>(done) + got;
+  }
+#endif
 
   // A ranged GET's answer that did not fit the range's buffer: an error answer whose body (a
   // 403's or a 5xx's XML) is longer than the range, as with a small object or a tile's few
@@ -412,14 +587,19 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
 
   // The file system for `url` (one per bucket and query, made once: each holds an S3 client)
   // and the object's path in it ("bucket/key").
-  Result<std::pair<std::shared_ptr<arrow::fs::FileSystem>, std::string>> resolve(
-      const std::string& url) {
+  Result<Where> resolve(const std::string& url) {
     const auto q = url.find('?');
     const std::string base = url.substr(0, q);
     const std::string query = q == std::string::npos ? std::string() : url.substr(q);
     StoreOptions retry;
     SHARDLOAD_ASSIGN_OR_RETURN(const std::string arrow_query,
-                               take_store_options(url, query, &retry));
+                               take_store_options(url, query, &retry, /*credentials=*/true));
+    if (retry.access_key.empty() != retry.secret_key.empty() ||
+        (retry.access_key.empty() && !retry.session_token.empty())) {
+      return file_error(ErrorCode::kInvalidArgument, url,
+                        "bad object-storage URL or options: access_key and secret_key go "
+                        "together (and session_token with them)");
+    }
     const std::string path = base.substr(5);  // after "s3://"
     const std::string bucket = path.substr(0, path.find('/'));
     if (bucket.empty()) {
@@ -439,6 +619,11 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
         return file_error(ErrorCode::kInvalidArgument, url,
                           "bad object-storage URL or options: " + options.status().message());
       }
+      if (retry.anonymous) {
+        options->ConfigureAnonymousCredentials();
+      } else if (!retry.access_key.empty()) {
+        options->ConfigureAccessKey(retry.access_key, retry.secret_key, retry.session_token);
+      }
       options->retry_strategy = std::make_shared<CountingRetryStrategy>(retry, &retries_);
       options->connect_timeout = retry.connect_timeout;
       options->request_timeout = retry.request_timeout;
@@ -448,6 +633,12 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
                           "bad object-storage URL or options: " + fs.status().message());
       }
       it = fs_.emplace(key, *std::move(fs)).first;
+#if SHARDLOAD_S3_SIGNED
+      if (auto ep = s3_signed_endpoint(bucket, arrow_query, retry)) {
+        SHARDLOAD_RETURN_IF_ERROR(curl_init(url));
+        signed_.emplace(key, std::make_shared<const S3Endpoint>(*std::move(ep)));
+      }
+#endif
       if (!exit_registered_) {
         // Registered after the first client was made, and so after Arrow's own static
         // state for its clients: the handlers run in reverse, so this one runs first and
@@ -457,18 +648,24 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
         exit_registered_ = true;
       }
     }
-    return std::make_pair(it->second, path);
+    Where w;
+    w.fs = it->second;
+    w.path = path;
+#if SHARDLOAD_S3_SIGNED
+    if (auto e = signed_.find(key); e != signed_.end()) w.ep = e->second;
+#endif
+    return w;
   }
 
   // Opens the object (one HEAD request) and reads its snapshot: size and ETag.
   Result<std::shared_ptr<arrow::io::RandomAccessFile>> open_object(const std::string& url,
                                                                    FileInfo* info) {
     SHARDLOAD_ASSIGN_OR_RETURN(auto where, resolve(url));
-    if (where.second.empty() || where.second.back() == '/') {
+    if (where.path.empty() || where.path.back() == '/') {
       return file_error(ErrorCode::kIo, url, "not an object (the URL ends in '/')");
     }
     t_gave_up_after = 0;
-    auto file = where.first->OpenInputFile(where.second);
+    auto file = where.fs->OpenInputFile(where.path);
     if (!file.ok()) return remote_error(ErrorCode::kIo, url, "cannot open", file.status());
     auto size = (*file)->GetSize();
     if (!size.ok()) return remote_error(ErrorCode::kIo, url, "cannot stat", size.status());
@@ -492,6 +689,9 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
   bool initialized_ = false;
   bool exit_registered_ = false;
   std::map<std::string, std::shared_ptr<arrow::fs::FileSystem>> fs_;
+#if SHARDLOAD_S3_SIGNED
+  std::map<std::string, std::shared_ptr<const S3Endpoint>> signed_;  // by the same key
+#endif
   std::unordered_map<int, Open> files_;
   int next_fd_ = kRemoteFdBase;
   std::atomic<std::uint64_t> retries_{0};
@@ -512,11 +712,11 @@ ArrowRemoteIo* the_s3_io() {
 // is aborted (a multipart upload is cancelled, never completed with what was sent).
 Status ArrowRemoteIo::write_object(const std::string& url, const void* data, std::size_t n) {
   SHARDLOAD_ASSIGN_OR_RETURN(auto where, resolve(url));
-  if (where.second.empty() || where.second.back() == '/') {
+  if (where.path.empty() || where.path.back() == '/') {
     return file_error(ErrorCode::kIo, url, "not an object (the URL ends in '/')");
   }
   t_gave_up_after = 0;
-  auto out = where.first->OpenOutputStream(where.second);
+  auto out = where.fs->OpenOutputStream(where.path);
   if (!out.ok()) return remote_error(ErrorCode::kIo, url, "cannot write", out.status());
   t_gave_up_after = 0;
   auto st = (*out)->Write(data, static_cast<std::int64_t>(n));

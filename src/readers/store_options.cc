@@ -23,6 +23,27 @@ std::uint64_t fnv1a(std::string_view s) {
 
 namespace {
 
+// A query value as the URL encodes it ("%2F" for '/'); '+' is kept (a secret key holds it more
+// often than a space).
+std::string percent_decode(const std::string& s) {
+  const auto hexval = [](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+  };
+  std::string out;
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '%' && i + 2 < s.size() && hexval(s[i + 1]) >= 0 && hexval(s[i + 2]) >= 0) {
+      out += static_cast<char>(hexval(s[i + 1]) * 16 + hexval(s[i + 2]));
+      i += 2;
+    } else {
+      out += s[i];
+    }
+  }
+  return out;
+}
+
 Result<std::int64_t> int_option(const std::string& url, const std::string& key,
                                 const std::string& value, std::int64_t lo, std::int64_t hi) {
   std::int64_t v = 0;
@@ -54,7 +75,7 @@ Result<double> seconds_option(const std::string& url, const std::string& key,
 }  // namespace
 
 Result<std::string> take_store_options(const std::string& url, const std::string& query,
-                                       StoreOptions* out) {
+                                       StoreOptions* out, bool credentials) {
   std::string rest;
   std::size_t pos = query.empty() ? 0 : 1;
   while (pos < query.size()) {
@@ -82,6 +103,23 @@ Result<std::string> take_store_options(const std::string& url, const std::string
       SHARDLOAD_ASSIGN_OR_RETURN(out->requests_in_flight, int_option(url, key, value, 1, 64));
     } else if (key == "chunks_in_flight") {
       SHARDLOAD_ASSIGN_OR_RETURN(out->chunks_in_flight, int_option(url, key, value, 1, 64));
+    } else if (credentials && key == "access_key") {
+      out->access_key = percent_decode(value);
+    } else if (credentials && key == "secret_key") {
+      out->secret_key = percent_decode(value);
+    } else if (credentials && key == "session_token") {
+      out->session_token = percent_decode(value);
+    } else if (credentials && key == "anonymous") {
+      if (value == "true" || value == "1") {
+        out->anonymous = true;
+      } else if (value == "false" || value == "0") {
+        out->anonymous = false;
+      } else {
+        return file_error(ErrorCode::kInvalidArgument, url,
+                          "bad object-storage URL or options: anonymous must be true or false, "
+                          "found '" +
+                              value + "'");
+      }
     } else {
       rest += (rest.empty() ? "?" : "&") + item;
     }

@@ -118,7 +118,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         body = self._body()
         rule = proxy._take(self.command, self.path, self.headers.get("Range"))
         proxy._log(self.command, self.path, self.headers.get("Range"),
-                   rule.action if rule else None)
+                   rule.action if rule else None, dict(self.headers.items()))
         if rule is None:
             self._forward(body)
         elif rule.action in _ERROR_CODES:
@@ -204,12 +204,14 @@ class FaultProxy:
     """A proxy on 127.0.0.1 (``endpoint``, "127.0.0.1:PORT") in front of ``upstream``
     ("HOST:PORT"), serving until :meth:`close`. ``rules`` are checked in order for each
     request, the first that matches (and has firings left) spoils it; ``log`` lists every
-    request as (method, target, Range header or None, the action taken or None)."""
+    request as (method, target, Range header or None, the action taken or None), and
+    ``headers`` each request's (method, target, its headers as sent)."""
 
     def __init__(self, upstream: str):
         self.upstream = upstream
         self.rules: list[Rule] = []
         self.log: list[tuple[str, str, str | None, str | None]] = []
+        self.headers: list[tuple[str, str, dict[str, str]]] = []
         # The most requests it was serving at once (since the last clear()).
         self.max_in_flight = 0
         self._in_flight = 0
@@ -232,6 +234,7 @@ class FaultProxy:
         with self._lock:
             self.rules.clear()
             self.log.clear()
+            self.headers.clear()
             self.max_in_flight = self._in_flight
 
     def requests(self, method: str | None = None, path: str | None = None) -> int:
@@ -261,6 +264,8 @@ class FaultProxy:
                     return rule
         return None
 
-    def _log(self, method: str, target: str, range_: str | None, action: str | None) -> None:
+    def _log(self, method: str, target: str, range_: str | None, action: str | None,
+             headers: dict[str, str]) -> None:
         with self._lock:
             self.log.append((method, target, range_, action))
+            self.headers.append((method, target, headers))

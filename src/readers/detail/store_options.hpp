@@ -34,12 +34,19 @@ struct StoreOptions {
   // How many chunk objects (or a shard's inner chunks) one Zarr read fetches at once, beside
   // the calling thread that decodes them; see docs/object_storage.md for the measured default.
   std::int64_t chunks_in_flight = 8;
+  // s3:// credentials given as options (Arrow's URI has no keys for them): a key pair (and a
+  // session token), or anonymous (unsigned requests). Empty and false: the environment's.
+  std::string access_key;
+  std::string secret_key;
+  std::string session_token;
+  bool anonymous = false;
 };
 
 // Splits shardload's keys out of `query` ("?a=b&c=d" or ""): returns the query left for the
-// store (kInvalidArgument naming `url` for a bad value).
+// store (kInvalidArgument naming `url` for a bad value). `credentials`: the credential keys
+// too (s3:// only; an http(s) URL's query is the server's).
 Result<std::string> take_store_options(const std::string& url, const std::string& query,
-                                       StoreOptions* out);
+                                       StoreOptions* out, bool credentials = false);
 
 // The delay before retry number `attempted_retries` + 1: "equal jitter", half the exponential
 // delay plus a random part of the other half, so that many tasks refused at once do not come

@@ -52,9 +52,10 @@ class IoBackend {
   virtual Result<int> open_stat(const std::string& path, FileInfo* info);
   // Opens `path` without asking its state where asking costs a request of its own (an object
   // in object storage: no HEAD), for a caller that knows the file's snapshot and compares the
-  // file with it after its reads (check_unchanged); `size`, the snapshot's, bounds the reads.
-  // The default, and posix_io() for a local file, is open().
-  virtual Result<int> open_known(const std::string& path, std::uint64_t size);
+  // file with it after its reads (check_unchanged); the snapshot's size bounds the reads, and
+  // a backend that sees the object's state in each read's answer (signed s3:// reads) checks
+  // each read against it. The default, and posix_io() for a local file, is open().
+  virtual Result<int> open_known(const std::string& path, const FileInfo& snapshot);
   // One positional read: bytes read (0 at end of file) or -errno.
   virtual std::int64_t pread(int fd, void* buf, std::size_t n, std::uint64_t offset) = 0;
   virtual void close(int fd) = 0;

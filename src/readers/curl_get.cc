@@ -1,0 +1,269 @@
+#include "readers/detail/curl_get.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <charconv>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <string_view>
+#include <thread>
+
+namespace shardload::detail {
+
+namespace {
+
+// One easy handle per thread, reused so that its connections are kept alive between requests,
+// with the buffer for libcurl's words on a failure (set on the handle, so it lives as long).
+struct Handle {
+  CURL* curl = nullptr;
+  char error[CURL_ERROR_SIZE] = {};
+  Handle() : curl(curl_easy_init()) {}
+  ~Handle() {
+    if (curl != nullptr) curl_easy_cleanup(curl);
+  }
+  Handle(const Handle&) = delete;
+  Handle& operator=(const Handle&) = delete;
+};
+
+// This thread's handle, its options reset (the connections kept); nullptr where libcurl could
+// not make one.
+Handle* thread_handle() {
+  thread_local Handle h;
+  if (h.curl == nullptr) return nullptr;
+  curl_easy_reset(h.curl);
+  h.error[0] = '\0';
+  return &h;
+}
+
+bool iequals_prefix(std::string_view line, std::string_view name) {
+  if (line.size() < name.size()) return false;
+  for (std::size_t i = 0; i < name.size(); ++i) {
+    if (std::tolower(static_cast<unsigned char>(line[i])) !=
+        std::tolower(static_cast<unsigned char>(name[i]))) {
+      return false;
+    }
+  }
+  return true;
+}
+
+std::string trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == '\r' || s.back() == '\n' || s.back() == ' ')) {
+    s.remove_suffix(1);
+  }
+  return std::string(s);
+}
+
+std::size_t on_header(char* data, std::size_t size, std::size_t count, void* user) {
+  auto* h = static_cast<CurlHeaders*>(user);
+  const std::string_view line(data, size * count);
+  if (line.starts_with("HTTP/")) *h = CurlHeaders{};  // a new response begins
+  const auto value = [&](std::string_view name) { return trim(line.substr(name.size())); };
+  if (iequals_prefix(line, "etag:")) h->etag = value("etag:");
+  if (iequals_prefix(line, "last-modified:")) h->last_modified = value("last-modified:");
+  if (iequals_prefix(line, "content-range:")) h->content_range = value("content-range:");
+  return size * count;
+}
+
+// Where a GET's body goes: into the caller's buffer only when the answer is the range asked
+// for, else (an error's page, a whole object that is not the range) nowhere.
+struct Sink {
+  CURL* curl = nullptr;
+  const CurlRequest* req = nullptr;
+  const CurlHeaders* headers = nullptr;
+  std::byte* dst = nullptr;
+  std::size_t cap = 0;
+  std::uint64_t offset = 0;
+  std::size_t got = 0;
+  bool checked = false;    // `accept` was asked
+  bool overflow = false;   // more bytes came than were asked for: not the range
+  bool refused = false;    // `accept` refused the answer
+  std::string error_body;  // the first bytes of an error's page, for the message
+};
+
+std::size_t on_body(char* data, std::size_t size, std::size_t count, void* user) {
+  auto* s = static_cast<Sink*>(user);
+  const std::size_t n = size * count;
+  long code = 0;
+  curl_easy_getinfo(s->curl, CURLINFO_RESPONSE_CODE, &code);
+  if (code != 206 && code != 200) {
+    if (s->error_body.size() < s->req->error_body_cap) {
+      s->error_body.append(data, std::min(n, s->req->error_body_cap - s->error_body.size()));
+    }
+    return n;
+  }
+  if (!s->checked) {
+    s->checked = true;
+    if (s->req->accept && !s->req->accept(*s->headers)) {
+      s->refused = true;
+      return 0;  // stops the transfer (CURLE_WRITE_ERROR)
+    }
+  }
+  // A 200 is the whole object: the range only when it starts at offset 0.
+  if ((code == 200 && s->offset != 0) || s->got + n > s->cap) {
+    s->overflow = true;
+    return 0;
+  }
+  std::memcpy(s->dst + s->got, data, n);
+  s->got += n;
+  return n;
+}
+
+// Where the CA certificates of https:// are: CURL_CA_BUNDLE, else SSL_CERT_FILE, else
+// libcurl's own default. libcurl reads neither variable itself (the curl program does).
+const char* ca_bundle() {
+  for (const char* name : {"CURL_CA_BUNDLE", "SSL_CERT_FILE"}) {
+    const char* v = std::getenv(name);
+    if (v != nullptr && *v != '\0') return v;
+  }
+  return nullptr;
+}
+
+std::once_flag g_init_once;
+CURLcode g_init_code = CURLE_OK;
+
+}  // namespace
+
+bool curl_retryable(const CurlOutcome& o) {
+  switch (o.curl) {
+    case CURLE_OK:
+      return o.http >= 500 || o.http == 429;
+    case CURLE_COULDNT_CONNECT:
+    case CURLE_OPERATION_TIMEDOUT:
+    case CURLE_RECV_ERROR:
+    case CURLE_SEND_ERROR:
+    case CURLE_GOT_NOTHING:
+    case CURLE_PARTIAL_FILE:
+    case CURLE_SSL_CONNECT_ERROR:
+      return true;
+    default:
+      return false;
+  }
+}
+
+int curl_errno(const CurlOutcome& o) {
+  if (o.curl == CURLE_OK) {
+    if (o.http == 404 || o.http == 410) return ENOENT;
+    if (o.http == 401 || o.http == 403) return EACCES;
+  }
+  if (o.curl == CURLE_OPERATION_TIMEDOUT) return ETIMEDOUT;
+  return EIO;
+}
+
+std::string curl_describe(const CurlOutcome& o, const std::string& body) {
+  if (o.curl != CURLE_OK) {
+    return std::string(curl_easy_strerror(o.curl)) +
+           (o.curl_error.empty() ? std::string() : " (" + o.curl_error + ")");
+  }
+  std::string d = "HTTP " + std::to_string(o.http);
+  std::string b = trim(body.substr(0, 120));
+  std::replace(b.begin(), b.end(), '\n', ' ');
+  if (!b.empty()) d += ": " + b;
+  return d;
+}
+
+Status curl_init(const std::string& url) {
+  std::call_once(g_init_once, [] { g_init_code = curl_global_init(CURL_GLOBAL_DEFAULT); });
+  if (g_init_code != CURLE_OK) {
+    return file_error(ErrorCode::kIo, url,
+                      std::string("cannot initialize libcurl: ") + curl_easy_strerror(g_init_code));
+  }
+  return Status::ok();
+}
+
+CurlAnswer curl_perform(const CurlRequest& req, void* dst, std::size_t cap, std::uint64_t offset,
+                        std::atomic<std::uint64_t>* retries) {
+  const StoreOptions& o = *req.options;
+  CurlAnswer a;
+  Sink sink;
+  for (std::int64_t k = 0;; ++k) {
+    a = CurlAnswer{};
+    a.tries = k + 1;
+    Handle* h = thread_handle();
+    if (h == nullptr) {
+      a.outcome = CurlOutcome{CURLE_FAILED_INIT, 0, "no libcurl handle"};
+      return a;
+    }
+    CURL* c = h->curl;
+    sink = Sink{};
+    sink.curl = c;
+    sink.req = &req;
+    sink.headers = &a.headers;
+    sink.dst = static_cast<std::byte*>(dst);
+    sink.cap = cap;
+    sink.offset = offset;
+    curl_easy_setopt(c, CURLOPT_URL, req.url.c_str());
+    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+    if (req.follow_redirects) {
+      curl_easy_setopt(c, CURLOPT_FOLLOWLOCATION, 1L);
+      curl_easy_setopt(c, CURLOPT_MAXREDIRS, 5L);
+    }
+    curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS,
+                     static_cast<long>(std::ceil(o.connect_timeout * 1000)));
+    // request_timeout: the longest a request may go without receiving data.
+    curl_easy_setopt(c, CURLOPT_LOW_SPEED_LIMIT, 1L);
+    curl_easy_setopt(c, CURLOPT_LOW_SPEED_TIME, static_cast<long>(std::ceil(o.request_timeout)));
+    curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_header);
+    curl_easy_setopt(c, CURLOPT_HEADERDATA, &a.headers);
+    curl_easy_setopt(c, CURLOPT_ERRORBUFFER, h->error);
+    if (const char* ca = ca_bundle()) curl_easy_setopt(c, CURLOPT_CAINFO, ca);
+    if (req.head) {
+      curl_easy_setopt(c, CURLOPT_NOBODY, 1L);
+    } else {
+      // A receive buffer of 512 KiB instead of libcurl's 16: a large range arrives in fewer
+      // reads and callbacks.
+      curl_easy_setopt(c, CURLOPT_BUFFERSIZE, 512L * 1024);
+      curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
+      curl_easy_setopt(c, CURLOPT_WRITEDATA, &sink);
+    }
+    curl_slist* extra = nullptr;
+    if (req.headers) {
+      for (const std::string& line : req.headers()) extra = curl_slist_append(extra, line.c_str());
+      curl_easy_setopt(c, CURLOPT_HTTPHEADER, extra);
+    }
+    a.outcome.curl = curl_easy_perform(c);
+    curl_slist_free_all(extra);
+    curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &a.outcome.http);
+    if (a.outcome.curl != CURLE_OK) a.outcome.curl_error = h->error;
+    if (req.head) curl_easy_getinfo(c, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &a.content_length);
+    a.got = sink.got;
+    a.overflow = sink.overflow;
+    a.refused = sink.refused;
+    a.error_body = std::move(sink.error_body);
+    // An answer stopped on purpose (not the range, or refused): no retry makes it another.
+    if (a.overflow || a.refused) {
+      a.outcome.curl = CURLE_OK;
+      return a;
+    }
+    if (!curl_retryable(a.outcome) || k + 1 >= o.max_attempts) return a;
+    if (retries != nullptr) retries->fetch_add(1, std::memory_order_relaxed);
+    std::this_thread::sleep_for(std::chrono::milliseconds(backoff_delay_ms(o, k)));
+  }
+}
+
+bool parse_content_range(const std::string& value, std::uint64_t* first, std::int64_t* total) {
+  const auto digits = value.find_first_of("0123456789*");
+  if (digits == std::string::npos) return false;
+  *total = -1;
+  if (value[digits] == '*') {
+    *first = 0;
+  } else if (std::from_chars(value.data() + digits, value.data() + value.size(), *first).ec !=
+             std::errc()) {
+    return false;
+  }
+  const auto slash = value.find('/');
+  if (slash != std::string::npos && slash + 1 < value.size() && value[slash + 1] != '*') {
+    std::int64_t t = 0;
+    if (std::from_chars(value.data() + slash + 1, value.data() + value.size(), t).ec !=
+        std::errc()) {
+      return false;
+    }
+    *total = t;
+  }
+  return true;
+}
+
+}  // namespace shardload::detail

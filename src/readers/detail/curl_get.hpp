@@ -1,0 +1,81 @@
+// What the libcurl backends share (http_io.cc for http(s):// URLs, s3_signed.cc for s3:// reads
+// signed here): one easy handle per thread, the headers an answer is judged by, bounded
+// retries of transient failures, and one GET (or HEAD) whose body goes into the caller's
+// buffer only when the answer is the range asked for.
+#pragma once
+
+#include <curl/curl.h>
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "readers/detail/store_options.hpp"
+#include "shardload/status.hpp"
+
+namespace shardload::detail {
+
+// The headers of one response (a redirect's are replaced by the next response's).
+struct CurlHeaders {
+  std::string etag;
+  std::string last_modified;
+  std::string content_range;
+};
+
+// What one request ended in.
+struct CurlOutcome {
+  CURLcode curl = CURLE_OK;
+  long http = 0;
+  std::string curl_error;  // libcurl's words for a failed transfer
+};
+
+// Transient: worth asking again (a reset, a timeout, a connection refused or cut short, a
+// 5xx or a 429 from the server). An answer about the request itself (4xx) is not: asking
+// again gets the same.
+bool curl_retryable(const CurlOutcome& o);
+// The errno that says what the answer was (ENOENT for 404 and 410, EACCES for 401 and 403).
+int curl_errno(const CurlOutcome& o);
+// libcurl's words for a failed transfer, else "HTTP CODE" and the start of the body.
+std::string curl_describe(const CurlOutcome& o, const std::string& body);
+
+// libcurl's process-wide setup, once; kIo naming `url` when it fails.
+Status curl_init(const std::string& url);
+
+// One request, retried while its outcome is transient (up to options.max_attempts times,
+// the backoff slept in between; each retry counted in `*retries`).
+struct CurlRequest {
+  std::string url;  // as sent
+  const StoreOptions* options = nullptr;
+  // The request's own headers ("Name: value"), made for each attempt (a signature is dated).
+  std::function<std::vector<std::string>()> headers;
+  bool head = false;                 // a HEAD (no body) instead of a GET
+  bool follow_redirects = true;      // a signed request is not: the signature names the host
+  std::size_t error_body_cap = 200;  // how much of an error answer's body is kept
+  // Called once the headers of a 200 or 206 answer are in, before any of its body is kept:
+  // false refuses the answer (nothing is written into the buffer; `refused` says so).
+  std::function<bool(const CurlHeaders&)> accept;
+};
+
+struct CurlAnswer {
+  CurlOutcome outcome;
+  std::int64_t tries = 0;
+  CurlHeaders headers;
+  curl_off_t content_length = -1;  // a HEAD's
+  std::size_t got = 0;             // body bytes written into the buffer
+  bool overflow = false;  // more bytes came than were asked for, or a 200 for a range not at 0
+  bool refused = false;   // `accept` said no
+  std::string error_body;
+};
+
+// Performs `req`; a GET's body goes to `dst` (`cap` bytes; `offset`: the range's first byte,
+// so that a 200, the whole object, is taken only from offset 0).
+CurlAnswer curl_perform(const CurlRequest& req, void* dst, std::size_t cap, std::uint64_t offset,
+                        std::atomic<std::uint64_t>* retries);
+
+// "bytes FIRST-LAST/TOTAL": FIRST and TOTAL (-1 where "*" or missing); false when malformed.
+bool parse_content_range(const std::string& value, std::uint64_t* first, std::int64_t* total);
+
+}  // namespace shardload::detail

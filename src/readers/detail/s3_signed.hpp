@@ -1,0 +1,71 @@
+// s3:// reads signed here (AWS Signature Version 4) and sent through libcurl, used by s3_io.cc
+// where the credentials and region are known without the AWS SDK. A GET says what Arrow's S3
+// file system cannot: the object's size (Content-Range) and ETag with its bytes, so an object
+// costs one GET at discovery instead of a HEAD and a GET, and each ranged GET of a load is
+// checked against the snapshot's ETag instead of a HEAD after the reads.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "readers/detail/sigv4.hpp"
+#include "readers/detail/store_options.hpp"
+#include "shardload/io.hpp"
+#include "shardload/status.hpp"
+
+namespace shardload::detail {
+
+// How to reach one bucket with requests signed here.
+struct S3Endpoint {
+  std::string origin;       // "scheme://host[:port]"
+  std::string host;         // the Host header, as signed
+  std::string path_prefix;  // "/bucket" (path-style) or "" (virtual-hosted)
+  std::string region;
+  bool anonymous = false;  // unsigned requests
+  AwsCredentials creds;
+  StoreOptions options;
+};
+
+// The endpoint for `bucket` with the store options left in `store_query` ("?k=v&..." or "",
+// shardload's own keys taken out into `options`, credentials included), or nullopt where only
+// the AWS SDK knows how to sign or reach the bucket (no key pair in the options, the
+// environment or the shared credentials file, and not anonymous; no region; an option of
+// Arrow's other than endpoint_override, scheme and region): those stay on Arrow's path.
+std::optional<S3Endpoint> s3_signed_endpoint(const std::string& bucket,
+                                             const std::string& store_query,
+                                             const StoreOptions& options);
+
+// What an answer said of the object: its size (a 206's Content-Range total, a 200's length,
+// a HEAD's Content-Length; 0 with has_size false when it did not say) and its ETag's hash
+// (FileInfo::inode; has_etag false when it sent none).
+struct S3State {
+  std::uint64_t size = 0;
+  std::uint64_t inode = 0;
+  bool has_size = false;
+  bool has_etag = false;
+};
+
+// One ranged GET of [offset, offset + n) of `key` into `dst`, retried while transient.
+// `expect_inode` (with `expect`): an answer whose ETag hash differs is refused before any of
+// its body is kept (`changed`). `got`: the bytes read or -errno, with the store's words in
+// `why` (S3's XML error Code and Message where it sent them). `status`: the HTTP answer (0 for
+// a transfer that failed).
+struct S3Get {
+  std::int64_t got = 0;
+  std::string why;
+  long status = 0;
+  bool changed = false;
+  S3State state;
+};
+S3Get s3_get_range(const S3Endpoint& ep, const std::string& key, void* dst, std::size_t n,
+                   std::uint64_t offset, bool expect, std::uint64_t expect_inode,
+                   std::atomic<std::uint64_t>* retries);
+
+// One HEAD of `key`: the object's snapshot (kIo naming `url` when it fails; ENOENT for 404).
+Result<FileInfo> s3_head(const S3Endpoint& ep, const std::string& url, const std::string& key,
+                         std::atomic<std::uint64_t>* retries);
+
+}  // namespace shardload::detail

@@ -1,0 +1,308 @@
+#include "readers/detail/s3_signed.hpp"
+
+#include <cerrno>
+#include <cstdlib>
+#include <ctime>
+#include <fstream>
+#include <map>
+#include <string_view>
+#include <vector>
+
+#include "readers/detail/curl_get.hpp"
+
+namespace shardload::detail {
+
+namespace {
+
+// A query value as the URL encodes it ('+' kept, as take_store_options keeps it).
+std::string percent_decode(const std::string& s) {
+  const auto hexval = [](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+  };
+  std::string out;
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '%' && i + 2 < s.size() && hexval(s[i + 1]) >= 0 && hexval(s[i + 2]) >= 0) {
+      out += static_cast<char>(hexval(s[i + 1]) * 16 + hexval(s[i + 2]));
+      i += 2;
+    } else {
+      out += s[i];
+    }
+  }
+  return out;
+}
+
+std::string env(const char* name) {
+  const char* v = std::getenv(name);
+  return v == nullptr ? std::string() : std::string(v);
+}
+
+std::string trim(const std::string& s) {
+  const auto a = s.find_first_not_of(" \t\r\n");
+  if (a == std::string::npos) return {};
+  const auto b = s.find_last_not_of(" \t\r\n");
+  return s.substr(a, b - a + 1);
+}
+
+// The profile's key pair in the shared credentials file, or nullopt where the file or the
+// profile is missing or the profile asks for more than a key pair (a role, a process, SSO:
+// the AWS SDK's to resolve).
+std::optional<AwsCredentials> shared_file_credentials() {
+  std::string path = env("AWS_SHARED_CREDENTIALS_FILE");
+  if (path.empty()) {
+    const std::string home = env("HOME");
+    if (home.empty()) return std::nullopt;
+    path = home + "/.aws/credentials";
+  }
+  std::string profile = env("AWS_PROFILE");
+  if (profile.empty()) profile = "default";
+  std::ifstream in(path);
+  if (!in) return std::nullopt;
+  std::map<std::string, std::string> keys;
+  bool found = false;
+  bool inside = false;
+  std::string line;
+  while (std::getline(in, line)) {
+    line = trim(line);
+    if (line.empty() || line[0] == '#' || line[0] == ';') continue;
+    if (line.front() == '[' && line.back() == ']') {
+      inside = trim(line.substr(1, line.size() - 2)) == profile;
+      found = found || inside;
+      continue;
+    }
+    if (!inside) continue;
+    const auto eq = line.find('=');
+    if (eq == std::string::npos) continue;
+    keys[trim(line.substr(0, eq))] = trim(line.substr(eq + 1));
+  }
+  if (!found) return std::nullopt;
+  AwsCredentials c;
+  for (const auto& [k, v] : keys) {
+    if (k == "aws_access_key_id") {
+      c.access_key = v;
+    } else if (k == "aws_secret_access_key") {
+      c.secret_key = v;
+    } else if (k == "aws_session_token") {
+      c.session_token = v;
+    } else {
+      return std::nullopt;
+    }
+  }
+  if (c.access_key.empty() || c.secret_key.empty()) return std::nullopt;
+  return c;
+}
+
+std::string amz_now() {
+  const std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y%m%dT%H%M%SZ", &tm);
+  return buf;
+}
+
+std::string xml_field(const std::string& body, const std::string& name) {
+  const std::string open = "<" + name + ">";
+  const auto a = body.find(open);
+  if (a == std::string::npos) return {};
+  const auto b = body.find("</" + name + ">", a);
+  if (b == std::string::npos) return {};
+  return body.substr(a + open.size(), b - a - open.size());
+}
+
+// The store's words for a failed answer: "HTTP 404 NoSuchKey: The specified key does not
+// exist." from S3's XML error, else libcurl's words or the status and the body's start.
+std::string describe(const CurlOutcome& o, const std::string& body) {
+  if (o.curl == CURLE_OK) {
+    const std::string code = xml_field(body, "Code");
+    if (!code.empty()) {
+      const std::string message = xml_field(body, "Message");
+      return "HTTP " + std::to_string(o.http) + " " + code +
+             (message.empty() ? std::string() : ": " + message);
+    }
+    if (o.http == 404 && body.empty()) return "HTTP 404 (no such object)";
+  }
+  return curl_describe(o, body);
+}
+
+// A request for `key`: its URL and the headers for each attempt (signed, and dated then).
+CurlRequest request_for(const S3Endpoint& ep, const std::string& key, const char* method,
+                        std::vector<std::pair<std::string, std::string>> own) {
+  const std::string path = ep.path_prefix + "/" + s3_uri_encode(key, true);
+  CurlRequest req;
+  req.url = ep.origin + path;
+  req.options = &ep.options;
+  req.follow_redirects = false;
+  req.error_body_cap = 2048;
+  req.head = std::string_view(method) == "HEAD";
+  req.headers = [&ep, path, method, own = std::move(own)] {
+    std::vector<std::string> lines;
+    lines.push_back("Host: " + ep.host);
+    for (const auto& [k, v] : own) lines.push_back(k + ": " + v);
+    if (ep.anonymous) return lines;
+    static const std::string kEmpty = sha256_hex("");
+    SigV4Request r;
+    r.method = method;
+    r.canonical_uri = path;
+    r.payload_hash = kEmpty;
+    const std::string date = amz_now();
+    r.headers = own;
+    r.headers.emplace_back("host", ep.host);
+    r.headers.emplace_back("x-amz-content-sha256", kEmpty);
+    r.headers.emplace_back("x-amz-date", date);
+    if (!ep.creds.session_token.empty()) {
+      r.headers.emplace_back("x-amz-security-token", ep.creds.session_token);
+    }
+    lines.push_back("x-amz-content-sha256: " + kEmpty);
+    lines.push_back("x-amz-date: " + date);
+    if (!ep.creds.session_token.empty()) {
+      lines.push_back("x-amz-security-token: " + ep.creds.session_token);
+    }
+    lines.push_back("Authorization: " + sigv4_authorization(r, ep.creds, ep.region, "s3", date));
+    return lines;
+  };
+  return req;
+}
+
+}  // namespace
+
+std::optional<S3Endpoint> s3_signed_endpoint(const std::string& bucket,
+                                             const std::string& store_query,
+                                             const StoreOptions& options) {
+  std::map<std::string, std::string> q;
+  std::size_t pos = store_query.empty() ? 0 : 1;
+  while (pos < store_query.size()) {
+    std::size_t amp = store_query.find('&', pos);
+    if (amp == std::string::npos) amp = store_query.size();
+    const std::string item = store_query.substr(pos, amp - pos);
+    pos = amp + 1;
+    if (item.empty()) continue;
+    const auto eq = item.find('=');
+    const std::string k = item.substr(0, eq);
+    if (k != "endpoint_override" && k != "scheme" && k != "region") return std::nullopt;
+    q[k] = eq == std::string::npos ? std::string() : percent_decode(item.substr(eq + 1));
+  }
+  S3Endpoint ep;
+  ep.options = options;
+  ep.anonymous = options.anonymous;
+  if (!ep.anonymous) {
+    if (!options.access_key.empty()) {
+      ep.creds = {options.access_key, options.secret_key, options.session_token};
+    } else if (!env("AWS_ACCESS_KEY_ID").empty() && !env("AWS_SECRET_ACCESS_KEY").empty()) {
+      ep.creds = {env("AWS_ACCESS_KEY_ID"), env("AWS_SECRET_ACCESS_KEY"), env("AWS_SESSION_TOKEN")};
+    } else if (auto c = shared_file_credentials()) {
+      ep.creds = *std::move(c);
+    } else {
+      return std::nullopt;
+    }
+  }
+  ep.region = q["region"];
+  if (ep.region.empty()) ep.region = env("AWS_REGION");
+  if (ep.region.empty()) ep.region = env("AWS_DEFAULT_REGION");
+  if (ep.region.empty()) return std::nullopt;
+  std::string scheme = q.count("scheme") != 0 ? q["scheme"] : "https";
+  if (scheme != "http" && scheme != "https") return std::nullopt;
+  std::string endpoint = q["endpoint_override"];
+  if (const auto sep = endpoint.find("://"); sep != std::string::npos) {
+    scheme = endpoint.substr(0, sep);
+    endpoint = endpoint.substr(sep + 3);
+    if (scheme != "http" && scheme != "https") return std::nullopt;
+  }
+  while (!endpoint.empty() && endpoint.back() == '/') endpoint.pop_back();
+  if (!endpoint.empty()) {
+    if (endpoint.find('/') != std::string::npos) return std::nullopt;
+    ep.host = endpoint;
+    ep.path_prefix = "/" + bucket;
+  } else if (bucket.find('.') != std::string::npos) {
+    // A dotted name does not match the wildcard certificate of virtual-hosted names.
+    ep.host = "s3." + ep.region + ".amazonaws.com";
+    ep.path_prefix = "/" + bucket;
+  } else {
+    ep.host = bucket + ".s3." + ep.region + ".amazonaws.com";
+  }
+  ep.origin = scheme + "://" + ep.host;
+  return ep;
+}
+
+S3Get s3_get_range(const S3Endpoint& ep, const std::string& key, void* dst, std::size_t n,
+                   std::uint64_t offset, bool expect, std::uint64_t expect_inode,
+                   std::atomic<std::uint64_t>* retries) {
+  S3Get g;
+  const std::string range = std::to_string(offset) + "-" + std::to_string(offset + n - 1);
+  CurlRequest req = request_for(ep, key, "GET", {{"Range", "bytes=" + range}});
+  req.accept = [&](const CurlHeaders& h) {
+    return !expect || h.etag.empty() || fnv1a(h.etag) == expect_inode;
+  };
+  const CurlAnswer a = curl_perform(req, dst, n, offset, retries);
+  const CurlOutcome& o = a.outcome;
+  g.status = o.curl == CURLE_OK ? o.http : 0;
+  if (!a.headers.etag.empty()) {
+    g.state.has_etag = true;
+    g.state.inode = fnv1a(a.headers.etag);
+  }
+  std::uint64_t first = 0;
+  std::int64_t total = -1;
+  const bool ranged = parse_content_range(a.headers.content_range, &first, &total);
+  if (ranged && total >= 0) {
+    g.state.size = static_cast<std::uint64_t>(total);
+    g.state.has_size = true;
+  }
+  const auto fail = [&](const std::string& what, int err) {
+    g.why = what;
+    if (a.tries > 1) g.why += " (gave up after " + std::to_string(a.tries) + " attempts)";
+    g.got = -err;
+    return g;
+  };
+  if (a.refused) {
+    g.changed = true;
+    return fail("the object changed since discovery (the GET's ETag differs from the snapshot's)",
+                EIO);
+  }
+  if (a.overflow) {
+    return fail("the store ignored the Range request (HTTP " + std::to_string(o.http) +
+                    " with more than the " + std::to_string(n) + " bytes asked for at offset " +
+                    std::to_string(offset) + "): not read as the range",
+                EIO);
+  }
+  if (o.curl != CURLE_OK) return fail(describe(o, {}), curl_errno(o));
+  if (o.http == 200) {
+    // The whole object from offset 0, all of it within the buffer: its size is what came.
+    g.state.size = a.got;
+    g.state.has_size = true;
+    g.got = static_cast<std::int64_t>(a.got);
+    return g;
+  }
+  if (o.http != 206) return fail(describe(o, a.error_body), curl_errno(o));
+  if (!ranged || first != offset) {
+    return fail("the store answered 206 with Content-Range '" + a.headers.content_range +
+                    "', not bytes " + range,
+                EIO);
+  }
+  g.got = static_cast<std::int64_t>(a.got);
+  return g;
+}
+
+Result<FileInfo> s3_head(const S3Endpoint& ep, const std::string& url, const std::string& key,
+                         std::atomic<std::uint64_t>* retries) {
+  SHARDLOAD_RETURN_IF_ERROR(curl_init(url));
+  const CurlRequest req = request_for(ep, key, "HEAD", {});
+  const CurlAnswer a = curl_perform(req, nullptr, 0, 0, retries);
+  const CurlOutcome& o = a.outcome;
+  if (o.curl != CURLE_OK || o.http != 200) {
+    std::string msg = "cannot open: " + describe(o, {});
+    if (a.tries > 1) msg += " (gave up after " + std::to_string(a.tries) + " attempts)";
+    return file_error(ErrorCode::kIo, url, msg, curl_errno(o));
+  }
+  if (a.content_length < 0) {
+    return file_error(ErrorCode::kIo, url, "cannot open: the HEAD answer has no Content-Length");
+  }
+  FileInfo info;
+  info.size = static_cast<std::uint64_t>(a.content_length);
+  info.regular = true;
+  info.inode = fnv1a(a.headers.etag);
+  return info;
+}
+
+}  // namespace shardload::detail

@@ -1,0 +1,123 @@
+#include "readers/detail/sigv4.hpp"
+
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+#include <openssl/sha.h>
+
+#include <algorithm>
+#include <cctype>
+
+namespace shardload::detail {
+
+namespace {
+
+std::string hex(const unsigned char* p, std::size_t n) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string out(2 * n, '0');
+  for (std::size_t i = 0; i < n; ++i) {
+    out[2 * i] = kDigits[p[i] >> 4];
+    out[2 * i + 1] = kDigits[p[i] & 15];
+  }
+  return out;
+}
+
+// Raw HMAC-SHA256 (32 bytes). The one-shot call: no context outlives it, so no state of
+// OpenSSL's is shared between calls or threads.
+std::string hmac(std::string_view key, std::string_view data) {
+  unsigned char out[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()),
+       reinterpret_cast<const unsigned char*>(data.data()), data.size(), out, &len);
+  return std::string(reinterpret_cast<const char*>(out), len);
+}
+
+std::string lower(std::string_view s) {
+  std::string out(s);
+  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+// A header value as signed: trimmed, inner runs of spaces one space.
+std::string canonical_value(std::string_view v) {
+  std::string out;
+  bool space = false;
+  for (const char c : v) {
+    if (c == ' ' || c == '\t') {
+      space = !out.empty();
+      continue;
+    }
+    if (space) out += ' ';
+    space = false;
+    out += c;
+  }
+  return out;
+}
+
+struct Canonical {
+  std::string request;
+  std::string signed_headers;
+};
+
+Canonical canonical(const SigV4Request& r) {
+  std::vector<std::pair<std::string, std::string>> h;
+  h.reserve(r.headers.size());
+  for (const auto& [name, value] : r.headers) h.emplace_back(lower(name), canonical_value(value));
+  std::sort(h.begin(), h.end());
+  Canonical c;
+  c.request = r.method + "\n" + r.canonical_uri + "\n" + r.canonical_query + "\n";
+  for (const auto& [name, value] : h) {
+    c.request += name + ":" + value + "\n";
+    c.signed_headers += (c.signed_headers.empty() ? "" : ";") + name;
+  }
+  c.request += "\n" + c.signed_headers + "\n" + r.payload_hash;
+  return c;
+}
+
+}  // namespace
+
+std::string sha256_hex(std::string_view data) {
+  unsigned char out[SHA256_DIGEST_LENGTH];
+  SHA256(reinterpret_cast<const unsigned char*>(data.data()), data.size(), out);
+  return hex(out, sizeof out);
+}
+
+std::string s3_uri_encode(std::string_view s, bool keep_slash) {
+  static constexpr char kDigits[] = "0123456789ABCDEF";
+  std::string out;
+  out.reserve(s.size());
+  for (const char ch : s) {
+    const auto c = static_cast<unsigned char>(ch);
+    if (std::isalnum(c) || c == '-' || c == '.' || c == '_' || c == '~' ||
+        (keep_slash && c == '/')) {
+      out += ch;
+    } else {
+      out += '%';
+      out += kDigits[c >> 4];
+      out += kDigits[c & 15];
+    }
+  }
+  return out;
+}
+
+std::string sigv4_canonical_request(const SigV4Request& r) { return canonical(r).request; }
+
+std::string sigv4_authorization(const SigV4Request& r, const AwsCredentials& creds,
+                                std::string_view region, std::string_view service,
+                                std::string_view amz_date) {
+  const Canonical c = canonical(r);
+  const std::string_view day = amz_date.substr(0, 8);
+  const std::string scope =
+      std::string(day) + "/" + std::string(region) + "/" + std::string(service) + "/aws4_request";
+  const std::string to_sign =
+      "AWS4-HMAC-SHA256\n" + std::string(amz_date) + "\n" + scope + "\n" + sha256_hex(c.request);
+  std::string key = hmac("AWS4" + creds.secret_key, day);
+  key = hmac(key, region);
+  key = hmac(key, service);
+  key = hmac(key, "aws4_request");
+  const std::string sig = hmac(key, to_sign);
+  return "AWS4-HMAC-SHA256 Credential=" + creds.access_key + "/" + scope +
+         ",SignedHeaders=" + c.signed_headers +
+         ",Signature=" + hex(reinterpret_cast<const unsigned char*>(sig.data()), sig.size());
+}
+
+}  // namespace shardload::detail
