@@ -41,6 +41,10 @@ def _directory(source: object, storage_options: object = None) -> str | bytes:
         raise TypeError(f"source: expected a directory (str, bytes or os.PathLike), found "
                         f"{_found(source)}")
     path = os.fspath(source)
+    if isinstance(path, str) and path.startswith(("http://", "https://")):
+        raise ValueError(f"{path}: a manifest cannot be written over HTTP (no upload, and no "
+                         "listing to index); index a local or s3:// copy of the objects and "
+                         f"serve its {MANIFEST_NAME} beside them")
     if isinstance(path, str) and path.startswith("s3://"):
         # A prefix in a bucket: discovery says whether objects are under it.
         return _api._with_storage_options(path, storage_options)  # type: ignore[return-value]
