@@ -7,6 +7,7 @@ and the objects' bytes and the manifest are then served by that HTTP server on 1
 from __future__ import annotations
 
 import io
+import re
 import subprocess
 
 import numpy as np
@@ -230,3 +231,56 @@ def test_cli_read_and_index_of_an_http_directory(s3, web, cli):
                        timeout=120)
     assert r.returncode == 1 and "cannot be written over HTTP" in r.stderr, (r.returncode,
                                                                             r.stderr)
+
+
+def test_verify_over_s3_and_http(s3, web, cli):
+    """verify of a bucket's manifest (and of the same objects served over HTTP): each object
+    hashed through ranged reads, compared with the manifest's xxh3; an object overwritten with
+    other bytes of the same size is named, the others are not."""
+    store, base = web
+    parts = ragged_npy(13, [300, 0, 41, 77])
+    bucket = publish(s3, store, "v",
+                     {f"shard_{i:04d}.npy": npy_bytes(p) for i, p in enumerate(parts)},
+                     checksum="xxh3")
+    opts = bucket.options
+    for on_host in (True, False):
+        assert shardload.verify(bucket.url("v/"), storage_options=opts, on_host=on_host) == []
+        assert shardload.verify(f"{base}/v/", on_host=on_host) == []
+    assert shardload.verify(bucket.url("v/shardload.manifest"), storage_options=opts) == []
+    assert shardload.verify(f"{base}/v/shardload.manifest?max_attempts=2") == []
+    flipped = npy_bytes(parts[2] + 1)
+    bucket.put("v/shard_0002.npy", flipped)
+    store.put("/v/shard_0002.npy", flipped)
+    for on_host in (True, False):
+        for bad in (shardload.verify(bucket.url("v/"), storage_options=opts, on_host=on_host),
+                    shardload.verify(f"{base}/v/", on_host=on_host)):
+            assert [(m.shard, m.path.split("?")[0][-14:]) for m in bad] == [(2, "shard_0002.npy")]
+            assert "xxh3" in bad[0].what and "expected, found" in bad[0].what
+    args = [str(cli), "verify", bucket.url("v/")] + [
+        a for k, v in opts.items() for a in ("--storage-option", f"{k}={v}")]
+    r = subprocess.run(args, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 1, (r.returncode, r.stderr)
+    assert re.search(r"/v/shard_0002\.npy\?endpoint_override=[^ ]*: xxh3 0x", r.stderr), r.stderr
+    assert "1 of 4 shards differ" in r.stderr, r.stderr
+    bucket.put("v/shard_0002.npy", npy_bytes(parts[2]))
+    r = subprocess.run(args, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and "every checksum matches" in r.stdout, (r.stdout, r.stderr)
+
+
+def test_manifest_of_a_local_copy_names_the_objects(web, tmp_path):
+    """A manifest indexed from a local copy records the files' snapshots (times, inode), which
+    no HTTP answer matches: the check finds it stale and the objects it names are probed, so
+    it still serves as the directory's listing; trusted, the load's own check refuses it."""
+    store, base = web
+    parts = ragged_npy(17, [5, 0, 8])
+    for i, p in enumerate(parts):
+        np.save(tmp_path / f"shard_{i:04d}.npy", p)
+    shardload.index(tmp_path)
+    for f in tmp_path.iterdir():
+        store.put(f"/l/{f.name}", f.read_bytes())
+    layout = shardload.discover(f"{base}/l/")
+    assert layout.manifest_state is shardload.ManifestState.STALE, layout.manifest_status
+    assert "probed the objects it names instead" in layout.manifest_status
+    np.testing.assert_array_equal(np.asarray(shardload.load(layout)), np.concatenate(parts))
+    with pytest.raises(shardload.Error, match="changed"):
+        shardload.load(f"{base}/l/", trust_manifest=True)
