@@ -145,7 +145,8 @@ def verify(source: str | bytes | os.PathLike, *, groups: int | None = None,
     n = 0 if groups is None else _int("groups", groups)
     if groups is not None and n < 1:
         raise ValueError(f"groups: expected an int >= 1, found {n}")
-    path = os.fsencode(_api._with_storage_options(os.fspath(source), storage_options))
+    path = os.fsencode(_api._with_storage_options(  # type: ignore[arg-type]
+        os.fspath(source), storage_options))
     if path.startswith((b"s3://", b"http://", b"https://")):
         # A directory URL means its manifest; the query stays after the key.
         key, sep, query = path.partition(b"?")
