@@ -37,7 +37,11 @@ zstd-compressed (zarr-python's defaults), written by zarr-python and uploaded ob
   zarr-s3fs    zarr-python over s3fs (FsspecStore) on the same server, array[:];
   tensorstore  TensorStore's zarr3 driver over its S3 key-value store on the same server;
   get-bound    every chunk object fetched whole by parallel GETs (as many threads as
-               shardload's processors): the compressed bytes only, no decoding.
+               shardload's processors): the compressed bytes only, no decoding;
+  sl-cN        shardload with chunks_in_flight=N, for each N of --chunks-in-flight (N = 1:
+               each tile's chunks one after another, as before fetching ahead).
+With --latency-ms MS every loader reads through tests/python/s3_fault_proxy.py, which holds
+each request MS milliseconds before forwarding it: a store farther away than loopback.
 
 Run it with the project's environment (source scripts/env.sh) so Legate is configured:
   python bench/bench_s3.py --shards 16 --mb 8 --repeat 3
@@ -130,6 +134,10 @@ def main() -> None:
     ap.add_argument("--mb", type=float, default=8.0, help="MB per shard")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--format", choices=["npy", "parquet", "zarr"], default="npy")
+    ap.add_argument("--chunks-in-flight", default="1",
+                    help="zarr: comma-separated chunks_in_flight values timed as sl-cN columns")
+    ap.add_argument("--latency-ms", type=float, default=0.0,
+                    help="zarr: each request held this long by a proxy (0: no proxy)")
     args = ap.parse_args()
     os.environ.update(ENV)
     if args.format == "parquet":
@@ -322,12 +330,25 @@ def zarr_store(args: argparse.Namespace) -> None:
                     stored += f.stat().st_size
                     keys.append(key)
         nbytes = want.nbytes
+        url = "s3://bench/data.zarr"
+        proxy = None
+        if args.latency_ms > 0:
+            from s3_fault_proxy import FaultProxy, Rule
+
+            proxy = FaultProxy(endpoint)
+            proxy.add(Rule(action="delay", delay_s=args.latency_ms / 1000, count=None))
+            endpoint = proxy.endpoint
+            client = boto3.client("s3", endpoint_url=f"http://{endpoint}",
+                                  region_name="us-east-1")
+            # The store named with its '/': without it, its look-up as an object and as a
+            # prefix stalls at the proxy (see tests/python/test_s3_zarr.py's `proxied`).
+            url += "/"
         options = {"endpoint_override": endpoint, "scheme": "http", "region": "us-east-1"}
 
         def sl():
-            return np.asarray(shardload.load("s3://bench/data.zarr", storage_options=options))
+            return np.asarray(shardload.load(url, storage_options=options))
 
-        got, info = shardload.load("s3://bench/data.zarr", storage_options=options, info=True)
+        got, info = shardload.load(url, storage_options=options, info=True)
         assert np.array_equal(np.asarray(got), want)
         threads = info.processors
 
@@ -357,13 +378,23 @@ def zarr_store(args: argparse.Namespace) -> None:
             assert got_bytes <= stored
             return want  # the bytes, not an array: nothing to compare
 
-        times, failed = measure((("shardload", sl, None), ("zarr-s3fs", zarr_s3fs, None),
+        def sl_chunks(n: str):
+            return lambda: np.asarray(shardload.load(
+                url, storage_options={**options, "chunks_in_flight": n}))
+
+        variants = tuple((f"sl-c{n}", sl_chunks(n), None)
+                         for n in args.chunks_in_flight.split(",") if n)
+        times, failed = measure((("shardload", sl, None), *variants,
+                                 ("zarr-s3fs", zarr_s3fs, None),
                                  ("tensorstore", tensorstore, None), ("get-bound", bound, None)),
                                 want, args.repeat)
         print(f"zarr: {rows} x {cols} float32 ({nbytes / 1e6:.1f} MB, {stored / 1e6:.1f} MB "
               f"stored in {len(chunk_keys)} chunks of {chunk} rows, zstd), {threads} processors "
-              f"({info.target}), median of {args.repeat}")
+              f"({info.target}), median of {args.repeat}"
+              + (f", {args.latency_ms:g} ms added per request" if proxy else ""))
         report(times, failed, nbytes, "get-bound")
+        if proxy:
+            proxy.close()
     finally:
         s3_server.stop(proc)
 

@@ -94,6 +94,7 @@ def save(
     manifest: bool = True,
     checksum: str = "none",
     info: bool | None = None,
+    storage_options: dict[str, str] | None = None,
 ) -> SaveInfo:
     """Writes ``array`` to the directory ``dest`` as shards that :func:`load` reads back.
 
@@ -121,6 +122,14 @@ def save(
     instead of probing every shard (see ``docs/manifest.md``). ``checksum="xxh3"`` keeps an
     XXH3-64 checksum of each shard in it for :func:`verify` (not for ``"zarr"``, whose
     shards are directories).
+
+    ``dest`` may be an ``s3://bucket/prefix/`` URL (``format="npy"`` or ``"raw"``):
+    each shard is one object, uploaded whole by one task (a multipart upload for a large
+    one), the manifest last, as the commit point; ``storage_options`` are added to the URL's
+    query as for :func:`load`. A prefix that holds objects is refused unless
+    ``overwrite=True``, which replaces only what a save writes. A store has no atomic
+    multi-object commit: see ``docs/save.md`` ("To s3://") for what a reader sees during a
+    save and after a failed one.
 
     Returns a :class:`SaveInfo` (the ``info=`` keyword is deprecated: the info is always
     returned).
@@ -159,6 +168,8 @@ def save(
     if checksum != "none" and format == "zarr":
         raise ValueError(f"save: checksum={checksum!r} covers regular files, and a Zarr shard "
                          "is a directory; save Zarr with checksum='none'")
+    if storage_options is not None:
+        dest = _api._with_storage_options(dest, storage_options)  # type: ignore[assignment]
     try:
         path = os.fsencode(dest)
     except TypeError:

@@ -1,11 +1,14 @@
 // The save launcher: check everything, build the dataset in a hidden staging directory with
 // one manual launch of the save task, write the metadata, then rename it into place.
+#include <realm.h>
+
 #include <chrono>
 #include <cstring>
 
 #include "legate/detail/launch.hpp"
 #include "legate/detail/save_files.hpp"
 #include "legate/detail/save_once.hpp"
+#include "legate/detail/save_remote.hpp"
 #include "legate/detail/tasks.hpp"
 #include "shardload/formats.hpp"
 #include "shardload/legate.hpp"
@@ -51,6 +54,62 @@ struct StagingGuard {
     if (!keep && !path.empty()) detail::remove_tree(path);
   }
 };
+
+// A save to object storage (save_remote.hpp): one launch whose tile i is shard i, each point
+// uploading its shard whole, then the metadata objects and the manifest last. Times go into
+// *si (the caller sets the commit's).
+void save_to_object_store(const legate::LogicalArray& array, const std::string& dest,
+                          const SaveOptions& options, const legate::mapping::Machine& machine,
+                          detail::SaveSpec* spec, SaveInfo* si) {
+  using Clock = std::chrono::steady_clock;
+  const auto t0 = Clock::now();
+  const auto check = [&](const Status& st) {
+    if (!st) throw_status(st.with_context("saving to " + dest), ErrorSite::kWrite);
+  };
+  // The launcher's steps (the listing, the empty shards, the metadata, the manifest) are made
+  // by the calling process; under control replication every rank would make them, each
+  // seeing the others' objects. Refused rather than raced.
+  if (const auto spaces = Realm::Machine::get_machine().get_address_space_count(); spaces > 1) {
+    argument_error(dest + ": a save to object storage runs in one process, and this job has " +
+                   std::to_string(spaces) + "; save to a shared file system instead");
+  }
+  const auto n = static_cast<std::size_t>(spec->shards());
+  spec->data_offset.assign(n, 0);
+  spec->chunk_rows.assign(n, 1);
+  auto prepared = detail::prepare_remote_save(dest, options, *spec);
+  if (!prepared) {
+    // Argument errors say "save: ..." themselves; the destination's get its name in front.
+    if (prepared.status().code() == ErrorCode::kInvalidArgument) {
+      throw_status(prepared.status(), ErrorSite::kWrite);
+    }
+    check(prepared.status());
+  }
+  const detail::RemoteDest& d = *prepared;
+  const auto t1 = Clock::now();
+  si->prepare_seconds = std::chrono::duration<double>(t1 - t0).count();
+  try {
+    const std::int64_t tiles = detail::remote_tiles(*spec);
+    si->tiles = tiles;
+    if (tiles > 0) {
+      const auto extents = array.extents();
+      const detail::Tiling tiling = detail::tile_axis0(extents, spec->offsets[1], tiles);
+      const legate::Scope scope{machine};
+      auto task = detail::tiled_task(library(), detail::SaveTask::TASK_CONFIG.task_id(), tiling);
+      task.add_input(tileable(array).data().partition_by_tiling(tiling.tile_shape));
+      const std::string dir = d.dir_url();
+      const std::vector<std::uint8_t> dir_bytes(dir.begin(), dir.end());
+      task.add_scalar_arg(legate::Scalar{dir_bytes});
+      task.add_scalar_arg(legate::Scalar{spec->encode()});
+      task.add_scalar_arg(legate::Scalar{spec->offsets[1]});
+      detail::submit_or_throw(std::move(task), ErrorSite::kWrite, "saving to " + dest);
+    }
+    si->write_seconds = std::chrono::duration<double>(Clock::now() - t1).count();
+    check(detail::finish_remote_save(d, *spec, options));
+  } catch (...) {
+    detail::abandon_remote_save(d, *spec, options);
+    throw;
+  }
+}
 
 }  // namespace
 
@@ -162,6 +221,12 @@ void save(const legate::LogicalArray& array, const std::string& dest, const Save
   const auto check = [&](const Status& st) {
     if (!st) throw_status(st.with_context("saving to " + dest), ErrorSite::kWrite);
   };
+  if (detail::is_object_dest(dest)) {
+    save_to_object_store(array, dest, options, machine, &spec, &si);
+    si.commit_seconds = seconds(t0, Clock::now()) - si.prepare_seconds - si.write_seconds;
+    if (info != nullptr) *info = si;
+    return;
+  }
   // Every rank checks (the same answer everywhere); one rank makes the staging directory and
   // its files, whose name every rank then uses (save_once.hpp).
   check(detail::check_destination(dest, options.overwrite));

@@ -144,6 +144,8 @@ std::string save_shard_name(SaveFormat format, std::int64_t shard) {
       .format(shard);
 }
 
+bool is_saved_file_name(std::string_view name) { return saved_name(name, false); }
+
 Status create_shard_files(const std::string& dir, SaveSpec* spec) {
   const auto n = static_cast<std::size_t>(spec->shards());
   spec->data_offset.assign(n, 0);

@@ -8,6 +8,7 @@
 #include "engine/detail/strided.hpp"
 #include "legate/detail/load_body.hpp"
 #include "legate/detail/save_files.hpp"
+#include "legate/detail/save_remote.hpp"
 #include "legate/detail/tasks.hpp"
 
 namespace shardload::detail {
@@ -59,13 +60,32 @@ Status save_point(legate::TaskContext& context) {
     skip.push_back(want_lo - got_lo);
   }
   if (hi <= lo || spec.row_bytes == 0) return Status::ok();
+  // To object storage, tile t is shard t, which this point uploads whole: its header, then
+  // its rows in order, then the upload's completion (an upload not completed is aborted).
+  std::unique_ptr<ObjectWriter> upload;
+  if (is_object_dest(dir)) {
+    if (t + 1 >= static_cast<std::int64_t>(spec.offsets.size()) ||
+        spec.offsets[static_cast<std::size_t>(t)] != lo ||
+        spec.offsets[static_cast<std::size_t>(t) + 1] != hi) {
+      return context_of({ErrorCode::kInvalidArgument, "save task: the tile is not one shard"});
+    }
+    auto opened = open_shard_upload(dir, spec, t);
+    if (!opened) return context_of(opened.status());
+    upload = std::move(*opened);
+  }
+  const auto put = [&](std::int64_t a, std::int64_t b, const std::byte* src) {
+    return upload ? upload->append(src, static_cast<std::size_t>(b - a) * spec.row_bytes)
+                  : write_rows(dir, spec, a, b, src);
+  };
+  const auto done = [&]() { return upload ? upload->commit() : Status::ok(); };
   const legate::InlineAllocation alloc = store.get_inline_allocation();
   auto* ptr = static_cast<std::byte*>(alloc.ptr);
   for (std::size_t d = 0; d < dim; ++d) {
     ptr += static_cast<std::size_t>(skip[d]) * alloc.strides[d];
   }
   if (is_dense_c_order(extents, alloc.strides, spec.dtype.size)) {
-    const Status st = write_rows(dir, spec, lo, hi, ptr);
+    Status st = put(lo, hi, ptr);
+    if (st) st = done();
     return st ? st : context_of(st);
   }
   // Not dense C-order (a transposed or sliced view): gather bounded chunks of rows into dense
@@ -84,10 +104,11 @@ Status save_point(legate::TaskContext& context) {
     const std::int64_t b = std::min(hi - lo, a + chunk_rows);
     scatter_rows(buf.get(), b - a, extents, alloc.strides, spec.dtype.size,
                  ptr + static_cast<std::size_t>(a) * alloc.strides[0], gather);
-    const Status st = write_rows(dir, spec, lo + a, lo + b, buf.get());
+    const Status st = put(lo + a, lo + b, buf.get());
     if (!st) return context_of(st);
   }
-  return Status::ok();
+  const Status st = done();
+  return st ? st : context_of(st);
 }
 
 }  // namespace

@@ -111,7 +111,11 @@ std::vector<FormatDescriptor> build_table() {
     d.format = Format::kRaw;
     d.name = "raw";
     d.extensions = {".bin", ".raw", ".dat"};
-    d.capabilities = {.parallel_probe = true, .cheap_reprobe = true, .remote_reads = true};
+    // Probed on one thread: a sidecar's "rows" list is by position, which the reader counts
+    // as it probes a directory's shards in order; a reader per thread, each given some of the
+    // shards, would count from 0 and give a shard another's rows (objects are probed one per
+    // thread).
+    d.capabilities = {.parallel_probe = false, .cheap_reprobe = true, .remote_reads = true};
     d.make_reader = detail::make_raw_reader;
     d.writer = detail::raw_writer();
     t.push_back(std::move(d));

@@ -5,6 +5,7 @@
 #include <memory>
 
 #include "readers/detail/fortran_walk.hpp"
+#include "readers/detail/object_store.hpp"
 #include "readers/detail/readers.hpp"
 #include "readers/detail/write_files.hpp"
 #include "shardload/byte_order.hpp"
@@ -123,6 +124,12 @@ class NpyWriter final : public ShardWriter {
 }  // namespace
 
 std::shared_ptr<const ShardWriter> npy_writer() { return std::make_shared<NpyWriter>(); }
+
+std::string npy_object_head(const WriteSpec& spec, std::int64_t rows) {
+  std::vector<std::int64_t> shape{rows};
+  shape.insert(shape.end(), spec.trailing.begin(), spec.trailing.end());
+  return encode_npy_header(spec.dtype, shape);
+}
 
 Result<std::unique_ptr<ShardReader>> make_npy_reader(const FormatOptions& /*options*/,
                                                      const ReaderContext& context) {

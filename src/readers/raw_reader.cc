@@ -28,6 +28,7 @@
 
 #include "base/detail/checked.hpp"
 #include "readers/detail/json.hpp"
+#include "readers/detail/object_store.hpp"
 #include "readers/detail/readers.hpp"
 #include "readers/detail/write_files.hpp"
 #include "shardload/byte_order.hpp"
@@ -421,6 +422,19 @@ class RawReader final : public ShardReader {
   std::map<std::string, std::optional<Sidecar>> sidecars_;
 };
 
+// What a save's sidecar says: the dtype in this host's byte order, the trailing shape, no
+// header and each shard's rows.
+std::string saved_sidecar_text(const WriteSpec& spec, const std::vector<WrittenShard>& shards) {
+  Sidecar s;
+  s.dtype = spec.dtype;
+  s.big_endian = !host_is_little_endian();
+  s.shape = spec.trailing;
+  s.header_bytes = 0;
+  s.rows_list.emplace();
+  for (const WrittenShard& w : shards) s.rows_list->push_back(w.rows);
+  return sidecar_text(s);
+}
+
 // Bare rows in this host's byte order, one file per shard, and the directory's
 // shardload.json saying their dtype, trailing shape and rows (what the reader needs).
 class RawWriter final : public ShardWriter {
@@ -442,14 +456,7 @@ class RawWriter final : public ShardWriter {
 
   Status finish(const std::string& dir, const WriteSpec& spec,
                 const std::vector<WrittenShard>& shards) const override {
-    Sidecar s;
-    s.dtype = spec.dtype;
-    s.big_endian = !host_is_little_endian();
-    s.shape = spec.trailing;
-    s.header_bytes = 0;
-    s.rows_list.emplace();
-    for (const WrittenShard& w : shards) s.rows_list->push_back(w.rows);
-    return write_text(dir + "/" + kSidecarName, sidecar_text(s));
+    return write_text(dir + "/" + kSidecarName, saved_sidecar_text(spec, shards));
   }
 
   [[nodiscard]] std::vector<std::string> metadata_names() const override { return {kSidecarName}; }
@@ -458,6 +465,11 @@ class RawWriter final : public ShardWriter {
 }  // namespace
 
 std::shared_ptr<const ShardWriter> raw_writer() { return std::make_shared<RawWriter>(); }
+
+std::vector<std::pair<std::string, std::string>> raw_object_metadata(
+    const WriteSpec& spec, const std::vector<WrittenShard>& shards) {
+  return {{kSidecarName, saved_sidecar_text(spec, shards)}};
+}
 
 Result<std::unique_ptr<ShardReader>> make_raw_reader(const FormatOptions& options,
                                                      const ReaderContext& context) {

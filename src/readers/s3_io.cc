@@ -2,6 +2,7 @@
 // the RemoteIo that posix_io() routes "s3://" URLs to. A read is one ranged GET
 // (RandomAccessFile::ReadAt) into the caller's buffer; nothing downloads a whole object.
 #include "readers/detail/s3_io.hpp"
+#include "readers/detail/object_store.hpp"
 #include "readers/detail/store_options.hpp"
 
 #include <arrow/filesystem/filesystem.h>
@@ -99,7 +100,75 @@ class CountingRetryStrategy final : public arrow::fs::S3RetryStrategy {
   std::atomic<std::uint64_t>* retries_;
 };
 
-class ArrowRemoteIo final : public RemoteIo {
+// One object's upload through Arrow's output stream: a multipart upload whose parts are sent
+// in the background (on Arrow's I/O threads) as they fill. Bytes go in slices of kSliceBytes,
+// each a part of its own once the first has filled (Arrow uploads a write that large
+// directly, from a copy); every kInFlightBytes the writer waits for the parts sent so far, so
+// that an upload never holds more than that in copies, whatever the object's size.
+class ArrowObjectWriter final : public ObjectWriter {
+ public:
+  static constexpr std::size_t kSliceBytes = std::size_t{8} << 20;
+  static constexpr std::size_t kInFlightBytes = std::size_t{32} << 20;
+
+  ArrowObjectWriter(std::string url, std::shared_ptr<arrow::io::OutputStream> out)
+      : url_(std::move(url)), out_(std::move(out)) {}
+  ~ArrowObjectWriter() override { abort(); }
+
+  Status append(const void* data, std::size_t n) override {
+    if (!out_) return file_error(ErrorCode::kIo, url_, "cannot write: the upload has ended");
+    const auto* p = static_cast<const std::uint8_t*>(data);
+    while (n > 0) {
+      const std::size_t k = std::min(n, kSliceBytes);
+      t_gave_up_after = 0;
+      auto st = out_->Write(p, static_cast<std::int64_t>(k));
+      if (!st.ok()) return fail("cannot write", st);
+      p += k;
+      n -= k;
+      unflushed_ += k;
+      if (unflushed_ >= kInFlightBytes) {
+        st = out_->Flush();  // waits for the parts in flight
+        if (!st.ok()) return fail("cannot write", st);
+        unflushed_ = 0;
+      }
+    }
+    return Status::ok();
+  }
+
+  // The parts sent so far are waited for first, while the upload can still be aborted: a
+  // failed Close ends Arrow's stream without aborting the upload, so only a failure of the
+  // last part (sent by Close) leaves an incomplete upload behind (never an object).
+  Status commit() override {
+    if (!out_) return file_error(ErrorCode::kIo, url_, "cannot write: the upload has ended");
+    t_gave_up_after = 0;
+    auto st = out_->Flush();
+    if (!st.ok()) return fail("cannot write", st);
+    t_gave_up_after = 0;
+    st = out_->Close();
+    if (!st.ok()) return fail("cannot complete the upload", st);
+    out_.reset();
+    return Status::ok();
+  }
+
+  // Never Close here: Arrow's stream completes the upload when closed, also from its
+  // destructor, with whatever was sent.
+  void abort() noexcept override {
+    if (!out_) return;
+    (void)out_->Abort();
+    out_.reset();
+  }
+
+ private:
+  Status fail(const std::string& what, const arrow::Status& st) {
+    abort();
+    return remote_error(ErrorCode::kIo, url_, what, st);
+  }
+
+  std::string url_;
+  std::shared_ptr<arrow::io::OutputStream> out_;
+  std::size_t unflushed_ = 0;
+};
+
+class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
  public:
   Result<int> open(const std::string& url) override {
     FileInfo info;
@@ -215,6 +284,59 @@ class ArrowRemoteIo final : public RemoteIo {
   std::string last_read_error() const override { return t_read_error; }
 
   Status write_object(const std::string& url, const void* data, std::size_t n) override;
+
+  Result<std::unique_ptr<ObjectWriter>> open_writer(const std::string& url) override {
+    SHARDLOAD_ASSIGN_OR_RETURN(auto where, resolve(url));
+    if (where.second.empty() || where.second.back() == '/') {
+      return file_error(ErrorCode::kIo, url, "not an object (the URL ends in '/')");
+    }
+    t_gave_up_after = 0;
+    auto out = where.first->OpenOutputStream(where.second);
+    if (!out.ok()) return remote_error(ErrorCode::kIo, url, "cannot write", out.status());
+    return std::unique_ptr<ObjectWriter>(std::make_unique<ArrowObjectWriter>(url, *std::move(out)));
+  }
+
+  Status remove(const std::string& url) override {
+    SHARDLOAD_ASSIGN_OR_RETURN(auto where, resolve(url));
+    t_gave_up_after = 0;
+    const auto st = where.first->DeleteFile(where.second);
+    if (st.ok() || errno_of(st) == ENOENT) return Status::ok();
+    return remote_error(ErrorCode::kIo, url, "cannot delete", st);
+  }
+
+  Result<std::vector<ObjectEntry>> list_entries(const std::string& dir_url) override {
+    SHARDLOAD_ASSIGN_OR_RETURN(auto where, resolve(dir_url));
+    auto& [fs, path] = where;
+    while (!path.empty() && path.back() == '/') path.pop_back();
+    arrow::fs::FileSelector sel;
+    sel.base_dir = path;
+    sel.recursive = false;
+    sel.allow_not_found = true;  // a prefix with nothing under it yet
+    t_gave_up_after = 0;
+    auto infos = fs->GetFileInfo(sel);
+    if (!infos.ok()) return remote_error(ErrorCode::kIo, dir_url, "cannot list", infos.status());
+    if (infos->empty()) {
+      // Nothing there, or no bucket: a listing that allows a missing prefix may not tell.
+      const std::string bucket = path.substr(0, path.find('/'));
+      t_gave_up_after = 0;
+      auto b = fs->GetFileInfo(bucket);
+      if (!b.ok()) return remote_error(ErrorCode::kIo, dir_url, "cannot list", b.status());
+      if (b->type() != arrow::fs::FileType::Directory) {
+        return file_error(ErrorCode::kIo, dir_url,
+                          "cannot list: the bucket '" + bucket + "' does not exist", ENOENT);
+      }
+    }
+    std::vector<ObjectEntry> out;
+    for (const auto& fi : *infos) {
+      if (fi.type() == arrow::fs::FileType::File || fi.type() == arrow::fs::FileType::Directory) {
+        out.push_back({fi.base_name(), fi.type() == arrow::fs::FileType::Directory});
+      }
+    }
+    std::sort(out.begin(), out.end(), [](const ObjectEntry& a, const ObjectEntry& b) {
+      return a.name != b.name ? a.name < b.name : a.prefix < b.prefix;
+    });
+    return out;
+  }
 
   Result<bool> is_object(const std::string& url) override {
     SHARDLOAD_ASSIGN_OR_RETURN(auto where, resolve(url));
@@ -421,6 +543,9 @@ void ArrowRemoteIo::finalize_at_exit() {
 
 }  // namespace
 
-void register_s3_io() { set_remote_io(the_s3_io()); }
+void register_s3_io() {
+  set_remote_io(the_s3_io());
+  set_object_store(the_s3_io());
+}
 
 }  // namespace shardload::detail

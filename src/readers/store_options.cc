@@ -80,6 +80,8 @@ Result<std::string> take_store_options(const std::string& url, const std::string
                                  int_option(url, key, value, 4096, std::int64_t{1} << 34));
     } else if (key == "requests_in_flight") {
       SHARDLOAD_ASSIGN_OR_RETURN(out->requests_in_flight, int_option(url, key, value, 1, 64));
+    } else if (key == "chunks_in_flight") {
+      SHARDLOAD_ASSIGN_OR_RETURN(out->chunks_in_flight, int_option(url, key, value, 1, 64));
     } else {
       rest += (rest.empty() ? "?" : "&") + item;
     }

@@ -10,8 +10,10 @@
 // rows and lies inside the request is decoded straight into the destination.
 //
 // A store may also be an object-storage prefix ("s3://bucket/a.zarr"): its
-// metadata and chunks are objects read by key through the IoBackend. Only a
-// 404 is a missing chunk (the fill value); any other failure is an error.
+// metadata and chunks are objects read by key through the IoBackend, a read's chunk objects
+// (or a shard's inner chunks) fetched several at once while it decodes them (fetch_ahead),
+// since each costs a request's wait. Only a 404 is a missing chunk (the fill value); any
+// other failure is an error.
 #include <dirent.h>
 #include <sys/stat.h>
 
@@ -22,8 +24,10 @@
 #include <optional>
 
 #include "base/detail/checked.hpp"
+#include "readers/detail/fetch_ahead.hpp"
 #include "readers/detail/json.hpp"
 #include "readers/detail/readers.hpp"
+#include "readers/detail/store_options.hpp"
 #include "readers/detail/zarr.hpp"
 #include "shardload/byte_order.hpp"
 
@@ -33,6 +37,9 @@ namespace {
 
 constexpr std::uint64_t kMaxMetadataBytes = std::uint64_t{64} << 20;
 constexpr std::uint64_t kNoChunk = ~std::uint64_t{0};
+// A remote read fetches its chunk objects ahead while it decodes: at most this many of their
+// encoded bytes wait to be decoded (besides the chunks in flight), as Parquet's window.
+constexpr std::uint64_t kFetchWindowBytes = std::uint64_t{64} << 20;
 
 enum class PathKind { kMissing, kFile, kDirectory, kOther };
 
@@ -216,14 +223,18 @@ class ZarrReader final : public ShardReader {
       ghi[k] = (b - 1) / m->chunks[k] + 1;
     }
     Status status;
-    // for_each_run visits all but the last axis; walk the last one here.
-    for_each_run(glo, ghi, [&](const std::vector<std::int64_t>& start) {
-      if (!status.is_ok()) return;
-      std::vector<std::int64_t> g = start;
-      for (g[n - 1] = glo[n - 1]; g[n - 1] < ghi[n - 1] && status.is_ok(); ++g[n - 1]) {
-        status = m->sharded ? read_shard(r, g) : read_chunk(r, g);
-      }
-    });
+    if (is_remote_url(dir) && !m->sharded) {
+      status = read_chunks_remote(r, glo, ghi);
+    } else {
+      // for_each_run visits all but the last axis; walk the last one here.
+      for_each_run(glo, ghi, [&](const std::vector<std::int64_t>& start) {
+        if (!status.is_ok()) return;
+        std::vector<std::int64_t> g = start;
+        for (g[n - 1] = glo[n - 1]; g[n - 1] < ghi[n - 1] && status.is_ok(); ++g[n - 1]) {
+          status = m->sharded ? read_shard(r, g) : read_chunk(r, g);
+        }
+      });
+    }
     if (ctx_.check_snapshot) status = check_unchanged(meta_file, s.snapshot, std::move(status));
     return status;
   }
@@ -411,13 +422,7 @@ class ZarrReader final : public ShardReader {
     const std::string path = join(r.dir, zarr_chunk_key(r.m, g));
     const std::size_t expected = unit_bytes(r.m, r.m.chunks);
     std::byte* direct = direct_target(r, origin, r.m.chunks);
-    const bool remote = is_remote_url(path);
-    // An object decoded by the previous call needs no request at all.
-    if (remote && direct == nullptr && cached_key_ == path) {
-      copy_box(r, unit_.data(), origin, r.m.chunks, blo, bhi);
-      return Status::ok();
-    }
-    if (!remote) {
+    if (!is_remote_url(path)) {
       SHARDLOAD_ASSIGN_OR_RETURN(const PathKind kind, path_kind(*ctx_.io, path));
       if (kind == PathKind::kMissing) {
         fill_box(r, blo, bhi);
@@ -443,21 +448,10 @@ class ZarrReader final : public ShardReader {
       unit_.resize(expected);
       target = unit_.data();
     }
+    SHARDLOAD_RETURN_IF_ERROR(check_chunk_size(r.m, path, info.size, expected));
     if (r.m.codecs.empty()) {
-      if (info.size != expected) {
-        return {ErrorCode::kFormat, path + ": size: " + std::to_string(info.size) +
-                                        " bytes, expected " + std::to_string(expected) +
-                                        " (an uncompressed chunk of shape " +
-                                        dims_string(r.m.chunks) + ", " + r.m.dtype.name() + ")"};
-      }
       SHARDLOAD_RETURN_IF_ERROR(unchanged(f, info, f.read_exact(target, expected, 0)));
     } else {
-      const std::size_t cap = 2 * expected + (std::size_t{1} << 20);
-      if (info.size > cap) {
-        return {ErrorCode::kFormat, path + ": size: " + std::to_string(info.size) +
-                                        " bytes, more than any encoding of a chunk of " +
-                                        std::to_string(expected) + " bytes needs"};
-      }
       encoded_.resize(static_cast<std::size_t>(info.size));
       SHARDLOAD_RETURN_IF_ERROR(
           unchanged(f, info, f.read_exact(encoded_.data(), encoded_.size(), 0)));
@@ -465,6 +459,207 @@ class ZarrReader final : public ShardReader {
           decode_chain(r.m, encoded_.data(), encoded_.size(), target, expected, path));
     }
     place(r, target, direct != nullptr, path, origin, r.m.chunks, blo, bhi);
+    return Status::ok();
+  }
+
+  // A chunk object's size against what its array's chunk may take.
+  static Status check_chunk_size(const ZarrMeta& m, const std::string& path, std::uint64_t size,
+                                 std::size_t expected) {
+    if (m.codecs.empty()) {
+      if (size != expected) {
+        return {ErrorCode::kFormat, path + ": size: " + std::to_string(size) + " bytes, expected " +
+                                        std::to_string(expected) +
+                                        " (an uncompressed chunk of shape " +
+                                        dims_string(m.chunks) + ", " + m.dtype.name() + ")"};
+      }
+      return Status::ok();
+    }
+    const std::size_t cap = 2 * expected + (std::size_t{1} << 20);
+    if (size > cap) {
+      return {ErrorCode::kFormat, path + ": size: " + std::to_string(size) +
+                                      " bytes, more than any encoding of a chunk of " +
+                                      std::to_string(expected) + " bytes needs"};
+    }
+    return Status::ok();
+  }
+
+  // A chunk object (or a shard's inner chunk) a remote read needs, and what its fetch brought.
+  struct RemoteChunk {
+    std::string path;  // the object's URL; an inner chunk's: "URL: inner chunk [i, j]"
+    std::string key;   // what unit_ is keyed by once it is decoded there
+    std::uint64_t offset = 0, nbytes = 0;  // an inner chunk's bytes in its shard
+    std::vector<std::int64_t> origin, blo, bhi;
+    std::byte* direct = nullptr;   // where it decodes straight into the destination, if it does
+    bool missing = false;          // 404: the fill value
+    std::vector<std::byte> bytes;  // its encoded bytes (none when read straight into `direct`)
+  };
+
+  // A remote store's chunks: each object costs its requests' latency (a HEAD, the GET, a HEAD
+  // after), so several are fetched at once (chunks_in_flight, a key of the URL's query) by
+  // helper threads, while this thread decodes them in order as they arrive. Each chunk keeps
+  // the guarantees of the one-by-one path: a 404 is the fill value, any other failure names
+  // its URL, and it is compared with itself, as its HEAD saw it, after its GET.
+  Status read_chunks_remote(const Request& r, const std::vector<std::int64_t>& glo,
+                            const std::vector<std::int64_t>& ghi) {
+    SHARDLOAD_ASSIGN_OR_RETURN(const std::size_t in_flight, chunks_in_flight(r.dir));
+    const std::size_t n = glo.size();
+    std::vector<RemoteChunk> chunks;
+    for_each_run(glo, ghi, [&](const std::vector<std::int64_t>& start) {
+      std::vector<std::int64_t> g = start;
+      for (g[n - 1] = glo[n - 1]; g[n - 1] < ghi[n - 1]; ++g[n - 1]) {
+        RemoteChunk c;
+        c.origin.resize(n);
+        for (std::size_t k = 0; k < n; ++k) c.origin[k] = g[k] * r.m.chunks[k];
+        if (!clip(r, c.origin, r.m.chunks, &c.blo, &c.bhi)) continue;
+        c.path = join(r.dir, zarr_chunk_key(r.m, g));
+        c.key = c.path;
+        c.direct = direct_target(r, c.origin, r.m.chunks);
+        // An object decoded by the previous call needs no request at all (served now, before
+        // any other chunk is decoded into unit_).
+        if (c.direct == nullptr && cached_key_ == c.path) {
+          copy_box(r, unit_.data(), c.origin, r.m.chunks, c.blo, c.bhi);
+          continue;
+        }
+        chunks.push_back(std::move(c));
+      }
+    });
+    const std::size_t expected = unit_bytes(r.m, r.m.chunks);
+    return fetch_ahead(
+        chunks.size(), in_flight, kFetchWindowBytes,
+        [&](std::size_t i) { return fetch_chunk(r.m, expected, &chunks[i]); },
+        [&](std::size_t i) { return decode_chunk(r, expected, &chunks[i], r.m.chunks); });
+  }
+
+  static Result<std::size_t> chunks_in_flight(const std::string& dir) {
+    StoreOptions options;
+    const auto q = dir.find('?');
+    SHARDLOAD_ASSIGN_OR_RETURN(
+        const std::string rest,
+        take_store_options(dir, q == std::string::npos ? std::string() : dir.substr(q), &options));
+    (void)rest;
+    return static_cast<std::size_t>(options.chunks_in_flight);
+  }
+
+  // A remote shard's inner chunks, as read_inner reads them one by one, fetched several at
+  // once (ranged GETs of the one open shard object) and decoded here in order. The shard's
+  // HEAD after all of them is the caller's.
+  template <typename Entry>
+  Status read_inners_remote(const Request& r, const File& f, const FileInfo& info,
+                            const std::string& path, const std::vector<std::int64_t>& shard_origin,
+                            const std::vector<std::int64_t>& ilo,
+                            const std::vector<std::int64_t>& ihi,
+                            const std::vector<std::int64_t>& per, Entry entry,
+                            std::size_t expected) {
+    SHARDLOAD_ASSIGN_OR_RETURN(const std::size_t in_flight, chunks_in_flight(r.dir));
+    const ZarrMeta& m = r.m;
+    const std::size_t n = ilo.size();
+    std::vector<RemoteChunk> chunks;
+    Status status;
+    for_each_run(ilo, ihi, [&](const std::vector<std::int64_t>& start) {
+      std::vector<std::int64_t> w = start;
+      for (w[n - 1] = ilo[n - 1]; w[n - 1] < ihi[n - 1] && status.is_ok(); ++w[n - 1]) {
+        RemoteChunk c;
+        c.origin.resize(n);
+        std::uint64_t linear = 0;
+        for (std::size_t k = 0; k < n; ++k) {
+          c.origin[k] = shard_origin[k] + w[k] * m.inner_chunks[k];
+          linear = linear * static_cast<std::uint64_t>(per[k]) + static_cast<std::uint64_t>(w[k]);
+        }
+        if (!clip(r, c.origin, m.inner_chunks, &c.blo, &c.bhi)) continue;
+        c.offset = entry(linear, 0);
+        c.nbytes = entry(linear, 1);
+        c.path = path + ": inner chunk " + dims_string(w);
+        if (c.offset == kNoChunk && c.nbytes == kNoChunk) {
+          fill_box(r, c.blo, c.bhi);
+          continue;
+        }
+        std::uint64_t end = 0;
+        if (!checked_add(c.offset, c.nbytes, &end) || end > info.size) {
+          status = {ErrorCode::kFormat, c.path + ": the index says " + std::to_string(c.nbytes) +
+                                            " bytes at offset " + std::to_string(c.offset) +
+                                            ", past the end of the file (" +
+                                            std::to_string(info.size) + " bytes; corrupt shard)"};
+          return;
+        }
+        if (m.codecs.empty() && c.nbytes != expected) {
+          status = {ErrorCode::kFormat, c.path + ": " + std::to_string(c.nbytes) +
+                                            " bytes, expected " + std::to_string(expected) +
+                                            " (an uncompressed chunk)"};
+          return;
+        }
+        if (!m.codecs.empty() && c.nbytes > 2 * expected + (std::uint64_t{1} << 20)) {
+          status = {ErrorCode::kFormat, c.path + ": " + std::to_string(c.nbytes) +
+                                            " bytes, more than any encoding of the chunk needs"};
+          return;
+        }
+        c.direct = direct_target(r, c.origin, m.inner_chunks);
+        c.key = path + "#" + std::to_string(linear);
+        if (c.direct == nullptr && cached_key_ == c.key) {
+          copy_box(r, unit_.data(), c.origin, m.inner_chunks, c.blo, c.bhi);
+          continue;
+        }
+        chunks.push_back(std::move(c));
+      }
+    });
+    SHARDLOAD_RETURN_IF_ERROR(status);
+    return fetch_ahead(
+        chunks.size(), in_flight, kFetchWindowBytes,
+        [&](std::size_t i) -> Result<std::uint64_t> {
+          RemoteChunk& c = chunks[i];
+          std::byte* into = m.codecs.empty() ? c.direct : nullptr;  // distinct rows per chunk
+          if (into == nullptr) {
+            c.bytes.resize(static_cast<std::size_t>(c.nbytes));
+            into = c.bytes.data();
+          }
+          SHARDLOAD_RETURN_IF_ERROR(
+              f.read_exact(into, static_cast<std::size_t>(c.nbytes), c.offset));
+          return static_cast<std::uint64_t>(c.bytes.size());
+        },
+        [&](std::size_t i) { return decode_chunk(r, expected, &chunks[i], m.inner_chunks); });
+  }
+
+  // On a helper thread: touches only `c` (and the IoBackend, which is safe from any thread).
+  Result<std::uint64_t> fetch_chunk(const ZarrMeta& m, std::size_t expected, RemoteChunk* c) const {
+    FileInfo info;
+    SHARDLOAD_ASSIGN_OR_RETURN(std::optional<File> opened, open_unit(c->path, &info));
+    if (!opened) {
+      c->missing = true;
+      return std::uint64_t{0};
+    }
+    const File& f = *opened;
+    SHARDLOAD_RETURN_IF_ERROR(check_chunk_size(m, c->path, info.size, expected));
+    std::byte* into = m.codecs.empty() ? c->direct : nullptr;  // distinct rows per chunk
+    if (into == nullptr) {
+      c->bytes.resize(static_cast<std::size_t>(info.size));
+      into = c->bytes.data();
+    }
+    SHARDLOAD_RETURN_IF_ERROR(
+        unchanged(f, info, f.read_exact(into, static_cast<std::size_t>(info.size), 0)));
+    return static_cast<std::uint64_t>(c->bytes.size());
+  }
+
+  // On the calling thread, in the chunks' order.
+  Status decode_chunk(const Request& r, std::size_t expected, RemoteChunk* c,
+                      const std::vector<std::int64_t>& unit) {
+    if (c->missing) {
+      fill_box(r, c->blo, c->bhi);
+      return Status::ok();
+    }
+    count_decode();
+    std::byte* target = c->direct;
+    if (target == nullptr) {
+      cached_key_.clear();
+      unit_.resize(expected);
+      target = unit_.data();
+    }
+    if (r.m.codecs.empty()) {
+      if (c->direct == nullptr) std::memcpy(target, c->bytes.data(), expected);
+    } else {
+      SHARDLOAD_RETURN_IF_ERROR(
+          decode_chain(r.m, c->bytes.data(), c->bytes.size(), target, expected, c->path));
+    }
+    std::vector<std::byte>().swap(c->bytes);  // out of the window now
+    place(r, target, c->direct != nullptr, c->key, c->origin, unit, c->blo, c->bhi);
     return Status::ok();
   }
 
@@ -540,13 +735,17 @@ class ZarrReader final : public ShardReader {
     }
     const std::size_t expected = unit_bytes(m, m.inner_chunks);
     Status status;
-    for_each_run(ilo, ihi, [&](const std::vector<std::int64_t>& start) {
-      std::vector<std::int64_t> w = start;
-      for (w[n - 1] = ilo[n - 1]; w[n - 1] < ihi[n - 1] && status.is_ok(); ++w[n - 1]) {
-        if (!status.is_ok()) return;
-        status = read_inner(r, f, info, path, origin, w, per, entry, expected);
-      }
-    });
+    if (is_remote_url(path)) {
+      status = read_inners_remote(r, f, info, path, origin, ilo, ihi, per, entry, expected);
+    } else {
+      for_each_run(ilo, ihi, [&](const std::vector<std::int64_t>& start) {
+        std::vector<std::int64_t> w = start;
+        for (w[n - 1] = ilo[n - 1]; w[n - 1] < ihi[n - 1] && status.is_ok(); ++w[n - 1]) {
+          if (!status.is_ok()) return;
+          status = read_inner(r, f, info, path, origin, w, per, entry, expected);
+        }
+      });
+    }
     status = unchanged(f, info, std::move(status));
     // An inner chunk decoded from a shard that changed under the reads is
     // not kept for the next call.
@@ -557,7 +756,7 @@ class ZarrReader final : public ShardReader {
   // Opens a chunk or shard file and sets `*info` to its snapshot. An object's open is its
   // one HEAD, whose 404 is the missing chunk (nullopt): no look-up of its own before it. A
   // local file was looked up by the caller, so any failure here is an error.
-  Result<std::optional<File>> open_unit(const std::string& path, FileInfo* info) {
+  Result<std::optional<File>> open_unit(const std::string& path, FileInfo* info) const {
     if (!is_remote_url(path)) {
       SHARDLOAD_ASSIGN_OR_RETURN(File f, File::open(*ctx_.io, path));
       SHARDLOAD_ASSIGN_OR_RETURN(*info, f.stat());

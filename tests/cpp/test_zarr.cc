@@ -5,10 +5,15 @@
 #include <gtest/gtest.h>
 #include <zlib.h>
 
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <functional>
+#include <mutex>
+#include <thread>
 
+#include "readers/detail/fetch_ahead.hpp"
 #include "readers/detail/zarr.hpp"
 #include "shardload/fill.hpp"
 #include "shardload/layout.hpp"
@@ -452,6 +457,80 @@ TEST(ZarrMetaTest, Crc32cAndHalfFloats) {
   EXPECT_EQ(detail::double_to_half(0.1), 0x2E66);
   EXPECT_EQ(detail::double_to_half(-INFINITY), 0xFC00);
   EXPECT_EQ(detail::double_to_half(NAN) & 0x7E00, 0x7E00);
+}
+
+// fetch_ahead: items consumed in order, at most in_flight fetched at once, a fetch started only
+// below the window (so what waits stays within window + in_flight items), the first failure in
+// order returned and nothing fetched long after it.
+struct FetchProbe {
+  std::mutex m;
+  int running = 0, most_running = 0;
+  std::uint64_t waiting = 0, most_waiting = 0;
+  std::vector<std::size_t> consumed;
+  std::atomic<std::size_t> fetched{0}, highest{0};
+};
+
+TEST(FetchAhead, InOrderBoundedAndWithinTheWindow) {
+  for (const std::size_t in_flight : {std::size_t{1}, std::size_t{3}, std::size_t{8}}) {
+    FetchProbe p;
+    constexpr std::uint64_t kItem = 10;
+    const Status st = detail::fetch_ahead(
+        40, in_flight, 25,
+        [&](std::size_t i) -> Result<std::uint64_t> {
+          {
+            std::lock_guard lock(p.m);
+            p.most_running = std::max(p.most_running, ++p.running);
+          }
+          std::this_thread::sleep_for(std::chrono::microseconds(200 * (i % 3)));
+          std::lock_guard lock(p.m);
+          --p.running;
+          p.waiting += kItem;
+          p.most_waiting = std::max(p.most_waiting, p.waiting);
+          return kItem;
+        },
+        [&](std::size_t i) {
+          std::lock_guard lock(p.m);
+          p.consumed.push_back(i);
+          p.waiting -= kItem;
+          return Status::ok();
+        });
+    ASSERT_TRUE(st.is_ok()) << st.message();
+    ASSERT_EQ(p.consumed.size(), 40u);
+    for (std::size_t i = 0; i < 40; ++i) EXPECT_EQ(p.consumed[i], i);
+    EXPECT_LE(p.most_running, static_cast<int>(in_flight));
+    // A fetch starts below 25 bytes waiting: at most two items waiting then, plus those in
+    // flight.
+    EXPECT_LE(p.most_waiting, (2 + in_flight) * kItem) << in_flight;
+  }
+}
+
+TEST(FetchAhead, FirstFailureInOrderStopsTheFetches) {
+  for (const bool in_consume : {false, true}) {
+    FetchProbe p;
+    const Status st = detail::fetch_ahead(
+        200, 4, 3,
+        [&](std::size_t i) -> Result<std::uint64_t> {
+          p.fetched.fetch_add(1);
+          std::size_t h = p.highest.load();
+          while (i > h && !p.highest.compare_exchange_weak(h, i)) {
+          }
+          if (!in_consume && (i == 7 || i == 9)) {
+            return Status(ErrorCode::kIo, "item " + std::to_string(i));
+          }
+          return std::uint64_t{1};
+        },
+        [&](std::size_t i) {
+          p.consumed.push_back(i);
+          return i == 7 && in_consume ? Status(ErrorCode::kFormat, "bad 7") : Status::ok();
+        });
+    ASSERT_FALSE(st.is_ok());
+    EXPECT_EQ(st.message(), in_consume ? "bad 7" : "item 7");
+    EXPECT_EQ(p.consumed.size(), in_consume ? 8u : 7u);
+    // Item j is claimed only with fewer than 3 items waiting and at most 3 others in flight,
+    // so j <= consumed + 5; no claim once the failure at 7 is known (consumed <= 7 until then).
+    EXPECT_LE(p.highest.load(), 12u);
+    EXPECT_LE(p.fetched.load(), 13u);
+  }
 }
 
 }  // namespace

@@ -86,6 +86,22 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: object) -> None:  # noqa: A002
         pass  # quiet: the test's output is the proxy's log list
 
+    def _body(self) -> bytes:
+        """The request's body: by its Content-Length, or the chunks of a chunked one (the
+        AWS SDK's uploads), forwarded with a Content-Length."""
+        if "chunked" not in (self.headers.get("Transfer-Encoding") or "").lower():
+            length = int(self.headers.get("Content-Length") or 0)
+            return self.rfile.read(length) if length else b""
+        parts = []
+        while True:
+            size = int(self.rfile.readline().split(b";")[0].strip() or b"0", 16)
+            if size == 0:
+                while self.rfile.readline() not in (b"\r\n", b"\n", b""):
+                    pass  # trailers
+                return b"".join(parts)
+            parts.append(self.rfile.read(size))
+            self.rfile.readline()
+
     def _any(self) -> None:
         proxy: FaultProxy = self.server.proxy  # type: ignore[attr-defined]
         with proxy._lock:
@@ -99,8 +115,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
     def _serve(self) -> None:
         proxy: FaultProxy = self.server.proxy  # type: ignore[attr-defined]
-        length = int(self.headers.get("Content-Length") or 0)
-        body = self.rfile.read(length) if length else b""
+        body = self._body()
         rule = proxy._take(self.command, self.path, self.headers.get("Range"))
         proxy._log(self.command, self.path, self.headers.get("Range"),
                    rule.action if rule else None)
@@ -125,7 +140,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         host, port = proxy.upstream.rsplit(":", 1)
         conn = http.client.HTTPConnection(host, int(port), timeout=60)
         try:
-            headers = {k: v for k, v in self.headers.items() if k.lower() not in _HOP}
+            # The proxy answered any "Expect: 100-continue" itself and has the whole body.
+            headers = {k: v for k, v in self.headers.items()
+                       if k.lower() not in _HOP and k.lower() != "expect"}
             conn.request(self.command, self.path, body=body or None, headers=headers)
             resp = conn.getresponse()
             data = resp.read()

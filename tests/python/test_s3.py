@@ -4,6 +4,7 @@ S3-compatible server (moto's server mode) that the tests start on 127.0.0.1."""
 from __future__ import annotations
 
 import io
+import json
 import subprocess
 import uuid
 
@@ -90,6 +91,22 @@ def test_raw_sidecar_beside_the_objects(bucket):
         bucket.put(f"rs/shard_{i:04d}.bin", p.tobytes())
     bucket.put("rs/shardload.json", b'{"dtype": "<f8", "shape": [3]}')
     got = shardload.load(bucket.url("rs/"), format="raw", storage_options=bucket.options)
+    np.testing.assert_array_equal(np.asarray(got), np.concatenate(parts))
+
+
+def test_raw_sidecar_rows_list_gives_each_object_its_own_rows(bucket):
+    # "rows" lists each shard's rows by position: every object gets its own entry, also when
+    # the objects are probed on several threads.
+    rng = np.random.default_rng(6)
+    rows = [6, 2, 9, 0, 4]
+    parts = [rng.standard_normal((r, 3)).astype("<f8") for r in rows]
+    for i, p in enumerate(parts):
+        bucket.put(f"rl/shard_{i:04d}.bin", p.tobytes())
+    bucket.put("rl/shardload.json", json.dumps(
+        {"dtype": "<f8", "shape": [3], "header_bytes": 0, "rows": rows}).encode())
+    layout = shardload.discover(bucket.url("rl/"), format="raw", storage_options=bucket.options)
+    assert list(layout.shard_rows) == rows
+    got = shardload.load(bucket.url("rl/"), format="raw", storage_options=bucket.options)
     np.testing.assert_array_equal(np.asarray(got), np.concatenate(parts))
 
 

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "shardload/dtype.hpp"
@@ -39,6 +40,11 @@ struct SaveSpec {
 // shard_0000.npy / .bin / .zarr: the loader's default names for the format (its first
 // extension).
 std::string save_shard_name(SaveFormat format, std::int64_t shard);
+
+// Whether a save writes a regular file (or object) of this name into a dataset: a shard of a
+// format whose shards are files (shard_NNNN.npy, .bin), a format's metadata, the manifest,
+// _meta.json. What an overwrite may replace.
+bool is_saved_file_name(std::string_view name);
 
 // Creates every shard in `dir` through the format's writer, at its final size with its
 // headers, data still zeros, and fills data_offset and chunk_rows from the writer.

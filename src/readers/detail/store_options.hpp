@@ -31,6 +31,9 @@ struct StoreOptions {
   // on the same small machine) more in flight was slower, the server being the bottleneck.
   std::int64_t request_bytes = std::int64_t{8} << 20;
   std::int64_t requests_in_flight = 1;
+  // How many chunk objects (or a shard's inner chunks) one Zarr read fetches at once, beside
+  // the calling thread that decodes them; see docs/object_storage.md for the measured default.
+  std::int64_t chunks_in_flight = 8;
 };
 
 // Splits shardload's keys out of `query` ("?a=b&c=d" or ""): returns the query left for the

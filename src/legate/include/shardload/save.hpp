@@ -39,6 +39,11 @@
 //     _meta.json, shardload.manifest): replacing a directory never deletes a user's files.
 //   - a DEST this process cannot give its owner and group (not root, another user's): refused
 //     before anything is written (ShardWriteError).
+// DEST may be an object-storage prefix ("s3://bucket/prefix/", options in its query; npy and
+// raw): each shard is one object uploaded whole by one point task (the launch tiled so that
+// tile i is shard i), then the metadata objects, then the manifest last as the commit point;
+// with overwrite the old manifest is deleted first. A store has no atomic multi-object
+// commit: docs/save.md ("To s3://") says what a reader sees during and after a failed save.
 // On any error the hidden directory is removed and DEST is untouched. A crash (the process
 // killed) can leave the hidden directory behind, never a partial DEST; the next save to DEST
 // on this host removes it once its process is gone. Files are not fsync'ed: a save survives
