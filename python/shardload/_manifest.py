@@ -41,6 +41,10 @@ def _directory(source: object, storage_options: object = None) -> str | bytes:
         raise TypeError(f"source: expected a directory (str, bytes or os.PathLike), found "
                         f"{_found(source)}")
     path = os.fspath(source)
+    if isinstance(path, str) and path.startswith(("http://", "https://")):
+        raise ValueError(f"{path}: a manifest cannot be written over HTTP (no upload, and no "
+                         "listing to index); index a local or s3:// copy of the objects and "
+                         f"serve its {MANIFEST_NAME} beside them")
     if isinstance(path, str) and path.startswith("s3://"):
         # A prefix in a bucket: discovery says whether objects are under it.
         return _api._with_storage_options(path, storage_options)  # type: ignore[return-value]
@@ -111,14 +115,19 @@ def index(
 
 
 def verify(source: str | bytes | os.PathLike, *, groups: int | None = None,
-           on_host: bool = False) -> list[ChecksumMismatch]:
+           on_host: bool = False,
+           storage_options: dict[str, str] | None = None) -> list[ChecksumMismatch]:
     """Checks every shard against the checksums of its manifest.
 
     Args:
-        source: the directory of the shards (its ``shardload.manifest``) or a manifest file.
+        source: the directory of the shards (its ``shardload.manifest``) or a manifest file;
+            or an ``s3://``, ``http://`` or ``https://`` directory URL (ending in ``/``) or
+            manifest object URL, whose objects are hashed through ranged reads.
         groups: points of the Legate launch, each hashing a range of shards (default four
             per CPU, at most one per shard).
         on_host: True hashes the files in this process instead (no Legate).
+        storage_options: object storage: options added to the query of an ``s3://`` source,
+            as for :func:`shardload.discover`.
 
     Returns:
         A :class:`ChecksumMismatch` for every shard whose checksum differs or that cannot be
@@ -136,8 +145,15 @@ def verify(source: str | bytes | os.PathLike, *, groups: int | None = None,
     n = 0 if groups is None else _int("groups", groups)
     if groups is not None and n < 1:
         raise ValueError(f"groups: expected an int >= 1, found {n}")
-    path = os.fsencode(source)
-    if os.path.isdir(path):
+    path = os.fsencode(_api._with_storage_options(  # type: ignore[arg-type]
+        os.fspath(source), storage_options))
+    if path.startswith((b"s3://", b"http://", b"https://")):
+        # A directory URL means its manifest; the query stays after the key.
+        key, sep, query = path.partition(b"?")
+        if not key.endswith(b"/" + os.fsencode(MANIFEST_NAME)):
+            path = key + (b"" if key.endswith(b"/") else b"/") + os.fsencode(MANIFEST_NAME) \
+                + sep + query
+    elif os.path.isdir(path):
         path = os.path.join(path, os.fsencode(MANIFEST_NAME))
     if host:
         return [ChecksumMismatch(i, os.fsdecode(p), w)

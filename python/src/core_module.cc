@@ -226,7 +226,13 @@ PYBIND11_MODULE(_core, m) {
   m.def(
       "verify_on_host",
       [](const py::object& path) {
-        Result<Manifest> r = read_manifest(path_bytes(path));
+        const std::string p = path_bytes(path);
+        // The manifest may be a URL: its request, like the hashing, must not hold the GIL
+        // (a server in this process, or any other Python thread, would wait on it).
+        Result<Manifest> r = [&] {
+          py::gil_scoped_release release;
+          return read_manifest(p);
+        }();
         if (!r) raise(r.status());
         Result<std::vector<ChecksumMismatch>> v = [&] {
           py::gil_scoped_release release;

@@ -128,14 +128,18 @@ namespace {
 Result<Source> parse_remote(const std::string& text, const std::string& pattern) {
   const auto [key, query] = split_query(text);
   if (is_http_url(text)) {
-    // A web server has no listing to ask: each object is named. The query stays part of the
-    // URL (a signed URL's), so wildcards and numbering are refused in the path only.
-    if (!pattern.empty() || key.back() == '/' || key.find_first_of("*?[{") != std::string::npos) {
+    // A web server has no listing to ask: each object is named, by its URL or by the
+    // directory's manifest (a URL ending in '/': its shardload.manifest names the objects,
+    // discovery says so when there is none). The query stays part of the URL (a signed URL's),
+    // so wildcards and numbering are refused in the path only.
+    if (!pattern.empty() || key.find_first_of("*?[{") != std::string::npos) {
       return file_error(ErrorCode::kInvalidArgument, text,
                         "http:// and https:// sources name objects, one URL each (a URL or a "
-                        "list of URLs): HTTP has no directory listing, so a URL ending in '/', "
-                        "a glob, a numbered pattern or a pattern is not supported");
+                        "list of URLs), or a directory URL ending in '/' whose "
+                        "shardload.manifest names them: HTTP has no directory listing, so a "
+                        "glob, a numbered pattern or a pattern is not supported");
     }
+    if (key.back() == '/') return Source::directory(text, "");
     return Source::list({text});
   }
   const auto slash = key.rfind('/');

@@ -237,10 +237,13 @@ const std::vector<CommandSpec>& commands() {
       {"verify",
        "DIR|MANIFEST [options]",
        "check the shards against the manifest's checksums, in parallel under Legate",
-       "Hashes every shard named in DIR/shardload.manifest (or the manifest file given) in a\n"
+       "Hashes every shard named in DIR/shardload.manifest (or the manifest file given; DIR\n"
+       "may be an s3:// or http(s):// directory URL, read by ranged GETs) in a\n"
        "Legate task, one point per group of shards, and names every file whose checksum\n"
        "differs or that cannot be read. Exit status 1 when any does.",
-       {{"groups", "G", "points of the launch (default four per CPU)"}},
+       {{"groups", "G", "points of the launch (default four per CPU)"},
+        {"storage-option", "KEY=VALUE",
+         "s3://: an option of the store (endpoint_override, scheme, region, ...); repeatable"}},
        false},
       {"read",
        "SOURCE [options]",

@@ -27,6 +27,8 @@ int cmd_index(const Args& args) {
     return usage_error(cmd, "--checksum: " + c.status().message());
   }
   mopts.pattern = p.opts["pattern"];
+  // Before discovery, which would only say that HTTP has no listing.
+  if (Status st = check_manifest_writable(p.positional[0]); !st) return fail(cmd, st.message());
   Result<Source> src = Source::parse(p.positional[0], mopts.pattern);
   if (!src) return source_error(cmd, src.status());
   if (src->kind != Source::Kind::kDirectory) {

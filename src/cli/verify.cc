@@ -7,7 +7,9 @@
 #include <string>
 
 #include "cli/commands.hpp"
+#include "shardload/io.hpp"
 #include "shardload/legate.hpp"
+#include "shardload/manifest.hpp"
 #include "shardload/manifest_legate.hpp"
 
 namespace shardload::cli {
@@ -31,10 +33,19 @@ int cmd_verify(const Args& args) {
     }
     groups = g;
   }
-  // A directory means its manifest; anything else is the manifest file itself.
+  // A directory means its manifest; anything else is the manifest file itself. A URL is a
+  // directory unless its key names the manifest (object storage and HTTP have no stat).
   std::string path = p.positional[0];
   struct ::stat st {};
-  if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) path = manifest_path(path);
+  if (is_remote_url(path)) {
+    const std::string key = path.substr(0, path.find('?'));
+    const std::string name = "/" + std::string(kManifestName);
+    if (key.size() < name.size() || key.compare(key.size() - name.size(), name.size(), name) != 0) {
+      path = manifest_path(path);
+    }
+  } else if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+    path = manifest_path(path);
+  }
   legate::start();
   RankStreams io;
   std::ostream& out = io.out;

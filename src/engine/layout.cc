@@ -374,6 +374,14 @@ Result<Layout> try_discover(const Source& source, const DiscoverOptions& options
     if (!m.error.is_ok()) return m.error;
     manifest_note = std::move(m.note);
     manifest_state = m.state;
+    if (!m.probe_paths.empty()) {
+      auto probed = try_discover_paths(m.probe_paths, options);
+      if (probed) {
+        probed->manifest_status = std::move(manifest_note);
+        probed->manifest_state = manifest_state;
+      }
+      return probed;
+    }
   }
   auto probed = discover_probing(source, options);
   if (probed) {

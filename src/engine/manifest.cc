@@ -232,8 +232,17 @@ Result<std::uint64_t> file_checksum(const std::string& path, Checksum kind, IoBa
   return static_cast<std::uint64_t>(XXH3_64bits_digest(state.get()));
 }
 
+Status check_manifest_writable(const std::string& directory) {
+  if (!is_http_url(directory)) return Status::ok();
+  return file_error(ErrorCode::kInvalidArgument, directory,
+                    "a manifest cannot be written over HTTP (no upload, and no listing to "
+                    "index); index a local or s3:// copy of the objects and serve its " +
+                        std::string(kManifestName) + " beside them");
+}
+
 Result<std::string> write_manifest(const Layout& layout, const std::string& directory,
                                    const ManifestOptions& options) {
+  SHARDLOAD_RETURN_IF_ERROR(check_manifest_writable(directory));
   IoBackend& io = options.io != nullptr ? *options.io : posix_io();
   const std::string target = manifest_path(directory);
   // Relative paths: the directory may be moved or mounted elsewhere with its manifest.
@@ -584,7 +593,9 @@ std::string manifest_staleness(const Manifest& m, IoBackend& io) {
     for (auto& h : helpers) h.join();
     if (first_bad.load() < shards.size()) return why[first_bad.load()];
   }
-  if (!m.pattern.empty()) {
+  // A web server has no listing: the manifest alone says which objects are the dataset, so an
+  // object added after indexing is not seen (nor would it be without the manifest).
+  if (!m.pattern.empty() && !is_http_url(m.directory)) {
     auto listed = resolve(Source::directory(m.directory, m.pattern));
     if (!listed) return listed.status().message();
     for (std::size_t i = 0; i < std::max(listed->size(), shards.size()); ++i) {
@@ -632,8 +643,23 @@ Result<std::vector<ChecksumMismatch>> verify_range(const Manifest& m, std::size_
 ManifestDiscovery discover_from_manifest(const Source& source, const DiscoverOptions& options) {
   ManifestDiscovery r;
   const std::string path = manifest_path(source.dir_path);
+  // An http(s):// directory cannot be listed: its manifest is the only way to its objects,
+  // and where the manifest cannot be used as it is, the objects it names are probed.
+  const bool http = is_http_url(source.dir_path);
   auto m = read_manifest(path);
   if (!m) {
+    if (http && m.status().sys_errno() == ENOENT) {
+      r.error = file_error(ErrorCode::kLayout, source.dir_path,
+                           "HTTP has no directory listing, and no manifest names the objects "
+                           "there (" +
+                               m.status().message() +
+                               "); name each object by its URL (or a list of URLs), or serve "
+                               "the directory's " +
+                               std::string(kManifestName) +
+                               " (shardload index of a local or s3:// copy writes it)",
+                           ENOENT);
+      return r;
+    }
     if (m.status().sys_errno() == ENOENT || m.status().sys_errno() == ENOTDIR) {
       // Without one, discovery probes as before; trusting a manifest that is not there
       // cannot mean anything else.
@@ -651,6 +677,10 @@ ManifestDiscovery discover_from_manifest(const Source& source, const DiscoverOpt
     } else {
       r.note = "manifest: not used: " + why;
       r.state = state;
+      if (http) {
+        r.note += "; probed the objects it names instead (HTTP has no listing)";
+        for (const auto& s : m->layout.shards) r.probe_paths.push_back(s.path);
+      }
     }
     return r;
   };
@@ -679,7 +709,8 @@ ManifestDiscovery discover_from_manifest(const Source& source, const DiscoverOpt
   // Without a pattern a request stands for the directory's own naming, as probing finds it;
   // a manifest indexed under another pattern (part_{}.npy beside shard_0000.npy ...) would
   // answer with other files. The trusted path touches no file, so it takes the recorded one.
-  if (source.pattern.empty() && !options.trust_manifest) {
+  // Over HTTP there is no naming to find but the manifest's.
+  if (source.pattern.empty() && !options.trust_manifest && !http) {
     DiscoverOptions probing = options;
     auto own = detail::auto_directory(source, &probing);
     if (!own) {
@@ -716,8 +747,16 @@ ManifestDiscovery discover_from_manifest(const Source& source, const DiscoverOpt
     IoBackend& io = options.io != nullptr ? *options.io : posix_io();
     const std::string why = manifest_staleness(*m, io);
     if (!why.empty()) {
-      r.note = "manifest: stale because " + why + "; probed the files instead";
       r.state = ManifestState::kStale;
+      if (http) {
+        // The objects it names are still the dataset (no listing could name others): probing
+        // them gives what they hold now, and one that is gone is an error naming its URL.
+        r.note = "manifest: stale because " + why +
+                 "; probed the objects it names instead (HTTP has no listing)";
+        for (const auto& s : m->layout.shards) r.probe_paths.push_back(s.path);
+      } else {
+        r.note = "manifest: stale because " + why + "; probed the files instead";
+      }
       return r;
     }
     m->layout.manifest_status =

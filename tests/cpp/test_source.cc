@@ -423,11 +423,18 @@ TEST(RemoteSource, S3AndHttpBackendsCoexist) {
     *a = File();
     *b = File();
     EXPECT_TRUE(s3.open_files.empty() && web.open_files.empty());
-    // A URL names an object; HTTP has nothing to list.
+    // A URL names an object; HTTP has nothing to list: a URL ending in '/' is a directory
+    // only through its manifest (discovery's part), its query kept for every URL made from it.
     auto one = Source::parse("https://h/x?sig=1");
     ASSERT_TRUE(one) << one.status().message();
     EXPECT_EQ(one->kind, Source::Kind::kList);
-    for (const std::string text : {"http://h/d/", "http://h/d/*.npy", "http://h/d/s_{:04d}.npy"}) {
+    auto dir = Source::parse("http://h/d/?sig=1");
+    ASSERT_TRUE(dir) << dir.status().message();
+    EXPECT_EQ(dir->kind, Source::Kind::kDirectory);
+    EXPECT_EQ(dir->dir_path, "http://h/d/?sig=1");
+    EXPECT_TRUE(dir->pattern.empty());
+    EXPECT_FALSE(Source::parse("http://h/d/", "s_{:04d}.npy"));
+    for (const std::string text : {"http://h/d/*.npy", "http://h/d/s_{:04d}.npy"}) {
       auto bad = Source::parse(text);
       ASSERT_FALSE(bad) << text;
       EXPECT_NE(bad.status().message().find("HTTP has no directory listing"), std::string::npos)

@@ -71,6 +71,10 @@ struct Manifest {
 // The manifest path for a directory: DIR/shardload.manifest.
 std::string manifest_path(const std::string& directory);
 
+// kInvalidArgument naming `directory` where no manifest can be written there (an http(s)://
+// URL: HTTP has no upload), else ok.
+Status check_manifest_writable(const std::string& directory);
+
 // Writes the manifest of `layout` (whose shards must all lie under `directory`) to
 // manifest_path(directory), atomically, computing the checksums first (each file read once;
 // a file whose size no longer matches its snapshot is kChanged). Returns the path written.
@@ -114,11 +118,15 @@ Result<std::vector<ChecksumMismatch>> verify_range(const Manifest& manifest, std
 // A manifest fits a request made with exactly the format options it was indexed with
 // (format kAuto standing for the recorded one): a plain request does not get the columns,
 // fill value or cast an index recorded.
+// An http(s):// directory, which has no listing, is discovered from its manifest only: no
+// manifest there is an error (naming the manifest's URL and the server's answer), and a note
+// comes with `probe_paths`, the objects the manifest names, to probe instead of the directory.
 struct ManifestDiscovery {
   std::optional<Layout> layout;
   Status error;
   std::string note;
   ManifestState state = ManifestState::kNone;
+  std::vector<std::string> probe_paths;
 };
 ManifestDiscovery discover_from_manifest(const Source& source, const DiscoverOptions& options);
 
