@@ -216,10 +216,7 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
   // No HEAD: Arrow takes the size it is given, and reads past it come back short. On the
   // signed path each GET's ETag is compared with the snapshot's.
   Result<int> open_known(const std::string& url, const FileInfo& snapshot) override {
-    SHARDLOAD_ASSIGN_OR_RETURN(auto where, resolve(url));
-    if (where.path.empty() || where.path.back() == '/') {
-      return file_error(ErrorCode::kIo, url, "not an object (the URL ends in '/')");
-    }
+    SHARDLOAD_ASSIGN_OR_RETURN(auto where, resolve_object(url));
 #if SHARDLOAD_S3_SIGNED
     if (where.ep != nullptr) {
       auto s = std::make_shared<SignedOpen>();
@@ -356,10 +353,7 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
   Status write_object(const std::string& url, const void* data, std::size_t n) override;
 
   Result<std::unique_ptr<ObjectWriter>> open_writer(const std::string& url) override {
-    SHARDLOAD_ASSIGN_OR_RETURN(auto where, resolve(url));
-    if (where.path.empty() || where.path.back() == '/') {
-      return file_error(ErrorCode::kIo, url, "not an object (the URL ends in '/')");
-    }
+    SHARDLOAD_ASSIGN_OR_RETURN(auto where, resolve_object(url));
     t_gave_up_after = 0;
     auto out = where.fs->OpenOutputStream(where.path);
     if (!out.ok()) return remote_error(ErrorCode::kIo, url, "cannot write", out.status());
@@ -587,6 +581,15 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
 
   // The file system for `url` (one per bucket and query, made once: each holds an S3 client)
   // and the object's path in it ("bucket/key").
+  // resolve() of a URL that must name an object, not a prefix.
+  Result<Where> resolve_object(const std::string& url) {
+    SHARDLOAD_ASSIGN_OR_RETURN(auto where, resolve(url));
+    if (where.path.empty() || where.path.back() == '/') {
+      return file_error(ErrorCode::kIo, url, "not an object (the URL ends in '/')");
+    }
+    return where;
+  }
+
   Result<Where> resolve(const std::string& url) {
     const auto q = url.find('?');
     const std::string base = url.substr(0, q);
@@ -660,10 +663,7 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
   // Opens the object (one HEAD request) and reads its snapshot: size and ETag.
   Result<std::shared_ptr<arrow::io::RandomAccessFile>> open_object(const std::string& url,
                                                                    FileInfo* info) {
-    SHARDLOAD_ASSIGN_OR_RETURN(auto where, resolve(url));
-    if (where.path.empty() || where.path.back() == '/') {
-      return file_error(ErrorCode::kIo, url, "not an object (the URL ends in '/')");
-    }
+    SHARDLOAD_ASSIGN_OR_RETURN(auto where, resolve_object(url));
     t_gave_up_after = 0;
     auto file = where.fs->OpenInputFile(where.path);
     if (!file.ok()) return remote_error(ErrorCode::kIo, url, "cannot open", file.status());
@@ -711,10 +711,7 @@ ArrowRemoteIo* the_s3_io() {
 // visible only when it completes, so the object appears whole or not at all. A failed write
 // is aborted (a multipart upload is cancelled, never completed with what was sent).
 Status ArrowRemoteIo::write_object(const std::string& url, const void* data, std::size_t n) {
-  SHARDLOAD_ASSIGN_OR_RETURN(auto where, resolve(url));
-  if (where.path.empty() || where.path.back() == '/') {
-    return file_error(ErrorCode::kIo, url, "not an object (the URL ends in '/')");
-  }
+  SHARDLOAD_ASSIGN_OR_RETURN(auto where, resolve_object(url));
   t_gave_up_after = 0;
   auto out = where.fs->OpenOutputStream(where.path);
   if (!out.ok()) return remote_error(ErrorCode::kIo, url, "cannot write", out.status());

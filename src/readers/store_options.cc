@@ -21,8 +21,6 @@ std::uint64_t fnv1a(std::string_view s) {
   return h;
 }
 
-namespace {
-
 // A query value as the URL encodes it ("%2F" for '/'); '+' is kept (a secret key holds it more
 // often than a space).
 std::string percent_decode(const std::string& s) {
@@ -43,6 +41,8 @@ std::string percent_decode(const std::string& s) {
   }
   return out;
 }
+
+namespace {
 
 Result<std::int64_t> int_option(const std::string& url, const std::string& key,
                                 const std::string& value, std::int64_t lo, std::int64_t hi) {
