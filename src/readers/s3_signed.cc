@@ -182,6 +182,13 @@ std::optional<S3Endpoint> s3_signed_endpoint(const std::string& bucket,
   if (ep.region.empty()) ep.region = env("AWS_REGION");
   if (ep.region.empty()) ep.region = env("AWS_DEFAULT_REGION");
   if (ep.region.empty()) return std::nullopt;
+  // Where the URL names no endpoint the AWS SDK takes one from the environment
+  // (AWS_ENDPOINT_URL_S3, else AWS_ENDPOINT_URL): such a store is left to Arrow's path, which
+  // honours them, rather than signed requests sent to AWS itself.
+  if (q.count("endpoint_override") == 0 &&
+      (!env("AWS_ENDPOINT_URL_S3").empty() || !env("AWS_ENDPOINT_URL").empty())) {
+    return std::nullopt;
+  }
   std::string scheme = q.count("scheme") != 0 ? q["scheme"] : "https";
   if (scheme != "http" && scheme != "https") return std::nullopt;
   std::string endpoint = q["endpoint_override"];
