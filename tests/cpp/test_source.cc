@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <mutex>
 #include <random>
 #include <tuple>
 
@@ -259,7 +260,9 @@ namespace shardload {
 namespace {
 
 // Object storage in memory, to test what the sources and posix_io() do with "s3://" URLs
-// without a server (tests/python/test_s3.py reads from a real one).
+// without a server (tests/python/test_s3.py reads from a real one). Discovery probes from
+// several threads, so every call takes the lock; the test body reads the members directly
+// only while nothing else runs.
 class MemoryRemote final : public RemoteIo {
  public:
   explicit MemoryRemote(int fd_base = kRemoteFdBase) : next_(fd_base) {}
@@ -270,26 +273,33 @@ class MemoryRemote final : public RemoteIo {
   static std::string key(const std::string& url) { return url.substr(0, url.find('?')); }
 
   Result<int> open(const std::string& url) override {
+    std::lock_guard<std::mutex> lock(mu_);
     if (objects.count(key(url)) == 0) return file_error(ErrorCode::kIo, url, "missing", ENOENT);
     open_files[next_] = key(url);
     return next_++;
   }
   Result<FileInfo> stat(int fd, const std::string& /*path*/) override {
+    std::lock_guard<std::mutex> lock(mu_);
     FileInfo info;
-    info.size = objects[open_files.at(fd)].size();
+    info.size = objects.at(open_files.at(fd)).size();
     info.regular = true;
     return info;
   }
   std::int64_t pread(int fd, void* buf, std::size_t n, std::uint64_t offset) override {
+    std::lock_guard<std::mutex> lock(mu_);
     reads.emplace_back(open_files.at(fd), offset, n);
-    const std::string& s = objects[open_files.at(fd)];
+    const std::string& s = objects.at(open_files.at(fd));
     if (offset >= s.size()) return 0;
     n = std::min<std::size_t>(n, s.size() - offset);
     std::memcpy(buf, s.data() + offset, n);
     return static_cast<std::int64_t>(n);
   }
-  void close(int fd) override { open_files.erase(fd); }
+  void close(int fd) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    open_files.erase(fd);
+  }
   Result<std::vector<std::string>> list(const std::string& dir_url) override {
+    std::lock_guard<std::mutex> lock(mu_);
     std::string base = key(dir_url);
     if (base.back() != '/') base += '/';
     std::vector<std::string> names;
@@ -300,22 +310,28 @@ class MemoryRemote final : public RemoteIo {
     }
     return names;
   }
-  Result<bool> is_object(const std::string& url) override { return objects.count(key(url)) != 0; }
+  Result<bool> is_object(const std::string& url) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return objects.count(key(url)) != 0;
+  }
   Result<FileInfo> stat_path(const std::string& url) override {
+    std::lock_guard<std::mutex> lock(mu_);
     if (objects.count(key(url)) == 0) return file_error(ErrorCode::kIo, url, "missing", ENOENT);
     FileInfo info;
-    info.size = objects[key(url)].size();
+    info.size = objects.at(key(url)).size();
     info.regular = true;
     return info;
   }
   bool refuse_writes = false;
   Status write_object(const std::string& url, const void* data, std::size_t n) override {
+    std::lock_guard<std::mutex> lock(mu_);
     if (refuse_writes) return file_error(ErrorCode::kIo, url, "cannot write: refused", EACCES);
     objects[key(url)].assign(static_cast<const char*>(data), n);
     return Status::ok();
   }
 
  private:
+  std::mutex mu_;
   int next_;
 };
 
