@@ -99,6 +99,11 @@ Result<int> IoBackend::open_known(const std::string& path, const FileInfo& /*sna
   return open(path);
 }
 
+Result<int> IoBackend::open_whole(const std::string& path, FileInfo* info,
+                                  std::size_t /*expected*/) {
+  return open_stat(path, info);
+}
+
 Result<int> IoBackend::open_stat(const std::string& path, FileInfo* info) {
   SHARDLOAD_ASSIGN_OR_RETURN(const int fd, open(path));
   auto st = stat(fd, path);
@@ -213,6 +218,14 @@ class PosixIo final : public IoBackend {
     return fd;
   }
 
+  Result<int> open_whole(const std::string& path, FileInfo* info, std::size_t expected) override {
+    if (is_remote_url(path)) {
+      SHARDLOAD_ASSIGN_OR_RETURN(RemoteIo* const r, remote_for(path));
+      return r->open_whole(path, info, expected);
+    }
+    return open_stat(path, info);
+  }
+
   Result<FileInfo> stat(int fd, const std::string& path) override {
     if (fd >= kRemoteFdBase) return remote_io_for_fd(fd)->stat(fd, path);
     struct ::stat st {};
@@ -276,6 +289,13 @@ Result<File> File::open(IoBackend& io, const std::string& path) {
 
 Result<File> File::open_stat(IoBackend& io, const std::string& path, FileInfo* info) {
   auto fd = io.open_stat(path, info);
+  if (!fd) return fd.status();
+  return File(&io, *fd, path);
+}
+
+Result<File> File::open_whole(IoBackend& io, const std::string& path, FileInfo* info,
+                              std::size_t expected) {
+  auto fd = io.open_whole(path, info, expected);
   if (!fd) return fd.status();
   return File(&io, *fd, path);
 }

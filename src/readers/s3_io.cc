@@ -180,6 +180,9 @@ class ArrowObjectWriter final : public ObjectWriter {
 // The first bytes of an object that its open (discovery's) asks for: the size and ETag come
 // with them, a header within them costs no other request, and a small object comes whole.
 constexpr std::size_t kFirstBytes = 64 * 1024;
+// The most an open_whole asks for in its one GET: a larger object costs a second GET, and
+// this much (per chunk in flight) is all the buffer an open holds before its reads.
+constexpr std::size_t kWholeBytesMax = 8 * 1024 * 1024;
 #endif
 
 // An object open on the signed path: the snapshot each answer is compared with, and what an
@@ -211,6 +214,18 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
 #endif
     SHARDLOAD_ASSIGN_OR_RETURN(auto file, open_object(url, info));
     return add_open(url, std::move(file));
+  }
+
+  // On the signed path the open's GET asks for the bytes expected (up to kWholeBytesMax), so
+  // a chunk object arrives whole with its snapshot; Arrow's path makes its HEAD as open_stat.
+  Result<int> open_whole(const std::string& url, FileInfo* info, std::size_t expected) override {
+#if SHARDLOAD_S3_SIGNED
+    SHARDLOAD_ASSIGN_OR_RETURN(auto where, resolve(url));
+    if (where.ep != nullptr) {
+      return signed_open(url, where, info, std::clamp(expected, kFirstBytes, kWholeBytesMax));
+    }
+#endif
+    return open_stat(url, info);
   }
 
   // No HEAD: Arrow takes the size it is given, and reads past it come back short. On the
@@ -464,15 +479,16 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
 #if SHARDLOAD_S3_SIGNED
   // The open of discovery (and of a Zarr chunk): one GET of the first bytes, whose answer
   // says the object's size (Content-Range) and ETag; later reads within them cost nothing.
-  Result<int> signed_open(const std::string& url, const Where& where, FileInfo* info) {
+  Result<int> signed_open(const std::string& url, const Where& where, FileInfo* info,
+                          std::size_t first_bytes = kFirstBytes) {
     if (where.path.empty() || where.path.back() == '/') {
       return file_error(ErrorCode::kIo, url, "not an object (the URL ends in '/')");
     }
     auto s = std::make_shared<SignedOpen>();
     s->ep = where.ep;
     s->key = key_of(where.path);
-    s->first.resize(kFirstBytes);
-    S3Get g = s3_get_range(*s->ep, s->key, s->first.data(), kFirstBytes, 0, false, 0, &retries_);
+    s->first.resize(first_bytes);
+    S3Get g = s3_get_range(*s->ep, s->key, s->first.data(), first_bytes, 0, false, 0, &retries_);
     if (g.status == 416) {
       // An empty object has no byte 0 to ask for: its snapshot from a HEAD.
       SHARDLOAD_ASSIGN_OR_RETURN(s->snapshot, s3_head(*s->ep, url, s->key, &retries_));

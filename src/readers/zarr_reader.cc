@@ -435,7 +435,8 @@ class ZarrReader final : public ShardReader {
       }
     }
     FileInfo info;
-    SHARDLOAD_ASSIGN_OR_RETURN(std::optional<File> opened, open_unit(path, &info));
+    SHARDLOAD_ASSIGN_OR_RETURN(std::optional<File> opened,
+                               open_unit(path, &info, whole_request(r.m, expected)));
     if (!opened) {
       fill_box(r, blo, bhi);
       return Status::ok();
@@ -460,6 +461,12 @@ class ZarrReader final : public ShardReader {
     }
     place(r, target, direct != nullptr, path, origin, r.m.chunks, blo, bhi);
     return Status::ok();
+  }
+
+  // What a chunk object's open asks for so that the object arrives in one request: its
+  // decoded size, which an encoded chunk rarely exceeds by more than its codecs' headers.
+  static std::size_t whole_request(const ZarrMeta& m, std::size_t expected) {
+    return expected + (m.codecs.empty() ? 0 : 4096);
   }
 
   // A chunk object's size against what its array's chunk may take.
@@ -621,7 +628,8 @@ class ZarrReader final : public ShardReader {
   // On a helper thread: touches only `c` (and the IoBackend, which is safe from any thread).
   Result<std::uint64_t> fetch_chunk(const ZarrMeta& m, std::size_t expected, RemoteChunk* c) const {
     FileInfo info;
-    SHARDLOAD_ASSIGN_OR_RETURN(std::optional<File> opened, open_unit(c->path, &info));
+    SHARDLOAD_ASSIGN_OR_RETURN(std::optional<File> opened,
+                               open_unit(c->path, &info, whole_request(m, expected)));
     if (!opened) {
       c->missing = true;
       return std::uint64_t{0};
@@ -756,13 +764,17 @@ class ZarrReader final : public ShardReader {
   // Opens a chunk or shard file and sets `*info` to its snapshot. An object's open is its
   // one HEAD, whose 404 is the missing chunk (nullopt): no look-up of its own before it. A
   // local file was looked up by the caller, so any failure here is an error.
-  Result<std::optional<File>> open_unit(const std::string& path, FileInfo* info) const {
+  // `whole`: the bytes a chunk object read whole next is expected to have (its open may
+  // fetch them with the snapshot), or 0 for a shard object, read by ranges.
+  Result<std::optional<File>> open_unit(const std::string& path, FileInfo* info,
+                                        std::size_t whole = 0) const {
     if (!is_remote_url(path)) {
       SHARDLOAD_ASSIGN_OR_RETURN(File f, File::open(*ctx_.io, path));
       SHARDLOAD_ASSIGN_OR_RETURN(*info, f.stat());
       return std::optional<File>(std::move(f));
     }
-    auto f = File::open_stat(*ctx_.io, path, info);
+    auto f = whole > 0 ? File::open_whole(*ctx_.io, path, info, whole)
+                       : File::open_stat(*ctx_.io, path, info);
     if (f) return std::optional<File>(std::move(f).value());
     if (f.status().sys_errno() == ENOENT) return std::optional<File>();
     return f.status();

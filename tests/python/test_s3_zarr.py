@@ -243,33 +243,57 @@ def test_persistent_503_on_a_chunk_is_an_error_never_the_fill_value(tmp_path, pr
 
 def test_chunk_overwritten_while_it_is_read_is_an_error(tmp_path, proxied):
     b, proxy = proxied
-    # Chunks of 80,000 bytes: more than the first bytes (64 KiB) that a chunk's open asks
-    # for, so that the rest is a second GET.
-    a = random_array(np.random.default_rng(6), (20, 2000), "float64")
-    write_store(tmp_path / "w.zarr", a, zarr_format=2, chunks=(5, 2000), compressors=None)
+    # Chunks of 8,400,000 bytes: more than the most (8 MiB) that a chunk's open asks for, so
+    # that the rest is a second GET.
+    a = random_array(np.random.default_rng(6), (8, 210_000), "float64")
+    write_store(tmp_path / "w.zarr", a, zarr_format=2, chunks=(5, 210_000), compressors=None)
     b.upload_tree("w.zarr", tmp_path / "w.zarr")
     layout = shardload.discover(b.url("w.zarr/"), storage_options=b.options)
     # The chunk's second GET is held at the proxy (the first, at its open, has been answered)
     # until the object has been replaced by one of the same size; then the held request is
     # reset and the retry's answer carries the new ETag, which differs from the open's.
-    rule = proxy.add(Rule("GET", path="w.zarr/3.0", range="bytes=65536-", action="delay",
+    rule = proxy.add(Rule("GET", path="w.zarr/1.0", range=f"bytes={8 << 20}-", action="delay",
                           delay_s=300))
 
     def replace() -> None:
-        while rule.fired == 0:
-            time.sleep(0.02)
-        b.put("w.zarr/3.0", np.full((5, 2000), 7.0).tobytes())
+        if not _wait_for(lambda: rule.fired > 0):
+            return  # the read below fails the test
+        b.put("w.zarr/1.0", np.full((5, 210_000), 7.0).tobytes())
         proxy._closing.set()  # ends the held delay now (with a reset), as close() does
 
     t = threading.Thread(target=replace)
     t.start()
     try:
         with pytest.raises(shardload.Error) as e:
-            layout.read(0, 20)
+            layout.read(0, 8)
     finally:
         t.join()
     msg = str(e.value)
-    assert b.url("w.zarr/3.0") in msg and "changed" in msg, msg
+    assert b.url("w.zarr/1.0") in msg and "changed" in msg, msg
+
+
+@pytest.mark.parametrize("compressed", [False, True])
+def test_each_chunk_object_is_one_get(tmp_path, proxied, compressed):
+    """A chunk object's open asks for as many bytes as its chunk decodes to, so the object
+    arrives whole, with its size and ETag, in one GET: no HEAD and no second GET, for chunks
+    over four times the first bytes (64 KiB) that a shard object's open asks for."""
+    b, proxy = proxied
+    a = random_array(np.random.default_rng(14), (40, 4000), "float64")
+    want = write_store(tmp_path / "g.zarr", a, zarr_format=2, chunks=(10, 4000),
+                       compressors=numcodecs.Zstd() if compressed else None)
+    keys = [k for k in b.upload_tree("g.zarr", tmp_path / "g.zarr")
+            if not k.rsplit("/", 1)[-1].startswith(".z")]
+    assert len(keys) == 4
+    sizes = [(tmp_path / k).stat().st_size for k in keys]
+    assert min(sizes) > 4 * 65536, sizes
+    layout = shardload.discover(b.url("g.zarr/"), storage_options=b.options)
+    proxy.clear()
+    np.testing.assert_array_equal(layout.read(0, 40), want)
+    np.testing.assert_array_equal(layout.read(15, 25), want[15:25])
+    for k in keys:
+        assert proxy.requests("HEAD", k) == 0, k
+    # Rows [15, 25) need chunks 1 and 2 again: two GETs of theirs in all.
+    assert [proxy.requests("GET", k) for k in keys] == [1, 2, 2, 1]
 
 
 def test_metadata_overwritten_after_discovery_is_an_error(tmp_path, bucket):

@@ -56,6 +56,12 @@ class IoBackend {
   // a backend that sees the object's state in each read's answer (signed s3:// reads) checks
   // each read against it. The default, and posix_io() for a local file, is open().
   virtual Result<int> open_known(const std::string& path, const FileInfo& snapshot);
+  // open_stat() for a caller that reads the whole file next and expects about `expected`
+  // bytes (a Zarr chunk object): a backend whose open fetches an object's first bytes with its
+  // snapshot (signed s3:// reads) fetches up to that many instead, so that a small object
+  // costs one request instead of two. The default, and posix_io() for a local file, is
+  // open_stat().
+  virtual Result<int> open_whole(const std::string& path, FileInfo* info, std::size_t expected);
   // One positional read: bytes read (0 at end of file) or -errno.
   virtual std::int64_t pread(int fd, void* buf, std::size_t n, std::uint64_t offset) = 0;
   virtual void close(int fd) = 0;
@@ -77,6 +83,8 @@ IoBackend& posix_io();
 // Its descriptors are at or above kRemoteFdBase, far above any the kernel hands out; its
 // FileInfo is the object's size, its last-modified time as mtime and ctime, and a hash of
 // its ETag as the inode, so that an object overwritten under the same name differs.
+// Discovery probes a directory's objects from several threads at once, and a load's
+// tiles read concurrently: every call of a RemoteIo must be safe to make concurrently.
 inline constexpr int kRemoteFdBase = 1 << 30;
 
 class RemoteIo : public IoBackend {
@@ -153,6 +161,9 @@ class File {
   static Result<File> open(IoBackend& io, const std::string& path);
   // Opens `path` and sets `*info` to what the descriptor looked like at the open.
   static Result<File> open_stat(IoBackend& io, const std::string& path, FileInfo* info);
+  // open_stat() for a file read whole next (IoBackend::open_whole).
+  static Result<File> open_whole(IoBackend& io, const std::string& path, FileInfo* info,
+                                 std::size_t expected);
 
   [[nodiscard]] const std::string& path() const { return path_; }
   [[nodiscard]] int fd() const { return fd_; }
