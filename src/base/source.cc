@@ -12,6 +12,7 @@
 #include <cstring>
 #include <utility>
 
+#include "base/detail/listing_memo.hpp"
 #include "shardload/format.hpp"
 #include "shardload/io.hpp"
 
@@ -57,13 +58,35 @@ RemoteIo* need_remote(const std::string& url, Status* error) {
 
 // The names in a remote directory, for the numbered and scanned directory sources.
 Result<std::vector<std::string>> remote_names(const std::string& dir_url) {
+  if (const auto* kept = detail::ListingMemo::find(dir_url)) return *kept;
   Status error;
   RemoteIo* r = need_remote(dir_url, &error);
   if (r == nullptr) return error;
-  return r->list(dir_url);
+  auto names = r->list(dir_url);
+  if (names) detail::ListingMemo::keep(dir_url, *names);
+  return names;
 }
 
+thread_local detail::ListingMemo* t_listing_memo = nullptr;
+
 }  // namespace
+
+namespace detail {
+
+ListingMemo::ListingMemo() : outer_(t_listing_memo) { t_listing_memo = this; }
+ListingMemo::~ListingMemo() { t_listing_memo = outer_; }
+
+const std::vector<std::string>* ListingMemo::find(const std::string& url) {
+  if (t_listing_memo == nullptr) return nullptr;
+  const auto it = t_listing_memo->kept_.find(url);
+  return it == t_listing_memo->kept_.end() ? nullptr : &it->second;
+}
+
+void ListingMemo::keep(const std::string& url, const std::vector<std::string>& names) {
+  if (t_listing_memo != nullptr) t_listing_memo->kept_.insert_or_assign(url, names);
+}
+
+}  // namespace detail
 
 Source Source::directory(std::string directory, std::string pattern) {
   Source s;

@@ -7,6 +7,7 @@
 
 #include "base/detail/bytes.hpp"
 #include "base/detail/checked.hpp"
+#include "base/detail/listing_memo.hpp"
 #include "engine/detail/auto_directory.hpp"
 #include "engine/detail/probe.hpp"
 #include "shardload/formats.hpp"
@@ -366,6 +367,8 @@ std::optional<ManifestState> parse_manifest_state(std::string_view name) {
 static Result<Layout> discover_probing(const Source& source, const DiscoverOptions& options);
 
 Result<Layout> try_discover(const Source& source, const DiscoverOptions& options) {
+  // The manifest's check, the format's scan and the pattern's resolve list one directory.
+  detail::ListingMemo listings;
   std::string manifest_note;
   ManifestState manifest_state = ManifestState::kNone;
   if (source.kind == Source::Kind::kDirectory && options.use_manifest) {

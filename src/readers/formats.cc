@@ -6,6 +6,8 @@
 
 #include <array>
 #include <cstring>
+#include <future>
+#include <system_error>
 
 #include "readers/detail/readers.hpp"
 #if SHARDLOAD_WITH_ARROW
@@ -64,12 +66,21 @@ bool zarr_store(const std::string& path) {
     std::string base = path.substr(0, q);
     while (!base.empty() && base.back() == '/') base.pop_back();
     const std::string query = q == std::string::npos ? std::string() : path.substr(q);
-    for (const char* meta : {"/.zarray", "/zarr.json"}) {
-      // An open is the one HEAD (and works with any RemoteIo, which stat_path need not).
+    // An open is the one request (and works with any RemoteIo, which stat_path need not).
+    // Both are asked at once: a directory of shards answers two 404s, and one round trip
+    // is all that should cost.
+    const auto exists = [&](const char* meta) {
       FileInfo info;
-      if (File::open_stat(posix_io(), base + meta + query, &info)) return true;
+      return static_cast<bool>(File::open_stat(posix_io(), base + meta + query, &info));
+    };
+    std::future<bool> v3;
+    try {
+      v3 = std::async(std::launch::async, exists, "/zarr.json");
+    } catch (const std::system_error&) {
+      return exists("/.zarray") || exists("/zarr.json");  // no thread to be had
     }
-    return false;
+    const bool v2 = exists("/.zarray");
+    return v3.get() || v2;
   }
   struct ::stat st {};
   if (::stat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) return false;

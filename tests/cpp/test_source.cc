@@ -298,8 +298,10 @@ class MemoryRemote final : public RemoteIo {
     std::lock_guard<std::mutex> lock(mu_);
     open_files.erase(fd);
   }
+  int lists = 0;  // LIST requests made
   Result<std::vector<std::string>> list(const std::string& dir_url) override {
     std::lock_guard<std::mutex> lock(mu_);
+    ++lists;
     std::string base = key(dir_url);
     if (base.back() != '/') base += '/';
     std::vector<std::string> names;
@@ -484,6 +486,16 @@ TEST(RemoteSource, HostFillReadsOnlyTheRowsRangesOfEachObject) {
   auto layout = try_discover(*Source::parse("s3://b/d/?scheme=http"));
   ASSERT_TRUE(layout) << layout.status().message();
   ASSERT_EQ(layout->total_rows(), 18);
+  // One LIST, though the format's scan and the pattern's resolve both need the names; the
+  // next discovery lists again.
+  EXPECT_EQ(m.lists, 1);
+  const std::string last = m.objects.at("s3://b/d/shard_0003.npy");
+  m.objects.erase("s3://b/d/shard_0003.npy");
+  auto again = try_discover(*Source::parse("s3://b/d/?scheme=http"));
+  ASSERT_TRUE(again) << again.status().message();
+  EXPECT_EQ(again->shards.size(), 3u);
+  EXPECT_EQ(m.lists, 2);
+  m.objects["s3://b/d/shard_0003.npy"] = last;
   m.reads.clear();
   std::vector<std::int32_t> got((12 - 3) * 3);
   ASSERT_TRUE(fill_rows(*layout, 3, 12, reinterpret_cast<std::byte*>(got.data())).is_ok());
