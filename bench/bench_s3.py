@@ -10,6 +10,9 @@ about MB_PER_SHARD MB each, and times, in one run on the same objects:
   sl-arrow     the same load on Arrow's S3 client, as every s3:// read was made before the
                GETs signed by shardload (no region known outside the AWS SDK: a HEAD and a
                header GET per object at discovery, a HEAD after each object's reads);
+  sl-manifest  shardload.load once the prefix has a manifest (shardload.index, after the
+               columns above): its GET, then each object's check against it;
+  sl-trusted   the same with trust_manifest=True: discovery is the manifest's GET alone;
   boto3-seq    boto3 get_object of each object in turn, np.load, np.concatenate;
   s3fs-dask    s3fs + dask: a LIST (fs.glob) and each object's npy header read through s3fs
                (discovery, as shardload's), then dask.array.from_delayed over np.load of each
@@ -18,7 +21,8 @@ about MB_PER_SHARD MB each, and times, in one run on the same objects:
   get-bound    a plain parallel-GET bound: the same data bytes by ranged GETs into one
                preallocated array, with as many threads as shardload's load has tiles in
                flight (its processors): no shardload, no discovery.
-Each is the median of --repeat runs, after one untimed run; every run's result is compared
+Each is the median of --repeat runs, after one untimed run, taken in rounds over the loaders
+(each round in another order, so that a drift of the machine falls on all alike); every run's result is compared
 with the expected array outside the timing, and a loader whose result differs (or that
 raises) is reported instead of timed. The last line names the fastest peer and how shardload
 compares with it and with the GET bound (the issue's goals: 2x the best peer, 80% of the
@@ -94,22 +98,27 @@ def measure(loaders, want: np.ndarray, repeat: int) -> tuple[dict[str, float], d
     """Each loader's median time over repeat runs after one untimed run, and the loaders not
     timed with why: a result unlike want (checked after every run, outside the timing) or an
     exception. loaders: (name, fn, to_array), to_array turning fn's result into the array
-    compared (None: the result is the array)."""
-    times: dict[str, float] = {}
+    compared (None: the result is the array). The runs go round the loaders, each round in
+    another order, so that a drift of the machine or the server (the first column of a run
+    was once its slowest, whichever loader it was) falls on every loader alike."""
+    runs: dict[str, list[float]] = {name: [] for name, _, _ in loaders}
     failed: dict[str, str] = {}
-    for name, fn, to_array in loaders:
-        try:
-            runs = []
-            for i in range(repeat + 1):
+    for i in range(repeat + 1):
+        shift = i % len(loaders)
+        for name, fn, to_array in loaders[shift:] + loaders[:shift]:
+            if name in failed:
+                continue
+            try:
                 t = time.perf_counter()
                 out = fn()
-                runs.append(time.perf_counter() - t)
+                runs[name].append(time.perf_counter() - t)
                 why = mismatch(to_array(out) if to_array else out, want)
                 if why is not None:
                     raise ValueError(f"wrong data in run {i}: {why}")
-            times[name] = statistics.median(runs[1:])
-        except Exception as e:  # noqa: BLE001  a peer's failure is reported, not fatal
-            failed[name] = f"{type(e).__name__}: {e}"
+            except Exception as e:  # noqa: BLE001  a peer's failure is reported, not fatal
+                failed[name] = f"{type(e).__name__}: {e}"
+    times = {name: statistics.median(r[1:]) for name, r in runs.items()
+             if name not in failed and len(r) > 1}
     return times, failed
 
 
@@ -255,6 +264,19 @@ def main() -> None:
                                  ("sl-arrow", sl_arrow, None),
                                  ("boto3-seq", seq, None), ("s3fs-dask", s3fs_dask, None),
                                  ("get-bound", bound, None)), want, args.repeat)
+        # The same load once the prefix has a manifest (written after every column above,
+        # which would otherwise read it): discovery is its GET and a check of each object
+        # (sl-manifest), or its GET alone (sl-trusted, trust_manifest=True).
+        shardload.index("s3://bench/data/", storage_options=options)
+
+        def sl_trusted():
+            return np.asarray(shardload.load("s3://bench/data/", storage_options=options,
+                                             trust_manifest=True))
+
+        more, more_failed = measure((("sl-manifest", sl, None), ("sl-trusted", sl_trusted, None)),
+                                    want, args.repeat)
+        times.update(more)
+        failed.update(more_failed)
         print(f"{args.shards} shards, {nbytes / 1e6:.1f} MB, {threads} processors "
               f"({info.target}), median of {args.repeat}")
         report(times, failed, nbytes, "get-bound")
