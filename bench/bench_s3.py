@@ -10,6 +10,8 @@ about MB_PER_SHARD MB each, and times, in one run on the same objects:
   sl-arrow     the same load on Arrow's S3 client, as every s3:// read was made before the
                GETs signed by shardload (no region known outside the AWS SDK: a HEAD and a
                header GET per object at discovery, a HEAD after each object's reads);
+  sl-discover  shardload.discover("s3://bucket/data/") alone: the part of shardload's time
+               that the bound does not pay (its GB/s are the data's, for comparison only);
   sl-manifest  shardload.load once the prefix has a manifest (shardload.index, after the
                columns above): its GET, then each object's check against it;
   sl-trusted   the same with trust_manifest=True: discovery is the manifest's GET alone;
@@ -260,8 +262,17 @@ def main() -> None:
                                   for p, (shape, dtype) in zip(paths, heads)])
             return arr.compute(scheduler="threads", num_workers=threads)
 
+        def sl_discover():
+            return shardload.discover("s3://bench/data/", storage_options=options)
+
+        def checked_layout(layout):
+            # Discovery returns no array: its layout is checked, and stands in for the data.
+            assert layout.shape == want.shape and layout.total_rows == len(want)
+            return want
+
         times, failed = measure((("shardload", sl, None), ("sl-4req", sl_four_requests, None),
                                  ("sl-arrow", sl_arrow, None),
+                                 ("sl-discover", sl_discover, checked_layout),
                                  ("boto3-seq", seq, None), ("s3fs-dask", s3fs_dask, None),
                                  ("get-bound", bound, None)), want, args.repeat)
         # The same load once the prefix has a manifest (written after every column above,
