@@ -24,12 +24,12 @@ about MB_PER_SHARD MB each, and times, in one run on the same objects:
                preallocated array, with as many threads as shardload's load has tiles in
                flight (its processors): no shardload, no discovery.
 Each is the median of --repeat runs, after one untimed run, taken in rounds over the loaders
-(each round in another order, so that a drift of the machine falls on all alike); every run's result is compared
-with the expected array outside the timing, and a loader whose result differs (or that
-raises) is reported instead of timed. The last line names the fastest peer and how shardload
-compares with it and with the GET bound (the issue's goals: 2x the best peer, 80% of the
-bound). The server is a Python process: on one machine it is the bottleneck of every column,
-so the ratios, not the GB/s, are what carries over.
+(each round in another order, so that a drift of the machine falls on all alike); every run's
+result is compared with the expected array outside the timing, and a loader whose result
+differs (or that raises) is reported instead of timed. The last line names the fastest peer
+and how shardload compares with it and with the GET bound (the issue's goals: 2x the best
+peer, 80% of the bound). The server is a Python process: on one machine it is the bottleneck
+of every column, so the ratios, not the GB/s, are what carries over.
 
 With --format parquet the shards are Parquet files of 64 float32 columns (row groups of about
 1 MB) and the columns are:

@@ -59,9 +59,7 @@ RemoteIo* need_remote(const std::string& url, Status* error) {
 // The names in a remote directory, for the numbered and scanned directory sources.
 Result<std::vector<std::string>> remote_names(const std::string& dir_url) {
   // "s3://B/D" and "s3://B/D/" list the same prefix: one memo entry.
-  auto [base, query] = split_query(dir_url);
-  while (!base.empty() && base.back() == '/') base.pop_back();
-  const std::string memo_key = base + '/' + query;
+  const std::string memo_key = remote_join(dir_url, "");
   if (const auto* kept = detail::ListingMemo::find(memo_key)) return *kept;
   Status error;
   RemoteIo* r = need_remote(dir_url, &error);
