@@ -1,7 +1,5 @@
 // The save launcher: check everything, build the dataset in a hidden staging directory with
 // one manual launch of the save task, write the metadata, then rename it into place.
-#include <realm.h>
-
 #include <chrono>
 #include <cstring>
 
@@ -56,8 +54,10 @@ struct StagingGuard {
 };
 
 // A save to object storage (save_remote.hpp): one launch whose tile i is shard i, each point
-// uploading its shard whole, then the metadata objects and the manifest last. Times go into
-// *si (the caller sets the commit's).
+// uploading its shard whole, then the metadata objects and the manifest last. The steps
+// before and after the launch run once for the job (save_once.hpp), so that on several ranks
+// one rank lists the prefix and commits while every rank's tiles upload. Times go into *si
+// (the caller sets the commit's).
 void save_to_object_store(const legate::LogicalArray& array, const std::string& dest,
                           const SaveOptions& options, const legate::mapping::Machine& machine,
                           detail::SaveSpec* spec, SaveInfo* si) {
@@ -66,17 +66,7 @@ void save_to_object_store(const legate::LogicalArray& array, const std::string& 
   const auto check = [&](const Status& st) {
     if (!st) throw_status(st.with_context("saving to " + dest), ErrorSite::kWrite);
   };
-  // The launcher's steps (the listing, the empty shards, the metadata, the manifest) are made
-  // by the calling process; under control replication every rank would make them, each
-  // seeing the others' objects. Refused rather than raced.
-  if (const auto spaces = Realm::Machine::get_machine().get_address_space_count(); spaces > 1) {
-    argument_error(dest + ": a save to object storage runs in one process, and this job has " +
-                   std::to_string(spaces) + "; save to a shared file system instead");
-  }
-  const auto n = static_cast<std::size_t>(spec->shards());
-  spec->data_offset.assign(n, 0);
-  spec->chunk_rows.assign(n, 1);
-  auto prepared = detail::prepare_remote_save(dest, options, *spec);
+  auto prepared = detail::prepare_remote_save_once(dest, options, spec);
   if (!prepared) {
     // Argument errors say "save: ..." themselves; the destination's get its name in front.
     if (prepared.status().code() == ErrorCode::kInvalidArgument) {
@@ -104,7 +94,9 @@ void save_to_object_store(const legate::LogicalArray& array, const std::string& 
       detail::submit_or_throw(std::move(task), ErrorSite::kWrite, "saving to " + dest);
     }
     si->write_seconds = std::chrono::duration<double>(Clock::now() - t1).count();
-    check(detail::finish_remote_save(d, *spec, options));
+    // Every rank runs the hook (a pending Ctrl-C aborts before anything is committed).
+    if (options.before_commit) options.before_commit();
+    check(detail::finish_remote_save_once(d, *spec, options));
   } catch (...) {
     detail::abandon_remote_save(d, *spec, options);
     throw;

@@ -2,7 +2,10 @@
 // replication every rank runs the program and calls save(), but one staging directory must be
 // made and filled, by every rank's tiles alike, and renamed into place once. Each step runs in
 // a one-point task (the rank that runs it does the file work) whose outcome, error included,
-// every rank reads back from the task's output and acts on alike.
+// every rank reads back from the task's output and acts on alike. A save to object storage
+// takes the same two steps: its listing, the empty shards, then the metadata objects and the
+// manifest are made once, by the rank that runs the step.
+#include <cerrno>
 #include <cstring>
 #include <span>
 
@@ -10,6 +13,7 @@
 #include "legate/detail/load_body.hpp"
 #include "legate/detail/point_task.hpp"
 #include "legate/detail/save_files.hpp"
+#include "legate/detail/save_remote.hpp"
 #include "legate/detail/tasks.hpp"
 #include "shardload/legate.hpp"
 
@@ -113,25 +117,41 @@ Status run_once(legate::LocalTaskID id, const std::vector<std::uint8_t>& request
 
 }  // namespace
 
-// Request: dest, the spec. Result: the staging directory, the spec with its files' offsets.
+// Request: dest, the spec, overwrite. Result: to a local dest, the staging directory and the
+// spec with its files' offsets; to object storage, the prefix, its query and the objects
+// there before (the RemoteDest every rank rebuilds).
 void SavePrepareTask::cpu_variant(legate::TaskContext context) {
   run_task_body([&] {
     const auto request = scalar_bytes(context, 0);
     Reader r(request);
     std::string dest;
     std::vector<std::int64_t> ints;
+    std::uint64_t overwrite = 0;
     std::vector<std::uint8_t> result;
-    Status st = r.str(&dest) && r.ints(&ints) ? Status::ok() : malformed("save request");
+    Status st = r.str(&dest) && r.ints(&ints) && r.u64(&overwrite) ? Status::ok()
+                                                                   : malformed("save request");
     Result<SaveSpec> spec = st ? SaveSpec::decode(ints) : Result<SaveSpec>(st);
     if (!spec) st = spec.status();
-    Result<std::string> staging = st ? make_staging_dir(dest) : Result<std::string>(st);
-    if (!staging) st = staging.status();
-    if (st) {
-      st = create_shard_files(*staging, &*spec);
+    if (st && is_object_dest(dest)) {
+      SaveOptions options;
+      options.overwrite = overwrite != 0;
+      Result<RemoteDest> d = prepare_remote_save(dest, options, *spec);
+      if (d) {
+        put_str(result, d->dir);
+        put_str(result, d->query);
+        put_u64(result, d->old_names.size());
+        for (const std::string& name : d->old_names) put_str(result, name);
+      } else {
+        st = d.status();
+      }
+    } else if (st) {
+      Result<std::string> staging = make_staging_dir(dest);
+      if (!staging) st = staging.status();
+      if (st) st = create_shard_files(*staging, &*spec);
       if (st) {
         put_str(result, *staging);
         put_ints(result, spec->encode());
-      } else {
+      } else if (staging) {
         remove_tree(*staging);
       }
     }
@@ -139,7 +159,8 @@ void SavePrepareTask::cpu_variant(legate::TaskContext context) {
   });
 }
 
-// Request: staging, dest, overwrite, manifest, checksum, the spec, the extra files.
+// Request: staging, dest, overwrite, manifest, checksum, the spec, the extra files; to
+// object storage "staging" is the prefix, and the query and the old objects' names follow.
 void SaveCommitTask::cpu_variant(legate::TaskContext context) {
   run_task_body([&] {
     const auto request = scalar_bytes(context, 0);
@@ -153,26 +174,50 @@ void SaveCommitTask::cpu_variant(legate::TaskContext context) {
     std::uint64_t extras = 0;
     bool ok = r.str(&staging) && r.str(&dest) && r.u64(&overwrite) && r.u64(&manifest) &&
               r.u64(&checksum) && r.ints(&ints) && r.u64(&extras);
-    std::vector<std::pair<std::string, std::string>> extra_files;
+    SaveOptions options;
+    options.overwrite = overwrite != 0;
+    options.manifest = manifest != 0;
+    options.checksum = static_cast<Checksum>(checksum);
     for (std::uint64_t i = 0; ok && i < extras; ++i) {
       std::pair<std::string, std::string> f;
       ok = r.str(&f.first) && r.str(&f.second);
-      extra_files.push_back(std::move(f));
+      options.extra_files.push_back(std::move(f));
+    }
+    RemoteDest remote;
+    if (ok && is_object_dest(dest)) {
+      remote.dest = dest;
+      remote.dir = staging;
+      remote.overwrite = options.overwrite;
+      std::uint64_t olds = 0;
+      ok = r.str(&remote.query) && r.u64(&olds);
+      for (std::uint64_t i = 0; ok && i < olds; ++i) {
+        ok = r.str(&remote.old_names.emplace_back());
+      }
     }
     Status st = ok ? Status::ok() : malformed("save commit request");
     Result<SaveSpec> spec = st ? SaveSpec::decode(ints) : Result<SaveSpec>(st);
     if (!spec) st = spec.status();
-    if (st) st = write_metadata(staging, *spec, extra_files);
-    if (st && manifest != 0) st = write_save_manifest(staging, static_cast<Checksum>(checksum));
     bool published = false;
-    if (st) st = commit_staging(staging, dest, overwrite != 0, &published);
+    if (st && is_object_dest(dest)) {
+      remote.store = object_store_for(dest);
+      st = remote.store == nullptr
+               ? file_error(ErrorCode::kIo, dest, "cannot be written by this build", ENOTSUP)
+               : finish_remote_save(remote, *spec, options);
+      published = st.is_ok();
+    } else if (st) {
+      st = write_metadata(staging, *spec, options.extra_files);
+      if (st && options.manifest) st = write_save_manifest(staging, options.checksum);
+      if (st) st = commit_staging(staging, dest, options.overwrite, &published);
+    }
     std::vector<std::uint8_t> result;
     put_u64(result, published ? 1 : 0);
     write_point_result(context, encode_outcome(st, result));
   });
 }
 
-Result<std::string> prepare_save_once(const std::string& dest, SaveSpec* spec) {
+namespace {
+
+std::vector<std::uint8_t> prepare_request(const std::string& dest, bool overwrite, SaveSpec* spec) {
   // The spec's encoding carries every per-shard field; create_shard_files fills them in.
   const auto n = static_cast<std::size_t>(spec->shards());
   spec->data_offset.assign(n, 0);
@@ -180,18 +225,12 @@ Result<std::string> prepare_save_once(const std::string& dest, SaveSpec* spec) {
   std::vector<std::uint8_t> request;
   put_str(request, dest);
   put_ints(request, spec->encode());
-  std::vector<std::uint8_t> result;
-  SHARDLOAD_RETURN_IF_ERROR(run_once(SavePrepareTask::TASK_CONFIG.task_id(), request, &result));
-  Reader r(result);
-  std::string staging;
-  std::vector<std::int64_t> ints;
-  if (!r.str(&staging) || !r.ints(&ints)) return malformed("result of the save's preparation");
-  SHARDLOAD_ASSIGN_OR_RETURN(*spec, SaveSpec::decode(ints));
-  return staging;
+  put_u64(request, overwrite ? 1 : 0);
+  return request;
 }
 
-Status commit_save_once(const std::string& staging, const std::string& dest, const SaveSpec& spec,
-                        const SaveOptions& options, bool* published) {
+std::vector<std::uint8_t> commit_request(const std::string& staging, const std::string& dest,
+                                         const SaveSpec& spec, const SaveOptions& options) {
   std::vector<std::uint8_t> request;
   put_str(request, staging);
   put_str(request, dest);
@@ -204,6 +243,26 @@ Status commit_save_once(const std::string& staging, const std::string& dest, con
     put_str(request, name);
     put_str(request, text);
   }
+  return request;
+}
+
+}  // namespace
+
+Result<std::string> prepare_save_once(const std::string& dest, SaveSpec* spec) {
+  const std::vector<std::uint8_t> request = prepare_request(dest, false, spec);
+  std::vector<std::uint8_t> result;
+  SHARDLOAD_RETURN_IF_ERROR(run_once(SavePrepareTask::TASK_CONFIG.task_id(), request, &result));
+  Reader r(result);
+  std::string staging;
+  std::vector<std::int64_t> ints;
+  if (!r.str(&staging) || !r.ints(&ints)) return malformed("result of the save's preparation");
+  SHARDLOAD_ASSIGN_OR_RETURN(*spec, SaveSpec::decode(ints));
+  return staging;
+}
+
+Status commit_save_once(const std::string& staging, const std::string& dest, const SaveSpec& spec,
+                        const SaveOptions& options, bool* published) {
+  const std::vector<std::uint8_t> request = commit_request(staging, dest, spec, options);
   std::vector<std::uint8_t> result;
   const Status st = run_once(SaveCommitTask::TASK_CONFIG.task_id(), request, &result);
   // A step that failed before its body ran (a task error) carries no result: not published.
@@ -211,6 +270,36 @@ Status commit_save_once(const std::string& staging, const std::string& dest, con
   std::uint64_t flag = 0;
   *published = r.u64(&flag) && flag != 0;
   return st;
+}
+
+Result<RemoteDest> prepare_remote_save_once(const std::string& dest, const SaveOptions& options,
+                                            SaveSpec* spec) {
+  const std::vector<std::uint8_t> request = prepare_request(dest, options.overwrite, spec);
+  std::vector<std::uint8_t> result;
+  SHARDLOAD_RETURN_IF_ERROR(run_once(SavePrepareTask::TASK_CONFIG.task_id(), request, &result));
+  RemoteDest d;
+  d.dest = dest;
+  d.overwrite = options.overwrite;
+  std::uint64_t olds = 0;
+  Reader r(result);
+  bool ok = r.str(&d.dir) && r.str(&d.query) && r.u64(&olds);
+  for (std::uint64_t i = 0; ok && i < olds; ++i) ok = r.str(&d.old_names.emplace_back());
+  if (!ok) return malformed("result of the save's preparation");
+  d.store = object_store_for(dest);
+  if (d.store == nullptr) {
+    return file_error(ErrorCode::kIo, dest, "cannot be written by this build", ENOTSUP);
+  }
+  return d;
+}
+
+Status finish_remote_save_once(const RemoteDest& d, const SaveSpec& spec,
+                               const SaveOptions& options) {
+  std::vector<std::uint8_t> request = commit_request(d.dir, d.dest, spec, options);
+  put_str(request, d.query);
+  put_u64(request, d.old_names.size());
+  for (const std::string& name : d.old_names) put_str(request, name);
+  std::vector<std::uint8_t> result;
+  return run_once(SaveCommitTask::TASK_CONFIG.task_id(), request, &result);
 }
 
 }  // namespace shardload::detail

@@ -191,7 +191,6 @@ Status finish_remote_save(const RemoteDest& d, const SaveSpec& spec, const SaveO
                         st.sys_errno());
     }
   }
-  if (options.before_commit) options.before_commit();
   if (options.manifest) {
     SHARDLOAD_RETURN_IF_ERROR(write_save_manifest(d.dir_url(), options.checksum));
   }

@@ -9,6 +9,7 @@ in front of the server."""
 
 from __future__ import annotations
 
+import io
 import pathlib
 import sys
 import threading
@@ -231,6 +232,123 @@ def test_batches(loaded, prefetch):
     assert all(r["batches"] == [6, 6, 6, 6, 6, 5] for r in _ok(job, name))
     for rank in job.ranks:
         np.testing.assert_array_equal(rank.array(name), oracle[name])
+
+
+# ---- saving to s3:// on two ranks: one job --------------------------------------------------
+
+def _puts(proxy: FaultProxy, prefix: str) -> list[str]:
+    """The names of the objects under ``prefix`` that PUTs through ``proxy`` uploaded (a
+    multipart upload's parts and completion under the object's name too)."""
+    return [t.split("?")[0].rsplit(f"/{prefix}/", 1)[1] for m, t, _, _ in proxy.log
+            if m in ("PUT", "POST") and f"/{prefix}/" in t.split("?")[0]]
+
+
+def _lists(proxy: FaultProxy, prefix: str) -> int:
+    return sum(1 for m, t, _, _ in proxy.log
+               if m == "GET" and "list-type=" in t and f"prefix={prefix}" in t)
+
+
+@pytest.fixture(scope="module")
+def saved(server, tmp_path_factory):
+    """Saves from both ranks, each rank reaching the store through a proxy of its own (the
+    saves' URLs name no endpoint), and loads each result back through the server itself (so
+    the proxies' logs hold the saves' requests alone)."""
+    base = tmp_path_factory.mktemp("s3save")
+    bucket = s3_server.Bucket(server, prefix="mr-")
+    rng = np.random.default_rng(31)
+    parts = dataset(rng, "npy", RAGGED)
+    write_shards(base / "src", "npy", parts)
+    # A prefix that holds a user's object: no save may write there.
+    bucket.put("full/notes.txt", b"mine")
+    direct = {"storage_options": _options(server)}
+    cases = {
+        "npy": {"num_shards": 5},
+        # 35 rows in 20 shards of 2: shards 18 and 19 have no rows (no tile uploads them)
+        "empties": {"num_shards": 20},
+        "raw": {"num_shards": 3, "format": "raw", "checksum": "xxh3"},
+        "full": {"num_shards": 2},
+    }
+    ops = [{"name": name, "op": "save", "source": str(base / "src"), "dest": bucket.url(f"{name}/"),
+            "save": {**save, "storage_options": OPTIONS}, "kwargs": direct}
+           for name, save in cases.items()]
+    # Then over the raw dataset, in fewer shards of another format.
+    ops.append({"name": "over", "op": "save", "source": str(base / "src"),
+                "dest": bucket.url("raw/"), "kwargs": direct,
+                "save": {"num_shards": 2, "overwrite": True, "storage_options": OPTIONS}})
+    proxies = [FaultProxy(server) for _ in range(RANKS)]
+    rank_env = {str(r): {"AWS_ENDPOINT_URL_S3": f"http://{p.endpoint}"}
+                for r, p in enumerate(proxies)}
+    spec = write_spec(base / "spec.json", {"ops": ops, "rank_env": rank_env})
+    try:
+        job = python_job(base / "out", "s3_cases.py", str(spec), env=s3_server.CLIENT_ENV,
+                         timeout=300)
+    finally:
+        for p in proxies:
+            p.close()
+    assert job.rc == 0, job.describe()
+    return bucket, job, np.concatenate(parts), proxies
+
+
+def _keys(bucket, prefix: str) -> list[str]:
+    found = bucket.client.list_objects_v2(Bucket=bucket.name, Prefix=f"{prefix}/")
+    return sorted(k["Key"][len(prefix) + 1:] for k in found.get("Contents", []))
+
+
+@pytest.mark.parametrize("name, shards", [("npy", 5), ("empties", 20)])
+def test_a_save_on_two_ranks_uploads_each_shard_once_and_commits_once(saved, name, shards):
+    bucket, job, whole, proxies = saved
+    infos = [r["info"] for r in _ok(job, name)]
+    assert [i["num_shards"] for i in infos] == [shards] * RANKS, infos
+    for rank in job.ranks:
+        np.testing.assert_array_equal(rank.array(name), whole, err_msg=f"rank {rank.index}")
+    names = [f"shard_{i:04d}.npy" for i in range(shards)]
+    assert _keys(bucket, name) == sorted(names + ["shardload.manifest"])
+    for i, key in enumerate(names):  # each object is its shard, read by numpy
+        body = bucket.client.get_object(Bucket=bucket.name, Key=f"{name}/{key}")["Body"].read()
+        lo = min(len(whole), i * -(-len(whole) // shards))
+        hi = min(len(whole), (i + 1) * -(-len(whole) // shards))
+        np.testing.assert_array_equal(np.load(io.BytesIO(body)), whole[lo:hi], err_msg=key)
+    puts = [set(_puts(p, name)) for p in proxies]
+    # One rank listed the prefix and committed (the manifest); each shard was uploaded by one
+    # rank only, and both ranks uploaded shards.
+    lists = [_lists(p, name) for p in proxies]
+    assert sorted(bool(n) for n in lists) == [False, True], (lists, puts)
+    lister = 0 if lists[0] else 1
+    assert [("shardload.manifest" in p) for p in puts] == [i == lister for i in range(RANKS)]
+    shard_puts = [{n for n in p if n.startswith("shard_")} for p in puts]
+    assert sorted(shard_puts[0] | shard_puts[1]) == names, puts
+    assert not shard_puts[0] & shard_puts[1], puts
+    assert all(shard_puts), puts
+    if name == "empties":
+        # The two shards without rows: uploaded at the preparation, by the listing rank.
+        assert {"shard_0018.npy", "shard_0019.npy"} <= shard_puts[lister], puts
+
+
+def test_a_raw_save_with_checksums_and_its_overwrite_on_two_ranks(saved):
+    bucket, job, whole, proxies = saved
+    _ok(job, "raw")
+    _ok(job, "over")
+    for rank in job.ranks:
+        np.testing.assert_array_equal(rank.array("raw"), whole)
+        np.testing.assert_array_equal(rank.array("over"), whole)
+    # The overwrite left the new npy dataset alone: the raw shards and sidecar were deleted
+    # (Arrow's delete leaves the prefix's own empty marker object, "", which no listing of
+    # shardload's shows).
+    assert [k for k in _keys(bucket, "raw") if k] == [
+        "shard_0000.npy", "shard_0001.npy", "shardload.manifest"]
+    # Each save committed on one rank: two manifests uploaded in all, each once (a multipart
+    # upload is three requests; a PUT of its own, one).
+    uploads = [n for p in proxies for n in _puts(p, "raw") if n == "shardload.manifest"]
+    assert len(uploads) in (2, 6), uploads
+
+
+def test_a_save_refused_on_two_ranks_writes_nothing(saved):
+    bucket, job, _, proxies = saved
+    err = _same_error(job, "full")
+    assert "not empty" in err["message"] and bucket.url("full/") in err["message"], err
+    assert "notes.txt" in err["message"], err
+    assert _keys(bucket, "full") == ["notes.txt"]
+    assert not any(_puts(p, "full") for p in proxies)
 
 
 # ---- the command line ----------------------------------------------------------------------

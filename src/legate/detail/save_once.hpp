@@ -6,6 +6,7 @@
 #include <string>
 
 #include "legate/detail/save_files.hpp"
+#include "legate/detail/save_remote.hpp"
 #include "shardload/save.hpp"
 #include "shardload/status.hpp"
 
@@ -20,5 +21,16 @@ Result<std::string> prepare_save_once(const std::string& dest, SaveSpec* spec);
 // *published: whether the new dataset is at dest (commit_staging's), also on an error.
 Status commit_save_once(const std::string& staging, const std::string& dest, const SaveSpec& spec,
                         const SaveOptions& options, bool* published);
+
+// To object storage: prepare_remote_save in one point (the listing, the old manifest's
+// deletion, the empty shards); every rank gets the same RemoteDest or the same Status.
+Result<RemoteDest> prepare_remote_save_once(const std::string& dest, const SaveOptions& options,
+                                            SaveSpec* spec);
+
+// finish_remote_save in one point (the metadata objects, the old objects' deletion, the
+// manifest last); the same Status on every rank. options.before_commit is not called: every
+// rank calls it before this.
+Status finish_remote_save_once(const RemoteDest& d, const SaveSpec& spec,
+                               const SaveOptions& options);
 
 }  // namespace shardload::detail

@@ -1,8 +1,8 @@
 // The object-storage side of a save (src/legate/save_remote.cc): a destination "s3://B/P/".
 // A store has no rename and no positional write into an object, so each shard is one object
 // that one point task uploads whole (header, then its rows), the launch tiled so that tile i
-// is shard i; the launcher uploads the empty shards and the metadata objects, then the
-// manifest last: the commit point. Free of Legate; returns Status.
+// is shard i; one rank (save_once.hpp) uploads the empty shards and the metadata objects, then
+// the manifest last: the commit point. Free of Legate; returns Status.
 #pragma once
 
 #include <cstdint>
@@ -52,7 +52,8 @@ Result<std::unique_ptr<ObjectWriter>> open_shard_upload(const std::string& dir_u
                                                         const SaveSpec& spec, std::int64_t shard);
 
 // After every shard: the metadata objects, the extra files, then (overwrite) the deletion of
-// the old objects the new dataset did not replace, then the manifest: the commit point.
+// the old objects the new dataset did not replace, then the manifest: the commit point. The
+// caller runs options.before_commit before it, on every rank.
 Status finish_remote_save(const RemoteDest& d, const SaveSpec& spec, const SaveOptions& options);
 
 // After a failure before the manifest: a save to an empty prefix deletes what it may have

@@ -8,6 +8,8 @@ Spec: {"ops": [{"name", "op", ...}], "rank_env"?: {"R": {...}}} with op one of
   once     source, kwargs                         -> the layout's summary (discover_once only)
   index    source, kwargs                         -> the manifest's URL
   batches  source, rows_per_batch, kwargs         -> <name>.npy: the batches concatenated
+  save     source (loaded first), dest, save (save's kwargs), kwargs (the load's of dest)
+                                                  -> <name>.npy: dest loaded back; the SaveInfo
 "rank_env" sets environment variables on rank R before anything is read (each rank reaching
 the store through an endpoint of its own: AWS_ENDPOINT_URL_S3). An op with "uncaught": true
 runs after the results so far are saved and lets its exception end the program. Outcomes (or
@@ -15,6 +17,7 @@ the error) go to results.json, with the names of the AWS_* variables this rank s
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import pathlib
@@ -74,6 +77,11 @@ def run(op: dict) -> dict:
             op["source"], op["rows_per_batch"], **kwargs_of(op))]
         np.save(_rank.OUT / f"{op['name']}.npy", np.concatenate(got))
         return {"ok": True, "batches": [len(b) for b in got]}
+    if kind == "save":
+        info = shardload.save(shardload.load(op["source"]), op["dest"], **kwargs_of(op, "save"))
+        back = np.asarray(shardload.load(op["dest"], **kwargs_of(op)))
+        np.save(_rank.OUT / f"{op['name']}.npy", back)
+        return {"ok": True, "info": dataclasses.asdict(info)}
     raise ValueError(kind)
 
 
