@@ -7,8 +7,8 @@
 #include <optional>
 #include <span>
 
-#include "legate/detail/launch.hpp"
 #include "base/detail/bytes.hpp"
+#include "legate/detail/launch.hpp"
 #include "legate/detail/load_body.hpp"
 #include "legate/detail/point_task.hpp"
 #include "legate/detail/tasks.hpp"
