@@ -49,7 +49,7 @@ zstd-compressed (zarr-python's defaults), written by zarr-python and uploaded ob
                shardload's processors): the compressed bytes only, no decoding;
   sl-cN        shardload with chunks_in_flight=N, for each N of --chunks-in-flight (N = 1:
                each tile's chunks one after another, as before fetching ahead).
-With --latency-ms MS every loader reads through tests/python/s3_fault_proxy.py, which holds
+With --latency-ms MS (npy, zarr) every loader reads through tests/python/s3_fault_proxy.py, which holds
 each request MS milliseconds before forwarding it: a store farther away than loopback.
 
 Run it with the project's environment (source scripts/env.sh) so Legate is configured:
@@ -142,6 +142,19 @@ def report(times: dict[str, float], failed: dict[str, str], nbytes: int,
         print(line)
 
 
+def farther(args: argparse.Namespace, endpoint: str, client):
+    """With --latency-ms, a proxy in front of the server holding each request that long, and
+    the endpoint and client that go through it; else (None, endpoint, client)."""
+    if args.latency_ms <= 0:
+        return None, endpoint, client
+    from s3_fault_proxy import FaultProxy, Rule
+
+    proxy = FaultProxy(endpoint)
+    proxy.add(Rule(action="delay", delay_s=args.latency_ms / 1000, count=None))
+    return proxy, proxy.endpoint, boto3.client("s3", endpoint_url=f"http://{proxy.endpoint}",
+                                               region_name="us-east-1")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--shards", type=int, default=16)
@@ -151,7 +164,7 @@ def main() -> None:
     ap.add_argument("--chunks-in-flight", default="1",
                     help="zarr: comma-separated chunks_in_flight values timed as sl-cN columns")
     ap.add_argument("--latency-ms", type=float, default=0.0,
-                    help="zarr: each request held this long by a proxy (0: no proxy)")
+                    help="npy, zarr: each request held this long by a proxy (0: no proxy)")
     args = ap.parse_args()
     os.environ.update(ENV)
     if args.format == "parquet":
@@ -177,6 +190,7 @@ def main() -> None:
             parts.append(a)
         want = np.concatenate(parts)
         nbytes = want.nbytes
+        proxy, endpoint, client = farther(args, endpoint, client)
         options = {"endpoint_override": endpoint, "scheme": "http", "region": "us-east-1"}
 
         def sl():
@@ -289,8 +303,11 @@ def main() -> None:
         times.update(more)
         failed.update(more_failed)
         print(f"{args.shards} shards, {nbytes / 1e6:.1f} MB, {threads} processors "
-              f"({info.target}), median of {args.repeat}")
+              f"({info.target}), median of {args.repeat}"
+              + (f", {args.latency_ms:g} ms added per request" if proxy else ""))
         report(times, failed, nbytes, "get-bound")
+        if proxy:
+            proxy.close()
     finally:
         s3_server.stop(proc)
 
@@ -380,15 +397,8 @@ def zarr_store(args: argparse.Namespace) -> None:
                     keys.append(key)
         nbytes = want.nbytes
         url = "s3://bench/data.zarr"
-        proxy = None
-        if args.latency_ms > 0:
-            from s3_fault_proxy import FaultProxy, Rule
-
-            proxy = FaultProxy(endpoint)
-            proxy.add(Rule(action="delay", delay_s=args.latency_ms / 1000, count=None))
-            endpoint = proxy.endpoint
-            client = boto3.client("s3", endpoint_url=f"http://{endpoint}",
-                                  region_name="us-east-1")
+        proxy, endpoint, client = farther(args, endpoint, client)
+        if proxy:
             # The store named with its '/': without it, its look-up as an object and as a
             # prefix stalls at the proxy (see tests/python/test_s3_zarr.py's `proxied`).
             url += "/"

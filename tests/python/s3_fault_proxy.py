@@ -23,6 +23,7 @@ import socket
 import socketserver
 import struct
 import threading
+import time
 
 ACTIONS = ("500", "503", "403", "slowdown", "reset", "truncate", "delay")
 
@@ -77,6 +78,9 @@ class Rule:
 class _Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
     daemon_threads = True
     allow_reuse_address = True
+    # socketserver's default backlog is 5: a client opening more connections at once (a
+    # discovery probing 8 objects) had the rest wait for a SYN retransmission, a second.
+    request_queue_size = 128
     proxy: "FaultProxy"
 
 
@@ -212,6 +216,8 @@ class FaultProxy:
         self.rules: list[Rule] = []
         self.log: list[tuple[str, str, str | None, str | None]] = []
         self.headers: list[tuple[str, str, dict[str, str]]] = []
+        # When each request of the log came in (time.monotonic()).
+        self.arrived: list[float] = []
         # The most requests it was serving at once (since the last clear()).
         self.max_in_flight = 0
         self._in_flight = 0
@@ -235,6 +241,7 @@ class FaultProxy:
             self.rules.clear()
             self.log.clear()
             self.headers.clear()
+            self.arrived.clear()
             self.max_in_flight = self._in_flight
 
     def requests(self, method: str | None = None, path: str | None = None) -> int:
@@ -269,3 +276,4 @@ class FaultProxy:
         with self._lock:
             self.log.append((method, target, range_, action))
             self.headers.append((method, target, headers))
+            self.arrived.append(time.monotonic())
