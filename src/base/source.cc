@@ -10,6 +10,8 @@
 #include <cerrno>
 #include <charconv>
 #include <cstring>
+#include <memory>
+#include <system_error>
 #include <utility>
 
 #include "base/detail/listing_memo.hpp"
@@ -60,7 +62,7 @@ RemoteIo* need_remote(const std::string& url, Status* error) {
 Result<std::vector<std::string>> remote_names(const std::string& dir_url) {
   // "s3://B/D" and "s3://B/D/" list the same prefix: one memo entry.
   const std::string memo_key = remote_join(dir_url, "");
-  if (const auto* kept = detail::ListingMemo::find(memo_key)) return *kept;
+  if (auto kept = detail::ListingMemo::find(memo_key)) return *std::move(kept);
   Status error;
   RemoteIo* r = need_remote(dir_url, &error);
   if (r == nullptr) return error;
@@ -78,14 +80,68 @@ namespace detail {
 ListingMemo::ListingMemo() : outer_(t_listing_memo) { t_listing_memo = this; }
 ListingMemo::~ListingMemo() { t_listing_memo = outer_; }
 
-const std::vector<std::string>* ListingMemo::find(const std::string& url) {
-  if (t_listing_memo == nullptr) return nullptr;
-  const auto it = t_listing_memo->kept_.find(url);
-  return it == t_listing_memo->kept_.end() ? nullptr : &it->second;
+std::optional<Result<std::vector<std::string>>> ListingMemo::find(const std::string& url) {
+  if (t_listing_memo == nullptr) return std::nullopt;
+  if (const auto it = t_listing_memo->kept_.find(url); it != t_listing_memo->kept_.end()) {
+    return it->second;
+  }
+  const auto it = t_listing_memo->ahead_lists_.find(url);
+  if (it == t_listing_memo->ahead_lists_.end()) return std::nullopt;
+  Listing listed = it->second.get();
+  // Asked once: a failed LIST is asked again by the next caller, as without a look-ahead.
+  t_listing_memo->ahead_lists_.erase(it);
+  if (listed && *listed) t_listing_memo->kept_.insert_or_assign(url, **listed);
+  return listed;
 }
 
 void ListingMemo::keep(const std::string& url, const std::vector<std::string>& names) {
   if (t_listing_memo != nullptr) t_listing_memo->kept_.insert_or_assign(url, names);
+}
+
+std::optional<Format> ListingMemo::store(const std::string& directory) {
+  if (t_listing_memo == nullptr) return std::nullopt;
+  const auto it = t_listing_memo->ahead_stores_.find(directory);
+  if (it == t_listing_memo->ahead_stores_.end()) return std::nullopt;
+  return it->second.get();
+}
+
+void ListingMemo::look_ahead(const std::string& dir_url,
+                             std::function<Format(const std::string&)> store_of) {
+  if (ahead_.valid() || remote_io_for(dir_url) == nullptr) return;
+  auto store = std::make_shared<std::promise<std::optional<Format>>>();
+  auto listing = std::make_shared<std::promise<Listing>>();
+  const bool ask_store = static_cast<bool>(store_of);
+  auto work = [dir_url, store_of = std::move(store_of), store, listing] {
+    try {
+      if (store_of) {
+        const Format f = store_of(dir_url);
+        store->set_value(f);
+        if (f != Format::kAuto) {
+          listing->set_value(std::nullopt);
+          return;
+        }
+      }
+      listing->set_value(remote_io_for(dir_url)->list(dir_url));
+    } catch (...) {  // an answer not had is asked again by its caller
+      try {
+        store->set_value(std::nullopt);
+      } catch (const std::future_error&) {  // it was set
+      }
+      try {
+        listing->set_value(std::nullopt);
+      } catch (const std::future_error&) {
+      }
+    }
+  };
+  std::shared_future<std::optional<Format>> store_answer = store->get_future().share();
+  std::shared_future<Listing> listing_answer = listing->get_future().share();
+  try {
+    ahead_ = std::async(std::launch::async, std::move(work));
+  } catch (const std::system_error&) {
+    return;  // no thread: each answer is asked when it is needed
+  }
+  if (ask_store) ahead_stores_.emplace(dir_url, std::move(store_answer));
+  ahead_lists_.emplace(remote_join(dir_url, ""), std::move(listing_answer));
 }
 
 }  // namespace detail

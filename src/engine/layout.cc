@@ -290,7 +290,9 @@ Result<Source> auto_directory(const Source& s, DiscoverOptions* options) {
   // never takes the directory as a store, so its stat and metadata look-ups would be waste.
   const FormatDescriptor* asked_d = find_format(asked);
   if (asked == Format::kAuto || (asked_d != nullptr && asked_d->is_store)) {
-    if (const Format store = store_format(s.dir_path);
+    // Asked ahead where try_discover could (listing_memo.hpp), else now.
+    const std::optional<Format> ahead = ListingMemo::store(s.dir_path);
+    if (const Format store = ahead ? *ahead : store_format(s.dir_path);
         store != Format::kAuto && (asked == Format::kAuto || asked == store)) {
       return Source::list({s.dir_path});
     }
@@ -369,6 +371,18 @@ static Result<Layout> discover_probing(const Source& source, const DiscoverOptio
 Result<Layout> try_discover(const Source& source, const DiscoverOptions& options) {
   // The manifest's check, the format's scan and the pattern's resolve list one directory.
   detail::ListingMemo listings;
+  // An s3:// directory: whether it is a store, and its listing, are asked while the manifest
+  // is looked up (a round trip each, one after the other otherwise). Not when a found
+  // manifest is trusted: then neither is needed; nor for http(s)://, which has no listing.
+  if (source.kind == Source::Kind::kDirectory && source.dir_path.rfind("s3://", 0) == 0 &&
+      options.use_manifest && !options.trust_manifest) {
+    const FormatDescriptor* asked = find_format(options.format.format);
+    const bool may_be_store = source.pattern.empty() && (options.format.format == Format::kAuto ||
+                                                         (asked && asked->is_store));
+    listings.look_ahead(
+        source.dir_path,
+        may_be_store ? std::function<Format(const std::string&)>(store_format) : nullptr);
+  }
   std::string manifest_note;
   ManifestState manifest_state = ManifestState::kNone;
   if (source.kind == Source::Kind::kDirectory && options.use_manifest) {

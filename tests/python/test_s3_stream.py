@@ -219,6 +219,51 @@ def test_index_writes_the_manifest_object_and_discovery_uses_it(server, proxy):
     np.testing.assert_array_equal(np.concatenate(got), want)
 
 
+def test_the_store_look_ups_and_the_list_do_not_wait_for_the_manifests_answer(server, proxy):
+    b = Bucket(server, proxy.endpoint)
+    rng = np.random.default_rng(37)
+    parts = ragged(rng, [5, 3, 8], (2,), "float32")
+    put_npy_shards(b, "d", parts)
+    hold = 2.0
+    # The manifest's look-up answered late: asked one after the other, the Zarr look-ups and
+    # the LIST would come after its answer.
+    proxy.add(Rule("GET", path="/d/shardload.manifest", action="delay", delay_s=hold, count=None))
+    for kwargs in ({}, {"pattern": "shard_{:04d}.npy"}):
+        proxy.clear()
+        proxy.add(Rule("GET", path="/d/shardload.manifest", action="delay", delay_s=hold,
+                       count=None))
+        layout = shardload.discover(b.url("d/"), storage_options=b.options, **kwargs)
+        assert layout.shard_rows == [5, 3, 8]
+        asked = {t.split("?")[0].rsplit("/", 1)[-1] if "list-type=" not in t else "LIST": at
+                 for (_, t, _, _), at in zip(proxy.log, proxy.arrived)}
+        manifest = asked["shardload.manifest"]
+        looked = ["LIST"] + ([".zarray", "zarr.json"] if not kwargs else [])
+        assert all(asked[k] - manifest < hold / 2 for k in looked), (kwargs, asked)
+        assert kwargs or all(k in asked for k in looked), asked
+        # The shards are probed once the manifest's answer (none) is in.
+        assert all(asked[f"shard_{i:04d}.npy"] - manifest >= hold * 0.9 for i in range(3)), asked
+        assert sum("list-type=" in t for _, t, _, _ in proxy.log) == 1, proxy.log
+    np.testing.assert_array_equal(np.asarray(shardload.load(b.url("d/"), storage_options=b.options)),
+                                  np.concatenate(parts))
+
+
+def test_a_zarr_store_named_as_a_directory_is_never_listed(server, proxy, tmp_path):
+    zarr = pytest.importorskip("zarr")
+    b = Bucket(server, proxy.endpoint)
+    want = np.random.default_rng(38).standard_normal((50, 3)).astype(np.float32)
+    z = zarr.create_array(tmp_path / "s.zarr", shape=want.shape, dtype="float32", chunks=(5, 3),
+                          zarr_format=2)
+    z[...] = want
+    b.upload_tree("s", tmp_path / "s.zarr")
+    proxy.clear()
+    # Its listing would be a page of ten chunk keys; a store of millions is thousands of pages.
+    layout = shardload.discover(b.url("s/"), storage_options=b.options)
+    assert layout.total_rows == 50
+    assert not any("list-type=" in t for _, t, _, _ in proxy.log), proxy.log
+    np.testing.assert_array_equal(np.asarray(shardload.load(b.url("s/"),
+                                                            storage_options=b.options)), want)
+
+
 def test_objects_are_probed_and_checked_with_requests_in_flight(server, proxy):
     """Each object's probe (and a manifest's check) is a request's round trip: several are
     in flight at once, not one after another. Each shard request is held 0.3 s by the proxy,
