@@ -1,8 +1,14 @@
 #include "shardload/fill.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <string>
+#include <system_error>
+#include <thread>
+
+#include "shardload/formats.hpp"
+#include "shardload/io.hpp"
 
 namespace shardload {
 
@@ -42,9 +48,70 @@ Status check_rows(const Layout& layout, std::int64_t lo, std::int64_t hi) {
 
 }  // namespace
 
+// Pieces of a tile that are objects in object storage, each read by one ranged GET (formats
+// whose rows are one contiguous range after a header: npy), are this many requests in flight
+// at once (raw is not: each reader reads its sidecar once more):
+// each piece is a round trip of the store's latency, which one after another a tile would
+// pay once per object. A store's own limit on one GET (requests_in_flight) splits a large
+// piece further.
+constexpr std::size_t kRemotePiecesInFlight = 4;
+
+std::size_t piece_lanes(const Layout& layout, const std::vector<Piece>& pieces) {
+  const FormatDescriptor* d = find_format(layout.format, layout.options.reader);
+  if (pieces.size() < 2 || d == nullptr || !d->capabilities.contiguous_rows ||
+      !d->capabilities.remote_reads) {
+    return 1;
+  }
+  for (const Piece& p : pieces) {
+    if (p.shard < 0 || static_cast<std::size_t>(p.shard) >= layout.shards.size() ||
+        !is_remote_url(layout.shards[static_cast<std::size_t>(p.shard)].path)) {
+      return 1;
+    }
+  }
+  return std::min(pieces.size(), kRemotePiecesInFlight);
+}
+
+// The pieces on `lanes` threads (the caller's one of them), each with a reader of its own
+// (a reader keeps the objects it opened), taking the next piece in order; the error of the
+// first failing piece in order is the fill's, as one after another.
+Status fill_in_lanes(const Layout& layout, const std::vector<Piece>& pieces, std::byte* dst,
+                     const FillOptions& options, std::size_t lanes) {
+  std::vector<std::unique_ptr<ShardReader>> readers;
+  for (std::size_t i = 0; i < lanes; ++i) {
+    SHARDLOAD_ASSIGN_OR_RETURN(auto r, make_reader(layout.format, layout.options, options));
+    readers.push_back(std::move(r));
+  }
+  std::vector<Status> done(pieces.size());
+  std::atomic<std::size_t> next{0};
+  std::atomic<bool> failed{false};
+  const auto lane = [&](std::size_t k) {
+    for (std::size_t i = next++; i < pieces.size() && !failed; i = next++) {
+      done[i] = fill_with(*readers[k], layout, {pieces[i]}, dst);
+      if (!done[i].is_ok()) failed = true;
+    }
+  };
+  std::vector<std::thread> helpers;
+  for (std::size_t k = 1; k < lanes; ++k) {
+    try {
+      helpers.emplace_back(lane, k);
+    } catch (const std::system_error&) {
+      break;  // fewer lanes: the pieces are taken by those there are
+    }
+  }
+  lane(0);
+  for (auto& t : helpers) t.join();
+  for (Status& st : done) {
+    if (!st.is_ok()) return std::move(st);
+  }
+  return Status::ok();
+}
+
 Status fill_pieces(const Layout& layout, const std::vector<Piece>& pieces, std::byte* dst,
                    const FillOptions& options) {
   if (pieces.empty()) return Status::ok();
+  if (const std::size_t lanes = piece_lanes(layout, pieces); lanes > 1) {
+    return fill_in_lanes(layout, pieces, dst, options, lanes);
+  }
   SHARDLOAD_ASSIGN_OR_RETURN(auto reader, make_reader(layout.format, layout.options, options));
   return fill_with(*reader, layout, pieces, dst);
 }

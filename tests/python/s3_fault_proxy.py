@@ -47,7 +47,7 @@ class Rule:
     both. ``range``: a substring of the Range header ("bytes=4096-"), or None for any.
     ``action``: one of ACTIONS. ``count``: how many matching requests to spoil (None:
     all of them). ``delay_s``: for "delay", how long to hold the response before forwarding
-    it. ``fired`` counts the requests spoiled so far."""
+    it; for an error, how long to wait before answering it. ``fired`` counts the requests spoiled so far."""
 
     method: str | None = None
     path: str | None = None
@@ -126,6 +126,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         if rule is None:
             self._forward(body)
         elif rule.action in _ERROR_CODES:
+            if rule.delay_s and proxy._closing.wait(rule.delay_s):
+                self._reset()
+                return
             self._error(*_ERROR_CODES[rule.action])
         elif rule.action == "reset":
             self._reset()

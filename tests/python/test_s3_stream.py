@@ -284,6 +284,38 @@ def test_objects_are_probed_and_checked_with_requests_in_flight(server, proxy):
     assert proxy.max_in_flight >= 2, proxy.log
 
 
+def test_a_tiles_objects_are_read_with_requests_in_flight(server, proxy):
+    """A tile spanning several .npy objects reads them several at once: each rows GET is held
+    0.3 s by the proxy, so one tile after another with each object in turn would have at most
+    as many in flight as there are tiles (two here)."""
+    b = Bucket(server, proxy.endpoint)
+    parts = ragged(np.random.default_rng(41), [3, 5, 2, 8, 1, 4, 6, 2], (2,), "float32")
+    put_npy_shards(b, "t", parts)
+    kwargs = {}
+    layout = shardload.discover(b.url("t/"), storage_options=b.options, **kwargs)
+    proxy.clear()
+    proxy.add(Rule("GET", path="/t/shard_", action="delay", delay_s=0.3, count=None))
+    got, info = shardload.load(layout, info=True)
+    np.testing.assert_array_equal(np.asarray(got), np.concatenate(parts))
+    assert info.tiles <= 2, info
+    assert proxy.max_in_flight >= 3, (proxy.max_in_flight, proxy.log)
+
+
+def test_a_failure_among_objects_read_at_once_is_the_first_in_row_order(server, proxy):
+    b = Bucket(server, proxy.endpoint)
+    parts = ragged(np.random.default_rng(43), [4] * 8, (2,), "float32")
+    put_npy_shards(b, "e", parts)
+    layout = shardload.discover(b.url("e/"), storage_options={**b.options, "max_attempts": "1"})
+    proxy.clear()
+    # Two objects of one tile refused; the later one answers first.
+    proxy.add(Rule("GET", path="/e/shard_0001.npy", action="403", delay_s=0.5, count=None))
+    proxy.add(Rule("GET", path="/e/shard_0002.npy", action="403", count=None))
+    with pytest.raises(shardload.ShardReadError) as e:
+        shardload.load(layout, overdecompose=1)
+    assert b.url("e/shard_0001.npy") in str(e.value), e.value
+    assert "shard_0002" not in str(e.value), e.value
+
+
 def test_stale_manifest_is_seen_as_locally(bucket):
     a = np.arange(40, dtype=np.float32).reshape(10, 4)
     for i in range(3):
