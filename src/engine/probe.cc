@@ -3,10 +3,13 @@
 #include <algorithm>
 #include <atomic>
 #include <exception>
+#include <map>
 #include <memory>
+#include <string>
 #include <thread>
 
 #include "shardload/formats.hpp"
+#include "shardload/io.hpp"
 
 namespace shardload::detail {
 
@@ -32,6 +35,20 @@ Result<ProbeResults> probe_shards(const std::vector<std::string>& paths, Format 
                                   unsigned threads) {
   const std::size_t n = paths.size();
   ProbeResults out(n);
+  // Each shard's position among the shards of its directory (ShardReader::probe_at): a URL's
+  // query is the store's options, not part of its directory's name, but tells it apart.
+  std::vector<std::size_t> position(n);
+  {
+    std::map<std::string, std::size_t> seen;
+    for (std::size_t i = 0; i < n; ++i) {
+      const std::string& p = paths[i];
+      const std::size_t q = is_remote_url(p) ? p.find('?') : std::string::npos;
+      const std::size_t slash = p.substr(0, q).rfind('/');
+      std::string dir = slash == std::string::npos ? std::string(".") : p.substr(0, slash);
+      if (q != std::string::npos) dir += p.substr(q);
+      position[i] = seen[dir]++;
+    }
+  }
   // Each thread has a reader of its own: readers keep scratch and caches.
   auto first = make_reader(format, options, ctx);
   if (!first) return Status(ErrorCode::kLayout, first.status().message());
@@ -49,7 +66,7 @@ Result<ProbeResults> probe_shards(const std::vector<std::string>& paths, Format 
       for (std::size_t i = a; i < b && i <= first_bad.load(std::memory_order_relaxed); ++i) {
         auto& slot = out[i];
         try {
-          slot.emplace(reader.probe(paths[i]));
+          slot.emplace(reader.probe_at(paths[i], position[i]));
         } catch (...) {  // only an allocation of the result itself can get here
           slot.emplace(Status(ErrorCode::kLayout, paths[i] + ": out of memory while probing"));
         }

@@ -122,11 +122,10 @@ std::vector<FormatDescriptor> build_table() {
     d.format = Format::kRaw;
     d.name = "raw";
     d.extensions = {".bin", ".raw", ".dat"};
-    // Probed on one thread: a sidecar's "rows" list is by position, which the reader counts
-    // as it probes a directory's shards in order; a reader per thread, each given some of the
-    // shards, would count from 0 and give a shard another's rows (objects are probed one per
-    // thread).
-    d.capabilities = {.parallel_probe = false, .cheap_reprobe = true, .remote_reads = true};
+    // A sidecar's "rows" list is by position: probing on several threads gives each probe
+    // its shard's position (ShardReader::probe_at), since a reader per thread, given some of
+    // the shards, cannot count it. Each thread's reader reads the sidecar once.
+    d.capabilities = {.parallel_probe = true, .cheap_reprobe = true, .remote_reads = true};
     d.make_reader = detail::make_raw_reader;
     d.writer = detail::raw_writer();
     t.push_back(std::move(d));

@@ -166,6 +166,17 @@ class RawReader final : public ShardReader {
       : options_(options), ctx_(ctx) {}
 
   Result<ShardProbe> probe(const std::string& path) override {
+    return probe_impl(path, std::nullopt);
+  }
+
+  Result<ShardProbe> probe_at(const std::string& path, std::size_t position) override {
+    return probe_impl(path, position);
+  }
+
+ private:
+  // `position`: the shard's among its directory's (for the sidecar's "rows" list); without
+  // it, the shards of a directory are counted in the order this reader probes them.
+  Result<ShardProbe> probe_impl(const std::string& path, std::optional<std::size_t> position) {
     ShardProbe p;
     p.shard.path = path;
     SHARDLOAD_ASSIGN_OR_RETURN(Sidecar * side, sidecar_for(path));
@@ -179,7 +190,7 @@ class RawReader final : public ShardReader {
     SHARDLOAD_ASSIGN_OR_RETURN(const std::optional<std::int64_t> rows_by_size,
                                rows_from_size(path, size, g));
     SHARDLOAD_ASSIGN_OR_RETURN(const std::optional<std::int64_t> rows_by_sidecar,
-                               rows_from_sidecar(path, side));
+                               rows_from_sidecar(path, side, position));
     if (rows_by_sidecar && rows_by_size && *rows_by_sidecar != *rows_by_size) {
       return Status(ErrorCode::kFormat,
                     path + ": rows: " + side->path + " says " + std::to_string(*rows_by_sidecar) +
@@ -198,6 +209,7 @@ class RawReader final : public ShardReader {
     return p;
   }
 
+ public:
   Status read_rows(const ReadSpec& l, const Shard& s, std::int64_t lo, std::int64_t hi,
                    std::byte* dst) override {
     const std::size_t bytes = static_cast<std::size_t>(hi - lo) * l.row_bytes;
@@ -353,11 +365,11 @@ class RawReader final : public ShardReader {
 
   // The rows the sidecar gives this file, by position ("rows": [...]) or by name; nullopt
   // when it gives none.
-  static Result<std::optional<std::int64_t>> rows_from_sidecar(const std::string& path,
-                                                               Sidecar* side) {
+  static Result<std::optional<std::int64_t>> rows_from_sidecar(
+      const std::string& path, Sidecar* side, std::optional<std::size_t> position) {
     std::optional<std::int64_t> rows_by_sidecar;
     if (side != nullptr && side->rows_list) {
-      const std::size_t i = side->next_index++;
+      const std::size_t i = position ? *position : side->next_index++;
       if (i >= side->rows_list->size()) {
         return Status(ErrorCode::kFormat, side->path + ": " + side->rows_field + ": lists " +
                                               std::to_string(side->rows_list->size()) +

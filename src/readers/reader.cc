@@ -92,8 +92,17 @@ class GuardedReader final : public ShardReader {
       : inner_(std::move(inner)), cache_bound_(ctx.unit_cache_bytes), stats_(ctx.stats) {}
 
   Result<ShardProbe> probe(const std::string& path) override {
+    return guarded_probe(path, [&] { return inner_->probe(path); });
+  }
+
+  Result<ShardProbe> probe_at(const std::string& path, std::size_t position) override {
+    return guarded_probe(path, [&] { return inner_->probe_at(path, position); });
+  }
+
+  template <typename Fn>
+  static Result<ShardProbe> guarded_probe(const std::string& path, Fn&& fn) {
     try {
-      Result<ShardProbe> r = inner_->probe(path);
+      Result<ShardProbe> r = fn();
       if (!r) return r.status().with_path(path);
       return r;
     } catch (const std::bad_alloc&) {

@@ -54,8 +54,8 @@ TEST(FormatsTest, CapabilitiesAreTheEnginesQuestions) {
   const auto caps = [](Format f) { return find_format(f)->capabilities; };
   EXPECT_TRUE(caps(Format::kNpy).contiguous_rows);
   EXPECT_TRUE(caps(Format::kNpy).parallel_probe);
-  // A sidecar's "rows" list is by position, counted by one reader probing in order.
-  EXPECT_FALSE(caps(Format::kRaw).parallel_probe);
+  // A sidecar's "rows" list is by position: each probe is told its shard's (probe_at).
+  EXPECT_TRUE(caps(Format::kRaw).parallel_probe);
   EXPECT_EQ(caps(Format::kZarr).freshness, Freshness::kMetadataFile);
   EXPECT_EQ(caps(Format::kNpy).freshness, Freshness::kFile);
   for (const Format f : {Format::kHdf5, Format::kParquet, Format::kArrow, Format::kCustom}) {

@@ -169,6 +169,24 @@ def test_sidecar_rows_too_short_or_missing_name(tmp_path):
         shardload.discover(tmp_path, format="raw")
 
 
+@pytest.mark.parametrize("threads", [1, 8])
+def test_sidecar_rows_by_position_on_several_probe_threads(tmp_path, threads):
+    # Rows of 0 bytes: only the sidecar's list, by position, says each shard's rows, so each
+    # probe must know its shard's position whichever thread's reader probes it.
+    rows = [(7 * i) % 11 for i in range(40)]
+    write_raw(tmp_path, [np.zeros((r, 0), "float32") for r in rows],
+              sidecar={"dtype": "f4", "shape": [0], "rows": rows})
+    layout = shardload.discover(tmp_path, format="raw", probe_threads=threads)
+    assert list(layout.shard_rows) == rows
+    # A wrong entry is reported for its own shard (the first in order when several are).
+    write_raw(tmp_path / "w", [np.zeros((r, 2), "float32") for r in rows],
+              sidecar={"dtype": "f4", "shape": [2],
+                       "rows": [r + (1 if i in (17, 30) else 0) for i, r in enumerate(rows)]})
+    with pytest.raises(shardload.LayoutError,
+                       match=rf"shard_0017\.bin: rows: .*says {rows[17] + 1} rows"):
+        shardload.discover(tmp_path / "w", format="raw", probe_threads=threads)
+
+
 def test_no_dtype_or_no_shape(tmp_path):
     write_raw(tmp_path, [np.zeros((2, 3), "float32")])
     with pytest.raises(shardload.LayoutError, match=r"shard_0000\.bin: raw files need a dtype"):

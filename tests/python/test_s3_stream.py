@@ -5,6 +5,7 @@ pyarrow reading the local originals."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 
 import numpy as np
@@ -282,6 +283,23 @@ def test_objects_are_probed_and_checked_with_requests_in_flight(server, proxy):
     checked = shardload.discover(b.url("p/"), storage_options=b.options)
     assert checked.manifest_state is shardload.ManifestState.USED, checked.manifest_status
     assert proxy.max_in_flight >= 2, proxy.log
+
+
+def test_raw_objects_are_probed_with_requests_in_flight(server, proxy):
+    """Raw objects whose sidecar lists their rows by position are probed several at once (each
+    probe told its object's position), every object with its own rows."""
+    b = Bucket(server, proxy.endpoint)
+    rows = [6, 2, 9, 0, 4, 3, 7, 1]
+    parts = ragged(np.random.default_rng(39), rows, (3,), "<f8")
+    for i, part in enumerate(parts):
+        b.put(f"r/shard_{i:04d}.bin", part.tobytes())
+    b.put("r/shardload.json", json.dumps({"dtype": "<f8", "shape": [3], "rows": rows}).encode())
+    proxy.clear()
+    proxy.add(Rule(None, path="/r/shard_", action="delay", delay_s=0.3, count=None))
+    layout = shardload.discover(b.url("r/"), format="raw", storage_options=b.options)
+    assert list(layout.shard_rows) == rows
+    assert proxy.max_in_flight >= 2, proxy.log
+    np.testing.assert_array_equal(np.asarray(shardload.load(layout)), np.concatenate(parts))
 
 
 def test_a_tiles_objects_are_read_with_requests_in_flight(server, proxy):

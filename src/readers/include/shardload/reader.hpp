@@ -107,6 +107,13 @@ class ShardReader {
  public:
   virtual ~ShardReader() = default;
   virtual Result<ShardProbe> probe(const std::string& path) = 0;
+  // probe(path) of the discovery's shard that is number `position` (from 0) among its
+  // shards in the same directory, for a format whose metadata beside the shards lists them
+  // by position (raw's sidecar "rows"): probes on several threads, each reader given some
+  // of the shards, then need no order. By default probe(path).
+  virtual Result<ShardProbe> probe_at(const std::string& path, std::size_t /*position*/) {
+    return probe(path);
+  }
   // dst holds (hi - lo) * spec.row_bytes bytes. Errors name the file.
   virtual Status read_rows(const ReadSpec& spec, const Shard& shard, std::int64_t lo,
                            std::int64_t hi, std::byte* dst) = 0;
