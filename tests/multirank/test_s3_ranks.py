@@ -59,6 +59,24 @@ def _same_error(job, name: str) -> dict:
     return found[0]
 
 
+def _job_through_a_proxy_per_rank(server, base: pathlib.Path, ops: list[dict]):
+    """Runs s3_cases.py with ``ops`` on every rank, each rank reaching the store through a
+    proxy of its own (AWS_ENDPOINT_URL_S3 on that rank: URLs that name no endpoint go there),
+    so each proxy's log is what that rank asked. Returns the job and the proxies (closed)."""
+    proxies = [FaultProxy(server) for _ in range(RANKS)]
+    rank_env = {str(r): {"AWS_ENDPOINT_URL_S3": f"http://{p.endpoint}"}
+                for r, p in enumerate(proxies)}
+    spec = write_spec(base / "spec.json", {"ops": ops, "rank_env": rank_env})
+    try:
+        job = python_job(base / "out", "s3_cases.py", str(spec), env=s3_server.CLIENT_ENV,
+                         timeout=300)
+    finally:
+        for p in proxies:
+            p.close()
+    assert job.rc == 0, job.describe()
+    return job, proxies
+
+
 # ---- every format, discovery on one rank, the manifest, batches: one job ----------------------
 
 @pytest.fixture(scope="module")
@@ -99,12 +117,8 @@ def loaded(server, tmp_path_factory):
                 "kwargs": {"overdecompose": 2, "storage_options": opts}})
     oracle["list"] = np.concatenate([npy[6], npy[2], npy[4]])
 
-    # Discovery on one rank, each rank's tiles reading their own objects: each rank reaches the
-    # store through a proxy of its own (AWS_ENDPOINT_URL_S3 on that rank: the URLs name no
-    # endpoint), so each proxy's log is what that rank asked.
-    proxies = [FaultProxy(server) for _ in range(RANKS)]
-    rank_env = {str(r): {"AWS_ENDPOINT_URL_S3": f"http://{p.endpoint}"}
-                for r, p in enumerate(proxies)}
+    # Discovery on one rank, each rank's tiles reading their own objects (each rank through
+    # a proxy of its own: the URL names no endpoint).
     ops.append({"name": "per-rank", "op": "load", "source": bucket.url("npy/"),
                 "once": {"storage_options": OPTIONS}, "kwargs": {"overdecompose": 1}})
     oracle["per-rank"] = oracle["npy-K1"]
@@ -131,14 +145,7 @@ def loaded(server, tmp_path_factory):
     oracle["batches-p0"] = oracle["npy-K1"]
     oracle["batches-p2"] = oracle["parquet-K1"]
 
-    spec = write_spec(base / "spec.json", {"ops": ops, "rank_env": rank_env})
-    try:
-        job = python_job(base / "out", "s3_cases.py", str(spec), env=s3_server.CLIENT_ENV,
-                         timeout=300)
-    finally:
-        for p in proxies:
-            p.close()
-    assert job.rc == 0, job.describe()
+    job, proxies = _job_through_a_proxy_per_rank(server, base, ops)
     return bucket, job, oracle, proxies
 
 
@@ -275,17 +282,7 @@ def saved(server, tmp_path_factory):
     ops.append({"name": "over", "op": "save", "source": str(base / "src"),
                 "dest": bucket.url("raw/"), "kwargs": direct,
                 "save": {"num_shards": 2, "overwrite": True, "storage_options": OPTIONS}})
-    proxies = [FaultProxy(server) for _ in range(RANKS)]
-    rank_env = {str(r): {"AWS_ENDPOINT_URL_S3": f"http://{p.endpoint}"}
-                for r, p in enumerate(proxies)}
-    spec = write_spec(base / "spec.json", {"ops": ops, "rank_env": rank_env})
-    try:
-        job = python_job(base / "out", "s3_cases.py", str(spec), env=s3_server.CLIENT_ENV,
-                         timeout=300)
-    finally:
-        for p in proxies:
-            p.close()
-    assert job.rc == 0, job.describe()
+    job, proxies = _job_through_a_proxy_per_rank(server, base, ops)
     return bucket, job, np.concatenate(parts), proxies
 
 
