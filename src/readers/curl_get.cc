@@ -210,6 +210,7 @@ CurlAnswer curl_perform(const CurlRequest& req, void* dst, std::size_t cap, std:
     curl_easy_setopt(c, CURLOPT_HEADERDATA, &a.headers);
     curl_easy_setopt(c, CURLOPT_ERRORBUFFER, h->error);
     if (const char* ca = ca_bundle()) curl_easy_setopt(c, CURLOPT_CAINFO, ca);
+    if (req.method != nullptr) curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, req.method);
     if (req.head) {
       curl_easy_setopt(c, CURLOPT_NOBODY, 1L);
     } else {

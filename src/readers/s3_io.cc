@@ -377,6 +377,12 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
 
   Status remove(const std::string& url) override {
     SHARDLOAD_ASSIGN_OR_RETURN(auto where, resolve(url));
+#if SHARDLOAD_S3_SIGNED
+    // Arrow's delete makes an empty marker object for the key's "directory" when it may have
+    // emptied it (a prefix of shards shows it as an object named '', a store's prefix as an
+    // empty store); a DELETE of one's own makes none.
+    if (where.ep != nullptr) return s3_delete(*where.ep, url, key_of(where.path), &retries_);
+#endif
     t_gave_up_after = 0;
     const auto st = where.fs->DeleteFile(where.path);
     if (st.ok() || errno_of(st) == ENOENT) return Status::ok();

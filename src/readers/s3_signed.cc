@@ -117,6 +117,7 @@ CurlRequest request_for(const S3Endpoint& ep, const std::string& key, const char
   req.follow_redirects = false;
   req.error_body_cap = 2048;
   req.head = std::string_view(method) == "HEAD";
+  if (std::string_view(method) == "DELETE") req.method = "DELETE";
   req.headers = [&ep, path, method, own = std::move(own)] {
     std::vector<std::string> lines;
     lines.push_back("Host: " + ep.host);
@@ -182,16 +183,18 @@ std::optional<S3Endpoint> s3_signed_endpoint(const std::string& bucket,
   if (ep.region.empty()) ep.region = env("AWS_REGION");
   if (ep.region.empty()) ep.region = env("AWS_DEFAULT_REGION");
   if (ep.region.empty()) return std::nullopt;
-  // Where the URL names no endpoint the AWS SDK takes one from the environment
-  // (AWS_ENDPOINT_URL_S3, else AWS_ENDPOINT_URL): such a store is left to Arrow's path, which
-  // honours them, rather than signed requests sent to AWS itself.
-  if (q.count("endpoint_override") == 0 &&
-      (!env("AWS_ENDPOINT_URL_S3").empty() || !env("AWS_ENDPOINT_URL").empty())) {
-    return std::nullopt;
-  }
   std::string scheme = q.count("scheme") != 0 ? q["scheme"] : "https";
   if (scheme != "http" && scheme != "https") return std::nullopt;
-  std::string endpoint = q["endpoint_override"];
+  // Where the URL names no endpoint, the one the AWS SDK takes from the environment
+  // (AWS_ENDPOINT_URL_S3, else AWS_ENDPOINT_URL), as Arrow's path does: never AWS itself
+  // instead of the store the user named.
+  std::string endpoint;
+  if (const auto it = q.find("endpoint_override"); it != q.end()) {
+    endpoint = it->second;
+  } else {
+    endpoint = env("AWS_ENDPOINT_URL_S3");
+    if (endpoint.empty()) endpoint = env("AWS_ENDPOINT_URL");
+  }
   if (const auto sep = endpoint.find("://"); sep != std::string::npos) {
     scheme = endpoint.substr(0, sep);
     endpoint = endpoint.substr(sep + 3);
@@ -290,6 +293,20 @@ Result<FileInfo> s3_head(const S3Endpoint& ep, const std::string& url, const std
   info.regular = true;
   info.inode = fnv1a(a.headers.etag);
   return info;
+}
+
+Status s3_delete(const S3Endpoint& ep, const std::string& url, const std::string& key,
+                 std::atomic<std::uint64_t>* retries) {
+  SHARDLOAD_RETURN_IF_ERROR(curl_init(url));
+  const CurlRequest req = request_for(ep, key, "DELETE", {});
+  const CurlAnswer a = curl_perform(req, nullptr, 0, 0, retries);
+  const CurlOutcome& o = a.outcome;
+  if (o.curl == CURLE_OK && (o.http == 204 || o.http == 200 || o.http == 404)) {
+    return Status::ok();
+  }
+  std::string msg = "cannot delete: " + describe(o, a.error_body);
+  if (a.tries > 1) msg += " (gave up after " + std::to_string(a.tries) + " attempts)";
+  return file_error(ErrorCode::kIo, url, msg, curl_errno(o));
 }
 
 }  // namespace shardload::detail

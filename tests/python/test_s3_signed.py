@@ -178,13 +178,16 @@ def test_without_a_region_arrows_path_reads_the_same(server, proxy, monkeypatch)
 @pytest.mark.parametrize("variable", ["AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL"])
 def test_an_endpoint_from_the_environment_is_the_one_asked(server, proxy, monkeypatch, variable):
     """No endpoint in the URL, one in the environment (as the AWS SDK reads it): the requests
-    go there (Arrow's path, which honours it), never to AWS itself."""
+    go there, never to AWS itself, signed here (one GET per object, no HEAD) as with an
+    endpoint_override."""
     data = Data(server, seed=3)
-    monkeypatch.setenv(variable, f"http://{proxy.endpoint}")
-    options = {"scheme": "http", "region": "us-east-1", "max_attempts": "1"}
+    monkeypatch.setenv(variable, f"http://{proxy.endpoint}/")
+    options = {"region": "us-east-1", "max_attempts": "1"}
     np.testing.assert_array_equal(
         np.asarray(shardload.load(data.url(), storage_options=options)), data.want)
-    assert len(_object_requests(proxy, data)) >= len(data.parts), proxy.log
+    reqs = _object_requests(proxy, data)
+    assert len(reqs) >= len(data.parts), proxy.log
+    assert {m for m, _, _ in reqs} == {"GET"}, reqs
 
 
 def test_overwritten_object_is_refused_by_its_get_without_a_head(server, proxy):

@@ -68,4 +68,10 @@ S3Get s3_get_range(const S3Endpoint& ep, const std::string& key, void* dst, std:
 Result<FileInfo> s3_head(const S3Endpoint& ep, const std::string& url, const std::string& key,
                          std::atomic<std::uint64_t>* retries);
 
+// One DELETE of `key`: ok when the store deleted it or it was not there (S3 answers 204 for
+// both); kIo naming `url` otherwise. Unlike Arrow's delete, it leaves no empty "directory"
+// marker object behind for the prefix the key was in.
+Status s3_delete(const S3Endpoint& ep, const std::string& url, const std::string& key,
+                 std::atomic<std::uint64_t>* retries);
+
 }  // namespace shardload::detail
