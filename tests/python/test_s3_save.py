@@ -291,6 +291,24 @@ def test_a_refused_overwrite_keeps_no_manifest_for_a_partly_replaced_dataset(pro
     assert layout.manifest_state is shardload.ManifestState.ABSENT
 
 
+def test_a_refused_delete_of_an_old_object_fails_the_overwrite_without_a_manifest(proxied):
+    from s3_fault_proxy import Rule
+
+    bucket, proxy = proxied
+    old = np.arange(40, dtype=np.float64).reshape(20, 2)
+    shardload.save(old, bucket.url("d/"), num_shards=4, storage_options=bucket.options)
+    # The new dataset has 2 shards: shards 2 and 3 of the old one are to be deleted.
+    proxy.add(Rule("DELETE", path="/d/shard_0003.npy", action="403", count=None))
+    with pytest.raises(shardload.ShardWriteError) as e:
+        shardload.save(old[:6] + 1, bucket.url("d/"), num_shards=2, overwrite=True,
+                       storage_options=bucket.options)
+    assert "shard_0003.npy" in str(e.value) and "cannot delete" in str(e.value), e.value
+    assert "AccessDenied" in str(e.value), e.value
+    keys = bucket.keys("d/")
+    assert "d/shardload.manifest" not in keys and "d/shard_0003.npy" in keys, keys
+    assert [m for m, _, _, _ in proxy.log].count("DELETE") >= 2, proxy.log
+
+
 def test_checksums_are_kept_in_the_manifest_and_verify_checks_the_objects(bucket):
     a = np.arange(30, dtype=np.float32).reshape(10, 3)
     shardload.save(a, bucket.url("c/"), num_shards=3, checksum="xxh3",
