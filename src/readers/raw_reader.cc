@@ -403,25 +403,30 @@ class RawReader final : public ShardReader {
     if (it != sidecars_.end()) return it->second ? &*it->second : nullptr;
     for (const char* name : {kSidecarName, kSeedSidecarName}) {
       const std::string path = dir + "/" + name + query;
+      Result<std::string> text = std::string();
       if (remote) {
-        auto st = ctx_.io->stat_path(path);
-        if (!st) {
-          if (st.status().sys_errno() == ENOENT) continue;
+        // Its GET alone (a look-up first would be a second round trip, asked again by the
+        // reader of every probe thread): a 404 is no sidecar.
+        text = read_small_file(*ctx_.io, path, kMaxSidecarBytes, nullptr);
+        if (!text && text.status().sys_errno() == ENOENT) continue;
+        if (!text && text.status().code() == ErrorCode::kIo) {
           return Status(ErrorCode::kIo,
-                        path + ": cannot look up the sidecar (" + st.status().message() + ")");
+                        path + ": cannot look up the sidecar (" + text.status().message() + ")");
         }
-      } else if (struct ::stat st{}; ::stat(path.c_str(), &st) != 0) {
-        const int err = errno;
-        if (err != ENOENT) {
-          return Status(ErrorCode::kIo,
-                        path + ": cannot stat the sidecar (" + std::strerror(err) + ")");
+      } else {
+        if (struct ::stat st{}; ::stat(path.c_str(), &st) != 0) {
+          const int err = errno;
+          if (err != ENOENT) {
+            return Status(ErrorCode::kIo,
+                          path + ": cannot stat the sidecar (" + std::strerror(err) + ")");
+          }
+          continue;
         }
-        continue;
+        text = read_small_file(*ctx_.io, path, kMaxSidecarBytes, nullptr);
       }
-      SHARDLOAD_ASSIGN_OR_RETURN(const std::string text,
-                                 read_small_file(*ctx_.io, path, kMaxSidecarBytes, nullptr));
-      SHARDLOAD_ASSIGN_OR_RETURN(Sidecar s, name == kSidecarName ? parse_sidecar(path, text)
-                                                                 : parse_seed_sidecar(path, text));
+      if (!text) return text.status();
+      SHARDLOAD_ASSIGN_OR_RETURN(Sidecar s, name == kSidecarName ? parse_sidecar(path, *text)
+                                                                 : parse_seed_sidecar(path, *text));
       auto [pos, _] = sidecars_.emplace(dir + query, std::move(s));
       return &*pos->second;
     }
