@@ -302,6 +302,27 @@ def test_raw_objects_are_probed_with_requests_in_flight(server, proxy):
     np.testing.assert_array_equal(np.asarray(shardload.load(layout)), np.concatenate(parts))
 
 
+def test_a_refused_raw_sidecar_is_an_error_naming_it_and_a_missing_one_is_none(server, proxy):
+    b = Bucket(server, proxy.endpoint)
+    parts = ragged(np.random.default_rng(40), [3, 5], (2,), "<f4")
+    for i, part in enumerate(parts):
+        b.put(f"s/shard_{i:04d}.bin", part.tobytes())
+    # No sidecar: the options say what it would (two 404s, no error).
+    got = shardload.load(b.url("s/"), format="raw", dtype="<f4", trailing_shape=(2,),
+                         storage_options=b.options)
+    np.testing.assert_array_equal(np.asarray(got), np.concatenate(parts))
+    b.put("s/shardload.json", json.dumps({"dtype": "<f4", "shape": [2]}).encode())
+    proxy.clear()
+    proxy.add(Rule("GET", path="/s/shardload.json", action="403", count=None))
+    with pytest.raises(shardload.LayoutError) as e:
+        shardload.discover(b.url("s/"), format="raw",
+                           storage_options={**b.options, "max_attempts": "1"})
+    assert b.url("s/shardload.json") in str(e.value), e.value
+    assert "cannot look up the sidecar" in str(e.value) and "AccessDenied" in str(e.value), e.value
+    # Its GET alone: no HEAD of it.
+    assert not [m for m, t, _, _ in proxy.log if m == "HEAD" and "shardload.json" in t], proxy.log
+
+
 def test_a_tiles_objects_are_read_with_requests_in_flight(server, proxy):
     """A tile spanning several .npy objects reads them several at once: each rows GET is held
     0.3 s by the proxy, so one tile after another with each object in turn would have at most
