@@ -254,9 +254,14 @@ def test_an_extension_already_taken_still_names_the_readers_files(tmp_path: path
 # One entry point per child, its callbacks on the engine's threads: a wait that held the GIL
 # would hang it, and the bound fails the test then, naming the entry point.
 _ENTRY = """
-import gc, os, sys
+import gc, os, signal, sys
 import numpy as np
 import shardload
+
+# Python's own Ctrl-C handler, as an interactive program has it: a job started in the
+# background by a shell without job control inherits SIGINT ignored, and a Ctrl-C made
+# pending again (PyErr_SetInterrupt) is then no signal at all.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 
 d, entry = sys.argv[1], sys.argv[2]
 src = os.path.join(d, "s")
