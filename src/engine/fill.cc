@@ -48,18 +48,18 @@ Status check_rows(const Layout& layout, std::int64_t lo, std::int64_t hi) {
 
 }  // namespace
 
-// Pieces of a tile that are objects in object storage, each read by one ranged GET (formats
-// whose rows are one contiguous range after a header: npy), are this many requests in flight
-// at once (raw is not: each reader reads its sidecar once more):
-// each piece is a round trip of the store's latency, which one after another a tile would
-// pay once per object. A store's own limit on one GET (requests_in_flight) splits a large
-// piece further.
+// Pieces of a tile that are objects in object storage (of a format with
+// remote_piece_lanes: npy, each piece one ranged GET; Parquet and Arrow, each piece a footer
+// and its column chunks) are read this many at once (raw is not: each reader reads its
+// sidecar once more): each piece costs at least a round trip of the store's latency, which
+// one after another a tile would pay once per object, and a decoded format's pieces decode
+// meanwhile. A store's own limit on one GET (requests_in_flight) splits a large piece
+// further.
 constexpr std::size_t kRemotePiecesInFlight = 4;
 
 std::size_t piece_lanes(const Layout& layout, const std::vector<Piece>& pieces) {
   const FormatDescriptor* d = find_format(layout.format, layout.options.reader);
-  if (pieces.size() < 2 || d == nullptr || !d->capabilities.contiguous_rows ||
-      !d->capabilities.remote_reads) {
+  if (pieces.size() < 2 || d == nullptr || !d->capabilities.remote_piece_lanes) {
     return 1;
   }
   for (const Piece& p : pieces) {

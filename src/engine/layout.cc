@@ -198,6 +198,7 @@ Result<Layout> try_discover_paths(const std::vector<std::string>& paths,
   shards.reserve(paths.size());
   DType dtype;
   std::vector<std::int64_t> trailing;
+  std::string shared;  // the first shard's ShardProbe::shared
   // In path order, so that the first bad shard is reported whatever the threads did.
   for (std::size_t i = 0; i < paths.size(); ++i) {
     auto& probe = *probes[i];
@@ -241,6 +242,10 @@ Result<Layout> try_discover_paths(const std::vector<std::string>& paths,
       }
       dtype = probe->dtype;
       trailing = probe->trailing_shape;
+      shared = probe->shared;
+    } else if (probe->shared != shared) {
+      return Status(ErrorCode::kLayout, path + ": " + probe->shared_what + " " + probe->shared +
+                                            " differ from " + shared + " of " + paths[0]);
     } else if (probe->dtype != dtype) {
       return Status(ErrorCode::kLayout, path + ": dtype " + probe->dtype.name() + " differs from " +
                                             dtype.name() + " of " + paths[0]);

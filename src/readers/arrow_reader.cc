@@ -716,9 +716,11 @@ class ArrowReader final : public ShardReader {
 
   // Opens the file's metadata. `projection`: IPC fields to decode (probe only). `known`: the
   // discovery snapshot when reading, so that an object is opened without a HEAD (the reads'
-  // caller compares the object with that snapshot after them).
+  // caller compares the object with that snapshot after them). `opened`: the object as the
+  // probe opened it, with `known` its snapshot, read from instead of a new open (its first
+  // bytes, which the open fetched, cost no other request).
   Result<OpenFile> open(const std::string& path, bool for_probe, const std::vector<int>& projection,
-                        const FileInfo* known = nullptr) {
+                        const FileInfo* known = nullptr, File* opened = nullptr) {
     OpenFile f;
     // Arrow opens by name with a plain open, which waits forever on a FIFO;
     // it gets a descriptor that was opened without blocking and found to be
@@ -732,7 +734,10 @@ class ArrowReader final : public ShardReader {
     if (is_remote_url(path)) {
       FileInfo info;
       File object;
-      if (known != nullptr) {
+      if (known != nullptr && opened != nullptr) {
+        info = *known;
+        object = std::move(*opened);
+      } else if (known != nullptr) {
         info = *known;
         SHARDLOAD_ASSIGN_OR_RETURN(const int fd, ctx_.io->open_known(path, *known));
         object = File(ctx_.io, fd, path);
@@ -859,12 +864,13 @@ class ArrowReader final : public ShardReader {
   Result<ShardProbe> probe_impl(const std::string& path) {
     ShardProbe p;
     p.shard.path = path;
-    {
-      SHARDLOAD_ASSIGN_OR_RETURN(File f, File::open_stat(*ctx_.io, path, &p.shard.snapshot));
-      if (!p.shard.snapshot.regular)
-        return Status(ErrorCode::kFormat, path + ": not a regular file");
-    }
-    SHARDLOAD_ASSIGN_OR_RETURN(OpenFile f, open(path, true, {}));
+    SHARDLOAD_ASSIGN_OR_RETURN(File opened, File::open_stat(*ctx_.io, path, &p.shard.snapshot));
+    if (!p.shard.snapshot.regular) return Status(ErrorCode::kFormat, path + ": not a regular file");
+    // An object is read through this open (one request fewer per object); a local file is
+    // opened again by a descriptor of the kernel's (see open).
+    const bool remote = is_remote_url(path);
+    const FileInfo* known = remote ? &p.shard.snapshot : nullptr;
+    SHARDLOAD_ASSIGN_OR_RETURN(OpenFile f, open(path, true, {}, known, remote ? &opened : nullptr));
     std::vector<std::string> names = options_.columns;
     std::vector<ColumnShape> shapes;
     SHARDLOAD_ASSIGN_OR_RETURN(std::vector<int> idx, select(path, *f.schema, &names, &shapes));
@@ -899,29 +905,20 @@ class ArrowReader final : public ShardReader {
       SHARDLOAD_RETURN_IF_ERROR(check_fill(*options_.fill_value, p.dtype));
     }
 
-    // With the default selection each file picks its own numeric columns: the
-    // first shard's names bind the rest, so a renamed column cannot slip in.
+    // With the default selection each file picks its own numeric columns: discovery holds
+    // them to the first shard's, so that a renamed column cannot slip in.
     if (options_.columns.empty()) {
-      if (first_names_.empty()) {
-        first_names_ = names;
-        first_path_ = path;
-      } else if (names != first_names_) {
-        auto list = [](const std::vector<std::string>& v) {
-          std::string s;
-          for (std::size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + v[i];
-          return "(" + s + ")";
-        };
-        return Status(ErrorCode::kFormat, path + ": numeric columns " + list(names) +
-                                              " differ from " + list(first_names_) + " of " +
-                                              first_path_);
-      }
+      p.shared_what = "numeric columns";
+      p.shared = "(";
+      for (std::size_t i = 0; i < names.size(); ++i) p.shared += (i ? ", " : "") + names[i];
+      p.shared += ")";
     }
 
     ArrowExtra e;
     e.columns = names;
     if (f.ipc) {
       // Only the first selected column is decoded to learn each batch's rows.
-      SHARDLOAD_ASSIGN_OR_RETURN(f, open(path, true, {idx[0]}));
+      SHARDLOAD_ASSIGN_OR_RETURN(f, open(path, true, {idx[0]}, known));
       for (int b = 0; b < f.ipc->num_record_batches(); ++b) {
         auto batch = f.ipc->ReadRecordBatch(b);
         if (!batch.ok()) {
@@ -1182,8 +1179,6 @@ class ArrowReader final : public ShardReader {
   Format format_;
   FormatOptions options_;
   ReaderContext ctx_;
-  std::vector<std::string> first_names_;  // probe: the first shard's default columns
-  std::string first_path_;
 };
 
 }  // namespace

@@ -112,7 +112,8 @@ std::vector<FormatDescriptor> build_table() {
     d.capabilities = {.contiguous_rows = true,
                       .parallel_probe = true,
                       .cheap_reprobe = true,
-                      .remote_reads = true};
+                      .remote_reads = true,
+                      .remote_piece_lanes = true};
     d.make_reader = detail::make_npy_reader;
     d.writer = detail::npy_writer();
     t.push_back(std::move(d));
@@ -156,8 +157,12 @@ std::vector<FormatDescriptor> build_table() {
                            : std::vector<std::string>{".arrow", ".feather", ".ipc"};
     d.sniff = parquet ? magic("PAR1") : magic(std::string_view("ARROW1\0\0", 8));
 #ifdef SHARDLOAD_WITH_ARROW
-    // Arrow reads a remote shard through a random-access file over the IoBackend.
+    // Arrow reads a remote shard through a random-access file over the IoBackend. Probes on
+    // several threads: discovery, not a reader, holds each file's default columns to the
+    // first's (ShardProbe::shared).
     d.capabilities.remote_reads = true;
+    d.capabilities.parallel_probe = true;
+    d.capabilities.remote_piece_lanes = true;
     d.make_reader = [f](const FormatOptions& o, const ReaderContext& c) {
       return detail::make_arrow_reader(f, o, c);
     };

@@ -58,11 +58,24 @@ TEST(FormatsTest, CapabilitiesAreTheEnginesQuestions) {
   EXPECT_TRUE(caps(Format::kRaw).parallel_probe);
   EXPECT_EQ(caps(Format::kZarr).freshness, Freshness::kMetadataFile);
   EXPECT_EQ(caps(Format::kNpy).freshness, Freshness::kFile);
+  // Each file's default columns are held to the first's by discovery (ShardProbe::shared),
+  // not by one reader that saw every probe.
+  EXPECT_TRUE(caps(Format::kParquet).parallel_probe);
+  EXPECT_TRUE(caps(Format::kArrow).parallel_probe);
+  // A tile's objects read at once, each by a reader of its own; raw's readers would each
+  // fetch the sidecar again, HDF5's reads take the library's lock.
+  for (const Format f : {Format::kNpy, Format::kParquet, Format::kArrow}) {
+    EXPECT_TRUE(caps(f).remote_piece_lanes) << format_name(f);
+  }
+  for (const Format f : {Format::kRaw, Format::kHdf5, Format::kZarr, Format::kCustom}) {
+    EXPECT_FALSE(caps(f).remote_piece_lanes) << format_name(f);
+  }
   for (const Format f : {Format::kHdf5, Format::kParquet, Format::kArrow, Format::kCustom}) {
     EXPECT_FALSE(caps(f).contiguous_rows) << format_name(f);
-    EXPECT_FALSE(caps(f).parallel_probe) << format_name(f);
     EXPECT_FALSE(caps(f).cheap_reprobe) << format_name(f);
   }
+  EXPECT_FALSE(caps(Format::kHdf5).parallel_probe);
+  EXPECT_FALSE(caps(Format::kCustom).parallel_probe);
 }
 
 // Stores and magic bytes through the descriptors; special files are never opened blocking.

@@ -196,6 +196,29 @@ def test_error_default_columns_differ_across_shards(tmp_path: pathlib.Path, fmt:
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("threads", [1, 4])
+def test_default_columns_are_held_to_the_first_shards_on_probe_threads(
+        tmp_path: pathlib.Path, fmt: str, threads: int) -> None:
+    # Probes on several threads, each reader given some of the shards: the first shard's
+    # columns still bind every other's, and the first differing shard in order is named.
+    for i in range(12):
+        cols = {"a": [float(i)], "b": [2.0]}
+        if i in (7, 10):
+            cols = {"a": [1.0], "c": [2.0]}
+        write(tmp_path / f"shard_{i:04d}.{EXT[fmt]}", pa.table(cols), fmt, 2)
+    with pytest.raises(shardload.LayoutError,
+                       match=rf"shard_0007\.{EXT[fmt]}: numeric columns \(a, c\) differ from "
+                             r"\(a, b\) of .*shard_0000"):
+        shardload.discover(tmp_path, format=fmt, probe_threads=threads)
+    for i in (7, 10):
+        write(tmp_path / f"shard_{i:04d}.{EXT[fmt]}", pa.table({"a": [float(i)], "b": [2.0]}),
+              fmt, 2)
+    layout = shardload.discover(tmp_path, format=fmt, probe_threads=threads)
+    np.testing.assert_array_equal(layout.read(0, layout.total_rows),
+                                  [[float(i), 2.0] for i in range(12)])
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
 def test_error_unsupported_type(tmp_path: pathlib.Path, fmt: str) -> None:
     write(tmp_path / f"shard_0000.{EXT[fmt]}", pa.table({"s": ["x", "y"]}), fmt, 2)
     with pytest.raises(shardload.LayoutError,

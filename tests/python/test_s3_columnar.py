@@ -224,3 +224,50 @@ def test_a_read_asks_no_object_state(server, tmp_path, fmt):
         with pytest.raises(shardload.ShardReadError, match="changed") as e:
             layout.read(0, layout.total_rows)
         assert b.url(f"d/{paths[1].name}") in str(e.value)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_objects_are_probed_and_a_tiles_objects_read_with_requests_in_flight(
+        server, tmp_path, fmt):
+    """Each object's probe and each tile's object are a request's round trip or more: several
+    are in flight at once. Every request for a shard is held 0.3 s by the proxy, so probes in
+    turn would never overlap, and a load of two tiles reading their objects in turn would have
+    at most two in flight."""
+    with FaultProxy(server) as proxy:
+        b = Bucket(server, proxy.endpoint)
+        tables = ragged_tables(np.random.default_rng(17), [9, 4, 12, 7, 3, 10, 6, 8])
+        paths = put_shards(b, tmp_path, fmt, tables, group=4)
+        proxy.add(Rule(None, path="/d/shard_", action="delay", delay_s=0.3, count=None))
+        layout = shardload.discover(b.url("d/"), storage_options=b.options)
+        assert proxy.max_in_flight >= 2, proxy.log
+        # One open per object at discovery (its answer holds the Parquet footer of a small
+        # object): no HEAD, and for Parquet no second GET of the same object.
+        for p in paths:
+            assert proxy.requests("HEAD", p.name) == 0, proxy.log
+            if fmt == "parquet":
+                assert proxy.requests("GET", p.name) == 1, (p.name, proxy.log)
+        proxy.clear()
+        proxy.add(Rule(None, path="/d/shard_", action="delay", delay_s=0.3, count=None))
+        got, info = shardload.load(layout, info=True)
+        np.testing.assert_array_equal(np.asarray(got), oracle(paths, fmt, ["a", "b"]))
+        assert info.tiles <= 2, info
+        assert proxy.max_in_flight >= 3, (proxy.max_in_flight, proxy.log)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_a_failure_among_a_tiles_objects_is_the_first_in_row_order(server, tmp_path, fmt):
+    """Two objects of one tile refused, the later one answering first: the error names the
+    earlier, as reading them in turn would."""
+    with FaultProxy(server) as proxy:
+        b = Bucket(server, proxy.endpoint)
+        b.options.update({"max_attempts": "1"})
+        tables = ragged_tables(np.random.default_rng(19), [5] * 6)
+        put_shards(b, tmp_path, fmt, tables, group=5)
+        layout = shardload.discover(b.url("d/"), storage_options=b.options)
+        proxy.add(Rule("GET", path=f"/d/shard_0001.{EXT[fmt]}", action="403", delay_s=0.5,
+                       count=None))
+        proxy.add(Rule("GET", path=f"/d/shard_0002.{EXT[fmt]}", action="403", count=None))
+        with pytest.raises(shardload.ShardReadError) as e:
+            layout.read(0, layout.total_rows)
+        assert f"shard_0001.{EXT[fmt]}" in str(e.value), e.value
+        assert f"shard_0002.{EXT[fmt]}" not in str(e.value), e.value

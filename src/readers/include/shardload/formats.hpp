@@ -53,6 +53,10 @@ struct FormatCapabilities {
   // The reader reads through the IoBackend (positional reads), so its shards may be objects
   // in object storage ("s3://"): discovery refuses a remote source of a format without it.
   bool remote_reads = false;
+  // A tile's pieces in different objects may be read at once, each by a reader of its own
+  // (a request's wait paid once for several objects): a reader needs nothing of another
+  // shard's, and reading one costs no request that every reader would repeat.
+  bool remote_piece_lanes = false;
 };
 
 // What every shard of a save holds: rows of `dtype` with `trailing` shape, C order, in this

@@ -78,6 +78,12 @@ struct ShardProbe {
   // largest in the file), a Zarr chunk (the inner chunk when sharded). 0 when rows are read
   // directly (npy, raw, contiguous HDF5).
   std::int64_t decode_rows = 0;
+  // What every shard must share besides dtype and trailing shape that only the format can
+  // tell, as `shared_what` (words, "numeric columns") and its value here ("(a, b)"): Parquet's
+  // and Arrow's default selection of columns, which each file makes itself. Discovery compares
+  // it with the first shard's, so that probes on several threads need not see each other.
+  std::string shared_what;
+  std::string shared;
 };
 
 // The file rows [lo, hi) of one decode unit; {-1, -1} when rows are read directly.
