@@ -38,7 +38,10 @@ With --format parquet the shards are Parquet files of 64 float32 columns (row gr
                (pyarrow's own threads and read-ahead); its table is checked as an array
                outside the timing;
   pa-numpy     the same and then the (rows, 64) array shardload returns (np.stack of the
-               columns).
+               columns);
+  sl-discover, sl-trusted  as for npy (sl-trusted after shardload.index);
+  get-bound    every object whole by parallel GETs (as many threads as shardload's
+               processors): the bytes only, no footer's round trip, no decoding.
 
 With --format zarr the data is one Zarr v3 array (rows, 64) float32 in chunks of about 1 MB,
 zstd-compressed (zarr-python's defaults), written by zarr-python and uploaded object by object:
@@ -49,7 +52,7 @@ zstd-compressed (zarr-python's defaults), written by zarr-python and uploaded ob
                shardload's processors): the compressed bytes only, no decoding;
   sl-cN        shardload with chunks_in_flight=N, for each N of --chunks-in-flight (N = 1:
                each tile's chunks one after another, as before fetching ahead).
-With --latency-ms MS (npy, zarr) every loader reads through tests/python/s3_fault_proxy.py, which holds
+With --latency-ms MS every loader reads through tests/python/s3_fault_proxy.py, which holds
 each request MS milliseconds before forwarding it: a store farther away than loopback.
 
 Run it with the project's environment (source scripts/env.sh) so Legate is configured:
@@ -164,7 +167,7 @@ def main() -> None:
     ap.add_argument("--chunks-in-flight", default="1",
                     help="zarr: comma-separated chunks_in_flight values timed as sl-cN columns")
     ap.add_argument("--latency-ms", type=float, default=0.0,
-                    help="npy, zarr: each request held this long by a proxy (0: no proxy)")
+                    help="each request held this long by a proxy (0: no proxy)")
     args = ap.parse_args()
     os.environ.update(ENV)
     if args.format == "parquet":
@@ -337,6 +340,8 @@ def parquet(args: argparse.Namespace) -> None:
             parts.append(a)
         want = np.concatenate(parts)
         nbytes = want.nbytes
+        keys = [f"data/shard_{i:04d}.parquet" for i in range(args.shards)]
+        proxy, endpoint, client = farther(args, endpoint, client)
         options = {"endpoint_override": endpoint, "scheme": "http", "region": "us-east-1"}
         fs = pafs.S3FileSystem(endpoint_override=endpoint, scheme="http", region="us-east-1",
                                access_key=ENV["AWS_ACCESS_KEY_ID"],
@@ -346,7 +351,10 @@ def parquet(args: argparse.Namespace) -> None:
             return np.asarray(shardload.load("s3://bench/data/", storage_options=options))
 
         def pa_table():
-            return ds.dataset("bench/data/", format="parquet", filesystem=fs).to_table()
+            # The objects named (no listing): after sl-manifest the prefix holds the manifest,
+            # which a dataset of the directory would take for a Parquet file.
+            return ds.dataset([f"bench/{k}" for k in keys], format="parquet",
+                              filesystem=fs).to_table()
 
         def table_array(t):
             return np.stack([t.column(j).to_numpy() for j in range(t.num_columns)], axis=1)
@@ -356,12 +364,46 @@ def parquet(args: argparse.Namespace) -> None:
 
         got, info = shardload.load("s3://bench/data/", storage_options=options, info=True)
         assert np.array_equal(np.asarray(got), want)
-        times, failed = measure((("shardload", sl, None), ("pa-dataset", pa_table, table_array),
-                                 ("pa-numpy", pa_numpy, None)), want, args.repeat)
+        threads = info.processors
+
+        def bound():
+            # Every object whole by parallel GETs (as many threads as shardload's processors):
+            # the bytes without a footer's round trip or any decoding.
+            def get(k):
+                return len(client.get_object(Bucket="bench", Key=k)["Body"].read())
+
+            with ThreadPoolExecutor(threads) as pool:
+                assert sum(pool.map(get, keys)) > 0
+            return want  # the bytes, not an array: nothing to compare
+
+        def sl_discover():
+            return shardload.discover("s3://bench/data/", storage_options=options)
+
+        def checked_layout(layout):
+            assert layout.shape == want.shape
+            return want
+
+        times, failed = measure((("shardload", sl, None), ("sl-discover", sl_discover,
+                                                           checked_layout),
+                                 ("pa-dataset", pa_table, table_array),
+                                 ("pa-numpy", pa_numpy, None), ("get-bound", bound, None)),
+                                want, args.repeat)
+        shardload.index("s3://bench/data/", storage_options=options)
+
+        def sl_trusted():
+            return np.asarray(shardload.load("s3://bench/data/", storage_options=options,
+                                             trust_manifest=True))
+
+        more, more_failed = measure((("sl-trusted", sl_trusted, None),), want, args.repeat)
+        times.update(more)
+        failed.update(more_failed)
         print(f"parquet: {args.shards} shards, {nbytes / 1e6:.1f} MB, {cols} columns, row groups "
               f"of {group} rows, {info.processors} processors ({info.target}), "
-              f"median of {args.repeat}")
-        report(times, failed, nbytes, None)
+              f"median of {args.repeat}"
+              + (f", {args.latency_ms:g} ms added per request" if proxy else ""))
+        report(times, failed, nbytes, "get-bound")
+        if proxy:
+            proxy.close()
     finally:
         s3_server.stop(proc)
 
