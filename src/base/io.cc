@@ -139,6 +139,17 @@ bool is_http_url(std::string_view path) {
 
 bool is_remote_url(std::string_view path) { return path.starts_with("s3://") || is_http_url(path); }
 
+std::string directory_key(std::string_view path) {
+  const std::size_t q = is_remote_url(path) ? path.find('?') : std::string_view::npos;
+  const std::string_view name = path.substr(0, q);
+  const std::size_t slash = name.rfind('/');
+  std::string key = slash == std::string_view::npos ? std::string(".")
+                    : slash == 0                    ? std::string("/")
+                                                    : std::string(name.substr(0, slash));
+  if (q != std::string_view::npos) key += path.substr(q);
+  return key;
+}
+
 void set_remote_io(RemoteIo* io) { g_remote.store(io, std::memory_order_release); }
 
 void set_http_io(RemoteIo* io) { g_http.store(io, std::memory_order_release); }

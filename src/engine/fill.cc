@@ -1,12 +1,12 @@
 #include "shardload/fill.hpp"
 
 #include <algorithm>
-#include <atomic>
 #include <cstring>
+#include <memory>
 #include <string>
-#include <system_error>
-#include <thread>
+#include <vector>
 
+#include "engine/detail/lanes.hpp"
 #include "shardload/formats.hpp"
 #include "shardload/io.hpp"
 
@@ -82,24 +82,10 @@ Status fill_in_lanes(const Layout& layout, const std::vector<Piece>& pieces, std
     readers.push_back(std::move(r));
   }
   std::vector<Status> done(pieces.size());
-  std::atomic<std::size_t> next{0};
-  std::atomic<bool> failed{false};
-  const auto lane = [&](std::size_t k) {
-    for (std::size_t i = next++; i < pieces.size() && !failed; i = next++) {
-      done[i] = fill_with(*readers[k], layout, {pieces[i]}, dst);
-      if (!done[i].is_ok()) failed = true;
-    }
-  };
-  std::vector<std::thread> helpers;
-  for (std::size_t k = 1; k < lanes; ++k) {
-    try {
-      helpers.emplace_back(lane, k);
-    } catch (const std::system_error&) {
-      break;  // fewer lanes: the pieces are taken by those there are
-    }
-  }
-  lane(0);
-  for (auto& t : helpers) t.join();
+  detail::run_in_lanes(pieces.size(), lanes, 1, [&](std::size_t lane, std::size_t i) {
+    done[i] = fill_with(*readers[lane], layout, {pieces[i]}, dst);
+    return done[i].is_ok();
+  });
   for (Status& st : done) {
     if (!st.is_ok()) return std::move(st);
   }

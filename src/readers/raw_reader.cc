@@ -399,7 +399,10 @@ class RawReader final : public ShardReader {
     const auto q = remote ? shard_path.find('?') : std::string::npos;
     const std::string query = q == std::string::npos ? std::string() : shard_path.substr(q);
     const std::string dir = parent_dir(shard_path.substr(0, q));
-    auto it = sidecars_.find(dir + query);
+    // Keyed as probe_shards counts positions, so that a sidecar and the positions in its
+    // "rows" list always agree on what one directory is.
+    const std::string key = directory_key(shard_path);
+    auto it = sidecars_.find(key);
     if (it != sidecars_.end()) return it->second ? &*it->second : nullptr;
     for (const char* name : {kSidecarName, kSeedSidecarName}) {
       const std::string path = dir + "/" + name + query;
@@ -427,10 +430,10 @@ class RawReader final : public ShardReader {
       if (!text) return text.status();
       SHARDLOAD_ASSIGN_OR_RETURN(Sidecar s, name == kSidecarName ? parse_sidecar(path, *text)
                                                                  : parse_seed_sidecar(path, *text));
-      auto [pos, _] = sidecars_.emplace(dir + query, std::move(s));
+      auto [pos, _] = sidecars_.emplace(key, std::move(s));
       return &*pos->second;
     }
-    sidecars_.emplace(dir + query, std::nullopt);
+    sidecars_.emplace(key, std::nullopt);
     return nullptr;
   }
 

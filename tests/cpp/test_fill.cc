@@ -3,11 +3,16 @@
 #include <fcntl.h>
 #include <sys/stat.h>
 
+#include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <numeric>
 #include <random>
+#include <thread>
+#include <vector>
 
+#include "engine/detail/lanes.hpp"
 #include "shardload/fill.hpp"
 #include "shardload/synth.hpp"
 #include "util.hpp"
@@ -206,6 +211,40 @@ TEST(ByteSwap, AllUnits) {
   std::uint8_t b = 7;
   byte_swap(reinterpret_cast<std::byte*>(&b), 1, 1);
   EXPECT_EQ(b, 7);
+}
+
+// The lanes behind discovery's probes and a tile's remote pieces: every index below the lowest
+// failure runs, none past it starts once it is known, and that lowest index is the same
+// whatever the timing.
+TEST(RunInLanes, EveryIndexBelowTheLowestFailureRunsAndNonePastItStartsAfter) {
+  for (const std::size_t lanes : {1u, 2u, 4u}) {
+    for (const std::size_t chunk : {1u, 3u}) {
+      constexpr std::size_t kN = 40;
+      std::vector<std::atomic<int>> ran(kN);
+      std::atomic<std::size_t> max_lane{0};
+      detail::run_in_lanes(kN, lanes, chunk, [&](std::size_t lane, std::size_t i) {
+        ran[i]++;
+        std::size_t seen = max_lane.load();
+        while (lane > seen && !max_lane.compare_exchange_weak(seen, lane)) {
+        }
+        // A later failure that finishes first: index 30 at once, 17 after a wait.
+        if (i == 17) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        return i != 17 && i != 30;
+      });
+      for (std::size_t i = 0; i <= 17; ++i) EXPECT_EQ(ran[i], 1) << lanes << " " << i;
+      // Each index at most once; with one lane, nothing after the failure.
+      for (std::size_t i = 18; i < kN; ++i) {
+        EXPECT_LE(ran[i], 1) << i;
+        if (lanes == 1) EXPECT_EQ(ran[i], 0) << i;
+      }
+      EXPECT_LT(max_lane.load(), lanes);
+    }
+  }
+  // Nothing to run, and every index when nothing fails.
+  detail::run_in_lanes(0, 4, 1, [](std::size_t, std::size_t) { return false; });
+  std::vector<std::atomic<int>> all(100);
+  detail::run_in_lanes(100, 3, 7, [&](std::size_t, std::size_t i) { return ++all[i] > 0; });
+  for (auto& a : all) EXPECT_EQ(a, 1);
 }
 
 }  // namespace

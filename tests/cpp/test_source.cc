@@ -418,6 +418,20 @@ struct HttpSwap {
   RemoteIo* before;
 };
 
+// One answer to "which shards lie side by side" for a raw sidecar and for the positions in
+// its rows list: a URL's query tells stores apart, a local path keeps its '?'.
+TEST(RemoteSource, DirectoryKeyKeepsAUrlsQueryAndALocalPathsName) {
+  EXPECT_EQ(directory_key("s3://b/d/x.bin"), "s3://b/d");
+  EXPECT_EQ(directory_key("s3://b/d/x.bin?endpoint_override=h:1"),
+            "s3://b/d?endpoint_override=h:1");
+  EXPECT_NE(directory_key("s3://b/d/x.bin?region=a"), directory_key("s3://b/d/y.bin?region=b"));
+  EXPECT_EQ(directory_key("s3://b/d/x.bin?a=1"), directory_key("s3://b/d/y.bin?a=1"));
+  EXPECT_EQ(directory_key("https://h/d/x?sig=1/2"), "https://h/d?sig=1/2");
+  EXPECT_EQ(directory_key("/data/d?x/shard_0000.bin"), "/data/d?x");
+  EXPECT_EQ(directory_key("shard_0000.bin"), ".");
+  EXPECT_EQ(directory_key("/shard_0000.bin"), "/");
+}
+
 TEST(RemoteSource, S3AndHttpBackendsCoexist) {
   MemoryRemote s3;
   MemoryRemote web(kHttpFdBase);

@@ -119,6 +119,11 @@ inline constexpr int kHttpFdBase = kRemoteFdBase + (1 << 29);
 bool is_remote_url(std::string_view path);
 // "http://..." and "https://...": the URLs the HTTP backend serves (no listing, no globs).
 bool is_http_url(std::string_view path);
+// What names the directory holding `path`, for telling which shards lie side by side (a raw
+// sidecar's, a shard's position among its directory's): the path up to its last '/' ("."
+// without one), and a URL's query after it, which is the store's options and not part of
+// the directory's name but tells two stores apart.
+std::string directory_key(std::string_view path);
 void set_remote_io(RemoteIo* io);
 void set_http_io(RemoteIo* io);
 // The registered s3:// backend, or nullptr when this build has none.

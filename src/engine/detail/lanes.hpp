@@ -1,0 +1,18 @@
+// Items run on a few threads ("lanes"), each taking the next index, with the first failure in
+// index order the one that counts: discovery's probes and a tile's remote pieces.
+#pragma once
+
+#include <cstddef>
+#include <functional>
+
+namespace shardload::detail {
+
+// item(lane, i) for the indices 0 .. n-1 on up to `lanes` threads, the caller's the lane 0,
+// each lane taking the next `chunk` indices in turn (one atomic per chunk). item returns
+// false when index i failed: then no index past the lowest failure starts, and every index
+// below it still runs, so the lowest failing index is the same whatever the timing. A lane
+// whose thread cannot start leaves its share to the others. Returns when every lane is done.
+void run_in_lanes(std::size_t n, std::size_t lanes, std::size_t chunk,
+                  const std::function<bool(std::size_t lane, std::size_t i)>& item);
+
+}  // namespace shardload::detail

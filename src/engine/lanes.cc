@@ -1,0 +1,41 @@
+#include "engine/detail/lanes.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <exception>
+#include <thread>
+#include <vector>
+
+namespace shardload::detail {
+
+void run_in_lanes(std::size_t n, std::size_t lanes, std::size_t chunk,
+                  const std::function<bool(std::size_t lane, std::size_t i)>& item) {
+  chunk = std::max<std::size_t>(chunk, 1);
+  // The lowest failing index so far, n while none failed.
+  std::atomic<std::size_t> first_bad{n};
+  std::atomic<std::size_t> next{0};
+  const auto lane = [&](std::size_t k) {
+    for (std::size_t a = next.fetch_add(chunk); a < n; a = next.fetch_add(chunk)) {
+      const std::size_t b = std::min(n, a + chunk);
+      for (std::size_t i = a; i < b && i <= first_bad.load(std::memory_order_relaxed); ++i) {
+        if (item(k, i)) continue;
+        std::size_t seen = first_bad.load();
+        while (i < seen && !first_bad.compare_exchange_weak(seen, i)) {
+        }
+        break;
+      }
+    }
+  };
+  std::vector<std::thread> helpers;
+  try {
+    // Room first: a vector growing after a thread started would destroy a joinable thread.
+    helpers.reserve(lanes > 1 ? lanes - 1 : 0);
+    for (std::size_t k = 1; k < lanes; ++k) helpers.emplace_back(lane, k);
+  } catch (const std::exception&) {
+    // No more threads (or no memory for them): the lanes started and this one do the rest.
+  }
+  lane(0);
+  for (auto& t : helpers) t.join();
+}
+
+}  // namespace shardload::detail
