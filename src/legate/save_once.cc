@@ -199,10 +199,9 @@ void SaveCommitTask::cpu_variant(legate::TaskContext context) {
     if (!spec) st = spec.status();
     bool published = false;
     if (st && is_object_dest(dest)) {
-      remote.store = object_store_for(dest);
-      st = remote.store == nullptr
-               ? file_error(ErrorCode::kIo, dest, "cannot be written by this build", ENOTSUP)
-               : finish_remote_save(remote, *spec, options);
+      Result<ObjectStore*> store = writable_object_store(dest);
+      if (store) remote.store = *store;
+      st = store ? finish_remote_save(remote, *spec, options) : store.status();
       published = st.is_ok();
     } else if (st) {
       st = write_metadata(staging, *spec, options.extra_files);
@@ -285,10 +284,7 @@ Result<RemoteDest> prepare_remote_save_once(const std::string& dest, const SaveO
   bool ok = r.str(&d.dir) && r.str(&d.query) && r.u64(&olds);
   for (std::uint64_t i = 0; ok && i < olds; ++i) ok = r.str(&d.old_names.emplace_back());
   if (!ok) return malformed("result of the save's preparation");
-  d.store = object_store_for(dest);
-  if (d.store == nullptr) {
-    return file_error(ErrorCode::kIo, dest, "cannot be written by this build", ENOTSUP);
-  }
+  SHARDLOAD_ASSIGN_OR_RETURN(d.store, writable_object_store(dest));
   return d;
 }
 

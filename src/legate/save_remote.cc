@@ -87,11 +87,7 @@ Result<RemoteDest> prepare_remote_save(const std::string& dest, const SaveOption
   RemoteDest d;
   d.dest = dest;
   d.overwrite = options.overwrite;
-  d.store = object_store_for(dest);
-  if (d.store == nullptr) {
-    return file_error(ErrorCode::kIo, dest,
-                      "object storage is not supported by this build (it needs Arrow)", ENOTSUP);
-  }
+  SHARDLOAD_ASSIGN_OR_RETURN(d.store, writable_object_store(dest));
   const auto q = dest.find('?');
   std::string base = dest.substr(0, q);
   d.query = q == std::string::npos ? std::string() : dest.substr(q);
@@ -155,10 +151,14 @@ Result<std::unique_ptr<ObjectWriter>> open_shard_upload(const std::string& dir_u
   const auto q = dir_url.find('?');
   const std::string url = dir_url.substr(0, q) + save_shard_name(spec.format, shard) +
                           (q == std::string::npos ? std::string() : dir_url.substr(q));
-  ObjectStore* store = object_store_for(url);
+  SHARDLOAD_ASSIGN_OR_RETURN(ObjectStore * store, writable_object_store(url));
   const ObjectShardLayout* layout = layout_of(spec);
-  if (store == nullptr || layout == nullptr) {
-    return file_error(ErrorCode::kIo, url, "cannot be written by this build", ENOTSUP);
+  if (layout == nullptr) {
+    // Refused before any upload (prepare_remote_save); here for a spec that skipped it.
+    return file_error(ErrorCode::kIo, url,
+                      "the " + std::string(format_name(spec.format)) +
+                          " format cannot be saved to object storage yet (npy and raw can)",
+                      ENOTSUP);
   }
   SHARDLOAD_ASSIGN_OR_RETURN(auto w, store->open_writer(url));
   const std::string head = layout->head(write_spec(spec), shard_rows(spec, shard));

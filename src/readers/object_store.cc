@@ -1,6 +1,8 @@
 #include "readers/detail/object_store.hpp"
 
 #include <atomic>
+#include <cerrno>
+#include <string>
 
 namespace shardload::detail {
 
@@ -12,6 +14,15 @@ void set_object_store(ObjectStore* store) { g_s3_store.store(store); }
 
 ObjectStore* object_store_for(std::string_view url) {
   return url.substr(0, 5) == "s3://" ? g_s3_store.load() : nullptr;
+}
+
+Result<ObjectStore*> writable_object_store(const std::string& url) {
+  ObjectStore* store = object_store_for(url);
+  if (store == nullptr) {
+    return file_error(ErrorCode::kIo, url,
+                      "object storage is not supported by this build (it needs Arrow)", ENOTSUP);
+  }
+  return store;
 }
 
 const ObjectShardLayout* object_shard_layout(Format format) {

@@ -53,6 +53,9 @@ class ObjectStore {
 void set_object_store(ObjectStore* store);
 // The store that writes `url` (s3:// only), or nullptr.
 ObjectStore* object_store_for(std::string_view url);
+// The same, or the one error for a URL that no store of this build writes (kIo, ENOTSUP),
+// naming the URL.
+Result<ObjectStore*> writable_object_store(const std::string& url);
 
 // A format's shard as one object, for a save to object storage, where each shard is uploaded
 // whole by one writer: the bytes before its rows, and the metadata objects beside the shards
