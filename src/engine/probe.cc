@@ -43,8 +43,9 @@ Result<ProbeResults> probe_shards(const std::vector<std::string>& paths, Format 
     std::map<std::string, std::size_t> seen;
     for (std::size_t i = 0; i < n; ++i) position[i] = seen[directory_key(paths[i])]++;
   }
-  // Each lane has a reader of its own: readers keep scratch and caches. A reader that cannot
-  // be made past the first leaves fewer lanes.
+  // Each lane has a reader of its own: readers keep scratch and caches (the first's siblings
+  // share what is the same for every shard). A reader that cannot be made past the first
+  // leaves fewer lanes.
   std::vector<std::unique_ptr<ShardReader>> readers;
   {
     auto first = make_reader(format, options, ctx);
@@ -53,6 +54,10 @@ Result<ProbeResults> probe_shards(const std::vector<std::string>& paths, Format 
   }
   try {
     for (unsigned t = 1; t < threads; ++t) {
+      if (auto s = readers.front()->sibling()) {
+        readers.push_back(std::move(s));
+        continue;
+      }
       auto r = make_reader(format, options, ctx);
       if (!r) break;
       readers.push_back(std::move(r).value());

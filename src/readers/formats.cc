@@ -125,8 +125,12 @@ std::vector<FormatDescriptor> build_table() {
     d.extensions = {".bin", ".raw", ".dat"};
     // A sidecar's "rows" list is by position: probing on several threads gives each probe
     // its shard's position (ShardReader::probe_at), since a reader per thread, given some of
-    // the shards, cannot count it. Each thread's reader reads the sidecar once.
-    d.capabilities = {.parallel_probe = true, .cheap_reprobe = true, .remote_reads = true};
+    // the shards, cannot count it. The threads' readers share the sidecar (ShardReader::sibling),
+    // and a read needs none: a tile's objects may be read at once.
+    d.capabilities = {.parallel_probe = true,
+                      .cheap_reprobe = true,
+                      .remote_reads = true,
+                      .remote_piece_lanes = true};
     d.make_reader = detail::make_raw_reader;
     d.writer = detail::raw_writer();
     t.push_back(std::move(d));

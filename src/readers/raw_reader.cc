@@ -24,6 +24,7 @@
 #include <cstring>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 
 #include "base/detail/checked.hpp"
@@ -163,7 +164,15 @@ std::string sidecar_text(const Sidecar& s) {
 class RawReader final : public ShardReader {
  public:
   RawReader(const FormatOptions& options, const ReaderContext& ctx)
-      : options_(options), ctx_(ctx) {}
+      : options_(options), ctx_(ctx), sidecars_(std::make_shared<Sidecars>()) {}
+
+  // Another thread's reader with this one's sidecars: one GET of a directory's sidecar for a
+  // whole discovery, not one per probe thread.
+  std::unique_ptr<ShardReader> sibling() override {
+    auto r = std::make_unique<RawReader>(options_, ctx_);
+    r->sidecars_ = sidecars_;
+    return r;
+  }
 
   Result<ShardProbe> probe(const std::string& path) override {
     return probe_impl(path, std::nullopt);
@@ -402,8 +411,11 @@ class RawReader final : public ShardReader {
     // Keyed as probe_shards counts positions, so that a sidecar and the positions in its
     // "rows" list always agree on what one directory is.
     const std::string key = directory_key(shard_path);
-    auto it = sidecars_.find(key);
-    if (it != sidecars_.end()) return it->second ? &*it->second : nullptr;
+    // Held while the sidecar is fetched: a sibling asking for the same one waits for it.
+    std::lock_guard lock(sidecars_->mu);
+    auto& by_dir = sidecars_->by_dir;
+    auto it = by_dir.find(key);
+    if (it != by_dir.end()) return it->second ? &*it->second : nullptr;
     for (const char* name : {kSidecarName, kSeedSidecarName}) {
       const std::string path = dir + "/" + name + query;
       Result<std::string> text = std::string();
@@ -430,16 +442,22 @@ class RawReader final : public ShardReader {
       if (!text) return text.status();
       SHARDLOAD_ASSIGN_OR_RETURN(Sidecar s, name == kSidecarName ? parse_sidecar(path, *text)
                                                                  : parse_seed_sidecar(path, *text));
-      auto [pos, _] = sidecars_.emplace(key, std::move(s));
+      auto [pos, _] = by_dir.emplace(key, std::move(s));
       return &*pos->second;
     }
-    sidecars_.emplace(key, std::nullopt);
+    by_dir.emplace(key, std::nullopt);
     return nullptr;
   }
 
   FormatOptions options_;
   ReaderContext ctx_;
-  std::map<std::string, std::optional<Sidecar>> sidecars_;
+  // Each directory's sidecar (none: nullopt), by directory_key; shared by siblings, read-only
+  // once made (a map's entries stay where they are).
+  struct Sidecars {
+    std::mutex mu;
+    std::map<std::string, std::optional<Sidecar>> by_dir;
+  };
+  std::shared_ptr<Sidecars> sidecars_;
 };
 
 // What a save's sidecar says: the dtype in this host's byte order, the trailing shape, no

@@ -89,7 +89,19 @@ namespace {
 class GuardedReader final : public ShardReader {
  public:
   GuardedReader(std::unique_ptr<ShardReader> inner, const ReaderContext& ctx)
-      : inner_(std::move(inner)), cache_bound_(ctx.unit_cache_bytes), stats_(ctx.stats) {}
+      : GuardedReader(std::move(inner), ctx.unit_cache_bytes, ctx.stats) {}
+  GuardedReader(std::unique_ptr<ShardReader> inner, std::size_t cache_bound, ReaderStats* stats)
+      : inner_(std::move(inner)), cache_bound_(cache_bound), stats_(stats) {}
+
+  std::unique_ptr<ShardReader> sibling() override {
+    try {
+      auto s = inner_->sibling();
+      if (!s) return nullptr;
+      return std::make_unique<GuardedReader>(std::move(s), cache_bound_, stats_);
+    } catch (...) {
+      return nullptr;  // the caller makes a reader of its own
+    }
+  }
 
   Result<ShardProbe> probe(const std::string& path) override {
     return guarded_probe(path, [&] { return inner_->probe(path); });

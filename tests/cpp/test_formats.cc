@@ -62,12 +62,12 @@ TEST(FormatsTest, CapabilitiesAreTheEnginesQuestions) {
   // not by one reader that saw every probe.
   EXPECT_TRUE(caps(Format::kParquet).parallel_probe);
   EXPECT_TRUE(caps(Format::kArrow).parallel_probe);
-  // A tile's objects read at once, each by a reader of its own; raw's readers would each
-  // fetch the sidecar again, HDF5's reads take the library's lock.
-  for (const Format f : {Format::kNpy, Format::kParquet, Format::kArrow}) {
+  // A tile's objects read at once, each by a reader of its own; HDF5's reads take the
+  // library's lock, a Zarr tile fetches its chunks ahead itself.
+  for (const Format f : {Format::kNpy, Format::kRaw, Format::kParquet, Format::kArrow}) {
     EXPECT_TRUE(caps(f).remote_piece_lanes) << format_name(f);
   }
-  for (const Format f : {Format::kRaw, Format::kHdf5, Format::kZarr, Format::kCustom}) {
+  for (const Format f : {Format::kHdf5, Format::kZarr, Format::kCustom}) {
     EXPECT_FALSE(caps(f).remote_piece_lanes) << format_name(f);
   }
   for (const Format f : {Format::kHdf5, Format::kParquet, Format::kArrow, Format::kCustom}) {

@@ -285,9 +285,10 @@ def test_objects_are_probed_and_checked_with_requests_in_flight(server, proxy):
     assert proxy.max_in_flight >= 2, proxy.log
 
 
-def test_raw_objects_are_probed_with_requests_in_flight(server, proxy):
+def test_raw_objects_are_probed_and_read_with_requests_in_flight(server, proxy):
     """Raw objects whose sidecar lists their rows by position are probed several at once (each
-    probe told its object's position), every object with its own rows."""
+    probe told its object's position), every object with its own rows, the sidecar fetched
+    once for them all; a tile's objects are read several at once."""
     b = Bucket(server, proxy.endpoint)
     rows = [6, 2, 9, 0, 4, 3, 7, 1]
     parts = ragged(np.random.default_rng(39), rows, (3,), "<f8")
@@ -299,7 +300,13 @@ def test_raw_objects_are_probed_with_requests_in_flight(server, proxy):
     layout = shardload.discover(b.url("r/"), format="raw", storage_options=b.options)
     assert list(layout.shard_rows) == rows
     assert proxy.max_in_flight >= 2, proxy.log
-    np.testing.assert_array_equal(np.asarray(shardload.load(layout)), np.concatenate(parts))
+    assert proxy.requests("GET", "/r/shardload.json") == 1, proxy.log
+    proxy.clear()
+    proxy.add(Rule("GET", path="/r/shard_", action="delay", delay_s=0.3, count=None))
+    got, info = shardload.load(layout, info=True)
+    np.testing.assert_array_equal(np.asarray(got), np.concatenate(parts))
+    assert info.tiles <= 2, info
+    assert proxy.max_in_flight >= 3, (proxy.max_in_flight, proxy.log)
 
 
 def test_a_refused_raw_sidecar_is_an_error_naming_it_and_a_missing_one_is_none(server, proxy):

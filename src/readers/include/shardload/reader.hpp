@@ -120,6 +120,10 @@ class ShardReader {
   virtual Result<ShardProbe> probe_at(const std::string& path, std::size_t /*position*/) {
     return probe(path);
   }
+  // A reader for another thread of the same discovery that shares what this one keeps for
+  // every shard alike (raw's sidecars: fetched once, not once per thread); nullptr (the
+  // default): the caller makes a reader of its own.
+  virtual std::unique_ptr<ShardReader> sibling() { return nullptr; }
   // dst holds (hi - lo) * spec.row_bytes bytes. Errors name the file.
   virtual Status read_rows(const ReadSpec& spec, const Shard& shard, std::int64_t lo,
                            std::int64_t hi, std::byte* dst) = 0;
