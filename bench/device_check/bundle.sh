@@ -54,7 +54,8 @@ core=(src/base/bytes.cc src/base/dtype.cc src/base/format.cc src/base/io.cc src/
       src/readers/byte_order.cc src/readers/npy.cc src/readers/npy_reader.cc src/readers/reader.cc
       src/readers/reader_registry.cc src/readers/formats.cc src/readers/write_files.cc
       src/engine/device_fill.cc src/engine/device_fill_strided.cc src/engine/fill.cc
-      src/engine/layout.cc src/engine/plan.cc src/engine/probe.cc src/engine/reader_threads.cc
+      src/engine/lanes.cc src/engine/layout.cc src/engine/plan.cc src/engine/probe.cc
+      src/engine/reader_threads.cc
       src/engine/staging_pool.cc src/engine/strided.cc
       src/cuda/cufile.cc src/testing/synth.cc bench/device_check/stubs.cc
       bench/device_check/glibc_compat.cc)
