@@ -285,6 +285,19 @@ def test_objects_are_probed_and_checked_with_requests_in_flight(server, proxy):
     assert proxy.max_in_flight >= 2, proxy.log
 
 
+def assert_a_tile_reads_its_objects_at_once(proxy, layout, prefix: str, want) -> None:
+    """Loads `layout` with every GET of a PREFIX/shard_* object held 0.3 s by the proxy and
+    compares it with `want`: one tile after another, each object in turn, would have at most as
+    many requests in flight as there are tiles (two at most here), so three or more means a
+    tile's objects were read at once."""
+    proxy.clear()
+    proxy.add(Rule("GET", path=f"/{prefix}/shard_", action="delay", delay_s=0.3, count=None))
+    got, info = shardload.load(layout, info=True)
+    np.testing.assert_array_equal(np.asarray(got), want)
+    assert info.tiles <= 2, info
+    assert proxy.max_in_flight >= 3, (proxy.max_in_flight, proxy.log)
+
+
 def test_raw_objects_are_probed_and_read_with_requests_in_flight(server, proxy):
     """Raw objects whose sidecar lists their rows by position are probed several at once (each
     probe told its object's position), every object with its own rows, the sidecar fetched
@@ -301,12 +314,7 @@ def test_raw_objects_are_probed_and_read_with_requests_in_flight(server, proxy):
     assert list(layout.shard_rows) == rows
     assert proxy.max_in_flight >= 2, proxy.log
     assert proxy.requests("GET", "/r/shardload.json") == 1, proxy.log
-    proxy.clear()
-    proxy.add(Rule("GET", path="/r/shard_", action="delay", delay_s=0.3, count=None))
-    got, info = shardload.load(layout, info=True)
-    np.testing.assert_array_equal(np.asarray(got), np.concatenate(parts))
-    assert info.tiles <= 2, info
-    assert proxy.max_in_flight >= 3, (proxy.max_in_flight, proxy.log)
+    assert_a_tile_reads_its_objects_at_once(proxy, layout, "r", np.concatenate(parts))
 
 
 def test_a_refused_raw_sidecar_is_an_error_naming_it_and_a_missing_one_is_none(server, proxy):
@@ -337,14 +345,8 @@ def test_a_tiles_objects_are_read_with_requests_in_flight(server, proxy):
     b = Bucket(server, proxy.endpoint)
     parts = ragged(np.random.default_rng(41), [3, 5, 2, 8, 1, 4, 6, 2], (2,), "float32")
     put_npy_shards(b, "t", parts)
-    kwargs = {}
-    layout = shardload.discover(b.url("t/"), storage_options=b.options, **kwargs)
-    proxy.clear()
-    proxy.add(Rule("GET", path="/t/shard_", action="delay", delay_s=0.3, count=None))
-    got, info = shardload.load(layout, info=True)
-    np.testing.assert_array_equal(np.asarray(got), np.concatenate(parts))
-    assert info.tiles <= 2, info
-    assert proxy.max_in_flight >= 3, (proxy.max_in_flight, proxy.log)
+    layout = shardload.discover(b.url("t/"), storage_options=b.options)
+    assert_a_tile_reads_its_objects_at_once(proxy, layout, "t", np.concatenate(parts))
 
 
 def test_a_failure_among_objects_read_at_once_is_the_first_in_row_order(server, proxy):
