@@ -146,6 +146,11 @@ std::string save_shard_name(SaveFormat format, std::int64_t shard) {
 
 bool is_saved_file_name(std::string_view name) { return saved_name(name, false); }
 
+const ShardWriter* saved_store_writer(std::string_view name) {
+  const FormatDescriptor* d = shard_format(name, true);
+  return d != nullptr ? d->writer.get() : nullptr;
+}
+
 Status create_shard_files(const std::string& dir, SaveSpec* spec) {
   const auto n = static_cast<std::size_t>(spec->shards());
   spec->data_offset.assign(n, 0);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstring>
 #include <set>
 
 #include "shardload/formats.hpp"
@@ -43,8 +44,26 @@ const ObjectShardLayout* layout_of(const SaveSpec& spec) {
   return object_shard_layout(spec.format);
 }
 
-// The metadata objects of the finished dataset (raw's shardload.json), as (name, contents).
-std::vector<std::pair<std::string, std::string>> metadata_of(const SaveSpec& spec) {
+// The objects that hold shard `s`'s rows, below the dataset: the shard itself, or its chunk
+// objects ("shard_0000.zarr/0.0", ...), none for a store without bytes.
+std::vector<std::string> shard_objects(const SaveSpec& spec, std::int64_t s) {
+  const ObjectShardLayout* layout = layout_of(spec);
+  const std::string name = save_shard_name(spec.format, s);
+  if (layout->chunk_rows == nullptr) return {name};
+  std::vector<std::string> out;
+  const std::int64_t rows = shard_rows(spec, s);
+  if (spec.row_bytes == 0) return out;
+  const WriteSpec ws = write_spec(spec);
+  const std::int64_t cr = layout->chunk_rows(ws, rows);
+  for (std::int64_t k = 0; k * cr < rows; ++k) {
+    out.push_back(name + "/" + layout->chunk_name(ws, k));
+  }
+  return out;
+}
+
+// The metadata objects of the finished dataset (raw's shardload.json, each Zarr store's
+// .zarray), as (name, contents).
+Result<ObjectFiles> metadata_of(const SaveSpec& spec) {
   const ObjectShardLayout* layout = layout_of(spec);
   std::vector<WrittenShard> shards;
   for (std::int64_t s = 0; s < spec.shards(); ++s) {
@@ -53,7 +72,83 @@ std::vector<std::pair<std::string, std::string>> metadata_of(const SaveSpec& spe
   return layout->metadata(write_spec(spec), shards);
 }
 
+// An old store's prefix in RemoteDest::old_names ("shard_0000.zarr/"), its objects beside it.
+bool is_store_entry(const std::string& name) { return !name.empty() && name.back() == '/'; }
+
 }  // namespace
+
+ShardUpload::ShardUpload(ObjectStore* store, std::string dir, std::string query,
+                         const SaveSpec& spec, std::int64_t shard)
+    : store_(store),
+      dir_(std::move(dir)),
+      query_(std::move(query)),
+      name_(save_shard_name(spec.format, shard)),
+      ws_(write_spec(spec)),
+      rows_(shard_rows(spec, shard)) {
+  const ObjectShardLayout* layout = layout_of(spec);
+  chunk_name_ = layout->chunk_name;
+  chunk_rows_ = layout->chunk_rows == nullptr ? 0 : layout->chunk_rows(ws_, rows_);
+  head_ = layout->head(ws_, rows_);
+}
+
+Status ShardUpload::open_next() {
+  const std::string url =
+      dir_ + name_ + (chunk_rows_ > 0 ? "/" + chunk_name_(ws_, chunk_) : std::string()) + query_;
+  SHARDLOAD_ASSIGN_OR_RETURN(writer_, store_->open_writer(url));
+  if (!head_.empty()) return writer_->append(head_.data(), head_.size());
+  return Status::ok();
+}
+
+Status ShardUpload::append(const std::byte* src, std::int64_t rows) {
+  const auto rb = static_cast<std::int64_t>(ws_.row_bytes);
+  if (rows < 0 || rows > rows_ - written_) {
+    return file_error(ErrorCode::kInvalidArgument, dir_ + name_ + query_,
+                      "the upload was given more rows than the shard's " + std::to_string(rows_),
+                      EINVAL);
+  }
+  while (rows > 0) {
+    if (!writer_) SHARDLOAD_RETURN_IF_ERROR(open_next());
+    // One object takes every row; a chunk takes what is left of its chunk_rows.
+    const std::int64_t n = chunk_rows_ > 0 ? std::min(rows, chunk_rows_ - in_chunk_) : rows;
+    SHARDLOAD_RETURN_IF_ERROR(writer_->append(src, static_cast<std::size_t>(n * rb)));
+    src += n * rb;
+    rows -= n;
+    written_ += n;
+    in_chunk_ += n;
+    if (chunk_rows_ > 0 && in_chunk_ == chunk_rows_) {
+      SHARDLOAD_RETURN_IF_ERROR(writer_->commit());
+      writer_.reset();
+      ++chunk_;
+      in_chunk_ = 0;
+    }
+  }
+  return Status::ok();
+}
+
+Status ShardUpload::commit() {
+  if (written_ != rows_ && ws_.row_bytes != 0) {
+    return file_error(ErrorCode::kInvalidArgument, dir_ + name_ + query_,
+                      "the upload got " + std::to_string(written_) + " of the shard's " +
+                          std::to_string(rows_) + " rows",
+                      EINVAL);
+  }
+  if (!writer_ && chunk_rows_ == 0) SHARDLOAD_RETURN_IF_ERROR(open_next());  // header only
+  if (!writer_) return Status::ok();  // every chunk full and committed
+  if (chunk_rows_ > 0) {
+    // Zarr v2 stores the edge chunk at full size: the rows it lacks are zeros (the fill).
+    static const std::byte zeros[std::size_t{1} << 16] = {};
+    auto pad = static_cast<std::size_t>((chunk_rows_ - in_chunk_) *
+                                        static_cast<std::int64_t>(ws_.row_bytes));
+    while (pad > 0) {
+      const std::size_t n = std::min(pad, sizeof zeros);
+      SHARDLOAD_RETURN_IF_ERROR(writer_->append(zeros, n));
+      pad -= n;
+    }
+  }
+  const Status st = writer_->commit();
+  writer_.reset();
+  return st;
+}
 
 bool is_object_dest(const std::string& dest) { return is_remote_url(dest); }
 
@@ -75,7 +170,7 @@ Result<RemoteDest> prepare_remote_save(const std::string& dest, const SaveOption
   if (layout_of(spec) == nullptr) {
     return Status(ErrorCode::kInvalidArgument,
                   "save: " + dest + ": the " + std::string(format_name(spec.format)) +
-                      " format cannot be saved to object storage yet (npy and raw can)");
+                      " format cannot be saved to object storage (npy, raw and zarr can)");
   }
   if (!uniform_shards(spec)) {
     return Status(ErrorCode::kInvalidArgument,
@@ -119,57 +214,75 @@ Result<RemoteDest> prepare_remote_save(const std::string& dest, const SaveOption
                             "'); pass overwrite to replace a dataset saved there",
                         EEXIST);
     }
-    // Only what a save writes is replaced: never a user's objects, nor anything below
-    // another prefix (this save writes no stores).
-    if (e.prefix || !is_saved_file_name(e.name)) {
+    // Only what a save writes is replaced: never a user's objects, nor anything below a
+    // prefix but a saved store's metadata and chunks.
+    const ShardWriter* store_writer = e.prefix ? saved_store_writer(e.name) : nullptr;
+    if (e.prefix ? store_writer == nullptr : !is_saved_file_name(e.name)) {
       return file_error(ErrorCode::kIo, dest,
                         "overwrite replaces only a prefix of saved shards, and it holds '" +
                             e.name + (e.prefix ? "/" : "") +
                             "', which a save does not write; remove it or save elsewhere",
                         EEXIST);
     }
-    d.old_names.push_back(e.name);
+    if (!e.prefix) {
+      d.old_names.push_back(e.name);
+      continue;
+    }
+    const std::string store = e.name + "/";
+    SHARDLOAD_ASSIGN_OR_RETURN(const auto inside, d.store->list_entries(d.url(store)));
+    for (const ObjectEntry& f : inside) {
+      if (f.prefix || (f.name != store_writer->store_metadata_name() &&
+                       !store_writer->is_chunk_entry(f.name, 0, -1))) {
+        return file_error(ErrorCode::kIo, dest,
+                          "overwrite replaces only a prefix of saved shards, and it holds '" +
+                              store + f.name + (f.prefix ? "/" : "") +
+                              "', which a save does not write; remove it or save elsewhere",
+                          EEXIST);
+      }
+      d.old_names.push_back(store + f.name);
+    }
+    d.old_names.push_back(store);
   }
   // The old manifest goes first: a reader that trusts a manifest must not take the old one
   // for the new objects, which replace the old ones under the same names.
   if (std::find(d.old_names.begin(), d.old_names.end(), kManifestName) != d.old_names.end()) {
     SHARDLOAD_RETURN_IF_ERROR(d.store->remove(d.url(std::string(kManifestName))));
   }
-  // The shards no tile uploads: those without rows (or without bytes), header only.
-  const ObjectShardLayout* layout = layout_of(spec);
-  const WriteSpec ws = write_spec(spec);
+  // The shards no tile uploads: those without rows (or without bytes), header only (a store
+  // without chunks is its metadata, written at the end).
   for (std::int64_t s = remote_tiles(spec); s < spec.shards(); ++s) {
-    const std::int64_t rows = shard_rows(spec, s);
-    SHARDLOAD_RETURN_IF_ERROR(
-        upload_whole(*d.store, d.url(save_shard_name(spec.format, s)), layout->head(ws, rows)));
+    if (layout_of(spec)->chunk_rows != nullptr) break;
+    ShardUpload empty(d.store, d.dir, d.query, spec, s);
+    SHARDLOAD_RETURN_IF_ERROR(empty.commit());
   }
   return d;
 }
 
-Result<std::unique_ptr<ObjectWriter>> open_shard_upload(const std::string& dir_url,
-                                                        const SaveSpec& spec, std::int64_t shard) {
+Result<std::unique_ptr<ShardUpload>> open_shard_upload(const std::string& dir_url,
+                                                       const SaveSpec& spec, std::int64_t shard) {
   const auto q = dir_url.find('?');
-  const std::string url = dir_url.substr(0, q) + save_shard_name(spec.format, shard) +
-                          (q == std::string::npos ? std::string() : dir_url.substr(q));
+  const std::string dir = dir_url.substr(0, q);
+  const std::string query = q == std::string::npos ? std::string() : dir_url.substr(q);
+  const std::string url = dir + save_shard_name(spec.format, shard) + query;
   SHARDLOAD_ASSIGN_OR_RETURN(ObjectStore * store, writable_object_store(url));
-  const ObjectShardLayout* layout = layout_of(spec);
-  if (layout == nullptr) {
+  if (layout_of(spec) == nullptr) {
     // Refused before any upload (prepare_remote_save); here for a spec that skipped it.
     return file_error(ErrorCode::kIo, url,
                       "the " + std::string(format_name(spec.format)) +
-                          " format cannot be saved to object storage yet (npy and raw can)",
+                          " format cannot be saved to object storage (npy, raw and zarr can)",
                       ENOTSUP);
   }
-  SHARDLOAD_ASSIGN_OR_RETURN(auto w, store->open_writer(url));
-  const std::string head = layout->head(write_spec(spec), shard_rows(spec, shard));
-  SHARDLOAD_RETURN_IF_ERROR(w->append(head.data(), head.size()));
-  return w;
+  return std::make_unique<ShardUpload>(store, dir, query, spec, shard);
 }
 
 Status finish_remote_save(const RemoteDest& d, const SaveSpec& spec, const SaveOptions& options) {
   std::set<std::string> names;
-  for (std::int64_t s = 0; s < spec.shards(); ++s) names.insert(save_shard_name(spec.format, s));
-  for (const auto& [name, text] : metadata_of(spec)) {
+  for (std::int64_t s = 0; s < spec.shards(); ++s) {
+    for (auto& o : shard_objects(spec, s)) names.insert(std::move(o));
+    if (layout_of(spec)->chunk_rows != nullptr) names.insert(save_shard_name(spec.format, s) + "/");
+  }
+  SHARDLOAD_ASSIGN_OR_RETURN(const ObjectFiles metadata, metadata_of(spec));
+  for (const auto& [name, text] : metadata) {
     SHARDLOAD_RETURN_IF_ERROR(upload_whole(*d.store, d.url(name), text));
     names.insert(name);
   }
@@ -178,18 +291,25 @@ Status finish_remote_save(const RemoteDest& d, const SaveSpec& spec, const SaveO
     names.insert(name);
   }
   // The old dataset's objects that no new one replaced (shards beyond the new count, another
-  // format's), before the manifest: the manifest is made from what the prefix then holds,
-  // exactly the new dataset, and a reader without it sees that too from then on.
+  // format's, a store's chunks beyond its new count), before the manifest: the manifest is
+  // made from what the prefix then holds, exactly the new dataset, and a reader without it
+  // sees that too from then on. A store emptied so goes last, with any marker a delete left.
   if (options.manifest) names.insert(std::string(kManifestName));
+  const auto refused = [&](const std::string& old, const Status& st) {
+    return file_error(ErrorCode::kIo, d.dest,
+                      "cannot delete the old dataset's object '" + old + "' (" + st.message() +
+                          "); the new dataset's manifest was not written",
+                      st.sys_errno());
+  };
   for (const std::string& old : d.old_names) {
-    if (names.count(old) != 0) continue;
+    if (names.count(old) != 0 || is_store_entry(old)) continue;
     const Status st = d.store->remove(d.url(old));
-    if (!st) {
-      return file_error(ErrorCode::kIo, d.dest,
-                        "cannot delete the old dataset's object '" + old + "' (" + st.message() +
-                            "); the new dataset's manifest was not written",
-                        st.sys_errno());
-    }
+    if (!st) return refused(old, st);
+  }
+  for (const std::string& old : d.old_names) {
+    if (names.count(old) != 0 || !is_store_entry(old)) continue;
+    const Status st = d.store->remove_empty_prefix(d.url(old));
+    if (!st) return refused(old, st);
   }
   if (options.manifest) {
     SHARDLOAD_RETURN_IF_ERROR(write_save_manifest(d.dir_url(), options.checksum));
@@ -202,11 +322,17 @@ void abandon_remote_save(const RemoteDest& d, const SaveSpec& spec,
   if (d.overwrite || d.store == nullptr) return;
   try {
     // The prefix was empty when the save began: whatever has these names is this save's.
+    const bool stores = layout_of(spec)->chunk_rows != nullptr;
     for (std::int64_t s = 0; s < spec.shards(); ++s) {
-      (void)d.store->remove(d.url(save_shard_name(spec.format, s)));
+      for (const auto& o : shard_objects(spec, s)) (void)d.store->remove(d.url(o));
     }
-    for (const auto& [name, text] : metadata_of(spec)) (void)d.store->remove(d.url(name));
+    if (auto metadata = metadata_of(spec)) {
+      for (const auto& [name, text] : *metadata) (void)d.store->remove(d.url(name));
+    }
     for (const auto& [name, text] : options.extra_files) (void)d.store->remove(d.url(name));
+    for (std::int64_t s = 0; stores && s < spec.shards(); ++s) {
+      (void)d.store->remove_empty_prefix(d.url(save_shard_name(spec.format, s) + "/"));
+    }
   } catch (...) {  // best effort on a failure path
   }
 }

@@ -60,9 +60,9 @@ Status save_point(legate::TaskContext& context) {
     skip.push_back(want_lo - got_lo);
   }
   if (hi <= lo || spec.row_bytes == 0) return Status::ok();
-  // To object storage, tile t is shard t, which this point uploads whole: its header, then
-  // its rows in order, then the upload's completion (an upload not completed is aborted).
-  std::unique_ptr<ObjectWriter> upload;
+  // To object storage, tile t is shard t, which this point uploads whole: its rows in order,
+  // each object completed as it fills (an upload not completed is aborted).
+  std::unique_ptr<ShardUpload> upload;
   if (is_object_dest(dir)) {
     if (t + 1 >= static_cast<std::int64_t>(spec.offsets.size()) ||
         spec.offsets[static_cast<std::size_t>(t)] != lo ||
@@ -74,8 +74,7 @@ Status save_point(legate::TaskContext& context) {
     upload = std::move(*opened);
   }
   const auto put = [&](std::int64_t a, std::int64_t b, const std::byte* src) {
-    return upload ? upload->append(src, static_cast<std::size_t>(b - a) * spec.row_bytes)
-                  : write_rows(dir, spec, a, b, src);
+    return upload ? upload->append(src, b - a) : write_rows(dir, spec, a, b, src);
   };
   const auto done = [&]() { return upload ? upload->commit() : Status::ok(); };
   const legate::InlineAllocation alloc = store.get_inline_allocation();

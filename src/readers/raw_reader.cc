@@ -504,9 +504,9 @@ class RawWriter final : public ShardWriter {
 
 std::shared_ptr<const ShardWriter> raw_writer() { return std::make_shared<RawWriter>(); }
 
-std::vector<std::pair<std::string, std::string>> raw_object_metadata(
-    const WriteSpec& spec, const std::vector<WrittenShard>& shards) {
-  return {{kSidecarName, saved_sidecar_text(spec, shards)}};
+Result<ObjectFiles> raw_object_metadata(const WriteSpec& spec,
+                                        const std::vector<WrittenShard>& shards) {
+  return ObjectFiles{{kSidecarName, saved_sidecar_text(spec, shards)}};
 }
 
 Result<std::unique_ptr<ShardReader>> make_raw_reader(const FormatOptions& options,

@@ -389,6 +389,30 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
     return remote_error(ErrorCode::kIo, url, "cannot delete", st);
   }
 
+  Status remove_empty_prefix(const std::string& dir_url) override {
+    SHARDLOAD_ASSIGN_OR_RETURN(auto where, resolve(dir_url));
+#if SHARDLOAD_S3_SIGNED
+    if (where.ep != nullptr) return Status::ok();  // its deletes leave no marker
+#endif
+    std::string path = where.path;
+    while (!path.empty() && path.back() == '/') path.pop_back();
+    t_gave_up_after = 0;
+    auto info = where.fs->GetFileInfo(path);
+    if (!info.ok()) return remote_error(ErrorCode::kIo, dir_url, "cannot look at", info.status());
+    if (info->type() != arrow::fs::FileType::Directory) return Status::ok();
+    // Arrow's DeleteDir takes what is below too: only a prefix with nothing under it.
+    arrow::fs::FileSelector sel;
+    sel.base_dir = path;
+    sel.recursive = true;
+    sel.allow_not_found = true;
+    auto below = where.fs->GetFileInfo(sel);
+    if (!below.ok()) return remote_error(ErrorCode::kIo, dir_url, "cannot list", below.status());
+    if (!below->empty()) return Status::ok();
+    const auto st = where.fs->DeleteDir(path);
+    if (st.ok() || errno_of(st) == ENOENT) return Status::ok();
+    return remote_error(ErrorCode::kIo, dir_url, "cannot delete the empty prefix's marker", st);
+  }
+
   Result<std::vector<ObjectEntry>> list_entries(const std::string& dir_url) override {
     SHARDLOAD_ASSIGN_OR_RETURN(auto where, resolve(dir_url));
     auto& fs = where.fs;

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cerrno>
 
+#include "readers/detail/object_store.hpp"
 #include "readers/detail/readers.hpp"
 #include "readers/detail/write_files.hpp"
 #include "readers/detail/zarr.hpp"
@@ -51,9 +52,7 @@ class ZarrWriter final : public ShardWriter {
   Status create(const std::string& path, const WriteSpec& spec, std::int64_t rows,
                 ShardPlacement* placement) const override {
     if (::mkdir(path.c_str(), 0777) != 0) return sys_error(path, "cannot create", errno);
-    const auto cap =
-        static_cast<std::int64_t>(kChunkBytes / std::max<std::size_t>(spec.row_bytes, 1));
-    const std::int64_t cr = std::max<std::int64_t>(1, std::min(rows, cap));
+    const std::int64_t cr = zarr_save_chunk_rows(spec, rows);
     placement->data_offset = 0;
     placement->chunk_rows = cr;
     if (spec.row_bytes == 0) return Status::ok();  // no bytes: every chunk is missing (fill)
@@ -116,6 +115,33 @@ class ZarrWriter final : public ShardWriter {
 };
 
 }  // namespace
+
+std::int64_t zarr_save_chunk_rows(const WriteSpec& spec, std::int64_t rows) {
+  // As few chunks as keep each within kChunkBytes, their rows split evenly: Zarr v2 stores
+  // the edge chunk at full size, so the padding is under one row a chunk, not up to a chunk
+  // (which a local file leaves sparse but an object upload would send as zeros).
+  const auto rb = static_cast<std::int64_t>(std::max<std::size_t>(spec.row_bytes, 1));
+  const auto cap = std::max<std::int64_t>(1, static_cast<std::int64_t>(kChunkBytes) / rb);
+  if (rows <= cap) return std::max<std::int64_t>(1, rows);
+  const std::int64_t chunks = (rows + cap - 1) / cap;
+  return (rows + chunks - 1) / chunks;
+}
+
+std::string zarr_save_chunk_name(const WriteSpec& spec, std::int64_t k) {
+  return chunk_key(store_meta(spec, 0, 1), k);
+}
+
+Result<ObjectFiles> zarr_object_metadata(const WriteSpec& spec,
+                                         const std::vector<WrittenShard>& shards) {
+  ObjectFiles out;
+  for (const WrittenShard& w : shards) {
+    const std::string name = w.name + "/" + kMetadataName;
+    auto text = zarr_v2_metadata_text(store_meta(spec, w.rows, zarr_save_chunk_rows(spec, w.rows)));
+    if (!text) return text.status().with_context(name);
+    out.emplace_back(name, *std::move(text));
+  }
+  return out;
+}
 
 std::shared_ptr<const ShardWriter> zarr_writer() { return std::make_shared<ZarrWriter>(); }
 

@@ -274,6 +274,7 @@ def saved(server, tmp_path_factory):
         "empties": {"num_shards": 20},
         "raw": {"num_shards": 3, "format": "raw", "checksum": "xxh3"},
         "full": {"num_shards": 2},
+        "zarr": {"num_shards": 4, "format": "zarr"},
     }
     ops = [{"name": name, "op": "save", "source": str(base / "src"), "dest": bucket.url(f"{name}/"),
             "save": {**save, "storage_options": OPTIONS}, "kwargs": direct}
@@ -319,6 +320,31 @@ def test_a_save_on_two_ranks_uploads_each_shard_once_and_commits_once(saved, nam
     if name == "empties":
         # The two shards without rows: uploaded at the preparation, by the listing rank.
         assert {"shard_0018.npy", "shard_0019.npy"} <= shard_puts[lister], puts
+
+
+def test_a_zarr_save_on_two_ranks_uploads_each_store_once_and_commits_once(saved):
+    bucket, job, whole, proxies = saved
+    infos = [r["info"] for r in _ok(job, "zarr")]
+    assert [i["num_shards"] for i in infos] == [4] * RANKS, infos
+    for rank in job.ranks:
+        np.testing.assert_array_equal(rank.array("zarr"), whole, err_msg=f"rank {rank.index}")
+    stores = [f"shard_{i:04d}.zarr" for i in range(4)]
+    chunks = [f"{s}/0.0" for s in stores]  # 35 rows of 12 bytes: one chunk a store
+    metadata = [f"{s}/.zarray" for s in stores]
+    assert _keys(bucket, "zarr") == sorted(chunks + metadata + ["shardload.manifest"])
+    for i, key in enumerate(chunks):  # each chunk is its store's rows, as stored
+        body = bucket.client.get_object(Bucket=bucket.name, Key=f"zarr/{key}")["Body"].read()
+        assert body == whole[9 * i:9 * (i + 1)].tobytes(), key
+    puts = [set(_puts(p, "zarr")) for p in proxies]
+    # Each store's chunk uploaded by one rank, both ranks uploading; the metadata and the
+    # manifest by the committing rank alone.
+    chunk_puts = [p & set(chunks) for p in puts]
+    assert sorted(chunk_puts[0] | chunk_puts[1]) == chunks and not chunk_puts[0] & chunk_puts[1]
+    assert all(chunk_puts), puts
+    committer = [("shardload.manifest" in p) for p in puts]
+    assert sorted(committer) == [False, True], puts
+    assert set(metadata) <= puts[committer.index(True)], puts
+    assert not set(metadata) & puts[committer.index(False)], puts
 
 
 def test_a_raw_save_with_checksums_and_its_overwrite_on_two_ranks(saved):

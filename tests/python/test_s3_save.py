@@ -195,11 +195,139 @@ def test_a_missing_bucket_is_an_error_naming_the_url_and_writes_nothing(server):
     assert f"{probe.name}-missing" not in names
 
 
-def test_zarr_and_http_destinations_are_refused_naming_the_url(bucket):
-    with pytest.raises(ValueError, match=r"s3://\S*/z/\?\S*: the zarr format cannot be saved to "
-                                         r"object storage yet \(npy and raw can\)"):
-        shardload.save(np.zeros((4, 2)), bucket.url("z/"), format="zarr",
+def download(bucket: Bucket, prefix: str, to) -> None:
+    """Every object under ``prefix`` as a file under ``to``: what zarr-python reads."""
+    for key in bucket.keys(prefix):
+        path = to / key[len(prefix):]
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(bucket.get(key))
+
+
+@pytest.mark.parametrize("rows,num_shards,trailing,dtype", CASES)
+def test_zarr_round_trip_matches_zarr_python_per_store_and_through_load(
+        bucket, tmp_path, rows, num_shards, trailing, dtype):
+    zarr = pytest.importorskip("zarr")
+    rng = np.random.default_rng(rows * 100 + num_shards + 7)
+    a = random_array(rng, (rows, *trailing), dtype)
+    info = shardload.save(a, bucket.url("z/"), num_shards=num_shards, format="zarr",
+                          storage_options=bucket.options)
+    assert info.num_shards == num_shards and info.bytes == a.nbytes
+    pieces = shards_of(a, num_shards)
+    has_bytes = a.nbytes > 0
+    got_keys = bucket.keys("z/")
+    for i, want in enumerate(pieces):
+        chunk = [k for k in got_keys if k.startswith(f"z/shard_{i:04d}.zarr/") and
+                 not k.endswith(".zarray")]
+        # One chunk object per store with bytes (each well under 64 MiB), none without.
+        assert len(chunk) == (1 if len(want) and has_bytes else 0), (i, chunk)
+        if chunk:
+            assert chunk[0] == f"z/shard_{i:04d}.zarr/0" + ".0" * len(trailing), chunk
+    assert "z/shardload.manifest" in got_keys
+    assert len(got_keys) == 1 + num_shards + sum(1 for p in pieces if len(p) and has_bytes)
+    download(bucket, "z/", tmp_path)
+    for i, want in enumerate(pieces):
+        z = zarr.open_array(str(tmp_path / f"shard_{i:04d}.zarr"), mode="r")
+        assert z.dtype == a.dtype and z.shape == want.shape, i
+        np.testing.assert_array_equal(z[...], want)
+    layout = shardload.discover(bucket.url("z/"), storage_options=bucket.options)
+    assert layout.manifest_state is shardload.ManifestState.USED, layout.manifest_status
+    assert layout.shape == a.shape and layout.format == "zarr"
+    if rows > 0:
+        back = np.asarray(shardload.load(bucket.url("z/"), storage_options=bucket.options))
+        assert back.dtype == a.dtype
+        np.testing.assert_array_equal(back, a)
+
+
+def test_a_zarr_store_over_64_mib_is_chunk_objects_split_evenly_the_last_padded(bucket,
+                                                                                tmp_path):
+    zarr = pytest.importorskip("zarr")
+    # 65 rows of 1 MiB in one store: two chunks of 33 rows (not 64 and 1): the second holds
+    # 32 rows and one row of zeros, as Zarr v2 stores an edge chunk at full size.
+    rng = np.random.default_rng(21)
+    a = rng.integers(0, 2**63, (65, 2**17), dtype=np.int64)
+    shardload.save(a, bucket.url("big/"), num_shards=1, format="zarr",
+                   storage_options=bucket.options)
+    assert bucket.keys("big/") == ["big/shard_0000.zarr/.zarray", "big/shard_0000.zarr/0.0",
+                                   "big/shard_0000.zarr/1.0", "big/shardload.manifest"]
+    meta = json.loads(bucket.get("big/shard_0000.zarr/.zarray"))
+    assert meta["shape"] == [65, 2**17] and meta["chunks"] == [33, 2**17]
+    second = bucket.get("big/shard_0000.zarr/1.0")
+    assert len(second) == 33 * 2**20
+    assert second[:32 * 2**20] == a[33:].tobytes() and second[32 * 2**20:] == bytes(2**20)
+    download(bucket, "big/", tmp_path)
+    np.testing.assert_array_equal(zarr.open_array(str(tmp_path / "shard_0000.zarr"), mode="r")[...],
+                                  a)
+    back = shardload.load(bucket.url("big/"), storage_options=bucket.options)
+    np.testing.assert_array_equal(np.asarray(back), a)
+
+
+@pytest.mark.parametrize("path", ["signed", "arrow"])
+def test_overwrite_of_zarr_replaces_stores_chunks_and_leaves_no_empty_store(bucket, path,
+                                                                           monkeypatch):
+    options = bucket.options
+    if path == "arrow":  # no region outside the AWS SDK: Arrow's client writes and deletes
+        options = {k: v for k, v in bucket.options.items() if k != "region"}
+        for k in ("AWS_REGION", "AWS_DEFAULT_REGION"):
+            monkeypatch.delenv(k, raising=False)
+    def keys_but_marker(prefix: str) -> list[str]:
+        return [k for k in bucket.keys(prefix) if not (path == "arrow" and k == prefix)]
+
+    rng = np.random.default_rng(3)
+    old = rng.standard_normal((50, 3)).astype("float32")
+    shardload.save(old, bucket.url("d/"), num_shards=5, format="zarr", storage_options=options)
+    assert len(bucket.keys("d/")) == 1 + 5 * 2
+    new = rng.standard_normal((7, 3)).astype("float32")
+    shardload.save(new, bucket.url("d/"), num_shards=2, format="zarr", overwrite=True,
+                   storage_options=options)
+    # Stores 2-4 are gone whole, with no "directory" marker left that a listing would show
+    # as an empty store. (Arrow's deletes leave one for the dataset's own prefix, "d/",
+    # which no listing of it shows.)
+    assert keys_but_marker("d/") == ["d/shard_0000.zarr/.zarray", "d/shard_0000.zarr/0.0",
+                                 "d/shard_0001.zarr/.zarray", "d/shard_0001.zarr/0.0",
+                                 "d/shardload.manifest"]
+    layout = shardload.discover(bucket.url("d/"), storage_options=options)
+    assert layout.manifest_state is shardload.ManifestState.USED, layout.manifest_status
+    assert list(layout.shard_rows) == [4, 3]
+    np.testing.assert_array_equal(
+        np.asarray(shardload.load(bucket.url("d/"), storage_options=options)), new)
+    # Zarr replaced by npy, then npy by Zarr: the other format's objects go.
+    shardload.save(new, bucket.url("d/"), num_shards=3, overwrite=True, storage_options=options)
+    assert keys_but_marker("d/") == ["d/shard_0000.npy", "d/shard_0001.npy",
+                                     "d/shard_0002.npy", "d/shardload.manifest"]
+    shardload.save(old, bucket.url("d/"), num_shards=1, format="zarr", overwrite=True,
+                   storage_options=options)
+    assert keys_but_marker("d/") == ["d/shard_0000.zarr/.zarray", "d/shard_0000.zarr/0.0",
+                                     "d/shardload.manifest"]
+    np.testing.assert_array_equal(
+        np.asarray(shardload.load(bucket.url("d/"), storage_options=options)), old)
+
+
+def test_overwrite_refuses_a_store_holding_an_object_a_save_does_not_write(bucket):
+    a = np.arange(12, dtype=np.int16).reshape(6, 2)
+    shardload.save(a, bucket.url("d/"), num_shards=2, format="zarr",
+                   storage_options=bucket.options)
+    bucket.put("d/shard_0001.zarr/notes.txt", b"mine")
+    before = {k: bucket.get(k) for k in bucket.keys("d/")}
+    with pytest.raises(shardload.DestinationExistsError,
+                       match="'shard_0001.zarr/notes.txt', which a save does not write"):
+        shardload.save(a + 1, bucket.url("d/"), num_shards=1, format="zarr", overwrite=True,
                        storage_options=bucket.options)
+    assert {k: bucket.get(k) for k in bucket.keys("d/")} == before
+
+
+def test_a_refused_chunk_upload_fails_a_zarr_save_and_leaves_nothing(proxied):
+    from s3_fault_proxy import Rule
+
+    bucket, proxy = proxied
+    proxy.add(Rule("PUT", path="/z/shard_0001.zarr/0.0", action="403", count=None))
+    with pytest.raises(shardload.ShardWriteError) as e:
+        shardload.save(np.ones((9, 2)), bucket.url("z/"), num_shards=3, format="zarr",
+                       storage_options=bucket.options)
+    assert "shard_0001.zarr/0.0" in str(e.value), str(e.value)
+    assert bucket.keys("z/") == []
+
+
+def test_http_destinations_are_refused_naming_the_url(bucket):
     with pytest.raises(ValueError, match="http://127.0.0.1:1/d/: http"):
         shardload.save(np.zeros((4, 2)), "http://127.0.0.1:1/d/")
     assert bucket.keys() == []

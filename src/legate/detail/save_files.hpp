@@ -46,6 +46,10 @@ std::string save_shard_name(SaveFormat format, std::int64_t shard);
 // _meta.json. What an overwrite may replace.
 bool is_saved_file_name(std::string_view name);
 
+// The writer of the store a save names `name` (shard_NNNN.zarr), or null: whose metadata
+// file and chunk names an overwrite may replace inside it.
+const ShardWriter* saved_store_writer(std::string_view name);
+
 // Creates every shard in `dir` through the format's writer, at its final size with its
 // headers, data still zeros, and fills data_offset and chunk_rows from the writer.
 // kInvalidArgument ("no writer for the hdf5 format") for a format without a writer.

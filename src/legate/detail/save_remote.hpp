@@ -1,8 +1,9 @@
 // The object-storage side of a save (src/legate/save_remote.cc): a destination "s3://B/P/".
 // A store has no rename and no positional write into an object, so each shard is one object
-// that one point task uploads whole (header, then its rows), the launch tiled so that tile i
-// is shard i; one rank (save_once.hpp) uploads the empty shards and the metadata objects, then
-// the manifest last: the commit point. Free of Legate; returns Status.
+// (or, for Zarr, a store of chunk objects) that one point task uploads whole, in order, the
+// launch tiled so that tile i is shard i; one rank (save_once.hpp) uploads the empty shards
+// and the metadata objects, then the manifest last: the commit point. Free of Legate;
+// returns Status.
 #pragma once
 
 #include <cstdint>
@@ -23,7 +24,9 @@ struct RemoteDest {
   std::string dir;    // "s3://B/P/": the prefix, ending in '/', without the query
   std::string query;  // "?endpoint_override=...", or ""
   ObjectStore* store = nullptr;
-  std::vector<std::string> old_names;  // the objects there before (an overwrite replaces them)
+  // The objects there before, which an overwrite replaces: "shard_0000.npy", a store's
+  // "shard_0000.zarr/0.0", and the store itself, "shard_0000.zarr/", after its objects.
+  std::vector<std::string> old_names;
   bool overwrite = false;
 
   [[nodiscard]] std::string url(const std::string& name) const { return dir + name + query; }
@@ -34,9 +37,10 @@ struct RemoteDest {
 bool is_object_dest(const std::string& dest);
 
 // Checks the options and the destination and gets it ready, before any shard is uploaded:
-// kInvalidArgument for what object storage cannot take (zarr, explicit ragged shard rows, an
-// http(s):// destination); kIo with EEXIST for a prefix that holds objects and !overwrite,
-// or (overwrite) one holding anything a save does not write. With overwrite, the old
+// kInvalidArgument for what object storage cannot take (a format without a writer, explicit
+// ragged shard rows, an http(s):// destination); kIo with EEXIST for a prefix that holds
+// objects and !overwrite, or (overwrite) one holding anything a save does not write (in a
+// store: anything but its metadata and chunk names). With overwrite, the old
 // manifest is deleted first, so that no reader takes it for the new objects. Then uploads
 // the shards that have no rows (header only), which no point task writes.
 Result<RemoteDest> prepare_remote_save(const std::string& dest, const SaveOptions& options,
@@ -46,10 +50,36 @@ Result<RemoteDest> prepare_remote_save(const std::string& dest, const SaveOption
 // ones), each of `spec.offsets[1]` rows but the last.
 std::int64_t remote_tiles(const SaveSpec& spec);
 
-// In a point task: starts the upload of shard `shard` of the dataset at `dir_url` ("s3://B/P/"
-// and the query) and writes its header; the caller appends the rows, then commits.
-Result<std::unique_ptr<ObjectWriter>> open_shard_upload(const std::string& dir_url,
-                                                        const SaveSpec& spec, std::int64_t shard);
+// One shard's upload by one point task: its rows appended in order, each object committed as
+// it fills (a Zarr chunk of chunk_rows rows; the one object of npy and raw at the end), an
+// object not committed aborted with the upload. The first object is opened on the first rows.
+class ShardUpload {
+ public:
+  ShardUpload(ObjectStore* store, std::string dir, std::string query, const SaveSpec& spec,
+              std::int64_t shard);
+  // The shard's next `rows` rows, dense C-order.
+  Status append(const std::byte* src, std::int64_t rows);
+  // After every row: the last object (a Zarr chunk padded with zeros to its full size, as
+  // Zarr v2 stores an edge chunk; a header-only object for a shard without rows).
+  Status commit();
+
+ private:
+  Status open_next();
+
+  ObjectStore* store_;
+  std::string dir_, query_, name_, head_;
+  WriteSpec ws_;
+  std::int64_t rows_ = 0;
+  std::int64_t chunk_rows_ = 0;  // 0: the shard is one object
+  std::string (*chunk_name_)(const WriteSpec&, std::int64_t) = nullptr;
+  std::unique_ptr<ObjectWriter> writer_;
+  std::int64_t chunk_ = 0, in_chunk_ = 0, written_ = 0;
+};
+
+// In a point task: the upload of shard `shard` of the dataset at `dir_url` ("s3://B/P/" and
+// the query).
+Result<std::unique_ptr<ShardUpload>> open_shard_upload(const std::string& dir_url,
+                                                       const SaveSpec& spec, std::int64_t shard);
 
 // After every shard: the metadata objects, the extra files, then (overwrite) the deletion of
 // the old objects the new dataset did not replace, then the manifest: the commit point. The

@@ -48,6 +48,11 @@ class ObjectStore {
   // order, an object and a prefix of one name both listed; empty when nothing is there.
   // kIo naming the URL when the bucket is missing or the listing is refused.
   virtual Result<std::vector<ObjectEntry>> list_entries(const std::string& dir_url) = 0;
+  // After the objects under the prefix `dir_url` (ending in '/') were deleted: removes the
+  // empty "directory" marker object a client's deletes may have left in their place (which
+  // a listing shows as an empty prefix); nothing where objects remain under it, or where the
+  // client's deletes leave no marker.
+  virtual Status remove_empty_prefix(const std::string& /*dir_url*/) { return Status::ok(); }
 };
 
 void set_object_store(ObjectStore* store);
@@ -57,21 +62,31 @@ ObjectStore* object_store_for(std::string_view url);
 // naming the URL.
 Result<ObjectStore*> writable_object_store(const std::string& url);
 
-// A format's shard as one object, for a save to object storage, where each shard is uploaded
-// whole by one writer: the bytes before its rows, and the metadata objects beside the shards
-// (name, contents). The ShardWriter's create/write/finish write files in place; this is the
-// same layout as bytes. Null for a format whose shards are stores (Zarr) or that save cannot
-// write.
+// A format's shard in object storage, for a save, where each object is uploaded whole by one
+// writer: one object (npy, raw: the bytes before its rows, then the rows), or a store of
+// chunk objects (Zarr: each chunk_rows rows, the last padded with zeros to full size, named
+// "SHARD/" + chunk_name(k)); and the metadata objects beside them (name below the dataset,
+// contents). The ShardWriter's create/write/finish write files in place; this is the same
+// layout as objects. Null for a format that save cannot write.
+using ObjectFiles = std::vector<std::pair<std::string, std::string>>;
 struct ObjectShardLayout {
   std::string (*head)(const WriteSpec& spec, std::int64_t rows);
-  std::vector<std::pair<std::string, std::string>> (*metadata)(
-      const WriteSpec& spec, const std::vector<WrittenShard>& shards);
+  Result<ObjectFiles> (*metadata)(const WriteSpec& spec, const std::vector<WrittenShard>& shards);
+  // Null for one object per shard.
+  std::int64_t (*chunk_rows)(const WriteSpec& spec, std::int64_t rows) = nullptr;
+  std::string (*chunk_name)(const WriteSpec& spec, std::int64_t k) = nullptr;
 };
 const ObjectShardLayout* object_shard_layout(Format format);
 
-// The formats' halves of the table (npy_reader.cc, raw_reader.cc).
+// The formats' halves of the table (npy_reader.cc, raw_reader.cc, zarr_writer.cc).
 std::string npy_object_head(const WriteSpec& spec, std::int64_t rows);
-std::vector<std::pair<std::string, std::string>> raw_object_metadata(
-    const WriteSpec& spec, const std::vector<WrittenShard>& shards);
+Result<ObjectFiles> raw_object_metadata(const WriteSpec& spec,
+                                        const std::vector<WrittenShard>& shards);
+// The rows of each chunk of a saved Zarr store of `rows` rows (what ZarrWriter::create
+// chooses too), a chunk's key, and each store's ".zarray".
+std::int64_t zarr_save_chunk_rows(const WriteSpec& spec, std::int64_t rows);
+std::string zarr_save_chunk_name(const WriteSpec& spec, std::int64_t k);
+Result<ObjectFiles> zarr_object_metadata(const WriteSpec& spec,
+                                         const std::vector<WrittenShard>& shards);
 
 }  // namespace shardload::detail
