@@ -302,6 +302,24 @@ def test_overwrite_of_zarr_replaces_stores_chunks_and_leaves_no_empty_store(buck
         np.asarray(shardload.load(bucket.url("d/"), storage_options=options)), old)
 
 
+@pytest.mark.parametrize("prefix", ["we ird #=,;@!/", "\u00fcn\u00ef c\u00f8d\u00e9+%/"])
+def test_a_zarr_save_and_overwrite_under_a_prefix_of_symbols_and_non_ascii(bucket, prefix):
+    a = np.arange(60, dtype=np.float64).reshape(20, 3)
+    shardload.save(a, bucket.url(prefix), num_shards=3, format="zarr",
+                   storage_options=bucket.options)
+    stores = [f"{prefix}shard_{i:04d}.zarr/" for i in range(3)]
+    assert bucket.keys(prefix) == sorted([s + n for s in stores for n in (".zarray", "0.0")] +
+                                         [f"{prefix}shardload.manifest"])
+    back = shardload.load(bucket.url(prefix), storage_options=bucket.options)
+    np.testing.assert_array_equal(np.asarray(back), a)
+    shardload.save(a[:5], bucket.url(prefix), num_shards=1, format="zarr", overwrite=True,
+                   storage_options=bucket.options)
+    assert bucket.keys(prefix) == [stores[0] + ".zarray", stores[0] + "0.0",
+                                   f"{prefix}shardload.manifest"]
+    back = shardload.load(bucket.url(prefix), storage_options=bucket.options)
+    np.testing.assert_array_equal(np.asarray(back), a[:5])
+
+
 def test_overwrite_refuses_a_store_holding_an_object_a_save_does_not_write(bucket):
     a = np.arange(12, dtype=np.int16).reshape(6, 2)
     shardload.save(a, bucket.url("d/"), num_shards=2, format="zarr",
