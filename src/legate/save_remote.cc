@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cstring>
 #include <set>
 
 #include "shardload/formats.hpp"
@@ -44,12 +43,21 @@ const ObjectShardLayout* layout_of(const SaveSpec& spec) {
   return object_shard_layout(spec.format);
 }
 
+// Whether each shard is a store of chunk objects (Zarr) rather than one object.
+bool chunked(const SaveSpec& spec) { return layout_of(spec)->chunk_rows != nullptr; }
+
+// The refusal of a format that no object layout writes.
+std::string not_for_object_storage(const SaveSpec& spec) {
+  return "the " + std::string(format_name(spec.format)) +
+         " format cannot be saved to object storage (npy, raw and zarr can)";
+}
+
 // The objects that hold shard `s`'s rows, below the dataset: the shard itself, or its chunk
 // objects ("shard_0000.zarr/0.0", ...), none for a store without bytes.
 std::vector<std::string> shard_objects(const SaveSpec& spec, std::int64_t s) {
   const ObjectShardLayout* layout = layout_of(spec);
   const std::string name = save_shard_name(spec.format, s);
-  if (layout->chunk_rows == nullptr) return {name};
+  if (!chunked(spec)) return {name};
   std::vector<std::string> out;
   const std::int64_t rows = shard_rows(spec, s);
   if (spec.row_bytes == 0) return out;
@@ -65,11 +73,15 @@ std::vector<std::string> shard_objects(const SaveSpec& spec, std::int64_t s) {
 // .zarray), as (name, contents).
 Result<ObjectFiles> metadata_of(const SaveSpec& spec) {
   const ObjectShardLayout* layout = layout_of(spec);
+  const WriteSpec ws = write_spec(spec);
   std::vector<WrittenShard> shards;
   for (std::int64_t s = 0; s < spec.shards(); ++s) {
-    shards.push_back({save_shard_name(spec.format, s), shard_rows(spec, s), ShardPlacement{}});
+    const std::int64_t rows = shard_rows(spec, s);
+    ShardPlacement placement;
+    if (chunked(spec)) placement.chunk_rows = layout->chunk_rows(ws, rows);
+    shards.push_back({save_shard_name(spec.format, s), rows, placement});
   }
-  return layout->metadata(write_spec(spec), shards);
+  return layout->metadata(ws, shards);
 }
 
 // An old store's prefix in RemoteDest::old_names ("shard_0000.zarr/"), its objects beside it.
@@ -169,8 +181,7 @@ Result<RemoteDest> prepare_remote_save(const std::string& dest, const SaveOption
   }
   if (layout_of(spec) == nullptr) {
     return Status(ErrorCode::kInvalidArgument,
-                  "save: " + dest + ": the " + std::string(format_name(spec.format)) +
-                      " format cannot be saved to object storage (npy, raw and zarr can)");
+                  "save: " + dest + ": " + not_for_object_storage(spec));
   }
   if (!uniform_shards(spec)) {
     return Status(ErrorCode::kInvalidArgument,
@@ -216,13 +227,16 @@ Result<RemoteDest> prepare_remote_save(const std::string& dest, const SaveOption
     }
     // Only what a save writes is replaced: never a user's objects, nor anything below a
     // prefix but a saved store's metadata and chunks.
-    const ShardWriter* store_writer = e.prefix ? saved_store_writer(e.name) : nullptr;
-    if (e.prefix ? store_writer == nullptr : !is_saved_file_name(e.name)) {
+    const auto foreign = [&](const std::string& rel, bool prefix) {
       return file_error(ErrorCode::kIo, dest,
-                        "overwrite replaces only a prefix of saved shards, and it holds '" +
-                            e.name + (e.prefix ? "/" : "") +
+                        "overwrite replaces only a prefix of saved shards, and it holds '" + rel +
+                            (prefix ? "/" : "") +
                             "', which a save does not write; remove it or save elsewhere",
                         EEXIST);
+    };
+    const ShardWriter* store_writer = e.prefix ? saved_store_writer(e.name) : nullptr;
+    if (e.prefix ? store_writer == nullptr : !is_saved_file_name(e.name)) {
+      return foreign(e.name, e.prefix);
     }
     if (!e.prefix) {
       d.old_names.push_back(e.name);
@@ -233,11 +247,7 @@ Result<RemoteDest> prepare_remote_save(const std::string& dest, const SaveOption
     for (const ObjectEntry& f : inside) {
       if (f.prefix || (f.name != store_writer->store_metadata_name() &&
                        !store_writer->is_chunk_entry(f.name, 0, -1))) {
-        return file_error(ErrorCode::kIo, dest,
-                          "overwrite replaces only a prefix of saved shards, and it holds '" +
-                              store + f.name + (f.prefix ? "/" : "") +
-                              "', which a save does not write; remove it or save elsewhere",
-                          EEXIST);
+        return foreign(store + f.name, f.prefix);
       }
       d.old_names.push_back(store + f.name);
     }
@@ -250,8 +260,8 @@ Result<RemoteDest> prepare_remote_save(const std::string& dest, const SaveOption
   }
   // The shards no tile uploads: those without rows (or without bytes), header only (a store
   // without chunks is its metadata, written at the end).
-  for (std::int64_t s = remote_tiles(spec); s < spec.shards(); ++s) {
-    if (layout_of(spec)->chunk_rows != nullptr) break;
+  for (std::int64_t s = chunked(spec) ? spec.shards() : remote_tiles(spec); s < spec.shards();
+       ++s) {
     ShardUpload empty(d.store, d.dir, d.query, spec, s);
     SHARDLOAD_RETURN_IF_ERROR(empty.commit());
   }
@@ -267,10 +277,7 @@ Result<std::unique_ptr<ShardUpload>> open_shard_upload(const std::string& dir_ur
   SHARDLOAD_ASSIGN_OR_RETURN(ObjectStore * store, writable_object_store(url));
   if (layout_of(spec) == nullptr) {
     // Refused before any upload (prepare_remote_save); here for a spec that skipped it.
-    return file_error(ErrorCode::kIo, url,
-                      "the " + std::string(format_name(spec.format)) +
-                          " format cannot be saved to object storage (npy, raw and zarr can)",
-                      ENOTSUP);
+    return file_error(ErrorCode::kIo, url, not_for_object_storage(spec), ENOTSUP);
   }
   return std::make_unique<ShardUpload>(store, dir, query, spec, shard);
 }
@@ -279,7 +286,7 @@ Status finish_remote_save(const RemoteDest& d, const SaveSpec& spec, const SaveO
   std::set<std::string> names;
   for (std::int64_t s = 0; s < spec.shards(); ++s) {
     for (auto& o : shard_objects(spec, s)) names.insert(std::move(o));
-    if (layout_of(spec)->chunk_rows != nullptr) names.insert(save_shard_name(spec.format, s) + "/");
+    if (chunked(spec)) names.insert(save_shard_name(spec.format, s) + "/");
   }
   SHARDLOAD_ASSIGN_OR_RETURN(const ObjectFiles metadata, metadata_of(spec));
   for (const auto& [name, text] : metadata) {
@@ -322,7 +329,6 @@ void abandon_remote_save(const RemoteDest& d, const SaveSpec& spec,
   if (d.overwrite || d.store == nullptr) return;
   try {
     // The prefix was empty when the save began: whatever has these names is this save's.
-    const bool stores = layout_of(spec)->chunk_rows != nullptr;
     for (std::int64_t s = 0; s < spec.shards(); ++s) {
       for (const auto& o : shard_objects(spec, s)) (void)d.store->remove(d.url(o));
     }
@@ -330,7 +336,7 @@ void abandon_remote_save(const RemoteDest& d, const SaveSpec& spec,
       for (const auto& [name, text] : *metadata) (void)d.store->remove(d.url(name));
     }
     for (const auto& [name, text] : options.extra_files) (void)d.store->remove(d.url(name));
-    for (std::int64_t s = 0; stores && s < spec.shards(); ++s) {
+    for (std::int64_t s = 0; chunked(spec) && s < spec.shards(); ++s) {
       (void)d.store->remove_empty_prefix(d.url(save_shard_name(spec.format, s) + "/"));
     }
   } catch (...) {  // best effort on a failure path

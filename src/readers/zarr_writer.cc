@@ -85,11 +85,9 @@ class ZarrWriter final : public ShardWriter {
 
   Status finish(const std::string& dir, const WriteSpec& spec,
                 const std::vector<WrittenShard>& shards) const override {
-    for (const WrittenShard& w : shards) {
-      const std::string path = dir + "/" + w.name + "/" + kMetadataName;
-      auto text = zarr_v2_metadata_text(store_meta(spec, w.rows, w.placement.chunk_rows));
-      if (!text) return text.status().with_context(path);
-      SHARDLOAD_RETURN_IF_ERROR(write_text(path, *text));
+    SHARDLOAD_ASSIGN_OR_RETURN(const ObjectFiles files, zarr_object_metadata(spec, shards));
+    for (const auto& [name, text] : files) {
+      SHARDLOAD_RETURN_IF_ERROR(write_text(dir + "/" + name, text));
     }
     return Status::ok();
   }
@@ -136,7 +134,7 @@ Result<ObjectFiles> zarr_object_metadata(const WriteSpec& spec,
   ObjectFiles out;
   for (const WrittenShard& w : shards) {
     const std::string name = w.name + "/" + kMetadataName;
-    auto text = zarr_v2_metadata_text(store_meta(spec, w.rows, zarr_save_chunk_rows(spec, w.rows)));
+    auto text = zarr_v2_metadata_text(store_meta(spec, w.rows, w.placement.chunk_rows));
     if (!text) return text.status().with_context(name);
     out.emplace_back(name, *std::move(text));
   }

@@ -83,7 +83,8 @@ std::string npy_object_head(const WriteSpec& spec, std::int64_t rows);
 Result<ObjectFiles> raw_object_metadata(const WriteSpec& spec,
                                         const std::vector<WrittenShard>& shards);
 // The rows of each chunk of a saved Zarr store of `rows` rows (what ZarrWriter::create
-// chooses too), a chunk's key, and each store's ".zarray".
+// chooses too), a chunk's key, and each store's ".zarray" from its placement's chunk_rows
+// (which ZarrWriter::finish writes too).
 std::int64_t zarr_save_chunk_rows(const WriteSpec& spec, std::int64_t rows);
 std::string zarr_save_chunk_name(const WriteSpec& spec, std::int64_t k);
 Result<ObjectFiles> zarr_object_metadata(const WriteSpec& spec,
