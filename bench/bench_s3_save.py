@@ -3,8 +3,10 @@
 
 Starts moto's S3 server on 127.0.0.1 (the tests' server), makes a cuPyNumeric array of --mb MB
 of float32 in rows of 64, and times, in one run, writing it as --shards shards:
-  sl-npy     shardload.save(x, "s3://bench/P/", num_shards=SHARDS, format="npy");
-  sl-zarr    the same with format="zarr" (one uncompressed v2 store per shard);
+  sl-npy     shardload.save(x, "s3://bench/P/", num_shards=SHARDS, format="npy"): each shard
+             one PUT where it is within multipart_threshold (64 MiB by default);
+  sl-npy-mp  the same with multipart_threshold=0: each shard a multipart upload (8 MiB parts);
+  sl-zarr    format="zarr" (one uncompressed v2 store per shard);
   zarr-s3fs  what a user without save does for Zarr: np.asarray(x) (the gather to one host
              array), then zarr-python writing one uncompressed v2 array in chunks of a shard's
              rows through s3fs (FsspecStore), its own concurrent uploads;
@@ -57,6 +59,8 @@ def main() -> None:
     ap.add_argument("--mb", type=float, default=256.0, help="MB of data in all")
     ap.add_argument("--shards", type=int, default=8)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--multipart-threshold", default=None,
+                    help="multipart_threshold for sl-npy and sl-zarr (default: the store's)")
     args = ap.parse_args()
     os.environ.update(ENV)
     import cupynumeric as cn
@@ -69,6 +73,8 @@ def main() -> None:
         client = boto3.client("s3", endpoint_url=f"http://{endpoint}", region_name="us-east-1")
         client.create_bucket(Bucket="bench")
         options = {"endpoint_override": endpoint, "scheme": "http", "region": "us-east-1"}
+        if args.multipart_threshold is not None:
+            options["multipart_threshold"] = args.multipart_threshold
         cols = 64
         rows = max(args.shards, int(args.mb * 1e6 / (cols * 4)))
         x = cn.arange(rows * cols, dtype=cn.float32).reshape(rows, cols) + 0.5
@@ -81,12 +87,12 @@ def main() -> None:
         counter = iter(range(1 << 30))
         threads = None  # shardload's processors, from its first save
 
-        def sl(fmt: str):
+        def sl(fmt: str, **extra: str):
             def run() -> str:
                 nonlocal threads
                 prefix = f"{fmt}-{next(counter)}/"
                 info = shardload.save(x, f"s3://bench/{prefix}", num_shards=args.shards,
-                                      format=fmt, storage_options=options)
+                                      format=fmt, storage_options={**options, **extra})
                 threads = threads or info.processors
                 return prefix
             return run
@@ -114,8 +120,8 @@ def main() -> None:
                 list(pool.map(put, range(args.shards)))
             return prefix
 
-        writers = [("sl-npy", sl("npy")), ("sl-zarr", sl("zarr")), ("zarr-s3fs", zarr_s3fs),
-                   ("put-bound", put_bound)]
+        writers = [("sl-npy", sl("npy")), ("sl-npy-mp", sl("npy", multipart_threshold="0")),
+                   ("sl-zarr", sl("zarr")), ("zarr-s3fs", zarr_s3fs), ("put-bound", put_bound)]
         runs: dict[str, list[float]] = {n: [] for n, _ in writers}
         checked = set()
         for i in range(args.repeat + 1):
@@ -139,7 +145,8 @@ def main() -> None:
                   f"sl-zarr x{t / times['sl-zarr']:.2f}")
         print(f"  sl-zarr: {times['zarr-s3fs'] / times['sl-zarr']:.2f}x zarr-s3fs, "
               f"{times['put-bound'] / times['sl-zarr']:.0%} of put-bound; "
-              f"sl-npy {times['put-bound'] / times['sl-npy']:.0%} of put-bound")
+              f"sl-npy {times['put-bound'] / times['sl-npy']:.0%} of put-bound, "
+              f"{times['sl-npy-mp'] / times['sl-npy']:.2f}x sl-npy-mp")
     finally:
         s3_server.stop(proc)
 

@@ -34,7 +34,8 @@ bool uniform_shards(const SaveSpec& spec) {
 }
 
 Status upload_whole(ObjectStore& store, const std::string& url, const std::string& bytes) {
-  SHARDLOAD_ASSIGN_OR_RETURN(auto w, store.open_writer(url));
+  SHARDLOAD_ASSIGN_OR_RETURN(auto w,
+                             store.open_writer(url, static_cast<std::int64_t>(bytes.size())));
   SHARDLOAD_RETURN_IF_ERROR(w->append(bytes.data(), bytes.size()));
   return w->commit();
 }
@@ -106,7 +107,11 @@ ShardUpload::ShardUpload(ObjectStore* store, std::string dir, std::string query,
 Status ShardUpload::open_next() {
   const std::string url =
       dir_ + name_ + (chunk_rows_ > 0 ? "/" + chunk_name_(ws_, chunk_) : std::string()) + query_;
-  SHARDLOAD_ASSIGN_OR_RETURN(writer_, store_->open_writer(url));
+  // Its size is known before its first byte: a chunk is chunk_rows rows (the last padded).
+  const auto rb = static_cast<std::int64_t>(ws_.row_bytes);
+  const std::int64_t size =
+      chunk_rows_ > 0 ? chunk_rows_ * rb : static_cast<std::int64_t>(head_.size()) + rows_ * rb;
+  SHARDLOAD_ASSIGN_OR_RETURN(writer_, store_->open_writer(url, size));
   if (!head_.empty()) return writer_->append(head_.data(), head_.size());
   return Status::ok();
 }

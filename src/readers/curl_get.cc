@@ -5,6 +5,7 @@
 #include <charconv>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -89,6 +90,7 @@ std::size_t on_body(char* data, std::size_t size, std::size_t count, void* user)
   const std::size_t n = size * count;
   long code = 0;
   curl_easy_getinfo(s->curl, CURLINFO_RESPONSE_CODE, &code);
+  if (s->req->body != nullptr && code >= 200 && code < 300) return n;  // a PUT's answer
   if (code != 206 && code != 200) {
     if (s->error_body.size() < s->req->error_body_cap) {
       s->error_body.append(data, std::min(n, s->req->error_body_cap - s->error_body.size()));
@@ -110,6 +112,31 @@ std::size_t on_body(char* data, std::size_t size, std::size_t count, void* user)
   std::memcpy(s->dst + s->got, data, n);
   s->got += n;
   return n;
+}
+
+// Where a PUT's body comes from: libcurl reads it in order, and may rewind it (seek to 0)
+// when it must send it again on the same request.
+struct Source {
+  const std::byte* data = nullptr;
+  std::size_t size = 0;
+  std::size_t pos = 0;
+};
+
+std::size_t on_read(char* dst, std::size_t size, std::size_t count, void* user) {
+  auto* s = static_cast<Source*>(user);
+  const std::size_t n = std::min(size * count, s->size - s->pos);
+  std::memcpy(dst, s->data + s->pos, n);
+  s->pos += n;
+  return n;
+}
+
+int on_seek(void* user, curl_off_t offset, int origin) {
+  auto* s = static_cast<Source*>(user);
+  if (origin != SEEK_SET || offset < 0 || static_cast<std::size_t>(offset) > s->size) {
+    return CURL_SEEKFUNC_CANTSEEK;
+  }
+  s->pos = static_cast<std::size_t>(offset);
+  return CURL_SEEKFUNC_OK;
 }
 
 // Where the CA certificates of https:// are: CURL_CA_BUNDLE, else SSL_CERT_FILE, else
@@ -179,6 +206,7 @@ CurlAnswer curl_perform(const CurlRequest& req, void* dst, std::size_t cap, std:
   const StoreOptions& o = *req.options;
   CurlAnswer a;
   Sink sink;
+  Source source;
   for (std::int64_t k = 0;; ++k) {
     a = CurlAnswer{};
     a.tries = k + 1;
@@ -221,10 +249,23 @@ CurlAnswer curl_perform(const CurlRequest& req, void* dst, std::size_t cap, std:
       curl_easy_setopt(c, CURLOPT_WRITEDATA, &sink);
     }
     curl_slist* extra = nullptr;
+    if (req.body != nullptr) {
+      source = Source{static_cast<const std::byte*>(req.body), req.body_size, 0};
+      curl_easy_setopt(c, CURLOPT_UPLOAD, 1L);
+      curl_easy_setopt(c, CURLOPT_READFUNCTION, on_read);
+      curl_easy_setopt(c, CURLOPT_READDATA, &source);
+      curl_easy_setopt(c, CURLOPT_SEEKFUNCTION, on_seek);
+      curl_easy_setopt(c, CURLOPT_SEEKDATA, &source);
+      curl_easy_setopt(c, CURLOPT_INFILESIZE_LARGE, static_cast<curl_off_t>(req.body_size));
+      curl_easy_setopt(c, CURLOPT_UPLOAD_BUFFERSIZE, 512L * 1024);
+      // No "Expect: 100-continue": a server that does not answer it would hold each large
+      // PUT for libcurl's wait (one second) before the body is sent.
+      extra = curl_slist_append(extra, "Expect:");
+    }
     if (req.headers) {
       for (const std::string& line : req.headers()) extra = curl_slist_append(extra, line.c_str());
-      curl_easy_setopt(c, CURLOPT_HTTPHEADER, extra);
     }
+    if (extra != nullptr) curl_easy_setopt(c, CURLOPT_HTTPHEADER, extra);
     a.outcome.curl = curl_easy_perform(c);
     curl_slist_free_all(extra);
     curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &a.outcome.http);

@@ -3,7 +3,9 @@
 // (RandomAccessFile::ReadAt) into the caller's buffer; nothing downloads a whole object.
 // Where the credentials and region are known without the AWS SDK (s3_signed.hpp), objects are
 // opened and read by GETs signed here and sent through libcurl instead: a GET that also says
-// the object's size and ETag, which Arrow's cannot. Listing and writing stay on Arrow.
+// the object's size and ETag, which Arrow's cannot; there deletes, and uploads of objects
+// within multipart_threshold (one PUT each), are signed here too. Listing and multipart
+// uploads stay on Arrow.
 #include "readers/detail/s3_io.hpp"
 #include "readers/detail/object_store.hpp"
 #include "readers/detail/store_options.hpp"
@@ -177,6 +179,70 @@ class ArrowObjectWriter final : public ObjectWriter {
 };
 
 #if SHARDLOAD_S3_SIGNED
+// One object's upload on the signed path, of a size known before its first byte and within
+// the URL's multipart_threshold: its bytes held until commit sends them in one PUT. One PUT is
+// one request where a multipart upload is three or more, and the store need not join parts.
+class SignedObjectWriter final : public ObjectWriter {
+ public:
+  SignedObjectWriter(std::string url, std::shared_ptr<const S3Endpoint> ep, std::string key,
+                     std::size_t size, std::atomic<std::uint64_t>* retries)
+      : url_(std::move(url)),
+        ep_(std::move(ep)),
+        key_(std::move(key)),
+        size_(size),
+        retries_(retries) {}
+
+  Status append(const void* data, std::size_t n) override {
+    if (done_) return file_error(ErrorCode::kIo, url_, "cannot write: the upload has ended");
+    if (n > size_ - held_.size()) return fail(mismatch(held_.size() + n));
+    try {
+      if (held_.empty()) held_.reserve(size_);
+      const auto* p = static_cast<const std::byte*>(data);
+      held_.insert(held_.end(), p, p + n);
+    } catch (const std::bad_alloc&) {
+      return fail(file_error(
+          ErrorCode::kNoMemory, url_,
+          "cannot hold the object's " + std::to_string(size_) + " bytes for its upload", ENOMEM));
+    }
+    return Status::ok();
+  }
+
+  Status commit() override {
+    if (done_) return file_error(ErrorCode::kIo, url_, "cannot write: the upload has ended");
+    if (held_.size() != size_) return fail(mismatch(held_.size()));
+    done_ = true;
+    const Status st = s3_put(*ep_, url_, key_, held_.data(), held_.size(), retries_);
+    std::vector<std::byte>().swap(held_);
+    return st;
+  }
+
+  void abort() noexcept override {
+    done_ = true;
+    std::vector<std::byte>().swap(held_);
+  }
+
+ private:
+  Status mismatch(std::size_t got) const {
+    return file_error(ErrorCode::kInvalidArgument, url_,
+                      "the upload was given " + std::to_string(got) + " bytes for an object of " +
+                          std::to_string(size_),
+                      EINVAL);
+  }
+
+  Status fail(Status st) {
+    abort();
+    return st;
+  }
+
+  std::string url_;
+  std::shared_ptr<const S3Endpoint> ep_;
+  std::string key_;
+  std::size_t size_;
+  std::atomic<std::uint64_t>* retries_;
+  std::vector<std::byte> held_;
+  bool done_ = false;
+};
+
 // The first bytes of an object that its open (discovery's) asks for: the size and ETag come
 // with them, a header within them costs no other request, and a small object comes whole.
 constexpr std::size_t kFirstBytes = 64 * 1024;
@@ -367,8 +433,15 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
 
   Status write_object(const std::string& url, const void* data, std::size_t n) override;
 
-  Result<std::unique_ptr<ObjectWriter>> open_writer(const std::string& url) override {
+  Result<std::unique_ptr<ObjectWriter>> open_writer(const std::string& url,
+                                                    std::int64_t size) override {
     SHARDLOAD_ASSIGN_OR_RETURN(auto where, resolve_object(url));
+#if SHARDLOAD_S3_SIGNED
+    if (where.ep != nullptr && size >= 0 && size <= where.ep->options.multipart_threshold) {
+      return std::unique_ptr<ObjectWriter>(std::make_unique<SignedObjectWriter>(
+          url, where.ep, key_of(where.path), static_cast<std::size_t>(size), &retries_));
+    }
+#endif
     t_gave_up_after = 0;
     auto out = where.fs->OpenOutputStream(where.path);
     if (!out.ok()) return remote_error(ErrorCode::kIo, url, "cannot write", out.status());
@@ -758,6 +831,11 @@ ArrowRemoteIo* the_s3_io() {
 // is aborted (a multipart upload is cancelled, never completed with what was sent).
 Status ArrowRemoteIo::write_object(const std::string& url, const void* data, std::size_t n) {
   SHARDLOAD_ASSIGN_OR_RETURN(auto where, resolve_object(url));
+#if SHARDLOAD_S3_SIGNED
+  if (where.ep != nullptr && n <= static_cast<std::size_t>(where.ep->options.multipart_threshold)) {
+    return s3_put(*where.ep, url, key_of(where.path), data, n, &retries_);
+  }
+#endif
   t_gave_up_after = 0;
   auto out = where.fs->OpenOutputStream(where.path);
   if (!out.ok()) return remote_error(ErrorCode::kIo, url, "cannot write", out.status());

@@ -109,7 +109,8 @@ std::string describe(const CurlOutcome& o, const std::string& body) {
 
 // A request for `key`: its URL and the headers for each attempt (signed, and dated then).
 CurlRequest request_for(const S3Endpoint& ep, const std::string& key, const char* method,
-                        std::vector<std::pair<std::string, std::string>> own) {
+                        std::vector<std::pair<std::string, std::string>> own,
+                        const std::string& payload_hash = sha256_hex("")) {
   const std::string path = ep.path_prefix + "/" + s3_uri_encode(key, true);
   CurlRequest req;
   req.url = ep.origin + path;
@@ -118,25 +119,24 @@ CurlRequest request_for(const S3Endpoint& ep, const std::string& key, const char
   req.error_body_cap = 2048;
   req.head = std::string_view(method) == "HEAD";
   if (std::string_view(method) == "DELETE") req.method = "DELETE";
-  req.headers = [&ep, path, method, own = std::move(own)] {
+  req.headers = [&ep, path, method, own = std::move(own), payload_hash] {
     std::vector<std::string> lines;
     lines.push_back("Host: " + ep.host);
     for (const auto& [k, v] : own) lines.push_back(k + ": " + v);
     if (ep.anonymous) return lines;
-    static const std::string kEmpty = sha256_hex("");
     SigV4Request r;
     r.method = method;
     r.canonical_uri = path;
-    r.payload_hash = kEmpty;
+    r.payload_hash = payload_hash;
     const std::string date = amz_now();
     r.headers = own;
     r.headers.emplace_back("host", ep.host);
-    r.headers.emplace_back("x-amz-content-sha256", kEmpty);
+    r.headers.emplace_back("x-amz-content-sha256", payload_hash);
     r.headers.emplace_back("x-amz-date", date);
     if (!ep.creds.session_token.empty()) {
       r.headers.emplace_back("x-amz-security-token", ep.creds.session_token);
     }
-    lines.push_back("x-amz-content-sha256: " + kEmpty);
+    lines.push_back("x-amz-content-sha256: " + payload_hash);
     lines.push_back("x-amz-date: " + date);
     if (!ep.creds.session_token.empty()) {
       lines.push_back("x-amz-security-token: " + ep.creds.session_token);
@@ -305,6 +305,26 @@ Status s3_delete(const S3Endpoint& ep, const std::string& url, const std::string
     return Status::ok();
   }
   std::string msg = "cannot delete: " + describe(o, a.error_body);
+  if (a.tries > 1) msg += " (gave up after " + std::to_string(a.tries) + " attempts)";
+  return file_error(ErrorCode::kIo, url, msg, curl_errno(o));
+}
+
+Status s3_put(const S3Endpoint& ep, const std::string& url, const std::string& key,
+              const void* data, std::size_t n, std::atomic<std::uint64_t>* retries) {
+  SHARDLOAD_RETURN_IF_ERROR(curl_init(url));
+  // As the AWS SDKs do: over https the body is not hashed into the signature (TLS keeps it
+  // whole), over http its SHA-256 is signed, so a body changed on the way is refused.
+  const bool tls = ep.origin.starts_with("https://");
+  const std::string hash = tls || ep.anonymous
+                               ? std::string("UNSIGNED-PAYLOAD")
+                               : sha256_hex(std::string_view(static_cast<const char*>(data), n));
+  CurlRequest req = request_for(ep, key, "PUT", {}, hash);
+  req.body = data == nullptr ? "" : data;
+  req.body_size = n;
+  const CurlAnswer a = curl_perform(req, nullptr, 0, 0, retries);
+  const CurlOutcome& o = a.outcome;
+  if (o.curl == CURLE_OK && o.http >= 200 && o.http < 300) return Status::ok();
+  std::string msg = "cannot write: " + describe(o, a.error_body);
   if (a.tries > 1) msg += " (gave up after " + std::to_string(a.tries) + " attempts)";
   return file_error(ErrorCode::kIo, url, msg, curl_errno(o));
 }

@@ -103,6 +103,9 @@ Result<std::string> take_store_options(const std::string& url, const std::string
       SHARDLOAD_ASSIGN_OR_RETURN(out->requests_in_flight, int_option(url, key, value, 1, 64));
     } else if (key == "chunks_in_flight") {
       SHARDLOAD_ASSIGN_OR_RETURN(out->chunks_in_flight, int_option(url, key, value, 1, 64));
+    } else if (credentials && key == "multipart_threshold") {
+      SHARDLOAD_ASSIGN_OR_RETURN(out->multipart_threshold,
+                                 int_option(url, key, value, 0, kMaxSinglePut));
     } else if (credentials && key == "access_key") {
       out->access_key = percent_decode(value);
     } else if (credentials && key == "secret_key") {

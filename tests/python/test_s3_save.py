@@ -4,6 +4,7 @@ with numpy and with boto3 reading every object back."""
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 
@@ -118,18 +119,60 @@ def test_a_view_that_is_not_c_order_is_uploaded_through_the_gather_buffer(bucket
     np.testing.assert_array_equal(np.asarray(back), np.asarray(base).T)
 
 
-def test_a_large_shard_is_a_multipart_upload_read_back_bit_exact(bucket):
-    # 25 MiB in one shard: parts of 8 MiB (Arrow's multipart upload), uploaded in the
-    # background; the object's ETag says how many parts completed it ("...-N").
+@pytest.mark.parametrize("threshold,parts", [
+    (None, 0),          # within the default multipart_threshold: one PUT
+    ("16777216", 3),    # above a threshold of 16 MiB: parts of 8 MiB, sent as they fill
+])
+def test_a_large_shard_is_one_put_or_a_multipart_upload_read_back_bit_exact(
+        bucket, threshold, parts):
+    # 25 MiB in one shard. The object's ETag says how it was made: a PUT's is the MD5 of its
+    # bytes, a multipart upload's "...-N" for the N parts that completed it.
     rng = np.random.default_rng(13)
     a = rng.integers(0, 2**63, (25 * 2**17, 2), dtype=np.uint64)
-    shardload.save(a, bucket.url("big/"), num_shards=1, storage_options=bucket.options)
+    options = dict(bucket.options)
+    if threshold is not None:
+        options["multipart_threshold"] = threshold
+    shardload.save(a, bucket.url("big/"), num_shards=1, storage_options=options)
     want = io.BytesIO()
     np.save(want, a)
     got = bucket.get("big/shard_0000.npy")
     assert got == want.getvalue()
     etag = bucket.client.head_object(Bucket=bucket.name, Key="big/shard_0000.npy")["ETag"]
-    assert int(etag.strip('"').rsplit("-", 1)[1]) >= 3, etag
+    if parts == 0:
+        assert etag.strip('"') == hashlib.md5(got).hexdigest(), etag
+    else:
+        assert int(etag.strip('"').rsplit("-", 1)[1]) >= parts, etag
+
+
+@pytest.mark.parametrize("threshold", ["0", "1000000"])
+def test_multipart_threshold_chooses_per_object_and_every_object_reads_back(
+        proxied, threshold):
+    # Three shards of 400 000 bytes and their manifest: with a threshold of 0 each is a
+    # multipart upload (one POST to start it, a PUT of its part, a POST to complete it),
+    # within one of 1 MB each is one PUT and no POST at all.
+    bucket, proxy = proxied
+    a = np.arange(300000, dtype=np.float32).reshape(3000, 100)
+    options = {**bucket.options, "multipart_threshold": threshold}
+    shardload.save(a, bucket.url("m/"), num_shards=3, storage_options=options)
+    back = shardload.load(bucket.url("m/"), storage_options=bucket.options)
+    np.testing.assert_array_equal(np.asarray(back), a)
+    names = [f"shard_{i:04d}.npy" for i in range(3)] + ["shardload.manifest"]
+    for name in names:
+        target = f"/{bucket.name}/m/{name}"
+        puts = proxy.requests("PUT", target)
+        posts = proxy.requests("POST", target)
+        if threshold == "0":
+            assert (puts, posts) == (1, 2), (name, puts, posts)
+        else:
+            assert (puts, posts) == (1, 0), (name, puts, posts)
+
+
+def test_a_bad_multipart_threshold_is_an_error_naming_the_url(bucket):
+    with pytest.raises(ValueError, match=r"multipart_threshold must be an integer from 0 to "
+                                         r"5368709120, found '-1'"):
+        shardload.save(np.zeros((4, 2)), bucket.url("t/"),
+                       storage_options={**bucket.options, "multipart_threshold": "-1"})
+    assert bucket.keys("t/") == []
 
 
 def test_a_prefix_holding_objects_is_refused_without_overwrite(bucket):
@@ -369,13 +412,22 @@ def proxied(server):
         yield b, proxy
 
 
-def test_a_part_upload_answered_500_is_retried_and_the_save_completes(proxied):
+# Each upload fault on both ways an object goes up: one PUT (within multipart_threshold, the
+# default for these sizes) and a multipart upload (a threshold of 0).
+UPLOADS = [pytest.param({}, id="put"), pytest.param({"multipart_threshold": "0"}, id="multipart")]
+
+
+@pytest.mark.parametrize("upload", UPLOADS)
+@pytest.mark.parametrize("action", ["500", "reset"])
+def test_an_upload_answered_500_or_reset_is_retried_and_the_save_completes(
+        proxied, upload, action):
     from s3_fault_proxy import Rule
 
     bucket, proxy = proxied
-    rule = proxy.add(Rule("PUT", path="/d/shard_0001.npy?", action="500", count=2))
+    rule = proxy.add(Rule("PUT", path="/d/shard_0001.npy", action=action, count=2))
     a = np.arange(40, dtype=np.int32).reshape(10, 4)
-    shardload.save(a, bucket.url("d/"), num_shards=3, storage_options=bucket.options)
+    shardload.save(a, bucket.url("d/"), num_shards=3,
+                   storage_options={**bucket.options, **upload})
     assert rule.fired == 2
     for i, want in enumerate(shards_of(a, 3)):
         np.testing.assert_array_equal(np.load(io.BytesIO(bucket.get(f"d/shard_{i:04d}.npy"))),
@@ -384,25 +436,27 @@ def test_a_part_upload_answered_500_is_retried_and_the_save_completes(proxied):
     np.testing.assert_array_equal(np.asarray(back), a)
 
 
+@pytest.mark.parametrize("upload", UPLOADS)
 @pytest.mark.parametrize("action,options,words", [
     ("403", {}, "Access Denied"),                      # never retried
     ("500", {"max_attempts": "2"}, "internal error"),  # retried, then given up
 ])
-def test_a_refused_part_upload_fails_the_save_without_a_manifest_and_leaves_nothing(
-        proxied, action, options, words):
+def test_a_refused_upload_fails_the_save_without_a_manifest_and_leaves_nothing(
+        proxied, action, options, words, upload):
     from s3_fault_proxy import Rule
 
     bucket, proxy = proxied
-    rule = proxy.add(Rule("PUT", path="/d/shard_0001.npy?", action=action, count=None))
+    rule = proxy.add(Rule("PUT", path="/d/shard_0001.npy", action=action, count=None))
     a = np.arange(40, dtype=np.int32).reshape(10, 4)
     with pytest.raises(shardload.ShardWriteError) as e:
         shardload.save(a, bucket.url("d/"), num_shards=3,
-                       storage_options={**bucket.options, **options})
+                       storage_options={**bucket.options, **options, **upload})
     assert rule.fired >= (2 if action == "500" else 1)
     assert f"s3://{bucket.name}/d/shard_0001.npy" in str(e.value), str(e.value)
     assert words in str(e.value), str(e.value)
-    # Never completed (its only part, sent at the upload's completion, failed: Arrow leaves
-    # that upload incomplete, see docs/save.md); what the other tiles uploaded is deleted.
+    # Never completed (a PUT refused makes no object; a multipart upload's only part, sent at
+    # its completion, failed: Arrow leaves that upload incomplete, see docs/save.md); what the
+    # other tiles uploaded is deleted.
     assert bucket.keys("d/") == []
 
 
@@ -413,7 +467,8 @@ def test_a_refused_middle_part_aborts_the_multipart_upload(proxied):
     rule = proxy.add(Rule("PUT", path="partNumber=2", action="403", count=None))
     a = np.ones((20 * 2**17, 1), dtype=np.float64)  # 20 MiB: parts of 8, 8 and 4 MiB
     with pytest.raises(shardload.ShardWriteError, match="shard_0000.npy"):
-        shardload.save(a, bucket.url("d/"), num_shards=1, storage_options=bucket.options)
+        shardload.save(a, bucket.url("d/"), num_shards=1,
+                       storage_options={**bucket.options, "multipart_threshold": "0"})
     assert rule.fired >= 1
     assert bucket.keys("d/") == []
     uploads = bucket.client.list_multipart_uploads(Bucket=bucket.name).get("Uploads", [])
@@ -426,7 +481,7 @@ def test_a_refused_overwrite_keeps_no_manifest_for_a_partly_replaced_dataset(pro
     bucket, proxy = proxied
     old = np.arange(24, dtype=np.float64).reshape(12, 2)
     shardload.save(old, bucket.url("d/"), num_shards=3, storage_options=bucket.options)
-    proxy.add(Rule("PUT", path="/d/shard_0002.npy?", action="403", count=None))
+    proxy.add(Rule("PUT", path="/d/shard_0002.npy", action="403", count=None))
     with pytest.raises(shardload.ShardWriteError, match="shard_0002.npy"):
         shardload.save(old + 1, bucket.url("d/"), num_shards=3, overwrite=True,
                        storage_options=bucket.options)
@@ -482,7 +537,7 @@ def test_ctrl_c_during_an_s3_save_publishes_no_manifest(proxied, server):
     from s3_fault_proxy import Rule
 
     bucket, proxy = proxied
-    rule = proxy.add(Rule("PUT", path="/d/shard_0001.npy?", action="delay", delay_s=5.0,
+    rule = proxy.add(Rule("PUT", path="/d/shard_0001.npy", action="delay", delay_s=5.0,
                           count=None))
     script = textwrap.dedent("""
         import json, os, signal, sys, threading, time

@@ -6,8 +6,10 @@ a recording proxy, and the choice between this path and Arrow's."""
 from __future__ import annotations
 
 import datetime
+import hashlib
 import io
 import os
+import urllib.parse
 import uuid
 from unittest import mock
 
@@ -54,14 +56,14 @@ class Data:
 
 
 def _botocore_authorization(method: str, url: str, sent: dict[str, str], access_key: str,
-                            secret_key: str, token: str | None) -> str:
+                            secret_key: str, token: str | None, body: bytes = b"") -> str:
     """The Authorization header botocore's S3 signer gives the request as it was sent (the
-    headers it signed, at its x-amz-date)."""
+    headers it signed, at its x-amz-date; over http it hashes ``body`` into the signature)."""
     auth = sent["Authorization"]
     signed = auth.split("SignedHeaders=")[1].split(",")[0].split(";")
     lower = {k.lower(): v for k, v in sent.items()}
     headers = {k: lower[k] for k in signed if k not in ("host", "x-amz-security-token")}
-    req = AWSRequest(method=method, url=url, headers=headers)
+    req = AWSRequest(method=method, url=url, headers=headers, data=body)
     when = datetime.datetime.strptime(lower["x-amz-date"], "%Y%m%dT%H%M%SZ")
     signer = botocore_auth.S3SigV4Auth(Credentials(access_key, secret_key, token), "s3",
                                        "us-east-1")
@@ -94,6 +96,39 @@ def test_signature_equals_botocores(server, proxy, token):
         want = _botocore_authorization(method, f"http://{proxy.endpoint}{target}", sent,
                                        options["access_key"], options["secret_key"], token)
         assert sent["Authorization"] == want, (target, sent)
+
+
+@pytest.mark.parametrize("token", [None, "FwoGZXIvYXdzEXAMPLE+token/=="])
+def test_a_save_puts_each_object_signed_with_its_bytes_hash_as_botocore_signs_it(
+        server, proxy, token):
+    """Objects within multipart_threshold go up in one PUT each, signed here: over http with
+    the SHA-256 of the bytes the store then holds, so a body changed on the way is refused."""
+    data = Data(server, rows=(1,))
+    options = {"endpoint_override": proxy.endpoint, "scheme": "http", "region": "us-east-1",
+               "access_key": "AKIDEXAMPLE", "secret_key": "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLE"}
+    if token:
+        options["session_token"] = token
+    a = np.arange(60, dtype=np.int32).reshape(20, 3)
+    prefix = "p/odd key+(1)=é/"
+    shardload.save(a, data.url(prefix), num_shards=3, storage_options=options)
+    puts = [(t, h) for m, t, h in proxy.headers if m == "PUT"]
+    keys = sorted(urllib.parse.unquote(t.split("?")[0][len(f"/{data.name}/"):]) for t, _ in puts)
+    assert keys == [f"{prefix}shard_{i:04d}.npy" for i in range(3)] + [
+        f"{prefix}shardload.manifest"], keys
+    assert not any(m == "POST" for m, _, _ in proxy.headers)  # no multipart upload
+    for target, sent in puts:
+        key = urllib.parse.unquote(target.split("?")[0][len(f"/{data.name}/"):])
+        body = data.client.get_object(Bucket=data.name, Key=key)["Body"].read()
+        assert sent["x-amz-content-sha256"] == hashlib.sha256(body).hexdigest(), key
+        assert int(sent["Content-Length"]) == len(body) and "Expect" not in sent, sent
+        if token:
+            assert sent["x-amz-security-token"] == token
+        want = _botocore_authorization("PUT", f"http://{proxy.endpoint}{target}", sent,
+                                       options["access_key"], options["secret_key"], token,
+                                       body)
+        assert sent["Authorization"] == want, (target, sent)
+    np.testing.assert_array_equal(
+        np.asarray(shardload.load(data.url(prefix), storage_options=options)), a)
 
 
 def test_a_key_with_spaces_and_symbols_is_signed_as_botocore_signs_it(server, proxy):

@@ -51,8 +51,11 @@ struct CurlRequest {
   const StoreOptions* options = nullptr;
   // The request's own headers ("Name: value"), made for each attempt (a signature is dated).
   std::function<std::vector<std::string>()> headers;
-  bool head = false;                 // a HEAD (no body) instead of a GET
-  const char* method = nullptr;      // another method without a request body ("DELETE")
+  bool head = false;             // a HEAD (no body) instead of a GET
+  const char* method = nullptr;  // another method without a request body ("DELETE")
+  // A PUT of these bytes (sent again whole on a retry); a 2xx answer's body is not kept.
+  const void* body = nullptr;
+  std::size_t body_size = 0;
   bool follow_redirects = true;      // a signed request is not: the signature names the host
   std::size_t error_body_cap = 200;  // how much of an error answer's body is kept
   // Called once the headers of a 200 or 206 answer are in, before any of its body is kept:

@@ -19,8 +19,9 @@
 namespace shardload::detail {
 
 // One object being uploaded. append() may upload parts in the background (a multipart upload
-// of the parts as they fill); commit() waits for them and completes the upload, which is when
-// the object appears (or replaces the one of that name). An upload that is not committed is
+// of the parts as they fill) or hold the bytes for one PUT; commit() waits for the parts and
+// completes the upload, or sends the PUT, which is when the object appears (or replaces the
+// one of that name). An upload that is not committed is
 // aborted (the destructor aborts too): the store never completes it with part of the data.
 class ObjectWriter {
  public:
@@ -40,8 +41,11 @@ class ObjectStore {
  public:
   virtual ~ObjectStore() = default;
   // Starts the upload of `url` (kIo naming the URL when the store refuses it: a missing
-  // bucket, no permission).
-  virtual Result<std::unique_ptr<ObjectWriter>> open_writer(const std::string& url) = 0;
+  // bucket, no permission). `size`: the object's size, which its appends must give exactly
+  // (-1 when the caller cannot know it), so that the store can choose between one PUT and a
+  // multipart upload before the first byte.
+  virtual Result<std::unique_ptr<ObjectWriter>> open_writer(const std::string& url,
+                                                            std::int64_t size) = 0;
   // Deletes the object `url`; an object that is not there is no error.
   virtual Status remove(const std::string& url) = 0;
   // The objects and prefixes directly under the prefix `dir_url` (ending in '/'), in name

@@ -1,5 +1,6 @@
-// s3:// reads signed here (AWS Signature Version 4) and sent through libcurl, used by s3_io.cc
-// where the credentials and region are known without the AWS SDK. A GET says what Arrow's S3
+// s3:// requests signed here (AWS Signature Version 4) and sent through libcurl, used by s3_io.cc
+// where the credentials and region are known without the AWS SDK: reads, deletes and
+// single-PUT uploads. A GET says what Arrow's S3
 // file system cannot: the object's size (Content-Range) and ETag with its bytes, so an object
 // costs one GET at discovery instead of a HEAD and a GET, and each ranged GET of a load is
 // checked against the snapshot's ETag instead of a HEAD after the reads.
@@ -73,5 +74,12 @@ Result<FileInfo> s3_head(const S3Endpoint& ep, const std::string& url, const std
 // marker object behind for the prefix the key was in.
 Status s3_delete(const S3Endpoint& ep, const std::string& url, const std::string& key,
                  std::atomic<std::uint64_t>* retries);
+
+// One PUT of `n` bytes at `data` as the object `key`, retried while transient (the whole body
+// again): ok once the store answers 2xx, when the object is there whole; kIo naming `url`
+// otherwise. S3 makes an object visible only when its PUT completes, so a PUT cut short
+// leaves no object, and none of part of the bytes.
+Status s3_put(const S3Endpoint& ep, const std::string& url, const std::string& key,
+              const void* data, std::size_t n, std::atomic<std::uint64_t>* retries);
 
 }  // namespace shardload::detail

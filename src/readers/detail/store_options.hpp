@@ -21,6 +21,9 @@ std::string percent_decode(const std::string& s);
 // be different processes), which std::hash does not promise.
 std::uint64_t fnv1a(std::string_view s);
 
+// The largest object S3 takes in one PUT (5 GiB).
+inline constexpr std::int64_t kMaxSinglePut = std::int64_t{5} << 30;
+
 // Defaults: see docs/object_storage.md.
 struct StoreOptions {
   std::int64_t max_attempts = 5;       // the first try included
@@ -38,6 +41,10 @@ struct StoreOptions {
   // How many chunk objects (or a shard's inner chunks) one Zarr read fetches at once, beside
   // the calling thread that decodes them; see docs/object_storage.md for the measured default.
   std::int64_t chunks_in_flight = 8;
+  // s3:// writes on the signed path: an object of up to this many bytes is uploaded in one
+  // PUT (held in memory until then), a larger one in a multipart upload of parts sent as they
+  // fill; 0 uploads every object in parts. See docs/object_storage.md for the measured default.
+  std::int64_t multipart_threshold = std::int64_t{64} << 20;
   // s3:// credentials given as options (Arrow's URI has no keys for them): a key pair (and a
   // session token), or anonymous (unsigned requests). Empty and false: the environment's.
   std::string access_key;
