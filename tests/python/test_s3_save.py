@@ -144,12 +144,12 @@ def test_a_large_shard_is_one_put_or_a_multipart_upload_read_back_bit_exact(
         assert int(etag.strip('"').rsplit("-", 1)[1]) >= parts, etag
 
 
-@pytest.mark.parametrize("threshold", ["0", "1000000"])
+@pytest.mark.parametrize("threshold", ["0", "400127", "400128", "1000000"])
 def test_multipart_threshold_chooses_per_object_and_every_object_reads_back(
         proxied, threshold):
-    # Three shards of 400 000 bytes and their manifest: with a threshold of 0 each is a
-    # multipart upload (one POST to start it, a PUT of its part, a POST to complete it),
-    # within one of 1 MB each is one PUT and no POST at all.
+    # Three .npy shards of 400 128 bytes (a 128-byte header and 1000 rows of 400) and their
+    # manifest. An object of up to the threshold is one PUT and no POST; a larger one a
+    # multipart upload: one POST to start it, a PUT of its one part, a POST to complete it.
     bucket, proxy = proxied
     a = np.arange(300000, dtype=np.float32).reshape(3000, 100)
     options = {**bucket.options, "multipart_threshold": threshold}
@@ -158,13 +158,11 @@ def test_multipart_threshold_chooses_per_object_and_every_object_reads_back(
     np.testing.assert_array_equal(np.asarray(back), a)
     names = [f"shard_{i:04d}.npy" for i in range(3)] + ["shardload.manifest"]
     for name in names:
+        size = bucket.client.head_object(Bucket=bucket.name, Key=f"m/{name}")["ContentLength"]
+        assert name == "shardload.manifest" or size == 400128, (name, size)
         target = f"/{bucket.name}/m/{name}"
-        puts = proxy.requests("PUT", target)
-        posts = proxy.requests("POST", target)
-        if threshold == "0":
-            assert (puts, posts) == (1, 2), (name, puts, posts)
-        else:
-            assert (puts, posts) == (1, 0), (name, puts, posts)
+        got = (proxy.requests("PUT", target), proxy.requests("POST", target))
+        assert got == ((1, 0) if size <= int(threshold) else (1, 2)), (name, size, got)
 
 
 def test_a_bad_multipart_threshold_is_an_error_naming_the_url(bucket):
