@@ -34,6 +34,8 @@ of every column, so the ratios, not the GB/s, are what carries over.
 With --format parquet the shards are Parquet files of 64 float32 columns (row groups of about
 1 MB) and the columns are:
   shardload    shardload.load("s3://bucket/data/") -> host array (rows, 64);
+  sl-od4       the same with overdecompose=4 (four tiles per processor): most objects read
+               in pieces by two tiles or more, each piece opening its object;
   pa-dataset   pyarrow.dataset over pyarrow's S3FileSystem on the same server, to_table()
                (pyarrow's own threads and read-ahead); its table is checked as an array
                outside the timing;
@@ -350,6 +352,11 @@ def parquet(args: argparse.Namespace) -> None:
         def sl():
             return np.asarray(shardload.load("s3://bench/data/", storage_options=options))
 
+        def sl_split():
+            # Four tiles per processor: most objects are read in pieces by two tiles or more.
+            return np.asarray(shardload.load("s3://bench/data/", storage_options=options,
+                                             overdecompose=4))
+
         def pa_table():
             # The objects named (no listing): after sl-manifest the prefix holds the manifest,
             # which a dataset of the directory would take for a Parquet file.
@@ -383,8 +390,8 @@ def parquet(args: argparse.Namespace) -> None:
             assert layout.shape == want.shape
             return want
 
-        times, failed = measure((("shardload", sl, None), ("sl-discover", sl_discover,
-                                                           checked_layout),
+        times, failed = measure((("shardload", sl, None), ("sl-od4", sl_split, None),
+                                 ("sl-discover", sl_discover, checked_layout),
                                  ("pa-dataset", pa_table, table_array),
                                  ("pa-numpy", pa_numpy, None), ("get-bound", bound, None)),
                                 want, args.repeat)

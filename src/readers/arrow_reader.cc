@@ -30,12 +30,14 @@
 #include <cmath>
 #include <complex>
 #include <cstring>
+#include <deque>
 #include <limits>
 #include <memory>
 #include <mutex>
 #include <set>
 #include <string>
 #include <type_traits>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -678,6 +680,60 @@ class IoRandomAccessFile final : public arrow::io::RandomAccessFile {
 };
 
 // ---- one opened file ---------------------------------------------------------
+// Parsed Parquet footers of remote objects, by URL and snapshot, for this process. Each piece
+// of a load opens its object again, and without this it fetched the footer again: a request's
+// round trip per piece before its row groups could be asked for, and the footer's bytes (MBs
+// for a wide table of many groups) once per piece instead of once. The probe that took the
+// snapshot, or the first piece read on a rank, parses it; later opens of that snapshot take
+// it (a footer is only read, never changed, once parsed); a probe always reads its object's
+// own (discovery validates the files as they are). A piece's reads are checked against
+// the same snapshot (the ETag), so a footer kept for it never describes other bytes. Bounded
+// by the footers' serialized bytes; the oldest go first.
+class FooterCache {
+ public:
+  static constexpr std::size_t kMaxBytes = std::size_t{64} << 20;
+  static constexpr std::size_t kMaxEntries = 4096;
+
+  std::shared_ptr<parquet::FileMetaData> find(const std::string& path, const FileInfo& snap) {
+    const std::string k = key(path, snap);
+    std::lock_guard lock(mu_);
+    const auto it = entries_.find(k);
+    return it == entries_.end() ? nullptr : it->second;
+  }
+
+  void put(const std::string& path, const FileInfo& snap,
+           std::shared_ptr<parquet::FileMetaData> md) {
+    const std::size_t bytes = md->size();
+    if (bytes > kMaxBytes / 4) return;  // a footer this large would push out the rest
+    std::string k = key(path, snap);
+    std::lock_guard lock(mu_);
+    if (!entries_.emplace(k, std::move(md)).second) return;
+    order_.emplace_back(std::move(k), bytes);
+    bytes_ += bytes;
+    while (bytes_ > kMaxBytes || order_.size() > kMaxEntries) {
+      entries_.erase(order_.front().first);
+      bytes_ -= order_.front().second;
+      order_.pop_front();
+    }
+  }
+
+ private:
+  static std::string key(const std::string& path, const FileInfo& snap) {
+    return path + '\n' + std::to_string(snap.size) + ':' + std::to_string(snap.inode) + ':' +
+           std::to_string(snap.mtime_ns);
+  }
+
+  std::mutex mu_;
+  std::unordered_map<std::string, std::shared_ptr<parquet::FileMetaData>> entries_;
+  std::deque<std::pair<std::string, std::size_t>> order_;
+  std::size_t bytes_ = 0;
+};
+
+FooterCache& remote_footers() {
+  static auto* cache = new FooterCache();  // never destroyed: tasks may run until exit
+  return *cache;
+}
+
 struct OpenFile {
   std::shared_ptr<arrow::Schema> schema;
   std::vector<std::int64_t> group_rows;
@@ -758,8 +814,10 @@ class ArrowReader final : public ShardReader {
       // See the top of the file. A remote file's groups are pre-buffered by read_groups
       // instead, several at once (GetRecordBatchReader's would replace that buffer).
       props.set_pre_buffer(!remote);
+      std::shared_ptr<parquet::FileMetaData> footer;
+      if (remote && known != nullptr && !for_probe) footer = remote_footers().find(path, *known);
       parquet::arrow::FileReaderBuilder builder;
-      arrow::Status st = builder.Open(*file);
+      arrow::Status st = builder.Open(*file, parquet::default_reader_properties(), footer);
       if (!st.ok()) {
         return Status(ErrorCode::kFormat, path + ": not a readable Parquet file: " + st.ToString());
       }
@@ -775,6 +833,7 @@ class ArrowReader final : public ShardReader {
       const auto md = f.parquet->parquet_reader()->metadata();
       for (int g = 0; g < md->num_row_groups(); ++g)
         f.group_rows.push_back(md->RowGroup(g)->num_rows());
+      if (remote && known != nullptr && footer == nullptr) remote_footers().put(path, *known, md);
       return f;
     }
     // IPC: probing maps the file so that a batch's row count costs no read of

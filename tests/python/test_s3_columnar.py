@@ -254,6 +254,32 @@ def test_objects_are_probed_and_a_tiles_objects_read_with_requests_in_flight(
         assert proxy.max_in_flight >= 3, (proxy.max_in_flight, proxy.log)
 
 
+def test_a_parquet_footer_is_fetched_once_per_object_not_once_per_piece(server, tmp_path):
+    """Each object split among several tiles, each tile's piece opening it again: the footer
+    the probe parsed serves every piece of that snapshot, so the load asks only for row
+    groups (no GET covers an object's last byte, where the footer ends), and an object
+    overwritten since is still refused by its changed ETag."""
+    with FaultProxy(server) as proxy:
+        b = Bucket(server, proxy.endpoint)
+        tables = ragged_tables(np.random.default_rng(23), [400, 300])
+        paths = put_shards(b, tmp_path, "parquet", tables, group=50)
+        layout = shardload.discover(b.url("d/"), storage_options=b.options)
+        footers = {p.name: p.stat().st_size - 1 for p in paths}
+        proxy.clear()
+        got, info = shardload.load(layout, overdecompose=4, info=True)
+        np.testing.assert_array_equal(np.asarray(got), oracle(paths, "parquet", ["a", "b"]))
+        assert info.tiles >= 4, info
+        gets = [(t, r) for m, t, r, _ in proxy.log if m == "GET" and "/d/shard_" in t]
+        for p in paths:
+            mine = [r for t, r in gets if p.name in t]
+            assert len(mine) >= 2, (p.name, gets)  # pieces of several tiles
+            ends = [int(re.fullmatch(r"bytes=\d+-(\d+)", r).group(1)) for r in mine]
+            assert footers[p.name] not in ends, (p.name, mine)
+        b.upload(f"d/{paths[1].name}", paths[0])
+        with pytest.raises(shardload.Error, match="changed"):
+            shardload.load(layout, overdecompose=4)
+
+
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_a_failure_among_a_tiles_objects_is_the_first_in_row_order(server, tmp_path, fmt):
     """Two objects of one tile refused, the later one answering first: the error names the
