@@ -68,10 +68,16 @@ std::optional<int> check_file_list(const char* cmd, const std::vector<std::strin
       what = "a glob";
     }
     if (what != nullptr) {
-      return usage_error(cmd, "'" + path_for_message(p) + "' is " + what +
-                                  ", a SOURCE of its own: give one directory, pattern or glob "
-                                  "alone, or several files (" +
-                                  std::to_string(paths.size()) + " arguments given)");
+      // Appended piece by piece: GCC 12 takes a chain of operator+ here for overlapping
+      // copies (-Wrestrict) in an optimized build.
+      std::string msg = "'";
+      msg += path_for_message(p);
+      msg += "' is ";
+      msg += what;
+      msg += ", a SOURCE of its own: give one directory, pattern or glob alone, or several files (";
+      msg += std::to_string(paths.size());
+      msg += " arguments given)";
+      return usage_error(cmd, msg);
     }
   }
   return std::nullopt;
