@@ -26,18 +26,10 @@ std::string trim(const std::string& s) {
   return s.substr(a, b - a + 1);
 }
 
-// The profile's key pair in the shared credentials file, or nullopt where the file or the
-// profile is missing or the profile asks for more than a key pair (a role, a process, SSO:
-// the AWS SDK's to resolve).
-std::optional<AwsCredentials> shared_file_credentials() {
-  std::string path = env("AWS_SHARED_CREDENTIALS_FILE");
-  if (path.empty()) {
-    const std::string home = env("HOME");
-    if (home.empty()) return std::nullopt;
-    path = home + "/.aws/credentials";
-  }
-  std::string profile = env("AWS_PROFILE");
-  if (profile.empty()) profile = "default";
+// The keys of section `section` of the AWS INI file at `path`, or nullopt where the file or
+// the section is missing.
+std::optional<std::map<std::string, std::string>> ini_section(const std::string& path,
+                                                              const std::string& section) {
   std::ifstream in(path);
   if (!in) return std::nullopt;
   std::map<std::string, std::string> keys;
@@ -48,7 +40,7 @@ std::optional<AwsCredentials> shared_file_credentials() {
     line = trim(line);
     if (line.empty() || line[0] == '#' || line[0] == ';') continue;
     if (line.front() == '[' && line.back() == ']') {
-      inside = trim(line.substr(1, line.size() - 2)) == profile;
+      inside = trim(line.substr(1, line.size() - 2)) == section;
       found = found || inside;
       continue;
     }
@@ -58,8 +50,32 @@ std::optional<AwsCredentials> shared_file_credentials() {
     keys[trim(line.substr(0, eq))] = trim(line.substr(eq + 1));
   }
   if (!found) return std::nullopt;
+  return keys;
+}
+
+// A file the AWS SDK reads: the variable's path, else ~/.aws/NAME ("" without HOME).
+std::string aws_file(const char* variable, const char* name) {
+  std::string path = env(variable);
+  if (!path.empty()) return path;
+  const std::string home = env("HOME");
+  return home.empty() ? std::string() : home + "/.aws/" + name;
+}
+
+std::string aws_profile() {
+  const std::string profile = env("AWS_PROFILE");
+  return profile.empty() ? "default" : profile;
+}
+
+// The profile's key pair in the shared credentials file, or nullopt where the file or the
+// profile is missing or the profile asks for more than a key pair (a role, a process, SSO:
+// the AWS SDK's to resolve).
+std::optional<AwsCredentials> shared_file_credentials() {
+  const std::string path = aws_file("AWS_SHARED_CREDENTIALS_FILE", "credentials");
+  if (path.empty()) return std::nullopt;
+  const auto keys = ini_section(path, aws_profile());
+  if (!keys) return std::nullopt;
   AwsCredentials c;
-  for (const auto& [k, v] : keys) {
+  for (const auto& [k, v] : *keys) {
     if (k == "aws_access_key_id") {
       c.access_key = v;
     } else if (k == "aws_secret_access_key") {
@@ -72,6 +88,18 @@ std::optional<AwsCredentials> shared_file_credentials() {
   }
   if (c.access_key.empty() || c.secret_key.empty()) return std::nullopt;
   return c;
+}
+
+// The profile's region in the shared config file (where `aws configure` writes it: section
+// "[default]", or "[profile NAME]" for another profile), or "".
+std::string config_file_region() {
+  const std::string path = aws_file("AWS_CONFIG_FILE", "config");
+  if (path.empty()) return {};
+  const std::string profile = aws_profile();
+  const auto keys = ini_section(path, profile == "default" ? profile : "profile " + profile);
+  if (!keys) return {};
+  const auto it = keys->find("region");
+  return it == keys->end() ? std::string() : it->second;
 }
 
 std::string amz_now() {
@@ -182,6 +210,7 @@ std::optional<S3Endpoint> s3_signed_endpoint(const std::string& bucket,
   ep.region = q["region"];
   if (ep.region.empty()) ep.region = env("AWS_REGION");
   if (ep.region.empty()) ep.region = env("AWS_DEFAULT_REGION");
+  if (ep.region.empty()) ep.region = config_file_region();
   if (ep.region.empty()) return std::nullopt;
   std::string scheme = q.count("scheme") != 0 ? q["scheme"] : "https";
   if (scheme != "http" && scheme != "https") return std::nullopt;

@@ -53,9 +53,12 @@ def stop(proc: subprocess.Popen) -> None:
 
 
 # The credentials chain's environment of the clients: the server takes any key. The metadata
-# service is never asked (it would cost a timeout per client where there is none).
+# service is never asked (it would cost a timeout per client where there is none). The shared
+# files are empty, so that no profile of the machine's user (a region in ~/.aws/config, keys in
+# ~/.aws/credentials) changes what a test sees.
 CLIENT_ENV = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-              "AWS_DEFAULT_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true"}
+              "AWS_DEFAULT_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true",
+              "AWS_CONFIG_FILE": os.devnull, "AWS_SHARED_CREDENTIALS_FILE": os.devnull}
 
 
 @contextlib.contextmanager

@@ -190,6 +190,31 @@ def test_credentials_file_only_takes_the_signed_path(server, proxy, tmp_path, mo
         assert sent["Authorization"] == want
 
 
+@pytest.mark.parametrize("profile,section", [(None, "default"),
+                                             ("research", "profile research")])
+def test_a_region_in_the_config_file_takes_the_signed_path(server, proxy, tmp_path, monkeypatch,
+                                                           profile, section):
+    """`aws configure` writes the region to ~/.aws/config, not the credentials file: with no
+    region in the options or the environment, the profile's there is the one signed for
+    (section "[default]", else "[profile NAME]"), and the objects are read by signed GETs."""
+    data = Data(server)
+    config = tmp_path / "config"
+    config.write_text("[profile other]\nregion = eu-west-3\n\n"
+                      f"[{section}]\noutput = json\nregion = ap-south-1\n")
+    for k in ("AWS_REGION", "AWS_DEFAULT_REGION", "AWS_PROFILE"):
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(config))
+    if profile:
+        monkeypatch.setenv("AWS_PROFILE", profile)
+    options = {"endpoint_override": proxy.endpoint, "scheme": "http"}
+    got = shardload.load(data.url(), storage_options=options)
+    np.testing.assert_array_equal(np.asarray(got), data.want)
+    reqs = _object_requests(proxy, data)
+    assert reqs and {m for m, _, _ in reqs} == {"GET"}, reqs  # no HEAD: the signed path
+    for _, _, sent in reqs:
+        assert "/ap-south-1/s3/aws4_request" in sent["Authorization"], sent["Authorization"]
+
+
 def test_without_a_region_arrows_path_reads_the_same(server, proxy, monkeypatch):
     """No region in the options or the environment: the AWS SDK's to find, so Arrow's client
     reads (a HEAD per object at discovery and after its reads), with the same data."""

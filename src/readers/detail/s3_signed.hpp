@@ -33,7 +33,8 @@ struct S3Endpoint {
 // The endpoint for `bucket` with the store options left in `store_query` ("?k=v&..." or "",
 // shardload's own keys taken out into `options`, credentials included), or nullopt where only
 // the AWS SDK knows how to sign or reach the bucket (no key pair in the options, the
-// environment or the shared credentials file, and not anonymous; no region; an option of
+// environment or the shared credentials file, and not anonymous; no region in the options,
+// the environment or the shared config file's profile; an option of
 // Arrow's other than endpoint_override, scheme and region): those stay on Arrow's path.
 std::optional<S3Endpoint> s3_signed_endpoint(const std::string& bucket,
                                              const std::string& store_query,
