@@ -205,7 +205,9 @@ namespace {
 
 // Object storage has no directories of its own: a URL ending in '/' is one, a URL naming an
 // object is that object, any other a prefix (asked of the store: one request). The query
-// configures the store, so wildcards and numbering are looked for in the key only.
+// configures the store, so wildcards and numbering are looked for in the key only, and in its
+// last part only: a store lists one prefix per request, so the parts before are a prefix
+// taken as spelled ("s3://b/run[1]/", which save writes to, is that prefix, not a glob).
 Result<Source> parse_remote(const std::string& text, const std::string& pattern) {
   const auto [key, query] = split_query(text);
   if (is_http_url(text)) {
@@ -225,14 +227,14 @@ Result<Source> parse_remote(const std::string& text, const std::string& pattern)
   }
   const auto slash = key.rfind('/');
   const std::string last = key.substr(slash + 1);
-  if (key.find('{') != std::string::npos) {
+  if (last.find('{') != std::string::npos) {
     if (!pattern.empty()) {
       return Status(ErrorCode::kInvalidArgument,
                     "source '" + text + "' is already a pattern; do not also pass a pattern");
     }
     return Source::directory(key.substr(0, slash + 1) + query, last);
   }
-  if (key.find_first_of("*?[") != std::string::npos) {
+  if (last.find_first_of("*?[") != std::string::npos) {
     if (!pattern.empty()) {
       return Status(ErrorCode::kInvalidArgument,
                     "source '" + text + "' is a glob; a pattern applies only to a directory");
@@ -474,17 +476,27 @@ Result<std::vector<std::string>> resolve_directory(const Source& s, bool* nothin
 }
 
 // A remote glob matches in the last part of the key only: object storage lists one prefix
-// per request, and a wildcard in a "directory" would list the whole bucket.
+// per request, and a wildcard in a "directory" would list the whole bucket. The prefix
+// before it is taken as spelled (see parse_remote).
 Result<std::vector<std::string>> resolve_remote_glob(const Source& s, bool* nothing_matches) {
   const auto [key, query] = split_query(s.glob_expr);
   const auto slash = key.rfind('/');
   const std::string dir = key.substr(0, slash + 1);
   const std::string last = key.substr(slash + 1);
-  if (dir.find_first_of("*?[") != std::string::npos) {
-    return Status(ErrorCode::kInvalidArgument,
-                  s.glob_expr + ": an s3:// glob may hold wildcards in its last part only");
+  // What a user who meant wildcards in the prefix is told when it is not there as spelled.
+  const std::string spelled =
+      dir.find_first_of("*?[{") != std::string::npos
+          ? " (wildcards match in its last part only; the prefix '" + dir + "' is taken as spelled)"
+          : std::string();
+  auto listed = remote_names(dir + query);
+  if (!listed) {
+    const Status& st = listed.status();
+    if (spelled.empty()) return st;
+    return Status(st.code(), st.message() + spelled)
+        .with_path(st.path())
+        .with_errno(st.sys_errno());
   }
-  SHARDLOAD_ASSIGN_OR_RETURN(const auto names, remote_names(dir + query));
+  const auto& names = *listed;
   std::vector<std::string> paths;
   for (const auto& name : names) {
     if (::fnmatch(last.c_str(), name.c_str(), FNM_PERIOD) == 0) {
@@ -493,7 +505,7 @@ Result<std::vector<std::string>> resolve_remote_glob(const Source& s, bool* noth
   }
   if (paths.empty()) {
     *nothing_matches = true;
-    return layout_error(s.glob_expr + ": no files match the glob");
+    return layout_error(s.glob_expr + ": no files match the glob" + spelled);
   }
   std::sort(paths.begin(), paths.end(),
             [](const std::string& a, const std::string& b) { return natural_less(a, b); });

@@ -361,6 +361,23 @@ def test_a_zarr_save_and_overwrite_under_a_prefix_of_symbols_and_non_ascii(bucke
     np.testing.assert_array_equal(np.asarray(back), a[:5])
 
 
+@pytest.mark.parametrize("prefix", ["run[1]/", "x*y/", "v{2}/", "a [b]* c/"])
+def test_a_prefix_spelled_with_glob_characters_is_loaded_as_spelled(bucket, prefix):
+    # Wildcards and numbering are read in a URL's last part only: the prefix a save wrote to
+    # is read back from the same URL, and a glob or pattern of its objects works under it.
+    a = np.arange(24, dtype=np.int32).reshape(12, 2)
+    shardload.save(a, bucket.url(prefix), num_shards=3, storage_options=bucket.options)
+    for name in ("", "shard_*.npy", "shard_{:04d}.npy", "shard_000[0-2].npy"):
+        back = shardload.load(bucket.url(prefix + name), storage_options=bucket.options)
+        np.testing.assert_array_equal(np.asarray(back), a)
+    layout = shardload.discover(bucket.url(prefix), storage_options=bucket.options)
+    assert layout.manifest_state is shardload.ManifestState.USED
+    # Wildcards meant for the prefix: the error says it was taken as spelled.
+    with pytest.raises(shardload.LayoutError) as e:
+        shardload.load(bucket.url("*/shard_*.npy"), storage_options=bucket.options)
+    assert f"the prefix '{bucket.url('*/')}' is taken as spelled" in str(e.value), str(e.value)
+
+
 def test_overwrite_refuses_a_store_holding_an_object_a_save_does_not_write(bucket):
     a = np.arange(12, dtype=np.int16).reshape(6, 2)
     shardload.save(a, bucket.url("d/"), num_shards=2, format="zarr",
