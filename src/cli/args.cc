@@ -43,9 +43,12 @@ int source_error(const char* cmd, const Status& s) {
   return fail(cmd, s.message());
 }
 
-// A path, or an s3:// URL without its query (the store's options, not part of the name).
-static std::string key_of(const std::string& p) {
-  return is_remote_url(p) ? p.substr(0, p.find('?')) : p;
+// What of a SOURCE is read for a number field or wildcards: a path whole, an s3:// URL's last
+// part without its query (its prefix is taken as spelled, see Source::parse).
+static std::string pattern_part(const std::string& p) {
+  if (!is_remote_url(p)) return p;
+  const std::string key = p.substr(0, p.find('?'));
+  return key.substr(key.rfind('/') + 1);
 }
 
 // Several SOURCE arguments are a list of files (a Zarr store counts as one). A directory of
@@ -62,9 +65,9 @@ std::optional<int> check_file_list(const char* cmd, const std::vector<std::strin
       if (S_ISDIR(st.st_mode) && !has(".zarray") && !has(".zgroup") && !has("zarr.json")) {
         what = "a directory";
       }
-    } else if (key_of(p).find('{') != std::string::npos) {
+    } else if (pattern_part(p).find('{') != std::string::npos) {
       what = "a numbered pattern";
-    } else if (key_of(p).find_first_of("*?[") != std::string::npos) {
+    } else if (pattern_part(p).find_first_of("*?[") != std::string::npos) {
       what = "a glob";
     }
     if (what != nullptr) {

@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import subprocess
 
 import numpy as np
 import pytest
@@ -362,7 +363,7 @@ def test_a_zarr_save_and_overwrite_under_a_prefix_of_symbols_and_non_ascii(bucke
 
 
 @pytest.mark.parametrize("prefix", ["run[1]/", "x*y/", "v{2}/", "a [b]* c/"])
-def test_a_prefix_spelled_with_glob_characters_is_loaded_as_spelled(bucket, prefix):
+def test_a_prefix_spelled_with_glob_characters_is_loaded_as_spelled(bucket, prefix, cli):
     # Wildcards and numbering are read in a URL's last part only: the prefix a save wrote to
     # is read back from the same URL, and a glob or pattern of its objects works under it.
     a = np.arange(24, dtype=np.int32).reshape(12, 2)
@@ -370,6 +371,15 @@ def test_a_prefix_spelled_with_glob_characters_is_loaded_as_spelled(bucket, pref
     for name in ("", "shard_*.npy", "shard_{:04d}.npy", "shard_000[0-2].npy"):
         back = shardload.load(bucket.url(prefix + name), storage_options=bucket.options)
         np.testing.assert_array_equal(np.asarray(back), a)
+    # The command line too: the prefix, and its objects named one by one (a list of files,
+    # not globs, though their prefix holds glob characters).
+    opts = [f"--storage-option={k}={v}" for k, v in bucket.options.items()]
+    objects = [bucket.url(f"{prefix}shard_{i:04d}.npy") for i in range(3)]
+    for sources in ([bucket.url(prefix)], objects):
+        r = subprocess.run([str(cli), "inspect", "--json", *sources, *opts],
+                           capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stderr
+        assert json.loads(r.stdout)["total_rows"] == 12, r.stdout
     layout = shardload.discover(bucket.url(prefix), storage_options=bucket.options)
     assert layout.manifest_state is shardload.ManifestState.USED
     # Wildcards meant for the prefix: the error says it was taken as spelled.
