@@ -104,6 +104,10 @@ Result<int> IoBackend::open_whole(const std::string& path, FileInfo* info,
   return open_stat(path, info);
 }
 
+Result<int> IoBackend::open_tail(const std::string& path, FileInfo* info, std::size_t /*tail*/) {
+  return open_stat(path, info);
+}
+
 Result<int> IoBackend::open_stat(const std::string& path, FileInfo* info) {
   SHARDLOAD_ASSIGN_OR_RETURN(const int fd, open(path));
   auto st = stat(fd, path);
@@ -237,6 +241,14 @@ class PosixIo final : public IoBackend {
     return open_stat(path, info);
   }
 
+  Result<int> open_tail(const std::string& path, FileInfo* info, std::size_t tail) override {
+    if (is_remote_url(path)) {
+      SHARDLOAD_ASSIGN_OR_RETURN(RemoteIo* const r, remote_for(path));
+      return r->open_tail(path, info, tail);
+    }
+    return open_stat(path, info);
+  }
+
   Result<FileInfo> stat(int fd, const std::string& path) override {
     if (fd >= kRemoteFdBase) return remote_io_for_fd(fd)->stat(fd, path);
     struct ::stat st {};
@@ -307,6 +319,13 @@ Result<File> File::open_stat(IoBackend& io, const std::string& path, FileInfo* i
 Result<File> File::open_whole(IoBackend& io, const std::string& path, FileInfo* info,
                               std::size_t expected) {
   auto fd = io.open_whole(path, info, expected);
+  if (!fd) return fd.status();
+  return File(&io, *fd, path);
+}
+
+Result<File> File::open_tail(IoBackend& io, const std::string& path, FileInfo* info,
+                             std::size_t tail) {
+  auto fd = io.open_tail(path, info, tail);
   if (!fd) return fd.status();
   return File(&io, *fd, path);
 }

@@ -254,7 +254,8 @@ Status get_positional(Reader& r, const FormatOptionSpec& row, FormatOptions* o) 
         return Status::ok();
       }
       if (d.name() == "invalid") return {ErrorCode::kInvalidArgument, "unknown dtype code"};
-      const std::string text = order == 0 ? d.name() : (order == 2 ? ">" : "<") + d.code();
+      std::string text = d.name();
+      if (order != 0) text = (order == 2 ? '>' : '<') + d.code();
       return set_value(row, text, o);
     }
     case OptionKind::kText:

@@ -105,8 +105,9 @@ ShardUpload::ShardUpload(ObjectStore* store, std::string dir, std::string query,
 }
 
 Status ShardUpload::open_next() {
-  const std::string url =
-      dir_ + name_ + (chunk_rows_ > 0 ? "/" + chunk_name_(ws_, chunk_) : std::string()) + query_;
+  std::string url = dir_ + name_;
+  if (chunk_rows_ > 0) url += '/' + chunk_name_(ws_, chunk_);
+  url += query_;
   // Its size is known before its first byte: a chunk is chunk_rows rows (the last padded).
   const auto rb = static_cast<std::int64_t>(ws_.row_bytes);
   const std::int64_t size =

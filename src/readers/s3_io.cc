@@ -259,7 +259,8 @@ struct SignedOpen {
 #endif
   std::string key;
   FileInfo snapshot;
-  std::string first;  // the object's first bytes, from the open's GET
+  std::string first;           // bytes of the object from the open's GET: its first, or its last
+  std::uint64_t first_at = 0;  // the object offset of `first`
   std::mutex mu;
   bool differs = false;     // an answer's ETag or size was not the snapshot's: `seen`
   bool unverified = false;  // an answer without an ETag: the stat asks the store
@@ -289,6 +290,18 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
     SHARDLOAD_ASSIGN_OR_RETURN(auto where, resolve(url));
     if (where.ep != nullptr) {
       return signed_open(url, where, info, std::clamp(expected, kFirstBytes, kWholeBytesMax));
+    }
+#endif
+    return open_stat(url, info);
+  }
+
+  // On the signed path the open's GET asks for the object's last bytes (a suffix range, whose
+  // answer says the size and ETag as a range's does), so that a footer read next is in them.
+  Result<int> open_tail(const std::string& url, FileInfo* info, std::size_t tail) override {
+#if SHARDLOAD_S3_SIGNED
+    SHARDLOAD_ASSIGN_OR_RETURN(auto where, resolve(url));
+    if (where.ep != nullptr) {
+      return signed_open(url, where, info, std::clamp(tail, kFirstBytes, kWholeBytesMax), true);
     }
 #endif
     return open_stat(url, info);
@@ -580,10 +593,11 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
   }
 
 #if SHARDLOAD_S3_SIGNED
-  // The open of discovery (and of a Zarr chunk): one GET of the first bytes, whose answer
-  // says the object's size (Content-Range) and ETag; later reads within them cost nothing.
+  // The open of discovery (and of a Zarr chunk): one GET of the first bytes (or, `tail`, of
+  // the last), whose answer says the object's size (Content-Range) and ETag; later reads
+  // within them cost nothing.
   Result<int> signed_open(const std::string& url, const Where& where, FileInfo* info,
-                          std::size_t first_bytes = kFirstBytes) {
+                          std::size_t first_bytes = kFirstBytes, bool tail = false) {
     if (where.path.empty() || where.path.back() == '/') {
       return file_error(ErrorCode::kIo, url, "not an object (the URL ends in '/')");
     }
@@ -591,7 +605,9 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
     s->ep = where.ep;
     s->key = key_of(where.path);
     s->first.resize(first_bytes);
-    S3Get g = s3_get_range(*s->ep, s->key, s->first.data(), first_bytes, 0, false, 0, &retries_);
+    S3Get g =
+        tail ? s3_get_tail(*s->ep, s->key, s->first.data(), first_bytes, &retries_)
+             : s3_get_range(*s->ep, s->key, s->first.data(), first_bytes, 0, false, 0, &retries_);
     if (g.status == 416) {
       // An empty object has no byte 0 to ask for: its snapshot from a HEAD.
       SHARDLOAD_ASSIGN_OR_RETURN(s->snapshot, s3_head(*s->ep, url, s->key, &retries_));
@@ -604,6 +620,7 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
     } else {
       s->first.resize(static_cast<std::size_t>(g.got));
       s->first.shrink_to_fit();
+      s->first_at = g.first;
       s->snapshot.size = g.state.size;
       s->snapshot.regular = true;
       s->snapshot.inode = g.state.has_etag ? g.state.inode : fnv1a("");
@@ -627,9 +644,12 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
     // Never past the end the snapshot saw: a range there is a 416, not an end of file.
     n = static_cast<std::size_t>(std::min<std::uint64_t>(n, s.snapshot.size - offset));
     std::size_t done = 0;
-    if (offset < s.first.size()) {
-      done = std::min<std::size_t>(n, s.first.size() - static_cast<std::size_t>(offset));
-      std::memcpy(buf, s.first.data() + offset, done);
+    if (offset >= s.first_at && offset - s.first_at < s.first.size()) {
+      // From the open's bytes; what a read needs past them (after an object's first bytes)
+      // comes by GETs below. A read that begins before them (the tail) is asked whole.
+      const auto at = static_cast<std::size_t>(offset - s.first_at);
+      done = std::min<std::size_t>(n, s.first.size() - at);
+      std::memcpy(buf, s.first.data() + at, done);
       if (done == n) return static_cast<std::int64_t>(done);
     }
     const std::int64_t got = read_in_parts(

@@ -245,16 +245,24 @@ std::optional<S3Endpoint> s3_signed_endpoint(const std::string& bucket,
   return ep;
 }
 
-S3Get s3_get_range(const S3Endpoint& ep, const std::string& key, void* dst, std::size_t n,
-                   std::uint64_t offset, bool expect, std::uint64_t expect_inode,
-                   std::atomic<std::uint64_t>* retries) {
+namespace {
+
+// A ranged GET of `n` bytes at `*offset`, or of the object's last `n` bytes where `offset` is
+// null (a suffix range, "bytes=-N", which S3 answers with the range it sends).
+S3Get get_range(const S3Endpoint& ep, const std::string& key, void* dst, std::size_t n,
+                const std::uint64_t* offset, bool expect, std::uint64_t expect_inode,
+                std::atomic<std::uint64_t>* retries) {
   S3Get g;
-  const std::string range = std::to_string(offset) + "-" + std::to_string(offset + n - 1);
+  const std::string range = offset == nullptr
+                                ? "-" + std::to_string(n)
+                                : std::to_string(*offset) + "-" + std::to_string(*offset + n - 1);
   CurlRequest req = request_for(ep, key, "GET", {{"Range", "bytes=" + range}});
   req.accept = [&](const CurlHeaders& h) {
     return !expect || h.etag.empty() || fnv1a(h.etag) == expect_inode;
   };
-  const CurlAnswer a = curl_perform(req, dst, n, offset, retries);
+  // A 200 is the whole object, taken as the range only from offset 0 (for a suffix: an
+  // object within the n bytes, all of it fitting the buffer).
+  const CurlAnswer a = curl_perform(req, dst, n, offset == nullptr ? 0 : *offset, retries);
   const CurlOutcome& o = a.outcome;
   g.status = o.curl == CURLE_OK ? o.http : 0;
   if (!a.headers.etag.empty()) {
@@ -281,8 +289,10 @@ S3Get s3_get_range(const S3Endpoint& ep, const std::string& key, void* dst, std:
   }
   if (a.overflow) {
     return fail("the store ignored the Range request (HTTP " + std::to_string(o.http) +
-                    " with more than the " + std::to_string(n) + " bytes asked for at offset " +
-                    std::to_string(offset) + "): not read as the range",
+                    " with more than the " + std::to_string(n) + " bytes asked for" +
+                    (offset == nullptr ? std::string(" at the end")
+                                       : " at offset " + std::to_string(*offset)) +
+                    "): not read as the range",
                 EIO);
   }
   if (o.curl != CURLE_OK) return fail(describe(o, {}), curl_errno(o));
@@ -294,13 +304,31 @@ S3Get s3_get_range(const S3Endpoint& ep, const std::string& key, void* dst, std:
     return g;
   }
   if (o.http != 206) return fail(describe(o, a.error_body), curl_errno(o));
-  if (!ranged || first != offset) {
+  // A suffix's answer ends at the object's end; a range's starts where it was asked.
+  const bool as_asked = offset == nullptr
+                            ? total >= 0 && first + a.got == static_cast<std::uint64_t>(total)
+                            : first == *offset;
+  if (!ranged || !as_asked) {
     return fail("the store answered 206 with Content-Range '" + a.headers.content_range +
                     "', not bytes " + range,
                 EIO);
   }
+  g.first = first;
   g.got = static_cast<std::int64_t>(a.got);
   return g;
+}
+
+}  // namespace
+
+S3Get s3_get_range(const S3Endpoint& ep, const std::string& key, void* dst, std::size_t n,
+                   std::uint64_t offset, bool expect, std::uint64_t expect_inode,
+                   std::atomic<std::uint64_t>* retries) {
+  return get_range(ep, key, dst, n, &offset, expect, expect_inode, retries);
+}
+
+S3Get s3_get_tail(const S3Endpoint& ep, const std::string& key, void* dst, std::size_t n,
+                  std::atomic<std::uint64_t>* retries) {
+  return get_range(ep, key, dst, n, nullptr, false, 0, retries);
 }
 
 Result<FileInfo> s3_head(const S3Endpoint& ep, const std::string& url, const std::string& key,

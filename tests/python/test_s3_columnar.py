@@ -147,9 +147,10 @@ def test_parquet_reads_ranges_of_the_object_never_all_of_it(server, tmp_path):
         assert gets and all(r is not None for r, _ in gets), gets
         fetched = 0
         for r, _ in gets:
-            m = re.fullmatch(r"bytes=(\d+)-(\d+)", r)
+            m = re.fullmatch(r"bytes=(\d*)-(\d+)", r)
             assert m, r
-            fetched += int(m.group(2)) - int(m.group(1)) + 1
+            # "bytes=-N" (the probe's last N bytes) or "bytes=A-B".
+            fetched += int(m.group(2)) if not m.group(1) else int(m.group(2)) - int(m.group(1)) + 1
         assert fetched < p.stat().st_size // 4, (fetched, p.stat().st_size)
 
 
@@ -252,6 +253,32 @@ def test_objects_are_probed_and_a_tiles_objects_read_with_requests_in_flight(
         np.testing.assert_array_equal(np.asarray(got), oracle(paths, fmt, ["a", "b"]))
         assert info.tiles <= 2, info
         assert proxy.max_in_flight >= 3, (proxy.max_in_flight, proxy.log)
+
+
+def test_a_parquet_object_is_probed_by_one_get_of_its_last_bytes(server, tmp_path):
+    """The probe's open asks for an object's last 64 KiB (a suffix range), which hold its
+    footer and say its size and ETag: one GET per object at discovery, whatever its size;
+    damaged objects are still errors naming them."""
+    with FaultProxy(server) as proxy:
+        b = Bucket(server, proxy.endpoint)
+        tables = ragged_tables(np.random.default_rng(29), [9000, 10, 7000])
+        paths = put_shards(b, tmp_path, "parquet", tables, group=1000)
+        assert paths[0].stat().st_size > 3 * 65536 and paths[1].stat().st_size < 65536
+        layout = shardload.discover(b.url("d/"), storage_options=b.options)
+        assert layout.total_rows == 16010
+        for p in paths:
+            ranges = [r for m, t, r, _ in proxy.log if p.name in t]
+            assert ranges == ["bytes=-65536"], (p.name, proxy.log)
+        np.testing.assert_array_equal(np.asarray(shardload.load(layout)),
+                                      oracle(paths, "parquet", ["a", "b"]))
+        # Not Parquet: cut to its last half, a few bytes, nothing at all.
+        whole = paths[1].read_bytes()
+        for i, bad in enumerate([whole[len(whole) // 2:], b"PAR1", b""]):
+            b.put(f"bad{i}/shard_0000.parquet", bad)
+            with pytest.raises(shardload.Error) as e:
+                shardload.discover(b.url(f"bad{i}/"), format="parquet",
+                                   storage_options=b.options)
+            assert b.url(f"bad{i}/shard_0000.parquet") in str(e.value), str(e.value)
 
 
 def test_a_parquet_footer_is_fetched_once_per_object_not_once_per_piece(server, tmp_path):

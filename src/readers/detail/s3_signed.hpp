@@ -61,10 +61,16 @@ struct S3Get {
   long status = 0;
   bool changed = false;
   S3State state;
+  std::uint64_t first = 0;  // the object offset of the bytes read
 };
 S3Get s3_get_range(const S3Endpoint& ep, const std::string& key, void* dst, std::size_t n,
                    std::uint64_t offset, bool expect, std::uint64_t expect_inode,
                    std::atomic<std::uint64_t>* retries);
+
+// The same for the object's last `n` bytes (all of it when smaller): `first` says where they
+// begin. An empty object answers 416, as for s3_get_range at offset 0.
+S3Get s3_get_tail(const S3Endpoint& ep, const std::string& key, void* dst, std::size_t n,
+                  std::atomic<std::uint64_t>* retries);
 
 // One HEAD of `key`: the object's snapshot (kIo naming `url` when it fails; ENOENT for 404).
 Result<FileInfo> s3_head(const S3Endpoint& ep, const std::string& url, const std::string& key,

@@ -62,6 +62,11 @@ class IoBackend {
   // costs one request instead of two. The default, and posix_io() for a local file, is
   // open_stat().
   virtual Result<int> open_whole(const std::string& path, FileInfo* info, std::size_t expected);
+  // open_stat() for a caller that reads the file's last bytes first (a Parquet footer): a
+  // backend whose open fetches part of an object with its snapshot (signed s3:// reads)
+  // fetches its last `tail` bytes instead of its first, so that the footer costs no request
+  // of its own. The default, and posix_io() for a local file, is open_stat().
+  virtual Result<int> open_tail(const std::string& path, FileInfo* info, std::size_t tail);
   // One positional read: bytes read (0 at end of file) or -errno.
   virtual std::int64_t pread(int fd, void* buf, std::size_t n, std::uint64_t offset) = 0;
   virtual void close(int fd) = 0;
@@ -169,6 +174,9 @@ class File {
   // open_stat() for a file read whole next (IoBackend::open_whole).
   static Result<File> open_whole(IoBackend& io, const std::string& path, FileInfo* info,
                                  std::size_t expected);
+  // open_stat() for a file whose last bytes are read first (IoBackend::open_tail).
+  static Result<File> open_tail(IoBackend& io, const std::string& path, FileInfo* info,
+                                std::size_t tail);
 
   [[nodiscard]] const std::string& path() const { return path_; }
   [[nodiscard]] int fd() const { return fd_; }
