@@ -450,7 +450,7 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
                                                     std::int64_t size) override {
     SHARDLOAD_ASSIGN_OR_RETURN(auto where, resolve_object(url));
 #if SHARDLOAD_S3_SIGNED
-    if (where.ep != nullptr && size >= 0 && size <= where.ep->options.multipart_threshold) {
+    if (one_put(where, size)) {
       return std::unique_ptr<ObjectWriter>(std::make_unique<SignedObjectWriter>(
           url, where.ep, key_of(where.path), static_cast<std::size_t>(size), &retries_));
     }
@@ -571,6 +571,14 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
   };
 
   static std::string key_of(const std::string& path) { return path.substr(path.find('/') + 1); }
+
+#if SHARDLOAD_S3_SIGNED
+  // Whether an object of `size` bytes (-1: not known) goes up in one signed PUT: on the signed
+  // path, within the URL's multipart_threshold.
+  static bool one_put(const Where& where, std::int64_t size) {
+    return where.ep != nullptr && size >= 0 && size <= where.ep->options.multipart_threshold;
+  }
+#endif
 
   Result<int> add_open(const std::string& url, std::shared_ptr<arrow::io::RandomAccessFile> file,
                        std::shared_ptr<SignedOpen> s = nullptr) {
@@ -852,7 +860,7 @@ ArrowRemoteIo* the_s3_io() {
 Status ArrowRemoteIo::write_object(const std::string& url, const void* data, std::size_t n) {
   SHARDLOAD_ASSIGN_OR_RETURN(auto where, resolve_object(url));
 #if SHARDLOAD_S3_SIGNED
-  if (where.ep != nullptr && n <= static_cast<std::size_t>(where.ep->options.multipart_threshold)) {
+  if (one_put(where, static_cast<std::int64_t>(n))) {
     return s3_put(*where.ep, url, key_of(where.path), data, n, &retries_);
   }
 #endif

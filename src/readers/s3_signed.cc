@@ -135,10 +135,24 @@ std::string describe(const CurlOutcome& o, const std::string& body) {
   return curl_describe(o, body);
 }
 
+// A failed request's error naming `url`: "cannot WHAT: " the store's words, and the attempts
+// where it was retried.
+Status answer_error(const std::string& url, const std::string& what, const CurlAnswer& a) {
+  std::string msg = "cannot " + what + ": " + describe(a.outcome, a.error_body);
+  if (a.tries > 1) msg += " (gave up after " + std::to_string(a.tries) + " attempts)";
+  return file_error(ErrorCode::kIo, url, msg, curl_errno(a.outcome));
+}
+
+// The payload hash of a request without a body, made once (every GET, HEAD and DELETE signs it).
+const std::string& empty_payload_hash() {
+  static const std::string hash = sha256_hex("");
+  return hash;
+}
+
 // A request for `key`: its URL and the headers for each attempt (signed, and dated then).
 CurlRequest request_for(const S3Endpoint& ep, const std::string& key, const char* method,
                         std::vector<std::pair<std::string, std::string>> own,
-                        const std::string& payload_hash = sha256_hex("")) {
+                        const std::string& payload_hash = empty_payload_hash()) {
   const std::string path = ep.path_prefix + "/" + s3_uri_encode(key, true);
   CurlRequest req;
   req.url = ep.origin + path;
@@ -337,11 +351,7 @@ Result<FileInfo> s3_head(const S3Endpoint& ep, const std::string& url, const std
   const CurlRequest req = request_for(ep, key, "HEAD", {});
   const CurlAnswer a = curl_perform(req, nullptr, 0, 0, retries);
   const CurlOutcome& o = a.outcome;
-  if (o.curl != CURLE_OK || o.http != 200) {
-    std::string msg = "cannot open: " + describe(o, {});
-    if (a.tries > 1) msg += " (gave up after " + std::to_string(a.tries) + " attempts)";
-    return file_error(ErrorCode::kIo, url, msg, curl_errno(o));
-  }
+  if (o.curl != CURLE_OK || o.http != 200) return answer_error(url, "open", a);  // no body
   if (a.content_length < 0) {
     return file_error(ErrorCode::kIo, url, "cannot open: the HEAD answer has no Content-Length");
   }
@@ -361,9 +371,7 @@ Status s3_delete(const S3Endpoint& ep, const std::string& url, const std::string
   if (o.curl == CURLE_OK && (o.http == 204 || o.http == 200 || o.http == 404)) {
     return Status::ok();
   }
-  std::string msg = "cannot delete: " + describe(o, a.error_body);
-  if (a.tries > 1) msg += " (gave up after " + std::to_string(a.tries) + " attempts)";
-  return file_error(ErrorCode::kIo, url, msg, curl_errno(o));
+  return answer_error(url, "delete", a);
 }
 
 Status s3_put(const S3Endpoint& ep, const std::string& url, const std::string& key,
@@ -381,9 +389,7 @@ Status s3_put(const S3Endpoint& ep, const std::string& url, const std::string& k
   const CurlAnswer a = curl_perform(req, nullptr, 0, 0, retries);
   const CurlOutcome& o = a.outcome;
   if (o.curl == CURLE_OK && o.http >= 200 && o.http < 300) return Status::ok();
-  std::string msg = "cannot write: " + describe(o, a.error_body);
-  if (a.tries > 1) msg += " (gave up after " + std::to_string(a.tries) + " attempts)";
-  return file_error(ErrorCode::kIo, url, msg, curl_errno(o));
+  return answer_error(url, "write", a);
 }
 
 }  // namespace shardload::detail
