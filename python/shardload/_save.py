@@ -13,6 +13,7 @@ import dataclasses
 import os
 import time
 import warnings
+from collections.abc import Sequence
 from typing import Any, Union
 
 import numpy as np
@@ -89,6 +90,7 @@ def save(
     dest: PathLike,
     *,
     num_shards: int | None = None,
+    shard_rows: Sequence[int] | None = None,
     format: str = "npy",
     overwrite: bool = False,
     manifest: bool = True,
@@ -102,7 +104,10 @@ def save(
     ``numpy.ndarray`` (copied into Legate first, in native byte order), of 1 to 6
     dimensions, of bool, integers, float16/32/64 or complex64/128. Axis 0 is split into
     ``num_shards`` shards (1 to 1,000,000; default: one per CPU processor of the launch) of
-    ``ceil(rows / num_shards)`` rows, the last ones shorter or empty. ``format``: ``"npy"``
+    ``ceil(rows / num_shards)`` rows, the last ones shorter or empty; or give each
+    shard's rows in ``shard_rows`` (non-negative integers adding up to the array's rows, a
+    shard may have 0; not with ``num_shards``), to keep a dataset's own sharding when saving
+    it again. ``format``: ``"npy"``
     (``shard_0000.npy`` ...), ``"raw"``
     (``shard_0000.bin`` ... and a ``shardload.json`` sidecar) or ``"zarr"`` (one uncompressed
     Zarr v2 store per shard, ``shard_0000.zarr`` ...).
@@ -148,6 +153,25 @@ def save(
         if not 1 <= int(num_shards) <= _MAX_SHARDS:
             raise ValueError(f"save: num_shards= must be from 1 to {_MAX_SHARDS}, found "
                              f"{int(num_shards)}")
+    rows_list: list[int] = []
+    if shard_rows is not None:
+        if num_shards is not None:
+            raise ValueError("save: give num_shards= or shard_rows=, not both")
+        if isinstance(shard_rows, np.ndarray) and shard_rows.ndim == 1:
+            shard_rows = shard_rows.tolist()
+        if isinstance(shard_rows, (str, bytes)) or not isinstance(shard_rows, Sequence):
+            raise TypeError(f"save: shard_rows= must be a sequence of integers, found "
+                            f"{type(shard_rows).__name__} {shard_rows!r}")
+        if not 1 <= len(shard_rows) <= _MAX_SHARDS:
+            raise ValueError(f"save: shard_rows= must hold from 1 to {_MAX_SHARDS} shards, "
+                             f"found {len(shard_rows)}")
+        for i, r in enumerate(shard_rows):
+            if isinstance(r, (bool, np.bool_)) or not isinstance(r, (int, np.integer)):
+                raise TypeError(f"save: shard_rows[{i}] must be an integer, found "
+                                f"{type(r).__name__} {r!r}")
+            if not 0 <= int(r) < 2**63:
+                raise ValueError(f"save: shard_rows[{i}] must be >= 0, found {int(r)}")
+            rows_list.append(int(r))
     if info is not None:
         warnings.warn("save: info= is deprecated; save() always returns its SaveInfo",
                       DeprecationWarning, stacklevel=2)
@@ -193,7 +217,7 @@ def save(
 
     logical = _logical_array(array)
     try:
-        d = _legate.save(logical.raw_handle, path, int(num_shards or 0), [], format,
+        d = _legate.save(logical.raw_handle, path, int(num_shards or 0), rows_list, format,
                          bool(overwrite), bool(manifest), checksum)
     finally:
         # Dropped here on the error path too: the raised exception's traceback keeps this

@@ -95,8 +95,10 @@ int cmd_verify(const Args& args);
 
 // What `shardload read` was asked to do, checked before Legate starts.
 struct ReadArgs {
-  std::string source;    // a directory, numbered pattern, glob or file
-  std::string meta_dir;  // where _meta.json is looked for: the source directory, else its parent
+  std::string source;  // a directory, numbered pattern, glob or file
+  // Where _meta.json is looked for: the source directory, else its parent; for a URL, the URL
+  // (read_write_meta looks below its key, then beside it).
+  std::string meta_dir;
   std::string pattern;
   std::int64_t overdecompose = 1;
   std::int64_t repeat = 1;

@@ -6,6 +6,8 @@
 #include <cerrno>
 #include <cstdint>
 #include <iostream>
+#include <optional>
+#include <vector>
 
 #include "cli/commands.hpp"
 #include "readers/detail/json.hpp"
@@ -14,16 +16,49 @@
 
 namespace shardload::cli {
 
+namespace {
+
+// _meta.json is a few hundred bytes; the cap keeps a stray huge file from being read whole.
+constexpr std::uint64_t kMaxMetaBytes = std::uint64_t{1} << 20;
+
+// The text of the _meta.json of the source URL `url`: below its key (a prefix, as `write`
+// makes it), else beside it (the key is a glob, a pattern or an object); nullopt where neither
+// object is there.
+Result<std::optional<std::string>> remote_meta_text(const std::string& url, std::string* path) {
+  const auto q = url.find('?');
+  std::string base = url.substr(0, q);
+  const std::string query = q == std::string::npos ? std::string() : url.substr(q);
+  std::vector<std::string> dirs;
+  if (!base.empty() && base.back() != '/') {
+    dirs.push_back(base + "/");
+    base.resize(base.rfind('/') + 1);
+  }
+  dirs.push_back(base);
+  for (const auto& dir : dirs) {
+    *path = dir + "_meta.json" + query;
+    auto text = detail::read_small_file(posix_io(), *path, kMaxMetaBytes, nullptr);
+    if (text) return std::optional<std::string>(std::move(*text));
+    if (text.status().sys_errno() != ENOENT) return text.status();
+  }
+  return std::optional<std::string>();
+}
+
+}  // namespace
+
 Result<WriteMeta> read_write_meta(const std::string& dir) {
-  // _meta.json is a few hundred bytes; the cap keeps a stray huge file from
-  // being read whole.
-  constexpr std::uint64_t kMaxMetaBytes = std::uint64_t{1} << 20;
-  const std::string path = dir + "/_meta.json";
   WriteMeta m;
-  struct stat st {};
-  if (::stat(path.c_str(), &st) != 0 && errno == ENOENT) return m;
-  SHARDLOAD_ASSIGN_OR_RETURN(const std::string text,
-                             detail::read_small_file(posix_io(), path, kMaxMetaBytes, nullptr));
+  std::string path = dir + "/_meta.json";
+  std::string text;
+  if (is_remote_url(dir)) {
+    SHARDLOAD_ASSIGN_OR_RETURN(auto found, remote_meta_text(dir, &path));
+    if (!found) return m;
+    text = std::move(*found);
+  } else {
+    struct stat st {};
+    if (::stat(path.c_str(), &st) != 0 && errno == ENOENT) return m;
+    SHARDLOAD_ASSIGN_OR_RETURN(text,
+                               detail::read_small_file(posix_io(), path, kMaxMetaBytes, nullptr));
+  }
   SHARDLOAD_ASSIGN_OR_RETURN(const detail::Json j, detail::parse_json_object(path, text));
   // Its seed means shardload's value formula only when shardload wrote it.
   std::vector<std::string> keys;
@@ -74,7 +109,9 @@ std::optional<int> parse_read_args(const Args& args, ReadArgs* out) {
     return usage_error(cmd, src.status().message());
   }
   struct ::stat st {};
-  if (::stat(out->source.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+  if (is_remote_url(out->source)) {
+    out->meta_dir = out->source;
+  } else if (::stat(out->source.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
     out->meta_dir = out->source;
   } else {
     const auto slash = out->source.rfind('/');

@@ -53,6 +53,62 @@ struct StagingGuard {
   }
 };
 
+// Shards of chosen rows to object storage, where each shard is one task's upload: one
+// one-point launch per shard with bytes over that shard's slice of the array, on the processor
+// whose share of the rows (as an even tiling would give it) holds the shard's first row, so
+// that an array tiled evenly is mostly uploaded where it lies. The launches run at once: their
+// errors are collected, and the first is thrown once every launch is over, so that nothing is
+// still uploading when the caller cleans up. Returns the number of launches.
+std::int64_t launch_per_shard(const legate::LogicalArray& array, const detail::RemoteDest& d,
+                              const detail::SaveSpec& spec, const legate::mapping::Machine& machine,
+                              const std::string& dest) {
+  auto* runtime = legate::Runtime::get_runtime();
+  const legate::LogicalStore store = tileable(array).data();
+  const std::string dir = d.dir_url();
+  const std::vector<std::uint8_t> dir_bytes(dir.begin(), dir.end());
+  const std::vector<std::int64_t> ints = spec.encode();
+  const auto processors = static_cast<std::uint32_t>(machine.count());
+  // An even tiling's rows per processor.
+  const std::int64_t share = std::max<std::int64_t>(
+      1, (spec.offsets.back() + processors - 1) / static_cast<std::int64_t>(processors));
+  std::int64_t launches = 0;
+  try {
+    {
+      legate::Scope deferred{legate::ExceptionMode::DEFERRED};
+      for (std::int64_t s = 0; s < spec.shards(); ++s) {
+        if (!detail::task_uploads_shard(spec, s)) continue;
+        const auto lo = spec.offsets[static_cast<std::size_t>(s)];
+        const auto hi = spec.offsets[static_cast<std::size_t>(s) + 1];
+        const auto p =
+            static_cast<std::uint32_t>(std::min<std::int64_t>(processors - 1, lo / share));
+        const legate::Scope on{machine.slice(p, p + 1)};
+        auto task = runtime->create_task(library(), detail::SaveTask::TASK_CONFIG.task_id(),
+                                         legate::tuple<std::uint64_t>{1});
+        task.add_input(store.slice(0, legate::Slice{lo, hi}));
+        task.add_scalar_arg(legate::Scalar{dir_bytes});
+        task.add_scalar_arg(legate::Scalar{ints});
+        task.add_scalar_arg(legate::Scalar{hi - lo});
+        task.add_scalar_arg(legate::Scalar{s});
+        runtime->submit(std::move(task));
+        ++launches;
+      }
+    }
+    runtime->issue_execution_fence(/*block=*/true);
+    runtime->raise_pending_exception();
+  } catch (const legate::TaskException& e) {
+    // The first error may come before the other launches end: wait for them, and drop the
+    // rest of their errors (the first is the one reported).
+    runtime->issue_execution_fence(/*block=*/true);
+    try {
+      runtime->raise_pending_exception();
+    } catch (const legate::TaskException&) {
+    }
+    throw_status(detail::status_from_task_error(e).with_context("saving to " + dest),
+                 ErrorSite::kWrite);
+  }
+  return launches;
+}
+
 // A save to object storage (save_remote.hpp): one launch whose tile i is shard i, each point
 // uploading its shard whole, then the metadata objects and the manifest last. The steps
 // before and after the launch run once for the job (save_once.hpp), so that on several ranks
@@ -78,9 +134,12 @@ void save_to_object_store(const legate::LogicalArray& array, const std::string& 
   const auto t1 = Clock::now();
   si->prepare_seconds = std::chrono::duration<double>(t1 - t0).count();
   try {
-    const std::int64_t tiles = detail::remote_tiles(*spec);
+    const bool uniform = detail::uniform_shards(*spec);
+    const std::int64_t tiles = uniform ? detail::remote_tiles(*spec) : 0;
     si->tiles = tiles;
-    if (tiles > 0) {
+    if (!uniform) {
+      si->tiles = launch_per_shard(array, d, *spec, machine, dest);
+    } else if (tiles > 0) {
       const auto extents = array.extents();
       const detail::Tiling tiling = detail::tile_axis0(extents, spec->offsets[1], tiles);
       const legate::Scope scope{machine};
@@ -183,9 +242,18 @@ void save(const legate::LogicalArray& array, const std::string& dest, const Save
 
   spec.offsets.assign(1, 0);
   if (!options.shard_rows.empty()) {
+    if (options.shard_rows.size() > 1000000) {
+      argument_error("shard_rows must hold at most 1000000 shards, found " +
+                     std::to_string(options.shard_rows.size()));
+    }
     for (const auto r : options.shard_rows) {
       if (r < 0) argument_error("shard rows must be >= 0, found " + std::to_string(r));
-      spec.offsets.push_back(spec.offsets.back() + r);
+      std::int64_t end = 0;
+      if (__builtin_add_overflow(spec.offsets.back(), r, &end) || end > rows) {
+        argument_error("the shard rows add up to more than the array's " + std::to_string(rows) +
+                       " rows");
+      }
+      spec.offsets.push_back(end);
     }
     if (spec.offsets.back() != rows) {
       argument_error("the shard rows add up to " + std::to_string(spec.offsets.back()) +

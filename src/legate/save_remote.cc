@@ -20,19 +20,6 @@ std::int64_t shard_rows(const SaveSpec& spec, std::int64_t s) {
   return spec.offsets[i + 1] - spec.offsets[i];
 }
 
-// Whether every shard has the rows of the first, but a shorter last one with rows and empty
-// ones after it: what a launch whose tile i is shard i can write.
-bool uniform_shards(const SaveSpec& spec) {
-  const std::int64_t rows = spec.offsets.back();
-  if (rows == 0) return true;
-  const std::int64_t per = spec.offsets[1];
-  if (per <= 0) return false;
-  for (std::size_t s = 0; s < spec.offsets.size(); ++s) {
-    if (spec.offsets[s] != std::min(rows, static_cast<std::int64_t>(s) * per)) return false;
-  }
-  return true;
-}
-
 Status upload_whole(ObjectStore& store, const std::string& url, const std::string& bytes) {
   SHARDLOAD_ASSIGN_OR_RETURN(auto w,
                              store.open_writer(url, static_cast<std::int64_t>(bytes.size())));
@@ -170,9 +157,24 @@ Status ShardUpload::commit() {
 
 bool is_object_dest(const std::string& dest) { return is_remote_url(dest); }
 
+bool uniform_shards(const SaveSpec& spec) {
+  const std::int64_t rows = spec.offsets.back();
+  if (rows == 0) return true;
+  const std::int64_t per = spec.offsets[1];
+  if (per <= 0) return false;
+  for (std::size_t s = 0; s < spec.offsets.size(); ++s) {
+    if (spec.offsets[s] != std::min(rows, static_cast<std::int64_t>(s) * per)) return false;
+  }
+  return true;
+}
+
+bool task_uploads_shard(const SaveSpec& spec, std::int64_t s) {
+  return spec.row_bytes > 0 && shard_rows(spec, s) > 0;
+}
+
 std::int64_t remote_tiles(const SaveSpec& spec) {
   const std::int64_t rows = spec.offsets.back();
-  if (rows == 0 || spec.row_bytes == 0) return 0;
+  if (rows == 0 || spec.row_bytes == 0 || !uniform_shards(spec)) return 0;
   const std::int64_t per = spec.offsets[1];
   return (rows + per - 1) / per;
 }
@@ -188,13 +190,6 @@ Result<RemoteDest> prepare_remote_save(const std::string& dest, const SaveOption
   if (layout_of(spec) == nullptr) {
     return Status(ErrorCode::kInvalidArgument,
                   "save: " + dest + ": " + not_for_object_storage(spec));
-  }
-  if (!uniform_shards(spec)) {
-    return Status(ErrorCode::kInvalidArgument,
-                  "save: " + dest +
-                      ": shards of chosen rows cannot be saved to object storage, where each "
-                      "shard is uploaded by one task: every shard but the last ones must have "
-                      "the rows of the first (use num_shards)");
   }
   RemoteDest d;
   d.dest = dest;
@@ -264,10 +259,10 @@ Result<RemoteDest> prepare_remote_save(const std::string& dest, const SaveOption
   if (std::find(d.old_names.begin(), d.old_names.end(), kManifestName) != d.old_names.end()) {
     SHARDLOAD_RETURN_IF_ERROR(d.store->remove(d.url(std::string(kManifestName))));
   }
-  // The shards no tile uploads: those without rows (or without bytes), header only (a store
+  // The shards no task uploads: those without rows (or without bytes), header only (a store
   // without chunks is its metadata, written at the end).
-  for (std::int64_t s = chunked(spec) ? spec.shards() : remote_tiles(spec); s < spec.shards();
-       ++s) {
+  for (std::int64_t s = 0; s < spec.shards() && !chunked(spec); ++s) {
+    if (task_uploads_shard(spec, s)) continue;
     ShardUpload empty(d.store, d.dir, d.query, spec, s);
     SHARDLOAD_RETURN_IF_ERROR(empty.commit());
   }

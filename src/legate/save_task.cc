@@ -23,12 +23,22 @@ Status save_point(legate::TaskContext& context) {
                              SaveSpec::decode(std::span(ints.data(), ints.size())));
   const auto tile_rows = context.scalar(2).value<std::int64_t>();
   const std::int64_t total = spec.offsets.back();
-  const std::int64_t t = context.get_task_index()[0];
-  const std::int64_t lo = t * tile_rows;
-  const std::int64_t hi = std::min(total, lo + tile_rows);
+  // A fourth scalar names the one shard of a one-point launch over that shard's slice of the
+  // array (shards of chosen rows to object storage): its rows are the slice's, wherever Legate
+  // puts the slice's origin.
+  const bool one_shard = context.num_scalars() > 3;
+  const std::int64_t t =
+      one_shard ? context.scalar(3).value<std::int64_t>() : context.get_task_index()[0];
+  if (one_shard && (t < 0 || t >= spec.shards())) {
+    return {ErrorCode::kInvalidArgument, "save task: no shard " + std::to_string(t)};
+  }
+  const std::int64_t lo = one_shard ? spec.offsets[static_cast<std::size_t>(t)] : t * tile_rows;
+  const std::int64_t hi =
+      one_shard ? spec.offsets[static_cast<std::size_t>(t) + 1] : std::min(total, lo + tile_rows);
   const auto context_of = [&](const Status& st) {
-    return st.with_context("save tile " + std::to_string(t) + " (rows [" + std::to_string(lo) +
-                           ", " + std::to_string(hi) + "))");
+    return st.with_context("save " + std::string(one_shard ? "shard " : "tile ") +
+                           std::to_string(t) + " (rows [" + std::to_string(lo) + ", " +
+                           std::to_string(hi) + "))");
   };
 
   legate::PhysicalStore store = context.input(0).data();
@@ -45,10 +55,13 @@ Status save_point(legate::TaskContext& context) {
   std::vector<std::int64_t> extents;
   std::vector<std::int64_t> skip;
   for (std::size_t d = 0; d < dim; ++d) {
-    const std::int64_t want_lo = d == 0 ? lo : 0;
-    const std::int64_t want_hi = d == 0 ? hi : spec.trailing[d - 1];
     const std::int64_t got_lo = dom.lo()[static_cast<int>(d)];
     const std::int64_t got_hi = dom.hi()[static_cast<int>(d)] + 1;
+    // A shard's slice of the array counts its rows from 0 (a slice of a view whose axis 0 is
+    // promoted, every row the same storage, holds the whole axis around them).
+    const std::int64_t first = one_shard ? 0 : lo;
+    const std::int64_t want_lo = d == 0 ? first : 0;
+    const std::int64_t want_hi = d == 0 ? first + (hi - lo) : spec.trailing[d - 1];
     if (hi > lo && (got_lo > want_lo || got_hi < want_hi)) {
       return {ErrorCode::kInvalidArgument,
               "save task: the store's piece spans [" + std::to_string(got_lo) + ", " +

@@ -255,6 +255,11 @@ def _lists(proxy: FaultProxy, prefix: str) -> int:
                if m == "GET" and "list-type=" in t and f"prefix={prefix}" in t)
 
 
+# Shards of chosen rows (35 in all): a one-point launch per shard with rows, placed by where
+# an even tiling of the rows puts the shard's first row, so that both ranks upload.
+CHOSEN = [0, 9, 1, 0, 17, 8, 0]
+
+
 @pytest.fixture(scope="module")
 def saved(server, tmp_path_factory):
     """Saves from both ranks, each rank reaching the store through a proxy of its own (the
@@ -275,6 +280,7 @@ def saved(server, tmp_path_factory):
         "raw": {"num_shards": 3, "format": "raw", "checksum": "xxh3"},
         "full": {"num_shards": 2},
         "zarr": {"num_shards": 4, "format": "zarr"},
+        "chosen": {"shard_rows": CHOSEN},
     }
     ops = [{"name": name, "op": "save", "source": str(base / "src"), "dest": bucket.url(f"{name}/"),
             "save": {**save, "storage_options": OPTIONS}, "kwargs": direct}
@@ -320,6 +326,32 @@ def test_a_save_on_two_ranks_uploads_each_shard_once_and_commits_once(saved, nam
     if name == "empties":
         # The two shards without rows: uploaded at the preparation, by the listing rank.
         assert {"shard_0018.npy", "shard_0019.npy"} <= shard_puts[lister], puts
+
+
+def test_shards_of_chosen_rows_on_two_ranks_are_each_uploaded_once(saved):
+    bucket, job, whole, proxies = saved
+    infos = [r["info"] for r in _ok(job, "chosen")]
+    assert [i["num_shards"] for i in infos] == [len(CHOSEN)] * RANKS, infos
+    assert [i["tiles"] for i in infos] == [4] * RANKS, infos  # one launch per shard with rows
+    for rank in job.ranks:
+        np.testing.assert_array_equal(rank.array("chosen"), whole, err_msg=f"rank {rank.index}")
+    names = [f"shard_{i:04d}.npy" for i in range(len(CHOSEN))]
+    assert _keys(bucket, "chosen") == sorted(names + ["shardload.manifest"])
+    ends = np.cumsum([0, *CHOSEN])
+    for i, key in enumerate(names):
+        body = bucket.client.get_object(Bucket=bucket.name, Key=f"chosen/{key}")["Body"].read()
+        np.testing.assert_array_equal(np.load(io.BytesIO(body)), whole[ends[i]:ends[i + 1]],
+                                      err_msg=key)
+    puts = [set(_puts(p, "chosen")) for p in proxies]
+    with_rows = {names[i] for i, r in enumerate(CHOSEN) if r}
+    shard_puts = [{n for n in p if n in with_rows} for p in puts]
+    assert shard_puts[0] | shard_puts[1] == with_rows and not shard_puts[0] & shard_puts[1], puts
+    assert all(shard_puts), puts
+    # The empty shards and the manifest: by the committing rank alone, once each.
+    committer = [("shardload.manifest" in p) for p in puts]
+    assert sorted(committer) == [False, True], puts
+    empty = set(names) - with_rows
+    assert empty <= puts[committer.index(True)] and not empty & puts[committer.index(False)]
 
 
 def test_a_zarr_save_on_two_ranks_uploads_each_store_once_and_commits_once(saved):

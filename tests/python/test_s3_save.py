@@ -120,6 +120,131 @@ def test_a_view_that_is_not_c_order_is_uploaded_through_the_gather_buffer(bucket
     np.testing.assert_array_equal(np.asarray(back), np.asarray(base).T)
 
 
+def pieces_of(a: np.ndarray, shard_rows: list[int]) -> list[np.ndarray]:
+    """The oracle for shards of chosen rows: consecutive pieces of axis 0."""
+    ends = np.cumsum([0, *shard_rows])
+    return [a[ends[i]:ends[i + 1]] for i in range(len(shard_rows))]
+
+
+RAGGED = [  # shard rows, trailing shape, dtype
+    ([0, 4, 0, 5, 1, 0], (3,), "float32"),  # empty shards before, between and after
+    ([7, 1, 1, 12, 2], (2, 2), "int64"),    # the 2nd and 3rd shards share one even tile
+    ([0, 0, 9], (), "uint16"),
+    ([5], (4,), "complex128"),
+    ([3, 0, 3], (0,), "int8"),              # rows of no bytes
+]
+
+
+@pytest.mark.parametrize("fmt", ["npy", "raw", "zarr"])
+@pytest.mark.parametrize("shard_rows,trailing,dtype", RAGGED)
+def test_shards_of_chosen_rows_round_trip_in_every_format(bucket, tmp_path, fmt, shard_rows,
+                                                          trailing, dtype):
+    rng = np.random.default_rng(sum(shard_rows) * 31 + len(shard_rows))
+    a = random_array(rng, (sum(shard_rows), *trailing), dtype)
+    info = shardload.save(a, bucket.url("c/"), shard_rows=shard_rows, format=fmt,
+                          storage_options=bucket.options)
+    assert info.num_shards == len(shard_rows) and info.bytes == a.nbytes
+    # One launch per shard with bytes; the others are uploaded header only beforehand.
+    assert info.tiles == (sum(1 for r in shard_rows if r) if a.nbytes else 0), info
+    pieces = pieces_of(a, shard_rows)
+    if fmt == "npy":
+        for i, want in enumerate(pieces):
+            got = np.load(io.BytesIO(bucket.get(f"c/shard_{i:04d}.npy")))
+            assert got.dtype == a.dtype and got.shape == want.shape, i
+            np.testing.assert_array_equal(got, want)
+    elif fmt == "raw":
+        assert json.loads(bucket.get("c/shardload.json"))["rows"] == shard_rows
+        for i, want in enumerate(pieces):
+            assert bucket.get(f"c/shard_{i:04d}.bin") == want.tobytes(), i
+    else:
+        zarr = pytest.importorskip("zarr")
+        download(bucket, "c/", tmp_path)
+        for i, want in enumerate(pieces):
+            z = zarr.open_array(str(tmp_path / f"shard_{i:04d}.zarr"), mode="r")
+            assert z.dtype == a.dtype and z.shape == want.shape, i
+            np.testing.assert_array_equal(z[...], want)
+    layout = shardload.discover(bucket.url("c/"), format=fmt, storage_options=bucket.options)
+    assert layout.manifest_state is shardload.ManifestState.USED, layout.manifest_status
+    assert list(layout.shard_rows) == shard_rows and layout.shape == a.shape
+    back = np.asarray(shardload.load(bucket.url("c/"), format=fmt,
+                                     storage_options=bucket.options))
+    assert back.dtype == a.dtype
+    np.testing.assert_array_equal(back, a)
+
+
+@pytest.mark.parametrize("kind", ["transposed", "broadcast"])
+def test_shards_of_chosen_rows_of_views_are_uploaded_bit_exact(bucket, kind):
+    import cupynumeric as cn
+
+    rng = np.random.default_rng(12)
+    if kind == "transposed":  # not C-order: each shard through the gather buffer
+        base = rng.standard_normal((6, 11))
+        view, want = cn.asarray(base).T, base.T
+    else:  # axis 0 promoted: every row the same storage
+        row = rng.standard_normal(5)
+        view, want = cn.broadcast_to(cn.asarray(row), (11, 5)), np.broadcast_to(row, (11, 5))
+    rows = [2, 0, 6, 3]
+    shardload.save(view, bucket.url("v/"), shard_rows=rows, storage_options=bucket.options)
+    for i, piece in enumerate(pieces_of(want, rows)):
+        np.testing.assert_array_equal(np.load(io.BytesIO(bucket.get(f"v/shard_{i:04d}.npy"))),
+                                      piece, err_msg=str(i))
+    back = shardload.load(bucket.url("v/"), storage_options=bucket.options)
+    np.testing.assert_array_equal(np.asarray(back), want)
+
+
+def test_a_shard_of_chosen_rows_whose_upload_is_refused_fails_the_save_and_leaves_nothing(
+        proxied):
+    from s3_fault_proxy import Rule
+
+    bucket, proxy = proxied
+    rule = proxy.add(Rule("PUT", path="/c/shard_0002.npy", action="403", count=None))
+    a = np.arange(60, dtype=np.int32).reshape(20, 3)
+    with pytest.raises(shardload.ShardWriteError) as e:
+        shardload.save(a, bucket.url("c/"), shard_rows=[3, 0, 8, 1, 8],
+                       storage_options=bucket.options)
+    assert rule.fired >= 1
+    assert f"s3://{bucket.name}/c/shard_0002.npy" in str(e.value), str(e.value)
+    assert "Access Denied" in str(e.value) and "shard 2" in str(e.value), str(e.value)
+    # Every other launch was over before the cleanup: nothing is left.
+    assert bucket.keys("c/") == []
+    # The runtime goes on: the same save without the fault.
+    proxy.clear()
+    shardload.save(a, bucket.url("c/"), shard_rows=[3, 0, 8, 1, 8],
+                   storage_options=bucket.options)
+    np.testing.assert_array_equal(
+        np.asarray(shardload.load(bucket.url("c/"), storage_options=bucket.options)), a)
+
+
+def test_shardload_write_to_s3_makes_the_objects_a_local_write_makes_and_read_verifies(
+        bucket, tmp_path, cli):
+    args = ["--num-shards", "7", "--shape", "23,3", "--dtype", "int16", "--seed", "9"]
+    local = tmp_path / "w"
+    subprocess.run([str(cli), "write", "--shard-dir", str(local), *args], check=True,
+                   capture_output=True)
+    url = bucket.url("w")
+    query = "?" + "&".join(f"{k}={v}" for k, v in bucket.options.items())
+    got = subprocess.run([str(cli), "write", "--shard-dir", url + query, *args],
+                         capture_output=True, text=True)
+    assert got.returncode == 0, got.stderr
+    names = sorted(p.name for p in local.iterdir())
+    assert bucket.keys("w/") == [f"w/{n}" for n in names]
+    for n in names:  # shard for shard, _meta.json and the manifest, byte for byte
+        if n != "shardload.manifest":
+            assert bucket.get(f"w/{n}") == (local / n).read_bytes(), n
+    rows = json.loads((local / "_meta.json").read_text())["rows"]
+    assert len(set(rows)) > 1, rows  # the shards are ragged
+    for source in [url + "/", url, url + "/shard_*.npy"]:
+        read = subprocess.run([str(cli), "read", source + query], capture_output=True,
+                              text=True)
+        assert read.returncode == 0, (source, read.stderr)
+        assert "verify:         OK (69 elements match seed 9)" in read.stdout, read.stdout
+    # No _meta.json: verification is skipped, not failed.
+    bucket.client.delete_object(Bucket=bucket.name, Key="w/_meta.json")
+    read = subprocess.run([str(cli), "read", url + "/" + query], capture_output=True, text=True,
+                          )
+    assert read.returncode == 0 and "verify:         skipped (no --seed" in read.stdout, read
+
+
 @pytest.mark.parametrize("threshold,parts", [
     (None, 0),          # within the default multipart_threshold: one PUT
     ("16777216", 3),    # above a threshold of 16 MiB: parts of 8 MiB, sent as they fill

@@ -109,6 +109,44 @@ def test_rows_split_evenly(tmp_path, fmt):
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("rows", [[0, 4, 0, 5, 1, 0], [10], [1] * 10, [2, 7, 1]])
+def test_shards_of_chosen_rows(tmp_path, fmt, rows):
+    """shard_rows= keeps a sharding of the caller's (a loaded dataset's own, say): empty
+    shards anywhere, shards that span the even tiles or share one."""
+    rng = np.random.default_rng(len(rows))
+    x = random_array(rng, (10, 2), "int32")
+    dest = round_trip(tmp_path, x, fmt, shard_rows=rows)
+    assert len(shard_names(dest, fmt)) == len(rows)
+    assert list(shardload.discover(dest, format=fmt).shard_rows) == rows
+    # The rows of a loaded dataset go back in as they came out.
+    again = shardload.save(shardload.load(dest, format=fmt), tmp_path / "again", format=fmt,
+                           shard_rows=shardload.discover(dest, format=fmt).shard_rows)
+    assert again.num_shards == len(rows)
+    assert list(shardload.discover(tmp_path / "again", format=fmt).shard_rows) == rows
+
+
+def test_shard_rows_errors_name_the_argument(tmp_path):
+    x = np.arange(20, dtype=np.int16).reshape(10, 2)
+    cases = [
+        ({"shard_rows": [4, 5]}, ValueError, "add up to 9, but the array has 10 rows"),
+        ({"shard_rows": [2**62] * 3}, ValueError, "add up to more than the array's 10 rows"),
+        ({"shard_rows": [11, -1]}, ValueError, r"shard_rows\[1\] must be >= 0, found -1"),
+        ({"shard_rows": []}, ValueError, "from 1 to 1000000 shards, found 0"),
+        ({"shard_rows": [5, 5], "num_shards": 2}, ValueError, "not both"),
+        ({"shard_rows": "55"}, TypeError, "sequence of integers"),
+        ({"shard_rows": [5.0, 5]}, TypeError, r"shard_rows\[0\] must be an integer"),
+        ({"shard_rows": [True, 9]}, TypeError, r"shard_rows\[0\] must be an integer"),
+    ]
+    for kwargs, kind, words in cases:
+        with pytest.raises(kind, match=words):
+            shardload.save(x, tmp_path / "out", **kwargs)
+        assert not (tmp_path / "out").exists() and no_staging_left(tmp_path)
+    # A numpy array of rows is taken as a sequence.
+    shardload.save(x, tmp_path / "out", shard_rows=np.array([3, 7]))
+    assert list(shardload.discover(tmp_path / "out").shard_rows) == [3, 7]
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
 def test_views_that_are_not_dense(tmp_path, fmt):
     """A transposed view or a column slice: the task gathers its rows through a bounded
     buffer. (Legate takes no stepped slices such as [::2].)"""

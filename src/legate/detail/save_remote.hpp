@@ -37,8 +37,8 @@ struct RemoteDest {
 bool is_object_dest(const std::string& dest);
 
 // Checks the options and the destination and gets it ready, before any shard is uploaded:
-// kInvalidArgument for what object storage cannot take (a format without a writer, explicit
-// ragged shard rows, an http(s):// destination); kIo with EEXIST for a prefix that holds
+// kInvalidArgument for what object storage cannot take (a format without a writer, an
+// http(s):// destination); kIo with EEXIST for a prefix that holds
 // objects and !overwrite, or (overwrite) one holding anything a save does not write (in a
 // store: anything but its metadata and chunk names). With overwrite, the old
 // manifest is deleted first, so that no reader takes it for the new objects. Then uploads
@@ -46,9 +46,16 @@ bool is_object_dest(const std::string& dest);
 Result<RemoteDest> prepare_remote_save(const std::string& dest, const SaveOptions& options,
                                        const SaveSpec& spec);
 
-// The shards the launch uploads, one per tile: those with rows (all but the trailing empty
-// ones), each of `spec.offsets[1]` rows but the last.
+// Whether every shard has the rows of the first but a shorter last one with rows and empty ones
+// after it (what num_shards makes): then one launch whose tile i is shard i uploads them, with
+// remote_tiles(spec) tiles of `spec.offsets[1]` rows (0 for other shards). Shards of chosen rows
+// (SaveOptions:: shard_rows) get a one-point launch each instead.
+bool uniform_shards(const SaveSpec& spec);
 std::int64_t remote_tiles(const SaveSpec& spec);
+
+// Whether a point task uploads shard `s`: it has bytes. The others (no rows, or rows of no
+// bytes) are uploaded header only by prepare_remote_save.
+bool task_uploads_shard(const SaveSpec& spec, std::int64_t s);
 
 // One shard's upload by one point task: its rows appended in order, each object committed as
 // it fills (a Zarr chunk of chunk_rows rows; the one object of npy and raw at the end), an

@@ -83,12 +83,14 @@ class DiscoverTask : public legate::LegateTask<DiscoverTask> {
 
 // Input 0: the array, tiled along axis 0 (tile t is rows [t x tile rows, ...)). Scalars:
 // 0 the staging directory's bytes (uint8 array), 1 the SaveSpec (int64 array), 2 tile rows.
-// Each point writes its tile's rows into the shard files the launcher created.
+// Each point writes its tile's rows into the shard files the launcher created. With a fourth
+// scalar (int64), a one-point launch whose input is the slice of that shard's rows, which it
+// uploads (shards of chosen rows to object storage).
 class SaveTask : public legate::LegateTask<SaveTask> {
  public:
   static inline const auto TASK_CONFIG =  // NOLINT(cert-err58-cpp)
       legate::TaskConfig{legate::LocalTaskID{kSaveTask}}
-          .with_signature(legate::TaskSignature{}.inputs(1).scalars(3))
+          .with_signature(legate::TaskSignature{}.inputs(1).scalars(3, 4))
           .with_variant_options(legate::VariantOptions{}.with_may_throw_exception(true));
 
   static void cpu_variant(legate::TaskContext context);

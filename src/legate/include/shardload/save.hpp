@@ -77,7 +77,8 @@ struct SaveOptions {
   // shards have 0 rows). Rows are split as evenly as tiles: ceil(rows / N) each, the last
   // ones shorter.
   std::int64_t num_shards = 0;
-  // Explicit rows per shard (must sum to the array's rows); overrides num_shards.
+  // Explicit rows per shard (each >= 0, at most 1000000 shards, summing to the array's rows);
+  // overrides num_shards. To object storage each shard with rows is a launch of its own.
   std::vector<std::int64_t> shard_rows;
   SaveFormat format = SaveFormat::kNpy;
   bool overwrite = false;
