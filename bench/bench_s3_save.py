@@ -6,6 +6,8 @@ of float32 in rows of 64, and times, in one run, writing it as --shards shards:
   sl-npy     shardload.save(x, "s3://bench/P/", num_shards=SHARDS, format="npy"): each shard
              one PUT where it is within multipart_threshold (64 MiB by default);
   sl-npy-mp  the same with multipart_threshold=0: each shard a multipart upload (8 MiB parts);
+  sl-npy-chosen  the same objects' count with shard_rows= of alternately 5/8 and 3/8 of two
+             shards' rows: one launch per shard instead of one tiled launch;
   sl-zarr    format="zarr" (one uncompressed v2 store per shard);
   zarr-s3fs  what a user without save does for Zarr: np.asarray(x) (the gather to one host
              array), then zarr-python writing one uncompressed v2 array in chunks of a shard's
@@ -87,11 +89,18 @@ def main() -> None:
         counter = iter(range(1 << 30))
         threads = None  # shardload's processors, from its first save
 
-        def sl(fmt: str, **extra: str):
+        # Ragged shards of the same count: alternately 5 and 3 parts of 8 per two shards.
+        ends = [rows * sum(5 if j % 2 == 0 else 3 for j in range(i)) // (4 * args.shards)
+                for i in range(args.shards)] + [rows]
+        chosen = [b - a for a, b in zip(ends, ends[1:])]
+
+        def sl(fmt: str, shard_rows: list[int] | None = None, **extra: str):
             def run() -> str:
                 nonlocal threads
                 prefix = f"{fmt}-{next(counter)}/"
-                info = shardload.save(x, f"s3://bench/{prefix}", num_shards=args.shards,
+                how = ({"shard_rows": shard_rows} if shard_rows else
+                       {"num_shards": args.shards})
+                info = shardload.save(x, f"s3://bench/{prefix}", **how,
                                       format=fmt, storage_options={**options, **extra})
                 threads = threads or info.processors
                 return prefix
@@ -121,6 +130,7 @@ def main() -> None:
             return prefix
 
         writers = [("sl-npy", sl("npy")), ("sl-npy-mp", sl("npy", multipart_threshold="0")),
+                   ("sl-npy-chosen", sl("npy", chosen)),
                    ("sl-zarr", sl("zarr")), ("zarr-s3fs", zarr_s3fs), ("put-bound", put_bound)]
         runs: dict[str, list[float]] = {n: [] for n, _ in writers}
         checked = set()
@@ -141,12 +151,14 @@ def main() -> None:
         print(f"save {want.nbytes / 1e6:.0f} MB ({rows} x {cols} float32) as {args.shards} "
               f"shards to moto on {endpoint}; {threads} processors; median of {args.repeat}")
         for name, t in times.items():
-            print(f"  {name:10s} {t:7.3f} s  {want.nbytes / 1e9 / t:6.3f} GB/s  "
+            print(f"  {name:13s} {t:7.3f} s  {want.nbytes / 1e9 / t:6.3f} GB/s  "
                   f"sl-zarr x{t / times['sl-zarr']:.2f}")
         print(f"  sl-zarr: {times['zarr-s3fs'] / times['sl-zarr']:.2f}x zarr-s3fs, "
               f"{times['put-bound'] / times['sl-zarr']:.0%} of put-bound; "
               f"sl-npy {times['put-bound'] / times['sl-npy']:.0%} of put-bound, "
-              f"{times['sl-npy-mp'] / times['sl-npy']:.2f}x sl-npy-mp")
+              f"{times['sl-npy-mp'] / times['sl-npy']:.2f}x sl-npy-mp, "
+              f"sl-npy-chosen (shard rows {chosen[:2]}...) "
+              f"{times['sl-npy-chosen'] / times['sl-npy']:.2f}x sl-npy's time")
     finally:
         s3_server.stop(proc)
 
