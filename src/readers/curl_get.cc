@@ -210,6 +210,9 @@ CurlAnswer curl_perform(const CurlRequest& req, void* dst, std::size_t cap, std:
   for (std::int64_t k = 0;; ++k) {
     a = CurlAnswer{};
     a.tries = k + 1;
+    // The headers first: making them may take a request of its own on this thread's handle
+    // (role credentials fetched again near their expiry), which is set up for this one after.
+    const std::vector<std::string> lines = req.headers ? req.headers() : std::vector<std::string>();
     Handle* h = thread_handle();
     if (h == nullptr) {
       a.outcome = CurlOutcome{CURLE_FAILED_INIT, 0, "no libcurl handle"};
@@ -262,9 +265,7 @@ CurlAnswer curl_perform(const CurlRequest& req, void* dst, std::size_t cap, std:
       // PUT for libcurl's wait (one second) before the body is sent.
       extra = curl_slist_append(extra, "Expect:");
     }
-    if (req.headers) {
-      for (const std::string& line : req.headers()) extra = curl_slist_append(extra, line.c_str());
-    }
+    for (const std::string& line : lines) extra = curl_slist_append(extra, line.c_str());
     if (extra != nullptr) curl_easy_setopt(c, CURLOPT_HTTPHEADER, extra);
     a.outcome.curl = curl_easy_perform(c);
     curl_slist_free_all(extra);

@@ -90,13 +90,35 @@ std::optional<AwsCredentials> shared_file_credentials() {
   return c;
 }
 
-// The profile's region in the shared config file (where `aws configure` writes it: section
-// "[default]", or "[profile NAME]" for another profile), or "".
-std::string config_file_region() {
+// The profile's section in the shared config file: "[default]", or "[profile NAME]" for
+// another profile; nullopt where the file or the section is missing.
+std::optional<std::map<std::string, std::string>> config_profile() {
   const std::string path = aws_file("AWS_CONFIG_FILE", "config");
-  if (path.empty()) return {};
+  if (path.empty()) return std::nullopt;
   const std::string profile = aws_profile();
-  const auto keys = ini_section(path, profile == "default" ? profile : "profile " + profile);
+  return ini_section(path, profile == "default" ? profile : "profile " + profile);
+}
+
+// Whether the AWS SDK's chain takes a source before a container's or an instance's role
+// where no key pair was found: a web identity token, a section of the profile in the shared
+// credentials file (whatever it holds), or a profile in the config file that names a role, a
+// process, SSO, a web identity or keys.
+bool takes_another_source() {
+  if (!env("AWS_WEB_IDENTITY_TOKEN_FILE").empty()) return true;
+  const std::string credentials = aws_file("AWS_SHARED_CREDENTIALS_FILE", "credentials");
+  if (!credentials.empty() && ini_section(credentials, aws_profile())) return true;
+  const auto keys = config_profile();
+  if (!keys) return false;
+  for (const char* own : {"role_arn", "credential_process", "credential_source", "sso_session",
+                          "sso_start_url", "web_identity_token_file", "aws_access_key_id"}) {
+    if (keys->count(own) != 0) return true;
+  }
+  return false;
+}
+
+// The profile's region in the shared config file (where `aws configure` writes it), or "".
+std::string config_file_region() {
+  const auto keys = config_profile();
   if (!keys) return {};
   const auto it = keys->find("region");
   return it == keys->end() ? std::string() : it->second;
@@ -175,15 +197,16 @@ CurlRequest request_for(const S3Endpoint& ep, const std::string& key, const char
     r.headers.emplace_back("host", ep.host);
     r.headers.emplace_back("x-amz-content-sha256", payload_hash);
     r.headers.emplace_back("x-amz-date", date);
-    if (!ep.creds.session_token.empty()) {
-      r.headers.emplace_back("x-amz-security-token", ep.creds.session_token);
+    const AwsCredentials creds = ep.role ? ep.role->current() : ep.creds;
+    if (!creds.session_token.empty()) {
+      r.headers.emplace_back("x-amz-security-token", creds.session_token);
     }
     lines.push_back("x-amz-content-sha256: " + payload_hash);
     lines.push_back("x-amz-date: " + date);
-    if (!ep.creds.session_token.empty()) {
-      lines.push_back("x-amz-security-token: " + ep.creds.session_token);
+    if (!creds.session_token.empty()) {
+      lines.push_back("x-amz-security-token: " + creds.session_token);
     }
-    lines.push_back("Authorization: " + sigv4_authorization(r, ep.creds, ep.region, "s3", date));
+    lines.push_back("Authorization: " + sigv4_authorization(r, creds, ep.region, "s3", date));
     return lines;
   };
   return req;
@@ -217,6 +240,10 @@ std::optional<S3Endpoint> s3_signed_endpoint(const std::string& bucket,
       ep.creds = {env("AWS_ACCESS_KEY_ID"), env("AWS_SECRET_ACCESS_KEY"), env("AWS_SESSION_TOKEN")};
     } else if (auto c = shared_file_credentials()) {
       ep.creds = *std::move(c);
+    } else if (takes_another_source()) {
+      return std::nullopt;  // a role, a process, SSO, a web identity: the AWS SDK's to resolve
+    } else if (auto role = role_credentials()) {
+      ep.role = std::move(role);
     } else {
       return std::nullopt;
     }

@@ -323,3 +323,244 @@ def test_an_empty_object_is_opened_by_a_head_after_its_refused_range(server, pro
     np.testing.assert_array_equal(layout.read(0, 5), np.concatenate(parts))
     empty = [m for m, t, _, _ in proxy.log if t.endswith("/r/shard_0001.bin")]
     assert empty[:2] == ["GET", "HEAD"], proxy.log
+
+
+class RoleSource:
+    """A credentials source on 127.0.0.1: the instance metadata service (IMDSv2: a session
+    token by PUT, then the role's name and its credentials, each asked with the token) or a
+    container's credentials endpoint (one GET with the Authorization token). Each answer of
+    credentials is a new key pair, AKIDROLE1, AKIDROLE2, ..., expiring ``expires_in`` seconds
+    later."""
+
+    ROLE = "train-role"
+    TOKEN = "imds-token-" + uuid.uuid4().hex[:8]
+
+    def __init__(self, expires_in: int = 6 * 3600, container_token: str | None = None):
+        import http.server
+        import threading
+
+        self.expires_in = expires_in
+        self.container_token = container_token
+        self.log: list[tuple[str, str, dict[str, str]]] = []
+        self.issued = 0
+        self.ours: list[int] = []  # the key pairs handed to shardload (not to the AWS SDK)
+        source = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *args):  # noqa: ANN002
+                pass
+
+            def _answer(self, status: int, body: str) -> None:
+                data = body.encode()
+                self.send_response(status)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_PUT(self) -> None:  # noqa: N802
+                source.log.append(("PUT", self.path, dict(self.headers.items())))
+                ttl = self.headers.get("X-aws-ec2-metadata-token-ttl-seconds")
+                if self.path != "/latest/api/token" or not ttl:
+                    return self._answer(400, "bad token request")
+                self._answer(200, source.TOKEN)
+
+            def do_GET(self) -> None:  # noqa: N802
+                source.log.append(("GET", self.path, dict(self.headers.items())))
+                base = "/latest/meta-data/iam/security-credentials/"
+                if self.path == "/creds":
+                    if self.headers.get("Authorization") != source.container_token:
+                        return self._answer(403, "wrong token")
+                    return self._answer(200, source.credentials(True, self.headers))
+                if self.headers.get("X-aws-ec2-metadata-token") != source.TOKEN:
+                    return self._answer(401, "no token")
+                if self.path == base:
+                    return self._answer(200, source.ROLE + "\n")
+                if self.path == base + source.ROLE:
+                    return self._answer(200, source.credentials(False, self.headers))
+                self._answer(404, "not found")
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def credentials(self, container: bool, headers) -> str:
+        import json
+
+        self.issued += 1
+        # Arrow's client asks too, as the AWS SDK, which says so in its User-Agent.
+        if not (headers.get("User-Agent") or "").startswith("aws-sdk"):
+            self.ours.append(self.issued)
+        when = (datetime.datetime.now(datetime.timezone.utc)
+                + datetime.timedelta(seconds=self.expires_in))
+        doc = {"AccessKeyId": f"AKIDROLE{self.issued}",
+               "SecretAccessKey": f"rolesecret{self.issued}",
+               "Token": f"roletoken{self.issued}",
+               "Expiration": when.strftime("%Y-%m-%dT%H:%M:%SZ")}
+        if not container:
+            doc |= {"Code": "Success", "Type": "AWS-HMAC"}
+        return json.dumps(doc)
+
+    def __enter__(self) -> "RoleSource":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def _load_in_a_new_process(data: Data, proxy: FaultProxy, tmp_path, env: dict[str, str],
+                           fails: bool = False, save_to: str | None = None):
+    """Loads ``data`` through ``proxy`` in a process of its own (role credentials are looked
+    up once per process) with the credentials environment ``env`` alone, and saves it to
+    ``save_to`` if given; the array (or, with ``fails``, the process's stderr: it must
+    fail)."""
+    import subprocess
+    import sys
+
+    clean = {k: v for k, v in os.environ.items()
+             if not k.startswith(("AWS_", "ECS_")) or k in ("AWS_REGION",)}
+    clean |= {"AWS_SHARED_CREDENTIALS_FILE": "/dev/null", "AWS_CONFIG_FILE": "/dev/null",
+              **env}
+    out = tmp_path / "got.npy"
+    options = {"endpoint_override": proxy.endpoint, "scheme": "http", "region": "us-east-1"}
+    script = ("import sys, numpy, shardload\n"
+              f"a = shardload.load({data.url()!r}, storage_options={options!r})\n"
+              f"numpy.save({str(out)!r}, numpy.asarray(a))\n")
+    if save_to:
+        script += f"shardload.save(a, {save_to!r}, num_shards=2, storage_options={options!r})\n"
+    got = subprocess.run([sys.executable, "-c", script], env=clean, capture_output=True,
+                         text=True, timeout=300)
+    if fails:
+        assert got.returncode != 0
+        return got.stderr
+    assert got.returncode == 0, got.stderr[-3000:]
+    return np.load(out)
+
+
+def _signed_by(proxy: FaultProxy, data: Data, n: int) -> None:
+    """Every object request went on the signed path (GETs, no HEAD), signed with the n-th
+    key pair of the role, as botocore signs with it."""
+    reqs = _object_requests(proxy, data)
+    assert reqs and {m for m, _, _ in reqs} == {"GET"}, reqs
+    for method, target, sent in reqs:
+        assert sent["Authorization"].startswith(f"AWS4-HMAC-SHA256 Credential=AKIDROLE{n}/"), \
+            sent["Authorization"]
+        assert sent["x-amz-security-token"] == f"roletoken{n}"
+        want = _botocore_authorization(method, f"http://{proxy.endpoint}{target}", sent,
+                                       f"AKIDROLE{n}", f"rolesecret{n}", f"roletoken{n}")
+        assert sent["Authorization"] == want, (target, sent)
+
+
+def test_an_instance_roles_credentials_take_the_signed_path(server, proxy, tmp_path):
+    """No key pair anywhere: the instance metadata service's (IMDSv2) role credentials sign
+    every GET, as an EC2 instance profile's would (before, such a user read through Arrow's
+    client: a HEAD per object, and saves in parts)."""
+    data = Data(server)
+    with RoleSource() as imds:
+        got = _load_in_a_new_process(data, proxy, tmp_path,
+                                     {"AWS_EC2_METADATA_SERVICE_ENDPOINT": imds.url},
+                                     save_to=data.url("copy/"))
+    np.testing.assert_array_equal(got, data.want)
+    assert len(imds.ours) == 1, imds.log
+    _signed_by(proxy, data, imds.ours[0])
+    # The save: one PUT per object, signed with the same keys.
+    puts = [(t, h) for m, t, h in proxy.headers if m == "PUT" and f"/{data.name}/copy/" in t]
+    assert sorted(t.split("/")[-1] for t, _ in puts) == [
+        "shard_0000.npy", "shard_0001.npy", "shardload.manifest"], puts
+    key = f"Credential=AKIDROLE{imds.ours[0]}/"
+    assert all(key in h["Authorization"] for _, h in puts), puts
+    copy = b"".join(data.client.get_object(Bucket=data.name, Key=f"copy/shard_000{i}.npy")
+                    ["Body"].read()[128:] for i in range(2))
+    assert copy == data.want.tobytes()
+    # shardload's requests (Arrow's client, which lists the prefix, asks the service too, as
+    # the AWS SDK: those say so in their User-Agent): a session token, then the role's name
+    # and credentials asked with it.
+    lowered = [(m, p, {k.lower(): v for k, v in h.items()}) for m, p, h in imds.log]
+    ours = [r for r in lowered if not r[2].get("user-agent", "").startswith("aws-sdk")]
+    base = "/latest/meta-data/iam/security-credentials/"
+    assert [(m, p) for m, p, _ in ours] == [("PUT", "/latest/api/token"), ("GET", base),
+                                            ("GET", base + RoleSource.ROLE)], ours
+    assert all(h["x-aws-ec2-metadata-token"] == RoleSource.TOKEN for _, _, h in ours[1:])
+
+
+def test_role_credentials_near_their_expiry_are_fetched_again(server, proxy, tmp_path):
+    """Credentials that expire within five minutes are asked for again (at most every ten
+    seconds), and the new ones sign the requests that follow."""
+    data = Data(server)
+    with RoleSource(expires_in=120) as imds:
+        got = _load_in_a_new_process(data, proxy, tmp_path,
+                                     {"AWS_EC2_METADATA_SERVICE_ENDPOINT": imds.url})
+    np.testing.assert_array_equal(got, data.want)
+    # The first pair at the endpoint's making, the second at the first request (it expires
+    # within five minutes), none after within ten seconds.
+    assert len(imds.ours) >= 2, imds.log
+    reqs = _object_requests(proxy, data)
+    keys = {h["Authorization"].split("Credential=")[1].split("/")[0] for _, _, h in reqs}
+    assert keys and keys <= {f"AKIDROLE{n}" for n in imds.ours[1:]}, (keys, imds.ours)
+
+
+def test_a_containers_credentials_take_the_signed_path(server, proxy, tmp_path):
+    data = Data(server)
+    with RoleSource(container_token="Bearer pod-token") as source:
+        got = _load_in_a_new_process(data, proxy, tmp_path, {
+            "AWS_CONTAINER_CREDENTIALS_FULL_URI": source.url + "/creds",
+            "AWS_CONTAINER_AUTHORIZATION_TOKEN": "Bearer pod-token"})
+    np.testing.assert_array_equal(got, data.want)
+    assert len(source.ours) == 1, source.log
+    _signed_by(proxy, data, source.ours[0])
+    assert {(m, p) for m, p, _ in source.log} == {("GET", "/creds")}
+
+
+def _sdk_only(log) -> bool:
+    """Whether every request in a RoleSource's log came from the AWS SDK (Arrow's client)."""
+    return all({k.lower(): v for k, v in h.items()}.get("user-agent", "").startswith("aws-sdk")
+               for _, _, h in log)
+
+
+def test_a_profile_naming_its_own_source_is_left_to_arrows_client(server, proxy, tmp_path):
+    """A profile that names its own source (here a credential_process, which the AWS SDK
+    runs) comes before any role in the SDK's chain: shardload asks no role source and Arrow's
+    client reads (a HEAD per object), with the process's keys."""
+    data = Data(server)
+    process = tmp_path / "creds.sh"
+    process.write_text('#!/bin/sh\necho \'{"Version": 1, "AccessKeyId": "AKIDPROCESS", '
+                       '"SecretAccessKey": "s"}\'\n')
+    process.chmod(0o755)
+    config = tmp_path / "config"
+    config.write_text(f"[default]\ncredential_process = {process}\n")
+    with RoleSource() as imds:
+        got = _load_in_a_new_process(data, proxy, tmp_path, {
+            "AWS_CONFIG_FILE": str(config), "AWS_EC2_METADATA_SERVICE_ENDPOINT": imds.url})
+    np.testing.assert_array_equal(got, data.want)
+    assert _sdk_only(imds.log), imds.log
+    reqs = _object_requests(proxy, data)
+    assert any(m == "HEAD" for m, _, _ in reqs), reqs
+    signed = [{k.lower(): v for k, v in h.items()}.get("authorization", "") for _, _, h in reqs]
+    assert all("Credential=AKIDPROCESS/" in a for a in signed), reqs
+
+
+@pytest.mark.parametrize("how", ["disabled", "unreachable"])
+def test_without_any_credentials_the_load_is_an_error_naming_the_object(server, proxy, tmp_path,
+                                                                        how):
+    """No key pair, and the metadata service switched off (AWS_EC2_METADATA_DISABLED=true:
+    not asked) or not there (connections refused: asked once, then left): Arrow's client
+    sends unsigned requests, which this server refuses; the error names the object, and
+    nothing hangs."""
+    import socket
+    import time
+
+    data = Data(server)
+    with RoleSource() as imds:
+        if how == "disabled":
+            env = {"AWS_EC2_METADATA_DISABLED": "true",
+                   "AWS_EC2_METADATA_SERVICE_ENDPOINT": imds.url}
+        else:
+            with socket.socket() as s:  # a port nothing listens on
+                s.bind(("127.0.0.1", 0))
+                env = {"AWS_EC2_METADATA_SERVICE_ENDPOINT":
+                       f"http://127.0.0.1:{s.getsockname()[1]}"}
+        t = time.monotonic()
+        err = _load_in_a_new_process(data, proxy, tmp_path, env, fails=True)
+    assert time.monotonic() - t < 120
+    assert data.url("d/shard_0000.npy").split("?")[0] in err and "ACCESS_DENIED" in err, err
+    assert imds.log == []

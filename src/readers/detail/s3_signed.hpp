@@ -9,9 +9,11 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 
+#include "readers/detail/aws_credentials.hpp"
 #include "readers/detail/sigv4.hpp"
 #include "readers/detail/store_options.hpp"
 #include "shardload/io.hpp"
@@ -27,6 +29,9 @@ struct S3Endpoint {
   std::string region;
   bool anonymous = false;  // unsigned requests
   AwsCredentials creds;
+  // Credentials of a role (a container's or an instance's), fetched again as they expire:
+  // these sign instead of `creds` where set.
+  std::shared_ptr<RoleCredentials> role;
   StoreOptions options;
 };
 

@@ -1,0 +1,206 @@
+#include "readers/detail/aws_credentials.hpp"
+
+#include <cctype>
+#include <cstdlib>
+#include <fstream>
+#include <iomanip>
+#include <optional>
+#include <sstream>
+#include <vector>
+
+#include "readers/detail/curl_get.hpp"
+#include "readers/detail/json.hpp"
+
+namespace shardload::detail {
+
+namespace {
+
+std::string env(const char* name) {
+  const char* v = std::getenv(name);
+  return v == nullptr ? std::string() : std::string(v);
+}
+
+// A credentials document is a few hundred bytes; a metadata answer past this is no such thing.
+constexpr std::size_t kMaxAnswer = 64 * 1024;
+
+// The options of a request to a credentials source: the SDKs' one second to connect (an
+// instance's service is a link-local address that answers at once, or nothing is there), a
+// few seconds to answer, one attempt (a refresh that fails is tried again ten seconds later).
+StoreOptions source_options() {
+  StoreOptions o;
+  o.max_attempts = 1;
+  o.connect_timeout = 1;
+  o.request_timeout = 5;
+  return o;
+}
+
+// One request's answer: whether the source answered at all, and its body where it was a 200.
+struct Answer {
+  bool answered = false;
+  std::optional<std::string> body;
+};
+
+Answer ask(const std::string& url, const char* method, std::vector<std::string> headers) {
+  if (!curl_init(url)) return {};
+  static const StoreOptions options = source_options();
+  CurlRequest req;
+  req.url = url;
+  req.options = &options;
+  req.method = method;
+  req.follow_redirects = false;
+  req.headers = [headers = std::move(headers)] { return headers; };
+  std::string body(kMaxAnswer, '\0');
+  const CurlAnswer a = curl_perform(req, body.data(), body.size(), 0, nullptr);
+  Answer out;
+  out.answered = a.outcome.curl == CURLE_OK || a.outcome.http != 0;
+  if (a.outcome.curl != CURLE_OK || a.outcome.http != 200 || a.overflow) return out;
+  body.resize(a.got);
+  out.body = std::move(body);
+  return out;
+}
+
+// "2026-12-03T18:30:00Z" (or with fractional seconds, or "+00:00"): seconds since the epoch,
+// or 0 where it is not such a time.
+std::time_t parse_utc(const std::string& s) {
+  std::tm tm{};
+  std::istringstream in(s);
+  in >> std::get_time(&tm, "%Y-%m-%dT%H:%M:%S");
+  if (in.fail()) return 0;
+  return timegm(&tm);
+}
+
+bool fetch_container(const std::string& url, AwsCredentials* out, std::time_t* expires) {
+  std::vector<std::string> headers;
+  std::string token = env("AWS_CONTAINER_AUTHORIZATION_TOKEN");
+  if (const std::string file = env("AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE"); !file.empty()) {
+    std::ifstream in(file);
+    std::getline(in, token);
+  }
+  if (!token.empty()) headers.push_back("Authorization: " + token);
+  const auto text = ask(url, nullptr, headers).body;
+  return text && parse_role_credentials(*text, out, expires);
+}
+
+bool fetch_instance(const std::string& base, AwsCredentials* out, std::time_t* expires) {
+  // IMDSv2: a session token first; a service that refuses the PUT (IMDSv1 only) is asked
+  // without one, as the SDKs do; one that does not answer at all is not asked further.
+  std::vector<std::string> headers;
+  const Answer token =
+      ask(base + "/latest/api/token", "PUT", {"X-aws-ec2-metadata-token-ttl-seconds: 21600"});
+  if (!token.answered) return false;
+  if (token.body) headers.push_back("X-aws-ec2-metadata-token: " + *token.body);
+  const std::string dir = base + "/latest/meta-data/iam/security-credentials/";
+  const auto roles = ask(dir, nullptr, headers).body;
+  if (!roles) return false;
+  std::string role = roles->substr(0, roles->find('\n'));
+  while (!role.empty() && std::isspace(static_cast<unsigned char>(role.back()))) role.pop_back();
+  if (role.empty() || role.find('/') != std::string::npos) return false;
+  const auto text = ask(dir + role, nullptr, headers).body;
+  return text && parse_role_credentials(*text, out, expires);
+}
+
+bool is_true(std::string v) {
+  for (char& c : v) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return v == "true" || v == "1";
+}
+
+// Whether the SDKs send a container's token to `url`: over https, or over http to this host
+// or to the link-local addresses of ECS and EKS only.
+bool container_url_allowed(const std::string& url) {
+  if (url.rfind("https://", 0) == 0) return true;
+  if (url.rfind("http://", 0) != 0) return false;
+  std::string host = url.substr(7, url.find_first_of("/?#", 7) - 7);
+  if (!host.empty() && host.front() == '[') {
+    host = host.substr(0, host.find(']') + 1);
+  } else {
+    host = host.substr(0, host.find(':'));
+  }
+  return host == "localhost" || host.rfind("127.", 0) == 0 || host == "[::1]" ||
+         host == "169.254.170.2" || host == "169.254.170.23" || host == "[fd00:ec2::23]";
+}
+
+std::shared_ptr<RoleCredentials> find_role_credentials() {
+  std::shared_ptr<RoleCredentials> found;
+  if (const std::string rel = env("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI"); !rel.empty()) {
+    const std::string url = "http://169.254.170.2" + rel;
+    found = std::make_shared<RoleCredentials>(url, fetch_container);
+  } else if (const std::string full = env("AWS_CONTAINER_CREDENTIALS_FULL_URI"); !full.empty()) {
+    // One the SDKs refuse is refused here too, not passed over for the instance's.
+    if (!container_url_allowed(full)) return nullptr;
+    found = std::make_shared<RoleCredentials>(full, fetch_container);
+  } else if (!is_true(env("AWS_EC2_METADATA_DISABLED"))) {
+    std::string base = env("AWS_EC2_METADATA_SERVICE_ENDPOINT");
+    if (base.empty()) base = "http://169.254.169.254";
+    while (!base.empty() && base.back() == '/') base.pop_back();
+    found = std::make_shared<RoleCredentials>(base, fetch_instance);
+  }
+  if (found && !found->fetch_now()) return nullptr;
+  return found;
+}
+
+}  // namespace
+
+bool parse_role_credentials(const std::string& text, AwsCredentials* out, std::time_t* expires) {
+  auto doc = parse_json_object("credentials", text);
+  if (!doc) return false;
+  const Json& j = *doc;
+  const auto str = [&](const char* key) -> std::string {
+    const auto it = j.find(key);
+    return it != j.end() && it->is_string() ? it->get<std::string>() : std::string();
+  };
+  if (j.contains("Code") && str("Code") != "Success") return false;
+  AwsCredentials c{str("AccessKeyId"), str("SecretAccessKey"), str("Token")};
+  if (c.access_key.empty() || c.secret_key.empty()) return false;
+  const std::string expiration = str("Expiration");
+  std::time_t when = 0;
+  if (!expiration.empty() && (when = parse_utc(expiration)) == 0) return false;
+  *out = std::move(c);
+  *expires = when;
+  return true;
+}
+
+bool RoleCredentials::fetch_now() {
+  AwsCredentials c;
+  std::time_t expires = 0;
+  if (!fetch_(where_, &c, &expires)) return false;
+  std::lock_guard lock(mu_);
+  creds_ = std::move(c);
+  expires_ = expires;
+  return true;
+}
+
+AwsCredentials RoleCredentials::current() {
+  std::unique_lock lock(mu_);
+  const std::time_t now = std::time(nullptr);
+  // One thread fetches while the others sign with the old credentials, still valid for up to
+  // five minutes; a source that keeps answering with credentials about to expire, or none,
+  // is asked at most every ten seconds.
+  if (expires_ == 0 || now + 300 < expires_ || fetching_ || now < last_try_ + 10) return creds_;
+  fetching_ = true;
+  last_try_ = now;
+  lock.unlock();
+  AwsCredentials c;
+  std::time_t expires = 0;
+  const bool ok = fetch_(where_, &c, &expires);
+  lock.lock();
+  fetching_ = false;
+  if (ok) {
+    creds_ = std::move(c);
+    expires_ = expires;
+  }
+  return creds_;
+}
+
+std::shared_ptr<RoleCredentials> role_credentials() {
+  static std::mutex mu;
+  static bool asked = false;
+  static std::shared_ptr<RoleCredentials> found;
+  std::lock_guard lock(mu);
+  if (!asked) {
+    found = find_role_credentials();
+    asked = true;
+  }
+  return found;
+}
+
+}  // namespace shardload::detail
