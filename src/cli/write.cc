@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "cli/commands.hpp"
+#include "shardload/io.hpp"
 #include "shardload/source.hpp"
 #include "shardload/synth.hpp"
 
@@ -157,6 +158,9 @@ int cmd_write(const Args& args) {
   WriteArgs a;
   if (auto rc = parse_write_args(args, &a)) return *rc;
   const std::string& dir = a.dir;
+  if (is_remote_url(dir)) {
+    return fail(cmd, dir + ": this build (without Legate) writes local directories only");
+  }
 
   ::mkdir(dir.c_str(), 0755);
   struct ::stat st {};
