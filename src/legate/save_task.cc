@@ -24,8 +24,7 @@ Status save_point(legate::TaskContext& context) {
   const auto tile_rows = context.scalar(2).value<std::int64_t>();
   const std::int64_t total = spec.offsets.back();
   // A fourth scalar names the one shard of a one-point launch over that shard's slice of the
-  // array (shards of chosen rows to object storage): its rows are the slice's, wherever Legate
-  // puts the slice's origin.
+  // array (shards of chosen rows to object storage): its rows are the slice's, counted from 0.
   const bool one_shard = context.num_scalars() > 3;
   const std::int64_t t =
       one_shard ? context.scalar(3).value<std::int64_t>() : context.get_task_index()[0];
