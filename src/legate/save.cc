@@ -134,10 +134,9 @@ void save_to_object_store(const legate::LogicalArray& array, const std::string& 
   const auto t1 = Clock::now();
   si->prepare_seconds = std::chrono::duration<double>(t1 - t0).count();
   try {
-    const bool uniform = detail::uniform_shards(*spec);
-    const std::int64_t tiles = uniform ? detail::remote_tiles(*spec) : 0;
+    const std::int64_t tiles = detail::remote_tiles(*spec);  // 0 for shards of chosen rows
     si->tiles = tiles;
-    if (!uniform) {
+    if (!detail::uniform_shards(*spec)) {
       si->tiles = launch_per_shard(array, d, *spec, machine, dest);
     } else if (tiles > 0) {
       const auto extents = array.extents();
