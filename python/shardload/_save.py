@@ -169,8 +169,10 @@ def save(
             if isinstance(r, (bool, np.bool_)) or not isinstance(r, (int, np.integer)):
                 raise TypeError(f"save: shard_rows[{i}] must be an integer, found "
                                 f"{type(r).__name__} {r!r}")
-            if not 0 <= int(r) < 2**63:
+            if int(r) < 0:
                 raise ValueError(f"save: shard_rows[{i}] must be >= 0, found {int(r)}")
+            if int(r) >= 2**63:
+                raise ValueError(f"save: shard_rows[{i}] must be below 2**63, found {int(r)}")
             rows_list.append(int(r))
     if info is not None:
         warnings.warn("save: info= is deprecated; save() always returns its SaveInfo",

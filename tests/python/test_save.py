@@ -130,6 +130,7 @@ def test_shard_rows_errors_name_the_argument(tmp_path):
     cases = [
         ({"shard_rows": [4, 5]}, ValueError, "add up to 9, but the array has 10 rows"),
         ({"shard_rows": [2**62] * 3}, ValueError, "add up to more than the array's 10 rows"),
+        ({"shard_rows": [2**63]}, ValueError, r"shard_rows\[0\] must be below 2\*\*63"),
         ({"shard_rows": [11, -1]}, ValueError, r"shard_rows\[1\] must be >= 0, found -1"),
         ({"shard_rows": []}, ValueError, "from 1 to 1000000 shards, found 0"),
         ({"shard_rows": [5, 5], "num_shards": 2}, ValueError, "not both"),
