@@ -261,7 +261,8 @@ Result<RemoteDest> prepare_remote_save(const std::string& dest, const SaveOption
   }
   // The shards no task uploads: those without rows (or without bytes), header only (a store
   // without chunks is its metadata, written at the end).
-  for (std::int64_t s = 0; s < spec.shards() && !chunked(spec); ++s) {
+  if (chunked(spec)) return d;
+  for (std::int64_t s = 0; s < spec.shards(); ++s) {
     if (task_uploads_shard(spec, s)) continue;
     ShardUpload empty(d.store, d.dir, d.query, spec, s);
     SHARDLOAD_RETURN_IF_ERROR(empty.commit());
@@ -337,8 +338,10 @@ void abandon_remote_save(const RemoteDest& d, const SaveSpec& spec,
       for (const auto& [name, text] : *metadata) (void)d.store->remove(d.url(name));
     }
     for (const auto& [name, text] : options.extra_files) (void)d.store->remove(d.url(name));
-    for (std::int64_t s = 0; chunked(spec) && s < spec.shards(); ++s) {
-      (void)d.store->remove_empty_prefix(d.url(save_shard_name(spec.format, s) + "/"));
+    if (chunked(spec)) {
+      for (std::int64_t s = 0; s < spec.shards(); ++s) {
+        (void)d.store->remove_empty_prefix(d.url(save_shard_name(spec.format, s) + "/"));
+      }
     }
   } catch (...) {  // best effort on a failure path
   }

@@ -15,11 +15,6 @@ namespace shardload::detail {
 
 namespace {
 
-std::string env(const char* name) {
-  const char* v = std::getenv(name);
-  return v == nullptr ? std::string() : std::string(v);
-}
-
 // A credentials document is a few hundred bytes; a metadata answer past this is no such thing.
 constexpr std::size_t kMaxAnswer = 64 * 1024;
 
@@ -71,8 +66,8 @@ std::time_t parse_utc(const std::string& s) {
 
 bool fetch_container(const std::string& url, AwsCredentials* out, std::time_t* expires) {
   std::vector<std::string> headers;
-  std::string token = env("AWS_CONTAINER_AUTHORIZATION_TOKEN");
-  if (const std::string file = env("AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE"); !file.empty()) {
+  std::string token = aws_env("AWS_CONTAINER_AUTHORIZATION_TOKEN");
+  if (const std::string file = aws_env("AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE"); !file.empty()) {
     std::ifstream in(file);
     std::getline(in, token);
   }
@@ -121,15 +116,16 @@ bool container_url_allowed(const std::string& url) {
 
 std::shared_ptr<RoleCredentials> find_role_credentials() {
   std::shared_ptr<RoleCredentials> found;
-  if (const std::string rel = env("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI"); !rel.empty()) {
+  if (const std::string rel = aws_env("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI"); !rel.empty()) {
     const std::string url = "http://169.254.170.2" + rel;
     found = std::make_shared<RoleCredentials>(url, fetch_container);
-  } else if (const std::string full = env("AWS_CONTAINER_CREDENTIALS_FULL_URI"); !full.empty()) {
+  } else if (const std::string full = aws_env("AWS_CONTAINER_CREDENTIALS_FULL_URI");
+             !full.empty()) {
     // One the SDKs refuse is refused here too, not passed over for the instance's.
     if (!container_url_allowed(full)) return nullptr;
     found = std::make_shared<RoleCredentials>(full, fetch_container);
-  } else if (!is_true(env("AWS_EC2_METADATA_DISABLED"))) {
-    std::string base = env("AWS_EC2_METADATA_SERVICE_ENDPOINT");
+  } else if (!is_true(aws_env("AWS_EC2_METADATA_DISABLED"))) {
+    std::string base = aws_env("AWS_EC2_METADATA_SERVICE_ENDPOINT");
     if (base.empty()) base = "http://169.254.169.254";
     while (!base.empty() && base.back() == '/') base.pop_back();
     found = std::make_shared<RoleCredentials>(base, fetch_instance);
@@ -139,6 +135,11 @@ std::shared_ptr<RoleCredentials> find_role_credentials() {
 }
 
 }  // namespace
+
+std::string aws_env(const char* name) {
+  const char* v = std::getenv(name);
+  return v == nullptr ? std::string() : std::string(v);
+}
 
 bool parse_role_credentials(const std::string& text, AwsCredentials* out, std::time_t* expires) {
   auto doc = parse_json_object("credentials", text);

@@ -14,11 +14,6 @@ namespace shardload::detail {
 
 namespace {
 
-std::string env(const char* name) {
-  const char* v = std::getenv(name);
-  return v == nullptr ? std::string() : std::string(v);
-}
-
 std::string trim(const std::string& s) {
   const auto a = s.find_first_not_of(" \t\r\n");
   if (a == std::string::npos) return {};
@@ -55,14 +50,14 @@ std::optional<std::map<std::string, std::string>> ini_section(const std::string&
 
 // A file the AWS SDK reads: the variable's path, else ~/.aws/NAME ("" without HOME).
 std::string aws_file(const char* variable, const char* name) {
-  std::string path = env(variable);
+  std::string path = aws_env(variable);
   if (!path.empty()) return path;
-  const std::string home = env("HOME");
+  const std::string home = aws_env("HOME");
   return home.empty() ? std::string() : home + "/.aws/" + name;
 }
 
 std::string aws_profile() {
-  const std::string profile = env("AWS_PROFILE");
+  const std::string profile = aws_env("AWS_PROFILE");
   return profile.empty() ? "default" : profile;
 }
 
@@ -104,7 +99,7 @@ std::optional<std::map<std::string, std::string>> config_profile() {
 // credentials file (whatever it holds), or a profile in the config file that names a role, a
 // process, SSO, a web identity or keys.
 bool takes_another_source() {
-  if (!env("AWS_WEB_IDENTITY_TOKEN_FILE").empty()) return true;
+  if (!aws_env("AWS_WEB_IDENTITY_TOKEN_FILE").empty()) return true;
   const std::string credentials = aws_file("AWS_SHARED_CREDENTIALS_FILE", "credentials");
   if (!credentials.empty() && ini_section(credentials, aws_profile())) return true;
   const auto keys = config_profile();
@@ -236,8 +231,9 @@ std::optional<S3Endpoint> s3_signed_endpoint(const std::string& bucket,
   if (!ep.anonymous) {
     if (!options.access_key.empty()) {
       ep.creds = {options.access_key, options.secret_key, options.session_token};
-    } else if (!env("AWS_ACCESS_KEY_ID").empty() && !env("AWS_SECRET_ACCESS_KEY").empty()) {
-      ep.creds = {env("AWS_ACCESS_KEY_ID"), env("AWS_SECRET_ACCESS_KEY"), env("AWS_SESSION_TOKEN")};
+    } else if (!aws_env("AWS_ACCESS_KEY_ID").empty() && !aws_env("AWS_SECRET_ACCESS_KEY").empty()) {
+      ep.creds = {aws_env("AWS_ACCESS_KEY_ID"), aws_env("AWS_SECRET_ACCESS_KEY"),
+                  aws_env("AWS_SESSION_TOKEN")};
     } else if (auto c = shared_file_credentials()) {
       ep.creds = *std::move(c);
     } else if (takes_another_source()) {
@@ -249,8 +245,8 @@ std::optional<S3Endpoint> s3_signed_endpoint(const std::string& bucket,
     }
   }
   ep.region = q["region"];
-  if (ep.region.empty()) ep.region = env("AWS_REGION");
-  if (ep.region.empty()) ep.region = env("AWS_DEFAULT_REGION");
+  if (ep.region.empty()) ep.region = aws_env("AWS_REGION");
+  if (ep.region.empty()) ep.region = aws_env("AWS_DEFAULT_REGION");
   if (ep.region.empty()) ep.region = config_file_region();
   if (ep.region.empty()) return std::nullopt;
   std::string scheme = q.count("scheme") != 0 ? q["scheme"] : "https";
@@ -262,8 +258,8 @@ std::optional<S3Endpoint> s3_signed_endpoint(const std::string& bucket,
   if (const auto it = q.find("endpoint_override"); it != q.end()) {
     endpoint = it->second;
   } else {
-    endpoint = env("AWS_ENDPOINT_URL_S3");
-    if (endpoint.empty()) endpoint = env("AWS_ENDPOINT_URL");
+    endpoint = aws_env("AWS_ENDPOINT_URL_S3");
+    if (endpoint.empty()) endpoint = aws_env("AWS_ENDPOINT_URL");
   }
   if (const auto sep = endpoint.find("://"); sep != std::string::npos) {
     scheme = endpoint.substr(0, sep);

@@ -55,13 +55,18 @@ class Data:
         return f"s3://{self.name}/{key}"
 
 
+def _lowered(headers: dict[str, str]) -> dict[str, str]:
+    """A request's headers by their lower-case names (HTTP names are case-insensitive)."""
+    return {k.lower(): v for k, v in headers.items()}
+
+
 def _botocore_authorization(method: str, url: str, sent: dict[str, str], access_key: str,
                             secret_key: str, token: str | None, body: bytes = b"") -> str:
     """The Authorization header botocore's S3 signer gives the request as it was sent (the
     headers it signed, at its x-amz-date; over http it hashes ``body`` into the signature)."""
     auth = sent["Authorization"]
     signed = auth.split("SignedHeaders=")[1].split(",")[0].split(";")
-    lower = {k.lower(): v for k, v in sent.items()}
+    lower = _lowered(sent)
     headers = {k: lower[k] for k in signed if k not in ("host", "x-amz-security-token")}
     req = AWSRequest(method=method, url=url, headers=headers, data=body)
     when = datetime.datetime.strptime(lower["x-amz-date"], "%Y%m%dT%H%M%SZ")
@@ -475,7 +480,7 @@ def test_an_instance_roles_credentials_take_the_signed_path(server, proxy, tmp_p
     # shardload's requests (Arrow's client, which lists the prefix, asks the service too, as
     # the AWS SDK: those say so in their User-Agent): a session token, then the role's name
     # and credentials asked with it.
-    lowered = [(m, p, {k.lower(): v for k, v in h.items()}) for m, p, h in imds.log]
+    lowered = [(m, p, _lowered(h)) for m, p, h in imds.log]
     ours = [r for r in lowered if not r[2].get("user-agent", "").startswith("aws-sdk")]
     base = "/latest/meta-data/iam/security-credentials/"
     assert [(m, p) for m, p, _ in ours] == [("PUT", "/latest/api/token"), ("GET", base),
@@ -513,8 +518,7 @@ def test_a_containers_credentials_take_the_signed_path(server, proxy, tmp_path):
 
 def _sdk_only(log) -> bool:
     """Whether every request in a RoleSource's log came from the AWS SDK (Arrow's client)."""
-    return all({k.lower(): v for k, v in h.items()}.get("user-agent", "").startswith("aws-sdk")
-               for _, _, h in log)
+    return all(_lowered(h).get("user-agent", "").startswith("aws-sdk") for _, _, h in log)
 
 
 def test_a_profile_naming_its_own_source_is_left_to_arrows_client(server, proxy, tmp_path):
@@ -535,7 +539,7 @@ def test_a_profile_naming_its_own_source_is_left_to_arrows_client(server, proxy,
     assert _sdk_only(imds.log), imds.log
     reqs = _object_requests(proxy, data)
     assert any(m == "HEAD" for m, _, _ in reqs), reqs
-    signed = [{k.lower(): v for k, v in h.items()}.get("authorization", "") for _, _, h in reqs]
+    signed = [_lowered(h).get("authorization", "") for _, _, h in reqs]
     assert all("Credential=AKIDPROCESS/" in a for a in signed), reqs
 
 

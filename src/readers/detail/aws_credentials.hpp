@@ -50,4 +50,8 @@ std::shared_ptr<RoleCredentials> role_credentials();
 // false where it is not one.
 bool parse_role_credentials(const std::string& text, AwsCredentials* out, std::time_t* expires);
 
+// The value of an environment variable of the credentials chain; empty where it is unset (the
+// SDKs treat an empty value as unset too).
+std::string aws_env(const char* name);
+
 }  // namespace shardload::detail
