@@ -83,6 +83,9 @@ def manifest_path(directory: _Path) -> str: ...
 def size_string(nbytes: int) -> str: ...
 def remote_retries() -> int:
     """Requests to object storage retried so far in this process."""
+def redact_secrets(text: str) -> str:
+    """``text`` with the values of secret query keys (secret_key, session_token, presigned
+    signatures and tokens) replaced by "***", as in every error's message."""
 def verify_on_host(path: _Path) -> list[tuple[int, str, str]]: ...
 def _process_state() -> dict[str, Any]:
     """{"posix_io": the address of libshardload's I/O backend, "readers": the names of the

@@ -42,7 +42,8 @@ def _directory(source: object, storage_options: object = None) -> str | bytes:
                         f"{_found(source)}")
     path = os.fspath(source)
     if isinstance(path, str) and path.startswith(("http://", "https://")):
-        raise ValueError(f"{path}: a manifest cannot be written over HTTP (no upload, and no "
+        raise ValueError(f"{_core.redact_secrets(path)}: a manifest cannot be written over "
+                         "HTTP (no upload, and no "
                          "listing to index); index a local or s3:// copy of the objects and "
                          f"serve its {MANIFEST_NAME} beside them")
     if isinstance(path, str) and path.startswith("s3://"):

@@ -270,6 +270,10 @@ PYBIND11_MODULE(_core, m) {
   // Requests to object storage retried so far in this process: LoadInfo's count is the
   // difference around a load.
   m.def("remote_retries", [] { return remote_retries(); });
+  // The redaction every C++ error's message goes through, for the messages made in Python.
+  m.def(
+      "redact_secrets", [](std::string text) { return redact_secrets(std::move(text)); },
+      py::arg("text"));
 
   // What the process holds once, as this module sees it: libshardload.so's I/O backend and the
   // readers registered in C++ (the tests compare it with _legate's).

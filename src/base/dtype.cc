@@ -5,26 +5,6 @@
 
 namespace shardload {
 
-const char* error_code_name(ErrorCode code) {
-  switch (code) {
-    case ErrorCode::kOk:
-      return "ok";
-    case ErrorCode::kInvalidArgument:
-      return "invalid argument";
-    case ErrorCode::kLayout:
-      return "layout error";
-    case ErrorCode::kFormat:
-      return "format error";
-    case ErrorCode::kIo:
-      return "I/O error";
-    case ErrorCode::kChanged:
-      return "file changed";
-    case ErrorCode::kNoMemory:
-      return "out of memory";
-  }
-  return "unknown";
-}
-
 namespace {
 
 struct Named {

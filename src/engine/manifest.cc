@@ -180,9 +180,7 @@ Result<std::string> write_remote_manifest(const std::string& target,
 Result<File> open_remote_manifest(const std::string& path, FileInfo* info) {
   auto f = File::open_stat(posix_io(), path, info);
   if (f) return f;
-  const std::string& msg = f.status().message();
-  return file_error(ErrorCode::kLayout, path,
-                    "manifest: " + msg.substr(std::min(msg.size(), path.size() + 2)),
+  return file_error(ErrorCode::kLayout, path, "manifest: " + message_after_path(f.status(), path),
                     f.status().sys_errno());
 }
 
@@ -354,12 +352,8 @@ Result<Manifest> read_manifest(const std::string& path) {
     int open_err = 0;
     auto fd = open_regular(path, 0, &open_err);
     if (!fd) {
-      Status st = file_error(
-          ErrorCode::kLayout, path,
-          "manifest: " + fd.status().message().substr(std::min(fd.status().message().size(),
-                                                               path_for_message(path).size() + 2)),
-          open_err);
-      return st;
+      return file_error(ErrorCode::kLayout, path,
+                        "manifest: " + message_after_path(fd.status(), path), open_err);
     }
     file = File(&posix_io(), *fd, path);
     SHARDLOAD_ASSIGN_OR_RETURN(info, file.stat());

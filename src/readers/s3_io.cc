@@ -706,8 +706,7 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
       t_read_error = why + " (a HEAD of the object succeeds)";
       return got;
     }
-    std::string said = head.status().message();
-    if (said.rfind(url + ": ", 0) == 0) said.erase(0, url.size() + 2);
+    const std::string said = message_after_path(head.status(), url);
     t_read_error = why + "; a HEAD of the object answers: " + said;
     const int err = head.status().sys_errno();
     return err > 0 ? -err : got;

@@ -28,6 +28,13 @@ enum class ErrorCode {
 
 const char* error_code_name(ErrorCode code);
 
+// `text` with the value of every secret in a URL's query replaced by "***": the store options
+// secret_key and session_token, and a presigned URL's signature or token (X-Amz-Signature,
+// X-Amz-Security-Token, X-Goog-Signature, an Azure SAS's sig). Every Status's message and
+// path pass through it, so an error (its message, Python's OSError.filename, a log line)
+// never shows a credential given in a URL or in storage options.
+std::string redact_secrets(std::string text);
+
 class Status;
 // An error about one file: "PATH: what", with the path (and the errno, when a system call
 // failed) kept as data for the front ends (Python's OSError.filename).
@@ -36,7 +43,8 @@ Status file_error(ErrorCode code, const std::string& path, const std::string& wh
 class [[nodiscard]] Status {
  public:
   Status() = default;
-  Status(ErrorCode code, std::string message) : code_(code), message_(std::move(message)) {}
+  Status(ErrorCode code, std::string message)
+      : code_(code), message_(redact_secrets(std::move(message))) {}
 
   static Status ok() { return {}; }
 
@@ -54,7 +62,7 @@ class [[nodiscard]] Status {
   [[nodiscard]] Status with_context(const std::string& context) const {
     if (is_ok()) return *this;
     Status s = *this;
-    s.message_ = context + ": " + message_;
+    s.message_ = redact_secrets(context) + ": " + message_;
     return s;
   }
   // The same error about `path`, unless it names a file already (the innermost site that
@@ -62,7 +70,7 @@ class [[nodiscard]] Status {
   [[nodiscard]] Status with_path(const std::string& path) const {
     if (is_ok() || !path_.empty()) return *this;
     Status s = *this;
-    s.path_ = path;
+    s.path_ = redact_secrets(path);
     return s;
   }
   [[nodiscard]] Status with_errno(int err) const {
@@ -77,6 +85,11 @@ class [[nodiscard]] Status {
   std::string path_;
   int sys_errno_ = 0;
 };
+
+// The message of an error about `path` without the "PATH: " in front that file_error puts
+// there (the path as the message shows it: redacted, a NUL as "\0"); the whole message where
+// it does not start so.
+std::string message_after_path(const Status& status, const std::string& path);
 
 template <typename T>
 class [[nodiscard]] Result {
