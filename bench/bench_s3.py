@@ -22,14 +22,20 @@ about MB_PER_SHARD MB each, and times, in one run on the same objects:
                scheduler with as many workers as shardload has processors;
   get-bound    a plain parallel-GET bound: the same data bytes by ranged GETs into one
                preallocated array, with as many threads as shardload's load has tiles in
-               flight (its processors): no shardload, no discovery.
+               flight (its processors): no shardload, no discovery (boto3 in Python threads);
+  curl-bound   the same ranges fetched by the curl program (--parallel, as many at once as
+               get-bound's threads, each signed with --aws-sigv4) into files in /dev/shm: no
+               Python in the data path (left out where there is no curl program).
 Each is the median of --repeat runs, after one untimed run, taken in rounds over the loaders
 (each round in another order, so that a drift of the machine falls on all alike); every run's
 result is compared with the expected array outside the timing, and a loader whose result
 differs (or that raises) is reported instead of timed. The last line names the fastest peer
 and how shardload compares with it and with the GET bound (the issue's goals: 2x the best
 peer, 80% of the bound). The server is a Python process: on one machine it is the bottleneck
-of every column, so the ratios, not the GB/s, are what carries over.
+of every column, so the ratios, not the GB/s, are what carries over. With --server rclone the
+server is rclone's `serve s3` instead (Go, several threads, the objects in files of a temporary
+directory, every signature checked; tests/python/s3_server.py): a server that is not itself
+the bottleneck of one Python process.
 
 With --format parquet the shards are Parquet files of 64 float32 columns (row groups of about
 1 MB) and the columns are:
@@ -61,6 +67,7 @@ Run it with the project's environment (source scripts/env.sh) so Legate is confi
   python bench/bench_s3.py --shards 16 --mb 8 --repeat 3
   python bench/bench_s3.py --format parquet --shards 8 --mb 8 --repeat 3
   python bench/bench_s3.py --format zarr --shards 8 --mb 8 --repeat 3  (SHARDS x MB of data)
+  python bench/bench_s3.py --server rclone --shards 8 --mb 32 --repeat 5
 """
 
 from __future__ import annotations
@@ -69,8 +76,11 @@ import argparse
 import io
 import os
 import pathlib
+import shutil
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -129,6 +139,45 @@ def measure(loaders, want: np.ndarray, repeat: int) -> tuple[dict[str, float], d
     return times, failed
 
 
+def curl_bound(endpoint: str, ranges: list[tuple[str, int, int, int]], threads: int,
+               want: np.ndarray):
+    """A bound without Python in the data path: the curl program fetching the same ranges,
+    `threads` at a time (--parallel), each signed (--aws-sigv4) with the environment's keys,
+    into files in /dev/shm. (loader, to_array) for measure(); to_array puts the files'
+    bytes into an array (outside the timing) so that the result is checked like the others.
+    None where there is no curl program."""
+    curl = shutil.which("curl")
+    if curl is None:
+        return None
+    user = f"{os.environ['AWS_ACCESS_KEY_ID']}:{os.environ['AWS_SECRET_ACCESS_KEY']}"
+    shm = "/dev/shm" if os.path.isdir("/dev/shm") else None
+
+    def run() -> str:
+        d = tempfile.mkdtemp(prefix="bench-s3-curl-", dir=shm)
+        args = [curl, "--parallel", "--parallel-max", str(threads)]
+        for i, (key, off, n, _) in enumerate(ranges):
+            if i:
+                args.append("--next")
+            args += ["-s", "-f", "--aws-sigv4", "aws:amz:us-east-1:s3", "--user", user,
+                     "-r", f"{off}-{off + n - 1}", "-o", f"{d}/{i}",
+                     f"http://{endpoint}/bench/{key}"]
+        subprocess.run(args, check=True)
+        return d
+
+    def to_array(d: str) -> np.ndarray:
+        out = np.empty_like(want)
+        flat = out.reshape(-1).view(np.uint8)
+        row_bytes = want.nbytes // max(1, len(want))
+        try:
+            for i, (_, _, n, first) in enumerate(ranges):
+                flat[first * row_bytes:first * row_bytes + n] = np.fromfile(f"{d}/{i}", np.uint8)
+        finally:
+            shutil.rmtree(d, ignore_errors=True)
+        return out
+
+    return run, to_array
+
+
 def report(times: dict[str, float], failed: dict[str, str], nbytes: int,
            bound: str | None) -> None:
     base = times.get("shardload")
@@ -138,12 +187,13 @@ def report(times: dict[str, float], failed: dict[str, str], nbytes: int,
     for name, why in failed.items():
         print(f"  {name:11s} NOT TIMED: {why}")
     peers = {n: t for n, t in times.items()
-             if n != bound and n != "shardload" and not n.startswith("sl-")}
+             if n not in (bound, "curl-bound", "shardload") and not n.startswith("sl-")}
     if base and peers:
         best = min(peers, key=peers.get)
         line = f"  best peer {best}: shardload {peers[best] / base:.2f}x its speed"
-        if bound in times:
-            line += f"; shardload at {times[bound] / base:.0%} of {bound}"
+        for b in (bound, "curl-bound"):
+            if b in times:
+                line += f"; shardload at {times[b] / base:.0%} of {b}"
         print(line)
 
 
@@ -165,6 +215,9 @@ def main() -> None:
     ap.add_argument("--shards", type=int, default=16)
     ap.add_argument("--mb", type=float, default=8.0, help="MB per shard")
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--server", choices=["moto", "rclone"], default="moto",
+                    help="the S3 server on 127.0.0.1: moto (the tests' server, Python) or "
+                         "rclone serve s3 (Go, objects in files)")
     ap.add_argument("--format", choices=["npy", "parquet", "zarr"], default="npy")
     ap.add_argument("--chunks-in-flight", default="1",
                     help="zarr: comma-separated chunks_in_flight values timed as sl-cN columns")
@@ -172,13 +225,20 @@ def main() -> None:
                     help="each request held this long by a proxy (0: no proxy)")
     args = ap.parse_args()
     os.environ.update(ENV)
+    if args.server == "rclone":
+        # It answers a range with a 200 that carries the whole object's checksum, which
+        # botocore (boto3, s3fs) would check against the range's bytes, and it refuses the
+        # AWS SDKs' aws-chunked uploads: every client checks and sends checksums only where
+        # an operation requires them (docs/object_storage.md, "S3-compatible servers").
+        os.environ.update({"AWS_RESPONSE_CHECKSUM_VALIDATION": "when_required",
+                           "AWS_REQUEST_CHECKSUM_CALCULATION": "when_required"})
     if args.format == "parquet":
         parquet(args)
         return
     if args.format == "zarr":
         zarr_store(args)
         return
-    proc, endpoint = s3_server.start()
+    proc, endpoint = s3_server.start(kind=args.server)
     try:
         client = boto3.client("s3", endpoint_url=f"http://{endpoint}", region_name="us-east-1")
         client.create_bucket(Bucket="bench")
@@ -289,11 +349,14 @@ def main() -> None:
             assert layout.shape == want.shape and layout.total_rows == len(want)
             return want
 
-        times, failed = measure((("shardload", sl, None), ("sl-4req", sl_four_requests, None),
-                                 ("sl-arrow", sl_arrow, None),
-                                 ("sl-discover", sl_discover, checked_layout),
-                                 ("boto3-seq", seq, None), ("s3fs-dask", s3fs_dask, None),
-                                 ("get-bound", bound, None)), want, args.repeat)
+        loaders = [("shardload", sl, None), ("sl-4req", sl_four_requests, None),
+                   ("sl-arrow", sl_arrow, None), ("sl-discover", sl_discover, checked_layout),
+                   ("boto3-seq", seq, None), ("s3fs-dask", s3fs_dask, None),
+                   ("get-bound", bound, None)]
+        by_curl = curl_bound(endpoint, ranges, threads, want)
+        if by_curl is not None:
+            loaders.append(("curl-bound", *by_curl))
+        times, failed = measure(tuple(loaders), want, args.repeat)
         # The same load once the prefix has a manifest (written after every column above,
         # which would otherwise read it): discovery is its GET and a check of each object
         # (sl-manifest), or its GET alone (sl-trusted, trust_manifest=True).
@@ -323,7 +386,7 @@ def parquet(args: argparse.Namespace) -> None:
     import pyarrow.fs as pafs
     import pyarrow.parquet as pq
 
-    proc, endpoint = s3_server.start()
+    proc, endpoint = s3_server.start(kind=args.server)
     try:
         client = boto3.client("s3", endpoint_url=f"http://{endpoint}", region_name="us-east-1")
         client.create_bucket(Bucket="bench")
@@ -421,7 +484,7 @@ def zarr_store(args: argparse.Namespace) -> None:
     import tensorstore as ts
     import zarr
 
-    proc, endpoint = s3_server.start()
+    proc, endpoint = s3_server.start(kind=args.server)
     try:
         client = boto3.client("s3", endpoint_url=f"http://{endpoint}", region_name="us-east-1")
         client.create_bucket(Bucket="bench")

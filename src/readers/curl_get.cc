@@ -104,8 +104,10 @@ std::size_t on_body(char* data, std::size_t size, std::size_t count, void* user)
       return 0;  // stops the transfer (CURLE_WRITE_ERROR)
     }
   }
-  // A 200 is the whole object: the range only when it starts at offset 0.
-  if ((code == 200 && s->offset != 0) || s->got + n > s->cap) {
+  // A 200 is the whole object (the range only when it starts at offset 0), unless it says
+  // which bytes it holds (see curl_perform).
+  const bool whole = code == 200 && s->headers->content_range.empty();
+  if ((whole && s->offset != 0) || s->got + n > s->cap) {
     s->overflow = true;
     return 0;
   }
@@ -272,6 +274,13 @@ CurlAnswer curl_perform(const CurlRequest& req, void* dst, std::size_t cap, std:
     curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &a.outcome.http);
     if (a.outcome.curl != CURLE_OK) a.outcome.curl_error = h->error;
     if (req.head) curl_easy_getinfo(c, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &a.content_length);
+    // A range answered with a whole object's status and the Content-Range of the bytes it
+    // holds (rclone's `serve s3` answers so): it is the 206 it describes, and the callers
+    // check its Content-Range against the range they asked for.
+    if (a.outcome.curl == CURLE_OK && a.outcome.http == 200 && !req.head && req.body == nullptr &&
+        !a.headers.content_range.empty()) {
+      a.outcome.http = 206;
+    }
     a.got = sink.got;
     a.overflow = sink.overflow;
     a.refused = sink.refused;

