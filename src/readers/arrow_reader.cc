@@ -739,6 +739,7 @@ struct OpenFile {
   std::vector<std::int64_t> group_rows;
   std::unique_ptr<parquet::arrow::FileReader> parquet;
   std::shared_ptr<arrow::ipc::RecordBatchFileReader> ipc;
+  std::shared_ptr<arrow::io::RandomAccessFile> file;  // IPC: what `ipc` reads, to open again
 };
 
 class ArrowReader final : public ShardReader {
@@ -852,6 +853,16 @@ class ArrowReader final : public ShardReader {
       if (!r.ok()) return arrow_error(path, r.status(), ErrorCode::kIo);
       file = *r;
     }
+    return open_ipc(path, std::move(file), projection);
+  }
+
+  // An IPC reader of `projection` over `file`: also the probe's second reader, of the one
+  // column it counts rows by, over the file its first reader opened (so that the bytes the
+  // probe's open fetched serve both, and the footer costs no second request).
+  Result<OpenFile> open_ipc(const std::string& path,
+                            std::shared_ptr<arrow::io::RandomAccessFile> file,
+                            const std::vector<int>& projection) {
+    OpenFile f;
     auto opts = arrow::ipc::IpcReadOptions::Defaults();
     opts.use_threads = false;
     opts.included_fields = projection;
@@ -862,6 +873,7 @@ class ArrowReader final : public ShardReader {
     }
     f.ipc = *reader;
     f.schema = f.ipc->schema();
+    f.file = std::move(file);
     return f;
   }
 
@@ -923,13 +935,15 @@ class ArrowReader final : public ShardReader {
   Result<ShardProbe> probe_impl(const std::string& path) {
     ShardProbe p;
     p.shard.path = path;
-    // A Parquet object's open fetches its last bytes, where Arrow reads the footer from next
-    // (its default footer read is the last 64 KiB): one request per probe instead of two.
+    // An object's open fetches its last bytes, where Arrow reads the footer from next: a
+    // Parquet footer within Arrow's default footer read (64 KiB), one request per probe; an IPC
+    // file's footer and, nearest to it, the metadata and bodies of the batches the probe
+    // reads next to count their rows (an object within 1 MiB comes whole in that one request).
     constexpr std::size_t kFooterBytes = std::size_t{64} << 10;
+    constexpr std::size_t kIpcTailBytes = std::size_t{1} << 20;
     SHARDLOAD_ASSIGN_OR_RETURN(
-        File opened, format_ == Format::kParquet
-                         ? File::open_tail(*ctx_.io, path, &p.shard.snapshot, kFooterBytes)
-                         : File::open_stat(*ctx_.io, path, &p.shard.snapshot));
+        File opened, File::open_tail(*ctx_.io, path, &p.shard.snapshot,
+                                     format_ == Format::kParquet ? kFooterBytes : kIpcTailBytes));
     if (!p.shard.snapshot.regular) return Status(ErrorCode::kFormat, path + ": not a regular file");
     // An object is read through this open (one request fewer per object); a local file is
     // opened again by a descriptor of the kernel's (see open).
@@ -983,7 +997,7 @@ class ArrowReader final : public ShardReader {
     e.columns = names;
     if (f.ipc) {
       // Only the first selected column is decoded to learn each batch's rows.
-      SHARDLOAD_ASSIGN_OR_RETURN(f, open(path, true, {idx[0]}, known));
+      SHARDLOAD_ASSIGN_OR_RETURN(f, open_ipc(path, f.file, {idx[0]}));
       for (int b = 0; b < f.ipc->num_record_batches(); ++b) {
         auto batch = f.ipc->ReadRecordBatch(b);
         if (!batch.ok()) {

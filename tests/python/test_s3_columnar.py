@@ -281,6 +281,34 @@ def test_a_parquet_object_is_probed_by_one_get_of_its_last_bytes(server, tmp_pat
             assert b.url(f"bad{i}/shard_0000.parquet") in str(e.value), str(e.value)
 
 
+def test_an_arrow_ipc_object_is_probed_from_its_last_mib(server, tmp_path):
+    """An IPC probe's open asks for the object's last 1 MiB (a suffix range): a smaller
+    object comes whole, so its probe (footer, then each batch's metadata and first column to
+    count its rows) is that one GET; a larger one's footer and last batches are in it, and
+    only the batches before it cost ranged GETs, none of them asked twice."""
+    with FaultProxy(server) as proxy:
+        b = Bucket(server, proxy.endpoint)
+        tables = ragged_tables(np.random.default_rng(31), [9000, 10, 130000])
+        paths = put_shards(b, tmp_path, "arrow", tables, group=1000)
+        big = paths[2].stat().st_size
+        assert paths[0].stat().st_size < 1 << 20 < big
+        proxy.clear()
+        layout = shardload.discover(b.url("d/"), storage_options=b.options)
+        assert layout.total_rows == 139010
+        for p in paths[:2]:
+            ranges = [r for m, t, r, _ in proxy.log if p.name in t]
+            assert ranges == ["bytes=-1048576"], (p.name, ranges)
+        ranges = [r for m, t, r, _ in proxy.log if paths[2].name in t]
+        assert ranges[0] == "bytes=-1048576", ranges
+        assert len(ranges) == len(set(ranges)), ranges
+        tail = big - (1 << 20)
+        for r in ranges[1:]:
+            first = int(r.removeprefix("bytes=").split("-")[0])
+            assert first < tail, (r, tail)  # not served by the tail the open fetched
+        np.testing.assert_array_equal(np.asarray(shardload.load(layout)),
+                                      oracle(paths, "arrow", ["a", "b"]))
+
+
 def test_a_parquet_footer_is_fetched_once_per_object_not_once_per_piece(server, tmp_path):
     """Each object split among several tiles, each tile's piece opening it again: the footer
     the probe parsed serves every piece of that snapshot, so the load asks only for row
