@@ -179,7 +179,7 @@ def curl_bound(endpoint: str, ranges: list[tuple[str, int, int, int]], threads: 
 
 
 def report(times: dict[str, float], failed: dict[str, str], nbytes: int,
-           bound: str | None) -> None:
+           bounds: tuple[str, ...] = ("get-bound", "curl-bound")) -> None:
     base = times.get("shardload")
     for name, t in times.items():
         ratio = f"  shardload x{t / base:.2f}" if base else ""
@@ -187,11 +187,11 @@ def report(times: dict[str, float], failed: dict[str, str], nbytes: int,
     for name, why in failed.items():
         print(f"  {name:11s} NOT TIMED: {why}")
     peers = {n: t for n, t in times.items()
-             if n not in (bound, "curl-bound", "shardload") and not n.startswith("sl-")}
+             if n not in bounds and n != "shardload" and not n.startswith("sl-")}
     if base and peers:
         best = min(peers, key=peers.get)
         line = f"  best peer {best}: shardload {peers[best] / base:.2f}x its speed"
-        for b in (bound, "curl-bound"):
+        for b in bounds:
             if b in times:
                 line += f"; shardload at {times[b] / base:.0%} of {b}"
         print(line)
@@ -215,9 +215,7 @@ def main() -> None:
     ap.add_argument("--shards", type=int, default=16)
     ap.add_argument("--mb", type=float, default=8.0, help="MB per shard")
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--server", choices=["moto", "rclone"], default="moto",
-                    help="the S3 server on 127.0.0.1: moto (the tests' server, Python) or "
-                         "rclone serve s3 (Go, objects in files)")
+    s3_server.add_server_option(ap)
     ap.add_argument("--format", choices=["npy", "parquet", "zarr"], default="npy")
     ap.add_argument("--chunks-in-flight", default="1",
                     help="zarr: comma-separated chunks_in_flight values timed as sl-cN columns")
@@ -226,12 +224,7 @@ def main() -> None:
     args = ap.parse_args()
     os.environ.update(ENV)
     if args.server == "rclone":
-        # It answers a range with a 200 that carries the whole object's checksum, which
-        # botocore (boto3, s3fs) would check against the range's bytes, and it refuses the
-        # AWS SDKs' aws-chunked uploads: every client checks and sends checksums only where
-        # an operation requires them (docs/object_storage.md, "S3-compatible servers").
-        os.environ.update({"AWS_RESPONSE_CHECKSUM_VALIDATION": "when_required",
-                           "AWS_REQUEST_CHECKSUM_CALCULATION": "when_required"})
+        os.environ.update(s3_server.RCLONE_CLIENT_ENV)
     if args.format == "parquet":
         parquet(args)
         return
@@ -373,7 +366,7 @@ def main() -> None:
         print(f"{args.shards} shards, {nbytes / 1e6:.1f} MB, {threads} processors "
               f"({info.target}), median of {args.repeat}"
               + (f", {args.latency_ms:g} ms added per request" if proxy else ""))
-        report(times, failed, nbytes, "get-bound")
+        report(times, failed, nbytes)
         if proxy:
             proxy.close()
     finally:
@@ -471,7 +464,7 @@ def parquet(args: argparse.Namespace) -> None:
               f"of {group} rows, {info.processors} processors ({info.target}), "
               f"median of {args.repeat}"
               + (f", {args.latency_ms:g} ms added per request" if proxy else ""))
-        report(times, failed, nbytes, "get-bound")
+        report(times, failed, nbytes)
         if proxy:
             proxy.close()
     finally:
@@ -563,7 +556,7 @@ def zarr_store(args: argparse.Namespace) -> None:
               f"stored in {len(chunk_keys)} chunks of {chunk} rows, zstd), {threads} processors "
               f"({info.target}), median of {args.repeat}"
               + (f", {args.latency_ms:g} ms added per request" if proxy else ""))
-        report(times, failed, nbytes, "get-bound")
+        report(times, failed, nbytes)
         if proxy:
             proxy.close()
     finally:

@@ -36,19 +36,12 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--shards", type=int, default=32)
     ap.add_argument("--repeat", type=int, default=5)
-    ap.add_argument("--server", choices=["moto", "rclone"], default="moto",
-                    help="the S3 server on 127.0.0.1: moto (the tests' server, Python) or "
-                         "rclone serve s3 (Go, objects in files)")
+    s3_server.add_server_option(ap)
     ap.add_argument("--latency-ms", type=float, default=0.0)
     args = ap.parse_args()
     os.environ.update(ENV)
     if args.server == "rclone":
-        # It answers a range with a 200 that carries the whole object's checksum, which
-        # botocore (boto3, s3fs) would check against the range's bytes, and it refuses the
-        # AWS SDKs' aws-chunked uploads: every client checks and sends checksums only where
-        # an operation requires them (docs/object_storage.md, "S3-compatible servers").
-        os.environ.update({"AWS_RESPONSE_CHECKSUM_VALIDATION": "when_required",
-                           "AWS_REQUEST_CHECKSUM_CALCULATION": "when_required"})
+        os.environ.update(s3_server.RCLONE_CLIENT_ENV)
     proc, endpoint = s3_server.start(kind=args.server)
     proxy = None
     try:

@@ -61,20 +61,13 @@ def main() -> None:
     ap.add_argument("--mb", type=float, default=256.0, help="MB of data in all")
     ap.add_argument("--shards", type=int, default=8)
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--server", choices=["moto", "rclone"], default="moto",
-                    help="the S3 server on 127.0.0.1: moto (the tests' server, Python) or "
-                         "rclone serve s3 (Go, objects in files)")
+    s3_server.add_server_option(ap)
     ap.add_argument("--multipart-threshold", default=None,
                     help="multipart_threshold for sl-npy and sl-zarr (default: the store's)")
     args = ap.parse_args()
     os.environ.update(ENV)
     if args.server == "rclone":
-        # It answers a range with a 200 that carries the whole object's checksum, which
-        # botocore (boto3, s3fs) would check against the range's bytes, and it refuses the
-        # AWS SDKs' aws-chunked uploads: every client checks and sends checksums only where
-        # an operation requires them (docs/object_storage.md, "S3-compatible servers").
-        os.environ.update({"AWS_RESPONSE_CHECKSUM_VALIDATION": "when_required",
-                           "AWS_REQUEST_CHECKSUM_CALCULATION": "when_required"})
+        os.environ.update(s3_server.RCLONE_CLIENT_ENV)
     import cupynumeric as cn
     import s3fs
     import zarr

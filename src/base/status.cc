@@ -4,6 +4,8 @@
 #include <cctype>
 #include <string_view>
 
+#include "shardload/io.hpp"
+
 namespace shardload {
 
 const char* error_code_name(ErrorCode code) {
@@ -77,9 +79,7 @@ std::string redact_secrets(std::string text) {
 
 std::string message_after_path(const Status& status, const std::string& path) {
   const std::string& m = status.message();
-  std::string shown;
-  for (const char ch : path) shown += ch == '\0' ? std::string("\\0") : std::string(1, ch);
-  for (const std::string& p : {redact_secrets(path), redact_secrets(shown)}) {
+  for (const std::string& p : {redact_secrets(path), redact_secrets(path_for_message(path))}) {
     if (m.size() >= p.size() + 2 && m.compare(0, p.size(), p) == 0 &&
         m.compare(p.size(), 2, ": ") == 0) {
       return m.substr(p.size() + 2);

@@ -6,10 +6,10 @@ signatures checked against the key pair of CLIENT_ENV)."""
 from __future__ import annotations
 
 import contextlib
-import shutil
 import io
 import os
 import pathlib
+import shutil
 import socket
 import subprocess
 import sys
@@ -23,6 +23,24 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+KINDS = ("moto", "rclone")
+
+# What the benchmarks' clients (boto3, s3fs, Arrow's AWS SDK) are told of rclone's server: it
+# answers a range with a 200 that carries the whole object's checksum, which botocore would
+# check against the range's bytes, and it refuses the SDKs' aws-chunked uploads, so every
+# client checks and sends checksums only where an operation requires them
+# (docs/object_storage.md, "S3-compatible servers").
+RCLONE_CLIENT_ENV = {"AWS_RESPONSE_CHECKSUM_VALIDATION": "when_required",
+                     "AWS_REQUEST_CHECKSUM_CALCULATION": "when_required"}
+
+
+def add_server_option(parser) -> None:
+    """The benchmarks' --server option: which of KINDS start() runs."""
+    parser.add_argument("--server", choices=KINDS, default="moto",
+                        help="the S3 server on 127.0.0.1: moto (the tests' server, Python) or "
+                             "rclone serve s3 (Go, objects in files)")
 
 
 def _rclone() -> str:
