@@ -51,7 +51,14 @@ Source make_source(const py::object& source, const py::object& pattern_obj) {
   const std::string pattern = pattern_obj.is_none() ? std::string() : path_bytes(pattern_obj);
   if (py::isinstance<py::str>(source) || py::isinstance<py::bytes>(source) ||
       py::hasattr(source, "__fspath__")) {
-    return unwrap(Source::parse(path_bytes(source), pattern));
+    const std::string text = path_bytes(source);
+    // An object-storage URL is asked of the store (is it an object or a prefix?): no request
+    // may hold the GIL (a server in this process, or any other Python thread, would wait on it).
+    Result<Source> parsed = [&] {
+      py::gil_scoped_release release;
+      return Source::parse(text, pattern);
+    }();
+    return unwrap(std::move(parsed));
   }
   if (!pattern.empty()) {
     throw py::value_error("pattern applies only when the source is a directory");
@@ -189,7 +196,11 @@ PYBIND11_MODULE(_core, m) {
   m.def(
       "read_manifest",
       [](const py::object& path) {
-        Result<Manifest> r = read_manifest(path_bytes(path));
+        const std::string p = path_bytes(path);
+        Result<Manifest> r = [&] {
+          py::gil_scoped_release release;  // a URL's GET (see verify_on_host)
+          return read_manifest(p);
+        }();
         if (!r) raise(r.status());
         py::dict d;
         d["layout"] = std::move(r->layout);

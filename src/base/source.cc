@@ -497,6 +497,9 @@ Result<std::vector<std::string>> resolve_remote_glob(const Source& s, bool* noth
         .with_errno(st.sys_errno());
   }
   const auto& names = *listed;
+  // An object named as spelled is that object, as a file is (see Source::parse): "run[1].npy"
+  // is not a glob that matches "run1.npy".
+  if (std::find(names.begin(), names.end(), last) != names.end()) return {{s.glob_expr}};
   std::vector<std::string> paths;
   for (const auto& name : names) {
     if (::fnmatch(last.c_str(), name.c_str(), FNM_PERIOD) == 0) {

@@ -66,6 +66,9 @@ std::size_t on_header(char* data, std::size_t size, std::size_t count, void* use
   if (iequals_prefix(line, "etag:")) h->etag = value("etag:");
   if (iequals_prefix(line, "last-modified:")) h->last_modified = value("last-modified:");
   if (iequals_prefix(line, "content-range:")) h->content_range = value("content-range:");
+  if (iequals_prefix(line, "x-amz-bucket-region:")) {
+    h->bucket_region = value("x-amz-bucket-region:");
+  }
   return size * count;
 }
 

@@ -152,10 +152,24 @@ std::string describe(const CurlOutcome& o, const std::string& body) {
   return curl_describe(o, body);
 }
 
+// describe() and, where the store says the bucket lives in another region (a 301 whose
+// x-amz-bucket-region names it, a HEAD's only word; a 400 AuthorizationHeaderMalformed whose
+// XML names it), what to do about it: the request went to, or was signed for, the region the
+// URL, the environment or the config file gave.
+std::string describe(const CurlAnswer& a) {
+  std::string text = describe(a.outcome, a.error_body);
+  if (a.outcome.curl != CURLE_OK || a.outcome.http < 300 || a.outcome.http >= 500) return text;
+  std::string region = a.headers.bucket_region;
+  if (region.empty()) region = xml_field(a.error_body, "Region");
+  if (region.empty()) return text;
+  return text + " (the bucket is in region " + region + ": add region=" + region +
+         " to the URL's query or storage_options)";
+}
+
 // A failed request's error naming `url`: "cannot WHAT: " the store's words, and the attempts
 // where it was retried.
 Status answer_error(const std::string& url, const std::string& what, const CurlAnswer& a) {
-  std::string msg = "cannot " + what + ": " + describe(a.outcome, a.error_body);
+  std::string msg = "cannot " + what + ": " + describe(a);
   if (a.tries > 1) msg += " (gave up after " + std::to_string(a.tries) + " attempts)";
   return file_error(ErrorCode::kIo, url, msg, curl_errno(a.outcome));
 }
@@ -340,7 +354,7 @@ S3Get get_range(const S3Endpoint& ep, const std::string& key, void* dst, std::si
     g.got = static_cast<std::int64_t>(a.got);
     return g;
   }
-  if (o.http != 206) return fail(describe(o, a.error_body), curl_errno(o));
+  if (o.http != 206) return fail(describe(a), curl_errno(o));
   // A suffix's answer ends at the object's end; a range's starts where it was asked.
   const bool as_asked = offset == nullptr
                             ? total >= 0 && first + a.got == static_cast<std::uint64_t>(total)

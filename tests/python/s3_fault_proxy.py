@@ -2,7 +2,7 @@
 
 It forwards each request to an upstream S3 server (the tests' moto server) and, where a rule
 the test set matches the request, answers it badly instead: an HTTP error (500, 503, 403), a
-``SlowDown`` (503 with S3's XML error body), a reset connection, a body cut short (the
+``SlowDown`` (503 with S3's XML error body), the 301 of a bucket in another region, a reset connection, a body cut short (the
 upstream's Content-Length, fewer bytes, then the connection closed) or a delay. The client
 under test is pointed at it with ``endpoint_override``. Pure Python, one thread per
 connection; nothing but the standard library.
@@ -25,7 +25,11 @@ import struct
 import threading
 import time
 
-ACTIONS = ("500", "503", "403", "slowdown", "reset", "truncate", "delay")
+ACTIONS = ("500", "503", "403", "slowdown", "reset", "truncate", "delay", "wrong-region")
+
+# What AWS answers a request sent to a regional endpoint other than the bucket's: a 301
+# naming the bucket's region in a header (a HEAD's only word) and in its XML body.
+WRONG_REGION = "eu-west-3"
 
 _ERROR_CODES = {"500": (500, "InternalError", "We encountered an internal error."),
                 "503": (503, "ServiceUnavailable", "Please reduce your request rate."),
@@ -130,6 +134,12 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                 self._reset()
                 return
             self._error(*_ERROR_CODES[rule.action])
+        elif rule.action == "wrong-region":
+            self._error(301, "PermanentRedirect",
+                        "The bucket you are attempting to access must be addressed using the "
+                        "specified endpoint. Please send all future requests to this endpoint.",
+                        f"<Endpoint>bucket.s3.{WRONG_REGION}.amazonaws.com</Endpoint>",
+                        (("x-amz-bucket-region", WRONG_REGION),))
         elif rule.action == "reset":
             self._reset()
         elif rule.action == "truncate":
@@ -186,12 +196,15 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             return
         self.wfile.write(data)
 
-    def _error(self, status: int, code: str, message: str) -> None:
+    def _error(self, status: int, code: str, message: str, extra: str = "",
+               headers: tuple[tuple[str, str], ...] = ()) -> None:
         body = (f'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>{code}</Code>'
-                f"<Message>{message}</Message><RequestId>fault-proxy</RequestId></Error>"
+                f"<Message>{message}</Message>{extra}<RequestId>fault-proxy</RequestId></Error>"
                 ).encode()
         self.send_response_only(status)
         self.send_header("Content-Type", "application/xml")
+        for k, v in headers:
+            self.send_header(k, v)
         self.send_header("Content-Length", "0" if self.command == "HEAD" else str(len(body)))
         self.end_headers()
         if self.command != "HEAD":

@@ -147,6 +147,34 @@ def test_missing_object_and_bucket_name_the_url(bucket):
     assert bucket.url("nothing-here") in str(e.value)
 
 
+@pytest.mark.parametrize("name", ["sp ace", "per%25cent", "pct%41", "plus+sign", "hash#x",
+                                  "br[ac]ket", "star*", "uni-\u00fc", "amp&x", "eq=x", "til~de"])
+def test_odd_object_names_are_read_as_listed_and_as_spelled(bucket, name):
+    """Keys are taken literally (never percent-decoded), and a key that looks like a glob is
+    that object where it exists, as a file is."""
+    parts = [np.arange(6, dtype=np.int32).reshape(3, 2) + 10 * i for i in range(2)]
+    for i, p in enumerate(parts):
+        bucket.put_npy(f"odd/{name}_{i:04d}.npy", p)
+    # A decoy that the percent-decoded or globbed spelling would name instead.
+    bucket.put_npy("odd/decoy_0000.npy", np.full((5, 2), -1, dtype=np.int32))
+    got = shardload.load(bucket.url("odd/"), storage_options=bucket.options,
+                         pattern=name + "_{:04d}.npy")
+    np.testing.assert_array_equal(np.asarray(got), np.concatenate(parts))
+    one = bucket.url(f"odd/{name}_0001.npy")
+    layout = shardload.discover(one, storage_options=bucket.options)
+    assert [p.split("?")[0] for p in layout.paths] == [one]
+    np.testing.assert_array_equal(layout.read(), parts[1])
+
+
+def test_a_key_holding_a_question_mark_is_a_clear_error(bucket):
+    bucket.put_npy("qm/a?b_0000.npy", np.zeros((2, 2)))
+    for source in (bucket.url("qm/"), bucket.url("qm/a?b_0000.npy")):
+        with pytest.raises((shardload.Error, ValueError)) as e:
+            shardload.discover(source, storage_options=bucket.options)
+        msg = str(e.value)
+        assert "a?b_0000.npy" in msg and "cannot be named by an s3:// URL" in msg, msg
+
+
 def test_object_overwritten_after_discover_is_an_error(bucket):
     a = np.arange(40, dtype=np.float32).reshape(10, 4)
     bucket.put_npy("o/shard_0000.npy", a)

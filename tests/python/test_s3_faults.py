@@ -19,8 +19,9 @@ moto = pytest.importorskip("moto", reason="moto[server] is installed by scripts/
 boto3 = pytest.importorskip("boto3")
 
 import shardload  # noqa: E402
+from shardload import _core  # noqa: E402
 
-from s3_fault_proxy import FaultProxy, Rule  # noqa: E402
+from s3_fault_proxy import WRONG_REGION, FaultProxy, Rule  # noqa: E402
 
 
 # Each test's bound: a test that runs past it is a hang, and the process ends with every
@@ -315,3 +316,43 @@ def test_403_whose_body_does_not_fit_a_short_range_names_the_refusal(server, pro
         layout.read(0, layout.total_rows)
     msg = str(e.value)
     assert denied in msg and "an error answer" in msg and "HEAD of the object succeeds" in msg, msg
+
+
+def test_a_bucket_in_another_region_is_named_in_the_error(data, proxy):
+    """S3 answers a request sent to another region's endpoint with a 301 that names the
+    bucket's region (in a header; a HEAD has no body): the error says which, and nothing is
+    retried."""
+    layout = shardload.discover(data.url(), storage_options=data.options)
+    rule = proxy.add(Rule(action="wrong-region", count=None))
+    one = data.url("d/shard_0002.npy")
+    calls = {"a directory": lambda: shardload.discover(data.url(), storage_options=data.options),
+             "a list": lambda: shardload.discover([data.url("d/shard_0000.npy"), one],
+                                                  storage_options=data.options),
+             "one object": lambda: shardload.discover(one, storage_options=data.options),
+             "a read": lambda: layout.read(0, layout.total_rows),
+             "a load": lambda: shardload.load(layout)}
+    for what, call in calls.items():
+        rule.fired = 0
+        with pytest.raises(shardload.Error) as e:
+            call()
+        msg = str(e.value)
+        assert WRONG_REGION in msg and data.name in msg, (what, msg)
+        # Not retried: asking again gets the same answer (at most a request per piece read).
+        assert "gave up after" not in msg and 0 < rule.fired <= 2 * len(data.parts), (
+            what, rule.fired, msg)
+
+
+def test_requests_of_discovery_leave_other_python_threads_running(data, proxy):
+    """The proxy is Python threads of this process: a request made while holding the GIL
+    would wait on it until the request timeout. Naming one object asks the store whether it
+    is an object or a prefix; a glob lists the prefix; a manifest URL is read."""
+    options = {**data.options, "request_timeout": "10", "max_attempts": "1"}
+    start = time.monotonic()
+    one = shardload.discover(data.url("d/shard_0002.npy"), storage_options=options)
+    assert one.total_rows == data.parts[2].shape[0]
+    glob = shardload.discover(data.url("d/shard_000[34].npy"), storage_options=options)
+    np.testing.assert_array_equal(glob.read(), np.concatenate(data.parts[3:5]))
+    written = shardload.index(data.url(), storage_options=options)
+    assert _core.read_manifest(written)["layout"].total_rows == data.want.shape[0]
+    assert time.monotonic() - start < 10
+    assert proxy.requests() > 0

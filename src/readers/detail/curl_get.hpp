@@ -23,6 +23,7 @@ struct CurlHeaders {
   std::string etag;
   std::string last_modified;
   std::string content_range;
+  std::string bucket_region;  // S3's x-amz-bucket-region: where a bucket asked elsewhere is
 };
 
 // What one request ended in.
