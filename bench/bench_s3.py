@@ -58,6 +58,9 @@ zstd-compressed (zarr-python's defaults), written by zarr-python and uploaded ob
   tensorstore  TensorStore's zarr3 driver over its S3 key-value store on the same server;
   get-bound    every chunk object fetched whole by parallel GETs (as many threads as
                shardload's processors): the compressed bytes only, no decoding;
+  decode-bound the chunk objects' bytes, fetched before the timing, decoded (zstd, numcodecs)
+               into the array by as many threads as shardload's processors: the decoding
+               alone, no request (a load can take no less than this or get-bound);
   sl-cN        shardload with chunks_in_flight=N, for each N of --chunks-in-flight (N = 1:
                each tile's chunks one after another, as before fetching ahead).
 With --latency-ms MS every loader reads through tests/python/s3_fault_proxy.py, which holds
@@ -183,9 +186,9 @@ def report(times: dict[str, float], failed: dict[str, str], nbytes: int,
     base = times.get("shardload")
     for name, t in times.items():
         ratio = f"  shardload x{t / base:.2f}" if base else ""
-        print(f"  {name:11s} {t:7.3f} s  {nbytes / 1e9 / t:6.3f} GB/s{ratio}")
+        print(f"  {name:12s} {t:7.3f} s  {nbytes / 1e9 / t:6.3f} GB/s{ratio}")
     for name, why in failed.items():
-        print(f"  {name:11s} NOT TIMED: {why}")
+        print(f"  {name:12s} NOT TIMED: {why}")
     peers = {n: t for n, t in times.items()
              if n not in bounds and n != "shardload" and not n.startswith("sl-")}
     if base and peers:
@@ -366,7 +369,7 @@ def main() -> None:
         print(f"{args.shards} shards, {nbytes / 1e6:.1f} MB, {threads} processors "
               f"({info.target}), median of {args.repeat}"
               + (f", {args.latency_ms:g} ms added per request" if proxy else ""))
-        report(times, failed, nbytes)
+        report(times, failed, nbytes, bounds=("get-bound", "decode-bound"))
         if proxy:
             proxy.close()
     finally:
@@ -464,7 +467,7 @@ def parquet(args: argparse.Namespace) -> None:
               f"of {group} rows, {info.processors} processors ({info.target}), "
               f"median of {args.repeat}"
               + (f", {args.latency_ms:g} ms added per request" if proxy else ""))
-        report(times, failed, nbytes)
+        report(times, failed, nbytes, bounds=("get-bound", "decode-bound"))
         if proxy:
             proxy.close()
     finally:
@@ -542,6 +545,25 @@ def zarr_store(args: argparse.Namespace) -> None:
             assert got_bytes <= stored
             return want  # the bytes, not an array: nothing to compare
 
+        import numcodecs
+
+        blobs = {k: client.get_object(Bucket="bench", Key=k)["Body"].read() for k in chunk_keys}
+        codec = numcodecs.Zstd()
+
+        def decode_bound():
+            out = np.empty_like(want)
+
+            def decode(k):
+                # A v3 chunk key "data.zarr/c/I/0": rows [I * chunk, ...), the last cut short.
+                lo = int(k.split("/")[-2]) * chunk
+                rows_here = min(chunk, rows - lo)
+                raw = np.frombuffer(codec.decode(blobs[k]), dtype="<f4")
+                out[lo:lo + rows_here] = raw[:rows_here * cols].reshape(rows_here, cols)
+
+            with ThreadPoolExecutor(threads) as pool:
+                list(pool.map(decode, chunk_keys))
+            return out
+
         def sl_chunks(n: str):
             return lambda: np.asarray(shardload.load(
                 url, storage_options={**options, "chunks_in_flight": n}))
@@ -550,13 +572,14 @@ def zarr_store(args: argparse.Namespace) -> None:
                          for n in args.chunks_in_flight.split(",") if n)
         times, failed = measure((("shardload", sl, None), *variants,
                                  ("zarr-s3fs", zarr_s3fs, None),
-                                 ("tensorstore", tensorstore, None), ("get-bound", bound, None)),
+                                 ("tensorstore", tensorstore, None), ("get-bound", bound, None),
+                                 ("decode-bound", decode_bound, None)),
                                 want, args.repeat)
         print(f"zarr: {rows} x {cols} float32 ({nbytes / 1e6:.1f} MB, {stored / 1e6:.1f} MB "
               f"stored in {len(chunk_keys)} chunks of {chunk} rows, zstd), {threads} processors "
               f"({info.target}), median of {args.repeat}"
               + (f", {args.latency_ms:g} ms added per request" if proxy else ""))
-        report(times, failed, nbytes)
+        report(times, failed, nbytes, bounds=("get-bound", "decode-bound"))
         if proxy:
             proxy.close()
     finally:
