@@ -117,6 +117,21 @@ def loaded(server, tmp_path_factory):
                 "kwargs": {"overdecompose": 2, "storage_options": opts}})
     oracle["list"] = np.concatenate([npy[6], npy[2], npy[4]])
 
+    # Keys whose characters SigV4 escapes (space, '+', '%', brackets, non-ASCII), a glob's
+    # last part naming one of them as spelled: each rank's tiles sign requests for them.
+    odd = "odd dir+%41[1]~\u00e9/"
+    for i, p in enumerate(npy):
+        buf = io.BytesIO()
+        np.save(buf, p)
+        bucket.put(f"{odd}s[{i}]+.npy", buf.getvalue())
+    ops.append({"name": "odd", "op": "load", "source": bucket.url(odd),
+                "kwargs": {"pattern": "s[{}]+.npy", "overdecompose": 4,
+                           "storage_options": opts}})
+    oracle["odd"] = np.concatenate(npy)
+    ops.append({"name": "odd-one", "op": "load", "source": bucket.url(f"{odd}s[3]+.npy"),
+                "kwargs": {"overdecompose": 2, "storage_options": opts}})
+    oracle["odd-one"] = npy[3]
+
     # Discovery on one rank, each rank's tiles reading their own objects (each rank through
     # a proxy of its own: the URL names no endpoint).
     ops.append({"name": "per-rank", "op": "load", "source": bucket.url("npy/"),
@@ -167,7 +182,7 @@ def test_every_format_equals_numpy_on_both_ranks(loaded, fmt, what):
         np.testing.assert_array_equal(got, oracle[name], err_msg=f"rank {rank.index}: {name}")
 
 
-@pytest.mark.parametrize("name", ["store", "list"])
+@pytest.mark.parametrize("name", ["store", "list", "odd", "odd-one"])
 def test_a_zarr_store_and_a_list_of_urls(loaded, name):
     _, job, oracle, _ = loaded
     _ok(job, name)
