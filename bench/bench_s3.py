@@ -50,6 +50,8 @@ With --format parquet the shards are Parquet files of 64 float32 columns (row gr
   sl-discover, sl-trusted  as for npy (sl-trusted after shardload.index);
   get-bound    every object whole by parallel GETs (as many threads as shardload's
                processors): the bytes only, no footer's round trip, no decoding.
+With --format arrow the same data as Arrow IPC files (Feather v2, uncompressed, record batches
+of about 1 MB) and the same columns, pa-dataset reading them as format="arrow".
 
 With --format zarr the data is one Zarr v3 array (rows, 64) float32 in chunks of about 1 MB,
 zstd-compressed (zarr-python's defaults), written by zarr-python and uploaded object by object:
@@ -69,6 +71,7 @@ each request MS milliseconds before forwarding it: a store farther away than loo
 Run it with the project's environment (source scripts/env.sh) so Legate is configured:
   python bench/bench_s3.py --shards 16 --mb 8 --repeat 3
   python bench/bench_s3.py --format parquet --shards 8 --mb 8 --repeat 3
+  python bench/bench_s3.py --format arrow --shards 8 --mb 8 --repeat 3 --latency-ms 20
   python bench/bench_s3.py --format zarr --shards 8 --mb 8 --repeat 3  (SHARDS x MB of data)
   python bench/bench_s3.py --server rclone --shards 8 --mb 32 --repeat 5
 """
@@ -219,7 +222,7 @@ def main() -> None:
     ap.add_argument("--mb", type=float, default=8.0, help="MB per shard")
     ap.add_argument("--repeat", type=int, default=3)
     s3_server.add_server_option(ap)
-    ap.add_argument("--format", choices=["npy", "parquet", "zarr"], default="npy")
+    ap.add_argument("--format", choices=["npy", "parquet", "arrow", "zarr"], default="npy")
     ap.add_argument("--chunks-in-flight", default="1",
                     help="zarr: comma-separated chunks_in_flight values timed as sl-cN columns")
     ap.add_argument("--latency-ms", type=float, default=0.0,
@@ -228,7 +231,7 @@ def main() -> None:
     os.environ.update(ENV)
     if args.server == "rclone":
         os.environ.update(s3_server.RCLONE_CLIENT_ENV)
-    if args.format == "parquet":
+    if args.format in ("parquet", "arrow"):
         parquet(args)
         return
     if args.format == "zarr":
@@ -369,7 +372,7 @@ def main() -> None:
         print(f"{args.shards} shards, {nbytes / 1e6:.1f} MB, {threads} processors "
               f"({info.target}), median of {args.repeat}"
               + (f", {args.latency_ms:g} ms added per request" if proxy else ""))
-        report(times, failed, nbytes, bounds=("get-bound", "decode-bound"))
+        report(times, failed, nbytes)
         if proxy:
             proxy.close()
     finally:
@@ -379,8 +382,11 @@ def main() -> None:
 def parquet(args: argparse.Namespace) -> None:
     import pyarrow as pa
     import pyarrow.dataset as ds
+    import pyarrow.feather as feather
     import pyarrow.fs as pafs
     import pyarrow.parquet as pq
+
+    ext = "parquet" if args.format == "parquet" else "arrow"
 
     proc, endpoint = s3_server.start(kind=args.server)
     try:
@@ -394,14 +400,17 @@ def parquet(args: argparse.Namespace) -> None:
         for i in range(args.shards):
             a = rng.standard_normal((rows + i, cols)).astype(np.float32)  # ragged by a row
             buf = io.BytesIO()
-            pq.write_table(pa.table({f"c{j:02d}": a[:, j] for j in range(cols)}), buf,
-                           row_group_size=group)
-            client.put_object(Bucket="bench", Key=f"data/shard_{i:04d}.parquet",
+            table = pa.table({f"c{j:02d}": a[:, j] for j in range(cols)})
+            if args.format == "parquet":
+                pq.write_table(table, buf, row_group_size=group)
+            else:
+                feather.write_feather(table, buf, chunksize=group, compression="uncompressed")
+            client.put_object(Bucket="bench", Key=f"data/shard_{i:04d}.{ext}",
                               Body=buf.getvalue())
             parts.append(a)
         want = np.concatenate(parts)
         nbytes = want.nbytes
-        keys = [f"data/shard_{i:04d}.parquet" for i in range(args.shards)]
+        keys = [f"data/shard_{i:04d}.{ext}" for i in range(args.shards)]
         proxy, endpoint, client = farther(args, endpoint, client)
         options = {"endpoint_override": endpoint, "scheme": "http", "region": "us-east-1"}
         fs = pafs.S3FileSystem(endpoint_override=endpoint, scheme="http", region="us-east-1",
@@ -419,7 +428,7 @@ def parquet(args: argparse.Namespace) -> None:
         def pa_table():
             # The objects named (no listing): after sl-manifest the prefix holds the manifest,
             # which a dataset of the directory would take for a Parquet file.
-            return ds.dataset([f"bench/{k}" for k in keys], format="parquet",
+            return ds.dataset([f"bench/{k}" for k in keys], format=args.format,
                               filesystem=fs).to_table()
 
         def table_array(t):
@@ -463,11 +472,12 @@ def parquet(args: argparse.Namespace) -> None:
         more, more_failed = measure((("sl-trusted", sl_trusted, None),), want, args.repeat)
         times.update(more)
         failed.update(more_failed)
-        print(f"parquet: {args.shards} shards, {nbytes / 1e6:.1f} MB, {cols} columns, row groups "
+        print(f"{args.format}: {args.shards} shards, {nbytes / 1e6:.1f} MB, {cols} columns, "
+              f"{'row groups' if args.format == 'parquet' else 'record batches'} "
               f"of {group} rows, {info.processors} processors ({info.target}), "
               f"median of {args.repeat}"
               + (f", {args.latency_ms:g} ms added per request" if proxy else ""))
-        report(times, failed, nbytes, bounds=("get-bound", "decode-bound"))
+        report(times, failed, nbytes)
         if proxy:
             proxy.close()
     finally:

@@ -46,8 +46,10 @@
 #include <xmmintrin.h>
 #endif
 
+#include "readers/detail/fetch_ahead.hpp"
 #include "readers/detail/json.hpp"
 #include "readers/detail/readers.hpp"
+#include "readers/detail/store_options.hpp"
 #include "shardload/formats.hpp"
 
 namespace shardload::detail {
@@ -600,6 +602,9 @@ std::string join_fields(const arrow::Schema& s) {
 // The decoded bytes of one Parquet batch (about; at least 1024 rows): small
 // enough to stay in a core's cache between decode and interleave.
 constexpr std::uint64_t kBatchBytes = std::uint64_t{1} << 20;
+// What a remote IPC read holds fetched and not yet interleaved, at most (and the batches in
+// flight): the window of fetch_ahead.
+constexpr std::uint64_t kRemoteIpcWindowBytes = std::uint64_t{64} << 20;
 // The destination bytes one interleave block covers (one row at least).
 constexpr std::size_t kBlockBytes = std::size_t{32} << 10;
 
@@ -877,6 +882,16 @@ class ArrowReader final : public ShardReader {
     return f;
   }
 
+  // PreBufferMetadata of `batches` (empty: all), its refusal an error naming `path`.
+  static Status prebuffer_ipc_metadata(const std::string& path,
+                                       arrow::ipc::RecordBatchFileReader& reader,
+                                       const std::vector<int>& batches) {
+    const arrow::Status st = reader.PreBufferMetadata(batches);
+    if (st.ok()) return Status::ok();
+    return Status(ErrorCode::kIo,
+                  path + ": cannot read the record batches' metadata: " + st.ToString());
+  }
+
   // The field index and value shape of each selected column, or why one
   // cannot be used. The default selection is every numeric scalar column in
   // schema order; a file without any gives its numeric array columns instead
@@ -998,6 +1013,9 @@ class ArrowReader final : public ShardReader {
     if (f.ipc) {
       // Only the first selected column is decoded to learn each batch's rows.
       SHARDLOAD_ASSIGN_OR_RETURN(f, open_ipc(path, f.file, {idx[0]}));
+      // An object's batch metadata is asked for all at once (Arrow's I/O pool), not one
+      // round trip before each batch's column.
+      if (remote) SHARDLOAD_RETURN_IF_ERROR(prebuffer_ipc_metadata(path, *f.ipc, {}));
       for (int b = 0; b < f.ipc->num_record_batches(); ++b) {
         auto batch = f.ipc->ReadRecordBatch(b);
         if (!batch.ok()) {
@@ -1106,6 +1124,7 @@ class ArrowReader final : public ShardReader {
         return Status(ErrorCode::kChanged,
                       s.path + ": record batch count differs from discovery's");
       }
+      if (is_remote_url(s.path)) return read_ipc_remote(l, s, e, lo, hi, names, shapes, f, dst);
     }
 
     // A remote Parquet file's needed row groups are fetched ahead, a window of them at once
@@ -1182,6 +1201,72 @@ class ArrowReader final : public ShardReader {
       start = end;
     }
     return Status::ok();
+  }
+
+  // A remote IPC object's batches overlapping rows [lo, hi). Each batch costs a request for
+  // its metadata and one for its columns' buffers: the needed batches' metadata is asked for
+  // all at once (Arrow coalesces neighbouring ranges), then their columns are fetched
+  // `chunks_in_flight` batches at once by helper threads while this thread interleaves them in
+  // order, so that a request's latency is not paid twice per batch. The helpers share the one
+  // reader: once its metadata is buffered, each ReadRecordBatch builds its own read state
+  // (Arrow's path for batches read concurrently, as its own readahead does).
+  Status read_ipc_remote(const ReadSpec& l, const Shard& s, const ArrowExtra& e, std::int64_t lo,
+                         std::int64_t hi, const std::vector<std::string>& names,
+                         const std::vector<ColumnShape>& shapes, OpenFile& f, std::byte* dst) {
+    struct Needed {
+      int g;
+      std::int64_t start;  // the file row of its first row
+      std::shared_ptr<arrow::RecordBatch> batch;
+    };
+    std::vector<Needed> needed;
+    std::vector<int> indices;
+    std::int64_t start = 0;
+    for (std::size_t g = 0; g < e.group_rows.size(); ++g) {
+      const std::int64_t end = start + e.group_rows[g];
+      if (end > lo && start < hi) {
+        needed.push_back({static_cast<int>(g), start, nullptr});
+        indices.push_back(static_cast<int>(g));
+      }
+      start = end;
+    }
+    if (needed.empty()) return Status::ok();
+    SHARDLOAD_RETURN_IF_ERROR(prebuffer_ipc_metadata(s.path, *f.ipc, indices));
+    SHARDLOAD_ASSIGN_OR_RETURN(const std::size_t in_flight, batches_in_flight(s.path));
+    const auto where = [&](std::size_t i) {
+      return s.path + ": record batch " + std::to_string(needed[i].g);
+    };
+    return fetch_ahead(
+        needed.size(), in_flight, kRemoteIpcWindowBytes,
+        [&](std::size_t i) -> Result<std::uint64_t> {
+          auto batch = f.ipc->ReadRecordBatch(needed[i].g);
+          if (!batch.ok()) return arrow_error(where(i), batch.status(), ErrorCode::kIo);
+          needed[i].batch = *std::move(batch);
+          return static_cast<std::uint64_t>(e.group_rows[needed[i].g]) * l.row_bytes;
+        },
+        [&](std::size_t i) -> Status {
+          const std::shared_ptr<arrow::RecordBatch> batch = std::move(needed[i].batch);
+          const std::int64_t rows = e.group_rows[needed[i].g];
+          if (batch->num_rows() != rows) {
+            return Status(ErrorCode::kChanged, where(i) + ": " + std::to_string(batch->num_rows()) +
+                                                   " rows, expected " + std::to_string(rows));
+          }
+          if (ctx_.stats != nullptr) ctx_.stats->decodes.fetch_add(1, std::memory_order_relaxed);
+          const std::int64_t first = needed[i].start;
+          return interleave(l, s, where(i), *batch, names, shapes, std::max(lo, first) - first,
+                            std::min(hi, first + rows) - first, first, lo, dst);
+        });
+  }
+
+  // How many batches a remote IPC read fetches at once: the URL's chunks_in_flight.
+  static Result<std::size_t> batches_in_flight(const std::string& path) {
+    StoreOptions options;
+    const auto q = path.find('?');
+    SHARDLOAD_ASSIGN_OR_RETURN(
+        const std::string rest,
+        take_store_options(path, q == std::string::npos ? std::string() : path.substr(q),
+                           &options));
+    (void)rest;
+    return static_cast<std::size_t>(options.chunks_in_flight);
   }
 
   // Rows [ra, rb) of one decoded batch whose row 0 is file row `first`, into

@@ -352,3 +352,47 @@ def test_a_failure_among_a_tiles_objects_is_the_first_in_row_order(server, tmp_p
             layout.read(0, layout.total_rows)
         assert f"shard_0001.{EXT[fmt]}" in str(e.value), e.value
         assert f"shard_0002.{EXT[fmt]}" not in str(e.value), e.value
+
+
+def test_an_arrow_ipc_objects_batches_are_fetched_several_at_once(server, tmp_path):
+    """A remote IPC object of many batches: their metadata asked for together, then their
+    columns `chunks_in_flight` batches at once (each batch's requests were made one after
+    another), no range asked twice. A batch refused in the middle is an error naming the
+    object."""
+    with FaultProxy(server) as proxy:
+        b = Bucket(server, proxy.endpoint)
+        b.options.update({"max_attempts": "1"})
+        tables = ragged_tables(np.random.default_rng(41), [150000])
+        paths = put_shards(b, tmp_path, "arrow", tables, group=1000)
+        batches = 150
+        layout = shardload.discover(b.url("d/"), storage_options=b.options)
+        # Each request held 20 ms, as a store farther than loopback would.
+        proxy.clear()
+        proxy.add(Rule(action="delay", delay_s=0.02, count=None))
+        got = layout.read(0, layout.total_rows)
+        np.testing.assert_array_equal(got, oracle(paths, "arrow", ["a", "b"]))
+        ranges = [r for m, t, r, _ in proxy.log if m == "GET" and "/d/shard_0000.arrow" in t]
+        # Besides the footer (the object's last 8 KiB: each opened reader reads it), per batch
+        # its metadata and the buffers of the two columns ("name" lies between them), each
+        # asked once.
+        whole = paths[0].stat().st_size
+        body = [r for r in ranges if int(r.removeprefix("bytes=").split("-")[0]) < whole - 8192]
+        assert batches <= len(body) <= 3 * batches, len(body)
+        assert len(set(body)) == len(body)
+        assert len(ranges) - len(body) <= 4, ranges
+        assert proxy.max_in_flight >= 4, proxy.max_in_flight
+        # A part of the rows: only the batches that hold them.
+        proxy.clear()
+        np.testing.assert_array_equal(layout.read(40500, 52500),
+                                      oracle(paths, "arrow", ["a", "b"])[40500:52500])
+        # 13 batches (40 to 52); the partial first and last are read apart (the decode
+        # unit's cache), so the object is opened three times, each reading its footer twice.
+        assert proxy.requests("GET", "/d/shard_0000.arrow") <= 3 * 13 + 3 * 4
+        # One batch's columns refused: the read fails, naming the object.
+        proxy.clear()
+        middle = sorted(body, key=lambda r: int(r.removeprefix("bytes=").split("-")[0]))[len(body) // 2]
+        proxy.add(Rule("GET", path="/d/shard_0000.arrow", range=middle,
+                       action="403", count=None))
+        with pytest.raises(shardload.ShardReadError) as e:
+            layout.read(0, layout.total_rows)
+        assert b.url("d/shard_0000.arrow") in str(e.value), e.value
