@@ -34,7 +34,9 @@ def write_shards(directory: pathlib.Path, fmt: str, parts: list[np.ndarray]) -> 
             if fmt == "parquet":
                 pa.parquet.write_table(table, f"{stem}.parquet", row_group_size=4)
             else:
-                pa.feather.write_feather(table, f"{stem}.arrow", compression="uncompressed")
+                # Batches of 4 rows, as Parquet's row groups: tiles span batches and objects.
+                pa.feather.write_feather(table, f"{stem}.arrow", compression="uncompressed",
+                                         chunksize=4)
         elif fmt == "zarr":
             import zarr
 

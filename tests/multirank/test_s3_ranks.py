@@ -27,7 +27,7 @@ pytest.importorskip("moto", reason="moto[server] is installed by scripts/setup_m
 import s3_server  # noqa: E402
 from s3_fault_proxy import FaultProxy, Rule  # noqa: E402
 
-FORMATS = ["npy", "raw", "parquet", "zarr"]
+FORMATS = ["npy", "raw", "parquet", "arrow", "zarr"]
 TOTAL = sum(RAGGED)  # 35 rows: divisible by neither 2 tiles nor 8
 # How to speak to the store, besides the endpoint (the default retries and time limits).
 OPTIONS = {"scheme": "http", "region": "us-east-1"}
