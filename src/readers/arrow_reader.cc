@@ -1231,7 +1231,7 @@ class ArrowReader final : public ShardReader {
     }
     if (needed.empty()) return Status::ok();
     SHARDLOAD_RETURN_IF_ERROR(prebuffer_ipc_metadata(s.path, *f.ipc, indices));
-    SHARDLOAD_ASSIGN_OR_RETURN(const std::size_t in_flight, batches_in_flight(s.path));
+    SHARDLOAD_ASSIGN_OR_RETURN(const std::size_t in_flight, chunks_in_flight_of(s.path));
     const auto where = [&](std::size_t i) {
       return s.path + ": record batch " + std::to_string(needed[i].g);
     };
@@ -1255,18 +1255,6 @@ class ArrowReader final : public ShardReader {
           return interleave(l, s, where(i), *batch, names, shapes, std::max(lo, first) - first,
                             std::min(hi, first + rows) - first, first, lo, dst);
         });
-  }
-
-  // How many batches a remote IPC read fetches at once: the URL's chunks_in_flight.
-  static Result<std::size_t> batches_in_flight(const std::string& path) {
-    StoreOptions options;
-    const auto q = path.find('?');
-    SHARDLOAD_ASSIGN_OR_RETURN(
-        const std::string rest,
-        take_store_options(path, q == std::string::npos ? std::string() : path.substr(q),
-                           &options));
-    (void)rest;
-    return static_cast<std::size_t>(options.chunks_in_flight);
   }
 
   // Rows [ra, rb) of one decoded batch whose row 0 is file row `first`, into

@@ -130,6 +130,16 @@ Result<std::string> take_store_options(const std::string& url, const std::string
   return rest;
 }
 
+Result<std::size_t> chunks_in_flight_of(const std::string& url) {
+  StoreOptions options;
+  const auto q = url.find('?');
+  SHARDLOAD_ASSIGN_OR_RETURN(
+      const std::string rest,
+      take_store_options(url, q == std::string::npos ? std::string() : url.substr(q), &options));
+  (void)rest;
+  return static_cast<std::size_t>(options.chunks_in_flight);
+}
+
 std::int64_t backoff_delay_ms(const StoreOptions& o, std::int64_t attempted_retries) {
   const std::int64_t shift = std::min<std::int64_t>(attempted_retries, 20);
   const std::int64_t full = std::min(o.max_backoff_ms, o.backoff_ms << shift);

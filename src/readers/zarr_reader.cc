@@ -508,7 +508,7 @@ class ZarrReader final : public ShardReader {
   // its URL, and it is compared with itself, as its HEAD saw it, after its GET.
   Status read_chunks_remote(const Request& r, const std::vector<std::int64_t>& glo,
                             const std::vector<std::int64_t>& ghi) {
-    SHARDLOAD_ASSIGN_OR_RETURN(const std::size_t in_flight, chunks_in_flight(r.dir));
+    SHARDLOAD_ASSIGN_OR_RETURN(const std::size_t in_flight, chunks_in_flight_of(r.dir));
     const std::size_t n = glo.size();
     std::vector<RemoteChunk> chunks;
     for_each_run(glo, ghi, [&](const std::vector<std::int64_t>& start) {
@@ -537,16 +537,6 @@ class ZarrReader final : public ShardReader {
         [&](std::size_t i) { return decode_chunk(r, expected, &chunks[i], r.m.chunks); });
   }
 
-  static Result<std::size_t> chunks_in_flight(const std::string& dir) {
-    StoreOptions options;
-    const auto q = dir.find('?');
-    SHARDLOAD_ASSIGN_OR_RETURN(
-        const std::string rest,
-        take_store_options(dir, q == std::string::npos ? std::string() : dir.substr(q), &options));
-    (void)rest;
-    return static_cast<std::size_t>(options.chunks_in_flight);
-  }
-
   // A remote shard's inner chunks, as read_inner reads them one by one, fetched several at
   // once (ranged GETs of the one open shard object) and decoded here in order. The shard's
   // HEAD after all of them is the caller's.
@@ -557,7 +547,7 @@ class ZarrReader final : public ShardReader {
                             const std::vector<std::int64_t>& ihi,
                             const std::vector<std::int64_t>& per, Entry entry,
                             std::size_t expected) {
-    SHARDLOAD_ASSIGN_OR_RETURN(const std::size_t in_flight, chunks_in_flight(r.dir));
+    SHARDLOAD_ASSIGN_OR_RETURN(const std::size_t in_flight, chunks_in_flight_of(r.dir));
     const ZarrMeta& m = r.m;
     const std::size_t n = ilo.size();
     std::vector<RemoteChunk> chunks;

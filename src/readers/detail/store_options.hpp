@@ -59,6 +59,10 @@ struct StoreOptions {
 Result<std::string> take_store_options(const std::string& url, const std::string& query,
                                        StoreOptions* out, bool credentials = false);
 
+// The chunks_in_flight of `url`'s query (its default where the query has none): how many
+// items (Zarr chunk objects, IPC record batches) one read fetches at once.
+Result<std::size_t> chunks_in_flight_of(const std::string& url);
+
 // The delay before retry number `attempted_retries` + 1: "equal jitter", half the exponential
 // delay plus a random part of the other half, so that many tasks refused at once do not come
 // back at once.
