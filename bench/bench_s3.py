@@ -232,7 +232,7 @@ def main() -> None:
     if args.server == "rclone":
         os.environ.update(s3_server.RCLONE_CLIENT_ENV)
     if args.format in ("parquet", "arrow"):
-        parquet(args)
+        columnar(args)
         return
     if args.format == "zarr":
         zarr_store(args)
@@ -379,7 +379,7 @@ def main() -> None:
         s3_server.stop(proc)
 
 
-def parquet(args: argparse.Namespace) -> None:
+def columnar(args: argparse.Namespace) -> None:
     import pyarrow as pa
     import pyarrow.dataset as ds
     import pyarrow.feather as feather

@@ -882,6 +882,12 @@ class ArrowReader final : public ShardReader {
     return f;
   }
 
+  // A group or batch that decoded to other rows than discovery found: the file changed.
+  static Status rows_changed(const std::string& where, std::int64_t found, std::int64_t expected) {
+    return Status(ErrorCode::kChanged, where + ": " + std::to_string(found) + " rows, expected " +
+                                           std::to_string(expected));
+  }
+
   // PreBufferMetadata of `batches` (empty: all), its refusal an error naming `path`.
   static Status prebuffer_ipc_metadata(const std::string& path,
                                        arrow::ipc::RecordBatchFileReader& reader,
@@ -1182,18 +1188,12 @@ class ArrowReader final : public ShardReader {
           }
           row += n;
         }
-        if (row < b) {
-          return Status(ErrorCode::kChanged, where + ": " + std::to_string(row) +
-                                                 " rows, expected " +
-                                                 std::to_string(e.group_rows[g]));
-        }
+        if (row < b) return rows_changed(where, row, e.group_rows[g]);
       } else {
         auto batch = f.ipc->ReadRecordBatch(static_cast<int>(g));
         if (!batch.ok()) return arrow_error(where, batch.status(), ErrorCode::kIo);
         if ((*batch)->num_rows() != e.group_rows[g]) {
-          return Status(ErrorCode::kChanged, where + ": " + std::to_string((*batch)->num_rows()) +
-                                                 " rows, expected " +
-                                                 std::to_string(e.group_rows[g]));
+          return rows_changed(where, (*batch)->num_rows(), e.group_rows[g]);
         }
         SHARDLOAD_RETURN_IF_ERROR(
             interleave(l, s, where, **batch, names, shapes, a, b, start, lo, dst));
@@ -1219,17 +1219,15 @@ class ArrowReader final : public ShardReader {
       std::shared_ptr<arrow::RecordBatch> batch;
     };
     std::vector<Needed> needed;
-    std::vector<int> indices;
     std::int64_t start = 0;
     for (std::size_t g = 0; g < e.group_rows.size(); ++g) {
       const std::int64_t end = start + e.group_rows[g];
-      if (end > lo && start < hi) {
-        needed.push_back({static_cast<int>(g), start, nullptr});
-        indices.push_back(static_cast<int>(g));
-      }
+      if (end > lo && start < hi) needed.push_back({static_cast<int>(g), start, nullptr});
       start = end;
     }
     if (needed.empty()) return Status::ok();
+    std::vector<int> indices;
+    for (const Needed& n : needed) indices.push_back(n.g);
     SHARDLOAD_RETURN_IF_ERROR(prebuffer_ipc_metadata(s.path, *f.ipc, indices));
     SHARDLOAD_ASSIGN_OR_RETURN(const std::size_t in_flight, chunks_in_flight_of(s.path));
     const auto where = [&](std::size_t i) {
@@ -1246,10 +1244,7 @@ class ArrowReader final : public ShardReader {
         [&](std::size_t i) -> Status {
           const std::shared_ptr<arrow::RecordBatch> batch = std::move(needed[i].batch);
           const std::int64_t rows = e.group_rows[needed[i].g];
-          if (batch->num_rows() != rows) {
-            return Status(ErrorCode::kChanged, where(i) + ": " + std::to_string(batch->num_rows()) +
-                                                   " rows, expected " + std::to_string(rows));
-          }
+          if (batch->num_rows() != rows) return rows_changed(where(i), batch->num_rows(), rows);
           if (ctx_.stats != nullptr) ctx_.stats->decodes.fetch_add(1, std::memory_order_relaxed);
           const std::int64_t first = needed[i].start;
           return interleave(l, s, where(i), *batch, names, shapes, std::max(lo, first) - first,

@@ -67,30 +67,6 @@ Status remote_error(ErrorCode code, const std::string& url, const std::string& w
   return file_error(code, url, msg, errno_of(st));
 }
 
-// An s3:// URL's query holds KEY=VALUE options only. Anything else is most often the rest of
-// a key that holds '?' (one listed by a store, or typed), which no s3:// URL can name: the
-// query begins at the first '?'. Said so, rather than as an option the store does not know.
-Status check_query_items(const std::string& url, const std::string& query) {
-  std::size_t pos = query.empty() ? 0 : 1;
-  while (pos < query.size()) {
-    std::size_t amp = query.find('&', pos);
-    if (amp == std::string::npos) amp = query.size();
-    const std::string_view item(query.data() + pos, amp - pos);
-    pos = amp + 1;
-    const auto eq = item.find('=');
-    if (item.empty() || (eq != std::string_view::npos && eq > 0 &&
-                         item.substr(0, eq).find_first_of("?/") == std::string_view::npos)) {
-      continue;
-    }
-    return file_error(ErrorCode::kInvalidArgument, url,
-                      "bad object-storage URL or options: '" + std::string(item) +
-                          "' after the URL's first '?' is not a KEY=VALUE option; an object "
-                          "whose key holds '?' cannot be named by an s3:// URL (its query "
-                          "begins at the first '?')");
-  }
-  return {};
-}
-
 // Bounded retries with exponential backoff, counted. What is retried: what the AWS SDK
 // classifies as retryable (5xx, throttling such as S3's SlowDown, network errors: a reset or
 // a body cut short, a timeout), plus those codes by name in case a store answers them without
@@ -764,7 +740,6 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
     const auto q = url.find('?');
     const std::string base = url.substr(0, q);
     const std::string query = q == std::string::npos ? std::string() : url.substr(q);
-    SHARDLOAD_RETURN_IF_ERROR(check_query_items(url, query));
     StoreOptions retry;
     SHARDLOAD_ASSIGN_OR_RETURN(const std::string arrow_query,
                                take_store_options(url, query, &retry, /*credentials=*/true));

@@ -86,6 +86,16 @@ Result<std::string> take_store_options(const std::string& url, const std::string
     const auto eq = item.find('=');
     const std::string key = item.substr(0, eq);
     const std::string value = eq == std::string::npos ? std::string() : item.substr(eq + 1);
+    if (credentials && !item.empty() &&
+        (eq == std::string::npos || key.empty() || key.find_first_of("?/") != std::string::npos)) {
+      // Most often the rest of a key that holds '?' (listed by a store, or typed), which no
+      // s3:// URL can name: said so, rather than as an option the store does not know.
+      return file_error(ErrorCode::kInvalidArgument, url,
+                        "bad object-storage URL or options: '" + item +
+                            "' after the URL's first '?' is not a KEY=VALUE option; an object "
+                            "whose key holds '?' cannot be named by an s3:// URL (its query "
+                            "begins at the first '?')");
+    }
     if (key == "max_attempts") {
       SHARDLOAD_ASSIGN_OR_RETURN(out->max_attempts, int_option(url, key, value, 1, 100));
     } else if (key == "backoff_ms") {

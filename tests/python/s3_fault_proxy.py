@@ -2,8 +2,9 @@
 
 It forwards each request to an upstream S3 server (the tests' moto server) and, where a rule
 the test set matches the request, answers it badly instead: an HTTP error (500, 503, 403), a
-``SlowDown`` (503 with S3's XML error body), the 301 of a bucket in another region, a reset connection, a body cut short (the
-upstream's Content-Length, fewer bytes, then the connection closed) or a delay. The client
+``SlowDown`` (503 with S3's XML error body), the 301 of a bucket in another region, a reset
+connection, a body cut short (the upstream's Content-Length, fewer bytes, then the connection
+closed) or a delay. The client
 under test is pointed at it with ``endpoint_override``. Pure Python, one thread per
 connection; nothing but the standard library.
 

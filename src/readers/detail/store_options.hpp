@@ -54,8 +54,9 @@ struct StoreOptions {
 };
 
 // Splits shardload's keys out of `query` ("?a=b&c=d" or ""): returns the query left for the
-// store (kInvalidArgument naming `url` for a bad value). `credentials`: the credential keys
-// too (s3:// only; an http(s) URL's query is the server's).
+// store (kInvalidArgument naming `url` for a bad value). `credentials`: an s3:// URL's query
+// (an http(s) URL's is the server's): the credential keys too, and every item must be
+// KEY=VALUE.
 Result<std::string> take_store_options(const std::string& url, const std::string& query,
                                        StoreOptions* out, bool credentials = false);
 
