@@ -688,17 +688,21 @@ std::string DirectoryScan::describe(
 }
 
 std::string DirectoryScan::suggestion() const {
-  const auto glob_dir = [&] { return join_path(directory, ""); };
+  // A URL's query ends the glob, as it ends every URL derived from the directory's.
+  const auto glob = [&](const std::string& name) {
+    return path_for_message(is_remote_url(directory) ? remote_join(directory, name)
+                                                     : join_path(directory, name));
+  };
   for (const auto& g : groups) {
     return "; pass " + option_mention("pattern", true) + "'" + path_for_message(g.pattern) +
-           "' or a glob '" + glob_dir() +
-           (g.extension.empty() ? path_for_message(g.pattern.substr(0, g.pattern.find('{'))) + "*"
-                                : "*" + path_for_message(g.extension)) +
+           "' or a glob '" +
+           glob(g.extension.empty() ? g.pattern.substr(0, g.pattern.find('{')) + "*"
+                                    : "*" + g.extension) +
            "'";
   }
   for (const auto& x : extensions) {
     if (x.extension.empty()) continue;
-    return "; pass a glob '" + glob_dir() + "*" + path_for_message(x.extension) + "'";
+    return "; pass a glob '" + glob("*" + x.extension) + "'";
   }
   return {};
 }

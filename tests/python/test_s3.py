@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import subprocess
+import urllib.parse
 import uuid
 
 import numpy as np
@@ -145,6 +146,21 @@ def test_missing_object_and_bucket_name_the_url(bucket):
     with pytest.raises(shardload.Error) as e:
         shardload.discover(bucket.url("nothing-here/"), storage_options=bucket.options)
     assert bucket.url("nothing-here") in str(e.value)
+
+
+def test_a_directory_urls_glob_hint_keeps_its_query_at_the_end(bucket):
+    """A prefix of objects that are not numbered: the error suggests a glob, and with the
+    store's options in the URL's query that glob is one that works (the query after the
+    pattern, not the pattern after the query)."""
+    want = np.arange(12, dtype=np.float32).reshape(6, 2)
+    bucket.put_npy("g/alpha.npy", want[:4])
+    bucket.put_npy("g/beta.npy", want[4:])
+    query = "?" + urllib.parse.urlencode(bucket.options)
+    with pytest.raises(shardload.Error) as e:
+        shardload.discover(bucket.url("g/") + query)
+    glob = bucket.url("g/*.npy") + query
+    assert f"pass a glob '{glob}'" in str(e.value), e.value
+    np.testing.assert_array_equal(np.asarray(shardload.load(glob)), want)
 
 
 @pytest.mark.parametrize("name", ["sp ace", "per%25cent", "pct%41", "plus+sign", "hash#x",
