@@ -16,8 +16,49 @@ namespace shardload::detail {
 
 namespace {
 
-// One easy handle per thread, reused so that its connections are kept alive between requests,
-// with the buffer for libcurl's words on a failure (set on the handle, so it lives as long).
+// The connections and DNS answers of every thread's handle, in one pool: the threads that make
+// requests come and go (a read's helpers live for that read, a discovery's probe threads for
+// that discovery), and each new thread's handle used to open connections of its own, a TCP
+// (and with https a TLS) handshake per thread and request, closed when the thread ended.
+// Never destroyed: handles of threads that end at exit may still use it.
+class ConnectionPool {
+ public:
+  ConnectionPool() : share_(curl_share_init()) {
+    if (share_ == nullptr) return;
+    curl_share_setopt(share_, CURLSHOPT_LOCKFUNC, &ConnectionPool::lock);
+    curl_share_setopt(share_, CURLSHOPT_UNLOCKFUNC, &ConnectionPool::unlock);
+    curl_share_setopt(share_, CURLSHOPT_USERDATA, this);
+    curl_share_setopt(share_, CURLSHOPT_SHARE, CURL_LOCK_DATA_CONNECT);
+    curl_share_setopt(share_, CURLSHOPT_SHARE, CURL_LOCK_DATA_DNS);
+  }
+  CURLSH* share() const { return share_; }
+
+ private:
+  static void lock(CURL*, curl_lock_data data, curl_lock_access, void* self) {
+    static_cast<ConnectionPool*>(self)->mu_[index(data)].lock();
+  }
+  static void unlock(CURL*, curl_lock_data data, void* self) {
+    static_cast<ConnectionPool*>(self)->mu_[index(data)].unlock();
+  }
+  static std::size_t index(curl_lock_data data) {
+    const auto i = static_cast<std::size_t>(data);
+    return i < kLocks ? i : 0;
+  }
+  static constexpr std::size_t kLocks = CURL_LOCK_DATA_LAST;
+  CURLSH* share_;
+  std::mutex mu_[kLocks];
+};
+
+// The requests one process has in flight at most, about: 16 probes of 8 requests each.
+constexpr long kPooledConnections = 128;
+
+CURLSH* connection_pool() {
+  static auto* pool = new ConnectionPool();
+  return pool->share();
+}
+
+// One easy handle per thread, its connections in the process's pool, with the buffer for
+// libcurl's words on a failure (set on the handle, so it lives as long).
 struct Handle {
   CURL* curl = nullptr;
   char error[CURL_ERROR_SIZE] = {};
@@ -35,6 +76,12 @@ Handle* thread_handle() {
   thread_local Handle h;
   if (h.curl == nullptr) return nullptr;
   curl_easy_reset(h.curl);
+  // After the reset, which leaves no option set. The pool keeps up to kPooledConnections idle
+  // (libcurl's default, 5, closed most of those a discovery's probes had open at once).
+  if (CURLSH* pool = connection_pool(); pool != nullptr) {
+    curl_easy_setopt(h.curl, CURLOPT_SHARE, pool);
+    curl_easy_setopt(h.curl, CURLOPT_MAXCONNECTS, kPooledConnections);
+  }
   h.error[0] = '\0';
   return &h;
 }
