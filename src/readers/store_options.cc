@@ -140,13 +140,18 @@ Result<std::string> take_store_options(const std::string& url, const std::string
   return rest;
 }
 
-Result<std::size_t> chunks_in_flight_of(const std::string& url) {
+Result<StoreOptions> store_options_of(const std::string& url) {
   StoreOptions options;
   const auto q = url.find('?');
   SHARDLOAD_ASSIGN_OR_RETURN(
       const std::string rest,
       take_store_options(url, q == std::string::npos ? std::string() : url.substr(q), &options));
   (void)rest;
+  return options;
+}
+
+Result<std::size_t> chunks_in_flight_of(const std::string& url) {
+  SHARDLOAD_ASSIGN_OR_RETURN(const StoreOptions options, store_options_of(url));
   return static_cast<std::size_t>(options.chunks_in_flight);
 }
 

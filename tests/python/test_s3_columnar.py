@@ -281,30 +281,30 @@ def test_a_parquet_object_is_probed_by_one_get_of_its_last_bytes(server, tmp_pat
             assert b.url(f"bad{i}/shard_0000.parquet") in str(e.value), str(e.value)
 
 
-def test_an_arrow_ipc_object_is_probed_from_its_last_mib(server, tmp_path):
-    """An IPC probe's open asks for the object's last 1 MiB (a suffix range): a smaller
-    object comes whole, so its probe (footer, then each batch's metadata and first column to
-    count its rows) is that one GET; a larger one's footer and last batches are in it, and
-    only the batches before it cost ranged GETs, none of them asked twice."""
+def test_an_arrow_ipc_object_is_probed_from_its_footer_and_batch_metadata(server, tmp_path):
+    """An IPC probe's open asks for the object's last 64 KiB (a suffix range), where the
+    footer lists the batches: a smaller object comes whole, so its probe is that one GET; a
+    larger one's batches' rows come from their metadata alone, the metadata of batches less
+    than 64 KiB apart in one request (up to 4 MiB), none asked twice, none in the bytes the
+    open fetched."""
     with FaultProxy(server) as proxy:
         b = Bucket(server, proxy.endpoint)
         tables = ragged_tables(np.random.default_rng(31), [9000, 10, 130000])
         paths = put_shards(b, tmp_path, "arrow", tables, group=1000)
-        big = paths[2].stat().st_size
-        assert paths[0].stat().st_size < 1 << 20 < big
+        sizes = [p.stat().st_size for p in paths]
+        assert sizes[1] < 1 << 16 < sizes[0] < 1 << 20 < (3 << 20) < sizes[2] < 4 << 20
         proxy.clear()
         layout = shardload.discover(b.url("d/"), storage_options=b.options)
         assert layout.total_rows == 139010
-        for p in paths[:2]:
+        for p, size, most in zip(paths, sizes, [2, 1, 3]):
             ranges = [r for m, t, r, _ in proxy.log if p.name in t]
-            assert ranges == ["bytes=-1048576"], (p.name, ranges)
-        ranges = [r for m, t, r, _ in proxy.log if paths[2].name in t]
-        assert ranges[0] == "bytes=-1048576", ranges
-        assert len(ranges) == len(set(ranges)), ranges
-        tail = big - (1 << 20)
-        for r in ranges[1:]:
-            first = int(r.removeprefix("bytes=").split("-")[0])
-            assert first < tail, (r, tail)  # not served by the tail the open fetched
+            assert ranges[0] == "bytes=-65536", ranges
+            assert 1 <= len(ranges) <= most, (p.name, ranges)
+            assert len(ranges) == len(set(ranges)), ranges
+            for r in ranges[1:]:
+                first, last = (int(x) for x in r.removeprefix("bytes=").split("-"))
+                assert first < size - (1 << 16), (r, size)  # not in what the open fetched
+                assert last - first < 4 << 20, r
         np.testing.assert_array_equal(np.asarray(shardload.load(layout)),
                                       oracle(paths, "arrow", ["a", "b"]))
 
@@ -395,4 +395,75 @@ def test_an_arrow_ipc_objects_batches_are_fetched_several_at_once(server, tmp_pa
                        action="403", count=None))
         with pytest.raises(shardload.ShardReadError) as e:
             layout.read(0, layout.total_rows)
+        assert b.url("d/shard_0000.arrow") in str(e.value), e.value
+
+
+def test_an_arrow_ipc_objects_batches_come_in_few_requests(server, tmp_path):
+    """Remote IPC objects whose selected columns are all of their bytes: discovery counts each
+    batch's rows from its metadata alone (neighbouring metadata in one request), and a load
+    fetches a piece's batches as a few ranges, each asked once, the footer kept from
+    discovery. Batches of irregular rows (empty ones too), compressed bodies and the format
+    before Arrow 0.15 read as pyarrow reads them; an object overwritten after discovery is an
+    error naming it."""
+    rng = np.random.default_rng(43)
+
+    def table(n):
+        return pa.table({c: rng.standard_normal(n).astype(np.float32) for c in "xyz"})
+
+    regular = table(150000)
+    irregular = [pa.record_batch([rng.standard_normal(int(n)).astype(np.float32) for _ in "xyz"],
+                                 schema=regular.schema)
+                 for n in [0, 3, 1000, 0, 1, 777] + list(rng.integers(0, 2000, 40))]
+    objects = {  # name: (batches, write options)
+        "shard_0000.arrow": (regular.to_batches(max_chunksize=1000), None),
+        "shard_0001.arrow": (irregular, None),
+        "shard_0002.arrow": (regular.slice(0, 9000).to_batches(max_chunksize=700),
+                             pa.ipc.IpcWriteOptions(compression="zstd")),
+        "shard_0003.arrow": (regular.slice(5, 3000).to_batches(max_chunksize=333),
+                             pa.ipc.IpcWriteOptions(use_legacy_format=True)),
+    }
+    with FaultProxy(server) as proxy:
+        b = Bucket(server, proxy.endpoint)
+        b.options.update({"max_attempts": "1"})
+        paths = []
+        for name, (batches, options) in objects.items():
+            p = tmp_path / name
+            with pa.ipc.new_file(p, regular.schema, options=options) as w:
+                for batch in batches:
+                    w.write_batch(batch)
+            b.upload(f"d/{name}", p)
+            paths.append(p)
+        assert pa.ipc.open_file(paths[1]).get_batch(0).num_rows == 0
+        want = oracle(paths, "arrow", list("xyz"))
+        proxy.clear()
+        layout = shardload.discover(b.url("d/"), storage_options=b.options)
+        assert layout.total_rows == len(want)
+        # The regular object (150 batches of 12 KB): its last bytes, then every batch's
+        # metadata in one range.
+        assert proxy.requests("GET", "/d/shard_0000.arrow") <= 3, proxy.log
+        proxy.clear()
+        np.testing.assert_array_equal(layout.read(0, layout.total_rows), want)
+        ranges = [r for m, t, r, _ in proxy.log if m == "GET" and "/d/shard_0000.arrow" in t]
+        # About 1.9 MB of batches in ranges of 1 MiB or more: two or three requests.
+        assert 1 <= len(ranges) <= 3, ranges
+        assert len(set(ranges)) == len(ranges)
+        # Rows of batches 40 to 52 of the regular object: the partial first and last batches
+        # are read apart from the rest (the decode unit's cache), a range each.
+        proxy.clear()
+        np.testing.assert_array_equal(layout.read(40500, 52500), want[40500:52500])
+        assert proxy.requests("GET", "/d/shard_0000.arrow") <= 3, proxy.log
+        # Every object read alone, at rows that cut batches.
+        start = 0
+        for p in paths:
+            n = pa.ipc.open_file(p).read_all().num_rows
+            lo, hi = start + n // 3, start + max(n // 3, n - 7)
+            np.testing.assert_array_equal(layout.read(lo, hi), want[lo:hi])
+            start += n
+        # The regular object written again with other values: the read fails, naming it.
+        with pa.ipc.new_file(paths[0], regular.schema) as w:
+            for batch in table(150000).to_batches(max_chunksize=1000):
+                w.write_batch(batch)
+        b.upload("d/shard_0000.arrow", paths[0])
+        with pytest.raises(shardload.Error) as e:
+            layout.read(0, 150000)
         assert b.url("d/shard_0000.arrow") in str(e.value), e.value

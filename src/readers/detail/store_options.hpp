@@ -60,6 +60,9 @@ struct StoreOptions {
 Result<std::string> take_store_options(const std::string& url, const std::string& query,
                                        StoreOptions* out, bool credentials = false);
 
+// The options of `url`'s query, the defaults for keys it does not name.
+Result<StoreOptions> store_options_of(const std::string& url);
+
 // The chunks_in_flight of `url`'s query (its default where the query has none): how many
 // items (Zarr chunk objects, IPC record batches) one read fetches at once.
 Result<std::size_t> chunks_in_flight_of(const std::string& url);
