@@ -408,12 +408,24 @@ namespace {
 
 Result<std::vector<std::string>> resolve_directory(const Source& s, bool* nothing_matches) {
   const std::string pattern = s.pattern.empty() ? std::string(kDefaultPattern) : s.pattern;
+  const bool remote = is_remote_url(s.dir_path);
+  std::vector<std::string> listed;
+  if (remote) {
+    SHARDLOAD_ASSIGN_OR_RETURN(listed, remote_names(s.dir_path));
+    // An object named as spelled is that object, as a file is (see Source::parse):
+    // "a{b}.npy" or "x_{:04d}.npy" under the prefix is not a pattern.
+    if (!s.pattern.empty() && std::find(listed.begin(), listed.end(), pattern) != listed.end()) {
+      return std::vector<std::string>{remote_join(s.dir_path, pattern)};
+    }
+  } else if (!s.pattern.empty()) {
+    struct ::stat st {};
+    const std::string spelled = join_path(s.dir_path, pattern);
+    if (::stat(spelled.c_str(), &st) == 0 && S_ISREG(st.st_mode)) return {{spelled}};
+  }
   SHARDLOAD_ASSIGN_OR_RETURN(NumberPattern pat, NumberPattern::parse(pattern));
   std::vector<std::int64_t> numbers;
-  const bool remote = is_remote_url(s.dir_path);
   if (remote) {
-    SHARDLOAD_ASSIGN_OR_RETURN(const auto names, remote_names(s.dir_path));
-    for (const auto& name : names) {
+    for (const auto& name : listed) {
       const std::int64_t n = pat.match(name);
       if (n >= 0) numbers.push_back(n);
     }

@@ -182,6 +182,24 @@ def test_odd_object_names_are_read_as_listed_and_as_spelled(bucket, name):
     np.testing.assert_array_equal(layout.read(), parts[1])
 
 
+@pytest.mark.parametrize("name", ["a{b}.npy", "v{2}.npy", "x_{:04d}.npy", "{}"])
+def test_a_key_spelled_like_a_numbered_pattern_is_that_object(bucket, name):
+    """Braces in a key's last part: the object of that name is read, not a pattern (which
+    would be refused as one, or would number other objects)."""
+    want = np.arange(10, dtype=np.int16).reshape(5, 2)
+    bucket.put_npy(f"br/{name}", want)
+    # What the pattern would name if the key were taken as one.
+    bucket.put_npy("br/x_0000.npy", np.full((3, 2), -1, dtype=np.int16))
+    bucket.put_npy("br/0000", np.full((3, 2), -2, dtype=np.int16))
+    one = bucket.url(f"br/{name}")
+    layout = shardload.discover(one, storage_options=bucket.options)
+    assert [p.split("?")[0] for p in layout.paths] == [one]
+    np.testing.assert_array_equal(np.asarray(shardload.load(layout)), want)
+    np.testing.assert_array_equal(
+        np.asarray(shardload.load(bucket.url("br/"), pattern=name,
+                                  storage_options=bucket.options)), want)
+
+
 def test_a_key_holding_a_question_mark_is_a_clear_error(bucket):
     bucket.put_npy("qm/a?b_0000.npy", np.zeros((2, 2)))
     for source in (bucket.url("qm/"), bucket.url("qm/a?b_0000.npy")):

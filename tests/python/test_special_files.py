@@ -274,6 +274,9 @@ def test_existing_directory_with_glob_or_brace_characters(tmp_path: pathlib.Path
     # A file named with such characters is one shard.
     np.save(tmp_path / f"{name}.npy", a)
     np.testing.assert_array_equal(shardload.discover(str(tmp_path / f"{name}.npy")).read(), a)
+    # ... and so is the pattern of a directory that names such a file as spelled.
+    np.testing.assert_array_equal(
+        shardload.discover(str(tmp_path), pattern=f"{name}.npy").read(), a)
 
 
 def test_non_utf8_names(tmp_path: pathlib.Path) -> None:
