@@ -71,6 +71,8 @@ def index(
     and with ``checksum="xxh3"`` an XXH3-64 checksum of each file. It is written to a
     temporary file in DIR, synced and renamed over the old one: a reader sees the old
     manifest or the new one, never part of one. An existing manifest is not consulted.
+    On several ranks (a Legate job), one rank probes and writes and every rank returns the
+    same path or raises the same error.
     For an ``s3://`` prefix the manifest is one object, ``PREFIX/shardload.manifest``,
     uploaded whole (the store shows the old object or the new one), holding the keys
     relative to the prefix and each object's size and ETag, never the store's options.
@@ -106,6 +108,23 @@ def index(
     if checksum not in _CHECKSUMS + ("crc32c",):
         raise ValueError(f"checksum: expected one of {', '.join(_CHECKSUMS)}, found "
                          f"{checksum!r}")
+
+    if _api._job_ranks() > 1:
+        # One rank probes and one writes (with checksums, reads every shard): the others
+        # get its layout and its outcome, instead of each doing the whole job again.
+        from . import _legate
+
+        def probe_once(o: _Options, dtype: str | None) -> Layout:
+            pattern = o.pattern
+            return _legate.discover_once(
+                os.fsencode(directory), os.fsencode(pattern) if pattern else b"", o.discovery,
+                o.format_args(dtype), use_manifest=False)
+
+        layout = _api._decoded(probe_once, checked, cast, "index", cast_after=False,
+                               source=directory)
+        pattern = checked.pattern
+        return _legate.write_manifest_once(layout, os.fsencode(directory), checksum,
+                                           os.fsencode(pattern) if pattern else b"")
 
     def probe(o: _Options, dtype: str | None) -> Layout:
         # The files themselves: the manifest being replaced must not describe the dataset.

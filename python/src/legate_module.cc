@@ -131,13 +131,14 @@ PYBIND11_MODULE(_legate, m) {
   m.def(
       "discover_once",
       [](const py::bytes& source, const py::bytes& pattern, const py::dict& discovery,
-         const py::dict& options) {
+         const py::dict& options, bool use_manifest) {
         const std::string src = source;
         const std::string pat = pattern;
         // The options as _core.discover converts them (the Python side checked them).
         shardload::DiscoverOptions d;
         d.format = shardload::python::format_options_from(options);
         shardload::python::discover_options_from(discovery, &d);
+        d.use_manifest = use_manifest;
         shardload::Layout layout;
         {
           py::gil_scoped_release release;
@@ -146,7 +147,32 @@ PYBIND11_MODULE(_legate, m) {
         return layout;
       },
       py::arg("source"), py::arg("pattern"), py::arg("discovery") = py::dict(),
-      py::arg("options") = py::dict());
+      py::arg("options") = py::dict(), py::arg("use_manifest") = true);
+  m.def(
+      "write_manifest_once",
+      [](const shardload::Layout& layout, const py::bytes& directory, const std::string& checksum,
+         const py::bytes& pattern) {
+        shardload::ManifestOptions opts;
+        const auto parsed = shardload::parse_checksum(checksum);
+        if (!parsed) shardload::throw_status(parsed.status(), shardload::ErrorSite::kDiscover);
+        opts.checksum = *parsed;
+        opts.pattern = pattern;
+        const std::string dir = directory;
+        std::string written;
+        {
+          py::gil_scoped_release release;
+          try {
+            written = shardload::write_manifest_once(layout, dir, opts);
+          } catch (const shardload::Error& e) {
+            // As _core.write_manifest says it.
+            shardload::throw_status(e.status().with_context("indexing " + dir),
+                                    shardload::ErrorSite::kDiscover);
+          }
+        }
+        return shardload::python::path_str(written);
+      },
+      py::arg("layout"), py::arg("directory"), py::arg("checksum") = "none",
+      py::arg("pattern") = py::bytes());
 
   // _core._process_state as this module sees it (the tests compare the two).
   m.def("_process_state", [] {

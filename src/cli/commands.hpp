@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <iosfwd>
 #include <map>
 #include <optional>
@@ -13,6 +14,8 @@
 
 #include "shardload/format.hpp"
 #include "shardload/layout.hpp"
+#include "shardload/manifest.hpp"
+#include "shardload/source.hpp"
 #include "shardload/status.hpp"
 
 namespace shardload::cli {
@@ -86,8 +89,25 @@ int cmd_write(const Args& args);
 int cmd_write_legate(const WriteArgs& args);
 #endif
 int cmd_inspect(const Args& args);
-// `shardload index DIR`: writes DIR/shardload.manifest (no Legate).
-int cmd_index(const Args& args);
+// How index discovers the directory (never consulting the manifest it replaces) and writes
+// the manifest: in this process (the default), or once for a job of several ranks.
+struct IndexSteps {
+  std::function<Result<Layout>(const std::string& source, const std::string& pattern,
+                               const Source& parsed, const DiscoverOptions& options)>
+      discover;
+  std::function<Result<std::string>(const Layout& layout, const std::string& directory,
+                                    const ManifestOptions& options)>
+      write;
+};
+IndexSteps local_index_steps();
+// `shardload index DIR`: writes DIR/shardload.manifest.
+int cmd_index(const Args& args, const IndexSteps& steps = local_index_steps());
+#ifdef SHARDLOAD_WITH_LEGATE
+// The same on several ranks, under Legate: one rank probes and one writes (with checksums,
+// reads every shard), every rank exits with the same status, the first one prints
+// (src/cli/index_legate.cc).
+int cmd_index_legate(const Args& args);
+#endif
 #ifdef SHARDLOAD_WITH_LEGATE
 // `shardload verify DIR|MANIFEST`: the checksums, in a Legate task (src/cli/verify.cc).
 int cmd_verify(const Args& args);

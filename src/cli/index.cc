@@ -1,4 +1,4 @@
-// `shardload index DIR`: discovers DIR by probing and writes its manifest (no Legate).
+// `shardload index DIR`: discovers DIR by probing and writes its manifest.
 #include <iostream>
 
 #include "cli/commands.hpp"
@@ -8,7 +8,15 @@
 
 namespace shardload::cli {
 
-int cmd_index(const Args& args) {
+IndexSteps local_index_steps() {
+  return {[](const std::string&, const std::string&, const Source& parsed,
+             const DiscoverOptions& options) { return try_discover(parsed, options); },
+          [](const Layout& layout, const std::string& directory, const ManifestOptions& options) {
+            return write_manifest(layout, directory, options);
+          }};
+}
+
+int cmd_index(const Args& args, const IndexSteps& steps) {
   const char* cmd = "index";
   Parsed p;
   if (auto rc = parse_command_line(*find_command(cmd), args, &p)) return *rc;
@@ -36,13 +44,13 @@ int cmd_index(const Args& args) {
                          ": a manifest is written into the directory of the shards; give that "
                          "directory (with --pattern for another numbering)");
   }
-  auto layout = try_discover(*src, opts);
+  auto layout = steps.discover(p.positional[0], mopts.pattern, *src, opts);
   if (!layout) {
     if (auto rc = check_type_options_after_failure(cmd, p.opts, *src, opts)) return *rc;
     return fail(cmd, "loading " + src->describe() + ": " + layout.status().message());
   }
   if (auto rc = check_type_options(cmd, p.opts, layout->format)) return *rc;
-  auto written = write_manifest(*layout, src->dir_path, mopts);
+  auto written = steps.write(*layout, src->dir_path, mopts);
   if (!written) return fail(cmd, "indexing " + src->describe() + ": " + written.status().message());
   std::cout << "wrote " << path_for_message(*written) << ": " << layout->shards.size()
             << " shards, " << layout->total_rows() << " rows, checksums "

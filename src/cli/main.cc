@@ -29,9 +29,9 @@ void usage(std::ostream& o) {
        "prints the version.\n";
 }
 
-// inspect and index start no Legate, so they cannot ask it which rank they are; under a
-// launcher (mpirun, srun, the legate driver) every rank runs them, and only the first may
-// print, as read, verify and write do. The launchers' rank variables tell.
+// inspect and index (on one rank) start no Legate, so they cannot ask it which rank they are; under
+// a launcher (mpirun, srun, the legate driver) every rank runs them, and only the first may print,
+// as read, verify and write do. The launchers' rank variables tell.
 bool first_rank() {
   for (const char* name :
        {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID", "MV2_COMM_WORLD_RANK"}) {
@@ -40,6 +40,17 @@ bool first_rank() {
     }
   }
   return true;
+}
+
+// Whether a launcher started this process as one of several ranks (its size variables).
+bool several_ranks() {
+  for (const char* name :
+       {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_STEP_NUM_TASKS", "MV2_COMM_WORLD_SIZE"}) {
+    if (const char* v = std::getenv(name); v != nullptr && *v != '\0') {
+      return std::string(v) != "0" && std::string(v) != "1";
+    }
+  }
+  return false;
 }
 
 // Takes whatever is written to it and drops it.
@@ -146,9 +157,14 @@ int main(int argc, char** argv) {
     return shardload::cli::cmd_write(args);
 #endif
   }
+#ifdef SHARDLOAD_WITH_LEGATE
+  if (cmd == "index" && several_ranks()) {
+    return with_legate(cmd, [&] { return shardload::cli::cmd_index_legate(args); });
+  }
+#endif
   if (cmd == "inspect" || cmd == "index") {
-    // Every rank does the work (index: each writes the same manifest atomically) and exits
-    // with the same status; the others' output is dropped.
+    // Every rank does the work (index without Legate: each writes the same manifest
+    // atomically) and exits with the same status; the others' output is dropped.
     NullBuffer null;
     const bool quiet = !first_rank();
     std::streambuf* const out = quiet ? std::cout.rdbuf(&null) : nullptr;

@@ -180,6 +180,7 @@ legate::Library library() {
     detail::LoadReportTask::register_variants(lib);
     detail::VerifyManifestTask::register_variants(lib);
     detail::DiscoverTask::register_variants(lib);
+    detail::WriteManifestTask::register_variants(lib);
     detail::SaveTask::register_variants(lib);
     detail::SavePrepareTask::register_variants(lib);
     detail::SaveCommitTask::register_variants(lib);

@@ -81,6 +81,18 @@ Status decode_request(std::span<const std::uint8_t> b, std::string* source, std:
   return Status::ok();
 }
 
+// The request of write_manifest_once: directory, pattern, checksum, then the encoded layout.
+std::vector<std::uint8_t> encode_write_request(const Layout& layout, const std::string& directory,
+                                               const ManifestOptions& options) {
+  std::vector<std::uint8_t> out;
+  put_str(out, directory);
+  put_str(out, options.pattern);
+  out.push_back(static_cast<std::uint8_t>(options.checksum));
+  const auto enc = encode_layout(layout);
+  out.insert(out.end(), enc.begin(), enc.end());
+  return out;
+}
+
 }  // namespace
 
 namespace detail {
@@ -135,6 +147,26 @@ void DiscoverTask::cpu_variant(legate::TaskContext context) {
     const auto enc = encode_layout(*layout);
     out.insert(out.end(), enc.begin(), enc.end());
     detail::write_point_result(context, out);
+  });
+}
+
+void WriteManifestTask::cpu_variant(legate::TaskContext context) {
+  run_task_body([&] {
+    const legate::Scalar request = context.scalar(0);
+    const std::span b(static_cast<const std::uint8_t*>(request.ptr()), request.size());
+    std::string directory;
+    ManifestOptions options;
+    std::size_t pos = 0;
+    if (!get_str(b, &pos, &directory) || !get_str(b, &pos, &options.pattern) || pos >= b.size() ||
+        b[pos] > static_cast<std::uint8_t>(Checksum::kXxh3)) {
+      throw_task_error({ErrorCode::kInvalidArgument, "write manifest task: malformed request"});
+    }
+    options.checksum = static_cast<Checksum>(b[pos++]);
+    auto layout = decode_layout(b.subspan(pos));
+    if (!layout) throw_task_error(layout.status().with_context("write manifest task: request"));
+    auto written = write_manifest(*layout, directory, options);
+    if (!written) throw_task_error(written.status());
+    detail::write_point_result(context, bytes_of(*written));
   });
 }
 
@@ -246,6 +278,22 @@ Layout discover_once(const std::string& source, const std::string& pattern,
   layout->manifest_status = std::move(status);
   layout->manifest_state = *state;
   return std::move(layout).value();
+}
+
+std::string write_manifest_once(const Layout& layout, const std::string& directory,
+                                const ManifestOptions& options) {
+  if (options.io != nullptr) {
+    throw_status({ErrorCode::kInvalidArgument,
+                  "write_manifest_once: ManifestOptions::io cannot travel to the writing point "
+                  "task; leave it null (the task reads through posix_io())"});
+  }
+  try {
+    const auto bytes = detail::run_point_task(detail::WriteManifestTask::TASK_CONFIG.task_id(),
+                                              encode_write_request(layout, directory, options));
+    return {bytes.begin(), bytes.end()};
+  } catch (const legate::TaskException& e) {
+    throw_status(detail::status_from_task_error(e), ErrorSite::kDiscover);
+  }
 }
 
 }  // namespace shardload

@@ -65,9 +65,18 @@ def test_read_verifies_and_discovers_on_one_rank(written):
 
 def test_index_then_verify(written):
     base, data, _ = written
-    job = run_job(base / "index", [CLI, "index", str(data), "--checksum", "xxh3"])
+    job = run_job(base / "index", [CLI, "index", str(data), "--checksum", "xxh3"], trace=True)
     _same_status(job, 0)
     _one_report(job, "manifest")
+    # One rank read every shard (probes and checksums) and wrote the manifest; the other
+    # opened none of it.
+    shards = sorted(str(f) for f in data.glob("shard_*.npy"))
+    workers = [r.index for r in job.ranks if r.opened(data)]
+    assert len(workers) == 1, [r.opened(data) for r in job.ranks]
+    worker = job.ranks[workers[0]]
+    assert sorted(set(p for p in worker.opened(data, writing=False)
+                      if p.endswith(".npy"))) == shards
+    assert any("shardload.manifest" in b for _, b in worker.renamed(data))
     job = run_job(base / "verify", [CLI, "verify", str(data)])
     _same_status(job, 0)
     _one_report(job, "6")

@@ -150,6 +150,14 @@ def loaded(server, tmp_path_factory):
             {"name": "man-plain", "op": "load", "source": bucket.url("man/"),
              "kwargs": {"storage_options": opts, "trust_manifest": True}}]
     oracle["man-trusted"] = oracle["man-plain"] = oracle["npy-K1"]
+    # index with checksums, the URL naming no endpoint (each rank's own proxy): one rank
+    # lists, probes, reads every object for its checksum and uploads the manifest.
+    bucket.upload_tree("man2", base / "npy")
+    ops += [{"name": "index-once", "op": "index", "source": bucket.url("man2/"),
+             "kwargs": {"storage_options": OPTIONS, "checksum": "xxh3"}},
+            {"name": "man2-load", "op": "load", "source": bucket.url("man2/"),
+             "kwargs": {"storage_options": opts, "trust_manifest": True}}]
+    oracle["man2-load"] = oracle["npy-K1"]
 
     # batches over s3://, read ahead and not
     for prefetch in (0, 2):
@@ -245,6 +253,49 @@ def test_index_on_two_ranks_then_load_from_the_manifest(loaded):
         _ok(job, name)
         for rank in job.ranks:
             np.testing.assert_array_equal(rank.array(name), oracle[name])
+
+
+def _bytes_read(proxy: FaultProxy, key: str) -> int:
+    """How many bytes from the start of ``key`` GETs through ``proxy`` covered, without a gap
+    (the whole object for an unranged GET)."""
+    spans = []
+    for method, target, range_, _ in proxy.log:
+        if method != "GET" or not target.split("?")[0].endswith("/" + key):
+            continue
+        if not range_:
+            return 1 << 62
+        first, _, last = range_.removeprefix("bytes=").partition("-")
+        spans.append((int(first), int(last) + 1 if last else 1 << 62))
+    end = 0
+    for first, stop in sorted(spans):
+        if first > end:
+            break
+        end = max(end, stop)
+    return end
+
+
+def test_index_on_two_ranks_probes_reads_and_uploads_on_one(loaded):
+    """Every rank calls index(); one does the work, every rank returns the same path."""
+    bucket, job, oracle, proxies = loaded
+    written = {r["manifest"] for r in _ok(job, "index-once")}
+    assert len(written) == 1, written
+    assert written.pop().split("?")[0] == bucket.url("man2/shardload.manifest")
+    seen = [_requests(p, "man2") for p in proxies]
+    puts = [[n for n in _puts(p, "man2")] for p in proxies]
+    every = set(range(len(RAGGED)))
+    worker = [bool(s["list"]) for s in seen].index(True)
+    assert not seen[1 - worker]["list"] and not seen[1 - worker]["header"], seen
+    assert not seen[1 - worker]["rows"] and not puts[1 - worker], (seen, puts)
+    # The worker probed every object and read every non-empty one whole for its checksum.
+    assert seen[worker]["header"] == every, seen
+    assert puts[worker] == ["shardload.manifest"], puts
+    for i in every:
+        key = f"man2/shard_{i:04d}.npy"
+        size = bucket.client.head_object(Bucket=bucket.name, Key=key)["ContentLength"]
+        assert _bytes_read(proxies[worker], key) >= size, (key, size)
+    _ok(job, "man2-load")
+    for rank in job.ranks:
+        np.testing.assert_array_equal(rank.array("man2-load"), oracle["man2-load"])
 
 
 @pytest.mark.parametrize("prefetch", [0, 2])

@@ -243,6 +243,33 @@ def test_discover_once_equals_discover(data):
         shardload.discover_once(d / "missing")
 
 
+def test_a_manifest_written_once_for_the_job_equals_the_one_written_here(data):
+    """The one-point task index() uses on several ranks, run in this process: the same
+    manifest as _core.write_manifest's, and its errors the same."""
+    from shardload import _core, _legate
+
+    d, expected = data
+    layout = shardload.discover(d)
+    here = pathlib.Path(_core.write_manifest(layout, str(d), "xxh3"))
+    want = here.read_bytes()
+    here.unlink()
+    shardload._api._start_runtime()
+    once = _legate.write_manifest_once(layout, os.fsencode(d), "xxh3")
+    assert pathlib.Path(once) == here and here.read_bytes() == want
+    assert shardload.discover(d).manifest_state is shardload.ManifestState.USED
+    np.testing.assert_array_equal(np.asarray(shardload.load(d)), expected)
+    gone = d / "gone"
+    errors = []
+    for write in (lambda: _core.write_manifest(layout, str(gone), "xxh3"),
+                  lambda: _legate.write_manifest_once(layout, os.fsencode(gone), "xxh3")):
+        with pytest.raises((shardload.LayoutError, ValueError)) as e:
+            write()
+        errors.append((type(e.value), str(e.value)))
+    assert errors[0] == errors[1] and "not inside" in errors[0][1], errors
+    with pytest.raises(ValueError, match="crc32c"):
+        _legate.write_manifest_once(layout, os.fsencode(d), "crc32c")
+
+
 def run(cli, *args):
     return subprocess.run([str(cli), *map(str, args)], capture_output=True, text=True,
                           timeout=300)

@@ -13,6 +13,7 @@ enum TaskId : std::int64_t {
   kDemoSynthTask = 4,   // src/testing/synth_task.cc: fills an array with the synth values
   kVerifyManifestTask = 5,
   kDiscoverTask = 6,
+  kWriteManifestTask = 7,
   kLoadReportTask = 10,  // the load task (load and batches), writing its error to a record
   kSavePrepareTask = 20,
   kSaveCommitTask = 21,

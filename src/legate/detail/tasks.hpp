@@ -81,6 +81,19 @@ class DiscoverTask : public legate::LegateTask<DiscoverTask> {
   static void cpu_variant(legate::TaskContext context);
 };
 
+// A manifest written in one point, for the whole job (write_manifest_once): as DiscoverTask,
+// output 0 is bound to the result (the manifest's path). Scalar 0: the encoded request.
+class WriteManifestTask : public legate::LegateTask<WriteManifestTask> {
+ public:
+  static inline const auto TASK_CONFIG =  // NOLINT(cert-err58-cpp)
+      legate::TaskConfig{legate::LocalTaskID{kWriteManifestTask}}
+          .with_signature(legate::TaskSignature{}.outputs(1).scalars(1))
+          .with_variant_options(
+              legate::VariantOptions{}.with_may_throw_exception(true).with_has_allocations(true));
+
+  static void cpu_variant(legate::TaskContext context);
+};
+
 // Input 0: the array, tiled along axis 0 (tile t is rows [t x tile rows, ...)). Scalars:
 // 0 the staging directory's bytes (uint8 array), 1 the SaveSpec (int64 array), 2 tile rows.
 // Each point writes its tile's rows into the shard files the launcher created. With a fourth

@@ -3,6 +3,7 @@
 //
 //   auto bad = shardload::verify_manifest("data/shardload.manifest");  // every mismatch
 //   auto layout = shardload::discover_once("data/");  // one point discovers, every rank gets it
+//   shardload::write_manifest_once(layout, "data/");   // one point writes the manifest
 //
 // Discovery once per job: under control replication every rank runs the top-level program,
 // so a plain discover() probes every shard on every rank (ranks x files metadata operations
@@ -46,5 +47,13 @@ Layout discover_once(const std::string& source, const std::string& pattern = {},
 // point reads through posix_io()).
 Layout discover_once(const std::string& source, const std::string& pattern,
                      const DiscoverOptions& options);
+
+// write_manifest(layout, directory, options) in one point task for the job: under control
+// replication every rank calls it, one writes (and, with checksums, reads every shard), and
+// every rank gets the path written or throws the same exception (LayoutError as
+// write_manifest's Status says). `layout` must be the same on every rank, as discover_once's
+// is; options.io must be null (ArgumentError otherwise).
+std::string write_manifest_once(const Layout& layout, const std::string& directory,
+                                const ManifestOptions& options = {});
 
 }  // namespace shardload

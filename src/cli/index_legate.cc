@@ -1,0 +1,60 @@
+// `shardload index DIR` on several ranks: every rank runs the program, so each would probe
+// every shard (and with checksums read every byte) and upload the same manifest; here one
+// point task discovers and one writes, and every rank reports the same outcome.
+#include <legate.h>
+
+#include <iostream>
+
+#include "cli/commands.hpp"
+#include "shardload/errors.hpp"
+#include "shardload/manifest_legate.hpp"
+
+namespace shardload::cli {
+
+namespace {
+
+// The discovering point's error names its source as cmd_index does ("loading SOURCE: ..."),
+// which cmd_index adds again: the point's is dropped.
+Status without_prefix(const Status& st, const std::string& prefix) {
+  if (st.message().rfind(prefix, 0) != 0) return st;
+  return Status(st.code(), st.message().substr(prefix.size()))
+      .with_path(st.path())
+      .with_errno(st.sys_errno());
+}
+
+}  // namespace
+
+int cmd_index_legate(const Args& args) {
+  legate::start();
+  int rc = 1;
+  {
+    RankStreams io;
+    // cmd_index prints to the standard streams: on ranks but the first, to nothing.
+    std::streambuf* const out = std::cout.rdbuf(io.out.rdbuf());
+    std::streambuf* const err = std::cerr.rdbuf(io.err.rdbuf());
+    IndexSteps steps;
+    steps.discover = [](const std::string& source, const std::string& pattern, const Source& parsed,
+                        const DiscoverOptions& options) -> Result<Layout> {
+      try {
+        return discover_once(source, pattern, options);
+      } catch (const Error& e) {
+        return without_prefix(e.status(), "loading " + parsed.describe() + ": ");
+      }
+    };
+    steps.write = [](const Layout& layout, const std::string& directory,
+                     const ManifestOptions& options) -> Result<std::string> {
+      try {
+        return write_manifest_once(layout, directory, options);
+      } catch (const Error& e) {
+        return e.status();
+      }
+    };
+    rc = cmd_index(args, steps);
+    std::cout.rdbuf(out);
+    std::cerr.rdbuf(err);
+  }
+  const int finish = legate::finish();
+  return rc != 0 ? rc : finish;
+}
+
+}  // namespace shardload::cli
