@@ -29,9 +29,10 @@ void usage(std::ostream& o) {
        "prints the version.\n";
 }
 
-// inspect and index (on one rank) start no Legate, so they cannot ask it which rank they are; under
-// a launcher (mpirun, srun, the legate driver) every rank runs them, and only the first may print,
-// as read, verify and write do. The launchers' rank variables tell.
+// inspect (and index, in one process or a build without Legate) starts no Legate, so it
+// cannot ask which rank it is; under a launcher (mpirun, srun, the legate driver) every rank
+// runs it, and only the first may print, as read, verify and write do. The launchers' rank
+// variables tell.
 bool first_rank() {
   for (const char* name :
        {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID", "MV2_COMM_WORLD_RANK"}) {
