@@ -38,8 +38,18 @@ def ops(tmp_path_factory):
             {"name": "verify", "op": "verify", "source": str(base / "npy")},
             {"name": "load-manifest", "op": "load", "source": str(base / "npy"),
              "kwargs": {"overdecompose": 2}}]
+    # index's errors, raised alike on both ranks: a missing directory, and a damaged shard
+    # (found while probing on one rank), and a checksum offered by no build.
+    (base / "bad").mkdir()
+    np.save(base / "bad" / "shard_0000.npy", parts[0])
+    (base / "bad" / "shard_0001.npy").write_bytes(b"\x93NUMPY\x01\x00\xff\xff")
+    ops += [{"name": "index-missing", "op": "index", "source": str(base / "missing"),
+             "checksum": "none"},
+            {"name": "index-bad", "op": "index", "source": str(base / "bad"), "checksum": "xxh3"},
+            {"name": "index-crc", "op": "index", "source": str(base / "npy"),
+             "checksum": "crc32c"}]
     spec = write_spec(base / "spec.json", {"ops": ops})
-    job = python_job(base / "out", "ops.py", str(spec))
+    job = python_job(base / "out", "ops.py", str(spec), trace=True)
     assert job.rc == 0, job.describe()
     return base, job, np.concatenate(parts), np.concatenate(texts)
 
@@ -76,6 +86,27 @@ def test_index_verify_and_load_from_the_manifest(ops):
     _ok(job, "load-manifest")
     for rank in job.ranks:
         np.testing.assert_array_equal(rank.array("load-manifest"), whole)
+
+
+@pytest.mark.parametrize("name, words", [("index-missing", "missing"),
+                                         ("index-bad", "shard_0001.npy"),
+                                         ("index-crc", "crc32c")])
+def test_index_errors_are_the_same_on_every_rank(ops, name, words):
+    base, job, _, _ = ops
+    found = [rank.results()[name] for rank in job.ranks]
+    assert not any(f["ok"] for f in found), found
+    assert len({(f["type"], f["message"]) for f in found}) == 1, found
+    assert words in found[0]["message"], found
+    assert not (base / "bad" / "shardload.manifest").exists()
+
+
+def test_index_reads_the_shards_on_one_rank(ops):
+    base, job, _, _ = ops
+    opened = [[p for p in r.opened(base / "npy", since="index", until="verify")
+               if p.endswith(".npy")] for r in job.ranks]
+    assert sorted(bool(o) for o in opened) == [False, True], opened
+    assert sorted(set(max(opened, key=len))) == [
+        str(base / "npy" / f"shard_{i:04d}.npy") for i in range(len(ROWS))]
 
 
 def test_discover_once_of_many_shards(ops):
