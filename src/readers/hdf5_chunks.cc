@@ -2,6 +2,7 @@
 // read with H5Dread_chunk and inflated by the reader itself, outside HDF5's lock; what they
 // need to know of a dataset, and the copy of a decoded chunk's box into the rows.
 #include <cstring>
+#include <limits>
 #include <optional>
 #include <vector>
 
@@ -22,6 +23,60 @@ std::int64_t chunk_rows(const Hdf5Api& api, hid_t dataset, std::size_t rank) {
     return 0;
   }
   return static_cast<std::int64_t>(chunk[0]);
+}
+
+std::optional<std::size_t> stored_swap_unit(const Hdf5Api& api, hid_t type, DType dtype) {
+  const auto cls = classify(api, type);
+  if (!cls || !(*cls == dtype) || api.H5Tget_size(type) != dtype.size) return std::nullopt;
+  H5T_order_t order = H5T_ORDER_NONE;
+  std::size_t unit = 1;
+  if (dtype.kind == DTypeKind::kComplex) {
+    // h5py's complex is packed {r, i}; each half has its own byte order.
+    unit = dtype.size / 2u;
+    if (api.H5Tget_member_offset(type, 0) != 0 || api.H5Tget_member_offset(type, 1) != unit) {
+      return std::nullopt;
+    }
+    Hid re(api.H5Tget_member_type(type, 0), api.H5Tclose);
+    Hid im(api.H5Tget_member_type(type, 1), api.H5Tclose);
+    if (!re.valid() || !im.valid()) return std::nullopt;
+    order = api.H5Tget_order(re.get());
+    if (api.H5Tget_order(im.get()) != order) return std::nullopt;
+  } else if (dtype.size > 1) {
+    unit = dtype.size;  // h5py's bool is one byte: no order to fix
+    order = api.H5Tget_order(type);
+  }
+  if (unit <= 1) return std::size_t{0};
+  if (order != H5T_ORDER_LE && order != H5T_ORDER_BE) return std::nullopt;
+  return (order == H5T_ORDER_LE) != host_is_little_endian() ? unit : std::size_t{0};
+}
+
+std::optional<ContiguousRows> contiguous_rows(const Hdf5Api& api, hid_t dataset, DType dtype,
+                                              const std::vector<hsize_t>& dims,
+                                              std::uint64_t file_size) {
+  if (dims.empty() || dtype.size == 0) return std::nullopt;
+  Hid dcpl(api.H5Dget_create_plist(dataset), api.H5Pclose);
+  if (!dcpl.valid() || api.H5Pget_layout(dcpl.get()) != H5D_CONTIGUOUS ||
+      api.H5Pget_external_count(dcpl.get()) != 0) {
+    return std::nullopt;
+  }
+  // The dataset's bytes, checked against overflow: what the file must hold whole.
+  std::uint64_t bytes = dtype.size;
+  for (const hsize_t d : dims) {
+    if (d == 0) return std::nullopt;  // nothing stored: H5Dread gives the (empty) answer
+    if (bytes > std::numeric_limits<std::uint64_t>::max() / d) return std::nullopt;
+    bytes *= d;
+  }
+  // Unallocated storage (HADDR_UNDEF) reads as the fill value; H5Dread gives that.
+  const haddr_t offset = api.H5Dget_offset(dataset);
+  if (offset == HADDR_UNDEF || api.H5Dget_storage_size(dataset) != bytes || offset > file_size ||
+      bytes > file_size - offset) {
+    return std::nullopt;
+  }
+  Hid type(api.H5Dget_type(dataset), api.H5Tclose);
+  if (!type.valid()) return std::nullopt;
+  const std::optional<std::size_t> swap = stored_swap_unit(api, type.get(), dtype);
+  if (!swap) return std::nullopt;
+  return ContiguousRows{static_cast<std::uint64_t>(offset), *swap};
 }
 
 // The direct plan when the dataset is chunked, filtered by exactly deflate
@@ -62,32 +117,11 @@ std::optional<DirectPlan> direct_plan(const Hdf5Api& api, hid_t dataset, DType d
 
   Hid type(api.H5Dget_type(dataset), api.H5Tclose);
   if (!type.valid()) return std::nullopt;
-  const auto cls = classify(api, type.get());
-  if (!cls || !(*cls == dtype) || api.H5Tget_size(type.get()) != dtype.size) return std::nullopt;
+  const std::optional<std::size_t> swap = stored_swap_unit(api, type.get(), dtype);
+  if (!swap) return std::nullopt;
   p.elem = dtype.size;
+  p.swap_unit = *swap;
   if (p.shuffle && shuffle_size != p.elem) return std::nullopt;
-  H5T_order_t order = H5T_ORDER_NONE;
-  std::size_t unit = 1;
-  if (dtype.kind == DTypeKind::kComplex) {
-    // h5py's complex is packed {r, i}; each half has its own byte order.
-    unit = dtype.size / 2u;
-    if (api.H5Tget_member_offset(type.get(), 0) != 0 ||
-        api.H5Tget_member_offset(type.get(), 1) != unit) {
-      return std::nullopt;
-    }
-    Hid re(api.H5Tget_member_type(type.get(), 0), api.H5Tclose);
-    Hid im(api.H5Tget_member_type(type.get(), 1), api.H5Tclose);
-    if (!re.valid() || !im.valid()) return std::nullopt;
-    order = api.H5Tget_order(re.get());
-    if (api.H5Tget_order(im.get()) != order) return std::nullopt;
-  } else if (dtype.size > 1) {
-    unit = dtype.size;  // h5py's bool is one byte: no order to fix
-    order = api.H5Tget_order(type.get());
-  }
-  if (unit > 1) {
-    if (order != H5T_ORDER_LE && order != H5T_ORDER_BE) return std::nullopt;
-    if ((order == H5T_ORDER_LE) != host_is_little_endian()) p.swap_unit = unit;
-  }
 
   std::size_t elems = 1;
   for (std::size_t i = 0; i < dims.size(); ++i) {

@@ -101,6 +101,37 @@ def test_changed_file_is_refused(tmp_path: pathlib.Path) -> None:
         layout.read(0, 5)
 
 
+@pytest.mark.parametrize("dtype", [">f8", "<i2", ">c16", "bool", "<u8"])
+def test_contiguous_rows_after_a_userblock_and_other_data(tmp_path: pathlib.Path,
+                                                          dtype: str) -> None:
+    """Contiguous rows are read at the dataset's offset from the file's start: after a user
+    block (HDF5's addresses start after it) and after another dataset's bytes."""
+    rng = np.random.default_rng(21)
+    arrays = [random_array(rng, (r, 5), dtype) for r in [9, 4, 17]]
+    for i, a in enumerate(arrays):
+        with h5py.File(tmp_path / f"shard_{i:04d}.h5", "w", userblock_size=512 << i) as f:
+            f.create_dataset("before", data=np.arange(100 * i, dtype=np.int64))
+            f.create_dataset("data", data=a)
+    with open(tmp_path / "shard_0001.h5", "r+b") as f:
+        f.write(b"not HDF5: the user block is the user's")
+    layout = shardload.discover(tmp_path, format="hdf5", dataset="data")
+    expected = np.concatenate(arrays).astype(np.dtype(dtype).newbyteorder("="))
+    check_all_ranges(layout, expected, step=5)
+    np.testing.assert_array_equal(np.asarray(shardload.load(layout)), expected)
+
+
+def test_contiguous_storage_never_written_reads_the_fill_value(tmp_path: pathlib.Path) -> None:
+    """A contiguous dataset whose storage was never allocated has no offset: HDF5 gives its
+    fill value, as h5py does."""
+    with h5py.File(tmp_path / "shard_0000.h5", "w") as f:
+        f.create_dataset("data", shape=(6, 3), dtype="<f4", fillvalue=7.5)
+    write(tmp_path / "shard_0001.h5", np.arange(12, dtype="<f4").reshape(4, 3))
+    layout = shardload.discover(tmp_path, format="hdf5")
+    expected = np.concatenate([np.full((6, 3), 7.5, "<f4"),
+                               np.arange(12, dtype="<f4").reshape(4, 3)])
+    check_all_ranges(layout, expected)
+
+
 def test_external_storage_is_snapshotted(tmp_path: pathlib.Path) -> None:
     # The data of a dataset with external storage lives in another file: it is
     # snapshotted at discovery and refused when it changed, like the file.

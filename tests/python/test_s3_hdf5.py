@@ -136,6 +136,34 @@ def test_reads_are_ranged_and_retried(server, tmp_path):
         assert rule.fired == 2 and info.remote_retries >= 2
 
 
+@pytest.mark.parametrize("userblock", [0, 1024])
+def test_contiguous_rows_are_ranged_reads_of_their_bytes_only(server, tmp_path, userblock):
+    """A contiguous dataset loads as a .npy does: its rows' bytes, where discovery found
+    them, and nothing of the file's HDF5 metadata."""
+    with FaultProxy(server) as proxy:
+        b = Bucket(server, proxy.endpoint)
+        rng = np.random.default_rng(8)
+        a = rng.standard_normal((20_000, 6)).astype(">f8")
+        path = tmp_path / "shard_0000.h5"
+        with h5py.File(path, "w", userblock_size=userblock) as f:
+            f.create_dataset("x", data=a)
+            offset = f["x"].id.get_offset()
+        b.upload("c/shard_0000.h5", path)
+        layout = shardload.discover(b.url("c/"), storage_options=b.options)
+        row = 6 * 8
+        for lo, hi in [(0, 20_000), (1234, 5678), (19_999, 20_000)]:
+            proxy.clear()
+            np.testing.assert_array_equal(layout.read(lo, hi), a[lo:hi].astype("=f8"))
+            spans = [tuple(int(x) for x in r[2].split("=")[1].split("-"))
+                     for r in proxy.log if r[0] == "GET" and "shard_0000.h5" in r[1]]
+            assert spans, proxy.log
+            assert all(offset + lo * row <= s and e < offset + hi * row for s, e in spans), (
+                offset, spans)
+            assert sum(e - s + 1 for s, e in spans) == (hi - lo) * row, spans
+        got = shardload.load(b.url("c/"), storage_options=b.options, overdecompose=3)
+        np.testing.assert_array_equal(np.asarray(got), a.astype("=f8"))
+
+
 def test_refused_read_names_the_url(server, tmp_path):
     with FaultProxy(server) as proxy:
         b = Bucket(server, proxy.endpoint)
