@@ -67,6 +67,15 @@ zstd-compressed (zarr-python's defaults), written by zarr-python and uploaded ob
                alone, no request (a load can take no less than this or get-bound);
   sl-cN        shardload with chunks_in_flight=N, for each N of --chunks-in-flight (N = 1:
                each tile's chunks one after another, as before fetching ahead).
+With --format hdf5 the same data as npy's in HDF5 files (h5py, one contiguous float32
+dataset each, h5py's default layout), and the columns are:
+  shardload    shardload.load("s3://bucket/data/") -> host array;
+  h5py-s3fs    h5py over s3fs file objects (h5py.File(fs.open(...))[...]), the objects
+               read at once by as many threads as shardload's processors;
+  boto3-seq    boto3 get_object of each object in turn, h5py from memory, np.concatenate;
+  sl-discover  as for npy;
+  get-bound    the datasets' byte ranges (h5py's get_offset, outside the timing) by parallel
+               GETs, as many threads as shardload's processors.
 With --latency-ms MS every loader reads through tests/python/s3_fault_proxy.py, which holds
 each request MS milliseconds before forwarding it: a store farther away than loopback.
 
@@ -76,6 +85,7 @@ Run it with the project's environment (source scripts/env.sh) so Legate is confi
   python bench/bench_s3.py --format arrow --shards 8 --mb 8 --repeat 3 --latency-ms 20
   python bench/bench_s3.py --format zarr --shards 8 --mb 8 --repeat 3  (SHARDS x MB of data)
   python bench/bench_s3.py --server rclone --shards 8 --mb 32 --repeat 5
+  python bench/bench_s3.py --server rclone --format hdf5 --shards 8 --mb 32 --repeat 5
 """
 
 from __future__ import annotations
@@ -224,7 +234,8 @@ def main() -> None:
     ap.add_argument("--mb", type=float, default=8.0, help="MB per shard")
     ap.add_argument("--repeat", type=int, default=3)
     s3_server.add_server_option(ap)
-    ap.add_argument("--format", choices=["npy", "parquet", "arrow", "zarr"], default="npy")
+    ap.add_argument("--format", choices=["npy", "hdf5", "parquet", "arrow", "zarr"],
+                    default="npy")
     ap.add_argument("--chunks-in-flight", default="1",
                     help="zarr: comma-separated chunks_in_flight values timed as sl-cN columns")
     ap.add_argument("--latency-ms", type=float, default=0.0,
@@ -238,6 +249,9 @@ def main() -> None:
         return
     if args.format == "zarr":
         zarr_store(args)
+        return
+    if args.format == "hdf5":
+        hdf5_files(args)
         return
     proc, endpoint = s3_server.start(kind=args.server)
     try:
@@ -496,6 +510,95 @@ def columnar(args: argparse.Namespace) -> None:
               f"median of {args.repeat}"
               + (f", {args.latency_ms:g} ms added per request" if proxy else ""))
         report(times, failed, nbytes, bounds=("get-bound", "decode-bound"))
+        if proxy:
+            proxy.close()
+    finally:
+        s3_server.stop(proc)
+
+
+def hdf5_files(args: argparse.Namespace) -> None:
+    import h5py
+
+    proc, endpoint = s3_server.start(kind=args.server)
+    try:
+        client = boto3.client("s3", endpoint_url=f"http://{endpoint}", region_name="us-east-1")
+        client.create_bucket(Bucket="bench")
+        rows = max(1, int(args.mb * 1e6 / (64 * 4)))
+        rng = np.random.default_rng(0)
+        keys, parts, ranges = [], [], []
+        row0 = 0
+        for i in range(args.shards):
+            a = rng.standard_normal((rows + i, 64)).astype(np.float32)  # ragged by a row
+            buf = io.BytesIO()
+            with h5py.File(buf, "w") as f:
+                offset = f.create_dataset("x", data=a).id.get_offset()
+            key = f"data/shard_{i:04d}.h5"
+            client.put_object(Bucket="bench", Key=key, Body=buf.getvalue())
+            keys.append(key)
+            parts.append(a)
+            ranges.append((key, offset, a.nbytes, row0))
+            row0 += a.shape[0]
+        want = np.concatenate(parts)
+        nbytes = want.nbytes
+        proxy, endpoint, client = farther(args, endpoint, client)
+        options = {"endpoint_override": endpoint, "scheme": "http", "region": "us-east-1"}
+
+        def sl():
+            return np.asarray(shardload.load("s3://bench/data/", storage_options=options))
+
+        got, info = shardload.load("s3://bench/data/", storage_options=options, info=True)
+        assert np.array_equal(np.asarray(got), want)
+        threads = info.processors
+        fs = s3fs.S3FileSystem(endpoint_url=f"http://{endpoint}", use_listings_cache=False,
+                               client_kwargs={"region_name": "us-east-1"})
+
+        def h5_s3fs():
+            def one(path):
+                with fs.open(path, "rb") as fo, h5py.File(fo, "r") as f:
+                    return f["x"][...]
+
+            paths = sorted(fs.glob("bench/data/*.h5"))
+            with ThreadPoolExecutor(threads) as pool:
+                return np.concatenate(list(pool.map(one, paths)))
+
+        def seq():
+            out = []
+            for k in keys:
+                body = client.get_object(Bucket="bench", Key=k)["Body"].read()
+                with h5py.File(io.BytesIO(body), "r") as f:
+                    out.append(f["x"][...])
+            return np.concatenate(out)
+
+        def bound():
+            out = np.empty_like(want)
+            flat = out.reshape(-1).view(np.uint8)
+            row_bytes = want.shape[1] * want.itemsize
+
+            def get(r):
+                k, off, n, first = r
+                body = client.get_object(Bucket="bench", Key=k,
+                                         Range=f"bytes={off}-{off + n - 1}")["Body"].read()
+                flat[first * row_bytes:first * row_bytes + n] = np.frombuffer(body, np.uint8)
+
+            with ThreadPoolExecutor(threads) as pool:
+                list(pool.map(get, ranges))
+            return out
+
+        def sl_discover():
+            return shardload.discover("s3://bench/data/", storage_options=options)
+
+        def checked_layout(layout):
+            assert layout.shape == want.shape and layout.total_rows == len(want)
+            return want
+
+        loaders = (("shardload", sl, None), ("sl-discover", sl_discover, checked_layout),
+                   ("h5py-s3fs", h5_s3fs, None), ("boto3-seq", seq, None),
+                   ("get-bound", bound, None))
+        times, failed = measure(loaders, want, args.repeat)
+        print(f"hdf5: {args.shards} shards, {nbytes / 1e6:.1f} MB, contiguous, {threads} "
+              f"processors ({info.target}), median of {args.repeat}"
+              + (f", {args.latency_ms:g} ms added per request" if proxy else ""))
+        report(times, failed, nbytes, bounds=("get-bound",))
         if proxy:
             proxy.close()
     finally:
