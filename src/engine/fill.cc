@@ -49,8 +49,9 @@ Status check_rows(const Layout& layout, std::int64_t lo, std::int64_t hi) {
 }  // namespace
 
 // Pieces of a tile that are objects in object storage (of a format with
-// remote_piece_lanes: npy and raw, each piece one ranged GET; Parquet and Arrow, each piece a
-// footer and its column chunks) are read this many at once: each piece costs at least a round trip
+// remote_piece_lanes: npy, raw and contiguous HDF5, each piece one ranged GET; Parquet and
+// Arrow, each piece a footer and its column chunks; chunked HDF5, its first bytes, then its
+// chunks under HDF5's lock) are read this many at once: each piece costs at least a round trip
 // of the store's latency, which one after another a tile would pay once per object, and a decoded
 // format's pieces decode meanwhile. A store's own limit on one GET (requests_in_flight) splits a
 // large piece further.

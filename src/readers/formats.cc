@@ -144,7 +144,11 @@ std::vector<FormatDescriptor> build_table() {
     d.sniff = hdf5_sniff;
 #ifdef SHARDLOAD_WITH_HDF5
     // HDF5 reads a remote shard through a file driver over the IoBackend (hdf5_remote.cc).
+    // A remote probe's or piece's request is made before HDF5's lock is taken (the object's
+    // first bytes; a contiguous dataset's rows need no HDF5 call at all), so several overlap.
     d.capabilities.remote_reads = true;
+    d.capabilities.parallel_probe = true;
+    d.capabilities.remote_piece_lanes = true;
     d.make_reader = detail::make_hdf5_reader;
 #else
     d.make_reader = unsupported("hdf5");

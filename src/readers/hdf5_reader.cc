@@ -145,15 +145,24 @@ class Hdf5Reader final : public ShardReader {
   Result<ShardProbe> probe(const std::string& path) override {
     ShardProbe p;
     p.shard.path = path;
-    SHARDLOAD_ASSIGN_OR_RETURN(File f, File::open_stat(*ctx_.io, path, &p.shard.snapshot));
+    // From object storage, the open's own request brings the first window (open_whole).
+    SHARDLOAD_ASSIGN_OR_RETURN(
+        File f, is_remote_url(path)
+                    ? File::open_whole(*ctx_.io, path, &p.shard.snapshot, kRemoteWindow)
+                    : File::open_stat(*ctx_.io, path, &p.shard.snapshot));
     if (!p.shard.snapshot.regular) {
       return Status(ErrorCode::kFormat, path + ": not a regular file");
+    }
+    std::vector<std::byte> head;
+    if (is_remote_url(path)) {
+      SHARDLOAD_ASSIGN_OR_RETURN(head, remote_head(f, p.shard.snapshot.size));
     }
     std::vector<std::string> external;
     try {
       Hdf5Lock lock(api_);
       api_.H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
-      SHARDLOAD_ASSIGN_OR_RETURN(OpenDataset d, open(f, p.shard.snapshot.size, options_.dataset));
+      SHARDLOAD_ASSIGN_OR_RETURN(OpenDataset d,
+                                 open(f, p.shard.snapshot.size, options_.dataset, head));
       Hid type(api_.H5Dget_type(d.dataset.get()), api_.H5Tclose);
       if (!type.valid()) {
         return Status(ErrorCode::kFormat,
@@ -257,10 +266,14 @@ class Hdf5Reader final : public ShardReader {
   // read_rows compares with the snapshot afterwards.
   Status read_dataset(const File& f, const ReadSpec& l, const Shard& s, std::int64_t lo,
                       std::int64_t hi, std::byte* dst) {
+    std::vector<std::byte> head;
+    if (is_remote_url(s.path)) {
+      SHARDLOAD_ASSIGN_OR_RETURN(head, remote_head(f, s.snapshot.size));
+    }
     try {
       Hdf5Lock lock(api_);
       api_.H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
-      SHARDLOAD_ASSIGN_OR_RETURN(OpenDataset d, open(f, s.snapshot.size, s.extra));
+      SHARDLOAD_ASSIGN_OR_RETURN(OpenDataset d, open(f, s.snapshot.size, s.extra, head));
       const std::string where = s.path + ": dataset '" + d.name + "'";
       // The snapshot guards the file; this guards a layout rebuilt from stale
       // task arguments.
@@ -459,14 +472,16 @@ class Hdf5Reader final : public ShardReader {
   //
   // An object in object storage has no name HDF5 can open: HDF5 reads it through `checked`
   // (of `size` bytes, its snapshot's) by ranged reads (hdf5_remote.cc).
-  Result<OpenDataset> open(const File& checked, std::uint64_t size, const std::string& name) {
+  // `head`: a remote object's first bytes (remote_head), read before the lock was taken.
+  Result<OpenDataset> open(const File& checked, std::uint64_t size, const std::string& name,
+                           const std::vector<std::byte>& head) {
     const std::string& path = checked.path();
     OpenDataset d;
     const bool remote = is_remote_url(path);
     (void)take_remote_error();  // nothing of an earlier call's is this one's
     Hid fapl;
     if (remote) {
-      SHARDLOAD_ASSIGN_OR_RETURN(fapl, remote_access_list(api_, checked, size));
+      SHARDLOAD_ASSIGN_OR_RETURN(fapl, remote_access_list(api_, checked, size, head));
     } else {
       fapl = Hid(api_.H5Pcreate(api_.H5P_CLS_FILE_ACCESS_ID_g), api_.H5Pclose);
     }

@@ -24,12 +24,13 @@ namespace shardload::detail::hdf5 {
 namespace {
 
 constexpr std::size_t kSmallRead = std::size_t{32} << 10;
-constexpr std::size_t kWindow = std::size_t{256} << 10;
+constexpr std::size_t kWindow = kRemoteWindow;
 
 // What H5Pset_driver copies into the access list: the object and its size.
 struct DriverInfo {
   const File* file;
   std::uint64_t size;
+  const std::vector<std::byte>* head;
 };
 
 // One open file: HDF5's part first (the driver API hands back H5FD_t pointers).
@@ -58,6 +59,10 @@ H5FD_t* open_file(const char*, unsigned flags, hid_t fapl, haddr_t) {
   auto* f = new RemoteFile();
   f->file = info->file;
   f->eof = info->size;
+  if (info->head != nullptr && !info->head->empty()) {
+    f->window = *info->head;  // the first window, fetched outside the lock
+    f->window_at = 0;
+  }
   return &f->pub;
 }
 
@@ -149,7 +154,14 @@ H5FD_class_t make_class() {
 
 }  // namespace
 
-Result<Hid> remote_access_list(const Hdf5Api& api, const File& file, std::uint64_t size) {
+Result<std::vector<std::byte>> remote_head(const File& file, std::uint64_t size) {
+  std::vector<std::byte> head(static_cast<std::size_t>(std::min<std::uint64_t>(kWindow, size)));
+  SHARDLOAD_RETURN_IF_ERROR(file.read_exact(head.data(), head.size(), 0));
+  return head;
+}
+
+Result<Hid> remote_access_list(const Hdf5Api& api, const File& file, std::uint64_t size,
+                               const std::vector<std::byte>& head) {
   // Registered once per process (HDF5 keeps the class pointer): the first caller holds the
   // HDF5 lock, so the registration itself needs no more.
   static const H5FD_class_t cls = make_class();
@@ -163,7 +175,7 @@ Result<Hid> remote_access_list(const Hdf5Api& api, const File& file, std::uint64
     }
   }
   Hid fapl(api.H5Pcreate(api.H5P_CLS_FILE_ACCESS_ID_g), api.H5Pclose);
-  const DriverInfo info{&file, size};
+  const DriverInfo info{&file, size, &head};
   if (!fapl.valid() || api.H5Pset_driver(fapl.get(), driver, &info) < 0) {
     return Status(ErrorCode::kFormat,
                   file.path() + ": file access list for the remote driver: " + take_error(api));

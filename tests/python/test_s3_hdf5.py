@@ -164,6 +164,29 @@ def test_contiguous_rows_are_ranged_reads_of_their_bytes_only(server, tmp_path, 
         np.testing.assert_array_equal(np.asarray(got), a.astype("=f8"))
 
 
+def test_discovery_reads_each_object_once(server, tmp_path):
+    """A probe's one request (made before HDF5's lock is taken) brings the object's first
+    bytes, the superblock and object headers among them: one GET per object, none whole."""
+    with FaultProxy(server) as proxy:
+        b = Bucket(server, proxy.endpoint)
+        rng = np.random.default_rng(9)
+        paths = []
+        for layout in ("contiguous", "gzip", "chunked"):
+            kw, _ = LAYOUTS[layout]
+            (tmp_path / layout).mkdir()
+            paths += write_shards(tmp_path / layout, [40_000], kw, "<f8", rng)
+        for i, p in enumerate(paths):
+            b.upload(f"o/shard_{i:04d}.h5", p)
+        proxy.clear()
+        layout_ = shardload.discover([b.url(f"o/shard_{i:04d}.h5") for i in range(3)],
+                                     storage_options=b.options)
+        assert layout_.shard_rows == [40_000] * 3
+        gets = sorted((r[1].split("?")[0].rsplit("/", 1)[1], r[2]) for r in proxy.log
+                      if r[0] == "GET")
+        assert gets == [(f"shard_{i:04d}.h5", "bytes=0-262143") for i in range(3)], proxy.log
+        assert all(p.stat().st_size > 262144 for p in paths)
+
+
 def test_refused_read_names_the_url(server, tmp_path):
     with FaultProxy(server) as proxy:
         b = Bucket(server, proxy.endpoint)

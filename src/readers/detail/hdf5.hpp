@@ -139,11 +139,23 @@ void copy_box(const DirectPlan& p, const std::byte* raw, const std::vector<hsize
               const std::vector<hsize_t>& dst_dims, const std::vector<hsize_t>& dst_start,
               const std::vector<hsize_t>& count, std::byte* dst);
 
+// How many of a remote object's first bytes to fetch before HDF5 opens it (remote_head): the
+// superblock and, in most files (h5py's among them), every object header lie in them, and the
+// driver's small reads are served from a window of this size.
+inline constexpr std::size_t kRemoteWindow = std::size_t{256} << 10;
+
+// The first kRemoteWindow bytes of the remote object `file` (all of it when smaller), read
+// without the HDF5 lock: fetched before the lock is taken, the request of one task's open
+// overlaps the others' instead of queuing behind their HDF5 calls.
+Result<std::vector<std::byte>> remote_head(const File& file, std::uint64_t size);
+
 // A file-access property list whose driver reads the open remote object `file` (`size` bytes,
 // its snapshot's) by ranged reads through its IoBackend (hdf5_remote.cc): HDF5 cannot open an
-// object-store URL by name. `file` must stay open while HDF5 has the file open. Called with the
-// lock held.
-Result<Hid> remote_access_list(const Hdf5Api& api, const File& file, std::uint64_t size);
+// object-store URL by name. `head` (may be empty): the object's first bytes (remote_head),
+// which the driver serves reads from before it asks the store. `file` and `head` must stay
+// alive while HDF5 has the file open. Called with the lock held.
+Result<Hid> remote_access_list(const Hdf5Api& api, const File& file, std::uint64_t size,
+                               const std::vector<std::byte>& head);
 
 // The error a read of that driver met during this thread's last HDF5 call (the store's words,
 // naming the URL), cleared; ok() when none. HDF5 itself reports such a failure only as "read
