@@ -53,7 +53,14 @@ def discover_once(
     pattern: bytes,
     discovery: dict[str, object] = ...,
     options: dict[str, object] = ...,
+    use_manifest: bool = ...,
 ) -> Layout: ...
+def write_manifest_once(
+    layout: Layout,
+    directory: bytes,
+    checksum: str = ...,
+    pattern: bytes = ...,
+) -> str: ...
 class _SaveInfo(TypedDict):
     target: str  # "CPU": the save task has a CPU variant only
     processors: int
