@@ -76,6 +76,8 @@ dataset each, h5py's default layout), and the columns are:
   sl-discover  as for npy;
   get-bound    the datasets' byte ranges (h5py's get_offset, outside the timing) by parallel
                GETs, as many threads as shardload's processors.
+With --hdf5-gzip the datasets are chunked (about 1 MB per chunk) and gzip-compressed (level 1,
+values rounded to 1/64), and get-bound fetches the whole objects, compressed, undecoded.
 With --latency-ms MS every loader reads through tests/python/s3_fault_proxy.py, which holds
 each request MS milliseconds before forwarding it: a store farther away than loopback.
 
@@ -238,6 +240,8 @@ def main() -> None:
                     default="npy")
     ap.add_argument("--chunks-in-flight", default="1",
                     help="zarr: comma-separated chunks_in_flight values timed as sl-cN columns")
+    ap.add_argument("--hdf5-gzip", action="store_true",
+                    help="hdf5: chunks of about 1 MB, gzip level 1 (get-bound: whole objects)")
     ap.add_argument("--latency-ms", type=float, default=0.0,
                     help="each request held this long by a proxy (0: no proxy)")
     args = ap.parse_args()
@@ -527,16 +531,25 @@ def hdf5_files(args: argparse.Namespace) -> None:
         rng = np.random.default_rng(0)
         keys, parts, ranges = [], [], []
         row0 = 0
+        # --hdf5-gzip: chunks of about 1 MB, gzip level 1, values rounded (they compress).
+        chunked = ({"chunks": (max(1, int(1e6 / (64 * 4))), 64), "compression": "gzip",
+                    "compression_opts": 1} if args.hdf5_gzip else {})
         for i in range(args.shards):
             a = rng.standard_normal((rows + i, 64)).astype(np.float32)  # ragged by a row
+            if args.hdf5_gzip:
+                a = np.round(a * 64) / 64
             buf = io.BytesIO()
             with h5py.File(buf, "w") as f:
-                offset = f.create_dataset("x", data=a).id.get_offset()
+                offset = f.create_dataset("x", data=a, **chunked).id.get_offset()
             key = f"data/shard_{i:04d}.h5"
             client.put_object(Bucket="bench", Key=key, Body=buf.getvalue())
             keys.append(key)
             parts.append(a)
-            ranges.append((key, offset, a.nbytes, row0))
+            if args.hdf5_gzip:
+                offset, size = 0, len(buf.getvalue())  # the bound: the whole objects
+            else:
+                size = a.nbytes
+            ranges.append((key, offset, size, row0))
             row0 += a.shape[0]
         want = np.concatenate(parts)
         nbytes = want.nbytes
@@ -578,11 +591,13 @@ def hdf5_files(args: argparse.Namespace) -> None:
                 k, off, n, first = r
                 body = client.get_object(Bucket="bench", Key=k,
                                          Range=f"bytes={off}-{off + n - 1}")["Body"].read()
-                flat[first * row_bytes:first * row_bytes + n] = np.frombuffer(body, np.uint8)
+                if not args.hdf5_gzip:
+                    flat[first * row_bytes:first * row_bytes + n] = np.frombuffer(body, np.uint8)
 
             with ThreadPoolExecutor(threads) as pool:
                 list(pool.map(get, ranges))
-            return out
+            # gzip: the compressed objects fetched, not decoded; checked as the data itself.
+            return want if args.hdf5_gzip else out
 
         def sl_discover():
             return shardload.discover("s3://bench/data/", storage_options=options)
@@ -595,7 +610,8 @@ def hdf5_files(args: argparse.Namespace) -> None:
                    ("h5py-s3fs", h5_s3fs, None), ("boto3-seq", seq, None),
                    ("get-bound", bound, None))
         times, failed = measure(loaders, want, args.repeat)
-        print(f"hdf5: {args.shards} shards, {nbytes / 1e6:.1f} MB, contiguous, {threads} "
+        print(f"hdf5: {args.shards} shards, {nbytes / 1e6:.1f} MB, "
+              f"{'gzip chunks' if args.hdf5_gzip else 'contiguous'}, {threads} "
               f"processors ({info.target}), median of {args.repeat}"
               + (f", {args.latency_ms:g} ms added per request" if proxy else ""))
         report(times, failed, nbytes, bounds=("get-bound",))

@@ -23,8 +23,10 @@
 #include <string_view>
 #include <vector>
 
+#include "readers/detail/fetch_ahead.hpp"
 #include "readers/detail/hdf5.hpp"
 #include "readers/detail/readers.hpp"
+#include "readers/detail/store_options.hpp"
 #include "shardload/byte_order.hpp"
 
 namespace shardload::detail {
@@ -32,6 +34,9 @@ namespace shardload::detail {
 namespace {
 
 using namespace hdf5;  // NOLINT(google-build-using-namespace)
+
+// The chunks of one remote read fetched and not yet inflated, at most (fetch_ahead's window).
+constexpr std::uint64_t kRemoteChunkWindowBytes = std::uint64_t{64} << 20;
 
 // H5F_ACC_RDONLY without the H5check() / H5open() calls its macro expands to:
 // this file must not reference an HDF5 symbol directly.
@@ -292,7 +297,7 @@ class Hdf5Reader final : public ShardReader {
       const std::optional<DirectPlan> plan = direct_plan(api_, d.dataset.get(), l.dtype, d.dims);
       api_.H5Eclear2(H5E_DEFAULT);  // the plan's probing leaves nothing to report
       if (plan) {
-        return read_direct(lock, d, where, *plan, mem_type.get(), lo, hi, dst);
+        return read_direct(lock, f, s.snapshot.size, d, where, *plan, mem_type.get(), lo, hi, dst);
       }
       std::vector<hsize_t> start(d.dims.size(), 0), count = d.dims;
       start[0] = static_cast<hsize_t>(lo);
@@ -318,6 +323,12 @@ class Hdf5Reader final : public ShardReader {
     return Status::ok();
   }
 
+  // One chunk's part of a read: where the chunk starts (its offset in elements) and the box of
+  // it the rows need, in the chunk (src_start) and in the destination (dst_start).
+  struct ChunkBox {
+    std::vector<hsize_t> offset, box_lo, count, src_start, dst_start;
+  };
+
   // Rows [lo, hi) chunk by chunk, for a dataset that direct_plan accepted.
   // HDF5's thread-safe build runs every API call, the deflate filter inside
   // H5Dread included, under one global lock, so tasks reading through H5Dread
@@ -326,10 +337,12 @@ class Hdf5Reader final : public ShardReader {
   // call (and outside Hdf5Lock), in parallel across tasks. A chunk that is
   // not stored (its rows read as the fill value), skipped a filter (filter
   // mask), or cannot be read directly for any other reason is read by H5Dread
-  // for just its box, so the result stays what H5Dread gives.
-  Status read_direct(Hdf5Lock& lock, const OpenDataset& d, const std::string& where,
-                     const DirectPlan& p, hid_t mem_type, std::int64_t lo, std::int64_t hi,
-                     std::byte* dst) {
+  // for just its box, so the result stays what H5Dread gives. From object
+  // storage, see read_direct_remote.
+  // `file_size`: the snapshot's, which every range read from `f` lies within.
+  Status read_direct(Hdf5Lock& lock, const File& f, std::uint64_t file_size, const OpenDataset& d,
+                     const std::string& where, const DirectPlan& p, hid_t mem_type, std::int64_t lo,
+                     std::int64_t hi, std::byte* dst) {
     const std::size_t rank = d.dims.size();
     std::vector<hsize_t> dst_dims = d.dims;
     dst_dims[0] = static_cast<hsize_t>(hi - lo);
@@ -339,51 +352,23 @@ class Hdf5Reader final : public ShardReader {
     first[0] = static_cast<hsize_t>(lo) / p.chunk[0];
     last[0] = static_cast<hsize_t>(hi - 1) / p.chunk[0];
     for (std::size_t i = 1; i < rank; ++i) last[i] = (d.dims[i] - 1) / p.chunk[i];
-    std::vector<hsize_t> at = first, offset(rank), box_lo(rank), count(rank), src_start(rank),
-                         dst_start(rank);
+    std::vector<ChunkBox> boxes;
+    std::vector<hsize_t> at = first;
     for (;;) {
+      ChunkBox b{std::vector<hsize_t>(rank), std::vector<hsize_t>(rank), std::vector<hsize_t>(rank),
+                 std::vector<hsize_t>(rank), std::vector<hsize_t>(rank)};
       for (std::size_t i = 0; i < rank; ++i) {
-        offset[i] = at[i] * p.chunk[i];
+        b.offset[i] = at[i] * p.chunk[i];
         const hsize_t begin =
-            i == 0 ? std::max<hsize_t>(offset[i], static_cast<hsize_t>(lo)) : offset[i];
-        const hsize_t end = std::min<hsize_t>(offset[i] + p.chunk[i],
+            i == 0 ? std::max<hsize_t>(b.offset[i], static_cast<hsize_t>(lo)) : b.offset[i];
+        const hsize_t end = std::min<hsize_t>(b.offset[i] + p.chunk[i],
                                               i == 0 ? static_cast<hsize_t>(hi) : d.dims[i]);
-        box_lo[i] = begin;
-        count[i] = end - begin;
-        src_start[i] = begin - offset[i];
-        dst_start[i] = i == 0 ? begin - static_cast<hsize_t>(lo) : begin;
+        b.box_lo[i] = begin;
+        b.count[i] = end - begin;
+        b.src_start[i] = begin - b.offset[i];
+        b.dst_start[i] = i == 0 ? begin - static_cast<hsize_t>(lo) : begin;
       }
-      hsize_t stored = 0;
-      std::uint32_t mask = 0;
-      if (ctx_.stats != nullptr) ctx_.stats->decodes.fetch_add(1, std::memory_order_relaxed);
-      bool direct = api_.H5Dget_chunk_storage_size(d.dataset.get(), offset.data(), &stored) >= 0 &&
-                    stored > 0 && stored <= kMaxDirectChunkBytes;
-      if (direct) {
-        if (stored_.size() < stored) stored_.resize(stored);
-        direct = api_.H5Dread_chunk(d.dataset.get(), H5P_DEFAULT, offset.data(), &mask,
-                                    stored_.data()) >= 0 &&
-                 mask == 0;
-      }
-      if (!direct) {
-        // A store that failed the chunk's read (after its retries) fails it for H5Dread too.
-        SHARDLOAD_RETURN_IF_ERROR(take_remote_error());
-        api_.H5Eclear2(H5E_DEFAULT);
-        SHARDLOAD_RETURN_IF_ERROR(
-            read_box(d, where, mem_type, dst_dims, box_lo, dst_start, count, dst));
-      } else {
-        Hdf5Unlocked unlocked(lock);
-        Status st = inflate_chunk(static_cast<std::size_t>(stored), p.chunk_bytes);
-        if (!st.is_ok()) {
-          const hsize_t rows_end = std::min<hsize_t>(offset[0] + p.chunk[0], d.dims[0]);
-          std::string at_text;
-          for (std::size_t i = 0; i < rank; ++i) {
-            at_text += (i ? ", " : "") + std::to_string(offset[i]);
-          }
-          return st.with_context(where + ": chunk of rows [" + std::to_string(offset[0]) + ", " +
-                                 std::to_string(rows_end) + ") at (" + at_text + ")");
-        }
-        copy_box(p, decoded_.data(), src_start, dst_dims, dst_start, count, dst);
-      }
+      boxes.push_back(std::move(b));
       std::size_t i = rank;
       while (i > 0 && at[i - 1] == last[i - 1]) {
         at[i - 1] = first[i - 1];
@@ -392,7 +377,147 @@ class Hdf5Reader final : public ShardReader {
       if (i == 0) break;
       ++at[i - 1];
     }
+    if (is_remote_url(f.path()) && api_.H5Dget_chunk_info_by_coord != nullptr) {
+      if (auto done =
+              read_direct_remote(lock, f, file_size, d, where, p, mem_type, dst_dims, boxes, dst)) {
+        return *done;
+      }
+    }
+    for (const ChunkBox& b : boxes) {
+      hsize_t stored = 0;
+      std::uint32_t mask = 0;
+      if (ctx_.stats != nullptr) ctx_.stats->decodes.fetch_add(1, std::memory_order_relaxed);
+      bool direct =
+          api_.H5Dget_chunk_storage_size(d.dataset.get(), b.offset.data(), &stored) >= 0 &&
+          stored > 0 && stored <= kMaxDirectChunkBytes;
+      if (direct) {
+        if (stored_.size() < stored) stored_.resize(stored);
+        direct = api_.H5Dread_chunk(d.dataset.get(), H5P_DEFAULT, b.offset.data(), &mask,
+                                    stored_.data()) >= 0 &&
+                 mask == 0;
+      }
+      if (!direct) {
+        // A store that failed the chunk's read (after its retries) fails it for H5Dread too.
+        SHARDLOAD_RETURN_IF_ERROR(take_remote_error());
+        api_.H5Eclear2(H5E_DEFAULT);
+        SHARDLOAD_RETURN_IF_ERROR(
+            read_box(d, where, mem_type, dst_dims, b.box_lo, b.dst_start, b.count, dst));
+        continue;
+      }
+      Hdf5Unlocked unlocked(lock);
+      SHARDLOAD_RETURN_IF_ERROR(decode_chunk(where, d, p, b, stored_.data(),
+                                             static_cast<std::size_t>(stored), dst_dims, dst));
+    }
     return Status::ok();
+  }
+
+  // Inflates one chunk's stored bytes and copies its box into the destination; the error
+  // names the chunk. Outside the lock.
+  Status decode_chunk(const std::string& where, const OpenDataset& d, const DirectPlan& p,
+                      const ChunkBox& b, const std::byte* stored, std::size_t size,
+                      const std::vector<hsize_t>& dst_dims, std::byte* dst) {
+    Status st = inflate_chunk(stored, size, p.chunk_bytes);
+    if (!st.is_ok()) {
+      const hsize_t rows_end = std::min<hsize_t>(b.offset[0] + p.chunk[0], d.dims[0]);
+      std::string at_text;
+      for (std::size_t i = 0; i < b.offset.size(); ++i) {
+        at_text += (i ? ", " : "") + std::to_string(b.offset[i]);
+      }
+      return st.with_context(where + ": chunk of rows [" + std::to_string(b.offset[0]) + ", " +
+                             std::to_string(rows_end) + ") at (" + at_text + ")");
+    }
+    copy_box(p, decoded_.data(), b.src_start, dst_dims, b.dst_start, b.count, dst);
+    return Status::ok();
+  }
+
+  // The chunks of read_direct in an object in object storage. H5Dread_chunk would make each
+  // chunk's GET under the lock, one task's at a time and one chunk after another; here HDF5
+  // says only where each chunk lies (H5Dget_chunk_info_by_coord, under the lock), and the
+  // bytes are fetched outside it, chunks_in_flight at once, while this thread inflates them
+  // in order. The first stored chunk is also read by H5Dread_chunk and compared: an HDF5
+  // whose addresses mean something else (those of a file with a user block) leaves the read
+  // to the caller's path (nullopt), as does a range with no stored chunk. Chunks that are not
+  // stored or skipped a filter are read by H5Dread for their box, as in read_direct.
+  std::optional<Status> read_direct_remote(Hdf5Lock& lock, const File& f, std::uint64_t file_size,
+                                           const OpenDataset& d, const std::string& where,
+                                           const DirectPlan& p, hid_t mem_type,
+                                           const std::vector<hsize_t>& dst_dims,
+                                           const std::vector<ChunkBox>& boxes, std::byte* dst) {
+    struct Chunk {
+      haddr_t addr = HADDR_UNDEF;  // undefined: read by H5Dread
+      std::size_t size = 0;
+      std::vector<std::byte> bytes;
+    };
+    std::vector<Chunk> chunks(boxes.size());
+    bool checked = false;
+    for (std::size_t i = 0; i < boxes.size(); ++i) {
+      unsigned mask = 0;
+      haddr_t addr = HADDR_UNDEF;
+      hsize_t size = 0;
+      if (api_.H5Dget_chunk_info_by_coord(d.dataset.get(), boxes[i].offset.data(), &mask, &addr,
+                                          &size) < 0 ||
+          addr == HADDR_UNDEF || size == 0 || size > kMaxDirectChunkBytes || mask != 0 ||
+          addr > file_size || size > file_size - addr) {
+        SHARDLOAD_RETURN_IF_ERROR(take_remote_error());
+        api_.H5Eclear2(H5E_DEFAULT);
+        continue;
+      }
+      if (!checked) {
+        if (stored_.size() < size) stored_.resize(size);
+        std::uint32_t hdf5_mask = 0;
+        if (api_.H5Dread_chunk(d.dataset.get(), H5P_DEFAULT, boxes[i].offset.data(), &hdf5_mask,
+                               stored_.data()) < 0 ||
+            hdf5_mask != 0) {
+          SHARDLOAD_RETURN_IF_ERROR(take_remote_error());
+          api_.H5Eclear2(H5E_DEFAULT);
+          return std::nullopt;
+        }
+        std::vector<std::byte> fetched(static_cast<std::size_t>(size));
+        Status read;
+        {
+          Hdf5Unlocked unlocked(lock);
+          read = f.read_exact(fetched.data(), fetched.size(), addr);
+        }
+        SHARDLOAD_RETURN_IF_ERROR(read);
+        if (std::memcmp(fetched.data(), stored_.data(), fetched.size()) != 0) return std::nullopt;
+        checked = true;
+        chunks[i].bytes = std::move(fetched);
+      }
+      chunks[i].addr = addr;
+      chunks[i].size = static_cast<std::size_t>(size);
+    }
+    if (!checked) return std::nullopt;
+    SHARDLOAD_ASSIGN_OR_RETURN(const std::size_t in_flight, chunks_in_flight_of(f.path()));
+    // Takes the lock back for what HDF5 reads itself, and gives it up again after.
+    struct Relocked {
+      explicit Relocked(Hdf5Lock& l) : lock(l) { lock.lock(); }
+      Relocked(const Relocked&) = delete;
+      Relocked& operator=(const Relocked&) = delete;
+      ~Relocked() { lock.unlock(); }
+      Hdf5Lock& lock;
+    };
+    Hdf5Unlocked unlocked(lock);
+    return fetch_ahead(
+        chunks.size(), in_flight, kRemoteChunkWindowBytes,
+        [&](std::size_t i) -> Result<std::uint64_t> {
+          Chunk& c = chunks[i];
+          if (c.addr == HADDR_UNDEF || !c.bytes.empty()) return c.bytes.size();
+          c.bytes.resize(c.size);
+          SHARDLOAD_RETURN_IF_ERROR(f.read_exact(c.bytes.data(), c.size, c.addr));
+          return c.size;
+        },
+        [&](std::size_t i) -> Status {
+          Chunk& c = chunks[i];
+          if (ctx_.stats != nullptr) ctx_.stats->decodes.fetch_add(1, std::memory_order_relaxed);
+          if (c.addr == HADDR_UNDEF) {
+            Relocked relocked(lock);
+            return read_box(d, where, mem_type, dst_dims, boxes[i].box_lo, boxes[i].dst_start,
+                            boxes[i].count, dst);
+          }
+          Status st = decode_chunk(where, d, p, boxes[i], c.bytes.data(), c.size, dst_dims, dst);
+          std::vector<std::byte>().swap(c.bytes);
+          return st;
+        });
   }
 
   // One chunk's box through H5Dread, which knows fill values, skipped
@@ -418,9 +543,9 @@ class Hdf5Reader final : public ShardReader {
     return Status::ok();
   }
 
-  // Inflates stored_[0, in) into decoded_, which must come out exactly
+  // Inflates `in` bytes at `stored` into decoded_, which must come out exactly
   // `out` bytes (a whole chunk): a damaged chunk is an error, never data.
-  Status inflate_chunk(std::size_t in, std::size_t out) {
+  Status inflate_chunk(const std::byte* stored, std::size_t in, std::size_t out) {
     if (decoded_.size() < out) decoded_.resize(out);
     if (!zlib_ready_) {
       if (inflateInit(&zlib_) != Z_OK) {
@@ -430,7 +555,8 @@ class Hdf5Reader final : public ShardReader {
     } else if (inflateReset(&zlib_) != Z_OK) {
       return Status(ErrorCode::kIo, "deflate: cannot reset zlib");
     }
-    zlib_.next_in = reinterpret_cast<Bytef*>(stored_.data());
+    // zlib's next_in is not const in its older headers; it only reads.
+    zlib_.next_in = reinterpret_cast<Bytef*>(const_cast<std::byte*>(stored));
     zlib_.avail_in = static_cast<uInt>(in);
     zlib_.next_out = reinterpret_cast<Bytef*>(decoded_.data());
     zlib_.avail_out = static_cast<uInt>(out);

@@ -164,6 +164,48 @@ def test_contiguous_rows_are_ranged_reads_of_their_bytes_only(server, tmp_path, 
         np.testing.assert_array_equal(np.asarray(got), a.astype("=f8"))
 
 
+@pytest.mark.parametrize("userblock", [0, 2048])
+def test_gzip_chunks_after_a_userblock_match_h5py(bucket, tmp_path, userblock):
+    """gzip chunks fetched by their addresses outside HDF5's lock (checked against HDF5's own
+    read of the first one, which a user block could make differ): the same rows as h5py's,
+    every chunk whole, at tiles that cut chunks."""
+    rng = np.random.default_rng(11 + userblock)
+    arrays = [np.round(rng.standard_normal((n, 5)) * 100).astype("<f4") for n in (3001, 1, 2500)]
+    for i, a in enumerate(arrays):
+        path = tmp_path / f"shard_{i:04d}.h5"
+        with h5py.File(path, "w", userblock_size=userblock) as f:
+            f.create_dataset("x", data=a, chunks=(128, 5), compression="gzip", shuffle=i == 2,
+                             maxshape=(None, 5))
+        bucket.upload(f"g/{path.name}", path)
+    want = np.concatenate(arrays)
+    src = bucket.url("g/")
+    layout = shardload.discover(src, storage_options=bucket.options)
+    for lo, hi in [(0, len(want)), (100, 3100), (3000, 3002), (5000, len(want))]:
+        np.testing.assert_array_equal(layout.read(lo, hi), want[lo:hi])
+    got = shardload.load(src, storage_options=bucket.options, overdecompose=4)
+    np.testing.assert_array_equal(np.asarray(got), want)
+
+
+@pytest.mark.parametrize("index", [0, 2])
+def test_a_corrupt_gzip_chunk_is_an_error_naming_it(bucket, tmp_path, index):
+    """A damaged chunk fetched outside HDF5 (the first, also read by HDF5 for the address
+    check, or a later one): an error naming the object and the chunk's rows, never data."""
+    from conftest import corrupt_hdf5_chunk
+
+    path = tmp_path / "shard_0000.h5"
+    with h5py.File(path, "w") as f:
+        f.create_dataset("x", data=np.arange(4000, dtype=np.int64), chunks=(1000,),
+                         compression="gzip")
+    corrupt_hdf5_chunk(path, "x", index)
+    bucket.upload("bad/shard_0000.h5", path)
+    url = bucket.url("bad/shard_0000.h5")
+    layout = shardload.discover(url, storage_options=bucket.options)
+    with pytest.raises(shardload.ShardReadError) as e:
+        layout.read(500, 3500)
+    rows = f"chunk of rows [{index * 1000}, {index * 1000 + 1000})"
+    assert url in str(e.value) and rows in str(e.value) and "deflate" in str(e.value), e.value
+
+
 def test_discovery_reads_each_object_once(server, tmp_path):
     """A probe's one request (made before HDF5's lock is taken) brings the object's first
     bytes, the superblock and object headers among them: one GET per object, none whole."""

@@ -32,7 +32,8 @@ namespace shardload::detail {
   X(H5get_libversion)                                                                              \
   X(H5is_library_threadsafe)                                                                       \
   X(H5Eset_auto2)                                                                                  \
-  X(H5Ewalk2) X(H5Eclear2) X(H5Pcreate) X(H5Pclose) X(H5Fopen) X(H5Fclose) X(H5Dopen2) X(H5Dclose) \
+  X(H5Ewalk2)                                                                                      \
+  X(H5Eclear2) X(H5Pcreate) X(H5Pclose) X(H5Fopen) X(H5Fclose) X(H5Dopen2) X(H5Dclose)             \
       X(H5Dget_space) X(H5Dget_type) X(H5Dread) X(H5Sget_simple_extent_type)                       \
           X(H5Sget_simple_extent_ndims) X(H5Sget_simple_extent_dims) X(H5Sselect_hyperslab)        \
               X(H5Screate_simple) X(H5Sclose) X(H5Tget_class) X(H5Tget_size) X(H5Tget_sign)        \
@@ -53,14 +54,15 @@ namespace shardload::detail {
                                                                           X(H5Dget_storage_size)
 
 // X(name): one HDF5 global that the H5T_* / H5P_* macros read after H5open().
-#define SHARDLOAD_HDF5_GLOBALS(X)                                                            \
-  X(H5T_NATIVE_INT8_g)                                                                       \
-  X(H5T_NATIVE_INT16_g)                                                                      \
-  X(H5T_NATIVE_INT32_g)                                                                      \
-  X(H5T_NATIVE_INT64_g)                                                                      \
-  X(H5T_NATIVE_UINT8_g) X(H5T_NATIVE_UINT16_g) X(H5T_NATIVE_UINT32_g) X(H5T_NATIVE_UINT64_g) \
-      X(H5T_NATIVE_FLOAT_g) X(H5T_NATIVE_DOUBLE_g) X(H5T_IEEE_F32LE_g) X(H5T_IEEE_F32BE_g)   \
-          X(H5P_CLS_FILE_ACCESS_ID_g) X(H5P_CLS_DATASET_ACCESS_ID_g)
+#define SHARDLOAD_HDF5_GLOBALS(X)                                                                \
+  X(H5T_NATIVE_INT8_g)                                                                           \
+  X(H5T_NATIVE_INT16_g)                                                                          \
+  X(H5T_NATIVE_INT32_g)                                                                          \
+  X(H5T_NATIVE_INT64_g)                                                                          \
+  X(H5T_NATIVE_UINT8_g)                                                                          \
+  X(H5T_NATIVE_UINT16_g) X(H5T_NATIVE_UINT32_g) X(H5T_NATIVE_UINT64_g) X(H5T_NATIVE_FLOAT_g)     \
+      X(H5T_NATIVE_DOUBLE_g) X(H5T_IEEE_F32LE_g) X(H5T_IEEE_F32BE_g) X(H5P_CLS_FILE_ACCESS_ID_g) \
+          X(H5P_CLS_DATASET_ACCESS_ID_g)
 
 struct Hdf5Api {
 #define SHARDLOAD_HDF5_MEMBER(name) decltype(&::name) name = nullptr;
@@ -73,6 +75,9 @@ struct Hdf5Api {
   // outside the library's global lock; without them every read is H5Dread.
   decltype(&::H5Dget_chunk_storage_size) H5Dget_chunk_storage_size = nullptr;
   decltype(&::H5Dread_chunk) H5Dread_chunk = nullptr;
+  // Optional (HDF5 >= 1.10.5): where a chunk lies, so that a remote chunk's bytes are fetched
+  // outside the lock.
+  decltype(&::H5Dget_chunk_info_by_coord) H5Dget_chunk_info_by_coord = nullptr;
 #define SHARDLOAD_HDF5_GLOBAL(name) hid_t name = -1;
   SHARDLOAD_HDF5_GLOBALS(SHARDLOAD_HDF5_GLOBAL)
 #undef SHARDLOAD_HDF5_GLOBAL
