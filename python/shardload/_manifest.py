@@ -114,14 +114,9 @@ def index(
         # get its layout and its outcome, instead of each doing the whole job again.
         from . import _legate
 
-        def probe_once(o: _Options, dtype: str | None) -> Layout:
-            pattern = o.pattern
-            return _legate.discover_once(
-                os.fsencode(directory), os.fsencode(pattern) if pattern else b"", o.discovery,
-                o.format_args(dtype), use_manifest=False)
-
-        layout = _api._decoded(probe_once, checked, cast, "index", cast_after=False,
-                               source=directory)
+        layout = _api._decoded(
+            lambda o, dt: _discover_once(directory, o, dt, use_manifest=False), checked, cast,
+            "index", cast_after=False, source=directory)
         pattern = checked.pattern
         return _legate.write_manifest_once(layout, os.fsencode(directory), checksum,
                                            os.fsencode(pattern) if pattern else b"")
@@ -223,12 +218,13 @@ def discover_once(
 
 
 def _discover_once(source: str | bytes | os.PathLike, options: _Options,
-                   dtype: str | None = None) -> Layout:
-    """discover_once() of checked options; ``dtype`` as in ``_Options.format_args``."""
+                   dtype: str | None = None, *, use_manifest: bool = True) -> Layout:
+    """discover_once() of checked options; ``dtype`` as in ``_Options.format_args``;
+    ``use_manifest=False`` probes the files whatever manifest the directory has."""
     from . import _legate
 
     _api._start_runtime()
     pattern = options.pattern
     return _legate.discover_once(
         os.fsencode(source), os.fsencode(pattern) if pattern else b"", options.discovery,
-        options.format_args(dtype))
+        options.format_args(dtype), use_manifest=use_manifest)
