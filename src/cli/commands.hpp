@@ -89,8 +89,9 @@ int cmd_write(const Args& args);
 int cmd_write_legate(const WriteArgs& args);
 #endif
 int cmd_inspect(const Args& args);
-// How index discovers the directory (never consulting the manifest it replaces) and writes
-// the manifest: in this process (the default), or once for a job of several ranks.
+// How index discovers the directory (never consulting the manifest it replaces; an error
+// begins "loading SOURCE: ", as discover_once's does) and writes the manifest: in this
+// process (the default), or once for a job of several ranks.
 struct IndexSteps {
   std::function<Result<Layout>(const std::string& source, const std::string& pattern,
                                const Source& parsed, const DiscoverOptions& options)>

@@ -10,7 +10,11 @@ namespace shardload::cli {
 
 IndexSteps local_index_steps() {
   return {[](const std::string&, const std::string&, const Source& parsed,
-             const DiscoverOptions& options) { return try_discover(parsed, options); },
+             const DiscoverOptions& options) -> Result<Layout> {
+            auto layout = try_discover(parsed, options);
+            if (!layout) return layout.status().with_context("loading " + parsed.describe());
+            return layout;
+          },
           [](const Layout& layout, const std::string& directory, const ManifestOptions& options) {
             return write_manifest(layout, directory, options);
           }};
@@ -47,7 +51,7 @@ int cmd_index(const Args& args, const IndexSteps& steps) {
   auto layout = steps.discover(p.positional[0], mopts.pattern, *src, opts);
   if (!layout) {
     if (auto rc = check_type_options_after_failure(cmd, p.opts, *src, opts)) return *rc;
-    return fail(cmd, "loading " + src->describe() + ": " + layout.status().message());
+    return fail(cmd, layout.status().message());
   }
   if (auto rc = check_type_options(cmd, p.opts, layout->format)) return *rc;
   auto written = steps.write(*layout, src->dir_path, mopts);

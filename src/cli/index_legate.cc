@@ -11,19 +11,6 @@
 
 namespace shardload::cli {
 
-namespace {
-
-// The discovering point's error names its source as cmd_index does ("loading SOURCE: ..."),
-// which cmd_index adds again: the point's is dropped.
-Status without_prefix(const Status& st, const std::string& prefix) {
-  if (st.message().rfind(prefix, 0) != 0) return st;
-  return Status(st.code(), st.message().substr(prefix.size()))
-      .with_path(st.path())
-      .with_errno(st.sys_errno());
-}
-
-}  // namespace
-
 int cmd_index_legate(const Args& args) {
   legate::start();
   int rc = 1;
@@ -33,12 +20,12 @@ int cmd_index_legate(const Args& args) {
     std::streambuf* const out = std::cout.rdbuf(io.out.rdbuf());
     std::streambuf* const err = std::cerr.rdbuf(io.err.rdbuf());
     IndexSteps steps;
-    steps.discover = [](const std::string& source, const std::string& pattern, const Source& parsed,
+    steps.discover = [](const std::string& source, const std::string& pattern, const Source&,
                         const DiscoverOptions& options) -> Result<Layout> {
       try {
         return discover_once(source, pattern, options);
       } catch (const Error& e) {
-        return without_prefix(e.status(), "loading " + parsed.describe() + ": ");
+        return e.status();  // "loading SOURCE: ...", as the discovering point says it
       }
     };
     steps.write = [](const Layout& layout, const std::string& directory,
