@@ -50,8 +50,8 @@ std::optional<std::size_t> stored_swap_unit(const Hdf5Api& api, hid_t type, DTyp
   return (order == H5T_ORDER_LE) != host_is_little_endian() ? unit : std::size_t{0};
 }
 
-std::optional<ContiguousRows> contiguous_rows(const Hdf5Api& api, hid_t dataset, DType dtype,
-                                              const std::vector<hsize_t>& dims,
+std::optional<ContiguousRows> contiguous_rows(const Hdf5Api& api, hid_t dataset, hid_t type,
+                                              DType dtype, const std::vector<hsize_t>& dims,
                                               std::uint64_t file_size) {
   if (dims.empty() || dtype.size == 0) return std::nullopt;
   Hid dcpl(api.H5Dget_create_plist(dataset), api.H5Pclose);
@@ -72,9 +72,7 @@ std::optional<ContiguousRows> contiguous_rows(const Hdf5Api& api, hid_t dataset,
       bytes > file_size - offset) {
     return std::nullopt;
   }
-  Hid type(api.H5Dget_type(dataset), api.H5Tclose);
-  if (!type.valid()) return std::nullopt;
-  const std::optional<std::size_t> swap = stored_swap_unit(api, type.get(), dtype);
+  const std::optional<std::size_t> swap = stored_swap_unit(api, type, dtype);
   if (!swap) return std::nullopt;
   return ContiguousRows{static_cast<std::uint64_t>(offset), *swap};
 }

@@ -189,8 +189,8 @@ class Hdf5Reader final : public ShardReader {
           external, external_names(api_, d.dataset.get(), path + ": dataset '" + d.name + "'"));
       // A contiguous dataset whose bytes are the array's: the load reads its rows as it
       // reads a .npy's (data_offset, byte_swap), in parallel, without HDF5 or its lock.
-      if (const auto rows =
-              contiguous_rows(api_, d.dataset.get(), p.dtype, d.dims, p.shard.snapshot.size);
+      if (const auto rows = contiguous_rows(api_, d.dataset.get(), type.get(), p.dtype, d.dims,
+                                            p.shard.snapshot.size);
           rows && external.empty()) {
         p.shard.data_offset = rows->offset;
         p.shard.byte_swap = rows->swap_unit != 0;

@@ -113,8 +113,9 @@ std::int64_t chunk_rows(const Hdf5Api& api, hid_t dataset, std::size_t rank);
 // VAX order, another size). Called with the lock held.
 std::optional<std::size_t> stored_swap_unit(const Hdf5Api& api, hid_t type, DType dtype);
 
-// Where a contiguous dataset's rows lie in its file, when they are `dtype`'s bytes up to
-// byte order (stored_swap_unit) and all of them are allocated, inside a file of
+// Where a contiguous dataset's rows lie in its file, when they (stored in `type`, the
+// dataset's) are `dtype`'s bytes up to byte order (stored_swap_unit) and all of them are
+// allocated, inside a file of
 // `file_size` bytes: its offset from the file's start, and the swap unit. nullopt for
 // chunked, compact, external or unallocated storage, and for any other type. Called with the
 // lock held; leaves HDF5's error stack for the caller to clear.
@@ -122,8 +123,8 @@ struct ContiguousRows {
   std::uint64_t offset = 0;
   std::size_t swap_unit = 0;
 };
-std::optional<ContiguousRows> contiguous_rows(const Hdf5Api& api, hid_t dataset, DType dtype,
-                                              const std::vector<hsize_t>& dims,
+std::optional<ContiguousRows> contiguous_rows(const Hdf5Api& api, hid_t dataset, hid_t type,
+                                              DType dtype, const std::vector<hsize_t>& dims,
                                               std::uint64_t file_size);
 
 // The direct plan when the dataset is chunked, filtered by exactly deflate
