@@ -217,6 +217,57 @@ def report(times: dict[str, float], failed: dict[str, str], nbytes: int,
         print(line)
 
 
+def ranged_get_bound(client, ranges, want: np.ndarray, threads: int):
+    """get-bound: each (key, offset, nbytes, first row) of ``ranges``, the data bytes of one
+    object, by ranged GETs ``threads`` at once into one array shaped as ``want``."""
+    def bound():
+        out = np.empty_like(want)
+        flat = out.reshape(-1).view(np.uint8)
+        row_bytes = want.shape[1] * want.itemsize
+
+        def get(r):
+            k, off, n, first = r
+            body = client.get_object(Bucket="bench", Key=k,
+                                     Range=f"bytes={off}-{off + n - 1}")["Body"].read()
+            flat[first * row_bytes:first * row_bytes + n] = np.frombuffer(body, np.uint8)
+
+        with ThreadPoolExecutor(threads) as pool:
+            list(pool.map(get, ranges))
+        return out
+
+    return bound
+
+
+def whole_get_bound(client, keys, want: np.ndarray, threads: int, at_most: int | None = None):
+    """get-bound of stored (encoded) objects: every object of ``keys`` whole by parallel GETs,
+    ``threads`` at once: the bytes without any round trip of a reader's or any decoding. The
+    bytes are no array: ``want`` stands in for them (their count is checked, above 0 and at
+    most ``at_most``)."""
+    def bound():
+        def get(k):
+            return len(client.get_object(Bucket="bench", Key=k)["Body"].read())
+
+        with ThreadPoolExecutor(threads) as pool:
+            got = sum(pool.map(get, keys))
+        assert got > 0 and (at_most is None or got <= at_most), got
+        return want
+
+    return bound
+
+
+def discovery_only(url: str, options: dict, want: np.ndarray):
+    """sl-discover: shardload.discover(url) alone, and the check of its layout (discovery
+    returns no array: its layout is checked, and stands in for the data)."""
+    def sl_discover():
+        return shardload.discover(url, storage_options=options)
+
+    def checked_layout(layout):
+        assert layout.shape == want.shape and layout.total_rows == len(want)
+        return want
+
+    return sl_discover, checked_layout
+
+
 def farther(args: argparse.Namespace, endpoint: str, client):
     """With --latency-ms, a proxy in front of the server holding each request that long, and
     the endpoint and client that go through it; else (None, endpoint, client)."""
@@ -320,20 +371,7 @@ def main() -> None:
             ranges.append((k, hlen, a.nbytes, row0))
             row0 += a.shape[0]
 
-        def bound():
-            out = np.empty_like(want)
-            flat = out.reshape(-1).view(np.uint8)
-            row_bytes = want.shape[1] * want.itemsize
-
-            def get(r):
-                k, off, n, first = r
-                body = client.get_object(Bucket="bench", Key=k,
-                                         Range=f"bytes={off}-{off + n - 1}")["Body"].read()
-                flat[first * row_bytes:first * row_bytes + n] = np.frombuffer(body, np.uint8)
-
-            with ThreadPoolExecutor(threads) as pool:
-                list(pool.map(get, ranges))
-            return out
+        bound = ranged_get_bound(client, ranges, want, threads)
 
         # s3fs's own client on the same server, as a dask user would open it; no listings
         # cache, so each run LISTs as shardload's discovery does.
@@ -360,14 +398,7 @@ def main() -> None:
                                   for p, (shape, dtype) in zip(paths, heads)])
             return arr.compute(scheduler="threads", num_workers=threads)
 
-        def sl_discover():
-            return shardload.discover("s3://bench/data/", storage_options=options)
-
-        def checked_layout(layout):
-            # Discovery returns no array: its layout is checked, and stands in for the data.
-            assert layout.shape == want.shape and layout.total_rows == len(want)
-            return want
-
+        sl_discover, checked_layout = discovery_only("s3://bench/data/", options, want)
         loaders = [("shardload", sl, None), ("sl-4req", sl_four_requests, None),
                    ("sl-arrow", sl_arrow, None), ("sl-discover", sl_discover, checked_layout),
                    ("boto3-seq", seq, None), ("s3fs-dask", s3fs_dask, None),
@@ -392,7 +423,7 @@ def main() -> None:
         print(f"{args.shards} shards, {nbytes / 1e6:.1f} MB, {threads} processors "
               f"({info.target}), median of {args.repeat}"
               + (f", {args.latency_ms:g} ms added per request" if proxy else ""))
-        report(times, failed, nbytes, bounds=("get-bound", "decode-bound"))
+        report(times, failed, nbytes)
         if proxy:
             proxy.close()
     finally:
@@ -461,22 +492,8 @@ def columnar(args: argparse.Namespace) -> None:
         assert np.array_equal(np.asarray(got), want)
         threads = info.processors
 
-        def bound():
-            # Every object whole by parallel GETs (as many threads as shardload's processors):
-            # the bytes without a footer's round trip or any decoding.
-            def get(k):
-                return len(client.get_object(Bucket="bench", Key=k)["Body"].read())
-
-            with ThreadPoolExecutor(threads) as pool:
-                assert sum(pool.map(get, keys)) > 0
-            return want  # the bytes, not an array: nothing to compare
-
-        def sl_discover():
-            return shardload.discover("s3://bench/data/", storage_options=options)
-
-        def checked_layout(layout):
-            assert layout.shape == want.shape
-            return want
+        bound = whole_get_bound(client, keys, want, threads)
+        sl_discover, checked_layout = discovery_only("s3://bench/data/", options, want)
 
         # The objects' bytes, fetched before the timing, for decode-bound.
         held = [client.get_object(Bucket="bench", Key=k)["Body"].read() for k in keys]
@@ -545,11 +562,8 @@ def hdf5_files(args: argparse.Namespace) -> None:
             client.put_object(Bucket="bench", Key=key, Body=buf.getvalue())
             keys.append(key)
             parts.append(a)
-            if args.hdf5_gzip:
-                offset, size = 0, len(buf.getvalue())  # the bound: the whole objects
-            else:
-                size = a.nbytes
-            ranges.append((key, offset, size, row0))
+            if not args.hdf5_gzip:  # a chunked dataset has no one range
+                ranges.append((key, offset, a.nbytes, row0))
             row0 += a.shape[0]
         want = np.concatenate(parts)
         nbytes = want.nbytes
@@ -582,30 +596,10 @@ def hdf5_files(args: argparse.Namespace) -> None:
                     out.append(f["x"][...])
             return np.concatenate(out)
 
-        def bound():
-            out = np.empty_like(want)
-            flat = out.reshape(-1).view(np.uint8)
-            row_bytes = want.shape[1] * want.itemsize
-
-            def get(r):
-                k, off, n, first = r
-                body = client.get_object(Bucket="bench", Key=k,
-                                         Range=f"bytes={off}-{off + n - 1}")["Body"].read()
-                if not args.hdf5_gzip:
-                    flat[first * row_bytes:first * row_bytes + n] = np.frombuffer(body, np.uint8)
-
-            with ThreadPoolExecutor(threads) as pool:
-                list(pool.map(get, ranges))
-            # gzip: the compressed objects fetched, not decoded; checked as the data itself.
-            return want if args.hdf5_gzip else out
-
-        def sl_discover():
-            return shardload.discover("s3://bench/data/", storage_options=options)
-
-        def checked_layout(layout):
-            assert layout.shape == want.shape and layout.total_rows == len(want)
-            return want
-
+        # gzip: the compressed objects whole, not decoded.
+        bound = (whole_get_bound(client, keys, want, threads) if args.hdf5_gzip
+                 else ranged_get_bound(client, ranges, want, threads))
+        sl_discover, checked_layout = discovery_only("s3://bench/data/", options, want)
         loaders = (("shardload", sl, None), ("sl-discover", sl_discover, checked_layout),
                    ("h5py-s3fs", h5_s3fs, None), ("boto3-seq", seq, None),
                    ("get-bound", bound, None))
@@ -683,14 +677,7 @@ def zarr_store(args: argparse.Namespace) -> None:
 
         chunk_keys = [k for k in keys if not k.endswith("zarr.json")]
 
-        def bound():
-            def get(k):
-                return len(client.get_object(Bucket="bench", Key=k)["Body"].read())
-
-            with ThreadPoolExecutor(threads) as pool:
-                got_bytes = sum(pool.map(get, chunk_keys))
-            assert got_bytes <= stored
-            return want  # the bytes, not an array: nothing to compare
+        bound = whole_get_bound(client, chunk_keys, want, threads, at_most=stored)
 
         import numcodecs
 
