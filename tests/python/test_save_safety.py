@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import os
 import pathlib
+import shutil
 import signal
 import socket
 import stat
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 import warnings
@@ -186,44 +188,104 @@ def test_a_pre_created_empty_destination_keeps_its_attributes(tmp_path):
     assert (got.st_uid, got.st_gid) == (want.st_uid, want.st_gid)
 
 
-def test_a_destination_of_another_owner_is_refused_before_writing(tmp_path):
+def _searchable_by_everyone(path: pathlib.Path) -> bool:
+    """Whether every directory from / down to `path` lets any user pass (o+x)."""
+    return all(os.stat(p).st_mode & stat.S_IXOTH for p in [path, *path.parents])
+
+
+@pytest.fixture
+def world_reachable_dir(tmp_path):
+    """An empty directory that any user can reach. pytest's own tmp_path lies under
+    pytest-of-USER, which only its owner may enter; a test that runs a child as another user
+    makes its directory where that user can reach it (the system's temporary directory)."""
+    if _searchable_by_everyone(tmp_path):
+        yield tmp_path
+        return
+    base = pathlib.Path(tempfile.gettempdir())
+    if not _searchable_by_everyone(base):
+        pytest.fail(f"no directory that another user can reach: {tmp_path} and {base} are not")
+    d = pathlib.Path(tempfile.mkdtemp(prefix="shardload-other-user-", dir=base))
+    try:
+        yield d
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def test_a_destination_of_another_owner_is_refused_before_writing(world_reachable_dir):
     """A save by another user (uid 65534, in a child) into a directory it may write, to an
-    empty destination that root made: it cannot give the new directory root's ownership, so
-    it is refused, with root's directory left as it was."""
+    empty destination that root made and everyone may write: it cannot give the new directory
+    root's ownership, so it is refused, with root's directory left as it was."""
     if os.geteuid() != 0:
         pytest.skip("needs root to run the save as another user")
-    parent = tmp_path / "shared"
+    base = world_reachable_dir
+    parent = base / "shared"
     parent.mkdir()
-    os.chmod(tmp_path, 0o755)
+    os.chmod(base, 0o755)
     os.chmod(parent, 0o777)
     dest = parent / "ds"
-    dest.mkdir(mode=0o700)
+    dest.mkdir()
+    os.chmod(dest, 0o777)  # the other user may look and write: only the owner stops it
     before = os.stat(dest)
-    script = textwrap.dedent("""
-        import sys
-        import numpy as np
-        import shardload
-        try:
-            shardload.save(np.arange(10), sys.argv[1], num_shards=2)
-            print("SAVED")
-        except shardload.ShardWriteError as e:
-            print("REFUSED", e.errno, e)
-    """)
-    env = {**os.environ, "HOME": str(parent), "TMPDIR": str(parent)}
-    try:
-        r = subprocess.run([sys.executable, "-c", script, str(dest)], capture_output=True,
-                           text=True, timeout=300, env=env, cwd=parent,
-                           preexec_fn=lambda: (os.setgid(65534), os.setuid(65534)))
-    except PermissionError as e:  # the interpreter lies where that user cannot reach
-        pytest.skip(f"cannot run the interpreter as uid 65534 here: {e}")
-    if r.returncode != 0:
-        pytest.skip(f"cannot run a save as uid 65534 here: {r.stderr[-500:]}")
+    r = _run_as_nobody(_SAVE_AS_NOBODY, dest, parent)
     assert r.stdout.startswith("REFUSED 1 "), r.stdout
     assert "belongs to user 0" in r.stdout, r.stdout
     after = os.stat(dest)
     assert (after.st_ino, after.st_uid, stat.S_IMODE(after.st_mode)) == (
-        before.st_ino, 0, 0o700)
+        before.st_ino, 0, 0o777)
     assert not os.listdir(dest) and not staging_dirs(parent)
+
+
+def test_a_destination_another_user_cannot_enter_is_refused_naming_it(world_reachable_dir):
+    """The same save into root's directory of mode 0700: the other user cannot even look at
+    what is there, and is told so (EACCES), with nothing written."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to run the save as another user")
+    base = world_reachable_dir
+    parent = base / "shared"
+    parent.mkdir()
+    os.chmod(base, 0o755)
+    os.chmod(parent, 0o777)
+    dest = parent / "ds"
+    dest.mkdir(mode=0o700)
+    (dest / "keep.txt").write_text("root's")
+    r = _run_as_nobody(_SAVE_AS_NOBODY, dest, parent)
+    assert r.stdout.startswith("REFUSED 13 "), r.stdout
+    assert str(dest) in r.stdout, r.stdout
+    assert sorted(os.listdir(dest)) == ["keep.txt"] and not staging_dirs(parent)
+
+
+_SAVE_AS_NOBODY = textwrap.dedent("""
+    import sys
+    import numpy as np
+    import shardload
+    try:
+        shardload.save(np.arange(10), sys.argv[1], num_shards=2)
+        print("SAVED")
+    except shardload.ShardWriteError as e:
+        print("REFUSED", e.errno, e)
+""")
+
+
+def _run_as_nobody(script: str, dest: pathlib.Path, cwd: pathlib.Path):
+    """Runs `script` with `dest` as uid/gid 65534. Skips only where that user cannot run this
+    interpreter with shardload at all (a venv or checkout under a home only root may enter);
+    once it can, any failure of the script fails the test."""
+    env = {**os.environ, "HOME": str(cwd), "TMPDIR": str(cwd)}
+
+    def run(*args: str):
+        return subprocess.run([sys.executable, *args], capture_output=True, text=True,
+                              timeout=300, env=env, cwd=cwd,
+                              preexec_fn=lambda: (os.setgid(65534), os.setuid(65534)))
+
+    try:
+        probe = run("-c", "import shardload")
+    except PermissionError as e:  # the interpreter lies where that user cannot reach
+        pytest.skip(f"cannot run the interpreter as uid 65534 here: {e}")
+    if probe.returncode != 0:
+        pytest.skip(f"uid 65534 cannot import shardload here: {probe.stderr[-300:]}")
+    r = run("-c", script, str(dest))
+    assert r.returncode == 0, r.stderr[-2000:]
+    return r
 
 
 @pytest.mark.parametrize("mask", [0o002, 0o077])
