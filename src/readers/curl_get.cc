@@ -1,5 +1,7 @@
 #include "readers/detail/curl_get.hpp"
 
+#include "shardload/interrupt.hpp"
+
 #include <algorithm>
 #include <cctype>
 #include <charconv>
@@ -201,6 +203,67 @@ const char* ca_bundle() {
   return nullptr;
 }
 
+// The bytes a second a request's deadline allows for at least (see request_deadline_ms).
+constexpr double kDeadlineRate = 1024.0 * 1024.0;
+// Redirects one request follows at most.
+constexpr int kMaxRedirects = 5;
+
+// libcurl's progress callback, called at least once a second while a request waits: nonzero
+// ends the request (CURLE_ABORTED_BY_CALLBACK) once an interrupt was asked for.
+int on_progress(void*, curl_off_t, curl_off_t, curl_off_t, curl_off_t) {
+  return interrupt_requested() ? 1 : 0;
+}
+
+// Only http:// and https:// for any request libcurl makes (its default takes ftp, file,
+// gopher, ...), its own redirects included (none are followed by libcurl: see curl_perform).
+void allow_only_http(CURL* c) {
+#if LIBCURL_VERSION_NUM >= 0x075500  // 7.85.0: the _STR options; the bitmasks are deprecated
+  curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
+  curl_easy_setopt(c, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
+#else
+  curl_easy_setopt(c, CURLOPT_PROTOCOLS, static_cast<long>(CURLPROTO_HTTP | CURLPROTO_HTTPS));
+  curl_easy_setopt(c, CURLOPT_REDIR_PROTOCOLS,
+                   static_cast<long>(CURLPROTO_HTTP | CURLPROTO_HTTPS));
+#endif
+}
+
+bool is_redirect(long http) {
+  return http == 301 || http == 302 || http == 303 || http == 307 || http == 308;
+}
+
+bool has_scheme(std::string_view url, std::string_view scheme) {
+  return url.size() > scheme.size() && iequals_prefix(url, scheme);
+}
+
+// Why a redirect from `from` to `to` is not followed, or "" where it is.
+std::string redirect_refusal(const std::string& from, const std::string& to) {
+  const bool tls = has_scheme(from, "https://");
+  if (has_scheme(to, "https://")) return {};
+  if (has_scheme(to, "http://")) {
+    return tls ? "it leaves https for plain http (the data would travel unencrypted)"
+               : std::string();
+  }
+  return tls ? "only https:// is followed from an https:// URL"
+             : "only http:// and https:// are followed";
+}
+
+// A sleep that an interrupt ends early.
+void interruptible_sleep(std::int64_t ms) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
+  while (!interrupt_requested()) {
+    const auto left = until - std::chrono::steady_clock::now();
+    if (left <= std::chrono::steady_clock::duration::zero()) return;
+    std::this_thread::sleep_for(std::min<std::chrono::steady_clock::duration>(
+        left, std::chrono::milliseconds(20)));
+  }
+}
+
+std::string seconds_text(std::int64_t ms) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3g s", static_cast<double>(ms) / 1000.0);
+  return buf;
+}
+
 std::once_flag g_init_once;
 CURLcode g_init_code = CURLE_OK;
 
@@ -229,10 +292,18 @@ int curl_errno(const CurlOutcome& o) {
     if (o.http == 401 || o.http == 403) return EACCES;
   }
   if (o.curl == CURLE_OPERATION_TIMEDOUT) return ETIMEDOUT;
+  // Not EINTR, which the readers take as "ask again".
+  if (o.curl == CURLE_ABORTED_BY_CALLBACK) return ECANCELED;
   return EIO;
 }
 
 std::string curl_describe(const CurlOutcome& o, const std::string& body) {
+  // shardload's own words: an interrupt, a redirect refused.
+  if ((o.curl == CURLE_ABORTED_BY_CALLBACK || o.curl == CURLE_UNSUPPORTED_PROTOCOL ||
+       o.curl == CURLE_TOO_MANY_REDIRECTS) &&
+      !o.curl_error.empty()) {
+    return o.curl_error;
+  }
   if (o.curl != CURLE_OK) {
     return std::string(curl_easy_strerror(o.curl)) +
            (o.curl_error.empty() ? std::string() : " (" + o.curl_error + ")");
@@ -253,77 +324,129 @@ Status curl_init(const std::string& url) {
   return Status::ok();
 }
 
+std::int64_t request_deadline_ms(const StoreOptions& o, std::uint64_t bytes) {
+  const double seconds = std::max(o.request_timeout, static_cast<double>(bytes) / kDeadlineRate);
+  return static_cast<std::int64_t>(std::ceil(seconds * 1000));
+}
+
 CurlAnswer curl_perform(const CurlRequest& req, void* dst, std::size_t cap, std::uint64_t offset,
                         std::atomic<std::uint64_t>* retries) {
   const StoreOptions& o = *req.options;
+  // The bytes the request moves, which its deadline allows for: a GET's range, a PUT's body.
+  const std::uint64_t bytes = req.body != nullptr ? req.body_size : req.head ? 0 : cap;
+  const std::int64_t deadline_ms = request_deadline_ms(o, bytes);
   CurlAnswer a;
   Sink sink;
   Source source;
   for (std::int64_t k = 0;; ++k) {
     a = CurlAnswer{};
     a.tries = k + 1;
+    if (interrupt_requested()) {
+      a.outcome = CurlOutcome{CURLE_ABORTED_BY_CALLBACK, 0, "interrupted"};
+      return a;
+    }
     // The headers first: making them may take a request of its own on this thread's handle
     // (role credentials fetched again near their expiry), which is set up for this one after.
     const std::vector<std::string> lines = req.headers ? req.headers() : std::vector<std::string>();
-    Handle* h = thread_handle();
-    if (h == nullptr) {
-      a.outcome = CurlOutcome{CURLE_FAILED_INIT, 0, "no libcurl handle"};
-      return a;
+    // Redirects are followed here, not by libcurl, so that each is checked before it is
+    // asked: only http(s), never from https to http, at most kMaxRedirects.
+    std::string url = req.url;
+    for (int hop = 0;; ++hop) {
+      Handle* h = thread_handle();
+      if (h == nullptr) {
+        a.outcome = CurlOutcome{CURLE_FAILED_INIT, 0, "no libcurl handle"};
+        return a;
+      }
+      CURL* c = h->curl;
+      a.headers = CurlHeaders{};
+      sink = Sink{};
+      sink.curl = c;
+      sink.req = &req;
+      sink.headers = &a.headers;
+      sink.dst = static_cast<std::byte*>(dst);
+      sink.cap = cap;
+      sink.offset = offset;
+      curl_easy_setopt(c, CURLOPT_URL, url.c_str());
+      // The path as given: libcurl would otherwise resolve "a/../b" to "b", another object
+      // than the one named (and, for a signed request, than the one signed).
+      curl_easy_setopt(c, CURLOPT_PATH_AS_IS, 1L);
+      allow_only_http(c);
+      curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+      curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS,
+                       static_cast<long>(std::ceil(o.connect_timeout * 1000)));
+      // request_timeout: the longest a request may go without receiving data; the deadline:
+      // the longest it may take in all (a server trickling bytes never trips the first).
+      curl_easy_setopt(c, CURLOPT_LOW_SPEED_LIMIT, 1L);
+      curl_easy_setopt(c, CURLOPT_LOW_SPEED_TIME, static_cast<long>(std::ceil(o.request_timeout)));
+      curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, static_cast<long>(deadline_ms));
+      // Called at least once a second while the request waits: ends it on an interrupt.
+      curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L);
+      curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, on_progress);
+      curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_header);
+      curl_easy_setopt(c, CURLOPT_HEADERDATA, &a.headers);
+      curl_easy_setopt(c, CURLOPT_ERRORBUFFER, h->error);
+      if (const char* ca = ca_bundle()) curl_easy_setopt(c, CURLOPT_CAINFO, ca);
+      if (req.method != nullptr) curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, req.method);
+      if (req.head) {
+        curl_easy_setopt(c, CURLOPT_NOBODY, 1L);
+      } else {
+        // A receive buffer of 512 KiB instead of libcurl's 16: a large range arrives in fewer
+        // reads and callbacks.
+        curl_easy_setopt(c, CURLOPT_BUFFERSIZE, 512L * 1024);
+        curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
+        curl_easy_setopt(c, CURLOPT_WRITEDATA, &sink);
+      }
+      curl_slist* extra = nullptr;
+      if (req.body != nullptr) {
+        source = Source{static_cast<const std::byte*>(req.body), req.body_size, 0};
+        curl_easy_setopt(c, CURLOPT_UPLOAD, 1L);
+        curl_easy_setopt(c, CURLOPT_READFUNCTION, on_read);
+        curl_easy_setopt(c, CURLOPT_READDATA, &source);
+        curl_easy_setopt(c, CURLOPT_SEEKFUNCTION, on_seek);
+        curl_easy_setopt(c, CURLOPT_SEEKDATA, &source);
+        curl_easy_setopt(c, CURLOPT_INFILESIZE_LARGE, static_cast<curl_off_t>(req.body_size));
+        curl_easy_setopt(c, CURLOPT_UPLOAD_BUFFERSIZE, 512L * 1024);
+        // No "Expect: 100-continue": a server that does not answer it would hold each large
+        // PUT for libcurl's wait (one second) before the body is sent.
+        extra = curl_slist_append(extra, "Expect:");
+      }
+      for (const std::string& line : lines) extra = curl_slist_append(extra, line.c_str());
+      if (extra != nullptr) curl_easy_setopt(c, CURLOPT_HTTPHEADER, extra);
+      a.outcome = CurlOutcome{};
+      a.outcome.curl = curl_easy_perform(c);
+      curl_slist_free_all(extra);
+      curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &a.outcome.http);
+      if (a.outcome.curl != CURLE_OK) a.outcome.curl_error = h->error;
+      if (a.outcome.curl == CURLE_OPERATION_TIMEDOUT) {
+        a.outcome.curl_error += "; the request's deadline: " + seconds_text(deadline_ms) +
+                                " for " + std::to_string(bytes) + " bytes";
+      }
+      if (a.outcome.curl == CURLE_ABORTED_BY_CALLBACK && interrupt_requested()) {
+        a.outcome.curl_error = "interrupted";
+      }
+      if (req.head) curl_easy_getinfo(c, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &a.content_length);
+      if (!req.follow_redirects || a.outcome.curl != CURLE_OK || !is_redirect(a.outcome.http)) {
+        break;
+      }
+      char* location = nullptr;
+      curl_easy_getinfo(c, CURLINFO_REDIRECT_URL, &location);
+      if (location == nullptr) break;  // a 3xx without Location: the answer itself
+      const std::string next = location;
+      const std::string code = "HTTP " + std::to_string(a.outcome.http);
+      if (const std::string why = redirect_refusal(url, next); !why.empty()) {
+        a.outcome = CurlOutcome{CURLE_UNSUPPORTED_PROTOCOL, a.outcome.http,
+                                "refused the server's redirect (" + code + ") to " + next + ": " +
+                                    why};
+        return a;
+      }
+      if (hop + 1 > kMaxRedirects) {
+        a.outcome = CurlOutcome{CURLE_TOO_MANY_REDIRECTS, a.outcome.http,
+                                "more than " + std::to_string(kMaxRedirects) +
+                                    " redirects (the last, " + code + ", to " + next + ")"};
+        return a;
+      }
+      url = next;
     }
-    CURL* c = h->curl;
-    sink = Sink{};
-    sink.curl = c;
-    sink.req = &req;
-    sink.headers = &a.headers;
-    sink.dst = static_cast<std::byte*>(dst);
-    sink.cap = cap;
-    sink.offset = offset;
-    curl_easy_setopt(c, CURLOPT_URL, req.url.c_str());
-    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
-    if (req.follow_redirects) {
-      curl_easy_setopt(c, CURLOPT_FOLLOWLOCATION, 1L);
-      curl_easy_setopt(c, CURLOPT_MAXREDIRS, 5L);
-    }
-    curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS,
-                     static_cast<long>(std::ceil(o.connect_timeout * 1000)));
-    // request_timeout: the longest a request may go without receiving data.
-    curl_easy_setopt(c, CURLOPT_LOW_SPEED_LIMIT, 1L);
-    curl_easy_setopt(c, CURLOPT_LOW_SPEED_TIME, static_cast<long>(std::ceil(o.request_timeout)));
-    curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_header);
-    curl_easy_setopt(c, CURLOPT_HEADERDATA, &a.headers);
-    curl_easy_setopt(c, CURLOPT_ERRORBUFFER, h->error);
-    if (const char* ca = ca_bundle()) curl_easy_setopt(c, CURLOPT_CAINFO, ca);
-    if (req.method != nullptr) curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, req.method);
-    if (req.head) {
-      curl_easy_setopt(c, CURLOPT_NOBODY, 1L);
-    } else {
-      // A receive buffer of 512 KiB instead of libcurl's 16: a large range arrives in fewer
-      // reads and callbacks.
-      curl_easy_setopt(c, CURLOPT_BUFFERSIZE, 512L * 1024);
-      curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
-      curl_easy_setopt(c, CURLOPT_WRITEDATA, &sink);
-    }
-    curl_slist* extra = nullptr;
-    if (req.body != nullptr) {
-      source = Source{static_cast<const std::byte*>(req.body), req.body_size, 0};
-      curl_easy_setopt(c, CURLOPT_UPLOAD, 1L);
-      curl_easy_setopt(c, CURLOPT_READFUNCTION, on_read);
-      curl_easy_setopt(c, CURLOPT_READDATA, &source);
-      curl_easy_setopt(c, CURLOPT_SEEKFUNCTION, on_seek);
-      curl_easy_setopt(c, CURLOPT_SEEKDATA, &source);
-      curl_easy_setopt(c, CURLOPT_INFILESIZE_LARGE, static_cast<curl_off_t>(req.body_size));
-      curl_easy_setopt(c, CURLOPT_UPLOAD_BUFFERSIZE, 512L * 1024);
-      // No "Expect: 100-continue": a server that does not answer it would hold each large
-      // PUT for libcurl's wait (one second) before the body is sent.
-      extra = curl_slist_append(extra, "Expect:");
-    }
-    for (const std::string& line : lines) extra = curl_slist_append(extra, line.c_str());
-    if (extra != nullptr) curl_easy_setopt(c, CURLOPT_HTTPHEADER, extra);
-    a.outcome.curl = curl_easy_perform(c);
-    curl_slist_free_all(extra);
-    curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &a.outcome.http);
-    if (a.outcome.curl != CURLE_OK) a.outcome.curl_error = h->error;
-    if (req.head) curl_easy_getinfo(c, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &a.content_length);
     // A range answered with a whole object's status and the Content-Range of the bytes it
     // holds (rclone's `serve s3` answers so): it is the 206 it describes, and the callers
     // check its Content-Range against the range they asked for.
@@ -342,7 +465,7 @@ CurlAnswer curl_perform(const CurlRequest& req, void* dst, std::size_t cap, std:
     }
     if (!curl_retryable(a.outcome) || k + 1 >= o.max_attempts) return a;
     if (retries != nullptr) retries->fetch_add(1, std::memory_order_relaxed);
-    std::this_thread::sleep_for(std::chrono::milliseconds(backoff_delay_ms(o, k)));
+    interruptible_sleep(backoff_delay_ms(o, k));
   }
 }
 

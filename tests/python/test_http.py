@@ -250,6 +250,21 @@ def test_npz_and_a_reader_that_opens_paths_itself(web):
         shardload.load([f"{base}/h/a.rows"], reader="http-refused-rows")
 
 
+def test_dot_segments_in_a_url_path_are_sent_as_written(web):
+    """A URL path with "." and ".." segments names the object of that very path: libcurl
+    would resolve "new/../keep/x.npy" to "keep/x.npy", another object than the one named (and
+    than the one an s3:// request signs). This server keeps both under their literal paths."""
+    store, base = web
+    store.put_npy("/keep/x.npy", np.zeros((3, 2)))
+    dotted = {"/new/../keep/x.npy": np.arange(6.0).reshape(3, 2),
+              "/keep/./y.npy": np.arange(8.0).reshape(4, 2)}
+    for path, a in dotted.items():
+        store.put_npy(path, a)
+    for path, a in dotted.items():
+        np.testing.assert_array_equal(np.asarray(shardload.load([base + path])), a)
+    assert {p.split("?")[0] for _, p, _ in store.requests} == set(dotted)
+
+
 @pytest.mark.parametrize("zarr_format", [2, 3])
 def test_zarr_store_by_key(web, tmp_path, zarr_format):
     """A Zarr store's metadata and chunks are objects under the store's URL; a chunk the
