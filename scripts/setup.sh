@@ -16,9 +16,11 @@ DEB_PACKAGES=(build-essential cmake ninja-build pkg-config libgtest-dev libgmock
               nlohmann-json3-dev zlib1g-dev libzstd-dev liblz4-dev libblosc-dev  # raw + zarr readers
               libhdf5-dev  # HDF5 reader: headers + the libhdf5_serial.so.103 it dlopens
               libxxhash-dev  # manifest checksums (XXH3)
-              libcurl4-openssl-dev)  # http(s):// sources
+              libcurl4-openssl-dev  # http(s):// sources
+              ccache)  # every build tree shares one compiler cache (scripts/ccache.sh)
 source scripts/debian.sh
 install_debian_packages "${DEB_PACKAGES[@]}"
+source scripts/ccache.sh
 
 # ---- Python venv with pinned packages ----------------------------------------------
 PY=${PYTHON:-python3}

@@ -9,12 +9,18 @@
 # Legate's CUDA 12 one in one process. The build is configured with SHARDLOAD_WITH_CUDA=OFF.
 #
 # Targets: the shardload program, the Python extension modules and the C++ Legate tests.
-# SHARDLOAD_MR_TARGETS overrides the list (e.g. "all").
+# SHARDLOAD_MR_TARGETS overrides the list (e.g. "all"). The engine's objects compile as in
+# build/ and come from the compiler cache (scripts/ccache.sh); what touches Legate compiles anew.
+#
+# --venv-only stops after the Debian packages and the venv (scripts/test.sh runs it in the
+# background, so the wheels download while other stages compile).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 
 log() { printf '[setup-multirank] %s\n' "$*" >&2; }
+VENV_ONLY=0
+[ "${1:-}" = "--venv-only" ] && VENV_ONLY=1
 
 # ---- Debian packages: what the default build needs, and OpenMPI for mpirun -------------------
 DEB_PACKAGES=(build-essential cmake ninja-build pkg-config libgtest-dev libgmock-dev python3-venv
@@ -24,6 +30,7 @@ DEB_PACKAGES=(build-essential cmake ninja-build pkg-config libgtest-dev libgmock
               strace)  # tests/multirank counts the files each rank opens
 source scripts/debian.sh
 install_debian_packages "${DEB_PACKAGES[@]}"
+source scripts/ccache.sh
 
 # ---- Python venv with pinned packages ----------------------------------------------------
 PY=${PYTHON:-python3}
@@ -41,6 +48,7 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   $VENV/bin/python -m pip install -q --no-deps -r requirements-multirank.txt
   echo "$want" > "$stamp"
 fi
+((VENV_ONLY)) && exit 0
 SITE=$($VENV/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
 
 # ---- the package: the source tree's Python files beside this build's extension modules ------

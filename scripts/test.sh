@@ -1,93 +1,170 @@
 #!/usr/bin/env bash
 # Runs every test: sets up first, then the C++ tests (the core plain and under
-# AddressSanitizer + UndefinedBehaviorSanitizer, the C++ API under Legate), the
-# package as a user installs it (scripts/check_install.sh: pip install . into a
-# new venv, a smoke test with nothing sourced, the C++ consumer), the multi-rank
-# suite on 2 Legate ranks (tests/multirank, with the networked build of
-# scripts/setup_multirank.sh), the Python API reference (scripts/api_docs.sh)
-# and, last, the Python tests (the core against numpy,
-# shardload.load under Legate).
+# AddressSanitizer + UndefinedBehaviorSanitizer, the C++ API under Legate), the device bundle,
+# fuzzing, the examples, the package as a user installs it (scripts/check_install.sh: the wheel
+# installed into a new venv, a smoke test with nothing sourced, the C++ consumer), the
+# multi-rank suite on 2 Legate ranks (tests/multirank, with the networked build of
+# scripts/setup_multirank.sh), the Python API reference (scripts/api_docs.sh) and, last, the
+# Python tests (the core against numpy, shardload.load under Legate). Every stage fails the
+# run when it fails; each one's wall time and the total are printed at the end.
 #
-# scripts/test.sh --quick is the loop to run while working (a few minutes on a warm build): the
-# build, the include check, the stub check, the C++ tests of build/ (core and the C++ API under
-# Legate) and the Python tests not marked slow. Other arguments go to pytest.
+#   scripts/test.sh                   everything
+#   scripts/test.sh --quick           the loop to run while working (a few minutes on a warm
+#                                     build): the build, the include and stub checks, the C++
+#                                     tests of build/ and the Python tests not marked slow
+#   scripts/test.sh --fuzz-seconds N  fuzz each target N seconds after replaying its corpus
+#                                     (default FUZZ_SECONDS, else 10; 0 only replays)
+#
+# Other arguments go to pytest. The build scripts use a compiler cache (scripts/ccache.sh), so
+# a second run, and the trees that compile the same engine again (the networked build, the
+# wheel of the install check), reuse the objects.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 QUICK=0
-if [ "${1:-}" = "--quick" ]; then
-  QUICK=1
+FUZZ_SECONDS=${FUZZ_SECONDS:-10}
+PYTEST_ARGS=()
+while (($#)); do
+  case $1 in
+    --quick) QUICK=1; shift ;;
+    --fuzz-seconds) FUZZ_SECONDS=$2; shift 2 ;;
+    --fuzz-seconds=*) FUZZ_SECONDS=${1#*=}; shift ;;
+    *) PYTEST_ARGS+=("$1"); shift ;;
+  esac
+done
+[[ $FUZZ_SECONDS =~ ^[0-9]+$ ]] || { echo "--fuzz-seconds takes whole seconds, got '$FUZZ_SECONDS'" >&2; exit 2; }
+
+# ---- stage timing: each stage's wall time, printed at the end whatever happens ---------------
+STAGE_NAMES=()
+STAGE_SECONDS=()
+STAGE_STATUS=()
+CURRENT_STAGE=""
+RUN_START=$(date +%s)
+record() {  # record STATUS: closes the current stage
+  STAGE_NAMES+=("$CURRENT_STAGE")
+  STAGE_SECONDS+=("$(($(date +%s) - CURRENT_START))")
+  STAGE_STATUS+=("$1")
+  CURRENT_STAGE=""
+}
+report() {
+  local rc=$? i
+  if [ -n "${MR_VENV_PID:-}" ]; then kill "$MR_VENV_PID" 2>/dev/null || true; fi  # none left
+  [ -n "$CURRENT_STAGE" ] && record "FAILED (exit $rc)"
+  ((${#STAGE_NAMES[@]})) || return 0
+  echo
+  echo "== Stage times (scripts/test.sh$( ((QUICK)) && echo ' --quick'), $(nproc) CPUs)"
+  for i in "${!STAGE_NAMES[@]}"; do
+    printf '  %-56s %6s s  %s\n' "${STAGE_NAMES[$i]}" "${STAGE_SECONDS[$i]}" "${STAGE_STATUS[$i]}"
+  done
+  printf '  %-56s %6s s  %s\n' "total" "$(($(date +%s) - RUN_START))" \
+    "$( ((rc == 0)) && echo ok || echo "FAILED (exit $rc)")"
+}
+trap report EXIT
+# stage NAME COMMAND...: runs COMMAND as one stage. Not called as `COMMAND || ...`, which would
+# switch off set -e inside it: a failing command ends the run, and the EXIT trap records it.
+stage() {
+  CURRENT_STAGE=$1
+  CURRENT_START=$(date +%s)
   shift
-fi
-scripts/setup.sh
+  echo "== $CURRENT_STAGE"
+  "$@"
+  record ok
+}
+
+stage "Setup (scripts/setup.sh: packages, .venv, build/)" scripts/setup.sh
 source scripts/env.sh
+source scripts/ccache.sh  # for the trees configured here (build-asan, build-fuzz)
 
-echo "== Layers: every #include points down (tools/check_includes.py)"
-python tools/check_includes.py
+if [ "$QUICK" = 0 ]; then
+  # The networked build's 3 GB of wheels download while the stages below compile and test; its
+  # log is shown, and its failure fails the run, at the multi-rank stage.
+  MR_VENV_LOG=$ROOT/build/setup-multirank-venv.log
+  scripts/setup_multirank.sh --venv-only >"$MR_VENV_LOG" 2>&1 &
+  MR_VENV_PID=$!
+fi
 
-echo "== Stubs: python/shardload/*.pyi against the built modules (mypy's stubtest)"
-# The cache goes into the build, not beside the sources.
-(cd python && MYPY_CACHE_DIR="$ROOT/build/.mypy_cache" python -m mypy.stubtest \
-   --allowlist "$ROOT/tools/stubtest_allowlist.txt" shardload._core shardload._legate)
+stage "Layers: every #include points down" python tools/check_includes.py
 
-echo "== C++ tests (core, and the C++ API under Legate with LEGATE_CONFIG)"
-ctest --test-dir build --output-on-failure -j "$(nproc)"
+stubs() {
+  # The cache goes into the build, not beside the sources.
+  (cd python && MYPY_CACHE_DIR="$ROOT/build/.mypy_cache" python -m mypy.stubtest \
+     --allowlist "$ROOT/tools/stubtest_allowlist.txt" shardload._core shardload._legate)
+}
+stage "Stubs: python/shardload/*.pyi (stubtest)" stubs
+
+stage "C++ tests of build/ (ctest)" ctest --test-dir build --output-on-failure -j "$(nproc)"
 
 if [ "$QUICK" = 1 ]; then
-  echo "== Python tests not marked slow (scripts/test.sh without --quick runs them all)"
-  cd tests/python
-  python -m pytest -q -m "not slow" "$@"
+  quick_python() { (cd tests/python && python -m pytest -q -m "not slow" ${PYTEST_ARGS[@]+"${PYTEST_ARGS[@]}"}); }
+  stage "Python tests not marked slow" quick_python
   exit 0
 fi
 
-echo "== Device check bundle: built with g++ and nvcc alone, run through the stand-in driver"
-bench/device_check/selftest.sh
+stage "Device check bundle (g++ and nvcc, stand-in driver)" bench/device_check/selftest.sh
 
-echo "== C++ core tests under ASan + UBSan"
-# Configured every time (quick once configured) so the options below always hold.
-cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DSHARDLOAD_SANITIZE=ON \
-      -DSHARDLOAD_PYTHON=OFF -DSHARDLOAD_BENCH=OFF -DSHARDLOAD_WITH_LEGATE=OFF >/dev/null
-cmake --build build-asan -j "$(nproc)" --target core_tests >/dev/null
-ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 build-asan/core_tests --gtest_brief=1
+asan() {
+  # Configured every time (quick once configured) so the options below always hold.
+  cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DSHARDLOAD_SANITIZE=ON \
+        -DSHARDLOAD_PYTHON=OFF -DSHARDLOAD_BENCH=OFF -DSHARDLOAD_WITH_LEGATE=OFF >/dev/null
+  cmake --build build-asan -j "$(nproc)" --target core_tests >/dev/null
+  ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 build-asan/core_tests --gtest_brief=1
+}
+stage "C++ core tests under ASan + UBSan" asan
 
-echo "== Fuzzing: each libFuzzer target for ${FUZZ_SECONDS:-60} s from its seed corpus"
-CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-      -DSHARDLOAD_FUZZ=ON -DSHARDLOAD_SANITIZE=ON -DSHARDLOAD_WITH_LEGATE=OFF \
-      -DSHARDLOAD_PYTHON=OFF -DSHARDLOAD_TESTS=OFF -DSHARDLOAD_BENCH=OFF \
-      -DSHARDLOAD_WITH_CUDA=OFF -DSHARDLOAD_WITH_HDF5=OFF -DSHARDLOAD_WITH_ARROW=OFF >/dev/null
-cmake --build build-fuzz -j "$(nproc)" >/dev/null
-for fuzzer in build-fuzz/fuzz_*; do
+fuzz_one() {  # fuzz_one TARGET: replays the committed corpus, then fuzzes FUZZ_SECONDS
+  local fuzzer=$1 name work
   name=${fuzzer#build-fuzz/fuzz_}
   work=$(mktemp -d)  # new inputs stay out of the committed corpus
   cp fuzz/corpus/"$name"/* "$work"/
-  if ! "$fuzzer" -max_total_time="${FUZZ_SECONDS:-60}" -print_final_stats=0 \
-       -artifact_prefix="$work/" "$work" >"$work.log" 2>&1; then
+  if ! "$fuzzer" -runs=0 -artifact_prefix="$work/" fuzz/corpus/"$name" >"$work.log" 2>&1 ||
+     { ((FUZZ_SECONDS > 0)) && ! "$fuzzer" -max_total_time="$FUZZ_SECONDS" -print_final_stats=0 \
+         -artifact_prefix="$work/" "$work" >>"$work.log" 2>&1; }; then
     echo "fuzz_$name FAILED; its log and crash input:"; tail -40 "$work.log"; ls "$work"/crash-* || true
-    exit 1
+    return 1
   fi
-  echo "fuzz_$name: $(grep -Eo 'Done [0-9]+ runs in [0-9]+ second' "$work.log"), no crash"
+  echo "fuzz_$name: corpus of $(ls fuzz/corpus/"$name" | wc -l) replayed;" \
+       "$(grep -Eo 'Done [0-9]+ runs in [0-9]+ second' "$work.log" | tail -1 || echo 'no fuzzing'), no crash"
   rm -rf "$work" "$work.log"
-done
+}
+fuzz() {
+  CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+        -DSHARDLOAD_FUZZ=ON -DSHARDLOAD_SANITIZE=ON -DSHARDLOAD_WITH_LEGATE=OFF \
+        -DSHARDLOAD_PYTHON=OFF -DSHARDLOAD_TESTS=OFF -DSHARDLOAD_BENCH=OFF \
+        -DSHARDLOAD_WITH_CUDA=OFF -DSHARDLOAD_WITH_HDF5=OFF -DSHARDLOAD_WITH_ARROW=OFF >/dev/null
+  cmake --build build-fuzz -j "$(nproc)" >/dev/null
+  # One target per CPU at a time; each is single-threaded.
+  export -f fuzz_one
+  export FUZZ_SECONDS
+  printf '%s\n' build-fuzz/fuzz_* | xargs -P "$(nproc)" -I{} bash -c 'fuzz_one "$1"' _ {}
+}
+stage "Fuzzing: corpus replay + ${FUZZ_SECONDS} s per target" fuzz
 
-echo "== Examples (examples/*.py, each in its own process under Legate)"
-for example in examples/*.py; do
-  echo "-- $example"
-  python "$example"
-done
+examples() {
+  local example
+  for example in examples/*.py; do
+    echo "-- $example"
+    python "$example"
+  done
+}
+stage "Examples (examples/*.py, each its own process)" examples
 
-echo "== Installed package: pip install . in a new venv, smoke test, C++ consumer"
-scripts/check_install.sh
+stage "Installed package: new venv, nothing sourced, C++ consumer" scripts/check_install.sh
 
-echo "== Multi-rank tests: 2 Legate ranks over loopback (Legate 26.01 with UCX in build-mr)"
-# The networked build beside the default one (scripts/setup_multirank.sh), then the suite of
-# tests/multirank, each test one job of scripts/multirank.sh; -s shows each job's ranks.
-scripts/setup_multirank.sh
-(cd tests/multirank && "$ROOT/.venv-mr/bin/python" -m pytest -q -s -p no:cacheprovider)
+multirank() {
+  local pid=$MR_VENV_PID
+  MR_VENV_PID=""
+  if ! wait "$pid"; then
+    echo "setting up .venv-mr failed:"; tail -40 "$MR_VENV_LOG"; return 1
+  fi
+  # The networked build beside the default one (scripts/setup_multirank.sh), then the suite of
+  # tests/multirank, each test one job of scripts/multirank.sh; -s shows each job's ranks.
+  scripts/setup_multirank.sh
+  (cd tests/multirank && "$ROOT/.venv-mr/bin/python" -m pytest -q -s -p no:cacheprovider)
+}
+stage "Multi-rank tests: 2 Legate ranks (build-mr)" multirank
 
-echo "== Python API reference: pdoc from the docstrings into build/api, without starting Legate"
-scripts/api_docs.sh build/api
+stage "Python API reference (pdoc, no Legate start)" scripts/api_docs.sh build/api
 
-# Last, so that its summary closes the output.
-echo "== Python tests"
-cd tests/python
-python -m pytest -q "$@"
+python_tests() { (cd tests/python && python -m pytest -q ${PYTEST_ARGS[@]+"${PYTEST_ARGS[@]}"}); }
+# Last, so that its summary closes the output (before the stage table).
+stage "Python tests" python_tests
