@@ -7,6 +7,14 @@
 // Refused, naming the file: ZIP64 records (an archive or member of 4 GiB or more, or more
 // than 65535 members), encryption, compression methods other than stored and deflated,
 // split archives, and any record that does not fit the archive.
+//
+// Which member an array name means is numpy's choice (NpzFile over Python's zipfile): the
+// member of exactly that name, else the one of that name and ".npy"; of a name the directory
+// lists twice (what zipfile's append mode leaves after writing a member again), the last
+// entry. Archives that one reader could take differently from another are refused rather
+// than read one way: a second end record in the comment, bytes between the central directory
+// and the end record (or entries the end record does not count), a local header whose name
+// or sizes differ from the directory's, and a member whose data runs into the next one.
 #include <zlib.h>
 
 #include <algorithm>
@@ -15,7 +23,9 @@
 #include <climits>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "readers/detail/fortran_walk.hpp"
@@ -38,7 +48,10 @@ constexpr std::size_t kEndBytes = 22;
 constexpr std::size_t kZip64LocatorBytes = 20;
 constexpr std::uint16_t kStored = 0;
 constexpr std::uint16_t kDeflated = 8;
-constexpr std::uint16_t kEncrypted = 0x1;  // general purpose flag bit 0
+constexpr std::uint16_t kEncrypted = 0x1;   // general purpose flag bit 0
+constexpr std::uint16_t kDescriptor = 0x8;  // bit 3: sizes and CRC follow the data
+constexpr std::uint16_t kUtf8Name = 0x800;  // bit 11: the name is UTF-8, else code page 437
+constexpr std::uint16_t kZip64Extra = 0x0001;
 constexpr std::size_t kInputChunk = std::size_t{256} << 10;
 // From object storage each chunk of compressed input is a GET: larger ones pay a request's
 // latency less often.
@@ -60,8 +73,89 @@ constexpr const char* kZip64 =
     "ZIP64 archives are not supported (an archive or member of 4 GiB or more, or more than "
     "65535 members); save smaller shards";
 
+// The characters 0x80-0xFF of code page 437, the names' encoding without flag bit 11.
+constexpr std::array<char32_t, 128> kCp437High = {
+    0x00C7, 0x00FC, 0x00E9, 0x00E2, 0x00E4, 0x00E0, 0x00E5, 0x00E7, 0x00EA, 0x00EB, 0x00E8, 0x00EF,
+    0x00EE, 0x00EC, 0x00C4, 0x00C5, 0x00C9, 0x00E6, 0x00C6, 0x00F4, 0x00F6, 0x00F2, 0x00FB, 0x00F9,
+    0x00FF, 0x00D6, 0x00DC, 0x00A2, 0x00A3, 0x00A5, 0x20A7, 0x0192, 0x00E1, 0x00ED, 0x00F3, 0x00FA,
+    0x00F1, 0x00D1, 0x00AA, 0x00BA, 0x00BF, 0x2310, 0x00AC, 0x00BD, 0x00BC, 0x00A1, 0x00AB, 0x00BB,
+    0x2591, 0x2592, 0x2593, 0x2502, 0x2524, 0x2561, 0x2562, 0x2556, 0x2555, 0x2563, 0x2551, 0x2557,
+    0x255D, 0x255C, 0x255B, 0x2510, 0x2514, 0x2534, 0x252C, 0x251C, 0x2500, 0x253C, 0x255E, 0x255F,
+    0x255A, 0x2554, 0x2569, 0x2566, 0x2560, 0x2550, 0x256C, 0x2567, 0x2568, 0x2564, 0x2565, 0x2559,
+    0x2558, 0x2552, 0x2553, 0x256B, 0x256A, 0x2518, 0x250C, 0x2588, 0x2584, 0x258C, 0x2590, 0x2580,
+    0x03B1, 0x00DF, 0x0393, 0x03C0, 0x03A3, 0x03C3, 0x00B5, 0x03C4, 0x03A6, 0x0398, 0x03A9, 0x03B4,
+    0x221E, 0x03C6, 0x03B5, 0x2229, 0x2261, 0x00B1, 0x2265, 0x2264, 0x2320, 0x2321, 0x00F7, 0x2248,
+    0x00B0, 0x2219, 0x00B7, 0x221A, 0x207F, 0x00B2, 0x25A0, 0x00A0};
+
+void put_utf8(std::string* out, char32_t c) {
+  if (c < 0x80) {
+    out->push_back(static_cast<char>(c));
+  } else if (c < 0x800) {
+    out->push_back(static_cast<char>(0xC0 | (c >> 6)));
+    out->push_back(static_cast<char>(0x80 | (c & 0x3F)));
+  } else {
+    out->push_back(static_cast<char>(0xE0 | (c >> 12)));
+    out->push_back(static_cast<char>(0x80 | ((c >> 6) & 0x3F)));
+    out->push_back(static_cast<char>(0x80 | (c & 0x3F)));
+  }
+}
+
+// Whether `s` is UTF-8 as Python's strict decoder takes it (no overlong forms, surrogates
+// or code points past U+10FFFF).
+bool valid_utf8(std::string_view s) {
+  std::size_t i = 0;
+  while (i < s.size()) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    std::size_t n = 0;
+    char32_t cp = 0;
+    if (c < 0x80) {
+      ++i;
+      continue;
+    } else if (c >= 0xC2 && c <= 0xDF) {
+      n = 1;
+      cp = c & 0x1F;
+    } else if (c >= 0xE0 && c <= 0xEF) {
+      n = 2;
+      cp = c & 0x0F;
+    } else if (c >= 0xF0 && c <= 0xF4) {
+      n = 3;
+      cp = c & 0x07;
+    } else {
+      return false;
+    }
+    if (n >= s.size() - i) return false;  // the sequence runs past the end
+    for (std::size_t k = 1; k <= n; ++k) {
+      const auto t = static_cast<unsigned char>(s[i + k]);
+      if ((t & 0xC0) != 0x80) return false;
+      cp = (cp << 6) | (t & 0x3F);
+    }
+    if ((n == 2 && cp < 0x800) || (n == 3 && (cp < 0x10000 || cp > 0x10FFFF)) ||
+        (cp >= 0xD800 && cp <= 0xDFFF)) {
+      return false;
+    }
+    i += n + 1;
+  }
+  return true;
+}
+
+// A stored name as Python's zipfile decodes it (UTF-8 where flag bit 11 says so, else code
+// page 437), as UTF-8; nothing for a name flagged UTF-8 that is not.
+std::optional<std::string> decode_name(std::string_view raw, std::uint16_t flags) {
+  if ((flags & kUtf8Name) != 0) {
+    if (!valid_utf8(raw)) return std::nullopt;
+    return std::string(raw);
+  }
+  std::string out;
+  for (const char ch : raw) {
+    const auto c = static_cast<unsigned char>(ch);
+    put_utf8(&out, c < 0x80 ? char32_t{c} : kCp437High[c - 0x80]);
+  }
+  return out;
+}
+
 struct Member {
-  std::string name;
+  std::string name;    // decoded, whole: what messages show and the local header must repeat
+  std::string lookup;  // up to the first NUL: the name zipfile (and so numpy) knows it by
   std::uint16_t flags = 0;
   std::uint16_t method = 0;
   std::uint32_t crc = 0;
@@ -93,6 +187,16 @@ Result<Directory> read_directory(const File& f, std::uint64_t size) {
       return npz_error(path, "not a ZIP archive (no end of central directory record)");
     }
   }
+  // Python's zipfile takes the last signature in the tail, whatever its comment length says:
+  // another one after this record would make it read another directory.
+  for (std::size_t later = pos + 1; later + 4 <= tail; ++later) {
+    if (le32(&buf[later]) == kEndRecord) {
+      return npz_error(path, "a second end of central directory signature, at offset " +
+                                 std::to_string(size - tail + later) +
+                                 " in the archive comment, makes the archive ambiguous "
+                                 "(readers would take different directories)");
+    }
+  }
   const std::byte* e = &buf[pos];
   if (pos >= kZip64LocatorBytes && le32(e - kZip64LocatorBytes) == kZip64Locator) {
     return npz_error(path, kZip64);
@@ -111,6 +215,15 @@ Result<Directory> read_directory(const File& f, std::uint64_t size) {
     return npz_error(path, "central directory (" + std::to_string(cd_size) + " bytes at offset " +
                                std::to_string(cd_offset) + ") runs past the end record at offset " +
                                std::to_string(end_offset) + " (truncated or not a ZIP archive)");
+  }
+  // Where they differ, Python's zipfile shifts every offset by the difference (an archive
+  // after other bytes): readers would find different members.
+  if (std::uint64_t{cd_offset} + cd_size != end_offset) {
+    return npz_error(path, "central directory (" + std::to_string(cd_size) + " bytes at offset " +
+                               std::to_string(cd_offset) + ") ends at offset " +
+                               std::to_string(std::uint64_t{cd_offset} + cd_size) +
+                               ", not where the end record begins (" + std::to_string(end_offset) +
+                               "): archives with bytes before or inside them are not supported");
   }
   std::vector<std::byte> cd(cd_size);
   if (cd_size > 0) SHARDLOAD_RETURN_IF_ERROR(f.read_exact(cd.data(), cd_size, cd_offset));
@@ -135,12 +248,21 @@ Result<Directory> read_directory(const File& f, std::uint64_t size) {
     m.compressed = le32(c + 20);
     m.size = le32(c + 24);
     m.local_offset = le32(c + 42);
-    m.name.assign(reinterpret_cast<const char*>(c + kCentralBytes), n);
+    auto name = decode_name({reinterpret_cast<const char*>(c + kCentralBytes), n}, m.flags);
+    if (!name) return bad_entry("the name is flagged UTF-8 and is not");
+    m.name = *std::move(name);
+    m.lookup = m.name.substr(0, m.name.find('\0'));
     if (m.compressed == 0xFFFFFFFF || m.size == 0xFFFFFFFF || m.local_offset == 0xFFFFFFFF) {
       return npz_error(path, kZip64);
     }
     dir.members.push_back(std::move(m));
     at += kCentralBytes + n + x + k;
+  }
+  // zipfile reads entries until the directory's bytes end, not the end record's count.
+  if (at != cd.size()) {
+    return npz_error(path, "central directory: " + std::to_string(cd.size() - at) +
+                               " bytes follow its " + std::to_string(entries) +
+                               " entries (entries the end record does not count)");
   }
   return dir;
 }
@@ -154,25 +276,52 @@ std::string array_name(const std::string& member) {
   return member;
 }
 
-std::string array_list(const Directory& d) {
-  std::string out;
-  for (const auto& m : d.members) out += (out.empty() ? "" : ", ") + array_name(m.name);
+// The member names, each once, in the order of their first entries.
+std::vector<std::string> distinct_names(const Directory& d) {
+  std::vector<std::string> out;
+  for (const auto& m : d.members) {
+    if (std::find(out.begin(), out.end(), m.lookup) == out.end()) out.push_back(m.lookup);
+  }
   return out;
 }
 
+// The arrays by name ("a, b"); members whose array names collide ("x" and "x.npy") by theirs.
+std::string array_list(const std::vector<std::string>& names) {
+  std::string out;
+  for (const auto& n : names) {
+    const std::string a = array_name(n);
+    const bool shared = std::count_if(names.begin(), names.end(),
+                                      [&](const std::string& o) { return array_name(o) == a; }) > 1;
+    out += (out.empty() ? "" : ", ") + (shared ? n : a);
+  }
+  return out;
+}
+
+// The last entry of member name `lookup`: zipfile's name lookup keeps the last one, and an
+// archive updated in append mode lists the stale copy first.
+const Member* last_named(const Directory& d, std::string_view lookup) {
+  const Member* found = nullptr;
+  for (const auto& m : d.members) {
+    if (m.lookup == lookup) found = &m;
+  }
+  return found;
+}
+
+// The member numpy's NpzFile[name] reads.
 Result<const Member*> choose(const std::string& path, const Directory& d, const std::string& name) {
+  const std::vector<std::string> names = distinct_names(d);
   if (name.empty()) {
-    if (d.members.size() == 1) return &d.members.front();
-    if (d.members.empty()) return npz_error(path, "array: the archive holds no arrays");
+    if (names.size() == 1) return last_named(d, names.front());
+    if (names.empty()) return npz_error(path, "array: the archive holds no arrays");
     return npz_error(path, "array: expected exactly one array when none is named, found " +
-                               std::to_string(d.members.size()) + " (" + array_list(d) +
+                               std::to_string(names.size()) + " (" + array_list(names) +
                                "); name one with " + option_mention("dataset"));
   }
-  for (const auto& m : d.members) {
-    if (m.name == name || m.name == name + ".npy") return &m;
-  }
+  // The exact name first (numpy prefers member `x` to `x.npy` for "x"), then name + ".npy".
+  if (const Member* m = last_named(d, name)) return m;
+  if (const Member* m = last_named(d, name + ".npy")) return m;
   return npz_error(path, "array '" + name + "' not found (arrays in the archive: " +
-                             (d.members.empty() ? std::string("none") : array_list(d)) + ")");
+                             (names.empty() ? std::string("none") : array_list(names)) + ")");
 }
 
 // Inflates one deflated member from its start, on demand: read() hands out the next bytes
@@ -330,6 +479,58 @@ bool really_fortran(const NpyHeader& h) {
   return h.fortran_order && long_dims > 1;
 }
 
+// The local header of `m` (its fixed part in `local`) must say what the central directory
+// says: the same name (zipfile refuses another), and the same sizes where it gives them (a
+// reader that walks the local headers would find other bytes).
+Status check_local_header(const File& f, const Member& m,
+                          const std::array<std::byte, kLocalBytes>& local,
+                          const std::string& where) {
+  const std::uint16_t flags = le16(&local[6]);
+  const std::size_t n = le16(&local[26]);
+  const std::size_t x = le16(&local[28]);
+  std::vector<std::byte> tail(n + x);
+  if (!tail.empty()) {
+    SHARDLOAD_RETURN_IF_ERROR(f.read_exact(tail.data(), tail.size(), m.local_offset + kLocalBytes));
+  }
+  const auto name = decode_name({reinterpret_cast<const char*>(tail.data()), n}, flags);
+  if (!name || *name != m.name) {
+    return Status(ErrorCode::kFormat,
+                  where + ": the local header at offset " + std::to_string(m.local_offset) +
+                      " names another member (" +
+                      (name ? "'" + *name + "'" : std::string("a name flagged UTF-8 that is not")) +
+                      "): the central directory and the local headers disagree");
+  }
+  if ((flags & kDescriptor) != 0) return Status::ok();  // sizes in a descriptor after the data
+  std::uint64_t size = le32(&local[22]);
+  std::uint64_t compressed = le32(&local[18]);
+  // Sizes of 0xFFFFFFFF are in the ZIP64 extra field (numpy's savez writes its local
+  // headers so): the uncompressed size first, then the compressed one.
+  for (std::size_t at = n; at + 4 <= tail.size();) {
+    const std::uint16_t id = le16(&tail[at]);
+    const std::size_t len = le16(&tail[at + 2]);
+    if (at + 4 + len > tail.size()) break;
+    if (id == kZip64Extra) {
+      std::size_t p = at + 4;
+      for (std::uint64_t* v : {&size, &compressed}) {
+        if (*v != 0xFFFFFFFF) continue;
+        if (p + 8 > at + 4 + len) break;
+        *v = std::uint64_t{le32(&tail[p])} | std::uint64_t{le32(&tail[p + 4])} << 32;
+        p += 8;
+      }
+      break;
+    }
+    at += 4 + len;
+  }
+  if (size != m.size || compressed != m.compressed) {
+    return Status(ErrorCode::kFormat,
+                  where + ": the local header gives " + std::to_string(compressed) + " bytes (" +
+                      std::to_string(size) + " uncompressed), the central directory " +
+                      std::to_string(m.compressed) + " (" + std::to_string(m.size) +
+                      "): the archive is inconsistent");
+  }
+  return Status::ok();
+}
+
 class NpzReader final : public ShardReader {
  public:
   NpzReader(const FormatOptions& options, const ReaderContext& ctx,
@@ -368,15 +569,25 @@ class NpzReader final : public ShardReader {
       return Status(ErrorCode::kFormat,
                     where + ": no local header at offset " + std::to_string(m->local_offset));
     }
-    const std::uint64_t data =
-        m->local_offset + kLocalBytes + le16(&local[26]) + std::uint64_t{le16(&local[28])};
-    if (data + m->compressed > dir.offset) {
-      return Status(ErrorCode::kFormat, where + ": data (" + std::to_string(m->compressed) +
-                                            " bytes at offset " + std::to_string(data) +
-                                            ") runs past the members' data, which ends at " +
-                                            std::to_string(dir.offset));
+    const std::size_t local_name = le16(&local[26]);
+    const std::size_t local_extra = le16(&local[28]);
+    const std::uint64_t data = m->local_offset + kLocalBytes + local_name + local_extra;
+    // The member's bytes end where the next member's local header begins (by offset), as
+    // Python's zipfile checks since 3.12: overlapping members are refused, not read twice.
+    std::uint64_t next = dir.offset;
+    for (const auto& o : dir.members) {
+      if (o.local_offset > m->local_offset) next = std::min(next, o.local_offset);
     }
-
+    if (data + m->compressed > next) {
+      return Status(ErrorCode::kFormat,
+                    where + ": data (" + std::to_string(m->compressed) + " bytes at offset " +
+                        std::to_string(data) + ") runs past " +
+                        (next == dir.offset ? "the members' data, which ends at "
+                                            : "the next member's local header, at ") +
+                        std::to_string(next) +
+                        (next == dir.offset ? "" : " (overlapping members)"));
+    }
+    SHARDLOAD_RETURN_IF_ERROR(check_local_header(f, *m, local, where));
     // The member's .npy header: read in place, or inflated from the stream's start.
     std::vector<std::byte> head(static_cast<std::size_t>(std::min<std::uint64_t>(m->size, 16)));
     std::unique_ptr<Inflater> z;

@@ -241,6 +241,118 @@ TEST_F(NpzTest, ArchivesThatAreNotWhatTheyClaimAreRefusedNamingTheFile) {
       << l.status().message();
 }
 
+// The first row's first value of the layout's only shard.
+std::int32_t first_value(const Layout& l) {
+  std::vector<std::int32_t> row(3);
+  EXPECT_TRUE(fill_rows(l, 0, 1, reinterpret_cast<std::byte*>(row.data())));
+  return row[0];
+}
+
+TEST_F(NpzTest, AMemberListedTwiceReadsItsLastEntryAsNumpyDoes) {
+  // What zipfile's append mode leaves after writing x.npy again: two entries, the stale first.
+  for (const bool deflate : {false, true}) {
+    const std::string archive = zip({{"x.npy", iota_npy(4, 0), deflate},
+                                     {"y.npy", iota_npy(2, 0), deflate},
+                                     {"x.npy", iota_npy(6, 100), deflate}});
+    for (const char* name : {"x", "x.npy"}) {
+      auto l = discover_one(archive, npz(name));
+      ASSERT_TRUE(l) << l.status().message();
+      EXPECT_EQ(l->shape(), (std::vector<std::int64_t>{6, 3}));
+      EXPECT_EQ(first_value(*l), 100);
+    }
+    // One array listed twice is one array: no name needed.
+    auto one = discover_one(zip({{"x.npy", iota_npy(4, 0)}, {"x.npy", iota_npy(5, 9), deflate}}));
+    ASSERT_TRUE(one) << one.status().message();
+    EXPECT_EQ(one->shape(), (std::vector<std::int64_t>{5, 3}));
+    EXPECT_EQ(first_value(*one), 9);
+  }
+}
+
+TEST_F(NpzTest, TheMemberOfExactlyTheNameWinsAsNumpyDoes) {
+  for (const bool bare_first : {false, true}) {
+    std::vector<Member> members{{"x.npy", iota_npy(2, 0)}, {"x", iota_npy(3, 50)}};
+    if (bare_first) std::swap(members[0], members[1]);
+    const std::string archive = zip(members);
+    auto bare = discover_one(archive, npz("x"));
+    ASSERT_TRUE(bare) << bare.status().message();
+    EXPECT_EQ(first_value(*bare), 50);
+    auto npy = discover_one(archive, npz("x.npy"));
+    ASSERT_TRUE(npy) << npy.status().message();
+    EXPECT_EQ(first_value(*npy), 0);
+    EXPECT_NE(error(archive).find(bare_first ? "found 2 (x, x.npy)" : "found 2 (x.npy, x)"),
+              std::string::npos);
+  }
+}
+
+TEST_F(NpzTest, NamesAreTheNamesZipfileDecodes) {
+  // Code page 437 without flag bit 11 (0x82 is e-acute), UTF-8 with it; a name ends at a NUL.
+  auto cp437 = discover_one(zip({{"\x82.npy", iota_npy(2, 5)}}), npz("\xc3\xa9"));
+  ASSERT_TRUE(cp437) << cp437.status().message();
+  EXPECT_EQ(first_value(*cp437), 5);
+  auto utf8 = discover_one(zip({{"\xc3\xa9.npy", iota_npy(2, 6), false, 0x800}}), npz("\xc3\xa9"));
+  ASSERT_TRUE(utf8) << utf8.status().message();
+  EXPECT_EQ(first_value(*utf8), 6);
+  auto nul = discover_one(zip({{std::string("x.npy\0old", 9), iota_npy(2, 7)}}), npz("x"));
+  ASSERT_TRUE(nul) << nul.status().message();
+  EXPECT_EQ(first_value(*nul), 7);
+  EXPECT_NE(error(zip({{"\xff.npy", iota_npy(2, 0), false, 0x800}}))
+                .find("central directory entry 0: the name is flagged UTF-8 and is not"),
+            std::string::npos);
+}
+
+TEST_F(NpzTest, ArchivesThatReadersCouldTakeDifferentlyAreRefused) {
+  const std::string x = iota_npy(4, 0);
+  const std::string good = zip({{"x.npy", x}, {"y.npy", iota_npy(3, 0)}});
+  const std::size_t cd = good.find(std::string("PK\x01\x02", 4));
+  const std::size_t end = good.rfind(std::string("PK\x05\x06", 4));
+  const auto patch = [](std::string bytes, std::size_t at, std::uint32_t v) {
+    std::string le;
+    put32(&le, v);
+    return bytes.replace(at, 4, le);
+  };
+  const auto patched = [&](std::size_t at, std::uint32_t v) { return patch(good, at, v); };
+  // x.npy's directory sizes reach into y.npy's local header.
+  const auto longer = static_cast<std::uint32_t>(x.size() + 8);
+  const std::string overlap = patch(patched(cd + 20, longer), cd + 24, longer);
+  EXPECT_NE(error(overlap, npz("x"))
+                .find("member 'x.npy': data (" + std::to_string(x.size() + 8) +
+                      " bytes at offset 39) runs past the next member's local "
+                      "header, at " +
+                      std::to_string(39 + x.size()) + " (overlapping members)"),
+            std::string::npos);
+  // The local header names another member, or gives other sizes.
+  std::string renamed = good;
+  renamed[30] = 'z';
+  EXPECT_NE(error(renamed, npz("x"))
+                .find("member 'x.npy': the local header at offset 0 names "
+                      "another member ('z.npy')"),
+            std::string::npos);
+  EXPECT_NE(error(patched(18, static_cast<std::uint32_t>(x.size() - 12)), npz("x"))
+                .find("member 'x.npy': the local header gives " + std::to_string(x.size() - 12) +
+                      " bytes"),
+            std::string::npos);
+  // Bytes before the archive: zipfile would shift every offset.
+  EXPECT_NE(error("#!" + good, npz("x")).find("not where the end record begins"),
+            std::string::npos);
+  // The end record counts one entry of two.
+  std::string counted = good;
+  counted[end + 8] = 1;
+  counted[end + 10] = 1;
+  EXPECT_NE(error(counted, npz("x")).find("central directory: 51 bytes follow its 1 entries"),
+            std::string::npos);
+  // A second end record signature in the comment: zipfile would take that one.
+  std::string commented = good;
+  const std::string comment = std::string("PK\x05\x06", 4) + "xyz";
+  commented[end + 20] = static_cast<char>(comment.size());
+  commented += comment;
+  EXPECT_NE(error(commented, npz("x"))
+                .find("a second end of central directory signature, at offset " +
+                      std::to_string(good.size()) + " in the archive comment"),
+            std::string::npos);
+  // The archive as written reads.
+  ASSERT_TRUE(discover_one(good, npz("y")));
+}
+
 TEST_F(NpzTest, DamagedDeflatedDataIsAReadErrorNamingTheFile) {
   std::string archive = zip({{"a.npy", iota_npy(2000, 7), true}});
   // The CRC in the central directory (offset 16 of its entry).

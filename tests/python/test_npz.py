@@ -147,6 +147,146 @@ def test_bad_archives_are_refused_naming_the_file(tmp_path: pathlib.Path) -> Non
     refused(b"\x93NUMPY" + b"\0" * 100, r"not a ZIP archive")
 
 
+def _write_member(z: zipfile.ZipFile, name: str, a: np.ndarray) -> None:
+    with z.open(name, "w", force_zip64=True) as f:  # as numpy's savez writes members
+        np.lib.format.write_array(f, a)
+
+
+def _end(raw: bytes) -> tuple[int, int, int, int]:
+    """(offset, entries, directory size, directory offset) of the archive's last end record."""
+    e = end_record(raw)
+    entries, size, offset = struct.unpack("<HII", raw[e + 10:e + 20])
+    return e, entries, size, offset
+
+
+@pytest.mark.parametrize("compressed", [False, True], ids=["stored", "deflated"])
+def test_a_member_written_twice_reads_the_last_copy_as_numpy_does(tmp_path: pathlib.Path,
+                                                                   compressed: bool) -> None:
+    """zipfile's append mode writes an updated member again and keeps the old entry: the
+    directory lists x.npy twice, and numpy (zipfile's name lookup) reads the last one."""
+    method = zipfile.ZIP_DEFLATED if compressed else zipfile.ZIP_STORED
+    rng = np.random.default_rng(11)
+    for i, rows in enumerate((5, 8)):
+        path = tmp_path / f"shard_{i:04d}.npz"
+        (np.savez_compressed if compressed else np.savez)(path, x=np.zeros((rows, 3)),
+                                                          y=np.arange(4))
+        with zipfile.ZipFile(path, "a", compression=method) as z:
+            _write_member(z, "x.npy", rng.standard_normal((rows + 1, 3)))
+        assert zipfile.ZipFile(path).namelist().count("x.npy") == 2
+    expected = np.concatenate([np.load(tmp_path / f"shard_{i:04d}.npz")["x"] for i in range(2)])
+    assert expected.any()  # the new copies, not the zeros
+    for name in ("x", "x.npy"):
+        layout = shardload.discover(tmp_path, dataset=name)
+        assert layout.shape == expected.shape
+        check_all_ranges(layout, expected, step=2)
+    # One array written twice is still one array: no name needed.
+    path = tmp_path / "one" / "shard_0000.npz"
+    path.parent.mkdir()
+    np.savez(path, x=np.zeros(3))
+    with zipfile.ZipFile(path, "a", compression=method) as z:
+        _write_member(z, "x.npy", np.arange(7.0))
+    np.testing.assert_array_equal(shardload.discover(path.parent).read(0, 7),
+                                  np.load(path)["x"])
+
+
+@pytest.mark.parametrize("order", [("x.npy", "x"), ("x", "x.npy")])
+def test_the_member_of_exactly_the_name_wins_as_numpy_does(tmp_path: pathlib.Path,
+                                                          order: tuple[str, str]) -> None:
+    """Members `x.npy` and `x` in one archive: numpy reads `x` for "x" and `x.npy` for
+    "x.npy", in either order of the directory."""
+    path = tmp_path / "shard_0000.npz"
+    with zipfile.ZipFile(path, "w") as z:
+        for k, name in enumerate(order):
+            _write_member(z, name, np.full((3 + k, 2), 10 * k + 1, dtype=np.int32))
+    npz = np.load(path)
+    for name in ("x", "x.npy"):
+        np.testing.assert_array_equal(shardload.discover(tmp_path, dataset=name).read(),
+                                      npz[name])
+    with pytest.raises(shardload.LayoutError,
+                       match=r"expected exactly one array when none is named, found 2 \(" +
+                             r", ".join(n.replace(".", r"\.") for n in order) + r"\)"):
+        shardload.discover(tmp_path)
+
+
+def test_archives_that_readers_could_take_differently_are_refused(
+        tmp_path: pathlib.Path) -> None:
+    """Each archive here is one that numpy reads as another array than the directory (or
+    the local headers) alone would give, or refuses: refused, naming the file."""
+    path = tmp_path / "shard_0000.npz"
+    old, new = np.arange(6.0), np.arange(100.0, 109.0)
+
+    def refused(raw: bytes, match: str) -> None:
+        path.write_bytes(raw)
+        with pytest.raises(shardload.LayoutError, match=match) as e:
+            shardload.discover(tmp_path)
+        assert str(path) in str(e.value)
+
+    # An end record that counts fewer entries than its directory holds: zipfile reads the
+    # directory to its end, and so the newer copy of x; the count alone gives the stale one.
+    np.savez(path, x=old)
+    with zipfile.ZipFile(path, "a") as z:
+        _write_member(z, "x.npy", new)
+    raw = bytearray(path.read_bytes())
+    e, _, _, _ = _end(bytes(raw))
+    raw[e + 8:e + 12] = struct.pack("<HH", 1, 1)
+    path.write_bytes(bytes(raw))
+    np.testing.assert_array_equal(np.load(path)["x"], new)
+    refused(bytes(raw), r"shard_0000\.npz: central directory: \d+ bytes follow its 1 entries")
+
+    # A second end record inside the comment of the first, with its own directory: zipfile
+    # takes the last signature (the copy holding `new`); the comment length points to the first.
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as z:
+        _write_member(z, "x.npy", old)
+        _write_member(z, "y.npy", new)
+    two = buf.getvalue()
+    e, _, size, offset = _end(two)
+    entries = zipfile.ZipFile(io.BytesIO(two)).infolist()
+    cd = two[offset:offset + size]
+    first = cd[:cd.index(b"PK\x01\x02", 4)]  # the entry of x.npy
+    second = bytearray(cd[len(first):])        # y.npy's, renamed x.npy
+    second[46:51] = b"x.npy"
+    # Its comment length (3) does not reach the file's end (7 bytes follow): zipfile takes
+    # it all the same.
+    tail = bytes(second) + b"PK\x05\x06" + struct.pack(
+        "<HHHHIIH", 0, 0, 1, 1, len(second), offset + len(first) + 22, 3) + b"comment"
+    crafted = (two[:offset] + first + b"PK\x05\x06" +
+               struct.pack("<HHHHIIH", 0, 0, 1, 1, len(first), offset, len(tail)) + tail)
+    # y.npy's local header must say x.npy too for zipfile to read it.
+    crafted = bytearray(crafted)
+    ly = entries[1].header_offset
+    crafted[ly + 30:ly + 35] = b"x.npy"
+    np.testing.assert_array_equal(np.load(io.BytesIO(bytes(crafted)))["x"], new)
+    refused(bytes(crafted), r"a second end of central directory signature, at offset \d+ in "
+                            r"the archive comment, makes the archive ambiguous")
+
+    # A local header that names another member than the directory: zipfile refuses it.
+    np.savez(path, x=old)
+    raw = bytearray(path.read_bytes())
+    raw[30:35] = b"z.npy"
+    path.write_bytes(bytes(raw))
+    with pytest.raises(zipfile.BadZipFile, match="differ"):
+        np.load(path)["x"]
+    refused(bytes(raw), r"member 'x\.npy': the local header at offset 0 names another member "
+                        r"\('z\.npy'\)")
+
+    # A local header whose sizes (in its ZIP64 field, as savez writes them) differ from the
+    # directory's: a reader walking the local headers would take other bytes.
+    np.savez(path, x=old)
+    raw = bytearray(path.read_bytes())
+    name_len, extra_len = struct.unpack("<HH", raw[26:30])
+    field = 30 + name_len + 4  # the ZIP64 extra field's values: uncompressed, compressed
+    raw[field:field + 8] = struct.pack("<Q", struct.unpack("<Q", raw[field:field + 8])[0] - 8)
+    refused(bytes(raw), r"member 'x\.npy': the local header gives \d+ bytes \(\d+ "
+                        r"uncompressed\), the central directory")
+
+    # An archive after other bytes: zipfile shifts every offset by their length.
+    np.savez(path, x=new)
+    refused(b"#!/bin/sh\nexit 0\n" + path.read_bytes(),
+            r"central directory \(\d+ bytes at offset \d+\) ends at offset \d+, not where the "
+            r"end record begins")
+
+
 def test_damaged_deflated_data_is_a_read_error(tmp_path: pathlib.Path) -> None:
     path = tmp_path / "shard_0000.npz"
     a = np.random.default_rng(8).standard_normal((500, 4))
