@@ -191,6 +191,8 @@ Result<RemoteDest> prepare_remote_save(const std::string& dest, const SaveOption
     return Status(ErrorCode::kInvalidArgument,
                   "save: " + dest + ": " + not_for_object_storage(spec));
   }
+  // Before any request: the prefix checked below is the one every write and delete uses.
+  SHARDLOAD_RETURN_IF_ERROR(check_object_key(dest));
   RemoteDest d;
   d.dest = dest;
   d.overwrite = options.overwrite;

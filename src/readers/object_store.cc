@@ -1,8 +1,10 @@
 #include "readers/detail/object_store.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <string>
+#include <string_view>
 
 namespace shardload::detail {
 
@@ -23,6 +25,25 @@ Result<ObjectStore*> writable_object_store(const std::string& url) {
                       "object storage is not supported by this build (it needs Arrow)", ENOTSUP);
   }
   return store;
+}
+
+Status check_object_key(const std::string& url) {
+  if (url.substr(0, 5) != "s3://") return Status::ok();
+  const std::string_view path = std::string_view(url).substr(5, url.find('?') - 5);
+  for (std::size_t at = 0; at <= path.size();) {
+    const std::size_t slash = std::min(path.find('/', at), path.size());
+    const std::string_view segment = path.substr(at, slash - at);
+    if (segment == "." || segment == "..") {
+      return file_error(ErrorCode::kInvalidArgument, url,
+                        "the key holds a '" + std::string(segment) +
+                            "' segment; object keys with '.' or '..' segments are refused (a "
+                            "client or server that resolves them would reach another key than "
+                            "the one named); name the key without them",
+                        EINVAL);
+    }
+    at = slash + 1;
+  }
+  return Status::ok();
 }
 
 const ObjectShardLayout* object_shard_layout(Format format) {

@@ -736,7 +736,9 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
     return where;
   }
 
+  // Every request's URL passes here first: none with a dot segment in its key is sent.
   Result<Where> resolve(const std::string& url) {
+    SHARDLOAD_RETURN_IF_ERROR(check_object_key(url));
     const auto q = url.find('?');
     const std::string base = url.substr(0, q);
     const std::string query = q == std::string::npos ? std::string() : url.substr(q);

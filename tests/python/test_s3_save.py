@@ -567,6 +567,51 @@ def proxied(server):
 UPLOADS = [pytest.param({}, id="put"), pytest.param({"multipart_threshold": "0"}, id="multipart")]
 
 
+# Keys whose "." / ".." segments a client or server would resolve to another key.
+DOTTED = ["new/../keep/", "./keep/", "keep/./", "keep/..", "new/./../keep/", "a/b/../../keep/"]
+
+
+@pytest.mark.parametrize("path", ["signed", "arrow"])
+def test_a_key_with_dot_segments_is_refused_before_any_request(proxied, server, path,
+                                                                monkeypatch):
+    """save to "s3://B/new/../keep/" once checked the literal prefix (empty) while libcurl sent
+    the PUTs to keep/, and the failed save's clean-up deleted the user's keep/shard_0000.npy;
+    "x/../../OTHER/" reached another bucket. Such keys are refused, for saves (with and
+    without overwrite), discovery and reads, before a single request: the proxy sees none,
+    and both buckets keep every object, byte for byte."""
+    bucket, proxy = proxied
+    options = bucket.options
+    if path == "arrow":  # no region outside the AWS SDK: Arrow's client does the requests
+        options = {k: v for k, v in bucket.options.items() if k != "region"}
+        for k in ("AWS_REGION", "AWS_DEFAULT_REGION"):
+            monkeypatch.delenv(k, raising=False)
+    keep = np.arange(6.0).reshape(3, 2)
+    shardload.save(keep, bucket.url("keep/"), num_shards=1, storage_options=options)
+    other = Bucket(server)
+    other.put("d/mine.npy", b"mine")
+    before = {k: bucket.get(k) for k in bucket.keys()}
+    assert "keep/shard_0000.npy" in before
+    proxy.log.clear()
+    dests = [bucket.url(k) for k in DOTTED] + [bucket.url(f"x/../../{other.name}/d/")]
+    for dest in dests:
+        for overwrite in (False, True):
+            with pytest.raises(ValueError, match=r"the key holds a '\.\.?' segment") as e:
+                shardload.save(np.ones((4, 2)), dest, overwrite=overwrite,
+                               storage_options=options)
+            assert dest in str(e.value)
+        for source in (dest, dest.rstrip("/") + "/shard_0000.npy"):
+            with pytest.raises((ValueError, OSError),
+                               match=r"the key holds a '\.\.?' segment") as e:
+                shardload.discover(source, storage_options=options)
+            assert source in str(e.value)
+    assert proxy.log == []
+    assert {k: bucket.get(k) for k in bucket.keys()} == before
+    assert other.keys() == ["d/mine.npy"] and other.get("d/mine.npy") == b"mine"
+    # The same names without the dot segments work.
+    np.testing.assert_array_equal(
+        np.asarray(shardload.load(bucket.url("keep/"), storage_options=options)), keep)
+
+
 @pytest.mark.parametrize("upload", UPLOADS)
 @pytest.mark.parametrize("action", ["500", "reset"])
 def test_an_upload_answered_500_or_reset_is_retried_and_the_save_completes(

@@ -59,6 +59,12 @@ class ObjectStore {
   virtual Status remove_empty_prefix(const std::string& /*dir_url*/) { return Status::ok(); }
 };
 
+// Refuses an s3:// URL whose key holds a "." or ".." segment ("s3://B/new/../keep/"): an HTTP
+// client or a server that resolves dot segments would send the request for another key (or
+// bucket) than the one named and checked, so a write or a delete could land outside the
+// prefix a save checked. kInvalidArgument naming the URL; ok for any other URL.
+Status check_object_key(const std::string& url);
+
 void set_object_store(ObjectStore* store);
 // The store that writes `url` (s3:// only), or nullptr.
 ObjectStore* object_store_for(std::string_view url);
