@@ -61,4 +61,9 @@ if [ ! -f build/build.ninja ]; then
         -DPython3_EXECUTABLE="$ROOT/.venv/bin/python" >/dev/null
 fi
 log "building"
-cmake --build build -j "$(nproc)" >/dev/null
+# Quiet when it works; the end of its log (the compiler's errors) when it fails.
+if ! cmake --build build -j "$(nproc)" >build/build.log 2>&1; then
+  log "the build failed; the end of build/build.log:"
+  tail -60 build/build.log >&2
+  exit 1
+fi

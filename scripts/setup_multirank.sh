@@ -95,4 +95,8 @@ cmake -S . -B build-mr -G Ninja -DCMAKE_BUILD_TYPE=Release \
       -DCMAKE_MODULE_LINKER_FLAGS="-Wl,-rpath-link,$link_dirs" >/dev/null
 read -r -a targets <<< "${SHARDLOAD_MR_TARGETS:-shardload _core _legate legate_tests}"
 log "building ${targets[*]}"
-cmake --build build-mr -j "$(nproc)" --target "${targets[@]}" >/dev/null
+if ! cmake --build build-mr -j "$(nproc)" --target "${targets[@]}" >build-mr/build.log 2>&1; then
+  log "the build failed; the end of build-mr/build.log:"
+  tail -60 build-mr/build.log >&2
+  exit 1
+fi

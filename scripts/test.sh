@@ -71,6 +71,14 @@ stage() {
   record ok
 }
 
+# built DIR [ARGS]: builds a tree quietly; shows the end of its log when the build fails.
+built() {
+  local dir=$1
+  shift
+  cmake --build "$dir" -j "$(nproc)" "$@" >"$dir/build.log" 2>&1 ||
+    { echo "building $dir failed; the end of $dir/build.log:"; tail -60 "$dir/build.log"; return 1; }
+}
+
 stage "Setup (scripts/setup.sh: packages, .venv, build/)" scripts/setup.sh
 source scripts/env.sh
 source scripts/ccache.sh  # for the trees configured here (build-asan, build-fuzz)
@@ -106,7 +114,7 @@ asan() {
   # Configured every time (quick once configured) so the options below always hold.
   cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DSHARDLOAD_SANITIZE=ON \
         -DSHARDLOAD_PYTHON=OFF -DSHARDLOAD_BENCH=OFF -DSHARDLOAD_WITH_LEGATE=OFF >/dev/null
-  cmake --build build-asan -j "$(nproc)" --target core_tests >/dev/null
+  built build-asan --target core_tests
   ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 build-asan/core_tests --gtest_brief=1
 }
 stage "C++ core tests under ASan + UBSan" asan
@@ -131,7 +139,7 @@ fuzz() {
         -DSHARDLOAD_FUZZ=ON -DSHARDLOAD_SANITIZE=ON -DSHARDLOAD_WITH_LEGATE=OFF \
         -DSHARDLOAD_PYTHON=OFF -DSHARDLOAD_TESTS=OFF -DSHARDLOAD_BENCH=OFF \
         -DSHARDLOAD_WITH_CUDA=OFF -DSHARDLOAD_WITH_HDF5=OFF -DSHARDLOAD_WITH_ARROW=OFF >/dev/null
-  cmake --build build-fuzz -j "$(nproc)" >/dev/null
+  built build-fuzz
   # One target per CPU at a time; each is single-threaded.
   export -f fuzz_one
   export FUZZ_SECONDS
@@ -165,6 +173,6 @@ stage "Multi-rank tests: 2 Legate ranks (build-mr)" multirank
 
 stage "Python API reference (pdoc, no Legate start)" scripts/api_docs.sh build/api
 
-python_tests() { (cd tests/python && python -m pytest -q ${PYTEST_ARGS[@]+"${PYTEST_ARGS[@]}"}); }
+python_tests() { (cd tests/python && python -m pytest -q --durations=15 ${PYTEST_ARGS[@]+"${PYTEST_ARGS[@]}"}); }
 # Last, so that its summary closes the output (before the stage table).
 stage "Python tests" python_tests
