@@ -490,10 +490,12 @@ def _dtype_text(dt: np.dtype) -> str:
     return dt.str if dt.byteorder in "<>" else dt.name
 
 
-# The names format="auto" takes for parquet and arrow files, and for the others
-# (src/base/format.cc).
-_COLUMNAR_EXTENSIONS = (".parquet", ".pq", ".arrow", ".feather", ".ipc")
-_OTHER_EXTENSIONS = (".npy", ".bin", ".raw", ".dat", ".h5", ".hdf5", ".zarr")
+# The names format="auto" takes for parquet and arrow files, and for the others: the format
+# table's (src/readers/formats.cc), so that a format added there is counted here too.
+_COLUMNAR_EXTENSIONS = tuple(e for row in _core.format_rows() if row["name"] in _COLUMNAR
+                             for e in row["extensions"])
+_OTHER_EXTENSIONS = tuple(e for row in _core.format_rows() if row["name"] not in _COLUMNAR
+                          for e in row["extensions"])
 
 
 def _named_columnar(source: object, pattern: str | bytes | None) -> bool:
@@ -694,7 +696,8 @@ trailing shape and format options. A Layout pickles (to pass it to another proce
 
 _LAYOUT_DOCS = {
     "format": "The format of the shards: ``'npy'``, ``'raw'``, ``'hdf5'``, ``'parquet'``, "
-              "``'arrow'`` or ``'zarr'`` (never ``'auto'``).",
+              "``'arrow'``, ``'zarr'`` or ``'npz'`` (never ``'auto'``), or the name of a "
+              "reader registered with :func:`register_reader`.",
     "dtype": "The numpy dtype of the array, in native byte order.",
     "shape": "The shape of the whole array: ``(total_rows, *trailing_shape)``.",
     "trailing_shape": "The shape of one row (``shape[1:]``), the same in every shard; ``()`` "
@@ -768,6 +771,10 @@ def discover(
             gives them back as os.fsdecode does). An existing directory or
             file is taken as such even when its name holds ``{`` ``*`` ``?``
             or ``[``; a path holding a NUL character is refused (ValueError).
+            Each may also be a URL: ``s3://bucket/prefix/...`` (listed for a
+            directory or glob) or ``http(s)://host/...`` (a directory, ending in
+            ``/``, through its manifest, since HTTP has no listing); see
+            docs/object_storage.md.
         pattern: the numbering of the files in a directory source (default
             ``shard_{:04d}`` with the format's extension).
         format: ``"auto"`` (from the extension or the store's metadata),
@@ -797,8 +804,8 @@ def discover(
         trust_manifest: a directory source with a manifest (``DIR/shardload.manifest``,
             written by :func:`shardload.index`) is discovered from it when it was made with
             the same format options and every shard still matches it (npy, raw, Zarr: the
-            header or metadata read and compared; HDF5, Parquet, Arrow: size and times, one
-            stat per file); else the files are probed and ``layout.manifest_status`` says
+            header or metadata read and compared; HDF5, Parquet, Arrow, npz: size and times,
+            one stat per file); else the files are probed and ``layout.manifest_status`` says
             why. True takes the manifest without touching any shard at all. See
             docs/manifest.md.
         probe_threads: threads probing the shards (an int from 0 to 1024; default 0: several
@@ -813,8 +820,8 @@ def discover(
             in the source (Arrow's S3 URI options: ``endpoint_override``, ``scheme``,
             ``region``, ...), e.g. ``{"endpoint_override": "127.0.0.1:9000", "scheme":
             "http"}``; credentials come from the AWS environment and credentials chain.
-            npy, raw, Parquet and Arrow IPC are read from object storage (see
-            docs/object_storage.md).
+            Every format (npy, raw, HDF5, Parquet, Arrow, Zarr, npz) is read from
+            ``s3://`` and ``http(s)://`` URLs (see docs/object_storage.md).
 
     Returns:
         The layout: shard paths, rows per shard, dtype, shape, byte count.

@@ -70,6 +70,10 @@ def format_option_rows() -> list[tuple[str, str]]:
     """(name, kind) of each row of the C++ format option table, in order."""
 def discover_option_rows() -> list[tuple[str, str]]:
     """(name, kind) of each row of the C++ discovery option table, in order."""
+def format_rows() -> list[dict[str, Any]]:
+    """The built-in formats of the C++ format table, in order: each a dict of ``name``,
+    ``aliases``, ``extensions``, ``store`` (a shard is a directory), ``writable`` (save
+    writes it) and ``capabilities`` (the names of the FormatCapabilities it has)."""
 def resolve(source: Union[_Path, Sequence[_Path]], pattern: Union[str, bytes, None] = None) -> list[str]:
     """The source's paths in order (no file opened); errors as discover's."""
 

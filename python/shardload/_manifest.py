@@ -3,7 +3,7 @@
 :func:`index` writes ``DIR/shardload.manifest`` (atomically); :func:`shardload.discover` and
 :func:`shardload.load` then take the layout from it while the request has the options it was
 indexed with and the shards still match it (npy, raw, Zarr: their headers or metadata read
-and compared; HDF5, Parquet, Arrow: sizes and times), or without looking at the shards at
+and compared; HDF5, Parquet, Arrow, npz: sizes and times), or without looking at the shards at
 all with ``trust_manifest=True``.
 :func:`verify` checks the shards against the manifest's checksums in a parallel Legate task.
 :func:`discover_once` discovers in one Legate task for a whole multi-rank job. The design and

@@ -18,9 +18,10 @@ from typing import Any, Union
 
 import numpy as np
 
-from . import _api
+from . import _api, _core
 
-_FORMATS = ("npy", "zarr", "raw")
+# The formats with a writer in the format table (src/readers/formats.cc).
+_FORMATS = tuple(row["name"] for row in _core.format_rows() if row["writable"])
 _CHECKSUMS = ("none", "xxh3")
 # The most shards one save writes (the C++ side's bound too).
 _MAX_SHARDS = 1_000_000

@@ -174,6 +174,7 @@ PYBIND11_MODULE(_core, m) {
   // The option tables' (name, kind) rows, from which the package checks its keywords.
   m.def("format_option_rows", &python::format_option_rows);
   m.def("discover_option_rows", &python::discover_option_rows);
+  m.def("format_rows", &python::format_rows);
 
   // The manifest (shardload/manifest.hpp); shardload._manifest is its Python API.
   m.def(

@@ -115,6 +115,34 @@ inline py::list format_option_rows() {
   return rows;
 }
 
+// The format table (shardload/formats.hpp), the built-in formats in its order: the package
+// and the documentation tests take their lists of formats and extensions from it.
+inline py::list format_rows() {
+  py::list rows;
+  for (const auto& d : formats()) {
+    if (d.registered) continue;
+    py::dict row;
+    row["name"] = d.name;
+    row["aliases"] = d.aliases;
+    row["extensions"] = d.extensions;
+    row["store"] = static_cast<bool>(d.is_store);
+    row["writable"] = d.writer != nullptr;
+    // The capabilities the engine asks of a format, by their C++ names.
+    const FormatCapabilities& c = d.capabilities;
+    py::list capabilities;
+    for (const auto& [name, has] : {std::pair{"contiguous_rows", c.contiguous_rows},
+                                    std::pair{"parallel_probe", c.parallel_probe},
+                                    std::pair{"cheap_reprobe", c.cheap_reprobe},
+                                    std::pair{"remote_reads", c.remote_reads},
+                                    std::pair{"remote_piece_lanes", c.remote_piece_lanes}}) {
+      if (has) capabilities.append(name);
+    }
+    row["capabilities"] = std::move(capabilities);
+    rows.append(std::move(row));
+  }
+  return rows;
+}
+
 inline py::list discover_option_rows() {
   py::list rows;
   for (const auto& row : discover_option_table()) {

@@ -12,6 +12,7 @@
 #include <map>
 
 #include "cli/commands.hpp"
+#include "shardload/formats.hpp"
 #include "shardload/io.hpp"
 #include "shardload/layout.hpp"
 
@@ -133,10 +134,16 @@ const std::vector<OptionSpec>& format_option_specs() {
     }
     return f;
   }();
+  // The names from the format table, so that a format added there is named here too.
+  static const std::string format_help = [] {
+    std::string names;
+    for (const auto& d : formats()) {
+      if (!d.registered) names += d.name + ", ";
+    }
+    return names.substr(0, names.size() - 2) + " or auto (the default: by extension)";
+  }();
   static const std::vector<OptionSpec> specs = [] {
-    std::vector<OptionSpec> out{
-        {"format", "F",
-         "npy, npz, raw, hdf5, parquet, arrow, zarr or auto (the default: by extension)"}};
+    std::vector<OptionSpec> out{{"format", "F", format_help.c_str()}};
     const auto table = format_option_table();
     for (std::size_t i = 0; i < table.size(); ++i) {
       // Only a list of dimensions means something when empty ('' is 1-D data).

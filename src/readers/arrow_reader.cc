@@ -430,7 +430,8 @@ Status copy_rows(const ColumnView& v, std::int64_t b, std::int64_t e, std::byte*
   }
   D fill{};
   if (c.fill && !cast_value(*c.fill, &fill)) {
-    return Status(ErrorCode::kInvalidArgument, "fill_value " + value_string(*c.fill) +
+    return Status(ErrorCode::kInvalidArgument, option_mention("fill_value", true) +
+                                                   value_string(*c.fill) +
                                                    " is not representable as " + c.dtype.name());
   }
   // Only a bool column's leaf is a BooleanArray: cast it there alone (a downcast of another
@@ -582,7 +583,8 @@ Status check_fill(double fill, DType dtype) {
   return visit_dtype(dtype, [&]<typename D>() {
     D d{};
     if (!cast_value(fill, &d)) {
-      return Status(ErrorCode::kInvalidArgument, "fill_value " + value_string(fill) +
+      return Status(ErrorCode::kInvalidArgument, option_mention("fill_value", true) +
+                                                     value_string(fill) +
                                                      " is not representable as " + dtype.name());
     }
     return Status::ok();

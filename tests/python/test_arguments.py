@@ -217,7 +217,7 @@ def test_fill_value_values(parquet) -> None:
     np.testing.assert_array_equal(read(2**53), [1, 2**53, 3])
     np.testing.assert_array_equal(read(True), [1, 1, 3])
     # Whether the dtype holds the value is the reader's check, on the value given.
-    with pytest.raises(ValueError, match=r"fill_value 1.5\d* is not representable as int64"):
+    with pytest.raises(ValueError, match=r"fill_value=1.5\d* is not representable as int64"):
         read(1.5)
 
 

@@ -130,7 +130,7 @@ def test_nulls_error_names_file_column_and_row(tmp_path: pathlib.Path, fmt: str)
 def test_fill_value_must_fit_the_dtype(tmp_path: pathlib.Path, fmt: str) -> None:
     write(tmp_path / f"shard_0000.{EXT[fmt]}", pa.table({"v": pa.array([1, None], pa.uint8())}),
           fmt, 2)
-    with pytest.raises(ValueError, match=r"fill_value -1\.0+ is not representable as uint8"):
+    with pytest.raises(ValueError, match=r"fill_value=-1\.0+ is not representable as uint8"):
         shardload.discover(tmp_path, format=fmt, fill_value=-1)
     layout = shardload.discover(tmp_path, format=fmt, fill_value=255)
     np.testing.assert_array_equal(layout.read(), np.array([1, 255], np.uint8))
