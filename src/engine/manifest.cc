@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <span>
 #include <system_error>
 #include <thread>
@@ -511,9 +512,28 @@ std::string probe_difference(const Layout& l, const Shard& s, const ShardProbe& 
   return {};
 }
 
-}  // namespace
+// Another file (inode) with the size of the one indexed: what `cp -r`, a restore from a backup
+// or a copy to another machine leaves. The file indexed, touched or rewritten in place, is not
+// one: it stays stale as before. Local files only: an object's snapshot is its ETag, which
+// changes with its bytes.
+bool another_file_same_size(const std::string& path, const FileInfo& then, const FileInfo& now) {
+  return !is_remote_url(path) && then.inode != now.inode && then.size == now.size &&
+         then.regular == now.regular;
+}
 
-std::string manifest_staleness(const Manifest& m, IoBackend& io) {
+struct Staleness {
+  std::string why;  // "" when the manifest describes the files
+  // The first difference is another file of the indexed size, in a format checked by its
+  // snapshot alone (the manifest would be believed for metadata no one read): a copy.
+  bool copy_of_snapshot_checked = false;
+};
+
+// manifest_staleness, where `renewed` (when given, sized to the shards) receives the file's
+// snapshot of each shard whose probe (npy, raw, Zarr locally: the header or metadata read now)
+// equals the manifest's in everything but the file's identity: such a shard is what probing
+// would give, so it is not stale, and the layout takes the snapshot the probe saw.
+Staleness check_manifest(const Manifest& m, IoBackend& io,
+                         std::vector<std::optional<FileInfo>>* renewed) {
   auto differs = [&](const std::string& path, const FileInfo& then) -> std::string {
     auto now = io.stat_path(path);
     if (!now) return now.status().message();
@@ -535,16 +555,28 @@ std::string manifest_staleness(const Manifest& m, IoBackend& io) {
         detail::probe_threads(find_format(layout.format, layout.options.reader), ctx, paths.size(),
                               0, !paths.empty() && is_remote_url(paths.front()));
     auto probes = detail::probe_shards(paths, layout.format, layout.options, ctx, threads);
-    if (!probes) return probes.status().message();
+    if (!probes) return {probes.status().message()};
     for (std::size_t i = 0; i < shards.size(); ++i) {
       const auto& probe = (*probes)[i];
-      if (!probe) return path_for_message(shards[i].path) + ": not probed";  // not reached
-      if (!*probe) return probe->status().message();
+      if (!probe) return {path_for_message(shards[i].path) + ": not probed"};  // not reached
+      if (!*probe) return {probe->status().message()};
+      const FileInfo& seen = (**probe).shard.snapshot;
       std::string why = probe_difference(layout, shards[i], **probe);
+      if (!why.empty() && another_file_same_size(shards[i].path, shards[i].snapshot, seen)) {
+        Shard same = shards[i];
+        same.snapshot = seen;
+        std::string beyond = probe_difference(layout, same, **probe);
+        if (!beyond.empty()) {
+          why = std::move(beyond);  // more than a copy: say what
+        } else if (renewed != nullptr) {
+          why.clear();
+          (*renewed)[i] = seen;
+        }
+      }
       for (const auto& f : shards[i].linked) {
         if (why.empty()) why = differs(f.path, f.snapshot);
       }
-      if (!why.empty()) return why;
+      if (!why.empty()) return {why};
     }
   } else {
     // HDF5, Parquet, Arrow and a user's reader (and remote .npy): the snapshot of each file
@@ -554,12 +586,20 @@ std::string manifest_staleness(const Manifest& m, IoBackend& io) {
     // answer is the lowest shard that differs, whatever the timing: shards are claimed in
     // order, so every one below it has been checked.
     std::vector<std::string> why(shards.size());
+    std::vector<char> copied(shards.size(), 0);
     std::atomic<std::size_t> next{0};
     std::atomic<std::size_t> first_bad{shards.size()};
     const auto work = [&] {
       for (std::size_t i = next.fetch_add(1); i < shards.size(); i = next.fetch_add(1)) {
         if (i > first_bad.load()) return;
-        std::string w = differs(shards[i].path, shards[i].snapshot);
+        std::string w;
+        if (auto now = io.stat_path(shards[i].path); !now) {
+          w = now.status().message();
+        } else if (*now != shards[i].snapshot) {
+          w = path_for_message(shards[i].path) + ": " +
+              snapshot_difference(shards[i].path, shards[i].snapshot, *now);
+          copied[i] = another_file_same_size(shards[i].path, shards[i].snapshot, *now);
+        }
         for (const auto& f : shards[i].linked) {
           if (w.empty()) w = differs(f.path, f.snapshot);
         }
@@ -585,26 +625,34 @@ std::string manifest_staleness(const Manifest& m, IoBackend& io) {
     }
     work();
     for (auto& h : helpers) h.join();
-    if (first_bad.load() < shards.size()) return why[first_bad.load()];
+    if (const std::size_t bad = first_bad.load(); bad < shards.size()) {
+      return {why[bad], copied[bad] != 0};
+    }
   }
   // A web server has no listing: the manifest alone says which objects are the dataset, so an
   // object added after indexing is not seen (nor would it be without the manifest).
   if (!m.pattern.empty() && !is_http_url(m.directory)) {
     auto listed = resolve(Source::directory(m.directory, m.pattern));
-    if (!listed) return listed.status().message();
+    if (!listed) return {listed.status().message()};
     for (std::size_t i = 0; i < std::max(listed->size(), shards.size()); ++i) {
       if (i >= shards.size()) {
-        return path_for_message((*listed)[i]) + " is new: the manifest lists " +
-               std::to_string(shards.size()) + " shards, the directory holds " +
-               std::to_string(listed->size());
+        return {path_for_message((*listed)[i]) + " is new: the manifest lists " +
+                std::to_string(shards.size()) + " shards, the directory holds " +
+                std::to_string(listed->size())};
       }
       if (i >= listed->size() || (*listed)[i] != shards[i].path) {
-        return path_for_message(i < listed->size() ? (*listed)[i] : shards[i].path) +
-               (i < listed->size() ? " is not in the manifest" : " is gone");
+        return {path_for_message(i < listed->size() ? (*listed)[i] : shards[i].path) +
+                (i < listed->size() ? " is not in the manifest" : " is gone")};
       }
     }
   }
   return {};
+}
+
+}  // namespace
+
+std::string manifest_staleness(const Manifest& m, IoBackend& io) {
+  return check_manifest(m, io, nullptr).why;
 }
 
 Result<std::vector<ChecksumMismatch>> verify_range(const Manifest& m, std::size_t lo,
@@ -739,7 +787,9 @@ ManifestDiscovery discover_from_manifest(const Source& source, const DiscoverOpt
     m->layout.manifest_state = ManifestState::kTrusted;
   } else {
     IoBackend& io = options.io != nullptr ? *options.io : posix_io();
-    const std::string why = manifest_staleness(*m, io);
+    std::vector<std::optional<FileInfo>> renewed(n);
+    const Staleness staleness = check_manifest(*m, io, &renewed);
+    const std::string& why = staleness.why;
     if (!why.empty()) {
       r.state = ManifestState::kStale;
       if (http) {
@@ -750,11 +800,29 @@ ManifestDiscovery discover_from_manifest(const Source& source, const DiscoverOpt
         for (const auto& s : m->layout.shards) r.probe_paths.push_back(s.path);
       } else {
         r.note = "manifest: stale because " + why + "; probed the files instead";
+        if (staleness.copy_of_snapshot_checked) {
+          // What a copy of the directory costs, said where the user sees it.
+          r.note += std::string(" (") + format_name(m->layout.format) +
+                    " shards are checked by their snapshots alone, and this is another file "
+                    "of the indexed size, as after a copy: every discovery of this directory "
+                    "probes until shardload index runs in it again)";
+        }
       }
       return r;
     }
+    std::size_t copies = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      if (renewed[i]) {
+        m->layout.shards[i].snapshot = *renewed[i];
+        ++copies;
+      }
+    }
     m->layout.manifest_status =
-        "manifest: used (" + std::to_string(n) + " shards unchanged since indexing)";
+        copies == 0 ? "manifest: used (" + std::to_string(n) + " shards unchanged since indexing)"
+                    : "manifest: used (" + std::to_string(n) + " shards as indexed; " +
+                          std::to_string(copies) +
+                          " of them other files with the same size and header, as after a copy: "
+                          "their snapshots were taken from the files)";
     m->layout.manifest_state = ManifestState::kUsed;
   }
   r.layout = std::move(m->layout);
