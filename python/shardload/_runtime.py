@@ -210,5 +210,5 @@ def start_failure(error: BaseException) -> str:
         f"Legate could not start: {_legate_first_line(str(error))}\n"
         f"It was given {given}. Set LEGATE_CONFIG to what this machine has, e.g. "
         f"LEGATE_CONFIG={cpu_config()!r} for its CPUs only "
-        "(see the README, \"Running without a GPU\")."
+        "(see docs/install.md, \"Running without a GPU\")."
     )

@@ -6,13 +6,14 @@
 #include <iostream>
 
 #include "cli/commands.hpp"
+#include "cli/legate_start.hpp"
 #include "shardload/errors.hpp"
 #include "shardload/manifest_legate.hpp"
 
 namespace shardload::cli {
 
 int cmd_index_legate(const Args& args) {
-  legate::start();
+  start_legate("index");
   int rc = 1;
   {
     RankStreams io;

@@ -10,6 +10,7 @@
 
 #include "cli/commands.hpp"
 #ifdef SHARDLOAD_WITH_LEGATE
+#include "cli/legate_start.hpp"
 #include "shardload/legate.hpp"
 #endif
 
@@ -96,15 +97,7 @@ int with_legate(const std::string& cmd, F&& run) {
     return run();
   } catch (const std::exception& e) {
     if (legate::has_started()) throw;
-    const char* config = std::getenv("LEGATE_CONFIG");
-    std::cerr << "shardload " << cmd << ": Legate could not start: " << legate_first_line(e.what())
-              << "\nshardload " << cmd << ": it was given "
-              << (config != nullptr && *config != '\0'
-                      ? "LEGATE_CONFIG='" + std::string(config) + "'"
-                      : std::string("no LEGATE_CONFIG (automatic configuration)"))
-              << "; set LEGATE_CONFIG to what this machine has, e.g. LEGATE_CONFIG='--cpus 2 "
-                 "--utility 1 --gpus 0 --sysmem 4000' for its CPUs only (README, \"Running "
-                 "without a GPU\")\n";
+    std::cerr << shardload::cli::start_failure(cmd, legate_first_line(e.what()));
     return 1;
   }
 }

@@ -8,6 +8,7 @@
 
 #include "base/detail/bytes.hpp"
 #include "cli/commands.hpp"
+#include "cli/legate_start.hpp"
 #include "shardload/legate.hpp"
 #include "shardload/manifest_legate.hpp"
 #include "shardload/source.hpp"
@@ -140,7 +141,8 @@ int run(const ReadArgs& a, std::ostream& out, std::ostream& err) {
 
 int cmd_read(const ReadArgs& a) {
   const char* cmd = "read";
-  legate::start();
+  start_legate("read");
+  interrupt_on_sigint();  // again: the runtime installs a handler of its own
   RankStreams io;
   int rc = 1;
   try {

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "cli/commands.hpp"
+#include "cli/legate_start.hpp"
 #include "shardload/io.hpp"
 #include "shardload/legate.hpp"
 #include "shardload/manifest.hpp"
@@ -46,7 +47,8 @@ int cmd_verify(const Args& args) {
   } else if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
     path = manifest_path(path);
   }
-  legate::start();
+  start_legate("verify");
+  interrupt_on_sigint();  // again: the runtime installs a handler of its own
   RankStreams io;
   std::ostream& out = io.out;
   std::ostream& err = io.err;

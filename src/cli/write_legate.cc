@@ -9,6 +9,7 @@
 #include <set>
 
 #include "cli/commands.hpp"
+#include "cli/legate_start.hpp"
 #include "shardload/legate.hpp"
 #include "shardload/save.hpp"
 #include "shardload/synth_array.hpp"
@@ -51,7 +52,7 @@ Status check_fits(const WriteArgs& a) {
 }  // namespace
 
 int cmd_write_legate(const WriteArgs& a) {
-  legate::start();
+  start_legate("write");
   RankStreams io;
   int rc = 1;
   try {

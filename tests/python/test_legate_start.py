@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import pathlib
+import re
 import subprocess
 import sys
 import textwrap
@@ -18,6 +19,7 @@ import shardload
 from shardload import _runtime
 
 PACKAGE_ROOT = str(pathlib.Path(shardload.__file__).resolve().parents[1])
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 # More GPUs than any test machine has: Legate refuses to start with it, with or without a driver.
 IMPOSSIBLE = "--cpus 1 --gpus 64 --sysmem 256"
 
@@ -129,3 +131,36 @@ def test_the_cli_says_in_two_lines_that_legate_cannot_start(cli, dataset):
 ])
 def test_legate_s_first_line_is_the_bottom_most_exception(report, first):
     assert _runtime._legate_first_line(report) == first
+
+
+def test_the_fix_points_to_the_section_that_has_it(cli, dataset):
+    # The hint names docs/install.md's section (the README has none of that name).
+    section = '"Running without a GPU"'
+    assert re.search(r"^## Running without a GPU$", (ROOT / "docs" / "install.md").read_text(),
+                     re.M)
+    assert f"docs/install.md, {section}" in _runtime.start_failure(RuntimeError("x"))
+    directory, _ = dataset
+    r = subprocess.run([str(cli), "read", str(directory)],
+                       env=environment(LEGATE_CONFIG=IMPOSSIBLE), capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 1 and f"(docs/install.md, {section})" in r.stderr, r.stderr[-3000:]
+
+
+@pytest.mark.parametrize("command", ["read", "write"])
+def test_an_unknown_flag_in_legate_config_is_two_lines_not_legate_s_usage(cli, dataset,
+                                                                          command):
+    # Legate prints its whole usage (over 160 lines) and exits from inside its start.
+    directory, _ = dataset
+    args = {"read": ["read", directory],
+            "write": ["write", f"--shard-dir={directory / 'new'}", "--num-shards=2",
+                      "--shape=10,3"]}[command]
+    config = "--cpus 1 --cpuz 2"
+    r = subprocess.run([str(cli), *map(str, args)], env=environment(LEGATE_CONFIG=config),
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 1, r.stderr[-3000:]
+    lines = r.stderr.splitlines()
+    assert len(lines) == 2, r.stderr[-3000:]
+    assert lines[0] == f"shardload {command}: Legate could not start: Unknown argument: --cpuz"
+    assert lines[1].startswith(f"shardload {command}: it was given LEGATE_CONFIG='{config}'; "
+                               "set LEGATE_CONFIG to what this machine has")
+    assert not (directory / "new").exists()
