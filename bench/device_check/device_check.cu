@@ -4,29 +4,44 @@
 //       thread), then cudaMemcpy to the device;
 //   (c) the engine: fill_device from the page cache through the staging pool,
 //       at the defaults and at a few other settings;
+//   (d) with --gds, fill_device through cuFile, saying whether cuFile ran in direct or
+//       compatibility mode;
 // with the data of (b) and (c) checked on the GPU (a kernel's checksum against the
 // host's). Prints each row as it is measured, then the ratios and whether the goals hold:
 // (c) >= 80% of (a) and >= 1.5x (b). Exit status: 0 goals met, 3 goals missed, 1 a failure
-// (data wrong, a CUDA or I/O error), 2 cannot run here (no CUDA device, no room for the data).
+// (data wrong, a CUDA or I/O error), 2 cannot run here (no CUDA device, no room for the data)
+// or an invalid argument.
 //
 // Usage: device_check --info
-//        device_check --dir DIR [--dir DIR2 ...] [--name NAME] [--gib G] [--shards N]
-//                     [--reps R] [--budget SECONDS] [--gds]
+//        device_check --dir DIR [--dir DIR2 ...] [--name NAME] [--gib G | --size SIZE]
+//                     [--shards N] [--reps R] [--budget SECONDS] [--gds]
+//        device_check --cufile-mode LIBRARY --dir DIR
 // --info prints the driver, the runtime and the GPUs (exit 2 without a device). Otherwise the
 // data goes to DIR/NAME for the first DIR that takes all of --gib (default 4) given the free
 // space and the host and device memory left, else to the one that takes the most; NAME
-// (default shardload-device-check-PID) is removed at exit. Settings that would overrun
-// --budget (default 240 s) are skipped and say so. stdout is line-buffered: every row is
+// (default shardload-device-check-PID) is removed at exit. --size SIZE fixes the data's size
+// instead (8 or 8G is GiB, 512M MiB; from 64 MiB to 64 GiB): host memory no longer cuts it (a
+// freshly started machine may report little MemAvailable), only the free space and the
+// device's memory, and a size over what host memory allows is said, not cut. Settings that would
+// overrun --budget (default 240 s) are skipped and say so. stdout is line-buffered: every row is
 // written as it is measured. --plan-only DEVICE_GIB only prints that choice, for a device with
-// that much free memory, without touching a GPU (CI checks the sizing with it).
+// that much free memory, without touching a GPU (CI checks the sizing with it), and with it
+// --plan-host-gib H assumes H GiB of host memory left instead of reading it. --check-args only
+// checks the arguments (exit 0, or 2 saying what is wrong). --cufile-mode prints the (d) row's
+// text for LIBRARY and a file in DIR, without a GPU or a figure (CI checks it against the
+// stand-in cuFile).
 #include <cuda_runtime.h>
+#include <dlfcn.h>
 #include <sys/statvfs.h>
 #include <sys/vfs.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
+#include <cerrno>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -34,10 +49,12 @@
 #include <fstream>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "cuda/detail/cufile.hpp"
 #include "shardload/cuda_backend.hpp"
 #include "shardload/device_fill.hpp"
 #include "shardload/fill.hpp"
@@ -142,22 +159,99 @@ std::uint64_t mem_available() {
   return 0;
 }
 
+constexpr std::uint64_t kMiB = std::uint64_t{1} << 20;
+constexpr std::uint64_t kGiB = std::uint64_t{1} << 30;
+// The data's size, fixed or capped: at least one 4 KiB row per shard of 16 and room for the
+// 64 MiB copies of (a); at most what --gib always allowed.
+constexpr std::uint64_t kMinBytes = 64 * kMiB;
+constexpr std::uint64_t kMaxBytes = 64 * kGiB;
+
 struct Args {
   std::vector<std::string> dirs;  // candidates, in order of preference
   std::string name;               // the data's folder inside the chosen one
   double gib = 4;                 // at most this much; less where memory or room is short
+  bool gib_given = false;
+  std::uint64_t size = 0;  // > 0: exactly this many bytes (--size), host memory notwithstanding
+  std::string size_text;   // as given, for messages
   int shards = 16;
   int reps = 3;
   double budget = 240;  // seconds for everything after --info
   bool gds = false;
   bool info = false;
+  bool check_args = false;
+  std::string cufile_library;  // --cufile-mode: only describe the (d) row for this library
   double plan_device_gib = 0;  // > 0: only choose the data's size and place, for that much
+  double plan_host_gib = -1;   // >= 0 with --plan-only: the host memory left to assume
 };
 
-[[noreturn]] void usage_error(const std::string& what) {
-  die(2, what +
-             " (usage: device_check --info | --dir DIR [--dir DIR2 ...] [--name NAME] [--gib G] "
-             "[--shards N] [--reps R] [--budget SECONDS] [--gds] [--plan-only DEVICE_GIB])");
+constexpr const char* kUsage =
+    "usage: device_check --info | --dir DIR [--dir DIR2 ...] [--name NAME] [--gib G | --size "
+    "SIZE] [--shards N] [--reps R] [--budget SECONDS] [--gds] [--plan-only DEVICE_GIB "
+    "[--plan-host-gib H]] [--check-args] | --cufile-mode LIBRARY --dir DIR";
+
+[[noreturn]] void usage_error(const std::string& what) { die(2, what + " (" + kUsage + ")"); }
+
+// The whole text, a plain decimal number: atof read "4x" as 4 and "x" as 0, so junk passed.
+std::optional<double> parse_decimal(const std::string& text) {
+  std::size_t digits = 0, dots = 0;
+  for (char c : text) {
+    if (std::isdigit(static_cast<unsigned char>(c))) {
+      ++digits;
+    } else if (c == '.') {
+      ++dots;
+    } else {
+      return std::nullopt;
+    }
+  }
+  if (digits == 0 || dots > 1) return std::nullopt;
+  errno = 0;
+  const double v = std::strtod(text.c_str(), nullptr);
+  if (errno == ERANGE || !std::isfinite(v)) return std::nullopt;
+  return v;
+}
+
+std::optional<long> parse_integer(const std::string& text) {
+  if (text.empty() || text.size() > 9) return std::nullopt;
+  for (char c : text) {
+    if (!std::isdigit(static_cast<unsigned char>(c))) return std::nullopt;
+  }
+  return std::strtol(text.c_str(), nullptr, 10);
+}
+
+std::string gib_text(std::uint64_t bytes) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.2f GiB", bytes / double(kGiB));
+  return b;
+}
+
+// --size: "8", "0.5", "8G", "8GiB" (GiB), "512M", "512MiB" (MiB), the unit's case aside;
+// rounded down to whole 4 KiB rows. Exit 2 naming the text and what was expected.
+std::uint64_t parse_size(const std::string& text) {
+  std::size_t n = 0;
+  while (n < text.size() && (std::isdigit(static_cast<unsigned char>(text[n])) || text[n] == '.')) {
+    ++n;
+  }
+  std::string unit = text.substr(n);
+  for (char& c : unit) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  const auto value = parse_decimal(text.substr(0, n));
+  double scale = 0;
+  if (unit.empty() || unit == "g" || unit == "gib") {
+    scale = double(kGiB);
+  } else if (unit == "m" || unit == "mib") {
+    scale = double(kMiB);
+  }
+  if (!value || scale == 0) {
+    usage_error("--size '" + text +
+                "': expected a size such as 8 or 0.5 (GiB), 8G, 8GiB, 512M or 512MiB");
+  }
+  const double bytes = *value * scale;
+  if (!(bytes >= double(kMinBytes) && bytes <= double(kMaxBytes))) {
+    char b[64];
+    std::snprintf(b, sizeof b, "%.6g GiB", bytes / double(kGiB));
+    usage_error("--size '" + text + "' is " + b + ": expected from 64 MiB to 64 GiB");
+  }
+  const std::uint64_t row = 4 * kWidth;
+  return static_cast<std::uint64_t>(bytes) / row * row;
 }
 
 Args parse(int argc, char** argv) {
@@ -168,31 +262,66 @@ Args parse(int argc, char** argv) {
       if (i + 1 >= argc) usage_error("missing value after " + k);
       return argv[++i];
     };
-    if (k == "--dir")
+    auto decimal = [&]() {
+      const std::string v = val();
+      const auto d = parse_decimal(v);
+      if (!d) usage_error(k + " '" + v + "': expected a number such as 4 or 0.5");
+      return *d;
+    };
+    auto integer = [&]() {
+      const std::string v = val();
+      const auto n = parse_integer(v);
+      if (!n) usage_error(k + " '" + v + "': expected a whole number such as 16");
+      return static_cast<int>(*n);
+    };
+    if (k == "--dir") {
       a.dirs.push_back(val());
-    else if (k == "--name")
+    } else if (k == "--name") {
       a.name = val();
-    else if (k == "--gib")
-      a.gib = std::atof(val().c_str());
-    else if (k == "--shards")
-      a.shards = std::atoi(val().c_str());
-    else if (k == "--reps")
-      a.reps = std::atoi(val().c_str());
-    else if (k == "--budget")
-      a.budget = std::atof(val().c_str());
-    else if (k == "--gds")
+    } else if (k == "--gib") {
+      a.gib = decimal();
+      a.gib_given = true;
+    } else if (k == "--size") {
+      a.size_text = val();
+      a.size = parse_size(a.size_text);
+    } else if (k == "--shards") {
+      a.shards = integer();
+    } else if (k == "--reps") {
+      a.reps = integer();
+    } else if (k == "--budget") {
+      a.budget = decimal();
+    } else if (k == "--gds") {
       a.gds = true;
-    else if (k == "--info")
+    } else if (k == "--info") {
       a.info = true;
-    else if (k == "--plan-only")
-      a.plan_device_gib = std::atof(val().c_str());
-    else
+    } else if (k == "--check-args") {
+      a.check_args = true;
+    } else if (k == "--cufile-mode") {
+      a.cufile_library = val();
+      if (a.cufile_library.empty()) usage_error("--cufile-mode: expected a library");
+    } else if (k == "--plan-only") {
+      a.plan_device_gib = decimal();
+      if (!(a.plan_device_gib > 0)) usage_error("--plan-only: expected a device size above 0");
+    } else if (k == "--plan-host-gib") {
+      a.plan_host_gib = decimal();
+    } else {
       usage_error("unknown argument " + k);
+    }
   }
   if (a.info) return a;
   if (a.dirs.empty()) usage_error("--dir is required");
   if (a.name.empty()) a.name = "shardload-device-check-" + std::to_string(::getpid());
-  if (a.name.find('/') != std::string::npos) usage_error("--name must not contain '/'");
+  if (a.name.find('/') != std::string::npos || a.name == "." || a.name == "..") {
+    usage_error("--name must be a folder's name, not '" + a.name + "'");
+  }
+  if (a.size > 0 && a.gib_given) {
+    usage_error(
+        "--gib and --size both given: --gib caps the size chosen by what is free, --size "
+        "fixes it; pass one");
+  }
+  if (a.plan_host_gib >= 0 && a.plan_device_gib <= 0) {
+    usage_error("--plan-host-gib goes with --plan-only");
+  }
   if (!(a.gib > 0 && a.gib <= 64) || a.shards < 1 || a.shards > 4096 || a.reps < 1 ||
       !(a.budget >= 10)) {
     usage_error("out of range: --gib (0, 64], --shards [1, 4096], --reps >= 1, --budget >= 10");
@@ -218,18 +347,18 @@ struct Place {
   std::string dir;
   bool tmpfs = false;
   std::uint64_t free = 0;
-  std::uint64_t bytes = 0;  // the most data this place allows
-  std::string bound;        // what set that bound
+  std::uint64_t bytes = 0;        // the most data this place allows
+  std::string bound;              // what set that bound
+  std::uint64_t host_allows = 0;  // what host memory alone allows
 };
-
-constexpr std::uint64_t kMiB = std::uint64_t{1} << 20;
-constexpr std::uint64_t kGiB = std::uint64_t{1} << 30;
 
 // How much data fits at `dir`, given the host and device memory left: (b) holds a pageable copy
 // of the data, tmpfs holds the files in memory too, and (c) wants the files in the page cache;
 // the device holds one copy. Headroom: 2 GiB of host memory (pinned buffers, the process),
-// 1 GiB of device memory, a tenth of the file system.
-Place place_for(const std::string& dir, std::uint64_t cap, std::uint64_t host_left,
+// 1 GiB of device memory, a tenth of the file system. With `fixed` (--size) host memory bounds
+// nothing: a machine just started may report little of it available, and the one who fixed the
+// size knows better; free space and device memory still bound, since past them the run fails.
+Place place_for(const std::string& dir, std::uint64_t cap, bool fixed, std::uint64_t host_left,
                 std::uint64_t dev_free) {
   Place p;
   p.dir = dir;
@@ -244,19 +373,20 @@ Place place_for(const std::string& dir, std::uint64_t cap, std::uint64_t host_le
   struct statfs sfs {};
   p.tmpfs = ::statfs(dir.c_str(), &sfs) == 0 && sfs.f_type == 0x01021994;
   const std::uint64_t host = host_left > 2 * kGiB ? host_left - 2 * kGiB : 0;
+  p.host_allows = host / 2;
   struct Limit {
     std::uint64_t bytes;
     const char* what;
   };
   const Limit limits[] = {
-      {cap, "--gib"},
+      {cap, fixed ? "--size" : "--gib"},
       {p.free / 10 * 9, "free space"},
-      {host / 2, p.tmpfs ? "host memory (pageable copy + tmpfs files)"
-                         : "host memory (pageable copy + page cache)"},
+      {fixed ? cap : p.host_allows, p.tmpfs ? "host memory (pageable copy + tmpfs files)"
+                                            : "host memory (pageable copy + page cache)"},
       {dev_free > kGiB ? dev_free - kGiB : 0, "device memory"},
   };
   p.bytes = cap;
-  p.bound = "--gib";
+  p.bound = limits[0].what;
   for (const auto& l : limits) {
     if (l.bytes < p.bytes) {
       p.bytes = l.bytes;
@@ -350,6 +480,163 @@ int print_info() {
   return 0;
 }
 
+// cufile.h's CUfileDrvProps_t (the same since cuFile 1.0), declared here as cuda/detail/cufile.hpp
+// declares the rest, so that the bundle needs neither the header nor the library to build. The
+// reserve keeps a later library that fills a longer struct from writing past ours.
+struct CuFileDrvProps {
+  struct {
+    unsigned int major_version;
+    unsigned int minor_version;
+    std::size_t poll_thresh_size;
+    std::size_t max_direct_io_size;
+    unsigned int dstatusflags;
+    unsigned int dcontrolflags;
+  } nvfs;
+  unsigned int fflags;
+  unsigned int max_device_cache_size;
+  unsigned int per_buffer_cache_size;
+  unsigned int max_device_pinned_mem_size;
+  unsigned int max_batch_io_size;
+  unsigned int max_batch_io_timeout_msecs;
+  unsigned char reserve[256];
+};
+constexpr int kCuFileParamForceCompatMode = 2;  // CUFILE_PARAM_FORCE_COMPAT_MODE (cuFile 1.14)
+constexpr unsigned kCuFileAllowCompatMode = 1;  // CU_FILE_ALLOW_COMPAT_MODE, a dcontrolflags bit
+
+// The file systems nvidia-fs serves, by their bit in dstatusflags (CUfileDriverStatusFlags).
+std::string served_file_systems(unsigned flags) {
+  static const char* const names[] = {
+      "Lustre",        "WekaFS", "NFS",    "GPFS",        "NVMe",     "NVMeOF", "SCSI",
+      "ScaleFlux CSD", "NVMesh", "BeeGFS", "YRCloudFile", "NVMe P2P", "ScateFS"};
+  std::string out;
+  for (unsigned bit = 0; bit < 32; ++bit) {
+    if ((flags & (1u << bit)) == 0) continue;
+    if (!out.empty()) out += ", ";
+    out += bit < std::size(names) ? names[bit] : "bit " + std::to_string(bit);
+  }
+  return out.empty() ? "none listed" : out;
+}
+
+std::string file_system_name(const std::string& path) {
+  struct statfs sfs {};
+  if (::statfs(path.c_str(), &sfs) != 0) return "an unknown file system";
+  switch (static_cast<unsigned long>(sfs.f_type)) {
+    case 0x01021994:
+      return "tmpfs";
+    case 0xEF53:
+      return "ext4";
+    case 0x58465342:
+      return "xfs";
+    case 0x9123683E:
+      return "btrfs";
+    case 0x6969:
+      return "nfs";
+    case 0x0BD00BD0:
+      return "lustre";
+    case 0x794C7630:
+      return "overlayfs";
+    case 0x47504653:
+      return "gpfs";
+    case 0x19830326:
+      return "beegfs";
+    default: {
+      char b[48];
+      std::snprintf(b, sizeof b, "file system 0x%lx", static_cast<unsigned long>(sfs.f_type));
+      return b;
+    }
+  }
+}
+
+// How cuFile reads `file` (one of the data's files), as cuFile itself reports it: whether it
+// registers the file at all (else the fill stages it, no cuFile read), then direct mode (DMA
+// from storage to the GPU through nvidia-fs) or compatibility mode (cuFile reads into host
+// memory and copies, as staging does). nvidia-fs not loaded, force_compat_mode set in
+// cufile.json, or a file on tmpfs (no O_DIRECT) each mean compatibility mode. The text starts
+// with "cuFile direct mode", "cuFile compatibility mode", "cuFile declined" or "cuFile mode
+// unknown".
+std::string cufile_mode(const detail::CuFileApi& api, const std::string& file) {
+  auto opened = detail::cufile_open(api, file);
+  if (!opened) return "cuFile mode unknown: " + opened.status().message();
+  if (*opened == nullptr) {
+    return "cuFile declined the files (cuFileHandleRegister refused " + file_system_name(file) +
+           "): the fill staged them through pinned memory, no cuFile read";
+  }
+  detail::cufile_close(api, *opened);
+
+  // load_cufile left the library loaded; RTLD_NOLOAD finds it without loading another.
+  void* lib = ::dlopen(api.library.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
+  if (lib == nullptr) return "cuFile mode unknown: " + api.library + " is not loaded";
+  using GetProperties = detail::CUfileError_t (*)(CuFileDrvProps*);
+  using GetParameterBool = detail::CUfileError_t (*)(int, bool*);
+  auto get_properties = reinterpret_cast<GetProperties>(::dlsym(lib, "cuFileDriverGetProperties"));
+  auto get_bool = reinterpret_cast<GetParameterBool>(::dlsym(lib, "cuFileGetParameterBool"));
+  ::dlclose(lib);  // only the reference RTLD_NOLOAD took: load_cufile's keeps it loaded
+  if (get_properties == nullptr) {
+    return "cuFile mode unknown: " + api.library + " has no cuFileDriverGetProperties";
+  }
+  CuFileDrvProps props{};
+  const detail::CUfileError_t e = get_properties(&props);
+  if (e.err != 0) {
+    return "cuFile mode unknown: cuFileDriverGetProperties failed: error " + std::to_string(e.err) +
+           " (CUDA driver " + std::to_string(e.cu_err) + ")";
+  }
+  const std::string where = file_system_name(file);
+  if (props.nvfs.major_version == 0 && props.nvfs.minor_version == 0) {
+    return "cuFile compatibility mode: nvidia-fs is not loaded (cuFileDriverGetProperties: "
+           "version 0.0), so cuFile reads the files (on " +
+           where + ") into host memory and copies them";
+  }
+  const std::string nvfs = "nvidia-fs " + std::to_string(props.nvfs.major_version) + "." +
+                           std::to_string(props.nvfs.minor_version);
+  bool forced = false;
+  if (get_bool != nullptr && get_bool(kCuFileParamForceCompatMode, &forced).err != 0) {
+    forced = false;  // a cuFile before 1.14 has no such parameter: not forced
+  }
+  if (forced) {
+    return "cuFile compatibility mode: force_compat_mode is set (cufile.json), though " + nvfs +
+           " is loaded";
+  }
+  if (where == "tmpfs") {
+    return "cuFile compatibility mode: the data is on tmpfs, which has no O_DIRECT and which " +
+           nvfs + " does not serve";
+  }
+  std::string text = "cuFile direct mode: " + nvfs + " loaded, serving " +
+                     served_file_systems(props.nvfs.dstatusflags) + "; the data is on " + where;
+  if (props.nvfs.dcontrolflags & (1u << kCuFileAllowCompatMode)) {
+    text +=
+        " (with allow_compat_mode on, a file system it does not serve runs in compatibility "
+        "mode)";
+  }
+  return text;
+}
+
+constexpr const char* kGdsRow = "(d) fill_device through cuFile (GDS, --gds)";
+
+// --cufile-mode LIBRARY: the (d) row's text for LIBRARY and a file in DIR/NAME, without a GPU
+// or a figure.
+int print_cufile_mode(const Args& a) {
+  auto api = detail::load_cufile(a.cufile_library);
+  if (!api) {
+    row(kGdsRow, 0, api.status().message());
+    return 1;
+  }
+  const std::string dir = a.dirs.front() + "/" + a.name;
+  g_data_dir = dir;
+  std::atexit(remove_data);
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) die(1, dir + ": cannot create: " + ec.message());
+  const std::string file = dir + "/shard_0000.npy";
+  {
+    std::ofstream f(file, std::ios::binary);
+    const std::string block(4096, '\0');
+    f.write(block.data(), static_cast<std::streamsize>(block.size()));
+    if (!f) die(1, file + ": cannot write 4096 bytes");
+  }
+  row(kGdsRow, 0, "not measured (--cufile-mode, no GPU used); " + cufile_mode(**api, file));
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -357,7 +644,9 @@ int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
   const double t_start = now();
   const Args a = parse(argc, argv);
+  if (a.check_args) return 0;
   if (a.info) return print_info();
+  if (!a.cufile_library.empty()) return print_cufile_mode(a);
   const bool plan_only = a.plan_device_gib > 0;
   if (!plan_only) {
     if (Status s = cuda_device_available(); !s) die(2, s.message());
@@ -377,25 +666,41 @@ int main(int argc, char** argv) {
     check_cuda(cudaMemGetInfo(&dev_free, &dev_total), "cudaMemGetInfo");
   }
 
-  // Where the data goes and how much: the first candidate that takes all of --gib, else the
-  // one that takes the most.
+  // Where the data goes and how much: the first candidate that takes all of --gib (or of
+  // --size), else, for --gib only, the one that takes the most.
   const std::uint64_t row_bytes = kWidth * 4;
-  const auto cap = static_cast<std::uint64_t>(a.gib * double(kGiB));
-  const std::uint64_t host_left = host_memory_left();
-  std::printf("host memory left %.1f GiB, device memory free %.1f GiB\n", host_left / double(kGiB),
+  const bool fixed = a.size > 0;
+  const std::uint64_t cap = fixed ? a.size : static_cast<std::uint64_t>(a.gib * double(kGiB));
+  const std::uint64_t host_left = a.plan_host_gib >= 0
+                                      ? static_cast<std::uint64_t>(a.plan_host_gib * double(kGiB))
+                                      : host_memory_left();
+  std::printf("host memory left %.1f GiB%s, device memory free %.1f GiB\n",
+              host_left / double(kGiB), a.plan_host_gib >= 0 ? " (--plan-host-gib)" : "",
               dev_free / double(kGiB));
+  if (fixed) {
+    std::printf("size: %s fixed by --size %s (host memory does not cut it)\n",
+                gib_text(cap).c_str(), a.size_text.c_str());
+    if (dev_free < cap + kGiB) {
+      die(2, "--size " + a.size_text + " (" + gib_text(cap) + ") does not fit the device: " +
+                 gib_text(dev_free) + " free, of which 1 GiB is kept for the check itself");
+    }
+  }
   Place best;
   for (const auto& d : a.dirs) {
-    const Place p = place_for(d, cap, host_left, dev_free);
+    const Place p = place_for(d, cap, fixed, host_left, dev_free);
     std::printf("  candidate %s%s: %.1f GiB free, allows %.2f GiB (bound: %s)\n", d.c_str(),
                 p.tmpfs ? " (tmpfs)" : "", p.free / double(kGiB), p.bytes / double(kGiB),
                 p.bound.c_str());
     if (p.bytes > best.bytes) best = p;
     if (p.bytes >= cap) break;
   }
-  const std::uint64_t min_bytes = 64 * kMiB;
-  if (best.bytes < min_bytes) {
-    die(2, "no room for even " + std::to_string(min_bytes >> 20) +
+  if (fixed && best.bytes < cap) {
+    die(2, "--size " + a.size_text + " (" + gib_text(cap) +
+               "): no --dir has that much free space, keeping a tenth free (see the candidates "
+               "above)");
+  }
+  if (best.bytes < kMinBytes) {
+    die(2, "no room for even " + std::to_string(kMinBytes >> 20) +
                " MiB of data in any --dir (see the candidates above)");
   }
   const auto total_rows = static_cast<std::int64_t>(best.bytes / row_bytes);
@@ -404,7 +709,14 @@ int main(int argc, char** argv) {
   std::printf("device_check: %s (%d SMs, %.0f GiB); %.2f GiB in %d shards under %s%s\n", prop.name,
               prop.multiProcessorCount, dev_total / double(kGiB), bytes / double(kGiB), a.shards,
               data_dir.c_str(), best.tmpfs ? " (tmpfs)" : "");
-  if (!best.tmpfs && host_left < 2 * bytes + 2 * kGiB) {
+  if (fixed && best.host_allows < bytes) {
+    std::printf(
+        "note: --size %s is more than host memory allows (%s: half of what is left less "
+        "2 GiB); (b)'s pageable copy%s may not fit, and the system may swap or end the "
+        "check\n",
+        gib_text(bytes).c_str(), gib_text(best.host_allows).c_str(),
+        best.tmpfs ? " beside the tmpfs files" : " and the page cache");
+  } else if (!best.tmpfs && host_left < 2 * bytes + 2 * kGiB) {
     std::printf("note: the page cache may not hold all %.2f GB; (c) may read from the disk\n",
                 bytes / kGB);
   }
@@ -555,17 +867,20 @@ int main(int argc, char** argv) {
   }
 
   if (a.gds) {
-    const char* what = "(d) fill_device with cuFile direct reads";
     CudaBackendOptions bo;
     bo.direct_reads = true;
     auto gds = CudaCopyBackend::create(bo);
     if (!gds) die(1, gds.status().message());
     if (!(*gds)->has_direct_reads()) {
-      row(what, 0, (*gds)->direct_status());
+      row(kGdsRow, 0, (*gds)->direct_status());
     } else if (time_left() < config_time + 15) {
-      row(what, 0, "skipped: out of the time budget");
+      row(kGdsRow, 0, "skipped: out of the time budget");
       partial = true;
     } else {
+      // The backend loaded the default library and opened its driver; the same, cached.
+      auto api = detail::load_cufile();
+      const std::string mode = api ? cufile_mode(**api, layout->shards.front().path)
+                                   : "cuFile mode unknown: " + api.status().message();
       auto pool = StagingPool::create(**gds);
       if (!pool) die(1, pool.status().message());
       DeviceFillOptions o;
@@ -577,8 +892,8 @@ int main(int argc, char** argv) {
       const double dt = now() - t0;
       const bool ok = s && device_checksum(dev, bytes) == want;
       data_ok = data_ok && ok;
-      row(what, s ? bytes / dt / kGB : 0,
-          s ? (ok ? "checksum ok" : "CHECKSUM MISMATCH") : s.message());
+      row(kGdsRow, s ? bytes / dt / kGB : 0,
+          (s ? (ok ? "checksum ok" : "CHECKSUM MISMATCH") : s.message()) + "; " + mode);
     }
   }
 

@@ -2,7 +2,8 @@
 # The device check, run from its bundle (bench/device_check/bundle.sh builds it; this script is
 # copied into it): no build step, nothing needed but bash, coreutils and the NVIDIA driver.
 #
-#   .device/run.sh [--gib G] [--dir DIR]... [--shards N] [--reps R] [--gds] [--log FILE]
+#   .device/run.sh [--gib G | --size SIZE] [--dir DIR]... [--shards N] [--reps R] [--gds]
+#                  [--log FILE]
 #
 # In order, within 5 minutes (BUDGET seconds, default 280):
 #   1. the machine: kernel, CPUs, driver, GPUs, memory, /dev/shm and disk (device_check --info);
@@ -11,13 +12,20 @@
 #   3. device_check: the pinned ceiling, the naive path and the device fill side by side
 #      (docs/benchmarks.md), with the data sized and placed by what is free: at most --gib
 #      (default 4), in the first --dir that takes it all (default /dev/shm, then TMPDIR or /tmp,
-#      then the bundle's folder), else in the one that takes the most.
+#      then the bundle's folder), else in the one that takes the most. With --gds, a row for
+#      the fill through cuFile that says whether cuFile ran in direct or compatibility mode.
+# --size SIZE (or DEVICE_CHECK_SIZE=SIZE in the environment; --size or --gib on the command line
+# wins) fixes the data's size instead of letting host memory cut it, as on a machine just
+# started that reports little MemAvailable: 8 or 0.5 is GiB, 8G, 8GiB, 512M, 512MiB; from
+# 64 MiB to 64 GiB. It must still fit the free space of a --dir and the device's memory. The
+# arguments are checked before anything runs: junk or a size out of range is exit status 2.
 # Every line is printed as it is measured (and appended to FILE with --log), so a time-out or a
 # crash keeps what was measured before it.
 #
 # Exit status: 0 the tests passed and the goals were met; 1 a failure (a test failed, wrong
 # data, a CUDA or I/O error, a crash); 2 cannot run here ("no CUDA device", or no room for the
-# data); 3 the goals were missed; 4 out of time (what was measured is printed).
+# data) or an invalid argument; 3 the goals were missed; 4 out of time (what was measured is
+# printed).
 set -uo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -27,22 +35,40 @@ budget=${BUDGET:-280}
 dirs=()
 args=()
 log=""
+sized=""  # the option that sized the data on the command line, if one did
+need() { [[ $# -ge 3 && -n $3 ]] || { echo "run.sh: missing value after $2" >&2; exit 2; }; }
 while [[ $# -gt 0 ]]; do
   case $1 in
-    --dir) dirs+=("$2"); shift 2 ;;
-    --gib|--shards|--reps) args+=("$1" "$2"); shift 2 ;;
+    --dir) need "$#" "$@"; dirs+=("$2"); shift 2 ;;
+    --gib|--size) need "$#" "$@"; args+=("$1" "$2"); sized=$1; shift 2 ;;
+    --shards|--reps) need "$#" "$@"; args+=("$1" "$2"); shift 2 ;;
     --gds) args+=("$1"); shift ;;
-    --log) log=$2; shift 2 ;;
-    -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
+    --log) need "$#" "$@"; log=$2; shift 2 ;;
+    -h|--help) sed -n '2,/^[^#]/{/^#/s/^# \{0,1\}//p}' "$0"; exit 0 ;;
     *) echo "run.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
+size_note=""
+if [[ -n ${DEVICE_CHECK_SIZE+set} ]]; then
+  if [[ -n $sized ]]; then
+    size_note="DEVICE_CHECK_SIZE=$DEVICE_CHECK_SIZE ignored: $sized given"
+  else
+    args+=(--size "$DEVICE_CHECK_SIZE")
+    size_note="data size from DEVICE_CHECK_SIZE=$DEVICE_CHECK_SIZE"
+  fi
+fi
 if [[ ${#dirs[@]} -eq 0 ]]; then
   dirs=(/dev/shm "${TMPDIR:-/tmp}" "$here")
 fi
 if [[ -n $log ]]; then
   # Everything from here on, stdout and stderr, also goes to the log, line by line.
   exec > >(tee -a "$log") 2>&1
+fi
+
+# Junk or a size out of range is said now, not after the machine and cuda_tests.
+if ! checked=$("$here/device_check" --check-args --dir "${dirs[0]}" "${args[@]}" 2>&1); then
+  echo "run.sh: ${size_note:+$size_note: }$checked" >&2
+  exit 2
 fi
 
 name="shardload-device-check-$$"
@@ -72,6 +98,7 @@ fi
 for d in "${dirs[@]}"; do
   df -h --output=target,fstype,size,avail "$d" 2>/dev/null | tail -1 | sed "s|^|space ($d): |"
 done
+[[ -n $size_note ]] && echo "run.sh: $size_note"
 timeout 60 "$here/device_check" --info
 info=$?
 case $info in

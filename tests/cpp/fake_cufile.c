@@ -1,10 +1,16 @@
 /* A stand-in libcufile.so for the tests of src/cuda/detail/cufile.hpp, which run without a GPU:
  * "device" memory is host memory, cuFileRead is pread, and cuFileHandleRegister refuses the
  * files whose path contains "refused" (as cuFile refuses a file system it does not serve).
- * fake_cufile_driver_opens() and fake_cufile_handles() say what was called. */
+ * fake_cufile_driver_opens() and fake_cufile_handles() say what was called.
+ * cuFileDriverGetProperties and cuFileGetParameterBool report the mode FAKE_CUFILE_MODE names:
+ * "compat" (the default: nvidia-fs not loaded, version 0.0, which is what this pread stand-in
+ * is), "direct" (nvidia-fs 2.17 serving NVMe and NVMeOF), "forced" (nvidia-fs loaded, but
+ * force_compat_mode set) or "error" (cuFileDriverGetProperties fails). */
 #define _GNU_SOURCE
 #include <fcntl.h>
+#include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/types.h>
 #include <unistd.h>
@@ -22,6 +28,23 @@ typedef struct {
   } handle;
   const void* fs_ops;
 } CUfileDescr_t;
+
+typedef struct {
+  struct {
+    unsigned int major_version;
+    unsigned int minor_version;
+    size_t poll_thresh_size;
+    size_t max_direct_io_size;
+    unsigned int dstatusflags;
+    unsigned int dcontrolflags;
+  } nvfs;
+  unsigned int fflags;
+  unsigned int max_device_cache_size;
+  unsigned int per_buffer_cache_size;
+  unsigned int max_device_pinned_mem_size;
+  unsigned int max_batch_io_size;
+  unsigned int max_batch_io_timeout_msecs;
+} CUfileDrvProps_t;
 
 #define EXPORT __attribute__((visibility("default")))
 
@@ -72,4 +95,37 @@ EXPORT ssize_t cuFileRead(void* handle, void* dev, size_t size, off_t file_offse
                           off_t dev_offset) {
   size_t n = size < 1000 ? size : 1000;
   return pread(*(int*)handle - 1, (char*)dev + dev_offset, n, file_offset);
+}
+
+static const char* mode(void) {
+  const char* m = getenv("FAKE_CUFILE_MODE");
+  return m != NULL && *m != '\0' ? m : "compat";
+}
+
+EXPORT CUfileError_t cuFileDriverGetProperties(CUfileDrvProps_t* props) {
+  CUfileError_t ok = {0, 0};
+  CUfileError_t failed = {5001, 0}; /* CU_FILE_DRIVER_NOT_INITIALIZED */
+  if (strcmp(mode(), "error") == 0) return failed;
+  memset(props, 0, sizeof *props);
+  props->nvfs.dcontrolflags = 1u << 1; /* CU_FILE_ALLOW_COMPAT_MODE */
+  if (strcmp(mode(), "compat") != 0) {
+    props->nvfs.major_version = 2;
+    props->nvfs.minor_version = 17;
+    props->nvfs.dstatusflags = (1u << 4) | (1u << 5); /* NVMe, NVMeOF */
+  }
+  return ok;
+}
+
+EXPORT CUfileError_t cuFileGetParameterBool(int param, bool* value) {
+  CUfileError_t ok = {0, 0};
+  CUfileError_t invalid = {5022, 0}; /* a parameter this stand-in does not know */
+  /* 1: CUFILE_PARAM_PROPERTIES_ALLOW_COMPAT_MODE, 2: CUFILE_PARAM_FORCE_COMPAT_MODE */
+  if (param == 1) {
+    *value = true;
+  } else if (param == 2) {
+    *value = strcmp(mode(), "forced") == 0;
+  } else {
+    return invalid;
+  }
+  return ok;
 }
