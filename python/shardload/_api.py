@@ -880,7 +880,8 @@ def _import_cupynumeric() -> None:
     """Starts the Legate runtime (cuPyNumeric starts it on import). A start that fails raises
     one RuntimeStartError of a few lines, not Legate's report of a hundred lines and more."""
     try:
-        import cupynumeric  # noqa: F401
+        with _runtime.held_start_output():
+            import cupynumeric  # noqa: F401
     except Exception as e:
         raise RuntimeStartError(_runtime.start_failure(e), str(e)) from None
 

@@ -13,12 +13,15 @@ configuration is chosen too, unless the user set ``LEGATE_CONFIG``.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import importlib.util
 import logging
 import os
 import re
-from typing import MutableMapping, Optional
+import sys
+import threading
+from typing import Iterator, MutableMapping, Optional
 
 
 def _product_dir() -> str:
@@ -212,3 +215,134 @@ def start_failure(error: BaseException) -> str:
         f"LEGATE_CONFIG={cpu_config()!r} for its CPUs only "
         "(see docs/install.md, \"Running without a GPU\")."
     )
+
+
+# ---- what Legate writes while it starts ---------------------------------------------------------
+# An unknown flag in LEGATE_CONFIG makes Legate print its whole usage (over 160 lines) to stderr
+# and call exit(1) from inside its start: no exception reaches Python, and Python's own exit
+# handlers do not run. So while the runtime starts, stderr is a pipe read by a thread (whole
+# lines go on at once, until Legate's error report begins, which is held), and a C exit handler
+# (__cxa_atexit, which exit() runs) prints start_failure's two lines instead of that usage.
+_REPORT = b"== LEGATE ERROR:"
+
+
+class _Held:
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.text = b""
+        self.holding = False
+        self.active = False
+        self.done = threading.Event()
+        self.stderr = -1
+
+
+_held = _Held()
+_EXIT_HOOK = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    while data:
+        try:
+            data = data[os.write(fd, data):]
+        except InterruptedError:
+            continue
+        except OSError:
+            return
+
+
+def _read_pipe(fd: int) -> None:
+    h = _held
+    try:
+        while True:
+            try:
+                chunk = os.read(fd, 65536)
+            except InterruptedError:
+                continue
+            if not chunk:
+                break
+            with h.lock:
+                h.text += chunk
+                while h.active and not h.holding and b"\n" in h.text:
+                    line, _, rest = h.text.partition(b"\n")
+                    if line.startswith(_REPORT):
+                        h.holding = True
+                        break
+                    _write_all(h.stderr, line + b"\n")
+                    h.text = rest
+                if not h.active:  # after the start: a copy of the pipe Legate kept
+                    _write_all(h.stderr, h.text)
+                    h.text = b""
+    finally:
+        os.close(fd)
+        h.done.set()
+
+
+def _end_hold() -> bytes:
+    """stderr again, and what the reader held."""
+    h = _held
+    try:
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
+    os.dup2(h.stderr, 2)  # the pipe's last write end: the reader sees its end
+    h.done.wait(2)  # a write end Legate duplicated would keep it open: no longer
+    with h.lock:
+        h.active = False
+        held, h.text = h.text, b""
+    return held
+
+
+def _first_report_line(held: bytes) -> str:
+    for line in held.splitlines():
+        if line.startswith(_REPORT) and line[len(_REPORT):].strip():
+            return line[len(_REPORT):].strip().decode(errors="replace")
+    return ""
+
+
+@_EXIT_HOOK
+def _exit_during_start(_arg: object) -> None:
+    if not _held.active:
+        return
+    held = _end_hold()
+    first = _first_report_line(held)
+    if b"Usage: LEGATE_CONFIG" in held and first:
+        _write_all(2, (start_failure(RuntimeError(first)) + "\n").encode())
+    else:
+        _write_all(2, held)
+
+
+# The exit handler is registered under a handle of its own (a DSO handle, to glibc) so that
+# __cxa_finalize can run and remove it once the start is over: called after the interpreter
+# has finalized, at the process's normal exit, a Python callback would crash it.
+_exit_hook_handle = ctypes.c_char()
+
+
+@contextlib.contextmanager
+def held_start_output() -> Iterator[None]:
+    """Holds what the runtime's start writes to stderr (see above) while the block runs, then
+    passes it on as it was; an exit during the block prints start_failure's lines instead of
+    Legate's usage."""
+    h = _held
+    if h.stderr >= 0:  # the runtime starts once; a second call holds nothing
+        yield
+        return
+    try:
+        sys.stderr.flush()
+        read_end, write_end = os.pipe()
+    except (OSError, ValueError):
+        yield
+        return
+    h.stderr = os.dup(2)
+    libc = ctypes.CDLL(None)
+    handle = ctypes.c_void_p(ctypes.addressof(_exit_hook_handle))
+    libc.__cxa_atexit(_exit_during_start, None, handle)
+    h.active = True
+    threading.Thread(target=_read_pipe, args=(read_end,), name="shardload-start-output",
+                     daemon=True).start()
+    os.dup2(write_end, 2)
+    os.close(write_end)
+    try:
+        yield
+    finally:
+        _write_all(2, _end_hold())
+        libc.__cxa_finalize(handle)  # runs the handler now (inactive: it does nothing) and drops it

@@ -164,3 +164,52 @@ def test_an_unknown_flag_in_legate_config_is_two_lines_not_legate_s_usage(cli, d
     assert lines[1].startswith(f"shardload {command}: it was given LEGATE_CONFIG='{config}'; "
                                "set LEGATE_CONFIG to what this machine has")
     assert not (directory / "new").exists()
+
+
+def test_an_unknown_flag_in_legate_config_ends_python_with_the_two_lines(dataset):
+    # Legate exits from inside its start, so no RuntimeStartError can be raised; the process
+    # ends with Legate's status and the two lines instead of its usage.
+    directory, _ = dataset
+    config = "--cpus 1 --cpuz 2"
+    r = python(f"import shardload; shardload.load({str(directory)!r})",
+               environment(LEGATE_CONFIG=config))
+    assert r.returncode == 1, r.stderr[-3000:]
+    lines = r.stderr.splitlines()
+    assert lines == ["Legate could not start: Unknown argument: --cpuz",
+                     lines[1]], r.stderr[-3000:]
+    assert lines[1].startswith(f"It was given LEGATE_CONFIG={config!r}. Set LEGATE_CONFIG to ")
+    assert lines[1].endswith('(see docs/install.md, "Running without a GPU").')
+
+
+@pytest.mark.parametrize("end", ["returns", "exits", "exits with the usage"])
+def test_what_the_start_writes_is_held_and_passed_on_in_order(end):
+    # The hold alone, without Legate: the start's output comes out as it was written, whether
+    # the start returns or the process exits inside it (a report without the usage), and only
+    # an exit with Legate's usage becomes the two lines.
+    inside = {"returns": "",
+              "exits": "ctypes.CDLL(None).exit(3)",
+              "exits with the usage": "os.write(2, b'Usage: LEGATE_CONFIG can contain: [--help]\\n'); "
+                                      "ctypes.CDLL(None).exit(3)"}[end]
+    r = python(f"""
+        import ctypes, os
+        from shardload import _runtime
+        os.write(2, b"before\\n")
+        with _runtime.held_start_output():
+            os.write(2, b"line 1\\n")
+            os.write(2, b"== LEGATE ERROR:\\n== LEGATE ERROR: Unknown argument: --x\\n")
+            {inside}
+        os.write(2, b"after\\n")
+        """, environment(LEGATE_CONFIG="--cpus 1 --x 2"))
+    lines = r.stderr.splitlines()
+    if end == "returns":
+        assert r.returncode == 0 and lines == [
+            "before", "line 1", "== LEGATE ERROR:", "== LEGATE ERROR: Unknown argument: --x",
+            "after"], r.stderr
+    elif end == "exits":
+        assert r.returncode == 3 and lines == [
+            "before", "line 1", "== LEGATE ERROR:", "== LEGATE ERROR: Unknown argument: --x"], \
+            r.stderr
+    else:
+        assert r.returncode == 3 and len(lines) == 4, r.stderr
+        assert lines[:3] == ["before", "line 1", "Legate could not start: Unknown argument: --x"]
+        assert lines[3].startswith("It was given LEGATE_CONFIG='--cpus 1 --x 2'. Set ")
