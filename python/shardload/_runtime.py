@@ -327,7 +327,14 @@ def held_start_output() -> Iterator[None]:
         yield
         return
     try:
+        libc = ctypes.CDLL(None)
+        register, finalize = libc.__cxa_atexit, libc.__cxa_finalize
         sys.stderr.flush()
+        saved = os.dup(2)  # fails where no stderr is open: nothing to hold then
+    except (AttributeError, OSError, ValueError):
+        yield  # no C exit handler to be had (not glibc), or no stderr: Legate's own output
+        return
+    try:
         read_end, write_end = os.pipe()
     except (OSError, ValueError):
         yield
