@@ -44,12 +44,14 @@ legate::LogicalArray tileable(const legate::LogicalArray& array) {
   return out;
 }
 
-// Removes the staging directory unless the save completed.
+// Removes the staging directory unless the save completed: the very directory the save
+// made, not whatever its path leads to by then.
 struct StagingGuard {
   std::string path;
+  std::pair<std::uint64_t, std::uint64_t> identity = detail::directory_identity(path);
   bool keep = false;
   ~StagingGuard() {
-    if (!keep && !path.empty()) detail::remove_tree(path);
+    if (!keep && !path.empty()) detail::remove_tree_if_same(path, identity);
   }
 };
 
@@ -287,9 +289,12 @@ void save(const legate::LogicalArray& array, const std::string& dest, const Save
     return;
   }
   // Every rank checks (the same answer everywhere); one rank makes the staging directory and
-  // its files, whose name every rank then uses (save_once.hpp).
-  check(detail::check_destination(dest, options.overwrite));
-  auto staging = detail::prepare_save_once(dest, &spec);
+  // its files, whose name every rank then uses (save_once.hpp). All of it, the commit and any
+  // clean-up in the directory `dest` was in when the save began.
+  const auto physical = detail::physical_destination(dest);
+  check(physical.status());
+  check(detail::check_destination(*physical, options.overwrite));
+  auto staging = detail::prepare_save_once(*physical, &spec);
   if (!staging) check(staging.status());
   StagingGuard guard{*staging};
   const auto t1 = Clock::now();
@@ -316,7 +321,7 @@ void save(const legate::LogicalArray& array, const std::string& dest, const Save
   // rank writes the metadata and renames; every rank reads back whether it was published.
   if (options.before_commit) options.before_commit();
   bool published = false;
-  const Status committed = detail::commit_save_once(*staging, dest, spec, options, &published);
+  const Status committed = detail::commit_save_once(*staging, *physical, spec, options, &published);
   guard.keep = published;  // what is left at the staging path then is not ours to remove
   check(committed);
   si.commit_seconds = seconds(t2, Clock::now());

@@ -12,6 +12,7 @@
 #include <climits>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -706,12 +707,34 @@ bool remove_saved_entries(const std::string& dir, const std::vector<SavedEntry>&
   return all;
 }
 
+namespace {
+
+Status unnamed_destination(const std::string& dest) {
+  return Status{ErrorCode::kInvalidArgument,
+                "save: the destination '" + dest + "' must name a directory by its name"};
+}
+
+bool names_a_directory(const std::string& base) {
+  return !base.empty() && base != "." && base != ".." && base != "/";
+}
+
+}  // namespace
+
+Result<std::string> physical_destination(const std::string& dest) {
+  const auto [parent, base] = split_dest(dest);
+  if (!names_a_directory(base)) return unnamed_destination(dest);
+  char* real = ::realpath(parent.c_str(), nullptr);
+  if (real == nullptr) {
+    return sys_error(dest, "cannot resolve the directory it is in (" + parent + ")", errno);
+  }
+  std::string out(real);
+  std::free(real);
+  return (out == "/" ? std::string() : out) + "/" + base;
+}
+
 Result<std::string> make_staging_dir(const std::string& dest) {
   const auto [parent, base] = split_dest(dest);
-  if (base.empty() || base == "." || base == ".." || base == "/") {
-    return Status{ErrorCode::kInvalidArgument,
-                  "save: the destination '" + dest + "' must name a directory by its name"};
-  }
+  if (!names_a_directory(base)) return unnamed_destination(dest);
   const std::string dir = parent == "/" ? std::string() : parent;
   const std::string stem = staging_stem(base);
   remove_stale_staging(parent, stem);
@@ -775,6 +798,18 @@ Status commit_staging(const std::string& staging, const std::string& dest, bool 
 void remove_tree(const std::string& path) noexcept {
   std::error_code ec;
   std::filesystem::remove_all(path, ec);
+}
+
+std::pair<std::uint64_t, std::uint64_t> directory_identity(const std::string& path) noexcept {
+  struct ::stat st {};
+  if (::lstat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) return {0, 0};
+  return {static_cast<std::uint64_t>(st.st_dev), static_cast<std::uint64_t>(st.st_ino)};
+}
+
+void remove_tree_if_same(const std::string& path,
+                         std::pair<std::uint64_t, std::uint64_t> identity) noexcept {
+  if (identity.second == 0 || directory_identity(path) != identity) return;
+  remove_tree(path);
 }
 
 }  // namespace shardload::detail

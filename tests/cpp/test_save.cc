@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <filesystem>
 #include <fstream>
 
@@ -134,6 +135,32 @@ TEST_F(LegateSave, TheRemovalOfAReplacedDatasetKeepsWhatAppearedAfterTheCheck) {
   ASSERT_TRUE(detail::check_destination(clean, true, &existing));
   EXPECT_TRUE(detail::remove_saved_entries(clean, existing.entries));
   EXPECT_FALSE(fs::exists(clean));
+}
+
+// The directory a destination is in is resolved once, to its physical path: "out/../x" with
+// `out` a link is the directory above the link's target, as the kernel resolves it, and the
+// later steps no longer depend on the link. The last segment is kept; "." and ".." there are
+// refused, and a directory that cannot be resolved is an error with its errno.
+TEST_F(LegateSave, ThePhysicalDestinationResolvesTheDirectoryItIsInOnce) {
+  fs::create_directories(dir_ / "a" / "deep");
+  fs::create_symlink(dir_ / "a" / "deep", dir_ / "out");
+  const std::string real = fs::canonical(dir_).string();
+  auto p = detail::physical_destination((dir_ / "out").string() + "/../x/");
+  ASSERT_TRUE(p) << p.status().message();
+  EXPECT_EQ(*p, real + "/a/x");
+  p = detail::physical_destination((dir_ / "out").string() + "/./link");
+  ASSERT_TRUE(p) << p.status().message();
+  EXPECT_EQ(*p, real + "/a/deep/link");  // a link as the last segment stays a link
+  for (const char* bad : {"/x/..", "/x/.", "/x/../", "/.."}) {
+    p = detail::physical_destination(dir_.string() + bad);
+    ASSERT_FALSE(p) << bad;
+    EXPECT_EQ(p.status().code(), ErrorCode::kInvalidArgument) << p.status().message();
+  }
+  p = detail::physical_destination((dir_ / "no" / "such").string());
+  ASSERT_FALSE(p);
+  EXPECT_EQ(p.status().sys_errno(), ENOENT);
+  EXPECT_NE(p.status().message().find("cannot resolve the directory it is in"), std::string::npos)
+      << p.status().message();
 }
 
 // A destination whose owner or group the saving process cannot give the new directory is

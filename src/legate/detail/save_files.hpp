@@ -10,6 +10,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "shardload/dtype.hpp"
@@ -68,6 +69,14 @@ Status write_metadata(const std::string& dir, const SaveSpec& spec,
 // writes it), written after every other file: its presence means the set is complete.
 Status write_save_manifest(const std::string& dir, Checksum checksum);
 
+// `dest` with the directory it is in resolved, once, to its physical path (no "." or ".."
+// segments, no symbolic links): every later step checks, writes, renames and cleans up that
+// very directory, even if a link on the way (say "current/../out") is changed during the
+// save. The last segment is kept as given (a link there is refused by check_destination);
+// "." and ".." there are refused (kInvalidArgument). kIo naming dest (with errno) where the
+// directory it is in cannot be resolved: it is missing, or not searchable.
+Result<std::string> physical_destination(const std::string& dest);
+
 // One entry of an existing dataset that check_destination found to be a save's, as it was
 // then: an overwrite deletes it only while it is still that file (inode, size and ctime).
 struct SavedEntry {
@@ -113,5 +122,13 @@ Status commit_staging(const std::string& staging, const std::string& dest, bool 
 
 // Removes a directory tree we created; errors are ignored (best effort on a failure path).
 void remove_tree(const std::string& path) noexcept;
+
+// The (device, inode) of the directory at `path` (not followed if a link), or {0, 0}.
+std::pair<std::uint64_t, std::uint64_t> directory_identity(const std::string& path) noexcept;
+
+// remove_tree(path) only while `path` is still the directory of that identity: a staging
+// directory whose path now leads elsewhere (a link on the way changed) is left alone.
+void remove_tree_if_same(const std::string& path,
+                         std::pair<std::uint64_t, std::uint64_t> identity) noexcept;
 
 }  // namespace shardload::detail

@@ -1,0 +1,91 @@
+"""shardload.save to local destinations spelled with '..' and reached through symbolic links:
+the save checks, writes, renames into and cleans up the one directory the destination named
+when it began, whatever a link on the way says later."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import shardload
+
+
+def staging_dirs(root: pathlib.Path) -> list[pathlib.Path]:
+    return [p for p in root.rglob("*") if ".shardload-tmp-" in p.name]
+
+
+def contents(d: pathlib.Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(d.iterdir())}
+
+
+def test_dot_dot_after_a_link_is_the_directory_the_kernel_resolves(tmp_path):
+    """"out/../other" with `out` a link to a/deep: the dataset is a/other, as open(2) and
+    `ls out/../other` see it, and an overwrite spelled the same replaces that one."""
+    (tmp_path / "a" / "deep").mkdir(parents=True)
+    (tmp_path / "out").symlink_to(tmp_path / "a" / "deep")
+    dest = f"{tmp_path}/out/../other/"
+    x = np.arange(12.0).reshape(6, 2)
+    shardload.save(x, dest, num_shards=2)
+    assert sorted(os.listdir(tmp_path / "a" / "other")) == [
+        "shard_0000.npy", "shard_0001.npy", "shardload.manifest"]
+    assert not (tmp_path / "other").exists()
+    np.testing.assert_array_equal(np.asarray(shardload.load(dest)), x)
+    shardload.save(-x, dest, num_shards=3, overwrite=True)
+    np.testing.assert_array_equal(np.asarray(shardload.load(tmp_path / "a" / "other")), -x)
+    assert not staging_dirs(tmp_path)
+
+
+def test_a_link_changed_during_the_save_moves_no_write_and_no_clean_up(tmp_path):
+    """The destination "current/../data" while `current` is switched from a/t1 to b/t2 in the
+    middle of the save (as a deployment flips its `current` link): the save finishes in a/,
+    the directory it checked, and b/data, a user's dataset it never checked, is untouched."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    (a / "t1").mkdir(parents=True)
+    (b / "t2").mkdir(parents=True)
+    users = np.full((4, 2), 7.0)
+    shardload.save(users, b / "data", num_shards=1)
+    before = contents(b / "data")
+    x = np.arange(100000 * 8, dtype=np.float32).reshape(100000, 8)
+    for attempt in range(3):
+        link = tmp_path / f"current{attempt}"
+        link.symlink_to(a / "t1")
+        dest = f"{link}/../data{attempt}"
+        late = []
+
+        def switch():
+            while not any(".shardload-tmp-" in n for n in os.listdir(a)):
+                time.sleep(0.0005)
+            new = tmp_path / "switch"
+            new.symlink_to(b / "t2")
+            os.replace(new, link)
+            late.append((a / f"data{attempt}").exists())
+
+        t = threading.Thread(target=switch)
+        t.start()
+        try:
+            shardload.save(x, dest, num_shards=3000, overwrite=True)
+        finally:
+            t.join()
+        assert os.readlink(link) == str(b / "t2")
+        assert contents(b / "data") == before
+        assert not (b / f"data{attempt}").exists()
+        assert not staging_dirs(tmp_path)
+        if late[0]:
+            continue  # switched after the rename: nothing to check
+        np.testing.assert_array_equal(np.asarray(shardload.load(a / f"data{attempt}")), x)
+        return
+    pytest.skip("the link was switched after the save, three times")
+
+
+@pytest.mark.parametrize("spelling", [".", "..", "x/.", "x/..", "x/./", "x/../"])
+def test_a_destination_ending_in_a_dot_segment_is_refused(tmp_path, monkeypatch, spelling):
+    (tmp_path / "x").mkdir()
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValueError, match="must name a directory by its name"):
+        shardload.save(np.arange(3), spelling, overwrite=True)
+    assert sorted(os.listdir(tmp_path)) == ["x"] and not os.listdir(tmp_path / "x")
