@@ -336,13 +336,13 @@ def held_start_output() -> Iterator[None]:
         return
     try:
         read_end, write_end = os.pipe()
-    except (OSError, ValueError):
+    except OSError:  # no descriptor left: Legate's own output
+        os.close(saved)
         yield
         return
-    h.stderr = os.dup(2)
-    libc = ctypes.CDLL(None)
+    h.stderr = saved
     handle = ctypes.c_void_p(ctypes.addressof(_exit_hook_handle))
-    libc.__cxa_atexit(_exit_during_start, None, handle)
+    register(_exit_during_start, None, handle)
     h.active = True
     threading.Thread(target=_read_pipe, args=(read_end,), name="shardload-start-output",
                      daemon=True).start()
@@ -352,4 +352,4 @@ def held_start_output() -> Iterator[None]:
         yield
     finally:
         _write_all(2, _end_hold())
-        libc.__cxa_finalize(handle)  # runs the handler now (inactive: it does nothing) and drops it
+        finalize(handle)  # runs the handler now (inactive: it does nothing) and drops it
