@@ -500,6 +500,12 @@ Status check_local_header(const File& f, const Member& m,
                       (name ? "'" + *name + "'" : std::string("a name flagged UTF-8 that is not")) +
                       "): the central directory and the local headers disagree");
   }
+  if (le16(&local[8]) != m.method) {
+    return Status(ErrorCode::kFormat, where + ": the local header gives compression method " +
+                                          std::to_string(le16(&local[8])) +
+                                          ", the central directory " + std::to_string(m.method) +
+                                          ": the archive is inconsistent");
+  }
   if ((flags & kDescriptor) != 0) return Status::ok();  // sizes in a descriptor after the data
   std::uint64_t size = le32(&local[22]);
   std::uint64_t compressed = le32(&local[18]);

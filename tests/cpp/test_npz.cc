@@ -331,6 +331,12 @@ TEST_F(NpzTest, ArchivesThatReadersCouldTakeDifferentlyAreRefused) {
                 .find("member 'x.npy': the local header gives " + std::to_string(x.size() - 12) +
                       " bytes"),
             std::string::npos);
+  std::string method = good;
+  method[8] = 8;  // the local header says deflated, the directory stored
+  EXPECT_NE(error(method, npz("x"))
+                .find("member 'x.npy': the local header gives compression "
+                      "method 8, the central directory 0"),
+            std::string::npos);
   // Bytes before the archive: zipfile would shift every offset.
   EXPECT_NE(error("#!" + good, npz("x")).find("not where the end record begins"),
             std::string::npos);
