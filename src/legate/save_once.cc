@@ -147,12 +147,15 @@ void SavePrepareTask::cpu_variant(legate::TaskContext context) {
     } else if (st) {
       Result<std::string> staging = make_staging_dir(dest);
       if (!staging) st = staging.status();
+      // The directory just made, removed on failure only while its path still leads to it.
+      std::pair<std::uint64_t, std::uint64_t> identity{};
+      if (staging) identity = directory_identity(*staging);
       if (st) st = create_shard_files(*staging, &*spec);
       if (st) {
         put_str(result, *staging);
         put_ints(result, spec->encode());
       } else if (staging) {
-        remove_tree(*staging);
+        remove_tree_if_same(*staging, identity);
       }
     }
     write_point_result(context, encode_outcome(st, result));
