@@ -26,7 +26,9 @@
 #include <parquet/metadata.h>
 #include <parquet/properties.h>
 
+#include <algorithm>
 #include <atomic>
+#include <charconv>
 #include <cmath>
 #include <complex>
 #include <cstring>
@@ -225,6 +227,38 @@ std::string value_string(S v) {
   } else {
     std::string s = std::to_string(static_cast<double>(v));
     return s;
+  }
+}
+
+// A fill value as Python shows a float ("70000.0", "1e+300", "inf"): the shortest digits that
+// read back as the same double, positional for exponents in [-4, 16).
+std::string fill_string(double v) {
+  if (std::isnan(v)) return "nan";
+  if (std::isinf(v)) return v < 0 ? "-inf" : "inf";
+  char buf[400];
+  auto r = std::to_chars(buf, buf + sizeof buf, v, std::chars_format::scientific);
+  std::string s(buf, r.ptr);
+  const int exponent = std::stoi(s.substr(s.find('e') + 1));
+  if (exponent < -4 || exponent >= 16) return s;
+  r = std::to_chars(buf, buf + sizeof buf, v, std::chars_format::fixed);
+  s.assign(buf, r.ptr);
+  return s.find('.') == std::string::npos ? s + ".0" : s;
+}
+
+// fill_value as a D, false where D cannot hold it: an integer or bool must take it exactly
+// (cast_value); a float may round it, but a finite value must stay finite, or the nulls would
+// read as inf (1e300 as float32, 70000 as float16). inf and nan, which a user writes only on
+// purpose, fill a float dtype as they are.
+template <typename D>
+bool fill_as(double fill, D* out) {
+  if (!cast_value(fill, out)) return false;
+  if (!std::isfinite(fill)) return true;
+  if constexpr (IsComplex<D>::value) {
+    return std::isfinite(static_cast<double>(out->real()));
+  } else if constexpr (kIsFloat<D>) {
+    return std::isfinite(static_cast<double>(*out));
+  } else {
+    return true;
   }
 }
 
@@ -429,9 +463,9 @@ Status copy_rows(const ColumnView& v, std::int64_t b, std::int64_t e, std::byte*
     }
   }
   D fill{};
-  if (c.fill && !cast_value(*c.fill, &fill)) {
+  if (c.fill && !fill_as(*c.fill, &fill)) {
     return Status(ErrorCode::kInvalidArgument, option_mention("fill_value", true) +
-                                                   value_string(*c.fill) +
+                                                   fill_string(*c.fill) +
                                                    " is not representable as " + c.dtype.name());
   }
   // Only a bool column's leaf is a BooleanArray: cast it there alone (a downcast of another
@@ -578,17 +612,29 @@ Status copy_values(const ColumnView& v, DType source, std::int64_t b, std::int64
   });
 }
 
-// kInvalidArgument when fill_value does not fit `dtype`.
+// kInvalidArgument when fill_value does not fit `dtype` (fill_as).
 Status check_fill(double fill, DType dtype) {
   return visit_dtype(dtype, [&]<typename D>() {
     D d{};
-    if (!cast_value(fill, &d)) {
+    if (!fill_as(fill, &d)) {
       return Status(ErrorCode::kInvalidArgument, option_mention("fill_value", true) +
-                                                     value_string(fill) +
+                                                     fill_string(fill) +
                                                      " is not representable as " + dtype.name());
     }
     return Status::ok();
   });
+}
+
+// A decoded batch checked against its buffers before a byte of it is read. Arrow's IPC reader
+// takes a batch's length and its columns' lengths from the metadata as written and checks only
+// that they agree, so a batch whose counts all claim more rows than its buffers hold would be
+// read past their end. Validate compares each buffer's size with what the lengths need
+// (per column, no pass over the values).
+Status check_batch(const std::string& where, const arrow::RecordBatch& batch) {
+  const arrow::Status st = batch.Validate();
+  if (st.ok()) return Status::ok();
+  return Status(ErrorCode::kFormat, where + ": its metadata (" + std::to_string(batch.num_rows()) +
+                                        " rows) disagrees with its buffers: " + st.ToString());
 }
 
 Status arrow_error(const std::string& path, const arrow::Status& st, ErrorCode code) {
@@ -1136,6 +1182,53 @@ class ArrowReader final : public ShardReader {
     return idx;
   }
 
+  // The Parquet leaf columns under the selected fields `idx` (a list column's values), each
+  // with the index in `idx` of its field.
+  static std::vector<std::pair<int, std::size_t>> parquet_leaves(const OpenFile& f,
+                                                                 const std::vector<int>& idx) {
+    const auto& fields = f.parquet->manifest().schema_fields;
+    std::vector<std::pair<const parquet::arrow::SchemaField*, std::size_t>> todo;
+    for (std::size_t c = 0; c < idx.size(); ++c) {
+      todo.emplace_back(&fields[static_cast<std::size_t>(idx[c])], c);
+    }
+    std::vector<std::pair<int, std::size_t>> leaves;
+    while (!todo.empty()) {
+      const auto [field, c] = todo.back();
+      todo.pop_back();
+      if (field->is_leaf()) leaves.emplace_back(field->column_index, c);
+      for (const auto& child : field->children) todo.emplace_back(&child, c);
+    }
+    std::sort(leaves.begin(), leaves.end());  // the columns in the file's order
+    return leaves;
+  }
+
+  // Each row group's rows against the values its selected column chunks hold. Arrow reads as
+  // many rows as a row group says, whatever its chunks hold: one that says fewer would lose
+  // the rest without a word, one that says more would read short. A column that is not
+  // repeated holds one value (or null) per row, a list column at least one per row.
+  static Status check_row_groups(const std::string& path, const OpenFile& f,
+                                 const std::vector<int>& idx,
+                                 const std::vector<std::string>& names) {
+    const auto md = f.parquet->parquet_reader()->metadata();
+    const auto leaves = parquet_leaves(f, idx);
+    for (int g = 0; g < md->num_row_groups(); ++g) {
+      const auto rg = md->RowGroup(g);
+      const std::int64_t rows = rg->num_rows();
+      for (const auto& [leaf, c] : leaves) {
+        const std::int64_t values = rg->ColumnChunk(leaf)->num_values();
+        const bool repeated = md->schema()->Column(leaf)->max_repetition_level() > 0;
+        if (repeated ? values < rows : values != rows) {
+          return Status(ErrorCode::kFormat,
+                        path + ": row group " + std::to_string(g) + ": column '" + names[c] +
+                            "' holds " + std::to_string(values) + " values, but the row group " +
+                            "says " + std::to_string(rows) + " rows" +
+                            (repeated ? " (a list column holds at least one per row)" : ""));
+        }
+      }
+    }
+    return Status::ok();
+  }
+
   Result<ShardProbe> probe_impl(const std::string& path) {
     ShardProbe p;
     p.shard.path = path;
@@ -1178,6 +1271,7 @@ class ArrowReader final : public ShardReader {
                                               option_mention("astype") + " to cast)");
       }
     }
+    if (f.parquet) SHARDLOAD_RETURN_IF_ERROR(check_row_groups(path, f, idx, names));
     p.dtype = options_.dtype ? *options_.dtype : shapes[0].dtype;
     if (options_.fill_value) {
       // Checked here so that discovery, not the load, reports it.
@@ -1202,11 +1296,12 @@ class ArrowReader final : public ShardReader {
       // makes that no read of its body).
       SHARDLOAD_ASSIGN_OR_RETURN(f, open_ipc(path, f.file, {idx[0]}));
       for (int b = 0; b < f.ipc->num_record_batches(); ++b) {
+        const std::string where = path + ": record batch " + std::to_string(b);
         auto batch = f.ipc->ReadRecordBatch(b);
         if (!batch.ok()) {
-          return Status(ErrorCode::kFormat, path + ": record batch " + std::to_string(b) + ": " +
-                                                batch.status().ToString());
+          return Status(ErrorCode::kFormat, where + ": " + batch.status().ToString());
         }
+        SHARDLOAD_RETURN_IF_ERROR(check_batch(where, **batch));
         e.group_rows.push_back((*batch)->num_rows());
       }
     } else {
@@ -1283,16 +1378,7 @@ class ArrowReader final : public ShardReader {
     }
     std::vector<int> leaves;
     if (f.parquet) {
-      // The Parquet leaf columns under each selected field (a list column's values).
-      const auto& fields = f.parquet->manifest().schema_fields;
-      std::vector<const parquet::arrow::SchemaField*> todo;
-      for (const int i : idx) todo.push_back(&fields[static_cast<std::size_t>(i)]);
-      while (!todo.empty()) {
-        const auto* field = todo.back();
-        todo.pop_back();
-        if (field->is_leaf()) leaves.push_back(field->column_index);
-        for (const auto& child : field->children) todo.push_back(&child);
-      }
+      for (const auto& leaf : parquet_leaves(f, idx)) leaves.push_back(leaf.first);
       if (f.group_rows != e.group_rows) {
         return Status(ErrorCode::kChanged, s.path + ": row groups differ from discovery's");
       }
@@ -1359,6 +1445,7 @@ class ArrowReader final : public ShardReader {
           const arrow::Status st = (*batches)->ReadNext(&batch);
           if (!st.ok()) return arrow_error(where, st, ErrorCode::kIo);
           if (!batch) break;
+          SHARDLOAD_RETURN_IF_ERROR(check_batch(where, *batch));
           const std::int64_t n = batch->num_rows();
           if (row + n > a) {
             SHARDLOAD_RETURN_IF_ERROR(interleave(l, s, where, *batch, names, shapes,
@@ -1367,10 +1454,18 @@ class ArrowReader final : public ShardReader {
           }
           row += n;
         }
-        if (row < b) return rows_changed(where, row, e.group_rows[g]);
+        if (row < b) {
+          // The footer's counts agree with discovery's (above) and with each other (probe):
+          // the pages hold fewer rows than they say. A file changed meanwhile is told apart
+          // by the snapshot check after the read.
+          return Status(ErrorCode::kFormat, where + ": its pages hold " + std::to_string(row) +
+                                                " rows, the footer says " +
+                                                std::to_string(e.group_rows[g]));
+        }
       } else {
         auto batch = f.ipc->ReadRecordBatch(static_cast<int>(g));
         if (!batch.ok()) return arrow_error(where, batch.status(), ErrorCode::kIo);
+        SHARDLOAD_RETURN_IF_ERROR(check_batch(where, **batch));
         if ((*batch)->num_rows() != e.group_rows[g]) {
           return rows_changed(where, (*batch)->num_rows(), e.group_rows[g]);
         }
@@ -1474,6 +1569,7 @@ class ArrowReader final : public ShardReader {
           for (std::size_t i = unit.a; i < unit.b && st.is_ok(); ++i) {
             auto batch = f.ipc->ReadRecordBatch(needed[i].g);
             if (batch.ok()) {
+              st = check_batch(where(i), **batch);
               needed[i].batch = *std::move(batch);
             } else {
               st = arrow_error(where(i), batch.status(), ErrorCode::kIo);

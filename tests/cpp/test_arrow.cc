@@ -8,7 +8,9 @@
 #include <gtest/gtest.h>
 #include <parquet/arrow/writer.h>
 
+#include <cmath>
 #include <cstring>
+#include <limits>
 #include <optional>
 
 #include "shardload/fill.hpp"
@@ -305,6 +307,52 @@ TEST_P(ArrowFormats, NestedFixedSizeListsStack) {
       EXPECT_EQ(v[at + 6], static_cast<float>(r * 6 + j));
     }
   }
+}
+
+// A fill value the dtype cannot hold is refused at discovery, naming the value and the dtype:
+// a finite one that would turn inf (70000 as float16, 1e300 as float32) as a fraction for an
+// integer is. One that rounds is taken, and so are inf and nan for a float dtype.
+TEST_P(ArrowFormats, FillValueTheDtypeCannotHoldIsRefused) {
+  TempDir dir;
+  const auto path = write(dir, "s0", 0, 9, 4);  // column d: a null at row 5
+  DiscoverOptions o;
+  o.format.columns = {"d"};
+  const auto refused = [&](double fill, DType astype, const std::string& text) {
+    o.format.fill_value = fill;
+    o.format.dtype = astype;
+    auto l = try_discover_paths({path}, o);
+    ASSERT_FALSE(l.is_ok()) << fill;
+    const std::string want = text + " is not representable as " + astype.name();
+    EXPECT_NE(l.status().message().find(want), std::string::npos) << l.status().message();
+  };
+  refused(70000, DType{DTypeKind::kFloat, 2}, "70000.0");
+  refused(-65520, DType{DTypeKind::kFloat, 2}, "-65520.0");
+  refused(1e300, DType{DTypeKind::kFloat, 4}, "1e+300");
+  refused(1e39, DType{DTypeKind::kComplex, 8}, "1e+39");
+  refused(std::numeric_limits<double>::infinity(), DType{DTypeKind::kInt, 4}, "inf");
+  refused(0.5, DType{DTypeKind::kInt, 4}, "0.5");
+  const auto filled = [&](double fill, DType astype) {
+    o.format.fill_value = fill;
+    o.format.dtype = astype;
+    auto l = try_discover_paths({path}, o);
+    EXPECT_TRUE(l.is_ok()) << l.status().message();
+    Status st;
+    auto v = read_all<double>(*l, 5, 6, &st);  // float64 only below
+    EXPECT_TRUE(st.is_ok()) << st.message();
+    return v[0];
+  };
+  EXPECT_EQ(filled(1e300, DType{DTypeKind::kFloat, 8}), 1e300);
+  EXPECT_EQ(filled(-std::numeric_limits<double>::infinity(), DType{DTypeKind::kFloat, 8}),
+            -std::numeric_limits<double>::infinity());
+  EXPECT_TRUE(std::isnan(filled(std::nan(""), DType{DTypeKind::kFloat, 8})));
+  o.format.fill_value = 65519.0;  // rounds to float16's largest, 65504, as numpy rounds it
+  o.format.dtype = DType{DTypeKind::kFloat, 2};
+  auto l = try_discover_paths({path}, o);
+  ASSERT_TRUE(l.is_ok()) << l.status().message();
+  Status st;
+  auto v = read_all<_Float16>(*l, 5, 6, &st);
+  ASSERT_TRUE(st.is_ok()) << st.message();
+  EXPECT_EQ(static_cast<float>(v[0]), 65504.0f);
 }
 
 INSTANTIATE_TEST_SUITE_P(Formats, ArrowFormats, ::testing::Values(Format::kParquet, Format::kArrow),
