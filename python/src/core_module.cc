@@ -10,6 +10,7 @@
 
 #include "base/detail/bytes.hpp"
 #include "errors.hpp"
+#include "interrupt.hpp"
 #include "options.hpp"
 #include "py_reader.hpp"
 #include "shardload/codec.hpp"
@@ -54,10 +55,7 @@ Source make_source(const py::object& source, const py::object& pattern_obj) {
     const std::string text = path_bytes(source);
     // An object-storage URL is asked of the store (is it an object or a prefix?): no request
     // may hold the GIL (a server in this process, or any other Python thread, would wait on it).
-    Result<Source> parsed = [&] {
-      py::gil_scoped_release release;
-      return Source::parse(text, pattern);
-    }();
+    Result<Source> parsed = python::interruptible([&] { return Source::parse(text, pattern); });
     return unwrap(std::move(parsed));
   }
   if (!pattern.empty()) {
@@ -143,11 +141,7 @@ PYBIND11_MODULE(_core, m) {
             for (const auto d : l.trailing_shape) shape.push_back(d);
             py::array out(numpy_dtype(l.dtype), shape);
             auto* dst = static_cast<std::byte*>(out.mutable_data());
-            Status st;
-            {
-              py::gil_scoped_release release;
-              st = fill_rows(l, lo, hi, dst);
-            }
+            const Status st = python::interruptible([&] { return fill_rows(l, lo, hi, dst); });
             if (!st) raise_read(st);
             return out;
           },
@@ -162,10 +156,7 @@ PYBIND11_MODULE(_core, m) {
         python::discover_options_from(discovery, &opts);
         opts.use_manifest = use_manifest;
         opts.format = python::format_options_from(options);
-        Result<Layout> l = [&] {
-          py::gil_scoped_release release;
-          return try_discover(src, opts);
-        }();
+        Result<Layout> l = python::interruptible([&] { return try_discover(src, opts); });
         if (!l) raise(l.status().with_context("loading " + src.describe()));
         return std::move(l).value();
       },
@@ -185,10 +176,8 @@ PYBIND11_MODULE(_core, m) {
         opts.checksum = unwrap(parse_checksum(checksum));
         if (!pattern.is_none()) opts.pattern = path_bytes(pattern);
         const std::string dir = path_bytes(directory);
-        Result<std::string> written = [&] {
-          py::gil_scoped_release release;
-          return write_manifest(layout, dir, opts);
-        }();
+        Result<std::string> written =
+            python::interruptible([&] { return write_manifest(layout, dir, opts); });
         if (!written) raise(written.status().with_context("indexing " + dir));
         return path_str(*written);
       },
@@ -198,10 +187,8 @@ PYBIND11_MODULE(_core, m) {
       "read_manifest",
       [](const py::object& path) {
         const std::string p = path_bytes(path);
-        Result<Manifest> r = [&] {
-          py::gil_scoped_release release;  // a URL's GET (see verify_on_host)
-          return read_manifest(p);
-        }();
+        // A URL's GET (see verify_on_host).
+        Result<Manifest> r = python::interruptible([&] { return read_manifest(p); });
         if (!r) raise(r.status());
         py::dict d;
         d["layout"] = std::move(r->layout);
@@ -241,15 +228,10 @@ PYBIND11_MODULE(_core, m) {
         const std::string p = path_bytes(path);
         // The manifest may be a URL: its request, like the hashing, must not hold the GIL
         // (a server in this process, or any other Python thread, would wait on it).
-        Result<Manifest> r = [&] {
-          py::gil_scoped_release release;
-          return read_manifest(p);
-        }();
+        Result<Manifest> r = python::interruptible([&] { return read_manifest(p); });
         if (!r) raise(r.status());
-        Result<std::vector<ChecksumMismatch>> v = [&] {
-          py::gil_scoped_release release;
-          return verify_range(*r, 0, r->layout.shards.size(), posix_io());
-        }();
+        Result<std::vector<ChecksumMismatch>> v = python::interruptible(
+            [&] { return verify_range(*r, 0, r->layout.shards.size(), posix_io()); });
         if (!v) raise(v.status());
         py::list out;
         for (const auto& mm : *v) {
@@ -264,10 +246,8 @@ PYBIND11_MODULE(_core, m) {
       "resolve",
       [](const py::object& source, const py::object& pattern) {
         const Source src = make_source(source, pattern);
-        Result<std::vector<std::string>> paths = [&] {
-          py::gil_scoped_release release;
-          return resolve(src);
-        }();
+        Result<std::vector<std::string>> paths =
+            python::interruptible([&] { return resolve(src); });
         if (!paths) raise(paths.status().with_context("loading " + src.describe()));
         py::list out;
         for (const auto& path : *paths) out.append(path_str(path));

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "errors.hpp"
+#include "interrupt.hpp"
 #include "options.hpp"
 #include "shardload/batches.hpp"
 #include "shardload/io.hpp"
@@ -47,12 +48,10 @@ PYBIND11_MODULE(_legate, m) {
         opts.overdecompose = overdecompose;
         shardload::LoadInfo info;
         legate::LogicalArray* array = nullptr;
-        {
-          // load() waits for the tasks while holding nothing Python needs; what it throws
-          // leaves through the translator, with the GIL taken back.
-          py::gil_scoped_release release;
-          array = new legate::LogicalArray(shardload::load(layout, opts, &info));
-        }
+        // load() waits for the tasks while holding nothing Python needs; what it throws
+        // leaves through the translator, with the GIL taken back (a Ctrl-C: KeyboardInterrupt).
+        shardload::python::interruptible(
+            [&] { array = new legate::LogicalArray(shardload::load(layout, opts, &info)); });
         py::dict d;
         d["target"] = info.target;
         d["processors"] = info.processors;
@@ -99,11 +98,8 @@ PYBIND11_MODULE(_legate, m) {
       .def_property_readonly("size", &shardload::Batches::size)
       .def("next", [](shardload::Batches& self) -> py::object {
         std::optional<shardload::Batch> batch;
-        {
-          // next() waits for the batch's launch; what it throws leaves through the translator.
-          py::gil_scoped_release release;
-          batch = self.next();
-        }
+        // next() waits for the batch's launch; what it throws leaves through the translator.
+        shardload::python::interruptible([&] { batch = self.next(); });
         if (!batch) return py::none();
         auto* array = new legate::LogicalArray(std::move(batch->array));
         py::capsule owner = array_owner(array);
@@ -115,10 +111,7 @@ PYBIND11_MODULE(_legate, m) {
       [](const py::bytes& manifest_path, std::int64_t groups) {
         const std::string path = manifest_path;
         shardload::VerifyReport report;
-        {
-          py::gil_scoped_release release;
-          report = shardload::verify_manifest(path, groups);
-        }
+        shardload::python::interruptible([&] { report = shardload::verify_manifest(path, groups); });
         py::list out;
         for (const auto& mm : report.mismatches) {
           out.append(py::make_tuple(mm.shard, py::bytes(mm.path),
@@ -140,10 +133,7 @@ PYBIND11_MODULE(_legate, m) {
         shardload::python::discover_options_from(discovery, &d);
         d.use_manifest = use_manifest;
         shardload::Layout layout;
-        {
-          py::gil_scoped_release release;
-          layout = shardload::discover_once(src, pat, d);
-        }
+        shardload::python::interruptible([&] { layout = shardload::discover_once(src, pat, d); });
         return layout;
       },
       py::arg("source"), py::arg("pattern"), py::arg("discovery") = py::dict(),

@@ -13,6 +13,7 @@
 
 #include "cli/commands.hpp"
 #include "shardload/formats.hpp"
+#include "shardload/interrupt.hpp"
 #include "shardload/io.hpp"
 #include "shardload/layout.hpp"
 
@@ -26,6 +27,8 @@ bool parse_int(const std::string& text, long long* out) {
 // The core's messages mark the options they name (shardload/format.hpp); the command line
 // spells them as its flags (--dtype) here, where every message is printed.
 int fail(const char* cmd, const std::string& msg) {
+  // What an interrupt made fail: main says "interrupted" instead.
+  if (interrupt_requested()) return 1;
   std::cerr << "shardload " << cmd << ": error: " << spell_options(msg, OptionSpelling::kCli)
             << "\n";
   return 1;

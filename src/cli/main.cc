@@ -9,6 +9,7 @@
 #include <string>
 
 #include "cli/commands.hpp"
+#include "shardload/interrupt.hpp"
 #ifdef SHARDLOAD_WITH_LEGATE
 #include "cli/legate_start.hpp"
 #include "shardload/legate.hpp"
@@ -105,7 +106,9 @@ int with_legate(const std::string& cmd, F&& run) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+namespace {
+
+int run_command(int argc, char** argv) {
   if (argc < 2) {
     usage(std::cerr);
     return 2;
@@ -197,4 +200,20 @@ int main(int argc, char** argv) {
     std::cerr << "shardload: unknown command '" << cmd << "'; see 'shardload --help'\n";
   }
   return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // Ctrl-C ends the requests a command waits for (a slow server, its retries); the command
+  // then fails, and that failure is reported as the interrupt it is. A second Ctrl-C ends the
+  // process at once.
+  shardload::interrupt_on_sigint();
+  const int rc = run_command(argc, argv);
+  if (shardload::interrupt_requested()) {
+    std::cerr << "shardload" << (argc >= 2 ? " " + std::string(argv[1]) : std::string())
+              << ": interrupted\n";
+    return 130;
+  }
+  return rc;
 }

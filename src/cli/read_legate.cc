@@ -9,6 +9,7 @@
 #include "base/detail/bytes.hpp"
 #include "cli/commands.hpp"
 #include "cli/legate_start.hpp"
+#include "shardload/interrupt.hpp"
 #include "shardload/legate.hpp"
 #include "shardload/manifest_legate.hpp"
 #include "shardload/source.hpp"
@@ -148,8 +149,11 @@ int cmd_read(const ReadArgs& a) {
   try {
     rc = run(a, io.out, io.err);
   } catch (const Error& e) {
-    // Whatever throw_status made of the failure (LayoutError, ShardReadError, ...).
-    io.err << "shardload " << cmd << ": error: " << e.message(OptionSpelling::kCli) << "\n";
+    // Whatever throw_status made of the failure (LayoutError, ShardReadError, ...); what an
+    // interrupt made fail is reported by main as the interrupt.
+    if (!interrupt_requested()) {
+      io.err << "shardload " << cmd << ": error: " << e.message(OptionSpelling::kCli) << "\n";
+    }
   }
   const int finish = legate::finish();
   return rc != 0 ? rc : finish;

@@ -8,6 +8,7 @@
 
 #include "cli/commands.hpp"
 #include "cli/legate_start.hpp"
+#include "shardload/interrupt.hpp"
 #include "shardload/io.hpp"
 #include "shardload/legate.hpp"
 #include "shardload/manifest.hpp"
@@ -67,7 +68,10 @@ int cmd_verify(const Args& args) {
           << " shards differ from " << path_for_message(path) << "\n";
     }
   } catch (const Error& e) {
-    err << "shardload " << cmd << ": error: " << e.message(OptionSpelling::kCli) << "\n";
+    // What an interrupt made fail is reported by main as the interrupt.
+    if (!interrupt_requested()) {
+      err << "shardload " << cmd << ": error: " << e.message(OptionSpelling::kCli) << "\n";
+    }
   }
   const int finish = legate::finish();
   return rc != 0 ? rc : finish;

@@ -55,15 +55,12 @@ class CurlRemoteIo final : public RemoteIo {
 
   Result<int> open_stat(const std::string& url, FileInfo* info) override {
     SHARDLOAD_ASSIGN_OR_RETURN(Target t, target_of(url));
-    std::string etag;
-    SHARDLOAD_RETURN_IF_ERROR(head(url, t, info, &etag));
+    CurlHeaders validators;
+    SHARDLOAD_RETURN_IF_ERROR(head(url, t, info, &validators));
     std::lock_guard lock(mu_);
     const int fd = next_fd_++;
-    // A strong ETag makes every ranged GET conditional (If-Match): an object replaced between
-    // two reads answers 412 instead of other bytes.
-    files_.emplace(
-        fd, std::make_shared<const Open>(Open{
-                url, std::move(t), etag.starts_with("W/") ? std::string() : etag, info->size}));
+    files_.emplace(fd, std::make_shared<const Open>(
+                           Open{url, std::move(t), std::move(validators), info->size}));
     return fd;
   }
 
@@ -82,8 +79,8 @@ class CurlRemoteIo final : public RemoteIo {
   Result<FileInfo> stat_path(const std::string& url) override {
     SHARDLOAD_ASSIGN_OR_RETURN(const Target t, target_of(url));
     FileInfo info;
-    std::string etag;
-    SHARDLOAD_RETURN_IF_ERROR(head(url, t, &info, &etag));
+    CurlHeaders validators;
+    SHARDLOAD_RETURN_IF_ERROR(head(url, t, &info, &validators));
     return info;
   }
 
@@ -137,9 +134,47 @@ class CurlRemoteIo final : public RemoteIo {
   struct Open {
     std::string url;  // as the user gave it, for messages
     Target target;
-    std::string etag;  // for If-Match; empty for none or a weak one
+    CurlHeaders snapshot;  // the HEAD's ETag and Last-Modified
     std::uint64_t size = 0;
+    // A strong ETag makes every ranged GET conditional (If-Match): a server that honours it
+    // answers 412 for an object replaced since, instead of other bytes.
+    std::string if_match() const {
+      return snapshot.etag.starts_with("W/") ? std::string() : snapshot.etag;
+    }
   };
+
+  // Why a GET's answer is not of the version the snapshot saw, or "": its ETag, else its
+  // Last-Modified, differs from the HEAD's, or its Content-Range total from the snapshot's size.
+  // A server that ignores If-Match (or a weak or missing ETag, which no If-Match guards) and
+  // whose HEAD lags its GETs (a cache or a replica in front) would otherwise serve another
+  // version's bytes as the snapshot's.
+  static std::string other_version(const Open& f, const CurlHeaders& got) {
+    const auto bare = [](const std::string& etag) {
+      return etag.starts_with("W/") ? etag.substr(2) : etag;
+    };
+    const CurlHeaders& want = f.snapshot;
+    // Each validator where both answers carry it: a weak and a strong form of one tag agree
+    // (a server may weaken its ETag on some answers); where either lacks an ETag,
+    // Last-Modified is compared.
+    if (!want.etag.empty() && !got.etag.empty()) {
+      if (bare(want.etag) != bare(got.etag)) {
+        return "its ETag " + got.etag + " differs from the snapshot's " + want.etag;
+      }
+    } else if (!want.last_modified.empty() && !got.last_modified.empty() &&
+               want.last_modified != got.last_modified) {
+      return "its Last-Modified '" + got.last_modified + "' differs from the snapshot's '" +
+             want.last_modified + "'";
+    }
+    std::uint64_t first = 0;
+    std::int64_t total = -1;
+    if (!got.content_range.empty() && parse_content_range(got.content_range, &first, &total) &&
+        total >= 0 && static_cast<std::uint64_t>(total) != f.size) {
+      return "its Content-Range '" + got.content_range + "' gives a size of " +
+             std::to_string(total) + " bytes, which differs from the snapshot's " +
+             std::to_string(f.size);
+    }
+    return {};
+  }
 
   static Status failed(const std::string& url, const std::string& what, const CurlOutcome& o,
                        const std::string& body, std::int64_t tries) {
@@ -148,8 +183,8 @@ class CurlRemoteIo final : public RemoteIo {
     return file_error(ErrorCode::kIo, url, msg, curl_errno(o));
   }
 
-  // The object's snapshot: one HEAD (retried like any request).
-  Status head(const std::string& url, const Target& t, FileInfo* info, std::string* etag) {
+  // The object's snapshot: one HEAD (retried like any request); its validators in `validators`.
+  Status head(const std::string& url, const Target& t, FileInfo* info, CurlHeaders* validators) {
     SHARDLOAD_RETURN_IF_ERROR(is_object(url).status());
     SHARDLOAD_RETURN_IF_ERROR(curl_init(url));
     CurlRequest req;
@@ -166,7 +201,8 @@ class CurlRemoteIo final : public RemoteIo {
     *info = FileInfo{};
     info->size = static_cast<std::uint64_t>(a.content_length);
     info->regular = true;
-    *etag = a.headers.etag;
+    validators->etag = a.headers.etag;
+    validators->last_modified = a.headers.last_modified;
     info->inode =
         fnv1a(a.headers.etag.empty() ? "last-modified:" + a.headers.last_modified : a.headers.etag);
     return Status::ok();
@@ -181,8 +217,13 @@ class CurlRemoteIo final : public RemoteIo {
     req.options = &f.target.options;
     req.headers = [&] {
       std::vector<std::string> h{"Range: bytes=" + range};
-      if (!f.etag.empty()) h.push_back("If-Match: " + f.etag);
+      if (const std::string tag = f.if_match(); !tag.empty()) h.push_back("If-Match: " + tag);
       return h;
+    };
+    std::string other;  // why the answer is another version's, where it is
+    req.accept = [&](const CurlHeaders& got) {
+      other = other_version(f, got);
+      return other.empty();
     };
     const CurlAnswer a = curl_perform(req, dst, n, offset, &retries_);
     const CurlOutcome& o = a.outcome;
@@ -191,6 +232,13 @@ class CurlRemoteIo final : public RemoteIo {
       if (a.tries > 1) *why += " (gave up after " + std::to_string(a.tries) + " attempts)";
       return -err;
     };
+    if (a.refused) {
+      return fail("the server's answer (HTTP " + std::to_string(o.http) +
+                      ") is another version of the object than its snapshot: " + other +
+                      "; nothing of it was read (a cache or a replica in front of the server "
+                      "may lag behind it)",
+                  EIO);
+    }
     if (a.overflow) {
       return fail("the server ignored the Range request (HTTP " + std::to_string(o.http) +
                       " with more than the " + std::to_string(n) + " bytes asked for at offset " +

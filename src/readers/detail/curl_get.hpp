@@ -45,8 +45,17 @@ std::string curl_describe(const CurlOutcome& o, const std::string& body);
 // libcurl's process-wide setup, once; kIo naming `url` when it fails.
 Status curl_init(const std::string& url);
 
+// The deadline of one attempt of a request that moves `bytes` (a GET's range, a PUT's body; 0
+// for a HEAD): max(request_timeout, bytes / 1 MiB per second), in milliseconds. A request of up
+// to request_timeout MiB has request_timeout (docs/object_storage.md).
+std::int64_t request_deadline_ms(const StoreOptions& o, std::uint64_t bytes);
+
 // One request, retried while its outcome is transient (up to options.max_attempts times,
-// the backoff slept in between; each retry counted in `*retries`).
+// the backoff slept in between; each retry counted in `*retries`). Each attempt ends by its
+// deadline (request_deadline_ms); an interrupt (shardload/interrupt.hpp) ends it at once,
+// CURLE_ABORTED_BY_CALLBACK, and nothing is retried then. Redirects (where followed) stay on
+// http(s), never leave https, and are at most 5: a refused one is CURLE_UNSUPPORTED_PROTOCOL
+// or CURLE_TOO_MANY_REDIRECTS, its words in curl_error.
 struct CurlRequest {
   std::string url;  // as sent
   const StoreOptions* options = nullptr;

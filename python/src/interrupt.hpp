@@ -1,0 +1,61 @@
+// Ctrl-C during a call into the engine: the call runs with the GIL released, so Python's
+// handler cannot run until it returns, and a request to a slow server used to hold it for as
+// long as the server liked. `interruptible` wraps such a call in a shardload::InterruptibleWait:
+// a SIGINT ends the call's remote requests (shardload/interrupt.hpp), and the call then raises
+// the KeyboardInterrupt that Python's handler made instead of the failure the interrupt caused.
+// Included by core_module.cc and legate_module.cc only.
+#pragma once
+
+#include <pybind11/pybind11.h>
+
+#include <type_traits>
+#include <utility>
+
+#include "shardload/interrupt.hpp"
+
+namespace shardload::python {
+
+namespace py = pybind11;
+
+// Whether SIGINT raises KeyboardInterrupt (Python's default handler): only then does it end
+// the requests. A handler of the user's own runs after the call, as before; SIG_IGN and SIG_DFL
+// keep their meaning.
+inline bool sigint_raises_keyboard_interrupt() {
+  const py::module_ signal = py::module_::import("signal");
+  return signal.attr("getsignal")(signal.attr("SIGINT")).is(signal.attr("default_int_handler"));
+}
+
+// Where the wait was interrupted and Python's handler has an exception to raise (the main
+// thread; other threads get the call's own error, ECANCELED): raises it.
+inline void raise_if_interrupted(const InterruptibleWait& wait) {
+  if (wait.interrupted() && PyErr_CheckSignals() != 0) throw py::error_already_set();
+}
+
+// Calls `f` with the GIL released, SIGINT ending its requests; called with the GIL held.
+template <typename F>
+auto interruptible(F&& f) -> decltype(f()) {
+  InterruptibleWait wait(sigint_raises_keyboard_interrupt());
+  try {
+    if constexpr (std::is_void_v<decltype(f())>) {
+      {
+        py::gil_scoped_release release;
+        f();
+      }
+      raise_if_interrupted(wait);
+    } else {
+      auto r = [&] {
+        py::gil_scoped_release release;
+        return f();
+      }();
+      raise_if_interrupted(wait);
+      return r;
+    }
+  } catch (const py::error_already_set&) {
+    throw;
+  } catch (...) {
+    raise_if_interrupted(wait);  // the KeyboardInterrupt instead of what the interrupt caused
+    throw;
+  }
+}
+
+}  // namespace shardload::python

@@ -1,0 +1,94 @@
+#include "shardload/interrupt.hpp"
+
+#include <signal.h>
+
+#include <atomic>
+#include <mutex>
+
+namespace shardload {
+
+namespace {
+
+std::atomic<bool> g_interrupt{false};
+// Waits alive, and those of them that SIGINT ends.
+std::atomic<int> g_waits{0};
+std::atomic<int> g_sigint_waits{0};
+std::mutex g_install_mu;
+// The SIGINT handler that was installed before ours: called after ours. Written under
+// g_install_mu only while ours is not the installed one.
+struct sigaction g_previous {};
+
+void on_sigint(int sig, siginfo_t* info, void* context) {
+  if (g_sigint_waits.load(std::memory_order_relaxed) > 0) request_interrupt();
+  const struct sigaction& p = g_previous;
+  if ((p.sa_flags & SA_SIGINFO) != 0) {
+    if (p.sa_sigaction != nullptr) p.sa_sigaction(sig, info, context);
+  } else if (p.sa_handler == SIG_DFL) {
+    // What SIGINT did before: end the process.
+    struct sigaction dfl {};
+    dfl.sa_handler = SIG_DFL;
+    sigemptyset(&dfl.sa_mask);
+    sigaction(SIGINT, &dfl, nullptr);
+    raise(SIGINT);
+  } else if (p.sa_handler != SIG_IGN && p.sa_handler != nullptr) {
+    p.sa_handler(sig);
+  }
+}
+
+// Puts on_sigint in front of whatever handles SIGINT now, unless it is there already (Python
+// installs its own again whenever signal.signal() is called).
+void chain_sigint_handler() {
+  std::lock_guard lock(g_install_mu);
+  struct sigaction current {};
+  if (sigaction(SIGINT, nullptr, &current) != 0) return;
+  if ((current.sa_flags & SA_SIGINFO) != 0 && current.sa_sigaction == &on_sigint) return;
+  g_previous = current;
+  struct sigaction ours = current;
+  ours.sa_sigaction = &on_sigint;
+  ours.sa_flags = (current.sa_flags & ~SA_RESETHAND) | SA_SIGINFO;
+  sigaction(SIGINT, &ours, nullptr);
+}
+
+// The CLI's handler: the first SIGINT asks for an interrupt, the next ends the process.
+void on_program_sigint(int sig) {
+  if (interrupt_requested()) {
+    struct sigaction dfl {};
+    dfl.sa_handler = SIG_DFL;
+    sigemptyset(&dfl.sa_mask);
+    sigaction(sig, &dfl, nullptr);
+    raise(sig);
+    return;
+  }
+  request_interrupt();
+}
+
+}  // namespace
+
+void interrupt_on_sigint() {
+  struct sigaction sa {};
+  sa.sa_handler = &on_program_sigint;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, nullptr);
+}
+
+void request_interrupt() noexcept { g_interrupt.store(true, std::memory_order_relaxed); }
+
+bool interrupt_requested() noexcept { return g_interrupt.load(std::memory_order_relaxed); }
+
+void clear_interrupt() noexcept { g_interrupt.store(false, std::memory_order_relaxed); }
+
+InterruptibleWait::InterruptibleWait(bool sigint) : sigint_(sigint) {
+  g_waits.fetch_add(1);
+  if (sigint_) {
+    chain_sigint_handler();
+    g_sigint_waits.fetch_add(1);
+  }
+}
+
+InterruptibleWait::~InterruptibleWait() {
+  if (sigint_) g_sigint_waits.fetch_sub(1);
+  // The last wait out forgets the interrupt: every wait it could end has ended.
+  if (g_waits.fetch_sub(1) == 1) clear_interrupt();
+}
+
+}  // namespace shardload

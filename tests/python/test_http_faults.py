@@ -1,0 +1,499 @@
+"""The http(s):// and signed s3:// request layer against servers that lie, redirect, trickle
+or never finish: a GET's validators are checked against the snapshot, a redirect never leaves
+https (nor http(s)), every request has a deadline, and Ctrl-C ends a wait promptly.
+
+Each server here is a small ``http.server`` on 127.0.0.1 started by the test; every loop that
+serves a slow answer is bounded in bytes and in time, and stops when the client goes away.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import http.server
+import io
+import os
+import re
+import shutil
+import signal
+import ssl
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from typing import Iterator
+
+import numpy as np
+import pytest
+
+import shardload
+
+TRICKLE_LIMIT_S = 40.0  # no slow answer of these servers lasts longer, whatever the client does
+
+
+def npy_bytes(a: np.ndarray) -> bytes:
+    buf = io.BytesIO()
+    np.save(buf, a)
+    return buf.getvalue()
+
+
+class Server:
+    """What the handler serves (path -> bytes) and how it lies; shared with its threads."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.objects: dict[str, bytes] = {}
+        self.head_objects: dict[str, bytes] = {}  # what HEAD describes, where it lags the GETs
+        self.etag: str | None = "strong"  # "strong", "weak" or None (Last-Modified only)
+        self.last_modified: dict[str, str] = {}
+        self.head_last_modified: dict[str, str] = {}
+        self.honour_if_match = True
+        self.redirect: dict[str, tuple[int, str]] = {}  # path -> (status, Location)
+        # (method, path) answered at 2 bytes a second: a GET's body, a HEAD's header lines
+        self.trickle: set[tuple[str, str]] = set()
+        self.paced: dict[tuple[str, str], int] = {}  # (method, path) -> bytes a second
+        self.requests: list[tuple[str, str]] = []
+        self.slow_started = threading.Event()  # a trickled answer has begun
+        self.slow_ended = threading.Event()  # ... and its loop has ended
+
+    def put(self, path: str, data: bytes, lm: str = "Mon, 01 Jan 2024 00:00:00 GMT") -> None:
+        with self.lock:
+            self.objects[path] = data
+            self.last_modified[path] = lm
+
+    def etag_of(self, data: bytes) -> str | None:
+        if self.etag is None:
+            return None
+        tag = '"' + hashlib.md5(data).hexdigest() + '"'
+        return "W/" + tag if self.etag == "weak" else tag
+
+
+class Handler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_state: Server
+
+    def log_message(self, *args) -> None:
+        pass
+
+    def _send(self, code: int, headers: dict[str, str], body: bytes, head: bool) -> None:
+        self.send_response(code)
+        for k, v in headers.items():
+            self.send_header(k, v)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if not head:
+            self.wfile.write(body)
+
+    def _trickle(self, raw: bytes) -> None:
+        """Writes ``raw`` at 2 bytes a second, for at most TRICKLE_LIMIT_S, then closes."""
+        s = self.server_state
+        s.slow_started.set()
+        deadline = time.monotonic() + TRICKLE_LIMIT_S
+        try:
+            for i in range(0, len(raw), 2):
+                if time.monotonic() > deadline:
+                    break
+                self.wfile.write(raw[i:i + 2])
+                self.wfile.flush()
+                time.sleep(1.0)
+        except OSError:
+            pass  # the client gave up: what the tests want
+        finally:
+            self.close_connection = True
+            s.slow_ended.set()
+
+    def _serve(self, head: bool) -> None:
+        s = self.server_state
+        path = self.path.split("?")[0]
+        with s.lock:
+            s.requests.append((self.command, self.path))
+            redirect = s.redirect.get(path)
+            data = s.objects.get(path)
+            described = s.head_objects.get(path, data) if head else data
+            lm = (s.head_last_modified if head else {}).get(path, s.last_modified.get(path))
+            slow = (self.command, path) in s.trickle
+            rate = s.paced.get((self.command, path))
+        if redirect is not None:
+            code, location = redirect
+            self._send(code, {"Location": location}, b"moved", head)
+            return
+        if data is None:
+            self._send(404, {}, b"not found", head)
+            return
+        headers = {"Last-Modified": lm or "Mon, 01 Jan 2024 00:00:00 GMT",
+                   "Accept-Ranges": "bytes"}
+        tag = s.etag_of(described)
+        if tag is not None:
+            headers["ETag"] = tag
+        if_match = self.headers.get("If-Match")
+        if s.honour_if_match and if_match is not None and if_match != tag:
+            self._send(412, {}, b"precondition failed", head)
+            return
+        if head:
+            if slow:
+                lines = f"HTTP/1.1 200 OK\r\nContent-Length: {len(described)}\r\n"
+                lines += "".join(f"{k}: {v}\r\n" for k, v in headers.items()) + "\r\n"
+                self._trickle(lines.encode())
+                return
+            self._send(200, headers, described, head=True)
+            return
+        rng = self.headers.get("Range")
+        first, last = 0, len(data) - 1
+        code = 200
+        if rng is not None:
+            m = re.fullmatch(r"bytes=(\d+)-(\d+)", rng)
+            assert m, rng
+            first, last = int(m.group(1)), min(int(m.group(2)), len(data) - 1)
+            headers["Content-Range"] = f"bytes {first}-{last}/{len(data)}"
+            code = 206
+        body = data[first:last + 1]
+        if slow:
+            self.send_response(code)
+            for k, v in headers.items():
+                self.send_header(k, v)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.flush()
+            self._trickle(body)
+            return
+        if rate is not None:
+            self.send_response(code)
+            for k, v in headers.items():
+                self.send_header(k, v)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            step = max(1, rate // 20)
+            for i in range(0, len(body), step):  # bounded by the body's size
+                self.wfile.write(body[i:i + step])
+                time.sleep(0.05)
+            return
+        self._send(code, headers, body, head=False)
+
+    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+        self._serve(head=False)
+
+    def do_HEAD(self) -> None:  # noqa: N802
+        self._serve(head=True)
+
+
+@contextlib.contextmanager
+def serving(tls: ssl.SSLContext | None = None) -> Iterator[tuple[Server, str]]:
+    state = Server()
+    handler = type("BoundHandler", (Handler,), {"server_state": state})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server.daemon_threads = True
+    if tls is not None:
+        server.socket = tls.wrap_socket(server.socket, server_side=True)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    scheme = "https" if tls is not None else "http"
+    try:
+        yield state, f"{scheme}://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=10)
+
+
+@pytest.fixture
+def web() -> Iterator[tuple[Server, str]]:
+    with serving() as s:
+        yield s
+
+
+def _self_signed(tmp_path) -> tuple[str, str]:
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl (the command) makes the test's certificate")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+                    "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
+                    "-keyout", str(key), "-out", str(cert)],
+                   check=True, capture_output=True, timeout=60)
+    return str(cert), str(key)
+
+
+# ---- item 5: a GET's validators are the snapshot's ------------------------------------------
+
+
+@pytest.mark.parametrize("etag", ["strong", "weak", None])
+def test_a_get_of_another_version_than_the_head_is_refused(web, etag):
+    """A server whose HEAD lags its GETs (a cache or a replica in front), and which ignores
+    If-Match: the rows of the version the GETs serve are never loaded as the snapshot's."""
+    server, base = web
+    old = np.arange(40, dtype=np.float32).reshape(10, 4)
+    new = old + 1000  # the same size: only the validators tell
+    server.etag = etag
+    server.honour_if_match = False
+    server.put("/v/a.npy", npy_bytes(new), lm="Tue, 02 Jan 2024 00:00:00 GMT")
+    server.head_objects["/v/a.npy"] = npy_bytes(old)
+    server.head_last_modified["/v/a.npy"] = "Mon, 01 Jan 2024 00:00:00 GMT"
+    url = f"{base}/v/a.npy"
+    layout = shardload.discover(url, format="raw", dtype="<f4", trailing_shape=(4,),
+                                header_bytes=128)
+    with pytest.raises(shardload.ShardReadError) as e:
+        layout.read(0, 10)
+    msg = str(e.value)
+    assert url in msg and "differs from the snapshot" in msg, msg
+    assert ("ETag" in msg) if etag else ("Last-Modified" in msg), msg
+    # Discovery's own header GET (npy) is checked the same way.
+    with pytest.raises(shardload.Error) as e:
+        shardload.discover(url)
+    assert url in str(e.value) and "differs from the snapshot" in str(e.value)
+    # The HEAD caught up: the same object reads, equal to numpy's.
+    server.head_objects.clear()
+    server.head_last_modified.clear()
+    np.testing.assert_array_equal(shardload.discover(url).read(0, 10), new)
+
+
+def test_a_get_whose_content_range_total_differs_is_refused(web):
+    server, base = web
+    server.etag = None
+    server.honour_if_match = False
+    a = np.arange(30, dtype=np.int64).reshape(10, 3)
+    data = npy_bytes(a)
+    server.put("/s/a.npy", data + b"\0" * 24)  # the GETs see a longer object
+    server.head_objects["/s/a.npy"] = data
+    url = f"{base}/s/a.npy"
+    layout = shardload.discover(url, format="raw", dtype="<i8", trailing_shape=(3,),
+                                header_bytes=128)
+    with pytest.raises(shardload.ShardReadError) as e:
+        layout.read(0, 10)
+    msg = str(e.value)
+    assert url in msg and "size" in msg and f"{len(data)}" in msg and f"{len(data) + 24}" in msg
+
+
+# ---- item 8: redirects stay within http(s) and never leave https -----------------------------
+
+
+def test_redirects_within_http_are_followed_and_bounded(web):
+    server, base = web
+    a = np.arange(12, dtype=np.int16).reshape(6, 2)
+    server.put("/r/a.npy", npy_bytes(a))
+    server.redirect["/r/moved.npy"] = (302, f"{base}/r/a.npy")
+    np.testing.assert_array_equal(shardload.discover(f"{base}/r/moved.npy").read(), a)
+    # A loop (or a chain longer than 5) is an error naming the URL, asked a bounded number
+    # of times.
+    server.redirect["/r/loop.npy"] = (302, f"{base}/r/loop.npy")
+    before = len(server.requests)
+    with pytest.raises(shardload.Error) as e:
+        shardload.discover(f"{base}/r/loop.npy")
+    assert f"{base}/r/loop.npy" in str(e.value) and "redirect" in str(e.value).lower()
+    assert len(server.requests) - before <= 6 * 5  # at most 6 requests per attempt
+
+
+@pytest.mark.parametrize("target", ["ftp://127.0.0.1:1/a.npy", "ftps://127.0.0.1:1/a.npy",
+                                    "file:///etc/passwd", "gopher://127.0.0.1:1/a"])
+def test_a_redirect_out_of_http_is_refused(web, target):
+    server, base = web
+    server.redirect["/r/a.npy"] = (301, target)
+    url = f"{base}/r/a.npy"
+    with pytest.raises(shardload.Error) as e:
+        shardload.discover(url)
+    msg = str(e.value)
+    assert url in msg and "redirect" in msg and target.split(":")[0] + "://" in msg, msg
+
+
+def test_https_never_redirects_to_http(tmp_path, monkeypatch):
+    cert, key = _self_signed(tmp_path)
+    tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    tls.load_cert_chain(cert, key)
+    monkeypatch.setenv("CURL_CA_BUNDLE", cert)
+    a = np.arange(20, dtype=np.float64).reshape(10, 2)
+    with serving(tls) as (secure, sbase), serving() as (plain, pbase):
+        plain.put("/p/a.npy", npy_bytes(a))
+        secure.put("/s/a.npy", npy_bytes(a))
+        # https -> https is followed.
+        secure.redirect["/s/moved.npy"] = (307, f"{sbase}/s/a.npy")
+        np.testing.assert_array_equal(shardload.discover(f"{sbase}/s/moved.npy").read(), a)
+        # https -> http is refused before a byte goes in plaintext; the URL's secret is not
+        # printed.
+        secure.redirect["/s/down.npy"] = (302, f"{pbase}/p/a.npy")
+        url = f"{sbase}/s/down.npy?token=SECRET1234"
+        with pytest.raises(shardload.Error) as e:
+            shardload.discover(url)
+        msg = str(e.value)
+        assert f"{sbase}/s/down.npy" in msg and "redirect" in msg and "https" in msg, msg
+        assert "SECRET1234" not in msg
+        assert plain.requests == []
+        # http -> https is an upgrade, followed.
+        plain.redirect["/p/up.npy"] = (302, f"{sbase}/s/a.npy")
+        np.testing.assert_array_equal(shardload.discover(f"{pbase}/p/up.npy").read(), a)
+
+
+# ---- item 9: deadlines ----------------------------------------------------------------------
+
+
+def test_a_trickling_get_ends_within_its_deadline(web):
+    """2 bytes a second is above libcurl's low-speed limit (1 byte/s): only a deadline ends it."""
+    server, base = web
+    a = np.arange(400, dtype=np.float64).reshape(100, 4)
+    server.put("/t/a.npy", npy_bytes(a))
+    url = f"{base}/t/a.npy?request_timeout=1&max_attempts=2&backoff_ms=1"
+    layout = shardload.discover(url)
+    server.trickle.add(("GET", "/t/a.npy"))
+    t = time.monotonic()
+    with pytest.raises(shardload.ShardReadError) as e:
+        layout.read(0, 100)
+    took = time.monotonic() - t
+    assert f"{base}/t/a.npy" in str(e.value) and "gave up after 2 attempts" in str(e.value)
+    assert "deadline" in str(e.value) or "Timeout" in str(e.value), str(e.value)
+    assert took < 8, took  # two attempts of about a second each (3200 bytes: a 1 s deadline)
+
+
+def test_a_trickling_head_ends_within_its_deadline(web):
+    server, base = web
+    server.put("/t/a.npy", npy_bytes(np.zeros((4, 4))))
+    server.trickle.add(("HEAD", "/t/a.npy"))
+    t = time.monotonic()
+    with pytest.raises(shardload.Error) as e:
+        shardload.discover(f"{base}/t/a.npy?request_timeout=1&max_attempts=2&backoff_ms=1")
+    assert f"{base}/t/a.npy" in str(e.value) and "gave up after 2 attempts" in str(e.value)
+    assert time.monotonic() - t < 8
+
+
+def test_a_large_range_at_a_healthy_rate_outlasts_request_timeout(web):
+    """The deadline grows with the bytes asked for (docs/object_storage.md gives the formula):
+    4 MiB at about 2 MiB/s takes twice request_timeout and is read whole."""
+    server, base = web
+    a = np.random.default_rng(5).standard_normal((4 << 20) // 8)
+    server.put("/b/a.npy", npy_bytes(a))
+    server.paced[("GET", "/b/a.npy")] = 2 << 20
+    url = f"{base}/b/a.npy?request_timeout=1&max_attempts=1&request_bytes={8 << 20}"
+    layout = shardload.discover(url)
+    t = time.monotonic()
+    np.testing.assert_array_equal(layout.read(0, a.shape[0]), a)
+    assert time.monotonic() - t > 1.2  # it did outlast request_timeout
+
+
+def test_signed_s3_trickling_get_ends_within_its_deadline():
+    """The signed s3:// path (its own libcurl requests) has the same deadline."""
+    with serving() as (server, base):
+        a = np.arange(200, dtype=np.float32).reshape(50, 4)
+        server.put("/bkt/d/a.npy", npy_bytes(a))
+        options = {"endpoint_override": base.removeprefix("http://"), "scheme": "http",
+                   "region": "us-east-1", "anonymous": "true", "request_timeout": "1",
+                   "max_attempts": "2", "backoff_ms": "1"}
+        layout = shardload.discover("s3://bkt/d/a.npy", storage_options=options)
+        np.testing.assert_array_equal(layout.read(0, 50), a)
+        server.trickle.add(("GET", "/bkt/d/a.npy"))
+        t = time.monotonic()
+        with pytest.raises(shardload.ShardReadError) as e:
+            layout.read(0, 50)
+        assert "s3://bkt/d/a.npy" in str(e.value), str(e.value)
+        assert "gave up after 2 attempts" in str(e.value), str(e.value)
+        assert time.monotonic() - t < 8
+
+
+# ---- item 9: Ctrl-C ---------------------------------------------------------------------------
+
+
+def _python(script: str) -> subprocess.Popen:
+    env = dict(os.environ)
+    return subprocess.Popen([sys.executable, "-c", textwrap.dedent(script)], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _interrupt_when_slow(proc: subprocess.Popen, server: Server, within: float = 60) -> float:
+    """Sends SIGINT once the server has begun a slow answer; the seconds until the process
+    ended (it is killed, and the test fails, past ``within``)."""
+    assert server.slow_started.wait(within), proc.stderr.read() if proc.poll() else "no request"
+    time.sleep(0.3)  # inside the wait, not before it
+    t = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    try:
+        proc.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        pytest.fail("SIGINT did not end the wait")
+    return time.monotonic() - t
+
+
+@pytest.mark.parametrize("where", ["discover", "read", "read_in_a_thread"])
+def test_ctrl_c_ends_a_slow_request_with_keyboard_interrupt(web, where):
+    server, base = web
+    a = np.arange(400, dtype=np.float64).reshape(100, 4)
+    server.put("/c/a.npy", npy_bytes(a))
+    url = f"{base}/c/a.npy?request_timeout=60"
+    server.trickle.add(("HEAD" if where == "discover" else "GET", "/c/a.npy"))
+    script = f"""
+        import sys, threading, time
+        import shardload
+        url = {url!r}
+        where = {where!r}
+        # Raw rows: discovery asks a HEAD only, the read the (slow) GET.
+        layout = None if where == "discover" else shardload.discover(
+            url, format="raw", dtype="<f8", trailing_shape=(4,), header_bytes=128)
+        print("ready", flush=True)
+        errors = []
+        def background():
+            try:
+                layout.read(0, 100)
+            except BaseException as e:
+                errors.append(e)
+        if where == "read_in_a_thread":
+            t = threading.Thread(target=background)
+            t.start()
+        try:
+            if where == "discover":
+                shardload.discover(url)
+            else:
+                layout.read(0, 100)
+        except KeyboardInterrupt:
+            print("KeyboardInterrupt", flush=True)
+        if where == "read_in_a_thread":
+            t.join(20)
+            assert not t.is_alive(), "the thread's read went on"
+            print("thread:", type(errors[0]).__name__, getattr(errors[0], "errno", None),
+                  flush=True)
+        # Later requests work: the interrupt was for the waits it ended.
+        server_ok = url.replace("/c/a.npy", "/c/b.npy")
+        print("after:", shardload.discover(server_ok).read(0, 5).shape, flush=True)
+    """
+    server.put("/c/b.npy", npy_bytes(a[:5]))
+    proc = _python(script)
+    took = _interrupt_when_slow(proc, server)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    assert "KeyboardInterrupt" in out and "after: (5, 4)" in out, (out, err)
+    assert took < 5, took
+    if where == "read_in_a_thread":
+        assert "thread: ShardReadError 125" in out, out  # ECANCELED, not data
+
+
+def test_ctrl_c_ends_a_slow_load_in_legate(web):
+    pytest.importorskip("legate")
+    server, base = web
+    a = np.arange(400, dtype=np.float64).reshape(100, 4)
+    server.put("/c/a.npy", npy_bytes(a))
+    server.put("/c/slow.bin", a.tobytes())
+    server.trickle.add(("GET", "/c/slow.bin"))
+    script = f"""
+        import shardload
+        shardload.load({base + "/c/a.npy"!r})  # the runtime started, a URL read once
+        layout = shardload.discover({base + "/c/slow.bin?request_timeout=60"!r}, format="raw",
+                                    dtype="<f8", trailing_shape=(4,))
+        try:
+            shardload.load(layout)
+        except KeyboardInterrupt:
+            print("KeyboardInterrupt", flush=True)
+    """
+    proc = _python(script)
+    took = _interrupt_when_slow(proc, server, within=180)
+    out, err = proc.communicate(timeout=30)
+    assert "KeyboardInterrupt" in out, (out, err)
+    assert took < 10, took
+
+
+def test_ctrl_c_ends_the_cli_with_status_130(web, cli):
+    server, base = web
+    server.put("/c/a.npy", npy_bytes(np.zeros((4, 4))))
+    server.trickle.add(("HEAD", "/c/a.npy"))
+    proc = subprocess.Popen([str(cli), "inspect", f"{base}/c/a.npy?request_timeout=60"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    took = _interrupt_when_slow(proc, server)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130, err
+    assert "interrupted" in err and len(err.splitlines()) <= 2, err
+    assert took < 5, took
