@@ -800,7 +800,10 @@ def discover(
         fill_value: parquet/arrow: the value for nulls (default: nulls are an
             error); a bool, int or float. It travels as a float64, so an int
             beyond 2**53 that float64 cannot hold exactly is refused; whether
-            the dtype holds it (1.5 or 300 for uint8) the reader checks.
+            the dtype (after ``astype``) holds it the reader checks: 1.5 or 300
+            for uint8 is refused, and so is a finite value that would turn inf
+            (``1e300`` for float32, ``70000`` for float16); a float dtype may
+            round it, and takes ``inf``, ``-inf`` and ``nan`` as written.
         trust_manifest: a directory source with a manifest (``DIR/shardload.manifest``,
             written by :func:`shardload.index`) is discovered from it when it was made with
             the same format options and every shard still matches it (npy, raw, Zarr: the
