@@ -1,8 +1,8 @@
 """Arrow IPC and Parquet files whose metadata claims more (or other) rows than their bytes hold,
-made here by rewriting the counts of a pyarrow-written file in place, locally and from s3://;
-and fill values that the dtype cannot hold. Each is refused naming the file and the batch, row
-group or value: never a read past a batch's buffers, never rows lost or made up, never a null
-filled with inf."""
+made here by rewriting the counts of a pyarrow-written file in place, locally, from s3:// and
+from http://; and fill values that the dtype cannot hold. Each is refused naming the file and
+the batch, row group or value: never a read past a batch's buffers, never rows lost or made up,
+never a null filled with inf."""
 
 from __future__ import annotations
 
@@ -95,15 +95,37 @@ def where(fmt: str, tmp: pathlib.Path, bucket, name: str) -> tuple[object, dict]
     if bucket is None:
         return tmp / name, {}
     bucket.upload(f"d/{name}", tmp / name)
-    return bucket.url(f"d/{name}"), {"storage_options": bucket.options}
+    kw = {"storage_options": bucket.options} if bucket.options is not None else {}
+    return bucket.url(f"d/{name}"), kw
 
 
-@pytest.fixture(params=["local", "s3"])
+class Web:
+    """test_http's server, seen as a bucket."""
+
+    options = None
+
+    def __init__(self, store, base: str) -> None:
+        self.store, self.base = store, base
+
+    def upload(self, key: str, path: pathlib.Path) -> None:
+        self.store.put(f"/{key}", path.read_bytes())
+
+    def url(self, key: str) -> str:
+        return f"{self.base}/{key}"
+
+
+@pytest.fixture(params=["local", "s3", "http"])
 def store(request):
     if request.param == "local":
-        return None
-    pytest.importorskip("moto", reason="moto[server] is installed by scripts/setup.sh")
-    return request.getfixturevalue("bucket")
+        yield None
+    elif request.param == "s3":
+        pytest.importorskip("moto", reason="moto[server] is installed by scripts/setup.sh")
+        yield request.getfixturevalue("bucket")
+    else:
+        from test_http import serving
+
+        with serving() as (web, base):
+            yield Web(web, base)
 
 
 def load_all(source, **kw) -> np.ndarray:
