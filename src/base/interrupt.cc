@@ -1,8 +1,10 @@
 #include "shardload/interrupt.hpp"
 
 #include <signal.h>
+#include <unistd.h>
 
 #include <atomic>
+#include <cstring>
 #include <mutex>
 
 namespace shardload {
@@ -49,7 +51,21 @@ void chain_sigint_handler() {
   sigaction(SIGINT, &ours, nullptr);
 }
 
-// The CLI's handler: the first SIGINT asks for an interrupt, the next ends the process.
+// What a program says when its grace after a SIGINT has run out (interrupt_on_sigint).
+const char* g_grace_message = nullptr;
+std::size_t g_grace_length = 0;
+unsigned g_grace_seconds = 0;
+
+// SIGALRM after the grace: the program is ended, as SIGINT did before it was taken.
+void on_grace_over(int) {
+  if (g_grace_message != nullptr) {
+    [[maybe_unused]] const auto n = write(STDERR_FILENO, g_grace_message, g_grace_length);
+  }
+  _exit(130);
+}
+
+// The CLI's handler: the first SIGINT asks for an interrupt (and starts the grace), the next
+// ends the process.
 void on_program_sigint(int sig) {
   if (interrupt_requested()) {
     struct sigaction dfl {};
@@ -60,11 +76,21 @@ void on_program_sigint(int sig) {
     return;
   }
   request_interrupt();
+  if (g_grace_seconds > 0) alarm(g_grace_seconds);
 }
 
 }  // namespace
 
-void interrupt_on_sigint() {
+void interrupt_on_sigint(const char* message, unsigned grace_seconds) {
+  if (message != nullptr) {
+    g_grace_message = message;
+    g_grace_length = std::strlen(message);
+    g_grace_seconds = grace_seconds;
+    struct sigaction alrm {};
+    alrm.sa_handler = &on_grace_over;
+    sigemptyset(&alrm.sa_mask);
+    sigaction(SIGALRM, &alrm, nullptr);
+  }
   struct sigaction sa {};
   sa.sa_handler = &on_program_sigint;
   sigemptyset(&sa.sa_mask);

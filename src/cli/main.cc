@@ -108,6 +108,9 @@ int with_legate(const std::string& cmd, F&& run) {
 
 namespace {
 
+// How long a command may go on after a Ctrl-C: its requests end within about a second.
+constexpr unsigned kInterruptGraceSeconds = 3;
+
 int run_command(int argc, char** argv) {
   if (argc < 2) {
     usage(std::cerr);
@@ -206,13 +209,16 @@ int run_command(int argc, char** argv) {
 
 int main(int argc, char** argv) {
   // Ctrl-C ends the requests a command waits for (a slow server, its retries); the command
-  // then fails, and that failure is reported as the interrupt it is. A second Ctrl-C ends the
-  // process at once.
-  shardload::interrupt_on_sigint();
+  // then fails, and that failure is reported as the interrupt it is. Work the interrupt
+  // cannot end (a request on Arrow's path, local reads) is cut off after
+  // kInterruptGraceSeconds, or at once on a second Ctrl-C.
+  static const std::string interrupted =
+      "shardload" + (argc >= 2 ? " " + shardload::redact_secrets(argv[1]) : std::string()) +
+      ": interrupted\n";
+  shardload::interrupt_on_sigint(interrupted.c_str(), kInterruptGraceSeconds);
   const int rc = run_command(argc, argv);
   if (shardload::interrupt_requested()) {
-    std::cerr << "shardload" << (argc >= 2 ? " " + std::string(argv[1]) : std::string())
-              << ": interrupted\n";
+    std::cerr << interrupted;
     return 130;
   }
   return rc;

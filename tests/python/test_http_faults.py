@@ -502,3 +502,38 @@ def test_ctrl_c_ends_the_cli_with_status_130(web, cli, command):
     assert proc.returncode == 130, err
     assert err.strip() == f"shardload {command}: interrupted", err
     assert took < 5, took
+
+
+def test_ctrl_c_ends_the_cli_also_where_a_request_cannot_be_ended(server, cli):
+    """A LIST goes through Arrow's client, which the interrupt does not reach: the command
+    still ends, with the same line and status, a few seconds after the Ctrl-C."""
+    boto3 = pytest.importorskip("boto3")
+    from s3_fault_proxy import FaultProxy, Rule
+
+    name = "ctrl-c-" + hashlib.md5(str(time.time()).encode()).hexdigest()[:10]
+    client = boto3.client("s3", endpoint_url=f"http://{server}", region_name="us-east-1")
+    client.create_bucket(Bucket=name)
+    client.put_object(Bucket=name, Key="d/shard_0000.npy", Body=npy_bytes(np.zeros((3, 2))))
+    proxy = FaultProxy(server)
+    try:
+        rule = proxy.add(Rule("GET", path="list-type=2", action="delay", delay_s=30))
+        options = [f"endpoint_override={proxy.endpoint}", "scheme=http", "region=us-east-1",
+                   "request_timeout=60"]
+        args = [str(cli), "inspect", f"s3://{name}/d/"]
+        for o in options:
+            args += ["--storage-option", o]
+        proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 60
+        while rule.fired == 0 and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.1)
+        assert rule.fired == 1, proc.communicate(timeout=60)
+        time.sleep(0.3)
+        t = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=20)
+        took = time.monotonic() - t
+        assert proc.returncode == 130, err
+        assert err.strip() == "shardload inspect: interrupted", err
+        assert 2 < took < 8, took  # the grace of 3 s, far from the LIST's 30
+    finally:
+        proxy.close()

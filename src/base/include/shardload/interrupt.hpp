@@ -16,9 +16,12 @@ bool interrupt_requested() noexcept;
 void clear_interrupt() noexcept;
 
 // For a program of its own (the CLI): SIGINT asks for an interrupt, and a second SIGINT ends the
-// process as SIGINT does by default. Replaces the handler installed (call it again after a
-// runtime that installs its own has started).
-void interrupt_on_sigint();
+// process as SIGINT does by default. Where `message` is given, a process still running
+// `grace_seconds` after the first SIGINT (work that makes no request, which the interrupt does
+// not end) writes it to stderr and ends with status 130; `message` must outlive the process.
+// Replaces the handler installed: call it again (with no message, which keeps the first one's)
+// after a runtime that installs its own has started.
+void interrupt_on_sigint(const char* message = nullptr, unsigned grace_seconds = 0);
 
 // A wait of a front end that SIGINT may end (the Python binding makes one around each call
 // into the engine that can make requests). While at least one with `sigint` is alive, a SIGINT
