@@ -1,5 +1,6 @@
 #include "shardload/status.hpp"
 
+#include <algorithm>
 #include <array>
 #include <cctype>
 #include <string_view>
@@ -30,51 +31,173 @@ const char* error_code_name(ErrorCode code) {
 
 namespace {
 
-// The query keys whose values are secrets: shardload's store options, and the signatures and
-// tokens of presigned URLs (S3's, GCS's, an Azure SAS), which grant access to whoever holds
-// them. Compared without case.
-constexpr std::array<std::string_view, 6> kSecretKeys = {"secret_key",       "session_token",
-                                                         "x-amz-signature",  "x-amz-security-token",
-                                                         "x-goog-signature", "sig"};
+// The query keys whose values are secrets, compared without case (and after percent-decoding:
+// a server decodes "%73ig" to "sig"): whoever holds one of these values can read the data.
+//   secret_key, session_token  shardload's own store options (a SigV4 key pair's secret half
+//                              and an STS session's token)
+//   x-amz-signature,           AWS SigV4 presigned URLs (the signature, and the session token
+//   x-amz-security-token       of temporary credentials)
+//   signature                  AWS SigV2 presigned URLs and CloudFront signed URLs
+//   x-goog-signature           Google Cloud Storage V4 signed URLs
+//   sig                        an Azure shared access signature (SAS)
+//   token, access_token,       bearer tokens in a query: a CDN's or a gateway's token=, OAuth 2's
+//   id_token, refresh_token    access_token= (RFC 6750) and its siblings
+//   key, api_key, apikey       API keys (Google's key=)
+//   password, client_secret    passwords and OAuth client secrets
+// Not secrets, and shown: identifiers that grant nothing alone (access_key, X-Amz-Credential,
+// X-Goog-Credential, AWSAccessKeyId, Key-Pair-Id: the store's own errors name them too, and
+// they tell which credential was refused), a CloudFront Policy (it is what the signature
+// signs), Expires and X-Amz-Date, and every store and request option.
+constexpr std::array<std::string_view, 17> kSecretKeys = {"secret_key",
+                                                          "session_token",
+                                                          "x-amz-signature",
+                                                          "x-amz-security-token",
+                                                          "signature",
+                                                          "x-goog-signature",
+                                                          "sig",
+                                                          "token",
+                                                          "access_token",
+                                                          "id_token",
+                                                          "refresh_token",
+                                                          "key",
+                                                          "api_key",
+                                                          "apikey",
+                                                          "password",
+                                                          "client_secret",
+                                                          "x-goog-security-token"};
 
-bool ends_value(char c) {
-  return c == '&' || c == '\'' || c == '"' || c == ':' || c == ',' || c == ')' || c == ']' ||
-         c == '>' || std::isspace(static_cast<unsigned char>(c)) != 0;
+// What a message may put right after a URL, and a URL cannot end with without being
+// unusual: ':' in "URL: what", quotes in "'URL'" or a JSON string, ')' in "(URL)", a
+// sentence's '.'. Taken off the end of a value before it is hidden, so the message around
+// the stars reads the same. Inside a value they are part of the secret.
+bool trails_url(char c) {
+  return c == ':' || c == ',' || c == ';' || c == '.' || c == ')' || c == ']' || c == '}' ||
+         c == '!' || c == '\'' || c == '"' || c == '>' || c == '`';
 }
 
-// The length of the secret key that starts at text[i], or 0.
-std::size_t secret_key_at(std::string_view text, std::size_t i) {
-  for (const std::string_view key : kSecretKeys) {
-    if (i + key.size() >= text.size() || text[i + key.size()] != '=') continue;
-    bool same = true;
-    for (std::size_t k = 0; k < key.size() && same; ++k) {
-      same = std::tolower(static_cast<unsigned char>(text[i + k])) == key[k];
+bool is_space(char c) { return std::isspace(static_cast<unsigned char>(c)) != 0; }
+
+int hex_value(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  const char l = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return l >= 'a' && l <= 'f' ? l - 'a' + 10 : -1;
+}
+
+// A query key as the server reads it: percent-decoded, and lower case for the comparison.
+std::string decoded_key(std::string_view key) {
+  std::string out;
+  for (std::size_t i = 0; i < key.size(); ++i) {
+    char c = key[i];
+    if (c == '%' && i + 2 < key.size() && hex_value(key[i + 1]) >= 0 &&
+        hex_value(key[i + 2]) >= 0) {
+      c = static_cast<char>(hex_value(key[i + 1]) * 16 + hex_value(key[i + 2]));
+      i += 2;
     }
-    if (same) return key.size();
+    out += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   }
-  return 0;
+  return out;
+}
+
+bool is_secret_key(std::string_view key) {
+  const std::string k = decoded_key(key);
+  for (const std::string_view secret : kSecretKeys) {
+    if (k == secret) return true;
+  }
+  return false;
+}
+
+// The end of the value that starts at text[i]: the next '&' or '#', or the end of the URL
+// (a URL holds no white space), less what the message put after it.
+std::size_t value_end(std::string_view text, std::size_t i) {
+  std::size_t end = i;
+  while (end < text.size() && text[end] != '&' && text[end] != '#' && !is_space(text[end])) {
+    ++end;
+  }
+  while (end > i && trails_url(text[end - 1])) --end;
+  return end;
+}
+
+// Each query parameter (after '?', '&', or '#' for a fragment, where OAuth puts its tokens)
+// whose key is a secret, with its value replaced by "***".
+std::string redact_query(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (std::size_t i = 0; i < text.size();) {
+    const bool starts_key =
+        i > 0 && (text[i - 1] == '?' || text[i - 1] == '&' || text[i - 1] == '#');
+    std::size_t eq = i;
+    if (starts_key) {
+      while (eq < text.size() && text[eq] != '=' && text[eq] != '&' && text[eq] != '#' &&
+             text[eq] != '?' && !is_space(text[eq])) {
+        ++eq;
+      }
+    }
+    if (!starts_key || eq == i || eq >= text.size() || text[eq] != '=' ||
+        !is_secret_key(text.substr(i, eq - i))) {
+      out += text[i++];
+      continue;
+    }
+    out.append(text.substr(i, eq + 1 - i));  // the key and its '='
+    const std::size_t end = value_end(text, eq + 1);
+    if (end > eq + 1) out += "***";
+    i = end;
+  }
+  return out;
+}
+
+// The password of each URL's user part ("scheme://user:password@host"), and a user part
+// without a password whole (it is then a token: "https://TOKEN@host" is how some servers
+// take one), replaced by "***". The authority ends at the first '/', '?' or '#' (RFC 3986)
+// or white space, and the user part at its last '@': a quote or a bracket in the password
+// is still the password.
+std::string redact_user_info(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  std::size_t done = 0;
+  const auto stops = [&](std::size_t from, std::string_view at) {
+    while (from < text.size() && at.find(text[from]) == std::string_view::npos &&
+           !is_space(text[from])) {
+      ++from;
+    }
+    return from;
+  };
+  for (std::size_t scheme = text.find("://"); scheme != std::string_view::npos;
+       scheme = text.find("://", std::max(scheme + 3, done))) {
+    const std::size_t start = scheme + 3;
+    const std::size_t end = stops(start, "/?#");
+    const std::string_view authority = text.substr(start, end - start);
+    std::size_t at = authority.rfind('@');
+    if (at == std::string_view::npos && !authority.empty() && authority[0] != '[') {
+      // "user:pa/ss@host": a '/' in the password ends the authority early (the URL does not
+      // work), yet what follows the ':' is no port: the password still goes, to its '@'.
+      const std::size_t colon = authority.find(':');
+      const std::string_view port =
+          colon == std::string_view::npos ? std::string_view() : authority.substr(colon + 1);
+      if (!port.empty() && port.find_first_not_of("0123456789") != std::string_view::npos) {
+        const std::size_t url_end = stops(end, "?#");
+        const std::size_t last = text.substr(0, url_end).rfind('@');
+        if (last != std::string_view::npos && last > end) at = last - start;
+      }
+    }
+    if (at == std::string_view::npos || at == 0) continue;
+    const std::size_t colon = text.substr(start, at).find(':');
+    const std::size_t hide = colon == std::string_view::npos ? start : start + colon + 1;
+    out.append(text.substr(done, hide - done));
+    if (start + at > hide) out += "***";
+    done = start + at;
+  }
+  out.append(text.substr(done));
+  return out;
 }
 
 }  // namespace
 
 std::string redact_secrets(std::string text) {
-  if (text.find('=') == std::string::npos) return text;
-  std::string out;
-  out.reserve(text.size());
-  for (std::size_t i = 0; i < text.size();) {
-    const bool starts_key = i > 0 && (text[i - 1] == '?' || text[i - 1] == '&');
-    const std::size_t key = starts_key ? secret_key_at(text, i) : 0;
-    if (key == 0) {
-      out += text[i++];
-      continue;
-    }
-    out.append(text, i, key + 1);  // the key and its '='
-    std::size_t end = i + key + 1;
-    while (end < text.size() && !ends_value(text[end])) ++end;
-    if (end > i + key + 1) out += "***";
-    i = end;
+  if (text.find('@') != std::string::npos && text.find("://") != std::string::npos) {
+    text = redact_user_info(text);
   }
-  return out;
+  if (text.find('=') == std::string::npos) return text;
+  return redact_query(text);
 }
 
 std::string message_after_path(const Status& status, const std::string& path) {

@@ -35,6 +35,60 @@ TEST(RedactSecrets, OnlyWholeQueryKeysAreSecrets) {
   }
 }
 
+TEST(RedactSecrets, EverySecretQueryKeyIsHiddenWithoutRegardToCaseOrEncoding) {
+  // SigV2 and CloudFront presigned URLs, a CDN's token, OAuth's access_token (also in a
+  // fragment), an API key: the values go, the keys and every other parameter stay.
+  EXPECT_EQ(redact_secrets("https://b.s3.amazonaws.com/k?AWSAccessKeyId=AKIA1&Expires=9&"
+                           "Signature=vjbyPxybd%2BZfKQ%3D"),
+            "https://b.s3.amazonaws.com/k?AWSAccessKeyId=AKIA1&Expires=9&Signature=***");
+  EXPECT_EQ(redact_secrets("https://d1.cloudfront.net/a.npy?Policy=eyJ9&SIGNATURE=abc~d_&"
+                           "Key-Pair-Id=K2"),
+            "https://d1.cloudfront.net/a.npy?Policy=eyJ9&SIGNATURE=***&Key-Pair-Id=K2");
+  EXPECT_EQ(redact_secrets("http://h/d/?token=T0k3n&max_attempts=2: cannot open: HTTP 403"),
+            "http://h/d/?token=***&max_attempts=2: cannot open: HTTP 403");
+  EXPECT_EQ(redact_secrets("(http://h/a.npy?Access_Token=ya29.a0Af/B+c=)."),
+            "(http://h/a.npy?Access_Token=***).");
+  EXPECT_EQ(redact_secrets("http://h/a#access_token=ya29&token_type=bearer"),
+            "http://h/a#access_token=***&token_type=bearer");
+  EXPECT_EQ(redact_secrets("https://h/o?key=AIzaSy&alt=media"), "https://h/o?key=***&alt=media");
+  // A server decodes the key before it reads it: so does the redaction.
+  EXPECT_EQ(redact_secrets("s3://b/k?%73ecret_key=s3cr3t&%53IG=x"),
+            "s3://b/k?%73ecret_key=***&%53IG=***");
+  // A value runs to the end of the URL: a ':', ')' or quote inside it is part of the secret.
+  EXPECT_EQ(redact_secrets("'http://h/a?token=ab:cd)e\"f' is gone"),
+            "'http://h/a?token=***' is gone");
+  EXPECT_EQ(redact_secrets("{\"path\": \"http://h/a?sig=x\"}, ['s3://b/k?secret_key=y']"),
+            "{\"path\": \"http://h/a?sig=***\"}, ['s3://b/k?secret_key=***']");
+  // Identifiers that grant nothing alone are shown.
+  for (const std::string text :
+       {"https://h/o?X-Amz-Credential=AKIA%2F2024&X-Amz-Date=1&access_key=AK",
+        "https://h/o?X-Goog-Credential=sa%40p&tokens=1&keys=2&signature_version=4"}) {
+    EXPECT_EQ(redact_secrets(text), text);
+  }
+}
+
+TEST(RedactSecrets, TheUserPartsPasswordIsHiddenAndTheRestKept) {
+  EXPECT_EQ(redact_secrets("https://alice:pa%40ss@h:8443/d/a.npy: cannot open: HTTP 401"),
+            "https://alice:***@h:8443/d/a.npy: cannot open: HTTP 401");
+  // An '@' or a quote in the password (unencoded): the user part ends at the authority's
+  // last '@'.
+  EXPECT_EQ(redact_secrets("http://u:p@ss:w@h/x and 'http://v:q\"'@g'"),
+            "http://u:***@h/x and 'http://v:***@g'");
+  // A user part alone is a token to the servers that take one so.
+  EXPECT_EQ(redact_secrets("https://ghp_T0KEN@h/a.npy"), "https://***@h/a.npy");
+  // Both forms at once, and an '@' after the authority is not a user part.
+  EXPECT_EQ(redact_secrets("s3://b/k@v2.npy?secret_key=x&region=r"),
+            "s3://b/k@v2.npy?secret_key=***&region=r");
+  EXPECT_EQ(redact_secrets("https://u:p@h/a?sig=s"), "https://u:***@h/a?sig=***");
+  // A '/' in the password ends the authority early; what follows the ':' is no port, and
+  // goes to its '@'. A port and an '@' in the path are no user part.
+  EXPECT_EQ(redact_secrets("https://alice:pa/ss@h/x: HTTP 400"), "https://alice:***@h/x: HTTP 400");
+  for (const std::string text : {"https://h/a.npy", "user@example.com", "http://@h/", "a:b@c",
+                                 "https://h:8443/p/u@x.npy", "http://[::1]:80/a@b"}) {
+    EXPECT_EQ(redact_secrets(text), text);
+  }
+}
+
 TEST(RedactSecrets, EveryStatusMessageContextAndPathIsRedacted) {
   const std::string url = "s3://b/k?region=r&secret_key=hunter2";
   const Status s = file_error(ErrorCode::kIo, url, "HTTP 403", 13)

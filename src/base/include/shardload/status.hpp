@@ -28,11 +28,16 @@ enum class ErrorCode {
 
 const char* error_code_name(ErrorCode code);
 
-// `text` with the value of every secret in a URL's query replaced by "***": the store options
-// secret_key and session_token, and a presigned URL's signature or token (X-Amz-Signature,
-// X-Amz-Security-Token, X-Goog-Signature, an Azure SAS's sig). Every Status's message and
-// path pass through it, so an error (its message, Python's OSError.filename, a log line)
-// never shows a credential given in a URL or in storage options.
+// `text` with every credential in a URL replaced by "***": the value of each secret query
+// key (shardload's secret_key and session_token, a presigned or signed URL's signature or
+// token: X-Amz-Signature, X-Amz-Security-Token, Signature, X-Goog-Signature, an Azure SAS's
+// sig, token, access_token, key, ...; the list and why: status.cc) in a query or a fragment,
+// keys compared without case and percent-decoded, and the password of a URL's user part
+// ("https://user:***@host/"; a user part without a password is hidden whole). The rest of
+// the URL stays as it was. The one redaction of the project: every Status's message and path
+// pass through it, and so does every place that shows a URL (Source::describe, describe(Layout),
+// the command line's output, Python's Layout and messages), so no error, log line or printout
+// shows a credential given in a URL or in storage options.
 std::string redact_secrets(std::string text);
 
 class Status;
