@@ -53,6 +53,7 @@ from ._batches import BatchIterator, batches  # noqa: E402
 from ._manifest import ChecksumMismatch, discover_once, index, verify  # noqa: E402
 from ._errors import DestinationExistsError, RuntimeStartError, ShardWriteError  # noqa: E402
 from ._save import SaveInfo, save  # noqa: E402
+from ._core import redact_secrets  # noqa: E402
 
 __all__ = [
     "__version__",
@@ -80,4 +81,5 @@ __all__ = [
     "save",
     "RuntimeStartError",
     "ManifestState",
+    "redact_secrets",
 ]

@@ -224,7 +224,8 @@ def _with_storage_options(source: object, storage_options: object) -> object:
     def one(path: object) -> object:
         if isinstance(path, str) and path.startswith("s3://"):
             return path + ("&" if "?" in path else "?") + query
-        raise ValueError(f"storage_options: apply to s3:// URLs only, found {path!r}")
+        shown = _core.redact_secrets(os.fsdecode(path)) if isinstance(path, _PATH_TYPES) else path
+        raise ValueError(f"storage_options: apply to s3:// URLs only, found {shown!r}")
 
     if isinstance(source, (list, tuple)):
         return [one(p) for p in source]
@@ -703,7 +704,9 @@ _LAYOUT_DOCS = {
     "trailing_shape": "The shape of one row (``shape[1:]``), the same in every shard; ``()`` "
                       "for 1-D data.",
     "paths": "The shard paths in order, as str (names that are not UTF-8 as os.fsdecode "
-             "gives them).",
+             "gives them): the URLs as given, with their credentials, to be opened; "
+             "``print(layout)``, ``describe()`` and every message show them redacted "
+             "(:func:`shardload.redact_secrets`).",
     "shard_rows": "The rows of each shard, in order (a list of int; a shard may have 0 "
                   "rows).",
     "offsets": "The first global row of each shard, and the total last: ``num_shards + 1`` "
@@ -714,7 +717,8 @@ _LAYOUT_DOCS = {
     "manifest_status": "How discovery used the directory's manifest, for people: "
                        "``manifest: used ...``, ``manifest: stale because ...``, "
                        "``manifest: absent``, ``manifest: not used: ...``; empty where no "
-                       "directory was discovered (see docs/manifest.md).",
+                       "directory was discovered (see docs/manifest.md). URLs in it have "
+                       "their secrets redacted.",
 }
 
 

@@ -3,7 +3,7 @@
 What the package's Python code uses; not a public interface."""
 
 import os
-from typing import Any, Callable, Sequence, Union
+from typing import Any, AnyStr, Callable, Sequence, Union
 
 import numpy as np
 
@@ -87,9 +87,10 @@ def manifest_path(directory: _Path) -> str: ...
 def size_string(nbytes: int) -> str: ...
 def remote_retries() -> int:
     """Requests to object storage retried so far in this process."""
-def redact_secrets(text: str) -> str:
-    """``text`` with the values of secret query keys (secret_key, session_token, presigned
-    signatures and tokens) replaced by "***", as in every error's message."""
+def redact_secrets(text: AnyStr) -> AnyStr:
+    """``text`` with every credential in a URL replaced by ``***`` (the values of secret query
+    keys, compared without case, and the password of a URL's user part), as in every
+    error's message and printout; public as ``shardload.redact_secrets``."""
 def verify_on_host(path: _Path) -> list[tuple[int, str, str]]: ...
 def _process_state() -> dict[str, Any]:
     """{"posix_io": the address of libshardload's I/O backend, "readers": the names of the

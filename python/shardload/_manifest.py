@@ -35,6 +35,11 @@ class ChecksumMismatch:
     path: str
     what: str
 
+    def __repr__(self) -> str:
+        # ``path`` stays the URL to open; shown, it is redacted as every message's is.
+        return (f"ChecksumMismatch(shard={self.shard!r}, "
+                f"path={_core.redact_secrets(self.path)!r}, what={self.what!r})")
+
 
 def _directory(source: object, storage_options: object = None) -> str | bytes:
     if not isinstance(source, (str, bytes, os.PathLike)):

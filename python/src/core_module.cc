@@ -103,11 +103,13 @@ PYBIND11_MODULE(_core, m) {
       .def_property_readonly("total_rows", &Layout::total_rows)
       .def_property_readonly("nbytes", &Layout::total_bytes)
       .def_property_readonly("num_shards", [](const Layout& l) { return l.shards.size(); })
-      .def_property_readonly(
-          "manifest_status",
-          [](const Layout& l) {
-            return message_str(spell_options(l.manifest_status, OptionSpelling::kPython));
-          })
+      .def_property_readonly("manifest_status",
+                             [](const Layout& l) {
+                               // Redacted again: a pickled layout's status comes from wherever it
+                               // was made.
+                               return message_str(redact_secrets(
+                                   spell_options(l.manifest_status, OptionSpelling::kPython)));
+                             })
       // The package wraps the name in its ManifestState enum (Layout.manifest_state).
       .def_property_readonly("_manifest_state",
                              [](const Layout& l) { return manifest_state_name(l.manifest_state); })
@@ -262,10 +264,29 @@ PYBIND11_MODULE(_core, m) {
   // Requests to object storage retried so far in this process: LoadInfo's count is the
   // difference around a load.
   m.def("remote_retries", [] { return remote_retries(); });
-  // The redaction every C++ error's message goes through, for the messages made in Python.
+  // The redaction every C++ error's message goes through, for the messages made in Python and
+  // as shardload.redact_secrets for the user's own.
   m.def(
-      "redact_secrets", [](std::string text) { return redact_secrets(std::move(text)); },
-      py::arg("text"));
+      "redact_secrets",
+      [](const py::object& text) -> py::object {
+        // Through os.fsencode and back: a path's undecodable bytes (surrogate escapes) survive.
+        if (py::isinstance<py::bytes>(text)) {
+          return py::bytes(redact_secrets(text.cast<std::string>()));
+        }
+        if (!py::isinstance<py::str>(text)) {
+          throw py::type_error("redact_secrets: expected a str or bytes, found " +
+                               std::string(py::str(py::type::of(text).attr("__name__"))));
+        }
+        return path_str(redact_secrets(path_bytes(text)));
+      },
+      py::arg("text"),
+      "``text`` with every credential in a URL replaced by ``***``: the values of secret query "
+      "keys (``secret_key``, ``session_token``, ``X-Amz-Signature``, ``X-Amz-Security-Token``, "
+      "``Signature``, ``X-Goog-Signature``, ``sig``, ``token``, ``access_token``, ``key``, ...: "
+      "docs/object_storage.md lists them), compared without case, and the password of a "
+      "URL's user part (``https://user:***@host/``). The rest of the text is kept. Every "
+      "message, ``print(layout)`` and the command line show URLs through it; "
+      "``Layout.paths`` gives them as they are.");
 
   // What the process holds once, as this module sees it: libshardload.so's I/O backend and the
   // readers registered in C++ (the tests compare it with _legate's).

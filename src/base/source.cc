@@ -305,11 +305,12 @@ Result<Source> Source::parse(const std::string& text, const std::string& pattern
 std::string Source::describe() const {
   switch (kind) {
     case Kind::kDirectory:
-      return pattern.empty() ? dir_path : join_path(dir_path, pattern);
+      return redact_secrets(pattern.empty() ? dir_path : join_path(dir_path, pattern));
     case Kind::kGlob:
-      return glob_expr;
+      return redact_secrets(glob_expr);
     case Kind::kList:
-      return paths.size() == 1 ? paths[0] : "a list of " + std::to_string(paths.size()) + " paths";
+      return paths.size() == 1 ? redact_secrets(paths[0])
+                               : "a list of " + std::to_string(paths.size()) + " paths";
   }
   return {};
 }

@@ -25,18 +25,20 @@ bool parse_int(const std::string& text, long long* out) {
 }
 
 // The core's messages mark the options they name (shardload/format.hpp); the command line
-// spells them as its flags (--dtype) here, where every message is printed.
+// spells them as its flags (--dtype) here, where every message is printed. A message may
+// quote an argument as given (a URL with its credentials): redacted here too.
 int fail(const char* cmd, const std::string& msg) {
   // What an interrupt made fail: main says "interrupted" instead.
   if (interrupt_requested()) return 1;
-  std::cerr << "shardload " << cmd << ": error: " << spell_options(msg, OptionSpelling::kCli)
-            << "\n";
+  std::cerr << "shardload " << cmd
+            << ": error: " << redact_secrets(spell_options(msg, OptionSpelling::kCli)) << "\n";
   return 1;
 }
 
 int usage_error(const char* cmd, const std::string& msg) {
-  std::cerr << "shardload " << cmd << ": " << spell_options(msg, OptionSpelling::kCli)
-            << "; see 'shardload " << cmd << " --help'\n";
+  std::cerr << "shardload " << cmd << ": "
+            << redact_secrets(spell_options(msg, OptionSpelling::kCli)) << "; see 'shardload "
+            << cmd << " --help'\n";
   return 2;
 }
 

@@ -56,8 +56,8 @@ int cmd_index(const Args& args, const IndexSteps& steps) {
   if (auto rc = check_type_options(cmd, p.opts, layout->format)) return *rc;
   auto written = steps.write(*layout, src->dir_path, mopts);
   if (!written) return fail(cmd, "indexing " + src->describe() + ": " + written.status().message());
-  std::cout << "wrote " << path_for_message(*written) << ": " << layout->shards.size()
-            << " shards, " << layout->total_rows() << " rows, checksums "
+  std::cout << "wrote " << redact_secrets(path_for_message(*written)) << ": "
+            << layout->shards.size() << " shards, " << layout->total_rows() << " rows, checksums "
             << checksum_name(mopts.checksum) << "\n";
   return 0;
 }

@@ -16,7 +16,9 @@ void json_int_list(std::ostream& o, const std::vector<std::int64_t>& v) {
   o << "]";
 }
 
-// The layout as one JSON object; names follow the Python Layout's properties.
+// The layout as one JSON object; names follow the Python Layout's properties. Paths are shown
+// as every message shows them, their secrets redacted: the output is for reading, and is
+// often kept (a log, a ticket); the URLs to load stay the ones given.
 void print_json(std::ostream& o, const Source& src, const Layout& l) {
   o << "{\n  \"source\": " << json_path_string(src.describe()) << ",\n  \"format\": \""
     << format_name(l.format) << "\",\n  \"dtype\": \"" << l.dtype.name() << "\",\n  \"shape\": ";
@@ -28,7 +30,7 @@ void print_json(std::ostream& o, const Source& src, const Layout& l) {
     << ",\n  \"shards\": [";
   for (std::size_t i = 0; i < l.shards.size(); ++i) {
     const Shard& s = l.shards[i];
-    o << (i ? "," : "") << "\n    {\"path\": " << json_path_string(s.path)
+    o << (i ? "," : "") << "\n    {\"path\": " << json_path_string(redact_secrets(s.path))
       << ", \"rows\": " << s.rows << ", \"first_row\": " << l.offsets[i]
       << ", \"bytes\": " << static_cast<std::uint64_t>(s.rows) * l.row_bytes << "}";
   }
@@ -70,7 +72,8 @@ int cmd_inspect(const Args& args) {
     std::cout << "source:         " << src->describe() << "\n";
     if (layout->manifest_state != ManifestState::kNone &&
         layout->manifest_state != ManifestState::kAbsent) {
-      std::cout << spell_options(layout->manifest_status, OptionSpelling::kCli) << "\n";
+      std::cout << redact_secrets(spell_options(layout->manifest_status, OptionSpelling::kCli))
+                << "\n";
     }
     std::cout << describe(*layout);
   }

@@ -124,8 +124,8 @@ int run_command(int argc, char** argv) {
   }
   if (cmd == "--version" || cmd == "-V") {
     if (!args.empty()) {
-      std::cerr << "shardload: " << cmd << " takes no argument, found '" << args[0]
-                << "'; see 'shardload --help'\n";
+      std::cerr << "shardload: " << cmd << " takes no argument, found '"
+                << shardload::redact_secrets(args[0]) << "'; see 'shardload --help'\n";
       return 2;
     }
     std::cout << "shardload " << SHARDLOAD_VERSION << "\n";
@@ -137,15 +137,17 @@ int run_command(int argc, char** argv) {
       return 0;
     }
     if (args.size() > 1) {
-      std::cerr << "shardload help: expected at most one COMMAND, found '" << args[1] << "' after '"
-                << args[0] << "'; see 'shardload --help'\n";
+      std::cerr << "shardload help: expected at most one COMMAND, found '"
+                << shardload::redact_secrets(args[1]) << "' after '"
+                << shardload::redact_secrets(args[0]) << "'; see 'shardload --help'\n";
       return 2;
     }
     if (const auto* spec = shardload::cli::find_command(args[0])) {
       shardload::cli::print_help(*spec, std::cout);
       return 0;
     }
-    std::cerr << "shardload help: unknown command '" << args[0] << "'; see 'shardload --help'\n";
+    std::cerr << "shardload help: unknown command '" << shardload::redact_secrets(args[0])
+              << "'; see 'shardload --help'\n";
     return 2;
   }
   if (cmd == "write") {
@@ -198,9 +200,12 @@ int run_command(int argc, char** argv) {
 #endif
   }
   if (cmd.rfind("-", 0) == 0) {
-    std::cerr << "shardload: unknown option " << cmd << "; see 'shardload --help'\n";
+    std::cerr << "shardload: unknown option " << shardload::redact_secrets(cmd)
+              << "; see 'shardload --help'\n";
   } else {
-    std::cerr << "shardload: unknown command '" << cmd << "'; see 'shardload --help'\n";
+    // A SOURCE given without its command (`shardload s3://B/d/?secret_key=...`) lands here.
+    std::cerr << "shardload: unknown command '" << shardload::redact_secrets(cmd)
+              << "'; see 'shardload --help'\n";
   }
   return 2;
 }

@@ -65,7 +65,7 @@ int run(const ReadArgs& a, std::ostream& out, std::ostream& err) {
   out << "source:         " << Source::parse(a.source, a.pattern).value().describe() << "\n";
   if (layout.manifest_state != ManifestState::kNone &&
       layout.manifest_state != ManifestState::kAbsent) {
-    out << spell_options(layout.manifest_status, OptionSpelling::kCli) << "\n";
+    out << redact_secrets(spell_options(layout.manifest_status, OptionSpelling::kCli)) << "\n";
   }
   out << describe(layout);
   auto* runtime = legate::Runtime::get_runtime();
@@ -109,7 +109,7 @@ int run(const ReadArgs& a, std::ostream& out, std::ostream& err) {
       return 1;
     }
     if (meta->foreign) {
-      out << "verify:         skipped (_meta.json in " << a.meta_dir
+      out << "verify:         skipped (_meta.json in " << redact_secrets(a.meta_dir)
           << " was not written by shardload write)\n";
       return 0;
     }
@@ -117,8 +117,8 @@ int run(const ReadArgs& a, std::ostream& out, std::ostream& err) {
     meta_dtype = meta->dtype;
   }
   if (!seed) {
-    out << "verify:         skipped (no --seed and no _meta.json with a seed in " << a.meta_dir
-        << ")\n";
+    out << "verify:         skipped (no --seed and no _meta.json with a seed in "
+        << redact_secrets(a.meta_dir) << ")\n";
     return 0;
   }
   if (!meta_dtype.empty() && meta_dtype != layout.dtype.name()) {

@@ -57,7 +57,8 @@ int cmd_verify(const Args& args) {
   try {
     const VerifyReport r = verify_manifest(path, groups);
     for (const auto& m : r.mismatches) {
-      err << "shardload verify: " << path_for_message(m.path) << ": " << m.what << "\n";
+      err << "shardload verify: " << redact_secrets(path_for_message(m.path)) << ": " << m.what
+          << "\n";
     }
     if (r.mismatches.empty()) {
       out << "verified " << r.shards << " shards in " << r.groups
@@ -65,7 +66,7 @@ int cmd_verify(const Args& args) {
       rc = 0;
     } else {
       err << "shardload verify: error: " << r.mismatches.size() << " of " << r.shards
-          << " shards differ from " << path_for_message(path) << "\n";
+          << " shards differ from " << redact_secrets(path_for_message(path)) << "\n";
     }
   } catch (const Error& e) {
     // What an interrupt made fail is reported by main as the interrupt.

@@ -394,7 +394,8 @@ Result<Layout> try_discover(const Source& source, const DiscoverOptions& options
     ManifestDiscovery m = discover_from_manifest(source, options);
     if (m.layout) return std::move(*m.layout);
     if (!m.error.is_ok()) return m.error;
-    manifest_note = std::move(m.note);
+    // A note names shards (a stale one's URL): it is shown, so its secrets are not kept.
+    manifest_note = redact_secrets(std::move(m.note));
     manifest_state = m.state;
     if (!m.probe_paths.empty()) {
       auto probed = try_discover_paths(m.probe_paths, options);
@@ -452,7 +453,7 @@ std::string describe(const Layout& l, std::size_t edge) {
       i = n - edge - 1;
       continue;
     }
-    o << "  [" << i << "] " << l.shards[i].path << ": " << l.shards[i].rows << "\n";
+    o << "  [" << i << "] " << redact_secrets(l.shards[i].path) << ": " << l.shards[i].rows << "\n";
   }
   return o.str();
 }

@@ -44,6 +44,8 @@ struct Source {
   // default). A NUL in `text` or `pattern` is kInvalidArgument.
   static Result<Source> parse(const std::string& text, const std::string& pattern = {});
 
+  // The source for messages and printouts, its secrets redacted (redact_secrets): never a
+  // path to open.
   [[nodiscard]] std::string describe() const;
 };
 

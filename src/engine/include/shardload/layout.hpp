@@ -53,7 +53,8 @@ struct Layout : ReadSpec {
   // How discover() got this layout, for people (shardload/manifest.hpp): "manifest: used",
   // "manifest: stale because ...", "manifest: absent", ...; empty where no directory was
   // discovered. Not part of the encoding: it describes the discovery, not the data. Options
-  // it names are marked as in a Status's message (spell_options, shardload/format.hpp).
+  // it names are marked as in a Status's message (spell_options, shardload/format.hpp), and
+  // the URLs it names have their secrets redacted (redact_secrets), as a message's have.
   std::string manifest_status;
   ManifestState manifest_state = ManifestState::kNone;  // the same, as data; not encoded either
 
@@ -172,7 +173,8 @@ Result<Layout> slice_rows(const Layout& layout, std::int64_t lo, std::int64_t hi
 // else the extension, else what the path holds (sniff_format).
 Result<Format> resolve_format(const std::string& path, const FormatOptions& options);
 
-// A human-readable summary: shard count, first and last rows, totals.
+// A human-readable summary: shard count, first and last rows, totals; the shards' paths
+// with their secrets redacted (redact_secrets).
 std::string describe(const Layout& layout, std::size_t edge_shards = 3);
 
 }  // namespace shardload

@@ -1,0 +1,243 @@
+"""Credentials in URLs are never shown. Every form a URL can carry one in (the password of its
+user part, a presigned URL's signature or token, a bearer token, shardload's own secret_key and
+session_token) goes through every output that shows a URL: ``repr``/``str``/``describe`` of a
+Layout, ``manifest_status`` and the log, ``shardload inspect`` (text and ``--json``),
+``shardload read``'s source line and shard list, ``shardload index``'s "wrote" line, the manifest
+it writes, errors for a missing object and a bad header (Python and the command line), and
+``load``'s progress reports. Not one character of a secret may appear; the rest of the URL must.
+
+Every secret below holds the marker ``s3cr3t``, so one search finds any part of any of them."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import subprocess
+import urllib.parse
+
+import numpy as np
+import pytest
+
+boto3 = pytest.importorskip("boto3")
+
+import shardload  # noqa: E402
+
+from test_http import serving  # noqa: E402
+
+MARK = "s3cr3t"
+# (name, query): each a URL's query carrying one known secret form beside what is not secret
+# (which must still show).
+QUERY_FORMS = [
+    ("sigv4", "X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Credential=AKIAVISIBLE%2F20240101%2F"
+              "us-east-1%2Fs3%2Faws4_request&X-Amz-Date=20240101T000000Z&X-Amz-Expires=3600&"
+              "X-Amz-SignedHeaders=host&X-Amz-Security-Token=FwoG-s3cr3t-sts%2B%2F%3D&"
+              "X-Amz-Signature=5e3c-s3cr3t-9f1a"),
+    ("sigv2", "AWSAccessKeyId=AKIAVISIBLE&Expires=2000000000&Signature=v2-s3cr3t%2Bab%3D"),
+    ("cloudfront", "Policy=eyJTdGF0ZW1lbnQiOltdfQ__&Signature=cf-s3cr3t~Qx_&"
+                   "Key-Pair-Id=KVISIBLE"),
+    ("token", "token=tk-s3cr3t-1&expires=2000000000"),
+    ("access_token", "access_token=ya29.s3cr3t-Af/B+c=&alt=media"),
+    ("azure_sas", "sv=2022-11-02&sp=r&se=2030-01-01&sig=sas-s3cr3t%2B%3D"),
+    ("upper_case", "TOKEN=up-s3cr3t&Access_Token=at-s3cr3t&SIG=sg-s3cr3t"),
+    ("encoded_key", "%74oken=enc-s3cr3t&x%2Damz%2Dsignature=enc2-s3cr3t"),
+]
+# What of each form must still show (besides the host and the object's name).
+VISIBLE = {"sigv4": ["X-Amz-Credential=AKIAVISIBLE", "X-Amz-Signature=***"],
+           "sigv2": ["AWSAccessKeyId=AKIAVISIBLE", "Signature=***"],
+           "cloudfront": ["Key-Pair-Id=KVISIBLE", "Signature=***"],
+           "token": ["token=***", "expires=2000000000"],
+           "access_token": ["access_token=***", "alt=media"],
+           "azure_sas": ["sv=2022-11-02", "sig=***"],
+           "upper_case": ["TOKEN=***", "SIG=***"],
+           "encoded_key": ["%74oken=***"],
+           "userinfo": ["alice:***@"]}
+# shardload's own store options for s3:// (a SigV4 key pair and an STS token).
+S3_SECRETS = {"access_key": "AKIAVISIBLE", "secret_key": "wJal-s3cr3t/K7+MDENG",
+              "session_token": "FQoG-s3cr3t+tok/=="}
+
+
+def npy_bytes(a: np.ndarray) -> bytes:
+    buf = io.BytesIO()
+    np.save(buf, a)
+    return buf.getvalue()
+
+
+def run(cli, *args: str, ok: bool = True) -> str:
+    """The command's stdout and stderr together (a secret may be in either)."""
+    r = subprocess.run([str(cli), *args], capture_output=True, text=True, timeout=300)
+    if ok:
+        assert r.returncode == 0, r.stderr
+    else:
+        assert r.returncode != 0, r.stdout
+    return r.stdout + r.stderr
+
+
+def assert_hidden(text: str, *visible: str) -> None:
+    """No part of any secret is in ``text``, and each of ``visible`` is."""
+    assert MARK not in text, text
+    for v in visible:
+        assert v in text, (v, text)
+
+
+def with_query(url: str, query: str) -> str:
+    return url + ("&" if "?" in url else "?") + query
+
+
+@pytest.fixture
+def web():
+    with serving() as s:
+        yield s
+
+
+@pytest.fixture
+def http_dataset(web, tmp_path):
+    """Two npy shards served under /d/ with the manifest of a local copy (whose snapshots no
+    HTTP answer matches: every discovery finds it stale and says so, naming a shard's URL),
+    a header that is not npy at /bad/x.npy, and nothing at /gone/x.npy."""
+    store, base = web
+    parts = [np.arange(12, dtype=np.float32).reshape(4, 3), np.ones((2, 3), np.float32)]
+    for i, p in enumerate(parts):
+        np.save(tmp_path / f"shard_{i:04d}.npy", p)
+    shardload.index(tmp_path)
+    for f in sorted(tmp_path.iterdir()):
+        store.put(f"/d/{f.name}", f.read_bytes())
+    store.put("/bad/x.npy", b"\x93NUMPY this is no header" + bytes(100))
+    return store, base, np.concatenate(parts)
+
+
+def http_forms(base: str) -> list[tuple[str, str]]:
+    """(name, the URL of the directory /d/ carrying that secret form)."""
+    forms = [(name, with_query(f"{base}/d/", q)) for name, q in QUERY_FORMS]
+    forms.append(("userinfo", base.replace("://", "://alice:pw-s3cr3t%40x@") + "/d/"))
+    return forms
+
+
+def swap_object(url: str, key: str) -> str:
+    """The same URL (user part and query kept) naming ``key`` instead of the directory."""
+    parts = urllib.parse.urlsplit(url)
+    return urllib.parse.urlunsplit(parts._replace(path=key))
+
+
+def test_every_secret_form_of_an_http_url_is_hidden_from_every_output(http_dataset, cli, caplog):
+    store, base, want = http_dataset
+    host = base.split("://", 1)[1]
+    for name, url in http_forms(base):
+        visible = VISIBLE[name]
+        # The layout: its paths are the URLs to open, credentials and all; shown, they are not.
+        caplog.clear()
+        with caplog.at_level(logging.DEBUG, logger="shardload"):
+            layout = shardload.discover(url)
+        assert layout.manifest_state is shardload.ManifestState.STALE, layout.manifest_status
+        assert all(MARK in p for p in layout.paths), layout.paths
+        np.testing.assert_array_equal(layout.read(), want)  # the credentials were used
+        assert_hidden(repr(layout))
+        for shown in (str(layout), layout.describe(), layout.manifest_status):
+            assert_hidden(shown, host, *visible)
+        assert "shard_0001.npy" in str(layout)
+        assert_hidden(shardload.redact_secrets(layout.paths[0]), host, "shard_0000.npy", *visible)
+
+        out = run(cli, "inspect", url)
+        assert_hidden(out, f"{host}/d/shard_0001.npy", *visible)
+        assert "manifest: stale because" in out
+        doc = json.loads(run(cli, "inspect", "--json", url))
+        assert_hidden(json.dumps(doc), host, *visible)
+        assert doc["shards"][0]["path"].split("?")[0].endswith(f"{host}/d/shard_0000.npy")
+
+        # A missing object and a header that is not npy: the error and its filename.
+        for key, what in (("/gone/x.npy", "HTTP 404"), ("/bad/x.npy", "header")):
+            bad = swap_object(url, key)
+            with pytest.raises(shardload.Error) as e:
+                shardload.discover([bad])
+            assert_hidden(str(e.value), f"{host}{key}", what, *visible)
+            assert_hidden(str(getattr(e.value, "filename", None) or ""))
+            assert_hidden(run(cli, "inspect", bad, ok=False), f"{host}{key}", what, *visible)
+        assert_hidden(caplog.text)
+        assert not any(MARK in str(r.args) for r in caplog.records)
+
+        # A source given without its command, and given twice.
+        assert_hidden(run(cli, url, ok=False), "unknown command")
+        assert_hidden(run(cli, "read", url, url, ok=False), "is the second")
+
+
+def test_shardload_read_hides_every_secret_form(http_dataset, cli):
+    """One read per form (each starts Legate): its source line, manifest line and shard list."""
+    _store, base, want = http_dataset
+    host = base.split("://", 1)[1]
+    for name, url in http_forms(base):
+        out = run(cli, "read", url, "--no-verify")
+        assert f"({want.shape[0]}, 3)" in out, out
+        source = next(line for line in out.splitlines() if line.startswith("source:"))
+        assert_hidden(source, f"{host}/d/", *VISIBLE[name])
+        assert_hidden(out, f"{host}/d/shard_0000.npy", "manifest: stale because")
+
+
+def test_load_progress_and_log_carry_no_secret(http_dataset, caplog):
+    _store, base, want = http_dataset
+    reports = []
+    for _name, url in http_forms(base)[:2]:
+        caplog.clear()
+        with caplog.at_level(logging.DEBUG, logger="shardload"):
+            got = shardload.load(url, progress=reports.append)
+        np.testing.assert_array_equal(np.asarray(got), want)
+        assert_hidden(caplog.text, "manifest: stale because")
+    assert reports and all(MARK not in repr(r) for r in reports)
+
+
+def test_s3_secret_options_are_hidden_from_every_output(bucket, cli, caplog):
+    """secret_key and session_token given as storage options (and so in every URL's query), on
+    the signed path: the layout, inspect, index's line and the manifest it writes, read,
+    errors."""
+    options = {**bucket.options, **S3_SECRETS}
+    parts = [np.arange(8, dtype=np.int32).reshape(4, 2), np.zeros((3, 2), np.int32)]
+    for i, p in enumerate(parts):
+        bucket.put_npy(f"d/shard_{i:04d}.npy", p)
+    bucket.put("bad/x.npy", b"not an npy file at all" + bytes(64))
+    url = bucket.url("d/")
+    flags = [a for k, v in options.items() for a in ("--storage-option", f"{k}={v}")]
+    visible = [f"{bucket.name}/d/", "access_key=AKIAVISIBLE", "secret_key=***",
+               "session_token=***"]
+
+    with caplog.at_level(logging.DEBUG, logger="shardload"):
+        written = shardload.index(url, storage_options=options)
+        layout = shardload.discover(url, storage_options=options)
+    assert layout.manifest_state is shardload.ManifestState.USED, layout.manifest_status
+    assert all(MARK in p for p in layout.paths)
+    np.testing.assert_array_equal(layout.read(), np.concatenate(parts))
+    assert_hidden(repr(layout) + layout.manifest_status + caplog.text)
+    assert_hidden(str(layout), *visible)
+    assert_hidden(shardload.redact_secrets(written), "shardload.manifest", *visible)
+    manifest = bucket.client.get_object(Bucket=bucket.name, Key="d/shardload.manifest")
+    assert MARK.encode() not in manifest["Body"].read()
+
+    out = run(cli, "index", url, *flags)
+    assert_hidden(out, "wrote s3://", "shardload.manifest", *visible)
+    manifest = bucket.client.get_object(Bucket=bucket.name, Key="d/shardload.manifest")
+    assert MARK.encode() not in manifest["Body"].read()
+    assert_hidden(run(cli, "inspect", url, *flags), "d/shard_0001.npy", *visible)
+    assert_hidden(run(cli, "inspect", "--json", url, *flags), "d/shard_0001.npy", *visible)
+    out = run(cli, "read", url, "--no-verify", *flags)
+    assert "(7, 2)" in out
+    assert_hidden(out, "d/shard_0001.npy", *visible)
+
+    # (A lone missing key is no object and no prefix to the command line, a 404 in a list.)
+    for key, what, cli_what in (("gone/x.npy", "404", "no such object or prefix"),
+                                ("bad/x.npy", "header", "header")):
+        with pytest.raises(shardload.Error) as e:
+            shardload.discover([bucket.url(key)], storage_options=options)
+        assert_hidden(str(e.value), f"{bucket.name}/{key}", what, "secret_key=***")
+        assert_hidden(str(getattr(e.value, "filename", None) or ""))
+        assert_hidden(run(cli, "inspect", bucket.url(key), *flags, ok=False),
+                      f"{bucket.name}/{key}", cli_what, "secret_key=***")
+    # Options for a source they do not apply to: the refusal quotes the source.
+    with pytest.raises(ValueError) as e:
+        shardload.discover("http://alice:pw-s3cr3t@h/a.npy", storage_options=options)
+    assert_hidden(str(e.value), "alice:***@h/a.npy")
+    assert_hidden(run(cli, "inspect", "http://alice:pw-s3cr3t@h/a.npy", *flags, ok=False),
+                  "alice:***@h/a.npy")
+
+
+def test_checksum_mismatch_shows_its_path_redacted():
+    m = shardload.ChecksumMismatch(0, "s3://b/d/a.npy?secret_key=k-s3cr3t&region=r", "gone")
+    assert_hidden(repr(m), "s3://b/d/a.npy?secret_key=***&region=r")
+    assert MARK in m.path  # the path to open stays whole
