@@ -1,9 +1,11 @@
 // Direct-chunk decoding: chunks filtered by exactly deflate (optionally after shuffle) are
 // read with H5Dread_chunk and inflated by the reader itself, outside HDF5's lock; what they
 // need to know of a dataset, and the copy of a decoded chunk's box into the rows.
+#include <algorithm>
 #include <cstring>
 #include <limits>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "readers/detail/hdf5.hpp"
@@ -25,29 +27,48 @@ std::int64_t chunk_rows(const Hdf5Api& api, hid_t dataset, std::size_t rank) {
   return static_cast<std::int64_t>(chunk[0]);
 }
 
+namespace {
+
+// The memory type of `dtype` with its numbers in the other byte order than the host's; invalid
+// where HDF5 cannot build it. h5py's complex is built member by member: each half has its own
+// order.
+Hid other_order(const Hdf5Api& api, hid_t mem, DType dtype) {
+  const H5T_order_t other = host_is_little_endian() ? H5T_ORDER_BE : H5T_ORDER_LE;
+  if (dtype.kind == DTypeKind::kComplex) {
+    const std::size_t half = dtype.size / 2u;
+    Hid part(api.H5Tcopy(half == 4 ? api.H5T_NATIVE_FLOAT_g : api.H5T_NATIVE_DOUBLE_g),
+             api.H5Tclose);
+    Hid t(api.H5Tcreate(H5T_COMPOUND, dtype.size), api.H5Tclose);
+    if (!part.valid() || !t.valid() || api.H5Tset_order(part.get(), other) < 0 ||
+        api.H5Tinsert(t.get(), "r", 0, part.get()) < 0 ||
+        api.H5Tinsert(t.get(), "i", half, part.get()) < 0) {
+      return Hid();
+    }
+    return t;
+  }
+  Hid t(api.H5Tcopy(mem), api.H5Tclose);
+  if (!t.valid() || api.H5Tset_order(t.get(), other) < 0) return Hid();
+  return t;
+}
+
+}  // namespace
+
 std::optional<std::size_t> stored_swap_unit(const Hdf5Api& api, hid_t type, DType dtype) {
   const auto cls = classify(api, type);
-  if (!cls || !(*cls == dtype) || api.H5Tget_size(type) != dtype.size) return std::nullopt;
-  H5T_order_t order = H5T_ORDER_NONE;
-  std::size_t unit = 1;
-  if (dtype.kind == DTypeKind::kComplex) {
-    // h5py's complex is packed {r, i}; each half has its own byte order.
-    unit = dtype.size / 2u;
-    if (api.H5Tget_member_offset(type, 0) != 0 || api.H5Tget_member_offset(type, 1) != unit) {
-      return std::nullopt;
-    }
-    Hid re(api.H5Tget_member_type(type, 0), api.H5Tclose);
-    Hid im(api.H5Tget_member_type(type, 1), api.H5Tclose);
-    if (!re.valid() || !im.valid()) return std::nullopt;
-    order = api.H5Tget_order(re.get());
-    if (api.H5Tget_order(im.get()) != order) return std::nullopt;
-  } else if (dtype.size > 1) {
-    unit = dtype.size;  // h5py's bool is one byte: no order to fix
-    order = api.H5Tget_order(type);
-  }
-  if (unit <= 1) return std::size_t{0};
-  if (order != H5T_ORDER_LE && order != H5T_ORDER_BE) return std::nullopt;
-  return (order == H5T_ORDER_LE) != host_is_little_endian() ? unit : std::size_t{0};
+  if (!cls || !(*cls == dtype)) return std::nullopt;
+  // The whole type is compared, not a few of its properties: class, size, byte order,
+  // precision, offset, padding, sign, the float's fields, bias and normalisation, a
+  // compound's members and an enum's values. Any difference (an unnormalised mantissa, pad
+  // bits, a member at another offset) leaves the conversion to H5Dread.
+  auto mem = memory_type(api, dtype);
+  if (!mem) return std::nullopt;
+  if (api.H5Tequal(type, mem->get()) > 0) return std::size_t{0};
+  // h5py's bool is one byte: no other order to try (nor can an enum's order change).
+  if (dtype.kind == DTypeKind::kBool) return std::nullopt;
+  const Hid other = other_order(api, mem->get(), dtype);
+  if (!other.valid() || api.H5Tequal(type, other.get()) <= 0) return std::nullopt;
+  const std::size_t unit = dtype.kind == DTypeKind::kComplex ? dtype.size / 2u : dtype.size;
+  return unit > 1 ? unit : std::size_t{0};
 }
 
 std::optional<ContiguousRows> contiguous_rows(const Hdf5Api& api, hid_t dataset, hid_t type,
@@ -75,6 +96,84 @@ std::optional<ContiguousRows> contiguous_rows(const Hdf5Api& api, hid_t dataset,
   const std::optional<std::size_t> swap = stored_swap_unit(api, type, dtype);
   if (!swap) return std::nullopt;
   return ContiguousRows{static_cast<std::uint64_t>(offset), *swap};
+}
+
+Status storage_in_file(const Hdf5Api& api, hid_t dataset, hid_t type,
+                       const std::vector<hsize_t>& dims, std::uint64_t file_size) {
+  Hid dcpl(api.H5Dget_create_plist(dataset), api.H5Pclose);
+  if (!dcpl.valid() || api.H5Pget_layout(dcpl.get()) != H5D_CONTIGUOUS ||
+      api.H5Pget_external_count(dcpl.get()) != 0) {
+    return Status::ok();
+  }
+  const haddr_t offset = api.H5Dget_offset(dataset);
+  if (offset == HADDR_UNDEF) return Status::ok();  // never written: the fill value
+  // What HDF5 reads: the elements' bytes, or the storage size its layout message records
+  // when that is larger. An extent past 2^64 is past any file's end too.
+  std::uint64_t bytes = api.H5Tget_size(type);
+  bool overflow = bytes == 0;
+  for (const hsize_t d : dims) overflow = overflow || __builtin_mul_overflow(bytes, d, &bytes);
+  const std::uint64_t recorded = api.H5Dget_storage_size(dataset);
+  if (!overflow) bytes = std::max<std::uint64_t>(bytes, recorded);
+  if (bytes == 0) return Status::ok();
+  if (!overflow && offset <= file_size && bytes <= file_size - offset) return Status::ok();
+  return Status(ErrorCode::kFormat,
+                "its contiguous storage (" +
+                    (overflow ? std::string("more than 2^64") : std::to_string(bytes)) +
+                    " bytes at offset " + std::to_string(offset) +
+                    ") runs past the end of the file (" + std::to_string(file_size) +
+                    " bytes): the file is truncated or damaged");
+}
+
+Status chunk_in_file(haddr_t addr, hsize_t size, std::uint64_t file_size,
+                     const std::vector<hsize_t>& offset) {
+  if (addr == HADDR_UNDEF || (addr <= file_size && size <= file_size - addr)) {
+    return Status::ok();
+  }
+  std::string at;
+  for (std::size_t i = 0; i < offset.size(); ++i) at += (i ? ", " : "") + std::to_string(offset[i]);
+  return Status(ErrorCode::kFormat,
+                "its chunk at (" + at + ") (" + std::to_string(size) + " bytes at offset " +
+                    std::to_string(addr) + ") runs past the end of the file (" +
+                    std::to_string(file_size) + " bytes): the file is truncated or damaged");
+}
+
+Status chunks_in_file(const Hdf5Api& api, hid_t dataset, const std::vector<hsize_t>& dims,
+                      std::int64_t lo, std::int64_t hi, std::uint64_t file_size) {
+  if (api.H5Dget_chunk_info_by_coord == nullptr || hi <= lo || dims.empty()) return Status::ok();
+  const std::size_t rank = dims.size();
+  Hid dcpl(api.H5Dget_create_plist(dataset), api.H5Pclose);
+  if (!dcpl.valid() || api.H5Pget_layout(dcpl.get()) != H5D_CHUNKED) return Status::ok();
+  std::vector<hsize_t> chunk(rank, 0);
+  if (api.H5Pget_chunk(dcpl.get(), static_cast<int>(rank), chunk.data()) !=
+      static_cast<int>(rank)) {
+    return Status::ok();
+  }
+  std::vector<hsize_t> first(rank, 0), last(rank, 0);
+  for (std::size_t i = 0; i < rank; ++i) {
+    if (chunk[i] == 0 || (i > 0 && dims[i] == 0)) return Status::ok();  // nothing stored
+    last[i] = (dims[i] - 1) / chunk[i];
+  }
+  first[0] = static_cast<hsize_t>(lo) / chunk[0];
+  last[0] = static_cast<hsize_t>(hi - 1) / chunk[0];
+  std::vector<hsize_t> at = first, offset(rank, 0);
+  for (;;) {
+    for (std::size_t i = 0; i < rank; ++i) offset[i] = at[i] * chunk[i];
+    unsigned mask = 0;
+    haddr_t addr = HADDR_UNDEF;
+    hsize_t size = 0;
+    // A chunk HDF5 cannot locate is left to H5Dread, which reports why.
+    if (api.H5Dget_chunk_info_by_coord(dataset, offset.data(), &mask, &addr, &size) >= 0) {
+      SHARDLOAD_RETURN_IF_ERROR(chunk_in_file(addr, size, file_size, offset));
+    }
+    std::size_t i = rank;
+    while (i > 0 && at[i - 1] == last[i - 1]) {
+      at[i - 1] = first[i - 1];
+      --i;
+    }
+    if (i == 0) break;
+    ++at[i - 1];
+  }
+  return Status::ok();
 }
 
 // The direct plan when the dataset is chunked, filtered by exactly deflate

@@ -38,6 +38,14 @@ using namespace hdf5;  // NOLINT(google-build-using-namespace)
 // The chunks of one remote read fetched and not yet inflated, at most (fetch_ahead's window).
 constexpr std::uint64_t kRemoteChunkWindowBytes = std::uint64_t{64} << 20;
 
+// Shard::extra of an HDF5 shard: the dataset's path, then this marker where the probe found
+// the rows at data_offset by this build's rule (a stored type equal to the array's in every
+// property). A NUL cannot be in an HDF5 name. A layout or manifest of an earlier build, whose
+// rule took an unnormalised float for IEEE's, has no marker: its rows are read through HDF5.
+constexpr std::string_view kRowsAtOffset{"\0rows at offset", 15};
+
+std::string dataset_of(const Shard& s) { return s.extra.substr(0, s.extra.find('\0')); }
+
 // H5F_ACC_RDONLY without the H5check() / H5open() calls its macro expands to:
 // this file must not reference an HDF5 symbol directly.
 constexpr unsigned kReadOnly = 0x0000u;
@@ -175,6 +183,9 @@ class Hdf5Reader final : public ShardReader {
       }
       auto dtype = classify(api_, type.get());
       if (!dtype) return dtype.status().with_context(path + ": dataset '" + d.name + "'");
+      SHARDLOAD_RETURN_IF_ERROR(
+          storage_in_file(api_, d.dataset.get(), type.get(), d.dims, p.shard.snapshot.size)
+              .with_context(path + ": dataset '" + d.name + "'"));
       p.dtype = *dtype;
       p.shard.rows = static_cast<std::int64_t>(d.dims[0]);
       for (std::size_t i = 1; i < d.dims.size(); ++i) {
@@ -194,6 +205,7 @@ class Hdf5Reader final : public ShardReader {
           rows && external.empty()) {
         p.shard.data_offset = rows->offset;
         p.shard.byte_swap = rows->swap_unit != 0;
+        p.shard.extra += kRowsAtOffset;
       }
       api_.H5Eclear2(H5E_DEFAULT);
       if (!external.empty() && is_remote_url(path)) {
@@ -214,12 +226,12 @@ class Hdf5Reader final : public ShardReader {
       x.path = external_path(path, name);
       auto ext = File::open(*ctx_.io, x.path);
       if (!ext) {
-        return ext.status().with_context(path + ": dataset '" + p.shard.extra +
+        return ext.status().with_context(path + ": dataset '" + dataset_of(p.shard) +
                                          "': external storage file '" + name + "'");
       }
       SHARDLOAD_ASSIGN_OR_RETURN(x.snapshot, ext->stat());
       if (!x.snapshot.regular) {
-        return Status(ErrorCode::kFormat, path + ": dataset '" + p.shard.extra +
+        return Status(ErrorCode::kFormat, path + ": dataset '" + dataset_of(p.shard) +
                                               "': external storage file " + x.path +
                                               ": not a regular file");
       }
@@ -236,7 +248,7 @@ class Hdf5Reader final : public ShardReader {
     // file renamed over the path moves the replaced inode's ctime.
     if (hi <= lo) return Status::ok();
     SHARDLOAD_ASSIGN_OR_RETURN(File f, open_checked(*ctx_.io, s, ctx_.check_snapshot));
-    if (s.data_offset > 0 && s.linked.empty()) {
+    if (hdf5_rows_at_offset(s)) {
       // Contiguous rows (see probe): the snapshot check after the read covers the bytes as
       // it covers HDF5's reads. A layout of a build without this (data_offset 0) reads
       // through HDF5.
@@ -278,7 +290,7 @@ class Hdf5Reader final : public ShardReader {
     try {
       Hdf5Lock lock(api_);
       api_.H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
-      SHARDLOAD_ASSIGN_OR_RETURN(OpenDataset d, open(f, s.snapshot.size, s.extra, head));
+      SHARDLOAD_ASSIGN_OR_RETURN(OpenDataset d, open(f, s.snapshot.size, dataset_of(s), head));
       const std::string where = s.path + ": dataset '" + d.name + "'";
       // The snapshot guards the file; this guards a layout rebuilt from stale
       // task arguments.
@@ -293,6 +305,15 @@ class Hdf5Reader final : public ShardReader {
                                                " rows, trailing " + shape_string(l.trailing_shape) +
                                                ")");
       }
+      // HDF5 1.10 reads storage past the file's end as zeros (a layout from a manifest has not
+      // been probed by this build): the bytes the rows need must all be in the file.
+      Hid type(api_.H5Dget_type(d.dataset.get()), api_.H5Tclose);
+      if (!type.valid()) return Status(ErrorCode::kFormat, where + ": type: " + take_error(api_));
+      Status in_file = storage_in_file(api_, d.dataset.get(), type.get(), d.dims, s.snapshot.size);
+      if (in_file) in_file = chunks_in_file(api_, d.dataset.get(), d.dims, lo, hi, s.snapshot.size);
+      SHARDLOAD_RETURN_IF_ERROR(take_remote_error());
+      api_.H5Eclear2(H5E_DEFAULT);
+      SHARDLOAD_RETURN_IF_ERROR(in_file.with_context(where));
       SHARDLOAD_ASSIGN_OR_RETURN(Hid mem_type, memory_type(api_, l.dtype));
       const std::optional<DirectPlan> plan = direct_plan(api_, d.dataset.get(), l.dtype, d.dims);
       api_.H5Eclear2(H5E_DEFAULT);  // the plan's probing leaves nothing to report
@@ -772,6 +793,13 @@ class Hdf5Reader final : public ShardReader {
 };
 
 }  // namespace
+
+bool hdf5_rows_at_offset(const Shard& shard) {
+  // A contiguous dataset's offset is past the superblock, never 0: 0 is "not found".
+  const std::string_view extra = shard.extra;
+  return shard.data_offset > 0 && shard.linked.empty() && extra.size() >= kRowsAtOffset.size() &&
+         extra.substr(extra.size() - kRowsAtOffset.size()) == kRowsAtOffset;
+}
 
 Result<std::unique_ptr<ShardReader>> make_hdf5_reader(const FormatOptions& options,
                                                       const ReaderContext& context) {

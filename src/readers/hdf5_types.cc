@@ -53,9 +53,31 @@ bool is_ieee_float(const Hdf5Api& api, hid_t t, std::size_t size) {
   if (want == nullptr || api.H5Tget_size(t) != size) return false;
   std::size_t spos = 0, epos = 0, esize = 0, mpos = 0, msize = 0;
   if (api.H5Tget_fields(t, &spos, &epos, &esize, &mpos, &msize) < 0) return false;
+  // HDF5 converts a mantissa stored with its leading bit (H5T_NORM_NONE) to IEEE's implied
+  // one, and nothing else (H5T_NORM_MSBSET fails inside H5Dread).
+  const H5T_norm_t norm = api.H5Tget_norm(t);
   return spos == want->spos && epos == want->epos && esize == want->esize && mpos == want->mpos &&
          msize == want->msize && api.H5Tget_ebias(t) == want->ebias &&
-         api.H5Tget_precision(t) == 8 * size && api.H5Tget_offset(t) == 0;
+         api.H5Tget_precision(t) == 8 * size && api.H5Tget_offset(t) == 0 &&
+         (norm == H5T_NORM_IMPLIED || norm == H5T_NORM_NONE);
+}
+
+// What a float type is, for the refusal of one that is not IEEE's.
+std::string describe_float(const Hdf5Api& api, hid_t t) {
+  std::size_t spos = 0, epos = 0, esize = 0, mpos = 0, msize = 0;
+  api.H5Tget_fields(t, &spos, &epos, &esize, &mpos, &msize);
+  const H5T_norm_t norm = api.H5Tget_norm(t);
+  const char* norm_name = norm == H5T_NORM_IMPLIED  ? "implied"
+                          : norm == H5T_NORM_MSBSET ? "msb set"
+                          : norm == H5T_NORM_NONE   ? "none"
+                                                    : "unknown";
+  return "float of " + std::to_string(api.H5Tget_size(t)) + " bytes (precision " +
+         std::to_string(api.H5Tget_precision(t)) + " bits at offset " +
+         std::to_string(api.H5Tget_offset(t)) + ", sign bit " + std::to_string(spos) +
+         ", exponent " + std::to_string(esize) + " bits at " + std::to_string(epos) + " bias " +
+         std::to_string(api.H5Tget_ebias(t)) + ", mantissa " + std::to_string(msize) + " bits at " +
+         std::to_string(mpos) + ", normalisation " + norm_name +
+         "; IEEE's layout is needed, its mantissa normalised as IEEE's or not at all)";
 }
 
 std::string member_name(const Hdf5Api& api, hid_t t, unsigned i) {
@@ -87,7 +109,7 @@ Result<DType> classify(const Hdf5Api& api, hid_t t) {
     }
     case H5T_FLOAT:
       if (!is_ieee_float(api, t, size)) {
-        return unsupported("non-IEEE float of " + std::to_string(size) + " bytes");
+        return unsupported("non-IEEE " + describe_float(api, t));
       }
       return DType{DTypeKind::kFloat, static_cast<std::uint8_t>(size)};
     case H5T_ENUM: {

@@ -479,3 +479,239 @@ def test_bool_bytes_other_than_0_and_1_read_as_numpy_does(tmp_path: pathlib.Path
     assert layout.dtype == np.bool_
     assert_bools_normalised(layout.read(), stored)
     assert_bools_normalised(layout.read(3, 30), stored[3:30])
+
+
+# ---- types whose stored bytes are not the array's: converted by HDF5 or refused ----------
+
+
+def write_typed(path: pathlib.Path, ftype, data: np.ndarray, storage: str) -> None:
+    """`data` stored as the file type `ftype` (h5py's low-level API: HDF5 converts on the way),
+    contiguous, in chunks of 3 rows, or in gzip chunks of 3 rows."""
+    with h5py.File(path, "w") as f:
+        dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+        if storage != "contiguous":
+            dcpl.set_chunk((3,) + data.shape[1:])
+            if storage == "gzip":
+                dcpl.set_deflate(1)
+        ds = h5py.h5d.create(f.id, b"data", ftype, h5py.h5s.create_simple(data.shape), dcpl=dcpl)
+        ds.write(h5py.h5s.ALL, h5py.h5s.ALL, np.ascontiguousarray(data))
+
+
+def unnormalised(base):
+    """An IEEE float type whose mantissa is stored with its leading bit (H5T_NORM_NONE): IEEE's
+    field positions and bias, other bytes."""
+    t = base.copy()
+    t.set_norm(h5py.h5t.NORM_NONE)
+    return t
+
+
+def half(norm=None):
+    t = h5py.h5t.IEEE_F32LE.copy()
+    t.set_fields(15, 10, 5, 0, 10)
+    t.set_size(2)
+    t.set_ebias(15)
+    if norm is not None:
+        t.set_norm(norm)
+    return t
+
+
+def complex_of(part, size: int, imag_at: int):
+    t = h5py.h5t.create(h5py.h5t.COMPOUND, size)
+    t.insert(b"r", 0, part)
+    t.insert(b"i", imag_at, part)
+    return t
+
+
+UNNORMALISED = {
+    "f2": lambda: half(h5py.h5t.NORM_NONE),
+    "<f4": lambda: unnormalised(h5py.h5t.IEEE_F32LE),
+    ">f4": lambda: unnormalised(h5py.h5t.IEEE_F32BE),
+    "<f8": lambda: unnormalised(h5py.h5t.IEEE_F64LE),
+    ">f8": lambda: unnormalised(h5py.h5t.IEEE_F64BE),
+    "c8": lambda: complex_of(unnormalised(h5py.h5t.IEEE_F32LE), 8, 4),
+    "c16": lambda: complex_of(unnormalised(h5py.h5t.IEEE_F64BE), 16, 8),
+}
+
+
+@pytest.mark.parametrize("storage", ["contiguous", "chunked", "gzip"])
+@pytest.mark.parametrize("kind", sorted(UNNORMALISED))
+def test_unnormalised_floats_read_as_h5py_does(tmp_path: pathlib.Path, kind: str,
+                                               storage: str) -> None:
+    """A float stored with H5T_NORM_NONE has IEEE's fields but not its bits: rows read at their
+    file offset or inflated outside HDF5 came back as raw IEEE bits (1.5, 3.0, 3.75 for 1.0,
+    2.0, 3.5). Only a type equal to the array's in every property skips HDF5's conversion."""
+    dtype = np.dtype(kind[1:] if kind[0] in "<>" else kind)
+    rng = np.random.default_rng(31)
+    # Values of few mantissa bits: an unnormalised mantissa spends one bit on the leading 1.
+    first = np.array([1.0, 2.0, 3.5, -0.25, 0.0, 1024.0 if dtype.itemsize == 2 else 2.0**60])
+    values = np.concatenate([first, rng.integers(-250, 250, 10 * 4 - 6) / 2])
+    if dtype.kind == "c":
+        values = values + 1j * values[::-1]
+    a = values.astype(dtype).reshape(10, 4)
+    for i, rows in enumerate([(0, 7), (7, 10)]):
+        write_typed(tmp_path / f"shard_{i:04d}.h5", UNNORMALISED[kind](), a[slice(*rows)], storage)
+    parts = []
+    for i in range(2):
+        with h5py.File(tmp_path / f"shard_{i:04d}.h5", "r") as f:
+            parts.append(f["data"][...])
+    want = np.concatenate(parts)
+    np.testing.assert_array_equal(want, a)  # h5py converts both ways
+    layout = shardload.discover(tmp_path, format="hdf5")
+    assert layout.dtype == want.dtype.newbyteorder("=")
+    got = layout.read()
+    np.testing.assert_array_equal(got.ravel()[:3].real, [1.0, 2.0, 3.5])
+    np.testing.assert_array_equal(got, want)
+    check_all_ranges(layout, want, step=4)
+    np.testing.assert_array_equal(np.asarray(shardload.load(layout)), want)
+
+
+# Each kind of type that is not the array's own: (file type, data written, and None where
+# shardload reads what h5py reads, else the words of its refusal at discovery).
+NON_NATIVE = {
+    "float with pad bits of ones": (
+        lambda: _with_pads(h5py.h5t.IEEE_F32LE.copy(), inpad=True), "<f4", None),
+    "float with the mantissa's msb stored set": (
+        lambda: _norm(h5py.h5t.IEEE_F32LE, h5py.h5t.NORM_MSBSET), "<f4",
+        "normalisation msb set"),
+    "float of 32 bits in 8 bytes": (lambda: _sized(h5py.h5t.IEEE_F32LE, 8), "<f8",
+                                    "float of 8 bytes (precision 32 bits"),
+    "float of another bias": (lambda: _bias(h5py.h5t.IEEE_F32LE, 100), "<f4", "bias 100"),
+    "half float with pad bits of ones": (lambda: _with_pads(half(), inpad=True), "f2", None),
+    "integer with pad bits of ones": (lambda: _with_pads(h5py.h5t.STD_I16LE.copy()), "<i2", None),
+    "integer of 12 bits at bit 2": (lambda: _precision(h5py.h5t.STD_I16LE, 12, 2), "<i2",
+                                    "integer of 2 bytes with precision 12 bits"),
+    "big-endian byte": (lambda: h5py.h5t.STD_I8BE.copy(), "i1", None),
+    "unsigned big-endian byte": (lambda: h5py.h5t.STD_U8BE.copy(), "u1", None),
+    "complex with a gap between its parts": (
+        lambda: complex_of(h5py.h5t.IEEE_F32LE, 12, 8), "c8", None),
+    "complex with its parts in another order": (
+        lambda: _complex_swapped(), "c8", "compound other than h5py's complex"),
+    "bool over an unsigned byte": (lambda: _bool_over(h5py.h5t.STD_U8LE), "?", None),
+}
+
+
+def _with_pads(t, inpad: bool = False):
+    t.set_pad(h5py.h5t.PAD_ONE, h5py.h5t.PAD_ONE)
+    if inpad:
+        t.set_inpad(h5py.h5t.PAD_ONE)
+    return t
+
+
+def _norm(base, norm):
+    t = base.copy()
+    t.set_norm(norm)
+    return t
+
+
+def _sized(base, size: int):
+    t = base.copy()
+    t.set_size(size)
+    return t
+
+
+def _bias(base, bias: int):
+    t = base.copy()
+    t.set_ebias(bias)
+    return t
+
+
+def _precision(base, precision: int, offset: int):
+    t = base.copy()
+    t.set_precision(precision)
+    t.set_offset(offset)
+    return t
+
+
+def _complex_swapped():
+    t = h5py.h5t.create(h5py.h5t.COMPOUND, 8)
+    t.insert(b"i", 0, h5py.h5t.IEEE_F32LE)
+    t.insert(b"r", 4, h5py.h5t.IEEE_F32LE)
+    return t
+
+
+def _bool_over(base):
+    t = h5py.h5t.enum_create(base)
+    t.enum_insert(b"FALSE", 0)
+    t.enum_insert(b"TRUE", 1)
+    return t
+
+
+@pytest.mark.parametrize("storage", ["contiguous", "chunked", "gzip"])
+@pytest.mark.parametrize("name", sorted(NON_NATIVE))
+def test_non_native_types_read_as_h5py_does_or_are_refused(tmp_path: pathlib.Path, name: str,
+                                                          storage: str) -> None:
+    """No type is read as raw bytes unless its bytes are the array's: each either loads as h5py
+    reads it or is refused at discovery naming the file, the dataset and what the type is."""
+    make, dtype, refusal = NON_NATIVE[name]
+    rng = np.random.default_rng(32)
+    if dtype == "?":
+        a = rng.integers(0, 2, (8, 2)).astype(np.uint8)
+    elif np.dtype(dtype).kind == "c":
+        a = (rng.integers(-50, 50, (8, 2)) + 1j * rng.integers(-50, 50, (8, 2))).astype(dtype)
+    elif np.dtype(dtype).kind == "f":
+        a = (rng.integers(-500, 500, (8, 2)) / 4).astype(dtype)
+    else:
+        a = rng.integers(0, 100, (8, 2)).astype(dtype)
+    path = tmp_path / "shard_0000.h5"
+    write_typed(path, make(), a, storage)
+    if refusal is not None:
+        with pytest.raises(shardload.LayoutError) as e:
+            shardload.discover(tmp_path, format="hdf5")
+        assert f"{path}: dataset '/data': type: " in str(e.value), str(e.value)
+        assert refusal in str(e.value), str(e.value)
+        return
+    with h5py.File(path, "r") as f:
+        want = f["data"][...]
+    np.testing.assert_array_equal(want, a.astype(want.dtype))
+    layout = shardload.discover(tmp_path, format="hdf5")
+    assert layout.dtype == want.dtype.newbyteorder("=")
+    np.testing.assert_array_equal(layout.read(), want)
+    np.testing.assert_array_equal(layout.read(2, 7), want[2:7])
+    np.testing.assert_array_equal(np.asarray(shardload.load(layout)), want)
+
+
+# ---- storage that runs past the end of the file ------------------------------------------
+
+
+def truncate_past_a_dataset(path: pathlib.Path, cut: int) -> None:
+    """Cuts `cut` bytes off an h5py file (no user block) and writes the new length into the
+    superblock's end-of-file address (version 0, h5py's default), so that HDF5 opens it and
+    only the dataset's own storage runs past the end: plain truncation is refused on open."""
+    raw = bytearray(path.read_bytes())
+    assert raw[:8] == b"\x89HDF\r\n\x1a\n" and raw[8] == 0
+    assert int.from_bytes(raw[40:48], "little") == len(raw)
+    raw = raw[:-cut]
+    raw[40:48] = len(raw).to_bytes(8, "little")
+    path.write_bytes(bytes(raw))
+
+
+@pytest.mark.parametrize("storage", ["contiguous", "chunked", "gzip"])
+def test_storage_past_the_end_of_the_file_is_an_error(tmp_path: pathlib.Path,
+                                                      storage: str) -> None:
+    """HDF5 1.10 reads the part of a dataset past the file's end as zeros; h5py's HDF5 refuses
+    the dataset, and so does shardload, naming the file, the dataset and the bytes."""
+    a = np.arange(1, 1001, dtype="<f4").reshape(250, 4)
+    path = tmp_path / "shard_0000.h5"
+    kw = {} if storage == "contiguous" else {"chunks": (50, 4), "maxshape": (None, 4)}
+    write(path, a, chunks=kw.get("chunks"), gzip=storage == "gzip")
+    truncate_past_a_dataset(path, 200)
+    with pytest.raises((OSError, KeyError)):  # h5py: KeyError when the dataset will not open
+        with h5py.File(path, "r") as f:
+            f["data"][...]
+    if storage == "contiguous":
+        with pytest.raises(shardload.LayoutError) as e:
+            shardload.discover(tmp_path, format="hdf5")
+        assert (f"{path}: dataset '/data': its contiguous storage (4000 bytes at offset "
+                in str(e.value)), str(e.value)
+        assert (f") runs past the end of the file ({path.stat().st_size} bytes): the file is "
+                "truncated or damaged") in str(e.value), str(e.value)
+        return
+    layout = shardload.discover(tmp_path, format="hdf5")
+    np.testing.assert_array_equal(layout.read(0, 200), a[:200])  # its other chunks are whole
+    for lo, hi in [(0, 250), (240, 250), (199, 201)]:
+        with pytest.raises(shardload.ShardReadError) as e:
+            layout.read(lo, hi)
+        assert f"{path}: dataset '/data': its chunk at (200, 0) (" in str(e.value), str(e.value)
+        assert "runs past the end of the file" in str(e.value), str(e.value)
+    with pytest.raises(shardload.ShardReadError, match="runs past the end of the file"):
+        shardload.load(layout)

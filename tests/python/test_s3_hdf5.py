@@ -254,3 +254,79 @@ def test_external_storage_is_refused_by_name(bucket, tmp_path):
     with pytest.raises(shardload.LayoutError, match="external storage files") as e:
         shardload.discover(url, storage_options=bucket.options)
     assert url in str(e.value)
+
+
+def _write_unnormalised(path: pathlib.Path, a: np.ndarray, storage: str) -> None:
+    """`a` stored as IEEE float32 with an unnormalised mantissa (H5T_NORM_NONE): IEEE's fields,
+    other bits; h5py's low-level API, HDF5 converting on the way."""
+    t = h5py.h5t.IEEE_F32LE.copy()
+    t.set_norm(h5py.h5t.NORM_NONE)
+    with h5py.File(path, "w") as f:
+        dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+        if storage == "gzip":
+            dcpl.set_chunk((4,) + a.shape[1:])
+            dcpl.set_deflate(1)
+        ds = h5py.h5d.create(f.id, b"x", t, h5py.h5s.create_simple(a.shape), dcpl=dcpl)
+        ds.write(h5py.h5s.ALL, h5py.h5s.ALL, np.ascontiguousarray(a))
+
+
+@pytest.mark.parametrize("storage", ["contiguous", "gzip"])
+def test_unnormalised_floats_match_h5py(bucket, tmp_path, storage):
+    """Neither remote direct path (contiguous rows by ranged GETs, gzip chunks fetched and
+    inflated outside HDF5) takes a float type whose bits are not IEEE's: 1.0, 2.0, 3.5, not
+    1.5, 3.0, 3.75."""
+    rng = np.random.default_rng(40)
+    # Values of few mantissa bits: an unnormalised mantissa spends one bit on the leading 1.
+    a = np.concatenate([[1.0, 2.0, 3.5], rng.integers(-4000, 4000, 3 * 9 - 3) / 8])
+    a = a.astype("<f4").reshape(9, 3)
+    path = tmp_path / "shard_0000.h5"
+    _write_unnormalised(path, a, storage)
+    want = oracle([path])
+    np.testing.assert_array_equal(want, a)
+    bucket.upload(f"n/{storage}/shard_0000.h5", path)
+    src = bucket.url(f"n/{storage}/")
+    layout = shardload.discover(src, storage_options=bucket.options)
+    np.testing.assert_array_equal(layout.read(0, 1)[0], [1.0, 2.0, 3.5])
+    np.testing.assert_array_equal(layout.read(), want)
+    np.testing.assert_array_equal(layout.read(2, 7), want[2:7])
+    np.testing.assert_array_equal(np.asarray(shardload.load(src, storage_options=bucket.options)),
+                                  want)
+
+
+@pytest.mark.parametrize("storage", ["contiguous", "chunked", "gzip"])
+def test_storage_past_the_end_of_the_object_is_an_error(bucket, tmp_path, storage):
+    """An object cut short whose superblock says it ends there: the dataset's storage runs past
+    the end. h5py refuses it; shardload did not (contiguous rows read past the end as zeros
+    through the remote driver): discovery (contiguous) or the read (the chunk) is refused,
+    naming the URL and the dataset."""
+    a = np.arange(1, 1001, dtype="<f4").reshape(250, 4)
+    path = tmp_path / "shard_0000.h5"
+    kw = {} if storage == "contiguous" else {"chunks": (50, 4)}
+    if storage == "gzip":
+        kw["compression"] = "gzip"
+    with h5py.File(path, "w") as f:
+        f.create_dataset("x", data=a, **kw)
+    raw = bytearray(path.read_bytes())
+    assert raw[8] == 0 and int.from_bytes(raw[40:48], "little") == len(raw)  # superblock v0
+    raw = raw[:-200]
+    raw[40:48] = len(raw).to_bytes(8, "little")  # its end-of-file address
+    path.write_bytes(bytes(raw))
+    with pytest.raises((OSError, KeyError)):  # h5py: KeyError when the dataset will not open
+        with h5py.File(path, "r") as f:
+            f["x"][...]
+    bucket.put(f"p/{storage}/shard_0000.h5", bytes(raw))
+    url = bucket.url(f"p/{storage}/shard_0000.h5")
+    if storage == "contiguous":
+        with pytest.raises(shardload.LayoutError) as e:
+            shardload.discover(url, storage_options=bucket.options)
+        assert url.split("?")[0] in str(e.value), str(e.value)
+        assert "dataset '/x': its contiguous storage (4000 bytes at offset" in str(e.value)
+        assert f"runs past the end of the file ({len(raw)} bytes)" in str(e.value), str(e.value)
+        return
+    layout = shardload.discover(url, storage_options=bucket.options)
+    np.testing.assert_array_equal(layout.read(0, 200), a[:200])
+    with pytest.raises(shardload.ShardReadError) as e:
+        layout.read(150, 250)
+    assert url.split("?")[0] in str(e.value), str(e.value)
+    assert "dataset '/x': its chunk at (200, 0) (" in str(e.value), str(e.value)
+    assert "runs past the end of the file" in str(e.value), str(e.value)

@@ -127,6 +127,25 @@ std::optional<ContiguousRows> contiguous_rows(const Hdf5Api& api, hid_t dataset,
                                               DType dtype, const std::vector<hsize_t>& dims,
                                               std::uint64_t file_size);
 
+// Why a contiguous dataset's allocated storage (stored in `type`, the dataset's, `dims` of
+// it) does not lie inside a file of `file_size` bytes ("its contiguous storage (N bytes at
+// offset O) runs past the end of the file ..."); ok for any other storage. HDF5 1.10 reads
+// the part past the end as zeros; h5py's HDF5 refuses the dataset. Called with the lock held;
+// leaves HDF5's error stack for the caller to clear.
+Status storage_in_file(const Hdf5Api& api, hid_t dataset, hid_t type,
+                       const std::vector<hsize_t>& dims, std::uint64_t file_size);
+
+// Why a chunk stored at `addr`, `size` bytes, whose first element is at `offset`, does not lie
+// inside a file of `file_size` bytes; ok when it does or is not stored (HADDR_UNDEF).
+Status chunk_in_file(haddr_t addr, hsize_t size, std::uint64_t file_size,
+                     const std::vector<hsize_t>& offset);
+
+// chunk_in_file for every stored chunk of a chunked dataset (of extents `dims`) that rows
+// [lo, hi) meet; ok for other layouts, and where HDF5 cannot say where chunks lie (before
+// 1.10.5). Called with the lock held; leaves HDF5's error stack for the caller to clear.
+Status chunks_in_file(const Hdf5Api& api, hid_t dataset, const std::vector<hsize_t>& dims,
+                      std::int64_t lo, std::int64_t hi, std::uint64_t file_size);
+
 // The direct plan when the dataset is chunked, filtered by exactly deflate
 // (optionally after shuffle), and stored in a type whose bytes are the
 // destination's up to byte order; nullopt otherwise (read by H5Dread). Called with the lock

@@ -25,6 +25,10 @@ std::shared_ptr<const ShardWriter> zarr_writer();
 FormatDescriptor npz_format();
 
 // Built only with SHARDLOAD_WITH_HDF5 (src/readers/hdf5_reader.cc).
+// Whether an HDF5 shard's rows lie at its data_offset as one byte range: its probe found a
+// contiguous dataset stored in the array's own type (no external storage), as its reader's
+// read_rows reads it without HDF5.
+bool hdf5_rows_at_offset(const Shard& shard);
 Result<std::unique_ptr<ShardReader>> make_hdf5_reader(const FormatOptions& options,
                                                       const ReaderContext& context);
 
