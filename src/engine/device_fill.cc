@@ -62,9 +62,7 @@ class Fill {
         pool_(pool),
         backend_(pool.backend()),
         options_(options),
-        contiguous_rows_(
-            find_format(layout.format, layout.options.reader) != nullptr &&
-            find_format(layout.format, layout.options.reader)->capabilities.contiguous_rows) {}
+        format_(find_format(layout.format, layout.options.reader)) {}
 
   Status plan(std::uint64_t dst_bytes);
   Status run();
@@ -114,9 +112,10 @@ class Fill {
   StagingPool& pool_;
   CopyBackend& backend_;
   const DeviceFillOptions& options_;
-  // The format stores rows as one byte range (FormatCapabilities): plain shards are read
-  // straight into the staging buffers.
-  const bool contiguous_rows_;
+  // Says which shards store their rows as one byte range (FormatCapabilities::contiguous_rows
+  // for all of a format's, FormatDescriptor::contiguous_shard for some): those that are plain
+  // are read straight into the staging buffers. nullptr for an unknown format.
+  const FormatDescriptor* format_;
   IoBackend* io_ = nullptr;
 
   std::vector<PieceCut> cuts_;
@@ -165,7 +164,10 @@ Status Fill::plan(std::uint64_t dst_bytes) {
     p.lo += s.first_row;
     p.hi += s.first_row;
     PieceCut cut;
-    cut.raw = contiguous_rows_ && !s.byte_swap && !s.fortran_order;
+    cut.raw = format_ != nullptr &&
+              (format_->capabilities.contiguous_rows ||
+               (format_->contiguous_shard && format_->contiguous_shard(s))) &&
+              !s.byte_swap && !s.fortran_order;
     const auto rows = static_cast<std::uint64_t>(p.hi - p.lo);
     if (row == 0 || rows == 0) {
       cut.rows_per_chunk = 1;

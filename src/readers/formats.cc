@@ -149,6 +149,7 @@ std::vector<FormatDescriptor> build_table() {
     d.capabilities.remote_reads = true;
     d.capabilities.parallel_probe = true;
     d.capabilities.remote_piece_lanes = true;
+    d.contiguous_shard = detail::hdf5_rows_at_offset;
     d.make_reader = detail::make_hdf5_reader;
 #else
     d.make_reader = unsupported("hdf5");

@@ -10,6 +10,8 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <numeric>
 #include <thread>
 
@@ -438,6 +440,80 @@ TEST_F(DeviceFillTest, DeclinedFilesFallBackToStaging) {
     }
   }
 }
+
+#ifdef SHARDLOAD_TEST_PYTHON
+// HDF5 shards differ in where their rows lie: a contiguous dataset stored in the array's own type
+// is one byte range at its offset (after a user block too) and goes direct, as a .npy does; a
+// chunked or byte-swapped one is staged through its reader. h5py writes the files.
+TEST_F(DeviceFillTest, ContiguousHdf5ShardsGoDirect) {
+  const std::string script = dir_.file("write.py");
+  std::ofstream(script) << R"(
+import sys, numpy as np, h5py
+d = sys.argv[1]
+a = np.arange(120 * 5, dtype="<f8").reshape(120, 5)
+with h5py.File(d + "/shard_0000.h5", "w") as f:
+    f.create_dataset("x", data=a[:40])
+with h5py.File(d + "/shard_0001.h5", "w") as f:
+    f.create_dataset("x", data=a[40:70], chunks=(8, 5), compression="gzip")
+with h5py.File(d + "/shard_0002.h5", "w") as f:
+    f.create_dataset("x", data=a[70:95].astype(">f8"))
+with h5py.File(d + "/shard_0003.h5", "w", userblock_size=1024) as f:
+    f.create_dataset("x", data=a[95:110])
+t = h5py.h5t.IEEE_F64LE.copy()
+t.set_norm(h5py.h5t.NORM_NONE)  # IEEE's fields, not its bits: HDF5 converts
+with h5py.File(d + "/shard_0004.h5", "w") as f:
+    x = h5py.h5d.create(f.id, b"x", t, h5py.h5s.create_simple((10, 5)))
+    x.write(h5py.h5s.ALL, h5py.h5s.ALL, np.ascontiguousarray(a[110:]))
+)";
+  const std::string cmd =
+      std::string("'") + SHARDLOAD_TEST_PYTHON + "' '" + script + "' '" + dir_.path() + "'";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << "h5py could not write the shards";
+  std::filesystem::remove(script);
+  auto found = try_discover(Source::directory(dir_.path()));
+  ASSERT_TRUE(found) << found.status().message();
+  const Layout& l = *found;
+  ASSERT_EQ(l.total_rows(), 120);
+  std::vector<std::byte> want(120 * 5 * 8);
+  for (std::size_t i = 0; i < 120 * 5; ++i) {
+    const auto v = static_cast<double>(i);
+    std::memcpy(want.data() + i * 8, &v, 8);
+  }
+  for (int readers : {1, 3}) {
+    HostCopyBackend::Hooks h;
+    h.direct_reads = true;
+    HostCopyBackend backend(h);
+    auto p = pool(backend, 400, 3);  // 10 rows of 40 bytes a buffer
+    DeviceFillOptions o;
+    o.direct = DirectReads::kOn;
+    o.reader_threads = readers;
+    std::vector<std::byte> out;
+    Status st = device_rows(l, 0, 120, *p, o, &out);
+    ASSERT_TRUE(st) << st.message();
+    EXPECT_EQ(out, want);
+    // Direct: shard 0 in 4 chunks of 10 rows, shard 3 in 2. Staged: shard 1 (gzip) on its
+    // 8-row chunk grid, 4 chunks; shard 2 (big-endian) 3; shard 4 (unnormalised) 1.
+    EXPECT_EQ(backend.direct_reads(), 6);
+    EXPECT_EQ(backend.copies(), 4 + 3 + 1);
+    EXPECT_EQ(backend.live_direct_handles(), 0);
+  }
+  // A layout (or manifest) of a build whose rule for rows at an offset was looser carries
+  // offsets without this build's marker: every shard is read through HDF5, and right.
+  Layout earlier = l;
+  for (Shard& s : earlier.shards) s.extra = s.extra.substr(0, s.extra.find('\0'));
+  EXPECT_EQ(expected(earlier, 0, 120), want);
+  HostCopyBackend::Hooks h;
+  h.direct_reads = true;
+  HostCopyBackend backend(h);
+  auto p = pool(backend, 400, 3);
+  DeviceFillOptions o;
+  o.direct = DirectReads::kOn;
+  std::vector<std::byte> out;
+  Status st = device_rows(earlier, 0, 120, *p, o, &out);
+  ASSERT_TRUE(st) << st.message();
+  EXPECT_EQ(out, want);
+  EXPECT_EQ(backend.direct_reads(), 0);
+}
+#endif
 
 // Many small pieces share staging buffers: one copy and one fence per buffer, not per piece,
 // with every byte in place, for native and byte-swapped shards, whatever the readers; a read

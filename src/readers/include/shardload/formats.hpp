@@ -136,6 +136,12 @@ struct FormatDescriptor {
   // Whether a directory is itself one shard of this format (a Zarr store). Empty: never.
   std::function<bool(const std::string& directory)> is_store;
   FormatCapabilities capabilities;
+  // For a format whose shards differ in where their rows lie (HDF5: a contiguous dataset's
+  // rows are one byte range, a chunked one's are not): whether this shard's rows lie at
+  // Shard::data_offset as capabilities.contiguous_rows says of every shard of a format that
+  // sets it. The device fill then reads them as it reads a .npy's. Empty: no shard's do,
+  // unless the capability says all do.
+  std::function<bool(const Shard& shard)> contiguous_shard;
   // The reader, before make_reader's wrapper. kInvalidArgument when the options do not fit.
   ReaderMaker make_reader;
   // What save writes this format with; null: save cannot write it.
