@@ -2,9 +2,10 @@
 user part, a presigned URL's signature or token, a bearer token, shardload's own secret_key and
 session_token) goes through every output that shows a URL: ``repr``/``str``/``describe`` of a
 Layout, ``manifest_status`` and the log, ``shardload inspect`` (text and ``--json``),
-``shardload read``'s source line and shard list, ``shardload index``'s "wrote" line, the manifest
-it writes, errors for a missing object and a bad header (Python and the command line), and
-``load``'s progress reports. Not one character of a secret may appear; the rest of the URL must.
+``shardload read``'s source line and shard list, ``shardload index``'s and ``shardload write``'s
+"wrote" lines, the manifests that ``index`` and ``save`` write, ``verify``'s mismatches (Python
+and the command line), errors for a missing object, a bad header and a save over a dataset
+(Python and the command line), and ``load``'s progress reports. Not one character of a secret may appear; the rest of the URL must.
 
 Every secret below holds the marker ``s3cr3t``, so one search finds any part of any of them."""
 
@@ -235,6 +236,36 @@ def test_s3_secret_options_are_hidden_from_every_output(bucket, cli, caplog):
     assert_hidden(str(e.value), "alice:***@h/a.npy")
     assert_hidden(run(cli, "inspect", "http://alice:pw-s3cr3t@h/a.npy", *flags, ok=False),
                   "alice:***@h/a.npy")
+
+
+def test_s3_secrets_are_hidden_from_verify_save_and_write(bucket, cli):
+    """The Legate paths: verify's mismatches (Python and the command line), a save's manifest
+    and its refusal to overwrite, and `shardload write`'s line."""
+    options = {**bucket.options, **S3_SECRETS}
+    flags = [a for k, v in options.items() for a in ("--storage-option", f"{k}={v}")]
+    visible = [f"{bucket.name}/", "secret_key=***", "session_token=***"]
+    a = np.arange(40, dtype=np.float32).reshape(10, 4)
+    url = bucket.url("s/")
+    shardload.save(a, url, num_shards=2, checksum="xxh3", storage_options=options)
+    manifest = bucket.client.get_object(Bucket=bucket.name, Key="s/shardload.manifest")
+    assert MARK.encode() not in manifest["Body"].read()
+    with pytest.raises(shardload.Error) as e:
+        shardload.save(a, url, num_shards=2, storage_options=options)
+    assert_hidden(str(e.value), *visible)
+    # A shard changed in place (same size): its checksum no longer matches.
+    body = bucket.client.get_object(Bucket=bucket.name, Key="s/shard_0001.npy")["Body"].read()
+    bucket.put("s/shard_0001.npy", body[:-4] + b"\xff\xff\xff\xff")
+    bad = shardload.verify(url, storage_options=options)
+    assert [m.shard for m in bad] == [1] and MARK in bad[0].path
+    assert_hidden(repr(bad), "shard_0001.npy", *visible)
+    assert_hidden(run(cli, "verify", url, *flags, ok=False), "shard_0001.npy", "differ from",
+                  *visible)
+    query = urllib.parse.urlencode(options)
+    out = run(cli, "write", "--shard-dir", f"{bucket.url('w/')}?{query}", "--num-shards", "2",
+              "--shape", "6")
+    assert_hidden(out, "wrote 2 shards to", *visible)
+    assert_hidden(run(cli, "read", f"{bucket.url('w/')}?{query}"), "verify:         OK",
+                  *visible)
 
 
 def test_checksum_mismatch_shows_its_path_redacted():
