@@ -338,7 +338,7 @@ def test_a_trickling_get_ends_within_its_deadline(web):
     took = time.monotonic() - t
     assert f"{base}/t/a.npy" in str(e.value) and "gave up after 2 attempts" in str(e.value)
     assert "deadline" in str(e.value) or "Timeout" in str(e.value), str(e.value)
-    assert took < 8, took  # two attempts of about a second each (3200 bytes: a 1 s deadline)
+    assert took < 15, took  # two attempts of about a second each (3200 bytes: a 1 s deadline)
 
 
 def test_a_trickling_head_ends_within_its_deadline(web):
@@ -349,7 +349,7 @@ def test_a_trickling_head_ends_within_its_deadline(web):
     with pytest.raises(shardload.Error) as e:
         shardload.discover(f"{base}/t/a.npy?request_timeout=1&max_attempts=2&backoff_ms=1")
     assert f"{base}/t/a.npy" in str(e.value) and "gave up after 2 attempts" in str(e.value)
-    assert time.monotonic() - t < 8
+    assert time.monotonic() - t < 15
 
 
 def test_a_large_range_at_a_healthy_rate_outlasts_request_timeout(web):
@@ -382,7 +382,7 @@ def test_signed_s3_trickling_get_ends_within_its_deadline():
             layout.read(0, 50)
         assert "s3://bkt/d/a.npy" in str(e.value), str(e.value)
         assert "gave up after 2 attempts" in str(e.value), str(e.value)
-        assert time.monotonic() - t < 8
+        assert time.monotonic() - t < 15
 
 
 # ---- item 9: Ctrl-C ---------------------------------------------------------------------------
@@ -455,9 +455,11 @@ def test_ctrl_c_ends_a_slow_request_with_keyboard_interrupt(web, where):
     proc = _python(script)
     took = _interrupt_when_slow(proc, server)
     out, err = proc.communicate(timeout=30)
-    assert proc.returncode == 0, err
+    assert proc.returncode == 0, (out, err)
     assert "KeyboardInterrupt" in out and "after: (5, 4)" in out, (out, err)
-    assert took < 5, took
+    # About a second (libcurl's progress callback) and the process's exit, on a busy machine;
+    # far from the request's 60 s.
+    assert took < 10, took
     if where == "read_in_a_thread":
         assert "thread: ShardReadError 125" in out, out  # ECANCELED, not data
 
@@ -501,7 +503,7 @@ def test_ctrl_c_ends_the_cli_with_status_130(web, cli, command):
     _, err = proc.communicate(timeout=30)
     assert proc.returncode == 130, err
     assert err.strip() == f"shardload {command}: interrupted", err
-    assert took < 5, took
+    assert took < 10, took
 
 
 def test_ctrl_c_ends_the_cli_also_where_a_request_cannot_be_ended(server, cli):
@@ -534,6 +536,6 @@ def test_ctrl_c_ends_the_cli_also_where_a_request_cannot_be_ended(server, cli):
         took = time.monotonic() - t
         assert proc.returncode == 130, err
         assert err.strip() == "shardload inspect: interrupted", err
-        assert 2 < took < 8, took  # the grace of 3 s, far from the LIST's 30
+        assert 2 < took < 12, took  # the grace of 3 s, far from the LIST's 30
     finally:
         proxy.close()
