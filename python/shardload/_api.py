@@ -153,7 +153,8 @@ Layout.manifest_state = property(  # type: ignore[attr-defined]
 # dump that names no parameter.
 
 def _found(value: object) -> str:
-    text = repr(value)
+    # Redacted before it is cut short: a URL inside a wrong argument (a dict of sources, say).
+    text = _core.redact_secrets(repr(value))
     if "\n" in text or isinstance(value, Layout):
         return type(value).__name__
     if len(text) > 80:
@@ -212,8 +213,9 @@ def _with_storage_options(source: object, storage_options: object) -> object:
         if not isinstance(k, str) or not k:
             raise TypeError(f"storage_options: expected non-empty str keys, found {k!r}")
         if not isinstance(v, (str, int, bool)):
+            # The type alone: the value may be a secret (secret_key's, session_token's).
             raise TypeError(f"storage_options[{k!r}]: expected a str, int or bool, found "
-                            f"{_found(v)}")
+                            f"{type(v).__name__}")
     if not storage_options:
         return source
     from urllib.parse import urlencode

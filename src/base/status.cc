@@ -5,6 +5,7 @@
 #include <cctype>
 #include <string_view>
 
+#include "base/detail/secrets.hpp"
 #include "shardload/io.hpp"
 
 namespace shardload {
@@ -98,14 +99,6 @@ std::string decoded_key(std::string_view key) {
   return out;
 }
 
-bool is_secret_key(std::string_view key) {
-  const std::string k = decoded_key(key);
-  for (const std::string_view secret : kSecretKeys) {
-    if (k == secret) return true;
-  }
-  return false;
-}
-
 // The end of the value that starts at text[i]: the next '&' or '#', or the end of the URL
 // (a URL holds no white space), less what the message put after it.
 std::size_t value_end(std::string_view text, std::size_t i) {
@@ -133,7 +126,7 @@ std::string redact_query(std::string_view text) {
       }
     }
     if (!starts_key || eq == i || eq >= text.size() || text[eq] != '=' ||
-        !is_secret_key(text.substr(i, eq - i))) {
+        !detail::is_secret_query_key(text.substr(i, eq - i))) {
       out += text[i++];
       continue;
     }
@@ -191,6 +184,18 @@ std::string redact_user_info(std::string_view text) {
 }
 
 }  // namespace
+
+namespace detail {
+
+bool is_secret_query_key(std::string_view key) {
+  const std::string k = decoded_key(key);
+  for (const std::string_view secret : kSecretKeys) {
+    if (k == secret) return true;
+  }
+  return false;
+}
+
+}  // namespace detail
 
 std::string redact_secrets(std::string text) {
   if (text.find('@') != std::string::npos && text.find("://") != std::string::npos) {

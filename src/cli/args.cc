@@ -11,6 +11,7 @@
 #include <iostream>
 #include <map>
 
+#include "base/detail/secrets.hpp"
 #include "cli/commands.hpp"
 #include "shardload/formats.hpp"
 #include "shardload/interrupt.hpp"
@@ -358,10 +359,13 @@ std::optional<int> parse_command_line(const CommandSpec& spec, const Args& args,
       // Repeatable; each one joins the query that every s3:// SOURCE gets below.
       const auto eq = value->find('=');
       if (eq == 0 || eq == std::string::npos || value->find_first_of("&?#") != std::string::npos) {
+        // A secret's value is not shown (nor any part of it: "secret_key=a&b" is one value).
+        const bool secret =
+            eq != std::string::npos && detail::is_secret_query_key(value->substr(0, eq));
         return usage_error(cmd,
                            "--storage-option: expected KEY=VALUE (no '&', '?' or '#'), "
                            "found '" +
-                               *value + "'");
+                               (secret ? value->substr(0, eq + 1) + "***" : *value) + "'");
       }
       auto& joined = out->opts[name];
       joined += (joined.empty() ? "" : "&") + *value;

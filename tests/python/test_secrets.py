@@ -268,6 +268,21 @@ def test_s3_secrets_are_hidden_from_verify_save_and_write(bucket, cli):
                   *visible)
 
 
+def test_refused_arguments_do_not_echo_a_secret(cli):
+    """An argument refused before any request: its secret stays out of the message, also one
+    that no URL query would end (a '&' inside the value) and one of the wrong type."""
+    out = run(cli, "inspect", "s3://b/d/", "--storage-option", "secret_key=ab&c-s3cr3t", ok=False)
+    assert_hidden(out, "--storage-option: expected KEY=VALUE", "'secret_key=***'")
+    out = run(cli, "inspect", "s3://b/d/", "--storage-option", "region=a&b", ok=False)
+    assert "'region=a&b'" in out  # what is not secret is shown as given
+    with pytest.raises(TypeError) as e:
+        shardload.discover("s3://b/d/", storage_options={"secret_key": ["k-s3cr3t"]})
+    assert_hidden(str(e.value), "storage_options['secret_key']", "found list")
+    with pytest.raises(TypeError) as e:
+        shardload.discover({"train": "https://h/d/?token=t-s3cr3t&x=1"})
+    assert_hidden(str(e.value), "found dict", "token=***")
+
+
 def test_checksum_mismatch_shows_its_path_redacted():
     m = shardload.ChecksumMismatch(0, "s3://b/d/a.npy?secret_key=k-s3cr3t&region=r", "gone")
     assert_hidden(repr(m), "s3://b/d/a.npy?secret_key=***&region=r")
