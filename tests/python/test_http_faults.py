@@ -395,19 +395,28 @@ def _python(script: str) -> subprocess.Popen:
 
 
 def _interrupt_when_slow(proc: subprocess.Popen, server: Server, within: float = 60) -> float:
-    """Sends SIGINT once the server has begun a slow answer; the seconds until the process
-    ended (it is killed, and the test fails, past ``within``)."""
+    """Sends SIGINT once the server has begun a slow answer and waits for the process to end
+    (it is killed, and the test fails, 60 s after the signal); the wall-clock time the signal
+    was sent."""
     assert server.slow_started.wait(within), proc.stderr.read() if proc.poll() else "no request"
     time.sleep(0.3)  # inside the wait, not before it
-    t = time.monotonic()
+    sent = time.time()
     proc.send_signal(signal.SIGINT)
     try:
-        proc.wait(timeout=15)
+        proc.wait(timeout=60)
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
         pytest.fail("SIGINT did not end the wait")
-    return time.monotonic() - t
+    return sent
+
+
+def _interrupted_after(out: str, sent: float) -> float:
+    """Seconds from the signal to the script's "KeyboardInterrupt <time>" line: the call's
+    return, without the process's exit (a runtime's shutdown) that follows."""
+    m = re.search(r"^KeyboardInterrupt ([0-9.]+)$", out, re.M)
+    assert m, out
+    return float(m.group(1)) - sent
 
 
 @pytest.mark.parametrize("where", ["discover", "read", "read_in_a_thread"])
@@ -441,7 +450,7 @@ def test_ctrl_c_ends_a_slow_request_with_keyboard_interrupt(web, where):
             else:
                 layout.read(0, 100)
         except KeyboardInterrupt:
-            print("KeyboardInterrupt", flush=True)
+            print("KeyboardInterrupt", time.time(), flush=True)
         if where == "read_in_a_thread":
             t.join(20)
             assert not t.is_alive(), "the thread's read went on"
@@ -453,13 +462,12 @@ def test_ctrl_c_ends_a_slow_request_with_keyboard_interrupt(web, where):
     """
     server.put("/c/b.npy", npy_bytes(a[:5]))
     proc = _python(script)
-    took = _interrupt_when_slow(proc, server)
+    sent = _interrupt_when_slow(proc, server)
     out, err = proc.communicate(timeout=30)
     assert proc.returncode == 0, (out, err)
     assert "KeyboardInterrupt" in out and "after: (5, 4)" in out, (out, err)
-    # About a second (libcurl's progress callback) and the process's exit, on a busy machine;
-    # far from the request's 60 s.
-    assert took < 10, took
+    # About a second (libcurl's progress callback), far from the request's 60 s.
+    assert _interrupted_after(out, sent) < 5, out
     if where == "read_in_a_thread":
         assert "thread: ShardReadError 125" in out, out  # ECANCELED, not data
 
@@ -472,6 +480,7 @@ def test_ctrl_c_ends_a_slow_load_in_legate(web):
     server.put("/c/slow.bin", a.tobytes())
     server.trickle.add(("GET", "/c/slow.bin"))
     script = f"""
+        import time
         import shardload
         shardload.load({base + "/c/a.npy"!r})  # the runtime started, a URL read once
         layout = shardload.discover({base + "/c/slow.bin?request_timeout=60"!r}, format="raw",
@@ -479,13 +488,13 @@ def test_ctrl_c_ends_a_slow_load_in_legate(web):
         try:
             shardload.load(layout)
         except KeyboardInterrupt:
-            print("KeyboardInterrupt", flush=True)
+            print("KeyboardInterrupt", time.time(), flush=True)
     """
     proc = _python(script)
-    took = _interrupt_when_slow(proc, server, within=180)
+    sent = _interrupt_when_slow(proc, server, within=180)
     out, err = proc.communicate(timeout=30)
     assert "KeyboardInterrupt" in out, (out, err)
-    assert took < 10, took
+    assert _interrupted_after(out, sent) < 5, out
 
 
 @pytest.mark.parametrize("command", ["inspect", "read"])
@@ -499,11 +508,12 @@ def test_ctrl_c_ends_the_cli_with_status_130(web, cli, command):
     if command == "read":
         args.append("--no-verify")
     proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    took = _interrupt_when_slow(proc, server, within=180)
+    sent = _interrupt_when_slow(proc, server, within=180)
     _, err = proc.communicate(timeout=30)
     assert proc.returncode == 130, err
     assert err.strip() == f"shardload {command}: interrupted", err
-    assert took < 10, took
+    # At once, or at the latest by the grace of 3 s (Legate's shutdown, on a busy machine).
+    assert time.time() - sent < 10
 
 
 def test_ctrl_c_ends_the_cli_also_where_a_request_cannot_be_ended(server, cli):
