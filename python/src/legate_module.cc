@@ -47,11 +47,14 @@ PYBIND11_MODULE(_legate, m) {
         shardload::LoadOptions opts;
         opts.overdecompose = overdecompose;
         shardload::LoadInfo info;
-        legate::LogicalArray* array = nullptr;
+        // Owned here until the capsule takes it: a KeyboardInterrupt raised by `interruptible`
+        // after a load that completed frees it.
+        std::unique_ptr<legate::LogicalArray> array;
         // load() waits for the tasks while holding nothing Python needs; what it throws
         // leaves through the translator, with the GIL taken back (a Ctrl-C: KeyboardInterrupt).
-        shardload::python::interruptible(
-            [&] { array = new legate::LogicalArray(shardload::load(layout, opts, &info)); });
+        shardload::python::interruptible([&] {
+          array = std::make_unique<legate::LogicalArray>(shardload::load(layout, opts, &info));
+        });
         py::dict d;
         d["target"] = info.target;
         d["processors"] = info.processors;
@@ -63,8 +66,9 @@ PYBIND11_MODULE(_legate, m) {
         // The capsule owns the array until Python drops it: a KeyboardInterrupt
         // raised the moment this call returns (a Ctrl-C during the load) then
         // frees the array instead of leaking it.
-        py::capsule owner(array, kArrayCapsule,
+        py::capsule owner(array.get(), kArrayCapsule,
                           [](void* p) { delete static_cast<legate::LogicalArray*>(p); });
+        array.release();  // the capsule's now
         return py::make_tuple(std::move(owner), d);
       },
       py::arg("layout"), py::arg("overdecompose") = 1);
@@ -111,7 +115,8 @@ PYBIND11_MODULE(_legate, m) {
       [](const py::bytes& manifest_path, std::int64_t groups) {
         const std::string path = manifest_path;
         shardload::VerifyReport report;
-        shardload::python::interruptible([&] { report = shardload::verify_manifest(path, groups); });
+        shardload::python::interruptible(
+            [&] { report = shardload::verify_manifest(path, groups); });
         py::list out;
         for (const auto& mm : report.mismatches) {
           out.append(py::make_tuple(mm.shard, py::bytes(mm.path),
