@@ -147,6 +147,8 @@ std::string redact_user_info(std::string_view text) {
   std::string out;
   out.reserve(text.size());
   std::size_t done = 0;
+  std::size_t run_end = 0;                      // where the run of text last looked at ends
+  std::size_t run_at = std::string_view::npos;  // and its last '@' after the authority
   const auto stops = [&](std::size_t from, std::string_view at) {
     while (from < text.size() && at.find(text[from]) == std::string_view::npos &&
            !is_space(text[from])) {
@@ -167,9 +169,14 @@ std::string redact_user_info(std::string_view text) {
       const std::string_view port =
           colon == std::string_view::npos ? std::string_view() : authority.substr(colon + 1);
       if (!port.empty() && port.find_first_not_of("0123456789") != std::string_view::npos) {
-        const std::size_t url_end = stops(end, "?#");
-        const std::size_t last = text.substr(0, url_end).rfind('@');
-        if (last != std::string_view::npos && last > end) at = last - start;
+        // The URL's last '@' (before its query), found once per run of text: a message of
+        // many such URLs costs its length, not its length squared.
+        if (end >= run_end) {
+          run_end = stops(end, "?#");
+          run_at = text.substr(end, run_end - end).rfind('@');
+          if (run_at != std::string_view::npos) run_at += end;
+        }
+        if (run_at != std::string_view::npos && run_at > end) at = run_at - start;
       }
     }
     if (at == std::string_view::npos || at == 0) continue;

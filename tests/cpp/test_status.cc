@@ -1,6 +1,7 @@
 // Status: secrets in a URL's query never reach an error's message or path.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <string>
 
 #include "shardload/status.hpp"
@@ -87,6 +88,19 @@ TEST(RedactSecrets, TheUserPartsPasswordIsHiddenAndTheRestKept) {
                                  "https://h:8443/p/u@x.npy", "http://[::1]:80/a@b"}) {
     EXPECT_EQ(redact_secrets(text), text);
   }
+}
+
+TEST(RedactSecrets, TakesTimeInProportionToTheText) {
+  // A server's error text in a message can be long and crafted: many URLs whose authority a
+  // '/' cuts short, each once made the redaction look for an '@' to the end of the text.
+  std::string text = "@";
+  for (int i = 0; i < 200000; ++i) text += "h://x:y/ ";
+  text += "https://u:p@h/a?token=t";
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string out = redact_secrets(text);
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_LT(secs, 5.0);  // about 0.1 s; quadratic, it took minutes
+  EXPECT_TRUE(out.ends_with(" https://u:***@h/a?token=***")) << out.substr(out.size() - 40);
 }
 
 TEST(RedactSecrets, EveryStatusMessageContextAndPathIsRedacted) {
