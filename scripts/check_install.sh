@@ -27,10 +27,34 @@ else
   # dependencies as any user's install does. SHARDLOAD_ISOLATED_BUILD=1 runs `pip install .`
   # as written in the README instead (a full compile in pip's isolated environment).
   source "$ROOT/scripts/ccache.sh"
+  # pyproject.toml's build requirements, as pinned there, must be what .venv has (ninja aside:
+  # Debian's ninja-build serves, as it does build/).
+  "$ROOT/.venv/bin/python" - "$ROOT/pyproject.toml" <<'PY'
+import sys
+import tomllib
+from importlib.metadata import PackageNotFoundError, version
+
+from packaging.requirements import Requirement
+
+with open(sys.argv[1], "rb") as f:
+    requires = tomllib.load(f)["build-system"]["requires"]
+wrong = []
+for req in map(Requirement, requires):
+    if req.name == "ninja":
+        continue
+    try:
+        have = version(req.name)
+    except PackageNotFoundError:
+        wrong.append(f"{req} (not installed)")
+        continue
+    if not req.specifier.contains(have, prereleases=True):
+        wrong.append(f"{req} (.venv has {have})")
+if wrong:
+    sys.exit("check_install: .venv does not have the wheel's build requirements: " + ", ".join(wrong))
+PY
   log "building the wheel (pip wheel --no-build-isolation, build-wheel/)"
   start=$(date +%s)
-  "$ROOT/.venv/bin/python" -m pip wheel -q --no-build-isolation --check-build-dependencies \
-    --no-deps -w "$WORK/wheel" --config-settings=build-dir="$ROOT/build-wheel" "$ROOT"
+  "$ROOT/.venv/bin/python" -m pip wheel -q --no-build-isolation --no-deps -w "$WORK/wheel" --config-settings=build-dir="$ROOT/build-wheel" "$ROOT"
   log "the wheel took $(($(date +%s) - start)) s"
   "$VENV/bin/python" -m pip install -q "$WORK"/wheel/shardload-*.whl
 fi
