@@ -124,6 +124,25 @@ Status storage_in_file(const Hdf5Api& api, hid_t dataset, hid_t type,
                     " bytes): the file is truncated or damaged");
 }
 
+Status defined_everywhere(const Hdf5Api& api, hid_t dataset) {
+  Hid dcpl(api.H5Dget_create_plist(dataset), api.H5Pclose);
+  H5D_fill_time_t when = H5D_FILL_TIME_IFSET;
+  if (!dcpl.valid() || api.H5Pget_fill_time(dcpl.get(), &when) < 0 || when != H5D_FILL_TIME_NEVER) {
+    return Status::ok();
+  }
+  H5D_space_status_t status = H5D_SPACE_STATUS_ERROR;
+  if (api.H5Dget_space_status(dataset, &status) < 0 || status == H5D_SPACE_STATUS_ALLOCATED) {
+    return Status::ok();
+  }
+  return Status(ErrorCode::kFormat,
+                std::string(status == H5D_SPACE_STATUS_NOT_ALLOCATED
+                                ? "its storage was never written"
+                                : "some of its chunks were never written") +
+                    " and its fill time is 'never', so HDF5 gives those elements no value "
+                    "(a read would return whatever memory held); write the dataset whole or "
+                    "give it a fill time");
+}
+
 Status chunk_in_file(haddr_t addr, hsize_t size, std::uint64_t file_size,
                      const std::vector<hsize_t>& offset) {
   if (addr == HADDR_UNDEF || (addr <= file_size && size <= file_size - addr)) {

@@ -186,6 +186,8 @@ class Hdf5Reader final : public ShardReader {
       SHARDLOAD_RETURN_IF_ERROR(
           storage_in_file(api_, d.dataset.get(), type.get(), d.dims, p.shard.snapshot.size)
               .with_context(path + ": dataset '" + d.name + "'"));
+      SHARDLOAD_RETURN_IF_ERROR(defined_everywhere(api_, d.dataset.get())
+                                    .with_context(path + ": dataset '" + d.name + "'"));
       p.dtype = *dtype;
       p.shard.rows = static_cast<std::int64_t>(d.dims[0]);
       for (std::size_t i = 1; i < d.dims.size(); ++i) {

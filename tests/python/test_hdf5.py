@@ -715,3 +715,41 @@ def test_storage_past_the_end_of_the_file_is_an_error(tmp_path: pathlib.Path,
         assert "runs past the end of the file" in str(e.value), str(e.value)
     with pytest.raises(shardload.ShardReadError, match="runs past the end of the file"):
         shardload.load(layout)
+
+
+def _fill_never(path: pathlib.Path, rows: int, chunks: tuple[int, ...] | None,
+                written: slice | None) -> None:
+    """A dataset of float32 (rows, 4) whose fill time is 'never', writing only `written`."""
+    with h5py.File(path, "w") as f:
+        dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+        if chunks is not None:
+            dcpl.set_chunk(chunks)
+        dcpl.set_fill_time(h5py.h5d.FILL_TIME_NEVER)
+        dcpl.set_fill_value(np.array(3.0, dtype="f4"))
+        space = h5py.h5s.create_simple((rows, 4), (h5py.h5s.UNLIMITED, 4) if chunks else None)
+        h5py.h5d.create(f.id, b"data", h5py.h5t.NATIVE_FLOAT, space, dcpl=dcpl)
+        if written is not None:
+            f["data"][written] = np.arange(rows * 4, dtype="f4").reshape(rows, 4)[written]
+
+
+@pytest.mark.parametrize("chunks,written,shown", [
+    (None, None, "its storage was never written"),
+    ((50, 4), None, "its storage was never written"),
+    ((50, 4), slice(0, 60), "some of its chunks were never written"),
+])
+def test_elements_hdf5_gives_no_value_are_refused(tmp_path: pathlib.Path, chunks, written,
+                                                  shown) -> None:
+    """With fill time 'never', HDF5 leaves the elements of storage never written as the read
+    buffer held them: before, those rows read as whatever memory the load had (4.3e+30, ...).
+    The dataset is refused at discovery, naming the file and the dataset."""
+    path = tmp_path / "shard_0000.h5"
+    _fill_never(path, 300, chunks, written)
+    with pytest.raises(shardload.LayoutError) as e:
+        shardload.discover(tmp_path, format="hdf5")
+    assert f"{path}: dataset '/data': {shown} and its fill time is 'never'" in str(e.value), \
+        str(e.value)
+    # Written whole, the same dataset reads as h5py reads it.
+    _fill_never(path, 300, chunks, slice(0, 300))
+    with h5py.File(path, "r") as f:
+        want = f["data"][...]
+    np.testing.assert_array_equal(shardload.discover(tmp_path, format="hdf5").read(), want)

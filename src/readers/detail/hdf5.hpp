@@ -127,6 +127,12 @@ std::optional<ContiguousRows> contiguous_rows(const Hdf5Api& api, hid_t dataset,
                                               DType dtype, const std::vector<hsize_t>& dims,
                                               std::uint64_t file_size);
 
+// Why some of a dataset's elements have no defined value: its storage is not all allocated
+// (contiguous never written, chunks never written) and its fill time is "never", so HDF5
+// leaves those elements of the read buffer as they were (whatever memory held); ok otherwise.
+// Called with the lock held; leaves HDF5's error stack for the caller to clear.
+Status defined_everywhere(const Hdf5Api& api, hid_t dataset);
+
 // Why a contiguous dataset's allocated storage (stored in `type`, the dataset's, `dims` of
 // it) does not lie inside a file of `file_size` bytes ("its contiguous storage (N bytes at
 // offset O) runs past the end of the file ..."); ok for any other storage. HDF5 1.10 reads
