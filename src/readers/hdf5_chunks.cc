@@ -167,6 +167,18 @@ Status chunks_in_file(const Hdf5Api& api, hid_t dataset, const std::vector<hsize
       static_cast<int>(rank)) {
     return Status::ok();
   }
+  // A chunk stored raw (no filters, or every one skipped by its mask) must hold all its
+  // bytes: HDF5 reads the size the index gives and leaves the rest of its chunk buffer as it
+  // was, whatever memory that held.
+  const int nfilters = api.H5Pget_nfilters(dcpl.get());
+  const unsigned all_skipped =
+      nfilters > 0 && nfilters < 32 ? (1u << static_cast<unsigned>(nfilters)) - 1 : 0;
+  std::uint64_t raw_bytes = 0;
+  {
+    Hid type(api.H5Dget_type(dataset), api.H5Tclose);
+    raw_bytes = type.valid() ? api.H5Tget_size(type.get()) : 0;
+    for (const hsize_t c : chunk) raw_bytes *= c;
+  }
   std::vector<hsize_t> first(rank, 0), last(rank, 0);
   for (std::size_t i = 0; i < rank; ++i) {
     if (chunk[i] == 0 || (i > 0 && dims[i] == 0)) return Status::ok();  // nothing stored
@@ -183,6 +195,17 @@ Status chunks_in_file(const Hdf5Api& api, hid_t dataset, const std::vector<hsize
     // A chunk HDF5 cannot locate is left to H5Dread, which reports why.
     if (api.H5Dget_chunk_info_by_coord(dataset, offset.data(), &mask, &addr, &size) >= 0) {
       SHARDLOAD_RETURN_IF_ERROR(chunk_in_file(addr, size, file_size, offset));
+      const bool raw = nfilters == 0 || (nfilters > 0 && (mask & all_skipped) == all_skipped);
+      if (addr != HADDR_UNDEF && raw && raw_bytes != 0 && size < raw_bytes) {
+        std::string where;
+        for (std::size_t i = 0; i < rank; ++i) {
+          where += (i ? ", " : "") + std::to_string(offset[i]);
+        }
+        return Status(ErrorCode::kFormat,
+                      "its chunk at (" + where + ") holds " + std::to_string(size) +
+                          " bytes, but " + std::to_string(raw_bytes) +
+                          " unfiltered bytes make the chunk: the chunk index is damaged");
+      }
     }
     std::size_t i = rank;
     while (i > 0 && at[i - 1] == last[i - 1]) {

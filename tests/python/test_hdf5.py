@@ -753,3 +753,48 @@ def test_elements_hdf5_gives_no_value_are_refused(tmp_path: pathlib.Path, chunks
     with h5py.File(path, "r") as f:
         want = f["data"][...]
     np.testing.assert_array_equal(shardload.discover(tmp_path, format="hdf5").read(), want)
+
+
+def _rewrite_chunk_size(path: pathlib.Path, index: int, size: int) -> None:
+    """Rewrites the stored size of chunk `index` in the dataset's version-1 B-tree (a key is
+    the chunk's size, its filter mask, its offsets and the rank's extra one, then its address)."""
+    with h5py.File(path, "r") as f:
+        info = f["data"].id.get_chunk_info(index)
+        rank = len(f["data"].shape)
+    raw = bytearray(path.read_bytes())
+    address = info.byte_offset.to_bytes(8, "little")
+    places = [at - 8 * (rank + 1) - 8 for at in range(32, len(raw) - 8)
+              if raw[at:at + 8] == address]
+    places = [p for p in places if int.from_bytes(raw[p:p + 4], "little") == info.size]
+    assert len(places) == 1, places
+    raw[places[0]:places[0] + 4] = size.to_bytes(4, "little")
+    path.write_bytes(bytes(raw))
+
+
+@pytest.mark.parametrize("filters", ["none", "skipped"])
+def test_an_unfiltered_chunk_stored_shorter_than_its_bytes_is_an_error(tmp_path: pathlib.Path,
+                                                                      filters: str) -> None:
+    """A chunk without filters (none in the pipeline, or all of them skipped by the chunk's
+    mask) whose index gives fewer bytes than the chunk holds: HDF5 reads the bytes given and
+    leaves the rest of its chunk buffer as it was, so the last row read as whatever memory
+    held (h5py too). The read is refused naming the chunk; the other chunks still read."""
+    a = np.random.default_rng(0).random((300, 4)).astype("f4")
+    path = tmp_path / "shard_0000.h5"
+    with h5py.File(path, "w") as f:
+        if filters == "none":
+            f.create_dataset("data", data=a, chunks=(50, 4))
+        else:
+            ds = f.create_dataset("data", shape=a.shape, dtype="f4", chunks=(50, 4),
+                                  compression="gzip")
+            for c in range(6):  # filter mask 1: deflate skipped, the chunk stored raw
+                ds.id.write_direct_chunk((c * 50, 0), a[c * 50:(c + 1) * 50].tobytes(), 1)
+    np.testing.assert_array_equal(shardload.discover(tmp_path, format="hdf5").read(), a)
+    _rewrite_chunk_size(path, 1, 800 - 20)
+    layout = shardload.discover(tmp_path, format="hdf5")
+    np.testing.assert_array_equal(layout.read(0, 50), a[:50])
+    np.testing.assert_array_equal(layout.read(100, 300), a[100:])
+    for lo, hi in [(0, 300), (95, 100), (50, 51)]:
+        with pytest.raises(shardload.ShardReadError) as e:
+            layout.read(lo, hi)
+        assert (f"{path}: dataset '/data': its chunk at (50, 0) holds 780 bytes, but 800 "
+                "unfiltered") in str(e.value), str(e.value)
