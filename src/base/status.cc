@@ -45,11 +45,15 @@ namespace {
 //   id_token, refresh_token    access_token= (RFC 6750) and its siblings
 //   key, api_key, apikey       API keys (Google's key=)
 //   password, client_secret    passwords and OAuth client secrets
+//   private_token              GitLab's API token
+//   secret, aws_secret_access_key,  the secret half and the token as s3fs and boto3 spell
+//   secret_access_key,              them: options of another library, refused with the URL
+//   aws_session_token               they were passed in
 // Not secrets, and shown: identifiers that grant nothing alone (access_key, X-Amz-Credential,
 // X-Goog-Credential, AWSAccessKeyId, Key-Pair-Id: the store's own errors name them too, and
 // they tell which credential was refused), a CloudFront Policy (it is what the signature
 // signs), Expires and X-Amz-Date, and every store and request option.
-constexpr std::array<std::string_view, 17> kSecretKeys = {"secret_key",
+constexpr std::array<std::string_view, 22> kSecretKeys = {"secret_key",
                                                           "session_token",
                                                           "x-amz-signature",
                                                           "x-amz-security-token",
@@ -65,7 +69,12 @@ constexpr std::array<std::string_view, 17> kSecretKeys = {"secret_key",
                                                           "apikey",
                                                           "password",
                                                           "client_secret",
-                                                          "x-goog-security-token"};
+                                                          "x-goog-security-token",
+                                                          "private_token",
+                                                          "secret",
+                                                          "aws_secret_access_key",
+                                                          "secret_access_key",
+                                                          "aws_session_token"};
 
 // What a message may put right after a URL, and a URL cannot end with without being
 // unusual: ':' in "URL: what", quotes in "'URL'" or a JSON string, ')' in "(URL)", a
@@ -110,14 +119,15 @@ std::size_t value_end(std::string_view text, std::size_t i) {
   return end;
 }
 
-// Each query parameter (after '?', '&', or '#' for a fragment, where OAuth puts its tokens)
-// whose key is a secret, with its value replaced by "***".
+// Each query parameter (after '?', '&', ';', which some servers take as '&', or '#' for a
+// fragment, where OAuth puts its tokens) whose key is a secret, with its value replaced by
+// "***". A ';' inside a value does not end it: the rest is hidden with it.
 std::string redact_query(std::string_view text) {
   std::string out;
   out.reserve(text.size());
   for (std::size_t i = 0; i < text.size();) {
-    const bool starts_key =
-        i > 0 && (text[i - 1] == '?' || text[i - 1] == '&' || text[i - 1] == '#');
+    const bool starts_key = i > 0 && (text[i - 1] == '?' || text[i - 1] == '&' ||
+                                      text[i - 1] == ';' || text[i - 1] == '#');
     std::size_t eq = i;
     if (starts_key) {
       while (eq < text.size() && text[eq] != '=' && text[eq] != '&' && text[eq] != '#' &&

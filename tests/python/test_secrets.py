@@ -287,3 +287,34 @@ def test_checksum_mismatch_shows_its_path_redacted():
     m = shardload.ChecksumMismatch(0, "s3://b/d/a.npy?secret_key=k-s3cr3t&region=r", "gone")
     assert_hidden(repr(m), "s3://b/d/a.npy?secret_key=***&region=r")
     assert MARK in m.path  # the path to open stays whole
+
+
+@pytest.mark.parametrize("options", [
+    {"aws_secret_access_key": "k-s3cr3t"},                        # boto3's spelling
+    {"secret_access_key": "k-s3cr3t", "aws_session_token": "t-s3cr3t"},
+    {"key": "AKIAVISIBLE", "secret": "k-s3cr3t"},                 # s3fs's spelling
+])
+def test_a_credential_option_of_another_library_is_refused_without_its_value(options):
+    """Options spelled as boto3 or s3fs spell them are not shardload's, and are refused: the
+    refusal shows the URL with its options, and the value of each such secret must not show
+    (it did: `Unexpected query parameter in S3 URI: 'aws_secret_access_key'` after the URL
+    with the key in clear)."""
+    with pytest.raises(ValueError) as e:
+        shardload.discover("s3://b/d/x.npy", storage_options=options)
+    assert_hidden(str(e.value), "s3://b/d/x.npy?")
+    for key in options:
+        assert f"{key}=" in str(e.value), str(e.value)
+
+
+@pytest.mark.parametrize("query,visible", [
+    ("a=1;token=tk-s3cr3t", "a=1;token=***"),                  # ';' between parameters
+    ("private_token=gl-s3cr3t&ref=main", "private_token=***&ref=main"),  # GitLab's API token
+    # a ';' inside a value is the value's: the rest of it is hidden too
+    ("X-Amz-Signature=5e3c;s3cr3t&x=1", "X-Amz-Signature=***&x=1"),
+])
+def test_more_query_forms_are_hidden(query, visible):
+    url = f"http://127.0.0.1:9/d/x.npy?{query}"
+    assert_hidden(shardload.redact_secrets(f"{url}: cannot open"), visible)
+    with pytest.raises(shardload.Error) as e:
+        shardload.discover(url)
+    assert_hidden(str(e.value), visible)
