@@ -138,6 +138,38 @@ Result<std::vector<std::string>> external_names(const Hdf5Api& api, hid_t datase
   return names;
 }
 
+// Where the dataset's data ends in each of its external storage files (the offset of each
+// segment and the part of it the data fills), by name: HDF5 reads what lies past a file's end
+// as zeros, so each file must reach that far. Called with the lock held.
+std::vector<std::pair<std::string, std::uint64_t>> external_ends(const Hdf5Api& api, hid_t dataset,
+                                                                 hid_t type,
+                                                                 const std::vector<hsize_t>& dims) {
+  std::vector<std::pair<std::string, std::uint64_t>> ends;
+  Hid dcpl(api.H5Dget_create_plist(dataset), api.H5Pclose);
+  const int count = dcpl.valid() ? api.H5Pget_external_count(dcpl.get()) : -1;
+  std::uint64_t left = api.H5Tget_size(type);
+  for (const hsize_t d : dims) {
+    if (__builtin_mul_overflow(left, d, &left)) left = UINT64_MAX;
+  }
+  std::vector<char> name(4097);
+  for (int i = 0; i < count && left > 0; ++i) {
+    off_t offset = 0;
+    hsize_t size = 0;
+    name.back() = '\0';
+    if (api.H5Pget_external(dcpl.get(), static_cast<unsigned>(i), name.size(), name.data(), &offset,
+                            &size) < 0 ||
+        name.back() != '\0' || offset < 0) {
+      break;  // external_names reports it
+    }
+    const std::uint64_t take = std::min<std::uint64_t>(left, size);
+    std::uint64_t end = 0;
+    if (__builtin_add_overflow(static_cast<std::uint64_t>(offset), take, &end)) end = UINT64_MAX;
+    ends.emplace_back(name.data(), end);
+    left -= take;
+  }
+  return ends;
+}
+
 struct OpenDataset {
   Hid file;
   Hid dataset;
@@ -171,6 +203,7 @@ class Hdf5Reader final : public ShardReader {
       SHARDLOAD_ASSIGN_OR_RETURN(head, remote_head(f, p.shard.snapshot.size));
     }
     std::vector<std::string> external;
+    std::vector<std::pair<std::string, std::uint64_t>> external_end;
     try {
       Hdf5Lock lock(api_);
       api_.H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
@@ -200,6 +233,8 @@ class Hdf5Reader final : public ShardReader {
       p.shard.extra = d.name;
       SHARDLOAD_ASSIGN_OR_RETURN(
           external, external_names(api_, d.dataset.get(), path + ": dataset '" + d.name + "'"));
+      if (!external.empty())
+        external_end = external_ends(api_, d.dataset.get(), type.get(), d.dims);
       // A contiguous dataset whose bytes are the array's: the load reads its rows as it
       // reads a .npy's (data_offset, byte_swap), in parallel, without HDF5 or its lock.
       if (const auto rows = contiguous_rows(api_, d.dataset.get(), type.get(), p.dtype, d.dims,
@@ -236,6 +271,15 @@ class Hdf5Reader final : public ShardReader {
         return Status(ErrorCode::kFormat, path + ": dataset '" + dataset_of(p.shard) +
                                               "': external storage file " + x.path +
                                               ": not a regular file");
+      }
+      for (const auto& [n, end] : external_end) {
+        if (n == name && x.snapshot.size < end) {
+          return Status(ErrorCode::kFormat,
+                        path + ": dataset '" + dataset_of(p.shard) + "': external storage file " +
+                            x.path + " holds " + std::to_string(x.snapshot.size) +
+                            " bytes, but the dataset's data runs to byte " + std::to_string(end) +
+                            " of it: the file is truncated (HDF5 would read the rest as zeros)");
+        }
       }
       p.shard.linked.push_back(std::move(x));
     }

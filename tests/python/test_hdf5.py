@@ -798,3 +798,37 @@ def test_an_unfiltered_chunk_stored_shorter_than_its_bytes_is_an_error(tmp_path:
             layout.read(lo, hi)
         assert (f"{path}: dataset '/data': its chunk at (50, 0) holds 780 bytes, but 800 "
                 "unfiltered") in str(e.value), str(e.value)
+
+
+@pytest.mark.parametrize("segments", ["one", "two"])
+def test_an_external_storage_file_shorter_than_its_segment_is_an_error(tmp_path: pathlib.Path,
+                                                                       segments: str) -> None:
+    """HDF5 reads the part of an external storage segment past its file's end as zeros (h5py
+    too): a truncated external file loaded as zeros without a word. Discovery refuses it,
+    naming both files and the bytes; the whole file (or one longer) reads as h5py reads it."""
+    a = np.arange(1, 401, dtype="<f4").reshape(100, 4)
+    shard = tmp_path / "shard_0000.h5"
+    if segments == "one":
+        files = [(tmp_path / "ext.bin", 16, a.nbytes)]  # 16 bytes of something else first
+    else:
+        files = [(tmp_path / "ext0.bin", 0, 800), (tmp_path / "ext1.bin", 8, h5py.h5f.UNLIMITED)]
+    raw = a.tobytes()
+    at = 0
+    for path, offset, size in files:
+        take = raw[at:at + min(size, len(raw) - at)]
+        path.write_bytes(b"\xff" * offset + take + b"\xee" * 8)
+        at += len(take)
+    with h5py.File(shard, "w") as f:
+        f.create_dataset("data", shape=a.shape, dtype=a.dtype,
+                         external=[(str(p), o, s) for p, o, s in files])
+    np.testing.assert_array_equal(shardload.discover(tmp_path, format="hdf5").read(), a)
+    last, offset, _ = files[-1]
+    needed = offset + (a.nbytes - (800 if segments == "two" else 0))
+    with open(last, "r+b") as f:
+        f.truncate(needed - 64)
+    with h5py.File(shard, "r") as f:
+        assert (f["data"][-4:] == 0).all()  # HDF5's zeros
+    with pytest.raises(shardload.LayoutError) as e:
+        shardload.discover(tmp_path, format="hdf5")
+    assert (f"{shard}: dataset '/data': external storage file {last} holds {needed - 64} bytes, "
+            f"but the dataset's data runs to byte {needed} of it") in str(e.value), str(e.value)
