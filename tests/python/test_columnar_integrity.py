@@ -348,3 +348,216 @@ def test_fill_value_inf_or_nan_for_integers_is_refused(tmp_path, fmt):
         with pytest.raises(ValueError,
                            match=rf"fill_value=?\s*{shown} is not representable as int32"):
             shardload.discover(path, fill_value=fill)
+
+
+# --- a second pass of crafted files: each refused as pyarrow refuses it, or read as it reads it
+
+def messages(b: bytes) -> list[dict]:
+    """Where each record batch's counts, buffers and body length lie in the IPC file `b`."""
+    out = []
+    at = 8
+    while _u("i", b, at + 4):
+        n = _u("i", b, at + 4)
+        m = at + 8
+        root = m + _u("I", b, m)
+        kind, header, body = _field(b, root, 1), _field(b, root, 2), _field(b, root, 3)
+        size = _u("q", b, body) if body else 0
+        if kind is not None and b[kind] == 3:
+            rb = header + _u("I", b, header)
+            nodes, bufs = _field(b, rb, 1), _field(b, rb, 2)
+            nv, bv = nodes + _u("I", b, nodes), bufs + _u("I", b, bufs)
+            out.append({"length": _field(b, rb, 0), "body_length": body, "body": m + n,
+                        "nodes": [nv + 4 + 16 * k for k in range(_u("I", b, nv))],
+                        "buffers": [bv + 4 + 16 * k for k in range(_u("I", b, bv))]})
+        at = m + n + size
+    return out
+
+
+def footer_block_body_length(b: bytes, batch: int) -> int:
+    """Where the footer's Block.bodyLength of record batch `batch` lies."""
+    f = len(b) - 10 - _u("i", b, len(b) - 10)
+    root = f + _u("I", b, f)
+    vec = _field(b, root, 3)
+    vec += _u("I", b, vec)
+    return vec + 4 + 24 * batch + 16
+
+
+def poke(path: pathlib.Path, at: int, value: int) -> None:
+    b = bytearray(path.read_bytes())
+    struct.pack_into("<q", b, at, value)
+    path.write_bytes(bytes(b))
+
+
+def refused_as_pyarrow_refuses(path: pathlib.Path, store, batch: int | None, *,
+                               fmt: str = "arrow", **kw) -> str:
+    with pytest.raises(Exception):  # noqa: B017 (pyarrow's own exceptions)
+        t = ipc.open_file(path).read_all() if fmt == "arrow" else pq.read_table(path)
+        t.validate(full=True)
+    src, skw = where(fmt, path.parent, store, path.name)
+    with pytest.raises(shardload.Error) as e:
+        load_all(src, **skw, **kw)
+    msg = str(e.value)
+    assert path.name in msg, msg
+    if batch is not None:
+        assert (f"record batch {batch}" if fmt == "arrow" else f"row group {batch}") in msg, msg
+    return msg
+
+
+X = np.random.default_rng(7).random(1000)
+
+
+@pytest.mark.parametrize("codec", ["lz4", "zstd"])
+@pytest.mark.parametrize("claim", [100, 8000])
+def test_ipc_buffer_whose_uncompressed_size_lies_is_refused(tmp_path, store, codec, claim):
+    """A compressed buffer's prefix (its uncompressed length) smaller or larger than what its
+    bytes inflate to."""
+    path = tmp_path / "shard_0000.arrow"
+    write_ipc(path, pa.table({"v": X}), 500, codec)
+    m = messages(path.read_bytes())[1]
+    poke(path, m["body"] + _u("q", path.read_bytes(), m["buffers"][1]), claim)
+    refused_as_pyarrow_refuses(path, store, 1)
+
+
+def test_ipc_buffer_said_to_be_uncompressed_reads_as_pyarrow_reads_it(tmp_path, store):
+    """An lz4 buffer whose prefix says -1 (stored uncompressed) is its compressed bytes as
+    values: a valid file, read as pyarrow reads it, never past the buffer."""
+    path = tmp_path / "shard_0000.arrow"
+    write_ipc(path, pa.table({"v": X}), 500, "lz4")
+    m = messages(path.read_bytes())[1]
+    poke(path, m["body"] + _u("q", path.read_bytes(), m["buffers"][1]), -1)
+    want = ipc.open_file(path).read_all().column("v").to_numpy()
+    src, kw = where("arrow", tmp_path, store, path.name)
+    np.testing.assert_array_equal(load_all(src, **kw), want)
+
+
+@pytest.mark.parametrize("where_", ["footer", "message"])
+@pytest.mark.parametrize("codec", [None, "zstd"])
+def test_ipc_body_length_smaller_than_its_buffers_is_refused(tmp_path, store, where_, codec):
+    path = tmp_path / "shard_0000.arrow"
+    write_ipc(path, pa.table({"v": X}), 500, codec)
+    b = path.read_bytes()
+    at = footer_block_body_length(b, 1) if where_ == "footer" else messages(b)[1]["body_length"]
+    poke(path, at, 64)
+    refused_as_pyarrow_refuses(path, store, 1)
+
+
+@pytest.mark.parametrize("field,value", [
+    ("length", -1), ("length", -100_000), ("length", 2**62), ("length", 2**63 - 1),
+    ("offset", -8), ("offset", 2**62), ("size", -8), ("size", 2**62),
+])
+def test_ipc_negative_or_huge_counts_are_refused(tmp_path, store, field, value):
+    path = tmp_path / "shard_0000.arrow"
+    write_ipc(path, pa.table({"v": X}), 500)
+    m = messages(path.read_bytes())[1]
+    if field == "length":
+        poke(path, m["length"], value)
+        poke(path, m["nodes"][0], value)
+    else:
+        poke(path, m["buffers"][1] + (0 if field == "offset" else 8), value)
+    # From object storage the rows are the batches' metadata alone: a count past 2**62 is
+    # refused as the dataset's size, before any batch is read.
+    huge = field == "length" and value > 0 and store is not None
+    msg = refused_as_pyarrow_refuses(path, store, None if huge else 1)
+    if huge:
+        assert "overflows 64 bits" in msg, msg
+
+
+@pytest.mark.parametrize("lie", ["child node", "child buffer"])
+def test_ipc_fixed_size_list_whose_values_are_fewer_than_length_times_size(tmp_path, store,
+                                                                          lie):
+    path = tmp_path / "shard_0000.arrow"
+    write_ipc(path, pa.table({"v": pa.FixedSizeListArray.from_arrays(
+        pa.array(np.arange(400.0)), 4)}), 100)
+    m = messages(path.read_bytes())[0]
+    if lie == "child node":
+        poke(path, m["nodes"][1], 40)
+    else:
+        poke(path, m["buffers"][-1] + 8, 16)
+    assert "buffers" in refused_as_pyarrow_refuses(path, store, 0)
+
+
+def _rewrite_varint(b: bytearray, start: int, end: int, value: int) -> None:
+    """`value` zigzag-encoded in exactly end - start bytes (padded with continuation bytes,
+    which Thrift's readers take)."""
+    v = (value << 1) ^ (value >> 63)
+    for k in range(start, end):
+        b[k] = (v & 0x7F) | (0x80 if k < end - 1 else 0)
+        v >>= 7
+    assert v == 0, value
+
+
+def patch_first_page(path: pathlib.Path, field: tuple, value) -> None:
+    """Sets the integer at `field` of the first page header of column c0 to value(old)."""
+    b = bytearray(path.read_bytes())
+    fields, _ = integers(bytes(b), 4)
+    for p, s, e, v in fields:
+        if p == field:
+            _rewrite_varint(b, s, e, value(v))
+            path.write_bytes(bytes(b))
+            return
+    raise KeyError(field)
+
+
+@pytest.mark.parametrize("version", ["1.0", "2.0"])
+@pytest.mark.parametrize("compression,field,delta", [
+    ("snappy", (2,), -100), ("snappy", (2,), 100), ("zstd", (2,), -100), ("zstd", (2,), 100),
+    ("gzip", (2,), -100), ("gzip", (2,), 100), ("none", (3,), -10), ("none", (3,), 10),
+])
+def test_parquet_page_whose_sizes_lie_is_refused(tmp_path, store, version, compression,
+                                                 field, delta):
+    """A page header's uncompressed_page_size (2) or compressed_page_size (3) off by `delta`."""
+    path = tmp_path / "shard_0000.parquet"
+    write_parquet(path, version=version, compression=compression)
+    patch_first_page(path, field, lambda v: v + delta)
+    refused_as_pyarrow_refuses(path, store, 0, fmt="parquet")
+
+
+def test_parquet_dictionary_page_claiming_fewer_entries_is_refused(tmp_path, store):
+    path = tmp_path / "shard_0000.parquet"
+    pq.write_table(pa.table({"c0": np.arange(1000) % 7 * 0.5}), path, use_dictionary=True)
+    patch_first_page(path, (7, 1), lambda v: 3)
+    refused_as_pyarrow_refuses(path, store, 0, fmt="parquet")
+
+
+@pytest.mark.parametrize("field,value", [((8, 2), 0), ((8, 2), 900), ((8, 3), 10)])
+def test_parquet_v2_page_whose_null_and_row_counts_lie_reads_as_pyarrow_reads_it(
+        tmp_path, store, field, value):
+    """num_nulls and num_rows of a v2 page are hints: the levels decide, for both readers."""
+    path = tmp_path / "shard_0000.parquet"
+    x = pa.array(np.arange(1000) * 0.5, mask=np.arange(1000) % 5 == 0)
+    pq.write_table(pa.table({"c0": x}), path, use_dictionary=False, data_page_version="2.0",
+                   compression="none", write_statistics=False)
+    patch_first_page(path, field, lambda v: value)
+    want = pq.read_table(path).column("c0").combine_chunks().fill_null(-1.0).to_numpy()
+    src, kw = where("parquet", tmp_path, store, path.name)
+    np.testing.assert_array_equal(load_all(src, **kw, fill_value=-1.0), want)
+
+
+@pytest.mark.parametrize("stored,fill,want", [
+    ("float64", -0.0, "-0.0"), ("float32", -0.0, "-0.0"), ("float64", 5e-324, "5e-324"),
+    ("float32", 1e-45, "1e-45"), ("float32", 3.4028235e38, "3.4028235e+38"),
+    ("int64", -2**63, "-9223372036854775808"), ("uint64", 2**53, "9007199254740992"),
+    ("int8", 127.0, "127"), ("int8", -0.0, "0"), ("bool", 1, "True"), ("bool", -0.0, "False"),
+])
+def test_fill_value_edges_fill_as_numpy_casts_them(tmp_path, stored, fill, want):
+    """Each value lands as numpy casts it to the dtype, its sign bit included."""
+    values = (pa.array([True, None, False]) if stored == "bool"
+              else pa.array([1, None, 3], pa.from_numpy_dtype(np.dtype(stored))))
+    path = nulls_file(tmp_path, "parquet", values)
+    got = np.asarray(shardload.discover(path, columns=["v"], fill_value=fill).read())[1]
+    expected = np.array(fill).astype(stored)
+    assert got.dtype == np.dtype(stored) and repr(got.item()) == repr(expected.item()), got
+    assert str(expected) == want and np.signbit(got) == np.signbit(expected)
+
+
+@pytest.mark.parametrize("stored,fill", [
+    ("float32", 3.4028235677973366e38),  # halfway to 2**128: numpy rounds it to inf
+    ("int64", 2**63), ("uint64", -1), ("uint64", 2**64), ("int8", 128), ("bool", 2),
+    ("bool", 0.5), ("bool", float("nan")),
+])
+def test_fill_value_edges_the_dtype_cannot_hold_are_refused(tmp_path, stored, fill):
+    values = (pa.array([True, None, False]) if stored == "bool"
+              else pa.array([1, None, 3], pa.from_numpy_dtype(np.dtype(stored))))
+    path = nulls_file(tmp_path, "parquet", values)
+    with pytest.raises(ValueError, match=rf"is not representable as {stored}$"):
+        shardload.discover(path, columns=["v"], fill_value=fill)
