@@ -343,3 +343,95 @@ def test_discover_once_and_the_cli_name_npz(tmp_path: pathlib.Path, cli: pathlib
                          capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr
     assert "shape:          (13, 2)" in run.stdout, run.stdout
+
+
+def _npy(a: np.ndarray) -> bytes:
+    b = io.BytesIO()
+    np.save(b, a)
+    return b.getvalue()
+
+
+class _Unseekable(io.RawIOBase):
+    """A stream zipfile cannot seek back in: it writes data descriptors after each member."""
+
+    def __init__(self) -> None:
+        self.data = bytearray()
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, b) -> int:
+        self.data += b
+        return len(b)
+
+
+def _central(raw: bytes) -> int:
+    return struct.unpack_from("<I", raw, raw.rfind(b"PK\x05\x06") + 16)[0]
+
+
+@pytest.mark.parametrize("method", [zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED],
+                         ids=["stored", "deflated"])
+def test_zip_variants_numpy_reads_are_read_alike(tmp_path: pathlib.Path, method) -> None:
+    """Members written with a data descriptor (sizes after the data, as to a pipe), with
+    ZIP64 extra fields on a small member, or whose local header alone sets the encryption
+    flag (zipfile reads the directory's): each reads as numpy reads it."""
+    a = np.arange(24.0).reshape(6, 4)
+    path = tmp_path / "shard_0000.npz"
+    pipe = _Unseekable()
+    with zipfile.ZipFile(pipe, "w", method) as z, z.open("x.npy", "w") as f:
+        f.write(_npy(a))
+    zip64 = io.BytesIO()
+    with zipfile.ZipFile(zip64, "w", method) as z, z.open("x.npy", "w", force_zip64=True) as f:
+        f.write(_npy(a))
+    plain = io.BytesIO()
+    with zipfile.ZipFile(plain, "w", method) as z:
+        z.writestr("x.npy", _npy(a))
+    local_flag = bytearray(plain.getvalue())
+    local_flag[6] |= 1
+    for raw in (bytes(pipe.data), zip64.getvalue(), bytes(local_flag)):
+        path.write_bytes(raw)
+        np.testing.assert_array_equal(np.load(path)["x"], a)
+        np.testing.assert_array_equal(shardload.discover(tmp_path).read(), a)
+
+
+@pytest.mark.parametrize("method", [zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED],
+                         ids=["stored", "deflated"])
+def test_zip_tricks_numpy_refuses_are_refused(tmp_path: pathlib.Path, method) -> None:
+    """The encryption flag in the directory, a compressed size of 0 for 320 bytes of data, an
+    uncompressed size smaller than the data: numpy refuses each, and so does shardload, naming
+    the file. A ZIP64 extra field in the local header giving other sizes than the directory
+    (zipfile reads the directory's) is refused as the archive's headers disagreeing."""
+    a = np.arange(24.0).reshape(6, 4)
+    path = tmp_path / "shard_0000.npz"
+    plain = io.BytesIO()
+    with zipfile.ZipFile(plain, "w", method) as z:
+        z.writestr("x.npy", _npy(a))
+    base = plain.getvalue()
+    cd = _central(base)
+    encrypted = bytearray(base)
+    encrypted[cd + 8] |= 1
+    empty = bytearray(base)
+    struct.pack_into("<I", empty, 18, 0)
+    struct.pack_into("<I", empty, cd + 20, 0)
+    smaller = bytearray(base)
+    size = struct.unpack_from("<I", base, 22)[0]
+    struct.pack_into("<I", smaller, 22, size - 8)
+    struct.pack_into("<I", smaller, cd + 24, size - 8)
+    zip64 = io.BytesIO()
+    with zipfile.ZipFile(zip64, "w", method) as z, z.open("x.npy", "w", force_zip64=True) as f:
+        f.write(_npy(a))
+    lying = bytearray(zip64.getvalue())
+    extra = 30 + struct.unpack_from("<H", lying, 26)[0]
+    assert struct.unpack_from("<H", lying, extra)[0] == 1  # the ZIP64 extra field
+    struct.pack_into("<QQ", lying, extra + 4, 10**6, 10**6)
+    cases = [(encrypted, "encrypted"), (empty, r"0 bytes"),
+             (smaller, r"size: expected|stored with 320 bytes in the archive for 312"),
+             (lying, "the local header gives 1000000 bytes")]
+    for raw, match in cases:
+        path.write_bytes(bytes(raw))
+        if raw is not lying:
+            with pytest.raises(Exception):  # noqa: B017 (numpy's and zipfile's own)
+                np.load(path)["x"]
+        with pytest.raises(shardload.LayoutError, match=match) as e:
+            shardload.discover(tmp_path)
+        assert str(path) in str(e.value)
