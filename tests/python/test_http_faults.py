@@ -549,3 +549,81 @@ def test_ctrl_c_ends_the_cli_also_where_a_request_cannot_be_ended(server, cli):
         assert 2 < took < 12, took  # the grace of 3 s, far from the LIST's 30
     finally:
         proxy.close()
+
+
+# ---- a second pass: ranged GETs answered with other bytes than asked --------------------------
+
+
+class _RangeLiar(http.server.BaseHTTPRequestHandler):
+    """Serves DATA honestly to a HEAD and to the first 512 bytes (the header probe); each
+    later ranged GET is answered as `lie` says."""
+
+    protocol_version = "HTTP/1.1"
+    data = b""
+    lie = ""
+
+    def log_message(self, *args) -> None:
+        pass
+
+    def do_HEAD(self) -> None:  # noqa: N802
+        self._answer(200, {}, self.data, head=True)
+
+    def do_GET(self) -> None:  # noqa: N802
+        data, lie = self.data, self.lie
+        m = re.fullmatch(r"bytes=(\d+)-(\d+)", self.headers.get("Range", ""))
+        first, last = int(m.group(1)), min(int(m.group(2)), len(data) - 1)
+        headers = {"Content-Range": f"bytes {first}-{last}/{len(data)}"}
+        body, code, extra = data[first:last + 1], 206, b""
+        if first > 0:
+            if lie == "other_range":  # the bytes 8 earlier, and Content-Range says so
+                body = data[first - 8:last - 7]
+                headers["Content-Range"] = f"bytes {first - 8}-{last - 8}/{len(data)}"
+            elif lie == "more_bytes":
+                body = data[first:last + 101]
+                headers["Content-Range"] = f"bytes {first}-{last + 100}/{len(data)}"
+            elif lie == "whole_200":
+                body, code, headers = data, 200, {}
+            elif lie == "asked_200":
+                code, headers = 200, {}
+            elif lie == "no_content_range":
+                headers = {}
+            elif lie == "body_past_length":
+                extra = b"X" * 64
+        self._answer(code, headers, body, extra=extra)
+
+    def _answer(self, code, headers, body, head=False, extra=b"") -> None:
+        self.send_response(code)
+        for k, v in {"ETag": '"v1"', "Accept-Ranges": "bytes", **headers}.items():
+            self.send_header(k, v)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if not head:
+            with contextlib.suppress(OSError):  # the client may close on a lie
+                self.wfile.write(body + extra)
+
+
+@pytest.mark.parametrize("lie", ["other_range", "more_bytes", "whole_200", "asked_200",
+                                 "no_content_range", "body_past_length"])
+def test_a_ranged_get_answered_with_other_bytes_is_refused(lie):
+    """A 206 whose Content-Range names other bytes than asked or more of them, a 200 with the
+    whole object or with the asked bytes alone, a 206 without Content-Range: never read as the
+    asked rows; an error names the URL. A body longer than its Content-Length (what follows
+    spoils the connection's next answer) is either the asked rows or such an error."""
+    a = np.arange(4000, dtype=np.float64).reshape(1000, 4)
+    handler = type("Liar", (_RangeLiar,), {"data": npy_bytes(a), "lie": lie})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}/a.npy"
+    try:
+        layout = shardload.discover(url)
+        try:
+            got = layout.read(100, 900)
+        except shardload.ShardReadError as e:
+            assert url in str(e), str(e)
+        else:
+            assert lie == "body_past_length", f"read {lie}: {np.array_equal(got, a[100:900])}"
+            np.testing.assert_array_equal(got, a[100:900])
+    finally:
+        server.shutdown()
+        server.server_close()
