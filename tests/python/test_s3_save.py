@@ -773,3 +773,43 @@ def test_ctrl_c_during_an_s3_save_publishes_no_manifest(proxied, server):
     assert r.stdout.split() == ["INTERRUPTED", "IN-TIME"], (r.stdout, r.stderr[-3000:])
     assert rule.fired >= 1
     assert bucket.keys("d/") == []
+
+
+@pytest.mark.parametrize("key", ["new/%2e%2e/keep/", "new/.%2E/keep/", "keep/%2e/",
+                                 "new/%2e%2e%2fkeep/", "new/\u2025/keep/",
+                                 "new/\uff0e\uff0e/keep/", "new/..\\keep/", "new/..;/keep/"])
+def test_dots_spelled_otherwise_are_literal_keys(proxied, key):
+    """Percent-encoded dots, a '..' followed by an encoded slash, a backslash or a ';', and
+    Unicode's dot-like characters are no dot segments: the key is sent as written (its '%'
+    as %25), the objects land under exactly that key, and the user's keep/ is untouched."""
+    bucket, proxy = proxied
+    keep = np.arange(6.0).reshape(3, 2)
+    shardload.save(keep, bucket.url("keep/"), num_shards=1, storage_options=bucket.options)
+    before = {k: bucket.get(k) for k in bucket.keys()}
+    proxy.log.clear()
+    x = np.ones((4, 2))
+    for overwrite in (False, True):
+        shardload.save(x, bucket.url(key), num_shards=1, overwrite=overwrite,
+                       storage_options=bucket.options)
+    assert {k: bucket.get(k) for k in before} == before
+    assert set(bucket.keys()) - set(before) == {key + "shard_0000.npy",
+                                                key + "shardload.manifest"}
+    np.testing.assert_array_equal(
+        np.asarray(shardload.load(bucket.url(key), storage_options=bucket.options)), x)
+    writes = {p for m, p, *_ in proxy.log if m in ("PUT", "POST", "DELETE")}
+    kept = {f"/{bucket.name}/{k}" for k in before}
+    assert writes and not {p.split("?")[0] for p in writes} & kept, writes
+
+
+def test_empty_segments_are_refused_or_trailing(bucket):
+    """"new//keep/" is refused by the listing that checks the prefix, writing nothing; a
+    trailing "keep//" is keep/, checked as keep/ (a save without overwrite is refused)."""
+    keep = np.arange(6.0).reshape(3, 2)
+    shardload.save(keep, bucket.url("keep/"), num_shards=1, storage_options=bucket.options)
+    before = {k: bucket.get(k) for k in bucket.keys()}
+    with pytest.raises(shardload.ShardWriteError, match="Empty path component"):
+        shardload.save(np.ones((4, 2)), bucket.url("new//keep/"), storage_options=bucket.options)
+    for dest in ("keep//", "keep///"):
+        with pytest.raises(shardload.DestinationExistsError):
+            shardload.save(np.ones((4, 2)), bucket.url(dest), storage_options=bucket.options)
+    assert {k: bucket.get(k) for k in bucket.keys()} == before
