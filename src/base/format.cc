@@ -3,9 +3,12 @@
 #include <algorithm>
 #include <cassert>
 #include <cctype>
+#include <cerrno>
 #include <charconv>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 #include <string_view>
 
 namespace shardload {
@@ -115,9 +118,9 @@ bool parse_int64(std::string_view text, std::int64_t* out) {
   return ec == std::errc() && p == text.data() + text.size();
 }
 
-Status expected(const char* what, std::string_view text) {
-  return {ErrorCode::kInvalidArgument,
-          std::string("expected ") + what + ", found '" + std::string(text) + "'"};
+Status expected(const char* what, std::string_view text, std::string_view why = {}) {
+  return {ErrorCode::kInvalidArgument, std::string("expected ") + what + ", found '" +
+                                           std::string(text) + "'" + std::string(why)};
 }
 
 }  // namespace
@@ -166,11 +169,30 @@ Result<OptionValue> parse_option_text(OptionKind kind, std::string_view text) {
     case OptionKind::kNumber: {
       const std::string s(text);
       char* end = nullptr;
+      errno = 0;
       const double d = std::strtod(s.c_str(), &end);
       // strtod skips leading spaces, which no other number option takes.
       if (s.empty() || std::isspace(static_cast<unsigned char>(s[0])) != 0 ||
           end != s.c_str() + s.size()) {
         return expected("a number", text);
+      }
+      // The value travels as a float64, as Python's does: a finite number past its range
+      // would arrive as inf, and an integer it cannot hold as a neighbour, each filling
+      // nulls with another value than the one written (Python refuses both).
+      if (errno == ERANGE && std::isinf(d)) {
+        return expected("a number a float64 holds", text,
+                        " (it overflows to inf; write inf for infinity)");
+      }
+      const std::size_t sign = s[0] == '-' || s[0] == '+' ? 1 : 0;
+      if (s.size() > sign && s.find_first_not_of("0123456789", sign) == std::string::npos) {
+        std::string digits = s.substr(std::min(s.find_first_not_of('0', sign), s.size() - 1));
+        char held[400];
+        std::snprintf(held, sizeof held, "%.0f", std::fabs(d));
+        if (digits != held) {
+          return Status(ErrorCode::kInvalidArgument,
+                        s + " cannot be passed exactly (it travels as a float64, which holds "
+                            "every int only up to 2**53)");
+        }
       }
       return OptionValue(d);
     }
