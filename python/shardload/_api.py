@@ -6,6 +6,7 @@ import dataclasses
 import enum
 import importlib.util
 import logging
+import math
 import operator
 import os
 import signal
@@ -327,7 +328,14 @@ def _number(name: str, value: object) -> float | None:
     if value is None:
         return None
     if isinstance(value, (bool, np.bool_, float, np.floating)):
-        return float(value)
+        # A long double past float64's range would arrive as inf: refused, as an int that
+        # float64 cannot hold is (inf written as such is taken).
+        with np.errstate(over="ignore"):
+            f = float(value)
+        if math.isinf(f) and np.isfinite(value):
+            raise ValueError(f"{name}: {value!s} is past a float64's range (it travels as a "
+                             f"float64, in which it would be {f})")
+        return f
     if isinstance(value, (int, np.integer)):
         n = int(value)
         try:

@@ -208,6 +208,23 @@ def test_fill_value_types(parquet, fn) -> None:
            fill_value=10**400)
 
 
+def test_a_long_double_past_float64s_range_is_refused(tmp_path: pathlib.Path) -> None:
+    """np.longdouble(1e400) is finite, and arrived as inf, filling nulls with it (as
+    --fill-value=1e400 did): refused as the int past 2**53 is. One in range rounds."""
+    if not np.isfinite(np.longdouble("1e400")):
+        pytest.skip("this platform's long double is a float64")
+    parquet = tmp_path / "shard_0000.parquet"
+    pq.write_table(pa.table({"a": pa.array([1.0, None, 3.0])}), parquet)
+    for fill in (np.longdouble("1e400"), -np.longdouble("1e400")):
+        with pytest.raises(ValueError, match=r"^fill_value: -?1e\+400 is past a float64's "
+                                             r"range \(it travels as a float64, in which it "
+                                             r"would be -?inf\)$"):
+            shardload.discover(parquet, format="parquet", columns=["a"], fill_value=fill)
+    got = shardload.discover(parquet, format="parquet", columns=["a"],
+                             fill_value=np.longdouble(1) / 3).read()
+    np.testing.assert_array_equal(got, [1, 1 / 3, 3])
+
+
 def test_fill_value_values(parquet) -> None:
     def read(fill):
         return shardload.discover(parquet, format="parquet", columns=["a"], fill_value=fill).read()
