@@ -167,18 +167,48 @@ Status chunks_in_file(const Hdf5Api& api, hid_t dataset, const std::vector<hsize
       static_cast<int>(rank)) {
     return Status::ok();
   }
-  // A chunk stored raw (no filters, or every one skipped by its mask) must hold all its
-  // bytes: HDF5 reads the size the index gives and leaves the rest of its chunk buffer as it
-  // was, whatever memory that held.
-  const int nfilters = api.H5Pget_nfilters(dcpl.get());
-  const unsigned all_skipped =
-      nfilters > 0 && nfilters < 32 ? (1u << static_cast<unsigned>(nfilters)) - 1 : 0;
+  // HDF5 reads the size the chunk index gives, runs the filters over it, and leaves what
+  // they did not fill of its chunk buffer as it was, whatever memory that held. Where the
+  // filters' output size is known from the input's, the stored size is checked: a chunk
+  // stored raw (no filters, or every one skipped by its mask) must hold all its bytes, and
+  // one of shuffle (same size) and Fletcher-32 (4 more) exactly what they make of them.
+  // Deflate is checked where the chunk is inflated outside HDF5 (read_direct); other filters
+  // cannot be checked without running them.
+  std::vector<H5Z_filter_t> filters;
+  for (int i = 0, n = api.H5Pget_nfilters(dcpl.get()); i < n && i < 32; ++i) {
+    unsigned flags = 0, config = 0;
+    unsigned cd[8] = {};
+    std::size_t ncd = 8;
+    char name[64] = {};
+    filters.push_back(api.H5Pget_filter2(dcpl.get(), static_cast<unsigned>(i), &flags, &ncd, cd,
+                                         sizeof name, name, &config));
+  }
   std::uint64_t raw_bytes = 0;
   {
     Hid type(api.H5Dget_type(dataset), api.H5Tclose);
     raw_bytes = type.valid() ? api.H5Tget_size(type.get()) : 0;
     for (const hsize_t c : chunk) raw_bytes *= c;
   }
+  // The bytes a chunk stored with `mask` must hold (exactly, or at least for a raw one);
+  // nullopt where its filters' output size cannot be told.
+  const auto stored_bytes = [&](unsigned mask, bool* raw,
+                                std::string* names) -> std::optional<std::uint64_t> {
+    std::uint64_t bytes = raw_bytes;
+    *raw = true;
+    for (std::size_t i = 0; i < filters.size(); ++i) {
+      if ((mask >> i) & 1u) continue;  // skipped for this chunk
+      *raw = false;
+      if (filters[i] == H5Z_FILTER_SHUFFLE) {
+        *names += std::string(names->empty() ? "" : ", ") + "shuffle";
+      } else if (filters[i] == H5Z_FILTER_FLETCHER32) {
+        *names += std::string(names->empty() ? "" : ", ") + "fletcher32";
+        bytes += 4;
+      } else {
+        return std::nullopt;
+      }
+    }
+    return bytes;
+  };
   std::vector<hsize_t> first(rank, 0), last(rank, 0);
   for (std::size_t i = 0; i < rank; ++i) {
     if (chunk[i] == 0 || (i > 0 && dims[i] == 0)) return Status::ok();  // nothing stored
@@ -195,16 +225,22 @@ Status chunks_in_file(const Hdf5Api& api, hid_t dataset, const std::vector<hsize
     // A chunk HDF5 cannot locate is left to H5Dread, which reports why.
     if (api.H5Dget_chunk_info_by_coord(dataset, offset.data(), &mask, &addr, &size) >= 0) {
       SHARDLOAD_RETURN_IF_ERROR(chunk_in_file(addr, size, file_size, offset));
-      const bool raw = nfilters == 0 || (nfilters > 0 && (mask & all_skipped) == all_skipped);
-      if (addr != HADDR_UNDEF && raw && raw_bytes != 0 && size < raw_bytes) {
+      bool raw = false;
+      std::string names;
+      const std::optional<std::uint64_t> need = stored_bytes(mask, &raw, &names);
+      if (addr != HADDR_UNDEF && need && raw_bytes != 0 && (raw ? size < *need : size != *need)) {
         std::string where;
         for (std::size_t i = 0; i < rank; ++i) {
           where += (i ? ", " : "") + std::to_string(offset[i]);
         }
         return Status(ErrorCode::kFormat,
                       "its chunk at (" + where + ") holds " + std::to_string(size) +
-                          " bytes, but " + std::to_string(raw_bytes) +
-                          " unfiltered bytes make the chunk: the chunk index is damaged");
+                          " bytes, but " +
+                          (raw ? std::to_string(*need) +
+                                     " unfiltered bytes make the chunk: the chunk index is "
+                                     "damaged"
+                               : "its filters (" + names + ") need " + std::to_string(*need) +
+                                     ": the chunk or the chunk index is damaged"));
       }
     }
     std::size_t i = rank;

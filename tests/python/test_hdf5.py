@@ -832,3 +832,45 @@ def test_an_external_storage_file_shorter_than_its_segment_is_an_error(tmp_path:
         shardload.discover(tmp_path, format="hdf5")
     assert (f"{shard}: dataset '/data': external storage file {last} holds {needed - 64} bytes, "
             f"but the dataset's data runs to byte {needed} of it") in str(e.value), str(e.value)
+
+
+def _filtered(tmp: pathlib.Path, raw: bytes, shuffle: bool, fletcher32: bool) -> bytes:
+    """The stored bytes of one float32 chunk holding `raw`, as HDF5's filters write them."""
+    with h5py.File(tmp / "filtered.h5", "w") as f:
+        n = len(raw) // 4
+        ds = f.create_dataset("c", data=np.frombuffer(raw, "f4"), chunks=(n,),
+                              shuffle=shuffle, fletcher32=fletcher32)
+        return ds.id.read_direct_chunk((0,))[1]
+
+
+@pytest.mark.parametrize("pipeline", ["shuffle", "shuffle+fletcher32", "fletcher32"])
+def test_a_chunk_whose_size_preserving_filters_give_fewer_bytes_is_an_error(
+        tmp_path: pathlib.Path, pipeline: str) -> None:
+    """Shuffle keeps a chunk's size and Fletcher-32 adds 4 bytes: a chunk of such a pipeline
+    stored with fewer bytes (here 600 of 800) comes out of HDF5's filters short, and HDF5
+    left the rest of its chunk buffer as it was, so those rows read as whatever memory held
+    (h5py too). Such a chunk is refused naming it; the other chunks still read."""
+    a = np.random.default_rng(0).random((300, 4)).astype("f4")
+    path = tmp_path / "d" / "shard_0000.h5"
+    path.parent.mkdir()
+    with h5py.File(path, "w") as f:
+        ds = f.create_dataset("data", shape=a.shape, dtype="f4", chunks=(50, 4),
+                              shuffle="shuffle" in pipeline, fletcher32="fletcher" in pipeline)
+        for c in range(6):
+            raw = a[c * 50:(c + 1) * 50].tobytes()
+            if c == 1:
+                raw = raw[:600]
+            ds.id.write_direct_chunk((c * 50, 0), _filtered(tmp_path, raw, "shuffle" in pipeline,
+                                                            "fletcher" in pipeline), 0)
+    with h5py.File(path, "r") as f:
+        np.testing.assert_array_equal(f["data"][:50], a[:50])  # the filters as HDF5 runs them
+    layout = shardload.discover(path.parent, format="hdf5")
+    np.testing.assert_array_equal(layout.read(0, 50), a[:50])
+    np.testing.assert_array_equal(layout.read(100, 300), a[100:])
+    extra = 4 if "fletcher" in pipeline else 0
+    for lo, hi in [(0, 300), (95, 100)]:
+        with pytest.raises(shardload.ShardReadError) as e:
+            layout.read(lo, hi)
+        assert (f"{path}: dataset '/data': its chunk at (50, 0) holds {600 + extra} bytes, but "
+                f"its filters ({pipeline.replace('+', ', ')}) need {800 + extra}") in str(e.value), \
+            str(e.value)
