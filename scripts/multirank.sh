@@ -62,7 +62,22 @@ per_rank=(--cpus "${SHARDLOAD_MR_CPUS:-1}" --utility 1 --gpus 0 --sysmem "${SHAR
 # gpu=6,threads=5: the CUDA module's "no device" and Realm's thread-pinning warnings are
 # expected here and say nothing.
 logging=(--logging gpu=6,threads=5)
-mpi_options=(--oversubscribe --bind-to none --mca oob_tcp_if_include lo --mca btl self,vader)
+# Each rank on cores of its own, where the machine has enough: Realm pins its threads as if its
+# rank owned the machine and its UCX module polls without stopping, so unbound ranks pile onto
+# the same core and their utility processors starve (2 ranks x 1 CPU here: 23x one rank's load
+# time unbound, 2.0x bound). One background worker per rank: enough to poll UCX (0 hangs), and
+# no more spinning threads than the rank's cores carry. A caller's REALM_DEFAULT_ARGS is kept.
+cpus_per_rank=${SHARDLOAD_MR_CPUS:-1}
+if ((ranks > 1 && ranks * cpus_per_rank <= $(nproc))); then
+  # A rank's CPU processors and its utility processor share its cores (the utility one mostly
+  # waits); with one CPU per rank that is one core each. Never for one rank, whose CPUs would
+  # all land on one core.
+  bind=(--map-by "slot:PE=$cpus_per_rank" --bind-to core)
+else
+  bind=(--oversubscribe --bind-to none)  # more ranks than cores: the kernel shares them out
+fi
+export REALM_DEFAULT_ARGS="-ll:bgwork 1${REALM_DEFAULT_ARGS:+ $REALM_DEFAULT_ARGS}"
+mpi_options=("${bind[@]}" --mca oob_tcp_if_include lo --mca btl self,vader)
 
 if [ $driver = legate ]; then
   unset LEGATE_CONFIG
@@ -70,7 +85,7 @@ if [ $driver = legate ]; then
   for o in "${mpi_options[@]}"; do extra+=("--launcher-extra=$o"); done
   # The driver forwards the environment variables it knows; these it does not.
   for v in LD_PRELOAD LD_LIBRARY_PATH LEGATE_CUDA_DRIVER UCX_TLS UCX_NET_DEVICES \
-           UCX_WARN_UNUSED_ENV_VARS PATH $(compgen -e | grep -E '^(SHARDLOAD|AWS)_' || true); do
+           UCX_WARN_UNUSED_ENV_VARS REALM_DEFAULT_ARGS PATH $(compgen -e | grep -E '^(SHARDLOAD|AWS)_' || true); do
     [ -n "${!v:-}" ] && extra+=("--launcher-extra=-x $v")
   done
   exec "$VENV/bin/legate" --launcher mpirun --ranks-per-node "$ranks" "${per_rank[@]}" \
@@ -83,7 +98,7 @@ forward=()
 # credentials and configuration): mpirun's processes on this node would inherit them, those
 # on another node only get what -x names.
 for v in PATH LD_LIBRARY_PATH LD_PRELOAD LEGATE_CONFIG LEGATE_CUDA_DRIVER UCX_TLS \
-         UCX_NET_DEVICES UCX_WARN_UNUSED_ENV_VARS $(compgen -e | grep -E '^(SHARDLOAD|AWS)_' || true); do
+         UCX_NET_DEVICES UCX_WARN_UNUSED_ENV_VARS REALM_DEFAULT_ARGS $(compgen -e | grep -E '^(SHARDLOAD|AWS)_' || true); do
   [ -n "${!v:-}" ] && forward+=(-x "$v")
 done
 exec mpirun --allow-run-as-root "${mpi_options[@]}" -np "$ranks" "${forward[@]}" "$@"
