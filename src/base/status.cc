@@ -135,6 +135,31 @@ std::string redact_query(std::string_view text) {
         ++eq;
       }
     }
+    if (starts_key && eq > i && eq < text.size() && text[eq] == '=' &&
+        decoded_key(text.substr(i, eq - i)) == "endpoint_override") {
+      // shardload's endpoint, percent-encoded in the query: a user part in it ("http://
+      // user:password@host", "user:password@host") is hidden to its last '@', where the
+      // user-part rule, which looks for a plain "://", does not see it.
+      const std::size_t end = value_end(text, eq + 1);
+      const std::string_view value = text.substr(eq + 1, end - eq - 1);
+      std::size_t at = value.rfind('@');
+      for (std::size_t k = value.size(); k >= 3 && (at == std::string_view::npos || k > at + 3);
+           --k) {
+        if (value[k - 3] == '%' && value[k - 2] == '4' && value[k - 1] == '0') {
+          at = k - 3;
+          break;
+        }
+      }
+      out.append(text.substr(i, eq + 1 - i));
+      if (at != std::string_view::npos && at > 0) {
+        out += "***";
+        out.append(value.substr(at));
+      } else {
+        out.append(value);
+      }
+      i = end;
+      continue;
+    }
     if (!starts_key || eq == i || eq >= text.size() || text[eq] != '=' ||
         !detail::is_secret_query_key(text.substr(i, eq - i))) {
       out += text[i++];

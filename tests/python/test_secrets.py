@@ -318,3 +318,18 @@ def test_more_query_forms_are_hidden(query, visible):
     with pytest.raises(shardload.Error) as e:
         shardload.discover(url)
     assert_hidden(str(e.value), visible)
+
+
+@pytest.mark.parametrize("endpoint", ["http://alice:pw-s3cr3t@127.0.0.1:9",
+                                      "alice:pw-s3cr3t@127.0.0.1:9", "tok-s3cr3t@127.0.0.1:9"])
+def test_a_password_in_the_endpoint_option_is_hidden(endpoint):
+    """endpoint_override shows percent-encoded in the URL's query, where the user part's
+    password is no '://...@' the user-part rule sees: it showed in clear in every message."""
+    with pytest.raises(shardload.Error) as e:
+        shardload.discover("s3://b/k.npy", storage_options={
+            "endpoint_override": endpoint, "scheme": "http", "max_attempts": "1",
+            "region": "us-east-1", "access_key": "AK", "secret_key": "sk"})
+    assert_hidden(str(e.value), "endpoint_override=***%40127.0.0.1%3A9", "s3://b/k.npy?")
+    assert_hidden(shardload.redact_secrets(
+        f"s3://b/k.npy?endpoint_override={urllib.parse.quote(endpoint, safe='')}&region=r"),
+        "endpoint_override=***%40127.0.0.1%3A9&region=r")
