@@ -52,9 +52,17 @@ for req in map(Requirement, requires):
 if wrong:
     sys.exit("check_install: .venv does not have the wheel's build requirements: " + ", ".join(wrong))
 PY
+  # The compilers build/ was configured with: scikit-build-core would take Python's (g++, gcc),
+  # which the compiler cache keys apart from build/'s c++ and cc, though they are one program.
+  compilers=()
+  for lang in C CXX; do
+    c=$(sed -n "s/^CMAKE_${lang}_COMPILER:FILEPATH=//p" build/CMakeCache.txt 2>/dev/null || true)
+    [ -n "$c" ] && compilers+=("--config-settings=cmake.define.CMAKE_${lang}_COMPILER=$c")
+  done
   log "building the wheel (pip wheel --no-build-isolation, build-wheel/)"
   start=$(date +%s)
-  "$ROOT/.venv/bin/python" -m pip wheel -q --no-build-isolation --no-deps -w "$WORK/wheel" --config-settings=build-dir="$ROOT/build-wheel" "$ROOT"
+  "$ROOT/.venv/bin/python" -m pip wheel -q --no-build-isolation --no-deps -w "$WORK/wheel" \
+    --config-settings=build-dir="$ROOT/build-wheel" ${compilers[@]+"${compilers[@]}"} "$ROOT"
   log "the wheel took $(($(date +%s) - start)) s"
   "$VENV/bin/python" -m pip install -q "$WORK"/wheel/shardload-*.whl
 fi
