@@ -42,6 +42,8 @@ QUERY_FORMS = [
     ("azure_sas", "sv=2022-11-02&sp=r&se=2030-01-01&sig=sas-s3cr3t%2B%3D"),
     ("upper_case", "TOKEN=up-s3cr3t&Access_Token=at-s3cr3t&SIG=sg-s3cr3t"),
     ("encoded_key", "%74oken=enc-s3cr3t&x%2Damz%2Dsignature=enc2-s3cr3t"),
+    ("semicolon", "ref=main;token=sc-s3cr3t"),
+    ("gitlab", "private_token=gl-s3cr3t&ref=main"),
 ]
 # What of each form must still show (besides the host and the object's name).
 VISIBLE = {"sigv4": ["X-Amz-Credential=AKIAVISIBLE", "X-Amz-Signature=***"],
@@ -52,6 +54,8 @@ VISIBLE = {"sigv4": ["X-Amz-Credential=AKIAVISIBLE", "X-Amz-Signature=***"],
            "azure_sas": ["sv=2022-11-02", "sig=***"],
            "upper_case": ["TOKEN=***", "SIG=***"],
            "encoded_key": ["%74oken=***"],
+           "semicolon": ["ref=main;token=***"],
+           "gitlab": ["private_token=***&ref=main"],
            "userinfo": ["alice:***@"]}
 # shardload's own store options for s3:// (a SigV4 key pair and an STS token).
 S3_SECRETS = {"access_key": "AKIAVISIBLE", "secret_key": "wJal-s3cr3t/K7+MDENG",
