@@ -126,10 +126,13 @@ Status storage_in_file(const Hdf5Api& api, hid_t dataset, hid_t type,
 
 Status defined_everywhere(const Hdf5Api& api, hid_t dataset) {
   Hid dcpl(api.H5Dget_create_plist(dataset), api.H5Pclose);
+  if (!dcpl.valid()) return Status::ok();
   H5D_fill_time_t when = H5D_FILL_TIME_IFSET;
-  if (!dcpl.valid() || api.H5Pget_fill_time(dcpl.get(), &when) < 0 || when != H5D_FILL_TIME_NEVER) {
-    return Status::ok();
-  }
+  const bool never = api.H5Pget_fill_time(dcpl.get(), &when) >= 0 && when == H5D_FILL_TIME_NEVER;
+  H5D_fill_value_t value = H5D_FILL_VALUE_DEFAULT;
+  const bool undefined =
+      api.H5Pfill_value_defined(dcpl.get(), &value) >= 0 && value == H5D_FILL_VALUE_UNDEFINED;
+  if (!never && !undefined) return Status::ok();
   H5D_space_status_t status = H5D_SPACE_STATUS_ERROR;
   if (api.H5Dget_space_status(dataset, &status) < 0 || status == H5D_SPACE_STATUS_ALLOCATED) {
     return Status::ok();
@@ -138,9 +141,10 @@ Status defined_everywhere(const Hdf5Api& api, hid_t dataset) {
                 std::string(status == H5D_SPACE_STATUS_NOT_ALLOCATED
                                 ? "its storage was never written"
                                 : "some of its chunks were never written") +
-                    " and its fill time is 'never', so HDF5 gives those elements no value "
-                    "(a read would return whatever memory held); write the dataset whole or "
-                    "give it a fill time");
+                    (never ? " and its fill time is 'never'" : " and it has no fill value") +
+                    ", so HDF5 gives those elements no value (a read would return whatever "
+                    "memory held); write the dataset whole or give it a fill " +
+                    (never ? "time" : "value"));
 }
 
 Status chunk_in_file(haddr_t addr, hsize_t size, std::uint64_t file_size,

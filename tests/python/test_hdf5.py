@@ -874,3 +874,37 @@ def test_a_chunk_whose_size_preserving_filters_give_fewer_bytes_is_an_error(
         assert (f"{path}: dataset '/data': its chunk at (50, 0) holds {600 + extra} bytes, but "
                 f"its filters ({pipeline.replace('+', ', ')}) need {800 + extra}") in str(e.value), \
             str(e.value)
+
+
+def _undefined_fill_value(dcpl) -> None:
+    """H5Pset_fill_value(dcpl, type, NULL): the fill value undefined, which h5py offers no
+    call for; made through h5py's own HDF5 library."""
+    import ctypes
+    import glob
+
+    libs = [p for p in glob.glob(os.path.join(os.path.dirname(h5py.__file__), "..",
+                                              "h5py.libs", "libhdf5-*")) if "_hl" not in p]
+    try:
+        lib = ctypes.CDLL(libs[0]) if libs else ctypes.CDLL(h5py.h5.__file__)
+        setter = lib.H5Pset_fill_value
+    except (OSError, AttributeError):
+        pytest.skip("h5py's HDF5 library is not reachable to undefine a fill value")
+    assert setter(ctypes.c_int64(dcpl.id), ctypes.c_int64(h5py.h5t.NATIVE_FLOAT.id), None) >= 0
+
+
+def test_chunks_never_written_without_a_fill_value_are_refused(tmp_path: pathlib.Path) -> None:
+    """A fill value left undefined: HDF5 fills nothing, so the rows of chunks never written read
+    as whatever memory the load held (h5py's buffer happened to be zeros). Refused at discovery
+    as the fill time 'never' is."""
+    path = tmp_path / "shard_0000.h5"
+    with h5py.File(path, "w") as f:
+        dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+        dcpl.set_chunk((50, 4))
+        _undefined_fill_value(dcpl)
+        space = h5py.h5s.create_simple((300, 4))
+        h5py.h5d.create(f.id, b"data", h5py.h5t.NATIVE_FLOAT, space, dcpl=dcpl)
+        f["data"][0:60] = 1.0
+    with pytest.raises(shardload.LayoutError) as e:
+        shardload.discover(tmp_path, format="hdf5")
+    assert (f"{path}: dataset '/data': some of its chunks were never written and it has no "
+            "fill value") in str(e.value), str(e.value)

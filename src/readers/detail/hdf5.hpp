@@ -128,7 +128,8 @@ std::optional<ContiguousRows> contiguous_rows(const Hdf5Api& api, hid_t dataset,
                                               std::uint64_t file_size);
 
 // Why some of a dataset's elements have no defined value: its storage is not all allocated
-// (contiguous never written, chunks never written) and its fill time is "never", so HDF5
+// (contiguous never written, chunks never written) and its fill time is "never" or its fill
+// value undefined, so HDF5
 // leaves those elements of the read buffer as they were (whatever memory held); ok otherwise.
 // Called with the lock held; leaves HDF5's error stack for the caller to clear.
 Status defined_everywhere(const Hdf5Api& api, hid_t dataset);
