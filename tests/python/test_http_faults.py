@@ -390,8 +390,12 @@ def test_signed_s3_trickling_get_ends_within_its_deadline():
 
 def _python(script: str) -> subprocess.Popen:
     env = dict(os.environ)
+    # A test run started in the background by a shell without job control (as CI may start it)
+    # inherits SIGINT ignored, and Python then keeps it ignored: the child gets the default
+    # action back, so that it installs its KeyboardInterrupt handler as a terminal's would.
     return subprocess.Popen([sys.executable, "-c", textwrap.dedent(script)], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
 
 def _interrupt_when_slow(proc: subprocess.Popen, server: Server, within: float = 60) -> float:
