@@ -211,17 +211,23 @@ def world_reachable_dir(tmp_path):
         shutil.rmtree(d, ignore_errors=True)
 
 
-def test_a_destination_of_another_owner_is_refused_before_writing(world_reachable_dir):
-    """A save by another user (uid 65534, in a child) into a directory it may write, to an
-    empty destination that root made and everyone may write: it cannot give the new directory
-    root's ownership, so it is refused, with root's directory left as it was."""
+def _writable_by_everyone(base: pathlib.Path) -> pathlib.Path:
+    """A directory under `base` that any user may write (the tests below need root, to run
+    their save as another user)."""
     if os.geteuid() != 0:
         pytest.skip("needs root to run the save as another user")
-    base = world_reachable_dir
     parent = base / "shared"
     parent.mkdir()
     os.chmod(base, 0o755)
     os.chmod(parent, 0o777)
+    return parent
+
+
+def test_a_destination_of_another_owner_is_refused_before_writing(world_reachable_dir):
+    """A save by another user (uid 65534, in a child) into a directory it may write, to an
+    empty destination that root made and everyone may write: it cannot give the new directory
+    root's ownership, so it is refused, with root's directory left as it was."""
+    parent = _writable_by_everyone(world_reachable_dir)
     dest = parent / "ds"
     dest.mkdir()
     os.chmod(dest, 0o777)  # the other user may look and write: only the owner stops it
@@ -238,13 +244,7 @@ def test_a_destination_of_another_owner_is_refused_before_writing(world_reachabl
 def test_a_destination_another_user_cannot_enter_is_refused_naming_it(world_reachable_dir):
     """The same save into root's directory of mode 0700: the other user cannot even look at
     what is there, and is told so (EACCES), with nothing written."""
-    if os.geteuid() != 0:
-        pytest.skip("needs root to run the save as another user")
-    base = world_reachable_dir
-    parent = base / "shared"
-    parent.mkdir()
-    os.chmod(base, 0o755)
-    os.chmod(parent, 0o777)
+    parent = _writable_by_everyone(world_reachable_dir)
     dest = parent / "ds"
     dest.mkdir(mode=0o700)
     (dest / "keep.txt").write_text("root's")
