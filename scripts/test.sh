@@ -60,6 +60,9 @@ report() {
     "$( ((rc == 0)) && echo ok || echo "FAILED (exit $rc)")"
 }
 trap report EXIT
+# Killed or interrupted: the table then says so (the EXIT trap would see status 0).
+trap 'exit 130' INT
+trap 'exit 143' TERM
 # stage NAME COMMAND...: runs COMMAND as one stage. Not called as `COMMAND || ...`, which would
 # switch off set -e inside it: a failing command ends the run, and the EXIT trap records it.
 stage() {
