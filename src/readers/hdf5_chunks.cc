@@ -160,6 +160,18 @@ Status chunk_in_file(haddr_t addr, hsize_t size, std::uint64_t file_size,
                     std::to_string(file_size) + " bytes): the file is truncated or damaged");
 }
 
+bool next_chunk(std::vector<hsize_t>& at, const std::vector<hsize_t>& first,
+                const std::vector<hsize_t>& last) {
+  std::size_t i = at.size();
+  while (i > 0 && at[i - 1] == last[i - 1]) {
+    at[i - 1] = first[i - 1];
+    --i;
+  }
+  if (i == 0) return false;
+  ++at[i - 1];
+  return true;
+}
+
 Status chunks_in_file(const Hdf5Api& api, hid_t dataset, const std::vector<hsize_t>& dims,
                       std::int64_t lo, std::int64_t hi, std::uint64_t file_size) {
   if (api.H5Dget_chunk_info_by_coord == nullptr || hi <= lo || dims.empty()) return Status::ok();
@@ -247,13 +259,7 @@ Status chunks_in_file(const Hdf5Api& api, hid_t dataset, const std::vector<hsize
                                      ": the chunk or the chunk index is damaged"));
       }
     }
-    std::size_t i = rank;
-    while (i > 0 && at[i - 1] == last[i - 1]) {
-      at[i - 1] = first[i - 1];
-      --i;
-    }
-    if (i == 0) break;
-    ++at[i - 1];
+    if (!next_chunk(at, first, last)) break;
   }
   return Status::ok();
 }

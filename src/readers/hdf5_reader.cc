@@ -436,13 +436,7 @@ class Hdf5Reader final : public ShardReader {
         b.dst_start[i] = i == 0 ? begin - static_cast<hsize_t>(lo) : begin;
       }
       boxes.push_back(std::move(b));
-      std::size_t i = rank;
-      while (i > 0 && at[i - 1] == last[i - 1]) {
-        at[i - 1] = first[i - 1];
-        --i;
-      }
-      if (i == 0) break;
-      ++at[i - 1];
+      if (!next_chunk(at, first, last)) break;
     }
     if (is_remote_url(f.path()) && api_.H5Dget_chunk_info_by_coord != nullptr) {
       if (auto done =

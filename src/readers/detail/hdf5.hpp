@@ -147,6 +147,11 @@ Status storage_in_file(const Hdf5Api& api, hid_t dataset, hid_t type,
 Status chunk_in_file(haddr_t addr, hsize_t size, std::uint64_t file_size,
                      const std::vector<hsize_t>& offset);
 
+// Steps `at` to the next chunk coordinate of the box [first, last] (inclusive, row-major: the
+// last dimension fastest); false once the box is done, with `at` back at `first`.
+bool next_chunk(std::vector<hsize_t>& at, const std::vector<hsize_t>& first,
+                const std::vector<hsize_t>& last);
+
 // chunk_in_file for every stored chunk of a chunked dataset (of extents `dims`) that rows
 // [lo, hi) meet; ok for other layouts, and where HDF5 cannot say where chunks lie (before
 // 1.10.5). Called with the lock held; leaves HDF5's error stack for the caller to clear.
