@@ -642,7 +642,10 @@ def _legate_dtypes_text() -> str:
     return ", ".join(str(t) for t in _LEGATE_DTYPES)
 
 
-def _astype(value: object) -> np.dtype | None:
+def _astype(value: object, *, legate: bool = True) -> np.dtype | None:
+    """``astype=``: a numeric or bool numpy dtype in native byte order; with ``legate`` also
+    one a Legate store can hold (the front ends that fill host memory take numpy's long
+    double types too)."""
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, (str, np.dtype, type)):
@@ -657,7 +660,7 @@ def _astype(value: object) -> np.dtype | None:
     if not dt.isnative:
         raise ValueError(f"astype: {dt.str} is not in the machine's byte order; arrays in "
                          f"memory are native (pass {dt.newbyteorder('=')})")
-    if dt not in _LEGATE_DTYPES:
+    if legate and dt not in _LEGATE_DTYPES:
         raise ValueError(f"astype: {dt} has no Legate type, so cuPyNumeric cannot hold it; "
                          f"astype takes {_legate_dtypes_text()}")
     return dt
@@ -1069,6 +1072,25 @@ ProgressCallback = Callable[[LoadProgress], object]
 
 
 
+def _reader_options(where: str, reader: str, source: object, given: dict[str, Any],
+                    storage_options: object) -> dict[str, Any]:
+    """The discovery options of ``reader=NAME``: a Python reader is a registered format, so
+    reader=NAME is format=NAME, and a directory source without a pattern means the reader's
+    numbered files. Only ``pattern`` may come with it (TypeError naming the others)."""
+    from . import _readers
+
+    found = _readers._reader(reader)
+    passed = [n for n in given if n != "pattern"]
+    passed += [name for name, value in (("storage_options", storage_options),
+                                        ("a Layout", isinstance(source, Layout) or None))
+               if value is not None]
+    if passed:
+        raise TypeError(f"{where}: {', '.join(passed)} cannot be passed with reader=, whose "
+                        "functions say what the files hold")
+    pattern = _readers._pattern(source, given.get("pattern"), found)
+    return {"format": found.name, **({} if pattern is None else {"pattern": pattern})}
+
+
 def load(
     source: SourceLike | Layout,
     *,
@@ -1163,20 +1185,7 @@ def load(
         row_range = _renamed("load", {"rows": given.pop("rows")}, {"rows": "row_range"},
                              {"row_range": row_range})["row_range"]
     if reader is not None:
-        # A Python reader is a registered format: reader=NAME is format=NAME, and a directory
-        # source without a pattern means the reader's numbered files.
-        from . import _readers
-
-        found = _readers._reader(reader)
-        passed = [n for n in given if n != "pattern"]
-        passed += [name for name, value in (("storage_options", storage_options),
-                                            ("a Layout", isinstance(source, Layout) or None))
-                   if value is not None]
-        if passed:
-            raise TypeError(f"load: {', '.join(passed)} cannot be passed with reader=, whose "
-                            "functions say what the files hold")
-        pattern = _readers._pattern(source, given.get("pattern"), found)
-        given = {"format": found.name, **({} if pattern is None else {"pattern": pattern})}
+        given = _reader_options("load", reader, source, given, storage_options)
     checked = _options("load", given, layout=isinstance(source, Layout))
     k = _overdecompose(overdecompose)
     _bool("info", info)

@@ -16,6 +16,7 @@
 #include "shardload/codec.hpp"
 #include "shardload/fill.hpp"
 #include "shardload/format.hpp"
+#include "shardload/host_load.hpp"
 #include "shardload/layout.hpp"
 #include "shardload/manifest.hpp"
 #include "shardload/plan.hpp"
@@ -148,6 +149,51 @@ PYBIND11_MODULE(_core, m) {
             return out;
           },
           py::arg("lo") = 0, py::arg("hi") = -1);
+
+  // The NumPy front end's fill (shardload.numpy.load): the GIL released while the threads
+  // read; `progress`, when given, is called with (tiles_done, tiles, rows_done) under the GIL from
+  // the thread that finished a tile, and an exception it raises stops the load and is raised.
+  m.def(
+      "host_load",
+      [](const Layout& l, const py::array& out, std::int64_t threads, std::int64_t k,
+         const py::object& progress) {
+        const auto want = static_cast<py::ssize_t>(l.total_bytes());
+        if (!out.dtype().is(numpy_dtype(l.dtype)) || (out.flags() & py::array::c_style) == 0 ||
+            !out.writeable() || out.nbytes() != want) {
+          throw py::value_error("host_load: expected a writable C-contiguous " +
+                                std::string(py::str(numpy_dtype(l.dtype))) + " array of " +
+                                std::to_string(want) + " bytes");
+        }
+        auto* dst = static_cast<std::byte*>(const_cast<void*>(out.data()));
+        HostLoadOptions o;
+        o.threads = threads;
+        o.overdecompose = k;
+        std::optional<py::error_already_set> raised;
+        if (!progress.is_none()) {
+          o.on_tile = [&](std::int64_t done, std::int64_t tiles, std::int64_t rows) {
+            py::gil_scoped_acquire hold;
+            try {
+              progress(done, tiles, rows);
+              return true;
+            } catch (py::error_already_set& e) {
+              raised.emplace(std::move(e));
+              return false;
+            }
+          };
+        }
+        Result<HostLoadStats> r = python::interruptible([&] { return host_load(l, dst, o); });
+        if (raised) throw std::move(*raised);
+        if (!r) raise_read(r.status());
+        py::dict d;
+        d["tiles"] = r->plan.tiles;
+        d["tile_rows"] = r->plan.tile_rows;
+        d["threads"] = r->threads;
+        d["fill_s"] = r->fill_s;
+        return d;
+      },
+      py::arg("layout"), py::arg("out"), py::arg("threads") = 0, py::arg("overdecompose") = 4,
+      py::arg("progress") = py::none());
+  m.def("default_host_threads", &default_host_threads);
 
   m.def(
       "discover",

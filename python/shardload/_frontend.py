@@ -1,0 +1,179 @@
+"""What every front end that fills host memory (NumPy, JAX, Dask) does before it reads: the
+arguments checked as :func:`shardload.load` checks them, the source discovered in this
+process (no runtime), the row range cut and the cast decided; and the host fill itself, the
+engine's threads reading straight into a caller's buffer (``_core.host_load``)."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from typing import Any, Callable, Mapping, Optional
+
+import numpy as np
+
+from . import _core
+from ._api import (Layout, LoadInfo, LoadProgress, _astype, _bool, _decoded, _discover, _found,
+                   _int, _options, _reader_options, _rows, _source, _with_storage_options)
+from ._errors import OutOfMemoryError
+
+logger = logging.getLogger("shardload")
+
+# Tiles per thread of a host fill: enough that a thread finishing early takes another while
+# shards differ in cost, few enough that planning and reporting cost nothing.
+DEFAULT_OVERDECOMPOSE = 4
+
+
+@dataclasses.dataclass(frozen=True)
+class Prepared:
+    """A front end's checked request: the layout of exactly the rows to read, the dtype to
+    cast to after the read (None: none), and when it started."""
+
+    layout: Layout
+    cast: Optional[np.dtype]
+    discovery_s: float
+    t_call: float
+    retries_before: int
+
+    @property
+    def dtype(self) -> np.dtype:
+        """The dtype the caller gets."""
+        return self.cast if self.cast is not None else self.layout.dtype
+
+
+def prepare(where: str, source: object, *, row_range: object, astype: object,
+            reader: Optional[str], storage_options: Optional[Mapping[str, str]],
+            options: Mapping[str, Any]) -> Prepared:
+    """Checks a front end's arguments and discovers its source; ``where`` names the call in
+    messages. Raises what :func:`shardload.load` raises for the same arguments."""
+    t_call = time.perf_counter()
+    retries_before = _core.remote_retries()
+    given: dict[str, Any] = dict(options)
+    if reader is not None:
+        given = _reader_options(where, reader, source, given, storage_options)
+    checked = _options(where, given, layout=isinstance(source, Layout))
+    cast = _astype(astype, legate=False)
+    if isinstance(source, Layout):
+        if storage_options is not None:
+            raise TypeError(f"{where}: storage_options cannot be passed with a Layout, whose "
+                            "paths carry them")
+        layout = source
+        discovery_s = 0.0
+    else:
+        source = _with_storage_options(_source(source), storage_options)
+        layout = _decoded(lambda o, dt: _discover(source, o, dt), checked, cast, where,
+                          cast_after=True, source=source)
+        discovery_s = time.perf_counter() - t_call
+    if row_range is not None:
+        layout = layout.slice_rows(*_rows(row_range, layout.total_rows))
+    if cast is not None and cast == layout.dtype:
+        cast = None
+    return Prepared(layout, cast, discovery_s, t_call, retries_before)
+
+
+def threads_arg(value: object) -> int:
+    """``threads=``: None (one per core the process may run on) or an int >= 1."""
+    if value is None:
+        return 0
+    n = _int("threads", value)
+    if n < 1:
+        raise ValueError(f"threads: expected an int >= 1 or None, found {n}")
+    return n
+
+
+def overdecompose_arg(value: object) -> int:
+    n = _int("overdecompose", value)
+    if n < 1:
+        raise ValueError(f"overdecompose: expected an int >= 1, found {n}")
+    return min(n, 256)  # the plan's own cap: every larger K gives the same plan
+
+
+def empty(layout: Layout, where: str) -> np.ndarray:
+    """The array a host fill writes into: ``layout``'s shape and dtype, C order. A size this
+    process cannot allocate is an :class:`OutOfMemoryError` before anything is read."""
+    try:
+        return np.empty(layout.shape, layout.dtype)
+    except (MemoryError, ValueError) as e:
+        raise OutOfMemoryError(f"{where}: {layout.shape} {layout.dtype} "
+                               f"({_core.size_string(layout.nbytes)}) does not fit this "
+                               f"process's memory: {e}") from None
+
+
+ProgressArg = "Callable[[LoadProgress], object] | bool | None"
+
+
+class _Reporter:
+    """``progress=`` of a host fill: None, a callable taking a :class:`LoadProgress` (called
+    at "discovered", after each tile as "filling", and at "filled"), or True for a bar on
+    stderr (tqdm)."""
+
+    def __init__(self, progress: object, prepared: Prepared, where: str) -> None:
+        if progress is not None and not isinstance(progress, bool) and not callable(progress):
+            raise TypeError(f"progress: expected a callable taking a LoadProgress, True for a "
+                            f"progress bar, or None, found {_found(progress)}")
+        self._prepared = prepared
+        self._callback: Optional[Callable[[LoadProgress], object]] = None
+        self._bar: Any = None
+        self.tiles: Optional[int] = None
+        if progress is True:
+            try:
+                from tqdm.auto import tqdm
+            except ImportError:
+                raise ImportError(f"{where}: progress=True draws its bar with tqdm, which is "
+                                  "not installed (pip install tqdm)") from None
+            self._bar = tqdm(total=prepared.layout.nbytes, unit="B", unit_scale=True,
+                             unit_divisor=1000, desc="shardload", leave=False)
+        elif progress:
+            self._callback = progress  # type: ignore[assignment]
+
+    @property
+    def wanted(self) -> bool:
+        return self._callback is not None or self._bar is not None
+
+    def stage(self, stage: str, tiles_done: int = 0, rows_done: int = 0) -> None:
+        layout = self._prepared.layout
+        done = rows_done * layout.nbytes // layout.total_rows if layout.total_rows else 0
+        if stage == "filled":
+            done = layout.nbytes
+        if self._bar is not None:
+            self._bar.update(done - self._bar.n)
+            if stage == "filled":
+                self._bar.close()
+        if self._callback is not None:
+            self._callback(LoadProgress(stage, tiles_done, self.tiles, done, layout.nbytes,
+                                        time.perf_counter() - self._prepared.t_call))
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+
+
+def fill(prepared: Prepared, out: np.ndarray, *, threads: int, overdecompose: int,
+         reporter: Optional[_Reporter] = None) -> dict[str, Any]:
+    """Fills ``out`` (``prepared.layout``'s shape and dtype, C-contiguous) with the layout's
+    rows on the engine's threads, the GIL released; returns the plan and the fill's time."""
+    layout = prepared.layout
+    if layout.total_rows == 0 or layout.nbytes == 0:
+        return {"tiles": 0, "tile_rows": 0, "threads": 0, "fill_s": 0.0}
+    callback = None
+    if reporter is not None and reporter.wanted:
+        def callback(tiles_done: int, tiles: int, rows_done: int) -> None:
+            reporter.tiles = tiles
+            reporter.stage("filling", tiles_done, rows_done)
+    return _core.host_load(layout, out, threads, overdecompose, callback)
+
+
+def load_info(prepared: Prepared, plan: Mapping[str, Any], overdecompose: int,
+              total_s: float) -> LoadInfo:
+    """The :class:`LoadInfo` of a host fill: target "host", the threads as processors."""
+    layout = prepared.layout
+    return LoadInfo(target="host", processors=int(plan["threads"]), overdecompose=overdecompose,
+                    tile_rows=int(plan["tile_rows"]), tiles=int(plan["tiles"]),
+                    total_rows=layout.total_rows, bytes=layout.nbytes,
+                    discovery_s=prepared.discovery_s, startup_s=0.0, launch_s=0.0,
+                    fill_s=float(plan["fill_s"]), total_s=total_s,
+                    remote_retries=_core.remote_retries() - prepared.retries_before)
+
+
+def check_bool(name: str, value: object) -> bool:
+    return _bool(name, value)
