@@ -6,6 +6,7 @@
 # pyproject.toml), beside the packages it links at run time:
 #   site-packages/shardload/_core*.so, _legate*.so     the Python extension modules
 #   site-packages/shardload/bin/shardload              the program (the `shardload` command runs it)
+#   site-packages/shardload/bin/shardload-core         the same without Legate (run where it is absent)
 #   site-packages/shardload/lib/                       libshardload.so, libshardload_legate.so,
 #                                                      cmake/shardload/ (the package config)
 #   site-packages/shardload/include/shardload/         the public headers
@@ -69,6 +70,9 @@ install(FILES ${PROJECT_BINARY_DIR}/shardloadConfig.cmake
         DESTINATION ${SHARDLOAD_INSTALL_CMAKEDIR})
 
 install(TARGETS shardload RUNTIME DESTINATION bin)
+if(TARGET shardload_core_program)
+  install(TARGETS shardload_core_program RUNTIME DESTINATION bin)
+endif()
 if(SHARDLOAD_PYTHON)
   set(shardload_modules _core)
   if(SHARDLOAD_WITH_LEGATE)
@@ -79,6 +83,9 @@ endif()
 
 if(SHARDLOAD_WHEEL)
   shardload_wheel_rpath(shardload "../" "$ORIGIN/../lib")
+  if(TARGET shardload_core_program)
+    shardload_wheel_rpath(shardload_core_program "../" "$ORIGIN/../lib")
+  endif()
   if(SHARDLOAD_PYTHON)
     foreach(m ${shardload_modules})
       shardload_wheel_rpath(${m} "" "$ORIGIN/lib")
@@ -102,7 +109,7 @@ else()
   # exist already, and the variable only sets up targets made after it. libshardload.so needs
   # it most: a consumer's link resolves its Arrow libraries through it.
   set(CMAKE_INSTALL_RPATH_USE_LINK_PATH TRUE)
-  foreach(t shardload_lib shardload_legate shardload ${shardload_modules})
+  foreach(t shardload_lib shardload_legate shardload shardload_core_program ${shardload_modules})
     if(TARGET ${t})
       set_target_properties(${t} PROPERTIES INSTALL_RPATH_USE_LINK_PATH TRUE)
     endif()

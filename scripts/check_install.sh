@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Checks the package as a user gets it: builds the wheel and installs it with pip into a new venv,
-# then, with nothing sourced (only PATH to the venv and HOME), imports it, loads a dataset, runs
+# first without extras (the NumPy front end and the command line without Legate), then with the
+# legate extra, and with nothing sourced (only PATH to the venv and HOME), imports it, loads a dataset, runs
 # the `shardload` command and builds the C++ consumer in tests/consumer against the installed
 # package. Prints the wheel build's time. Usage: scripts/check_install.sh [PYTHON]
 set -euo pipefail
@@ -66,13 +67,61 @@ PY
   log "the wheel took $(($(date +%s) - start)) s"
   "$VENV/bin/python" -m pip install -q "$WORK"/wheel/shardload-*.whl
 fi
-# The consumer's build tools (CMake >= 3.30 for Legate's package config) and the test's writer.
-"$VENV/bin/python" -m pip install -q 'cmake>=3.30' ninja
 
 # Nothing from this shell: no LD_LIBRARY_PATH, no LEGATE_CONFIG, no PYTHONPATH.
 clean() { env -i PATH="$VENV/bin:/usr/bin:/bin" HOME="$HOME" "$@"; }
 DATA=$WORK/data
 mkdir -p "$DATA"
+
+# First as installed without extras: no Legate, no cuPyNumeric. The NumPy front end, the
+# command line (its program without Legate) and a clear error from the Legate calls.
+log "without the legate extra: shardload.numpy, the command line, the Legate calls' error"
+(cd "$WORK" && clean python - "$DATA" <<'PY'
+import importlib.util
+import sys
+
+import numpy as np
+
+import shardload
+import shardload.numpy
+
+assert importlib.util.find_spec("legate") is None, "the wheel pulled legate without the extra"
+assert importlib.util.find_spec("cupynumeric") is None, "the wheel pulled cuPyNumeric"
+data = sys.argv[1]
+parts = [np.arange(n * 3, dtype=np.int32).reshape(n, 3) + i for i, n in enumerate((4, 0, 9))]
+for i, part in enumerate(parts):
+    np.save(f"{data}/part_{i}.npy", part)
+got = shardload.numpy.load(data, pattern="part_{}.npy", threads=2)
+assert np.array_equal(got, np.concatenate(parts)), "shardload.numpy.load differs from numpy"
+try:
+    shardload.load(data, pattern="part_{}.npy")
+except ImportError as e:
+    assert "shardload[legate]" in str(e), e
+else:
+    raise AssertionError("shardload.load without Legate raised nothing")
+print("without Legate: shardload.numpy.load equal to numpy; shardload.load names the extra")
+PY
+)
+out=$(cd "$WORK" && clean shardload inspect "$DATA" --pattern 'part_{}.npy')
+grep -q 'shape: *(13, 3)' <<<"$out" || { echo "inspect without Legate: no shape (13, 3): $out"; exit 1; }
+if out=$(cd "$WORK" && clean shardload read "$DATA" --pattern 'part_{}.npy' 2>&1); then
+  echo "shardload read without Legate succeeded: $out"; exit 1
+fi
+grep -q "shardload\[legate\]" <<<"$out" || { echo "shardload read without Legate: $out"; exit 1; }
+rm -f "$DATA"/part_*.npy
+
+log "pip install the legate extra"
+legate_extra=$("$VENV/bin/python" - "$ROOT/pyproject.toml" <<'PY'
+import sys
+import tomllib
+
+with open(sys.argv[1], "rb") as f:
+    print(" ".join(tomllib.load(f)["project"]["optional-dependencies"]["legate"]))
+PY
+)
+"$VENV/bin/python" -m pip install -q $legate_extra
+# The consumer's build tools (CMake >= 3.30 for Legate's package config) and the test's writer.
+"$VENV/bin/python" -m pip install -q 'cmake>=3.30' ninja
 
 want=$(sed -nE 's/^project\(shardload VERSION ([0-9.]+).*/\1/p' CMakeLists.txt)
 got=$(cd "$WORK" && clean python -c 'import shardload; print(shardload.__version__)')

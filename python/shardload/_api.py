@@ -910,6 +910,7 @@ def _start_runtime() -> None:
     global _runtime_ready
     if _runtime_ready:
         return
+    _require_legate("starting Legate")
     _import_h5py_first()
     previous = signal.getsignal(signal.SIGINT)
     if previous is None or any(os.environ.get(v, "0") not in ("", "0")
@@ -964,8 +965,17 @@ def _discover_for_job(source: object, options: _Options, dtype: str | None = Non
     return _discover(source, options, dtype)
 
 
+def _require_legate(what: str) -> None:
+    """Refuses a call that runs under Legate where the ``legate`` extra is not installed, with
+    an ImportError naming the call and the extra (instead of a loader error about liblegate)."""
+    if not _runtime.legate_installed():
+        raise ImportError(f"{what} {_runtime.LEGATE_MISSING}", name="legate")
+
+
 def _check_thread(what: str) -> None:
-    """Refuses a call from a thread other than the main one; ``what`` names the call."""
+    """Refuses a call from a thread other than the main one, and one without Legate installed;
+    ``what`` names the call (each Legate entry point calls this first)."""
+    _require_legate(what)
     current = threading.current_thread()
     if current is not threading.main_thread():
         raise RuntimeError(

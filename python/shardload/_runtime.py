@@ -35,6 +35,19 @@ def _product_dir() -> str:
 
 PRODUCT_DIR = _product_dir()
 PROGRAM = os.path.join(PRODUCT_DIR, "bin", "shardload")
+# The same program built without Legate: what the command runs where the legate extra is absent.
+CORE_PROGRAM = os.path.join(PRODUCT_DIR, "bin", "shardload-core")
+
+
+def legate_installed() -> bool:
+    """Whether the legate package (the ``legate`` extra) is installed: only then does anything
+    here load a driver, a CUDA runtime or set a Legate configuration."""
+    return importlib.util.find_spec("legate") is not None
+
+
+LEGATE_MISSING = ("needs Legate and cuPyNumeric, which are not installed: pip install "
+                  "'shardload[legate]' (shardload.numpy, shardload.jax and shardload.dask read "
+                  "without them)")
 STANDIN_DIR = os.path.join(PRODUCT_DIR, "_nocuda")
 STANDIN = os.path.join(STANDIN_DIR, "libcuda.so.1")
 
@@ -148,6 +161,8 @@ def prepare_process() -> None:
     """At ``import shardload``: preload the stand-in where no driver exists, so that liblegate's
     needed ``libcuda.so.1`` is satisfied by its SONAME, and give Legate a CPU configuration."""
     global standin_loaded, legate_config_default
+    if not legate_installed():
+        return
     if needs_cudart():
         ctypes.CDLL(CUDART, mode=ctypes.RTLD_GLOBAL)
     if not needs_standin():

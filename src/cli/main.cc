@@ -21,6 +21,15 @@
 
 namespace {
 
+#ifndef SHARDLOAD_WITH_LEGATE
+// The program without Legate: an install without the legate extra, or a build configured
+// without it.
+constexpr const char* kNoLegate =
+    "this command runs under Legate, which this installation does not have (pip install "
+    "'shardload[legate]', or configure the build with SHARDLOAD_WITH_LEGATE); without it, "
+    "shardload.numpy.load reads a dataset from Python";
+#endif
+
 void usage(std::ostream& o) {
   o << "usage: shardload [--version] [--help] COMMAND [options]\n\ncommands:\n";
   for (const auto& c : shardload::cli::commands()) {
@@ -183,8 +192,7 @@ int run_command(int argc, char** argv) {
 #ifdef SHARDLOAD_WITH_LEGATE
     return with_legate(cmd, [&] { return shardload::cli::cmd_verify(args); });
 #else
-    std::cerr
-        << "shardload verify: this build has no Legate (configure with SHARDLOAD_WITH_LEGATE)\n";
+    std::cerr << "shardload verify: " << kNoLegate << "\n";
     return 2;
 #endif
   }
@@ -194,8 +202,7 @@ int run_command(int argc, char** argv) {
 #ifdef SHARDLOAD_WITH_LEGATE
     return with_legate(cmd, [&] { return shardload::cli::cmd_read(read); });
 #else
-    std::cerr
-        << "shardload read: this build has no Legate (configure with SHARDLOAD_WITH_LEGATE)\n";
+    std::cerr << "shardload read: " << kNoLegate << "\n";
     return 2;
 #endif
   }

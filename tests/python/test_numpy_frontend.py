@@ -1,0 +1,178 @@
+"""shardload.numpy.load: a sharded dataset into one numpy array on the engine's threads, no
+runtime. Compared with numpy, pyarrow, h5py and zarr-python on awkward data; faults reach the
+caller as the typed error naming the file."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+
+import h5py
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import zarr
+
+import shardload
+import shardload.numpy as snp
+from conftest import random_array
+
+# Ragged shards, empty ones among them, and rows that the threads' tiles cut across.
+ROWS = [1000, 0, 3, 4096, 1, 0, 2500]
+
+
+def write_npy(tmp_path, rng, trailing=(3, 2), dtype="float32"):
+    parts = [random_array(rng, (r, *trailing), dtype) for r in ROWS]
+    d = tmp_path / "npy"
+    d.mkdir()
+    for i, a in enumerate(parts):
+        np.save(d / f"shard_{i:04d}.npy", a)
+    return d, np.concatenate(parts)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "int16", "bool", "complex64", ">f8"])
+@pytest.mark.parametrize("threads", [1, 2, 7])
+def test_npy_equals_numpy_concatenate(tmp_path, dtype, threads):
+    rng = np.random.default_rng(len(dtype) + threads)
+    d, want = write_npy(tmp_path, rng, dtype=dtype)
+    got, info = snp.load(d, threads=threads, info=True)
+    assert got.dtype == want.dtype.newbyteorder("=") and got.flags.c_contiguous
+    np.testing.assert_array_equal(got, want)
+    assert info.target == "host" and info.total_rows == sum(ROWS)
+    assert 1 <= info.processors <= threads and info.tiles >= info.processors
+    assert info.bytes == got.nbytes and info.startup_s == 0.0
+
+
+def test_row_range_and_astype_match_numpy(tmp_path):
+    d, want = write_npy(tmp_path, np.random.default_rng(1))
+    for lo, hi in [(0, 0), (999, 1004), (1003, 7600), (0, sum(ROWS)), (7599, 7600)]:
+        got = snp.load(d, row_range=(lo, hi), astype="float64")
+        np.testing.assert_array_equal(got, want[lo:hi].astype("float64"))
+        assert got.dtype == np.float64
+    got = snp.load(d, row_range=slice(5, 20), astype=np.int8)  # numpy's cast: truncation
+    np.testing.assert_array_equal(got, want[5:20].astype(np.int8))
+    assert snp.load(d, astype=np.longdouble).dtype == np.longdouble  # no Legate type needed
+
+
+def test_a_layout_and_its_slices_are_taken(tmp_path):
+    d, want = write_npy(tmp_path, np.random.default_rng(2))
+    layout = shardload.discover(d)
+    np.testing.assert_array_equal(snp.load(layout), want)
+    np.testing.assert_array_equal(snp.load(layout.slice_rows(10, 4000)), want[10:4000])
+    with pytest.raises(TypeError, match="with a Layout"):
+        snp.load(layout, format="npy")
+
+
+def test_formats_match_their_own_readers(tmp_path):
+    rng = np.random.default_rng(3)
+    parts = [random_array(rng, (r, 4), "float64") for r in (700, 0, 1300, 5)]
+    want = np.concatenate(parts)
+    (tmp_path / "h5").mkdir()
+    (tmp_path / "pq").mkdir()
+    for i, a in enumerate(parts):
+        with h5py.File(tmp_path / "h5" / f"s_{i}.h5", "w") as f:
+            chunked = {"chunks": (min(64, len(a)), 4), "compression": "gzip"} if len(a) else {}
+            f.create_dataset("x", data=a, **chunked)
+        pq.write_table(pa.table({f"c{j}": a[:, j] for j in range(4)}),
+                       tmp_path / "pq" / f"s_{i}.parquet", row_group_size=128)
+    z = zarr.create_array(str(tmp_path / "one.zarr"), shape=want.shape, dtype=want.dtype,
+                          chunks=(256, 4), zarr_format=2)
+    z[:] = want
+    np.testing.assert_array_equal(snp.load(str(tmp_path / "h5" / "s_*.h5"), dataset="x"), want)
+    np.testing.assert_array_equal(snp.load(str(tmp_path / "pq" / "*.parquet")), want)
+    np.testing.assert_array_equal(snp.load(str(tmp_path / "one.zarr")), want)
+    cols = snp.load(str(tmp_path / "pq" / "*.parquet"), columns=["c2", "c0"], astype="float32")
+    np.testing.assert_array_equal(cols, want[:, [2, 0]].astype("float32"))
+
+
+def test_object_storage_matches_numpy(bucket, tmp_path):
+    d, want = write_npy(tmp_path, np.random.default_rng(4), trailing=(5,))
+    for p in sorted(d.iterdir()):
+        bucket.upload(f"d/{p.name}", p)
+    got = snp.load(bucket.url("d/"), storage_options=bucket.options, threads=3)
+    np.testing.assert_array_equal(got, want)
+
+
+def test_progress_reports_each_tile_and_an_exception_stops_the_load(tmp_path):
+    d, want = write_npy(tmp_path, np.random.default_rng(5))
+    seen = []
+    snp.load(d, threads=2, overdecompose=3, progress=seen.append)
+    stages = [p.stage for p in seen]
+    assert stages[0] == "discovered" and stages[-1] == "filled"
+    filling = [p for p in seen if p.stage == "filling"]
+    assert [p.tiles_done for p in filling] == list(range(1, len(filling) + 1))
+    assert filling[-1].tiles == len(filling) and seen[-1].bytes_done == want.nbytes
+    assert all(a.bytes_done <= b.bytes_done for a, b in zip(seen, seen[1:]))
+
+    class Stop(Exception):
+        pass
+
+    def stop(p):
+        if p.stage == "filling":
+            raise Stop
+
+    with pytest.raises(Stop):
+        snp.load(d, threads=2, progress=stop)
+    with pytest.raises(TypeError, match="progress"):
+        snp.load(d, progress="yes")
+
+
+def test_a_shard_changed_after_discovery_is_a_read_error_naming_it(tmp_path):
+    d, _ = write_npy(tmp_path, np.random.default_rng(6))
+    layout = shardload.discover(d)
+    victim = d / "shard_0003.npy"
+    a = np.load(victim)
+    np.save(victim, a + 1)  # same size, new contents and mtime
+    with pytest.raises(shardload.ShardReadError, match="shard_0003.npy"):
+        snp.load(layout, threads=2)
+    os.remove(victim)
+    with pytest.raises(shardload.ShardReadError, match="shard_0003.npy"):
+        snp.load(layout, threads=2)
+
+
+def test_arguments_are_checked_as_load_checks_them(tmp_path):
+    d, _ = write_npy(tmp_path, np.random.default_rng(7))
+    with pytest.raises(ValueError, match="threads"):
+        snp.load(d, threads=0)
+    with pytest.raises(TypeError, match="threads"):
+        snp.load(d, threads=1.5)
+    with pytest.raises(ValueError, match="overdecompose"):
+        snp.load(d, overdecompose=0)
+    with pytest.raises(ValueError, match="past the end"):
+        snp.load(d, row_range=(0, sum(ROWS) + 1))
+    with pytest.raises(ValueError, match="astype"):
+        snp.load(d, astype="U3")
+    with pytest.raises(TypeError, match="no_such_option"):
+        snp.load(d, no_such_option=1)
+    with pytest.raises(shardload.SourceNotFoundError):
+        snp.load(tmp_path / "absent")
+
+
+def test_threads_of_the_caller_may_load_at_once(tmp_path):
+    d, want = write_npy(tmp_path, np.random.default_rng(8))
+    got: list = [None] * 4
+
+    def run(i):
+        got[i] = snp.load(d, row_range=(i * 100, i * 100 + 3000), threads=2)
+
+    workers = [threading.Thread(target=run, args=(i,)) for i in range(4)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    for i in range(4):
+        np.testing.assert_array_equal(got[i], want[i * 100:i * 100 + 3000])
+
+
+def test_no_runtime_is_imported(tmp_path):
+    d, _ = write_npy(tmp_path, np.random.default_rng(9))
+    code = ("import sys, shardload.numpy as snp\n"
+            f"a = snp.load({str(d)!r})\n"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in "
+            "('legate', 'cupynumeric')))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True)
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr
