@@ -728,6 +728,7 @@ class Hdf5Reader final : public ShardReader {
       return hdf5_failure(ErrorCode::kFormat,
                           path + ": '" + d.name + "' is not a readable dataset: ");
     }
+    SHARDLOAD_RETURN_IF_ERROR(check_in_the_shard(d, path));
     SHARDLOAD_RETURN_IF_ERROR(check_external_files(d, path));
     Hid space(api_.H5Dget_space(d.dataset.get()), api_.H5Sclose);
     const H5S_class_t sc =
@@ -751,6 +752,28 @@ class Hdf5Reader final : public ShardReader {
       }
     }
     return d;
+  }
+
+  // HDF5 follows an external link into another file, and the offsets and chunk addresses it
+  // then gives are that file's: the direct paths would read them from the shard's bytes (other
+  // data, silently), the end-of-file checks would measure the wrong file, and a manifest's
+  // checksum covers the shard alone. H5Iget_file_id gives back the shard's own id for a
+  // dataset stored in it, and another id for a file HDF5 opened on the way.
+  Status check_in_the_shard(const OpenDataset& d, const std::string& path) {
+    Hid owner(api_.H5Iget_file_id(d.dataset.get()), api_.H5Fclose);
+    if (!owner.valid()) {
+      return hdf5_failure(ErrorCode::kFormat,
+                          path + ": dataset '" + d.name + "': the file holding it: ");
+    }
+    if (owner.get() == d.file.get()) return Status::ok();
+    std::string other(PATH_MAX + 1, '\0');
+    const ssize_t n = api_.H5Fget_name(owner.get(), other.data(), other.size());
+    other.resize(n > 0 ? std::min<std::size_t>(static_cast<std::size_t>(n), PATH_MAX) : 0);
+    return Status(ErrorCode::kFormat,
+                  path + ": dataset '" + d.name + "' is stored in another file (" +
+                      (other.empty() ? std::string("unnamed") : other) +
+                      ") that an external link leads to; only datasets stored in the shard "
+                      "itself are read (name that file as the shard instead)");
   }
 
   // A dataset with external storage has its data in files that HDF5 opens

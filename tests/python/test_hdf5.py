@@ -908,3 +908,92 @@ def test_chunks_never_written_without_a_fill_value_are_refused(tmp_path: pathlib
         shardload.discover(tmp_path, format="hdf5")
     assert (f"{path}: dataset '/data': some of its chunks were never written and it has no "
             "fill value") in str(e.value), str(e.value)
+
+
+# --- a third pass: links, virtual and compact datasets, filters on the HDF5 path -------------
+
+@pytest.mark.parametrize("link", ["dataset", "group", "gzip"])
+def test_a_dataset_in_another_file_through_an_external_link_is_refused(tmp_path: pathlib.Path,
+                                                                       link: str) -> None:
+    """h5py follows an external link into another file; the offsets and chunk addresses HDF5
+    gives are then that file's, while the direct paths read them from the shard (before: the
+    shard's own bytes at that offset, 42s where h5py reads 0..9). Refused naming both files."""
+    other = tmp_path / "other.h5"
+    with h5py.File(other, "w") as f:
+        if link == "gzip":
+            f.create_dataset("g/y", data=np.arange(1000.0), chunks=(100,), compression="gzip")
+        else:
+            f["g/y"] = np.arange(10.0)
+    path = tmp_path / "shard_0000.h5"
+    with h5py.File(path, "w") as f:
+        f["pad"] = np.full(50_000, 42.0)
+        if link == "group":
+            f["x"] = h5py.ExternalLink("other.h5", "/g")
+        else:
+            f["x/y"] = h5py.ExternalLink("other.h5", "/g/y")
+    with h5py.File(path, "r") as f:
+        assert f["x/y"][0] == 0.0  # h5py follows it
+    with pytest.raises(shardload.LayoutError) as e:
+        shardload.discover(path, dataset="x/y")
+    msg = str(e.value)
+    assert (f"{path}: dataset '/x/y' is stored in another file ({other})" in msg
+            and "external link" in msg), msg
+
+
+def _compact(f: h5py.File, name: bytes, a: np.ndarray) -> None:
+    dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+    dcpl.set_layout(h5py.h5d.COMPACT)
+    space = h5py.h5s.create_simple(a.shape)
+    h5py.h5d.create(f.id, name, h5py.h5t.NATIVE_DOUBLE, space, dcpl=dcpl).write(
+        h5py.h5s.ALL, h5py.h5s.ALL, a)
+
+
+@pytest.mark.parametrize("case", ["vds", "vds source missing", "vds source short", "soft link",
+                                  "dangling soft link", "compact", "scaleoffset int",
+                                  "scaleoffset float", "scaleoffset+gzip", "nbit"])
+def test_links_virtual_compact_and_hdf5_filters_read_as_h5py_does_or_are_refused(
+        tmp_path: pathlib.Path, case: str) -> None:
+    path = tmp_path / "shard_0000.h5"
+    if case.startswith("vds"):
+        for i in range(2):
+            with h5py.File(tmp_path / f"src{i}.h5", "w") as f:
+                f["x"] = np.arange(100.0) + 100 * i
+        lay = h5py.VirtualLayout(shape=(200,), dtype="f8")
+        for i in range(2):
+            lay[i * 100:(i + 1) * 100] = h5py.VirtualSource(str(tmp_path / f"src{i}.h5"), "x",
+                                                            shape=(100,))
+        with h5py.File(path, "w") as f:
+            f.create_virtual_dataset("x", lay, fillvalue=-1)
+        if case != "vds":
+            (tmp_path / "src1.h5").unlink()
+        if case == "vds source short":
+            with h5py.File(tmp_path / "src1.h5", "w") as f:
+                f["x"] = np.arange(50.0)
+    with h5py.File(path, "a") as f:
+        if case == "soft link":
+            f["y"] = np.arange(10.0)
+            f["x"] = h5py.SoftLink("/y")
+        elif case == "dangling soft link":
+            f["x"] = h5py.SoftLink("/nowhere")
+        elif case == "compact":
+            _compact(f, b"x", np.arange(100.0))
+        elif case == "scaleoffset int":
+            f.create_dataset("x", data=np.arange(1000, dtype="i4"), chunks=(100,), scaleoffset=0)
+        elif case == "scaleoffset float":
+            f.create_dataset("x", data=np.arange(1000) * 0.001, chunks=(100,), scaleoffset=2)
+        elif case == "scaleoffset+gzip":
+            f.create_dataset("x", data=np.arange(1000, dtype="i4"), chunks=(100,), scaleoffset=0,
+                             compression="gzip")
+        elif case == "nbit":
+            f.create_dataset("x", data=np.arange(1000, dtype="i4"), chunks=(100,),
+                             compression=h5py.h5z.FILTER_NBIT)
+    try:
+        with h5py.File(path, "r") as f:
+            want = f["x"][()]
+    except (OSError, KeyError):
+        want = None
+    if want is None:
+        with pytest.raises(shardload.Error, match=rf"{path}: .*'/x'"):
+            shardload.discover(path, dataset="x").read()
+        return
+    np.testing.assert_array_equal(shardload.discover(path, dataset="x").read(), want)
