@@ -188,7 +188,9 @@ log "README.md's command-line and Python examples, as written, in a scratch dire
 readme=$WORK/readme
 mkdir -p "$readme"
 awk '/^## Command line/{c=1} c && /^```sh/{p=1; next} p && /^```/{exit} p' README.md >"$readme/cli.sh"
-awk '/^```python/{p=1; next} p && /^```/{exit} p' README.md >"$readme/example.py"
+# Every Python block of the README's "Python" section, one after another (NumPy, Legate, ...).
+awk '/^## Python/{c=1; next} c && /^## /{exit} c && /^```python/{p=1; next} p && /^```/{p=0; next} p' \
+  README.md >"$readme/example.py"
 [ -s "$readme/cli.sh" ] && [ -s "$readme/example.py" ] || { echo "README.md: no examples found"; exit 1; }
 (cd "$readme" && clean bash -euo pipefail cli.sh >/dev/null) || { echo "README.md's CLI example failed"; exit 1; }
 ln -s demo-data "$readme/data"

@@ -99,7 +99,23 @@ def empty(layout: Layout, where: str) -> np.ndarray:
                                f"process's memory: {e}") from None
 
 
-ProgressArg = "Callable[[LoadProgress], object] | bool | None"
+def check_out(where: str, out: object, shape: tuple, dtype: np.dtype) -> None:
+    """``out=``: a writable C-contiguous numpy array of exactly ``shape`` and ``dtype``."""
+    if not isinstance(out, np.ndarray):
+        raise TypeError(f"{where}: out= must be a numpy.ndarray, found {_found(out)}")
+    problems = []
+    if tuple(out.shape) != tuple(shape):
+        problems.append(f"shape {tuple(out.shape)}, expected {tuple(shape)}")
+    if out.dtype != dtype:
+        problems.append(f"dtype {out.dtype}, expected {dtype}")
+    if not out.flags.c_contiguous:
+        problems.append("not C-contiguous")
+    if not out.flags.writeable:
+        problems.append("not writable")
+    if problems:
+        raise ValueError(f"{where}: out= has " + "; ".join(problems))
+
+
 
 
 class _Reporter:

@@ -57,6 +57,27 @@ def test_row_range_and_astype_match_numpy(tmp_path):
     assert snp.load(d, astype=np.longdouble).dtype == np.longdouble  # no Legate type needed
 
 
+def test_out_is_filled_in_place_and_checked(tmp_path):
+    d, want = write_npy(tmp_path, np.random.default_rng(10))
+    out = np.full(want.shape, -1, want.dtype)
+    assert snp.load(d, out=out, threads=2) is out
+    np.testing.assert_array_equal(out, want)
+    cast = np.zeros((20, *want.shape[1:]), np.float64)
+    assert snp.load(d, row_range=(3, 23), astype="float64", out=cast) is cast
+    np.testing.assert_array_equal(cast, want[3:23].astype(np.float64))
+    for bad, message in [(np.zeros(want.shape, np.float64), "dtype float64, expected float32"),
+                         (np.zeros((5, 3, 2), want.dtype), r"shape \(5, 3, 2\)"),
+                         (np.zeros(want.shape[::-1], want.dtype).T, "not C-contiguous")]:
+        with pytest.raises(ValueError, match=message):
+            snp.load(d, out=bad)
+    frozen = np.zeros_like(want)
+    frozen.flags.writeable = False
+    with pytest.raises(ValueError, match="not writable"):
+        snp.load(d, out=frozen)
+    with pytest.raises(TypeError, match="out="):
+        snp.load(d, out=[0])
+
+
 def test_a_layout_and_its_slices_are_taken(tmp_path):
     d, want = write_npy(tmp_path, np.random.default_rng(2))
     layout = shardload.discover(d)
