@@ -92,6 +92,15 @@ def redact_secrets(text: AnyStr) -> AnyStr:
     keys, compared without case, and the password of a URL's user part), as in every
     error's message and printout; public as ``shardload.redact_secrets``."""
 def verify_on_host(path: _Path) -> list[tuple[int, str, str]]: ...
+def host_load(
+    layout: Layout, out: np.ndarray[Any, Any], threads: int = 0, overdecompose: int = 4,
+    progress: Callable[[int, int, int], object] | None = None,
+) -> dict[str, Any]:
+    """Fills ``out`` (C-contiguous, the layout's dtype and bytes) with every row of ``layout``
+    on the engine's threads (0: one per core), the GIL released; ``progress(tiles_done, tiles,
+    rows_done)`` after each tile. {"tiles", "tile_rows", "threads", "fill_s"}"""
+def default_host_threads() -> int:
+    """The cores this process may run on."""
 def _process_state() -> dict[str, Any]:
     """{"posix_io": the address of libshardload's I/O backend, "readers": the names of the
     readers registered in C++}"""
