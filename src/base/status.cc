@@ -4,6 +4,8 @@
 #include <array>
 #include <cctype>
 #include <string_view>
+#include <unordered_set>
+#include <vector>
 
 #include "base/detail/secrets.hpp"
 #include "shardload/io.hpp"
@@ -178,7 +180,7 @@ std::string redact_query(std::string_view text) {
 // take one), replaced by "***". The authority ends at the first '/', '?' or '#' (RFC 3986)
 // or white space, and the user part at its last '@': a quote or a bracket in the password
 // is still the password.
-std::string redact_user_info(std::string_view text) {
+std::string redact_user_info(std::string_view text, std::vector<std::string>& hidden) {
   std::string out;
   out.reserve(text.size());
   std::size_t done = 0;
@@ -218,10 +220,61 @@ std::string redact_user_info(std::string_view text) {
     const std::size_t colon = text.substr(start, at).find(':');
     const std::size_t hide = colon == std::string_view::npos ? start : start + colon + 1;
     out.append(text.substr(done, hide - done));
-    if (start + at > hide) out += "***";
+    if (start + at > hide) {
+      out += "***";
+      hidden.emplace_back(text.substr(hide, start + at - hide));
+    }
     done = start + at;
   }
   out.append(text.substr(done));
+  return out;
+}
+
+// Each echo elsewhere in the text of a user part's secret that redact_user_info hid: a
+// store's message quotes the path it was given, user part and all but without the scheme
+// ("got a URI: 'AK:secret@bucket/key'", "in bucket 'TOKEN@bucket'"), where no "://" shows
+// it is one. An echo ends at an '@' (the authority's end); the word before it is looked at
+// once, back to the previous '@', quote or space, so a text costs its length.
+std::string hide_echoes(std::string text, const std::vector<std::string>& hidden) {
+  std::unordered_set<std::string> secrets;
+  for (const std::string& h : hidden) {
+    secrets.insert(h);
+    std::string decoded;  // the password as the store may quote it, percent-decoded
+    for (std::size_t i = 0; i < h.size(); ++i) {
+      if (h[i] == '%' && i + 2 < h.size() && hex_value(h[i + 1]) >= 0 && hex_value(h[i + 2]) >= 0) {
+        decoded += static_cast<char>(hex_value(h[i + 1]) * 16 + hex_value(h[i + 2]));
+        i += 2;
+      } else {
+        decoded += h[i];
+      }
+    }
+    if (decoded != h) secrets.insert(std::move(decoded));
+  }
+  const auto is_secret = [&](std::string_view word) {
+    return secrets.count(std::string(word)) != 0;
+  };
+  std::string out;
+  out.reserve(text.size());
+  std::size_t done = 0;
+  for (std::size_t at = text.find('@'); at != std::string::npos; at = text.find('@', at + 1)) {
+    std::size_t begin = at;
+    while (begin > done && text[begin - 1] != '@' && text[begin - 1] != '\'' &&
+           text[begin - 1] != '"' && text[begin - 1] != '`' && !is_space(text[begin - 1])) {
+      --begin;
+    }
+    const std::string_view word(text.data() + begin, at - begin);
+    // "user:password" (the password after the first ':') or a token as the whole user part.
+    std::size_t from = begin;
+    if (!is_secret(word)) {
+      const std::size_t colon = word.find(':');
+      if (colon == std::string_view::npos || !is_secret(word.substr(colon + 1))) continue;
+      from = begin + colon + 1;
+    }
+    out.append(text, done, from - done);
+    out += "***";
+    done = at;
+  }
+  out.append(text, done);
   return out;
 }
 
@@ -241,7 +294,9 @@ bool is_secret_query_key(std::string_view key) {
 
 std::string redact_secrets(std::string text) {
   if (text.find('@') != std::string::npos && text.find("://") != std::string::npos) {
-    text = redact_user_info(text);
+    std::vector<std::string> hidden;
+    text = redact_user_info(text, hidden);
+    if (!hidden.empty()) text = hide_echoes(std::move(text), hidden);
   }
   if (text.find('=') == std::string::npos) return text;
   return redact_query(text);
