@@ -101,6 +101,11 @@ def host_load(
     rows_done)`` after each tile. {"tiles", "tile_rows", "threads", "fill_s"}"""
 def default_host_threads() -> int:
     """The cores this process may run on."""
+def host_save(
+    array: np.ndarray[Any, Any], dest: bytes, num_shards: int, shard_rows: Sequence[int],
+    format: str, overwrite: bool, manifest: bool, checksum: str, threads: int = 0,
+) -> dict[str, Any]:
+    """Writes a C-contiguous native-endian array as a sharded dataset (shardload.numpy.save)."""
 def _process_state() -> dict[str, Any]:
     """{"posix_io": the address of libshardload's I/O backend, "readers": the names of the
     readers registered in C++}"""
@@ -112,6 +117,12 @@ def register_python_reader(
 ) -> None:
     """Registers a trampoline reader in libshardload's registry (shardload.register_reader);
     ValueError when the registry refuses the name or an extension."""
-def plan(rows: Sequence[int], processors: int, overdecompose: int = 1) -> dict[str, Any]:
+def plan(
+    rows: Sequence[int], processors: int, overdecompose: int = 1, unit_rows: int = 0,
+    units_aligned: bool = False,
+) -> dict[str, Any]:
     """{"tile_rows": int, "tiles": int, "uniform": bool,
     "pieces": [[(shard, lo, hi, dst_row), ...] per tile]}"""
+def unit_grid(layout: Layout) -> tuple[int, bool]:
+    """The layout's decode unit grid as the plan sees it: (unit_rows, units_aligned),
+    unit_rows 0 when no shard has units."""
