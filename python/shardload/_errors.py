@@ -12,6 +12,16 @@ class Error(Exception):
         # OSError's own __str__ would show errno and filename instead of the message.
         return str(self.args[0]) if len(self.args) == 1 else super().__str__()
 
+    def __reduce__(self) -> tuple:
+        # OSError pickles a one-argument error as its args alone, so an error sent from another
+        # process (a dask.distributed worker) would arrive without its filename and errno.
+        state = dict(self.__dict__)
+        if isinstance(self, OSError):
+            for name in ("errno", "filename", "filename2"):
+                if getattr(self, name) is not None:
+                    state[name] = getattr(self, name)
+        return (type(self), self.args, state or None)
+
 
 class LayoutError(Error, ValueError):
     """The shards do not form a valid dataset (missing, mismatched, malformed); a ValueError."""

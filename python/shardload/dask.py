@@ -1,0 +1,221 @@
+"""The Dask front end: a sharded dataset, or a row range of it, as a lazy ``dask.array.Array``.
+
+``shardload.dask.load`` is ``da.from_zarr`` / ``da.from_npy_stack`` for any dataset shardload
+reads: the same discovery, validation and formats as :func:`shardload.load`, discovered once in
+the calling process. Each chunk along axis 0 is one engine tile, read by one engine call
+(positional reads straight into the chunk's array) on whichever worker computes it::
+
+    import shardload.dask
+
+    x = shardload.dask.load("data/")                  # chunks: the engine's tiles
+    y = shardload.dask.load("s3://bucket/ds/", chunks="256 MiB", astype="float32")
+    y.mean(axis=0).compute()                          # threaded scheduler or dask.distributed
+
+Chunks. Axis 0 is cut on the read plan of :func:`shardload.load` and
+:func:`shardload.numpy.load` (``_core.plan``): by default about ``overdecompose`` (4) tiles per
+worker thread, the threads being those of the ``dask.distributed`` client in use, else this
+machine's cores (the threaded scheduler's pool). ``chunks=`` an int asks for that many rows per
+chunk, a str (``"128 MiB"``, ``"1GB"``) for that many bytes of the result per chunk. Either way
+the size is moved onto the dataset's decode-unit grid as the plan moves its tiles: where every
+Zarr/HDF5 chunk or Parquet row group starts on a multiple of ``u`` rows (one chunked store, or
+shards whose rows are multiples of ``u``), chunks are a multiple of ``u`` rows, so no unit is
+decoded by two chunks; otherwise chunks are at least the largest unit long, so a unit is decoded
+by at most two. Trailing axes are never cut. Chunks are equal but the last.
+
+The graph holds the :class:`~shardload.Layout` once, under its own key, and one small task per
+chunk, ``(read, layout key, lo, hi)``, that depends on it: it grows with the chunks, not with
+the shards or the options, and ``dask.distributed`` ships the layout to a worker once. A worker
+reads only the shards its chunks cover, and of those only the chunks' rows.
+
+Errors. Arguments and the dataset are checked here, as :func:`shardload.load` checks them,
+before any graph exists. A shard that changed or vanished after discovery fails the chunk that
+reads it with :class:`~shardload.ShardReadError` naming the file and rows, which ``compute()``
+raises in the caller (on ``dask.distributed`` too, ``filename`` included).
+
+Writing a Dask array (``save``) is not offered: the engine's save runs under Legate only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sys
+from typing import TYPE_CHECKING, Any, Mapping, Optional, Unpack
+
+import numpy as np
+
+from . import _core, _frontend
+from ._api import DiscoverOptions, DTypeLike, Layout, SourceLike, _found, _int
+
+if TYPE_CHECKING:
+    import dask.array
+
+__all__ = ["load"]
+
+
+def load(
+    source: SourceLike | Layout,
+    *,
+    chunks: int | str | None = None,
+    row_range: "tuple[int | None, int | None] | slice | None" = None,
+    astype: DTypeLike | None = None,
+    threads: int = 1,
+    overdecompose: int = _frontend.DEFAULT_OVERDECOMPOSE,
+    reader: str | None = None,
+    storage_options: Mapping[str, str] | None = None,
+    **options: Unpack[DiscoverOptions],
+) -> "dask.array.Array":
+    """A lazy ``dask.array.Array`` of a sharded dataset, chunked along axis 0 by the read plan.
+
+    The source is discovered and validated now, in this process, as by
+    :func:`shardload.discover` (whose keyword arguments this function shares: ``format``,
+    ``pattern``, ``columns``, ``dtype``, ...), or passed as a :class:`Layout`. Nothing else is
+    read until the array is computed.
+
+    Args:
+        source: a directory, numbered pattern, glob, list of paths (local, ``s3://`` or
+            ``http(s)://``), or a Layout.
+        chunks: rows per chunk along axis 0: None (or ``"auto"``) for the engine's tiles, about
+            ``overdecompose`` per worker thread; an int >= 1 for that many rows; a str such as
+            ``"64 MiB"`` for that many bytes of the result. Moved onto the decode-unit grid
+            (see the module's documentation), and never more than all the rows.
+        row_range: rows ``(lo, hi)`` or a slice ``lo:hi``: the array holds only those rows, and
+            only the shards they cover are read.
+        astype: the dtype of the result, cast after each chunk's read as ``ndarray.astype``
+            does (Parquet/Arrow columns that convert without loss decode straight into it).
+        threads: engine threads per chunk, an int >= 1 (1: Dask runs the chunks in parallel).
+        overdecompose: tiles per worker thread when ``chunks`` is None, an int >= 1.
+        reader: the name of a Python reader (:func:`shardload.register_reader`); it must be
+            registered under that name in every worker process too.
+        storage_options: object storage options, as for :func:`shardload.discover`; they travel
+            inside the layout to the workers.
+
+    Returns:
+        A ``dask.array.Array`` of the dataset's shape and dtype (``astype`` if given).
+
+    Raises:
+        TypeError, ValueError: an argument is wrong; the message names it.
+        LayoutError: the files do not form a valid dataset.
+        ImportError: Dask is not installed.
+        ShardReadError (from ``compute()``): a chunk's read failed; the message names the file
+            and the rows.
+    """
+    where = "shardload.dask.load"
+    try:
+        import dask.array as da
+        from dask.base import tokenize
+    except ImportError:
+        raise ImportError(f"{where} needs dask (pip install 'dask[array]')") from None
+    n_threads = _int("threads", threads)
+    if n_threads < 1:
+        raise ValueError(f"threads: expected an int >= 1, found {n_threads}")
+    k = _frontend.overdecompose_arg(overdecompose)
+    rows_arg = _chunks_arg(chunks)
+    prepared = _frontend.prepare(where, source, row_range=row_range, astype=astype,
+                                 reader=reader, storage_options=storage_options,
+                                 options=options)
+    layout = prepared.layout
+    dtype = prepared.dtype
+    bounds = chunk_bounds(layout, rows_arg, dtype=dtype, overdecompose=k)
+    cast = prepared.cast
+
+    token = tokenize(hashlib.sha256(layout.encode()).hexdigest(), bounds, str(cast), n_threads)
+    name = f"shardload-{token}"
+    layout_key = f"shardload-layout-{token}"
+    trailing_zeros = (0,) * (layout.ndim - 1)
+    graph: dict[Any, Any] = {layout_key: layout}
+    for i, (lo, hi) in enumerate(zip(bounds[:-1], bounds[1:])):
+        graph[(name, i, *trailing_zeros)] = (_read_chunk, layout_key, lo, hi, cast, n_threads)
+    chunks_out = (tuple(hi - lo for lo, hi in zip(bounds[:-1], bounds[1:])),) + tuple(
+        (d,) for d in layout.trailing_shape)
+    meta = np.empty((0,) * layout.ndim, dtype)
+    from dask.highlevelgraph import HighLevelGraph
+
+    hlg = HighLevelGraph.from_collections(name, graph, dependencies=())
+    return da.Array(hlg, name, chunks_out, meta=meta)
+
+
+def _read_chunk(layout: Layout, lo: int, hi: int, cast: Optional[np.dtype],
+                threads: int) -> np.ndarray:
+    """One chunk: rows [lo, hi) of ``layout`` read by one engine call into a new array."""
+    if threads == 1:
+        # The serial fill of the whole layout's rows: an error then names the array's rows,
+        # not those of a one-chunk layout.
+        out = layout.read(lo, hi)
+    else:
+        part = layout.slice_rows(lo, hi)
+        out = np.empty(part.shape, part.dtype)
+        if part.nbytes:
+            _core.host_load(part, out, threads, threads, None)
+    return out if cast is None else out.astype(cast)
+
+
+def _chunks_arg(value: object) -> int | str | None:
+    """``chunks=``: None or "auto", an int >= 1 (rows) or a byte size str (bytes)."""
+    if value is None or (isinstance(value, str) and value.strip().lower() == "auto"):
+        return None
+    if isinstance(value, str):
+        from dask.utils import parse_bytes
+
+        try:
+            n = parse_bytes(value)
+        except (ValueError, TypeError):
+            raise ValueError(f"chunks: expected rows (an int), a byte size such as '64 MiB', "
+                             f"'auto' or None, found {value!r}") from None
+        if n < 1:
+            raise ValueError(f"chunks: a byte size must be at least 1 byte, found {value!r}")
+        return value
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"chunks: expected rows (an int), a byte size such as '64 MiB', "
+                        f"'auto' or None, found {_found(value)}")
+    if int(value) < 1:
+        raise ValueError(f"chunks: expected at least 1 row per chunk, found {int(value)}")
+    return int(value)
+
+
+def _worker_threads() -> int:
+    """The threads that will compute the chunks: the dask.distributed client's in use (only
+    looked for when distributed is already imported), else this machine's cores."""
+    if "distributed" in sys.modules:
+        try:
+            from distributed import default_client
+
+            n = sum(default_client().nthreads().values())
+            if n > 0:
+                return int(n)
+        except (ValueError, OSError):
+            pass  # no client: the local schedulers' pool
+    return max(1, int(_core.default_host_threads()))
+
+
+def chunk_bounds(layout: Layout, chunks: int | str | None = None, *,
+                 dtype: Optional[np.dtype] = None, processors: Optional[int] = None,
+                 overdecompose: int = _frontend.DEFAULT_OVERDECOMPOSE) -> list[int]:
+    """The chunk boundaries along axis 0 ``[0, b1, ..., total_rows]`` that :func:`load` uses:
+    the read plan's tiles for ``chunks=None`` (``processors`` worker threads, by default
+    those of the client in use or this machine's cores), else ``chunks`` rows or bytes (of
+    ``dtype``, default the layout's) moved onto the decode-unit grid."""
+    total = layout.total_rows
+    if total == 0:
+        return [0, 0]
+    unit_rows, aligned = _core.unit_grid(layout)
+    if chunks is None:
+        p = processors if processors is not None else _worker_threads()
+        plan = _core.plan(layout.shard_rows, p, overdecompose, unit_rows, aligned)
+        rows = int(plan["tile_rows"])
+    else:
+        if isinstance(chunks, str):
+            from dask.utils import parse_bytes
+
+            dt = np.dtype(dtype) if dtype is not None else layout.dtype
+            row_bytes = dt.itemsize * int(np.prod(layout.trailing_shape, dtype=np.int64))
+            rows = max(1, parse_bytes(chunks) // row_bytes) if row_bytes else total
+        else:
+            rows = chunks
+        rows = min(rows, total)
+        # The plan's rule (plan.hpp "Decode units"), kept in step with make_plan.
+        if unit_rows > 0:
+            if aligned:
+                rows = min(total, -(-rows // unit_rows) * unit_rows)
+            else:
+                rows = max(rows, min(unit_rows, total))
+    return list(range(0, total, rows)) + [total]
