@@ -1,0 +1,223 @@
+"""shardload.jax.load against numpy: one process with 2 CPU devices (several formats, ragged
+shards with empty ones, 3-D rows, astype, row_range, custom and replicated shardings, s3://,
+a shard changed after discovery), and 2 processes x 2 CPU devices over loopback, each
+process able to open only the files of its own rows, a shard gone on one process reaching
+both as an error, and a process that never calls not hanging the other.
+
+JAX needs its device count before it is imported, so every configuration runs in processes of
+its own (jax_worker.py); this process never imports jax."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import pickle
+import shutil
+import socket
+import subprocess
+import sys
+
+import h5py
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import zarr
+
+import shardload
+
+HERE = pathlib.Path(__file__).resolve().parent
+WORKER = HERE / "jax_worker.py"
+ROWS = [37, 0, 51, 6, 0, 66, 32]  # 192 rows: 8 | 192, shard edges off every device's edge
+TRAILING = (3, 4)
+
+
+def shards(dtype: str, seed: int = 5) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return [(rng.standard_normal((r,) + TRAILING) * 100).astype(dtype) for r in ROWS]
+
+
+def write(fmt: str, d: pathlib.Path, arrays: list[np.ndarray]) -> pathlib.Path:
+    d.mkdir(parents=True)
+    for i, a in enumerate(arrays):
+        name = d / f"shard_{i:02d}"
+        if fmt == "npy":
+            np.save(f"{name}.npy", a)
+        elif fmt == "hdf5":
+            with h5py.File(f"{name}.h5", "w") as f:
+                f.create_dataset("x", data=a, chunks=(8,) + TRAILING,
+                                 maxshape=(None,) + TRAILING, compression="gzip")
+        elif fmt == "zarr":
+            z = zarr.create_array(store=f"{name}.zarr", shape=a.shape, dtype=a.dtype,
+                                  chunks=(16, 3, 2), zarr_format=3)
+            z[:] = a
+        elif fmt == "parquet":
+            flat = a.reshape(len(a), 12)
+            pq.write_table(pa.table({f"c{j}": flat[:, j] for j in range(3)}),
+                           f"{name}.parquet", row_group_size=10)
+    return d
+
+
+def run(args: list[str], timeout: float = 60) -> None:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(HERE.parents[1] / "python")] + os.environ.get("PYTHONPATH", "").split(os.pathsep))}
+    r = subprocess.run([sys.executable, str(WORKER)] + args, capture_output=True, text=True,
+                       timeout=timeout, env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_one_process_two_devices_equals_numpy(tmp_path: pathlib.Path, bucket) -> None:
+    f32 = shards("float32")
+    expected = np.concatenate(f32)
+    npy = write("npy", tmp_path / "npy", f32)
+    h5 = write("hdf5", tmp_path / "h5", shards("float64", 6))
+    zr = write("zarr", tmp_path / "zarr", shards("int16", 7))
+    pqd = write("parquet", tmp_path / "pq", shards("float32", 8))
+    for i, a in enumerate(f32):
+        bucket.put_npy(f"d/shard_{i:02d}.npy", a)
+    # A shard rewritten after discovery with other bytes of the same size.
+    changed = write("npy", tmp_path / "changed", f32)
+    layout = shardload.discover(changed)
+    (tmp_path / "layout.pickle").write_bytes(pickle.dumps(layout))
+    np.save(changed / "shard_05.npy", f32[5] + 1)
+
+    cases = [
+        ("npy", str(npy), "default", {}),
+        ("npy_reversed", str(npy), "reversed", {}),
+        ("npy_replicated", str(npy), "replicated", {"row_range": [5, 105]}),
+        ("npy_rows_and_trailing", str(npy), "rows_and_trailing", {"astype": "float16"}),
+        ("npy_trailing_only", str(npy), "trailing_only", {"astype": "int32"}),
+        ("npy_rows", str(npy), "default", {"row_range": [36, 96]}),
+        ("hdf5", str(h5), "default", {}),
+        ("zarr", str(zr), "reversed", {"row_range": [40, 160]}),
+        ("parquet", str(pqd / "*.parquet"), "default", {}),
+        ("s3", bucket.url("d/"), "default", {"storage_options": bucket.options}),
+        ("uneven", str(npy), "default", {"row_range": [0, 191]}),
+        ("one_row", str(npy), "default", {"row_range": [7, 8]}),
+        ("long_double", str(npy), "default", {"astype": "longdouble"}),
+        ("bad_sharding", str(npy), "default", {"sharding": "rows"}),
+    ]
+    spec = {"devices": 2, "out": str(tmp_path),
+            "cases": [{"name": n, "source": s, "sharding": sh, "kwargs": kw}
+                      for n, s, sh, kw in cases]}
+    spec["cases"].append({"name": "changed", "source": str(tmp_path / "layout.pickle"),
+                          "layout": True})
+    (tmp_path / "spec.json").write_text(json.dumps(spec))
+    run(["single", str(tmp_path / "spec.json")])
+    records = json.loads((tmp_path / "records.json").read_text())
+
+    def got(name: str, oracle: np.ndarray) -> None:
+        r = records[name]
+        assert "error" not in r, (name, r)
+        a = np.load(tmp_path / f"{name}.npy")
+        assert a.dtype == oracle.dtype and r["dtype"] == str(oracle.dtype), (name, a.dtype)
+        np.testing.assert_array_equal(a, oracle, err_msg=name)
+        assert r["shards_equal"] and r["sharding_kept"] and len(r["shards"]) == 2, (name, r)
+
+    got("npy", expected)
+    got("npy_reversed", expected)
+    got("npy_replicated", expected[5:105])
+    got("npy_rows_and_trailing", expected.astype(np.float16))
+    got("npy_trailing_only", expected.astype(np.int32))
+    got("npy_rows", expected[36:96])
+    # Without jax_enable_x64 JAX has no float64: the array is float32, as jnp.asarray makes it.
+    got("hdf5", np.concatenate(shards("float64", 6)).astype(np.float32))
+    got("zarr", np.concatenate(shards("int16", 7))[40:160])
+    got("parquet", np.concatenate(shards("float32", 8)).reshape(-1, 12)[:, :3])
+    got("s3", expected)
+    # Which device holds which rows: the reversed mesh gives device 1 the first half.
+    assert sorted(records["npy_reversed"]["shards"]) == [
+        [0, repr((slice(96, 192, None), slice(None), slice(None)))],
+        [1, repr((slice(0, 96, None), slice(None), slice(None)))]]
+
+    uneven = records["uneven"]
+    assert uneven["error"] == "ValueError", uneven
+    assert "191 rows do not split evenly into the 2 pieces" in uneven["message"], uneven
+    assert "row_range of 190 rows" in uneven["message"], uneven
+    assert records["one_row"]["error"] == "ValueError", records["one_row"]
+    assert "fewer pieces" in records["one_row"]["message"], records["one_row"]
+    assert records["long_double"]["error"] == "TypeError", records["long_double"]
+    assert records["bad_sharding"]["error"] == "TypeError", records["bad_sharding"]
+    assert "sharding: expected a jax.sharding.Sharding" in records["bad_sharding"]["message"]
+    changed_r = records["changed"]
+    assert changed_r["error"] == "ShardReadError", changed_r
+    assert str(changed / "shard_05.npy") in changed_r["message"], changed_r
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_two_processes_read_their_rows_and_fail_together(tmp_path: pathlib.Path) -> None:
+    arrays = shards("float32")
+    expected = np.concatenate(arrays)
+    source = write("npy", tmp_path / "source", arrays)
+    dirs = []
+    for p in range(2):  # a copy each (own inodes): what one process deletes the other keeps
+        d = tmp_path / f"p{p}"
+        shutil.copytree(source, d)
+        shardload.index(d)
+        dirs.append(str(d))
+    spec = {"devices": 2, "processes": 2, "port": _free_port(), "out": str(tmp_path),
+            "dirs": dirs}
+    (tmp_path / "spec.json").write_text(json.dumps(spec))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(HERE.parents[1] / "python")] + os.environ.get("PYTHONPATH", "").split(os.pathsep))}
+    procs = [subprocess.Popen([sys.executable, str(WORKER), "multi",
+                               str(tmp_path / "spec.json"), str(p)], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for p in range(2)]
+    outputs = []
+    try:
+        for proc in procs:
+            outputs.append(proc.communicate(timeout=60)[0])
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    assert [p.returncode for p in procs] == [0, 0], outputs
+    r = [json.loads((tmp_path / f"multi_{p}.json").read_text()) for p in range(2)]
+
+    for p in range(2):
+        assert r[p]["devices"] == 4 and r[p]["local"] == 2, r[p]
+        np.testing.assert_array_equal(np.load(tmp_path / f"gathered_{p}.npy"), expected)
+        assert r[p]["sum"] == pytest.approx(float(expected.sum(dtype=np.float64)), rel=1e-5)
+        assert r[p]["uneven"]["error"] == "ValueError", r[p]
+        assert "191 rows do not split evenly into the 4 pieces" in r[p]["uneven"]["message"]
+    # Each process held half the rows, on its two devices, and the shards of the other half
+    # were deleted before it loaded: it opened none of them.
+    assert r[0]["rows"] == [0, 96] and r[1]["rows"] == [96, 192]
+    assert r[0]["shard_rows"] == [[0, 48], [48, 96]]
+    assert r[1]["shard_rows"] == [[96, 144], [144, 192]]
+    assert r[0]["kept"] == ["shard_00.npy", "shard_02.npy", "shard_03.npy", "shard_05.npy"]
+    assert r[1]["kept"] == ["shard_05.npy", "shard_06.npy"]
+
+    # A shard gone on process 1 after discovery: process 1 raises its own error, naming the
+    # file; process 0, whose rows were whole, raises the same type naming process 1 and the
+    # file, at once rather than at its timeout.
+    gone = r[1]["gone"]
+    for p in range(2):
+        fault = r[p]["fault"]
+        assert fault is not None and fault["error"] == "ShardReadError", (p, fault)
+        assert gone in fault["message"] and fault["filename"] == gone, (p, fault)
+        assert r[p]["fault_s"] < 30, r[p]
+    assert "process 1 failed (ShardReadError)" in r[0]["fault"]["message"]
+    # The engine counts tile rows within the range read: the message says which range.
+    assert r[1]["fault"]["message"].startswith(
+        "process 1, reading the array's rows [144, 192) (tile rows count from 144): ")
+    # Process 1 never calls the next load: process 0 gives up after its timeout of 1 s.
+    assert r[0]["alone"]["error"] == "TimeoutError", r[0]["alone"]
+    assert "process(es) [1] did not report" in r[0]["alone"]["message"]
+    assert 1.0 <= r[0]["alone_s"] < 10, r[0]["alone_s"]
+
+
+def test_import_shardload_does_not_import_jax() -> None:
+    code = ("import sys, shardload, shardload.numpy, shardload.jax; "
+            "assert 'jax' not in sys.modules, 'jax imported'")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       timeout=60, cwd=HERE)
+    assert r.returncode == 0, r.stderr
