@@ -1,0 +1,543 @@
+"""The training feed: per-rank batches of a sharded dataset, in a seeded global order that is the
+same for any number of ranks, resumable exactly from a state of a few dozen bytes.
+
+::
+
+    import shardload.feed
+
+    feed = shardload.feed.Feed("data/", batch_size=256, shuffle="row", seed=42)
+    for epoch in range(3):
+        feed.set_epoch(epoch)          # as torch's DistributedSampler.set_epoch
+        for batch in feed:             # numpy arrays of (256, *row_shape)
+            x = torch.from_dlpack(batch)   # no copy
+            ...
+            ckpt["feed"] = feed.state_dict()   # {"v": 1, "seed": 42, "epoch": 0, ...}
+
+    feed = shardload.feed.Feed("data/", batch_size=256)   # after a restart, any world size
+    feed.load_state_dict(ckpt["feed"])                    # the next sample, in O(1)
+
+**The global stream.** Each epoch's samples form one stream of ``n`` positions (``n`` the rows
+of the source, or of ``row_range``); position ``p`` is row ``order(seed, epoch)(p)``. The
+stream is cut into *steps* of ``world_size * batch_size`` positions; in each step rank ``r``
+takes the ``batch_size`` positions that start at ``r * batch_size``. The order does not depend
+on the world size, so a run that changes size goes on through the same stream.
+
+**Equal batches on every rank.** Every rank yields ``steps`` batches per epoch, the same
+number on every rank whatever the shard sizes: with ``drop_last=True`` (the default)
+``steps = (n - start) // (world_size * batch_size)`` and the last ``< world_size *
+batch_size`` positions of the stream are not served this epoch (with a shuffle they are other
+rows each epoch); with ``drop_last=False`` ``steps`` rounds up and the positions past the end
+wrap to the epoch's first ones (position ``p >= n`` serves position ``p mod n``), as
+``DistributedSampler`` pads.
+
+**Orders** (``shuffle=``), each a pure function of (seed, epoch) computed in O(1) memory per
+position through a keyed bijection on ``[0, n)`` (a Feistel network with cycle-walking,
+``shardload._feed_order``), never a materialised permutation:
+
+- ``"row"`` (or True): an exact uniform-looking shuffle of all rows. Each batch's rows are
+  sorted and read as runs of consecutive rows (one engine read per run), then put in order.
+- ``"block"``: the rows are cut into blocks of ``block_rows``; the blocks follow the
+  bijection over blocks; each window of ``window_blocks`` consecutive blocks of that order has
+  its rows shuffled by a bijection of its own. Reads are coalesced: one range read per block
+  (into a window buffer of ``block_rows * window_blocks`` rows that the window's batches are
+  gathered from). Each rank reads whole windows, so on ``w`` ranks each rank reads every
+  window its batches touch: cheap from page cache or a local disk, ``w`` times the bytes from
+  object storage.
+- ``"none"`` (or False, None): the rows in order; each batch is one contiguous read.
+
+**State and resume.** :meth:`Feed.state_dict` is a JSON-able dict of at most 256 bytes
+encoded: ``{"v": 1, "seed", "epoch", "position", "world_size", "rows", "batch_size",
+"shuffle", "drop_last"}``. ``position`` counts the global samples consumed this epoch: a step
+counts as consumed once this rank has yielded its batch of it (ranks of one DDP job yield in
+lock step; save the state of one rank, usually rank 0). :meth:`Feed.load_state_dict` sets the
+epoch and position and adopts the state's seed, order and ``drop_last`` (the stream is the
+saved one whatever the feed was built with); the next batch is computed from the position
+directly, in constant time. On another world size or batch size, the rest of the epoch,
+positions ``[position, n)``, is cut into steps of the new ``world_size * batch_size`` from
+``position``, so each remaining sample is served exactly once across the new ranks.
+The state after an epoch's last batch is already the next epoch at position 0.
+
+**Buffers.** Batches are C-contiguous numpy arrays, 64-byte aligned, which
+``np.from_dlpack``, ``torch.from_dlpack`` and ``jax.dlpack.from_dlpack`` /
+``jax.device_put`` (CPU) take without a copy (``jnp.asarray`` copies on CPU). A buffer is
+reused only when nothing else holds it (its reference count: the batch, a view of it, a
+tensor made from it through DLPack all hold it); a batch the caller keeps stays valid and the
+feed takes a new buffer instead. ``prefetch`` batches are read ahead in a background thread;
+the engine's reads release the GIL.
+"""
+
+from __future__ import annotations
+
+import collections
+import concurrent.futures
+import json
+import logging
+import sys
+import threading
+from typing import Any, Iterator, Mapping, Optional, Unpack
+
+import numpy as np
+
+from . import _core, _frontend
+from ._api import DiscoverOptions, DTypeLike, Layout, SourceLike, _found, _int
+from ._feed_order import Order
+
+__all__ = ["Feed", "STATE_MAX_BYTES", "world"]
+
+logger = logging.getLogger("shardload")
+
+STATE_MAX_BYTES = 256
+"""The largest JSON encoding of :meth:`Feed.state_dict` (``json.dumps(state)``)."""
+
+_STATE_VERSION = 1
+_ALIGN = 64  # XLA's CPU client aliases host memory aligned to 64 bytes; torch takes any
+_SEED_MAX = (1 << 64) - 1
+
+
+def world(rank: Optional[int] = None, world_size: Optional[int] = None) -> tuple[int, int]:
+    """This process's (rank, world size): the arguments when given (both, or neither); else
+    ``torch.distributed``'s when torch is imported and its process group initialised; else
+    JAX's process index and count when jax is imported and ``jax.distributed`` initialised;
+    else (0, 1). Neither library is imported here."""
+    if rank is not None or world_size is not None:
+        if rank is None or world_size is None:
+            raise ValueError("Feed: give both rank and world_size, or neither (found "
+                             f"rank={rank!r}, world_size={world_size!r})")
+        r, w = _int("rank", rank), _int("world_size", world_size)
+        if w < 1:
+            raise ValueError(f"world_size: expected an int >= 1, found {w}")
+        if not 0 <= r < w:
+            raise ValueError(f"rank: expected 0 <= rank < world_size ({w}), found {r}")
+        return r, w
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        dist = getattr(torch, "distributed", None)
+        if dist is not None and dist.is_available() and dist.is_initialized():
+            return int(dist.get_rank()), int(dist.get_world_size())
+    jax = sys.modules.get("jax")
+    if jax is not None:
+        distributed = getattr(jax, "distributed", None)
+        is_init = getattr(distributed, "is_initialized", None)
+        if is_init is not None and is_init():
+            return int(jax.process_index()), int(jax.process_count())
+    return 0, 1
+
+
+def _shuffle_arg(value: object) -> str:
+    if value is True:
+        return "row"
+    if value is False or value is None:
+        return "none"
+    if value in ("row", "block", "none"):
+        return str(value)
+    raise ValueError(f"shuffle: expected \"row\", \"block\", \"none\", True, False or None, "
+                     f"found {_found(value)}")
+
+
+class _Pool:
+    """Batch buffers, reused only when no one but the pool holds them."""
+
+    def __init__(self, shape: tuple[int, ...], dtype: np.dtype, keep: int) -> None:
+        self.shape = shape
+        self.dtype = dtype
+        self.nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        self.keep = keep
+        self._raw: list[np.ndarray] = []
+        probe = [np.empty(1, np.uint8)]
+        self._alone = sys.getrefcount(probe[0])  # held by the list only, seen from here
+        self.allocated = 0
+        self._evict = 0
+
+    def _view(self, raw: np.ndarray) -> np.ndarray:
+        off = (-raw.ctypes.data) % _ALIGN
+        return raw[off:off + self.nbytes].view(self.dtype).reshape(self.shape)
+
+    def take(self) -> np.ndarray:
+        for i in range(len(self._raw)):
+            if sys.getrefcount(self._raw[i]) <= self._alone:
+                return self._view(self._raw[i])
+        raw = np.empty(self.nbytes + _ALIGN, np.uint8)
+        self.allocated += 1
+        if len(self._raw) < self.keep:
+            self._raw.append(raw)
+        else:
+            # Every pooled buffer is held: the oldest becomes its holder's alone (it is freed
+            # when they drop it) and the new one takes its place.
+            self._raw[self._evict % self.keep] = raw
+            self._evict += 1
+        return self._view(raw)
+
+
+class Feed:
+    """Batches of ``batch_size`` rows of a sharded dataset for one rank of a data-parallel
+    job, in a seeded global order; see the module's documentation for the stream, the orders,
+    the state and the buffers.
+
+    Args:
+        source: anything :func:`shardload.numpy.load` reads (a directory, pattern, glob, list
+            of paths or URLs, every format, ``s3://``), or a :class:`Layout`.
+        batch_size: rows per batch, an int >= 1.
+        rank, world_size: this process's place; both or neither (then :func:`world`).
+        shuffle: ``"row"`` (True), ``"block"`` or ``"none"`` (False, None).
+        seed: an int in ``[0, 2**64)``; the order is a function of (seed, epoch) only.
+        block_rows: rows per block of ``shuffle="block"`` (default: about 1 MiB of rows).
+        window_blocks: blocks per shuffle window of ``shuffle="block"`` (default 4).
+        drop_last: True: equal batches by dropping the stream's tail; False: by padding (the
+            tail's step wraps to the epoch's first positions).
+        prefetch: batches read ahead in a background thread (0: read when asked).
+        threads: the engine's threads per read (None: one per core).
+        row_range, astype, reader, storage_options, options: as for
+            :func:`shardload.numpy.load`; discovery happens once, here.
+
+    Raises:
+        TypeError, ValueError: an argument is wrong, or ``batch_size * world_size`` exceeds
+            the rows with ``drop_last=True`` (no rank would get a batch).
+        LayoutError, ShardReadError: as :func:`shardload.numpy.load`; a read error raises
+            from the iteration at the batch that needed it, naming the file.
+    """
+
+    def __init__(
+        self,
+        source: SourceLike | Layout,
+        batch_size: int,
+        *,
+        rank: Optional[int] = None,
+        world_size: Optional[int] = None,
+        shuffle: "str | bool | None" = "row",
+        seed: int = 0,
+        block_rows: Optional[int] = None,
+        window_blocks: int = 4,
+        drop_last: bool = True,
+        prefetch: int = 2,
+        threads: Optional[int] = None,
+        row_range: "tuple[int | None, int | None] | slice | None" = None,
+        astype: DTypeLike | None = None,
+        reader: Optional[str] = None,
+        storage_options: Optional[Mapping[str, str]] = None,
+        **options: Unpack[DiscoverOptions],
+    ) -> None:
+        self._batch_size = _int("batch_size", batch_size)
+        if self._batch_size < 1:
+            raise ValueError(f"batch_size: expected an int >= 1, found {self._batch_size}")
+        self._rank, self._world = world(rank, world_size)
+        self._mode = _shuffle_arg(shuffle)
+        self._seed = self._seed_arg(seed)
+        self._drop_last = _frontend.check_bool("drop_last", drop_last)
+        self._prefetch = _int("prefetch", prefetch)
+        if self._prefetch < 0:
+            raise ValueError(f"prefetch: expected an int >= 0, found {self._prefetch}")
+        self._threads = _frontend.threads_arg(threads)
+        prepared = _frontend.prepare("shardload.feed.Feed", source, row_range=row_range,
+                                     astype=astype, reader=reader,
+                                     storage_options=storage_options, options=options)
+        self._layout = prepared.layout
+        self._cast = prepared.cast
+        self._n = int(self._layout.total_rows)
+        row_bytes = max(1, self._layout.nbytes // self._n) if self._n else 1
+        if block_rows is None:
+            self._block_rows = max(1, (1 << 20) // row_bytes)
+        else:
+            self._block_rows = _int("block_rows", block_rows)
+            if self._block_rows < 1:
+                raise ValueError(f"block_rows: expected an int >= 1, found {self._block_rows}")
+        self._window_blocks = _int("window_blocks", window_blocks)
+        if self._window_blocks < 1:
+            raise ValueError(f"window_blocks: expected an int >= 1, found "
+                             f"{self._window_blocks}")
+        if self._n == 0:
+            raise ValueError("Feed: the source has no rows")
+        self._check_steps()
+        self._epoch = 0
+        self._position = 0
+        self._lock = threading.Lock()
+        self._iterating = False
+        row_shape = tuple(self._layout.shape[1:])
+        self._pool = _Pool((self._batch_size,) + row_shape, prepared.dtype,
+                           keep=self._prefetch + 2)
+        self._window: Optional[tuple[int, int, np.ndarray]] = None  # (epoch, window, rows)
+        self._window_buf: Optional[np.ndarray] = None
+
+    # -- arguments and state ------------------------------------------------------------------
+    @staticmethod
+    def _seed_arg(seed: object) -> int:
+        s = _int("seed", seed)
+        if not 0 <= s <= _SEED_MAX:
+            raise ValueError(f"seed: expected an int in [0, 2**64), found {s}")
+        return s
+
+    def _check_steps(self) -> None:
+        if self._drop_last and self._batch_size * self._world > self._n:
+            raise ValueError(
+                f"Feed: batch_size {self._batch_size} x world_size {self._world} = "
+                f"{self._batch_size * self._world} rows per step exceeds the source's "
+                f"{self._n} rows, so with drop_last=True no rank gets a batch")
+
+    @property
+    def layout(self) -> Layout:
+        """The rows served (after ``row_range``)."""
+        return self._layout
+
+    @property
+    def rank(self) -> int:
+        return self._rank
+
+    @property
+    def world_size(self) -> int:
+        return self._world
+
+    @property
+    def batch_size(self) -> int:
+        return self._batch_size
+
+    @property
+    def epoch(self) -> int:
+        """The epoch of the next batch."""
+        return self._epoch
+
+    @property
+    def position(self) -> int:
+        """Global samples of this epoch consumed (whole steps), all ranks together."""
+        return self._position
+
+    @property
+    def shuffle(self) -> str:
+        """The order's spec as the state holds it: ``"none"``, ``"row"`` or
+        ``"block/B/W"``."""
+        if self._mode == "block":
+            return f"block/{self._block_rows}/{self._window_blocks}"
+        return self._mode
+
+    def _steps(self, start: int) -> int:
+        step = self._batch_size * self._world
+        left = self._n - start
+        return left // step if self._drop_last else -(-left // step)
+
+    def __len__(self) -> int:
+        """Batches this rank yields in a whole epoch (the same on every rank)."""
+        return self._steps(0)
+
+    def batches_left(self) -> int:
+        """Batches this rank yields in the rest of the current epoch."""
+        return self._steps(self._position)
+
+    def set_epoch(self, epoch: int) -> None:
+        """Starts ``epoch`` at position 0, as ``DistributedSampler.set_epoch``; the current
+        epoch (after :meth:`load_state_dict`, say) keeps its position, so a loop that calls
+        ``set_epoch(e)`` at the top resumes mid-epoch instead of starting it over."""
+        e = _int("epoch", epoch)
+        if e < 0:
+            raise ValueError(f"epoch: expected an int >= 0, found {e}")
+        if e != self._epoch:
+            self._epoch, self._position = e, 0
+
+    def state_dict(self) -> dict[str, Any]:
+        """The feed's place: ``{"v", "seed", "epoch", "position", "world_size", "rows",
+        "batch_size", "shuffle", "drop_last"}``, JSON-able, at most :data:`STATE_MAX_BYTES`
+        bytes as ``json.dumps`` writes it. The batches yielded so far are consumed; batches
+        read ahead are not."""
+        return {"v": _STATE_VERSION, "seed": self._seed, "epoch": self._epoch,
+                "position": self._position, "world_size": self._world, "rows": self._n,
+                "batch_size": self._batch_size, "shuffle": self.shuffle,
+                "drop_last": self._drop_last}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Continues at the state's next sample: its epoch and position, its seed, order and
+        drop_last. This feed's world size, rank and batch size stay (the rest of the epoch is
+        cut by them). Raises ValueError for a state of another dataset (another row count) or
+        one that is malformed; nothing changes then."""
+        if not isinstance(state, Mapping):
+            raise TypeError(f"load_state_dict: expected a dict, found {_found(state)}")
+        need = ("v", "seed", "epoch", "position", "rows", "shuffle", "drop_last")
+        missing = [k for k in need if k not in state]
+        if missing:
+            raise ValueError(f"load_state_dict: the state lacks {', '.join(missing)}")
+        if state["v"] != _STATE_VERSION:
+            raise ValueError(f"load_state_dict: state version {state['v']!r}, expected "
+                             f"{_STATE_VERSION}")
+        rows = _int("rows", state["rows"])
+        if rows != self._n:
+            raise ValueError(f"load_state_dict: the state is of a dataset of {rows} rows; this "
+                             f"feed's has {self._n}")
+        seed = self._seed_arg(state["seed"])
+        epoch = _int("epoch", state["epoch"])
+        position = _int("position", state["position"])
+        if epoch < 0:
+            raise ValueError(f"load_state_dict: epoch {epoch} is negative")
+        if not 0 <= position <= rows:
+            raise ValueError(f"load_state_dict: position {position} is outside [0, {rows}]")
+        spec = state["shuffle"]
+        mode, block_rows, window = self._mode, self._block_rows, self._window_blocks
+        if spec in ("none", "row"):
+            mode = spec
+        elif isinstance(spec, str) and spec.startswith("block/") and spec.count("/") == 2:
+            try:
+                block_rows, window = (int(x) for x in spec.split("/")[1:])
+            except ValueError:
+                raise ValueError(f"load_state_dict: shuffle {spec!r} is not block/B/W") from None
+            if block_rows < 1 or window < 1:
+                raise ValueError(f"load_state_dict: shuffle {spec!r} has a size below 1")
+            mode = "block"
+        else:
+            raise ValueError(f"load_state_dict: shuffle {spec!r}: expected \"none\", \"row\" "
+                             "or \"block/B/W\"")
+        drop_last = state["drop_last"]
+        if not isinstance(drop_last, bool):
+            raise ValueError(f"load_state_dict: drop_last {drop_last!r} is not a bool")
+        with self._lock:
+            if self._iterating:
+                raise RuntimeError("load_state_dict: the feed is being iterated; load the state "
+                                   "before the loop")
+            old = (self._drop_last,)
+            self._drop_last = drop_last
+            try:
+                self._check_steps()
+            except ValueError:
+                (self._drop_last,) = old
+                raise
+            self._seed, self._mode = seed, mode
+            self._block_rows, self._window_blocks = block_rows, window
+            self._epoch, self._position = epoch, position
+            self._window = self._window_buf = None
+
+    # -- the order ------------------------------------------------------------------------------
+    def order(self, epoch: Optional[int] = None) -> Order:
+        """The order of ``epoch`` (default: the current one): ``order.rows(positions)`` gives
+        the rows at global stream positions."""
+        e = self._epoch if epoch is None else epoch
+        return Order(self._mode, self._n, self._seed, e, self._block_rows, self._window_blocks)
+
+    def batch_positions(self, step: int, start: int = 0) -> np.ndarray:
+        """The global stream positions of this rank's batch of ``step`` counted from
+        ``start`` (positions past the end wrap, as ``drop_last=False`` pads)."""
+        first = start + step * self._batch_size * self._world + self._rank * self._batch_size
+        return np.arange(first, first + self._batch_size, dtype=np.int64) % self._n
+
+    # -- reading ----------------------------------------------------------------------------------
+    def _load(self, lo: int, hi: int, dst: np.ndarray, threads: int) -> None:
+        _core.host_load(self._layout.slice_rows(lo, hi), dst, threads, 1, None)
+
+    def _load_runs(self, rows: np.ndarray, dst: np.ndarray) -> None:
+        """dst[i] = row rows[i], rows sorted ascending: one read per run of consecutive rows."""
+        breaks = np.nonzero(np.diff(rows) != 1)[0] + 1
+        starts = np.concatenate([[0], breaks]).tolist()
+        ends = np.concatenate([breaks, [rows.size]]).tolist()
+        first = rows[starts].tolist()
+        threads = self._threads or _core.default_host_threads()
+        for s, e, f in zip(starts, ends, first):
+            self._load(f, f + (e - s), dst[s:e], threads if e - s > 1024 else 1)
+
+    def _window_rows(self, order: Order, j: int) -> np.ndarray:
+        cached = self._window
+        if cached is not None and cached[0] == order.epoch and cached[1] == j:
+            return cached[2]
+        blocks = order.window_blocks_of(j)
+        total = sum(r for _, _, r in blocks)
+        if self._window_buf is None:
+            # A window holds at most block_rows * window_blocks rows, and never more than all.
+            rows = min(self._block_rows * self._window_blocks, self._n)
+            full = (rows,) + tuple(self._layout.shape[1:])
+            self._window_buf = np.empty(full, self._layout.dtype)
+        buf = self._window_buf
+        win = buf[:total]
+        self._window = None
+        threads = self._threads or _core.default_host_threads()
+        at = 0
+        for _, first, rows in blocks:
+            self._load(first, first + rows, win[at:at + rows], threads)
+            at += rows
+        self._window = (order.epoch, j, win)
+        return win
+
+    def _fill(self, order: Order, positions: np.ndarray, out: np.ndarray) -> np.ndarray:
+        direct = self._cast is None
+        dst = out if direct else np.empty((positions.size,) + out.shape[1:], self._layout.dtype)
+        if order.mode == "none":
+            self._load_runs(positions, dst)  # ascending but at a wrap: runs split there
+        elif order.mode == "row":
+            rows = order.rows(positions)
+            idx = np.argsort(rows, kind="stable")
+            srt = rows[idx]
+            scratch = np.empty_like(dst)
+            self._load_runs(srt, scratch)
+            dst[idx] = scratch
+        else:
+            i = 0
+            while i < positions.size:
+                j = order.window_of(int(positions[i]))
+                start = order._window_start(j)
+                win = self._window_rows(order, j)
+                end = start + win.shape[0]
+                seg = positions[i:]
+                inside = (seg >= start) & (seg < end)
+                k = positions.size if inside.all() else i + int(np.argmin(inside))
+                offs = order.window_local(j, (positions[i:k] - start).astype(np.uint64))
+                np.take(win, offs, axis=0, out=dst[i:k])
+                i = k
+        if not direct:
+            np.copyto(out, dst, casting="unsafe")
+        return out
+
+    def __iter__(self) -> Iterator[np.ndarray]:
+        """This rank's batches of the rest of the current epoch, then the epoch ends: the
+        next iteration is the next epoch. One loop at a time."""
+        return self._run()
+
+    def _run(self) -> Iterator[np.ndarray]:
+        with self._lock:
+            if self._iterating:
+                raise RuntimeError("Feed: already being iterated (one loop at a time)")
+            self._iterating = True
+        epoch, start = self._epoch, self._position
+        steps = self._steps(start)
+        order = self.order(epoch)
+        step_rows = self._batch_size * self._world
+        pending: collections.deque = collections.deque()
+        submitted = 0
+        try:
+            pool = concurrent.futures.ThreadPoolExecutor(max_workers=1,
+                                                         thread_name_prefix="shardload-feed")
+        except BaseException:
+            with self._lock:
+                self._iterating = False
+            raise
+
+        def submit() -> None:
+            nonlocal submitted
+            buf = self._pool.take()
+            pending.append(pool.submit(self._fill, order, self.batch_positions(submitted, start),
+                                       buf))
+            submitted += 1
+
+        try:
+            while submitted < min(steps, max(1, self._prefetch)):
+                submit()
+            for k in range(steps):
+                batch = pending.popleft().result()
+                if submitted < steps:
+                    submit()
+                position = start + (k + 1) * step_rows
+                if k + 1 == steps:
+                    # The epoch's last batch: the state is already the next epoch's start.
+                    self._epoch, self._position = epoch + 1, 0
+                else:
+                    self._position = position
+                yield batch
+                del batch
+            if steps == 0:
+                self._epoch, self._position = epoch + 1, 0
+        finally:
+            for f in pending:
+                f.cancel()
+            pool.shutdown(wait=True)
+            with self._lock:
+                self._iterating = False
+
+    def __repr__(self) -> str:
+        return (f"Feed(rows={self._n}, batch_size={self._batch_size}, rank={self._rank}, "
+                f"world_size={self._world}, shuffle={self.shuffle!r}, seed={self._seed}, "
+                f"epoch={self._epoch}, position={self._position})")
+
+
+def state_bytes(state: Mapping[str, Any]) -> int:
+    """The size of ``state`` as ``json.dumps`` encodes it."""
+    return len(json.dumps(state).encode())

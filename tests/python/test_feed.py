@@ -1,0 +1,585 @@
+"""shardload.feed: per-rank batches in a seeded global order, equal batch counts, exact resume
+(also on another world size and after SIGKILL), zero-copy hand-off and buffer reuse.
+
+The oracle of every order is computed here by brute force: the Feistel network re-implemented
+on Python ints over the whole domain, and the block order built by materialising the blocks,
+windows and their permutations. The data are row indexes (row i holds i), so each batch says
+which rows it served."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import time
+import types
+
+import numpy as np
+import pytest
+
+import shardload
+import shardload.feed as sf
+from shardload import _feed_order
+
+M64 = (1 << 64) - 1
+
+
+# ---- the oracle ------------------------------------------------------------------------------
+def _mix(z: int) -> int:
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & M64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & M64
+    return z ^ (z >> 31)
+
+
+def _splitmix(x: int) -> int:
+    return _mix((x + 0x9E3779B97F4A7C15) & M64)
+
+
+def oracle_keys(seed: int, epoch: int, stream: int) -> list[int]:
+    k = _splitmix(_splitmix(_splitmix(seed) ^ epoch) ^ stream)
+    keys = []
+    for _ in range(6):
+        k = _splitmix(k)
+        keys.append(k)
+    return keys
+
+
+def oracle_permutation(n: int, keys: list[int]) -> list[int]:
+    """The whole permutation of [0, n) the keyed bijection defines, by brute force: a Feistel
+    network over 4**h >= n on Python ints, cycle-walked into [0, n)."""
+    if n <= 1:
+        return list(range(n))
+    h = 1
+    while 4 ** h < n:
+        h += 1
+    mask = (1 << h) - 1
+
+    def enc(x: int) -> int:
+        left, right = x >> h, x & mask
+        for k in keys:
+            left, right = right, left ^ (_mix(right ^ k) & mask)
+        return (left << h) | right
+
+    out = []
+    for x in range(n):
+        y = enc(x)
+        while y >= n:
+            y = enc(y)
+        out.append(y)
+    return out
+
+
+def oracle_stream(mode: str, n: int, seed: int, epoch: int, block_rows: int = 1,
+                  window_blocks: int = 1) -> np.ndarray:
+    """The rows of the epoch's global stream, materialised."""
+    if mode == "none":
+        return np.arange(n)
+    if mode == "row":
+        return np.array(oracle_permutation(n, oracle_keys(seed, epoch, 0)))
+    nb = -(-n // block_rows)
+    border = oracle_permutation(nb, oracle_keys(seed, epoch, 0))
+    blocks = [list(range(b * block_rows, min(n, (b + 1) * block_rows))) for b in border]
+    out: list[int] = []
+    for j in range(0, nb, window_blocks):
+        rows = [r for blk in blocks[j:j + window_blocks] for r in blk]
+        perm = oracle_permutation(len(rows), oracle_keys(seed, epoch, 1 + j // window_blocks))
+        out.extend(rows[p] for p in perm)
+    return np.array(out)
+
+
+def expected_batches(stream: np.ndarray, batch: int, world: int, rank: int, drop_last: bool,
+                     start: int = 0) -> list[np.ndarray]:
+    n = len(stream)
+    step = batch * world
+    steps = (n - start) // step if drop_last else -(-(n - start) // step)
+    out = []
+    for k in range(steps):
+        first = start + k * step + rank * batch
+        out.append(stream[np.arange(first, first + batch) % n])
+    return out
+
+
+# ---- data --------------------------------------------------------------------------------------
+SHARD_ROWS = [7, 0, 13, 1, 22, 5, 19]  # 67 rows, uneven, an empty shard
+
+
+def write_rows(d: pathlib.Path, shard_rows=SHARD_ROWS, cols: int = 3) -> int:
+    """Shards whose row i holds i in every column (int64)."""
+    d.mkdir(parents=True, exist_ok=True)
+    at = 0
+    for i, r in enumerate(shard_rows):
+        a = np.repeat(np.arange(at, at + r, dtype=np.int64)[:, None], cols, axis=1)
+        np.save(d / f"shard_{i:04d}.npy", a)
+        at += r
+    return at
+
+
+@pytest.fixture
+def data(tmp_path):
+    d = tmp_path / "d"
+    n = write_rows(d)
+    return d, n
+
+
+def ids(batch: np.ndarray) -> np.ndarray:
+    assert (batch == batch[:, :1]).all()
+    return batch[:, 0].copy()
+
+
+def run_epoch(feed) -> list[np.ndarray]:
+    return [ids(b) for b in feed]
+
+
+# ---- the bijection -----------------------------------------------------------------------------
+@pytest.mark.parametrize("n", [0, 1, 2, 3, 4, 5, 16, 17, 63, 64, 65, 255, 1000])
+def test_the_bijection_is_the_oracles_permutation(n):
+    keys = _feed_order.round_keys(12345, 3, 0)
+    assert list(keys) == oracle_keys(12345, 3, 0)
+    got = _feed_order.permute(np.arange(n, dtype=np.uint64), n, keys)
+    assert got.tolist() == oracle_permutation(n, list(keys))
+    assert sorted(got.tolist()) == list(range(n))
+    back = _feed_order.permute(got.astype(np.uint64), n, keys, inverse=True)
+    assert back.tolist() == list(range(n))
+
+
+def test_the_order_is_a_function_of_seed_and_epoch():
+    n = 500
+    a = _feed_order.Order("row", n, 7, 0).rows(np.arange(n))
+    assert (a == _feed_order.Order("row", n, 7, 0).rows(np.arange(n))).all()
+    assert (a != _feed_order.Order("row", n, 7, 1).rows(np.arange(n))).any()
+    assert (a != _feed_order.Order("row", n, 8, 0).rows(np.arange(n))).any()
+    # Not the identity, and rows move far: a shuffle, not a local jitter.
+    assert np.abs(a - np.arange(n)).mean() > n / 5
+
+
+@pytest.mark.parametrize("n,b,w", [(1, 1, 1), (10, 3, 1), (10, 3, 2), (67, 4, 3), (67, 5, 4),
+                                   (64, 8, 2), (100, 7, 100)])
+def test_the_block_order_is_the_materialised_one(n, b, w):
+    got = _feed_order.Order("block", n, 99, 2, b, w).rows(np.arange(n))
+    assert got.tolist() == oracle_stream("block", n, 99, 2, b, w).tolist()
+
+
+def test_a_position_at_a_billion_rows_costs_no_memory_nor_time():
+    n = 10 ** 9
+    t = time.perf_counter()
+    for mode in ("row", "block"):
+        o = _feed_order.Order(mode, n, 5, 1, 4096, 4)
+        rows = o.rows(np.arange(n - 300, n - 44))
+        assert ((rows >= 0) & (rows < n)).all() and len(set(rows.tolist())) == 256
+    assert time.perf_counter() - t < 1.0
+
+
+# ---- batches per rank ----------------------------------------------------------------------------
+@pytest.mark.parametrize("mode", ["none", "row", "block"])
+@pytest.mark.parametrize("world", [1, 2, 3])
+@pytest.mark.parametrize("drop_last", [True, False])
+def test_each_rank_gets_its_part_of_each_step_in_equal_counts(data, mode, world, drop_last):
+    d, n = data
+    stream = oracle_stream(mode, n, 11, 0, 4, 3)
+    counts = set()
+    served = []
+    for rank in range(world):
+        feed = sf.Feed(d, 5, rank=rank, world_size=world, shuffle=mode, seed=11, block_rows=4,
+                       window_blocks=3, drop_last=drop_last, prefetch=2, threads=2)
+        got = run_epoch(feed)
+        want = expected_batches(stream, 5, world, rank, drop_last)
+        assert [g.tolist() for g in got] == [w.tolist() for w in want]
+        assert len(got) == len(feed)
+        counts.add(len(got))
+        served.extend(np.concatenate(got).tolist() if got else [])
+    assert len(counts) == 1  # equal batch counts: DDP never waits on one rank
+    if drop_last:
+        assert len(served) == len(set(served))  # disjoint across ranks
+        assert len(served) == (n // (5 * world)) * 5 * world
+    else:
+        assert set(served) == set(range(n))  # every row, the padding repeats the first ones
+
+
+@pytest.mark.parametrize("mode", ["row", "block"])
+def test_the_global_order_is_the_same_for_any_world_size(data, mode):
+    d, n = data
+    seqs = []
+    for world in (1, 2, 4):
+        feeds = [sf.Feed(d, 4, rank=r, world_size=world, shuffle=mode, seed=3, block_rows=5,
+                         drop_last=True) for r in range(world)]
+        per_rank = [run_epoch(f) for f in feeds]
+        steps = len(per_rank[0])
+        seq = [x for k in range(steps) for r in range(world) for x in per_rank[r][k].tolist()]
+        seqs.append(seq)
+    shortest = min(len(s) for s in seqs)
+    assert seqs[0][:shortest] == seqs[1][:shortest] == seqs[2][:shortest]
+
+
+def test_epochs_follow_one_another_and_set_epoch_starts_one(data):
+    d, n = data
+    feed = sf.Feed(d, 8, seed=1)
+    e0, e1 = run_epoch(feed), run_epoch(feed)
+    assert feed.epoch == 2 and feed.position == 0
+    assert [x.tolist() for x in e1] == [
+        x.tolist() for x in expected_batches(oracle_stream("row", n, 1, 1), 8, 1, 0, True)]
+    assert [x.tolist() for x in e0] != [x.tolist() for x in e1]
+    feed.set_epoch(0)
+    assert [x.tolist() for x in run_epoch(feed)] == [x.tolist() for x in e0]
+
+
+# ---- state and resume ----------------------------------------------------------------------------
+def test_the_state_is_json_and_at_most_256_bytes(tmp_path):
+    d = tmp_path / "d"
+    n = write_rows(d, [100, 3])
+    feed = sf.Feed(d, 2, rank=1, world_size=3, shuffle="block", block_rows=10 ** 12,
+                   window_blocks=10 ** 12, seed=2 ** 64 - 1)
+    next(iter(feed))
+    state = feed.state_dict()
+    encoded = json.dumps(state)
+    assert len(encoded.encode()) <= sf.STATE_MAX_BYTES
+    assert json.loads(encoded) == state
+    assert state["rows"] == n and state["position"] == 6 and state["world_size"] == 3
+
+
+def take(feed, k):
+    it = iter(feed)
+    out = [ids(next(it)) for _ in range(k)]
+    it.close()
+    return out
+
+
+@pytest.mark.parametrize("mode", ["row", "block", "none"])
+def test_a_resume_continues_at_exactly_the_next_sample(data, mode):
+    d, n = data
+    whole = run_epoch(sf.Feed(d, 3, shuffle=mode, seed=5, block_rows=4))
+    feed = sf.Feed(d, 3, shuffle=mode, seed=5, block_rows=4)
+    first = take(feed, 7)
+    state = feed.state_dict()
+    again = sf.Feed(d, 3, shuffle=mode, seed=5, block_rows=4)
+    again.load_state_dict(json.loads(json.dumps(state)))
+    rest = run_epoch(again)
+    assert [x.tolist() for x in first + rest] == [x.tolist() for x in whole]
+
+
+def test_replay_accelerate_4195_resume_keeps_the_shuffle_order(data):
+    """accelerate#4195: the position came back, the shuffle order did not (the resumed
+    sampler drew a fresh permutation). The state carries the order: a feed built with another
+    seed, or none, continues the saved stream."""
+    d, n = data
+    feed = sf.Feed(d, 4, shuffle="row", seed=777)
+    first = take(feed, 5)
+    state = feed.state_dict()
+    resumed = sf.Feed(d, 4)  # default seed and shuffle, as a restarted script would build it
+    resumed.load_state_dict(state)
+    rest = run_epoch(resumed)
+    want = expected_batches(oracle_stream("row", n, 777, 0), 4, 1, 0, True)
+    assert [x.tolist() for x in first + rest] == [x.tolist() for x in want]
+
+
+def test_replay_datasets_8308_a_second_resume_does_not_restart(data):
+    """datasets#8308: resuming a second time in the same epoch started it over. Each resume
+    here continues from the last state."""
+    d, n = data
+    want = [x.tolist() for x in expected_batches(oracle_stream("row", n, 9, 0), 2, 1, 0, True)]
+    feed = sf.Feed(d, 2, seed=9)
+    seen = take(feed, 4)
+    for chunk in (5, 6):
+        state = feed.state_dict()
+        feed = sf.Feed(d, 2, seed=9)
+        feed.load_state_dict(state)
+        seen += take(feed, chunk)
+    state = feed.state_dict()
+    feed = sf.Feed(d, 2, seed=9)
+    feed.load_state_dict(state)
+    seen += run_epoch(feed)
+    assert [x.tolist() for x in seen] == want
+
+
+def test_replay_torchdata_1513_a_resume_is_in_the_right_epoch(data):
+    """torchdata#1513: a loader restored from a state saved at (or near) an epoch's end came
+    back in the wrong epoch. The state after an epoch's last batch is the next epoch at 0, and
+    a state saved mid-epoch 2 resumes epoch 2 and then goes on to epoch 3."""
+    d, n = data
+    feed = sf.Feed(d, 5, seed=4)
+    for _ in feed:
+        last = feed.state_dict()
+    assert (last["epoch"], last["position"]) == (1, 0)
+    run_epoch(feed)
+    mid = take(feed, 3)
+    state = feed.state_dict()
+    assert state["epoch"] == 2
+    resumed = sf.Feed(d, 5, seed=4)
+    resumed.load_state_dict(state)
+    resumed.set_epoch(2)  # a loop's set_epoch of the current epoch keeps the position
+    rest = run_epoch(resumed)
+    for epoch, got in ((2, mid + rest), (3, run_epoch(resumed))):
+        want = expected_batches(oracle_stream("row", n, 4, epoch), 5, 1, 0, True)
+        assert [x.tolist() for x in got] == [x.tolist() for x in want]
+
+
+@pytest.mark.parametrize("before,after", [(2, 3), (3, 2), (2, 1), (1, 4)])
+def test_replay_orbax_648_a_resume_on_another_world_size(data, before, after):
+    """orbax#648: no restore on another device count. The rest of the epoch, positions
+    [position, n), is cut into steps of the new world size: every remaining sample is served
+    exactly once across the new ranks, and before + after is exactly the epoch's stream."""
+    d, n = data
+    b = 3
+    feeds = [sf.Feed(d, b, rank=r, world_size=before, seed=21, drop_last=False)
+             for r in range(before)]
+    first = [take(f, 2) for f in feeds]
+    state = feeds[0].state_dict()
+    assert state["position"] == 2 * before * b
+    assert all(f.state_dict() == {**state, "world_size": before} for f in feeds)
+    new = [sf.Feed(d, b, rank=r, world_size=after, seed=0) for r in range(after)]
+    for f in new:
+        f.load_state_dict(state)
+    rest = [run_epoch(f) for f in new]
+    assert len({len(r) for r in rest}) == 1  # still equal batch counts
+    seq = [x for k in range(2) for r in range(before) for x in first[r][k].tolist()]
+    seq += [x for k in range(len(rest[0])) for r in range(after) for x in rest[r][k].tolist()]
+    stream = oracle_stream("row", n, 21, 0)
+    assert seq[:n] == stream.tolist()  # each sample once, in the epoch's order
+    assert seq[n:] == stream[:len(seq) - n].tolist()  # the padding of the last step
+
+
+CHILD = r"""
+import json, os, sys, time
+import shardload.feed as sf
+d, state_path, log_path, stop_after = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+feed = sf.Feed(d, 3, seed=8, shuffle="block", block_rows=4)
+if os.path.exists(state_path):
+    feed.load_state_dict(json.load(open(state_path)))
+with open(log_path, "a") as log:
+    for k, batch in enumerate(feed):
+        log.write(json.dumps(batch[:, 0].tolist()) + "\n")
+        log.flush()
+        os.fsync(log.fileno())
+        tmp = state_path + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(feed.state_dict(), f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, state_path)  # the checkpoint: the batch is trained on, then saved
+        if k + 1 == stop_after:
+            print("saved", flush=True)
+            time.sleep(60)
+"""
+
+
+def test_a_resume_after_sigkill_sees_the_epoch_exactly_once(data, tmp_path):
+    d, n = data
+    script = tmp_path / "child.py"
+    script.write_text(CHILD)
+    state, log = tmp_path / "state.json", tmp_path / "log.jsonl"
+    env = dict(os.environ)
+    child = subprocess.Popen([sys.executable, str(script), str(d), str(state), str(log), "6"],
+                             stdout=subprocess.PIPE, env=env, text=True)
+    try:
+        assert child.stdout.readline().strip() == "saved"
+        child.send_signal(signal.SIGKILL)
+        assert child.wait(timeout=30) == -signal.SIGKILL
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    saved = json.loads(state.read_text())
+    assert saved["position"] == 18
+    subprocess.run([sys.executable, str(script), str(d), str(state), str(log), "0"], check=True,
+                   env=env, timeout=60)
+    seen = [r for line in log.read_text().splitlines() for r in json.loads(line)]
+    stream = oracle_stream("block", n, 8, 0, 4, 4)
+    assert seen == stream[:(n // 3) * 3].tolist()
+    assert len(seen) == len(set(seen))
+
+
+def test_a_state_of_another_dataset_or_malformed_is_refused(data):
+    d, n = data
+    feed = sf.Feed(d, 2)
+    good = feed.state_dict()
+    for bad, msg in (({**good, "rows": n + 1}, "68 rows"), ({**good, "position": n + 1}, "outside"),
+                     ({**good, "v": 2}, "version"), ({**good, "shuffle": "block/0/1"}, "below 1"),
+                     ({**good, "shuffle": "zigzag"}, "zigzag"), ({**good, "seed": -1}, "seed"),
+                     ({k: v for k, v in good.items() if k != "epoch"}, "lacks epoch")):
+        with pytest.raises(ValueError, match=msg):
+            feed.load_state_dict(bad)
+    assert feed.state_dict() == good
+
+
+# ---- buffers and hand-off ------------------------------------------------------------------------
+def test_a_kept_batch_stays_valid_and_released_buffers_are_reused(tmp_path):
+    d = tmp_path / "d"
+    n = write_rows(d, [400, 400])
+    feed = sf.Feed(d, 10, shuffle="row", seed=2, prefetch=2)
+    kept, views, want = [], [], expected_batches(oracle_stream("row", n, 2, 0), 10, 1, 0, True)
+    for k, batch in enumerate(feed):
+        if k % 10 == 0:
+            kept.append((k, batch))
+        if k % 10 == 5:
+            views.append((k, batch[2:4]))  # a view keeps its buffer too
+        assert ((batch.ctypes.data) % 64) == 0
+    for k, b in kept:
+        assert (b[:, 0] == want[k]).all()
+    for k, v in views:
+        assert (v[:, 0] == want[k][2:4]).all()
+    # 80 batches: those kept (16) plus the pool (prefetch + 2) and the few in flight.
+    assert feed._pool.allocated <= len(kept) + len(views) + 6
+    # Released at once, the same few buffers serve a whole epoch.
+    feed = sf.Feed(d, 10, shuffle="row", seed=2, prefetch=2)
+    pointers = {b.ctypes.data for b in feed}
+    assert len(pointers) <= 4 and feed._pool.allocated <= 4
+
+
+def test_batches_go_through_dlpack_without_a_copy(data):
+    d, n = data
+    batch = next(iter(sf.Feed(d, 4, seed=1)))
+    assert batch.flags.c_contiguous
+    assert np.from_dlpack(batch).ctypes.data == batch.ctypes.data
+
+
+def test_jax_takes_a_batch_without_a_copy(data):
+    jax = pytest.importorskip("jax")
+    d, n = data
+    # float32: JAX without x64 would convert (copy) int64 to int32.
+    batch = next(iter(sf.Feed(d, 4, seed=1, astype="float32")))
+    x = jax.dlpack.from_dlpack(batch)
+    assert x.unsafe_buffer_pointer() == batch.ctypes.data
+    y = jax.device_put(batch)
+    assert y.unsafe_buffer_pointer() == batch.ctypes.data
+    assert (np.asarray(x) == batch).all()
+
+
+def test_torch_takes_a_batch_without_a_copy(data):
+    torch = pytest.importorskip("torch")  # not in requirements.txt: see docs/feed.md
+    d, n = data
+    batch = next(iter(sf.Feed(d, 4, seed=1)))
+    t = torch.from_dlpack(batch)
+    assert t.data_ptr() == batch.ctypes.data
+    assert (t.numpy() == batch).all()
+
+
+def test_prefetch_does_not_change_the_batches(data):
+    d, n = data
+    runs = [[x.tolist() for x in run_epoch(sf.Feed(d, 4, seed=6, prefetch=p, threads=t))]
+            for p, t in ((0, 1), (1, 2), (5, None))]
+    assert runs[0] == runs[1] == runs[2]
+
+
+# ---- sources, casts, faults, arguments -----------------------------------------------------
+def test_parquet_hdf5_zarr_and_s3_sources(tmp_path, bucket):
+    import h5py
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    import zarr
+
+    rows = [9, 4, 11]
+    n = sum(rows)
+    ref = np.arange(n, dtype=np.float64)
+    sources = {}
+    for fmt in ("parquet", "hdf5", "zarr"):
+        (tmp_path / fmt).mkdir()
+    at = 0
+    for i, r in enumerate(rows):
+        part = ref[at:at + r]
+        pq.write_table(pa.table({"x": part}), tmp_path / "parquet" / f"shard_{i:04d}.parquet")
+        with h5py.File(tmp_path / "hdf5" / f"shard_{i:04d}.h5", "w") as f:
+            f.create_dataset("data", data=part)
+        z = zarr.open_array(str(tmp_path / "zarr" / f"shard_{i:04d}.zarr"), mode="w",
+                            shape=part.shape, chunks=(4,), dtype=part.dtype, zarr_format=2)
+        z[:] = part
+        bucket.put_npy(f"d/shard_{i:04d}.npy", part)
+        at += r
+    sources = {fmt: (str(tmp_path / fmt), {}) for fmt in ("parquet", "hdf5", "zarr")}
+    sources["s3"] = (bucket.url("d/"), {"storage_options": bucket.options})
+    want = expected_batches(oracle_stream("row", n, 3, 0), 4, 2, 1, True)
+    for name, (src, kw) in sources.items():
+        feed = sf.Feed(src, 4, rank=1, world_size=2, seed=3, **kw)
+        got = list(feed)
+        assert [g.tolist() for g in got] == [w.astype(np.float64).tolist() for w in want], name
+
+
+def test_astype_and_row_range(data):
+    d, n = data
+    feed = sf.Feed(d, 4, seed=2, astype="float32", row_range=(10, 50))
+    got = list(feed)
+    assert all(b.dtype == np.float32 for b in got)
+    want = expected_batches(oracle_stream("row", 40, 2, 0) + 10, 4, 1, 0, True)
+    assert [b[:, 0].tolist() for b in got] == [w.astype(np.float32).tolist() for w in want]
+
+
+def test_a_shard_changed_mid_epoch_raises_the_read_error_naming_it(tmp_path):
+    d = tmp_path / "d"
+    write_rows(d, [50, 50, 50])
+    feed = sf.Feed(d, 10, shuffle="none", prefetch=1)
+    it = iter(feed)
+    next(it)
+    np.save(d / "shard_0002.npy", np.zeros((60, 3), np.int64))  # rewritten: another size
+    with pytest.raises(shardload.ShardReadError, match="shard_0002.npy"):
+        for _ in it:
+            pass
+    assert run_epoch(sf.Feed(d, 10, shuffle="none"))  # rediscovered, it reads
+
+
+def test_world_comes_from_torch_distributed_when_initialised_and_given_wins(monkeypatch):
+    dist = types.SimpleNamespace(is_available=lambda: True, is_initialized=lambda: True,
+                                 get_rank=lambda: 2, get_world_size=lambda: 5)
+    monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(distributed=dist))
+    assert sf.world() == (2, 5)
+    assert sf.world(0, 1) == (0, 1)
+    dist.is_initialized = lambda: False
+    monkeypatch.delitem(sys.modules, "jax", raising=False)
+    assert sf.world() == (0, 1)
+
+
+def test_world_comes_from_jax_distributed_when_initialised(monkeypatch):
+    jax = types.SimpleNamespace(distributed=types.SimpleNamespace(is_initialized=lambda: True),
+                                process_index=lambda: 1, process_count=lambda: 3)
+    monkeypatch.delitem(sys.modules, "torch", raising=False)
+    monkeypatch.setitem(sys.modules, "jax", jax)
+    assert sf.world() == (1, 3)
+
+
+def test_arguments_are_checked(data):
+    d, n = data
+    for kw, err, msg in (
+            ({"batch_size": 0}, ValueError, "batch_size"),
+            ({"batch_size": 40, "world_size": 2, "rank": 0}, ValueError, "no rank gets a batch"),
+            ({"batch_size": 2, "rank": 2, "world_size": 2}, ValueError, "rank"),
+            ({"batch_size": 2, "rank": 0}, ValueError, "both rank and world_size"),
+            ({"batch_size": 2, "shuffle": "random"}, ValueError, "shuffle"),
+            ({"batch_size": 2, "seed": 2 ** 64}, ValueError, "seed"),
+            ({"batch_size": 2, "block_rows": 0, "shuffle": "block"}, ValueError, "block_rows"),
+            ({"batch_size": 2, "prefetch": -1}, ValueError, "prefetch"),
+            ({"batch_size": "2"}, TypeError, "batch_size")):
+        with pytest.raises(err, match=msg):
+            sf.Feed(d, **kw)
+    feed = sf.Feed(d, 40, rank=0, world_size=2, drop_last=False)
+    assert len(feed) == 1
+
+
+def test_one_loop_at_a_time(data):
+    d, n = data
+    feed = sf.Feed(d, 2)
+    it = iter(feed)
+    next(it)
+    with pytest.raises(RuntimeError, match="one loop at a time"):
+        next(iter(feed))
+    with pytest.raises(RuntimeError, match="before the loop"):
+        feed.load_state_dict(feed.state_dict())
+    it.close()
+    assert next(iter(feed)) is not None
+
+
+def test_resume_at_a_billion_rows_takes_under_a_second(tmp_path):
+    d = tmp_path / "big"
+    d.mkdir()
+    with open(d / "shard_0000.bin", "wb") as f:
+        f.truncate(10 ** 9)  # sparse: a billion one-byte rows, no disk
+    feed = sf.Feed(d / "shard_0000.bin", 256, format="raw", dtype="uint8", trailing_shape=(),
+                   seed=1, rank=1, world_size=4)
+    state = {**feed.state_dict(), "position": 10 ** 9 - 4096, "epoch": 7}
+    t = time.perf_counter()
+    again = sf.Feed(d / "shard_0000.bin", 256, format="raw", dtype="uint8", trailing_shape=(),
+                    rank=1, world_size=4)
+    again.load_state_dict(state)
+    batch = next(iter(again))
+    took = time.perf_counter() - t
+    assert batch.shape == (256,) and took < 1.0
+    assert again.state_dict()["position"] == 10 ** 9 - 4096 + 1024
