@@ -104,10 +104,12 @@ PY
 )
 out=$(cd "$WORK" && clean shardload inspect "$DATA" --pattern 'part_{}.npy')
 grep -q 'shape: *(13, 3)' <<<"$out" || { echo "inspect without Legate: no shape (13, 3): $out"; exit 1; }
-if out=$(cd "$WORK" && clean shardload read "$DATA" --pattern 'part_{}.npy' 2>&1); then
-  echo "shardload read without Legate succeeded: $out"; exit 1
+out=$(cd "$WORK" && clean shardload read "$DATA" --pattern 'part_{}.npy')
+grep -q 'host threads (no Legate)' <<<"$out" || { echo "read without Legate: $out"; exit 1; }
+if out=$(cd "$WORK" && clean shardload verify "$DATA" 2>&1); then
+  echo "shardload verify without Legate succeeded: $out"; exit 1
 fi
-grep -q "shardload\[legate\]" <<<"$out" || { echo "shardload read without Legate: $out"; exit 1; }
+grep -q "shardload\[legate\]" <<<"$out" || { echo "shardload verify without Legate: $out"; exit 1; }
 rm -f "$DATA"/part_*.npy
 
 log "pip install the legate extra"

@@ -134,6 +134,8 @@ struct ReadArgs {
 // Parses `read`'s arguments into `out`; nullopt to go on, else the exit code
 // (0 after --help, 2 after a usage error). Nothing here starts Legate.
 std::optional<int> parse_read_args(const Args& args, ReadArgs* out);
+// Without Legate: the dataset filled into host memory by the engine's threads (read_host.cc).
+int cmd_read_host(const ReadArgs& args);
 #ifdef SHARDLOAD_WITH_LEGATE
 int cmd_read(const ReadArgs& args);
 

@@ -26,8 +26,7 @@ namespace {
 // without it.
 constexpr const char* kNoLegate =
     "this command runs under Legate, which this installation does not have (pip install "
-    "'shardload[legate]', or configure the build with SHARDLOAD_WITH_LEGATE); without it, "
-    "shardload.numpy.load reads a dataset from Python";
+    "'shardload[legate]', or configure the build with SHARDLOAD_WITH_LEGATE)";
 #endif
 
 void usage(std::ostream& o) {
@@ -54,6 +53,7 @@ bool first_rank() {
   return true;
 }
 
+#ifdef SHARDLOAD_WITH_LEGATE
 // Whether a launcher started this process as one of several ranks (its size variables).
 bool several_ranks() {
   for (const char* name :
@@ -64,6 +64,7 @@ bool several_ranks() {
   }
   return false;
 }
+#endif
 
 // Takes whatever is written to it and drops it.
 class NullBuffer : public std::streambuf {
@@ -202,8 +203,7 @@ int run_command(int argc, char** argv) {
 #ifdef SHARDLOAD_WITH_LEGATE
     return with_legate(cmd, [&] { return shardload::cli::cmd_read(read); });
 #else
-    std::cerr << "shardload read: " << kNoLegate << "\n";
-    return 2;
+    return shardload::cli::cmd_read_host(read);
 #endif
   }
   if (cmd.rfind("-", 0) == 0) {

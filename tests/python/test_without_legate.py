@@ -7,10 +7,12 @@ does the same with a real venv without it."""
 from __future__ import annotations
 
 import json
+import pathlib
 import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 CHILD = r"""
 import json, sys
@@ -53,3 +55,32 @@ def test_the_legate_calls_name_the_extra_and_numpy_reads(tmp_path):
         assert f"shardload.{name}" in message and "shardload[legate]" in message, message
     assert out["program"].endswith("shardload-core")
     assert not (tmp_path.parent / (tmp_path.name + "-out")).exists()
+
+
+CORE = pathlib.Path(__file__).resolve().parents[2] / "build" / "shardload-core"
+
+
+def test_the_command_without_legate_reads_on_host_threads_and_verifies(tmp_path):
+    if not CORE.exists():
+        pytest.fail(f"{CORE} is not built; run scripts/setup.sh")
+    data = tmp_path / "w"
+    run = subprocess.run([CORE, "write", "--shard-dir", data, "--num-shards", "5", "--shape",
+                          "30000,3", "--seed", "7"], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    run = subprocess.run([CORE, "read", data, "--repeat", "2"], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    assert "host threads (no Legate)" in run.stdout
+    assert run.stdout.count("load:") == 2
+    assert "verify:         OK (90000 elements match seed 7)" in run.stdout
+    victim = sorted(data.glob("shard_*.npy"))[2]
+    a = np.load(victim)
+    a.flat[-1] += 1
+    np.save(victim, a)
+    run = subprocess.run([CORE, "read", data], capture_output=True, text=True)
+    assert run.returncode == 1 and "FAILED: 1 of 90000 elements differ" in run.stdout
+    victim.unlink()
+    victim.mkdir()
+    run = subprocess.run([CORE, "read", data], capture_output=True, text=True)
+    assert run.returncode == 1 and victim.name in run.stderr, run.stderr
+    run = subprocess.run([CORE, "verify", data], capture_output=True, text=True)
+    assert run.returncode == 2 and "shardload[legate]" in run.stderr, run.stderr
