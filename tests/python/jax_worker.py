@@ -77,9 +77,15 @@ def single(spec: dict) -> None:
         except Exception as e:
             records[case["name"]] = _error(e)
             continue
+        info = None
+        if isinstance(x, tuple):  # info=True
+            x, info = x
+            info = {"total_rows": info.total_rows, "bytes": info.bytes, "tiles": info.tiles,
+                    "target": info.target}
         full = np.asarray(x)
         np.save(out / f"{case['name']}.npy", full)
         records[case["name"]] = {
+            "info": info,
             "dtype": str(x.dtype),
             "shards": [[s.device.id, repr(s.index)] for s in x.addressable_shards],
             "shards_equal": all(np.array_equal(np.asarray(s.data), full[s.index])

@@ -85,7 +85,7 @@ def test_one_process_two_devices_equals_numpy(tmp_path: pathlib.Path, bucket) ->
     cases = [
         ("npy", str(npy), "default", {}),
         ("npy_reversed", str(npy), "reversed", {}),
-        ("npy_replicated", str(npy), "replicated", {"row_range": [5, 105]}),
+        ("npy_replicated", str(npy), "replicated", {"row_range": [5, 105], "info": True}),
         ("npy_rows_and_trailing", str(npy), "rows_and_trailing", {"astype": "float16"}),
         ("npy_trailing_only", str(npy), "trailing_only", {"astype": "int32"}),
         ("npy_rows", str(npy), "default", {"row_range": [36, 96]}),
@@ -118,6 +118,9 @@ def test_one_process_two_devices_equals_numpy(tmp_path: pathlib.Path, bucket) ->
     got("npy", expected)
     got("npy_reversed", expected)
     got("npy_replicated", expected[5:105])
+    # Both devices hold rows [5, 105): the process read them once.
+    assert records["npy_replicated"]["info"]["total_rows"] == 100, records["npy_replicated"]
+    assert records["npy_replicated"]["info"]["bytes"] == expected[5:105].nbytes
     got("npy_rows_and_trailing", expected.astype(np.float16))
     got("npy_trailing_only", expected.astype(np.int32))
     got("npy_rows", expected[36:96])
