@@ -115,6 +115,9 @@ std::size_t on_header(char* data, std::size_t size, std::size_t count, void* use
   if (iequals_prefix(line, "etag:")) h->etag = value("etag:");
   if (iequals_prefix(line, "last-modified:")) h->last_modified = value("last-modified:");
   if (iequals_prefix(line, "content-range:")) h->content_range = value("content-range:");
+  if (iequals_prefix(line, "content-encoding:")) {
+    h->content_encoding = value("content-encoding:");
+  }
   if (iequals_prefix(line, "x-amz-bucket-region:")) {
     h->bucket_region = value("x-amz-bucket-region:");
   }
@@ -134,6 +137,7 @@ struct Sink {
   bool checked = false;    // `accept` was asked
   bool overflow = false;   // more bytes came than were asked for: not the range
   bool refused = false;    // `accept` refused the answer
+  bool encoded = false;    // the body came in a Content-Encoding
   std::string error_body;  // the first bytes of an error's page, for the message
 };
 
@@ -151,6 +155,12 @@ std::size_t on_body(char* data, std::size_t size, std::size_t count, void* user)
   }
   if (!s->checked) {
     s->checked = true;
+    // libcurl decodes nothing here (no CURLOPT_ACCEPT_ENCODING): a gzip body would be
+    // taken as the bytes of the range, and one no longer than the range read as data.
+    if (is_encoded(s->headers->content_encoding)) {
+      s->encoded = true;
+      return 0;  // stops the transfer (CURLE_WRITE_ERROR)
+    }
     if (s->req->accept && !s->req->accept(*s->headers)) {
       s->refused = true;
       return 0;  // stops the transfer (CURLE_WRITE_ERROR)
@@ -457,9 +467,11 @@ CurlAnswer curl_perform(const CurlRequest& req, void* dst, std::size_t cap, std:
     a.got = sink.got;
     a.overflow = sink.overflow;
     a.refused = sink.refused;
+    if (sink.encoded) a.encoded = a.headers.content_encoding;
     a.error_body = std::move(sink.error_body);
-    // An answer stopped on purpose (not the range, or refused): no retry makes it another.
-    if (a.overflow || a.refused) {
+    // An answer stopped on purpose (not the range, refused, encoded): no retry makes it
+    // another.
+    if (a.overflow || a.refused || sink.encoded) {
       a.outcome.curl = CURLE_OK;
       return a;
     }
@@ -467,6 +479,14 @@ CurlAnswer curl_perform(const CurlRequest& req, void* dst, std::size_t cap, std:
     if (retries != nullptr) retries->fetch_add(1, std::memory_order_relaxed);
     interruptible_sleep(backoff_delay_ms(o, k));
   }
+}
+
+bool is_encoded(const std::string& content_encoding) {
+  std::string v;
+  for (const char c : content_encoding) {
+    if (c != ' ' && c != '\t') v += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  }
+  return !v.empty() && v != "identity";
 }
 
 bool parse_content_range(const std::string& value, std::uint64_t* first, std::int64_t* total) {

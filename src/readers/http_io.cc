@@ -198,6 +198,13 @@ class CurlRemoteIo final : public RemoteIo {
       return file_error(ErrorCode::kIo, url,
                         "cannot open: the server's HEAD answer has no Content-Length");
     }
+    if (is_encoded(a.headers.content_encoding)) {
+      return file_error(ErrorCode::kIo, url,
+                        "cannot open: the server's HEAD answer has Content-Encoding '" +
+                            a.headers.content_encoding +
+                            "': it would send an encoding of the object, not its bytes (serve "
+                            "the object without an encoding)");
+    }
     *info = FileInfo{};
     info->size = static_cast<std::uint64_t>(a.content_length);
     info->regular = true;
@@ -237,6 +244,13 @@ class CurlRemoteIo final : public RemoteIo {
                       ") is another version of the object than its snapshot: " + other +
                       "; nothing of it was read (a cache or a replica in front of the server "
                       "may lag behind it)",
+                  EIO);
+    }
+    if (!a.encoded.empty()) {
+      return fail("the server's answer (HTTP " + std::to_string(o.http) +
+                      ") has Content-Encoding '" + a.encoded +
+                      "': an encoding of the bytes asked for, not the bytes; nothing of it was "
+                      "read (serve the object without an encoding)",
                   EIO);
     }
     if (a.overflow) {

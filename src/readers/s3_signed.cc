@@ -338,6 +338,12 @@ S3Get get_range(const S3Endpoint& ep, const std::string& key, void* dst, std::si
     return fail("the object changed since discovery (the GET's ETag differs from the snapshot's)",
                 EIO);
   }
+  if (!a.encoded.empty()) {
+    return fail("the store's answer (HTTP " + std::to_string(o.http) + ") has Content-Encoding '" +
+                    a.encoded +
+                    "': an encoding of the bytes asked for, not the bytes; nothing of it was read",
+                EIO);
+  }
   if (a.overflow) {
     return fail("the store ignored the Range request (HTTP " + std::to_string(o.http) +
                     " with more than the " + std::to_string(n) + " bytes asked for" +

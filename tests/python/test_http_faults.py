@@ -9,6 +9,7 @@ serves a slow answer is bounded in bytes and in time, and stops when the client 
 from __future__ import annotations
 
 import contextlib
+import gzip
 import hashlib
 import http.server
 import io
@@ -593,7 +594,39 @@ class _RangeLiar(http.server.BaseHTTPRequestHandler):
                 headers = {}
             elif lie == "body_past_length":
                 extra = b"X" * 64
+            elif lie == "gzip":  # an encoding nobody asked for: not the object's bytes
+                body, headers["Content-Encoding"] = gzip.compress(body), "gzip"
+            elif lie == "416":
+                body, code, headers = b"", 416, {"Content-Range": f"bytes */{len(data)}"}
+            elif lie == "range_from_zero":
+                headers["Content-Range"] = f"bytes 0-{last - first}/{len(data)}"
+            elif lie == "chunked_cut_short":
+                self._cut_short(headers, body, chunked=True)
+                return
+            elif lie == "length_cut_short":
+                self._cut_short(headers, body, chunked=False)
+                return
         self._answer(code, headers, body, extra=extra)
+
+    def _cut_short(self, headers, body, chunked: bool) -> None:
+        """Half the body, then the connection closes (a chunked body without its last
+        chunk, or fewer bytes than Content-Length)."""
+        self.send_response(206)
+        for k, v in {"ETag": '"v1"', **headers}.items():
+            self.send_header(k, v)
+        half = body[:len(body) // 2]
+        if chunked:
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            out = b"%x\r\n" % len(half) + half + b"\r\n"
+        else:
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            out = half
+        with contextlib.suppress(OSError):
+            self.wfile.write(out)
+            self.wfile.flush()
+        self.close_connection = True
 
     def _answer(self, code, headers, body, head=False, extra=b"") -> None:
         self.send_response(code)
@@ -607,7 +640,8 @@ class _RangeLiar(http.server.BaseHTTPRequestHandler):
 
 
 @pytest.mark.parametrize("lie", ["other_range", "more_bytes", "whole_200", "asked_200",
-                                 "no_content_range", "body_past_length"])
+                                 "no_content_range", "body_past_length", "gzip", "416",
+                                 "range_from_zero", "chunked_cut_short", "length_cut_short"])
 def test_a_ranged_get_answered_with_other_bytes_is_refused(lie):
     """A 206 whose Content-Range names other bytes than asked or more of them, a 200 with the
     whole object or with the asked bytes alone, a 206 without Content-Range: never read as the
@@ -628,6 +662,34 @@ def test_a_ranged_get_answered_with_other_bytes_is_refused(lie):
         else:
             assert lie == "body_past_length", f"read {lie}: {np.array_equal(got, a[100:900])}"
             np.testing.assert_array_equal(got, a[100:900])
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.mark.parametrize("where", ["get", "head"])
+def test_an_answer_in_a_content_encoding_is_refused(where):
+    """A server that gzips what it sends (unasked: shardload asks for no encoding) sends other
+    bytes than the object's. Where the gzip of a range is no longer than the range (24 zero
+    bytes), its bytes were read as the rows (31, 139, 8, ... the gzip header) without a word;
+    a HEAD that says so describes the encoded body, not the object."""
+    a = np.zeros(24, np.uint8)
+    data = npy_bytes(a)
+
+    class Gzips(_RangeLiar):
+        def do_HEAD(self) -> None:  # noqa: N802
+            extra = {"Content-Encoding": "gzip"} if where == "head" else {}
+            self._answer(200, extra, self.data, head=True)
+
+    handler = type("Gzips", (Gzips,), {"data": data, "lie": "gzip"})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}/a.npy"
+    try:
+        with pytest.raises(shardload.Error) as e:
+            shardload.discover(url).read(1, 24)
+        assert url in str(e.value) and "Content-Encoding 'gzip'" in str(e.value), str(e.value)
     finally:
         server.shutdown()
         server.server_close()

@@ -23,7 +23,8 @@ struct CurlHeaders {
   std::string etag;
   std::string last_modified;
   std::string content_range;
-  std::string bucket_region;  // S3's x-amz-bucket-region: where a bucket asked elsewhere is
+  std::string content_encoding;  // an encoding of the body (gzip, ...), not the object's bytes
+  std::string bucket_region;     // S3's x-amz-bucket-region: where a bucket asked elsewhere is
 };
 
 // What one request ended in.
@@ -81,6 +82,9 @@ struct CurlAnswer {
   std::size_t got = 0;             // body bytes written into the buffer
   bool overflow = false;  // more bytes came than were asked for, or a 200 for a range not at 0
   bool refused = false;   // `accept` said no
+  // A 200 or 206 whose body came in a Content-Encoding (its value): other bytes than the
+  // object's, of which nothing was kept.
+  std::string encoded;
   std::string error_body;
 };
 
@@ -88,6 +92,10 @@ struct CurlAnswer {
 // so that a 200, the whole object, is taken only from offset 0).
 CurlAnswer curl_perform(const CurlRequest& req, void* dst, std::size_t cap, std::uint64_t offset,
                         std::atomic<std::uint64_t>* retries);
+
+// Whether a Content-Encoding value makes a body other bytes than the object's: any but
+// none or "identity".
+bool is_encoded(const std::string& content_encoding);
 
 // "bytes FIRST-LAST/TOTAL": FIRST and TOTAL (-1 where "*" or missing); false when malformed.
 bool parse_content_range(const std::string& value, std::uint64_t* first, std::int64_t* total);
