@@ -59,7 +59,7 @@ def write(fmt: str, d: pathlib.Path, arrays: list[np.ndarray]) -> pathlib.Path:
     return d
 
 
-def run(args: list[str], timeout: float = 60) -> None:
+def run(args: list[str], timeout: float = 120) -> None:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         [str(HERE.parents[1] / "python")] + os.environ.get("PYTHONPATH", "").split(os.pathsep))}
     r = subprocess.run([sys.executable, str(WORKER)] + args, capture_output=True, text=True,
@@ -176,7 +176,7 @@ def test_two_processes_read_their_rows_and_fail_together(tmp_path: pathlib.Path)
     outputs = []
     try:
         for proc in procs:
-            outputs.append(proc.communicate(timeout=60)[0])
+            outputs.append(proc.communicate(timeout=120)[0])
     finally:
         for proc in procs:
             if proc.poll() is None:
