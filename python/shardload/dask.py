@@ -82,7 +82,7 @@ def load(
             only the shards they cover are read.
         astype: the dtype of the result, cast after each chunk's read as ``ndarray.astype``
             does (Parquet/Arrow columns that convert without loss decode straight into it).
-        threads: engine threads per chunk, an int >= 1 (1: Dask runs the chunks in parallel).
+        threads: engine threads per chunk, 1 to 4096 (1: Dask runs the chunks in parallel).
         overdecompose: tiles per worker thread when ``chunks`` is None, an int >= 1.
         reader: the name of a Python reader (:func:`shardload.register_reader`); it must be
             registered under that name in every worker process too.
@@ -106,8 +106,8 @@ def load(
     except ImportError:
         raise ImportError(f"{where} needs dask (pip install 'dask[array]')") from None
     n_threads = _int("threads", threads)
-    if n_threads < 1:
-        raise ValueError(f"threads: expected an int >= 1, found {n_threads}")
+    if not 1 <= n_threads <= 4096:  # the engine's bound, checked here rather than per chunk
+        raise ValueError(f"threads: expected an int from 1 to 4096, found {n_threads}")
     k = _frontend.overdecompose_arg(overdecompose)
     rows_arg = _chunks_arg(chunks)
     prepared = _frontend.prepare(where, source, row_range=row_range, astype=astype,

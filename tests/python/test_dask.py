@@ -200,8 +200,11 @@ def test_arguments_are_checked_before_a_graph_exists(tmp_path):
                      (1.5, TypeError), (True, TypeError), ((100,), TypeError)]:
         with pytest.raises(err, match="chunks"):
             sdask.load(d, chunks=bad)
-    with pytest.raises(ValueError, match="threads"):
-        sdask.load(d, threads=0)
+    for bad in (0, 4097):
+        with pytest.raises(ValueError, match="threads"):
+            sdask.load(d, threads=bad)
+    np.testing.assert_array_equal(threaded(sdask.load(d, threads=3, chunks=5000)),
+                                  threaded(sdask.load(d)))
     with pytest.raises(ValueError, match="overdecompose"):
         sdask.load(d, overdecompose=0)
     with pytest.raises(ValueError, match="past the end"):
