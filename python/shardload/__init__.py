@@ -35,19 +35,17 @@ def _version() -> str:
 
 __version__ = _version()
 
-from ._api import (  # noqa: E402
+from ._errors import (  # noqa: E402
     Error,
-    Layout,
     LayoutError,
-    LoadInfo,
-    LoadProgress,
-    ManifestState,
     OutOfMemoryError,
     ShardReadError,
     SourceNotFoundError,
-    discover,
-    load,
 )
+from ._layout import Layout, ManifestState  # noqa: E402
+from ._info import LoadInfo, LoadProgress  # noqa: E402
+from ._discover import discover  # noqa: E402
+from ._api import load  # noqa: E402
 from ._readers import register_reader, registered_readers  # noqa: E402
 from ._batches import BatchIterator, batches  # noqa: E402
 from ._manifest import ChecksumMismatch, discover_once, index, verify  # noqa: E402

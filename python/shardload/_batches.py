@@ -7,9 +7,12 @@ from typing import TYPE_CHECKING, Iterator, Unpack
 
 import numpy as np
 
-from . import _api
-from ._api import (DiscoverOptions, DTypeLike, Layout, SourceLike, _astype, _check_legate_dims,
-                   _check_thread, _int, _overdecompose, _start_runtime)
+from ._args import _INT64_MAX, DTypeLike, SourceLike, _int, _overdecompose, _source
+from ._discover import _with_storage_options
+from ._layout import Layout
+from ._legate_start import _check_legate_dims, _check_thread, _start_runtime
+from ._manifest import _discover_for_job
+from ._options import DiscoverOptions, _astype, _decoded, _options
 
 if TYPE_CHECKING:
     import cupynumeric
@@ -132,7 +135,7 @@ def batches(
         RuntimeError: called, or iterated, from a thread other than the main thread.
     """
     _check_thread("shardload.batches")
-    checked = _api._options("batches", options, layout=isinstance(source, Layout))
+    checked = _options("batches", options, layout=isinstance(source, Layout))
     rpb = _int("rows_per_batch", rows_per_batch)
     if rpb < 1:
         raise ValueError(f"rows_per_batch: expected an int >= 1, found {rpb}")
@@ -147,12 +150,12 @@ def batches(
                             "paths carry them")
         layout = source
     else:
-        source = _api._with_storage_options(_api._source(source), storage_options)
-        layout = _api._decoded(lambda o, dt: _api._discover_for_job(source, o, dt), checked,
-                               cast, "batches", cast_after=True, source=source)
+        source = _with_storage_options(_source(source), storage_options)
+        layout = _decoded(lambda o, dt: _discover_for_job(source, o, dt), checked, cast,
+                          "batches", cast_after=True, source=source)
     # Past the int64 range no batch is shorter than the dataset anyway.
     rpb = min(rpb, max(layout.total_rows, 1))
-    ahead = min(ahead, _api._INT64_MAX)
+    ahead = min(ahead, _INT64_MAX)
     _check_legate_dims(layout)
     _start_runtime()
     return BatchIterator(layout, rpb, ahead, k, cast)

@@ -7,7 +7,7 @@ from typing import Any, AnyStr, Callable, Sequence, Union
 
 import numpy as np
 
-from ._api import ManifestState
+from ._layout import ManifestState
 
 _Path = Union[str, bytes, os.PathLike[str], os.PathLike[bytes]]
 
@@ -40,10 +40,10 @@ class Layout:
     def manifest_state(self) -> ManifestState: ...  # the package's, over the binding's name
     def encode(self) -> bytes: ...
     def describe(self, edge_shards: int = 3) -> str: ...
-    # read and slice_rows are the package's (shardload._api puts them on the class).
+    # read and slice_rows are the package's (shardload._layout puts them on the class).
     def slice_rows(self, lo: int | None = None, hi: int | None = None) -> Layout: ...
     def read(self, lo: int | None = None, hi: int | None = None) -> np.ndarray[Any, Any]: ...
-    # The array-like surface, also the package's (shardload._api).
+    # The array-like surface, also the package's (shardload._layout).
     @property
     def ndim(self) -> int: ...
     @property

@@ -13,8 +13,11 @@ from typing import Any, Callable, Mapping, Optional
 import numpy as np
 
 from . import _core
-from ._api import (Layout, LoadInfo, LoadProgress, _astype, _bool, _decoded, _discover, _found,
-                   _int, _options, _reader_options, _rows, _source, _with_storage_options)
+from ._args import _bool, _found, _int, _source
+from ._discover import _discover, _reader_options, _with_storage_options
+from ._info import LoadInfo, LoadProgress
+from ._layout import Layout, _rows
+from ._options import _astype, _decoded, _options
 from ._errors import OutOfMemoryError
 
 logger = logging.getLogger("shardload")

@@ -16,8 +16,12 @@ import dataclasses
 import os
 from typing import Unpack
 
-from . import _api, _core
-from ._api import DiscoverOptions, DTypeLike, Layout, _Options, _bool, _found, _int
+from . import _core
+from ._args import DTypeLike, _bool, _found, _int, _source
+from ._discover import _discover, _with_storage_options
+from ._layout import Layout
+from ._legate_start import _check_thread, _job_ranks, _start_runtime
+from ._options import DiscoverOptions, _astype, _decoded, _Options, _options
 
 __all__ = ["ChecksumMismatch", "index", "verify", "discover_once", "MANIFEST_NAME"]
 
@@ -53,8 +57,8 @@ def _directory(source: object, storage_options: object = None) -> str | bytes:
                          f"serve its {MANIFEST_NAME} beside them")
     if isinstance(path, str) and path.startswith("s3://"):
         # A prefix in a bucket: discovery says whether objects are under it.
-        return _api._with_storage_options(path, storage_options)  # type: ignore[return-value]
-    _api._with_storage_options(path, storage_options)  # refuses options for a local path
+        return _with_storage_options(path, storage_options)  # type: ignore[return-value]
+    _with_storage_options(path, storage_options)  # refuses options for a local path
     if not os.path.isdir(path):
         raise ValueError(f"{os.fsdecode(path)}: not a directory; a manifest is written into the "
                          "directory of the shards")
@@ -102,11 +106,11 @@ def index(
         LayoutError: the shards do not form a dataset, a file changed while its checksum
             was computed, or the manifest cannot be written (the message names the file).
     """
-    checked = _api._options("index", options)
+    checked = _options("index", options)
     if checked.trust_manifest:
         raise ValueError("trust_manifest: index() probes every file to write a new manifest, "
                          "so no manifest can be trusted here; leave it out")
-    cast = _api._astype(astype)
+    cast = _astype(astype)
     directory = _directory(source, storage_options)
     if not isinstance(checksum, str):
         raise TypeError(f"checksum: expected a str, found {_found(checksum)}")
@@ -114,12 +118,12 @@ def index(
         raise ValueError(f"checksum: expected one of {', '.join(_CHECKSUMS)}, found "
                          f"{checksum!r}")
 
-    if _api._job_ranks() > 1:
+    if _job_ranks() > 1:
         # One rank probes and one writes (with checksums, reads every shard): the others
         # get its layout and its outcome, instead of each doing the whole job again.
         from . import _legate
 
-        layout = _api._decoded(
+        layout = _decoded(
             lambda o, dt: _discover_once(directory, o, dt, use_manifest=False), checked, cast,
             "index", cast_after=False, source=directory)
         pattern = checked.pattern
@@ -130,7 +134,7 @@ def index(
         # The files themselves: the manifest being replaced must not describe the dataset.
         return _core.discover(directory, o.pattern, o.format_args(dtype), o.discovery, False)
 
-    layout = _api._decoded(probe, checked, cast, "index", cast_after=False, source=directory)
+    layout = _decoded(probe, checked, cast, "index", cast_after=False, source=directory)
     return _core.write_manifest(layout, directory, checksum, checked.pattern)
 
 
@@ -165,7 +169,7 @@ def verify(source: str | bytes | os.PathLike, *, groups: int | None = None,
     n = 0 if groups is None else _int("groups", groups)
     if groups is not None and n < 1:
         raise ValueError(f"groups: expected an int >= 1, found {n}")
-    path = os.fsencode(_api._with_storage_options(  # type: ignore[arg-type]
+    path = os.fsencode(_with_storage_options(  # type: ignore[arg-type]
         os.fspath(source), storage_options))
     if path.startswith((b"s3://", b"http://", b"https://")):
         # A directory URL means its manifest; the query stays after the key.
@@ -180,8 +184,8 @@ def verify(source: str | bytes | os.PathLike, *, groups: int | None = None,
                 for i, p, w in _core.verify_on_host(path)]
     from . import _legate
 
-    _api._check_thread("shardload.verify")
-    _api._start_runtime()
+    _check_thread("shardload.verify")
+    _start_runtime()
     _shards, _groups, bad = _legate.verify(path, n)
     return [ChecksumMismatch(i, os.fsdecode(p), w) for i, p, w in bad]
 
@@ -214,12 +218,12 @@ def discover_once(
     if not isinstance(source, (str, bytes, os.PathLike)):
         raise TypeError(f"source: expected a path (str, bytes or os.PathLike), found "
                         f"{_found(source)}")
-    source = _api._with_storage_options(source, storage_options)  # type: ignore[assignment]
-    checked = _api._options("discover_once", options)
-    cast = _api._astype(astype)
-    _api._check_thread("shardload.discover_once")
-    return _api._decoded(lambda o, dt: _discover_once(source, o, dt), checked, cast,
-                         "discover_once", cast_after=False, source=source)
+    source = _with_storage_options(source, storage_options)  # type: ignore[assignment]
+    checked = _options("discover_once", options)
+    cast = _astype(astype)
+    _check_thread("shardload.discover_once")
+    return _decoded(lambda o, dt: _discover_once(source, o, dt), checked, cast,
+                    "discover_once", cast_after=False, source=source)
 
 
 def _discover_once(source: str | bytes | os.PathLike, options: _Options,
@@ -228,8 +232,19 @@ def _discover_once(source: str | bytes | os.PathLike, options: _Options,
     ``use_manifest=False`` probes the files whatever manifest the directory has."""
     from . import _legate
 
-    _api._start_runtime()
+    _start_runtime()
     pattern = options.pattern
     return _legate.discover_once(
         os.fsencode(source), os.fsencode(pattern) if pattern else b"", options.discovery,
         options.format_args(dtype), use_manifest=use_manifest)
+
+
+def _discover_for_job(source: object, options: _Options, dtype: str | None = None) -> Layout:
+    """discover() in a process of its own; discover_once() on several ranks, so that one rank
+    touches the files and every rank gets the same layout, or the same error (ranks that each
+    discovered could disagree, one raising while the others went on into the launch).
+    ``dtype`` as in :meth:`_Options.format_args`."""
+    source = _source(source)
+    if isinstance(source, (str, bytes, os.PathLike)) and _job_ranks() > 1:
+        return _discover_once(source, options, dtype)
+    return _discover(source, options, dtype)

@@ -44,8 +44,9 @@ from typing import Any, Callable, Optional, Sequence
 import numpy as np
 
 from . import _core
-from ._api import _LEGATE_DTYPES, _legate_dtypes_text
+from ._args import _renamed
 from ._errors import LayoutError, ShardReadError
+from ._options import _LEGATE_DTYPES, _legate_dtypes_text
 
 __all__ = ["register_reader", "registered_readers"]
 
@@ -152,8 +153,6 @@ def register_reader(
         ValueError: a bad name or extension, a name already registered, a dtype that is not
             numeric, not native or has no Legate type, a negative dimension.
     """
-    from ._api import _renamed
-
     if deprecated:
         count_rows = _renamed("register_reader", deprecated, {"rows": "count_rows"},
                               {"count_rows": count_rows})["count_rows"]

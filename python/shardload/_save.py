@@ -18,7 +18,7 @@ from typing import Any, Union
 
 import numpy as np
 
-from . import _api, _core
+from . import _core, _discover, _legate_start
 
 # The formats with a writer in the format table (src/readers/formats.cc).
 _FORMATS = tuple(row["name"] for row in _core.format_rows() if row["writable"])
@@ -196,7 +196,7 @@ def save(
         raise ValueError(f"save: checksum={checksum!r} covers regular files, and a Zarr shard "
                          "is a directory; save Zarr with checksum='none'")
     if storage_options is not None:
-        dest = _api._with_storage_options(dest, storage_options)  # type: ignore[assignment]
+        dest = _discover._with_storage_options(dest, storage_options)  # type: ignore[assignment]
     try:
         path = os.fsencode(dest)
     except TypeError:
@@ -214,8 +214,8 @@ def save(
             "works only in the main thread, as load does (Legate takes launches only from the "
             "thread that started its runtime)")
     if isinstance(array, np.ndarray):  # the one kind that can have more than Legate holds
-        _api._check_shape_dims(array.shape, "save: the array", write=True)
-    _api._start_runtime()
+        _legate_start._check_shape_dims(array.shape, "save: the array", write=True)
+    _legate_start._start_runtime()
     from . import _legate
 
     logical = _logical_array(array)

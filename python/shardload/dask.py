@@ -44,7 +44,9 @@ from typing import TYPE_CHECKING, Any, Mapping, Optional, Unpack
 import numpy as np
 
 from . import _core, _frontend
-from ._api import DiscoverOptions, DTypeLike, Layout, SourceLike, _found, _int
+from ._args import DTypeLike, SourceLike, _found, _int
+from ._layout import Layout
+from ._options import DiscoverOptions
 
 if TYPE_CHECKING:
     import dask.array

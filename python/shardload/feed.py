@@ -79,7 +79,9 @@ from typing import Any, Iterator, Mapping, Optional, Unpack
 import numpy as np
 
 from . import _core, _frontend
-from ._api import DiscoverOptions, DTypeLike, Layout, SourceLike, _found, _int
+from ._args import DTypeLike, SourceLike, _found, _int
+from ._layout import Layout
+from ._options import DiscoverOptions
 from ._feed_order import Order
 
 __all__ = ["Feed", "STATE_MAX_BYTES", "world"]

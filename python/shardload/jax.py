@@ -28,7 +28,10 @@ from typing import TYPE_CHECKING, Any, Mapping, Unpack
 import numpy as np
 
 from . import _core, _errors, _frontend
-from ._api import DiscoverOptions, DTypeLike, Layout, LoadInfo, SourceLike, _found
+from ._args import DTypeLike, SourceLike, _found
+from ._info import LoadInfo
+from ._layout import Layout
+from ._options import DiscoverOptions
 
 if TYPE_CHECKING:
     import jax

@@ -21,7 +21,10 @@ from typing import Callable, Mapping, Sequence, Unpack
 import numpy as np
 
 from . import _core, _frontend, _save
-from ._api import DiscoverOptions, DTypeLike, Layout, LoadInfo, LoadProgress, SourceLike
+from ._args import DTypeLike, SourceLike
+from ._info import LoadInfo, LoadProgress
+from ._layout import Layout
+from ._options import DiscoverOptions
 
 __all__ = ["load", "save"]
 

@@ -1,5 +1,5 @@
 // How both extension modules take the format options: one dict from the package's checker
-// (shardload._api._options), converted row by row through the option table
+// (shardload._options._options), converted row by row through the option table
 // (shardload/format.hpp), so that neither binding names an option. Included by
 // core_module.cc and legate_module.cc only.
 #pragma once

@@ -20,7 +20,7 @@ import subprocess
 import pytest
 
 import shardload
-from shardload import _api, _core, _save
+from shardload import _core, _options, _save
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -167,7 +167,7 @@ def test_the_architecture_capability_table_is_the_format_table():
 
 def test_code_takes_its_lists_of_formats_from_the_table(cli: pathlib.Path):
     extensions = {e for row in ROWS for e in row["extensions"]}
-    assert set(_api._COLUMNAR_EXTENSIONS) | set(_api._OTHER_EXTENSIONS) == extensions
+    assert set(_options._COLUMNAR_EXTENSIONS) | set(_options._OTHER_EXTENSIONS) == extensions
     assert set(_save._FORMATS) == {row["name"] for row in ROWS if row["writable"]}
     help_text = subprocess.run([str(cli), "inspect", "--help"], capture_output=True,
                                text=True, check=True).stdout

@@ -253,7 +253,7 @@ def test_a_manifest_written_once_for_the_job_equals_the_one_written_here(data):
     here = pathlib.Path(_core.write_manifest(layout, str(d), "xxh3"))
     want = here.read_bytes()
     here.unlink()
-    shardload._api._start_runtime()
+    shardload._legate_start._start_runtime()
     once = _legate.write_manifest_once(layout, os.fsencode(d), "xxh3")
     assert pathlib.Path(once) == here and here.read_bytes() == want
     assert shardload.discover(d).manifest_state is shardload.ManifestState.USED

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import shardload
-from shardload import _api, _core
+from shardload import _core, _options
 
 
 def _rows() -> list[tuple[str, str]]:
@@ -22,15 +22,15 @@ def _rows() -> list[tuple[str, str]]:
 def test_every_row_of_both_tables_is_a_discover_option() -> None:
     names = [name for name, _ in _rows()]
     assert len(names) == len(set(names)), names
-    assert set(names) <= set(_api._DISCOVER_OPTIONS)
-    assert set(_api._DISCOVER_OPTIONS) - set(names) == {"pattern", "format"}
+    assert set(names) <= set(_options._DISCOVER_OPTIONS)
+    assert set(_options._DISCOVER_OPTIONS) - set(names) == {"pattern", "format"}
     # Every kind has its check.
-    assert {kind for _, kind in _rows()} <= set(_api._KIND_CHECKS)
+    assert {kind for _, kind in _rows()} <= set(_options._KIND_CHECKS)
 
 
 def test_the_typed_dict_lists_exactly_the_discover_options() -> None:
-    hints = typing.get_type_hints(_api.DiscoverOptions)
-    assert set(hints) == set(_api._DISCOVER_OPTIONS)
+    hints = typing.get_type_hints(_options.DiscoverOptions)
+    assert set(hints) == set(_options._DISCOVER_OPTIONS)
     # A flag row is a bool keyword, a count row an int one.
     for name, kind in _core.discover_option_rows():
         if kind == "flag":
@@ -41,23 +41,23 @@ def test_the_typed_dict_lists_exactly_the_discover_options() -> None:
 
 def test_discover_documents_every_option() -> None:
     doc = shardload.discover.__doc__ or ""
-    for name in _api._DISCOVER_OPTIONS:
+    for name in _options._DISCOVER_OPTIONS:
         assert re.search(rf"^\s+{name}: ", doc, re.M), name
 
 
 def test_a_flag_row_keeps_its_checks_and_its_default() -> None:
     # trust_manifest is a row of the discovery table: left out it is False, None or 1 is the
     # TypeError every flag gives, and a Layout refuses it only when True.
-    assert _api._options("discover", {}).trust_manifest is False
-    assert _api._options("discover", {"trust_manifest": True}).given == ("trust_manifest",)
+    assert _options._options("discover", {}).trust_manifest is False
+    assert _options._options("discover", {"trust_manifest": True}).given == ("trust_manifest",)
     for bad in (None, 1, "yes"):
         try:
-            _api._options("discover", {"trust_manifest": bad})
+            _options._options("discover", {"trust_manifest": bad})
         except TypeError as e:
             assert "trust_manifest: expected a bool" in str(e)
         else:
             raise AssertionError(bad)
-    assert _api._options("load", {"trust_manifest": False}, layout=True).given == ()
+    assert _options._options("load", {"trust_manifest": False}, layout=True).given == ()
 
 
 # ---- probe_threads: one row of the discovery table, end to end ------------------------------

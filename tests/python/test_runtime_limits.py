@@ -248,7 +248,7 @@ MORE_DIMENSIONS = """
     import sys
     import numpy as np
     import shardload
-    from shardload import _api
+    from shardload import _legate_start
 
     shardload.register_reader("seven", read=lambda p, lo, hi: np.zeros((hi - lo,) + (2,) * 6),
                               count_rows=lambda p: 3, dtype="float64", trailing_shape=(2,) * 6,
@@ -273,7 +273,7 @@ MORE_DIMENSIONS = """
         print("reader no error")
     except ValueError as e:
         print("reader", type(e).__name__, "|", e)
-    print("runtime started:", _api._runtime_ready)
+    print("runtime started:", _legate_start._runtime_ready)
 """
 
 
@@ -330,12 +330,12 @@ def test_more_dimensions_than_legate_has_are_refused_before_the_runtime_starts(
 def test_the_launchers_refuse_more_dimensions_themselves(tmp_path: pathlib.Path) -> None:
     # Past the Python checks, the C++ launchers (load, Batches) refuse such a layout before
     # creating anything (Legate ended the process on the store), and the runtime goes on.
-    from shardload import _api, _legate
+    from shardload import _legate, _legate_start
 
     data = np.arange(2 * 2 ** 6, dtype=np.int16).reshape((2,) + (2,) * 6)
     write_shards(tmp_path / "d7", [data])
     layout = shardload.discover(tmp_path / "d7")
-    _api._start_runtime()
+    _legate_start._start_runtime()
     with pytest.raises(shardload.LayoutError, match=r"shard_0000.npy has 7 dimensions, shape "
                        r"\(2, 2, 2, 2, 2, 2, 2\), and a Legate array has at most 6"):
         _legate.load(layout, 1)
