@@ -26,6 +26,10 @@ class RefuseLegate(importlib.abc.MetaPathFinder):
         return None
 
 
+# As where they are not installed: `import legate` fails and importlib.util.find_spec("legate"),
+# which `import shardload` asks (_runtime.legate_installed), answers None instead of raising.
+for name in STARTS_LEGATE:
+    sys.modules[name] = None
 sys.meta_path.insert(0, RefuseLegate())
 import pdoc  # noqa: E402
 
@@ -39,7 +43,8 @@ problems = [w for w in caught
             and "type annotation" not in str(w.message)]
 for w in problems:
     print(f"pdoc: {w.message}", file=sys.stderr)
-started = sorted({m.split(".")[0] for m in sys.modules} & set(STARTS_LEGATE))
+started = sorted({m.split(".")[0] for m, module in sys.modules.items() if module is not None}
+                 & set(STARTS_LEGATE))
 if started:
     print(f"api_docs: the run imported {', '.join(started)}", file=sys.stderr)
 if problems or started:
