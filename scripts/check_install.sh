@@ -112,16 +112,17 @@ fi
 grep -q "shardload\[legate\]" <<<"$out" || { echo "shardload verify without Legate: $out"; exit 1; }
 rm -f "$DATA"/part_*.npy
 
-log "pip install the legate extra"
-legate_extra=$("$VENV/bin/python" - "$ROOT/pyproject.toml" <<'PY'
+log "pip install the legate, jax and dask extras"
+extras=$("$VENV/bin/python" - "$ROOT/pyproject.toml" <<'PY'
 import sys
 import tomllib
 
 with open(sys.argv[1], "rb") as f:
-    print(" ".join(tomllib.load(f)["project"]["optional-dependencies"]["legate"]))
+    extras = tomllib.load(f)["project"]["optional-dependencies"]
+print(" ".join(req for name in ("legate", "jax", "dask") for req in extras[name]))
 PY
 )
-"$VENV/bin/python" -m pip install -q $legate_extra
+"$VENV/bin/python" -m pip install -q $extras
 # The consumer's build tools (CMake >= 3.30 for Legate's package config) and the test's writer.
 "$VENV/bin/python" -m pip install -q 'cmake>=3.30' ninja
 
