@@ -14,6 +14,7 @@
 #                                     tests of build/ and the Python tests not marked slow
 #   scripts/test.sh --fuzz-seconds N  fuzz each target N seconds after replaying its corpus
 #                                     (default FUZZ_SECONDS, else 10; 0 only replays)
+#   PYTEST_WORKERS=N scripts/test.sh  the Python tests on N processes (default 2; 0: one)
 #
 # Other arguments go to pytest. The build scripts use a compiler cache (scripts/ccache.sh), so
 # a second run, and the trees that compile the same engine again (the networked build, the
@@ -33,6 +34,13 @@ while (($#)); do
   esac
 done
 [[ $FUZZ_SECONDS =~ ^[0-9]+$ ]] || { echo "--fuzz-seconds takes whole seconds, got '$FUZZ_SECONDS'" >&2; exit 2; }
+# The Python tests run on PYTEST_WORKERS processes (pytest-xdist; 2 unless set, 0 runs them in
+# this one process): most of them wait on subprocesses, servers and sleeps, which overlap. Each
+# worker starts its own Legate runtime. --dist loadfile keeps a module on one worker, so its
+# tests run in their order and its module-scoped S3 server starts once.
+PYTEST_WORKERS=${PYTEST_WORKERS:-2}
+[[ $PYTEST_WORKERS =~ ^[0-9]+$ ]] || { echo "PYTEST_WORKERS takes a number of processes, got '$PYTEST_WORKERS'" >&2; exit 2; }
+XDIST=(-n "$PYTEST_WORKERS" --dist loadfile)
 
 # ---- stage timing: each stage's wall time, printed at the end whatever happens ---------------
 STAGE_NAMES=()
@@ -106,7 +114,7 @@ stage "Stubs: python/shardload/*.pyi (stubtest)" stubs
 stage "C++ tests of build/ (ctest)" ctest --test-dir build --output-on-failure -j "$(nproc)"
 
 if [ "$QUICK" = 1 ]; then
-  quick_python() { (cd tests/python && python -m pytest -q -m "not slow" ${PYTEST_ARGS[@]+"${PYTEST_ARGS[@]}"}); }
+  quick_python() { (cd tests/python && python -m pytest -q "${XDIST[@]}" -m "not slow" --durations=10 ${PYTEST_ARGS[@]+"${PYTEST_ARGS[@]}"}); }
   stage "Python tests not marked slow" quick_python
   exit 0
 fi
@@ -176,6 +184,6 @@ stage "Multi-rank tests: 2 Legate ranks (build-mr)" multirank
 
 stage "Python API reference (pdoc, no Legate start)" scripts/api_docs.sh build/api
 
-python_tests() { (cd tests/python && python -m pytest -q --durations=15 ${PYTEST_ARGS[@]+"${PYTEST_ARGS[@]}"}); }
+python_tests() { (cd tests/python && python -m pytest -q "${XDIST[@]}" --durations=15 ${PYTEST_ARGS[@]+"${PYTEST_ARGS[@]}"}); }
 # Last, so that its summary closes the output (before the stage table).
 stage "Python tests" python_tests
