@@ -48,6 +48,7 @@ namespace {
 //   key, api_key, apikey       API keys (Google's key=)
 //   password, client_secret    passwords and OAuth client secrets
 //   private_token              GitLab's API token
+//   auth                       Firebase's REST API token (an ID token or a database secret)
 //   secret, aws_secret_access_key,  the secret half and the token as s3fs and boto3 spell
 //   secret_access_key,              them: options of another library, refused with the URL
 //   aws_session_token               they were passed in
@@ -55,7 +56,7 @@ namespace {
 // X-Goog-Credential, AWSAccessKeyId, Key-Pair-Id: the store's own errors name them too, and
 // they tell which credential was refused), a CloudFront Policy (it is what the signature
 // signs), Expires and X-Amz-Date, and every store and request option.
-constexpr std::array<std::string_view, 22> kSecretKeys = {"secret_key",
+constexpr std::array<std::string_view, 23> kSecretKeys = {"secret_key",
                                                           "session_token",
                                                           "x-amz-signature",
                                                           "x-amz-security-token",
@@ -73,6 +74,7 @@ constexpr std::array<std::string_view, 22> kSecretKeys = {"secret_key",
                                                           "client_secret",
                                                           "x-goog-security-token",
                                                           "private_token",
+                                                          "auth",
                                                           "secret",
                                                           "aws_secret_access_key",
                                                           "secret_access_key",

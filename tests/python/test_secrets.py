@@ -313,6 +313,7 @@ def test_a_credential_option_of_another_library_is_refused_without_its_value(opt
 @pytest.mark.parametrize("query,visible", [
     ("a=1;token=tk-s3cr3t", "a=1;token=***"),                  # ';' between parameters
     ("private_token=gl-s3cr3t&ref=main", "private_token=***&ref=main"),  # GitLab's API token
+    ("auth=fb-s3cr3t&print=pretty", "auth=***&print=pretty"),  # Firebase's REST auth token
     # a ';' inside a value is the value's: the rest of it is hidden too
     ("X-Amz-Signature=5e3c;s3cr3t&x=1", "X-Amz-Signature=***&x=1"),
 ])
