@@ -3,10 +3,10 @@
 #include <chrono>
 #include <cstring>
 
+#include "engine/detail/save_files.hpp"
+#include "engine/detail/save_remote.hpp"
 #include "legate/detail/launch.hpp"
-#include "legate/detail/save_files.hpp"
 #include "legate/detail/save_once.hpp"
-#include "legate/detail/save_remote.hpp"
 #include "legate/detail/tasks.hpp"
 #include "shardload/formats.hpp"
 #include "shardload/legate.hpp"
@@ -43,17 +43,6 @@ legate::LogicalArray tileable(const legate::LogicalArray& array) {
   runtime->issue_fill(out, legate::Scalar{array.type(), alloc.ptr, /*copy=*/true});
   return out;
 }
-
-// Removes the staging directory unless the save completed: the very directory the save
-// made, not whatever its path leads to by then.
-struct StagingGuard {
-  std::string path;
-  std::pair<std::uint64_t, std::uint64_t> identity = detail::directory_identity(path);
-  bool keep = false;
-  ~StagingGuard() {
-    if (!keep && !path.empty()) detail::remove_tree_if_same(path, identity);
-  }
-};
 
 // Shards of chosen rows to object storage, where each shard is one task's upload: one
 // one-point launch per shard with bytes over that shard's slice of the array, on the processor
@@ -179,8 +168,11 @@ void save(const legate::LogicalArray& array, const std::string& dest, const Save
     return std::chrono::duration<double>(b - a).count();
   };
   const auto t0 = Clock::now();
-  if (dest.empty()) argument_error("the destination is empty");
-  if (dest.find('\0') != std::string::npos) argument_error("the destination holds a NUL byte");
+  // The argument checks in this order, the engine's (shardload/save_options.hpp) among them.
+  const auto check_argument = [](const Status& st) {
+    if (!st) throw_status(st, ErrorSite::kWrite);
+  };
+  check_argument(check_save_dest(dest));
   if (array.nullable())
     argument_error("nullable arrays cannot be saved (the formats hold no mask)");
   if (array.nested()) argument_error("nested (struct, list or string) arrays cannot be saved");
@@ -189,34 +181,7 @@ void save(const legate::LogicalArray& array, const std::string& dest, const Save
     argument_error("expected an array of 1 or more dimensions, found " +
                    std::to_string(array.dim()));
   }
-  for (const auto& [name, text] : options.extra_files) {
-    if (name.empty() || name == "." || name == ".." ||
-        name.find_first_of(std::string("/\0", 2)) != std::string::npos) {
-      argument_error("extra file name '" + name + "' is not a plain file name");
-    }
-  }
-  const FormatDescriptor* format = find_format(options.format);
-  if (format == nullptr) {
-    argument_error("unknown format " + std::to_string(static_cast<int>(options.format)));
-  }
-  if (!format->writer) {
-    argument_error("no writer for the " + format->name + " format (expected " +
-                   writable_format_names_text() + ")");
-  }
-  if (options.checksum != Checksum::kNone && options.checksum != Checksum::kXxh3) {
-    argument_error("unknown checksum " + std::to_string(static_cast<int>(options.checksum)));
-  }
-  if (options.checksum != Checksum::kNone && !options.manifest) {
-    argument_error("checksum " + std::string(checksum_name(options.checksum)) +
-                   " is kept in the manifest, and manifest is false");
-  }
-  // Refused before anything is written: a store is a directory, and checksums cover regular
-  // files only.
-  if (options.checksum != Checksum::kNone && format->writer->writes_directories()) {
-    argument_error("checksum " + std::string(checksum_name(options.checksum)) +
-                   " covers regular files, and a " + format->name + " shard is a directory; save " +
-                   format->name + " with checksum none");
-  }
+  check_argument(check_save_options(options));
   check_legate_dims(array, "save: the array");
 
   detail::SaveSpec spec;
@@ -224,14 +189,12 @@ void save(const legate::LogicalArray& array, const std::string& dest, const Save
   spec.dtype = saved_dtype(array.type());
   const auto extents = array.extents();
   const auto rows = static_cast<std::int64_t>(extents[0]);
-  std::int64_t row_bytes = spec.dtype.size;
   for (std::uint32_t d = 1; d < extents.size(); ++d) {
     spec.trailing.push_back(static_cast<std::int64_t>(extents[d]));
-    if (__builtin_mul_overflow(row_bytes, spec.trailing.back(), &row_bytes)) {
-      argument_error("a row of the array overflows a byte count");
-    }
   }
-  spec.row_bytes = static_cast<std::size_t>(row_bytes);
+  const Result<std::size_t> row_bytes = save_row_bytes(spec.dtype, spec.trailing);
+  check_argument(row_bytes.status());
+  spec.row_bytes = *row_bytes;
 
   auto* runtime = legate::Runtime::get_runtime();
   const legate::Library lib = library();
@@ -241,37 +204,9 @@ void save(const legate::LogicalArray& array, const std::string& dest, const Save
   const auto processors = static_cast<std::int64_t>(machine.count());
   if (processors < 1) argument_error("the machine has no CPU processors to save on");
 
-  spec.offsets.assign(1, 0);
-  if (!options.shard_rows.empty()) {
-    if (options.shard_rows.size() > 1000000) {
-      argument_error("shard_rows must hold at most 1000000 shards, found " +
-                     std::to_string(options.shard_rows.size()));
-    }
-    for (const auto r : options.shard_rows) {
-      if (r < 0) argument_error("shard rows must be >= 0, found " + std::to_string(r));
-      std::int64_t end = 0;
-      if (__builtin_add_overflow(spec.offsets.back(), r, &end) || end > rows) {
-        argument_error("the shard rows add up to more than the array's " + std::to_string(rows) +
-                       " rows");
-      }
-      spec.offsets.push_back(end);
-    }
-    if (spec.offsets.back() != rows) {
-      argument_error("the shard rows add up to " + std::to_string(spec.offsets.back()) +
-                     ", but the array has " + std::to_string(rows) + " rows");
-    }
-  } else {
-    if (options.num_shards < 0) {
-      argument_error("num_shards must be >= 1, found " + std::to_string(options.num_shards));
-    }
-    const std::int64_t n = options.num_shards == 0 ? processors : options.num_shards;
-    if (n > 1000000)
-      argument_error("num_shards must be at most 1000000, found " + std::to_string(n));
-    const std::int64_t per = std::max<std::int64_t>(1, (rows + n - 1) / n);
-    for (std::int64_t i = 0; i < n; ++i) {
-      spec.offsets.push_back(std::min(rows, spec.offsets.back() + per));
-    }
-  }
+  Result<std::vector<std::int64_t>> offsets = save_shard_offsets(options, rows, processors);
+  check_argument(offsets.status());
+  spec.offsets = std::move(offsets).value();
 
   SaveInfo si;
   si.target = "CPU";
@@ -296,7 +231,7 @@ void save(const legate::LogicalArray& array, const std::string& dest, const Save
   check(detail::check_destination(*physical, options.overwrite));
   auto staging = detail::prepare_save_once(*physical, &spec);
   if (!staging) check(staging.status());
-  StagingGuard guard{*staging};
+  detail::StagingGuard guard{*staging};
   const auto t1 = Clock::now();
   si.prepare_seconds = seconds(t0, t1);
 

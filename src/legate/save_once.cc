@@ -10,10 +10,10 @@
 #include <span>
 
 #include "base/detail/bytes.hpp"
+#include "engine/detail/save_files.hpp"
+#include "engine/detail/save_remote.hpp"
 #include "legate/detail/load_body.hpp"
 #include "legate/detail/point_task.hpp"
-#include "legate/detail/save_files.hpp"
-#include "legate/detail/save_remote.hpp"
 #include "legate/detail/tasks.hpp"
 #include "shardload/legate.hpp"
 
@@ -145,17 +145,12 @@ void SavePrepareTask::cpu_variant(legate::TaskContext context) {
         st = d.status();
       }
     } else if (st) {
-      Result<std::string> staging = make_staging_dir(dest);
-      if (!staging) st = staging.status();
-      // The directory just made, removed on failure only while its path still leads to it.
-      std::pair<std::uint64_t, std::uint64_t> identity{};
-      if (staging) identity = directory_identity(*staging);
-      if (st) st = create_shard_files(*staging, &*spec);
-      if (st) {
+      Result<std::string> staging = prepare_staging(dest, &*spec);
+      if (staging) {
         put_str(result, *staging);
         put_ints(result, spec->encode());
-      } else if (staging) {
-        remove_tree_if_same(*staging, identity);
+      } else {
+        st = staging.status();
       }
     }
     write_point_result(context, encode_outcome(st, result));
@@ -207,9 +202,7 @@ void SaveCommitTask::cpu_variant(legate::TaskContext context) {
       st = store ? finish_remote_save(remote, *spec, options) : store.status();
       published = st.is_ok();
     } else if (st) {
-      st = write_metadata(staging, *spec, options.extra_files);
-      if (st && options.manifest) st = write_save_manifest(staging, options.checksum);
-      if (st) st = commit_staging(staging, dest, options.overwrite, &published);
+      st = publish_staging(staging, dest, *spec, options, &published);
     }
     std::vector<std::uint8_t> result;
     put_u64(result, published ? 1 : 0);

@@ -5,10 +5,10 @@
 #include <memory>
 #include <new>
 
+#include "engine/detail/save_files.hpp"
+#include "engine/detail/save_remote.hpp"
 #include "engine/detail/strided.hpp"
 #include "legate/detail/load_body.hpp"
-#include "legate/detail/save_files.hpp"
-#include "legate/detail/save_remote.hpp"
 #include "legate/detail/tasks.hpp"
 
 namespace shardload::detail {

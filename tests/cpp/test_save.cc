@@ -9,7 +9,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "legate/detail/save_files.hpp"
+#include "engine/detail/save_files.hpp"
 #include "shardload/fill.hpp"
 #include "shardload/legate.hpp"
 #include "shardload/save.hpp"

@@ -5,8 +5,8 @@
 
 #include <string>
 
-#include "legate/detail/save_files.hpp"
-#include "legate/detail/save_remote.hpp"
+#include "engine/detail/save_files.hpp"
+#include "engine/detail/save_remote.hpp"
 #include "shardload/save.hpp"
 #include "shardload/status.hpp"
 

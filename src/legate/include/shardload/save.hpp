@@ -66,38 +66,9 @@
 
 #include "shardload/errors.hpp"
 #include "shardload/manifest.hpp"
+#include "shardload/save_options.hpp"
 
 namespace shardload {
-
-// The one format enum (shardload/format.hpp): save writes kNpy, kZarr (v2) or kRaw.
-using SaveFormat = Format;
-
-struct SaveOptions {
-  // Shards to write; 0: one per processor of the launch. May exceed the rows (the extra
-  // shards have 0 rows). Rows are split as evenly as tiles: ceil(rows / N) each, the last
-  // ones shorter.
-  std::int64_t num_shards = 0;
-  // Explicit rows per shard (each >= 0, at most 1000000 shards, summing to the array's rows);
-  // overrides num_shards. To object storage each shard with rows is a launch of its own.
-  std::vector<std::int64_t> shard_rows;
-  SaveFormat format = SaveFormat::kNpy;
-  bool overwrite = false;
-  // Small files (name, contents) written into the dataset after everything else, before it
-  // becomes visible: `shardload write`'s _meta.json. A name is one plain file name; only
-  // "_meta.json" and "shardload.json" are names a later overwrite accepts.
-  std::vector<std::pair<std::string, std::string>> extra_files;
-  // DEST/shardload.manifest, written after every other file (extra files included) and
-  // before the rename, so that discovering DEST reads it instead of probing the shards.
-  bool manifest = true;
-  // Per-file checksums kept in the manifest for `shardload verify` (kXxh3 reads every shard
-  // once more). Needs manifest; not for Zarr (its shards are directories).
-  Checksum checksum = Checksum::kNone;
-  // Called once when the dataset is complete in the staging directory, just before it is
-  // renamed into place: whatever it throws ends the save with the staging directory removed
-  // and nothing published. The Python binding raises a pending KeyboardInterrupt there, so
-  // that Ctrl-C during a save publishes nothing.
-  std::function<void()> before_commit;
-};
 
 struct SaveInfo {
   std::string target;           // the processor kind the save task ran on ("CPU")

@@ -1,8 +1,8 @@
-// The file side of a save (shardload/save.hpp), free of Legate: the shard files' names,
-// creating them at their final sizes in the hidden staging directory, positional writes of
-// row ranges into them, the metadata and the final rename. What a format's files hold is
-// its writer's (the format descriptor's, shardload/formats.hpp); this file names no format.
-// Returns Status.
+// The file side of a save (shardload/save.hpp, shardload/host_save.hpp), free of any runtime: the
+// shard files' names, creating them at their final sizes in the hidden staging directory,
+// positional writes of row ranges into them, the metadata and the final rename. What a format's
+// files hold is its writer's (the format descriptor's, shardload/formats.hpp); this file names no
+// format. Returns Status.
 #pragma once
 
 #include <cstddef>
@@ -15,7 +15,7 @@
 
 #include "shardload/dtype.hpp"
 #include "shardload/manifest.hpp"
-#include "shardload/save.hpp"
+#include "shardload/save_options.hpp"
 #include "shardload/status.hpp"
 
 namespace shardload::detail {
@@ -130,5 +130,26 @@ std::pair<std::uint64_t, std::uint64_t> directory_identity(const std::string& pa
 // directory whose path now leads elsewhere (a link on the way changed) is left alone.
 void remove_tree_if_same(const std::string& path,
                          std::pair<std::uint64_t, std::uint64_t> identity) noexcept;
+
+// make_staging_dir(dest), then create_shard_files in it; on failure the directory is
+// removed (while its path still leads to it) and nothing is left.
+Result<std::string> prepare_staging(const std::string& dest, SaveSpec* spec);
+
+// The end of a save to a directory, once every row is written: write_metadata (with the
+// options' extra files), the manifest when options.manifest, then commit_staging.
+// *published as commit_staging's, also on an error.
+Status publish_staging(const std::string& staging, const std::string& dest, const SaveSpec& spec,
+                       const SaveOptions& options, bool* published);
+
+// Removes the staging directory unless the save completed (keep): the very directory the save
+// made, not whatever its path leads to by then.
+struct StagingGuard {
+  std::string path;
+  std::pair<std::uint64_t, std::uint64_t> identity = directory_identity(path);
+  bool keep = false;
+  ~StagingGuard() {
+    if (!keep && !path.empty()) remove_tree_if_same(path, identity);
+  }
+};
 
 }  // namespace shardload::detail

@@ -1,4 +1,4 @@
-#include "legate/detail/save_files.hpp"
+#include "engine/detail/save_files.hpp"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -810,6 +810,25 @@ void remove_tree_if_same(const std::string& path,
                          std::pair<std::uint64_t, std::uint64_t> identity) noexcept {
   if (identity.second == 0 || directory_identity(path) != identity) return;
   remove_tree(path);
+}
+
+Result<std::string> prepare_staging(const std::string& dest, SaveSpec* spec) {
+  SHARDLOAD_ASSIGN_OR_RETURN(std::string staging, make_staging_dir(dest));
+  const auto identity = directory_identity(staging);
+  const Status st = create_shard_files(staging, spec);
+  if (!st) {
+    remove_tree_if_same(staging, identity);
+    return st;
+  }
+  return staging;
+}
+
+Status publish_staging(const std::string& staging, const std::string& dest, const SaveSpec& spec,
+                       const SaveOptions& options, bool* published) {
+  *published = false;
+  SHARDLOAD_RETURN_IF_ERROR(write_metadata(staging, spec, options.extra_files));
+  if (options.manifest) SHARDLOAD_RETURN_IF_ERROR(write_save_manifest(staging, options.checksum));
+  return commit_staging(staging, dest, options.overwrite, published);
 }
 
 }  // namespace shardload::detail

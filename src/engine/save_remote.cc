@@ -1,4 +1,4 @@
-#include "legate/detail/save_remote.hpp"
+#include "engine/detail/save_remote.hpp"
 
 #include <algorithm>
 #include <cerrno>

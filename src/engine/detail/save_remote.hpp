@@ -1,4 +1,4 @@
-// The object-storage side of a save (src/legate/save_remote.cc): a destination "s3://B/P/".
+// The object-storage side of a save (src/engine/save_remote.cc): a destination "s3://B/P/".
 // A store has no rename and no positional write into an object, so each shard is one object
 // (or, for Zarr, a store of chunk objects) that one point task uploads whole, in order, the
 // launch tiled so that tile i is shard i; one rank (save_once.hpp) uploads the empty shards
@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
-#include "legate/detail/save_files.hpp"
+#include "engine/detail/save_files.hpp"
 #include "readers/detail/object_store.hpp"
-#include "shardload/save.hpp"
+#include "shardload/save_options.hpp"
 #include "shardload/status.hpp"
 
 namespace shardload::detail {

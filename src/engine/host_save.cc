@@ -1,0 +1,201 @@
+#include "shardload/host_save.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <vector>
+
+#include "engine/detail/lanes.hpp"
+#include "engine/detail/save_files.hpp"
+#include "engine/detail/save_remote.hpp"
+#include "shardload/host_load.hpp"
+#include "shardload/interrupt.hpp"
+#include "shardload/plan.hpp"
+
+namespace shardload {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+Status argument_error(const std::string& message) {
+  return {ErrorCode::kInvalidArgument, "save: " + message};
+}
+
+Status stopped() {
+  return Status(ErrorCode::kIo, "save stopped: interrupted").with_errno(ECANCELED);
+}
+
+std::string rows_text(std::int64_t lo, std::int64_t hi) {
+  return "(rows [" + std::to_string(lo) + ", " + std::to_string(hi) + "))";
+}
+
+// Items 0 .. n-1 on `threads` threads; the Status of the lowest failing one, or ok.
+Status run_items(std::int64_t n, std::int64_t threads,
+                 const std::function<Status(std::int64_t)>& item) {
+  std::vector<Status> done(static_cast<std::size_t>(n));
+  detail::run_in_lanes(static_cast<std::size_t>(n), static_cast<std::size_t>(threads), 1,
+                       [&](std::size_t, std::size_t i) {
+                         Status& st = done[i];
+                         st =
+                             interrupt_requested() ? stopped() : item(static_cast<std::int64_t>(i));
+                         return st.is_ok();
+                       });
+  for (Status& st : done) {
+    if (!st.is_ok()) return std::move(st);
+  }
+  return Status::ok();
+}
+
+// To object storage (shardload/save.hpp): the listing and the shards without bytes, then one
+// upload per shard with bytes, then the metadata objects and the manifest last.
+Status save_to_object_store(const std::byte* data, const std::string& dest,
+                            const HostSaveOptions& options, std::int64_t threads,
+                            detail::SaveSpec* spec, HostSaveStats* stats) {
+  const SaveOptions& save = options.save;
+  const auto t0 = Clock::now();
+  Result<detail::RemoteDest> prepared = detail::prepare_remote_save(dest, save, *spec);
+  if (!prepared) {
+    // Argument errors say "save: ..." themselves; the destination's get its name in front.
+    if (prepared.status().code() == ErrorCode::kInvalidArgument) return prepared.status();
+    return prepared.status().with_context("saving to " + dest);
+  }
+  const detail::RemoteDest& d = *prepared;
+  const auto t1 = Clock::now();
+  stats->prepare_s = seconds(t0, t1);
+  struct Abandon {
+    const detail::RemoteDest& d;
+    const detail::SaveSpec& spec;
+    const SaveOptions& options;
+    bool committed = false;
+    ~Abandon() {
+      if (!committed) detail::abandon_remote_save(d, spec, options);
+    }
+  } abandon{d, *spec, save};
+
+  std::vector<std::int64_t> uploads;
+  for (std::int64_t s = 0; s < spec->shards(); ++s) {
+    if (detail::task_uploads_shard(*spec, s)) uploads.push_back(s);
+  }
+  stats->tiles = static_cast<std::int64_t>(uploads.size());
+  stats->threads = std::max<std::int64_t>(
+      1, std::min<std::int64_t>(threads, static_cast<std::int64_t>(uploads.size())));
+  const Status written =
+      run_items(static_cast<std::int64_t>(uploads.size()), stats->threads, [&](std::int64_t i) {
+        const std::int64_t s = uploads[static_cast<std::size_t>(i)];
+        const std::int64_t lo = spec->offsets[static_cast<std::size_t>(s)];
+        const std::int64_t hi = spec->offsets[static_cast<std::size_t>(s) + 1];
+        detail::ShardUpload upload(d.store, d.dir, d.query, *spec, s);
+        Status st = upload.append(data + static_cast<std::size_t>(lo) * spec->row_bytes, hi - lo);
+        if (st) st = upload.commit();
+        return st ? st
+                  : st.with_context("save shard " + std::to_string(s) + " " + rows_text(lo, hi));
+      });
+  if (!written) return written.with_context("saving to " + dest);
+  const auto t2 = Clock::now();
+  stats->write_s = seconds(t1, t2);
+  if (save.before_commit) save.before_commit();
+  const Status finished = detail::finish_remote_save(d, *spec, save);
+  if (!finished) return finished.with_context("saving to " + dest);
+  abandon.committed = true;
+  stats->commit_s = seconds(t2, Clock::now());
+  return Status::ok();
+}
+
+}  // namespace
+
+Result<HostSaveStats> host_save(const std::byte* data, std::span<const std::int64_t> shape,
+                                DType dtype, const std::string& dest,
+                                const HostSaveOptions& options) {
+  const auto t0 = Clock::now();
+  const SaveOptions& save = options.save;
+  SHARDLOAD_RETURN_IF_ERROR(check_save_dest(dest));
+  if (shape.empty()) return argument_error("expected an array of 1 or more dimensions, found 0");
+  if (shape[0] < 0) {
+    return argument_error("the array's rows are negative: " + std::to_string(shape[0]));
+  }
+  SHARDLOAD_RETURN_IF_ERROR(check_save_options(save));
+  if (options.threads < 0 || options.threads > 4096) {
+    return argument_error("threads: expected 0 (one per core) to 4096, found " +
+                          std::to_string(options.threads));
+  }
+  // A dtype the formats write: the one the name parses back to.
+  const Result<DType> known = parse_dtype(dtype.name());
+  if (!known || *known != dtype) {
+    return argument_error("arrays of type " + dtype.name() +
+                          " cannot be saved (expected bool, integers, float16/32/64 or complex)");
+  }
+
+  detail::SaveSpec spec;
+  spec.format = save.format;
+  spec.dtype = dtype;
+  spec.trailing.assign(shape.begin() + 1, shape.end());
+  SHARDLOAD_ASSIGN_OR_RETURN(spec.row_bytes, save_row_bytes(dtype, spec.trailing));
+  const std::int64_t rows = shape[0];
+  std::int64_t total_bytes = 0;
+  if (__builtin_mul_overflow(rows, static_cast<std::int64_t>(spec.row_bytes), &total_bytes)) {
+    return argument_error("the array's bytes overflow a byte count");
+  }
+  if (data == nullptr && total_bytes > 0) return argument_error("the array's data is null");
+  const std::int64_t cores = default_host_threads();
+  const std::int64_t threads = options.threads == 0 ? cores : options.threads;
+  SHARDLOAD_ASSIGN_OR_RETURN(spec.offsets, save_shard_offsets(save, rows, cores));
+  // Every per-shard field, as create_shard_files (or the object layout) expects them.
+  const auto n = static_cast<std::size_t>(spec.shards());
+  spec.data_offset.assign(n, 0);
+  spec.chunk_rows.assign(n, 1);
+
+  HostSaveStats stats;
+  stats.shards = spec.shards();
+  stats.bytes = static_cast<std::uint64_t>(total_bytes);
+  if (detail::is_object_dest(dest)) {
+    SHARDLOAD_RETURN_IF_ERROR(save_to_object_store(data, dest, options, threads, &spec, &stats));
+    return stats;
+  }
+
+  // The checks, the commit and any clean-up in the directory `dest` was in when the save
+  // began (physical_destination).
+  const auto check = [&](const Status& st) {
+    return st ? st : st.with_context("saving to " + dest);
+  };
+  const Result<std::string> physical = detail::physical_destination(dest);
+  if (!physical) return check(physical.status());
+  SHARDLOAD_RETURN_IF_ERROR(check(detail::check_destination(*physical, save.overwrite)));
+  Result<std::string> staging = detail::prepare_staging(*physical, &spec);
+  if (!staging) return check(staging.status());
+  detail::StagingGuard guard{*staging};
+  const auto t1 = Clock::now();
+  stats.prepare_s = seconds(t0, t1);
+
+  if (rows > 0 && spec.row_bytes > 0) {
+    // Several tiles per thread, so that an interrupt is seen between tiles soon.
+    SHARDLOAD_ASSIGN_OR_RETURN(const ReadPlan plan, make_plan(spec.offsets, threads, 4));
+    stats.tiles = plan.tiles;
+    stats.threads = std::max<std::int64_t>(1, std::min(threads, plan.tiles));
+    const Status written = run_items(plan.tiles, stats.threads, [&](std::int64_t t) {
+      const std::int64_t lo = plan.tile_begin(t);
+      const std::int64_t hi = plan.tile_end(t);
+      const Status st = detail::write_rows(*staging, spec, lo, hi,
+                                           data + static_cast<std::size_t>(lo) * spec.row_bytes);
+      return st ? st : st.with_context("save tile " + std::to_string(t) + " " + rows_text(lo, hi));
+    });
+    SHARDLOAD_RETURN_IF_ERROR(check(written));
+  }
+  const auto t2 = Clock::now();
+  stats.write_s = seconds(t1, t2);
+
+  if (save.before_commit) save.before_commit();
+  bool published = false;
+  const Status committed = detail::publish_staging(*staging, *physical, spec, save, &published);
+  guard.keep = published;  // what is left at the staging path then is not ours to remove
+  SHARDLOAD_RETURN_IF_ERROR(check(committed));
+  stats.commit_s = seconds(t2, Clock::now());
+  return stats;
+}
+
+}  // namespace shardload
