@@ -101,6 +101,11 @@ def host_load(
     rows_done)`` after each tile. {"tiles", "tile_rows", "threads", "fill_s"}"""
 def default_host_threads() -> int:
     """The cores this process may run on."""
+def host_save(
+    array: np.ndarray[Any, Any], dest: bytes, num_shards: int, shard_rows: Sequence[int],
+    format: str, overwrite: bool, manifest: bool, checksum: str, threads: int = 0,
+) -> dict[str, Any]:
+    """Writes a C-contiguous native-endian array as a sharded dataset (shardload.numpy.save)."""
 def _process_state() -> dict[str, Any]:
     """{"posix_io": the address of libshardload's I/O backend, "readers": the names of the
     readers registered in C++}"""

@@ -86,6 +86,91 @@ def _logical_array(array: Any) -> Any:
     return fields[0]
 
 
+def _arguments(
+    dest: PathLike,
+    *,
+    num_shards: Any,
+    shard_rows: Any,
+    format: Any,
+    overwrite: Any,
+    manifest: Any,
+    checksum: Any,
+    info: Any,
+    storage_options: Any,
+) -> tuple[bytes, list[int]]:
+    """The checks of a save's arguments that need no array, shared by every front end that
+    saves (:func:`save`, ``shardload.numpy.save``): returns the destination as the file
+    system's bytes (``storage_options`` added to its query) and ``shard_rows`` as a list of
+    ints (empty when not given). Raises what :func:`save` documents."""
+    if not isinstance(format, str):
+        raise TypeError(f"save: format= must be a str, found {type(format).__name__} "
+                        f"{format!r}")
+    if format not in _FORMATS:
+        raise ValueError(f"save: format= must be one of {', '.join(_FORMATS)}, found {format!r}")
+    if num_shards is not None:
+        if isinstance(num_shards, (bool, np.bool_)) or not isinstance(num_shards,
+                                                                      (int, np.integer)):
+            raise TypeError(f"save: num_shards= must be an integer or None, found "
+                            f"{type(num_shards).__name__} {num_shards!r}")
+        if not 1 <= int(num_shards) <= _MAX_SHARDS:
+            raise ValueError(f"save: num_shards= must be from 1 to {_MAX_SHARDS}, found "
+                             f"{int(num_shards)}")
+    rows_list: list[int] = []
+    if shard_rows is not None:
+        if num_shards is not None:
+            raise ValueError("save: give num_shards= or shard_rows=, not both")
+        if isinstance(shard_rows, np.ndarray) and shard_rows.ndim == 1:
+            shard_rows = shard_rows.tolist()
+        if isinstance(shard_rows, (str, bytes)) or not isinstance(shard_rows, Sequence):
+            raise TypeError(f"save: shard_rows= must be a sequence of integers, found "
+                            f"{type(shard_rows).__name__} {shard_rows!r}")
+        if not 1 <= len(shard_rows) <= _MAX_SHARDS:
+            raise ValueError(f"save: shard_rows= must hold from 1 to {_MAX_SHARDS} shards, "
+                             f"found {len(shard_rows)}")
+        for i, r in enumerate(shard_rows):
+            if isinstance(r, (bool, np.bool_)) or not isinstance(r, (int, np.integer)):
+                raise TypeError(f"save: shard_rows[{i}] must be an integer, found "
+                                f"{type(r).__name__} {r!r}")
+            if int(r) < 0:
+                raise ValueError(f"save: shard_rows[{i}] must be >= 0, found {int(r)}")
+            if int(r) >= 2**63:
+                raise ValueError(f"save: shard_rows[{i}] must be below 2**63, found {int(r)}")
+            rows_list.append(int(r))
+    if info is not None:
+        # stacklevel 3: the caller of save(), past this function.
+        warnings.warn("save: info= is deprecated; save() always returns its SaveInfo",
+                      DeprecationWarning, stacklevel=3)
+    for name, value in (("overwrite", overwrite), ("manifest", manifest), ("info", info)):
+        if value is not None and not isinstance(value, (bool, np.bool_)):
+            raise TypeError(f"save: {name}= must be True or False, found "
+                            f"{type(value).__name__} {value!r}")
+    if not isinstance(checksum, str):
+        raise TypeError(f"save: checksum= must be a str, found {type(checksum).__name__} "
+                        f"{checksum!r}")
+    if checksum not in _CHECKSUMS:
+        raise ValueError(f"save: checksum= must be one of {', '.join(_CHECKSUMS)}, found "
+                         f"{checksum!r} (crc32c is not offered: no maintained CRC32C library "
+                         "is packaged for this build)")
+    if checksum != "none" and not manifest:
+        raise ValueError(f"save: checksum={checksum!r} is kept in the manifest, and "
+                         "manifest=False")
+    if checksum != "none" and format == "zarr":
+        raise ValueError(f"save: checksum={checksum!r} covers regular files, and a Zarr shard "
+                         "is a directory; save Zarr with checksum='none'")
+    if storage_options is not None:
+        dest = _discover._with_storage_options(dest, storage_options)  # type: ignore[assignment]
+    try:
+        path = os.fsencode(dest)
+    except TypeError:
+        raise TypeError(f"save: dest= must be a path (str, bytes or os.PathLike), found "
+                        f"{type(dest).__name__}") from None
+    if not path:
+        raise ValueError("save: dest= is empty")
+    if b"\0" in path:
+        raise ValueError(f"save: dest= holds a NUL byte: {dest!r}")
+    return path, rows_list
+
+
 def save(
     array: Any,
     dest: PathLike,
@@ -141,71 +226,10 @@ def save(
     returned).
     """
     t_call = time.perf_counter()
-    if not isinstance(format, str):
-        raise TypeError(f"save: format= must be a str, found {type(format).__name__} "
-                        f"{format!r}")
-    if format not in _FORMATS:
-        raise ValueError(f"save: format= must be one of {', '.join(_FORMATS)}, found {format!r}")
-    if num_shards is not None:
-        if isinstance(num_shards, (bool, np.bool_)) or not isinstance(num_shards,
-                                                                      (int, np.integer)):
-            raise TypeError(f"save: num_shards= must be an integer or None, found "
-                            f"{type(num_shards).__name__} {num_shards!r}")
-        if not 1 <= int(num_shards) <= _MAX_SHARDS:
-            raise ValueError(f"save: num_shards= must be from 1 to {_MAX_SHARDS}, found "
-                             f"{int(num_shards)}")
-    rows_list: list[int] = []
-    if shard_rows is not None:
-        if num_shards is not None:
-            raise ValueError("save: give num_shards= or shard_rows=, not both")
-        if isinstance(shard_rows, np.ndarray) and shard_rows.ndim == 1:
-            shard_rows = shard_rows.tolist()
-        if isinstance(shard_rows, (str, bytes)) or not isinstance(shard_rows, Sequence):
-            raise TypeError(f"save: shard_rows= must be a sequence of integers, found "
-                            f"{type(shard_rows).__name__} {shard_rows!r}")
-        if not 1 <= len(shard_rows) <= _MAX_SHARDS:
-            raise ValueError(f"save: shard_rows= must hold from 1 to {_MAX_SHARDS} shards, "
-                             f"found {len(shard_rows)}")
-        for i, r in enumerate(shard_rows):
-            if isinstance(r, (bool, np.bool_)) or not isinstance(r, (int, np.integer)):
-                raise TypeError(f"save: shard_rows[{i}] must be an integer, found "
-                                f"{type(r).__name__} {r!r}")
-            if int(r) < 0:
-                raise ValueError(f"save: shard_rows[{i}] must be >= 0, found {int(r)}")
-            if int(r) >= 2**63:
-                raise ValueError(f"save: shard_rows[{i}] must be below 2**63, found {int(r)}")
-            rows_list.append(int(r))
-    if info is not None:
-        warnings.warn("save: info= is deprecated; save() always returns its SaveInfo",
-                      DeprecationWarning, stacklevel=2)
-    for name, value in (("overwrite", overwrite), ("manifest", manifest), ("info", info)):
-        if value is not None and not isinstance(value, (bool, np.bool_)):
-            raise TypeError(f"save: {name}= must be True or False, found "
-                            f"{type(value).__name__} {value!r}")
-    if not isinstance(checksum, str):
-        raise TypeError(f"save: checksum= must be a str, found {type(checksum).__name__} "
-                        f"{checksum!r}")
-    if checksum not in _CHECKSUMS:
-        raise ValueError(f"save: checksum= must be one of {', '.join(_CHECKSUMS)}, found "
-                         f"{checksum!r} (crc32c is not offered: no maintained CRC32C library "
-                         "is packaged for this build)")
-    if checksum != "none" and not manifest:
-        raise ValueError(f"save: checksum={checksum!r} is kept in the manifest, and "
-                         "manifest=False")
-    if checksum != "none" and format == "zarr":
-        raise ValueError(f"save: checksum={checksum!r} covers regular files, and a Zarr shard "
-                         "is a directory; save Zarr with checksum='none'")
-    if storage_options is not None:
-        dest = _discover._with_storage_options(dest, storage_options)  # type: ignore[assignment]
-    try:
-        path = os.fsencode(dest)
-    except TypeError:
-        raise TypeError(f"save: dest= must be a path (str, bytes or os.PathLike), found "
-                        f"{type(dest).__name__}") from None
-    if not path:
-        raise ValueError("save: dest= is empty")
-    if b"\0" in path:
-        raise ValueError(f"save: dest= holds a NUL byte: {dest!r}")
+    path, rows_list = _arguments(dest, num_shards=num_shards, shard_rows=shard_rows,
+                                 format=format, overwrite=overwrite, manifest=manifest,
+                                 checksum=checksum, info=info,
+                                 storage_options=storage_options)
     import threading
 
     if threading.current_thread() is not threading.main_thread():

@@ -188,6 +188,10 @@ def save(
                                        storage_options=storage_options)
     if not isinstance(array, np.ndarray):
         raise TypeError(f"save: expected a numpy.ndarray, found {type(array).__name__}")
+    if isinstance(array, np.ma.MaskedArray):
+        # Its mask would be dropped without a word: the formats hold none.
+        raise TypeError("save: masked arrays cannot be saved (the formats hold no mask); "
+                        "save array.filled(...) or the mask beside it")
     dt = array.dtype
     if dt.fields is not None or dt.subdtype is not None or dt.itemsize not in _SAVABLE.get(
             dt.kind, ()):

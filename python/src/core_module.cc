@@ -17,6 +17,7 @@
 #include "shardload/fill.hpp"
 #include "shardload/format.hpp"
 #include "shardload/host_load.hpp"
+#include "shardload/host_save.hpp"
 #include "shardload/layout.hpp"
 #include "shardload/manifest.hpp"
 #include "shardload/plan.hpp"
@@ -194,6 +195,67 @@ PYBIND11_MODULE(_core, m) {
       py::arg("layout"), py::arg("out"), py::arg("threads") = 0, py::arg("overdecompose") = 4,
       py::arg("progress") = py::none());
   m.def("default_host_threads", &default_host_threads);
+
+  // The NumPy front end's save (shardload.numpy.save): `array` is C-contiguous in native byte
+  // order (the package makes it so); the GIL is released while the threads write. A Ctrl-C
+  // stops further tiles and, looked at again before the rename, publishes nothing.
+  m.def(
+      "host_save",
+      [](const py::array& array, const py::bytes& dest, std::int64_t num_shards,
+         const std::vector<std::int64_t>& shard_rows, const std::string& format, bool overwrite,
+         bool manifest, const std::string& checksum, std::int64_t threads) {
+        if ((array.flags() & py::array::c_style) == 0 || array.ndim() < 1) {
+          throw py::value_error("host_save: expected a C-contiguous array of 1 or more dimensions");
+        }
+        const std::string name = py::str(array.dtype());
+        const Result<DType> dtype = parse_dtype(name);
+        if (!dtype || (dtype->size > 1 && array.dtype().byteorder() == '>')) {
+          throw py::type_error("host_save: expected a numeric or bool array in native byte order, "
+                               "found dtype " + name);
+        }
+        HostSaveOptions o;
+        o.threads = threads;
+        o.save.num_shards = num_shards;
+        o.save.shard_rows = shard_rows;
+        o.save.format = Format::kAuto;
+        for (const auto& d : formats()) {
+          if (d.writer && d.name == format) o.save.format = d.format;
+        }
+        if (o.save.format == Format::kAuto) {
+          throw_status({ErrorCode::kInvalidArgument, "save: format: expected " +
+                                                         writable_format_names_text() +
+                                                         ", found '" + format + "'"},
+                       ErrorSite::kWrite);
+        }
+        o.save.overwrite = overwrite;
+        o.save.manifest = manifest;
+        const Result<Checksum> c = parse_checksum(checksum);
+        if (!c) throw_status(c.status().with_context("save: checksum"), ErrorSite::kWrite);
+        o.save.checksum = *c;
+        o.save.before_commit = [] {
+          py::gil_scoped_acquire gil;
+          if (PyErr_CheckSignals() != 0) throw py::error_already_set();
+        };
+        std::vector<std::int64_t> shape;
+        for (py::ssize_t d = 0; d < array.ndim(); ++d) shape.push_back(array.shape(d));
+        const auto* data = static_cast<const std::byte*>(array.data());
+        const std::string path = dest;
+        Result<HostSaveStats> r =
+            python::interruptible([&] { return host_save(data, shape, *dtype, path, o); });
+        if (!r) throw_status(r.status(), ErrorSite::kWrite);
+        py::dict d;
+        d["threads"] = r->threads;
+        d["tiles"] = r->tiles;
+        d["shards"] = r->shards;
+        d["bytes"] = r->bytes;
+        d["prepare_s"] = r->prepare_s;
+        d["write_s"] = r->write_s;
+        d["commit_s"] = r->commit_s;
+        return d;
+      },
+      py::arg("array"), py::arg("dest"), py::arg("num_shards"), py::arg("shard_rows"),
+      py::arg("format"), py::arg("overwrite"), py::arg("manifest"), py::arg("checksum"),
+      py::arg("threads") = 0);
 
   m.def(
       "discover",

@@ -1,0 +1,350 @@
+"""``shardload.numpy.save``: a numpy array written as shards by the engine's threads, without
+Legate, published as ``shardload.save`` publishes (hidden staging directory renamed into
+place, manifest last; to ``s3://`` the manifest as the commit point). Compared with numpy
+(``np.load`` of each shard, zarr, the raw bytes) and read back with ``shardload.numpy.load``."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import shardload
+import shardload.numpy as snp
+
+
+def staging_dirs(parent) -> list[str]:
+    return [n for n in os.listdir(parent) if ".shardload-tmp-" in n]
+
+
+def pieces(a: np.ndarray, rows: list[int]) -> list[np.ndarray]:
+    """The oracle: a's axis 0 cut into pieces of these rows."""
+    bounds = np.cumsum([0, *rows])
+    return [a[bounds[i]:bounds[i + 1]] for i in range(len(rows))]
+
+
+def even_rows(n: int, num_shards: int) -> list[int]:
+    """shardload.save's split: ceil(n / num_shards) rows each, the last ones shorter or 0."""
+    per = max(1, -(-n // num_shards))
+    return [max(0, min(n, (i + 1) * per) - min(n, i * per)) for i in range(num_shards)]
+
+
+def read_shard(dest, fmt: str, i: int, dtype, trailing, rows: int) -> np.ndarray:
+    """Shard i as numpy (or zarr) reads it."""
+    if fmt == "npy":
+        return np.load(dest / f"shard_{i:04d}.npy")
+    if fmt == "raw":
+        return np.fromfile(dest / f"shard_{i:04d}.bin", dtype=dtype).reshape(rows, *trailing)
+    zarr = pytest.importorskip("zarr")
+    return zarr.open_array(str(dest / f"shard_{i:04d}.zarr"), mode="r", zarr_format=2)[...]
+
+
+def random_array(rng, shape, dtype) -> np.ndarray:
+    if dtype == "bool":
+        return rng.integers(0, 2, shape).astype(bool)
+    if np.dtype(dtype).kind in "iu":
+        info = np.iinfo(dtype)
+        return rng.integers(info.min, info.max, shape, dtype=dtype, endpoint=True)
+    if np.dtype(dtype).kind == "c":
+        return (rng.standard_normal(shape) + 1j * rng.standard_normal(shape)).astype(dtype)
+    return rng.standard_normal(shape).astype(dtype)
+
+
+@pytest.mark.parametrize("fmt", ["npy", "raw", "zarr"])
+@pytest.mark.parametrize("shape,dtype,split", [
+    ((1001, 3), "float32", {"shard_rows": [500, 0, 1, 0, 500]}),   # ragged, empty shards
+    ((10,), "int16", {"num_shards": 4}),                          # 3, 3, 3, 1; 1-D
+    ((3, 2, 2), "uint8", {"num_shards": 5}),                      # more shards than rows
+    ((7, 2, 1, 3), "complex128", {"num_shards": 2}),              # 4-D
+    ((9, 4), "bool", {"num_shards": 3}),
+    ((0, 5), "float64", {"num_shards": 3}),                       # no rows
+    ((6, 0), "int32", {"num_shards": 2}),                         # rows of no bytes
+])
+def test_round_trip_against_numpy_per_shard_and_through_load(tmp_path, fmt, shape, dtype,
+                                                             split):
+    rng = np.random.default_rng(sum(shape) + len(shape))
+    a = random_array(rng, shape, dtype)
+    dest = tmp_path / "d"
+    info = snp.save(a, dest, format=fmt, **split)
+    rows = split.get("shard_rows") or even_rows(shape[0], split["num_shards"])
+    assert info.num_shards == len(rows) and info.bytes == a.nbytes and info.target == "host"
+    assert info.total_s >= info.write_s >= 0
+    got = [read_shard(dest, fmt, i, a.dtype, shape[1:], r) for i, r in enumerate(rows)]
+    for g, want in zip(got, pieces(a, rows)):
+        assert g.dtype == a.dtype and g.shape == want.shape
+        np.testing.assert_array_equal(g, want)
+    np.testing.assert_array_equal(np.concatenate(got), a)
+    assert (dest / "shardload.manifest").is_file()
+    if fmt == "raw":
+        side = json.loads((dest / "shardload.json").read_text())
+        assert side["rows"] == rows
+    layout = shardload.discover(dest, format=fmt)
+    assert layout.manifest_state is shardload.ManifestState.USED, layout.manifest_status
+    assert list(layout.shard_rows) == rows
+    if a.nbytes:
+        back = snp.load(dest, format=fmt)
+        assert back.dtype == a.dtype and back.shape == a.shape
+        np.testing.assert_array_equal(back, a)
+    assert not staging_dirs(tmp_path)
+
+
+def test_default_is_one_shard_per_core(tmp_path):
+    a = np.arange(100, dtype=np.int64)
+    info = snp.save(a, tmp_path / "d")
+    assert info.num_shards == len(os.sched_getaffinity(0))
+    np.testing.assert_array_equal(snp.load(tmp_path / "d"), a)
+
+
+@pytest.mark.parametrize("make", [
+    lambda a: a[::2],                      # not contiguous
+    lambda a: np.asfortranarray(a),        # Fortran order
+    lambda a: a.T,                         # transposed view
+    lambda a: a.astype(a.dtype.newbyteorder(">")),  # other byte order
+    lambda a: a[:, ::-1],                  # negative strides
+], ids=["strided", "fortran", "transposed", "big_endian", "reversed"])
+def test_any_numpy_array_is_saved_as_its_values(tmp_path, make):
+    base = np.arange(8 * 6, dtype=np.float64).reshape(8, 6)
+    x = make(base)
+    snp.save(x, tmp_path / "d", num_shards=3)
+    back = np.concatenate([np.load(tmp_path / "d" / f"shard_{i:04d}.npy") for i in range(3)])
+    assert back.dtype == np.dtype("float64")  # native order
+    np.testing.assert_array_equal(back, x)
+
+
+@pytest.mark.parametrize("dtype", [object, [("a", "<i4"), ("b", "<f8")], "U3", "M8[s]",
+                                   np.longdouble, "V8"],
+                         ids=["object", "structured", "str", "datetime", "longdouble", "void"])
+def test_dtypes_no_format_holds_are_refused(tmp_path, dtype):
+    x = np.zeros(4, dtype=dtype)
+    with pytest.raises(TypeError, match="cannot be saved"):
+        snp.save(x, tmp_path / "d")
+    assert not (tmp_path / "d").exists() and not staging_dirs(tmp_path)
+
+
+def test_arguments_are_checked_as_shardload_save_checks_them(tmp_path):
+    x = np.arange(6)
+    d = tmp_path / "d"
+    with pytest.raises(TypeError, match="expected a numpy.ndarray"):
+        snp.save([1, 2, 3], d)
+    with pytest.raises(TypeError, match="masked arrays cannot be saved"):
+        snp.save(np.ma.masked_array([1, 2], mask=[0, 1]), d)
+    with pytest.raises(ValueError, match="1 or more dimensions"):
+        snp.save(np.array(1.0), d)
+    with pytest.raises(ValueError, match="num_shards= must be from 1"):
+        snp.save(x, d, num_shards=0)
+    with pytest.raises(TypeError, match="num_shards= must be an integer"):
+        snp.save(x, d, num_shards=True)
+    with pytest.raises(ValueError, match="not both"):
+        snp.save(x, d, num_shards=2, shard_rows=[3, 3])
+    with pytest.raises(ValueError, match="add up to 5, but the array has 6 rows"):
+        snp.save(x, d, shard_rows=[2, 3])
+    with pytest.raises(ValueError, match="format= must be one of"):
+        snp.save(x, d, format="hdf5")
+    with pytest.raises(ValueError, match="is kept in the manifest"):
+        snp.save(x, d, checksum="xxh3", manifest=False)
+    with pytest.raises(ValueError, match="a Zarr shard is a directory"):
+        snp.save(x, d, checksum="xxh3", format="zarr")
+    with pytest.raises(ValueError, match="NUL"):
+        snp.save(x, "a\0b")
+    with pytest.raises(TypeError, match="overwrite= must be True or False"):
+        snp.save(x, d, overwrite="yes")
+    with pytest.warns(DeprecationWarning, match="info= is deprecated") as w:
+        snp.save(x, d, info=True, num_shards=1)
+    assert w[0].filename == __file__  # the warning points at the caller
+    assert not staging_dirs(tmp_path)
+
+
+def test_checksums_are_kept_for_verify(tmp_path):
+    x = np.arange(40, dtype=np.float32).reshape(10, 4)
+    snp.save(x, tmp_path / "d", num_shards=3, checksum="xxh3")
+    assert shardload.verify(tmp_path / "d", on_host=True) == []
+    shard = tmp_path / "d" / "shard_0001.npy"
+    data = bytearray(shard.read_bytes())
+    data[-1] ^= 1  # one bit of the last value, the size unchanged
+    shard.write_bytes(bytes(data))
+    bad = shardload.verify(tmp_path / "d", on_host=True)
+    assert len(bad) == 1 and "shard_0001.npy" in str(bad[0])
+
+
+def test_overwrite_rules(tmp_path):
+    dest = tmp_path / "d"
+    a = np.arange(6)
+    b = np.arange(9) * 2
+    snp.save(a, dest, num_shards=2)
+    with pytest.raises(shardload.DestinationExistsError):
+        snp.save(b, dest, num_shards=3)
+    np.testing.assert_array_equal(snp.load(dest), a)
+    inode = os.stat(dest).st_ino
+    os.chmod(dest, 0o750)
+    snp.save(b, dest, num_shards=3, overwrite=True)  # one atomic exchange
+    np.testing.assert_array_equal(snp.load(dest), b)
+    assert sorted(os.listdir(dest)) == [f"shard_{i:04d}.npy" for i in range(3)] + [
+        "shardload.manifest"]
+    assert os.stat(dest).st_ino != inode and os.stat(dest).st_mode & 0o777 == 0o750
+    # A file a save did not write is refused, even with overwrite, and kept.
+    (dest / "notes.txt").write_text("mine")
+    with pytest.raises(shardload.DestinationExistsError, match="notes.txt"):
+        snp.save(a, dest, overwrite=True)
+    assert (dest / "notes.txt").read_text() == "mine"
+    np.testing.assert_array_equal(snp.load(dest), b)
+    # A regular file at dest is refused.
+    (tmp_path / "f").write_text("x")
+    with pytest.raises(OSError):
+        snp.save(a, tmp_path / "f", overwrite=True)
+    assert (tmp_path / "f").read_text() == "x"
+    assert not staging_dirs(tmp_path)
+
+
+def test_an_empty_existing_directory_is_filled(tmp_path):
+    dest = tmp_path / "d"
+    dest.mkdir()
+    snp.save(np.arange(5), dest, num_shards=2)
+    np.testing.assert_array_equal(snp.load(dest), np.arange(5))
+
+
+def test_a_failed_write_leaves_nothing(tmp_path):
+    """A file size limit (as a full disk would): a shard cannot be made at its size, the save
+    raises ShardWriteError naming it, and nothing is left, staging directory included."""
+    script = textwrap.dedent("""
+        import resource, signal, sys
+        import numpy as np
+        import shardload, shardload.numpy
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, resource.RLIM_INFINITY))
+        try:
+            shardload.numpy.save(np.ones((1 << 20, 2), np.float32), sys.argv[1], num_shards=4)
+        except shardload.ShardWriteError as e:
+            print("FAILED", e.errno, e.filename.rsplit("/", 1)[-1])
+    """)
+    dest = tmp_path / "d"
+    r = subprocess.run([sys.executable, "-c", script, str(dest)], capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-3000:]
+    word, errno_, name = r.stdout.split()
+    assert word == "FAILED" and int(errno_) == 27 and name.startswith("shard_")  # EFBIG
+    assert not dest.exists() and not staging_dirs(tmp_path)
+
+
+def test_ctrl_c_during_a_save_publishes_nothing(tmp_path):
+    """SIGINT arrives while the threads write (sent when the staging directory appears): the
+    save raises KeyboardInterrupt, with the staging directory removed and nothing at dest."""
+    script = textwrap.dedent("""
+        import os, signal, sys, threading, pathlib, time
+        import numpy as np
+        import shardload.numpy
+        dest = pathlib.Path(sys.argv[1])
+        x = np.ones((200000, 64), np.float32)
+        late = []
+        def interrupt():
+            while not any(".shardload-tmp-" in n for n in os.listdir(dest.parent)):
+                time.sleep(0.0002)
+            os.kill(os.getpid(), signal.SIGINT)
+            late.append(dest.exists())
+        t = threading.Thread(target=interrupt)
+        t.start()
+        try:
+            shardload.numpy.save(x, dest, num_shards=3000)
+            print("SAVED")
+        except KeyboardInterrupt:
+            print("INTERRUPTED")
+        t.join()
+        print("LATE" if late[0] else "IN TIME", dest.exists())
+    """)
+    for attempt in range(3):
+        dest = tmp_path / f"o{attempt}"
+        r = subprocess.run([sys.executable, "-c", script, str(dest)], capture_output=True,
+                           preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+                           text=True, timeout=300)
+        assert r.returncode == 0, r.stderr[-3000:]
+        if "LATE" in r.stdout:
+            continue  # the signal came after the rename: nothing to check
+        assert r.stdout.split() == ["INTERRUPTED", "IN", "TIME", "False"], r.stdout
+        assert not dest.exists()
+        assert not staging_dirs(tmp_path)
+        return
+    pytest.skip("the signal came after the save, three times")
+
+
+def test_numpy_save_imports_no_legate():
+    """The NumPy front end saves without Legate: no legate or cupynumeric module is imported
+    by importing it and saving."""
+    script = textwrap.dedent("""
+        import sys, tempfile, pathlib
+        import numpy as np
+        import shardload.numpy
+        with tempfile.TemporaryDirectory() as t:
+            shardload.numpy.save(np.arange(12).reshape(4, 3), pathlib.Path(t) / "d",
+                                 num_shards=2)
+            back = shardload.numpy.load(pathlib.Path(t) / "d")
+        assert (back == np.arange(12).reshape(4, 3)).all()
+        print(sorted(m for m in sys.modules
+                     if m.split(".")[0] in ("legate", "cupynumeric")
+                     or m == "shardload._legate"))
+    """)
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.strip() == "[]"
+
+
+# --- s3:// -----------------------------------------------------------------------------------
+
+def _need_moto():
+    pytest.importorskip("moto", reason="moto[server] is installed by scripts/setup.sh")
+    pytest.importorskip("boto3")
+
+
+@pytest.mark.parametrize("fmt", ["npy", "raw"])
+@pytest.mark.parametrize("split", [{"num_shards": 4}, {"shard_rows": [3, 0, 7, 0]}])
+def test_s3_round_trip_per_object_and_through_load(bucket, fmt, split):
+    _need_moto()
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((10, 3)).astype(np.float32)
+    info = snp.save(a, bucket.url("d/"), format=fmt, storage_options=bucket.options, **split)
+    rows = split.get("shard_rows") or even_rows(10, 4)
+    assert info.num_shards == 4 and info.bytes == a.nbytes
+    ext = "npy" if fmt == "npy" else "bin"
+    names = [f"d/shard_{i:04d}.{ext}" for i in range(4)]
+    got = bucket.client.list_objects_v2(Bucket=bucket.name, Prefix="d/")
+    keys = sorted(o["Key"] for o in got.get("Contents", []))
+    extra = ["d/shardload.json"] if fmt == "raw" else []
+    assert keys == sorted([*names, *extra, "d/shardload.manifest"])
+    for key, want in zip(names, pieces(a, rows)):
+        body = bucket.client.get_object(Bucket=bucket.name, Key=key)["Body"].read()
+        g = np.load(io.BytesIO(body)) if fmt == "npy" else np.frombuffer(
+            body, np.float32).reshape(-1, 3)
+        np.testing.assert_array_equal(g, want)
+    back = snp.load(bucket.url("d/"), format=fmt, storage_options=bucket.options)
+    np.testing.assert_array_equal(back, a)
+
+
+def test_s3_overwrite_rules(bucket):
+    _need_moto()
+    a = np.arange(6, dtype=np.int32)
+    snp.save(a, bucket.url("o/"), num_shards=2, storage_options=bucket.options)
+    with pytest.raises(shardload.DestinationExistsError):
+        snp.save(a * 2, bucket.url("o/"), num_shards=2, storage_options=bucket.options)
+    snp.save(a * 3, bucket.url("o/"), num_shards=3, overwrite=True,
+             storage_options=bucket.options)
+    np.testing.assert_array_equal(snp.load(bucket.url("o/"), storage_options=bucket.options),
+                                  a * 3)
+    bucket.client.put_object(Bucket=bucket.name, Key="o/notes.txt", Body=b"mine")
+    with pytest.raises(shardload.DestinationExistsError, match="notes.txt"):
+        snp.save(a, bucket.url("o/"), overwrite=True, storage_options=bucket.options)
+    assert bucket.client.get_object(Bucket=bucket.name, Key="o/notes.txt")["Body"].read() == \
+        b"mine"
+
+
+def test_s3_a_failed_save_publishes_no_manifest(bucket):
+    """The bucket is not there: the save fails naming the destination and nothing is made."""
+    _need_moto()
+    url = bucket.url("x/").replace(bucket.name, bucket.name + "-missing", 1)
+    with pytest.raises(OSError):
+        snp.save(np.arange(4), url, num_shards=2, storage_options=bucket.options)
