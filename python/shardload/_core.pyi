@@ -126,3 +126,6 @@ def plan(
 def unit_grid(layout: Layout) -> tuple[int, bool]:
     """The layout's decode unit grid as the plan sees it: (unit_rows, units_aligned),
     unit_rows 0 when no shard has units."""
+def shard_units(layout: Layout) -> list[tuple[int, int]]:
+    """Each shard's (decode_rows, first_row): its units hold file rows [k*u, (k+1)*u) (0: no
+    units), and its view starts at file row first_row."""

@@ -16,11 +16,14 @@ Chunks. Axis 0 is cut on the read plan of :func:`shardload.load` and
 worker thread, the threads being those of the ``dask.distributed`` client in use, else this
 machine's cores (the threaded scheduler's pool). ``chunks=`` an int asks for that many rows per
 chunk, a str (``"128 MiB"``, ``"1GB"``) for that many bytes of the result per chunk. Either way
-the size is moved onto the dataset's decode-unit grid as the plan moves its tiles: where every
-Zarr/HDF5 chunk or Parquet row group starts on a multiple of ``u`` rows (one chunked store, or
-shards whose rows are multiples of ``u``), chunks are a multiple of ``u`` rows, so no unit is
-decoded by two chunks; otherwise chunks are at least the largest unit long, so a unit is decoded
-by at most two. Trailing axes are never cut. Chunks are equal but the last.
+the size is moved onto the dataset's decode units (Zarr/HDF5 chunks, Parquet row groups, Arrow
+record batches), so that each unit is decoded by one chunk: where every unit starts on a
+multiple of ``u`` rows (one chunked store, or shards whose rows are multiples of ``u``), chunks
+are equal multiples of ``u`` rows, the plan's tiles; otherwise (ragged shards, a row range that
+starts inside a unit) each chunk is at least that size and ends at the next unit boundary of
+the shard it ends in, or at that shard's end, so chunks differ a little in size. Formats
+without units (npy, raw, uncompressed .npz) are cut anywhere: equal chunks. Trailing
+axes are never cut.
 
 The graph holds the :class:`~shardload.Layout` once, under its own key, and one small task per
 chunk, ``(read, layout key, lo, hi)``, that depends on it: it grows with the chunks, not with
@@ -37,6 +40,7 @@ Writing a Dask array (``save``) is not offered: the engine's save runs under Leg
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import sys
 from typing import TYPE_CHECKING, Any, Mapping, Optional, Unpack
@@ -214,10 +218,33 @@ def chunk_bounds(layout: Layout, chunks: int | str | None = None, *,
         else:
             rows = chunks
         rows = min(rows, total)
-        # The plan's rule (plan.hpp "Decode units"), kept in step with make_plan.
-        if unit_rows > 0:
-            if aligned:
-                rows = min(total, -(-rows // unit_rows) * unit_rows)
-            else:
-                rows = max(rows, min(unit_rows, total))
+        if unit_rows > 0 and aligned:  # the plan's rule (plan.hpp "Decode units")
+            rows = min(total, -(-rows // unit_rows) * unit_rows)
+    if unit_rows > 0 and not aligned:
+        return _on_units(layout, rows)
     return list(range(0, total, rows)) + [total]
+
+
+def _on_units(layout: Layout, rows: int) -> list[int]:
+    """Chunks of at least ``rows`` rows, each ending where the shard it ends in has a unit
+    boundary (or at the shard's end): no unit is cut, though the shards' grids do not line up
+    (ragged shards, a row range that starts inside a unit). Dask's chunks need not be equal,
+    unlike the tiles of a launch, so each unit is decoded by one chunk here, where the plan's
+    equal tiles may decode a unit twice."""
+    offsets = layout.offsets
+    units = _core.shard_units(layout)
+    total = layout.total_rows
+    bounds = [0]
+    while bounds[-1] < total:
+        want = bounds[-1] + rows
+        if want >= total:
+            bounds.append(total)
+            break
+        s = bisect.bisect_right(offsets, want) - 1  # the shard holding row `want`
+        u, first_row = units[s]
+        cut = want
+        if u > 0:
+            file_row = want - offsets[s] + first_row
+            cut = min(offsets[s] + -(-file_row // u) * u - first_row, offsets[s + 1])
+        bounds.append(cut)
+    return bounds

@@ -438,4 +438,15 @@ PYBIND11_MODULE(_core, m) {
         return py::make_tuple(g.rows, g.aligned);
       },
       py::arg("layout"));
+  // Each shard's own units, (decode_rows, first_row): unit k of a shard holds its file's rows
+  // [k * decode_rows, (k + 1) * decode_rows), and the shard's view starts at file row first_row.
+  // What the Dask front end cuts its chunks on where one grid does not fit every shard.
+  m.def(
+      "shard_units",
+      [](const Layout& l) {
+        py::list out;
+        for (const auto& s : l.shards) out.append(py::make_tuple(s.decode_rows, s.first_row));
+        return out;
+      },
+      py::arg("layout"));
 }

@@ -115,6 +115,33 @@ def test_formats_match_their_own_readers(tmp_path):
     np.testing.assert_array_equal(threaded(cols), want[650:2000][:, [2, 0]].astype("float32"))
 
 
+def test_raw_arrow_ipc_and_npz_match_numpy(tmp_path):
+    import pyarrow.feather as feather
+
+    rng = np.random.default_rng(12)
+    rows = (0, 513, 7, 0, 1200)
+    parts = [random_array(rng, (r, 3), "int32") for r in rows]
+    want = np.concatenate(parts)
+    for sub in ("raw", "ipc", "npz"):
+        (tmp_path / sub).mkdir()
+    for i, a in enumerate(parts):
+        (tmp_path / "raw" / f"shard_{i:04d}.bin").write_bytes(a.tobytes())
+        feather.write_feather(pa.table({f"c{j}": a[:, j] for j in range(3)}),
+                              str(tmp_path / "ipc" / f"s_{i}.arrow"), chunksize=100,
+                              compression="uncompressed")
+        # Big-endian and Fortran order in the files; native and C order out.
+        np.savez_compressed(tmp_path / "npz" / f"shard_{i:04d}.npz",
+                            x=np.asfortranarray(a.astype(">i4")))
+    cases = [sdask.load(tmp_path / "raw", format="raw", dtype="int32", trailing_shape=(3,),
+                        chunks=250),
+             sdask.load(str(tmp_path / "ipc" / "*.arrow"), chunks=250),
+             sdask.load(tmp_path / "npz", chunks=250)]
+    for x in cases:
+        np.testing.assert_array_equal(threaded(x), want)
+    x = sdask.load(str(tmp_path / "ipc" / "*.arrow"), row_range=(500, 1700), astype="float64")
+    np.testing.assert_array_equal(threaded(x), want[500:1700].astype("float64"))
+
+
 def test_chunks_meet_the_decode_units(tmp_path):
     rng = np.random.default_rng(4)
     want = random_array(rng, (10_500, 3), "int32")
@@ -136,7 +163,28 @@ def test_chunks_meet_the_decode_units(tmp_path):
         x = sdask.load(str(d / "*.parquet"), chunks=chunks)
         assert all(b % 500 == 0 for b in bounds_of(x)), x.chunks[0]
         np.testing.assert_array_equal(threaded(x), want[:8000, 0])
-    # Without units (npy) the default is the read plan's tiles: about 4 per worker thread.
+    # A row range that starts inside a unit: chunks end on the store's unit boundaries.
+    for chunks in (None, 1, 2500):
+        x = sdask.load(str(tmp_path / "z.zarr"), row_range=(500, 9700), chunks=chunks)
+        assert all((b + 500) % 1000 == 0 for b in bounds_of(x)[1:-1]), x.chunks[0]
+        np.testing.assert_array_equal(threaded(x), want[500:9700])
+    # Ragged HDF5 files chunked by 64 rows: no chunk boundary inside a file cuts a unit.
+    rows = [700, 0, 1300, 5, 333]
+    h5 = tmp_path / "h5"
+    h5.mkdir()
+    for i, r in enumerate(rows):
+        with h5py.File(h5 / f"s_{i}.h5", "w") as f:
+            f.create_dataset("x", data=want[:r], maxshape=(None, 3), chunks=(64, 3))
+    starts = np.cumsum([0, *rows]).tolist()
+    for chunks in (None, 1, 100, 1000):
+        x = sdask.load(str(h5 / "s_*.h5"), dataset="x", chunks=chunks)
+        for b in bounds_of(x):
+            inside = [s for s in range(len(rows)) if starts[s] < b < starts[s + 1]]
+            assert all((b - starts[s]) % 64 == 0 for s in inside), (chunks, x.chunks[0])
+        if chunks is not None:
+            assert min(x.chunks[0][:-1]) >= chunks
+        np.testing.assert_array_equal(threaded(x), np.concatenate([want[:r] for r in rows]))
+    # The default is the read plan's tiles: about 4 per worker thread.
     layout = shardload.discover(str(tmp_path / "z.zarr"))
     assert sdask.chunk_bounds(layout, processors=2) == [0, 2000, 4000, 6000, 8000, 10000,
                                                         10500]
