@@ -237,6 +237,7 @@ def save(
             f"shardload.save was called from thread {threading.current_thread().name!r}; it "
             "works only in the main thread, as load does (Legate takes launches only from the "
             "thread that started its runtime)")
+    _legate_start._require_legate("shardload.save")
     if isinstance(array, np.ndarray):  # the one kind that can have more than Legate holds
         _legate_start._check_shape_dims(array.shape, "save: the array", write=True)
     _legate_start._start_runtime()
