@@ -561,3 +561,97 @@ def test_fill_value_edges_the_dtype_cannot_hold_are_refused(tmp_path, stored, fi
     path = nulls_file(tmp_path, "parquet", values)
     with pytest.raises(ValueError, match=rf"is not representable as {stored}$"):
         shardload.discover(path, columns=["v"], fill_value=fill)
+
+
+# --- a third pass: other lies of the same files, each read as pyarrow reads it or refused ----
+
+def _stream_as_file(tmp: pathlib.Path) -> pathlib.Path:
+    path = tmp / "shard_0000.arrow"
+    t = pa.table({"v": X})
+    with ipc.new_stream(path, t.schema) as w:
+        w.write_table(t)
+    return path
+
+
+def _ipc_with(tmp: pathlib.Path, table: pa.Table, lie) -> pathlib.Path:
+    path = tmp / "shard_0000.arrow"
+    write_ipc(path, table, 400)
+    if lie is not None:
+        lie(path, messages(path.read_bytes())[1])
+    return path
+
+
+NULLS = pa.array(X, mask=np.arange(1000) % 3 == 1)
+
+
+def _parquet_with(tmp: pathlib.Path, field: tuple, value: int) -> pathlib.Path:
+    path = tmp / "shard_0000.parquet"
+    pq.write_table(pa.table({"v": np.arange(ROWS) * 0.5}), path, compression="none",
+                   use_dictionary=False, write_statistics=False)
+    patch_parquet(path, {field}, value=value)
+    return path
+
+
+def _fixed_size_schema_over_lists_of_other_sizes(tmp: pathlib.Path) -> pathlib.Path:
+    """The Arrow schema stored beside the data says FixedSizeList[4]; the lists hold 4, 3, 5."""
+    fixed = tmp / "fixed.parquet"
+    pq.write_table(pa.table({"v": pa.FixedSizeListArray.from_arrays(
+        pa.array(np.arange(12.0)), 4)}), fixed)
+    path = tmp / "shard_0000.parquet"
+    lists = pa.array([[0.0, 1, 2, 3], [4.0, 5, 6], [7.0, 8, 9, 10, 11]], pa.list_(pa.float64()))
+    w = pq.ParquetWriter(path, pa.schema([("v", lists.type)]), store_schema=False)
+    w.write_table(pa.table({"v": lists}))
+    w.add_key_value_metadata({b"ARROW:schema": pq.ParquetFile(fixed).metadata.metadata[
+        b"ARROW:schema"]})
+    w.close()
+    fixed.unlink()
+    return path
+
+
+THIRD_PASS = {
+    "ipc stream format named .arrow": _stream_as_file,
+    "ipc validity bitmap shorter than the batch": lambda t: _ipc_with(
+        t, pa.table({"v": NULLS}), lambda p, m: poke(p, m["buffers"][0] + 8, 8)),
+    "ipc null count without a bitmap": lambda t: _ipc_with(
+        t, pa.table({"v": X}), lambda p, m: poke(p, m["nodes"][0] + 8, 5)),
+    "ipc bitmap pointing into the values": lambda t: _ipc_with(
+        t, pa.table({"v": NULLS}), lambda p, m: poke(
+            p, m["buffers"][0], _u("q", p.read_bytes(), m["buffers"][1]))),
+    "ipc dictionary column": lambda t: _ipc_with(
+        t, pa.table({"v": pa.array(np.arange(1000) % 7 * 0.5).dictionary_encode()}), None),
+    "parquet schema says float, chunks hold doubles": lambda t: _parquet_with(t, (2, 1, 1), 4),
+    "parquet schema says int64, chunks hold doubles": lambda t: _parquet_with(t, (2, 1, 1), 2),
+    "parquet column chunk of another physical type": lambda t: _parquet_with(
+        t, (4, 0, 1, 0, 3, 1), 2),
+    "parquet optional column said required": lambda t: _parquet_with(t, (2, 1, 3), 0),
+    "parquet optional column said repeated": lambda t: _parquet_with(t, (2, 1, 3), 2),
+    "parquet fixed-size schema over lists of other sizes":
+        _fixed_size_schema_over_lists_of_other_sizes,
+}
+
+
+@pytest.mark.parametrize("case", sorted(THIRD_PASS))
+def test_other_lies_read_as_pyarrow_reads_them_or_are_refused(tmp_path, store, case):
+    """pyarrow as the oracle (its own validation, not the full one): where it reads a value
+    column, shardload reads the same values; where it refuses, or the column is of a type
+    shardload does not take, the error names the file."""
+    path = THIRD_PASS[case](tmp_path)
+    fmt = "arrow" if path.suffix == ".arrow" else "parquet"
+    try:
+        t = ipc.open_file(path).read_all() if fmt == "arrow" else pq.read_table(path)
+        t.validate()
+        column = t.column("v").combine_chunks()
+        want = (column.fill_null(-7.0).to_numpy(zero_copy_only=False)
+                if pa.types.is_floating(column.type) or pa.types.is_integer(column.type)
+                else None)
+    except (pa.ArrowException, OSError):
+        want = None
+    src, kw = where(fmt, tmp_path, store, path.name)
+    if want is None:
+        with pytest.raises(shardload.Error) as e:
+            load_all(src, columns=["v"], fill_value=-7.0, **kw)
+        assert path.name in str(e.value), str(e.value)
+        return
+    got = load_all(src, columns=["v"], fill_value=-7.0, **kw)
+    assert got.dtype == want.dtype
+    np.testing.assert_array_equal(got, want)

@@ -435,3 +435,84 @@ def test_zip_tricks_numpy_refuses_are_refused(tmp_path: pathlib.Path, method) ->
         with pytest.raises(shardload.LayoutError, match=match) as e:
             shardload.discover(tmp_path)
         assert str(path) in str(e.value)
+
+
+# --- a third pass: members whose .npy header lies, and directories that lie after a data
+# descriptor; each read as numpy reads it, or refused naming the file
+
+
+def _member_cases(a: np.ndarray) -> dict[str, bytes]:
+    """The bytes of one member x.npy, as written or with its header lying."""
+    header = _npy(a)
+    return {
+        "fortran order": _npy(np.asfortranarray(a)),
+        "object dtype": b"",  # written by np.save with allow_pickle below
+        "structured dtype": _npy(np.zeros(3, dtype=[("x", "<f4"), ("y", "<i4")])),
+        "shape with more rows than the data": header.replace(b"(6, 4)", b"(9, 4)"),
+        "shape with fewer rows than the data": header.replace(b"(6, 4)", b"(3, 4)"),
+        "descr of a smaller dtype": header.replace(b"'<f8'", b"'<f4'"),
+        "0-d array": _npy(np.float64(3)),
+    }
+
+
+def _descriptor_lies(a: np.ndarray, method: int) -> dict[str, bytes]:
+    """A member written with a data descriptor (to a pipe), its directory's or its
+    descriptor's CRC or sizes then rewritten."""
+    pipe = _Unseekable()
+    with zipfile.ZipFile(pipe, "w", method) as z, z.open("x.npy", "w") as f:
+        f.write(_npy(a))
+    base = bytes(pipe.data)
+    cd, dd = _central(base), base.rfind(b"PK\x07\x08")
+    out = {}
+    for name, at, delta in [("directory crc", cd + 16, 1),
+                            ("directory compressed size", cd + 20, 8),
+                            ("directory size", cd + 24, -8), ("descriptor crc", dd + 4, 1),
+                            ("descriptor compressed size", dd + 8, -8),
+                            ("descriptor size", dd + 12, 8)]:
+        raw = bytearray(base)
+        struct.pack_into("<I", raw, at, (struct.unpack_from("<I", raw, at)[0] + delta) % 2**32)
+        out[name] = bytes(raw)
+    return out
+
+
+@pytest.mark.parametrize("method", [zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED],
+                         ids=["stored", "deflated"])
+def test_members_and_directories_that_lie_read_as_numpy_reads_them_or_are_refused(
+        tmp_path: pathlib.Path, method) -> None:
+    """numpy as the oracle. Beyond it: trailing bytes after a member's rows, a 0-d member and a
+    stored member whose directory gives more bytes than its data are refused (numpy reads the
+    first rows, the scalar, the data), and a stored member's CRC is not checked
+    (docs/formats.md: it is read by ranges, as a .npy is)."""
+    a = np.arange(24.0).reshape(6, 4)
+    path = tmp_path / "shard_0000.npz"
+    archives = {}
+    for name, member in _member_cases(a).items():
+        buf = io.BytesIO()
+        if name == "object dtype":
+            np.save(buf, np.array([1, "x", None], dtype=object), allow_pickle=True)
+            member = buf.getvalue()
+            buf = io.BytesIO()
+        with zipfile.ZipFile(buf, "w", method) as z:
+            z.writestr("x.npy", member)
+        archives[name] = buf.getvalue()
+    archives.update(_descriptor_lies(a, method))
+    stricter = {"shape with fewer rows than the data", "descr of a smaller dtype", "0-d array"}
+    if method == zipfile.ZIP_STORED:  # a stored member's sizes must agree with each other
+        stricter.add("directory compressed size")
+    unchecked = {"directory crc"} if method == zipfile.ZIP_STORED else set()
+    for name, raw in archives.items():
+        path.write_bytes(raw)
+        try:
+            want = np.load(path)["x"]
+        except Exception:  # noqa: BLE001 (numpy's and zipfile's own)
+            want = None
+        if name in unchecked:
+            np.testing.assert_array_equal(shardload.discover(tmp_path).read(), a)
+            continue
+        if want is None or name in stricter or want.dtype.kind not in "biufc" or (
+                want.dtype.names is not None):
+            with pytest.raises(shardload.Error) as e:
+                shardload.discover(tmp_path).read()
+            assert str(path) in str(e.value), (name, str(e.value))
+            continue
+        np.testing.assert_array_equal(shardload.discover(tmp_path).read(), want, err_msg=name)

@@ -89,3 +89,65 @@ def test_a_destination_ending_in_a_dot_segment_is_refused(tmp_path, monkeypatch,
     with pytest.raises(ValueError, match="must name a directory by its name"):
         shardload.save(np.arange(3), spelling, overwrite=True)
     assert sorted(os.listdir(tmp_path)) == ["x"] and not os.listdir(tmp_path / "x")
+
+
+# --- a third pass: names a glob or a pattern could take, and a save killed midway -----------
+
+@pytest.mark.parametrize("name", ["a[b]", "st*r", "q?m", "br{0}ce", "sh_{:04d}", "new\nline",
+                                  b"n\xffu"], ids=repr)
+def test_a_destination_named_with_glob_or_pattern_characters_is_that_directory(tmp_path, name):
+    """Saved to and loaded from as spelled: a glob of the name would also take the sibling
+    spelled without the brackets or with another letter, which holds other data."""
+    x = np.arange(24.0).reshape(12, 2)
+    if isinstance(name, bytes):
+        dest = os.fsencode(tmp_path) + b"/" + name
+        sibling = tmp_path / "nXu"
+    else:
+        dest = tmp_path / name
+        sibling = tmp_path / name.replace("[", "").replace("]", "").replace("*", "X").replace(
+            "?", "X")
+    if sibling != dest:
+        shardload.save(-x, sibling, num_shards=2)
+    shardload.save(x, dest, num_shards=3)
+    assert sorted(os.listdir(dest)) == [
+        b"shard_0000.npy", b"shard_0001.npy", b"shard_0002.npy", b"shardload.manifest"] if (
+        isinstance(dest, bytes)) else ["shard_0000.npy", "shard_0001.npy", "shard_0002.npy",
+                                       "shardload.manifest"]
+    src = os.fsdecode(dest) if isinstance(dest, bytes) else dest
+    np.testing.assert_array_equal(np.asarray(shardload.load(src)), x)
+    np.testing.assert_array_equal(shardload.discover(src).read(), x)
+    assert not staging_dirs(tmp_path)
+
+
+def test_an_overwrite_killed_midway_leaves_the_old_dataset_or_the_new_one(tmp_path):
+    """SIGKILL at several moments after the overwrite's staging directory appears: the
+    destination then loads as the old dataset whole or the new one whole, never a mix of
+    their shards, and a file beside it is untouched."""
+    import shutil
+    import signal
+    import subprocess
+    import sys
+
+    old = np.arange(400000.0).reshape(100000, 4)
+    dest = tmp_path / "data"
+    (tmp_path / "keep.txt").write_text("mine")
+    script = ("import sys, numpy as np, shardload\n"
+              "print('go', flush=True)\n"
+              "shardload.save(-np.arange(400000.0).reshape(100000, 4), sys.argv[1],"
+              " num_shards=7, overwrite=True)\n")
+    for delay in (0.0, 0.1, 0.2, 0.3, 0.4):
+        if dest.exists():
+            shutil.rmtree(dest)
+        shardload.save(old, dest, num_shards=4)
+        p = subprocess.Popen([sys.executable, "-c", script, str(dest)], stdout=subprocess.PIPE,
+                             stderr=subprocess.DEVNULL, text=True)
+        assert p.stdout.readline().strip() == "go"
+        while p.poll() is None and not any(f"-{p.pid}-" in n.name for n in staging_dirs(tmp_path)):
+            time.sleep(0.001)
+        time.sleep(delay)
+        p.send_signal(signal.SIGKILL)
+        p.communicate(timeout=300)
+        got = np.asarray(shardload.load(dest))
+        # Which of the two a kill leaves depends on the machine's speed; a mix never.
+        assert np.array_equal(got, old) or np.array_equal(got, -old), delay
+        assert (tmp_path / "keep.txt").read_text() == "mine"

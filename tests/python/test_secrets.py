@@ -357,3 +357,26 @@ def test_a_user_part_the_store_quotes_without_its_scheme_is_hidden(url, cli):
                   "@b/d/")
     flags = [a for k, v in options.items() for a in ("--storage-option", f"{k}={v}")]
     assert_hidden(run(cli, "inspect", url, *flags, ok=False), "@b/d/")
+
+
+@pytest.mark.parametrize("source,kw,visible", [
+    ("http://alice:p@ss-s3cr3t@127.0.0.1:9/d/x.npy", {}, "alice:***@127.0.0.1:9/d/x.npy"),
+    ("http://127.0.0.1:9/d/x.npy#sv=2022-11-02&sig=sas-s3cr3t", {}, "#sv=2022-11-02&sig=***"),
+    ("http://127.0.0.1:9/d;token=s3cr3t/x.npy", {}, "/d;token=***"),
+    ("http://127.0.0.1:9/d/x.npy?X-Amz-Signature=s3cr3t%26more&x=1", {}, "X-Amz-Signature=***"),
+    (".", {"pattern": "x_{:04d}.npy?token=s3cr3t"}, "x_{:04d}.npy?token=***"),
+    (".", {"pattern": "http://u:s3cr3t@h/x_{:04d}.npy"}, "u:***@h/x_{:04d}.npy"),
+    (".", {"pattern": "x*.npy#sig=s3cr3t"}, "x*.npy#sig=***"),
+])
+def test_more_places_and_spellings_of_a_secret_are_hidden(tmp_path, monkeypatch, cli, source,
+                                                          kw, visible):
+    """A password holding an unencoded '@', a SAS in the fragment, a token in a path segment's
+    parameters, a signature whose value holds an encoded '&', and secrets in the pattern=
+    argument: in the error (message, args, filename) and on the command line."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises((shardload.Error, ValueError)) as e:
+        shardload.discover(source, **kw)
+    shown = str(e.value) + repr(e.value.args) + str(getattr(e.value, "filename", ""))
+    assert_hidden(shown, visible)
+    flags = [f"--pattern={kw['pattern']}"] if kw else []
+    assert_hidden(run(cli, "inspect", source, *flags, ok=False), visible)
