@@ -12,7 +12,7 @@ if TYPE_CHECKING:
 from . import _core, _legate_start
 from ._args import DTypeLike, SourceLike, _bool, _found, _overdecompose, _renamed, _source
 from ._discover import _reader_options, _with_storage_options
-from ._info import LoadInfo, LoadProgress, ProgressCallback
+from ._info import LoadInfo, LoadProgress, ProgressBar, ProgressCallback
 from ._layout import Layout, ManifestState, _rows
 from ._layout import _decode_layout  # noqa: F401  (pickles of older versions name it here)
 from ._legate_start import _check_legate_dims, _check_thread, _start_runtime
@@ -85,7 +85,7 @@ def load(
             not a Layout (TypeError otherwise).
         progress: a callable taking one :class:`LoadProgress`, called in
             this thread at each stage boundary (discovered, started,
-            launching, filled). Legate reports no tile as it completes, so
+            launching, filled); or True for a progress bar on stderr (tqdm). Legate reports no tile as it completes, so
             there is no report between "launching" and "filled": the filled
             fraction jumps from 0 to 1. An exception it raises propagates;
             raised before "filled", it stops the load before the launch (at
@@ -124,9 +124,9 @@ def load(
     k = _overdecompose(overdecompose)
     _bool("info", info)
     cast = _astype(astype)
-    if progress is not None and not callable(progress):
-        raise TypeError(f"progress: expected a callable taking a LoadProgress, or None, found "
-                        f"{_found(progress)}")
+    if progress is not None and progress is not True and not callable(progress):
+        raise TypeError(f"progress: expected a callable taking a LoadProgress, True for a "
+                        f"progress bar, or None, found {_found(progress)}")
     if isinstance(source, Layout):
         if storage_options is not None:
             raise TypeError("load: storage_options cannot be passed with a Layout, whose paths "
@@ -148,6 +148,23 @@ def load(
     nbytes = layout.nbytes
     t_discovered = time.perf_counter()
     discovery_s = t_discovered - t_call if not isinstance(source, Layout) else 0.0
+
+    if progress is True:
+        progress = bar = ProgressBar(nbytes, "shardload.load")
+    else:
+        bar = None
+    try:
+        return _load_reporting(layout, k, cast, info, progress, nbytes, t_call, t_discovered,
+                               discovery_s, retries_before)
+    finally:
+        if bar is not None:
+            bar.close()
+
+
+def _load_reporting(layout: Layout, k: int, cast: "np.dtype | None", info: bool,
+                    progress: "ProgressCallback | None", nbytes: int, t_call: float,
+                    t_discovered: float, discovery_s: float, retries_before: int) -> Any:
+    """load() from the launch on, reporting each stage to ``progress``."""
 
     def report(stage: str, tiles: int | None = None, elapsed: float | None = None) -> None:
         if elapsed is None:

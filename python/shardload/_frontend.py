@@ -15,7 +15,7 @@ import numpy as np
 from . import _core
 from ._args import _bool, _found, _int, _source
 from ._discover import _discover, _reader_options, _with_storage_options
-from ._info import LoadInfo, LoadProgress
+from ._info import LoadInfo, LoadProgress, ProgressBar
 from ._layout import Layout, _rows
 from ._options import _astype, _decoded, _options
 from ._errors import OutOfMemoryError
@@ -135,13 +135,7 @@ class _Reporter:
         self._bar: Any = None
         self.tiles: Optional[int] = None
         if progress is True:
-            try:
-                from tqdm.auto import tqdm
-            except ImportError:
-                raise ImportError(f"{where}: progress=True draws its bar with tqdm, which is "
-                                  "not installed (pip install tqdm)") from None
-            self._bar = tqdm(total=prepared.layout.nbytes, unit="B", unit_scale=True,
-                             unit_divisor=1000, desc="shardload", leave=False)
+            self._bar = ProgressBar(prepared.layout.nbytes, where)
         elif progress:
             self._callback = progress  # type: ignore[assignment]
 
@@ -154,13 +148,14 @@ class _Reporter:
         done = rows_done * layout.nbytes // layout.total_rows if layout.total_rows else 0
         if stage == "filled":
             done = layout.nbytes
+        if self._bar is None and self._callback is None:
+            return
+        report = LoadProgress(stage, tiles_done, self.tiles, done, layout.nbytes,
+                              time.perf_counter() - self._prepared.t_call)
         if self._bar is not None:
-            self._bar.update(done - self._bar.n)
-            if stage == "filled":
-                self._bar.close()
+            self._bar(report)
         if self._callback is not None:
-            self._callback(LoadProgress(stage, tiles_done, self.tiles, done, layout.nbytes,
-                                        time.perf_counter() - self._prepared.t_call))
+            self._callback(report)
 
     def close(self) -> None:
         if self._bar is not None:

@@ -82,3 +82,27 @@ class LoadProgress:
 
 
 ProgressCallback = Callable[[LoadProgress], object]
+
+
+class ProgressBar:
+    """``progress=True``: a bar of the bytes filled on stderr (tqdm: the ecosystem's habit, on
+    a terminal and in notebooks), fed :class:`LoadProgress` reports; closed at ``"filled"`` or
+    by :meth:`close` (after an error). ``where`` names the call in its label and errors."""
+
+    def __init__(self, total_bytes: int, where: str) -> None:
+        try:
+            from tqdm.auto import tqdm
+        except ImportError:
+            raise ImportError(f"{where}: progress=True draws its bar with tqdm, which is not "
+                              "installed (pip install tqdm)") from None
+        self._bar = tqdm(total=total_bytes, unit="B", unit_scale=True, unit_divisor=1000,
+                         desc=where, leave=False)
+
+    def __call__(self, report: LoadProgress) -> None:
+        self._bar.update(report.bytes_done - self._bar.n)
+        if report.stage == "filled":
+            self._bar.close()
+
+    def close(self) -> None:
+        self._bar.close()
+

@@ -80,6 +80,18 @@ def test_info_and_progress_are_type_checked(tmp_path: pathlib.Path) -> None:
 
 # ---- progress and logging -------------------------------------------------------------------
 
+def test_progress_true_draws_a_bar_on_stderr(tmp_path: pathlib.Path, capsys) -> None:
+    d, expected = dataset(tmp_path)
+    out = shardload.load(d, progress=True)
+    np.testing.assert_array_equal(np.asarray(out), expected)
+    err = capsys.readouterr().err
+    assert "shardload.load:" in err and "B/s" in err  # tqdm's bar of bytes
+    from shardload import numpy as snp
+
+    np.testing.assert_array_equal(snp.load(d, progress=True), expected)
+    assert "shardload.numpy.load" in capsys.readouterr().err
+
+
 def test_progress_reports_each_stage_boundary(tmp_path: pathlib.Path) -> None:
     d, expected = dataset(tmp_path)
     reports: list[shardload.LoadProgress] = []
