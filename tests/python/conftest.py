@@ -196,6 +196,8 @@ SLOW: set[str] = {
     "test_hdf5.py::test_every_dtype_layouts_and_byte_orders",
     "test_hdf5.py::test_gzip_missing_chunks_read_the_fill_value",
     "test_hdf5.py::test_gzip_shuffle_levels_byte_orders_every_dtype",
+    "test_http_faults.py::test_ctrl_c_ends_the_cli_also_where_a_request_cannot_be_ended",
+    "test_http_manifest.py::test_verify_over_s3_and_http",
     "test_legate_start.py::test_a_legate_that_cannot_start_is_one_runtime_start_error",
     "test_legate_start.py::test_an_uncaught_start_failure_prints_a_few_lines",
     "test_legate_start.py::"
@@ -219,6 +221,16 @@ SLOW: set[str] = {
     "test_runtime_limits.py::test_ctrl_c_during_loads_is_a_keyboard_interrupt_after_the_load",
     "test_runtime_limits.py::test_ctrl_c_while_idle_after_a_load_is_a_keyboard_interrupt",
     "test_runtime_limits.py::test_load_off_the_main_thread_raises_runtime_error",
+    "test_s3_columnar.py::test_an_arrow_ipc_object_is_probed_from_its_footer_and_batch_metadata",
+    "test_s3_columnar.py::test_an_arrow_ipc_objects_batches_are_fetched_several_at_once",
+    "test_s3_save.py::test_ctrl_c_during_an_s3_save_publishes_no_manifest",
+    "test_s3_save.py::"
+        "test_shardload_write_to_s3_makes_the_objects_a_local_write_makes_and_read_verifies",
+    "test_s3_signed.py::test_a_profile_naming_its_own_source_is_left_to_arrows_client",
+    "test_s3_signed.py::test_an_instance_roles_credentials_take_the_signed_path",
+    "test_s3_signed.py::test_role_credentials_near_their_expiry_are_fetched_again",
+    "test_s3_stream.py::"
+        "test_the_store_look_ups_and_the_list_do_not_wait_for_the_manifests_answer",
     "test_save.py::test_a_failed_write_leaves_nothing",
     "test_save.py::test_a_reader_during_overwrites_never_sees_a_mix",
     "test_save.py::test_cli_write_is_a_save",
@@ -232,6 +244,7 @@ SLOW: set[str] = {
     "test_save_safety.py::test_a_kept_save_error_frees_no_legate_object_on_another_thread",
     "test_save_safety.py::test_ctrl_c_during_a_save_publishes_nothing",
     "test_save_safety.py::test_overwrite_refuses_a_users_file_inside_a_zarr_store",
+    "test_secrets.py::test_shardload_read_hides_every_secret_form",
     "test_seed_compat.py::test_read_skips_verification_against_a_meta_json_it_did_not_write",
     "test_small_files.py::test_the_first_bad_tiny_shard_is_named",
     "test_small_files.py::test_twenty_thousand_tiny_shards_load",
