@@ -245,6 +245,20 @@ class Hdf5Reader final : public ShardReader {
         p.shard.extra += kRowsAtOffset;
       }
       api_.H5Eclear2(H5E_DEFAULT);
+      if (is_remote_url(path)) {
+        // A virtual dataset's data is in its source files, which HDF5 opens itself by a local
+        // name: none opens from object storage, and HDF5 gives the fill value for every
+        // element instead of an error. Sources in the file itself (".") would read.
+        const std::vector<std::string> sources = virtual_sources(d.dataset.get());
+        if (!sources.empty()) {
+          return Status(ErrorCode::kFormat,
+                        path + ": dataset '" + d.name +
+                            "' is a virtual dataset whose data is in its source files (" +
+                            sources.front() + (sources.size() > 1 ? ", ..." : "") +
+                            "), which are not read from object storage; copy the files to a "
+                            "local or shared file system");
+        }
+      }
       if (!external.empty() && is_remote_url(path)) {
         // HDF5 opens external storage itself, by a local name: nothing of the store's.
         return Status(ErrorCode::kFormat,
@@ -752,6 +766,32 @@ class Hdf5Reader final : public ShardReader {
       }
     }
     return d;
+  }
+
+  // The files other than the dataset's own that a virtual dataset's mappings name (each
+  // once, in mapping order); none for any other layout.
+  std::vector<std::string> virtual_sources(hid_t dataset) {
+    std::vector<std::string> out;
+    Hid dcpl(api_.H5Dget_create_plist(dataset), api_.H5Pclose);
+    std::size_t count = 0;
+    if (!dcpl.valid() || api_.H5Pget_layout(dcpl.get()) != H5D_VIRTUAL ||
+        api_.H5Pget_virtual_count(dcpl.get(), &count) < 0) {
+      api_.H5Eclear2(H5E_DEFAULT);
+      return out;
+    }
+    for (std::size_t i = 0; i < count; ++i) {
+      std::string name(PATH_MAX + 1, '\0');
+      const ssize_t n = api_.H5Pget_virtual_filename(dcpl.get(), i, name.data(), name.size());
+      if (n < 0) {
+        name = "mapping " + std::to_string(i);
+      } else {
+        name.resize(std::min<std::size_t>(static_cast<std::size_t>(n), PATH_MAX));
+      }
+      if (name != "." && std::find(out.begin(), out.end(), name) == out.end()) {
+        out.push_back(std::move(name));
+      }
+    }
+    return out;
   }
 
   // HDF5 follows an external link into another file, and the offsets and chunk addresses it

@@ -256,6 +256,33 @@ def test_external_storage_is_refused_by_name(bucket, tmp_path):
     assert url in str(e.value)
 
 
+@pytest.mark.parametrize("source", ["absolute", "relative", "beside it"])
+def test_a_virtual_dataset_is_refused_naming_its_source_files(bucket, tmp_path, source):
+    """A virtual dataset's data is in its source files, which HDF5 opens itself by a local
+    name: from object storage none opens, and HDF5 gave the fill value for every element
+    (-1s where h5py reads the sources' 0, 7, 14, ...), the sources' objects beside it or not.
+    Refused as external storage is."""
+    a = np.arange(100.0) * 7
+    with h5py.File(tmp_path / "src.h5", "w") as f:
+        f["x"] = a
+    name = str(tmp_path / "src.h5") if source == "absolute" else "src.h5"
+    layout = h5py.VirtualLayout(shape=(100,), dtype="f8")
+    layout[:] = h5py.VirtualSource(name, "x", shape=(100,))
+    with h5py.File(tmp_path / "v.h5", "w") as f:
+        f.create_virtual_dataset("x", layout, fillvalue=-1)
+    with h5py.File(tmp_path / "v.h5", "r") as f:
+        np.testing.assert_array_equal(f["x"][()], a)  # locally, h5py reads the sources
+    bucket.upload("v/v.h5", tmp_path / "v.h5")
+    if source == "beside it":
+        bucket.upload("v/src.h5", tmp_path / "src.h5")
+    url = bucket.url("v/v.h5")
+    with pytest.raises(shardload.LayoutError) as e:
+        shardload.discover(url, storage_options=bucket.options).read()
+    msg = str(e.value)
+    assert (url in msg and "virtual dataset" in msg and "src.h5" in msg
+            and "not read from object storage" in msg), msg
+
+
 def _write_unnormalised(path: pathlib.Path, a: np.ndarray, storage: str) -> None:
     """`a` stored as IEEE float32 with an unnormalised mantissa (H5T_NORM_NONE): IEEE's fields,
     other bits; h5py's low-level API, HDF5 converting on the way."""
