@@ -151,6 +151,9 @@ def overhead(base: pathlib.Path, reps: int) -> None:
         t_sync = timed(lambda: x.compute(scheduler="synchronous"), reps)
         t_threads = timed(lambda: x.compute(scheduler="threads"), reps)
         t_loop = timed(loop, reps)
+        # Dask's own cost for the same chunks, with nothing to read: a numpy array cut alike.
+        plain = da.from_array(np.zeros(x.shape, x.dtype), chunks=(x.chunks[0], 4))
+        t_plain = timed(lambda: plain.compute(scheduler="threads"), reps)
         print(f"\n(scheduler cost) {chunks} chunks of {rows} rows of 16 B, "
               f"graph {len(pickle.dumps(dict(x.__dask_graph__())))} B pickled")
         print(f"  the reads alone (loop)     {t_loop * 1e6 / chunks:8.1f} us/chunk")
@@ -159,6 +162,8 @@ def overhead(base: pathlib.Path, reps: int) -> None:
               f"(+{(t_sync - t_loop) * 1e6 / chunks:.1f} over the reads)")
         print(f"  compute() threads          {t_threads * 1e6 / chunks:8.1f} us/chunk  "
               f"(+{(t_threads - t_loop) * 1e6 / chunks:.1f} over the reads)")
+        print(f"  da.from_array, threads     {t_plain * 1e6 / chunks:8.1f} us/chunk  "
+              "(Dask alone: in-memory chunks, nothing read)")
 
 
 def cluster(data: dict[str, pathlib.Path], reps: int) -> None:
