@@ -239,6 +239,16 @@ def test_a_shard_changed_or_gone_after_discovery_fails_compute_naming_it(tmp_pat
     os.remove(victim)
     with pytest.raises(shardload.ShardReadError, match="shard_0004.npy"):
         threaded(x)
+    # A Zarr chunk damaged after discovery: the chunk that decodes it names the chunk's file.
+    z = zarr.create_array(str(tmp_path / "z.zarr"), shape=(3000, 2), dtype="float32",
+                          chunks=(1000, 2), zarr_format=2)
+    z[:] = want[:3000, 0, :]
+    x = sdask.load(str(tmp_path / "z.zarr"))
+    with open(tmp_path / "z.zarr" / "1.0", "r+b") as f:
+        f.write(b"\0" * 16)
+    with pytest.raises(shardload.ShardReadError, match=r"z\.zarr/1\.0: .*corrupt"):
+        threaded(x)
+    np.testing.assert_array_equal(threaded(x[:1000]), want[:1000, 0, :])
 
 
 def test_arguments_are_checked_before_a_graph_exists(tmp_path):
