@@ -4,7 +4,7 @@
 #
 # A wheel (SHARDLOAD_WHEEL) installs into site-packages/shardload/ (wheel.install-dir in
 # pyproject.toml), beside the packages it links at run time:
-#   site-packages/shardload/_core*.so, _legate*.so     the Python extension modules
+#   site-packages/shardload/_core*.so, _feed_core*.so, _legate*.so  the extension modules
 #   site-packages/shardload/bin/shardload              the program (the `shardload` command runs it)
 #   site-packages/shardload/bin/shardload-core         the same without Legate (run where it is absent)
 #   site-packages/shardload/lib/                       libshardload.so, libshardload_legate.so,
@@ -74,7 +74,7 @@ if(TARGET shardload_core_program)
   install(TARGETS shardload_core_program RUNTIME DESTINATION bin)
 endif()
 if(SHARDLOAD_PYTHON)
-  set(shardload_modules _core)
+  set(shardload_modules _core _feed_core)
   if(SHARDLOAD_WITH_LEGATE)
     list(APPEND shardload_modules _legate)
   endif()

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import _feed_core
+
 ROUNDS = 6
 _M64 = (1 << 64) - 1
 
@@ -39,59 +41,17 @@ def round_keys(seed: int, epoch: int, stream: int) -> tuple[int, ...]:
     return tuple(keys)
 
 
-def _half_bits(n: int) -> int:
-    h = 1
-    while (1 << (2 * h)) < n:
-        h += 1
-    return h
-
-
-_C1 = np.uint64(0xBF58476D1CE4E5B9)
-_C2 = np.uint64(0x94D049BB133111EB)
-
-
-def _f(r: np.ndarray, key: np.uint64, mask: np.uint64) -> np.ndarray:
-    z = r ^ key
-    z = (z ^ (z >> np.uint64(30))) * _C1
-    z = (z ^ (z >> np.uint64(27))) * _C2
-    return (z ^ (z >> np.uint64(31))) & mask
-
-
-def _network(x: np.ndarray, keys: tuple[int, ...], h: int, inverse: bool) -> np.ndarray:
-    sh = np.uint64(h)
-    mask = np.uint64((1 << h) - 1)
-    left = x >> sh
-    right = x & mask
-    ks = [np.uint64(k) for k in keys]
-    if not inverse:
-        for k in ks:
-            left, right = right, left ^ _f(right, k, mask)
-    else:
-        for k in reversed(ks):
-            left, right = right ^ _f(left, k, mask), left
-    return (left << sh) | right
-
-
 def permute(x: np.ndarray, n: int, keys: tuple[int, ...], inverse: bool = False) -> np.ndarray:
     """The bijection of ``[0, n)`` keyed by ``keys`` applied to each element of ``x`` (ints in
-    ``[0, n)``); ``inverse`` applies its inverse. Returns int64."""
-    x = np.asarray(x, dtype=np.uint64)
-    if n <= 1:
-        return x.astype(np.int64)
-    h = _half_bits(n)
-    un = np.uint64(n)
-    y = _network(x, keys, h, inverse)
-    out = y.copy()
-    todo = np.nonzero(y >= un)[0]
-    while todo.size:
-        z = _network(out[todo], keys, h, inverse)
-        out[todo] = z
-        todo = todo[z >= un]
-    return out.astype(np.int64)
+    ``[0, n)``); ``inverse`` applies its inverse. Returns int64. The network runs in C++
+    (``_feed_core.permute``, about 20 ns a position): in numpy, a batch's worst cycle-walk
+    cost a millisecond."""
+    xs = np.ascontiguousarray(np.asarray(x).astype(np.int64, copy=False).reshape(-1))
+    return _feed_core.permute(xs, n, list(keys), inverse)
 
 
 def permute_one(x: int, n: int, keys: tuple[int, ...], inverse: bool = False) -> int:
-    return int(permute(np.array([x], dtype=np.uint64), n, keys, inverse)[0])
+    return int(permute(np.array([x], dtype=np.int64), n, keys, inverse)[0])
 
 
 class Order:
@@ -141,7 +101,7 @@ class Order:
         b, w = self.block_rows, self.window_blocks
         first = j * w
         last = min(first + w, self._nb)
-        ks = np.arange(first, last, dtype=np.uint64)
+        ks = np.arange(first, last, dtype=np.int64)
         blocks = permute(ks, self._nb, self._keys)
         out = []
         for blk in blocks.tolist():
@@ -163,7 +123,7 @@ class Order:
         if self.mode == "none":
             return p.copy()
         if self.mode == "row":
-            return permute(p.astype(np.uint64), self.n, self._keys)
+            return permute(p, self.n, self._keys)
         out = np.empty_like(p)
         i = 0
         while i < p.size:
@@ -172,7 +132,7 @@ class Order:
             end = start + self.window_rows(j)
             inside = (p[i:] >= start) & (p[i:] < end)
             k = p.size if inside.all() else i + int(np.argmin(inside))
-            offs = self.window_local(j, (p[i:k] - start).astype(np.uint64))
+            offs = self.window_local(j, (p[i:k] - start))
             out[i:k] = self._window_offsets_to_rows(j, offs)
             i = k
         return out

@@ -34,8 +34,10 @@ wrap to the epoch's first ones (position ``p >= n`` serves position ``p mod n``)
 position through a keyed bijection on ``[0, n)`` (a Feistel network with cycle-walking,
 ``shardload._feed_order``), never a materialised permutation:
 
-- ``"row"`` (or True): an exact uniform-looking shuffle of all rows. Each batch's rows are
-  sorted and read as runs of consecutive rows (one engine read per run), then put in order.
+- ``"row"`` (or True): an exact shuffle of all rows. Each batch's rows are gathered by the
+  engine in one call (``shardload._feed_core.gather``): sorted, consecutive rows merged into
+  one read, each row read straight into its place in the batch, one reader per thread
+  keeping its files open.
 - ``"block"``: the rows are cut into blocks of ``block_rows``; the blocks follow the
   bijection over blocks; each window of ``window_blocks`` consecutive blocks of that order has
   its rows shuffled by a bijection of its own. Reads are coalesced: one range read per block
@@ -78,7 +80,7 @@ from typing import Any, Iterator, Mapping, Optional, Unpack
 
 import numpy as np
 
-from . import _core, _frontend
+from . import _core, _feed_core, _frontend
 from ._args import DTypeLike, SourceLike, _found, _int
 from ._layout import Layout
 from ._options import DiscoverOptions
@@ -415,19 +417,6 @@ class Feed:
         return np.arange(first, first + self._batch_size, dtype=np.int64) % self._n
 
     # -- reading ----------------------------------------------------------------------------------
-    def _load(self, lo: int, hi: int, dst: np.ndarray, threads: int) -> None:
-        _core.host_load(self._layout.slice_rows(lo, hi), dst, threads, 1, None)
-
-    def _load_runs(self, rows: np.ndarray, dst: np.ndarray) -> None:
-        """dst[i] = row rows[i], rows sorted ascending: one read per run of consecutive rows."""
-        breaks = np.nonzero(np.diff(rows) != 1)[0] + 1
-        starts = np.concatenate([[0], breaks]).tolist()
-        ends = np.concatenate([breaks, [rows.size]]).tolist()
-        first = rows[starts].tolist()
-        threads = self._threads or _core.default_host_threads()
-        for s, e, f in zip(starts, ends, first):
-            self._load(f, f + (e - s), dst[s:e], threads if e - s > 1024 else 1)
-
     def _window_rows(self, order: Order, j: int) -> np.ndarray:
         cached = self._window
         if cached is not None and cached[0] == order.epoch and cached[1] == j:
@@ -442,26 +431,21 @@ class Feed:
         buf = self._window_buf
         win = buf[:total]
         self._window = None
-        threads = self._threads or _core.default_host_threads()
-        at = 0
-        for _, first, rows in blocks:
-            self._load(first, first + rows, win[at:at + rows], threads)
-            at += rows
+        # One gather for the window: each block one range read (its rows merge into one piece).
+        where = np.concatenate([np.arange(first, first + r, dtype=np.int64)
+                                for _, first, r in blocks])
+        _feed_core.gather(self._layout, where, win, self._threads or _core.default_host_threads())
         self._window = (order.epoch, j, win)
         return win
 
     def _fill(self, order: Order, positions: np.ndarray, out: np.ndarray) -> np.ndarray:
         direct = self._cast is None
         dst = out if direct else np.empty((positions.size,) + out.shape[1:], self._layout.dtype)
-        if order.mode == "none":
-            self._load_runs(positions, dst)  # ascending but at a wrap: runs split there
-        elif order.mode == "row":
-            rows = order.rows(positions)
-            idx = np.argsort(rows, kind="stable")
-            srt = rows[idx]
-            scratch = np.empty_like(dst)
-            self._load_runs(srt, scratch)
-            dst[idx] = scratch
+        threads = self._threads or _core.default_host_threads()
+        if order.mode in ("none", "row"):
+            # One engine call: consecutive rows merge into one read (a batch in order is one
+            # piece, two at a wrap), each read straight into its place in the batch.
+            _feed_core.gather(self._layout, order.rows(positions), dst, threads)
         else:
             i = 0
             while i < positions.size:
@@ -472,7 +456,7 @@ class Feed:
                 seg = positions[i:]
                 inside = (seg >= start) & (seg < end)
                 k = positions.size if inside.all() else i + int(np.argmin(inside))
-                offs = order.window_local(j, (positions[i:k] - start).astype(np.uint64))
+                offs = order.window_local(j, positions[i:k] - start)
                 np.take(win, offs, axis=0, out=dst[i:k])
                 i = k
         if not direct:

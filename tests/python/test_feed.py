@@ -138,10 +138,10 @@ def run_epoch(feed) -> list[np.ndarray]:
 def test_the_bijection_is_the_oracles_permutation(n):
     keys = _feed_order.round_keys(12345, 3, 0)
     assert list(keys) == oracle_keys(12345, 3, 0)
-    got = _feed_order.permute(np.arange(n, dtype=np.uint64), n, keys)
+    got = _feed_order.permute(np.arange(n, dtype=np.int64), n, keys)
     assert got.tolist() == oracle_permutation(n, list(keys))
     assert sorted(got.tolist()) == list(range(n))
-    back = _feed_order.permute(got.astype(np.uint64), n, keys, inverse=True)
+    back = _feed_order.permute(got, n, keys, inverse=True)
     assert back.tolist() == list(range(n))
 
 
@@ -583,3 +583,25 @@ def test_resume_at_a_billion_rows_takes_under_a_second(tmp_path):
     took = time.perf_counter() - t
     assert batch.shape == (256,) and took < 1.0
     assert again.state_dict()["position"] == 10 ** 9 - 4096 + 1024
+
+
+def test_the_gather_checks_its_rows_and_buffer(data):
+    from shardload import _feed_core
+
+    d, n = data
+    layout = shardload.discover(d)
+    rows = np.array([66, 0, 5, 6, 7, 30, 31, 2], dtype=np.int64)
+    out = np.empty((8, 3), np.int64)
+    _feed_core.gather(layout, rows, out, 3)
+    assert (out[:, 0] == rows).all()
+    for bad in (np.array([67]), np.array([-1])):
+        with pytest.raises(ValueError, match="outside the layout's 67 rows"):
+            _feed_core.gather(layout, bad.astype(np.int64), np.empty((1, 3), np.int64))
+    for wrong in (np.empty((7, 3), np.int64), np.empty((8, 3), np.int32),
+                  np.empty((3, 8), np.int64).T):
+        with pytest.raises(ValueError, match="C-contiguous array of 192 bytes"):
+            _feed_core.gather(layout, rows, wrong)
+    with pytest.raises(ValueError, match="threads"):
+        _feed_core.gather(layout, rows, out, 0)
+    with pytest.raises(ValueError, match=r"position 67 is outside \[0, 67\)"):
+        _feed_core.permute(np.array([3, 67], np.int64), 67, [1, 2, 3, 4, 5, 6])

@@ -1,0 +1,172 @@
+#!/usr/bin/env python
+"""The training feed against a torch-DataLoader-like baseline, in one run on the same files
+(hot page cache; every epoch's rows checked against the order's oracle first).
+
+  load()          shardload.numpy.load(dir, out=): the whole dataset at once, the bound
+  feed none       shardload.feed.Feed(shuffle="none"): batches in order, one read each
+  feed block      Feed(shuffle="block"): blocks of ~1 MiB permuted, rows shuffled in windows
+                  of 4 blocks
+  feed row        Feed(shuffle="row"): an exact per-row shuffle, each batch one gather
+  map-style seq   what a map-style torch Dataset over np.load(mmap_mode="r") shards gives a
+                  DataLoader(num_workers=0) with the default collate: __getitem__ per row,
+                  np.stack per batch, rows in order
+  map-style rand  the same over a random permutation (DataLoader(shuffle=True))
+  memmap gather   the best a hand-written loader does: per batch, the random indexes sorted,
+                  one fancy index per shard's memmap, then put in order
+
+Each epoch yields batches of --batch rows on one rank; rows/s, batches/s and GB/s per epoch,
+the median of --reps epochs, the modes interleaved.
+
+  .venv/bin/python bench/bench_feed.py --dir /tmp/bench-feed --reps 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import bisect
+import pathlib
+import statistics
+import time
+
+import numpy as np
+
+import shardload
+import shardload.feed
+import shardload.numpy
+
+
+def write(d: pathlib.Path, mb: int, row_floats: int, shards: int) -> None:
+    if d.exists():
+        return
+    d.mkdir(parents=True)
+    rng = np.random.default_rng(0)
+    rows = mb * 1_000_000 // (4 * row_floats)
+    cuts = np.sort(rng.choice(np.arange(1, rows), shards - 1, replace=False))
+    bounds = [0, *cuts.tolist(), rows]
+    for i in range(shards):
+        a = np.empty((bounds[i + 1] - bounds[i], row_floats), np.float32)
+        a[:] = np.arange(bounds[i], bounds[i + 1], dtype=np.float32)[:, None]
+        a[:, 1:] += rng.random((a.shape[0], row_floats - 1), dtype=np.float32)
+        np.save(d / f"shard_{i:04d}.npy", a)
+
+
+class MapStyle:
+    """A torch-style map-style dataset over memory-mapped shards (what the DataLoader
+    baseline indexes row by row)."""
+
+    def __init__(self, d: pathlib.Path) -> None:
+        self.maps = [np.load(p, mmap_mode="r") for p in sorted(d.glob("shard_*.npy"))]
+        self.starts = np.cumsum([0] + [len(m) for m in self.maps]).tolist()
+
+    def __len__(self) -> int:
+        return self.starts[-1]
+
+    def __getitem__(self, i: int) -> np.ndarray:
+        s = bisect.bisect_right(self.starts, i) - 1
+        return self.maps[s][i - self.starts[s]]
+
+    def gather(self, idx: np.ndarray) -> np.ndarray:
+        out = np.empty((len(idx),) + self.maps[0].shape[1:], self.maps[0].dtype)
+        order = np.argsort(idx)
+        srt = idx[order]
+        cuts = np.searchsorted(srt, self.starts)
+        for s in range(len(self.maps)):
+            lo, hi = cuts[s], cuts[s + 1]
+            if lo < hi:
+                out[order[lo:hi]] = self.maps[s][srt[lo:hi] - self.starts[s]]
+        return out
+
+
+def epoch_feed(feed) -> tuple[int, float]:
+    t = time.perf_counter()
+    k = 0
+    for batch in feed:
+        k += 1
+    return k, time.perf_counter() - t
+
+
+def epoch_map(ds: MapStyle, batch: int, perm: np.ndarray | None, gather: bool) -> tuple[int,
+                                                                                        float]:
+    t = time.perf_counter()
+    n = len(ds)
+    steps = n // batch
+    for k in range(steps):
+        idx = perm[k * batch:(k + 1) * batch] if perm is not None else np.arange(
+            k * batch, (k + 1) * batch)
+        if gather:
+            ds.gather(idx)
+        else:
+            np.stack([ds[int(i)] for i in idx])
+    return steps, time.perf_counter() - t
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--dir", type=pathlib.Path, default=pathlib.Path("/tmp/bench-feed"))
+    ap.add_argument("--mb", type=int, default=256)
+    ap.add_argument("--row-floats", type=int, default=256, help="float32 per row (1 KiB)")
+    ap.add_argument("--shards", type=int, default=16)
+    ap.add_argument("--batch", type=int, default=256)
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=None)
+    args = ap.parse_args()
+    write(args.dir, args.mb, args.row_floats, args.shards)
+    layout = shardload.discover(args.dir)
+    n, nbytes = layout.total_rows, layout.nbytes
+    print(f"{n} rows of {layout.shape[1:]} {layout.dtype} in {layout.num_shards} shards, "
+          f"{nbytes / 1e6:.0f} MB; batch {args.batch}")
+    out = shardload.numpy.load(layout)  # warms the page cache; the out= of the bound
+    ds = MapStyle(args.dir)
+
+    # Correctness first: each mode's epoch is its order's stream.
+    for mode in ("none", "block", "row"):
+        feed = shardload.feed.Feed(layout, args.batch, shuffle=mode, seed=1)
+        want = feed.order(0).rows(np.arange(len(feed) * args.batch))
+        got = np.concatenate([b[:, 0].astype(np.int64) for b in feed])
+        assert (got == want).all(), mode
+
+    def bound() -> tuple[int, float]:
+        t = time.perf_counter()
+        shardload.numpy.load(layout, out=out, threads=args.threads)
+        return n // args.batch, time.perf_counter() - t
+
+    rng = np.random.default_rng(0)
+    feeds = {m: shardload.feed.Feed(layout, args.batch, shuffle=m, seed=1, threads=args.threads)
+             for m in ("none", "block", "row")}
+    cases = {
+        "load() (bound)": bound,
+        "feed none": lambda: epoch_feed(feeds["none"]),
+        "feed block": lambda: epoch_feed(feeds["block"]),
+        "feed row": lambda: epoch_feed(feeds["row"]),
+        "map-style seq": lambda: epoch_map(ds, args.batch, None, False),
+        "map-style rand": lambda: epoch_map(ds, args.batch, rng.permutation(n), False),
+        "memmap gather rand": lambda: epoch_map(ds, args.batch, rng.permutation(n), True),
+    }
+    times: dict[str, list[float]] = {k: [] for k in cases}
+    batches: dict[str, int] = {}
+    for _ in range(args.reps):
+        for name, fn in cases.items():
+            k, s = fn()
+            batches[name] = k
+            times[name].append(s)
+    med = {k: statistics.median(v) for k, v in times.items()}
+    print(f"{'case':<20} {'s/epoch':>8} {'batches/s':>10} {'rows/s':>11} {'GB/s':>6}")
+    for name in cases:
+        rows = batches[name] * args.batch
+        gb = rows * nbytes / n / med[name] / 1e9
+        print(f"{name:<20} {med[name]:>8.3f} {batches[name] / med[name]:>10.0f} "
+              f"{rows / med[name]:>11.0f} {gb:>6.2f}")
+
+    def gbs(name: str) -> float:
+        return batches[name] * args.batch * nbytes / n / med[name] / 1e9
+
+    print(f"feed none / load():           {gbs('feed none') / gbs('load() (bound)'):.2f}")
+    print(f"feed block / feed none:       {gbs('feed block') / gbs('feed none'):.2f}")
+    print(f"feed row / feed none:         {gbs('feed row') / gbs('feed none'):.2f}")
+    print(f"feed row / map-style rand:    {gbs('feed row') / gbs('map-style rand'):.2f}")
+    print(f"feed row / memmap gather:     {gbs('feed row') / gbs('memmap gather rand'):.2f}")
+    print(f"feed none / map-style seq:    {gbs('feed none') / gbs('map-style seq'):.2f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,21 @@
+"""Private binding of the training feed's gather (python/src/feed_module.cc).
+
+What shardload.feed uses; not a public interface."""
+
+from typing import Any, Sequence
+
+import numpy as np
+
+from ._core import Layout
+
+def gather(layout: Layout, rows: np.ndarray[Any, Any], out: np.ndarray[Any, Any],
+           threads: int = 1) -> None:
+    """``out[i]`` = row ``rows[i]`` of ``layout`` for every i (int64 rows in any order;
+    ``out`` C-contiguous, writable, ``len(rows)`` rows of the layout's dtype); ``threads``
+    readers, the GIL released. ValueError for a row outside the layout; ShardReadError as a
+    load's."""
+def permute(xs: np.ndarray[Any, Any], n: int, keys: Sequence[int],
+            inverse: bool = False) -> np.ndarray[Any, Any]:
+    """The keyed bijection of ``[0, n)`` (a Feistel network over the smallest ``4**h >= n``,
+    cycle-walked; shardload._feed_order) applied to each int64 position of ``xs``, or its
+    inverse. ValueError for a position outside ``[0, n)``."""

@@ -1,0 +1,179 @@
+// shardload._feed_core: the training feed's gather (shardload.feed). A shuffled batch's rows
+// lie anywhere in the dataset; one host_load per row opens and checks a file each time, which
+// costs more than the row. Here the batch's rows, sorted, become the pieces of one fill: one
+// reader per thread keeps its files open, consecutive rows merge into one read, and each row
+// lands straight in its place in the batch. The GIL is released while the threads read.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <numeric>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "errors.hpp"
+#include "interrupt.hpp"
+#include "shardload/fill.hpp"
+#include "shardload/layout.hpp"
+#include "shardload/plan.hpp"
+
+namespace py = pybind11;
+using namespace shardload;
+
+namespace {
+
+// The pieces that put row rows[i] at row i of the destination: sorted by row so that a reader
+// moves forward through each file, rows that follow each other in the source and in the
+// destination merged into one piece.
+Result<std::vector<Piece>> gather_pieces(const Layout& l, const std::int64_t* rows,
+                                         std::int64_t n) {
+  std::vector<std::int64_t> order(static_cast<std::size_t>(n));
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](std::int64_t a, std::int64_t b) { return rows[a] < rows[b]; });
+  std::vector<Piece> pieces;
+  std::vector<Piece> run;
+  std::int64_t i = 0;
+  while (i < n) {
+    const std::int64_t first = rows[order[static_cast<std::size_t>(i)]];
+    const std::int64_t dst = order[static_cast<std::size_t>(i)];
+    if (first < 0 || first >= l.total_rows()) {
+      return Status(ErrorCode::kInvalidArgument, "gather: row " + std::to_string(first) +
+                                                     " is outside the layout's " +
+                                                     std::to_string(l.total_rows()) + " rows");
+    }
+    std::int64_t k = i + 1;
+    while (k < n && rows[order[static_cast<std::size_t>(k)]] == first + (k - i) &&
+           order[static_cast<std::size_t>(k)] == dst + (k - i)) {
+      ++k;
+    }
+    pieces_for_rows(l.offsets, first, first + (k - i), &run);
+    for (Piece p : run) {
+      p.dst_row += dst;
+      pieces.push_back(p);
+    }
+    i = k;
+  }
+  return pieces;
+}
+
+std::uint64_t mix(std::uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+  return z ^ (z >> 31);
+}
+
+// One pass of the balanced Feistel network over 2h bits (shardload/_feed_order.py documents
+// the construction; its tests check this against a brute-force oracle).
+std::uint64_t network(std::uint64_t x, const std::vector<std::uint64_t>& keys, int h,
+                      bool inverse) {
+  const std::uint64_t mask = (std::uint64_t{1} << h) - 1;
+  std::uint64_t left = x >> h;
+  std::uint64_t right = x & mask;
+  if (!inverse) {
+    for (const std::uint64_t k : keys) {
+      const std::uint64_t next = left ^ (mix(right ^ k) & mask);
+      left = right;
+      right = next;
+    }
+  } else {
+    for (auto it = keys.rbegin(); it != keys.rend(); ++it) {
+      const std::uint64_t prev = right ^ (mix(left ^ *it) & mask);
+      right = left;
+      left = prev;
+    }
+  }
+  return (left << h) | right;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_feed_core, m) {
+  m.doc() = "Private binding of the training feed's gather (shardload.feed).";
+  python::register_error_translator();
+
+  // out[i] = row rows[i] of the layout, for every i; `threads` readers share the pieces.
+  m.def(
+      "gather",
+      [](const Layout& l, const py::array_t<std::int64_t, py::array::c_style>& rows,
+         const py::array& out, std::int64_t threads) {
+        const std::int64_t n = rows.size();
+        const auto want = static_cast<py::ssize_t>(n * l.row_bytes);
+        if (rows.ndim() != 1 || (out.flags() & py::array::c_style) == 0 || !out.writeable() ||
+            out.nbytes() != want || out.itemsize() != static_cast<py::ssize_t>(l.dtype.size)) {
+          throw py::value_error("gather: expected 1-D rows and a writable C-contiguous array of " +
+                                std::to_string(want) + " bytes in the layout's dtype");
+        }
+        if (threads < 1 || threads > 4096) {
+          throw py::value_error("gather: threads: expected 1 to 4096, found " +
+                                std::to_string(threads));
+        }
+        auto* dst = static_cast<std::byte*>(const_cast<void*>(out.data()));
+        const std::int64_t* r = rows.data();
+        Status st = python::interruptible([&]() -> Status {
+          Result<std::vector<Piece>> pieces = gather_pieces(l, r, n);
+          if (!pieces) return pieces.status();
+          const std::size_t np = pieces->size();
+          const std::size_t t = std::max<std::size_t>(
+              1, std::min<std::size_t>(static_cast<std::size_t>(threads), np / 64));
+          // Contiguous spans of the sorted pieces, one reader each: each thread still reads
+          // forward through its files.
+          std::vector<Status> done(t);
+          auto part = [&](std::size_t j) {
+            const std::size_t lo = np * j / t;
+            const std::size_t hi = np * (j + 1) / t;
+            std::vector<Piece> mine(pieces->begin() + static_cast<std::ptrdiff_t>(lo),
+                                    pieces->begin() + static_cast<std::ptrdiff_t>(hi));
+            done[j] = fill_pieces(l, mine, dst);
+          };
+          std::vector<std::thread> helpers;
+          for (std::size_t j = 1; j < t; ++j) helpers.emplace_back(part, j);
+          part(0);
+          for (std::thread& h : helpers) h.join();
+          for (Status& s : done) {
+            if (!s.is_ok()) return std::move(s);
+          }
+          return Status::ok();
+        });
+        if (!st.is_ok()) throw_status(st, ErrorSite::kRead);
+      },
+      py::arg("layout"), py::arg("rows"), py::arg("out"), py::arg("threads") = 1);
+
+  // The keyed bijection of [0, n) (or its inverse) applied to each of xs, by cycle-walking the
+  // network over the smallest 4**h >= n: a value at or past n is passed through again.
+  m.def(
+      "permute",
+      [](const py::array_t<std::int64_t, py::array::c_style>& xs, std::int64_t n,
+         const std::vector<std::uint64_t>& keys, bool inverse) {
+        if (xs.ndim() != 1 || n < 0 || n > (std::int64_t{1} << 62)) {
+          throw py::value_error("permute: expected 1-D positions and 0 <= n <= 2**62");
+        }
+        py::array_t<std::int64_t> out(xs.size());
+        const std::int64_t* in = xs.data();
+        std::int64_t* o = out.mutable_data();
+        const auto count = static_cast<std::size_t>(xs.size());
+        for (std::size_t i = 0; i < count; ++i) {
+          if (in[i] < 0 || in[i] >= std::max<std::int64_t>(n, 1)) {
+            throw py::value_error("permute: position " + std::to_string(in[i]) +
+                                  " is outside [0, " + std::to_string(n) + ")");
+          }
+        }
+        if (n <= 1) {
+          std::copy(in, in + count, o);
+          return out;
+        }
+        int h = 1;
+        while ((std::uint64_t{1} << (2 * h)) < static_cast<std::uint64_t>(n)) ++h;
+        const auto un = static_cast<std::uint64_t>(n);
+        for (std::size_t i = 0; i < count; ++i) {
+          std::uint64_t y = network(static_cast<std::uint64_t>(in[i]), keys, h, inverse);
+          while (y >= un) y = network(y, keys, h, inverse);
+          o[i] = static_cast<std::int64_t>(y);
+        }
+        return out;
+      },
+      py::arg("xs"), py::arg("n"), py::arg("keys"), py::arg("inverse") = false);
+}
