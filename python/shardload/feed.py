@@ -84,6 +84,7 @@ from . import _core, _feed_core, _frontend
 from ._args import DTypeLike, SourceLike, _found, _int
 from ._layout import Layout
 from ._options import DiscoverOptions
+from ._errors import OutOfMemoryError
 from ._feed_order import Order
 
 __all__ = ["Feed", "STATE_MAX_BYTES", "world"]
@@ -160,7 +161,12 @@ class _Pool:
         for i in range(len(self._raw)):
             if sys.getrefcount(self._raw[i]) <= self._alone:
                 return self._view(self._raw[i])
-        raw = np.empty(self.nbytes + _ALIGN, np.uint8)
+        try:
+            raw = np.empty(self.nbytes + _ALIGN, np.uint8)
+        except (MemoryError, ValueError) as e:
+            raise OutOfMemoryError(f"Feed: a batch of {self.shape} {self.dtype} "
+                                   f"({_core.size_string(self.nbytes)}) does not fit this "
+                                   f"process's memory: {e}") from None
         self.allocated += 1
         if len(self._raw) < self.keep:
             self._raw.append(raw)
@@ -198,6 +204,7 @@ class Feed:
             the rows with ``drop_last=True`` (no rank would get a batch).
         LayoutError, ShardReadError: as :func:`shardload.numpy.load`; a read error raises
             from the iteration at the batch that needed it, naming the file.
+        OutOfMemoryError: from the iteration, when a batch buffer cannot be allocated.
     """
 
     def __init__(

@@ -552,6 +552,9 @@ def test_arguments_are_checked(data):
             sf.Feed(d, **kw)
     feed = sf.Feed(d, 40, rank=0, world_size=2, drop_last=False)
     assert len(feed) == 1
+    huge = sf.Feed(d, 2 ** 50, drop_last=False)  # padded: one batch of 2**50 rows
+    with pytest.raises(shardload.OutOfMemoryError, match="does not fit"):
+        next(iter(huge))
 
 
 def test_one_loop_at_a_time(data):
