@@ -463,7 +463,7 @@ def test_prefetch_does_not_change_the_batches(data):
 
 
 # ---- sources, casts, faults, arguments -----------------------------------------------------
-def test_parquet_hdf5_zarr_and_s3_sources(tmp_path, bucket):
+def test_every_format_and_s3_sources(tmp_path, bucket):
     import h5py
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -472,13 +472,19 @@ def test_parquet_hdf5_zarr_and_s3_sources(tmp_path, bucket):
     rows = [9, 4, 11]
     n = sum(rows)
     ref = np.arange(n, dtype=np.float64)
-    sources = {}
-    for fmt in ("parquet", "hdf5", "zarr"):
+    formats = ("parquet", "hdf5", "zarr", "npz", "arrow", "raw")
+    for fmt in formats:
         (tmp_path / fmt).mkdir()
     at = 0
     for i, r in enumerate(rows):
         part = ref[at:at + r]
-        pq.write_table(pa.table({"x": part}), tmp_path / "parquet" / f"shard_{i:04d}.parquet")
+        np.savez(tmp_path / "npz" / f"shard_{i:04d}.npz", data=part)
+        part.tofile(tmp_path / "raw" / f"shard_{i:04d}.bin")
+        table = pa.table({"x": part})
+        with pa.OSFile(str(tmp_path / "arrow" / f"shard_{i:04d}.arrow"), "wb") as f:
+            with pa.ipc.new_file(f, table.schema) as w:
+                w.write_table(table)
+        pq.write_table(table, tmp_path / "parquet" / f"shard_{i:04d}.parquet")
         with h5py.File(tmp_path / "hdf5" / f"shard_{i:04d}.h5", "w") as f:
             f.create_dataset("data", data=part)
         z = zarr.open_array(str(tmp_path / "zarr" / f"shard_{i:04d}.zarr"), mode="w",
@@ -486,7 +492,8 @@ def test_parquet_hdf5_zarr_and_s3_sources(tmp_path, bucket):
         z[:] = part
         bucket.put_npy(f"d/shard_{i:04d}.npy", part)
         at += r
-    sources = {fmt: (str(tmp_path / fmt), {}) for fmt in ("parquet", "hdf5", "zarr")}
+    sources = {fmt: (str(tmp_path / fmt), {}) for fmt in formats}
+    sources["raw"] = (str(tmp_path / "raw"), {"dtype": "float64", "trailing_shape": ()})
     sources["s3"] = (bucket.url("d/"), {"storage_options": bucket.options})
     want = expected_batches(oracle_stream("row", n, 3, 0), 4, 2, 1, True)
     for name, (src, kw) in sources.items():
@@ -504,16 +511,25 @@ def test_astype_and_row_range(data):
     assert [b[:, 0].tolist() for b in got] == [w.astype(np.float32).tolist() for w in want]
 
 
-def test_a_shard_changed_mid_epoch_raises_the_read_error_naming_it(tmp_path):
+@pytest.mark.parametrize("fault", ["changed", "vanished"])
+@pytest.mark.parametrize("mode", ["none", "row", "block"])
+def test_a_shard_changed_mid_epoch_raises_the_read_error_naming_it(tmp_path, fault, mode):
     d = tmp_path / "d"
     write_rows(d, [50, 50, 50])
-    feed = sf.Feed(d, 10, shuffle="none", prefetch=1)
+    feed = sf.Feed(d, 10, shuffle=mode, block_rows=7, prefetch=1)
     it = iter(feed)
     next(it)
-    np.save(d / "shard_0002.npy", np.zeros((60, 3), np.int64))  # rewritten: another size
+    state = feed.state_dict()
+    if fault == "changed":
+        np.save(d / "shard_0002.npy", np.zeros((60, 3), np.int64))  # rewritten: another size
+    else:
+        os.remove(d / "shard_0002.npy")
     with pytest.raises(shardload.ShardReadError, match="shard_0002.npy"):
         for _ in it:
             pass
+    assert feed.state_dict()["position"] >= state["position"]
+    if fault == "vanished":
+        return
     assert run_epoch(sf.Feed(d, 10, shuffle="none"))  # rediscovered, it reads
 
 
