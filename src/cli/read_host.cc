@@ -2,8 +2,11 @@
 // the same report as under Legate (layout, plan, time and GB/s, the verification against the
 // values `shardload write` put there), the dataset filled into host memory by the engine's
 // threads (shardload/host_load.hpp).
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <iostream>
 #include <memory>
@@ -41,6 +44,42 @@ std::int64_t count_host_mismatches(const std::byte* data, const Layout& layout,
   return bad;
 }
 
+// A bar on stderr while the tiles fill, where stderr is a terminal (piped, nothing is drawn):
+// the bytes filled so far and the rate, redrawn at most ten times a second and cleared at
+// the end, so the report on stdout is the same either way.
+class TerminalBar {
+ public:
+  explicit TerminalBar(std::uint64_t total) : total_(total), on_(::isatty(STDERR_FILENO) == 1) {}
+  ~TerminalBar() { clear(); }
+  void clear() {
+    if (drawn_) std::fprintf(stderr, "\r%*s\r", kWidth + 40, "");
+    drawn_ = false;
+  }
+  void start() { start_ = last_ = std::chrono::steady_clock::now(); }
+  void update(std::int64_t rows_done, std::int64_t rows) {
+    if (!on_ || rows <= 0) return;
+    const auto now = std::chrono::steady_clock::now();
+    if (rows_done < rows && now - last_ < std::chrono::milliseconds(100)) return;
+    last_ = now;
+    const double frac = static_cast<double>(rows_done) / static_cast<double>(rows);
+    const double secs = std::chrono::duration<double>(now - start_).count();
+    const double gb = frac * static_cast<double>(total_) / 1e9;
+    const int filled = static_cast<int>(frac * kWidth);
+    std::fprintf(stderr, "\rread [%.*s%*s] %3d%% %.2f GB/s", filled,
+                 "################################################################",
+                 kWidth - filled, "", static_cast<int>(frac * 100), secs > 0 ? gb / secs : 0.0);
+    std::fflush(stderr);
+    drawn_ = true;
+  }
+
+ private:
+  static constexpr int kWidth = 40;
+  std::uint64_t total_;
+  bool on_;
+  bool drawn_ = false;
+  std::chrono::steady_clock::time_point start_, last_;
+};
+
 }  // namespace
 
 int cmd_read_host(const ReadArgs& a) {
@@ -74,8 +113,15 @@ int cmd_read_host(const ReadArgs& a) {
   HostLoadOptions opts;
   opts.overdecompose = a.overdecompose;
   for (std::int64_t r = 0; r < a.repeat; ++r) {
+    TerminalBar bar(bytes);
+    opts.on_tile = [&](std::int64_t, std::int64_t, std::int64_t rows_done) {
+      bar.update(rows_done, layout.total_rows());
+      return true;
+    };
+    bar.start();
     const auto t0 = std::chrono::steady_clock::now();
     Result<HostLoadStats> stats = host_load(layout, data.get(), opts);
+    bar.clear();
     const double secs =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (!stats) {
