@@ -107,7 +107,7 @@ stage "Layers: every #include points down" python tools/check_includes.py
 stubs() {
   # The cache goes into the build, not beside the sources.
   (cd python && MYPY_CACHE_DIR="$ROOT/build/.mypy_cache" python -m mypy.stubtest \
-     --allowlist "$ROOT/tools/stubtest_allowlist.txt" shardload._core shardload._legate)
+     --allowlist "$ROOT/tools/stubtest_allowlist.txt" shardload._core shardload._feed_core shardload._legate)
 }
 stage "Stubs: python/shardload/*.pyi (stubtest)" stubs
 
