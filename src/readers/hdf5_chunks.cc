@@ -101,6 +101,21 @@ std::optional<ContiguousRows> contiguous_rows(const Hdf5Api& api, hid_t dataset,
 Status storage_in_file(const Hdf5Api& api, hid_t dataset, hid_t type,
                        const std::vector<hsize_t>& dims, std::uint64_t file_size) {
   Hid dcpl(api.H5Dget_create_plist(dataset), api.H5Pclose);
+  if (dcpl.valid() && api.H5Pget_layout(dcpl.get()) == H5D_COMPACT) {
+    // A compact layout message's data is its own size field's bytes; HDF5 1.10 copies the
+    // dataset's bytes out of a buffer of that size without comparing the two (past its end:
+    // other memory's values, or a fault where it says 0). Newer HDF5s refuse the dataset.
+    std::uint64_t bytes = api.H5Tget_size(type);
+    bool overflow = bytes == 0;
+    for (const hsize_t d : dims) overflow = overflow || __builtin_mul_overflow(bytes, d, &bytes);
+    const std::uint64_t stored = api.H5Dget_storage_size(dataset);
+    if (!overflow && stored == bytes) return Status::ok();
+    return Status(ErrorCode::kFormat, "its compact storage holds " + std::to_string(stored) +
+                                          " bytes, where its " +
+                                          (overflow ? std::string("elements need more than 2^64")
+                                                    : "elements need " + std::to_string(bytes)) +
+                                          ": the file is damaged");
+  }
   if (!dcpl.valid() || api.H5Pget_layout(dcpl.get()) != H5D_CONTIGUOUS ||
       api.H5Pget_external_count(dcpl.get()) != 0) {
     return Status::ok();

@@ -997,3 +997,30 @@ def test_links_virtual_compact_and_hdf5_filters_read_as_h5py_does_or_are_refused
             shardload.discover(path, dataset="x").read()
         return
     np.testing.assert_array_equal(shardload.discover(path, dataset="x").read(), want)
+
+
+@pytest.mark.parametrize("claim", [0, 400, 808])
+def test_a_compact_dataset_whose_stored_size_lies_is_refused(tmp_path: pathlib.Path,
+                                                            claim: int) -> None:
+    """A compact layout message whose size (its data's bytes) is not the dataset's 800: HDF5
+    1.10 copied 800 bytes out of a buffer of that size, reading past it (rows of whatever
+    memory followed where it said 400; a segmentation fault where it said 0). h5py's HDF5
+    refuses the dataset; so does discovery, naming the file and both sizes (a size past the
+    message's end, HDF5 1.10 refuses itself)."""
+    path = tmp_path / "shard_0000.h5"
+    with h5py.File(path, "w") as f:
+        _compact(f, b"x", np.arange(100.0))
+    raw = bytearray(path.read_bytes())
+    message = bytes([3, 0]) + (800).to_bytes(2, "little")  # layout v3, compact, 800 bytes
+    assert raw.count(message) == 1
+    at = raw.find(message)
+    raw[at + 2:at + 4] = claim.to_bytes(2, "little")
+    path.write_bytes(bytes(raw))
+    with pytest.raises(shardload.LayoutError) as e:
+        shardload.discover(path, dataset="x")
+    msg = str(e.value)
+    if claim > 800:  # the message then runs past its object header: HDF5 cannot open it
+        assert f"{path}: '/x' is not a readable dataset" in msg, msg
+        return
+    assert (f"{path}: dataset '/x': its compact storage holds {claim} bytes, where its "
+            "elements need 800" in msg), msg

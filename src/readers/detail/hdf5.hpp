@@ -136,8 +136,10 @@ Status defined_everywhere(const Hdf5Api& api, hid_t dataset);
 
 // Why a contiguous dataset's allocated storage (stored in `type`, the dataset's, `dims` of
 // it) does not lie inside a file of `file_size` bytes ("its contiguous storage (N bytes at
-// offset O) runs past the end of the file ..."); ok for any other storage. HDF5 1.10 reads
-// the part past the end as zeros; h5py's HDF5 refuses the dataset. Called with the lock held;
+// offset O) runs past the end of the file ..."), or why a compact dataset's stored bytes
+// are not its elements' ("its compact storage holds N bytes, where its elements need M");
+// ok for any other storage. HDF5 1.10 reads the part past the end as zeros, and past a short
+// compact buffer into other memory; h5py's HDF5 refuses both. Called with the lock held;
 // leaves HDF5's error stack for the caller to clear.
 Status storage_in_file(const Hdf5Api& api, hid_t dataset, hid_t type,
                        const std::vector<hsize_t>& dims, std::uint64_t file_size);
