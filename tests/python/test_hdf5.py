@@ -1024,3 +1024,23 @@ def test_a_compact_dataset_whose_stored_size_lies_is_refused(tmp_path: pathlib.P
         return
     assert (f"{path}: dataset '/x': its compact storage holds {claim} bytes, where its "
             "elements need 800" in msg), msg
+
+
+@pytest.mark.xfail(strict=True, reason="open: HDF5 1.10 offers no call that gives a chunk "
+                   "layout's element size; newer HDF5s refuse the dataset at open")
+def test_a_chunk_layout_whose_element_size_lies_is_refused(tmp_path: pathlib.Path) -> None:
+    """The chunk layout message stores the element size beside the chunk's dimensions (8 for
+    float64); written as 16, HDF5 1.10 reads each unfiltered chunk as 1600 bytes: the chunk
+    next to the end of the file reads past it, as zeros (rows 900-999 of 1000), while h5py's
+    HDF5 refuses the dataset ("stored datatype size in chunk layout does not match")."""
+    path = tmp_path / "shard_0000.h5"
+    with h5py.File(path, "w") as f:
+        f.create_dataset("x", data=np.arange(1000.0), chunks=(100,))
+    raw = bytearray(path.read_bytes())
+    at = raw.find(bytes([3, 2, 2]))  # layout v3, chunked, rank 1 + the element size
+    assert at > 0 and raw[at + 15:at + 19] == (8).to_bytes(4, "little")
+    raw[at + 15:at + 19] = (16).to_bytes(4, "little")
+    path.write_bytes(bytes(raw))
+    with pytest.raises(shardload.Error, match=str(path)):
+        got = shardload.discover(path).read()
+        np.testing.assert_array_equal(got, np.arange(1000.0))  # (it reads zeros at the end)
