@@ -38,7 +38,8 @@ class NpyReader final : public ShardReader {
 
   Status read_rows(const ReadSpec& l, const Shard& s, std::int64_t lo, std::int64_t hi,
                    std::byte* dst) override {
-    SHARDLOAD_ASSIGN_OR_RETURN(File f, open_checked(*ctx_.io, s, ctx_.check_snapshot));
+    SHARDLOAD_ASSIGN_OR_RETURN(const File* fp, open_.get(*ctx_.io, s, ctx_.check_snapshot));
+    const File& f = *fp;
     const std::size_t bytes = static_cast<std::size_t>(hi - lo) * l.row_bytes;
     Status read;
     if (s.fortran_order) {
@@ -48,7 +49,10 @@ class NpyReader final : public ShardReader {
       read = f.read_exact(dst, bytes, off);
     }
     if (ctx_.check_snapshot) read = check_unchanged(f, s.snapshot, std::move(read));
-    SHARDLOAD_RETURN_IF_ERROR(read);
+    if (!read.is_ok()) {
+      open_.reset();
+      return read;
+    }
     if (s.byte_swap) byte_swap(dst, bytes / l.dtype.swap_unit(), l.dtype.swap_unit());
     return Status::ok();
   }
@@ -89,6 +93,7 @@ class NpyReader final : public ShardReader {
   }
 
   ReaderContext ctx_;
+  OpenShardFile open_;  // the file read last, for the next piece of the same shard
   std::vector<std::byte> scratch_;
 };
 

@@ -223,11 +223,15 @@ class RawReader final : public ShardReader {
                    std::byte* dst) override {
     const std::size_t bytes = static_cast<std::size_t>(hi - lo) * l.row_bytes;
     if (bytes == 0) return Status::ok();
-    SHARDLOAD_ASSIGN_OR_RETURN(File f, open_checked(*ctx_.io, s, ctx_.check_snapshot));
+    SHARDLOAD_ASSIGN_OR_RETURN(const File* fp, open_.get(*ctx_.io, s, ctx_.check_snapshot));
+    const File& f = *fp;
     const std::uint64_t off = s.data_offset + static_cast<std::uint64_t>(lo) * l.row_bytes;
     Status read = f.read_exact(dst, bytes, off);
     if (ctx_.check_snapshot) read = check_unchanged(f, s.snapshot, std::move(read));
-    SHARDLOAD_RETURN_IF_ERROR(read);
+    if (!read.is_ok()) {
+      open_.reset();
+      return read;
+    }
     if (s.byte_swap) byte_swap(dst, bytes / l.dtype.swap_unit(), l.dtype.swap_unit());
     return Status::ok();
   }
@@ -451,6 +455,7 @@ class RawReader final : public ShardReader {
 
   FormatOptions options_;
   ReaderContext ctx_;
+  OpenShardFile open_;  // the file read last, for the next piece of the same shard
   // Each directory's sidecar (none: nullopt), by directory_key; shared by siblings, read-only
   // once made (a map's entries stay where they are).
   struct Sidecars {

@@ -60,6 +60,19 @@ Result<File> open_checked(IoBackend& io, const Shard& shard, bool check) {
                                          snapshot_difference(f.path(), shard.snapshot, now));
 }
 
+Result<const File*> OpenShardFile::get(IoBackend& io, const Shard& shard, bool check) {
+  if (file_.fd() >= 0 && path_ == shard.path && snapshot_ == shard.snapshot) return &file_;
+  reset();
+  SHARDLOAD_ASSIGN_OR_RETURN(file_, open_checked(io, shard, check));
+  path_ = shard.path;
+  snapshot_ = shard.snapshot;
+  if (is_remote_url(shard.path)) {
+    // Kept only for this read: the caller's read is one request, the next opens its own.
+    path_.clear();
+  }
+  return &file_;
+}
+
 Status check_unchanged(const File& f, const FileInfo& snapshot, Status read) {
   auto now = f.stat();
   if (!now) return read.is_ok() ? now.status() : read;

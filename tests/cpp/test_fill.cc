@@ -189,6 +189,52 @@ TEST_F(FillTest, RewriteThatKeepsSizeAndMtimeIsSeenByCtime) {
       << st.message();
 }
 
+// Many pieces of one shard (a gather of scattered rows) read through one reader open the file
+// once, not once per piece, and every piece is still checked: a file rewritten in place
+// between two pieces is refused.
+TEST_F(FillTest, PiecesOfOneShardOpenItOnceAndAreEachChecked) {
+  class CountingIo final : public IoBackend {
+   public:
+    Result<int> open(const std::string& p) override {
+      ++opens;
+      return posix_io().open(p);
+    }
+    Result<FileInfo> stat(int fd, const std::string& p) override { return posix_io().stat(fd, p); }
+    void close(int fd) override { posix_io().close(fd); }
+    std::int64_t pread(int fd, void* buf, std::size_t n, std::uint64_t off) override {
+      return posix_io().pread(fd, buf, n, off);
+    }
+    int opens = 0;
+  };
+  c_shard(0, 0, 10);
+  c_shard(1, 60, 10);
+  const Layout l = layout();
+  // Every other row of both shards, each its own piece, in order.
+  std::vector<Piece> pieces;
+  for (std::int64_t r = 0; r < 20; r += 2) {
+    pieces.push_back({r / 10, r % 10, r % 10 + 1, static_cast<std::int64_t>(pieces.size())});
+  }
+  CountingIo io;
+  FillOptions o;
+  o.io = &io;
+  std::vector<std::int32_t> out(pieces.size() * 6, -1);
+  ASSERT_TRUE(fill_pieces(l, pieces, reinterpret_cast<std::byte*>(out.data()), o));
+  EXPECT_EQ(io.opens, 2);
+  for (std::size_t i = 0; i < pieces.size(); ++i) {
+    for (std::size_t k = 0; k < 6; ++k) {
+      ASSERT_EQ(out[i * 6 + k], static_cast<std::int32_t>(i * 2 * 6 + k));
+    }
+  }
+  // The shard rewritten in place (size and mtime kept) at the third read: refused.
+  ChangingIo changing(dir_.file("shard_0000.npy"), Change::kRewriteInPlace, ChangingIo::On::kPread,
+                      3);
+  o.io = &changing;
+  Status st = fill_pieces(l, pieces, reinterpret_cast<std::byte*>(out.data()), o);
+  ASSERT_TRUE(changing.changed());
+  ASSERT_FALSE(st);
+  EXPECT_EQ(st.code(), ErrorCode::kChanged) << st.message();
+}
+
 TEST_F(FillTest, RangeOutsideTheDataset) {
   c_shard(0, 0, 4);
   const Layout l = layout();

@@ -204,4 +204,25 @@ Result<File> open_checked(IoBackend& io, const Shard& shard, bool check);
 // of discovery, keeping size and inode, is the one change no snapshot sees.
 Status check_unchanged(const File& file, const FileInfo& snapshot, Status read);
 
+// The file a reader read last, kept open for its next read of the same shard: a reader reading
+// many pieces of one file (a gather of scattered rows, a tile met in bounded chunks) opens it
+// once instead of once per piece (open, its stat and close are most of a small read's system
+// calls). What stays the same: the open is open_checked's (the snapshot compared at the first
+// open) and every read is followed by check_unchanged, so a file written while it is read is
+// still an error; a file replaced by a rename after the open keeps being read as the snapshot's
+// file it was. Objects in object storage are not kept (each piece opens its own request).
+// One thread at a time, as the reader that owns it.
+class OpenShardFile {
+ public:
+  // The open file of `shard`, opened (and checked when `check`) unless it is the one kept.
+  Result<const File*> get(IoBackend& io, const Shard& shard, bool check);
+  // Closes the kept file: after a failed read, so that the next read opens afresh.
+  void reset() { file_ = File(); }
+
+ private:
+  File file_;
+  std::string path_;
+  FileInfo snapshot_;
+};
+
 }  // namespace shardload
