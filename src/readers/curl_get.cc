@@ -482,11 +482,19 @@ CurlAnswer curl_perform(const CurlRequest& req, void* dst, std::size_t cap, std:
 }
 
 bool is_encoded(const std::string& content_encoding) {
+  // Each coding of the list: "identity" is none, and S3 keeps "aws-chunked" of an upload
+  // streamed so as metadata while it stores (and sends) the object's own bytes.
   std::string v;
-  for (const char c : content_encoding) {
-    if (c != ' ' && c != '\t') v += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  for (const char c : content_encoding + ",") {
+    if (c == ' ' || c == '\t') continue;
+    if (c != ',') {
+      v += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+      continue;
+    }
+    if (!v.empty() && v != "identity" && v != "aws-chunked") return true;
+    v.clear();
   }
-  return !v.empty() && v != "identity";
+  return false;
 }
 
 bool parse_content_range(const std::string& value, std::uint64_t* first, std::int64_t* total) {

@@ -93,8 +93,8 @@ struct CurlAnswer {
 CurlAnswer curl_perform(const CurlRequest& req, void* dst, std::size_t cap, std::uint64_t offset,
                         std::atomic<std::uint64_t>* retries);
 
-// Whether a Content-Encoding value makes a body other bytes than the object's: any but
-// none or "identity".
+// Whether a Content-Encoding value makes a body other bytes than the object's: any coding
+// but "identity" and S3's "aws-chunked" (metadata of an upload, not of the bytes sent).
 bool is_encoded(const std::string& content_encoding);
 
 // "bytes FIRST-LAST/TOTAL": FIRST and TOTAL (-1 where "*" or missing); false when malformed.
