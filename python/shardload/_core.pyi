@@ -106,6 +106,19 @@ def host_save(
     format: str, overwrite: bool, manifest: bool, checksum: str, threads: int = 0,
 ) -> dict[str, Any]:
     """Writes a C-contiguous native-endian array as a sharded dataset (shardload.numpy.save)."""
+def staged_save_begin(
+    dest: bytes, shape: Sequence[int], dtype: str, shard_rows: Sequence[int], format: str,
+    overwrite: bool, manifest: bool, checksum: str,
+) -> tuple[Any, ...]:
+    """Checks dest, makes the staging directory and the shard files (shardload.dask.save);
+    returns the picklable handle that the writers, the commit and the abort take."""
+def staged_save_write(handle: tuple[Any, ...], lo: int, hi: int,
+                      array: np.ndarray[Any, Any]) -> None:
+    """Writes global rows [lo, hi) (a C-contiguous native-endian array) into the shards."""
+def staged_save_commit(handle: tuple[Any, ...]) -> None:
+    """Metadata, manifest and the one rename into place; on an error nothing is published."""
+def staged_save_abort(handle: tuple[Any, ...]) -> None:
+    """Removes the staging directory; idempotent."""
 def _process_state() -> dict[str, Any]:
     """{"posix_io": the address of libshardload's I/O backend, "readers": the names of the
     readers registered in C++}"""

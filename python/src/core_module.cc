@@ -22,6 +22,7 @@
 #include "shardload/manifest.hpp"
 #include "shardload/plan.hpp"
 #include "shardload/reader_registry.hpp"
+#include "shardload/staged_save.hpp"
 
 namespace py = pybind11;
 using namespace shardload;
@@ -69,6 +70,36 @@ Source make_source(const py::object& source, const py::object& pattern_obj) {
 }
 
 py::dtype numpy_dtype(DType d) { return py::dtype(d.name()); }
+
+// A StagedSave as the tuple that Python ships to the workers, and back.
+py::tuple staged_tuple(const StagedSave& s) {
+  return py::make_tuple(py::bytes(s.dest), py::bytes(s.physical), py::bytes(s.staging),
+                        s.staging_dev, s.staging_ino, s.spec, s.overwrite, s.manifest,
+                        static_cast<std::uint32_t>(s.checksum));
+}
+
+StagedSave staged_from_tuple(const py::tuple& t) {
+  if (t.size() != 9) {
+    throw py::type_error("staged save: expected the handle of staged_save_begin");
+  }
+  StagedSave s;
+  try {
+    s.dest = t[0].cast<std::string>();
+    s.physical = t[1].cast<std::string>();
+    s.staging = t[2].cast<std::string>();
+    s.staging_dev = t[3].cast<std::uint64_t>();
+    s.staging_ino = t[4].cast<std::uint64_t>();
+    s.spec = t[5].cast<std::vector<std::int64_t>>();
+    s.overwrite = t[6].cast<bool>();
+    s.manifest = t[7].cast<bool>();
+    const auto c = t[8].cast<std::uint32_t>();
+    if (c > static_cast<std::uint32_t>(Checksum::kXxh3)) throw py::cast_error();
+    s.checksum = static_cast<Checksum>(c);
+  } catch (const py::cast_error&) {
+    throw py::type_error("staged save: expected the handle of staged_save_begin");
+  }
+  return s;
+}
 
 }  // namespace
 
@@ -210,8 +241,10 @@ PYBIND11_MODULE(_core, m) {
         const std::string name = py::str(array.dtype());
         const Result<DType> dtype = parse_dtype(name);
         if (!dtype || (dtype->size > 1 && array.dtype().byteorder() == '>')) {
-          throw py::type_error("host_save: expected a numeric or bool array in native byte order, "
-                               "found dtype " + name);
+          throw py::type_error(
+              "host_save: expected a numeric or bool array in native byte order, "
+              "found dtype " +
+              name);
         }
         HostSaveOptions o;
         o.threads = threads;
@@ -256,6 +289,97 @@ PYBIND11_MODULE(_core, m) {
       py::arg("array"), py::arg("dest"), py::arg("num_shards"), py::arg("shard_rows"),
       py::arg("format"), py::arg("overwrite"), py::arg("manifest"), py::arg("checksum"),
       py::arg("threads") = 0);
+
+  // The Dask front end's save (shardload.dask.save, shardload/staged_save.hpp): begun and
+  // committed (or aborted) in the calling process, written by the workers that compute the
+  // chunks. The handle is a plain tuple, pickled once to each worker.
+  m.def(
+      "staged_save_begin",
+      [](const py::bytes& dest, const std::vector<std::int64_t>& shape, const std::string& dtype,
+         const std::vector<std::int64_t>& shard_rows, const std::string& format, bool overwrite,
+         bool manifest, const std::string& checksum) {
+        const Result<DType> dt = parse_dtype(dtype);
+        if (!dt) throw_status(dt.status().with_context("save: dtype"), ErrorSite::kWrite);
+        SaveOptions o;
+        o.shard_rows = shard_rows;
+        o.format = Format::kAuto;
+        for (const auto& d : formats()) {
+          if (d.writer && d.name == format) o.format = d.format;
+        }
+        if (o.format == Format::kAuto) {
+          throw_status({ErrorCode::kInvalidArgument, "save: format: expected " +
+                                                         writable_format_names_text() +
+                                                         ", found '" + format + "'"},
+                       ErrorSite::kWrite);
+        }
+        o.overwrite = overwrite;
+        o.manifest = manifest;
+        const Result<Checksum> c = parse_checksum(checksum);
+        if (!c) throw_status(c.status().with_context("save: checksum"), ErrorSite::kWrite);
+        o.checksum = *c;
+        const std::string path = dest;
+        Result<StagedSave> r = [&] {
+          py::gil_scoped_release release;
+          return staged_save_begin(shape, *dt, path, o);
+        }();
+        if (!r) throw_status(r.status(), ErrorSite::kWrite);
+        return staged_tuple(*r);
+      },
+      py::arg("dest"), py::arg("shape"), py::arg("dtype"), py::arg("shard_rows"), py::arg("format"),
+      py::arg("overwrite"), py::arg("manifest"), py::arg("checksum"));
+  m.def(
+      "staged_save_write",
+      [](const py::tuple& handle, std::int64_t lo, std::int64_t hi, const py::array& array) {
+        const StagedSave s = staged_from_tuple(handle);
+        if ((array.flags() & py::array::c_style) == 0 || array.ndim() < 1) {
+          throw py::value_error(
+              "staged_save_write: expected a C-contiguous array of 1 or more dimensions");
+        }
+        const std::string name = py::str(array.dtype());
+        const Result<DType> dtype = parse_dtype(name);
+        if (!dtype || (dtype->size > 1 && array.dtype().byteorder() == '>')) {
+          throw py::type_error(
+              "staged_save_write: expected a numeric or bool array in native byte order, "
+              "found dtype " +
+              name);
+        }
+        if (array.shape(0) != hi - lo) {
+          throw_status(
+              {ErrorCode::kInvalidArgument,
+               "save: rows [" + std::to_string(lo) + ", " + std::to_string(hi) + "): expected " +
+                   std::to_string(hi - lo) + " rows, found " + std::to_string(array.shape(0))},
+              ErrorSite::kWrite);
+        }
+        std::vector<std::int64_t> trailing;
+        for (py::ssize_t d = 1; d < array.ndim(); ++d) trailing.push_back(array.shape(d));
+        const auto* data = static_cast<const std::byte*>(array.data());
+        const auto bytes = static_cast<std::size_t>(array.nbytes());
+        const Status st = [&] {
+          py::gil_scoped_release release;
+          return staged_save_write(s, lo, hi, *dtype, trailing, data, bytes);
+        }();
+        if (!st) throw_status(st, ErrorSite::kWrite);
+      },
+      py::arg("handle"), py::arg("lo"), py::arg("hi"), py::arg("array"));
+  m.def(
+      "staged_save_commit",
+      [](const py::tuple& handle) {
+        const StagedSave s = staged_from_tuple(handle);
+        const Status st = [&] {
+          py::gil_scoped_release release;
+          return staged_save_commit(s);
+        }();
+        if (!st) throw_status(st, ErrorSite::kWrite);
+      },
+      py::arg("handle"));
+  m.def(
+      "staged_save_abort",
+      [](const py::tuple& handle) {
+        const StagedSave s = staged_from_tuple(handle);
+        py::gil_scoped_release release;
+        staged_save_abort(s);
+      },
+      py::arg("handle"));
 
   m.def(
       "discover",

@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <tuple>
 #include <vector>
 
 #include "engine/detail/lanes.hpp"
@@ -12,6 +13,7 @@
 #include "shardload/host_load.hpp"
 #include "shardload/interrupt.hpp"
 #include "shardload/plan.hpp"
+#include "shardload/staged_save.hpp"
 
 namespace shardload {
 
@@ -33,6 +35,38 @@ Status stopped() {
 
 std::string rows_text(std::int64_t lo, std::int64_t hi) {
   return "(rows [" + std::to_string(lo) + ", " + std::to_string(hi) + "))";
+}
+
+// The checks of a save's arguments that host_save and staged_save_begin share, and the spec
+// they give, every per-shard field as create_shard_files (or the object layout) expects it.
+Result<detail::SaveSpec> save_spec(std::span<const std::int64_t> shape, DType dtype,
+                                   const std::string& dest, const SaveOptions& save,
+                                   std::int64_t default_shards, std::int64_t* total_bytes) {
+  SHARDLOAD_RETURN_IF_ERROR(check_save_dest(dest));
+  if (shape.empty()) return argument_error("expected an array of 1 or more dimensions, found 0");
+  if (shape[0] < 0) {
+    return argument_error("the array's rows are negative: " + std::to_string(shape[0]));
+  }
+  SHARDLOAD_RETURN_IF_ERROR(check_save_options(save));
+  // A dtype the formats write: the one the name parses back to.
+  const Result<DType> known = parse_dtype(dtype.name());
+  if (!known || *known != dtype) {
+    return argument_error("arrays of type " + dtype.name() +
+                          " cannot be saved (expected bool, integers, float16/32/64 or complex)");
+  }
+  detail::SaveSpec spec;
+  spec.format = save.format;
+  spec.dtype = dtype;
+  spec.trailing.assign(shape.begin() + 1, shape.end());
+  SHARDLOAD_ASSIGN_OR_RETURN(spec.row_bytes, save_row_bytes(dtype, spec.trailing));
+  if (__builtin_mul_overflow(shape[0], static_cast<std::int64_t>(spec.row_bytes), total_bytes)) {
+    return argument_error("the array's bytes overflow a byte count");
+  }
+  SHARDLOAD_ASSIGN_OR_RETURN(spec.offsets, save_shard_offsets(save, shape[0], default_shards));
+  const auto n = static_cast<std::size_t>(spec.shards());
+  spec.data_offset.assign(n, 0);
+  spec.chunk_rows.assign(n, 1);
+  return spec;
 }
 
 // Items 0 .. n-1 on `threads` threads; the Status of the lowest failing one, or ok.
@@ -114,41 +148,17 @@ Result<HostSaveStats> host_save(const std::byte* data, std::span<const std::int6
                                 const HostSaveOptions& options) {
   const auto t0 = Clock::now();
   const SaveOptions& save = options.save;
-  SHARDLOAD_RETURN_IF_ERROR(check_save_dest(dest));
-  if (shape.empty()) return argument_error("expected an array of 1 or more dimensions, found 0");
-  if (shape[0] < 0) {
-    return argument_error("the array's rows are negative: " + std::to_string(shape[0]));
-  }
-  SHARDLOAD_RETURN_IF_ERROR(check_save_options(save));
   if (options.threads < 0 || options.threads > 4096) {
     return argument_error("threads: expected 0 (one per core) to 4096, found " +
                           std::to_string(options.threads));
   }
-  // A dtype the formats write: the one the name parses back to.
-  const Result<DType> known = parse_dtype(dtype.name());
-  if (!known || *known != dtype) {
-    return argument_error("arrays of type " + dtype.name() +
-                          " cannot be saved (expected bool, integers, float16/32/64 or complex)");
-  }
-
-  detail::SaveSpec spec;
-  spec.format = save.format;
-  spec.dtype = dtype;
-  spec.trailing.assign(shape.begin() + 1, shape.end());
-  SHARDLOAD_ASSIGN_OR_RETURN(spec.row_bytes, save_row_bytes(dtype, spec.trailing));
-  const std::int64_t rows = shape[0];
-  std::int64_t total_bytes = 0;
-  if (__builtin_mul_overflow(rows, static_cast<std::int64_t>(spec.row_bytes), &total_bytes)) {
-    return argument_error("the array's bytes overflow a byte count");
-  }
-  if (data == nullptr && total_bytes > 0) return argument_error("the array's data is null");
   const std::int64_t cores = default_host_threads();
   const std::int64_t threads = options.threads == 0 ? cores : options.threads;
-  SHARDLOAD_ASSIGN_OR_RETURN(spec.offsets, save_shard_offsets(save, rows, cores));
-  // Every per-shard field, as create_shard_files (or the object layout) expects them.
-  const auto n = static_cast<std::size_t>(spec.shards());
-  spec.data_offset.assign(n, 0);
-  spec.chunk_rows.assign(n, 1);
+  std::int64_t total_bytes = 0;
+  SHARDLOAD_ASSIGN_OR_RETURN(detail::SaveSpec spec,
+                             save_spec(shape, dtype, dest, save, cores, &total_bytes));
+  if (data == nullptr && total_bytes > 0) return argument_error("the array's data is null");
+  const std::int64_t rows = shape[0];
 
   HostSaveStats stats;
   stats.shards = spec.shards();
@@ -196,6 +206,116 @@ Result<HostSaveStats> host_save(const std::byte* data, std::span<const std::int6
   SHARDLOAD_RETURN_IF_ERROR(check(committed));
   stats.commit_s = seconds(t2, Clock::now());
   return stats;
+}
+
+namespace {
+
+// The staging path of a StagedSave names a staging directory (make_staging_dir's marker in
+// its last segment), so that a damaged one cannot make write or abort touch another tree.
+Status check_staged(const StagedSave& save, detail::SaveSpec* spec) {
+  const std::size_t slash = save.staging.rfind('/');
+  const std::string name =
+      slash == std::string::npos ? save.staging : save.staging.substr(slash + 1);
+  if (name.find(".shardload-tmp-") == std::string::npos) {
+    return argument_error("expected the staging directory of a staged save, found '" +
+                          save.staging + "'");
+  }
+  SHARDLOAD_ASSIGN_OR_RETURN(*spec, detail::SaveSpec::decode(save.spec));
+  return Status::ok();
+}
+
+std::string range_text(std::int64_t lo, std::int64_t hi) {
+  return "rows [" + std::to_string(lo) + ", " + std::to_string(hi) + ")";
+}
+
+std::string dims_text(std::span<const std::int64_t> dims) {
+  std::string t = "(";
+  for (std::size_t i = 0; i < dims.size(); ++i) {
+    t += (i ? ", " : "") + std::to_string(dims[i]);
+  }
+  return t + (dims.size() == 1 ? ",)" : ")");
+}
+
+}  // namespace
+
+Result<StagedSave> staged_save_begin(std::span<const std::int64_t> shape, DType dtype,
+                                     const std::string& dest, const SaveOptions& options) {
+  std::int64_t total_bytes = 0;
+  SHARDLOAD_ASSIGN_OR_RETURN(
+      detail::SaveSpec spec,
+      save_spec(shape, dtype, dest, options, default_host_threads(), &total_bytes));
+  if (detail::is_object_dest(dest)) {
+    return argument_error("a save that several processes fill writes to a directory only, found '" +
+                          dest +
+                          "' (for object storage save the computed array with host_save: "
+                          "shardload.numpy.save)");
+  }
+  const auto check = [&](const Status& st) {
+    return st ? st : st.with_context("saving to " + dest);
+  };
+  const Result<std::string> physical = detail::physical_destination(dest);
+  if (!physical) return check(physical.status());
+  SHARDLOAD_RETURN_IF_ERROR(check(detail::check_destination(*physical, options.overwrite)));
+  Result<std::string> staging = detail::prepare_staging(*physical, &spec);
+  if (!staging) return check(staging.status());
+  StagedSave s;
+  s.dest = dest;
+  s.physical = *physical;
+  s.staging = *staging;
+  std::tie(s.staging_dev, s.staging_ino) = detail::directory_identity(*staging);
+  s.spec = spec.encode();
+  s.overwrite = options.overwrite;
+  s.manifest = options.manifest;
+  s.checksum = options.checksum;
+  return s;
+}
+
+Status staged_save_write(const StagedSave& save, std::int64_t lo, std::int64_t hi, DType dtype,
+                         std::span<const std::int64_t> trailing, const std::byte* data,
+                         std::size_t bytes) {
+  detail::SaveSpec spec;
+  SHARDLOAD_RETURN_IF_ERROR(check_staged(save, &spec));
+  const std::int64_t rows = spec.offsets.back();
+  if (lo < 0 || hi < lo || hi > rows) {
+    return argument_error(range_text(lo, hi) + ": expected a range within the save's " +
+                          std::to_string(rows) + " rows");
+  }
+  if (dtype != spec.dtype) {
+    return argument_error(range_text(lo, hi) + ": expected " + spec.dtype.name() + ", found " +
+                          dtype.name());
+  }
+  if (!std::equal(trailing.begin(), trailing.end(), spec.trailing.begin(), spec.trailing.end())) {
+    return argument_error(range_text(lo, hi) + ": expected rows of shape " +
+                          dims_text(spec.trailing) + ", found " + dims_text(trailing));
+  }
+  const auto want = static_cast<std::size_t>(hi - lo) * spec.row_bytes;
+  if (bytes != want || (data == nullptr && want > 0)) {
+    return argument_error(range_text(lo, hi) + ": expected " + std::to_string(want) +
+                          " bytes, found " + std::to_string(bytes));
+  }
+  if (want == 0) return Status::ok();
+  const Status st = detail::write_rows(save.staging, spec, lo, hi, data);
+  return st ? st : st.with_context("saving to " + save.dest + " " + rows_text(lo, hi));
+}
+
+Status staged_save_commit(const StagedSave& save) {
+  detail::SaveSpec spec;
+  SHARDLOAD_RETURN_IF_ERROR(check_staged(save, &spec));
+  SaveOptions o;
+  o.format = spec.format;
+  o.overwrite = save.overwrite;
+  o.manifest = save.manifest;
+  o.checksum = save.checksum;
+  bool published = false;
+  const Status st = detail::publish_staging(save.staging, save.physical, spec, o, &published);
+  if (!published) staged_save_abort(save);
+  return st ? st : st.with_context("saving to " + save.dest);
+}
+
+void staged_save_abort(const StagedSave& save) noexcept {
+  detail::SaveSpec spec;
+  if (!check_staged(save, &spec) || save.staging_ino == 0) return;
+  detail::remove_tree_if_same(save.staging, {save.staging_dev, save.staging_ino});
 }
 
 }  // namespace shardload
