@@ -35,19 +35,28 @@ before any graph exists. A shard that changed or vanished after discovery fails 
 reads it with :class:`~shardload.ShardReadError` naming the file and rows, which ``compute()``
 raises in the caller (on ``dask.distributed`` too, ``filename`` included).
 
-Writing a Dask array (``save``) is not offered: the engine's save runs under Legate only.
+Writing. ``shardload.dask.save(x, "out/")`` writes a Dask array as the dataset
+:func:`shardload.save` writes, one shard per chunk along axis 0, each chunk written by the
+worker that computes it straight into its shard file; the dataset is published once, by the
+caller, after every chunk is written (see :func:`save`)::
+
+    shardload.dask.save(y * 2, "doubled/", format="zarr")
 """
 
 from __future__ import annotations
 
 import bisect
 import hashlib
+import os
+import re
+import socket
 import sys
+import time
 from typing import TYPE_CHECKING, Any, Mapping, Optional, Unpack
 
 import numpy as np
 
-from . import _core, _frontend
+from . import _core, _frontend, _save
 from ._args import DTypeLike, SourceLike, _found, _int
 from ._layout import Layout
 from ._options import DiscoverOptions
@@ -55,7 +64,7 @@ from ._options import DiscoverOptions
 if TYPE_CHECKING:
     import dask.array
 
-__all__ = ["load"]
+__all__ = ["load", "save"]
 
 
 def load(
@@ -248,3 +257,133 @@ def _on_units(layout: Layout, rows: int) -> list[int]:
             cut = min(offsets[s] + -(-file_row // u) * u - first_row, offsets[s + 1])
         bounds.append(cut)
     return bounds
+
+
+# The dtypes the formats write, as shardload.numpy.save checks them.
+_SAVABLE = {"b": (1,), "i": (1, 2, 4, 8), "u": (1, 2, 4, 8), "f": (2, 4, 8), "c": (8, 16)}
+# A URL's scheme: object storage, which a save that several processes fill does not write.
+_URL = re.compile(rb"^[A-Za-z][A-Za-z0-9+.-]*://")
+
+
+def save(
+    x: "dask.array.Array",
+    dest: "_save.PathLike",
+    *,
+    format: str = "npy",
+    overwrite: bool = False,
+    manifest: bool = True,
+    checksum: str = "none",
+) -> "_save.SaveInfo":
+    """Writes a ``dask.array.Array`` to the directory ``dest`` as shards, one per chunk along
+    axis 0, that :func:`load` (and :func:`shardload.load`) read back.
+
+    The dataset is the one :func:`shardload.save` writes (same names, formats, metadata and
+    manifest) and is published the same way, once: this process checks ``dest`` and creates
+    the hidden staging directory beside it with every shard file; the chunks are computed and
+    written as one Dask computation (the threaded scheduler, or the ``dask.distributed``
+    client in use: each worker writes the chunks it computed with positional writes into the
+    shard files, so ``dest`` must be on a file system every worker sees); then this process
+    writes the metadata and the manifest and renames the directory into place. If a chunk's
+    computation or write fails (or the computation is interrupted), the staging directory is
+    removed, nothing is published and the error is raised here.
+
+    Shard ``i`` holds chunk ``i``'s rows (``x.chunks[0]``, empty chunks included); chunks split
+    along trailing axes are first joined (``x.rechunk``), since a shard holds whole rows.
+
+    Args:
+        x: a ``dask.array.Array`` of 1 or more dimensions and known chunk sizes, of bool,
+            integers, float16/32/64 or complex64/128; each computed chunk must be a
+            ``numpy.ndarray`` of that dtype (any memory order and byte order).
+        dest: a local directory (absent, empty, or with ``overwrite=True`` a dataset of an
+            earlier save). Object storage (``s3://``) is not written this way: save the
+            computed array with :func:`shardload.numpy.save`.
+        format: ``"npy"``, ``"raw"`` or ``"zarr"``.
+        overwrite, manifest, checksum: as for :func:`shardload.save`.
+
+    Returns:
+        A :class:`shardload.SaveInfo`: ``target`` ``"dask"``, ``processors`` the processes
+        whose workers wrote chunks, ``tiles`` the chunks written, ``write_s`` the computation.
+
+    Raises:
+        TypeError, ValueError: an argument is wrong; the message names it.
+        NotImplementedError: ``dest`` is an object-storage URL.
+        DestinationExistsError: ``dest`` is taken (see :func:`shardload.save`).
+        ShardWriteError: writing failed; the message names the file. Nothing is published.
+        Whatever a chunk's computation raises; nothing is published.
+    """
+    t_call = time.perf_counter()
+    try:
+        import dask.array as da
+        from dask.base import tokenize
+        from dask.delayed import Delayed
+        from dask.highlevelgraph import HighLevelGraph
+    except ImportError:
+        raise ImportError("shardload.dask.save needs dask (pip install 'dask[array]')") from None
+    path, _ = _save._arguments(dest, num_shards=None, shard_rows=None, format=format,
+                               overwrite=overwrite, manifest=manifest, checksum=checksum,
+                               info=None, storage_options=None)
+    if _URL.match(path):
+        raise NotImplementedError(
+            f"save: shardload.dask.save writes to a directory only, found {os.fsdecode(path)!r}; "
+            "for object storage save the computed array: "
+            "shardload.numpy.save(x.compute(), dest)")
+    if not isinstance(x, da.Array):
+        raise TypeError(f"save: expected a dask.array.Array, found {type(x).__name__}")
+    dt = np.dtype(x.dtype)
+    if dt.fields is not None or dt.subdtype is not None or dt.itemsize not in _SAVABLE.get(
+            dt.kind, ()):
+        raise TypeError(f"save: arrays of dtype {dt} cannot be saved (expected bool, integers, "
+                        "float16/32/64 or complex64/128)")
+    if x.ndim < 1:
+        raise ValueError("save: expected an array of 1 or more dimensions, found 0")
+    if any(np.isnan(c) for dim in x.chunks for c in dim):
+        raise ValueError("save: the array's chunk sizes are unknown (NaN); call "
+                         "x.compute_chunk_sizes() first")
+    if len(x.chunks[0]) > _save._MAX_SHARDS:
+        raise ValueError(f"save: the array has {len(x.chunks[0])} chunks along axis 0, more "
+                         f"than the {_save._MAX_SHARDS} shards a save writes; rechunk it")
+    if any(len(c) > 1 for c in x.chunks[1:]):
+        x = x.rechunk({i: -1 for i in range(1, x.ndim)})
+    native = dt.newbyteorder("=")
+    rows = [int(r) for r in x.chunks[0]]
+
+    handle = _core.staged_save_begin(path, [int(d) for d in x.shape], str(native), rows,
+                                     format, bool(overwrite), bool(manifest), checksum)
+    t_begun = time.perf_counter()
+    try:
+        token = tokenize(x.name, handle)
+        name = f"shardload-save-{token}"
+        handle_key = f"shardload-save-handle-{token}"
+        done_key = f"shardload-save-done-{token}"
+        graph: dict[Any, Any] = {handle_key: handle}
+        trailing_zeros = (0,) * (x.ndim - 1)
+        keys = []
+        lo = 0
+        for i, r in enumerate(rows):
+            key = (name, i)
+            graph[key] = (_write_chunk, handle_key, (x.name, i, *trailing_zeros), lo, lo + r)
+            keys.append(key)
+            lo += r
+        graph[done_key] = (list, keys)
+        hlg = HighLevelGraph.from_collections(done_key, graph, dependencies=[x])
+        writers = Delayed(done_key, hlg).compute()
+        t_written = time.perf_counter()
+        _core.staged_save_commit(handle)
+    except BaseException:
+        _core.staged_save_abort(handle)
+        raise
+    t_end = time.perf_counter()
+    return _save.SaveInfo(target="dask", processors=len(set(writers)), tiles=len(rows),
+                          num_shards=len(rows), bytes=int(x.nbytes),
+                          prepare_s=t_begun - t_call, write_s=t_written - t_begun,
+                          commit_s=t_end - t_written, total_s=t_end - t_call)
+
+
+def _write_chunk(handle: tuple, block: Any, lo: int, hi: int) -> tuple[str, int]:
+    """One chunk written as global rows [lo, hi) of the staged save; returns the writing
+    process (host, pid)."""
+    a = np.asarray(block)
+    if a.dtype.byteorder not in ("=", "|"):
+        a = a.astype(a.dtype.newbyteorder("="))
+    _core.staged_save_write(handle, lo, hi, np.ascontiguousarray(a))
+    return socket.gethostname(), os.getpid()

@@ -1,0 +1,181 @@
+"""shardload.dask.save: a Dask array written as one shard per chunk, by whichever worker
+computes the chunk, and published once. Compared with numpy (np.load of each shard: its rows
+are the chunk's) and zarr-python, on the threaded scheduler and on a dask.distributed cluster
+of 2 worker processes; a failing chunk publishes nothing."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+import zarr
+
+import shardload
+import shardload.numpy
+from shardload import _core
+from conftest import random_array
+
+da = pytest.importorskip("dask.array")
+import shardload.dask as sdask  # noqa: E402
+
+# Ragged chunks, a 0-row one among them.
+CHUNKS = (300, 0, 451, 1, 248)
+
+
+def staging_left(d):
+    return [n for n in os.listdir(d) if ".shardload-tmp-" in n]
+
+
+def shard(dest, i, fmt, dtype, trailing):
+    """Shard i read by numpy (npy, raw) or zarr-python (zarr), not by shardload."""
+    if fmt == "npy":
+        return np.load(dest / f"shard_{i:04d}.npy")
+    if fmt == "raw":
+        return np.fromfile(dest / f"shard_{i:04d}.bin", dtype).reshape(-1, *trailing)
+    return zarr.open(str(dest / f"shard_{i:04d}.zarr"), mode="r")[...]
+
+
+@pytest.mark.parametrize("fmt", ["npy", "raw", "zarr"])
+def test_each_chunk_is_one_shard_and_the_dataset_reads_back(tmp_path, fmt):
+    rng = np.random.default_rng(1)
+    a = random_array(rng, (sum(CHUNKS), 4, 3), "float32")
+    # Trailing axes split too: joined before the save, a shard holds whole rows.
+    x = da.from_array(a, chunks=(CHUNKS, 2, (1, 2)))
+    dest = tmp_path / "d"
+    info = sdask.save(x, dest, format=fmt)
+    assert (info.target, info.num_shards, info.tiles, info.bytes) == ("dask", 5, 5, a.nbytes)
+    assert info.processors == 1  # the threaded scheduler: this process
+    np.testing.assert_array_equal(shardload.numpy.load(dest), a)
+    lo = 0
+    for i, r in enumerate(CHUNKS):
+        np.testing.assert_array_equal(shard(dest, i, fmt, a.dtype, (4, 3)), a[lo:lo + r])
+        lo += r
+    assert (dest / "shardload.manifest").exists()
+    assert staging_left(tmp_path) == []
+    # Read back as a Dask array too, chunk for chunk.
+    np.testing.assert_array_equal(sdask.load(dest).compute(), a)
+
+
+def test_big_endian_and_bool_and_1d_arrays(tmp_path):
+    a = np.arange(1000, dtype=">i8")
+    sdask.save(da.from_array(a, chunks=333), tmp_path / "be", checksum="xxh3")
+    back = np.load(tmp_path / "be" / "shard_0000.npy")
+    assert back.dtype == np.dtype("int64") and back.dtype.isnative
+    np.testing.assert_array_equal(shardload.numpy.load(tmp_path / "be"), a)
+    assert shardload.verify(str(tmp_path / "be")) is not None
+    b = np.random.default_rng(2).random((50, 2)) > 0.5
+    sdask.save(da.from_array(b, chunks=(7, 2)), tmp_path / "b", manifest=False)
+    assert not (tmp_path / "b" / "shardload.manifest").exists()
+    np.testing.assert_array_equal(shardload.numpy.load(tmp_path / "b"), b)
+    # No rows at all: one empty shard.
+    sdask.save(da.zeros((0, 3), chunks=(1, 3), dtype="u2"), tmp_path / "e")
+    assert np.load(tmp_path / "e" / "shard_0000.npy").shape == (0, 3)
+
+
+def test_overwrite_rules(tmp_path):
+    dest = tmp_path / "d"
+    a = np.arange(60, dtype="int32").reshape(20, 3)
+    sdask.save(da.from_array(a, chunks=(10, 3)), dest)
+    with pytest.raises(shardload.DestinationExistsError, match="pass overwrite"):
+        sdask.save(da.from_array(a + 1, chunks=(5, 3)), dest)
+    np.testing.assert_array_equal(shardload.numpy.load(dest), a)
+    sdask.save(da.from_array(a + 1, chunks=(5, 3)), dest, overwrite=True)
+    assert sorted(os.listdir(dest)) == [f"shard_{i:04d}.npy" for i in range(4)] + [
+        "shardload.manifest"]
+    np.testing.assert_array_equal(shardload.numpy.load(dest), a + 1)
+    (dest / "notes.txt").write_text("mine")
+    with pytest.raises(shardload.DestinationExistsError, match="notes.txt"):
+        sdask.save(da.from_array(a, chunks=(10, 3)), dest, overwrite=True)
+    assert (dest / "notes.txt").read_text() == "mine"
+    assert staging_left(tmp_path) == []
+
+
+def _boom(block, block_info=None):
+    if block_info[0]["chunk-location"][0] == 2:
+        raise RuntimeError("chunk 2 cannot be computed")
+    return block
+
+
+def test_a_chunk_that_raises_publishes_nothing(tmp_path):
+    a = np.arange(400, dtype="float64").reshape(100, 4)
+    x = da.from_array(a, chunks=(20, 4)).map_blocks(_boom, dtype=a.dtype)
+    with pytest.raises(RuntimeError, match="chunk 2 cannot be computed"):
+        sdask.save(x, tmp_path / "new")
+    assert sorted(os.listdir(tmp_path)) == []  # no dataset, no staging directory
+    # Over an old dataset with overwrite: it stays whole.
+    old = tmp_path / "old"
+    sdask.save(da.from_array(a[:10], chunks=(5, 4)), old)
+    with pytest.raises(RuntimeError, match="chunk 2"):
+        sdask.save(x, old, overwrite=True)
+    np.testing.assert_array_equal(shardload.numpy.load(old), a[:10])
+    assert staging_left(tmp_path) == []
+
+
+def test_a_chunk_of_another_dtype_than_the_array_says_fails_the_save(tmp_path):
+    a = np.arange(40, dtype="float64").reshape(10, 4)
+    # meta says float32, the blocks are float64: the write checks the block against the save.
+    x = da.from_array(a, chunks=(5, 4)).map_blocks(lambda b: b, dtype="float32")
+    with pytest.raises(ValueError, match=r"rows \[5, 10\): expected float32, found float64"):
+        sdask.save(x, tmp_path / "d")
+    assert os.listdir(tmp_path) == []
+
+
+def test_arguments_are_checked_as_shardload_save_checks_them(tmp_path):
+    x = da.ones((10, 2), chunks=(5, 2))
+    with pytest.raises(TypeError, match="expected a dask.array.Array, found ndarray"):
+        sdask.save(np.ones(3), tmp_path / "d")
+    with pytest.raises(ValueError, match="format= must be one of"):
+        sdask.save(x, tmp_path / "d", format="hdf5")
+    with pytest.raises(ValueError, match="a Zarr shard is a directory"):
+        sdask.save(x, tmp_path / "d", format="zarr", checksum="xxh3")
+    with pytest.raises(TypeError, match="overwrite= must be True or False"):
+        sdask.save(x, tmp_path / "d", overwrite="yes")
+    with pytest.raises(TypeError, match="arrays of dtype object cannot be saved"):
+        sdask.save(da.from_array(np.array([1, "a"], dtype=object), chunks=1), tmp_path / "d")
+    with pytest.raises(ValueError, match="1 or more dimensions"):
+        sdask.save(da.from_array(np.float32(1)), tmp_path / "d")
+    unknown = da.from_array(np.arange(10), chunks=5)
+    unknown = unknown[unknown > 3]
+    with pytest.raises(ValueError, match="compute_chunk_sizes"):
+        sdask.save(unknown, tmp_path / "d")
+    with pytest.raises(NotImplementedError, match=r"shardload.numpy.save\(x.compute\(\)"):
+        sdask.save(x, "s3://bucket/prefix/")
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_damaged_handle_touches_nothing(tmp_path):
+    handle = _core.staged_save_begin(os.fsencode(tmp_path / "d"), [4, 2], "int32", [4], "npy",
+                                     False, True, "none")
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    forged = (handle[0], handle[1], os.fsencode(mine), *handle[3:])
+    with pytest.raises(ValueError, match="expected the staging directory"):
+        _core.staged_save_write(forged, 0, 4, np.zeros((4, 2), "int32"))
+    _core.staged_save_abort(forged)
+    assert mine.is_dir()
+    with pytest.raises(TypeError, match="expected the handle of staged_save_begin"):
+        _core.staged_save_abort(("x",))
+    _core.staged_save_abort(handle)
+    _core.staged_save_abort(handle)
+    assert sorted(os.listdir(tmp_path)) == ["mine"]
+
+
+# ---- dask.distributed: 2 worker processes ----------------------------------------------------
+
+def test_a_cluster_of_two_processes_writes_the_chunks_on_both_workers(tmp_path):
+    distributed = pytest.importorskip("distributed")
+    rng = np.random.default_rng(3)
+    a = random_array(rng, (4000, 5), "float64")
+    x = da.from_array(a, chunks=((500,) * 3 + (0,) + (500,) * 5, 5)) * 2
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                  dashboard_address=None,
+                                  worker_dashboard_address=None) as c, distributed.Client(c):
+        info = sdask.save(x, tmp_path / "d", format="raw")
+        assert info.processors == 2  # chunks written by both worker processes
+        assert info.num_shards == 9
+        y = da.from_array(a, chunks=(1000, 5)).map_blocks(_boom, dtype=a.dtype)
+        with pytest.raises(RuntimeError, match="chunk 2 cannot be computed"):
+            sdask.save(y, tmp_path / "failed")
+    np.testing.assert_array_equal(shardload.numpy.load(tmp_path / "d"), a * 2)
+    assert sorted(os.listdir(tmp_path)) == ["d"]
