@@ -134,6 +134,17 @@ struct ReadArgs {
 // Parses `read`'s arguments into `out`; nullopt to go on, else the exit code
 // (0 after --help, 2 after a usage error). Nothing here starts Legate.
 std::optional<int> parse_read_args(const Args& args, ReadArgs* out);
+// What `read` verifies against: the seed of --seed, else of the _meta.json `shardload write`
+// put beside the shards; without one (or --no-verify) the line saying why, and rc 0; rc 1
+// after an error on `err` (an unreadable _meta.json, a dtype other than the shards').
+struct VerifySeed {
+  std::optional<long long> seed;
+  int rc = 0;
+};
+VerifySeed verify_seed(const ReadArgs& a, const Layout& layout, std::ostream& out,
+                       std::ostream& err);
+// The verify line for `bad` mismatching elements; the exit status (1 when any differ).
+int report_verify(std::int64_t bad, const Layout& layout, long long seed, std::ostream& out);
 // Without Legate: the dataset filled into host memory by the engine's threads (read_host.cc).
 int cmd_read_host(const ReadArgs& args);
 #ifdef SHARDLOAD_WITH_LEGATE

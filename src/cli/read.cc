@@ -156,4 +156,51 @@ std::optional<int> parse_read_args(const Args& args, ReadArgs* out) {
   return std::nullopt;
 }
 
+VerifySeed verify_seed(const ReadArgs& a, const Layout& layout, std::ostream& out,
+                       std::ostream& err) {
+  if (!a.verify) {
+    out << "verify:         skipped (--no-verify)\n";
+    return {};
+  }
+  std::string meta_dtype;
+  std::optional<long long> seed = a.seed;
+  if (!seed) {
+    const Result<WriteMeta> meta = read_write_meta(a.meta_dir);
+    if (!meta) {
+      err << "shardload read: verify: "
+          << spell_options(meta.status().message(), OptionSpelling::kCli) << "\n";
+      return {std::nullopt, 1};
+    }
+    if (meta->foreign) {
+      out << "verify:         skipped (_meta.json in " << redact_secrets(a.meta_dir)
+          << " was not written by shardload write)\n";
+      return {};
+    }
+    seed = meta->seed;
+    meta_dtype = meta->dtype;
+  }
+  if (!seed) {
+    out << "verify:         skipped (no --seed and no _meta.json with a seed in "
+        << redact_secrets(a.meta_dir) << ")\n";
+    return {};
+  }
+  if (!meta_dtype.empty() && meta_dtype != layout.dtype.name()) {
+    err << "shardload read: verify: _meta.json says dtype " << meta_dtype << ", the shards hold "
+        << layout.dtype.name() << "\n";
+    return {std::nullopt, 1};
+  }
+  return {seed, 0};
+}
+
+int report_verify(std::int64_t bad, const Layout& layout, long long seed, std::ostream& out) {
+  const auto elements = layout.total_bytes() / layout.dtype.size;
+  if (bad != 0) {
+    out << "verify:         FAILED: " << bad << " of " << elements << " elements differ from seed "
+        << seed << "\n";
+    return 1;
+  }
+  out << "verify:         OK (" << elements << " elements match seed " << seed << ")\n";
+  return 0;
+}
+
 }  // namespace shardload::cli

@@ -137,47 +137,11 @@ int cmd_read_host(const ReadArgs& a) {
     std::cout << "load:           " << secs << " s, " << (secs > 0 ? gb / secs : 0.0)
               << " GB/s for " << detail::size_string(bytes) << "\n";
   }
-  if (!a.verify) {
-    std::cout << "verify:         skipped (--no-verify)\n";
-    return 0;
-  }
-  std::string meta_dtype;
-  std::optional<long long> seed = a.seed;
-  if (!seed) {
-    const Result<WriteMeta> meta = read_write_meta(a.meta_dir);
-    if (!meta) {
-      std::cerr << "shardload read: verify: "
-                << spell_options(meta.status().message(), OptionSpelling::kCli) << "\n";
-      return 1;
-    }
-    if (meta->foreign) {
-      std::cout << "verify:         skipped (_meta.json in " << redact_secrets(a.meta_dir)
-                << " was not written by shardload write)\n";
-      return 0;
-    }
-    seed = meta->seed;
-    meta_dtype = meta->dtype;
-  }
-  if (!seed) {
-    std::cout << "verify:         skipped (no --seed and no _meta.json with a seed in "
-              << redact_secrets(a.meta_dir) << ")\n";
-    return 0;
-  }
-  if (!meta_dtype.empty() && meta_dtype != layout.dtype.name()) {
-    std::cerr << "shardload read: verify: _meta.json says dtype " << meta_dtype
-              << ", the shards hold " << layout.dtype.name() << "\n";
-    return 1;
-  }
+  const VerifySeed v = verify_seed(a, layout, std::cout, std::cerr);
+  if (!v.seed) return v.rc;
   const std::int64_t bad =
-      count_host_mismatches(data.get(), layout, static_cast<std::uint64_t>(*seed));
-  const auto elements = bytes / layout.dtype.size;
-  if (bad != 0) {
-    std::cout << "verify:         FAILED: " << bad << " of " << elements
-              << " elements differ from seed " << *seed << "\n";
-    return 1;
-  }
-  std::cout << "verify:         OK (" << elements << " elements match seed " << *seed << ")\n";
-  return 0;
+      count_host_mismatches(data.get(), layout, static_cast<std::uint64_t>(*v.seed));
+  return report_verify(bad, layout, *v.seed, std::cout);
 }
 
 }  // namespace shardload::cli

@@ -95,47 +95,11 @@ int run(const ReadArgs& a, std::ostream& out, std::ostream& err) {
       out << "remote retries: " << info.remote_retries << "\n";
     }
   }
-  if (!a.verify) {
-    out << "verify:         skipped (--no-verify)\n";
-    return 0;
-  }
-  std::string meta_dtype;
-  std::optional<long long> seed = a.seed;
-  if (!seed) {
-    const Result<WriteMeta> meta = read_write_meta(a.meta_dir);
-    if (!meta) {
-      err << "shardload read: verify: "
-          << spell_options(meta.status().message(), OptionSpelling::kCli) << "\n";
-      return 1;
-    }
-    if (meta->foreign) {
-      out << "verify:         skipped (_meta.json in " << redact_secrets(a.meta_dir)
-          << " was not written by shardload write)\n";
-      return 0;
-    }
-    seed = meta->seed;
-    meta_dtype = meta->dtype;
-  }
-  if (!seed) {
-    out << "verify:         skipped (no --seed and no _meta.json with a seed in "
-        << redact_secrets(a.meta_dir) << ")\n";
-    return 0;
-  }
-  if (!meta_dtype.empty() && meta_dtype != layout.dtype.name()) {
-    err << "shardload read: verify: _meta.json says dtype " << meta_dtype << ", the shards hold "
-        << layout.dtype.name() << "\n";
-    return 1;
-  }
+  const VerifySeed v = verify_seed(a, layout, out, err);
+  if (!v.seed) return v.rc;
   const std::int64_t bad =
-      count_synth_mismatches(*array, layout, info, static_cast<std::uint64_t>(*seed));
-  const auto elements = layout.total_bytes() / layout.dtype.size;
-  if (bad != 0) {
-    out << "verify:         FAILED: " << bad << " of " << elements << " elements differ from seed "
-        << *seed << "\n";
-    return 1;
-  }
-  out << "verify:         OK (" << elements << " elements match seed " << *seed << ")\n";
-  return 0;
+      count_synth_mismatches(*array, layout, info, static_cast<std::uint64_t>(*v.seed));
+  return report_verify(bad, layout, *v.seed, out);
 }
 
 }  // namespace
