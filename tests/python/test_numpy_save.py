@@ -8,7 +8,6 @@ from __future__ import annotations
 import io
 import json
 import os
-import signal
 import subprocess
 import sys
 import textwrap
@@ -18,10 +17,7 @@ import pytest
 
 import shardload
 import shardload.numpy as snp
-
-
-def staging_dirs(parent) -> list[str]:
-    return [n for n in os.listdir(parent) if ".shardload-tmp-" in n]
+from save_interrupt import ctrl_c_during_a_save_publishes_nothing, staging_dirs
 
 
 def pieces(a: np.ndarray, rows: list[int]) -> list[np.ndarray]:
@@ -235,41 +231,10 @@ def test_a_failed_write_leaves_nothing(tmp_path):
 def test_ctrl_c_during_a_save_publishes_nothing(tmp_path):
     """SIGINT arrives while the threads write (sent when the staging directory appears): the
     save raises KeyboardInterrupt, with the staging directory removed and nothing at dest."""
-    script = textwrap.dedent("""
-        import os, signal, sys, threading, pathlib, time
-        import numpy as np
+    ctrl_c_during_a_save_publishes_nothing(tmp_path, """
         import shardload.numpy
-        dest = pathlib.Path(sys.argv[1])
         x = np.ones((200000, 64), np.float32)
-        late = []
-        def interrupt():
-            while not any(".shardload-tmp-" in n for n in os.listdir(dest.parent)):
-                time.sleep(0.0002)
-            os.kill(os.getpid(), signal.SIGINT)
-            late.append(dest.exists())
-        t = threading.Thread(target=interrupt)
-        t.start()
-        try:
-            shardload.numpy.save(x, dest, num_shards=3000)
-            print("SAVED")
-        except KeyboardInterrupt:
-            print("INTERRUPTED")
-        t.join()
-        print("LATE" if late[0] else "IN TIME", dest.exists())
-    """)
-    for attempt in range(3):
-        dest = tmp_path / f"o{attempt}"
-        r = subprocess.run([sys.executable, "-c", script, str(dest)], capture_output=True,
-                           preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
-                           text=True, timeout=300)
-        assert r.returncode == 0, r.stderr[-3000:]
-        if "LATE" in r.stdout:
-            continue  # the signal came after the rename: nothing to check
-        assert r.stdout.split() == ["INTERRUPTED", "IN", "TIME", "False"], r.stdout
-        assert not dest.exists()
-        assert not staging_dirs(tmp_path)
-        return
-    pytest.skip("the signal came after the save, three times")
+        """, "shardload.numpy.save(x, dest, num_shards=3000)")
 
 
 def test_numpy_save_imports_no_legate():

@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import pathlib
 import shutil
-import signal
 import socket
 import stat
 import subprocess
@@ -24,6 +23,7 @@ import pytest
 import zarr
 
 import shardload
+from save_interrupt import ctrl_c_during_a_save_publishes_nothing, staging_dirs
 
 import cupynumeric as cn  # noqa: E402
 
@@ -31,10 +31,6 @@ warnings.filterwarnings("ignore", category=UserWarning)
 warnings.filterwarnings("ignore", category=FutureWarning)
 
 MANIFEST = "shardload.manifest"
-
-
-def staging_dirs(parent: pathlib.Path) -> list[str]:
-    return sorted(p.name for p in parent.iterdir() if ".shardload-tmp-" in p.name)
 
 
 def tree(d: pathlib.Path) -> dict[str, bytes]:
@@ -377,42 +373,11 @@ def test_a_killed_saves_staging_directory_is_never_discovered_and_is_cleaned(tmp
 def test_ctrl_c_during_a_save_publishes_nothing(tmp_path):
     """SIGINT arrives while the save works (sent when its staging directory appears): the
     save raises KeyboardInterrupt, with the staging directory removed and nothing at dest."""
-    script = textwrap.dedent("""
-        import os, signal, sys, threading, pathlib, time
-        import numpy as np
+    ctrl_c_during_a_save_publishes_nothing(tmp_path, """
         import shardload
-        dest = pathlib.Path(sys.argv[1])
         x = np.ones((100000, 8), np.float32)
         shardload.save(x[:10], dest.parent / "warm", num_shards=1)  # start Legate first
-        late = []
-        def interrupt():
-            while not any(".shardload-tmp-" in n for n in os.listdir(dest.parent)):
-                time.sleep(0.0005)
-            os.kill(os.getpid(), signal.SIGINT)
-            late.append(dest.exists())
-        t = threading.Thread(target=interrupt)
-        t.start()
-        try:
-            shardload.save(x, dest, num_shards=3000)
-            print("SAVED")
-        except KeyboardInterrupt:
-            print("INTERRUPTED")
-        t.join()
-        print("LATE" if late[0] else "IN TIME", dest.exists())
-    """)
-    for attempt in range(3):
-        dest = tmp_path / f"o{attempt}"
-        r = subprocess.run([sys.executable, "-c", script, str(dest)], capture_output=True,
-                           preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
-                           text=True, timeout=300)
-        assert r.returncode == 0, r.stderr[-3000:]
-        if "LATE" in r.stdout:
-            continue  # the signal came after the rename: nothing to check
-        assert r.stdout.split() == ["INTERRUPTED", "IN", "TIME", "False"], r.stdout
-        assert not dest.exists()
-        assert not staging_dirs(tmp_path)
-        return
-    pytest.skip("the signal came after the save, three times")
+        """, "shardload.save(x, dest, num_shards=3000)")
 
 
 # --- item 8: arrays derived from 0-d values ---------------------------------------------------
