@@ -86,6 +86,22 @@ def _logical_array(array: Any) -> Any:
     return fields[0]
 
 
+# The dtypes the formats write without Legate (shardload.numpy.save, shardload.dask.save): what
+# shardload.save writes (bool, integers, float16/32/64, complex64/128), by kind and item size.
+_SAVABLE = {"b": (1,), "i": (1, 2, 4, 8), "u": (1, 2, 4, 8), "f": (2, 4, 8), "c": (8, 16)}
+
+
+def _check_host_array(dt: np.dtype, ndim: int) -> None:
+    """Refuses an array the formats cannot hold, before anything is written: a dtype outside
+    _SAVABLE (TypeError) or 0 dimensions (ValueError)."""
+    if dt.fields is not None or dt.subdtype is not None or dt.itemsize not in _SAVABLE.get(
+            dt.kind, ()):
+        raise TypeError(f"save: arrays of dtype {dt} cannot be saved (expected bool, integers, "
+                        "float16/32/64 or complex64/128)")
+    if ndim < 1:
+        raise ValueError("save: expected an array of 1 or more dimensions, found 0")
+
+
 def _arguments(
     dest: PathLike,
     *,

@@ -259,8 +259,6 @@ def _on_units(layout: Layout, rows: int) -> list[int]:
     return bounds
 
 
-# The dtypes the formats write, as shardload.numpy.save checks them.
-_SAVABLE = {"b": (1,), "i": (1, 2, 4, 8), "u": (1, 2, 4, 8), "f": (2, 4, 8), "c": (8, 16)}
 # A URL's scheme: object storage, which a save that several processes fill does not write.
 _URL = re.compile(rb"^[A-Za-z][A-Za-z0-9+.-]*://")
 
@@ -330,12 +328,7 @@ def save(
     if not isinstance(x, da.Array):
         raise TypeError(f"save: expected a dask.array.Array, found {type(x).__name__}")
     dt = np.dtype(x.dtype)
-    if dt.fields is not None or dt.subdtype is not None or dt.itemsize not in _SAVABLE.get(
-            dt.kind, ()):
-        raise TypeError(f"save: arrays of dtype {dt} cannot be saved (expected bool, integers, "
-                        "float16/32/64 or complex64/128)")
-    if x.ndim < 1:
-        raise ValueError("save: expected an array of 1 or more dimensions, found 0")
+    _save._check_host_array(dt, x.ndim)
     if any(np.isnan(c) for dim in x.chunks for c in dim):
         raise ValueError("save: the array's chunk sizes are unknown (NaN); call "
                          "x.compute_chunk_sizes() first")

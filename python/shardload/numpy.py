@@ -129,11 +129,6 @@ def load(
     return result
 
 
-# The dtypes the formats write: what shardload.save writes (bool, integers, float16/32/64,
-# complex64/128), by kind and item size.
-_SAVABLE = {"b": (1,), "i": (1, 2, 4, 8), "u": (1, 2, 4, 8), "f": (2, 4, 8), "c": (8, 16)}
-
-
 def save(
     array: np.ndarray,
     dest: "_save.PathLike",
@@ -193,12 +188,7 @@ def save(
         raise TypeError("save: masked arrays cannot be saved (the formats hold no mask); "
                         "save array.filled(...) or the mask beside it")
     dt = array.dtype
-    if dt.fields is not None or dt.subdtype is not None or dt.itemsize not in _SAVABLE.get(
-            dt.kind, ()):
-        raise TypeError(f"save: arrays of dtype {dt} cannot be saved (expected bool, integers, "
-                        "float16/32/64 or complex64/128)")
-    if array.ndim < 1:
-        raise ValueError("save: expected an array of 1 or more dimensions, found 0")
+    _save._check_host_array(dt, array.ndim)
     if dt.byteorder not in ("=", "|"):
         # The shards hold this machine's byte order (npy says so in its header); the values
         # are the same.
