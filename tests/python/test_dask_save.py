@@ -114,8 +114,11 @@ def test_a_chunk_that_raises_publishes_nothing(tmp_path):
 
 def test_a_chunk_of_another_dtype_than_the_array_says_fails_the_save(tmp_path):
     a = np.arange(40, dtype="float64").reshape(10, 4)
-    # meta says float32, the blocks are float64: the write checks the block against the save.
-    x = da.from_array(a, chunks=(5, 4)).map_blocks(lambda b: b, dtype="float32")
+    # meta says float32, the second block is float64 (the first float32, so that which chunk
+    # fails does not hang on the scheduler's order): the write checks the block against the save.
+    x = da.from_array(a, chunks=(5, 4)).map_blocks(
+        lambda b, block_info=None: b if block_info[0]["chunk-location"][0] else b.astype("f4"),
+        dtype="float32")
     with pytest.raises(ValueError, match=r"rows \[5, 10\): expected float32, found float64"):
         sdask.save(x, tmp_path / "d")
     assert os.listdir(tmp_path) == []
