@@ -81,15 +81,9 @@ Status fill_in_lanes(const Layout& layout, const std::vector<Piece>& pieces, std
     SHARDLOAD_ASSIGN_OR_RETURN(auto r, make_reader(layout.format, layout.options, options));
     readers.push_back(std::move(r));
   }
-  std::vector<Status> done(pieces.size());
-  detail::run_in_lanes(pieces.size(), lanes, 1, [&](std::size_t lane, std::size_t i) {
-    done[i] = fill_with(*readers[lane], layout, {pieces[i]}, dst);
-    return done[i].is_ok();
+  return detail::first_failure_in_lanes(pieces.size(), lanes, [&](std::size_t lane, std::size_t i) {
+    return fill_with(*readers[lane], layout, {pieces[i]}, dst);
   });
-  for (Status& st : done) {
-    if (!st.is_ok()) return std::move(st);
-  }
-  return Status::ok();
 }
 
 Status fill_pieces(const Layout& layout, const std::vector<Piece>& pieces, std::byte* dst,

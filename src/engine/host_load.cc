@@ -47,32 +47,24 @@ Result<HostLoadStats> host_load(const Layout& layout, std::byte* dst,
   stats.threads = std::max<std::int64_t>(1, std::min(threads, plan.tiles));
   const auto start = std::chrono::steady_clock::now();
 
-  std::vector<Status> done(static_cast<std::size_t>(plan.tiles));
   std::mutex report;  // on_tile is called one at a time, with counts that only grow
   std::int64_t tiles_done = 0;
   std::int64_t rows_done = 0;
   std::atomic<bool> refused{false};
-  detail::run_in_lanes(
-      static_cast<std::size_t>(plan.tiles), static_cast<std::size_t>(stats.threads), 1,
-      [&](std::size_t, std::size_t i) {
-        Status& st = done[i];
+  SHARDLOAD_RETURN_IF_ERROR(detail::first_failure_in_lanes(
+      static_cast<std::size_t>(plan.tiles), static_cast<std::size_t>(stats.threads),
+      [&](std::size_t, std::size_t i) -> Status {
         const auto t = static_cast<std::int64_t>(i);
-        if (interrupt_requested()) {
-          st = stopped("interrupted");
-          return false;
-        }
-        if (refused.load()) {
-          st = stopped("the progress callback asked to stop");
-          return false;
-        }
+        if (interrupt_requested()) return stopped("interrupted");
+        if (refused.load()) return stopped("the progress callback asked to stop");
         const std::int64_t lo = plan.tile_begin(t);
         const std::int64_t hi = plan.tile_end(t);
-        st = fill_pieces(layout, tile_pieces(plan, layout.offsets, t),
-                         dst + static_cast<std::size_t>(lo) * layout.row_bytes, options.fill);
+        const Status st =
+            fill_pieces(layout, tile_pieces(plan, layout.offsets, t),
+                        dst + static_cast<std::size_t>(lo) * layout.row_bytes, options.fill);
         if (!st.is_ok()) {
-          st = st.with_context("tile " + std::to_string(t) + " (rows [" + std::to_string(lo) +
-                               ", " + std::to_string(hi) + "))");
-          return false;
+          return st.with_context("tile " + std::to_string(t) + " (rows [" + std::to_string(lo) +
+                                 ", " + std::to_string(hi) + "))");
         }
         if (options.on_tile) {
           const std::lock_guard<std::mutex> hold(report);
@@ -80,15 +72,11 @@ Result<HostLoadStats> host_load(const Layout& layout, std::byte* dst,
           rows_done += hi - lo;
           if (!options.on_tile(tiles_done, plan.tiles, rows_done)) {
             refused.store(true);
-            st = stopped("the progress callback asked to stop");
-            return false;
+            return stopped("the progress callback asked to stop");
           }
         }
-        return true;
-      });
-  for (Status& st : done) {
-    if (!st.is_ok()) return std::move(st);
-  }
+        return Status::ok();
+      }));
   stats.fill_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return stats;
 }

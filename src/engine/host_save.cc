@@ -33,8 +33,38 @@ Status stopped() {
   return Status(ErrorCode::kIo, "save stopped: interrupted").with_errno(ECANCELED);
 }
 
+std::string range_text(std::int64_t lo, std::int64_t hi) {
+  return "rows [" + std::to_string(lo) + ", " + std::to_string(hi) + ")";
+}
+
 std::string rows_text(std::int64_t lo, std::int64_t hi) {
-  return "(rows [" + std::to_string(lo) + ", " + std::to_string(hi) + "))";
+  std::string t = "(";
+  t += range_text(lo, hi);
+  t += ')';
+  return t;
+}
+
+// Where a local save stages: `dest` resolved once to the directory it is in
+// (physical_destination), checked for the overwrite rules, and its staging directory made with
+// the shard files; errors with "saving to DEST" in front.
+struct Staging {
+  std::string physical;
+  std::string path;
+};
+
+Result<Staging> begin_staging(const std::string& dest, bool overwrite, detail::SaveSpec* spec) {
+  const auto check = [&](const Status& st) {
+    return st ? st : st.with_context("saving to " + dest);
+  };
+  Staging s;
+  Result<std::string> physical = detail::physical_destination(dest);
+  if (!physical) return check(physical.status());
+  s.physical = std::move(*physical);
+  SHARDLOAD_RETURN_IF_ERROR(check(detail::check_destination(s.physical, overwrite)));
+  Result<std::string> staging = detail::prepare_staging(s.physical, spec);
+  if (!staging) return check(staging.status());
+  s.path = std::move(*staging);
+  return s;
 }
 
 // The checks of a save's arguments that host_save and staged_save_begin share, and the spec
@@ -72,18 +102,11 @@ Result<detail::SaveSpec> save_spec(std::span<const std::int64_t> shape, DType dt
 // Items 0 .. n-1 on `threads` threads; the Status of the lowest failing one, or ok.
 Status run_items(std::int64_t n, std::int64_t threads,
                  const std::function<Status(std::int64_t)>& item) {
-  std::vector<Status> done(static_cast<std::size_t>(n));
-  detail::run_in_lanes(static_cast<std::size_t>(n), static_cast<std::size_t>(threads), 1,
-                       [&](std::size_t, std::size_t i) {
-                         Status& st = done[i];
-                         st =
-                             interrupt_requested() ? stopped() : item(static_cast<std::int64_t>(i));
-                         return st.is_ok();
-                       });
-  for (Status& st : done) {
-    if (!st.is_ok()) return std::move(st);
-  }
-  return Status::ok();
+  return detail::first_failure_in_lanes(
+      static_cast<std::size_t>(n), static_cast<std::size_t>(threads),
+      [&](std::size_t, std::size_t i) {
+        return interrupt_requested() ? stopped() : item(static_cast<std::int64_t>(i));
+      });
 }
 
 // To object storage (shardload/save.hpp): the listing and the shards without bytes, then one
@@ -173,12 +196,10 @@ Result<HostSaveStats> host_save(const std::byte* data, std::span<const std::int6
   const auto check = [&](const Status& st) {
     return st ? st : st.with_context("saving to " + dest);
   };
-  const Result<std::string> physical = detail::physical_destination(dest);
-  if (!physical) return check(physical.status());
-  SHARDLOAD_RETURN_IF_ERROR(check(detail::check_destination(*physical, save.overwrite)));
-  Result<std::string> staging = detail::prepare_staging(*physical, &spec);
-  if (!staging) return check(staging.status());
-  detail::StagingGuard guard{*staging};
+  SHARDLOAD_ASSIGN_OR_RETURN(const Staging staged, begin_staging(dest, save.overwrite, &spec));
+  const std::string& physical = staged.physical;
+  const std::string& staging = staged.path;
+  detail::StagingGuard guard{staging};
   const auto t1 = Clock::now();
   stats.prepare_s = seconds(t0, t1);
 
@@ -190,7 +211,7 @@ Result<HostSaveStats> host_save(const std::byte* data, std::span<const std::int6
     const Status written = run_items(plan.tiles, stats.threads, [&](std::int64_t t) {
       const std::int64_t lo = plan.tile_begin(t);
       const std::int64_t hi = plan.tile_end(t);
-      const Status st = detail::write_rows(*staging, spec, lo, hi,
+      const Status st = detail::write_rows(staging, spec, lo, hi,
                                            data + static_cast<std::size_t>(lo) * spec.row_bytes);
       return st ? st : st.with_context("save tile " + std::to_string(t) + " " + rows_text(lo, hi));
     });
@@ -201,7 +222,7 @@ Result<HostSaveStats> host_save(const std::byte* data, std::span<const std::int6
 
   if (save.before_commit) save.before_commit();
   bool published = false;
-  const Status committed = detail::publish_staging(*staging, *physical, spec, save, &published);
+  const Status committed = detail::publish_staging(staging, physical, spec, save, &published);
   guard.keep = published;  // what is left at the staging path then is not ours to remove
   SHARDLOAD_RETURN_IF_ERROR(check(committed));
   stats.commit_s = seconds(t2, Clock::now());
@@ -224,18 +245,6 @@ Status check_staged(const StagedSave& save, detail::SaveSpec* spec) {
   return Status::ok();
 }
 
-std::string range_text(std::int64_t lo, std::int64_t hi) {
-  return "rows [" + std::to_string(lo) + ", " + std::to_string(hi) + ")";
-}
-
-std::string dims_text(std::span<const std::int64_t> dims) {
-  std::string t = "(";
-  for (std::size_t i = 0; i < dims.size(); ++i) {
-    t += (i ? ", " : "") + std::to_string(dims[i]);
-  }
-  return t + (dims.size() == 1 ? ",)" : ")");
-}
-
 }  // namespace
 
 Result<StagedSave> staged_save_begin(std::span<const std::int64_t> shape, DType dtype,
@@ -250,19 +259,12 @@ Result<StagedSave> staged_save_begin(std::span<const std::int64_t> shape, DType 
                           "' (for object storage save the computed array with host_save: "
                           "shardload.numpy.save)");
   }
-  const auto check = [&](const Status& st) {
-    return st ? st : st.with_context("saving to " + dest);
-  };
-  const Result<std::string> physical = detail::physical_destination(dest);
-  if (!physical) return check(physical.status());
-  SHARDLOAD_RETURN_IF_ERROR(check(detail::check_destination(*physical, options.overwrite)));
-  Result<std::string> staging = detail::prepare_staging(*physical, &spec);
-  if (!staging) return check(staging.status());
+  SHARDLOAD_ASSIGN_OR_RETURN(Staging staged, begin_staging(dest, options.overwrite, &spec));
   StagedSave s;
   s.dest = dest;
-  s.physical = *physical;
-  s.staging = *staging;
-  std::tie(s.staging_dev, s.staging_ino) = detail::directory_identity(*staging);
+  s.physical = std::move(staged.physical);
+  s.staging = std::move(staged.path);
+  std::tie(s.staging_dev, s.staging_ino) = detail::directory_identity(s.staging);
   s.spec = spec.encode();
   s.overwrite = options.overwrite;
   s.manifest = options.manifest;
@@ -286,7 +288,8 @@ Status staged_save_write(const StagedSave& save, std::int64_t lo, std::int64_t h
   }
   if (!std::equal(trailing.begin(), trailing.end(), spec.trailing.begin(), spec.trailing.end())) {
     return argument_error(range_text(lo, hi) + ": expected rows of shape " +
-                          dims_text(spec.trailing) + ", found " + dims_text(trailing));
+                          shape_string(spec.trailing) + ", found " +
+                          shape_string({trailing.begin(), trailing.end()}));
   }
   const auto want = static_cast<std::size_t>(hi - lo) * spec.row_bytes;
   if (bytes != want || (data == nullptr && want > 0)) {

@@ -38,4 +38,17 @@ void run_in_lanes(std::size_t n, std::size_t lanes, std::size_t chunk,
   for (auto& t : helpers) t.join();
 }
 
+Status first_failure_in_lanes(std::size_t n, std::size_t lanes,
+                              const std::function<Status(std::size_t lane, std::size_t i)>& item) {
+  std::vector<Status> done(n);
+  run_in_lanes(n, lanes, 1, [&](std::size_t lane, std::size_t i) {
+    done[i] = item(lane, i);
+    return done[i].is_ok();
+  });
+  for (Status& st : done) {
+    if (!st.is_ok()) return std::move(st);
+  }
+  return Status::ok();
+}
+
 }  // namespace shardload::detail

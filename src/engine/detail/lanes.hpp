@@ -5,6 +5,8 @@
 #include <cstddef>
 #include <functional>
 
+#include "shardload/status.hpp"
+
 namespace shardload::detail {
 
 // item(lane, i) for the indices 0 .. n-1 on up to `lanes` threads, the caller's the lane 0,
@@ -14,5 +16,10 @@ namespace shardload::detail {
 // whose thread cannot start leaves its share to the others. Returns when every lane is done.
 void run_in_lanes(std::size_t n, std::size_t lanes, std::size_t chunk,
                   const std::function<bool(std::size_t lane, std::size_t i)>& item);
+
+// run_in_lanes, one index at a time, for items that return a Status: the Status of the lowest
+// failing index (the same whatever the timing), or ok when every item succeeded.
+Status first_failure_in_lanes(std::size_t n, std::size_t lanes,
+                              const std::function<Status(std::size_t lane, std::size_t i)>& item);
 
 }  // namespace shardload::detail
