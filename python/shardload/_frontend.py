@@ -13,7 +13,7 @@ from typing import Any, Callable, Mapping, Optional
 import numpy as np
 
 from . import _core
-from ._args import _bool, _found, _int, _source
+from ._args import _found, _int, _overdecompose, _source
 from ._discover import _discover, _reader_options, _with_storage_options
 from ._info import LoadInfo, LoadProgress, ProgressBar
 from ._layout import Layout, _rows
@@ -85,10 +85,9 @@ def threads_arg(value: object) -> int:
 
 
 def overdecompose_arg(value: object) -> int:
-    n = _int("overdecompose", value)
-    if n < 1:
-        raise ValueError(f"overdecompose: expected an int >= 1, found {n}")
-    return min(n, 256)  # the plan's own cap: every larger K gives the same plan
+    """``overdecompose=`` checked as :func:`shardload.load` checks it, then at the plan's own
+    cap (every larger K gives the same plan)."""
+    return min(_overdecompose(value), 256)
 
 
 def empty(layout: Layout, where: str) -> np.ndarray:
@@ -187,7 +186,3 @@ def load_info(prepared: Prepared, plan: Mapping[str, Any], overdecompose: int,
                     discovery_s=prepared.discovery_s, startup_s=0.0, launch_s=0.0,
                     fill_s=float(plan["fill_s"]), total_s=total_s,
                     remote_retries=_core.remote_retries() - prepared.retries_before)
-
-
-def check_bool(name: str, value: object) -> bool:
-    return _bool(name, value)

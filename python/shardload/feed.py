@@ -81,7 +81,7 @@ from typing import Any, Iterator, Mapping, Optional, Unpack
 import numpy as np
 
 from . import _core, _feed_core, _frontend
-from ._args import DTypeLike, SourceLike, _found, _int
+from ._args import DTypeLike, SourceLike, _bool, _found, _int
 from ._layout import Layout
 from ._options import DiscoverOptions
 from ._errors import OutOfMemoryError
@@ -233,7 +233,7 @@ class Feed:
         self._rank, self._world = world(rank, world_size)
         self._mode = _shuffle_arg(shuffle)
         self._seed = self._seed_arg(seed)
-        self._drop_last = _frontend.check_bool("drop_last", drop_last)
+        self._drop_last = _bool("drop_last", drop_last)
         self._prefetch = _int("prefetch", prefetch)
         if self._prefetch < 0:
             raise ValueError(f"prefetch: expected an int >= 0, found {self._prefetch}")

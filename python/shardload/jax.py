@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Unpack
 import numpy as np
 
 from . import _core, _errors, _frontend
-from ._args import DTypeLike, SourceLike, _found
+from ._args import DTypeLike, SourceLike, _bool, _found
 from ._info import LoadInfo
 from ._layout import Layout
 from ._options import DiscoverOptions
@@ -163,7 +163,7 @@ def _load_here(source: object, sharding: Any, *, row_range: object, astype: obje
                                  options=options)
     n_threads = _frontend.threads_arg(threads)
     k = _frontend.overdecompose_arg(overdecompose)
-    want_info = _frontend.check_bool("info", info)
+    want_info = _bool("info", info)
     layout = prepared.layout
     dtype = _jax_dtype(prepared.dtype)
     cast = None if dtype == layout.dtype else dtype

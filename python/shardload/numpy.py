@@ -21,7 +21,7 @@ from typing import Callable, Mapping, Sequence, Unpack
 import numpy as np
 
 from . import _core, _frontend, _save
-from ._args import DTypeLike, SourceLike
+from ._args import DTypeLike, SourceLike, _bool
 from ._info import LoadInfo, LoadProgress
 from ._layout import Layout
 from ._options import DiscoverOptions
@@ -97,7 +97,7 @@ def load(
                                  options=options)
     n_threads = _frontend.threads_arg(threads)
     k = _frontend.overdecompose_arg(overdecompose)
-    _frontend.check_bool("info", info)
+    _bool("info", info)
     if out is not None:
         _frontend.check_out("shardload.numpy.load", out, prepared.layout.shape, prepared.dtype)
     reporter = _frontend._Reporter(progress, prepared, "shardload.numpy.load")
