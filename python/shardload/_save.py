@@ -91,6 +91,14 @@ def _logical_array(array: Any) -> Any:
 _SAVABLE = {"b": (1,), "i": (1, 2, 4, 8), "u": (1, 2, 4, 8), "f": (2, 4, 8), "c": (8, 16)}
 
 
+def _refuse_masked(array: object, where: str = "") -> None:
+    """A masked array's mask would be dropped without a word (the formats hold none) and its
+    masked-out values saved as data: refused (TypeError) before anything is written."""
+    if isinstance(array, np.ma.MaskedArray):
+        raise TypeError(f"save: {where}masked arrays cannot be saved (the formats hold no "
+                        "mask); save array.filled(...) or the mask beside it")
+
+
 def _check_host_array(dt: np.dtype, ndim: int) -> None:
     """Refuses an array the formats cannot hold, before anything is written: a dtype outside
     _SAVABLE (TypeError) or 0 dimensions (ValueError)."""
@@ -254,6 +262,7 @@ def save(
             "works only in the main thread, as load does (Legate takes launches only from the "
             "thread that started its runtime)")
     _legate_start._require_legate("shardload.save")
+    _refuse_masked(array)
     if isinstance(array, np.ndarray):  # the one kind that can have more than Legate holds
         _legate_start._check_shape_dims(array.shape, "save: the array", write=True)
     _legate_start._start_runtime()

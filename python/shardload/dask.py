@@ -328,6 +328,7 @@ def save(
     if not isinstance(x, da.Array):
         raise TypeError(f"save: expected a dask.array.Array, found {type(x).__name__}")
     dt = np.dtype(x.dtype)
+    _save._refuse_masked(x._meta)
     _save._check_host_array(dt, x.ndim)
     if any(np.isnan(c) for dim in x.chunks for c in dim):
         raise ValueError("save: the array's chunk sizes are unknown (NaN); call "
@@ -375,6 +376,8 @@ def save(
 def _write_chunk(handle: tuple, block: Any, lo: int, hi: int) -> tuple[str, int]:
     """One chunk written as global rows [lo, hi) of the staged save; returns the writing
     process (host, pid)."""
+    # A chunk may compute to a masked array whatever the meta says.
+    _save._refuse_masked(block, f"rows [{lo}, {hi}): ")
     a = np.asarray(block)
     if a.dtype.byteorder not in ("=", "|"):
         a = a.astype(a.dtype.newbyteorder("="))

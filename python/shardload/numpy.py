@@ -183,10 +183,7 @@ def save(
                                        storage_options=storage_options)
     if not isinstance(array, np.ndarray):
         raise TypeError(f"save: expected a numpy.ndarray, found {type(array).__name__}")
-    if isinstance(array, np.ma.MaskedArray):
-        # Its mask would be dropped without a word: the formats hold none.
-        raise TypeError("save: masked arrays cannot be saved (the formats hold no mask); "
-                        "save array.filled(...) or the mask beside it")
+    _save._refuse_masked(array)
     dt = array.dtype
     _save._check_host_array(dt, array.ndim)
     if dt.byteorder not in ("=", "|"):

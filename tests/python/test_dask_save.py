@@ -124,6 +124,32 @@ def test_a_chunk_of_another_dtype_than_the_array_says_fails_the_save(tmp_path):
     assert os.listdir(tmp_path) == []
 
 
+def _mask_second_chunk(block, block_info=None):
+    if block_info[0]["chunk-location"][0] == 1:
+        return np.ma.masked_greater(block, 6)
+    return block
+
+
+def test_a_masked_array_or_chunk_is_refused_as_numpy_save_refuses_it(tmp_path):
+    """The formats hold no mask: a masked Dask array (its meta a MaskedArray), or a chunk
+    that computes to one, was saved with its masked-out values as data; numpy.save refuses
+    such an array. Refused, naming the rows, and nothing is published."""
+    a = np.arange(10, dtype="int64")
+    masked = da.ma.masked_greater(da.from_array(a, chunks=5), 5)
+    with pytest.raises(TypeError, match="masked arrays cannot be saved"):
+        sdask.save(masked, tmp_path / "d")
+    assert os.listdir(tmp_path) == []
+    sneaky = da.from_array(a, chunks=5).map_blocks(_mask_second_chunk, dtype=a.dtype,
+                                                   meta=np.array((), a.dtype))
+    with pytest.raises(TypeError, match=r"rows \[5, 10\): masked arrays cannot be saved"):
+        sdask.save(sneaky, tmp_path / "d")
+    assert os.listdir(tmp_path) == []
+    # The filled array is saved as its values.
+    sdask.save(da.ma.filled(masked, -1), tmp_path / "d")
+    np.testing.assert_array_equal(shardload.numpy.load(tmp_path / "d"),
+                                  np.ma.masked_greater(a, 5).filled(-1))
+
+
 def test_arguments_are_checked_as_shardload_save_checks_them(tmp_path):
     x = da.ones((10, 2), chunks=(5, 2))
     with pytest.raises(TypeError, match="expected a dask.array.Array, found ndarray"):

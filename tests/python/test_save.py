@@ -356,6 +356,14 @@ def test_bad_arguments(tmp_path):
     assert not (tmp_path / "a").exists() and no_staging_left(tmp_path)
 
 
+def test_a_masked_array_is_refused_as_numpy_save_refuses_it(tmp_path):
+    """Its mask was dropped without a word and the masked-out values saved as data."""
+    x = np.ma.masked_greater(np.arange(10), 5)
+    with pytest.raises(TypeError, match="masked arrays cannot be saved"):
+        shardload.save(x, tmp_path / "a", num_shards=2)
+    assert not (tmp_path / "a").exists() and no_staging_left(tmp_path)
+
+
 def test_dot_destination_refused(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     with pytest.raises(ValueError, match="by its name"):
