@@ -475,13 +475,33 @@ class Feed:
         next iteration is the next epoch. One loop at a time."""
         return self._run()
 
-    def _run(self) -> Iterator[np.ndarray]:
+    def torch_dataset(self) -> Any:
+        """This feed as a ``torch.utils.data.IterableDataset`` of its batches, for
+        ``torch.utils.data.DataLoader(feed.torch_dataset(), batch_size=None)``, which then
+        yields the feed's batches as tensors (sharing the batch's memory with
+        ``num_workers=0``). With ``num_workers=k > 0`` worker ``i`` (a forked copy of the feed)
+        reads this rank's batches ``i, i + k, ...`` of the rest of the epoch and the loader
+        yields them in the feed's order, each once; the feed in this process then does not
+        move (its state stays the loop's start: checkpoint with ``num_workers=0``), so call
+        :meth:`set_epoch` before each epoch, and leave ``persistent_workers`` off. Imports
+        torch (ImportError without it)."""
+        return _torch_dataset_type()(self)
+
+    def __getstate__(self) -> Any:
+        # A feed holds a lock, its buffers and the engine's layout: a copy by pickling would be
+        # another feed. DataLoader workers get theirs by fork (Linux's default start method).
+        raise TypeError(_NO_PICKLE)
+
+    def _run(self, first: int = 0, stride: int = 1) -> Iterator[np.ndarray]:
+        """The batches of steps ``first, first + stride, ...`` of the rest of the epoch (all of
+        them by default; a DataLoader worker's share otherwise)."""
         with self._lock:
             if self._iterating:
                 raise RuntimeError("Feed: already being iterated (one loop at a time)")
             self._iterating = True
         epoch, start = self._epoch, self._position
         steps = self._steps(start)
+        mine = range(first, steps, stride)
         order = self.order(epoch)
         step_rows = self._batch_size * self._world
         pending: collections.deque = collections.deque()
@@ -497,16 +517,16 @@ class Feed:
         def submit() -> None:
             nonlocal submitted
             buf = self._pool.take()
-            pending.append(pool.submit(self._fill, order, self.batch_positions(submitted, start),
-                                       buf))
+            pending.append(pool.submit(self._fill, order,
+                                       self.batch_positions(mine[submitted], start), buf))
             submitted += 1
 
         try:
-            while submitted < min(steps, max(1, self._prefetch)):
+            while submitted < min(len(mine), max(1, self._prefetch)):
                 submit()
-            for k in range(steps):
+            for k in mine:
                 batch = pending.popleft().result()
-                if submitted < steps:
+                if submitted < len(mine):
                     submit()
                 position = start + (k + 1) * step_rows
                 if k + 1 == steps:
@@ -529,6 +549,52 @@ class Feed:
         return (f"Feed(rows={self._n}, batch_size={self._batch_size}, rank={self._rank}, "
                 f"world_size={self._world}, shuffle={self.shuffle!r}, seed={self._seed}, "
                 f"epoch={self._epoch}, position={self._position})")
+
+
+_TORCH_DATASET: Optional[type] = None
+_NO_PICKLE = ("Feed cannot be pickled: give DataLoader workers the feed by fork "
+              "(multiprocessing_context='fork', Linux's default before Python 3.14), or use "
+              "num_workers=0 (the feed reads ahead in its own thread)")
+
+
+def _torch_dataset_type() -> type:
+    """The IterableDataset class of :meth:`Feed.torch_dataset`, made on first use so that
+    nothing here imports torch before then."""
+    global _TORCH_DATASET
+    if _TORCH_DATASET is None:
+        try:
+            import torch.utils.data as tud
+        except ImportError as e:
+            raise ImportError(f"Feed.torch_dataset needs torch, which is not importable: {e}"
+                              ) from None
+
+        class FeedDataset(tud.IterableDataset):
+            """A :class:`Feed`'s batches for a ``DataLoader(..., batch_size=None)``."""
+
+            def __init__(self, feed: Feed) -> None:
+                self.feed = feed
+
+            def __iter__(self) -> Iterator[np.ndarray]:
+                info = tud.get_worker_info()
+                if info is None:
+                    return iter(self.feed)
+                # Worker i of k takes every k-th batch from the i-th: the loader asks its
+                # workers in turn, so it yields them in the feed's order; a worker whose
+                # share is one batch shorter ends first, as the turn reaches it last.
+                return self.feed._run(info.id, info.num_workers)
+
+            def __len__(self) -> int:
+                return self.feed.batches_left()
+
+            def __reduce_ex__(self, protocol: Any) -> Any:
+                raise TypeError(_NO_PICKLE)  # what a spawn or forkserver worker would need
+
+            def __repr__(self) -> str:
+                return f"FeedDataset({self.feed!r})"
+
+        FeedDataset.__module__ = __name__
+        _TORCH_DATASET = FeedDataset
+    return _TORCH_DATASET
 
 
 def state_bytes(state: Mapping[str, Any]) -> int:

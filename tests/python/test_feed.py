@@ -446,15 +446,6 @@ def test_jax_takes_a_batch_without_a_copy(data):
     assert (np.asarray(x) == batch).all()
 
 
-def test_torch_takes_a_batch_without_a_copy(data):
-    torch = pytest.importorskip("torch")  # not in requirements.txt: see docs/feed.md
-    d, n = data
-    batch = next(iter(sf.Feed(d, 4, seed=1)))
-    t = torch.from_dlpack(batch)
-    assert t.data_ptr() == batch.ctypes.data
-    assert (t.numpy() == batch).all()
-
-
 def test_prefetch_does_not_change_the_batches(data):
     d, n = data
     runs = [[x.tolist() for x in run_epoch(sf.Feed(d, 4, seed=6, prefetch=p, threads=t))]

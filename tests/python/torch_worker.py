@@ -1,0 +1,189 @@
+"""One process of test_feed_torch.py. torch is imported only in processes of their own: its
+libtorch_cuda.so loads libcufile, whose driver open spins when Legate starts in the same
+process on a machine without NVIDIA's driver (docs/feed.md), and the pytest workers start
+Legate. What the process saw goes to --out as JSON; the test compares it with the oracle.
+
+  torch_worker.py dlpack DIR OUT
+  torch_worker.py loader DIR OUT --cases JSON
+  torch_worker.py train  DIR OUT --rank R --world W --port P --ckpt FILE
+  torch_worker.py resume DIR OUT --rank R --world W --port P --ckpt FILE
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import gc
+import json
+import os
+import signal
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+import shardload.feed as sf
+
+BATCH = 4
+SEED = 11
+
+
+def ids(x) -> list[int]:
+    """The rows of a batch (row i holds i in every column)."""
+    a = x.numpy() if isinstance(x, torch.Tensor) else np.asarray(x)
+    assert (a == a[:, :1]).all(), a
+    return a[:, 0].astype(np.int64).tolist()
+
+
+def dlpack(d: str) -> dict:
+    feed = sf.Feed(d, 5, shuffle="row", seed=3, prefetch=2)
+    same, seen, kept = [], [], []
+    for k, batch in enumerate(feed):
+        t = torch.from_dlpack(batch)
+        same.append(t.data_ptr() == batch.ctypes.data)
+        seen.append(ids(batch))
+        del batch  # the tensor alone holds the buffer now
+        if k % 3 == 0:
+            kept.append((k, t))
+        del t
+    allocated = feed._pool.allocated
+    del feed
+    gc.collect()  # the feed and its pool are gone; the kept tensors still hold their buffers
+    out = {"same": same, "seen": seen, "kept": [[k, ids(t)] for k, t in kept],
+           "kept_pointers": [t.data_ptr() for _, t in kept], "allocated": allocated}
+    # Tensors dropped at once: the pool's few buffers serve the whole epoch.
+    feed = sf.Feed(d, 5, shuffle="row", seed=3, prefetch=2)
+    out["released_pointers"] = len({torch.from_dlpack(b).data_ptr() for b in feed})
+    return out
+
+
+def loader(d: str, cases: str) -> dict:
+    """Each case (num_workers, shuffle, drop_last, resume position) over rank 1 of 2."""
+    from torch.utils.data import DataLoader
+
+    out = []
+    for workers, shuffle, drop_last, position in json.loads(cases):
+        feed = sf.Feed(d, BATCH, rank=1, world_size=2, shuffle=shuffle, seed=5,
+                       drop_last=drop_last, block_rows=3, window_blocks=2)
+        feed.set_epoch(1)
+        if position is not None:
+            feed.load_state_dict({**feed.state_dict(), "position": position})
+        before = feed.state_dict()
+        dl = DataLoader(feed.torch_dataset(), batch_size=None, num_workers=workers)
+        got = []
+        for x in dl:
+            assert isinstance(x, torch.Tensor) and x.dtype == torch.int64, type(x)
+            got.append(ids(x))
+        out.append({"workers": workers, "len": len(dl), "batches": got, "before": before,
+                    "after": feed.state_dict()})
+    # Workers started by spawn would need the feed pickled: refused, saying what to use.
+    spawned = DataLoader(sf.Feed(d, BATCH).torch_dataset(), batch_size=None, num_workers=1,
+                         multiprocessing_context="spawn")
+    try:
+        next(iter(spawned))
+        refused = None
+    except TypeError as e:
+        refused = str(e)
+    return {"cases": out, "spawn": refused}
+
+
+def init(args) -> None:
+    # A hang (a rank short of a batch, a lost peer) fails within the timeout, not never.
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{args.port}",
+                            rank=args.rank, world_size=args.world,
+                            timeout=datetime.timedelta(seconds=60))
+
+
+def model() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(3, 1))
+
+
+def step(net: torch.nn.Module, opt: torch.optim.Optimizer, batch: np.ndarray) -> None:
+    x = torch.from_dlpack(batch) / 100.0  # float32 rows, no copy for the hand-off
+    loss = net(x).square().mean()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+
+
+def feed_of(d: str, drop_last: bool = True) -> sf.Feed:
+    # No rank= or world_size=: both come from the initialised process group.
+    return sf.Feed(d, BATCH, shuffle="row", seed=SEED, astype="float32", drop_last=drop_last)
+
+
+def train(args) -> dict:
+    init(args)
+    out: dict = {"epochs": {}}
+    for drop_last in (True, False):
+        feed = feed_of(args.dir, drop_last)
+        net = model()
+        opt = torch.optim.SGD(net.parameters(), lr=0.1)
+        got = []
+        for batch in feed:
+            got.append(ids(batch))
+            step(net, opt, batch)
+        out["epochs"][str(drop_last)] = {
+            "rank": feed.rank, "world": feed.world_size, "len": len(feed), "batches": got,
+            "weights": [p.detach().tolist() for p in net.parameters()]}
+    with open(args.out, "w") as f:
+        json.dump(out, f)
+    # The run that dies: a checkpoint after 3 steps, then every rank killed in step 5.
+    feed = feed_of(args.dir)
+    net = model()
+    opt = torch.optim.SGD(net.parameters(), lr=0.1)
+    for k, batch in enumerate(feed):
+        if k == 5:
+            os.kill(os.getpid(), signal.SIGKILL)
+        step(net, opt, batch)
+        if k == 2 and dist.get_rank() == 0:
+            state = {"feed": feed.state_dict(), "model": net.module.state_dict()}
+            torch.save(state, args.ckpt + ".tmp")
+            os.replace(args.ckpt + ".tmp", args.ckpt)
+        dist.barrier()  # the checkpoint is on disk before any rank goes on
+    raise AssertionError("the run was to be killed in step 5")
+
+
+def resume(args) -> dict:
+    init(args)
+    ckpt = torch.load(args.ckpt)
+    feed = feed_of(args.dir)
+    feed.load_state_dict(ckpt["feed"])
+    net = model()
+    net.module.load_state_dict(ckpt["model"])
+    opt = torch.optim.SGD(net.parameters(), lr=0.1)
+    got = []
+    left = feed.batches_left()
+    for epoch in range(feed.epoch, 1):
+        feed.set_epoch(epoch)  # the resumed epoch keeps its position
+        for batch in feed:
+            got.append(ids(batch))
+            step(net, opt, batch)
+    return {"rank": feed.rank, "world": feed.world_size, "left": left, "batches": got,
+            "state": feed.state_dict()}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("mode", choices=("dlpack", "loader", "train", "resume"))
+    ap.add_argument("dir")
+    ap.add_argument("out")
+    ap.add_argument("--rank", type=int)
+    ap.add_argument("--world", type=int)
+    ap.add_argument("--port", type=int)
+    ap.add_argument("--ckpt")
+    ap.add_argument("--cases")
+    args = ap.parse_args()
+    if args.mode == "train":
+        train(args)
+        return
+    result = {"dlpack": lambda: dlpack(args.dir), "loader": lambda: loader(args.dir, args.cases),
+              "resume": lambda: resume(args)}[args.mode]()
+    with open(args.out, "w") as f:
+        json.dump(result, f)
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
