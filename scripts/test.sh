@@ -57,6 +57,7 @@ record() {  # record STATUS: closes the current stage
 report() {
   local rc=$? i
   if [ -n "${MR_VENV_PID:-}" ]; then kill "$MR_VENV_PID" 2>/dev/null || true; fi  # none left
+  if [ -n "${TORCH_PID:-}" ]; then kill "$TORCH_PID" 2>/dev/null || true; fi
   [ -n "$CURRENT_STAGE" ] && record "FAILED (exit $rc)"
   ((${#STAGE_NAMES[@]})) || return 0
   echo
@@ -102,6 +103,18 @@ if [ "$QUICK" = 0 ]; then
   MR_VENV_PID=$!
 fi
 
+# PyTorch for the feed's tests (requirements-torch.txt: 1.4 GB of wheels into .venv) installs
+# while the stages below run; the stage before the Python tests waits for it.
+TORCH_LOG=$ROOT/build/setup-torch.log
+scripts/setup_torch.sh >"$TORCH_LOG" 2>&1 &
+TORCH_PID=$!
+torch_ready() {
+  local pid=$TORCH_PID
+  TORCH_PID=""
+  if ! wait "$pid"; then echo "installing requirements-torch.txt failed:"; tail -40 "$TORCH_LOG"; return 1; fi
+  cat "$TORCH_LOG"
+}
+
 stage "Layers: every #include points down" python tools/check_includes.py
 
 stubs() {
@@ -114,6 +127,7 @@ stage "Stubs: python/shardload/*.pyi (stubtest)" stubs
 stage "C++ tests of build/ (ctest)" ctest --test-dir build --output-on-failure -j "$(nproc)"
 
 if [ "$QUICK" = 1 ]; then
+  stage "PyTorch for the feed tests (setup_torch.sh, background)" torch_ready
   quick_python() { (cd tests/python && python -m pytest -q "${XDIST[@]}" -m "not slow" --durations=10 ${PYTEST_ARGS[@]+"${PYTEST_ARGS[@]}"}); }
   stage "Python tests not marked slow" quick_python
   exit 0
@@ -184,6 +198,7 @@ stage "Multi-rank tests: 2 Legate ranks (build-mr)" multirank
 
 stage "Python API reference (pdoc, no Legate start)" scripts/api_docs.sh build/api
 
+stage "PyTorch for the feed tests (setup_torch.sh, background)" torch_ready
 python_tests() { (cd tests/python && python -m pytest -q "${XDIST[@]}" --durations=15 ${PYTEST_ARGS[@]+"${PYTEST_ARGS[@]}"}); }
 # Last, so that its summary closes the output (before the stage table).
 stage "Python tests" python_tests
