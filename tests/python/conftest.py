@@ -192,6 +192,7 @@ SLOW: set[str] = {
     "test_core.py::test_write_values_match_the_formula",
     "test_discovery_auto.py::test_a_directory_of_numbered_shards_is_recognised",
     "test_docs_run.py::test_every_python_and_shell_block_runs",
+    "test_feed_torch.py::test_ddp_on_two_processes_equal_batches_each_sample_once_and_a_resume",
     "test_hdf5.py::test_coexists_with_legate_io_hdf5",
     "test_hdf5.py::test_every_dtype_layouts_and_byte_orders",
     "test_hdf5.py::test_gzip_missing_chunks_read_the_fill_value",
