@@ -13,6 +13,10 @@
   map-style rand  the same over a random permutation (DataLoader(shuffle=True))
   memmap gather   the best a hand-written loader does: per batch, the random indexes sorted,
                   one fancy index per shard's memmap, then put in order
+  torch DL ...    torch's own DataLoader over that map-style dataset with DistributedSampler
+                  (rank 0 of 1, drop_last; shuffle=False for "seq", True for "rand"), the
+                  default collate into a tensor, num_workers 0 or 2 (persistent workers, made
+                  once); left out when torch is not installed
 
 Each epoch yields batches of --batch rows on one rank; rows/s, batches/s and GB/s per epoch,
 the median of --reps epochs, the modes interleaved.
@@ -100,6 +104,35 @@ def epoch_map(ds: MapStyle, batch: int, perm: np.ndarray | None, gather: bool) -
     return steps, time.perf_counter() - t
 
 
+def torch_loaders(ds: MapStyle, batch: int) -> dict:
+    """torch's DataLoader + DistributedSampler over the map-style dataset, by name."""
+    try:
+        import torch.utils.data as tud
+        from torch.utils.data.distributed import DistributedSampler
+    except ImportError:
+        print("torch is not installed: the torch DataLoader cases are left out")
+        return {}
+    out = {}
+    for workers in (0, 2):
+        for shuffle in (False, True):
+            sampler = DistributedSampler(ds, num_replicas=1, rank=0, shuffle=shuffle, seed=0,
+                                         drop_last=True)
+            loader = tud.DataLoader(ds, batch_size=batch, sampler=sampler, drop_last=True,
+                                    num_workers=workers, persistent_workers=workers > 0)
+            out[f"torch DL w{workers} {'rand' if shuffle else 'seq'}"] = (sampler, loader)
+    return out
+
+
+def epoch_torch(sampler, loader, epoch: list[int]) -> tuple[int, float]:
+    epoch[0] += 1
+    sampler.set_epoch(epoch[0])
+    t = time.perf_counter()
+    k = 0
+    for x in loader:
+        k += 1
+    return k, time.perf_counter() - t
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--dir", type=pathlib.Path, default=pathlib.Path("/tmp/bench-feed"))
@@ -142,6 +175,14 @@ def main() -> None:
         "map-style rand": lambda: epoch_map(ds, args.batch, rng.permutation(n), False),
         "memmap gather rand": lambda: epoch_map(ds, args.batch, rng.permutation(n), True),
     }
+    epochs = [0]
+    for name, (sampler, loader) in torch_loaders(ds, args.batch).items():
+        cases[name] = lambda s=sampler, dl=loader: epoch_torch(s, dl, epochs)
+        # The DataLoader's rows are the sampler's: checked once, against the dataset.
+        sampler.set_epoch(0)
+        want = np.fromiter(iter(sampler), np.int64)[:args.batch]
+        first = next(iter(loader)).numpy()
+        assert (first[:, 0].astype(np.int64) == want).all(), name
     times: dict[str, list[float]] = {k: [] for k in cases}
     batches: dict[str, int] = {}
     for _ in range(args.reps):
@@ -166,6 +207,12 @@ def main() -> None:
     print(f"feed row / map-style rand:    {gbs('feed row') / gbs('map-style rand'):.2f}")
     print(f"feed row / memmap gather:     {gbs('feed row') / gbs('memmap gather rand'):.2f}")
     print(f"feed none / map-style seq:    {gbs('feed none') / gbs('map-style seq'):.2f}")
+    for workers in (0, 2):
+        if f"torch DL w{workers} seq" in cases:
+            print(f"feed none / torch DL w{workers} seq:  "
+                  f"{gbs('feed none') / gbs(f'torch DL w{workers} seq'):.2f}")
+            print(f"feed row / torch DL w{workers} rand:  "
+                  f"{gbs('feed row') / gbs(f'torch DL w{workers} rand'):.2f}")
 
 
 if __name__ == "__main__":
