@@ -45,6 +45,7 @@ Result<Hdf5Api> load_api() {
   api.H5Dread_chunk = reinterpret_cast<decltype(api.H5Dread_chunk)>(::dlsym(h, "H5Dread_chunk"));
   api.H5Dget_chunk_info_by_coord = reinterpret_cast<decltype(api.H5Dget_chunk_info_by_coord)>(
       ::dlsym(h, "H5Dget_chunk_info_by_coord"));
+  api.H5Oget_info2 = reinterpret_cast<decltype(api.H5Oget_info2)>(::dlsym(h, "H5Oget_info2"));
   if (!missing.empty()) {
     return Status(ErrorCode::kFormat, std::string("hdf5: ") + api.path +
                                           " lacks functions shardload needs: " + missing);

@@ -50,10 +50,18 @@ std::string dataset_of(const Shard& s) { return s.extra.substr(0, s.extra.find('
 // this file must not reference an HDF5 symbol directly.
 constexpr unsigned kReadOnly = 0x0000u;
 
-std::vector<std::string> list_datasets(const Hdf5Api& api, hid_t file) {
+// The file's datasets, and the objects HDF5 could not open (with its reason): a file written
+// by a newer HDF5 (h5py's libver="latest") may hold objects this HDF5 cannot read, and an
+// error that counted only the datasets would say the file has none.
+struct DatasetList {
+  std::vector<std::string> names;
+  std::vector<std::string> unopened;  // "'/x' (HDF5: bad version number for layout message)"
+};
+
+DatasetList list_datasets(const Hdf5Api& api, hid_t file) {
   struct Ctx {
     const Hdf5Api* api;
-    std::vector<std::string> names;
+    DatasetList list;
   } ctx{&api, {}};
   api.H5Lvisit(
       file, H5_INDEX_NAME, H5_ITER_INC,
@@ -61,14 +69,29 @@ std::vector<std::string> list_datasets(const Hdf5Api& api, hid_t file) {
         auto* c = static_cast<Ctx*>(data);
         if (info->type != H5L_TYPE_HARD) return 0;  // soft links name a dataset twice
         Hid o(c->api->H5Oopen(g, name, H5P_DEFAULT), c->api->H5Oclose);
-        if (o.valid() && c->api->H5Iget_type(o.get()) == H5I_DATASET) {
-          c->names.push_back(std::string("/") + name);
+        if (!o.valid()) {
+          c->list.unopened.push_back("'/" + std::string(name) + "' (" + take_error(*c->api) + ")");
+        } else if (c->api->H5Iget_type(o.get()) == H5I_DATASET) {
+          c->list.names.push_back(std::string("/") + name);
         }
         return 0;
       },
       &ctx);
   api.H5Eclear2(H5E_DEFAULT);
-  return ctx.names;
+  return ctx.list;
+}
+
+// What a message listing the datasets adds about objects HDF5 could not open.
+std::string unopened_text(const Hdf5Api& api, const DatasetList& list) {
+  if (list.unopened.empty()) return "";
+  std::string s = "; objects HDF5 " + std::to_string(api.version[0]) + "." +
+                  std::to_string(api.version[1]) + "." + std::to_string(api.version[2]) +
+                  " cannot open (written by a newer HDF5?): ";
+  for (std::size_t i = 0; i < list.unopened.size() && i < 3; ++i) {
+    s += (i ? ", " : "") + list.unopened[i];
+  }
+  if (list.unopened.size() > 3) s += ", ...";
+  return s;
 }
 
 std::string join(const std::vector<std::string>& v) {
@@ -219,6 +242,9 @@ class Hdf5Reader final : public ShardReader {
       SHARDLOAD_RETURN_IF_ERROR(
           storage_in_file(api_, d.dataset.get(), type.get(), d.dims, p.shard.snapshot.size)
               .with_context(path + ": dataset '" + d.name + "'"));
+      SHARDLOAD_RETURN_IF_ERROR(chunk_element_size_matches(api_, d.file.get(), d.dataset.get(),
+                                                           type.get(), file_bytes(f, head))
+                                    .with_context(path + ": dataset '" + d.name + "'"));
       SHARDLOAD_RETURN_IF_ERROR(defined_everywhere(api_, d.dataset.get())
                                     .with_context(path + ": dataset '" + d.name + "'"));
       p.dtype = *dtype;
@@ -339,6 +365,18 @@ class Hdf5Reader final : public ShardReader {
   }
 
  private:
+  // Reads of `f`'s bytes for the reader's own parsing; a remote object's are served from
+  // `head` (remote_head) where it holds them, so that a header in it costs no request.
+  static ReadBytes file_bytes(const File& f, const std::vector<std::byte>& head) {
+    return [&f, &head](std::uint64_t offset, std::size_t n, std::byte* out) {
+      if (offset <= head.size() && n <= head.size() - offset) {
+        std::memcpy(out, head.data() + offset, n);
+        return true;
+      }
+      return f.read_exact(out, n, offset).is_ok();
+    };
+  }
+
   // HDF5 opens the file through `f` (see open()), the descriptor whose state
   // read_rows compares with the snapshot afterwards.
   Status read_dataset(const File& f, const ReadSpec& l, const Shard& s, std::int64_t lo,
@@ -370,6 +408,10 @@ class Hdf5Reader final : public ShardReader {
       Hid type(api_.H5Dget_type(d.dataset.get()), api_.H5Tclose);
       if (!type.valid()) return Status(ErrorCode::kFormat, where + ": type: " + take_error(api_));
       Status in_file = storage_in_file(api_, d.dataset.get(), type.get(), d.dims, s.snapshot.size);
+      if (in_file) {
+        in_file = chunk_element_size_matches(api_, d.file.get(), d.dataset.get(), type.get(),
+                                             file_bytes(f, head));
+      }
       if (in_file) in_file = chunks_in_file(api_, d.dataset.get(), d.dims, lo, hi, s.snapshot.size);
       SHARDLOAD_RETURN_IF_ERROR(take_remote_error());
       api_.H5Eclear2(H5E_DEFAULT);
@@ -720,22 +762,24 @@ class Hdf5Reader final : public ShardReader {
       return Status(ErrorCode::kFormat, path + ": external link prefix: " + take_error(api_));
     }
     if (name.empty()) {
-      const auto all = list_datasets(api_, d.file.get());
-      if (all.size() != 1) {
+      const DatasetList all = list_datasets(api_, d.file.get());
+      if (all.names.size() != 1) {
         return Status(ErrorCode::kFormat,
                       path + ": dataset: expected exactly one dataset when none is named, found " +
-                          std::to_string(all.size()) + " (" + join(all) + "); name one with " +
-                          option_mention("dataset"));
+                          std::to_string(all.names.size()) + " (" + join(all.names) +
+                          "); name one with " + option_mention("dataset") +
+                          unopened_text(api_, all));
       }
-      d.name = all[0];
+      d.name = all.names[0];
     } else {
       d.name = name.front() == '/' ? name : "/" + name;
     }
     if (!path_exists(api_, d.file.get(), d.name, dapl.get())) {
       api_.H5Eclear2(H5E_DEFAULT);
+      const DatasetList all = list_datasets(api_, d.file.get());
       return Status(ErrorCode::kFormat, path + ": dataset '" + d.name +
                                             "' not found (datasets in the file: " +
-                                            join(list_datasets(api_, d.file.get())) + ")");
+                                            join(all.names) + unopened_text(api_, all) + ")");
     }
     d.dataset = Hid(api_.H5Dopen2(d.file.get(), d.name.c_str(), dapl.get()), api_.H5Dclose);
     if (!d.dataset.valid()) {

@@ -357,3 +357,29 @@ def test_storage_past_the_end_of_the_object_is_an_error(bucket, tmp_path, storag
     assert url.split("?")[0] in str(e.value), str(e.value)
     assert "dataset '/x': its chunk at (200, 0) (" in str(e.value), str(e.value)
     assert "runs past the end of the file" in str(e.value), str(e.value)
+
+
+@pytest.mark.parametrize("where", ["in the first window", "past the first window"])
+def test_a_chunk_layout_whose_element_size_lies_is_refused(bucket, tmp_path, where):
+    """The chunk layout's element size read from the object header of an object in object
+    storage: from the first bytes fetched before HDF5 opens it, or by a ranged read where the
+    header lies after 256 KiB of another dataset. Refused naming the URL, as locally (before:
+    the last chunk read past the end of the object as zeros)."""
+    from test_hdf5 import lie_about_chunk_element_size
+
+    path = tmp_path / "shard_0000.h5"
+    with h5py.File(path, "w") as f:
+        f.create_dataset("big", data=np.zeros(40_000))  # 320,000 bytes
+    # Created after a reopen, /x's header is allocated after the big dataset's data.
+    with h5py.File(path, "w" if where == "in the first window" else "a") as f:
+        f.create_dataset("x", data=np.arange(1000.0), chunks=(100,))
+    header = path.read_bytes().find(bytes([3, 2, 2]))  # /x's layout message
+    assert (header > 256 * 1024) == (where == "past the first window"), header
+    lie_about_chunk_element_size(path, 16)
+    bucket.put(f"p/{where[:4]}/shard_0000.h5", path.read_bytes())
+    url = bucket.url(f"p/{where[:4]}/shard_0000.h5")
+    with pytest.raises(shardload.LayoutError) as e:
+        shardload.discover(url, dataset="x", storage_options=bucket.options)
+    assert url.split("?")[0] in str(e.value), str(e.value)
+    assert ("dataset '/x': its chunk layout records elements of 16 bytes, where its type's are 8"
+            in str(e.value)), str(e.value)

@@ -1,10 +1,12 @@
-// The HDF5 reader's internals, shared by its four files: the library (hdf5_library.cc), the
-// type mapping (hdf5_types.cc), direct-chunk decoding (hdf5_chunks.cc) and the reader itself
+// The HDF5 reader's internals, shared by its files: the library (hdf5_library.cc), the type
+// mapping (hdf5_types.cc), direct-chunk decoding (hdf5_chunks.cc), the object header's layout
+// message (hdf5_header.cc), remote files (hdf5_remote.cc) and the reader itself
 // (hdf5_reader.cc). Every HDF5 call goes through the Hdf5Api table (hdf5_api.hpp says why).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -148,6 +150,24 @@ Status storage_in_file(const Hdf5Api& api, hid_t dataset, hid_t type,
 // inside a file of `file_size` bytes; ok when it does or is not stored (HADDR_UNDEF).
 Status chunk_in_file(haddr_t addr, hsize_t size, std::uint64_t file_size,
                      const std::vector<hsize_t>& offset);
+
+// Reads `n` bytes at `offset` of the file HDF5 has open into `out`; false when it cannot.
+using ReadBytes = std::function<bool(std::uint64_t offset, std::size_t n, std::byte* out)>;
+
+// The element size the layout message of a chunked dataset records beside its chunk's
+// dimensions, read from the dataset's object header (in `file`) through `read`; nullopt where
+// the layout is not chunked or the header is not one this parser knows (the check is then left
+// out: HDF5 opened it). Called with the lock held (hdf5_header.cc).
+std::optional<std::uint64_t> chunk_layout_element_size(const Hdf5Api& api, hid_t file,
+                                                       hid_t dataset, const ReadBytes& read);
+
+// Why a chunked dataset's layout message records another element size than its type's
+// ("its chunk layout records elements of N bytes, where its type's are M"): HDF5 1.10 reads
+// every unfiltered chunk at the recorded size, the one next to the file's end past it as
+// zeros, where h5py's HDF5 refuses the dataset. Ok for other layouts. Called with the lock
+// held; leaves HDF5's error stack for the caller to clear.
+Status chunk_element_size_matches(const Hdf5Api& api, hid_t file, hid_t dataset, hid_t type,
+                                  const ReadBytes& read);
 
 // Steps `at` to the next chunk coordinate of the box [first, last] (inclusive, row-major: the
 // last dimension fastest); false once the box is done, with `at` back at `first`.

@@ -41,38 +41,38 @@ namespace shardload::detail {
   X(H5Iget_file_id)                                                                                \
   X(H5Pget_virtual_count)                                                                          \
   X(H5Pget_virtual_filename)                                                                       \
-  X(H5Fclose) X(H5Dopen2) X(H5Dclose) X(H5Dget_space) X(H5Dget_type) X(H5Dread)                    \
-      X(H5Sget_simple_extent_type) X(H5Sget_simple_extent_ndims) X(H5Sget_simple_extent_dims)      \
-          X(H5Sselect_hyperslab) X(H5Screate_simple) X(H5Sclose) X(H5Tget_class) X(H5Tget_size)    \
-              X(H5Tget_sign) X(H5Tget_fields) X(H5Tget_ebias) X(H5Tget_precision) X(H5Tget_offset) \
-                  X(H5Tget_nmembers) X(H5Tget_member_name) X(H5Tget_member_type)                   \
-                      X(H5Tget_member_value) X(H5Tget_super) X(H5Tcopy) X(H5Tset_fields) X(        \
-                          H5Tset_size) X(H5Tset_ebias) X(H5Tcreate) X(H5Tinsert) X(H5Tenum_create) \
-                          X(H5Tenum_insert) X(H5Tclose) X(H5free_memory) X(H5Lvisit) X(H5Lexists)  \
-                              X(H5Oopen) X(H5Oclose) X(H5Iget_type) X(H5Dget_create_plist)         \
-                                  X(H5Pget_layout) X(H5Pget_chunk) X(H5Pget_nfilters)              \
-                                      X(H5Pget_filter2) X(H5Tget_order) X(H5Tget_member_offset)    \
-                                          X(H5Pget_external_count) X(H5Pget_external)              \
-                                              X(H5Pset_elink_prefix) X(H5FDregister)               \
-                                                  X(H5Pset_driver) X(H5Pget_driver_info)           \
-                                                      X(H5Dget_offset) X(H5Dget_storage_size)      \
-                                                          X(H5Tequal) X(H5Tset_order)              \
-                                                              X(H5Tget_norm) X(H5Pget_fill_time)   \
-                                                                  X(H5Dget_space_status)           \
-                                                                      X(H5Pfill_value_defined)
+  X(H5Fclose)                                                                                      \
+  X(H5Dopen2) X(H5Dclose) X(H5Dget_space) X(H5Dget_type) X(H5Dread) X(H5Sget_simple_extent_type)   \
+      X(H5Sget_simple_extent_ndims) X(H5Sget_simple_extent_dims) X(H5Sselect_hyperslab) X(         \
+          H5Screate_simple) X(H5Sclose) X(H5Tget_class) X(H5Tget_size) X(H5Tget_sign)              \
+          X(H5Tget_fields) X(H5Tget_ebias) X(H5Tget_precision) X(H5Tget_offset) X(H5Tget_nmembers) \
+              X(H5Tget_member_name) X(H5Tget_member_type) X(H5Tget_member_value) X(H5Tget_super)   \
+                  X(H5Tcopy) X(H5Tset_fields) X(H5Tset_size) X(H5Tset_ebias) X(H5Tcreate) X(       \
+                      H5Tinsert) X(H5Tenum_create) X(H5Tenum_insert) X(H5Tclose) X(H5free_memory)  \
+                      X(H5Lvisit) X(H5Lexists) X(H5Oopen) X(H5Oclose) X(H5Iget_type) X(            \
+                          H5Dget_create_plist) X(H5Pget_layout) X(H5Pget_chunk) X(H5Pget_nfilters) \
+                          X(H5Pget_filter2) X(H5Tget_order) X(H5Tget_member_offset)                \
+                              X(H5Pget_external_count) X(H5Pget_external) X(H5Pset_elink_prefix)   \
+                                  X(H5FDregister) X(H5Pset_driver) X(H5Pget_driver_info)           \
+                                      X(H5Dget_offset) X(H5Dget_storage_size) X(H5Tequal)          \
+                                          X(H5Tset_order) X(H5Tget_norm) X(H5Pget_fill_time)       \
+                                              X(H5Dget_space_status) X(H5Pfill_value_defined)      \
+                                                  X(H5Fget_create_plist) X(H5Pget_sizes)           \
+                                                      X(H5Pget_userblock)
 
 // X(name): one HDF5 global that the H5T_* / H5P_* macros read after H5open().
-#define SHARDLOAD_HDF5_GLOBALS(X)                                                            \
-  X(H5T_NATIVE_INT8_g)                                                                       \
-  X(H5T_NATIVE_INT16_g)                                                                      \
-  X(H5T_NATIVE_INT32_g)                                                                      \
-  X(H5T_NATIVE_INT64_g)                                                                      \
-  X(H5T_NATIVE_UINT8_g)                                                                      \
-  X(H5T_NATIVE_UINT16_g)                                                                     \
-  X(H5T_NATIVE_UINT32_g)                                                                     \
-  X(H5T_NATIVE_UINT64_g)                                                                     \
-  X(H5T_NATIVE_FLOAT_g)                                                                      \
-  X(H5T_NATIVE_DOUBLE_g) X(H5T_IEEE_F32LE_g) X(H5T_IEEE_F32BE_g) X(H5P_CLS_FILE_ACCESS_ID_g) \
+#define SHARDLOAD_HDF5_GLOBALS(X)                                     \
+  X(H5T_NATIVE_INT8_g)                                                \
+  X(H5T_NATIVE_INT16_g)                                               \
+  X(H5T_NATIVE_INT32_g)                                               \
+  X(H5T_NATIVE_INT64_g)                                               \
+  X(H5T_NATIVE_UINT8_g)                                               \
+  X(H5T_NATIVE_UINT16_g)                                              \
+  X(H5T_NATIVE_UINT32_g)                                              \
+  X(H5T_NATIVE_UINT64_g)                                              \
+  X(H5T_NATIVE_FLOAT_g)                                               \
+  X(H5T_NATIVE_DOUBLE_g)                                              \
+  X(H5T_IEEE_F32LE_g) X(H5T_IEEE_F32BE_g) X(H5P_CLS_FILE_ACCESS_ID_g) \
       X(H5P_CLS_DATASET_ACCESS_ID_g)
 
 struct Hdf5Api {
@@ -89,6 +89,9 @@ struct Hdf5Api {
   // Optional (HDF5 >= 1.10.5): where a chunk lies, so that a remote chunk's bytes are fetched
   // outside the lock.
   decltype(&::H5Dget_chunk_info_by_coord) H5Dget_chunk_info_by_coord = nullptr;
+  // Optional (HDF5 >= 1.10.3): where a dataset's object header lies, so that its layout
+  // message can be checked (hdf5_header.cc).
+  decltype(&::H5Oget_info2) H5Oget_info2 = nullptr;
 #define SHARDLOAD_HDF5_GLOBAL(name) hid_t name = -1;
   SHARDLOAD_HDF5_GLOBALS(SHARDLOAD_HDF5_GLOBAL)
 #undef SHARDLOAD_HDF5_GLOBAL
