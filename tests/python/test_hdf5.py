@@ -1037,35 +1037,23 @@ def _lookup3(data: bytes) -> int:
     def word(at: int) -> int:
         return int.from_bytes(data[at:at + 4], "little")
 
-    a = b = c = (0xDEADBEEF + len(data)) & m
+    v = [(0xDEADBEEF + len(data)) & m] * 3  # a, b, c
     i = 0
     while len(data) - i > 12:
-        a, b, c = (a + word(i)) & m, (b + word(i + 4)) & m, (c + word(i + 8)) & m
-        a = ((a - c) & m) ^ rot(c, 4)
-        c = (c + b) & m
-        b = ((b - a) & m) ^ rot(a, 6)
-        a = (a + c) & m
-        c = ((c - b) & m) ^ rot(b, 8)
-        b = (b + a) & m
-        a = ((a - c) & m) ^ rot(c, 16)
-        c = (c + b) & m
-        b = ((b - a) & m) ^ rot(a, 19)
-        a = (a + c) & m
-        c = ((c - b) & m) ^ rot(b, 4)
-        b = (b + a) & m
+        v = [(v[k] + word(i + 4 * k)) & m for k in range(3)]
+        for x, y, z, r in ((0, 2, 1, 4), (1, 0, 2, 6), (2, 1, 0, 8), (0, 2, 1, 16), (1, 0, 2, 19),
+                           (2, 1, 0, 4)):  # mix()
+            v[x] = ((v[x] - v[y]) & m) ^ rot(v[y], r)
+            v[y] = (v[y] + v[z]) & m
         i += 12
     if i == len(data):
-        return c
+        return v[2]
     data = data[i:] + bytes(12 - (len(data) - i))
-    a, b, c = (a + word(0)) & m, (b + word(4)) & m, (c + word(8)) & m
-    c = ((c ^ b) - rot(b, 14)) & m
-    a = ((a ^ c) - rot(c, 11)) & m
-    b = ((b ^ a) - rot(a, 25)) & m
-    c = ((c ^ b) - rot(b, 16)) & m
-    a = ((a ^ c) - rot(c, 4)) & m
-    b = ((b ^ a) - rot(a, 14)) & m
-    c = ((c ^ b) - rot(b, 24)) & m
-    return c
+    v = [(v[k] + word(4 * k)) & m for k in range(3)]
+    for x, y, r in ((2, 1, 14), (0, 2, 11), (1, 0, 25), (2, 1, 16), (0, 2, 4), (1, 0, 14),
+                    (2, 1, 24)):  # final()
+        v[x] = ((v[x] ^ v[y]) - rot(v[y], r)) & m
+    return v[2]
 
 
 def lie_about_chunk_element_size(path: pathlib.Path, claim: int) -> None:
