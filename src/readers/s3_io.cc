@@ -9,6 +9,7 @@
 #include "readers/detail/s3_io.hpp"
 #include "readers/detail/object_store.hpp"
 #include "readers/detail/store_options.hpp"
+#include "shardload/interrupt.hpp"
 #if SHARDLOAD_S3_SIGNED
 #include "readers/detail/curl_get.hpp"
 #include "readers/detail/s3_signed.hpp"
@@ -17,6 +18,7 @@
 #include <arrow/filesystem/filesystem.h>
 #include <arrow/filesystem/s3fs.h>
 #include <arrow/io/interfaces.h>
+#include <arrow/util/future.h>
 #include <arrow/util/key_value_metadata.h>
 
 #include <algorithm>
@@ -28,6 +30,7 @@
 #include <memory>
 #include <mutex>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 namespace shardload::detail {
@@ -65,6 +68,58 @@ Status remote_error(ErrorCode code, const std::string& url, const std::string& w
     msg += " (gave up after " + std::to_string(t_gave_up_after) + " attempts)";
   }
   return file_error(code, url, msg, errno_of(st));
+}
+
+// A listing past this many entries is refused: a server's keys without end would otherwise
+// fill the memory. A dataset's directory holds far fewer shards.
+constexpr std::size_t kMaxListed = 10'000'000;
+
+// The entries of a LIST of `sel`, page by page as Arrow's generator yields them, instead of
+// GetFileInfo(selector), which asks for pages until the server says there are no more: a
+// server whose LIST pages never stop saying "truncated" (a continuation token that leads back
+// to a page already given, or new keys without end) kept it asking for ever, where neither a
+// request's deadline nor Ctrl-C reached. Here an interrupt is seen while a page is awaited, a
+// page that holds only names listed already ends the listing as an error, and so does a
+// listing past kMaxListed entries; the generator, dropped, asks for no page after.
+// `failed` makes the error of a failed request (Arrow's status).
+template <typename Failed>
+Result<arrow::fs::FileInfoVector> list_pages(arrow::fs::FileSystem& fs,
+                                             const arrow::fs::FileSelector& sel,
+                                             const std::string& url, ErrorCode code,
+                                             const std::string& what, Failed failed) {
+  arrow::fs::FileInfoGenerator next = fs.GetFileInfoGenerator(sel);
+  arrow::fs::FileInfoVector all;
+  std::unordered_set<std::string> seen;
+  for (std::int64_t page = 1;; ++page) {
+    arrow::Future<arrow::fs::FileInfoVector> got = next();
+    while (!got.Wait(0.05)) {
+      if (interrupt_requested()) return file_error(code, url, what + ": interrupted", ECANCELED);
+    }
+    const arrow::Result<arrow::fs::FileInfoVector>& infos = got.result();
+    if (!infos.ok()) return failed(infos.status());
+    if (infos->empty()) return all;  // the generator's end
+    bool added = false;
+    for (const arrow::fs::FileInfo& fi : *infos) {
+      if (seen.insert(fi.path()).second) {
+        all.push_back(fi);
+        added = true;
+      }
+    }
+    if (!added) {
+      return file_error(code, url,
+                        what + ": the server's LIST page " + std::to_string(page) +
+                            " lists again only names it listed before ('" +
+                            infos->front().base_name() +
+                            "', ...) and says there are more: its listing would never end",
+                        EIO);
+    }
+    if (all.size() > kMaxListed) {
+      return file_error(code, url,
+                        what + ": more than " + std::to_string(kMaxListed) +
+                            " entries under the prefix (a listing without end?)",
+                        EIO);
+    }
+  }
 }
 
 // Bounded retries with exponential backoff, counted. What is retried: what the AWS SDK
@@ -418,15 +473,17 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
     sel.base_dir = path;
     sel.recursive = false;
     sel.allow_not_found = false;
-    auto infos = fs->GetFileInfo(sel);
-    if (!infos.ok()) {
-      const int err = errno_of(infos.status());
-      return file_error(
-          ErrorCode::kLayout, dir_url,
-          std::string(err == ENOENT ? "shard directory not found" : "cannot list the directory") +
-              " (" + infos.status().message() + ")",
-          err);
-    }
+    auto infos =
+        list_pages(*fs, sel, dir_url, ErrorCode::kLayout, "cannot list the directory",
+                   [&](const arrow::Status& st) {
+                     const int err = errno_of(st);
+                     return file_error(ErrorCode::kLayout, dir_url,
+                                       std::string(err == ENOENT ? "shard directory not found"
+                                                                 : "cannot list the directory") +
+                                           " (" + st.message() + ")",
+                                       err);
+                   });
+    if (!infos) return infos.status();
     // The prefixes directly under it too, as a local directory lists its subdirectories: a
     // directory of stores (Zarr) is a list of prefixes, each named like a shard.
     std::vector<std::string> names;
@@ -491,8 +548,11 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
     sel.base_dir = path;
     sel.recursive = true;
     sel.allow_not_found = true;
-    auto below = where.fs->GetFileInfo(sel);
-    if (!below.ok()) return remote_error(ErrorCode::kIo, dir_url, "cannot list", below.status());
+    auto below = list_pages(*where.fs, sel, dir_url, ErrorCode::kIo, "cannot list",
+                            [&](const arrow::Status& st) {
+                              return remote_error(ErrorCode::kIo, dir_url, "cannot list", st);
+                            });
+    if (!below) return below.status();
     if (!below->empty()) return Status::ok();
     const auto st = where.fs->DeleteDir(path);
     if (st.ok() || errno_of(st) == ENOENT) return Status::ok();
@@ -509,8 +569,11 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
     sel.recursive = false;
     sel.allow_not_found = true;  // a prefix with nothing under it yet
     t_gave_up_after = 0;
-    auto infos = fs->GetFileInfo(sel);
-    if (!infos.ok()) return remote_error(ErrorCode::kIo, dir_url, "cannot list", infos.status());
+    auto infos =
+        list_pages(*fs, sel, dir_url, ErrorCode::kIo, "cannot list", [&](const arrow::Status& st) {
+          return remote_error(ErrorCode::kIo, dir_url, "cannot list", st);
+        });
+    if (!infos) return infos.status();
     if (infos->empty()) {
       // Nothing there, or no bucket: a listing that allows a missing prefix may not tell.
       const std::string bucket = path.substr(0, path.find('/'));

@@ -360,3 +360,134 @@ def test_requests_of_discovery_leave_other_python_threads_running(data, proxy):
     assert _core.read_manifest(written)["layout"].total_rows == data.want.shape[0]
     assert time.monotonic() - start < 10
     assert proxy.requests() > 0
+
+
+# ---- a LIST that never ends ------------------------------------------------------------------
+
+class _EndlessList:
+    """An S3 endpoint whose every LIST page says IsTruncated with a continuation token: the
+    same page again ("repeat", a token that leads back) or a page of a new key ("new", keys
+    without end). Every other request is a 404. Counts the LISTs it answered."""
+
+    def __init__(self, mode: str):
+        import http.server
+        import threading
+
+        state = self
+        self.lists = 0
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args) -> None:
+                pass
+
+            def _send(self, code: int, body: bytes = b"") -> None:
+                self.send_response(code)
+                self.send_header("Content-Type", "application/xml")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                if self.command != "HEAD":
+                    self.wfile.write(body)
+
+            def do_HEAD(self) -> None:  # noqa: N802 (http.server's name)
+                self._send(404)
+
+            def do_GET(self) -> None:  # noqa: N802
+                if "list-type=2" not in self.path:
+                    self._send(404, b"<Error><Code>NoSuchKey</Code></Error>")
+                    return
+                state.lists += 1
+                key = "d/shard_0000.npy" if mode == "repeat" else f"d/x_{state.lists:09d}.npy"
+                self._send(200, (
+                    '<?xml version="1.0" encoding="UTF-8"?><ListBucketResult '
+                    'xmlns="http://s3.amazonaws.com/doc/2006-03-01/"><Name>b</Name>'
+                    '<Prefix>d/</Prefix><KeyCount>1</KeyCount><MaxKeys>1000</MaxKeys>'
+                    '<IsTruncated>true</IsTruncated><ContinuationToken>t</ContinuationToken>'
+                    '<NextContinuationToken>t</NextContinuationToken><Contents>'
+                    f'<Key>{key}</Key><LastModified>2024-01-01T00:00:00.000Z</LastModified>'
+                    '<ETag>"e"</ETag><Size>128</Size><StorageClass>STANDARD</StorageClass>'
+                    '</Contents></ListBucketResult>').encode())
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+        self.endpoint = f"127.0.0.1:{self.server.server_address[1]}"
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def _discover_in_a_child(endpoint: str, signed: bool) -> "subprocess.Popen":
+    import os
+    import signal
+    import subprocess
+
+    options = {"endpoint_override": endpoint, "scheme": "http"}
+    if signed:
+        options["region"] = "us-east-1"
+    script = ("import shardload, time\n"
+              "t = time.monotonic()\n"
+              "try:\n"
+              f"    shardload.discover('s3://b/d/', storage_options={options!r})\n"
+              "except BaseException as e:\n"
+              "    print(type(e).__name__, round(time.monotonic() - t, 1), e, flush=True)\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("AWS_REGION", "AWS_DEFAULT_REGION")}
+    env.update({"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+                "AWS_EC2_METADATA_DISABLED": "true", "AWS_CONFIG_FILE": os.devnull,
+                "AWS_SHARED_CREDENTIALS_FILE": os.devnull})
+    return subprocess.Popen([sys.executable, "-c", script], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+
+
+@pytest.mark.parametrize("signed", [False, True], ids=["arrow", "signed"])
+def test_a_list_that_never_ends_is_an_error_or_ends_with_ctrl_c(signed):
+    """A server whose LIST pages never stop saying "truncated" kept discovery asking for
+    ever, where neither a deadline nor Ctrl-C reached (the LIST goes through Arrow's client on
+    both paths). A page that lists only names listed already is an error naming the URL; a
+    listing of new keys without end ends with Ctrl-C (KeyboardInterrupt); either way no LIST
+    is asked after it."""
+    import signal
+    import subprocess
+
+    repeat = _EndlessList("repeat")
+    try:
+        proc = _discover_in_a_child(repeat.endpoint, signed)
+        try:
+            out, err = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+            pytest.fail(f"discovery still listing after 60 s ({repeat.lists} LISTs)")
+        assert out.startswith("LayoutError"), (out, err)
+        assert "s3://b/d/" in out and "lists again" in out, out
+        asked = repeat.lists
+        time.sleep(0.5)
+        assert repeat.lists == asked <= 10  # a page or two asked ahead, then none
+    finally:
+        repeat.close()
+
+    endless = _EndlessList("new")
+    try:
+        proc = _discover_in_a_child(endless.endpoint, signed)
+        deadline = time.monotonic() + 60
+        while endless.lists < 20 and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.05)
+        assert endless.lists >= 20, proc.communicate()
+        proc.send_signal(signal.SIGINT)
+        try:
+            out, err = proc.communicate(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+            pytest.fail(f"Ctrl-C did not end the listing ({endless.lists} LISTs)")
+        assert out.startswith("KeyboardInterrupt"), (out, err)
+        assert float(out.split()[1]) < 60, out
+        asked = endless.lists
+        time.sleep(0.5)
+        assert endless.lists <= asked + 1
+    finally:
+        endless.close()
