@@ -173,7 +173,7 @@ def _chunks_arg(value: object) -> int | str | None:
 
         try:
             n = parse_bytes(value)
-        except (ValueError, TypeError):
+        except (ValueError, TypeError, OverflowError):  # "1e400 B": an infinite size
             raise ValueError(f"chunks: expected rows (an int), a byte size such as '64 MiB', "
                              f"'auto' or None, found {value!r}") from None
         if n < 1:

@@ -255,6 +255,7 @@ def test_arguments_are_checked_before_a_graph_exists(tmp_path):
     write_npy(tmp_path / "d", np.random.default_rng(8))
     d = tmp_path / "d"
     for bad, err in [(0, ValueError), (-5, ValueError), ("lots", ValueError), ("0 B", ValueError),
+                     ("1e400 B", ValueError),
                      (1.5, TypeError), (True, TypeError), ((100,), TypeError)]:
         with pytest.raises(err, match="chunks"):
             sdask.load(d, chunks=bad)
