@@ -60,8 +60,8 @@ def _directory(source: object, storage_options: object = None) -> str | bytes:
         return _with_storage_options(path, storage_options)  # type: ignore[return-value]
     _with_storage_options(path, storage_options)  # refuses options for a local path
     if not os.path.isdir(path):
-        raise ValueError(f"{os.fsdecode(path)}: not a directory; a manifest is written into the "
-                         "directory of the shards")
+        raise ValueError(f"{_core.redact_secrets(os.fsdecode(path))}: not a directory; a manifest "
+                         "is written into the directory of the shards")
     return path
 
 

@@ -191,7 +191,7 @@ def _arguments(
     if not path:
         raise ValueError("save: dest= is empty")
     if b"\0" in path:
-        raise ValueError(f"save: dest= holds a NUL byte: {dest!r}")
+        raise ValueError(f"save: dest= holds a NUL byte: {_core.redact_secrets(repr(dest))}")
     return path, rows_list
 
 

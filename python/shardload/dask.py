@@ -322,7 +322,8 @@ def save(
                                info=None, storage_options=None)
     if _URL.match(path):
         raise NotImplementedError(
-            f"save: shardload.dask.save writes to a directory only, found {os.fsdecode(path)!r}; "
+            "save: shardload.dask.save writes to a directory only, found "
+            f"{_core.redact_secrets(repr(os.fsdecode(path)))}; "
             "for object storage save the computed array: "
             "shardload.numpy.save(x.compute(), dest)")
     if not isinstance(x, da.Array):

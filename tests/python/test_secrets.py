@@ -380,3 +380,40 @@ def test_more_places_and_spellings_of_a_secret_are_hidden(tmp_path, monkeypatch,
     assert_hidden(shown, visible)
     flags = [f"--pattern={kw['pattern']}"] if kw else []
     assert_hidden(run(cli, "inspect", source, *flags, ok=False), visible)
+
+
+_SAVES = ["save", "numpy.save", "dask.save"]
+
+
+@pytest.mark.parametrize("call,dest,visible", [
+    *[(c, "s3://b/p/\0?secret_key=sk-s3cr3t&region=r", "secret_key=***&region=r") for c in _SAVES],
+    *[(c, "http://alice:pw-s3cr3t@h/p/\0", "alice:***@h/p/") for c in _SAVES],
+    *[(c, "d/x?token=tk-s3cr3t\0", "x?token=***") for c in _SAVES + ["index"]],
+    ("dask.save", "s3://AKIAVISIBLE:sk-s3cr3t@b/p/", "AKIAVISIBLE:***@b/p/"),
+    ("dask.save", "https://h/p/?token=tk-s3cr3t&x=1", "token=***&x=1"),
+    ("index", "https://h/p/?token=tk-s3cr3t&x=1", "token=***&x=1"),
+])
+def test_a_refused_destination_does_not_echo_its_secret(tmp_path, monkeypatch, call, dest,
+                                                        visible):
+    """Refusals made before any request quoted the destination whole: shardload.dask.save's
+    "writes to a directory only" (an object-storage URL), the NUL byte that save, numpy.save
+    and dask.save refuse, index's "not a directory"."""
+    import shardload.numpy
+
+    monkeypatch.chdir(tmp_path)
+    x = np.ones((4, 2))
+    if call == "save":
+        run_it = lambda: shardload.save(x, dest)  # noqa: E731
+    elif call == "numpy.save":
+        run_it = lambda: shardload.numpy.save(x, dest)  # noqa: E731
+    elif call == "dask.save":
+        da = pytest.importorskip("dask.array")
+        import shardload.dask
+
+        run_it = lambda: shardload.dask.save(da.from_array(x), dest)  # noqa: E731
+    else:
+        run_it = lambda: shardload.index(dest)  # noqa: E731
+    with pytest.raises((shardload.Error, ValueError, TypeError, NotImplementedError)) as e:
+        run_it()
+    assert_hidden(str(e.value) + repr(e.value.args) + str(getattr(e.value, "filename", "") or ""),
+                  visible)
