@@ -446,6 +446,45 @@ def test_jax_takes_a_batch_without_a_copy(data):
     assert (np.asarray(x) == batch).all()
 
 
+def test_a_jax_training_loop_over_the_feed(data):
+    """A few SGD steps of a tiny linear model under jax.jit, each batch handed over by
+    jax.device_put without a copy. Every input array is kept: the feed must not read a later
+    batch into a buffer a JAX array still aliases. The weights equal the same steps done in
+    NumPy on the oracle's batches."""
+    jax = pytest.importorskip("jax")
+    import jax.numpy as jnp
+
+    d, n = data
+
+    def loss(w, x):
+        y = x[:, 1:] / 64.0
+        return jnp.mean(jnp.square(y @ w - x[:, :1] / 64.0))
+
+    @jax.jit
+    def step(w, x):
+        return w - 0.5 * jax.grad(loss)(w, x)
+
+    feed = sf.Feed(d, 8, shuffle="block", seed=4, block_rows=5, astype="float32", prefetch=2)
+    w = jnp.zeros((2, 1), jnp.float32)
+    kept, pointers = [], []
+    for batch in feed:
+        x = jax.device_put(batch)  # CPU: the batch's own memory
+        pointers.append(x.unsafe_buffer_pointer() == batch.ctypes.data)
+        del batch  # the JAX array alone holds the buffer now
+        w = step(w, x)
+        kept.append(x)
+    assert len(kept) == n // 8 and all(pointers)
+    want = expected_batches(oracle_stream("block", n, 4, 0, 5, 4), 8, 1, 0, True)
+    for x, rows in zip(kept, want, strict=True):
+        assert (np.asarray(x) == rows[:, None].astype(np.float32)).all()
+    ref = np.zeros((2, 1), np.float32)
+    for rows in want:
+        x = np.repeat(rows[:, None], 3, axis=1).astype(np.float32)
+        y, t = x[:, 1:] / 64.0, x[:, :1] / 64.0
+        ref = ref - 0.5 * (2.0 / len(rows)) * y.T @ (y @ ref - t)
+    np.testing.assert_allclose(np.asarray(w), ref, rtol=1e-5, atol=1e-6)
+
+
 def test_prefetch_does_not_change_the_batches(data):
     d, n = data
     runs = [[x.tolist() for x in run_epoch(sf.Feed(d, 4, seed=6, prefetch=p, threads=t))]
@@ -491,6 +530,85 @@ def test_every_format_and_s3_sources(tmp_path, bucket):
         feed = sf.Feed(src, 4, rank=1, world_size=2, seed=3, **kw)
         got = list(feed)
         assert [g.tolist() for g in got] == [w.astype(np.float64).tolist() for w in want], name
+
+
+FORMATS = ["npy", "npy-big-endian-fortran", "raw", "hdf5", "hdf5-gzip", "parquet", "arrow",
+           "zarr2", "zarr3-sharded", "npz"]
+
+
+def write_format(d: pathlib.Path, fmt: str, shard_rows=SHARD_ROWS, cols: int = 3
+                 ) -> tuple[str, dict]:
+    """write_rows's data (row i holds i in every column, int64) in one format; returns the
+    source and the options it needs."""
+    import h5py
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    import zarr
+
+    d.mkdir(parents=True)
+    at = 0
+    for i, r in enumerate(shard_rows):
+        a = np.repeat(np.arange(at, at + r, dtype=np.int64)[:, None], cols, axis=1)
+        at += r
+        name = d / f"shard_{i:04d}"
+        if fmt == "npy":
+            np.save(f"{name}.npy", a)
+        elif fmt == "npy-big-endian-fortran":
+            np.save(f"{name}.npy", np.asfortranarray(a.astype(">i8")))
+        elif fmt == "raw":
+            a.tofile(f"{name}.bin")
+        elif fmt.startswith("hdf5"):
+            # gzip chunks of 4 rows: a batch's rows cut across chunks; an empty dataset
+            # cannot be chunked.
+            chunked = {"chunks": (min(4, r), cols), "compression": "gzip"} \
+                if fmt == "hdf5-gzip" and r else {}
+            with h5py.File(f"{name}.h5", "w") as f:
+                f.create_dataset("data", data=a, **chunked)
+        elif fmt in ("parquet", "arrow"):
+            table = pa.table({f"c{j}": a[:, j] for j in range(cols)})
+            if fmt == "parquet":
+                pq.write_table(table, f"{name}.parquet", row_group_size=5)
+            else:
+                with pa.OSFile(f"{name}.arrow", "wb") as f:
+                    with pa.ipc.new_file(f, table.schema) as w:
+                        for batch in table.to_batches(max_chunksize=5):
+                            w.write_batch(batch)
+        elif fmt == "zarr2":
+            z = zarr.create_array(f"{name}.zarr", shape=a.shape, chunks=(4, cols),
+                                  dtype=a.dtype, zarr_format=2)
+            z[:] = a
+        elif fmt == "zarr3-sharded":
+            z = zarr.create_array(f"{name}.zarr", shape=a.shape, chunks=(2, cols),
+                                  shards=(6, cols), dtype=a.dtype, zarr_format=3)
+            z[:] = a
+        elif fmt == "npz":
+            np.savez(f"{name}.npz", data=a)
+        else:
+            raise AssertionError(fmt)
+    options = {"dtype": "int64", "trailing_shape": (cols,)} if fmt == "raw" else {}
+    return str(d), options
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_every_format_gives_the_oracles_batches(tmp_path, fmt):
+    """The feed over each format shardload reads, 2-D rows in uneven shards with an empty one,
+    each order, on each of 2 ranks, with and without drop_last: the oracle's batches."""
+    source, options = write_format(tmp_path / fmt, fmt)
+    n = sum(SHARD_ROWS)
+    for mode in ("none", "row", "block"):
+        stream = oracle_stream(mode, n, 13, 1, 4, 3)
+        for drop_last in (True, False):
+            for rank in (0, 1):
+                feed = sf.Feed(source, 5, rank=rank, world_size=2, shuffle=mode, seed=13,
+                               block_rows=4, window_blocks=3, drop_last=drop_last, threads=2,
+                               **options)
+                feed.set_epoch(1)
+                assert feed.layout.dtype == np.int64 and feed.layout.shape == (n, 3), fmt
+                got = [b.copy() for b in feed]
+                want = expected_batches(stream, 5, 2, rank, drop_last)
+                assert [g[:, 0].tolist() for g in got] == [w.tolist() for w in want], (
+                    fmt, mode, drop_last, rank)
+                assert all((g == g[:, :1]).all() for g in got)
 
 
 def test_astype_and_row_range(data):
