@@ -286,3 +286,62 @@ def test_bool_bytes_other_than_0_and_1_read_as_numpy_does(tmp_path: pathlib.Path
     assert_bools_normalised(layout.read(), stored)
     for lo, hi in [(1, 8), (8, 16), (20, 27)]:
         assert_bools_normalised(layout.read(lo, hi), stored[lo:hi])
+
+
+# ---- a fourth hostile pass: crafted .npy headers ----------------------------------------------
+
+def _npy_with_header(path: pathlib.Path, header: str, data: bytes) -> None:
+    pad = (-(10 + len(header) + 1)) % 64
+    text = (header + " " * pad + "\n").encode("latin1")
+    path.write_bytes(b"\x93NUMPY\x01\x00" + len(text).to_bytes(2, "little") + text + data)
+
+
+_F8 = np.arange(4, dtype="<f8").tobytes()
+
+
+@pytest.mark.parametrize("header,data", [
+    ("{'descr': '<i4', 'descr': '<f4', 'fortran_order': False, 'shape': (4,), }", _F8[:16]),
+    ("{'descr': '<f4', 'fortran_order': False, 'shape': (2,), 'shape': (4,), }", _F8[:16]),
+    ("{'descr': '<l', 'fortran_order': False, 'shape': (4,), }", _F8),
+    ("{'descr': 'd', 'fortran_order': False, 'shape': (4,), }", _F8),
+    ("{'descr': '|f8', 'fortran_order': False, 'shape': (4,), }", _F8),
+    ("{'descr': '\\x3cf8', 'fortran_order': False, 'shape': (4,), }", _F8),
+    ("{'descr': u'<f8', 'fortran_order': False, 'shape': (4,), }", _F8),
+    ("{'descr': '<' 'f8', 'fortran_order': False, 'shape': (4,), }", _F8),
+    ("{'descr': '<f8', 'fortran_order': False, 'shape': (0x4,), }", _F8),
+    ("{'descr': '<f8', 'fortran_order': False, 'shape': (+4,), }", _F8),
+    ("{'descr': '<f8', 'fortran_order': False, 'shape': (True, 4), }", _F8),
+    ("{'descr': '<f8', 'fortran_order': 1, 'shape': (2, 2), }", _F8),
+    ("{'descr': '<f8', 'fortran_order': False, 'shape': (4,), } # x", _F8),
+    ("({'descr': '<f8', 'fortran_order': False, 'shape': (4,), })", _F8),
+    ("{'descr': '<M8[s]', 'fortran_order': False, 'shape': (4,), }", _F8),
+    ("{'descr': '=f8', 'fortran_order': False, 'shape': (4,), }", _F8),
+    ("{'descr': '>f8', 'fortran_order': False, 'shape': (4,), }",
+     np.arange(4, dtype=">f8").tobytes()),
+    ('{"descr": "<f8", "fortran_order": False, "shape": (4,), }', _F8),
+    ("{'shape': (2, 2), 'fortran_order': True, 'descr': '<f8'}", _F8),
+    ("{'descr':\t'<f8',\n 'fortran_order': False, 'shape': (4, 1), }", _F8),
+], ids=["descr twice", "shape twice", "C long", "char code", "pipe order", "escape", "u prefix",
+        "concatenated", "hex shape", "plus shape", "bool in shape", "fortran 1", "comment",
+        "parenthesised", "datetime", "native order", "big endian", "double quotes",
+        "keys reordered", "tab and newline"])
+def test_crafted_npy_headers_read_as_numpy_does_or_are_refused(tmp_path, header, data):
+    """numpy as the oracle: where shardload reads a header, its data equals numpy's (values
+    and shape; big-endian arrives in native order); spellings numpy reads that shardload does
+    not (a duplicate key numpy takes the last of, a C type code, an escape, a Python literal
+    numpy's ast evaluates) are a LayoutError naming the file, never another reading."""
+    path = tmp_path / "shard_0000.npy"
+    _npy_with_header(path, header, data)
+    try:
+        ref = np.load(path)
+    except Exception:
+        ref = None
+    try:
+        layout = shardload.discover(path)
+    except shardload.LayoutError as e:
+        assert str(path) in str(e) and "header" in str(e), str(e)
+        return
+    got = layout.read()
+    assert ref is not None, "shardload read a header numpy refuses"
+    assert got.shape == ref.shape and got.dtype == ref.dtype.newbyteorder("=")
+    np.testing.assert_array_equal(got, ref)

@@ -1129,3 +1129,101 @@ def test_chunk_layouts_of_many_shapes_are_not_refused(tmp_path: pathlib.Path,
             shardload.discover(path, dataset="x")
         return
     np.testing.assert_array_equal(layout.read(), want)
+
+
+# ---- a fourth hostile pass: filter masks, filter orders, integer and float layouts -------------
+
+def _h5_with(path, tid, arr, filters=(), chunks=None):
+    from h5py import h5d, h5p, h5s
+
+    with h5py.File(path, "w") as f:
+        dcpl = h5p.create(h5p.DATASET_CREATE)
+        if chunks is not None:
+            dcpl.set_chunk(chunks)
+        for name in filters:
+            {"shuffle": dcpl.set_shuffle, "deflate": lambda: dcpl.set_deflate(4),
+             "fletcher32": dcpl.set_fletcher32}[name]()
+        h5py.Dataset(h5d.create(f.id, b"x", tid, h5s.create_simple(arr.shape), dcpl=dcpl))[...] = arr
+
+
+def _int16_with(precision, offset, sign=None):
+    from h5py import h5t
+
+    t = h5t.STD_I16LE.copy()
+    if sign is not None:
+        t.set_sign(sign)
+    t.set_precision(precision)
+    t.set_offset(offset)
+    return t
+
+
+@pytest.mark.parametrize("case", ["mask skips shuffle", "mask skips both", "mask skips deflate",
+                                  "deflate then shuffle", "shuffle twice", "deflate twice",
+                                  "shuffle deflate shuffle", "fletcher32 first",
+                                  "12-bit int16 at bit 2", "int16 without its sign flag",
+                                  "float64 padded with ones", "float32 inner padding of ones"])
+@pytest.mark.parametrize("where", ["local", "s3"])
+def test_filter_masks_orders_and_type_layouts_read_as_h5py_does_or_are_refused(
+        tmp_path, server, case, where):
+    """h5py as the oracle, locally and from s3:// (where shardload fetches gzip chunks
+    itself): chunks whose filter mask skips shuffle, deflate or both (written with
+    write_direct_chunk), pipelines in other orders or with a filter twice, and integer and
+    float types whose precision, offset, sign or padding differ from the native ones read
+    as h5py reads them, or are refused at discovery naming the type."""
+    import zlib
+
+    from h5py import h5t
+
+    path = tmp_path / "shard_0000.h5"
+    data = np.arange(4000, dtype="<f8").reshape(1000, 4) * 1.5
+    masks = {"mask skips shuffle": 1, "mask skips both": 3, "mask skips deflate": 2}
+    orders = {"deflate then shuffle": ["deflate", "shuffle"],
+              "shuffle twice": ["shuffle", "shuffle", "deflate"],
+              "deflate twice": ["shuffle", "deflate", "deflate"],
+              "shuffle deflate shuffle": ["shuffle", "deflate", "shuffle"],
+              "fletcher32 first": ["fletcher32", "shuffle", "deflate"]}
+    if case in masks:
+        with h5py.File(path, "w") as f:
+            ds = f.create_dataset("x", data=data, chunks=(100, 4), shuffle=True,
+                                  compression="gzip")
+            raw = data[300:400].tobytes()
+            if masks[case] == 1:
+                stored = zlib.compress(raw)
+            elif masks[case] == 3:
+                stored = raw
+            else:
+                stored = np.frombuffer(raw, np.uint8).reshape(-1, 8).T.copy().tobytes()
+            ds.id.write_direct_chunk((300, 0), stored, filter_mask=masks[case])
+    elif case in orders:
+        _h5_with(path, h5t.IEEE_F64LE, data, orders[case], chunks=(100, 4))
+    else:
+        values = np.array([0, 1, 100, 2047, -5, 7, -300, 9], dtype="<i2")
+        t, arr = {
+            "12-bit int16 at bit 2": (_int16_with(12, 2), values),
+            "int16 without its sign flag": (_int16_with(16, 0, h5t.SGN_NONE),
+                                            values.astype("<u2")),
+            "float64 padded with ones": (h5t.IEEE_F64LE.copy(), values.astype("<f8")),
+            "float32 inner padding of ones": (h5t.IEEE_F32LE.copy(), values.astype("<f4")),
+        }[case]
+        if case == "float64 padded with ones":
+            t.set_pad(h5t.PAD_ONE, h5t.PAD_ONE)
+        if case == "float32 inner padding of ones":
+            t.set_inpad(h5t.PAD_ONE)
+        _h5_with(path, t, arr, ["shuffle", "deflate"], chunks=(4,))
+    with h5py.File(path, "r") as f:
+        ref = f["x"][...]
+    source, options = path, {}
+    if where == "s3":
+        import s3_server
+
+        bucket = s3_server.Bucket(server)
+        bucket.upload("h/shard_0000.h5", path)
+        source, options = bucket.url("h/shard_0000.h5"), {"storage_options": bucket.options}
+    try:
+        layout = shardload.discover(source, format="hdf5", **options)
+    except shardload.LayoutError as e:
+        assert str(source) in str(e) and "type" in str(e), str(e)
+        return
+    got = layout.read()
+    assert got.dtype == ref.dtype.newbyteorder("=")
+    np.testing.assert_array_equal(got, ref)

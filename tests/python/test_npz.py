@@ -516,3 +516,51 @@ def test_members_and_directories_that_lie_read_as_numpy_reads_them_or_are_refuse
             assert str(path) in str(e.value), (name, str(e.value))
             continue
         np.testing.assert_array_equal(shardload.discover(tmp_path).read(), want, err_msg=name)
+
+
+# ---- a fourth hostile pass: compression methods and member names -------------------------------
+
+def _npy(a: np.ndarray) -> bytes:
+    buf = io.BytesIO()
+    np.save(buf, a)
+    return buf.getvalue()
+
+
+@pytest.mark.parametrize("members,method,dataset", [
+    ([("x.npy", "a")], zipfile.ZIP_BZIP2, None),
+    ([("x.npy", "a")], zipfile.ZIP_LZMA, None),
+    ([("sub/x.npy", "a")], zipfile.ZIP_STORED, "sub/x"),
+    ([("sub/x.npy", "a")], zipfile.ZIP_DEFLATED, None),
+    ([("../x.npy", "a")], zipfile.ZIP_STORED, "../x"),
+    ([("./x.npy", "a")], zipfile.ZIP_STORED, "x"),
+    ([("/x.npy", "a")], zipfile.ZIP_STORED, "x"),
+    ([("a\\x.npy", "a")], zipfile.ZIP_STORED, None),
+    ([(".npy", "a")], zipfile.ZIP_STORED, None),
+    ([("X.npy", "a"), ("x.npy", "b")], zipfile.ZIP_STORED, "x"),
+    ([("x.npy.npy", "a"), ("x.npy", "b")], zipfile.ZIP_DEFLATED, "x.npy"),
+    ([("x", "a")], zipfile.ZIP_STORED, None),
+], ids=["bzip2", "lzma", "directory", "directory default", "dot dot", "dot", "absolute",
+        "backslash", "empty name", "case only", "name.npy.npy", "no extension"])
+def test_methods_and_member_names_read_as_numpy_reads_them_or_are_refused(
+        tmp_path: pathlib.Path, members, method, dataset) -> None:
+    """numpy (NpzFile) as the oracle: a member named with directories, dot segments, a
+    backslash, nothing before .npy, or names differing in case only is the one numpy gives
+    for that key; a method numpy reads that shardload does not (bzip2, LZMA) and a key numpy
+    does not have are a LayoutError naming the archive."""
+    arrays = {"a": np.arange(12.0).reshape(6, 2), "b": -np.arange(12.0).reshape(6, 2)}
+    path = tmp_path / "shard_0000.npz"
+    with zipfile.ZipFile(path, "w", method) as z:
+        for name, which in members:
+            z.writestr(name, _npy(arrays[which]))
+    kw = {} if dataset is None else {"dataset": dataset}
+    with np.load(path) as npz:
+        key = dataset if dataset is not None else npz.files[0]
+        ref = npz[key] if key in npz.files else None
+    try:
+        got = shardload.discover(path, format="npz", **kw).read()
+    except shardload.LayoutError as e:
+        assert str(path) in str(e), str(e)
+        assert ref is None or "compression method" in str(e), str(e)
+        return
+    assert ref is not None
+    np.testing.assert_array_equal(got, ref)

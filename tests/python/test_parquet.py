@@ -277,3 +277,80 @@ def test_bools_are_bit_packed_so_land_as_0_or_1(tmp_path: pathlib.Path, fmt: str
     got = shardload.discover(tmp_path, format=fmt, columns=["x"]).read()
     assert got.view(np.uint8).max() <= 1
     np.testing.assert_array_equal(got, expected)
+
+
+# ---- a fourth hostile pass: logical types and shards whose columns differ ------------------
+
+def _logical_column(kind: str):
+    import datetime
+    import decimal
+
+    return {
+        "uint32": pa.array(np.array([0, 1, 2**31 + 5, 2**32 - 1], dtype=np.uint32)),
+        "uint64": pa.array(np.array([0, 1, 2**63 + 5, 2**64 - 1], dtype=np.uint64)),
+        "float16": pa.array(np.array([0.5, 1, 2, 3], dtype=np.float16)),
+        "date32": pa.array([datetime.date(2020, 1, i) for i in range(1, 5)], pa.date32()),
+        "timestamp": pa.array([1, 2, 3, 4], pa.timestamp("ns", tz="UTC")),
+        "time64": pa.array([1, 2, 3, 4], pa.time64("us")),
+        "duration": pa.array([1, 2, 3, 4], pa.duration("s")),
+        "decimal": pa.array([decimal.Decimal("1.5")] * 4, pa.decimal128(5, 1)),
+        "null": pa.nulls(4),
+        "large_list": pa.array([[1.0], [2.0], [3.0], [4.0]], pa.large_list(pa.float64())),
+        "dictionary": pa.DictionaryArray.from_arrays(pa.array([0, 1, 0, 1], pa.int8()),
+                                                     pa.array([10.0, 20.0])),
+    }[kind]
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "arrow"])
+@pytest.mark.parametrize("kind", ["uint32", "uint64", "float16", "date32", "timestamp", "time64",
+                                  "duration", "decimal", "null", "large_list", "dictionary"])
+def test_logical_types_read_as_pyarrow_reads_them_or_are_refused(tmp_path, fmt, kind):
+    """pyarrow as the oracle: unsigned integers past the signed range and half floats read
+    as pyarrow's values; dates, times, timestamps, durations, decimals, nulls and large lists
+    are refused naming the column and its type, never read as their storage integers. A
+    dictionary column is its values from Parquet (pyarrow decodes it) and refused from IPC."""
+    import pyarrow.feather as feather
+
+    table = pa.table({"c": _logical_column(kind)})
+    path = tmp_path / f"shard_0000.{fmt}"
+    if fmt == "parquet":
+        pq.write_table(table, path)
+        ref = pq.read_table(path).column(0)
+    else:
+        feather.write_feather(table, path, compression="uncompressed")
+        ref = feather.read_table(path).column(0)
+    try:
+        got = shardload.discover(path, format=fmt, columns=["c"]).read()
+    except shardload.LayoutError as e:
+        assert str(path) in str(e) and "column 'c'" in str(e), str(e)
+        assert kind not in ("uint32", "uint64", "float16"), str(e)
+        return
+    expected = ref.to_numpy(zero_copy_only=False)
+    assert got.dtype == expected.dtype
+    np.testing.assert_array_equal(got, expected)
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "arrow"])
+@pytest.mark.parametrize("second", ["swapped", "extra column", "case differs"])
+def test_shards_whose_columns_differ_are_read_by_name_or_refused(tmp_path, fmt, second):
+    """Shard 1's numeric columns in another order, with one more, or named in another case:
+    the default selection refuses naming both shards; columns= picks by name in every
+    shard."""
+    import pyarrow.feather as feather
+
+    a0, a1 = np.arange(5.0), np.arange(5.0, 10.0)
+    t0 = pa.table({"a": a0, "b": a0 + 100})
+    t1 = {"swapped": pa.table({"b": a1 + 100, "a": a1}),
+          "extra column": pa.table({"a": a1, "c": a1 * 0, "b": a1 + 100}),
+          "case differs": pa.table({"A": a1 + 100, "a": a1})}[second]
+    write = pq.write_table if fmt == "parquet" else feather.write_feather
+    write(t0, tmp_path / f"shard_0000.{fmt}")
+    write(t1, tmp_path / f"shard_0001.{fmt}")
+    with pytest.raises(shardload.LayoutError, match="shard_0001.*differ from.*shard_0000"):
+        shardload.discover(tmp_path, format=fmt)
+    if second == "case differs":
+        with pytest.raises(shardload.LayoutError, match="column 'b' not found"):
+            shardload.discover(tmp_path, format=fmt, columns=["a", "b"])
+        return
+    got = shardload.discover(tmp_path, format=fmt, columns=["a", "b"]).read()
+    np.testing.assert_array_equal(got, np.stack([np.r_[a0, a1], np.r_[a0, a1] + 100], axis=1))

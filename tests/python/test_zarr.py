@@ -499,3 +499,64 @@ def test_blosc_chunks_with_bytes_after_the_frame_read_as_numcodecs_reads_them(tm
                        match=r"shard_0000\.zarr/4\.0: blosc: corrupt chunk \(its header says "
                              rf"{len(cut) + 1} compressed bytes, found {len(cut)}\)"):
         layout.read(30, 37)
+
+
+# ---- a fourth hostile pass: fill values and chunks that decode to other sizes ------------------
+
+@pytest.mark.parametrize("fmt,dtype,fill", [
+    (2, "<i4", 1.5), (2, "<i4", 1e20), (2, "<i4", "NaN"), (2, "<i4", True), (2, "<i4", "1"),
+    (2, "<u8", 18446744073709551615), (2, "<i8", -9223372036854775808), (2, "<i4", 2.0),
+    (2, "<f4", 1e300), (2, "<f2", 70000.0), (2, "<f8", "1e400"), (2, "|b1", 2), (2, "|u1", 256),
+    (2, "<c8", [1, 2]), (2, "<f8", -0.0), (2, "<f8", None),
+    (3, "float32", "0x7fc00001"), (3, "float64", "0x3ff0000000000000"), (3, "float16", "0x3c00"),
+    (3, "complex64", [1.0, "NaN"]), (3, "complex64", ["0x3f800000", 2.0]), (3, "int32", 1.5),
+    (3, "uint8", 300), (3, "int8", -129), (3, "bool", 1), (3, "float64", "-0x1p3"),
+    (3, "float32", "Infinity"), (3, "int64", 2.0),
+], ids=repr)
+def test_fill_values_read_as_zarr_python_reads_them_or_are_refused(tmp_path, fmt, dtype, fill):
+    """Every chunk missing, so every element is the fill value: bit for bit zarr-python's
+    (hex NaN payloads, -0.0, values that round to inf), or a LayoutError naming the metadata
+    file and fill_value where shardload does not take the spelling."""
+    store = tmp_path / "shard_0000.zarr"
+    zarr.create_array(store, shape=(4, 2), chunks=(2, 2), dtype=dtype, zarr_format=fmt,
+                      fill_value=0)
+    path = edit_metadata(store, fmt, lambda m: m.update(fill_value=fill))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            ref = zarr.open_array(store, mode="r")[...]
+        except Exception:
+            ref = None
+    try:
+        got = shardload.discover(tmp_path, format="zarr").read()
+    except shardload.LayoutError as e:
+        assert str(path) in str(e) and "fill_value" in str(e), str(e)
+        return
+    if ref is None:
+        return  # a spelling zarr-python refuses and shardload takes: no oracle to compare
+    assert got.dtype == ref.dtype.newbyteorder("=")
+    np.testing.assert_array_equal(got.view(np.uint8), ref.astype(got.dtype).view(np.uint8))
+
+
+@pytest.mark.parametrize("codec", ["zlib", "gzip", "zstd", "blosc", None])
+@pytest.mark.parametrize("size", ["8 bytes short", "8 bytes long", "half"])
+def test_a_chunk_that_decodes_to_another_size_is_an_error_naming_it(tmp_path, codec, size):
+    """A valid compressed stream (or an uncompressed chunk) of other than the chunk's bytes:
+    zarr-python fails to reshape it; shardload names the chunk file and both sizes, and never
+    pads or cuts."""
+    compressors = {"zlib": numcodecs.Zlib(), "gzip": numcodecs.GZip(), "zstd": numcodecs.Zstd(),
+                   "blosc": numcodecs.Blosc(cname="lz4"), None: None}
+    a = np.arange(100, dtype="<f8").reshape(20, 5)
+    store = tmp_path / "shard_0000.zarr"
+    z = zarr.create_array(store, shape=(20, 5), chunks=(10, 5), dtype="<f8", zarr_format=2,
+                          compressors=compressors[codec], fill_value=0)
+    z[...] = a
+    raw = {"8 bytes short": a[:10].tobytes()[:-8], "8 bytes long": a[:10].tobytes() + bytes(8),
+           "half": a[:5].tobytes()}[size]
+    (store / "0.0").write_bytes(raw if codec is None else compressors[codec].encode(raw))
+    with pytest.raises(ValueError):
+        zarr.open_array(store, mode="r")[...]
+    layout = shardload.discover(tmp_path, format="zarr")
+    with pytest.raises(shardload.ShardReadError, match=str(store / "0.0").replace(".", r"\.")):
+        layout.read(0, 20)
+    np.testing.assert_array_equal(layout.read(10, 20), a[10:])
