@@ -14,6 +14,7 @@ import json
 import os
 import pathlib
 import socket
+import signal
 import subprocess
 import sys
 import time
@@ -44,10 +45,9 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def run_ranks(mode: str, d: pathlib.Path, tmp: pathlib.Path, world: int, ckpt: pathlib.Path,
-              timeout: float = 120) -> tuple[list[int], list[dict | None], str]:
-    """Starts `world` ranks of the worker; returns their exit codes, outputs and logs. A rank
-    that has not ended by the deadline (a hang) is killed, and the test fails."""
+def start_ranks(mode: str, d: pathlib.Path, tmp: pathlib.Path, world: int, *extra: str,
+                ) -> tuple[list[subprocess.Popen], list[pathlib.Path]]:
+    """Starts `world` ranks of the worker on one fresh port; returns them and their outputs."""
     port = free_port()
     procs, outs = [], []
     for r in range(world):
@@ -55,8 +55,17 @@ def run_ranks(mode: str, d: pathlib.Path, tmp: pathlib.Path, world: int, ckpt: p
         outs.append(out)
         procs.append(subprocess.Popen(
             [sys.executable, str(WORKER), mode, str(d), str(out), "--rank", str(r), "--world",
-             str(world), "--port", str(port), "--ckpt", str(ckpt)],
+             str(world), "--port", str(port), *extra],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env()))
+    return procs, outs
+
+
+def run_ranks(mode: str, d: pathlib.Path, tmp: pathlib.Path, world: int, ckpt: pathlib.Path,
+              timeout: float = 120, extra: tuple[str, ...] = ()
+              ) -> tuple[list[int], list[dict | None], str]:
+    """Starts `world` ranks of the worker; returns their exit codes, outputs and logs. A rank
+    that has not ended by the deadline (a hang) is killed, and the test fails."""
+    procs, outs = start_ranks(mode, d, tmp, world, "--ckpt", str(ckpt), *extra)
     deadline = time.monotonic() + timeout
     codes, logs = [], []
     try:
@@ -176,3 +185,99 @@ def test_ddp_on_two_processes_equal_batches_each_sample_once_and_a_resume(data, 
     before = [x for r in (0, 1) for b in whole[r][:3] for x in b]
     after = [x for b in alone[0]["batches"] for x in b]
     assert sorted(before + after) == sorted(stream[:64].tolist())
+
+
+def test_ddp_killed_mid_epoch_on_two_processes_resumes_on_three(data, tmp_path):
+    """Both ranks of a 2-process run (drop_last=False) SIGKILLed from outside in step 5, with
+    batches read ahead; the step-3 checkpoint resumed on 3 processes. The rest of the epoch,
+    positions [24, 67) padded to 4 steps of 12, is served once across the 3 ranks, and the
+    samples trained on before the checkpoint plus those after the resume are the
+    uninterrupted 2-process epoch, position for position."""
+    d, n = data
+    ckpt = tmp_path / "ckpt.pt"
+    procs, logs = start_ranks("killed", d, tmp_path, 2, "--ckpt", str(ckpt))
+    try:
+        deadline = time.monotonic() + 120
+        for p in procs:  # each rank says when it is in step 5; a rank that fails says why
+            line = ""
+            while not line.startswith("at step 5") and time.monotonic() < deadline:
+                line = p.stdout.readline()
+                if not line:
+                    break
+            assert line.startswith("at step 5"), f"rank ended before step 5: {p.wait()}"
+    finally:
+        for p in procs:
+            p.send_signal(signal.SIGKILL)
+        for p in procs:
+            p.communicate(timeout=30)
+    assert [p.returncode for p in procs] == [-signal.SIGKILL] * 2
+    stream = oracle_stream("row", n, SEED, 0)
+    whole = [expected_batches(stream, BATCH, 2, r, False) for r in (0, 1)]  # 9 steps each
+    seen = [[json.loads(line) for line in log.read_text().splitlines()] for log in logs]
+    for r in (0, 1):  # what each rank trained on before it was killed: the epoch's start
+        assert seen[r] == [w.tolist() for w in whole[r][:5]]
+
+    codes, resumed, log = run_ranks("resume", d, tmp_path, 3, ckpt)
+    assert codes == [0, 0, 0], log
+    for r in range(3):
+        assert resumed[r]["world"] == 3 and resumed[r]["left"] == 4
+        assert resumed[r]["batches"] == [w.tolist() for w in expected_batches(
+            stream, BATCH, 3, r, False, start=24)]
+        assert (resumed[r]["state"]["epoch"], resumed[r]["state"]["position"]) == (1, 0)
+    # Steps 4 and 5 were trained on after the checkpoint: the resume serves them again, and
+    # the sequence counts only the checkpointed steps before it.
+    before = [x for k in range(3) for r in (0, 1) for x in seen[r][k]]
+    after = [x for k in range(4) for r in range(3) for x in resumed[r]["batches"][k]]
+    uninterrupted = [x for k in range(9) for r in (0, 1) for x in whole[r][k].tolist()]
+    assert before + after == uninterrupted
+    assert before + after == stream.tolist() + stream[:5].tolist()  # 72 positions, 5 padded
+    assert sorted(after[:n - 24]) == sorted(stream[24:].tolist())  # the rest, each once
+
+
+# The fault test's shards: with shuffle="none", 4 rows a batch on 2 ranks, step k of rank r
+# is rows [8k + 4r, 8k + 4r + 4): shard_0001 (rows 28..31) is read by rank 1 alone, in step 3;
+# shard_0002 (rows 32..39) by both, in step 4. Both past the 3 steps read ahead when the
+# shard changes (after step 0).
+FAULT_ROWS = [28, 4, 8, 24]
+
+
+# Each fault with each outcome (the feed's read path is the same for both faults, which
+# test_feed.py checks in every order; each case here costs 2 torch processes).
+@pytest.mark.parametrize("kind,shard,readers", [("changed", "shard_0002.npy", (0, 1)),
+                                                ("vanished", "shard_0001.npy", (1,))])
+def test_a_shard_changed_or_gone_under_ddp_fails_every_rank_without_a_hang(
+        tmp_path, kind, shard, readers):
+    """A shard rewritten with other bytes of the same size, or removed, once a 2-process DDP
+    epoch has begun. Each rank that reads it raises ShardReadError naming it, at the batch
+    that needs it, having trained on every batch before. A rank that does not read it (its
+    rows are elsewhere) has no error of the feed to raise: it waits in DDP's gradient
+    all-reduce of that step, and fails there with torch's error once its peer's process has
+    ended (gloo: "Connection closed by peer"), within seconds, not at the 60 s timeout."""
+    d = tmp_path / "d"
+    n = write_rows(d, FAULT_ROWS)
+    fail_step = {"shard_0001.npy": 3, "shard_0002.npy": 4}[shard]
+    codes, results, log = run_ranks("fault", d, tmp_path, 2, tmp_path / "unused",
+                                    extra=("--fault", f"{kind}:{shard}"))
+    assert codes == [1, 1], log  # both end on their exception; neither hangs
+    stream = np.arange(n)
+    for r, res in enumerate(results):
+        assert res is not None, log
+        err = res["error"]
+        assert err is not None, log
+        want = [w.tolist() for w in expected_batches(stream, BATCH, 2, r, True)]
+        if r in readers:
+            # The typed error naming the file, from the next() of the step that reads it.
+            assert err["shard_read_error"], err
+            assert err["filename"].endswith(shard), err
+            assert shard in err["message"], err
+            assert ("changed since discovery" if kind == "changed" else
+                    "No such file") in err["message"], err
+            assert res["steps"] == want[:fail_step]
+        else:
+            # Its batch of the failing step was read (its rows are elsewhere); the step's
+            # all-reduce is where it learns its peer is gone.
+            assert not err["shard_read_error"], err
+            assert err["type"] == "builtins.RuntimeError", err  # gloo's, through DDP
+            assert "Connection closed by peer" in err["message"], err
+            assert res["steps"] == want[:fail_step + 1]
+            assert err["after_s"] < 30, err

@@ -7,6 +7,8 @@ Legate. What the process saw goes to --out as JSON; the test compares it with th
   torch_worker.py loader DIR OUT --cases JSON
   torch_worker.py train  DIR OUT --rank R --world W --port P --ckpt FILE
   torch_worker.py resume DIR OUT --rank R --world W --port P --ckpt FILE
+  torch_worker.py killed DIR OUT --rank R --world W --port P --ckpt FILE
+  torch_worker.py fault  DIR OUT --rank R --world W --port P --fault changed|vanished:SHARD
 """
 
 from __future__ import annotations
@@ -16,12 +18,15 @@ import datetime
 import gc
 import json
 import os
+import pathlib
 import signal
+import time
 
 import numpy as np
 import torch
 import torch.distributed as dist
 
+import shardload
 import shardload.feed as sf
 
 BATCH = 4
@@ -163,9 +168,74 @@ def resume(args) -> dict:
             "state": feed.state_dict()}
 
 
+def killed(args) -> None:
+    """A run (drop_last=False) that the test kills from outside mid-epoch: each batch logged
+    to OUT as it is trained on, a checkpoint after 3 steps, then at step 5 "at step 5" on
+    stdout and a wait for the SIGKILL with batches read ahead in flight."""
+    init(args)
+    feed = feed_of(args.dir, drop_last=False)
+    net = model()
+    opt = torch.optim.SGD(net.parameters(), lr=0.1)
+    with open(args.out, "w") as log:
+        for k, batch in enumerate(feed):
+            step(net, opt, batch)
+            log.write(json.dumps(ids(batch)) + "\n")
+            log.flush()
+            os.fsync(log.fileno())
+            if k == 2:
+                if dist.get_rank() == 0:
+                    state = {"feed": feed.state_dict(), "model": net.module.state_dict()}
+                    torch.save(state, args.ckpt + ".tmp")
+                    os.replace(args.ckpt + ".tmp", args.ckpt)
+                dist.barrier()  # the checkpoint is on disk before any rank goes on
+            if k == 4:
+                print("at step 5", flush=True)
+                time.sleep(120)
+    raise AssertionError("the run was to be killed in step 5")
+
+
+def fault(args) -> None:
+    """A shard rewritten with other bytes of the same size (changed) or removed (vanished) by
+    rank 0 once every rank has its first batch; then each rank trains on until it fails. What
+    it saw and how it failed go to OUT; the exception then ends the process, as it would end a
+    training script."""
+    init(args)
+    kind, shard = args.fault.split(":")
+    path = pathlib.Path(args.dir) / shard
+    feed = sf.Feed(args.dir, BATCH, shuffle="none", astype="float32")
+    net = model()
+    opt = torch.optim.SGD(net.parameters(), lr=0.1)
+    out: dict = {"rank": feed.rank, "steps": [], "error": None}
+    since = 0.0
+    try:
+        for k, batch in enumerate(feed):
+            out["steps"].append(ids(batch))
+            if k == 0:
+                dist.barrier()  # every rank has discovered the shard and read a batch
+                if dist.get_rank() == 0:
+                    if kind == "changed":
+                        np.save(path, np.full_like(np.load(path), -1))
+                    else:
+                        path.unlink()
+                dist.barrier()
+                since = time.monotonic()
+            step(net, opt, batch)
+    except Exception as e:
+        out["error"] = {"type": f"{type(e).__module__}.{type(e).__qualname__}",
+                        "shard_read_error": isinstance(e, shardload.ShardReadError),
+                        "message": str(e), "filename": getattr(e, "filename", None),
+                        "after_s": time.monotonic() - since}
+        with open(args.out, "w") as f:
+            json.dump(out, f)
+        raise
+    with open(args.out, "w") as f:
+        json.dump(out, f)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("mode", choices=("dlpack", "loader", "train", "resume"))
+    ap.add_argument("mode", choices=("dlpack", "loader", "train", "resume", "killed",
+                                       "fault"))
     ap.add_argument("dir")
     ap.add_argument("out")
     ap.add_argument("--rank", type=int)
@@ -173,9 +243,10 @@ def main() -> None:
     ap.add_argument("--port", type=int)
     ap.add_argument("--ckpt")
     ap.add_argument("--cases")
+    ap.add_argument("--fault")
     args = ap.parse_args()
-    if args.mode == "train":
-        train(args)
+    if args.mode in ("train", "killed", "fault"):
+        {"train": train, "killed": killed, "fault": fault}[args.mode](args)
         return
     result = {"dlpack": lambda: dlpack(args.dir), "loader": lambda: loader(args.dir, args.cases),
               "resume": lambda: resume(args)}[args.mode]()
