@@ -193,6 +193,7 @@ SLOW: set[str] = {
     "test_discovery_auto.py::test_a_directory_of_numbered_shards_is_recognised",
     "test_docs_run.py::test_every_python_and_shell_block_runs",
     "test_feed.py::test_a_jax_training_loop_over_the_feed",
+    "test_feed.py::test_jax_data_parallel_on_two_processes",
     "test_feed_torch.py::test_ddp_on_two_processes_equal_batches_each_sample_once_and_a_resume",
     "test_feed_torch.py::test_ddp_killed_mid_epoch_on_two_processes_resumes_on_three",
     "test_feed_torch.py::test_a_shard_changed_or_gone_under_ddp_fails_every_rank_without_a_hang",

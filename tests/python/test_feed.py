@@ -485,6 +485,89 @@ def test_a_jax_training_loop_over_the_feed(data):
     np.testing.assert_allclose(np.asarray(w), ref, rtol=1e-5, atol=1e-6)
 
 
+JAX_CHILD = r"""
+import json, sys
+import jax
+jax.config.update("jax_cpu_collectives_implementation", "gloo")
+d, out, port, pid = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+jax.distributed.initialize(coordinator_address=f"127.0.0.1:{port}", num_processes=2,
+                           process_id=pid, initialization_timeout=60)
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+import shardload.feed as sf
+
+feed = sf.Feed(d, 4, shuffle="row", seed=6, astype="float32")  # rank and size from JAX
+rows = NamedSharding(Mesh(np.array(jax.devices()), ("data",)), P("data"))
+
+
+def loss(w, x):
+    y = x[:, 1:] / 64.0
+    return jnp.mean(jnp.square(y @ w - x[:, :1] / 64.0))
+
+
+@jax.jit
+def step(w, x):  # x: the global batch, each process's rows on its device
+    return w - 0.5 * jax.grad(loss)(w, x)
+
+
+w = jnp.zeros((2, 1), jnp.float32)
+seen = []
+for batch in feed:
+    seen.append(batch[:, 0].astype(int).tolist())
+    x = jax.make_array_from_process_local_data(rows, batch)
+    w = step(w, x)
+json.dump({"rank": feed.rank, "world": feed.world_size, "batches": seen,
+           "w": np.asarray(jax.device_get(w)).tolist()}, open(out, "w"))
+jax.distributed.shutdown()
+"""
+
+
+def test_jax_data_parallel_on_two_processes(data, tmp_path):
+    """2 JAX processes under jax.distributed (gloo on loopback): each feed takes its rank and
+    world size from JAX, the two feeds' batches are one global batch
+    (make_array_from_process_local_data) of a jitted SGD step. Each rank's batches are the
+    oracle's, the ranks' samples are disjoint, and both end with the weights of the same steps
+    done in NumPy on the global batches."""
+    pytest.importorskip("jax")
+    import socket
+
+    d, n = data
+    script = tmp_path / "jax_child.py"
+    script.write_text(JAX_CHILD)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    outs = [tmp_path / f"jax-{r}.json" for r in (0, 1)]
+    procs = [subprocess.Popen([sys.executable, str(script), str(d), str(outs[r]), str(port),
+                               str(r)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True) for r in (0, 1)]
+    logs = []
+    try:
+        for p in procs:
+            logs.append(p.communicate(timeout=120)[0])
+    except subprocess.TimeoutExpired:
+        for p in procs:
+            p.kill()
+        pytest.fail("the 2 JAX processes did not end in 120 s (a hang)")
+    assert [p.returncode for p in procs] == [0, 0], "\n".join(logs)
+    got = [json.loads(o.read_text()) for o in outs]
+    stream = oracle_stream("row", n, 6, 0)
+    assert [(g["rank"], g["world"]) for g in got] == [(0, 2), (1, 2)]
+    want = [expected_batches(stream, 4, 2, r, True) for r in (0, 1)]
+    for r in (0, 1):
+        assert got[r]["batches"] == [w.tolist() for w in want[r]]
+    served = [x for g in got for b in g["batches"] for x in b]
+    assert len(served) == len(set(served)) == 64
+    ref = np.zeros((2, 1), np.float32)
+    for k in range(len(want[0])):
+        x = np.repeat(np.concatenate([want[0][k], want[1][k]])[:, None], 3, axis=1)
+        y, t = x[:, 1:].astype(np.float32) / 64.0, x[:, :1].astype(np.float32) / 64.0
+        ref = ref - 0.5 * (2.0 / len(x)) * y.T @ (y @ ref - t)
+    for g in got:
+        np.testing.assert_allclose(np.array(g["w"]), ref, rtol=1e-5, atol=1e-6)
+
+
 def test_prefetch_does_not_change_the_batches(data):
     d, n = data
     runs = [[x.tolist() for x in run_epoch(sf.Feed(d, 4, seed=6, prefetch=p, threads=t))]
