@@ -402,3 +402,57 @@ def test_a_fault_on_a_worker_reaches_the_caller_typed_and_naming_the_file(tmp_pa
         cl.compute(x[-10:]).result(timeout=60)
     # The workers go on: another array computes.
     np.testing.assert_array_equal(cl.compute(x[:1000]).result(timeout=60), want[:1000])
+
+
+# ---- a fourth hostile pass: a shard rewritten between load() and compute() --------------------
+
+@pytest.mark.parametrize("fmt", ["npy", "parquet", "hdf5"])
+@pytest.mark.parametrize("how", ["in place, size and mtime kept", "renamed over, mtime kept"])
+def test_a_shard_rewritten_keeping_size_and_mtime_fails_compute_and_numpy_load(tmp_path, fmt,
+                                                                               how):
+    """One byte of shard 1 changed after discovery, its size and mtime put back (in place, or
+    a copy renamed over it): compute() of the Dask array, and shardload.numpy.load of the
+    layout discovered before, raise ShardReadError naming the shard; no chunk of other data
+    is returned."""
+    ext = {"npy": "npy", "parquet": "parquet", "hdf5": "h5"}[fmt]
+
+    def make() -> str:
+        d = tmp_path / "d"
+        d.mkdir(exist_ok=True)
+        for i in range(3):
+            a = np.arange(i * 10, i * 10 + 10, dtype=np.float64)
+            p = d / f"shard_{i:04d}.{ext}"
+            if fmt == "npy":
+                np.save(p, a.reshape(10, 1))
+            elif fmt == "parquet":
+                pq.write_table(pa.table({"x": a}), p)
+            else:
+                with h5py.File(p, "w") as f:
+                    f["x"] = a
+        return str(d)
+
+    def rewrite() -> str:
+        p = tmp_path / "d" / f"shard_0001.{ext}"
+        st = os.stat(p)
+        raw = bytearray(p.read_bytes())
+        raw[-20] ^= 0xFF
+        target = p if how.startswith("in place") else p.with_suffix(".tmp")
+        with open(target, "r+b" if target == p else "wb") as f:
+            f.write(raw)
+        os.utime(target, ns=(st.st_atime_ns, st.st_mtime_ns))
+        if target != p:
+            os.replace(target, p)
+        return str(p)
+
+    arr = sdask.load(make(), chunks=10)
+    changed = rewrite()
+    with pytest.raises(shardload.ShardReadError, match="changed since discovery") as e:
+        arr.compute(scheduler="sync")
+    assert e.value.filename == str(changed)
+    layout = shardload.discover(make())
+    changed = rewrite()
+    from shardload import numpy as snp
+
+    with pytest.raises(shardload.ShardReadError, match="changed since discovery") as e:
+        snp.load(layout)
+    assert e.value.filename == str(changed)

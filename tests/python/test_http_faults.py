@@ -701,3 +701,37 @@ def test_an_answer_in_a_content_encoding_is_refused(where):
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_a_urls_credentials_go_to_its_own_host_only(web):
+    """http://user:password@A/... redirected to another host (another port): the redirect is
+    followed and reads the same rows, and no request to the other host carries the
+    Authorization that A got; a relative redirect stays on A and keeps it."""
+    server, base = web
+    seen: list[tuple[str, str | None]] = []
+    original = Handler._serve
+
+    def _serve(self, head):
+        seen.append((f"{self.server.server_address[1]}{self.path}",
+                     self.headers.get("Authorization")))
+        return original(self, head)
+
+    a = np.arange(40, dtype=np.float32).reshape(10, 4)
+    Handler._serve = _serve
+    try:
+        with serving() as (other, other_base):
+            other.put("/a.npy", npy_bytes(a))
+            server.put("/a.npy", npy_bytes(a))
+            server.redirect["/away.npy"] = (302, f"{other_base}/a.npy")
+            server.redirect["/here.npy"] = (302, "/a.npy")
+            with_user = base.replace("http://", "http://alice:pw-s3cr3t@")
+            for name in ("away", "here"):
+                np.testing.assert_array_equal(
+                    shardload.discover(f"{with_user}/{name}.npy").read(), a)
+    finally:
+        Handler._serve = original
+    port = base.rsplit(":", 1)[1]
+    other_port = other_base.rsplit(":", 1)[1]
+    assert any(p.startswith(other_port) for p, _ in seen)
+    assert all(auth is None for p, auth in seen if p.startswith(other_port)), seen
+    assert all(auth is not None for p, auth in seen if p.startswith(port)), seen

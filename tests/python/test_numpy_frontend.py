@@ -197,3 +197,52 @@ def test_no_runtime_is_imported(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True)
     assert out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+# ---- a fourth hostile pass: row_range spellings through every front end -----------------------
+
+@pytest.mark.parametrize("row_range", [
+    slice(2, 7), slice(2, 7, 1), slice(2, 7, np.int64(1)), (np.int64(2), np.int32(7)),
+    slice(np.uint64(2), 7), (None, None), [2, 7],
+    slice(0, 10, 2), slice(None, None, -1), slice(2, 7, 0), slice(-5, None), (3, -3),
+    slice(5, 2), (0, 100), (2.0, 7), (True, 5), slice("2", 7), (2, 7, 1), np.array([2, 7]),
+    range(2, 7),
+], ids=repr)
+def test_row_range_spellings_read_the_same_rows_in_every_front_end_or_are_refused(tmp_path,
+                                                                                  row_range):
+    """shardload.numpy.load, shardload.dask.load and (where installed) shardload.jax.load take
+    a row range alike: the rows [lo, hi) numpy's a[lo:hi] gives, or the same TypeError /
+    ValueError from each (a step other than 1, negative or past-the-end bounds, lo > hi, a
+    float, a bool, a str, three numbers, an array, a range)."""
+    a = np.arange(40, dtype=np.float64).reshape(20, 2)
+    for i in range(4):
+        np.save(tmp_path / f"shard_{i:04d}.npy", a[i * 5:(i + 1) * 5])
+    loads = {"numpy": lambda: snp.load(tmp_path, row_range=row_range)}
+    try:
+        import shardload.dask as sdask
+
+        loads["dask"] = lambda: sdask.load(tmp_path, row_range=row_range).compute(
+            scheduler="sync")
+    except ImportError:
+        pass
+    try:
+        import shardload.jax as sjax
+
+        loads["jax"] = lambda: np.asarray(sjax.load(tmp_path, row_range=row_range))
+    except ImportError:
+        pass
+    outcomes = {}
+    for name, load in loads.items():
+        try:
+            outcomes[name] = ("rows", load())
+        except (TypeError, ValueError) as e:
+            outcomes[name] = (type(e).__name__, str(e))
+    first = outcomes["numpy"]
+    for name, got in outcomes.items():
+        assert got[0] == first[0], outcomes
+        if got[0] == "rows":
+            lo, hi = ((row_range.start, row_range.stop) if isinstance(row_range, slice)
+                      else tuple(row_range))
+            np.testing.assert_array_equal(got[1], a[slice(lo, hi)])
+        else:
+            assert got[1] == first[1], outcomes

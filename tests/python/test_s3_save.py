@@ -813,3 +813,37 @@ def test_empty_segments_are_refused_or_trailing(bucket):
         with pytest.raises(shardload.DestinationExistsError):
             shardload.save(np.ones((4, 2)), bucket.url(dest), storage_options=bucket.options)
     assert {k: bucket.get(k) for k in bucket.keys()} == before
+
+
+@pytest.mark.parametrize("path", ["signed", "arrow"])
+def test_destinations_beside_objects_of_similar_names_touch_only_their_own(bucket, path,
+                                                                             monkeypatch):
+    """shardload.numpy.save with and without overwrite to "d" (an object of that name beside
+    d/ and dfoo.npy), the bucket's root, "dd" (a dataset without the trailing '/') and a shard
+    object's own key: each is refused, or writes only under its own prefix; no other object
+    changes."""
+    import shardload.numpy as snp
+
+    options = bucket.options
+    if path == "arrow":
+        options = {k: v for k, v in bucket.options.items() if k != "region"}
+        for k in ("AWS_REGION", "AWS_DEFAULT_REGION"):
+            monkeypatch.delenv(k, raising=False)
+    for key, data in (("dfoo.npy", b"mine1"), ("d2/x", b"mine2"), ("d", b"mine3"),
+                      ("other/y", b"mine4")):
+        bucket.put(key, data)
+    bucket.put_npy("dd/shard_0000.npy", np.zeros((2, 2)))
+    mine = {k: bucket.get(k) for k in ("dfoo.npy", "d2/x", "d", "other/y")}
+    x = np.ones((4, 2))
+    for dest in ("d", "d/", "", "dd/shard_0000.npy"):
+        for overwrite in (False, True):
+            with pytest.raises(shardload.ShardWriteError) as e:
+                snp.save(x, bucket.url(dest), num_shards=1, overwrite=overwrite,
+                         storage_options=options)
+            assert bucket.url(dest) in str(e.value)
+    for dest in ("dd", "dd/"):
+        snp.save(x, bucket.url(dest), num_shards=1, overwrite=True, storage_options=options)
+        np.testing.assert_array_equal(
+            snp.load(bucket.url("dd/"), storage_options=options), x)
+    assert {k: bucket.get(k) for k in mine} == mine
+    assert [k for k in bucket.keys() if k not in mine and not k.startswith("dd/")] == []

@@ -5,6 +5,7 @@ when it began, whatever a link on the way says later."""
 from __future__ import annotations
 
 import os
+import shutil
 import pathlib
 import threading
 import time
@@ -151,3 +152,83 @@ def test_an_overwrite_killed_midway_leaves_the_old_dataset_or_the_new_one(tmp_pa
         # Which of the two a kill leaves depends on the machine's speed; a mix never.
         assert np.array_equal(got, old) or np.array_equal(got, -old), delay
         assert (tmp_path / "keep.txt").read_text() == "mine"
+
+
+# --- a fourth pass: links as the destination or inside the dataset an overwrite replaces -------
+
+def _tree(root: pathlib.Path) -> dict[str, object]:
+    out: dict[str, object] = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        for n in dirnames + filenames:
+            p = pathlib.Path(dirpath) / n
+            out[str(p.relative_to(root))] = (
+                "-> " + os.readlink(p) if p.is_symlink() else "dir" if p.is_dir() else
+                p.read_bytes())
+    return out
+
+
+def _saver(which: str):
+    import shardload.numpy as snp
+
+    if which == "save":
+        return lambda x, dest, **kw: shardload.save(x, dest, **kw)
+    if which == "numpy.save":
+        return lambda x, dest, **kw: snp.save(x, dest, **kw)
+    da = pytest.importorskip("dask.array")
+    import shardload.dask as sdask
+
+    def dask_save(x, dest, num_shards=2, **kw):
+        return sdask.save(da.from_array(x, chunks=-(-len(x) // num_shards)), dest, **kw)
+    return dask_save
+
+
+@pytest.mark.parametrize("which", ["save", "numpy.save", "dask.save"])
+@pytest.mark.parametrize("link", ["a user's directory", "a dataset", "nothing", "a file",
+                                  "an empty directory", "a shard of the old dataset",
+                                  "a Zarr store of the old dataset", "the raw sidecar"])
+def test_a_link_as_the_destination_or_inside_it_moves_no_write_outside(tmp_path, which, link):
+    """The destination a symbolic link (to a user's directory, a dataset, nothing, a file, an
+    empty directory), or a shard, a Zarr store or the raw sidecar of the dataset an overwrite
+    replaces a link to a file elsewhere: refused (with and without overwrite) naming the
+    link, and nothing where the link leads changes."""
+    import shardload.numpy as snp
+
+    save = _saver(which)
+    x = np.arange(12.0).reshape(6, 2)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    dest = tmp_path / "out"
+    fmt = "zarr" if "Zarr" in link else "raw" if "sidecar" in link else "npy"
+    if link == "a user's directory":
+        (elsewhere / "notes.txt").write_text("mine")
+        dest.symlink_to(elsewhere)
+    elif link == "a dataset":
+        snp.save(-x, elsewhere / "ds", num_shards=3)
+        dest.symlink_to(elsewhere / "ds")
+    elif link == "nothing":
+        dest.symlink_to(elsewhere / "absent")
+    elif link == "a file":
+        (elsewhere / "f").write_text("mine")
+        dest.symlink_to(elsewhere / "f")
+    elif link == "an empty directory":
+        (elsewhere / "empty").mkdir()
+        dest.symlink_to(elsewhere / "empty")
+    else:
+        snp.save(-x, dest, num_shards=2, format=fmt)
+        name = {"npy": "shard_0001.npy", "zarr": "shard_0001.zarr", "raw": "shardload.json"}[fmt]
+        inside = dest / name
+        target = elsewhere / name
+        if inside.is_dir():
+            shutil.copytree(inside, target)
+            shutil.rmtree(inside)
+        else:
+            shutil.copy(inside, target)
+            inside.unlink()
+        inside.symlink_to(target)
+    before = _tree(elsewhere)
+    for overwrite in (False, True):
+        with pytest.raises(shardload.ShardWriteError) as e:
+            save(x, dest, num_shards=2, overwrite=overwrite, format=fmt)
+        assert str(dest) in str(e.value), str(e.value)
+    assert _tree(elsewhere) == before
+    assert not staging_dirs(tmp_path)
