@@ -13,10 +13,12 @@ import importlib.util
 import json
 import os
 import pathlib
+import queue
 import socket
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import numpy as np
@@ -196,20 +198,32 @@ def test_ddp_killed_mid_epoch_on_two_processes_resumes_on_three(data, tmp_path):
     d, n = data
     ckpt = tmp_path / "ckpt.pt"
     procs, logs = start_ranks("killed", d, tmp_path, 2, "--ckpt", str(ckpt))
+    lines: queue.Queue = queue.Queue()  # (rank, line); (rank, None) when its output ends
+
+    def pump(r: int, p: subprocess.Popen) -> None:
+        for line in p.stdout:
+            lines.put((r, line))
+        lines.put((r, None))
+
+    for r, p in enumerate(procs):
+        threading.Thread(target=pump, args=(r, p), daemon=True).start()
     try:
-        deadline = time.monotonic() + 120
-        for p in procs:  # each rank says when it is in step 5; a rank that fails says why
-            line = ""
-            while not line.startswith("at step 5") and time.monotonic() < deadline:
-                line = p.stdout.readline()
-                if not line:
-                    break
-            assert line.startswith("at step 5"), f"rank ended before step 5: {p.wait()}"
+        deadline, waiting, said = time.monotonic() + 120, {0, 1}, []
+        while waiting:  # each rank says when it is in step 5; one that fails says why
+            try:
+                r, line = lines.get(timeout=max(0.1, deadline - time.monotonic()))
+            except queue.Empty:
+                pytest.fail(f"ranks {sorted(waiting)} did not reach step 5 in 120 s (a hang):"
+                            f"\n{''.join(said)}")
+            assert line is not None, f"rank {r} ended before step 5:\n{''.join(said)}"
+            said.append(line)
+            if line.startswith("at step 5"):
+                waiting.discard(r)
     finally:
         for p in procs:
             p.send_signal(signal.SIGKILL)
         for p in procs:
-            p.communicate(timeout=30)
+            p.wait(timeout=30)
     assert [p.returncode for p in procs] == [-signal.SIGKILL] * 2
     stream = oracle_stream("row", n, SEED, 0)
     whole = [expected_batches(stream, BATCH, 2, r, False) for r in (0, 1)]  # 9 steps each
