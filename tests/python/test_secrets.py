@@ -417,3 +417,36 @@ def test_a_refused_destination_does_not_echo_its_secret(tmp_path, monkeypatch, c
         run_it()
     assert_hidden(str(e.value) + repr(e.value.args) + str(getattr(e.value, "filename", "") or ""),
                   visible)
+
+
+@pytest.mark.parametrize("form", ["userinfo", "token", "sigv4"])
+def test_a_read_errors_filename_pickle_and_traceback_hide_the_secret(web, form):
+    """An object changed after discovery (ShardReadError) and one that is missing
+    (LayoutError): the message, ``args``, ``filename``, the traceback as printed, and the
+    error after a pickle round trip (as a Dask worker sends it) show the URL without its
+    secret."""
+    import pickle
+    import traceback
+
+    store, base = web
+    a = np.arange(40, dtype=np.float32).reshape(10, 4)
+    store.put_npy("/e/a.npy", a)
+    if form == "userinfo":
+        url, visible = base.replace("http://", "http://alice:pw-s3cr3t@") + "/e/a.npy", "alice:***@"
+    else:
+        query = dict(QUERY_FORMS)[form]
+        url, visible = with_query(f"{base}/e/a.npy", query), VISIBLE[form][-1]
+    layout = shardload.discover(url)
+    store.put_npy("/e/a.npy", a[:5])
+    errors = []
+    with pytest.raises(shardload.ShardReadError) as e:
+        layout.read()
+    errors.append(e.value)
+    with pytest.raises(shardload.LayoutError) as e:
+        shardload.discover(url.replace("/e/a.npy", "/e/gone.npy"))
+    errors.append(e.value)
+    for err in errors:
+        back = pickle.loads(pickle.dumps(err))
+        shown = "".join(traceback.format_exception(err)) + repr(err.args) + str(back) + repr(back)
+        shown += str(getattr(err, "filename", "") or "") + str(getattr(back, "filename", "") or "")
+        assert_hidden(shown, visible)
