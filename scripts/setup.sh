@@ -12,7 +12,7 @@ log() { printf '[setup] %s\n' "$*" >&2; }
 # ---- Debian packages -------------------------------------------------------------
 DEB_PACKAGES=(build-essential cmake ninja-build pkg-config libgtest-dev libgmock-dev
               libbenchmark-dev python3-venv python3-dev
-              clang libclang-rt-14-dev  # libFuzzer targets and their sanitizers
+              clang-16 libclang-rt-16-dev  # the sanitizer tree: libFuzzer, ASan, UBSan
               nlohmann-json3-dev zlib1g-dev libzstd-dev liblz4-dev libblosc-dev  # raw + zarr readers
               libhdf5-dev  # HDF5 reader: headers + the libhdf5_serial.so.103 it dlopens
               libxxhash-dev  # manifest checksums (XXH3)

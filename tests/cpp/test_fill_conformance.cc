@@ -78,8 +78,7 @@ struct DeviceFill {
     }
     std::vector<Piece> pieces;
     pieces_for_rows(l.offsets, lo, hi, &pieces);
-    int stream = 0;  // the address is the stream
-    return fill_device(l, pieces, out, static_cast<std::uint64_t>(hi - lo) * l.row_bytes, &stream,
+    return fill_device(l, pieces, out, static_cast<std::uint64_t>(hi - lo) * l.row_bytes, &stream_,
                        *pool, o);
   }
   // No staging buffer overwritten before its copy ran; every buffer whole again, and nothing
@@ -96,6 +95,9 @@ struct DeviceFill {
   }
 
   HostCopyBackend backend_;
+  // The address is the stream, one for every fill as the backend expects: a member, not a local,
+  // whose address ASan's fake stacks (clang: detect_stack_use_after_return) change per call.
+  int stream_ = 0;
   std::unique_ptr<ReaderThreads> readers_;
   std::unique_ptr<StagingPool> pools_[kConfigs];
 };
