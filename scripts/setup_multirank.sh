@@ -86,10 +86,19 @@ export PATH="$ROOT/$VENV/bin:$PATH"
 # shown them too, or it takes Debian's older UCX (installed with OpenMPI) for liblegate's. NCCL
 # too: a LD_LIBRARY_PATH of the default build (scripts/env.sh) names the CUDA 13 one.
 link_dirs="$SITE/libucx/lib:$SITE/nvidia/cuda_runtime/lib:$SITE/nvidia/nccl/lib"
+# The same pyarrow in both venvs: build-mr compiles against .venv's copy of its headers, so the
+# readers come from the compiler cache as build/ compiled them (their compile lines then match).
+arrow_headers=""
+mr_arrow=$SITE/pyarrow/include
+default_arrow=$($ROOT/.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])' 2>/dev/null || true)/pyarrow/include
+if [ -d "$mr_arrow" ] && [ -d "$default_arrow" ] && diff -rq "$mr_arrow" "$default_arrow" >/dev/null 2>&1; then
+  arrow_headers=$default_arrow
+fi
 log "configuring build-mr/ (Legate $($VENV/bin/python -c 'import importlib.metadata as m; print(m.version("legate"))'), CPU variants only)"
 cmake -S . -B build-mr -G Ninja -DCMAKE_BUILD_TYPE=Release \
       -DPython3_EXECUTABLE="$ROOT/$VENV/bin/python" -DSHARDLOAD_WITH_CUDA=OFF \
       -DSHARDLOAD_BENCH=OFF -DSHARDLOAD_PYTHON_MODULE_DIR="$ROOT/$PKG" \
+      -DSHARDLOAD_ARROW_INCLUDE_DIR="$arrow_headers" \
       -DCMAKE_EXE_LINKER_FLAGS="-Wl,-rpath-link,$link_dirs" \
       -DCMAKE_SHARED_LINKER_FLAGS="-Wl,-rpath-link,$link_dirs" \
       -DCMAKE_MODULE_LINKER_FLAGS="-Wl,-rpath-link,$link_dirs" >/dev/null
