@@ -116,7 +116,10 @@ std::size_t on_header(char* data, std::size_t size, std::size_t count, void* use
   if (iequals_prefix(line, "last-modified:")) h->last_modified = value("last-modified:");
   if (iequals_prefix(line, "content-range:")) h->content_range = value("content-range:");
   if (iequals_prefix(line, "content-encoding:")) {
-    h->content_encoding = value("content-encoding:");
+    // Several lines are one list ("gzip" then "identity" is "gzip, identity"): the last
+    // alone would hide a coding the body is in.
+    const std::string more = value("content-encoding:");
+    h->content_encoding = h->content_encoding.empty() ? more : h->content_encoding + ", " + more;
   }
   if (iequals_prefix(line, "x-amz-bucket-region:")) {
     h->bucket_region = value("x-amz-bucket-region:");
