@@ -171,7 +171,10 @@ configure_san() {
 asan() {
   configure_san
   built build-san --target core_tests
-  ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 build-san/core_tests --gtest_brief=1
+  # Stack use after return unchecked, as the g++ tree ran them: clang turns it on by default, and
+  # the run took 94 CPU s with it, 56 without (g++: 52).
+  ASAN_OPTIONS=detect_leaks=1:detect_stack_use_after_return=0 UBSAN_OPTIONS=print_stacktrace=1 \
+    build-san/core_tests --gtest_brief=1
 }
 stage "C++ core tests under ASan + UBSan" asan
 
