@@ -91,6 +91,8 @@ Result<arrow::fs::FileInfoVector> list_pages(arrow::fs::FileSystem& fs,
   arrow::fs::FileInfoVector all;
   std::unordered_set<std::string> seen;
   for (std::int64_t page = 1;; ++page) {
+    // Seen between pages too: a page asked ahead is ready at once, with no wait to look in.
+    if (interrupt_requested()) return file_error(code, url, what + ": interrupted", ECANCELED);
     arrow::Future<arrow::fs::FileInfoVector> got = next();
     while (!got.Wait(0.05)) {
       if (interrupt_requested()) return file_error(code, url, what + ": interrupted", ECANCELED);
