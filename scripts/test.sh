@@ -197,7 +197,7 @@ fuzz() {
   configure_san
   built build-san --target fuzzers
   # One target per CPU at a time; each is single-threaded. Stack use after return unchecked, as
-  # clang 14 fuzzed before: with it, the -O0 targets ran 3-12x fewer inputs in 10 s (without,
+  # clang 14 fuzzed before: with it, the -O0 targets ran 2-9x fewer inputs in 10 s (without,
   # 0.1-0.7x as many as clang 14's -O2 ones did).
   export ASAN_OPTIONS=detect_stack_use_after_return=0
   export -f fuzz_one
