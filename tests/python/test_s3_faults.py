@@ -443,6 +443,19 @@ def _discover_in_a_child(endpoint: str, signed: bool) -> "subprocess.Popen":
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
 
+def _output_within(proc: "subprocess.Popen", seconds: float, failure) -> tuple[str, str]:
+    """The child's stdout and stderr once it ends; killed, and the test failed with
+    `failure()`, when it is still running after `seconds`."""
+    import subprocess
+
+    try:
+        return proc.communicate(timeout=seconds)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        pytest.fail(failure())
+
+
 @pytest.mark.parametrize("signed", [False, True], ids=["arrow", "signed"])
 def test_a_list_that_never_ends_is_an_error_or_ends_with_ctrl_c(signed):
     """A server whose LIST pages never stop saying "truncated" kept discovery asking for
@@ -451,17 +464,12 @@ def test_a_list_that_never_ends_is_an_error_or_ends_with_ctrl_c(signed):
     listing of new keys without end ends with Ctrl-C (KeyboardInterrupt); either way no LIST
     is asked after it."""
     import signal
-    import subprocess
 
     repeat = _EndlessList("repeat")
     try:
         proc = _discover_in_a_child(repeat.endpoint, signed)
-        try:
-            out, err = proc.communicate(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.communicate()
-            pytest.fail(f"discovery still listing after 60 s ({repeat.lists} LISTs)")
+        out, err = _output_within(proc, 60, lambda: f"discovery still listing after 60 s "
+                                  f"({repeat.lists} LISTs)")
         assert out.startswith("LayoutError"), (out, err)
         assert "s3://b/d/" in out and "lists again" in out, out
         asked = repeat.lists
@@ -478,12 +486,8 @@ def test_a_list_that_never_ends_is_an_error_or_ends_with_ctrl_c(signed):
             time.sleep(0.05)
         assert endless.lists >= 20, proc.communicate()
         proc.send_signal(signal.SIGINT)
-        try:
-            out, err = proc.communicate(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.communicate()
-            pytest.fail(f"Ctrl-C did not end the listing ({endless.lists} LISTs)")
+        out, err = _output_within(proc, 20, lambda: f"Ctrl-C did not end the listing "
+                                  f"({endless.lists} LISTs)")
         assert out.startswith("KeyboardInterrupt"), (out, err)
         assert float(out.split()[1]) < 60, out
         asked = endless.lists
