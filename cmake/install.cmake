@@ -33,8 +33,8 @@ function(shardload_wheel_rpath target up)
   target_link_options(${target} PRIVATE "LINKER:--disable-new-dtags")
 endfunction()
 
-set(shardload_export_targets shardload_internal shardload_base shardload_readers shardload_engine
-    shardload_errors)
+set(shardload_export_targets shardload_internal shardload_base shardload_storage shardload_readers
+    shardload_engine shardload_errors)
 if(SHARDLOAD_WITH_LEGATE)
   list(APPEND shardload_export_targets shardload_legate)
 endif()
@@ -49,8 +49,8 @@ install(TARGETS ${shardload_export_targets} EXPORT shardloadTargets
         ARCHIVE DESTINATION ${SHARDLOAD_INSTALL_LIBDIR}
         LIBRARY DESTINATION ${SHARDLOAD_INSTALL_LIBDIR}
         INCLUDES DESTINATION include)
-foreach(layer base readers engine errors legate)
-  if(TARGET shardload_${layer})
+foreach(layer base storage readers engine errors legate)
+  if(TARGET shardload_${layer} AND IS_DIRECTORY ${PROJECT_SOURCE_DIR}/src/${layer}/include)
     install(DIRECTORY src/${layer}/include/ DESTINATION include)
   endif()
 endforeach()

@@ -47,7 +47,7 @@ command -v ccache >/dev/null && launcher=(ccache)
 gencode=${CUDA_GENCODE:--gencode=arch=compute_80,code=sm_80 -gencode=arch=compute_90,code=[sm_90,compute_90]}
 read -r -a gencode_args <<<"$gencode"
 
-includes=(-I"$root/src" -I"$root/src/base/include" -I"$root/src/readers/include"
+includes=(-I"$root/src" -I"$root/src/base/include" -I"$root/src/storage/include" -I"$root/src/readers/include"
           -I"$root/src/engine/include" -I"$root/src/testing/include" -I"$root/src/cuda/include")
 cxxflags=(-std=c++20 -O2 -DNDEBUG -fPIC -pthread -Wall -Wextra "${includes[@]}")
 core=(src/base/bytes.cc src/base/dtype.cc src/base/format.cc src/base/io.cc src/base/source.cc

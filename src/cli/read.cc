@@ -9,8 +9,8 @@
 #include <optional>
 #include <vector>
 
+#include "base/detail/json.hpp"
 #include "cli/commands.hpp"
-#include "readers/detail/json.hpp"
 #include "shardload/io.hpp"
 #include "shardload/source.hpp"
 

@@ -23,7 +23,7 @@
 #include <xmmintrin.h>
 #endif
 
-#include "readers/detail/json.hpp"
+#include "base/detail/json.hpp"
 #include "shardload/format.hpp"
 
 namespace shardload::detail {

@@ -44,11 +44,11 @@
 #include "readers/detail/arrow_columns.hpp"
 #include "readers/detail/arrow_io.hpp"
 #include "readers/detail/arrow_reader.hpp"
-#include "readers/detail/fetch_ahead.hpp"
 #include "readers/detail/ipc_file.hpp"
 #include "readers/detail/readers.hpp"
-#include "readers/detail/store_options.hpp"
 #include "shardload/formats.hpp"
+#include "storage/detail/fetch_ahead.hpp"
+#include "storage/detail/store_options.hpp"
 
 namespace shardload::detail {
 

@@ -10,26 +10,12 @@
 #include <system_error>
 
 #include "readers/detail/readers.hpp"
-#if SHARDLOAD_WITH_ARROW
-#include "readers/detail/s3_io.hpp"
-#endif
-#if SHARDLOAD_WITH_HTTP
-#include "readers/detail/http_io.hpp"
-#endif
 #include "shardload/reader_registry.hpp"
 #include "shardload/source.hpp"
 
 namespace shardload {
 
 namespace {
-
-#if SHARDLOAD_WITH_ARROW
-// At load time, so that a source parsed before any reader exists can name "s3://" URLs.
-const bool kS3Registered = (detail::register_s3_io(), true);
-#endif
-#if SHARDLOAD_WITH_HTTP
-const bool kHttpRegistered = (detail::register_http_io(), true);
-#endif
 
 bool ends_with(std::string_view s, std::string_view suffix) {
   return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;

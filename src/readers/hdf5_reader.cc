@@ -23,11 +23,11 @@
 #include <string_view>
 #include <vector>
 
-#include "readers/detail/fetch_ahead.hpp"
 #include "readers/detail/hdf5.hpp"
 #include "readers/detail/readers.hpp"
-#include "readers/detail/store_options.hpp"
 #include "shardload/byte_order.hpp"
+#include "storage/detail/fetch_ahead.hpp"
+#include "storage/detail/store_options.hpp"
 
 namespace shardload::detail {
 

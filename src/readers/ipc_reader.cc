@@ -17,9 +17,9 @@
 #include <vector>
 
 #include "readers/detail/arrow_reader.hpp"
-#include "readers/detail/fetch_ahead.hpp"
 #include "readers/detail/ipc_file.hpp"
-#include "readers/detail/store_options.hpp"
+#include "storage/detail/fetch_ahead.hpp"
+#include "storage/detail/store_options.hpp"
 
 namespace shardload::detail {
 

@@ -5,7 +5,7 @@
 #include <memory>
 
 #include "readers/detail/fortran_walk.hpp"
-#include "readers/detail/object_store.hpp"
+#include "readers/detail/object_layout.hpp"
 #include "readers/detail/readers.hpp"
 #include "readers/detail/write_files.hpp"
 #include "shardload/byte_order.hpp"

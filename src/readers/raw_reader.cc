@@ -28,8 +28,8 @@
 #include <optional>
 
 #include "base/detail/checked.hpp"
-#include "readers/detail/json.hpp"
-#include "readers/detail/object_store.hpp"
+#include "base/detail/json.hpp"
+#include "readers/detail/object_layout.hpp"
 #include "readers/detail/readers.hpp"
 #include "readers/detail/write_files.hpp"
 #include "shardload/byte_order.hpp"

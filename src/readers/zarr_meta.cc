@@ -5,7 +5,7 @@
 #include <limits>
 
 #include "base/detail/checked.hpp"
-#include "readers/detail/json.hpp"
+#include "base/detail/json.hpp"
 #include "readers/detail/write_files.hpp"
 #include "readers/detail/zarr.hpp"
 #include "shardload/format.hpp"

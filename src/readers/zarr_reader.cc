@@ -24,12 +24,12 @@
 #include <optional>
 
 #include "base/detail/checked.hpp"
-#include "readers/detail/fetch_ahead.hpp"
-#include "readers/detail/json.hpp"
+#include "base/detail/json.hpp"
 #include "readers/detail/readers.hpp"
-#include "readers/detail/store_options.hpp"
 #include "readers/detail/zarr.hpp"
 #include "shardload/byte_order.hpp"
+#include "storage/detail/fetch_ahead.hpp"
+#include "storage/detail/store_options.hpp"
 
 namespace shardload::detail {
 

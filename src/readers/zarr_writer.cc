@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <cerrno>
 
-#include "readers/detail/object_store.hpp"
+#include "readers/detail/object_layout.hpp"
 #include "readers/detail/readers.hpp"
 #include "readers/detail/write_files.hpp"
 #include "readers/detail/zarr.hpp"

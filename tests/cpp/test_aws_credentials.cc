@@ -1,8 +1,8 @@
 // The credentials documents of a container's endpoint and of the instance metadata service
-// (readers/detail/aws_credentials.hpp), as AWS documents them.
+// (storage/detail/aws_credentials.hpp), as AWS documents them.
 #include <gtest/gtest.h>
 
-#include "readers/detail/aws_credentials.hpp"
+#include "storage/detail/aws_credentials.hpp"
 
 namespace shardload::detail {
 namespace {
@@ -30,8 +30,8 @@ TEST(RoleCredentials, AContainerDocumentWithFractionalSecondsAndNoCode) {
       &c, &expires));
   EXPECT_EQ(expires, std::time_t{1796322605});
   // No expiry: long-lived keys, never fetched again.
-  ASSERT_TRUE(parse_role_credentials(R"({"AccessKeyId": "A", "SecretAccessKey": "S"})", &c,
-                                     &expires));
+  ASSERT_TRUE(
+      parse_role_credentials(R"({"AccessKeyId": "A", "SecretAccessKey": "S"})", &c, &expires));
   EXPECT_EQ(expires, 0);
   EXPECT_EQ(c.session_token, "");
 }
@@ -39,16 +39,17 @@ TEST(RoleCredentials, AContainerDocumentWithFractionalSecondsAndNoCode) {
 TEST(RoleCredentials, WhatIsNotADocumentOfCredentialsIsRefused) {
   AwsCredentials c{"keep", "keep", ""};
   std::time_t expires = 7;
-  for (const char* text : {
-           "",
-           "not json",
-           "[]",
-           R"({"Code": "AssumeRoleUnauthorizedAccess", "AccessKeyId": "A", "SecretAccessKey": "S"})",
-           R"({"AccessKeyId": "A"})",
-           R"({"AccessKeyId": "", "SecretAccessKey": "S"})",
-           R"({"AccessKeyId": 5, "SecretAccessKey": "S"})",
-           R"({"AccessKeyId": "A", "SecretAccessKey": "S", "Expiration": "tomorrow"})",
-       }) {
+  for (
+      const char* text : {
+          "",
+          "not json",
+          "[]",
+          R"({"Code": "AssumeRoleUnauthorizedAccess", "AccessKeyId": "A", "SecretAccessKey": "S"})",
+          R"({"AccessKeyId": "A"})",
+          R"({"AccessKeyId": "", "SecretAccessKey": "S"})",
+          R"({"AccessKeyId": 5, "SecretAccessKey": "S"})",
+          R"({"AccessKeyId": "A", "SecretAccessKey": "S", "Expiration": "tomorrow"})",
+      }) {
     EXPECT_FALSE(parse_role_credentials(text, &c, &expires)) << text;
   }
   EXPECT_EQ(c.access_key, "keep");  // untouched by a refusal

@@ -1,8 +1,8 @@
-// AWS Signature Version 4 (readers/detail/sigv4.hpp) against the examples AWS publishes in
+// AWS Signature Version 4 (storage/detail/sigv4.hpp) against the examples AWS publishes in
 // "Signature Calculations for the Authorization Header" of the S3 API reference.
 #include <gtest/gtest.h>
 
-#include "readers/detail/sigv4.hpp"
+#include "storage/detail/sigv4.hpp"
 
 namespace shardload::detail {
 namespace {

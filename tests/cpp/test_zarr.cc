@@ -13,10 +13,10 @@
 #include <mutex>
 #include <thread>
 
-#include "readers/detail/fetch_ahead.hpp"
 #include "readers/detail/zarr.hpp"
 #include "shardload/fill.hpp"
 #include "shardload/layout.hpp"
+#include "storage/detail/fetch_ahead.hpp"
 #include "util.hpp"
 
 namespace shardload {

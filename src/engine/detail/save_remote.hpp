@@ -12,9 +12,10 @@
 #include <vector>
 
 #include "engine/detail/save_files.hpp"
-#include "readers/detail/object_store.hpp"
+#include "readers/detail/object_layout.hpp"
 #include "shardload/save_options.hpp"
 #include "shardload/status.hpp"
+#include "storage/detail/object_store.hpp"
 
 namespace shardload::detail {
 

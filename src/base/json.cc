@@ -1,4 +1,4 @@
-#include "readers/detail/json.hpp"
+#include "base/detail/json.hpp"
 
 #include <algorithm>
 #include <exception>

@@ -1,4 +1,4 @@
-#include "readers/detail/curl_get.hpp"
+#include "storage/detail/curl_get.hpp"
 
 #include "shardload/interrupt.hpp"
 
@@ -235,8 +235,7 @@ void allow_only_http(CURL* c) {
   curl_easy_setopt(c, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
 #else
   curl_easy_setopt(c, CURLOPT_PROTOCOLS, static_cast<long>(CURLPROTO_HTTP | CURLPROTO_HTTPS));
-  curl_easy_setopt(c, CURLOPT_REDIR_PROTOCOLS,
-                   static_cast<long>(CURLPROTO_HTTP | CURLPROTO_HTTPS));
+  curl_easy_setopt(c, CURLOPT_REDIR_PROTOCOLS, static_cast<long>(CURLPROTO_HTTP | CURLPROTO_HTTPS));
 #endif
 }
 
@@ -266,8 +265,8 @@ void interruptible_sleep(std::int64_t ms) {
   while (!interrupt_requested()) {
     const auto left = until - std::chrono::steady_clock::now();
     if (left <= std::chrono::steady_clock::duration::zero()) return;
-    std::this_thread::sleep_for(std::min<std::chrono::steady_clock::duration>(
-        left, std::chrono::milliseconds(20)));
+    std::this_thread::sleep_for(
+        std::min<std::chrono::steady_clock::duration>(left, std::chrono::milliseconds(20)));
   }
 }
 
@@ -431,8 +430,8 @@ CurlAnswer curl_perform(const CurlRequest& req, void* dst, std::size_t cap, std:
       curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &a.outcome.http);
       if (a.outcome.curl != CURLE_OK) a.outcome.curl_error = h->error;
       if (a.outcome.curl == CURLE_OPERATION_TIMEDOUT) {
-        a.outcome.curl_error += "; the request's deadline: " + seconds_text(deadline_ms) +
-                                " for " + std::to_string(bytes) + " bytes";
+        a.outcome.curl_error += "; the request's deadline: " + seconds_text(deadline_ms) + " for " +
+                                std::to_string(bytes) + " bytes";
       }
       if (a.outcome.curl == CURLE_ABORTED_BY_CALLBACK && interrupt_requested()) {
         a.outcome.curl_error = "interrupted";
@@ -447,9 +446,9 @@ CurlAnswer curl_perform(const CurlRequest& req, void* dst, std::size_t cap, std:
       const std::string next = location;
       const std::string code = "HTTP " + std::to_string(a.outcome.http);
       if (const std::string why = redirect_refusal(url, next); !why.empty()) {
-        a.outcome = CurlOutcome{CURLE_UNSUPPORTED_PROTOCOL, a.outcome.http,
-                                "refused the server's redirect (" + code + ") to " + next + ": " +
-                                    why};
+        a.outcome =
+            CurlOutcome{CURLE_UNSUPPORTED_PROTOCOL, a.outcome.http,
+                        "refused the server's redirect (" + code + ") to " + next + ": " + why};
         return a;
       }
       if (hop + 1 > kMaxRedirects) {

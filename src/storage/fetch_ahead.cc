@@ -1,4 +1,4 @@
-#include "readers/detail/fetch_ahead.hpp"
+#include "storage/detail/fetch_ahead.hpp"
 
 #include <condition_variable>
 #include <exception>

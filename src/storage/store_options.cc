@@ -1,4 +1,4 @@
-#include "readers/detail/store_options.hpp"
+#include "storage/detail/store_options.hpp"
 
 #include <algorithm>
 #include <atomic>

@@ -1,4 +1,4 @@
-#include "readers/detail/aws_credentials.hpp"
+#include "storage/detail/aws_credentials.hpp"
 
 #include <cctype>
 #include <cstdlib>
@@ -8,8 +8,8 @@
 #include <sstream>
 #include <vector>
 
-#include "readers/detail/curl_get.hpp"
-#include "readers/detail/json.hpp"
+#include "base/detail/json.hpp"
+#include "storage/detail/curl_get.hpp"
 
 namespace shardload::detail {
 

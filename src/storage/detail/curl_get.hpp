@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "readers/detail/store_options.hpp"
 #include "shardload/status.hpp"
+#include "storage/detail/store_options.hpp"
 
 namespace shardload::detail {
 

@@ -5,7 +5,7 @@
 // taken only where they are exactly the range asked for (from offset 0, the whole object fitting
 // the buffer), never copied as if they were the range. HTTP has no listing: every object is
 // named by its URL.
-#include "readers/detail/http_io.hpp"
+#include "storage/detail/http_io.hpp"
 
 #include <curl/curl.h>
 
@@ -22,8 +22,8 @@
 #include <thread>
 #include <unordered_map>
 
-#include "readers/detail/curl_get.hpp"
-#include "readers/detail/store_options.hpp"
+#include "storage/detail/curl_get.hpp"
+#include "storage/detail/store_options.hpp"
 
 namespace shardload::detail {
 

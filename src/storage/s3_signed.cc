@@ -1,4 +1,4 @@
-#include "readers/detail/s3_signed.hpp"
+#include "storage/detail/s3_signed.hpp"
 
 #include <cerrno>
 #include <cstdlib>
@@ -8,7 +8,7 @@
 #include <string_view>
 #include <vector>
 
-#include "readers/detail/curl_get.hpp"
+#include "storage/detail/curl_get.hpp"
 
 namespace shardload::detail {
 

@@ -13,11 +13,11 @@
 #include <optional>
 #include <string>
 
-#include "readers/detail/aws_credentials.hpp"
-#include "readers/detail/sigv4.hpp"
-#include "readers/detail/store_options.hpp"
 #include "shardload/io.hpp"
 #include "shardload/status.hpp"
+#include "storage/detail/aws_credentials.hpp"
+#include "storage/detail/sigv4.hpp"
+#include "storage/detail/store_options.hpp"
 
 namespace shardload::detail {
 

@@ -6,13 +6,13 @@
 // the object's size and ETag, which Arrow's cannot; there deletes, and uploads of objects
 // within multipart_threshold (one PUT each), are signed here too. Listing and multipart
 // uploads stay on Arrow.
-#include "readers/detail/s3_io.hpp"
-#include "readers/detail/object_store.hpp"
-#include "readers/detail/store_options.hpp"
+#include "storage/detail/s3_io.hpp"
+#include "storage/detail/object_store.hpp"
+#include "storage/detail/store_options.hpp"
 #include "shardload/interrupt.hpp"
 #if SHARDLOAD_S3_SIGNED
-#include "readers/detail/curl_get.hpp"
-#include "readers/detail/s3_signed.hpp"
+#include "storage/detail/curl_get.hpp"
+#include "storage/detail/s3_signed.hpp"
 #endif
 
 #include <arrow/filesystem/filesystem.h>

@@ -10,7 +10,7 @@
 #include <string>
 #include <utility>
 
-#include "readers/detail/sigv4.hpp"
+#include "storage/detail/sigv4.hpp"
 
 namespace shardload::detail {
 

@@ -1,4 +1,4 @@
-#include "readers/detail/sigv4.hpp"
+#include "storage/detail/sigv4.hpp"
 
 #include <openssl/evp.h>
 #include <openssl/hmac.h>

@@ -1,0 +1,80 @@
+"""tools/check_includes.py keeps every #include pointing down the layers: run on a small tree
+laid out like src/, it refuses a storage file that includes a reader's header (storage sits
+below the readers and knows no format) and accepts storage including base and readers
+including storage; run on this checkout, it finds nothing."""
+
+from __future__ import annotations
+
+import pathlib
+import subprocess
+import sys
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+TOOL = ROOT / "tools" / "check_includes.py"
+
+
+def _run(root: pathlib.Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, str(TOOL), "--root", str(root)], capture_output=True,
+                          text=True, check=False)
+
+
+def _tree(tmp_path: pathlib.Path, files: dict[str, str]) -> pathlib.Path:
+    for rel, text in files.items():
+        path = tmp_path / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+    return tmp_path
+
+
+_HEADERS = {
+    "src/base/include/shardload/status.hpp": "#pragma once\n",
+    "src/storage/detail/object_store.hpp": '#pragma once\n#include "shardload/status.hpp"\n',
+    "src/readers/include/shardload/formats.hpp": "#pragma once\n",
+    "src/readers/detail/zarr.hpp": '#pragma once\n#include "storage/detail/object_store.hpp"\n',
+}
+
+
+def test_storage_including_a_reader_header_is_refused(tmp_path: pathlib.Path) -> None:
+    root = _tree(tmp_path, {
+        **_HEADERS,
+        "src/storage/s3_io.cc": '#include "storage/detail/object_store.hpp"\n'
+                                '#include "readers/detail/zarr.hpp"\n',
+        "src/storage/detail/store_options.hpp": '#include "shardload/formats.hpp"\n',
+    })
+    got = _run(root)
+    assert got.returncode == 1, got.stdout
+    lines = got.stdout.splitlines()
+    assert ('src/storage/s3_io.cc:2: layer storage includes "readers/detail/zarr.hpp" of layer '
+            "readers, which is above it") in got.stdout, lines
+    assert ('src/storage/detail/store_options.hpp:1: layer storage includes '
+            '"shardload/formats.hpp" of layer readers') in got.stdout, lines
+    assert lines[-1] == "check_includes: 2 include(s) point up the layers or outside them"
+
+
+def test_storage_over_base_and_readers_over_storage_pass(tmp_path: pathlib.Path) -> None:
+    root = _tree(tmp_path, {
+        **_HEADERS,
+        "src/storage/s3_io.cc": '#include "storage/detail/object_store.hpp"\n'
+                                '#include "shardload/status.hpp"\n',
+        "src/readers/zarr_reader.cc": '#include "readers/detail/zarr.hpp"\n'
+                                      '#include "storage/detail/object_store.hpp"\n',
+    })
+    got = _run(root)
+    assert got.returncode == 0, got.stdout
+
+
+def test_base_including_storage_is_refused(tmp_path: pathlib.Path) -> None:
+    root = _tree(tmp_path, {
+        **_HEADERS,
+        "src/base/io.cc": '#include "storage/detail/object_store.hpp"\n',
+    })
+    got = _run(root)
+    assert got.returncode == 1
+    assert 'src/base/io.cc:1: layer base includes "storage/detail/object_store.hpp" of layer storage' \
+        in got.stdout
+
+
+def test_this_checkout_points_down() -> None:
+    got = _run(ROOT)
+    assert got.returncode == 0, got.stdout
+    assert not list((ROOT / "src" / "readers").glob("**/s3_*")), "object storage left in readers"
