@@ -7,9 +7,9 @@
 // within multipart_threshold (one PUT each), are signed here too. Listing and multipart
 // uploads stay on Arrow.
 #include "storage/detail/s3_io.hpp"
+#include "shardload/interrupt.hpp"
 #include "storage/detail/object_store.hpp"
 #include "storage/detail/store_options.hpp"
-#include "shardload/interrupt.hpp"
 #if SHARDLOAD_S3_SIGNED
 #include "storage/detail/curl_get.hpp"
 #include "storage/detail/s3_signed.hpp"
