@@ -1,0 +1,73 @@
+// The store drivers behind shardload/storage.hpp, and the in-memory store the tests inject
+// faults with. Internal to the storage layer and its tests.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+
+#include "shardload/io.hpp"
+#include "shardload/status.hpp"
+#include "shardload/storage.hpp"
+
+namespace shardload::detail {
+
+// The generation of a key from its snapshot: equal snapshots, equal generations (io.hpp's
+// FileInfo says which changes each field catches; remotely its inode is a hash of the ETag).
+std::string generation_of(const FileInfo& info);
+
+// The local POSIX driver over posix_io(), rooted at the directory `dir`.
+std::unique_ptr<Store> make_local_store(std::string dir);
+// The s3:// and http(s):// drivers over the registered RemoteIo (io.hpp): `location` is the
+// URL of the prefix, its query (the store's options) kept apart and put back on each key's URL.
+Result<std::unique_ptr<Store>> make_remote_store(std::string_view location, RemoteIo* io);
+
+// What the in-memory store does wrong for one key, so that a test can see how a caller copes.
+struct MemoryFault {
+  Status fail;  // returned by the next `fail_times` reads
+  int fail_times = 0;
+  std::size_t short_by = 0;            // each read returns this many bytes fewer (lies)
+  bool change_after_stat = false;      // the key is rewritten right after each stat
+  std::chrono::milliseconds delay{0};  // each read sleeps this long first (slow)
+};
+
+// A store in memory ("memory"): the reference the drivers' contract tests compare with, and the
+// store a test injects faults with. Every write gives the key a new generation.
+class MemoryStore final : public Store {
+ public:
+  explicit MemoryStore(std::string name = "memory://");
+  [[nodiscard]] std::string_view scheme() const override { return "memory"; }
+  [[nodiscard]] const std::string& location() const override { return location_; }
+  [[nodiscard]] std::string describe(std::string_view key) const override;
+  Result<KeyInfo> stat(std::string_view key) override;
+  Result<std::size_t> read(std::string_view key, std::uint64_t offset, std::span<std::byte> dst,
+                           std::string_view if_generation) override;
+  Result<std::vector<std::string>> list(std::string_view prefix) override;
+  Status write(std::string_view key, std::span<const std::byte> data) override;
+  Status remove(std::string_view key) override;
+
+  void inject(std::string key, MemoryFault fault);
+  // Reads served so far (the failed and short ones included).
+  [[nodiscard]] std::uint64_t reads() const;
+
+ private:
+  struct Entry {
+    std::string bytes;
+    std::uint64_t generation = 0;
+  };
+  Status put_locked(const std::string& key, std::string bytes);
+
+  std::string location_;
+  mutable std::mutex mu_;
+  std::map<std::string, Entry, std::less<>> entries_;
+  std::map<std::string, MemoryFault, std::less<>> faults_;
+  std::uint64_t next_generation_ = 1;
+  std::uint64_t reads_ = 0;
+};
+
+}  // namespace shardload::detail

@@ -1,0 +1,123 @@
+// The in-memory store: the drivers' reference in the contract tests, and the store a test
+// injects faults with (failing, short, changing, slow reads).
+#include <algorithm>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "storage/detail/stores.hpp"
+
+namespace shardload::detail {
+
+MemoryStore::MemoryStore(std::string name) : location_(std::move(name)) {}
+
+std::string MemoryStore::describe(std::string_view key) const {
+  return location_ + std::string(key);
+}
+
+Status MemoryStore::put_locked(const std::string& key, std::string bytes) {
+  Entry& e = entries_[key];
+  e.bytes = std::move(bytes);
+  e.generation = next_generation_++;
+  return Status::ok();
+}
+
+Result<KeyInfo> MemoryStore::stat(std::string_view key) {
+  SHARDLOAD_RETURN_IF_ERROR(check_store_key(key));
+  std::lock_guard lock(mu_);
+  auto it = entries_.find(key);
+  if (it == entries_.end()) return file_error(ErrorCode::kIo, describe(key), "no such key", ENOENT);
+  KeyInfo info{it->second.bytes.size(), "g" + std::to_string(it->second.generation)};
+  if (auto f = faults_.find(key); f != faults_.end() && f->second.change_after_stat) {
+    // Rewritten right after the stat: the same bytes, a new generation, as a file touched or
+    // an object uploaded again between a discovery and a load.
+    it->second.generation = next_generation_++;
+  }
+  return info;
+}
+
+Result<std::size_t> MemoryStore::read(std::string_view key, std::uint64_t offset,
+                                      std::span<std::byte> dst, std::string_view if_generation) {
+  SHARDLOAD_RETURN_IF_ERROR(check_store_key(key));
+  std::chrono::milliseconds delay{0};
+  {
+    std::lock_guard lock(mu_);
+    ++reads_;
+    if (auto f = faults_.find(key); f != faults_.end()) delay = f->second.delay;
+  }
+  if (delay.count() > 0) std::this_thread::sleep_for(delay);
+  std::lock_guard lock(mu_);
+  std::size_t short_by = 0;
+  if (auto f = faults_.find(key); f != faults_.end()) {
+    if (f->second.fail_times > 0) {
+      --f->second.fail_times;
+      return f->second.fail;
+    }
+    short_by = f->second.short_by;
+  }
+  auto it = entries_.find(key);
+  if (it == entries_.end()) return file_error(ErrorCode::kIo, describe(key), "no such key", ENOENT);
+  const std::string generation = "g" + std::to_string(it->second.generation);
+  if (!if_generation.empty() && generation != if_generation) {
+    return file_error(
+        ErrorCode::kChanged, describe(key),
+        "changed: generation " + generation + ", expected " + std::string(if_generation));
+  }
+  const std::string& bytes = it->second.bytes;
+  if (offset >= bytes.size()) return std::size_t{0};
+  std::size_t n =
+      std::min<std::size_t>(dst.size(), bytes.size() - static_cast<std::size_t>(offset));
+  n -= std::min(n, short_by);
+  std::memcpy(dst.data(), bytes.data() + offset, n);
+  return n;
+}
+
+Result<std::vector<std::string>> MemoryStore::list(std::string_view prefix) {
+  if (!prefix.empty()) {
+    if (prefix.back() != '/') {
+      return Status(ErrorCode::kInvalidArgument,
+                    "store prefix '" + std::string(prefix) + "': a prefix ends in '/'");
+    }
+    SHARDLOAD_RETURN_IF_ERROR(check_store_key(prefix.substr(0, prefix.size() - 1)));
+  }
+  std::lock_guard lock(mu_);
+  std::vector<std::string> keys;
+  for (auto it = entries_.lower_bound(prefix); it != entries_.end(); ++it) {
+    const std::string& key = it->first;
+    if (!key.starts_with(prefix)) break;
+    const std::size_t slash = key.find('/', prefix.size());
+    std::string listed = slash == std::string::npos ? key : key.substr(0, slash + 1);
+    if (keys.empty() || keys.back() != listed) keys.push_back(std::move(listed));
+  }
+  if (keys.empty() && !prefix.empty()) {
+    return file_error(ErrorCode::kIo, describe(prefix), "no keys under this prefix", ENOENT);
+  }
+  return keys;
+}
+
+Status MemoryStore::write(std::string_view key, std::span<const std::byte> data) {
+  SHARDLOAD_RETURN_IF_ERROR(check_store_key(key));
+  std::lock_guard lock(mu_);
+  return put_locked(std::string(key),
+                    std::string(reinterpret_cast<const char*>(data.data()), data.size()));
+}
+
+Status MemoryStore::remove(std::string_view key) {
+  SHARDLOAD_RETURN_IF_ERROR(check_store_key(key));
+  std::lock_guard lock(mu_);
+  if (auto it = entries_.find(key); it != entries_.end()) entries_.erase(it);
+  return Status::ok();
+}
+
+void MemoryStore::inject(std::string key, MemoryFault fault) {
+  std::lock_guard lock(mu_);
+  faults_[std::move(key)] = std::move(fault);
+}
+
+std::uint64_t MemoryStore::reads() const {
+  std::lock_guard lock(mu_);
+  return reads_;
+}
+
+}  // namespace shardload::detail

@@ -1,0 +1,80 @@
+// open_store and what every driver shares: the key check and generations.
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <string>
+
+#include "shardload/io.hpp"
+#include "shardload/storage.hpp"
+#include "storage/detail/stores.hpp"
+
+namespace shardload {
+
+Status check_store_key(std::string_view key) {
+  const auto refuse = [&key](const std::string& why) {
+    return Status(ErrorCode::kInvalidArgument,
+                  "store key '" + path_for_message(std::string(key)) + "': " + why);
+  };
+  if (key.empty()) return refuse("empty; name a key below the store's location");
+  if (key.find('\0') != std::string_view::npos) return refuse("holds a NUL character");
+  if (key.front() == '/') {
+    return refuse("starts with '/'; a key is relative to the store's location");
+  }
+  // A "." or ".." segment would reach another key than the one named (or one outside the
+  // location, "../x"), and an empty one another path than the one a listing gives.
+  for (std::size_t at = 0; at <= key.size();) {
+    const std::size_t slash = std::min(key.find('/', at), key.size());
+    const std::string_view segment = key.substr(at, slash - at);
+    if (segment == "." || segment == "..") {
+      return refuse("holds a '" + std::string(segment) + "' segment");
+    }
+    if (segment.empty() && slash != key.size()) return refuse("holds an empty segment ('//')");
+    at = slash + 1;
+  }
+  return Status::ok();
+}
+
+Result<std::unique_ptr<Store>> open_store(std::string_view location) {
+  if (location.empty()) {
+    return Status(ErrorCode::kInvalidArgument, "store location: empty; name a directory or a URL");
+  }
+  if (location.starts_with("s3://") || is_http_url(location)) {
+    RemoteIo* const io = remote_io_for(location);
+    if (io == nullptr) {
+      return file_error(ErrorCode::kInvalidArgument, std::string(location),
+                        location.starts_with("s3://")
+                            ? "object storage is not supported by this build (it needs Arrow)"
+                            : "http(s) sources are not supported by this build (it needs libcurl)",
+                        ENOTSUP);
+    }
+    return detail::make_remote_store(location, io);
+  }
+  if (location.find("://") != std::string_view::npos && !location.starts_with("file://")) {
+    return file_error(ErrorCode::kInvalidArgument, std::string(location),
+                      "no store driver for this scheme (a directory, file://, s3://, http:// or "
+                      "https://)");
+  }
+  if (location.starts_with("file://")) location.remove_prefix(7);
+  if (location.empty()) {
+    return Status(ErrorCode::kInvalidArgument, "store location 'file://': names no directory");
+  }
+  if (location.find('\0') != std::string_view::npos) {
+    return Status(ErrorCode::kInvalidArgument,
+                  path_for_message(std::string(location)) + ": the path holds a NUL character");
+  }
+  return detail::make_local_store(std::string(location));
+}
+
+namespace detail {
+
+std::string generation_of(const FileInfo& info) {
+  char buf[96];
+  std::snprintf(buf, sizeof buf, "%llx.%llx.%llx.%llx", static_cast<unsigned long long>(info.size),
+                static_cast<unsigned long long>(info.mtime_ns),
+                static_cast<unsigned long long>(info.ctime_ns),
+                static_cast<unsigned long long>(info.inode));
+  return buf;
+}
+
+}  // namespace detail
+}  // namespace shardload

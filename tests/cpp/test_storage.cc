@@ -1,0 +1,252 @@
+// The store contract (shardload/storage.hpp) on the local POSIX driver and the in-memory store
+// alike, and the faults the in-memory store injects.
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "shardload/storage.hpp"
+#include "storage/detail/stores.hpp"
+#include "util.hpp"
+
+namespace shardload {
+namespace {
+
+using detail::MemoryFault;
+using detail::MemoryStore;
+
+std::span<const std::byte> bytes_of(const std::string& s) {
+  return std::as_bytes(std::span<const char>(s.data(), s.size()));
+}
+
+std::string read_all(Store& store, const std::string& key, std::uint64_t offset, std::size_t n,
+                     const std::string& if_generation = "") {
+  std::string out(n, '\0');
+  auto got = store.read(key, offset, std::as_writable_bytes(std::span<char>(out)), if_generation);
+  EXPECT_TRUE(got.is_ok()) << got.status().message();
+  if (!got.is_ok()) return "<error>";
+  out.resize(*got);
+  return out;
+}
+
+// One fixture per driver: a fresh, empty store.
+class StoreContract : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    if (GetParam() == "memory") {
+      store_ = std::make_unique<MemoryStore>();
+    } else {
+      auto s = open_store(dir_.path());
+      ASSERT_TRUE(s.is_ok()) << s.status().message();
+      store_ = std::move(*s);
+    }
+  }
+  testing::TempDir dir_;
+  std::unique_ptr<Store> store_;
+};
+
+TEST_P(StoreContract, WriteStatReadRanges) {
+  ASSERT_TRUE(store_->write("a.bin", bytes_of("0123456789")).is_ok());
+  auto info = store_->stat("a.bin");
+  ASSERT_TRUE(info.is_ok()) << info.status().message();
+  EXPECT_EQ(info->size, 10u);
+  EXPECT_FALSE(info->generation.empty());
+  EXPECT_EQ(read_all(*store_, "a.bin", 0, 10), "0123456789");
+  EXPECT_EQ(read_all(*store_, "a.bin", 3, 4), "3456");
+  // Short only at the end; nothing at or past it.
+  EXPECT_EQ(read_all(*store_, "a.bin", 7, 100), "789");
+  EXPECT_EQ(read_all(*store_, "a.bin", 10, 5), "");
+  EXPECT_EQ(read_all(*store_, "a.bin", 1000, 5), "");
+  EXPECT_EQ(read_all(*store_, "a.bin", 2, 3, info->generation), "234");
+}
+
+TEST_P(StoreContract, RewriteChangesTheGenerationAndFailsTheCondition) {
+  ASSERT_TRUE(store_->write("k", bytes_of("old bytes")).is_ok());
+  auto before = store_->stat("k");
+  ASSERT_TRUE(before.is_ok());
+  // Same size, new bytes: a size check alone would not see it.
+  ASSERT_TRUE(store_->write("k", bytes_of("new bytes")).is_ok());
+  auto after = store_->stat("k");
+  ASSERT_TRUE(after.is_ok());
+  EXPECT_NE(before->generation, after->generation);
+  std::string buf(4, '\0');
+  auto got = store_->read("k", 0, std::as_writable_bytes(std::span<char>(buf)), before->generation);
+  ASSERT_FALSE(got.is_ok());
+  EXPECT_EQ(got.status().code(), ErrorCode::kChanged);
+  EXPECT_NE(got.status().message().find(store_->describe("k")), std::string::npos)
+      << got.status().message();
+  EXPECT_EQ(read_all(*store_, "k", 0, 9, after->generation), "new bytes");
+}
+
+TEST_P(StoreContract, ListsKeysAndPrefixesInNameOrder) {
+  for (const char* key : {"b.npy", "a.npy", "s.zarr/0.0", "s.zarr/.zarray", "s.zarr/1.0"}) {
+    ASSERT_TRUE(store_->write(key, bytes_of(key)).is_ok()) << key;
+  }
+  auto top = store_->list("");
+  ASSERT_TRUE(top.is_ok()) << top.status().message();
+  EXPECT_EQ(*top, (std::vector<std::string>{"a.npy", "b.npy", "s.zarr/"}));
+  auto inner = store_->list("s.zarr/");
+  ASSERT_TRUE(inner.is_ok()) << inner.status().message();
+  EXPECT_EQ(*inner, (std::vector<std::string>{"s.zarr/.zarray", "s.zarr/0.0", "s.zarr/1.0"}));
+  auto missing = store_->list("nothing/");
+  ASSERT_FALSE(missing.is_ok());
+  EXPECT_EQ(missing.status().code(), ErrorCode::kIo);
+  EXPECT_EQ(store_->list("s.zarr").status().code(), ErrorCode::kInvalidArgument);
+}
+
+TEST_P(StoreContract, RemoveDeletesAndAMissingKeyIsNoError) {
+  ASSERT_TRUE(store_->write("gone", bytes_of("x")).is_ok());
+  ASSERT_TRUE(store_->remove("gone").is_ok());
+  auto info = store_->stat("gone");
+  ASSERT_FALSE(info.is_ok());
+  EXPECT_EQ(info.status().code(), ErrorCode::kIo);
+  EXPECT_TRUE(store_->remove("gone").is_ok());
+  EXPECT_TRUE(store_->remove("never-there").is_ok());
+}
+
+TEST_P(StoreContract, MissingKeyIsAnIoErrorNamingIt) {
+  std::string buf(4, '\0');
+  auto got = store_->read("absent.npy", 0, std::as_writable_bytes(std::span<char>(buf)), "");
+  ASSERT_FALSE(got.is_ok());
+  EXPECT_EQ(got.status().code(), ErrorCode::kIo);
+  EXPECT_NE(got.status().message().find("absent.npy"), std::string::npos);
+}
+
+// A key never reaches outside the store's location, whatever it spells.
+TEST_P(StoreContract, HostileKeysAreRefusedBeforeAnyIo) {
+  for (const std::string& key :
+       {std::string(""), std::string("/etc/passwd"), std::string("../x"), std::string("a/../../x"),
+        std::string("a/./b"), std::string("a//b"), std::string("a\0b", 3), std::string("..")}) {
+    EXPECT_EQ(store_->stat(key).status().code(), ErrorCode::kInvalidArgument) << key;
+    EXPECT_EQ(store_->write(key, bytes_of("x")).code(), ErrorCode::kInvalidArgument) << key;
+    EXPECT_EQ(store_->remove(key).code(), ErrorCode::kInvalidArgument) << key;
+    std::string buf(1, '\0');
+    EXPECT_EQ(
+        store_->read(key, 0, std::as_writable_bytes(std::span<char>(buf)), "").status().code(),
+        ErrorCode::kInvalidArgument)
+        << key;
+  }
+  EXPECT_EQ(store_->list("../").status().code(), ErrorCode::kInvalidArgument);
+}
+
+INSTANTIATE_TEST_SUITE_P(Drivers, StoreContract, ::testing::Values("local", "memory"),
+                         [](const auto& info) { return info.param; });
+
+TEST(LocalStore, GenerationIsTheFilesSnapshot) {
+  testing::TempDir dir;
+  auto store = open_store("file://" + dir.path());
+  ASSERT_TRUE(store.is_ok()) << store.status().message();
+  EXPECT_EQ((*store)->scheme(), "file");
+  testing::write_file(dir.file("f.bin"), "abcdef");
+  auto a = (*store)->stat("f.bin");
+  ASSERT_TRUE(a.is_ok());
+  EXPECT_EQ(a->size, 6u);
+  // A file renamed over the path (a new inode), same size and mtime set back: a new generation.
+  testing::write_file(dir.file("g.bin"), "ABCDEF");
+  struct ::stat st {};
+  ASSERT_EQ(::stat(dir.file("f.bin").c_str(), &st), 0);
+  const timespec times[2] = {st.st_atim, st.st_mtim};
+  ASSERT_EQ(::utimensat(AT_FDCWD, dir.file("g.bin").c_str(), times, 0), 0);
+  std::filesystem::rename(dir.file("g.bin"), dir.file("f.bin"));
+  auto b = (*store)->stat("f.bin");
+  ASSERT_TRUE(b.is_ok());
+  EXPECT_NE(a->generation, b->generation);
+}
+
+TEST(LocalStore, RefusesWhatIsNotARegularFileWithoutBlocking) {
+  testing::TempDir dir;
+  auto store = open_store(dir.path());
+  ASSERT_TRUE(store.is_ok());
+  ASSERT_EQ(::mkfifo(dir.file("fifo").c_str(), 0600), 0);
+  std::filesystem::create_directory(dir.file("sub"));
+  std::string buf(4, '\0');
+  for (const char* key : {"fifo", "sub"}) {
+    auto got = (*store)->read(key, 0, std::as_writable_bytes(std::span<char>(buf)), "");
+    ASSERT_FALSE(got.is_ok()) << key;
+    EXPECT_EQ(got.status().code(), ErrorCode::kIo) << key;
+    EXPECT_FALSE((*store)->stat(key).is_ok()) << key;
+  }
+}
+
+TEST(LocalStore, WriteLeavesNoTemporaryBehind) {
+  testing::TempDir dir;
+  auto store = open_store(dir.path());
+  ASSERT_TRUE(store.is_ok());
+  ASSERT_TRUE((*store)->write("d/e/f.bin", bytes_of("payload")).is_ok());
+  auto keys = (*store)->list("d/e/");
+  ASSERT_TRUE(keys.is_ok()) << keys.status().message();
+  EXPECT_EQ(*keys, std::vector<std::string>{"d/e/f.bin"});
+}
+
+TEST(OpenStore, RefusesWhatNoDriverServes) {
+  EXPECT_EQ(open_store("").status().code(), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(open_store("file://").status().code(), ErrorCode::kInvalidArgument);
+  auto gs = open_store("gs://bucket/p/");
+  ASSERT_FALSE(gs.is_ok());
+  EXPECT_EQ(gs.status().code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(gs.status().message().find("gs://bucket/p/"), std::string::npos);
+  // A location with a dot segment would let a key reach another prefix than the one named.
+  if (remote_io() != nullptr) {
+    EXPECT_EQ(open_store("s3://b/x/../y/").status().code(), ErrorCode::kInvalidArgument);
+  }
+}
+
+TEST(MemoryStore, InjectedFailureIsReturnedThenClears) {
+  MemoryStore store;
+  ASSERT_TRUE(store.write("k", bytes_of("abcdef")).is_ok());
+  store.inject("k", MemoryFault{file_error(ErrorCode::kIo, "memory://k", "injected", 5), 2});
+  std::string buf(6, '\0');
+  for (int i = 0; i < 2; ++i) {
+    auto got = store.read("k", 0, std::as_writable_bytes(std::span<char>(buf)), "");
+    ASSERT_FALSE(got.is_ok());
+    EXPECT_EQ(got.status().sys_errno(), 5);
+  }
+  EXPECT_EQ(read_all(store, "k", 0, 6), "abcdef");
+  EXPECT_EQ(store.reads(), 3u);
+}
+
+TEST(MemoryStore, ShortReadsLie) {
+  MemoryStore store;
+  ASSERT_TRUE(store.write("k", bytes_of("abcdef")).is_ok());
+  MemoryFault f;
+  f.short_by = 2;
+  store.inject("k", f);
+  EXPECT_EQ(read_all(store, "k", 0, 6), "abcd");
+}
+
+TEST(MemoryStore, ChangeAfterStatFailsAConditionalRead) {
+  MemoryStore store;
+  ASSERT_TRUE(store.write("k", bytes_of("abcdef")).is_ok());
+  MemoryFault f;
+  f.change_after_stat = true;
+  store.inject("k", f);
+  auto info = store.stat("k");
+  ASSERT_TRUE(info.is_ok());
+  std::string buf(6, '\0');
+  auto got = store.read("k", 0, std::as_writable_bytes(std::span<char>(buf)), info->generation);
+  ASSERT_FALSE(got.is_ok());
+  EXPECT_EQ(got.status().code(), ErrorCode::kChanged);
+  // Without a condition the bytes are still there.
+  EXPECT_EQ(read_all(store, "k", 0, 6), "abcdef");
+}
+
+TEST(MemoryStore, SlowReadsTakeTheirTime) {
+  MemoryStore store;
+  ASSERT_TRUE(store.write("k", bytes_of("abc")).is_ok());
+  MemoryFault f;
+  f.delay = std::chrono::milliseconds(50);
+  store.inject("k", f);
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(read_all(store, "k", 0, 3), "abc");
+  EXPECT_GE(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(50));
+}
+
+}  // namespace
+}  // namespace shardload
