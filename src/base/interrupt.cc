@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <csignal>
 #include <cstring>
 #include <mutex>
 
@@ -57,8 +58,10 @@ std::size_t g_grace_length = 0;
 unsigned g_grace_seconds = 0;
 
 // SIGALRM after the grace: the program is ended, as SIGINT did before it was taken.
+volatile std::sig_atomic_t g_grace_quiet = 0;
+
 void on_grace_over(int) {
-  if (g_grace_message != nullptr) {
+  if (g_grace_message != nullptr && g_grace_quiet == 0) {
     [[maybe_unused]] const auto n = write(STDERR_FILENO, g_grace_message, g_grace_length);
   }
   _exit(130);
@@ -96,6 +99,8 @@ void interrupt_on_sigint(const char* message, unsigned grace_seconds) {
   sigemptyset(&sa.sa_mask);
   sigaction(SIGINT, &sa, nullptr);
 }
+
+void interrupt_message_written() noexcept { g_grace_quiet = 1; }
 
 void request_interrupt() noexcept { g_interrupt.store(true, std::memory_order_relaxed); }
 

@@ -231,6 +231,7 @@ int main(int argc, char** argv) {
   const int rc = run_command(argc, argv);
   if (shardload::interrupt_requested()) {
     std::cerr << interrupted;
+    shardload::interrupt_message_written();
     return 130;
   }
   return rc;

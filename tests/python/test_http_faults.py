@@ -522,8 +522,10 @@ def test_ctrl_c_ends_the_cli_with_status_130(web, cli, command):
 
 
 def test_ctrl_c_ends_the_cli_also_where_a_request_cannot_be_ended(server, cli):
-    """A LIST goes through Arrow's client, which the interrupt does not reach: the command
-    still ends, with the same line and status, a few seconds after the Ctrl-C."""
+    """A LIST goes through Arrow's client, whose request in flight the interrupt does not
+    end (the listing itself stops at the interrupt, but Arrow's clean-up at exit waits for the
+    request): the command still ends, with the same one line and status, a few seconds after
+    the Ctrl-C."""
     boto3 = pytest.importorskip("boto3")
     from s3_fault_proxy import FaultProxy, Rule
 

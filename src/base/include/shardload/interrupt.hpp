@@ -23,6 +23,11 @@ void clear_interrupt() noexcept;
 // after a runtime that installs its own has started.
 void interrupt_on_sigint(const char* message = nullptr, unsigned grace_seconds = 0);
 
+// The program has written its own line about the interrupt: a grace that runs out while it
+// finishes (a request it cannot end held by a library's clean-up) ends the process with status
+// 130 without writing interrupt_on_sigint's message a second time.
+void interrupt_message_written() noexcept;
+
 // A wait of a front end that SIGINT may end (the Python binding makes one around each call
 // into the engine that can make requests). While at least one with `sigint` is alive, a SIGINT
 // asks for an interrupt and then goes on to the handler that was installed before (Python's,
