@@ -276,6 +276,9 @@ def test_archives_that_readers_could_take_differently_are_refused(
     raw = bytearray(path.read_bytes())
     name_len, extra_len = struct.unpack("<HH", raw[26:30])
     field = 30 + name_len + 4  # the ZIP64 extra field's values: uncompressed, compressed
+    # Sizes of 0xFFFFFFFF put the ZIP64 field's in force (Python 3.11.4+ writes them so; older
+    # zipfiles wrote the sizes themselves beside the field, which then counts for nothing).
+    raw[18:26] = struct.pack("<II", 0xFFFFFFFF, 0xFFFFFFFF)
     raw[field:field + 8] = struct.pack("<Q", struct.unpack("<Q", raw[field:field + 8])[0] - 8)
     refused(bytes(raw), r"member 'x\.npy': the local header gives \d+ bytes \(\d+ "
                         r"uncompressed\), the central directory")
@@ -423,6 +426,7 @@ def test_zip_tricks_numpy_refuses_are_refused(tmp_path: pathlib.Path, method) ->
     lying = bytearray(zip64.getvalue())
     extra = 30 + struct.unpack_from("<H", lying, 26)[0]
     assert struct.unpack_from("<H", lying, extra)[0] == 1  # the ZIP64 extra field
+    struct.pack_into("<II", lying, 18, 0xFFFFFFFF, 0xFFFFFFFF)  # in force (see above)
     struct.pack_into("<QQ", lying, extra + 4, 10**6, 10**6)
     cases = [(encrypted, "encrypted"), (empty, r"0 bytes"),
              (smaller, r"size: expected|stored with 320 bytes in the archive for 312"),
