@@ -90,14 +90,7 @@ class LocalStore final : public Store {
   }
 
   Result<std::vector<std::string>> list(std::string_view prefix) override {
-    if (!prefix.empty()) {
-      if (prefix.back() != '/') {
-        return Status(
-            ErrorCode::kInvalidArgument,
-            "store prefix '" + path_for_message(std::string(prefix)) + "': a prefix ends in '/'");
-      }
-      SHARDLOAD_RETURN_IF_ERROR(check_store_key(prefix.substr(0, prefix.size() - 1)));
-    }
+    SHARDLOAD_RETURN_IF_ERROR(detail::check_store_prefix(prefix));
     const std::string dir = prefix.empty() ? dir_ : describe(prefix.substr(0, prefix.size() - 1));
     DIR* d = ::opendir(dir.c_str());
     if (d == nullptr) {

@@ -74,13 +74,7 @@ Result<std::size_t> MemoryStore::read(std::string_view key, std::uint64_t offset
 }
 
 Result<std::vector<std::string>> MemoryStore::list(std::string_view prefix) {
-  if (!prefix.empty()) {
-    if (prefix.back() != '/') {
-      return Status(ErrorCode::kInvalidArgument,
-                    "store prefix '" + std::string(prefix) + "': a prefix ends in '/'");
-    }
-    SHARDLOAD_RETURN_IF_ERROR(check_store_key(prefix.substr(0, prefix.size() - 1)));
-  }
+  SHARDLOAD_RETURN_IF_ERROR(detail::check_store_prefix(prefix));
   std::lock_guard lock(mu_);
   std::vector<std::string> keys;
   for (auto it = entries_.lower_bound(prefix); it != entries_.end(); ++it) {

@@ -54,14 +54,7 @@ class RemoteStore final : public Store {
   }
 
   Result<std::vector<std::string>> list(std::string_view prefix) override {
-    if (!prefix.empty()) {
-      if (prefix.back() != '/') {
-        return Status(
-            ErrorCode::kInvalidArgument,
-            "store prefix '" + path_for_message(std::string(prefix)) + "': a prefix ends in '/'");
-      }
-      SHARDLOAD_RETURN_IF_ERROR(check_store_key(prefix.substr(0, prefix.size() - 1)));
-    }
+    SHARDLOAD_RETURN_IF_ERROR(detail::check_store_prefix(prefix));
     const std::string dir = base_ + std::string(prefix) + query_;
     std::vector<std::string> keys;
     if (ObjectStore* const objects = object_store_for(dir); objects != nullptr) {

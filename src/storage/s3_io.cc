@@ -70,6 +70,17 @@ Status remote_error(ErrorCode code, const std::string& url, const std::string& w
   return file_error(code, url, msg, errno_of(st));
 }
 
+// The one-level listing of the directory at `path` (an object key prefix, its trailing '/'
+// dropped as Arrow wants it).
+arrow::fs::FileSelector directory_selector(std::string path, bool allow_not_found) {
+  while (!path.empty() && path.back() == '/') path.pop_back();
+  arrow::fs::FileSelector sel;
+  sel.base_dir = std::move(path);
+  sel.recursive = false;
+  sel.allow_not_found = allow_not_found;
+  return sel;
+}
+
 // A listing past this many entries is refused: a server's keys without end would otherwise
 // fill the memory. A dataset's directory holds far fewer shards.
 constexpr std::size_t kMaxListed = 10'000'000;
@@ -469,12 +480,7 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
   Result<std::vector<std::string>> list(const std::string& dir_url) override {
     SHARDLOAD_ASSIGN_OR_RETURN(auto where, resolve(dir_url));
     auto& fs = where.fs;
-    auto& path = where.path;
-    while (!path.empty() && path.back() == '/') path.pop_back();
-    arrow::fs::FileSelector sel;
-    sel.base_dir = path;
-    sel.recursive = false;
-    sel.allow_not_found = false;
+    const arrow::fs::FileSelector sel = directory_selector(where.path, /*allow_not_found=*/false);
     auto infos =
         list_pages(*fs, sel, dir_url, ErrorCode::kLayout, "cannot list the directory",
                    [&](const arrow::Status& st) {
@@ -564,12 +570,8 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
   Result<std::vector<ObjectEntry>> list_entries(const std::string& dir_url) override {
     SHARDLOAD_ASSIGN_OR_RETURN(auto where, resolve(dir_url));
     auto& fs = where.fs;
-    auto& path = where.path;
-    while (!path.empty() && path.back() == '/') path.pop_back();
-    arrow::fs::FileSelector sel;
-    sel.base_dir = path;
-    sel.recursive = false;
-    sel.allow_not_found = true;  // a prefix with nothing under it yet
+    // A prefix with nothing under it yet lists as empty.
+    const arrow::fs::FileSelector sel = directory_selector(where.path, /*allow_not_found=*/true);
     t_gave_up_after = 0;
     auto infos =
         list_pages(*fs, sel, dir_url, ErrorCode::kIo, "cannot list", [&](const arrow::Status& st) {
@@ -578,7 +580,7 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
     if (!infos) return infos.status();
     if (infos->empty()) {
       // Nothing there, or no bucket: a listing that allows a missing prefix may not tell.
-      const std::string bucket = path.substr(0, path.find('/'));
+      const std::string bucket = sel.base_dir.substr(0, sel.base_dir.find('/'));
       t_gave_up_after = 0;
       auto b = fs->GetFileInfo(bucket);
       if (!b.ok()) return remote_error(ErrorCode::kIo, dir_url, "cannot list", b.status());

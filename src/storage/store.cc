@@ -34,6 +34,20 @@ Status check_store_key(std::string_view key) {
   return Status::ok();
 }
 
+namespace detail {
+
+Status check_store_prefix(std::string_view prefix) {
+  if (prefix.empty()) return Status::ok();
+  if (prefix.back() != '/') {
+    return Status(
+        ErrorCode::kInvalidArgument,
+        "store prefix '" + path_for_message(std::string(prefix)) + "': a prefix ends in '/'");
+  }
+  return check_store_key(prefix.substr(0, prefix.size() - 1));
+}
+
+}  // namespace detail
+
 Result<std::unique_ptr<Store>> open_store(std::string_view location) {
   if (location.empty()) {
     return Status(ErrorCode::kInvalidArgument, "store location: empty; name a directory or a URL");

@@ -21,6 +21,10 @@ namespace shardload::detail {
 // FileInfo says which changes each field catches; remotely its inode is a hash of the ETag).
 std::string generation_of(const FileInfo& info);
 
+// Why `prefix` is not one a store's list() takes ("" for the location itself, else a key
+// followed by '/'); ok when it is.
+Status check_store_prefix(std::string_view prefix);
+
 // The local POSIX driver over posix_io(), rooted at the directory `dir`.
 std::unique_ptr<Store> make_local_store(std::string dir);
 // The s3:// and http(s):// drivers over the registered RemoteIo (io.hpp): `location` is the
