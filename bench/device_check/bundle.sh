@@ -50,8 +50,8 @@ read -r -a gencode_args <<<"$gencode"
 includes=(-I"$root/src" -I"$root/src/base/include" -I"$root/src/storage/include" -I"$root/src/readers/include"
           -I"$root/src/engine/include" -I"$root/src/testing/include" -I"$root/src/cuda/include")
 cxxflags=(-std=c++20 -O2 -DNDEBUG -fPIC -pthread -Wall -Wextra "${includes[@]}")
-core=(src/base/bytes.cc src/base/dtype.cc src/base/format.cc src/base/io.cc src/base/source.cc
-      src/base/status.cc
+core=(src/base/bytes.cc src/base/dtype.cc src/base/format.cc src/base/io.cc
+      src/base/status.cc src/storage/location.cc src/storage/register.cc src/storage/source.cc
       src/readers/byte_order.cc src/readers/npy.cc src/readers/npy_reader.cc src/readers/reader.cc
       src/readers/reader_registry.cc src/readers/formats.cc src/readers/write_files.cc
       src/engine/device_fill.cc src/engine/device_fill_strided.cc src/engine/fill.cc

@@ -15,19 +15,7 @@ namespace {
 
 std::atomic<RemoteIo*> g_remote{nullptr};
 std::atomic<RemoteIo*> g_http{nullptr};
-
-// The backend that serves a remote path, or the error of a build without one.
-Result<RemoteIo*> remote_for(const std::string& path) {
-  RemoteIo* r = remote_io_for(path);
-  if (r == nullptr) {
-    return file_error(ErrorCode::kIo, path,
-                      is_http_url(path)
-                          ? "http:// and https:// are not supported by this build (not built "
-                            "with http support: it needs libcurl)"
-                          : "object storage is not supported by this build (it needs Arrow)");
-  }
-  return r;
-}
+std::atomic<PathRouter> g_router{nullptr};
 
 FileInfo info_from_stat(const struct ::stat& st) {
   FileInfo info;
@@ -137,23 +125,6 @@ std::string descriptor_path(int fd, const std::string& path) {
   return have_proc ? "/proc/self/fd/" + std::to_string(fd) : path;
 }
 
-bool is_http_url(std::string_view path) {
-  return path.starts_with("http://") || path.starts_with("https://");
-}
-
-bool is_remote_url(std::string_view path) { return path.starts_with("s3://") || is_http_url(path); }
-
-std::string directory_key(std::string_view path) {
-  const std::size_t q = is_remote_url(path) ? path.find('?') : std::string_view::npos;
-  const std::string_view name = path.substr(0, q);
-  const std::size_t slash = name.rfind('/');
-  std::string key = slash == std::string_view::npos ? std::string(".")
-                    : slash == 0                    ? std::string("/")
-                                                    : std::string(name.substr(0, slash));
-  if (q != std::string_view::npos) key += path.substr(q);
-  return key;
-}
-
 void set_remote_io(RemoteIo* io) { g_remote.store(io, std::memory_order_release); }
 
 void set_http_io(RemoteIo* io) { g_http.store(io, std::memory_order_release); }
@@ -162,9 +133,12 @@ RemoteIo* remote_io() { return g_remote.load(std::memory_order_acquire); }
 
 RemoteIo* http_io() { return g_http.load(std::memory_order_acquire); }
 
-RemoteIo* remote_io_for(std::string_view url) {
-  if (is_http_url(url)) return http_io();
-  return is_remote_url(url) ? remote_io() : nullptr;
+void set_path_router(PathRouter router) { g_router.store(router, std::memory_order_release); }
+
+Result<RemoteIo*> routed_io(std::string_view path) {
+  const PathRouter router = g_router.load(std::memory_order_acquire);
+  if (router == nullptr) return static_cast<RemoteIo*>(nullptr);
+  return router(path);
 }
 
 RemoteIo* remote_io_for_fd(int fd) {
@@ -185,10 +159,8 @@ Status RemoteIo::write_object(const std::string& url, const void*, std::size_t) 
 }
 
 Result<FileInfo> IoBackend::stat_path(const std::string& path) {
-  if (is_remote_url(path)) {
-    SHARDLOAD_ASSIGN_OR_RETURN(RemoteIo* const r, remote_for(path));
-    return r->stat_path(path);
-  }
+  SHARDLOAD_ASSIGN_OR_RETURN(RemoteIo* const routed, routed_io(path));
+  if (routed != nullptr) return routed->stat_path(path);
   if (path.find('\0') != std::string::npos) {
     return Status(ErrorCode::kInvalidArgument,
                   path_for_message(path) + ": the path holds a NUL character");
@@ -206,27 +178,21 @@ namespace {
 class PosixIo final : public IoBackend {
  public:
   Result<int> open(const std::string& path) override {
-    if (is_remote_url(path)) {
-      SHARDLOAD_ASSIGN_OR_RETURN(RemoteIo* const r, remote_for(path));
-      return r->open(path);
-    }
+    SHARDLOAD_ASSIGN_OR_RETURN(RemoteIo* const r, routed_io(path));
+    if (r != nullptr) return r->open(path);
     return open_regular(path);
   }
 
   Result<int> open_known(const std::string& path, const FileInfo& snapshot) override {
-    if (is_remote_url(path)) {
-      SHARDLOAD_ASSIGN_OR_RETURN(RemoteIo* const r, remote_for(path));
-      return r->open_known(path, snapshot);
-    }
+    SHARDLOAD_ASSIGN_OR_RETURN(RemoteIo* const r, routed_io(path));
+    if (r != nullptr) return r->open_known(path, snapshot);
     return open_regular(path);
   }
 
   // The fstat that refuses what is not a regular file is the snapshot: one call, not two.
   Result<int> open_stat(const std::string& path, FileInfo* info) override {
-    if (is_remote_url(path)) {
-      SHARDLOAD_ASSIGN_OR_RETURN(RemoteIo* const r, remote_for(path));
-      return r->open_stat(path, info);
-    }
+    SHARDLOAD_ASSIGN_OR_RETURN(RemoteIo* const r, routed_io(path));
+    if (r != nullptr) return r->open_stat(path, info);
     struct ::stat st {};
     SHARDLOAD_ASSIGN_OR_RETURN(const int fd, open_regular_stat(path, 0, nullptr, &st));
     *info = info_from_stat(st);
@@ -234,18 +200,14 @@ class PosixIo final : public IoBackend {
   }
 
   Result<int> open_whole(const std::string& path, FileInfo* info, std::size_t expected) override {
-    if (is_remote_url(path)) {
-      SHARDLOAD_ASSIGN_OR_RETURN(RemoteIo* const r, remote_for(path));
-      return r->open_whole(path, info, expected);
-    }
+    SHARDLOAD_ASSIGN_OR_RETURN(RemoteIo* const r, routed_io(path));
+    if (r != nullptr) return r->open_whole(path, info, expected);
     return open_stat(path, info);
   }
 
   Result<int> open_tail(const std::string& path, FileInfo* info, std::size_t tail) override {
-    if (is_remote_url(path)) {
-      SHARDLOAD_ASSIGN_OR_RETURN(RemoteIo* const r, remote_for(path));
-      return r->open_tail(path, info, tail);
-    }
+    SHARDLOAD_ASSIGN_OR_RETURN(RemoteIo* const r, routed_io(path));
+    if (r != nullptr) return r->open_tail(path, info, tail);
     return open_stat(path, info);
   }
 

@@ -17,6 +17,7 @@
 #include "shardload/interrupt.hpp"
 #include "shardload/io.hpp"
 #include "shardload/layout.hpp"
+#include "shardload/location.hpp"
 
 namespace shardload::cli {
 

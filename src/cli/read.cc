@@ -12,6 +12,7 @@
 #include "base/detail/json.hpp"
 #include "cli/commands.hpp"
 #include "shardload/io.hpp"
+#include "shardload/location.hpp"
 #include "shardload/source.hpp"
 
 namespace shardload::cli {
@@ -25,9 +26,7 @@ constexpr std::uint64_t kMaxMetaBytes = std::uint64_t{1} << 20;
 // makes it), else beside it (the key is a glob, a pattern or an object); nullopt where neither
 // object is there.
 Result<std::optional<std::string>> remote_meta_text(const std::string& url, std::string* path) {
-  const auto q = url.find('?');
-  std::string base = url.substr(0, q);
-  const std::string query = q == std::string::npos ? std::string() : url.substr(q);
+  auto [base, query] = split_options(url);
   std::vector<std::string> dirs;
   if (!base.empty() && base.back() != '/') {
     dirs.push_back(base + "/");
@@ -49,7 +48,7 @@ Result<WriteMeta> read_write_meta(const std::string& dir) {
   WriteMeta m;
   std::string path = dir + "/_meta.json";
   std::string text;
-  if (is_remote_url(dir)) {
+  if (!path_traits(dir).kernel_files) {
     SHARDLOAD_ASSIGN_OR_RETURN(auto found, remote_meta_text(dir, &path));
     if (!found) return m;
     text = std::move(*found);
@@ -109,7 +108,7 @@ std::optional<int> parse_read_args(const Args& args, ReadArgs* out) {
     return usage_error(cmd, src.status().message());
   }
   struct ::stat st {};
-  if (is_remote_url(out->source)) {
+  if (!path_traits(out->source).kernel_files) {
     out->meta_dir = out->source;
   } else if (::stat(out->source.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
     out->meta_dir = out->source;

@@ -11,6 +11,7 @@
 #include "cli/legate_start.hpp"
 #include "shardload/interrupt.hpp"
 #include "shardload/legate.hpp"
+#include "shardload/location.hpp"
 #include "shardload/manifest_legate.hpp"
 #include "shardload/source.hpp"
 #include "shardload/verify.hpp"
@@ -91,7 +92,8 @@ int run(const ReadArgs& a, std::ostream& out, std::ostream& err) {
     const double gb = static_cast<double>(layout.total_bytes()) / 1e9;
     out << "load:           " << secs << " s, " << (secs > 0 ? gb / secs : 0.0) << " GB/s for "
         << detail::size_string(layout.total_bytes()) << "\n";
-    if (!layout.shards.empty() && is_remote_url(layout.shards.front().path)) {
+    // Retries are of requests: a store reached by them has a count to show.
+    if (!layout.shards.empty() && path_traits(layout.shards.front().path).round_trips) {
       out << "remote retries: " << info.remote_retries << "\n";
     }
   }

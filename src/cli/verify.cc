@@ -11,6 +11,7 @@
 #include "shardload/interrupt.hpp"
 #include "shardload/io.hpp"
 #include "shardload/legate.hpp"
+#include "shardload/location.hpp"
 #include "shardload/manifest.hpp"
 #include "shardload/manifest_legate.hpp"
 
@@ -39,8 +40,8 @@ int cmd_verify(const Args& args) {
   // directory unless its key names the manifest (object storage and HTTP have no stat).
   std::string path = p.positional[0];
   struct ::stat st {};
-  if (is_remote_url(path)) {
-    const std::string key = path.substr(0, path.find('?'));
+  if (!path_traits(path).kernel_files) {
+    const std::string key = split_options(path).first;
     const std::string name = "/" + std::string(kManifestName);
     if (key.size() < name.size() || key.compare(key.size() - name.size(), name.size(), name) != 0) {
       path = manifest_path(path);

@@ -11,6 +11,7 @@
 
 #include "cli/commands.hpp"
 #include "shardload/io.hpp"
+#include "shardload/location.hpp"
 #include "shardload/source.hpp"
 #include "shardload/synth.hpp"
 
@@ -158,7 +159,7 @@ int cmd_write(const Args& args) {
   WriteArgs a;
   if (auto rc = parse_write_args(args, &a)) return *rc;
   const std::string& dir = a.dir;
-  if (is_remote_url(dir)) {
+  if (!path_traits(dir).kernel_files) {
     return fail(cmd, dir + ": this build (without Legate) writes local directories only");
   }
 

@@ -9,6 +9,7 @@
 #include "engine/detail/lanes.hpp"
 #include "shardload/formats.hpp"
 #include "shardload/io.hpp"
+#include "shardload/location.hpp"
 
 namespace shardload {
 
@@ -64,7 +65,7 @@ std::size_t piece_lanes(const Layout& layout, const std::vector<Piece>& pieces) 
   }
   for (const Piece& p : pieces) {
     if (p.shard < 0 || static_cast<std::size_t>(p.shard) >= layout.shards.size() ||
-        !is_remote_url(layout.shards[static_cast<std::size_t>(p.shard)].path)) {
+        !path_traits(layout.shards[static_cast<std::size_t>(p.shard)].path).round_trips) {
       return 1;
     }
   }

@@ -11,6 +11,7 @@
 #include "engine/detail/auto_directory.hpp"
 #include "engine/detail/probe.hpp"
 #include "shardload/formats.hpp"
+#include "shardload/location.hpp"
 #include "shardload/manifest.hpp"
 #include "shardload/reader_registry.hpp"
 
@@ -150,11 +151,11 @@ Result<Layout> try_discover_paths(const std::vector<std::string>& paths,
   const FormatDescriptor* reads = find_format(format, options.format.reader);
   if (reads == nullptr || !reads->capabilities.remote_reads) {
     for (const auto& p : paths) {
-      if (is_remote_url(p)) {
+      if (const PathTraits traits = path_traits(p); !traits.kernel_files) {
         return file_error(ErrorCode::kLayout, p,
                           std::string("the ") + format_name(format) +
                               " format is not yet supported for " +
-                              (is_http_url(p) ? "http(s)://" : "s3://") + " sources (" +
+                              std::string(traits.scheme_label) + " sources (" +
                               remote_format_names_text() + " are)");
       }
     }
@@ -190,7 +191,7 @@ Result<Layout> try_discover_paths(const std::vector<std::string>& paths,
   } else {
     const unsigned threads =
         detail::probe_threads(find_format(format), ctx, paths.size(), options.probe_threads,
-                              is_remote_url(paths.front()));
+                              path_traits(paths.front()).round_trips);
     SHARDLOAD_ASSIGN_OR_RETURN(probes,
                                detail::probe_shards(paths, format, options.format, ctx, threads));
   }

@@ -21,6 +21,7 @@
 #include "engine/detail/auto_directory.hpp"
 #include "engine/detail/probe.hpp"
 #include "shardload/codec.hpp"
+#include "shardload/location.hpp"
 
 namespace shardload {
 
@@ -45,15 +46,7 @@ std::pair<std::string, std::string> split_query(const std::string& url) {
 }
 
 // `name` in directory `dir`; in a remote one, before the directory's query.
-std::string join(const std::string& dir, const std::string& name) {
-  if (dir.empty()) return name;
-  if (is_remote_url(dir)) {
-    auto [base, query] = split_query(dir);
-    if (base.back() != '/') base += '/';
-    return base + name + query;
-  }
-  return dir.back() == '/' ? dir + name : dir + "/" + name;
-}
+std::string join(const std::string& dir, const std::string& name) { return join_key(dir, name); }
 
 using detail::get_le;
 using detail::put_le;
@@ -107,7 +100,7 @@ bool safe_relative(const std::string& rel, std::string* why) {
 }
 
 Status relative_to(const std::string& dir, std::string* path) {
-  if (is_remote_url(dir)) {
+  if (!path_traits(dir).kernel_files) {
     // Keys only: the query is the reader's (see split_query), the same for every shard.
     const auto [dir_key, dir_query] = split_query(dir);
     auto [key, query] = split_query(*path);
@@ -232,7 +225,7 @@ Result<std::uint64_t> file_checksum(const std::string& path, Checksum kind, IoBa
 }
 
 Status check_manifest_writable(const std::string& directory) {
-  if (!is_http_url(directory)) return Status::ok();
+  if (path_traits(directory).writable) return Status::ok();
   return file_error(ErrorCode::kInvalidArgument, directory,
                     "a manifest cannot be written over HTTP (no upload, and no listing to "
                     "index); index a local or s3:// copy of the objects and serve its " +
@@ -294,7 +287,7 @@ Result<std::string> write_manifest(const Layout& layout, const std::string& dire
   for (const auto h : sums) put_le(out, h, 8);
   detail::put_le_at(out, 16, out.size() - kHeaderBytes, 8);
   put_le(out, XXH3_64bits(out.data(), out.size()), 8);
-  if (is_remote_url(directory)) return write_remote_manifest(target, out);
+  if (!path_traits(directory).kernel_files) return write_remote_manifest(target, out);
 
   std::string tmp = join(directory, ".shardload.manifest.XXXXXX");
   const int fd = ::mkostemp(tmp.data(), O_CLOEXEC);
@@ -347,7 +340,7 @@ Result<Manifest> read_manifest(const std::string& path) {
   };
   FileInfo info;
   File file;
-  if (is_remote_url(path)) {
+  if (!path_traits(path).kernel_files) {
     SHARDLOAD_ASSIGN_OR_RETURN(file, open_remote_manifest(path, &info));
   } else {
     int open_err = 0;
@@ -394,8 +387,7 @@ Result<Manifest> read_manifest(const std::string& path) {
   Manifest m;
   m.path = path;
   {
-    const auto [key, query] =
-        is_remote_url(path) ? split_query(path) : std::pair<std::string, std::string>(path, "");
+    const auto [key, query] = split_options(path);
     const auto slash = key.rfind('/');
     m.directory = (slash == std::string::npos ? "" : key.substr(0, slash == 0 ? 1 : slash)) + query;
   }
@@ -451,7 +443,7 @@ namespace {
 bool reprobe_when_checked(const Layout& layout) {
   const FormatDescriptor* d = find_format(layout.format, layout.options.reader);
   if (layout.format == Format::kNpy && !layout.shards.empty() &&
-      is_remote_url(layout.shards.front().path)) {
+      path_traits(layout.shards.front().path).round_trips) {
     return false;
   }
   return d != nullptr && d->capabilities.cheap_reprobe;
@@ -517,7 +509,7 @@ std::string probe_difference(const Layout& l, const Shard& s, const ShardProbe& 
 // one: it stays stale as before. Local files only: an object's snapshot is its ETag, which
 // changes with its bytes.
 bool another_file_same_size(const std::string& path, const FileInfo& then, const FileInfo& now) {
-  return !is_remote_url(path) && then.inode != now.inode && then.size == now.size &&
+  return path_traits(path).inode_is_identity && then.inode != now.inode && then.size == now.size &&
          then.regular == now.regular;
 }
 
@@ -553,7 +545,7 @@ Staleness check_manifest(const Manifest& m, IoBackend& io,
     ctx.io = &io;
     const unsigned threads =
         detail::probe_threads(find_format(layout.format, layout.options.reader), ctx, paths.size(),
-                              0, !paths.empty() && is_remote_url(paths.front()));
+                              0, !paths.empty() && path_traits(paths.front()).round_trips);
     auto probes = detail::probe_shards(paths, layout.format, layout.options, ctx, threads);
     if (!probes) return {probes.status().message()};
     for (std::size_t i = 0; i < shards.size(); ++i) {
@@ -614,7 +606,7 @@ Staleness check_manifest(const Manifest& m, IoBackend& io,
     ctx.io = &io;
     const unsigned threads =
         detail::probe_threads(find_format(Format::kNpy), ctx, shards.size(), 0,
-                              !shards.empty() && is_remote_url(shards.front().path));
+                              !shards.empty() && path_traits(shards.front().path).round_trips);
     std::vector<std::thread> helpers;
     for (unsigned k = 1; k < threads; ++k) {
       try {
@@ -631,7 +623,7 @@ Staleness check_manifest(const Manifest& m, IoBackend& io,
   }
   // A web server has no listing: the manifest alone says which objects are the dataset, so an
   // object added after indexing is not seen (nor would it be without the manifest).
-  if (!m.pattern.empty() && !is_http_url(m.directory)) {
+  if (!m.pattern.empty() && path_traits(m.directory).listable) {
     auto listed = resolve(Source::directory(m.directory, m.pattern));
     if (!listed) return {listed.status().message()};
     for (std::size_t i = 0; i < std::max(listed->size(), shards.size()); ++i) {
@@ -687,7 +679,7 @@ ManifestDiscovery discover_from_manifest(const Source& source, const DiscoverOpt
   const std::string path = manifest_path(source.dir_path);
   // An http(s):// directory cannot be listed: its manifest is the only way to its objects,
   // and where the manifest cannot be used as it is, the objects it names are probed.
-  const bool http = is_http_url(source.dir_path);
+  const bool http = !path_traits(source.dir_path).listable;
   auto m = read_manifest(path);
   if (!m) {
     if (http && m.status().sys_errno() == ENOENT) {

@@ -11,6 +11,7 @@
 #include "engine/detail/lanes.hpp"
 #include "shardload/formats.hpp"
 #include "shardload/io.hpp"
+#include "shardload/location.hpp"
 
 namespace shardload::detail {
 

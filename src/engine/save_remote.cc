@@ -6,6 +6,7 @@
 
 #include "shardload/formats.hpp"
 #include "shardload/io.hpp"
+#include "shardload/location.hpp"
 #include "shardload/manifest.hpp"
 
 namespace shardload::detail {
@@ -155,7 +156,9 @@ Status ShardUpload::commit() {
   return st;
 }
 
-bool is_object_dest(const std::string& dest) { return is_remote_url(dest); }
+// What the kernel's file calls cannot reach goes through the object pipeline, which refuses a
+// store that cannot be written (prepare_remote_save).
+bool is_object_dest(const std::string& dest) { return !path_traits(dest).kernel_files; }
 
 bool uniform_shards(const SaveSpec& spec) {
   const std::int64_t rows = spec.offsets.back();
@@ -181,11 +184,11 @@ std::int64_t remote_tiles(const SaveSpec& spec) {
 
 Result<RemoteDest> prepare_remote_save(const std::string& dest, const SaveOptions& options,
                                        const SaveSpec& spec) {
-  if (is_http_url(dest)) {
+  if (const PathTraits traits = path_traits(dest); !traits.writable) {
     return Status(ErrorCode::kInvalidArgument,
-                  "save: " + dest +
-                      ": http(s):// destinations cannot be written (save writes local paths "
-                      "and s3:// URLs)");
+                  "save: " + dest + ": " + std::string(traits.scheme_label) +
+                      " destinations cannot be written (save writes local paths and s3:// "
+                      "URLs)");
   }
   if (layout_of(spec) == nullptr) {
     return Status(ErrorCode::kInvalidArgument,

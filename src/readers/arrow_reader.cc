@@ -47,6 +47,7 @@
 #include "readers/detail/ipc_file.hpp"
 #include "readers/detail/readers.hpp"
 #include "shardload/formats.hpp"
+#include "shardload/location.hpp"
 #include "storage/detail/fetch_ahead.hpp"
 #include "storage/detail/store_options.hpp"
 
@@ -146,7 +147,7 @@ Result<OpenFile> ArrowReader::open(const std::string& path, bool for_probe,
   // (IoRandomAccessFile); the caller's snapshot checks around the reads hold for it too.
   std::shared_ptr<IoRandomAccessFile> remote;
   File checked;
-  if (is_remote_url(path)) {
+  if (!path_traits(path).kernel_files) {
     FileInfo info;
     File object;
     if (known != nullptr && opened != nullptr) {
@@ -238,7 +239,7 @@ Result<ShardProbe> ArrowReader::probe_impl(const std::string& path) {
   if (!p.shard.snapshot.regular) return Status(ErrorCode::kFormat, path + ": not a regular file");
   // An object is read through this open (one request fewer per object); a local file is
   // opened again by a descriptor of the kernel's (see open).
-  const bool remote = is_remote_url(path);
+  const bool remote = !path_traits(path).kernel_files;
   const FileInfo* known = remote ? &p.shard.snapshot : nullptr;
   SHARDLOAD_ASSIGN_OR_RETURN(OpenFile f, open(path, true, {}, known, remote ? &opened : nullptr));
   std::vector<std::string> names = options_.columns;
@@ -392,14 +393,15 @@ Status ArrowReader::read_groups(const ReadSpec& l, const Shard& s, const ArrowEx
     if (f.ipc->num_record_batches() != static_cast<int>(e.group_rows.size())) {
       return Status(ErrorCode::kChanged, s.path + ": record batch count differs from discovery's");
     }
-    if (is_remote_url(s.path)) return read_ipc_remote(l, s, e, lo, hi, names, shapes, f, dst);
+    if (path_traits(s.path).round_trips)
+      return read_ipc_remote(l, s, e, lo, hi, names, shapes, f, dst);
   }
 
   // A remote Parquet file's needed row groups are fetched ahead, a window of them at once
   // (their column chunks' ranged reads in flight together on Arrow's I/O pool), so that
   // a request's latency is not paid once per group; the window bounds what is buffered.
   constexpr std::int64_t kRemoteWindowBytes = std::int64_t{64} << 20;
-  const bool prefetch = f.parquet && is_remote_url(s.path);
+  const bool prefetch = f.parquet && path_traits(s.path).round_trips;
   std::size_t buffered_end = 0;  // groups below this are buffered (or not needed)
   std::int64_t start = 0;        // the file row of group g's first row
   for (std::size_t g = 0; g < e.group_rows.size(); ++g) {

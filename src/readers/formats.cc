@@ -1,5 +1,6 @@
 // The format table: one descriptor per format. Adding a format is adding its line here.
 #include "shardload/formats.hpp"
+#include "shardload/location.hpp"
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -44,14 +45,12 @@ bool hdf5_sniff(const File& f, std::uint64_t size) {
 }
 
 bool zarr_store(const std::string& path) {
-  if (is_remote_url(path)) {
+  if (path_traits(path).flat_keys) {
     // A prefix is a store when its metadata object exists: a HEAD each, never a LIST (a v2
     // store's chunk keys all sit directly under the prefix, so its listing is as long as
     // the array has chunks).
-    const auto q = path.find('?');
-    std::string base = path.substr(0, q);
+    auto [base, query] = split_options(path);
     while (!base.empty() && base.back() == '/') base.pop_back();
-    const std::string query = q == std::string::npos ? std::string() : path.substr(q);
     // An open is the one request (and works with any RemoteIo, which stat_path need not).
     // Both are asked at once: a directory of shards answers two 404s, and one round trip
     // is all that should cost.
@@ -255,7 +254,8 @@ Result<Format> parse_format(std::string_view name) {
 
 Format format_from_extension(std::string_view path) {
   // An object-storage URL's query configures the store; the name ends before it.
-  if (is_remote_url(path)) path = path.substr(0, path.find('?'));
+  const std::string name = split_options(path).first;
+  path = name;
   while (!path.empty() && path.back() == '/') path.remove_suffix(1);
   for (const auto& d : formats()) {
     for (const auto& ext : d.extensions) {

@@ -26,6 +26,7 @@
 #include "readers/detail/hdf5.hpp"
 #include "readers/detail/readers.hpp"
 #include "shardload/byte_order.hpp"
+#include "shardload/location.hpp"
 #include "storage/detail/fetch_ahead.hpp"
 #include "storage/detail/store_options.hpp"
 
@@ -215,14 +216,14 @@ class Hdf5Reader final : public ShardReader {
     p.shard.path = path;
     // From object storage, the open's own request brings the first window (open_whole).
     SHARDLOAD_ASSIGN_OR_RETURN(
-        File f, is_remote_url(path)
+        File f, path_traits(path).round_trips
                     ? File::open_whole(*ctx_.io, path, &p.shard.snapshot, kRemoteWindow)
                     : File::open_stat(*ctx_.io, path, &p.shard.snapshot));
     if (!p.shard.snapshot.regular) {
       return Status(ErrorCode::kFormat, path + ": not a regular file");
     }
     std::vector<std::byte> head;
-    if (is_remote_url(path)) {
+    if (path_traits(path).round_trips) {
       SHARDLOAD_ASSIGN_OR_RETURN(head, remote_head(f, p.shard.snapshot.size));
     }
     std::vector<std::string> external;
@@ -271,7 +272,7 @@ class Hdf5Reader final : public ShardReader {
         p.shard.extra += kRowsAtOffset;
       }
       api_.H5Eclear2(H5E_DEFAULT);
-      if (is_remote_url(path)) {
+      if (!path_traits(path).kernel_files) {
         // A virtual dataset's data is in its source files, which HDF5 opens itself by a local
         // name: none opens from object storage, and HDF5 gives the fill value for every
         // element instead of an error. Sources in the file itself (".") would read.
@@ -285,7 +286,7 @@ class Hdf5Reader final : public ShardReader {
                             "local or shared file system");
         }
       }
-      if (!external.empty() && is_remote_url(path)) {
+      if (!external.empty() && !path_traits(path).kernel_files) {
         // HDF5 opens external storage itself, by a local name: nothing of the store's.
         return Status(ErrorCode::kFormat,
                       path + ": dataset '" + d.name + "': its data is in external storage files (" +
@@ -382,7 +383,7 @@ class Hdf5Reader final : public ShardReader {
   Status read_dataset(const File& f, const ReadSpec& l, const Shard& s, std::int64_t lo,
                       std::int64_t hi, std::byte* dst) {
     std::vector<std::byte> head;
-    if (is_remote_url(s.path)) {
+    if (path_traits(s.path).round_trips) {
       SHARDLOAD_ASSIGN_OR_RETURN(head, remote_head(f, s.snapshot.size));
     }
     try {
@@ -494,7 +495,7 @@ class Hdf5Reader final : public ShardReader {
       boxes.push_back(std::move(b));
       if (!next_chunk(at, first, last)) break;
     }
-    if (is_remote_url(f.path()) && api_.H5Dget_chunk_info_by_coord != nullptr) {
+    if (path_traits(f.path()).round_trips && api_.H5Dget_chunk_info_by_coord != nullptr) {
       if (auto done =
               read_direct_remote(lock, f, file_size, d, where, p, mem_type, dst_dims, boxes, dst)) {
         return *done;
@@ -720,7 +721,9 @@ class Hdf5Reader final : public ShardReader {
                            const std::vector<std::byte>& head) {
     const std::string& path = checked.path();
     OpenDataset d;
-    const bool remote = is_remote_url(path);
+    // Not reachable by the kernel's calls: HDF5 reads it through the backend (a virtual file
+    // driver over the File), never by name.
+    const bool remote = !path_traits(path).kernel_files;
     (void)take_remote_error();  // nothing of an earlier call's is this one's
     Hid fapl;
     if (remote) {

@@ -32,6 +32,7 @@
 #include "readers/detail/readers.hpp"
 #include "shardload/byte_order.hpp"
 #include "shardload/formats.hpp"
+#include "shardload/location.hpp"
 #include "shardload/npy.hpp"
 
 namespace shardload::detail {
@@ -360,7 +361,8 @@ class Inflater {
                        " bytes) ends after " + std::to_string(produced_) +
                        " bytes of output (truncated)");
         }
-        const std::size_t want = is_remote_url(f_.path()) ? kRemoteInputChunk : kInputChunk;
+        const std::size_t want =
+            path_traits(f_.path()).round_trips ? kRemoteInputChunk : kInputChunk;
         if (in_.size() < want) in_.resize(want);
         const auto k = static_cast<std::size_t>(std::min<std::uint64_t>(left, in_.size()));
         SHARDLOAD_RETURN_IF_ERROR(f_.read_exact(in_.data(), k, offset_ + consumed_));

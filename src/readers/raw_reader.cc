@@ -33,6 +33,7 @@
 #include "readers/detail/readers.hpp"
 #include "readers/detail/write_files.hpp"
 #include "shardload/byte_order.hpp"
+#include "shardload/location.hpp"
 
 namespace shardload::detail {
 
@@ -408,10 +409,10 @@ class RawReader final : public ShardReader {
   // The sidecar of the shard at `shard_path`, from its directory. Beside objects in object
   // storage it is an object too, asked for with the shard URL's query (the store's options).
   Result<Sidecar*> sidecar_for(const std::string& shard_path) {
-    const bool remote = is_remote_url(shard_path);
-    const auto q = remote ? shard_path.find('?') : std::string::npos;
-    const std::string query = q == std::string::npos ? std::string() : shard_path.substr(q);
-    const std::string dir = parent_dir(shard_path.substr(0, q));
+    // In a flat key space the open's own request answers whether the sidecar is there.
+    const bool remote = path_traits(shard_path).flat_keys;
+    const auto [shard_name, query] = split_options(shard_path);
+    const std::string dir = parent_dir(shard_name);
     // Keyed as probe_shards counts positions, so that a sidecar and the positions in its
     // "rows" list always agree on what one directory is.
     const std::string key = directory_key(shard_path);

@@ -10,34 +10,6 @@
 
 namespace shardload {
 
-std::string snapshot_difference(const FileInfo& then, const FileInfo& now) {
-  if (then == now) return {};
-  // Size and mtime always, so that every message reads alike; the rest when
-  // they are what differs.
-  std::string d = "size " + std::to_string(then.size) + " -> " + std::to_string(now.size) +
-                  " bytes, mtime " + std::to_string(then.mtime_ns) + " -> " +
-                  std::to_string(now.mtime_ns) + " ns";
-  if (then.ctime_ns != now.ctime_ns) {
-    d += ", ctime " + std::to_string(then.ctime_ns) + " -> " + std::to_string(now.ctime_ns) + " ns";
-  }
-  if (then.inode != now.inode) {
-    d += ", replaced by another file (inode " + std::to_string(then.inode) + " -> " +
-         std::to_string(now.inode) + ")";
-  }
-  if (then.regular != now.regular)
-    d += now.regular ? ", now a regular file" : ", no longer a regular file";
-  return d;
-}
-
-std::string snapshot_difference(const std::string& path, const FileInfo& then,
-                                const FileInfo& now) {
-  if (!is_remote_url(path)) return snapshot_difference(then, now);
-  std::string d =
-      "size " + std::to_string(then.size) + " -> " + std::to_string(now.size) + " bytes";
-  if (then.inode != now.inode) d += ", overwritten (its ETag differs)";
-  return d;
-}
-
 Status check_snapshot(const File& f, const FileInfo& snapshot) {
   SHARDLOAD_ASSIGN_OR_RETURN(FileInfo now, f.stat());
   if (now == snapshot) return Status::ok();
@@ -47,7 +19,7 @@ Status check_snapshot(const File& f, const FileInfo& snapshot) {
 
 Result<File> open_checked(IoBackend& io, const Shard& shard, bool check) {
   if (!check) return File::open(io, shard.path);
-  if (is_remote_url(shard.path)) {
+  if (path_traits(shard.path).round_trips) {
     // Asking an object's state is a request (a HEAD) and the check after the reads asks
     // again; that later answer is the one that counts, so the open asks nothing.
     SHARDLOAD_ASSIGN_OR_RETURN(const int fd, io.open_known(shard.path, shard.snapshot));
@@ -66,7 +38,7 @@ Result<const File*> OpenShardFile::get(IoBackend& io, const Shard& shard, bool c
   SHARDLOAD_ASSIGN_OR_RETURN(file_, open_checked(io, shard, check));
   path_ = shard.path;
   snapshot_ = shard.snapshot;
-  if (is_remote_url(shard.path)) {
+  if (path_traits(shard.path).round_trips) {
     // Kept only for this read: the caller's read is one request, the next opens its own.
     path_.clear();
   }
@@ -78,8 +50,8 @@ Status check_unchanged(const File& f, const FileInfo& snapshot, Status read) {
   if (!now) return read.is_ok() ? now.status() : read;
   if (*now == snapshot) return read;
   // An object was not asked at its open (open_checked), so this cannot tell before from during.
-  const char* when =
-      is_remote_url(f.path()) ? ": changed since discovery: " : ": changed while reading: ";
+  const char* when = path_traits(f.path()).round_trips ? ": changed since discovery: "
+                                                       : ": changed while reading: ";
   return {ErrorCode::kChanged, f.path() + when + snapshot_difference(f.path(), snapshot, *now)};
 }
 

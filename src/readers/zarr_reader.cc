@@ -28,6 +28,7 @@
 #include "readers/detail/readers.hpp"
 #include "readers/detail/zarr.hpp"
 #include "shardload/byte_order.hpp"
+#include "shardload/location.hpp"
 #include "storage/detail/fetch_ahead.hpp"
 #include "storage/detail/store_options.hpp"
 
@@ -46,17 +47,17 @@ enum class PathKind { kMissing, kFile, kDirectory, kOther };
 // "dir/name" for a local directory or an object-storage prefix; a URL's query
 // configures the store, so it stays at the end of every key derived from it.
 std::string join(const std::string& dir, const std::string& name) {
-  if (!is_remote_url(dir)) return dir + "/" + name;
-  const auto q = dir.find('?');
-  std::string base = dir.substr(0, q);
-  while (!base.empty() && base.back() == '/') base.pop_back();
-  return base + "/" + name + (q == std::string::npos ? std::string() : dir.substr(q));
+  if (path_traits(dir).kernel_files) return dir + "/" + name;
+  // In a flat key space "a//b" is another key than "a/b": the prefix's trailing '/'s go.
+  auto [key, options] = split_options(dir);
+  while (!key.empty() && key.back() == '/') key.pop_back();
+  return key + "/" + name + options;
 }
 
 // An object is a file; a 404 is missing. Any other answer (403, a 5xx after the retries) is
 // an error: reading it as missing would fill real data with the fill value.
 Result<PathKind> path_kind(IoBackend& io, const std::string& path) {
-  if (is_remote_url(path)) {
+  if (path_traits(path).flat_keys) {
     // An open is the object's one HEAD, as a stat would be.
     FileInfo info;
     auto f = File::open_stat(io, path, &info);
@@ -88,7 +89,7 @@ std::string metadata_path(const std::string& dir, int zarr_format) {
 std::string child_arrays(const std::string& dir) {
   std::string names;
   // A prefix's children would cost a listing of every chunk key under it.
-  if (is_remote_url(dir)) return names;
+  if (!path_traits(dir).kernel_files) return names;
   DIR* d = ::opendir(dir.c_str());
   if (d == nullptr) return names;
   int count = 0;
@@ -135,7 +136,7 @@ class ZarrReader final : public ShardReader {
     p.shard.path = path;
     // A prefix in object storage exists only through its objects: the metadata's look-ups
     // below say whether it is a store.
-    if (!is_remote_url(path)) {
+    if (!path_traits(path).flat_keys) {
       SHARDLOAD_ASSIGN_OR_RETURN(const PathKind kind, path_kind(*ctx_.io, path));
       if (kind == PathKind::kMissing) return Status(ErrorCode::kFormat, path + ": not found");
       if (kind != PathKind::kDirectory) {
@@ -223,7 +224,7 @@ class ZarrReader final : public ShardReader {
       ghi[k] = (b - 1) / m->chunks[k] + 1;
     }
     Status status;
-    if (is_remote_url(dir) && !m->sharded) {
+    if (path_traits(dir).round_trips && !m->sharded) {
       status = read_chunks_remote(r, glo, ghi);
     } else {
       // for_each_run visits all but the last axis; walk the last one here.
@@ -422,7 +423,9 @@ class ZarrReader final : public ShardReader {
     const std::string path = join(r.dir, zarr_chunk_key(r.m, g));
     const std::size_t expected = unit_bytes(r.m, r.m.chunks);
     std::byte* direct = direct_target(r, origin, r.m.chunks);
-    if (!is_remote_url(path)) {
+    // A missing chunk: looked up here in a file system; in a flat key space the open's own
+    // request tells (open_unit).
+    if (!path_traits(path).flat_keys) {
       SHARDLOAD_ASSIGN_OR_RETURN(const PathKind kind, path_kind(*ctx_.io, path));
       if (kind == PathKind::kMissing) {
         fill_box(r, blo, bhi);
@@ -670,7 +673,7 @@ class ZarrReader final : public ShardReader {
     std::vector<std::int64_t> bhi;
     if (!clip(r, origin, m.chunks, &blo, &bhi)) return Status::ok();
     const std::string path = join(r.dir, zarr_chunk_key(m, g));
-    if (!is_remote_url(path)) {
+    if (!path_traits(path).flat_keys) {
       SHARDLOAD_ASSIGN_OR_RETURN(const PathKind kind, path_kind(*ctx_.io, path));
       if (kind == PathKind::kMissing) {
         fill_box(r, blo, bhi);
@@ -733,7 +736,7 @@ class ZarrReader final : public ShardReader {
     }
     const std::size_t expected = unit_bytes(m, m.inner_chunks);
     Status status;
-    if (is_remote_url(path)) {
+    if (path_traits(path).round_trips) {
       status = read_inners_remote(r, f, info, path, origin, ilo, ihi, per, entry, expected);
     } else {
       for_each_run(ilo, ihi, [&](const std::vector<std::int64_t>& start) {
@@ -758,7 +761,7 @@ class ZarrReader final : public ShardReader {
   // fetch them with the snapshot), or 0 for a shard object, read by ranges.
   Result<std::optional<File>> open_unit(const std::string& path, FileInfo* info,
                                         std::size_t whole = 0) const {
-    if (!is_remote_url(path)) {
+    if (!path_traits(path).flat_keys) {
       SHARDLOAD_ASSIGN_OR_RETURN(File f, File::open(*ctx_.io, path));
       SHARDLOAD_ASSIGN_OR_RETURN(*info, f.stat());
       return std::optional<File>(std::move(f));

@@ -1,5 +1,8 @@
 // The remote drivers this build has, registered with posix_io() at load time, so that a source
-// parsed before any reader exists can name "s3://" and "http(s)://" URLs.
+// parsed before any reader exists can name "s3://" and "http(s)://" URLs; and the router that
+// tells posix_io() which paths they serve (location.cc's table of schemes).
+#include "shardload/io.hpp"
+#include "storage/detail/stores.hpp"
 #if SHARDLOAD_WITH_ARROW
 #include "storage/detail/s3_io.hpp"
 #endif
@@ -10,6 +13,7 @@
 namespace shardload::detail {
 namespace {
 
+const bool kRouterRegistered = (set_path_router(&route_path), true);
 #if SHARDLOAD_WITH_ARROW
 const bool kS3Registered = (register_s3_io(), true);
 #endif

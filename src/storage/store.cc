@@ -5,6 +5,7 @@
 #include <string>
 
 #include "shardload/io.hpp"
+#include "shardload/location.hpp"
 #include "shardload/storage.hpp"
 #include "storage/detail/stores.hpp"
 

@@ -13,6 +13,7 @@
 #include "shardload/fill.hpp"
 #include "shardload/io.hpp"
 #include "shardload/layout.hpp"
+#include "shardload/location.hpp"
 #include "shardload/manifest.hpp"
 #include "shardload/source.hpp"
 #include "util.hpp"

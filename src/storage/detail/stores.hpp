@@ -25,6 +25,10 @@ std::string generation_of(const FileInfo& info);
 // followed by '/'); ok when it is.
 Status check_store_prefix(std::string_view prefix);
 
+// The path router posix_io() asks (set_path_router): nullptr for a local path, the registered
+// backend of a URL's scheme, or the error of a scheme this build has no driver for.
+Result<RemoteIo*> route_path(std::string_view path);
+
 // The local POSIX driver over posix_io(), rooted at the directory `dir`.
 std::unique_ptr<Store> make_local_store(std::string dir);
 // The s3:// and http(s):// drivers over the registered RemoteIo (io.hpp): `location` is the

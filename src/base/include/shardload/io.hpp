@@ -77,14 +77,15 @@ class IoBackend {
   virtual Result<FileInfo> stat_path(const std::string& path);
 };
 
-// The process-wide POSIX backend. It is stateless, so sharing it is safe. It also serves
-// object-store URLs (is_remote_url) through the registered RemoteIo: open() of such a URL
-// hands out a descriptor at or above kRemoteFdBase, which the other calls route there. A
-// local file costs nothing more than the comparison of its descriptor.
+// The process-wide POSIX backend. It is stateless, so sharing it is safe. It also serves the
+// paths that the storage layer routes to a registered RemoteIo (object-store URLs; see
+// set_path_router): open() of such a path hands out a descriptor at or above kRemoteFdBase,
+// which the other calls route there. A local file costs nothing more than the router's answer
+// and the comparison of its descriptor.
 IoBackend& posix_io();
 
 // Object storage ("s3://bucket/key"). The implementation needs Arrow, which this layer does
-// not link: the readers' layer registers one (set_remote_io) before the first URL is opened.
+// not link: the storage layer registers one (set_remote_io) before the first URL is opened.
 // Its descriptors are at or above kRemoteFdBase, far above any the kernel hands out; its
 // FileInfo is the object's size, its last-modified time as mtime and ctime, and a hash of
 // its ETag as the inode, so that an object overwritten under the same name differs.
@@ -120,23 +121,20 @@ class RemoteIo : public IoBackend {
 // its ETag (or of its Last-Modified where it sends no ETag) as the inode.
 inline constexpr int kHttpFdBase = kRemoteFdBase + (1 << 29);
 
-// "s3://...", "http://..." and "https://...": the URLs the remote backends serve.
-bool is_remote_url(std::string_view path);
-// "http://..." and "https://...": the URLs the HTTP backend serves (no listing, no globs).
-bool is_http_url(std::string_view path);
-// What names the directory holding `path`, for telling which shards lie side by side (a raw
-// sidecar's, a shard's position among its directory's): the path up to its last '/' ("."
-// without one), and a URL's query after it, which is the store's options and not part of
-// the directory's name but tells two stores apart.
-std::string directory_key(std::string_view path);
 void set_remote_io(RemoteIo* io);
 void set_http_io(RemoteIo* io);
 // The registered s3:// backend, or nullptr when this build has none.
 RemoteIo* remote_io();
 // The registered http(s):// backend, or nullptr when this build has none.
 RemoteIo* http_io();
-// The backend that serves `url` (by its scheme), or nullptr when this build has none.
-RemoteIo* remote_io_for(std::string_view url);
+// Which backend serves a path, decided by the storage layer (which knows the schemes; this
+// layer knows none): nullptr for a path the kernel's calls reach, the RemoteIo for one it
+// routes, or the error (kIo naming the path) for one whose store this build has no driver for.
+// Storage registers it at load time (set_path_router); until then every path is local.
+using PathRouter = Result<RemoteIo*> (*)(std::string_view path);
+void set_path_router(PathRouter router);
+// The registered router's answer for `path` (nullptr without a router).
+Result<RemoteIo*> routed_io(std::string_view path);
 // The backend whose descriptor `fd` is (>= kRemoteFdBase), or nullptr.
 RemoteIo* remote_io_for_fd(int fd);
 // The retries of both backends, or 0 without them.

@@ -28,6 +28,7 @@
 
 #include "shardload/format.hpp"
 #include "shardload/io.hpp"
+#include "shardload/location.hpp"
 #include "shardload/status.hpp"
 
 namespace shardload {
@@ -172,12 +173,7 @@ struct ReaderContext {
 Result<std::unique_ptr<ShardReader>> make_reader(Format format, const FormatOptions& options,
                                                  const ReaderContext& context = {});
 
-// The fields in which `now` differs from `then` ("size 10 -> 8 bytes, mtime
-// ... -> ... ns, ..."), or "" when the snapshots are equal.
-std::string snapshot_difference(const FileInfo& then, const FileInfo& now);
-// The same for the file at `path`: an object's snapshot has no times, so its size and the hash
-// of its ETag say what changed ("size 10 -> 10 bytes, overwritten (its ETag differs)").
-std::string snapshot_difference(const std::string& path, const FileInfo& then, const FileInfo& now);
+// snapshot_difference (the fields in which two snapshots differ): shardload/location.hpp.
 
 // kChanged "PATH: changed since discovery: ..." when the open file differs
 // from the snapshot. Called once a file is opened, before reading it.

@@ -17,6 +17,7 @@
 #include "base/detail/listing_memo.hpp"
 #include "shardload/format.hpp"
 #include "shardload/io.hpp"
+#include "shardload/location.hpp"
 
 namespace shardload {
 

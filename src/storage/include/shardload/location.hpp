@@ -1,0 +1,86 @@
+// What the store behind a path is like. The readers, the engine and the front ends name data by
+// path (a local path, "s3://bucket/key?options", "https://host/key"). Every decision that
+// depends on where the bytes live (what a request costs, how names join, whether a directory
+// can be listed or written, what a snapshot's inode means, how a change reads in a message)
+// asks the storage layer here instead of testing the path's scheme, so that a new store driver
+// answers these questions in src/storage (its row in location.cc) and changes no reader.
+//
+// Contract: pure functions of the path's text; nothing is opened or asked of a store. Safe
+// from any thread.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <utility>
+
+#include "shardload/io.hpp"
+
+namespace shardload {
+
+struct PathTraits {
+  // The operating system's file calls reach the path: stat, opendir, mkdir, a temporary file
+  // renamed into place, and a library that opens other files by name (HDF5's external and
+  // virtual-dataset sources) finds them beside it. false: the path is reached only through
+  // the registered backend (posix_io() routes it), by keys.
+  bool kernel_files = true;
+  // Each open, stat and read is a request over the network, not a system call: ask a key's
+  // state once (open with the snapshot discovery took, and compare after the reads), fetch a
+  // small object whole or a footer with the open, read ahead in large windows, keep several
+  // requests in flight, and keep nothing open between reads.
+  bool round_trips = false;
+  // Keys live in a flat name space: a "directory" is a prefix that exists only through the
+  // keys below it (nothing to stat; listing it lists every key under it, however deep), and an
+  // open that finds nothing (ENOENT) is a missing key.
+  bool flat_keys = false;
+  // A directory can be listed (false: an HTTP server has no listing; a manifest names the
+  // objects).
+  bool listable = true;
+  // Keys can be written (a manifest, a save).
+  bool writable = true;
+  // Written by uploading whole objects (no rename, no positional write into an object): save
+  // takes its object pipeline, a manifest is one upload.
+  bool uploads = false;
+  // A snapshot's inode is the file's own number, so that another inode at the same size is
+  // another file put at the path. false: it is a hash of the object's ETag, which changes with
+  // the bytes, and the snapshot has no times.
+  bool inode_is_identity = true;
+  // The scheme as messages name it ("s3://", "http(s)://"); "" for a local path.
+  std::string_view scheme_label;
+};
+
+// The traits of the store that serves `path`.
+PathTraits path_traits(std::string_view path);
+
+// "s3://...", "http://..." and "https://...": the URLs the remote backends serve. The
+// scheme predicates are this layer's (and the command line's argument parsing): everything
+// else asks path_traits what it needs to know (tools/check_includes.py holds it to that).
+bool is_remote_url(std::string_view path);
+// "http://..." and "https://...": the URLs the HTTP backend serves (no listing, no globs).
+bool is_http_url(std::string_view path);
+// The backend that serves `url` (by its scheme), or nullptr when this build has none.
+RemoteIo* remote_io_for(std::string_view url);
+
+// What names the directory holding `path`, for telling which shards lie side by side (a raw
+// sidecar's, a shard's position among its directory's): the path up to its last '/' ("."
+// without one), and a URL's query after it, which is the store's options and not part of
+// the directory's name but tells two stores apart.
+std::string directory_key(std::string_view path);
+
+// `path`'s name and its store options apart. A URL's query configures its store and is no
+// part of the key ("s3://b/k?region=x" -> {"s3://b/k", "?region=x"}); a local path has no
+// options (a '?' in it is part of a file name): {path, ""}.
+std::pair<std::string, std::string> split_options(std::string_view path);
+
+// `name` in the directory `dir`: `name` alone when `dir` is empty, else one '/' between them
+// (none added where `dir` ends in one), and a URL's options kept at the end, after the key.
+std::string join_key(std::string_view dir, std::string_view name);
+
+// The fields in which `now` differs from `then` ("size 10 -> 8 bytes, mtime ... -> ... ns,
+// ..."), or "" when the snapshots are equal.
+std::string snapshot_difference(const FileInfo& then, const FileInfo& now);
+// The same for the file at `path`, in the terms of its store: an object's snapshot has no
+// times, so its size and the hash of its ETag say what changed ("size 10 -> 10 bytes,
+// overwritten (its ETag differs)").
+std::string snapshot_difference(std::string_view path, const FileInfo& then, const FileInfo& now);
+
+}  // namespace shardload

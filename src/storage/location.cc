@@ -1,0 +1,136 @@
+// The traits of each store a path can name: the one table a new store driver adds its row to.
+#include "shardload/location.hpp"
+
+#include <array>
+
+#include "storage/detail/stores.hpp"
+
+namespace shardload {
+
+namespace {
+
+struct SchemeRow {
+  std::string_view prefix;
+  PathTraits traits;
+  RemoteIo* (*backend)();  // the registered backend that serves it (io.hpp)
+  const char* missing;     // why a build without that backend cannot serve it
+};
+
+constexpr const char* kNoS3 = "object storage is not supported by this build (it needs Arrow)";
+constexpr const char* kNoHttp =
+    "http:// and https:// are not supported by this build (not built with http support: it "
+    "needs libcurl)";
+
+// Object storage and HTTP(S): keys reached by requests, each with its options in the URL's
+// query. An HTTP server can neither list nor be written to.
+constexpr PathTraits kS3{.kernel_files = false,
+                         .round_trips = true,
+                         .flat_keys = true,
+                         .listable = true,
+                         .writable = true,
+                         .uploads = true,
+                         .inode_is_identity = false,
+                         .scheme_label = "s3://"};
+constexpr PathTraits kHttp{.kernel_files = false,
+                           .round_trips = true,
+                           .flat_keys = true,
+                           .listable = false,
+                           .writable = false,
+                           .uploads = false,
+                           .inode_is_identity = false,
+                           .scheme_label = "http(s)://"};
+// A new store driver reached by URL adds its row here (and registers its RemoteIo).
+constexpr std::array kSchemes{SchemeRow{"s3://", kS3, remote_io, kNoS3},
+                              SchemeRow{"http://", kHttp, http_io, kNoHttp},
+                              SchemeRow{"https://", kHttp, http_io, kNoHttp}};
+
+const SchemeRow* row_of(std::string_view path) {
+  for (const SchemeRow& row : kSchemes) {
+    if (path.starts_with(row.prefix)) return &row;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+PathTraits path_traits(std::string_view path) {
+  const SchemeRow* row = row_of(path);
+  return row == nullptr ? PathTraits{} : row->traits;
+}
+
+bool is_remote_url(std::string_view path) { return row_of(path) != nullptr; }
+
+bool is_http_url(std::string_view path) {
+  return path.starts_with("http://") || path.starts_with("https://");
+}
+
+RemoteIo* remote_io_for(std::string_view url) {
+  const SchemeRow* row = row_of(url);
+  return row == nullptr ? nullptr : row->backend();
+}
+
+namespace detail {
+
+Result<RemoteIo*> route_path(std::string_view path) {
+  const SchemeRow* row = row_of(path);
+  if (row == nullptr) return static_cast<RemoteIo*>(nullptr);
+  RemoteIo* const r = row->backend();
+  if (r == nullptr) return file_error(ErrorCode::kIo, std::string(path), row->missing);
+  return r;
+}
+
+}  // namespace detail
+
+std::string directory_key(std::string_view path) {
+  const std::size_t q = is_remote_url(path) ? path.find('?') : std::string_view::npos;
+  const std::string_view name = path.substr(0, q);
+  const std::size_t slash = name.rfind('/');
+  std::string key = slash == std::string_view::npos ? std::string(".")
+                    : slash == 0                    ? std::string("/")
+                                                    : std::string(name.substr(0, slash));
+  if (q != std::string_view::npos) key += path.substr(q);
+  return key;
+}
+
+std::pair<std::string, std::string> split_options(std::string_view path) {
+  const std::size_t q = row_of(path) == nullptr ? std::string_view::npos : path.find('?');
+  if (q == std::string_view::npos) return {std::string(path), {}};
+  return {std::string(path.substr(0, q)), std::string(path.substr(q))};
+}
+
+std::string join_key(std::string_view dir, std::string_view name) {
+  if (dir.empty()) return std::string(name);
+  auto [key, options] = split_options(dir);
+  if (key.empty() || key.back() != '/') key += '/';
+  key += name;
+  return key + options;
+}
+
+std::string snapshot_difference(const FileInfo& then, const FileInfo& now) {
+  if (then == now) return {};
+  // Size and mtime always, so that every message reads alike; the rest when
+  // they are what differs.
+  std::string d = "size " + std::to_string(then.size) + " -> " + std::to_string(now.size) +
+                  " bytes, mtime " + std::to_string(then.mtime_ns) + " -> " +
+                  std::to_string(now.mtime_ns) + " ns";
+  if (then.ctime_ns != now.ctime_ns) {
+    d += ", ctime " + std::to_string(then.ctime_ns) + " -> " + std::to_string(now.ctime_ns) + " ns";
+  }
+  if (then.inode != now.inode) {
+    d += ", replaced by another file (inode " + std::to_string(then.inode) + " -> " +
+         std::to_string(now.inode) + ")";
+  }
+  if (then.regular != now.regular)
+    d += now.regular ? ", now a regular file" : ", no longer a regular file";
+  return d;
+}
+
+std::string snapshot_difference(std::string_view path, const FileInfo& then, const FileInfo& now) {
+  if (path_traits(path).inode_is_identity) return snapshot_difference(then, now);
+  std::string d =
+      "size " + std::to_string(then.size) + " -> " + std::to_string(now.size) + " bytes";
+  if (then.inode != now.inode) d += ", overwritten (its ETag differs)";
+  return d;
+}
+
+}  // namespace shardload
