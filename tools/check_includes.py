@@ -12,6 +12,12 @@ Also refused anywhere: a quoted include that climbs out of its folder ("../"), a
 product layers and the Python modules, any include of the test doubles and demo data
 (src/testing).
 
+Also refused outside the storage layer: a call of a scheme predicate (is_remote_url,
+is_http_url), which asks "is this path remote?" where the question is a more specific one
+(what a request costs, how keys join, whether a directory lists): shardload/location.hpp
+answers those in storage. Only storage itself, the command line's argument parsing
+(src/cli/args.cc) and the tests of storage may call them.
+
 Prints each violation as FILE:LINE: message and exits 1 if there is any. --root DIR checks
 another tree laid out the same way (the tests use it on a small one).
 """
@@ -35,6 +41,10 @@ FRONT_ENDS = ["src/cli", "python", "tests", "fuzz", "bench"]
 SOURCES = (".cc", ".hpp", ".cu", ".h", ".cuh")
 
 INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"')
+# Scheme predicates: storage's to ask. A declaration or a call, outside a // comment.
+SCHEME_PREDICATE = re.compile(r"\b(is_remote_url|is_http_url)\s*\(")
+# Where they may be called: storage, the argument parsers of the front ends, the tests.
+SCHEME_ALLOWED = ("src/storage/", "src/cli/args.cc", "tests/")
 
 
 def layer_of_file(path: pathlib.Path) -> str | None:
@@ -96,6 +106,21 @@ def check(path: pathlib.Path, public: dict[str, str]) -> list[str]:
     return problems
 
 
+def check_scheme_predicates(path: pathlib.Path) -> list[str]:
+    rel = path.relative_to(ROOT).as_posix()
+    if rel.startswith(SCHEME_ALLOWED):
+        return []
+    problems = []
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        code = line.split("//", 1)[0]
+        m = SCHEME_PREDICATE.search(code)
+        if m:
+            problems.append(f"{rel}:{n}: {m.group(1)}() outside the storage layer; ask the store "
+                            "what you need to know instead (shardload/location.hpp: path_traits, "
+                            "split_options, join_key)")
+    return problems
+
+
 def main(argv: list[str] | None = None) -> int:
     global ROOT
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -106,9 +131,10 @@ def main(argv: list[str] | None = None) -> int:
     files = []
     for folder in ["src"] + FRONT_ENDS:
         for p in sorted((ROOT / folder).rglob("*")):
-            if p.suffix in SOURCES and p.is_file():
+            # src/cli is both under src/ and a front end: each file once.
+            if p.suffix in SOURCES and p.is_file() and p not in files:
                 files.append(p)
-    problems = [msg for p in files for msg in check(p, public)]
+    problems = [msg for p in files for msg in check(p, public) + check_scheme_predicates(p)]
     for msg in problems:
         print(msg)
     if problems:

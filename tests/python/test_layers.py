@@ -78,3 +78,33 @@ def test_this_checkout_points_down() -> None:
     got = _run(ROOT)
     assert got.returncode == 0, got.stdout
     assert not list((ROOT / "src" / "readers").glob("**/s3_*")), "object storage left in readers"
+
+
+def test_a_scheme_predicate_outside_storage_is_refused(tmp_path: pathlib.Path) -> None:
+    # "Is it remote?" is storage's question: a reader, the engine or a front end asks
+    # shardload/location.hpp what it needs to know. Storage itself, the command line's argument
+    # parsing and the tests may call the predicates; a comment may name them.
+    root = _tree(tmp_path, {
+        **_HEADERS,
+        "src/readers/zarr_reader.cc": "bool f(const char* p) { return is_remote_url(p); }\n",
+        "src/engine/manifest.cc": "// is_http_url(p) is not asked here\n"
+                                  "bool g(const char* p) { return !is_http_url (p); }\n",
+        "src/base/io.cc": "bool is_remote_url(const char* path);\n",
+        "src/storage/location.cc": "bool is_remote_url(const char* p) { return is_http_url(p); }\n",
+        "src/cli/args.cc": "bool h(const char* p) { return is_remote_url(p); }\n",
+        "src/cli/read.cc": "bool k(const char* p) { return is_remote_url(p); }\n",
+        "tests/cpp/test_source.cc": "bool t(const char* p) { return is_remote_url(p); }\n",
+    })
+    got = _run(root)
+    assert got.returncode == 1, got.stdout
+    flagged = sorted(line.split(": ", 1)[0] for line in got.stdout.splitlines()[:-1])
+    assert flagged == ["src/base/io.cc:1", "src/cli/read.cc:1", "src/engine/manifest.cc:2",
+                       "src/readers/zarr_reader.cc:1"], got.stdout
+    assert ("src/readers/zarr_reader.cc:1: is_remote_url() outside the storage layer; ask the "
+            "store what you need to know instead") in got.stdout
+    assert "src/engine/manifest.cc:2: is_http_url() outside the storage layer" in got.stdout
+
+
+def test_no_scheme_predicate_outside_storage_in_this_checkout() -> None:
+    got = _run(ROOT)
+    assert "outside the storage layer" not in got.stdout, got.stdout
