@@ -419,8 +419,17 @@ Result<Manifest> read_manifest(const std::string& path) {
   m.checksums.resize(want_sums);
   for (std::size_t i = 0; i < want_sums; ++i) m.checksums[i] = get_le(sums.data() + 8 * i, 8);
   std::string why;
+  // In a remote directory a name's '?' would begin the URL's query: the rest of the name would
+  // be read as store options (another endpoint, say) and the key before it read instead.
+  const bool remote = is_remote_url(m.directory);
   for (auto& s : layout->shards) {
     if (!safe_relative(s.path, &why)) return bad("shard " + path_for_message(why));
+    if (remote && s.path.find('?') != std::string::npos) {
+      return bad("shard '" + path_for_message(s.path) +
+                 "': an object whose key holds '?' cannot be named by " +
+                 (m.directory.starts_with("s3://") ? "an s3:// URL" : "a URL") +
+                 " (its query begins at the first '?')");
+    }
     s.path = join(m.directory, s.path);
     for (auto& f : s.linked) {
       if (!safe_relative(f.path, &why)) return bad("linked file " + path_for_message(why));

@@ -8,6 +8,7 @@
 #include <deque>
 #include <optional>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 #include "readers/detail/hdf5.hpp"
@@ -17,9 +18,13 @@ namespace shardload::detail::hdf5 {
 namespace {
 
 // Bounds on what one header may make the parser read: HDF5's own headers are a few hundred
-// bytes, continuation blocks a few KiB; a crafted chain of continuations must not loop.
-constexpr std::uint64_t kMaxHeaderBytes = std::uint64_t{1} << 20;
-constexpr int kMaxBlocks = 64;
+// bytes, continuation blocks a few KiB (a dataset with thousands of attributes in a version 1
+// header: a block of a few MiB). A header past them is refused, not left unchecked: HDF5 1.10
+// reads any number of blocks of any size, so a crafted header that hid its layout message
+// past a bound would otherwise read its chunks at the size it lies about. A block named twice
+// (a loop of continuations) is refused too.
+constexpr std::uint64_t kMaxHeaderBytes = std::uint64_t{64} << 20;
+constexpr std::size_t kMaxBlocks = 1024;
 
 constexpr std::uint16_t kLayoutMessage = 0x0008;
 constexpr std::uint16_t kContinuationMessage = 0x0010;
@@ -70,20 +75,22 @@ std::optional<std::uint64_t> layout_element_size(const std::byte* d, std::size_t
 
 }  // namespace
 
-std::optional<std::uint64_t> chunk_layout_element_size(const Hdf5Api& api, hid_t file,
-                                                       hid_t dataset, const ReadBytes& read) {
-  if (api.H5Oget_info2 == nullptr) return std::nullopt;
+Result<std::optional<std::uint64_t>> chunk_layout_element_size(const Hdf5Api& api, hid_t file,
+                                                               hid_t dataset,
+                                                               const ReadBytes& read) {
+  const std::optional<std::uint64_t> unknown;
+  if (api.H5Oget_info2 == nullptr) return unknown;
   Hid fcpl(api.H5Fget_create_plist(file), api.H5Pclose);
   std::size_t sizeof_addr = 0, sizeof_size = 0;
   hsize_t userblock = 0;
   if (!fcpl.valid() || api.H5Pget_sizes(fcpl.get(), &sizeof_addr, &sizeof_size) < 0 ||
       api.H5Pget_userblock(fcpl.get(), &userblock) < 0 || sizeof_addr < 2 || sizeof_addr > 8 ||
       sizeof_size < 2 || sizeof_size > 8) {
-    return std::nullopt;
+    return unknown;
   }
   H5O_info_t info{};
   if (api.H5Oget_info2(dataset, &info, H5O_INFO_BASIC) < 0 || info.addr == HADDR_UNDEF) {
-    return std::nullopt;
+    return unknown;
   }
   // Addresses in the file are relative to its base, which follows the user block.
   const std::uint64_t base = userblock;
@@ -98,14 +105,13 @@ std::optional<std::uint64_t> chunk_layout_element_size(const Hdf5Api& api, hid_t
   // The header's prefix, then its first block of messages.
   const std::uint64_t start = base + info.addr;
   std::optional<std::vector<std::byte>> prefix = fetch(start, 16);
-  if (!prefix) return std::nullopt;
+  if (!prefix) return unknown;
   const std::byte* h = prefix->data();
   bool v2 = false;
-  std::uint64_t nmesgs = UINT64_MAX;
   std::deque<Block> blocks;
   unsigned header_flags = 0;
   if (std::memcmp(h, "OHDR", 4) == 0) {
-    if (std::to_integer<unsigned>(h[4]) != 2) return std::nullopt;
+    if (std::to_integer<unsigned>(h[4]) != 2) return unknown;
     v2 = true;
     header_flags = std::to_integer<unsigned>(h[5]);
     std::size_t at = 6;
@@ -113,58 +119,77 @@ std::optional<std::uint64_t> chunk_layout_element_size(const Hdf5Api& api, hid_t
     if (header_flags & 0x10u) at += 4;   // attribute storage phase change values
     const std::size_t width = std::size_t{1} << (header_flags & 0x3u);
     std::optional<std::vector<std::byte>> more = fetch(start, at + width);
-    if (!more) return std::nullopt;
+    if (!more) return unknown;
     blocks.push_back({start + at + width, little_endian(more->data() + at, width), false});
   } else {
-    if (std::to_integer<unsigned>(h[0]) != 1) return std::nullopt;
-    nmesgs = little_endian(h + 2, 2);
+    if (std::to_integer<unsigned>(h[0]) != 1) return unknown;
     // Twelve bytes of prefix, the messages aligned to eight.
     blocks.push_back({start + 16, little_endian(h + 8, 4), false});
   }
 
-  std::uint64_t seen = 0;
-  for (int b = 0; !blocks.empty() && b < kMaxBlocks && seen < nmesgs; ++b) {
+  // Each block read once, all of it: HDF5 1.10 reads every block to its end whatever a version
+  // 1 prefix counts as messages (it does not enforce the count), so the count is not trusted.
+  const auto refuse = [](const std::string& why) {
+    return Status(ErrorCode::kFormat,
+                  "its object header " + why +
+                      ": its chunk layout cannot be checked against its type (HDF5 1.10 would "
+                      "read each chunk at the size the layout records): the file is damaged");
+  };
+  std::unordered_set<std::uint64_t> visited;
+  std::uint64_t total = 0;
+  while (!blocks.empty()) {
     const Block block = blocks.front();
     blocks.pop_front();
+    if (visited.size() == kMaxBlocks) {
+      return refuse("continues in more than " + std::to_string(kMaxBlocks) + " blocks");
+    }
+    if (!visited.insert(block.offset).second) {
+      return refuse("continues twice into the block at byte " + std::to_string(block.offset) +
+                    " (a loop)");
+    }
+    if (block.size > kMaxHeaderBytes - total) {
+      return refuse("holds more than " + std::to_string(kMaxHeaderBytes >> 20) + " MiB");
+    }
+    total += block.size;
     std::optional<std::vector<std::byte>> bytes = fetch(block.offset, block.size);
-    if (!bytes) return std::nullopt;
+    if (!bytes) return unknown;
     std::size_t p = 0, end = bytes->size();
     if (block.signed_block) {
-      if (end < 8 || std::memcmp(bytes->data(), "OCHK", 4) != 0) return std::nullopt;
+      if (end < 8 || std::memcmp(bytes->data(), "OCHK", 4) != 0) return unknown;
       p = 4;
       end -= 4;  // the checksum
     }
     const std::size_t head = v2 ? ((header_flags & 0x04u) ? 6 : 4) : 8;
     // What is left after the last message of a version 2 block is a gap, not a message.
-    while (p + head <= end && seen < nmesgs) {
+    while (p + head <= end) {
       const std::byte* m = bytes->data() + p;
       const std::uint16_t type = v2 ? std::to_integer<std::uint16_t>(m[0])
                                     : static_cast<std::uint16_t>(little_endian(m, 2));
       const std::size_t size = little_endian(m + (v2 ? 1 : 2), 2);
       const std::size_t data = p + head;
-      if (size > end - data) return std::nullopt;
+      if (size > end - data) return unknown;
       if (type == kLayoutMessage) {
         return layout_element_size(bytes->data() + data, size, sizeof_addr);
       }
       if (type == kContinuationMessage) {
-        if (size < sizeof_addr + sizeof_size) return std::nullopt;
+        if (size < sizeof_addr + sizeof_size) return unknown;
         const std::uint64_t at = little_endian(bytes->data() + data, sizeof_addr);
         const std::uint64_t length = little_endian(bytes->data() + data + sizeof_addr, sizeof_size);
-        if (at > UINT64_MAX - base) return std::nullopt;
+        if (at > UINT64_MAX - base) return unknown;
         blocks.push_back({base + at, length, v2});
       }
       p = data + size;
-      ++seen;
     }
   }
-  return std::nullopt;
+  return unknown;
 }
 
 Status chunk_element_size_matches(const Hdf5Api& api, hid_t file, hid_t dataset, hid_t type,
                                   const ReadBytes& read) {
   Hid dcpl(api.H5Dget_create_plist(dataset), api.H5Pclose);
   if (!dcpl.valid() || api.H5Pget_layout(dcpl.get()) != H5D_CHUNKED) return Status::ok();
-  const std::optional<std::uint64_t> recorded = chunk_layout_element_size(api, file, dataset, read);
+  SHARDLOAD_ASSIGN_OR_RETURN(const std::optional<std::uint64_t> recorded,
+                             chunk_layout_element_size(api, file, dataset, read));
   const std::uint64_t elements = api.H5Tget_size(type);
   if (!recorded || elements == 0 || *recorded == elements) return Status::ok();
   return Status(ErrorCode::kFormat, "its chunk layout records elements of " +

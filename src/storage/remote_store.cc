@@ -29,14 +29,14 @@ class RemoteStore final : public Store {
   }
 
   Result<KeyInfo> stat(std::string_view key) override {
-    SHARDLOAD_RETURN_IF_ERROR(check_store_key(key));
+    SHARDLOAD_RETURN_IF_ERROR(check_key(key));
     SHARDLOAD_ASSIGN_OR_RETURN(const FileInfo info, io_->stat_path(url(key)));
     return KeyInfo{info.size, generation_of(info)};
   }
 
   Result<std::size_t> read(std::string_view key, std::uint64_t offset, std::span<std::byte> dst,
                            std::string_view if_generation) override {
-    SHARDLOAD_RETURN_IF_ERROR(check_store_key(key));
+    SHARDLOAD_RETURN_IF_ERROR(check_key(key));
     const std::string u = url(key);
     FileInfo info;
     SHARDLOAD_ASSIGN_OR_RETURN(File file, File::open_stat(*io_, u, &info));
@@ -55,6 +55,7 @@ class RemoteStore final : public Store {
 
   Result<std::vector<std::string>> list(std::string_view prefix) override {
     SHARDLOAD_RETURN_IF_ERROR(detail::check_store_prefix(prefix));
+    if (!prefix.empty()) SHARDLOAD_RETURN_IF_ERROR(check_key(prefix));
     const std::string dir = base_ + std::string(prefix) + query_;
     std::vector<std::string> keys;
     if (ObjectStore* const objects = object_store_for(dir); objects != nullptr) {
@@ -70,14 +71,14 @@ class RemoteStore final : public Store {
   }
 
   Status write(std::string_view key, std::span<const std::byte> data) override {
-    SHARDLOAD_RETURN_IF_ERROR(check_store_key(key));
+    SHARDLOAD_RETURN_IF_ERROR(check_key(key));
     const std::string u = url(key);
     SHARDLOAD_RETURN_IF_ERROR(check_object_key(u));
     return io_->write_object(u, data.data(), data.size());
   }
 
   Status remove(std::string_view key) override {
-    SHARDLOAD_RETURN_IF_ERROR(check_store_key(key));
+    SHARDLOAD_RETURN_IF_ERROR(check_key(key));
     const std::string u = url(key);
     ObjectStore* const objects = object_store_for(u);
     if (objects == nullptr) {
@@ -89,6 +90,23 @@ class RemoteStore final : public Store {
   }
 
  private:
+  // A URL's query begins at its first '?' (and an http(s) URL's fragment at its '#', never
+  // sent): the rest of such a key would be taken as the store's options (another endpoint,
+  // say), or dropped, and the key before it reached instead.
+  [[nodiscard]] Status check_key(std::string_view key) const {
+    SHARDLOAD_RETURN_IF_ERROR(check_store_key(key));
+    const bool http = scheme_ != "s3";
+    if (key.find('?') == std::string_view::npos &&
+        (!http || key.find('#') == std::string_view::npos)) {
+      return Status::ok();
+    }
+    return Status(ErrorCode::kInvalidArgument,
+                  "store key '" + path_for_message(std::string(key)) + "': holds " +
+                      (http ? "'?' or '#', which a URL cannot carry in a key" : "'?'") +
+                      " (a URL's query begins at its first '?'); the key cannot be named by " +
+                      (http ? "an http(s):// URL" : "an s3:// URL"));
+  }
+
   [[nodiscard]] std::string url(std::string_view key) const {
     return base_ + std::string(key) + query_;
   }

@@ -47,6 +47,20 @@ std::string remote_join(const std::string& dir_url, const std::string& name) {
   return base + name + query;
 }
 
+// `name`, as a listing (or a pattern) gives it, in the remote "directory" `dir_url`. Refused
+// where it holds '?': a URL's query begins at its first '?', so the rest of the name would be
+// taken as store options (another endpoint or scheme, say) and the key before it read instead.
+Result<std::string> listed_url(const std::string& dir_url, const std::string& name) {
+  if (name.find('?') == std::string::npos) return remote_join(dir_url, name);
+  std::string base = split_query(dir_url).first;
+  if (base.back() != '/') base += '/';
+  return layout_error(
+      path_for_message(base + name) + ": an object whose key holds '?' cannot " +
+      (dir_url.starts_with("s3://") ? "be named by an s3:// URL" : "be named by a URL") +
+      " (its query begins at the first '?', so the rest of the key would be read "
+      "as the URL's options); rename the object");
+}
+
 RemoteIo* need_remote(const std::string& url, Status* error) {
   RemoteIo* r = remote_io_for(url);
   if (r == nullptr) {
@@ -417,7 +431,8 @@ Result<std::vector<std::string>> resolve_directory(const Source& s, bool* nothin
     // An object named as spelled is that object, as a file is (see Source::parse):
     // "a{b}.npy" or "x_{:04d}.npy" under the prefix is not a pattern.
     if (!s.pattern.empty() && std::find(listed.begin(), listed.end(), pattern) != listed.end()) {
-      return std::vector<std::string>{remote_join(s.dir_path, pattern)};
+      SHARDLOAD_ASSIGN_OR_RETURN(std::string url, listed_url(s.dir_path, pattern));
+      return std::vector<std::string>{std::move(url)};
     }
   } else if (!s.pattern.empty()) {
     struct ::stat st {};
@@ -483,8 +498,12 @@ Result<std::vector<std::string>> resolve_directory(const Source& s, bool* nothin
   std::vector<std::string> paths;
   paths.reserve(numbers.size());
   for (const auto n : numbers) {
-    paths.push_back(remote ? remote_join(s.dir_path, pat.format(n))
-                           : join_path(s.dir_path, pat.format(n)));
+    if (remote) {
+      SHARDLOAD_ASSIGN_OR_RETURN(std::string url, listed_url(s.dir_path, pat.format(n)));
+      paths.push_back(std::move(url));
+    } else {
+      paths.push_back(join_path(s.dir_path, pat.format(n)));
+    }
   }
   return paths;
 }
@@ -517,7 +536,8 @@ Result<std::vector<std::string>> resolve_remote_glob(const Source& s, bool* noth
   std::vector<std::string> paths;
   for (const auto& name : names) {
     if (::fnmatch(last.c_str(), name.c_str(), FNM_PERIOD) == 0) {
-      paths.push_back(dir + name + query);
+      SHARDLOAD_ASSIGN_OR_RETURN(std::string url, listed_url(dir + query, name));
+      paths.push_back(std::move(url));
     }
   }
   if (paths.empty()) {

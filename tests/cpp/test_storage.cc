@@ -198,6 +198,31 @@ TEST(OpenStore, RefusesWhatNoDriverServes) {
   }
 }
 
+// A URL's query begins at its first '?': a key holding one would have its rest taken as the
+// store's options (another endpoint, say) and the key before it written, read or deleted.
+TEST(RemoteStore, AKeyHoldingAQuestionMarkIsRefusedBeforeAnyRequest) {
+  if (remote_io() == nullptr) GTEST_SKIP() << "built without object storage";
+  // Nothing listens on port 9: a request would fail as an I/O error, not as a refused key.
+  for (const std::string location :
+       {"s3://b/p/", "s3://b/p/?endpoint_override=127.0.0.1:9&scheme=http&region=us-east-1"}) {
+    auto store = open_store(location);
+    ASSERT_TRUE(store.is_ok()) << store.status().message();
+    for (const std::string key :
+         {"a?endpoint_override=127.0.0.1:9&scheme=http&region=x", "d/a?max_attempts=1", "a?"}) {
+      const Status st = (*store)->stat(key).status();
+      EXPECT_EQ(st.code(), ErrorCode::kInvalidArgument) << location << " " << key;
+      EXPECT_NE(st.message().find("'?'"), std::string::npos) << st.message();
+      EXPECT_EQ((*store)->write(key, bytes_of("x")).code(), ErrorCode::kInvalidArgument) << key;
+      EXPECT_EQ((*store)->remove(key).code(), ErrorCode::kInvalidArgument) << key;
+      std::string buf(1, '\0');
+      EXPECT_EQ(
+          (*store)->read(key, 0, std::as_writable_bytes(std::span<char>(buf)), "").status().code(),
+          ErrorCode::kInvalidArgument)
+          << key;
+    }
+  }
+}
+
 TEST(MemoryStore, InjectedFailureIsReturnedThenClears) {
   MemoryStore store;
   ASSERT_TRUE(store.write("k", bytes_of("abcdef")).is_ok());

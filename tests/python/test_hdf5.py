@@ -1131,6 +1131,94 @@ def test_chunk_layouts_of_many_shapes_are_not_refused(tmp_path: pathlib.Path,
     np.testing.assert_array_equal(layout.read(), want)
 
 
+
+def hide_the_layout_message(path: pathlib.Path, how: str) -> None:
+    """Moves the layout message of the file's one dataset (a version 1 object header, as
+    h5py's libver="earliest" writes it) out of the header's first block, in ways HDF5 1.10
+    still reads: "count" writes 1 as the prefix's message count (1.10 reads every block to
+    its end, the count unenforced); "blocks" leaves a continuation in its place that leads
+    through 70 blocks of one continuation each to the message ("many": 1100); "big" puts it
+    at the start of one block of 1.1 MiB filled with null messages. The blocks go at the end
+    of the file, whose end address in the superblock (version 0) follows."""
+    import struct
+
+    raw = bytearray(path.read_bytes())
+    data = raw.find(bytes([3, 2, 2]))  # layout version 3, chunked, rank 1 + the element size
+    message = data - 8
+    assert struct.unpack_from("<HH", raw, message) == (8, 24)
+    # The header: its version 1 prefix, whose first block holds the message.
+    header = next(s for s in range(message - 16, 0, -8)
+                  if raw[s:s + 2] == b"\x01\x00" and raw[s + 12:s + 16] == bytes(4)
+                  and s + 16 <= message < s + 16 + struct.unpack_from("<I", raw, s + 8)[0]
+                  < s + 16 + 65536)
+    count = struct.unpack_from("<H", raw, header + 2)[0]
+    if how == "count":
+        struct.pack_into("<H", raw, header + 2, 1)
+        path.write_bytes(bytes(raw))
+        return
+    layout = bytes(raw[message:message + 32])
+    end = len(raw)
+    chain = bytearray()
+    if how in ("blocks", "many"):
+        n = 70 if how == "blocks" else 1100
+        for i in range(n):
+            chain += struct.pack("<HHB3xQQ", 0x10, 16, 0, end + 24 * (i + 1),
+                                 32 if i == n - 1 else 24)
+        chain += layout
+        added = n + 1
+        first = (end, 24)
+    else:
+        chain += layout
+        added = 1
+        while len(chain) < (1 << 20) + (1 << 16):
+            chain += struct.pack("<HHB3x", 0, 65528, 0) + bytes(65528)
+            added += 1
+        first = (end, len(chain))
+    struct.pack_into("<HHB3xQQQ", raw, message, 0x10, 24, 0, *first, 0)
+    struct.pack_into("<H", raw, header + 2, count + added)
+    raw += chain
+    struct.pack_into("<Q", raw, 40, len(raw))
+    path.write_bytes(bytes(raw))
+
+
+@pytest.mark.parametrize("claim", [16, 8])
+@pytest.mark.parametrize("how", ["count", "blocks", "big", "many"])
+def test_a_layout_message_hidden_past_the_parsers_bounds_is_still_checked(
+        tmp_path: pathlib.Path, how: str, claim: int) -> None:
+    """The element size check parses the object header itself, within bounds against crafted
+    loops. A lying layout message (16 where float64 needs 8) hidden where the parser stopped
+    looking (past a message count of 1, which HDF5 1.10 does not enforce; 70 continuation
+    blocks on; in a block of more than 1 MiB) left the check out, and HDF5 1.10 read rows
+    900-999 as zeros. Now the count is not trusted, the bounds are 1024 blocks and 64 MiB, and
+    a header past them is refused rather than left unchecked; the same files with the true
+    size (8) read as h5py reads them."""
+    path = tmp_path / "shard_0000.h5"
+    with h5py.File(path, "w", libver="earliest") as f:
+        f.create_dataset("x", data=np.arange(1000.0), chunks=(100,))
+    if claim != 8:
+        lie_about_chunk_element_size(path, claim)
+    hide_the_layout_message(path, how)
+    if claim != 8 or how == "count":
+        # h5py's HDF5 refuses the lie, and a message count that is not the header's.
+        with pytest.raises(KeyError, match="stored datatype size|bad object header message"):
+            with h5py.File(path, "r") as f:
+                f["x"][()]
+    else:
+        with h5py.File(path, "r") as f:
+            np.testing.assert_array_equal(f["x"][()], np.arange(1000.0))
+    if how == "many":
+        with pytest.raises(shardload.LayoutError) as e:
+            shardload.discover(path)
+        assert (f"{path}: dataset '/x': its object header continues in more than 1024 blocks: "
+                "its chunk layout cannot be checked" in str(e.value)), str(e.value)
+    elif claim == 8:
+        np.testing.assert_array_equal(shardload.discover(path).read(), np.arange(1000.0))
+    else:
+        with pytest.raises(shardload.LayoutError) as e:
+            shardload.discover(path)
+        assert (f"{path}: dataset '/x': its chunk layout records elements of {claim} bytes, "
+                "where its type's are 8" in str(e.value)), str(e.value)
+
 # ---- a fourth hostile pass: filter masks, filter orders, integer and float layouts -------------
 
 def _h5_with(path, tid, arr, filters=(), chunks=None):

@@ -209,6 +209,44 @@ def test_a_key_holding_a_question_mark_is_a_clear_error(bucket):
         assert "a?b_0000.npy" in msg and "cannot be named by an s3:// URL" in msg, msg
 
 
+
+@pytest.mark.parametrize("how", ["directory", "glob", "pattern", "manifest"])
+def test_a_listed_key_whose_rest_reads_as_store_options_is_refused(bucket, tmp_path,
+                                                                   monkeypatch, how):
+    """A key holding '?' whose rest is valid store options
+    ("a?endpoint_override=HOST&scheme=http&region=us-east-0.npy"), listed under a prefix read
+    with the endpoint from the environment (no query of the user's): each shard's URL took the
+    key's rest as its options, and shardload read key "d/a" from the server the key named (the
+    rows of that server, not the objects'), signing with the user's credentials; from a
+    directory (the scan takes the names as one numbered group), a glob, the pattern itself or a
+    manifest that names such objects. Refused naming the object, before any shard is read."""
+    with s3_server.serving() as other:
+        theirs = Bucket(other)
+        theirs.name = bucket.name  # the same bucket name on the server the key names
+        theirs.client.create_bucket(Bucket=theirs.name)
+        theirs.put_npy("d/a", np.full((4, 2), 666))
+        names = [f"a?endpoint_override={other}&scheme=http&region=us-east-{i}.npy"
+                 for i in range(2)]
+        for i, name in enumerate(names):
+            bucket.put_npy(f"d/{name}", np.full((4, 2), i))
+        if how == "manifest":
+            for i, name in enumerate(names):
+                np.save(tmp_path / name, np.full((4, 2), i))
+            shardload.index(tmp_path)
+            bucket.upload("d/shardload.manifest", tmp_path / "shardload.manifest")
+        monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://{bucket.endpoint}")
+        source, options = {
+            "directory": (bucket.url("d/"), {}),
+            "glob": (bucket.url("d/*.npy"), {}),
+            "pattern": (bucket.url("d/"),
+                        {"pattern": names[0].replace("us-east-0", "us-east-{}")}),
+            "manifest": (bucket.url("d/"), {"trust_manifest": True}),
+        }[how]
+        with pytest.raises(shardload.LayoutError) as e:
+            np.asarray(shardload.load(source, **options))
+        msg = str(e.value)
+        assert "cannot be named by an s3:// URL" in msg and "a?endpoint_override=" in msg, msg
+
 def test_object_overwritten_after_discover_is_an_error(bucket):
     a = np.arange(40, dtype=np.float32).reshape(10, 4)
     bucket.put_npy("o/shard_0000.npy", a)

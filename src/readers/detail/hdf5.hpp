@@ -157,9 +157,12 @@ using ReadBytes = std::function<bool(std::uint64_t offset, std::size_t n, std::b
 // The element size the layout message of a chunked dataset records beside its chunk's
 // dimensions, read from the dataset's object header (in `file`) through `read`; nullopt where
 // the layout is not chunked or the header is not one this parser knows (the check is then left
-// out: HDF5 opened it). Called with the lock held (hdf5_header.cc).
-std::optional<std::uint64_t> chunk_layout_element_size(const Hdf5Api& api, hid_t file,
-                                                       hid_t dataset, const ReadBytes& read);
+// out: HDF5 opened it); an error where the header is past the parser's bounds or loops, which
+// would otherwise leave the check out for a file crafted to hide its layout message.
+// Called with the lock held (hdf5_header.cc).
+Result<std::optional<std::uint64_t>> chunk_layout_element_size(const Hdf5Api& api, hid_t file,
+                                                               hid_t dataset,
+                                                               const ReadBytes& read);
 
 // Why a chunked dataset's layout message records another element size than its type's
 // ("its chunk layout records elements of N bytes, where its type's are M"): HDF5 1.10 reads
