@@ -421,7 +421,7 @@ Result<Manifest> read_manifest(const std::string& path) {
   std::string why;
   // In a remote directory a name's '?' would begin the URL's query: the rest of the name would
   // be read as store options (another endpoint, say) and the key before it read instead.
-  const bool remote = is_remote_url(m.directory);
+  const bool remote = path_traits(m.directory).options_in_query;
   for (auto& s : layout->shards) {
     if (!safe_relative(s.path, &why)) return bad("shard " + path_for_message(why));
     if (remote && s.path.find('?') != std::string::npos) {

@@ -30,6 +30,7 @@ constexpr PathTraits kS3{.kernel_files = false,
                          .writable = true,
                          .uploads = true,
                          .inode_is_identity = false,
+                         .options_in_query = true,
                          .scheme_label = "s3://"};
 constexpr PathTraits kHttp{.kernel_files = false,
                            .round_trips = true,
@@ -38,6 +39,7 @@ constexpr PathTraits kHttp{.kernel_files = false,
                            .writable = false,
                            .uploads = false,
                            .inode_is_identity = false,
+                           .options_in_query = true,
                            .scheme_label = "http(s)://"};
 // A new store driver reached by URL adds its row here (and registers its RemoteIo).
 constexpr std::array kSchemes{SchemeRow{"s3://", kS3, remote_io, kNoS3},
@@ -93,7 +95,8 @@ std::string directory_key(std::string_view path) {
 }
 
 std::pair<std::string, std::string> split_options(std::string_view path) {
-  const std::size_t q = row_of(path) == nullptr ? std::string_view::npos : path.find('?');
+  const std::size_t q =
+      path_traits(path).options_in_query ? path.find('?') : std::string_view::npos;
   if (q == std::string_view::npos) return {std::string(path), {}};
   return {std::string(path.substr(0, q)), std::string(path.substr(q))};
 }

@@ -44,6 +44,9 @@ struct PathTraits {
   // another file put at the path. false: it is a hash of the object's ETag, which changes with
   // the bytes, and the snapshot has no times.
   bool inode_is_identity = true;
+  // A '?' in the path begins the store's options (a URL's query), so no key named in it can
+  // hold one; false: a '?' is part of a file name.
+  bool options_in_query = false;
   // The scheme as messages name it ("s3://", "http(s)://"); "" for a local path.
   std::string_view scheme_label;
 };
