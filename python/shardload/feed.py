@@ -336,8 +336,9 @@ class Feed:
         epoch (after :meth:`load_state_dict`, say) keeps its position, so a loop that calls
         ``set_epoch(e)`` at the top resumes mid-epoch instead of starting it over."""
         e = _int("epoch", epoch)
-        if e < 0:
-            raise ValueError(f"epoch: expected an int >= 0, found {e}")
+        if not 0 <= e <= _SEED_MAX:
+            # The order keys on the epoch modulo 2**64: 2**64 + e would replay epoch e's.
+            raise ValueError(f"epoch: expected an int in [0, 2**64), found {e}")
         if e != self._epoch:
             self._epoch, self._position = e, 0
 
@@ -374,6 +375,10 @@ class Feed:
         position = _int("position", state["position"])
         if epoch < 0:
             raise ValueError(f"load_state_dict: epoch {epoch} is negative")
+        if epoch > _SEED_MAX:
+            # The order keys on the epoch modulo 2**64: 2**64 + e would replay epoch e's.
+            raise ValueError(f"load_state_dict: epoch {epoch} is past 2**64 - 1, the last "
+                             "epoch the order tells apart")
         if not 0 <= position <= rows:
             raise ValueError(f"load_state_dict: position {position} is outside [0, {rows}]")
         spec = state["shuffle"]

@@ -403,6 +403,67 @@ def test_a_state_of_another_dataset_or_malformed_is_refused(data):
     assert feed.state_dict() == good
 
 
+@pytest.mark.parametrize("epoch", [2 ** 64, 2 ** 64 + 3, 2 ** 70])
+def test_an_epoch_the_order_cannot_tell_apart_is_refused(data, epoch):
+    """The order keys on the epoch modulo 2**64: a hand-made state (or set_epoch) of epoch
+    2**64 + e replayed epoch e's order without a word. Refused naming the bound, the feed
+    unchanged; the largest epoch the order tells apart (2**64 - 1) is taken."""
+    d, n = data
+    feed = sf.Feed(d, 2, seed=5)
+    good = feed.state_dict()
+    with pytest.raises(ValueError, match=r"epoch \d+ is past 2\*\*64 - 1"):
+        feed.load_state_dict({**good, "epoch": epoch})
+    with pytest.raises(ValueError, match=r"epoch: expected an int in \[0, 2\*\*64\)"):
+        feed.set_epoch(epoch)
+    assert feed.state_dict() == good
+    feed.load_state_dict({**good, "epoch": 2 ** 64 - 1})
+    assert feed.epoch == 2 ** 64 - 1 and len(next(iter(feed))) == 2
+
+
+@pytest.mark.parametrize("change,err,msg", [
+    ({"seed": 1.0}, TypeError, "seed"), ({"seed": "1"}, TypeError, "seed"),
+    ({"seed": True}, TypeError, "seed"), ({"seed": 2 ** 64}, ValueError, "seed"),
+    ({"epoch": -1}, ValueError, "negative"), ({"epoch": 1.5}, TypeError, "epoch"),
+    ({"position": -1}, ValueError, "outside"), ({"position": 10 ** 30}, ValueError, "outside"),
+    ({"position": "3"}, TypeError, "position"), ({"rows": None}, TypeError, "rows"),
+    ({"drop_last": 1}, ValueError, "drop_last"), ({"drop_last": np.bool_(True)}, ValueError,
+                                                    "drop_last"),
+    ({"shuffle": "block/1e3/2"}, ValueError, "block/B/W"),
+    ({"shuffle": "block/-1/2"}, ValueError, "below 1"),
+    ({"shuffle": "block/4/2/1"}, ValueError, "expected"), ({"shuffle": None}, ValueError,
+                                                            "expected"),
+    ({"shuffle": ["row"]}, ValueError, "expected"), ({"v": "1"}, ValueError, "version"),
+])
+def test_hand_made_states_of_wrong_types_or_ranges_are_refused(data, change, err, msg):
+    """A fifth hostile pass: states crafted by hand (a seed of another type, a position past
+    any dataset, a block spec of floats or negative sizes, a bool that is numpy's) are refused
+    naming the field, and the feed is left as it was."""
+    d, n = data
+    feed = sf.Feed(d, 2, seed=5)
+    good = feed.state_dict()
+    with pytest.raises(err, match=msg):
+        feed.load_state_dict({**good, **change})
+    assert feed.state_dict() == good
+
+
+def test_a_states_huge_block_size_serves_what_a_feed_of_that_size_serves(data):
+    """A block spec larger than the dataset (even past 2**64) is one block: the batches of a
+    feed made with that block size, every row once."""
+    d, n = data
+    huge = 10 ** 20
+    made = sf.Feed(d, 3, shuffle="block", block_rows=huge, window_blocks=1, seed=2,
+                   drop_last=False)
+    loaded = sf.Feed(d, 3, shuffle="row", seed=2, drop_last=False)
+    loaded.load_state_dict({**loaded.state_dict(), "shuffle": f"block/{huge}/1"})
+    want = [b.copy() for b in made]
+    got = [b.copy() for b in loaded]
+    assert len(got) == len(want) == -(-n // 3)
+    for a, b in zip(got, want):
+        np.testing.assert_array_equal(a, b)
+    rows = np.concatenate(got)[:n]
+    assert sorted(rows.reshape(n, -1)[:, 0].tolist()) == sorted(
+        np.concatenate(want)[:n].reshape(n, -1)[:, 0].tolist())
+
 # ---- buffers and hand-off ------------------------------------------------------------------------
 def test_a_kept_batch_stays_valid_and_released_buffers_are_reused(tmp_path):
     d = tmp_path / "d"
