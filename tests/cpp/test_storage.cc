@@ -261,6 +261,24 @@ TEST(RemoteStore, AKeyHoldingAQuestionMarkIsRefusedBeforeAnyRequest) {
   }
 }
 
+// location() is shown as it is (the header says no secret is in it): a password in the
+// location's user part is not either.
+TEST(RemoteStore, TheLocationHoldsNoSecret) {
+  if (remote_io() == nullptr) GTEST_SKIP() << "built without object storage";
+  for (const std::string location :
+       {"s3://AKID:TopSecret1@b/p/", "https://user:TopSecret1@127.0.0.1:9/p/",
+        "http://TopSecret1@127.0.0.1:9/p/?token=TopSecret1",
+        "s3://b/p/?secret_key=TopSecret1&access_key=AKID"}) {
+    auto store = open_store(location);
+    if (!store.is_ok()) {
+      EXPECT_EQ(store.status().message().find("TopSecret1"), std::string::npos)
+          << store.status().message();
+      continue;
+    }
+    EXPECT_EQ((*store)->location().find("TopSecret1"), std::string::npos) << (*store)->location();
+  }
+}
+
 TEST(MemoryStore, InjectedFailureIsReturnedThenClears) {
   MemoryStore store;
   ASSERT_TRUE(store.write("k", bytes_of("abcdef")).is_ok());
