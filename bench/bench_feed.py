@@ -22,6 +22,12 @@ Each epoch yields batches of --batch rows on one rank; rows/s, batches/s and GB/
 the median of --reps epochs, the modes interleaved.
 
   .venv/bin/python bench/bench_feed.py --dir /tmp/bench-feed --reps 3
+
+With --exchange: 2 ranks under torch.distributed (gloo on loopback) each read their half of
+the epoch in order with and without the ranks' per-step agreement on read errors
+(check_ranks), and the difference per batch is its cost.
+
+  .venv/bin/python bench/bench_feed.py --dir /tmp/bench-feed --exchange --reps 5
 """
 
 from __future__ import annotations
@@ -133,6 +139,50 @@ def epoch_torch(sampler, loader, epoch: list[int]) -> tuple[int, float]:
     return k, time.perf_counter() - t
 
 
+def exchange_rank(args) -> None:
+    """One of 2 gloo ranks (--exchange): epochs of shuffle="none" with the ranks' per-step
+    agreement on read errors (check_ranks, the default under torch.distributed) and without;
+    rank 0 prints the medians."""
+    import datetime
+
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{args.exchange_port}",
+                            rank=args.exchange_rank, world_size=2,
+                            timeout=datetime.timedelta(seconds=120))
+    feeds = {c: shardload.feed.Feed(args.dir, args.batch, shuffle="none", check_ranks=c,
+                                    threads=args.threads) for c in (True, False)}
+    times: dict[bool, list[float]] = {True: [], False: []}
+    for _ in range(args.reps):
+        for c, feed in feeds.items():
+            dist.barrier()
+            k, s = epoch_feed(feed)
+            times[c].append(s / k)
+    if dist.get_rank() == 0:
+        on, off = statistics.median(times[True]), statistics.median(times[False])
+        print(f"2 gloo ranks, batch {args.batch}, {k} steps: {off * 1e6:.0f} us a batch without "
+              f"the exchange, {on * 1e6:.0f} us with it: {(on - off) * 1e6:.0f} us a step")
+    dist.destroy_process_group()
+
+
+def exchange(args) -> None:
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    cmd = [sys.executable, __file__, "--dir", str(args.dir), "--batch", str(args.batch),
+           "--reps", str(args.reps), "--exchange-port", str(port)]
+    if args.threads:
+        cmd += ["--threads", str(args.threads)]
+    procs = [subprocess.Popen(cmd + ["--exchange-rank", str(r)]) for r in (0, 1)]
+    for p in procs:
+        p.wait(timeout=600)
+    assert [p.returncode for p in procs] == [0, 0]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--dir", type=pathlib.Path, default=pathlib.Path("/tmp/bench-feed"))
@@ -142,8 +192,18 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=256)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--exchange", action="store_true",
+                    help="the cost of the ranks' per-step agreement, on 2 gloo ranks")
+    ap.add_argument("--exchange-rank", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--exchange-port", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args()
     write(args.dir, args.mb, args.row_floats, args.shards)
+    if args.exchange_rank is not None:
+        exchange_rank(args)
+        return
+    if args.exchange:
+        exchange(args)
+        return
     layout = shardload.discover(args.dir)
     n, nbytes = layout.total_rows, layout.nbytes
     print(f"{n} rows of {layout.shape[1:]} {layout.dtype} in {layout.num_shards} shards, "

@@ -8,8 +8,11 @@ about MB_PER_SHARD MB each, and times, in one run on the same objects:
                read as up to 4 ranged GETs at once (docs/object_storage.md), against the
                default of one GET per piece;
   sl-arrow     the same load on Arrow's S3 client, as every s3:// read was made before the
-               GETs signed by shardload (no region known outside the AWS SDK: a HEAD and a
-               header GET per object at discovery, a HEAD after each object's reads);
+               GETs signed by shardload (an Arrow option the signed path does not know, as
+               where only the AWS SDK finds the credentials: a HEAD and a header GET per
+               object at discovery, a HEAD after each object's reads);
+  sl-noregion  the same load with no region in the options or the environment: the bucket's
+               own, asked once per process by its HEAD, and the GETs signed by shardload;
   sl-discover  shardload.discover("s3://bucket/data/") alone: the part of shardload's time
                that the bound does not pay (its GB/s are the data's, for comparison only);
   sl-manifest  shardload.load once the prefix has a manifest (shardload.index, after the
@@ -331,15 +334,21 @@ def main() -> None:
         def sl():
             return np.asarray(shardload.load("s3://bench/data/", storage_options=options))
 
-        # No region in the options or the environment: shardload leaves the object to Arrow.
-        arrow_options = {"endpoint_override": endpoint, "scheme": "http"}
+        # An option of Arrow's that the signed path does not know: Arrow's client reads.
+        arrow_options = {**options, **s3_server.ARROWS_CLIENT}
 
         def sl_arrow():
+            return np.asarray(shardload.load("s3://bench/data/", storage_options=arrow_options))
+
+        # No region in the options or the environment: the bucket's, from its HEAD.
+        noregion_options = {"endpoint_override": endpoint, "scheme": "http"}
+
+        def sl_noregion():
             saved = {k: os.environ.pop(k) for k in ("AWS_REGION", "AWS_DEFAULT_REGION")
                      if k in os.environ}
             try:
                 return np.asarray(shardload.load("s3://bench/data/",
-                                                 storage_options=arrow_options))
+                                                 storage_options=noregion_options))
             finally:
                 os.environ.update(saved)
 
@@ -400,7 +409,8 @@ def main() -> None:
 
         sl_discover, checked_layout = discovery_only("s3://bench/data/", options, want)
         loaders = [("shardload", sl, None), ("sl-4req", sl_four_requests, None),
-                   ("sl-arrow", sl_arrow, None), ("sl-discover", sl_discover, checked_layout),
+                   ("sl-arrow", sl_arrow, None), ("sl-noregion", sl_noregion, None),
+                   ("sl-discover", sl_discover, checked_layout),
                    ("boto3-seq", seq, None), ("s3fs-dask", s3fs_dask, None),
                    ("get-bound", bound, None)]
         by_curl = curl_bound(endpoint, ranges, threads, want)

@@ -65,15 +65,25 @@ The state after an epoch's last batch is already the next epoch at position 0.
 reused only when nothing else holds it (its reference count: the batch, a view of it, a
 tensor made from it through DLPack all hold it); a batch the caller keeps stays valid and the
 feed takes a new buffer instead. ``prefetch`` batches are read ahead in a background thread;
-the engine's reads release the GIL.
+the engine's reads release the GIL. Where a batch's bytes are a multiple of 64, several
+batches (about 4 MiB) are read in one fill, each a view of the fill's buffer, which is reused
+once none of them is held.
+
+**Ranks that agree.** Under torch.distributed or jax.distributed (``check_ranks``) the ranks
+compare a digest of the dataset each discovered at construction (a LayoutError on every rank
+naming the first shard that differs), and before each step's batch whether any rank failed to
+read its own, so that every rank raises the error naming the file at the same step.
 """
 
 from __future__ import annotations
 
 import collections
 import concurrent.futures
+import hashlib
 import json
 import logging
+import os
+import pickle
 import sys
 import threading
 from typing import Any, Iterator, Mapping, Optional, Unpack
@@ -84,7 +94,7 @@ from . import _core, _feed_core, _frontend
 from ._args import DTypeLike, SourceLike, _bool, _found, _int
 from ._layout import Layout
 from ._options import DiscoverOptions
-from ._errors import OutOfMemoryError
+from ._errors import LayoutError, OutOfMemoryError
 from ._feed_order import Order
 
 __all__ = ["Feed", "STATE_MAX_BYTES", "world"]
@@ -97,6 +107,8 @@ STATE_MAX_BYTES = 256
 _STATE_VERSION = 1
 _ALIGN = 64  # XLA's CPU client aliases host memory aligned to 64 bytes; torch takes any
 _SEED_MAX = (1 << 64) - 1
+_FILL_BYTES = 4 << 20  # the bytes a fill aims at: a few engine calls per second at most
+_FILL_BATCHES = 64
 
 
 def world(rank: Optional[int] = None, world_size: Optional[int] = None) -> tuple[int, int]:
@@ -104,6 +116,12 @@ def world(rank: Optional[int] = None, world_size: Optional[int] = None) -> tuple
     ``torch.distributed``'s when torch is imported and its process group initialised; else
     JAX's process index and count when jax is imported and ``jax.distributed`` initialised;
     else (0, 1). Neither library is imported here."""
+    r, w, _ = _world(rank, world_size)
+    return r, w
+
+
+def _world(rank: Optional[int], world_size: Optional[int]) -> tuple[int, int, str]:
+    """:func:`world` and where it came from: "args", "torch", "jax" or "alone"."""
     if rank is not None or world_size is not None:
         if rank is None or world_size is None:
             raise ValueError("Feed: give both rank and world_size, or neither (found "
@@ -113,19 +131,178 @@ def world(rank: Optional[int] = None, world_size: Optional[int] = None) -> tuple
             raise ValueError(f"world_size: expected an int >= 1, found {w}")
         if not 0 <= r < w:
             raise ValueError(f"rank: expected 0 <= rank < world_size ({w}), found {r}")
-        return r, w
+        return r, w, "args"
     torch = sys.modules.get("torch")
     if torch is not None:
         dist = getattr(torch, "distributed", None)
         if dist is not None and dist.is_available() and dist.is_initialized():
-            return int(dist.get_rank()), int(dist.get_world_size())
+            return int(dist.get_rank()), int(dist.get_world_size()), "torch"
     jax = sys.modules.get("jax")
     if jax is not None:
         distributed = getattr(jax, "distributed", None)
         is_init = getattr(distributed, "is_initialized", None)
         if is_init is not None and is_init():
-            return int(jax.process_index()), int(jax.process_count())
-    return 0, 1
+            return int(jax.process_index()), int(jax.process_count()), "jax"
+    return 0, 1, "alone"
+
+
+class _TorchPeers:
+    """The ranks of torch.distributed's default group, through a gloo group of the feed's own
+    (made once per default group, by every rank: a collective), so that the feed's small
+    exchanges on CPU tensors work whatever the training's backend (NCCL included) and never
+    interleave with the training's own collectives."""
+
+    _groups: dict = {}
+
+    def __init__(self) -> None:
+        import torch
+        import torch.distributed as dist
+
+        self._torch, self._dist = torch, dist
+        world = dist.group.WORLD
+        group = self._groups.get(id(world))
+        if group is None or group[0] is not world:
+            # Made by every rank at its first feed: new_group is itself a collective.
+            sub = dist.new_group(backend="gloo") if dist.is_gloo_available() else None
+            group = self._groups[id(world)] = (world, sub)
+        self._group = group[1]
+        self.rank, self.size = int(dist.get_rank()), int(dist.get_world_size())
+
+    def gather(self, obj: object) -> list:
+        out: list = [None] * self.size
+        self._dist.all_gather_object(out, obj, group=self._group)
+        return out
+
+    def any(self, flag: bool) -> bool:
+        if self._group is None:  # no gloo: the default group's object collective
+            return any(self.gather(flag))
+        t = self._torch.tensor([int(flag)], dtype=self._torch.int32)
+        self._dist.all_reduce(t, op=self._dist.ReduceOp.MAX, group=self._group)
+        return bool(t.item())
+
+
+class _JaxPeers:
+    """The processes of jax.distributed, through its coordinator's key-value store (no device
+    collective, so it works on any backend): each exchange is one key per process, read by
+    all; a process deletes its key of two exchanges ago, which every process has read."""
+
+    _count = 0  # feeds made in this process: the same sequence on every process
+
+    def __init__(self) -> None:
+        import jax
+        from jax._src import distributed
+
+        self._client = distributed.global_state.client
+        if self._client is None:
+            raise RuntimeError("Feed: jax.distributed is initialised but has no client")
+        self.rank, self.size = int(jax.process_index()), int(jax.process_count())
+        _JaxPeers._count += 1
+        self._prefix = f"shardload/feed/{_JaxPeers._count}"
+        self._round = 0
+
+    def gather(self, obj: object) -> list:
+        import pickle
+
+        k = self._round
+        self._round += 1
+        self._client.key_value_set_bytes(f"{self._prefix}/{k}/{self.rank}", pickle.dumps(obj))
+        out = [pickle.loads(self._client.blocking_key_value_get_bytes(
+            f"{self._prefix}/{k}/{r}", _PEER_TIMEOUT_MS)) for r in range(self.size)]
+        if k >= 2:
+            self._client.key_value_delete(f"{self._prefix}/{k - 2}/{self.rank}")
+        return out
+
+    def any(self, flag: bool) -> bool:
+        return any(self.gather(flag))
+
+
+_PEER_TIMEOUT_MS = 30 * 60 * 1000  # as torch.distributed's default timeout
+
+
+def _peers(source: str) -> "_TorchPeers | _JaxPeers":
+    return _TorchPeers() if source == "torch" else _JaxPeers()
+
+
+def _fingerprint(layout: Layout) -> tuple:
+    """What every rank must agree on: the rows, the dtype and row shape, and each shard's
+    path, first file row, rows, size and modification time."""
+    return (int(layout.total_rows), str(layout.dtype), tuple(layout.shape[1:]),
+            tuple(_feed_core.shard_states(layout)))
+
+
+def _describe_shard(state: tuple) -> str:
+    path, first, rows, size, mtime = state
+    view = f" from file row {first}" if first else ""
+    return (f"{os.fsdecode(path)!r}: {rows} rows{view}, {size} bytes, modified at "
+            f"{mtime} ns")
+
+
+def _layout_difference(mine: tuple, theirs: tuple, rank: int) -> str:
+    """The first difference between rank 0's fingerprint (`mine`) and rank `rank`'s."""
+    a, b = mine[3], theirs[3]
+    for i in range(max(len(a), len(b))):
+        if i >= len(a):
+            return f"rank {rank} has a shard more, {_describe_shard(b[i])}"
+        if i >= len(b):
+            return f"rank 0 has a shard more, {_describe_shard(a[i])}"
+        if a[i] != b[i]:
+            if a[i][0] != b[i][0]:
+                return (f"shard {i} is {_describe_shard(a[i])} on rank 0 but "
+                        f"{_describe_shard(b[i])} on rank {rank}")
+            return (f"shard {os.fsdecode(a[i][0])!r} differs: on rank 0 "
+                    f"{_describe_shard(a[i]).split(': ', 1)[1]}, on rank {rank} "
+                    f"{_describe_shard(b[i]).split(': ', 1)[1]}")
+    return (f"rank 0 has {mine[0]} rows of {mine[1]} {mine[2]}, rank {rank} {theirs[0]} "
+            f"rows of {theirs[1]} {theirs[2]}")
+
+
+def _check_same_layout(peers: "_TorchPeers | _JaxPeers", layout: Optional[Layout],
+                       error: Optional[BaseException]) -> None:
+    """One exchange of a digest of the layout (or of the error this rank's discovery raised);
+    on a difference, and only then, one of the fingerprints, so that every rank raises the
+    same error: the lowest rank's discovery error, or a LayoutError naming the first shard
+    that differs between rank 0 and the lowest rank whose layout is not rank 0's."""
+    fp = digest = None
+    if error is None:
+        assert layout is not None
+        fp = _fingerprint(layout)
+        digest = hashlib.sha256(repr(fp).encode("utf-8", "surrogateescape")).digest()
+    agreed = _agreed(peers, error)
+    if agreed is not None:
+        raise agreed
+    digests = peers.gather(digest)
+    if all(d == digests[0] for d in digests):
+        return
+    other = next(r for r, d in enumerate(digests) if d != digests[0])
+    fps = peers.gather(fp if peers.rank in (0, other) else None)
+    raise LayoutError(
+        f"Feed: the ranks found different datasets ({_layout_difference(fps[0], fps[other], other)}"
+        f"), so their orders and batch counts would differ: a shard was added, removed or "
+        f"rewritten between the ranks' discoveries. Build every rank's feed from one Layout "
+        f"(shardload.discover on one rank, sent to the others) of a dataset that no longer "
+        f"changes, or pass check_ranks=False where the ranks' copies differ only in what the "
+        f"check compares")
+
+
+def _agreed(peers: "_TorchPeers | _JaxPeers", error: Optional[BaseException]
+            ) -> Optional[BaseException]:
+    """The error this rank raises at a batch, agreed with its peers: its own; else that of the
+    lowest rank that had one (so that every rank stops at the same step with the error that
+    names the file, not in the training's next collective); else None."""
+    if not peers.any(error is not None):
+        return None
+    try:
+        mine = pickle.dumps(error) if error is not None else None
+    except Exception:
+        mine = pickle.dumps(RuntimeError(f"{type(error).__name__}: {error}"))
+    everyone = peers.gather(mine)
+    if error is not None:
+        return error
+    first = next(r for r, e in enumerate(everyone) if e is not None)
+    theirs = pickle.loads(everyone[first])
+    theirs.add_note(f"raised by the feed on rank {first}; this rank ({peers.rank}) stopped at "
+                    f"the same batch")
+    return theirs
 
 
 def _shuffle_arg(value: object) -> str:
@@ -194,16 +371,25 @@ class Feed:
         window_blocks: blocks per shuffle window of ``shuffle="block"`` (default 4).
         drop_last: True: equal batches by dropping the stream's tail; False: by padding (the
             tail's step wraps to the epoch's first positions).
-        prefetch: batches read ahead in a background thread (0: read when asked).
+        prefetch: batches read ahead in a background thread, rounded up to whole fills of
+            several batches (see Buffers in the module's documentation); at least one fill.
         threads: the engine's threads per read (None: one per core).
         row_range, astype, reader, storage_options, options: as for
             :func:`shardload.numpy.load`; discovery happens once, here.
+        check_ranks: whether the ranks agree, through the process group the rank comes from:
+            at construction on the dataset (one exchange of a digest of each rank's shards),
+            then at each step on read errors, so that every rank raises at the same step.
+            None (default): when the rank comes from torch.distributed or jax.distributed and
+            there are several ranks. Every rank must then construct its feed and iterate it in
+            lock step.
 
     Raises:
         TypeError, ValueError: an argument is wrong, or ``batch_size * world_size`` exceeds
             the rows with ``drop_last=True`` (no rank would get a batch).
         LayoutError, ShardReadError: as :func:`shardload.numpy.load`; a read error raises
-            from the iteration at the batch that needed it, naming the file.
+            from the iteration at the batch that needed it, naming the file (with
+            ``check_ranks``, on every rank at that step). A LayoutError, the same on every
+            rank, when the ranks found different datasets.
         OutOfMemoryError: from the iteration, when a batch buffer cannot be allocated.
     """
 
@@ -225,12 +411,22 @@ class Feed:
         astype: DTypeLike | None = None,
         reader: Optional[str] = None,
         storage_options: Optional[Mapping[str, str]] = None,
+        check_ranks: Optional[bool] = None,
         **options: Unpack[DiscoverOptions],
     ) -> None:
         self._batch_size = _int("batch_size", batch_size)
         if self._batch_size < 1:
             raise ValueError(f"batch_size: expected an int >= 1, found {self._batch_size}")
-        self._rank, self._world = world(rank, world_size)
+        self._rank, self._world, where = _world(rank, world_size)
+        if check_ranks is None:
+            check = where in ("torch", "jax") and self._world > 1
+        else:
+            check = _bool("check_ranks", check_ranks)
+            if check and where not in ("torch", "jax"):
+                raise ValueError("check_ranks=True: the ranks are checked through the process "
+                                 "group the rank comes from (torch.distributed or "
+                                 "jax.distributed), and this feed's rank comes from "
+                                 + ("its arguments" if where == "args" else "neither"))
         self._mode = _shuffle_arg(shuffle)
         self._seed = self._seed_arg(seed)
         self._drop_last = _bool("drop_last", drop_last)
@@ -238,9 +434,19 @@ class Feed:
         if self._prefetch < 0:
             raise ValueError(f"prefetch: expected an int >= 0, found {self._prefetch}")
         self._threads = _frontend.threads_arg(threads)
-        prepared = _frontend.prepare("shardload.feed.Feed", source, row_range=row_range,
-                                     astype=astype, reader=reader,
-                                     storage_options=storage_options, options=options)
+        try:
+            prepared = _frontend.prepare("shardload.feed.Feed", source, row_range=row_range,
+                                         astype=astype, reader=reader,
+                                         storage_options=storage_options, options=options)
+            error = None
+        except Exception as e:  # raised on every rank, after the exchange, when checked
+            prepared, error = None, e
+        self._peers = _peers(where) if check else None
+        if self._peers is not None:
+            _check_same_layout(self._peers, prepared.layout if prepared else None, error)
+        elif error is not None:
+            raise error
+        assert prepared is not None
         self._layout = prepared.layout
         self._cast = prepared.cast
         self._n = int(self._layout.total_rows)
@@ -263,8 +469,16 @@ class Feed:
         self._lock = threading.Lock()
         self._iterating = False
         row_shape = tuple(self._layout.shape[1:])
-        self._pool = _Pool((self._batch_size,) + row_shape, prepared.dtype,
-                           keep=self._prefetch + 2)
+        # Batches are read several to a fill of about _FILL_BYTES (one engine call, one hand-off
+        # from the read-ahead thread), each batch a view of the fill's buffer; only where a
+        # batch's bytes are a multiple of the alignment, so that every view stays aligned.
+        batch_bytes = self._batch_size * int(np.prod(row_shape, dtype=np.int64)) * \
+            prepared.dtype.itemsize
+        self._per_fill = 1
+        if batch_bytes and batch_bytes % _ALIGN == 0:
+            self._per_fill = max(1, min(_FILL_BATCHES, _FILL_BYTES // batch_bytes))
+        self._pool = _Pool((self._per_fill * self._batch_size,) + row_shape, prepared.dtype,
+                           keep=-(-self._prefetch // self._per_fill) + 2)
         self._window: Optional[tuple[int, int, np.ndarray]] = None  # (epoch, window, rows)
         self._window_buf: Optional[np.ndarray] = None
 
@@ -336,8 +550,9 @@ class Feed:
         epoch (after :meth:`load_state_dict`, say) keeps its position, so a loop that calls
         ``set_epoch(e)`` at the top resumes mid-epoch instead of starting it over."""
         e = _int("epoch", epoch)
-        if e < 0:
-            raise ValueError(f"epoch: expected an int >= 0, found {e}")
+        if not 0 <= e <= _SEED_MAX:
+            # The order keys on the epoch modulo 2**64: 2**64 + e would replay epoch e's.
+            raise ValueError(f"epoch: expected an int in [0, 2**64), found {e}")
         if e != self._epoch:
             self._epoch, self._position = e, 0
 
@@ -374,6 +589,10 @@ class Feed:
         position = _int("position", state["position"])
         if epoch < 0:
             raise ValueError(f"load_state_dict: epoch {epoch} is negative")
+        if epoch > _SEED_MAX:
+            # The order keys on the epoch modulo 2**64: 2**64 + e would replay epoch e's.
+            raise ValueError(f"load_state_dict: epoch {epoch} is past 2**64 - 1, the last "
+                             "epoch the order tells apart")
         if not 0 <= position <= rows:
             raise ValueError(f"load_state_dict: position {position} is outside [0, {rows}]")
         spec = state["shuffle"]
@@ -464,7 +683,7 @@ class Feed:
                 inside = (seg >= start) & (seg < end)
                 k = positions.size if inside.all() else i + int(np.argmin(inside))
                 offs = order.window_local(j, positions[i:k] - start)
-                np.take(win, offs, axis=0, out=dst[i:k])
+                _feed_core.take(win, offs, dst[i:k], threads)
                 i = k
         if not direct:
             np.copyto(out, dst, casting="unsafe")
@@ -492,9 +711,11 @@ class Feed:
         # another feed. DataLoader workers get theirs by fork (Linux's default start method).
         raise TypeError(_NO_PICKLE)
 
-    def _run(self, first: int = 0, stride: int = 1) -> Iterator[np.ndarray]:
+    def _run(self, first: int = 0, stride: int = 1, worker: bool = False
+             ) -> Iterator[np.ndarray]:
         """The batches of steps ``first, first + stride, ...`` of the rest of the epoch (all of
-        them by default; a DataLoader worker's share otherwise)."""
+        them by default; a DataLoader worker's share otherwise: a forked worker has no share
+        of the parent's process group, so it does not exchange its errors)."""
         with self._lock:
             if self._iterating:
                 raise RuntimeError("Feed: already being iterated (one loop at a time)")
@@ -504,7 +725,11 @@ class Feed:
         mine = range(first, steps, stride)
         order = self.order(epoch)
         step_rows = self._batch_size * self._world
+        per = self._per_fill
+        fills = [mine[i:i + per] for i in range(0, len(mine), per)]
+        ahead = max(1, -(-self._prefetch // per))
         pending: collections.deque = collections.deque()
+        alone: collections.deque = collections.deque()
         submitted = 0
         try:
             pool = concurrent.futures.ThreadPoolExecutor(max_workers=1,
@@ -514,36 +739,80 @@ class Feed:
                 self._iterating = False
             raise
 
+        def positions(ks: range) -> np.ndarray:
+            return np.concatenate([self.batch_positions(k, start) for k in ks])
+
         def submit() -> None:
             nonlocal submitted
-            buf = self._pool.take()
-            pending.append(pool.submit(self._fill, order,
-                                       self.batch_positions(mine[submitted], start), buf))
+            ks = fills[submitted]
+            buf = self._pool.take()[:len(ks) * self._batch_size]
+            pending.append(pool.submit(self._fill, order, positions(ks), buf))
             submitted += 1
 
-        try:
-            while submitted < min(len(mine), max(1, self._prefetch)):
+        def batches(ks: range) -> Iterator[tuple[int, np.ndarray]]:
+            """The batches of fill `ks`, views of its buffer. Where the fill failed, each of
+            its batches is read again alone (on the read-ahead thread, after what is in
+            flight there), so that the error comes at the batch whose rows need the file."""
+            try:
+                buf = pending.popleft().result()
+            except Exception:
+                buf = None
+                alone.extend(pool.submit(self._fill, order, self.batch_positions(k, start),
+                                         self._pool_one().take()) for k in ks)
+            if submitted < len(fills):
                 submit()
-            for k in mine:
-                batch = pending.popleft().result()
-                if submitted < len(mine):
-                    submit()
-                position = start + (k + 1) * step_rows
-                if k + 1 == steps:
-                    # The epoch's last batch: the state is already the next epoch's start.
-                    self._epoch, self._position = epoch + 1, 0
-                else:
-                    self._position = position
-                yield batch
-                del batch
+            b = self._batch_size
+            for j, k in enumerate(ks):
+                yield k, buf[j * b:(j + 1) * b] if buf is not None else alone.popleft().result()
+
+        peers = None if worker else self._peers
+        try:
+            while submitted < min(len(fills), ahead):
+                submit()
+            for ks in fills:
+                it = batches(ks)
+                while True:
+                    if peers is None:
+                        try:
+                            k, batch = next(it)
+                        except StopIteration:
+                            break
+                    else:
+                        # Every rank passes here once a step, in lock step: the ranks agree on
+                        # whether any of them failed to read its batch, and all raise then.
+                        try:
+                            k, batch = next(it)
+                            error = None
+                        except StopIteration:
+                            break
+                        except Exception as e:
+                            error = e
+                        agreed = _agreed(peers, error)
+                        if agreed is not None:
+                            raise agreed
+                    if k + 1 == steps:
+                        # The epoch's last batch: the state is already the next epoch's start.
+                        self._epoch, self._position = epoch + 1, 0
+                    else:
+                        self._position = start + (k + 1) * step_rows
+                    yield batch
+                    del batch
             if steps == 0:
                 self._epoch, self._position = epoch + 1, 0
         finally:
-            for f in pending:
+            for f in (*pending, *alone):
                 f.cancel()
             pool.shutdown(wait=True)
             with self._lock:
                 self._iterating = False
+
+    def _pool_one(self) -> _Pool:
+        """Buffers of one batch, for the batches of a failed fill read one at a time."""
+        one = getattr(self, "_one", None)
+        if one is None:
+            one = self._one = _Pool((self._batch_size,) + self._pool.shape[1:],
+                                    self._pool.dtype, keep=2)
+        return one
 
     def __repr__(self) -> str:
         return (f"Feed(rows={self._n}, batch_size={self._batch_size}, rank={self._rank}, "
@@ -581,7 +850,7 @@ def _torch_dataset_type() -> type:
                 # Worker i of k takes every k-th batch from the i-th: the loader asks its
                 # workers in turn, so it yields them in the feed's order; a worker whose
                 # share is one batch shorter ends first, as the turn reaches it last.
-                return self.feed._run(info.id, info.num_workers)
+                return self.feed._run(info.id, info.num_workers, worker=True)
 
             def __len__(self) -> int:
                 return self.feed.batches_left()

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <numeric>
 #include <string>
 #include <thread>
@@ -58,6 +59,41 @@ Result<std::vector<Piece>> gather_pieces(const Layout& l, const std::int64_t* ro
     i = k;
   }
   return pieces;
+}
+
+// The sorted pieces cut into contiguous spans of about equal rows, one reader (thread) each,
+// so that each thread still reads forward through its files: as many as `threads`, but none
+// of fewer than 64 pieces or 1 MiB (a thread costs more to start than that takes to read).
+// A piece that straddles a cut is split there: a batch in order is one piece, and its rows
+// are still read by every thread.
+std::vector<std::vector<Piece>> share(const std::vector<Piece>& pieces, std::int64_t rows,
+                                      std::uint64_t row_bytes, std::int64_t threads) {
+  const std::uint64_t bytes = static_cast<std::uint64_t>(rows) * row_bytes;
+  const std::size_t t = std::max<std::size_t>(
+      1, std::min<std::size_t>(static_cast<std::size_t>(threads),
+                               std::max<std::size_t>(pieces.size() / 64, bytes >> 20)));
+  std::vector<std::vector<Piece>> parts(t);
+  std::size_t j = 0;
+  std::int64_t done = 0;  // rows given to parts [0, j)
+  for (Piece p : pieces) {
+    while (p.lo < p.hi) {
+      // Part j ends once it has its share, rows * (j + 1) / t; the last takes the rest.
+      const std::int64_t end =
+          j + 1 == t ? rows
+                     : rows * static_cast<std::int64_t>(j + 1) / static_cast<std::int64_t>(t);
+      const std::int64_t take = std::min(p.hi - p.lo, std::max<std::int64_t>(end - done, 0));
+      if (take == 0) {
+        ++j;
+        continue;
+      }
+      parts[j].push_back({p.shard, p.lo, p.lo + take, p.dst_row});
+      p.lo += take;
+      p.dst_row += take;
+      done += take;
+    }
+  }
+  std::erase_if(parts, [](const std::vector<Piece>& v) { return v.empty(); });
+  return parts;
 }
 
 std::uint64_t mix(std::uint64_t z) {
@@ -116,19 +152,10 @@ PYBIND11_MODULE(_feed_core, m) {
         Status st = python::interruptible([&]() -> Status {
           Result<std::vector<Piece>> pieces = gather_pieces(l, r, n);
           if (!pieces) return pieces.status();
-          const std::size_t np = pieces->size();
-          const std::size_t t = std::max<std::size_t>(
-              1, std::min<std::size_t>(static_cast<std::size_t>(threads), np / 64));
-          // Contiguous spans of the sorted pieces, one reader each: each thread still reads
-          // forward through its files.
+          const std::vector<std::vector<Piece>> parts = share(*pieces, n, l.row_bytes, threads);
+          const std::size_t t = parts.size();
           std::vector<Status> done(t);
-          auto part = [&](std::size_t j) {
-            const std::size_t lo = np * j / t;
-            const std::size_t hi = np * (j + 1) / t;
-            std::vector<Piece> mine(pieces->begin() + static_cast<std::ptrdiff_t>(lo),
-                                    pieces->begin() + static_cast<std::ptrdiff_t>(hi));
-            done[j] = fill_pieces(l, mine, dst);
-          };
+          auto part = [&](std::size_t j) { done[j] = fill_pieces(l, parts[j], dst); };
           std::vector<std::thread> helpers;
           for (std::size_t j = 1; j < t; ++j) helpers.emplace_back(part, j);
           part(0);
@@ -141,6 +168,66 @@ PYBIND11_MODULE(_feed_core, m) {
         if (!st.is_ok()) throw_status(st, ErrorSite::kRead);
       },
       py::arg("layout"), py::arg("rows"), py::arg("out"), py::arg("threads") = 1);
+
+  // out[i] = src[rows[i]] for every i, rows of src's bytes per row, on up to `threads`
+  // threads with the GIL released: the block shuffle's copy of a batch out of its window,
+  // which np.take would do on one thread holding the GIL, stalling the training loop.
+  m.def(
+      "take",
+      [](const py::array& src, const py::array_t<std::int64_t, py::array::c_style>& rows,
+         const py::array& out, std::int64_t threads) {
+        const std::int64_t n = rows.size();
+        const py::ssize_t have = src.ndim() > 0 ? src.shape(0) : 0;
+        if (rows.ndim() != 1 || src.ndim() < 1 || (src.flags() & py::array::c_style) == 0 ||
+            (out.flags() & py::array::c_style) == 0 || !out.writeable() ||
+            out.ndim() != src.ndim() || out.shape(0) != n || out.dtype().not_equal(src.dtype()) ||
+            (have > 0 && src.nbytes() / have * n != out.nbytes()) || threads < 1 ||
+            threads > 4096) {
+          throw py::value_error(
+              "take: expected 1-D rows, C-contiguous arrays of one dtype and row shape, out "
+              "writable with a row per index, 1 to 4096 threads");
+        }
+        const std::size_t row = have > 0 ? static_cast<std::size_t>(src.nbytes() / have) : 0;
+        const std::int64_t* r = rows.data();
+        for (std::int64_t i = 0; i < n; ++i) {
+          if (r[i] < 0 || r[i] >= have) {
+            throw py::value_error("take: row " + std::to_string(r[i]) + " is outside [0, " +
+                                  std::to_string(have) + ")");
+          }
+        }
+        const auto* from = static_cast<const std::byte*>(src.data());
+        auto* to = static_cast<std::byte*>(const_cast<void*>(out.data()));
+        py::gil_scoped_release release;
+        const auto t = static_cast<std::int64_t>(std::max<std::uint64_t>(
+            1, std::min<std::uint64_t>(static_cast<std::uint64_t>(threads),
+                                       static_cast<std::uint64_t>(n) * row >> 20)));
+        auto part = [&](std::int64_t j) {
+          for (std::int64_t i = n * j / t; i < n * (j + 1) / t; ++i) {
+            std::memcpy(to + static_cast<std::size_t>(i) * row,
+                        from + static_cast<std::size_t>(r[i]) * row, row);
+          }
+        };
+        std::vector<std::thread> helpers;
+        for (std::int64_t j = 1; j < t; ++j) helpers.emplace_back(part, j);
+        part(0);
+        for (std::thread& h : helpers) h.join();
+      },
+      py::arg("src"), py::arg("rows"), py::arg("out"), py::arg("threads") = 1);
+
+  // What the ranks of a job compare before they share one stream (shardload.feed): each
+  // shard's path, first file row, rows, size and modification time. The change time and
+  // inode are left out: a copy of the dataset on each node's own disk keeps the rest.
+  m.def(
+      "shard_states",
+      [](const Layout& l) {
+        py::list out;
+        for (const Shard& s : l.shards) {
+          out.append(py::make_tuple(py::bytes(s.path), s.first_row, s.rows, s.snapshot.size,
+                                    s.snapshot.mtime_ns));
+        }
+        return out;
+      },
+      py::arg("layout"));
 
   // The keyed bijection of [0, n) (or its inverse) applied to each of xs, by cycle-walking the
   // network over the smallest 4**h >= n: a value at or past n is passed through again.

@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "shardload/io.hpp"
@@ -23,18 +24,68 @@ std::string sys_what(const char* what, int err) {
   return std::string(what) + ": " + std::strerror(err);
 }
 
-// Creates the directories of `path` below `root` (which must exist).
-Status make_parents(const std::string& root, const std::string& key) {
-  for (std::size_t slash = key.find('/'); slash != std::string::npos;
-       slash = key.find('/', slash + 1)) {
-    const std::string dir = root + "/" + key.substr(0, slash);
-    if (::mkdir(dir.c_str(), 0777) != 0 && errno != EEXIST) {
-      const int err = errno;
-      return file_error(ErrorCode::kIo, dir, sys_what("cannot create the directory", err), err);
-    }
+// A descriptor closed when it goes out of scope.
+class Fd {
+ public:
+  explicit Fd(int fd = -1) : fd_(fd) {}
+  Fd(Fd&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
+  Fd& operator=(Fd&& o) noexcept {
+    std::swap(fd_, o.fd_);
+    return *this;
   }
-  return Status::ok();
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  ~Fd() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  [[nodiscard]] int get() const { return fd_; }
+
+ private:
+  int fd_;
+};
+
+// The directory that holds `key`'s last segment, opened by walking the key's directories from
+// the store's own without following a link: a directory of the store that is a link (to a
+// place outside the location), or is switched to one meanwhile, would let a key write, replace
+// or delete a file there. `create` makes the directories that are missing.
+Result<Fd> open_parent(const std::string& root, const std::string& key, bool create) {
+  Fd dir(::open(root.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (dir.get() < 0) {
+    const int err = errno;
+    return file_error(ErrorCode::kIo, root, sys_what("cannot open the store's directory", err),
+                      err);
+  }
+  for (std::size_t at = 0, slash = key.find('/'); slash != std::string::npos;
+       at = slash + 1, slash = key.find('/', at)) {
+    const std::string segment = key.substr(at, slash - at);
+    const std::string where = root + "/" + key.substr(0, slash);
+    int fd = ::openat(dir.get(), segment.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0 && errno == ENOENT && create) {
+      if (::mkdirat(dir.get(), segment.c_str(), 0777) != 0 && errno != EEXIST) {
+        const int err = errno;
+        return file_error(ErrorCode::kIo, where, sys_what("cannot create the directory", err), err);
+      }
+      fd = ::openat(dir.get(), segment.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    }
+    if (fd < 0) {
+      const int err = errno;
+      struct ::stat st {};
+      if (::fstatat(dir.get(), segment.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+          S_ISLNK(st.st_mode)) {
+        return file_error(ErrorCode::kInvalidArgument, where,
+                          "store key '" + path_for_message(key) +
+                              "': this directory of it is a symbolic link; a key does not "
+                              "leave the store's location through a link",
+                          ELOOP);
+      }
+      return file_error(ErrorCode::kIo, where, sys_what("cannot open the directory", err), err);
+    }
+    dir = Fd(fd);
+  }
+  return dir;
 }
+
+std::string leaf_of(const std::string& key) { return key.substr(key.rfind('/') + 1); }
 
 class LocalStore final : public Store {
  public:
@@ -116,13 +167,17 @@ class LocalStore final : public Store {
 
   Status write(std::string_view key, std::span<const std::byte> data) override {
     SHARDLOAD_RETURN_IF_ERROR(check_store_key(key));
+    const std::string k(key);
     const std::string path = describe(key);
-    SHARDLOAD_RETURN_IF_ERROR(make_parents(dir_, std::string(key)));
+    SHARDLOAD_ASSIGN_OR_RETURN(const Fd parent, open_parent(dir_, k, /*create=*/true));
     // Written beside the key and renamed over it: a reader opens the old file or the new one.
     static std::atomic<std::uint64_t> serial{0};
-    const std::string tmp =
-        path + ".tmp-" + std::to_string(::getpid()) + "-" + std::to_string(serial.fetch_add(1));
-    const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0666);
+    const std::string leaf = leaf_of(k);
+    const std::string tmp_leaf =
+        leaf + ".tmp-" + std::to_string(::getpid()) + "-" + std::to_string(serial.fetch_add(1));
+    const std::string tmp = path + tmp_leaf.substr(leaf.size());
+    const int fd = ::openat(parent.get(), tmp_leaf.c_str(),
+                            O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0666);
     if (fd < 0) {
       const int err = errno;
       return file_error(ErrorCode::kIo, tmp, sys_what("cannot create", err), err);
@@ -146,19 +201,26 @@ class LocalStore final : public Store {
       const int err = errno;
       s = file_error(ErrorCode::kIo, tmp, sys_what("cannot close", err), err);
     }
-    if (s.is_ok() && ::rename(tmp.c_str(), path.c_str()) != 0) {
+    if (s.is_ok() && ::renameat(parent.get(), tmp_leaf.c_str(), parent.get(), leaf.c_str()) != 0) {
       const int err = errno;
       s = file_error(ErrorCode::kIo, path, sys_what("cannot rename the written file over it", err),
                      err);
     }
-    if (!s.is_ok()) ::unlink(tmp.c_str());
+    if (!s.is_ok()) ::unlinkat(parent.get(), tmp_leaf.c_str(), 0);
     return s;
   }
 
   Status remove(std::string_view key) override {
     SHARDLOAD_RETURN_IF_ERROR(check_store_key(key));
+    const std::string k(key);
     const std::string path = describe(key);
-    if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
+    Result<Fd> parent = open_parent(dir_, k, /*create=*/false);
+    if (!parent) {
+      // A directory of the key that does not exist: nothing to delete, as for a missing key.
+      if (parent.status().sys_errno() == ENOENT) return Status::ok();
+      return parent.status();
+    }
+    if (::unlinkat(parent->get(), leaf_of(k).c_str(), 0) != 0 && errno != ENOENT) {
       const int err = errno;
       return file_error(ErrorCode::kIo, path, sys_what("cannot delete", err), err);
     }

@@ -20,10 +20,12 @@ class RemoteStore final : public Store {
   RemoteStore(std::string base, std::string query, RemoteIo* io)
       : base_(std::move(base)), query_(std::move(query)), io_(io) {
     scheme_ = base_.substr(0, base_.find("://"));
+    // Shown as it is: a password in the user part ("s3://AK:PASSWORD@B/P/") hidden too.
+    shown_ = redact_secrets(base_);
   }
 
   [[nodiscard]] std::string_view scheme() const override { return scheme_; }
-  [[nodiscard]] const std::string& location() const override { return base_; }
+  [[nodiscard]] const std::string& location() const override { return shown_; }
   [[nodiscard]] std::string describe(std::string_view key) const override {
     return base_ + std::string(key);
   }
@@ -112,6 +114,7 @@ class RemoteStore final : public Store {
   }
 
   std::string base_;   // "s3://B/P/": the prefix, ending in '/'
+  std::string shown_;  // base_, its secrets hidden (location())
   std::string query_;  // "?endpoint_override=...", or ""
   std::string scheme_;
   RemoteIo* io_;

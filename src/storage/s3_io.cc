@@ -1,11 +1,12 @@
 // Object storage through Arrow's S3 file system (the one inside the pinned pyarrow's libarrow):
 // the RemoteIo that posix_io() routes "s3://" URLs to. A read is one ranged GET
 // (RandomAccessFile::ReadAt) into the caller's buffer; nothing downloads a whole object.
-// Where the credentials and region are known without the AWS SDK (s3_signed.hpp), objects are
-// opened and read by GETs signed here and sent through libcurl instead: a GET that also says
-// the object's size and ETag, which Arrow's cannot; there deletes, and uploads of objects
-// within multipart_threshold (one PUT each), are signed here too. Listing and multipart
-// uploads stay on Arrow.
+// Where the credentials are known without the AWS SDK (s3_signed.hpp; the region given, or
+// the bucket's own as its HEAD says), objects are opened and read by GETs signed here and sent
+// through libcurl instead: a GET that also says the object's size and ETag and shows its
+// Content-Encoding, which Arrow's cannot; there deletes, and uploads of objects within
+// multipart_threshold (one PUT each), are signed here too. Listing and multipart uploads stay
+// on Arrow.
 #include "storage/detail/s3_io.hpp"
 #include "shardload/interrupt.hpp"
 #include "storage/detail/object_store.hpp"
@@ -22,6 +23,7 @@
 #include <arrow/util/key_value_metadata.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cerrno>
 #include <cstdlib>
@@ -29,6 +31,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <random>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
@@ -55,6 +58,19 @@ int errno_of(const arrow::Status& st) {
 
 // What the AWS SDK says when an answer's body does not fit the buffer it was to be read into.
 constexpr const char* kAnswerDidNotFit = "Failed to flush response stream";
+
+// The pattern written over a range's last bytes before Arrow's client reads into it
+// (read_range): random per process, so that no object's bytes are made to equal it.
+constexpr std::size_t kMarkBytes = 8;
+const std::array<std::uint8_t, kMarkBytes>& mark() {
+  static const auto m = [] {
+    std::random_device rd;
+    std::array<std::uint8_t, kMarkBytes> a{};
+    for (auto& b : a) b = static_cast<std::uint8_t>(rd());
+    return a;
+  }();
+  return m;
+}
 
 // Set by the retry strategy on the thread whose request it gave up on after its last
 // attempt: the sync requests (HEAD, ranged GET) fail on the caller's thread, so the error
@@ -780,16 +796,51 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
   }
 
   // One ranged GET into `dst`: its byte count or -errno, and then the store's words in `why`.
+  // Arrow's client shows no answer's headers, so an answer in a Content-Encoding (a proxy that
+  // gzips unasked) cannot be told by its header, and its ReadAt says the range's length
+  // whatever the answer's was (it counts the buffer, not the bytes written into it). An answer
+  // shorter than the range (a gzip of it, as a rule) is told by the range's last bytes: a
+  // pattern written there first is still there after the read. Where the object's own bytes
+  // equal it, the range is asked again with the pattern's complement, which they cannot
+  // equal too. An answer longer than the range fails in the client (kAnswerDidNotFit). An
+  // encoding exactly as long as the range still passes (docs/object_storage.md, "Not yet").
   static std::int64_t read_range(arrow::io::RandomAccessFile& file, void* dst, std::size_t n,
                                  std::uint64_t offset, std::string* why) {
-    t_gave_up_after = 0;
-    auto got = file.ReadAt(static_cast<std::int64_t>(offset), static_cast<std::int64_t>(n), dst);
-    if (got.ok()) return *got;
-    *why = got.status().message();
-    if (t_gave_up_after > 0) {
-      *why += " (gave up after " + std::to_string(t_gave_up_after) + " attempts)";
+    const auto size = file.GetSize();  // known since the open: no request
+    std::uint64_t want = n;
+    if (size.ok()) {
+      const auto total = static_cast<std::uint64_t>(*size);
+      want = offset >= total ? 0 : std::min<std::uint64_t>(n, total - offset);
     }
-    return -errno_of(got.status());
+    const std::size_t k = std::min<std::uint64_t>(want, kMarkBytes);
+    auto* tail = static_cast<std::uint8_t*>(dst) + (want - k);
+    std::int64_t got = 0;
+    for (const bool flipped : {false, true}) {
+      for (std::size_t i = 0; i < k; ++i) tail[i] = flipped ? ~mark()[i] : mark()[i];
+      t_gave_up_after = 0;
+      auto r = file.ReadAt(static_cast<std::int64_t>(offset), static_cast<std::int64_t>(n), dst);
+      if (!r.ok()) {
+        *why = r.status().message();
+        if (t_gave_up_after > 0) {
+          *why += " (gave up after " + std::to_string(t_gave_up_after) + " attempts)";
+        }
+        return -errno_of(r.status());
+      }
+      got = *r;
+      bool untouched = k > 0;
+      for (std::size_t i = 0; i < k && untouched; ++i) {
+        untouched = tail[i] == static_cast<std::uint8_t>(flipped ? ~mark()[i] : mark()[i]);
+      }
+      if (!untouched) break;
+      if (flipped) {
+        *why = "the store's answer to a ranged GET of " + std::to_string(want) +
+               " bytes at offset " + std::to_string(offset) +
+               " was shorter than the range: not the range asked for (an answer in a "
+               "Content-Encoding, or an object that changed); not read as the object's bytes";
+        return -EIO;
+      }
+    }
+    return got;
   }
 
   // The file system for `url` (one per bucket and query, made once: each holds an S3 client)
@@ -832,7 +883,20 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
     const std::string key = bucket + query;
     auto it = fs_.find(key);
     if (it == fs_.end()) {
-      auto options = arrow::fs::S3Options::FromUri("s3://" + bucket + arrow_query);
+      std::string fs_query = arrow_query;
+#if SHARDLOAD_S3_SIGNED
+      std::shared_ptr<const S3Endpoint> signed_ep;
+      if (auto ep = s3_signed_endpoint(bucket, arrow_query, retry)) {
+        SHARDLOAD_RETURN_IF_ERROR(curl_init(url));
+        // The region the bucket's HEAD said, for Arrow's client too (LIST, multipart
+        // uploads): the same region as the signed requests', and no HEAD of its own.
+        if (ep->region_from_bucket) {
+          fs_query += (fs_query.empty() ? "?region=" : "&region=") + ep->region;
+        }
+        signed_ep = std::make_shared<const S3Endpoint>(*std::move(ep));
+      }
+#endif
+      auto options = arrow::fs::S3Options::FromUri("s3://" + bucket + fs_query);
       if (!options.ok()) {
         return file_error(ErrorCode::kInvalidArgument, url,
                           "bad object-storage URL or options: " + options.status().message());
@@ -852,10 +916,7 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
       }
       it = fs_.emplace(key, *std::move(fs)).first;
 #if SHARDLOAD_S3_SIGNED
-      if (auto ep = s3_signed_endpoint(bucket, arrow_query, retry)) {
-        SHARDLOAD_RETURN_IF_ERROR(curl_init(url));
-        signed_.emplace(key, std::make_shared<const S3Endpoint>(*std::move(ep)));
-      }
+      if (signed_ep != nullptr) signed_.emplace(key, std::move(signed_ep));
 #endif
       if (!exit_registered_) {
         // Registered after the first client was made, and so after Arrow's own static

@@ -5,6 +5,7 @@
 #include <ctime>
 #include <fstream>
 #include <map>
+#include <mutex>
 #include <string_view>
 #include <vector>
 
@@ -221,6 +222,66 @@ CurlRequest request_for(const S3Endpoint& ep, const std::string& key, const char
   return req;
 }
 
+// Whether `s` can be a region's name: a region goes into AWS's host names
+// (BUCKET.s3.REGION.amazonaws.com), so one a server sends must not be able to name another
+// host ("evil.example/", "x@y", ...).
+bool is_region_name(const std::string& s) {
+  if (s.empty() || s.size() > 63) return false;
+  for (const char c : s) {
+    if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-')) return false;
+  }
+  return true;
+}
+
+// The bucket's region as the store says it, where neither the options, the environment nor
+// the config file give one: the x-amz-bucket-region of an unsigned HEAD of the bucket (as
+// Arrow's client asks, and as S3 answers it with a 200, a 301 and a 403 alike). On AWS (no
+// `endpoint`) the HEAD goes to the global endpoint, which answers for a bucket of any region;
+// nullopt where AWS does not say (no such bucket, no answer): the caller leaves the URL to
+// Arrow's client, as before. A server named by an endpoint that does not say is in us-east-1,
+// the region Arrow's client signs for there. Asked once per endpoint and bucket in a process:
+// an answer is kept, a failed request is not (its next resolve asks again).
+std::optional<std::string> bucket_region(const std::string& scheme, const std::string& endpoint,
+                                         const std::string& bucket, const StoreOptions& options) {
+  static std::mutex mu;
+  static std::map<std::string, std::string> known;
+  CurlRequest req;
+  std::string host;
+  if (!endpoint.empty()) {
+    host = endpoint;
+    req.url = scheme + "://" + host + "/" + s3_uri_encode(bucket, false);
+  } else if (bucket.find('.') != std::string::npos) {
+    host = "s3.amazonaws.com";
+    req.url = scheme + "://" + host + "/" + s3_uri_encode(bucket, false);
+  } else {
+    host = bucket + ".s3.amazonaws.com";
+    req.url = scheme + "://" + host + "/";
+  }
+  {
+    std::lock_guard lock(mu);
+    if (const auto it = known.find(req.url); it != known.end()) return it->second;
+  }
+  const std::string fallback = endpoint.empty() ? std::string() : std::string("us-east-1");
+  if (!curl_init(req.url).is_ok()) return fallback.empty() ? std::nullopt : std::optional(fallback);
+  req.options = &options;
+  req.head = true;
+  req.follow_redirects = false;
+  req.headers = [host] { return std::vector<std::string>{"Host: " + host}; };
+  const CurlAnswer a = curl_perform(req, nullptr, 0, 0, nullptr);
+  std::string region;
+  if (a.outcome.curl == CURLE_OK && a.outcome.http != 0) {
+    region = is_region_name(a.headers.bucket_region) ? a.headers.bucket_region : fallback;
+    if (!region.empty()) {
+      std::lock_guard lock(mu);
+      known.emplace(req.url, region);
+    }
+  } else {
+    region = fallback;
+  }
+  if (region.empty()) return std::nullopt;
+  return region;
+}
+
 }  // namespace
 
 std::optional<S3Endpoint> s3_signed_endpoint(const std::string& bucket,
@@ -258,11 +319,6 @@ std::optional<S3Endpoint> s3_signed_endpoint(const std::string& bucket,
       return std::nullopt;
     }
   }
-  ep.region = q["region"];
-  if (ep.region.empty()) ep.region = aws_env("AWS_REGION");
-  if (ep.region.empty()) ep.region = aws_env("AWS_DEFAULT_REGION");
-  if (ep.region.empty()) ep.region = config_file_region();
-  if (ep.region.empty()) return std::nullopt;
   std::string scheme = q.count("scheme") != 0 ? q["scheme"] : "https";
   if (scheme != "http" && scheme != "https") return std::nullopt;
   // Where the URL names no endpoint, the one the AWS SDK takes from the environment
@@ -281,8 +337,18 @@ std::optional<S3Endpoint> s3_signed_endpoint(const std::string& bucket,
     if (scheme != "http" && scheme != "https") return std::nullopt;
   }
   while (!endpoint.empty() && endpoint.back() == '/') endpoint.pop_back();
+  if (endpoint.find('/') != std::string::npos) return std::nullopt;
+  ep.region = q["region"];
+  if (ep.region.empty()) ep.region = aws_env("AWS_REGION");
+  if (ep.region.empty()) ep.region = aws_env("AWS_DEFAULT_REGION");
+  if (ep.region.empty()) ep.region = config_file_region();
+  if (ep.region.empty()) {
+    auto found = bucket_region(scheme, endpoint, bucket, options);
+    if (!found) return std::nullopt;  // AWS did not say: Arrow's client, as before
+    ep.region = *std::move(found);
+    ep.region_from_bucket = true;
+  }
   if (!endpoint.empty()) {
-    if (endpoint.find('/') != std::string::npos) return std::nullopt;
     ep.host = endpoint;
     ep.path_prefix = "/" + bucket;
   } else if (bucket.find('.') != std::string::npos) {

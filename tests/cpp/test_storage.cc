@@ -7,6 +7,8 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <memory>
 #include <string>
 #include <thread>
@@ -24,6 +26,11 @@ using detail::MemoryStore;
 
 std::span<const std::byte> bytes_of(const std::string& s) {
   return std::as_bytes(std::span<const char>(s.data(), s.size()));
+}
+
+std::string file_text(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
 }
 
 std::string read_all(Store& store, const std::string& key, std::uint64_t offset, std::size_t n,
@@ -185,6 +192,37 @@ TEST(LocalStore, WriteLeavesNoTemporaryBehind) {
   EXPECT_EQ(*keys, std::vector<std::string>{"d/e/f.bin"});
 }
 
+// A directory of the store that is a link to another place: keys below it would write,
+// replace and delete files outside the store's location; refused before a file is touched.
+TEST(LocalStore, AKeyThroughALinkedDirectoryNeverTouchesAFileOutside) {
+  testing::TempDir dir;
+  const std::string outside = dir.file("outside");
+  std::filesystem::create_directories(outside + "/deep");
+  testing::write_file(outside + "/victim", "keep");
+  std::filesystem::create_directory(dir.file("store"));
+  std::filesystem::create_directory(dir.file("store/real"));
+  std::filesystem::create_directory_symlink(outside, dir.file("store/link"));
+  std::filesystem::create_directory_symlink(outside, dir.file("store/real/inner"));
+  auto store = open_store(dir.file("store"));
+  ASSERT_TRUE(store.is_ok()) << store.status().message();
+  for (const std::string key : {"link/victim", "link/new", "link/deep/new", "link/made/new",
+                                "real/inner/victim", "real/inner/new"}) {
+    const Status w = (*store)->write(key, bytes_of("overwritten"));
+    EXPECT_FALSE(w.is_ok()) << key;
+    EXPECT_NE(w.message().find("link"), std::string::npos) << w.message();
+    EXPECT_FALSE((*store)->remove(key).is_ok()) << key;
+  }
+  EXPECT_EQ(file_text(outside + "/victim"), "keep");
+  EXPECT_FALSE(std::filesystem::exists(outside + "/new"));
+  EXPECT_FALSE(std::filesystem::exists(outside + "/deep/new"));
+  EXPECT_FALSE(std::filesystem::exists(outside + "/made"));
+  // Keys below real directories are written and removed as before.
+  ASSERT_TRUE((*store)->write("real/x/y.bin", bytes_of("ok")).is_ok());
+  EXPECT_EQ(file_text(dir.file("store/real/x/y.bin")), "ok");
+  EXPECT_TRUE((*store)->remove("real/x/y.bin").is_ok());
+  EXPECT_FALSE(std::filesystem::exists(dir.file("store/real/x/y.bin")));
+}
+
 TEST(OpenStore, RefusesWhatNoDriverServes) {
   EXPECT_EQ(open_store("").status().code(), ErrorCode::kInvalidArgument);
   EXPECT_EQ(open_store("file://").status().code(), ErrorCode::kInvalidArgument);
@@ -220,6 +258,24 @@ TEST(RemoteStore, AKeyHoldingAQuestionMarkIsRefusedBeforeAnyRequest) {
           ErrorCode::kInvalidArgument)
           << key;
     }
+  }
+}
+
+// location() is shown as it is (the header says no secret is in it): a password in the
+// location's user part is not either.
+TEST(RemoteStore, TheLocationHoldsNoSecret) {
+  if (remote_io() == nullptr) GTEST_SKIP() << "built without object storage";
+  for (const std::string location :
+       {"s3://AKID:TopSecret1@b/p/", "https://user:TopSecret1@127.0.0.1:9/p/",
+        "http://TopSecret1@127.0.0.1:9/p/?token=TopSecret1",
+        "s3://b/p/?secret_key=TopSecret1&access_key=AKID"}) {
+    auto store = open_store(location);
+    if (!store.is_ok()) {
+      EXPECT_EQ(store.status().message().find("TopSecret1"), std::string::npos)
+          << store.status().message();
+      continue;
+    }
+    EXPECT_EQ((*store)->location().find("TopSecret1"), std::string::npos) << (*store)->location();
   }
 }
 

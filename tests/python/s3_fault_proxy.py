@@ -61,6 +61,7 @@ class Rule:
     action: str = "500"
     count: int | None = 1
     delay_s: float = 0.0
+    region: str = WRONG_REGION  # "wrong-region": the region its answer names
     fired: int = 0
 
     def __post_init__(self) -> None:
@@ -139,8 +140,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self._error(301, "PermanentRedirect",
                         "The bucket you are attempting to access must be addressed using the "
                         "specified endpoint. Please send all future requests to this endpoint.",
-                        f"<Endpoint>bucket.s3.{WRONG_REGION}.amazonaws.com</Endpoint>",
-                        (("x-amz-bucket-region", WRONG_REGION),))
+                        f"<Endpoint>bucket.s3.{rule.region}.amazonaws.com</Endpoint>",
+                        (("x-amz-bucket-region", rule.region),))
         elif rule.action == "reset":
             self._reset()
         elif rule.action == "truncate":

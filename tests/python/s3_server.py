@@ -122,6 +122,12 @@ CLIENT_ENV = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"
               "AWS_CONFIG_FILE": os.devnull, "AWS_SHARED_CREDENTIALS_FILE": os.devnull}
 
 
+# An option of Arrow's own, at its default value, that no signed request knows: a URL with it
+# is read and written by Arrow's S3 client, with the AWS SDK's chain (docs/object_storage.md,
+# "Configuration"), as where only the SDK finds the credentials. The tests of that path use it.
+ARROWS_CLIENT = {"allow_bucket_deletion": "false"}
+
+
 @contextlib.contextmanager
 def serving(env: dict[str, str] | None = None, kind: str = "moto") -> Iterator[str]:
     """A server for the block (its endpoint, HOST:PORT), with CLIENT_ENV set in this process

@@ -403,6 +403,67 @@ def test_a_state_of_another_dataset_or_malformed_is_refused(data):
     assert feed.state_dict() == good
 
 
+@pytest.mark.parametrize("epoch", [2 ** 64, 2 ** 64 + 3, 2 ** 70])
+def test_an_epoch_the_order_cannot_tell_apart_is_refused(data, epoch):
+    """The order keys on the epoch modulo 2**64: a hand-made state (or set_epoch) of epoch
+    2**64 + e replayed epoch e's order without a word. Refused naming the bound, the feed
+    unchanged; the largest epoch the order tells apart (2**64 - 1) is taken."""
+    d, n = data
+    feed = sf.Feed(d, 2, seed=5)
+    good = feed.state_dict()
+    with pytest.raises(ValueError, match=r"epoch \d+ is past 2\*\*64 - 1"):
+        feed.load_state_dict({**good, "epoch": epoch})
+    with pytest.raises(ValueError, match=r"epoch: expected an int in \[0, 2\*\*64\)"):
+        feed.set_epoch(epoch)
+    assert feed.state_dict() == good
+    feed.load_state_dict({**good, "epoch": 2 ** 64 - 1})
+    assert feed.epoch == 2 ** 64 - 1 and len(next(iter(feed))) == 2
+
+
+@pytest.mark.parametrize("change,err,msg", [
+    ({"seed": 1.0}, TypeError, "seed"), ({"seed": "1"}, TypeError, "seed"),
+    ({"seed": True}, TypeError, "seed"), ({"seed": 2 ** 64}, ValueError, "seed"),
+    ({"epoch": -1}, ValueError, "negative"), ({"epoch": 1.5}, TypeError, "epoch"),
+    ({"position": -1}, ValueError, "outside"), ({"position": 10 ** 30}, ValueError, "outside"),
+    ({"position": "3"}, TypeError, "position"), ({"rows": None}, TypeError, "rows"),
+    ({"drop_last": 1}, ValueError, "drop_last"), ({"drop_last": np.bool_(True)}, ValueError,
+                                                    "drop_last"),
+    ({"shuffle": "block/1e3/2"}, ValueError, "block/B/W"),
+    ({"shuffle": "block/-1/2"}, ValueError, "below 1"),
+    ({"shuffle": "block/4/2/1"}, ValueError, "expected"), ({"shuffle": None}, ValueError,
+                                                            "expected"),
+    ({"shuffle": ["row"]}, ValueError, "expected"), ({"v": "1"}, ValueError, "version"),
+])
+def test_hand_made_states_of_wrong_types_or_ranges_are_refused(data, change, err, msg):
+    """A fifth hostile pass: states crafted by hand (a seed of another type, a position past
+    any dataset, a block spec of floats or negative sizes, a bool that is numpy's) are refused
+    naming the field, and the feed is left as it was."""
+    d, n = data
+    feed = sf.Feed(d, 2, seed=5)
+    good = feed.state_dict()
+    with pytest.raises(err, match=msg):
+        feed.load_state_dict({**good, **change})
+    assert feed.state_dict() == good
+
+
+def test_a_states_huge_block_size_serves_what_a_feed_of_that_size_serves(data):
+    """A block spec larger than the dataset (even past 2**64) is one block: the batches of a
+    feed made with that block size, every row once."""
+    d, n = data
+    huge = 10 ** 20
+    made = sf.Feed(d, 3, shuffle="block", block_rows=huge, window_blocks=1, seed=2,
+                   drop_last=False)
+    loaded = sf.Feed(d, 3, shuffle="row", seed=2, drop_last=False)
+    loaded.load_state_dict({**loaded.state_dict(), "shuffle": f"block/{huge}/1"})
+    want = [b.copy() for b in made]
+    got = [b.copy() for b in loaded]
+    assert len(got) == len(want) == -(-n // 3)
+    for a, b in zip(got, want):
+        np.testing.assert_array_equal(a, b)
+    rows = np.concatenate(got)[:n]
+    assert sorted(rows.reshape(n, -1)[:, 0].tolist()) == sorted(
+        np.concatenate(want)[:n].reshape(n, -1)[:, 0].tolist())
+
 # ---- buffers and hand-off ------------------------------------------------------------------------
 def test_a_kept_batch_stays_valid_and_released_buffers_are_reused(tmp_path):
     d = tmp_path / "d"
@@ -816,3 +877,257 @@ def test_the_gather_checks_its_rows_and_buffer(data):
         _feed_core.gather(layout, rows, out, 0)
     with pytest.raises(ValueError, match=r"position 67 is outside \[0, 67\)"):
         _feed_core.permute(np.array([3, 67], np.int64), 67, [1, 2, 3, 4, 5, 6])
+
+
+# ---- ranks that agree ---------------------------------------------------------------------------
+# The exchanges between ranks through a group of threads, each thread one rank whose feed takes
+# its place from a stand-in for torch.distributed (test_feed_torch.py does the same with real
+# torch on 2 processes).
+class ThreadPeers:
+    def __init__(self, barrier: "threading.Barrier", slots: list, rank: int) -> None:
+        self.barrier, self.slots, self.rank, self.size = barrier, slots, rank, len(slots)
+        self.rounds = 0
+
+    def gather(self, obj):
+        self.rounds += 1
+        self.slots[self.rank] = obj
+        self.barrier.wait()
+        out = list(self.slots)
+        self.barrier.wait()
+        return out
+
+    def any(self, flag):
+        return any(self.gather(flag))
+
+
+def on_ranks(monkeypatch, world: int, body) -> list:
+    """body(rank) on `world` threads, each seeing itself as that rank of an initialised
+    torch.distributed; returns what each returned or raised."""
+    import threading
+
+    barrier = threading.Barrier(world, timeout=30)  # a rank left waiting fails, never hangs
+    slots: list = [None] * world
+    local = threading.local()
+    monkeypatch.setattr(sf, "_world", lambda rank, size: (local.rank, world, "torch"))
+    monkeypatch.setattr(sf, "_peers", lambda where: ThreadPeers(barrier, slots, local.rank))
+    got: list = [None] * world
+
+    def run(r: int) -> None:
+        local.rank = r
+        try:
+            got[r] = body(r)
+        except BaseException as e:  # noqa: BLE001 - the test compares them
+            got[r] = e
+
+    threads = [threading.Thread(target=run, args=(r,)) for r in range(world)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not any(t.is_alive() for t in threads)
+    return got
+
+
+def test_ranks_that_agree_on_the_dataset_each_get_their_part(data, monkeypatch):
+    d, n = data
+    got = on_ranks(monkeypatch, 2, lambda r: (sf.Feed(d, 4, shuffle="row", seed=2).rank,
+                                              run_epoch(sf.Feed(d, 4, shuffle="row", seed=2))))
+    stream = oracle_stream("row", n, 2, 0)
+    for r in (0, 1):
+        assert got[r][0] == r
+        assert [b.tolist() for b in got[r][1]] == [
+            w.tolist() for w in expected_batches(stream, 4, 2, r, True)]
+
+
+@pytest.mark.parametrize("change", ["grown", "rewritten", "added", "removed"])
+def test_ranks_that_found_different_datasets_raise_the_same_error(tmp_path, monkeypatch, change):
+    """A shard grown, rewritten in place with the same size (another modification time), a
+    shard added or one removed between rank 0's discovery and rank 1's: both ranks raise the
+    same LayoutError naming the first shard that differs."""
+    d = tmp_path / "d"
+    write_rows(d)
+    layouts = [shardload.discover(d)]
+    shard = d / "shard_0002.npy"
+    if change == "grown":
+        np.save(shard, np.concatenate([np.load(shard), np.load(shard)[:2]]))
+    elif change == "rewritten":
+        time.sleep(0.01)  # another modification time, whatever the file system's resolution
+        a = np.load(shard)
+        np.save(shard, a[::-1])
+        os.utime(shard, ns=(time.time_ns(), time.time_ns() + 10 ** 9))
+    elif change == "added":
+        np.save(d / "shard_0007.npy", np.zeros((3, 3), np.int64))
+    else:
+        (d / "shard_0006.npy").unlink()
+    layouts.append(shardload.discover(d))
+    got = on_ranks(monkeypatch, 2, lambda r: sf.Feed(layouts[r], 4))
+    assert all(isinstance(e, shardload.LayoutError) for e in got), got
+    assert str(got[0]) == str(got[1])
+    msg = str(got[0])
+    assert msg.startswith("Feed: the ranks found different datasets (")
+    name = {"added": "shard_0007.npy", "removed": "shard_0006.npy"}.get(change,
+                                                                       "shard_0002.npy")
+    assert name in msg
+    if change == "grown":
+        assert "on rank 0 13 rows, 440 bytes" in msg and "on rank 1 15 rows, 488 bytes" in msg
+    elif change == "added":
+        assert "rank 1 has a shard more" in msg
+    elif change == "removed":
+        assert "rank 0 has a shard more" in msg
+
+
+def test_a_discovery_error_on_one_rank_is_raised_on_every_rank(data, monkeypatch):
+    d, n = data
+    got = on_ranks(monkeypatch, 2,
+                   lambda r: sf.Feed(d if r == 0 else d / "missing", 4))
+    assert all(isinstance(e, shardload.SourceNotFoundError) for e in got), got
+    assert str(got[0]) == str(got[1]) and "missing" in str(got[0])
+    assert got[0].__notes__ == ["raised by the feed on rank 1; this rank (0) stopped at the "
+                                "same batch"]
+
+
+@pytest.mark.parametrize("mode", ["none", "row"])
+def test_a_read_error_on_one_rank_is_raised_on_every_rank_at_the_same_step(tmp_path, monkeypatch,
+                                                                          mode):
+    """Shard 6 (rows 48..66) vanishes after each rank's first batch; with shuffle="none" only
+    rank 1 reads it, in step 5 (rows 52..55 on 2 ranks x 4). Both ranks raise ShardReadError
+    naming it at that step, having yielded the same steps before."""
+    import threading
+
+    d = tmp_path / "d"
+    n = write_rows(d)
+    started = threading.Barrier(2, timeout=30)
+
+    def body(r: int):
+        feed = sf.Feed(d, 4, shuffle=mode, seed=3, prefetch=0)
+        seen = []
+        try:
+            for k, batch in enumerate(feed):
+                seen.append(ids(batch).tolist())
+                if k == 0:
+                    started.wait()
+                    if r == 0:
+                        (d / "shard_0006.npy").unlink()
+                    started.wait()
+        except shardload.ShardReadError as e:
+            return seen, e
+        return seen, None
+
+    got = on_ranks(monkeypatch, 2, body)
+    steps = {len(seen) for seen, _ in got}
+    assert len(steps) == 1, got  # the same step on both ranks
+    for r, (seen, e) in enumerate(got):
+        assert isinstance(e, shardload.ShardReadError), (r, e)
+        assert e.filename.endswith("shard_0006.npy")
+        want = expected_batches(oracle_stream(mode, n, 3, 0), 4, 2, r, True)
+        assert seen == [w.tolist() for w in want[:len(seen)]]
+    if mode == "none":
+        assert steps == {6}  # steps 0..5 yielded, the error at step 6 (rows 48..55 vs 52..55)
+
+
+# ---- several batches to a fill --------------------------------------------------------------------
+# Rows of 8 int64 (64 bytes): every batch's bytes are a multiple of the alignment, so the feed
+# reads several batches in one fill and hands each out as a view of the fill's buffer.
+@pytest.mark.parametrize("mode", ["none", "row", "block"])
+@pytest.mark.parametrize("world", [1, 2])
+@pytest.mark.parametrize("drop_last", [True, False])
+def test_batches_read_several_to_a_fill_are_the_oracles(tmp_path, monkeypatch, mode, world,
+                                                        drop_last):
+    monkeypatch.setattr(sf, "_FILL_BYTES", 5 * 64 * 3)  # 3 batches a fill
+    d = tmp_path / "d"
+    n = write_rows(d, cols=8)
+    stream = oracle_stream(mode, n, 4, 1, 4, 3)
+    for rank in range(world):
+        for prefetch in (0, 2, 7):
+            feed = sf.Feed(d, 5, rank=rank, world_size=world, shuffle=mode, seed=4,
+                           block_rows=4, window_blocks=3, drop_last=drop_last,
+                           prefetch=prefetch)
+            assert feed._per_fill == 3
+            feed.set_epoch(1)
+            got = [b.copy() for b in feed]  # each a view of its fill's buffer, aligned
+            want = expected_batches(stream, 5, world, rank, drop_last)
+            assert [ids(g).tolist() for g in got] == [w.tolist() for w in want]
+            # A resume in the middle of a fill starts its fills there.
+            feed.load_state_dict({**feed.state_dict(), "epoch": 1,
+                                  "position": 4 * 5 * world})
+            rest = [ids(b).tolist() for b in feed]
+            assert rest == [w.tolist() for w in expected_batches(stream, 5, world, rank,
+                                                                 drop_last, start=20 * world)]
+
+
+def test_a_kept_batch_of_a_fill_stays_valid_and_fills_are_reused(tmp_path, monkeypatch):
+    monkeypatch.setattr(sf, "_FILL_BYTES", 10 * 64 * 4)  # 4 batches a fill
+    d = tmp_path / "d"
+    n = write_rows(d, [400, 400], cols=8)
+    feed = sf.Feed(d, 10, shuffle="row", seed=2, prefetch=2)
+    assert feed._per_fill == 4
+    want = expected_batches(oracle_stream("row", n, 2, 0), 10, 1, 0, True)
+    kept = []
+    for k, batch in enumerate(feed):
+        assert batch.ctypes.data % 64 == 0 and batch.shape == (10, 8)
+        if k % 20 == 0:
+            kept.append((k, batch[3:]))  # a view of a batch keeps its whole fill
+    for k, b in kept:
+        assert (b[:, 0] == want[k][3:]).all()
+    # 20 fills: the 4 kept, each of which may also push a pooled buffer out (the pool keeps
+    # 3: 1 ahead + 2), plus one in flight; far fewer than the fills.
+    assert feed._pool.allocated <= 2 * len(kept) + 4
+    feed = sf.Feed(d, 10, shuffle="row", seed=2, prefetch=2)
+    pointers = {b.ctypes.data for b in feed}
+    assert len(pointers) <= 4 * 4 and feed._pool.allocated <= 4
+
+
+@pytest.mark.parametrize("mode", ["none", "block"])
+def test_a_read_error_in_a_fill_comes_at_the_batch_that_needs_the_file(tmp_path, monkeypatch,
+                                                                      mode):
+    """4 batches of 10 rows a fill; shard 2 (rows 100..149) removed after the first batch.
+    The fill of batches 8..11 fails; its batches are read again one by one, so batches 8 and 9
+    are yielded and the error comes at batch 10, as with one batch a fill."""
+    monkeypatch.setattr(sf, "_FILL_BYTES", 10 * 64 * 4)
+    d = tmp_path / "d"
+    write_rows(d, [50, 50, 50], cols=8)
+    # Blocks of 50 rows in windows of 1, in order of the block bijection: the removed shard
+    # is one block, whose batches follow 10 batches of the other two in one of the orders
+    # that the block bijection of 3 blocks gives; found from the order itself.
+    feed = sf.Feed(d, 10, shuffle=mode, block_rows=50, window_blocks=1, prefetch=1, seed=0)
+    stream = feed.order(0).rows(np.arange(150))
+    first_bad = int(np.flatnonzero(stream >= 100)[0]) // 10
+    it = iter(feed)
+    seen = [ids(next(it)).tolist()]
+    os.remove(d / "shard_0002.npy")
+    with pytest.raises(shardload.ShardReadError, match="shard_0002.npy"):
+        for b in it:
+            seen.append(ids(b).tolist())
+    assert first_bad >= 1
+    assert seen == [stream[k * 10:(k + 1) * 10].tolist() for k in range(first_bad)]
+    assert feed.state_dict()["position"] == first_bad * 10
+
+
+def test_check_ranks_needs_a_process_group_and_false_turns_it_off(data, monkeypatch):
+    d, n = data
+    with pytest.raises(ValueError, match="check_ranks=True: .* from its arguments"):
+        sf.Feed(d, 4, rank=0, world_size=2, check_ranks=True)
+    with pytest.raises(TypeError, match="check_ranks"):
+        sf.Feed(d, 4, check_ranks="yes")
+    # Off: ranks that found different datasets are not compared (no exchange at all).
+    monkeypatch.setattr(sf, "_world", lambda rank, size: (0, 2, "torch"))
+    monkeypatch.setattr(sf, "_peers", lambda where: pytest.fail("an exchange"))
+    assert len(list(sf.Feed(d, 4, check_ranks=False))) == n // 8
+
+
+def test_the_take_checks_its_rows_and_buffers():
+    from shardload import _feed_core
+
+    src = np.arange(40, dtype=np.int64).reshape(10, 4)
+    out = np.empty((3, 4), np.int64)
+    _feed_core.take(src, np.array([9, 0, 4], np.int64), out, 2)
+    np.testing.assert_array_equal(out, src[[9, 0, 4]])
+    for bad in (-1, 10):
+        with pytest.raises(ValueError, match=rf"row {bad} is outside \[0, 10\)"):
+            _feed_core.take(src, np.array([bad], np.int64), np.empty((1, 4), np.int64))
+    for wrong in (np.empty((2, 4), np.int64), np.empty((3, 4), np.int32),
+                  np.empty((3, 5), np.int64), np.empty((4, 3), np.int64).T):
+        with pytest.raises(ValueError, match="take: expected"):
+            _feed_core.take(src, np.array([1, 2, 3], np.int64), wrong)
+    with pytest.raises(ValueError, match="threads"):
+        _feed_core.take(src, np.array([1], np.int64), out[:1], 0)

@@ -255,18 +255,18 @@ def test_ddp_killed_mid_epoch_on_two_processes_resumes_on_three(data, tmp_path):
 FAULT_ROWS = [28, 4, 8, 24]
 
 
-# Each fault with each outcome (the feed's read path is the same for both faults, which
+# Each fault with each set of readers (the feed's read path is the same for both faults, which
 # test_feed.py checks in every order; each case here costs 2 torch processes).
 @pytest.mark.parametrize("kind,shard,readers", [("changed", "shard_0002.npy", (0, 1)),
                                                 ("vanished", "shard_0001.npy", (1,))])
 def test_a_shard_changed_or_gone_under_ddp_fails_every_rank_without_a_hang(
         tmp_path, kind, shard, readers):
     """A shard rewritten with other bytes of the same size, or removed, once a 2-process DDP
-    epoch has begun. Each rank that reads it raises ShardReadError naming it, at the batch
-    that needs it, having trained on every batch before. A rank that does not read it (its
-    rows are elsewhere) has no error of the feed to raise: it waits in DDP's gradient
-    all-reduce of that step, and fails there with torch's error once its peer's process has
-    ended (gloo: "Connection closed by peer"), within seconds, not at the 60 s timeout."""
+    epoch has begun. Every rank raises ShardReadError naming it at the step whose batch needs
+    it, having trained on every batch before, also a rank that does not read it (its rows are
+    elsewhere): the ranks agree on each step's read errors before yielding its batches (one
+    small exchange a step), so no rank goes on into DDP's all-reduce to fail there with
+    gloo's "Connection closed by peer"."""
     d = tmp_path / "d"
     n = write_rows(d, FAULT_ROWS)
     fail_step = {"shard_0001.npy": 3, "shard_0002.npy": 4}[shard]
@@ -279,19 +279,36 @@ def test_a_shard_changed_or_gone_under_ddp_fails_every_rank_without_a_hang(
         err = res["error"]
         assert err is not None, log
         want = [w.tolist() for w in expected_batches(stream, BATCH, 2, r, True)]
-        if r in readers:
-            # The typed error naming the file, from the next() of the step that reads it.
-            assert err["shard_read_error"], err
-            assert err["filename"].endswith(shard), err
-            assert shard in err["message"], err
-            assert ("changed since discovery" if kind == "changed" else
-                    "No such file") in err["message"], err
-            assert res["steps"] == want[:fail_step]
-        else:
-            # Its batch of the failing step was read (its rows are elsewhere); the step's
-            # all-reduce is where it learns its peer is gone.
-            assert not err["shard_read_error"], err
-            assert err["type"] == "builtins.RuntimeError", err  # gloo's, through DDP
-            assert "Connection closed by peer" in err["message"], err
-            assert res["steps"] == want[:fail_step + 1]
-            assert err["after_s"] < 30, err
+        # The typed error naming the file, from the next() of the step that reads it.
+        assert err["shard_read_error"], (r, err)
+        assert err["filename"].endswith(shard), (r, err)
+        assert shard in err["message"], (r, err)
+        assert ("changed since discovery" if kind == "changed" else
+                "No such file") in err["message"], (r, err)
+        assert res["steps"] == want[:fail_step], r
+        assert err["after_s"] < 30, err
+        if r not in readers:  # the reader's error, saying where it was raised
+            assert err["notes"] == [f"raised by the feed on rank {readers[0]}; this rank ({r}) "
+                                    "stopped at the same batch"], err
+
+
+def test_ranks_that_found_different_datasets_all_refuse_at_construction(tmp_path):
+    """A shard grown by 4 rows between rank 0's discovery and rank 1's (the DDP job's ranks
+    discover the dataset each for itself): without a check, rank 0 would serve 67 rows in 8
+    steps and rank 1 71 rows in 8 or 9, other samples than rank 0 thinks, and the rank with a
+    step more waits in DDP's all-reduce. The feeds exchange a digest of their layouts at
+    construction: both ranks raise the same LayoutError naming the shard, before any step."""
+    d = tmp_path / "d"
+    write_rows(d)
+    codes, results, log = run_ranks("differ", d, tmp_path, 2, tmp_path / "unused", timeout=90,
+                                    extra=("--fault", "shard_0002.npy"))
+    assert codes == [1, 1], log
+    errors = [res["error"] for res in results]
+    assert all(e is not None for e in errors), log
+    assert errors[0] == errors[1], errors  # the same error on every rank
+    assert errors[0]["type"] == "shardload._errors.LayoutError", errors
+    message = errors[0]["message"]
+    assert "the ranks found different datasets" in message
+    assert "shard_0002.npy" in message and "13 rows" in message and "17 rows" in message
+    assert "on rank 1" in message
+    assert all(res["steps"] == [] for res in results)

@@ -429,13 +429,10 @@ def test_a_zarr_store_over_64_mib_is_chunk_objects_split_evenly_the_last_padded(
 
 
 @pytest.mark.parametrize("path", ["signed", "arrow"])
-def test_overwrite_of_zarr_replaces_stores_chunks_and_leaves_no_empty_store(bucket, path,
-                                                                           monkeypatch):
+def test_overwrite_of_zarr_replaces_stores_chunks_and_leaves_no_empty_store(bucket, path):
     options = bucket.options
-    if path == "arrow":  # no region outside the AWS SDK: Arrow's client writes and deletes
-        options = {k: v for k, v in bucket.options.items() if k != "region"}
-        for k in ("AWS_REGION", "AWS_DEFAULT_REGION"):
-            monkeypatch.delenv(k, raising=False)
+    if path == "arrow":  # Arrow's client writes and deletes
+        options = {**bucket.options, **s3_server.ARROWS_CLIENT}
     def keys_but_marker(prefix: str) -> list[str]:
         return [k for k in bucket.keys(prefix) if not (path == "arrow" and k == prefix)]
 
@@ -572,8 +569,7 @@ DOTTED = ["new/../keep/", "./keep/", "keep/./", "keep/..", "new/./../keep/", "a/
 
 
 @pytest.mark.parametrize("path", ["signed", "arrow"])
-def test_a_key_with_dot_segments_is_refused_before_any_request(proxied, server, path,
-                                                                monkeypatch):
+def test_a_key_with_dot_segments_is_refused_before_any_request(proxied, server, path):
     """save to "s3://B/new/../keep/" once checked the literal prefix (empty) while libcurl sent
     the PUTs to keep/, and the failed save's clean-up deleted the user's keep/shard_0000.npy;
     "x/../../OTHER/" reached another bucket. Such keys are refused, for saves (with and
@@ -581,10 +577,8 @@ def test_a_key_with_dot_segments_is_refused_before_any_request(proxied, server, 
     and both buckets keep every object, byte for byte."""
     bucket, proxy = proxied
     options = bucket.options
-    if path == "arrow":  # no region outside the AWS SDK: Arrow's client does the requests
-        options = {k: v for k, v in bucket.options.items() if k != "region"}
-        for k in ("AWS_REGION", "AWS_DEFAULT_REGION"):
-            monkeypatch.delenv(k, raising=False)
+    if path == "arrow":  # Arrow's client does the requests
+        options = {**bucket.options, **s3_server.ARROWS_CLIENT}
     keep = np.arange(6.0).reshape(3, 2)
     shardload.save(keep, bucket.url("keep/"), num_shards=1, storage_options=options)
     other = Bucket(server)
@@ -816,8 +810,7 @@ def test_empty_segments_are_refused_or_trailing(bucket):
 
 
 @pytest.mark.parametrize("path", ["signed", "arrow"])
-def test_destinations_beside_objects_of_similar_names_touch_only_their_own(bucket, path,
-                                                                             monkeypatch):
+def test_destinations_beside_objects_of_similar_names_touch_only_their_own(bucket, path):
     """shardload.numpy.save with and without overwrite to "d" (an object of that name beside
     d/ and dfoo.npy), the bucket's root, "dd" (a dataset without the trailing '/') and a shard
     object's own key: each is refused, or writes only under its own prefix; no other object
@@ -826,9 +819,7 @@ def test_destinations_beside_objects_of_similar_names_touch_only_their_own(bucke
 
     options = bucket.options
     if path == "arrow":
-        options = {k: v for k, v in bucket.options.items() if k != "region"}
-        for k in ("AWS_REGION", "AWS_DEFAULT_REGION"):
-            monkeypatch.delenv(k, raising=False)
+        options = {**bucket.options, **s3_server.ARROWS_CLIENT}
     for key, data in (("dfoo.npy", b"mine1"), ("d2/x", b"mine2"), ("d", b"mine3"),
                       ("other/y", b"mine4")):
         bucket.put(key, data)

@@ -24,7 +24,8 @@ from botocore.credentials import Credentials  # noqa: E402
 
 import shardload  # noqa: E402
 
-from s3_fault_proxy import FaultProxy  # noqa: E402
+from s3_fault_proxy import FaultProxy, Rule  # noqa: E402
+from s3_server import ARROWS_CLIENT  # noqa: E402
 
 
 @pytest.fixture
@@ -220,13 +221,85 @@ def test_a_region_in_the_config_file_takes_the_signed_path(server, proxy, tmp_pa
         assert "/ap-south-1/s3/aws4_request" in sent["Authorization"], sent["Authorization"]
 
 
-def test_without_a_region_arrows_path_reads_the_same(server, proxy, monkeypatch):
-    """No region in the options or the environment: the AWS SDK's to find, so Arrow's client
-    reads (a HEAD per object at discovery and after its reads), with the same data."""
-    data = Data(server)
+def _signed_for(proxy: FaultProxy, data: Data, region: str) -> None:
+    """Every object request was a GET signed here for `region` (no HEAD: the signed path)."""
+    reqs = _object_requests(proxy, data)
+    assert reqs and {m for m, _, _ in reqs} == {"GET"}, reqs
+    for _, _, sent in reqs:
+        assert f"/{region}/s3/aws4_request" in sent["Authorization"], sent["Authorization"]
+
+
+def _bucket_heads(proxy: FaultProxy, data: Data) -> int:
+    return sum(1 for m, t, _ in proxy.headers if m == "HEAD" and t == f"/{data.name}")
+
+
+@pytest.mark.parametrize("variable", ["AWS_REGION", "AWS_DEFAULT_REGION"])
+def test_a_region_in_the_environment_is_signed_for_without_asking_the_bucket(
+        server, proxy, monkeypatch, variable):
+    data = Data(server, seed=4)
     for k in ("AWS_REGION", "AWS_DEFAULT_REGION"):
         monkeypatch.delenv(k, raising=False)
+    monkeypatch.setenv(variable, "ap-northeast-2")
     options = {"endpoint_override": proxy.endpoint, "scheme": "http"}
+    got = shardload.load(data.url(), storage_options=options)
+    np.testing.assert_array_equal(np.asarray(got), data.want)
+    _signed_for(proxy, data, "ap-northeast-2")
+    assert _bucket_heads(proxy, data) == 0, proxy.log
+
+
+@pytest.mark.parametrize("said", ["store", "301", "403", "hostile", "reset"])
+def test_without_a_region_the_buckets_own_is_asked_once_and_signed_for(server, proxy,
+                                                                        monkeypatch, said):
+    """No region in the options, the environment or the config file: an unsigned HEAD of the
+    bucket asks its region, as S3 (and moto) answers it in x-amz-bucket-region, with a 200 or
+    AWS's 301 from another region's endpoint; a store that does not say (a 403 without it),
+    or says what is no region's name, or does not answer, is in us-east-1, as Arrow's client
+    takes it. Requests are then signed for it, Arrow's LIST included, and the objects read
+    by signed GETs; the region is asked once per bucket, also for a URL of other options."""
+    data = Data(server, seed=5)
+    if said == "store":  # the bucket lives in eu-central-1: moto's own answer says so
+        data.name = "r-" + uuid.uuid4().hex[:12]
+        client = boto3.client("s3", endpoint_url=f"http://{server}", region_name="eu-central-1",
+                              aws_access_key_id="testing", aws_secret_access_key="testing")
+        client.create_bucket(Bucket=data.name,
+                             CreateBucketConfiguration={"LocationConstraint": "eu-central-1"})
+        for i, p in enumerate(data.parts):
+            buf = io.BytesIO()
+            np.save(buf, p)
+            client.put_object(Bucket=data.name, Key=f"d/shard_{i:04d}.npy", Body=buf.getvalue())
+    head = Rule("HEAD", path=f"/{data.name}", ranged=False, count=1,
+                action={"store": "500", "301": "wrong-region", "403": "403",
+                        "hostile": "wrong-region", "reset": "reset"}[said],
+                region="evil.example/x?" if said == "hostile" else "sa-east-1")
+    if said != "store":
+        proxy.add(head)
+    for k in ("AWS_REGION", "AWS_DEFAULT_REGION", "AWS_PROFILE"):
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.setenv("AWS_CONFIG_FILE", os.devnull)
+    want = {"store": "eu-central-1", "301": "sa-east-1"}.get(said, "us-east-1")
+    options = {"endpoint_override": proxy.endpoint, "scheme": "http", "max_attempts": "1"}
+    got = shardload.load(data.url(), storage_options=options)
+    np.testing.assert_array_equal(np.asarray(got), data.want)
+    _signed_for(proxy, data, want)
+    lists = [h for m, t, h in proxy.headers if m == "GET" and "list-type=2" in t]
+    assert lists and all(f"/{want}/s3/aws4_request" in _lowered(h)["authorization"]
+                         for h in lists), lists
+    assert _bucket_heads(proxy, data) == 1, proxy.log
+    # Another URL of the same bucket, with other options: its region is known already (a
+    # request that got no answer is asked again).
+    more = {**options, "request_bytes": "65536"}
+    got = shardload.load(data.url(), storage_options=more)
+    np.testing.assert_array_equal(np.asarray(got), data.want)
+    assert _bucket_heads(proxy, data) == (2 if said == "reset" else 1), proxy.log
+
+
+def test_arrows_client_reads_the_same(server, proxy):
+    """Where Arrow's client reads (an option of Arrow's that the signed path does not know;
+    likewise credentials only the AWS SDK finds): a HEAD per object at discovery and after
+    its reads, with the same data."""
+    data = Data(server)
+    options = {"endpoint_override": proxy.endpoint, "scheme": "http", "region": "us-east-1",
+               **ARROWS_CLIENT}
     layout = shardload.discover(data.url(), storage_options=options)
     assert any(m == "HEAD" for m, _, _ in _object_requests(proxy, data))
     np.testing.assert_array_equal(layout.read(0, layout.total_rows), data.want)
@@ -298,16 +371,13 @@ def test_anonymous_requests_are_unsigned(server, proxy):
     assert data.url("d/shard_0001.npy") in str(e.value) and "403" in str(e.value)
 
 
-def test_a_manifest_indexed_on_arrows_path_is_current_on_the_signed_path(server, monkeypatch):
+def test_a_manifest_indexed_on_arrows_path_is_current_on_the_signed_path(server):
     """Both paths take the same snapshot of an object (its size and the hash of its ETag as
     S3 sends it), so a manifest written by one is not stale for the other."""
     data = Data(server)
     signed = {"endpoint_override": server, "scheme": "http", "region": "us-east-1"}
-    arrow = {"endpoint_override": server, "scheme": "http"}
-    with monkeypatch.context() as m:
-        for k in ("AWS_REGION", "AWS_DEFAULT_REGION"):
-            m.delenv(k, raising=False)
-        shardload.index(data.url(), storage_options=arrow)
+    arrow = {**signed, **ARROWS_CLIENT}
+    shardload.index(data.url(), storage_options=arrow)
     layout = shardload.discover(data.url(), storage_options=signed)
     assert layout.manifest_state is shardload.ManifestState.USED, layout.manifest_status
     np.testing.assert_array_equal(layout.read(0, layout.total_rows), data.want)

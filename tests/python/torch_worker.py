@@ -9,6 +9,7 @@ Legate. What the process saw goes to --out as JSON; the test compares it with th
   torch_worker.py resume DIR OUT --rank R --world W --port P --ckpt FILE
   torch_worker.py killed DIR OUT --rank R --world W --port P --ckpt FILE
   torch_worker.py fault  DIR OUT --rank R --world W --port P --fault changed|vanished:SHARD
+  torch_worker.py differ DIR OUT --rank R --world W --port P --fault SHARD
 """
 
 from __future__ import annotations
@@ -224,7 +225,51 @@ def fault(args) -> None:
         out["error"] = {"type": f"{type(e).__module__}.{type(e).__qualname__}",
                         "shard_read_error": isinstance(e, shardload.ShardReadError),
                         "message": str(e), "filename": getattr(e, "filename", None),
+                        "notes": getattr(e, "__notes__", []),
                         "after_s": time.monotonic() - since}
+        with open(args.out, "w") as f:
+            json.dump(out, f)
+        raise
+    with open(args.out, "w") as f:
+        json.dump(out, f)
+
+
+def differ(args) -> None:
+    """A shard rewritten with 4 rows more between rank 0's discovery and rank 1's: rank 0's
+    discovery writes DIR/../discovered when it returns; rank 1 waits for it, grows the shard,
+    then discovers. Each rank then trains on its feed as long as it yields; what it saw and
+    how it failed go to OUT."""
+    init(args)
+    shard = pathlib.Path(args.dir) / args.fault
+    flag = pathlib.Path(args.dir).parent / "discovered"
+    if dist.get_rank() == 0:
+        prepare = sf._frontend.prepare
+
+        def prepared_then_flag(*a, **kw):
+            out = prepare(*a, **kw)
+            flag.touch()
+            return out
+
+        sf._frontend.prepare = prepared_then_flag
+    else:
+        deadline = time.monotonic() + 60
+        while not flag.exists():
+            assert time.monotonic() < deadline, "rank 0 did not discover in 60 s"
+            time.sleep(0.01)
+        a = np.load(shard)
+        np.save(shard, np.concatenate([a, a[:4]]))
+    out: dict = {"rank": dist.get_rank(), "steps": [], "error": None}
+    try:
+        feed = sf.Feed(args.dir, BATCH, shuffle="none", astype="float32")
+        out["len"] = len(feed)
+        net = model()
+        opt = torch.optim.SGD(net.parameters(), lr=0.1)
+        for batch in feed:
+            out["steps"].append(ids(batch))
+            step(net, opt, batch)
+    except Exception as e:
+        out["error"] = {"type": f"{type(e).__module__}.{type(e).__qualname__}",
+                        "message": str(e)}
         with open(args.out, "w") as f:
             json.dump(out, f)
         raise
@@ -235,7 +280,7 @@ def fault(args) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("mode", choices=("dlpack", "loader", "train", "resume", "killed",
-                                       "fault"))
+                                       "fault", "differ"))
     ap.add_argument("dir")
     ap.add_argument("out")
     ap.add_argument("--rank", type=int)
@@ -245,8 +290,8 @@ def main() -> None:
     ap.add_argument("--cases")
     ap.add_argument("--fault")
     args = ap.parse_args()
-    if args.mode in ("train", "killed", "fault"):
-        {"train": train, "killed": killed, "fault": fault}[args.mode](args)
+    if args.mode in ("train", "killed", "fault", "differ"):
+        {"train": train, "killed": killed, "fault": fault, "differ": differ}[args.mode](args)
         return
     result = {"dlpack": lambda: dlpack(args.dir), "loader": lambda: loader(args.dir, args.cases),
               "resume": lambda: resume(args)}[args.mode]()

@@ -27,6 +27,9 @@ struct S3Endpoint {
   std::string host;         // the Host header, as signed
   std::string path_prefix;  // "/bucket" (path-style) or "" (virtual-hosted)
   std::string region;
+  // The region is the bucket's own, as the store said it (no region in the options, the
+  // environment or the config file): Arrow's client for the bucket is given it too.
+  bool region_from_bucket = false;
   bool anonymous = false;  // unsigned requests
   AwsCredentials creds;
   // Credentials of a role (a container's or an instance's), fetched again as they expire:
@@ -38,9 +41,12 @@ struct S3Endpoint {
 // The endpoint for `bucket` with the store options left in `store_query` ("?k=v&..." or "",
 // shardload's own keys taken out into `options`, credentials included), or nullopt where only
 // the AWS SDK knows how to sign or reach the bucket (no key pair in the options, the
-// environment or the shared credentials file, and not anonymous; no region in the options,
-// the environment or the shared config file's profile; an option of
-// Arrow's other than endpoint_override, scheme and region): those stay on Arrow's path.
+// environment or the shared credentials file, no role's credentials, and not anonymous; an
+// option of Arrow's other than endpoint_override, scheme and region; no region known and AWS
+// not saying the bucket's): those stay on Arrow's path. The region: the options', else
+// AWS_REGION, AWS_DEFAULT_REGION, the shared config file profile's, else the bucket's own as
+// an unsigned HEAD of the bucket answers it (x-amz-bucket-region; us-east-1 from a server
+// named by an endpoint that does not say), asked once per endpoint and bucket in a process.
 std::optional<S3Endpoint> s3_signed_endpoint(const std::string& bucket,
                                              const std::string& store_query,
                                              const StoreOptions& options);
