@@ -128,6 +128,9 @@ def convert_mds(src: pathlib.Path, out: pathlib.Path, rows_per_shard: int) -> tu
     from streaming import MDSWriter
 
     if out.exists():
+        # Made anew each run (the conversion is timed), but only over an earlier MDS output.
+        if not (out / "index.json").is_file():
+            raise SystemExit(f"{out}: exists and holds no MDS index.json; not replacing it")
         shutil.rmtree(out)
     maps = [np.load(p, mmap_mode="r") for p in sorted(src.glob("shard_*.npy"))]
     width, dtype = maps[0].shape[1], maps[0].dtype

@@ -477,8 +477,12 @@ class Feed:
         self._per_fill = 1
         if batch_bytes and batch_bytes % _ALIGN == 0:
             self._per_fill = max(1, min(_FILL_BATCHES, _FILL_BYTES // batch_bytes))
+        # Fills read ahead: `prefetch` batches in whole fills, at least one. (Two fills ahead
+        # at once measured slower: some epochs took 4x as long, the loop and the read-ahead
+        # thread then contending for the GIL.)
+        self._ahead = max(1, -(-self._prefetch // self._per_fill))
         self._pool = _Pool((self._per_fill * self._batch_size,) + row_shape, prepared.dtype,
-                           keep=-(-self._prefetch // self._per_fill) + 2)
+                           keep=self._ahead + 2)
         self._window: Optional[tuple[int, int, np.ndarray]] = None  # (epoch, window, rows)
         self._window_buf: Optional[np.ndarray] = None
 
@@ -727,7 +731,7 @@ class Feed:
         step_rows = self._batch_size * self._world
         per = self._per_fill
         fills = [mine[i:i + per] for i in range(0, len(mine), per)]
-        ahead = max(1, -(-self._prefetch // per))
+        ahead = self._ahead
         pending: collections.deque = collections.deque()
         alone: collections.deque = collections.deque()
         submitted = 0
@@ -745,18 +749,25 @@ class Feed:
         def submit() -> None:
             nonlocal submitted
             ks = fills[submitted]
-            buf = self._pool.take()[:len(ks) * self._batch_size]
-            pending.append(pool.submit(self._fill, order, positions(ks), buf))
             submitted += 1
-
-        def batches(ks: range) -> Iterator[tuple[int, np.ndarray]]:
-            """The batches of fill `ks`, views of its buffer. Where the fill failed, each of
-            its batches is read again alone (on the read-ahead thread, after what is in
-            flight there), so that the error comes at the batch whose rows need the file."""
             try:
-                buf = pending.popleft().result()
-            except Exception:
-                buf = None
+                buf = self._pool.take()[:len(ks) * self._batch_size]
+            except Exception as e:  # raised where the fill's batches are taken, as a read's
+                failed: concurrent.futures.Future = concurrent.futures.Future()
+                failed.set_exception(e)
+                pending.append(failed)
+                return
+            pending.append(pool.submit(self._fill, order, positions(ks), buf))
+
+        def batches(ks: range, buf: Optional[np.ndarray], error: Optional[Exception]
+                    ) -> Iterator[tuple[int, np.ndarray]]:
+            """The batches of fill `ks`, views of its buffer. Where the fill failed (`buf`
+            None), each of its batches is read again alone (on the read-ahead thread, after
+            what is in flight there), so that the error comes at the batch whose rows need
+            the file; a buffer that could not be allocated is raised at the fill's first."""
+            if isinstance(error, OutOfMemoryError):
+                raise error
+            if buf is None:
                 alone.extend(pool.submit(self._fill, order, self.batch_positions(k, start),
                                          self._pool_one().take()) for k in ks)
             if submitted < len(fills):
@@ -770,16 +781,25 @@ class Feed:
             while submitted < min(len(fills), ahead):
                 submit()
             for ks in fills:
-                it = batches(ks)
+                try:
+                    buf, error = pending.popleft().result(), None
+                except Exception as e:
+                    buf, error = None, e
+                # The ranks' fills cover the same steps, so they agree once a fill (every rank
+                # passes here in lock step) on whether any failed; only then once a step.
+                careful = peers is not None and peers.any(buf is None)
+                it = batches(ks, buf, error)
+                del error
                 while True:
-                    if peers is None:
+                    if not careful:
                         try:
                             k, batch = next(it)
                         except StopIteration:
                             break
                     else:
-                        # Every rank passes here once a step, in lock step: the ranks agree on
-                        # whether any of them failed to read its batch, and all raise then.
+                        # A fill failed on some rank: each step's batch is read again there,
+                        # and before each is yielded the ranks agree on whether any of them
+                        # failed to read its batch; all raise then, at that step.
                         try:
                             k, batch = next(it)
                             error = None

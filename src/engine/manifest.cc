@@ -420,19 +420,29 @@ Result<Manifest> read_manifest(const std::string& path) {
   for (std::size_t i = 0; i < want_sums; ++i) m.checksums[i] = get_le(sums.data() + 8 * i, 8);
   std::string why;
   // In a remote directory a name's '?' would begin the URL's query: the rest of the name would
-  // be read as store options (another endpoint, say) and the key before it read instead.
-  const bool remote = path_traits(m.directory).options_in_query;
+  // be read as store options (another endpoint, say) and the key before it read instead. In an
+  // http(s) one a '#' would begin its fragment, never sent: the key before it would be read.
+  const std::string_view cut = path_traits(m.directory).key_delimiters;
+  const bool remote = !cut.empty();
+  const bool http = cut.find('#') != std::string_view::npos;
+  const auto unnameable = [&](const std::string& what, const std::string& name) {
+    return bad(what + " '" + path_for_message(name) + "': an object whose key holds " +
+               (http ? "'?' or '#' cannot be named by an http(s):// URL (its query begins at "
+                       "the first '?', its fragment, never sent, at the first '#')"
+                     : "'?' cannot be named by an s3:// URL (its query begins at the first "
+                       "'?')"));
+  };
   for (auto& s : layout->shards) {
     if (!safe_relative(s.path, &why)) return bad("shard " + path_for_message(why));
-    if (remote && s.path.find('?') != std::string::npos) {
-      return bad("shard '" + path_for_message(s.path) +
-                 "': an object whose key holds '?' cannot be named by " +
-                 (m.directory.starts_with("s3://") ? "an s3:// URL" : "a URL") +
-                 " (its query begins at the first '?')");
+    if (remote && s.path.find_first_of(cut) != std::string::npos) {
+      return unnameable("shard", s.path);
     }
     s.path = join(m.directory, s.path);
     for (auto& f : s.linked) {
       if (!safe_relative(f.path, &why)) return bad("linked file " + path_for_message(why));
+      if (remote && f.path.find_first_of(cut) != std::string::npos) {
+        return unnameable("linked file", f.path);
+      }
       f.path = join(m.directory, f.path);
     }
   }

@@ -31,6 +31,7 @@ constexpr PathTraits kS3{.kernel_files = false,
                          .uploads = true,
                          .inode_is_identity = false,
                          .options_in_query = true,
+                         .key_delimiters = "?",
                          .scheme_label = "s3://"};
 constexpr PathTraits kHttp{.kernel_files = false,
                            .round_trips = true,
@@ -40,6 +41,7 @@ constexpr PathTraits kHttp{.kernel_files = false,
                            .uploads = false,
                            .inode_is_identity = false,
                            .options_in_query = true,
+                           .key_delimiters = "?#",
                            .scheme_label = "http(s)://"};
 // A new store driver reached by URL adds its row here (and registers its RemoteIo).
 constexpr std::array kSchemes{SchemeRow{"s3://", kS3, remote_io, kNoS3},

@@ -886,7 +886,13 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
       std::string fs_query = arrow_query;
 #if SHARDLOAD_S3_SIGNED
       std::shared_ptr<const S3Endpoint> signed_ep;
-      if (auto ep = s3_signed_endpoint(bucket, arrow_query, retry)) {
+      auto ep = s3_signed_endpoint(bucket, arrow_query, retry);
+      // A Ctrl-C during the bucket's HEAD left it unanswered: nothing is kept for the bucket
+      // (its region would be a guess), so that the next call asks again.
+      if (interrupt_requested()) {
+        return file_error(ErrorCode::kIo, url, "interrupted", ECANCELED);
+      }
+      if (ep) {
         SHARDLOAD_RETURN_IF_ERROR(curl_init(url));
         // The region the bucket's HEAD said, for Arrow's client too (LIST, multipart
         // uploads): the same region as the signed requests', and no HEAD of its own.

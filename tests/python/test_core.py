@@ -345,3 +345,26 @@ def test_crafted_npy_headers_read_as_numpy_does_or_are_refused(tmp_path, header,
     assert ref is not None, "shardload read a header numpy refuses"
     assert got.shape == ref.shape and got.dtype == ref.dtype.newbyteorder("=")
     np.testing.assert_array_equal(got, ref)
+
+
+@pytest.mark.parametrize("shape,descr,message", [
+    ("(4, 4611686018427387904)", "|u1", "the element count overflows 64 bits"),
+    ("(4611686018427387904, 4)", "|u1", "the element count overflows 64 bits"),
+    ("(4, 4611686018427387904, 0)", "|u1", "the element count overflows 64 bits"),
+    ("(3, 6148914691236517206)", "<u8", "the element count overflows 64 bits"),
+    ("(1, 4294967296, 4294967296)", "|u1", "the element count overflows 64 bits"),
+    ("(2, 9223372036854775808)", "|u1", "a non-negative integer that fits int64"),
+    ("(18446744073709551616,)", "|u1", "a non-negative integer that fits int64"),
+    ("(2, -1)", "|u1", "a non-negative integer that fits int64"),
+    ("(0, 4611686018427387904, 4)", "|u1", "the row size overflows 64 bits"),
+])
+def test_npy_shapes_whose_sizes_overflow_are_refused(tmp_path, shape, descr, message):
+    """A fifth hostile pass: shapes whose element count or row size wraps 64 bits (to 0, so
+    an empty file would check out) are refused at discovery, where numpy refuses them too."""
+    path = tmp_path / "shard_0000.npy"
+    _npy_with_header(path, f"{{'descr': '{descr}', 'fortran_order': False, 'shape': {shape}, }}",
+                     b"")
+    with pytest.raises((ValueError, OverflowError)):
+        np.load(path, mmap_mode="r")
+    with pytest.raises(shardload.LayoutError, match=message):
+        shardload.discover(tmp_path)

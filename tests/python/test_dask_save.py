@@ -208,3 +208,42 @@ def test_a_cluster_of_two_processes_writes_the_chunks_on_both_workers(tmp_path):
             sdask.save(y, tmp_path / "failed")
     np.testing.assert_array_equal(shardload.numpy.load(tmp_path / "d"), a * 2)
     assert sorted(os.listdir(tmp_path)) == ["d"]
+
+
+# ---- a fifth hostile pass: chunks that compute to something else ---------------------------
+_B3 = np.arange(60.0).reshape(10, 2, 3)
+LYING_CHUNKS = {
+    "rows of another trailing shape": (lambda b: b.reshape(b.shape[0], 3, 2),
+                                      r"expected rows of shape \(2, 3\), found \(3, 2\)"),
+    "rows flattened": (lambda b: b.reshape(b.shape[0], 6),
+                       r"expected rows of shape \(2, 3\), found \(6,\)"),
+    "one row fewer": (lambda b: b[:-1], r"expected 5 rows, found 4"),
+    "the same bytes as more rows": (lambda b: b.reshape(-1, 3), r"expected 5 rows, found 10"),
+    "a scalar": (lambda b: np.float64(1.0), r"expected 5 rows"),
+    "int64 bits of the floats": (lambda b: b.view(np.int64), r"expected float64, found int64"),
+    "objects": (lambda b: b.astype(object), r"object"),
+    "datetimes": (lambda b: b.astype("M8[ns]"), r"datetime64"),
+}
+
+
+@pytest.mark.parametrize("kind", LYING_CHUNKS)
+def test_a_chunk_that_computes_to_another_shape_or_dtype_fails_the_save(tmp_path, kind):
+    """A fifth hostile pass: a chunk whose computation gives other rows, another row shape or
+    the same bytes in another dtype than the array declares fails the save naming its rows
+    (or the dtype); nothing is published."""
+    fn, msg = LYING_CHUNKS[kind]
+    x = da.from_array(_B3, chunks=(5, 2, 3)).map_blocks(fn, dtype=np.float64)
+    with pytest.raises((TypeError, ValueError), match=msg):
+        sdask.save(x, tmp_path / "d")
+    assert not (tmp_path / "d").exists()
+
+
+@pytest.mark.parametrize("kind", ["fortran", "matrix", "big-endian", "transposed copy"])
+def test_chunks_in_any_memory_order_or_byte_order_save_their_values(tmp_path, kind):
+    base = da.from_array(np.arange(40.0).reshape(10, 4), chunks=(5, 4))
+    fn = {"fortran": np.asfortranarray, "matrix": np.asmatrix,
+          "big-endian": lambda b: b.astype(">f8"),
+          "transposed copy": lambda b: np.ascontiguousarray(b.T).T}[kind]
+    sdask.save(base.map_blocks(fn, dtype=np.float64), tmp_path / "d")
+    np.testing.assert_array_equal(shardload.numpy.load(tmp_path / "d"),
+                                  np.arange(40.0).reshape(10, 4))

@@ -986,17 +986,22 @@ def test_a_discovery_error_on_one_rank_is_raised_on_every_rank(data, monkeypatch
                                 "same batch"]
 
 
+@pytest.mark.parametrize("cols", [3, 8])
 @pytest.mark.parametrize("mode", ["none", "row"])
 def test_a_read_error_on_one_rank_is_raised_on_every_rank_at_the_same_step(tmp_path, monkeypatch,
-                                                                          mode):
+                                                                          mode, cols):
     """Shard 6 (rows 48..66) vanishes after each rank's first batch; with shuffle="none" only
-    rank 1 reads it, in step 5 (rows 52..55 on 2 ranks x 4). Both ranks raise ShardReadError
-    naming it at that step, having yielded the same steps before."""
+    rank 1 reads it, in step 6 (rows 52..55 on 2 ranks x 4). Both ranks raise ShardReadError
+    naming it at that step, having yielded the same steps before. With rows of 8 int64 the
+    batches are read 3 to a fill and the ranks agree once a fill until one fails, then once a
+    step."""
     import threading
 
+    monkeypatch.setattr(sf, "_FILL_BYTES", 4 * 8 * 8 * 3)
     d = tmp_path / "d"
-    n = write_rows(d)
+    n = write_rows(d, cols=cols)
     started = threading.Barrier(2, timeout=30)
+    rounds = []
 
     def body(r: int):
         feed = sf.Feed(d, 4, shuffle=mode, seed=3, prefetch=0)
@@ -1010,11 +1015,18 @@ def test_a_read_error_on_one_rank_is_raised_on_every_rank_at_the_same_step(tmp_p
                         (d / "shard_0006.npy").unlink()
                     started.wait()
         except shardload.ShardReadError as e:
+            rounds.append(feed._peers.rounds)
             return seen, e
         return seen, None
 
     got = on_ranks(monkeypatch, 2, body)
     steps = {len(seen) for seen, _ in got}
+    # Exchanges: 2 at construction; then one a fill (a fill a step with 3 columns: a batch
+    # of 96 bytes is not a multiple of 64) and, in the fill that failed, one a step more, and
+    # one more at the failing step (the errors).
+    fills = -(-(min(steps) + 1) // (1 if cols == 3 else 3))
+    in_fill = min(steps) % (1 if cols == 3 else 3)
+    assert rounds == [2 + fills + in_fill + 2] * 2, (rounds, steps)
     assert len(steps) == 1, got  # the same step on both ranks
     for r, (seen, e) in enumerate(got):
         assert isinstance(e, shardload.ShardReadError), (r, e)
@@ -1086,19 +1098,19 @@ def test_a_read_error_in_a_fill_comes_at_the_batch_that_needs_the_file(tmp_path,
     monkeypatch.setattr(sf, "_FILL_BYTES", 10 * 64 * 4)
     d = tmp_path / "d"
     write_rows(d, [50, 50, 50], cols=8)
-    # Blocks of 50 rows in windows of 1, in order of the block bijection: the removed shard
-    # is one block, whose batches follow 10 batches of the other two in one of the orders
-    # that the block bijection of 3 blocks gives; found from the order itself.
-    feed = sf.Feed(d, 10, shuffle=mode, block_rows=50, window_blocks=1, prefetch=1, seed=0)
+    # Blocks of 50 rows in windows of 1: with seed 4 the removed shard's block is the last of
+    # the block order, so its first rows are in batch 10, in the third fill, which is read
+    # after the removal (the second may be read before it: one fill ahead).
+    feed = sf.Feed(d, 10, shuffle=mode, block_rows=50, window_blocks=1, prefetch=1, seed=4)
     stream = feed.order(0).rows(np.arange(150))
     first_bad = int(np.flatnonzero(stream >= 100)[0]) // 10
+    assert first_bad == 10
     it = iter(feed)
     seen = [ids(next(it)).tolist()]
     os.remove(d / "shard_0002.npy")
     with pytest.raises(shardload.ShardReadError, match="shard_0002.npy"):
         for b in it:
             seen.append(ids(b).tolist())
-    assert first_bad >= 1
     assert seen == [stream[k * 10:(k + 1) * 10].tolist() for k in range(first_bad)]
     assert feed.state_dict()["position"] == first_bad * 10
 

@@ -284,3 +284,19 @@ def test_manifest_of_a_local_copy_names_the_objects(web, tmp_path):
     np.testing.assert_array_equal(np.asarray(shardload.load(layout)), np.concatenate(parts))
     with pytest.raises(shardload.Error, match="changed"):
         shardload.load(f"{base}/l/", trust_manifest=True)
+
+
+@pytest.mark.parametrize("trust", [False, True])
+def test_a_manifest_name_holding_a_hash_is_refused_not_cut_at_it(s3, web, trust):
+    """Keys holding '#' ("a#0.npy", "a#1.npy": valid S3 keys, indexed in object storage and
+    served over http as the objects are here): each object's URL ended at its '#' (a fragment,
+    never sent), so every shard read the object "/d/a" instead, its rows loaded silently
+    (the manifest's sizes and ETags differ from that object's, so the check fell back to
+    probing the same wrong URLs). Refused naming the object, as a '?' is."""
+    store, base = web
+    publish(s3, store, "h", {f"a#{i}.npy": npy_bytes(np.full((3, 2), i)) for i in range(2)})
+    store.put("/h/a", npy_bytes(np.full((3, 2), 666)))
+    with pytest.raises(shardload.LayoutError) as e:
+        np.asarray(shardload.load(f"{base}/h/", trust_manifest=trust))
+    msg = str(e.value)
+    assert "a#0.npy" in msg and "cannot be named by an http(s):// URL" in msg, msg

@@ -224,3 +224,42 @@ def test_import_shardload_does_not_import_jax() -> None:
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                        timeout=60, cwd=HERE)
     assert r.returncode == 0, r.stderr
+
+
+@pytest.mark.parametrize("change", ["rewritten, same size", "bytes changed, mtime kept",
+                                    "deleted", "truncated", "replaced by a longer one"])
+def test_a_shard_changed_between_discovery_and_the_load_is_an_error_naming_it(tmp_path,
+                                                                               change):
+    """A fifth hostile pass: shardload.jax.load of a Layout whose shard changed after
+    discovery raises ShardReadError naming the shard, never the other bytes."""
+    code = f"""
+import os, numpy as np, shardload, shardload.jax as sj
+d = {str(tmp_path)!r}
+np.save(d + "/shard_0000.npy", np.arange(100.0)); np.save(d + "/shard_0001.npy", np.arange(100.0, 200.0))
+layout = shardload.discover(d)
+p = d + "/shard_0001.npy"
+st = os.stat(p)
+change = {change!r}
+if change == "rewritten, same size":
+    np.save(d + "/t.npy", np.full(100, -1.0)); os.replace(d + "/t.npy", p)
+elif change == "bytes changed, mtime kept":
+    with open(p, "r+b") as f:
+        f.seek(200); f.write(np.full(10, -1.0).tobytes())
+    os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns))
+elif change == "deleted":
+    os.unlink(p)
+elif change == "truncated":
+    os.truncate(p, 500)
+else:
+    np.save(p, np.arange(300.0))
+try:
+    np.asarray(sj.load(layout))
+except shardload.ShardReadError as e:
+    assert p in str(e), str(e)
+    print("refused")
+"""
+    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                       cwd=HERE, env=env)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.strip().endswith("refused"), r.stdout[-2000:]

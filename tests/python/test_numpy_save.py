@@ -313,3 +313,48 @@ def test_s3_a_failed_save_publishes_no_manifest(bucket):
     url = bucket.url("x/").replace(bucket.name, bucket.name + "-missing", 1)
     with pytest.raises(OSError):
         snp.save(np.arange(4), url, num_shards=2, storage_options=bucket.options)
+
+
+# ---- a fifth hostile pass: odd arrays --------------------------------------------------------
+class _Sub(np.ndarray):
+    pass
+
+
+_x = np.arange(24.0).reshape(6, 4)
+ODD_ARRAYS = {
+    "matrix": lambda: np.asmatrix(_x),
+    "recarray of a plain dtype": lambda: _x.view(np.recarray),
+    "subclass": lambda: _x.view(_Sub),
+    "read-only": lambda: np.frombuffer(_x.tobytes(), dtype=np.float64).reshape(6, 4),
+    "every other row, reversed columns": lambda: _x[::2, ::-1],
+    "negative stride": lambda: _x[::-1],
+    "broadcast (stride 0)": lambda: np.broadcast_to(np.arange(4.0), (6, 4)),
+    "unaligned": lambda: np.frombuffer(b"\0" + _x.tobytes(), dtype=np.float64, offset=1),
+    "dtype with metadata": lambda: np.arange(6, dtype=np.dtype(np.int32, metadata={"k": 1})),
+    "big-endian Fortran": lambda: np.asfortranarray(_x.astype(">f8")),
+    "no rows": lambda: np.zeros((0, 4)),
+    "rows of no elements": lambda: np.zeros((5, 0)),
+    "bool bytes other than 0 and 1": lambda: np.array([0, 1, 2, 255], np.uint8).view(np.bool_),
+}
+
+
+@pytest.mark.parametrize("kind", ODD_ARRAYS)
+def test_odd_arrays_save_as_numpy_holds_them(tmp_path, kind):
+    """A fifth hostile pass: subclasses, read-only, strided, broadcast, unaligned and empty
+    arrays are saved as numpy holds them: numpy.load of each shard gives back its rows."""
+    a = ODD_ARRAYS[kind]()
+    snp.save(a, tmp_path / "d", num_shards=2)
+    back = np.concatenate([np.load(p) for p in sorted((tmp_path / "d").glob("shard_*.npy"))])
+    assert back.shape == np.shape(a) and back.dtype == a.dtype.newbyteorder("=")
+    np.testing.assert_array_equal(back.view(np.uint8) if a.dtype == bool else back,
+                                  np.asarray(a).view(np.uint8) if a.dtype == bool else a)
+
+
+@pytest.mark.parametrize("dtype", ["O", [("a", "<f8"), ("b", "<i4")], [("a", "<f8")],
+                                   [("a", "<f8", (2,))], "M8[s]", "m8[ns]", "<U1", "|S2", "V8",
+                                   "longdouble", "clongdouble"])
+def test_dtypes_no_format_holds_are_refused_before_anything_is_written(tmp_path, dtype):
+    a = np.zeros(6, dtype=dtype)
+    with pytest.raises(TypeError, match="cannot be saved"):
+        snp.save(a, tmp_path / "d")
+    assert not (tmp_path / "d").exists()

@@ -838,3 +838,20 @@ def test_destinations_beside_objects_of_similar_names_touch_only_their_own(bucke
             snp.load(bucket.url("dd/"), storage_options=options), x)
     assert {k: bucket.get(k) for k in mine} == mine
     assert [k for k in bucket.keys() if k not in mine and not k.startswith("dd/")] == []
+
+
+@pytest.mark.parametrize("prefix", ["d#x/", "e/#/", "g/a#b", "h/%2e%2e/", "i/ /", "j/a\\b/",
+                                    "k/\u202e/", "l/a;b/", "m/.../"])
+def test_a_destination_of_odd_characters_writes_exactly_those_keys(bucket, prefix):
+    """A fifth hostile pass: '#', percent-encoded dots, a space, a backslash, a right-to-left
+    mark, ';' and '...' in a destination are key characters, taken literally: the shards and
+    the manifest land under exactly that prefix, nothing elsewhere, and read back."""
+    import shardload.numpy as snp
+
+    a = np.arange(12, dtype=np.int32).reshape(6, 2)
+    snp.save(a, bucket.url(prefix), num_shards=2, storage_options=bucket.options)
+    want = prefix if prefix.endswith("/") else prefix + "/"
+    assert bucket.keys() == [want + "shard_0000.npy", want + "shard_0001.npy",
+                             want + "shardload.manifest"]
+    np.testing.assert_array_equal(
+        snp.load(bucket.url(prefix), storage_options=bucket.options), a)

@@ -293,6 +293,57 @@ def test_without_a_region_the_buckets_own_is_asked_once_and_signed_for(server, p
     assert _bucket_heads(proxy, data) == (2 if said == "reset" else 1), proxy.log
 
 
+def test_ctrl_c_during_the_buckets_head_keeps_no_region_for_it(server, proxy, tmp_path):
+    """A Ctrl-C while the bucket's HEAD is awaited ends the discovery with KeyboardInterrupt
+    and keeps nothing for the bucket: the next load asks again and signs for the region said
+    then, not for us-east-1, the guess for a store that does not answer."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    data = Data(server, seed=6)
+    hold = proxy.add(Rule("HEAD", path=f"/{data.name}", ranged=False, action="delay",
+                          delay_s=300))
+    proxy.add(Rule("HEAD", path=f"/{data.name}", ranged=False, action="wrong-region",
+                   region="sa-east-1"))
+    options = {"endpoint_override": proxy.endpoint, "scheme": "http"}
+    out = tmp_path / "got.npy"
+    script = ("import numpy, shardload\n"
+              "try:\n"
+              f"    shardload.discover({data.url()!r}, storage_options={options!r})\n"
+              "    print('no interrupt', flush=True)\n"
+              "except KeyboardInterrupt:\n"
+              "    print('KeyboardInterrupt', flush=True)\n"
+              f"a = shardload.load({data.url()!r}, storage_options={options!r})\n"
+              f"numpy.save({str(out)!r}, numpy.asarray(a))\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    env |= {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+            "AWS_EC2_METADATA_DISABLED": "true", "AWS_CONFIG_FILE": os.devnull,
+            "AWS_SHARED_CREDENTIALS_FILE": os.devnull}
+    # The child gets SIGINT's default action back (a shell without job control may have
+    # started this run with it ignored), so that Python makes its KeyboardInterrupt.
+    proc = subprocess.Popen([sys.executable, "-c", script], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        deadline = time.monotonic() + 60
+        while hold.fired == 0 and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.05)
+        assert hold.fired == 1, proxy.log
+        time.sleep(0.3)  # inside the wait, not before it
+        proc.send_signal(signal.SIGINT)
+        stdout, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0 and "KeyboardInterrupt" in stdout, (stdout, stderr[-3000:])
+    np.testing.assert_array_equal(np.load(out), data.want)
+    _signed_for(proxy, data, "sa-east-1")
+    assert _bucket_heads(proxy, data) == 2, proxy.log
+
+
 def test_arrows_client_reads_the_same(server, proxy):
     """Where Arrow's client reads (an option of Arrow's that the signed path does not know;
     likewise credentials only the AWS SDK finds): a HEAD per object at discovery and after

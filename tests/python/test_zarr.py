@@ -560,3 +560,45 @@ def test_a_chunk_that_decodes_to_another_size_is_an_error_naming_it(tmp_path, co
     with pytest.raises(shardload.ShardReadError, match=str(store / "0.0").replace(".", r"\.")):
         layout.read(0, 20)
     np.testing.assert_array_equal(layout.read(10, 20), a[10:])
+
+
+# ---- a fifth hostile pass: chunk key separators, two metadata documents -------------------
+@pytest.mark.parametrize("fmt", [2, 3])
+@pytest.mark.parametrize("sep", ["/../", "..", "x", "", "\\", "\x00", ". "])
+def test_a_chunk_key_separator_other_than_dot_or_slash_is_refused(tmp_path, fmt, sep):
+    """A separator that would make chunk keys climb out of the store ("/../"), or name keys
+    zarr-python never writes, is refused naming the field, as zarr-python refuses it."""
+    store = tmp_path / "shard_0000.zarr"
+    kw = {"chunk_key_encoding": {"name": "v2", "separator": "."}} if fmt == 3 else {}
+    z = zarr.create_array(store, shape=(4, 4), chunks=(2, 2), dtype="<i4", zarr_format=fmt,
+                          compressors=None, fill_value=0, **kw)
+    z[:] = np.arange(16, dtype="<i4").reshape(4, 4)
+    field = "dimension_separator" if fmt == 2 else "chunk_key_encoding.configuration.separator"
+
+    def change(m):
+        if fmt == 2:
+            m["dimension_separator"] = sep
+        else:
+            m["chunk_key_encoding"]["configuration"]["separator"] = sep
+    edit_metadata(store, fmt, change)
+    with pytest.raises(ValueError, match="separator"):
+        zarr.open_array(store, mode="r")[:]
+    with pytest.raises(shardload.LayoutError, match=f"{field}: expected \"\\.\" or \"/\""):
+        shardload.discover(tmp_path, format="zarr")
+
+
+def test_a_store_with_both_v2_and_v3_metadata_is_refused(tmp_path):
+    """zarr-python reads zarr.json where both are (with a warning); the two documents may
+    describe different arrays, so discovery refuses to choose."""
+    store = tmp_path / "shard_0000.zarr"
+    z3 = zarr.create_array(store, shape=(8,), chunks=(4,), dtype="<i4", zarr_format=3,
+                           compressors=None, fill_value=0)
+    z3[:] = np.arange(8) * 100
+    z2 = zarr.create_array(tmp_path / "v2.zarr", shape=(8,), chunks=(4,), dtype="<i4",
+                           zarr_format=2, compressors=None, fill_value=0)
+    z2[:] = np.arange(8)
+    for f in (tmp_path / "v2.zarr").iterdir():
+        shutil.copy(f, store / f.name)
+    shutil.rmtree(tmp_path / "v2.zarr")
+    with pytest.raises(shardload.LayoutError, match="both .zarray .v2. and zarr.json .v3. exist"):
+        shardload.discover(tmp_path, format="zarr")
