@@ -429,17 +429,21 @@ Result<Manifest> read_manifest(const std::string& path) {
   std::string why;
   // In a remote directory a name's '?' would begin the URL's query: the rest of the name would
   // be read as store options (another endpoint, say) and the key before it read instead. In an
-  // http(s) one a '#' would begin its fragment, never sent: the key before it would be read.
+  // http(s) one a '#' would begin its fragment, never sent: the key before it would be read;
+  // and a '%' would be decoded by the server ("a%2Fb" as "a/b"), another object read. (The
+  // names are keys: an index of object storage or of a local directory wrote them; none is
+  // written over http.)
   const bool remote = is_remote_url(m.directory);
   const bool http = remote && !m.directory.starts_with("s3://");
   const auto unnameable = [&](const std::string& what, const std::string& name) {
     return bad(what + " '" + path_for_message(name) + "': an object whose key holds " +
-               (http ? "'?' or '#' cannot be named by an http(s):// URL (its query begins at "
-                       "the first '?', its fragment, never sent, at the first '#')"
+               (http ? "'?', '#' or '%' cannot be named by an http(s):// URL as written (its "
+                       "query begins at the first '?', its fragment, never sent, at the first "
+                       "'#', and a server decodes '%XX')"
                      : "'?' cannot be named by an s3:// URL (its query begins at the first "
                        "'?')"));
   };
-  const char* const cut = http ? "?#" : "?";
+  const char* const cut = http ? "?#%" : "?";
   for (auto& s : layout->shards) {
     if (!safe_relative(s.path, &why)) return bad("shard " + path_for_message(why));
     if (remote && s.path.find_first_of(cut) != std::string::npos) {
