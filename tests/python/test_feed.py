@@ -866,6 +866,7 @@ def test_the_gather_checks_its_rows_and_buffer(data):
     out = np.empty((8, 3), np.int64)
     _feed_core.gather(layout, rows, out, 3)
     assert (out[:, 0] == rows).all()
+    _feed_core.gather(layout, np.empty(0, np.int64), np.empty((0, 3), np.int64), 2)  # no rows
     for bad in (np.array([67]), np.array([-1])):
         with pytest.raises(ValueError, match="outside the layout's 67 rows"):
             _feed_core.gather(layout, bad.astype(np.int64), np.empty((1, 3), np.int64))
