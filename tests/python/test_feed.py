@@ -1243,3 +1243,21 @@ def test_jax_processes_agree_on_the_dataset_and_on_read_errors(tmp_path):
     assert got[1]["read"]["notes"] == []  # its own error
     assert got[0]["read"]["notes"] == ["raised by the feed on rank 1; this rank (0) stopped at "
                                        "the same batch"]
+
+
+def test_a_dataloader_workers_share_of_batches_read_several_to_a_fill(tmp_path, monkeypatch):
+    """What Feed.torch_dataset's worker i of k iterates (steps i, i + k, ...), with 3 batches a
+    fill: the oracle's batches of those steps, each once."""
+    monkeypatch.setattr(sf, "_FILL_BYTES", 5 * 64 * 3)
+    d = tmp_path / "d"
+    n = write_rows(d, cols=8)
+    stream = oracle_stream("row", n, 9, 0)
+    want = expected_batches(stream, 5, 2, 1, False)
+    for workers in (1, 2, 3):
+        got = []
+        for i in range(workers):
+            feed = sf.Feed(d, 5, rank=1, world_size=2, seed=9, drop_last=False)
+            assert feed._per_fill == 3
+            got.append([ids(b).tolist() for b in feed._run(i, workers, worker=True)])
+        for i in range(workers):
+            assert got[i] == [w.tolist() for w in want[i::workers]], (workers, i)
