@@ -157,6 +157,7 @@ PYBIND11_MODULE(_feed_core, m) {
           if (!pieces) return pieces.status();
           const std::vector<std::vector<Piece>> parts = share(*pieces, n, l.row_bytes, threads);
           const std::size_t t = parts.size();
+          if (t == 0) return Status::ok();  // no rows (or only empty shards' pieces)
           std::vector<Status> done(t);
           auto part = [&](std::size_t j) { done[j] = fill_pieces(l, parts[j], dst); };
           std::vector<std::thread> helpers;

@@ -421,14 +421,18 @@ Result<Manifest> read_manifest(const std::string& path) {
   std::string why;
   // In a remote directory a name's '?' would begin the URL's query: the rest of the name would
   // be read as store options (another endpoint, say) and the key before it read instead. In an
-  // http(s) one a '#' would begin its fragment, never sent: the key before it would be read.
+  // http(s) one a '#' would begin its fragment, never sent: the key before it would be read;
+  // and a '%' would be decoded by the server ("a%2Fb" as "a/b"), another object read. (The
+  // names are keys: an index of object storage or of a local directory wrote them; none is
+  // written over http.)
   const std::string_view cut = path_traits(m.directory).key_delimiters;
   const bool remote = !cut.empty();
   const bool http = cut.find('#') != std::string_view::npos;
   const auto unnameable = [&](const std::string& what, const std::string& name) {
     return bad(what + " '" + path_for_message(name) + "': an object whose key holds " +
-               (http ? "'?' or '#' cannot be named by an http(s):// URL (its query begins at "
-                       "the first '?', its fragment, never sent, at the first '#')"
+               (http ? "'?', '#' or '%' cannot be named by an http(s):// URL as written (its "
+                       "query begins at the first '?', its fragment, never sent, at the first "
+                       "'#', and a server decodes '%XX')"
                      : "'?' cannot be named by an s3:// URL (its query begins at the first "
                        "'?')"));
   };

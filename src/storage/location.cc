@@ -41,7 +41,7 @@ constexpr PathTraits kHttp{.kernel_files = false,
                            .uploads = false,
                            .inode_is_identity = false,
                            .options_in_query = true,
-                           .key_delimiters = "?#",
+                           .key_delimiters = "?#%",
                            .scheme_label = "http(s)://"};
 // A new store driver reached by URL adds its row here (and registers its RemoteIo).
 constexpr std::array kSchemes{SchemeRow{"s3://", kS3, remote_io, kNoS3},

@@ -866,6 +866,7 @@ def test_the_gather_checks_its_rows_and_buffer(data):
     out = np.empty((8, 3), np.int64)
     _feed_core.gather(layout, rows, out, 3)
     assert (out[:, 0] == rows).all()
+    _feed_core.gather(layout, np.empty(0, np.int64), np.empty((0, 3), np.int64), 2)  # no rows
     for bad in (np.array([67]), np.array([-1])):
         with pytest.raises(ValueError, match="outside the layout's 67 rows"):
             _feed_core.gather(layout, bad.astype(np.int64), np.empty((1, 3), np.int64))
@@ -1143,3 +1144,120 @@ def test_the_take_checks_its_rows_and_buffers():
             _feed_core.take(src, np.array([1, 2, 3], np.int64), wrong)
     with pytest.raises(ValueError, match="threads"):
         _feed_core.take(src, np.array([1], np.int64), out[:1], 0)
+
+
+JAX_AGREE_CHILD = r"""
+import json, pathlib, sys, time
+import jax
+d, d2, out, port, pid = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5])
+jax.distributed.initialize(coordinator_address=f"127.0.0.1:{port}", num_processes=2,
+                           process_id=pid, initialization_timeout=60)
+from jax._src import distributed
+import numpy as np
+import shardload
+import shardload.feed as sf
+
+client = distributed.global_state.client
+jax.process_index()  # the backends start together (each waits for the other's)
+got = {}
+# 1. A shard grown between rank 0's discovery and rank 1's.
+flag = pathlib.Path(d).parent / "discovered"
+if pid == 0:
+    prepare = sf._frontend.prepare
+
+    def prepared_then_flag(*a, **kw):
+        result = prepare(*a, **kw)
+        flag.touch()
+        return result
+
+    sf._frontend.prepare = prepared_then_flag
+else:
+    while not flag.exists():
+        time.sleep(0.01)
+    shard = pathlib.Path(d) / "shard_0002.npy"
+    a = np.load(shard)
+    np.save(shard, np.concatenate([a, a[:4]]))
+try:
+    sf.Feed(d, 4)
+    got["layout"] = None
+except shardload.LayoutError as e:
+    got["layout"] = str(e)
+# 2. A shard that only rank 1 reads removed once both ranks have their first batch.
+feed = sf.Feed(d2, 4, shuffle="none")
+steps = []
+try:
+    for k, batch in enumerate(feed):
+        steps.append(batch[:, 0].tolist())
+        if k == 0:
+            client.wait_at_barrier("first", 60000)
+            if pid == 0:
+                (pathlib.Path(d2) / "shard_0001.npy").unlink()
+            client.wait_at_barrier("removed", 60000)
+    got["read"] = None
+except shardload.ShardReadError as e:
+    got["read"] = {"filename": e.filename, "message": str(e),
+                   "notes": getattr(e, "__notes__", [])}
+got["steps"] = steps
+json.dump(got, open(out, "w"))
+jax.distributed.shutdown()
+"""
+
+
+def test_jax_processes_agree_on_the_dataset_and_on_read_errors(tmp_path):
+    """2 JAX processes under jax.distributed (the feed's exchanges through its key-value
+    store): a shard grown between their discoveries gives both the same LayoutError; a shard
+    that only process 1 reads, removed mid-epoch, gives both a ShardReadError naming it at the
+    same step (rows 28..31, step 3 of 2 x 4 rows in order)."""
+    pytest.importorskip("jax")
+    import socket
+
+    d, d2 = tmp_path / "a" / "d", tmp_path / "b" / "d"
+    write_rows(d)
+    write_rows(d2, [28, 4, 8, 24])
+    script = tmp_path / "jax_agree.py"
+    script.write_text(JAX_AGREE_CHILD)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    outs = [tmp_path / f"jax-{r}.json" for r in (0, 1)]
+    procs = [subprocess.Popen([sys.executable, str(script), str(d), str(d2), str(outs[r]),
+                               str(port), str(r)], stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True) for r in (0, 1)]
+    logs = []
+    try:
+        for p in procs:
+            logs.append(p.communicate(timeout=120)[0])
+    except subprocess.TimeoutExpired:
+        for p in procs:
+            p.kill()
+        pytest.fail("the 2 JAX processes did not end in 120 s (a hang)")
+    assert [p.returncode for p in procs] == [0, 0], "\n".join(logs)
+    got = [json.loads(o.read_text()) for o in outs]
+    assert got[0]["layout"] == got[1]["layout"] and got[0]["layout"] is not None
+    assert "the ranks found different datasets" in got[0]["layout"]
+    assert "shard_0002.npy" in got[0]["layout"]
+    for r in (0, 1):
+        err = got[r]["read"]
+        assert err is not None and err["filename"].endswith("shard_0001.npy"), got[r]
+        assert len(got[r]["steps"]) == 3, got[r]
+    assert got[1]["read"]["notes"] == []  # its own error
+    assert got[0]["read"]["notes"] == ["raised by the feed on rank 1; this rank (0) stopped at "
+                                       "the same batch"]
+
+
+def test_a_dataloader_workers_share_of_batches_read_several_to_a_fill(tmp_path, monkeypatch):
+    """What Feed.torch_dataset's worker i of k iterates (steps i, i + k, ...), with 3 batches a
+    fill: the oracle's batches of those steps, each once."""
+    monkeypatch.setattr(sf, "_FILL_BYTES", 5 * 64 * 3)
+    d = tmp_path / "d"
+    n = write_rows(d, cols=8)
+    stream = oracle_stream("row", n, 9, 0)
+    want = expected_batches(stream, 5, 2, 1, False)
+    for workers in (1, 2, 3):
+        got = []
+        for i in range(workers):
+            feed = sf.Feed(d, 5, rank=1, world_size=2, seed=9, drop_last=False)
+            assert feed._per_fill == 3
+            got.append([ids(b).tolist() for b in feed._run(i, workers, worker=True)])
+        for i in range(workers):
+            assert got[i] == [w.tolist() for w in want[i::workers]], (workers, i)

@@ -13,6 +13,7 @@ import shutil
 import ssl
 import subprocess
 import threading
+import urllib.parse
 from typing import Iterator
 
 import numpy as np
@@ -34,6 +35,7 @@ class Store:
         self.ignore_range = False  # answer every GET with 200 and the whole object
         self.etag = True  # send an ETag (else only Last-Modified)
         self.fail_next: dict[str, list[int]] = {}  # path -> statuses to answer first, in order
+        self.decode_paths = False  # look objects up by the percent-decoded path, as most servers
         self.requests: list[tuple[str, str, str | None]] = []  # (method, path, Range)
 
     def put(self, path: str, data: bytes) -> None:
@@ -66,6 +68,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
     def _serve(self, head: bool) -> None:
         s = self.store
         path = self.path.split("?")[0]
+        if s.decode_paths:
+            path = urllib.parse.unquote(path)
         with s.lock:
             s.requests.append((self.command, self.path, self.headers.get("Range")))
             queue = s.fail_next.get(path)

@@ -300,3 +300,20 @@ def test_a_manifest_name_holding_a_hash_is_refused_not_cut_at_it(s3, web, trust)
         np.asarray(shardload.load(f"{base}/h/", trust_manifest=trust))
     msg = str(e.value)
     assert "a#0.npy" in msg and "cannot be named by an http(s):// URL" in msg, msg
+
+
+def test_a_manifest_name_holding_a_percent_is_refused_not_decoded_by_the_server(s3, web):
+    """Names in an http(s) directory's manifest are keys (written by an index of object
+    storage or of a local directory; none is written over http). A key holding '%'
+    ("q%2Fx_0.npy") was sent as written, and a server that decodes paths (as most do, S3's
+    own included) served another object ("q/x_0.npy"), whose rows were loaded silently.
+    Refused naming the object, as '?' and '#' are."""
+    store, base = web
+    store.decode_paths = True
+    publish(s3, store, "p", {f"q%2Fx_{i}.npy": npy_bytes(np.full((3, 2), i)) for i in range(2)})
+    for i in range(2):
+        store.put(f"/p/q%2Fx_{i}.npy".replace("%2F", "/"), npy_bytes(np.full((3, 2), 666)))
+    with pytest.raises(shardload.LayoutError) as e:
+        np.asarray(shardload.load(f"{base}/p/"))
+    msg = str(e.value)
+    assert "q%2Fx_0.npy" in msg and "cannot be named by an http(s):// URL" in msg, msg

@@ -528,3 +528,41 @@ def test_cli_write_larger_than_legate_memory_is_refused(tmp_path, cli):
     assert r.returncode == 1, r.stderr[-2000:]
     assert "the dataset needs 800000000 bytes" in r.stderr and "--sysmem" in r.stderr
     assert not (tmp_path / "o").exists() and no_staging_left(tmp_path)
+
+
+# ---- a fifth hostile pass: odd numpy arrays given to shardload.save ---------------------------
+class _Sub(np.ndarray):
+    pass
+
+
+_X = np.arange(24.0).reshape(6, 4)
+
+
+@pytest.mark.parametrize("kind,make", [
+    ("matrix", lambda: np.asmatrix(_X)),
+    ("recarray of a plain dtype", lambda: _X.view(np.recarray)),
+    ("subclass", lambda: _X.view(_Sub)),
+    ("read-only", lambda: np.frombuffer(_X.tobytes(), dtype=np.float64).reshape(6, 4)),
+    ("every other row, reversed columns", lambda: _X[::2, ::-1]),
+    ("broadcast (stride 0)", lambda: np.broadcast_to(np.arange(4.0), (6, 4))),
+    ("unaligned", lambda: np.frombuffer(b"\0" + _X.tobytes(), dtype=np.float64, offset=1)),
+    ("big-endian Fortran", lambda: np.asfortranarray(_X.astype(">f8"))),
+    ("no rows", lambda: np.zeros((0, 4))),
+], ids=lambda v: v if isinstance(v, str) else "")
+def test_odd_numpy_arrays_save_as_numpy_holds_them(tmp_path, kind, make):
+    """A fifth hostile pass: subclasses, read-only, strided, broadcast, unaligned and empty
+    numpy arrays given to shardload.save are saved with their values; numpy.load of the shards
+    gives them back."""
+    a = make()
+    shardload.save(a, tmp_path / "d", num_shards=2)
+    back = np.concatenate([np.load(p) for p in sorted((tmp_path / "d").glob("shard_*.npy"))])
+    assert back.shape == np.shape(a)
+    np.testing.assert_array_equal(back, np.asarray(a))
+
+
+@pytest.mark.parametrize("dtype", ["O", [("a", "<f8"), ("b", "<i4")], "M8[s]", "<U1", "V8",
+                                   "longdouble"])
+def test_numpy_arrays_of_dtypes_no_format_holds_are_refused(tmp_path, dtype):
+    with pytest.raises(TypeError):
+        shardload.save(np.zeros(6, dtype=dtype), tmp_path / "d")
+    assert not (tmp_path / "d").exists()

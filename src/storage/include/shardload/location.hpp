@@ -47,9 +47,9 @@ struct PathTraits {
   // A '?' in the path begins the store's options (a URL's query), so no key named in it can
   // hold one; false: a '?' is part of a file name.
   bool options_in_query = false;
-  // The characters that end the key in a path ("?" where the query begins; over HTTP also
-  // "#", where the fragment, never sent, begins): a key holding one cannot be named by a path
-  // of this store. "" where a name may hold any of them.
+  // The characters a key cannot hold to be named by a path of this store: '?', where the
+  // query begins; over HTTP also '#', where the fragment (never sent) begins, and '%', which the
+  // server decodes ("a%2Fb" as "a/b"). "" where a name may hold any of them.
   std::string_view key_delimiters;
   // The scheme as messages name it ("s3://", "http(s)://"); "" for a local path.
   std::string_view scheme_label;
