@@ -160,10 +160,17 @@ class CurlRemoteIo final : public RemoteIo {
       if (bare(want.etag) != bare(got.etag)) {
         return "its ETag " + got.etag + " differs from the snapshot's " + want.etag;
       }
-    } else if (!want.last_modified.empty() && !got.last_modified.empty() &&
-               want.last_modified != got.last_modified) {
-      return "its Last-Modified '" + got.last_modified + "' differs from the snapshot's '" +
-             want.last_modified + "'";
+    } else if (!want.last_modified.empty() && !got.last_modified.empty()) {
+      if (want.last_modified != got.last_modified) {
+        return "its Last-Modified '" + got.last_modified + "' differs from the snapshot's '" +
+               want.last_modified + "'";
+      }
+    } else if (!want.etag.empty()) {
+      // A 206 carries the ETag a 200 would (RFC 9110); one without it, and without a
+      // Last-Modified to compare, could be any version: a lagging server that also ignores
+      // If-Match served another version's bytes here unchecked.
+      return "it carries no ETag (nor a Last-Modified to compare), where the snapshot's is " +
+             want.etag + ": its version cannot be told";
     }
     std::uint64_t first = 0;
     std::int64_t total = -1;

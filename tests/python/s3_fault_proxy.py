@@ -4,7 +4,7 @@ It forwards each request to an upstream S3 server (the tests' moto server) and, 
 the test set matches the request, answers it badly instead: an HTTP error (500, 503, 403), a
 ``SlowDown`` (503 with S3's XML error body), the 301 of a bucket in another region, a reset
 connection, a body cut short (the upstream's Content-Length, fewer bytes, then the connection
-closed) or a delay. The client
+closed), a delay, or the answer without its ETag and Last-Modified. The client
 under test is pointed at it with ``endpoint_override``. Pure Python, one thread per
 connection; nothing but the standard library.
 
@@ -26,7 +26,8 @@ import struct
 import threading
 import time
 
-ACTIONS = ("500", "503", "403", "slowdown", "reset", "truncate", "delay", "wrong-region")
+ACTIONS = ("500", "503", "403", "slowdown", "reset", "truncate", "delay", "wrong-region",
+           "no-validators")
 
 # What AWS answers a request sent to a regional endpoint other than the bucket's: a 301
 # naming the bucket's region in a header (a HEAD's only word) and in its XML body.
@@ -146,6 +147,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self._reset()
         elif rule.action == "truncate":
             self._forward(body, truncate=True)
+        elif rule.action == "no-validators":
+            self._forward(body, drop=("etag", "last-modified"))
         else:  # delay
             if proxy._closing.wait(rule.delay_s):
                 self._reset()
@@ -169,12 +172,12 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         finally:
             conn.close()
 
-    def _forward(self, body: bytes, truncate: bool = False) -> None:
+    def _forward(self, body: bytes, truncate: bool = False, drop: tuple[str, ...] = ()) -> None:
         status, reason, headers, data = self._upstream(body)
         self.send_response_only(status, reason)
         length = None
         for k, v in headers:
-            if k.lower() in _HOP:
+            if k.lower() in _HOP or k.lower() in drop:
                 continue
             if k.lower() == "content-length":
                 length = v

@@ -50,6 +50,7 @@ class Server:
         self.last_modified: dict[str, str] = {}
         self.head_last_modified: dict[str, str] = {}
         self.honour_if_match = True
+        self.get_validators = True  # False: GET answers carry no ETag nor Last-Modified
         self.redirect: dict[str, tuple[int, str]] = {}  # path -> (status, Location)
         # (method, path) answered at 2 bytes a second: a GET's body, a HEAD's header lines
         self.trickle: set[tuple[str, str]] = set()
@@ -127,6 +128,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
         tag = s.etag_of(described)
         if tag is not None:
             headers["ETag"] = tag
+        if not head and not s.get_validators:
+            headers.pop("ETag", None)
+            headers.pop("Last-Modified", None)
         if_match = self.headers.get("If-Match")
         if s.honour_if_match and if_match is not None and if_match != tag:
             self._send(412, {}, b"precondition failed", head)
@@ -246,6 +250,34 @@ def test_a_get_of_another_version_than_the_head_is_refused(web, etag):
     server.head_last_modified.clear()
     np.testing.assert_array_equal(shardload.discover(url).read(0, 10), new)
 
+
+
+@pytest.mark.parametrize("etag", ["strong", "weak"])
+def test_a_get_without_the_validators_its_head_gave_is_refused(web, etag):
+    """A fifth hostile pass: the lagging server of the test above, whose GET answers also
+    leave out the ETag and Last-Modified its HEAD gave (a 206 must carry the ETag a 200
+    would, RFC 9110): nothing was compared, and the other version's rows were loaded.
+    Refused naming the URL; a GET that carries its ETag again reads."""
+    server, base = web
+    old = np.arange(40, dtype=np.float32).reshape(10, 4)
+    new = old + 1000
+    server.etag = etag
+    server.honour_if_match = False
+    server.get_validators = False
+    server.put("/v/a.npy", npy_bytes(new), lm="Tue, 02 Jan 2024 00:00:00 GMT")
+    server.head_objects["/v/a.npy"] = npy_bytes(old)
+    server.head_last_modified["/v/a.npy"] = "Mon, 01 Jan 2024 00:00:00 GMT"
+    url = f"{base}/v/a.npy"
+    layout = shardload.discover(url, format="raw", dtype="<f4", trailing_shape=(4,),
+                                header_bytes=128)
+    with pytest.raises(shardload.ShardReadError) as e:
+        layout.read(0, 10)
+    msg = str(e.value)
+    assert url in msg and "carries no ETag" in msg, msg
+    server.head_objects.clear()
+    server.head_last_modified.clear()
+    server.get_validators = True
+    np.testing.assert_array_equal(shardload.discover(url).read(0, 10), new)
 
 def test_a_get_whose_content_range_total_differs_is_refused(web):
     server, base = web

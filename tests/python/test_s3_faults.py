@@ -589,3 +589,18 @@ def test_a_ranged_get_in_a_content_encoding_is_refused_on_both_s3_paths(client, 
         assert "s3://b/a.npy" in str(e.value)
     finally:
         server.close()
+
+
+
+def test_a_get_without_its_etag_of_an_object_changed_since_discovery_is_refused(data, proxy):
+    """A fifth hostile pass: the signed path compares each GET's ETag with the snapshot's and
+    sends no If-Match; a proxy that leaves the ETag (and Last-Modified) out of the answers
+    of an object overwritten since discovery (same size) still fails the read naming the
+    URL, by the object's state checked after its reads."""
+    layout = shardload.discover(data.url(), storage_options=data.options)
+    data.put_npy("d/shard_0002.npy", data.parts[2] + 1000)
+    rule = proxy.add(Rule("GET", path="shard_0002", ranged=True, action="no-validators"))
+    with pytest.raises(shardload.ShardReadError) as e:
+        layout.read()
+    assert rule.fired >= 1
+    assert "shard_0002.npy" in str(e.value) and "ETag differs" in str(e.value), str(e.value)
