@@ -275,8 +275,10 @@ def _check_same_layout(peers: "_TorchPeers | _JaxPeers", layout: Optional[Layout
         return
     other = next(r for r, d in enumerate(digests) if d != digests[0])
     fps = peers.gather(fp if peers.rank in (0, other) else None)
+    # The shards are named by their paths, which for http(s) and s3:// hold credentials.
+    difference = _core.redact_secrets(_layout_difference(fps[0], fps[other], other))
     raise LayoutError(
-        f"Feed: the ranks found different datasets ({_layout_difference(fps[0], fps[other], other)}"
+        f"Feed: the ranks found different datasets ({difference}"
         f"), so their orders and batch counts would differ: a shard was added, removed or "
         f"rewritten between the ranks' discoveries. Build every rank's feed from one Layout "
         f"(shardload.discover on one rank, sent to the others) of a dataset that no longer "
@@ -294,7 +296,8 @@ def _agreed(peers: "_TorchPeers | _JaxPeers", error: Optional[BaseException]
     try:
         mine = pickle.dumps(error) if error is not None else None
     except Exception:
-        mine = pickle.dumps(RuntimeError(f"{type(error).__name__}: {error}"))
+        text = _core.redact_secrets(f"{type(error).__name__}: {error}")
+        mine = pickle.dumps(RuntimeError(text))
     everyone = peers.gather(mine)
     if error is not None:
         return error

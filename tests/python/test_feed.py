@@ -977,6 +977,31 @@ def test_ranks_that_found_different_datasets_raise_the_same_error(tmp_path, monk
         assert "rank 0 has a shard more" in msg
 
 
+@pytest.mark.parametrize("secret", ["query", "user"])
+def test_ranks_that_found_different_datasets_show_no_secret_of_a_url(monkeypatch, secret):
+    """The LayoutError of ranks whose datasets differ names the first shard that differs: an
+    http(s) shard's URL showed its token or password in clear."""
+    sys.path.insert(0, str(pathlib.Path(__file__).parent))
+    from test_http import serving
+
+    with serving() as (store, url):
+        for i in range(3):
+            store.put_npy(f"/d/shard_{i:04d}.npy", np.arange(i * 10, i * 10 + 10))
+        if secret == "user":
+            url, query = url.replace("http://", "http://alice:pw-s3cr3t@"), ""
+        else:
+            query = "?token=tk-s3cr3t"
+        urls = [f"{url}/d/shard_{i:04d}.npy{query}" for i in range(3)]
+        layouts = [shardload.discover(urls)]
+        store.put_npy("/d/shard_0001.npy", np.arange(12))
+        layouts.append(shardload.discover(urls))
+        got = on_ranks(monkeypatch, 2, lambda r: sf.Feed(layouts[r], 2))
+    assert all(isinstance(e, shardload.LayoutError) for e in got), got
+    msg = str(got[0])
+    assert "shard_0001.npy" in msg and "s3cr3t" not in msg, msg
+    assert ("alice:***@" if secret == "user" else "token=***") in msg, msg
+
+
 def test_a_discovery_error_on_one_rank_is_raised_on_every_rank(data, monkeypatch):
     d, n = data
     got = on_ranks(monkeypatch, 2,
