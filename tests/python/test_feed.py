@@ -584,23 +584,19 @@ jax.distributed.shutdown()
 """
 
 
-def test_jax_data_parallel_on_two_processes(data, tmp_path):
-    """2 JAX processes under jax.distributed (gloo on loopback): each feed takes its rank and
-    world size from JAX, the two feeds' batches are one global batch
-    (make_array_from_process_local_data) of a jitted SGD step. Each rank's batches are the
-    oracle's, the ranks' samples are disjoint, and both end with the weights of the same steps
-    done in NumPy on the global batches."""
-    pytest.importorskip("jax")
+def run_two_jax_processes(tmp_path: pathlib.Path, child: str, args: list[str]) -> list:
+    """Runs `child` as 2 processes of one jax.distributed job on loopback, each given `args`,
+    its JSON output file, the coordinator's port and its rank; returns what each wrote. A run
+    that does not end in 120 s is a hang, and fails the test."""
     import socket
 
-    d, n = data
     script = tmp_path / "jax_child.py"
-    script.write_text(JAX_CHILD)
+    script.write_text(child)
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     outs = [tmp_path / f"jax-{r}.json" for r in (0, 1)]
-    procs = [subprocess.Popen([sys.executable, str(script), str(d), str(outs[r]), str(port),
+    procs = [subprocess.Popen([sys.executable, str(script), *args, str(outs[r]), str(port),
                                str(r)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                               text=True) for r in (0, 1)]
     logs = []
@@ -612,7 +608,18 @@ def test_jax_data_parallel_on_two_processes(data, tmp_path):
             p.kill()
         pytest.fail("the 2 JAX processes did not end in 120 s (a hang)")
     assert [p.returncode for p in procs] == [0, 0], "\n".join(logs)
-    got = [json.loads(o.read_text()) for o in outs]
+    return [json.loads(o.read_text()) for o in outs]
+
+
+def test_jax_data_parallel_on_two_processes(data, tmp_path):
+    """2 JAX processes under jax.distributed (gloo on loopback): each feed takes its rank and
+    world size from JAX, the two feeds' batches are one global batch
+    (make_array_from_process_local_data) of a jitted SGD step. Each rank's batches are the
+    oracle's, the ranks' samples are disjoint, and both end with the weights of the same steps
+    done in NumPy on the global batches."""
+    pytest.importorskip("jax")
+    d, n = data
+    got = run_two_jax_processes(tmp_path, JAX_CHILD, [str(d)])
     stream = oracle_stream("row", n, 6, 0)
     assert [(g["rank"], g["world"]) for g in got] == [(0, 2), (1, 2)]
     want = [expected_batches(stream, 4, 2, r, True) for r in (0, 1)]
@@ -1234,30 +1241,10 @@ def test_jax_processes_agree_on_the_dataset_and_on_read_errors(tmp_path):
     that only process 1 reads, removed mid-epoch, gives both a ShardReadError naming it at the
     same step (rows 28..31, step 3 of 2 x 4 rows in order)."""
     pytest.importorskip("jax")
-    import socket
-
     d, d2 = tmp_path / "a" / "d", tmp_path / "b" / "d"
     write_rows(d)
     write_rows(d2, [28, 4, 8, 24])
-    script = tmp_path / "jax_agree.py"
-    script.write_text(JAX_AGREE_CHILD)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    outs = [tmp_path / f"jax-{r}.json" for r in (0, 1)]
-    procs = [subprocess.Popen([sys.executable, str(script), str(d), str(d2), str(outs[r]),
-                               str(port), str(r)], stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True) for r in (0, 1)]
-    logs = []
-    try:
-        for p in procs:
-            logs.append(p.communicate(timeout=120)[0])
-    except subprocess.TimeoutExpired:
-        for p in procs:
-            p.kill()
-        pytest.fail("the 2 JAX processes did not end in 120 s (a hang)")
-    assert [p.returncode for p in procs] == [0, 0], "\n".join(logs)
-    got = [json.loads(o.read_text()) for o in outs]
+    got = run_two_jax_processes(tmp_path, JAX_AGREE_CHILD, [str(d), str(d2)])
     assert got[0]["layout"] == got[1]["layout"] and got[0]["layout"] is not None
     assert "the ranks found different datasets" in got[0]["layout"]
     assert "shard_0002.npy" in got[0]["layout"]
