@@ -199,14 +199,21 @@ def exchange(args) -> None:
     assert [p.returncode for p in procs] == [0, 0]
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def data_arguments(description: str) -> argparse.ArgumentParser:
+    """The arguments that name the data and the epochs (write()'s), shared with the scripts
+    that time peers on the same data."""
+    ap = argparse.ArgumentParser(description=description)
     ap.add_argument("--dir", type=pathlib.Path, default=pathlib.Path("/tmp/bench-feed"))
     ap.add_argument("--mb", type=int, default=256)
     ap.add_argument("--row-floats", type=int, default=256, help="float32 per row (1 KiB)")
     ap.add_argument("--shards", type=int, default=16)
     ap.add_argument("--batch", type=int, default=256)
     ap.add_argument("--reps", type=int, default=3)
+    return ap
+
+
+def main() -> None:
+    ap = data_arguments(__doc__.split("\n")[0])
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--exchange", action="store_true",
                     help="the cost of the ranks' per-step agreement, on 2 gloo ranks")

@@ -37,7 +37,6 @@ the shuffle's quality: the mean count of distinct blocks of --block-rows source 
 
 from __future__ import annotations
 
-import argparse
 import importlib.metadata
 import json
 import os
@@ -51,7 +50,7 @@ from typing import Callable, Iterable
 import numpy as np
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from bench_feed import MapStyle, write  # noqa: E402  (the same data and dataset as bench_feed)
+from bench_feed import MapStyle, data_arguments, write  # noqa: E402  (the same data and dataset as bench_feed)
 
 import shardload  # noqa: E402
 import shardload.feed  # noqa: E402
@@ -157,13 +156,7 @@ def version(name: str) -> str:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--dir", type=pathlib.Path, default=pathlib.Path("/tmp/bench-feed"))
-    ap.add_argument("--mb", type=int, default=256)
-    ap.add_argument("--row-floats", type=int, default=256, help="float32 per row (1 KiB)")
-    ap.add_argument("--shards", type=int, default=16)
-    ap.add_argument("--batch", type=int, default=256)
-    ap.add_argument("--reps", type=int, default=3)
+    ap = data_arguments(__doc__.split("\n")[0])
     ap.add_argument("--block-rows", type=int, default=1024,
                     help="rows per MDS shard and per feed block (1 MiB of 1 KiB rows)")
     ap.add_argument("--skip", default="", help="comma-separated peers to leave out: "
