@@ -52,11 +52,15 @@ namespace {
 //   secret, aws_secret_access_key,  the secret half and the token as s3fs and boto3 spell
 //   secret_access_key,              them: options of another library, refused with the URL
 //   aws_session_token               they were passed in
+//   security-token, x-oss-signature,  signed URLs of other object stores: Alibaba OSS (V1's
+//   x-oss-security-token,             STS token, V4), Tencent COS, Huawei OBS, and a
+//   q-signature, x-cos-security-token,  Backblaze B2 download authorization (its query's
+//   x-obs-security-token, authorization  Authorization=)
 // Not secrets, and shown: identifiers that grant nothing alone (access_key, X-Amz-Credential,
 // X-Goog-Credential, AWSAccessKeyId, Key-Pair-Id: the store's own errors name them too, and
 // they tell which credential was refused), a CloudFront Policy (it is what the signature
 // signs), Expires and X-Amz-Date, and every store and request option.
-constexpr std::array<std::string_view, 23> kSecretKeys = {"secret_key",
+constexpr std::array<std::string_view, 30> kSecretKeys = {"secret_key",
                                                           "session_token",
                                                           "x-amz-signature",
                                                           "x-amz-security-token",
@@ -78,7 +82,14 @@ constexpr std::array<std::string_view, 23> kSecretKeys = {"secret_key",
                                                           "secret",
                                                           "aws_secret_access_key",
                                                           "secret_access_key",
-                                                          "aws_session_token"};
+                                                          "aws_session_token",
+                                                          "security-token",
+                                                          "x-oss-signature",
+                                                          "x-oss-security-token",
+                                                          "q-signature",
+                                                          "x-cos-security-token",
+                                                          "x-obs-security-token",
+                                                          "authorization"};
 
 // What a message may put right after a URL, and a URL cannot end with without being
 // unusual: ':' in "URL: what", quotes in "'URL'" or a JSON string, ')' in "(URL)", a

@@ -314,6 +314,17 @@ def test_a_credential_option_of_another_library_is_refused_without_its_value(opt
     ("a=1;token=tk-s3cr3t", "a=1;token=***"),                  # ';' between parameters
     ("private_token=gl-s3cr3t&ref=main", "private_token=***&ref=main"),  # GitLab's API token
     ("auth=fb-s3cr3t&print=pretty", "auth=***&print=pretty"),  # Firebase's REST auth token
+    # signed URLs of other object stores: Alibaba OSS (V1 with STS, V4), Tencent COS,
+    # Huawei OBS, a Backblaze B2 download authorization
+    ("OSSAccessKeyId=AK&Expires=1&Signature=s-s3cr3t&security-token=t-s3cr3t",
+     "OSSAccessKeyId=AK&Expires=1&Signature=***&security-token=***"),
+    ("x-oss-credential=AK&x-oss-signature=s-s3cr3t&x-oss-security-token=t-s3cr3t",
+     "x-oss-credential=AK&x-oss-signature=***&x-oss-security-token=***"),
+    ("q-sign-algorithm=sha1&q-ak=AK&q-signature=s-s3cr3t&x-cos-security-token=t-s3cr3t",
+     "q-sign-algorithm=sha1&q-ak=AK&q-signature=***&x-cos-security-token=***"),
+    ("AccessKeyId=AK&Signature=s-s3cr3t&x-obs-security-token=t-s3cr3t",
+     "AccessKeyId=AK&Signature=***&x-obs-security-token=***"),
+    ("Authorization=b2-s3cr3t&b2ContentType=x", "Authorization=***&b2ContentType=x"),
     # a ';' inside a value is the value's: the rest of it is hidden too
     ("X-Amz-Signature=5e3c;s3cr3t&x=1", "X-Amz-Signature=***&x=1"),
 ])
