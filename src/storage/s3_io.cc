@@ -890,6 +890,7 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
       // A Ctrl-C during the bucket's HEAD left it unanswered: nothing is kept for the bucket
       // (its region would be a guess), so that the next call asks again.
       if (interrupt_requested()) {
+        finalize_at_exit_without_a_client();
         return file_error(ErrorCode::kIo, url, "interrupted", ECANCELED);
       }
       if (ep) {
@@ -904,6 +905,7 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
 #endif
       auto options = arrow::fs::S3Options::FromUri("s3://" + bucket + fs_query);
       if (!options.ok()) {
+        finalize_at_exit_without_a_client();
         return file_error(ErrorCode::kInvalidArgument, url,
                           "bad object-storage URL or options: " + options.status().message());
       }
@@ -917,6 +919,7 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
       options->request_timeout = retry.request_timeout;
       auto fs = arrow::fs::S3FileSystem::Make(*options);
       if (!fs.ok()) {
+        finalize_at_exit_without_a_client();
         return file_error(ErrorCode::kInvalidArgument, url,
                           "bad object-storage URL or options: " + fs.status().message());
       }
@@ -967,9 +970,20 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
 
   static void finalize_at_exit();
 
+  // S3 is initialised but this process may never make a client (its first URL's options were
+  // refused): nothing would finalise it, and the AWS SDK's state then crashed the process at
+  // exit. The handler is registered once here; a client made later registers it again
+  // (above), after that client's own static state, and finalising twice is harmless.
+  void finalize_at_exit_without_a_client() {
+    if (exit_registered_ || exit_registered_early_) return;
+    std::atexit(finalize_at_exit);
+    exit_registered_early_ = true;
+  }
+
   std::mutex mu_;
   bool initialized_ = false;
   bool exit_registered_ = false;
+  bool exit_registered_early_ = false;  // before any client was made
   std::map<std::string, std::shared_ptr<arrow::fs::FileSystem>> fs_;
 #if SHARDLOAD_S3_SIGNED
   std::map<std::string, std::shared_ptr<const S3Endpoint>> signed_;  // by the same key

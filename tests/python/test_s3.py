@@ -311,6 +311,36 @@ def test_reader_that_opens_paths_itself_is_refused(bucket):
         shardload.load([url], reader="s3-refused-rows")
 
 
+@pytest.mark.parametrize("query", ["no_such_option=1", "scheme=ftp&endpoint_override=127.0.0.1:9"])
+def test_a_first_s3_url_that_makes_no_client_leaves_the_process_exiting_cleanly(query):
+    """The first s3:// URL of a process initialises S3; where its client could not be made
+    (an option Arrow does not know, a scheme it refuses), the error was raised, then the
+    process crashed at exit (SIGSEGV: the AWS SDK's state was never finalised, "FinalizeS3
+    was not called")."""
+    import os
+    import sys
+
+    url = f"s3://b/x.npy?{query}"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    env.update({"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+                "AWS_EC2_METADATA_DISABLED": "true", "AWS_CONFIG_FILE": os.devnull,
+                "AWS_SHARED_CREDENTIALS_FILE": os.devnull})
+    script = ("import shardload\n"
+              "try:\n"
+              f"    shardload.discover({url!r})\n"
+              "except ValueError as e:\n"
+              "    print('refused:', e)\n")
+    py = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                        text=True, timeout=120)
+    assert py.returncode == 0 and py.stdout.startswith("refused: "), (py.returncode, py.stdout,
+                                                                      py.stderr)
+    assert "FinalizeS3" not in py.stderr, py.stderr
+    cli = subprocess.run([str(ROOT / "build" / "shardload"), "inspect", url], env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert cli.returncode in (1, 2) and "x.npy" in cli.stderr, (cli.returncode, cli.stderr)
+    assert "FinalizeS3" not in cli.stderr, cli.stderr
+
+
 def test_storage_options_checked():
     with pytest.raises(ValueError, match="s3:// URLs only"):
         shardload.discover("/tmp", storage_options={"scheme": "http"})
