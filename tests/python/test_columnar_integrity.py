@@ -655,3 +655,51 @@ def test_other_lies_read_as_pyarrow_reads_them_or_are_refused(tmp_path, store, c
     got = load_all(src, columns=["v"], fill_value=-7.0, **kw)
     assert got.dtype == want.dtype
     np.testing.assert_array_equal(got, want)
+
+
+# --- a sixth pass: an IPC file's footer and its leading schema, rewritten -----------------------
+
+def _ipc_bytes(values: np.ndarray) -> bytearray:
+    t = pa.table({"x": pa.array(values)})
+    out = pa.BufferOutputStream()
+    with ipc.new_file(out, t.schema) as w:
+        for b in t.to_batches(max_chunksize=10):
+            w.write_batch(b)
+    return bytearray(out.getvalue().to_pybytes())
+
+
+def _footer_blocks(b: bytes) -> int:
+    """Where the footer's first record batch Block (offset, metadata length, body length,
+    24 bytes each) lies."""
+    return footer_block_body_length(b, 0) - 16
+
+
+@pytest.mark.parametrize("case", ["blocks reordered", "a block listed twice",
+                                  "leading schema of another type"])
+def test_an_ipc_footer_that_disagrees_with_the_stream_reads_as_pyarrow_reads_it(tmp_path, store,
+                                                                                 case):
+    """The file reader follows the footer: its blocks in its order (a batch listed twice read
+    twice) and its schema, whatever the stream's own schema message at the front says."""
+    floats = np.arange(30, dtype=np.float64) + 0.5
+    b = _ipc_bytes(floats)
+    at = _footer_blocks(b)
+    blocks = [bytes(b[at + 24 * k:at + 24 * k + 24]) for k in range(3)]
+    if case == "leading schema of another type":
+        ints = _ipc_bytes(np.arange(30, dtype=np.int64))
+        head_f = struct.unpack_from("<q", b, at)[0]
+        head_i = struct.unpack_from("<q", ints, _footer_blocks(ints))[0]
+        b = bytearray(ints[:head_i] + b[head_f:])
+        at += head_i - head_f
+        for k in range(3):
+            offset = struct.unpack_from("<q", b, at + 24 * k)[0]
+            struct.pack_into("<q", b, at + 24 * k, offset + head_i - head_f)
+    else:
+        order = [2, 1, 0] if case == "blocks reordered" else [0, 0, 2]
+        for k, j in enumerate(order):
+            b[at + 24 * k:at + 24 * k + 24] = blocks[j]
+    (tmp_path / "x.arrow").write_bytes(bytes(b))
+    want = ipc.open_file(tmp_path / "x.arrow").read_all().column("x").to_numpy()
+    src, kw = where("arrow", tmp_path, store, "x.arrow")
+    got = load_all(src, **kw)
+    assert got.dtype == want.dtype
+    np.testing.assert_array_equal(got, want)

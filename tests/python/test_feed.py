@@ -984,6 +984,21 @@ def test_ranks_that_found_different_datasets_raise_the_same_error(tmp_path, monk
         assert "rank 0 has a shard more" in msg
 
 
+@pytest.mark.parametrize("spec", ["block/1000000000000000000000/3",
+                                  "block/3/10000000000000000000000",
+                                  "block/9223372036854775807/9223372036854775807",
+                                  "block/18446744073709551616/1", "block/ 3/2", "block/1_0/2"])
+def test_a_state_with_a_block_spec_past_int64_serves_every_row_once(data, spec):
+    """A state made by hand whose block shuffle's sizes are far past the rows (and past 64
+    bits) or spelled as Python's int() takes them: the epoch is still a permutation of the
+    rows, never an overflow into repeated or missing rows."""
+    d, n = data
+    feed = sf.Feed(d, 4, rank=0, world_size=1, seed=1, drop_last=False)
+    feed.load_state_dict(dict(feed.state_dict(), shuffle=spec))
+    got = np.concatenate(run_epoch(feed))
+    assert sorted(got.tolist()[:n]) == list(range(n))
+
+
 @pytest.mark.parametrize("secret", ["query", "user"])
 def test_ranks_that_found_different_datasets_show_no_secret_of_a_url(monkeypatch, secret):
     """The LayoutError of ranks whose datasets differ names the first shard that differs: an

@@ -787,3 +787,66 @@ def test_a_urls_credentials_go_to_its_own_host_only(web):
     assert any(p.startswith(other_port) for p, _ in seen)
     assert all(auth is None for p, auth in seen if p.startswith(other_port)), seen
     assert all(auth is not None for p, auth in seen if p.startswith(port)), seen
+
+
+# --- a sixth pass: 206 answers that are not one plain range ------------------------------------
+
+@pytest.mark.parametrize("lie", ["multipart/byteranges", "206 without Content-Range",
+                                 "two Content-Range lines, the last of offset 0",
+                                 "two ETag lines, the last another"])
+def test_a_206_that_is_not_the_plain_range_asked_is_refused(lie):
+    """A multipart/byteranges answer (its part's headers and boundaries are not rows), a 206
+    with no Content-Range to check, a second Content-Range or ETag line that differs: each
+    read is refused naming the URL, never read as the object's bytes."""
+    data = npy_bytes(np.arange(4000, dtype=np.float64))
+
+    class Lying(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args) -> None:
+            pass
+
+        def _reply(self, code: int, lines: list[tuple[str, str]], body: bytes,
+                   head: bool = False) -> None:
+            self.send_response(code)
+            for k, v in lines + [("Content-Length", str(len(body)))]:
+                self.send_header(k, v)
+            self.end_headers()
+            if not head:
+                self.wfile.write(body)
+
+        def do_HEAD(self) -> None:  # noqa: N802
+            self._reply(200, [("ETag", '"e1"')], data, head=True)
+
+        def do_GET(self) -> None:  # noqa: N802
+            m = re.fullmatch(r"bytes=(\d+)-(\d+)", self.headers.get("Range", ""))
+            assert m
+            a, b = int(m.group(1)), min(int(m.group(2)), len(data) - 1)
+            body, cr = data[a:b + 1], f"bytes {a}-{b}/{len(data)}"
+            if lie == "multipart/byteranges":
+                part = (b"--XYZ\r\nContent-Type: application/octet-stream\r\n"
+                        + f"Content-Range: {cr}\r\n\r\n".encode() + body + b"\r\n--XYZ--\r\n")
+                self._reply(206, [("ETag", '"e1"'),
+                                  ("Content-Type", "multipart/byteranges; boundary=XYZ")], part)
+            elif lie == "206 without Content-Range":
+                self._reply(206, [("ETag", '"e1"')], body)
+            elif lie.startswith("two Content-Range"):
+                self._reply(206, [("ETag", '"e1"'), ("Content-Range", cr),
+                                  ("Content-Range", f"bytes 0-{b - a}/{len(data)}")],
+                            data[:b - a + 1])
+            else:
+                self._reply(206, [("ETag", '"e1"'), ("ETag", '"e2"'), ("Content-Range", cr)],
+                            body)
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Lying)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{server.server_address[1]}/d/x.npy"
+    try:
+        with pytest.raises(shardload.Error) as e:
+            np.asarray(shardload.load(url))
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert url in str(e.value), str(e.value)
