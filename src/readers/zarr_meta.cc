@@ -1,8 +1,11 @@
 // Zarr metadata: strict parsing of .zarray (v2) and zarr.json (v3) into the
 // few facts the reader needs, and their compact encoding for Shard::extra.
+#include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <string_view>
 
 #include "base/detail/checked.hpp"
 #include "base/detail/json.hpp"
@@ -474,6 +477,22 @@ Result<ZarrMeta> parse_v3(const std::string& file, const Json& j, bool* not_an_a
     return json_error(file, "zarr_format", "3", *zf);
   }
   SHARDLOAD_RETURN_IF_ERROR(check_v3_node(file, j, not_an_array));
+  // A field the v3 spec does not define is an extension, which may change what the chunks
+  // mean: read past only where it says "must_understand": false, as the spec asks.
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    const std::string& key = it.key();
+    const Json& value = it.value();
+    static constexpr std::array<std::string_view, 11> kFields = {
+        "zarr_format",    "node_type", "shape",      "data_type",          "chunk_grid",
+        "fill_value",     "codecs",    "attributes", "chunk_key_encoding", "storage_transformers",
+        "dimension_names"};
+    if (std::find(kFields.begin(), kFields.end(), key) != kFields.end()) continue;
+    const Json* must = value.is_object() ? find(value, "must_understand") : nullptr;
+    if (must != nullptr && must->is_boolean() && !must->get<bool>()) continue;
+    return bad(file, key,
+               "an extension field this reader does not know, which does not say "
+               "\"must_understand\": false (the Zarr v3 spec asks a reader to refuse it)");
+  }
   SHARDLOAD_ASSIGN_OR_RETURN(const Json* dt, require(file, j, "", "data_type"));
   if (!dt->is_string()) return json_error(file, "data_type", "a data type name", *dt);
   {

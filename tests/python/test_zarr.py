@@ -395,12 +395,28 @@ def edit_metadata(store: pathlib.Path, fmt: int, change) -> pathlib.Path:
      r"codecs\[0\]\.configuration\.endian: missing"),
     (3, lambda m: m.update(fill_value=None), r"fill_value: expected a value"),
     (3, lambda m: m.update(storage_transformers=[{"name": "x"}]), r"storage_transformers"),
+    # Extension fields: one that says nothing of must_understand, or says true, must be
+    # understood (the v3 spec; zarr-python refuses them); they were ignored and the rows read.
+    (3, lambda m: m.update(an_extension={"must_understand": True}),
+     r"an_extension: an extension field this reader does not know"),
+    (3, lambda m: m.update(an_extension={"name": "x"}),
+     r"an_extension: an extension field this reader does not know"),
+    (3, lambda m: m.update(an_extension=[1, 2]),
+     r"an_extension: an extension field this reader does not know"),
 ])
 def test_bad_metadata(tmp_path, fmt, change, message):
     store = one_store(tmp_path, fmt, compressors=zc.ZstdCodec() if fmt == 3 else numcodecs.Zstd())
     path = edit_metadata(store, fmt, change)
     with pytest.raises(shardload.LayoutError, match=str(path).replace(".", r"\.") + ": " + message):
         shardload.discover(tmp_path, format="zarr")
+
+
+def test_an_extension_field_that_need_not_be_understood_is_read_as_zarr_reads_it(tmp_path):
+    store = one_store(tmp_path, 3)
+    edit_metadata(store, 3, lambda m: m.update(an_extension={"must_understand": False, "x": 1},
+                                               dimension_names=["a", None]))
+    want = zarr.open_array(store)[:]
+    np.testing.assert_array_equal(np.asarray(shardload.load(tmp_path, format="zarr")), want)
 
 
 @pytest.mark.parametrize("fmt", [2, 3])
