@@ -157,12 +157,15 @@ std::string describe(const CurlOutcome& o, const std::string& body) {
 // x-amz-bucket-region names it, a HEAD's only word; a 400 AuthorizationHeaderMalformed whose
 // XML names it), what to do about it: the request went to, or was signed for, the region the
 // URL, the environment or the config file gave.
+bool is_region_name(const std::string& s);
+
 std::string describe(const CurlAnswer& a) {
   std::string text = describe(a.outcome, a.error_body);
   if (a.outcome.curl != CURLE_OK || a.outcome.http < 300 || a.outcome.http >= 500) return text;
   std::string region = a.headers.bucket_region;
   if (region.empty()) region = xml_field(a.error_body, "Region");
-  if (region.empty()) return text;
+  // A name no region has (a lying server's text) is not offered as the region= to add.
+  if (!is_region_name(region)) return text;
   return text + " (the bucket is in region " + region + ": add region=" + region +
          " to the URL's query or storage_options)";
 }

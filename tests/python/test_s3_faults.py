@@ -344,6 +344,17 @@ def test_a_bucket_in_another_region_is_named_in_the_error(data, proxy):
             what, rule.fired, msg)
 
 
+def test_a_region_a_store_names_that_is_no_region_is_not_suggested(data, proxy):
+    """A 301 whose x-amz-bucket-region is no region's name (a lying server or proxy) is still
+    an error naming the URL, but its text is not offered as the region= to add."""
+    layout = shardload.discover(data.url(), storage_options=data.options)
+    proxy.add(Rule(action="wrong-region", count=None, region="evil.example/x?token=1"))
+    with pytest.raises(shardload.Error) as e:
+        layout.read(0, layout.total_rows)
+    msg = str(e.value)
+    assert data.name in msg and "evil.example" not in msg, msg
+
+
 def test_requests_of_discovery_leave_other_python_threads_running(data, proxy):
     """The proxy is Python threads of this process: a request made while holding the GIL
     would wait on it until the request timeout. Naming one object asks the store whether it
