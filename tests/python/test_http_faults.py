@@ -221,19 +221,26 @@ def _self_signed(tmp_path) -> tuple[str, str]:
 # ---- item 5: a GET's validators are the snapshot's ------------------------------------------
 
 
-@pytest.mark.parametrize("etag", ["strong", "weak", None])
-def test_a_get_of_another_version_than_the_head_is_refused(web, etag):
-    """A server whose HEAD lags its GETs (a cache or a replica in front), and which ignores
-    If-Match: the rows of the version the GETs serve are never loaded as the snapshot's."""
-    server, base = web
+def _lagging_head(server, base: str, etag: str | None) -> tuple[str, np.ndarray]:
+    """A server whose HEAD of /v/a.npy still describes the old version (ETag and Last-Modified)
+    while its GETs, which ignore If-Match, serve a new one of the same size: only the
+    validators tell them apart. Returns the URL and the new version's rows."""
     old = np.arange(40, dtype=np.float32).reshape(10, 4)
-    new = old + 1000  # the same size: only the validators tell
+    new = old + 1000
     server.etag = etag
     server.honour_if_match = False
     server.put("/v/a.npy", npy_bytes(new), lm="Tue, 02 Jan 2024 00:00:00 GMT")
     server.head_objects["/v/a.npy"] = npy_bytes(old)
     server.head_last_modified["/v/a.npy"] = "Mon, 01 Jan 2024 00:00:00 GMT"
-    url = f"{base}/v/a.npy"
+    return f"{base}/v/a.npy", new
+
+
+@pytest.mark.parametrize("etag", ["strong", "weak", None])
+def test_a_get_of_another_version_than_the_head_is_refused(web, etag):
+    """A server whose HEAD lags its GETs (a cache or a replica in front), and which ignores
+    If-Match: the rows of the version the GETs serve are never loaded as the snapshot's."""
+    server, base = web
+    url, new = _lagging_head(server, base, etag)
     layout = shardload.discover(url, format="raw", dtype="<f4", trailing_shape=(4,),
                                 header_bytes=128)
     with pytest.raises(shardload.ShardReadError) as e:
@@ -259,15 +266,8 @@ def test_a_get_without_the_validators_its_head_gave_is_refused(web, etag):
     would, RFC 9110): nothing was compared, and the other version's rows were loaded.
     Refused naming the URL; a GET that carries its ETag again reads."""
     server, base = web
-    old = np.arange(40, dtype=np.float32).reshape(10, 4)
-    new = old + 1000
-    server.etag = etag
-    server.honour_if_match = False
     server.get_validators = False
-    server.put("/v/a.npy", npy_bytes(new), lm="Tue, 02 Jan 2024 00:00:00 GMT")
-    server.head_objects["/v/a.npy"] = npy_bytes(old)
-    server.head_last_modified["/v/a.npy"] = "Mon, 01 Jan 2024 00:00:00 GMT"
-    url = f"{base}/v/a.npy"
+    url, new = _lagging_head(server, base, etag)
     layout = shardload.discover(url, format="raw", dtype="<f4", trailing_shape=(4,),
                                 header_bytes=128)
     with pytest.raises(shardload.ShardReadError) as e:
