@@ -14,6 +14,15 @@ def gather(layout: Layout, rows: np.ndarray[Any, Any], out: np.ndarray[Any, Any]
     ``out`` C-contiguous, writable, ``len(rows)`` rows of the layout's dtype); ``threads``
     readers, the GIL released. ValueError for a row outside the layout; ShardReadError as a
     load's."""
+def take(src: np.ndarray[Any, Any], rows: np.ndarray[Any, Any], out: np.ndarray[Any, Any],
+         threads: int = 1) -> None:
+    """``out[i]`` = ``src[rows[i]]`` for every i (int64 rows; ``src`` and ``out``
+    C-contiguous, of one dtype and row shape, ``out`` writable with a row per index): a block
+    shuffle's batch copied out of its window with the GIL released. ValueError for a row
+    outside ``src`` or arrays that do not fit."""
+def shard_states(layout: Layout) -> list[tuple[bytes, int, int, int, int]]:
+    """Each shard's (path, first file row, rows, size, mtime in ns): what the ranks of a job
+    compare before they share one stream."""
 def permute(xs: np.ndarray[Any, Any], n: int, keys: Sequence[int],
             inverse: bool = False) -> np.ndarray[Any, Any]:
     """The keyed bijection of ``[0, n)`` (a Feistel network over the smallest ``4**h >= n``,
