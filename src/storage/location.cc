@@ -85,22 +85,20 @@ Result<RemoteIo*> route_path(std::string_view path) {
 
 }  // namespace detail
 
-std::string directory_key(std::string_view path) {
-  const std::size_t q = is_remote_url(path) ? path.find('?') : std::string_view::npos;
-  const std::string_view name = path.substr(0, q);
-  const std::size_t slash = name.rfind('/');
-  std::string key = slash == std::string_view::npos ? std::string(".")
-                    : slash == 0                    ? std::string("/")
-                                                    : std::string(name.substr(0, slash));
-  if (q != std::string_view::npos) key += path.substr(q);
-  return key;
-}
-
 std::pair<std::string, std::string> split_options(std::string_view path) {
   const std::size_t q =
       path_traits(path).options_in_query ? path.find('?') : std::string_view::npos;
   if (q == std::string_view::npos) return {std::string(path), {}};
   return {std::string(path.substr(0, q)), std::string(path.substr(q))};
+}
+
+std::string directory_key(std::string_view path) {
+  const auto [name, options] = split_options(path);
+  const std::size_t slash = name.rfind('/');
+  const std::string key = slash == std::string::npos ? std::string(".")
+                          : slash == 0               ? std::string("/")
+                                                     : name.substr(0, slash);
+  return key + options;
 }
 
 std::string join_key(std::string_view dir, std::string_view name) {
