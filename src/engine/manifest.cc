@@ -48,6 +48,14 @@ std::pair<std::string, std::string> split_query(const std::string& url) {
 // `name` in directory `dir`; in a remote one, before the directory's query.
 std::string join(const std::string& dir, const std::string& name) { return join_key(dir, name); }
 
+// A shard `name` of directory `dir`, spelled as a listing of `dir` spells it (a source's
+// directory in the working directory, ".", gives bare names): the manifest's shards are
+// compared with that listing, and a "./" on one side only would call every manifest of the
+// working directory stale.
+std::string shard_in(const std::string& dir, const std::string& name) {
+  return dir == "." ? name : join(dir, name);
+}
+
 using detail::get_le;
 using detail::put_le;
 
@@ -127,7 +135,7 @@ Status relative_to(const std::string& dir, std::string* path) {
     }
     return Status::ok();
   }
-  const std::string prefix = join(dir, "");
+  const std::string prefix = shard_in(dir, "");
   if (path->size() <= prefix.size() || path->compare(0, prefix.size(), prefix) != 0) {
     return Status(ErrorCode::kInvalidArgument,
                   path_for_message(*path) + ": not inside " + path_for_message(dir) +
@@ -149,8 +157,8 @@ std::string infer_pattern(const Layout& layout, const std::string& dir) {
   if (!scan) return {};
   for (const auto& g : scan->groups) {
     if (static_cast<std::size_t>(g.count) == layout.shards.size() &&
-        join(dir, g.first) == layout.shards.front().path &&
-        join(dir, g.last) == layout.shards.back().path) {
+        shard_in(dir, g.first) == layout.shards.front().path &&
+        shard_in(dir, g.last) == layout.shards.back().path) {
       return g.pattern;
     }
   }
@@ -441,13 +449,13 @@ Result<Manifest> read_manifest(const std::string& path) {
     if (remote && s.path.find_first_of(cut) != std::string::npos) {
       return unnameable("shard", s.path);
     }
-    s.path = join(m.directory, s.path);
+    s.path = shard_in(m.directory, s.path);
     for (auto& f : s.linked) {
       if (!safe_relative(f.path, &why)) return bad("linked file " + path_for_message(why));
       if (remote && f.path.find_first_of(cut) != std::string::npos) {
         return unnameable("linked file", f.path);
       }
-      f.path = join(m.directory, f.path);
+      f.path = shard_in(m.directory, f.path);
     }
   }
   m.layout = std::move(layout).value();

@@ -397,3 +397,27 @@ def test_snapshot_check_of_many_shards_names_the_first_that_changed(tmp_path):
     os.utime(d / "p_1099.parquet", ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
     layout = shardload.discover(d)
     assert f"{d}/p_1099.parquet: size" in layout.manifest_status, layout.manifest_status
+
+
+@pytest.mark.parametrize("where", [".", "./", "d", "./d", "d/", "./d/"])
+def test_a_relatively_spelled_directory_uses_the_manifest_index_wrote(tmp_path, monkeypatch, cli,
+                                                                       where):
+    # The working directory (".", "./") and a directory named relative to it: index writes a
+    # manifest that discovery of the same directory, under any of its spellings, then uses.
+    d = tmp_path / "d"
+    expected = write_shards(d, [3, 0, 5, 2])
+    here = where.rstrip("/") == "."
+    monkeypatch.chdir(d if here else tmp_path)
+    assert os.path.samefile(shardload.index(where), d / MANIFEST)
+    spellings = ([".", "./"] if here else ["d", "./d", "d/", "./d/"]) + [str(d), f"{d}/"]
+    for spelling in spellings:
+        layout = shardload.discover(spelling)
+        assert layout.manifest_state is shardload.ManifestState.USED, (spelling,
+                                                                        layout.manifest_status)
+        np.testing.assert_array_equal(layout.read(), expected)
+    os.unlink(d / MANIFEST)
+    r = run(cli, "index", where)
+    assert r.returncode == 0, r.stderr
+    for spelling in spellings:
+        r = run(cli, "inspect", spelling)
+        assert r.returncode == 0 and "manifest: used" in r.stdout, (spelling, r.stdout, r.stderr)
