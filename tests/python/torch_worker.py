@@ -290,15 +290,23 @@ def main() -> None:
     ap.add_argument("--cases")
     ap.add_argument("--fault")
     args = ap.parse_args()
-    if args.mode in ("train", "killed", "fault", "differ"):
-        {"train": train, "killed": killed, "fault": fault, "differ": differ}[args.mode](args)
-        return
-    result = {"dlpack": lambda: dlpack(args.dir), "loader": lambda: loader(args.dir, args.cases),
-              "resume": lambda: resume(args)}[args.mode]()
-    with open(args.out, "w") as f:
-        json.dump(result, f)
-    if dist.is_initialized():
-        dist.destroy_process_group()
+    try:
+        if args.mode in ("train", "killed", "fault", "differ"):
+            {"train": train, "killed": killed, "fault": fault, "differ": differ}[args.mode](args)
+            return
+        result = {"dlpack": lambda: dlpack(args.dir),
+                  "loader": lambda: loader(args.dir, args.cases),
+                  "resume": lambda: resume(args)}[args.mode]()
+        with open(args.out, "w") as f:
+            json.dump(result, f)
+    finally:
+        # Also when the run ends on an exception, as torch asks of every script: a process that
+        # exits with its gloo groups alive can abort in their teardown during the interpreter's
+        # finalisation ("terminate called without an active exception", SIGABRT), whatever its
+        # exception was. The feed raises its errors on every rank at the same step, so no rank
+        # is inside a collective here and the ranks can all destroy the groups.
+        if dist.is_initialized():
+            dist.destroy_process_group()
 
 
 if __name__ == "__main__":
