@@ -9,6 +9,7 @@
 #include <iostream>
 #include <sstream>
 
+#include "base/detail/checked.hpp"
 #include "cli/commands.hpp"
 #include "shardload/io.hpp"
 #include "shardload/location.hpp"
@@ -128,6 +129,19 @@ std::optional<int> parse_write_args(const Args& args, WriteArgs* out) {
                                 "'");
   }
   out->dtype = *dtype;
+  // The sizes as the .npy reader computes them (npy.cc): a shape whose bytes wrap 64 bits would
+  // be written as a header alone, announced as written, and refused by every reader.
+  std::uint64_t bytes = 1;
+  bool fits = true;
+  for (const auto d : out->shape) {
+    fits = fits && detail::checked_mul(bytes, static_cast<std::uint64_t>(d), &bytes);
+  }
+  constexpr std::uint64_t kMostBytes = INT64_MAX - 4096;  // a header of at most 4 KiB before
+  fits = fits && detail::checked_mul(bytes, std::uint64_t{out->dtype.size}, &bytes);
+  if (!fits || bytes > kMostBytes) {
+    return usage_error(cmd, "--shape: more than 2**63 - 1 bytes of " + out->dtype.name() +
+                                ", the most a file holds; found '" + p.opts["shape"] + "'");
+  }
   return std::nullopt;
 }
 

@@ -744,6 +744,26 @@ def test_write_refuses_more_dimensions_than_legate_holds(cli, tmp_path: pathlib.
         out(r) + err(r)
 
 
+@pytest.mark.parametrize("shape, dtype", [
+    ("4,4294967296,4294967296", "float32"),  # the element count wraps to 0
+    ("2,4611686018427387904", "float32"),  # 2**63 elements, 2**65 bytes
+    ("3,9223372036854775807,2", "int8"),
+    ("9223372036854775807", "complex128"),
+])
+def test_write_refuses_a_shape_whose_bytes_overflow_64_bits(cli, tmp_path: pathlib.Path,
+                                                             shape: str, dtype: str) -> None:
+    # Before, the sizes wrapped: `--shape 4,4294967296,4294967296` exited 0 saying it wrote
+    # (4, 4294967296, 4294967296) float32, and left .npy files of a header alone, which numpy
+    # and shardload refuse; the others began writing exabytes into the directory.
+    d = tmp_path / "d"
+    r = run(cli, "write", "--shard-dir", d, "--num-shards", "2", "--shape", shape, "--dtype",
+            dtype, env=NO_LEGATE)
+    assert r.returncode == 2, out(r) + err(r)
+    assert (f"--shape: more than 2**63 - 1 bytes of {dtype}, the most a file holds; found "
+            f"'{shape}'") in err(r), err(r)
+    assert not d.exists()
+
+
 @pytest.mark.parametrize("n", [7, 8])
 def test_read_refuses_more_dimensions_than_legate_holds(cli, tmp_path: pathlib.Path,
                                                         n: int) -> None:
