@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
+import stat
 import time
 from typing import Any, Callable, Mapping, Optional
 
@@ -118,6 +120,77 @@ def check_out(where: str, out: object, shape: tuple, dtype: np.dtype) -> None:
         raise ValueError(f"{where}: out= has " + "; ".join(problems))
 
 
+def check_out_maps_no_source_file(where: str, out: np.ndarray, layout: Layout) -> None:
+    """``out=`` must not be a shared mapping of a file of the source (``np.load(shard,
+    mmap_mode="r+")``): the engine's tiles would write into the files that other tiles still
+    read, and a row read after its bytes were overwritten is another row's. A private
+    (copy-on-write) mapping never reaches the file and is taken."""
+    base: object = out
+    while isinstance(base, np.ndarray) and base.base is not None:
+        base = base.base
+    if isinstance(base, np.ndarray) and base.flags.owndata:
+        return  # numpy's own memory, no file's (the usual case: nothing to look up)
+    mapped = _shared_files_mapped(out.ctypes.data, out.nbytes)
+    if not mapped:
+        return
+    files: dict[tuple[int, int], str] = {}
+    stores: list[tuple[str, bytes]] = []  # a directory shard (a Zarr store), its real path
+    for path in layout.paths:
+        if "://" in path:
+            continue
+        try:
+            st = os.stat(path)
+        except OSError:
+            continue
+        files[(st.st_dev, st.st_ino)] = path
+        if stat.S_ISDIR(st.st_mode):
+            stores.append((path, os.fsencode(os.path.realpath(path)) + b"/"))
+    for name, identity in mapped:
+        # The mapping's own device and inode, else (an overlay file system shows the layer's)
+        # the file its path names now.
+        shard = files.get(identity)
+        if shard is None:
+            try:
+                st = os.stat(name)
+                shard = files.get((st.st_dev, st.st_ino))
+            except OSError:
+                pass
+        if shard is None:
+            real = os.path.realpath(name)
+            shard = next((p for p, prefix in stores if real.startswith(prefix)), None)
+        if shard is not None:
+            shown = _core.redact_secrets(os.fsdecode(name))
+            raise ValueError(
+                f"{where}: out= is memory mapped from {shown}, a file of the source "
+                f"({_core.redact_secrets(shard)}): the load would write into the files it "
+                "reads, and read rows it had overwritten; pass an array of its own (or a "
+                "copy-on-write mapping, mmap_mode='c')")
+
+
+def _shared_files_mapped(address: int, size: int) -> list[tuple[bytes, tuple[int, int]]]:
+    """The files mapped MAP_SHARED over any byte of [address, address + size) in this
+    process, each with its (st_dev, st_ino) as the mapping records them (Linux's
+    /proc/self/maps; none elsewhere)."""
+    if size <= 0:
+        return []
+    try:
+        with open("/proc/self/maps", "rb") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return []
+    end = address + size
+    found = []
+    for line in lines:
+        # "start-end perms offset major:minor inode path": a path may hold spaces.
+        fields = line.split(None, 5)
+        if len(fields) < 6 or not fields[5].startswith(b"/") or fields[1][3:4] != b"s":
+            continue
+        lo, _, hi = fields[0].partition(b"-")
+        if int(lo, 16) < end and address < int(hi, 16):
+            major, _, minor = fields[3].partition(b":")
+            dev = os.makedev(int(major, 16), int(minor, 16))
+            found.append((fields[5], (dev, int(fields[4]))))
+    return found
 
 
 class _Reporter:

@@ -69,8 +69,10 @@ def load(
         out: an array to fill instead of a new one (as numpy's ``out=``): C-contiguous,
             writable, of the result's shape and dtype (``astype``'s where given). Reusing one
             saves the first touch of new memory (the kernel zeroing its pages), which on a
-            hot page cache is a third of a load's time. Returned filled; after an error its
-            rows are unspecified.
+            hot page cache is a third of a load's time. Not a shared memory mapping of a
+            file of the source (``np.load(shard, mmap_mode="r+")``: the load would read rows
+            it had overwritten; ValueError). Returned filled; after an error its rows are
+            unspecified.
         info: True to return ``(array, LoadInfo)``; its ``target`` is ``"host"`` and its
             ``processors`` the threads that read.
         progress: a callable taking one :class:`LoadProgress` (stages ``"discovered"``,
@@ -100,6 +102,7 @@ def load(
     _bool("info", info)
     if out is not None:
         _frontend.check_out("shardload.numpy.load", out, prepared.layout.shape, prepared.dtype)
+        _frontend.check_out_maps_no_source_file("shardload.numpy.load", out, prepared.layout)
     reporter = _frontend._Reporter(progress, prepared, "shardload.numpy.load")
     try:
         reporter.stage("discovered")

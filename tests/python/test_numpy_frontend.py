@@ -5,6 +5,7 @@ caller as the typed error naming the file."""
 from __future__ import annotations
 
 import os
+import pathlib
 import subprocess
 import sys
 import threading
@@ -76,6 +77,56 @@ def test_out_is_filled_in_place_and_checked(tmp_path):
         snp.load(d, out=frozen)
     with pytest.raises(TypeError, match="out="):
         snp.load(d, out=[0])
+
+
+def _out_over_a_shard(tmp_path, how):
+    """A dataset and an ``out=`` array that maps (MAP_SHARED) one of its files, as ``how``
+    says; returns (source, row_range, out, the mapped file)."""
+    n = 200_000
+    d = tmp_path / "d"
+    d.mkdir()
+    if how == "a Zarr chunk":
+        z = zarr.create_array(d / "shard_0000.zarr", shape=(n,), chunks=(n,), dtype="int64",
+                              zarr_format=2, compressors=None, fill_value=0)
+        z[:] = np.arange(n)
+        mapped = d / "shard_0000.zarr" / "0"
+        return d, (0, n), np.memmap(mapped, np.int64, "r+", shape=(n,)), mapped
+    np.save(d / "shard_0000.npy", np.arange(n, dtype=np.int64))
+    mapped = d / "shard_0000.npy"
+    if how == "a hard link":
+        os.link(mapped, tmp_path / "link.npy")
+        mapped = tmp_path / "link.npy"
+    whole = np.load(mapped, mmap_mode="r+")
+    if how == "rows shifted":
+        # The load reads rows [0, n - 1000) into the file's rows [1000, n): a row's bytes are
+        # overwritten before a later tile reads them.
+        out = whole[1000:]
+        out[:] = np.array(out)  # pages already dirty: no write moves the file's mtime
+        return d, (0, n - 1000), out, mapped
+    return d, (0, n), whole, mapped
+
+
+@pytest.mark.parametrize("how", ["the same rows", "rows shifted", "a hard link", "a Zarr chunk"])
+def test_an_out_array_mapped_from_a_file_of_the_source_is_refused(tmp_path, how):
+    # Before, out=np.load(shard, mmap_mode="r+")[1000:] over rows [0, n - 1000) read rows whose
+    # bytes the load had already overwritten in the shard: 1,985,000 of 1,999,000 rows wrong
+    # (4 threads) and no error, and the shard itself was rewritten.
+    d, rows, out, mapped = _out_over_a_shard(tmp_path, how)
+    before = pathlib.Path(mapped).read_bytes()
+    with pytest.raises(ValueError, match=r"out= is memory mapped from .*, a file of the source"):
+        snp.load(d, row_range=rows, out=out, threads=4)
+    assert pathlib.Path(mapped).read_bytes() == before
+
+
+def test_an_out_array_mapped_privately_or_from_another_file_is_filled(tmp_path):
+    d, rows, _, mapped = _out_over_a_shard(tmp_path, "the same rows")
+    want = np.arange(rows[1], dtype=np.int64)
+    private = np.load(mapped, mmap_mode="c")  # copy-on-write: the file is not written
+    assert snp.load(d, out=private, threads=4) is private
+    np.testing.assert_array_equal(private, want)
+    other = np.lib.format.open_memmap(tmp_path / "other.npy", "w+", np.int64, want.shape)
+    np.testing.assert_array_equal(snp.load(d, out=other, threads=4), want)
+    np.testing.assert_array_equal(np.load(mapped), want)
 
 
 def test_a_layout_and_its_slices_are_taken(tmp_path):
