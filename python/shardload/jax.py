@@ -262,6 +262,13 @@ def _indices(sharding: Any, shape: tuple[int, ...],
              ranged: bool) -> Mapping[Any, tuple[slice, ...]]:
     """Each addressable device's index into the array; rows that the sharding's axis-0 pieces
     do not divide are refused here, naming both."""
+    from jax.sharding import PartitionSpec
+
+    spec = getattr(sharding, "spec", None)
+    if isinstance(spec, PartitionSpec) and len(spec) > len(shape):
+        # JAX raises a bare IndexError for it ("list index out of range").
+        raise ValueError(f"{WHERE}: the sharding's PartitionSpec{tuple(spec)} has {len(spec)} "
+                         f"entries, and the array has {len(shape)} axes (shape {shape})")
     try:
         return sharding.addressable_devices_indices_map(shape)
     except ValueError as e:

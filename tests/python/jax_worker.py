@@ -45,6 +45,8 @@ def _sharding(jax, name: str):
         return NamedSharding(Mesh(devices.reshape(1, -1), ("a", "b")), P("a", None, "b"))
     if name == "trailing_only":  # every device holds every row, half of the last axis
         return NamedSharding(Mesh(devices, ("b",)), P(None, None, "b"))
+    if name == "more_axes_than_dims":  # a spec of 4 entries for a 3-D array
+        return NamedSharding(Mesh(devices, ("b",)), P(None, None, None, "b"))
     raise ValueError(name)
 
 

@@ -97,6 +97,7 @@ def test_one_process_two_devices_equals_numpy(tmp_path: pathlib.Path, bucket) ->
         ("one_row", str(npy), "default", {"row_range": [7, 8]}),
         ("long_double", str(npy), "default", {"astype": "longdouble"}),
         ("bad_sharding", str(npy), "default", {"sharding": "rows"}),
+        ("more_axes", str(npy), "more_axes_than_dims", {}),
     ]
     spec = {"devices": 2, "out": str(tmp_path),
             "cases": [{"name": n, "source": s, "sharding": sh, "kwargs": kw}
@@ -143,6 +144,10 @@ def test_one_process_two_devices_equals_numpy(tmp_path: pathlib.Path, bucket) ->
     assert records["long_double"]["error"] == "TypeError", records["long_double"]
     assert records["bad_sharding"]["error"] == "TypeError", records["bad_sharding"]
     assert "sharding: expected a jax.sharding.Sharding" in records["bad_sharding"]["message"]
+    # JAX's own IndexError ("list index out of range") named nothing.
+    assert records["more_axes"]["error"] == "ValueError", records["more_axes"]
+    assert ("the sharding's PartitionSpec(None, None, None, 'b') has 4 entries, and the array "
+            "has 3 axes (shape (192, 3, 4))") in records["more_axes"]["message"]
     changed_r = records["changed"]
     assert changed_r["error"] == "ShardReadError", changed_r
     assert str(changed / "shard_05.npy") in changed_r["message"], changed_r
