@@ -177,6 +177,49 @@ def _columnar_for_cast(discover_with: Callable[[_Options, str | None], Layout],
     return stored
 
 
+def _fill_problem(fill: float, stored: np.dtype, astype: np.dtype) -> str | None:
+    """Why nulls filled with ``fill`` in the columns' own ``stored`` type, then cast to
+    ``astype`` as numpy casts, would not hold what a fill in ``astype`` holds (the reader's
+    rule: integers and bools take it exactly; a float may round it, but a finite value must
+    stay finite; inf and nan fill a float as written); None where they do. The cast after
+    the fill must not make of -1 a uint8 255, of 70000 a float16 inf, of inf an int32
+    -2**31, nor of 65519 through a float16 column a uint16 65504."""
+    exact = np.isfinite(fill) and fill == int(fill)
+    if astype.kind == "b":
+        fits = exact and fill in (0, 1)
+    elif astype.kind in "iu":
+        info = np.iinfo(astype)
+        fits = exact and info.min <= int(fill) <= info.max
+    else:
+        with np.errstate(all="ignore"):
+            fits = not np.isfinite(fill) or bool(np.isfinite(
+                np.array(fill, np.float64).astype(astype).real))
+    if not fits:
+        return f"is not representable as {astype.name}"
+    with np.errstate(all="ignore"):
+        want = np.array(fill, np.float64).astype(astype)
+        got = np.array(fill, np.float64).astype(stored).astype(astype)
+    if got == want or (np.isnan(got) and np.isnan(want)):
+        return None
+    return (f"would be {got.item()!r} as {astype.name}: the nulls are filled in the columns' "
+            f"{stored.name} ({np.array(fill, np.float64).astype(stored).item()!r}) before "
+            f"the cast")
+
+
+def _check_fill_cast(layout: Layout, options: _Options, astype: np.dtype, where: str) -> None:
+    """A parquet/arrow layout read in its own type and cast after to ``astype``: its nulls
+    are filled before the cast, so ``fill_value`` is held to ``astype`` here (discovery held
+    it to the stored type only)."""
+    fill = options.values.get("fill_value")
+    if fill is None or layout.format not in _COLUMNAR or layout.dtype == astype:
+        return
+    why = _fill_problem(float(fill), np.dtype(layout.dtype), astype)  # type: ignore[arg-type]
+    if why is not None:
+        raise LayoutError(f"{where}: fill_value={float(fill)!r} {why} (astype= casts the "
+                          f"{np.dtype(layout.dtype).name} columns after their nulls are "
+                          "filled)")
+
+
 def _decoded(discover_with: Callable[[_Options, str | None], Layout], options: _Options,
              astype: np.dtype | None, where: str, *, cast_after: bool,
              source: object) -> Layout:
@@ -203,7 +246,9 @@ def _decoded(discover_with: Callable[[_Options, str | None], Layout], options: _
             raise TypeError(f"{where}: dtype= is the deprecated spelling of astype= for "
                             "parquet and arrow; pass astype= only")
         if cast_after:
-            return _columnar_for_cast(discover_with, options, astype)
+            layout = _columnar_for_cast(discover_with, options, astype)
+            _check_fill_cast(layout, options, astype, where)
+            return layout
         return discover_with(options, _dtype_text(astype))
     if options.format != "auto" and not cast_after:
         raise ValueError(f"{where}: astype= is the type parquet and arrow columns are "
@@ -212,9 +257,11 @@ def _decoded(discover_with: Callable[[_Options, str | None], Layout], options: _
     layout = discover_with(options, None)
     if layout.format in _COLUMNAR:
         # Told by the files' first bytes, not their names.
-        return _columnar_for_cast(discover_with,
-                                  dataclasses.replace(options, format=layout.format), astype,
-                                  stored=layout)
+        layout = _columnar_for_cast(discover_with,
+                                    dataclasses.replace(options, format=layout.format),
+                                    astype, stored=layout)
+        _check_fill_cast(layout, options, astype, where)
+        return layout
     elif not cast_after:
         raise ValueError(f"{where}: astype= is the type parquet and arrow columns are "
                          f"decoded into; these are {layout.format} files, which give their "

@@ -703,3 +703,115 @@ def test_an_ipc_footer_that_disagrees_with_the_stream_reads_as_pyarrow_reads_it(
     got = load_all(src, **kw)
     assert got.dtype == want.dtype
     np.testing.assert_array_equal(got, want)
+
+
+# --- an eighth pass: fill_value= with a cast after the fill; a stored schema that lies -------
+
+# (stored, astype, fill): a cast numpy makes after the fill (the columns do not convert to
+# astype without loss), and a fill value astype cannot hold, or holds otherwise than the stored
+# type carries it. Before: -1 filled a uint8 with 255, 128 an int8 with -128, 70000 a float16
+# with inf, inf an int32 with -2**31, 0.5 an int8 with 0, 2 a bool with True, and 65519 a uint16
+# with 65504 (rounded by the float16 column first).
+FILLS_THE_CAST_CHANGES = [
+    ("int8", "uint8", -1, "is not representable as uint8"),
+    ("int16", "int8", 128, "is not representable as int8"),
+    ("int32", "float16", 70000, "is not representable as float16"),
+    ("float16", "int32", float("inf"), "is not representable as int32"),
+    ("float16", "int8", 0.5, "is not representable as int8"),
+    ("uint8", "bool", 2, "is not representable as bool"),
+    ("float16", "uint16", 65519, "would be 65504 as uint16"),
+]
+
+
+def _cast_after_frontends():
+    import shardload.numpy
+
+    return {"numpy.load": lambda src, **kw: shardload.numpy.load(src, **kw),
+            "load": lambda src, **kw: np.asarray(shardload.load(src, **kw)),
+            "batches": lambda src, **kw: np.concatenate(
+                [np.asarray(b) for b in shardload.batches(src, 2, **kw)])}
+
+
+def _stored_values(stored: str) -> pa.Array:
+    values = [1, None, 3] if stored != "bool" else [True, None, False]
+    return pa.array(np.array([v or 0 for v in values]).astype(stored),
+                    mask=np.array([v is None for v in values]))
+
+
+@pytest.mark.parametrize("frontend", ["numpy.load", "load", "batches"])
+@pytest.mark.parametrize("fmt", ["parquet", "arrow"])
+@pytest.mark.parametrize("stored,astype,fill,why", FILLS_THE_CAST_CHANGES)
+def test_a_fill_value_the_cast_after_the_fill_would_change_is_refused(tmp_path, frontend, fmt,
+                                                                      stored, astype, fill,
+                                                                      why):
+    """The nulls of columns that astype= casts after the read are filled in the stored type:
+    the fill value is held to astype's type as well (docs/formats.md: it must be
+    representable in the dtype after astype=), before a byte is read."""
+    nulls_file(tmp_path, fmt, _stored_values(stored))
+    with pytest.raises(shardload.LayoutError) as e:
+        _cast_after_frontends()[frontend](str(tmp_path), fill_value=fill, astype=astype)
+    assert re.search(rf"fill_value={re.escape(repr(float(fill)))} {why}\b", str(e.value)), e.value
+
+
+@pytest.mark.parametrize("frontend", ["numpy.load", "load", "batches"])
+@pytest.mark.parametrize("stored,astype,fill", [
+    ("int16", "int8", -5), ("int64", "uint8", 255), ("float64", "float16", 65519),
+    ("float64", "int32", -7), ("int64", "float32", 2**24 + 1), ("float32", "float16", "inf"),
+    ("float64", "float32", "nan"), ("int32", "bool", 1), ("float16", "uint16", 65504),
+])
+def test_a_fill_value_the_cast_keeps_is_taken(tmp_path, frontend, stored, astype, fill):
+    """The same cast after the fill with a value that lands as astype holds it: the nulls read
+    as numpy casts the filled column (a float may round it)."""
+    fill = float(fill) if isinstance(fill, str) else fill
+    nulls_file(tmp_path, "parquet", _stored_values(stored))
+    got = _cast_after_frontends()[frontend](str(tmp_path), fill_value=fill, astype=astype)
+    want = np.array([1, fill, 3 if stored != "bool" else 0], np.float64).astype(astype)
+    assert got.dtype == want.dtype
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("lists,why", [
+    ([[1, 2, 3], [4, 5], [6, 7, 8, 9], [1, 2, 3]], "index 2 had size=2"),
+    ([[1, 2, 3], [4, 5, 6], [7], [8, 9]], "index 3 had size=1"),
+    ([[1, 2, 3], [], [4, 5, 6], [7, 8, 9, 10, 11, 12]], "index 2 had size=0"),
+    ([[1, 2, 3], None, [4, 5, 6], [1, None, 3]], None),
+])
+def test_a_stored_schema_of_fixed_size_lists_over_lists_of_other_sizes(tmp_path, lists, why):
+    """A Parquet file whose stored Arrow schema says fixed_size_list<float>[3] where its
+    lists hold other counts: refused as pyarrow refuses it, naming the file; lists of the
+    size (a null one filled whole) read as pyarrow reads them."""
+    fixed = pa.table({"v": pa.FixedSizeListArray.from_arrays(
+        pa.array(np.arange(12, dtype=np.float32)), 3)})
+    pq.write_table(fixed, tmp_path / "fixed.parquet")
+    blob = pq.read_metadata(tmp_path / "fixed.parquet").metadata[b"ARROW:schema"]
+    path = tmp_path / "d" / "shard_0000.parquet"
+    path.parent.mkdir()
+    pq.write_table(pa.table({"v": pa.array(lists, type=pa.list_(pa.float32()))}), path)
+    b = path.read_bytes()
+    own = pq.read_metadata(path).metadata[b"ARROW:schema"]
+    footer_len = struct.unpack("<i", b[-8:-4])[0]
+    start = len(b) - 8 - footer_len
+    footer = b[start:-8]
+
+    def varint(n: int) -> bytes:
+        out = b""
+        while n >= 0x80:
+            out, n = out + bytes([n & 0x7F | 0x80]), n >> 7
+        return out + bytes([n])
+
+    at = footer.index(own)
+    assert footer[at - len(varint(len(own))):at] == varint(len(own))
+    footer = footer[:at - len(varint(len(own)))] + varint(len(blob)) + blob + footer[at + len(own):]
+    path.write_bytes(b[:start] + footer + struct.pack("<i", len(footer)) + b"PAR1")
+    assert pq.read_schema(path).field("v").type == pa.list_(pa.float32(), 3)
+    if why is not None:
+        with pytest.raises(Exception, match=re.escape(why)):
+            pq.read_table(path)
+        with pytest.raises(shardload.ShardReadError) as e:
+            shardload.discover(path.parent).read()
+        assert str(path) in str(e.value) and why in str(e.value), e.value
+        return
+    want = pq.read_table(path).column("v").to_pylist()
+    got = shardload.discover(path.parent, fill_value=-1).read()
+    assert got.tolist() == [[-1.0] * 3 if r is None else [-1.0 if x is None else x for x in r]
+                            for r in want]
