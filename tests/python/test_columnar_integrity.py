@@ -815,3 +815,18 @@ def test_a_stored_schema_of_fixed_size_lists_over_lists_of_other_sizes(tmp_path,
     got = shardload.discover(path.parent, fill_value=-1).read()
     assert got.tolist() == [[-1.0] * 3 if r is None else [-1.0 if x is None else x for x in r]
                             for r in want]
+
+
+@pytest.mark.parametrize("astype,fill", [("uint8", "-1"), ("float16", "70000"), ("bool", "2"),
+                                         ("int32", "inf"), ("int8", "0.5")])
+def test_the_cli_holds_a_fill_value_to_the_type_it_decodes_into(tmp_path, cli, astype, fill):
+    """The CLI's --astype is the type the columns are decoded into, with the fill value held
+    to it: refused naming the option as the command line spells it."""
+    import subprocess
+
+    nulls_file(tmp_path, "parquet", _stored_values("int32"))
+    r = subprocess.run([str(cli), "inspect", str(tmp_path), "--astype", astype,
+                        "--fill-value", fill], capture_output=True, text=True, timeout=120)
+    assert r.returncode != 0
+    assert re.search(rf"--fill-value=\S+ is not representable as {astype}$", r.stderr.strip()), \
+        r.stderr

@@ -1315,3 +1315,101 @@ def test_filter_masks_orders_and_type_layouts_read_as_h5py_does_or_are_refused(
     got = layout.read()
     assert got.dtype == ref.dtype.newbyteorder("=")
     np.testing.assert_array_equal(got, ref)
+
+
+# ---- an eighth pass: more file types and fill values, each read as h5py reads it or refused ----
+
+
+def _fields(base, spos: int, epos: int, esize: int, mpos: int, msize: int, bias: int):
+    t = base.copy()
+    t.set_fields(spos, epos, esize, mpos, msize)
+    t.set_ebias(bias)
+    return t
+
+
+def _vax_float():
+    t = h5py.h5t.IEEE_F32LE.copy()
+    t.set_order(h5py.h5t.ORDER_VAX)
+    return t
+
+
+def _enum_over_int16():
+    t = h5py.h5t.enum_create(h5py.h5t.STD_I16LE)
+    for i in range(100):
+        t.enum_insert(b"v%d" % i, i)
+    return t
+
+
+def _with_sign(base, sign):
+    t = base.copy()
+    t.set_sign(sign)
+    return t
+
+
+# name -> (file type, the data's dtype, None where it reads as h5py reads it, else the start
+# of what the type is said to be in the refusal)
+MORE_TYPES = {
+    "VAX-ordered float": (_vax_float, "<f4", None),
+    "float32 with an 11-bit exponent and a 20-bit mantissa": (
+        lambda: _fields(h5py.h5t.IEEE_F32LE, 31, 20, 11, 0, 20, 1023), "<f4", "is not supported"),
+    "enum of 100 members over int16": (_enum_over_int16, "<i2", "is not supported"),
+    "16-bit bitfield": (lambda: h5py.h5t.STD_B16LE.copy(), "<u2", "is not supported"),
+    "int16 stored unsigned": (lambda: _with_sign(h5py.h5t.STD_I16LE, h5py.h5t.SGN_NONE), "<i2",
+                              None),
+    "uint16 stored signed": (lambda: _with_sign(h5py.h5t.STD_U16LE, h5py.h5t.SGN_2), "<u2",
+                             None),
+}
+
+
+@pytest.mark.parametrize("storage", ["contiguous", "chunked", "gzip"])
+@pytest.mark.parametrize("name", sorted(MORE_TYPES))
+def test_more_file_types_read_as_h5py_does_or_are_refused(tmp_path, name, storage):
+    make, dtype, refusal = MORE_TYPES[name]
+    rng = np.random.default_rng(8)
+    if np.dtype(dtype).kind == "f":
+        a = (rng.integers(-50, 50, (8, 2)) / 4).astype(dtype)
+    else:
+        a = rng.integers(0, 100, (8, 2)).astype(dtype)
+    path = tmp_path / "shard_0000.h5"
+    write_typed(path, make(), a, storage)
+    if refusal is not None:
+        with pytest.raises(shardload.LayoutError) as e:
+            shardload.discover(tmp_path, format="hdf5")
+        assert f"{path}: dataset '/data': type: " in str(e.value), str(e.value)
+        assert refusal in str(e.value), str(e.value)
+        return
+    with h5py.File(path, "r") as f:
+        want = f["data"][...]
+    layout = shardload.discover(tmp_path, format="hdf5")
+    assert layout.dtype == want.dtype.newbyteorder("=")
+    np.testing.assert_array_equal(layout.read(), want)
+    np.testing.assert_array_equal(layout.read(3, 7), want[3:7])
+
+
+@pytest.mark.parametrize("storage", ["contiguous", "chunked", "gzip+shuffle", "compact"])
+@pytest.mark.parametrize("dtype", ["<f4", ">f4", ">i2", "<u8", ">f8", "<f2", ">c8"])
+def test_fill_values_of_unwritten_storage_read_as_h5py_reads_them(tmp_path, dtype, storage):
+    """A dataset of either byte order with a fill value and only rows 10-29 written (compact:
+    none written): the other rows read as the fill value, as h5py reads them."""
+    kw: dict = {"fillvalue": np.array(5, dtype=dtype)[()]}
+    rows = 100 if storage != "compact" else 20
+    path = tmp_path / "shard_0000.h5"
+    with h5py.File(path, "w") as f:
+        if storage == "compact":
+            dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+            dcpl.set_layout(h5py.h5d.COMPACT)
+            dcpl.set_fill_value(np.array(5, dtype=dtype))
+            ftype = h5py.h5t.py_create(np.dtype(dtype))
+            h5py.h5d.create(f.id, b"x", ftype, h5py.h5s.create_simple((rows, 3)), dcpl)
+        else:
+            if storage != "contiguous":
+                kw["chunks"] = (7, 3)
+            if storage == "gzip+shuffle":
+                kw |= {"compression": "gzip", "shuffle": True}
+            ds = f.create_dataset("x", shape=(rows, 3), dtype=dtype, **kw)
+            ds[10:30] = np.arange(60).reshape(20, 3).astype(dtype)
+    with h5py.File(path, "r") as f:
+        want = f["x"][...]
+    got = shardload.discover(tmp_path, format="hdf5").read()
+    assert got.dtype == want.dtype.newbyteorder("=")
+    np.testing.assert_array_equal(got, want)

@@ -606,6 +606,23 @@ def test_a_key_with_dot_segments_is_refused_before_any_request(proxied, server, 
         np.asarray(shardload.load(bucket.url("keep/"), storage_options=options)), keep)
 
 
+@pytest.mark.parametrize("path", ["signed", "arrow"])
+@pytest.mark.parametrize("spelled", ["..", "."])
+def test_a_bucket_spelled_as_a_dot_segment_is_refused(bucket, path, spelled):
+    """s3://../B/d/ sends a path-style request for /../B/d/..., which a client or server that
+    resolves dot segments takes for bucket B: refused for a load and a save, B untouched."""
+    options = bucket.options if path == "signed" else {**bucket.options,
+                                                       **s3_server.ARROWS_CLIENT}
+    bucket.put_npy("d/shard_0000.npy", np.arange(6.0).reshape(3, 2))
+    before = {k: bucket.get(k) for k in bucket.keys()}
+    with pytest.raises(ValueError, match=r"holds a '\.\.?' segment"):
+        shardload.discover(f"s3://{spelled}/{bucket.name}/d/", storage_options=options)
+    with pytest.raises(ValueError, match=r"holds a '\.\.?' segment"):
+        shardload.save(np.ones((2, 2)), f"s3://{spelled}/{bucket.name}/new/",
+                       storage_options=options)
+    assert {k: bucket.get(k) for k in bucket.keys()} == before
+
+
 @pytest.mark.parametrize("upload", UPLOADS)
 @pytest.mark.parametrize("action", ["500", "reset"])
 def test_an_upload_answered_500_or_reset_is_retried_and_the_save_completes(
