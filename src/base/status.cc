@@ -56,11 +56,16 @@ namespace {
 //   x-oss-security-token,             STS token, V4), Tencent COS, Huawei OBS, and a
 //   q-signature, x-cos-security-token,  Backblaze B2 download authorization (its query's
 //   x-obs-security-token, authorization  Authorization=)
+//   temp_url_sig               an OpenStack Swift temporary URL's signature
+//   __token__, hdnts           Akamai's signed URLs (Token Auth: "exp=...~acl=...~hmac=...")
+//   auth_token, x-auth-token,  more spellings of a token, an OAuth 1 request's signature, a
+//   oauth_signature, jwt,      JSON Web Token, a password and an API key
+//   passwd, pwd, api-key, x-api-key
 // Not secrets, and shown: identifiers that grant nothing alone (access_key, X-Amz-Credential,
 // X-Goog-Credential, AWSAccessKeyId, Key-Pair-Id: the store's own errors name them too, and
 // they tell which credential was refused), a CloudFront Policy (it is what the signature
 // signs), Expires and X-Amz-Date, and every store and request option.
-constexpr std::array<std::string_view, 30> kSecretKeys = {"secret_key",
+constexpr std::array<std::string_view, 41> kSecretKeys = {"secret_key",
                                                           "session_token",
                                                           "x-amz-signature",
                                                           "x-amz-security-token",
@@ -89,7 +94,18 @@ constexpr std::array<std::string_view, 30> kSecretKeys = {"secret_key",
                                                           "q-signature",
                                                           "x-cos-security-token",
                                                           "x-obs-security-token",
-                                                          "authorization"};
+                                                          "authorization",
+                                                          "temp_url_sig",
+                                                          "__token__",
+                                                          "hdnts",
+                                                          "auth_token",
+                                                          "x-auth-token",
+                                                          "oauth_signature",
+                                                          "jwt",
+                                                          "passwd",
+                                                          "pwd",
+                                                          "api-key",
+                                                          "x-api-key"};
 
 // What a message may put right after a URL, and a URL cannot end with without being
 // unusual: ':' in "URL: what", quotes in "'URL'" or a JSON string, ')' in "(URL)", a

@@ -327,6 +327,20 @@ def test_a_credential_option_of_another_library_is_refused_without_its_value(opt
     ("Authorization=b2-s3cr3t&b2ContentType=x", "Authorization=***&b2ContentType=x"),
     # a ';' inside a value is the value's: the rest of it is hidden too
     ("X-Amz-Signature=5e3c;s3cr3t&x=1", "X-Amz-Signature=***&x=1"),
+    # more spellings of a token, a password, an API key, a signature (shown in clear before),
+    # beside keys that hold those words and are no secret's, which stay
+    ("auth_token=a-s3cr3t&token_type=bearer", "auth_token=***&token_type=bearer"),
+    ("X-Auth-Token=a-s3cr3t&x=1", "X-Auth-Token=***&x=1"),
+    ("user=bob&passwd=p-s3cr3t&pwd=q-s3cr3t", "user=bob&passwd=***&pwd=***"),
+    ("api-key=k-s3cr3t&x-api-key=l-s3cr3t", "api-key=***&x-api-key=***"),
+    ("jwt=eyJ-s3cr3t.x.y", "jwt=***"),
+    ("oauth_consumer_key=ck&oauth_signature=s-s3cr3t%3D&oauth_signature_method=HMAC-SHA1",
+     "oauth_consumer_key=ck&oauth_signature=***&oauth_signature_method=HMAC-SHA1"),
+    # an OpenStack Swift temporary URL; Akamai's signed URLs (Token Auth: __token__, hdnts)
+    ("temp_url_sig=da39-s3cr3t&temp_url_expires=1323479485",
+     "temp_url_sig=***&temp_url_expires=1323479485"),
+    ("__token__=exp=1~acl=/*~hmac=s3cr3t&x=1", "__token__=***&x=1"),
+    ("hdnts=st=1~exp=2~hmac=s3cr3t", "hdnts=***"),
 ])
 def test_more_query_forms_are_hidden(query, visible):
     url = f"http://127.0.0.1:9/d/x.npy?{query}"
