@@ -1,5 +1,8 @@
 #include "storage/detail/aws_credentials.hpp"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
 #include <cctype>
 #include <cstdlib>
 #include <fstream>
@@ -100,23 +103,31 @@ bool is_true(std::string v) {
 }
 
 // Whether the SDKs send a container's token to `url`: over https, or over http to this host
-// or to the link-local addresses of ECS and EKS only.
+// or to the link-local addresses of ECS and EKS only. The host is the one a request goes
+// to: after a user part's last '@' ("http://127.0.0.1@HOST/" connects to HOST), and a
+// loopback address only as an address ("127.0.0.1.example.com" is a name of anywhere).
 bool container_url_allowed(const std::string& url) {
   if (url.rfind("https://", 0) == 0) return true;
   if (url.rfind("http://", 0) != 0) return false;
   std::string host = url.substr(7, url.find_first_of("/?#", 7) - 7);
+  if (const auto at = host.rfind('@'); at != std::string::npos) host = host.substr(at + 1);
   if (!host.empty() && host.front() == '[') {
     host = host.substr(0, host.find(']') + 1);
   } else {
     host = host.substr(0, host.find(':'));
   }
-  return host == "localhost" || host.rfind("127.", 0) == 0 || host == "[::1]" ||
-         host == "169.254.170.2" || host == "169.254.170.23" || host == "[fd00:ec2::23]";
+  in_addr v4{};
+  const bool loopback_v4 = host.rfind("127.", 0) == 0 && inet_pton(AF_INET, host.c_str(), &v4) == 1;
+  return host == "localhost" || loopback_v4 || host == "[::1]" || host == "169.254.170.2" ||
+         host == "169.254.170.23" || host == "[fd00:ec2::23]";
 }
 
 std::shared_ptr<RoleCredentials> find_role_credentials() {
   std::shared_ptr<RoleCredentials> found;
   if (const std::string rel = aws_env("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI"); !rel.empty()) {
+    // A path on ECS's address: one that does not start with '/' would make of the address a
+    // user part or a longer name ("@HOST/...", ".HOST/...") and send the token elsewhere.
+    if (rel.front() != '/') return nullptr;
     const std::string url = "http://169.254.170.2" + rel;
     found = std::make_shared<RoleCredentials>(url, fetch_container);
   } else if (const std::string full = aws_env("AWS_CONTAINER_CREDENTIALS_FULL_URI");

@@ -461,7 +461,8 @@ class RoleSource:
     ROLE = "train-role"
     TOKEN = "imds-token-" + uuid.uuid4().hex[:8]
 
-    def __init__(self, expires_in: int = 6 * 3600, container_token: str | None = None):
+    def __init__(self, expires_in: int = 6 * 3600, container_token: str | None = None,
+                 host: str = "127.0.0.1"):
         import http.server
         import threading
 
@@ -505,8 +506,9 @@ class RoleSource:
                     return self._answer(200, source.credentials(False, self.headers))
                 self._answer(404, "not found")
 
-        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        self.httpd = http.server.ThreadingHTTPServer((host, 0), Handler)
+        self.port = self.httpd.server_address[1]
+        self.url = f"http://127.0.0.1:{self.port}"
         threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
 
     def credentials(self, container: bool, headers) -> str:
@@ -635,6 +637,44 @@ def test_a_containers_credentials_take_the_signed_path(server, proxy, tmp_path):
     assert len(source.ours) == 1, source.log
     _signed_by(proxy, data, source.ours[0])
     assert {(m, p) for m, p, _ in source.log} == {("GET", "/creds")}
+
+
+def _this_hosts_address() -> str | None:
+    """An IPv4 address of this machine that is not a loopback one (where a route out
+    leaves from), or None where it has none."""
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            s.connect(("10.255.255.255", 9))  # a datagram socket's connect sends nothing
+            address = s.getsockname()[0]
+        except OSError:
+            return None
+    return None if address.startswith("127.") or address == "0.0.0.0" else address
+
+
+@pytest.mark.parametrize("variable", ["FULL_URI", "RELATIVE_URI"])
+def test_a_containers_token_goes_to_no_host_the_sdks_refuse(server, proxy, tmp_path, variable):
+    """AWS_CONTAINER_CREDENTIALS_FULL_URI=http://127.0.0.1@HOST/creds passed the check of a
+    loopback host ("127." at the start) while libcurl connects to HOST, the part after the
+    user part's '@': the container's token went in plain http to HOST, where
+    http://HOST/creds itself is refused, as the SDKs refuse it. A relative URI that does not
+    start with '/' ("@HOST/creds") made of ECS's address a user part the same way. Neither
+    is asked now: the load ends without credentials, and HOST saw no request."""
+    address = _this_hosts_address()
+    if address is None:
+        pytest.skip("this machine has no IPv4 address but loopback ones")
+    data = Data(server)
+    with RoleSource(container_token="Bearer pod-token", host="0.0.0.0") as source:
+        where = f"{address}:{source.port}/creds"
+        env = {"AWS_CONTAINER_AUTHORIZATION_TOKEN": "Bearer pod-token",
+               "AWS_EC2_METADATA_DISABLED": "true"}
+        if variable == "FULL_URI":
+            env["AWS_CONTAINER_CREDENTIALS_FULL_URI"] = f"http://127.0.0.1@{where}"
+        else:
+            env["AWS_CONTAINER_CREDENTIALS_RELATIVE_URI"] = f"@{where}"
+        _load_in_a_new_process(data, proxy, tmp_path, env, fails=True)
+    assert source.log == [], source.log
 
 
 def _sdk_only(log) -> bool:
