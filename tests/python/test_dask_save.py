@@ -247,3 +247,29 @@ def test_chunks_in_any_memory_order_or_byte_order_save_their_values(tmp_path, ki
     sdask.save(base.map_blocks(fn, dtype=np.float64), tmp_path / "d")
     np.testing.assert_array_equal(shardload.numpy.load(tmp_path / "d"),
                                   np.arange(40.0).reshape(10, 4))
+
+
+# ---- a seventh hostile pass: shapes of no bytes, a save over the dataset it computes from --
+
+@pytest.mark.parametrize("fmt", ["npy", "raw", "zarr"])
+@pytest.mark.parametrize("case", ["rows of 0 bytes", "no rows", "empty chunks around",
+                                  "over its own source"])
+def test_odd_shapes_and_a_save_over_its_own_source_read_back(tmp_path, fmt, case):
+    dest = tmp_path / "d"
+    if case == "rows of 0 bytes":
+        want, x = np.zeros((10, 0)), da.zeros((10, 0), chunks=(3, 1))
+    elif case == "no rows":
+        want, x = np.zeros((0, 4)), da.zeros((0, 4), chunks=(3, 4))
+    elif case == "empty chunks around":
+        want = np.arange(12.0).reshape(6, 2)
+        x = da.from_array(want, chunks=((0, 3, 0, 3, 0), (2,)))
+    else:
+        # The chunks read the old shards, and the overwrite replaces them only at the commit.
+        old = np.arange(60.0).reshape(20, 3)
+        shardload.numpy.save(old, dest, num_shards=3, format=fmt)
+        want, x = old * 2, sdask.load(dest, chunks=5) * 2
+    sdask.save(x, dest, format=fmt, overwrite=case == "over its own source")
+    got = shardload.numpy.load(dest)
+    assert got.shape == want.shape and got.dtype == want.dtype
+    np.testing.assert_array_equal(got, want)
+    assert staging_left(tmp_path) == []

@@ -464,6 +464,39 @@ def test_a_states_huge_block_size_serves_what_a_feed_of_that_size_serves(data):
     assert sorted(rows.reshape(n, -1)[:, 0].tolist()) == sorted(
         np.concatenate(want)[:n].reshape(n, -1)[:, 0].tolist())
 
+
+@pytest.mark.parametrize("trial", range(12))
+def test_a_crafted_state_resumes_on_the_order_of_a_feed_made_with_its_settings(data, trial):
+    """A seventh hostile pass: a state of random settings (seed, epoch up to 2**64 - 1, any
+    position, block sizes past the dataset, drop_last) loaded into a feed of other settings
+    (and any read-ahead) serves, from its position on, the rows the order of a feed made with
+    those settings puts there."""
+    d, n = data
+    rng = np.random.default_rng(trial)
+
+    def pick(*values: int) -> int:  # Python ints: numpy would make 2**64 - 1 a float
+        return values[int(rng.integers(len(values)))]
+
+    b, w = pick(1, 7, n, 10 ** 9), pick(1, 3, 10 ** 6)
+    mode = ["none", "row", f"block/{b}/{w}"][trial % 3]
+    state = {"v": 1, "seed": pick(0, 12345, 2 ** 64 - 1), "epoch": pick(0, 7, 2 ** 64 - 1),
+             "position": int(rng.integers(0, n + 1)), "rows": n, "shuffle": mode,
+             "drop_last": bool(trial % 2)}
+    batch = pick(1, 5)
+    feed = sf.Feed(d, batch, shuffle="row", seed=3, prefetch=pick(0, 1, 3))
+    feed.load_state_dict(state)
+    got = [ids(x) for x in feed]
+    made = sf.Feed(d, batch, shuffle=mode.split("/")[0], seed=state["seed"],
+                   **({"block_rows": b, "window_blocks": w} if mode.startswith("block") else {}))
+    order = made.order(state["epoch"])
+    want, p = [], state["position"]
+    while (p + batch <= n) if state["drop_last"] else (p < n):
+        want.append(order.rows(np.arange(p, p + batch) % n))
+        p += batch
+    assert len(got) == len(want)
+    for g, e in zip(got, want):
+        np.testing.assert_array_equal(g, e)
+
 # ---- buffers and hand-off ------------------------------------------------------------------------
 def test_a_kept_batch_stays_valid_and_released_buffers_are_reused(tmp_path):
     d = tmp_path / "d"

@@ -421,3 +421,65 @@ def test_a_relatively_spelled_directory_uses_the_manifest_index_wrote(tmp_path, 
     for spelling in spellings:
         r = run(cli, "inspect", spelling)
         assert r.returncode == 0 and "manifest: used" in r.stdout, (spelling, r.stdout, r.stderr)
+
+
+# ---- a seventh hostile pass: a manifest whose checksum is right and whose rows lie ---------
+
+def _manifest_with_rows(d: pathlib.Path, ext: str, rows: int, lie: int, **options) -> None:
+    """Writes D's manifest, its container checksum valid, the first shard's rows changed from
+    `rows` to `lie` (as a hand editor recomputing the checksum would write it)."""
+    from shardload._layout import _decode_layout
+
+    encoded = bytearray(shardload.discover(d, **options).encode())
+    # The first shard's name past the paths' common prefix ("0.EXT", its varint length first),
+    # then its rows as one varint byte.
+    suffix = b"0." + ext.encode()
+    at = encoded.find(bytes([len(suffix)]) + suffix) + 1 + len(suffix)
+    assert at > len(suffix) and encoded[at] == rows
+    encoded[at] = lie
+    shardload._core.write_manifest(_decode_layout(bytes(encoded), ""), str(d), "none", "")
+
+
+@pytest.mark.parametrize("lie", [80, 120])
+@pytest.mark.parametrize("fmt", ["npy", "raw", "zarr", "hdf5-chunked", "parquet", "arrow"])
+def test_a_manifest_whose_rows_lie_is_stale_or_fails_the_read_naming_the_shard(tmp_path, fmt,
+                                                                               lie):
+    # npy, raw and Zarr: the check reads each header and finds the lie; chunked HDF5, Parquet
+    # and Arrow: the manifest is believed (docs/manifest.md), and the read compares the file.
+    import h5py
+    import pyarrow as pa
+    import pyarrow.feather as feather
+    import pyarrow.parquet as pq
+    import zarr
+
+    a = np.arange(200, dtype=np.float32).reshape(100, 2)
+    ext = {"hdf5-chunked": "h5"}.get(fmt, {"raw": "bin"}.get(fmt, fmt))
+    for i in range(2):
+        p = tmp_path / f"shard_{i:04d}.{ext}"
+        if fmt == "npy":
+            np.save(p, a)
+        elif fmt == "raw":
+            a.tofile(p)
+        elif fmt == "zarr":
+            zarr.create_array(p, shape=a.shape, chunks=(10, 2), dtype=a.dtype, zarr_format=2)[:] = a
+        elif fmt == "hdf5-chunked":
+            with h5py.File(p, "w") as f:
+                f.create_dataset("x", data=a, chunks=(10, 2), compression="gzip")
+        elif fmt == "parquet":
+            pq.write_table(pa.table({"a": a[:, 0], "b": a[:, 1]}), p, row_group_size=30)
+        else:
+            feather.write_feather(pa.table({"a": a[:, 0], "b": a[:, 1]}), p,
+                                  compression="uncompressed", chunksize=30)
+    options = {"dtype": "float32", "trailing_shape": (2,)} if fmt == "raw" else {}
+    _manifest_with_rows(tmp_path, ext, 100, lie, **options)
+    shard = tmp_path / f"shard_0000.{ext}"
+    layout = shardload.discover(tmp_path, **options)
+    if fmt in ("npy", "raw", "zarr"):
+        assert layout.manifest_status.startswith(
+            f"manifest: stale because {shard}: the file says rows 100, the manifest {lie}")
+        np.testing.assert_array_equal(layout.read(), np.concatenate([a, a]))
+    else:
+        assert layout.manifest_status.startswith("manifest: used")
+        assert layout.total_rows == 100 + lie
+        with pytest.raises((shardload.ShardReadError, ValueError), match=re.escape(str(shard))):
+            layout.read()

@@ -192,6 +192,32 @@ def test_progress_reports_each_tile_and_an_exception_stops_the_load(tmp_path):
         snp.load(d, progress="yes")
 
 
+@pytest.mark.parametrize("inner", ["numpy.load", "discover and read", "dask compute"])
+def test_a_progress_callback_may_load_again_from_the_engines_thread(tmp_path, inner):
+    """A seventh hostile pass: the callback runs on an engine thread, and a load, a discovery
+    or a Dask computation made there finishes (no thread of the engine waits on itself)."""
+    d, want = write_npy(tmp_path, np.random.default_rng(7))
+    results = []
+
+    def again(p):
+        if p.stage != "filling" or len(results) >= 2:
+            return
+        if inner == "numpy.load":
+            results.append(snp.load(d, threads=2))
+        elif inner == "discover and read":
+            results.append(shardload.discover(d).read())
+        else:
+            from shardload import dask as sdask
+
+            results.append(sdask.load(d, chunks=500).compute(scheduler="threads"))
+
+    got = snp.load(d, threads=2, overdecompose=8, progress=again)
+    np.testing.assert_array_equal(got, want)
+    assert len(results) == 2
+    for r in results:
+        np.testing.assert_array_equal(r, want)
+
+
 def test_a_shard_changed_after_discovery_is_a_read_error_naming_it(tmp_path):
     d, _ = write_npy(tmp_path, np.random.default_rng(6))
     layout = shardload.discover(d)

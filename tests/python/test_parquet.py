@@ -354,3 +354,73 @@ def test_shards_whose_columns_differ_are_read_by_name_or_refused(tmp_path, fmt, 
         return
     got = shardload.discover(tmp_path, format=fmt, columns=["a", "b"]).read()
     np.testing.assert_array_equal(got, np.stack([np.r_[a0, a1], np.r_[a0, a1] + 100], axis=1))
+
+
+# ---- a seventh hostile pass: casts at their edges, nulls in bools, odd column names ----------
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("values, kwargs", [
+    (pa.array([2**53 + 1, 2**63 - 1, -2**63], pa.int64()), dict(astype="float64")),
+    (pa.array([2**53 + 1, 2**63 - 1, -2**63], pa.int64()), dict(astype="float32")),
+    (pa.array([2**64 - 1, 2**63, 1], pa.uint64()), dict(astype="float32")),
+    (pa.array([2**64 - 1, 2**63, 1], pa.uint64()), dict(astype="int64")),
+    (pa.array([np.nan, 1.5, -2.7, 1e20]), dict(astype="int32")),
+    (pa.array([70000.0, 1e-8, 65519.0]), dict(astype="float16")),
+    (pa.array(np.array([0.0, -0.0, np.nan, 2.0], np.float32)), dict(astype="bool")),
+    (pa.array([True, None, False]), dict(columns=["a"], astype="float32", fill_value=0.5)),
+    (pa.array([np.nan, None, 1.0]), dict(fill_value=9.0)),  # a NaN is a value, not a null
+], ids=["i64-f64", "i64-f32", "u64-f32", "u64-i64", "nan-i32", "f64-f16", "f32-bool",
+        "bool-null-f32", "nan-and-null"])
+def test_casts_at_their_edges_read_as_numpy_casts_the_pyarrow_column(tmp_path, fmt, values,
+                                                                      kwargs):
+    import shardload.numpy
+
+    write(tmp_path / f"shard_0000.{EXT[fmt]}", pa.table({"a": values}), fmt, 2)
+    # load's astype= is numpy's cast (discover's decodes only what converts without loss).
+    got = shardload.numpy.load(tmp_path, format=fmt, **kwargs)
+    col = pa.chunked_array([values])
+    if "fill_value" in kwargs:
+        col = col.cast(pa.float64()).fill_null(kwargs["fill_value"])
+    want = col.to_numpy(zero_copy_only=False)
+    with np.errstate(invalid="ignore"):
+        want = want.astype(kwargs.get("astype", want.dtype))
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("names, columns", [
+    (["", "b"], [""]), (["a.b", "a"], ["a.b"]), (["A", "a"], ["a"]), (["b", "a"], ["a", "b"]),
+])
+def test_column_names_that_look_alike_are_read_by_exact_name(tmp_path, fmt, names, columns):
+    table = pa.Table.from_arrays([pa.array([1.0, 2.0]), pa.array([3.0, 4.0])], names=names)
+    write(tmp_path / f"shard_0000.{EXT[fmt]}", table, fmt, 2)
+    got = shardload.discover(tmp_path, format=fmt, columns=columns).read()
+    want = np.stack([table.column(c).to_numpy() for c in columns], axis=1)
+    np.testing.assert_array_equal(got, want if len(columns) > 1 else want[:, 0])
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_a_name_twice_in_the_schema_or_in_columns_is_refused(tmp_path, fmt):
+    table = pa.Table.from_arrays([pa.array([1.0, 2.0]), pa.array([3.0, 4.0])], names=["a", "a"])
+    write(tmp_path / f"shard_0000.{EXT[fmt]}", table, fmt, 2)
+    with pytest.raises(shardload.LayoutError, match="column 'a' appears 2 times in the schema"):
+        shardload.discover(tmp_path, format=fmt)
+    with pytest.raises(shardload.LayoutError, match=r"'b' is named twice in .*columns"):
+        shardload.discover(tmp_path, format=fmt, columns=["b", "b"])
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("values, astype, row, shown", [
+    (pa.array([1, 2**64 - 1], pa.uint64()), "int64", 1, "18446744073709551615"),
+    (pa.array([1.0, np.nan]), "int32", 1, "nan"),
+    (pa.array(np.array([0.0, np.nan], np.float32)), "bool", 1, "nan"),
+])
+def test_a_decode_astype_that_would_lose_a_value_names_its_row(tmp_path, fmt, values, astype,
+                                                                row, shown):
+    # discover(astype=) decodes into the type only what converts without loss.
+    path = tmp_path / f"shard_0000.{EXT[fmt]}"
+    write(path, pa.table({"a": values}), fmt, 2)
+    with pytest.raises(shardload.ShardReadError,
+                       match=rf"{path}: column 'a': row {row}: value {shown} cannot be cast "
+                             rf"exactly to {astype}"):
+        shardload.discover(tmp_path, format=fmt, astype=astype).read()

@@ -302,3 +302,49 @@ def test_footer_bytes_is_checked_and_for_raw_only(tmp_path):
     with pytest.raises(ValueError, match=r"npy: footer_bytes= does not apply "
                                          r"\(it is for raw\)"):
         shardload.discover(npy, footer_bytes=4)
+
+
+# ---- a seventh hostile pass: number spellings and sizes at their edges ------------------------
+
+@pytest.mark.parametrize("field", [
+    '"header_bytes": 8.0', '"header_bytes": 8E0', '"header_bytes": true', '"header_bytes": -8',
+    '"header_bytes": 9223372036854775808', '"header_bytes": 18446744073709551624',
+    '"shape": [2.0]', '"shape": [true]', '"shape": [18446744073709551618]',
+    '"rows": [8, 18446744073709551624]', '"rows": {"shard_0000.bin": 8.0}',
+])
+def test_a_sidecar_number_that_is_no_size_is_refused_naming_its_field(tmp_path, field):
+    write_raw(tmp_path, [np.zeros((2, 2), "float32")], header=b"H" * 8)
+    fields = {"dtype": '"float32"', "shape": "[2]", "header_bytes": "8"}
+    key = field.split(":")[0].strip('"')
+    fields[key] = field.split(":", 1)[1].strip()
+    (tmp_path / "shardload.json").write_text(
+        "{" + ", ".join(f'"{k}": {v}' for k, v in fields.items()) + "}")
+    with pytest.raises(shardload.LayoutError,
+                       match=rf"shardload\.json: {key}(\[\d\]|\.shard_0000\.bin)?: expected a "
+                             r"non-negative integer"):
+        shardload.discover(tmp_path, format="raw")
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(header_bytes=10**6), r"172 bytes is shorter than the header of 1000000 bytes"),
+    (dict(header_bytes=100, footer_bytes=100),
+     r"shorter than the header of 100 bytes and the footer of 100 bytes"),
+    (dict(header_bytes=8, footer_bytes=2**63 - 1), r"the footer of 9223372036854775807 bytes"),
+    (dict(header_bytes=2**63 - 1, footer_bytes=2**63 - 1), r"the header of 9223372036854775807"),
+    (dict(header_bytes=8, footer_bytes=4, trailing_shape=(2**40, 2**40)), r"overflows 64 bits"),
+    (dict(header_bytes=8, footer_bytes=4, trailing_shape=(0,)), r"rows of 0 bytes leave no room"),
+    (dict(header_bytes=8, footer_bytes=4, trailing_shape=(3,)), r"4 bytes left over"),
+])
+def test_header_footer_and_row_sizes_at_their_edges_are_refused_naming_the_file(
+        tmp_path, kwargs, message):
+    a = np.arange(40, dtype="<f4")
+    for i in range(2):
+        (tmp_path / f"shard_{i:04d}.bin").write_bytes(b"H" * 8 + a.tobytes() + b"F" * 4)
+    kwargs = {"dtype": "float32", "trailing_shape": (), **kwargs}
+    with pytest.raises(shardload.LayoutError, match=r"shard_0000\.bin: .*" + message):
+        shardload.discover(tmp_path, format="raw", **kwargs)
+    got = shardload.discover(tmp_path, format="raw", dtype=">f4", trailing_shape=(4,),
+                             header_bytes=8, footer_bytes=4).read()
+    # The same files taken as big-endian rows of 4: numpy's reading of the bytes.
+    want = np.tile(np.frombuffer(a.tobytes(), ">f4"), 2).reshape(20, 4)
+    np.testing.assert_array_equal(got, want)

@@ -369,3 +369,33 @@ def test_special_file_of_unknown_extension_is_not_sniffed_open(tmp_path: pathlib
     out = isolated(f"report(lambda: {call})")
     assert out["layout"], out
     assert str(tmp_path / "shard_0000.xyz") in out["msg"] or how == "auto", out
+
+
+# ---- a seventh hostile pass: a FIFO where an indexed directory's manifest names a shard ----
+
+@pytest.mark.parametrize("trust", [False, True])
+@pytest.mark.parametrize("fmt", list(EXT))
+def test_a_fifo_in_place_of_a_shard_the_manifest_names_is_an_error_not_a_wait(
+        tmp_path: pathlib.Path, fmt: str, trust: bool) -> None:
+    write_two(tmp_path, fmt)
+    options = OPTIONS[fmt].replace("format='raw', ", "")
+    shardload.index(tmp_path, checksum="xxh3",
+                    **({"dtype": "float32", "trailing_shape": ()} if fmt == "raw" else {}))
+    bad = tmp_path / f"shard_0001.{EXT[fmt]}"
+    make_special(bad, "fifo")
+    out = isolated(f"""
+        import shardload.numpy
+        report(lambda: shardload.numpy.load({str(tmp_path)!r}, trust_manifest={trust},
+                                            {options}))
+        """)
+    # Trusted, no shard is opened at discovery: the read names the FIFO.
+    assert out["read" if trust else "layout"], out
+    assert f"{bad}: not a regular file" in out["msg"], out
+    out = isolated(f"""
+        bad = shardload.verify({str(tmp_path)!r}, on_host=True)
+        want = [(1, {str(bad) + ": not a regular file"!r})]
+        def check():
+            assert [(m.shard, m.what) for m in bad] == want, bad
+        report(check)
+        """)
+    assert out["type"] is None, out  # verify lists the FIFO as a shard it cannot read

@@ -618,3 +618,36 @@ def test_a_store_with_both_v2_and_v3_metadata_is_refused(tmp_path):
     shutil.rmtree(tmp_path / "v2.zarr")
     with pytest.raises(shardload.LayoutError, match="both .zarray .v2. and zarr.json .v3. exist"):
         shardload.discover(tmp_path, format="zarr")
+
+
+# ---- a seventh hostile pass: chains and codecs zarr-python writes ------------------------------
+
+@pytest.mark.parametrize("codecs", [
+    [zc.Crc32cCodec(), zc.GzipCodec()],  # the checksum inside the compression
+    [zc.ZstdCodec(), zc.Crc32cCodec(), zc.GzipCodec()],
+    [zc.BloscCodec(cname="zstd", shuffle="shuffle", typesize=8)],  # typesize not the dtype's
+    [zc.BloscCodec(cname="blosclz", shuffle="noshuffle"), zc.Crc32cCodec()],
+], ids=["crc32c+gzip", "zstd+crc32c+gzip", "blosc-typesize-8", "blosc+crc32c"])
+def test_codec_chains_in_any_order_read_as_zarr_python_reads_them(tmp_path, codecs):
+    arrays = ragged(np.random.default_rng(21), "float32")
+    back = write_stores(tmp_path, arrays, chunks=(7, 2, 3), zarr_format=3, compressors=codecs)
+    check_ranges(shardload.discover(tmp_path, format="zarr"), np.concatenate(back))
+
+
+@pytest.mark.parametrize("kwargs, name", [
+    (dict(filters=[znc.Delta(dtype="<f4")]), "numcodecs.delta"),
+    (dict(filters=[znc.BitRound(keepbits=3)]), "numcodecs.bitround"),
+    (dict(filters=[znc.FixedScaleOffset(offset=0, scale=10, dtype="<f4", astype="<i4")]),
+     "numcodecs.fixedscaleoffset"),
+    (dict(filters=[znc.Quantize(digits=1, dtype="<f4")]), "numcodecs.quantize"),
+    (dict(compressors=[znc.CRC32()]), "numcodecs.crc32"),
+    (dict(compressors=[znc.Adler32()]), "numcodecs.adler32"),
+    (dict(compressors=[znc.Fletcher32()]), "numcodecs.fletcher32"),
+    (dict(compressors=[znc.Shuffle(elementsize=4)]), "numcodecs.shuffle"),
+    (dict(compressors=[znc.BZ2()]), "numcodecs.bz2"),
+])
+def test_numcodecs_filters_and_checksums_are_refused_by_name(tmp_path, kwargs, name):
+    write_stores(tmp_path, [np.arange(40, dtype="float32").reshape(20, 2)], chunks=(7, 2),
+                 zarr_format=3, **kwargs)
+    with pytest.raises(shardload.LayoutError, match=rf"unsupported codec '{name}'"):
+        shardload.discover(tmp_path, format="zarr")
