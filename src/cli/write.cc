@@ -129,12 +129,13 @@ std::optional<int> parse_write_args(const Args& args, WriteArgs* out) {
                                 "'");
   }
   out->dtype = *dtype;
-  // The sizes as the .npy reader computes them (npy.cc): a shape whose bytes wrap 64 bits would
-  // be written as a header alone, announced as written, and refused by every reader.
+  // A shape whose bytes wrap 64 bits would be written as a header alone, announced as written,
+  // and refused by every reader: numpy and shardload refuse it whatever dimension is 0 (numpy's
+  // size check, shardload's row size), so zeros are left out of the product.
   std::uint64_t bytes = 1;
   bool fits = true;
   for (const auto d : out->shape) {
-    fits = fits && detail::checked_mul(bytes, static_cast<std::uint64_t>(d), &bytes);
+    if (d != 0) fits = fits && detail::checked_mul(bytes, static_cast<std::uint64_t>(d), &bytes);
   }
   constexpr std::uint64_t kMostBytes = INT64_MAX - 4096;  // a header of at most 4 KiB before
   fits = fits && detail::checked_mul(bytes, std::uint64_t{out->dtype.size}, &bytes);

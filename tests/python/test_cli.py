@@ -746,6 +746,7 @@ def test_write_refuses_more_dimensions_than_legate_holds(cli, tmp_path: pathlib.
 
 @pytest.mark.parametrize("shape, dtype", [
     ("4,4294967296,4294967296", "float32"),  # the element count wraps to 0
+    ("0,4294967296,4294967296", "float32"),  # no element, and rows numpy cannot size
     ("2,4611686018427387904", "float32"),  # 2**63 elements, 2**65 bytes
     ("3,9223372036854775807,2", "int8"),
     ("9223372036854775807", "complex128"),
@@ -762,6 +763,28 @@ def test_write_refuses_a_shape_whose_bytes_overflow_64_bits(cli, tmp_path: pathl
     assert (f"--shape: more than 2**63 - 1 bytes of {dtype}, the most a file holds; found "
             f"'{shape}'") in err(r), err(r)
     assert not d.exists()
+
+
+@pytest.mark.parametrize("args", [
+    ["--shape", "0"], ["--shape", "0,5"], ["--shape", "2,0"], ["--shape", "2,0,4294967296"],
+    ["--shape", "10,2", "--seed", "-5"], ["--shape", "10,2", "--seed", "9223372036854775807"],
+    ["--shape", "10,2", "--dtype", "bool"], ["--shape", "10,2", "--dtype", "|b1"],
+    ["--shape", "10,2", "--dtype", "complex128"], ["--shape", "10,2", "--dtype", "float16"],
+])
+def test_write_of_edge_shapes_seeds_and_dtypes_is_what_numpy_reads(tmp_path: pathlib.Path,
+                                                                    args: list[str]) -> None:
+    # A seventh hostile pass: each held; the shards numpy reads are the dataset shardload reads.
+    # The command without Legate (the same argument checks, no runtime to start).
+    d = tmp_path / "d"
+    r = run(ROOT / "build" / "shardload-core", "write", "--shard-dir", d, "--num-shards", "3",
+            *args)
+    assert r.returncode == 0, err(r)
+    meta = json.loads((d / "_meta.json").read_text())
+    want = np.concatenate([np.load(d / f"shard_{i:04d}.npy") for i in range(3)])
+    assert list(want.shape) == meta["shape"] and sum(meta["rows"]) == want.shape[0]
+    got = shardload.discover(d).read()
+    assert got.dtype == want.dtype
+    np.testing.assert_array_equal(got, want)
 
 
 @pytest.mark.parametrize("n", [7, 8])
