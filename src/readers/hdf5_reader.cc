@@ -248,6 +248,7 @@ class Hdf5Reader final : public ShardReader {
                                     .with_context(path + ": dataset '" + d.name + "'"));
       SHARDLOAD_RETURN_IF_ERROR(defined_everywhere(api_, d.dataset.get())
                                     .with_context(path + ": dataset '" + d.name + "'"));
+      SHARDLOAD_RETURN_IF_ERROR(no_virtual_cycle(d, path));
       p.dtype = *dtype;
       p.shard.rows = static_cast<std::int64_t>(d.dims[0]);
       for (std::size_t i = 1; i < d.dims.size(); ++i) {
@@ -839,6 +840,89 @@ class Hdf5Reader final : public ShardReader {
       }
     }
     return out;
+  }
+
+  // A virtual dataset whose mappings lead back to itself through datasets of its own file
+  // (a source file "." or the file's own name): HDF5 reads a source by reading it again,
+  // without end, until the stack runs out (SIGSEGV; h5py too). Followed from dataset to
+  // dataset within the file, each once, at most kMaxVirtualDepth deep.
+  static constexpr std::size_t kMaxVirtualDepth = 32;
+
+  Status no_virtual_cycle(const OpenDataset& d, const std::string& path) {
+    std::vector<std::string> chain{d.name.empty() || d.name[0] != '/' ? "/" + d.name : d.name};
+    std::vector<std::string> done;
+    return follow_virtual(d.file.get(), d.dataset.get(), path, chain, done);
+  }
+
+  // Whether a virtual mapping's source file `name` is the file at `path` itself: ".", or a
+  // name that leads to it from its directory or from the working directory.
+  static bool same_file(const std::string& path, const std::string& name) {
+    if (name == ".") return true;
+    struct stat own {};
+    if (::stat(path.c_str(), &own) != 0) return false;
+    const auto slash = path.rfind('/');
+    std::vector<std::string> candidates{name};
+    if (!name.empty() && name[0] != '/' && slash != std::string::npos) {
+      candidates.push_back(path.substr(0, slash + 1) + name);
+    }
+    for (const std::string& c : candidates) {
+      struct stat st {};
+      if (::stat(c.c_str(), &st) == 0 && st.st_dev == own.st_dev && st.st_ino == own.st_ino) {
+        return true;
+      }
+    }
+    return false;
+  }
+
+  Status follow_virtual(hid_t file, hid_t dataset, const std::string& path,
+                        std::vector<std::string>& chain, std::vector<std::string>& done) {
+    Hid dcpl(api_.H5Dget_create_plist(dataset), api_.H5Pclose);
+    std::size_t count = 0;
+    if (!dcpl.valid() || api_.H5Pget_layout(dcpl.get()) != H5D_VIRTUAL ||
+        api_.H5Pget_virtual_count(dcpl.get(), &count) < 0) {
+      api_.H5Eclear2(H5E_DEFAULT);
+      return Status::ok();
+    }
+    for (std::size_t i = 0; i < count; ++i) {
+      std::string file_name(PATH_MAX + 1, '\0');
+      const ssize_t n =
+          api_.H5Pget_virtual_filename(dcpl.get(), i, file_name.data(), file_name.size());
+      if (n < 0) continue;
+      file_name.resize(std::min<std::size_t>(static_cast<std::size_t>(n), PATH_MAX));
+      if (!same_file(path, file_name)) continue;
+      const ssize_t m = api_.H5Pget_virtual_dsetname(dcpl.get(), i, nullptr, 0);
+      if (m < 0) continue;
+      std::string source(static_cast<std::size_t>(m) + 1, '\0');
+      if (api_.H5Pget_virtual_dsetname(dcpl.get(), i, source.data(), source.size()) < 0) continue;
+      source.resize(static_cast<std::size_t>(m));
+      if (source.empty() || source[0] != '/') source.insert(0, "/");
+      if (std::find(chain.begin(), chain.end(), source) != chain.end()) {
+        std::string route;
+        for (const std::string& c : chain) route += c + " -> ";
+        return Status(ErrorCode::kFormat,
+                      path + ": dataset '" + chain.front() +
+                          "' is a virtual dataset whose mappings lead back to itself (" + route +
+                          source + "): HDF5 would read it without end; the file is damaged");
+      }
+      if (std::find(done.begin(), done.end(), source) != done.end()) continue;
+      if (chain.size() >= kMaxVirtualDepth) {
+        return Status(ErrorCode::kFormat,
+                      path + ": dataset '" + chain.front() +
+                          "' is a virtual dataset whose sources in its own file are virtual "
+                          "datasets nested more than " +
+                          std::to_string(kMaxVirtualDepth) + " deep");
+      }
+      Hid src(api_.H5Dopen2(file, source.c_str(), H5P_DEFAULT), api_.H5Dclose);
+      if (!src.valid()) {
+        api_.H5Eclear2(H5E_DEFAULT);  // no such dataset: HDF5 gives the fill value there
+        continue;
+      }
+      chain.push_back(source);
+      SHARDLOAD_RETURN_IF_ERROR(follow_virtual(file, src.get(), path, chain, done));
+      chain.pop_back();
+      done.push_back(source);
+    }
+    return Status::ok();
   }
 
   // HDF5 follows an external link into another file, and the offsets and chunk addresses it

@@ -1413,3 +1413,63 @@ def test_fill_values_of_unwritten_storage_read_as_h5py_reads_them(tmp_path, dtyp
     got = shardload.discover(tmp_path, format="hdf5").read()
     assert got.dtype == want.dtype.newbyteorder("=")
     np.testing.assert_array_equal(got, want)
+
+
+def _virtual(f, name: str, source_file: str, source: str, shape=(10, 4)) -> None:
+    layout = h5py.VirtualLayout(shape=shape, dtype="f8")
+    layout[:] = h5py.VirtualSource(source_file, source, shape=shape)
+    f.create_virtual_dataset(name, layout, fillvalue=-1)
+
+
+@pytest.mark.parametrize("case", ["itself", "through another dataset", "by the file's name"])
+def test_a_virtual_dataset_that_reads_itself_is_refused(tmp_path, case):
+    """A virtual dataset whose mapping names itself (source file ".", or the file's own name)
+    or leads back through another dataset of its file: HDF5 reads a source by reading the
+    dataset again, without end, and the process died of SIGSEGV at the first read (h5py's
+    too). Refused at discovery naming the file and the route."""
+    path = tmp_path / "shard_0000.h5"
+    with h5py.File(path, "w") as f:
+        if case == "itself":
+            _virtual(f, "v", ".", "v")
+        elif case == "through another dataset":
+            _virtual(f, "v", ".", "w")
+            _virtual(f, "w", ".", "v")
+        else:
+            _virtual(f, "v", "shard_0000.h5", "v")
+    script = textwrap.dedent(f"""
+        import shardload
+        try:
+            shardload.discover({str(tmp_path)!r}, dataset="v").read()
+        except shardload.LayoutError as e:
+            print(e)
+    """)
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                       timeout=120, cwd=str(tmp_path))
+    assert r.returncode == 0, (r.returncode, r.stderr[-2000:])
+    assert f"{path}: dataset '/v' is a virtual dataset whose mappings lead back to itself (" \
+        in r.stdout, r.stdout
+    route = "/v -> /w -> /v" if case == "through another dataset" else "/v -> /v"
+    assert route in r.stdout, r.stdout
+
+
+@pytest.mark.parametrize("case", ["a plain dataset", "a virtual one of a plain one",
+                                  "one plain dataset twice"])
+def test_virtual_datasets_of_their_own_files_datasets_read_as_h5py_does(tmp_path, case):
+    """Virtual datasets whose sources are datasets of their own file, a plain one, one more
+    virtual level, or the same one through two mappings: read as h5py reads them."""
+    path = tmp_path / "shard_0000.h5"
+    with h5py.File(path, "w") as f:
+        f.create_dataset("x", data=np.arange(40, dtype="f8").reshape(10, 4))
+        if case == "a plain dataset":
+            _virtual(f, "v", ".", "x")
+        elif case == "a virtual one of a plain one":
+            _virtual(f, "w", ".", "x")
+            _virtual(f, "v", ".", "w")
+        else:
+            layout = h5py.VirtualLayout(shape=(20, 4), dtype="f8")
+            layout[:10] = h5py.VirtualSource(".", "x", shape=(10, 4))
+            layout[10:] = h5py.VirtualSource(".", "x", shape=(10, 4))
+            f.create_virtual_dataset("v", layout, fillvalue=-1)
+    with h5py.File(path, "r") as f:
+        want = f["v"][...]
+    np.testing.assert_array_equal(shardload.discover(tmp_path, dataset="v").read(), want)
