@@ -67,8 +67,10 @@ logging=(--logging gpu=6,threads=5)
 # the same core and their utility processors starve (2 ranks x 1 CPU here: 23x one rank's load
 # time unbound, 2.0x bound). One background worker per rank: enough to poll UCX (0 hangs), and
 # no more spinning threads than the rank's cores carry. A caller's REALM_DEFAULT_ARGS is kept.
+# SHARDLOAD_MR_BIND=none leaves every rank unbound (to compare, bench/bench_multirank.py --bind).
 cpus_per_rank=${SHARDLOAD_MR_CPUS:-1}
-if ((ranks > 1 && ranks * cpus_per_rank <= $(nproc))); then
+if [ "${SHARDLOAD_MR_BIND:-core}" != none ] &&
+   ((ranks > 1 && ranks * cpus_per_rank <= $(nproc))); then
   # A rank's CPU processors and its utility processor share its cores (the utility one mostly
   # waits); with one CPU per rank that is one core each. Never for one rank, whose CPUs would
   # all land on one core.
