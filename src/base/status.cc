@@ -60,12 +60,13 @@ namespace {
 //   __token__, hdnts           Akamai's signed URLs (Token Auth: "exp=...~acl=...~hmac=...")
 //   auth_token, x-auth-token,  more spellings of a token, an OAuth 1 request's signature, a
 //   oauth_signature, jwt,      JSON Web Token, a password and an API key
-//   passwd, pwd, api-key, x-api-key
+//   passwd, pwd, api-key, x-api-key, api_token, apitoken, authtoken, auth-token,
+//   accesstoken, access-token
 // Not secrets, and shown: identifiers that grant nothing alone (access_key, X-Amz-Credential,
 // X-Goog-Credential, AWSAccessKeyId, Key-Pair-Id: the store's own errors name them too, and
 // they tell which credential was refused), a CloudFront Policy (it is what the signature
 // signs), Expires and X-Amz-Date, and every store and request option.
-constexpr std::array<std::string_view, 41> kSecretKeys = {"secret_key",
+constexpr std::array<std::string_view, 47> kSecretKeys = {"secret_key",
                                                           "session_token",
                                                           "x-amz-signature",
                                                           "x-amz-security-token",
@@ -105,7 +106,13 @@ constexpr std::array<std::string_view, 41> kSecretKeys = {"secret_key",
                                                           "passwd",
                                                           "pwd",
                                                           "api-key",
-                                                          "x-api-key"};
+                                                          "x-api-key",
+                                                          "api_token",
+                                                          "apitoken",
+                                                          "authtoken",
+                                                          "auth-token",
+                                                          "accesstoken",
+                                                          "access-token"};
 
 // What a message may put right after a URL, and a URL cannot end with without being
 // unusual: ':' in "URL: what", quotes in "'URL'" or a JSON string, ')' in "(URL)", a

@@ -331,6 +331,9 @@ def test_a_credential_option_of_another_library_is_refused_without_its_value(opt
     # beside keys that hold those words and are no secret's, which stay
     ("auth_token=a-s3cr3t&token_type=bearer", "auth_token=***&token_type=bearer"),
     ("X-Auth-Token=a-s3cr3t&x=1", "X-Auth-Token=***&x=1"),
+    ("api_token=a-s3cr3t&apiToken=b-s3cr3t&authToken=c-s3cr3t&auth-token=d-s3cr3t",
+     "api_token=***&apiToken=***&authToken=***&auth-token=***"),
+    ("accessToken=a-s3cr3t&access-token=b-s3cr3t", "accessToken=***&access-token=***"),
     ("user=bob&passwd=p-s3cr3t&pwd=q-s3cr3t", "user=bob&passwd=***&pwd=***"),
     ("api-key=k-s3cr3t&x-api-key=l-s3cr3t", "api-key=***&x-api-key=***"),
     ("jwt=eyJ-s3cr3t.x.y", "jwt=***"),
