@@ -107,17 +107,7 @@ Result<int> IoBackend::open_stat(const std::string& path, FileInfo* info) {
   return fd;
 }
 
-std::string path_for_message(const std::string& path) {
-  std::string out;
-  for (const char c : path) {
-    if (c == '\0') {
-      out += "\\0";
-    } else {
-      out += c;
-    }
-  }
-  return out;
-}
+std::string path_for_message(const std::string& path) { return printable(path); }
 
 std::string descriptor_path(int fd, const std::string& path) {
   // Checked once: /proc is either mounted for the whole process or not.

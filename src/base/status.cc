@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <cctype>
+#include <cstdio>
 #include <string_view>
 #include <unordered_set>
 #include <vector>
@@ -336,6 +337,87 @@ std::string redact_secrets(std::string text) {
   }
   if (text.find('=') == std::string::npos) return text;
   return redact_query(text);
+}
+
+std::string printable(std::string_view text, bool keep_option_marks) {
+  const auto* s = reinterpret_cast<const unsigned char*>(text.data());
+  const std::size_t n = text.size();
+  const auto plain = [&](unsigned c) {
+    return (c >= 0x20 && c < 0x7f) || (keep_option_marks && c == 0x1f);
+  };
+  std::size_t i = 0;
+  while (i < n && plain(s[i])) ++i;
+  if (i == n) return std::string(text);  // the common case: printable ASCII
+  std::string out(text.substr(0, i));
+  const auto escape = [&](const char* form, unsigned v) {
+    char buf[12];
+    std::snprintf(buf, sizeof buf, form, v);
+    out += buf;
+  };
+  while (i < n) {
+    const unsigned c = s[i];
+    if (c < 0x80) {
+      switch (c) {
+        case '\0':
+          out += "\\0";
+          break;
+        case '\n':
+          out += "\\n";
+          break;
+        case '\r':
+          out += "\\r";
+          break;
+        case '\t':
+          out += "\\t";
+          break;
+        default:
+          if (!plain(c)) {
+            escape("\\x%02x", c);
+          } else {
+            out += static_cast<char>(c);
+          }
+      }
+      ++i;
+      continue;
+    }
+    // The length of a valid UTF-8 sequence starting here (no overlong forms, no surrogates,
+    // nothing past U+10FFFF, as Python decodes), 0 when the byte starts none.
+    std::size_t len = 0;
+    unsigned lo = 0x80;
+    unsigned hi = 0xbf;
+    if (c >= 0xc2 && c <= 0xdf) {
+      len = 2;
+    } else if (c >= 0xe0 && c <= 0xef) {
+      len = 3;
+      if (c == 0xe0) lo = 0xa0;
+      if (c == 0xed) hi = 0x9f;
+    } else if (c >= 0xf0 && c <= 0xf4) {
+      len = 4;
+      if (c == 0xf0) lo = 0x90;
+      if (c == 0xf4) hi = 0x8f;
+    }
+    bool valid = len != 0 && i + len <= n;
+    unsigned cp = len == 2 ? c & 0x1f : len == 3 ? c & 0x0f : c & 0x07;
+    for (std::size_t k = 1; valid && k < len; ++k) {
+      const unsigned b = s[i + k];
+      valid = k == 1 ? (b >= lo && b <= hi) : (b >= 0x80 && b <= 0xbf);
+      cp = (cp << 6) | (b & 0x3f);
+    }
+    if (!valid) {
+      escape("\\x%02x", c);  // as Python's backslashreplace shows it
+      ++i;
+      continue;
+    }
+    // C1 controls (a terminal may take U+009B for CSI) and the bidirectional embeddings,
+    // overrides and isolates, which reorder what follows them on the line.
+    if (cp <= 0x9f || (cp >= 0x202a && cp <= 0x202e) || (cp >= 0x2066 && cp <= 0x2069)) {
+      escape("\\u%04x", cp);
+    } else {
+      out.append(text.substr(i, len));
+    }
+    i += len;
+  }
+  return out;
 }
 
 std::string message_after_path(const Status& status, const std::string& path) {

@@ -33,14 +33,15 @@ int fail(const char* cmd, const std::string& msg) {
   // What an interrupt made fail: main says "interrupted" instead.
   if (interrupt_requested()) return 1;
   std::cerr << "shardload " << cmd
-            << ": error: " << redact_secrets(spell_options(msg, OptionSpelling::kCli)) << "\n";
+            << ": error: " << printable(redact_secrets(spell_options(msg, OptionSpelling::kCli)))
+            << "\n";
   return 1;
 }
 
 int usage_error(const char* cmd, const std::string& msg) {
   std::cerr << "shardload " << cmd << ": "
-            << redact_secrets(spell_options(msg, OptionSpelling::kCli)) << "; see 'shardload "
-            << cmd << " --help'\n";
+            << printable(redact_secrets(spell_options(msg, OptionSpelling::kCli)))
+            << "; see 'shardload " << cmd << " --help'\n";
   return 2;
 }
 
@@ -440,7 +441,21 @@ std::string json_path_string(const std::string& bytes) {
       const unsigned b = s[i + k];
       valid = k == 1 ? (b >= lo && b <= hi) : (b >= 0x80 && b <= 0xbf);
     }
-    if (valid) {
+    // A C1 control (U+0080..U+009F) or a bidirectional override or isolate (U+202A..U+202E,
+    // U+2066..U+2069): JSON may carry them raw, but a terminal showing the output may take
+    // the one for a control (U+009B for CSI) and reorder the line at the other; escaped,
+    // they decode the same.
+    const bool c1 = valid && len == 2 && c == 0xc2 && s[i + 1] <= 0x9f;
+    const bool bidi = valid && len == 3 && c == 0xe2 &&
+                      ((s[i + 1] == 0x80 && s[i + 2] >= 0xaa && s[i + 2] <= 0xae) ||
+                       (s[i + 1] == 0x81 && s[i + 2] >= 0xa6 && s[i + 2] <= 0xa9));
+    if (c1) {
+      escape(s[i + 1]);
+      i += len;
+    } else if (bidi) {
+      escape(0x2000 + ((s[i + 1] & 0x3f) << 6) + (s[i + 2] & 0x3f));
+      i += len;
+    } else if (valid) {
       out.append(bytes, i, len);
       i += len;
     } else {

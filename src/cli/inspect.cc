@@ -69,10 +69,11 @@ int cmd_inspect(const Args& args) {
   if (p.flags.count("json") != 0) {
     print_json(std::cout, *src, *layout);
   } else {
-    std::cout << "source:         " << src->describe() << "\n";
+    std::cout << "source:         " << printable(src->describe()) << "\n";
     if (layout->manifest_state != ManifestState::kNone &&
         layout->manifest_state != ManifestState::kAbsent) {
-      std::cout << redact_secrets(spell_options(layout->manifest_status, OptionSpelling::kCli))
+      std::cout << printable(
+                       redact_secrets(spell_options(layout->manifest_status, OptionSpelling::kCli)))
                 << "\n";
     }
     std::cout << describe(*layout);

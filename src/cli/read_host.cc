@@ -97,10 +97,11 @@ int cmd_read_host(const ReadArgs& a) {
   }
   const Layout& layout = *found;
   if (auto rc = check_type_options(cmd, a.type_options, layout.format)) return *rc;
-  std::cout << "source:         " << src->describe() << "\n";
+  std::cout << "source:         " << printable(src->describe()) << "\n";
   if (layout.manifest_state != ManifestState::kNone &&
       layout.manifest_state != ManifestState::kAbsent) {
-    std::cout << redact_secrets(spell_options(layout.manifest_status, OptionSpelling::kCli))
+    std::cout << printable(
+                     redact_secrets(spell_options(layout.manifest_status, OptionSpelling::kCli)))
               << "\n";
   }
   std::cout << describe(layout);

@@ -63,10 +63,12 @@ int run(const ReadArgs& a, std::ostream& out, std::ostream& err) {
   if (auto rc = check_type_options("read", a.type_options, layout.format)) return *rc;
   // Before the warm-up, whose load would name only its one shard.
   check_legate_dims(layout);
-  out << "source:         " << Source::parse(a.source, a.pattern).value().describe() << "\n";
+  out << "source:         " << printable(Source::parse(a.source, a.pattern).value().describe())
+      << "\n";
   if (layout.manifest_state != ManifestState::kNone &&
       layout.manifest_state != ManifestState::kAbsent) {
-    out << redact_secrets(spell_options(layout.manifest_status, OptionSpelling::kCli)) << "\n";
+    out << printable(redact_secrets(spell_options(layout.manifest_status, OptionSpelling::kCli)))
+        << "\n";
   }
   out << describe(layout);
   auto* runtime = legate::Runtime::get_runtime();

@@ -58,8 +58,8 @@ int cmd_verify(const Args& args) {
   try {
     const VerifyReport r = verify_manifest(path, groups);
     for (const auto& m : r.mismatches) {
-      err << "shardload verify: " << redact_secrets(path_for_message(m.path)) << ": " << m.what
-          << "\n";
+      err << "shardload verify: " << redact_secrets(path_for_message(m.path)) << ": "
+          << printable(m.what) << "\n";
     }
     if (r.mismatches.empty()) {
       out << "verified " << r.shards << " shards in " << r.groups

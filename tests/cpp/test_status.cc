@@ -138,6 +138,31 @@ TEST(RedactSecrets, EveryStatusMessageContextAndPathIsRedacted) {
   EXPECT_EQ(s.message().find("hunter2"), std::string::npos);
 }
 
+TEST(Printable, ControlCharactersAndBytesThatAreNotUtf8AreEscaped) {
+  EXPECT_EQ(printable("d/shard_0000.npy"), "d/shard_0000.npy");
+  EXPECT_EQ(printable(std::string("a\0b\n\r\t\x1b[2J\x07\x7f", 12)),
+            "a\\0b\\n\\r\\t\\x1b[2J\\x07\\x7f");
+  // C1 controls as UTF-8 (U+0085, U+009B), the bidirectional overrides and isolates; other
+  // non-ASCII text kept; bytes that are not UTF-8 (a lone 0x9b, an overlong '/', a
+  // truncated sequence) as \xNN.
+  EXPECT_EQ(printable("\xc2\x85\xc2\x9b[1m\xe2\x80\xae\xe2\x81\xa6\xe2\x81\xa9"),
+            "\\u0085\\u009b[1m\\u202e\\u2066\\u2069");
+  EXPECT_EQ(printable("caf\xc3\xa9 \xe6\x97\xa5 \xf0\x9f\x98\x80 \xe2\x80\x8f"),
+            "caf\xc3\xa9 \xe6\x97\xa5 \xf0\x9f\x98\x80 \xe2\x80\x8f");
+  EXPECT_EQ(printable("\x9b[2J \xc0\xaf \xe2\x80"), "\\x9b[2J \\xc0\\xaf \\xe2\\x80");
+  // Backslashes are kept, and escaping twice changes nothing.
+  const std::string once = printable("a\\n\x1b\n\xc2\x9b\xff");
+  EXPECT_EQ(once, "a\\n\\x1b\\n\\u009b\\xff");
+  EXPECT_EQ(printable(once), once);
+}
+
+TEST(Printable, EveryStatusMessageAndContextIsEscapedAndThePathKeptExact) {
+  const std::string name = "d/x\x1b]0;t\x07\ny.npy";
+  const Status s = file_error(ErrorCode::kIo, name, "cannot open").with_context("loading\rd");
+  EXPECT_EQ(s.message(), "loading\\rd: d/x\\x1b]0;t\\x07\\ny.npy: cannot open");
+  EXPECT_EQ(s.path(), name);
+}
+
 TEST(MessageAfterPath, StripsThePathAsTheMessageShowsIt) {
   const std::string url = "s3://b/k?secret_key=longer-than-its-stars";
   EXPECT_EQ(message_after_path(file_error(ErrorCode::kIo, url, "cannot open: HTTP 403"), url),

@@ -152,7 +152,8 @@ Result<int> open_regular(const std::string& path, int flags = 0, int* open_errno
 // checked. `path` itself where /proc is not mounted.
 std::string descriptor_path(int fd, const std::string& path);
 
-// `path` for an error message: a NUL shows as "\0" instead of ending it.
+// `path` for a message: printable(path) (status.hpp): a NUL shows as "\0" instead of ending
+// it, a newline as "\n", an ESC as "\x1b".
 std::string path_for_message(const std::string& path);
 
 // An open file that closes itself.

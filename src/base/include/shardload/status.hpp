@@ -11,6 +11,7 @@
 
 #include <cassert>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <variant>
 
@@ -40,6 +41,18 @@ const char* error_code_name(ErrorCode code);
 // shows a credential given in a URL or in storage options.
 std::string redact_secrets(std::string text);
 
+// `text` as it may be shown to a person on a terminal: each control character (C0, DEL,
+// C1, and the bidirectional overrides and isolates) and each byte that is not part of valid
+// UTF-8 becomes an escape ("\n", "\r", "\t", "\0", "\x1b", "\u009b", "\u202e",
+// "\xff"), so a crafted file name or key can neither rewrite the terminal nor forge a
+// line of output. The rest, backslashes included, is kept; applying it twice gives the
+// same text. Every message (Status), path_for_message and the command line's plain text go
+// through it; JSON output does not (it escapes for itself and keeps the name exact).
+// `keep_option_marks`: a Status message keeps the unit separator (0x1f) that marks an option
+// for spell_options (format.hpp; a terminal does nothing with it), and the command line
+// escapes whatever of it is left after spelling.
+std::string printable(std::string_view text, bool keep_option_marks = false);
+
 class Status;
 // An error about one file: "PATH: what", with the path (and the errno, when a system call
 // failed) kept as data for the front ends (Python's OSError.filename).
@@ -49,7 +62,7 @@ class [[nodiscard]] Status {
  public:
   Status() = default;
   Status(ErrorCode code, std::string message)
-      : code_(code), message_(redact_secrets(std::move(message))) {}
+      : code_(code), message_(printable(redact_secrets(std::move(message)), true)) {}
 
   static Status ok() { return {}; }
 
@@ -67,7 +80,7 @@ class [[nodiscard]] Status {
   [[nodiscard]] Status with_context(const std::string& context) const {
     if (is_ok()) return *this;
     Status s = *this;
-    s.message_ = redact_secrets(context) + ": " + message_;
+    s.message_ = printable(redact_secrets(context), true) + ": " + message_;
     return s;
   }
   // The same error about `path`, unless it names a file already (the innermost site that
