@@ -39,6 +39,7 @@ class Fd {
     if (fd_ >= 0) ::close(fd_);
   }
   [[nodiscard]] int get() const { return fd_; }
+  int release() { return std::exchange(fd_, -1); }
 
  private:
   int fd_;
@@ -100,19 +101,16 @@ class LocalStore final : public Store {
   }
 
   Result<KeyInfo> stat(std::string_view key) override {
-    SHARDLOAD_RETURN_IF_ERROR(check_store_key(key));
-    const std::string path = describe(key);
-    SHARDLOAD_ASSIGN_OR_RETURN(const FileInfo info, posix_io().stat_path(path));
-    if (!info.regular) return file_error(ErrorCode::kIo, path, "not a regular file");
+    FileInfo info;
+    SHARDLOAD_ASSIGN_OR_RETURN(const File file, open_key(key, &info));
     return KeyInfo{info.size, generation_of(info)};
   }
 
   Result<std::size_t> read(std::string_view key, std::uint64_t offset, std::span<std::byte> dst,
                            std::string_view if_generation) override {
-    SHARDLOAD_RETURN_IF_ERROR(check_store_key(key));
     const std::string path = describe(key);
     FileInfo before;
-    SHARDLOAD_ASSIGN_OR_RETURN(File file, File::open_stat(posix_io(), path, &before));
+    SHARDLOAD_ASSIGN_OR_RETURN(File file, open_key(key, &before));
     if (!if_generation.empty() && generation_of(before) != if_generation) {
       return changed(path, if_generation, generation_of(before));
     }
@@ -143,17 +141,26 @@ class LocalStore final : public Store {
   Result<std::vector<std::string>> list(std::string_view prefix) override {
     SHARDLOAD_RETURN_IF_ERROR(detail::check_store_prefix(prefix));
     const std::string dir = prefix.empty() ? dir_ : describe(prefix.substr(0, prefix.size() - 1));
-    DIR* d = ::opendir(dir.c_str());
+    // The prefix's directories walked as a key's are (open_parent): a linked one is refused.
+    SHARDLOAD_ASSIGN_OR_RETURN(Fd parent, open_parent(dir_, std::string(prefix), false));
+    DIR* d = ::fdopendir(parent.get());
     if (d == nullptr) {
       const int err = errno;
       return file_error(ErrorCode::kIo, dir, sys_what("cannot list the directory", err), err);
     }
+    (void)parent.release();  // closedir closes it
     std::vector<std::string> keys;
     while (const dirent* e = ::readdir(d)) {
       const std::string name = e->d_name;
       if (name == "." || name == "..") continue;
       struct ::stat st {};
-      if (::fstatat(::dirfd(d), e->d_name, &st, 0) != 0) continue;  // gone meanwhile
+      if (::fstatat(::dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0) continue;  // gone
+      // A link to a file is a key (read as the file it names, as discovery reads a linked
+      // shard); a link to a directory is no prefix: the keys below it are refused.
+      if (S_ISLNK(st.st_mode) && ::fstatat(::dirfd(d), e->d_name, &st, 0) == 0 &&
+          !S_ISREG(st.st_mode)) {
+        continue;
+      }
       if (S_ISREG(st.st_mode)) {
         keys.push_back(std::string(prefix) + name);
       } else if (S_ISDIR(st.st_mode)) {
@@ -228,6 +235,30 @@ class LocalStore final : public Store {
   }
 
  private:
+  // `key` opened for reading in the directory that holds it, reached as a write reaches it
+  // (open_parent, never through a linked directory: a key does not leave the location; a
+  // link in a key's last segment is followed to the file it names). Refuses, without
+  // blocking, what is not a regular file.
+  Result<File> open_key(std::string_view key, FileInfo* info) const {
+    SHARDLOAD_RETURN_IF_ERROR(check_store_key(key));
+    const std::string k(key);
+    const std::string path = describe(key);
+    SHARDLOAD_ASSIGN_OR_RETURN(const Fd parent, open_parent(dir_, k, /*create=*/false));
+    int fd = -1;
+    do {
+      fd = ::openat(parent.get(), leaf_of(k).c_str(), O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+    } while (fd < 0 && errno == EINTR);
+    if (fd < 0) {
+      const int err = errno;
+      if (err == ENXIO) return file_error(ErrorCode::kIo, path, "not a regular file");  // socket
+      return file_error(ErrorCode::kIo, path, sys_what("cannot open", err), err);
+    }
+    File file(&posix_io(), fd, path);
+    SHARDLOAD_ASSIGN_OR_RETURN(*info, file.stat());
+    if (!info->regular) return file_error(ErrorCode::kIo, path, "not a regular file");
+    return file;
+  }
+
   static Status changed(const std::string& path, std::string_view expected,
                         const std::string& found) {
     return file_error(ErrorCode::kChanged, path,

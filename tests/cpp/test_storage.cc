@@ -223,6 +223,51 @@ TEST(LocalStore, AKeyThroughALinkedDirectoryNeverTouchesAFileOutside) {
   EXPECT_FALSE(std::filesystem::exists(dir.file("store/real/x/y.bin")));
 }
 
+// Reading, as writing, never leaves the location through a linked directory, and a link loop
+// is refused at once, never walked.
+TEST(LocalStore, AKeyThroughALinkedDirectoryIsNeitherReadNorListed) {
+  testing::TempDir dir;
+  const std::string outside = dir.file("outside");
+  std::filesystem::create_directories(outside + "/deep");
+  testing::write_file(outside + "/victim", "secret");
+  std::filesystem::create_directory(dir.file("store"));
+  std::filesystem::create_directory(dir.file("store/real"));
+  testing::write_file(dir.file("store/real/own.bin"), "own");
+  std::filesystem::create_directory_symlink(outside, dir.file("store/link"));
+  std::filesystem::create_directory_symlink(outside, dir.file("store/real/inner"));
+  std::filesystem::create_directory_symlink("loop", dir.file("store/loop"));
+  std::filesystem::create_directory_symlink("b", dir.file("store/a"));
+  std::filesystem::create_directory_symlink("a", dir.file("store/b"));
+  // A link to a file is a key, read as that file (as discovery reads a linked shard).
+  std::filesystem::create_symlink("real/own.bin", dir.file("store/file_link"));
+  auto store = open_store(dir.file("store"));
+  ASSERT_TRUE(store.is_ok()) << store.status().message();
+  std::string buf(8, '\0');
+  const auto into = std::as_writable_bytes(std::span<char>(buf));
+  for (const std::string key :
+       {"link/victim", "link/deep/x", "real/inner/victim", "loop/x", "a/x", "loop/loop/x"}) {
+    const Status st = (*store)->stat(key).status();
+    EXPECT_EQ(st.code(), ErrorCode::kInvalidArgument) << key << ": " << st.message();
+    EXPECT_NE(st.message().find("is a symbolic link"), std::string::npos) << st.message();
+    EXPECT_EQ((*store)->read(key, 0, into, "").status().code(), ErrorCode::kInvalidArgument) << key;
+  }
+  for (const std::string prefix : {"link/", "link/deep/", "real/inner/", "loop/", "a/"}) {
+    EXPECT_EQ((*store)->list(prefix).status().code(), ErrorCode::kInvalidArgument) << prefix;
+  }
+  auto top = (*store)->list("");
+  ASSERT_TRUE(top.is_ok()) << top.status().message();
+  EXPECT_EQ(*top, (std::vector<std::string>{"file_link", "real/"}));
+  auto real = (*store)->list("real/");
+  ASSERT_TRUE(real.is_ok()) << real.status().message();
+  EXPECT_EQ(*real, (std::vector<std::string>{"real/own.bin"}));
+  auto got = (*store)->read("file_link", 0, into, "");
+  ASSERT_TRUE(got.is_ok()) << got.status().message();
+  EXPECT_EQ(buf.substr(0, *got), "own");
+  auto own = (*store)->stat("real/own.bin");
+  ASSERT_TRUE(own.is_ok()) << own.status().message();
+  EXPECT_EQ(own->size, 3u);
+}
+
 TEST(OpenStore, RefusesWhatNoDriverServes) {
   EXPECT_EQ(open_store("").status().code(), ErrorCode::kInvalidArgument);
   EXPECT_EQ(open_store("file://").status().code(), ErrorCode::kInvalidArgument);
