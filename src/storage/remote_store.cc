@@ -27,7 +27,7 @@ class RemoteStore final : public Store {
   [[nodiscard]] std::string_view scheme() const override { return scheme_; }
   [[nodiscard]] const std::string& location() const override { return shown_; }
   [[nodiscard]] std::string describe(std::string_view key) const override {
-    return base_ + std::string(key);
+    return shown_ + std::string(key);
   }
 
   Result<KeyInfo> stat(std::string_view key) override {

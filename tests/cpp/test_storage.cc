@@ -324,6 +324,22 @@ TEST(RemoteStore, TheLocationHoldsNoSecret) {
   }
 }
 
+// describe() is for messages and says its secrets are redacted: a password in the location's
+// user part was returned whole.
+TEST(RemoteStore, TheDescribedKeyHoldsNoSecret) {
+  if (remote_io() == nullptr) GTEST_SKIP() << "built without object storage";
+  for (const std::string location :
+       {"s3://AKID:TopSecret1@b/p/", "https://user:TopSecret1@127.0.0.1:9/p/",
+        "http://TopSecret1@127.0.0.1:9/p/?token=TopSecret1",
+        "s3://b/p/?secret_key=TopSecret1&access_key=AKID"}) {
+    auto store = open_store(location);
+    if (!store.is_ok()) continue;  // a scheme this build has no driver for
+    const std::string shown = (*store)->describe("d/x.npy");
+    EXPECT_EQ(shown.find("TopSecret1"), std::string::npos) << shown;
+    EXPECT_TRUE(shown.ends_with("/p/d/x.npy")) << shown;
+  }
+}
+
 TEST(MemoryStore, InjectedFailureIsReturnedThenClears) {
   MemoryStore store;
   ASSERT_TRUE(store.write("k", bytes_of("abcdef")).is_ok());

@@ -47,7 +47,8 @@ class Store {
   [[nodiscard]] virtual std::string_view scheme() const = 0;
   // The location the store was opened from (without its query, so no secret is in it).
   [[nodiscard]] virtual const std::string& location() const = 0;
-  // The full path or URL of `key` for messages (secrets redacted by Status).
+  // The full path or URL of `key` for messages, its secrets redacted (redact_secrets: a
+  // password in the location's user part too; the store's options are not in it).
   [[nodiscard]] virtual std::string describe(std::string_view key) const = 0;
 
   virtual Result<KeyInfo> stat(std::string_view key) = 0;
