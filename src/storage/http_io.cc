@@ -171,6 +171,10 @@ class CurlRemoteIo final : public RemoteIo {
       // If-Match served another version's bytes here unchecked.
       return "it carries no ETag (nor a Last-Modified to compare), where the snapshot's is " +
              want.etag + ": its version cannot be told";
+    } else if (!want.last_modified.empty()) {
+      // The HEAD's one validator was its Last-Modified: an answer without it is as untold.
+      return "it carries no Last-Modified (nor an ETag to compare), where the snapshot's is '" +
+             want.last_modified + "': its version cannot be told";
     }
     std::uint64_t first = 0;
     std::int64_t total = -1;
