@@ -5,9 +5,11 @@ place, manifest last; to ``s3://`` the manifest as the commit point). Compared w
 
 from __future__ import annotations
 
+import errno
 import io
 import json
 import os
+import pathlib
 import subprocess
 import sys
 import textwrap
@@ -196,6 +198,38 @@ def test_overwrite_rules(tmp_path):
         snp.save(a, tmp_path / "f", overwrite=True)
     assert (tmp_path / "f").read_text() == "x"
     assert not staging_dirs(tmp_path)
+
+
+@pytest.mark.parametrize("kind", ["file", "fifo", "/dev/null"])
+@pytest.mark.parametrize("overwrite", [False, True])
+def test_a_destination_that_is_no_directory_is_refused_as_documented(tmp_path, kind, overwrite):
+    """A regular file, a FIFO or a device at dest (docs/save.md, "Errors": "D is a file"):
+    DestinationExistsError (EEXIST) without overwrite, ShardWriteError (ENOTDIR) with it, the
+    same message, and nothing written there or beside it (no staging directory in /dev)."""
+    if kind == "file":
+        dest = tmp_path / "f"
+        dest.write_text("x")
+    elif kind == "fifo":
+        dest = tmp_path / "p"
+        os.mkfifo(dest)
+    else:
+        dest = pathlib.Path(kind)
+    before = sorted(os.listdir(dest.parent))
+    with pytest.raises(shardload.ShardWriteError) as e:
+        snp.save(np.arange(6), dest, overwrite=overwrite)
+    if overwrite:
+        assert type(e.value) is shardload.ShardWriteError and e.value.errno == errno.ENOTDIR
+    else:
+        assert isinstance(e.value, shardload.DestinationExistsError)
+        assert isinstance(e.value, FileExistsError) and e.value.errno == errno.EEXIST
+    assert str(e.value) == (f"saving to {dest}: {dest}: the destination exists and is not a "
+                            "directory (expected a directory of shards, or nothing)"), str(e.value)
+    assert e.value.filename == str(dest)
+    assert not staging_dirs(dest.parent)
+    if kind != "/dev/null":  # /dev is the system's, and may change meanwhile
+        assert sorted(os.listdir(dest.parent)) == before
+    if kind == "file":
+        assert dest.read_text() == "x"
 
 
 def test_an_empty_existing_directory_is_filled(tmp_path):
