@@ -25,6 +25,8 @@ class Layout:
     @property
     def paths(self) -> list[str]: ...
     @property
+    def _linked_paths(self) -> list[str]: ...  # HDF5 external storage files, in shard order
+    @property
     def shard_rows(self) -> list[int]: ...
     @property
     def offsets(self) -> list[int]: ...
@@ -87,6 +89,9 @@ def manifest_path(directory: _Path) -> str: ...
 def size_string(nbytes: int) -> str: ...
 def remote_retries() -> int:
     """Requests to object storage retried so far in this process."""
+def printable(text: str) -> str:
+    """``text`` with each control character and each byte that is not UTF-8 escaped, as every
+    message shows a name."""
 def redact_secrets(text: AnyStr) -> AnyStr:
     """``text`` with every credential in a URL replaced by ``***`` (the values of secret query
     keys, compared without case, and the password of a URL's user part), as in every

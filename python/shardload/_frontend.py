@@ -135,7 +135,7 @@ def check_out_maps_no_source_file(where: str, out: np.ndarray, layout: Layout) -
         return
     files: dict[tuple[int, int], str] = {}
     stores: list[tuple[str, bytes]] = []  # a directory shard (a Zarr store), its real path
-    for path in layout.paths:
+    for path in [*layout.paths, *layout._linked_paths]:
         if "://" in path:
             continue
         try:

@@ -131,6 +131,16 @@ PYBIND11_MODULE(_core, m) {
                                for (const auto& s : l.shards) p.append(path_str(s.path));
                                return p;
                              })
+      // The files the shards' data lives in besides their own (an HDF5 dataset's external
+      // storage): the check of a front end's out= array compares them too.
+      .def_property_readonly("_linked_paths",
+                             [](const Layout& l) {
+                               py::list p;
+                               for (const auto& s : l.shards) {
+                                 for (const auto& f : s.linked) p.append(path_str(f.path));
+                               }
+                               return p;
+                             })
       .def_property_readonly("shard_rows", &Layout::rows)
       .def_property_readonly("offsets", [](const Layout& l) { return l.offsets; })
       .def_property_readonly("total_rows", &Layout::total_rows)
@@ -496,6 +506,21 @@ PYBIND11_MODULE(_core, m) {
   // Requests to object storage retried so far in this process: LoadInfo's count is the
   // difference around a load.
   m.def("remote_retries", [] { return remote_retries(); });
+  // The escaping every C++ error's message goes through (printable), for the messages made in
+  // Python that show a path: a control character in a name neither rewrites the terminal nor
+  // forges a line.
+  m.def(
+      "printable",
+      [](const py::object& text) {
+        if (!py::isinstance<py::str>(text)) {
+          throw py::type_error("printable: expected a str, found " +
+                               std::string(py::str(py::type::of(text).attr("__name__"))));
+        }
+        return message_str(printable(path_bytes(text)));
+      },
+      py::arg("text"),
+      "``text`` with each control character and each byte that is not UTF-8 escaped "
+      "(``\\n``, ``\\x1b``, ``\\u009b``), as every message shows a name.");
   // The redaction every C++ error's message goes through, for the messages made in Python and
   // as shardload.redact_secrets for the user's own.
   m.def(

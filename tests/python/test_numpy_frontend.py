@@ -91,6 +91,14 @@ def _out_over_a_shard(tmp_path, how):
         z[:] = np.arange(n)
         mapped = d / "shard_0000.zarr" / "0"
         return d, (0, n), np.memmap(mapped, np.int64, "r+", shape=(n,)), mapped
+    if how == "an HDF5 dataset's external file":
+        mapped = tmp_path / "external.bin"
+        np.arange(n, dtype=np.int64).tofile(mapped)
+        with h5py.File(d / "shard_0000.h5", "w") as f:
+            f.create_dataset("x", shape=(n,), dtype="<i8", external=[(str(mapped), 0, n * 8)])
+        out = np.memmap(mapped, np.int64, "r+", shape=(n,))[1000:]
+        out[:] = np.array(out)
+        return d, (0, n - 1000), out, mapped
     np.save(d / "shard_0000.npy", np.arange(n, dtype=np.int64))
     mapped = d / "shard_0000.npy"
     if how == "a hard link":
@@ -106,7 +114,8 @@ def _out_over_a_shard(tmp_path, how):
     return d, (0, n), whole, mapped
 
 
-@pytest.mark.parametrize("how", ["the same rows", "rows shifted", "a hard link", "a Zarr chunk"])
+@pytest.mark.parametrize("how", ["the same rows", "rows shifted", "a hard link", "a Zarr chunk",
+                                 "an HDF5 dataset's external file"])
 def test_an_out_array_mapped_from_a_file_of_the_source_is_refused(tmp_path, how):
     # Before, out=np.load(shard, mmap_mode="r+")[1000:] over rows [0, n - 1000) read rows whose
     # bytes the load had already overwritten in the shard: 1,985,000 of 1,999,000 rows wrong
