@@ -14,6 +14,20 @@ def gather(layout: Layout, rows: np.ndarray[Any, Any], out: np.ndarray[Any, Any]
     ``out`` C-contiguous, writable, ``len(rows)`` rows of the layout's dtype); ``threads``
     readers, the GIL released. ValueError for a row outside the layout; ShardReadError as a
     load's."""
+class Gather:
+    """:func:`gather` started on threads of its own at construction (the feed's read-ahead);
+    the layout and ``out`` are held until it ends, the rows copied. Dropping an unfinished one
+    waits for its reads."""
+    def __init__(self, layout: Layout, rows: np.ndarray[Any, Any], out: np.ndarray[Any, Any],
+                 threads: int = 1) -> None: ...
+    def result(self) -> np.ndarray[Any, Any]:
+        """``out`` once the rows are in it (the GIL released while waiting); the gather's
+        error otherwise (ShardReadError naming the file, ValueError for a row outside the
+        layout), at each call."""
+    def done(self) -> bool:
+        """Whether the reads have ended."""
+    def cancel(self) -> bool:
+        """False: a started gather is not called off (as a running future)."""
 def take(src: np.ndarray[Any, Any], rows: np.ndarray[Any, Any], out: np.ndarray[Any, Any],
          threads: int = 1) -> None:
     """``out[i]`` = ``src[rows[i]]`` for every i (int64 rows; ``src`` and ``out``

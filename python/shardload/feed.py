@@ -37,7 +37,8 @@ position through a keyed bijection on ``[0, n)`` (a Feistel network with cycle-w
 - ``"row"`` (or True): an exact shuffle of all rows. Each batch's rows are gathered by the
   engine in one call (``shardload._feed_core.gather``): sorted, consecutive rows merged into
   one read, each row read straight into its place in the batch, one reader per thread
-  keeping its files open.
+  keeping its files open (local npy and raw files checked at their open and once after the
+  call, not after each row).
 - ``"block"``: the rows are cut into blocks of ``block_rows``; the blocks follow the
   bijection over blocks; each window of ``window_blocks`` consecutive blocks of that order has
   its rows shuffled by a bijection of its own. Reads are coalesced: one range read per block
@@ -64,10 +65,11 @@ The state after an epoch's last batch is already the next epoch at position 0.
 ``jax.device_put`` (CPU) take without a copy (``jnp.asarray`` copies on CPU). A buffer is
 reused only when nothing else holds it (its reference count: the batch, a view of it, a
 tensor made from it through DLPack all hold it); a batch the caller keeps stays valid and the
-feed takes a new buffer instead. ``prefetch`` batches are read ahead in a background thread;
-the engine's reads release the GIL. Where a batch's bytes are a multiple of 64, several
-batches (about 4 MiB) are read in one fill, each a view of the fill's buffer, which is reused
-once none of them is held.
+feed takes a new buffer instead. ``prefetch`` batches are read ahead: in order and with the
+row shuffle (without ``astype``) by the engine on threads of its own (``_feed_core.Gather``),
+otherwise in a background thread whose engine calls release the GIL. Where a batch's bytes are
+a multiple of 64, several batches (about 4 MiB) are read in one fill, each a view of the fill's
+buffer, which is reused once none of them is held.
 
 **Ranks that agree.** Under torch.distributed or jax.distributed (``check_ranks``) the ranks
 compare a digest of the dataset each discovered at construction (a LayoutError on every rank
@@ -374,8 +376,10 @@ class Feed:
         window_blocks: blocks per shuffle window of ``shuffle="block"`` (default 4).
         drop_last: True: equal batches by dropping the stream's tail; False: by padding (the
             tail's step wraps to the epoch's first positions).
-        prefetch: batches read ahead in a background thread, rounded up to whole fills of
+        prefetch: batches read ahead (by the engine's threads, or a background thread for
+            the block shuffle and ``astype``), rounded up to whole fills of
             several batches (see Buffers in the module's documentation); at least one fill.
+            None (default): two fills where the engine's threads read them, else one.
         threads: the engine's threads per read (None: one per core).
         row_range, astype, reader, storage_options, options: as for
             :func:`shardload.numpy.load`; discovery happens once, here.
@@ -408,7 +412,7 @@ class Feed:
         block_rows: Optional[int] = None,
         window_blocks: int = 4,
         drop_last: bool = True,
-        prefetch: int = 2,
+        prefetch: Optional[int] = None,
         threads: Optional[int] = None,
         row_range: "tuple[int | None, int | None] | slice | None" = None,
         astype: DTypeLike | None = None,
@@ -433,8 +437,8 @@ class Feed:
         self._mode = _shuffle_arg(shuffle)
         self._seed = self._seed_arg(seed)
         self._drop_last = _bool("drop_last", drop_last)
-        self._prefetch = _int("prefetch", prefetch)
-        if self._prefetch < 0:
+        self._prefetch = None if prefetch is None else _int("prefetch", prefetch)
+        if self._prefetch is not None and self._prefetch < 0:
             raise ValueError(f"prefetch: expected an int >= 0, found {self._prefetch}")
         self._threads = _frontend.threads_arg(threads)
         try:
@@ -473,19 +477,21 @@ class Feed:
         self._iterating = False
         row_shape = tuple(self._layout.shape[1:])
         # Batches are read several to a fill of about _FILL_BYTES (one engine call, one hand-off
-        # from the read-ahead thread), each batch a view of the fill's buffer; only where a
+        # to the loop), each batch a view of the fill's buffer; only where a
         # batch's bytes are a multiple of the alignment, so that every view stays aligned.
         batch_bytes = self._batch_size * int(np.prod(row_shape, dtype=np.int64)) * \
             prepared.dtype.itemsize
         self._per_fill = 1
         if batch_bytes and batch_bytes % _ALIGN == 0:
             self._per_fill = max(1, min(_FILL_BATCHES, _FILL_BYTES // batch_bytes))
-        # Fills read ahead: `prefetch` batches in whole fills, at least one. (Two fills ahead
-        # at once measured slower: some epochs took 4x as long, the loop and the read-ahead
-        # thread then contending for the GIL.)
-        self._ahead = max(1, -(-self._prefetch // self._per_fill))
+        # Fills read ahead: `prefetch` batches in whole fills, at least one. By default two
+        # where the engine reads them on threads of its own (_run), so that the next fill's
+        # reads have begun when the loop takes a fill, and one through the read-ahead thread
+        # (two there measured slower: the loop and that thread contended for the GIL).
+        self._ahead = None if self._prefetch is None else \
+            max(1, -(-self._prefetch // self._per_fill))
         self._pool = _Pool((self._per_fill * self._batch_size,) + row_shape, prepared.dtype,
-                           keep=self._ahead + 2)
+                           keep=(self._ahead or 2) + 2)
         self._window: Optional[tuple[int, int, np.ndarray]] = None  # (epoch, window, rows)
         self._window_buf: Optional[np.ndarray] = None
 
@@ -734,7 +740,8 @@ class Feed:
         step_rows = self._batch_size * self._world
         per = self._per_fill
         fills = [mine[i:i + per] for i in range(0, len(mine), per)]
-        ahead = self._ahead
+        engine = self._cast is None and order.mode in ("none", "row")
+        ahead = self._ahead or (2 if engine else 1)
         pending: collections.deque = collections.deque()
         alone: collections.deque = collections.deque()
         submitted = 0
@@ -760,7 +767,13 @@ class Feed:
                 failed.set_exception(e)
                 pending.append(failed)
                 return
-            pending.append(pool.submit(self._fill, order, positions(ks), buf))
+            if engine:
+                # The engine reads the fill on threads of its own, started here: no Python
+                # thread, so the fill never waits for the GIL behind the loop.
+                pending.append(_feed_core.Gather(self._layout, order.rows(positions(ks)), buf,
+                                                 self._threads or _core.default_host_threads()))
+            else:
+                pending.append(pool.submit(self._fill, order, positions(ks), buf))
 
         def batches(ks: range, buf: Optional[np.ndarray], error: Optional[Exception]
                     ) -> Iterator[tuple[int, np.ndarray]]:
@@ -825,6 +838,7 @@ class Feed:
         finally:
             for f in (*pending, *alone):
                 f.cancel()
+            pending.clear()  # an engine fill still reading is waited for here
             pool.shutdown(wait=True)
             with self._lock:
                 self._iterating = False

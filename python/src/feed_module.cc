@@ -8,11 +8,14 @@
 #include <pybind11/stl.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <numeric>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "errors.hpp"
@@ -99,6 +102,92 @@ std::vector<std::vector<Piece>> share(const std::vector<Piece>& pieces, std::int
   return parts;
 }
 
+// out[i] = row rows[i] of the layout for every i, on up to `threads` threads (the caller's
+// one of them; fill_parts checks local npy and raw files once per call, not once per row);
+// called without the GIL.
+Status fill_gather(const Layout& l, const std::int64_t* rows, std::int64_t n, std::byte* dst,
+                   std::int64_t threads) {
+  Result<std::vector<Piece>> pieces = gather_pieces(l, rows, n);
+  if (!pieces) return pieces.status();
+  return fill_parts(l, share(*pieces, n, l.row_bytes, threads), dst);
+}
+
+void check_gather_args(const Layout& l, const py::array_t<std::int64_t, py::array::c_style>& rows,
+                       const py::array& out, std::int64_t threads) {
+  const auto want = static_cast<py::ssize_t>(rows.size() * static_cast<py::ssize_t>(l.row_bytes));
+  if (rows.ndim() != 1 || (out.flags() & py::array::c_style) == 0 || !out.writeable() ||
+      out.nbytes() != want || out.itemsize() != static_cast<py::ssize_t>(l.dtype.size)) {
+    throw py::value_error("gather: expected 1-D rows and a writable C-contiguous array of " +
+                          std::to_string(want) + " bytes in the layout's dtype");
+  }
+  if (threads < 1 || threads > 4096) {
+    throw py::value_error("gather: threads: expected 1 to 4096, found " + std::to_string(threads));
+  }
+}
+
+// A gather that runs on a thread of its own from its construction: the feed's read-ahead,
+// which the loop then waits for with result(). A Python thread pool ran it before, and each
+// fill then waited for the GIL twice (to start, and to hand over its result) behind the
+// training loop's own Python: about a third of an in-order epoch. The fill holds the layout,
+// and the output array, so neither goes while its thread writes; the rows are copied.
+// Dropping an unfinished fill waits for its reads (without the GIL). SIGINT ends its remote
+// requests, as gather's do, for as long as it runs.
+class AsyncGather {
+ public:
+  AsyncGather(py::object layout, const py::array_t<std::int64_t, py::array::c_style>& rows,
+              py::array out, std::int64_t threads)
+      : layout_(std::move(layout)), out_(std::move(out)) {
+    const Layout& l = layout_.cast<const Layout&>();
+    check_gather_args(l, rows, out_, threads);
+    rows_.assign(rows.data(), rows.data() + rows.size());
+    wait_ = std::make_unique<InterruptibleWait>(python::sigint_raises_keyboard_interrupt());
+    auto* dst = static_cast<std::byte*>(out_.mutable_data());
+    thread_ = std::thread([this, &l, dst, threads] {
+      status_ = fill_gather(l, rows_.data(), static_cast<std::int64_t>(rows_.size()), dst, threads);
+      finished_.store(true, std::memory_order_release);
+    });
+  }
+  AsyncGather(const AsyncGather&) = delete;
+  AsyncGather& operator=(const AsyncGather&) = delete;
+  ~AsyncGather() {
+    if (thread_.joinable()) {
+      // Destroyed by Python, with the GIL: its reads need none, and others may run meanwhile.
+      if (PyGILState_Check() != 0) {
+        py::gil_scoped_release release;
+        thread_.join();
+      } else {
+        thread_.join();
+      }
+    }
+  }
+
+  // The output array once the rows are in it; the fill's error (ShardReadError naming the
+  // file, ...) otherwise, on each call.
+  py::array result() {
+    if (thread_.joinable()) {
+      {
+        py::gil_scoped_release release;
+        thread_.join();
+      }
+      python::raise_if_interrupted(*wait_);
+      wait_.reset();
+    }
+    if (!status_.is_ok()) throw_status(status_, ErrorSite::kRead);
+    return out_;
+  }
+
+  bool done() const { return finished_.load(std::memory_order_acquire); }
+
+ private:
+  py::object layout_;
+  py::array out_;
+  std::vector<std::int64_t> rows_;
+  std::unique_ptr<InterruptibleWait> wait_;
+  Status status_;
+  std::atomic<bool> finished_{false};
+  std::thread thread_;  // last: started once everything it uses is built
+};
+
 std::uint64_t mix(std::uint64_t z) {
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
@@ -139,39 +228,25 @@ PYBIND11_MODULE(_feed_core, m) {
       "gather",
       [](const Layout& l, const py::array_t<std::int64_t, py::array::c_style>& rows,
          const py::array& out, std::int64_t threads) {
-        const std::int64_t n = rows.size();
-        const auto want = static_cast<py::ssize_t>(n * l.row_bytes);
-        if (rows.ndim() != 1 || (out.flags() & py::array::c_style) == 0 || !out.writeable() ||
-            out.nbytes() != want || out.itemsize() != static_cast<py::ssize_t>(l.dtype.size)) {
-          throw py::value_error("gather: expected 1-D rows and a writable C-contiguous array of " +
-                                std::to_string(want) + " bytes in the layout's dtype");
-        }
-        if (threads < 1 || threads > 4096) {
-          throw py::value_error("gather: threads: expected 1 to 4096, found " +
-                                std::to_string(threads));
-        }
+        check_gather_args(l, rows, out, threads);
         auto* dst = static_cast<std::byte*>(const_cast<void*>(out.data()));
         const std::int64_t* r = rows.data();
-        Status st = python::interruptible([&]() -> Status {
-          Result<std::vector<Piece>> pieces = gather_pieces(l, r, n);
-          if (!pieces) return pieces.status();
-          const std::vector<std::vector<Piece>> parts = share(*pieces, n, l.row_bytes, threads);
-          const std::size_t t = parts.size();
-          if (t == 0) return Status::ok();  // no rows (or only empty shards' pieces)
-          std::vector<Status> done(t);
-          auto part = [&](std::size_t j) { done[j] = fill_pieces(l, parts[j], dst); };
-          std::vector<std::thread> helpers;
-          for (std::size_t j = 1; j < t; ++j) helpers.emplace_back(part, j);
-          part(0);
-          for (std::thread& h : helpers) h.join();
-          for (Status& s : done) {
-            if (!s.is_ok()) return std::move(s);
-          }
-          return Status::ok();
-        });
+        const std::int64_t n = rows.size();
+        Status st =
+            python::interruptible([&]() -> Status { return fill_gather(l, r, n, dst, threads); });
         if (!st.is_ok()) throw_status(st, ErrorSite::kRead);
       },
       py::arg("layout"), py::arg("rows"), py::arg("out"), py::arg("threads") = 1);
+
+  // gather(layout, rows, out, threads) started on a thread of its own; result() waits for it.
+  py::class_<AsyncGather>(m, "Gather")
+      .def(py::init<py::object, const py::array_t<std::int64_t, py::array::c_style>&, py::array,
+                    std::int64_t>(),
+           py::arg("layout"), py::arg("rows"), py::arg("out"), py::arg("threads") = 1)
+      .def("result", &AsyncGather::result)
+      .def("done", &AsyncGather::done)
+      // As a running future's: a started fill cannot be called off (dropping it waits).
+      .def("cancel", [](const AsyncGather&) { return false; });
 
   // out[i] = src[rows[i]] for every i, rows of src's bytes per row, on up to `threads`
   // threads (one per 8 MiB: a copy from memory runs at about 10 GB/s on one core, so a

@@ -4,6 +4,8 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <thread>
+#include <utility>
 #include <vector>
 
 #include "engine/detail/lanes.hpp"
@@ -95,6 +97,53 @@ Status fill_pieces(const Layout& layout, const std::vector<Piece>& pieces, std::
   }
   SHARDLOAD_ASSIGN_OR_RETURN(auto reader, make_reader(layout.format, layout.options, options));
   return fill_with(*reader, layout, pieces, dst);
+}
+
+Status fill_parts(const Layout& layout, const std::vector<std::vector<Piece>>& parts,
+                  std::byte* dst, const FillOptions& options) {
+  // The shards the parts read, each once, and whether the check can wait for the end: only
+  // the npy and raw readers leave it to their caller, and only their shards are one file
+  // each, the file the snapshot is of.
+  std::vector<bool> read(layout.shards.size(), false);
+  bool deferred =
+      options.check_snapshot && (layout.format == Format::kNpy || layout.format == Format::kRaw);
+  for (const auto& part : parts) {
+    for (const Piece& p : part) {
+      if (p.shard < 0 || static_cast<std::size_t>(p.shard) >= layout.shards.size()) {
+        return {ErrorCode::kInvalidArgument, "piece outside its shard"};
+      }
+      const auto k = static_cast<std::size_t>(p.shard);
+      if (p.hi <= p.lo || read[k]) continue;
+      read[k] = true;
+      deferred = deferred && !path_traits(layout.shards[k].path).round_trips;
+    }
+  }
+  FillOptions o = options;
+  o.check_each_read = options.check_each_read && !deferred;
+  std::vector<Status> done(parts.size());
+  auto fill = [&](std::size_t j) { done[j] = fill_pieces(layout, parts[j], dst, o); };
+  std::vector<std::thread> helpers;
+  for (std::size_t j = 1; j < parts.size(); ++j) helpers.emplace_back(fill, j);
+  if (!parts.empty()) fill(0);
+  for (std::thread& h : helpers) h.join();
+  if (deferred) {
+    IoBackend& io = options.io != nullptr ? *options.io : posix_io();
+    for (std::size_t k = 0; k < read.size(); ++k) {
+      if (!read[k]) continue;
+      const Shard& s = layout.shards[k];
+      Result<FileInfo> now = io.stat_path(s.path);
+      if (!now) return now.status();
+      if (*now != s.snapshot) {
+        return file_error(
+            ErrorCode::kChanged, s.path,
+            "changed while reading: " + snapshot_difference(s.path, s.snapshot, *now));
+      }
+    }
+  }
+  for (Status& st : done) {
+    if (!st.is_ok()) return std::move(st);
+  }
+  return Status::ok();
 }
 
 Result<std::unique_ptr<RowFiller>> RowFiller::create(const Layout& layout,

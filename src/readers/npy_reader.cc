@@ -48,7 +48,9 @@ class NpyReader final : public ShardReader {
       const std::uint64_t off = s.data_offset + static_cast<std::uint64_t>(lo) * l.row_bytes;
       read = f.read_exact(dst, bytes, off);
     }
-    if (ctx_.check_snapshot) read = check_unchanged(f, s.snapshot, std::move(read));
+    if (ctx_.check_snapshot && ctx_.check_each_read) {
+      read = check_unchanged(f, s.snapshot, std::move(read));
+    }
     if (!read.is_ok()) {
       open_.reset();
       return read;

@@ -235,6 +235,76 @@ TEST_F(FillTest, PiecesOfOneShardOpenItOnceAndAreEachChecked) {
   EXPECT_EQ(st.code(), ErrorCode::kChanged) << st.message();
 }
 
+// The parts of a gather (fill_parts: the training feed's scattered rows) check each local npy
+// file when it is opened and once after all the reads, not after each read (an fstat per 1 KiB
+// row cost as much as its pread), and still refuse a file rewritten in place between two reads.
+TEST_F(FillTest, PartsCheckEachFileAtItsOpenAndOnceAfterAllTheReads) {
+  class CountingIo final : public IoBackend {
+   public:
+    Result<int> open(const std::string& p) override {
+      ++opens;
+      return posix_io().open(p);
+    }
+    Result<FileInfo> stat(int fd, const std::string& p) override {
+      ++stats;
+      return posix_io().stat(fd, p);
+    }
+    Result<FileInfo> stat_path(const std::string& p) override {
+      ++path_stats;
+      return posix_io().stat_path(p);
+    }
+    void close(int fd) override { posix_io().close(fd); }
+    std::int64_t pread(int fd, void* buf, std::size_t n, std::uint64_t off) override {
+      ++preads;
+      return posix_io().pread(fd, buf, n, off);
+    }
+    int opens = 0, stats = 0, path_stats = 0, preads = 0;
+  };
+  c_shard(0, 0, 10);
+  c_shard(1, 60, 10);
+  const Layout l = layout();
+  // Every other row of both shards, each its own piece: shard 0's on one thread, 1's on another.
+  std::vector<std::vector<Piece>> parts(2);
+  std::int64_t at = 0;
+  for (std::int64_t r = 0; r < 20; r += 2)
+    parts[r / 10].push_back({r / 10, r % 10, r % 10 + 1, at++});
+  CountingIo io;
+  FillOptions o;
+  o.io = &io;
+  std::vector<std::int32_t> out(static_cast<std::size_t>(at) * 6, -1);
+  ASSERT_TRUE(fill_parts(l, parts, reinterpret_cast<std::byte*>(out.data()), o));
+  for (std::size_t i = 0; i < static_cast<std::size_t>(at); ++i) {
+    for (std::size_t k = 0; k < 6; ++k) {
+      ASSERT_EQ(out[i * 6 + k], static_cast<std::int32_t>(i * 2 * 6 + k));
+    }
+  }
+  EXPECT_EQ(io.opens, 2);
+  EXPECT_EQ(io.preads, 10);
+  EXPECT_EQ(io.stats, 2);       // each file's open
+  EXPECT_EQ(io.path_stats, 2);  // each file once after the reads (was: an fstat per read)
+
+  // Shard 0 rewritten in place (size and mtime kept) at the third of its reads: refused, and
+  // named, though every read after it succeeded.
+  const std::string path = dir_.file("shard_0000.npy");
+  ChangingIo changing(path, Change::kRewriteInPlace, ChangingIo::On::kPread, 3);
+  o.io = &changing;
+  Status st = fill_parts(l, parts, reinterpret_cast<std::byte*>(out.data()), o);
+  ASSERT_TRUE(changing.changed());
+  ASSERT_FALSE(st);
+  EXPECT_EQ(st.code(), ErrorCode::kChanged) << st.message();
+  EXPECT_NE(st.message().find(path + ": changed while reading: "), std::string::npos)
+      << st.message();
+
+  // Unchecked fills (check_snapshot off) ask nothing after their reads.
+  c_shard(0, 0, 10);
+  const Layout again = layout();
+  CountingIo quiet;
+  o.io = &quiet;
+  o.check_snapshot = false;
+  ASSERT_TRUE(fill_parts(again, parts, reinterpret_cast<std::byte*>(out.data()), o));
+  EXPECT_EQ(quiet.stats + quiet.path_stats, 0);
+}
+
 TEST_F(FillTest, RangeOutsideTheDataset) {
   c_shard(0, 0, 4);
   const Layout l = layout();

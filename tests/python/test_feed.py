@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import shutil
 import signal
 import subprocess
 import sys
@@ -918,6 +919,75 @@ def test_the_gather_checks_its_rows_and_buffer(data):
         _feed_core.gather(layout, rows, out, 0)
     with pytest.raises(ValueError, match=r"position 67 is outside \[0, 67\)"):
         _feed_core.permute(np.array([3, 67], np.int64), 67, [1, 2, 3, 4, 5, 6])
+
+
+def test_a_gather_started_on_its_own_threads_hands_back_its_array_or_its_error(data):
+    """_feed_core.Gather: the read-ahead's fill, started at construction on threads of its own,
+    waited for by result(): the rows as gather puts them, the array itself; the error (naming
+    the file) at result(), again at each call; an unfinished one dropped waits for its reads."""
+    import gc
+    import sys as _sys
+
+    from shardload import _feed_core
+
+    d, n = data
+    layout = shardload.discover(d)
+    rows = np.random.default_rng(3).permutation(n).astype(np.int64)
+    out = np.full((n, 3), -1, np.int64)
+    held = _sys.getrefcount(out)
+    g = _feed_core.Gather(layout, rows, out, 2)
+    assert _sys.getrefcount(out) == held + 1  # the fill holds its array while it writes
+    assert g.result() is out and g.done() and not g.cancel()
+    assert (out[:, 0] == rows).all() and (out == out[:, :1]).all()
+    for bad, err in (((np.array([n], np.int64), np.empty((1, 3), np.int64)), ValueError),):
+        with pytest.raises(err, match=f"outside the layout's {n} rows"):
+            _feed_core.Gather(layout, *bad).result()
+    with pytest.raises(ValueError, match="C-contiguous array of"):
+        _feed_core.Gather(layout, rows, np.empty((n, 3), np.int32))
+    for _ in range(20):  # dropped while reading: waits, then frees
+        _feed_core.Gather(layout, rows, np.empty((n, 3), np.int64), 2)
+    gc.collect()
+    os.remove(d / "shard_0002.npy")
+    g = _feed_core.Gather(layout, rows, out, 2)
+    for _ in range(2):
+        with pytest.raises(shardload.ShardReadError, match="shard_0002.npy"):
+            g.result()
+
+
+@pytest.mark.skipif(shutil.which("strace") is None, reason="strace is not installed")
+def test_a_shuffled_fill_checks_each_shard_once_not_each_row(tmp_path):
+    """A row-shuffled fill of local npy shards reads each row with one pread and checks each
+    shard's file at its open and once after the fill, not after every row (an fstat per 1 KiB
+    row cost as much as the row): counted by strace over two epochs of 4 fills each."""
+    d = tmp_path / "d"
+    n = write_rows(d, [1000, 1000, 1000, 1096], cols=128)  # 1 KiB rows, 4 MiB
+    mode = "row"
+
+    def count(epochs: int) -> dict[str, int]:
+        script = (f"import shardload.feed as sf\n"
+                  f"f = sf.Feed({str(d)!r}, 256, shuffle={mode!r}, seed=1, threads=2)\n"
+                  f"for _ in range({epochs}):\n"
+                  f"    assert sum(b.shape[0] for b in f) == {n // 256 * 256}\n")
+        res = subprocess.run(["strace", "-f", "-c", "-e",
+                              "trace=pread64,fstat,newfstatat,statx", sys.executable, "-c",
+                              script], capture_output=True, text=True, timeout=120)
+        if res.returncode != 0 and "ptrace" in res.stderr:
+            pytest.skip(f"strace cannot trace here: {res.stderr[-200:]}")
+        assert res.returncode == 0, res.stderr[-2000:]
+        calls = {"pread64": 0, "stat": 0}
+        for line in res.stderr.splitlines():
+            parts = line.split()
+            if len(parts) >= 5 and parts[-1] in ("pread64", "fstat", "newfstatat", "statx"):
+                calls["pread64" if parts[-1] == "pread64" else "stat"] += int(parts[3])
+        return calls
+
+    # Two epochs less none: what the epochs cost, without the imports and the discovery.
+    base, two = count(0), count(2)
+    preads, stats = (two[k] - base[k] for k in ("pread64", "stat"))
+    assert preads >= 0.9 * 2 * (n // 256 * 256), (base, two)  # rows that follow merge
+    # 4 fills an epoch, each opening and checking the 4 shards: 32 an epoch, where a check
+    # after each read made 4,096 more.
+    assert stats <= 2 * 40, (base, two)
 
 
 # ---- ranks that agree ---------------------------------------------------------------------------

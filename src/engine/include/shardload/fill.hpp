@@ -44,6 +44,17 @@ Status fill_rows(const Layout& layout, std::int64_t lo, std::int64_t hi, std::by
 Status fill_pieces(const Layout& layout, const std::vector<Piece>& pieces, std::byte* dst,
                    const FillOptions& options = {});
 
+// Fills each of `parts` (pieces whose dst_row is relative to dst) on a thread of its own (the
+// caller's the first): a gather of scattered rows, as the training feed's. Where the layout is
+// npy or raw files on a local file system, each file is compared with its snapshot when a part
+// opens it and once more after every part is done (ReaderContext::check_each_read off), instead
+// of after each read: for 1 KiB rows that fstat cost as much as the row's pread. A file changed
+// then is the call's error, ahead of any read error (as check_unchanged's), so no byte of a
+// changed file is taken for the snapshot's. Otherwise each part is fill_pieces. The first
+// failing part's error is the call's.
+Status fill_parts(const Layout& layout, const std::vector<std::vector<Piece>>& parts,
+                  std::byte* dst, const FillOptions& options = {});
+
 // Fills rows of one layout in several calls through one reader, so that a decode unit
 // met by several calls (a tile filled a bounded buffer at a time) is decoded once: the
 // reader's unit cache (ReaderContext::unit_cache_bytes, one unit at most) keeps it between

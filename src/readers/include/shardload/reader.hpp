@@ -157,6 +157,12 @@ struct ReaderContext {
   // Compare each opened file with the discovery snapshot, and again after
   // the last read from it.
   bool check_snapshot = true;
+  // With check_snapshot, the npy and raw readers compare the file again after each read,
+  // as they cannot tell which read is the last. False leaves that check to the caller, who
+  // must compare every file it read with its snapshot once its reads are done (the open is
+  // still checked): the training feed's gather reads thousands of single rows per call, and
+  // an fstat after each cost about as much as the row's pread.
+  bool check_each_read = true;
   // The unit cache: a read that covers only part of a decode unit decodes the whole unit
   // once into this reader's cache and serves that part, and the next reads of the same
   // unit, from it; reads of whole units go straight to the destination. At most one unit
