@@ -111,3 +111,13 @@ def test_a_name_that_is_not_utf8_shows_its_bytes_escaped(cli, tmp_path):
     assert b"\x9b" not in r.stdout and rb"bad\x9b[2Jname" in r.stdout, r.stdout
     r = subprocess.run([str(cli), "inspect", d, "--json"], capture_output=True, timeout=300)
     assert os.fsencode(json.loads(r.stdout)["source"]) == d
+
+
+def test_a_message_python_makes_shows_the_name_escaped(tmp_path):
+    f = tmp_path / NAME
+    f.write_text("x")
+    with pytest.raises(ValueError) as info:
+        shardload.index(f)
+    message = str(info.value)
+    assert message.startswith(f"{tmp_path}/{SHOWN}: not a directory"), repr(message)
+    assert not raw_controls(message), repr(message)
