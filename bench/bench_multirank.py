@@ -212,7 +212,9 @@ def label_threads(res: dict, cpus: int) -> dict[int, str]:
     the utility processor; the rest are OpenMPI's and PMIx's event loops."""
     pid = res["pid"]
     idle = {r["tid"]: r["cpu_s"] for r in res["idle"]["threads"]}
-    spin_floor = 0.1 * res["idle"]["wall_s"]
+    # Threads that wait use nothing in the idle second (0.00 s); a poller on a busy shared core
+    # may get only a tenth of it, and with -ll:bgwork 2 two of them share it.
+    spin_floor = 0.02 * res["idle"]["wall_s"]
     labels: dict[int, str] = {}
     rest = []
     for r in res["big"]["threads"]:  # busiest first
