@@ -35,25 +35,12 @@ constexpr std::size_t kTrailerBytes = 8;
 // reading it whole would be the huge allocation a hostile file asks for.
 constexpr std::uint64_t kMaxManifestBytes = std::uint64_t{1} << 30;
 
-// An object-store URL's query ("?endpoint_override=..."), which configures the store, apart
-// from the key. A manifest records keys relative to its directory and never a query (the
-// store's options, and any secret in them, belong to the reader): every URL made from it
-// gets the query of the URL the manifest was read from.
-std::pair<std::string, std::string> split_query(const std::string& url) {
-  const auto q = url.find('?');
-  if (q == std::string::npos) return {url, {}};
-  return {url.substr(0, q), url.substr(q)};
-}
-
-// `name` in directory `dir`; in a remote one, before the directory's query.
-std::string join(const std::string& dir, const std::string& name) { return join_key(dir, name); }
-
 // A shard `name` of directory `dir`, spelled as a listing of `dir` spells it (a source's
 // directory in the working directory, ".", gives bare names): the manifest's shards are
 // compared with that listing, and a "./" on one side only would call every manifest of the
 // working directory stale.
 std::string shard_in(const std::string& dir, const std::string& name) {
-  return dir == "." ? name : join(dir, name);
+  return dir == "." ? name : join_key(dir, name);
 }
 
 using detail::get_le;
@@ -109,9 +96,11 @@ bool safe_relative(const std::string& rel, std::string* why) {
 
 Status relative_to(const std::string& dir, std::string* path) {
   if (!path_traits(dir).kernel_files) {
-    // Keys only: the query is the reader's (see split_query), the same for every shard.
-    const auto [dir_key, dir_query] = split_query(dir);
-    auto [key, query] = split_query(*path);
+    // Keys only. A manifest records keys relative to its directory and never a query (the
+    // store's options, and any secret in them, belong to the reader): every URL made from it
+    // gets the query of the URL the manifest was read from, so it must be every shard's.
+    const auto [dir_key, dir_query] = split_options(dir);
+    auto [key, query] = split_options(*path);
     if (query != dir_query) {
       return Status(ErrorCode::kInvalidArgument,
                     *path + ": its store options ('" + query + "') differ from those of " + dir +
@@ -203,7 +192,7 @@ Result<Checksum> parse_checksum(std::string_view name) {
 const char* checksum_name(Checksum c) { return c == Checksum::kXxh3 ? "xxh3" : "none"; }
 
 std::string manifest_path(const std::string& directory) {
-  return join(directory, std::string(kManifestName));
+  return join_key(directory, kManifestName);
 }
 
 Result<std::uint64_t> file_checksum(const std::string& path, Checksum kind, IoBackend& io) {
@@ -297,7 +286,7 @@ Result<std::string> write_manifest(const Layout& layout, const std::string& dire
   put_le(out, XXH3_64bits(out.data(), out.size()), 8);
   if (!path_traits(directory).kernel_files) return write_remote_manifest(target, out);
 
-  std::string tmp = join(directory, ".shardload.manifest.XXXXXX");
+  std::string tmp = join_key(directory, ".shardload.manifest.XXXXXX");
   const int fd = ::mkostemp(tmp.data(), O_CLOEXEC);
   if (fd < 0) {
     const int err = errno;
@@ -433,27 +422,16 @@ Result<Manifest> read_manifest(const std::string& path) {
   // and a '%' would be decoded by the server ("a%2Fb" as "a/b"), another object read. (The
   // names are keys: an index of object storage or of a local directory wrote them; none is
   // written over http.)
-  const std::string_view cut = path_traits(m.directory).key_delimiters;
-  const bool remote = !cut.empty();
-  const bool http = cut.find('#') != std::string_view::npos;
-  const auto unnameable = [&](const std::string& what, const std::string& name) {
-    return bad(what + " '" + path_for_message(name) + "': an object whose key holds " +
-               (http ? "'?', '#' or '%' cannot be named by an http(s):// URL as written (its "
-                       "query begins at the first '?', its fragment, never sent, at the first "
-                       "'#', and a server decodes '%XX')"
-                     : "'?' cannot be named by an s3:// URL (its query begins at the first "
-                       "'?')"));
-  };
   for (auto& s : layout->shards) {
     if (!safe_relative(s.path, &why)) return bad("shard " + path_for_message(why));
-    if (remote && s.path.find_first_of(cut) != std::string::npos) {
-      return unnameable("shard", s.path);
+    if (why = unnameable_key(m.directory, s.path); !why.empty()) {
+      return bad("shard '" + path_for_message(s.path) + "': " + why);
     }
     s.path = shard_in(m.directory, s.path);
     for (auto& f : s.linked) {
       if (!safe_relative(f.path, &why)) return bad("linked file " + path_for_message(why));
-      if (remote && f.path.find_first_of(cut) != std::string::npos) {
-        return unnameable("linked file", f.path);
+      if (why = unnameable_key(m.directory, f.path); !why.empty()) {
+        return bad("linked file '" + path_for_message(f.path) + "': " + why);
       }
       f.path = shard_in(m.directory, f.path);
     }

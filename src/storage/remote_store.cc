@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "shardload/io.hpp"
+#include "shardload/location.hpp"
 #include "shardload/storage.hpp"
 #include "storage/detail/object_store.hpp"
 #include "storage/detail/stores.hpp"
@@ -92,21 +93,14 @@ class RemoteStore final : public Store {
   }
 
  private:
-  // A URL's query begins at its first '?' (and an http(s) URL's fragment at its '#', never
-  // sent): the rest of such a key would be taken as the store's options (another endpoint,
-  // say), or dropped, and the key before it reached instead.
+  // A key holding what ends or changes a URL's path (a '?', and over http(s) a '#' or a '%')
+  // would reach another key: refused, as a listing's or a manifest's names are (location.hpp).
   [[nodiscard]] Status check_key(std::string_view key) const {
     SHARDLOAD_RETURN_IF_ERROR(check_store_key(key));
-    const bool http = scheme_ != "s3";
-    if (key.find('?') == std::string_view::npos &&
-        (!http || key.find('#') == std::string_view::npos)) {
-      return Status::ok();
-    }
+    const std::string why = unnameable_key(base_, key);
+    if (why.empty()) return Status::ok();
     return Status(ErrorCode::kInvalidArgument,
-                  "store key '" + path_for_message(std::string(key)) + "': holds " +
-                      (http ? "'?' or '#', which a URL cannot carry in a key" : "'?'") +
-                      " (a URL's query begins at its first '?'); the key cannot be named by " +
-                      (http ? "an http(s):// URL" : "an s3:// URL"));
+                  "store key '" + path_for_message(std::string(key)) + "': " + why);
   }
 
   [[nodiscard]] std::string url(std::string_view key) const {

@@ -32,27 +32,12 @@ std::string join_path(const std::string& dir, const std::string& name) {
   return dir.back() == '/' ? dir + name : dir + "/" + name;
 }
 
-// An object-store URL's query ("?endpoint_override=..."), which configures the store and
-// belongs to every URL derived from it, kept apart from the key.
-std::pair<std::string, std::string> split_query(const std::string& url) {
-  const auto q = url.find('?');
-  if (q == std::string::npos) return {url, {}};
-  return {url.substr(0, q), url.substr(q)};
-}
-
-// `name` in the remote "directory" `dir_url`, the query carried over.
-std::string remote_join(const std::string& dir_url, const std::string& name) {
-  auto [base, query] = split_query(dir_url);
-  if (base.back() != '/') base += '/';
-  return base + name + query;
-}
-
 // `name`, as a listing (or a pattern) gives it, in the remote "directory" `dir_url`. Refused
 // where it holds '?': a URL's query begins at its first '?', so the rest of the name would be
 // taken as store options (another endpoint or scheme, say) and the key before it read instead.
 Result<std::string> listed_url(const std::string& dir_url, const std::string& name) {
-  if (name.find('?') == std::string::npos) return remote_join(dir_url, name);
-  std::string base = split_query(dir_url).first;
+  if (name.find('?') == std::string::npos) return join_key(dir_url, name);
+  std::string base = split_options(dir_url).first;
   if (base.back() != '/') base += '/';
   return layout_error(
       path_for_message(base + name) + ": an object whose key holds '?' cannot " +
@@ -76,7 +61,7 @@ RemoteIo* need_remote(const std::string& url, Status* error) {
 // The names in a remote directory, for the numbered and scanned directory sources.
 Result<std::vector<std::string>> remote_names(const std::string& dir_url) {
   // "s3://B/D" and "s3://B/D/" list the same prefix: one memo entry.
-  const std::string memo_key = remote_join(dir_url, "");
+  const std::string memo_key = join_key(dir_url, "");
   if (auto kept = detail::ListingMemo::find(memo_key)) return *std::move(kept);
   Status error;
   RemoteIo* r = need_remote(dir_url, &error);
@@ -156,7 +141,7 @@ void ListingMemo::look_ahead(const std::string& dir_url,
     return;  // no thread: each answer is asked when it is needed
   }
   if (ask_store) ahead_stores_.emplace(dir_url, std::move(store_answer));
-  ahead_lists_.emplace(remote_join(dir_url, ""), std::move(listing_answer));
+  ahead_lists_.emplace(join_key(dir_url, ""), std::move(listing_answer));
 }
 
 }  // namespace detail
@@ -224,7 +209,7 @@ namespace {
 // last part only: a store lists one prefix per request, so the parts before are a prefix
 // taken as spelled ("s3://b/run[1]/", which save writes to, is that prefix, not a glob).
 Result<Source> parse_remote(const std::string& text, const std::string& pattern) {
-  const auto [key, query] = split_query(text);
+  const auto [key, query] = split_options(text);
   if (is_http_url(text)) {
     // A web server has no listing to ask: each object is named, by its URL or by the
     // directory's manifest (a URL ending in '/': its shardload.manifest names the objects,
@@ -465,8 +450,7 @@ Result<std::vector<std::string>> resolve_directory(const Source& s, bool* nothin
     }
     ::closedir(d);
   }
-  const std::string where =
-      remote ? remote_join(s.dir_path, pattern) : join_path(s.dir_path, pattern);
+  const std::string where = remote ? join_key(s.dir_path, pattern) : join_path(s.dir_path, pattern);
   if (numbers.empty()) {
     *nothing_matches = true;
     return layout_error(where + ": no files match the pattern");
@@ -512,7 +496,7 @@ Result<std::vector<std::string>> resolve_directory(const Source& s, bool* nothin
 // per request, and a wildcard in a "directory" would list the whole bucket. The prefix
 // before it is taken as spelled (see parse_remote).
 Result<std::vector<std::string>> resolve_remote_glob(const Source& s, bool* nothing_matches) {
-  const auto [key, query] = split_query(s.glob_expr);
+  const auto [key, query] = split_options(s.glob_expr);
   const auto slash = key.rfind('/');
   const std::string dir = key.substr(0, slash + 1);
   const std::string last = key.substr(slash + 1);
@@ -724,7 +708,7 @@ std::string DirectoryScan::describe(
 std::string DirectoryScan::suggestion() const {
   // A URL's query ends the glob, as it ends every URL derived from the directory's.
   const auto glob = [&](const std::string& name) {
-    return path_for_message(is_remote_url(directory) ? remote_join(directory, name)
+    return path_for_message(is_remote_url(directory) ? join_key(directory, name)
                                                      : join_path(directory, name));
   };
   for (const auto& g : groups) {

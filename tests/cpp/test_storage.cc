@@ -306,6 +306,30 @@ TEST(RemoteStore, AKeyHoldingAQuestionMarkIsRefusedBeforeAnyRequest) {
   }
 }
 
+// Over http(s) a key's '#' begins the URL's fragment (never sent) and its '%' is decoded by the
+// server ("q%2Fx" reaches "q/x"): such a key is refused as the manifest refuses such a name,
+// before any request, not read as another object.
+TEST(RemoteStore, AnHttpKeyHoldingAHashOrAPercentIsRefusedBeforeAnyRequest) {
+  if (http_io() == nullptr) GTEST_SKIP() << "built without http(s)";
+  // Nothing listens on port 9: a request would fail as an I/O error, not as a refused key.
+  auto store = open_store("http://127.0.0.1:9/p/");
+  ASSERT_TRUE(store.is_ok()) << store.status().message();
+  for (const std::string key : {"a#b_0.npy", "q%2Fx_0.npy", "a?b_0.npy", "d/%41.npy"}) {
+    const Status st = (*store)->stat(key).status();
+    EXPECT_EQ(st.code(), ErrorCode::kInvalidArgument) << key << ": " << st.message();
+    EXPECT_NE(st.message().find("'?', '#' or '%' cannot be named by an http(s):// URL"),
+              std::string::npos)
+        << st.message();
+    std::string buf(1, '\0');
+    EXPECT_EQ(
+        (*store)->read(key, 0, std::as_writable_bytes(std::span<char>(buf)), "").status().code(),
+        ErrorCode::kInvalidArgument)
+        << key;
+  }
+  // A plain key goes to the server (none here): an I/O error, not a refusal.
+  EXPECT_NE((*store)->stat("a_0.npy").status().code(), ErrorCode::kInvalidArgument);
+}
+
 // location() is shown as it is (the header says no secret is in it): a password in the
 // location's user part is not either.
 TEST(RemoteStore, TheLocationHoldsNoSecret) {

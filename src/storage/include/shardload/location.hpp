@@ -82,6 +82,12 @@ std::pair<std::string, std::string> split_options(std::string_view path);
 // (none added where `dir` ends in one), and a URL's options kept at the end, after the key.
 std::string join_key(std::string_view dir, std::string_view name);
 
+// Why `key` cannot be named in the store that serves `location` ("" where it can): it holds
+// one of the store's key_delimiters, so a URL made of it would reach another key ("an object
+// whose key holds '?' cannot be named by an s3:// URL (its query begins at the first '?')").
+// The one check of a key a listing, a manifest or a Store caller gives.
+std::string unnameable_key(std::string_view location, std::string_view key);
+
 // The fields in which `now` differs from `then` ("size 10 -> 8 bytes, mtime ... -> ... ns,
 // ..."), or "" when the snapshots are equal.
 std::string snapshot_difference(const FileInfo& then, const FileInfo& now);
