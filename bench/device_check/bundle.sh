@@ -66,8 +66,12 @@ log=$obj/build.log
 : >"$log"
 echo "bundle.sh: building into $out (tree $tree, log $log)"
 echo "bundle.sh: $("$nvcc" --version | tail -1), $(g++ --version | head -1), CMake $cmake_version"
-# A tree configured elsewhere (another checkout, another generator) is made again.
-if [[ -f $tree/CMakeCache.txt ]] && ! grep -qx "CMAKE_HOME_DIRECTORY:INTERNAL=$root" "$tree/CMakeCache.txt"; then
+# A tree configured for another checkout or by another CMake (an older one, before
+# scripts/setup.sh installed .venv's) is made again.
+if [[ -f $tree/CMakeCache.txt ]] &&
+   ! { grep -qx "CMAKE_HOME_DIRECTORY:INTERNAL=$root" "$tree/CMakeCache.txt" &&
+       [[ $(sed -n 's/^CMAKE_CACHE_\(MAJOR\|MINOR\)_VERSION:INTERNAL=//p' "$tree/CMakeCache.txt" |
+            paste -sd.) == "$cmake_version" ]]; }; then
   rm -rf "$tree"
 fi
 "$cmake" -S "$root" -B "$tree" "${generator[@]}" "${launchers[@]}" -DCMAKE_BUILD_TYPE=Release \

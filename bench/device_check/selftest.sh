@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# CI's check of the device check's bundle where there is no GPU: it builds with g++ and nvcc
-# alone (bundle.sh), needs nothing beside glibc and the driver, and, run through the stand-in
+# CI's check of the device check's bundle where there is no GPU: it builds with CMake, g++ and
+# nvcc alone (bundle.sh, from the CMake targets), needs nothing beside glibc and the driver, and, run through the stand-in
 # driver (build/nocuda/libcuda.so.1, scripts/setup.sh), prints the machine, runs cuda_tests (each
 # test checks the clean "no CUDA device" error and skips) and ends with "no CUDA device" and
 # exit status 2. Then, without a GPU: the data's sizing (--plan-only), a size fixed by --size or
