@@ -102,7 +102,8 @@ class LocalStore final : public Store {
 
   Result<KeyInfo> stat(std::string_view key) override {
     FileInfo info;
-    SHARDLOAD_ASSIGN_OR_RETURN(const File file, open_key(key, &info));
+    // O_PATH: a stat needs no read permission, and opens nothing of a FIFO or device.
+    SHARDLOAD_ASSIGN_OR_RETURN(const File file, open_key(key, &info, O_PATH));
     return KeyInfo{info.size, generation_of(info)};
   }
 
@@ -110,7 +111,7 @@ class LocalStore final : public Store {
                            std::string_view if_generation) override {
     const std::string path = describe(key);
     FileInfo before;
-    SHARDLOAD_ASSIGN_OR_RETURN(File file, open_key(key, &before));
+    SHARDLOAD_ASSIGN_OR_RETURN(File file, open_key(key, &before, O_RDONLY | O_NONBLOCK | O_NOCTTY));
     if (!if_generation.empty() && generation_of(before) != if_generation) {
       return changed(path, if_generation, generation_of(before));
     }
@@ -238,15 +239,15 @@ class LocalStore final : public Store {
   // `key` opened for reading in the directory that holds it, reached as a write reaches it
   // (open_parent, never through a linked directory: a key does not leave the location; a
   // link in a key's last segment is followed to the file it names). Refuses, without
-  // blocking, what is not a regular file.
-  Result<File> open_key(std::string_view key, FileInfo* info) const {
+  // blocking, what is not a regular file. `flags`: the open's (O_PATH for a stat).
+  Result<File> open_key(std::string_view key, FileInfo* info, int flags) const {
     SHARDLOAD_RETURN_IF_ERROR(check_store_key(key));
     const std::string k(key);
     const std::string path = describe(key);
     SHARDLOAD_ASSIGN_OR_RETURN(const Fd parent, open_parent(dir_, k, /*create=*/false));
     int fd = -1;
     do {
-      fd = ::openat(parent.get(), leaf_of(k).c_str(), O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+      fd = ::openat(parent.get(), leaf_of(k).c_str(), flags | O_CLOEXEC);
     } while (fd < 0 && errno == EINTR);
     if (fd < 0) {
       const int err = errno;
