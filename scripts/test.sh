@@ -92,9 +92,14 @@ built() {
     { echo "building $dir failed; the end of $dir/build.log:"; tail -60 "$dir/build.log"; return 1; }
 }
 
-# The device check's bundle needs g++, nvcc and GoogleTest, not .venv: where they are installed
-# it compiles (one job, through the compiler cache) while setup.sh installs .venv's packages,
-# which leaves a core idle; its stage links and checks it, compiling only what is missing (all of
+stage "Setup (scripts/setup.sh: packages, .venv, build/)" scripts/setup.sh
+source scripts/env.sh
+source scripts/ccache.sh  # for the tree configured here (build-san)
+
+# The device check's bundle needs g++, nvcc, GoogleTest and .venv's CMake (3.26 or later, for
+# nvcc's C++20; Debian 12 has 3.25), so it starts once setup.sh has made .venv: it compiles (one
+# job, through the compiler cache) beside the stages below, while PyTorch and the networked
+# build's wheels download; its stage links and checks it, compiling only what is missing (all of
 # it, where this did not run or failed). Not where that stage skips (a real driver, no nvcc).
 BUNDLE_PID=""
 if [ "$QUICK" = 0 ] && command -v g++ >/dev/null && command -v ccache >/dev/null &&
@@ -105,10 +110,6 @@ if [ "$QUICK" = 0 ] && command -v g++ >/dev/null && command -v ccache >/dev/null
     >build-device/background.log 2>&1 &
   BUNDLE_PID=$!
 fi
-
-stage "Setup (scripts/setup.sh: packages, .venv, build/)" scripts/setup.sh
-source scripts/env.sh
-source scripts/ccache.sh  # for the tree configured here (build-san)
 
 if [ "$QUICK" = 0 ]; then
   # The networked build's 3 GB of wheels download while the stages below compile and test; its
