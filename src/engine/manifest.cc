@@ -416,24 +416,24 @@ Result<Manifest> read_manifest(const std::string& path) {
   m.checksums.resize(want_sums);
   for (std::size_t i = 0; i < want_sums; ++i) m.checksums[i] = get_le(sums.data() + 8 * i, 8);
   std::string why;
-  // In a remote directory a name's '?' would begin the URL's query: the rest of the name would
+  // In an s3:// directory a name's '?' would begin the URL's query: the rest of the name would
   // be read as store options (another endpoint, say) and the key before it read instead. In an
-  // http(s) one a '#' would begin its fragment, never sent: the key before it would be read;
-  // and a '%' would be decoded by the server ("a%2Fb" as "a/b"), another object read. (The
-  // names are keys: an index of object storage or of a local directory wrote them; none is
-  // written over http.)
+  // http(s) one a name's '%', '#' and '?' are percent-encoded (url_key): the server decodes the
+  // path, and would read "a%2Fb" as "a/b" and end the path at a '#' or '?'. (The names are
+  // keys: an index of object storage or of a local directory wrote them; none is written over
+  // http.)
   for (auto& s : layout->shards) {
     if (!safe_relative(s.path, &why)) return bad("shard " + path_for_message(why));
     if (why = unnameable_key(m.directory, s.path); !why.empty()) {
       return bad("shard '" + path_for_message(s.path) + "': " + why);
     }
-    s.path = shard_in(m.directory, s.path);
+    s.path = shard_in(m.directory, url_key(m.directory, s.path));
     for (auto& f : s.linked) {
       if (!safe_relative(f.path, &why)) return bad("linked file " + path_for_message(why));
       if (why = unnameable_key(m.directory, f.path); !why.empty()) {
         return bad("linked file '" + path_for_message(f.path) + "': " + why);
       }
-      f.path = shard_in(m.directory, f.path);
+      f.path = shard_in(m.directory, url_key(m.directory, f.path));
     }
   }
   m.layout = std::move(layout).value();

@@ -43,7 +43,8 @@ constexpr PathTraits kHttp{.kernel_files = false,
                            .uploads = false,
                            .inode_is_identity = false,
                            .options_in_query = true,
-                           .key_delimiters = "?#%",
+                           .key_delimiters = "",
+                           .encoded_keys = true,
                            .scheme_label = "http(s)://"};
 // A new store driver reached by URL adds its row here (and registers its RemoteIo).
 constexpr std::array kSchemes{SchemeRow{"s3://", kS3, remote_io, kNoS3},
@@ -141,6 +142,23 @@ std::string unnameable_key(std::string_view location, std::string_view key) {
   return "an object whose key holds " + listed(chars, " or ") + " cannot be named by an " +
          std::string(traits.scheme_label) + " URL" + (decoded ? " as written" : "") + " (" +
          listed(does, ", and ") + ")";
+}
+
+std::string url_key(std::string_view location, std::string_view key) {
+  if (!path_traits(location).encoded_keys) return std::string(key);
+  std::string out;
+  for (const char c : key) {
+    if (c == '%') {
+      out += "%25";
+    } else if (c == '#') {
+      out += "%23";
+    } else if (c == '?') {
+      out += "%3F";
+    } else {
+      out += c;
+    }
+  }
+  return out;
 }
 
 std::string snapshot_difference(const FileInfo& then, const FileInfo& now) {

@@ -93,8 +93,9 @@ class RemoteStore final : public Store {
   }
 
  private:
-  // A key holding what ends or changes a URL's path (a '?', and over http(s) a '#' or a '%')
-  // would reach another key: refused, as a listing's or a manifest's names are (location.hpp).
+  // An s3:// key holding a '?' (where the URL's options begin) would reach another key:
+  // refused, as a listing's or a manifest's names are (location.hpp). Over http(s) a key's
+  // '%', '#' and '?' are percent-encoded in its URL instead (url_key).
   [[nodiscard]] Status check_key(std::string_view key) const {
     SHARDLOAD_RETURN_IF_ERROR(check_store_key(key));
     const std::string why = unnameable_key(base_, key);
@@ -104,7 +105,7 @@ class RemoteStore final : public Store {
   }
 
   [[nodiscard]] std::string url(std::string_view key) const {
-    return base_ + std::string(key) + query_;
+    return base_ + url_key(base_, key) + query_;
   }
 
   std::string base_;   // "s3://B/P/": the prefix, ending in '/'

@@ -287,33 +287,34 @@ def test_manifest_of_a_local_copy_names_the_objects(web, tmp_path):
 
 
 @pytest.mark.parametrize("trust", [False, True])
-def test_a_manifest_name_holding_a_hash_is_refused_not_cut_at_it(s3, web, trust):
+def test_a_manifest_name_holding_a_hash_is_encoded_not_cut_at_it(s3, web, trust):
     """Keys holding '#' ("a#0.npy", "a#1.npy": valid S3 keys, indexed in object storage and
-    served over http as the objects are here): each object's URL ended at its '#' (a fragment,
-    never sent), so every shard read the object "/d/a" instead, its rows loaded silently
-    (the manifest's sizes and ETags differ from that object's, so the check fell back to
-    probing the same wrong URLs). Refused naming the object, as a '?' is."""
+    served over http as the objects are here): each object's URL ended at its '#' (a
+    fragment, never sent), so every shard read the object "/h/a" instead, its rows loaded
+    silently; then they were refused. Now percent-encoded in the URL ("a%230.npy"): the server
+    decodes the path and serves the object the manifest names."""
     store, base = web
-    publish(s3, store, "h", {f"a#{i}.npy": npy_bytes(np.full((3, 2), i)) for i in range(2)})
+    store.decode_paths = True
+    parts = [np.full((3, 2), i) for i in range(2)]
+    publish(s3, store, "h", {f"a#{i}.npy": npy_bytes(parts[i]) for i in range(2)})
     store.put("/h/a", npy_bytes(np.full((3, 2), 666)))
-    with pytest.raises(shardload.LayoutError) as e:
-        np.asarray(shardload.load(f"{base}/h/", trust_manifest=trust))
-    msg = str(e.value)
-    assert "a#0.npy" in msg and "cannot be named by an http(s):// URL" in msg, msg
+    layout = shardload.discover(f"{base}/h/", trust_manifest=trust)
+    assert layout.paths == [f"{base}/h/a%230.npy", f"{base}/h/a%231.npy"]
+    np.testing.assert_array_equal(np.asarray(shardload.load(f"{base}/h/", trust_manifest=trust)),
+                                  np.concatenate(parts))
 
 
-def test_a_manifest_name_holding_a_percent_is_refused_not_decoded_by_the_server(s3, web):
+def test_a_manifest_name_holding_a_percent_is_encoded_not_decoded_by_the_server(s3, web):
     """Names in an http(s) directory's manifest are keys (written by an index of object
     storage or of a local directory; none is written over http). A key holding '%'
     ("q%2Fx_0.npy") was sent as written, and a server that decodes paths (as most do, S3's
-    own included) served another object ("q/x_0.npy"), whose rows were loaded silently.
-    Refused naming the object, as '?' and '#' are."""
+    own included) served another object ("q/x_0.npy"), whose rows were loaded silently; then
+    it was refused. Now sent percent-encoded ("q%252Fx_0.npy"): the server decodes it to the
+    key and serves that object."""
     store, base = web
     store.decode_paths = True
-    publish(s3, store, "p", {f"q%2Fx_{i}.npy": npy_bytes(np.full((3, 2), i)) for i in range(2)})
+    parts = [np.full((3, 2), i) for i in range(2)]
+    publish(s3, store, "p", {f"q%2Fx_{i}.npy": npy_bytes(parts[i]) for i in range(2)})
     for i in range(2):
         store.put(f"/p/q%2Fx_{i}.npy".replace("%2F", "/"), npy_bytes(np.full((3, 2), 666)))
-    with pytest.raises(shardload.LayoutError) as e:
-        np.asarray(shardload.load(f"{base}/p/"))
-    msg = str(e.value)
-    assert "q%2Fx_0.npy" in msg and "cannot be named by an http(s):// URL" in msg, msg
+    np.testing.assert_array_equal(np.asarray(shardload.load(f"{base}/p/")), np.concatenate(parts))

@@ -47,10 +47,14 @@ struct PathTraits {
   // A '?' in the path begins the store's options (a URL's query), so no key named in it can
   // hold one; false: a '?' is part of a file name.
   bool options_in_query = false;
-  // The characters a key cannot hold to be named by a path of this store: '?', where the
-  // query begins; over HTTP also '#', where the fragment (never sent) begins, and '%', which the
-  // server decodes ("a%2Fb" as "a/b"). "" where a name may hold any of them.
+  // The characters a key cannot hold to be named by a path of this store: '?', where an
+  // s3:// URL's options begin. "" where a name may hold any of them (over HTTP a key's '%',
+  // '#' and '?' are percent-encoded in its URL instead: url_key).
   std::string_view key_delimiters;
+  // A key is put into a URL percent-encoded where it holds '%', '#' or '?' (HTTP: the server
+  // decodes the path, and would take "a%2Fb" as "a/b", a '#' as the fragment, never sent, and
+  // a '?' as the query).
+  bool encoded_keys = false;
   // The scheme as messages name it ("s3://", "http(s)://"); "" for a local path.
   std::string_view scheme_label;
 };
@@ -87,6 +91,11 @@ std::string join_key(std::string_view dir, std::string_view name);
 // whose key holds '?' cannot be named by an s3:// URL (its query begins at the first '?')").
 // The one check of a key a listing, a manifest or a Store caller gives.
 std::string unnameable_key(std::string_view location, std::string_view key);
+
+// `key` as a URL of the store that serves `location` names it: over http(s) its '%', '#' and
+// '?' percent-encoded ("q%2Fx.npy" as "q%252Fx.npy"), so that the server, which decodes the
+// path, looks up the key itself; elsewhere `key` as it is.
+std::string url_key(std::string_view location, std::string_view key);
 
 // The fields in which `now` differs from `then` ("size 10 -> 8 bytes, mtime ... -> ... ns,
 // ..."), or "" when the snapshots are equal.
