@@ -339,6 +339,36 @@ std::string redact_secrets(std::string text) {
   return redact_query(text);
 }
 
+Utf8Sequence utf8_sequence_at(std::string_view text, std::size_t i) {
+  const auto* s = reinterpret_cast<const unsigned char*>(text.data());
+  const std::size_t n = text.size();
+  if (i >= n) return {};
+  const unsigned c = s[i];
+  if (c < 0x80) return {1, c};
+  std::size_t len = 0;
+  unsigned lo = 0x80;  // the second byte's range, narrower after E0, ED, F0 and F4
+  unsigned hi = 0xbf;
+  if (c >= 0xc2 && c <= 0xdf) {
+    len = 2;
+  } else if (c >= 0xe0 && c <= 0xef) {
+    len = 3;
+    if (c == 0xe0) lo = 0xa0;
+    if (c == 0xed) hi = 0x9f;
+  } else if (c >= 0xf0 && c <= 0xf4) {
+    len = 4;
+    if (c == 0xf0) lo = 0x90;
+    if (c == 0xf4) hi = 0x8f;
+  }
+  if (len == 0 || i + len > n) return {};
+  unsigned cp = len == 2 ? c & 0x1f : len == 3 ? c & 0x0f : c & 0x07;
+  for (std::size_t k = 1; k < len; ++k) {
+    const unsigned b = s[i + k];
+    if (k == 1 ? (b < lo || b > hi) : (b < 0x80 || b > 0xbf)) return {};
+    cp = (cp << 6) | (b & 0x3f);
+  }
+  return {len, cp};
+}
+
 std::string printable(std::string_view text, bool keep_option_marks) {
   const auto* s = reinterpret_cast<const unsigned char*>(text.data());
   const std::size_t n = text.size();
@@ -380,42 +410,18 @@ std::string printable(std::string_view text, bool keep_option_marks) {
       ++i;
       continue;
     }
-    // The length of a valid UTF-8 sequence starting here (no overlong forms, no surrogates,
-    // nothing past U+10FFFF, as Python decodes), 0 when the byte starts none.
-    std::size_t len = 0;
-    unsigned lo = 0x80;
-    unsigned hi = 0xbf;
-    if (c >= 0xc2 && c <= 0xdf) {
-      len = 2;
-    } else if (c >= 0xe0 && c <= 0xef) {
-      len = 3;
-      if (c == 0xe0) lo = 0xa0;
-      if (c == 0xed) hi = 0x9f;
-    } else if (c >= 0xf0 && c <= 0xf4) {
-      len = 4;
-      if (c == 0xf0) lo = 0x90;
-      if (c == 0xf4) hi = 0x8f;
-    }
-    bool valid = len != 0 && i + len <= n;
-    unsigned cp = len == 2 ? c & 0x1f : len == 3 ? c & 0x0f : c & 0x07;
-    for (std::size_t k = 1; valid && k < len; ++k) {
-      const unsigned b = s[i + k];
-      valid = k == 1 ? (b >= lo && b <= hi) : (b >= 0x80 && b <= 0xbf);
-      cp = (cp << 6) | (b & 0x3f);
-    }
-    if (!valid) {
+    const Utf8Sequence seq = utf8_sequence_at(text, i);
+    if (seq.length == 0) {
       escape("\\x%02x", c);  // as Python's backslashreplace shows it
       ++i;
       continue;
     }
-    // C1 controls (a terminal may take U+009B for CSI) and the bidirectional embeddings,
-    // overrides and isolates, which reorder what follows them on the line.
-    if (cp <= 0x9f || (cp >= 0x202a && cp <= 0x202e) || (cp >= 0x2066 && cp <= 0x2069)) {
-      escape("\\u%04x", cp);
+    if (acts_on_a_terminal(seq.code_point)) {
+      escape("\\u%04x", seq.code_point);
     } else {
-      out.append(text.substr(i, len));
+      out.append(text.substr(i, seq.length));
     }
-    i += len;
+    i += seq.length;
   }
   return out;
 }

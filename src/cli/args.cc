@@ -419,48 +419,20 @@ std::string json_path_string(const std::string& bytes) {
       ++i;
       continue;
     }
-    // The length of a valid UTF-8 sequence starting here, by the strict
-    // rules (no overlong forms, no surrogates, nothing past U+10FFFF), as
-    // Python's decoder applies them; 0 when the byte starts none.
-    std::size_t len = 0;
-    unsigned lo = 0x80;
-    unsigned hi = 0xbf;
-    if (c >= 0xc2 && c <= 0xdf) {
-      len = 2;
-    } else if (c >= 0xe0 && c <= 0xef) {
-      len = 3;
-      if (c == 0xe0) lo = 0xa0;
-      if (c == 0xed) hi = 0x9f;
-    } else if (c >= 0xf0 && c <= 0xf4) {
-      len = 4;
-      if (c == 0xf0) lo = 0x90;
-      if (c == 0xf4) hi = 0x8f;
-    }
-    bool valid = len != 0 && i + len <= n;
-    for (std::size_t k = 1; valid && k < len; ++k) {
-      const unsigned b = s[i + k];
-      valid = k == 1 ? (b >= lo && b <= hi) : (b >= 0x80 && b <= 0xbf);
-    }
-    // A C1 control (U+0080..U+009F) or a bidirectional override or isolate (U+202A..U+202E,
-    // U+2066..U+2069): JSON may carry them raw, but a terminal showing the output may take
-    // the one for a control (U+009B for CSI) and reorder the line at the other; escaped,
-    // they decode the same.
-    const bool c1 = valid && len == 2 && c == 0xc2 && s[i + 1] <= 0x9f;
-    const bool bidi = valid && len == 3 && c == 0xe2 &&
-                      ((s[i + 1] == 0x80 && s[i + 2] >= 0xaa && s[i + 2] <= 0xae) ||
-                       (s[i + 1] == 0x81 && s[i + 2] >= 0xa6 && s[i + 2] <= 0xa9));
-    if (c1) {
-      escape(s[i + 1]);
-      i += len;
-    } else if (bidi) {
-      escape(0x2000 + ((s[i + 1] & 0x3f) << 6) + (s[i + 2] & 0x3f));
-      i += len;
-    } else if (valid) {
-      out.append(bytes, i, len);
-      i += len;
-    } else {
+    // A C1 control or a bidirectional override or isolate: JSON may carry them raw, but a
+    // terminal showing the output may take the one for a control (U+009B for CSI) and
+    // reorder the line at the other; escaped, they decode the same.
+    const Utf8Sequence seq = utf8_sequence_at(bytes, i);
+    if (seq.length == 0) {
       escape(0xdc00 + c);
       ++i;
+    } else {
+      if (acts_on_a_terminal(seq.code_point)) {
+        escape(seq.code_point);
+      } else {
+        out.append(bytes, i, seq.length);
+      }
+      i += seq.length;
     }
   }
   out += '"';

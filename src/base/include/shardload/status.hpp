@@ -53,6 +53,24 @@ std::string redact_secrets(std::string text);
 // escapes whatever of it is left after spelling.
 std::string printable(std::string_view text, bool keep_option_marks = false);
 
+// The UTF-8 sequence that starts at text[i], by the strict rules Python's decoder applies (no
+// overlong forms, no surrogates, nothing past U+10FFFF): its length in bytes and its code
+// point; a length of 0 where the byte starts no valid sequence.
+struct Utf8Sequence {
+  std::size_t length = 0;
+  unsigned code_point = 0;
+};
+Utf8Sequence utf8_sequence_at(std::string_view text, std::size_t i);
+
+// A code point a terminal may act on though it is valid text: a C1 control (U+0080..U+009F,
+// U+009B being CSI to some terminals) or a bidirectional embedding, override or isolate
+// (U+202A..U+202E, U+2066..U+2069), which reorder what follows them on the line.
+inline bool acts_on_a_terminal(unsigned code_point) {
+  return (code_point >= 0x80 && code_point <= 0x9f) ||
+         (code_point >= 0x202a && code_point <= 0x202e) ||
+         (code_point >= 0x2066 && code_point <= 0x2069);
+}
+
 class Status;
 // An error about one file: "PATH: what", with the path (and the errno, when a system call
 // failed) kept as data for the front ends (Python's OSError.filename).
