@@ -243,8 +243,9 @@ TEST_F(LegateLoad, TheLowestFailingTileIsReported) {
   }
 }
 
-// The frame a task's error travels in: file, errno and message come back exactly, whatever
-// bytes they hold; a message without the frame is taken whole, with no file.
+// The frame a task's error travels in: file and errno come back exactly, whatever bytes they
+// hold, and the message as every Status message shows it (control characters and bytes that
+// are no UTF-8 escaped: printable()); a message without the frame is taken whole, with no file.
 TEST(TaskError, FrameRoundTripsAndPlainMessagesPass) {
   const std::string odd_path = std::string("dir;7;/\x1e") + '\xff' + "shard 1;.npy";
   const std::string message = odd_path + ": 12;34; read failed";
@@ -254,7 +255,7 @@ TEST(TaskError, FrameRoundTripsAndPlainMessagesPass) {
   EXPECT_EQ(back.code(), ErrorCode::kIo);
   EXPECT_EQ(back.path(), odd_path);
   EXPECT_EQ(back.sys_errno(), EACCES);
-  EXPECT_EQ(back.message(), message);
+  EXPECT_EQ(back.message(), printable(message));
 
   const Status none = detail::task_error_status(
       static_cast<std::int32_t>(ErrorCode::kLayout),
@@ -269,7 +270,7 @@ TEST(TaskError, FrameRoundTripsAndPlainMessagesPass) {
   EXPECT_EQ(plain.message(), "a runtime's own words");
   // A damaged frame (a path longer than what follows) is a plain message too.
   const std::string bad = std::string(detail::kTaskErrorMark) + "2;999;short";
-  EXPECT_EQ(detail::task_error_status(1, bad).message(), bad);
+  EXPECT_EQ(detail::task_error_status(1, bad).message(), printable(bad));
   EXPECT_EQ(detail::task_error_status(1, bad).path(), "");
 
   // A batch's error record: the same frame, the message cut at its end to fit, the file kept.
@@ -280,7 +281,7 @@ TEST(TaskError, FrameRoundTripsAndPlainMessagesPass) {
   const Status got = detail::decode_record(record.data(), record.size());
   EXPECT_EQ(got.code(), ErrorCode::kChanged);
   EXPECT_EQ(got.path(), odd_path);
-  EXPECT_EQ(got.message().rfind(odd_path + ": changed since discovery: xxx", 0), 0u)
+  EXPECT_EQ(got.message().rfind(printable(odd_path) + ": changed since discovery: xxx", 0), 0u)
       << got.message();
   EXPECT_EQ(got.message().substr(got.message().size() - 6), " [...]") << got.message();
   // A cut that would fall inside an option's mark falls before it: no half mark is left.
