@@ -842,40 +842,62 @@ class Hdf5Reader final : public ShardReader {
     return out;
   }
 
-  // A virtual dataset whose mappings lead back to itself through datasets of its own file
-  // (a source file "." or the file's own name): HDF5 reads a source by reading it again,
-  // without end, until the stack runs out (SIGSEGV; h5py too). Followed from dataset to
-  // dataset within the file, each once, at most kMaxVirtualDepth deep.
+  // A virtual dataset whose mappings lead back to itself, through datasets of its own file (a
+  // source file "." or the file's own name) or of other files that map back: HDF5 reads a
+  // source by reading it again, without end, until the stack runs out (SIGSEGV; h5py too), or,
+  // where it notices the loop across files, gives the fill value for every row, silently.
+  // Followed from dataset to dataset and from file to file, each once, at most
+  // kMaxVirtualDepth deep.
   static constexpr std::size_t kMaxVirtualDepth = 32;
 
   Status no_virtual_cycle(const OpenDataset& d, const std::string& path) {
-    std::vector<std::string> chain{d.name.empty() || d.name[0] != '/' ? "/" + d.name : d.name};
+    const std::string own = file_identity(path);
+    if (own.empty()) return Status::ok();
+    std::vector<VirtualStep> chain{
+        {own + ":" + (d.name.empty() || d.name[0] != '/' ? "/" + d.name : d.name),
+         d.name.empty() || d.name[0] != '/' ? "/" + d.name : d.name}};
     std::vector<std::string> done;
-    return follow_virtual(d.file.get(), d.dataset.get(), path, chain, done);
+    return follow_virtual(d.file.get(), d.dataset.get(), path, path, own, chain, done);
   }
 
-  // Whether a virtual mapping's source file `name` is the file at `path` itself: ".", or a
-  // name that leads to it from its directory or from the working directory.
-  static bool same_file(const std::string& path, const std::string& name) {
-    if (name == ".") return true;
-    struct stat own {};
-    if (::stat(path.c_str(), &own) != 0) return false;
-    const auto slash = path.rfind('/');
-    std::vector<std::string> candidates{name};
-    if (!name.empty() && name[0] != '/' && slash != std::string::npos) {
-      candidates.push_back(path.substr(0, slash + 1) + name);
-    }
-    for (const std::string& c : candidates) {
-      struct stat st {};
-      if (::stat(c.c_str(), &st) == 0 && st.st_dev == own.st_dev && st.st_ino == own.st_ino) {
-        return true;
+  struct VirtualStep {
+    std::string key;    // the file's device and inode, and the dataset
+    std::string shown;  // the dataset, after its file's path where that is not the shard
+  };
+
+  // A regular file's device and inode ("" where it is none): what makes two names one file.
+  static std::string file_identity(const std::string& path) {
+    struct stat st {};
+    if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return "";
+    return std::to_string(st.st_dev) + "/" + std::to_string(st.st_ino);
+  }
+
+  // The regular file a virtual mapping's source file `name` names, seen from the file at
+  // `path`, where HDF5 looks for it: "." is that file; a relative name under H5_VDS_PREFIX,
+  // then beside that file, then from the working directory. nullopt where none is a regular
+  // file (HDF5 then gives the fill value, as h5py shows).
+  static std::optional<std::string> virtual_source_file(const std::string& path,
+                                                        const std::string& name) {
+    if (name == ".") return path;
+    if (name.empty()) return std::nullopt;
+    std::vector<std::string> candidates;
+    if (name[0] != '/') {
+      if (const char* prefix = std::getenv("H5_VDS_PREFIX"); prefix != nullptr && *prefix) {
+        candidates.push_back(std::string(prefix) + "/" + name);
       }
+      const auto slash = path.rfind('/');
+      if (slash != std::string::npos) candidates.push_back(path.substr(0, slash + 1) + name);
     }
-    return false;
+    candidates.push_back(name);
+    for (const std::string& c : candidates) {
+      if (!file_identity(c).empty()) return c;
+    }
+    return std::nullopt;
   }
 
   Status follow_virtual(hid_t file, hid_t dataset, const std::string& path,
-                        std::vector<std::string>& chain, std::vector<std::string>& done) {
+                        const std::string& shard, const std::string& shard_id,
+                        std::vector<VirtualStep>& chain, std::vector<std::string>& done) {
     Hid dcpl(api_.H5Dget_create_plist(dataset), api_.H5Pclose);
     std::size_t count = 0;
     if (!dcpl.valid() || api_.H5Pget_layout(dcpl.get()) != H5D_VIRTUAL ||
@@ -883,44 +905,62 @@ class Hdf5Reader final : public ShardReader {
       api_.H5Eclear2(H5E_DEFAULT);
       return Status::ok();
     }
+    const std::string here = file_identity(path);
     for (std::size_t i = 0; i < count; ++i) {
       std::string file_name(PATH_MAX + 1, '\0');
       const ssize_t n =
           api_.H5Pget_virtual_filename(dcpl.get(), i, file_name.data(), file_name.size());
       if (n < 0) continue;
       file_name.resize(std::min<std::size_t>(static_cast<std::size_t>(n), PATH_MAX));
-      if (!same_file(path, file_name)) continue;
+      const std::optional<std::string> target = virtual_source_file(path, file_name);
+      if (!target) continue;
+      const std::string target_id = file_identity(*target);
       const ssize_t m = api_.H5Pget_virtual_dsetname(dcpl.get(), i, nullptr, 0);
       if (m < 0) continue;
       std::string source(static_cast<std::size_t>(m) + 1, '\0');
       if (api_.H5Pget_virtual_dsetname(dcpl.get(), i, source.data(), source.size()) < 0) continue;
       source.resize(static_cast<std::size_t>(m));
       if (source.empty() || source[0] != '/') source.insert(0, "/");
-      if (std::find(chain.begin(), chain.end(), source) != chain.end()) {
+      const VirtualStep step{target_id + ":" + source,
+                             target_id == shard_id ? source : *target + ":" + source};
+      const auto seen = [&](const VirtualStep& c) { return c.key == step.key; };
+      if (std::find_if(chain.begin(), chain.end(), seen) != chain.end()) {
         std::string route;
-        for (const std::string& c : chain) route += c + " -> ";
+        for (const VirtualStep& c : chain) route += c.shown + " -> ";
         return Status(ErrorCode::kFormat,
-                      path + ": dataset '" + chain.front() +
+                      shard + ": dataset '" + chain.front().shown +
                           "' is a virtual dataset whose mappings lead back to itself (" + route +
-                          source + "): HDF5 would read it without end; the file is damaged");
+                          step.shown + "): HDF5 would read it without end; the file is damaged");
       }
-      if (std::find(done.begin(), done.end(), source) != done.end()) continue;
+      if (std::find(done.begin(), done.end(), step.key) != done.end()) continue;
       if (chain.size() >= kMaxVirtualDepth) {
         return Status(ErrorCode::kFormat,
-                      path + ": dataset '" + chain.front() +
-                          "' is a virtual dataset whose sources in its own file are virtual "
-                          "datasets nested more than " +
+                      shard + ": dataset '" + chain.front().shown +
+                          "' is a virtual dataset whose sources are virtual datasets nested more "
+                          "than " +
                           std::to_string(kMaxVirtualDepth) + " deep");
       }
-      Hid src(api_.H5Dopen2(file, source.c_str(), H5P_DEFAULT), api_.H5Dclose);
+      Hid other;
+      hid_t source_file = file;
+      if (target_id != here) {
+        other = Hid(api_.H5Fopen(target->c_str(), kReadOnly, H5P_DEFAULT), api_.H5Fclose);
+        if (!other.valid()) {
+          api_.H5Eclear2(H5E_DEFAULT);  // not HDF5: HDF5 gives the fill value there
+          continue;
+        }
+        source_file = other.get();
+      }
+      Hid src(api_.H5Dopen2(source_file, source.c_str(), H5P_DEFAULT), api_.H5Dclose);
       if (!src.valid()) {
         api_.H5Eclear2(H5E_DEFAULT);  // no such dataset: HDF5 gives the fill value there
         continue;
       }
-      chain.push_back(source);
-      SHARDLOAD_RETURN_IF_ERROR(follow_virtual(file, src.get(), path, chain, done));
+      chain.push_back(step);
+      SHARDLOAD_RETURN_IF_ERROR(follow_virtual(source_file, src.get(),
+                                               target_id != here ? *target : path, shard, shard_id,
+                                               chain, done));
       chain.pop_back();
-      done.push_back(source);
+      done.push_back(step.key);
     }
     return Status::ok();
   }

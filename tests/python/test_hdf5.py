@@ -1452,6 +1452,60 @@ def test_a_virtual_dataset_that_reads_itself_is_refused(tmp_path, case):
     assert route in r.stdout, r.stdout
 
 
+@pytest.mark.parametrize("case", ["two files", "three files"])
+def test_a_virtual_dataset_that_reads_itself_through_other_files_is_refused(tmp_path, case):
+    """The same loop through other files: the shard's /v maps b/other.h5's /w, which maps /v
+    back (or through a third file). HDF5 1.10 notices the loop there and gives the fill value
+    for every row: the load returned -1 everywhere, silently (h5py with HDF5 2.0 dies of
+    SIGSEGV). Refused at discovery naming the shard and the route through the files."""
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    shard = tmp_path / "a" / "shard_0000.h5"
+    with h5py.File(shard, "w") as f:
+        _virtual(f, "v", "../b/other.h5", "w")
+    with h5py.File(tmp_path / "b" / "other.h5", "w") as f:
+        if case == "two files":
+            _virtual(f, "w", "../a/shard_0000.h5", "v")
+        else:
+            _virtual(f, "w", "third.h5", "u")
+    if case == "three files":
+        with h5py.File(tmp_path / "b" / "third.h5", "w") as f:
+            _virtual(f, "u", "../a/shard_0000.h5", "v")
+    script = textwrap.dedent(f"""
+        import shardload
+        try:
+            print(shardload.discover({str(tmp_path / "a")!r}, dataset="v").read()[:1])
+        except shardload.LayoutError as e:
+            print(e)
+    """)
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                       timeout=120, cwd=str(tmp_path))
+    assert r.returncode == 0, (r.returncode, r.stderr[-2000:])
+    assert f"{shard}: dataset '/v' is a virtual dataset whose mappings lead back to itself (" \
+        in r.stdout, r.stdout
+    assert "other.h5:/w -> " in r.stdout and r.stdout.rstrip().endswith(
+        "-> /v): HDF5 would read it without end; the file is damaged"), r.stdout
+    if case == "three files":
+        assert "third.h5:/u -> /v" in r.stdout, r.stdout
+
+
+def test_virtual_datasets_of_other_files_read_as_h5py_does(tmp_path):
+    """A virtual dataset whose source is a virtual dataset of another file, whose source is a
+    plain dataset there: followed without a false alarm, and read as h5py reads it."""
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    shard = tmp_path / "a" / "shard_0000.h5"
+    with h5py.File(tmp_path / "b" / "other.h5", "w") as f:
+        f.create_dataset("x", data=np.arange(40, dtype="f8").reshape(10, 4))
+        _virtual(f, "w", "other.h5", "x")
+    with h5py.File(shard, "w") as f:
+        _virtual(f, "v", "../b/other.h5", "w")
+    with h5py.File(shard, "r") as f:
+        want = f["v"][...]
+    assert want[3, 1] == 13  # the rows themselves, not the fill value
+    np.testing.assert_array_equal(shardload.discover(tmp_path / "a", dataset="v").read(), want)
+
+
 @pytest.mark.parametrize("case", ["a plain dataset", "a virtual one of a plain one",
                                   "one plain dataset twice"])
 def test_virtual_datasets_of_their_own_files_datasets_read_as_h5py_does(tmp_path, case):
