@@ -4,7 +4,6 @@
 #include <cstring>
 #include <memory>
 #include <string>
-#include <thread>
 #include <utility>
 #include <vector>
 
@@ -120,12 +119,10 @@ Status fill_parts(const Layout& layout, const std::vector<std::vector<Piece>>& p
   }
   FillOptions o = options;
   o.check_each_read = options.check_each_read && !deferred;
-  std::vector<Status> done(parts.size());
-  auto fill = [&](std::size_t j) { done[j] = fill_pieces(layout, parts[j], dst, o); };
-  std::vector<std::thread> helpers;
-  for (std::size_t j = 1; j < parts.size(); ++j) helpers.emplace_back(fill, j);
-  if (!parts.empty()) fill(0);
-  for (std::thread& h : helpers) h.join();
+  // Each part a lane of its own (a thread that cannot start leaves its part to the others).
+  Status filled = detail::first_failure_in_lanes(
+      parts.size(), parts.size(),
+      [&](std::size_t, std::size_t j) { return fill_pieces(layout, parts[j], dst, o); });
   if (deferred) {
     IoBackend& io = options.io != nullptr ? *options.io : posix_io();
     for (std::size_t k = 0; k < read.size(); ++k) {
@@ -140,10 +137,7 @@ Status fill_parts(const Layout& layout, const std::vector<std::vector<Piece>>& p
       }
     }
   }
-  for (Status& st : done) {
-    if (!st.is_ok()) return std::move(st);
-  }
-  return Status::ok();
+  return filled;
 }
 
 Result<std::unique_ptr<RowFiller>> RowFiller::create(const Layout& layout,
