@@ -115,33 +115,23 @@ std::string join_key(std::string_view dir, std::string_view name) {
 std::string unnameable_key(std::string_view location, std::string_view key) {
   const PathTraits traits = path_traits(location);
   if (key.find_first_of(traits.key_delimiters) == std::string_view::npos) return {};
-  // What each delimiter does to a URL that holds it.
+  // What each delimiter does to a URL that holds it ('%', '#' and '?' of an http(s) key are
+  // percent-encoded instead: url_key).
   struct Why {
     char c;
     const char* does;
   };
   constexpr std::array kWhy{Why{'?', "its query begins at the first '?'"},
-                            Why{'#', "its fragment, never sent, at the first '#'"},
-                            Why{'%', "a server decodes '%XX'"}};
-  std::vector<std::string> chars;
-  std::vector<std::string> does;
+                            Why{'#', "its fragment, never sent, at the first '#'"}};
+  std::string chars;
+  std::string does;
   for (const Why& w : kWhy) {
     if (traits.key_delimiters.find(w.c) == std::string_view::npos) continue;
-    chars.push_back(std::string("'") + w.c + "'");
-    does.push_back(w.does);
+    chars += std::string(chars.empty() ? "" : " or ") + "'" + w.c + "'";
+    does += std::string(does.empty() ? "" : ", and ") + w.does;
   }
-  const auto listed = [](const std::vector<std::string>& items, const char* last) {
-    std::string out;
-    for (std::size_t i = 0; i < items.size(); ++i) {
-      if (i > 0) out += i + 1 == items.size() ? last : ", ";
-      out += items[i];
-    }
-    return out;
-  };
-  const bool decoded = traits.key_delimiters.find('%') != std::string_view::npos;
-  return "an object whose key holds " + listed(chars, " or ") + " cannot be named by an " +
-         std::string(traits.scheme_label) + " URL" + (decoded ? " as written" : "") + " (" +
-         listed(does, ", and ") + ")";
+  return "an object whose key holds " + chars + " cannot be named by an " +
+         std::string(traits.scheme_label) + " URL (" + does + ")";
 }
 
 std::string url_key(std::string_view location, std::string_view key) {
