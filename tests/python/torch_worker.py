@@ -15,6 +15,7 @@ Legate. What the process saw goes to --out as JSON; the test compares it with th
 from __future__ import annotations
 
 import argparse
+import atexit
 import datetime
 import gc
 import json
@@ -165,8 +166,49 @@ def resume(args) -> dict:
         for batch in feed:
             got.append(ids(batch))
             step(net, opt, batch)
+    state = feed.state_dict()
+    del net, opt
+    # The feed lives on past destroy_process_group() to the interpreter's exit, as one kept in
+    # a script's global does (main's exit hook counts what it holds then); used after it, it
+    # says why it cannot exchange.
+    dist.destroy_process_group()
+    KEPT.append(feed)
+    feed.set_epoch(1)
+    try:
+        next(iter(feed))
+        after = None
+    except RuntimeError as e:
+        after = str(e)
     return {"rank": feed.rank, "world": feed.world_size, "left": left, "batches": got,
-            "state": feed.state_dict()}
+            "state": state, "after_destroy": after}
+
+
+KEPT: list = []  # feeds kept to the interpreter's exit
+
+
+def count_groups_at_exit(out: str) -> None:
+    """Registered before shardload.feed registers its own exit hook, so it runs after it
+    (atexit runs hooks in reverse): what the kept feeds and the feed module still hold when
+    the interpreter's finalisation begins, where a live gloo group can abort the process."""
+    with open(out, "w") as f:
+        json.dump({"groups_held": groups_reachable_from(sf, *KEPT)}, f)
+
+
+def groups_reachable_from(*roots: object) -> int:
+    """The torch process groups reachable from `roots` through object references."""
+    seen, todo, found = set(), list(roots), 0
+    while todo:
+        o = todo.pop()
+        if id(o) in seen or (isinstance(o, type(np)) and not any(o is r for r in roots)):
+            continue  # not into other modules (torch's own registry is not the feed's hold)
+        seen.add(id(o))
+        if isinstance(o, dist.ProcessGroup):
+            found += 1
+            continue
+        todo.extend(gc.get_referents(o))
+        if not isinstance(o, type) and hasattr(o, "__dict__"):
+            todo.append(vars(o))
+    return found
 
 
 def killed(args) -> None:
@@ -290,6 +332,8 @@ def main() -> None:
     ap.add_argument("--cases")
     ap.add_argument("--fault")
     args = ap.parse_args()
+    if args.mode == "resume":
+        atexit.register(count_groups_at_exit, args.out + ".exit")
     try:
         if args.mode in ("train", "killed", "fault", "differ"):
             {"train": train, "killed": killed, "fault": fault, "differ": differ}[args.mode](args)
