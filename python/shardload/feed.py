@@ -79,11 +79,11 @@ read its own, so that every rank raises the error naming the file at the same st
 
 from __future__ import annotations
 
+import atexit
 import collections
 import concurrent.futures
 import hashlib
 import json
-import atexit
 import logging
 import os
 import pickle
