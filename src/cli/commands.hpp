@@ -99,6 +99,9 @@ struct IndexSteps {
   std::function<Result<std::string>(const Layout& layout, const std::string& directory,
                                     const ManifestOptions& options)>
       write;
+  // Whether `write` reads through ManifestOptions::io (write_manifest_once refuses one); the
+  // progress bar counts the checksums' reads there, else this process's I/O counters.
+  bool takes_io = true;
 };
 IndexSteps local_index_steps();
 // `shardload index DIR`: writes DIR/shardload.manifest.

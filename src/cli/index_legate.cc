@@ -37,6 +37,7 @@ int cmd_index_legate(const Args& args) {
         return e.status();
       }
     };
+    steps.takes_io = false;
     rc = cmd_index(args, steps);
     std::cout.rdbuf(out);
     std::cerr.rdbuf(err);

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "cli/commands.hpp"
+#include "cli/progress.hpp"
 #include "shardload/interrupt.hpp"
 #ifdef SHARDLOAD_WITH_LEGATE
 #include "cli/legate_start.hpp"
@@ -182,6 +183,7 @@ int run_command(int argc, char** argv) {
     // atomically) and exits with the same status; the others' output is dropped.
     NullBuffer null;
     const bool quiet = !first_rank();
+    if (quiet) shardload::cli::silence_progress();
     std::streambuf* const out = quiet ? std::cout.rdbuf(&null) : nullptr;
     std::streambuf* const err = quiet ? std::cerr.rdbuf(&null) : nullptr;
     const int rc =

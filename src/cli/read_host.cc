@@ -15,6 +15,7 @@
 
 #include "base/detail/bytes.hpp"
 #include "cli/commands.hpp"
+#include "cli/progress.hpp"
 #include "shardload/host_load.hpp"
 #include "shardload/interrupt.hpp"
 #include "shardload/synth.hpp"
@@ -43,42 +44,6 @@ std::int64_t count_host_mismatches(const std::byte* data, const Layout& layout,
   }
   return bad;
 }
-
-// A bar on stderr while the tiles fill, where stderr is a terminal (piped, nothing is drawn):
-// the bytes filled so far and the rate, redrawn at most ten times a second and cleared at
-// the end, so the report on stdout is the same either way.
-class TerminalBar {
- public:
-  explicit TerminalBar(std::uint64_t total) : total_(total), on_(::isatty(STDERR_FILENO) == 1) {}
-  ~TerminalBar() { clear(); }
-  void clear() {
-    if (drawn_) std::fprintf(stderr, "\r%*s\r", kWidth + 40, "");
-    drawn_ = false;
-  }
-  void start() { start_ = last_ = std::chrono::steady_clock::now(); }
-  void update(std::int64_t rows_done, std::int64_t rows) {
-    if (!on_ || rows <= 0) return;
-    const auto now = std::chrono::steady_clock::now();
-    if (rows_done < rows && now - last_ < std::chrono::milliseconds(100)) return;
-    last_ = now;
-    const double frac = static_cast<double>(rows_done) / static_cast<double>(rows);
-    const double secs = std::chrono::duration<double>(now - start_).count();
-    const double gb = frac * static_cast<double>(total_) / 1e9;
-    const int filled = static_cast<int>(frac * kWidth);
-    std::fprintf(stderr, "\rread [%.*s%*s] %3d%% %.2f GB/s", filled,
-                 "################################################################",
-                 kWidth - filled, "", static_cast<int>(frac * 100), secs > 0 ? gb / secs : 0.0);
-    std::fflush(stderr);
-    drawn_ = true;
-  }
-
- private:
-  static constexpr int kWidth = 40;
-  std::uint64_t total_;
-  bool on_;
-  bool drawn_ = false;
-  std::chrono::steady_clock::time_point start_, last_;
-};
 
 }  // namespace
 
@@ -114,15 +79,18 @@ int cmd_read_host(const ReadArgs& a) {
   HostLoadOptions opts;
   opts.overdecompose = a.overdecompose;
   for (std::int64_t r = 0; r < a.repeat; ++r) {
-    TerminalBar bar(bytes);
+    TerminalBar bar("read", bytes, layout.total_rows(), "rows");
     opts.on_tile = [&](std::int64_t, std::int64_t, std::int64_t rows_done) {
-      bar.update(rows_done, layout.total_rows());
+      bar.update(static_cast<std::uint64_t>(rows_done) * layout.row_bytes, rows_done);
       return true;
     };
-    bar.start();
     const auto t0 = std::chrono::steady_clock::now();
     Result<HostLoadStats> stats = host_load(layout, data.get(), opts);
-    bar.clear();
+    if (stats) {
+      bar.finish();
+    } else {
+      bar.clear();
+    }
     const double secs =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (!stats) {

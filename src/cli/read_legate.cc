@@ -9,6 +9,7 @@
 #include "base/detail/bytes.hpp"
 #include "cli/commands.hpp"
 #include "cli/legate_start.hpp"
+#include "cli/progress.hpp"
 #include "shardload/interrupt.hpp"
 #include "shardload/legate.hpp"
 #include "shardload/location.hpp"
@@ -81,9 +82,14 @@ int run(const ReadArgs& a, std::ostream& out, std::ostream& err) {
   std::optional<legate::LogicalArray> array;
   for (std::int64_t r = 0; r < a.repeat; ++r) {
     array.reset();  // free the previous copy before the next load allocates
+    // The tasks report nothing as they end: the bar counts this process's bytes read.
+    TerminalBar bar("read", layout.total_bytes());
+    IoTicker ticker(&bar, false);
     const auto t0 = std::chrono::steady_clock::now();
     array = load(layout, opts, &info);
     runtime->issue_execution_fence(true);
+    ticker.stop();
+    bar.finish();
     const double secs =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (r == 0) {

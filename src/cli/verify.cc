@@ -8,6 +8,7 @@
 
 #include "cli/commands.hpp"
 #include "cli/legate_start.hpp"
+#include "cli/progress.hpp"
 #include "shardload/interrupt.hpp"
 #include "shardload/io.hpp"
 #include "shardload/legate.hpp"
@@ -56,7 +57,20 @@ int cmd_verify(const Args& args) {
   std::ostream& err = io.err;
   int rc = 1;
   try {
+    // The tasks report nothing as they end: the bar counts this process's bytes read, of the
+    // shards' bytes the manifest lists (read only for the bar; verify_manifest reads it again).
+    std::uint64_t bytes = 0;
+    const bool bar_on = stderr_is_terminal();
+    if (bar_on) {
+      if (auto m = read_manifest(path)) {
+        for (const auto& s : m->layout.shards) bytes += s.snapshot.size;
+      }
+    }
+    TerminalBar bar("verify", bytes, 0, "", bar_on && bytes > 0);
+    IoTicker ticker(&bar, false);
     const VerifyReport r = verify_manifest(path, groups);
+    ticker.stop();
+    bar.finish();
     for (const auto& m : r.mismatches) {
       err << "shardload verify: " << redact_secrets(path_for_message(m.path)) << ": "
           << printable(m.what) << "\n";

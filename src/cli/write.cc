@@ -11,6 +11,7 @@
 
 #include "base/detail/checked.hpp"
 #include "cli/commands.hpp"
+#include "cli/progress.hpp"
 #include "shardload/io.hpp"
 #include "shardload/location.hpp"
 #include "shardload/source.hpp"
@@ -190,6 +191,9 @@ int cmd_write(const Args& args) {
   for (std::size_t i = 1; i < a.shape.size(); ++i)
     row_elements *= static_cast<std::uint64_t>(a.shape[i]);
   const NumberPattern pat{"shard_", 4, ".npy"};
+  // parse_write_args checked that the whole size fits 63 bits.
+  const std::uint64_t row_bytes = row_elements * a.dtype.size;
+  TerminalBar bar("write", static_cast<std::uint64_t>(a.shape[0]) * row_bytes, a.shards, "shards");
   std::uint64_t first_row = 0;
   for (long long i = 0; i < a.shards; ++i) {
     NpyWriteSpec spec{a.dtype, {rows[static_cast<std::size_t>(i)]}};
@@ -198,10 +202,13 @@ int cmd_write(const Args& args) {
     if (Status s =
             write_npy(path, spec, static_cast<std::uint64_t>(a.seed), first_row * row_elements);
         !s) {
+      bar.clear();
       return fail(cmd, s.message());
     }
     first_row += static_cast<std::uint64_t>(rows[static_cast<std::size_t>(i)]);
+    bar.update(first_row * row_bytes, i + 1);
   }
+  bar.finish();
   // The metadata goes last: its presence means the set is complete.
   const std::string meta = dir + "/_meta.json";
   {

@@ -10,6 +10,7 @@
 
 #include "cli/commands.hpp"
 #include "cli/legate_start.hpp"
+#include "cli/progress.hpp"
 #include "shardload/legate.hpp"
 #include "shardload/save.hpp"
 #include "shardload/synth_array.hpp"
@@ -68,7 +69,16 @@ int cmd_write_legate(const WriteArgs& a) {
     // refused rather than emptied.
     opts.overwrite = true;
     opts.extra_files = {{"_meta.json", write_meta_json(a, rows)}};
-    save(array, a.dir, opts);
+    // check_fits has sized it. The tasks report nothing as they end: the bar counts this
+    // process's bytes written.
+    std::uint64_t bytes = a.dtype.size;
+    for (const auto d : a.shape) bytes *= static_cast<std::uint64_t>(d);
+    TerminalBar bar("write", bytes);
+    {
+      IoTicker ticker(&bar, true);
+      save(array, a.dir, opts);
+    }
+    bar.finish();
     io.out << write_summary(a);
     rc = 0;
   } catch (const Error& e) {

@@ -59,17 +59,42 @@ Result<std::int64_t> int_option(const std::string& url, const std::string& key,
 }
 
 Result<double> seconds_option(const std::string& url, const std::string& key,
-                              const std::string& value) {
+                              const std::string& value, std::int64_t hi) {
   double v = 0;
   const auto* end = value.data() + value.size();
   const auto [p, ec] = std::from_chars(value.data(), end, v);
-  if (ec != std::errc() || p != end || !std::isfinite(v) || v <= 0 || v > 86400) {
+  if (ec != std::errc() || p != end || !std::isfinite(v) || v <= 0 || v > static_cast<double>(hi)) {
     return file_error(ErrorCode::kInvalidArgument, url,
                       "bad object-storage URL or options: " + key +
-                          " must be a number of seconds above 0 (at most 86400), found '" + value +
-                          "'");
+                          " must be a number of seconds above 0 (at most " + std::to_string(hi) +
+                          "), found '" + value + "'");
   }
   return v;
+}
+
+// `value` as a value of `row`'s kind, checked against its range; the messages name the key
+// as the query spells it.
+Result<OptionValue> store_option_value(const std::string& url, const StoreOptionSpec& row,
+                                       const std::string& value) {
+  const std::string key = row.name;
+  switch (row.kind) {
+    case OptionKind::kCount: {
+      SHARDLOAD_ASSIGN_OR_RETURN(const std::int64_t v, int_option(url, key, value, row.lo, row.hi));
+      return OptionValue(static_cast<std::uint64_t>(v));
+    }
+    case OptionKind::kNumber: {
+      SHARDLOAD_ASSIGN_OR_RETURN(const double v, seconds_option(url, key, value, row.hi));
+      return OptionValue(v);
+    }
+    case OptionKind::kFlag:
+      if (value == "true" || value == "1") return OptionValue(true);
+      if (value == "false" || value == "0") return OptionValue(false);
+      return file_error(ErrorCode::kInvalidArgument, url,
+                        "bad object-storage URL or options: " + key +
+                            " must be true or false, found '" + value + "'");
+    default:
+      return OptionValue(percent_decode(value));
+  }
 }
 
 }  // namespace
@@ -96,43 +121,11 @@ Result<std::string> take_store_options(const std::string& url, const std::string
                             "whose key holds '?' cannot be named by an s3:// URL (its query "
                             "begins at the first '?')");
     }
-    if (key == "max_attempts") {
-      SHARDLOAD_ASSIGN_OR_RETURN(out->max_attempts, int_option(url, key, value, 1, 100));
-    } else if (key == "backoff_ms") {
-      SHARDLOAD_ASSIGN_OR_RETURN(out->backoff_ms, int_option(url, key, value, 0, 60000));
-    } else if (key == "max_backoff_ms") {
-      SHARDLOAD_ASSIGN_OR_RETURN(out->max_backoff_ms, int_option(url, key, value, 0, 600000));
-    } else if (key == "connect_timeout") {
-      SHARDLOAD_ASSIGN_OR_RETURN(out->connect_timeout, seconds_option(url, key, value));
-    } else if (key == "request_timeout") {
-      SHARDLOAD_ASSIGN_OR_RETURN(out->request_timeout, seconds_option(url, key, value));
-    } else if (key == "request_bytes") {
-      SHARDLOAD_ASSIGN_OR_RETURN(out->request_bytes,
-                                 int_option(url, key, value, 4096, std::int64_t{1} << 34));
-    } else if (key == "requests_in_flight") {
-      SHARDLOAD_ASSIGN_OR_RETURN(out->requests_in_flight, int_option(url, key, value, 1, 64));
-    } else if (key == "chunks_in_flight") {
-      SHARDLOAD_ASSIGN_OR_RETURN(out->chunks_in_flight, int_option(url, key, value, 1, 64));
-    } else if (credentials && key == "multipart_threshold") {
-      SHARDLOAD_ASSIGN_OR_RETURN(out->multipart_threshold,
-                                 int_option(url, key, value, 0, kMaxSinglePut));
-    } else if (credentials && key == "access_key") {
-      out->access_key = percent_decode(value);
-    } else if (credentials && key == "secret_key") {
-      out->secret_key = percent_decode(value);
-    } else if (credentials && key == "session_token") {
-      out->session_token = percent_decode(value);
-    } else if (credentials && key == "anonymous") {
-      if (value == "true" || value == "1") {
-        out->anonymous = true;
-      } else if (value == "false" || value == "0") {
-        out->anonymous = false;
-      } else {
-        return file_error(ErrorCode::kInvalidArgument, url,
-                          "bad object-storage URL or options: anonymous must be true or false, "
-                          "found '" +
-                              value + "'");
-      }
+    const StoreOptionSpec* row = find_store_option(key);
+    if (row != nullptr && row->set != nullptr &&
+        (row->stores & (credentials ? kStoreS3 : kStoreHttp)) != 0) {
+      SHARDLOAD_ASSIGN_OR_RETURN(const OptionValue v, store_option_value(url, *row, value));
+      row->set(v, out);
     } else {
       rest += (rest.empty() ? "?" : "&") + item;
     }
@@ -217,3 +210,14 @@ std::int64_t read_in_parts(const RangeRead& read, void* buf, std::size_t n, std:
 }
 
 }  // namespace shardload::detail
+
+namespace shardload {
+
+const StoreOptionSpec* find_store_option(std::string_view name) {
+  for (const auto& row : store_option_table()) {
+    if (name == row.name) return &row;
+  }
+  return nullptr;
+}
+
+}  // namespace shardload

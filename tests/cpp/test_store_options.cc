@@ -1,0 +1,148 @@
+// The store option table (shardload/store_options.hpp) and the query parser that derives from
+// it: every row with a field is taken out of the query by its kind and range, Arrow's rows are
+// left for Arrow, the stores a row names are the ones whose query it is taken from, and the
+// secret rows are what redact_secrets hides.
+#include <gtest/gtest.h>
+
+#include <set>
+#include <string>
+
+#include "base/detail/secrets.hpp"
+#include "shardload/status.hpp"
+#include "shardload/store_options.hpp"
+#include "storage/detail/store_options.hpp"
+
+namespace shardload {
+namespace {
+
+// A value of `row`'s kind that its range takes, as the query spells it, and that differs from
+// the default.
+std::string valid_text(const StoreOptionSpec& row) {
+  switch (row.kind) {
+    case OptionKind::kCount:
+      return std::to_string(row.hi);
+    case OptionKind::kNumber:
+      return "0.25";
+    case OptionKind::kFlag:
+      return "true";
+    default:
+      return "v%2Fw";  // percent-decoded to "v/w"
+  }
+}
+
+OptionValue expected_value(const StoreOptionSpec& row) {
+  switch (row.kind) {
+    case OptionKind::kCount:
+      return OptionValue(static_cast<std::uint64_t>(row.hi));
+    case OptionKind::kNumber:
+      return OptionValue(0.25);
+    case OptionKind::kFlag:
+      return OptionValue(true);
+    default:
+      return OptionValue(std::string("v/w"));
+  }
+}
+
+TEST(StoreOptionTable, NamesAreUniqueAndFindable) {
+  std::set<std::string> names;
+  for (const auto& row : store_option_table()) {
+    EXPECT_TRUE(names.insert(row.name).second) << row.name;
+    EXPECT_EQ(find_store_option(row.name), &row);
+    EXPECT_EQ(row.get == nullptr, row.set == nullptr) << row.name;
+    EXPECT_NE(row.stores, 0u) << row.name;
+  }
+  EXPECT_EQ(find_store_option("no_such_option"), nullptr);
+}
+
+TEST(StoreOptionTable, EveryRowWithAFieldIsTakenOutOfAnS3QueryByItsKind) {
+  for (const auto& row : store_option_table()) {
+    if (row.set == nullptr) continue;
+    SCOPED_TRACE(row.name);
+    StoreOptions o;
+    const std::string query = std::string("?") + row.name + "=" + valid_text(row) + "&region=x";
+    auto rest = detail::take_store_options("s3://b/k", query, &o, /*credentials=*/true);
+    ASSERT_TRUE(rest.is_ok()) << rest.status().message();
+    EXPECT_EQ(*rest, "?region=x");
+    EXPECT_EQ(row.get(o), expected_value(row));
+    EXPECT_NE(row.get(StoreOptions{}), expected_value(row));  // the default was changed
+  }
+}
+
+TEST(StoreOptionTable, ArrowsRowsStayInTheQueryForArrow) {
+  std::string query;
+  for (const auto& row : store_option_table()) {
+    if (row.set != nullptr) continue;
+    query += (query.empty() ? "?" : "&") + std::string(row.name) + "=" + valid_text(row);
+  }
+  ASSERT_FALSE(query.empty());
+  StoreOptions o;
+  auto rest = detail::take_store_options("s3://b/k", query, &o, /*credentials=*/true);
+  ASSERT_TRUE(rest.is_ok()) << rest.status().message();
+  EXPECT_EQ(*rest, query);
+}
+
+TEST(StoreOptionTable, AnHttpQueryGivesTheServerWhatHttpDoesNotTake) {
+  for (const auto& row : store_option_table()) {
+    SCOPED_TRACE(row.name);
+    StoreOptions o;
+    const std::string query = std::string("?") + row.name + "=" + valid_text(row);
+    auto rest = detail::take_store_options("http://h/k", query, &o);
+    ASSERT_TRUE(rest.is_ok()) << rest.status().message();
+    const bool taken = row.set != nullptr && (row.stores & kStoreHttp) != 0;
+    EXPECT_EQ(*rest, taken ? "" : query);
+    if (row.get != nullptr && !taken) EXPECT_EQ(row.get(o), row.get(StoreOptions{}));
+  }
+}
+
+TEST(StoreOptionTable, AValueOutsideItsRowsRangeIsRefusedNamingTheKeyAndTheRange) {
+  for (const auto& row : store_option_table()) {
+    if (row.set == nullptr) continue;
+    SCOPED_TRACE(row.name);
+    std::string bad;
+    std::string expected;
+    switch (row.kind) {
+      case OptionKind::kCount:
+        bad = std::to_string(row.hi + 1);
+        expected = std::string(row.name) + " must be an integer from " + std::to_string(row.lo) +
+                   " to " + std::to_string(row.hi) + ", found '" + bad + "'";
+        break;
+      case OptionKind::kNumber:
+        bad = "0";
+        expected = std::string(row.name) + " must be a number of seconds above 0 (at most " +
+                   std::to_string(row.hi) + "), found '0'";
+        break;
+      case OptionKind::kFlag:
+        bad = "yes";
+        expected = std::string(row.name) + " must be true or false, found 'yes'";
+        break;
+      default:
+        continue;  // any text is a value
+    }
+    StoreOptions o;
+    auto rest =
+        detail::take_store_options("s3://b/k", "?" + std::string(row.name) + "=" + bad, &o, true);
+    ASSERT_FALSE(rest.is_ok());
+    EXPECT_EQ(rest.status().code(), ErrorCode::kInvalidArgument);
+    EXPECT_NE(rest.status().message().find("s3://b/k"), std::string::npos)
+        << rest.status().message();
+    EXPECT_NE(rest.status().message().find(expected), std::string::npos)
+        << rest.status().message();
+    if (row.kind == OptionKind::kCount && row.lo > 0) {
+      auto low = detail::take_store_options(
+          "s3://b/k", "?" + std::string(row.name) + "=" + std::to_string(row.lo - 1), &o, true);
+      EXPECT_FALSE(low.is_ok());
+    }
+  }
+}
+
+TEST(StoreOptionTable, TheSecretRowsAreTheOnesRedactSecretsHides) {
+  for (const auto& row : store_option_table()) {
+    SCOPED_TRACE(row.name);
+    EXPECT_EQ(detail::is_secret_query_key(row.name), row.secret);
+    const std::string url = std::string("s3://b/k?") + row.name + "=S3cr3tValue";
+    EXPECT_EQ(redact_secrets(url).find("S3cr3tValue") == std::string::npos, row.secret);
+  }
+}
+
+}  // namespace
+}  // namespace shardload
