@@ -21,6 +21,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "readers/detail/hdf5.hpp"
@@ -99,6 +100,29 @@ std::string join(const std::vector<std::string>& v) {
   std::string s;
   for (std::size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + v[i];
   return s.empty() ? "none" : s;
+}
+
+// The external link a traversal of this thread last refused (refuse_external_link): the file
+// and object it names, as stored in the link.
+struct RefusedLink {
+  bool refused = false;
+  std::string file;
+  std::string object;
+};
+thread_local RefusedLink t_refused_link;
+
+// HDF5 opens an external link's file by name, with a plain open that waits forever on a FIFO,
+// before anything could look at what it opened; and a dataset in another file is refused
+// anyway (check_in_the_shard). So no traversal follows one: the callback runs before the open
+// and fails the traversal, noting the link for the message. It keeps no pointer (op_data is
+// unused): an access list is copied into a dataset and may outlive the call that made it.
+herr_t refuse_external_link(const char* /*parent_file*/, const char* /*parent_group*/,
+                            const char* file, const char* object, unsigned* /*flags*/,
+                            hid_t /*fapl*/, void* /*op_data*/) {
+  if (!t_refused_link.refused) {
+    t_refused_link = {true, file != nullptr ? file : "", object != nullptr ? object : ""};
+  }
+  return -1;
 }
 
 // True when every link along `path` exists (H5Lexists needs the parents).
@@ -765,6 +789,10 @@ class Hdf5Reader final : public ShardReader {
         api_.H5Pset_elink_prefix(dapl.get(), (parent_directory(path) + "/").c_str()) < 0) {
       return Status(ErrorCode::kFormat, path + ": external link prefix: " + take_error(api_));
     }
+    if (api_.H5Pset_elink_cb(dapl.get(), refuse_external_link, nullptr) < 0) {
+      return Status(ErrorCode::kFormat, path + ": external link callback: " + take_error(api_));
+    }
+    t_refused_link = {};
     if (name.empty()) {
       const DatasetList all = list_datasets(api_, d.file.get());
       if (all.names.size() != 1) {
@@ -778,7 +806,9 @@ class Hdf5Reader final : public ShardReader {
     } else {
       d.name = name.front() == '/' ? name : "/" + name;
     }
-    if (!path_exists(api_, d.file.get(), d.name, dapl.get())) {
+    const bool exists = path_exists(api_, d.file.get(), d.name, dapl.get());
+    if (t_refused_link.refused) return refused_link_error(path, d.name);
+    if (!exists) {
       api_.H5Eclear2(H5E_DEFAULT);
       const DatasetList all = list_datasets(api_, d.file.get());
       return Status(ErrorCode::kFormat, path + ": dataset '" + d.name +
@@ -786,6 +816,7 @@ class Hdf5Reader final : public ShardReader {
                                             join(all.names) + unopened_text(api_, all) + ")");
     }
     d.dataset = Hid(api_.H5Dopen2(d.file.get(), d.name.c_str(), dapl.get()), api_.H5Dclose);
+    if (t_refused_link.refused) return refused_link_error(path, d.name);
     if (!d.dataset.valid()) {
       return hdf5_failure(ErrorCode::kFormat,
                           path + ": '" + d.name + "' is not a readable dataset: ");
@@ -950,7 +981,20 @@ class Hdf5Reader final : public ShardReader {
         }
         source_file = other.get();
       }
-      Hid src(api_.H5Dopen2(source_file, source.c_str(), H5P_DEFAULT), api_.H5Dclose);
+      Hid dapl(api_.H5Pcreate(api_.H5P_CLS_DATASET_ACCESS_ID_g), api_.H5Pclose);
+      if (!dapl.valid() || api_.H5Pset_elink_cb(dapl.get(), refuse_external_link, nullptr) < 0) {
+        return Status(ErrorCode::kFormat, path + ": dataset access list: " + take_error(api_));
+      }
+      t_refused_link = {};
+      Hid src(api_.H5Dopen2(source_file, source.c_str(), dapl.get()), api_.H5Dclose);
+      if (t_refused_link.refused) {
+        api_.H5Eclear2(H5E_DEFAULT);
+        return Status(ErrorCode::kFormat,
+                      shard + ": dataset '" + chain.front().shown +
+                          "' is a virtual dataset whose source " + step.shown +
+                          " is reached through an external link to '" + t_refused_link.object +
+                          "' in " + t_refused_link.file + "; external links are not followed");
+      }
       if (!src.valid()) {
         api_.H5Eclear2(H5E_DEFAULT);  // no such dataset: HDF5 gives the fill value there
         continue;
@@ -985,6 +1029,23 @@ class Hdf5Reader final : public ShardReader {
                       (other.empty() ? std::string("unnamed") : other) +
                       ") that an external link leads to; only datasets stored in the shard "
                       "itself are read (name that file as the shard instead)");
+  }
+
+  // A traversal of `name` in the shard at `path` met an external link (t_refused_link), which
+  // is refused as check_in_the_shard refuses what one leads to, without opening its file.
+  Status refused_link_error(const std::string& path, const std::string& name) {
+    api_.H5Eclear2(H5E_DEFAULT);
+    const RefusedLink link = std::exchange(t_refused_link, {});
+    // Where a local shard's link leads (the access list's prefix is the shard's directory);
+    // an object's link would be opened on this host, so it is shown as written.
+    const bool as_written =
+        link.file.empty() || link.file.front() == '/' || !path_traits(path).kernel_files;
+    const std::string file = as_written ? link.file : parent_directory(path) + "/" + link.file;
+    return Status(ErrorCode::kFormat,
+                  path + ": dataset '" + name + "' is stored in another file (" + file +
+                      ") that an external link leads to; only datasets stored in the shard "
+                      "itself are read (name that file as the shard instead; the link, to '" +
+                      link.object + "', is not followed)");
   }
 
   // A dataset with external storage has its data in files that HDF5 opens

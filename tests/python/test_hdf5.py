@@ -940,6 +940,68 @@ def test_a_dataset_in_another_file_through_an_external_link_is_refused(tmp_path:
             and "external link" in msg), msg
 
 
+@pytest.mark.parametrize("case", ["dataset", "group", "soft link", "virtual source", "cli",
+                                  "http"])
+def test_an_external_link_to_a_fifo_is_refused_not_waited_on(tmp_path, case):
+    """An external link whose file is a FIFO (on the dataset, on a group above it, behind a
+    soft link, or on a virtual dataset's source): HDF5 opens the link's file by name with a
+    plain open, which waits for a writer forever, and discovery hung there (CLI inspect too).
+    Refused before the open, as a dataset through an external link is, naming the link; an
+    object served over http whose link names a local FIFO likewise."""
+    os.mkfifo(tmp_path / "fifo.h5")
+    path = tmp_path / "shard_0000.h5"
+    with h5py.File(path, "w") as f:
+        f["pad"] = np.arange(4.0)
+        if case == "http":
+            f["x"] = h5py.ExternalLink(str(tmp_path / "fifo.h5"), "/y")
+        elif case in ("dataset", "cli"):
+            f["x"] = h5py.ExternalLink("fifo.h5", "/y")
+        elif case == "group":
+            f["x"] = h5py.ExternalLink("fifo.h5", "/g")
+        elif case == "soft link":
+            f["e"] = h5py.ExternalLink("fifo.h5", "/y")
+            f["x"] = h5py.SoftLink("/e")
+    if case == "virtual source":
+        with h5py.File(tmp_path / "src.h5", "w") as f:
+            f["y"] = h5py.ExternalLink("fifo.h5", "/y")
+        with h5py.File(path, "a") as f:
+            _virtual(f, "x", "src.h5", "y")
+    name = "x/y" if case == "group" else "x"
+    if case == "http":
+        from test_http import serving
+
+        with serving() as (store, base):
+            store.put("/h/shard_0000.h5", path.read_bytes())
+            url = f"{base}/h/shard_0000.h5"
+            with pytest.raises(shardload.LayoutError) as e:
+                shardload.discover(url, dataset="x")
+        assert (f"{url}: dataset '/x' is stored in another file ({tmp_path}/fifo.h5) that an "
+                "external link leads to") in str(e.value), str(e.value)
+        return
+    if case == "cli":
+        cmd = [str(BUILD / "shardload"), "inspect", str(path), "--dataset", name]
+    else:
+        cmd = [sys.executable, "-c", textwrap.dedent(f"""
+            import shardload
+            try:
+                shardload.discover({str(path)!r}, dataset={name!r}).read()
+            except shardload.LayoutError as e:
+                print(e)
+        """)]
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=60, cwd=str(tmp_path))
+    except subprocess.TimeoutExpired:
+        pytest.fail("discovery waited on the FIFO an external link names")
+    out = r.stdout + r.stderr
+    assert r.returncode == (1 if case == "cli" else 0), (r.returncode, out[-2000:])
+    if case == "virtual source":
+        assert (f"{path}: dataset '/x' is a virtual dataset whose source {tmp_path}/src.h5:/y "
+                "is reached through an external link to '/y' in fifo.h5") in out, out
+    else:
+        assert (f"{path}: dataset '/{name}' is stored in another file ({tmp_path}/fifo.h5) "
+                "that an external link leads to") in out, out
+
+
 def _compact(f: h5py.File, name: bytes, a: np.ndarray) -> None:
     dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
     dcpl.set_layout(h5py.h5d.COMPACT)

@@ -43,6 +43,7 @@ namespace shardload::detail {
   X(H5Pget_virtual_filename)                                                                       \
   X(H5Pget_virtual_dsetname)                                                                        \
   X(H5Fclose)                                                                                      \
+  X(H5Pset_elink_cb)                                                                               \
   X(H5Dopen2) X(H5Dclose) X(H5Dget_space) X(H5Dget_type) X(H5Dread) X(H5Sget_simple_extent_type)   \
       X(H5Sget_simple_extent_ndims) X(H5Sget_simple_extent_dims) X(H5Sselect_hyperslab) X(         \
           H5Screate_simple) X(H5Sclose) X(H5Tget_class) X(H5Tget_size) X(H5Tget_sign)              \
