@@ -150,7 +150,7 @@ def load(
     discovery_s = t_discovered - t_call if not isinstance(source, Layout) else 0.0
 
     if progress is True:
-        progress = bar = ProgressBar(nbytes, "shardload.load")
+        progress = bar = ProgressBar(nbytes, "shardload.load", layout.total_rows)
     else:
         bar = None
     try:

@@ -196,33 +196,46 @@ def _shared_files_mapped(address: int, size: int) -> list[tuple[bytes, tuple[int
 class _Reporter:
     """``progress=`` of a host fill: None, a callable taking a :class:`LoadProgress` (called
     at "discovered", after each tile as "filling", and at "filled"), or True for a bar on
-    stderr (tqdm)."""
+    stderr (tqdm).
 
-    def __init__(self, progress: object, prepared: Prepared, where: str) -> None:
+    The reports count ``rows`` rows (default: the layout's; a JAX process counts its own),
+    filled by one fill or several in turn: ``tiles_before`` and ``rows_before`` are those of
+    the fills done before the current one. ``bar=False`` draws no bar for ``progress=True``
+    (a JAX process other than the first: one bar per job)."""
+
+    def __init__(self, progress: object, prepared: Prepared, where: str, *,
+                 rows: Optional[int] = None, bar: bool = True) -> None:
         if progress is not None and not isinstance(progress, bool) and not callable(progress):
             raise TypeError(f"progress: expected a callable taking a LoadProgress, True for a "
                             f"progress bar, or None, found {_found(progress)}")
         self._prepared = prepared
+        layout = prepared.layout
+        self.rows = layout.total_rows if rows is None else rows
+        self.nbytes = self.rows * layout.nbytes // layout.total_rows if layout.total_rows else 0
         self._callback: Optional[Callable[[LoadProgress], object]] = None
         self._bar: Any = None
         self.tiles: Optional[int] = None
-        if progress is True:
-            self._bar = ProgressBar(prepared.layout.nbytes, where)
-        elif progress:
-            self._callback = progress  # type: ignore[assignment]
+        self.tiles_before = 0
+        self.rows_before = 0
+        self.more_fills = False
+        if progress is True and bar:
+            self._bar = ProgressBar(self.nbytes, where, self.rows)
+        elif callable(progress):
+            self._callback = progress
 
     @property
     def wanted(self) -> bool:
         return self._callback is not None or self._bar is not None
 
     def stage(self, stage: str, tiles_done: int = 0, rows_done: int = 0) -> None:
-        layout = self._prepared.layout
-        done = rows_done * layout.nbytes // layout.total_rows if layout.total_rows else 0
-        if stage == "filled":
-            done = layout.nbytes
         if self._bar is None and self._callback is None:
             return
-        report = LoadProgress(stage, tiles_done, self.tiles, done, layout.nbytes,
+        tiles_done += self.tiles_before
+        rows_done += self.rows_before
+        done = rows_done * self.nbytes // self.rows if self.rows else 0
+        if stage == "filled":
+            done = self.nbytes
+        report = LoadProgress(stage, tiles_done, self.tiles, done, self.nbytes,
                               time.perf_counter() - self._prepared.t_call)
         if self._bar is not None:
             self._bar(report)
@@ -244,7 +257,8 @@ def fill(prepared: Prepared, out: np.ndarray, *, threads: int, overdecompose: in
     callback = None
     if reporter is not None and reporter.wanted:
         def callback(tiles_done: int, tiles: int, rows_done: int) -> None:
-            reporter.tiles = tiles
+            # The plan of the fills still to come is not known yet.
+            reporter.tiles = None if reporter.more_fills else reporter.tiles_before + tiles
             reporter.stage("filling", tiles_done, rows_done)
     return _core.host_load(layout, out, threads, overdecompose, callback)
 

@@ -87,20 +87,29 @@ ProgressCallback = Callable[[LoadProgress], object]
 class ProgressBar:
     """``progress=True``: a bar of the bytes filled on stderr (tqdm: the ecosystem's habit, on
     a terminal and in notebooks), fed :class:`LoadProgress` reports; closed at ``"filled"`` or
-    by :meth:`close` (after an error). ``where`` names the call in its label and errors."""
+    by :meth:`close` (after an error). ``where`` names the call in its label and errors. It
+    shows the bytes, their rate (GB/s) and, given ``total_rows``, the rows filled (the bytes
+    over the bytes of a row: every row has the same size)."""
 
-    def __init__(self, total_bytes: int, where: str) -> None:
+    def __init__(self, total_bytes: int, where: str, total_rows: Optional[int] = None) -> None:
         try:
             from tqdm.auto import tqdm
         except ImportError:
             raise ImportError(f"{where}: progress=True draws its bar with tqdm, which is not "
                               "installed (pip install tqdm)") from None
+        self._rows = total_rows
+        self._total = total_bytes
         self._bar = tqdm(total=total_bytes, unit="B", unit_scale=True, unit_divisor=1000,
-                         desc=where, leave=False)
+                         desc=where, leave=False,
+                         postfix=None if total_rows is None else f"0/{total_rows} rows")
 
     def __call__(self, report: LoadProgress) -> None:
+        if self._rows is not None:
+            rows = report.bytes_done * self._rows // self._total if self._total else self._rows
+            self._bar.set_postfix_str(f"{rows}/{self._rows} rows", refresh=False)
         self._bar.update(report.bytes_done - self._bar.n)
         if report.stage == "filled":
+            self._bar.refresh()  # the full bar, whatever the redraw interval held back
             self._bar.close()
 
     def close(self) -> None:

@@ -30,6 +30,21 @@ chunk, ``(read, layout key, lo, hi)``, that depends on it: it grows with the chu
 the shards or the options, and ``dask.distributed`` ships the layout to a worker once. A worker
 reads only the shards its chunks cover, and of those only the chunks' rows.
 
+Progress. ``progress=`` (a callable taking a :class:`~shardload.LoadProgress`, or True for a
+bar on stderr, tqdm) reports the chunks as they are read, when the array is computed: each
+chunk task reports its rows after its read, once per chunk (``"filling"``, then
+``"filled"`` with the last chunk; a chunk read again by a later computation is not counted
+again, so after ``"filled"`` nothing more is reported). ``bytes`` is the dataset's bytes as
+read (before ``astype``). On the threaded and synchronous schedulers the task calls the
+callback itself, in the worker thread, one report at a time; an exception it raises fails
+that task, so ``compute()`` raises it. On ``dask.distributed`` a task runs in a worker
+process: it sends its report to the client as a worker event (``log_event``), and the
+client calls the callback as the events arrive (``Client.subscribe_topic``), one bar for
+the whole cluster; an exception there sets a flag on the scheduler that the chunk tasks not
+yet started check, so they fail and ``compute()`` raises the same exception type (its
+message and type, re-created from the client's; chunks already read stay read). On the
+processes scheduler (no cluster) nothing is reported.
+
 Errors. Arguments and the dataset are checked here, as :func:`shardload.load` checks them,
 before any graph exists. A shard that changed or vanished after discovery fails the chunk that
 reads it with :class:`~shardload.ShardReadError` naming the file and rows, which ``compute()``
@@ -45,19 +60,23 @@ caller, after every chunk is written (see :func:`save`)::
 
 from __future__ import annotations
 
+import asyncio
 import bisect
 import hashlib
+import logging
 import os
 import re
 import socket
 import sys
+import threading
 import time
-from typing import TYPE_CHECKING, Any, Mapping, Optional, Unpack
+from typing import TYPE_CHECKING, Any, Optional, Unpack
 
 import numpy as np
 
 from . import _core, _frontend, _save
 from ._args import DTypeLike, SourceLike, _found, _int
+from ._info import LoadProgress, ProgressBar, ProgressCallback
 from ._layout import Layout
 from ._options import DiscoverOptions
 
@@ -65,6 +84,8 @@ if TYPE_CHECKING:
     import dask.array
 
 __all__ = ["load", "save"]
+
+logger = logging.getLogger("shardload")
 
 
 def load(
@@ -75,6 +96,7 @@ def load(
     astype: DTypeLike | None = None,
     threads: int = 1,
     overdecompose: int = _frontend.DEFAULT_OVERDECOMPOSE,
+    progress: "ProgressCallback | bool | None" = None,
     reader: str | None = None,
     storage_options: Mapping[str, str] | None = None,
     **options: Unpack[DiscoverOptions],
@@ -103,6 +125,11 @@ def load(
             registered under that name in every worker process too.
         storage_options: object storage options, as for :func:`shardload.discover`; they travel
             inside the layout to the workers.
+        progress: a callable taking one :class:`~shardload.LoadProgress`, called as each
+            chunk is read when the array is computed (``"filling"``, ``"filled"`` with the
+            last chunk; chunks for tiles, ``bytes`` the dataset's), or True for a progress bar
+            on stderr (needs ``tqdm``); see "Progress" in the module's documentation for the
+            threaded scheduler and ``dask.distributed``.
 
     Returns:
         A ``dask.array.Array`` of the dataset's shape and dtype (``astype`` if given).
@@ -133,13 +160,22 @@ def load(
     bounds = chunk_bounds(layout, rows_arg, dtype=dtype, overdecompose=k)
     cast = prepared.cast
 
-    token = tokenize(hashlib.sha256(layout.encode()).hexdigest(), bounds, str(cast), n_threads)
+    reporter = _ChunkProgress.make(progress, layout, len(bounds) - 1, prepared.t_call, where)
+    token = tokenize(hashlib.sha256(layout.encode()).hexdigest(), bounds, str(cast), n_threads,
+                     None if reporter is None else reporter.topic)
     name = f"shardload-{token}"
     layout_key = f"shardload-layout-{token}"
     trailing_zeros = (0,) * (layout.ndim - 1)
     graph: dict[Any, Any] = {layout_key: layout}
+    if reporter is not None:
+        progress_key = f"shardload-progress-{token}"
+        graph[progress_key] = reporter
     for i, (lo, hi) in enumerate(zip(bounds[:-1], bounds[1:])):
-        graph[(name, i, *trailing_zeros)] = (_read_chunk, layout_key, lo, hi, cast, n_threads)
+        if reporter is None:
+            task: tuple = (_read_chunk, layout_key, lo, hi, cast, n_threads)
+        else:
+            task = (_read_chunk_reporting, layout_key, lo, hi, cast, n_threads, progress_key, i)
+        graph[(name, i, *trailing_zeros)] = task
     chunks_out = (tuple(hi - lo for lo, hi in zip(bounds[:-1], bounds[1:])),) + tuple(
         (d,) for d in layout.trailing_shape)
     meta = np.empty((0,) * layout.ndim, dtype)
@@ -162,6 +198,183 @@ def _read_chunk(layout: Layout, lo: int, hi: int, cast: Optional[np.dtype],
         if part.nbytes:
             _core.host_load(part, out, threads, threads, None)
     return out if cast is None else out.astype(cast)
+
+
+def _read_chunk_reporting(layout: Layout, lo: int, hi: int, cast: Optional[np.dtype],
+                          threads: int, reporter: Any, index: int) -> np.ndarray:
+    """_read_chunk, reporting chunk ``index`` to ``reporter`` after its read."""
+    reporter.check()
+    out = _read_chunk(layout, lo, hi, cast, threads)
+    reporter.chunk_done(index, hi - lo)
+    return out
+
+
+class _ChunkProgress:
+    """``progress=`` of a Dask array, living in the process that called :func:`load`: the
+    chunks read so far, each counted once, and the callback or bar they are reported to.
+    Pickled into a graph for another process (``dask.distributed``), it travels as a
+    :class:`_RemoteProgress`, whose reports come back as worker events."""
+
+    def __init__(self, progress: Any, layout: Layout, chunks: int, t_call: float,
+                 where: str) -> None:
+        self._callback = None if progress is True else progress
+        self._bar: Any = None
+        if progress is True:
+            self._bar = ProgressBar(layout.nbytes, where, layout.total_rows)
+        self._lock = threading.RLock()
+        self._done: set[int] = set()
+        self._rows_done = 0
+        self._rows = layout.total_rows
+        self._nbytes = layout.nbytes
+        self._chunks = chunks
+        self._t_call = t_call
+        self._ended = False
+        self._client: Any = None
+        self._telling: Any = None
+        self.topic = f"shardload-progress-{os.urandom(16).hex()}"
+
+    @staticmethod
+    def make(progress: object, layout: Layout, chunks: int, t_call: float,
+             where: str) -> "Optional[_ChunkProgress]":
+        if progress is None or progress is False:
+            return None
+        if progress is not True and not callable(progress):
+            raise TypeError(f"progress: expected a callable taking a LoadProgress, True for a "
+                            f"progress bar, or None, found {_found(progress)}")
+        return _ChunkProgress(progress, layout, chunks, t_call, where)
+
+    def __dask_tokenize__(self) -> str:
+        return self.topic
+
+    def check(self) -> None:
+        """Nothing to check in this process: a callback's exception is raised by the task
+        that called it."""
+
+    def chunk_done(self, index: int, rows: int) -> None:
+        """Reports chunk ``index`` of ``rows`` rows read (once per chunk, one report at a
+        time); after "filled", or after the callback raised, nothing more."""
+        with self._lock:
+            if self._ended or index in self._done:
+                return
+            self._done.add(index)
+            self._rows_done += rows
+            last = len(self._done) == self._chunks
+            self._ended = last
+            done = self._nbytes if last else (
+                self._rows_done * self._nbytes // self._rows if self._rows else 0)
+            report = LoadProgress("filled" if last else "filling", len(self._done),
+                                  self._chunks, done, self._nbytes,
+                                  time.perf_counter() - self._t_call)
+            try:
+                if self._bar is not None:
+                    self._bar(report)
+                if self._callback is not None:
+                    self._callback(report)
+            except BaseException as e:
+                self._ended = True
+                if self._bar is not None:
+                    self._bar.close()
+                self._stop_remote(e)
+                raise
+
+    def _stop_remote(self, error: BaseException) -> None:
+        if self._client is None:
+            return
+        from distributed import Event, Variable
+
+        record = {"type": type(error).__name__, "module": type(error).__module__,
+                  "message": str(error)}
+        client = self._client
+
+        async def tell() -> None:
+            await Variable(self.topic, client=client).set(record)
+            await Event(self.topic, client=client).set()
+
+        try:
+            # Reports arrive on the client's event loop, where these calls must be awaited.
+            self._telling = asyncio.get_running_loop().create_task(tell())
+        except RuntimeError:  # no loop running here: the calls block until done
+            try:
+                Variable(self.topic, client=client).set(record)
+                Event(self.topic, client=client).set()
+            except Exception as e:  # the callback's own error is the one that matters
+                logger.warning("shardload.dask.load: could not stop the chunks after the "
+                               "progress callback raised: %s", e)
+
+    def _event(self, event: Any) -> None:
+        """A worker's report, on the client's thread."""
+        try:
+            index, rows = event[1] if isinstance(event, tuple) else event
+            self.chunk_done(int(index), int(rows))
+        except Exception as e:
+            logger.warning("shardload.dask.load: the progress callback raised %s: %s; the "
+                           "chunks not yet started will fail with it", type(e).__name__, e)
+
+    def __reduce__(self) -> tuple:
+        # Leaving this process: for a dask.distributed worker. The client in use hears its
+        # reports (subscribed once, here, when the graph is sent).
+        if self._client is None and "distributed" in sys.modules:
+            try:
+                from distributed import default_client
+
+                self._client = default_client()
+                self._client.subscribe_topic(self.topic, self._event)
+            except ValueError:
+                pass  # no client: the processes scheduler, which reports nothing
+        return (_RemoteProgress, (self.topic,))
+
+
+class _RemoteProgress:
+    """A :class:`_ChunkProgress` in a worker process: reports go to the client as worker
+    events; a flag on the scheduler says the client's callback raised."""
+
+    def __init__(self, topic: str) -> None:
+        self.topic = topic
+
+    def _worker(self) -> Any:
+        try:
+            from distributed import get_worker
+
+            return get_worker()
+        except (ImportError, ValueError):
+            return None  # not a dask.distributed worker: nobody to tell
+
+    def check(self) -> None:
+        if self._worker() is None:
+            return
+        from distributed import Event, Variable
+
+        if not Event(self.topic).is_set():
+            return
+        record = Variable(self.topic).get(timeout=10)
+        raise _callback_error(record)
+
+    def chunk_done(self, index: int, rows: int) -> None:
+        worker = self._worker()
+        if worker is not None:
+            worker.log_event(self.topic, (index, rows))
+
+
+def _callback_error(record: dict[str, str]) -> BaseException:
+    """The exception the client's progress callback raised, as its type where that is a
+    builtin or one of shardload's (else RuntimeError), its message kept."""
+    import builtins
+
+    from . import _errors
+
+    name = record.get("type", "")
+    cls = getattr(builtins, name, None) if record.get("module") == "builtins" else None
+    if cls is None and record.get("module", "").startswith("shardload"):
+        cls = getattr(_errors, name, None)
+    message = record.get("message", "")
+    if not (isinstance(cls, type) and issubclass(cls, Exception)):
+        return RuntimeError(f"shardload.dask.load: the progress callback raised {name}: "
+                            f"{message}")
+    try:
+        return cls(message)
+    except Exception:
+        return RuntimeError(f"shardload.dask.load: the progress callback raised {name}: "
+                            f"{message}")
 
 
 def _chunks_arg(value: object) -> int | str | None:

@@ -23,13 +23,13 @@ import dataclasses
 import json
 import logging
 import time
-from typing import TYPE_CHECKING, Any, Mapping, Unpack
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Unpack
 
 import numpy as np
 
 from . import _core, _errors, _frontend
 from ._args import DTypeLike, SourceLike, _bool, _found
-from ._info import LoadInfo
+from ._info import LoadInfo, LoadProgress
 from ._layout import Layout
 from ._options import DiscoverOptions
 
@@ -65,6 +65,7 @@ def load(
     threads: int | None = None,
     overdecompose: int = _frontend.DEFAULT_OVERDECOMPOSE,
     info: bool = False,
+    progress: "Callable[[LoadProgress], object] | bool | None" = None,
     timeout: float = DEFAULT_TIMEOUT_S,
     reader: str | None = None,
     storage_options: Mapping[str, str] | None = None,
@@ -115,6 +116,14 @@ def load(
         overdecompose: tiles per thread, an int >= 1.
         info: True to return ``(array, LoadInfo)``: this process's reads (``total_rows`` and
             ``bytes`` are the rows it read, ``target`` is ``"host"``).
+        progress: a callable taking one :class:`LoadProgress`, called on every process with
+            its own reads: ``"discovered"``, ``"filling"`` after each tile with the tiles and
+            bytes this process has read so far (``bytes`` is all it reads: its rows, each
+            distinct range once), and ``"filled"`` when its rows are read and on its devices.
+            Called from the engine thread that finished the tile; an exception it raises
+            stops this process's load, is raised here and reaches the other processes as
+            any failure does. True: a bar on stderr (tqdm) on process 0 only, one bar per
+            job, of process 0's rows (processes read equal shares).
         timeout: seconds to wait for the other processes after this one has read its rows.
         reader: the name of a Python reader (:func:`shardload.register_reader`).
         storage_options: object storage options, as for :func:`shardload.discover`.
@@ -142,7 +151,8 @@ def load(
     try:
         result = _load_here(source, sharding, row_range=row_range, astype=astype,
                             threads=threads, overdecompose=overdecompose, info=info,
-                            reader=reader, storage_options=storage_options, options=options)
+                            progress=progress, reader=reader,
+                            storage_options=storage_options, options=options)
     except BaseException as e:
         peers.tell_failure(e)
         raise
@@ -150,7 +160,8 @@ def load(
     return result
 
 
-def _load_here(source: object, sharding: Any, *, row_range: object, astype: object,
+def _load_here(source: object, sharding: Any, *, progress: object, row_range: object,
+               astype: object,
                threads: object, overdecompose: object, info: object, reader: str | None,
                storage_options: Mapping[str, str] | None,
                options: Mapping[str, Any]) -> Any:
@@ -169,26 +180,64 @@ def _load_here(source: object, sharding: Any, *, row_range: object, astype: obje
     cast = None if dtype == layout.dtype else dtype
     shape = tuple(int(n) for n in layout.shape)
     index_map = _indices(sharding, shape, row_range is not None)
-
-    arrays = []
+    ranges = _row_ranges(index_map, shape[0])
+    reporter = _frontend._Reporter(progress, prepared, WHERE,
+                                   rows=sum(hi - lo for lo, hi, _ in ranges),
+                                   bar=jax.process_index() == 0)
+    try:
+        reporter.stage("discovered")
+        array, plans = _fill_devices(prepared, ranges, sharding, shape, cast, n_threads, k,
+                                     reporter)
+        reporter.tiles = reporter.tiles_before
+        reporter.tiles_before = 0
+        reporter.stage("filled", reporter.tiles, reporter.rows)
+    finally:
+        reporter.close()
     tiles = tile_rows = rows_read = bytes_read = used_threads = 0
     fill_s = 0.0
-    for lo, hi, members in _row_ranges(index_map, shape[0]):
-        part = layout.slice_rows(lo, hi)
-        buf = _aligned_empty(part.shape, part.dtype)
-        try:
-            plan = _frontend.fill(dataclasses.replace(prepared, layout=part), buf,
-                                  threads=n_threads, overdecompose=k)
-        except _errors.ShardReadError as e:
-            # The engine counts the tiles' rows from the start of the range it was given.
-            raise _with_prefix(e, f"process {jax.process_index()}, reading the array's rows "
-                                  f"[{lo}, {hi}) (tile rows count from {lo}): ") from None
+    for plan, part in plans:
         tiles += int(plan["tiles"])
         tile_rows = max(tile_rows, int(plan["tile_rows"]))
         used_threads = max(used_threads, int(plan["threads"]))
         fill_s += float(plan["fill_s"])
-        rows_read += hi - lo
+        rows_read += part.total_rows
         bytes_read += part.nbytes
+    total_s = time.perf_counter() - prepared.t_call
+    logger.log(logging.INFO if total_s > 2.0 else logging.DEBUG,
+               "%s: %s %s, %d rows read here into %d devices in %.3f s, %d tiles", WHERE,
+               shape, array.dtype, rows_read, len(index_map), total_s, tiles)
+    if not want_info:
+        return array
+    return array, LoadInfo(target="host", processors=used_threads, overdecompose=k,
+                           tile_rows=tile_rows, tiles=tiles, total_rows=rows_read,
+                           bytes=bytes_read, discovery_s=prepared.discovery_s, startup_s=0.0,
+                           launch_s=0.0, fill_s=fill_s, total_s=total_s,
+                           remote_retries=_core.remote_retries() - prepared.retries_before)
+
+
+def _fill_devices(prepared: Any, ranges: list, sharding: Any, shape: tuple[int, ...],
+                  cast: Any, n_threads: int, k: int, reporter: Any) -> tuple[Any, list]:
+    """Reads each row range once into a host buffer and puts each device's part on it;
+    returns the global array and each range's plan and layout."""
+    import jax
+
+    layout = prepared.layout
+    arrays = []
+    plans = []
+    for i, (lo, hi, members) in enumerate(ranges):
+        part = layout.slice_rows(lo, hi)
+        buf = _aligned_empty(part.shape, part.dtype)
+        reporter.more_fills = i + 1 < len(ranges)
+        try:
+            plan = _frontend.fill(dataclasses.replace(prepared, layout=part), buf,
+                                  threads=n_threads, overdecompose=k, reporter=reporter)
+        except _errors.ShardReadError as e:
+            # The engine counts the tiles' rows from the start of the range it was given.
+            raise _with_prefix(e, f"process {jax.process_index()}, reading the array's rows "
+                                  f"[{lo}, {hi}) (tile rows count from {lo}): ") from None
+        plans.append((plan, part))
+        reporter.tiles_before += int(plan["tiles"])
+        reporter.rows_before += hi - lo
         if cast is not None:
             read, buf = buf, _aligned_empty(buf.shape, cast)
             np.copyto(buf, read, casting="unsafe")
@@ -201,18 +250,8 @@ def _load_here(source: object, sharding: Any, *, row_range: object, astype: obje
             alone = len(members) == 1 and piece.shape == buf.shape
             arrays.append(jax.device_put(piece, device, may_alias=alone))
         del buf
-    array = jax.make_array_from_single_device_arrays(shape, sharding, arrays)
-    total_s = time.perf_counter() - prepared.t_call
-    logger.log(logging.INFO if total_s > 2.0 else logging.DEBUG,
-               "%s: %s %s, %d rows read here into %d devices in %.3f s, %d tiles", WHERE,
-               shape, array.dtype, rows_read, len(arrays), total_s, tiles)
-    if not want_info:
-        return array
-    return array, LoadInfo(target="host", processors=used_threads, overdecompose=k,
-                           tile_rows=tile_rows, tiles=tiles, total_rows=rows_read,
-                           bytes=bytes_read, discovery_s=prepared.discovery_s, startup_s=0.0,
-                           launch_s=0.0, fill_s=fill_s, total_s=total_s,
-                           remote_retries=_core.remote_retries() - prepared.retries_before)
+    reporter.rows_before = 0
+    return jax.make_array_from_single_device_arrays(shape, sharding, arrays), plans
 
 
 # XLA's CPU client uses a host buffer in place (no copy) only if it is this aligned.

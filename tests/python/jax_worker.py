@@ -10,6 +10,8 @@ with numpy.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import pathlib
@@ -133,6 +135,15 @@ def multi(spec: dict, me: int) -> None:
                                   for s in x.addressable_shards)
     np.save(out / f"gathered_{me}.npy", multihost_utils.process_allgather(x, tiled=True))
     record["sum"] = float(jax.numpy.sum(x))
+
+    # progress=: each process reports its own reads; True draws one bar, on process 0.
+    reports: list = []
+    sj.load(layout, progress=reports.append)
+    record["progress"] = [[p.stage, p.bytes_done, p.bytes] for p in reports]
+    bar = io.StringIO()
+    with contextlib.redirect_stderr(bar):
+        sj.load(layout, progress=True)
+    record["bar"] = bar.getvalue()
 
     try:  # a row count the 4 devices do not divide: refused alike on both, before reading
         sj.load(layout, row_range=(0, layout.total_rows - 1))

@@ -302,6 +302,64 @@ def test_shard_read_error_keeps_filename_and_errno_through_pickle():
     assert isinstance(missing, FileNotFoundError) and str(missing) == "D: no such directory"
 
 
+def _check_reports(reports, want_nbytes, chunks):
+    """Each chunk once, in one count that only grows, ending at "filled" with every byte."""
+    assert [p.stage for p in reports] == ["filling"] * (chunks - 1) + ["filled"]
+    assert [p.tiles_done for p in reports] == list(range(1, chunks + 1))
+    assert {p.tiles for p in reports} == {chunks} and {p.bytes for p in reports} == {want_nbytes}
+    done = [p.bytes_done for p in reports]
+    assert done == sorted(done) and done[-1] == want_nbytes
+
+
+def test_progress_reports_each_chunk_once_as_it_is_read(tmp_path, capsys):
+    want = write_npy(tmp_path / "d", np.random.default_rng(12))
+    seen = []
+    x = sdask.load(tmp_path / "d", chunks=700, progress=seen.append, astype="float64")
+    assert seen == []  # nothing is read before compute
+    np.testing.assert_array_equal(threaded(x), want.astype("float64"))
+    # The bytes as read (float32), before the cast.
+    _check_reports(seen, want.nbytes, len(x.chunks[0]))
+    # Computed again: every chunk was counted, nothing more is reported.
+    n = len(seen)
+    np.testing.assert_array_equal(x.compute(scheduler="sync"), want.astype("float64"))
+    assert len(seen) == n
+    # A part computed reports its chunks alone.
+    part = []
+    y = sdask.load(tmp_path / "d", chunks=700, progress=part.append)
+    y[:10].compute(scheduler="threads")
+    assert [(p.stage, p.tiles_done, p.bytes_done) for p in part] == [("filling", 1, 700 * 24)]
+    # True: one bar on stderr, drawn as the chunks are read.
+    capsys.readouterr()
+    threaded(sdask.load(tmp_path / "d", chunks=700, progress=True))
+    bar = capsys.readouterr().err
+    assert "shardload.dask.load" in bar and "100%" in bar and f"{len(want)}/{len(want)} rows" in bar
+    with pytest.raises(TypeError, match="^progress: expected a callable"):
+        sdask.load(tmp_path / "d", progress="yes")
+
+
+def test_a_progress_callback_that_raises_fails_compute_with_its_exception(tmp_path):
+    want = write_npy(tmp_path / "d", np.random.default_rng(13))
+
+    class Stop(Exception):
+        pass
+
+    calls = []
+
+    def stop(p):
+        calls.append(p.stage)
+        if p.tiles_done == 2:
+            raise Stop("enough")
+
+    x = sdask.load(tmp_path / "d", chunks=300, progress=stop)
+    with pytest.raises(Stop, match="enough"):
+        threaded(x)
+    # No report after the callback raised, on this computation or the next, which reads
+    # the data as any computation does.
+    assert calls == ["filling", "filling"]
+    np.testing.assert_array_equal(threaded(x), want)
+    assert calls == ["filling", "filling"]
+
+
 # ---- dask.distributed: one LocalCluster of 2 worker processes for the module ----------------
 
 COUNTED = "dask_counted_npy"
@@ -456,3 +514,29 @@ def test_a_shard_rewritten_keeping_size_and_mtime_fails_compute_and_numpy_load(t
     with pytest.raises(shardload.ShardReadError, match="changed since discovery") as e:
         snp.load(layout)
     assert e.value.filename == str(changed)
+
+
+def test_progress_on_a_cluster_comes_to_the_client_and_a_raising_callback_stops_it(tmp_path,
+                                                                                   client):
+    """On dask.distributed each chunk task sends its report to the client (a worker event);
+    the callback runs there; when it raises, the chunks not yet started fail with its
+    exception type and message."""
+    cl, _, _ = client
+    want = write_npy(tmp_path / "d", np.random.default_rng(14))
+    seen = []
+    x = sdask.load(tmp_path / "d", chunks=600, progress=seen.append)
+    np.testing.assert_array_equal(cl.compute(x).result(timeout=60), want)
+    deadline = time.monotonic() + 30
+    while (not seen or seen[-1].stage != "filled") and time.monotonic() < deadline:
+        time.sleep(0.01)  # the events arrive after the results
+    _check_reports(seen, want.nbytes, len(x.chunks[0]))
+
+    def stop(p):
+        if p.tiles_done == 1:
+            raise ValueError("enough")
+
+    many = sdask.load(tmp_path / "d", chunks=5, progress=stop)  # 1520 chunks
+    with pytest.raises(ValueError, match="^enough$"):
+        cl.compute(many).result(timeout=120)
+    # The workers go on.
+    np.testing.assert_array_equal(cl.compute(x[:1000]).result(timeout=60), want[:1000])

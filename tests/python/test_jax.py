@@ -196,6 +196,14 @@ def test_two_processes_read_their_rows_and_fail_together(tmp_path: pathlib.Path)
         assert r[p]["sum"] == pytest.approx(float(expected.sum(dtype=np.float64)), rel=1e-5)
         assert r[p]["uneven"]["error"] == "ValueError", r[p]
         assert "191 rows do not split evenly into the 4 pieces" in r[p]["uneven"]["message"]
+        # Its own 96 rows of 3 x 4 float32, from "discovered" to "filled", never back.
+        progress = r[p]["progress"]
+        assert progress[0][0] == "discovered" and progress[-1][0] == "filled"
+        assert [b for _, b, _ in progress] == sorted(b for _, b, _ in progress)
+        assert progress[-1][1] == 96 * 12 * 4 and {t for *_, t in progress} == {96 * 12 * 4}
+    # One bar for the job, on process 0.
+    assert "shardload.jax.load" in r[0]["bar"] and "96/96 rows" in r[0]["bar"], r[0]["bar"]
+    assert r[1]["bar"] == ""
     # Each process held half the rows, on its two devices, and the shards of the other half
     # were deleted before it loaded: it opened none of them.
     assert r[0]["rows"] == [0, 96] and r[1]["rows"] == [96, 192]
@@ -268,3 +276,78 @@ except shardload.ShardReadError as e:
                        cwd=HERE, env=env)
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.stdout.strip().endswith("refused"), r.stdout[-2000:]
+
+
+def test_progress_reports_this_processs_rows_and_a_raising_callback_stops_the_load(tmp_path):
+    """progress= on one process of 2 devices: the default sharding reads two row ranges in
+    turn, reported as one count (monotonic, ending at the bytes read, nothing after
+    "filled"); a replicated sharding reads its rows once and reports them once; a callback
+    that raises stops the load with its exception; True draws one bar on stderr."""
+    arrays = shards("float32")
+    expected = np.concatenate(arrays)
+    d = write("npy", tmp_path / "d", arrays)
+    code = f"""
+import json, sys, time
+import numpy as np, jax, shardload.jax as sj
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+def run(**kwargs):
+    seen = []
+    x = sj.load({str(d)!r}, progress=lambda p: seen.append(p), threads=2, overdecompose=3,
+                **kwargs)
+    n = len(seen)
+    time.sleep(0.2)
+    assert len(seen) == n, "a report after the load returned"
+    return x, [[p.stage, p.tiles_done, p.tiles, p.bytes_done, p.bytes] for p in seen]
+
+x, default = run()
+np.save({str(tmp_path / "x.npy")!r}, np.asarray(x))
+rep = NamedSharding(Mesh(np.array(jax.devices()), ("rows",)), P())
+_, replicated = run(sharding=rep)
+
+class Stop(Exception):
+    pass
+
+calls = []
+def stop(p):
+    calls.append(p.stage)
+    if calls.count("filling") == 2:
+        raise Stop("enough")
+try:
+    sj.load({str(d)!r}, progress=stop, threads=2, overdecompose=3)
+    stopped = None
+except Stop as e:
+    stopped = str(e)
+after = len(calls)
+time.sleep(0.2)
+sys.stderr.write("BAR:")
+sj.load({str(d)!r}, progress=True)
+print(json.dumps({{"default": default, "replicated": replicated, "stopped": stopped,
+                  "calls": calls, "quiet_after_stop": after == len(calls)}}))
+"""
+    env = {**os.environ, "JAX_PLATFORMS": "cpu",
+           "XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                       cwd=HERE, env=env)
+    assert r.returncode == 0, r.stderr[-2000:]
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    np.testing.assert_array_equal(np.load(tmp_path / "x.npy"), expected)
+    for name in ("default", "replicated"):
+        reports = got[name]
+        stages = [s for s, *_ in reports]
+        assert stages[0] == "discovered" and stages[-1] == "filled", stages
+        assert set(stages[1:-1]) == {"filling"} and stages.count("filled") == 1
+        done = [b for _, _, _, b, _ in reports]
+        assert done == sorted(done) and done[0] == 0
+        # Every report counts all this process reads: its 192 rows, each row once.
+        assert {total for *_, total in reports} == {expected.nbytes}
+        assert done[-1] == expected.nbytes
+        tiles_done = [t for _, t, _, _, _ in reports[1:-1]]
+        assert tiles_done == list(range(1, len(tiles_done) + 1))
+        assert reports[-1][1] == reports[-1][2] == len(tiles_done)
+    # Two ranges read in turn: the tiles are known once the last range is planned.
+    assert any(t is None for _, _, t, _, _ in got["default"][1:-1])
+    assert got["stopped"] == "enough" and got["calls"][-1] == "filling"
+    assert got["quiet_after_stop"] and "filled" not in got["calls"]
+    bar = r.stderr.split("BAR:", 1)[1]
+    assert "shardload.jax.load" in bar and "100%" in bar and "192/192 rows" in bar, bar
