@@ -221,7 +221,7 @@ class _ChunkProgress:
         self._bar: Any = None
         if progress is True:
             self._bar = ProgressBar(layout.nbytes, where, layout.total_rows)
-        self._lock = threading.RLock()
+        self._lock = threading.Lock()
         self._done: set[int] = set()
         self._rows_done = 0
         self._rows = layout.total_rows
@@ -229,6 +229,9 @@ class _ChunkProgress:
         self._chunks = chunks
         self._t_call = t_call
         self._ended = False
+        self._failed = False
+        self._queued: list[LoadProgress] = []
+        self._delivering = False
         self._client: Any = None
         self._telling: Any = None
         self.topic = f"shardload-progress-{os.urandom(16).hex()}"
@@ -251,8 +254,13 @@ class _ChunkProgress:
         that called it."""
 
     def chunk_done(self, index: int, rows: int) -> None:
-        """Reports chunk ``index`` of ``rows`` rows read (once per chunk, one report at a
-        time); after "filled", or after the callback raised, nothing more."""
+        """Reports chunk ``index`` of ``rows`` rows read (once per chunk); after "filled", or
+        after the callback raised, nothing more.
+
+        One report at a time, in order: the thread that finds no report under way delivers
+        the queued ones, outside the lock; the others queue theirs and go on. A callback that
+        computes the same array again (its chunks report from other threads, or from this
+        one) thus never waits on itself."""
         with self._lock:
             if self._ended or index in self._done:
                 return
@@ -262,16 +270,28 @@ class _ChunkProgress:
             self._ended = last
             done = self._nbytes if last else (
                 self._rows_done * self._nbytes // self._rows if self._rows else 0)
-            report = LoadProgress("filled" if last else "filling", len(self._done),
-                                  self._chunks, done, self._nbytes,
-                                  time.perf_counter() - self._t_call)
+            self._queued.append(LoadProgress("filled" if last else "filling", len(self._done),
+                                             self._chunks, done, self._nbytes,
+                                             time.perf_counter() - self._t_call))
+            if self._delivering:
+                return
+            self._delivering = True
+        while True:
+            with self._lock:
+                if not self._queued or self._failed:
+                    self._delivering = False
+                    return
+                report = self._queued.pop(0)
             try:
                 if self._bar is not None:
                     self._bar(report)
                 if self._callback is not None:
                     self._callback(report)
             except BaseException as e:
-                self._ended = True
+                with self._lock:
+                    self._ended = self._failed = True
+                    self._delivering = False
+                    self._queued.clear()
                 if self._bar is not None:
                     self._bar.close()
                 self._stop_remote(e)

@@ -360,6 +360,23 @@ def test_a_progress_callback_that_raises_fails_compute_with_its_exception(tmp_pa
     assert calls == ["filling", "filling"]
 
 
+def test_a_progress_callback_may_compute_the_same_array_again(tmp_path):
+    """A hostile callback: it computes the array whose chunks report to it, from inside a
+    report; the inner chunks queue their reports rather than wait for the outer one."""
+    want = write_npy(tmp_path / "d", np.random.default_rng(15))
+    seen, inner = [], []
+
+    def again(p):
+        seen.append(p)
+        if len(seen) == 1:
+            inner.append(threaded(x))
+
+    x = sdask.load(tmp_path / "d", chunks=700, progress=again)
+    np.testing.assert_array_equal(threaded(x), want)
+    np.testing.assert_array_equal(inner[0], want)
+    _check_reports(seen, want.nbytes, len(x.chunks[0]))
+
+
 # ---- dask.distributed: one LocalCluster of 2 worker processes for the module ----------------
 
 COUNTED = "dask_counted_npy"
