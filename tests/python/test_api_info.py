@@ -86,10 +86,14 @@ def test_progress_true_draws_a_bar_on_stderr(tmp_path: pathlib.Path, capsys) -> 
     np.testing.assert_array_equal(np.asarray(out), expected)
     err = capsys.readouterr().err
     assert "shardload.load:" in err and "B/s" in err  # tqdm's bar of bytes
+    # The rows beside the bytes; the final state drawn before the bar closes.
+    rows = f"{len(expected)}/{len(expected)} rows"
+    assert "100%" in err and rows in err, err
     from shardload import numpy as snp
 
     np.testing.assert_array_equal(snp.load(d, progress=True), expected)
-    assert "shardload.numpy.load" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "shardload.numpy.load" in err and "100%" in err and rows in err, err
 
 
 def test_progress_reports_each_stage_boundary(tmp_path: pathlib.Path) -> None:
