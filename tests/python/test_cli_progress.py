@@ -134,3 +134,25 @@ def test_a_failed_command_clears_its_bar_before_the_message(dataset):
     assert rc == 1
     text = seen.decode()
     assert re.search(r"(^|\r\n|\r {20,}\r)shardload verify: d/shard_0002.npy: xxh3 ", text), text
+
+
+def test_the_bar_of_an_s3_source_shows_no_secret(bucket, tmp_path):
+    """index --checksum, verify and read of an s3:// dataset whose options carry a secret:
+    the terminal (the bar and every message) and stdout show none of it."""
+    import numpy as np
+
+    mark = "s3cr3t"
+    options = {**bucket.options, "access_key": "AKIAVISIBLE",
+               "secret_key": f"wJal-{mark}/K7+MDENG", "session_token": f"FQoG-{mark}+tok/=="}
+    for i in range(3):
+        bucket.put_npy(f"d/shard_{i:04d}.npy", np.arange(4000 * i, 4000 * (i + 1),
+                                                         dtype=np.int64).reshape(-1, 4))
+    flags = [a for k, v in options.items() for a in ("--storage-option", f"{k}={v}")]
+    url = bucket.url("d/")
+    for program, args in ((CORE, ["index", url, "--checksum", "xxh3", *flags]),
+                          (LEGATE, ["verify", url, *flags]),
+                          (CORE, ["read", url, "--no-verify", *flags])):
+        rc, out, seen = run_on_terminal([program, *args], tmp_path)
+        assert rc == 0, seen
+        assert bar_frames(seen, args[0])[-1].startswith(f"{args[0]} 100%"), seen
+        assert mark.encode() not in seen + out, seen + out
