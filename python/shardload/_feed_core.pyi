@@ -9,17 +9,19 @@ import numpy as np
 from ._core import Layout
 
 def gather(layout: Layout, rows: np.ndarray[Any, Any], out: np.ndarray[Any, Any],
-           threads: int = 1) -> None:
+           threads: int = 1, cast: bool = False) -> None:
     """``out[i]`` = row ``rows[i]`` of ``layout`` for every i (int64 rows in any order;
-    ``out`` C-contiguous, writable, ``len(rows)`` rows of the layout's dtype); ``threads``
-    readers, the GIL released. ValueError for a row outside the layout; ShardReadError as a
-    load's."""
+    ``out`` C-contiguous, writable, ``len(rows)`` rows of the layout's dtype, or with
+    ``cast`` of a dtype the layout's casts to as numpy's same_kind among bool, the ints,
+    float32 and float64); ``threads`` readers, the GIL released. Rows close together in the
+    source are read in runs and copied to their places. ValueError for a row outside the
+    layout or a cast not done here; ShardReadError as a load's."""
 class Gather:
     """:func:`gather` started on threads of its own at construction (the feed's read-ahead);
     the layout and ``out`` are held until it ends, the rows copied. Dropping an unfinished one
     waits for its reads."""
     def __init__(self, layout: Layout, rows: np.ndarray[Any, Any], out: np.ndarray[Any, Any],
-                 threads: int = 1) -> None: ...
+                 threads: int = 1, cast: bool = False) -> None: ...
     def result(self) -> np.ndarray[Any, Any]:
         """``out`` once the rows are in it (the GIL released while waiting); the gather's
         error otherwise (ShardReadError naming the file, ValueError for a row outside the
@@ -28,12 +30,6 @@ class Gather:
         """Whether the reads have ended."""
     def cancel(self) -> bool:
         """False: a started gather is not called off (as a running future)."""
-def take(src: np.ndarray[Any, Any], rows: np.ndarray[Any, Any], out: np.ndarray[Any, Any],
-         threads: int = 1) -> None:
-    """``out[i]`` = ``src[rows[i]]`` for every i (int64 rows; ``src`` and ``out``
-    C-contiguous, of one dtype and row shape, ``out`` writable with a row per index): a block
-    shuffle's batch copied out of its window with the GIL released. ValueError for a row
-    outside ``src`` or arrays that do not fit."""
 def shard_states(layout: Layout) -> list[tuple[bytes, int, int, int, int]]:
     """Each shard's (path, first file row, rows, size, mtime in ns): what the ranks of a job
     compare before they share one stream."""

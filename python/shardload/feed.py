@@ -41,11 +41,11 @@ position through a keyed bijection on ``[0, n)`` (a Feistel network with cycle-w
   call, not after each row).
 - ``"block"``: the rows are cut into blocks of ``block_rows``; the blocks follow the
   bijection over blocks; each window of ``window_blocks`` consecutive blocks of that order has
-  its rows shuffled by a bijection of its own. Reads are coalesced: one range read per block
-  (into a window buffer of ``block_rows * window_blocks`` rows that the window's batches are
-  gathered from). Each rank reads whole windows, so on ``w`` ranks each rank reads every
-  window its batches touch: cheap from page cache or a local disk, ``w`` times the bytes from
-  object storage.
+  its rows shuffled by a bijection of its own. Reads are coalesced: a fill is one engine
+  gather whose rows, sorted, are read in runs (a block is one range read, rows up to about
+  64 KiB apart read through) into scratch, and each row then copied to its place, on the
+  engine's threads. On ``w`` ranks each rank reads whole the blocks its batches touch: cheap
+  from page cache or a local disk, up to ``w`` times the bytes from object storage.
 - ``"none"`` (or False, None): the rows in order; each batch is one contiguous read.
 
 **State and resume.** :meth:`Feed.state_dict` is a JSON-able dict of at most 256 bytes
@@ -65,9 +65,10 @@ The state after an epoch's last batch is already the next epoch at position 0.
 ``jax.device_put`` (CPU) take without a copy (``jnp.asarray`` copies on CPU). A buffer is
 reused only when nothing else holds it (its reference count: the batch, a view of it, a
 tensor made from it through DLPack all hold it); a batch the caller keeps stays valid and the
-feed takes a new buffer instead. ``prefetch`` batches are read ahead: in order and with the
-row shuffle (without ``astype``) by the engine on threads of its own (``_feed_core.Gather``),
-otherwise in a background thread whose engine calls release the GIL. Where a batch's bytes are
+feed takes a new buffer instead. ``prefetch`` batches are read ahead by the engine on threads
+of its own (``_feed_core.Gather``), ``astype`` cast there where it is numpy's same_kind among
+bool, ints, float32 and float64; another cast is numpy's, in a background thread whose engine
+calls release the GIL. Where a batch's bytes are
 a multiple of 64, several batches (about 4 MiB) are read in one fill, each a view of the fill's
 buffer, which is reused once none of them is held.
 
@@ -341,6 +342,15 @@ def _agreed(peers: "_TorchPeers | _JaxPeers", error: Optional[BaseException]
     return theirs
 
 
+def _engine_casts(source: np.dtype, target: np.dtype) -> bool:
+    """Whether ``_feed_core.gather(cast=True)`` casts ``source`` to ``target``."""
+    def plain(dt: np.dtype) -> bool:
+        return dt.kind in "biu" or (dt.kind == "f" and dt.itemsize in (4, 8))
+
+    return plain(source) and plain(target) and target.kind != "b" and \
+        bool(np.can_cast(source, target, "same_kind"))
+
+
 def _shuffle_arg(value: object) -> str:
     if value is True:
         return "row"
@@ -408,7 +418,7 @@ class Feed:
         drop_last: True: equal batches by dropping the stream's tail; False: by padding (the
             tail's step wraps to the epoch's first positions).
         prefetch: batches read ahead (by the engine's threads, or a background thread for
-            the block shuffle and ``astype``), rounded up to whole fills of
+            an ``astype`` cast the engine lacks), rounded up to whole fills of
             several batches (see Buffers in the module's documentation); at least one fill.
             None (default): two fills where the engine's threads read them, else one.
         threads: the engine's threads per read (None: one per core).
@@ -487,6 +497,10 @@ class Feed:
         assert prepared is not None
         self._layout = prepared.layout
         self._cast = prepared.cast
+        # astype cast on the engine's threads where it has the cast (numpy's same_kind among
+        # bool, ints, float32 and float64); numpy in the read-ahead thread otherwise.
+        self._engine_cast = self._cast is not None and _engine_casts(self._layout.dtype,
+                                                                     self._cast)
         self._n = int(self._layout.total_rows)
         row_bytes = max(1, self._layout.nbytes // self._n) if self._n else 1
         if block_rows is None:
@@ -523,8 +537,6 @@ class Feed:
             max(1, -(-self._prefetch // self._per_fill))
         self._pool = _Pool((self._per_fill * self._batch_size,) + row_shape, prepared.dtype,
                            keep=(self._ahead or 2) + 2)
-        self._window: Optional[tuple[int, int, np.ndarray]] = None  # (epoch, window, rows)
-        self._window_buf: Optional[np.ndarray] = None
 
     # -- arguments and state ------------------------------------------------------------------
     @staticmethod
@@ -671,7 +683,6 @@ class Feed:
             self._seed, self._mode = seed, mode
             self._block_rows, self._window_blocks = block_rows, window
             self._epoch, self._position = epoch, position
-            self._window = self._window_buf = None
 
     # -- the order ------------------------------------------------------------------------------
     def order(self, epoch: Optional[int] = None) -> Order:
@@ -687,48 +698,15 @@ class Feed:
         return np.arange(first, first + self._batch_size, dtype=np.int64) % self._n
 
     # -- reading ----------------------------------------------------------------------------------
-    def _window_rows(self, order: Order, j: int) -> np.ndarray:
-        cached = self._window
-        if cached is not None and cached[0] == order.epoch and cached[1] == j:
-            return cached[2]
-        blocks = order.window_blocks_of(j)
-        total = sum(r for _, _, r in blocks)
-        if self._window_buf is None:
-            # A window holds at most block_rows * window_blocks rows, and never more than all.
-            rows = min(self._block_rows * self._window_blocks, self._n)
-            full = (rows,) + tuple(self._layout.shape[1:])
-            self._window_buf = np.empty(full, self._layout.dtype)
-        buf = self._window_buf
-        win = buf[:total]
-        self._window = None
-        # One gather for the window: each block one range read (its rows merge into one piece).
-        where = np.concatenate([np.arange(first, first + r, dtype=np.int64)
-                                for _, first, r in blocks])
-        _feed_core.gather(self._layout, where, win, self._threads or _core.default_host_threads())
-        self._window = (order.epoch, j, win)
-        return win
-
     def _fill(self, order: Order, positions: np.ndarray, out: np.ndarray) -> np.ndarray:
-        direct = self._cast is None
+        """The rows at ``positions`` into ``out`` in one engine call: rows that follow each
+        other in the source and the batch one read (a batch in order is one piece, two at a
+        wrap); a block shuffle's blocks read whole and their rows copied to their places
+        (``_feed_core.gather``)."""
+        direct = self._cast is None or self._engine_cast
         dst = out if direct else np.empty((positions.size,) + out.shape[1:], self._layout.dtype)
-        threads = self._threads or _core.default_host_threads()
-        if order.mode in ("none", "row"):
-            # One engine call: consecutive rows merge into one read (a batch in order is one
-            # piece, two at a wrap), each read straight into its place in the batch.
-            _feed_core.gather(self._layout, order.rows(positions), dst, threads)
-        else:
-            i = 0
-            while i < positions.size:
-                j = order.window_of(int(positions[i]))
-                start = order._window_start(j)
-                win = self._window_rows(order, j)
-                end = start + win.shape[0]
-                seg = positions[i:]
-                inside = (seg >= start) & (seg < end)
-                k = positions.size if inside.all() else i + int(np.argmin(inside))
-                offs = order.window_local(j, positions[i:k] - start)
-                _feed_core.take(win, offs, dst[i:k], threads)
-                i = k
+        _feed_core.gather(self._layout, order.rows(positions), dst,
+                          self._threads or _core.default_host_threads(), cast=self._engine_cast)
         if not direct:
             np.copyto(out, dst, casting="unsafe")
         return out
@@ -771,7 +749,7 @@ class Feed:
         step_rows = self._batch_size * self._world
         per = self._per_fill
         fills = [mine[i:i + per] for i in range(0, len(mine), per)]
-        engine = self._cast is None and order.mode in ("none", "row")
+        engine = self._cast is None or self._engine_cast
         ahead = self._ahead or (2 if engine else 1)
         pending: collections.deque = collections.deque()
         alone: collections.deque = collections.deque()
@@ -802,7 +780,8 @@ class Feed:
                 # The engine reads the fill on threads of its own, started here: no Python
                 # thread, so the fill never waits for the GIL behind the loop.
                 pending.append(_feed_core.Gather(self._layout, order.rows(positions(ks)), buf,
-                                                 self._threads or _core.default_host_threads()))
+                                                 self._threads or _core.default_host_threads(),
+                                                 cast=self._engine_cast))
             else:
                 pending.append(pool.submit(self._fill, order, positions(ks), buf))
 

@@ -12,7 +12,9 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <numeric>
+#include <optional>
 #include <string>
 #include <thread>
 #include <utility>
@@ -32,14 +34,25 @@ namespace {
 // The pieces that put row rows[i] at row i of the destination: sorted by row so that a reader
 // moves forward through each file, rows that follow each other in the source and in the
 // destination merged into one piece.
-Result<std::vector<Piece>> gather_pieces(const Layout& l, const std::int64_t* rows,
-                                         std::int64_t n) {
-  std::vector<std::int64_t> order(static_cast<std::size_t>(n));
+// `order` receives the destination rows sorted by their source row.
+Result<std::vector<Piece>> gather_pieces(const Layout& l, const std::int64_t* rows, std::int64_t n,
+                                         std::vector<std::int64_t>* order_out) {
+  std::vector<std::int64_t>& order = *order_out;
+  order.resize(static_cast<std::size_t>(n));
   std::iota(order.begin(), order.end(), 0);
   // A batch in order (or a fill of them) is sorted already: no sort to pay for.
   if (!std::is_sorted(rows, rows + n)) {
     std::stable_sort(order.begin(), order.end(),
                      [&](std::int64_t a, std::int64_t b) { return rows[a] < rows[b]; });
+  }
+  // Every row checked, not only each run's first: a run of consecutive rows could otherwise
+  // end past the last.
+  for (std::int64_t i = 0; i < n; ++i) {
+    if (rows[i] < 0 || rows[i] >= l.total_rows()) {
+      return Status(ErrorCode::kInvalidArgument, "gather: row " + std::to_string(rows[i]) +
+                                                     " is outside the layout's " +
+                                                     std::to_string(l.total_rows()) + " rows");
+    }
   }
   std::vector<Piece> pieces;
   std::vector<Piece> run;
@@ -47,11 +60,6 @@ Result<std::vector<Piece>> gather_pieces(const Layout& l, const std::int64_t* ro
   while (i < n) {
     const std::int64_t first = rows[order[static_cast<std::size_t>(i)]];
     const std::int64_t dst = order[static_cast<std::size_t>(i)];
-    if (first < 0 || first >= l.total_rows()) {
-      return Status(ErrorCode::kInvalidArgument, "gather: row " + std::to_string(first) +
-                                                     " is outside the layout's " +
-                                                     std::to_string(l.total_rows()) + " rows");
-    }
     std::int64_t k = i + 1;
     while (k < n && rows[order[static_cast<std::size_t>(k)]] == first + (k - i) &&
            order[static_cast<std::size_t>(k)] == dst + (k - i)) {
@@ -102,27 +110,301 @@ std::vector<std::vector<Piece>> share(const std::vector<Piece>& pieces, std::int
   return parts;
 }
 
+// A gather whose rows lie close together in the source but not in the batch (a block
+// shuffle's: whole blocks, their rows permuted inside a window) costs one read per row the
+// direct way. There the rows, sorted, are cut into runs of rows at most `gap` rows apart
+// (the rows between read and dropped), each run read with one read into a scratch buffer,
+// and each row then copied to its place. A skipped row costs a copy from the page cache, a
+// read a system call: a gap is worth reading through up to about 64 KiB, within a budget of
+// as many skipped bytes as taken (plus 1 MiB), so that scratch stays at most about twice the
+// batch whatever the rows. Runs never span a shard they take no row of, so no file is read
+// that the direct way would not read.
+struct Coalesced {
+  std::vector<Piece> pieces;       // the runs, dst_row relative to the scratch buffer
+  std::vector<std::int64_t> from;  // from[i]: the scratch row of destination row i
+  std::int64_t rows = 0;           // scratch rows
+};
+
+constexpr std::uint64_t kGapBytes = 64 << 10;
+constexpr std::uint64_t kSkipBudget = 1 << 20;
+
+// The shard holding global row r (offsets: first rows, the total last).
+std::size_t shard_of(const Layout& l, std::int64_t r) {
+  const auto it = std::upper_bound(l.offsets.begin(), l.offsets.end(), r);
+  return static_cast<std::size_t>(it - l.offsets.begin()) - 1;
+}
+
+// The coalesced plan of a gather, or nothing where it would not halve the reads of the
+// direct one (`direct` pieces): a row shuffle's rows are mostly too far apart.
+std::optional<Coalesced> coalesce(const Layout& l, const std::int64_t* rows,
+                                  const std::vector<std::int64_t>& order, std::size_t direct) {
+  const std::size_t n = order.size();
+  if (n < 2 || l.row_bytes == 0) return std::nullopt;
+  const auto row_at = [&](std::size_t i) { return rows[order[i]]; };
+  // The gaps between sorted neighbours that could be read through (in one or two adjacent
+  // shards), and the largest gap that fits the budget.
+  const std::uint64_t longest = std::max<std::uint64_t>(kGapBytes / l.row_bytes, 1);
+  std::vector<std::int64_t> gaps;
+  gaps.reserve(n);
+  for (std::size_t i = 1; i < n; ++i) {
+    const std::int64_t g = row_at(i) - row_at(i - 1) - 1;
+    if (g > 0 && static_cast<std::uint64_t>(g) <= longest) gaps.push_back(g);
+  }
+  std::sort(gaps.begin(), gaps.end());
+  const std::uint64_t budget = n * l.row_bytes + kSkipBudget;
+  std::uint64_t skipped = 0;
+  std::int64_t gap = 0;
+  for (const std::int64_t g : gaps) {
+    const std::uint64_t cost = static_cast<std::uint64_t>(g) * l.row_bytes;
+    if (skipped + cost > budget) break;
+    skipped += cost;
+    gap = g;
+  }
+  Coalesced c;
+  c.from.resize(n);
+  std::vector<Piece> run;
+  std::size_t i = 0;
+  std::size_t reads = 0;
+  while (i < n) {
+    const std::int64_t first = row_at(i);
+    std::size_t k = i + 1;
+    std::size_t shard = shard_of(l, first);
+    while (k < n) {
+      const std::int64_t g = row_at(k) - row_at(k - 1) - 1;
+      if (g > gap) break;
+      // Through rows of this shard or the next only.
+      const std::size_t s = shard_of(l, row_at(k));
+      if (g > 0 && s > shard + 1) break;
+      shard = s;
+      ++k;
+    }
+    const std::int64_t last = row_at(k - 1) + 1;
+    for (std::size_t j = i; j < k; ++j) {
+      c.from[static_cast<std::size_t>(order[j])] = c.rows + (row_at(j) - first);
+    }
+    pieces_for_rows(l.offsets, first, last, &run);
+    for (Piece p : run) {
+      p.dst_row += c.rows;
+      c.pieces.push_back(p);
+    }
+    reads += run.size();
+    c.rows += last - first;
+    i = k;
+  }
+  if (reads * 2 > direct) return std::nullopt;
+  return c;
+}
+
+// A coalesced gather's scratch, taken from a few kept between calls: a fresh buffer of a fill's
+// size costs its page faults each time (measured: a block-shuffled fill of 4 MiB took longer
+// than the row shuffle's pread per row), a kept one none. Buffers past 64 MiB are not kept.
+class Scratch {
+ public:
+  explicit Scratch(std::size_t bytes) {
+    {
+      const std::lock_guard<std::mutex> hold(mutex());
+      auto& kept = free_list();
+      for (auto it = kept.begin(); it != kept.end(); ++it) {
+        if (it->second >= bytes) {
+          buf_ = std::move(it->first);
+          cap_ = it->second;
+          kept.erase(it);
+          return;
+        }
+      }
+    }
+    buf_.reset(new std::byte[bytes]);  // not zeroed: every byte is read into before use
+    cap_ = bytes;
+  }
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+  ~Scratch() {
+    if (cap_ > kKeepBytes) return;
+    const std::lock_guard<std::mutex> hold(mutex());
+    auto& kept = free_list();
+    if (kept.size() < kKeep) {
+      kept.emplace_back(std::move(buf_), cap_);
+    } else {
+      // The smallest kept one goes, so that the largest fills find a buffer.
+      auto smallest = std::min_element(kept.begin(), kept.end(), [](const auto& a, const auto& b) {
+        return a.second < b.second;
+      });
+      if (smallest->second < cap_) *smallest = {std::move(buf_), cap_};
+    }
+  }
+  std::byte* data() { return buf_.get(); }
+
+ private:
+  static constexpr std::size_t kKeep = 4;
+  static constexpr std::size_t kKeepBytes = std::size_t{64} << 20;
+  using Kept = std::vector<std::pair<std::unique_ptr<std::byte[]>, std::size_t>>;
+  static std::mutex& mutex() {
+    static std::mutex m;
+    return m;
+  }
+  static Kept& free_list() {
+    static Kept* k = new Kept();  // never destroyed: fills may end during exit
+    return *k;
+  }
+  std::unique_ptr<std::byte[]> buf_;
+  std::size_t cap_ = 0;
+};
+
+// out[i] = src[from[i]] for every i, rows of row_bytes, on up to `threads` threads (one per
+// 8 MiB: a copy from memory runs at about 10 GB/s on one core, so a thread started for less
+// costs more than it saves).
+void scatter(const std::byte* src, const std::int64_t* from, std::int64_t n, std::size_t row,
+             std::byte* to, std::int64_t threads) {
+  const auto t = static_cast<std::int64_t>(std::max<std::uint64_t>(
+      1, std::min<std::uint64_t>(static_cast<std::uint64_t>(threads),
+                                 static_cast<std::uint64_t>(n) * row >> 23)));
+  auto part = [&](std::int64_t j) {
+    for (std::int64_t i = n * j / t; i < n * (j + 1) / t; ++i) {
+      std::memcpy(to + static_cast<std::size_t>(i) * row,
+                  src + static_cast<std::size_t>(from[i]) * row, row);
+    }
+  };
+  std::vector<std::thread> helpers;
+  for (std::int64_t j = 1; j < t; ++j) helpers.emplace_back(part, j);
+  part(0);
+  for (std::thread& h : helpers) h.join();
+}
+
 // out[i] = row rows[i] of the layout for every i, on up to `threads` threads (the caller's
 // one of them; fill_parts checks local npy and raw files once per call, not once per row);
-// called without the GIL.
+// called without the GIL. Rows close together in the source read coalesced (above).
 Status fill_gather(const Layout& l, const std::int64_t* rows, std::int64_t n, std::byte* dst,
                    std::int64_t threads) {
-  Result<std::vector<Piece>> pieces = gather_pieces(l, rows, n);
+  std::vector<std::int64_t> order;
+  Result<std::vector<Piece>> pieces = gather_pieces(l, rows, n, &order);
   if (!pieces) return pieces.status();
+  if (std::optional<Coalesced> c = coalesce(l, rows, order, pieces->size())) {
+    Scratch scratch(static_cast<std::size_t>(c->rows) * l.row_bytes);
+    SHARDLOAD_RETURN_IF_ERROR(
+        fill_parts(l, share(c->pieces, c->rows, l.row_bytes, threads), scratch.data()));
+    scatter(scratch.data(), c->from.data(), n, l.row_bytes, dst, threads);
+    return Status::ok();
+  }
   return fill_parts(l, share(*pieces, n, l.row_bytes, threads), dst);
 }
 
-void check_gather_args(const Layout& l, const py::array_t<std::int64_t, py::array::c_style>& rows,
-                       const py::array& out, std::int64_t threads) {
+// astype on the fill's own threads: the rows gathered in the layout's dtype into scratch, then
+// cast into the batch, for the casts numpy calls "same_kind" among bool, the ints and float32
+// and float64 (what C++ converts as numpy's C loops do: ints wrap, floats round to nearest,
+// a float past float32's range becomes inf, without numpy's overflow warning). Others (float
+// to int, float16, complex, long double) stay with numpy in the feed's read-ahead thread.
+using CastFn = void (*)(const std::byte*, std::byte*, std::size_t);
+
+template <typename From, typename To>
+void cast_elements(const std::byte* src, std::byte* dst, std::size_t count) {
+  const auto* s = reinterpret_cast<const From*>(src);
+  auto* d = reinterpret_cast<To*>(dst);
+  for (std::size_t i = 0; i < count; ++i) d[i] = static_cast<To>(s[i]);
+}
+
+// 'b' bool, 'i' int, 'u' uint, 'f' float; 0 for a kind not cast here.
+char kind_of(const DType& t) {
+  switch (t.kind) {
+    case DTypeKind::kBool:
+      return 'b';
+    case DTypeKind::kInt:
+      return 'i';
+    case DTypeKind::kUInt:
+      return 'u';
+    case DTypeKind::kFloat:
+      return t.size == 4 || t.size == 8 ? 'f' : 0;
+    default:
+      return 0;
+  }
+}
+
+template <typename To>
+CastFn cast_to(char kind, int size) {
+  switch (kind) {
+    case 'b':
+      return &cast_elements<std::uint8_t, To>;  // a bool byte is 0 or 1 (fill normalises it)
+    case 'i':
+      return size == 1   ? &cast_elements<std::int8_t, To>
+             : size == 2 ? &cast_elements<std::int16_t, To>
+             : size == 4 ? &cast_elements<std::int32_t, To>
+                         : &cast_elements<std::int64_t, To>;
+    case 'u':
+      return size == 1   ? &cast_elements<std::uint8_t, To>
+             : size == 2 ? &cast_elements<std::uint16_t, To>
+             : size == 4 ? &cast_elements<std::uint32_t, To>
+                         : &cast_elements<std::uint64_t, To>;
+    default:
+      return size == 4 ? &cast_elements<float, To> : &cast_elements<double, To>;
+  }
+}
+
+// The cast from the layout's dtype to (kind, size), or nullptr where it is not one of those
+// above. numpy's same_kind order: bool < uint < int < float, and uint to int of any size.
+CastFn cast_fn(const DType& from, char to, int to_size) {
+  const char f = kind_of(from);
+  const auto rank = [](char k) { return k == 'b' ? 0 : k == 'u' ? 1 : k == 'i' ? 2 : 3; };
+  const bool sized = to_size == 1 || to_size == 2 || to_size == 4 || to_size == 8;
+  if (f == 0 || !sized || (to != 'i' && to != 'u' && to != 'f') || rank(f) > rank(to) ||
+      (to == 'f' && to_size < 4)) {
+    return nullptr;
+  }
+  const int fs = from.size;
+  if (to == 'f') return to_size == 4 ? cast_to<float>(f, fs) : cast_to<double>(f, fs);
+  if (to == 'i') {
+    return to_size == 1   ? cast_to<std::int8_t>(f, fs)
+           : to_size == 2 ? cast_to<std::int16_t>(f, fs)
+           : to_size == 4 ? cast_to<std::int32_t>(f, fs)
+                          : cast_to<std::int64_t>(f, fs);
+  }
+  return to_size == 1   ? cast_to<std::uint8_t>(f, fs)
+         : to_size == 2 ? cast_to<std::uint16_t>(f, fs)
+         : to_size == 4 ? cast_to<std::uint32_t>(f, fs)
+                        : cast_to<std::uint64_t>(f, fs);
+}
+
+// The cast a gather into `out` needs: nullptr for none (out in the layout's dtype); with
+// `cast` false out must be in the layout's dtype.
+CastFn out_cast(const Layout& l, const py::array& out, bool cast) {
+  const auto kind = out.dtype().kind();
+  const auto size = static_cast<int>(out.itemsize());
+  const char mine = l.dtype.kind == DTypeKind::kFloat ? 'f' : kind_of(l.dtype);
+  if (!cast || (kind == mine && size == l.dtype.size)) return nullptr;
+  CastFn fn = cast_fn(l.dtype, kind, size);
+  if (fn == nullptr) {
+    throw py::value_error("gather: no cast here from the layout's " + l.dtype.name() + " to " +
+                          py::str(out.dtype()).cast<std::string>() +
+                          " (same_kind casts among bool, ints, float32 and float64 only)");
+  }
+  return fn;
+}
+
+// fill_gather into out, through scratch and `fn` where the batch is in another dtype.
+Status fill_gather_cast(const Layout& l, const std::int64_t* rows, std::int64_t n, std::byte* dst,
+                        std::int64_t threads, CastFn fn) {
+  if (fn == nullptr) return fill_gather(l, rows, n, dst, threads);
+  Scratch raw(static_cast<std::size_t>(n) * l.row_bytes);
+  SHARDLOAD_RETURN_IF_ERROR(fill_gather(l, rows, n, raw.data(), threads));
+  fn(raw.data(), dst, static_cast<std::size_t>(n) * l.row_bytes / l.dtype.size);
+  return Status::ok();
+}
+
+// The cast into out (nullptr: none) once the arguments are checked.
+CastFn check_gather_args(const Layout& l, const py::array_t<std::int64_t, py::array::c_style>& rows,
+                         const py::array& out, std::int64_t threads, bool cast) {
   const auto want = static_cast<py::ssize_t>(rows.size() * static_cast<py::ssize_t>(l.row_bytes));
+  CastFn fn = out_cast(l, out, cast);
+  const py::ssize_t size = fn == nullptr ? l.dtype.size : out.itemsize();
+  const py::ssize_t bytes = want / l.dtype.size * size;
   if (rows.ndim() != 1 || (out.flags() & py::array::c_style) == 0 || !out.writeable() ||
-      out.nbytes() != want || out.itemsize() != static_cast<py::ssize_t>(l.dtype.size)) {
+      out.nbytes() != bytes || out.itemsize() != size) {
     throw py::value_error("gather: expected 1-D rows and a writable C-contiguous array of " +
-                          std::to_string(want) + " bytes in the layout's dtype");
+                          std::to_string(bytes) + " bytes in the layout's dtype" +
+                          (cast ? " or the one cast to" : ""));
   }
   if (threads < 1 || threads > 4096) {
     throw py::value_error("gather: threads: expected 1 to 4096, found " + std::to_string(threads));
   }
+  return fn;
 }
 
 // A gather that runs on a thread of its own from its construction: the feed's read-ahead,
@@ -135,15 +417,16 @@ void check_gather_args(const Layout& l, const py::array_t<std::int64_t, py::arra
 class AsyncGather {
  public:
   AsyncGather(py::object layout, const py::array_t<std::int64_t, py::array::c_style>& rows,
-              py::array out, std::int64_t threads)
+              py::array out, std::int64_t threads, bool cast)
       : layout_(std::move(layout)), out_(std::move(out)) {
     const Layout& l = layout_.cast<const Layout&>();
-    check_gather_args(l, rows, out_, threads);
+    CastFn fn = check_gather_args(l, rows, out_, threads, cast);
     rows_.assign(rows.data(), rows.data() + rows.size());
     wait_ = std::make_unique<InterruptibleWait>(python::sigint_raises_keyboard_interrupt());
     auto* dst = static_cast<std::byte*>(out_.mutable_data());
-    thread_ = std::thread([this, &l, dst, threads] {
-      status_ = fill_gather(l, rows_.data(), static_cast<std::int64_t>(rows_.size()), dst, threads);
+    thread_ = std::thread([this, &l, dst, threads, fn] {
+      status_ = fill_gather_cast(l, rows_.data(), static_cast<std::int64_t>(rows_.size()), dst,
+                                 threads, fn);
       finished_.store(true, std::memory_order_release);
     });
   }
@@ -223,77 +506,33 @@ PYBIND11_MODULE(_feed_core, m) {
   m.doc() = "Private binding of the training feed's gather (shardload.feed).";
   python::register_error_translator();
 
-  // out[i] = row rows[i] of the layout, for every i; `threads` readers share the pieces.
+  // out[i] = row rows[i] of the layout, for every i; `threads` readers share the pieces; with
+  // `cast`, out may be in a dtype the layout's casts to here (cast_fn).
   m.def(
       "gather",
       [](const Layout& l, const py::array_t<std::int64_t, py::array::c_style>& rows,
-         const py::array& out, std::int64_t threads) {
-        check_gather_args(l, rows, out, threads);
+         const py::array& out, std::int64_t threads, bool cast) {
+        CastFn fn = check_gather_args(l, rows, out, threads, cast);
         auto* dst = static_cast<std::byte*>(const_cast<void*>(out.data()));
         const std::int64_t* r = rows.data();
         const std::int64_t n = rows.size();
-        Status st =
-            python::interruptible([&]() -> Status { return fill_gather(l, r, n, dst, threads); });
+        Status st = python::interruptible(
+            [&]() -> Status { return fill_gather_cast(l, r, n, dst, threads, fn); });
         if (!st.is_ok()) throw_status(st, ErrorSite::kRead);
       },
-      py::arg("layout"), py::arg("rows"), py::arg("out"), py::arg("threads") = 1);
+      py::arg("layout"), py::arg("rows"), py::arg("out"), py::arg("threads") = 1,
+      py::arg("cast") = false);
 
   // gather(layout, rows, out, threads) started on a thread of its own; result() waits for it.
   py::class_<AsyncGather>(m, "Gather")
       .def(py::init<py::object, const py::array_t<std::int64_t, py::array::c_style>&, py::array,
-                    std::int64_t>(),
-           py::arg("layout"), py::arg("rows"), py::arg("out"), py::arg("threads") = 1)
+                    std::int64_t, bool>(),
+           py::arg("layout"), py::arg("rows"), py::arg("out"), py::arg("threads") = 1,
+           py::arg("cast") = false)
       .def("result", &AsyncGather::result)
       .def("done", &AsyncGather::done)
       // As a running future's: a started fill cannot be called off (dropping it waits).
       .def("cancel", [](const AsyncGather&) { return false; });
-
-  // out[i] = src[rows[i]] for every i, rows of src's bytes per row, on up to `threads`
-  // threads (one per 8 MiB: a copy from memory runs at about 10 GB/s on one core, so a
-  // thread started for less costs more than it saves) with the GIL released: the block
-  // shuffle's copy of a batch out of its window, which np.take would do holding the GIL,
-  // stalling the training loop.
-  m.def(
-      "take",
-      [](const py::array& src, const py::array_t<std::int64_t, py::array::c_style>& rows,
-         const py::array& out, std::int64_t threads) {
-        const std::int64_t n = rows.size();
-        const py::ssize_t have = src.ndim() > 0 ? src.shape(0) : 0;
-        if (rows.ndim() != 1 || src.ndim() < 1 || (src.flags() & py::array::c_style) == 0 ||
-            (out.flags() & py::array::c_style) == 0 || !out.writeable() ||
-            out.ndim() != src.ndim() || out.shape(0) != n || out.dtype().not_equal(src.dtype()) ||
-            (have > 0 && src.nbytes() / have * n != out.nbytes()) || threads < 1 ||
-            threads > 4096) {
-          throw py::value_error(
-              "take: expected 1-D rows, C-contiguous arrays of one dtype and row shape, out "
-              "writable with a row per index, 1 to 4096 threads");
-        }
-        const std::size_t row = have > 0 ? static_cast<std::size_t>(src.nbytes() / have) : 0;
-        const std::int64_t* r = rows.data();
-        for (std::int64_t i = 0; i < n; ++i) {
-          if (r[i] < 0 || r[i] >= have) {
-            throw py::value_error("take: row " + std::to_string(r[i]) + " is outside [0, " +
-                                  std::to_string(have) + ")");
-          }
-        }
-        const auto* from = static_cast<const std::byte*>(src.data());
-        auto* to = static_cast<std::byte*>(const_cast<void*>(out.data()));
-        py::gil_scoped_release release;
-        const auto t = static_cast<std::int64_t>(std::max<std::uint64_t>(
-            1, std::min<std::uint64_t>(static_cast<std::uint64_t>(threads),
-                                       static_cast<std::uint64_t>(n) * row >> 23)));
-        auto part = [&](std::int64_t j) {
-          for (std::int64_t i = n * j / t; i < n * (j + 1) / t; ++i) {
-            std::memcpy(to + static_cast<std::size_t>(i) * row,
-                        from + static_cast<std::size_t>(r[i]) * row, row);
-          }
-        };
-        std::vector<std::thread> helpers;
-        for (std::int64_t j = 1; j < t; ++j) helpers.emplace_back(part, j);
-        part(0);
-        for (std::thread& h : helpers) h.join();
-      },
-      py::arg("src"), py::arg("rows"), py::arg("out"), py::arg("threads") = 1);
 
   // What the ranks of a job compare before they share one stream (shardload.feed): each
   // shard's path, first file row, rows, size and modification time. The change time and
