@@ -344,6 +344,14 @@ class _ChunkProgress:
         return (_RemoteProgress, (self.topic,))
 
 
+# When each load's chunks in this worker process last asked whether the client's progress
+# callback raised (see _RemoteProgress.check).
+_STOP_CHECK_S = 0.05
+_stop_checks: dict[str, float] = {}
+_stopped: dict[str, Any] = {}
+_stop_checks_lock = threading.Lock()
+
+
 class _RemoteProgress:
     """A :class:`_ChunkProgress` in a worker process: reports go to the client as worker
     events; a flag on the scheduler says the client's callback raised."""
@@ -362,11 +370,24 @@ class _RemoteProgress:
     def check(self) -> None:
         if self._worker() is None:
             return
-        from distributed import Event, Variable
+        # Asking the scheduler costs a round trip; a worker asks at most every
+        # _STOP_CHECK_S per load, so small chunks do not each pay it, and the chunks stop
+        # that much later at most.
+        now = time.monotonic()
+        with _stop_checks_lock:
+            record = _stopped.get(self.topic)
+            if record is None:
+                if now - _stop_checks.get(self.topic, -_STOP_CHECK_S) < _STOP_CHECK_S:
+                    return
+                _stop_checks[self.topic] = now
+        if record is None:
+            from distributed import Event, Variable
 
-        if not Event(self.topic).is_set():
-            return
-        record = Variable(self.topic).get(timeout=10)
+            if not Event(self.topic).is_set():
+                return
+            record = Variable(self.topic).get(timeout=10)
+            with _stop_checks_lock:
+                _stopped[self.topic] = record  # the later chunks raise without asking
         raise _callback_error(record)
 
     def chunk_done(self, index: int, rows: int) -> None:
