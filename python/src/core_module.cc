@@ -132,12 +132,22 @@ PYBIND11_MODULE(_core, m) {
                                return p;
                              })
       // The files the shards' data lives in besides their own (an HDF5 dataset's external
-      // storage): the check of a front end's out= array compares them too.
+      // storage, and the source files of a virtual dataset, found in the shards as they are
+      // now): the check of a front end's out= array compares them too. A shard that cannot
+      // be looked at adds nothing here; its load fails on it anyway.
       .def_property_readonly("_linked_paths",
                              [](const Layout& l) {
                                py::list p;
                                for (const auto& s : l.shards) {
                                  for (const auto& f : s.linked) p.append(path_str(f.path));
+                               }
+                               if (l.format != Format::kHdf5) return p;
+                               auto reader = make_reader(l.format, l.options);
+                               if (!reader) return p;
+                               for (const auto& s : l.shards) {
+                                 auto more = (*reader)->other_files_read(s);
+                                 if (!more) continue;
+                                 for (const auto& f : *more) p.append(path_str(f));
                                }
                                return p;
                              })

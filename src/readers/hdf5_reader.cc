@@ -352,6 +352,23 @@ class Hdf5Reader final : public ShardReader {
     return p;
   }
 
+  Result<std::vector<std::string>> other_files_read(const Shard& s) override {
+    std::vector<std::string> files;
+    // From object storage a virtual dataset of other files is refused at discovery.
+    if (!path_traits(s.path).kernel_files) return files;
+    SHARDLOAD_ASSIGN_OR_RETURN(File f, File::open(*ctx_.io, s.path));
+    try {
+      Hdf5Lock lock(api_);
+      api_.H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+      const std::vector<std::byte> head;
+      SHARDLOAD_ASSIGN_OR_RETURN(OpenDataset d, open(f, s.snapshot.size, dataset_of(s), head));
+      SHARDLOAD_RETURN_IF_ERROR(no_virtual_cycle(d, s.path, &files));
+    } catch (const std::exception& e) {
+      return Status(ErrorCode::kFormat, s.path + ": " + e.what());
+    }
+    return files;
+  }
+
   Status read_rows(const ReadSpec& l, const Shard& s, std::int64_t lo, std::int64_t hi,
                    std::byte* dst) override {
     // Our own descriptors of the file and its external storage stay open
@@ -881,14 +898,16 @@ class Hdf5Reader final : public ShardReader {
   // kMaxVirtualDepth deep.
   static constexpr std::size_t kMaxVirtualDepth = 32;
 
-  Status no_virtual_cycle(const OpenDataset& d, const std::string& path) {
+  // `files`, where given, gets every other file the mappings lead to, each once.
+  Status no_virtual_cycle(const OpenDataset& d, const std::string& path,
+                          std::vector<std::string>* files = nullptr) {
     const std::string own = file_identity(path);
     if (own.empty()) return Status::ok();
     std::vector<VirtualStep> chain{
         {own + ":" + (d.name.empty() || d.name[0] != '/' ? "/" + d.name : d.name),
          d.name.empty() || d.name[0] != '/' ? "/" + d.name : d.name}};
     std::vector<std::string> done;
-    return follow_virtual(d.file.get(), d.dataset.get(), path, path, own, chain, done);
+    return follow_virtual(d.file.get(), d.dataset.get(), path, path, own, chain, done, files);
   }
 
   struct VirtualStep {
@@ -928,7 +947,8 @@ class Hdf5Reader final : public ShardReader {
 
   Status follow_virtual(hid_t file, hid_t dataset, const std::string& path,
                         const std::string& shard, const std::string& shard_id,
-                        std::vector<VirtualStep>& chain, std::vector<std::string>& done) {
+                        std::vector<VirtualStep>& chain, std::vector<std::string>& done,
+                        std::vector<std::string>* files) {
     Hid dcpl(api_.H5Dget_create_plist(dataset), api_.H5Pclose);
     std::size_t count = 0;
     if (!dcpl.valid() || api_.H5Pget_layout(dcpl.get()) != H5D_VIRTUAL ||
@@ -946,6 +966,10 @@ class Hdf5Reader final : public ShardReader {
       const std::optional<std::string> target = virtual_source_file(path, file_name);
       if (!target) continue;
       const std::string target_id = file_identity(*target);
+      if (files != nullptr && target_id != shard_id &&
+          std::find(files->begin(), files->end(), *target) == files->end()) {
+        files->push_back(*target);
+      }
       const ssize_t m = api_.H5Pget_virtual_dsetname(dcpl.get(), i, nullptr, 0);
       if (m < 0) continue;
       std::string source(static_cast<std::size_t>(m) + 1, '\0');
@@ -1002,7 +1026,7 @@ class Hdf5Reader final : public ShardReader {
       chain.push_back(step);
       SHARDLOAD_RETURN_IF_ERROR(follow_virtual(source_file, src.get(),
                                                target_id != here ? *target : path, shard, shard_id,
-                                               chain, done));
+                                               chain, done, files));
       chain.pop_back();
       done.push_back(step.key);
     }

@@ -127,6 +127,16 @@ class GuardedReader final : public ShardReader {
     }
   }
 
+  Result<std::vector<std::string>> other_files_read(const Shard& shard) override {
+    try {
+      return inner_->other_files_read(shard);
+    } catch (const std::exception& e) {
+      return file_error(ErrorCode::kLayout, shard.path, e.what());
+    } catch (...) {
+      return file_error(ErrorCode::kLayout, shard.path, "unknown error");
+    }
+  }
+
   DecodeUnit decode_unit(const Shard& shard, std::int64_t row) override {
     try {
       return inner_->decode_unit(shard, row);

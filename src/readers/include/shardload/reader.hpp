@@ -134,6 +134,12 @@ class ShardReader {
   virtual DecodeUnit decode_unit(const Shard& shard, std::int64_t row) {
     return grid_unit(shard, row);
   }
+  // The files besides the shard's own and Shard::linked that a read of it reads, as the shard
+  // says now (an HDF5 virtual dataset's source files, which HDF5 opens itself): for a check
+  // that must know every file a load reads (numpy.load's out= mapping). None by default.
+  virtual Result<std::vector<std::string>> other_files_read(const Shard& /*shard*/) {
+    return std::vector<std::string>{};
+  }
 };
 
 // Counts kept by the readers of a ReaderContext, from any thread. `decodes` is the decode
