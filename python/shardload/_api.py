@@ -17,7 +17,7 @@ from ._layout import Layout, ManifestState, _rows
 from ._layout import _decode_layout  # noqa: F401  (pickles of older versions name it here)
 from ._legate_start import _check_legate_dims, _check_thread, _start_runtime
 from ._manifest import _discover_for_job
-from ._options import DiscoverOptions, _astype, _decoded, _options
+from ._options import DiscoverOptions, StorageOptions, _astype, _decoded, _options
 
 logger = logging.getLogger("shardload")
 logger.addHandler(logging.NullHandler())
@@ -34,7 +34,7 @@ def load(
     info: bool = False,
     progress: ProgressCallback | None = None,
     reader: str | None = None,
-    storage_options: dict[str, str] | None = None,
+    storage_options: StorageOptions | None = None,
     **options: Unpack[DiscoverOptions],
 ) -> "cupynumeric.ndarray | tuple[cupynumeric.ndarray, LoadInfo]":
     """Loads a sharded dataset into one distributed ``cupynumeric.ndarray``.

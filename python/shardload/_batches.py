@@ -12,7 +12,7 @@ from ._discover import _with_storage_options
 from ._layout import Layout
 from ._legate_start import _check_legate_dims, _check_thread, _start_runtime
 from ._manifest import _discover_for_job
-from ._options import DiscoverOptions, _astype, _decoded, _options
+from ._options import DiscoverOptions, StorageOptions, _astype, _decoded, _options
 
 if TYPE_CHECKING:
     import cupynumeric
@@ -78,7 +78,7 @@ def batches(
     prefetch: int = 1,
     overdecompose: int = 1,
     astype: DTypeLike | None = None,
-    storage_options: dict[str, str] | None = None,
+    storage_options: StorageOptions | None = None,
     **options: Unpack[DiscoverOptions],
 ) -> Iterator["cupynumeric.ndarray"]:
     """Iterates over a dataset in batches of ``rows_per_batch`` consecutive rows (the last may

@@ -72,6 +72,9 @@ def format_option_rows() -> list[tuple[str, str]]:
     """(name, kind) of each row of the C++ format option table, in order."""
 def discover_option_rows() -> list[tuple[str, str]]:
     """(name, kind) of each row of the C++ discovery option table, in order."""
+def storage_option_rows() -> list[tuple[str, str, tuple[str, ...], bool, object, str]]:
+    """(name, kind, stores, secret, default, help) of each row of the C++ store option table,
+    in order; stores "s3" / "http", default None for a row of Arrow's client."""
 def format_rows() -> list[dict[str, Any]]:
     """The built-in formats of the C++ format table, in order: each a dict of ``name``,
     ``aliases``, ``extensions``, ``store`` (a shard is a directory), ``writable`` (save

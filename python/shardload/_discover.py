@@ -9,16 +9,19 @@ from typing import Any, Unpack
 from . import _core, _readers
 from ._args import _PATH_TYPES, DTypeLike, SourceLike, _found, _source
 from ._layout import Layout
-from ._options import DiscoverOptions, _astype, _decoded, _Options, _options
+from ._options import (_STORAGE_OPTIONS, DiscoverOptions, StorageOptions, _astype, _decoded,
+                       _Options, _options)
 
 
-# The options an s3:// URL takes in its query (Arrow's S3 URI options), which
-# ``storage_options=`` spells as a dict.
+# The options an s3:// URL takes in its query (the store option table's rows,
+# _options.StorageOptions), which ``storage_options=`` spells as a dict.
 def _with_storage_options(source: object, storage_options: object) -> object:
     """``source`` with ``storage_options`` added to the query of each s3:// URL in it
     (``s3://bucket/dir/?endpoint_override=host:port&scheme=http``), which configures the
     store for every object under it. TypeError for options that are not a dict of str keys
-    and str / int / bool values; ValueError when the source names no s3:// URL."""
+    and str / int / bool values (a float too for a row of seconds); ValueError when the
+    source names no s3:// URL. A key no row names is left to the store, which refuses it
+    naming the URL."""
     if storage_options is None:
         return source
     if not isinstance(storage_options, dict):
@@ -27,9 +30,11 @@ def _with_storage_options(source: object, storage_options: object) -> object:
     for k, v in storage_options.items():
         if not isinstance(k, str) or not k:
             raise TypeError(f"storage_options: expected non-empty str keys, found {k!r}")
-        if not isinstance(v, (str, int, bool)):
+        seconds = _STORAGE_OPTIONS.get(k) == "number"
+        if not isinstance(v, (str, int, bool, float) if seconds else (str, int, bool)):
             # The type alone: the value may be a secret (secret_key's, session_token's).
-            raise TypeError(f"storage_options[{k!r}]: expected a str, int or bool, found "
+            takes = "a str, int, float or bool" if seconds else "a str, int or bool"
+            raise TypeError(f"storage_options[{k!r}]: expected {takes}, found "
                             f"{type(v).__name__}")
     if not storage_options:
         return source
@@ -53,7 +58,7 @@ def discover(
     source: SourceLike,
     *,
     astype: DTypeLike | None = None,
-    storage_options: dict[str, str] | None = None,
+    storage_options: StorageOptions | None = None,
     **options: Unpack[DiscoverOptions],
 ) -> Layout:
     """Finds and validates the shards of a dataset without reading their data.
@@ -122,9 +127,12 @@ def discover(
             formats the files give the dtype, and ``astype`` is a ValueError here (pass it to
             :func:`load` or :func:`batches`, which cast the array).
         storage_options: object storage: options added to the query of each ``s3://`` URL
-            in the source (Arrow's S3 URI options: ``endpoint_override``, ``scheme``,
-            ``region``, ...), e.g. ``{"endpoint_override": "127.0.0.1:9000", "scheme":
-            "http"}``; credentials come from the AWS environment and credentials chain.
+            in the source (typed by ``StorageOptions``: one key per row of the store
+            option table, retries and time limits, ``access_key`` / ``secret_key`` /
+            ``anonymous``, and Arrow's S3 URI options ``endpoint_override``, ``scheme``,
+            ``region``, ...; docs/object_storage.md, "Store options"), e.g.
+            ``{"endpoint_override": "127.0.0.1:9000", "scheme": "http"}``; without
+            credentials among them, those of the AWS environment and credentials chain.
             Every format (npy, raw, HDF5, Parquet, Arrow, Zarr, npz) is read from
             ``s3://`` and ``http(s)://`` URLs (see docs/object_storage.md).
 

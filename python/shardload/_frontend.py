@@ -47,7 +47,7 @@ class Prepared:
 
 
 def prepare(where: str, source: object, *, row_range: object, astype: object,
-            reader: Optional[str], storage_options: Optional[Mapping[str, str]],
+            reader: Optional[str], storage_options: Optional[Mapping[str, object]],
             options: Mapping[str, Any]) -> Prepared:
     """Checks a front end's arguments and discovers its source; ``where`` names the call in
     messages. Raises what :func:`shardload.load` raises for the same arguments."""

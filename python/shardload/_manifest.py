@@ -21,7 +21,7 @@ from ._args import DTypeLike, _bool, _found, _int, _source
 from ._discover import _discover, _with_storage_options
 from ._layout import Layout
 from ._legate_start import _check_thread, _job_ranks, _start_runtime
-from ._options import DiscoverOptions, _astype, _decoded, _Options, _options
+from ._options import DiscoverOptions, StorageOptions, _astype, _decoded, _Options, _options
 
 __all__ = ["ChecksumMismatch", "index", "verify", "discover_once", "MANIFEST_NAME"]
 
@@ -70,7 +70,7 @@ def index(
     *,
     checksum: str = "none",
     astype: DTypeLike | None = None,
-    storage_options: dict[str, str] | None = None,
+    storage_options: StorageOptions | None = None,
     **options: Unpack[DiscoverOptions],
 ) -> str:
     """Discovers a directory of shards by probing every file and writes its manifest.
@@ -140,7 +140,7 @@ def index(
 
 def verify(source: str | bytes | os.PathLike, *, groups: int | None = None,
            on_host: bool = False,
-           storage_options: dict[str, str] | None = None) -> list[ChecksumMismatch]:
+           storage_options: StorageOptions | None = None) -> list[ChecksumMismatch]:
     """Checks every shard against the checksums of its manifest.
 
     Args:
@@ -194,7 +194,7 @@ def discover_once(
     source: str | bytes | os.PathLike,
     *,
     astype: DTypeLike | None = None,
-    storage_options: dict[str, str] | None = None,
+    storage_options: StorageOptions | None = None,
     **options: Unpack[DiscoverOptions],
 ) -> Layout:
     """Discovers a dataset in one Legate task for the whole job.

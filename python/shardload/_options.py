@@ -62,6 +62,44 @@ class DiscoverOptions(TypedDict, total=False):
     probe_threads: int | None
 
 
+# The store option table's rows (shardload/store_options.hpp): the keys of storage_options=,
+# and the Python types each kind takes besides a str (the query's own spelling of any value).
+_STORAGE_OPTIONS = {name: kind for name, kind, *_ in _core.storage_option_rows()}
+_STORAGE_KIND_TYPES: dict[str, tuple[type, ...]] = {
+    "count": (int,),
+    "number": (int, float),
+    "flag": (bool,),
+    "text": (),
+}
+
+
+class StorageOptions(TypedDict, total=False):
+    """``storage_options=`` of every entry point that reads or writes ``s3://``: one key per
+    row of the store option table (docs/object_storage.md, "Store options"), a str as the
+    URL's query spells it or a value of the row's kind."""
+
+    max_attempts: int | str
+    backoff_ms: int | str
+    max_backoff_ms: int | str
+    connect_timeout: float | str
+    request_timeout: float | str
+    request_bytes: int | str
+    requests_in_flight: int | str
+    chunks_in_flight: int | str
+    multipart_threshold: int | str
+    access_key: str
+    secret_key: str
+    session_token: str
+    anonymous: bool | str
+    region: str
+    endpoint_override: str
+    scheme: str
+    allow_bucket_creation: bool | str
+    allow_bucket_deletion: bool | str
+    tls_ca_file_path: str
+    tls_verify_certificates: bool | str
+
+
 def _passed(given: Mapping[str, object], format: object) -> dict[str, object]:
     """``given`` with None for what stands for the default: format "auto", a flag False."""
     passed = {**given, "format": None if format == "auto" else format}

@@ -19,6 +19,7 @@ from typing import Any, Union
 import numpy as np
 
 from . import _core, _discover, _legate_start
+from ._options import StorageOptions
 
 # The formats with a writer in the format table (src/readers/formats.cc).
 _FORMATS = tuple(row["name"] for row in _core.format_rows() if row["writable"])
@@ -206,7 +207,7 @@ def save(
     manifest: bool = True,
     checksum: str = "none",
     info: bool | None = None,
-    storage_options: dict[str, str] | None = None,
+    storage_options: StorageOptions | None = None,
 ) -> SaveInfo:
     """Writes ``array`` to the directory ``dest`` as shards that :func:`load` reads back.
 

@@ -78,7 +78,7 @@ from . import _core, _frontend, _save
 from ._args import DTypeLike, SourceLike, _found, _int
 from ._info import LoadProgress, ProgressBar, ProgressCallback
 from ._layout import Layout
-from ._options import DiscoverOptions
+from ._options import DiscoverOptions, StorageOptions
 
 if TYPE_CHECKING:
     import dask.array
@@ -98,7 +98,7 @@ def load(
     overdecompose: int = _frontend.DEFAULT_OVERDECOMPOSE,
     progress: "ProgressCallback | bool | None" = None,
     reader: str | None = None,
-    storage_options: Mapping[str, str] | None = None,
+    storage_options: StorageOptions | None = None,
     **options: Unpack[DiscoverOptions],
 ) -> "dask.array.Array":
     """A lazy ``dask.array.Array`` of a sharded dataset, chunked along axis 0 by the read plan.

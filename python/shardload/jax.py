@@ -31,7 +31,7 @@ from . import _core, _errors, _frontend
 from ._args import DTypeLike, SourceLike, _bool, _found
 from ._info import LoadInfo, LoadProgress
 from ._layout import Layout
-from ._options import DiscoverOptions
+from ._options import DiscoverOptions, StorageOptions
 
 if TYPE_CHECKING:
     import jax
@@ -68,7 +68,7 @@ def load(
     progress: "Callable[[LoadProgress], object] | bool | None" = None,
     timeout: float = DEFAULT_TIMEOUT_S,
     reader: str | None = None,
-    storage_options: Mapping[str, str] | None = None,
+    storage_options: StorageOptions | None = None,
     **options: Unpack[DiscoverOptions],
 ) -> "jax.Array | tuple[jax.Array, LoadInfo]":
     """Loads a sharded dataset into one global ``jax.Array`` laid out by ``sharding``.
@@ -163,7 +163,7 @@ def load(
 def _load_here(source: object, sharding: Any, *, progress: object, row_range: object,
                astype: object,
                threads: object, overdecompose: object, info: object, reader: str | None,
-               storage_options: Mapping[str, str] | None,
+               storage_options: StorageOptions | None,
                options: Mapping[str, Any]) -> Any:
     """This process's part: discovery, its rows read once per distinct range, its devices'
     arrays, the global array."""

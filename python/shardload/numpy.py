@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Callable, Mapping, Sequence, Unpack
+from typing import Callable, Sequence, Unpack
 
 import numpy as np
 
@@ -24,7 +24,7 @@ from . import _core, _frontend, _save
 from ._args import DTypeLike, SourceLike, _bool
 from ._info import LoadInfo, LoadProgress
 from ._layout import Layout
-from ._options import DiscoverOptions
+from ._options import DiscoverOptions, StorageOptions
 
 __all__ = ["load", "save"]
 
@@ -42,7 +42,7 @@ def load(
     info: bool = False,
     progress: "Callable[[LoadProgress], object] | bool | None" = None,
     reader: str | None = None,
-    storage_options: Mapping[str, str] | None = None,
+    storage_options: StorageOptions | None = None,
     **options: Unpack[DiscoverOptions],
 ) -> "np.ndarray | tuple[np.ndarray, LoadInfo]":
     """Loads a sharded dataset into one ``numpy.ndarray`` on the host.
@@ -143,7 +143,7 @@ def save(
     manifest: bool = True,
     checksum: str = "none",
     info: bool | None = None,
-    storage_options: Mapping[str, str] | None = None,
+    storage_options: StorageOptions | None = None,
 ) -> "_save.SaveInfo":
     """Writes a ``numpy.ndarray`` to ``dest`` as shards that :func:`load` reads back, without
     Legate.

@@ -147,7 +147,12 @@ PYBIND11_MODULE(_core, m) {
                                for (const auto& s : l.shards) {
                                  auto more = (*reader)->other_files_read(s);
                                  if (!more) continue;
-                                 for (const auto& f : *more) p.append(path_str(f));
+                                 for (const auto& f : *more) {
+                                   const bool known = std::any_of(
+                                       s.linked.begin(), s.linked.end(),
+                                       [&](const LinkedFile& x) { return x.path == f; });
+                                   if (!known) p.append(path_str(f));
+                                 }
                                }
                                return p;
                              })
@@ -416,9 +421,10 @@ PYBIND11_MODULE(_core, m) {
       },
       py::arg("source"), py::arg("pattern") = py::none(), py::arg("options") = py::dict(),
       py::arg("discovery") = py::dict(), py::arg("use_manifest") = true);
-  // The option tables' (name, kind) rows, from which the package checks its keywords.
+  // The option tables' rows, from which the package checks and types its keywords.
   m.def("format_option_rows", &python::format_option_rows);
   m.def("discover_option_rows", &python::discover_option_rows);
+  m.def("storage_option_rows", &python::storage_option_rows);
   m.def("format_rows", &python::format_rows);
 
   // The manifest (shardload/manifest.hpp); shardload._manifest is its Python API.

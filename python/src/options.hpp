@@ -14,6 +14,7 @@
 #include "shardload/formats.hpp"
 #include "shardload/layout.hpp"
 #include "shardload/reader_registry.hpp"
+#include "shardload/store_options.hpp"
 
 namespace shardload::python {
 
@@ -147,6 +148,28 @@ inline py::list discover_option_rows() {
   py::list rows;
   for (const auto& row : discover_option_table()) {
     rows.append(py::make_tuple(row.name, option_kind_name(row.kind)));
+  }
+  return rows;
+}
+
+// The store option table (shardload/store_options.hpp) as the package types and documents it:
+// (name, kind, stores, secret, default, help) per row; stores a tuple of "s3" / "http", default
+// the value of a default StoreOptions (None for a row of Arrow's client, whose default is
+// Arrow's).
+inline py::list storage_option_rows() {
+  py::list rows;
+  const StoreOptions defaults;
+  for (const auto& row : store_option_table()) {
+    py::list stores;
+    if ((row.stores & kStoreS3) != 0) stores.append("s3");
+    if ((row.stores & kStoreHttp) != 0) stores.append("http");
+    py::object value = py::none();
+    if (row.get != nullptr) {
+      value =
+          std::visit([](const auto& v) -> py::object { return py::cast(v); }, row.get(defaults));
+    }
+    rows.append(py::make_tuple(row.name, option_kind_name(row.kind), py::tuple(stores), row.secret,
+                               value, row.help));
   }
   return rows;
 }

@@ -18,6 +18,7 @@
 #include "shardload/io.hpp"
 #include "shardload/layout.hpp"
 #include "shardload/location.hpp"
+#include "shardload/store_options.hpp"
 
 namespace shardload::cli {
 
@@ -128,6 +129,31 @@ void print_options(const std::vector<OptionSpec>& options, std::ostream& out) {
   }
 }
 
+// The rows of the store option table (shardload/store_options.hpp) as KEY=VALUE lines, each
+// with its default and range where it has a field: the keys --storage-option takes.
+void print_store_options(std::ostream& out) {
+  const StoreOptions defaults;
+  for (const auto& row : store_option_table()) {
+    if ((row.stores & kStoreS3) == 0) continue;
+    const std::string left = std::string("  ") + row.name + "=" + row.metavar;
+    out << left;
+    if (left.size() >= 23) {
+      out << "\n" << std::string(24, ' ');
+    } else {
+      out << std::string(24 - left.size(), ' ');
+    }
+    out << row.help;
+    if (row.kind == OptionKind::kCount) {
+      out << " (default " << std::get<std::uint64_t>(row.get(defaults)) << "; " << row.lo << " to "
+          << row.hi << ")";
+    } else if (row.kind == OptionKind::kNumber) {
+      out << " (default " << option_value_text(row.get(defaults), row.kind) << "; at most "
+          << row.hi << ")";
+    }
+    out << "\n";
+  }
+}
+
 }  // namespace
 
 // The flags of the format option table (shardload/format.hpp), led by --format and with
@@ -161,9 +187,8 @@ const std::vector<OptionSpec>& format_option_specs() {
         out.push_back({"astype", "T", "parquet/arrow: the type to decode the columns into"});
       }
     }
-    out.push_back(
-        {"storage-option", "KEY=VALUE",
-         "s3://: an option of the store (endpoint_override, scheme, region, ...); repeatable"});
+    out.push_back({"storage-option", "KEY=VALUE",
+                   "s3://: an option of the store (see storage options); repeatable"});
     return out;
   }();
   return specs;
@@ -267,7 +292,7 @@ const std::vector<CommandSpec>& commands() {
        "differs or that cannot be read. Exit status 1 when any does.",
        {{"groups", "G", "points of the launch (default four per CPU)"},
         {"storage-option", "KEY=VALUE",
-         "s3://: an option of the store (endpoint_override, scheme, region, ...); repeatable"}},
+         "s3://: an option of the store (see storage options); repeatable"}},
        false},
       {"read",
        "SOURCE [options]",
@@ -306,6 +331,10 @@ void print_help(const CommandSpec& spec, std::ostream& out) {
   if (spec.discover_options) {
     out << "\ndiscovery options:\n";
     print_options(discover_option_specs(), out);
+  }
+  if (find_option(spec, "storage-option") != nullptr) {
+    out << "\nstorage options (each as --storage-option KEY=VALUE, for s3:// SOURCEs):\n";
+    print_store_options(out);
   }
   out << "\nAn option's value follows it (--opt VALUE) or is joined by '=' (--opt=VALUE).\n";
 }

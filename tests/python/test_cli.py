@@ -599,6 +599,22 @@ def test_empty_values_are_refused_as_python_refuses_them(cli, tmp_path: pathlib.
     assert r.returncode == 0 and "shape:          (3,)" in out(r), err(r)
 
 
+def test_storage_options_come_from_their_table(cli) -> None:
+    # Each row of the C++ store option table is a KEY of --storage-option, listed with its
+    # placeholder under its own heading in the help of every command that takes the flag.
+    rows = [name for name, *_ in shardload._core.storage_option_rows()]
+    for cmd in ("inspect", "read", "index", "verify"):
+        text = out(run(cli, cmd, "--help", env=NO_LEGATE))
+        heading = text.index("\nstorage options (each as --storage-option KEY=VALUE")
+        at = [text.index(f"\n  {r}=", heading) for r in rows]
+        assert at == sorted(at), (cmd, text)
+    # A count row shows its default and its range from the row.
+    assert "  max_attempts=N        tries of one request, the first included (default 5; 1 to " \
+           "100)\n" in text, text
+    # write takes no store, so no list.
+    assert "storage options" not in out(run(cli, "write", "--help", env=NO_LEGATE))
+
+
 def test_an_option_given_twice_is_refused(cli, tmp_path: pathlib.Path) -> None:
     # Before, the last value won silently (`inspect D --format npy --format raw` was raw).
     d = tmp_path / "set"

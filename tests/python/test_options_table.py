@@ -5,6 +5,8 @@ in C++ and forgotten here fails a test instead of drifting."""
 
 from __future__ import annotations
 
+import importlib
+import pathlib
 import re
 import typing
 
@@ -103,3 +105,88 @@ def test_probe_threads_beyond_its_maximum_is_a_value_error(tmp_path) -> None:
     _write_npy_shards(tmp_path, 2)
     with pytest.raises(ValueError, match=r"probe_threads: expected at most 1024, found 1025"):
         shardload.discover(tmp_path, probe_threads=1025)
+
+
+# ---- storage options: the third table (shardload/store_options.hpp) --------------------------
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+# A row's kind as StorageOptions types it: a value of the kind, or the query's str.
+_STORAGE_KIND_HINTS = {"count": int | str, "number": float | str, "flag": bool | str,
+                       "text": str}
+
+
+def test_the_storage_typed_dict_is_the_store_option_table() -> None:
+    rows = _core.storage_option_rows()
+    hints = typing.get_type_hints(_options.StorageOptions)
+    assert list(hints) == [row[0] for row in rows]
+    for name, kind, *_ in rows:
+        assert hints[name] == _STORAGE_KIND_HINTS[kind], (name, kind, hints[name])
+
+
+def test_every_entry_point_types_storage_options_by_the_table() -> None:
+    import inspect
+
+    import shardload.numpy
+
+    entry_points = [shardload.discover, shardload.load, shardload.batches, shardload.index,
+                    shardload.verify, shardload.discover_once, shardload.save,
+                    shardload.numpy.load, shardload.numpy.save]
+    for module in ("jax", "dask"):
+        try:
+            entry_points.append(importlib.import_module(f"shardload.{module}").load)
+        except ImportError:
+            pass
+    for f in entry_points:
+        annotation = inspect.signature(f).parameters["storage_options"].annotation
+        assert annotation == "StorageOptions | None", (f.__module__, f.__name__, annotation)
+
+
+def test_storage_options_values_by_the_rows_kind() -> None:
+    from shardload._discover import _with_storage_options
+
+    # A row of seconds takes a float as well; a count an int, a flag a bool, any row a str.
+    got = _with_storage_options("s3://b/d/", {"connect_timeout": 0.5, "max_attempts": 2,
+                                              "anonymous": True, "region": "x"})
+    assert got == "s3://b/d/?connect_timeout=0.5&max_attempts=2&anonymous=true&region=x"
+    with pytest.raises(TypeError, match=r"storage_options\['max_attempts'\]: expected a str, "
+                                        r"int or bool, found float"):
+        _with_storage_options("s3://b/d/", {"max_attempts": 2.0})
+    # A secret's value is never shown, whatever its type.
+    with pytest.raises(TypeError) as e:
+        _with_storage_options("s3://b/d/", {"secret_key": b"S3cr3t"})
+    assert "S3cr3t" not in str(e.value)
+
+
+def test_a_float_of_seconds_out_of_its_rows_range_is_refused_naming_the_range() -> None:
+    # The C++ row's range, through storage_options=, before any request is made.
+    with pytest.raises(ValueError, match=r"connect_timeout must be a number of seconds above 0 "
+                                         r"\(at most 86400\), found '86400.5'"):
+        shardload.discover("s3://b/d/x.npy", storage_options={"connect_timeout": 86400.5})
+
+
+def _docs_store_options() -> list[list[str]]:
+    text = (ROOT / "docs" / "object_storage.md").read_text()
+    section = text[text.index("\n## Store options\n"):]
+    section = section[:section.index("\n## ", 1)]
+    lines = [line for line in section.splitlines() if line.startswith("| `")]
+    return [[cell.strip() for cell in line.strip("|").split(" | ")] for line in lines]
+
+
+def test_the_docs_list_every_store_option_as_the_table_has_it() -> None:
+    kinds = {"count": "count", "number": "seconds", "text": "text", "flag": "bool"}
+
+    def default(kind: str, value: object) -> str:
+        if value is None:
+            return "unset"
+        if kind == "text":
+            return "none" if value == "" else f"`{value}`"
+        if kind == "flag":
+            return f"`{str(value).lower()}`"
+        return f"`{value:g}`" if kind == "number" else f"`{value}`"
+
+    want = []
+    for name, kind, stores, secret, value, help in _core.storage_option_rows():
+        want.append([f"`{name}`", ", ".join("http(s)" if s == "http" else s for s in stores),
+                     kinds[kind] + (", secret" if secret else ""),
+                     "yes" if value is None else "no", default(kind, value), help])
+    assert _docs_store_options() == want
