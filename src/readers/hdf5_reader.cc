@@ -252,6 +252,7 @@ class Hdf5Reader final : public ShardReader {
     }
     std::vector<std::string> external;
     std::vector<std::pair<std::string, std::uint64_t>> external_end;
+    std::vector<std::string> source_files;  // of a virtual dataset, each once
     try {
       Hdf5Lock lock(api_);
       api_.H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
@@ -272,7 +273,7 @@ class Hdf5Reader final : public ShardReader {
                                     .with_context(path + ": dataset '" + d.name + "'"));
       SHARDLOAD_RETURN_IF_ERROR(defined_everywhere(api_, d.dataset.get())
                                     .with_context(path + ": dataset '" + d.name + "'"));
-      SHARDLOAD_RETURN_IF_ERROR(no_virtual_cycle(d, path));
+      SHARDLOAD_RETURN_IF_ERROR(no_virtual_cycle(d, path, &source_files));
       p.dtype = *dtype;
       p.shard.rows = static_cast<std::int64_t>(d.dims[0]);
       for (std::size_t i = 1; i < d.dims.size(); ++i) {
@@ -346,6 +347,24 @@ class Hdf5Reader final : public ShardReader {
                             " bytes, but the dataset's data runs to byte " + std::to_string(end) +
                             " of it: the file is truncated (HDF5 would read the rest as zeros)");
         }
+      }
+      p.shard.linked.push_back(std::move(x));
+    }
+    // So do a virtual dataset's source files (HDF5 opens them by name when it reads): a
+    // source rewritten after discovery is a changed file, not rows of another version.
+    for (const auto& source : source_files) {
+      LinkedFile x;
+      x.path = source;
+      auto src = File::open(*ctx_.io, x.path);
+      if (!src) {
+        return src.status().with_context(path + ": dataset '" + dataset_of(p.shard) +
+                                         "': virtual dataset source file");
+      }
+      SHARDLOAD_ASSIGN_OR_RETURN(x.snapshot, src->stat());
+      if (!x.snapshot.regular) {
+        return Status(ErrorCode::kFormat, path + ": dataset '" + dataset_of(p.shard) +
+                                              "': virtual dataset source file " + x.path +
+                                              ": not a regular file");
       }
       p.shard.linked.push_back(std::move(x));
     }

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import shardload
+import shardload.numpy
 from conftest import (BUILD, DTYPES, assert_bools_normalised, corrupt_hdf5_chunk, dirty_bools,
                       random_array)
 
@@ -1566,6 +1567,42 @@ def test_virtual_datasets_of_other_files_read_as_h5py_does(tmp_path):
         want = f["v"][...]
     assert want[3, 1] == 13  # the rows themselves, not the fill value
     np.testing.assert_array_equal(shardload.discover(tmp_path / "a", dataset="v").read(), want)
+
+
+@pytest.mark.parametrize("change", ["rewritten in place", "replaced", "rewritten, times kept"])
+def test_a_virtual_datasets_source_file_changed_during_a_load_is_a_read_error(tmp_path, change):
+    """The source file of a virtual dataset is a file the rows come from, as an external
+    storage file is: rewritten after discovery (here after the load's first tile, from its
+    progress callback), the load gave 12,500 rows of the old data and 87,500 of the new, with
+    no error. Its snapshot is now the shard's too: a ShardReadError naming it."""
+    n = 100_000
+    old = np.arange(n * 4, dtype="f8").reshape(n, 4)
+    source = tmp_path / "source.h5"
+    with h5py.File(source, "w") as f:
+        offset = f.create_dataset("y", data=old).id.get_offset()
+    (tmp_path / "d").mkdir()
+    with h5py.File(tmp_path / "d" / "shard_0000.h5", "w") as f:
+        _virtual(f, "v", "../source.h5", "y", shape=(n, 4))
+    layout = shardload.discover(tmp_path / "d", dataset="v")
+    assert layout._linked_paths == [str(tmp_path / "d" / ".." / "source.h5")]
+
+    def rewrite(p):
+        if p.stage != "filling" or p.tiles_done != 1:
+            return
+        if change == "replaced":
+            with h5py.File(tmp_path / "new.h5", "w") as f:
+                f.create_dataset("y", data=-old)
+            os.replace(tmp_path / "new.h5", source)
+            return
+        st = os.stat(source)
+        with open(source, "r+b") as f:
+            f.seek(offset)
+            f.write((-old).tobytes())
+        if change == "rewritten, times kept":
+            os.utime(source, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+    with pytest.raises(shardload.ShardReadError, match=r"source\.h5: changed since discovery"):
+        shardload.numpy.load(layout, progress=rewrite, threads=1, overdecompose=8)
 
 
 @pytest.mark.parametrize("case", ["a plain dataset", "a virtual one of a plain one",
