@@ -1,10 +1,12 @@
 // The commands' progress bar (progress.hpp).
 #include "cli/progress.hpp"
 
+#include <sys/ioctl.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <string>
 
@@ -28,10 +30,15 @@ std::string short_size(double bytes) {
   return buf;
 }
 
-}  // namespace
+// The terminal's width (80 where it does not say).
+int terminal_columns() {
+  winsize size{};
+  if (::ioctl(STDERR_FILENO, TIOCGWINSZ, &size) == 0 && size.ws_col > 0) return size.ws_col;
+  return 80;
+}
 
-namespace {
 std::atomic<bool> silenced{false};
+
 }  // namespace
 
 bool stderr_is_terminal() { return !silenced.load() && ::isatty(STDERR_FILENO) == 1; }
@@ -80,7 +87,7 @@ void TerminalBar::finish() {
 void TerminalBar::clear() {
   const std::lock_guard<std::mutex> hold(mutex_);
   if (!drawn_) return;
-  std::fprintf(stderr, "\r%*s\r", kWidth + 80, "");
+  std::fprintf(stderr, "\r%*s\r", static_cast<int>(drawn_width_), "");
   std::fflush(stderr);
   drawn_ = false;
 }
@@ -93,17 +100,36 @@ void TerminalBar::draw(std::chrono::steady_clock::time_point now) {
       : total_count_ > 0 ? static_cast<double>(count_done_) / static_cast<double>(total_count_)
                          : 1.0;
   const double secs = std::chrono::duration<double>(now - start_).count();
-  const int filled = static_cast<int>(frac * kWidth);
   std::string count;
   if (total_count_ > 0) {
     count = ", " + std::to_string(count_done_) + "/" + std::to_string(total_count_) + " " + unit_;
   }
   const double gbps = secs > 0 ? static_cast<double>(bytes_done_) / 1e9 / secs : 0.0;
-  std::fprintf(stderr, "\r%s %3d%% [%.*s%*s] %s/%s%s, %.2f GB/s, %.1f s", label_,
-               static_cast<int>(frac * 100), filled, "##############################",
-               kWidth - filled, "", short_size(static_cast<double>(bytes_done_)).c_str(),
-               short_size(static_cast<double>(total_bytes_)).c_str(), count.c_str(), gbps, secs);
+  char head[64];
+  std::snprintf(head, sizeof head, "%s %3d%% ", label_, static_cast<int>(frac * 100));
+  char tail[160];
+  std::snprintf(tail, sizeof tail, " %s/%s%s, %.2f GB/s, %.1f s",
+                short_size(static_cast<double>(bytes_done_)).c_str(),
+                short_size(static_cast<double>(total_bytes_)).c_str(), count.c_str(), gbps, secs);
+  // One line that never wraps (a wrapped line is not redrawn in place by "\r"): the bar
+  // narrows, then goes, then the text is cut, on a narrow terminal.
+  const int columns = terminal_columns();
+  const int text = static_cast<int>(std::strlen(head) + std::strlen(tail));
+  const int width = std::min(kWidth, columns - 1 - text - 2);
+  std::string line = head;
+  if (width >= 10) {
+    const int filled = static_cast<int>(frac * width);
+    line += "[" + std::string(static_cast<std::size_t>(filled), '#') +
+            std::string(static_cast<std::size_t>(width - filled), ' ') + "]";
+  }
+  line += tail;
+  if (static_cast<int>(line.size()) > columns - 1) line.resize(std::max(columns - 1, 0));
+  // Blanks over what the last, longer line left.
+  const std::size_t shown = line.size();
+  if (line.size() < drawn_width_) line.append(drawn_width_ - line.size(), ' ');
+  std::fprintf(stderr, "\r%s", line.c_str());
   std::fflush(stderr);
+  drawn_width_ = std::max(drawn_width_, shown);
   drawn_ = true;
 }
 

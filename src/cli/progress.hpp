@@ -57,6 +57,7 @@ class TerminalBar {
   std::int64_t count_done_ = 0;
   bool on_;
   bool drawn_ = false;
+  std::size_t drawn_width_ = 0;  // the longest line drawn, which clear() blanks
   std::chrono::steady_clock::time_point start_, last_;
 };
 

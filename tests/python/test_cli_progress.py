@@ -5,12 +5,15 @@ control character nor a secret of a name can reach the terminal through it."""
 
 from __future__ import annotations
 
+import fcntl
 import os
 import pathlib
 import pty
 import re
 import select
+import struct
 import subprocess
+import termios
 
 import pytest
 
@@ -19,10 +22,12 @@ CORE = ROOT / "build" / "shardload-core"
 LEGATE = ROOT / "build" / "shardload"
 
 
-def run_on_terminal(args: list, cwd: pathlib.Path) -> tuple[int, bytes, bytes]:
-    """Runs the command with stderr on a pseudo-terminal and stdout on a pipe; returns the exit
-    status, stdout, and everything written to the terminal."""
+def run_on_terminal(args: list, cwd: pathlib.Path,
+                    columns: int = 120) -> tuple[int, bytes, bytes]:
+    """Runs the command with stderr on a pseudo-terminal of ``columns`` columns and stdout on
+    a pipe; returns the exit status, stdout, and everything written to the terminal."""
     leader, follower = pty.openpty()
+    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 24, columns, 0, 0))
     p = subprocess.Popen([os.fsencode(a) if isinstance(a, (str, pathlib.Path)) else a
                           for a in args], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                          stderr=follower, cwd=cwd)
@@ -122,6 +127,23 @@ def test_the_bar_shows_no_name_and_so_no_control_character(tmp_path):
     assert bar_frames(seen, "index")[-1].startswith("index 100%")
     # Only the bar's own carriage returns: no escape, bell or other control byte.
     assert not re.search(rb"[\x00-\x08\x0b-\x0c\x0e-\x1f\x7f]", seen), seen
+
+
+@pytest.mark.parametrize("columns", [80, 40, 12])
+def test_the_bar_fits_a_narrow_terminal(dataset, columns):
+    """A line longer than the terminal wraps, and a carriage return then redraws only its last
+    part: the bar narrows, then goes, then the text is cut, so that every frame fits."""
+    rc, out, seen = run_on_terminal([CORE, "index", "d", "--checksum", "xxh3"], dataset,
+                                    columns=columns)
+    assert rc == 0
+    frames = seen.decode().split("\r")
+    assert all(len(f) < columns for f in frames), [f for f in frames if len(f) >= columns]
+    drawn = [f for f in frames if f.strip()]
+    assert drawn[-1].startswith("index 100%"[:columns - 1]), drawn
+    if columns >= 80:
+        assert "[###" in drawn[-1] and "5/5 shards" in drawn[-1]
+    elif columns == 40:
+        assert "[" not in drawn[-1]
 
 
 def test_a_failed_command_clears_its_bar_before_the_message(dataset):
