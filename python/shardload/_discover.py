@@ -9,19 +9,20 @@ from typing import Any, Unpack
 from . import _core, _readers
 from ._args import _PATH_TYPES, DTypeLike, SourceLike, _found, _source
 from ._layout import Layout
-from ._options import (_STORAGE_OPTIONS, DiscoverOptions, StorageOptions, _astype, _decoded,
-                       _Options, _options)
+from ._options import (_HTTP_STORAGE_OPTIONS, _STORAGE_OPTIONS, DiscoverOptions, StorageOptions,
+                       _astype, _decoded, _Options, _options)
 
 
-# The options an s3:// URL takes in its query (the store option table's rows,
+# The options a URL takes in its query (the store option table's rows,
 # _options.StorageOptions), which ``storage_options=`` spells as a dict.
 def _with_storage_options(source: object, storage_options: object) -> object:
     """``source`` with ``storage_options`` added to the query of each s3:// URL in it
     (``s3://bucket/dir/?endpoint_override=host:port&scheme=http``), which configures the
-    store for every object under it. TypeError for options that are not a dict of str keys
-    and str / int / bool values (a float too for a row of seconds); ValueError when the
-    source names no s3:// URL. A key no row names is left to the store, which refuses it
-    naming the URL."""
+    store for every object under it, and of each http(s):// URL where every option is a row
+    http(s) takes (the rest of such a query goes to the server, so no other key is added
+    there). TypeError for options that are not a dict of str keys and str / int / bool values
+    (a float too for a row of seconds); ValueError for a source without such URLs. On s3:// a
+    key no row names is left to the store, which refuses it naming the URL."""
     if storage_options is None:
         return source
     if not isinstance(storage_options, dict):
@@ -43,11 +44,20 @@ def _with_storage_options(source: object, storage_options: object) -> object:
     query = urlencode({k: (str(v).lower() if isinstance(v, bool) else str(v))
                        for k, v in storage_options.items()})
 
+    not_http = [k for k in storage_options if k not in _HTTP_STORAGE_OPTIONS]
+
     def one(path: object) -> object:
-        if isinstance(path, str) and path.startswith("s3://"):
+        http = isinstance(path, str) and path.startswith(("http://", "https://"))
+        if isinstance(path, str) and (path.startswith("s3://") or (http and not not_http)):
             return path + ("&" if "?" in path else "?") + query
         shown = _core.redact_secrets(os.fsdecode(path)) if isinstance(path, _PATH_TYPES) else path
-        raise ValueError(f"storage_options: apply to s3:// URLs only, found {shown!r}")
+        if http:
+            verb = "applies" if len(not_http) == 1 else "apply"
+            raise ValueError(f"storage_options: {', '.join(not_http)} {verb} to s3:// URLs only "
+                             f"(an http(s):// URL takes {', '.join(_HTTP_STORAGE_OPTIONS)}), "
+                             f"found {shown!r}")
+        raise ValueError("storage_options: apply to s3:// URLs only (and the retry, time "
+                         f"and request options to http(s):// URLs), found {shown!r}")
 
     if isinstance(source, (list, tuple)):
         return [one(p) for p in source]
@@ -133,6 +143,8 @@ def discover(
             ``region``, ...; docs/object_storage.md, "Store options"), e.g.
             ``{"endpoint_override": "127.0.0.1:9000", "scheme": "http"}``; without
             credentials among them, those of the AWS environment and credentials chain.
+            An ``http(s)://`` URL takes the rows marked ``http(s)`` (retries, time limits,
+            request sizes) likewise; any other key is a ValueError there.
             Every format (npy, raw, HDF5, Parquet, Arrow, Zarr, npz) is read from
             ``s3://`` and ``http(s)://`` URLs (see docs/object_storage.md).
 

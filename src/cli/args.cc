@@ -130,11 +130,11 @@ void print_options(const std::vector<OptionSpec>& options, std::ostream& out) {
 }
 
 // The rows of the store option table (shardload/store_options.hpp) as KEY=VALUE lines, each
-// with its default and range where it has a field: the keys --storage-option takes.
+// with its default and range where it has a field, and whether http(s) takes it: the keys
+// --storage-option takes.
 void print_store_options(std::ostream& out) {
   const StoreOptions defaults;
   for (const auto& row : store_option_table()) {
-    if ((row.stores & kStoreS3) == 0) continue;
     const std::string left = std::string("  ") + row.name + "=" + row.metavar;
     out << left;
     if (left.size() >= 23) {
@@ -142,15 +142,16 @@ void print_store_options(std::ostream& out) {
     } else {
       out << std::string(24 - left.size(), ' ');
     }
-    out << row.help;
+    std::string notes;
     if (row.kind == OptionKind::kCount) {
-      out << " (default " << std::get<std::uint64_t>(row.get(defaults)) << "; " << row.lo << " to "
-          << row.hi << ")";
+      notes = "default " + std::to_string(std::get<std::uint64_t>(row.get(defaults))) + "; " +
+              std::to_string(row.lo) + " to " + std::to_string(row.hi);
     } else if (row.kind == OptionKind::kNumber) {
-      out << " (default " << option_value_text(row.get(defaults), row.kind) << "; at most "
-          << row.hi << ")";
+      notes = "default " + option_value_text(row.get(defaults), row.kind) + "; at most " +
+              std::to_string(row.hi);
     }
-    out << "\n";
+    if ((row.stores & kStoreHttp) != 0) notes += notes.empty() ? "http(s) too" : "; http(s) too";
+    out << row.help << (notes.empty() ? "" : " (" + notes + ")") << "\n";
   }
 }
 
@@ -188,7 +189,7 @@ const std::vector<OptionSpec>& format_option_specs() {
       }
     }
     out.push_back({"storage-option", "KEY=VALUE",
-                   "s3://: an option of the store (see storage options); repeatable"});
+                   "s3://, http(s)://: an option of the store (see storage options); repeatable"});
     return out;
   }();
   return specs;
@@ -292,7 +293,7 @@ const std::vector<CommandSpec>& commands() {
        "differs or that cannot be read. Exit status 1 when any does.",
        {{"groups", "G", "points of the launch (default four per CPU)"},
         {"storage-option", "KEY=VALUE",
-         "s3://: an option of the store (see storage options); repeatable"}},
+         "s3://, http(s)://: an option of the store (see storage options); repeatable"}},
        false},
       {"read",
        "SOURCE [options]",
@@ -333,7 +334,8 @@ void print_help(const CommandSpec& spec, std::ostream& out) {
     print_options(discover_option_specs(), out);
   }
   if (find_option(spec, "storage-option") != nullptr) {
-    out << "\nstorage options (each as --storage-option KEY=VALUE, for s3:// SOURCEs):\n";
+    out << "\nstorage options (each as --storage-option KEY=VALUE, for s3:// SOURCEs; those\n"
+           "marked http(s) too for http(s):// SOURCEs as well):\n";
     print_store_options(out);
   }
   out << "\nAn option's value follows it (--opt VALUE) or is joined by '=' (--opt=VALUE).\n";
@@ -412,8 +414,24 @@ std::optional<int> parse_command_line(const CommandSpec& spec, const Args& args,
   // every object under a directory or glob gets them.
   if (const auto it = out->opts.find("storage-option"); it != out->opts.end()) {
     for (auto& p : out->positional) {
-      // An http(s) URL takes shardload's keys in its own query; the rest would go to the server.
-      if (!is_remote_url(p) || is_http_url(p)) {
+      if (is_http_url(p)) {
+        // An http(s) URL's query is the server's but for the keys of the rows http(s) takes:
+        // any other key would be sent to the server, so it is refused here.
+        const std::string& query = it->second;
+        for (std::size_t pos = 0; pos < query.size();) {
+          std::size_t amp = query.find('&', pos);
+          if (amp == std::string::npos) amp = query.size();
+          const std::string key = query.substr(pos, query.find('=', pos) - pos);
+          pos = amp + 1;
+          const StoreOptionSpec* row = find_store_option(key);
+          if (row == nullptr || (row->stores & kStoreHttp) == 0) {
+            return usage_error(cmd, "--storage-option " + key +
+                                        " applies to s3:// SOURCEs only (an http(s):// SOURCE "
+                                        "takes those marked http(s) in --help), found '" +
+                                        path_for_message(p) + "'");
+          }
+        }
+      } else if (!is_remote_url(p)) {
         return usage_error(cmd, "--storage-option applies to s3:// SOURCEs only, found '" +
                                     path_for_message(p) + "'");
       }

@@ -610,7 +610,8 @@ def test_storage_options_come_from_their_table(cli) -> None:
         assert at == sorted(at), (cmd, text)
     # A count row shows its default and its range from the row.
     assert "  max_attempts=N        tries of one request, the first included (default 5; 1 to " \
-           "100)\n" in text, text
+           "100; http(s) too)\n" in text, text
+    assert "  region=REGION         the bucket's region" in text and "own)\n" in text, text
     # write takes no store, so no list.
     assert "storage options" not in out(run(cli, "write", "--help", env=NO_LEGATE))
 

@@ -302,10 +302,16 @@ def test_cli_read_http(web, cli):
     r = subprocess.run([str(cli), "inspect", f"{base}/c/"], capture_output=True, text=True,
                        timeout=120)
     assert r.returncode != 0 and "HTTP has no directory listing" in r.stderr, r.stderr
-    # Store options are s3's; an http URL takes the retry keys in its own query.
+    # An http URL takes the store option rows marked http(s), from --storage-option as from its
+    # own query; any other key (which would go to the server) is refused.
     r = subprocess.run([str(cli), "inspect", f"{base}/c/a.npy", "--storage-option",
                         "max_attempts=2"], capture_output=True, text=True, timeout=120)
-    assert r.returncode == 2 and "s3:// SOURCEs only" in r.stderr, r.stderr
+    assert r.returncode == 0 and "(16, 3)" in r.stdout, r.stderr
+    r = subprocess.run([str(cli), "inspect", f"{base}/c/a.npy", "--storage-option",
+                        "max_attempts=2", "--storage-option", "region=x"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "--storage-option region applies to s3:// SOURCEs only" in \
+        r.stderr, r.stderr
     r = subprocess.run([str(cli), "inspect", f"{base}/c/a.npy?max_attempts=2"],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and "(16, 3)" in r.stdout, r.stderr
@@ -405,8 +411,33 @@ def test_retry_options_checked(web):
     _, base = web
     with pytest.raises(ValueError, match="max_attempts must be an integer"):
         shardload.discover(f"{base}/x.npy?max_attempts=0")
-    with pytest.raises(ValueError, match="s3:// URLs only"):
-        shardload.discover(f"{base}/x.npy", storage_options={"max_attempts": 2})
+    with pytest.raises(ValueError, match="max_attempts must be an integer"):
+        shardload.discover(f"{base}/x.npy", storage_options={"max_attempts": 0})
+    # A key http(s) does not take would go to the server: refused, naming those it takes.
+    with pytest.raises(ValueError, match=r"storage_options: region, secret_key apply to s3:// "
+                                         r"URLs only \(an http\(s\):// URL takes max_attempts, "):
+        shardload.discover(f"{base}/x.npy", storage_options={"region": "x", "secret_key": "S",
+                                                             "max_attempts": 2})
+
+
+def test_storage_options_give_an_http_url_its_request_keys(web):
+    """storage_options= configures an http(s) store as its query does (before, it was refused
+    for http(s) URLs, and the keys had to be written into each URL)."""
+    store, base = web
+    a = np.arange(40000, dtype=np.float32)
+    store.put_npy("/so/a.npy", a)
+    store.put_npy("/so/b.npy", a + 1)
+    urls = [f"{base}/so/a.npy", f"{base}/so/b.npy"]
+    layout = shardload.discover(urls, storage_options={"request_bytes": 4096,
+                                                       "requests_in_flight": 4})
+    assert all(p.endswith("?request_bytes=4096&requests_in_flight=4") for p in layout.paths)
+    before = len(store.requests)
+    np.testing.assert_array_equal(layout.read(0, 80000), np.concatenate([a, a + 1]))
+    ranges = [r[2] for r in store.requests[before:] if r[0] == "GET"]
+    sizes = [int(b) - int(f) + 1 for f, b in (r[len("bytes="):].split("-") for r in ranges)]
+    assert len(sizes) >= 2 * 160000 // 4096 and max(sizes) <= 4096
+    # Every request of the server had the option taken out of its query.
+    assert not any("request_bytes" in r[1] for r in store.requests), store.requests[-1]
 
 
 def test_object_changed_after_discover_is_an_error(web):
