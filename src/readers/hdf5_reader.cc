@@ -945,8 +945,11 @@ class Hdf5Reader final : public ShardReader {
   // `path`, where HDF5 looks for it: "." is that file; a relative name under H5_VDS_PREFIX,
   // then beside that file, then from the working directory. nullopt where none is a regular
   // file (HDF5 then gives the fill value, as h5py shows).
+  // `odd` gets the first name HDF5 would try that is there but no regular file (a FIFO,
+  // whose plain open waits for a writer, a device, a directory): HDF5 would open it first.
   static std::optional<std::string> virtual_source_file(const std::string& path,
-                                                        const std::string& name) {
+                                                        const std::string& name,
+                                                        std::string* odd = nullptr) {
     if (name == ".") return path;
     if (name.empty()) return std::nullopt;
     std::vector<std::string> candidates;
@@ -959,7 +962,11 @@ class Hdf5Reader final : public ShardReader {
     }
     candidates.push_back(name);
     for (const std::string& c : candidates) {
-      if (!file_identity(c).empty()) return c;
+      struct stat st {};
+      if (::stat(c.c_str(), &st) != 0) continue;
+      if (S_ISREG(st.st_mode)) return c;
+      if (odd != nullptr) *odd = c;
+      return std::nullopt;
     }
     return std::nullopt;
   }
@@ -982,7 +989,14 @@ class Hdf5Reader final : public ShardReader {
           api_.H5Pget_virtual_filename(dcpl.get(), i, file_name.data(), file_name.size());
       if (n < 0) continue;
       file_name.resize(std::min<std::size_t>(static_cast<std::size_t>(n), PATH_MAX));
-      const std::optional<std::string> target = virtual_source_file(path, file_name);
+      std::string odd;
+      const std::optional<std::string> target = virtual_source_file(path, file_name, &odd);
+      if (!odd.empty()) {
+        return Status(ErrorCode::kFormat, shard + ": dataset '" + chain.front().shown +
+                                              "' is a virtual dataset whose source file " + odd +
+                                              " is not a regular file (HDF5 would open it to "
+                                              "read the rows: a FIFO waits for a writer)");
+      }
       if (!target) continue;
       const std::string target_id = file_identity(*target);
       if (files != nullptr && target_id != shard_id &&

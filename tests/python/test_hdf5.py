@@ -1569,6 +1569,37 @@ def test_virtual_datasets_of_other_files_read_as_h5py_does(tmp_path):
     np.testing.assert_array_equal(shardload.discover(tmp_path / "a", dataset="v").read(), want)
 
 
+@pytest.mark.parametrize("where", ["beside the shard", "under H5_VDS_PREFIX"])
+def test_a_virtual_datasets_source_file_that_is_a_fifo_is_refused_not_waited_on(tmp_path, where):
+    """A virtual dataset whose source file is a FIFO where HDF5 looks for it: discovery took
+    it for a missing source (the fill value) and the read then waited forever in HDF5's plain
+    open of it. Refused at discovery, naming the FIFO."""
+    (tmp_path / "d").mkdir()
+    (tmp_path / "p").mkdir()
+    fifo = tmp_path / ("p" if where == "under H5_VDS_PREFIX" else "d") / "src.h5"
+    os.mkfifo(fifo)
+    with h5py.File(tmp_path / "d" / "shard_0000.h5", "w") as f:
+        _virtual(f, "v", "src.h5", "y")
+    script = textwrap.dedent(f"""
+        import shardload
+        try:
+            print(shardload.discover({str(tmp_path / "d")!r}, dataset="v").read())
+        except shardload.LayoutError as e:
+            print(e)
+    """)
+    env = dict(os.environ)
+    if where == "under H5_VDS_PREFIX":
+        env["H5_VDS_PREFIX"] = str(tmp_path / "p")
+    try:
+        r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                           timeout=60, cwd=str(tmp_path), env=env)
+    except subprocess.TimeoutExpired:
+        pytest.fail("the read waited on the FIFO a virtual dataset's mapping names")
+    assert r.returncode == 0, (r.returncode, r.stderr[-2000:])
+    assert (f"dataset '/v' is a virtual dataset whose source file {fifo} is not a regular "
+            "file") in r.stdout, r.stdout
+
+
 @pytest.mark.parametrize("change", ["rewritten in place", "replaced", "rewritten, times kept"])
 def test_a_virtual_datasets_source_file_changed_during_a_load_is_a_read_error(tmp_path, change):
     """The source file of a virtual dataset is a file the rows come from, as an external
