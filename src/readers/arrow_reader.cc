@@ -35,6 +35,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <set>
 #include <string>
@@ -87,8 +88,10 @@ Result<ArrowExtra> decode_extra(const Shard& shard) {
     pos += n;
     return true;
   };
+  // The metadata comes from the layout (a manifest's included), and is checked where the
+  // shard is read: an error of reading the shard, as a manifest's other lies are.
   auto bad = [&] {
-    return Status(ErrorCode::kInvalidArgument,
+    return Status(ErrorCode::kFormat,
                   shard.path + ": the layout's per-shard Arrow metadata is malformed");
   };
   ArrowExtra e;
@@ -104,11 +107,21 @@ Result<ArrowExtra> decode_extra(const Shard& shard) {
   std::int64_t total = 0;
   for (std::uint64_t i = 0; i < n; ++i) {
     std::uint64_t r = 0;
-    if (!take(8, &r) || static_cast<std::int64_t>(r) < 0) return bad();
+    if (!take(8, &r) || static_cast<std::int64_t>(r) < 0 ||
+        static_cast<std::int64_t>(r) > std::numeric_limits<std::int64_t>::max() - total) {
+      return bad();
+    }
     e.group_rows.push_back(static_cast<std::int64_t>(r));
     total += static_cast<std::int64_t>(r);
   }
-  if (pos != s.size() || e.columns.empty() || total != shard.stored_rows()) return bad();
+  if (pos != s.size() || e.columns.empty()) return bad();
+  if (total != shard.stored_rows()) {
+    return Status(ErrorCode::kChanged, shard.path + ": rows differ from the layout's: its " +
+                                           std::to_string(e.group_rows.size()) +
+                                           " row groups hold " + std::to_string(total) +
+                                           " rows, the layout says " +
+                                           std::to_string(shard.stored_rows()));
+  }
   return e;
 }
 
