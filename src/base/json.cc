@@ -51,6 +51,13 @@ Result<Json> parse_json_object(const std::string& file, std::string_view text) {
       }
       return true;
     };
+    // nlohmann ends its input at a NUL byte, so "{...}" followed by a NUL and anything at all
+    // would parse as the object alone. JSON holds no raw NUL anywhere (inside a string it is
+    // written \u0000), so any is refused.
+    if (const auto nul = text.find('\0'); nul != std::string_view::npos) {
+      return Status(ErrorCode::kFormat,
+                    file + ": not valid JSON (a NUL byte at offset " + std::to_string(nul) + ")");
+    }
     Json j = Json::parse(text.begin(), text.end(), callback, /*allow_exceptions=*/false,
                          /*ignore_comments=*/false);
     if (j.is_discarded()) return Status(ErrorCode::kFormat, file + ": not valid JSON");

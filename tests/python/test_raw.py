@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import re
 
 import numpy as np
 import pytest
@@ -135,6 +136,23 @@ def test_malformed_sidecar(tmp_path, text, message):
     (tmp_path / "shardload.json").write_text(text)
     with pytest.raises(shardload.LayoutError, match=r"shardload\.json: " + message):
         shardload.discover(tmp_path, format="raw")
+
+
+@pytest.mark.parametrize("trailer", ["\0", "\0\n", "\0{\"dtype\": \"float64\"}", " \0 ", "x",
+                                     "\n}"])
+def test_a_sidecar_with_bytes_after_its_object_is_refused_naming_it(tmp_path, trailer):
+    # The JSON parser ended its input at a NUL: "{...}\0" and whatever followed it was
+    # read as the object alone. Only white space may follow the object.
+    write_raw(tmp_path, [np.zeros((2, 3), "float32")])
+    text = '{"dtype": "float32", "shape": [3]}'
+    (tmp_path / "shardload.json").write_text(text + trailer)
+    message = (rf"not valid JSON \(a NUL byte at offset {len(text) + trailer.index(chr(0))}\)"
+               if "\0" in trailer else "not valid JSON")
+    with pytest.raises(shardload.LayoutError,
+                       match=re.escape(str(tmp_path / "shardload.json")) + ": " + message):
+        shardload.discover(tmp_path, format="raw")
+    (tmp_path / "shardload.json").write_text(text + " \n\t\r\n")
+    assert shardload.discover(tmp_path, format="raw").shape == (2, 3)
 
 
 @pytest.mark.parametrize("kwargs,message", [
