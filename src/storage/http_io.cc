@@ -22,6 +22,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "shardload/location.hpp"
 #include "storage/detail/curl_get.hpp"
 #include "storage/detail/store_options.hpp"
 
@@ -36,13 +37,24 @@ struct Target {
   StoreOptions options;
 };
 
+// `url` up to its query, with each space, control and byte past ASCII of its path
+// percent-encoded: a URL holds none of them (libcurl refuses the first two), and a user who
+// names "https://h/a b.npy" means the object "a b.npy". What is already encoded stays so.
+std::string encode_raw_path(std::string_view url) {
+  const auto scheme = url.find("://");
+  const auto path = url.find('/', scheme == std::string_view::npos ? 0 : scheme + 3);
+  if (path == std::string_view::npos) return std::string(url);
+  return std::string(url.substr(0, path)) +
+         percent_encode(url.substr(path), [](unsigned char b) { return b > 0x20 && b < 0x7F; });
+}
+
 Result<Target> target_of(const std::string& url) {
   const auto q = url.find('?');
   Target t;
   SHARDLOAD_ASSIGN_OR_RETURN(
       const std::string rest,
       take_store_options(url, q == std::string::npos ? std::string() : url.substr(q), &t.options));
-  t.request_url = url.substr(0, q) + rest;
+  t.request_url = encode_raw_path(std::string_view(url).substr(0, q)) + rest;
   return t;
 }
 

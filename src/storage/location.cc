@@ -137,17 +137,25 @@ std::string unnameable_key(std::string_view location, std::string_view key) {
 std::string url_key(std::string_view location, std::string_view key) {
   if (!path_traits(location).encoded_keys) return std::string(key);
   std::string out;
-  for (const char c : key) {
-    if (c == '%') {
-      out += "%25";
-    } else if (c == '#') {
-      out += "%23";
-    } else if (c == '?') {
-      out += "%3F";
-    } else {
+  for (const char c : text) {
+    const auto b = static_cast<unsigned char>(c);
+    if (keep(b)) {
       out += c;
     }
   }
+  // Only what a URL's path may hold as it is (RFC 3986's unreserved and sub-delims, ':', '@'
+  // and the '/' between segments) goes in unencoded: '%', '#' and '?' would be decoded or cut,
+  // a space or a control is no URL at all (libcurl refuses it), and a byte past ASCII is sent
+  // as whatever the client makes of it.
+  return percent_encode(key, [](unsigned char b) {
+    constexpr std::string_view kAsIs = "-._~!$&'()*+,;=:@/";
+    return (b >= '0' && b <= '9') || (b >= 'A' && b <= 'Z') || (b >= 'a' && b <= 'z') ||
+           kAsIs.find(static_cast<char>(b)) != std::string_view::npos;
+  });
+}
+
+std::string percent_encode(std::string_view text, bool (*keep)(unsigned char)) {
+  constexpr char kHex[] = "0123456789ABCDEF";
   return out;
 }
 
@@ -158,6 +166,10 @@ std::string snapshot_difference(const FileInfo& then, const FileInfo& now) {
   std::string d = "size " + std::to_string(then.size) + " -> " + std::to_string(now.size) +
                   " bytes, mtime " + std::to_string(then.mtime_ns) + " -> " +
                   std::to_string(now.mtime_ns) + " ns";
+    } else {
+      out += '%';
+      out += kHex[b >> 4];
+      out += kHex[b & 0xF];
   if (then.ctime_ns != now.ctime_ns) {
     d += ", ctime " + std::to_string(then.ctime_ns) + " -> " + std::to_string(now.ctime_ns) + " ns";
   }

@@ -314,6 +314,11 @@ TEST(RemoteStore, AnHttpKeysPercentHashAndQuestionMarkArePercentEncoded) {
   EXPECT_EQ(url_key("http://h/p/", "q%2Fx_0.npy"), "q%252Fx_0.npy");
   EXPECT_EQ(url_key("https://h/p/?token=t", "a#b?c%.npy"), "a%23b%3Fc%25.npy");
   EXPECT_EQ(url_key("http://h/p/", "d/plain_0.npy"), "d/plain_0.npy");
+  // A space, a control, a byte past ASCII: no URL holds them as they are.
+  EXPECT_EQ(url_key("https://h/p/", "a b\t\xc3\xa9\x7f.npy"), "a%20b%09%C3%A9%7F.npy");
+  EXPECT_EQ(url_key("http://h/p/", "x-y_z.~!$&'()*+,;=:@/k.npy"), "x-y_z.~!$&'()*+,;=:@/k.npy");
+  EXPECT_EQ(url_key("http://h/p/", "q\"<>\\^`{|}[].npy"), "q%22%3C%3E%5C%5E%60%7B%7C%7D%5B%5D.npy");
+  EXPECT_EQ(url_key("s3://b/p/", "a b.npy"), "a b.npy");
   EXPECT_EQ(url_key("s3://b/p/", "q%2Fx#.npy"), "q%2Fx#.npy");  // S3's client encodes
   EXPECT_EQ(url_key("/data/p/", "q%2Fx#?.npy"), "q%2Fx#?.npy");
   if (http_io() == nullptr) GTEST_SKIP() << "built without http(s)";

@@ -179,9 +179,10 @@ def test_no_manifest_says_both_no_listing_and_no_manifest(web):
     msg = str(e.value)
     assert "HTTP has no directory listing" in msg, msg
     assert f"{base}/n/shardload.manifest" in msg and "HTTP 404" in msg, msg
-    # A manifest refused (403) is that error, not "absent".
+    # A manifest refused (403, to the HEAD and to the GET that stands in for it) is that
+    # error, not "absent".
     store.put("/f/shardload.manifest", b"x")
-    store.fail_next["/f/shardload.manifest"] = [403]
+    store.fail_next["/f/shardload.manifest"] = [403, 403]
     with pytest.raises(shardload.LayoutError) as e:
         shardload.discover(f"{base}/f/")
     assert f"{base}/f/shardload.manifest" in str(e.value) and "HTTP 403" in str(e.value)
@@ -318,3 +319,35 @@ def test_a_manifest_name_holding_a_percent_is_encoded_not_decoded_by_the_server(
     for i in range(2):
         store.put(f"/p/q%2Fx_{i}.npy".replace("%2F", "/"), npy_bytes(np.full((3, 2), 666)))
     np.testing.assert_array_equal(np.asarray(shardload.load(f"{base}/p/")), np.concatenate(parts))
+
+
+@pytest.mark.parametrize("trust", [False, True])
+def test_a_manifest_name_with_a_space_or_past_ascii_is_encoded(s3, web, trust):
+    """Keys with a space or UTF-8 beyond ASCII ("a b_0.npy", "é_1.npy", valid S3 keys) went
+    into the request URL raw: libcurl refused the space ("URL using bad/illegal format"), and
+    a byte past ASCII was sent as libcurl chose. Each is now percent-encoded in the key's URL,
+    as '%', '#' and '?' are, and the server decodes it to the object the manifest names."""
+    store, base = web
+    store.decode_paths = True
+    parts = [np.full((3, 2), i) for i in range(3)]
+    publish(s3, store, "s", {f"a b\u00e9\t_{i}.npy": npy_bytes(p) for i, p in enumerate(parts)})
+    encoded = [f"/s/a%20b%C3%A9%09_{i}.npy" for i in range(3)]
+    layout = shardload.discover(f"{base}/s/", trust_manifest=trust)
+    assert layout.paths == [base + e for e in encoded]
+    np.testing.assert_array_equal(np.asarray(shardload.load(f"{base}/s/", trust_manifest=trust)),
+                                  np.concatenate(parts))
+    assert {r[1] for r in shard_requests(store, "s")} == set(encoded)
+
+
+def test_a_url_naming_an_object_with_a_space_is_encoded(web):
+    """A URL the user writes with a space ("https://host/d/a b.npy") was refused by libcurl;
+    its path's spaces, controls and bytes past ASCII are sent percent-encoded ("a%20b.npy"),
+    what it already holds encoded stays as written."""
+    store, base = web
+    store.decode_paths = True
+    want = np.arange(6, dtype=np.int32).reshape(3, 2)
+    store.put("/d/a b.npy", npy_bytes(want))
+    store.put("/d/\u00e9 %.npy", npy_bytes(want + 1))
+    np.testing.assert_array_equal(np.asarray(shardload.load(f"{base}/d/a b.npy")), want)
+    np.testing.assert_array_equal(np.asarray(shardload.load(f"{base}/d/\u00e9 %25.npy")), want + 1)
+    assert {r[1] for r in store.requests} == {"/d/a%20b.npy", "/d/%C3%A9%20%25.npy"}

@@ -51,9 +51,9 @@ struct PathTraits {
   // s3:// URL's options begin. "" where a name may hold any of them (over HTTP a key's '%',
   // '#' and '?' are percent-encoded in its URL instead: url_key).
   std::string_view key_delimiters;
-  // A key is put into a URL percent-encoded where it holds '%', '#' or '?' (HTTP: the server
-  // decodes the path, and would take "a%2Fb" as "a/b", a '#' as the fragment, never sent, and
-  // a '?' as the query).
+  // A key is put into a URL percent-encoded where it holds '%', '#', '?', a space, a control or
+  // a byte past ASCII (HTTP: the server decodes the path, and would take "a%2Fb" as "a/b", a
+  // '#' as the fragment, never sent, and a '?' as the query; the others are no URL's).
   bool encoded_keys = false;
   // The scheme as messages name it ("s3://", "http(s)://"); "" for a local path.
   std::string_view scheme_label;
@@ -93,14 +93,18 @@ std::string join_key(std::string_view dir, std::string_view name);
 std::string unnameable_key(std::string_view location, std::string_view key);
 
 // `key` as a URL of the store that serves `location` names it: over http(s) its '%', '#' and
-// '?' percent-encoded ("q%2Fx.npy" as "q%252Fx.npy"), so that the server, which decodes the
-// path, looks up the key itself; elsewhere `key` as it is.
+// '?' percent-encoded ("q%2Fx.npy" as "q%252Fx.npy"), and so every byte a URL's path cannot
+// hold as it is (a space, a control, a byte past ASCII: "a b.npy" as "a%20b.npy"), so that
+// the server, which decodes the path, looks up the key itself; elsewhere `key` as it is.
 std::string url_key(std::string_view location, std::string_view key);
 
 // The fields in which `now` differs from `then` ("size 10 -> 8 bytes, mtime ... -> ... ns,
 // ..."), or "" when the snapshots are equal.
 std::string snapshot_difference(const FileInfo& then, const FileInfo& now);
 // The same for the file at `path`, in the terms of its store: an object's snapshot has no
+// `text` with each byte that `keep` refuses written as "%XX" (upper-case hex digits).
+std::string percent_encode(std::string_view text, bool (*keep)(unsigned char));
+
 // times, so its size and the hash of its ETag say what changed ("size 10 -> 10 bytes,
 // overwritten (its ETag differs)").
 std::string snapshot_difference(std::string_view path, const FileInfo& then, const FileInfo& now);
