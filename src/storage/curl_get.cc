@@ -115,6 +115,11 @@ std::size_t on_header(char* data, std::size_t size, std::size_t count, void* use
   if (iequals_prefix(line, "etag:")) h->etag = value("etag:");
   if (iequals_prefix(line, "last-modified:")) h->last_modified = value("last-modified:");
   if (iequals_prefix(line, "content-range:")) h->content_range = value("content-range:");
+  if (iequals_prefix(line, "content-length:")) {
+    const std::string more = value("content-length:");
+    h->content_length = h->has_content_length ? h->content_length + ", " + more : more;
+    h->has_content_length = true;
+  }
   if (iequals_prefix(line, "content-encoding:")) {
     // Several lines are one list ("gzip" then "identity" is "gzip, identity"): the last
     // alone would hide a coding the body is in.
@@ -436,7 +441,10 @@ CurlAnswer curl_perform(const CurlRequest& req, void* dst, std::size_t cap, std:
       if (a.outcome.curl == CURLE_ABORTED_BY_CALLBACK && interrupt_requested()) {
         a.outcome.curl_error = "interrupted";
       }
-      if (req.head) curl_easy_getinfo(c, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &a.content_length);
+      a.bad_content_length.clear();
+      if (req.head && !parse_content_length(a.headers, &a.content_length)) {
+        a.bad_content_length = a.headers.content_length;
+      }
       if (!req.follow_redirects || a.outcome.curl != CURLE_OK || !is_redirect(a.outcome.http)) {
         break;
       }
@@ -497,6 +505,22 @@ bool is_encoded(const std::string& content_encoding) {
     v.clear();
   }
   return false;
+}
+
+bool parse_content_length(const CurlHeaders& headers, curl_off_t* n) {
+  *n = -1;
+  if (!headers.has_content_length) return true;
+  const std::string& v = headers.content_length;
+  const char* end = v.data() + v.size();
+  curl_off_t got = -1;
+  // Digits only (RFC 9110's 1*DIGIT): from_chars alone would take a sign or stop at the first
+  // other character; it refuses what overflows.
+  if (v.empty() || v.find_first_not_of("0123456789") != std::string::npos ||
+      std::from_chars(v.data(), end, got).ec != std::errc() || got < 0) {
+    return false;
+  }
+  *n = got;
+  return true;
 }
 
 bool parse_content_range(const std::string& value, std::uint64_t* first, std::int64_t* total) {

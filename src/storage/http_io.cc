@@ -216,25 +216,88 @@ class CurlRemoteIo final : public RemoteIo {
     req.head = true;
     const CurlAnswer a = curl_perform(req, nullptr, 0, 0, &retries_);
     const CurlOutcome& o = a.outcome;
+    // A server that refuses HEAD (a presigned URL signed for GET alone answers 403, some
+    // servers 405): the snapshot is taken from a GET of the object's first byte instead.
+    if (o.curl == CURLE_OK && (o.http == 403 || o.http == 405)) {
+      return head_by_get(url, t, o.http, info, validators);
+    }
     if (o.curl != CURLE_OK || o.http != 200) return failed(url, "cannot open", o, {}, a.tries);
+    if (!a.bad_content_length.empty()) {
+      return file_error(ErrorCode::kIo, url,
+                        "cannot open: the server's HEAD answer has Content-Length '" +
+                            a.bad_content_length +
+                            "', which is not a number of bytes (expected decimal digits only)");
+    }
     if (a.content_length < 0) {
       return file_error(ErrorCode::kIo, url,
                         "cannot open: the server's HEAD answer has no Content-Length");
     }
-    if (is_encoded(a.headers.content_encoding)) {
-      return file_error(ErrorCode::kIo, url,
-                        "cannot open: the server's HEAD answer has Content-Encoding '" +
-                            a.headers.content_encoding +
-                            "': it would send an encoding of the object, not its bytes (serve "
-                            "the object without an encoding)");
-    }
+    SHARDLOAD_RETURN_IF_ERROR(check_not_encoded(url, "HEAD", a.headers));
+    snapshot(a.headers, static_cast<std::uint64_t>(a.content_length), info, validators);
+    return Status::ok();
+  }
+
+  static Status check_not_encoded(const std::string& url, const char* what, const CurlHeaders& h) {
+    if (!is_encoded(h.content_encoding)) return Status::ok();
+    return file_error(ErrorCode::kIo, url,
+                      std::string("cannot open: the server's ") + what +
+                          " answer has Content-Encoding '" + h.content_encoding +
+                          "': it would send an encoding of the object, not its bytes (serve "
+                          "the object without an encoding)");
+  }
+
+  static void snapshot(const CurlHeaders& h, std::uint64_t size, FileInfo* info,
+                       CurlHeaders* validators) {
     *info = FileInfo{};
-    info->size = static_cast<std::uint64_t>(a.content_length);
+    info->size = size;
     info->regular = true;
-    validators->etag = a.headers.etag;
-    validators->last_modified = a.headers.last_modified;
-    info->inode =
-        fnv1a(a.headers.etag.empty() ? "last-modified:" + a.headers.last_modified : a.headers.etag);
+    validators->etag = h.etag;
+    validators->last_modified = h.last_modified;
+    info->inode = fnv1a(h.etag.empty() ? "last-modified:" + h.last_modified : h.etag);
+  }
+
+  // The snapshot from "Range: bytes=0-0" where the HEAD was refused (HTTP `refused`): the
+  // size is the Content-Range's total (of a 206, or of a 416 for an empty object), else a
+  // whole object's Content-Length (a 200 from a server that ignores ranges); the validators
+  // are the answer's ETag and Last-Modified, which every later GET is held to as a HEAD's.
+  Status head_by_get(const std::string& url, const Target& t, long refused, FileInfo* info,
+                     CurlHeaders* validators) {
+    const std::string what = "cannot open (its HEAD was refused with HTTP " +
+                             std::to_string(refused) + ", and the GET of its first byte instead";
+    CurlRequest req;
+    req.url = t.request_url;
+    req.options = &t.options;
+    req.headers = [] { return std::vector<std::string>{"Range: bytes=0-0"}; };
+    std::byte first{};
+    const CurlAnswer a = curl_perform(req, &first, 1, 0, &retries_);
+    const CurlOutcome& o = a.outcome;
+    if (!a.encoded.empty()) return check_not_encoded(url, "GET", a.headers);
+    if (o.curl != CURLE_OK || (o.http != 200 && o.http != 206 && o.http != 416)) {
+      return failed(url, what + " failed)", o, a.error_body, a.tries);
+    }
+    std::int64_t size = -1;
+    const std::string& cr = a.headers.content_range;
+    if (o.http == 200) {
+      curl_off_t n = -1;
+      if (parse_content_length(a.headers, &n)) size = n;
+    } else {
+      std::uint64_t from = 0;
+      std::int64_t total = -1;
+      // A 206 of byte 0 ("bytes 0-0/N"), or a 416 of an empty object ("bytes */0").
+      if (parse_content_range(cr, &from, &total) && from == 0 &&
+          (o.http == 206 ? total >= 1 : total == 0)) {
+        size = total;
+      }
+    }
+    if (size < 0) {
+      return file_error(
+          ErrorCode::kIo, url,
+          what + " answered HTTP " + std::to_string(o.http) +
+              (o.http == 200 ? " with Content-Length '" + a.headers.content_length + "'"
+                             : " with Content-Range '" + cr + "'") +
+              ", which gives no size)");
+    }
+    snapshot(a.headers, static_cast<std::uint64_t>(size), info, validators);
     return Status::ok();
   }
 

@@ -464,6 +464,11 @@ Result<FileInfo> s3_head(const S3Endpoint& ep, const std::string& url, const std
   const CurlAnswer a = curl_perform(req, nullptr, 0, 0, retries);
   const CurlOutcome& o = a.outcome;
   if (o.curl != CURLE_OK || o.http != 200) return answer_error(url, "open", a);  // no body
+  if (!a.bad_content_length.empty()) {
+    return file_error(ErrorCode::kIo, url,
+                      "cannot open: the HEAD answer's Content-Length '" + a.bad_content_length +
+                          "' is not a number of bytes (expected decimal digits only)");
+  }
   if (a.content_length < 0) {
     return file_error(ErrorCode::kIo, url, "cannot open: the HEAD answer has no Content-Length");
   }

@@ -936,3 +936,115 @@ def test_a_refused_redirect_hides_the_secrets_of_its_location(web, where):
     text = str(e.value)
     assert "s3cr3t" not in text and "alice:***@" in text, text
     assert ("redirects" in text) if where == "a loop" else ("ftp://u:***@" in text), text
+
+
+# ---- the last passes' "noticed": a HEAD's Content-Length, a HEAD refused -----------------------
+
+
+@contextlib.contextmanager
+def _serving_handler(handler) -> Iterator[str]:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/a.npy"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.mark.parametrize("length", ["0x10", "+16", "16 junk", "-16", "1e3", "",
+                                    str(2**63), str(2**64 + 16), "16, 16"])
+def test_a_heads_content_length_that_is_no_number_is_refused_naming_the_url(length):
+    """libcurl read "Content-Length: 0x10" as 0 (and the file then as "not a .npy file"),
+    "+16" as 16: the value is parsed strictly (decimal digits only, within 63 bits), else the
+    open is refused naming the URL and the value."""
+    a = np.arange(8, dtype=np.float64)
+
+    class Lengths(_RangeLiar):
+        def do_HEAD(self) -> None:  # noqa: N802
+            self.send_response(200)
+            self.send_header("ETag", '"v1"')
+            self.send_header("Content-Length", length)
+            self.end_headers()
+
+    with _serving_handler(type("L", (Lengths,), {"data": npy_bytes(a), "lie": ""})) as url:
+        with pytest.raises(shardload.Error) as e:
+            shardload.discover(url)
+    # libcurl refuses some itself ("-16": "Invalid Content-Length"), which names the URL too.
+    ours = (f"{url}: cannot open: the server's HEAD answer has Content-Length '{length}', which "
+            "is not a number of bytes (expected decimal digits only)")
+    assert ours in str(e.value) or (f"{url}: cannot open" in str(e.value) and
+                                    "Content-Length" in str(e.value)), e.value
+
+
+@pytest.mark.parametrize("refused", [403, 405])
+@pytest.mark.parametrize("etag", [True, False])
+def test_an_object_whose_head_is_refused_is_loaded_by_a_ranged_get(refused, etag):
+    """A presigned URL signed for GET alone answers HEAD with 403 (some servers 405): such a
+    source could not be loaded. The snapshot is taken from "Range: bytes=0-0" instead (the
+    size from its Content-Range, the ETag or Last-Modified as the validator), and every later
+    GET is held to it as to a HEAD's: an object replaced after discovery is refused."""
+    a = np.arange(4000, dtype=np.float64).reshape(1000, 4)
+    seen: list[tuple[str, str | None]] = []
+
+    class NoHead(_RangeLiar):
+        def do_HEAD(self) -> None:  # noqa: N802
+            seen.append(("HEAD", None))
+            self._answer(refused, {}, b"", head=True)
+
+        def do_GET(self) -> None:  # noqa: N802
+            seen.append(("GET", self.headers.get("Range")))
+            super().do_GET()
+
+        def _answer(self, code, headers, body, head=False, extra=b"") -> None:
+            tag = '"v1"' if self.data is DATA[0] else '"v2"'
+            headers = {"ETag": tag, **headers} if etag else {
+                "Last-Modified": "Mon, 01 Jan 2024 00:00:00 GMT" if self.data is DATA[0]
+                else "Tue, 02 Jan 2024 00:00:00 GMT", **headers}
+            self.send_response(code)
+            for k, v in headers.items():
+                self.send_header(k, v)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            if not head:
+                with contextlib.suppress(OSError):
+                    self.wfile.write(body + extra)
+
+    DATA = [npy_bytes(a)]
+    handler = type("N", (NoHead,), {"data": DATA[0], "lie": ""})
+    with _serving_handler(handler) as url:
+        layout = shardload.discover(url)
+        assert layout.shape == a.shape
+        np.testing.assert_array_equal(layout.read(100, 900), a[100:900])
+        assert ("GET", "bytes=0-0") in seen, seen
+        # Replaced after discovery: the GETs' validator differs from the snapshot's.
+        DATA.append(npy_bytes(a + 1))
+        handler.data = DATA[1]
+        with pytest.raises(shardload.ShardReadError) as e:
+            layout.read(100, 900)
+        assert f"{url}: changed since discovery" in str(e.value), e.value
+
+
+@pytest.mark.parametrize("size", [0, 1])
+def test_a_tiny_object_whose_head_is_refused_has_its_size(size):
+    """The GET of byte 0 of an empty object is a 416 ("bytes */0"), of a one-byte object a
+    206 ("bytes 0-0/1"): each gives the size. Raw bytes, so that each size is a dataset."""
+
+    class NoHead(_RangeLiar):
+        def do_HEAD(self) -> None:  # noqa: N802
+            self._answer(403, {}, b"", head=True)
+
+        def do_GET(self) -> None:  # noqa: N802
+            if self.path != "/a.bin":  # no sidecar
+                self._answer(404, {}, b"not found")
+            elif not self.data:
+                self._answer(416, {"Content-Range": "bytes */0"}, b"")
+            else:
+                super().do_GET()
+
+    with _serving_handler(type("T", (NoHead,), {"data": b"\x07" * size, "lie": ""})) as url:
+        url = url.replace("a.npy", "a.bin")
+        layout = shardload.discover(url, dtype="uint8", trailing_shape=())
+        assert layout.shape == (size,)
+        np.testing.assert_array_equal(layout.read(), np.full(size, 7, np.uint8))

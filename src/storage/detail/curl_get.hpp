@@ -25,6 +25,10 @@ struct CurlHeaders {
   std::string content_range;
   std::string content_encoding;  // an encoding of the body (gzip, ...), not the object's bytes
   std::string bucket_region;     // S3's x-amz-bucket-region: where a bucket asked elsewhere is
+  // Every Content-Length line's value, joined by ", " (two lines are one list): parsed by
+  // curl_perform, strictly, not by libcurl, which reads "0x10" as 0 and "+16" as 16.
+  std::string content_length;
+  bool has_content_length = false;
 };
 
 // What one request ended in.
@@ -78,8 +82,12 @@ struct CurlAnswer {
   CurlOutcome outcome;
   std::int64_t tries = 0;
   CurlHeaders headers;
-  curl_off_t content_length = -1;  // a HEAD's
-  std::size_t got = 0;             // body bytes written into the buffer
+  // A HEAD's Content-Length: -1 where it has none, or where it is no plain decimal number of
+  // bytes that fits 63 bits ("0x10", "+16", "16 junk", "16, 16"), which bad_content_length
+  // then holds as sent.
+  curl_off_t content_length = -1;
+  std::string bad_content_length;
+  std::size_t got = 0;    // body bytes written into the buffer
   bool overflow = false;  // more bytes came than were asked for, or a 200 for a range not at 0
   bool refused = false;   // `accept` said no
   // A 200 or 206 whose body came in a Content-Encoding (its value): other bytes than the
@@ -96,6 +104,10 @@ CurlAnswer curl_perform(const CurlRequest& req, void* dst, std::size_t cap, std:
 // Whether a Content-Encoding value makes a body other bytes than the object's: any coding
 // but "identity" and S3's "aws-chunked" (metadata of an upload, not of the bytes sent).
 bool is_encoded(const std::string& content_encoding);
+
+// The answer's Content-Length in `*n` (-1 where it has none); false where it has one that is
+// no plain decimal number of bytes fitting 63 bits ("0x10", "+16", "16 junk", "16, 16").
+bool parse_content_length(const CurlHeaders& headers, curl_off_t* n);
 
 // "bytes FIRST-LAST/TOTAL": FIRST and TOTAL (-1 where "*" or missing); false when malformed.
 bool parse_content_range(const std::string& value, std::uint64_t* first, std::int64_t* total);
