@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "shardload/formats.hpp"
+#include "shardload/location.hpp"
 
 namespace shardload {
 
@@ -18,6 +19,13 @@ Status check_save_dest(const std::string& dest) {
   if (dest.empty()) return argument_error("the destination is empty");
   if (dest.find('\0') != std::string::npos) {
     return argument_error("the destination holds a NUL byte");
+  }
+  // Taken as a local path, "gs://b/k" would be written to "./gs:/b/k" (or fail to find it).
+  if (const std::string scheme = unsupported_scheme(dest); !scheme.empty()) {
+    return argument_error("the destination '" + dest + "': the " + scheme +
+                          ":// scheme is not supported (save writes local paths and s3:// "
+                          "URLs; a local path spelled so can be written './" +
+                          dest + "')");
   }
   return Status::ok();
 }

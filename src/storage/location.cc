@@ -67,6 +67,18 @@ PathTraits path_traits(std::string_view path) {
 
 bool is_remote_url(std::string_view path) { return row_of(path) != nullptr; }
 
+std::string unsupported_scheme(std::string_view path) {
+  const auto colon = path.find("://");
+  if (colon == std::string_view::npos || colon == 0 || is_remote_url(path)) return {};
+  const std::string_view scheme = path.substr(0, colon);
+  const auto alpha = [](char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); };
+  if (!alpha(scheme[0])) return {};
+  for (const char c : scheme) {
+    if (!alpha(c) && !(c >= '0' && c <= '9') && c != '+' && c != '-' && c != '.') return {};
+  }
+  return std::string(scheme);
+}
+
 bool is_http_url(std::string_view path) {
   return path.starts_with("http://") || path.starts_with("https://");
 }
@@ -136,13 +148,6 @@ std::string unnameable_key(std::string_view location, std::string_view key) {
 
 std::string url_key(std::string_view location, std::string_view key) {
   if (!path_traits(location).encoded_keys) return std::string(key);
-  std::string out;
-  for (const char c : text) {
-    const auto b = static_cast<unsigned char>(c);
-    if (keep(b)) {
-      out += c;
-    }
-  }
   // Only what a URL's path may hold as it is (RFC 3986's unreserved and sub-delims, ':', '@'
   // and the '/' between segments) goes in unencoded: '%', '#' and '?' would be decoded or cut,
   // a space or a control is no URL at all (libcurl refuses it), and a byte past ASCII is sent
@@ -156,6 +161,17 @@ std::string url_key(std::string_view location, std::string_view key) {
 
 std::string percent_encode(std::string_view text, bool (*keep)(unsigned char)) {
   constexpr char kHex[] = "0123456789ABCDEF";
+  std::string out;
+  for (const char c : text) {
+    const auto b = static_cast<unsigned char>(c);
+    if (keep(b)) {
+      out += c;
+    } else {
+      out += '%';
+      out += kHex[b >> 4];
+      out += kHex[b & 0xF];
+    }
+  }
   return out;
 }
 
@@ -166,10 +182,6 @@ std::string snapshot_difference(const FileInfo& then, const FileInfo& now) {
   std::string d = "size " + std::to_string(then.size) + " -> " + std::to_string(now.size) +
                   " bytes, mtime " + std::to_string(then.mtime_ns) + " -> " +
                   std::to_string(now.mtime_ns) + " ns";
-    } else {
-      out += '%';
-      out += kHex[b >> 4];
-      out += kHex[b & 0xF];
   if (then.ctime_ns != now.ctime_ns) {
     d += ", ctime " + std::to_string(then.ctime_ns) + " -> " + std::to_string(now.ctime_ns) + " ns";
   }

@@ -182,16 +182,9 @@ Status check_no_nul(std::string_view what, const std::string& text) {
 // cause: a URL whose scheme no backend serves is refused by name, unless a local path of
 // that spelling exists (a directory "gs:" is legal, if odd).
 Status check_scheme(std::string_view what, const std::string& text) {
-  const auto colon = text.find("://");
-  if (colon == std::string::npos || colon == 0 || is_remote_url(text)) return Status::ok();
-  const std::string scheme = text.substr(0, colon);
-  const bool url_like =
-      std::isalpha(static_cast<unsigned char>(scheme[0])) != 0 &&
-      std::all_of(scheme.begin(), scheme.end(), [](char c) {
-        return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '+' || c == '-' || c == '.';
-      });
+  const std::string scheme = unsupported_scheme(text);
   struct ::stat st {};
-  if (!url_like || ::stat(text.c_str(), &st) == 0) return Status::ok();
+  if (scheme.empty() || ::stat(text.c_str(), &st) == 0) return Status::ok();
   return {ErrorCode::kInvalidArgument,
           std::string(what) + " '" + path_for_message(text) + "': the " + scheme +
               ":// scheme is not supported (s3://, http:// and https:// are; a local path "

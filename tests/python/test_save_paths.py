@@ -232,3 +232,33 @@ def test_a_link_as_the_destination_or_inside_it_moves_no_write_outside(tmp_path,
         assert str(dest) in str(e.value), str(e.value)
     assert _tree(elsewhere) == before
     assert not staging_dirs(tmp_path)
+
+
+@pytest.mark.parametrize("dest", ["gs://bucket/d/", "hdfs://namenode/d", "file:///tmp/d/",
+                                  "az://container/d/", "ftp://host/d/"])
+def test_a_destination_of_an_unsupported_scheme_is_refused_naming_it(tmp_path, monkeypatch, cli,
+                                                                     dest):
+    """save to gs://, hdfs://, file://, ... was taken as a local relative path ("./gs:/..."),
+    and failed as "cannot resolve the directory it is in": refused by its scheme, naming it and
+    what save writes, before anything is created (as a load source of such a scheme is)."""
+    import subprocess
+
+    import shardload.numpy as snp
+
+    monkeypatch.chdir(tmp_path)
+    scheme = dest.split("://")[0]
+    message = (f"the destination '{dest}': the {scheme}:// scheme is not supported (save writes "
+               f"local paths and s3:// URLs; a local path spelled so can be written './{dest}')")
+    x = np.arange(8.0).reshape(4, 2)
+    for save in (shardload.save, snp.save):
+        with pytest.raises(ValueError) as e:
+            save(x, dest)
+        assert message in str(e.value), e.value
+    r = subprocess.run([str(cli), "write", "--shard-dir", dest, "--num-shards", "2",
+                        "--shape", "4,2"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1 and message in r.stderr, r.stderr
+    assert os.listdir(tmp_path) == []
+    # Spelled as a local path, it is one (its parent made first, as for any local save).
+    os.makedirs(os.path.dirname(f"./{dest}".rstrip("/")))
+    shardload.save(x, f"./{dest}", num_shards=2)
+    np.testing.assert_array_equal(np.asarray(shardload.load(f"./{dest}")), x)

@@ -66,6 +66,10 @@ PathTraits path_traits(std::string_view path);
 // scheme predicates are this layer's (and the command line's argument parsing): everything
 // else asks path_traits what it needs to know (tools/check_includes.py holds it to that).
 bool is_remote_url(std::string_view path);
+// The scheme of a URL no backend serves ("gs" of "gs://b/k", "file" of "file:///d"), or ""
+// where `path` is no such URL (a served scheme, a local path without "SCHEME://"). A name
+// so spelled would otherwise be taken as a local relative path ("./gs:/b/k").
+std::string unsupported_scheme(std::string_view path);
 // "http://..." and "https://...": the URLs the HTTP backend serves (no listing, no globs).
 bool is_http_url(std::string_view path);
 // The backend that serves `url` (by its scheme), or nullptr when this build has none.
@@ -98,13 +102,13 @@ std::string unnameable_key(std::string_view location, std::string_view key);
 // the server, which decodes the path, looks up the key itself; elsewhere `key` as it is.
 std::string url_key(std::string_view location, std::string_view key);
 
+// `text` with each byte that `keep` refuses written as "%XX" (upper-case hex digits).
+std::string percent_encode(std::string_view text, bool (*keep)(unsigned char));
+
 // The fields in which `now` differs from `then` ("size 10 -> 8 bytes, mtime ... -> ... ns,
 // ..."), or "" when the snapshots are equal.
 std::string snapshot_difference(const FileInfo& then, const FileInfo& now);
 // The same for the file at `path`, in the terms of its store: an object's snapshot has no
-// `text` with each byte that `keep` refuses written as "%XX" (upper-case hex digits).
-std::string percent_encode(std::string_view text, bool (*keep)(unsigned char));
-
 // times, so its size and the hash of its ETag say what changed ("size 10 -> 10 bytes,
 // overwritten (its ETag differs)").
 std::string snapshot_difference(std::string_view path, const FileInfo& then, const FileInfo& now);
