@@ -8,20 +8,30 @@ import numpy as np
 
 from ._core import Layout
 
+class Maps:
+    """A layout's local npy / raw files mapped (each at its first use, kept until this goes),
+    for gathers that copy each row from the map: ``usable`` is False where any shard is not
+    a local file stored as served (C order, this host's byte order, not bool) or the files
+    exceed 8 GiB; the copies run under a SIGBUS guard (a truncated file is the read error
+    naming it)."""
+    def __init__(self, layout: Layout) -> None: ...
+    @property
+    def usable(self) -> bool: ...
 def gather(layout: Layout, rows: np.ndarray[Any, Any], out: np.ndarray[Any, Any],
-           threads: int = 1, cast: bool = False) -> None:
+           threads: int = 1, cast: bool = False, maps: Maps | None = None) -> None:
     """``out[i]`` = row ``rows[i]`` of ``layout`` for every i (int64 rows in any order;
     ``out`` C-contiguous, writable, ``len(rows)`` rows of the layout's dtype, or with
     ``cast`` of a dtype the layout's casts to as numpy's same_kind among bool, the ints,
     float32 and float64); ``threads`` readers, the GIL released. Rows close together in the
-    source are read in runs and copied to their places. ValueError for a row outside the
-    layout or a cast not done here; ShardReadError as a load's."""
+    source are read in runs and copied to their places; with usable ``maps`` (of this
+    layout) each row is copied from the map. ValueError for a row outside the layout or a
+    cast not done here; ShardReadError as a load's."""
 class Gather:
     """:func:`gather` started on threads of its own at construction (the feed's read-ahead);
     the layout and ``out`` are held until it ends, the rows copied. Dropping an unfinished one
     waits for its reads."""
     def __init__(self, layout: Layout, rows: np.ndarray[Any, Any], out: np.ndarray[Any, Any],
-                 threads: int = 1, cast: bool = False) -> None: ...
+                 threads: int = 1, cast: bool = False, maps: Maps | None = None) -> None: ...
     def result(self) -> np.ndarray[Any, Any]:
         """``out`` once the rows are in it (the GIL released while waiting); the gather's
         error otherwise (ShardReadError naming the file, ValueError for a row outside the

@@ -34,17 +34,21 @@ wrap to the epoch's first ones (position ``p >= n`` serves position ``p mod n``)
 position through a keyed bijection on ``[0, n)`` (a Feistel network with cycle-walking,
 ``shardload._feed_order``), never a materialised permutation:
 
-- ``"row"`` (or True): an exact shuffle of all rows. Each batch's rows are gathered by the
-  engine in one call (``shardload._feed_core.gather``): sorted, consecutive rows merged into
-  one read, each row read straight into its place in the batch, one reader per thread
-  keeping its files open (local npy and raw files checked at their open and once after the
-  call, not after each row).
+- ``"row"`` (or True): an exact shuffle of all rows. Each fill's rows are gathered by the
+  engine in one call (``shardload._feed_core.gather``). Where every shard is a local npy or
+  raw file stored as served (C order, this host's byte order, not bool; at most 8 GiB in
+  all), the feed maps the files once and each row is one copy from the map to its place, no
+  system call a row; a file truncated under the map is the ShardReadError naming it (a
+  SIGBUS guard on the copies), and each file is checked against its snapshot when mapped
+  and after each fill. Otherwise the rows, sorted, are read with a positional read each
+  (consecutive rows merged), one reader per thread keeping its files open (local npy and
+  raw files checked at their open and once after the call, not after each row).
 - ``"block"``: the rows are cut into blocks of ``block_rows``; the blocks follow the
   bijection over blocks; each window of ``window_blocks`` consecutive blocks of that order has
-  its rows shuffled by a bijection of its own. Reads are coalesced: a fill is one engine
-  gather whose rows, sorted, are read in runs (a block is one range read, rows up to about
-  64 KiB apart read through) into scratch, and each row then copied to its place, on the
-  engine's threads. On ``w`` ranks each rank reads whole the blocks its batches touch: cheap
+  its rows shuffled by a bijection of its own. A fill is one engine gather, as the row
+  shuffle's (from the maps where they serve); without maps its rows, sorted, are read in
+  runs (a block is one range read, rows up to about 64 KiB apart read through) into scratch,
+  and each row then copied to its place, on the engine's threads. On ``w`` ranks each rank reads whole the blocks its batches touch: cheap
   from page cache or a local disk, up to ``w`` times the bytes from object storage.
 - ``"none"`` (or False, None): the rows in order; each batch is one contiguous read.
 
@@ -501,6 +505,7 @@ class Feed:
         # bool, ints, float32 and float64); numpy in the read-ahead thread otherwise.
         self._engine_cast = self._cast is not None and _engine_casts(self._layout.dtype,
                                                                      self._cast)
+        self._maps: Optional[Any] = None  # _feed_core.Maps, made at the first shuffled loop
         self._n = int(self._layout.total_rows)
         row_bytes = max(1, self._layout.nbytes // self._n) if self._n else 1
         if block_rows is None:
@@ -698,6 +703,16 @@ class Feed:
         return np.arange(first, first + self._batch_size, dtype=np.int64) % self._n
 
     # -- reading ----------------------------------------------------------------------------------
+    def _maps_for(self, order: Order) -> Optional[Any]:
+        """The layout's files mapped, for a shuffled order's gathers (each row one copy from
+        the map, not a pread); None in order (one read a fill either way) or where the
+        files cannot be mapped as served (not local npy/raw, byte-swapped, ...)."""
+        if order.mode == "none":
+            return None
+        if self._maps is None:
+            self._maps = _feed_core.Maps(self._layout)
+        return self._maps if self._maps.usable else None
+
     def _fill(self, order: Order, positions: np.ndarray, out: np.ndarray) -> np.ndarray:
         """The rows at ``positions`` into ``out`` in one engine call: rows that follow each
         other in the source and the batch one read (a batch in order is one piece, two at a
@@ -706,7 +721,8 @@ class Feed:
         direct = self._cast is None or self._engine_cast
         dst = out if direct else np.empty((positions.size,) + out.shape[1:], self._layout.dtype)
         _feed_core.gather(self._layout, order.rows(positions), dst,
-                          self._threads or _core.default_host_threads(), cast=self._engine_cast)
+                          self._threads or _core.default_host_threads(), cast=self._engine_cast,
+                          maps=self._maps_for(order))
         if not direct:
             np.copyto(out, dst, casting="unsafe")
         return out
@@ -750,6 +766,7 @@ class Feed:
         per = self._per_fill
         fills = [mine[i:i + per] for i in range(0, len(mine), per)]
         engine = self._cast is None or self._engine_cast
+        maps = self._maps_for(order)
         ahead = self._ahead or (2 if engine else 1)
         pending: collections.deque = collections.deque()
         alone: collections.deque = collections.deque()
@@ -781,7 +798,7 @@ class Feed:
                 # thread, so the fill never waits for the GIL behind the loop.
                 pending.append(_feed_core.Gather(self._layout, order.rows(positions(ks)), buf,
                                                  self._threads or _core.default_host_threads(),
-                                                 cast=self._engine_cast))
+                                                 cast=self._engine_cast, maps=maps))
             else:
                 pending.append(pool.submit(self._fill, order, positions(ks), buf))
 

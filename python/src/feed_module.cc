@@ -6,6 +6,9 @@
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <sys/mman.h>
 
 #include <algorithm>
 #include <atomic>
@@ -23,7 +26,9 @@
 #include "errors.hpp"
 #include "interrupt.hpp"
 #include "shardload/fill.hpp"
+#include "shardload/io.hpp"
 #include "shardload/layout.hpp"
+#include "shardload/location.hpp"
 #include "shardload/plan.hpp"
 
 namespace py = pybind11;
@@ -139,7 +144,8 @@ std::size_t shard_of(const Layout& l, std::int64_t r) {
 std::optional<Coalesced> coalesce(const Layout& l, const std::int64_t* rows,
                                   const std::vector<std::int64_t>& order, std::size_t direct) {
   const std::size_t n = order.size();
-  if (n < 2 || l.row_bytes == 0) return std::nullopt;
+  // A few direct reads (a fill in order: one a shard it spans) are not worth a second copy.
+  if (n < 2 || l.row_bytes == 0 || direct < 8) return std::nullopt;
   const auto row_at = [&](std::size_t i) { return rows[order[i]]; };
   // The gaps between sorted neighbours that could be read through (in one or two adjacent
   // shards), and the largest gap that fits the budget.
@@ -378,14 +384,265 @@ CastFn out_cast(const Layout& l, const py::array& out, bool cast) {
   return fn;
 }
 
-// fill_gather into out, through scratch and `fn` where the batch is in another dtype.
+// ---- Mapped reads: a shuffled fill without a system call per row -----------------------------
+// A shuffled fill of local npy or raw files costs a pread per row the direct way (about 1.5 us
+// for 1 KiB from the page cache, most of it the system call) and two passes over the bytes the
+// coalesced way. Where every shard is a local npy or raw file stored as it is served (C order,
+// this host's byte order, not bool), the feed maps the files once (Maps, kept for the feed's
+// life: a fresh map per fill cost its page faults, as much as the preads) and each row is
+// one memcpy from the map to its place: one pass, no system call.
+//
+// A file truncated under a map turns a read of its lost pages into SIGBUS, which the
+// preads made a ShardReadError. The copies therefore run under a guard: a SIGBUS handler
+// that, on a thread inside a guarded copy, jumps out of it (siglongjmp), so that the fill
+// ends with the kChanged error naming the file; on any other thread it hands the signal to
+// the handler that was there before (Python's faulthandler, torch's DataLoader worker's, the
+// default). Each fill installs the guard again if another handler replaced it (torch's
+// worker sets its own after the fork). As with the preads, each file is checked against its
+// snapshot when it is mapped and after each fill, so no byte of a changed file is taken for
+// the snapshot's.
+namespace guard {
+
+struct sigaction previous;  // the handler the guard replaced
+// volatile: the handler reads it, so neither store around the copies may be dropped or moved
+// (the first looked dead to the compiler, a memcpy reading no such variable).
+__attribute__((tls_model("initial-exec"))) thread_local sigjmp_buf* volatile jump = nullptr;
+__attribute__((tls_model("initial-exec"))) thread_local void* volatile fault = nullptr;
+
+void on_sigbus(int sig, siginfo_t* info, void* context) {
+  if (jump != nullptr) {
+    fault = info->si_addr;
+    siglongjmp(*jump, 1);
+  }
+  // Not a guarded copy's: as if the guard were not there.
+  if ((previous.sa_flags & SA_SIGINFO) != 0 && previous.sa_sigaction != nullptr) {
+    previous.sa_sigaction(sig, info, context);
+  } else if (previous.sa_handler != SIG_DFL && previous.sa_handler != SIG_IGN) {
+    previous.sa_handler(sig);
+  } else {
+    // A fault happens again on return, and the default action ends the process; a SIGBUS
+    // sent (kill) is sent again.
+    signal(sig, SIG_DFL);
+    if (info->si_code <= 0) raise(sig);
+  }
+}
+
+// Installs the guard unless it is the handler now; false where it cannot be.
+bool install() {
+  static std::mutex m;
+  const std::lock_guard<std::mutex> hold(m);
+  struct sigaction now {};
+  if (sigaction(SIGBUS, nullptr, &now) != 0) return false;
+  if ((now.sa_flags & SA_SIGINFO) != 0 && now.sa_sigaction == &on_sigbus) return true;
+  struct sigaction mine {};
+  mine.sa_sigaction = &on_sigbus;
+  // SA_NODEFER: SIGBUS stays unblocked after the jump (sigsetjmp saves no mask, which would
+  // cost a system call per copy).
+  mine.sa_flags = SA_SIGINFO | SA_NODEFER | SA_ONSTACK;
+  sigemptyset(&mine.sa_mask);
+  previous = now;
+  return sigaction(SIGBUS, &mine, nullptr) == 0;
+}
+
+struct Copy {
+  const std::byte* from;
+  std::byte* to;
+};
+
+// Copies `bytes` for each of copies; the address whose read faulted, or nullptr when all
+// were copied. Nothing with a destructor lives between the sigsetjmp and the copies.
+[[gnu::noinline]] void* copies(const Copy* c, std::size_t count, std::size_t bytes) {
+  sigjmp_buf here;
+  if (sigsetjmp(here, 0) != 0) {
+    jump = nullptr;
+    return fault;
+  }
+  jump = &here;
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  for (std::size_t i = 0; i < count; ++i) std::memcpy(c[i].to, c[i].from, bytes);
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  jump = nullptr;
+  return nullptr;
+}
+
+}  // namespace guard
+
+constexpr std::uint64_t kMapBytes = std::uint64_t{8} << 30;  // the most a feed maps
+
+// The maps of a layout's files, each made at its first use and kept until the Maps goes
+// (with the feed). usable() is false where any shard is not a file mapped as served (then
+// the feed reads as before), or the files hold more than kMapBytes (page tables: 2 MiB a
+// GiB mapped).
+class Maps {
+ public:
+  explicit Maps(py::object layout) : layout_(std::move(layout)) {
+    const Layout& l = layout_.cast<const Layout&>();
+    maps_.resize(l.shards.size());
+    std::uint64_t total = 0;
+    usable_ = (l.format == Format::kNpy || l.format == Format::kRaw) && l.row_bytes > 0 &&
+              l.dtype.kind != DTypeKind::kBool;
+    for (const Shard& sh : l.shards) {
+      total += sh.snapshot.size;
+      usable_ = usable_ && !sh.byte_swap && !sh.fortran_order && sh.snapshot.regular &&
+                !path_traits(sh.path).round_trips;
+    }
+    usable_ = usable_ && total <= kMapBytes;
+  }
+  Maps(const Maps&) = delete;
+  Maps& operator=(const Maps&) = delete;
+  ~Maps() {
+    for (const Map& m : maps_) {
+      if (m.base != nullptr) munmap(const_cast<std::byte*>(m.base), m.length);
+    }
+  }
+
+  [[nodiscard]] bool usable() const { return usable_; }
+  const Layout& layout() const { return layout_.cast<const Layout&>(); }
+
+  // The first byte of shard k's file mapped, mapping it now if need be: its open checked
+  // against the snapshot (the kChanged error naming the file otherwise).
+  Result<std::pair<const std::byte*, std::size_t>> file(std::size_t k, const Layout& l) {
+    const std::lock_guard<std::mutex> hold(mutex_);
+    Map& m = maps_[k];
+    if (m.base != nullptr) return std::make_pair(m.base, m.length);
+    const Shard& sh = l.shards[k];
+    FileInfo info;
+    SHARDLOAD_ASSIGN_OR_RETURN(File f, File::open_stat(posix_io(), sh.path, &info));
+    if (info != sh.snapshot) {
+      return file_error(
+          ErrorCode::kChanged, sh.path,
+          "changed since discovery: " + snapshot_difference(sh.path, sh.snapshot, info));
+    }
+    if (info.size == 0)
+      return std::make_pair(static_cast<const std::byte*>(nullptr), std::size_t{0});
+    void* at = mmap(nullptr, info.size, PROT_READ, MAP_SHARED, f.fd(), 0);
+    if (at == MAP_FAILED) {
+      return file_error(ErrorCode::kIo, sh.path, "could not map the file to read its rows", errno);
+    }
+    m.base = static_cast<const std::byte*>(at);
+    m.length = info.size;
+    return std::make_pair(m.base, m.length);
+  }
+
+  // The shard whose mapped bytes hold `address`, or -1.
+  std::int64_t shard_at(const void* address) {
+    const std::lock_guard<std::mutex> hold(mutex_);
+    const auto* a = static_cast<const std::byte*>(address);
+    for (std::size_t k = 0; k < maps_.size(); ++k) {
+      if (maps_[k].base != nullptr && a >= maps_[k].base && a < maps_[k].base + maps_[k].length) {
+        return static_cast<std::int64_t>(k);
+      }
+    }
+    return -1;
+  }
+
+ private:
+  struct Map {
+    const std::byte* base = nullptr;
+    std::size_t length = 0;
+  };
+  py::object layout_;
+  std::vector<Map> maps_;
+  std::mutex mutex_;
+  bool usable_ = false;
+};
+
+// Shard k compared with its snapshot by path: the kChanged error naming it where it
+// differs or is gone.
+Status unchanged(const Shard& sh) {
+  Result<FileInfo> now = posix_io().stat_path(sh.path);
+  if (!now) return now.status();
+  if (*now != sh.snapshot) {
+    return file_error(ErrorCode::kChanged, sh.path,
+                      "changed while reading: " + snapshot_difference(sh.path, sh.snapshot, *now));
+  }
+  return Status::ok();
+}
+
+// out[i] = row rows[i] of the layout, copied from the maps on up to `threads` threads (one
+// per 8 MiB of rows, as scatter's); each file touched checked after the copies.
+Status fill_mapped(Maps& maps, const Layout& l, const std::int64_t* rows, std::int64_t n,
+                   std::byte* dst, std::int64_t threads) {
+  std::vector<guard::Copy> work(static_cast<std::size_t>(n));
+  std::vector<bool> touched(l.shards.size(), false);
+  for (std::int64_t i = 0; i < n; ++i) {
+    const std::int64_t r = rows[i];
+    if (r < 0 || r >= l.total_rows()) {
+      return Status(ErrorCode::kInvalidArgument, "gather: row " + std::to_string(r) +
+                                                     " is outside the layout's " +
+                                                     std::to_string(l.total_rows()) + " rows");
+    }
+    const std::size_t k = shard_of(l, r);
+    const Shard& sh = l.shards[k];
+    SHARDLOAD_ASSIGN_OR_RETURN(auto map, maps.file(k, l));
+    touched[k] = true;
+    const std::uint64_t file_row = static_cast<std::uint64_t>(sh.first_row + (r - l.offsets[k]));
+    const std::uint64_t at = sh.data_offset + file_row * l.row_bytes;
+    // A file shorter than its header says: the read a pread would find short, never a read
+    // past the map (SIGSEGV, which no guard takes).
+    if (at + l.row_bytes > map.second) {
+      return file_error(ErrorCode::kFormat, sh.path,
+                        "row " + std::to_string(file_row) + " ends at byte " +
+                            std::to_string(at + l.row_bytes) + ", past the file's " +
+                            std::to_string(map.second) + " bytes");
+    }
+    work[static_cast<std::size_t>(i)] = {map.first + at,
+                                         dst + static_cast<std::size_t>(i) * l.row_bytes};
+  }
+  if (!guard::install()) {
+    return Status(ErrorCode::kIo, "gather: could not install the SIGBUS guard of mapped reads");
+  }
+  const auto t = static_cast<std::int64_t>(std::max<std::uint64_t>(
+      1, std::min<std::uint64_t>(static_cast<std::uint64_t>(threads),
+                                 static_cast<std::uint64_t>(n) * l.row_bytes >> 23)));
+  std::vector<void*> faults(static_cast<std::size_t>(t), nullptr);
+  auto part = [&](std::int64_t j) {
+    const std::int64_t lo = n * j / t;
+    const std::int64_t hi = n * (j + 1) / t;
+    faults[static_cast<std::size_t>(j)] =
+        guard::copies(work.data() + lo, static_cast<std::size_t>(hi - lo), l.row_bytes);
+  };
+  std::vector<std::thread> helpers;
+  for (std::int64_t j = 1; j < t; ++j) helpers.emplace_back(part, j);
+  part(0);
+  for (std::thread& h : helpers) h.join();
+  // A file changed is the fill's error ahead of a fault it caused, as fill_parts' check.
+  for (std::size_t k = 0; k < touched.size(); ++k) {
+    if (touched[k]) SHARDLOAD_RETURN_IF_ERROR(unchanged(l.shards[k]));
+  }
+  for (void* at : faults) {
+    if (at == nullptr) continue;
+    const std::int64_t k = maps.shard_at(at);
+    const std::string path = k >= 0 ? l.shards[static_cast<std::size_t>(k)].path : "a shard";
+    return file_error(ErrorCode::kChanged, path,
+                      "changed while reading: its mapped bytes are gone (truncated)");
+  }
+  return Status::ok();
+}
+
+// fill_gather (or fill_mapped, with usable maps) into out, through scratch and `fn` where the
+// batch is in another dtype.
 Status fill_gather_cast(const Layout& l, const std::int64_t* rows, std::int64_t n, std::byte* dst,
-                        std::int64_t threads, CastFn fn) {
-  if (fn == nullptr) return fill_gather(l, rows, n, dst, threads);
+                        std::int64_t threads, CastFn fn, Maps* maps) {
+  auto fill = [&](std::byte* to) {
+    return maps != nullptr && maps->usable() ? fill_mapped(*maps, l, rows, n, to, threads)
+                                             : fill_gather(l, rows, n, to, threads);
+  };
+  if (fn == nullptr) return fill(dst);
   Scratch raw(static_cast<std::size_t>(n) * l.row_bytes);
-  SHARDLOAD_RETURN_IF_ERROR(fill_gather(l, rows, n, raw.data(), threads));
+  SHARDLOAD_RETURN_IF_ERROR(fill(raw.data()));
   fn(raw.data(), dst, static_cast<std::size_t>(n) * l.row_bytes / l.dtype.size);
   return Status::ok();
+}
+
+// The maps argument: None, or a Maps of this very layout object.
+Maps* maps_arg(const py::object& maps, const Layout& l) {
+  if (maps.is_none()) return nullptr;
+  Maps* m = maps.cast<Maps*>();
+  if (&m->layout() != &l) {
+    throw py::value_error("gather: maps: expected the Maps of this layout");
+  }
+  return m;
 }
 
 // The cast into out (nullptr: none) once the arguments are checked.
@@ -417,16 +674,17 @@ CastFn check_gather_args(const Layout& l, const py::array_t<std::int64_t, py::ar
 class AsyncGather {
  public:
   AsyncGather(py::object layout, const py::array_t<std::int64_t, py::array::c_style>& rows,
-              py::array out, std::int64_t threads, bool cast)
-      : layout_(std::move(layout)), out_(std::move(out)) {
+              py::array out, std::int64_t threads, bool cast, py::object maps)
+      : layout_(std::move(layout)), out_(std::move(out)), maps_(std::move(maps)) {
     const Layout& l = layout_.cast<const Layout&>();
     CastFn fn = check_gather_args(l, rows, out_, threads, cast);
+    Maps* m = maps_arg(maps_, l);
     rows_.assign(rows.data(), rows.data() + rows.size());
     wait_ = std::make_unique<InterruptibleWait>(python::sigint_raises_keyboard_interrupt());
     auto* dst = static_cast<std::byte*>(out_.mutable_data());
-    thread_ = std::thread([this, &l, dst, threads, fn] {
+    thread_ = std::thread([this, &l, dst, threads, fn, m] {
       status_ = fill_gather_cast(l, rows_.data(), static_cast<std::int64_t>(rows_.size()), dst,
-                                 threads, fn);
+                                 threads, fn, m);
       finished_.store(true, std::memory_order_release);
     });
   }
@@ -464,6 +722,7 @@ class AsyncGather {
  private:
   py::object layout_;
   py::array out_;
+  py::object maps_;  // held, as the layout, while the thread reads through them
   std::vector<std::int64_t> rows_;
   std::unique_ptr<InterruptibleWait> wait_;
   Status status_;
@@ -511,28 +770,35 @@ PYBIND11_MODULE(_feed_core, m) {
   m.def(
       "gather",
       [](const Layout& l, const py::array_t<std::int64_t, py::array::c_style>& rows,
-         const py::array& out, std::int64_t threads, bool cast) {
+         const py::array& out, std::int64_t threads, bool cast, const py::object& maps) {
         CastFn fn = check_gather_args(l, rows, out, threads, cast);
+        Maps* m = maps_arg(maps, l);
         auto* dst = static_cast<std::byte*>(const_cast<void*>(out.data()));
         const std::int64_t* r = rows.data();
         const std::int64_t n = rows.size();
         Status st = python::interruptible(
-            [&]() -> Status { return fill_gather_cast(l, r, n, dst, threads, fn); });
+            [&]() -> Status { return fill_gather_cast(l, r, n, dst, threads, fn, m); });
         if (!st.is_ok()) throw_status(st, ErrorSite::kRead);
       },
       py::arg("layout"), py::arg("rows"), py::arg("out"), py::arg("threads") = 1,
-      py::arg("cast") = false);
+      py::arg("cast") = false, py::arg("maps") = py::none());
 
   // gather(layout, rows, out, threads) started on a thread of its own; result() waits for it.
   py::class_<AsyncGather>(m, "Gather")
       .def(py::init<py::object, const py::array_t<std::int64_t, py::array::c_style>&, py::array,
-                    std::int64_t, bool>(),
+                    std::int64_t, bool, py::object>(),
            py::arg("layout"), py::arg("rows"), py::arg("out"), py::arg("threads") = 1,
-           py::arg("cast") = false)
+           py::arg("cast") = false, py::arg("maps") = py::none())
       .def("result", &AsyncGather::result)
       .def("done", &AsyncGather::done)
       // As a running future's: a started fill cannot be called off (dropping it waits).
       .def("cancel", [](const AsyncGather&) { return false; });
+
+  // A layout's local npy / raw files mapped for gathers (Gather's maps=): usable is false where
+  // the layout is not one (the gathers then read as without).
+  py::class_<Maps>(m, "Maps")
+      .def(py::init<py::object>(), py::arg("layout"))
+      .def_property_readonly("usable", &Maps::usable);
 
   // What the ranks of a job compare before they share one stream (shardload.feed): each
   // shard's path, first file row, rows, size and modification time. The change time and

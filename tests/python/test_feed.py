@@ -827,6 +827,107 @@ def test_a_shard_changed_mid_epoch_raises_the_read_error_naming_it(tmp_path, fau
     assert run_epoch(sf.Feed(d, 10, shuffle="none"))  # rediscovered, it reads
 
 
+TRUNCATE_CHILD = r"""
+import ctypes, os, sys
+import numpy as np
+import shardload, shardload.feed as sf
+d, mode, replace = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
+feed = sf.Feed(d, 256, shuffle=mode, seed=3, block_rows=64, threads=2)
+assert feed._maps_for(feed.order()) is not None  # the rows are copied from maps
+if replace:
+    # Another SIGBUS handler put in after the guard (as a DataLoader worker's is, after the
+    # fork): each fill started later puts the guard back in front of it.
+    first = iter(feed)
+    next(first)
+    first.close()  # the guard installed by its fills, which have ended
+    ctypes.CDLL(None).signal(7, ctypes.c_void_p(0))
+it = iter(feed)
+next(it)
+with open(os.path.join(d, "shard_0002.npy"), "r+b") as f:
+    f.truncate(4096)  # in place, under the maps: its later rows' pages are gone
+try:
+    for _ in it:
+        pass
+except shardload.ShardReadError as e:
+    print("raised:", e)
+    sys.exit(0)
+print("no error")
+sys.exit(3)
+"""
+
+
+@pytest.mark.parametrize("mode", ["row", "block"])
+@pytest.mark.parametrize("replace", [False, True])
+def test_a_shard_truncated_under_the_maps_raises_the_read_error_not_sigbus(tmp_path, mode,
+                                                                           replace):
+    """A shuffled fill copies its rows from maps of the files; a file truncated in place under
+    them makes the copy's read a SIGBUS, which the guard turns into the ShardReadError naming
+    the file (in a child process: a SIGBUS that got through ends it with -7), also after
+    another SIGBUS handler replaced the guard's."""
+    d = tmp_path / "d"
+    write_rows(d, [4096, 4096, 4096, 4096], cols=128)  # 16 MiB of 1 KiB rows, 4 fills
+    res = subprocess.run([sys.executable, "-c", TRUNCATE_CHILD, str(d), mode,
+                          "1" if replace else "0"], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, (res.returncode, res.stdout, res.stderr[-2000:])
+    assert "raised:" in res.stdout and "shard_0002.npy" in res.stdout, res.stdout
+    assert "changed while reading" in res.stdout, res.stdout
+
+
+SIGBUS_ELSEWHERE_CHILD = r"""
+import faulthandler, sys
+import numpy as np
+import shardload.feed as sf
+faulthandler.enable()
+d, victim = sys.argv[1], sys.argv[2]
+feed = sf.Feed(d, 256, shuffle="row", seed=3, threads=2)
+for _ in feed:  # the guard installed
+    pass
+m = np.memmap(victim, np.uint8, "r")
+with open(victim, "r+b") as f:
+    f.truncate(0)
+print(int(m[-1]))  # a SIGBUS outside any guarded copy
+"""
+
+
+def test_a_sigbus_outside_the_feeds_copies_still_reaches_the_handler_before_it(tmp_path):
+    """The guard takes only the SIGBUS of its own copies: another one (user code reading a
+    truncated memmap) goes to the handler that was there before (faulthandler here), which
+    reports it, and the process ends by SIGBUS as it would without the feed."""
+    d = tmp_path / "d"
+    write_rows(d, [4096, 4096], cols=128)
+    victim = tmp_path / "victim.bin"
+    victim.write_bytes(b"\1" * 65536)
+    res = subprocess.run([sys.executable, "-c", SIGBUS_ELSEWHERE_CHILD, str(d), str(victim)],
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == -signal.SIGBUS, (res.returncode, res.stdout, res.stderr[-2000:])
+    assert "Bus error" in res.stderr, res.stderr[-2000:]
+
+
+def test_maps_are_used_only_where_the_files_are_served_as_stored(tmp_path):
+    """Maps of a layout are usable for local npy and raw files in C order and this host's byte
+    order; a bool, byte-swapped or Fortran-ordered shard reads as before (and right)."""
+    from shardload import _feed_core
+
+    d = tmp_path / "d"
+    write_rows(d)
+    assert _feed_core.Maps(shardload.discover(d)).usable
+    for name, a in (("bool", np.arange(40).reshape(10, 4) % 3 == 0),
+                    ("swapped", np.arange(40, dtype=">i4").reshape(10, 4)),
+                    ("fortran", np.asfortranarray(np.arange(40, dtype=np.int64).reshape(10, 4)))):
+        e = tmp_path / name
+        e.mkdir()
+        np.save(e / "shard_0000.npy", a)
+        layout = shardload.discover(e)
+        assert not _feed_core.Maps(layout).usable, name
+        rows = np.random.default_rng(0).permutation(10).astype(np.int64)
+        out = np.empty((10, 4), layout.dtype)
+        _feed_core.gather(layout, rows, out, 2, maps=_feed_core.Maps(layout))
+        np.testing.assert_array_equal(out, np.asarray(a)[rows].astype(layout.dtype), name)
+    with pytest.raises(ValueError, match="the Maps of this layout"):
+        _feed_core.gather(shardload.discover(d), np.zeros(1, np.int64),
+                          np.empty((1, 3), np.int64), maps=_feed_core.Maps(shardload.discover(d)))
+
+
 def test_world_comes_from_torch_distributed_when_initialised_and_given_wins(monkeypatch):
     dist = types.SimpleNamespace(is_available=lambda: True, is_initialized=lambda: True,
                                  get_rank=lambda: 2, get_world_size=lambda: 5)
@@ -960,11 +1061,15 @@ def test_a_gather_serves_numpys_rows_read_coalesced_or_one_by_one(tmp_path, cols
     ([1000, 1000, 1000, 1096], 128, 16, 3, 100, 2, False),  # fills of several windows
     ([1000, 0, 1000, 1000, 1096], 128, 100, 4, 64, 3, True),  # windows cut by fills
 ])
-def test_a_block_shuffled_feed_serves_the_oracles_batches(tmp_path, shards, cols, b, w, batch,
-                                                          world, drop_last):
-    """The block shuffle's fills, read by the engine (whole blocks, the window's permutation
-    applied in C++), against the materialised block order, for block and window sizes that
-    do not divide the shards, the rows or the batches, on each rank."""
+@pytest.mark.parametrize("mapped", [True, False])
+def test_a_block_shuffled_feed_serves_the_oracles_batches(tmp_path, monkeypatch, shards, cols, b,
+                                                          w, batch, world, drop_last, mapped):
+    """The block shuffle's fills, read by the engine (copied from the files' maps, or without
+    them whole blocks read into scratch and the window's permutation applied in C++), against
+    the materialised block order, for block and window sizes that do not divide the shards,
+    the rows or the batches, on each rank."""
+    if not mapped:
+        monkeypatch.setattr(sf.Feed, "_maps_for", lambda self, order: None)
     d = tmp_path / "d"
     n = write_rows(d, shards, cols=cols)
     stream = oracle_stream("block", n, 21, 1, b, w)
