@@ -190,3 +190,20 @@ def test_the_docs_list_every_store_option_as_the_table_has_it() -> None:
                      kinds[kind] + (", secret" if secret else ""),
                      "yes" if value is None else "no", default(kind, value), help])
     assert _docs_store_options() == want
+
+
+def test_the_retry_table_of_the_docs_keeps_the_rows_defaults_and_ranges() -> None:
+    # docs/object_storage.md "Retries and time limits" explains the retry and request rows at
+    # length, with their defaults: held to the rows, as the "Store options" table is.
+    text = (ROOT / "docs" / "object_storage.md").read_text()
+    section = text[text.index("\n## Retries and time limits\n"):]
+    section = section[:section.index("\n## ", 1)]
+    documented = {m.group(1): m.group(2) for m in
+                  re.finditer(r"^\| `(\w+)` \| `([^`]+)`", section, re.M)}
+    rows = {name: (kind, value) for name, kind, _, _, value, _ in _core.storage_option_rows()}
+    assert documented and set(documented) <= set(rows), documented
+    for name, shown in documented.items():
+        kind, value = rows[name]
+        assert float(shown) == float(value), (name, shown, value)
+    # Every row the http(s) store takes, and multipart_threshold, is explained there.
+    assert {n for n, (k, v) in rows.items() if k in ("count", "number")} <= set(documented)
