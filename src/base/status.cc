@@ -147,6 +147,82 @@ std::string decoded_key(std::string_view key) {
   return out;
 }
 
+// The words of a query key, lower case: percent-decoded, split at each character that is no
+// letter or digit and where camel case begins a word ("X-Amz-Security-Token", "sas_token",
+// "AWSAccessKeyId" -> aws access key id, "apiToken" -> api token).
+std::vector<std::string> key_words(std::string_view key) {
+  std::string k;  // percent-decoded, case kept
+  for (std::size_t i = 0; i < key.size(); ++i) {
+    if (key[i] == '%' && i + 2 < key.size() && hex_value(key[i + 1]) >= 0 &&
+        hex_value(key[i + 2]) >= 0) {
+      k += static_cast<char>(hex_value(key[i + 1]) * 16 + hex_value(key[i + 2]));
+      i += 2;
+    } else {
+      k += key[i];
+    }
+  }
+  const auto upper = [](char c) { return c >= 'A' && c <= 'Z'; };
+  const auto lower = [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'); };
+  std::vector<std::string> words;
+  std::string w;
+  for (std::size_t i = 0; i < k.size(); ++i) {
+    const char c = k[i];
+    if (!upper(c) && !lower(c)) {
+      if (!w.empty()) words.push_back(std::move(w));
+      w.clear();
+      continue;
+    }
+    // "aB" and the last capital of "ABc" begin a word.
+    const bool begins =
+        upper(c) && !w.empty() &&
+        (lower(k[i - 1]) || (i + 1 < k.size() && k[i + 1] >= 'a' && k[i + 1] <= 'z'));
+    if (begins) {
+      words.push_back(std::move(w));
+      w.clear();
+    }
+    w += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  }
+  if (!w.empty()) words.push_back(std::move(w));
+  return words;
+}
+
+// Beyond the list: a key with a word that names a secret is one, whatever else it is spelled
+// with ("sas_token", "jsessionid", "X-Amz-Security-Token2", "client_secret_v2", "dbPassword"):
+//   a word holding token, secret, signature, passw, session, sessid, credentials, apikey or
+//   privatekey; a word that is sig, auth, authorization, pwd, jwt, hmac, cookie or sid;
+//   the word key (Google's key=, api_key, private_key, sas_key), unless the key is an
+//   identifier's: with access, consumer, pair or id beside it (access_key, AWSAccessKeyId,
+//   Key-Pair-Id, oauth_consumer_key), which grant nothing alone and are shown.
+// Keys whose last word says what kind of value they hold, not the value (token_type,
+// oauth_signature_method, X-Amz-Signature-Version, a session's expires) are shown.
+bool has_a_secrets_word(std::string_view key) {
+  const std::vector<std::string> words = key_words(key);
+  if (words.empty()) return false;
+  static constexpr std::array<std::string_view, 9> kDescribes = {
+      "type", "method", "version", "algorithm", "alg", "expires", "expiry", "expiration", "ttl"};
+  for (const std::string_view d : kDescribes) {
+    if (words.back() == d) return false;
+  }
+  static constexpr std::array<std::string_view, 9> kHolding = {
+      "token",  "secret",      "signature", "passw",     "session",
+      "sessid", "credentials", "apikey",    "privatekey"};
+  static constexpr std::array<std::string_view, 6> kWord = {"sig", "auth", "authorization",
+                                                            "pwd", "jwt",  "hmac"};
+  bool key_word = false;
+  bool identifier = false;
+  for (const std::string& w : words) {
+    for (const std::string_view h : kHolding) {
+      if (w.find(h) != std::string::npos) return true;
+    }
+    for (const std::string_view x : kWord) {
+      if (w == x) return true;
+    }
+    key_word = key_word || w == "key";
+    identifier = identifier || w == "access" || w == "consumer" || w == "pair" || w == "id";
+  }
+  return key_word && !identifier;
+}
+
 // The end of the value that starts at text[i]: the next '&' or '#', or the end of the URL
 // (a URL holds no white space), less what the message put after it.
 std::size_t value_end(std::string_view text, std::size_t i) {
@@ -324,7 +400,7 @@ bool is_secret_query_key(std::string_view key) {
   for (const std::string_view secret : kSecretKeys) {
     if (k == secret) return true;
   }
-  return false;
+  return has_a_secrets_word(key);
 }
 
 }  // namespace detail

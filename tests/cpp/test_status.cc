@@ -27,13 +27,28 @@ TEST(RedactSecrets, PresignedSignaturesAreHiddenWithoutRegardToCase) {
             "'https://a.blob/c?sv=1&sig=***' and https://g/o?X-Goog-Signature=***");
 }
 
-TEST(RedactSecrets, OnlyWholeQueryKeysAreSecrets) {
-  // Not after '?' or '&', or a longer key ending in a secret's name: left as it is.
+TEST(RedactSecrets, OnlyQueryKeysAreSecrets) {
+  // Not after '?' or '&', or a key none of whose words names a secret ("xsig" is no "sig"):
+  // left as it is.
   for (const std::string text :
-       {"my_secret_key=1", "s3://b/k?not_secret_key=1&xsig=2", "a secret_key=v", "sig=1",
+       {"my_secret_key=1", "s3://b/k?xsig=2&keys=3&design=4", "a secret_key=v", "sig=1",
         "s3://b/k?secret_key", "s3://b/k?secret_key=", "no query at all"}) {
     EXPECT_EQ(redact_secrets(text), text);
   }
+}
+
+TEST(RedactSecrets, AKeyHoldingASecretsWordIsASecret) {
+  // No list names them: each holds a word of a secret (token, secret, session, password, a
+  // key that is no identifier's), whatever its spelling.
+  EXPECT_EQ(redact_secrets("s3://b/k?not_secret_key=1&sas_token=2&tokens=3&JSESSIONID=4&"
+                           "dbPassword=5&my%5Fapi%5Fkey=6&clientSecretV2=7"),
+            "s3://b/k?not_secret_key=***&sas_token=***&tokens=***&JSESSIONID=***&"
+            "dbPassword=***&my%5Fapi%5Fkey=***&clientSecretV2=***");
+  // Identifiers and what describes a value, not the value, stay.
+  const std::string shown =
+      "https://h/o?AccessKeyId=1&OSSAccessKeyId=2&oauth_consumer_key=3&Key-Pair-Id=4&"
+      "token_type=5&oauth_signature_method=6&X-Amz-SignedHeaders=7&session_expires=8";
+  EXPECT_EQ(redact_secrets(shown), shown);
 }
 
 TEST(RedactSecrets, EverySecretQueryKeyIsHiddenWithoutRegardToCaseOrEncoding) {
@@ -63,7 +78,7 @@ TEST(RedactSecrets, EverySecretQueryKeyIsHiddenWithoutRegardToCaseOrEncoding) {
   // Identifiers that grant nothing alone are shown.
   for (const std::string text :
        {"https://h/o?X-Amz-Credential=AKIA%2F2024&X-Amz-Date=1&access_key=AK",
-        "https://h/o?X-Goog-Credential=sa%40p&tokens=1&keys=2&signature_version=4"}) {
+        "https://h/o?X-Goog-Credential=sa%40p&keys=2&signature_version=4"}) {
     EXPECT_EQ(redact_secrets(text), text);
   }
 }

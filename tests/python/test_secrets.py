@@ -44,6 +44,10 @@ QUERY_FORMS = [
     ("encoded_key", "%74oken=enc-s3cr3t&x%2Damz%2Dsignature=enc2-s3cr3t"),
     ("semicolon", "ref=main;token=sc-s3cr3t"),
     ("gitlab", "private_token=gl-s3cr3t&ref=main"),
+    # no list names these: a key holding a secret's word is one (status.cc)
+    ("by_word", "sas_token=a-s3cr3t&jsessionid=b-s3cr3t&X-Amz-Security-Token2=c-s3cr3t&"
+                "clientSecretV2=d-s3cr3t&dbPassword=e-s3cr3t&my_api_key=f-s3cr3t&"
+                "token_type=bearer&AWSAccessKeyId=AKIAVISIBLE"),
 ]
 # What of each form must still show (besides the host and the object's name).
 VISIBLE = {"sigv4": ["X-Amz-Credential=AKIAVISIBLE", "X-Amz-Signature=***"],
@@ -56,6 +60,9 @@ VISIBLE = {"sigv4": ["X-Amz-Credential=AKIAVISIBLE", "X-Amz-Signature=***"],
            "encoded_key": ["%74oken=***"],
            "semicolon": ["ref=main;token=***"],
            "gitlab": ["private_token=***&ref=main"],
+           "by_word": ["sas_token=***&jsessionid=***&X-Amz-Security-Token2=***",
+                       "dbPassword=***&my_api_key=***&token_type=bearer",
+                       "AWSAccessKeyId=AKIAVISIBLE"],
            "userinfo": ["alice:***@"]}
 # shardload's own store options for s3:// (a SigV4 key pair and an STS token).
 S3_SECRETS = {"access_key": "AKIAVISIBLE", "secret_key": "wJal-s3cr3t/K7+MDENG",
@@ -308,6 +315,37 @@ def test_a_credential_option_of_another_library_is_refused_without_its_value(opt
     assert_hidden(str(e.value), "s3://b/d/x.npy?")
     for key in options:
         assert f"{key}=" in str(e.value), str(e.value)
+
+
+@pytest.mark.parametrize("query,visible", [
+    # Key names no list held (shown in clear before): each holds a word that names a secret.
+    ("sas_token=a-s3cr3t&sv=2022", "sas_token=***&sv=2022"),
+    ("jsessionid=a-s3cr3t&PHPSESSID=b-s3cr3t&sessionId=c-s3cr3t&session_key=d-s3cr3t",
+     "jsessionid=***&PHPSESSID=***&sessionId=***&session_key=***"),
+    ("X-Amz-Security-Token2=a-s3cr3t&x_amz_security_token=b-s3cr3t&SecurityToken=c-s3cr3t",
+     "X-Amz-Security-Token2=***&x_amz_security_token=***&SecurityToken=***"),
+    ("client_secret_v2=a-s3cr3t&clientSecret=b-s3cr3t&app-secret=c-s3cr3t",
+     "client_secret_v2=***&clientSecret=***&app-secret=***"),
+    ("dbPassword=a-s3cr3t&user_passwd=b-s3cr3t&PWD=c-s3cr3t", "dbPassword=***&user_passwd=***&PWD=***"),
+    ("my_api_key=a-s3cr3t&APIKEY=b-s3cr3t&private_key=c-s3cr3t&sas_key=d-s3cr3t",
+     "my_api_key=***&APIKEY=***&private_key=***&sas_key=***"),
+    ("url_sig=a-s3cr3t&hmac=b-s3cr3t&basic_auth=c-s3cr3t&ProxyAuthorization=d-s3cr3t",
+     "url_sig=***&hmac=***&basic_auth=***&ProxyAuthorization=***"),
+    ("refresh-token=a-s3cr3t&IdToken=b-s3cr3t&x-ms-signature=c-s3cr3t",
+     "refresh-token=***&IdToken=***&x-ms-signature=***"),
+    # What only names or describes a credential stays: identifiers, the kind of a value.
+    ("AWSAccessKeyId=AK&access_key=AK2&Key-Pair-Id=KP&oauth_consumer_key=CK&keyId=K3&"
+     "token_type=bearer&oauth_signature_method=HMAC-SHA1&X-Amz-Signature-Version=4&"
+     "X-Amz-SignedHeaders=host&X-Amz-Credential=AK%2Fx&session_expires=9&sig=a-s3cr3t",
+     "AWSAccessKeyId=AK&access_key=AK2&Key-Pair-Id=KP&oauth_consumer_key=CK&keyId=K3&"
+     "token_type=bearer&oauth_signature_method=HMAC-SHA1&X-Amz-Signature-Version=4&"
+     "X-Amz-SignedHeaders=host&X-Amz-Credential=AK%2Fx&session_expires=9&sig=***"),
+])
+def test_a_key_holding_a_secrets_word_is_hidden(query, visible):
+    """The list matched whole key names only, so every other spelling of a secret showed
+    (sas_token, jsessionid, ...): a key holding a secret's word (token, secret, signature,
+    password, session, sig, auth, an API or private key, ...) is one, in every output."""
+    test_more_query_forms_are_hidden(query, visible)
 
 
 @pytest.mark.parametrize("query,visible", [
