@@ -445,6 +445,10 @@ Utf8Sequence utf8_sequence_at(std::string_view text, std::size_t i) {
   return {len, cp};
 }
 
+std::string printable_redacted(std::string text, bool keep_option_marks) {
+  return printable(redact_secrets(std::move(text)), keep_option_marks);
+}
+
 std::string printable(std::string_view text, bool keep_option_marks) {
   const auto* s = reinterpret_cast<const unsigned char*>(text.data());
   const std::size_t n = text.size();

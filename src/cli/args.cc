@@ -34,15 +34,14 @@ int fail(const char* cmd, const std::string& msg) {
   // What an interrupt made fail: main says "interrupted" instead.
   if (interrupt_requested()) return 1;
   std::cerr << "shardload " << cmd
-            << ": error: " << printable(redact_secrets(spell_options(msg, OptionSpelling::kCli)))
-            << "\n";
+            << ": error: " << printable_redacted(spell_options(msg, OptionSpelling::kCli)) << "\n";
   return 1;
 }
 
 int usage_error(const char* cmd, const std::string& msg) {
   std::cerr << "shardload " << cmd << ": "
-            << printable(redact_secrets(spell_options(msg, OptionSpelling::kCli)))
-            << "; see 'shardload " << cmd << " --help'\n";
+            << printable_redacted(spell_options(msg, OptionSpelling::kCli)) << "; see 'shardload "
+            << cmd << " --help'\n";
   return 2;
 }
 

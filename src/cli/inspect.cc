@@ -72,8 +72,7 @@ int cmd_inspect(const Args& args) {
     std::cout << "source:         " << printable(src->describe()) << "\n";
     if (layout->manifest_state != ManifestState::kNone &&
         layout->manifest_state != ManifestState::kAbsent) {
-      std::cout << printable(
-                       redact_secrets(spell_options(layout->manifest_status, OptionSpelling::kCli)))
+      std::cout << printable_redacted(spell_options(layout->manifest_status, OptionSpelling::kCli))
                 << "\n";
     }
     std::cout << describe(*layout);

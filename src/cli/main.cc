@@ -136,8 +136,7 @@ int run_command(int argc, char** argv) {
   if (cmd == "--version" || cmd == "-V") {
     if (!args.empty()) {
       std::cerr << "shardload: " << cmd << " takes no argument, found '"
-                << shardload::printable(shardload::redact_secrets(args[0]))
-                << "'; see 'shardload --help'\n";
+                << shardload::printable_redacted(args[0]) << "'; see 'shardload --help'\n";
       return 2;
     }
     std::cout << "shardload " << SHARDLOAD_VERSION << "\n";
@@ -150,17 +149,15 @@ int run_command(int argc, char** argv) {
     }
     if (args.size() > 1) {
       std::cerr << "shardload help: expected at most one COMMAND, found '"
-                << shardload::printable(shardload::redact_secrets(args[1])) << "' after '"
-                << shardload::printable(shardload::redact_secrets(args[0]))
-                << "'; see 'shardload --help'\n";
+                << shardload::printable_redacted(args[1]) << "' after '"
+                << shardload::printable_redacted(args[0]) << "'; see 'shardload --help'\n";
       return 2;
     }
     if (const auto* spec = shardload::cli::find_command(args[0])) {
       shardload::cli::print_help(*spec, std::cout);
       return 0;
     }
-    std::cerr << "shardload help: unknown command '"
-              << shardload::printable(shardload::redact_secrets(args[0]))
+    std::cerr << "shardload help: unknown command '" << shardload::printable_redacted(args[0])
               << "'; see 'shardload --help'\n";
     return 2;
   }
@@ -212,13 +209,11 @@ int run_command(int argc, char** argv) {
 #endif
   }
   if (cmd.rfind("-", 0) == 0) {
-    std::cerr << "shardload: unknown option "
-              << shardload::printable(shardload::redact_secrets(cmd))
+    std::cerr << "shardload: unknown option " << shardload::printable_redacted(cmd)
               << "; see 'shardload --help'\n";
   } else {
     // A SOURCE given without its command (`shardload s3://B/d/?secret_key=...`) lands here.
-    std::cerr << "shardload: unknown command '"
-              << shardload::printable(shardload::redact_secrets(cmd))
+    std::cerr << "shardload: unknown command '" << shardload::printable_redacted(cmd)
               << "'; see 'shardload --help'\n";
   }
   return 2;
@@ -232,8 +227,7 @@ int main(int argc, char** argv) {
   // cannot end (a request on Arrow's path, local reads) is cut off after
   // kInterruptGraceSeconds, or at once on a second Ctrl-C.
   static const std::string interrupted =
-      "shardload" +
-      (argc >= 2 ? " " + shardload::printable(shardload::redact_secrets(argv[1])) : std::string()) +
+      "shardload" + (argc >= 2 ? " " + shardload::printable_redacted(argv[1]) : std::string()) +
       ": interrupted\n";
   shardload::interrupt_on_sigint(interrupted.c_str(), kInterruptGraceSeconds);
   const int rc = run_command(argc, argv);

@@ -171,7 +171,7 @@ VerifySeed verify_seed(const ReadArgs& a, const Layout& layout, std::ostream& ou
       return {std::nullopt, 1};
     }
     if (meta->foreign) {
-      out << "verify:         skipped (_meta.json in " << printable(redact_secrets(a.meta_dir))
+      out << "verify:         skipped (_meta.json in " << printable_redacted(a.meta_dir)
           << " was not written by shardload write)\n";
       return {};
     }
@@ -180,7 +180,7 @@ VerifySeed verify_seed(const ReadArgs& a, const Layout& layout, std::ostream& ou
   }
   if (!seed) {
     out << "verify:         skipped (no --seed and no _meta.json with a seed in "
-        << printable(redact_secrets(a.meta_dir)) << ")\n";
+        << printable_redacted(a.meta_dir) << ")\n";
     return {};
   }
   if (!meta_dtype.empty() && meta_dtype != layout.dtype.name()) {

@@ -68,8 +68,7 @@ int run(const ReadArgs& a, std::ostream& out, std::ostream& err) {
       << "\n";
   if (layout.manifest_state != ManifestState::kNone &&
       layout.manifest_state != ManifestState::kAbsent) {
-    out << printable(redact_secrets(spell_options(layout.manifest_status, OptionSpelling::kCli)))
-        << "\n";
+    out << printable_redacted(spell_options(layout.manifest_status, OptionSpelling::kCli)) << "\n";
   }
   out << describe(layout);
   auto* runtime = legate::Runtime::get_runtime();

@@ -163,7 +163,7 @@ std::string write_meta_json(const WriteArgs& a, const std::vector<std::int64_t>&
 
 std::string write_summary(const WriteArgs& a) {
   std::ostringstream o;
-  o << "wrote " << a.shards << " shards to " << printable(redact_secrets(a.dir)) << ": shape "
+  o << "wrote " << a.shards << " shards to " << printable_redacted(a.dir) << ": shape "
     << "(";
   for (std::size_t i = 0; i < a.shape.size(); ++i) o << (i ? ", " : "") << a.shape[i];
   o << (a.shape.size() == 1 ? ",)" : ")") << " " << a.dtype.name() << ", seed " << a.seed << "\n";

@@ -454,8 +454,8 @@ std::string describe(const Layout& l, std::size_t edge) {
       i = n - edge - 1;
       continue;
     }
-    o << "  [" << i << "] " << printable(redact_secrets(l.shards[i].path)) << ": "
-      << l.shards[i].rows << "\n";
+    o << "  [" << i << "] " << printable_redacted(l.shards[i].path) << ": " << l.shards[i].rows
+      << "\n";
   }
   return o.str();
 }

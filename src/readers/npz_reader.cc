@@ -104,37 +104,10 @@ void put_utf8(std::string* out, char32_t c) {
 // Whether `s` is UTF-8 as Python's strict decoder takes it (no overlong forms, surrogates
 // or code points past U+10FFFF).
 bool valid_utf8(std::string_view s) {
-  std::size_t i = 0;
-  while (i < s.size()) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    std::size_t n = 0;
-    char32_t cp = 0;
-    if (c < 0x80) {
-      ++i;
-      continue;
-    } else if (c >= 0xC2 && c <= 0xDF) {
-      n = 1;
-      cp = c & 0x1F;
-    } else if (c >= 0xE0 && c <= 0xEF) {
-      n = 2;
-      cp = c & 0x0F;
-    } else if (c >= 0xF0 && c <= 0xF4) {
-      n = 3;
-      cp = c & 0x07;
-    } else {
-      return false;
-    }
-    if (n >= s.size() - i) return false;  // the sequence runs past the end
-    for (std::size_t k = 1; k <= n; ++k) {
-      const auto t = static_cast<unsigned char>(s[i + k]);
-      if ((t & 0xC0) != 0x80) return false;
-      cp = (cp << 6) | (t & 0x3F);
-    }
-    if ((n == 2 && cp < 0x800) || (n == 3 && (cp < 0x10000 || cp > 0x10FFFF)) ||
-        (cp >= 0xD800 && cp <= 0xDFFF)) {
-      return false;
-    }
-    i += n + 1;
+  for (std::size_t i = 0; i < s.size();) {
+    const std::size_t n = utf8_sequence_at(s, i).length;
+    if (n == 0) return false;
+    i += n;
   }
   return true;
 }

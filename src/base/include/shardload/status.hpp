@@ -53,6 +53,11 @@ std::string redact_secrets(std::string text);
 // escapes whatever of it is left after spelling.
 std::string printable(std::string_view text, bool keep_option_marks = false);
 
+// `text` as it may be shown to a person: its credentials hidden (redact_secrets), then its
+// controls and invalid bytes escaped (printable). The one composition of the two, for every
+// message, path and line of output a person reads.
+std::string printable_redacted(std::string text, bool keep_option_marks = false);
+
 // The UTF-8 sequence that starts at text[i], by the strict rules Python's decoder applies (no
 // overlong forms, no surrogates, nothing past U+10FFFF): its length in bytes and its code
 // point; a length of 0 where the byte starts no valid sequence.
@@ -80,7 +85,7 @@ class [[nodiscard]] Status {
  public:
   Status() = default;
   Status(ErrorCode code, std::string message)
-      : code_(code), message_(printable(redact_secrets(std::move(message)), true)) {}
+      : code_(code), message_(printable_redacted(std::move(message), true)) {}
 
   static Status ok() { return {}; }
 
@@ -98,7 +103,7 @@ class [[nodiscard]] Status {
   [[nodiscard]] Status with_context(const std::string& context) const {
     if (is_ok()) return *this;
     Status s = *this;
-    s.message_ = printable(redact_secrets(context), true) + ": " + message_;
+    s.message_ = printable_redacted(context, true) + ": " + message_;
     return s;
   }
   // The same error about `path`, unless it names a file already (the innermost site that
