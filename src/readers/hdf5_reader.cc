@@ -859,6 +859,7 @@ class Hdf5Reader final : public ShardReader {
     }
     SHARDLOAD_RETURN_IF_ERROR(check_in_the_shard(d, path));
     SHARDLOAD_RETURN_IF_ERROR(check_external_files(d, path));
+    SHARDLOAD_RETURN_IF_ERROR(check_virtual_files(d, path));
     Hid space(api_.H5Dget_space(d.dataset.get()), api_.H5Sclose);
     const H5S_class_t sc =
         space.valid() ? api_.H5Sget_simple_extent_type(space.get()) : H5S_NO_CLASS;
@@ -907,6 +908,41 @@ class Hdf5Reader final : public ShardReader {
       }
     }
     return out;
+  }
+
+  // A printf-style source file name: HDF5 reads "%b" as a block number and finds the files by
+  // trying names one after another ("%%" is a plain '%').
+  static bool printf_style(const std::string& name) {
+    for (std::size_t i = 0; i + 1 < name.size(); ++i) {
+      if (name[i] != '%') continue;
+      if (name[i + 1] == 'b') return true;
+      if (name[i + 1] == '%') ++i;
+    }
+    return false;
+  }
+
+  // A virtual dataset's source files, checked before HDF5 is asked for the dataset's extent,
+  // which for an unlimited mapping opens them: a name HDF5 would open that is no regular file
+  // (a FIFO) would make it wait forever.
+  Status check_virtual_files(const OpenDataset& d, const std::string& path) {
+    Hid dcpl(api_.H5Dget_create_plist(d.dataset.get()), api_.H5Pclose);
+    std::size_t count = 0;
+    if (!dcpl.valid() || api_.H5Pget_layout(dcpl.get()) != H5D_VIRTUAL ||
+        api_.H5Pget_virtual_count(dcpl.get(), &count) < 0) {
+      api_.H5Eclear2(H5E_DEFAULT);
+      return Status::ok();
+    }
+    for (std::size_t i = 0; i < count; ++i) {
+      std::string file_name(PATH_MAX + 1, '\0');
+      const ssize_t n =
+          api_.H5Pget_virtual_filename(dcpl.get(), i, file_name.data(), file_name.size());
+      if (n < 0) continue;
+      file_name.resize(std::min<std::size_t>(static_cast<std::size_t>(n), PATH_MAX));
+      SHARDLOAD_RETURN_IF_ERROR(
+          virtual_mapping_sources(path, file_name, "", path + ": dataset '" + d.name + "'")
+              .status());
+    }
+    return Status::ok();
   }
 
   // A virtual dataset whose mappings lead back to itself, through datasets of its own file (a
@@ -989,81 +1025,124 @@ class Hdf5Reader final : public ShardReader {
           api_.H5Pget_virtual_filename(dcpl.get(), i, file_name.data(), file_name.size());
       if (n < 0) continue;
       file_name.resize(std::min<std::size_t>(static_cast<std::size_t>(n), PATH_MAX));
+      const ssize_t m = api_.H5Pget_virtual_dsetname(dcpl.get(), i, nullptr, 0);
+      if (m < 0) continue;
+      std::string dataset_name(static_cast<std::size_t>(m) + 1, '\0');
+      if (api_.H5Pget_virtual_dsetname(dcpl.get(), i, dataset_name.data(), dataset_name.size()) <
+          0) {
+        continue;
+      }
+      dataset_name.resize(static_cast<std::size_t>(m));
+      SHARDLOAD_ASSIGN_OR_RETURN(
+          const auto sources,
+          virtual_mapping_sources(path, file_name, dataset_name,
+                                  shard + ": dataset '" + chain.front().shown + "'"));
+      for (const auto& [target, name] : sources) {
+        std::string source = name;
+        const std::string target_id = file_identity(target);
+        if (files != nullptr && target_id != shard_id &&
+            std::find(files->begin(), files->end(), target) == files->end()) {
+          files->push_back(target);
+        }
+        if (source.empty() || source[0] != '/') source.insert(0, "/");
+        const VirtualStep step{target_id + ":" + source,
+                               target_id == shard_id ? source : target + ":" + source};
+        const auto seen = [&](const VirtualStep& c) { return c.key == step.key; };
+        if (std::find_if(chain.begin(), chain.end(), seen) != chain.end()) {
+          std::string route;
+          for (const VirtualStep& c : chain) route += c.shown + " -> ";
+          return Status(ErrorCode::kFormat,
+                        shard + ": dataset '" + chain.front().shown +
+                            "' is a virtual dataset whose mappings lead back to itself (" + route +
+                            step.shown + "): HDF5 would read it without end; the file is damaged");
+        }
+        if (std::find(done.begin(), done.end(), step.key) != done.end()) continue;
+        if (chain.size() >= kMaxVirtualDepth) {
+          return Status(ErrorCode::kFormat,
+                        shard + ": dataset '" + chain.front().shown +
+                            "' is a virtual dataset whose sources are virtual datasets nested "
+                            "more than " +
+                            std::to_string(kMaxVirtualDepth) + " deep");
+        }
+        Hid other;
+        hid_t source_file = file;
+        if (target_id != here) {
+          other = Hid(api_.H5Fopen(target.c_str(), kReadOnly, H5P_DEFAULT), api_.H5Fclose);
+          if (!other.valid()) {
+            api_.H5Eclear2(H5E_DEFAULT);  // not HDF5: HDF5 gives the fill value there
+            continue;
+          }
+          source_file = other.get();
+        }
+        Hid dapl(api_.H5Pcreate(api_.H5P_CLS_DATASET_ACCESS_ID_g), api_.H5Pclose);
+        if (!dapl.valid() || api_.H5Pset_elink_cb(dapl.get(), refuse_external_link, nullptr) < 0) {
+          return Status(ErrorCode::kFormat, path + ": dataset access list: " + take_error(api_));
+        }
+        t_refused_link = {};
+        Hid src(api_.H5Dopen2(source_file, source.c_str(), dapl.get()), api_.H5Dclose);
+        if (t_refused_link.refused) {
+          api_.H5Eclear2(H5E_DEFAULT);
+          return Status(ErrorCode::kFormat,
+                        shard + ": dataset '" + chain.front().shown +
+                            "' is a virtual dataset whose source " + step.shown +
+                            " is reached through an external link to '" + t_refused_link.object +
+                            "' in " + t_refused_link.file + "; external links are not followed");
+        }
+        if (!src.valid()) {
+          api_.H5Eclear2(H5E_DEFAULT);  // no such dataset: HDF5 gives the fill value there
+          continue;
+        }
+        chain.push_back(step);
+        SHARDLOAD_RETURN_IF_ERROR(follow_virtual(source_file, src.get(),
+                                                 target_id != here ? target : path, shard, shard_id,
+                                                 chain, done, files));
+        chain.pop_back();
+        done.push_back(step.key);
+      }
+    }
+    return Status::ok();
+  }
+
+  // A printf-style name with "%b" as block `block` and "%%" as '%'.
+  static std::string printf_name(const std::string& pattern, std::uint64_t block) {
+    std::string out;
+    for (std::size_t i = 0; i < pattern.size(); ++i) {
+      if (pattern[i] == '%' && i + 1 < pattern.size() &&
+          (pattern[i + 1] == 'b' || pattern[i + 1] == '%')) {
+        out += pattern[i + 1] == 'b' ? std::to_string(block) : "%";
+        ++i;
+      } else {
+        out += pattern[i];
+      }
+    }
+    return out;
+  }
+
+  static constexpr std::uint64_t kMaxPrintfBlocks = 1 << 16;
+
+  // The regular files (and their dataset names) one mapping of a virtual dataset in the file
+  // at `path` reads, where HDF5 finds them: its file, or for a printf-style file or dataset
+  // name ("%b") the files of blocks 0, 1, ... up to the first that is missing (HDF5's
+  // default printf gap of 0). A name HDF5 would open that is no regular file is refused: a
+  // FIFO's plain open waits for a writer forever. `where` begins the message.
+  static Result<std::vector<std::pair<std::string, std::string>>> virtual_mapping_sources(
+      const std::string& path, const std::string& file_name, const std::string& dataset_name,
+      const std::string& where) {
+    std::vector<std::pair<std::string, std::string>> out;
+    const bool blocks = printf_style(file_name) || printf_style(dataset_name);
+    for (std::uint64_t b = 0; b < (blocks ? kMaxPrintfBlocks : 1); ++b) {
+      const std::string name = blocks ? printf_name(file_name, b) : file_name;
       std::string odd;
-      const std::optional<std::string> target = virtual_source_file(path, file_name, &odd);
+      const std::optional<std::string> target = virtual_source_file(path, name, &odd);
       if (!odd.empty()) {
-        return Status(ErrorCode::kFormat, shard + ": dataset '" + chain.front().shown +
-                                              "' is a virtual dataset whose source file " + odd +
+        return Status(ErrorCode::kFormat, where + " is a virtual dataset whose source file " + odd +
                                               " is not a regular file (HDF5 would open it to "
                                               "read the rows: a FIFO waits for a writer)");
       }
-      if (!target) continue;
-      const std::string target_id = file_identity(*target);
-      if (files != nullptr && target_id != shard_id &&
-          std::find(files->begin(), files->end(), *target) == files->end()) {
-        files->push_back(*target);
-      }
-      const ssize_t m = api_.H5Pget_virtual_dsetname(dcpl.get(), i, nullptr, 0);
-      if (m < 0) continue;
-      std::string source(static_cast<std::size_t>(m) + 1, '\0');
-      if (api_.H5Pget_virtual_dsetname(dcpl.get(), i, source.data(), source.size()) < 0) continue;
-      source.resize(static_cast<std::size_t>(m));
-      if (source.empty() || source[0] != '/') source.insert(0, "/");
-      const VirtualStep step{target_id + ":" + source,
-                             target_id == shard_id ? source : *target + ":" + source};
-      const auto seen = [&](const VirtualStep& c) { return c.key == step.key; };
-      if (std::find_if(chain.begin(), chain.end(), seen) != chain.end()) {
-        std::string route;
-        for (const VirtualStep& c : chain) route += c.shown + " -> ";
-        return Status(ErrorCode::kFormat,
-                      shard + ": dataset '" + chain.front().shown +
-                          "' is a virtual dataset whose mappings lead back to itself (" + route +
-                          step.shown + "): HDF5 would read it without end; the file is damaged");
-      }
-      if (std::find(done.begin(), done.end(), step.key) != done.end()) continue;
-      if (chain.size() >= kMaxVirtualDepth) {
-        return Status(ErrorCode::kFormat,
-                      shard + ": dataset '" + chain.front().shown +
-                          "' is a virtual dataset whose sources are virtual datasets nested more "
-                          "than " +
-                          std::to_string(kMaxVirtualDepth) + " deep");
-      }
-      Hid other;
-      hid_t source_file = file;
-      if (target_id != here) {
-        other = Hid(api_.H5Fopen(target->c_str(), kReadOnly, H5P_DEFAULT), api_.H5Fclose);
-        if (!other.valid()) {
-          api_.H5Eclear2(H5E_DEFAULT);  // not HDF5: HDF5 gives the fill value there
-          continue;
-        }
-        source_file = other.get();
-      }
-      Hid dapl(api_.H5Pcreate(api_.H5P_CLS_DATASET_ACCESS_ID_g), api_.H5Pclose);
-      if (!dapl.valid() || api_.H5Pset_elink_cb(dapl.get(), refuse_external_link, nullptr) < 0) {
-        return Status(ErrorCode::kFormat, path + ": dataset access list: " + take_error(api_));
-      }
-      t_refused_link = {};
-      Hid src(api_.H5Dopen2(source_file, source.c_str(), dapl.get()), api_.H5Dclose);
-      if (t_refused_link.refused) {
-        api_.H5Eclear2(H5E_DEFAULT);
-        return Status(ErrorCode::kFormat,
-                      shard + ": dataset '" + chain.front().shown +
-                          "' is a virtual dataset whose source " + step.shown +
-                          " is reached through an external link to '" + t_refused_link.object +
-                          "' in " + t_refused_link.file + "; external links are not followed");
-      }
-      if (!src.valid()) {
-        api_.H5Eclear2(H5E_DEFAULT);  // no such dataset: HDF5 gives the fill value there
-        continue;
-      }
-      chain.push_back(step);
-      SHARDLOAD_RETURN_IF_ERROR(follow_virtual(source_file, src.get(),
-                                               target_id != here ? *target : path, shard, shard_id,
-                                               chain, done, files));
-      chain.pop_back();
-      done.push_back(step.key);
+      if (!target) break;
+      out.emplace_back(*target, blocks ? printf_name(dataset_name, b) : dataset_name);
     }
-    return Status::ok();
+    return out;
   }
 
   // HDF5 follows an external link into another file, and the offsets and chunk addresses it

@@ -1569,17 +1569,37 @@ def test_virtual_datasets_of_other_files_read_as_h5py_does(tmp_path):
     np.testing.assert_array_equal(shardload.discover(tmp_path / "a", dataset="v").read(), want)
 
 
-@pytest.mark.parametrize("where", ["beside the shard", "under H5_VDS_PREFIX"])
+def _printf_virtual(path, pattern: str = "src_%b.h5") -> None:
+    """/v: blocks of 5 rows, block b from /y of the file `pattern` names with b for "%b"."""
+    with h5py.File(path, "w") as f:
+        dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+        vspace = h5py.h5s.create_simple((10, 4), (h5py.h5s.UNLIMITED, 4))
+        vspace.select_hyperslab((0, 0), (h5py.h5s.UNLIMITED, 1), (5, 4), (5, 4))
+        dcpl.set_virtual(vspace, pattern.encode(), b"/y", h5py.h5s.create_simple((5, 4)))
+        dcpl.set_fill_value(np.array(-1.0))
+        h5py.h5d.create(f.id, b"v", h5py.h5t.IEEE_F64LE, vspace, dcpl=dcpl)
+
+
+@pytest.mark.parametrize("where", ["beside the shard", "under H5_VDS_PREFIX",
+                                   "a printf-style name's second file"])
 def test_a_virtual_datasets_source_file_that_is_a_fifo_is_refused_not_waited_on(tmp_path, where):
     """A virtual dataset whose source file is a FIFO where HDF5 looks for it: discovery took
     it for a missing source (the fill value) and the read then waited forever in HDF5's plain
-    open of it. Refused at discovery, naming the FIFO."""
+    open of it; behind a printf-style name ("src_%b.h5", an unlimited mapping) discovery
+    itself waited, as HDF5 opens those files to know the extent. Refused at discovery,
+    naming the FIFO."""
     (tmp_path / "d").mkdir()
     (tmp_path / "p").mkdir()
     fifo = tmp_path / ("p" if where == "under H5_VDS_PREFIX" else "d") / "src.h5"
+    if where.startswith("a printf"):
+        fifo = tmp_path / "d" / "src_1.h5"
+        with h5py.File(tmp_path / "d" / "src_0.h5", "w") as f:
+            f["y"] = np.ones((5, 4))
+        _printf_virtual(tmp_path / "d" / "shard_0000.h5")
+    else:
+        with h5py.File(tmp_path / "d" / "shard_0000.h5", "w") as f:
+            _virtual(f, "v", "src.h5", "y")
     os.mkfifo(fifo)
-    with h5py.File(tmp_path / "d" / "shard_0000.h5", "w") as f:
-        _virtual(f, "v", "src.h5", "y")
     script = textwrap.dedent(f"""
         import shardload
         try:
@@ -1598,6 +1618,21 @@ def test_a_virtual_datasets_source_file_that_is_a_fifo_is_refused_not_waited_on(
     assert r.returncode == 0, (r.returncode, r.stderr[-2000:])
     assert (f"dataset '/v' is a virtual dataset whose source file {fifo} is not a regular "
             "file") in r.stdout, r.stdout
+
+
+def test_a_printf_style_virtual_dataset_reads_as_h5py_does_and_snapshots_its_files(tmp_path):
+    """A virtual dataset whose source file name is printf-style ("src_%b.h5"): its files are
+    found as HDF5 finds them (blocks 0, 1, ... up to the first missing), read as h5py reads
+    them, and snapshotted with the shard."""
+    for b in range(2):
+        with h5py.File(tmp_path / f"src_{b}.h5", "w") as f:
+            f["y"] = np.full((5, 4), b + 1.0)
+    _printf_virtual(tmp_path / "shard_0000.h5")
+    with h5py.File(tmp_path / "shard_0000.h5", "r") as f:
+        want = f["v"][...]
+    layout = shardload.discover(tmp_path / "shard_0000.h5", dataset="v")
+    np.testing.assert_array_equal(layout.read(), want)
+    assert layout._linked_paths == [str(tmp_path / f"src_{b}.h5") for b in range(2)]
 
 
 @pytest.mark.parametrize("change", ["rewritten in place", "replaced", "rewritten, times kept"])
