@@ -559,8 +559,10 @@ Status unchanged(const Shard& sh) {
   return Status::ok();
 }
 
-// out[i] = row rows[i] of the layout, copied from the maps on up to `threads` threads (one
-// per 8 MiB of rows, as scatter's); each file touched checked after the copies.
+// out[i] = row rows[i] of the layout, copied from the maps on up to `threads` threads, one per
+// 512 rows: from the page cache one thread would do, but a page not cached is a fault that
+// reads it, and rows copied on one thread would wait for those reads one at a time (the
+// preads of the direct way are on every thread). Each file touched checked after the copies.
 Status fill_mapped(Maps& maps, const Layout& l, const std::int64_t* rows, std::int64_t n,
                    std::byte* dst, std::int64_t threads) {
   std::vector<guard::Copy> work(static_cast<std::size_t>(n));
@@ -592,9 +594,7 @@ Status fill_mapped(Maps& maps, const Layout& l, const std::int64_t* rows, std::i
   if (!guard::install()) {
     return Status(ErrorCode::kIo, "gather: could not install the SIGBUS guard of mapped reads");
   }
-  const auto t = static_cast<std::int64_t>(std::max<std::uint64_t>(
-      1, std::min<std::uint64_t>(static_cast<std::uint64_t>(threads),
-                                 static_cast<std::uint64_t>(n) * l.row_bytes >> 23)));
+  const auto t = std::max<std::int64_t>(1, std::min<std::int64_t>(threads, n / 512));
   std::vector<void*> faults(static_cast<std::size_t>(t), nullptr);
   auto part = [&](std::int64_t j) {
     const std::int64_t lo = n * j / t;
