@@ -121,3 +121,22 @@ def test_a_message_python_makes_shows_the_name_escaped(tmp_path):
     message = str(info.value)
     assert message.startswith(f"{tmp_path}/{SHOWN}: not a directory"), repr(message)
     assert not raw_controls(message), repr(message)
+
+
+@pytest.mark.parametrize("raw", [b"\xc0\xaf", b"\xe0\x80\xaf", b"\xed\xa0\x80", b"\xed\xbf\xbf",
+                                 b"\xf4\x90\x80\x80", b"\xf8\x88\x80\x80\x80", b"\xe2\x80",
+                                 b"\xe2\x80\xa8", b"\xef\xbb\xbf", b"\xef\xbf\xbe",
+                                 b"\xf4\x8f\xbf\xbf", b"\\u0041"])
+def test_json_names_of_ill_formed_or_odd_utf8_give_back_the_exact_bytes(cli, tmp_path, raw):
+    """Overlong forms, encoded surrogates, code points past U+10FFFF, 5-byte and cut
+    sequences are not UTF-8: each byte comes back as os.fsdecode makes it (a lone surrogate),
+    never as the character it would spell; line separators, a BOM, a noncharacter and a
+    backslash-u text are kept as they are. os.fsencode of the JSON name is the file's name."""
+    path = os.path.join(os.fsencode(tmp_path), b"a" + raw + b".npy")
+    with open(path, "wb") as f:
+        np.save(f, np.arange(3.0))
+    r = subprocess.run([str(cli), "inspect", "--json", path], capture_output=True)
+    assert r.returncode == 0, r.stderr
+    name = json.loads(r.stdout)["shards"][0]["path"]
+    assert os.fsencode(name) == path
+    assert name == shardload.discover(os.fsdecode(path)).paths[0]

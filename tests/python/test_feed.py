@@ -1614,3 +1614,34 @@ def test_a_dataloader_workers_share_of_batches_read_several_to_a_fill(tmp_path, 
             got.append([ids(b).tolist() for b in feed._run(i, workers, worker=True)])
         for i in range(workers):
             assert got[i] == [w.tolist() for w in want[i::workers]], (workers, i)
+
+
+@pytest.mark.parametrize("mode", ["none", "block", "row"])
+@pytest.mark.parametrize("holder", ["memoryview", "frombuffer", "reshaped view", "transposed view",
+                                    "dlpack", "ctypes array"])
+def test_a_batch_kept_by_any_holder_of_its_memory_stays_valid(tmp_path, monkeypatch, mode,
+                                                             holder):
+    """Whatever keeps a batch's memory (a memoryview, an array over its buffer, views that
+    numpy bases on the fill, a DLPack import, an array over its ctypes pointer object) keeps
+    the batch's rows: the feed never refills a buffer something still holds."""
+    monkeypatch.setattr(sf, "_FILL_BYTES", 10 * 64 * 4)  # 4 batches a fill
+    d = tmp_path / "d"
+    n = write_rows(d, [400, 400], cols=8)
+    hold = {
+        "memoryview": memoryview,
+        "frombuffer": lambda b: np.frombuffer(b, dtype=b.dtype).reshape(b.shape),
+        "reshaped view": lambda b: b.reshape(-1)[8:].reshape(-1, 8),
+        "transposed view": lambda b: b.T[:, 1:].T,
+        "dlpack": np.from_dlpack,
+        "ctypes array": lambda b: np.ctypeslib.as_array(
+            b.ctypes.data_as(np.ctypeslib.ctypes.POINTER(np.ctypeslib.ctypes.c_float)),
+            shape=b.shape),
+    }[holder]
+    feed = sf.Feed(d, 10, shuffle=mode, seed=5, block_rows=50, window_blocks=2, prefetch=2,
+                   astype="float32")
+    want = expected_batches(oracle_stream(mode, n, 5, 0, 50, 2), 10, 1, 0, True)
+    kept = [(k, hold(b)) for k, b in enumerate(feed)]
+    for k, b in kept:
+        rows = np.asarray(b)
+        first = 1 if holder in ("reshaped view", "transposed view") else 0
+        assert (rows[:, 0] == want[k][first:]).all(), k

@@ -505,3 +505,54 @@ def test_a_kept_save_error_frees_no_legate_object_on_another_thread(tmp_path):
     r = subprocess.run([sys.executable, "-c", script, str(tmp_path / "o")], capture_output=True,
                        text=True, timeout=300)
     assert r.returncode == 0 and r.stdout.strip() == "ALIVE", r.stderr[-3000:]
+
+
+def test_two_overwriting_saves_and_a_load_at_once_never_give_a_mix(tmp_path):
+    """Two threads overwrite one destination 12 times each while a third loads it in a loop:
+    every load returns one save's dataset whole (a single value), or a read error naming a
+    file that changed; every save succeeds, or refuses a destination the other one changed
+    under it, or keeps the other's files aside; nothing else appears beside the destination."""
+    import threading
+
+    import shardload.numpy as snp
+
+    dest = tmp_path / "dest"
+    snp.save(np.full((2000, 16), -1.0), dest, num_shards=4)
+    outcomes: list[str] = []
+    mixes: list[object] = []
+    stop = threading.Event()
+
+    def saver(base: int) -> None:
+        for i in range(12):
+            try:
+                snp.save(np.full((2000, 16), float(base + i)), dest, num_shards=4,
+                         overwrite=True)
+                outcomes.append("saved")
+            except (shardload.DestinationExistsError, shardload.ShardWriteError) as e:
+                outcomes.append(type(e).__name__)
+
+    def loader() -> None:
+        while not stop.is_set():
+            try:
+                a = snp.load(dest)
+            except (shardload.ShardReadError, shardload.SourceNotFoundError,
+                    shardload.LayoutError):
+                continue
+            if a.shape != (2000, 16) or len(np.unique(a)) != 1:
+                mixes.append(np.unique(a)[:4])
+
+    threads = [threading.Thread(target=saver, args=(b,)) for b in (100, 200)]
+    reading = threading.Thread(target=loader)
+    reading.start()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    stop.set()
+    reading.join()
+    assert not mixes, mixes
+    assert outcomes.count("saved") >= 12, outcomes
+    final = snp.load(dest)
+    assert len(np.unique(final)) == 1
+    beside = {p.name for p in tmp_path.iterdir()} - {"dest"}
+    assert all(".shardload-kept-" in n for n in beside), beside
