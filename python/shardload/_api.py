@@ -15,7 +15,7 @@ from ._discover import _reader_options, _with_storage_options
 from ._info import LoadInfo, LoadProgress, ProgressBar, ProgressCallback
 from ._layout import Layout, ManifestState, _rows
 from ._layout import _decode_layout  # noqa: F401  (pickles of older versions name it here)
-from ._legate_start import _check_legate_dims, _check_thread, _start_runtime
+from ._legate_start import _check_legate_dims, _check_thread, _first_rank, _start_runtime
 from ._manifest import _discover_for_job
 from ._options import DiscoverOptions, StorageOptions, _astype, _decoded, _options
 
@@ -149,10 +149,14 @@ def load(
     t_discovered = time.perf_counter()
     discovery_s = t_discovered - t_call if not isinstance(source, Layout) else 0.0
 
+    bar = None
     if progress is True:
-        progress = bar = ProgressBar(nbytes, "shardload.load", layout.total_rows)
-    else:
-        bar = None
+        # One bar per job: every rank runs this, and only the first draws it; without tqdm
+        # every rank raises.
+        ProgressBar.require("shardload.load")
+        progress = None
+        if _first_rank():
+            progress = bar = ProgressBar(nbytes, "shardload.load", layout.total_rows)
     try:
         return _load_reporting(layout, k, cast, info, progress, nbytes, t_call, t_discovered,
                                discovery_s, retries_before)

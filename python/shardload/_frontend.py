@@ -218,8 +218,10 @@ class _Reporter:
         self.tiles_before = 0
         self.rows_before = 0
         self.more_fills = False
-        if progress is True and bar:
-            self._bar = ProgressBar(self.nbytes, where, self.rows)
+        if progress is True:
+            ProgressBar.require(where)  # on every process of a job, though one draws
+            if bar:
+                self._bar = ProgressBar(self.nbytes, where, self.rows)
         elif callable(progress):
             self._callback = progress
 

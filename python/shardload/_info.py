@@ -91,12 +91,21 @@ class ProgressBar:
     shows the bytes, their rate (GB/s) and, given ``total_rows``, the rows filled (the bytes
     over the bytes of a row: every row has the same size)."""
 
-    def __init__(self, total_bytes: int, where: str, total_rows: Optional[int] = None) -> None:
+    @staticmethod
+    def require(where: str) -> None:
+        """Raises the ImportError of a bar without tqdm. A job of several processes calls it
+        on each, though only one draws: every process then fails alike (a Legate rank that
+        went on alone would wait for the others for ever)."""
         try:
-            from tqdm.auto import tqdm
+            import tqdm.auto  # noqa: F401
         except ImportError:
             raise ImportError(f"{where}: progress=True draws its bar with tqdm, which is not "
                               "installed (pip install tqdm)") from None
+
+    def __init__(self, total_bytes: int, where: str, total_rows: Optional[int] = None) -> None:
+        ProgressBar.require(where)
+        from tqdm.auto import tqdm
+
         self._rows = total_rows
         self._total = total_bytes
         self._bar = tqdm(total=total_bytes, unit="B", unit_scale=True, unit_divisor=1000,

@@ -103,6 +103,15 @@ def _job_ranks() -> int:
     return int(get_legate_runtime().node_count)
 
 
+def _first_rank() -> bool:
+    """Whether this process is its job's first Legate rank (a process alone is)."""
+    if _job_ranks() == 1:
+        return True
+    from legate.core import get_legate_runtime
+
+    return int(get_legate_runtime().node_id) == 0
+
+
 def _require_legate(what: str) -> None:
     """Refuses a call that runs under Legate where the ``legate`` extra is not installed, with
     an ImportError naming the call and the extra (instead of a loader error about liblegate)."""

@@ -5,9 +5,11 @@ each rank writes what it got and the tests compare both ranks' arrays with the o
 
 from __future__ import annotations
 
+import subprocess
+
 import numpy as np
 import pytest
-from conftest import python_job, write_spec
+from conftest import PYTHON, python_job, write_spec
 from data import RAGGED, dataset, write_shards
 
 FORMATS = ["npy", "raw", "hdf5", "parquet", "arrow", "zarr"]
@@ -39,6 +41,10 @@ def loaded(tmp_path_factory):
                       "kwargs": {**kwargs, "overdecompose": 1, "row_range": [5, 6],
                                  "astype": "int64"}})
         oracle[f"{fmt}-rows-astype"] = whole[5:6].astype(np.int64)
+    # progress=True: one bar for the job, on the first rank.
+    cases.append({"name": "npy-bar", "source": str(base / "npy"),
+                  "kwargs": {"progress": True}})
+    oracle["npy-bar"] = oracle["npy-K1"]
     spec = write_spec(base / "spec.json", {"cases": cases})
     job = python_job(base / "out", "load_cases.py", str(spec))
     assert job.rc == 0, job.describe()
@@ -57,3 +63,22 @@ def test_every_format_equals_numpy_on_both_ranks(loaded, fmt, what):
         got = rank.array(name)
         assert got.dtype == expected.dtype and got.shape == expected.shape, (rank.index, name)
         np.testing.assert_array_equal(got, expected, err_msg=f"rank {rank.index}: {name}")
+
+
+def test_progress_true_draws_one_bar_on_the_first_rank(loaded):
+    """Every rank takes progress=True, and only the first draws; without tqdm in the job's
+    Python every rank raises the same ImportError (one that went on alone would hang)."""
+    job, oracle = loaded
+    if subprocess.run([str(PYTHON), "-c", "import tqdm"], capture_output=True).returncode:
+        for rank in job.ranks:
+            result = rank.results()["npy-bar"]
+            assert not result["ok"] and result["type"] == "ImportError", result
+            assert "shardload.load: progress=True draws its bar with tqdm" in result["message"]
+        return
+    for rank in job.ranks:
+        assert rank.results()["npy-bar"]["ok"], rank.results()["npy-bar"]
+        np.testing.assert_array_equal(rank.array("npy-bar"), oracle["npy-bar"])
+    rows = len(oracle["npy-bar"])
+    assert "shardload.load: 100%" in job.ranks[0].err, job.ranks[0].err[-2000:]
+    assert f"{rows}/{rows} rows" in job.ranks[0].err
+    assert "shardload.load:" not in job.ranks[1].err, job.ranks[1].err[-2000:]
