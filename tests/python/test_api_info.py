@@ -96,6 +96,25 @@ def test_progress_true_draws_a_bar_on_stderr(tmp_path: pathlib.Path, capsys) -> 
     assert "shardload.numpy.load" in err and "100%" in err and rows in err, err
 
 
+def test_progress_true_without_tqdm_is_an_import_error_naming_it(tmp_path, monkeypatch):
+    """In every front end, before anything is read (a JAX process or Legate rank that does
+    not draw checks too, so that every process of a job fails alike)."""
+    d, _ = dataset(tmp_path)
+    from shardload import dask as sdask, numpy as snp
+
+    monkeypatch.setitem(sys.modules, "tqdm", None)
+    monkeypatch.setitem(sys.modules, "tqdm.auto", None)
+    for name, load in (("shardload.load", shardload.load), ("shardload.numpy.load", snp.load),
+                       ("shardload.dask.load", sdask.load)):
+        with pytest.raises(ImportError, match=rf"^{re.escape(name)}: progress=True draws its "
+                                              r"bar with tqdm, which is not installed"):
+            load(d, progress=True)
+    reporter_args = (snp._frontend.prepare("w", d, row_range=None, astype=None, reader=None,
+                                           storage_options=None, options={}), "w")
+    with pytest.raises(ImportError, match="^w: progress=True"):
+        snp._frontend._Reporter(True, *reporter_args, bar=False)
+
+
 def test_progress_reports_each_stage_boundary(tmp_path: pathlib.Path) -> None:
     d, expected = dataset(tmp_path)
     reports: list[shardload.LoadProgress] = []
