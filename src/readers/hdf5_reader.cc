@@ -978,9 +978,11 @@ class Hdf5Reader final : public ShardReader {
   }
 
   // The regular file a virtual mapping's source file `name` names, seen from the file at
-  // `path`, where HDF5 looks for it: "." is that file; a relative name under H5_VDS_PREFIX,
-  // then beside that file, then from the working directory. nullopt where none is a regular
-  // file (HDF5 then gives the fill value, as h5py shows).
+  // `path`, where HDF5 looks for it: "." is that file; a relative name under each directory of
+  // HDF5_VDS_PREFIX (a list split at ':', "${ORIGIN}" at a part's start standing for the
+  // file's directory, as H5F_prefix_open_file reads it), then beside that file, then from the
+  // working directory. nullopt where none is a regular file (HDF5 then gives the fill value,
+  // as h5py shows).
   // `odd` gets the first name HDF5 would try that is there but no regular file (a FIFO,
   // whose plain open waits for a writer, a device, a directory): HDF5 would open it first.
   static std::optional<std::string> virtual_source_file(const std::string& path,
@@ -990,8 +992,19 @@ class Hdf5Reader final : public ShardReader {
     if (name.empty()) return std::nullopt;
     std::vector<std::string> candidates;
     if (name[0] != '/') {
-      if (const char* prefix = std::getenv("H5_VDS_PREFIX"); prefix != nullptr && *prefix) {
-        candidates.push_back(std::string(prefix) + "/" + name);
+      if (const char* env = std::getenv("HDF5_VDS_PREFIX"); env != nullptr && *env) {
+        constexpr std::string_view kOrigin = "${ORIGIN}";
+        const std::string_view list = env;
+        for (std::size_t at = 0; at <= list.size();) {
+          const std::size_t end = std::min(list.find(':', at), list.size());
+          std::string part(list.substr(at, end - at));
+          at = end + 1;
+          if (part.empty()) continue;
+          if (part.compare(0, kOrigin.size(), kOrigin) == 0) {
+            part = parent_directory(path) + part.substr(kOrigin.size());
+          }
+          candidates.push_back(part + (part.back() == '/' ? "" : "/") + name);
+        }
       }
       const auto slash = path.rfind('/');
       if (slash != std::string::npos) candidates.push_back(path.substr(0, slash + 1) + name);

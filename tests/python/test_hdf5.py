@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import os
 import pathlib
 import subprocess
@@ -1580,7 +1581,7 @@ def _printf_virtual(path, pattern: str = "src_%b.h5") -> None:
         h5py.h5d.create(f.id, b"v", h5py.h5t.IEEE_F64LE, vspace, dcpl=dcpl)
 
 
-@pytest.mark.parametrize("where", ["beside the shard", "under H5_VDS_PREFIX",
+@pytest.mark.parametrize("where", ["beside the shard", "under HDF5_VDS_PREFIX",
                                    "a printf-style name's second file"])
 def test_a_virtual_datasets_source_file_that_is_a_fifo_is_refused_not_waited_on(tmp_path, where):
     """A virtual dataset whose source file is a FIFO where HDF5 looks for it: discovery took
@@ -1590,7 +1591,11 @@ def test_a_virtual_datasets_source_file_that_is_a_fifo_is_refused_not_waited_on(
     naming the FIFO."""
     (tmp_path / "d").mkdir()
     (tmp_path / "p").mkdir()
-    fifo = tmp_path / ("p" if where == "under H5_VDS_PREFIX" else "d") / "src.h5"
+    fifo = tmp_path / ("p" if where == "under HDF5_VDS_PREFIX" else "d") / "src.h5"
+    if where == "under HDF5_VDS_PREFIX":
+        # HDF5 looks under the prefix first: the regular file beside the shard is not read.
+        with h5py.File(tmp_path / "d" / "src.h5", "w") as f:
+            f["y"] = np.ones((10, 4))
     if where.startswith("a printf"):
         fifo = tmp_path / "d" / "src_1.h5"
         with h5py.File(tmp_path / "d" / "src_0.h5", "w") as f:
@@ -1608,8 +1613,8 @@ def test_a_virtual_datasets_source_file_that_is_a_fifo_is_refused_not_waited_on(
             print(e)
     """)
     env = dict(os.environ)
-    if where == "under H5_VDS_PREFIX":
-        env["H5_VDS_PREFIX"] = str(tmp_path / "p")
+    if where == "under HDF5_VDS_PREFIX":
+        env["HDF5_VDS_PREFIX"] = str(tmp_path / "p")
     try:
         r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                            timeout=60, cwd=str(tmp_path), env=env)
@@ -1633,6 +1638,35 @@ def test_a_printf_style_virtual_dataset_reads_as_h5py_does_and_snapshots_its_fil
     layout = shardload.discover(tmp_path / "shard_0000.h5", dataset="v")
     np.testing.assert_array_equal(layout.read(), want)
     assert layout._linked_paths == [str(tmp_path / f"src_{b}.h5") for b in range(2)]
+
+
+@pytest.mark.parametrize("prefix", ["p", "${ORIGIN}/../p", "nowhere:p"])
+def test_the_source_file_under_hdf5_vds_prefix_is_the_one_checked_and_snapshotted(tmp_path,
+                                                                                   prefix):
+    """HDF5 looks for a virtual dataset's relative source file under HDF5_VDS_PREFIX (a list
+    split at ':', "${ORIGIN}" the file's directory) before the file's own directory. The file
+    snapshotted (and compared with out=, followed for cycles) was found under H5_VDS_PREFIX,
+    a name HDF5 does not read: here the one beside the shard, while HDF5 read the prefix's."""
+    (tmp_path / "d").mkdir()
+    (tmp_path / "p").mkdir()
+    for where, value in (("d", 1.0), ("p", 2.0)):
+        with h5py.File(tmp_path / where / "src.h5", "w") as f:
+            f["y"] = np.full((10, 4), value)
+    with h5py.File(tmp_path / "d" / "shard_0000.h5", "w") as f:
+        _virtual(f, "v", "src.h5", "y")
+    value = prefix.replace("p", str(tmp_path / "p")) if prefix != "${ORIGIN}/../p" else prefix
+    script = textwrap.dedent(f"""
+        import shardload
+        layout = shardload.discover({str(tmp_path / "d")!r}, dataset="v")
+        print(layout.read()[0, 0], layout._linked_paths)
+    """)
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                       timeout=120, env={**os.environ, "HDF5_VDS_PREFIX": value})
+    assert r.returncode == 0, r.stderr[-2000:]
+    read, linked = r.stdout.split(" ", 1)
+    assert float(read) == 2.0  # HDF5's choice, as h5py makes it
+    snapshotted = os.path.realpath(ast.literal_eval(linked)[0])
+    assert snapshotted == str(tmp_path / "p" / "src.h5"), linked
 
 
 @pytest.mark.parametrize("change", ["rewritten in place", "replaced", "rewritten, times kept"])
