@@ -759,6 +759,53 @@ std::uint64_t network(std::uint64_t x, const std::vector<std::uint64_t>& keys, i
   return (left << h) | right;
 }
 
+// o[i] = the bijection of [0, n) applied to in[i], for each i: the network, walked again while
+// its value is outside [0, n). One network is a chain of dependent multiplies (about 30 ns);
+// kLanes elements go through it side by side, so that their chains overlap in the core, and a
+// lane whose element is done takes the next one, so no lane waits for another's walk.
+void permute_forward(const std::int64_t* in, std::int64_t* o, std::size_t count, std::uint64_t n,
+                     const std::vector<std::uint64_t>& keys, int h) {
+  constexpr std::size_t kLanes = 8;
+  const std::uint64_t mask = (std::uint64_t{1} << h) - 1;
+  std::uint64_t y[kLanes] = {};
+  std::size_t at[kLanes] = {};
+  bool live[kLanes] = {};
+  std::size_t next = 0;
+  std::size_t alive = 0;
+  for (std::size_t j = 0; j < kLanes && next < count; ++j, ++next, ++alive) {
+    y[j] = static_cast<std::uint64_t>(in[next]);
+    at[j] = next;
+    live[j] = true;
+  }
+  while (alive > 0) {
+    std::uint64_t left[kLanes];
+    std::uint64_t right[kLanes];
+    for (std::size_t j = 0; j < kLanes; ++j) {
+      left[j] = y[j] >> h;
+      right[j] = y[j] & mask;
+    }
+    for (const std::uint64_t k : keys) {
+      for (std::size_t j = 0; j < kLanes; ++j) {
+        const std::uint64_t step = left[j] ^ (mix(right[j] ^ k) & mask);
+        left[j] = right[j];
+        right[j] = step;
+      }
+    }
+    for (std::size_t j = 0; j < kLanes; ++j) {
+      y[j] = (left[j] << h) | right[j];
+      if (!live[j] || y[j] >= n) continue;
+      o[at[j]] = static_cast<std::int64_t>(y[j]);
+      if (next < count) {
+        y[j] = static_cast<std::uint64_t>(in[next]);
+        at[j] = next++;
+      } else {
+        live[j] = false;
+        --alive;
+      }
+    }
+  }
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_feed_core, m) {
@@ -841,6 +888,10 @@ PYBIND11_MODULE(_feed_core, m) {
         int h = 1;
         while ((std::uint64_t{1} << (2 * h)) < static_cast<std::uint64_t>(n)) ++h;
         const auto un = static_cast<std::uint64_t>(n);
+        if (!inverse) {
+          permute_forward(in, o, count, un, keys, h);
+          return out;
+        }
         for (std::size_t i = 0; i < count; ++i) {
           std::uint64_t y = network(static_cast<std::uint64_t>(in[i]), keys, h, inverse);
           while (y >= un) y = network(y, keys, h, inverse);
