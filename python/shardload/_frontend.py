@@ -109,15 +109,15 @@ def check_out(where: str, out: object, shape: tuple, dtype: np.dtype) -> None:
         raise TypeError(f"{where}: out= must be a numpy.ndarray, found {_found(out)}")
     problems = []
     if tuple(out.shape) != tuple(shape):
-        problems.append(f"shape {tuple(out.shape)}, expected {tuple(shape)}")
+        problems.append(f"has shape {tuple(out.shape)}, expected {tuple(shape)}")
     if out.dtype != dtype:
-        problems.append(f"dtype {out.dtype}, expected {dtype}")
+        problems.append(f"has dtype {out.dtype}, expected {dtype}")
     if not out.flags.c_contiguous:
-        problems.append("not C-contiguous")
+        problems.append("is not C-contiguous")
     if not out.flags.writeable:
-        problems.append("not writable")
+        problems.append("is not writable")
     if problems:
-        raise ValueError(f"{where}: out= has " + "; ".join(problems))
+        raise ValueError(f"{where}: out= " + "; ".join(problems))
 
 
 def check_out_maps_no_source_file(where: str, out: np.ndarray, layout: Layout) -> None:

@@ -66,14 +66,14 @@ def test_out_is_filled_in_place_and_checked(tmp_path):
     cast = np.zeros((20, *want.shape[1:]), np.float64)
     assert snp.load(d, row_range=(3, 23), astype="float64", out=cast) is cast
     np.testing.assert_array_equal(cast, want[3:23].astype(np.float64))
-    for bad, message in [(np.zeros(want.shape, np.float64), "dtype float64, expected float32"),
+    for bad, message in [(np.zeros(want.shape, np.float64), "out= has dtype float64, expected float32"),
                          (np.zeros((5, 3, 2), want.dtype), r"shape \(5, 3, 2\)"),
-                         (np.zeros(want.shape[::-1], want.dtype).T, "not C-contiguous")]:
+                         (np.zeros(want.shape[::-1], want.dtype).T, "out= is not C-contiguous")]:
         with pytest.raises(ValueError, match=message):
             snp.load(d, out=bad)
     frozen = np.zeros_like(want)
     frozen.flags.writeable = False
-    with pytest.raises(ValueError, match="not writable"):
+    with pytest.raises(ValueError, match="out= is not writable"):
         snp.load(d, out=frozen)
     with pytest.raises(TypeError, match="out="):
         snp.load(d, out=[0])
