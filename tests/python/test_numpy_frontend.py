@@ -66,7 +66,8 @@ def test_out_is_filled_in_place_and_checked(tmp_path):
     cast = np.zeros((20, *want.shape[1:]), np.float64)
     assert snp.load(d, row_range=(3, 23), astype="float64", out=cast) is cast
     np.testing.assert_array_equal(cast, want[3:23].astype(np.float64))
-    for bad, message in [(np.zeros(want.shape, np.float64), "out= has dtype float64, expected float32"),
+    for bad, message in [(np.zeros(want.shape, np.float64),
+                          "out= has dtype float64, expected float32"),
                          (np.zeros((5, 3, 2), want.dtype), r"shape \(5, 3, 2\)"),
                          (np.zeros(want.shape[::-1], want.dtype).T, "out= is not C-contiguous")]:
         with pytest.raises(ValueError, match=message):
