@@ -97,6 +97,18 @@ arrow::fs::FileSelector directory_selector(std::string path, bool allow_not_foun
   return sel;
 }
 
+// An object or prefix directly under the listed one, named by its base name. A key with an
+// empty segment (`d//x.npy`) makes a LIST of `d/` answer the common prefix `d//`, which Arrow
+// names like `d/` itself: no name reaches it, and taken by its base name it would be a phantom
+// entry `d/d`, so it is left out, as a key with an empty segment is everywhere else.
+bool listed_entry(const arrow::fs::FileInfo& fi, const arrow::fs::FileSelector& sel) {
+  if (fi.type() != arrow::fs::FileType::File && fi.type() != arrow::fs::FileType::Directory) {
+    return false;
+  }
+  const std::string& base = fi.base_name();
+  return !base.empty() && fi.path() == sel.base_dir + "/" + base;
+}
+
 // A listing past this many entries is refused: a server's keys without end would otherwise
 // fill the memory. A dataset's directory holds far fewer shards.
 constexpr std::size_t kMaxListed = 10'000'000;
@@ -512,9 +524,7 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
     // directory of stores (Zarr) is a list of prefixes, each named like a shard.
     std::vector<std::string> names;
     for (const auto& fi : *infos) {
-      if (fi.type() == arrow::fs::FileType::File || fi.type() == arrow::fs::FileType::Directory) {
-        names.push_back(fi.base_name());
-      }
+      if (listed_entry(fi, sel)) names.push_back(fi.base_name());
     }
     std::sort(names.begin(), names.end());
     names.erase(std::unique(names.begin(), names.end()), names.end());
@@ -607,7 +617,7 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
     }
     std::vector<ObjectEntry> out;
     for (const auto& fi : *infos) {
-      if (fi.type() == arrow::fs::FileType::File || fi.type() == arrow::fs::FileType::Directory) {
+      if (listed_entry(fi, sel)) {
         out.push_back({fi.base_name(), fi.type() == arrow::fs::FileType::Directory});
       }
     }

@@ -348,3 +348,20 @@ def test_storage_options_checked():
         shardload.discover("s3://b/d/", storage_options=[("scheme", "http")])
     with pytest.raises(ValueError, match="bad object-storage URL or options"):
         shardload.discover("s3://b/d/x.npy", storage_options={"no_such_option": "1"})
+
+
+def test_a_key_with_an_empty_segment_lists_no_phantom_entry(bucket):
+    """A key `d//x.npy` makes a LIST of `d/` answer the common prefix `d//`, which Arrow names
+    `d` like the directory itself: no glob or directory of `d/` takes it for an entry `d/d`
+    (which is no object: the load failed naming it), and the shards beside it load."""
+    rng = np.random.default_rng(4)
+    parts = _ragged(rng, [3, 5], (2,), "float32")
+    for i, p in enumerate(parts):
+        bucket.put_npy(f"e/shard_{i:04d}.npy", p)
+    bucket.put_npy("e//x.npy", parts[0])
+    want = np.concatenate(parts)
+    for source in ("e/", "e/*", "e/shard_*.npy"):
+        layout = shardload.discover(bucket.url(source), storage_options=bucket.options)
+        assert [p.split("?")[0] for p in layout.paths] == [
+            bucket.url(f"e/shard_{i:04d}.npy") for i in range(2)], source
+        np.testing.assert_array_equal(layout.read(0, layout.total_rows), want)
