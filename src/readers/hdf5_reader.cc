@@ -884,10 +884,16 @@ class Hdf5Reader final : public ShardReader {
     return d;
   }
 
-  // The files other than the dataset's own that a virtual dataset's mappings name (each
-  // once, in mapping order); none for any other layout.
-  std::vector<std::string> virtual_sources(hid_t dataset) {
-    std::vector<std::string> out;
+  // One mapping of a virtual dataset: the source file and dataset it names, each nullopt
+  // where HDF5 cannot give it.
+  struct VirtualMapping {
+    std::optional<std::string> file;
+    std::optional<std::string> dataset;
+  };
+
+  // A virtual dataset's mappings, in mapping order; none for any other layout.
+  std::vector<VirtualMapping> virtual_mappings(hid_t dataset) {
+    std::vector<VirtualMapping> out;
     Hid dcpl(api_.H5Dget_create_plist(dataset), api_.H5Pclose);
     std::size_t count = 0;
     if (!dcpl.valid() || api_.H5Pget_layout(dcpl.get()) != H5D_VIRTUAL ||
@@ -896,13 +902,32 @@ class Hdf5Reader final : public ShardReader {
       return out;
     }
     for (std::size_t i = 0; i < count; ++i) {
-      std::string name(PATH_MAX + 1, '\0');
-      const ssize_t n = api_.H5Pget_virtual_filename(dcpl.get(), i, name.data(), name.size());
-      if (n < 0) {
-        name = "mapping " + std::to_string(i);
-      } else {
-        name.resize(std::min<std::size_t>(static_cast<std::size_t>(n), PATH_MAX));
+      VirtualMapping& m = out.emplace_back();
+      std::string file(PATH_MAX + 1, '\0');
+      const ssize_t n = api_.H5Pget_virtual_filename(dcpl.get(), i, file.data(), file.size());
+      if (n >= 0) {
+        file.resize(std::min<std::size_t>(static_cast<std::size_t>(n), PATH_MAX));
+        m.file = std::move(file);
       }
+      const ssize_t k = api_.H5Pget_virtual_dsetname(dcpl.get(), i, nullptr, 0);
+      if (k < 0) continue;
+      std::string name(static_cast<std::size_t>(k) + 1, '\0');
+      if (api_.H5Pget_virtual_dsetname(dcpl.get(), i, name.data(), name.size()) >= 0) {
+        name.resize(static_cast<std::size_t>(k));
+        m.dataset = std::move(name);
+      }
+    }
+    api_.H5Eclear2(H5E_DEFAULT);
+    return out;
+  }
+
+  // The files other than the dataset's own that a virtual dataset's mappings name (each
+  // once, in mapping order); none for any other layout.
+  std::vector<std::string> virtual_sources(hid_t dataset) {
+    std::vector<std::string> out;
+    const auto mappings = virtual_mappings(dataset);
+    for (std::size_t i = 0; i < mappings.size(); ++i) {
+      std::string name = mappings[i].file.value_or("mapping " + std::to_string(i));
       if (name != "." && std::find(out.begin(), out.end(), name) == out.end()) {
         out.push_back(std::move(name));
       }
@@ -925,22 +950,10 @@ class Hdf5Reader final : public ShardReader {
   // which for an unlimited mapping opens them: a name HDF5 would open that is no regular file
   // (a FIFO) would make it wait forever.
   Status check_virtual_files(const OpenDataset& d, const std::string& path) {
-    Hid dcpl(api_.H5Dget_create_plist(d.dataset.get()), api_.H5Pclose);
-    std::size_t count = 0;
-    if (!dcpl.valid() || api_.H5Pget_layout(dcpl.get()) != H5D_VIRTUAL ||
-        api_.H5Pget_virtual_count(dcpl.get(), &count) < 0) {
-      api_.H5Eclear2(H5E_DEFAULT);
-      return Status::ok();
-    }
-    for (std::size_t i = 0; i < count; ++i) {
-      std::string file_name(PATH_MAX + 1, '\0');
-      const ssize_t n =
-          api_.H5Pget_virtual_filename(dcpl.get(), i, file_name.data(), file_name.size());
-      if (n < 0) continue;
-      file_name.resize(std::min<std::size_t>(static_cast<std::size_t>(n), PATH_MAX));
+    for (const VirtualMapping& m : virtual_mappings(d.dataset.get())) {
+      if (!m.file) continue;
       SHARDLOAD_RETURN_IF_ERROR(
-          virtual_mapping_sources(path, file_name, "", path + ": dataset '" + d.name + "'")
-              .status());
+          virtual_mapping_sources(path, *m.file, "", path + ": dataset '" + d.name + "'").status());
     }
     return Status::ok();
   }
@@ -1024,31 +1037,12 @@ class Hdf5Reader final : public ShardReader {
                         const std::string& shard, const std::string& shard_id,
                         std::vector<VirtualStep>& chain, std::vector<std::string>& done,
                         std::vector<std::string>* files) {
-    Hid dcpl(api_.H5Dget_create_plist(dataset), api_.H5Pclose);
-    std::size_t count = 0;
-    if (!dcpl.valid() || api_.H5Pget_layout(dcpl.get()) != H5D_VIRTUAL ||
-        api_.H5Pget_virtual_count(dcpl.get(), &count) < 0) {
-      api_.H5Eclear2(H5E_DEFAULT);
-      return Status::ok();
-    }
     const std::string here = file_identity(path);
-    for (std::size_t i = 0; i < count; ++i) {
-      std::string file_name(PATH_MAX + 1, '\0');
-      const ssize_t n =
-          api_.H5Pget_virtual_filename(dcpl.get(), i, file_name.data(), file_name.size());
-      if (n < 0) continue;
-      file_name.resize(std::min<std::size_t>(static_cast<std::size_t>(n), PATH_MAX));
-      const ssize_t m = api_.H5Pget_virtual_dsetname(dcpl.get(), i, nullptr, 0);
-      if (m < 0) continue;
-      std::string dataset_name(static_cast<std::size_t>(m) + 1, '\0');
-      if (api_.H5Pget_virtual_dsetname(dcpl.get(), i, dataset_name.data(), dataset_name.size()) <
-          0) {
-        continue;
-      }
-      dataset_name.resize(static_cast<std::size_t>(m));
+    for (const VirtualMapping& m : virtual_mappings(dataset)) {
+      if (!m.file || !m.dataset) continue;
       SHARDLOAD_ASSIGN_OR_RETURN(
           const auto sources,
-          virtual_mapping_sources(path, file_name, dataset_name,
+          virtual_mapping_sources(path, *m.file, *m.dataset,
                                   shard + ": dataset '" + chain.front().shown + "'"));
       for (const auto& [target, name] : sources) {
         std::string source = name;
