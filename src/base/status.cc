@@ -312,6 +312,22 @@ std::string redact_user_info(std::string_view text, std::vector<std::string>& hi
     const std::size_t end = stops(start, "/?#");
     const std::string_view authority = text.substr(start, end - start);
     std::size_t at = authority.rfind('@');
+    if (at == std::string_view::npos) {
+      // "user:pa ss@host": a space in the password ends the authority early (the URL does not
+      // work), yet the text up to its '/', '?' or '#' holds "user:...@": the password goes.
+      std::size_t wide = start;
+      while (wide < text.size() && text[wide] != '/' && text[wide] != '?' && text[wide] != '#' &&
+             text[wide] != '\n') {
+        ++wide;
+      }
+      const std::string_view run = text.substr(start, wide - start);
+      const std::size_t last = run.rfind('@');
+      if (last != std::string_view::npos &&
+          run.substr(0, last).find(':') != std::string_view::npos &&
+          run.substr(0, end - start).find(':') != std::string_view::npos) {
+        at = last;
+      }
+    }
     if (at == std::string_view::npos && !authority.empty() && authority[0] != '[') {
       // "user:pa/ss@host": a '/' in the password ends the authority early (the URL does not
       // work), yet what follows the ':' is no port: the password still goes, to its '@'.
@@ -446,7 +462,10 @@ Utf8Sequence utf8_sequence_at(std::string_view text, std::size_t i) {
 }
 
 std::string printable_redacted(std::string text, bool keep_option_marks) {
-  return printable(redact_secrets(std::move(text)), keep_option_marks);
+  // Escaped first: a control character inside a secret (a tab or a newline in a password
+  // typed into a URL) would end the secret where redact_secrets looks for its end, and leave
+  // the rest in clear; escaped, it is part of the word that is hidden.
+  return redact_secrets(printable(text, keep_option_marks));
 }
 
 std::string printable(std::string_view text, bool keep_option_marks) {

@@ -516,3 +516,20 @@ def test_a_read_errors_filename_pickle_and_traceback_hide_the_secret(web, form):
         shown = "".join(traceback.format_exception(err)) + repr(err.args) + str(back) + repr(back)
         shown += str(getattr(err, "filename", "") or "") + str(getattr(back, "filename", "") or "")
         assert_hidden(shown, visible)
+
+
+@pytest.mark.parametrize("url,visible", [
+    ("https://alice:pw s3cr3t@127.0.0.1:9/d/x.npy", "@127.0.0.1:9/d/x.npy"),
+    ("https://alice:pw\ts3cr3t@127.0.0.1:9/d/x.npy", "@127.0.0.1:9/d/x.npy"),
+    ("https://alice:pw\ns3cr3t@127.0.0.1:9/d/x.npy", "@127.0.0.1:9/d/x.npy"),
+    ("https://127.0.0.1:9/d/x.npy?token=pw\ts3cr3t&v=1", "&v=1"),
+    ("https://127.0.0.1:9/d/x.npy?token=pw\ns3cr3t&v=1", "&v=1"),
+])
+def test_a_secret_holding_white_space_is_hidden_whole(url, visible, cli):
+    """A password or query secret typed with a space, tab or newline in it: the secret ended
+    where the text looked for a word's end, and its rest (or, with a space in the password,
+    all of it) showed in the CLI's error and in Python's. Escaped first, then hidden, whole."""
+    with pytest.raises(shardload.Error) as e:
+        shardload.discover(url)
+    assert_hidden(str(e.value) + repr(e.value.args), visible)
+    assert_hidden(run(cli, "inspect", url, ok=False), visible)
