@@ -114,7 +114,7 @@ int cmd_index(const Args& args, const IndexSteps& steps) {
     return fail(cmd, "indexing " + src->describe() + ": " + written.status().message());
   }
   bar.finish();
-  std::cout << "wrote " << redact_secrets(path_for_message(*written)) << ": "
+  std::cout << "wrote " << printable_redacted(*written) << ": "
             << layout->shards.size() << " shards, " << layout->total_rows() << " rows, checksums "
             << checksum_name(mopts.checksum) << "\n";
   return 0;

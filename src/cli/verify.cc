@@ -72,7 +72,7 @@ int cmd_verify(const Args& args) {
     ticker.stop();
     bar.finish();
     for (const auto& m : r.mismatches) {
-      err << "shardload verify: " << redact_secrets(path_for_message(m.path)) << ": "
+      err << "shardload verify: " << printable_redacted(m.path) << ": "
           << printable(m.what) << "\n";
     }
     if (r.mismatches.empty()) {
@@ -81,7 +81,7 @@ int cmd_verify(const Args& args) {
       rc = 0;
     } else {
       err << "shardload verify: error: " << r.mismatches.size() << " of " << r.shards
-          << " shards differ from " << redact_secrets(path_for_message(path)) << "\n";
+          << " shards differ from " << printable_redacted(path) << "\n";
     }
   } catch (const Error& e) {
     // What an interrupt made fail is reported by main as the interrupt.
