@@ -48,3 +48,11 @@ def permute(xs: np.ndarray[Any, Any], n: int, keys: Sequence[int],
     """The keyed bijection of ``[0, n)`` (a Feistel network over the smallest ``4**h >= n``,
     cycle-walked; shardload._feed_order) applied to each int64 position of ``xs``, or its
     inverse. ValueError for a position outside ``[0, n)``."""
+def block_order_rows(positions: np.ndarray[Any, Any], n: int, block_rows: int,
+                     window_blocks: int, seed: int, epoch: int,
+                     rounds: int) -> np.ndarray[Any, Any]:
+    """The rows of the block order (shardload._feed_order.Order, mode "block") at each int64
+    stream position of ``positions``: blocks of ``block_rows`` permuted, rows permuted in
+    windows of ``window_blocks`` blocks, keyed by (seed, epoch) as round_keys. ValueError for
+    a position outside ``[0, n)`` or a spec outside ``1 <= block_rows <= n``,
+    ``1 <= window_blocks <= blocks``."""

@@ -806,6 +806,115 @@ void permute_forward(const std::int64_t* in, std::int64_t* o, std::size_t count,
   }
 }
 
+// One position of the bijection of [0, n) keyed by keys (n >= 1).
+std::uint64_t permute_one(std::uint64_t x, std::uint64_t n, const std::vector<std::uint64_t>& keys,
+                          bool inverse) {
+  if (n <= 1) return x;
+  int h = 1;
+  while ((std::uint64_t{1} << (2 * h)) < n) ++h;
+  std::uint64_t y = network(x, keys, h, inverse);
+  while (y >= n) y = network(y, keys, h, inverse);
+  return y;
+}
+
+// shardload._feed_order.round_keys: splitmix64 over (seed, epoch, stream), then `rounds` keys.
+std::vector<std::uint64_t> round_keys(std::uint64_t seed, std::uint64_t epoch, std::uint64_t stream,
+                                      std::size_t rounds) {
+  const auto splitmix = [](std::uint64_t x) { return mix(x + 0x9E3779B97F4A7C15ULL); };
+  std::uint64_t k = splitmix(splitmix(splitmix(seed) ^ epoch) ^ stream);
+  std::vector<std::uint64_t> keys(rounds);
+  for (std::uint64_t& key : keys) key = k = splitmix(k);
+  return keys;
+}
+
+// shardload._feed_order.Order.rows for the block order, which it documents (blocks of b rows
+// in the bijection's order over blocks, then the rows of each window of w consecutive blocks
+// in the window's own bijection's order), here so that a fill's rows cost no Python: the
+// order took a third of a block-shuffled epoch in the loop's thread. Each window's blocks and
+// keys are made once for the positions in it (a fill's positions follow each other).
+class BlockOrder {
+ public:
+  BlockOrder(std::uint64_t n, std::uint64_t b, std::uint64_t w, std::uint64_t seed,
+             std::uint64_t epoch, std::size_t rounds)
+      : n_(n),
+        b_(b),
+        w_(w),
+        seed_(seed),
+        epoch_(epoch),
+        rounds_(rounds),
+        keys_(round_keys(seed, epoch, 0, rounds)) {
+    nb_ = (n + b - 1) / b;
+    short_ = n - (nb_ - 1) * b;
+    spos_ = permute_one(nb_ - 1, nb_, keys_, /*inverse=*/true);
+  }
+
+  // out[i] = the row of position in[i]; a run of positions in one window goes through the
+  // window's bijection together (permute_forward's lanes).
+  void rows(const std::int64_t* in, std::int64_t* out, std::size_t count) {
+    std::vector<std::int64_t> local;
+    for (std::size_t i = 0; i < count;) {
+      const std::uint64_t j = window_of(static_cast<std::uint64_t>(in[i]));
+      if (j != window_) load_window(j);
+      std::size_t k = i;
+      local.clear();
+      while (k < count && static_cast<std::uint64_t>(in[k]) >= start_ &&
+             static_cast<std::uint64_t>(in[k]) < start_ + size_) {
+        local.push_back(static_cast<std::int64_t>(static_cast<std::uint64_t>(in[k]) - start_));
+        ++k;
+      }
+      if (size_ > 1) {
+        int h = 1;
+        while ((std::uint64_t{1} << (2 * h)) < size_) ++h;
+        permute_forward(local.data(), out + i, local.size(), size_, window_keys_, h);
+      } else {
+        std::copy(local.begin(), local.end(), out + i);
+      }
+      for (std::size_t m = i; m < k; ++m) {
+        const auto off = static_cast<std::uint64_t>(out[m]);
+        const auto at = std::upper_bound(cum_.begin(), cum_.end(), off) - cum_.begin() - 1;
+        out[m] = static_cast<std::int64_t>(firsts_[static_cast<std::size_t>(at)] +
+                                           (off - cum_[static_cast<std::size_t>(at)]));
+      }
+      i = k;
+    }
+  }
+
+ private:
+  std::uint64_t window_of(std::uint64_t pos) const {
+    std::uint64_t j = pos / (w_ * b_);
+    if (j + 1 <= (nb_ - 1) / w_ && window_start(j + 1) <= pos) ++j;
+    return j;
+  }
+
+  std::uint64_t window_start(std::uint64_t j) const {
+    std::uint64_t start = j * w_ * b_;
+    if (spos_ < j * w_) start -= b_ - short_;
+    return start;
+  }
+
+  void load_window(std::uint64_t j) {
+    window_ = j;
+    start_ = window_start(j);
+    firsts_.clear();
+    cum_.assign(1, 0);
+    for (std::uint64_t k = j * w_; k < std::min(j * w_ + w_, nb_); ++k) {
+      const std::uint64_t blk = permute_one(k, nb_, keys_, false);
+      firsts_.push_back(blk * b_);
+      cum_.push_back(cum_.back() + (blk == nb_ - 1 ? short_ : b_));
+    }
+    size_ = cum_.back();
+    cum_.pop_back();
+    window_keys_ = round_keys(seed_, epoch_, 1 + j, rounds_);
+  }
+
+  std::uint64_t n_, b_, w_, seed_, epoch_;
+  std::size_t rounds_;
+  std::vector<std::uint64_t> keys_;
+  std::uint64_t nb_ = 0, short_ = 0, spos_ = 0;
+  std::uint64_t window_ = ~std::uint64_t{0}, start_ = 0, size_ = 0;
+  std::vector<std::uint64_t> firsts_, cum_, window_keys_;
+};
+
 }  // namespace
 
 PYBIND11_MODULE(_feed_core, m) {
@@ -900,4 +1009,39 @@ PYBIND11_MODULE(_feed_core, m) {
         return out;
       },
       py::arg("xs"), py::arg("n"), py::arg("keys"), py::arg("inverse") = false);
+
+  // The block order's rows of each of positions (Order.rows for mode "block").
+  m.def(
+      "block_order_rows",
+      [](const py::array_t<std::int64_t, py::array::c_style>& positions, std::int64_t n,
+         std::int64_t block_rows, std::int64_t window_blocks, std::uint64_t seed,
+         std::uint64_t epoch, std::int64_t rounds) {
+        if (positions.ndim() != 1 || n < 1 || n > (std::int64_t{1} << 62) || block_rows < 1 ||
+            block_rows > n || window_blocks < 1 ||
+            window_blocks > (n + block_rows - 1) / block_rows || rounds < 1 || rounds > 64) {
+          throw py::value_error(
+              "block_order_rows: expected 1-D positions, 1 <= n <= 2**62, 1 <= block_rows <= n, "
+              "1 <= window_blocks <= the blocks and 1 to 64 rounds");
+        }
+        const std::int64_t* in = positions.data();
+        const auto count = static_cast<std::size_t>(positions.size());
+        for (std::size_t i = 0; i < count; ++i) {
+          if (in[i] < 0 || in[i] >= n) {
+            throw py::value_error("block_order_rows: position " + std::to_string(in[i]) +
+                                  " is outside [0, " + std::to_string(n) + ")");
+          }
+        }
+        py::array_t<std::int64_t> out(positions.size());
+        std::int64_t* o = out.mutable_data();
+        {
+          py::gil_scoped_release release;
+          BlockOrder order(static_cast<std::uint64_t>(n), static_cast<std::uint64_t>(block_rows),
+                           static_cast<std::uint64_t>(window_blocks), seed, epoch,
+                           static_cast<std::size_t>(rounds));
+          order.rows(in, o, count);
+        }
+        return out;
+      },
+      py::arg("positions"), py::arg("n"), py::arg("block_rows"), py::arg("window_blocks"),
+      py::arg("seed"), py::arg("epoch"), py::arg("rounds"));
 }
