@@ -188,8 +188,9 @@ std::vector<std::string> key_words(std::string_view key) {
 
 // Beyond the list: a key with a word that names a secret is one, whatever else it is spelled
 // with ("sas_token", "jsessionid", "X-Amz-Security-Token2", "client_secret_v2", "dbPassword"):
-//   a word holding token, secret, signature, passw, session, sessid, credentials, apikey or
-//   privatekey; a word that is sig, auth, authorization, pwd, jwt, hmac, cookie or sid;
+//   a word holding token, secret, signature, passw, passphrase, passcode, session, sessid,
+//   credentials, apikey or privatekey; a word that is sig, auth, authorization, pwd, pass, pw,
+//   creds, jwt, hmac, cookie or sid;
 //   the word key (Google's key=, api_key, private_key, sas_key), unless the key is an
 //   identifier's: with access, consumer, pair or id beside it (access_key, AWSAccessKeyId,
 //   Key-Pair-Id, oauth_consumer_key), which grant nothing alone and are shown.
@@ -203,11 +204,11 @@ bool has_a_secrets_word(std::string_view key) {
   for (const std::string_view d : kDescribes) {
     if (words.back() == d) return false;
   }
-  static constexpr std::array<std::string_view, 9> kHolding = {
-      "token",  "secret",      "signature", "passw",     "session",
-      "sessid", "credentials", "apikey",    "privatekey"};
-  static constexpr std::array<std::string_view, 6> kWord = {"sig", "auth", "authorization",
-                                                            "pwd", "jwt",  "hmac"};
+  static constexpr std::array<std::string_view, 11> kHolding = {
+      "token",   "secret", "signature",   "passw",  "passphrase", "passcode",
+      "session", "sessid", "credentials", "apikey", "privatekey"};
+  static constexpr std::array<std::string_view, 11> kWord = {
+      "sig", "auth", "authorization", "pwd", "pass", "pw", "creds", "jwt", "hmac", "cookie", "sid"};
   bool key_word = false;
   bool identifier = false;
   for (const std::string& w : words) {

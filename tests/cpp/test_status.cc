@@ -44,6 +44,11 @@ TEST(RedactSecrets, AKeyHoldingASecretsWordIsASecret) {
                            "dbPassword=5&my%5Fapi%5Fkey=6&clientSecretV2=7"),
             "s3://b/k?not_secret_key=***&sas_token=***&tokens=***&JSESSIONID=***&"
             "dbPassword=***&my%5Fapi%5Fkey=***&clientSecretV2=***");
+  // A password's short and other forms, a session's id or cookie.
+  EXPECT_EQ(redact_secrets("https://h/o?user=u&pass=1&pw=2&passphrase=3&db_passcode=4&sid=5&"
+                           "cookie=6&creds=7&bypass=8"),
+            "https://h/o?user=u&pass=***&pw=***&passphrase=***&db_passcode=***&sid=***&"
+            "cookie=***&creds=***&bypass=8");
   // Identifiers and what describes a value, not the value, stay.
   const std::string shown =
       "https://h/o?AccessKeyId=1&OSSAccessKeyId=2&oauth_consumer_key=3&Key-Pair-Id=4&"

@@ -333,6 +333,11 @@ def test_a_credential_option_of_another_library_is_refused_without_its_value(opt
      "url_sig=***&hmac=***&basic_auth=***&ProxyAuthorization=***"),
     ("refresh-token=a-s3cr3t&IdToken=b-s3cr3t&x-ms-signature=c-s3cr3t",
      "refresh-token=***&IdToken=***&x-ms-signature=***"),
+    # The short and other forms of a password, and a session's id or cookie (shown before).
+    ("user=u&pass=a-s3cr3t&pw=b-s3cr3t&passphrase=c-s3cr3t&db_passcode=d-s3cr3t",
+     "user=u&pass=***&pw=***&passphrase=***&db_passcode=***"),
+    ("sid=a-s3cr3t&cookie=b-s3cr3t&creds=c-s3cr3t&bypass=1",
+     "sid=***&cookie=***&creds=***&bypass=1"),
     # What only names or describes a credential stays: identifiers, the kind of a value.
     ("AWSAccessKeyId=AK&access_key=AK2&Key-Pair-Id=KP&oauth_consumer_key=CK&keyId=K3&"
      "token_type=bearer&oauth_signature_method=HMAC-SHA1&X-Amz-Signature-Version=4&"
