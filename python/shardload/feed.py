@@ -37,7 +37,7 @@ position through a keyed bijection on ``[0, n)`` (a Feistel network with cycle-w
 - ``"row"`` (or True): an exact shuffle of all rows. Each fill's rows are gathered by the
   engine in one call (``shardload._feed_core.gather``). Where every shard is a local npy or
   raw file stored as served (C order, this host's byte order, not bool; at most 8 GiB in
-  all), the feed maps the files once and each row is one copy from the map to its place, no
+  all, and as many files as fit half of the process's ``vm.max_map_count``), the feed maps the files once and each row is one copy from the map to its place, no
   system call a row; a file truncated under the map is the ShardReadError naming it (a
   SIGBUS guard on the copies), and each file is checked against its snapshot when mapped
   and after each fill. Otherwise the rows, sorted, are read with a positional read each
@@ -94,6 +94,7 @@ import os
 import pickle
 import sys
 import threading
+import weakref
 from typing import Any, Iterator, Mapping, Optional, Unpack
 
 import numpy as np
@@ -117,6 +118,49 @@ _ALIGN = 64  # XLA's CPU client aliases host memory aligned to 64 bytes; torch t
 _SEED_MAX = (1 << 64) - 1
 _FILL_BYTES = 4 << 20  # the bytes a fill aims at: a few engine calls per second at most
 _FILL_BATCHES = 64
+
+
+# Each mapped file is one of the process's memory maps, of which Linux allows
+# vm.max_map_count (65530 by default) for everything: malloc's arenas, thread stacks, the
+# libraries' maps. Past it every map fails, and a thread's start then waits forever (its
+# stack cannot be mapped), so a feed maps its files only where they, the maps the process
+# has and those the other feeds may still make stay within half of the limit; else it reads.
+_NO_MAPS = object()
+_maps_lock = threading.Lock()
+_maps_reserved = 0  # the files the live feeds' maps may map
+
+
+def _map_limit() -> int:
+    try:
+        with open("/proc/sys/vm/max_map_count") as f:
+            return int(f.read())
+    except (OSError, ValueError):
+        return 65530
+
+
+def _maps_in_use() -> int:
+    try:
+        with open("/proc/self/maps", "rb") as f:
+            return sum(1 for _ in f)
+    except OSError:
+        return 0
+
+
+def _release_maps(files: int) -> None:
+    global _maps_reserved
+    with _maps_lock:
+        _maps_reserved -= files
+
+
+def _reserve_maps(feed: object, files: int) -> bool:
+    """Whether ``files`` more maps fit (then held until ``feed`` goes)."""
+    global _maps_reserved
+    with _maps_lock:
+        if _maps_in_use() + _maps_reserved + files > _map_limit() // 2:
+            return False
+        _maps_reserved += files
+    weakref.finalize(feed, _release_maps, files)
+    return True
 
 
 def world(rank: Optional[int] = None, world_size: Optional[int] = None) -> tuple[int, int]:
@@ -710,8 +754,10 @@ class Feed:
         if order.mode == "none":
             return None
         if self._maps is None:
-            self._maps = _feed_core.Maps(self._layout)
-        return self._maps if self._maps.usable else None
+            maps = _feed_core.Maps(self._layout)
+            self._maps = maps if maps.usable and _reserve_maps(self, len(self._layout.paths)) \
+                else _NO_MAPS
+        return None if self._maps is _NO_MAPS else self._maps
 
     def _fill(self, order: Order, positions: np.ndarray, out: np.ndarray) -> np.ndarray:
         """The rows at ``positions`` into ``out`` in one engine call: rows that follow each

@@ -903,6 +903,42 @@ def test_a_sigbus_outside_the_feeds_copies_still_reaches_the_handler_before_it(t
     assert "Bus error" in res.stderr, res.stderr[-2000:]
 
 
+MAP_LIMIT_CHILD = r"""
+import ctypes, sys
+import numpy as np
+import shardload.feed as sf
+d, n, left = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+libc = ctypes.CDLL(None, use_errno=True)
+libc.mmap.restype = ctypes.c_void_p
+libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
+                      ctypes.c_int, ctypes.c_long]
+limit = int(open("/proc/sys/vm/max_map_count").read())
+held = sum(1 for _ in open("/proc/self/maps"))
+# The process's other maps (a framework's, a model's): all but `left` of the limit, one page
+# each, the protections alternating so that the kernel merges none of them.
+for i in range(limit - held - left):
+    assert libc.mmap(None, 4096, 1 if i % 2 else 0, 0x22, -1, 0) not in (None, 2**64 - 1)
+feed = sf.Feed(d, 64, shuffle="row", seed=5, threads=2)
+got = np.sort(np.concatenate([b[:, 0] for b in feed]))
+assert len(np.unique(got)) == len(got) and got[0] >= 0 and got[-1] < n, got  # each row once
+print("rows", len(got), "maps", feed._maps_for(feed.order()) is not None)
+"""
+
+
+def test_a_feed_maps_no_more_files_than_the_process_has_maps_left(tmp_path):
+    """Each mapped shard is one of the process's vm.max_map_count maps. A feed that mapped
+    more files than the process had maps left made every later map fail: a DataLoader's or
+    the feed's own thread then never started (its stack unmapped), and the epoch hung (70,000
+    one-row shards hung it the same way). The feed now reads without maps where they would
+    not fit in half of the limit; the epoch completes with every row once."""
+    d = tmp_path / "d"
+    n = write_rows(d, [1] * 3000, cols=2)
+    res = subprocess.run([sys.executable, "-c", MAP_LIMIT_CHILD, str(d), str(n), "2000"],
+                         capture_output=True, text=True, timeout=90)
+    assert res.returncode == 0, (res.returncode, res.stdout, res.stderr[-2000:])
+    assert res.stdout.split() == ["rows", str(n // 64 * 64), "maps", "False"], res.stdout
+
+
 def test_maps_are_used_only_where_the_files_are_served_as_stored(tmp_path):
     """Maps of a layout are usable for local npy and raw files in C order and this host's byte
     order; a bool, byte-swapped or Fortran-ordered shard reads as before (and right)."""
