@@ -377,6 +377,23 @@ def test_a_progress_callback_may_compute_the_same_array_again(tmp_path):
     _check_reports(seen, want.nbytes, len(x.chunks[0]))
 
 
+@pytest.mark.parametrize("stage,error", [("filling", KeyboardInterrupt), ("filled", ValueError)])
+def test_a_progress_callback_raising_a_base_exception_or_at_the_last_report(tmp_path, stage,
+                                                                             error):
+    """Hostile callbacks (tenth hostile pass): a BaseException that is no Exception, or an
+    exception at the last report only. compute raises it; the next compute reads the data."""
+    want = write_npy(tmp_path / "d", np.random.default_rng(17))
+
+    def stop(p):
+        if p.stage == stage:
+            raise error("stop")
+
+    x = sdask.load(tmp_path / "d", chunks=300, progress=stop)
+    with pytest.raises(error, match="stop"):
+        threaded(x)
+    np.testing.assert_array_equal(threaded(x), want)
+
+
 # ---- dask.distributed: one LocalCluster of 2 worker processes for the module ----------------
 
 COUNTED = "dask_counted_npy"

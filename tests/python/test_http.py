@@ -442,6 +442,27 @@ def test_storage_options_give_an_http_url_its_request_keys(web):
     assert not any("request_bytes" in r[1] for r in store.requests), store.requests[-1]
 
 
+@pytest.mark.parametrize("options,found", [
+    ({"request_bytes": "4096&token=abc"}, "request_bytes must be an integer"),  # no 2nd key
+    ({"request_bytes": "4096#x"}, "request_bytes must be an integer"),
+    ({"request_bytes": 4096.0}, "expected a str, int or bool, found float"),
+    ({"requests_in_flight": np.int64(3)}, "expected a str, int or bool, found int64"),
+    ({"requests_in_flight": None}, "expected a str, int or bool, found NoneType"),
+    ({"request_bytes": 2**64}, "request_bytes must be an integer from 4096"),
+    ({"requests_in_flight": 0}, "requests_in_flight must be an integer from 1 to 64"),
+    ({"region": "us-east-1"}, "region applies to s3:// URLs only"),
+])
+def test_storage_options_of_an_http_url_smuggle_no_key_and_are_checked(web, options, found):
+    """A guard (tenth hostile pass): a value cannot add a key to the URL's query (it is
+    percent-encoded, then refused as the option's value), and types, ranges and s3-only keys
+    are refused naming the option; no request reaches the server with a smuggled key."""
+    store, base = web
+    store.put_npy("/so/a.npy", np.arange(10.0))
+    with pytest.raises((shardload.LayoutError, TypeError, ValueError), match=re.escape(found)):
+        shardload.discover(f"{base}/so/a.npy", storage_options=options)
+    assert not any("token" in r[1] for r in store.requests), store.requests
+
+
 def test_object_changed_after_discover_is_an_error(web):
     store, base = web
     a = np.arange(40, dtype=np.float32).reshape(10, 4)

@@ -234,6 +234,21 @@ def test_a_link_as_the_destination_or_inside_it_moves_no_write_outside(tmp_path,
     assert not staging_dirs(tmp_path)
 
 
+@pytest.mark.parametrize("dest", ["S3://bucket/d/", "FILE:///tmp/d/", "Gs://bucket/d/",
+                                  "HTTP://host/d/", "s3a://bucket/d/"])
+def test_a_destination_scheme_spelled_in_another_case_is_refused_naming_it(tmp_path,
+                                                                          monkeypatch, dest):
+    """A guard (tenth hostile pass): a scheme in another case, or a look-alike of s3://, is
+    no scheme save writes: refused naming it, nothing created (not written to './S3:/...',
+    nor to s3://)."""
+    monkeypatch.chdir(tmp_path)
+    scheme = dest.split("://")[0]
+    for save in (shardload.save, __import__("shardload.numpy").numpy.save):
+        with pytest.raises(ValueError, match=f"the {scheme}:// scheme is not supported"):
+            save(np.arange(8.0).reshape(4, 2), dest)
+    assert os.listdir(tmp_path) == []
+
+
 @pytest.mark.parametrize("dest", ["gs://bucket/d/", "hdfs://namenode/d", "file:///tmp/d/",
                                   "az://container/d/", "ftp://host/d/"])
 def test_a_destination_of_an_unsupported_scheme_is_refused_naming_it(tmp_path, monkeypatch, cli,
