@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import re
 import shutil
 import warnings
 
@@ -21,6 +22,7 @@ import zarr.codecs as zc
 from zarr.codecs import numcodecs as znc
 
 import shardload
+import shardload.numpy
 from conftest import DTYPES, assert_bools_normalised, dirty_bools, random_array
 
 warnings.filterwarnings("ignore", category=UserWarning)
@@ -350,6 +352,49 @@ def test_corrupt_shard_index(tmp_path):
     with pytest.raises(shardload.ShardReadError, match=r"c/0/0: shard index: crc32c checksum"):
         layout.read(0, 1)
     np.testing.assert_array_equal(layout.read(4, 10)[0], [12, 13, 14])
+
+
+@pytest.mark.parametrize("entry,found", [
+    ("past the end", "the index says 64 bytes at offset 320, past the end of the file"),
+    ("offset overflows", "the index says 64 bytes at offset 18446744073709551614"),
+    ("length overflows", "the index says 18446744073709551608 bytes at offset 8"),
+    ("only the offset missing", "offset 18446744073709551615"),
+    ("only the length missing", "the index says 18446744073709551615 bytes at offset 0"),
+    ("short", "32 bytes, expected 64"),
+    ("empty", "0 bytes, expected 64"),
+    ("into the index", None),  # zarr-python reads the index's bytes as the chunk: so do we
+    ("another chunk's", None),
+])
+def test_a_shard_index_without_a_checksum_that_lies(tmp_path, entry, found):
+    """A guard (tenth hostile pass): a sharded v3 array whose index has no crc32c, its first
+    entry made to lie. Each is the read error naming the shard and the entry where
+    zarr-python refuses it too, or zarr-python's data where it reads one."""
+    import struct
+
+    store = tmp_path / "a.zarr"
+    codec = zc.ShardingCodec(chunk_shape=(4, 4), codecs=[zc.BytesCodec()],
+                             index_codecs=[zc.BytesCodec()])
+    arr = zarr.create_array(store, shape=(16, 4), chunks=(16, 4), dtype="<i4", zarr_format=3,
+                            fill_value=-7, serializer=codec, compressors=None)
+    arr[:] = np.arange(64, dtype=np.int32).reshape(16, 4)
+    shard = store / "c" / "0" / "0"
+    raw = shard.read_bytes()
+    assert len(raw) == 320
+    first = {"past the end": (320, 64), "offset overflows": (2**64 - 2, 64),
+             "length overflows": (8, 2**64 - 8), "only the offset missing": (2**64 - 1, 64),
+             "only the length missing": (0, 2**64 - 1), "short": (0, 32), "empty": (0, 0),
+             "into the index": (256, 64), "another chunk's": (64, 64)}[entry]
+    shard.write_bytes(raw[:256] + struct.pack("<QQ", *first) + raw[272:])
+    if found is None:
+        np.testing.assert_array_equal(shardload.numpy.load(store), zarr.open_array(store)[:])
+        return
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # zarr-python's overflow in its check
+        with pytest.raises(ValueError):
+            zarr.open_array(store)[:]
+    with pytest.raises(shardload.ShardReadError, match=r"c/0/0: inner chunk \(0, 0\): .*"
+                       + re.escape(found)):
+        shardload.numpy.load(store)
 
 
 def test_chunk_that_is_a_directory(tmp_path):
