@@ -238,7 +238,7 @@ std::size_t value_end(std::string_view text, std::size_t i) {
 // Each query parameter (after '?', '&', ';', which some servers take as '&', or '#' for a
 // fragment, where OAuth puts its tokens) whose key is a secret, with its value replaced by
 // "***". A ';' inside a value does not end it: the rest is hidden with it.
-std::string redact_query(std::string_view text) {
+std::string redact_query(std::string_view text, std::vector<std::string>& hidden) {
   std::string out;
   out.reserve(text.size());
   for (std::size_t i = 0; i < text.size();) {
@@ -283,7 +283,10 @@ std::string redact_query(std::string_view text) {
     }
     out.append(text.substr(i, eq + 1 - i));  // the key and its '='
     const std::size_t end = value_end(text, eq + 1);
-    if (end > eq + 1) out += "***";
+    if (end > eq + 1) {
+      out += "***";
+      hidden.emplace_back(text.substr(eq + 1, end - eq - 1));
+    }
     i = end;
   }
   return out;
@@ -422,14 +425,61 @@ bool is_secret_query_key(std::string_view key) {
 
 }  // namespace detail
 
+// Each other place where the text quotes a secret hidden in it (a server's error page quoting
+// the signature it refused, the token, the password), as it was given or percent-decoded,
+// replaced by "***". Values shorter than 6 bytes are left (they would hide ordinary words);
+// at most 32 values are looked for, so that the time stays in proportion to the text.
+std::string hide_quoted(std::string text, const std::vector<std::string>& hidden) {
+  constexpr std::size_t kShortest = 6;
+  constexpr std::size_t kMost = 32;
+  std::vector<std::string> secrets;
+  const auto add = [&](std::string v) {
+    if (v.size() < kShortest || secrets.size() >= kMost) return;
+    if (std::find(secrets.begin(), secrets.end(), v) == secrets.end())
+      secrets.push_back(std::move(v));
+  };
+  for (const std::string& h : hidden) {
+    std::string decoded;
+    for (std::size_t i = 0; i < h.size(); ++i) {
+      if (h[i] == '%' && i + 2 < h.size() && hex_value(h[i + 1]) >= 0 && hex_value(h[i + 2]) >= 0) {
+        decoded += static_cast<char>(hex_value(h[i + 1]) * 16 + hex_value(h[i + 2]));
+        i += 2;
+      } else {
+        decoded += h[i];
+      }
+    }
+    add(h);
+    add(std::move(decoded));
+  }
+  // Longest first: a value that holds another is hidden whole.
+  std::sort(secrets.begin(), secrets.end(),
+            [](const std::string& a, const std::string& b) { return a.size() > b.size(); });
+  for (const std::string& secret : secrets) {
+    if (text.find(secret) == std::string::npos) continue;
+    std::string out;
+    out.reserve(text.size());
+    std::size_t done = 0;
+    for (std::size_t at = text.find(secret); at != std::string::npos;
+         at = text.find(secret, done)) {
+      out.append(text, done, at - done);
+      out += "***";
+      done = at + secret.size();
+    }
+    out.append(text, done);
+    text = std::move(out);
+  }
+  return text;
+}
+
 std::string redact_secrets(std::string text) {
+  std::vector<std::string> hidden;
   if (text.find('@') != std::string::npos && text.find("://") != std::string::npos) {
-    std::vector<std::string> hidden;
     text = redact_user_info(text, hidden);
     if (!hidden.empty()) text = hide_echoes(std::move(text), hidden);
   }
-  if (text.find('=') == std::string::npos) return text;
-  return redact_query(text);
+  if (text.find('=') != std::string::npos) text = redact_query(text, hidden);
+  if (!hidden.empty()) text = hide_quoted(std::move(text), hidden);
+  return text;
 }
 
 Utf8Sequence utf8_sequence_at(std::string_view text, std::size_t i) {

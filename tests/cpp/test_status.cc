@@ -56,6 +56,15 @@ TEST(RedactSecrets, AKeyHoldingASecretsWordIsASecret) {
   EXPECT_EQ(redact_secrets(shown), shown);
 }
 
+TEST(RedactSecrets, AHiddenValueIsHiddenWhereTheMessageQuotesItAgain) {
+  // A server's answer that quotes a hidden value, as given or percent-decoded: hidden there too.
+  EXPECT_EQ(redact_secrets("http://u:pw-S3cr3t@h/o?Signature=vjbyPxybd%2BZfKQ%3D&token=T0k3nT0k3n"
+                           "&v=1: HTTP 403: sig vjbyPxybd+ZfKQ= T0k3nT0k3n pw-S3cr3t v=1"),
+            "http://u:***@h/o?Signature=***&token=***&v=1: HTTP 403: sig *** *** *** v=1");
+  // A value shorter than 6 bytes is not looked for elsewhere (it would hide ordinary words).
+  EXPECT_EQ(redact_secrets("http://h/o?token=abc: abc"), "http://h/o?token=***: abc");
+}
+
 TEST(RedactSecrets, EverySecretQueryKeyIsHiddenWithoutRegardToCaseOrEncoding) {
   // SigV2 and CloudFront presigned URLs, a CDN's token, OAuth's access_token (also in a
   // fragment), an API key: the values go, the keys and every other parameter stay.

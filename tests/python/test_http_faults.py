@@ -1042,3 +1042,45 @@ def test_a_tiny_object_whose_head_is_refused_has_its_size(size):
         layout = shardload.discover(url, dtype="uint8", trailing_shape=())
         assert layout.shape == (size,)
         np.testing.assert_array_equal(layout.read(), np.full(size, 7, np.uint8))
+
+
+@pytest.mark.parametrize("echo", [
+    "<Error><Code>SignatureDoesNotMatch</Code><SignatureProvided>{sig}</SignatureProvided>",
+    "token {token} has expired",
+    "signature {sig_decoded} does not match",
+    "bad password {password} for u",
+])
+def test_a_servers_answer_that_echoes_a_secret_of_the_url_shows_it_hidden(echo):
+    """A server whose error page quotes a secret the URL gave it (the signature it did not
+    accept, the token, the password): the URL's secrets were hidden where the URL is quoted,
+    but the echo in the answer's first bytes, which the message quotes, showed them."""
+    secrets = {"sig": "vjbyPxybd%2BZfKQ%3D", "sig_decoded": "vjbyPxybd+ZfKQ=",
+               "token": "T0k3nT0k3n", "password": "pw-S3cr3t"}
+    body = echo.format(**secrets).encode()
+
+    class Echo(http.server.BaseHTTPRequestHandler):
+        def log_message(self, *args) -> None:
+            pass
+
+        def _refuse(self, head: bool) -> None:
+            self.send_response(403)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            if not head:
+                self.wfile.write(body)
+
+        def do_HEAD(self) -> None:  # noqa: N802
+            self._refuse(True)
+
+        def do_GET(self) -> None:  # noqa: N802
+            self._refuse(False)
+
+    with _serving_handler(Echo) as url:
+        url = url.replace("http://", f"http://u:{secrets['password']}@")
+        url += f"?X-Amz-Signature={secrets['sig']}&token={secrets['token']}&v=1"
+        with pytest.raises(shardload.Error) as e:
+            shardload.discover(url)
+    message = str(e.value)
+    assert "HTTP 403: " in message and "***" in message.split("HTTP 403: ", 1)[1], message
+    for value in secrets.values():
+        assert value not in message, message
