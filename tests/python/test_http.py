@@ -463,6 +463,19 @@ def test_storage_options_of_an_http_url_smuggle_no_key_and_are_checked(web, opti
     assert not any("token" in r[1] for r in store.requests), store.requests
 
 
+def test_a_refused_head_and_a_server_ignoring_ranges_is_refused_without_the_whole_body(web):
+    """A guard (tenth hostile pass): the HEAD refused (405), the GET of byte 0 answered 200
+    with the whole 200 MB object. Its size is taken from the Content-Length and the transfer
+    is cut there; the next ranged read, answered whole again, is refused naming the URL."""
+    store, base = web
+    store.put_npy("/big/x.npy", np.arange(25_000_000, dtype=np.float64))
+    store.ignore_range = True
+    store.fail_next["/big/x.npy"] = [405]
+    with pytest.raises(shardload.LayoutError, match=r"big/x\.npy: .*ignored the Range"):
+        shardload.discover(f"{base}/big/x.npy")
+    assert [r[2] for r in store.requests[:3]] == [None, "bytes=0-0", "bytes=0-511"]
+
+
 def test_object_changed_after_discover_is_an_error(web):
     store, base = web
     a = np.arange(40, dtype=np.float32).reshape(10, 4)
