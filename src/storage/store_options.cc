@@ -102,6 +102,7 @@ Result<OptionValue> store_option_value(const std::string& url, const StoreOption
 Result<std::string> take_store_options(const std::string& url, const std::string& query,
                                        StoreOptions* out, bool credentials) {
   std::string rest;
+  std::vector<std::string> seen;  // the table's keys met so far
   std::size_t pos = query.empty() ? 0 : 1;
   while (pos < query.size()) {
     std::size_t amp = query.find('&', pos);
@@ -122,6 +123,17 @@ Result<std::string> take_store_options(const std::string& url, const std::string
                             "begins at the first '?')");
     }
     const StoreOptionSpec* row = find_store_option(key);
+    if (row != nullptr && (row->stores & (credentials ? kStoreS3 : kStoreHttp)) != 0) {
+      // Twice (in the URL and in storage_options= / --storage-option, or twice in the URL):
+      // one value would win without a word.
+      if (std::find(seen.begin(), seen.end(), key) != seen.end()) {
+        return file_error(ErrorCode::kInvalidArgument, url,
+                          "bad object-storage URL or options: " + key +
+                              " is given twice (in the URL and in the storage options, or twice "
+                              "in the URL); give it once");
+      }
+      seen.push_back(key);
+    }
     if (row != nullptr && row->set != nullptr &&
         (row->stores & (credentials ? kStoreS3 : kStoreHttp)) != 0) {
       SHARDLOAD_ASSIGN_OR_RETURN(const OptionValue v, store_option_value(url, *row, value));

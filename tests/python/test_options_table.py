@@ -164,6 +164,22 @@ def test_a_float_of_seconds_out_of_its_rows_range_is_refused_naming_the_range() 
         shardload.discover("s3://b/d/x.npy", storage_options={"connect_timeout": 86400.5})
 
 
+@pytest.mark.parametrize("source,options", [
+    ("s3://b/d/x.npy?max_attempts=1", {"max_attempts": 2}),
+    ("s3://b/d/x.npy?region=a&region=b", {}),
+    ("s3://b/d/x.npy?secret_key=S3cr3t", {"secret_key": "S3cr3t2", "access_key": "AK"}),
+    ("http://127.0.0.1:9/d/x.npy?connect_timeout=1", {"connect_timeout": 2}),
+])
+def test_an_option_given_twice_is_refused_naming_it(source, options) -> None:
+    """An option in the URL and in storage_options= (or twice in the URL) became a query with
+    the key twice, and one value won without a word: refused, naming the key (a secret's
+    value never shown), before any request."""
+    key = re.match(r".*[?&]([a-z_]+)=", source).group(1)
+    with pytest.raises(ValueError, match=rf"{key} is given twice") as e:
+        shardload.discover(source, storage_options=options or None)
+    assert "S3cr3t" not in str(e.value)
+
+
 def _docs_store_options() -> list[list[str]]:
     text = (ROOT / "docs" / "object_storage.md").read_text()
     section = text[text.index("\n## Store options\n"):]
