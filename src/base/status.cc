@@ -134,16 +134,8 @@ int hex_value(char c) {
 
 // A query key as the server reads it: percent-decoded, and lower case for the comparison.
 std::string decoded_key(std::string_view key) {
-  std::string out;
-  for (std::size_t i = 0; i < key.size(); ++i) {
-    char c = key[i];
-    if (c == '%' && i + 2 < key.size() && hex_value(key[i + 1]) >= 0 &&
-        hex_value(key[i + 2]) >= 0) {
-      c = static_cast<char>(hex_value(key[i + 1]) * 16 + hex_value(key[i + 2]));
-      i += 2;
-    }
-    out += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  }
+  std::string out = percent_decoded(key);
+  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   return out;
 }
 
@@ -372,15 +364,7 @@ std::string hide_echoes(std::string text, const std::vector<std::string>& hidden
   std::unordered_set<std::string> secrets;
   for (const std::string& h : hidden) {
     secrets.insert(h);
-    std::string decoded;  // the password as the store may quote it, percent-decoded
-    for (std::size_t i = 0; i < h.size(); ++i) {
-      if (h[i] == '%' && i + 2 < h.size() && hex_value(h[i + 1]) >= 0 && hex_value(h[i + 2]) >= 0) {
-        decoded += static_cast<char>(hex_value(h[i + 1]) * 16 + hex_value(h[i + 2]));
-        i += 2;
-      } else {
-        decoded += h[i];
-      }
-    }
+    std::string decoded = percent_decoded(h);  // the password as the store may quote it
     if (decoded != h) secrets.insert(std::move(decoded));
   }
   const auto is_secret = [&](std::string_view word) {
@@ -439,17 +423,8 @@ std::string hide_quoted(std::string text, const std::vector<std::string>& hidden
       secrets.push_back(std::move(v));
   };
   for (const std::string& h : hidden) {
-    std::string decoded;
-    for (std::size_t i = 0; i < h.size(); ++i) {
-      if (h[i] == '%' && i + 2 < h.size() && hex_value(h[i + 1]) >= 0 && hex_value(h[i + 2]) >= 0) {
-        decoded += static_cast<char>(hex_value(h[i + 1]) * 16 + hex_value(h[i + 2]));
-        i += 2;
-      } else {
-        decoded += h[i];
-      }
-    }
     add(h);
-    add(std::move(decoded));
+    add(percent_decoded(h));
   }
   // Longest first: a value that holds another is hidden whole.
   std::sort(secrets.begin(), secrets.end(),
@@ -480,6 +455,21 @@ std::string redact_secrets(std::string text) {
   if (text.find('=') != std::string::npos) text = redact_query(text, hidden);
   if (!hidden.empty()) text = hide_quoted(std::move(text), hidden);
   return text;
+}
+
+std::string percent_decoded(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    if (text[i] == '%' && i + 2 < text.size() && hex_value(text[i + 1]) >= 0 &&
+        hex_value(text[i + 2]) >= 0) {
+      out += static_cast<char>(hex_value(text[i + 1]) * 16 + hex_value(text[i + 2]));
+      i += 2;
+    } else {
+      out += text[i];
+    }
+  }
+  return out;
 }
 
 Utf8Sequence utf8_sequence_at(std::string_view text, std::size_t i) {

@@ -301,7 +301,7 @@ std::optional<S3Endpoint> s3_signed_endpoint(const std::string& bucket,
     const auto eq = item.find('=');
     const std::string k = item.substr(0, eq);
     if (k != "endpoint_override" && k != "scheme" && k != "region") return std::nullopt;
-    q[k] = eq == std::string::npos ? std::string() : percent_decode(item.substr(eq + 1));
+    q[k] = eq == std::string::npos ? std::string() : percent_decoded(item.substr(eq + 1));
   }
   S3Endpoint ep;
   ep.options = options;

@@ -21,27 +21,6 @@ std::uint64_t fnv1a(std::string_view s) {
   return h;
 }
 
-// A query value as the URL encodes it ("%2F" for '/'); '+' is kept (a secret key holds it more
-// often than a space).
-std::string percent_decode(const std::string& s) {
-  const auto hexval = [](char c) -> int {
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-    return -1;
-  };
-  std::string out;
-  for (std::size_t i = 0; i < s.size(); ++i) {
-    if (s[i] == '%' && i + 2 < s.size() && hexval(s[i + 1]) >= 0 && hexval(s[i + 2]) >= 0) {
-      out += static_cast<char>(hexval(s[i + 1]) * 16 + hexval(s[i + 2]));
-      i += 2;
-    } else {
-      out += s[i];
-    }
-  }
-  return out;
-}
-
 namespace {
 
 Result<std::int64_t> int_option(const std::string& url, const std::string& key,
@@ -93,7 +72,9 @@ Result<OptionValue> store_option_value(const std::string& url, const StoreOption
                         "bad object-storage URL or options: " + key +
                             " must be true or false, found '" + value + "'");
     default:
-      return OptionValue(percent_decode(value));
+      // As the URL encodes it ("%2F" for '/'); '+' is kept (a secret key holds it more often
+      // than a space).
+      return OptionValue(percent_decoded(value));
   }
 }
 

@@ -14,10 +14,6 @@
 
 namespace shardload::detail {
 
-// A URL's query value decoded ("%2F" -> '/'); '+' is kept (a secret key holds it more often
-// than a space).
-std::string percent_decode(const std::string& s);
-
 // FNV-1a: the same hash of an ETag in every process of a run (discovery and the tasks may
 // be different processes), which std::hash does not promise.
 std::uint64_t fnv1a(std::string_view s);

@@ -67,6 +67,10 @@ struct Utf8Sequence {
 };
 Utf8Sequence utf8_sequence_at(std::string_view text, std::size_t i);
 
+// text with each "%XX" of two hex digits replaced by that byte; a '%' not followed by two
+// hex digits is kept as it is.
+std::string percent_decoded(std::string_view text);
+
 // A code point a terminal may act on though it is valid text: a C1 control (U+0080..U+009F,
 // U+009B being CSI to some terminals) or a bidirectional embedding, override or isolate
 // (U+202A..U+202E, U+2066..U+2069), which reorder what follows them on the line.
