@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <cctype>
 
+#include "shardload/location.hpp"
+
 namespace shardload::detail {
 
 namespace {
@@ -73,6 +75,12 @@ Canonical canonical(const SigV4Request& r) {
   return c;
 }
 
+// SigV4's unreserved characters (RFC 3986), and with them the '/' between a key's segments.
+bool unreserved(unsigned char c) {
+  return std::isalnum(c) != 0 || c == '-' || c == '.' || c == '_' || c == '~';
+}
+bool unreserved_or_slash(unsigned char c) { return c == '/' || unreserved(c); }
+
 }  // namespace
 
 std::string sha256_hex(std::string_view data) {
@@ -82,21 +90,7 @@ std::string sha256_hex(std::string_view data) {
 }
 
 std::string s3_uri_encode(std::string_view s, bool keep_slash) {
-  static constexpr char kDigits[] = "0123456789ABCDEF";
-  std::string out;
-  out.reserve(s.size());
-  for (const char ch : s) {
-    const auto c = static_cast<unsigned char>(ch);
-    if (std::isalnum(c) || c == '-' || c == '.' || c == '_' || c == '~' ||
-        (keep_slash && c == '/')) {
-      out += ch;
-    } else {
-      out += '%';
-      out += kDigits[c >> 4];
-      out += kDigits[c & 15];
-    }
-  }
-  return out;
+  return percent_encode(s, keep_slash ? unreserved_or_slash : unreserved);
 }
 
 std::string sigv4_canonical_request(const SigV4Request& r) { return canonical(r).request; }
