@@ -22,6 +22,7 @@ namespace {
 
 using testing::Change;
 using testing::ChangingIo;
+using testing::CountingIo;
 using testing::FaultyIo;
 
 class FillTest : public ::testing::Test {
@@ -193,19 +194,6 @@ TEST_F(FillTest, RewriteThatKeepsSizeAndMtimeIsSeenByCtime) {
 // once, not once per piece, and every piece is still checked: a file rewritten in place
 // between two pieces is refused.
 TEST_F(FillTest, PiecesOfOneShardOpenItOnceAndAreEachChecked) {
-  class CountingIo final : public IoBackend {
-   public:
-    Result<int> open(const std::string& p) override {
-      ++opens;
-      return posix_io().open(p);
-    }
-    Result<FileInfo> stat(int fd, const std::string& p) override { return posix_io().stat(fd, p); }
-    void close(int fd) override { posix_io().close(fd); }
-    std::int64_t pread(int fd, void* buf, std::size_t n, std::uint64_t off) override {
-      return posix_io().pread(fd, buf, n, off);
-    }
-    int opens = 0;
-  };
   c_shard(0, 0, 10);
   c_shard(1, 60, 10);
   const Layout l = layout();
@@ -239,27 +227,6 @@ TEST_F(FillTest, PiecesOfOneShardOpenItOnceAndAreEachChecked) {
 // file when it is opened and once after all the reads, not after each read (an fstat per 1 KiB
 // row cost as much as its pread), and still refuse a file rewritten in place between two reads.
 TEST_F(FillTest, PartsCheckEachFileAtItsOpenAndOnceAfterAllTheReads) {
-  class CountingIo final : public IoBackend {
-   public:
-    Result<int> open(const std::string& p) override {
-      ++opens;
-      return posix_io().open(p);
-    }
-    Result<FileInfo> stat(int fd, const std::string& p) override {
-      ++stats;
-      return posix_io().stat(fd, p);
-    }
-    Result<FileInfo> stat_path(const std::string& p) override {
-      ++path_stats;
-      return posix_io().stat_path(p);
-    }
-    void close(int fd) override { posix_io().close(fd); }
-    std::int64_t pread(int fd, void* buf, std::size_t n, std::uint64_t off) override {
-      ++preads;
-      return posix_io().pread(fd, buf, n, off);
-    }
-    int opens = 0, stats = 0, path_stats = 0, preads = 0;
-  };
   c_shard(0, 0, 10);
   c_shard(1, 60, 10);
   const Layout l = layout();

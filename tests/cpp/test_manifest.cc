@@ -14,30 +14,6 @@
 namespace shardload::testing {
 namespace {
 
-// Counts every operation discovery makes through the backend.
-class CountingIo final : public IoBackend {
- public:
-  Result<int> open(const std::string& p) override {
-    ++opens;
-    return posix_io().open(p);
-  }
-  Result<FileInfo> stat(int fd, const std::string& p) override {
-    ++stats;
-    return posix_io().stat(fd, p);
-  }
-  Result<FileInfo> stat_path(const std::string& p) override {
-    ++path_stats;
-    return posix_io().stat_path(p);
-  }
-  std::int64_t pread(int fd, void* buf, std::size_t n, std::uint64_t off) override {
-    ++preads;
-    return posix_io().pread(fd, buf, n, off);
-  }
-  void close(int fd) override { posix_io().close(fd); }
-  [[nodiscard]] int total() const { return opens + stats + path_stats + preads; }
-  int opens = 0, stats = 0, path_stats = 0, preads = 0;
-};
-
 std::vector<std::uint8_t> enc(const Layout& l) { return encode_layout(l); }
 
 Layout probe(const std::string& dir) {
