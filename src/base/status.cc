@@ -143,16 +143,7 @@ std::string decoded_key(std::string_view key) {
 // letter or digit and where camel case begins a word ("X-Amz-Security-Token", "sas_token",
 // "AWSAccessKeyId" -> aws access key id, "apiToken" -> api token).
 std::vector<std::string> key_words(std::string_view key) {
-  std::string k;  // percent-decoded, case kept
-  for (std::size_t i = 0; i < key.size(); ++i) {
-    if (key[i] == '%' && i + 2 < key.size() && hex_value(key[i + 1]) >= 0 &&
-        hex_value(key[i + 2]) >= 0) {
-      k += static_cast<char>(hex_value(key[i + 1]) * 16 + hex_value(key[i + 2]));
-      i += 2;
-    } else {
-      k += key[i];
-    }
-  }
+  const std::string k = percent_decoded(key);  // case kept
   const auto upper = [](char c) { return c >= 'A' && c <= 'Z'; };
   const auto lower = [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'); };
   std::vector<std::string> words;
