@@ -95,6 +95,8 @@ def remote_retries() -> int:
 def printable(text: str) -> str:
     """``text`` with each control character and each byte that is not UTF-8 escaped, as every
     message shows a name."""
+def printable_redacted(text: str) -> str:
+    """``printable(text)`` with its secrets hidden, as every message shows a path."""
 def redact_secrets(text: AnyStr) -> AnyStr:
     """``text`` with every credential in a URL replaced by ``***`` (the values of secret query
     keys, compared without case, and the password of a URL's user part), as in every

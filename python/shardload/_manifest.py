@@ -51,7 +51,7 @@ def _directory(source: object, storage_options: object = None) -> str | bytes:
                         f"{_found(source)}")
     path = os.fspath(source)
     if isinstance(path, str) and path.startswith(("http://", "https://")):
-        raise ValueError(f"{_core.redact_secrets(_core.printable(path))}: a manifest cannot be "
+        raise ValueError(f"{_core.printable_redacted(path)}: a manifest cannot be "
                          "written over HTTP (no upload, and no listing to index); index a local "
                          f"or s3:// copy of the objects and serve its {MANIFEST_NAME} beside them")
     if isinstance(path, str) and path.startswith("s3://"):
@@ -59,7 +59,7 @@ def _directory(source: object, storage_options: object = None) -> str | bytes:
         return _with_storage_options(path, storage_options)  # type: ignore[return-value]
     _with_storage_options(path, storage_options)  # refuses options for a local path
     if not os.path.isdir(path):
-        shown = _core.redact_secrets(_core.printable(os.fsdecode(path)))
+        shown = _core.printable_redacted(os.fsdecode(path))
         raise ValueError(f"{shown}: not a directory; a manifest is written into the directory "
                          "of the shards")
     return path

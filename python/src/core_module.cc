@@ -537,6 +537,19 @@ PYBIND11_MODULE(_core, m) {
       py::arg("text"),
       "``text`` with each control character and each byte that is not UTF-8 escaped "
       "(``\\n``, ``\\x1b``, ``\\u009b``), as every message shows a name.");
+  // Both, in the order every C++ message takes them (escaped, then redacted: a control
+  // character inside a secret is part of the word hidden), for a path Python shows.
+  m.def(
+      "printable_redacted",
+      [](const py::object& text) {
+        if (!py::isinstance<py::str>(text)) {
+          throw py::type_error("printable_redacted: expected a str, found " +
+                               std::string(py::str(py::type::of(text).attr("__name__"))));
+        }
+        return message_str(printable_redacted(path_bytes(text)));
+      },
+      py::arg("text"),
+      "``printable(text)`` with its secrets hidden, as every message shows a path.");
   // The redaction every C++ error's message goes through, for the messages made in Python and
   // as shardload.redact_secrets for the user's own.
   m.def(
