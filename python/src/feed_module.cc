@@ -567,6 +567,7 @@ Status fill_mapped(Maps& maps, const Layout& l, const std::int64_t* rows, std::i
                    std::byte* dst, std::int64_t threads) {
   std::vector<guard::Copy> work(static_cast<std::size_t>(n));
   std::vector<bool> touched(l.shards.size(), false);
+  std::vector<std::pair<const std::byte*, std::size_t>> mapped(l.shards.size());
   for (std::int64_t i = 0; i < n; ++i) {
     const std::int64_t r = rows[i];
     if (r < 0 || r >= l.total_rows()) {
@@ -576,8 +577,12 @@ Status fill_mapped(Maps& maps, const Layout& l, const std::int64_t* rows, std::i
     }
     const std::size_t k = shard_of(l, r);
     const Shard& sh = l.shards[k];
-    SHARDLOAD_ASSIGN_OR_RETURN(auto map, maps.file(k, l));
-    touched[k] = true;
+    if (!touched[k]) {
+      // Each shard's map looked up once a fill (under the maps' lock), not once a row.
+      SHARDLOAD_ASSIGN_OR_RETURN(mapped[k], maps.file(k, l));
+      touched[k] = true;
+    }
+    const auto& map = mapped[k];
     const std::uint64_t file_row = static_cast<std::uint64_t>(sh.first_row + (r - l.offsets[k]));
     const std::uint64_t at = sh.data_offset + file_row * l.row_bytes;
     // A file shorter than its header says: the read a pread would find short, never a read
