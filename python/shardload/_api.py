@@ -85,7 +85,8 @@ def load(
             not a Layout (TypeError otherwise).
         progress: a callable taking one :class:`LoadProgress`, called in
             this thread at each stage boundary (discovered, started,
-            launching, filled); or True for a progress bar on stderr (tqdm). Legate reports no tile as it completes, so
+            launching, filled); or True for a progress bar on stderr (tqdm).
+            Legate reports no tile as it completes, so
             there is no report between "launching" and "filled": the filled
             fraction jumps from 0 to 1. An exception it raises propagates;
             raised before "filled", it stops the load before the launch (at

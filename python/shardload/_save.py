@@ -241,8 +241,8 @@ def save(
 
     ``dest`` may be an ``s3://bucket/prefix/`` URL (any ``format``): each shard is one
     object (a Zarr store: its chunk objects), uploaded whole by one task (one PUT, or a multipart
-    upload above the ``multipart_threshold`` store option), the manifest last, as the commit point; ``storage_options`` are added to the URL's
-    query as for :func:`load`. A prefix that holds objects is refused unless
+    upload above the ``multipart_threshold`` store option), the manifest last, as the commit
+    point; ``storage_options`` are added to the URL's query as for :func:`load`. A prefix that holds objects is refused unless
     ``overwrite=True``, which replaces only what a save writes. A store has no atomic
     multi-object commit: see ``docs/save.md`` ("To s3://") for what a reader sees during a
     save and after a failed one.

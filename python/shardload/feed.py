@@ -37,8 +37,9 @@ position through a keyed bijection on ``[0, n)`` (a Feistel network with cycle-w
 - ``"row"`` (or True): an exact shuffle of all rows. Each fill's rows are gathered by the
   engine in one call (``shardload._feed_core.gather``). Where every shard is a local npy or
   raw file stored as served (C order, this host's byte order, not bool; at most 8 GiB in
-  all, and as many files as fit half of the process's ``vm.max_map_count``), the feed maps the files once and each row is one copy from the map to its place, no
-  system call a row; a file truncated under the map is the ShardReadError naming it (a
+  all, and as many files as fit half of the process's ``vm.max_map_count``), the feed maps
+  the files once and each row is one copy from the map to its place, no system call a row;
+  a file truncated under the map is the ShardReadError naming it (a
   SIGBUS guard on the copies), and each file is checked against its snapshot when mapped
   and after each fill. Otherwise the rows, sorted, are read with a positional read each
   (consecutive rows merged), one reader per thread keeping its files open (local npy and
@@ -48,8 +49,9 @@ position through a keyed bijection on ``[0, n)`` (a Feistel network with cycle-w
   its rows shuffled by a bijection of its own. A fill is one engine gather, as the row
   shuffle's (from the maps where they serve); without maps its rows, sorted, are read in
   runs (a block is one range read, rows up to about 64 KiB apart read through) into scratch,
-  and each row then copied to its place, on the engine's threads. On ``w`` ranks each rank reads whole the blocks its batches touch: cheap
-  from page cache or a local disk, up to ``w`` times the bytes from object storage.
+  and each row then copied to its place, on the engine's threads. On ``w`` ranks each rank
+  reads whole the blocks its batches touch: cheap from page cache or a local disk, up to
+  ``w`` times the bytes from object storage.
 - ``"none"`` (or False, None): the rows in order; each batch is one contiguous read.
 
 **State and resume.** :meth:`Feed.state_dict` is a JSON-able dict of at most 256 bytes
