@@ -7,13 +7,14 @@ from typing import Any, AnyStr, Callable, Sequence, Union
 
 import numpy as np
 
-from ._layout import ManifestState
-
 _Path = Union[str, bytes, os.PathLike[str], os.PathLike[bytes]]
 
 # The exceptions are the package's own (shardload._errors); the binding raises them.
 
 class Layout:
+    # The C++ layout and its fields; shardload.Layout (shardload._layout) subclasses it with
+    # the docs, the array-like surface and the argument checks.
+    def __init__(self, made: Layout) -> None: ...  # a copy, for the package's subclass
     @property
     def format(self) -> str: ...
     @property
@@ -39,23 +40,12 @@ class Layout:
     @property
     def manifest_status(self) -> str: ...
     @property
-    def manifest_state(self) -> ManifestState: ...  # the package's, over the binding's name
+    def _manifest_state(self) -> str: ...  # a ManifestState's value
     def encode(self) -> bytes: ...
     def describe(self, edge_shards: int = 3) -> str: ...
-    # read and slice_rows are the package's (shardload._layout puts them on the class).
-    def slice_rows(self, lo: int | None = None, hi: int | None = None) -> Layout: ...
-    def read(self, lo: int | None = None, hi: int | None = None) -> np.ndarray[Any, Any]: ...
-    # The array-like surface, also the package's (shardload._layout).
-    @property
-    def ndim(self) -> int: ...
-    @property
-    def size(self) -> int: ...
-    @property
-    def itemsize(self) -> int: ...
-    @property
-    def rows(self) -> list[int]: ...  # deprecated: shard_rows
-    def __len__(self) -> int: ...
-    def __getitem__(self, key: int | slice) -> np.ndarray[Any, Any]: ...
+    # Bounds unchecked but for range (the package checks them first); hi -1 is total_rows.
+    def slice_rows(self, lo: int, hi: int) -> Layout: ...
+    def read(self, lo: int = 0, hi: int = -1) -> np.ndarray[Any, Any]: ...
 
 def discover(
     source: Union[_Path, Sequence[_Path]],

@@ -8,7 +8,7 @@ from typing import Any, Unpack
 
 from . import _core, _readers
 from ._args import _PATH_TYPES, DTypeLike, SourceLike, _found, _source
-from ._layout import Layout
+from ._layout import Layout, _made
 from ._options import (_HTTP_STORAGE_OPTIONS, _STORAGE_OPTIONS, DiscoverOptions, StorageOptions,
                        _astype, _decoded, _Options, _options)
 
@@ -169,8 +169,8 @@ def discover(
 def _discover(source: object, options: _Options, dtype: str | None = None) -> Layout:
     """discover() of checked options in this process; ``dtype`` as in
     :meth:`_Options.format_args`."""
-    return _core.discover(source, options.pattern, options.format_args(dtype),
-                          options.discovery)
+    return _made(_core.discover(source, options.pattern, options.format_args(dtype),
+                                options.discovery))
 
 
 def _reader_options(where: str, reader: str, source: object, given: dict[str, Any],

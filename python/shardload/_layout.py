@@ -1,23 +1,24 @@
-"""``Layout``: the binding's class (``shardload._core.Layout``) with its Python side, the
-one place that defines it: the array-like surface, equality, pickling, the row-bounds rule of
-``read`` and ``slice_rows``, and the docs; plus :class:`ManifestState`.
+"""``Layout``: the package's class, a subclass of the binding's (``shardload._core.Layout``,
+which holds the C++ layout and its fields), defined here in one class body: the array-like
+surface, equality, pickling, the row-bounds rule of ``read`` and ``slice_rows``, and the docs;
+plus :class:`ManifestState`.
 
-The class is the binding's and the objects are made in C++ (discover, decode, slice_rows), so a
-Python subclass could not be what they are: what Python adds is defined here, in
-:class:`_LayoutPython`, and attached to the binding's class once, when the package is imported.
+The binding's functions (``_core.discover``, ``decode_layout``, ``read_manifest``,
+``_legate.discover_once``, ``Layout.slice_rows``) give the binding's class; the package hands
+each such object on through :func:`_made`, so every layout a user gets is a :class:`Layout`.
+Nothing is set on the binding's class.
 """
 
 from __future__ import annotations
 
 import enum
 import warnings
+from typing import Any
 
 import numpy as np
 
 from . import _core
 from ._args import _found, _int
-
-Layout = _core.Layout
 
 
 class ManifestState(str, enum.Enum):
@@ -41,9 +42,10 @@ class ManifestState(str, enum.Enum):
     probed."""
 
 
-def _decode_layout(encoded: bytes, manifest_status: str, manifest_state: str = "none") -> Layout:
+def _decode_layout(encoded: bytes, manifest_status: str,
+                   manifest_state: str = "none") -> Layout:
     """Unpickles a Layout (``Layout.__reduce__``); the state is absent from older pickles."""
-    return _core.decode_layout(encoded, manifest_status, manifest_state)
+    return _made(_core.decode_layout(encoded, manifest_status, manifest_state))
 
 
 def _row_bounds(total: int, lo: object, hi: object) -> tuple[int, int]:
@@ -76,70 +78,111 @@ def _rows(value: object, total: int) -> tuple[int, int]:
                     f"{_found(value)}")
 
 
-# The binding's own read, slice_rows, encode and describe, which the Python ones below wrap (bounds
-# checked first; docs of their own).
-_core_read = Layout.read
-_core_slice_rows = Layout.slice_rows
-_core_encode = Layout.encode
-_core_describe = Layout.describe
 
-_LAYOUT_DOCS = {
-    "format": "The format of the shards: ``'npy'``, ``'raw'``, ``'hdf5'``, ``'parquet'``, "
-              "``'arrow'``, ``'zarr'`` or ``'npz'`` (never ``'auto'``), or the name of a "
-              "reader registered with :func:`register_reader`.",
-    "dtype": "The numpy dtype of the array, in native byte order.",
-    "shape": "The shape of the whole array: ``(total_rows, *trailing_shape)``.",
-    "trailing_shape": "The shape of one row (``shape[1:]``), the same in every shard; ``()`` "
-                      "for 1-D data.",
-    "paths": "The shard paths in order, as str (names that are not UTF-8 as os.fsdecode "
-             "gives them): the URLs as given, with their credentials, to be opened; "
-             "``print(layout)``, ``describe()`` and every message show them redacted "
-             "(:func:`shardload.redact_secrets`).",
-    "shard_rows": "The rows of each shard, in order (a list of int; a shard may have 0 "
-                  "rows).",
-    "offsets": "The first global row of each shard, and the total last: ``num_shards + 1`` "
-               "ints from 0 to ``total_rows``.",
-    "total_rows": "The number of rows of the array (``shape[0]``).",
-    "nbytes": "The size of the array in bytes (``total_rows`` x the bytes of one row).",
-    "num_shards": "The number of shards.",
-    "manifest_status": "How discovery used the directory's manifest, for people: "
-                       "``manifest: used ...``, ``manifest: stale because ...``, "
-                       "``manifest: absent``, ``manifest: not used: ...``; empty where no "
-                       "directory was discovered (see docs/manifest.md). URLs in it have "
-                       "their secrets redacted.",
-}
+class Layout(_core.Layout):
+    """A discovered, validated dataset: its shards in order, their rows, the dtype
+    and the shape, and a snapshot (size, mtime) of every file. Made by :func:`discover`; pass it
+    to :func:`load`, or read rows on the host with :meth:`read`. Immutable.
 
+    It reads like an array's description: ``shape``, ``dtype``, ``ndim``, ``size``, ``itemsize``,
+    ``nbytes``, and ``len(layout)`` (the rows). ``layout[lo:hi]`` reads rows on the host as
+    ``layout.read(lo, hi)`` (numpy's rules for negative and clipped bounds; step 1 only) and
+    ``layout[i]`` reads row i. ``repr()`` is one line; ``str()`` is :meth:`describe`. Two
+    layouts are equal when they hold the same shards (paths, rows, file snapshots), dtype,
+    trailing shape and format options. A Layout pickles (to pass it to another process)."""
 
-_LAYOUT_DOC = """A discovered, validated dataset: its shards in order, their rows, the dtype
-and the shape, and a snapshot (size, mtime) of every file. Made by :func:`discover`; pass it
-to :func:`load`, or read rows on the host with :meth:`read`. Immutable.
+    # No attribute of its own: a layout is its C++ value, immutable.
+    __slots__ = ()
 
-It reads like an array's description: ``shape``, ``dtype``, ``ndim``, ``size``, ``itemsize``,
-``nbytes``, and ``len(layout)`` (the rows). ``layout[lo:hi]`` reads rows on the host as
-``layout.read(lo, hi)`` (numpy's rules for negative and clipped bounds; step 1 only) and
-``layout[i]`` reads row i. ``repr()`` is one line; ``str()`` is :meth:`describe`. Two
-layouts are equal when they hold the same shards (paths, rows, file snapshots), dtype,
-trailing shape and format options. A Layout pickles (to pass it to another process)."""
+    def __init__(self) -> None:
+        """No constructor: :func:`discover` makes a Layout (as do :meth:`slice_rows` and
+        unpickling); ``Layout()`` raises TypeError."""
+        # The package's own layouts come from _made(), which calls the binding's constructor.
+        raise TypeError("shardload.Layout has no constructor: discover() makes one")
 
+    # The binding's fields, with the docs people read.
+    @property
+    def format(self) -> str:
+        """The format of the shards: ``'npy'``, ``'raw'``, ``'hdf5'``, ``'parquet'``,
+        ``'arrow'``, ``'zarr'`` or ``'npz'`` (never ``'auto'``), or the name of a reader
+        registered with :func:`register_reader`."""
+        return super().format
 
-# pybind11 classes cannot be subclassed transparently for objects the C++ creates (discover,
-# decode_layout and slice_rows return the binding's Layout), so Layout's Python side is this
-# class body, attached to the binding's class once (_attach_to_layout, at import), docstring
-# included.
-class _LayoutPython:
-    __doc__ = _LAYOUT_DOC
+    @property
+    def dtype(self) -> np.dtype[Any]:
+        """The numpy dtype of the array, in native byte order."""
+        return super().dtype
 
-    def __repr__(self: Layout) -> str:
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """The shape of the whole array: ``(total_rows, *trailing_shape)``."""
+        return super().shape
+
+    @property
+    def trailing_shape(self) -> tuple[int, ...]:
+        """The shape of one row (``shape[1:]``), the same in every shard; ``()`` for 1-D
+        data."""
+        return super().trailing_shape
+
+    @property
+    def paths(self) -> list[str]:
+        """The shard paths in order, as str (names that are not UTF-8 as os.fsdecode gives
+        them): the URLs as given, with their credentials, to be opened; ``print(layout)``,
+        ``describe()`` and every message show them redacted
+        (:func:`shardload.redact_secrets`)."""
+        return super().paths
+
+    @property
+    def shard_rows(self) -> list[int]:
+        """The rows of each shard, in order (a list of int; a shard may have 0 rows)."""
+        return super().shard_rows
+
+    @property
+    def offsets(self) -> list[int]:
+        """The first global row of each shard, and the total last: ``num_shards + 1`` ints
+        from 0 to ``total_rows``."""
+        return super().offsets
+
+    @property
+    def total_rows(self) -> int:
+        """The number of rows of the array (``shape[0]``)."""
+        return super().total_rows
+
+    @property
+    def nbytes(self) -> int:
+        """The size of the array in bytes (``total_rows`` x the bytes of one row)."""
+        return super().nbytes
+
+    @property
+    def num_shards(self) -> int:
+        """The number of shards."""
+        return super().num_shards
+
+    @property
+    def manifest_status(self) -> str:
+        """How discovery used the directory's manifest, for people: ``manifest: used ...``,
+        ``manifest: stale because ...``, ``manifest: absent``, ``manifest: not used: ...``;
+        empty where no directory was discovered (see docs/manifest.md). URLs in it have their
+        secrets redacted."""
+        return super().manifest_status
+
+    @property
+    def manifest_state(self) -> ManifestState:
+        """How discovery used the directory's manifest, as a :class:`ManifestState` (a str
+        enum); ``manifest_status`` says the same for people, with the reason."""
+        return ManifestState(self._manifest_state)
+
+    def __repr__(self) -> str:
         return (f"<shardload.Layout format={self.format!r} shape={self.shape} dtype={self.dtype} "
                 f"shards={self.num_shards}>")
 
-    def __str__(self: Layout) -> str:
+    def __str__(self) -> str:
         return self.describe()
 
-    def __len__(self: Layout) -> int:
+    def __len__(self) -> int:
         return self.total_rows
 
-    def __getitem__(self: Layout, key: object) -> np.ndarray:
+    def __getitem__(self, key: object) -> np.ndarray:
         """``layout[i]`` is row i, ``layout[lo:hi]`` rows [lo, hi), read on the host as
         :meth:`read` reads (no Legate); negative indices and slice bounds count from the end and
         slice bounds are clipped, as in numpy. The step must be 1 (or None)."""
@@ -163,47 +206,42 @@ class _LayoutPython:
             i += total
         return self.read(i, i + 1)[0]
 
-    def __eq__(self: Layout, other: object) -> bool:
-        if not isinstance(other, Layout):
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, _core.Layout):
             return NotImplemented
         # The encoding holds the shards (paths, rows, snapshots), the dtype, the trailing shape
         # and the format options: all a layout is.
         return bool(self.encode() == other.encode())
 
-    def __hash__(self: Layout) -> int:
+    def __hash__(self) -> int:
         return hash(self.encode())
 
-    def __reduce__(self: Layout) -> tuple:
+    def __reduce__(self) -> tuple[Any, ...]:
         return (_decode_layout, (self.encode(), self.manifest_status, self.manifest_state.value))
 
     @property
-    def ndim(self: Layout) -> int:
+    def ndim(self) -> int:
         """The number of dimensions (``len(shape)``)."""
         return len(self.shape)
 
     @property
-    def size(self: Layout) -> int:
+    def size(self) -> int:
         """The number of elements (the product of ``shape``), as numpy's."""
         return int(np.prod(self.shape, dtype=object))
 
     @property
-    def itemsize(self: Layout) -> int:
+    def itemsize(self) -> int:
         """The bytes of one element."""
         return self.dtype.itemsize
 
     @property
-    def rows(self: Layout) -> list[int]:
+    def rows(self) -> list[int]:
         """Deprecated spelling of :attr:`shard_rows`."""
         warnings.warn("Layout.rows is deprecated; use Layout.shard_rows", DeprecationWarning,
                       stacklevel=2)
         return self.shard_rows
 
-    manifest_state = property(
-        lambda self: ManifestState(self._manifest_state),
-        doc="How discovery used the directory's manifest, as a :class:`ManifestState` (a str "
-            "enum); ``manifest_status`` says the same for people, with the reason.")
-
-    def read(self: Layout, lo: int | None = None, hi: int | None = None) -> np.ndarray:
+    def read(self, lo: int | None = None, hi: int | None = None) -> np.ndarray:
         """Reads rows [lo, hi) into a numpy array on the host (no Legate).
 
         ``lo`` defaults to 0 and ``hi`` to ``total_rows``. Bounds are row indexes
@@ -217,38 +255,36 @@ class _LayoutPython:
             ShardReadError: reading failed; the message names the file and rows.
         """
         first, end = _row_bounds(self.total_rows, lo, hi)
-        return _core_read(self, first, end)
+        return super().read(first, end)
 
-    def slice_rows(self: Layout, lo: int | None = None, hi: int | None = None) -> Layout:
+    def slice_rows(self, lo: int | None = None, hi: int | None = None) -> Layout:
         """Rows [lo, hi) as a Layout of their own, without opening a file: the shards the range
         covers, each a view of its file's rows, so that :func:`load` and :meth:`read` of it read
         only those rows. Bounds follow :meth:`read`'s rule (no negative or clamped bounds)."""
         first, end = _row_bounds(self.total_rows, lo, hi)
-        return _core_slice_rows(self, first, end)
+        return _made(super().slice_rows(first, end))
 
-    def encode(self: Layout) -> bytes:
+    def encode(self) -> bytes:
         """The layout as bytes for shardload's Legate tasks (private; the format may change
         between versions)."""
-        return _core_encode(self)
+        return super().encode()
 
-    def describe(self: Layout, edge_shards: int = 3) -> str:
+    def describe(self, edge_shards: int = 3) -> str:
         """A summary for people, over several lines: format, shard count, dtype, shapes, size,
         and the rows of the first and last ``edge_shards`` shards. ``str(layout)`` is this
         summary with ``edge_shards=3``."""
         edge = _int("edge_shards", edge_shards)
         if edge < 0:
             raise ValueError(f"edge_shards: expected an int >= 0, found {edge}")
-        return _core_describe(self, edge)
+        return super().describe(edge)
 
 
-def _attach_to_layout() -> None:
-    for name, value in vars(_LayoutPython).items():
-        if name not in ("__module__", "__qualname__", "__dict__", "__weakref__"):
-            setattr(Layout, name, value)
-    for name, doc in _LAYOUT_DOCS.items():
-        prop = Layout.__dict__[name]
-        # pybind11's properties are plain property objects: rebuild each with its doc.
-        setattr(Layout, name, property(prop.fget, doc=doc))
-
-
-_attach_to_layout()
+def _made(made: _core.Layout) -> Layout:
+    """The package's :class:`Layout` of a layout the binding made (discover, decode_layout,
+    read_manifest, discover_once, slice_rows): the binding's copy constructor, called on an
+    instance of the subclass; a :class:`Layout` is given back as it is."""
+    if isinstance(made, Layout):
+        return made
+    layout = Layout.__new__(Layout)
+    _core.Layout.__init__(layout, made)
+    return layout

@@ -19,7 +19,7 @@ from typing import Unpack
 from . import _core
 from ._args import DTypeLike, _bool, _found, _int, _source
 from ._discover import _discover, _with_storage_options
-from ._layout import Layout
+from ._layout import Layout, _made
 from ._legate_start import _check_thread, _job_ranks, _start_runtime
 from ._options import DiscoverOptions, StorageOptions, _astype, _decoded, _Options, _options
 
@@ -132,7 +132,8 @@ def index(
 
     def probe(o: _Options, dtype: str | None) -> Layout:
         # The files themselves: the manifest being replaced must not describe the dataset.
-        return _core.discover(directory, o.pattern, o.format_args(dtype), o.discovery, False)
+        return _made(_core.discover(directory, o.pattern, o.format_args(dtype), o.discovery,
+                                    False))
 
     layout = _decoded(probe, checked, cast, "index", cast_after=False, source=directory)
     return _core.write_manifest(layout, directory, checksum, checked.pattern)
@@ -234,9 +235,9 @@ def _discover_once(source: str | bytes | os.PathLike, options: _Options,
 
     _start_runtime()
     pattern = options.pattern
-    return _legate.discover_once(
+    return _made(_legate.discover_once(
         os.fsencode(source), os.fsencode(pattern) if pattern else b"", options.discovery,
-        options.format_args(dtype), use_manifest=use_manifest)
+        options.format_args(dtype), use_manifest=use_manifest))
 
 
 def _discover_for_job(source: object, options: _Options, dtype: str | None = None) -> Layout:

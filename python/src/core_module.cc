@@ -107,7 +107,11 @@ PYBIND11_MODULE(_core, m) {
   m.doc() = "Private binding of shardload's engine-independent core.";
   python::register_error_translator();
 
+  // The C++ layout and its fields. The package's shardload.Layout subclasses it (the docs, the
+  // array-like surface, the argument checks) and wraps each object made here through the copy
+  // constructor: nothing is added to this class from Python.
   py::class_<Layout>(m, "Layout")
+      .def(py::init([](const Layout& made) { return made; }), py::arg("made"))
       .def_property_readonly("format", [](const Layout& l) { return format_name(l.format); })
       .def_property_readonly("dtype", [](const Layout& l) { return numpy_dtype(l.dtype); })
       .def_property_readonly("shape",

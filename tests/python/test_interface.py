@@ -5,10 +5,14 @@ type and ValueError for a bad value everywhere, and the record types."""
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import os
 import pathlib
 import pickle
+import subprocess
+import sys
+import textwrap
 import warnings
 
 import numpy as np
@@ -230,6 +234,56 @@ def test_layout_equality_and_pickling(npy, tmp_path: pathlib.Path, no_warnings) 
     assert back.paths == layout.paths and back.shard_rows == layout.shard_rows
     assert back.manifest_status == layout.manifest_status
     assert repr(back) == repr(layout)
+
+
+def test_importing_the_package_sets_nothing_on_the_binding_class(tmp_path: pathlib.Path) -> None:
+    # The binding's Layout as the extension module makes it, and as it is once the package is
+    # imported: the same attributes, the same objects (Layout's Python side is a subclass).
+    script = tmp_path / "probe.py"
+    script.write_text(textwrap.dedent(f"""
+        import importlib.util, sys
+        spec = importlib.util.spec_from_file_location(
+            "shardload", {shardload.__file__!r},
+            submodule_search_locations=[{os.path.dirname(shardload.__file__)!r}])
+        package = importlib.util.module_from_spec(spec)
+        sys.modules["shardload"] = package
+        import shardload._core as core  # the package's __init__ has not run
+        before = dict(vars(core.Layout))
+        spec.loader.exec_module(package)
+        after = dict(vars(core.Layout))
+        changed = sorted(n for n in before.keys() | after.keys()
+                         if before.get(n, None) is not after.get(n, None))
+        assert not changed, f"set on the binding's Layout at import: {{changed}}"
+        assert issubclass(package.Layout, core.Layout)
+    """))
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_every_layout_given_is_the_package_class(npy, tmp_path: pathlib.Path, no_warnings) -> None:
+    d, data = npy
+    layout = shardload.discover(d)
+    made = {"discover": layout, "slice_rows": layout.slice_rows(2, 9),
+            "pickle": pickle.loads(pickle.dumps(layout)), "copy": copy.copy(layout),
+            "deepcopy": copy.deepcopy(layout), "batches": shardload.batches(d, 4).layout,
+            "discover_once": shardload.discover_once(d)}
+    shardload.index(d)
+    made["discover with its manifest"] = shardload.discover(d)
+    assert made["discover with its manifest"].manifest_state is shardload.ManifestState.USED
+    for how, got in made.items():
+        assert type(got) is shardload.Layout, how
+    for got in (made["pickle"], made["copy"], made["deepcopy"], made["discover_once"]):
+        assert got == layout and repr(got) == repr(layout)
+    np.testing.assert_array_equal(made["slice_rows"].read(), data[2:9])
+    # Still no constructor, and no attribute of a layout's own (it is immutable).
+    with pytest.raises(TypeError):
+        shardload.Layout()
+    with pytest.raises(TypeError):
+        shardload.Layout(layout)
+    with pytest.raises(AttributeError):
+        layout.extra = 1
+    with pytest.raises(AttributeError):
+        layout.total_rows = 3
 
 
 # ---- discover()'s options: one check for every entry point --------------------------------
