@@ -375,6 +375,8 @@ std::optional<ManifestState> parse_manifest_state(std::string_view name) {
 static Result<Layout> discover_probing(const Source& source, const DiscoverOptions& options);
 
 Result<Layout> try_discover(const Source& source, const DiscoverOptions& options) {
+  // Its names are checked before its manifest is looked for in the directory they name.
+  SHARDLOAD_RETURN_IF_ERROR(check_source(source));
   // The manifest's check, the format's scan and the pattern's resolve list one directory.
   detail::ListingMemo listings;
   // An s3:// directory: whether it is a store, and its listing, are asked while the manifest

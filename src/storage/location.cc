@@ -45,6 +45,7 @@ constexpr PathTraits kHttp{.kernel_files = false,
                            .options_in_query = true,
                            .key_delimiters = "",
                            .encoded_keys = true,
+                           .fragment_cut = true,
                            .scheme_label = "http(s)://"};
 // A new store driver reached by URL adds its row here (and registers its RemoteIo).
 constexpr std::array kSchemes{SchemeRow{"s3://", kS3, remote_io, kNoS3},
@@ -144,6 +145,19 @@ std::string unnameable_key(std::string_view location, std::string_view key) {
   }
   return "an object whose key holds " + chars + " cannot be named by an " +
          std::string(traits.scheme_label) + " URL (" + does + ")";
+}
+
+std::string unsendable_fragment(std::string_view path) {
+  const PathTraits traits = path_traits(path);
+  if (!traits.fragment_cut) return {};
+  const std::size_t hash = path.find('#');
+  if (hash == std::string_view::npos) return {};
+  return "an " + std::string(traits.scheme_label) +
+         " URL holding '#' is refused: its fragment, from the '#' on, is never sent to the "
+         "server, so the request would name the object '" +
+         std::string(split_options(path.substr(0, hash)).first) +
+         "' instead (write a '#' that is part of the object's name as %23, and leave out a "
+         "fragment)";
 }
 
 std::string url_key(std::string_view location, std::string_view key) {

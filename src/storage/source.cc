@@ -192,6 +192,14 @@ Status check_scheme(std::string_view what, const std::string& text) {
               path_for_message(text) + "')"};
 }
 
+// An http(s) URL with a fragment names, in its request, another object than the one written
+// (location.hpp: unsendable_fragment).
+Status check_fragment(const std::string& text) {
+  const std::string why = unsendable_fragment(text);
+  if (why.empty()) return Status::ok();
+  return file_error(ErrorCode::kInvalidArgument, text, why);
+}
+
 }  // namespace
 
 namespace {
@@ -723,25 +731,33 @@ Result<std::vector<std::string>> resolve(const Source& source) {
   return resolve(source, &nothing_matches);
 }
 
-Result<std::vector<std::string>> resolve(const Source& source, bool* nothing_matches) {
-  *nothing_matches = false;
+Status check_source(const Source& source) {
   // Sources built in C++ (Source::dir, from_glob, list) never passed parse().
   switch (source.kind) {
     case Source::Kind::kDirectory:
       SHARDLOAD_RETURN_IF_ERROR(check_no_nul("directory", source.dir_path));
       SHARDLOAD_RETURN_IF_ERROR(check_scheme("directory", source.dir_path));
+      SHARDLOAD_RETURN_IF_ERROR(check_fragment(source.dir_path));
       SHARDLOAD_RETURN_IF_ERROR(check_no_nul("pattern", source.pattern));
       break;
     case Source::Kind::kGlob:
       SHARDLOAD_RETURN_IF_ERROR(check_no_nul("glob", source.glob_expr));
+      SHARDLOAD_RETURN_IF_ERROR(check_fragment(source.glob_expr));
       break;
     case Source::Kind::kList:
       for (const auto& p : source.paths) {
         SHARDLOAD_RETURN_IF_ERROR(check_no_nul("path", p));
         SHARDLOAD_RETURN_IF_ERROR(check_scheme("path", p));
+        SHARDLOAD_RETURN_IF_ERROR(check_fragment(p));
       }
       break;
   }
+  return Status::ok();
+}
+
+Result<std::vector<std::string>> resolve(const Source& source, bool* nothing_matches) {
+  *nothing_matches = false;
+  SHARDLOAD_RETURN_IF_ERROR(check_source(source));
   switch (source.kind) {
     case Source::Kind::kDirectory:
       return resolve_directory(source, nothing_matches);

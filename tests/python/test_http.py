@@ -533,3 +533,40 @@ def test_https_with_a_self_signed_certificate(tmp_path, monkeypatch):
         assert url in str(e.value)
         monkeypatch.setenv("CURL_CA_BUNDLE", cert)
         np.testing.assert_array_equal(np.asarray(shardload.load(url)), a)
+
+
+@pytest.mark.parametrize("path", ["/f/x.npy#x", "/f/x.npy#", "/f/#x", "/f/#x/", "/f/a#1.npy",
+                                  "/f/x.npy?request_timeout=30#x", "/f/x.npy#x?request_timeout=30",
+                                  "/f/x.npy#sig=s3cr3t-frag"])
+def test_an_http_url_holding_a_fragment_is_refused_naming_it_before_any_request(web, cli, path):
+    """A '#' begins an http(s) URL's fragment, which no request sends: "x.npy#x" read x.npy
+    and failed as a Zarr store ("both .zarray and zarr.json exist"), "a#1.npy" read the object
+    "a" (another object's rows, where one is there), a fragment after the query became part of
+    an option's value. Refused naming the URL, before any request; a '#' of an object's name
+    is written %23 (below), an s3:// key's '#' is sent (test_s3's odd keys)."""
+    store, base = web
+    store.put_npy("/f/x.npy", np.arange(6.0).reshape(3, 2))
+    store.put_npy("/f/a", np.full((3, 2), 666.0))
+    url = base + path
+    for source in (url, [f"{base}/f/x.npy", url]):
+        with pytest.raises(ValueError, match="fragment") as e:
+            shardload.load(source)
+        shown = str(e.value)
+        assert "holding '#' is refused" in shown and "%23" in shown, shown
+        assert "s3cr3t" not in shown
+        assert url.replace("sig=s3cr3t-frag", "sig=***") in shown, shown
+    with pytest.raises(ValueError, match="fragment"):
+        shardload.discover(url, storage_options={"request_timeout": 30})
+    r = subprocess.run([str(cli), "inspect", url], capture_output=True, text=True, timeout=300)
+    assert r.returncode != 0 and "holding '#' is refused" in r.stderr, r.stderr
+    assert "s3cr3t" not in r.stderr + r.stdout
+    assert store.requests == []
+
+
+def test_a_hash_of_an_objects_name_written_percent_23_loads_that_object(web):
+    store, base = web
+    store.decode_paths = True
+    want = np.arange(8.0).reshape(4, 2)
+    store.put_npy("/f/a#1.npy", want)
+    store.put_npy("/f/a", np.full((3, 2), 666.0))
+    np.testing.assert_array_equal(np.asarray(shardload.load(f"{base}/f/a%231.npy")), want)

@@ -111,3 +111,26 @@ def test_one_hundred_thousand_shards(tmp_path: pathlib.Path, cli) -> None:
     assert a.shape == (300000, 2)
     from conftest import synth
     np.testing.assert_array_equal(np.asarray(a).reshape(-1), synth("int32", 5, 0, 600000))
+
+
+@pytest.mark.parametrize("name", ["a#1", "q?m", "h#?x#", "#lead", "?lead"])
+def test_a_local_name_holding_a_hash_or_a_question_mark_is_that_file(tmp_path, monkeypatch, name):
+    """'#' and '?' are a URL's delimiters but ordinary characters of a file name: a local
+    file or directory so named loads as spelled (one file, a list, the directory, its
+    numbered pattern, and relative to the working directory)."""
+    x = np.arange(24.0).reshape(12, 2)
+    d = tmp_path / f"d{name}"
+    d.mkdir()
+    np.save(d / f"shard_{name}.npy", x[:5])
+    np.save(d / "shard_0000.npy", x[:7])
+    np.save(d / "shard_0001.npy", x[7:])
+    np.testing.assert_array_equal(np.asarray(shardload.load(d / f"shard_{name}.npy")), x[:5])
+    np.testing.assert_array_equal(np.asarray(shardload.load(str(d / f"shard_{name}.npy"))), x[:5])
+    np.testing.assert_array_equal(
+        np.asarray(shardload.load([str(d / f"shard_{name}.npy"), str(d / "shard_0000.npy")])),
+        np.concatenate([x[:5], x[:7]]))
+    np.testing.assert_array_equal(np.asarray(shardload.load(str(d))), x)
+    np.testing.assert_array_equal(
+        np.asarray(shardload.load(str(d), pattern="shard_{:04d}.npy")), x)
+    monkeypatch.chdir(d)
+    np.testing.assert_array_equal(np.asarray(shardload.load(f"shard_{name}.npy")), x[:5])

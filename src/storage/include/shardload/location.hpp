@@ -55,6 +55,9 @@ struct PathTraits {
   // a byte past ASCII (HTTP: the server decodes the path, and would take "a%2Fb" as "a/b", a
   // '#' as the fragment, never sent, and a '?' as the query; the others are no URL's).
   bool encoded_keys = false;
+  // A '#' in the path begins the URL's fragment, which no request sends (RFC 3986, libcurl):
+  // the object asked for would be the one named up to the '#', another than the one written.
+  bool fragment_cut = false;
   // The scheme as messages name it ("s3://", "http(s)://"); "" for a local path.
   std::string_view scheme_label;
 };
@@ -95,6 +98,12 @@ std::string join_key(std::string_view dir, std::string_view name);
 // whose key holds '?' cannot be named by an s3:// URL (its query begins at the first '?')").
 // The one check of a key a listing, a manifest or a Store caller gives.
 std::string unnameable_key(std::string_view location, std::string_view key);
+
+// Why `path` cannot name what it spells ("" where it can): an http(s) URL holding a '#',
+// whose fragment no request sends, so "https://h/a#1.npy" would read the object "a" (a
+// user who means a '#' of the name writes it %23). Stripping the fragment, as a browser does,
+// would read another object than the one written; an s3:// key may hold '#' (it is sent).
+std::string unsendable_fragment(std::string_view path);
 
 // `key` as a URL of the store that serves `location` names it: over http(s) its '%', '#' and
 // '?' percent-encoded ("q%2Fx.npy" as "q%252Fx.npy"), and so every byte a URL's path cannot
