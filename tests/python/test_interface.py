@@ -276,7 +276,8 @@ def test_every_layout_given_is_the_package_class(npy, tmp_path: pathlib.Path, no
         assert got == layout and repr(got) == repr(layout)
     np.testing.assert_array_equal(made["slice_rows"].read(), data[2:9])
     # Still no constructor, and no attribute of a layout's own (it is immutable).
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match=r"^shardload.Layout has no constructor: discover\(\) "
+                                         r"makes one$"):
         shardload.Layout()
     with pytest.raises(TypeError):
         shardload.Layout(layout)
