@@ -87,6 +87,7 @@ class StorageOptions(TypedDict, total=False):
     request_timeout: float | str
     request_bytes: int | str
     requests_in_flight: int | str
+    max_requests: int | str
     chunks_in_flight: int | str
     multipart_threshold: int | str
     access_key: str

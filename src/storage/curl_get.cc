@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <optional>
 #include <string_view>
 #include <thread>
 
@@ -368,6 +369,14 @@ CurlAnswer curl_perform(const CurlRequest& req, void* dst, std::size_t cap, std:
     // Redirects are followed here, not by libcurl, so that each is checked before it is
     // asked: only http(s), never from https to http, at most kMaxRedirects.
     std::string url = req.url;
+    // The store's slot for this attempt (its redirects included), given back before a retry's
+    // sleep.
+    std::optional<RequestSlot> slot;
+    slot.emplace(req.slots);
+    if (!slot->held()) {
+      a.outcome = CurlOutcome{CURLE_ABORTED_BY_CALLBACK, 0, "interrupted"};
+      return a;
+    }
     for (int hop = 0;; ++hop) {
       Handle* h = thread_handle();
       if (h == nullptr) {
@@ -487,6 +496,7 @@ CurlAnswer curl_perform(const CurlRequest& req, void* dst, std::size_t cap, std:
     }
     if (!curl_retryable(a.outcome) || k + 1 >= o.max_attempts) return a;
     if (retries != nullptr) retries->fetch_add(1, std::memory_order_relaxed);
+    slot.reset();
     interruptible_sleep(backoff_delay_ms(o, k));
   }
 }

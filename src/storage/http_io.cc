@@ -23,6 +23,7 @@
 #include <unordered_map>
 
 #include "shardload/location.hpp"
+#include "storage/detail/context.hpp"
 #include "storage/detail/curl_get.hpp"
 #include "storage/detail/store_options.hpp"
 
@@ -35,7 +36,20 @@ namespace {
 struct Target {
   std::string request_url;
   StoreOptions options;
+  // The store (the URL's origin with these options) in the storage context: its limit on
+  // requests in flight, which every request for the URL holds a slot of.
+  std::shared_ptr<StoreResources> store;
+  RequestSlots* slots() const { return &store->requests; }
 };
+
+// "scheme://host[:port]" of `url` (up to the first '/', '?' or '#' after the authority); any
+// user information stays in it, as a key only, never shown.
+std::string origin_of(std::string_view url) {
+  const auto scheme = url.find("://");
+  const std::size_t from = scheme == std::string_view::npos ? 0 : scheme + 3;
+  const auto end = url.find_first_of("/?#", from);
+  return std::string(url.substr(0, end));
+}
 
 // `url` up to its query, with each space, control and byte past ASCII of its path
 // percent-encoded: a URL holds none of them (libcurl refuses the first two), and a user who
@@ -55,6 +69,7 @@ Result<Target> target_of(const std::string& url) {
       const std::string rest,
       take_store_options(url, q == std::string::npos ? std::string() : url.substr(q), &t.options));
   t.request_url = encode_raw_path(std::string_view(url).substr(0, q)) + rest;
+  t.store = StorageContext::process().store(origin_of(url), t.options);
   return t;
 }
 
@@ -213,6 +228,7 @@ class CurlRemoteIo final : public RemoteIo {
     CurlRequest req;
     req.url = t.request_url;
     req.options = &t.options;
+    req.slots = t.slots();
     req.head = true;
     const CurlAnswer a = curl_perform(req, nullptr, 0, 0, &retries_);
     const CurlOutcome& o = a.outcome;
@@ -267,6 +283,7 @@ class CurlRemoteIo final : public RemoteIo {
     CurlRequest req;
     req.url = t.request_url;
     req.options = &t.options;
+    req.slots = t.slots();
     req.headers = [] { return std::vector<std::string>{"Range: bytes=0-0"}; };
     std::byte first{};
     const CurlAnswer a = curl_perform(req, &first, 1, 0, &retries_);
@@ -308,6 +325,7 @@ class CurlRemoteIo final : public RemoteIo {
     CurlRequest req;
     req.url = f.target.request_url;
     req.options = &f.target.options;
+    req.slots = f.target.slots();
     req.headers = [&] {
       std::vector<std::string> h{"Range: bytes=" + range};
       if (const std::string tag = f.if_match(); !tag.empty()) h.push_back("If-Match: " + tag);

@@ -9,6 +9,7 @@
 // on Arrow.
 #include "storage/detail/s3_io.hpp"
 #include "shardload/interrupt.hpp"
+#include "storage/detail/context.hpp"
 #include "storage/detail/object_store.hpp"
 #include "storage/detail/store_options.hpp"
 #if SHARDLOAD_S3_SIGNED
@@ -125,13 +126,17 @@ template <typename Failed>
 Result<arrow::fs::FileInfoVector> list_pages(arrow::fs::FileSystem& fs,
                                              const arrow::fs::FileSelector& sel,
                                              const std::string& url, ErrorCode code,
-                                             const std::string& what, Failed failed) {
+                                             const std::string& what, RequestSlots* slots,
+                                             Failed failed) {
   arrow::fs::FileInfoGenerator next = fs.GetFileInfoGenerator(sel);
   arrow::fs::FileInfoVector all;
   std::unordered_set<std::string> seen;
   for (std::int64_t page = 1;; ++page) {
     // Seen between pages too: a page asked ahead is ready at once, with no wait to look in.
     if (interrupt_requested()) return file_error(code, url, what + ": interrupted", ECANCELED);
+    // The page's LIST holds one of the store's slots while it is awaited.
+    const RequestSlot slot(slots);
+    if (!slot.held()) return file_error(code, url, what + ": interrupted", ECANCELED);
     arrow::Future<arrow::fs::FileInfoVector> got = next();
     while (!got.Wait(0.05)) {
       if (interrupt_requested()) return file_error(code, url, what + ": interrupted", ECANCELED);
@@ -469,11 +474,13 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
     std::shared_ptr<SignedOpen> s;
     std::size_t part = 0;
     std::size_t in_flight = 1;
+    RequestSlots* slots = nullptr;
     {
       std::lock_guard lock(mu_);
       auto it = files_.find(fd);
       if (it == files_.end()) return -EBADF;
       file = it->second.file;
+      slots = it->second.slots;
       url = it->second.url;
       s = it->second.signed_open;
       part = it->second.request_bytes;
@@ -483,10 +490,16 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
 #if SHARDLOAD_S3_SIGNED
     if (s != nullptr) return signed_pread(*s, buf, n, offset, part, in_flight);
 #endif
-    const std::int64_t got =
-        read_in_parts([&file](void* dst, std::size_t len, std::uint64_t off,
-                              std::string* why) { return read_range(*file, dst, len, off, why); },
-                      buf, n, offset, part, in_flight, &t_read_error);
+    const std::int64_t got = read_in_parts(
+        [&file, slots](void* dst, std::size_t len, std::uint64_t off, std::string* why) {
+          const RequestSlot slot(slots);
+          if (!slot.held()) {
+            *why = "interrupted";
+            return std::int64_t{-ECANCELED};
+          }
+          return read_range(*file, dst, len, off, why);
+        },
+        buf, n, offset, part, in_flight, &t_read_error);
     if (got < 0 && t_read_error.find(kAnswerDidNotFit) != std::string::npos) {
       return explain_unfit_answer(url, got);
     }
@@ -510,7 +523,7 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
     auto& fs = where.fs;
     const arrow::fs::FileSelector sel = directory_selector(where.path, /*allow_not_found=*/false);
     auto infos =
-        list_pages(*fs, sel, dir_url, ErrorCode::kLayout, "cannot list the directory",
+        list_pages(*fs, sel, dir_url, ErrorCode::kLayout, "cannot list the directory", where.slots,
                    [&](const arrow::Status& st) {
                      const int err = errno_of(st);
                      return file_error(ErrorCode::kLayout, dir_url,
@@ -582,7 +595,7 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
     sel.base_dir = path;
     sel.recursive = true;
     sel.allow_not_found = true;
-    auto below = list_pages(*where.fs, sel, dir_url, ErrorCode::kIo, "cannot list",
+    auto below = list_pages(*where.fs, sel, dir_url, ErrorCode::kIo, "cannot list", where.slots,
                             [&](const arrow::Status& st) {
                               return remote_error(ErrorCode::kIo, dir_url, "cannot list", st);
                             });
@@ -599,10 +612,10 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
     // A prefix with nothing under it yet lists as empty.
     const arrow::fs::FileSelector sel = directory_selector(where.path, /*allow_not_found=*/true);
     t_gave_up_after = 0;
-    auto infos =
-        list_pages(*fs, sel, dir_url, ErrorCode::kIo, "cannot list", [&](const arrow::Status& st) {
-          return remote_error(ErrorCode::kIo, dir_url, "cannot list", st);
-        });
+    auto infos = list_pages(*fs, sel, dir_url, ErrorCode::kIo, "cannot list", where.slots,
+                            [&](const arrow::Status& st) {
+                              return remote_error(ErrorCode::kIo, dir_url, "cannot list", st);
+                            });
     if (!infos) return infos.status();
     if (infos->empty()) {
       // Nothing there, or no bucket: a listing that allows a missing prefix may not tell.
@@ -649,6 +662,7 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
     std::size_t request_bytes = 0;
     std::size_t requests_in_flight = 1;
     std::shared_ptr<SignedOpen> signed_open;  // the signed path
+    RequestSlots* slots = nullptr;            // Arrow's path: the store's limit
   };
 
   // Where a URL leads: Arrow's file system for its bucket and query, the object's path in it
@@ -656,6 +670,9 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
   struct Where {
     std::shared_ptr<arrow::fs::FileSystem> fs;
     std::string path;
+    // The store's limit on requests in flight (StorageContext), which lives as long as the
+    // process: Arrow's HEADs, ranged GETs and LISTs hold a slot as the signed path's do.
+    RequestSlots* slots = nullptr;
 #if SHARDLOAD_S3_SIGNED
     std::shared_ptr<const S3Endpoint> ep;
 #else
@@ -682,10 +699,16 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
         take_store_options(url, q == std::string::npos ? std::string() : url.substr(q), &options,
                            /*credentials=*/true));
     (void)ignored;
+    RequestSlots* slots = nullptr;  // the signed path's requests hold the endpoint's
+    if (file != nullptr) {
+      SHARDLOAD_ASSIGN_OR_RETURN(const Where where, resolve(url));
+      slots = where.slots;
+    }
     std::lock_guard lock(mu_);
     const int fd = next_fd_++;
-    files_.emplace(fd, Open{std::move(file), url, static_cast<std::size_t>(options.request_bytes),
-                            static_cast<std::size_t>(options.requests_in_flight), std::move(s)});
+    files_.emplace(fd,
+                   Open{std::move(file), url, static_cast<std::size_t>(options.request_bytes),
+                        static_cast<std::size_t>(options.requests_in_flight), std::move(s), slots});
     return fd;
   }
 
@@ -934,8 +957,15 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
                           "bad object-storage URL or options: " + fs.status().message());
       }
       it = fs_.emplace(key, *std::move(fs)).first;
+      // The bucket with its query is one store: one limit on its requests in flight.
+      std::shared_ptr<StoreResources> store = StorageContext::process().store("s3://" + key, retry);
+      stores_.emplace(key, store.get());
 #if SHARDLOAD_S3_SIGNED
-      if (signed_ep != nullptr) signed_.emplace(key, std::move(signed_ep));
+      if (signed_ep != nullptr) {
+        auto ep_with_store = std::make_shared<S3Endpoint>(*signed_ep);
+        ep_with_store->store = std::move(store);
+        signed_.emplace(key, std::move(ep_with_store));
+      }
 #endif
       if (!exit_registered_) {
         // Registered after the first client was made, and so after Arrow's own static
@@ -949,6 +979,7 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
     Where w;
     w.fs = it->second;
     w.path = path;
+    w.slots = &stores_.at(key)->requests;
 #if SHARDLOAD_S3_SIGNED
     if (auto e = signed_.find(key); e != signed_.end()) w.ep = e->second;
 #endif
@@ -960,6 +991,8 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
                                                                    FileInfo* info) {
     SHARDLOAD_ASSIGN_OR_RETURN(auto where, resolve_object(url));
     t_gave_up_after = 0;
+    const RequestSlot slot(where.slots);  // the HEAD
+    if (!slot.held()) return file_error(ErrorCode::kIo, url, "interrupted", ECANCELED);
     auto file = where.fs->OpenInputFile(where.path);
     if (!file.ok()) return remote_error(ErrorCode::kIo, url, "cannot open", file.status());
     auto size = (*file)->GetSize();
@@ -995,6 +1028,7 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
   bool exit_registered_ = false;
   bool exit_registered_early_ = false;  // before any client was made
   std::map<std::string, std::shared_ptr<arrow::fs::FileSystem>> fs_;
+  std::map<std::string, StoreResources*> stores_;  // by the same key, owned by the context
 #if SHARDLOAD_S3_SIGNED
   std::map<std::string, std::shared_ptr<const S3Endpoint>> signed_;  // by the same key
 #endif

@@ -192,6 +192,7 @@ CurlRequest request_for(const S3Endpoint& ep, const std::string& key, const char
   CurlRequest req;
   req.url = ep.origin + path;
   req.options = &ep.options;
+  req.slots = ep.store != nullptr ? &ep.store->requests : nullptr;
   req.follow_redirects = false;
   req.error_body_cap = 2048;
   req.head = std::string_view(method) == "HEAD";

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "shardload/status.hpp"
+#include "storage/detail/context.hpp"
 #include "storage/detail/store_options.hpp"
 
 namespace shardload::detail {
@@ -64,6 +65,10 @@ std::int64_t request_deadline_ms(const StoreOptions& o, std::uint64_t bytes);
 struct CurlRequest {
   std::string url;  // as sent
   const StoreOptions* options = nullptr;
+  // The store's limit on requests in flight (StorageContext): each attempt holds a slot while
+  // it is sent and answered; null for a request that is no store's (the bucket's region, a
+  // role's credentials).
+  RequestSlots* slots = nullptr;
   // The request's own headers ("Name: value"), made for each attempt (a signature is dated).
   std::function<std::vector<std::string>()> headers;
   bool head = false;             // a HEAD (no body) instead of a GET

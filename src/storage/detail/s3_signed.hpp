@@ -16,6 +16,7 @@
 #include "shardload/io.hpp"
 #include "shardload/status.hpp"
 #include "storage/detail/aws_credentials.hpp"
+#include "storage/detail/context.hpp"
 #include "storage/detail/sigv4.hpp"
 #include "storage/detail/store_options.hpp"
 
@@ -36,6 +37,9 @@ struct S3Endpoint {
   // these sign instead of `creds` where set.
   std::shared_ptr<RoleCredentials> role;
   StoreOptions options;
+  // The store's resources in the storage context (its limit on requests in flight), set by
+  // the driver once the endpoint is made; every request for a key of the bucket holds a slot.
+  std::shared_ptr<StoreResources> store;
 };
 
 // The endpoint for `bucket` with the store options left in `store_query` ("?k=v&..." or "",

@@ -42,6 +42,12 @@ struct StoreOptions {
   // on the same small machine) more in flight was slower, the server being the bottleneck.
   std::int64_t request_bytes = std::int64_t{8} << 20;
   std::int64_t requests_in_flight = 1;
+  // The most requests (GET, HEAD, PUT, DELETE) one store has in flight at once, over every
+  // reader, tile and thread of the process (the store's limit in the storage context,
+  // storage/detail/context.hpp); a request waits for a free slot. The default is above what
+  // the readers' own counts (tiles, chunks_in_flight, requests_in_flight) ask of a store on a
+  // machine of today, so it bounds a storm without slowing a load (docs/object_storage.md).
+  std::int64_t max_requests = 64;
   // How many chunk objects (or a shard's inner chunks) one Zarr read fetches at once, beside
   // the calling thread that decodes them; see docs/object_storage.md for the measured default.
   std::int64_t chunks_in_flight = 8;
@@ -139,6 +145,10 @@ inline constexpr StoreOptionSpec kStoreOptionTable[] = {
      "those GETs one read has in flight at once",
      detail::get_store_field<&StoreOptions::requests_in_flight>,
      detail::set_store_field<&StoreOptions::requests_in_flight>},
+    {"max_requests", "N", OptionKind::kCount, kStoreS3 | kStoreHttp, false, 1, 1024,
+     "requests one store has in flight at once, all readers together",
+     detail::get_store_field<&StoreOptions::max_requests>,
+     detail::set_store_field<&StoreOptions::max_requests>},
     {"chunks_in_flight", "N", OptionKind::kCount, kStoreS3 | kStoreHttp, false, 1, 64,
      "Zarr chunks (IPC batches) one read fetches at once",
      detail::get_store_field<&StoreOptions::chunks_in_flight>,

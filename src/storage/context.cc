@@ -1,0 +1,81 @@
+#include "storage/detail/context.hpp"
+
+#include <chrono>
+#include <variant>
+
+#include "shardload/interrupt.hpp"
+#include "storage/detail/store_options.hpp"
+
+namespace shardload::detail {
+
+bool RequestSlots::acquire() {
+  std::unique_lock lock(mu_);
+  // Woken by a release, and every 50 ms to see an interrupt.
+  while (used_ >= limit_) {
+    if (interrupt_requested()) return false;
+    cv_.wait_for(lock, std::chrono::milliseconds(50));
+  }
+  ++used_;
+  if (used_ > most_) most_ = used_;
+  return true;
+}
+
+void RequestSlots::release() {
+  {
+    std::lock_guard lock(mu_);
+    --used_;
+  }
+  cv_.notify_one();
+}
+
+std::size_t RequestSlots::in_flight() const {
+  std::lock_guard lock(mu_);
+  return used_;
+}
+
+std::size_t RequestSlots::most_in_flight() const {
+  std::lock_guard lock(mu_);
+  return most_;
+}
+
+StorageContext& StorageContext::process() {
+  static auto* context = new StorageContext();
+  return *context;
+}
+
+namespace {
+
+// The options as part of a store's key: every row with a field, a secret's by its hash.
+std::string options_key(const StoreOptions& o) {
+  std::string key;
+  for (const StoreOptionSpec& row : store_option_table()) {
+    if (row.get == nullptr) continue;
+    const OptionValue v = row.get(o);
+    std::string text;
+    if (const auto* n = std::get_if<std::uint64_t>(&v)) {
+      text = std::to_string(*n);
+    } else if (const auto* d = std::get_if<double>(&v)) {
+      text = std::to_string(*d);
+    } else if (const auto* b = std::get_if<bool>(&v)) {
+      text = *b ? "1" : "0";
+    } else if (const auto* s = std::get_if<std::string>(&v)) {
+      text = row.secret ? std::to_string(fnv1a(*s)) : *s;
+    }
+    key += std::string("&") + row.name + "=" + text;
+  }
+  return key;
+}
+
+}  // namespace
+
+std::shared_ptr<StoreResources> StorageContext::store(const std::string& where,
+                                                      const StoreOptions& options) {
+  const std::string key = where + "#" + options_key(options);
+  std::lock_guard lock(mu_);
+  auto it = stores_.find(key);
+  if (it == stores_.end())
+    it = stores_.emplace(key, std::make_shared<StoreResources>(options)).first;
+  return it->second;
+}
+
+}  // namespace shardload::detail

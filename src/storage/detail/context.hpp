@@ -1,0 +1,95 @@
+// The storage layer's resource owner: what the remote stores (s3://, http(s)://) share in a
+// process. For each store it holds the store's resources: its options (the retries, backoff
+// and deadlines every request of the store is made with) and its limit on requests in flight
+// (max_requests), which every GET, HEAD, PUT and DELETE the store sends waits on. A store is
+// one place with one set of options: an s3:// bucket with its URL's query (the key Arrow's
+// client is made for), an http(s):// origin (scheme, host and port) with its options.
+//
+// Contract: StorageContext::process() is made on first use and never destroyed (requests may
+// be in flight on other threads until the very end); its methods are safe from any thread.
+// A StoreResources lives as long as the context (shared_ptr: a driver keeps it beside what it
+// opened). A request holds its RequestSlot for its attempts, redirects included, never while
+// it sleeps between attempts and never while it makes the request's headers (which may take a
+// request of its own: role credentials), so no request waits on a slot its own thread holds.
+#pragma once
+
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "shardload/store_options.hpp"
+
+namespace shardload::detail {
+
+// A counting semaphore of `limit` slots: the requests a store has in flight.
+class RequestSlots {
+ public:
+  explicit RequestSlots(std::size_t limit) : limit_(limit < 1 ? 1 : limit) {}
+  RequestSlots(const RequestSlots&) = delete;
+  RequestSlots& operator=(const RequestSlots&) = delete;
+
+  // Takes a slot, waiting while all are taken; false (nothing taken) where an interrupt
+  // (shardload/interrupt.hpp) comes first.
+  bool acquire();
+  void release();
+
+  std::size_t limit() const { return limit_; }
+  // The slots taken now, and the most taken at once since the store was made.
+  std::size_t in_flight() const;
+  std::size_t most_in_flight() const;
+
+ private:
+  const std::size_t limit_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::size_t used_ = 0;
+  std::size_t most_ = 0;
+};
+
+// One slot, held from its construction to its destruction (none for a null `slots`: a request
+// that belongs to no store). held() is false where an interrupt ended the wait.
+class RequestSlot {
+ public:
+  explicit RequestSlot(RequestSlots* slots) : slots_(slots) {
+    if (slots_ != nullptr && !slots_->acquire()) slots_ = nullptr, interrupted_ = true;
+  }
+  RequestSlot(const RequestSlot&) = delete;
+  RequestSlot& operator=(const RequestSlot&) = delete;
+  ~RequestSlot() {
+    if (slots_ != nullptr) slots_->release();
+  }
+  bool held() const { return !interrupted_; }
+
+ private:
+  RequestSlots* slots_;
+  bool interrupted_ = false;
+};
+
+// What one store's requests share.
+struct StoreResources {
+  StoreResources(const StoreOptions& o)
+      : options(o), requests(static_cast<std::size_t>(o.max_requests)) {}
+  const StoreOptions options;  // retries, backoff, deadlines, request sizes
+  RequestSlots requests;       // options.max_requests in flight at once
+};
+
+class StorageContext {
+ public:
+  // The process's context.
+  static StorageContext& process();
+
+  // The resources of the store at `where` (an s3:// bucket and its query, an http(s)://
+  // origin) with `options`: made at the first call for that store and those options, the
+  // same object for every later call. `where` is a key only, never shown.
+  std::shared_ptr<StoreResources> store(const std::string& where, const StoreOptions& options);
+
+ private:
+  std::mutex mu_;
+  std::map<std::string, std::shared_ptr<StoreResources>> stores_;
+};
+
+}  // namespace shardload::detail
