@@ -377,6 +377,10 @@ CurlAnswer curl_perform(const CurlRequest& req, void* dst, std::size_t cap, std:
       a.outcome = CurlOutcome{CURLE_ABORTED_BY_CALLBACK, 0, "interrupted"};
       return a;
     }
+    // The attempt's deadline is one end time for all its hops: a deadline set afresh on each
+    // redirect let a chain of slow hops hold one attempt for (kMaxRedirects + 1) deadlines.
+    const auto attempt_end =
+        std::chrono::steady_clock::now() + std::chrono::milliseconds(deadline_ms);
     for (int hop = 0;; ++hop) {
       Handle* h = thread_handle();
       if (h == nullptr) {
@@ -404,7 +408,17 @@ CurlAnswer curl_perform(const CurlRequest& req, void* dst, std::size_t cap, std:
       // the longest it may take in all (a server trickling bytes never trips the first).
       curl_easy_setopt(c, CURLOPT_LOW_SPEED_LIMIT, 1L);
       curl_easy_setopt(c, CURLOPT_LOW_SPEED_TIME, static_cast<long>(std::ceil(o.request_timeout)));
-      curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, static_cast<long>(deadline_ms));
+      const auto left_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                               attempt_end - std::chrono::steady_clock::now())
+                               .count();
+      if (left_ms <= 0) {
+        a.outcome = CurlOutcome{CURLE_OPERATION_TIMEDOUT, 0,
+                                "the request's deadline: " + seconds_text(deadline_ms) + " for " +
+                                    std::to_string(bytes) + " bytes, its redirects included, " +
+                                    "was spent after " + std::to_string(hop) + " redirects"};
+        break;
+      }
+      curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, static_cast<long>(left_ms));
       // Called at least once a second while the request waits: ends it on an interrupt.
       curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L);
       curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, on_progress);
@@ -445,7 +459,8 @@ CurlAnswer curl_perform(const CurlRequest& req, void* dst, std::size_t cap, std:
       if (a.outcome.curl != CURLE_OK) a.outcome.curl_error = h->error;
       if (a.outcome.curl == CURLE_OPERATION_TIMEDOUT) {
         a.outcome.curl_error += "; the request's deadline: " + seconds_text(deadline_ms) + " for " +
-                                std::to_string(bytes) + " bytes";
+                                std::to_string(bytes) + " bytes" +
+                                (hop > 0 ? ", its redirects included" : "");
       }
       if (a.outcome.curl == CURLE_ABORTED_BY_CALLBACK && interrupt_requested()) {
         a.outcome.curl_error = "interrupted";

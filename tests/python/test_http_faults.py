@@ -52,6 +52,7 @@ class Server:
         self.honour_if_match = True
         self.get_validators = True  # False: GET answers carry no ETag nor Last-Modified
         self.redirect: dict[str, tuple[int, str]] = {}  # path -> (status, Location)
+        self.redirect_delay = 0.0  # seconds each redirect's answer waits before it is sent
         # (method, path) answered at 2 bytes a second: a GET's body, a HEAD's header lines
         self.trickle: set[tuple[str, str]] = set()
         self.paced: dict[tuple[str, str], int] = {}  # (method, path) -> bytes a second
@@ -118,6 +119,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
             rate = s.paced.get((self.command, path))
         if redirect is not None:
             code, location = redirect
+            time.sleep(s.redirect_delay)
             self._send(code, {"Location": location}, b"moved", head)
             return
         if data is None:
@@ -384,6 +386,27 @@ def test_a_trickling_head_ends_within_its_deadline(web):
         shardload.discover(f"{base}/t/a.npy?request_timeout=1&max_attempts=2&backoff_ms=1")
     assert f"{base}/t/a.npy" in str(e.value) and "gave up after 2 attempts" in str(e.value)
     assert time.monotonic() - t < 15
+
+
+def test_a_chain_of_slow_redirects_shares_one_deadline(web):
+    """Each hop of a redirect chain got the whole deadline afresh: five redirects answered
+    0.6 s late each (every hop under the 1 s deadline) were followed to the object, one
+    attempt of a HEAD lasting about 3.6 s, so a hostile server held each request for up to
+    six deadlines. The hops of one attempt share its deadline: the chain runs out of it."""
+    server, base = web
+    server.put("/c/a.npy", npy_bytes(np.zeros((4, 4))))
+    for i in range(5):
+        server.redirect[f"/c/r{i}"] = (307, f"{base}/c/r{i + 1}" if i < 4 else f"{base}/c/a.npy")
+    server.redirect_delay = 0.6
+    url = f"{base}/c/r0?request_timeout=1&max_attempts=1"
+    with pytest.raises(shardload.Error) as e:
+        shardload.discover(url, format="npy")
+    msg = str(e.value)
+    assert url in msg and "deadline" in msg and "its redirects included" in msg, msg
+    # Without the chain's waits the same URL loads: the deadline is what ended it.
+    server.redirect_delay = 0.0
+    np.testing.assert_array_equal(np.asarray(shardload.discover(url, format="npy").read()),
+                                  np.zeros((4, 4)))
 
 
 def test_a_large_range_at_a_healthy_rate_outlasts_request_timeout(web):
