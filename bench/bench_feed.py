@@ -23,6 +23,9 @@ the median of --reps epochs, the modes interleaved.
 
   .venv/bin/python bench/bench_feed.py --dir /tmp/bench-feed --reps 3
 
+With --feed-only: load() and the feed's three orders only (an A/B of a change to the feed runs
+in seconds, without the map-style and torch cases).
+
 With --exchange: 2 ranks under torch.distributed (gloo on loopback) each read their half of
 the epoch in order, each step ending in a small all-reduce (as DDP's), with and without the
 ranks' agreement on read errors (check_ranks), and the difference per step is its cost.
@@ -215,6 +218,8 @@ def data_arguments(description: str) -> argparse.ArgumentParser:
 def main() -> None:
     ap = data_arguments(__doc__.split("\n")[0])
     ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--feed-only", action="store_true",
+                    help="only load() and the feed's three orders (no map-style or torch cases)")
     ap.add_argument("--exchange", action="store_true",
                     help="the cost of the ranks' per-step agreement, on 2 gloo ranks")
     ap.add_argument("--exchange-rank", type=int, help=argparse.SUPPRESS)
@@ -258,8 +263,11 @@ def main() -> None:
         "map-style rand": lambda: epoch_map(ds, args.batch, rng.permutation(n), False),
         "memmap gather rand": lambda: epoch_map(ds, args.batch, rng.permutation(n), True),
     }
+    if args.feed_only:
+        cases = {k: v for k, v in cases.items() if k.startswith(("load()", "feed "))}
     epochs = [0]
-    for name, (sampler, loader) in torch_loaders(ds, args.batch).items():
+    for name, (sampler, loader) in ({} if args.feed_only else
+                                    torch_loaders(ds, args.batch)).items():
         cases[name] = lambda s=sampler, dl=loader: epoch_torch(s, dl, epochs)
         # The DataLoader's rows are the sampler's: checked once, against the dataset.
         sampler.set_epoch(0)
@@ -267,19 +275,26 @@ def main() -> None:
         first = next(iter(loader)).numpy()
         assert (first[:, 0].astype(np.int64) == want).all(), name
     times: dict[str, list[float]] = {k: [] for k in cases}
+    # The CPU time of the process's threads per epoch: on a machine others load, wall time
+    # measures their work as much as this one's; CPU time, what the epoch itself costs.
+    cpu: dict[str, list[float]] = {k: [] for k in cases}
     batches: dict[str, int] = {}
     for _ in range(args.reps):
         for name, fn in cases.items():
+            c = time.process_time()
             k, s = fn()
+            cpu[name].append(time.process_time() - c)
             batches[name] = k
             times[name].append(s)
     med = {k: statistics.median(v) for k, v in times.items()}
-    print(f"{'case':<20} {'s/epoch':>8} {'batches/s':>10} {'rows/s':>11} {'GB/s':>6}")
+    med_cpu = {k: statistics.median(v) for k, v in cpu.items()}
+    print(f"{'case':<20} {'s/epoch':>8} {'batches/s':>10} {'rows/s':>11} {'GB/s':>6} "
+          f"{'cpu s/epoch':>11}")
     for name in cases:
         rows = batches[name] * args.batch
         gb = rows * nbytes / n / med[name] / 1e9
         print(f"{name:<20} {med[name]:>8.3f} {batches[name] / med[name]:>10.0f} "
-              f"{rows / med[name]:>11.0f} {gb:>6.2f}")
+              f"{rows / med[name]:>11.0f} {gb:>6.2f} {med_cpu[name]:>11.3f}")
 
     def gbs(name: str) -> float:
         return batches[name] * args.batch * nbytes / n / med[name] / 1e9
@@ -287,6 +302,10 @@ def main() -> None:
     print(f"feed none / load():           {gbs('feed none') / gbs('load() (bound)'):.2f}")
     print(f"feed block / feed none:       {gbs('feed block') / gbs('feed none'):.2f}")
     print(f"feed row / feed none:         {gbs('feed row') / gbs('feed none'):.2f}")
+    print(f"cpu per epoch, feed none / feed block: "
+          f"{med_cpu['feed none'] / med_cpu['feed block']:.2f} (work; 1 is equal)")
+    if args.feed_only:
+        return
     print(f"feed row / map-style rand:    {gbs('feed row') / gbs('map-style rand'):.2f}")
     print(f"feed row / memmap gather:     {gbs('feed row') / gbs('memmap gather rand'):.2f}")
     print(f"feed none / map-style seq:    {gbs('feed none') / gbs('map-style seq'):.2f}")

@@ -26,12 +26,27 @@ def gather(layout: Layout, rows: np.ndarray[Any, Any], out: np.ndarray[Any, Any]
     source are read in runs and copied to their places; with usable ``maps`` (of this
     layout) each row is copied from the map. ValueError for a row outside the layout or a
     cast not done here; ShardReadError as a load's."""
+class FillOrder:
+    """A fill's rows named by their order and positions (``Order.fill``): ``count`` batches of
+    ``batch`` positions, the k-th from ``first + k * stride``, each modulo ``n``, in the order
+    ``mode`` ("none", "row", "block") keyed by (seed, epoch) as round_keys. ValueError for sizes
+    out of range."""
+    def __init__(self, mode: str, n: int, block_rows: int, window_blocks: int, seed: int,
+                 epoch: int, rounds: int, first: int, batch: int, stride: int,
+                 count: int) -> None: ...
+    @property
+    def size(self) -> int:
+        """The fill's rows, ``batch * count``."""
+    def rows(self) -> np.ndarray[Any, Any]:
+        """The fill's rows (int64), as Gather computes them on its threads."""
 class Gather:
     """:func:`gather` started on threads of its own at construction (the feed's read-ahead);
-    the layout and ``out`` are held until it ends, the rows copied. Dropping an unfinished one
-    waits for its reads."""
-    def __init__(self, layout: Layout, rows: np.ndarray[Any, Any], out: np.ndarray[Any, Any],
-                 threads: int = 1, cast: bool = False, maps: Maps | None = None) -> None: ...
+    the layout and ``out`` are held until it ends, the rows copied, or, given as a
+    :class:`FillOrder`, computed on those threads (each the rows of the part it copies).
+    Dropping an unfinished one waits for its reads."""
+    def __init__(self, layout: Layout, rows: np.ndarray[Any, Any] | FillOrder,
+                 out: np.ndarray[Any, Any], threads: int = 1, cast: bool = False,
+                 maps: Maps | None = None) -> None: ...
     def result(self) -> np.ndarray[Any, Any]:
         """``out`` once the rows are in it (the GIL released while waiting); the gather's
         error otherwise (ShardReadError naming the file, ValueError for a row outside the

@@ -64,6 +64,16 @@ class Order:
         return (f"Order({self.mode!r}, n={self.n}, seed={self.seed}, epoch={self.epoch}, "
                 f"block_rows={self.block_rows}, window_blocks={self.window_blocks})")
 
+    def fill(self, first: int, batch: int, stride: int, count: int) -> "_feed_core.FillOrder":
+        """The rows of ``count`` batches of ``batch`` consecutive positions, the k-th from
+        ``first + k * stride``, each modulo ``n`` (a fill's batches), named by this order for
+        ``_feed_core.Gather``, which computes them on its own threads: the same rows as
+        ``rows()`` of those positions."""
+        b = min(self.block_rows, self.n) if self.mode == "block" else 1
+        w = min(self.window_blocks, -(-self.n // b)) if self.mode == "block" else 1
+        return _feed_core.FillOrder(self.mode, self.n, b, w, self.seed & _M64, self.epoch & _M64,
+                                    ROUNDS, first, batch, stride, count)
+
     def rows(self, positions: np.ndarray) -> np.ndarray:
         p = np.ascontiguousarray(np.asarray(positions, dtype=np.int64).reshape(-1))
         if self.mode == "none":

@@ -844,7 +844,11 @@ class Feed:
             if engine:
                 # The engine reads the fill on threads of its own, started here: no Python
                 # thread, so the fill never waits for the GIL behind the loop.
-                pending.append(_feed_core.Gather(self._layout, order.rows(positions(ks)), buf,
+                # The fill's rows are named by the order and its positions, and computed
+                # there too: the loop's thread only starts the fill.
+                rows = order.fill(start + ks.start * step_rows + self._rank * self._batch_size,
+                                  self._batch_size, ks.step * step_rows, len(ks))
+                pending.append(_feed_core.Gather(self._layout, rows, buf,
                                                  self._threads or _core.default_host_threads(),
                                                  cast=self._engine_cast, maps=maps))
             else:

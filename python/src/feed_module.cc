@@ -384,357 +384,7 @@ CastFn out_cast(const Layout& l, const py::array& out, bool cast) {
   return fn;
 }
 
-// ---- Mapped reads: a shuffled fill without a system call per row -----------------------------
-// A shuffled fill of local npy or raw files costs a pread per row the direct way (about 1.5 us
-// for 1 KiB from the page cache, most of it the system call) and two passes over the bytes the
-// coalesced way. Where every shard is a local npy or raw file stored as it is served (C order,
-// this host's byte order, not bool), the feed maps the files once (Maps, kept for the feed's
-// life: a fresh map per fill cost its page faults, as much as the preads) and each row is
-// one memcpy from the map to its place: one pass, no system call.
-//
-// A file truncated under a map turns a read of its lost pages into SIGBUS, which the
-// preads made a ShardReadError. The copies therefore run under a guard: a SIGBUS handler
-// that, on a thread inside a guarded copy, jumps out of it (siglongjmp), so that the fill
-// ends with the kChanged error naming the file; on any other thread it hands the signal to
-// the handler that was there before (Python's faulthandler, torch's DataLoader worker's, the
-// default). Each fill installs the guard again if another handler replaced it (torch's
-// worker sets its own after the fork). As with the preads, each file is checked against its
-// snapshot when it is mapped and after each fill, so no byte of a changed file is taken for
-// the snapshot's.
-namespace guard {
-
-struct sigaction previous;  // the handler the guard replaced
-// volatile: the handler reads it, so neither store around the copies may be dropped or moved
-// (the first looked dead to the compiler, a memcpy reading no such variable).
-__attribute__((tls_model("initial-exec"))) thread_local sigjmp_buf* volatile jump = nullptr;
-__attribute__((tls_model("initial-exec"))) thread_local void* volatile fault = nullptr;
-
-void on_sigbus(int sig, siginfo_t* info, void* context) {
-  if (jump != nullptr) {
-    fault = info->si_addr;
-    siglongjmp(*jump, 1);
-  }
-  // Not a guarded copy's: as if the guard were not there.
-  if ((previous.sa_flags & SA_SIGINFO) != 0 && previous.sa_sigaction != nullptr) {
-    previous.sa_sigaction(sig, info, context);
-  } else if (previous.sa_handler != SIG_DFL && previous.sa_handler != SIG_IGN) {
-    previous.sa_handler(sig);
-  } else {
-    // A fault happens again on return, and the default action ends the process; a SIGBUS
-    // sent (kill) is sent again.
-    signal(sig, SIG_DFL);
-    if (info->si_code <= 0) raise(sig);
-  }
-}
-
-// Installs the guard unless it is the handler now; false where it cannot be.
-bool install() {
-  static std::mutex m;
-  const std::lock_guard<std::mutex> hold(m);
-  struct sigaction now {};
-  if (sigaction(SIGBUS, nullptr, &now) != 0) return false;
-  if ((now.sa_flags & SA_SIGINFO) != 0 && now.sa_sigaction == &on_sigbus) return true;
-  struct sigaction mine {};
-  mine.sa_sigaction = &on_sigbus;
-  // SA_NODEFER: SIGBUS stays unblocked after the jump (sigsetjmp saves no mask, which would
-  // cost a system call per copy).
-  mine.sa_flags = SA_SIGINFO | SA_NODEFER | SA_ONSTACK;
-  sigemptyset(&mine.sa_mask);
-  previous = now;
-  return sigaction(SIGBUS, &mine, nullptr) == 0;
-}
-
-struct Copy {
-  const std::byte* from;
-  std::byte* to;
-};
-
-// Copies `bytes` for each of copies; the address whose read faulted, or nullptr when all
-// were copied. Nothing with a destructor lives between the sigsetjmp and the copies.
-[[gnu::noinline]] void* copies(const Copy* c, std::size_t count, std::size_t bytes) {
-  sigjmp_buf here;
-  if (sigsetjmp(here, 0) != 0) {
-    jump = nullptr;
-    return fault;
-  }
-  jump = &here;
-  std::atomic_signal_fence(std::memory_order_seq_cst);
-  for (std::size_t i = 0; i < count; ++i) std::memcpy(c[i].to, c[i].from, bytes);
-  std::atomic_signal_fence(std::memory_order_seq_cst);
-  jump = nullptr;
-  return nullptr;
-}
-
-}  // namespace guard
-
-constexpr std::uint64_t kMapBytes = std::uint64_t{8} << 30;  // the most a feed maps
-
-// The maps of a layout's files, each made at its first use and kept until the Maps goes
-// (with the feed). usable() is false where any shard is not a file mapped as served (then
-// the feed reads as before), or the files hold more than kMapBytes (page tables: 2 MiB a
-// GiB mapped).
-class Maps {
- public:
-  explicit Maps(py::object layout) : layout_(std::move(layout)) {
-    const Layout& l = layout_.cast<const Layout&>();
-    maps_.resize(l.shards.size());
-    std::uint64_t total = 0;
-    usable_ = (l.format == Format::kNpy || l.format == Format::kRaw) && l.row_bytes > 0 &&
-              l.dtype.kind != DTypeKind::kBool;
-    for (const Shard& sh : l.shards) {
-      total += sh.snapshot.size;
-      usable_ = usable_ && !sh.byte_swap && !sh.fortran_order && sh.snapshot.regular &&
-                !path_traits(sh.path).round_trips;
-    }
-    usable_ = usable_ && total <= kMapBytes;
-  }
-  Maps(const Maps&) = delete;
-  Maps& operator=(const Maps&) = delete;
-  ~Maps() {
-    for (const Map& m : maps_) {
-      if (m.base != nullptr) munmap(const_cast<std::byte*>(m.base), m.length);
-    }
-  }
-
-  [[nodiscard]] bool usable() const { return usable_; }
-  const Layout& layout() const { return layout_.cast<const Layout&>(); }
-
-  // The first byte of shard k's file mapped, mapping it now if need be: its open checked
-  // against the snapshot (the kChanged error naming the file otherwise).
-  Result<std::pair<const std::byte*, std::size_t>> file(std::size_t k, const Layout& l) {
-    const std::lock_guard<std::mutex> hold(mutex_);
-    Map& m = maps_[k];
-    if (m.base != nullptr) return std::make_pair(m.base, m.length);
-    const Shard& sh = l.shards[k];
-    FileInfo info;
-    SHARDLOAD_ASSIGN_OR_RETURN(File f, File::open_stat(posix_io(), sh.path, &info));
-    if (info != sh.snapshot) {
-      return file_error(
-          ErrorCode::kChanged, sh.path,
-          "changed since discovery: " + snapshot_difference(sh.path, sh.snapshot, info));
-    }
-    if (info.size == 0)
-      return std::make_pair(static_cast<const std::byte*>(nullptr), std::size_t{0});
-    void* at = mmap(nullptr, info.size, PROT_READ, MAP_SHARED, f.fd(), 0);
-    if (at == MAP_FAILED) {
-      return file_error(ErrorCode::kIo, sh.path, "could not map the file to read its rows", errno);
-    }
-    m.base = static_cast<const std::byte*>(at);
-    m.length = info.size;
-    return std::make_pair(m.base, m.length);
-  }
-
-  // The shard whose mapped bytes hold `address`, or -1.
-  std::int64_t shard_at(const void* address) {
-    const std::lock_guard<std::mutex> hold(mutex_);
-    const auto* a = static_cast<const std::byte*>(address);
-    for (std::size_t k = 0; k < maps_.size(); ++k) {
-      if (maps_[k].base != nullptr && a >= maps_[k].base && a < maps_[k].base + maps_[k].length) {
-        return static_cast<std::int64_t>(k);
-      }
-    }
-    return -1;
-  }
-
- private:
-  struct Map {
-    const std::byte* base = nullptr;
-    std::size_t length = 0;
-  };
-  py::object layout_;
-  std::vector<Map> maps_;
-  std::mutex mutex_;
-  bool usable_ = false;
-};
-
-// Shard k compared with its snapshot by path: the kChanged error naming it where it
-// differs or is gone.
-Status unchanged(const Shard& sh) {
-  Result<FileInfo> now = posix_io().stat_path(sh.path);
-  if (!now) return now.status();
-  if (*now != sh.snapshot) {
-    return file_error(ErrorCode::kChanged, sh.path,
-                      "changed while reading: " + snapshot_difference(sh.path, sh.snapshot, *now));
-  }
-  return Status::ok();
-}
-
-// out[i] = row rows[i] of the layout, copied from the maps on up to `threads` threads, one per
-// 512 rows: from the page cache one thread would do, but a page not cached is a fault that
-// reads it, and rows copied on one thread would wait for those reads one at a time (the
-// preads of the direct way are on every thread). Each file touched checked after the copies.
-Status fill_mapped(Maps& maps, const Layout& l, const std::int64_t* rows, std::int64_t n,
-                   std::byte* dst, std::int64_t threads) {
-  std::vector<guard::Copy> work(static_cast<std::size_t>(n));
-  std::vector<bool> touched(l.shards.size(), false);
-  std::vector<std::pair<const std::byte*, std::size_t>> mapped(l.shards.size());
-  for (std::int64_t i = 0; i < n; ++i) {
-    const std::int64_t r = rows[i];
-    if (r < 0 || r >= l.total_rows()) {
-      return Status(ErrorCode::kInvalidArgument, "gather: row " + std::to_string(r) +
-                                                     " is outside the layout's " +
-                                                     std::to_string(l.total_rows()) + " rows");
-    }
-    const std::size_t k = shard_of(l, r);
-    const Shard& sh = l.shards[k];
-    if (!touched[k]) {
-      // Each shard's map looked up once a fill (under the maps' lock), not once a row.
-      SHARDLOAD_ASSIGN_OR_RETURN(mapped[k], maps.file(k, l));
-      touched[k] = true;
-    }
-    const auto& map = mapped[k];
-    const std::uint64_t file_row = static_cast<std::uint64_t>(sh.first_row + (r - l.offsets[k]));
-    const std::uint64_t at = sh.data_offset + file_row * l.row_bytes;
-    // A file shorter than its header says: the read a pread would find short, never a read
-    // past the map (SIGSEGV, which no guard takes).
-    if (at + l.row_bytes > map.second) {
-      return file_error(ErrorCode::kFormat, sh.path,
-                        "row " + std::to_string(file_row) + " ends at byte " +
-                            std::to_string(at + l.row_bytes) + ", past the file's " +
-                            std::to_string(map.second) + " bytes");
-    }
-    work[static_cast<std::size_t>(i)] = {map.first + at,
-                                         dst + static_cast<std::size_t>(i) * l.row_bytes};
-  }
-  if (!guard::install()) {
-    return Status(ErrorCode::kIo, "gather: could not install the SIGBUS guard of mapped reads");
-  }
-  const auto t = std::max<std::int64_t>(1, std::min<std::int64_t>(threads, n / 512));
-  std::vector<void*> faults(static_cast<std::size_t>(t), nullptr);
-  auto part = [&](std::int64_t j) {
-    const std::int64_t lo = n * j / t;
-    const std::int64_t hi = n * (j + 1) / t;
-    faults[static_cast<std::size_t>(j)] =
-        guard::copies(work.data() + lo, static_cast<std::size_t>(hi - lo), l.row_bytes);
-  };
-  std::vector<std::thread> helpers;
-  for (std::int64_t j = 1; j < t; ++j) helpers.emplace_back(part, j);
-  part(0);
-  for (std::thread& h : helpers) h.join();
-  // A file changed is the fill's error ahead of a fault it caused, as fill_parts' check.
-  for (std::size_t k = 0; k < touched.size(); ++k) {
-    if (touched[k]) SHARDLOAD_RETURN_IF_ERROR(unchanged(l.shards[k]));
-  }
-  for (void* at : faults) {
-    if (at == nullptr) continue;
-    const std::int64_t k = maps.shard_at(at);
-    const std::string path = k >= 0 ? l.shards[static_cast<std::size_t>(k)].path : "a shard";
-    return file_error(ErrorCode::kChanged, path,
-                      "changed while reading: its mapped bytes are gone (truncated)");
-  }
-  return Status::ok();
-}
-
-// fill_gather (or fill_mapped, with usable maps) into out, through scratch and `fn` where the
-// batch is in another dtype.
-Status fill_gather_cast(const Layout& l, const std::int64_t* rows, std::int64_t n, std::byte* dst,
-                        std::int64_t threads, CastFn fn, Maps* maps) {
-  auto fill = [&](std::byte* to) {
-    return maps != nullptr && maps->usable() ? fill_mapped(*maps, l, rows, n, to, threads)
-                                             : fill_gather(l, rows, n, to, threads);
-  };
-  if (fn == nullptr) return fill(dst);
-  Scratch raw(static_cast<std::size_t>(n) * l.row_bytes);
-  SHARDLOAD_RETURN_IF_ERROR(fill(raw.data()));
-  fn(raw.data(), dst, static_cast<std::size_t>(n) * l.row_bytes / l.dtype.size);
-  return Status::ok();
-}
-
-// The maps argument: None, or a Maps of this very layout object.
-Maps* maps_arg(const py::object& maps, const Layout& l) {
-  if (maps.is_none()) return nullptr;
-  Maps* m = maps.cast<Maps*>();
-  if (&m->layout() != &l) {
-    throw py::value_error("gather: maps: expected the Maps of this layout");
-  }
-  return m;
-}
-
-// The cast into out (nullptr: none) once the arguments are checked.
-CastFn check_gather_args(const Layout& l, const py::array_t<std::int64_t, py::array::c_style>& rows,
-                         const py::array& out, std::int64_t threads, bool cast) {
-  const auto want = static_cast<py::ssize_t>(rows.size() * static_cast<py::ssize_t>(l.row_bytes));
-  CastFn fn = out_cast(l, out, cast);
-  const py::ssize_t size = fn == nullptr ? l.dtype.size : out.itemsize();
-  const py::ssize_t bytes = want / l.dtype.size * size;
-  if (rows.ndim() != 1 || (out.flags() & py::array::c_style) == 0 || !out.writeable() ||
-      out.nbytes() != bytes || out.itemsize() != size) {
-    throw py::value_error("gather: expected 1-D rows and a writable C-contiguous array of " +
-                          std::to_string(bytes) + " bytes in the layout's dtype" +
-                          (cast ? " or the one cast to" : ""));
-  }
-  if (threads < 1 || threads > 4096) {
-    throw py::value_error("gather: threads: expected 1 to 4096, found " + std::to_string(threads));
-  }
-  return fn;
-}
-
-// A gather that runs on a thread of its own from its construction: the feed's read-ahead,
-// which the loop then waits for with result(). A Python thread pool ran it before, and each
-// fill then waited for the GIL twice (to start, and to hand over its result) behind the
-// training loop's own Python: about a third of an in-order epoch. The fill holds the layout,
-// and the output array, so neither goes while its thread writes; the rows are copied.
-// Dropping an unfinished fill waits for its reads (without the GIL). SIGINT ends its remote
-// requests, as gather's do, for as long as it runs.
-class AsyncGather {
- public:
-  AsyncGather(py::object layout, const py::array_t<std::int64_t, py::array::c_style>& rows,
-              py::array out, std::int64_t threads, bool cast, py::object maps)
-      : layout_(std::move(layout)), out_(std::move(out)), maps_(std::move(maps)) {
-    const Layout& l = layout_.cast<const Layout&>();
-    CastFn fn = check_gather_args(l, rows, out_, threads, cast);
-    Maps* m = maps_arg(maps_, l);
-    rows_.assign(rows.data(), rows.data() + rows.size());
-    wait_ = std::make_unique<InterruptibleWait>(python::sigint_raises_keyboard_interrupt());
-    auto* dst = static_cast<std::byte*>(out_.mutable_data());
-    thread_ = std::thread([this, &l, dst, threads, fn, m] {
-      status_ = fill_gather_cast(l, rows_.data(), static_cast<std::int64_t>(rows_.size()), dst,
-                                 threads, fn, m);
-      finished_.store(true, std::memory_order_release);
-    });
-  }
-  AsyncGather(const AsyncGather&) = delete;
-  AsyncGather& operator=(const AsyncGather&) = delete;
-  ~AsyncGather() {
-    if (thread_.joinable()) {
-      // Destroyed by Python, with the GIL: its reads need none, and others may run meanwhile.
-      if (PyGILState_Check() != 0) {
-        py::gil_scoped_release release;
-        thread_.join();
-      } else {
-        thread_.join();
-      }
-    }
-  }
-
-  // The output array once the rows are in it; the fill's error (ShardReadError naming the
-  // file, ...) otherwise, on each call.
-  py::array result() {
-    if (thread_.joinable()) {
-      {
-        py::gil_scoped_release release;
-        thread_.join();
-      }
-      python::raise_if_interrupted(*wait_);
-      wait_.reset();
-    }
-    if (!status_.is_ok()) throw_status(status_, ErrorSite::kRead);
-    return out_;
-  }
-
-  bool done() const { return finished_.load(std::memory_order_acquire); }
-
- private:
-  py::object layout_;
-  py::array out_;
-  py::object maps_;  // held, as the layout, while the thread reads through them
-  std::vector<std::int64_t> rows_;
-  std::unique_ptr<InterruptibleWait> wait_;
-  Status status_;
-  std::atomic<bool> finished_{false};
-  std::thread thread_;  // last: started once everything it uses is built
-};
-
+// ---- The orders: the keyed bijection and the block order ----------------------------------
 std::uint64_t mix(std::uint64_t z) {
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
@@ -920,6 +570,445 @@ class BlockOrder {
   std::vector<std::uint64_t> firsts_, cum_, window_keys_;
 };
 
+// A fill's rows named by its order and positions instead of listed (Gather's order=), so
+// that the order is computed on the fill's own threads, each thread the rows of the part it
+// copies, and the loop's thread only starts the fill and waits for it (the block order of a
+// fill's positions took about 2.3 ms an epoch there). The positions are `count` batches of
+// `batch` consecutive positions, the k-th from first + k * stride, each modulo n (a step
+// past the end wraps, as drop_last=False pads): Feed.batch_positions of a fill's steps.
+struct FillOrder {
+  enum Mode { kNone = 0, kRow = 1, kBlock = 2 };
+  int mode = kNone;
+  std::uint64_t n = 1, block_rows = 1, window_blocks = 1, seed = 0, epoch = 0;
+  std::size_t rounds = 6;
+  std::uint64_t first = 0, batch = 1, stride = 0, count = 0;
+
+  [[nodiscard]] std::uint64_t size() const { return batch * count; }
+
+  // out[i - lo] = the row at the fill's i-th position, for i in [lo, hi).
+  void rows(std::uint64_t lo, std::uint64_t hi, std::int64_t* out) const {
+    std::vector<std::int64_t> pos(hi - lo);
+    for (std::uint64_t i = lo; i < hi; ++i) {
+      pos[i - lo] = static_cast<std::int64_t>((first + (i / batch) * stride + i % batch) % n);
+    }
+    if (mode == kNone || n <= 1) {
+      std::copy(pos.begin(), pos.end(), out);
+    } else if (mode == kRow) {
+      int h = 1;
+      while ((std::uint64_t{1} << (2 * h)) < n) ++h;
+      permute_forward(pos.data(), out, pos.size(), n, round_keys(seed, epoch, 0, rounds), h);
+    } else {
+      BlockOrder(n, block_rows, window_blocks, seed, epoch, rounds)
+          .rows(pos.data(), out, pos.size());
+    }
+  }
+};
+
+// The rows of a fill: listed (`given`), or computed from `order` by the thread that needs them.
+struct FillRows {
+  const std::int64_t* given = nullptr;
+  const FillOrder* order = nullptr;
+  std::int64_t n = 0;
+
+  // Rows [lo, hi): a pointer into `given`, or computed into *buf.
+  const std::int64_t* get(std::int64_t lo, std::int64_t hi, std::vector<std::int64_t>* buf) const {
+    if (given != nullptr) return given + lo;
+    buf->resize(static_cast<std::size_t>(hi - lo));
+    order->rows(static_cast<std::uint64_t>(lo), static_cast<std::uint64_t>(hi), buf->data());
+    return buf->data();
+  }
+};
+
+// ---- Mapped reads: a shuffled fill without a system call per row -----------------------------
+// A shuffled fill of local npy or raw files costs a pread per row the direct way (about 1.5 us
+// for 1 KiB from the page cache, most of it the system call) and two passes over the bytes the
+// coalesced way. Where every shard is a local npy or raw file stored as it is served (C order,
+// this host's byte order, not bool), the feed maps the files once (Maps, kept for the feed's
+// life: a fresh map per fill cost its page faults, as much as the preads) and each row is
+// one memcpy from the map to its place: one pass, no system call.
+//
+// A file truncated under a map turns a read of its lost pages into SIGBUS, which the
+// preads made a ShardReadError. The copies therefore run under a guard: a SIGBUS handler
+// that, on a thread inside a guarded copy, jumps out of it (siglongjmp), so that the fill
+// ends with the kChanged error naming the file; on any other thread it hands the signal to
+// the handler that was there before (Python's faulthandler, torch's DataLoader worker's, the
+// default). Each fill installs the guard again if another handler replaced it (torch's
+// worker sets its own after the fork). As with the preads, each file is checked against its
+// snapshot when it is mapped and after each fill, so no byte of a changed file is taken for
+// the snapshot's.
+namespace guard {
+
+struct sigaction previous;  // the handler the guard replaced
+// volatile: the handler reads it, so neither store around the copies may be dropped or moved
+// (the first looked dead to the compiler, a memcpy reading no such variable).
+__attribute__((tls_model("initial-exec"))) thread_local sigjmp_buf* volatile jump = nullptr;
+__attribute__((tls_model("initial-exec"))) thread_local void* volatile fault = nullptr;
+
+void on_sigbus(int sig, siginfo_t* info, void* context) {
+  if (jump != nullptr) {
+    fault = info->si_addr;
+    siglongjmp(*jump, 1);
+  }
+  // Not a guarded copy's: as if the guard were not there.
+  if ((previous.sa_flags & SA_SIGINFO) != 0 && previous.sa_sigaction != nullptr) {
+    previous.sa_sigaction(sig, info, context);
+  } else if (previous.sa_handler != SIG_DFL && previous.sa_handler != SIG_IGN) {
+    previous.sa_handler(sig);
+  } else {
+    // A fault happens again on return, and the default action ends the process; a SIGBUS
+    // sent (kill) is sent again.
+    signal(sig, SIG_DFL);
+    if (info->si_code <= 0) raise(sig);
+  }
+}
+
+// Installs the guard unless it is the handler now; false where it cannot be.
+bool install() {
+  static std::mutex m;
+  const std::lock_guard<std::mutex> hold(m);
+  struct sigaction now {};
+  if (sigaction(SIGBUS, nullptr, &now) != 0) return false;
+  if ((now.sa_flags & SA_SIGINFO) != 0 && now.sa_sigaction == &on_sigbus) return true;
+  struct sigaction mine {};
+  mine.sa_sigaction = &on_sigbus;
+  // SA_NODEFER: SIGBUS stays unblocked after the jump (sigsetjmp saves no mask, which would
+  // cost a system call per copy).
+  mine.sa_flags = SA_SIGINFO | SA_NODEFER | SA_ONSTACK;
+  sigemptyset(&mine.sa_mask);
+  previous = now;
+  return sigaction(SIGBUS, &mine, nullptr) == 0;
+}
+
+struct Copy {
+  const std::byte* from;
+  std::byte* to;
+};
+
+// Copies `bytes` for each of copies; the address whose read faulted, or nullptr when all
+// were copied. Nothing with a destructor lives between the sigsetjmp and the copies.
+[[gnu::noinline]] void* copies(const Copy* c, std::size_t count, std::size_t bytes) {
+  sigjmp_buf here;
+  if (sigsetjmp(here, 0) != 0) {
+    jump = nullptr;
+    return fault;
+  }
+  jump = &here;
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  for (std::size_t i = 0; i < count; ++i) std::memcpy(c[i].to, c[i].from, bytes);
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  jump = nullptr;
+  return nullptr;
+}
+
+}  // namespace guard
+
+constexpr std::uint64_t kMapBytes = std::uint64_t{8} << 30;  // the most a feed maps
+
+// The maps of a layout's files, each made at its first use and kept until the Maps goes
+// (with the feed). usable() is false where any shard is not a file mapped as served (then
+// the feed reads as before), or the files hold more than kMapBytes (page tables: 2 MiB a
+// GiB mapped).
+class Maps {
+ public:
+  explicit Maps(py::object layout) : layout_(std::move(layout)) {
+    const Layout& l = layout_.cast<const Layout&>();
+    maps_.resize(l.shards.size());
+    std::uint64_t total = 0;
+    usable_ = (l.format == Format::kNpy || l.format == Format::kRaw) && l.row_bytes > 0 &&
+              l.dtype.kind != DTypeKind::kBool;
+    for (const Shard& sh : l.shards) {
+      total += sh.snapshot.size;
+      usable_ = usable_ && !sh.byte_swap && !sh.fortran_order && sh.snapshot.regular &&
+                !path_traits(sh.path).round_trips;
+    }
+    usable_ = usable_ && total <= kMapBytes;
+  }
+  Maps(const Maps&) = delete;
+  Maps& operator=(const Maps&) = delete;
+  ~Maps() {
+    for (const Map& m : maps_) {
+      if (m.base != nullptr) munmap(const_cast<std::byte*>(m.base), m.length);
+    }
+  }
+
+  [[nodiscard]] bool usable() const { return usable_; }
+  const Layout& layout() const { return layout_.cast<const Layout&>(); }
+
+  // The first byte of shard k's file mapped, mapping it now if need be: its open checked
+  // against the snapshot (the kChanged error naming the file otherwise).
+  Result<std::pair<const std::byte*, std::size_t>> file(std::size_t k, const Layout& l) {
+    const std::lock_guard<std::mutex> hold(mutex_);
+    Map& m = maps_[k];
+    if (m.base != nullptr) return std::make_pair(m.base, m.length);
+    const Shard& sh = l.shards[k];
+    FileInfo info;
+    SHARDLOAD_ASSIGN_OR_RETURN(File f, File::open_stat(posix_io(), sh.path, &info));
+    if (info != sh.snapshot) {
+      return file_error(
+          ErrorCode::kChanged, sh.path,
+          "changed since discovery: " + snapshot_difference(sh.path, sh.snapshot, info));
+    }
+    if (info.size == 0)
+      return std::make_pair(static_cast<const std::byte*>(nullptr), std::size_t{0});
+    void* at = mmap(nullptr, info.size, PROT_READ, MAP_SHARED, f.fd(), 0);
+    if (at == MAP_FAILED) {
+      return file_error(ErrorCode::kIo, sh.path, "could not map the file to read its rows", errno);
+    }
+    m.base = static_cast<const std::byte*>(at);
+    m.length = info.size;
+    return std::make_pair(m.base, m.length);
+  }
+
+  // The shard whose mapped bytes hold `address`, or -1.
+  std::int64_t shard_at(const void* address) {
+    const std::lock_guard<std::mutex> hold(mutex_);
+    const auto* a = static_cast<const std::byte*>(address);
+    for (std::size_t k = 0; k < maps_.size(); ++k) {
+      if (maps_[k].base != nullptr && a >= maps_[k].base && a < maps_[k].base + maps_[k].length) {
+        return static_cast<std::int64_t>(k);
+      }
+    }
+    return -1;
+  }
+
+ private:
+  struct Map {
+    const std::byte* base = nullptr;
+    std::size_t length = 0;
+  };
+  py::object layout_;
+  std::vector<Map> maps_;
+  std::mutex mutex_;
+  bool usable_ = false;
+};
+
+// Shard k compared with its snapshot by path: the kChanged error naming it where it
+// differs or is gone.
+Status unchanged(const Shard& sh) {
+  Result<FileInfo> now = posix_io().stat_path(sh.path);
+  if (!now) return now.status();
+  if (*now != sh.snapshot) {
+    return file_error(ErrorCode::kChanged, sh.path,
+                      "changed while reading: " + snapshot_difference(sh.path, sh.snapshot, *now));
+  }
+  return Status::ok();
+}
+
+// out[i] = row i of `rows`, copied from the maps on up to `threads` threads, one per 512 rows:
+// from the page cache one thread would do, but a page not cached is a fault that reads it,
+// and rows copied on one thread would wait for those reads one at a time (the preads of the
+// direct way are on every thread). Each thread takes a contiguous part of the destination,
+// computes its rows there where the fill names them by their order (FillRows), and copies
+// them. Each file touched checked after the copies.
+Status fill_mapped(Maps& maps, const Layout& l, const FillRows& rows, std::byte* dst,
+                   std::int64_t threads) {
+  if (!guard::install()) {
+    return Status(ErrorCode::kIo, "gather: could not install the SIGBUS guard of mapped reads");
+  }
+  const std::int64_t n = rows.n;
+  const auto t = std::max<std::int64_t>(1, std::min<std::int64_t>(threads, n / 512));
+  struct Part {
+    Status status;
+    void* fault = nullptr;
+    std::vector<bool> touched;
+  };
+  std::vector<Part> parts(static_cast<std::size_t>(t));
+  auto run = [&](std::int64_t j, Part* part) -> Status {
+    const std::int64_t lo = n * j / t;
+    const std::int64_t hi = n * (j + 1) / t;
+    std::vector<std::int64_t> buf;
+    const std::int64_t* r = rows.get(lo, hi, &buf);
+    std::vector<guard::Copy> work(static_cast<std::size_t>(hi - lo));
+    part->touched.assign(l.shards.size(), false);
+    std::vector<std::pair<const std::byte*, std::size_t>> mapped(l.shards.size());
+    for (std::int64_t i = 0; i < hi - lo; ++i) {
+      const std::int64_t row = r[i];
+      if (row < 0 || row >= l.total_rows()) {
+        return Status(ErrorCode::kInvalidArgument, "gather: row " + std::to_string(row) +
+                                                       " is outside the layout's " +
+                                                       std::to_string(l.total_rows()) + " rows");
+      }
+      const std::size_t k = shard_of(l, row);
+      const Shard& sh = l.shards[k];
+      if (!part->touched[k]) {
+        // Each shard's map looked up once a part (under the maps' lock), not once a row.
+        SHARDLOAD_ASSIGN_OR_RETURN(mapped[k], maps.file(k, l));
+        part->touched[k] = true;
+      }
+      const auto& map = mapped[k];
+      const auto file_row = static_cast<std::uint64_t>(sh.first_row + (row - l.offsets[k]));
+      const std::uint64_t at = sh.data_offset + file_row * l.row_bytes;
+      // A file shorter than its header says: the read a pread would find short, never a read
+      // past the map (SIGSEGV, which no guard takes).
+      if (at + l.row_bytes > map.second) {
+        return file_error(ErrorCode::kFormat, sh.path,
+                          "row " + std::to_string(file_row) + " ends at byte " +
+                              std::to_string(at + l.row_bytes) + ", past the file's " +
+                              std::to_string(map.second) + " bytes");
+      }
+      work[static_cast<std::size_t>(i)] = {map.first + at,
+                                           dst + static_cast<std::size_t>(lo + i) * l.row_bytes};
+    }
+    part->fault = guard::copies(work.data(), work.size(), l.row_bytes);
+    return Status::ok();
+  };
+  auto part = [&](std::int64_t j) {
+    Part& p = parts[static_cast<std::size_t>(j)];
+    p.status = run(j, &p);
+  };
+  std::vector<std::thread> helpers;
+  for (std::int64_t j = 1; j < t; ++j) helpers.emplace_back(part, j);
+  part(0);
+  for (std::thread& h : helpers) h.join();
+  for (const Part& p : parts) SHARDLOAD_RETURN_IF_ERROR(p.status);
+  // A file changed is the fill's error ahead of a fault it caused, as fill_parts' check.
+  for (std::size_t k = 0; k < l.shards.size(); ++k) {
+    const bool touched =
+        std::any_of(parts.begin(), parts.end(), [k](const Part& p) { return p.touched[k]; });
+    if (touched) SHARDLOAD_RETURN_IF_ERROR(unchanged(l.shards[k]));
+  }
+  for (const Part& p : parts) {
+    if (p.fault == nullptr) continue;
+    const std::int64_t k = maps.shard_at(p.fault);
+    const std::string path = k >= 0 ? l.shards[static_cast<std::size_t>(k)].path : "a shard";
+    return file_error(ErrorCode::kChanged, path,
+                      "changed while reading: its mapped bytes are gone (truncated)");
+  }
+  return Status::ok();
+}
+
+// fill_gather (or fill_mapped, with usable maps) into out, through scratch and `fn` where the
+// batch is in another dtype. Rows named by their order are computed on the mapped fill's
+// threads, or here, on the fill's thread, for fill_gather (which sorts them all).
+Status fill_gather_cast(const Layout& l, const FillRows& rows, std::byte* dst, std::int64_t threads,
+                        CastFn fn, Maps* maps) {
+  const std::int64_t n = rows.n;
+  auto fill = [&](std::byte* to) -> Status {
+    if (maps != nullptr && maps->usable()) return fill_mapped(*maps, l, rows, to, threads);
+    std::vector<std::int64_t> buf;
+    return fill_gather(l, rows.get(0, n, &buf), n, to, threads);
+  };
+  if (fn == nullptr) return fill(dst);
+  Scratch raw(static_cast<std::size_t>(n) * l.row_bytes);
+  SHARDLOAD_RETURN_IF_ERROR(fill(raw.data()));
+  fn(raw.data(), dst, static_cast<std::size_t>(n) * l.row_bytes / l.dtype.size);
+  return Status::ok();
+}
+
+// The maps argument: None, or a Maps of this very layout object.
+Maps* maps_arg(const py::object& maps, const Layout& l) {
+  if (maps.is_none()) return nullptr;
+  Maps* m = maps.cast<Maps*>();
+  if (&m->layout() != &l) {
+    throw py::value_error("gather: maps: expected the Maps of this layout");
+  }
+  return m;
+}
+
+// The cast into out (nullptr: none) once the arguments are checked: `count` rows (`one_d`:
+// given as a 1-D array, or named by a FillOrder) into out.
+CastFn check_gather_args(const Layout& l, py::ssize_t count, bool one_d, const py::array& out,
+                         std::int64_t threads, bool cast) {
+  const auto want = static_cast<py::ssize_t>(count * static_cast<py::ssize_t>(l.row_bytes));
+  CastFn fn = out_cast(l, out, cast);
+  const py::ssize_t size = fn == nullptr ? l.dtype.size : out.itemsize();
+  const py::ssize_t bytes = want / l.dtype.size * size;
+  if (!one_d || (out.flags() & py::array::c_style) == 0 || !out.writeable() ||
+      out.nbytes() != bytes || out.itemsize() != size) {
+    throw py::value_error("gather: expected 1-D rows and a writable C-contiguous array of " +
+                          std::to_string(bytes) + " bytes in the layout's dtype" +
+                          (cast ? " or the one cast to" : ""));
+  }
+  if (threads < 1 || threads > 4096) {
+    throw py::value_error("gather: threads: expected 1 to 4096, found " + std::to_string(threads));
+  }
+  return fn;
+}
+
+// A gather that runs on a thread of its own from its construction: the feed's read-ahead,
+// which the loop then waits for with result(). A Python thread pool ran it before, and each
+// fill then waited for the GIL twice (to start, and to hand over its result) behind the
+// training loop's own Python: about a third of an in-order epoch. The fill holds the layout,
+// and the output array, so neither goes while its thread writes; the rows are copied, or,
+// given as a FillOrder, computed on the fill's threads. Dropping an unfinished fill waits for
+// its reads (without the GIL). SIGINT ends its remote requests, as gather's do, for as long
+// as it runs.
+class AsyncGather {
+ public:
+  AsyncGather(py::object layout, const py::object& rows, py::array out, std::int64_t threads,
+              bool cast, py::object maps)
+      : layout_(std::move(layout)), out_(std::move(out)), maps_(std::move(maps)) {
+    const Layout& l = layout_.cast<const Layout&>();
+    FillRows fill;
+    CastFn fn = nullptr;
+    by_order_ = py::isinstance<FillOrder>(rows);
+    if (by_order_) {
+      order_ = rows.cast<FillOrder>();
+      fn = check_gather_args(l, static_cast<py::ssize_t>(order_.size()), true, out_, threads, cast);
+      fill.n = static_cast<std::int64_t>(order_.size());
+    } else {
+      const auto given = rows.cast<py::array_t<std::int64_t, py::array::c_style>>();
+      fn = check_gather_args(l, given.size(), given.ndim() == 1, out_, threads, cast);
+      rows_.assign(given.data(), given.data() + given.size());
+      fill.n = static_cast<std::int64_t>(rows_.size());
+    }
+    Maps* m = maps_arg(maps_, l);
+    wait_ = std::make_unique<InterruptibleWait>(python::sigint_raises_keyboard_interrupt());
+    auto* dst = static_cast<std::byte*>(out_.mutable_data());
+    thread_ = std::thread([this, &l, fill, dst, threads, fn, m]() mutable {
+      if (by_order_) {
+        fill.order = &order_;
+      } else {
+        fill.given = rows_.data();
+      }
+      status_ = fill_gather_cast(l, fill, dst, threads, fn, m);
+      finished_.store(true, std::memory_order_release);
+    });
+  }
+  AsyncGather(const AsyncGather&) = delete;
+  AsyncGather& operator=(const AsyncGather&) = delete;
+  ~AsyncGather() {
+    if (thread_.joinable()) {
+      // Destroyed by Python, with the GIL: its reads need none, and others may run meanwhile.
+      if (PyGILState_Check() != 0) {
+        py::gil_scoped_release release;
+        thread_.join();
+      } else {
+        thread_.join();
+      }
+    }
+  }
+
+  // The output array once the rows are in it; the fill's error (ShardReadError naming the
+  // file, ...) otherwise, on each call.
+  py::array result() {
+    if (thread_.joinable()) {
+      {
+        py::gil_scoped_release release;
+        thread_.join();
+      }
+      python::raise_if_interrupted(*wait_);
+      wait_.reset();
+    }
+    if (!status_.is_ok()) throw_status(status_, ErrorSite::kRead);
+    return out_;
+  }
+
+  bool done() const { return finished_.load(std::memory_order_acquire); }
+
+ private:
+  py::object layout_;
+  py::array out_;
+  py::object maps_;  // held, as the layout, while the thread reads through them
+  std::vector<std::int64_t> rows_;
+  FillOrder order_;
+  bool by_order_ = false;
+  std::unique_ptr<InterruptibleWait> wait_;
+  Status status_;
+  std::atomic<bool> finished_{false};
+  std::thread thread_;  // last: started once everything it uses is built
+};
+
 }  // namespace
 
 PYBIND11_MODULE(_feed_core, m) {
@@ -932,22 +1021,79 @@ PYBIND11_MODULE(_feed_core, m) {
       "gather",
       [](const Layout& l, const py::array_t<std::int64_t, py::array::c_style>& rows,
          const py::array& out, std::int64_t threads, bool cast, const py::object& maps) {
-        CastFn fn = check_gather_args(l, rows, out, threads, cast);
+        CastFn fn = check_gather_args(l, rows.size(), rows.ndim() == 1, out, threads, cast);
         Maps* m = maps_arg(maps, l);
         auto* dst = static_cast<std::byte*>(const_cast<void*>(out.data()));
-        const std::int64_t* r = rows.data();
-        const std::int64_t n = rows.size();
+        FillRows fill;
+        fill.given = rows.data();
+        fill.n = rows.size();
         Status st = python::interruptible(
-            [&]() -> Status { return fill_gather_cast(l, r, n, dst, threads, fn, m); });
+            [&]() -> Status { return fill_gather_cast(l, fill, dst, threads, fn, m); });
         if (!st.is_ok()) throw_status(st, ErrorSite::kRead);
       },
       py::arg("layout"), py::arg("rows"), py::arg("out"), py::arg("threads") = 1,
       py::arg("cast") = false, py::arg("maps") = py::none());
 
+  // A fill's rows named by the order (Order.spec()) and the fill's positions: `count` batches
+  // of `batch` positions, the k-th from first + k * stride, modulo n. Gather computes them on
+  // its threads; rows() here, for the tests.
+  py::class_<FillOrder>(m, "FillOrder")
+      .def(py::init([](const std::string& mode, std::int64_t n, std::int64_t block_rows,
+                       std::int64_t window_blocks, std::uint64_t seed, std::uint64_t epoch,
+                       std::int64_t rounds, std::int64_t first, std::int64_t batch,
+                       std::int64_t stride, std::int64_t count) {
+             constexpr std::int64_t kMax = std::int64_t{1} << 62;
+             FillOrder o;
+             o.mode = mode == "none"    ? FillOrder::kNone
+                      : mode == "row"   ? FillOrder::kRow
+                      : mode == "block" ? FillOrder::kBlock
+                                        : -1;
+             const bool sizes =
+                 n >= 1 && n <= kMax && block_rows >= 1 && block_rows <= n && window_blocks >= 1 &&
+                 window_blocks <= (n + block_rows - 1) / block_rows && rounds >= 1 && rounds <= 64;
+             // The last position before the modulo, first + (count - 1) * stride + batch,
+             // stays under 2**63; a fill holds at most 2**40 rows.
+             const bool span =
+                 first >= 0 && first <= kMax && batch >= 1 && stride >= 0 && stride <= kMax &&
+                 count >= 0 && batch <= (std::int64_t{1} << 40) &&
+                 (count == 0 || ((count - 1 <= kMax / std::max<std::int64_t>(stride, 1)) &&
+                                 (count - 1) * stride <= kMax - first &&
+                                 batch <= (std::int64_t{1} << 40) / count));
+             if (o.mode < 0 || !sizes || !span) {
+               throw py::value_error(
+                   "FillOrder: expected mode none, row or block, 1 <= n <= 2**62, 1 <= "
+                   "block_rows <= n, 1 <= window_blocks <= the blocks, 1 to 64 rounds, first, "
+                   "stride >= 0 below 2**62, batch >= 1, count >= 0 and at most 2**40 rows");
+             }
+             o.n = static_cast<std::uint64_t>(n);
+             o.block_rows = static_cast<std::uint64_t>(block_rows);
+             o.window_blocks = static_cast<std::uint64_t>(window_blocks);
+             o.seed = seed;
+             o.epoch = epoch;
+             o.rounds = static_cast<std::size_t>(rounds);
+             o.first = static_cast<std::uint64_t>(first);
+             o.batch = static_cast<std::uint64_t>(batch);
+             o.stride = static_cast<std::uint64_t>(stride);
+             o.count = static_cast<std::uint64_t>(count);
+             return o;
+           }),
+           py::arg("mode"), py::arg("n"), py::arg("block_rows"), py::arg("window_blocks"),
+           py::arg("seed"), py::arg("epoch"), py::arg("rounds"), py::arg("first"), py::arg("batch"),
+           py::arg("stride"), py::arg("count"))
+      .def_property_readonly("size", [](const FillOrder& o) { return o.size(); })
+      .def("rows", [](const FillOrder& o) {
+        py::array_t<std::int64_t> out(static_cast<py::ssize_t>(o.size()));
+        std::int64_t* to = out.mutable_data();
+        {
+          py::gil_scoped_release release;
+          o.rows(0, o.size(), to);
+        }
+        return out;
+      });
+
   // gather(layout, rows, out, threads) started on a thread of its own; result() waits for it.
   py::class_<AsyncGather>(m, "Gather")
-      .def(py::init<py::object, const py::array_t<std::int64_t, py::array::c_style>&, py::array,
-                    std::int64_t, bool, py::object>(),
+      .def(py::init<py::object, const py::object&, py::array, std::int64_t, bool, py::object>(),
            py::arg("layout"), py::arg("rows"), py::arg("out"), py::arg("threads") = 1,
            py::arg("cast") = false, py::arg("maps") = py::none())
       .def("result", &AsyncGather::result)

@@ -1681,3 +1681,57 @@ def test_a_batch_kept_by_any_holder_of_its_memory_stays_valid(tmp_path, monkeypa
         rows = np.asarray(b)
         first = 1 if holder in ("reshaped view", "transposed view") else 0
         assert (rows[:, 0] == want[k][first:]).all(), k
+
+
+# ---- the order computed on the fill's threads -------------------------------------------------
+@pytest.mark.parametrize("mode", ["none", "row", "block"])
+@pytest.mark.parametrize("mapped", [True, False])
+def test_the_order_computed_on_the_fills_threads_is_the_reference_order(tmp_path, mode, mapped):
+    """A fill named by its order and positions (_feed_core.FillOrder), its rows computed on the
+    Gather's own threads (each the part of the fill it copies), holds the rows that
+    _feed_order.Order.rows gives for the fill's positions and that the materialised oracle
+    stream holds there, for several seeds, epochs, world sizes, ranks, starting positions
+    and fills that wrap past the end (drop_last=False's padding)."""
+    from shardload import _feed_core
+
+    d = tmp_path / "d"
+    n = write_rows(d, [700, 0, 1300, 311, 900, 1])  # 3,212 rows: fills split among threads
+    layout = shardload.discover(d)
+    maps = _feed_core.Maps(layout) if mapped else None
+    assert maps is None or maps.usable
+    b, w = 50, 3
+    for seed, epoch in ((0, 0), (7, 1), (2**64 - 1, 5)):
+        stream = oracle_stream(mode, n, seed, epoch, b, w)
+        order = _feed_order.Order(mode, n, seed, epoch, b, w)
+        for world, rank, batch, start, steps in ((1, 0, 1024, 0, 2), (2, 1, 300, 17, 3),
+                                                 (3, 2, 256, 1000, 4), (4, 0, 500, 3000, 2)):
+            step = batch * world
+            first = start + rank * batch
+            fill = order.fill(first, batch, step, steps)
+            positions = np.concatenate([np.arange(first + k * step, first + k * step + batch)
+                                        for k in range(steps)]) % n
+            want = stream[positions]
+            assert fill.size == positions.size
+            assert (order.rows(positions) == want).all()
+            assert (fill.rows() == want).all(), (seed, epoch, world, rank, start)
+            out = np.full((positions.size, 3), -1, np.int64)
+            assert _feed_core.Gather(layout, fill, out, 2, maps=maps).result() is out
+            assert (ids(out) == want).all(), (seed, epoch, world, rank, start)
+
+
+def test_a_fill_order_of_sizes_out_of_range_is_refused(data):
+    from shardload import _feed_core
+
+    d, n = data
+    layout = shardload.discover(d)
+    ok = dict(mode="block", n=n, block_rows=6, window_blocks=2, seed=1, epoch=0, rounds=6,
+              first=0, batch=4, stride=4, count=3)
+    assert _feed_core.FillOrder(**ok).size == 12
+    for change in ({"mode": "rows"}, {"n": 0}, {"block_rows": n + 1}, {"window_blocks": 13},
+                   {"rounds": 0}, {"first": -1}, {"batch": 0}, {"stride": -4}, {"count": -1},
+                   {"first": 2**62, "stride": 2**62, "count": 3}):
+        with pytest.raises(ValueError, match="FillOrder: expected"):
+            _feed_core.FillOrder(**{**ok, **change})
+    with pytest.raises(ValueError, match="C-contiguous array of 288 bytes"):
+        _feed_core.Gather(layout, _feed_core.FillOrder(**ok), np.empty((11, 3), np.int64))
+
