@@ -77,6 +77,9 @@ bool, ints, float32 and float64; another cast is numpy's, in a background thread
 calls release the GIL. Where a batch's bytes are
 a multiple of 64, several batches (about 4 MiB) are read in one fill, each a view of the fill's
 buffer, which is reused once none of them is held.
+``pin_memory=True`` page-locks the buffers (``cudaHostRegister`` through the CUDA runtime,
+loaded by ctypes) for one-DMA copies to a GPU; a RuntimeError names what is missing where there
+is no CUDA runtime or device.
 
 **Ranks that agree.** Under torch.distributed or jax.distributed (``check_ranks``) the ranks
 compare a digest of the dataset each discovered at construction (a LayoutError on every rank
@@ -412,10 +415,75 @@ def _shuffle_arg(value: object) -> str:
                      f"found {_found(value)}")
 
 
-class _Pool:
-    """Batch buffers, reused only when no one but the pool holds them."""
+class _PinnedHost:
+    """Page-locked host memory through the CUDA runtime (``Feed(pin_memory=True)``): each
+    batch buffer registered with ``cudaHostRegister`` (portable: pinned for every device) and
+    unregistered when numpy frees it. The runtime is loaded by ctypes (no torch, no JAX);
+    construction raises RuntimeError naming what is missing where it has no library or no
+    device."""
 
-    def __init__(self, shape: tuple[int, ...], dtype: np.dtype, keep: int) -> None:
+    _NAMES = ("libcudart.so.13", "libcudart.so.12", "libcudart.so")
+    _PORTABLE = 1  # cudaHostRegisterPortable
+
+    def __init__(self) -> None:
+        import ctypes
+
+        from . import _runtime
+
+        self._pid = os.getpid()
+        lib, tried = None, []
+        for name in (*self._NAMES, _runtime.CUDART):
+            try:
+                lib = ctypes.CDLL(name)
+                self.library = name
+                break
+            except OSError as e:
+                tried.append(f"{name}: {e}")
+        if lib is None:
+            raise RuntimeError("Feed(pin_memory=True): page-locked buffers need the CUDA runtime "
+                               "(libcudart) and a CUDA device, and no CUDA runtime could be "
+                               "loaded (" + "; ".join(tried) + ")")
+        lib.cudaGetDeviceCount.argtypes = [ctypes.POINTER(ctypes.c_int)]
+        lib.cudaGetErrorName.restype = ctypes.c_char_p
+        lib.cudaGetErrorString.restype = ctypes.c_char_p
+        lib.cudaHostRegister.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint]
+        lib.cudaHostUnregister.argtypes = [ctypes.c_void_p]
+        self._lib = lib
+        count = ctypes.c_int(0)
+        rc = lib.cudaGetDeviceCount(ctypes.byref(count))
+        if rc != 0 or count.value < 1:
+            why = self._error(rc) if rc != 0 else "0 devices"
+            raise RuntimeError(f"Feed(pin_memory=True): page-locked buffers need a CUDA device, "
+                               f"and the CUDA runtime ({self.library}) finds none "
+                               f"(cudaGetDeviceCount: {why}); pass pin_memory=False")
+
+    def _error(self, rc: int) -> str:
+        name = (self._lib.cudaGetErrorName(rc) or b"?").decode(errors="replace")
+        text = (self._lib.cudaGetErrorString(rc) or b"").decode(errors="replace")
+        return f"{name}, {text}" if text else name
+
+    def pin(self, raw: np.ndarray) -> None:
+        """Registers ``raw``'s memory, unregistered when ``raw`` is freed. In a forked child (a
+        DataLoader worker, whose batches reach the loop by a copy) the CUDA runtime is not
+        usable, and the buffer stays pageable."""
+        if os.getpid() != self._pid or raw.nbytes == 0:
+            return
+        at = raw.ctypes.data
+        rc = self._lib.cudaHostRegister(at, raw.nbytes, self._PORTABLE)
+        if rc != 0:
+            raise OutOfMemoryError(f"Feed(pin_memory=True): {_core.size_string(raw.nbytes)} "
+                                   f"could not be page-locked: cudaHostRegister: "
+                                   f"{self._error(rc)}")
+        weakref.finalize(raw, self._lib.cudaHostUnregister, at)
+
+
+class _Pool:
+    """Batch buffers, reused only when no one but the pool holds them; page-locked through
+    ``pinned`` where given."""
+
+    def __init__(self, shape: tuple[int, ...], dtype: np.dtype, keep: int,
+                 pinned: Optional[_PinnedHost] = None) -> None:
+        self.pinned = pinned
         self.shape = shape
         self.dtype = dtype
         self.nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
@@ -440,6 +508,8 @@ class _Pool:
             raise OutOfMemoryError(f"Feed: a batch of {self.shape} {self.dtype} "
                                    f"({_core.size_string(self.nbytes)}) does not fit this "
                                    f"process's memory: {e}") from None
+        if self.pinned is not None:
+            self.pinned.pin(raw)
         self.allocated += 1
         if len(self._raw) < self.keep:
             self._raw.append(raw)
@@ -480,6 +550,12 @@ class Feed:
             None (default): when the rank comes from torch.distributed or jax.distributed and
             there are several ranks. Every rank must then construct its feed and iterate it in
             lock step.
+        pin_memory: as torch's ``DataLoader(pin_memory=True)``: the batch buffers are
+            page-locked host memory (``cudaHostRegister`` through the CUDA runtime, loaded by
+            ctypes), so that a copy to a GPU (``tensor.to("cuda", non_blocking=True)``,
+            ``jax.device_put``) is one DMA. The batches stay the same numpy arrays, handed
+            over without a copy. RuntimeError at construction where no CUDA runtime or no
+            device is found.
 
     Raises:
         TypeError, ValueError: an argument is wrong, or ``batch_size * world_size`` exceeds
@@ -488,7 +564,9 @@ class Feed:
             from the iteration at the batch that needed it, naming the file (with
             ``check_ranks``, on every rank at that step). A LayoutError, the same on every
             rank, when the ranks found different datasets.
-        OutOfMemoryError: from the iteration, when a batch buffer cannot be allocated.
+        OutOfMemoryError: from the iteration, when a batch buffer cannot be allocated (or,
+            with ``pin_memory``, page-locked).
+        RuntimeError: ``pin_memory=True`` where the CUDA runtime or a CUDA device is missing.
     """
 
     def __init__(
@@ -510,6 +588,7 @@ class Feed:
         reader: Optional[str] = None,
         storage_options: Optional[Mapping[str, str]] = None,
         check_ranks: Optional[bool] = None,
+        pin_memory: bool = False,
         **options: Unpack[DiscoverOptions],
     ) -> None:
         self._batch_size = _int("batch_size", batch_size)
@@ -532,6 +611,8 @@ class Feed:
         if self._prefetch is not None and self._prefetch < 0:
             raise ValueError(f"prefetch: expected an int >= 0, found {self._prefetch}")
         self._threads = _frontend.threads_arg(threads)
+        # Checked before discovery: a machine without a CUDA device refuses at once.
+        pinned = _PinnedHost() if _bool("pin_memory", pin_memory) else None
         try:
             prepared = _frontend.prepare("shardload.feed.Feed", source, row_range=row_range,
                                          astype=astype, reader=reader,
@@ -587,7 +668,7 @@ class Feed:
         self._ahead = None if self._prefetch is None else \
             max(1, -(-self._prefetch // self._per_fill))
         self._pool = _Pool((self._per_fill * self._batch_size,) + row_shape, prepared.dtype,
-                           keep=(self._ahead or 2) + 2)
+                           keep=(self._ahead or 2) + 2, pinned=pinned)
 
     # -- arguments and state ------------------------------------------------------------------
     @staticmethod
@@ -927,7 +1008,7 @@ class Feed:
         one = getattr(self, "_one", None)
         if one is None:
             one = self._one = _Pool((self._batch_size,) + self._pool.shape[1:],
-                                    self._pool.dtype, keep=2)
+                                    self._pool.dtype, keep=2, pinned=self._pool.pinned)
         return one
 
     def __repr__(self) -> str:

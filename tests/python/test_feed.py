@@ -1735,3 +1735,67 @@ def test_a_fill_order_of_sizes_out_of_range_is_refused(data):
     with pytest.raises(ValueError, match="C-contiguous array of 288 bytes"):
         _feed_core.Gather(layout, _feed_core.FillOrder(**ok), np.empty((11, 3), np.int64))
 
+
+# ---- pinned host buffers ---------------------------------------------------------------------
+def cuda_device() -> str | None:
+    """None where the CUDA runtime finds a device, else why it does not (what Feed's
+    pin_memory=True refuses with)."""
+    try:
+        sf._PinnedHost()
+    except RuntimeError as e:
+        return str(e)
+    return None
+
+
+def test_pin_memory_without_a_cuda_device_is_refused_naming_what_is_missing(data):
+    """Without a CUDA device (or runtime) Feed(pin_memory=True) raises RuntimeError at
+    construction, naming what is missing; pin_memory=False is the default and reads as ever."""
+    if cuda_device() is None:
+        pytest.skip("a CUDA device is present here: the refusal cannot happen")
+    d, n = data
+    with pytest.raises(RuntimeError, match=r"Feed\(pin_memory=True\): page-locked buffers need "
+                                           r"(a CUDA device, and the CUDA runtime \(.*\) finds "
+                                           r"none \(cudaGetDeviceCount: |the CUDA runtime)"):
+        sf.Feed(d, 4, pin_memory=True)
+    with pytest.raises(TypeError, match="pin_memory"):
+        sf.Feed(d, 4, pin_memory="yes")
+    feed = sf.Feed(d, 4, shuffle="row", seed=2, pin_memory=False)
+    assert [ids(b).tolist() for b in feed] == [
+        w.tolist() for w in expected_batches(oracle_stream("row", n, 2, 0), 4, 1, 0, True)]
+
+
+@pytest.mark.parametrize("mode", ["none", "block", "row"])
+def test_pinned_batches_are_page_locked_and_handed_over_without_a_copy(tmp_path, monkeypatch,
+                                                                      mode):
+    """With a CUDA device, pin_memory=True batches are the oracle's, page-locked (the CUDA
+    runtime's cudaPointerGetAttributes says host memory it registered), and still taken by
+    np.from_dlpack without a copy; a kept batch's buffer stays valid and pinned."""
+    import ctypes
+
+    why = cuda_device()
+    if why is not None:
+        pytest.skip(f"the pinned path needs a CUDA device (the refusal is tested instead): {why}")
+    monkeypatch.setattr(sf, "_FILL_BYTES", 5 * 64 * 3)  # 3 batches a fill
+    d = tmp_path / "d"
+    n = write_rows(d, cols=8)
+    feed = sf.Feed(d, 5, shuffle=mode, seed=3, block_rows=4, window_blocks=3, pin_memory=True)
+    lib = feed._pool.pinned._lib
+
+    class Attributes(ctypes.Structure):
+        _fields_ = [("type", ctypes.c_int), ("device", ctypes.c_int),
+                    ("devicePointer", ctypes.c_void_p), ("hostPointer", ctypes.c_void_p)]
+
+    def pinned(a: np.ndarray) -> bool:
+        attr = Attributes()
+        rc = lib.cudaPointerGetAttributes(ctypes.byref(attr), ctypes.c_void_p(a.ctypes.data))
+        return rc == 0 and attr.type == 1  # cudaMemoryTypeHost: registered host memory
+
+    kept = []
+    want = expected_batches(oracle_stream(mode, n, 3, 0, 4, 3), 5, 1, 0, True)
+    for batch, w in zip(feed, want, strict=True):
+        assert np.from_dlpack(batch).ctypes.data == batch.ctypes.data
+        assert pinned(batch)
+        assert ids(batch).tolist() == w.tolist()
+        kept.append(batch)
+    assert [ids(b).tolist() for b in kept] == [w.tolist() for w in want]
+    assert all(pinned(b) for b in kept)
