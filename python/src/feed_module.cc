@@ -588,8 +588,19 @@ struct FillOrder {
   // out[i - lo] = the row at the fill's i-th position, for i in [lo, hi).
   void rows(std::uint64_t lo, std::uint64_t hi, std::int64_t* out) const {
     std::vector<std::int64_t> pos(hi - lo);
+    // Batch by batch, without a division a position: one only where a position wraps.
+    std::uint64_t k = lo / batch;
+    std::uint64_t j = lo % batch;
+    std::uint64_t p = first + k * stride + j;
     for (std::uint64_t i = lo; i < hi; ++i) {
-      pos[i - lo] = static_cast<std::int64_t>((first + (i / batch) * stride + i % batch) % n);
+      pos[i - lo] = static_cast<std::int64_t>(p < n ? p : p % n);
+      if (++j == batch) {
+        j = 0;
+        ++k;
+        p = first + k * stride;
+      } else {
+        ++p;
+      }
     }
     if (mode == kNone || n <= 1) {
       std::copy(pos.begin(), pos.end(), out);
