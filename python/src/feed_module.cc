@@ -705,7 +705,18 @@ struct Copy {
   }
   jump = &here;
   std::atomic_signal_fence(std::memory_order_seq_cst);
-  for (std::size_t i = 0; i < count; ++i) std::memcpy(c[i].to, c[i].from, bytes);
+  // Each row's source is elsewhere in the maps: the first lines of the row kAhead rows on
+  // are asked for before this one is copied, so that the copy does not wait for each row's
+  // first misses (the hardware's prefetcher follows a row once it has begun). A prefetch
+  // never faults: a truncated file still faults in the copy alone.
+  constexpr std::size_t kAhead = 4;
+  const std::size_t ahead = std::min<std::size_t>(bytes, 256);
+  for (std::size_t i = 0; i < count; ++i) {
+    if (i + kAhead < count) {
+      for (std::size_t b = 0; b < ahead; b += 64) __builtin_prefetch(c[i + kAhead].from + b);
+    }
+    std::memcpy(c[i].to, c[i].from, bytes);
+  }
   std::atomic_signal_fence(std::memory_order_seq_cst);
   jump = nullptr;
   return nullptr;
