@@ -30,6 +30,7 @@
 #include "shardload/byte_order.hpp"
 #include "shardload/location.hpp"
 #include "storage/detail/fetch_ahead.hpp"
+#include "storage/detail/read_ranges.hpp"
 #include "storage/detail/store_options.hpp"
 
 namespace shardload::detail {
@@ -602,20 +603,17 @@ class ZarrReader final : public ShardReader {
       }
     });
     SHARDLOAD_RETURN_IF_ERROR(status);
-    return fetch_ahead(
-        chunks.size(), in_flight, kFetchWindowBytes,
-        [&](std::size_t i) -> Result<std::uint64_t> {
-          RemoteChunk& c = chunks[i];
-          std::byte* into = m.codecs.empty() ? c.direct : nullptr;  // distinct rows per chunk
-          if (into == nullptr) {
-            c.bytes.resize(static_cast<std::size_t>(c.nbytes));
-            into = c.bytes.data();
-          }
-          SHARDLOAD_RETURN_IF_ERROR(
-              f.read_exact(into, static_cast<std::size_t>(c.nbytes), c.offset));
-          return static_cast<std::uint64_t>(c.bytes.size());
-        },
-        [&](std::size_t i) { return decode_chunk(r, expected, &chunks[i], m.inner_chunks); });
+    // The storage layer merges neighbouring inner chunks into one GET (storage/detail/
+    // read_ranges.hpp); a chunk fetched alone and stored raw goes straight into its rows.
+    std::vector<ByteRange> ranges(chunks.size());
+    for (std::size_t i = 0; i < chunks.size(); ++i) {
+      ranges[i] = ByteRange{chunks[i].offset, chunks[i].nbytes,
+                            m.codecs.empty() ? chunks[i].direct : nullptr};
+    }
+    return fetch_ranges(f, ranges, CoalesceLimits{}, in_flight, kFetchWindowBytes,
+                        [&](std::size_t i, const std::byte* bytes) {
+                          return decode_chunk(r, expected, &chunks[i], m.inner_chunks, bytes);
+                        });
   }
 
   // On a helper thread: touches only `c` (and the IoBackend, which is safe from any thread).
@@ -640,8 +638,9 @@ class ZarrReader final : public ShardReader {
   }
 
   // On the calling thread, in the chunks' order.
+  // `from`: the chunk's encoded bytes (c->nbytes of them) where they are not in c->bytes.
   Status decode_chunk(const Request& r, std::size_t expected, RemoteChunk* c,
-                      const std::vector<std::int64_t>& unit) {
+                      const std::vector<std::int64_t>& unit, const std::byte* from = nullptr) {
     if (c->missing) {
       fill_box(r, c->blo, c->bhi);
       return Status::ok();
@@ -653,11 +652,16 @@ class ZarrReader final : public ShardReader {
       unit_.resize(expected);
       target = unit_.data();
     }
+    const std::byte* src = from != nullptr ? from : c->bytes.data();
+    const std::size_t src_n =
+        from != nullptr ? static_cast<std::size_t>(c->nbytes) : c->bytes.size();
     if (r.m.codecs.empty()) {
-      if (c->direct == nullptr) std::memcpy(target, c->bytes.data(), expected);
+      // Read straight into the rows already, or copied from where it was read.
+      if (from == nullptr ? c->direct == nullptr : src != target) {
+        std::memcpy(target, src, expected);
+      }
     } else {
-      SHARDLOAD_RETURN_IF_ERROR(
-          decode_chain(r.m, c->bytes.data(), c->bytes.size(), target, expected, c->path));
+      SHARDLOAD_RETURN_IF_ERROR(decode_chain(r.m, src, src_n, target, expected, c->path));
     }
     std::vector<std::byte>().swap(c->bytes);  // out of the window now
     place(r, target, c->direct != nullptr, c->key, c->origin, unit, c->blo, c->bhi);
