@@ -47,16 +47,17 @@ std::string rows_text(std::int64_t lo, std::int64_t hi) {
 // Where a local save stages: `dest` resolved once to the directory it is in
 // (physical_destination), checked for the overwrite rules, and its staging directory made with
 // the shard files; errors with "saving to DEST" in front.
-struct Staging {
+struct LocalStaging {
   std::string physical;
   std::string path;
 };
 
-Result<Staging> begin_staging(const std::string& dest, bool overwrite, detail::SaveSpec* spec) {
+Result<LocalStaging> begin_staging(const std::string& dest, bool overwrite,
+                                   detail::SaveSpec* spec) {
   const auto check = [&](const Status& st) {
     return st ? st : st.with_context("saving to " + dest);
   };
-  Staging s;
+  LocalStaging s;
   Result<std::string> physical = detail::physical_destination(dest);
   if (!physical) return check(physical.status());
   s.physical = std::move(*physical);
@@ -196,7 +197,7 @@ Result<HostSaveStats> host_save(const std::byte* data, std::span<const std::int6
   const auto check = [&](const Status& st) {
     return st ? st : st.with_context("saving to " + dest);
   };
-  SHARDLOAD_ASSIGN_OR_RETURN(const Staging staged, begin_staging(dest, save.overwrite, &spec));
+  SHARDLOAD_ASSIGN_OR_RETURN(const LocalStaging staged, begin_staging(dest, save.overwrite, &spec));
   const std::string& physical = staged.physical;
   const std::string& staging = staged.path;
   detail::StagingGuard guard{staging};
@@ -259,7 +260,7 @@ Result<StagedSave> staged_save_begin(std::span<const std::int64_t> shape, DType 
                           "' (for object storage save the computed array with host_save: "
                           "shardload.numpy.save)");
   }
-  SHARDLOAD_ASSIGN_OR_RETURN(Staging staged, begin_staging(dest, options.overwrite, &spec));
+  SHARDLOAD_ASSIGN_OR_RETURN(LocalStaging staged, begin_staging(dest, options.overwrite, &spec));
   StagedSave s;
   s.dest = dest;
   s.physical = std::move(staged.physical);

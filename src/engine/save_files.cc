@@ -26,6 +26,8 @@
 #include "shardload/manifest.hpp"
 #include "shardload/plan.hpp"
 #include "shardload/source.hpp"
+#include "shardload/storage.hpp"
+#include "storage/detail/stores.hpp"
 
 namespace shardload::detail {
 
@@ -237,31 +239,6 @@ Status write_save_manifest(const std::string& dir, Checksum checksum) {
 
 namespace {
 
-std::int64_t ns_of(const struct ::timespec& t) {
-  return static_cast<std::int64_t>(t.tv_sec) * 1000000000 + t.tv_nsec;
-}
-
-// 0777 less this process's umask: the mode mkdir(2) gives a new directory. Read from
-// /proc (umask(2) can only be read by setting it, which races with other threads).
-mode_t new_directory_mode() {
-  if (std::FILE* f = std::fopen("/proc/self/status", "re")) {
-    char line[256];
-    unsigned mask = 0;
-    bool found = false;
-    while (std::fgets(line, sizeof line, f) != nullptr) {
-      if (std::sscanf(line, "Umask: %o", &mask) == 1) {
-        found = true;
-        break;
-      }
-    }
-    std::fclose(f);
-    if (found) return static_cast<mode_t>(0777 & ~mask);
-  }
-  const mode_t mask = ::umask(0);
-  ::umask(mask);
-  return 0777 & ~mask;
-}
-
 bool in_my_groups(gid_t gid) {
   if (gid == ::getegid()) return true;
   const int n = ::getgroups(0, nullptr);
@@ -293,189 +270,6 @@ Status check_owner(const std::string& dest, const struct ::stat& st) {
                       EPERM);
   }
   return Status::ok();
-}
-
-// The extended attributes of `path` (ACLs are among them: system.posix_acl_*); none where
-// the file system has none.
-Result<std::map<std::string, std::string>> xattrs_of(const std::string& path) {
-  std::map<std::string, std::string> out;
-  std::string names;
-  for (;;) {
-    const ssize_t n = ::llistxattr(path.c_str(), nullptr, 0);
-    if (n < 0) {
-      if (errno == ENOTSUP) return out;
-      return sys_error(path, "cannot list the extended attributes", errno);
-    }
-    names.resize(static_cast<std::size_t>(n));
-    const ssize_t got = n == 0 ? 0 : ::llistxattr(path.c_str(), names.data(), names.size());
-    if (got >= 0) {
-      names.resize(static_cast<std::size_t>(got));
-      break;
-    }
-    if (errno != ERANGE) return sys_error(path, "cannot list the extended attributes", errno);
-  }
-  for (std::size_t at = 0; at < names.size();) {
-    const std::string name(names.c_str() + at);
-    at += name.size() + 1;
-    if (name.empty()) continue;
-    std::string value;
-    for (;;) {
-      const ssize_t n = ::lgetxattr(path.c_str(), name.c_str(), nullptr, 0);
-      if (n < 0) {
-        if (errno == ENODATA) break;  // removed meanwhile
-        return sys_error(path, "cannot read the extended attribute " + name, errno);
-      }
-      value.resize(static_cast<std::size_t>(n));
-      const ssize_t got =
-          n == 0 ? 0 : ::lgetxattr(path.c_str(), name.c_str(), value.data(), value.size());
-      if (got >= 0) {
-        value.resize(static_cast<std::size_t>(got));
-        out.emplace(name, std::move(value));
-        break;
-      }
-      if (errno != ERANGE) {
-        return sys_error(path, "cannot read the extended attribute " + name, errno);
-      }
-    }
-  }
-  return out;
-}
-
-// Gives the staging directory what the directory it replaces has: mode, owner, group and
-// extended attributes (ACLs included); or, for a new destination, the mode mkdir(2) gives.
-// Refuses (nothing published) where one of them cannot be kept.
-Status take_attributes(const std::string& staging, const std::string& dest,
-                       const ExistingDestination& existing) {
-  const auto cannot = [&](const std::string& what, int err) {
-    return file_error(ErrorCode::kIo, dest,
-                      "cannot give the new dataset the destination's " + what + ": " +
-                          std::strerror(err) + "; nothing was replaced",
-                      err);
-  };
-  if (!existing.exists) {
-    if (::chmod(staging.c_str(), new_directory_mode()) != 0) {
-      return sys_error(staging, "cannot set the mode", errno);
-    }
-    return Status::ok();
-  }
-  struct ::stat st {};
-  if (::lstat(staging.c_str(), &st) != 0) return sys_error(staging, "cannot look at", errno);
-  if ((st.st_uid != existing.uid || st.st_gid != existing.gid) &&
-      ::lchown(staging.c_str(), existing.uid, existing.gid) != 0) {
-    return cannot("owner and group (" + std::to_string(existing.uid) + ":" +
-                      std::to_string(existing.gid) + ")",
-                  errno);
-  }
-  // After the chown, which may clear the set-group-ID bit.
-  if (::chmod(staging.c_str(), existing.mode) != 0) return cannot("mode", errno);
-  SHARDLOAD_ASSIGN_OR_RETURN(const auto want, xattrs_of(dest));
-  SHARDLOAD_ASSIGN_OR_RETURN(const auto have, xattrs_of(staging));
-  for (const auto& [name, value] : want) {
-    const auto it = have.find(name);
-    if (it != have.end() && it->second == value) continue;
-    if (::lsetxattr(staging.c_str(), name.c_str(), value.data(), value.size(), 0) != 0) {
-      return cannot("extended attribute " + name, errno);
-    }
-  }
-  // What the staging directory inherited (a default ACL of the parent) and the destination
-  // does not have.
-  for (const auto& [name, value] : have) {
-    if (want.count(name) == 0 && ::lremovexattr(staging.c_str(), name.c_str()) != 0 &&
-        errno != ENODATA) {
-      return cannot("lack of the extended attribute " + name, errno);
-    }
-  }
-  return Status::ok();
-}
-
-// FNV-1a: a short, stable stand-in for a name too long to be part of another name.
-std::string name_hash(const std::string& name) {
-  std::uint64_t h = 14695981039346656037ull;
-  for (const unsigned char c : name) h = (h ^ c) * 1099511628211ull;
-  char hex[17];
-  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
-  return hex;
-}
-
-std::string host_name() {
-  char host[HOST_NAME_MAX + 1] = {};
-  if (::gethostname(host, sizeof host - 1) != 0) host[0] = '\0';
-  std::string out;
-  for (const char* p = host; *p != '\0'; ++p) {
-    const char c = *p;
-    const bool plain = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                       c == '.' || c == '_';
-    out += plain ? c : '_';  // '-' too: "-PID-N" is parsed from the end
-  }
-  return out.empty() ? std::string("host") : out;
-}
-
-// Room kept after a stem for "-PID-N" and ".old".
-constexpr std::size_t kEndingRoom = 1 + 10 + 1 + 20 + 4;
-
-// The staging directory's name without its "-PID-N" ending: ".NAME.shardload-tmp-HOST", or,
-// where that would leave no room within NAME_MAX, ".HASH.shardload-tmp-HOST" (HASH: 16 hex
-// digits of NAME). The host name tells a later save which staging directories it may judge
-// by their PID.
-std::string staging_stem(const std::string& base) {
-  const std::string tail = ".shardload-tmp-" + host_name();
-  std::string stem = "." + base + tail;
-  if (stem.size() + kEndingRoom > NAME_MAX) stem = "." + name_hash(base) + tail;
-  return stem;
-}
-
-// Removes what saves to the same destination killed on this host left: directories named
-// exactly stem + "-PID-N" whose PID is no running process here.
-void remove_stale_staging(const std::string& parent, const std::string& stem) {
-  DIR* d = ::opendir(parent.c_str());
-  if (d == nullptr) return;  // making the staging directory reports the parent's trouble
-  std::vector<std::string> stale;
-  const std::string head = stem + "-";
-  while (const dirent* e = ::readdir(d)) {
-    const std::string_view name = e->d_name;
-    if (name.size() <= head.size() || name.substr(0, head.size()) != head) continue;
-    const std::string_view rest = name.substr(head.size());
-    const auto dash = rest.find('-');
-    if (dash == std::string_view::npos || dash == 0 || dash > 10 || dash + 1 == rest.size() ||
-        rest.size() - dash - 1 > 20) {
-      continue;
-    }
-    const auto digits = [](std::string_view s) {
-      return std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
-    };
-    if (!digits(rest.substr(0, dash)) || !digits(rest.substr(dash + 1))) continue;
-    const long long pid = std::stoll(std::string(rest.substr(0, dash)));
-    if (pid <= 0 || pid > INT32_MAX || pid == ::getpid()) continue;
-    if (::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;  // alive, or unknown
-    stale.emplace_back(name);
-  }
-  ::closedir(d);
-  for (const auto& name : stale) {
-    const std::string path = (parent == "/" ? std::string() : parent) + "/" + name;
-    struct ::stat st {};
-    if (::lstat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) remove_tree(path);
-  }
-}
-
-// Deletes the replaced dataset, now at `old`, entry by entry: a file a user put into it
-// after the last check is never deleted. Its directory then stays, renamed to a visible
-// name beside dest, and the save reports it (the new dataset is in place by then).
-Status remove_replaced(const std::string& old, const std::string& dest,
-                       const std::vector<SavedEntry>& entries) {
-  if (remove_saved_entries(old, entries)) return Status::ok();
-  const auto [parent, base] = split_dest(dest);
-  const std::string dir = parent == "/" ? std::string() : parent;
-  const std::string ending = "-" + std::to_string(::getpid()) + "-" + name_hash(old).substr(0, 8);
-  std::string kept = dir + "/" + base + ".shardload-kept" + ending;
-  if (base.size() + 15 + ending.size() > NAME_MAX) {
-    kept = dir + "/shardload-kept-" + name_hash(base) + ending;
-  }
-  if (::rename(old.c_str(), kept.c_str()) != 0) kept = old;
-  return file_error(ErrorCode::kIo, dest,
-                    "the new dataset is in place, but files were added to the one it replaced "
-                    "during the save; they were not deleted, and are in " +
-                        kept,
-                    0);
 }
 
 // The names in a directory, sorted, so that the first foreign entry named is the same on
@@ -587,8 +381,7 @@ struct SavedTree {
           return foreign(rel, "which a save does not write");
         }
       }
-      entries->push_back(
-          {rel, false, es.st_ino, static_cast<std::uint64_t>(es.st_size), ns_of(es.st_ctim)});
+      entries->push_back({rel, generation_of_stat(es)});
     }
     return Status::ok();
   }
@@ -623,8 +416,8 @@ struct SavedTree {
       if (is_dir) {
         SHARDLOAD_RETURN_IF_ERROR(check_store(name, *shard_format(name, true), shard, entries));
       }
-      entries->push_back(
-          {name, is_dir, es.st_ino, static_cast<std::uint64_t>(es.st_size), ns_of(es.st_ctim)});
+      entries->push_back(is_dir ? SavedEntry{name + "/", ""}
+                                : SavedEntry{name, generation_of_stat(es)});
     }
     return Status::ok();
   }
@@ -685,26 +478,7 @@ Status check_destination(const std::string& dest, bool overwrite, ExistingDestin
 }
 
 bool remove_saved_entries(const std::string& dir, const std::vector<SavedEntry>& entries) {
-  bool all = true;
-  for (const SavedEntry& e : entries) {
-    const std::string path = dir + "/" + e.rel;
-    if (e.directory) {
-      if (::rmdir(path.c_str()) != 0 && errno != ENOENT) all = false;
-      continue;
-    }
-    struct ::stat st {};
-    if (::lstat(path.c_str(), &st) != 0) {
-      if (errno != ENOENT) all = false;
-      continue;
-    }
-    // Only the very file that was checked: one put there since is not ours to delete.
-    if (st.st_ino != e.inode || static_cast<std::uint64_t>(st.st_size) != e.size ||
-        ns_of(st.st_ctim) != e.ctime_ns || ::unlink(path.c_str()) != 0) {
-      all = false;
-    }
-  }
-  if (::rmdir(dir.c_str()) != 0) all = false;
-  return all;
+  return remove_checked_keys(dir, entries);
 }
 
 namespace {
@@ -732,72 +506,41 @@ Result<std::string> physical_destination(const std::string& dest) {
   return (out == "/" ? std::string() : out) + "/" + base;
 }
 
+namespace {
+
+// The local store a save to the directory `dest` publishes through (the directory it is in),
+// and dest's name in it.
+std::pair<std::unique_ptr<Store>, std::string> local_destination(const std::string& dest) {
+  auto [parent, base] = split_dest(dest);
+  return {make_local_store(std::move(parent)), std::move(base)};
+}
+
+}  // namespace
+
 Result<std::string> make_staging_dir(const std::string& dest) {
   const auto [parent, base] = split_dest(dest);
   if (!names_a_directory(base)) return unnamed_destination(dest);
-  const std::string dir = parent == "/" ? std::string() : parent;
-  const std::string stem = staging_stem(base);
-  remove_stale_staging(parent, stem);
-  static std::atomic<std::int64_t> counter{0};
-  for (int attempt = 0; attempt < 100; ++attempt) {
-    const std::string path =
-        dir + "/" + stem + "-" + std::to_string(::getpid()) + "-" + std::to_string(counter++);
-    // Private while it is built: it takes the destination's mode (or mkdir's) at the commit.
-    if (::mkdir(path.c_str(), 0700) == 0) return path;
-    if (errno != EEXIST) {
-      return sys_error(dest, "cannot create the staging directory " + path + " beside it", errno);
-    }
-  }
-  return file_error(ErrorCode::kIo, dest, "cannot find a free staging directory name", EEXIST);
+  auto [store, name] = local_destination(dest);
+  SHARDLOAD_ASSIGN_OR_RETURN(const Staging staging, store->stage(name, {}));
+  return staging.location;
 }
 
 Status commit_staging(const std::string& staging, const std::string& dest, bool overwrite,
                       bool* published) {
   *published = false;
-  for (int attempt = 0;; ++attempt) {
-    const bool again = attempt < 3;
-    // The destination may have changed since it was first checked: check it again just
-    // before replacing it, and take the attributes of what is there now.
+  auto [store, name] = local_destination(dest);
+  Staging s;
+  s.name = name;
+  s.location = staging;
+  PublishSteps steps;
+  steps.overwrite = overwrite;
+  steps.check = [&](std::vector<ReplacedKey>* replaced) {
     ExistingDestination existing;
     SHARDLOAD_RETURN_IF_ERROR(check_destination(dest, overwrite, &existing));
-    SHARDLOAD_RETURN_IF_ERROR(take_attributes(staging, dest, existing));
-    if (existing.entries.empty()) {
-      // rename(2) replaces an absent destination or an empty directory in one step.
-      if (::rename(staging.c_str(), dest.c_str()) == 0) {
-        *published = true;
-        return Status::ok();
-      }
-      const int err = errno;
-      if ((err == ENOTEMPTY || err == EEXIST) && overwrite && again) continue;  // filled meanwhile
-      return sys_error(dest, "cannot move the new dataset into place", err);
-    }
-    if (::renameat2(AT_FDCWD, staging.c_str(), AT_FDCWD, dest.c_str(), RENAME_EXCHANGE) == 0) {
-      *published = true;
-      return remove_replaced(staging, dest, existing.entries);  // the old dataset is at staging
-    }
-    const int err = errno;
-    if (err == ENOENT && again) continue;  // removed meanwhile
-    if (err != EINVAL && err != ENOSYS && err != ENOTSUP) {
-      return sys_error(dest, "cannot swap the new dataset into place", err);
-    }
-    // No atomic exchange on this file system: move the old dataset aside, then the new one in.
-    const std::string aside = staging + ".old";
-    if (::rename(dest.c_str(), aside.c_str()) != 0) {
-      return sys_error(dest, "cannot move the old dataset aside", errno);
-    }
-    if (::rename(staging.c_str(), dest.c_str()) != 0) {
-      const int e = errno;
-      (void)::rename(aside.c_str(), dest.c_str());
-      return sys_error(dest, "cannot move the new dataset into place", e);
-    }
-    *published = true;
-    return remove_replaced(aside, dest, existing.entries);
-  }
-}
-
-void remove_tree(const std::string& path) noexcept {
-  std::error_code ec;
-  std::filesystem::remove_all(path, ec);
+    *replaced = std::move(existing.entries);
+    return Status::ok();
+  };
+  return store->publish(s, steps, published);
 }
 
 std::pair<std::uint64_t, std::uint64_t> directory_identity(const std::string& path) noexcept {
@@ -808,8 +551,15 @@ std::pair<std::uint64_t, std::uint64_t> directory_identity(const std::string& pa
 
 void remove_tree_if_same(const std::string& path,
                          std::pair<std::uint64_t, std::uint64_t> identity) noexcept {
-  if (identity.second == 0 || directory_identity(path) != identity) return;
-  remove_tree(path);
+  try {
+    auto [store, name] = local_destination(path);
+    Staging s;
+    s.name = "staging";  // any name: discard removes the staging directory alone
+    s.location = path;
+    std::tie(s.dev, s.ino) = identity;
+    store->discard(s, {});
+  } catch (...) {  // best effort on a failure path
+  }
 }
 
 Result<std::string> prepare_staging(const std::string& dest, SaveSpec* spec) {

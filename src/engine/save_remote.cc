@@ -8,6 +8,7 @@
 #include "shardload/io.hpp"
 #include "shardload/location.hpp"
 #include "shardload/manifest.hpp"
+#include "shardload/storage.hpp"
 
 namespace shardload::detail {
 
@@ -73,8 +74,23 @@ Result<ObjectFiles> metadata_of(const SaveSpec& spec) {
   return layout->metadata(ws, shards);
 }
 
-// An old store's prefix in RemoteDest::old_names ("shard_0000.zarr/"), its objects beside it.
-bool is_store_entry(const std::string& name) { return !name.empty() && name.back() == '/'; }
+// What the store's stage, publish and discard are told of a save to object storage.
+PublishSteps publish_steps(const RemoteDest& d, const SaveSpec& /*spec*/,
+                           const SaveOptions& options) {
+  PublishSteps steps;
+  steps.commit_key = std::string(kManifestName);
+  steps.overwrite = options.overwrite || d.overwrite;
+  return steps;
+}
+
+// The store's staging of `d`: in place, at the prefix itself, what was there replaced.
+Staging staging_of(const RemoteDest& d) {
+  Staging s;
+  s.location = d.dir_url();
+  s.in_place = true;
+  for (const std::string& name : d.old_names) s.replaced.push_back({name, ""});
+  return s;
+}
 
 }  // namespace
 
@@ -222,48 +238,52 @@ Result<RemoteDest> prepare_remote_save(const std::string& dest, const SaveOption
     }
   }
 
-  SHARDLOAD_ASSIGN_OR_RETURN(const auto entries, d.store->list_entries(d.dir_url()));
-  for (const ObjectEntry& e : entries) {
-    if (!options.overwrite) {
-      return file_error(ErrorCode::kIo, dest,
-                        "the destination exists and is not empty (it holds '" + e.name +
-                            (e.prefix ? "/" : "") +
-                            "'); pass overwrite to replace a dataset saved there",
-                        EEXIST);
-    }
-    // Only what a save writes is replaced: never a user's objects, nor anything below a
-    // prefix but a saved store's metadata and chunks.
-    const auto foreign = [&](const std::string& rel, bool prefix) {
-      return file_error(ErrorCode::kIo, dest,
-                        "overwrite replaces only a prefix of saved shards, and it holds '" + rel +
-                            (prefix ? "/" : "") +
-                            "', which a save does not write; remove it or save elsewhere",
-                        EEXIST);
-    };
-    const ShardWriter* store_writer = e.prefix ? saved_store_writer(e.name) : nullptr;
-    if (e.prefix ? store_writer == nullptr : !is_saved_file_name(e.name)) {
-      return foreign(e.name, e.prefix);
-    }
-    if (!e.prefix) {
-      d.old_names.push_back(e.name);
-      continue;
-    }
-    const std::string store = e.name + "/";
-    SHARDLOAD_ASSIGN_OR_RETURN(const auto inside, d.store->list_entries(d.url(store)));
-    for (const ObjectEntry& f : inside) {
-      if (f.prefix || (f.name != store_writer->store_metadata_name() &&
-                       !store_writer->is_chunk_entry(f.name, 0, -1))) {
-        return foreign(store + f.name, f.prefix);
+  // The check (stage() runs it before it makes anything): what is there, which an overwrite
+  // replaces. The store then deletes an old manifest first.
+  SHARDLOAD_ASSIGN_OR_RETURN(const auto store, open_store(d.dir_url()));
+  PublishSteps steps = publish_steps(d, spec, options);
+  steps.check = [&](std::vector<ReplacedKey>* replaced) {
+    SHARDLOAD_ASSIGN_OR_RETURN(const auto entries, d.store->list_entries(d.dir_url()));
+    for (const ObjectEntry& e : entries) {
+      if (!options.overwrite) {
+        return file_error(ErrorCode::kIo, dest,
+                          "the destination exists and is not empty (it holds '" + e.name +
+                              (e.prefix ? "/" : "") +
+                              "'); pass overwrite to replace a dataset saved there",
+                          EEXIST);
       }
-      d.old_names.push_back(store + f.name);
+      // Only what a save writes is replaced: never a user's objects, nor anything below a
+      // prefix but a saved store's metadata and chunks.
+      const auto foreign = [&](const std::string& rel, bool prefix) {
+        return file_error(ErrorCode::kIo, dest,
+                          "overwrite replaces only a prefix of saved shards, and it holds '" + rel +
+                              (prefix ? "/" : "") +
+                              "', which a save does not write; remove it or save elsewhere",
+                          EEXIST);
+      };
+      const ShardWriter* store_writer = e.prefix ? saved_store_writer(e.name) : nullptr;
+      if (e.prefix ? store_writer == nullptr : !is_saved_file_name(e.name)) {
+        return foreign(e.name, e.prefix);
+      }
+      if (!e.prefix) {
+        replaced->push_back({e.name, ""});
+        continue;
+      }
+      const std::string prefix = e.name + "/";
+      SHARDLOAD_ASSIGN_OR_RETURN(const auto inside, d.store->list_entries(d.url(prefix)));
+      for (const ObjectEntry& f : inside) {
+        if (f.prefix || (f.name != store_writer->store_metadata_name() &&
+                         !store_writer->is_chunk_entry(f.name, 0, -1))) {
+          return foreign(prefix + f.name, f.prefix);
+        }
+        replaced->push_back({prefix + f.name, ""});
+      }
+      replaced->push_back({prefix, ""});
     }
-    d.old_names.push_back(store);
-  }
-  // The old manifest goes first: a reader that trusts a manifest must not take the old one
-  // for the new objects, which replace the old ones under the same names.
-  if (std::find(d.old_names.begin(), d.old_names.end(), kManifestName) != d.old_names.end()) {
-    SHARDLOAD_RETURN_IF_ERROR(d.store->remove(d.url(std::string(kManifestName))));
-  }
+    return Status::ok();
+  };
+  SHARDLOAD_ASSIGN_OR_RETURN(const Staging staging, store->stage("", steps));
+  for (const ReplacedKey& r : staging.replaced) d.old_names.push_back(r.key);
   // The shards no task uploads: those without rows (or without bytes), header only (a store
   // without chunks is its metadata, written at the end).
   if (chunked(spec)) return d;
@@ -304,50 +324,40 @@ Status finish_remote_save(const RemoteDest& d, const SaveSpec& spec, const SaveO
     SHARDLOAD_RETURN_IF_ERROR(upload_whole(*d.store, d.url(name), text));
     names.insert(name);
   }
-  // The old dataset's objects that no new one replaced (shards beyond the new count, another
-  // format's, a store's chunks beyond its new count), before the manifest: the manifest is
-  // made from what the prefix then holds, exactly the new dataset, and a reader without it
-  // sees that too from then on. A store emptied so goes last, with any marker a delete left.
-  if (options.manifest) names.insert(std::string(kManifestName));
-  const auto refused = [&](const std::string& old, const Status& st) {
-    return file_error(ErrorCode::kIo, d.dest,
-                      "cannot delete the old dataset's object '" + old + "' (" + st.message() +
-                          "); the new dataset's manifest was not written",
-                      st.sys_errno());
-  };
-  for (const std::string& old : d.old_names) {
-    if (names.count(old) != 0 || is_store_entry(old)) continue;
-    const Status st = d.store->remove(d.url(old));
-    if (!st) return refused(old, st);
-  }
-  for (const std::string& old : d.old_names) {
-    if (names.count(old) != 0 || !is_store_entry(old)) continue;
-    const Status st = d.store->remove_empty_prefix(d.url(old));
-    if (!st) return refused(old, st);
-  }
+  // The store's publish: the old dataset's objects that no new one replaced deleted, then the
+  // manifest, the commit point (the protocol of docs/save.md).
+  SHARDLOAD_ASSIGN_OR_RETURN(const auto store, open_store(d.dir_url()));
+  PublishSteps steps = publish_steps(d, spec, options);
+  steps.keys.assign(names.begin(), names.end());
   if (options.manifest) {
-    SHARDLOAD_RETURN_IF_ERROR(write_save_manifest(d.dir_url(), options.checksum));
+    steps.seal = [&](const std::string& location) {
+      return write_save_manifest(location, options.checksum);
+    };
+  } else {
+    steps.commit_key.clear();
   }
-  return Status::ok();
+  bool published = false;
+  return store->publish(staging_of(d), steps, &published);
 }
 
 void abandon_remote_save(const RemoteDest& d, const SaveSpec& spec,
                          const SaveOptions& options) noexcept {
   if (d.overwrite || d.store == nullptr) return;
   try {
-    // The prefix was empty when the save began: whatever has these names is this save's.
+    auto store = open_store(d.dir_url());
+    if (!store) return;
+    PublishSteps steps = publish_steps(d, spec, options);
+    std::set<std::string> names;
     for (std::int64_t s = 0; s < spec.shards(); ++s) {
-      for (const auto& o : shard_objects(spec, s)) (void)d.store->remove(d.url(o));
+      for (auto& o : shard_objects(spec, s)) names.insert(std::move(o));
+      if (chunked(spec)) names.insert(save_shard_name(spec.format, s) + "/");
     }
     if (auto metadata = metadata_of(spec)) {
-      for (const auto& [name, text] : *metadata) (void)d.store->remove(d.url(name));
+      for (const auto& [name, text] : *metadata) names.insert(name);
     }
-    for (const auto& [name, text] : options.extra_files) (void)d.store->remove(d.url(name));
-    if (chunked(spec)) {
-      for (std::int64_t s = 0; s < spec.shards(); ++s) {
-        (void)d.store->remove_empty_prefix(d.url(save_shard_name(spec.format, s) + "/"));
-      }
-    }
+    for (const auto& [name, text] : options.extra_files) names.insert(name);
+    steps.keys.assign(names.begin(), names.end());
+    (*store)->discard(staging_of(d), steps);
   } catch (...) {  // best effort on a failure path
   }
 }

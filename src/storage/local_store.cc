@@ -1,15 +1,23 @@
 // The local POSIX driver: a directory, its keys the paths below it, read through posix_io()
-// (so a FIFO or device is refused without blocking, as the readers refuse it).
+// (so a FIFO or device is refused without blocking, as the readers refuse it); a publish is a
+// hidden staging directory beside the destination, renamed over it or exchanged with it.
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <climits>
+#include <csignal>
+#include <cstdio>
 #include <cstring>
+#include <filesystem>
+#include <map>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -87,6 +95,253 @@ Result<Fd> open_parent(const std::string& root, const std::string& key, bool cre
 }
 
 std::string leaf_of(const std::string& key) { return key.substr(key.rfind('/') + 1); }
+
+// --- Publishing: the staging directory, the rename or exchange, the replaced keys' removal.
+
+Status sys_error(const std::string& path, const std::string& what, int err) {
+  return file_error(ErrorCode::kIo, path, sys_what(what.c_str(), err), err);
+}
+
+std::int64_t ns_of(const struct ::timespec& t) {
+  return static_cast<std::int64_t>(t.tv_sec) * 1000000000 + t.tv_nsec;
+}
+
+std::pair<std::string, std::string> split_path(std::string path) {
+  while (path.size() > 1 && path.back() == '/') path.pop_back();
+  const auto slash = path.rfind('/');
+  if (slash == std::string::npos) return {".", path};
+  return {slash == 0 ? "/" : path.substr(0, slash), path.substr(slash + 1)};
+}
+
+// `dir` + "/" + `name`, with no doubled '/' at the root.
+std::string joined(const std::string& dir, const std::string& name) {
+  return (dir == "/" ? std::string() : dir) + "/" + name;
+}
+
+// 0777 less this process's umask: the mode mkdir(2) gives a new directory. Read from
+// /proc (umask(2) can only be read by setting it, which races with other threads).
+mode_t new_directory_mode() {
+  if (std::FILE* f = std::fopen("/proc/self/status", "re")) {
+    char line[256];
+    unsigned mask = 0;
+    bool found = false;
+    while (std::fgets(line, sizeof line, f) != nullptr) {
+      if (std::sscanf(line, "Umask: %o", &mask) == 1) {
+        found = true;
+        break;
+      }
+    }
+    std::fclose(f);
+    if (found) return static_cast<mode_t>(0777 & ~mask);
+  }
+  const mode_t mask = ::umask(0);
+  ::umask(mask);
+  return 0777 & ~mask;
+}
+
+// The extended attributes of `path` (ACLs are among them: system.posix_acl_*); none where
+// the file system has none.
+Result<std::map<std::string, std::string>> xattrs_of(const std::string& path) {
+  std::map<std::string, std::string> out;
+  std::string names;
+  for (;;) {
+    const ssize_t n = ::llistxattr(path.c_str(), nullptr, 0);
+    if (n < 0) {
+      if (errno == ENOTSUP) return out;
+      return sys_error(path, "cannot list the extended attributes", errno);
+    }
+    names.resize(static_cast<std::size_t>(n));
+    const ssize_t got = n == 0 ? 0 : ::llistxattr(path.c_str(), names.data(), names.size());
+    if (got >= 0) {
+      names.resize(static_cast<std::size_t>(got));
+      break;
+    }
+    if (errno != ERANGE) return sys_error(path, "cannot list the extended attributes", errno);
+  }
+  for (std::size_t at = 0; at < names.size();) {
+    const std::string name(names.c_str() + at);
+    at += name.size() + 1;
+    if (name.empty()) continue;
+    std::string value;
+    for (;;) {
+      const ssize_t n = ::lgetxattr(path.c_str(), name.c_str(), nullptr, 0);
+      if (n < 0) {
+        if (errno == ENODATA) break;  // removed meanwhile
+        return sys_error(path, "cannot read the extended attribute " + name, errno);
+      }
+      value.resize(static_cast<std::size_t>(n));
+      const ssize_t got =
+          n == 0 ? 0 : ::lgetxattr(path.c_str(), name.c_str(), value.data(), value.size());
+      if (got >= 0) {
+        value.resize(static_cast<std::size_t>(got));
+        out.emplace(name, std::move(value));
+        break;
+      }
+      if (errno != ERANGE) {
+        return sys_error(path, "cannot read the extended attribute " + name, errno);
+      }
+    }
+  }
+  return out;
+}
+
+// Gives the staging directory what the directory it replaces (as lstat found it just after the
+// check) has: mode, owner, group and extended attributes (ACLs included); or, for a new
+// destination, the mode mkdir(2) gives. Refuses (nothing published) where one of them cannot
+// be kept.
+Status take_attributes(const std::string& staging, const std::string& dest,
+                       const struct ::stat* existing) {
+  const auto cannot = [&](const std::string& what, int err) {
+    return file_error(ErrorCode::kIo, dest,
+                      "cannot give the new dataset the destination's " + what + ": " +
+                          std::strerror(err) + "; nothing was replaced",
+                      err);
+  };
+  if (existing == nullptr) {
+    if (::chmod(staging.c_str(), new_directory_mode()) != 0) {
+      return sys_error(staging, "cannot set the mode", errno);
+    }
+    return Status::ok();
+  }
+  struct ::stat st {};
+  if (::lstat(staging.c_str(), &st) != 0) return sys_error(staging, "cannot look at", errno);
+  if ((st.st_uid != existing->st_uid || st.st_gid != existing->st_gid) &&
+      ::lchown(staging.c_str(), existing->st_uid, existing->st_gid) != 0) {
+    return cannot("owner and group (" + std::to_string(existing->st_uid) + ":" +
+                      std::to_string(existing->st_gid) + ")",
+                  errno);
+  }
+  // After the chown, which may clear the set-group-ID bit.
+  if (::chmod(staging.c_str(), existing->st_mode & 07777) != 0) return cannot("mode", errno);
+  SHARDLOAD_ASSIGN_OR_RETURN(const auto want, xattrs_of(dest));
+  SHARDLOAD_ASSIGN_OR_RETURN(const auto have, xattrs_of(staging));
+  for (const auto& [name, value] : want) {
+    const auto it = have.find(name);
+    if (it != have.end() && it->second == value) continue;
+    if (::lsetxattr(staging.c_str(), name.c_str(), value.data(), value.size(), 0) != 0) {
+      return cannot("extended attribute " + name, errno);
+    }
+  }
+  // What the staging directory inherited (a default ACL of the parent) and the destination
+  // does not have.
+  for (const auto& [name, value] : have) {
+    if (want.count(name) == 0 && ::lremovexattr(staging.c_str(), name.c_str()) != 0 &&
+        errno != ENODATA) {
+      return cannot("lack of the extended attribute " + name, errno);
+    }
+  }
+  return Status::ok();
+}
+
+// FNV-1a: a short, stable stand-in for a name too long to be part of another name.
+std::string name_hash(const std::string& name) {
+  std::uint64_t h = 14695981039346656037ull;
+  for (const unsigned char c : name) h = (h ^ c) * 1099511628211ull;
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
+  return hex;
+}
+
+std::string host_name() {
+  char host[HOST_NAME_MAX + 1] = {};
+  if (::gethostname(host, sizeof host - 1) != 0) host[0] = '\0';
+  std::string out;
+  for (const char* p = host; *p != '\0'; ++p) {
+    const char c = *p;
+    const bool plain = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                       c == '.' || c == '_';
+    out += plain ? c : '_';  // '-' too: "-PID-N" is parsed from the end
+  }
+  return out.empty() ? std::string("host") : out;
+}
+
+// Room kept after a stem for "-PID-N" and ".old".
+constexpr std::size_t kEndingRoom = 1 + 10 + 1 + 20 + 4;
+
+// The staging directory's name without its "-PID-N" ending: ".NAME.shardload-tmp-HOST", or,
+// where that would leave no room within NAME_MAX, ".HASH.shardload-tmp-HOST" (HASH: 16 hex
+// digits of NAME). The host name tells a later save which staging directories it may judge
+// by their PID.
+std::string staging_stem(const std::string& base) {
+  const std::string tail = ".shardload-tmp-" + host_name();
+  std::string stem = "." + base + tail;
+  if (stem.size() + kEndingRoom > NAME_MAX) stem = "." + name_hash(base) + tail;
+  return stem;
+}
+
+void remove_tree(const std::string& path) noexcept {
+  std::error_code ec;
+  std::filesystem::remove_all(path, ec);
+}
+
+// Removes what saves to the same destination killed on this host left: directories named
+// exactly stem + "-PID-N" whose PID is no running process here.
+void remove_stale_staging(const std::string& parent, const std::string& stem) {
+  DIR* d = ::opendir(parent.c_str());
+  if (d == nullptr) return;  // making the staging directory reports the parent's trouble
+  std::vector<std::string> stale;
+  const std::string head = stem + "-";
+  while (const dirent* e = ::readdir(d)) {
+    const std::string_view name = e->d_name;
+    if (name.size() <= head.size() || name.substr(0, head.size()) != head) continue;
+    const std::string_view rest = name.substr(head.size());
+    const auto dash = rest.find('-');
+    if (dash == std::string_view::npos || dash == 0 || dash > 10 || dash + 1 == rest.size() ||
+        rest.size() - dash - 1 > 20) {
+      continue;
+    }
+    const auto digits = [](std::string_view s) {
+      return std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
+    };
+    if (!digits(rest.substr(0, dash)) || !digits(rest.substr(dash + 1))) continue;
+    const long long pid = std::stoll(std::string(rest.substr(0, dash)));
+    if (pid <= 0 || pid > INT32_MAX || pid == ::getpid()) continue;
+    if (::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;  // alive, or unknown
+    stale.emplace_back(name);
+  }
+  ::closedir(d);
+  for (const auto& name : stale) {
+    const std::string path = joined(parent, name);
+    struct ::stat st {};
+    if (::lstat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) remove_tree(path);
+  }
+}
+
+// Deletes the replaced dataset, now at `old`, key by key: a file a user put into it after the
+// last check is never deleted. Its directory then stays, renamed to a visible name beside
+// dest, and the publish reports it (the new dataset is in place by then).
+Status remove_replaced(const std::string& old, const std::string& dest,
+                       const std::vector<ReplacedKey>& replaced) {
+  if (remove_checked_keys(old, replaced)) return Status::ok();
+  const auto [parent, base] = split_path(dest);
+  const std::string ending = "-" + std::to_string(::getpid()) + "-" + name_hash(old).substr(0, 8);
+  std::string kept = joined(parent, base + ".shardload-kept" + ending);
+  if (base.size() + 15 + ending.size() > NAME_MAX) {
+    kept = joined(parent, "shardload-kept-" + name_hash(base) + ending);
+  }
+  if (::rename(old.c_str(), kept.c_str()) != 0) kept = old;
+  return file_error(ErrorCode::kIo, dest,
+                    "the new dataset is in place, but files were added to the one it replaced "
+                    "during the save; they were not deleted, and are in " +
+                        kept,
+                    0);
+}
+
+// The (device, inode) of the directory at `path` (not followed if a link), or {0, 0}.
+std::pair<std::uint64_t, std::uint64_t> identity_of(const std::string& path) noexcept {
+  struct ::stat st {};
+  if (::lstat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) return {0, 0};
+  return {static_cast<std::uint64_t>(st.st_dev), static_cast<std::uint64_t>(st.st_ino)};
+}
+
+// A destination below the store: one name, no '/' (the staging directory is made beside it).
+Status check_destination_name(std::string_view name, const std::string& shown) {
+  if (name.empty() || name.find('/') != std::string_view::npos) {
+    return Status{ErrorCode::kInvalidArgument,
+                  "save: the destination '" + shown + "' must name a directory by its name"};
+  }
+  return check_store_key(name);
+}
 
 class LocalStore final : public Store {
  public:
@@ -235,6 +490,107 @@ class LocalStore final : public Store {
     return Status::ok();
   }
 
+  Result<Staging> stage(std::string_view name, const PublishSteps& steps) override {
+    const std::string dest = joined(dir_, std::string(name));
+    SHARDLOAD_RETURN_IF_ERROR(check_destination_name(name, dest));
+    if (steps.check) {
+      std::vector<ReplacedKey> replaced;
+      SHARDLOAD_RETURN_IF_ERROR(steps.check(&replaced));
+    }
+    const std::string stem = staging_stem(std::string(name));
+    remove_stale_staging(dir_, stem);
+    static std::atomic<std::int64_t> counter{0};
+    for (int attempt = 0; attempt < 100; ++attempt) {
+      const std::string leaf =
+          stem + "-" + std::to_string(::getpid()) + "-" + std::to_string(counter++);
+      const std::string path = joined(dir_, leaf);
+      // Private while it is built: it takes the destination's mode (or mkdir's) at the publish.
+      if (::mkdir(path.c_str(), 0700) == 0) {
+        Staging s;
+        s.name = std::string(name);
+        s.prefix = leaf + "/";
+        s.location = path;
+        std::tie(s.dev, s.ino) = identity_of(path);
+        return s;
+      }
+      if (errno != EEXIST) {
+        return sys_error(dest, "cannot create the staging directory " + path + " beside it", errno);
+      }
+    }
+    return file_error(ErrorCode::kIo, dest, "cannot find a free staging directory name", EEXIST);
+  }
+
+  Status publish(const Staging& staging, const PublishSteps& steps, bool* published) override {
+    *published = false;
+    SHARDLOAD_RETURN_IF_ERROR(check_staging(staging));
+    const std::string dest = joined(dir_, staging.name);
+    const std::string& path = staging.location;
+    if (steps.seal) SHARDLOAD_RETURN_IF_ERROR(steps.seal(path));
+    for (int attempt = 0;; ++attempt) {
+      const bool again = attempt < 3;
+      // The destination may have changed since it was first checked: check it again just
+      // before replacing it, and take the attributes of what is there now.
+      std::vector<ReplacedKey> replaced;
+      if (steps.check) SHARDLOAD_RETURN_IF_ERROR(steps.check(&replaced));
+      struct ::stat st {};
+      const bool exists = ::lstat(dest.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+      SHARDLOAD_RETURN_IF_ERROR(take_attributes(path, dest, exists ? &st : nullptr));
+      if (replaced.empty()) {
+        // rename(2) replaces an absent destination or an empty directory in one step.
+        if (::rename(path.c_str(), dest.c_str()) == 0) {
+          *published = true;
+          return Status::ok();
+        }
+        const int err = errno;
+        // Filled meanwhile: with overwrite the check may now allow replacing it.
+        if ((err == ENOTEMPTY || err == EEXIST) && steps.overwrite && again) continue;
+        return sys_error(dest, "cannot move the new dataset into place", err);
+      }
+      if (::renameat2(AT_FDCWD, path.c_str(), AT_FDCWD, dest.c_str(), RENAME_EXCHANGE) == 0) {
+        *published = true;
+        return remove_replaced(path, dest, replaced);  // the old dataset is at `path`
+      }
+      const int err = errno;
+      if (err == ENOENT && again) continue;  // removed meanwhile
+      if (err != EINVAL && err != ENOSYS && err != ENOTSUP) {
+        return sys_error(dest, "cannot swap the new dataset into place", err);
+      }
+      // No atomic exchange on this file system: move the old dataset aside, then the new one in.
+      const std::string aside = path + ".old";
+      if (::rename(dest.c_str(), aside.c_str()) != 0) {
+        return sys_error(dest, "cannot move the old dataset aside", errno);
+      }
+      if (::rename(path.c_str(), dest.c_str()) != 0) {
+        const int e = errno;
+        (void)::rename(aside.c_str(), dest.c_str());
+        return sys_error(dest, "cannot move the new dataset into place", e);
+      }
+      *published = true;
+      return remove_replaced(aside, dest, replaced);
+    }
+  }
+
+  void discard(const Staging& staging, const PublishSteps& /*steps*/) noexcept override {
+    if (!check_staging(staging) || staging.ino == 0) return;
+    // The very directory stage() made, not whatever its path leads to by then.
+    if (identity_of(staging.location) != std::pair{staging.dev, staging.ino}) return;
+    remove_tree(staging.location);
+  }
+
+ private:
+  // A staging of this store: a staging directory's name, directly in the store's directory, so
+  // that a damaged one cannot make publish or discard touch another tree.
+  [[nodiscard]] Status check_staging(const Staging& staging) const {
+    const auto [parent, leaf] = split_path(staging.location);
+    if (parent != dir_ || leaf.find(".shardload-tmp-") == std::string::npos ||
+        !check_destination_name(staging.name, staging.name)) {
+      return Status{ErrorCode::kInvalidArgument, "save: expected a staging directory in " + dir_ +
+                                                     ", found '" + staging.location + "'"};
+    }
+    return Status::ok();
+  }
+
+ public:
  private:
   // `key` opened for reading in the directory that holds it, reached as a write reaches it
   // (open_parent, never through a linked directory: a key does not leave the location; a
@@ -270,6 +626,40 @@ class LocalStore final : public Store {
 };
 
 }  // namespace
+
+std::string generation_of_stat(const struct ::stat& st) {
+  FileInfo info;
+  info.size = static_cast<std::uint64_t>(st.st_size);
+  info.mtime_ns = ns_of(st.st_mtim);
+  info.regular = S_ISREG(st.st_mode);
+  info.ctime_ns = ns_of(st.st_ctim);
+  info.inode = static_cast<std::uint64_t>(st.st_ino);
+  return generation_of(info);
+}
+
+bool remove_checked_keys(const std::string& dir, const std::vector<ReplacedKey>& keys) {
+  bool all = true;
+  for (const ReplacedKey& e : keys) {
+    if (!e.key.empty() && e.key.back() == '/') {
+      const std::string path = dir + "/" + e.key.substr(0, e.key.size() - 1);
+      if (::rmdir(path.c_str()) != 0 && errno != ENOENT) all = false;
+      continue;
+    }
+    const std::string path = dir + "/" + e.key;
+    struct ::stat st {};
+    if (::lstat(path.c_str(), &st) != 0) {
+      if (errno != ENOENT) all = false;
+      continue;
+    }
+    // Only the very file that was checked: one put there since is not ours to delete.
+    if ((!e.generation.empty() && generation_of_stat(st) != e.generation) ||
+        ::unlink(path.c_str()) != 0) {
+      all = false;
+    }
+  }
+  if (::rmdir(dir.c_str()) != 0) all = false;
+  return all;
+}
 
 std::unique_ptr<Store> make_local_store(std::string dir) {
   return std::make_unique<LocalStore>(std::move(dir));

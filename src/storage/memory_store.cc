@@ -90,9 +90,20 @@ Result<std::vector<std::string>> MemoryStore::list(std::string_view prefix) {
   return keys;
 }
 
+Status MemoryStore::step_locked() {
+  const std::uint64_t n = steps_++;
+  if (auto f = step_faults_.find(n); f != step_faults_.end()) {
+    Status st = std::move(f->second);
+    step_faults_.erase(f);
+    return st;
+  }
+  return Status::ok();
+}
+
 Status MemoryStore::write(std::string_view key, std::span<const std::byte> data) {
   SHARDLOAD_RETURN_IF_ERROR(check_store_key(key));
   std::lock_guard lock(mu_);
+  SHARDLOAD_RETURN_IF_ERROR(step_locked());
   return put_locked(std::string(key),
                     std::string(reinterpret_cast<const char*>(data.data()), data.size()));
 }
@@ -100,8 +111,107 @@ Status MemoryStore::write(std::string_view key, std::span<const std::byte> data)
 Status MemoryStore::remove(std::string_view key) {
   SHARDLOAD_RETURN_IF_ERROR(check_store_key(key));
   std::lock_guard lock(mu_);
+  SHARDLOAD_RETURN_IF_ERROR(step_locked());
   if (auto it = entries_.find(key); it != entries_.end()) entries_.erase(it);
   return Status::ok();
+}
+
+namespace {
+
+constexpr std::string_view kStagingMark = ".shardload-tmp-memory-";
+
+// The staging prefix's parts: what comes before the destination's last segment, and that
+// segment.
+std::pair<std::string, std::string> split_name(std::string_view name) {
+  const std::size_t slash = name.rfind('/');
+  if (slash == std::string_view::npos) return {std::string(), std::string(name)};
+  return {std::string(name.substr(0, slash + 1)), std::string(name.substr(slash + 1))};
+}
+
+}  // namespace
+
+Result<Staging> MemoryStore::stage(std::string_view name, const PublishSteps& steps) {
+  SHARDLOAD_RETURN_IF_ERROR(check_store_key(name));
+  {
+    std::lock_guard lock(mu_);
+    SHARDLOAD_RETURN_IF_ERROR(step_locked());
+  }
+  if (steps.check) {
+    std::vector<ReplacedKey> replaced;
+    SHARDLOAD_RETURN_IF_ERROR(steps.check(&replaced));
+  }
+  std::lock_guard lock(mu_);
+  const auto [parent, leaf] = split_name(name);
+  Staging s;
+  s.name = std::string(name);
+  s.prefix = parent + "." + leaf + std::string(kStagingMark) + std::to_string(staged_++) + "/";
+  s.location = location_ + s.prefix;
+  return s;
+}
+
+Status MemoryStore::publish(const Staging& staging, const PublishSteps& steps, bool* published) {
+  *published = false;
+  SHARDLOAD_RETURN_IF_ERROR(check_store_key(staging.name));
+  if (staging.prefix.find(kStagingMark) == std::string::npos || staging.prefix.back() != '/') {
+    return Status(ErrorCode::kInvalidArgument,
+                  "save: expected a staging prefix, found '" + staging.prefix + "'");
+  }
+  if (steps.seal) SHARDLOAD_RETURN_IF_ERROR(steps.seal(staging.location));
+  {
+    std::lock_guard lock(mu_);
+    SHARDLOAD_RETURN_IF_ERROR(step_locked());
+  }
+  std::vector<ReplacedKey> replaced;
+  if (steps.check) SHARDLOAD_RETURN_IF_ERROR(steps.check(&replaced));
+  std::lock_guard lock(mu_);
+  SHARDLOAD_RETURN_IF_ERROR(step_locked());
+  const std::string dest = staging.name + "/";
+  const auto changed = [&](const std::string& key) {
+    return file_error(ErrorCode::kIo, describe(staging.name),
+                      "'" + key + "' changed since the check; nothing was replaced", EEXIST);
+  };
+  if (entries_.count(staging.name) != 0) return changed(staging.name);
+  // Everything at the destination must be a replaced key of its checked generation.
+  std::map<std::string, std::string> allowed;
+  for (const ReplacedKey& r : replaced) allowed.emplace(dest + r.key, r.generation);
+  for (auto it = entries_.lower_bound(dest); it != entries_.end() && it->first.starts_with(dest);
+       ++it) {
+    const auto a = allowed.find(it->first);
+    if (a == allowed.end() ||
+        (!a->second.empty() && a->second != "g" + std::to_string(it->second.generation))) {
+      return changed(it->first.substr(dest.size()));
+    }
+  }
+  // The swap: the old keys out, the staged ones in under their final names.
+  entries_.erase(entries_.lower_bound(dest), entries_.lower_bound(staging.name + "0"));
+  for (auto it = entries_.lower_bound(staging.prefix);
+       it != entries_.end() && it->first.starts_with(staging.prefix);) {
+    entries_[dest + it->first.substr(staging.prefix.size())] = std::move(it->second);
+    it = entries_.erase(it);
+  }
+  *published = true;
+  return Status::ok();
+}
+
+void MemoryStore::discard(const Staging& staging, const PublishSteps& /*steps*/) noexcept {
+  if (staging.prefix.find(kStagingMark) == std::string::npos || staging.prefix.back() != '/') {
+    return;
+  }
+  std::lock_guard lock(mu_);
+  for (auto it = entries_.lower_bound(staging.prefix);
+       it != entries_.end() && it->first.starts_with(staging.prefix);) {
+    it = entries_.erase(it);
+  }
+}
+
+void MemoryStore::fail_step(std::uint64_t n, Status status) {
+  std::lock_guard lock(mu_);
+  step_faults_[n] = std::move(status);
+}
+
+std::uint64_t MemoryStore::steps() const {
+  std::lock_guard lock(mu_);
+  return steps_;
 }
 
 void MemoryStore::inject(std::string key, MemoryFault fault) {

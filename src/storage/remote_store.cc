@@ -4,6 +4,7 @@
 // deadlines and errors.
 #include <algorithm>
 #include <cerrno>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -90,6 +91,86 @@ class RemoteStore final : public Store {
     }
     SHARDLOAD_RETURN_IF_ERROR(check_object_key(u));
     return objects->remove(u);
+  }
+
+  // s3:// writes in place: the keys under their final names, the commit key last (the commit
+  // protocol of docs/save.md); http(s):// is refused (read-only).
+  Result<Staging> stage(std::string_view name, const PublishSteps& steps) override {
+    if (!name.empty()) SHARDLOAD_RETURN_IF_ERROR(check_key(name));
+    Staging s;
+    s.name = std::string(name);
+    s.prefix = name.empty() ? std::string() : std::string(name) + "/";
+    s.location = base_ + s.prefix + query_;
+    s.in_place = true;
+    ObjectStore* const objects = object_store_for(s.location);
+    if (objects == nullptr) return Store::stage(name, steps);
+    // Before any request: the prefix checked is the one every write and delete uses.
+    SHARDLOAD_RETURN_IF_ERROR(check_object_key(s.location));
+    if (steps.check) SHARDLOAD_RETURN_IF_ERROR(steps.check(&s.replaced));
+    // The old commit key goes first: a reader that trusts it must not take it for the new
+    // keys, which replace the old ones under the same names.
+    if (!steps.commit_key.empty() &&
+        std::any_of(s.replaced.begin(), s.replaced.end(),
+                    [&](const ReplacedKey& r) { return r.key == steps.commit_key; })) {
+      SHARDLOAD_RETURN_IF_ERROR(objects->remove(base_ + s.prefix + steps.commit_key + query_));
+    }
+    return s;
+  }
+
+  Status publish(const Staging& staging, const PublishSteps& steps, bool* published) override {
+    *published = false;
+    ObjectStore* const objects = object_store_for(base_ + query_);
+    if (objects == nullptr) return Store::publish(staging, steps, published);
+    if (!staging.in_place || staging.location != base_ + staging.prefix + query_) {
+      return Status(ErrorCode::kInvalidArgument,
+                    "save: expected a staging of " + describe(staging.prefix) + ", found another");
+    }
+    // The old dataset's keys that no new one replaced (shards beyond the new count, another
+    // format's, a store's chunks beyond its new count), before the commit key: that is made
+    // from what the prefix then holds, exactly the new dataset, and a reader without it sees
+    // that too from then on. A store emptied so goes last, with any marker a delete left.
+    std::set<std::string> keep(steps.keys.begin(), steps.keys.end());
+    if (!steps.commit_key.empty()) keep.insert(steps.commit_key);
+    const auto refused = [&](const std::string& old, const Status& st) {
+      return file_error(ErrorCode::kIo, describe(staging.prefix),
+                        "cannot delete the old dataset's object '" + old + "' (" + st.message() +
+                            "); the new dataset's manifest was not written",
+                        st.sys_errno());
+    };
+    for (const bool prefixes : {false, true}) {
+      for (const ReplacedKey& old : staging.replaced) {
+        const bool is_prefix = !old.key.empty() && old.key.back() == '/';
+        if (keep.count(old.key) != 0 || is_prefix != prefixes) continue;
+        const std::string u = base_ + staging.prefix + old.key + query_;
+        const Status st = is_prefix ? objects->remove_empty_prefix(u) : objects->remove(u);
+        if (!st) return refused(old.key, st);
+      }
+    }
+    if (steps.seal) SHARDLOAD_RETURN_IF_ERROR(steps.seal(staging.location));
+    *published = true;
+    return Status::ok();
+  }
+
+  // A save to an empty prefix deletes what it may have written; an overwrite leaves the keys
+  // as they are (a new one may have replaced an old one of its name: docs/save.md).
+  void discard(const Staging& staging, const PublishSteps& steps) noexcept override {
+    ObjectStore* const objects = object_store_for(base_ + query_);
+    if (objects == nullptr || !staging.in_place || steps.overwrite ||
+        staging.location != base_ + staging.prefix + query_) {
+      return;
+    }
+    try {
+      // The prefix was empty when the save began: whatever has these names is this save's.
+      for (const bool prefixes : {false, true}) {
+        for (const std::string& key : steps.keys) {
+          const bool is_prefix = !key.empty() && key.back() == '/';
+          if (is_prefix != prefixes) continue;
+          const std::string u = base_ + staging.prefix + key + query_;
+          (void)(is_prefix ? objects->remove_empty_prefix(u) : objects->remove(u));
+        }
+      }
+    } catch (...) {  // best effort on a failure path
+    }
   }
 
  private:

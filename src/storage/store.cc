@@ -35,6 +35,29 @@ Status check_store_key(std::string_view key) {
   return Status::ok();
 }
 
+namespace {
+
+// A store that cannot write cannot publish: refused before anything is made.
+Status cannot_publish(const Store& store, std::string_view name) {
+  return file_error(
+      ErrorCode::kIo, store.describe(name),
+      "this store cannot publish a save (" + std::string(store.scheme()) + " is read-only)",
+      ENOTSUP);
+}
+
+}  // namespace
+
+Result<Staging> Store::stage(std::string_view name, const PublishSteps& /*steps*/) {
+  return cannot_publish(*this, name);
+}
+
+Status Store::publish(const Staging& staging, const PublishSteps& /*steps*/, bool* published) {
+  *published = false;
+  return cannot_publish(*this, staging.name);
+}
+
+void Store::discard(const Staging& /*staging*/, const PublishSteps& /*steps*/) noexcept {}
+
 namespace detail {
 
 Status check_store_prefix(std::string_view prefix) {

@@ -17,6 +17,7 @@
 #include "shardload/manifest.hpp"
 #include "shardload/save_options.hpp"
 #include "shardload/status.hpp"
+#include "shardload/storage.hpp"
 
 namespace shardload::detail {
 
@@ -78,14 +79,9 @@ Status write_save_manifest(const std::string& dir, Checksum checksum);
 Result<std::string> physical_destination(const std::string& dest);
 
 // One entry of an existing dataset that check_destination found to be a save's, as it was
-// then: an overwrite deletes it only while it is still that file (inode, size and ctime).
-struct SavedEntry {
-  std::string rel;  // below the dataset: "shard_0000.npy", "shard_0000.zarr/0.0"
-  bool directory = false;
-  std::uint64_t inode = 0;
-  std::uint64_t size = 0;
-  std::int64_t ctime_ns = 0;
-};
+// then: an overwrite deletes it only while it is still that file (its generation: size, times
+// and inode); a directory as its name and '/', deleted when empty.
+using SavedEntry = ReplacedKey;
 
 // What check_destination found at dest, when it is a directory.
 struct ExistingDestination {
@@ -104,30 +100,31 @@ Status check_destination(const std::string& dest, bool overwrite,
                          ExistingDestination* existing = nullptr);
 
 // Deletes `entries` (relative to `dir`), each only while it is the file that was checked,
-// then `dir`; false where anything is left (then `dir` is too).
+// then `dir`; false where anything is left (then `dir` is too). The local store's removal of
+// what a publish replaced (remove_checked_keys).
 bool remove_saved_entries(const std::string& dir, const std::vector<SavedEntry>& entries);
 
 // A new hidden directory beside dest (mode 0700 until the commit), for the dataset to be
 // built in: ".NAME.shardload-tmp-HOST-PID-N", or ".HASH.shardload-tmp-HOST-PID-N" where NAME
 // is too long for that to fit NAME_MAX. Staging directories of earlier saves to the same
-// destination on this host whose process is gone are removed first.
+// destination on this host whose process is gone are removed first. The local store's stage()
+// (shardload/storage.hpp) in the directory dest is in.
 Result<std::string> make_staging_dir(const std::string& dest);
 
 // Makes the staging directory DEST (see save.hpp), with the mode, owner, group and extended
 // attributes of the directory it replaces (a new one: 0777 less the umask); removes what it
 // replaced, entry by entry. *published: whether the new dataset is at dest (then `staging`
-// is no longer the staging directory, even when an error is returned).
+// is no longer the staging directory, even when an error is returned). The local store's
+// publish(), check_destination its check before each swap.
 Status commit_staging(const std::string& staging, const std::string& dest, bool overwrite,
                       bool* published);
-
-// Removes a directory tree we created; errors are ignored (best effort on a failure path).
-void remove_tree(const std::string& path) noexcept;
 
 // The (device, inode) of the directory at `path` (not followed if a link), or {0, 0}.
 std::pair<std::uint64_t, std::uint64_t> directory_identity(const std::string& path) noexcept;
 
-// remove_tree(path) only while `path` is still the directory of that identity: a staging
-// directory whose path now leads elsewhere (a link on the way changed) is left alone.
+// Removes the staging directory `path` (the local store's discard()) only while it is still the
+// directory of that identity: a staging directory whose path now leads elsewhere (a link on
+// the way changed) is left alone.
 void remove_tree_if_same(const std::string& path,
                          std::pair<std::uint64_t, std::uint64_t> identity) noexcept;
 

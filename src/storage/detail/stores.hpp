@@ -10,16 +10,29 @@
 #include <mutex>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "shardload/io.hpp"
 #include "shardload/status.hpp"
 #include "shardload/storage.hpp"
+
+struct stat;
 
 namespace shardload::detail {
 
 // The generation of a key from its snapshot: equal snapshots, equal generations (io.hpp's
 // FileInfo says which changes each field catches; remotely its inode is a hash of the ETag).
 std::string generation_of(const FileInfo& info);
+
+// generation_of() of a file as lstat(2) found it (what a local publish compares a replaced key
+// with).
+std::string generation_of_stat(const struct ::stat& st);
+
+// Deletes `keys` (relative to the directory `dir`; a prefix, ending in '/', as an empty
+// directory), each file only while it is the generation that was checked, then `dir`; false
+// where anything is left (then `dir` is too). A local publish's removal of the dataset it
+// replaced.
+bool remove_checked_keys(const std::string& dir, const std::vector<ReplacedKey>& keys);
 
 // Why `prefix` is not one a store's list() takes ("" for the location itself, else a key
 // followed by '/'); ok when it is.
@@ -58,8 +71,19 @@ class MemoryStore final : public Store {
   Result<std::vector<std::string>> list(std::string_view prefix) override;
   Status write(std::string_view key, std::span<const std::byte> data) override;
   Status remove(std::string_view key) override;
+  // A hidden prefix beside `name` (".NAME.shardload-tmp-memory-N/"); publish swaps its keys in
+  // for the destination's in one step under the store's lock, the replaced keys only while
+  // they are the checked generations and nothing else is there (else kIo, nothing changed).
+  Result<Staging> stage(std::string_view name, const PublishSteps& steps) override;
+  Status publish(const Staging& staging, const PublishSteps& steps, bool* published) override;
+  void discard(const Staging& staging, const PublishSteps& steps) noexcept override;
 
   void inject(std::string key, MemoryFault fault);
+  // The steps that change the store are counted from 0 (each write, remove and stage; in a
+  // publish, the check and the swap): step `n` fails with `status` instead (once).
+  void fail_step(std::uint64_t n, Status status);
+  // The steps counted so far.
+  [[nodiscard]] std::uint64_t steps() const;
   // Reads served so far (the failed and short ones included).
   [[nodiscard]] std::uint64_t reads() const;
 
@@ -69,6 +93,7 @@ class MemoryStore final : public Store {
     std::uint64_t generation = 0;
   };
   Status put_locked(const std::string& key, std::string bytes);
+  Status step_locked();
 
   std::string location_;
   mutable std::mutex mu_;
@@ -76,6 +101,9 @@ class MemoryStore final : public Store {
   std::map<std::string, MemoryFault, std::less<>> faults_;
   std::uint64_t next_generation_ = 1;
   std::uint64_t reads_ = 0;
+  std::uint64_t steps_ = 0;
+  std::uint64_t staged_ = 0;
+  std::map<std::uint64_t, Status> step_faults_;
 };
 
 }  // namespace shardload::detail

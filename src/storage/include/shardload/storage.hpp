@@ -3,7 +3,8 @@
 // the URL's query as today); a key is a '/'-separated name below it ("shard_0003.npy",
 // "a.zarr/0.0"). The model is TensorStore's kvstore and Arrow's FileSystem: a store can stat
 // a key (its size and a generation), read a byte range of it under a generation condition,
-// list the keys under a prefix, write a key whole and delete one.
+// list the keys under a prefix, write a key whole and delete one, and stage a set of keys (a
+// saved dataset) to publish it at once.
 //
 // Generations. A generation is an opaque string that changes whenever the key's bytes may
 // have: locally the file's mtime, ctime, size and inode (a write, a truncation, a file renamed
@@ -22,6 +23,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -37,6 +39,56 @@ struct KeyInfo {
   std::uint64_t size = 0;
   std::string generation;  // never "" for a key that exists
   friend bool operator==(const KeyInfo&, const KeyInfo&) = default;
+};
+
+// One key that a publish replaces, as the check before it found it.
+struct ReplacedKey {
+  // Below the destination: "shard_0000.npy", "shard_0000.zarr/0.0"; a prefix (a directory
+  // locally) ends in '/' and comes after the keys below it.
+  std::string key;
+  // Deleted only while it is this generation (a file put there since is not the save's); ""
+  // whatever it is (object storage, where a save checks names only), and for a prefix.
+  std::string generation;
+  friend bool operator==(const ReplacedKey&, const ReplacedKey&) = default;
+};
+
+// What a save gives Store::stage, publish and discard.
+struct PublishSteps {
+  // Checks the destination as it is now and lists what the publish may replace; a refusal
+  // fails the step with nothing replaced. stage() calls it before it makes anything; where the
+  // store publishes by a swap (locally, in memory) publish() calls it again right before the
+  // swap, and once more when the swap must be retried. Empty: nothing is checked or replaced.
+  std::function<Status(std::vector<ReplacedKey>* replaced)> check;
+  // Writes the commit key (the manifest: its presence means the dataset is complete) once every
+  // other key is staged, as the last step before the dataset becomes visible: into the staging
+  // place before the swap; in place after the old keys are deleted. Given Staging::location.
+  // Empty: none.
+  std::function<Status(const std::string& location)> seal;
+  // In place (Staging::in_place): the keys of the new dataset (a store's prefix with its '/'),
+  // which publish keeps and discard deletes.
+  std::vector<std::string> keys;
+  // The key seal writes; in place, an old one is deleted by stage(), before any key is written,
+  // so that no reader takes the old commit key for the new keys.
+  std::string commit_key;
+  // In place: the save replaces what was there. discard() then deletes nothing (what it wrote
+  // may have replaced an old key of the same name).
+  bool overwrite = false;
+};
+
+// A save staged in a store: plain values, so that a front end can hand it to other processes.
+struct Staging {
+  std::string name;    // the destination below the store's location ("" the location itself)
+  std::string prefix;  // the key prefix the staged keys are written under ("" or ending in '/')
+  // The staging place as a path (a directory) or a URL (a prefix, its options in the query):
+  // what a writer that writes by path or URL writes under. Not for messages: its query may
+  // hold secrets.
+  std::string location;
+  // The keys are written under their final names (object storage, which has no rename); the
+  // commit key makes them a dataset.
+  bool in_place = false;
+  std::vector<ReplacedKey> replaced;  // in place: what stage()'s check found
+  // Locally: the staging directory as made (device, inode), the only one discard removes.
+  std::uint64_t dev = 0, ino = 0;
 };
 
 class Store {
@@ -68,6 +120,34 @@ class Store {
   virtual Status write(std::string_view key, std::span<const std::byte> data) = 0;
   // Deletes `key`; a key that is not there is no error. kIo where the store cannot (HTTP).
   virtual Status remove(std::string_view key) = 0;
+
+  // Publishing a set of keys at once: a reader sees the destination `name` (a key, or "" for the
+  // store's location itself where the store writes in place) as it was or as the complete new
+  // set, never part of it.
+  //
+  //  - local: a hidden directory beside the destination, ".NAME.shardload-tmp-HOST-PID-N"
+  //    (mode 0700 until the publish; staging directories of this host whose process is gone
+  //    are removed first); publish gives it the destination's mode, owner, group and extended
+  //    attributes, renames it over an absent or empty destination, or exchanges it with the old
+  //    dataset (renameat2 RENAME_EXCHANGE; without it the old one is moved aside for a moment)
+  //    and deletes the replaced keys, each while it is the checked generation.
+  //  - s3://: in place (no rename): stage() checks and deletes an old commit key; publish
+  //    deletes the replaced keys that the new set did not overwrite, then seals.
+  //  - memory: a hidden prefix; publish swaps the staged keys in under the store's lock.
+  //  - http(s)://: refused (read-only).
+  //
+  // stage() runs steps.check, then makes the staging place; nothing is left on an error.
+  virtual Result<Staging> stage(std::string_view name, const PublishSteps& steps);
+  // Seals and publishes `staging`. *published: whether the new set is at the destination, also
+  // on an error (one after the swap: a replaced key that could not be deleted).
+  virtual Status publish(const Staging& staging, const PublishSteps& steps, bool* published);
+  // Removes what an unpublished staging holds (best effort; never what is not the staging's).
+  virtual void discard(const Staging& staging, const PublishSteps& steps) noexcept;
+  // Writes `key` of a staging (Staging::prefix + key).
+  Status write_staged(const Staging& staging, std::string_view key,
+                      std::span<const std::byte> data) {
+    return write(staging.prefix + std::string(key), data);
+  }
 };
 
 // Opens the store at `location`: a local directory (a path, or "file://PATH"), "s3://B/P",
