@@ -279,7 +279,7 @@ std::string redact_query(std::string_view text, std::vector<std::string>& hidden
 // without a password whole (it is then a token: "https://TOKEN@host" is how some servers
 // take one), replaced by "***". The authority ends at the first '/', '?' or '#' (RFC 3986)
 // or white space, and the user part at its last '@': a quote or a bracket in the password
-// is still the password.
+// is still the password. The authority starts after the "://" and any '/' that follows it.
 std::string redact_user_info(std::string_view text, std::vector<std::string>& hidden) {
   std::string out;
   out.reserve(text.size());
@@ -295,7 +295,10 @@ std::string redact_user_info(std::string_view text, std::vector<std::string>& hi
   };
   for (std::size_t scheme = text.find("://"); scheme != std::string_view::npos;
        scheme = text.find("://", std::max(scheme + 3, done))) {
-    const std::size_t start = scheme + 3;
+    // Past any further '/': libcurl takes "http:///user:password@host/" as
+    // "http://user:password@host/" and sends the password, so it is the user part there too.
+    std::size_t start = scheme + 3;
+    while (start < text.size() && text[start] == '/') ++start;
     const std::size_t end = stops(start, "/?#");
     const std::string_view authority = text.substr(start, end - start);
     std::size_t at = authority.rfind('@');

@@ -147,9 +147,17 @@ std::string unnameable_key(std::string_view location, std::string_view key) {
          std::string(traits.scheme_label) + " URL (" + does + ")";
 }
 
-std::string unsendable_fragment(std::string_view path) {
+std::string unsendable_url(std::string_view path) {
   const PathTraits traits = path_traits(path);
   if (!traits.fragment_cut) return {};
+  const std::size_t scheme = path.find("://");
+  if (path.substr(scheme + 3).starts_with('/')) {
+    return "an " + std::string(traits.scheme_label) +
+           " URL with no host after its '//' is refused: a third '/' leaves it empty, and "
+           "libcurl would take the text after it as the host (and any user part there as "
+           "credentials to send); write " +
+           std::string(path.substr(0, scheme)) + "://HOST/...";
+  }
   const std::size_t hash = path.find('#');
   if (hash == std::string_view::npos) return {};
   return "an " + std::string(traits.scheme_label) +

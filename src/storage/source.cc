@@ -192,10 +192,10 @@ Status check_scheme(std::string_view what, const std::string& text) {
               path_for_message(text) + "')"};
 }
 
-// An http(s) URL with a fragment names, in its request, another object than the one written
-// (location.hpp: unsendable_fragment).
-Status check_fragment(const std::string& text) {
-  const std::string why = unsendable_fragment(text);
+// An http(s) URL with a fragment or without a host names, in its request, another object
+// than the one written (location.hpp: unsendable_url).
+Status check_url(const std::string& text) {
+  const std::string why = unsendable_url(text);
   if (why.empty()) return Status::ok();
   return file_error(ErrorCode::kInvalidArgument, text, why);
 }
@@ -737,18 +737,18 @@ Status check_source(const Source& source) {
     case Source::Kind::kDirectory:
       SHARDLOAD_RETURN_IF_ERROR(check_no_nul("directory", source.dir_path));
       SHARDLOAD_RETURN_IF_ERROR(check_scheme("directory", source.dir_path));
-      SHARDLOAD_RETURN_IF_ERROR(check_fragment(source.dir_path));
+      SHARDLOAD_RETURN_IF_ERROR(check_url(source.dir_path));
       SHARDLOAD_RETURN_IF_ERROR(check_no_nul("pattern", source.pattern));
       break;
     case Source::Kind::kGlob:
       SHARDLOAD_RETURN_IF_ERROR(check_no_nul("glob", source.glob_expr));
-      SHARDLOAD_RETURN_IF_ERROR(check_fragment(source.glob_expr));
+      SHARDLOAD_RETURN_IF_ERROR(check_url(source.glob_expr));
       break;
     case Source::Kind::kList:
       for (const auto& p : source.paths) {
         SHARDLOAD_RETURN_IF_ERROR(check_no_nul("path", p));
         SHARDLOAD_RETURN_IF_ERROR(check_scheme("path", p));
-        SHARDLOAD_RETURN_IF_ERROR(check_fragment(p));
+        SHARDLOAD_RETURN_IF_ERROR(check_url(p));
       }
       break;
   }

@@ -65,6 +65,15 @@ TEST(RedactSecrets, AHiddenValueIsHiddenWhereTheMessageQuotesItAgain) {
   EXPECT_EQ(redact_secrets("http://h/o?token=abc: abc"), "http://h/o?token=***: abc");
 }
 
+TEST(RedactSecrets, AUserPartAfterMoreSlashesIsHidden) {
+  // libcurl reads "http:///u:pw@h/" as "http://u:pw@h/" and sends the password.
+  EXPECT_EQ(redact_secrets("http:///alice:pw-S3cr3t@h/d/x.npy: HTTP 404"),
+            "http:///alice:***@h/d/x.npy: HTTP 404");
+  EXPECT_EQ(redact_secrets("https:////T0k3nT0k3n@h/x"), "https:////***@h/x");
+  EXPECT_EQ(redact_secrets("file:///d/x.npy and http:///h/x.npy"),
+            "file:///d/x.npy and http:///h/x.npy");
+}
+
 TEST(RedactSecrets, EverySecretQueryKeyIsHiddenWithoutRegardToCaseOrEncoding) {
   // SigV2 and CloudFront presigned URLs, a CDN's token, OAuth's access_token (also in a
   // fragment), an API key: the values go, the keys and every other parameter stay.

@@ -538,3 +538,28 @@ def test_a_secret_holding_white_space_is_hidden_whole(url, visible, cli):
         shardload.discover(url)
     assert_hidden(str(e.value) + repr(e.value.args), visible)
     assert_hidden(run(cli, "inspect", url, ok=False), visible)
+
+
+@pytest.mark.parametrize("slashes", ["///", "////"])
+def test_a_url_with_more_slashes_before_its_user_part_is_refused_its_password_hidden(
+        web, cli, slashes):
+    """libcurl takes "http:///alice:PASSWORD@HOST/d/x.npy" as "http://alice:PASSWORD@HOST/...":
+    the password went to the server as Basic auth and the data loaded, while the redaction saw
+    an empty authority and showed the password in clear in every output (the layout, errors,
+    the command line). Such a URL is refused before any request, and a user part after any
+    run of slashes is hidden."""
+    store, base = web
+    store.put_npy("/d/x.npy", np.arange(6.0).reshape(3, 2))
+    host = base.split("://")[1]
+    url = f"http:{slashes}alice:pw-s3cr3t@{host}/d/x.npy"
+    with pytest.raises(ValueError, match="no host after its '//'") as e:
+        shardload.discover([url])
+    assert_hidden(str(e.value) + repr(e.value.args) + str(getattr(e.value, "filename", "")),
+                  f"http:{slashes}alice:***@{host}/d/x.npy")
+    with pytest.raises(ValueError, match="no host"):
+        shardload.discover(url)
+    assert_hidden(run(cli, "inspect", url, ok=False), "alice:***@")
+    assert_hidden(run(cli, "inspect", "--json", url, ok=False), "alice:***@")
+    assert store.requests == []
+    assert_hidden(shardload._core.redact_secrets(f"https:{slashes}alice:pw-s3cr3t@h/x"),
+                  "alice:***@h/x")

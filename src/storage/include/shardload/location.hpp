@@ -103,7 +103,9 @@ std::string unnameable_key(std::string_view location, std::string_view key);
 // whose fragment no request sends, so "https://h/a#1.npy" would read the object "a" (a
 // user who means a '#' of the name writes it %23). Stripping the fragment, as a browser does,
 // would read another object than the one written; an s3:// key may hold '#' (it is sent).
-std::string unsendable_fragment(std::string_view path);
+// Or an http(s) URL whose host is empty ("http:///u:p@h/x"), which libcurl reads as
+// "http://u:p@h/x" where every other reader of the URL sees no host.
+std::string unsendable_url(std::string_view path);
 
 // `key` as a URL of the store that serves `location` names it: over http(s) its '%', '#' and
 // '?' percent-encoded ("q%2Fx.npy" as "q%252Fx.npy"), and so every byte a URL's path cannot

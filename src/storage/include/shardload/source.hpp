@@ -111,8 +111,8 @@ Result<DirectoryScan> scan_directory(const std::string& directory);
 // name is kInvalidArgument (a C string would end there).
 Result<std::vector<std::string>> resolve(const Source& source);
 // What resolve checks of the names before it lists anything (a NUL, a scheme no backend
-// serves, an http(s) URL holding a fragment: kInvalidArgument naming the name), for a caller
-// that reads the source's directory (its manifest) before it resolves.
+// serves, an http(s) URL holding a fragment or no host: kInvalidArgument naming the name), for a
+// caller that reads the source's directory (its manifest) before it resolves.
 Status check_source(const Source& source);
 // The same, and *nothing_matches says, as data, whether the error is that the directory's
 // pattern or the glob matches no name (false on success and on every other error): a caller
