@@ -83,8 +83,10 @@ is no CUDA runtime or device.
 
 **Ranks that agree.** Under torch.distributed or jax.distributed (``check_ranks``) the ranks
 compare a digest of the dataset each discovered at construction (a LayoutError on every rank
-naming the first shard that differs), and before each step's batch whether any rank failed to
-read its own, so that every rank raises the error naming the file at the same step.
+naming the first shard that differs), at each loop's start on what cuts the stream (seed,
+epoch, position, order, batch size, drop_last: a ValueError on every rank where one differs),
+and before each step's batch whether any rank failed to read its own, so that every rank raises
+the error naming the file at the same step.
 """
 
 from __future__ import annotations
@@ -393,6 +395,24 @@ def _agreed(peers: "_TorchPeers | _JaxPeers", error: Optional[BaseException]
     theirs.add_note(f"raised by the feed on rank {first}; this rank ({peers.rank}) stopped at "
                     f"the same batch")
     return theirs
+
+
+def _check_same_stream(peers: "_TorchPeers | _JaxPeers", spec: tuple) -> None:
+    """One exchange at a loop's start of what cuts the stream (seed, epoch, position, order,
+    batch size, drop_last): ranks that differ (a per-rank seed, a state loaded or set_epoch
+    called on one rank only, other batch sizes) would serve overlapping samples or other batch
+    counts (a hang in the next collective), so every rank raises the same ValueError."""
+    everyone = peers.gather(spec)
+    other = next((r for r, s in enumerate(everyone) if s != everyone[0]), None)
+    if other is None:
+        return
+    name, a, b = next((x[0], x[1], y[1]) for x, y in zip(everyone[0], everyone[other])
+                      if x != y)
+    raise ValueError(
+        f"Feed: the ranks' loops would cut different streams ({name} {a!r} on rank 0, {b!r} "
+        f"on rank {other}), so their samples would overlap or their batch counts differ: build "
+        f"every rank's feed with the same seed, shuffle, batch_size and drop_last, and call "
+        f"load_state_dict and set_epoch on every rank alike")
 
 
 def _engine_casts(source: np.dtype, target: np.dtype) -> bool:
@@ -736,12 +756,20 @@ class Feed:
     def set_epoch(self, epoch: int) -> None:
         """Starts ``epoch`` at position 0, as ``DistributedSampler.set_epoch``; the current
         epoch (after :meth:`load_state_dict`, say) keeps its position, so a loop that calls
-        ``set_epoch(e)`` at the top resumes mid-epoch instead of starting it over."""
+        ``set_epoch(e)`` at the top resumes mid-epoch instead of starting it over. Another
+        epoch while a loop over the feed runs is refused (RuntimeError)."""
         e = _int("epoch", epoch)
         if not 0 <= e <= _SEED_MAX:
             # The order keys on the epoch modulo 2**64: 2**64 + e would replay epoch e's.
             raise ValueError(f"epoch: expected an int in [0, 2**64), found {e}")
-        if e != self._epoch:
+        with self._lock:
+            if e == self._epoch:
+                return
+            if self._iterating:
+                # The loop goes on in its own epoch and writes its position: the state would
+                # say epoch e at the loop's position, and a resume would skip that much of e.
+                raise RuntimeError(f"set_epoch({e}): the feed is being iterated in epoch "
+                                   f"{self._epoch}; end the loop (or close its iterator) first")
             self._epoch, self._position = e, 0
 
     def state_dict(self) -> dict[str, Any]:
@@ -954,6 +982,8 @@ class Feed:
 
         peers = None if worker else self._peers
         try:
+            if peers is not None:
+                _check_same_stream(peers, self._stream_spec(epoch, start))
             while submitted < min(len(fills), ahead):
                 submit()
             for ks in fills:
@@ -1002,6 +1032,12 @@ class Feed:
             pool.shutdown(wait=True)
             with self._lock:
                 self._iterating = False
+
+    def _stream_spec(self, epoch: int, start: int) -> tuple:
+        """What the ranks' loops must agree on to cut one stream into disjoint batches."""
+        return (("seed", self._seed), ("epoch", epoch), ("position", start),
+                ("shuffle", self.shuffle), ("batch_size", self._batch_size),
+                ("drop_last", self._drop_last))
 
     def _pool_one(self) -> _Pool:
         """Buffers of one batch, for the batches of a failed fill read one at a time."""

@@ -1449,12 +1449,12 @@ def test_a_read_error_on_one_rank_is_raised_on_every_rank_at_the_same_step(tmp_p
 
     got = on_ranks(monkeypatch, 2, body)
     steps = {len(seen) for seen, _ in got}
-    # Exchanges: 2 at construction; then one a fill (a fill a step with 3 columns: a batch
-    # of 96 bytes is not a multiple of 64) and, in the fill that failed, one a step more, and
-    # one more at the failing step (the errors).
+    # Exchanges: 2 at construction; one at the loop's start (the stream); then one a fill (a
+    # fill a step with 3 columns: a batch of 96 bytes is not a multiple of 64) and, in the
+    # fill that failed, one a step more, and one more at the failing step (the errors).
     fills = -(-(min(steps) + 1) // (1 if cols == 3 else 3))
     in_fill = min(steps) % (1 if cols == 3 else 3)
-    assert rounds == [2 + fills + in_fill + 2] * 2, (rounds, steps)
+    assert rounds == [2 + 1 + fills + in_fill + 2] * 2, (rounds, steps)
     assert len(steps) == 1, got  # the same step on both ranks
     for r, (seen, e) in enumerate(got):
         assert isinstance(e, shardload.ShardReadError), (r, e)
