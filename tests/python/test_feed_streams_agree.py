@@ -137,3 +137,44 @@ def test_set_epoch_during_a_loop_is_refused_and_the_state_stays_true(tmp_path):
     assert (feed.epoch, feed.position) == (1, 0)
     assert np.array_equal(np.concatenate([ids(b) for b in feed]),
                           oracle_stream("row", n, 3, 1)[:len(feed) * BATCH])
+
+
+JAX_CHILD = r"""
+import json, sys
+import jax
+d, out, port, pid = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+jax.distributed.initialize(coordinator_address=f"127.0.0.1:{port}", num_processes=2,
+                           process_id=pid, initialization_timeout=60)
+jax.process_index()  # the backends start together (each waits for the other's)
+import shardload.feed as sf
+
+got = {}
+for case in ("seed", "agree"):
+    feed = sf.Feed(d, 4, seed=7 + (pid if case == "seed" else 0))
+    try:
+        got[case] = {"batches": [b[:, 0].tolist() for b in feed]}
+    except Exception as e:
+        got[case] = {"error": [type(e).__name__, str(e)]}
+with open(out, "w") as f:
+    json.dump(got, f)
+jax.distributed.shutdown()
+"""
+
+
+def test_jax_processes_whose_seeds_differ_all_refuse(tmp_path):
+    """The same on 2 JAX processes (the exchange through jax.distributed's key-value store): a
+    per-process seed is the same ValueError on both; then feeds that agree serve the oracle's
+    disjoint batches."""
+    pytest.importorskip("jax")
+    from test_feed import run_two_jax_processes
+
+    d = tmp_path / "d"
+    n = write_rows(d)
+    got = run_two_jax_processes(tmp_path, JAX_CHILD, [str(d)])
+    assert got[0]["seed"] == got[1]["seed"]
+    assert got[0]["seed"]["error"][0] == "ValueError"
+    assert "(seed 7 on rank 0, 8 on rank 1)" in got[0]["seed"]["error"][1]
+    stream = oracle_stream("row", n, SEED, 0)
+    for r in range(2):
+        assert got[r]["agree"]["batches"] == \
+            [w.tolist() for w in expected_batches(stream, BATCH, 2, r, True)]
