@@ -97,6 +97,7 @@ import concurrent.futures
 import hashlib
 import json
 import logging
+import math
 import os
 import pickle
 import sys
@@ -497,6 +498,11 @@ class _PinnedHost:
         weakref.finalize(raw, self._lib.cudaHostUnregister, at)
 
 
+def _size(nbytes: int) -> str:
+    """_core.size_string of any byte count (it takes at most 64 bits)."""
+    return _core.size_string(nbytes) if nbytes < 1 << 64 else f"{nbytes} bytes"
+
+
 class _Pool:
     """Batch buffers, reused only when no one but the pool holds them; page-locked through
     ``pinned`` where given."""
@@ -506,7 +512,9 @@ class _Pool:
         self.pinned = pinned
         self.shape = shape
         self.dtype = dtype
-        self.nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        # In Python ints: np.prod wraps past 2**63 (a drop_last=False batch_size of 2**62),
+        # and the buffer taken was then too small for the batch's shape.
+        self.nbytes = math.prod(shape) * dtype.itemsize
         self.keep = keep
         self._raw: list[np.ndarray] = []
         probe = [np.empty(1, np.uint8)]
@@ -526,7 +534,7 @@ class _Pool:
             raw = np.empty(self.nbytes + _ALIGN, np.uint8)
         except (MemoryError, ValueError) as e:
             raise OutOfMemoryError(f"Feed: a batch of {self.shape} {self.dtype} "
-                                   f"({_core.size_string(self.nbytes)}) does not fit this "
+                                   f"({_size(self.nbytes)}) does not fit this "
                                    f"process's memory: {e}") from None
         if self.pinned is not None:
             self.pinned.pin(raw)

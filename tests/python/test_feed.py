@@ -1799,3 +1799,17 @@ def test_pinned_batches_are_page_locked_and_handed_over_without_a_copy(tmp_path,
         kept.append(batch)
     assert [ids(b).tolist() for b in kept] == [w.tolist() for w in want]
     assert all(pinned(b) for b in kept)
+
+
+@pytest.mark.parametrize("batch_size", [2 ** 59, 2 ** 61 + 1, 2 ** 63 - 1, 2 ** 64])
+def test_a_batch_past_64_bits_of_bytes_is_the_out_of_memory_error(data, batch_size):
+    """drop_last=False lets batch_size pass the rows: a batch of more bytes than 64 bits count
+    is the OutOfMemoryError of a batch that does not fit (as 2**50 rows are), naming its
+    size. Before: the buffer's size wrapped past 2**63 (numpy's 'array is too big' from the
+    batch's reshape), or its size could not be shown (a TypeError from size_string)."""
+    d, _ = data
+    feed = sf.Feed(d, batch_size, drop_last=False)
+    with pytest.raises(shardload.OutOfMemoryError,
+                       match=rf"a batch of \({batch_size}, 3\) int64 \((.* \()?"
+                             rf"{batch_size * 24} bytes\)\)? does not fit"):
+        next(iter(feed))
