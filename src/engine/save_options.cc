@@ -22,10 +22,14 @@ Status check_save_dest(const std::string& dest) {
   }
   // Taken as a local path, "gs://b/k" would be written to "./gs:/b/k" (or fail to find it).
   if (const std::string scheme = unsupported_scheme(dest); !scheme.empty()) {
+    const std::string lower = lower_case_scheme(dest);
     return argument_error("the destination '" + dest + "': the " + scheme +
                           ":// scheme is not supported (save writes local paths and s3:// "
                           "URLs; a local path spelled so can be written './" +
-                          dest + "')");
+                          dest + "')" +
+                          (lower.starts_with("s3://")
+                               ? "; a scheme is read in lower case only: write '" + lower + "'"
+                               : std::string()));
   }
   return Status::ok();
 }

@@ -80,6 +80,15 @@ std::string unsupported_scheme(std::string_view path) {
   return std::string(scheme);
 }
 
+std::string lower_case_scheme(std::string_view path) {
+  const std::string scheme = unsupported_scheme(path);
+  if (scheme.empty()) return {};
+  std::string lower = scheme;
+  for (char& c : lower) c = static_cast<char>(c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c);
+  std::string spelled = lower + std::string(path.substr(scheme.size()));
+  return is_remote_url(spelled) ? spelled : std::string();
+}
+
 bool is_http_url(std::string_view path) {
   return path.starts_with("http://") || path.starts_with("https://");
 }

@@ -185,11 +185,15 @@ Status check_scheme(std::string_view what, const std::string& text) {
   const std::string scheme = unsupported_scheme(text);
   struct ::stat st {};
   if (scheme.empty() || ::stat(text.c_str(), &st) == 0) return Status::ok();
+  const std::string lower = lower_case_scheme(text);
   return {ErrorCode::kInvalidArgument,
           std::string(what) + " '" + path_for_message(text) + "': the " + scheme +
               ":// scheme is not supported (s3://, http:// and https:// are; a local path "
               "spelled so can be written './" +
-              path_for_message(text) + "')"};
+              path_for_message(text) + "')" +
+              (lower.empty() ? std::string()
+                             : "; a scheme is read in lower case only: write '" +
+                                   path_for_message(lower) + "'")};
 }
 
 // An http(s) URL with a fragment or without a host names, in its request, another object

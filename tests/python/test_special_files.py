@@ -325,6 +325,35 @@ def test_unserved_url_scheme_is_refused_by_name(source, needle: str, scheme: str
     assert "s3://, http:// and https:// are" in msg, msg
 
 
+@pytest.mark.parametrize("source,lower", [
+    ("HTTP://127.0.0.1:9/d/x.npy", "http://127.0.0.1:9/d/x.npy"),
+    ("Https://u:pw-s3cr3t@h/d/", "https://u:***@h/d/"),
+    ("S3://bucket/d/?secret_key=sk-s3cr3t", "s3://bucket/d/?secret_key=***"),
+    (["s3://bucket/a.npy", "S3://bucket/b.npy"], "s3://bucket/b.npy"),
+])
+def test_a_served_scheme_in_another_case_is_refused_saying_what_to_write(source, lower) -> None:
+    """"HTTP://", "Https://", "S3://" were refused as a scheme not supported, beside a list of
+    the very schemes they spell ("s3://, http:// and https:// are"): the refusal now says that
+    a scheme is read in lower case only and what to write (its secrets hidden)."""
+    with pytest.raises(ValueError) as e:
+        shardload.discover(source)
+    msg = str(e.value)
+    assert f"a scheme is read in lower case only: write '{lower}'" in msg, msg
+    assert "s3cr3t" not in msg
+
+
+def test_a_save_destination_of_s3_in_another_case_says_what_to_write(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    for dest, hint in (("S3://bucket/d/", "write 's3://bucket/d/'"), ("HTTP://h/d/", None)):
+        with pytest.raises(ValueError) as e:
+            shardload.save(np.arange(8.0).reshape(4, 2), dest)
+        if hint is None:
+            assert "lower case" not in str(e.value)  # save writes no http(s)://
+        else:
+            assert hint in str(e.value), e.value
+    assert os.listdir(tmp_path) == []
+
+
 def test_existing_local_path_spelled_like_a_url_is_read(tmp_path: pathlib.Path,
                                                         monkeypatch) -> None:
     (tmp_path / "gs:" / "b").mkdir(parents=True)

@@ -73,6 +73,11 @@ bool is_remote_url(std::string_view path);
 // where `path` is no such URL (a served scheme, a local path without "SCHEME://"). A name
 // so spelled would otherwise be taken as a local relative path ("./gs:/b/k").
 std::string unsupported_scheme(std::string_view path);
+// `path` with its scheme in lower case where that spelling is a URL a backend serves
+// ("s3://b/k" of "S3://b/k", "https://h/x" of "HTTPS://h/x"), for a refusal of the other
+// spelling to say what to write; "" where it is no such URL. Schemes are matched as written:
+// every layer (and Python) tells a URL by its lower-case prefix.
+std::string lower_case_scheme(std::string_view path);
 // "http://..." and "https://...": the URLs the HTTP backend serves (no listing, no globs).
 bool is_http_url(std::string_view path);
 // The backend that serves `url` (by its scheme), or nullptr when this build has none.
