@@ -51,10 +51,9 @@ try:
     result["batches"] = batches
 except Exception as e:
     result["error"] = [type(e).__name__, str(e)]
-finally:
-    dist.destroy_process_group()
-with open(out, "w") as f:
+with open(out, "w") as f:  # before the teardown, which is not what is tested here
     json.dump(result, f)
+dist.destroy_process_group()
 """
 
 
