@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """A/B: the same loads timed with two builds of shardload, alternating, in one run.
 
-    python bench/bench_ab.py --a BEFORE --b AFTER [--data DIR] [--cases npy2g,small,hdf5,zarr,parquet]
+    python bench/bench_ab.py --a BEFORE --b AFTER [--data DIR] [--cases npy2g,small,hdf5,zarr,parquet,s3]
                              [--rounds 4] [--loads 3] [--discovers 3] [--overdecompose 1]
 
 --a / --b are two checkouts, each built (its `python/shardload` holds `_core` and `_legate`), or
@@ -19,6 +19,10 @@ parameters) or, without --data, under a temporary folder removed at the end:
   zarr2    the same as Zarr v2 (numcodecs Zstd level 1); not in the default set
   parquet  16 Parquet files (pyarrow) of 250,000 rows x 16 float32 columns, snappy,
            row groups of 65,536 rows (4 per file)
+  s3       8 `.npy` shards of 262,144 x 16 float32 (16 MiB each) as objects on moto's S3
+           server on 127.0.0.1 (tests/python/s3_server.py, started for the case and stopped
+           after it; the objects uploaded from the local copy, which is the oracle), loaded by
+           s3:// URL through the signed path
 The HDF5, Zarr and Parquet values are normal samples rounded to 2 decimals (they compress).
 --dir DATASET adds a dataset of your own (any source shardload takes; --format for its format):
 it is timed and A and B are compared with each other, with no oracle.
@@ -41,6 +45,7 @@ round's B / A (the pair run back to back); and the load average before and after
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import os
@@ -94,7 +99,8 @@ NPY2G_SHARDS, NPY2G_ROWS = 8, 4_194_304
 SMALL_SHARDS, SMALL_ROWS = 10_000, 800
 COLUMNAR_SHARDS, COLUMNAR_ROWS, CHUNK_ROWS, ROW_GROUP = 16, 250_000, 16_384, 65_536
 COLS = 16
-DEFAULT_CASES = "npy2g,small,hdf5,zarr,parquet"
+S3_SHARDS, S3_ROWS = 8, 262_144
+DEFAULT_CASES = "npy2g,small,hdf5,zarr,parquet,s3"
 DEFAULT_LEGATE = "--cpus 2 --utility 1 --gpus 0 --sysmem 9000"
 
 
@@ -113,6 +119,12 @@ def write_small(d: pathlib.Path) -> None:
     rng = np.random.default_rng(2)
     for i in range(SMALL_SHARDS):
         np.save(d / f"shard_{i:04d}.npy", rng.random((SMALL_ROWS, 32), dtype=np.float32))
+
+
+def write_s3(d: pathlib.Path) -> None:
+    rng = np.random.default_rng(6)
+    for i in range(S3_SHARDS):
+        np.save(d / f"shard_{i:04d}.npy", rng.random((S3_ROWS, COLS), dtype=np.float32))
 
 
 def write_hdf5(d: pathlib.Path) -> None:
@@ -197,6 +209,9 @@ def cases() -> dict:
                   {"format": "zarr"},
                   f"{COLUMNAR_SHARDS} Zarr v2 stores of {COLUMNAR_ROWS:,} x {COLS} float32, zstd 1, "
                   f"chunks of {CHUNK_ROWS:,} rows"),
+        "s3": (write_s3, S3_SHARDS, S3_ROWS, ".npy", _rows_npy, {"format": "npy"},
+               f"{S3_SHARDS} .npy shards of {S3_ROWS:,} x {COLS} float32 on moto's S3 server "
+               "(s3://, 127.0.0.1)"),
         "parquet": (write_parquet, COLUMNAR_SHARDS, COLUMNAR_ROWS, ".parquet", _rows_parquet,
                     {"format": "parquet"},
                     f"{COLUMNAR_SHARDS} Parquet files of {COLUMNAR_ROWS:,} rows x {COLS} float32 "
@@ -294,7 +309,7 @@ def check(name: str, d: pathlib.Path, sample: pathlib.Path, ranges, label: str) 
 
 
 def main() -> None:
-    global NPY2G_ROWS, SMALL_SHARDS, COLUMNAR_ROWS, CHUNK_ROWS, ROW_GROUP, CASES
+    global NPY2G_ROWS, SMALL_SHARDS, COLUMNAR_ROWS, CHUNK_ROWS, ROW_GROUP, S3_ROWS, CASES
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter,
                                  epilog=__doc__.split("\n", 2)[2])
@@ -320,6 +335,7 @@ def main() -> None:
     args = ap.parse_args()
     if args.quick:
         NPY2G_ROWS, SMALL_SHARDS, COLUMNAR_ROWS, CHUNK_ROWS, ROW_GROUP = 5000, 50, 3000, 512, 1000
+        S3_ROWS = 5000
         CASES = cases()
     names = [c for c in args.cases.split(",") if c]
     for c in names:
@@ -338,6 +354,7 @@ def main() -> None:
           f"loads {args.loads}, discovers {args.discovers}, K {args.overdecompose}; "
           f"load average {os.getloadavg()[0]:.2f}", flush=True)
     results = []
+    stack = contextlib.ExitStack()
     try:
         todo = [(c, prepare(c, data)) for c in names]
         if args.write_only:
@@ -350,7 +367,20 @@ def main() -> None:
             else:
                 _, shards, rows, _, _, options, what = CASES[name]
                 source, ranges = str(d), sample_ranges(shards, rows)
-            warm(d)
+            server = None
+            if name == "s3":
+                # The objects on a server of this case's own; the processes inherit the
+                # clients' environment (s3_server.CLIENT_ENV) that serving() sets.
+                sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "tests" /
+                                       "python"))
+                import s3_server
+
+                server = stack.enter_context(contextlib.ExitStack())
+                endpoint = server.enter_context(s3_server.serving())
+                bucket = s3_server.Bucket(endpoint, prefix="ab-")
+                bucket.upload_tree("s3", d)
+                source = bucket.url("s3/")
+                options = {**options, "storage_options": bucket.options}
             got: dict[str, list[dict]] = {"A": [], "B": []}
             digests: dict[str, str] = {}
             load_before = os.getloadavg()[0]
@@ -386,7 +416,10 @@ def main() -> None:
             results.append(row)
             checked = f"{len(ranges)} row ranges match the oracle" if ranges else "no oracle"
             print(f"{name}: equal (A and B hashes {digests['A']}; {checked})", flush=True)
+            if server is not None:
+                server.close()
     finally:
+        stack.close()
         shutil.rmtree(tmp, ignore_errors=True)
     print("\n| case | GB | load A s | load B s | B/A | paired B/A | discover A ms | discover B ms "
           "| B/A | paired B/A | load average |")
