@@ -5,8 +5,9 @@
 // the bucket's own as its HEAD says), objects are opened and read by GETs signed here and sent
 // through libcurl instead: a GET that also says the object's size and ETag and shows its
 // Content-Encoding, which Arrow's cannot; there deletes, and uploads of objects within
-// multipart_threshold (one PUT each), are signed here too. Listing and multipart uploads stay
-// on Arrow.
+// multipart_threshold (one PUT each), and the HEAD that tells an object from a prefix, are
+// signed here too. Listing and multipart uploads stay on Arrow. Arrow's client follows
+// redirects (to plain http too), so an https endpoint is never reached through it alone.
 #include "storage/detail/s3_io.hpp"
 #include "shardload/interrupt.hpp"
 #include "storage/detail/context.hpp"
@@ -642,6 +643,19 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
 
   Result<bool> is_object(const std::string& url) override {
     SHARDLOAD_ASSIGN_OR_RETURN(auto where, resolve(url));
+#if SHARDLOAD_S3_SIGNED
+    // On the signed path an object is told by a HEAD of its own, which follows no redirect
+    // (Arrow's client follows one, to plain http too); a key that is no object is then a
+    // prefix where a LIST finds something under it, as Arrow's look-up asks.
+    const auto slash = where.path.find('/');
+    if (where.ep != nullptr && slash != std::string::npos && slash + 1 < where.path.size() &&
+        where.path.back() != '/') {
+      auto head = s3_head(*where.ep, url, key_of(where.path), &retries_);
+      if (head) return true;
+      if (head.status().sys_errno() != ENOENT) return head.status();
+      return is_prefix(where, url);
+    }
+#endif
     t_gave_up_after = 0;
     auto info = where.fs->GetFileInfo(where.path);
     if (!info.ok()) return remote_error(ErrorCode::kIo, url, "cannot look up", info.status());
@@ -681,6 +695,24 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
   };
 
   static std::string key_of(const std::string& path) { return path.substr(path.find('/') + 1); }
+
+  // Whether anything is listed under the key `where` names, taken as a prefix: the first page
+  // of its LIST only.
+  Result<bool> is_prefix(const Where& where, const std::string& url) {
+    const arrow::fs::FileSelector sel = directory_selector(where.path, /*allow_not_found=*/true);
+    t_gave_up_after = 0;
+    const RequestSlot slot(where.slots);
+    if (!slot.held()) return file_error(ErrorCode::kIo, url, "interrupted", ECANCELED);
+    arrow::fs::FileInfoGenerator next = where.fs->GetFileInfoGenerator(sel);
+    arrow::Future<arrow::fs::FileInfoVector> got = next();
+    while (!got.Wait(0.05)) {
+      if (interrupt_requested()) return file_error(ErrorCode::kIo, url, "interrupted", ECANCELED);
+    }
+    const arrow::Result<arrow::fs::FileInfoVector>& infos = got.result();
+    if (!infos.ok()) return remote_error(ErrorCode::kIo, url, "cannot look up", infos.status());
+    if (infos->empty()) return file_error(ErrorCode::kIo, url, "no such object or prefix", ENOENT);
+    return false;
+  }
 
 #if SHARDLOAD_S3_SIGNED
   // Whether an object of `size` bytes (-1: not known) goes up in one signed PUT: on the signed
@@ -947,6 +979,17 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
       } else if (!retry.access_key.empty()) {
         options->ConfigureAccessKey(retry.access_key, retry.secret_key, retry.session_token);
       }
+#if SHARDLOAD_S3_SIGNED
+      const bool arrows_only = signed_ep == nullptr;
+#else
+      const bool arrows_only = true;
+#endif
+      if (arrows_only) {
+        if (Status st = refuse_an_https_endpoint(url, arrow_query, *options); !st.is_ok()) {
+          finalize_at_exit_without_a_client();
+          return st;
+        }
+      }
       options->retry_strategy = std::make_shared<CountingRetryStrategy>(retry, &retries_);
       options->connect_timeout = retry.connect_timeout;
       options->request_timeout = retry.request_timeout;
@@ -984,6 +1027,61 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
     if (auto e = signed_.find(key); e != signed_.end()) w.ep = e->second;
 #endif
     return w;
+  }
+
+  // Arrow's client (the AWS SDK's) follows a server's redirects, with no knob to stop it: from
+  // an https endpoint to plain http too, taking an object's size from the redirect's own
+  // answer. An endpoint named over https is therefore not reached through it alone (where
+  // shardload's own client makes the requests, which follows none, it is): the refusal says
+  // what takes the URL there. AWS itself (no endpoint, or one of AWS's names) redirects only
+  // within https.
+  static Status refuse_an_https_endpoint(const std::string& url, const std::string& arrow_query,
+                                         const arrow::fs::S3Options& options) {
+    std::string endpoint = options.endpoint_override;
+    for (const char* name : {"AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL"}) {
+      if (!endpoint.empty()) break;
+      if (const char* v = std::getenv(name)) endpoint = v;
+    }
+    if (endpoint.empty()) return Status::ok();
+    std::string scheme = options.scheme;
+    if (const auto sep = endpoint.find("://"); sep != std::string::npos) {
+      scheme = endpoint.substr(0, sep);
+      endpoint = endpoint.substr(sep + 3);
+    }
+    if (scheme != "https") return Status::ok();
+    // AWS's own endpoints, named explicitly, are AWS itself.
+    const std::string host = endpoint.substr(0, endpoint.find_first_of(":/"));
+    for (const std::string aws : {".amazonaws.com", ".amazonaws.com.cn"}) {
+      if (host.size() > aws.size() &&
+          host.compare(host.size() - aws.size(), aws.size(), aws) == 0) {
+        return Status::ok();
+      }
+    }
+    // The options that keep the URL on Arrow's client, to name them.
+    std::string arrows;
+    for (std::size_t pos = arrow_query.empty() ? 0 : 1; pos < arrow_query.size();) {
+      std::size_t amp = arrow_query.find('&', pos);
+      if (amp == std::string::npos) amp = arrow_query.size();
+      const std::size_t eq = std::min(arrow_query.find('=', pos), amp);
+      const std::string k = arrow_query.substr(pos, eq - pos);
+      pos = amp + 1;
+      if (k.empty() || k == "endpoint_override" || k == "scheme" || k == "region") continue;
+      arrows += (arrows.empty() ? "" : ", ") + k;
+    }
+    const std::string why = arrows.empty()
+                                ? "no key pair or role's credentials were found"
+                                : "it is given options only Arrow's client takes (" + arrows + ")";
+    return file_error(
+        ErrorCode::kInvalidArgument, url,
+        "refused: the https endpoint " + endpoint +
+            " would be reached through Arrow's S3 client (" + why +
+            "), which follows a server's redirects, to plain http too, and takes an object's "
+            "size from the redirect's answer. Give a key pair (access_key and secret_key, "
+            "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or the shared credentials file) and "
+            "no options but endpoint_override, scheme and region (a private CA through "
+            "CURL_CA_BUNDLE, not tls_ca_file_path): shardload's own client, which follows no "
+            "redirect, then makes the requests",
+        EINVAL);
   }
 
   // Opens the object (one HEAD request) and reads its snapshot: size and ETag.
