@@ -71,7 +71,7 @@ class RequestSlot {
 
 // What one store's requests share.
 struct StoreResources {
-  StoreResources(const StoreOptions& o)
+  explicit StoreResources(const StoreOptions& o)
       : options(o), requests(static_cast<std::size_t>(o.max_requests)) {}
   const StoreOptions options;  // retries, backoff, deadlines, request sizes
   RequestSlots requests;       // options.max_requests in flight at once
