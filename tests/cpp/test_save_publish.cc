@@ -15,6 +15,7 @@
 #include "shardload/io.hpp"
 #include "shardload/storage.hpp"
 #include "storage/detail/stores.hpp"
+#include "store_util.hpp"
 #include "util.hpp"
 
 namespace shardload {
@@ -22,9 +23,8 @@ namespace {
 
 using detail::MemoryStore;
 
-std::span<const std::byte> bytes_of(const std::string& s) {
-  return std::as_bytes(std::span<const char>(s.data(), s.size()));
-}
+using testing::bytes_of;
+using testing::open_test_store;
 
 std::string read_key(Store& store, const std::string& key) {
   auto info = store.stat(key);
@@ -108,13 +108,8 @@ Status save_through(Store& store, const std::string& dest, const PublishSteps& g
 class SavePublish : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
-    if (GetParam() == "memory") {
-      store_ = std::make_unique<MemoryStore>();
-    } else {
-      auto s = open_store(dir_.path());
-      ASSERT_TRUE(s.is_ok()) << s.status().message();
-      store_ = std::move(*s);
-    }
+    store_ = open_test_store(GetParam(), dir_);
+    ASSERT_NE(store_, nullptr);
     ASSERT_TRUE(store_->write("keep/x", bytes_of("mine")));
   }
   testing::TempDir dir_;

@@ -17,6 +17,7 @@
 #include "shardload/location.hpp"
 #include "shardload/storage.hpp"
 #include "storage/detail/stores.hpp"
+#include "store_util.hpp"
 #include "util.hpp"
 
 namespace shardload {
@@ -25,9 +26,8 @@ namespace {
 using detail::MemoryFault;
 using detail::MemoryStore;
 
-std::span<const std::byte> bytes_of(const std::string& s) {
-  return std::as_bytes(std::span<const char>(s.data(), s.size()));
-}
+using testing::bytes_of;
+using testing::open_test_store;
 
 std::string file_text(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
@@ -48,13 +48,8 @@ std::string read_all(Store& store, const std::string& key, std::uint64_t offset,
 class StoreContract : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
-    if (GetParam() == "memory") {
-      store_ = std::make_unique<MemoryStore>();
-    } else {
-      auto s = open_store(dir_.path());
-      ASSERT_TRUE(s.is_ok()) << s.status().message();
-      store_ = std::move(*s);
-    }
+    store_ = open_test_store(GetParam(), dir_);
+    ASSERT_NE(store_, nullptr);
   }
   testing::TempDir dir_;
   std::unique_ptr<Store> store_;
