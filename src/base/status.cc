@@ -207,11 +207,13 @@ bool has_a_secrets_word(std::string_view key) {
   return key_word && !identifier;
 }
 
-// The end of the value that starts at text[i]: the next '&' or '#', or the end of the URL
-// (a URL holds no white space), less what the message put after it.
+// The end of the value that starts at text[i]: the next '&', or the end of the URL (a URL
+// holds no white space), less what the message put after it. A '#' does not end it: an s3://
+// URL's option value keeps its '#' (a secret key chosen on MinIO or Ceph may hold one), and
+// where a '#' begins a fragment, hiding the fragment with the value only hides more.
 std::size_t value_end(std::string_view text, std::size_t i) {
   std::size_t end = i;
-  while (end < text.size() && text[end] != '&' && text[end] != '#' && !is_space(text[end])) {
+  while (end < text.size() && text[end] != '&' && !is_space(text[end])) {
     ++end;
   }
   while (end > i && trails_url(text[end - 1])) --end;
@@ -318,6 +320,19 @@ std::string redact_user_info(std::string_view text, std::vector<std::string>& hi
         at = last;
       }
     }
+    if (at == std::string_view::npos && end < text.size() &&
+        (text[end] == '#' || text[end] == '?')) {
+      // "user:pa#ss@host", "TOK?EN@host": a '#' or '?' in the password ends the authority by
+      // RFC 3986 (the URL does not work), yet the text to the next '/' holds an '@' with no
+      // '=' or white space before it (no query's key, no message's words): it is the user
+      // part's, to its last such '@'.
+      std::size_t last = std::string_view::npos;
+      for (std::size_t k = end;
+           k < text.size() && text[k] != '/' && text[k] != '=' && !is_space(text[k]); ++k) {
+        if (text[k] == '@') last = k;
+      }
+      if (last != std::string_view::npos) at = last - start;
+    }
     if (at == std::string_view::npos && !authority.empty() && authority[0] != '[') {
       // "user:pa/ss@host": a '/' in the password ends the authority early (the URL does not
       // work), yet what follows the ':' is no port: the password still goes, to its '@'.
@@ -419,6 +434,17 @@ std::string hide_quoted(std::string text, const std::vector<std::string>& hidden
   for (const std::string& h : hidden) {
     add(h);
     add(percent_decoded(h));
+    // A '?' or '#' in a user part's secret: a parser that ends the URL's path there quotes
+    // the pieces apart ("'TAIL@bucket/key' after the URL's first '?' is not ...").
+    for (std::size_t from = 0; from < h.size();) {
+      const std::size_t cut = h.find_first_of("?#", from);
+      if (cut == std::string::npos) {
+        if (from > 0) add(h.substr(from));
+        break;
+      }
+      add(h.substr(from, cut - from));
+      from = cut + 1;
+    }
   }
   // Longest first: a value that holds another is hidden whole.
   std::sort(secrets.begin(), secrets.end(),

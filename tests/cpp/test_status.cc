@@ -106,6 +106,27 @@ TEST(RedactSecrets, EverySecretQueryKeyIsHiddenWithoutRegardToCaseOrEncoding) {
   }
 }
 
+TEST(RedactSecrets, AHashOrQuestionMarkInAUserPartOrAnOptionsValueHidesNoLess) {
+  // A '#' or '?' in the password ends the authority by RFC 3986; the password still goes, to
+  // the user part's last '@'.
+  EXPECT_EQ(redact_secrets("http://alice:pa#ss@h/d/x.npy: refused"),
+            "http://alice:***@h/d/x.npy: refused");
+  EXPECT_EQ(redact_secrets("https://alice:p?w#d@x@h/x"), "https://alice:***@h/x");
+  EXPECT_EQ(redact_secrets("https://T0K?EN@h/x"), "https://***@h/x");
+  // An s3:// option value keeps its '#': all of it is hidden.
+  EXPECT_EQ(redact_secrets("s3://b/d/?secret_key=ab#SECRETTAIL&region=r"),
+            "s3://b/d/?secret_key=***&region=r");
+  EXPECT_EQ(redact_secrets("s3://b/d/?session_token=t0k#en"), "s3://b/d/?session_token=***");
+  // A parser that ends the path at the '?' quotes the password's pieces apart: hidden too.
+  EXPECT_EQ(redact_secrets("s3://AK:SECRET?SECRETTAIL@b/k: 'SECRETTAIL@b/k' after the URL's "
+                           "first '?' is not a KEY=VALUE option"),
+            "s3://AK:***@b/k: '***@b/k' after the URL's first '?' is not a KEY=VALUE option");
+  // A query or a fragment with an '=' before its '@', or words, is no user part.
+  for (const std::string text : {"https://h?q=a@b/x", "https://h#k=v@x", "http://h#top see a@b"}) {
+    EXPECT_EQ(redact_secrets(text), text);
+  }
+}
+
 TEST(RedactSecrets, TheUserPartsPasswordIsHiddenAndTheRestKept) {
   EXPECT_EQ(redact_secrets("https://alice:pa%40ss@h:8443/d/a.npy: cannot open: HTTP 401"),
             "https://alice:***@h:8443/d/a.npy: cannot open: HTTP 401");

@@ -430,6 +430,22 @@ def test_a_user_part_the_store_quotes_without_its_scheme_is_hidden(url, cli):
     assert_hidden(run(cli, "inspect", url, *flags, ok=False), "@b/d/")
 
 
+@pytest.mark.parametrize("url", ["s3://AKIAVISIBLE:sk-s3cr3t?s3cr3t-tail@b/d/x.npy",
+                                 "s3://AKIAVISIBLE:sk-s3cr3t#s3cr3t-tail@b/d/x.npy"])
+def test_a_hash_or_question_mark_in_a_user_parts_password_hides_all_of_it(url, cli):
+    """A '?' or '#' in the password ends the URL's authority there, and the parser that refuses
+    the URL quotes the pieces apart (`'s3cr3t-tail@b/d/x.npy' after the URL's first '?' is not a
+    KEY=VALUE option`): the tail after the '?' or '#' showed in clear in the error and on the
+    command line. Every piece of the password is hidden."""
+    options = {"endpoint_override": "127.0.0.1:9", "scheme": "http", "max_attempts": "1",
+               "region": "us-east-1"}
+    with pytest.raises(ValueError) as e:
+        shardload.discover(url, storage_options=options)
+    assert_hidden(str(e.value) + repr(e.value.args), "AKIAVISIBLE:***@b")
+    flags = [a for k, v in options.items() for a in ("--storage-option", f"{k}={v}")]
+    assert_hidden(run(cli, "inspect", url, *flags, ok=False), "AKIAVISIBLE:***@b")
+
+
 @pytest.mark.parametrize("source,kw,visible", [
     ("http://alice:p@ss-s3cr3t@127.0.0.1:9/d/x.npy", {}, "alice:***@127.0.0.1:9/d/x.npy"),
     ("http://127.0.0.1:9/d/x.npy#sv=2022-11-02&sig=sas-s3cr3t", {}, "#sv=2022-11-02&sig=***"),
