@@ -250,8 +250,15 @@ Result<Source> parse_remote(const std::string& text, const std::string& pattern)
     Status error;
     RemoteIo* r = need_remote(text, &error);
     if (r == nullptr) return error;
-    SHARDLOAD_ASSIGN_OR_RETURN(const bool object, r->is_object(text));
-    if (object) {
+    auto object = r->is_object(text);
+    if (!object.is_ok()) {
+      // Neither an object nor a prefix: a source that does not exist, as a missing local path
+      // or an empty "s3://B/d/" is (SourceNotFoundError), not a failed read.
+      const Status& st = object.status();
+      if (st.code() != ErrorCode::kIo || st.sys_errno() != ENOENT) return st;
+      return Status(ErrorCode::kLayout, st.message()).with_path(text).with_errno(ENOENT);
+    }
+    if (*object) {
       if (!pattern.empty()) {
         return Status(ErrorCode::kInvalidArgument,
                       "source '" + text + "' is a file; a pattern applies only to a directory");

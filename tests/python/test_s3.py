@@ -148,6 +148,19 @@ def test_missing_object_and_bucket_name_the_url(bucket):
     assert bucket.url("nothing-here") in str(e.value)
 
 
+def test_a_missing_key_that_is_no_object_and_no_prefix_is_a_source_not_found(bucket):
+    """`s3://B/d` with nothing at `d` nor under `d/` was a ShardReadError ("no such object or
+    prefix", an OSError of a read) where `s3://B/d/`, a missing local file and a missing local
+    directory are SourceNotFoundError: the same fault, one error class, naming the URL."""
+    bucket.put_npy("there/shard_0000.npy", np.zeros((2, 2)))
+    for key in ("nothing-here", "there/shard_0009.npy"):
+        url = bucket.url(key)
+        with pytest.raises(shardload.SourceNotFoundError) as e:
+            shardload.discover(url, storage_options=bucket.options)
+        assert url in str(e.value) and "no such object or prefix" in str(e.value)
+        assert isinstance(e.value, FileNotFoundError)
+
+
 def test_a_directory_urls_glob_hint_keeps_its_query_at_the_end(bucket):
     """A prefix of objects that are not numbered: the error suggests a glob, and with the
     store's options in the URL's query that glob is one that works (the query after the
