@@ -39,6 +39,13 @@ std::string path_bytes(const py::handle& obj) {
   return b.cast<std::string>();
 }
 
+// The TypeError of a function given an argument of another type: "NAME: expected WHAT, found
+// TYPE".
+[[noreturn]] void raise_type(const char* name, const char* what, const py::handle& got) {
+  throw py::type_error(std::string(name) + ": expected " + what + ", found " +
+                       std::string(py::str(py::type::of(got).attr("__name__"))));
+}
+
 [[noreturn]] void raise(const Status& st) { throw_status(st, ErrorSite::kDiscover); }
 
 // A failure while reading data is a read error whatever its cause (I/O,
@@ -532,10 +539,7 @@ PYBIND11_MODULE(_core, m) {
   m.def(
       "printable",
       [](const py::object& text) {
-        if (!py::isinstance<py::str>(text)) {
-          throw py::type_error("printable: expected a str, found " +
-                               std::string(py::str(py::type::of(text).attr("__name__"))));
-        }
+        if (!py::isinstance<py::str>(text)) raise_type("printable", "a str", text);
         return message_str(printable(path_bytes(text)));
       },
       py::arg("text"),
@@ -546,10 +550,7 @@ PYBIND11_MODULE(_core, m) {
   m.def(
       "printable_redacted",
       [](const py::object& text) {
-        if (!py::isinstance<py::str>(text)) {
-          throw py::type_error("printable_redacted: expected a str, found " +
-                               std::string(py::str(py::type::of(text).attr("__name__"))));
-        }
+        if (!py::isinstance<py::str>(text)) raise_type("printable_redacted", "a str", text);
         return message_str(printable_redacted(path_bytes(text)));
       },
       py::arg("text"),
@@ -563,10 +564,7 @@ PYBIND11_MODULE(_core, m) {
         if (py::isinstance<py::bytes>(text)) {
           return py::bytes(redact_secrets(text.cast<std::string>()));
         }
-        if (!py::isinstance<py::str>(text)) {
-          throw py::type_error("redact_secrets: expected a str or bytes, found " +
-                               std::string(py::str(py::type::of(text).attr("__name__"))));
-        }
+        if (!py::isinstance<py::str>(text)) raise_type("redact_secrets", "a str or bytes", text);
         return path_str(redact_secrets(path_bytes(text)));
       },
       py::arg("text"),
