@@ -326,12 +326,8 @@ std::string redact_user_info(std::string_view text, std::vector<std::string>& hi
       // RFC 3986 (the URL does not work), yet the text to the next '/' holds an '@' with no
       // '=' or white space before it (no query's key, no message's words): it is the user
       // part's, to its last such '@'.
-      std::size_t last = std::string_view::npos;
-      for (std::size_t k = end;
-           k < text.size() && text[k] != '/' && text[k] != '=' && !is_space(text[k]); ++k) {
-        if (text[k] == '@') last = k;
-      }
-      if (last != std::string_view::npos) at = last - start;
+      const std::size_t last = text.substr(end, stops(end, "/=") - end).rfind('@');
+      if (last != std::string_view::npos) at = end + last - start;
     }
     if (at == std::string_view::npos && !authority.empty() && authority[0] != '[') {
       // "user:pa/ss@host": a '/' in the password ends the authority early (the URL does not
