@@ -26,6 +26,18 @@ the median of --reps epochs, the modes interleaved.
 With --feed-only: load() and the feed's three orders only (an A/B of a change to the feed runs
 in seconds, without the map-style and torch cases).
 
+--block-rows and --window-blocks set the block shuffle's blocks and windows (the feed's
+defaults: about 1 MiB of rows, 4 blocks); with --row-floats they sweep how the block / none
+ratio depends on the row size and the window (docs/benchmarks.md).
+
+With --zarr: the same data as Zarr v2 stores (one per shard, uncompressed chunks of about
+256 KiB), the feed's in-order and block-shuffled epochs from a layout as discovered (each local
+chunk file held to the discovery's time: its ctime from the open's fstat) against the same
+layout rebuilt from its encoding (pickled: no discovery time, nothing compared), interleaved
+in one run: the cost of detecting a chunk changed since discovery.
+
+  .venv/bin/python bench/bench_feed.py --dir /tmp/bench-feed --zarr --reps 9
+
 With --exchange: 2 ranks under torch.distributed (gloo on loopback) each read their half of
 the epoch in order, each step ending in a small all-reduce (as DDP's), with and without the
 ranks' agreement on read errors (check_ranks), and the difference per step is its cost.
@@ -202,6 +214,50 @@ def exchange(args) -> None:
     assert [p.returncode for p in procs] == [0, 0]
 
 
+def zarr_check_cost(args) -> None:
+    """--zarr: the chunk check's cost (a layout as discovered against one without its
+    discovery time), in-order and block-shuffled epochs interleaved."""
+    import pickle
+
+    import zarr
+
+    d = args.dir.with_name(args.dir.name + "-zarr")
+    if not d.exists():
+        d.mkdir(parents=True)
+        for p in sorted(args.dir.glob("shard_*.npy")):
+            a = np.load(p)
+            chunk = max(1, (256 << 10) // (a.itemsize * a.shape[1]))
+            z = zarr.create_array(str(d / (p.stem + ".zarr")), shape=a.shape, dtype=a.dtype,
+                                  chunks=(chunk, a.shape[1]), compressors=None, zarr_format=2)
+            z[...] = a
+    checked = shardload.discover(d, format="zarr")
+    unchecked = pickle.loads(pickle.dumps(checked))  # from its encoding: no discovery time
+    n = checked.total_rows
+    print(f"{n} rows of {checked.shape[1:]} {checked.dtype} in {checked.num_shards} Zarr "
+          f"stores, {checked.nbytes / 1e6:.0f} MB; batch {args.batch}")
+    feeds = {}
+    for mode in ("none", "block"):
+        for name, layout in (("checked", checked), ("unchecked", unchecked)):
+            feed = shardload.feed.Feed(layout, args.batch, shuffle=mode, seed=1,
+                                       threads=args.threads)
+            want = feed.order(0).rows(np.arange(len(feed) * args.batch))
+            got = np.concatenate([b[:, 0].astype(np.int64) for b in feed])
+            assert (got == want).all(), (mode, name)
+            feeds[f"{mode} {name}"] = feed
+    times: dict[str, list[float]] = {k: [] for k in feeds}
+    for rep in range(args.reps):
+        # Each pair in both orders, alternately: the one run first pays for the other's caches.
+        for name, feed in (list(feeds.items())[::-1] if rep % 2 else feeds.items()):
+            times[name].append(epoch_feed(feed)[1])
+    med = {k: statistics.median(v) for k, v in times.items()}
+    for k in feeds:
+        print(f"feed {k:<16} {med[k]:.4f} s/epoch "
+              f"({checked.nbytes / med[k] / 1e9:.2f} GB/s)")
+    for mode in ("none", "block"):
+        print(f"{mode}: checked / unchecked time: "
+              f"{med[f'{mode} checked'] / med[f'{mode} unchecked']:.3f} (1 is no cost)")
+
+
 def data_arguments(description: str) -> argparse.ArgumentParser:
     """The arguments that name the data and the epochs (write()'s), shared with the scripts
     that time peers on the same data."""
@@ -218,8 +274,14 @@ def data_arguments(description: str) -> argparse.ArgumentParser:
 def main() -> None:
     ap = data_arguments(__doc__.split("\n")[0])
     ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--block-rows", type=int, default=None,
+                    help="rows per block of the block shuffle (default: the feed's, ~1 MiB)")
+    ap.add_argument("--window-blocks", type=int, default=4,
+                    help="blocks per window of the block shuffle (default 4, the feed's)")
     ap.add_argument("--feed-only", action="store_true",
                     help="only load() and the feed's three orders (no map-style or torch cases)")
+    ap.add_argument("--zarr", action="store_true",
+                    help="the cost of holding Zarr chunk files to the discovery's time")
     ap.add_argument("--exchange", action="store_true",
                     help="the cost of the ranks' per-step agreement, on 2 gloo ranks")
     ap.add_argument("--exchange-rank", type=int, help=argparse.SUPPRESS)
@@ -232,16 +294,22 @@ def main() -> None:
     if args.exchange:
         exchange(args)
         return
+    if args.zarr:
+        zarr_check_cost(args)
+        return
     layout = shardload.discover(args.dir)
     n, nbytes = layout.total_rows, layout.nbytes
     print(f"{n} rows of {layout.shape[1:]} {layout.dtype} in {layout.num_shards} shards, "
-          f"{nbytes / 1e6:.0f} MB; batch {args.batch}")
+          f"{nbytes / 1e6:.0f} MB; batch {args.batch}; block shuffle: block_rows "
+          f"{args.block_rows or 'default'}, window_blocks {args.window_blocks}")
     out = shardload.numpy.load(layout)  # warms the page cache; the out= of the bound
     ds = MapStyle(args.dir)
 
+    block = dict(block_rows=args.block_rows, window_blocks=args.window_blocks)
     # Correctness first: each mode's epoch is its order's stream.
     for mode in ("none", "block", "row"):
-        feed = shardload.feed.Feed(layout, args.batch, shuffle=mode, seed=1)
+        feed = shardload.feed.Feed(layout, args.batch, shuffle=mode, seed=1,
+                                   **(block if mode == "block" else {}))
         want = feed.order(0).rows(np.arange(len(feed) * args.batch))
         got = np.concatenate([b[:, 0].astype(np.int64) for b in feed])
         assert (got == want).all(), mode
@@ -252,7 +320,8 @@ def main() -> None:
         return n // args.batch, time.perf_counter() - t
 
     rng = np.random.default_rng(0)
-    feeds = {m: shardload.feed.Feed(layout, args.batch, shuffle=m, seed=1, threads=args.threads)
+    feeds = {m: shardload.feed.Feed(layout, args.batch, shuffle=m, seed=1, threads=args.threads,
+                                    **(block if m == "block" else {}))
              for m in ("none", "block", "row")}
     cases = {
         "load() (bound)": bound,

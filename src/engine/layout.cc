@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <ctime>
 #include <iterator>
 #include <sstream>
 
@@ -107,8 +108,10 @@ Result<Layout> slice_rows(const Layout& layout, std::int64_t lo, std::int64_t hi
     if (s.first_row == 0 && s.rows == stored) s.file_rows = -1;
     shards.push_back(std::move(s));
   }
-  return assemble_layout(layout.format, layout.options, layout.dtype, layout.trailing_shape,
-                         std::move(shards));
+  auto sliced = assemble_layout(layout.format, layout.options, layout.dtype, layout.trailing_shape,
+                                std::move(shards));
+  if (sliced) sliced->discovered_ns = layout.discovered_ns;
+  return sliced;
 }
 
 Result<Format> resolve_format(const std::string& path, const FormatOptions& options) {
@@ -136,8 +139,20 @@ static std::string remote_format_names_text() {
   return out;
 }
 
+static std::int64_t realtime_ns();
+static Result<Layout> try_discover_paths_at(const std::vector<std::string>& paths,
+                                            const DiscoverOptions& given);
+
 Result<Layout> try_discover_paths(const std::vector<std::string>& paths,
                                   const DiscoverOptions& given) {
+  const std::int64_t began = realtime_ns();
+  auto l = try_discover_paths_at(paths, given);
+  if (l) l->discovered_ns = began;
+  return l;
+}
+
+static Result<Layout> try_discover_paths_at(const std::vector<std::string>& paths,
+                                            const DiscoverOptions& given) {
   if (paths.empty()) return Status(ErrorCode::kLayout, "no shards to load");
   DiscoverOptions options = given;
   if (options.format.format == Format::kAuto && format_from_extension(paths[0]) == Format::kAuto) {
@@ -374,7 +389,25 @@ std::optional<ManifestState> parse_manifest_state(std::string_view name) {
 
 static Result<Layout> discover_probing(const Source& source, const DiscoverOptions& options);
 
+// Now on the clock file systems stamp change times with (CLOCK_REALTIME), for
+// ReadSpec::discovered_ns: taken before anything is looked at, so a file changed after
+// discovery began has a later change time.
+static std::int64_t realtime_ns() {
+  timespec t{};
+  ::clock_gettime(CLOCK_REALTIME, &t);
+  return static_cast<std::int64_t>(t.tv_sec) * 1'000'000'000 + t.tv_nsec;
+}
+
+static Result<Layout> try_discover_at(const Source& source, const DiscoverOptions& options);
+
 Result<Layout> try_discover(const Source& source, const DiscoverOptions& options) {
+  const std::int64_t began = realtime_ns();
+  auto l = try_discover_at(source, options);
+  if (l) l->discovered_ns = began;
+  return l;
+}
+
+static Result<Layout> try_discover_at(const Source& source, const DiscoverOptions& options) {
   // Its names are checked before its manifest is looked for in the directory they name.
   SHARDLOAD_RETURN_IF_ERROR(check_source(source));
   // The manifest's check, the format's scan and the pattern's resolve list one directory.

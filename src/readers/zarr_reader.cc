@@ -214,7 +214,7 @@ class ZarrReader final : public ShardReader {
                                  File::open(*ctx_.io, metadata_path(dir, m->zarr_format)));
       SHARDLOAD_RETURN_IF_ERROR(check_snapshot(meta_file, s.snapshot));
     }
-    Request r{*m, dir, lo, hi, dst};
+    Request r{*m, dir, lo, hi, dst, ctx_.check_snapshot ? l.discovered_ns : 0};
     const std::size_t n = m->shape.size();
     std::vector<std::int64_t> glo(n, 0);
     std::vector<std::int64_t> ghi(n, 0);
@@ -248,7 +248,51 @@ class ZarrReader final : public ShardReader {
     std::int64_t lo;
     std::int64_t hi;
     std::byte* dst;
+    // ReadSpec::discovered_ns where the snapshots are checked, else 0 (not compared).
+    std::int64_t discovered_ns;
   };
+
+  // Chunk and shard files are too many to snapshot at discovery, but a local one's change
+  // time says whether it was written after discovery began: ctime cannot be set by a user
+  // (touch and utime set mtime and atime) and is stamped from the clock discovery read, so a
+  // file untouched since is never later. One written since is kChanged, as a shard file
+  // changed since discovery is, instead of being read as it now is. No call of its own: the
+  // time comes from the open's fstat.
+  static Status written_since_discovery(const Request& r, const std::string& path,
+                                        const FileInfo& info) {
+    if (r.discovered_ns == 0 || info.ctime_ns <= r.discovered_ns) return Status::ok();
+    return {ErrorCode::kChanged,
+            path + ": changed since discovery: ctime " + std::to_string(info.ctime_ns) +
+                " ns, after discovery began at " + std::to_string(r.discovered_ns) +
+                " ns (the chunk was written since)"};
+  }
+
+  // A local chunk or shard file that is missing holds the fill value, unless it may have been
+  // deleted since discovery: a deletion changes its directory's ctime (the nearest directory
+  // up to the array's that still exists, when the chunk's own went with it). Where that
+  // directory changed after discovery began, the chunk is kChanged: it may have existed then.
+  // One stat a missing chunk, none for a chunk that exists.
+  static Status missing_since_discovery(const Request& r, const std::string& path) {
+    if (r.discovered_ns == 0) return Status::ok();
+    std::string dir = path;
+    while (true) {
+      const std::size_t slash = dir.rfind('/');
+      if (slash == std::string::npos || dir.size() <= r.dir.size()) return Status::ok();
+      dir.resize(slash == 0 ? 1 : slash);
+      struct ::stat st {};
+      if (::stat(dir.c_str(), &st) != 0) {
+        if (errno == ENOENT || errno == ENOTDIR) continue;  // gone with the chunk: look above
+        return Status::ok();  // the chunk's own look-up said it is missing; nothing to compare
+      }
+      const std::int64_t ctime =
+          static_cast<std::int64_t>(st.st_ctim.tv_sec) * 1'000'000'000 + st.st_ctim.tv_nsec;
+      if (ctime <= r.discovered_ns) return Status::ok();
+      return {ErrorCode::kChanged,
+              path + ": changed since discovery: not found, and its directory " + dir +
+                  " changed after discovery began (ctime " + std::to_string(ctime) + " ns > " +
+                  std::to_string(r.discovered_ns) + " ns): the chunk may have been deleted since"};
+    }
+  }
 
   Result<const ZarrMeta*> meta_for(const Shard& s) {
     if (!has_meta_ || s.extra != meta_extra_) {
@@ -429,6 +473,7 @@ class ZarrReader final : public ShardReader {
     if (!path_traits(path).flat_keys) {
       SHARDLOAD_ASSIGN_OR_RETURN(const PathKind kind, path_kind(*ctx_.io, path));
       if (kind == PathKind::kMissing) {
+        SHARDLOAD_RETURN_IF_ERROR(missing_since_discovery(r, path));
         fill_box(r, blo, bhi);
         return Status::ok();
       }
@@ -446,6 +491,9 @@ class ZarrReader final : public ShardReader {
       return Status::ok();
     }
     File& f = *opened;
+    if (!path_traits(path).flat_keys) {
+      SHARDLOAD_RETURN_IF_ERROR(written_since_discovery(r, path, info));
+    }
     count_decode();
     std::byte* target = direct;
     if (target == nullptr) {
@@ -680,6 +728,7 @@ class ZarrReader final : public ShardReader {
     if (!path_traits(path).flat_keys) {
       SHARDLOAD_ASSIGN_OR_RETURN(const PathKind kind, path_kind(*ctx_.io, path));
       if (kind == PathKind::kMissing) {
+        SHARDLOAD_RETURN_IF_ERROR(missing_since_discovery(r, path));
         fill_box(r, blo, bhi);
         return Status::ok();
       }
@@ -692,6 +741,9 @@ class ZarrReader final : public ShardReader {
       return Status::ok();
     }
     const File& f = *opened;
+    if (!path_traits(path).flat_keys) {
+      SHARDLOAD_RETURN_IF_ERROR(written_since_discovery(r, path, info));
+    }
 
     // The index: one (offset, nbytes) pair per inner chunk, C order.
     std::vector<std::int64_t> per(n);

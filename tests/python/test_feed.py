@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import re
 import shutil
 import signal
 import subprocess
@@ -825,6 +826,37 @@ def test_a_shard_changed_mid_epoch_raises_the_read_error_naming_it(tmp_path, fau
     if fault == "vanished":
         return
     assert run_epoch(sf.Feed(d, 10, shuffle="none"))  # rediscovered, it reads
+
+
+@pytest.mark.parametrize("fault", ["rewritten", "deleted"])
+@pytest.mark.parametrize("fmt", ["zarr2", "zarr3-sharded"])
+@pytest.mark.parametrize("mode", ["none", "block"])
+def test_a_zarr_chunk_changed_mid_epoch_raises_the_read_error_naming_it(tmp_path, fmt, fault,
+                                                                       mode):
+    """A Zarr chunk (or a v3 shard file) rewritten or deleted between two batches: its change
+    time (a deleted one's directory's) is after the feed's discovery, so the batch that needs
+    it raises the ShardReadError naming it, instead of the rows as they now are."""
+    import zarr
+
+    source, _ = write_format(tmp_path / fmt, fmt)
+    store = pathlib.Path(source) / "shard_0006.zarr"  # rows 48..66
+    chunk, lo = (store / "2.0", 8) if fmt == "zarr2" else (store / "c/1/0", 6)  # rows lo..11
+    feed = sf.Feed(source, 5, shuffle=mode, seed=4, block_rows=4, prefetch=1)
+    it = iter(feed)
+    first = next(it)
+    time.sleep(0.05)  # past the file system's timestamp granularity
+    if fault == "deleted":
+        chunk.unlink()
+    else:
+        zarr.open_array(str(store), mode="r+")[lo:12] = -1
+    assert not set(ids(first).tolist()) & set(range(48 + lo, 48 + 12))
+    with pytest.raises(shardload.ShardReadError, match=re.escape(str(chunk)) +
+                       ": changed since discovery"):
+        for _ in it:
+            pass
+    # Rediscovered, the store reads as it now is (zarr-python's fill value where deleted).
+    got = np.concatenate(run_epoch(sf.Feed(source, 1, shuffle="none")))
+    assert (got[48:67] == zarr.open_array(str(store), mode="r")[:, 0]).all()
 
 
 TRUNCATE_CHILD = r"""

@@ -12,6 +12,7 @@ import os
 import pathlib
 import re
 import shutil
+import time
 import warnings
 
 import numcodecs
@@ -289,6 +290,51 @@ def test_reads_only_overlapping_chunks(tmp_path):
     np.testing.assert_array_equal(layout.read(30, 40), a[30:40])
     with pytest.raises(shardload.ShardReadError, match=r"shard_0000\.zarr/2\.0: zstd: corrupt"):
         layout.read(19, 21)
+
+
+# ---- chunks changed after discovery -------------------------------------------------------
+# A chunk file has no snapshot of its own, but its change time (and a missing one's directory's)
+# tells whether it was written (or deleted) after discovery began. The sleep puts the change
+# past the file system's timestamp granularity (a clock tick, at most 10 ms).
+
+
+@pytest.mark.parametrize("fmt", [2, 3])
+@pytest.mark.parametrize("fault", ["rewritten", "deleted", "created"])
+def test_a_chunk_changed_after_discovery_is_a_changed_error_naming_it(tmp_path, fmt, fault):
+    a = np.arange(30, dtype="float32").reshape(10, 3)
+    write_stores(tmp_path, [a], chunks=(4, 3), zarr_format=fmt)
+    store = tmp_path / "shard_0000.zarr"
+    chunk = store / ("1.0" if fmt == 2 else "c/1/0")
+    if fault == "created":
+        chunk.unlink()  # missing at discovery: the fill value
+    layout = shardload.discover(tmp_path, format="zarr")
+    time.sleep(0.05)
+    if fault == "deleted":
+        chunk.unlink()
+    else:
+        zarr.open_array(str(store), mode="r+")[4:8] = -1
+    want = re.escape(str(chunk)) + r": changed since discovery: " + (
+        r"not found, and its directory .* changed after discovery began" if fault == "deleted"
+        else r"ctime \d+ ns, after discovery began at \d+ ns")
+    with pytest.raises(shardload.ShardReadError, match=want):
+        layout.read(0, 10)
+    with pytest.raises(shardload.ShardReadError, match=want):
+        shardload.numpy.load(layout)
+    # The chunks untouched since still read; rediscovered, the store reads as it now is.
+    np.testing.assert_array_equal(layout.read(0, 4), a[0:4])
+    np.testing.assert_array_equal(shardload.discover(tmp_path, format="zarr").read(0, 10),
+                                  zarr.open_array(str(store), mode="r")[...])
+
+
+def test_a_chunk_written_just_before_discovery_is_read(tmp_path):
+    """The store written, discovered and read at once, each store of a few chunks, several
+    times: no chunk written before discovery began is taken for one written after."""
+    a = np.arange(60, dtype="int64").reshape(20, 3)
+    for i in range(20):
+        d = tmp_path / str(i)
+        d.mkdir()
+        write_stores(d, [a + i], chunks=(3, 3), zarr_format=2 + i % 2)
+        np.testing.assert_array_equal(shardload.discover(d, format="zarr").read(0, 20), a + i)
 
 
 # ---- errors ------------------------------------------------------------------------------

@@ -105,6 +105,12 @@ struct ReadSpec {
   DType dtype;
   std::vector<std::int64_t> trailing_shape;  // shape[1:], identical in every shard
   std::uint64_t row_bytes = 0;               // itemsize * product(trailing_shape)
+  // When discovery began (CLOCK_REALTIME, ns since the epoch), for the files that discovery
+  // does not snapshot one by one: a local Zarr chunk or shard file whose change time is later,
+  // or a missing one whose directory changed later, is kChanged (the chunk was rewritten or
+  // deleted since discovery). 0: not known (a layout rebuilt from its encoding, made by hand),
+  // nothing compared. Set by discover(); kept by slice_rows; not part of the encoding.
+  std::int64_t discovered_ns = 0;
 
   // Elements in one row (product of the trailing shape; 1 for 1-D data).
   [[nodiscard]] std::uint64_t row_elements() const { return row_bytes / dtype.size; }
