@@ -277,6 +277,30 @@ std::string redact_query(std::string_view text, std::vector<std::string>& hidden
   return out;
 }
 
+// Where the next URL at or after `from` has its scheme's ':': a "://", or a served scheme
+// (http, https, s3, in any case, not inside a longer word) with one '/' after its ':'
+// ("http:/user:password@host/"): sources refuse that spelling, showing it as written.
+std::size_t next_scheme_mark(std::string_view text, std::size_t from) {
+  for (std::size_t i = text.find(":/", from); i != std::string_view::npos;
+       i = text.find(":/", i + 1)) {
+    if (text.substr(i).starts_with("://")) return i;
+    for (const std::string_view name : {"http", "https", "s3"}) {
+      if (i < name.size()) continue;
+      const std::size_t begin = i - name.size();
+      bool same = true;
+      for (std::size_t k = 0; k < name.size(); ++k) {
+        same = same && std::tolower(static_cast<unsigned char>(text[begin + k])) == name[k];
+      }
+      const char before = begin == 0 ? ' ' : text[begin - 1];
+      if (same && std::isalnum(static_cast<unsigned char>(before)) == 0 && before != '+' &&
+          before != '-' && before != '.') {
+        return i;
+      }
+    }
+  }
+  return std::string_view::npos;
+}
+
 // The password of each URL's user part ("scheme://user:password@host"), and a user part
 // without a password whole (it is then a token: "https://TOKEN@host" is how some servers
 // take one), replaced by "***". The authority ends at the first '/', '?' or '#' (RFC 3986)
@@ -295,11 +319,11 @@ std::string redact_user_info(std::string_view text, std::vector<std::string>& hi
     }
     return from;
   };
-  for (std::size_t scheme = text.find("://"); scheme != std::string_view::npos;
-       scheme = text.find("://", std::max(scheme + 3, done))) {
+  for (std::size_t scheme = next_scheme_mark(text, 0); scheme != std::string_view::npos;
+       scheme = next_scheme_mark(text, std::max(scheme + 2, done))) {
     // Past any further '/': libcurl takes "http:///user:password@host/" as
     // "http://user:password@host/" and sends the password, so it is the user part there too.
-    std::size_t start = scheme + 3;
+    std::size_t start = scheme + 1;
     while (start < text.size() && text[start] == '/') ++start;
     const std::size_t end = stops(start, "/?#");
     const std::string_view authority = text.substr(start, end - start);
@@ -464,7 +488,7 @@ std::string hide_quoted(std::string text, const std::vector<std::string>& hidden
 
 std::string redact_secrets(std::string text) {
   std::vector<std::string> hidden;
-  if (text.find('@') != std::string::npos && text.find("://") != std::string::npos) {
+  if (text.find('@') != std::string::npos && text.find(":/") != std::string::npos) {
     text = redact_user_info(text, hidden);
     if (!hidden.empty()) text = hide_echoes(std::move(text), hidden);
   }

@@ -1,5 +1,7 @@
 #include "shardload/save_options.hpp"
 
+#include <sys/stat.h>
+
 #include <algorithm>
 
 #include "shardload/formats.hpp"
@@ -19,6 +21,16 @@ Status check_save_dest(const std::string& dest) {
   if (dest.empty()) return argument_error("the destination is empty");
   if (dest.find('\0') != std::string::npos) {
     return argument_error("the destination holds a NUL byte");
+  }
+  // Taken as a local path, "s3:/B/d/" (one '/') would be written to "./s3:/B/d/": unless a
+  // directory "s3:" is here (then it is the local path it spells), it is a URL mistyped.
+  if (const std::string url = one_slash_url(dest); !url.empty()) {
+    struct ::stat st {};
+    if (::stat(dest.substr(0, dest.find('/')).c_str(), &st) != 0) {
+      return argument_error("the destination '" + dest +
+                            "': a URL needs two slashes after the scheme: write '" + url +
+                            "' (a local path spelled so can be written './" + dest + "')");
+    }
   }
   // Taken as a local path, "gs://b/k" would be written to "./gs:/b/k" (or fail to find it).
   if (const std::string scheme = unsupported_scheme(dest); !scheme.empty()) {

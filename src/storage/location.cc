@@ -89,6 +89,18 @@ std::string lower_case_scheme(std::string_view path) {
   return is_remote_url(spelled) ? spelled : std::string();
 }
 
+std::string one_slash_url(std::string_view path) {
+  const std::size_t colon = path.find(':');
+  if (colon == std::string_view::npos || path.substr(colon).starts_with("://") ||
+      !path.substr(colon).starts_with(":/")) {
+    return {};
+  }
+  std::string lower(path.substr(0, colon));
+  for (char& c : lower) c = static_cast<char>(c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c);
+  std::string spelled = lower + "://" + std::string(path.substr(colon + 2));
+  return is_remote_url(spelled) ? spelled : std::string();
+}
+
 bool is_http_url(std::string_view path) {
   return path.starts_with("http://") || path.starts_with("https://");
 }

@@ -182,6 +182,17 @@ Status check_no_nul(std::string_view what, const std::string& text) {
 // cause: a URL whose scheme no backend serves is refused by name, unless a local path of
 // that spelling exists (a directory "gs:" is legal, if odd).
 Status check_scheme(std::string_view what, const std::string& text) {
+  // "http:/user:pw@host/x.npy" (one '/') is a URL mistyped: refused saying what to write, unless
+  // a directory of its first part's name ("http:") is here, which makes it the local path it
+  // spells (as a directory "gs:" makes "gs://b/k" one, below).
+  if (const std::string url = one_slash_url(text); !url.empty()) {
+    struct ::stat st {};
+    if (::stat(text.substr(0, text.find('/')).c_str(), &st) == 0) return Status::ok();
+    return {ErrorCode::kInvalidArgument,
+            std::string(what) + " '" + path_for_message(text) +
+                "': a URL needs two slashes after the scheme: write '" + path_for_message(url) +
+                "' (a local path spelled so can be written './" + path_for_message(text) + "')"};
+  }
   const std::string scheme = unsupported_scheme(text);
   struct ::stat st {};
   if (scheme.empty() || ::stat(text.c_str(), &st) == 0) return Status::ok();
@@ -753,6 +764,7 @@ Status check_source(const Source& source) {
       break;
     case Source::Kind::kGlob:
       SHARDLOAD_RETURN_IF_ERROR(check_no_nul("glob", source.glob_expr));
+      SHARDLOAD_RETURN_IF_ERROR(check_scheme("glob", source.glob_expr));
       SHARDLOAD_RETURN_IF_ERROR(check_url(source.glob_expr));
       break;
     case Source::Kind::kList:

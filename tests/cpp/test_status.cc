@@ -74,6 +74,20 @@ TEST(RedactSecrets, AUserPartAfterMoreSlashesIsHidden) {
             "file:///d/x.npy and http:///h/x.npy");
 }
 
+TEST(RedactSecrets, AUserPartAfterOneSlashOfAServedSchemeIsHidden) {
+  // "http:/u:pw@h/x.npy" is refused as a URL mistyped, and shown as written in that refusal.
+  EXPECT_EQ(
+      redact_secrets("source 'http:/alice:pw-S3cr3t@h/x.npy': write "
+                     "'http://alice:pw-S3cr3t@h/x.npy' (or './http:/alice:pw-S3cr3t@h/x.npy')"),
+      "source 'http:/alice:***@h/x.npy': write 'http://alice:***@h/x.npy' (or "
+      "'./http:/alice:***@h/x.npy')");
+  EXPECT_EQ(redact_secrets("HTTPS:/T0k3nT0k3n@h/x"), "HTTPS:/***@h/x");
+  EXPECT_EQ(redact_secrets("S3:/AK:sk@b/d/"), "S3:/AK:***@b/d/");
+  // Not a served scheme, or inside a longer word: left as it is.
+  EXPECT_EQ(redact_secrets("c:/u:x@y gs:/u:x@y xhttp:/u:x@y git+http:/u:x@y"),
+            "c:/u:x@y gs:/u:x@y xhttp:/u:x@y git+http:/u:x@y");
+}
+
 TEST(RedactSecrets, EverySecretQueryKeyIsHiddenWithoutRegardToCaseOrEncoding) {
   // SigV2 and CloudFront presigned URLs, a CDN's token, OAuth's access_token (also in a
   // fragment), an API key: the values go, the keys and every other parameter stay.

@@ -354,6 +354,64 @@ def test_a_save_destination_of_s3_in_another_case_says_what_to_write(tmp_path, m
     assert os.listdir(tmp_path) == []
 
 
+@pytest.mark.parametrize("source,what,url", [
+    ("http:/user:pw-s3cr3t@host/x.npy", "source", "http://user:***@host/x.npy"),
+    ("https:/user:pw-s3cr3t@host/d/", "source", "https://user:***@host/d/"),
+    ("s3:/AK:pw-s3cr3t@bucket/d/*.npy", "source", "s3://AK:***@bucket/d/*.npy"),
+    ("HTTP:/host/x.npy?token=tok-s3cr3t", "source", "http://host/x.npy?token=***"),
+    (["http://host/a.npy", "https:/u:pw-s3cr3t@host/b.npy"], "path",
+     "https://u:***@host/b.npy"),
+])
+def test_a_url_with_one_slash_after_its_scheme_is_refused_saying_what_to_write(
+        tmp_path: pathlib.Path, monkeypatch, source, what: str, url: str) -> None:
+    """"http:/user:pw@host/x.npy" was taken as a local path: "shard directory not found", its
+    password in clear. It is a URL mistyped: refused before the file system is asked about
+    it, saying what to write, its secrets hidden."""
+    monkeypatch.chdir(tmp_path)
+    for call in (shardload.discover, shardload.load):
+        with pytest.raises(ValueError) as e:
+            call(source)
+        msg = str(e.value)
+        assert f"{what} '" in msg, msg
+        assert f"a URL needs two slashes after the scheme: write '{url}'" in msg, msg
+        assert "s3cr3t" not in msg and "not found" not in msg, msg
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_url_with_one_slash_is_refused_by_the_cli_and_save(tmp_path, monkeypatch, cli):
+    monkeypatch.chdir(tmp_path)
+    for command in ("inspect", "read"):
+        r = subprocess.run([str(cli), command, "http:/user:pw-s3cr3t@host/x.npy"],
+                           capture_output=True, text=True, timeout=60)
+        out = r.stdout + r.stderr
+        assert r.returncode != 0, out
+        assert "write 'http://user:***@host/x.npy'" in out and "s3cr3t" not in out, out
+    with pytest.raises(ValueError) as e:
+        shardload.save(np.arange(8.0).reshape(4, 2), "s3:/bucket/d/?secret_key=sk-s3cr3t")
+    assert "write 's3://bucket/d/?secret_key=***'" in str(e.value), e.value
+    assert "s3cr3t" not in str(e.value)
+    assert os.listdir(tmp_path) == []  # nothing written to ./s3:/
+
+
+def test_a_local_directory_named_like_a_scheme_with_one_slash_is_read(tmp_path, monkeypatch):
+    """A directory literally named "http:" is legal: with it here, "http:/d" is that path (as
+    80218dd's "gs:" is), and its other errors hide a user part all the same."""
+    (tmp_path / "http:" / "u:pw-s3cr3t@h").mkdir(parents=True)
+    a = np.arange(12.0).reshape(4, 3)
+    np.save(tmp_path / "http:" / "u:pw-s3cr3t@h" / "shard_0000.npy", a)
+    monkeypatch.chdir(tmp_path)
+    np.testing.assert_array_equal(np.asarray(shardload.load("http:/u:pw-s3cr3t@h")), a)
+    np.testing.assert_array_equal(
+        np.asarray(shardload.load(["http:/u:pw-s3cr3t@h/shard_0000.npy"])), a)
+    with pytest.raises(shardload.SourceNotFoundError) as e:
+        shardload.load("http:/u:pw-s3cr3t@h/missing/")
+    assert "s3cr3t" not in str(e.value) and "http:/u:***@h/missing" in str(e.value), e.value
+    dest = "s3:/d"
+    (tmp_path / "s3:").mkdir()
+    shardload.save(a, dest)
+    np.testing.assert_array_equal(np.asarray(shardload.load(dest)), a)
+
+
 def test_existing_local_path_spelled_like_a_url_is_read(tmp_path: pathlib.Path,
                                                         monkeypatch) -> None:
     (tmp_path / "gs:" / "b").mkdir(parents=True)
