@@ -15,12 +15,15 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <map>
+#include <mutex>
 #include <string>
 #include <tuple>
 #include <utility>
 #include <vector>
 
+#include "base/detail/bytes.hpp"
 #include "shardload/io.hpp"
 #include "shardload/storage.hpp"
 #include "storage/detail/stores.hpp"
@@ -95,6 +98,84 @@ Result<Fd> open_parent(const std::string& root, const std::string& key, bool cre
 }
 
 std::string leaf_of(const std::string& key) { return key.substr(key.rfind('/') + 1); }
+
+// A key of a staging written in place: the file created at its size, filled by pwrite(2),
+// closed by finish(); deleted on a failure or abort().
+class LocalSink final : public KeySink {
+ public:
+  LocalSink(Fd parent, int fd, std::string leaf, std::string path, std::uint64_t size)
+      : parent_(std::move(parent)),
+        fd_(fd),
+        leaf_(std::move(leaf)),
+        path_(std::move(path)),
+        size_(size) {}
+  ~LocalSink() override { abort(); }
+
+  Status write(std::uint64_t offset, std::span<const std::byte> data) override {
+    {
+      std::lock_guard lock(mu_);
+      if (!failed_.is_ok()) return failed_;
+      if (fd_ < 0) return closed();
+    }
+    if (offset > size_ || data.size() > size_ - offset) return past_end(offset, data.size());
+    if (data.empty()) return Status::ok();
+    const Status st =
+        write_all(fd_, path_, data.data(), data.size(), static_cast<std::int64_t>(offset));
+    if (!st) {
+      std::lock_guard lock(mu_);
+      if (failed_.is_ok()) failed_ = st;
+    }
+    return st;
+  }
+
+  Status finish() override {
+    std::lock_guard lock(mu_);
+    if (fd_ < 0) return closed();
+    Status st = failed_;
+    if (::close(std::exchange(fd_, -1)) != 0 && st.is_ok()) {
+      const int err = errno;
+      st = file_error(ErrorCode::kIo, path_, sys_what("close failed", err), err);
+    }
+    if (st.is_ok()) {
+      finished_ = true;
+    } else {
+      ::unlinkat(parent_.get(), leaf_.c_str(), 0);
+    }
+    return st;
+  }
+
+  void abort() noexcept override {
+    std::lock_guard lock(mu_);
+    if (finished_) return;
+    if (fd_ >= 0) ::close(std::exchange(fd_, -1));
+    if (!removed_) {
+      ::unlinkat(parent_.get(), leaf_.c_str(), 0);
+      removed_ = true;
+    }
+  }
+
+  [[nodiscard]] std::uint64_t size() const override { return size_; }
+
+ private:
+  Status past_end(std::uint64_t offset, std::size_t n) const {
+    return file_error(ErrorCode::kInvalidArgument, path_,
+                      "write of " + std::to_string(n) + " bytes at offset " +
+                          std::to_string(offset) + " passes the key's size of " +
+                          std::to_string(size_) + " bytes",
+                      EINVAL);
+  }
+  Status closed() const {
+    return file_error(ErrorCode::kInvalidArgument, path_, "the sink is finished or aborted", EBADF);
+  }
+
+  Fd parent_;
+  int fd_;
+  std::string leaf_, path_;
+  std::uint64_t size_;
+  std::mutex mu_;
+  Status failed_ = Status::ok();
+  bool finished_ = false, removed_ = false;
+};
 
 // --- Publishing: the staging directory, the rename or exchange, the replaced keys' removal.
 
@@ -471,6 +552,34 @@ class LocalStore final : public Store {
     }
     if (!s.is_ok()) ::unlinkat(parent.get(), tmp_leaf.c_str(), 0);
     return s;
+  }
+
+  // The file is made where a key's write would put it (open_parent, its directories made
+  // with mkdir's mode), new (O_EXCL: a file already there is no sink's), at its final size.
+  Result<std::unique_ptr<KeySink>> open_key_sink(std::string_view key,
+                                                 std::uint64_t size) override {
+    SHARDLOAD_RETURN_IF_ERROR(check_store_key(key));
+    const std::string k(key);
+    const std::string path = describe(key);
+    SHARDLOAD_ASSIGN_OR_RETURN(Fd parent, open_parent(dir_, k, /*create=*/true));
+    const std::string leaf = leaf_of(k);
+    const int fd = ::openat(parent.get(), leaf.c_str(),
+                            O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0666);
+    if (fd < 0) {
+      const int err = errno;
+      return file_error(ErrorCode::kIo, path, sys_what("cannot create", err), err);
+    }
+    if (size > static_cast<std::uint64_t>(std::numeric_limits<off_t>::max()) ||
+        ::ftruncate(fd, static_cast<off_t>(size)) != 0) {
+      const int err =
+          size > static_cast<std::uint64_t>(std::numeric_limits<off_t>::max()) ? EFBIG : errno;
+      ::close(fd);
+      ::unlinkat(parent.get(), leaf.c_str(), 0);
+      return file_error(
+          ErrorCode::kIo, path,
+          sys_what(("cannot size to " + std::to_string(size) + " bytes").c_str(), err), err);
+    }
+    return std::unique_ptr<KeySink>(new LocalSink(std::move(parent), fd, leaf, path, size));
   }
 
   Status remove(std::string_view key) override {

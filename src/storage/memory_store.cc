@@ -2,6 +2,7 @@
 // injects faults with (failing, short, changing, slow reads).
 #include <algorithm>
 #include <cstring>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -114,6 +115,99 @@ Status MemoryStore::remove(std::string_view key) {
   SHARDLOAD_RETURN_IF_ERROR(step_locked());
   if (auto it = entries_.find(key); it != entries_.end()) entries_.erase(it);
   return Status::ok();
+}
+
+namespace {
+
+// A key of the memory store being written: a buffer of its size, put in by finish(). Each
+// write and the finish are steps of the store (fail_step fails them).
+class MemorySink final : public KeySink {
+ public:
+  MemorySink(MemoryStore* store, std::string key, std::uint64_t size)
+      : store_(store), key_(std::move(key)), bytes_(size, '\0') {}
+
+  Status write(std::uint64_t offset, std::span<const std::byte> data) override {
+    SHARDLOAD_RETURN_IF_ERROR(usable());
+    if (offset > bytes_.size() || data.size() > bytes_.size() - offset) {
+      return file_error(ErrorCode::kInvalidArgument, store_->describe(key_),
+                        "write of " + std::to_string(data.size()) + " bytes at offset " +
+                            std::to_string(offset) + " passes the key's size of " +
+                            std::to_string(bytes_.size()) + " bytes",
+                        EINVAL);
+    }
+    const Status st = store_->sink_step();
+    if (!st) return fail(st);
+    if (!data.empty()) std::memcpy(bytes_.data() + offset, data.data(), data.size());
+    return Status::ok();
+  }
+
+  Status finish() override {
+    SHARDLOAD_RETURN_IF_ERROR(usable());
+    std::string bytes;
+    {
+      std::lock_guard lock(mu_);
+      bytes.swap(bytes_);
+      done_ = true;
+    }
+    const Status st = store_->sink_finish(key_, std::move(bytes));
+    if (!st) return fail(st);
+    return st;
+  }
+
+  void abort() noexcept override {
+    std::lock_guard lock(mu_);
+    done_ = true;
+    std::string().swap(bytes_);
+  }
+
+  [[nodiscard]] std::uint64_t size() const override { return size_; }
+
+ private:
+  Status usable() {
+    std::lock_guard lock(mu_);
+    if (!failed_.is_ok()) return failed_;
+    if (done_) {
+      return file_error(ErrorCode::kInvalidArgument, store_->describe(key_),
+                        "the sink is finished or aborted", EBADF);
+    }
+    return Status::ok();
+  }
+  Status fail(const Status& st) {
+    std::lock_guard lock(mu_);
+    if (failed_.is_ok()) failed_ = st;
+    return st;
+  }
+
+  MemoryStore* store_;
+  std::string key_;
+  std::string bytes_;
+  std::uint64_t size_ = bytes_.size();
+  std::mutex mu_;
+  Status failed_ = Status::ok();
+  bool done_ = false;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<KeySink>> MemoryStore::open_key_sink(std::string_view key,
+                                                            std::uint64_t size) {
+  SHARDLOAD_RETURN_IF_ERROR(check_store_key(key));
+  if (size > (std::uint64_t{1} << 40)) {
+    return file_error(ErrorCode::kIo, describe(key),
+                      "a key of " + std::to_string(size) + " bytes does not fit in memory", ENOMEM);
+  }
+  return std::unique_ptr<KeySink>(new MemorySink(this, std::string(key), size));
+}
+
+Status MemoryStore::sink_step() {
+  std::lock_guard lock(mu_);
+  return step_locked();
+}
+
+Status MemoryStore::sink_finish(const std::string& key, std::string bytes) {
+  std::lock_guard lock(mu_);
+  SHARDLOAD_RETURN_IF_ERROR(step_locked());
+  return put_locked(key, std::move(bytes));
 }
 
 namespace {

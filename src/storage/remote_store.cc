@@ -4,6 +4,9 @@
 // deadlines and errors.
 #include <algorithm>
 #include <cerrno>
+#include <limits>
+#include <map>
+#include <mutex>
 #include <set>
 #include <string>
 #include <vector>
@@ -16,6 +19,127 @@
 
 namespace shardload::detail {
 namespace {
+
+// A key written through one upload (ObjectStore::open_writer: one PUT, or a multipart upload,
+// as the store chooses by its size). The bytes that continue what was sent go out at once;
+// bytes ahead of them wait in memory until the gap is written, or finish() fills it with zeros.
+class ObjectSink final : public KeySink {
+ public:
+  ObjectSink(std::unique_ptr<ObjectWriter> writer, std::string shown, std::uint64_t size)
+      : writer_(std::move(writer)), shown_(std::move(shown)), size_(size) {}
+  ~ObjectSink() override { abort(); }
+
+  Status write(std::uint64_t offset, std::span<const std::byte> data) override {
+    std::lock_guard lock(mu_);
+    SHARDLOAD_RETURN_IF_ERROR(usable());
+    if (offset > size_ || data.size() > size_ - offset) {
+      return refuse("write of " + std::to_string(data.size()) + " bytes at offset " +
+                    std::to_string(offset) + " passes the key's size of " + std::to_string(size_) +
+                    " bytes");
+    }
+    if (data.empty()) return Status::ok();
+    if (offset < sent_) {
+      return refuse("write at offset " + std::to_string(offset) + ": an object is uploaded in " +
+                    "order, and its bytes up to offset " + std::to_string(sent_) +
+                    " were sent already");
+    }
+    if (offset > sent_) {
+      pending_[offset].assign(reinterpret_cast<const char*>(data.data()), data.size());
+      return Status::ok();
+    }
+    SHARDLOAD_RETURN_IF_ERROR(send(data.data(), data.size()));
+    return drain();
+  }
+
+  Status finish() override {
+    std::lock_guard lock(mu_);
+    SHARDLOAD_RETURN_IF_ERROR(usable());
+    // What waits for a gap gets it as zeros, then the object is padded to its size.
+    while (!pending_.empty()) {
+      SHARDLOAD_RETURN_IF_ERROR(zeros(pending_.begin()->first - sent_));
+      SHARDLOAD_RETURN_IF_ERROR(drain());
+    }
+    SHARDLOAD_RETURN_IF_ERROR(zeros(size_ - sent_));
+    const Status st = writer_->commit();
+    if (!st) {
+      writer_->abort();
+      failed_ = st;
+      return st;
+    }
+    writer_.reset();
+    finished_ = true;
+    return Status::ok();
+  }
+
+  void abort() noexcept override {
+    std::lock_guard lock(mu_);
+    pending_.clear();
+    if (writer_ != nullptr) {
+      writer_->abort();
+      writer_.reset();
+    }
+  }
+
+  [[nodiscard]] std::uint64_t size() const override { return size_; }
+
+ private:
+  [[nodiscard]] Status usable() const {
+    if (!failed_.is_ok()) return failed_;
+    if (writer_ == nullptr) {
+      return file_error(ErrorCode::kInvalidArgument, shown_,
+                        finished_ ? "the sink is finished" : "the sink is aborted", EBADF);
+    }
+    return Status::ok();
+  }
+  [[nodiscard]] Status refuse(const std::string& why) const {
+    return file_error(ErrorCode::kInvalidArgument, shown_, why, EINVAL);
+  }
+
+  // Appends to the upload; a failure fails the sink.
+  Status send(const void* data, std::size_t n) {
+    if (n == 0) return Status::ok();
+    const Status st = writer_->append(data, n);
+    if (!st) {
+      failed_ = st;
+      return st;
+    }
+    sent_ += n;
+    return Status::ok();
+  }
+
+  // Sends the waiting pieces that now continue what was sent (a piece that overlaps the sent
+  // bytes sends its rest).
+  Status drain() {
+    while (!pending_.empty() && pending_.begin()->first <= sent_) {
+      auto node = pending_.extract(pending_.begin());
+      const std::string& bytes = node.mapped();
+      const std::uint64_t skip = sent_ - node.key();
+      if (skip < bytes.size()) {
+        SHARDLOAD_RETURN_IF_ERROR(send(bytes.data() + skip, bytes.size() - skip));
+      }
+    }
+    return Status::ok();
+  }
+
+  Status zeros(std::uint64_t n) {
+    static const std::byte kZeros[std::size_t{1} << 16] = {};
+    while (n > 0) {
+      const auto piece = static_cast<std::size_t>(std::min<std::uint64_t>(n, sizeof kZeros));
+      SHARDLOAD_RETURN_IF_ERROR(send(kZeros, piece));
+      n -= piece;
+    }
+    return Status::ok();
+  }
+
+  std::mutex mu_;
+  std::unique_ptr<ObjectWriter> writer_;
+  std::string shown_;  // the key's URL, its secrets hidden
+  std::uint64_t size_;
+  std::uint64_t sent_ = 0;
+  std::map<std::uint64_t, std::string> pending_;
+  Status failed_ = Status::ok();
+  bool finished_ = false;
+};
 
 class RemoteStore final : public Store {
  public:
@@ -79,6 +203,22 @@ class RemoteStore final : public Store {
     const std::string u = url(key);
     SHARDLOAD_RETURN_IF_ERROR(check_object_key(u));
     return io_->write_object(u, data.data(), data.size());
+  }
+
+  Result<std::unique_ptr<KeySink>> open_key_sink(std::string_view key,
+                                                 std::uint64_t size) override {
+    SHARDLOAD_RETURN_IF_ERROR(check_key(key));
+    const std::string u = url(key);
+    ObjectStore* const objects = object_store_for(u);
+    if (objects == nullptr) return Store::open_key_sink(key, size);
+    SHARDLOAD_RETURN_IF_ERROR(check_object_key(u));
+    if (size > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) {
+      return file_error(ErrorCode::kInvalidArgument, describe(key),
+                        "a key of " + std::to_string(size) + " bytes cannot be uploaded", EFBIG);
+    }
+    SHARDLOAD_ASSIGN_OR_RETURN(auto writer,
+                               objects->open_writer(u, static_cast<std::int64_t>(size)));
+    return std::unique_ptr<KeySink>(new ObjectSink(std::move(writer), describe(key), size));
   }
 
   Status remove(std::string_view key) override {

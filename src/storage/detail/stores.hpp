@@ -78,9 +78,21 @@ class MemoryStore final : public Store {
   Status publish(const Staging& staging, const PublishSteps& steps, bool* published) override;
   void discard(const Staging& staging, const PublishSteps& steps) noexcept override;
 
+  // What a MemorySink asks of its store: a write's step, and the finish's step and put.
+  Status sink_step();
+  Status sink_finish(const std::string& key, std::string bytes);
+
+ protected:
+  Result<std::unique_ptr<KeySink>> open_key_sink(std::string_view key, std::uint64_t size) override;
+
+ public:
   void inject(std::string key, MemoryFault fault);
-  // The steps that change the store are counted from 0 (each write, remove and stage; in a
-  // publish, the check and the swap): step `n` fails with `status` instead (once).
+  // The steps that change the store are counted from 0 (each write, remove and stage; each
+  // write and the finish of a sink; in a publish, the check and the swap): step `n` fails with
+  // `status` instead (once). A failed sink write fails the sink; a failed finish puts nothing.
+  //
+  // A sink (open_sink) fills a buffer of the key's size and puts it in at finish(), under the
+  // store's lock; the store must outlive its sinks.
   void fail_step(std::uint64_t n, Status status);
   // The steps counted so far.
   [[nodiscard]] std::uint64_t steps() const;

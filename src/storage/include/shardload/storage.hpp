@@ -21,6 +21,7 @@
 // they fail.
 #pragma once
 
+#include <cerrno>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -91,6 +92,34 @@ struct Staging {
   std::uint64_t dev = 0, ino = 0;
 };
 
+// One key of a staging being written at its final size (Store::open_sink): the one way a save's
+// writers put bytes into any store. Bytes are written at their offsets, in any order and from
+// several threads at once (each byte by one write); bytes no write gave read as zeros. The key
+// becomes the staging's only at finish(), never part of it:
+//  - local: a file created in the staging directory at its size (O_EXCL, ftruncate), each
+//    write a pwrite(2); finish closes it; a failure or abort() deletes it.
+//  - s3://: one upload (one PUT, or a multipart upload above the store's multipart_threshold)
+//    that finish() completes. Bytes that continue what was sent are sent at once; bytes that
+//    come ahead of that are held in memory until the gap before them is written (or, at
+//    finish, filled with zeros): a writer that writes in order holds nothing. A byte written
+//    again after it was sent is refused (kInvalidArgument).
+//  - memory: a buffer of the key's size, put in under the store's lock by finish().
+// A sink neither finished nor aborted is aborted when destroyed. After a failed write the sink
+// is failed: later writes and finish return that error, and nothing of the key is left once
+// it is aborted (or destroyed).
+class KeySink {
+ public:
+  virtual ~KeySink() = default;
+  // Writes `data` at `offset`; kInvalidArgument naming the key when it passes the key's size.
+  virtual Status write(std::uint64_t offset, std::span<const std::byte> data) = 0;
+  // After every write: the key is complete (in the staging). On an error nothing of it is left.
+  virtual Status finish() = 0;
+  // Drops the key: nothing of it is left. Best effort, never fails; a no-op after finish().
+  virtual void abort() noexcept = 0;
+  // The key's size, as opened.
+  [[nodiscard]] virtual std::uint64_t size() const = 0;
+};
+
 class Store {
  public:
   virtual ~Store() = default;
@@ -147,6 +176,24 @@ class Store {
   Status write_staged(const Staging& staging, std::string_view key,
                       std::span<const std::byte> data) {
     return write(staging.prefix + std::string(key), data);
+  }
+  // A sink for `key` of a staging (Staging::prefix + key), the key `size` bytes long (its
+  // directories, locally, made as they are needed). kIo where the store cannot write (HTTP),
+  // or naming the key when it cannot be made (locally: "cannot size to N bytes: File too
+  // large"); kInvalidArgument for a bad key.
+  Result<std::unique_ptr<KeySink>> open_sink(const Staging& staging, std::string_view key,
+                                             std::uint64_t size) {
+    return open_key_sink(staging.prefix + std::string(key), size);
+  }
+
+ protected:
+  // The driver's sink for the full key (below the store's location). Default: refused, as a
+  // store that cannot write refuses write().
+  virtual Result<std::unique_ptr<KeySink>> open_key_sink(std::string_view key,
+                                                         std::uint64_t /*size*/) {
+    return file_error(ErrorCode::kIo, describe(key),
+                      "this store cannot write (" + std::string(scheme()) + " is read-only)",
+                      ENOTSUP);
   }
 };
 

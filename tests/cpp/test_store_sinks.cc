@@ -1,0 +1,479 @@
+// A store's sinks (shardload/storage.hpp: Store::open_sink, KeySink): a key of a staging written
+// at its size by positional writes, on the local POSIX driver and the in-memory store alike;
+// then, in memory, a failure injected at each step of a save written through sinks (a sink's
+// write, its finish, the publish): nothing becomes visible and nothing is left. The s3:// sink
+// is run against a real S3 server by the save tests (tests/python/test_s3_save.py); here only
+// its failures are injected, through a stand-in ObjectStore.
+#include <gtest/gtest.h>
+
+#include <cerrno>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "shardload/io.hpp"
+#include "shardload/location.hpp"
+#include "shardload/storage.hpp"
+#include "storage/detail/object_store.hpp"
+#include "storage/detail/stores.hpp"
+#include "store_util.hpp"
+#include "util.hpp"
+
+namespace shardload {
+namespace {
+
+using detail::MemoryStore;
+using detail::ObjectEntry;
+using detail::ObjectStore;
+using detail::ObjectWriter;
+using testing::bytes_of;
+using testing::open_test_store;
+
+std::string read_key(Store& store, const std::string& key) {
+  auto info = store.stat(key);
+  if (!info) return "<missing>";
+  std::string out(info->size, '\0');
+  auto got = store.read(key, 0, std::as_writable_bytes(std::span<char>(out)), "");
+  if (!got) return "<error>";
+  out.resize(*got);
+  return out;
+}
+
+// Every key below `prefix` with its bytes (prefixes with '/' and no bytes).
+void walk(Store& store, const std::string& prefix, std::map<std::string, std::string>* out) {
+  auto keys = store.list(prefix);
+  if (!keys) return;
+  for (const std::string& k : *keys) {
+    if (k.back() == '/') {
+      (*out)[k] = "";
+      walk(store, k, out);
+    } else {
+      (*out)[k] = read_key(store, k);
+    }
+  }
+}
+
+std::map<std::string, std::string> everything(Store& store) {
+  std::map<std::string, std::string> out;
+  walk(store, "", &out);
+  return out;
+}
+
+// The keys of `staging` (below its prefix) as the store lists them now.
+std::map<std::string, std::string> staged_keys(Store& store, const Staging& staging) {
+  std::map<std::string, std::string> out;
+  walk(store, staging.prefix, &out);
+  return out;
+}
+
+Status write_text(KeySink& sink, std::uint64_t offset, const std::string& text) {
+  return sink.write(offset, bytes_of(text));
+}
+
+class StoreSinks : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    store_ = open_test_store(GetParam(), dir_);
+    ASSERT_NE(store_, nullptr);
+    ASSERT_TRUE(store_->write("keep/x", bytes_of("mine")));
+  }
+  testing::TempDir dir_;
+  std::unique_ptr<Store> store_;
+};
+
+TEST_P(StoreSinks, WritesInAnyOrderMakeTheKeyAndUnwrittenBytesAreZeros) {
+  Store& store = *store_;
+  auto staging = store.stage("out", {});
+  ASSERT_TRUE(staging.is_ok()) << staging.status().message();
+  auto sink = store.open_sink(*staging, "shard_0", 10);
+  ASSERT_TRUE(sink.is_ok()) << sink.status().message();
+  EXPECT_EQ((*sink)->size(), 10u);
+  ASSERT_TRUE(write_text(**sink, 6, "ghij"));
+  ASSERT_TRUE(write_text(**sink, 0, "ab"));
+  ASSERT_TRUE((*sink)->finish());
+  // A key in a sub-prefix (a Zarr store's chunk): its prefix is made.
+  auto chunk = store.open_sink(*staging, "store_1/0.0", 3);
+  ASSERT_TRUE(chunk.is_ok()) << chunk.status().message();
+  ASSERT_TRUE(write_text(**chunk, 0, "one"));
+  ASSERT_TRUE((*chunk)->finish());
+  EXPECT_FALSE(store.stat("out/shard_0").is_ok());  // nothing at the destination yet
+  bool published = false;
+  ASSERT_TRUE(store.publish(*staging, {}, &published));
+  ASSERT_TRUE(published);
+  EXPECT_EQ(read_key(store, "out/shard_0"), std::string("ab\0\0\0\0ghij", 10));
+  EXPECT_EQ(read_key(store, "out/store_1/0.0"), "one");
+  EXPECT_EQ(read_key(store, "keep/x"), "mine");
+}
+
+TEST_P(StoreSinks, AnAbortedOrDroppedSinkLeavesNothing) {
+  Store& store = *store_;
+  const auto before = everything(store);
+  auto staging = store.stage("out", {});
+  ASSERT_TRUE(staging.is_ok()) << staging.status().message();
+  {
+    auto sink = store.open_sink(*staging, "shard_0", 8);
+    ASSERT_TRUE(sink.is_ok()) << sink.status().message();
+    ASSERT_TRUE(write_text(**sink, 0, "half"));
+    (*sink)->abort();
+    EXPECT_FALSE(write_text(**sink, 4, "more").is_ok());  // an aborted sink takes no bytes
+    EXPECT_FALSE((*sink)->finish().is_ok());
+  }
+  {
+    auto sink = store.open_sink(*staging, "store_1/0.0", 8);
+    ASSERT_TRUE(sink.is_ok()) << sink.status().message();
+    ASSERT_TRUE(write_text(**sink, 0, "half"));
+  }  // destroyed unfinished: aborted
+  std::map<std::string, std::string> left = staged_keys(store, *staging);
+  std::erase_if(left, [](const auto& kv) { return kv.first.back() == '/'; });  // a made prefix
+  EXPECT_TRUE(left.empty()) << left.begin()->first;
+  store.discard(*staging, {});
+  EXPECT_EQ(everything(store), before);
+}
+
+TEST_P(StoreSinks, AWritePastTheKeysSizeIsRefusedAndWritesNothing) {
+  Store& store = *store_;
+  auto staging = store.stage("out", {});
+  ASSERT_TRUE(staging.is_ok()) << staging.status().message();
+  auto sink = store.open_sink(*staging, "shard_0", 4);
+  ASSERT_TRUE(sink.is_ok()) << sink.status().message();
+  for (const auto& [offset, text] :
+       std::vector<std::pair<std::uint64_t, std::string>>{{2, "abc"}, {5, "a"}, {~0ull, "a"}}) {
+    const Status st = write_text(**sink, offset, text);
+    ASSERT_FALSE(st.is_ok()) << offset;
+    EXPECT_EQ(st.code(), ErrorCode::kInvalidArgument);
+    EXPECT_NE(st.message().find("passes the key's size of 4 bytes"), std::string::npos)
+        << st.message();
+  }
+  ASSERT_TRUE(write_text(**sink, 0, "abcd"));
+  ASSERT_TRUE((*sink)->finish());
+  bool published = false;
+  ASSERT_TRUE(store.publish(*staging, {}, &published));
+  EXPECT_EQ(read_key(store, "out/shard_0"), "abcd");
+}
+
+TEST_P(StoreSinks, ThreadsWriteTheirRangesAtOnce) {
+  Store& store = *store_;
+  auto staging = store.stage("out", {});
+  ASSERT_TRUE(staging.is_ok()) << staging.status().message();
+  constexpr std::size_t kPiece = 1 << 16, kThreads = 4;
+  auto sink = store.open_sink(*staging, "shard_0", kPiece * kThreads);
+  ASSERT_TRUE(sink.is_ok()) << sink.status().message();
+  std::string expected;
+  for (std::size_t t = 0; t < kThreads; ++t) expected += std::string(kPiece, char('a' + t));
+  std::vector<std::thread> threads;
+  std::vector<Status> results(kThreads, Status::ok());
+  for (std::size_t t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      // Each thread's range in pieces, from its end backwards.
+      for (std::size_t p = 4; p-- > 0;) {
+        const std::size_t at = t * kPiece + p * (kPiece / 4);
+        const Status st = (*sink)->write(at, bytes_of(expected.substr(at, kPiece / 4)));
+        if (!st) results[t] = st;
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  for (const Status& st : results) ASSERT_TRUE(st) << st.message();
+  ASSERT_TRUE((*sink)->finish());
+  bool published = false;
+  ASSERT_TRUE(store.publish(*staging, {}, &published));
+  EXPECT_EQ(read_key(store, "out/shard_0"), expected);
+}
+
+TEST_P(StoreSinks, ABadKeyIsRefusedBeforeAnythingIsMade) {
+  Store& store = *store_;
+  auto staging = store.stage("out", {});
+  ASSERT_TRUE(staging.is_ok()) << staging.status().message();
+  const auto before = everything(store);
+  for (const char* bad : {"../x", "a/./b", "a//b", "/x"}) {
+    const auto sink = store.open_sink(*staging, bad, 1);
+    ASSERT_FALSE(sink.is_ok()) << bad;
+    EXPECT_EQ(sink.status().code(), ErrorCode::kInvalidArgument) << bad;
+  }
+  EXPECT_EQ(everything(store), before);
+  store.discard(*staging, {});
+}
+
+INSTANTIATE_TEST_SUITE_P(Drivers, StoreSinks, ::testing::Values("local", "memory"),
+                         [](const auto& info) { return info.param; });
+
+TEST(StoreSinksLocal, AKeyAlreadyThereIsNotASinksAndIsLeftAlone) {
+  testing::TempDir dir;
+  auto store = open_store(dir.path());
+  ASSERT_TRUE(store.is_ok());
+  auto staging = (*store)->stage("out", {});
+  ASSERT_TRUE(staging.is_ok()) << staging.status().message();
+  ASSERT_TRUE((*store)->write_staged(*staging, "shard_0", bytes_of("theirs")));
+  const auto sink = (*store)->open_sink(*staging, "shard_0", 4);
+  ASSERT_FALSE(sink.is_ok());
+  EXPECT_EQ(sink.status().sys_errno(), EEXIST);
+  EXPECT_EQ(read_key(**store, staging->prefix + "shard_0"), "theirs");
+  (*store)->discard(*staging, {});
+}
+
+TEST(StoreSinksLocal, TheFileIsMadeAtItsSizeWhenTheSinkOpens) {
+  testing::TempDir dir;
+  auto store = open_store(dir.path());
+  ASSERT_TRUE(store.is_ok());
+  auto staging = (*store)->stage("out", {});
+  ASSERT_TRUE(staging.is_ok()) << staging.status().message();
+  auto sink = (*store)->open_sink(*staging, "shard_0", 1000);
+  ASSERT_TRUE(sink.is_ok()) << sink.status().message();
+  auto info = (*store)->stat(staging->prefix + "shard_0");
+  ASSERT_TRUE(info.is_ok()) << info.status().message();
+  EXPECT_EQ(info->size, 1000u);
+  (*sink)->abort();
+  EXPECT_FALSE((*store)->stat(staging->prefix + "shard_0").is_ok());
+  (*store)->discard(*staging, {});
+}
+
+TEST(StoreSinksStores, AReadOnlyStoreRefusesASink) {
+  if (http_io() == nullptr) GTEST_SKIP() << "built without http(s)";
+  auto store = open_store("http://127.0.0.1:9/data/");
+  ASSERT_TRUE(store.is_ok()) << store.status().message();
+  Staging staging;
+  staging.prefix = "out/";
+  const auto sink = (*store)->open_sink(staging, "shard_0", 1);
+  ASSERT_FALSE(sink.is_ok());
+  EXPECT_EQ(sink.status().sys_errno(), ENOTSUP);
+  EXPECT_NE(sink.status().message().find("read-only"), std::string::npos)
+      << sink.status().message();
+}
+
+// --- The memory store's failures, at each step of a save written through sinks.
+
+void fill(MemoryStore& store, bool old_dataset) {
+  ASSERT_TRUE(store.write("keep/x", bytes_of("mine")));
+  if (!old_dataset) return;
+  ASSERT_TRUE(store.write("out/shard_0", bytes_of("old zero")));
+  ASSERT_TRUE(store.write("out/manifest", bytes_of("old manifest")));
+}
+
+// A save through sinks: shard_0 in two writes, a chunk in one, each finished, then the seal's
+// manifest and the publish; on an error, the sinks dropped and the staging discarded.
+Status save_with_sinks(Store& store, bool* published) {
+  *published = false;
+  PublishSteps steps;
+  steps.overwrite = true;
+  steps.commit_key = "manifest";
+  steps.check = [&store](std::vector<ReplacedKey>* replaced) {
+    auto keys = store.list("out/");
+    if (!keys) return Status::ok();
+    for (const std::string& k : *keys) {
+      SHARDLOAD_ASSIGN_OR_RETURN(const KeyInfo info, store.stat(k));
+      replaced->push_back({k.substr(4), info.generation});
+    }
+    return Status::ok();
+  };
+  SHARDLOAD_ASSIGN_OR_RETURN(const Staging staging, store.stage("out", steps));
+  const auto body = [&]() -> Status {
+    SHARDLOAD_ASSIGN_OR_RETURN(auto shard, store.open_sink(staging, "shard_0", 8));
+    SHARDLOAD_ASSIGN_OR_RETURN(auto chunk, store.open_sink(staging, "store_1/0.0", 3));
+    SHARDLOAD_RETURN_IF_ERROR(shard->write(4, bytes_of("zero")));
+    SHARDLOAD_RETURN_IF_ERROR(shard->write(0, bytes_of("new ")));
+    SHARDLOAD_RETURN_IF_ERROR(chunk->write(0, bytes_of("one")));
+    SHARDLOAD_RETURN_IF_ERROR(shard->finish());
+    SHARDLOAD_RETURN_IF_ERROR(chunk->finish());
+    steps.seal = [&](const std::string&) {
+      return store.write_staged(staging, "manifest", bytes_of("new manifest"));
+    };
+    return store.publish(staging, steps, published);
+  };
+  const Status st = body();
+  if (!*published) store.discard(staging, steps);
+  return st;
+}
+
+void fail_each_step(bool old_dataset) {
+  std::uint64_t total = 0;
+  {
+    MemoryStore clean;
+    fill(clean, old_dataset);
+    const std::uint64_t base = clean.steps();
+    bool published = false;
+    ASSERT_TRUE(save_with_sinks(clean, &published));
+    total = clean.steps() - base;
+  }
+  // stage, three sink writes, two finishes, the seal's write, the check, the swap
+  ASSERT_EQ(total, 9u);
+  for (std::uint64_t n = 0; n < total; ++n) {
+    SCOPED_TRACE("step " + std::to_string(n));
+    MemoryStore store;
+    fill(store, old_dataset);
+    const auto before = everything(store);
+    store.fail_step(store.steps() + n,
+                    file_error(ErrorCode::kIo, "memory://out", "injected failure", EIO));
+    bool published = true;
+    const Status st = save_with_sinks(store, &published);
+    ASSERT_FALSE(st.is_ok());
+    EXPECT_NE(st.message().find("injected failure"), std::string::npos) << st.message();
+    EXPECT_FALSE(published);
+    EXPECT_EQ(everything(store), before);  // nothing visible, nothing staged left
+    ASSERT_TRUE(save_with_sinks(store, &published));
+    EXPECT_EQ(read_key(store, "out/shard_0"), "new zero");
+    EXPECT_EQ(read_key(store, "out/store_1/0.0"), "one");
+    EXPECT_EQ(read_key(store, "out/manifest"), "new manifest");
+    EXPECT_EQ(read_key(store, "keep/x"), "mine");
+  }
+}
+
+TEST(StoreSinksFaults, AFailureAtEachStepOfANewSaveLeavesNothing) { fail_each_step(false); }
+
+TEST(StoreSinksFaults, AFailureAtEachStepOfAnOverwriteLeavesTheOldDatasetWhole) {
+  fail_each_step(true);
+}
+
+TEST(StoreSinksFaults, AFailedWriteFailsTheSinkAndItsKeyIsNeverPut) {
+  MemoryStore store;
+  auto staging = store.stage("out", {});
+  ASSERT_TRUE(staging.is_ok());
+  auto sink = store.open_sink(*staging, "shard_0", 4);
+  ASSERT_TRUE(sink.is_ok());
+  store.fail_step(store.steps(), file_error(ErrorCode::kIo, "memory://out", "injected", EIO));
+  EXPECT_FALSE(write_text(**sink, 0, "ab").is_ok());
+  ASSERT_TRUE(write_text(**sink, 2, "cd").message().find("injected") != std::string::npos);
+  const Status finished = (*sink)->finish();
+  ASSERT_FALSE(finished.is_ok());
+  EXPECT_NE(finished.message().find("injected"), std::string::npos) << finished.message();
+  EXPECT_TRUE(staged_keys(store, *staging).empty());
+}
+
+TEST(StoreSinksFaults, AFailedFinishPutsNothing) {
+  MemoryStore store;
+  auto staging = store.stage("out", {});
+  ASSERT_TRUE(staging.is_ok());
+  auto sink = store.open_sink(*staging, "shard_0", 4);
+  ASSERT_TRUE(sink.is_ok());
+  ASSERT_TRUE(write_text(**sink, 0, "abcd"));
+  store.fail_step(store.steps(), file_error(ErrorCode::kIo, "memory://out", "injected", EIO));
+  EXPECT_FALSE((*sink)->finish().is_ok());
+  EXPECT_TRUE(staged_keys(store, *staging).empty());
+  EXPECT_FALSE((*sink)->finish().is_ok());  // a failed sink stays failed
+  EXPECT_TRUE(staged_keys(store, *staging).empty());
+}
+
+// --- The s3:// sink's failures, through a stand-in ObjectStore that records what it is sent.
+
+struct Upload {
+  std::string url, bytes;
+  std::int64_t size = 0;
+  bool committed = false, aborted = false;
+};
+
+class StandInWriter final : public ObjectWriter {
+ public:
+  StandInWriter(Upload* u, Status fail_append, Status fail_commit)
+      : u_(u), fail_append_(std::move(fail_append)), fail_commit_(std::move(fail_commit)) {}
+  Status append(const void* data, std::size_t n) override {
+    if (!fail_append_.is_ok()) return fail_append_;
+    u_->bytes.append(static_cast<const char*>(data), n);
+    return Status::ok();
+  }
+  Status commit() override {
+    if (!fail_commit_.is_ok()) return fail_commit_;
+    u_->committed = true;
+    return Status::ok();
+  }
+  void abort() noexcept override {
+    if (!u_->committed) u_->aborted = true;
+  }
+
+ private:
+  Upload* u_;
+  Status fail_append_, fail_commit_;
+};
+
+class StandInObjects final : public ObjectStore {
+ public:
+  Result<std::unique_ptr<ObjectWriter>> open_writer(const std::string& url,
+                                                    std::int64_t size) override {
+    uploads.push_back(std::make_unique<Upload>());
+    uploads.back()->url = url;
+    uploads.back()->size = size;
+    return std::unique_ptr<ObjectWriter>(
+        new StandInWriter(uploads.back().get(), fail_append, fail_commit));
+  }
+  Status remove(const std::string&) override { return Status::ok(); }
+  Result<std::vector<ObjectEntry>> list_entries(const std::string&) override {
+    return std::vector<ObjectEntry>{};
+  }
+  std::vector<std::unique_ptr<Upload>> uploads;
+  Status fail_append = Status::ok(), fail_commit = Status::ok();
+};
+
+class StoreSinksObjects : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (remote_io_for("s3://b/p/") == nullptr) GTEST_SKIP() << "built without s3://";
+    saved_ = detail::object_store_for("s3://b/p/");
+    detail::set_object_store(&objects_);
+    auto store = open_store("s3://b/p/?endpoint_override=127.0.0.1:9&scheme=http");
+    ASSERT_TRUE(store.is_ok()) << store.status().message();
+    store_ = std::move(*store);
+    staging_.prefix = "out/";
+    staging_.in_place = true;
+  }
+  void TearDown() override {
+    if (store_ != nullptr) detail::set_object_store(saved_);
+  }
+  ObjectStore* saved_ = nullptr;
+  StandInObjects objects_;
+  std::unique_ptr<Store> store_;
+  Staging staging_;
+};
+
+TEST_F(StoreSinksObjects, OneUploadInOrderWithTheGapsAsZerosAtFinish) {
+  auto sink = store_->open_sink(staging_, "shard_0", 10);
+  ASSERT_TRUE(sink.is_ok()) << sink.status().message();
+  ASSERT_EQ(objects_.uploads.size(), 1u);
+  EXPECT_EQ(objects_.uploads[0]->size, 10);
+  EXPECT_NE(objects_.uploads[0]->url.find("s3://b/p/out/shard_0?"), std::string::npos);
+  ASSERT_TRUE(write_text(**sink, 6, "gh"));  // ahead: held
+  EXPECT_EQ(objects_.uploads[0]->bytes, "");
+  ASSERT_TRUE(write_text(**sink, 0, "abc"));  // continues: sent
+  EXPECT_EQ(objects_.uploads[0]->bytes, "abc");
+  ASSERT_TRUE(write_text(**sink, 3, "def"));  // fills the gap: the held bytes follow
+  EXPECT_EQ(objects_.uploads[0]->bytes, "abcdefgh");
+  const Status again = write_text(**sink, 1, "x");  // sent already
+  EXPECT_EQ(again.code(), ErrorCode::kInvalidArgument);
+  ASSERT_TRUE((*sink)->finish());
+  EXPECT_TRUE(objects_.uploads[0]->committed);
+  EXPECT_EQ(objects_.uploads[0]->bytes, std::string("abcdefgh\0\0", 10));
+}
+
+TEST_F(StoreSinksObjects, AFailedAppendAbortsTheUploadAndNeverCommits) {
+  objects_.fail_append = file_error(ErrorCode::kIo, "s3://b/p/out/shard_0", "injected", EIO);
+  auto sink = store_->open_sink(staging_, "shard_0", 4);
+  ASSERT_TRUE(sink.is_ok()) << sink.status().message();
+  EXPECT_FALSE(write_text(**sink, 0, "ab").is_ok());
+  const Status finished = (*sink)->finish();
+  EXPECT_NE(finished.message().find("injected"), std::string::npos) << finished.message();
+  sink->reset();
+  EXPECT_FALSE(objects_.uploads[0]->committed);
+  EXPECT_TRUE(objects_.uploads[0]->aborted);
+}
+
+TEST_F(StoreSinksObjects, AFailedCommitAbortsTheUpload) {
+  objects_.fail_commit = file_error(ErrorCode::kIo, "s3://b/p/out/shard_0", "injected", EIO);
+  auto sink = store_->open_sink(staging_, "shard_0", 2);
+  ASSERT_TRUE(sink.is_ok()) << sink.status().message();
+  ASSERT_TRUE(write_text(**sink, 1, "b"));
+  EXPECT_FALSE((*sink)->finish().is_ok());
+  EXPECT_FALSE(objects_.uploads[0]->committed);
+  EXPECT_TRUE(objects_.uploads[0]->aborted);
+}
+
+TEST_F(StoreSinksObjects, ADroppedSinkAbortsItsUpload) {
+  {
+    auto sink = store_->open_sink(staging_, "shard_0", 2);
+    ASSERT_TRUE(sink.is_ok()) << sink.status().message();
+    ASSERT_TRUE(write_text(**sink, 0, "a"));
+  }
+  EXPECT_FALSE(objects_.uploads[0]->committed);
+  EXPECT_TRUE(objects_.uploads[0]->aborted);
+}
+
+}  // namespace
+}  // namespace shardload
