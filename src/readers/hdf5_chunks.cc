@@ -27,6 +27,40 @@ std::int64_t chunk_rows(const Hdf5Api& api, hid_t dataset, std::size_t rank) {
   return static_cast<std::int64_t>(chunk[0]);
 }
 
+Status filters_available(const Hdf5Api& api, hid_t dataset) {
+  Hid dcpl(api.H5Dget_create_plist(dataset), api.H5Pclose);
+  if (!dcpl.valid() || api.H5Pget_layout(dcpl.get()) != H5D_CHUNKED) return Status::ok();
+  for (int i = 0, n = api.H5Pget_nfilters(dcpl.get()); i < n && i < 32; ++i) {
+    unsigned flags = 0, config = 0;
+    unsigned cd[8] = {};
+    std::size_t ncd = 8;
+    char name[64] = {};
+    const H5Z_filter_t id = api.H5Pget_filter2(dcpl.get(), static_cast<unsigned>(i), &flags, &ncd,
+                                               cd, sizeof name - 1, name, &config);
+    // Asking loads a plugin from HDF5_PLUGIN_PATH where one is there.
+    if (id < 0 || api.H5Zfilter_avail(id) > 0) continue;
+    std::string shown;
+    for (const char* c = name; *c != '\0'; ++c) {
+      if (*c >= ' ' && *c <= '~' && *c != '\'') shown += *c;
+    }
+    const std::string filter = (shown.empty() ? std::string("filter") : "filter '" + shown + "'") +
+                               " (id " + std::to_string(id) + ")";
+    // h5py's LZF is compiled into h5py itself, no plugin; hdf5plugin ships most others.
+    const std::string where =
+        id == 32000 ? "h5py reads it with the LZF filter built into h5py itself, which "
+                      "no other program's HDF5 can load: rewrite the dataset with "
+                      "compression='gzip', or put an LZF filter plugin in HDF5_PLUGIN_PATH"
+                    : "h5py reads it where a plugin provides the filter (the hdf5plugin "
+                      "package ships the common ones): set HDF5_PLUGIN_PATH to that "
+                      "directory (hdf5plugin.PLUGIN_PATH), or rewrite the dataset with "
+                      "compression='gzip'";
+    return Status(ErrorCode::kFormat,
+                  "compressed with the " + filter +
+                      ", which the HDF5 library shardload loads does not have; " + where);
+  }
+  return Status::ok();
+}
+
 namespace {
 
 // The memory type of `dtype` with its numbers in the other byte order than the host's; invalid

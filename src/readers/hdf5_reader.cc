@@ -273,6 +273,8 @@ class Hdf5Reader final : public ShardReader {
                                     .with_context(path + ": dataset '" + d.name + "'"));
       SHARDLOAD_RETURN_IF_ERROR(defined_everywhere(api_, d.dataset.get())
                                     .with_context(path + ": dataset '" + d.name + "'"));
+      SHARDLOAD_RETURN_IF_ERROR(filters_available(api_, d.dataset.get())
+                                    .with_context(path + ": dataset '" + d.name + "'"));
       SHARDLOAD_RETURN_IF_ERROR(no_virtual_cycle(d, path, &source_files));
       p.dtype = *dtype;
       p.shard.rows = static_cast<std::int64_t>(d.dims[0]);
@@ -475,6 +477,8 @@ class Hdf5Reader final : public ShardReader {
                                              file_bytes(f, head));
       }
       if (in_file) in_file = chunks_in_file(api_, d.dataset.get(), d.dims, lo, hi, s.snapshot.size);
+      // A layout from a manifest was not probed by this process, whose HDF5 may lack a filter.
+      if (in_file) in_file = filters_available(api_, d.dataset.get());
       SHARDLOAD_RETURN_IF_ERROR(take_remote_error());
       api_.H5Eclear2(H5E_DEFAULT);
       SHARDLOAD_RETURN_IF_ERROR(in_file.with_context(where));

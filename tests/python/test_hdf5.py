@@ -1726,3 +1726,31 @@ def test_virtual_datasets_of_their_own_files_datasets_read_as_h5py_does(tmp_path
     with h5py.File(path, "r") as f:
         want = f["v"][...]
     np.testing.assert_array_equal(shardload.discover(tmp_path, dataset="v").read(), want)
+
+
+def test_a_filter_the_hdf5_library_lacks_is_one_error_naming_it(tmp_path: pathlib.Path,
+                                                               cli) -> None:
+    """h5py's compression="lzf" is a filter compiled into h5py, which the HDF5 library shardload
+    loads lacks: discovery took the file, and each tile's read then failed in HDF5's own
+    words ("can't read data: can't open directory: <its plugin directory>"). Discovery now
+    refuses it, naming the file, the dataset, the filter and what provides it."""
+    want = np.arange(600, dtype="f4").reshape(60, 10)
+    for i in range(2):
+        with h5py.File(tmp_path / f"shard_{i:04d}.h5", "w") as f:
+            f.create_dataset("x", data=want[i * 30:(i + 1) * 30], chunks=(7, 10),
+                             compression="lzf")
+    with h5py.File(tmp_path / "shard_0001.h5", "r") as f:  # the oracle reads it
+        np.testing.assert_array_equal(f["x"][()], want[30:])
+    first = tmp_path / "shard_0000.h5"
+    expected = (f"{first}: dataset '/x': compressed with the filter 'lzf' (id 32000), which the "
+                "HDF5 library shardload loads does not have; h5py reads it with the LZF filter "
+                "built into h5py itself")
+    for call in (lambda: shardload.discover(tmp_path), lambda: shardload.load(tmp_path),
+                 lambda: shardload.numpy.load([str(first)])):
+        with pytest.raises(shardload.LayoutError) as e:
+            call()
+        assert expected in str(e.value), e.value
+        assert "can't" not in str(e.value) and "plugins" not in str(e.value), e.value
+    r = subprocess.run([str(cli), "inspect", str(tmp_path)], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode != 0 and expected in r.stderr, r.stderr

@@ -183,6 +183,13 @@ bool next_chunk(std::vector<hsize_t>& at, const std::vector<hsize_t>& first,
 Status chunks_in_file(const Hdf5Api& api, hid_t dataset, const std::vector<hsize_t>& dims,
                       std::int64_t lo, std::int64_t hi, std::uint64_t file_size);
 
+// Ok where HDF5 has every filter of the dataset's pipeline (asking it loads a plugin from
+// HDF5_PLUGIN_PATH); else a format error naming the first filter it lacks (h5py's LZF, a
+// Blosc or Zstd of hdf5plugin's) and what provides it, which H5Dread would otherwise report
+// per chunk in HDF5's own words. Called with the lock held; leaves HDF5's error stack for the
+// caller to clear.
+Status filters_available(const Hdf5Api& api, hid_t dataset);
+
 // The direct plan when the dataset is chunked, filtered by exactly deflate
 // (optionally after shuffle), and stored in a type whose bytes are the
 // destination's up to byte order; nullopt otherwise (read by H5Dread). Called with the lock
