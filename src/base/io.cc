@@ -15,6 +15,7 @@ namespace {
 
 std::atomic<RemoteIo*> g_remote{nullptr};
 std::atomic<RemoteIo*> g_http{nullptr};
+std::atomic<RemoteIo*> g_store{nullptr};
 std::atomic<PathRouter> g_router{nullptr};
 
 FileInfo info_from_stat(const struct ::stat& st) {
@@ -123,6 +124,10 @@ RemoteIo* remote_io() { return g_remote.load(std::memory_order_acquire); }
 
 RemoteIo* http_io() { return g_http.load(std::memory_order_acquire); }
 
+void set_store_io(RemoteIo* io) { g_store.store(io, std::memory_order_release); }
+
+RemoteIo* store_io() { return g_store.load(std::memory_order_acquire); }
+
 void set_path_router(PathRouter router) { g_router.store(router, std::memory_order_release); }
 
 Result<RemoteIo*> routed_io(std::string_view path) {
@@ -132,13 +137,14 @@ Result<RemoteIo*> routed_io(std::string_view path) {
 }
 
 RemoteIo* remote_io_for_fd(int fd) {
+  if (fd >= kStoreFdBase) return store_io();
   if (fd >= kHttpFdBase) return http_io();
   return fd >= kRemoteFdBase ? remote_io() : nullptr;
 }
 
 std::uint64_t remote_retries() {
   std::uint64_t n = 0;
-  for (const RemoteIo* r : {remote_io(), http_io()}) {
+  for (const RemoteIo* r : {remote_io(), http_io(), store_io()}) {
     if (r != nullptr) n += r->retries();
   }
   return n;

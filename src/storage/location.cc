@@ -5,18 +5,14 @@
 #include <string>
 #include <vector>
 
+#include "storage/detail/store_schemes.hpp"
 #include "storage/detail/stores.hpp"
 
 namespace shardload {
 
 namespace {
 
-struct SchemeRow {
-  std::string_view prefix;
-  PathTraits traits;
-  RemoteIo* (*backend)();  // the registered backend that serves it (io.hpp)
-  const char* missing;     // why a build without that backend cannot serve it
-};
+using detail::SchemeRow;
 
 constexpr const char* kNoS3 = "object storage is not supported by this build (it needs Arrow)";
 constexpr const char* kNoHttp =
@@ -47,7 +43,8 @@ constexpr PathTraits kHttp{.kernel_files = false,
                            .encoded_keys = true,
                            .fragment_cut = true,
                            .scheme_label = "http(s)://"};
-// A new store driver reached by URL adds its row here (and registers its RemoteIo).
+// The built-in drivers' rows; every other store reached by URL registers its scheme
+// (shardload/store_schemes.hpp), whose row row_of finds after these.
 constexpr std::array kSchemes{SchemeRow{"s3://", kS3, remote_io, kNoS3},
                               SchemeRow{"http://", kHttp, http_io, kNoHttp},
                               SchemeRow{"https://", kHttp, http_io, kNoHttp}};
@@ -56,7 +53,7 @@ const SchemeRow* row_of(std::string_view path) {
   for (const SchemeRow& row : kSchemes) {
     if (path.starts_with(row.prefix)) return &row;
   }
-  return nullptr;
+  return detail::registered_row(path);
 }
 
 }  // namespace
@@ -241,7 +238,10 @@ std::string snapshot_difference(std::string_view path, const FileInfo& then, con
   if (path_traits(path).inode_is_identity) return snapshot_difference(then, now);
   std::string d =
       "size " + std::to_string(then.size) + " -> " + std::to_string(now.size) + " bytes";
-  if (then.inode != now.inode) d += ", overwritten (its ETag differs)";
+  if (then.inode != now.inode) {
+    d += detail::registered_row(path) != nullptr ? ", overwritten (its generation differs)"
+                                                 : ", overwritten (its ETag differs)";
+  }
   return d;
 }
 

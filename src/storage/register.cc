@@ -1,7 +1,9 @@
 // The remote drivers this build has, registered with posix_io() at load time, so that a source
-// parsed before any reader exists can name "s3://" and "http(s)://" URLs; and the router that
-// tells posix_io() which paths they serve (location.cc's table of schemes).
+// parsed before any reader exists can name "s3://" and "http(s)://" URLs; the adapter that
+// reads the stores of registered schemes; and the router that tells posix_io() which paths
+// they serve (location.cc's table of schemes, and the registered ones).
 #include "shardload/io.hpp"
+#include "storage/detail/store_schemes.hpp"
 #include "storage/detail/stores.hpp"
 #if SHARDLOAD_WITH_ARROW
 #include "storage/detail/s3_io.hpp"
@@ -14,6 +16,9 @@ namespace shardload::detail {
 namespace {
 
 const bool kRouterRegistered = (set_path_router(&route_path), true);
+// Every store whose scheme a driver registers (shardload/store_schemes.hpp), read through one
+// adapter.
+const bool kStoresRegistered = (register_store_io(), true);
 #if SHARDLOAD_WITH_ARROW
 const bool kS3Registered = (register_s3_io(), true);
 #endif

@@ -7,6 +7,7 @@
 #include "shardload/io.hpp"
 #include "shardload/location.hpp"
 #include "shardload/storage.hpp"
+#include "storage/detail/store_schemes.hpp"
 #include "storage/detail/stores.hpp"
 
 namespace shardload {
@@ -87,6 +88,7 @@ Result<std::unique_ptr<Store>> open_store(std::string_view location) {
     }
     return detail::make_remote_store(location, io);
   }
+  if (detail::registered_row(location) != nullptr) return detail::open_registered_store(location);
   if (location.find("://") != std::string_view::npos && !location.starts_with("file://")) {
     return file_error(ErrorCode::kInvalidArgument, std::string(location),
                       "no store driver for this scheme (a directory, file://, s3://, http:// or "

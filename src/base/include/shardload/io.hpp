@@ -121,12 +121,20 @@ class RemoteIo : public IoBackend {
 // its ETag (or of its Last-Modified where it sends no ETag) as the inode.
 inline constexpr int kHttpFdBase = kRemoteFdBase + (1 << 29);
 
+// Every other store (shardload/storage.hpp) reached by a URL: the storage layer's one adapter
+// that reads any Store whose scheme a driver registered (its Store as a RemoteIo), registered
+// with set_store_io; its descriptors are at or above kStoreFdBase (below it, 2^28 for HTTP's).
+inline constexpr int kStoreFdBase = kHttpFdBase + (1 << 28);
+
 void set_remote_io(RemoteIo* io);
 void set_http_io(RemoteIo* io);
+void set_store_io(RemoteIo* io);
 // The registered s3:// backend, or nullptr when this build has none.
 RemoteIo* remote_io();
 // The registered http(s):// backend, or nullptr when this build has none.
 RemoteIo* http_io();
+// The registered adapter of the other stores, or nullptr.
+RemoteIo* store_io();
 // Which backend serves a path, decided by the storage layer (which knows the schemes; this
 // layer knows none): nullptr for a path the kernel's calls reach, the RemoteIo for one it
 // routes, or the error (kIo naming the path) for one whose store this build has no driver for.
@@ -137,7 +145,7 @@ void set_path_router(PathRouter router);
 Result<RemoteIo*> routed_io(std::string_view path);
 // The backend whose descriptor `fd` is (>= kRemoteFdBase), or nullptr.
 RemoteIo* remote_io_for_fd(int fd);
-// The retries of both backends, or 0 without them.
+// The retries of the registered backends, or 0 without them.
 std::uint64_t remote_retries();
 
 // What posix_io().open does, for the few callers that need the kernel's

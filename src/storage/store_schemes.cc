@@ -1,0 +1,487 @@
+// The registry of store schemes and the one adapter that makes any registered Store readable by
+// every reader (shardload/store_schemes.hpp): a RemoteIo over Store's stat, ranged read and list.
+#include "shardload/store_schemes.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <climits>
+#include <condition_variable>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <shared_mutex>
+#include <string>
+#include <system_error>
+#include <thread>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "shardload/interrupt.hpp"
+#include "storage/detail/store_schemes.hpp"
+#include "storage/detail/stores.hpp"
+
+namespace shardload {
+namespace detail {
+namespace {
+
+constexpr const char* kNoAdapter =
+    "no store adapter is registered with the I/O layer (the storage layer registers it at load "
+    "time)";
+
+// One registered scheme. Never freed: a row handed to location.cc stays valid after the scheme
+// is registered again or removed (stores opened through it are kept by their open files).
+struct Entry {
+  StoreScheme scheme;
+  std::string label;  // "SCHEME://"
+  SchemeRow row{};
+  std::mutex mu;
+  std::map<std::string, std::shared_ptr<Store>, std::less<>> stores;  // by location and query
+};
+
+struct Registry {
+  std::shared_mutex mu;
+  std::map<std::string, Entry*, std::less<>> by_scheme;
+};
+
+Registry& registry() {
+  static auto* r = new Registry();
+  return *r;
+}
+
+// How many schemes are registered: 0 lets a path through with one load.
+std::atomic<int> g_registered{0};
+
+Entry* entry_of(std::string_view path) {
+  if (g_registered.load(std::memory_order_acquire) == 0) return nullptr;
+  const std::size_t colon = path.find("://");
+  if (colon == std::string_view::npos || colon == 0) return nullptr;
+  Registry& r = registry();
+  std::shared_lock lock(r.mu);
+  const auto it = r.by_scheme.find(path.substr(0, colon));
+  return it == r.by_scheme.end() ? nullptr : it->second;
+}
+
+bool valid_scheme(std::string_view s) {
+  if (s.empty() || !(s[0] >= 'a' && s[0] <= 'z')) return false;
+  return std::all_of(s.begin(), s.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '+' || c == '-' || c == '.';
+  });
+}
+
+// The FileInfo the readers snapshot and compare: the size, and a hash of the generation as the
+// inode (FNV-1a, the same in every process), so that another generation is another file.
+FileInfo info_of(const KeyInfo& k) {
+  std::uint64_t h = 1469598103934665603ull;
+  for (const char c : k.generation) {
+    h ^= static_cast<unsigned char>(c);
+    h *= 1099511628211ull;
+  }
+  FileInfo info;
+  info.size = k.size;
+  info.regular = true;
+  info.inode = h;
+  return info;
+}
+
+// Where a URL of a registered scheme leads.
+struct Where {
+  Entry* entry = nullptr;
+  std::shared_ptr<Store> store;
+  std::string key;       // below the store's location ("" for the location itself)
+  std::string location;  // "SCHEME://AUTHORITY/", for messages (redacted, no query)
+  std::string shown;     // the URL without its query, for messages (redacted)
+};
+
+Result<Where> resolve(std::string_view url) {
+  Entry* const e = entry_of(url);
+  if (e == nullptr) {
+    return file_error(ErrorCode::kIo, std::string(url),
+                      "no store driver is registered for this scheme", ENOTSUP);
+  }
+  const auto [name, query] = split_options(url);
+  const std::size_t start = name.find("://") + 3;
+  const std::size_t slash = std::min(name.find('/', start), name.size());
+  if (slash == start) {
+    return file_error(ErrorCode::kInvalidArgument, std::string(url),
+                      "names no store: write " + e->label + "STORE/KEY", EINVAL);
+  }
+  Where w;
+  w.entry = e;
+  const std::string root = name.substr(0, slash) + "/";
+  w.key = slash < name.size() ? name.substr(slash + 1) : std::string();
+  w.location = redact_secrets(root);
+  w.shown = redact_secrets(name);
+  const std::string location = root + query;
+  std::lock_guard lock(e->mu);
+  if (const auto it = e->stores.find(location); it != e->stores.end()) {
+    w.store = it->second;
+    return w;
+  }
+  auto opened = e->scheme.open(location);
+  if (!opened) return opened.status().with_path(w.location);
+  if (*opened == nullptr) {
+    return file_error(ErrorCode::kIo, w.location, "the store's driver opened no store");
+  }
+  w.store = *std::move(opened);
+  e->stores.emplace(location, w.store);
+  return w;
+}
+
+// A store's error as a path's: it names the URL where the store named nothing.
+Status named(const Status& st, const Where& w) { return st.with_path(w.shown); }
+
+// Refuses what names no object: a key of the store's checks, and no prefix ("a/").
+Status check_object(const Where& w) {
+  if (w.key.empty() || w.key.back() == '/') {
+    return file_error(ErrorCode::kIo, w.shown, "not an object (the URL ends in '/')", EISDIR);
+  }
+  return check_store_key(w.key).with_path(w.shown);
+}
+
+int errno_of(const Status& st) {
+  if (st.code() == ErrorCode::kChanged) return ESTALE;
+  return st.sys_errno() != 0 ? st.sys_errno() : EIO;
+}
+
+// The adapter: any registered Store as the RemoteIo that posix_io() routes the scheme's paths
+// to. Its descriptors are at or above kStoreFdBase.
+class StoreIo final : public RemoteIo {
+ public:
+  Result<int> open(const std::string& url) override {
+    FileInfo info;
+    return open_stat(url, &info);
+  }
+
+  // The open is the stat: its generation conditions every read of this descriptor.
+  Result<int> open_stat(const std::string& url, FileInfo* info) override {
+    SHARDLOAD_ASSIGN_OR_RETURN(Where w, resolve(url));
+    SHARDLOAD_RETURN_IF_ERROR(check_object(w));
+    auto k = w.store->stat(w.key);
+    if (!k) return named(k.status(), w);
+    *info = info_of(*k);
+    return add(std::move(w), k->generation, k->size);
+  }
+
+  // No stat: the snapshot's size bounds the reads, which carry no condition; the caller's
+  // check after them (stat) tells a change.
+  Result<int> open_known(const std::string& url, const FileInfo& snapshot) override {
+    SHARDLOAD_ASSIGN_OR_RETURN(Where w, resolve(url));
+    SHARDLOAD_RETURN_IF_ERROR(check_object(w));
+    return add(std::move(w), std::string(), snapshot.size);
+  }
+
+  // A fresh stat: the key's state now, which the readers compare with their snapshot.
+  Result<FileInfo> stat(int fd, const std::string& path) override {
+    const std::shared_ptr<const Open> o = find(fd);
+    if (o == nullptr) return file_error(ErrorCode::kIo, path, "not an open key", EBADF);
+    auto k = o->store->stat(o->key);
+    if (!k) return k.status().with_path(o->shown);
+    return info_of(*k);
+  }
+
+  Result<FileInfo> stat_path(const std::string& url) override {
+    SHARDLOAD_ASSIGN_OR_RETURN(Where w, resolve(url));
+    SHARDLOAD_RETURN_IF_ERROR(check_object(w));
+    auto k = w.store->stat(w.key);
+    if (!k) return named(k.status(), w);
+    return info_of(*k);
+  }
+
+  std::int64_t pread(int fd, void* buf, std::size_t n, std::uint64_t offset) override {
+    t_read_error.clear();
+    const std::shared_ptr<const Open> o = find(fd);
+    if (o == nullptr) return -EBADF;
+    if (n == 0) return 0;
+    const Result<std::size_t> got =
+        o->deadline.count() > 0
+            ? read_by_deadline(*o, buf, n, offset)
+            : o->store->read(o->key, offset, std::span<std::byte>(static_cast<std::byte*>(buf), n),
+                             o->generation);
+    if (!got) {
+      const Status& st = got.status();
+      t_read_error = message_after_path(st, st.path());
+      return -static_cast<std::int64_t>(errno_of(st));
+    }
+    // Fewer bytes than asked are the key's end, and only that: a store that answers short
+    // before it (a lying or broken driver) is refused, never read as data.
+    const std::uint64_t due = offset >= o->size ? 0 : std::min<std::uint64_t>(n, o->size - offset);
+    if (*got > n || *got < due) {
+      t_read_error = "the store returned " + std::to_string(*got) + " of the " + std::to_string(n) +
+                     " bytes asked at offset " + std::to_string(offset) + ", where the key's " +
+                     std::to_string(o->size) + " bytes hold " + std::to_string(due) +
+                     " (a short read before the key's end is refused)";
+      return -EIO;
+    }
+    return static_cast<std::int64_t>(*got);
+  }
+
+  void close(int fd) override {
+    std::lock_guard lock(mu_);
+    files_.erase(fd);
+  }
+
+  // The keys directly under the prefix, by name (a prefix below it without its '/').
+  Result<std::vector<std::string>> list(const std::string& dir_url) override {
+    SHARDLOAD_ASSIGN_OR_RETURN(Where w, resolve(dir_url));
+    std::string prefix = w.key;
+    if (!prefix.empty() && prefix.back() != '/') prefix += '/';
+    auto keys = w.store->list(prefix);
+    if (!keys) {
+      const Status& st = keys.status();
+      const int err = st.sys_errno();
+      return file_error(
+          ErrorCode::kLayout, w.shown,
+          std::string(err == ENOENT ? "shard directory not found" : "cannot list the directory") +
+              " (" + message_after_path(st, st.path()) + ")",
+          err);
+    }
+    std::vector<std::string> names;
+    for (std::string_view k : *keys) {
+      if (k.starts_with(prefix)) k.remove_prefix(prefix.size());
+      if (k.ends_with('/')) k.remove_suffix(1);
+      if (!k.empty()) names.emplace_back(k);
+    }
+    std::sort(names.begin(), names.end());
+    names.erase(std::unique(names.begin(), names.end()), names.end());
+    return names;
+  }
+
+  // A key is an object where its stat finds it, a prefix where keys are listed under it.
+  Result<bool> is_object(const std::string& url) override {
+    SHARDLOAD_ASSIGN_OR_RETURN(Where w, resolve(url));
+    if (!w.key.empty() && w.key.back() != '/') {
+      auto k = w.store->stat(w.key);
+      if (k) return true;
+      if (k.status().sys_errno() != ENOENT) return named(k.status(), w);
+    }
+    const std::string prefix = w.key.empty() || w.key.back() == '/' ? w.key : w.key + "/";
+    auto keys = w.store->list(prefix);
+    if (keys && !keys->empty()) return false;
+    if (!keys && keys.status().sys_errno() != ENOENT) return named(keys.status(), w);
+    return file_error(ErrorCode::kIo, w.shown, "no such object or prefix", ENOENT);
+  }
+
+  std::string last_read_error() const override { return t_read_error; }
+
+  Status write_object(const std::string& url, const void* data, std::size_t n) override {
+    SHARDLOAD_ASSIGN_OR_RETURN(Where w, resolve(url));
+    SHARDLOAD_RETURN_IF_ERROR(check_object(w));
+    return named(
+        w.store->write(w.key, std::span<const std::byte>(static_cast<const std::byte*>(data), n)),
+        w);
+  }
+
+ private:
+  struct Open {
+    std::shared_ptr<Store> store;
+    std::string key;
+    std::string shown;
+    std::string generation;  // the reads' condition ("" none)
+    std::uint64_t size = 0;
+    std::chrono::milliseconds deadline{0};
+  };
+
+  Result<int> add(Where w, std::string generation, std::uint64_t size) {
+    auto o = std::make_shared<Open>();
+    o->store = std::move(w.store);
+    o->key = std::move(w.key);
+    o->shown = std::move(w.shown);
+    o->generation = std::move(generation);
+    o->size = size;
+    o->deadline = w.entry->scheme.read_deadline;
+    std::lock_guard lock(mu_);
+    if (next_fd_ == INT_MAX) {
+      return file_error(ErrorCode::kIo, o->shown, "too many keys opened in this process", EMFILE);
+    }
+    const int fd = next_fd_++;
+    files_.emplace(fd, std::move(o));
+    return fd;
+  }
+
+  std::shared_ptr<const Open> find(int fd) {
+    std::lock_guard lock(mu_);
+    const auto it = files_.find(fd);
+    return it == files_.end() ? nullptr : it->second;
+  }
+
+  // The read on a thread of its own into a buffer of its own, waited for until the deadline
+  // (or an interrupt): a read that answers later writes nothing of the caller's.
+  static Result<std::size_t> read_by_deadline(const Open& o, void* buf, std::size_t n,
+                                              std::uint64_t offset) {
+    struct Pending {
+      std::mutex mu;
+      std::condition_variable cv;
+      std::optional<Result<std::size_t>> got;
+      std::vector<std::byte> bytes;
+    };
+    auto p = std::make_shared<Pending>();
+    p->bytes.resize(n);
+    try {
+      std::thread([p, store = o.store, key = o.key, generation = o.generation, offset] {
+        Result<std::size_t> r = store->read(key, offset, p->bytes, generation);
+        std::lock_guard lock(p->mu);
+        p->got.emplace(std::move(r));
+        p->cv.notify_all();
+      }).detach();
+    } catch (const std::system_error&) {  // no thread to be had: read here, without a limit
+      return o.store->read(o.key, offset, std::span<std::byte>(static_cast<std::byte*>(buf), n),
+                           o.generation);
+    }
+    const auto until = std::chrono::steady_clock::now() + o.deadline;
+    std::unique_lock lock(p->mu);
+    while (!p->got.has_value()) {
+      if (interrupt_requested()) {
+        return file_error(ErrorCode::kIo, o.shown, "interrupted", ECANCELED);
+      }
+      const auto now = std::chrono::steady_clock::now();
+      if (now >= until) {
+        return file_error(ErrorCode::kIo, o.shown,
+                          "no answer within the read deadline of " +
+                              std::to_string(o.deadline.count()) + " ms (a read of " +
+                              std::to_string(n) + " bytes at offset " + std::to_string(offset) +
+                              ")",
+                          ETIMEDOUT);
+      }
+      p->cv.wait_until(lock, std::min(until, now + std::chrono::milliseconds(50)));
+    }
+    if (!*p->got) return p->got->status();
+    const std::size_t got = std::min(**p->got, n);
+    std::memcpy(buf, p->bytes.data(), got);
+    return **p->got;
+  }
+
+  std::mutex mu_;
+  std::unordered_map<int, std::shared_ptr<const Open>> files_;
+  int next_fd_ = kStoreFdBase;
+  static thread_local std::string t_read_error;
+};
+
+thread_local std::string StoreIo::t_read_error;
+
+RemoteIo* the_store_io() {
+  // Never destroyed: keys may be open in other threads until the very end.
+  static auto* io = new StoreIo();
+  return io;
+}
+
+// A registered store seen from a prefix of it (open_store of "SCHEME://AUTHORITY/PREFIX/").
+// Saves are not staged through it (the default refuses).
+class PrefixedStore final : public Store {
+ public:
+  PrefixedStore(std::shared_ptr<Store> inner, std::string scheme, std::string prefix,
+                std::string shown)
+      : inner_(std::move(inner)),
+        scheme_(std::move(scheme)),
+        prefix_(std::move(prefix)),
+        shown_(std::move(shown)) {}
+
+  [[nodiscard]] std::string_view scheme() const override { return scheme_; }
+  [[nodiscard]] const std::string& location() const override { return shown_; }
+  [[nodiscard]] std::string describe(std::string_view key) const override {
+    return shown_ + std::string(key);
+  }
+
+  Result<KeyInfo> stat(std::string_view key) override {
+    SHARDLOAD_RETURN_IF_ERROR(check_store_key(key));
+    return inner_->stat(prefix_ + std::string(key));
+  }
+  Result<std::size_t> read(std::string_view key, std::uint64_t offset, std::span<std::byte> dst,
+                           std::string_view if_generation) override {
+    SHARDLOAD_RETURN_IF_ERROR(check_store_key(key));
+    return inner_->read(prefix_ + std::string(key), offset, dst, if_generation);
+  }
+  Result<std::vector<std::string>> list(std::string_view prefix) override {
+    SHARDLOAD_RETURN_IF_ERROR(check_store_prefix(prefix));
+    SHARDLOAD_ASSIGN_OR_RETURN(std::vector<std::string> keys,
+                               inner_->list(prefix_ + std::string(prefix)));
+    for (std::string& k : keys) {
+      if (k.starts_with(prefix_)) k.erase(0, prefix_.size());
+    }
+    return keys;
+  }
+  Status write(std::string_view key, std::span<const std::byte> data) override {
+    SHARDLOAD_RETURN_IF_ERROR(check_store_key(key));
+    return inner_->write(prefix_ + std::string(key), data);
+  }
+  Status remove(std::string_view key) override {
+    SHARDLOAD_RETURN_IF_ERROR(check_store_key(key));
+    return inner_->remove(prefix_ + std::string(key));
+  }
+
+ private:
+  std::shared_ptr<Store> inner_;
+  std::string scheme_;
+  std::string prefix_;
+  std::string shown_;
+};
+
+}  // namespace
+
+const SchemeRow* registered_row(std::string_view path) {
+  const Entry* const e = entry_of(path);
+  return e == nullptr ? nullptr : &e->row;
+}
+
+void register_store_io() { set_store_io(the_store_io()); }
+
+Result<std::unique_ptr<Store>> open_registered_store(std::string_view location) {
+  SHARDLOAD_ASSIGN_OR_RETURN(Where w, resolve(location));
+  std::string prefix = w.key;
+  if (!prefix.empty()) {
+    if (prefix.back() != '/') prefix += '/';
+    SHARDLOAD_RETURN_IF_ERROR(check_store_prefix(prefix).with_path(w.shown));
+  }
+  return std::unique_ptr<Store>(std::make_unique<PrefixedStore>(
+      std::move(w.store), w.entry->scheme.scheme, std::move(prefix), w.location + prefix));
+}
+
+}  // namespace detail
+
+Status register_store_scheme(StoreScheme scheme) {
+  const std::string name = scheme.scheme;
+  if (!detail::valid_scheme(name)) {
+    return Status(ErrorCode::kInvalidArgument,
+                  "store scheme '" + path_for_message(name) +
+                      "': expected a lower-case letter, then letters, digits, '+', '-' or '.'");
+  }
+  if (name == "s3" || name == "http" || name == "https" || name == "file") {
+    return Status(ErrorCode::kInvalidArgument,
+                  "store scheme '" + name + "': served by a built-in driver");
+  }
+  if (!scheme.open) {
+    return Status(ErrorCode::kInvalidArgument,
+                  "store scheme '" + name + "': no factory to open its stores");
+  }
+  auto* e = new detail::Entry();  // never freed (see Entry)
+  e->scheme = std::move(scheme);
+  e->label = name + "://";
+  e->row.prefix = e->label;
+  e->row.traits = e->scheme.traits;
+  e->row.traits.scheme_label = e->label;
+  e->row.backend = store_io;
+  e->row.missing = detail::kNoAdapter;
+  detail::Registry& r = detail::registry();
+  std::unique_lock lock(r.mu);
+  const auto [it, added] = r.by_scheme.insert_or_assign(name, e);
+  if (added) detail::g_registered.fetch_add(1, std::memory_order_release);
+  return Status::ok();
+}
+
+void unregister_store_scheme(std::string_view scheme) {
+  detail::Registry& r = detail::registry();
+  std::unique_lock lock(r.mu);
+  const auto it = r.by_scheme.find(scheme);
+  if (it == r.by_scheme.end()) return;
+  {
+    // The stores it opened are let go here; open files keep theirs.
+    std::lock_guard stores(it->second->mu);
+    it->second->stores.clear();
+  }
+  r.by_scheme.erase(it);
+  detail::g_registered.fetch_sub(1, std::memory_order_release);
+}
+
+}  // namespace shardload

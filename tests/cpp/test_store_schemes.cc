@@ -1,0 +1,461 @@
+// Store schemes (shardload/store_schemes.hpp): a store driver registered under a scheme is read
+// by every reader through the one adapter. The in-memory store is registered here, by the test
+// binary only ("memtest://bucket/..."), filled with files numpy, h5py, pyarrow and zarr wrote,
+// loaded through every reader and compared with the arrays numpy wrote beside them; then its
+// faults, injected per key: failing, short (lying), rewritten and slow reads.
+#include <gtest/gtest.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "shardload/host_load.hpp"
+#include "shardload/io.hpp"
+#include "shardload/layout.hpp"
+#include "shardload/location.hpp"
+#include "shardload/source.hpp"
+#include "shardload/storage.hpp"
+#include "shardload/store_schemes.hpp"
+#include "storage/detail/stores.hpp"
+#include "util.hpp"
+
+namespace shardload {
+namespace {
+
+using detail::MemoryFault;
+using detail::MemoryStore;
+
+std::span<const std::byte> as_bytes(const std::string& s) {
+  return std::as_bytes(std::span<const char>(s.data(), s.size()));
+}
+
+std::string read_local(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
+}
+
+// Registers `scheme` over `store`, which serves the location "SCHEME://bucket/" only.
+void register_memory(const std::string& scheme, std::shared_ptr<MemoryStore> store,
+                     std::chrono::milliseconds deadline = std::chrono::milliseconds(0)) {
+  StoreScheme s;
+  s.scheme = scheme;
+  s.read_deadline = deadline;
+  const std::string root = scheme + "://bucket/";
+  s.open = [store, root](std::string_view location) -> Result<std::shared_ptr<Store>> {
+    if (location != root) {
+      return file_error(ErrorCode::kIo, std::string(location), "no such store", ENOENT);
+    }
+    return std::shared_ptr<Store>(store);
+  };
+  const Status st = register_store_scheme(std::move(s));
+  ASSERT_TRUE(st) << st.message();
+}
+
+Result<Layout> discover_url(const std::string& text, const FormatOptions& format = {}) {
+  SHARDLOAD_ASSIGN_OR_RETURN(Source source, Source::parse(text, ""));
+  DiscoverOptions o;
+  o.format = format;
+  return try_discover(source, o);
+}
+
+Result<std::string> load_bytes(const Layout& l) {
+  std::string out(l.total_bytes(), '\xA5');
+  HostLoadOptions o;
+  o.threads = 2;
+  SHARDLOAD_RETURN_IF_ERROR(host_load(l, reinterpret_cast<std::byte*>(out.data()), o).status());
+  return out;
+}
+
+// A small npy dataset made here: three shards of float32 rows of 4, 5 + 1 + 7 rows.
+std::string npy_shard(int first, int rows) {
+  std::string data;
+  for (int i = 0; i < rows * 4; ++i) {
+    const float v = static_cast<float>(first * 4 + i);
+    data.append(reinterpret_cast<const char*>(&v), sizeof v);
+  }
+  return testing::npy_bytes(
+      "{'descr': '<f4', 'fortran_order': False, 'shape': (" + std::to_string(rows) + ", 4), }",
+      data);
+}
+
+class StoreSchemes : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    store_ = std::make_shared<MemoryStore>("memtest://bucket/");
+    int first = 0;
+    for (int i = 0; const int rows : {5, 1, 7}) {
+      const std::string key = "ds/shard_000" + std::to_string(i++) + ".npy";
+      ASSERT_TRUE(store_->write(key, as_bytes(npy_shard(first, rows))));
+      first += rows;
+    }
+    register_memory("memtest", store_);
+  }
+  void TearDown() override { unregister_store_scheme("memtest"); }
+
+  static std::string expected_npy() {
+    std::string out;
+    for (int i = 0; i < 13 * 4; ++i) {
+      const float v = static_cast<float>(i);
+      out.append(reinterpret_cast<const char*>(&v), sizeof v);
+    }
+    return out;
+  }
+
+  std::shared_ptr<MemoryStore> store_;
+};
+
+TEST_F(StoreSchemes, ARegisteredSchemeIsRoutedWithTheTraitsItRegistered) {
+  const PathTraits t = path_traits("memtest://bucket/ds/shard_0000.npy");
+  EXPECT_FALSE(t.kernel_files);
+  EXPECT_TRUE(t.flat_keys);
+  EXPECT_TRUE(t.round_trips);
+  EXPECT_EQ(t.scheme_label, "memtest://");
+  EXPECT_TRUE(is_remote_url("memtest://bucket/x"));
+  EXPECT_EQ(unsupported_scheme("memtest://bucket/x"), "");
+  EXPECT_EQ(remote_io_for("memtest://bucket/x"), store_io());
+  // A local path is what it was.
+  EXPECT_TRUE(path_traits("/tmp/x.npy").kernel_files);
+  EXPECT_EQ(remote_io_for("/tmp/x.npy"), nullptr);
+
+  unregister_store_scheme("memtest");
+  EXPECT_EQ(unsupported_scheme("memtest://bucket/x"), "memtest");
+  auto gone = Source::parse("memtest://bucket/ds/", "");
+  ASSERT_FALSE(gone);
+  RecordProperty("message", gone.status().message());
+  EXPECT_EQ(gone.status().code(), ErrorCode::kInvalidArgument) << gone.status().message();
+}
+
+TEST_F(StoreSchemes, RegistrationRefusesMalformedAndBuiltInSchemes) {
+  for (const char* bad : {"", "S3x", "1abc", "a b", "s3", "http", "https", "file"}) {
+    StoreScheme s;
+    s.scheme = bad;
+    s.open = [](std::string_view) -> Result<std::shared_ptr<Store>> {
+      return std::shared_ptr<Store>(std::make_shared<MemoryStore>());
+    };
+    const Status st = register_store_scheme(std::move(s));
+    EXPECT_EQ(st.code(), ErrorCode::kInvalidArgument) << bad;
+  }
+  StoreScheme none;
+  none.scheme = "nofactory";
+  EXPECT_EQ(register_store_scheme(std::move(none)).code(), ErrorCode::kInvalidArgument);
+}
+
+TEST_F(StoreSchemes, EverySourceKindLoadsAsS3SourcesDo) {
+  for (const std::string text :
+       {"memtest://bucket/ds/", "memtest://bucket/ds", "memtest://bucket/ds/shard_{:04d}.npy",
+        "memtest://bucket/ds/shard_*.npy", "memtest://bucket/ds/shard_000[0-2].npy"}) {
+    SCOPED_TRACE(text);
+    auto l = discover_url(text);
+    ASSERT_TRUE(l) << l.status().message();
+    ASSERT_EQ(l->shards.size(), 3u);
+    EXPECT_EQ(l->total_rows(), 13);
+    EXPECT_EQ(l->shards[2].path, "memtest://bucket/ds/shard_0002.npy");
+    auto got = load_bytes(*l);
+    ASSERT_TRUE(got) << got.status().message();
+    EXPECT_EQ(*got, expected_npy());
+  }
+  auto one = discover_url("memtest://bucket/ds/shard_0001.npy");
+  ASSERT_TRUE(one) << one.status().message();
+  EXPECT_EQ(one->total_rows(), 1);
+}
+
+TEST_F(StoreSchemes, AMissingKeyOrStoreIsNotFoundNamingIt) {
+  auto missing = discover_url("memtest://bucket/nothing/");
+  ASSERT_FALSE(missing);
+  RecordProperty("message", missing.status().message());
+  EXPECT_NE(missing.status().message().find("memtest://bucket/nothing"), std::string::npos)
+      << missing.status().message();
+  auto no_store = discover_url("memtest://other/ds/");
+  ASSERT_FALSE(no_store);
+  RecordProperty("message_no_store", no_store.status().message());
+  EXPECT_NE(no_store.status().message().find("memtest://other/"), std::string::npos)
+      << no_store.status().message();
+}
+
+TEST_F(StoreSchemes, UrlsInMessagesAreRedacted) {
+  auto user = discover_url("memtest://me:hunter2@bucket/ds/");
+  ASSERT_FALSE(user);
+  RecordProperty("message", user.status().message());
+  EXPECT_EQ(user.status().message().find("hunter2"), std::string::npos) << user.status().message();
+  EXPECT_EQ(user.status().path().find("hunter2"), std::string::npos) << user.status().path();
+  auto query = discover_url("memtest://bucket/none/?secret_key=hunter3");
+  ASSERT_FALSE(query);
+  EXPECT_EQ(query.status().message().find("hunter3"), std::string::npos)
+      << query.status().message();
+}
+
+TEST_F(StoreSchemes, OpenStoreOpensARegisteredSchemeBelowItsPrefix) {
+  auto s = open_store("memtest://bucket/ds/");
+  ASSERT_TRUE(s) << s.status().message();
+  EXPECT_EQ((*s)->scheme(), "memtest");
+  EXPECT_EQ((*s)->describe("shard_0000.npy"), "memtest://bucket/ds/shard_0000.npy");
+  auto keys = (*s)->list("");
+  ASSERT_TRUE(keys) << keys.status().message();
+  EXPECT_EQ(*keys,
+            (std::vector<std::string>{"shard_0000.npy", "shard_0001.npy", "shard_0002.npy"}));
+  auto info = (*s)->stat("shard_0001.npy");
+  ASSERT_TRUE(info) << info.status().message();
+  EXPECT_EQ(info->size, npy_shard(5, 1).size());
+  EXPECT_EQ((*s)->stat("../x").status().code(), ErrorCode::kInvalidArgument);
+}
+
+TEST_F(StoreSchemes, AFailingReadIsATypedErrorNamingTheKey) {
+  auto l = discover_url("memtest://bucket/ds/");
+  ASSERT_TRUE(l) << l.status().message();
+  store_->inject("ds/shard_0002.npy",
+                 MemoryFault{.fail = Status(ErrorCode::kIo, "injected: connection reset"),
+                             .fail_times = 1000});
+  auto got = load_bytes(*l);
+  ASSERT_FALSE(got);
+  RecordProperty("message", got.status().message());
+  EXPECT_EQ(got.status().code(), ErrorCode::kIo) << got.status().message();
+  EXPECT_NE(got.status().message().find("memtest://bucket/ds/shard_0002.npy"), std::string::npos)
+      << got.status().message();
+  EXPECT_NE(got.status().message().find("injected: connection reset"), std::string::npos)
+      << got.status().message();
+}
+
+TEST_F(StoreSchemes, AShortReadIsAnErrorNeverWrongData) {
+  auto l = discover_url("memtest://bucket/ds/");
+  ASSERT_TRUE(l) << l.status().message();
+  for (const std::size_t short_by : {std::size_t{1}, std::size_t{4}, std::size_t{1000}}) {
+    SCOPED_TRACE(short_by);
+    store_->inject("ds/shard_0000.npy", MemoryFault{.short_by = short_by});
+    auto got = load_bytes(*l);
+    ASSERT_FALSE(got) << "a short read was taken as data";
+    RecordProperty("message", got.status().message());
+    EXPECT_EQ(got.status().code(), ErrorCode::kIo) << got.status().message();
+    EXPECT_NE(got.status().message().find("memtest://bucket/ds/shard_0000.npy"), std::string::npos)
+        << got.status().message();
+  }
+  // A discovery that meets it fails too, rather than probing a header cut short.
+  store_->inject("ds/shard_0001.npy", MemoryFault{.short_by = 2});
+  EXPECT_FALSE(discover_url("memtest://bucket/ds/"));
+}
+
+TEST_F(StoreSchemes, AKeyRewrittenAfterDiscoveryIsChanged) {
+  auto l = discover_url("memtest://bucket/ds/");
+  ASSERT_TRUE(l) << l.status().message();
+  // The same bytes written again: a new generation, so another file to the readers.
+  ASSERT_TRUE(store_->write("ds/shard_0001.npy", as_bytes(npy_shard(5, 1))));
+  auto got = load_bytes(*l);
+  ASSERT_FALSE(got);
+  RecordProperty("message", got.status().message());
+  EXPECT_EQ(got.status().code(), ErrorCode::kChanged) << got.status().message();
+  EXPECT_NE(got.status().message().find("memtest://bucket/ds/shard_0001.npy: changed since "
+                                        "discovery"),
+            std::string::npos)
+      << got.status().message();
+  EXPECT_NE(got.status().message().find("its generation differs"), std::string::npos)
+      << got.status().message();
+}
+
+TEST_F(StoreSchemes, AKeyRewrittenAfterItsStatIsChanged) {
+  // Each stat is followed by a rewrite: what the open saw is gone by the read.
+  store_->inject("ds/shard_0000.npy", MemoryFault{.change_after_stat = true});
+  auto l = discover_url("memtest://bucket/ds/");
+  ASSERT_FALSE(l) << "a probe read another generation than its open's";
+  RecordProperty("message", l.status().message());
+  EXPECT_NE(l.status().message().find("memtest://bucket/ds/shard_0000.npy"), std::string::npos)
+      << l.status().message();
+  EXPECT_NE(l.status().message().find("changed"), std::string::npos) << l.status().message();
+}
+
+TEST_F(StoreSchemes, AReadUnderTheOpensGenerationFailsOnceTheKeyChanged) {
+  const std::string url = "memtest://bucket/ds/shard_0000.npy";
+  FileInfo info;
+  auto f = File::open_stat(posix_io(), url, &info);
+  ASSERT_TRUE(f) << f.status().message();
+  EXPECT_GE(f->fd(), kStoreFdBase);
+  EXPECT_EQ(info.size, npy_shard(0, 5).size());
+  std::string head(8, '\0');
+  ASSERT_TRUE(f->read_exact(head.data(), head.size(), 0));
+  EXPECT_EQ(head.substr(1, 5), "NUMPY");
+  ASSERT_TRUE(store_->write("ds/shard_0000.npy", as_bytes(npy_shard(0, 5))));
+  const Status st = f->read_exact(head.data(), head.size(), 0);
+  ASSERT_FALSE(st);
+  RecordProperty("message", st.message());
+  EXPECT_EQ(st.sys_errno(), ESTALE) << st.message();
+  EXPECT_NE(st.message().find("changed"), std::string::npos) << st.message();
+  auto now = f->stat();
+  ASSERT_TRUE(now) << now.status().message();
+  EXPECT_NE(now->inode, info.inode) << "another generation reads as another file";
+  EXPECT_EQ(now->size, info.size);
+}
+
+TEST_F(StoreSchemes, ASlowReadPastTheDeadlineFailsNamingTheKey) {
+  auto slow = std::make_shared<MemoryStore>("memslow://bucket/");
+  ASSERT_TRUE(slow->write("ds/shard_0000.npy", as_bytes(npy_shard(0, 5))));
+  register_memory("memslow", slow, std::chrono::milliseconds(100));
+  auto l = discover_url("memslow://bucket/ds/");
+  ASSERT_TRUE(l) << l.status().message();
+  slow->inject("ds/shard_0000.npy", MemoryFault{.delay = std::chrono::milliseconds(3000)});
+  auto got = load_bytes(*l);
+  unregister_store_scheme("memslow");
+  ASSERT_FALSE(got);
+  RecordProperty("message", got.status().message());
+  EXPECT_EQ(got.status().code(), ErrorCode::kIo) << got.status().message();
+  EXPECT_NE(got.status().message().find("memslow://bucket/ds/shard_0000.npy"), std::string::npos)
+      << got.status().message();
+  EXPECT_NE(got.status().message().find("read deadline of 100 ms"), std::string::npos)
+      << got.status().message();
+}
+
+#ifdef SHARDLOAD_TEST_PYTHON
+
+// Each reader's files, and each dataset's array as numpy holds it (C order, native bytes) in
+// NAME.expected beside them.
+constexpr const char* kWriter = R"(
+import sys, os, numpy as np, h5py, zarr, numcodecs, pyarrow as pa, pyarrow.parquet as pq
+import pyarrow.ipc as ipc
+d = sys.argv[1]
+def expect(name, a):
+    np.ascontiguousarray(a).tofile(os.path.join(d, name + ".expected"))
+rng = np.random.default_rng(42)
+os.makedirs(d + "/npy")
+parts = [rng.standard_normal((r, 5)).astype(np.float32) for r in (7, 1, 13)]
+np.save(d + "/npy/shard_0000.npy", parts[0])
+np.save(d + "/npy/shard_0001.npy", parts[1])
+np.save(d + "/npy/shard_0002.npy", np.asfortranarray(parts[2]))
+expect("npy", np.concatenate(parts))
+os.makedirs(d + "/raw")
+raw = [np.arange(i * 100, i * 100 + r * 3, dtype="<i4").reshape(r, 3) for i, r in enumerate((10, 4))]
+for i, p in enumerate(raw):
+    p.tofile(d + "/raw/shard_%04d.bin" % i)
+expect("raw", np.concatenate(raw))
+z = rng.integers(-1000, 1000, size=(37, 3, 2)).astype(np.int64)
+np.savez_compressed(d + "/data.npz", z)
+expect("npz", z)
+h = rng.standard_normal((70, 6))
+with h5py.File(d + "/data.h5", "w") as f:
+    f.create_dataset("data", data=h, chunks=(16, 4), compression="gzip")
+expect("h5", h)
+t = pa.table({"c%d" % c: rng.standard_normal(130) for c in range(3)})
+pq.write_table(t, d + "/data.parquet", row_group_size=50)
+with ipc.new_file(d + "/data.arrow", t.schema) as w:
+    w.write_table(t, max_chunksize=40)
+expect("columns", np.stack([t.column(c).to_numpy() for c in range(3)], axis=1))
+v2 = rng.standard_normal((45, 7)).astype(np.float32)
+a = zarr.create_array(store=d + "/v2.zarr", shape=v2.shape, chunks=(10, 4), dtype="float32",
+                      zarr_format=2, compressors=numcodecs.Zlib(level=1))
+a[:] = v2
+expect("v2", v2)
+v3 = rng.integers(-30000, 30000, size=(100, 6)).astype(np.int16)
+a = zarr.create_array(store=d + "/v3.zarr", shape=v3.shape, chunks=(10, 3), shards=(40, 6),
+                      dtype="int16", zarr_format=3)
+a[:] = v3
+expect("v3", v3)
+)";
+
+class StoreSchemeReaders : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new testing::TempDir();
+    const std::string script = dir_->file("write.py");
+    std::ofstream(script) << kWriter;
+    const std::string out = dir_->file("files");
+    std::filesystem::create_directory(out);
+    const std::string cmd =
+        std::string("'") + SHARDLOAD_TEST_PYTHON + "' '" + script + "' '" + out + "'";
+    written_ = std::system(cmd.c_str()) == 0;
+  }
+  static void TearDownTestSuite() {
+    delete dir_;
+    dir_ = nullptr;
+  }
+  void SetUp() override {
+    ASSERT_TRUE(written_) << "the writer script failed (numpy, h5py, zarr, pyarrow)";
+    // Every file the writers made, as a key under "d/".
+    store_ = std::make_shared<MemoryStore>("memtest://bucket/");
+    const std::filesystem::path root = dir_->file("files");
+    for (const auto& e : std::filesystem::recursive_directory_iterator(root)) {
+      if (!e.is_regular_file()) continue;
+      const std::string key = "d/" + std::filesystem::relative(e.path(), root).string();
+      ASSERT_TRUE(store_->write(key, as_bytes(read_local(e.path().string()))));
+    }
+    register_memory("memtest", store_);
+  }
+  void TearDown() override { unregister_store_scheme("memtest"); }
+
+  static std::string expected(const std::string& name) {
+    return read_local(dir_->file("files/" + name + ".expected"));
+  }
+
+  // Loads `text` from the store and compares it with numpy's array `name`.
+  void check(const std::string& text, const std::string& name, const FormatOptions& format = {}) {
+    SCOPED_TRACE(text);
+    auto l = discover_url(text, format);
+    ASSERT_TRUE(l) << l.status().message();
+    const std::uint64_t reads = store_->reads();
+    auto got = load_bytes(*l);
+    ASSERT_TRUE(got) << got.status().message();
+    EXPECT_GT(store_->reads(), reads) << "the load read the store";
+    const std::string want = expected(name);
+    ASSERT_EQ(got->size(), want.size());
+    EXPECT_TRUE(*got == want) << "the bytes differ from numpy's";
+  }
+
+  static inline testing::TempDir* dir_ = nullptr;
+  static inline bool written_ = false;
+  std::shared_ptr<MemoryStore> store_;
+};
+
+TEST_F(StoreSchemeReaders, Npy) { check("memtest://bucket/d/npy/", "npy"); }
+
+TEST_F(StoreSchemeReaders, Raw) {
+  FormatOptions f;
+  f.format = Format::kRaw;
+  ASSERT_TRUE(set_dtype_option("<i4", &f));
+  f.trailing_shape = std::vector<std::int64_t>{3};
+  check("memtest://bucket/d/raw/shard_*.bin", "raw", f);
+}
+
+TEST_F(StoreSchemeReaders, Npz) { check("memtest://bucket/d/data.npz", "npz"); }
+
+TEST_F(StoreSchemeReaders, Hdf5) { check("memtest://bucket/d/data.h5", "h5"); }
+
+TEST_F(StoreSchemeReaders, Parquet) { check("memtest://bucket/d/data.parquet", "columns"); }
+
+TEST_F(StoreSchemeReaders, ArrowIpc) { check("memtest://bucket/d/data.arrow", "columns"); }
+
+TEST_F(StoreSchemeReaders, ZarrV2) { check("memtest://bucket/d/v2.zarr", "v2"); }
+
+TEST_F(StoreSchemeReaders, ZarrV3Sharded) { check("memtest://bucket/d/v3.zarr", "v3"); }
+
+TEST_F(StoreSchemeReaders, AFailingChunkOfEachFormatNamesItsKey) {
+  // A key read after discovery fails: the load's error names that key, whatever the reader.
+  struct Case {
+    const char* source;
+    const char* key;
+  };
+  for (const Case c : {Case{"memtest://bucket/d/data.h5", "d/data.h5"},
+                       Case{"memtest://bucket/d/data.parquet", "d/data.parquet"},
+                       Case{"memtest://bucket/d/data.arrow", "d/data.arrow"},
+                       Case{"memtest://bucket/d/data.npz", "d/data.npz"},
+                       Case{"memtest://bucket/d/v2.zarr", "d/v2.zarr/1.1"},
+                       Case{"memtest://bucket/d/v3.zarr", "d/v3.zarr/c/1/0"}}) {
+    SCOPED_TRACE(c.source);
+    auto l = discover_url(c.source);
+    ASSERT_TRUE(l) << l.status().message();
+    store_->inject(
+        c.key, MemoryFault{.fail = Status(ErrorCode::kIo, "injected failure"), .fail_times = 1000});
+    auto got = load_bytes(*l);
+    store_->inject(c.key, MemoryFault{});
+    ASSERT_FALSE(got);
+  RecordProperty("message", got.status().message());
+    EXPECT_EQ(got.status().code(), ErrorCode::kIo) << got.status().message();
+    EXPECT_NE(got.status().message().find(std::string("memtest://bucket/") + c.key),
+              std::string::npos)
+        << got.status().message();
+  }
+}
+
+#endif  // SHARDLOAD_TEST_PYTHON
+
+}  // namespace
+}  // namespace shardload
