@@ -162,6 +162,12 @@ Status storage_in_file(const Hdf5Api& api, hid_t dataset, hid_t type,
   bool overflow = bytes == 0;
   for (const hsize_t d : dims) overflow = overflow || __builtin_mul_overflow(bytes, d, &bytes);
   const std::uint64_t recorded = api.H5Dget_storage_size(dataset);
+  if (!overflow && bytes == 0 && recorded != 0) {
+    // Storage for no element: a dataspace cut to 0 (newer HDF5s refuse it).
+    return Status(ErrorCode::kFormat, "its contiguous storage holds " + std::to_string(recorded) +
+                                          " bytes, where its elements (none: a dimension is 0) "
+                                          "need 0: the dataspace is damaged");
+  }
   if (!overflow) bytes = std::max<std::uint64_t>(bytes, recorded);
   if (bytes == 0) return Status::ok();
   if (!overflow && offset <= file_size && bytes <= file_size - offset) return Status::ok();

@@ -875,9 +875,22 @@ class Hdf5Reader final : public ShardReader {
               "': shape: expected at least 1 dimension, found a scalar or empty dataspace");
     }
     d.dims.resize(static_cast<std::size_t>(rank));
-    if (api_.H5Sget_simple_extent_dims(space.get(), d.dims.data(), nullptr) < 0) {
+    std::vector<hsize_t> most(static_cast<std::size_t>(rank), 0);
+    if (api_.H5Sget_simple_extent_dims(space.get(), d.dims.data(), most.data()) < 0) {
       return Status(ErrorCode::kFormat,
                     path + ": dataset '" + d.name + "': shape: " + take_error(api_));
+    }
+    // HDF5 1.10 does not hold a dataspace to its maximum (newer ones refuse it): a chunked
+    // dataset's rows past what was stored would read as the fill value, rows of no file.
+    for (std::size_t i = 0; i < d.dims.size(); ++i) {
+      if (most[i] != H5S_UNLIMITED && d.dims[i] > most[i]) {
+        return Status(ErrorCode::kFormat,
+                      path + ": dataset '" + d.name + "': shape: dimension " + std::to_string(i) +
+                          " is " + std::to_string(d.dims[i]) + ", more than its maximum " +
+                          std::to_string(most[i]) +
+                          " (HDF5 1.10 would read the elements past it as the fill value): the "
+                          "dataspace is damaged");
+      }
     }
     for (const auto dim : d.dims) {
       if (dim > static_cast<hsize_t>(INT64_MAX)) {

@@ -1754,3 +1754,41 @@ def test_a_filter_the_hdf5_library_lacks_is_one_error_naming_it(tmp_path: pathli
     r = subprocess.run([str(cli), "inspect", str(tmp_path)], capture_output=True, text=True,
                        timeout=120)
     assert r.returncode != 0 and expected in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("kind", ["contiguous", "chunked-gzip", "chunked", "maxshape8"])
+@pytest.mark.parametrize("dims", [(7, 4), (1000, 4), (6, 5), (0, 4), (5, 4)])
+def test_a_dataspace_beyond_its_maximum_or_storage_is_refused_as_h5py_does(
+        tmp_path: pathlib.Path, kind: str, dims: tuple[int, int]) -> None:
+    """A dataspace message whose dims were patched past its maxdims (6 x 4 -> 7 x 4, 1000 x 4,
+    6 x 5): HDF5 1.10 does not hold dims to maxdims, and the rows (columns) past the stored
+    ones loaded as the fill value, silently; a contiguous dataset cut to 0 rows, whose 96
+    bytes of storage then hold no element, loaded as (0, 4). h5py (a newer HDF5) refuses each;
+    so does discovery, naming the file and the dataset. What h5py reads (fewer rows; 7 rows of
+    a dataset whose maximum is 8) reads the same."""
+    import struct
+
+    a = np.arange(24, dtype="<f4").reshape(6, 4) + 1
+    options = {"contiguous": {}, "chunked-gzip": {"chunks": (2, 4), "compression": "gzip"},
+               "chunked": {"chunks": (4, 2)},
+               "maxshape8": {"chunks": (2, 4), "maxshape": (8, 4)}}[kind]
+    path = tmp_path / "shard_0000.h5"
+    with h5py.File(path, "w", libver="earliest") as f:
+        f.create_dataset("x", data=a, **options)
+    data = bytearray(path.read_bytes())
+    most = 8 if kind == "maxshape8" else 6
+    at = data.find(struct.pack("<4Q", 6, 4, most, 4))
+    assert at > 0
+    data[at:at + 16] = struct.pack("<2Q", *dims)
+    path.write_bytes(bytes(data))
+    try:
+        with h5py.File(path, "r") as f:
+            want = f["x"][()]
+    except (OSError, KeyError):  # h5py's refusal: the open fails
+        want = None
+    if want is None:
+        with pytest.raises(shardload.LayoutError, match=rf"{path}: dataset '/x': "):
+            shardload.numpy.load([str(path)], format="hdf5", dataset="x")
+        return
+    got = shardload.numpy.load([str(path)], format="hdf5", dataset="x")
+    np.testing.assert_array_equal(got, want)
