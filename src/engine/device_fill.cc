@@ -16,6 +16,7 @@
 #include "shardload/device_fill.hpp"
 #include "shardload/fill.hpp"
 #include "shardload/reader.hpp"
+#include "storage/detail/context.hpp"
 
 namespace shardload {
 
@@ -563,9 +564,10 @@ Status Fill::run() {
     if (n <= 1) {
       job(0);
     } else {
-      auto threads = ReaderThreads::create(n);
-      if (!threads) return threads.status().with_context("device fill");
-      (*threads)->run(n, job);
+      // The context's pool; a reader that no thread takes runs here after reader 0 and finds
+      // no chunk left.
+      detail::StorageContext::process().pool().run(
+          static_cast<std::size_t>(n), [&](std::size_t t) { job(static_cast<int>(t)); });
     }
   }
 

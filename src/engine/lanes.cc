@@ -2,9 +2,9 @@
 
 #include <algorithm>
 #include <atomic>
-#include <exception>
-#include <thread>
 #include <vector>
+
+#include "storage/detail/context.hpp"
 
 namespace shardload::detail {
 
@@ -26,16 +26,12 @@ void run_in_lanes(std::size_t n, std::size_t lanes, std::size_t chunk,
       }
     }
   };
-  std::vector<std::thread> helpers;
-  try {
-    // Room first: a vector growing after a thread started would destroy a joinable thread.
-    helpers.reserve(lanes > 1 ? lanes - 1 : 0);
-    for (std::size_t k = 1; k < lanes; ++k) helpers.emplace_back(lane, k);
-  } catch (const std::exception&) {
-    // No more threads (or no memory for them): the lanes started and this one do the rest.
-  }
-  lane(0);
-  for (auto& t : helpers) t.join();
+  // The context's pool: lane 0 on this thread, the others as jobs; a lane no thread took runs
+  // here after lane 0 (and finds nothing left), so the loop finishes even inside another.
+  // No more lanes than chunks: a lane with nothing to take would only be a job to wait for.
+  const std::size_t chunks = n / chunk + (n % chunk != 0 ? 1 : 0);
+  StorageContext::process().pool().run(
+      std::clamp<std::size_t>(chunks, 1, std::max<std::size_t>(lanes, 1)), lane);
 }
 
 Status first_failure_in_lanes(std::size_t n, std::size_t lanes,

@@ -14,14 +14,13 @@
 #include <memory>
 #include <optional>
 #include <span>
-#include <system_error>
-#include <thread>
 
 #include "base/detail/bytes.hpp"
 #include "engine/detail/auto_directory.hpp"
 #include "engine/detail/probe.hpp"
 #include "shardload/codec.hpp"
 #include "shardload/location.hpp"
+#include "storage/detail/context.hpp"
 
 namespace shardload {
 
@@ -616,16 +615,8 @@ Staleness check_manifest(const Manifest& m, IoBackend& io,
     const unsigned threads =
         detail::probe_threads(find_format(Format::kNpy), ctx, shards.size(), 0,
                               !shards.empty() && path_traits(shards.front().path).round_trips);
-    std::vector<std::thread> helpers;
-    for (unsigned k = 1; k < threads; ++k) {
-      try {
-        helpers.emplace_back(work);
-      } catch (const std::system_error&) {
-        break;  // no thread to be had: the others check its share
-      }
-    }
-    work();
-    for (auto& h : helpers) h.join();
+    detail::StorageContext::process().pool().run(std::min<std::size_t>(threads, shards.size()),
+                                                 [&](std::size_t) { work(); });
     if (const std::size_t bad = first_bad.load(); bad < shards.size()) {
       return {why[bad], copied[bad] != 0};
     }

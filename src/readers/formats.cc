@@ -7,12 +7,11 @@
 
 #include <array>
 #include <cstring>
-#include <future>
-#include <system_error>
 
 #include "readers/detail/readers.hpp"
 #include "shardload/reader_registry.hpp"
 #include "shardload/source.hpp"
+#include "storage/detail/context.hpp"
 
 namespace shardload {
 
@@ -58,14 +57,10 @@ bool zarr_store(const std::string& path) {
       FileInfo info;
       return static_cast<bool>(File::open_stat(posix_io(), base + meta + query, &info));
     };
-    std::future<bool> v3;
-    try {
-      v3 = std::async(std::launch::async, exists, "/zarr.json");
-    } catch (const std::system_error&) {
-      return exists("/.zarray") || exists("/zarr.json");  // no thread to be had
-    }
-    const bool v2 = exists("/.zarray");
-    return v3.get() || v2;
+    bool found[2] = {false, false};
+    detail::StorageContext::process().pool().run(
+        2, [&](std::size_t k) { found[k] = exists(k == 0 ? "/.zarray" : "/zarr.json"); });
+    return found[0] || found[1];
   }
   struct ::stat st {};
   if (::stat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) return false;

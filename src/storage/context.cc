@@ -1,5 +1,7 @@
 #include "storage/detail/context.hpp"
 
+#include <pthread.h>
+
 #include <chrono>
 #include <variant>
 
@@ -38,9 +40,53 @@ std::size_t RequestSlots::most_in_flight() const {
   return most_;
 }
 
+namespace {
+
+StorageContext* g_context = nullptr;
+
+}  // namespace
+
 StorageContext& StorageContext::process() {
-  static auto* context = new StorageContext();
+  static auto* context = [] {
+    auto* c = new StorageContext();
+    g_context = c;
+    // Registered once, after the context exists: the handlers use it.
+    ::pthread_atfork(&before_fork, &after_fork_parent, &after_fork_child);
+    return c;
+  }();
   return *context;
+}
+
+StorageContext::StorageContext() = default;
+
+WorkPool& StorageContext::pool() {
+  if (WorkPool* p = pool_.load(std::memory_order_acquire)) return *p;
+  std::lock_guard lock(pool_mu_);
+  WorkPool* p = pool_.load(std::memory_order_relaxed);
+  if (p == nullptr) {
+    // Never destroyed: jobs may run on its threads until the process ends.
+    p = new WorkPool();
+    pool_.store(p, std::memory_order_release);
+  }
+  return *p;
+}
+
+void StorageContext::before_fork() {
+  g_context->pool_mu_.lock();
+  g_context->mu_.lock();
+}
+
+void StorageContext::after_fork_parent() {
+  g_context->mu_.unlock();
+  g_context->pool_mu_.unlock();
+}
+
+void StorageContext::after_fork_child() {
+  g_context->mu_.unlock();
+  g_context->pool_mu_.unlock();
+  // The parent's pool, as copied, has threads that are not here and perhaps a lock held by
+  // one of them: left alone (leaked), and a new one made at the next pool() call.
+  g_context->pool_.store(nullptr, std::memory_order_release);
 }
 
 namespace {

@@ -18,6 +18,7 @@
 #include "shardload/format.hpp"
 #include "shardload/io.hpp"
 #include "shardload/location.hpp"
+#include "storage/detail/context.hpp"
 
 namespace shardload {
 
@@ -78,7 +79,15 @@ thread_local detail::ListingMemo* t_listing_memo = nullptr;
 namespace detail {
 
 ListingMemo::ListingMemo() : outer_(t_listing_memo) { t_listing_memo = this; }
-ListingMemo::~ListingMemo() { t_listing_memo = outer_; }
+ListingMemo::~ListingMemo() {
+  t_listing_memo = outer_;
+  if (ahead_) {
+    try {
+      ahead_->wait();
+    } catch (...) {  // none: the job keeps its failures as answers
+    }
+  }
+}
 
 std::optional<Result<std::vector<std::string>>> ListingMemo::find(const std::string& url) {
   if (t_listing_memo == nullptr) return std::nullopt;
@@ -87,6 +96,7 @@ std::optional<Result<std::vector<std::string>>> ListingMemo::find(const std::str
   }
   const auto it = t_listing_memo->ahead_lists_.find(url);
   if (it == t_listing_memo->ahead_lists_.end()) return std::nullopt;
+  t_listing_memo->ahead_->run_if_queued();  // no thread took it: asked here
   Listing listed = it->second.get();
   // Asked once: a failed LIST is asked again by the next caller, as without a look-ahead.
   t_listing_memo->ahead_lists_.erase(it);
@@ -102,16 +112,25 @@ std::optional<Format> ListingMemo::store(const std::string& directory) {
   if (t_listing_memo == nullptr) return std::nullopt;
   const auto it = t_listing_memo->ahead_stores_.find(directory);
   if (it == t_listing_memo->ahead_stores_.end()) return std::nullopt;
+  t_listing_memo->ahead_->run_if_queued();  // no thread took it: asked here
   return it->second.get();
 }
 
 void ListingMemo::look_ahead(const std::string& dir_url,
                              std::function<Format(const std::string&)> store_of) {
-  if (ahead_.valid() || remote_io_for(dir_url) == nullptr) return;
+  if (ahead_ != nullptr || remote_io_for(dir_url) == nullptr) return;
   auto store = std::make_shared<std::promise<std::optional<Format>>>();
   auto listing = std::make_shared<std::promise<Listing>>();
   const bool ask_store = static_cast<bool>(store_of);
   auto work = [dir_url, store_of = std::move(store_of), store, listing] {
+    // Run by the memo's own thread where no pool thread took it: as on a pool thread, it sees
+    // no memo (whose answers it is making).
+    ListingMemo* const memo = t_listing_memo;
+    t_listing_memo = nullptr;
+    struct Restore {
+      ListingMemo* memo;
+      ~Restore() { t_listing_memo = memo; }
+    } restore{memo};
     try {
       if (store_of) {
         const Format f = store_of(dir_url);
@@ -135,11 +154,7 @@ void ListingMemo::look_ahead(const std::string& dir_url,
   };
   std::shared_future<std::optional<Format>> store_answer = store->get_future().share();
   std::shared_future<Listing> listing_answer = listing->get_future().share();
-  try {
-    ahead_ = std::async(std::launch::async, std::move(work));
-  } catch (const std::system_error&) {
-    return;  // no thread: each answer is asked when it is needed
-  }
+  ahead_ = StorageContext::process().pool().submit(std::move(work));
   if (ask_store) ahead_stores_.emplace(dir_url, std::move(store_answer));
   ahead_lists_.emplace(join_key(dir_url, ""), std::move(listing_answer));
 }

@@ -6,9 +6,9 @@
 #include <cmath>
 #include <mutex>
 #include <random>
-#include <system_error>
-#include <thread>
 #include <vector>
+
+#include "storage/detail/context.hpp"
 
 namespace shardload::detail {
 
@@ -182,16 +182,8 @@ std::int64_t read_in_parts(const RangeRead& read, void* buf, std::size_t n, std:
       }
     }
   };
-  std::vector<std::thread> helpers;
-  for (std::size_t k = 1; k < std::min(in_flight, parts); ++k) {
-    try {
-      helpers.emplace_back(work);
-    } catch (const std::system_error&) {
-      break;  // no thread to be had: fewer requests in flight, the same bytes
-    }
-  }
-  work();
-  for (auto& h : helpers) h.join();
+  // This thread and the context's pool; a helper no thread took runs here and finds no part.
+  StorageContext::process().pool().run(std::min(in_flight, parts), [&](std::size_t) { work(); });
   if (out.first_bad == SIZE_MAX) return static_cast<std::int64_t>(n);
   const std::size_t lo = out.first_bad * part;
   if (out.got < 0) {

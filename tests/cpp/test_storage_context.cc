@@ -1,12 +1,25 @@
 // The storage context (storage/detail/context.hpp): a store's limit on requests in flight
-// holds under many threads, and one store (place and options) is one set of resources.
+// holds under many threads, and one store (place and options) is one set of resources; the
+// work pool it owns (base/detail/work_pool.hpp) runs every job once, gives the first error,
+// finishes loops nested in loops of the same pool, lets an interrupt end a loop's waits, and
+// is made again in a forked child.
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <future>
+#include <memory>
+#include <stdexcept>
+#include <string>
 #include <thread>
 #include <vector>
 
+#include "shardload/interrupt.hpp"
 #include "storage/detail/context.hpp"
 
 namespace shardload {
@@ -53,6 +66,166 @@ TEST(StorageContext, OneStoreOneLimitPerPlaceAndOptions) {
   EXPECT_EQ(s1->requests.limit(), 3u);
   EXPECT_EQ(s2->requests.limit(), 5u);
   EXPECT_EQ(StoreOptions{}.max_requests, 64);
+}
+
+// Runs f on a thread of its own; a wait that never ends (a deadlock) fails the test program
+// after `limit` instead of hanging it. Not a measure of speed: the limit is a minute.
+template <class F>
+void finishes_or_abort(const char* what, F f,
+                       std::chrono::seconds limit = std::chrono::seconds(60)) {
+  auto done = std::make_shared<std::promise<void>>();
+  std::future<void> finished = done->get_future();
+  std::thread([f = std::move(f), done]() mutable {
+    f();
+    done->set_value();
+  }).detach();
+  if (finished.wait_for(limit) != std::future_status::ready) {
+    std::fprintf(stderr, "%s: still waiting after %lld s: a deadlock\n", what,
+                 static_cast<long long>(limit.count()));
+    std::abort();
+  }
+}
+
+TEST(WorkPool, EveryJobAndEveryLaneRunsOnce) {
+  detail::WorkPool pool(4);
+  std::vector<std::atomic<int>> ran(300);
+  std::vector<std::shared_ptr<detail::Job>> jobs;
+  for (std::size_t i = 0; i < ran.size(); ++i) jobs.push_back(pool.submit([&, i] { ++ran[i]; }));
+  for (auto& j : jobs) j->wait();
+  for (auto& r : ran) EXPECT_EQ(r.load(), 1);
+  EXPECT_LE(pool.most_threads(), 4u);
+  for (const std::size_t width : {0u, 1u, 2u, 7u, 40u}) {
+    std::vector<std::atomic<int>> lanes(width);
+    pool.run(width, [&](std::size_t k) { ++lanes[k]; });
+    for (auto& l : lanes) EXPECT_EQ(l.load(), 1) << width;
+  }
+}
+
+TEST(WorkPool, TheLowestLanesErrorWinsAndEveryLaneEnds) {
+  detail::WorkPool pool(8);
+  for (int round = 0; round < 20; ++round) {
+    std::atomic<int> ended{0};
+    try {
+      pool.run(6, [&](std::size_t k) {
+        struct End {
+          std::atomic<int>& n;
+          ~End() { ++n; }
+        } end{ended};
+        // Lane 4 fails at once, lane 2 later: lane 2's error is the one that comes back.
+        if (k == 2) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(round % 3));
+          throw std::runtime_error("lane 2");
+        }
+        if (k == 4) throw std::runtime_error("lane 4");
+      });
+      ADD_FAILURE() << "no error came back";
+    } catch (const std::runtime_error& e) {
+      EXPECT_STREQ(e.what(), "lane 2");
+    }
+    EXPECT_EQ(ended.load(), 6);  // run returned after every lane, not at the first error
+  }
+  // A job's error reaches its waiter.
+  auto job = pool.submit([] { throw std::runtime_error("job"); });
+  EXPECT_THROW(job->wait(), std::runtime_error);
+}
+
+// The classic failure: loops inside loops of the same pool, with fewer threads than waiting
+// lanes. A pool whose waiters only waited would hang here: both threads run an outer lane,
+// each waits for inner lanes queued behind the other outer lanes, and no thread is left.
+TEST(WorkPool, NestedLoopsFinishWithEveryThreadWaiting) {
+  finishes_or_abort("nested loops on a pool of 2 threads", [] {
+    detail::WorkPool pool(2);
+    std::atomic<int> inner{0};
+    pool.run(6, [&](std::size_t) {
+      pool.run(6, [&](std::size_t) {
+        pool.run(3, [&](std::size_t) { ++inner; });
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      });
+    });
+    EXPECT_EQ(inner.load(), 6 * 6 * 3);
+    // A job that waits on jobs of its own pool, as a discovery's look-ahead inside a probe.
+    std::vector<std::shared_ptr<detail::Job>> outer;
+    std::atomic<int> leaves{0};
+    for (int i = 0; i < 8; ++i) {
+      outer.push_back(pool.submit([&] {
+        std::vector<std::shared_ptr<detail::Job>> mine;
+        for (int j = 0; j < 8; ++j) mine.push_back(pool.submit([&] { ++leaves; }));
+        for (auto& m : mine) m->wait();
+      }));
+    }
+    for (auto& o : outer) o->wait();
+    EXPECT_EQ(leaves.load(), 64);
+  });
+}
+
+// Ctrl-C while a loop's lanes wait for a store's request slots: every lane ends without its
+// slot and the loop returns.
+TEST(WorkPool, AnInterruptEndsTheWaitsOfALoop) {
+  finishes_or_abort("lanes waiting for request slots", [] {
+    detail::RequestSlots slots(1);
+    const detail::RequestSlot held(&slots);  // none left for the lanes
+    std::atomic<int> waiting{0};
+    std::atomic<int> refused{0};
+    std::thread asker([&] {
+      while (waiting.load() < 4) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      request_interrupt();
+    });
+    detail::StorageContext::process().pool().run(4, [&](std::size_t) {
+      ++waiting;
+      const detail::RequestSlot slot(&slots);
+      if (!slot.held()) ++refused;
+    });
+    asker.join();
+    clear_interrupt();
+    EXPECT_EQ(refused.load(), 4);
+  });
+}
+
+// The training feed's DataLoader workers fork after their parent has loaded: the child's pool
+// must run work on threads of its own (the parent's are not in the child).
+TEST(WorkPool, AForkedChildGetsAPoolOfItsOwn) {
+  auto& pool = detail::StorageContext::process().pool();
+  std::atomic<int> warm{0};
+  pool.run(4, [&](std::size_t) { ++warm; });  // the parent's threads exist now
+  ASSERT_EQ(warm.load(), 4);
+  // As after a load: the parent's threads idle, waiting for work.
+  for (int i = 0; i < 10000 && (pool.threads() == 0 || pool.idle_threads() < pool.threads()); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ASSERT_GT(pool.idle_threads(), 0u);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    // Lane 0 waits (up to 20 s) for lane 1 to start on another thread: only a pool with a
+    // thread of its own in this process can run it.
+    std::atomic<bool> started{false};
+    std::atomic<bool> saw{false};
+    const auto me = std::this_thread::get_id();
+    detail::StorageContext::process().pool().run(2, [&](std::size_t k) {
+      if (k == 1) {
+        if (std::this_thread::get_id() != me) started = true;
+        return;
+      }
+      for (int i = 0; i < 20000 && !started.load(); ++i) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+      saw = started.load();
+    });
+    ::_exit(saw.load() ? 0 : 3);
+  }
+  int status = 0;
+  pid_t done = 0;
+  for (int i = 0; i < 600 && done == 0; ++i) {
+    done = ::waitpid(child, &status, WNOHANG);
+    if (done == 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  if (done == 0) {
+    ::kill(child, SIGKILL);
+    ::waitpid(child, &status, 0);
+    FAIL() << "the forked child did not finish its loop";
+  }
+  ASSERT_TRUE(WIFEXITED(status)) << status;
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "the child's lane 1 never ran on a thread of its own";
 }
 
 }  // namespace

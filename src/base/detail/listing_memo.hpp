@@ -6,7 +6,8 @@
 //
 // It also asks ahead: a remote directory's discovery asks, one after the other, for its
 // manifest, whether it is a store, and its listing, each a round trip to the store.
-// look_ahead asks the last two on a thread of its own while the caller asks the first.
+// look_ahead asks the last two as a job of the process's work pool while the caller asks the
+// first (run on the caller when it needs the answers and no thread has taken the job).
 #pragma once
 
 #include <functional>
@@ -17,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "base/detail/work_pool.hpp"
 #include "shardload/format.hpp"
 #include "shardload/status.hpp"
 
@@ -38,9 +40,10 @@ class ListingMemo {
   // ahead (waited for); nullopt when it did not.
   static std::optional<Format> store(const std::string& directory);
 
-  // On a thread of its own: store_of(dir_url) when it is given, then, unless that found a
-  // store (whose listing is as long as it has chunks), the listing of the remote directory
-  // `dir_url`. Their answers wait for find and store. Nothing when no thread can be had.
+  // As a job of the process's work pool: store_of(dir_url) when it is given, then, unless that
+  // found a store (whose listing is as long as it has chunks), the listing of the remote
+  // directory `dir_url`. Their answers wait for find and store (which run the job themselves
+  // where no thread has taken it yet).
   void look_ahead(const std::string& dir_url, std::function<Format(const std::string&)> store_of);
 
  private:
@@ -49,8 +52,8 @@ class ListingMemo {
   std::map<std::string, std::vector<std::string>> kept_;
   std::map<std::string, std::shared_future<Listing>> ahead_lists_;
   std::map<std::string, std::shared_future<std::optional<Format>>>
-      ahead_stores_;         // nullopt: not asked
-  std::future<void> ahead_;  // last: destroyed first, so the thread ends before the maps
+      ahead_stores_;            // nullopt: not asked
+  std::shared_ptr<Job> ahead_;  // waited for by the destructor, before the maps go
 };
 
 }  // namespace shardload::detail

@@ -9,11 +9,14 @@
 
 namespace shardload::detail {
 
-// item(lane, i) for the indices 0 .. n-1 on up to `lanes` threads, the caller's the lane 0,
+// item(lane, i) for the indices 0 .. n-1 on up to `lanes` threads of the process's work pool
+// (storage/detail/context.hpp), the caller's the lane 0,
 // each lane taking the next `chunk` indices in turn (one atomic per chunk). item returns
 // false when index i failed: then no index past the lowest failure starts, and every index
 // below it still runs, so the lowest failing index is the same whatever the timing. A lane
-// whose thread cannot start leaves its share to the others. Returns when every lane is done.
+// that no thread takes leaves its share to the others. Returns when every lane is done; may be
+// called from inside an item of another run_in_lanes (the waits never wait on a lane not
+// started).
 void run_in_lanes(std::size_t n, std::size_t lanes, std::size_t chunk,
                   const std::function<bool(std::size_t lane, std::size_t i)>& item);
 

@@ -1,9 +1,10 @@
-// The storage layer's resource owner: what the remote stores (s3://, http(s)://) share in a
-// process. For each store it holds the store's resources: its options (the retries, backoff
-// and deadlines every request of the store is made with) and its limit on requests in flight
-// (max_requests), which every GET, HEAD, PUT and DELETE the store sends waits on. A store is
-// one place with one set of options: an s3:// bucket with its URL's query (the key Arrow's
-// client is made for), an http(s):// origin (scheme, host and port) with its options.
+// The process's resource owner: the pool every thread of the engine's work comes from
+// (base/detail/work_pool.hpp), and what the remote stores (s3://, http(s)://) share. For each store
+// it holds the store's resources: its options (the retries, backoff and deadlines every request of
+// the store is made with) and its limit on requests in flight (max_requests), which every GET,
+// HEAD, PUT and DELETE the store sends waits on. A store is one place with one set of options: an
+// s3:// bucket with its URL's query (the key Arrow's client is made for), an http(s):// origin
+// (scheme, host and port) with its options.
 //
 // Contract: StorageContext::process() is made on first use and never destroyed (requests may
 // be in flight on other threads until the very end); its methods are safe from any thread.
@@ -11,8 +12,18 @@
 // opened). A request holds its RequestSlot for its attempts, redirects included, never while
 // it sleeps between attempts and never while it makes the request's headers (which may take a
 // request of its own: role credentials), so no request waits on a slot its own thread holds.
+//
+// The work pool: one per process, made at the first pool() call, its threads started as work
+// asks for them (the widths are the callers' options: the load's `threads`, a store's
+// max_requests) up to WorkPool::kMaxThreads, each set to the process's CPUs. Waiting
+// callers run queued work themselves, so loops nested in loops of the same pool finish.
+// After fork() the child's first pool() call makes a new pool (the parent's threads are not in
+// the child; its copy of the old pool is left as it was, never used): the training feed's
+// DataLoader workers fork after their parent has loaded. A fork holds the context's locks
+// across the fork, so the child never finds one held by a thread it does not have.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
@@ -21,6 +32,7 @@
 #include <mutex>
 #include <string>
 
+#include "base/detail/work_pool.hpp"
 #include "shardload/store_options.hpp"
 
 namespace shardload::detail {
@@ -87,8 +99,17 @@ class StorageContext {
   // same object for every later call. `where` is a key only, never shown.
   std::shared_ptr<StoreResources> store(const std::string& where, const StoreOptions& options);
 
+  // The process's work pool (see above).
+  WorkPool& pool();
+
  private:
+  StorageContext();
+  static void before_fork();
+  static void after_fork_parent();
+  static void after_fork_child();
   std::mutex mu_;
+  std::mutex pool_mu_;
+  std::atomic<WorkPool*> pool_{nullptr};
   std::map<std::string, std::shared_ptr<StoreResources>> stores_;
 };
 

@@ -146,7 +146,8 @@ class StagingPool {
 
 // A fixed set of threads that read chunks for fills. Created once (per
 // process or per device) by whoever owns the fills and injected through
-// DeviceFillOptions::readers; a fill without one starts and joins its own.
+// DeviceFillOptions::readers; a fill without one runs its readers on the process's work pool
+// (storage/detail/context.hpp).
 // Fills sharing one ReaderThreads take turns (run() calls are serialized).
 //
 // Each thread's CPU affinity is set, never inherited: on `cpus` when given, else on the CPUs of
@@ -189,7 +190,7 @@ struct DeviceFillOptions {
   // Scratch of each reader for Fortran-order shards and decoding formats.
   std::size_t scratch_bytes = std::size_t{4} << 20;
   bool check_snapshot = true;
-  // Threads that read; nullptr: the fill starts `reader_threads` of its own.
+  // Threads that read; nullptr: `reader_threads` readers on the process's work pool.
   // A page-cache pread runs at 6-10 GB/s per thread, a PCIe Gen5 link at
   // about 55, so several readers are what reaches the copy ceiling. At most
   // one reader per staging buffer is used.
