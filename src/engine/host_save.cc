@@ -148,9 +148,11 @@ Status save_to_object_store(const std::byte* data, const std::string& dest,
         const std::int64_t s = uploads[static_cast<std::size_t>(i)];
         const std::int64_t lo = spec->offsets[static_cast<std::size_t>(s)];
         const std::int64_t hi = spec->offsets[static_cast<std::size_t>(s) + 1];
-        detail::ShardUpload upload(d.store, d.dir, d.query, *spec, s);
-        Status st = upload.append(data + static_cast<std::size_t>(lo) * spec->row_bytes, hi - lo);
-        if (st) st = upload.commit();
+        auto upload = detail::open_shard_upload(d.dir_url(), *spec, s);
+        Status st = upload.status();
+        if (st)
+          st = (*upload)->append(data + static_cast<std::size_t>(lo) * spec->row_bytes, hi - lo);
+        if (st) st = (*upload)->commit();
         return st ? st
                   : st.with_context("save shard " + std::to_string(s) + " " + rows_text(lo, hi));
       });

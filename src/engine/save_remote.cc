@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <set>
+#include <span>
 
 #include "shardload/formats.hpp"
 #include "shardload/io.hpp"
@@ -22,11 +23,13 @@ std::int64_t shard_rows(const SaveSpec& spec, std::int64_t s) {
   return spec.offsets[i + 1] - spec.offsets[i];
 }
 
-Status upload_whole(ObjectStore& store, const std::string& url, const std::string& bytes) {
-  SHARDLOAD_ASSIGN_OR_RETURN(auto w,
-                             store.open_writer(url, static_cast<std::int64_t>(bytes.size())));
-  SHARDLOAD_RETURN_IF_ERROR(w->append(bytes.data(), bytes.size()));
-  return w->commit();
+// One whole key (a metadata object, an extra file) through a sink of the store at the prefix.
+Status upload_whole(Store& store, const std::string& key, const std::string& bytes) {
+  Staging in_place;
+  in_place.in_place = true;
+  SHARDLOAD_ASSIGN_OR_RETURN(auto sink, store.open_sink(in_place, key, bytes.size()));
+  SHARDLOAD_RETURN_IF_ERROR(sink->write(0, std::as_bytes(std::span(bytes.data(), bytes.size()))));
+  return sink->finish();
 }
 
 const ObjectShardLayout* layout_of(const SaveSpec& spec) {
@@ -94,52 +97,59 @@ Staging staging_of(const RemoteDest& d) {
 
 }  // namespace
 
-ShardUpload::ShardUpload(ObjectStore* store, std::string dir, std::string query,
-                         const SaveSpec& spec, std::int64_t shard)
-    : store_(store),
-      dir_(std::move(dir)),
-      query_(std::move(query)),
+ShardUpload::ShardUpload(std::shared_ptr<Store> store, const SaveSpec& spec, std::int64_t shard)
+    : store_(std::move(store)),
       name_(save_shard_name(spec.format, shard)),
       ws_(write_spec(spec)),
       rows_(shard_rows(spec, shard)) {
+  staging_.in_place = true;
   const ObjectShardLayout* layout = layout_of(spec);
   chunk_name_ = layout->chunk_name;
   chunk_rows_ = layout->chunk_rows == nullptr ? 0 : layout->chunk_rows(ws_, rows_);
   head_ = layout->head(ws_, rows_);
 }
 
+std::string ShardUpload::shown() const { return store_->describe(name_); }
+
 Status ShardUpload::open_next() {
-  std::string url = dir_ + name_;
-  if (chunk_rows_ > 0) url += '/' + chunk_name_(ws_, chunk_);
-  url += query_;
-  // Its size is known before its first byte: a chunk is chunk_rows rows (the last padded).
-  const auto rb = static_cast<std::int64_t>(ws_.row_bytes);
-  const std::int64_t size =
-      chunk_rows_ > 0 ? chunk_rows_ * rb : static_cast<std::int64_t>(head_.size()) + rows_ * rb;
-  SHARDLOAD_ASSIGN_OR_RETURN(writer_, store_->open_writer(url, size));
-  if (!head_.empty()) return writer_->append(head_.data(), head_.size());
+  std::string key = name_;
+  if (chunk_rows_ > 0) key += '/' + chunk_name_(ws_, chunk_);
+  // Its size is known before its first byte: a chunk is chunk_rows rows (the last padded with
+  // zeros by the sink's finish, as Zarr v2 stores an edge chunk).
+  const auto rb = static_cast<std::uint64_t>(ws_.row_bytes);
+  const std::uint64_t size = chunk_rows_ > 0
+                                 ? static_cast<std::uint64_t>(chunk_rows_) * rb
+                                 : head_.size() + static_cast<std::uint64_t>(rows_) * rb;
+  SHARDLOAD_ASSIGN_OR_RETURN(sink_, store_->open_sink(staging_, key, size));
+  offset_ = 0;
+  if (head_.empty()) return Status::ok();
+  SHARDLOAD_RETURN_IF_ERROR(sink_->write(0, std::as_bytes(std::span(head_.data(), head_.size()))));
+  offset_ = head_.size();
   return Status::ok();
 }
 
 Status ShardUpload::append(const std::byte* src, std::int64_t rows) {
   const auto rb = static_cast<std::int64_t>(ws_.row_bytes);
   if (rows < 0 || rows > rows_ - written_) {
-    return file_error(ErrorCode::kInvalidArgument, dir_ + name_ + query_,
+    return file_error(ErrorCode::kInvalidArgument, shown(),
                       "the upload was given more rows than the shard's " + std::to_string(rows_),
                       EINVAL);
   }
   while (rows > 0) {
-    if (!writer_) SHARDLOAD_RETURN_IF_ERROR(open_next());
+    if (!sink_) SHARDLOAD_RETURN_IF_ERROR(open_next());
     // One object takes every row; a chunk takes what is left of its chunk_rows.
     const std::int64_t n = chunk_rows_ > 0 ? std::min(rows, chunk_rows_ - in_chunk_) : rows;
-    SHARDLOAD_RETURN_IF_ERROR(writer_->append(src, static_cast<std::size_t>(n * rb)));
+    const auto bytes = static_cast<std::size_t>(n * rb);
+    SHARDLOAD_RETURN_IF_ERROR(sink_->write(offset_, std::span(src, bytes)));
+    offset_ += bytes;
     src += n * rb;
     rows -= n;
     written_ += n;
     in_chunk_ += n;
     if (chunk_rows_ > 0 && in_chunk_ == chunk_rows_) {
-      SHARDLOAD_RETURN_IF_ERROR(writer_->commit());
-      writer_.reset();
+      const Status st = sink_->finish();
+      sink_.reset();
+      SHARDLOAD_RETURN_IF_ERROR(st);
       ++chunk_;
       in_chunk_ = 0;
     }
@@ -149,27 +159,24 @@ Status ShardUpload::append(const std::byte* src, std::int64_t rows) {
 
 Status ShardUpload::commit() {
   if (written_ != rows_ && ws_.row_bytes != 0) {
-    return file_error(ErrorCode::kInvalidArgument, dir_ + name_ + query_,
+    return file_error(ErrorCode::kInvalidArgument, shown(),
                       "the upload got " + std::to_string(written_) + " of the shard's " +
                           std::to_string(rows_) + " rows",
                       EINVAL);
   }
-  if (!writer_ && chunk_rows_ == 0) SHARDLOAD_RETURN_IF_ERROR(open_next());  // header only
-  if (!writer_) return Status::ok();  // every chunk full and committed
-  if (chunk_rows_ > 0) {
-    // Zarr v2 stores the edge chunk at full size: the rows it lacks are zeros (the fill).
-    static const std::byte zeros[std::size_t{1} << 16] = {};
-    auto pad = static_cast<std::size_t>((chunk_rows_ - in_chunk_) *
-                                        static_cast<std::int64_t>(ws_.row_bytes));
-    while (pad > 0) {
-      const std::size_t n = std::min(pad, sizeof zeros);
-      SHARDLOAD_RETURN_IF_ERROR(writer_->append(zeros, n));
-      pad -= n;
-    }
-  }
-  const Status st = writer_->commit();
-  writer_.reset();
+  if (!sink_ && chunk_rows_ == 0) SHARDLOAD_RETURN_IF_ERROR(open_next());  // header only
+  if (!sink_) return Status::ok();  // every chunk full and finished
+  // The rows a Zarr edge chunk lacks are zeros (the fill): the sink's finish writes them.
+  const Status st = sink_->finish();
+  sink_.reset();
   return st;
+}
+
+Result<std::shared_ptr<Store>> open_save_store(const std::string& dir_url) {
+  // The one refusal of a URL no store of this build writes (as before any sink existed).
+  SHARDLOAD_RETURN_IF_ERROR(writable_object_store(dir_url).status());
+  SHARDLOAD_ASSIGN_OR_RETURN(auto store, open_store(dir_url));
+  return std::shared_ptr<Store>(std::move(store));
 }
 
 // What the kernel's file calls cannot reach goes through the object pipeline, which refuses a
@@ -289,8 +296,8 @@ Result<RemoteDest> prepare_remote_save(const std::string& dest, const SaveOption
   if (chunked(spec)) return d;
   for (std::int64_t s = 0; s < spec.shards(); ++s) {
     if (task_uploads_shard(spec, s)) continue;
-    ShardUpload empty(d.store, d.dir, d.query, spec, s);
-    SHARDLOAD_RETURN_IF_ERROR(empty.commit());
+    SHARDLOAD_ASSIGN_OR_RETURN(auto empty, open_shard_upload(d.dir_url(), spec, s));
+    SHARDLOAD_RETURN_IF_ERROR(empty->commit());
   }
   return d;
 }
@@ -298,15 +305,15 @@ Result<RemoteDest> prepare_remote_save(const std::string& dest, const SaveOption
 Result<std::unique_ptr<ShardUpload>> open_shard_upload(const std::string& dir_url,
                                                        const SaveSpec& spec, std::int64_t shard) {
   const auto q = dir_url.find('?');
-  const std::string dir = dir_url.substr(0, q);
-  const std::string query = q == std::string::npos ? std::string() : dir_url.substr(q);
-  const std::string url = dir + save_shard_name(spec.format, shard) + query;
-  SHARDLOAD_ASSIGN_OR_RETURN(ObjectStore * store, writable_object_store(url));
+  const std::string url = dir_url.substr(0, q) + save_shard_name(spec.format, shard) +
+                          (q == std::string::npos ? std::string() : dir_url.substr(q));
+  SHARDLOAD_RETURN_IF_ERROR(writable_object_store(url).status());
   if (layout_of(spec) == nullptr) {
     // Refused before any upload (prepare_remote_save); here for a spec that skipped it.
     return file_error(ErrorCode::kIo, url, not_for_object_storage(spec), ENOTSUP);
   }
-  return std::make_unique<ShardUpload>(store, dir, query, spec, shard);
+  SHARDLOAD_ASSIGN_OR_RETURN(auto store, open_save_store(dir_url));
+  return std::make_unique<ShardUpload>(std::move(store), spec, shard);
 }
 
 Status finish_remote_save(const RemoteDest& d, const SaveSpec& spec, const SaveOptions& options) {
@@ -315,18 +322,18 @@ Status finish_remote_save(const RemoteDest& d, const SaveSpec& spec, const SaveO
     for (auto& o : shard_objects(spec, s)) names.insert(std::move(o));
     if (chunked(spec)) names.insert(save_shard_name(spec.format, s) + "/");
   }
+  SHARDLOAD_ASSIGN_OR_RETURN(const auto store, open_save_store(d.dir_url()));
   SHARDLOAD_ASSIGN_OR_RETURN(const ObjectFiles metadata, metadata_of(spec));
   for (const auto& [name, text] : metadata) {
-    SHARDLOAD_RETURN_IF_ERROR(upload_whole(*d.store, d.url(name), text));
+    SHARDLOAD_RETURN_IF_ERROR(upload_whole(*store, name, text));
     names.insert(name);
   }
   for (const auto& [name, text] : options.extra_files) {
-    SHARDLOAD_RETURN_IF_ERROR(upload_whole(*d.store, d.url(name), text));
+    SHARDLOAD_RETURN_IF_ERROR(upload_whole(*store, name, text));
     names.insert(name);
   }
   // The store's publish: the old dataset's objects that no new one replaced deleted, then the
   // manifest, the commit point (the protocol of docs/save.md).
-  SHARDLOAD_ASSIGN_OR_RETURN(const auto store, open_store(d.dir_url()));
   PublishSteps steps = publish_steps(d, spec, options);
   steps.keys.assign(names.begin(), names.end());
   if (options.manifest) {

@@ -58,13 +58,14 @@ std::int64_t remote_tiles(const SaveSpec& spec);
 // bytes) are uploaded header only by prepare_remote_save.
 bool task_uploads_shard(const SaveSpec& spec, std::int64_t s);
 
-// One shard's upload by one point task: its rows appended in order, each object committed as
-// it fills (a Zarr chunk of chunk_rows rows; the one object of npy and raw at the end), an
-// object not committed aborted with the upload. The first object is opened on the first rows.
+// One shard's upload by one point task, through the store's sinks (Store::open_sink): its rows
+// appended in order, each object finished as it fills (a Zarr chunk of chunk_rows rows; the
+// one object of npy and raw at the end), an object not finished aborted with the upload. The
+// first object is opened on the first rows.
 class ShardUpload {
  public:
-  ShardUpload(ObjectStore* store, std::string dir, std::string query, const SaveSpec& spec,
-              std::int64_t shard);
+  // `store`: the store at the dataset's prefix ("s3://B/P/" and its query), written in place.
+  ShardUpload(std::shared_ptr<Store> store, const SaveSpec& spec, std::int64_t shard);
   // The shard's next `rows` rows, dense C-order.
   Status append(const std::byte* src, std::int64_t rows);
   // After every row: the last object (a Zarr chunk padded with zeros to its full size, as
@@ -73,16 +74,23 @@ class ShardUpload {
 
  private:
   Status open_next();
+  [[nodiscard]] std::string shown() const;
 
-  ObjectStore* store_;
-  std::string dir_, query_, name_, head_;
+  std::shared_ptr<Store> store_;
+  Staging staging_;  // in place, at the store's location
+  std::string name_, head_;
   WriteSpec ws_;
   std::int64_t rows_ = 0;
   std::int64_t chunk_rows_ = 0;  // 0: the shard is one object
   std::string (*chunk_name_)(const WriteSpec&, std::int64_t) = nullptr;
-  std::unique_ptr<ObjectWriter> writer_;
+  std::unique_ptr<KeySink> sink_;
+  std::uint64_t offset_ = 0;  // in the open object
   std::int64_t chunk_ = 0, in_chunk_ = 0, written_ = 0;
 };
+
+// The store a save to `dir_url` ("s3://B/P/" and the query) writes through, or the one error
+// for a URL that no store of this build writes (kIo, ENOTSUP), naming it.
+Result<std::shared_ptr<Store>> open_save_store(const std::string& dir_url);
 
 // In a point task: the upload of shard `shard` of the dataset at `dir_url` ("s3://B/P/" and
 // the query).
