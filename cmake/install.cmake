@@ -4,7 +4,8 @@
 #
 # A wheel (SHARDLOAD_WHEEL) installs into site-packages/shardload/ (wheel.install-dir in
 # pyproject.toml), beside the packages it links at run time:
-#   site-packages/shardload/_core*.so, _feed_core*.so, _legate*.so  the extension modules
+#   site-packages/shardload/_core*.so, _feed_core*.so, _feed_cuda*.so (CUDA builds),
+#   _legate*.so                                                      the extension modules
 #   site-packages/shardload/bin/shardload              the program (the `shardload` command runs it)
 #   site-packages/shardload/bin/shardload-core         the same without Legate (run where it is absent)
 #   site-packages/shardload/lib/                       libshardload.so, libshardload_legate.so,
@@ -75,6 +76,9 @@ if(TARGET shardload_core_program)
 endif()
 if(SHARDLOAD_PYTHON)
   set(shardload_modules _core _feed_core)
+  if(TARGET _feed_cuda)
+    list(APPEND shardload_modules _feed_cuda)
+  endif()
   if(SHARDLOAD_WITH_LEGATE)
     list(APPEND shardload_modules _legate)
   endif()

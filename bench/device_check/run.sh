@@ -7,8 +7,10 @@
 #
 # In order, within 5 minutes (BUDGET seconds, default 280):
 #   1. the machine: kernel, CPUs, driver, GPUs, memory, /dev/shm and disk (device_check --info);
-#   2. cuda_tests (the CUDA backend's tests; each skips, after checking the clean "no CUDA
-#      device" error, where there is no GPU), at most 90 s;
+#   2. cuda_tests (the CUDA backend's tests, and the training feed's device batches: the
+#      engine's device fill of a batch's rows equal to the host fill's bit for bit, in device
+#      memory at the pointer its DLPack tensor carries; each skips, after checking the clean
+#      "no CUDA device" error, where there is no GPU), at most 90 s;
 #   3. device_check: the pinned ceiling, the naive path and the device fill side by side
 #      (docs/benchmarks.md), with the data sized and placed by what is free: at most --gib
 #      (default 4), in the first --dir that takes it all (default /dev/shm, then TMPDIR or /tmp,

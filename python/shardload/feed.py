@@ -549,6 +549,52 @@ class _Pool:
         return self._view(raw)
 
 
+def _device_arg(device: object) -> "tuple[str, Optional[int]]":
+    """``Feed(device=)``: None or "cpu" (host batches), "cuda" (device 0), "cuda:N", or
+    anything whose str() is one of those (a ``torch.device``). Returns (text, index)."""
+    if device is None:
+        return "None", None
+    text = str(device) if hasattr(device, "type") else device
+    if not isinstance(text, str):
+        raise TypeError(f"device: expected None, 'cpu', 'cuda' or 'cuda:N', found "
+                        f"{type(device).__name__}")
+    if text == "cpu":
+        return text, None
+    if text == "cuda":
+        return text, 0
+    head, _, index = text.partition(":")
+    if head == "cuda" and index.isdigit() and index.isascii():
+        return text, int(index)
+    raise ValueError(f"device: expected None, 'cpu', 'cuda' or 'cuda:N', found {text!r}")
+
+
+def _device_batches(text: str, index: int) -> Any:
+    """The engine's device batches for ``Feed(device=text)`` (``_feed_cuda.Device``), or the
+    RuntimeError naming what is missing: the CUDA backend in this build, or a CUDA device."""
+    try:
+        from . import _feed_cuda
+    except ImportError as e:
+        raise RuntimeError(f"Feed(device={text!r}): batches on a CUDA device need shardload "
+                           f"built with its CUDA backend (nvcc at build time), and this build "
+                           f"has none ({e}); pass device=None for host batches") from None
+    why = _feed_cuda.device_status()
+    if why:
+        raise RuntimeError(f"Feed(device={text!r}): batches on a CUDA device need one, and the "
+                           f"CUDA runtime finds none ({why}); pass device=None for host "
+                           f"batches")
+    try:
+        return _feed_cuda.Device(index)
+    except RuntimeError as e:
+        raise RuntimeError(f"Feed(device={text!r}): {e}") from None
+
+
+def _runs(rows: np.ndarray) -> "list[tuple[int, int]]":
+    """``rows`` as ranges [lo, hi) of consecutive rows, in order."""
+    cuts = (np.flatnonzero(np.diff(rows) != 1) + 1).tolist()
+    bounds = [0, *cuts, len(rows)]
+    return [(int(rows[a]), int(rows[b - 1]) + 1) for a, b in zip(bounds, bounds[1:])]
+
+
 class Feed:
     """Batches of ``batch_size`` rows of a sharded dataset for one rank of a data-parallel
     job, in a seeded global order; see the module's documentation for the stream, the orders,
@@ -584,6 +630,15 @@ class Feed:
             ``jax.device_put``) is one DMA. The batches stay the same numpy arrays, handed
             over without a copy. RuntimeError at construction where no CUDA runtime or no
             device is found.
+        device: None (default) or "cpu": host batches. "cuda" or "cuda:N" (or a
+            ``torch.device``): each batch is a ``_feed_cuda.DeviceBatch`` in that device's
+            memory, of its own, which ``torch.from_dlpack``, ``jax.dlpack.from_dlpack`` and
+            CuPy take without a copy (DLPack, kDLCUDA). In order (``shuffle="none"``, no
+            ``astype``) each batch is the engine's device fill of its rows (staged through
+            page-locked buffers, read by the engine's threads); shuffled, the host gather
+            into the feed's page-locked buffers (``pin_memory`` implied) and one async copy.
+            RuntimeError at construction where this build has no CUDA backend or the CUDA
+            runtime finds no device.
 
     Raises:
         TypeError, ValueError: an argument is wrong, or ``batch_size * world_size`` exceeds
@@ -594,7 +649,8 @@ class Feed:
             rank, when the ranks found different datasets.
         OutOfMemoryError: from the iteration, when a batch buffer cannot be allocated (or,
             with ``pin_memory``, page-locked).
-        RuntimeError: ``pin_memory=True`` where the CUDA runtime or a CUDA device is missing.
+        RuntimeError: ``pin_memory=True`` or ``device="cuda"`` where the CUDA runtime or a
+            CUDA device is missing.
     """
 
     def __init__(
@@ -617,6 +673,7 @@ class Feed:
         storage_options: Optional[Mapping[str, str]] = None,
         check_ranks: Optional[bool] = None,
         pin_memory: bool = False,
+        device: Any = None,
         **options: Unpack[DiscoverOptions],
     ) -> None:
         self._batch_size = _int("batch_size", batch_size)
@@ -640,7 +697,10 @@ class Feed:
             raise ValueError(f"prefetch: expected an int >= 0, found {self._prefetch}")
         self._threads = _frontend.threads_arg(threads)
         # Checked before discovery: a machine without a CUDA device refuses at once.
-        pinned = _PinnedHost() if _bool("pin_memory", pin_memory) else None
+        device_text, device_index = _device_arg(device)
+        self._device = None if device_index is None else _device_batches(device_text,
+                                                                         device_index)
+        pinned = _PinnedHost() if _bool("pin_memory", pin_memory) or self._device else None
         try:
             prepared = _frontend.prepare("shardload.feed.Feed", source, row_range=row_range,
                                          astype=astype, reader=reader,
@@ -895,7 +955,66 @@ class Feed:
     def __iter__(self) -> Iterator[np.ndarray]:
         """This rank's batches of the rest of the current epoch, then the epoch ends: the
         next iteration is the next epoch. One loop at a time."""
+        if self._device is not None:
+            return self._run_device()
         return self._run()
+
+    def _run_device(self) -> Iterator[Any]:
+        """Device batches (``device=``): in order, the engine's device fill of each batch's
+        rows; otherwise the host batch (in page-locked buffers) copied in one async copy."""
+        if self._mode != "none" or self._cast is not None:
+            for batch in self._run():
+                yield self._device.copy(batch)
+                del batch  # its buffer goes back to the feed's pool
+            return
+        with self._lock:
+            if self._iterating:
+                raise RuntimeError("Feed: already being iterated (one loop at a time)")
+            self._iterating = True
+        epoch, start = self._epoch, self._position
+        steps = self._steps(start)
+        step_rows = self._batch_size * self._world
+        order = self.order(epoch)
+        shape = (self._batch_size,) + tuple(self._layout.shape[1:])
+        pool = concurrent.futures.ThreadPoolExecutor(max_workers=1,
+                                                     thread_name_prefix="shardload-feed")
+
+        def fill(k: int) -> Any:  # the engine's call releases the GIL
+            rows = order.rows(self.batch_positions(k, start))
+            return self._device.fill_rows(self._layout, _runs(rows), shape)
+
+        peers = self._peers
+        pending: collections.deque = collections.deque()
+        try:
+            if peers is not None:
+                _check_same_stream(peers, self._stream_spec(epoch, start))
+            # One batch read ahead, on the read-ahead thread, while the loop uses this one.
+            pending.extend(pool.submit(fill, k) for k in range(min(steps, 1)))
+            for k in range(steps):
+                try:
+                    batch, error = pending.popleft().result(), None
+                except Exception as e:
+                    batch, error = None, e
+                if k + 1 < steps:
+                    pending.append(pool.submit(fill, k + 1))
+                if peers is not None:
+                    error = _agreed(peers, error)
+                if error is not None:
+                    raise error
+                if k + 1 == steps:
+                    self._epoch, self._position = epoch + 1, 0
+                else:
+                    self._position = start + (k + 1) * step_rows
+                yield batch
+                del batch
+            if steps == 0:
+                self._epoch, self._position = epoch + 1, 0
+        finally:
+            for f in pending:
+                f.cancel()
+            pool.shutdown(wait=True)
+            with self._lock:
+                self._iterating = False
 
     def torch_dataset(self) -> Any:
         """This feed as a ``torch.utils.data.IterableDataset`` of its batches, for
