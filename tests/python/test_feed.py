@@ -859,6 +859,48 @@ def test_a_zarr_chunk_changed_mid_epoch_raises_the_read_error_naming_it(tmp_path
     assert (got[48:67] == zarr.open_array(str(store), mode="r")[:, 0]).all()
 
 
+@pytest.mark.parametrize("fault", ["rewritten", "deleted"])
+def test_a_zarr_chunk_changed_mid_epoch_raises_on_every_rank(tmp_path, monkeypatch, fault):
+    """Chunk 2.0 of shard 6 (rows 56..59) changes after each rank's first batch; only rank 0
+    reads it (step 7 on 2 ranks x 4), and both ranks raise the ShardReadError naming the chunk
+    file at that step."""
+    import threading
+
+    import zarr
+
+    source, _ = write_format(tmp_path / "zarr2", "zarr2")
+    store = pathlib.Path(source) / "shard_0006.zarr"
+    chunk = store / "2.0"
+    started = threading.Barrier(2, timeout=30)
+
+    def body(r: int):
+        feed = sf.Feed(source, 4, shuffle="none", prefetch=0)
+        seen = 0
+        try:
+            for k, _ in enumerate(feed):
+                seen += 1
+                if k == 0:
+                    started.wait()
+                    if r == 0:
+                        time.sleep(0.05)  # past the file system's timestamp granularity
+                        if fault == "deleted":
+                            chunk.unlink()
+                        else:
+                            zarr.open_array(str(store), mode="r+")[8:12] = -1
+                    started.wait()
+        except shardload.ShardReadError as e:
+            return seen, e
+        return seen, None
+
+    got = on_ranks(monkeypatch, 2, body)
+    assert [seen for seen, _ in got] == [7, 7], got
+    for r, (_, e) in enumerate(got):
+        assert isinstance(e, shardload.ShardReadError), (r, e)
+        assert re.search(re.escape(str(chunk)) + ": changed since discovery", str(e)), e
+    assert got[1][1].__notes__ == ["raised by the feed on rank 0; this rank (1) stopped at the "
+                                   "same batch"]
+
+
 TRUNCATE_CHILD = r"""
 import ctypes, os, sys
 import numpy as np
