@@ -232,6 +232,10 @@ TEST_F(StoreSchemes, AShortReadIsAnErrorNeverWrongData) {
     EXPECT_EQ(got.status().code(), ErrorCode::kIo) << got.status().message();
     EXPECT_NE(got.status().message().find("memtest://bucket/ds/shard_0000.npy"), std::string::npos)
         << got.status().message();
+    // Refused by the adapter at the first short answer, not left to a caller's loop.
+    EXPECT_NE(got.status().message().find("a short read before the key's end is refused"),
+              std::string::npos)
+        << got.status().message();
   }
   // A discovery that meets it fails too, rather than probing a header cut short.
   store_->inject("ds/shard_0001.npy", MemoryFault{.short_by = 2});
@@ -447,7 +451,7 @@ TEST_F(StoreSchemeReaders, AFailingChunkOfEachFormatNamesItsKey) {
     auto got = load_bytes(*l);
     store_->inject(c.key, MemoryFault{});
     ASSERT_FALSE(got);
-  RecordProperty("message", got.status().message());
+    RecordProperty("message", got.status().message());
     EXPECT_EQ(got.status().code(), ErrorCode::kIo) << got.status().message();
     EXPECT_NE(got.status().message().find(std::string("memtest://bucket/") + c.key),
               std::string::npos)
