@@ -94,13 +94,12 @@ Result<std::unique_ptr<DeviceBatches>> DeviceBatches::create(int device) {
   if (!d) return Status(ErrorCode::kNoMemory, "device batches: out of host memory");
   const int dev = backend->device();
   d->backend_ = std::move(backend);
-  // A feed's batches are megabytes: 4 staging buffers of 8 MiB (32 MiB page-locked), read by
-  // 4 threads made once, instead of the load's 128 MiB and a fill's own threads per batch.
+  // A feed's batches are megabytes: 4 staging buffers of 8 MiB (32 MiB page-locked) instead of
+  // the load's 128 MiB; their readers run on the process's work pool (fill_rows).
   StagingOptions staging;
   staging.buffers = 4;
   SHARDLOAD_RETURN_IF_ERROR(staging_options_from_env(&staging));
   SHARDLOAD_ASSIGN_OR_RETURN(d->pool_, StagingPool::create(*d->backend_, staging));
-  SHARDLOAD_ASSIGN_OR_RETURN(d->readers_, ReaderThreads::create(4));
   OnDevice on(dev);
   SHARDLOAD_RETURN_IF_ERROR(on.status());
   cudaStream_t s = nullptr;
@@ -147,7 +146,7 @@ Result<std::shared_ptr<DeviceBuffer>> DeviceBatches::fill_rows(
   OnDevice on(device());
   SHARDLOAD_RETURN_IF_ERROR(on.status());
   DeviceFillOptions o;
-  o.readers = readers_.get();
+  o.reader_threads = 4;  // one per staging buffer, on the process's work pool
   SHARDLOAD_RETURN_IF_ERROR(fill_device(layout, pieces, buffer->data(), bytes, stream_, *pool_, o));
   return buffer;
 }

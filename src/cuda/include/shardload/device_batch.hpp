@@ -2,7 +2,8 @@
 // device memory of their own, handed over by DLPack (kDLCUDA) without a copy.
 //
 //   rows in order    fill_rows: the engine's device fill (fill_device) of each row range into
-//                    the batch, through a staging pool and reader threads made once
+//                    the batch, through a staging pool made once, its readers on the
+//                    process's work pool
 //   shuffled rows    copy: a batch the host gathered (into page-locked memory) to the device
 //                    in one cudaMemcpyAsync
 //
@@ -100,7 +101,6 @@ class DeviceBatches {
   DeviceBatches() = default;
   std::unique_ptr<CopyBackend> backend_;
   std::unique_ptr<StagingPool> pool_;
-  std::unique_ptr<ReaderThreads> readers_;
   void* stream_ = nullptr;
 };
 
