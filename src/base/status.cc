@@ -370,6 +370,33 @@ std::string redact_user_info(std::string_view text, std::vector<std::string>& hi
         if (run_at != std::string_view::npos && run_at > end) at = run_at - start;
       }
     }
+    if (at == std::string_view::npos && !authority.empty() && authority[0] != '[') {
+      // "user:Pa#ss=word@host", "user:Pa/SE#CRET@host", "user:Pa?ss word@host": a password
+      // holding both kinds of stop, or a '=' or a space after its '#' or '?', which the rules
+      // above do not follow. Where the authority is "user:" and a password (what follows the
+      // ':' is no port), the user part runs, whatever it holds, to the first '@' on the line
+      // before another URL, and then to the last '@' before the '/' or space after that.
+      const std::size_t colon = authority.find(':');
+      const std::string_view port =
+          colon == std::string_view::npos ? std::string_view() : authority.substr(colon + 1);
+      const bool user_form =
+          colon != std::string_view::npos &&
+          (port.empty() ? end < text.size() && (text[end] == '#' || text[end] == '?')
+                        : port.find_first_not_of("0123456789") != std::string_view::npos);
+      std::size_t first = std::string_view::npos;
+      for (std::size_t k = end; user_form && k < text.size() && text[k] != '\n' &&
+                                text[k] != '\r' && text.compare(k, 3, "://") != 0;
+           ++k) {
+        if (text[k] == '@') {
+          first = k;
+          break;
+        }
+      }
+      if (first != std::string_view::npos) {
+        const std::size_t last = text.substr(0, stops(first, "/")).rfind('@');
+        at = last - start;
+      }
+    }
     if (at == std::string_view::npos || at == 0) continue;
     const std::size_t colon = text.substr(start, at).find(':');
     const std::size_t hide = colon == std::string_view::npos ? start : start + colon + 1;

@@ -88,6 +88,22 @@ TEST(RedactSecrets, AUserPartAfterOneSlashOfAServedSchemeIsHidden) {
             "c:/u:x@y gs:/u:x@y xhttp:/u:x@y git+http:/u:x@y");
 }
 
+TEST(RedactSecrets, APasswordMixingStopsIsHiddenWhole) {
+  // A '#' or '?' and then a '=', '/' or space (or a '/' and then a '#' or '?'): the user part
+  // runs to its '@' whatever it holds, where the authority is "user:" and no port.
+  for (const char* pw : {"Pa#ss=S3cr3tw", "Pa?ss=S3cr3tw", "Pa#S3cr3t/w", "Pa/S3cr3t#w",
+                         "Pa/S3cr3t?w", "pa#ss S3cr3t", "pa#S3cr3t&k=v", "#S3cr3t=x"}) {
+    const std::string url = std::string("http://alice:") + pw + "@h:9/d/x.npy";
+    EXPECT_EQ(redact_secrets("reading '" + url + "': failed"),
+              "reading 'http://alice:***@h:9/d/x.npy': failed")
+        << url;
+  }
+  EXPECT_EQ(redact_secrets("s3://AK:sk#ss=S3cr3t@b/d/"), "s3://AK:***@b/d/");
+  // A port stays (libcurl reads it so), and so does a path's or a query's '@'.
+  EXPECT_EQ(redact_secrets("http://h:8080/u/@me/x and http://h/x?email=bob@x.org"),
+            "http://h:8080/u/@me/x and http://h/x?email=bob@x.org");
+}
+
 TEST(RedactSecrets, EverySecretQueryKeyIsHiddenWithoutRegardToCaseOrEncoding) {
   // SigV2 and CloudFront presigned URLs, a CDN's token, OAuth's access_token (also in a
   // fragment), an API key: the values go, the keys and every other parameter stay.

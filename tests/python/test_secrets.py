@@ -579,3 +579,30 @@ def test_a_url_with_more_slashes_before_its_user_part_is_refused_its_password_hi
     assert store.requests == []
     assert_hidden(shardload._core.redact_secrets(f"https:{slashes}alice:pw-s3cr3t@h/x"),
                   "alice:***@h/x")
+
+
+@pytest.mark.parametrize("url,visible", [
+    ("http://alice:Pa#ss=s3cr3tword@127.0.0.1:9/d/x.npy", "alice:***@127.0.0.1:9/d/x.npy"),
+    ("https://alice:Pa?ss=s3cr3tword@127.0.0.1:9/d/", "alice:***@127.0.0.1:9/d/"),
+    ("http://alice:Pa#s3cr3t/word@127.0.0.1:9/d/x.npy", "alice:***@127.0.0.1:9/d/x.npy"),
+    ("http://alice:Pa/s3cr3t#word@127.0.0.1:9/d/x.npy", "alice:***@127.0.0.1:9/d/x.npy"),
+    ("http://alice:Pa/s3cr3t?word@127.0.0.1:9/d/x.npy", "alice:***@127.0.0.1:9/d/x.npy"),
+    ("http://alice:pa#ss s3cr3t@127.0.0.1:9/d/x.npy", "alice:***@127.0.0.1:9/d/x.npy"),
+    ("http://alice:pa#s3cr3t&k=v@127.0.0.1:9/d/x.npy", "alice:***@127.0.0.1:9/d/x.npy"),
+    ("s3://AKIAVISIBLE:sk#ss=s3cr3tword@b/d/x.npy", "AKIAVISIBLE:***@b/d/x.npy"),
+])
+def test_a_password_mixing_a_hash_or_question_mark_with_equals_slash_or_space_is_hidden(
+        url, visible, cli):
+    """A '#' or '?' in a password, and after it a '=', '/' or space (or a '/' and then a '#'
+    or '?'): the user part's '@' was looked for only up to the first of those, so the whole
+    password showed in the error, its traceback, inspect and inspect --json (pass 13, fault 1)."""
+    options = ({"endpoint_override": "127.0.0.1:9", "scheme": "http", "max_attempts": "1",
+                "region": "us-east-1"} if url.startswith("s3") else {})
+    assert_hidden(shardload.redact_secrets(f"reading '{url}': failed"), visible)
+    with pytest.raises(Exception) as e:
+        shardload.discover([url], format="npy", storage_options=options or None)
+    assert_hidden(str(e.value) + repr(e.value.args) + str(getattr(e.value, "filename", "")))
+    flags = [a for k, v in options.items() for a in ("--storage-option", f"{k}={v}")]
+    for extra in ([], ["--json"]):
+        assert_hidden(run(cli, "inspect", url, "--format", "npy", *flags, *extra, ok=False))
+
