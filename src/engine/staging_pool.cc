@@ -6,6 +6,7 @@
 
 #include "engine/detail/device_fill.hpp"
 #include "shardload/device_fill.hpp"
+#include "storage/detail/context.hpp"
 
 namespace shardload {
 
@@ -114,6 +115,26 @@ StagingPool::~StagingPool() {
     if (s.fence != nullptr) backend_->destroy_fence(s.fence);
     backend_->free_staging(s.data);
   }
+}
+
+// ---- the process's device resources -------------------------------------------
+
+Result<DeviceResources*> device_resources(
+    const std::string& device,
+    const std::function<Result<std::unique_ptr<CopyBackend>>()>& make_backend) {
+  return detail::StorageContext::process().keep<DeviceResources>(
+      "device fill " + device, [&]() -> Result<std::unique_ptr<DeviceResources>> {
+        std::unique_ptr<DeviceResources> r(new (std::nothrow) DeviceResources());
+        if (!r) return Status(ErrorCode::kIo, "device resources: out of host memory");
+        StagingOptions staging;
+        SHARDLOAD_RETURN_IF_ERROR(staging_options_from_env(&staging));
+        SHARDLOAD_RETURN_IF_ERROR(device_fill_options_from_env(&r->options));
+        SHARDLOAD_ASSIGN_OR_RETURN(r->backend, make_backend());
+        if (!r->backend) return Status(ErrorCode::kIo, "device resources: no copy backend");
+        SHARDLOAD_ASSIGN_OR_RETURN(r->pool, StagingPool::create(*r->backend, staging));
+        r->options.readers = nullptr;  // the work pool's threads
+        return r;
+      });
 }
 
 }  // namespace shardload

@@ -7,9 +7,7 @@
 
 #include <cstdio>
 #include <cstdlib>
-#include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
@@ -27,46 +25,29 @@ Status cuda_error(const char* call, cudaError_t err) {
   return {ErrorCode::kIo, std::string(call) + " failed: " + cudaGetErrorString(err)};
 }
 
-// What one GPU's fills share: the copy backend, the pinned staging pool and
-// the reader threads, created on the first load task that runs on the GPU
-// (sizes from SHARDLOAD_STAGING_BYTES / _BUFFERS / SHARDLOAD_READER_THREADS).
-struct DeviceEngine {
-  std::unique_ptr<CudaCopyBackend> backend;
-  std::unique_ptr<StagingPool> pool;
-  std::unique_ptr<ReaderThreads> readers;
-  DeviceFillOptions options;
-};
-
-// The engines of this process, one per device. They live until the process
-// exits and are deliberately never destroyed: static destructors run after
-// the CUDA runtime may have shut down, and the OS reclaims pinned memory.
-Result<DeviceEngine*> engine_for_current_device() {
-  static std::mutex mu;
-  static auto* engines = new std::map<int, std::unique_ptr<DeviceEngine>>();
+// What one GPU's fills share (the copy backend, the pinned staging pool, the fill options:
+// SHARDLOAD_STAGING_BYTES / _BUFFERS / SHARDLOAD_READER_THREADS), made on the first load task
+// that runs on the GPU and kept by the process's resource owner for the process's life (never
+// destroyed: static destructors run after the CUDA runtime may have shut down, and the OS
+// reclaims pinned memory). The fills' readers run on the process's work pool.
+Result<DeviceResources*> engine_for_current_device() {
   int device = 0;
   if (const cudaError_t err = cudaGetDevice(&device); err != cudaSuccess) {
     return cuda_error("cudaGetDevice", err);
   }
-  const std::lock_guard<std::mutex> lock(mu);
-  auto& slot = (*engines)[device];
-  if (slot) return slot.get();
-  auto e = std::make_unique<DeviceEngine>();
-  CudaBackendOptions bo;
-  bo.device = device;
-  SHARDLOAD_ASSIGN_OR_RETURN(e->backend, CudaCopyBackend::create(bo));
-  StagingOptions so;
-  SHARDLOAD_RETURN_IF_ERROR(staging_options_from_env(&so));
-  SHARDLOAD_ASSIGN_OR_RETURN(e->pool, StagingPool::create(*e->backend, so));
-  SHARDLOAD_RETURN_IF_ERROR(device_fill_options_from_env(&e->options));
-  SHARDLOAD_ASSIGN_OR_RETURN(e->readers, ReaderThreads::create(e->options.reader_threads));
-  e->options.readers = e->readers.get();
-  slot = std::move(e);
-  return slot.get();
+  return device_resources("cuda:" + std::to_string(device),
+                          [device]() -> Result<std::unique_ptr<CopyBackend>> {
+                            CudaBackendOptions bo;
+                            bo.device = device;
+                            SHARDLOAD_ASSIGN_OR_RETURN(std::unique_ptr<CudaCopyBackend> backend,
+                                                       CudaCopyBackend::create(bo));
+                            return std::unique_ptr<CopyBackend>(std::move(backend));
+                          });
 }
 
 Status fill_device_tile(const Tile& t, cudaStream_t stream) {
   if (t.ptr == nullptr) return Status::ok();
-  SHARDLOAD_ASSIGN_OR_RETURN(DeviceEngine * engine, engine_for_current_device());
+  SHARDLOAD_ASSIGN_OR_RETURN(DeviceResources * engine, engine_for_current_device());
   if (!t.dense) {
     // Through the same pinned pool: no per-task pinned allocation (a device-wide stall), reads
     // overlapping the copies, nothing left allocated or in flight on an error.

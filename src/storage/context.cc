@@ -72,6 +72,7 @@ WorkPool& StorageContext::pool() {
 }
 
 void StorageContext::before_fork() {
+  g_context->kept_mu_.lock();
   g_context->pool_mu_.lock();
   g_context->mu_.lock();
 }
@@ -79,11 +80,13 @@ void StorageContext::before_fork() {
 void StorageContext::after_fork_parent() {
   g_context->mu_.unlock();
   g_context->pool_mu_.unlock();
+  g_context->kept_mu_.unlock();
 }
 
 void StorageContext::after_fork_child() {
   g_context->mu_.unlock();
   g_context->pool_mu_.unlock();
+  g_context->kept_mu_.unlock();
   // The parent's pool, as copied, has threads that are not here and perhaps a lock held by
   // one of them: left alone (leaked), and a new one made at the next pool() call.
   g_context->pool_.store(nullptr, std::memory_order_release);

@@ -106,6 +106,57 @@ TEST_F(DeviceFillTest, StagingSizesBuffersAndReaders) {
   }
 }
 
+// A device's fill resources are the process's: made once per device name, sized from the
+// environment, kept by the resource owner, and the fills that use them read on the work pool.
+TEST_F(DeviceFillTest, DeviceResourcesOnePerDeviceSizedFromTheEnvironment) {
+  mixed();
+  const Layout l = layout();
+  ::setenv("SHARDLOAD_STAGING_BUFFERS", "3", 1);
+  ::setenv("SHARDLOAD_STAGING_BYTES", "48", 1);
+  ::setenv("SHARDLOAD_READER_THREADS", "3", 1);
+  int made = 0;
+  const auto make = [&]() -> Result<std::unique_ptr<CopyBackend>> {
+    ++made;
+    return std::unique_ptr<CopyBackend>(std::make_unique<HostCopyBackend>());
+  };
+  auto first = device_resources("host-test:0", make);
+  ASSERT_TRUE(first) << first.status().message();
+  auto again = device_resources("host-test:0", make);
+  ASSERT_TRUE(again) << again.status().message();
+  EXPECT_EQ(*first, *again);
+  EXPECT_EQ(made, 1);
+  DeviceResources& r = **first;
+  EXPECT_EQ(r.pool->buffers(), 3);
+  EXPECT_EQ(r.pool->buffer_bytes(), 48u);
+  EXPECT_EQ(r.options.reader_threads, 3);
+  EXPECT_EQ(r.options.readers, nullptr);
+  std::vector<std::byte> out;
+  Status st = device_rows(l, 0, 19, *r.pool, r.options, &out);
+  ASSERT_TRUE(st) << st.message();
+  EXPECT_EQ(out, expected(l, 0, 19));
+  // Another device has its own; a malformed variable makes nothing, and a later call with
+  // it fixed makes the resources.
+  ::setenv("SHARDLOAD_STAGING_BUFFERS", "1", 1);
+  auto bad = device_resources("host-test:1", make);
+  ASSERT_FALSE(bad);
+  EXPECT_NE(bad.status().message().find("SHARDLOAD_STAGING_BUFFERS"), std::string::npos)
+      << bad.status().message();
+  ::setenv("SHARDLOAD_STAGING_BUFFERS", "2", 1);
+  auto other = device_resources("host-test:1", make);
+  ASSERT_TRUE(other) << other.status().message();
+  EXPECT_NE(*other, *first);
+  EXPECT_EQ((*other)->pool->buffers(), 2);
+  // A backend that cannot be made is its error.
+  auto none = device_resources("host-test:2", []() -> Result<std::unique_ptr<CopyBackend>> {
+    return Status(ErrorCode::kIo, "no device here");
+  });
+  ASSERT_FALSE(none);
+  EXPECT_EQ(none.status().message(), "no device here");
+  ::unsetenv("SHARDLOAD_STAGING_BUFFERS");
+  ::unsetenv("SHARDLOAD_STAGING_BYTES");
+  ::unsetenv("SHARDLOAD_READER_THREADS");
+}
+
 // Buffers smaller than a row: native C-order rows are split by bytes.
 TEST_F(DeviceFillTest, TinyBuffersSplitRowsByBytes) {
   synth_shards(7, 61, 5);  // 40-byte rows

@@ -1,10 +1,11 @@
 // The process's resource owner: the pool every thread of the engine's work comes from
-// (base/detail/work_pool.hpp), and what the remote stores (s3://, http(s)://) share. For each store
-// it holds the store's resources: its options (the retries, backoff and deadlines every request of
-// the store is made with) and its limit on requests in flight (max_requests), which every GET,
-// HEAD, PUT and DELETE the store sends waits on. A store is one place with one set of options: an
-// s3:// bucket with its URL's query (the key Arrow's client is made for), an http(s):// origin
-// (scheme, host and port) with its options.
+// (base/detail/work_pool.hpp), what the layers above keep for the process's life (the device
+// fill's staging pools: keep()), and what the remote stores (s3://, http(s)://) share. For each
+// store it holds the store's resources: its options (the retries, backoff and deadlines every
+// request of the store is made with) and its limit on requests in flight (max_requests), which
+// every GET, HEAD, PUT and DELETE the store sends waits on. A store is one place with one set of
+// options: an s3:// bucket with its URL's query (the key Arrow's client is made for), an http(s)://
+// origin (scheme, host and port) with its options.
 //
 // Contract: StorageContext::process() is made on first use and never destroyed (requests may
 // be in flight on other threads until the very end); its methods are safe from any thread.
@@ -27,12 +28,15 @@
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <typeinfo>
 
 #include "base/detail/work_pool.hpp"
+#include "shardload/status.hpp"
 #include "shardload/store_options.hpp"
 
 namespace shardload::detail {
@@ -102,6 +106,25 @@ class StorageContext {
   // The process's work pool (see above).
   WorkPool& pool();
 
+  // What the layers above keep for the process's life, one object per name and type: the
+  // device fill's staging pool of each device (shardload/device_fill.hpp: device_resources).
+  // `make` runs at the first call for the name, under a lock of its own, so once however many
+  // threads ask; its failure is returned and the next call tries again. Never destroyed: what
+  // it holds (pinned memory) would otherwise be freed after the CUDA runtime shut down; the OS
+  // reclaims it at exit.
+  template <class T>
+  Result<T*> keep(const std::string& name,
+                  const std::function<Result<std::unique_ptr<T>>()>& make) {
+    std::lock_guard lock(kept_mu_);
+    const std::string key = name + "#" + typeid(T).name();
+    if (const auto it = kept_.find(key); it != kept_.end()) return static_cast<T*>(it->second);
+    Result<std::unique_ptr<T>> made = make();
+    if (!made) return made.status();
+    T* const p = made->release();
+    kept_.emplace(key, p);
+    return p;
+  }
+
  private:
   StorageContext();
   static void before_fork();
@@ -110,6 +133,8 @@ class StorageContext {
   std::mutex mu_;
   std::mutex pool_mu_;
   std::atomic<WorkPool*> pool_{nullptr};
+  std::mutex kept_mu_;
+  std::map<std::string, void*> kept_;  // keep's objects, by name and type
   std::map<std::string, std::shared_ptr<StoreResources>> stores_;
 };
 

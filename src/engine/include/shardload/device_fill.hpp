@@ -241,4 +241,23 @@ Status fill_device_strided(const Layout& layout, std::int64_t lo, std::int64_t h
                            std::span<const std::size_t> strides, void* device_dst, void* stream,
                            StagingPool& pool, const DeviceFillOptions& options = {});
 
+// One device's fill resources, the process's for its life: its copy backend, its staging pool
+// (StagingOptions from SHARDLOAD_STAGING_BYTES / _BUFFERS) and the options its fills run with
+// (SHARDLOAD_READER_THREADS readers on the process's work pool: options.readers is null). Owned
+// by the resource owner (storage/detail/context.hpp), never destroyed.
+struct DeviceResources {
+  std::unique_ptr<CopyBackend> backend;
+  std::unique_ptr<StagingPool> pool;
+  DeviceFillOptions options;
+};
+
+// The resources of `device` (a name, "cuda:0"), made at the first call for it, with the backend
+// make_backend returns (called then only, with the device current), the same object for every
+// later call from any thread. Errors: make_backend's; kInvalidArgument naming an environment
+// variable that is malformed; the staging pool's (validate, an allocation). A failed call makes
+// nothing, and the next one tries again.
+Result<DeviceResources*> device_resources(
+    const std::string& device,
+    const std::function<Result<std::unique_ptr<CopyBackend>>()>& make_backend);
+
 }  // namespace shardload
