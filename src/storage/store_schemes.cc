@@ -224,20 +224,24 @@ class StoreIo final : public RemoteIo {
   }
 
   // The keys directly under the prefix, by name (a prefix below it without its '/').
+  // A listing that fails is discovery's error (kLayout, ENOENT where nothing is there), as an
+  // s3:// listing's is.
   Result<std::vector<std::string>> list(const std::string& dir_url) override {
-    SHARDLOAD_ASSIGN_OR_RETURN(Where w, resolve(dir_url));
-    std::string prefix = w.key;
-    if (!prefix.empty() && prefix.back() != '/') prefix += '/';
-    auto keys = w.store->list(prefix);
-    if (!keys) {
-      const Status& st = keys.status();
+    const auto refused = [&dir_url](const Status& st) {
       const int err = st.sys_errno();
       return file_error(
-          ErrorCode::kLayout, w.shown,
+          ErrorCode::kLayout, split_options(dir_url).first,
           std::string(err == ENOENT ? "shard directory not found" : "cannot list the directory") +
               " (" + message_after_path(st, st.path()) + ")",
           err);
-    }
+    };
+    auto where = resolve(dir_url);
+    if (!where) return refused(where.status());
+    const Where& w = *where;
+    std::string prefix = w.key;
+    if (!prefix.empty() && prefix.back() != '/') prefix += '/';
+    auto keys = w.store->list(prefix);
+    if (!keys) return refused(keys.status());
     std::vector<std::string> names;
     for (std::string_view k : *keys) {
       if (k.starts_with(prefix)) k.remove_prefix(prefix.size());
