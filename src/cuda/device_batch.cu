@@ -63,7 +63,9 @@ void delete_dlpack(dlpack::ManagedTensor* self) {
 DeviceBuffer::~DeviceBuffer() {
   if (data_ == nullptr) return;
   OnDevice on(device_);
-  if (const cudaError_t e = cudaFree(data_); e != cudaSuccess) {
+  // A batch freed after the runtime unloaded (a tensor alive at the process's exit) has no
+  // memory left to free: not a failure worth a line.
+  if (const cudaError_t e = cudaFree(data_); e != cudaSuccess && e != cudaErrorCudartUnloading) {
     std::fprintf(stderr, "shardload: device batches: cudaFree: %s\n", cudaGetErrorName(e));
   }
 }
