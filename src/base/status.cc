@@ -399,7 +399,14 @@ std::string redact_user_info(std::string_view text, std::vector<std::string>& hi
     }
     if (at == std::string_view::npos || at == 0) continue;
     const std::size_t colon = text.substr(start, at).find(':');
-    const std::size_t hide = colon == std::string_view::npos ? start : start + colon + 1;
+    std::size_t hide = colon == std::string_view::npos ? start : start + colon + 1;
+    // "TOKEN:@host" and GitHub's "TOKEN:x-oauth-basic@host": the token is the user name, and the
+    // password empty or a constant; the user part goes whole, as "TOKEN@host"'s does.
+    if (const std::string_view password = text.substr(hide, start + at - hide);
+        hide != start &&
+        (password.empty() || password == "x-oauth-basic" || password == "x-oauth-bearer")) {
+      hide = start;
+    }
     out.append(text.substr(done, hide - done));
     if (start + at > hide) {
       out += "***";

@@ -104,6 +104,14 @@ TEST(RedactSecrets, APasswordMixingStopsIsHiddenWhole) {
             "http://h:8080/u/@me/x and http://h/x?email=bob@x.org");
 }
 
+TEST(RedactSecrets, ATokenAsTheUserNameIsHiddenWhole) {
+  // "TOKEN:@host" and GitHub's "TOKEN:x-oauth-basic@host": the token is the user name.
+  EXPECT_EQ(redact_secrets("https://ghp_S3cr3t:@h/x"), "https://***@h/x");
+  EXPECT_EQ(redact_secrets("https://ghp_S3cr3t:x-oauth-basic@h/x"), "https://***@h/x");
+  EXPECT_EQ(redact_secrets("https://ghp_S3cr3t:x-oauth-bearer@h/x"), "https://***@h/x");
+  EXPECT_EQ(redact_secrets("https://alice:pw@h/x"), "https://alice:***@h/x");
+}
+
 TEST(RedactSecrets, EverySecretQueryKeyIsHiddenWithoutRegardToCaseOrEncoding) {
   // SigV2 and CloudFront presigned URLs, a CDN's token, OAuth's access_token (also in a
   // fragment), an API key: the values go, the keys and every other parameter stay.

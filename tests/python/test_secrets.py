@@ -606,3 +606,23 @@ def test_a_password_mixing_a_hash_or_question_mark_with_equals_slash_or_space_is
     for extra in ([], ["--json"]):
         assert_hidden(run(cli, "inspect", url, "--format", "npy", *flags, *extra, ok=False))
 
+
+@pytest.mark.parametrize("user", ["ghp_s3cr3ttoken1234567890:", "ghp_s3cr3ttoken1234567890:x-oauth-basic"])
+def test_a_token_as_the_user_name_with_an_empty_or_constant_password_is_hidden(
+        http_dataset, cli, user):
+    """"https://TOKEN:@host/" and GitHub's "https://TOKEN:x-oauth-basic@host/" (libcurl sends
+    the token as Basic credentials): only the password was hidden, so the token showed in
+    print(layout), inspect's source line and every error (pass 13, fault 2). The user part goes
+    whole, as "https://TOKEN@host/"'s does."""
+    store, base, want = http_dataset
+    url = base.replace("://", f"://{user}@") + "/d/"
+    layout = shardload.discover(url)
+    np.testing.assert_array_equal(layout.read(), want)
+    assert_hidden(str(layout) + repr(layout), "://***@")
+    for extra in ([], ["--json"]):
+        assert_hidden(run(cli, "inspect", url, *extra), "***@")
+    gone = base.replace("://", f"://{user}@") + "/gone/x.npy"
+    with pytest.raises(Exception) as e:
+        shardload.discover([gone])
+    assert_hidden(str(e.value), "://***@")
+    assert_hidden(shardload.redact_secrets(f"{url} {gone}"), "://***@127.0.0.1")
