@@ -390,9 +390,11 @@ Status v3_chain(const std::string& file, const std::string& field, const std::ve
     SHARDLOAD_ASSIGN_OR_RETURN(const ZarrCodec c, v3_bytes_codec(file, f, list[i]));
     if (sharding != nullptr && *sharding != nullptr) {
       return bad(file, f,
-                 "codec '" + list[i].name +
-                     "' after sharding_indexed encodes whole shards; reading part of a shard "
-                     "needs it inside the shard (in the sharding codec's own codecs)");
+                 "found codec '" + list[i].name +
+                     "' after sharding_indexed, which encodes whole shards (a read of part of a "
+                     "shard would decode all of it); expected none after it: put '" +
+                     list[i].name + "' in the sharding codec's own codecs (" + field +
+                     "[0].configuration.codecs), where each inner chunk is encoded alone");
     }
     m->codecs.push_back(c);
   }

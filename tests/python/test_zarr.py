@@ -218,6 +218,31 @@ def test_v3_nested_sharding_is_refused(tmp_path):
         shardload.discover(tmp_path, format="zarr")
 
 
+@pytest.mark.parametrize("after", ["gzip", "zstd", "crc32c"])
+def test_v3_a_codec_after_sharding_is_refused_naming_what_was_found_and_expected(tmp_path, after):
+    """[sharding_indexed, gzip] compresses each shard whole: zarr-python reads it (decoding a
+    whole shard for any part of it); shardload reads parts of shards, so it refuses the
+    store, naming the metadata file, the field, the codec found and where it is expected."""
+    a = np.arange(64, dtype="float32").reshape(16, 4)
+    codec = {"gzip": zc.GzipCodec(), "zstd": zc.ZstdCodec(), "crc32c": zc.Crc32cCodec()}[after]
+    store = tmp_path / "shard_0000.zarr"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # zarr-python warns that partial reads are lost
+        z = zarr.create_array(str(store), shape=a.shape, dtype=a.dtype, chunks=(8, 4),
+                              serializer=zc.ShardingCodec(chunk_shape=(2, 2)),
+                              compressors=[codec], zarr_format=3)
+        z[...] = a
+        np.testing.assert_array_equal(zarr.open_array(str(store))[...], a)  # the oracle reads it
+    meta = json.loads((store / "zarr.json").read_text())
+    assert [c["name"] for c in meta["codecs"]] == ["sharding_indexed", after]
+    with pytest.raises(shardload.LayoutError) as e:
+        shardload.discover(tmp_path, format="zarr")
+    assert (f"{store / 'zarr.json'}: codecs[1]: found codec '{after}' after sharding_indexed, "
+            "which encodes whole shards" in str(e.value)), e.value
+    assert (f"expected none after it: put '{after}' in the sharding codec's own codecs "
+            "(codecs[0].configuration.codecs)" in str(e.value)), e.value
+
+
 # ---- keys, order, byte order -------------------------------------------------------------
 
 
