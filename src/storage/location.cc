@@ -1,4 +1,5 @@
-// The traits of each store a path can name: the one table a new store driver adds its row to.
+// What the store behind a path is like: the traits of its scheme's row (the registry of schemes,
+// store_schemes.cc), and the questions answered from them.
 #include "shardload/location.hpp"
 
 #include <array>
@@ -14,47 +15,9 @@ namespace {
 
 using detail::SchemeRow;
 
-constexpr const char* kNoS3 = "object storage is not supported by this build (it needs Arrow)";
-constexpr const char* kNoHttp =
-    "http:// and https:// are not supported by this build (not built with http support: it "
-    "needs libcurl)";
-
-// Object storage and HTTP(S): keys reached by requests, each with its options in the URL's
-// query. An HTTP server can neither list nor be written to.
-constexpr PathTraits kS3{.kernel_files = false,
-                         .round_trips = true,
-                         .flat_keys = true,
-                         .listable = true,
-                         .writable = true,
-                         .uploads = true,
-                         .inode_is_identity = false,
-                         .options_in_query = true,
-                         .key_delimiters = "?",
-                         .scheme_label = "s3://"};
-constexpr PathTraits kHttp{.kernel_files = false,
-                           .round_trips = true,
-                           .flat_keys = true,
-                           .listable = false,
-                           .writable = false,
-                           .uploads = false,
-                           .inode_is_identity = false,
-                           .options_in_query = true,
-                           .key_delimiters = "",
-                           .encoded_keys = true,
-                           .fragment_cut = true,
-                           .scheme_label = "http(s)://"};
-// The built-in drivers' rows; every other store reached by URL registers its scheme
-// (shardload/store_schemes.hpp), whose row row_of finds after these.
-constexpr std::array kSchemes{SchemeRow{"s3://", kS3, remote_io, kNoS3},
-                              SchemeRow{"http://", kHttp, http_io, kNoHttp},
-                              SchemeRow{"https://", kHttp, http_io, kNoHttp}};
-
-const SchemeRow* row_of(std::string_view path) {
-  for (const SchemeRow& row : kSchemes) {
-    if (path.starts_with(row.prefix)) return &row;
-  }
-  return detail::registered_row(path);
-}
+// Every scheme is a registered one: the built-in drivers' (s3://, http(s)://: register.cc) and
+// the store drivers' (shardload/store_schemes.hpp).
+const SchemeRow* row_of(std::string_view path) { return detail::registered_row(path); }
 
 }  // namespace
 
@@ -239,8 +202,8 @@ std::string snapshot_difference(std::string_view path, const FileInfo& then, con
   std::string d =
       "size " + std::to_string(then.size) + " -> " + std::to_string(now.size) + " bytes";
   if (then.inode != now.inode) {
-    d += detail::registered_row(path) != nullptr ? ", overwritten (its generation differs)"
-                                                 : ", overwritten (its ETag differs)";
+    d += detail::is_store_scheme(path) ? ", overwritten (its generation differs)"
+                                       : ", overwritten (its ETag differs)";
   }
   return d;
 }

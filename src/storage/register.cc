@@ -1,8 +1,10 @@
-// The remote drivers this build has, registered with posix_io() at load time, so that a source
-// parsed before any reader exists can name "s3://" and "http(s)://" URLs; the adapter that
-// reads the stores of registered schemes; and the router that tells posix_io() which paths
-// they serve (location.cc's table of schemes, and the registered ones).
+// The built-in drivers' schemes (s3://, http(s)://), registered as a store driver's scheme is
+// (their rows: what the store is like, the RemoteIo that serves it); the remote drivers this
+// build has, registered with posix_io() at load time, so that a source parsed before any reader
+// exists can name their URLs; the adapter that reads the stores of registered store schemes;
+// and the router that tells posix_io() which paths they serve (the registry's rows).
 #include "shardload/io.hpp"
+#include "shardload/location.hpp"
 #include "storage/detail/store_schemes.hpp"
 #include "storage/detail/stores.hpp"
 #if SHARDLOAD_WITH_ARROW
@@ -13,6 +15,48 @@
 #endif
 
 namespace shardload::detail {
+namespace {
+
+constexpr const char* kNoS3 = "object storage is not supported by this build (it needs Arrow)";
+constexpr const char* kNoHttp =
+    "http:// and https:// are not supported by this build (not built with http support: it "
+    "needs libcurl)";
+
+// Object storage and HTTP(S): keys reached by requests, each with its options in the URL's
+// query. An HTTP server can neither list nor be written to.
+constexpr PathTraits kS3{.kernel_files = false,
+                         .round_trips = true,
+                         .flat_keys = true,
+                         .listable = true,
+                         .writable = true,
+                         .uploads = true,
+                         .inode_is_identity = false,
+                         .options_in_query = true,
+                         .key_delimiters = "?",
+                         .scheme_label = "s3://"};
+constexpr PathTraits kHttp{.kernel_files = false,
+                           .round_trips = true,
+                           .flat_keys = true,
+                           .listable = false,
+                           .writable = false,
+                           .uploads = false,
+                           .inode_is_identity = false,
+                           .options_in_query = true,
+                           .key_delimiters = "",
+                           .encoded_keys = true,
+                           .fragment_cut = true,
+                           .scheme_label = "http(s)://"};
+
+}  // namespace
+
+// Registered as any scheme is, also in a build without the driver, whose paths then fail with
+// `missing` rather than be taken for local paths.
+void register_built_in_schemes() {
+  register_remote_scheme("s3", kS3, remote_io, kNoS3);
+  register_remote_scheme("http", kHttp, http_io, kNoHttp);
+  register_remote_scheme("https", kHttp, http_io, kNoHttp);
+}
+
 namespace {
 
 const bool kRouterRegistered = (set_path_router(&route_path), true);

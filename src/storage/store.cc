@@ -77,18 +77,15 @@ Result<std::unique_ptr<Store>> open_store(std::string_view location) {
   if (location.empty()) {
     return Status(ErrorCode::kInvalidArgument, "store location: empty; name a directory or a URL");
   }
-  if (location.starts_with("s3://") || is_http_url(location)) {
-    RemoteIo* const io = remote_io_for(location);
+  // A registered scheme: a store driver's, or a built-in driver's over its RemoteIo.
+  if (const detail::SchemeRow* row = detail::registered_row(location); row != nullptr) {
+    if (detail::is_store_scheme(location)) return detail::open_registered_store(location);
+    RemoteIo* const io = row->backend();
     if (io == nullptr) {
-      return file_error(ErrorCode::kInvalidArgument, std::string(location),
-                        location.starts_with("s3://")
-                            ? "object storage is not supported by this build (it needs Arrow)"
-                            : "http(s) sources are not supported by this build (it needs libcurl)",
-                        ENOTSUP);
+      return file_error(ErrorCode::kInvalidArgument, std::string(location), row->missing, ENOTSUP);
     }
     return detail::make_remote_store(location, io);
   }
-  if (detail::registered_row(location) != nullptr) return detail::open_registered_store(location);
   if (location.find("://") != std::string_view::npos && !location.starts_with("file://")) {
     return file_error(ErrorCode::kInvalidArgument, std::string(location),
                       "no store driver for this scheme (a directory, file://, s3://, http:// or "

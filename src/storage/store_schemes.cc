@@ -11,7 +11,6 @@
 #include <map>
 #include <mutex>
 #include <optional>
-#include <shared_mutex>
 #include <string>
 #include <system_error>
 #include <thread>
@@ -31,37 +30,67 @@ constexpr const char* kNoAdapter =
     "no store adapter is registered with the I/O layer (the storage layer registers it at load "
     "time)";
 
-// One registered scheme. Never freed: a row handed to location.cc stays valid after the scheme
-// is registered again or removed (stores opened through it are kept by their open files).
+// One registered scheme: a store driver's (a factory of Stores, read through the adapter) or a
+// built-in driver's (its own RemoteIo). Never freed: a row handed to location.cc stays valid
+// after the scheme is registered again or removed (stores opened through it are kept by their
+// open files).
 struct Entry {
-  StoreScheme scheme;
-  std::string label;  // "SCHEME://"
+  StoreScheme scheme;  // a store scheme's; no factory for a driver's own RemoteIo
+  std::string label;   // "SCHEME://"
   SchemeRow row{};
   std::mutex mu;
   std::map<std::string, std::shared_ptr<Store>, std::less<>> stores;  // by location and query
 };
 
-struct Registry {
-  std::shared_mutex mu;
-  std::map<std::string, Entry*, std::less<>> by_scheme;
+// The schemes in force: a list that is never changed, replaced whole by each registration (the
+// old lists are never freed: registrations are few), so that a look-up takes no lock and costs
+// what the fixed table of schemes cost (a prefix compared per scheme).
+struct Table {
+  std::vector<Entry*> entries;
 };
 
-Registry& registry() {
-  static auto* r = new Registry();
-  return *r;
+std::mutex g_write_mu;
+std::atomic<const Table*> g_table{nullptr};
+
+const Table* table() {
+  // The built-in drivers' schemes are registered before the first look-up, whatever the order
+  // of static initialisers.
+  static const bool builtins = (register_built_in_schemes(), true);
+  (void)builtins;
+  return g_table.load(std::memory_order_acquire);
 }
 
-// How many schemes are registered: 0 lets a path through with one load.
-std::atomic<int> g_registered{0};
-
 Entry* entry_of(std::string_view path) {
-  if (g_registered.load(std::memory_order_acquire) == 0) return nullptr;
-  const std::size_t colon = path.find("://");
-  if (colon == std::string_view::npos || colon == 0) return nullptr;
-  Registry& r = registry();
-  std::shared_lock lock(r.mu);
-  const auto it = r.by_scheme.find(path.substr(0, colon));
-  return it == r.by_scheme.end() ? nullptr : it->second;
+  const Table* const t = table();
+  if (t == nullptr) return nullptr;
+  for (Entry* const e : t->entries) {
+    if (path.starts_with(e->row.prefix)) return e;
+  }
+  return nullptr;
+}
+
+// Puts `e` in force, in place of an entry of its scheme (or, `e` null, removes `label`'s).
+// false (nothing changed) where `keep_builtin` and that entry is a built-in driver's.
+bool replace_entry(const std::string& label, Entry* e, bool keep_builtin) {
+  std::lock_guard lock(g_write_mu);
+  const Table* const t = g_table.load(std::memory_order_acquire);
+  std::vector<Entry*> entries;
+  if (t != nullptr) {
+    for (Entry* const old : t->entries) {
+      if (old->label != label) {
+        entries.push_back(old);
+      } else if (keep_builtin && !old->scheme.open) {
+        return false;
+      } else {
+        // The stores it opened are let go; open files keep theirs.
+        std::lock_guard stores(old->mu);
+        old->stores.clear();
+      }
+    }
+  }
+  if (e != nullptr) entries.push_back(e);
+  g_table.store(new Table{std::move(entries)}, std::memory_order_release);
+  return true;
 }
 
 bool valid_scheme(std::string_view s) {
@@ -97,7 +126,7 @@ struct Where {
 
 Result<Where> resolve(std::string_view url) {
   Entry* const e = entry_of(url);
-  if (e == nullptr) {
+  if (e == nullptr || !e->scheme.open) {
     return file_error(ErrorCode::kIo, std::string(url),
                       "no store driver is registered for this scheme", ENOTSUP);
   }
@@ -429,6 +458,23 @@ const SchemeRow* registered_row(std::string_view path) {
   return e == nullptr ? nullptr : &e->row;
 }
 
+bool is_store_scheme(std::string_view path) {
+  const Entry* const e = entry_of(path);
+  return e != nullptr && static_cast<bool>(e->scheme.open);
+}
+
+void register_remote_scheme(std::string_view scheme, const PathTraits& traits,
+                            RemoteIo* (*backend)(), const char* missing) {
+  auto* e = new Entry();  // never freed (see Entry)
+  e->label = std::string(scheme) + "://";
+  e->row.prefix = e->label;
+  e->row.traits = traits;
+  if (e->row.traits.scheme_label.empty()) e->row.traits.scheme_label = e->label;
+  e->row.backend = backend;
+  e->row.missing = missing;
+  replace_entry(e->label, e, false);
+}
+
 void register_store_io() { set_store_io(the_store_io()); }
 
 Result<std::unique_ptr<Store>> open_registered_store(std::string_view location) {
@@ -451,14 +497,16 @@ Status register_store_scheme(StoreScheme scheme) {
                   "store scheme '" + path_for_message(name) +
                       "': expected a lower-case letter, then letters, digits, '+', '-' or '.'");
   }
-  if (name == "s3" || name == "http" || name == "https" || name == "file") {
-    return Status(ErrorCode::kInvalidArgument,
-                  "store scheme '" + name + "': served by a built-in driver");
-  }
   if (!scheme.open) {
     return Status(ErrorCode::kInvalidArgument,
                   "store scheme '" + name + "': no factory to open its stores");
   }
+  const auto builtin = [&name] {
+    return Status(ErrorCode::kInvalidArgument,
+                  "store scheme '" + name + "': served by a built-in driver");
+  };
+  if (name == "file") return builtin();
+  (void)detail::table();          // the built-in schemes first
   auto* e = new detail::Entry();  // never freed (see Entry)
   e->scheme = std::move(scheme);
   e->label = name + "://";
@@ -467,25 +515,16 @@ Status register_store_scheme(StoreScheme scheme) {
   e->row.traits.scheme_label = e->label;
   e->row.backend = store_io;
   e->row.missing = detail::kNoAdapter;
-  detail::Registry& r = detail::registry();
-  std::unique_lock lock(r.mu);
-  const auto [it, added] = r.by_scheme.insert_or_assign(name, e);
-  if (added) detail::g_registered.fetch_add(1, std::memory_order_release);
+  if (!detail::replace_entry(e->label, e, true)) {
+    delete e;
+    return builtin();
+  }
   return Status::ok();
 }
 
 void unregister_store_scheme(std::string_view scheme) {
-  detail::Registry& r = detail::registry();
-  std::unique_lock lock(r.mu);
-  const auto it = r.by_scheme.find(scheme);
-  if (it == r.by_scheme.end()) return;
-  {
-    // The stores it opened are let go here; open files keep theirs.
-    std::lock_guard stores(it->second->mu);
-    it->second->stores.clear();
-  }
-  r.by_scheme.erase(it);
-  detail::g_registered.fetch_sub(1, std::memory_order_release);
+  if (!detail::is_store_scheme(std::string(scheme) + "://")) return;
+  detail::replace_entry(std::string(scheme) + "://", nullptr, true);
 }
 
 }  // namespace shardload

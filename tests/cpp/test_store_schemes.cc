@@ -145,6 +145,21 @@ TEST_F(StoreSchemes, RegistrationRefusesMalformedAndBuiltInSchemes) {
   EXPECT_EQ(register_store_scheme(std::move(none)).code(), ErrorCode::kInvalidArgument);
 }
 
+TEST_F(StoreSchemes, TheBuiltInDriversAreRegisteredSchemesTooAndStay) {
+  // s3:// and http(s):// are rows of the same registry, each over its driver's own RemoteIo.
+  EXPECT_EQ(path_traits("s3://b/k.npy").scheme_label, "s3://");
+  EXPECT_TRUE(path_traits("s3://b/k.npy").uploads);
+  EXPECT_EQ(path_traits("https://h/k.npy").scheme_label, "http(s)://");
+  EXPECT_FALSE(path_traits("http://h/k.npy").listable);
+  EXPECT_EQ(remote_io_for("s3://b/k.npy"), remote_io());
+  EXPECT_EQ(remote_io_for("http://h/k.npy"), http_io());
+  unregister_store_scheme("s3");
+  unregister_store_scheme("https");
+  EXPECT_TRUE(is_remote_url("s3://b/k.npy"));
+  EXPECT_TRUE(is_remote_url("https://h/k.npy"));
+  EXPECT_EQ(unsupported_scheme("s3://b/k.npy"), "");
+}
+
 TEST_F(StoreSchemes, EverySourceKindLoadsAsS3SourcesDo) {
   for (const std::string text :
        {"memtest://bucket/ds/", "memtest://bucket/ds", "memtest://bucket/ds/shard_{:04d}.npy",

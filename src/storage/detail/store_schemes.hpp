@@ -1,6 +1,7 @@
-// The registry of store schemes (shardload/store_schemes.hpp) as the rest of the storage layer
-// asks it: location.cc's table of schemes falls back to it, register.cc registers its adapter
-// with posix_io(), open_store opens its stores.
+// The registry of schemes (shardload/store_schemes.hpp) as the rest of the storage layer asks
+// it: it is location.cc's table of schemes (the built-in drivers' rows, which register.cc
+// registers, and the store drivers'), register.cc registers its adapter with posix_io(),
+// open_store opens its stores.
 #pragma once
 
 #include <memory>
@@ -22,9 +23,22 @@ struct SchemeRow {
   const char* missing;     // why a build without that backend cannot serve it
 };
 
-// The row of the registered scheme `path` is a URL of, or nullptr: one atomic load where no
-// scheme is registered (a local path pays nothing more).
+// The row of the registered scheme `path` is a URL of (a built-in driver's or a store
+// driver's), or nullptr: a prefix compared per scheme, with no lock.
 const SchemeRow* registered_row(std::string_view path);
+
+// Whether `path` is a URL of a store driver's scheme (register_store_scheme), read through the
+// adapter.
+bool is_store_scheme(std::string_view path);
+
+// Registers a built-in driver's scheme: its traits, the RemoteIo that serves it (`backend`
+// returns nullptr in a build without the driver) and why such a build cannot serve it.
+// traits.scheme_label "" is "SCHEME://".
+void register_remote_scheme(std::string_view scheme, const PathTraits& traits,
+                            RemoteIo* (*backend)(), const char* missing);
+
+// The built-in drivers' schemes (register.cc), registered before the first look-up.
+void register_built_in_schemes();
 
 // Registers the adapter that reads every registered store (set_store_io).
 void register_store_io();
