@@ -124,7 +124,8 @@ Result<std::vector<IpcBlock>> parse_ipc_footer(const std::string& path,
 }
 
 Result<std::int64_t> parse_ipc_batch_rows(const std::string& where,
-                                          std::span<const std::byte> message) {
+                                          std::span<const std::byte> message,
+                                          std::span<const std::size_t> top_nodes) {
   const auto bad = [&](const std::string& what) {
     return corrupt(where, "record batch metadata: " + what);
   };
@@ -159,9 +160,28 @@ Result<std::int64_t> parse_ipc_batch_rows(const std::string& where,
   if (!batch) return bad("no record batch table");
   const auto length_at = m.field(*batch, 0);  // RecordBatch.length
   if (!length_at) return bad("bad record batch table");
-  if (*length_at == 0) return 0;  // the default
-  const auto rows = m.get<std::int64_t>(*length_at);
+  // An absent length is the default, 0.
+  const auto rows =
+      *length_at == 0 ? std::optional<std::int64_t>(0) : m.get<std::int64_t>(*length_at);
   if (!rows || *rows < 0) return bad("negative row count");
+  if (top_nodes.empty()) return *rows;
+  const auto nodes_at = m.field(*batch, 1);  // RecordBatch.nodes: [FieldNode]
+  if (!nodes_at) return bad("bad record batch table");
+  const auto vec = *nodes_at == 0 ? std::nullopt : m.follow(*nodes_at);
+  const auto n = vec ? m.get<std::uint32_t>(*vec) : std::nullopt;
+  constexpr std::uint64_t kNodeSize = 16;  // struct FieldNode { long length; long null_count; }
+  if (!n || (m.size() - *vec - 4) / kNodeSize < *n) return bad("field nodes out of bounds");
+  for (std::size_t c = 0; c < top_nodes.size(); ++c) {
+    if (top_nodes[c] >= *n) {
+      return bad(std::to_string(*n) + " field nodes, fewer than the schema's columns need");
+    }
+    const auto length = m.get<std::int64_t>(*vec + 4 + top_nodes[c] * kNodeSize);
+    if (length != rows) {
+      return bad("the batch claims " + std::to_string(*rows) + " rows, its column " +
+                 std::to_string(c) + " holds " + std::to_string(length.value_or(-1)) +
+                 " (Arrow refuses it: the array's length does not match the batch's)");
+    }
+  }
   return *rows;
 }
 

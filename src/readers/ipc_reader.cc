@@ -3,6 +3,7 @@
 // IPC reader over a file, the batches' rows from their metadata alone, and reading a remote
 // object's batches with their fetches ahead of the interleave.
 #include <arrow/api.h>
+#include <arrow/extension_type.h>
 #include <arrow/io/file.h>
 #include <arrow/io/interfaces.h>
 #include <arrow/ipc/reader.h>
@@ -10,6 +11,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <set>
 #include <string>
@@ -91,6 +93,32 @@ Result<OpenFile> ArrowReader::open_ipc(const std::string& path,
   return f;
 }
 
+namespace {
+
+// Where each top-level column's field node is among a record batch's (parse_ipc_batch_rows).
+std::vector<std::size_t> schema_top_nodes(const arrow::Schema& schema) {
+  // A field's nodes: its own, then its children's, depth first; an extension type's are its
+  // storage type's, a dictionary's its indices' alone.
+  const std::function<std::size_t(const arrow::DataType&)> count =
+      [&](const arrow::DataType& type) -> std::size_t {
+    const arrow::DataType& t = type.id() == arrow::Type::EXTENSION
+                                   ? *static_cast<const arrow::ExtensionType&>(type).storage_type()
+                                   : type;
+    std::size_t n = 1;
+    for (const auto& child : t.fields()) n += count(*child->type());
+    return n;
+  };
+  std::vector<std::size_t> top;
+  std::size_t next = 0;
+  for (const auto& field : schema.fields()) {
+    top.push_back(next);
+    next += count(*field->type());
+  }
+  return top;
+}
+
+}  // namespace
+
 Result<std::vector<std::int64_t>> ArrowReader::remote_batch_rows(const std::string& path,
                                                                  const OpenFile& f) {
   constexpr std::int64_t kMetadataGap = std::int64_t{64} << 10;
@@ -115,6 +143,7 @@ Result<std::vector<std::int64_t>> ArrowReader::remote_batch_rows(const std::stri
     spans.push_back({i, i + 1, k.offset, k.offset + k.metadata});
   }
   std::vector<std::int64_t> rows(blocks.size(), 0);
+  const std::vector<std::size_t> top_nodes = schema_top_nodes(*f.schema);
   SHARDLOAD_ASSIGN_OR_RETURN(const std::size_t in_flight, chunks_in_flight_of(path));
   const Status st = fetch_ahead(
       spans.size(), in_flight, kRemoteIpcWindowBytes,
@@ -130,8 +159,9 @@ Result<std::vector<std::int64_t>> ArrowReader::remote_batch_rows(const std::stri
           const auto* at =
               reinterpret_cast<const std::byte*>((*buf)->data()) + (blocks[b].offset - sp.lo);
           SHARDLOAD_ASSIGN_OR_RETURN(
-              rows[b], parse_ipc_batch_rows(path + ": record batch " + std::to_string(b),
-                                            {at, static_cast<std::size_t>(blocks[b].metadata)}));
+              rows[b],
+              parse_ipc_batch_rows(path + ": record batch " + std::to_string(b),
+                                   {at, static_cast<std::size_t>(blocks[b].metadata)}, top_nodes));
         }
         return std::uint64_t{0};
       },

@@ -217,6 +217,52 @@ def test_parquet_and_arrow_through_the_same_backend(web):
         np.testing.assert_array_equal(np.asarray(got), want, err_msg=ext)
 
 
+@pytest.mark.parametrize("batch,claim", [(0, 0), (1, 0), (0, 1), (1, 4), (0, 3 + 2**23)])
+def test_an_ipc_batch_claiming_other_rows_than_its_columns_is_refused(web, tmp_path, batch,
+                                                                      claim):
+    """A record batch's Message whose length says other rows than its columns hold (3): the
+    remote path took each batch's rows from its Message alone, so one claiming 0 rows was never
+    decoded and its rows vanished, every later row shifted (6 x 2 loaded as 3 x 2, no error);
+    one claiming 2**23 more showed a layout of that many rows. pyarrow and the local path refuse
+    the file; discovery over http(s) now does too, naming the object and the batch (pass 13,
+    fault 6). The same file unpatched loads as pyarrow reads it."""
+    import struct
+
+    import pyarrow as pa
+    import pyarrow.ipc as ipc
+
+    store, base = web
+    a = np.arange(12, dtype="<f4").reshape(6, 2) * 1.5 - 3
+    t = pa.table({"a": a[:, 0], "b": a[:, 1]})
+    buf = io.BytesIO()
+    with ipc.new_file(buf, t.schema) as w:
+        for rb in t.to_batches(max_chunksize=3):
+            w.write_batch(rb)
+    good = buf.getvalue()
+    # Each batch's Message holds its length, 3, as an int64, and then its field nodes vector
+    # (a count, 2, then (3, 0) per column): the 3s that are no node are the two lengths.
+    threes = [b for b in range(len(good)) if good[b:b + 8] == struct.pack("<q", 3)]
+    lengths = [b for b in threes
+               if good[b - 4:b] != struct.pack("<I", 2) and b - 16 not in threes]
+    assert len(lengths) == 2, threes
+    bad = bytearray(good)
+    bad[lengths[batch]:lengths[batch] + 8] = struct.pack("<q", claim)
+    (tmp_path / "bad.arrow").write_bytes(bytes(bad))
+    with pytest.raises(OSError, match="length did not match"):  # the oracle refuses
+        ipc.open_file(str(tmp_path / "bad.arrow")).read_all()
+    store.put("/ipc/good.arrow", good)
+    store.put("/ipc/bad.arrow", bytes(bad))
+    np.testing.assert_array_equal(np.asarray(shardload.load([f"{base}/ipc/good.arrow"])), a)
+    for call in (shardload.discover, shardload.load):
+        with pytest.raises(shardload.LayoutError) as e:
+            call([f"{base}/ipc/bad.arrow"], format="arrow")
+        assert (f"{base}/ipc/bad.arrow: record batch {batch}: not a readable Arrow IPC file "
+                f"(Feather v2): record batch metadata: the batch claims {claim} rows, its "
+                "column 0 holds 3" in str(e.value)), e.value
+    with pytest.raises(shardload.LayoutError, match="record batch length"):  # as before
+        shardload.discover([str(tmp_path / "bad.arrow")], format="arrow")
+
+
 def test_hdf5_by_ranged_reads(web, tmp_path):
     """HDF5 files read through shardload's file driver: metadata and chunks by ranged GETs,
     compared with h5py."""
@@ -570,3 +616,29 @@ def test_a_hash_of_an_objects_name_written_percent_23_loads_that_object(web):
     store.put_npy("/f/a#1.npy", want)
     store.put_npy("/f/a", np.full((3, 2), 666.0))
     np.testing.assert_array_equal(np.asarray(shardload.load(f"{base}/f/a%231.npy")), want)
+
+
+def test_an_ipc_object_with_nested_columns_beside_the_read_ones_loads(web):
+    """The batches' column lengths are checked at the field node of each top-level column,
+    which nested columns (a struct's children, a list's values, a dictionary) come between:
+    such a file loads over http(s) as pyarrow reads it."""
+    import pyarrow as pa
+    import pyarrow.ipc as ipc
+
+    store, base = web
+    n = 7
+    t = pa.table({
+        "s": pa.array([{"x": i, "y": [i, i]} for i in range(n)]),
+        "l": pa.array([[float(i)] * (i % 3) for i in range(n)], pa.list_(pa.float32())),
+        "d": pa.array(["u", "v"] * 3 + ["u"]).dictionary_encode(),
+        "a": pa.array(np.arange(n, dtype="f4") * 2),
+        "b": pa.array(np.arange(n, dtype="f4") - 1),
+    })
+    buf = io.BytesIO()
+    with ipc.new_file(buf, t.schema) as w:
+        for rb in t.to_batches(max_chunksize=3):
+            w.write_batch(rb)
+    store.put("/nested/x.arrow", buf.getvalue())
+    got = shardload.load([f"{base}/nested/x.arrow"], columns=["a", "b"])
+    want = np.stack([t["a"].to_numpy(), t["b"].to_numpy()], axis=1)
+    np.testing.assert_array_equal(np.asarray(got), want)

@@ -37,7 +37,13 @@ Result<std::vector<IpcBlock>> parse_ipc_footer(const std::string& path,
 
 // The rows of the record batch whose encapsulated message (a block's first `metadata` bytes)
 // is `message`. kFormat naming `where` for a message that is not a record batch's.
+// `top_nodes`: where each top-level column's field node is among the batch's nodes (one per
+// field of the schema, depth first: schema_top_nodes); each must count the batch's rows, as
+// Arrow's validation of a decoded batch holds each column to its batch's length. A batch that
+// claims other rows than its columns (0 rows of columns of 3: a batch no read would decode) is
+// refused here, before any of its rows is placed.
 Result<std::int64_t> parse_ipc_batch_rows(const std::string& where,
-                                          std::span<const std::byte> message);
+                                          std::span<const std::byte> message,
+                                          std::span<const std::size_t> top_nodes = {});
 
 }  // namespace shardload::detail
