@@ -278,11 +278,12 @@ std::string redact_query(std::string_view text, std::vector<std::string>& hidden
 }
 
 // Where the next URL at or after `from` has its scheme's ':': a "://", or a served scheme
-// (http, https, s3, in any case, not inside a longer word) with one '/' after its ':'
-// ("http:/user:password@host/"): sources refuse that spelling, showing it as written.
+// (http, https, s3, in any case, not inside a longer word) with any other run of '/' and '\'
+// after its ':' ("http:/user:password@host/", "http:\\user:password@host/", none:
+// "http:user:password@host/"): sources refuse those spellings, showing them as written.
 std::size_t next_scheme_mark(std::string_view text, std::size_t from) {
-  for (std::size_t i = text.find(":/", from); i != std::string_view::npos;
-       i = text.find(":/", i + 1)) {
+  for (std::size_t i = text.find(':', from); i != std::string_view::npos;
+       i = text.find(':', i + 1)) {
     if (text.substr(i).starts_with("://")) return i;
     for (const std::string_view name : {"http", "https", "s3"}) {
       if (i < name.size()) continue;
@@ -321,10 +322,10 @@ std::string redact_user_info(std::string_view text, std::vector<std::string>& hi
   };
   for (std::size_t scheme = next_scheme_mark(text, 0); scheme != std::string_view::npos;
        scheme = next_scheme_mark(text, std::max(scheme + 2, done))) {
-    // Past any further '/': libcurl takes "http:///user:password@host/" as
+    // Past any further '/' (or '\'): libcurl takes "http:///user:password@host/" as
     // "http://user:password@host/" and sends the password, so it is the user part there too.
     std::size_t start = scheme + 1;
-    while (start < text.size() && text[start] == '/') ++start;
+    while (start < text.size() && (text[start] == '/' || text[start] == '\\')) ++start;
     const std::size_t end = stops(start, "/?#");
     const std::string_view authority = text.substr(start, end - start);
     std::size_t at = authority.rfind('@');
@@ -522,7 +523,7 @@ std::string hide_quoted(std::string text, const std::vector<std::string>& hidden
 
 std::string redact_secrets(std::string text) {
   std::vector<std::string> hidden;
-  if (text.find('@') != std::string::npos && text.find(":/") != std::string::npos) {
+  if (text.find('@') != std::string::npos && text.find(':') != std::string::npos) {
     text = redact_user_info(text, hidden);
     if (!hidden.empty()) text = hide_echoes(std::move(text), hidden);
   }

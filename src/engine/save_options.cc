@@ -24,7 +24,7 @@ Status check_save_dest(const std::string& dest) {
   }
   // Taken as a local path, "s3:/B/d/" (one '/') would be written to "./s3:/B/d/": unless a
   // directory "s3:" is here (then it is the local path it spells), it is a URL mistyped.
-  if (const std::string url = one_slash_url(dest); !url.empty()) {
+  if (const std::string url = mistyped_url(dest); !url.empty()) {
     struct ::stat st {};
     if (::stat(dest.substr(0, dest.find('/')).c_str(), &st) != 0) {
       return argument_error("the destination '" + dest +

@@ -49,15 +49,16 @@ std::string lower_case_scheme(std::string_view path) {
   return is_remote_url(spelled) ? spelled : std::string();
 }
 
-std::string one_slash_url(std::string_view path) {
+std::string mistyped_url(std::string_view path) {
   const std::size_t colon = path.find(':');
-  if (colon == std::string_view::npos || path.substr(colon).starts_with("://") ||
-      !path.substr(colon).starts_with(":/")) {
-    return {};
-  }
+  if (colon == std::string_view::npos || is_remote_url(path)) return {};
+  std::size_t rest = colon + 1;
+  while (rest < path.size() && (path[rest] == '/' || path[rest] == '\\')) ++rest;
+  const std::string_view run = path.substr(colon + 1, rest - colon - 1);
+  if (run == "//") return {};  // a URL, or a scheme no backend serves (unsupported_scheme)
   std::string lower(path.substr(0, colon));
   for (char& c : lower) c = static_cast<char>(c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c);
-  std::string spelled = lower + "://" + std::string(path.substr(colon + 2));
+  std::string spelled = lower + "://" + std::string(path.substr(rest));
   return is_remote_url(spelled) ? spelled : std::string();
 }
 

@@ -200,7 +200,7 @@ Status check_scheme(std::string_view what, const std::string& text) {
   // "http:/user:pw@host/x.npy" (one '/') is a URL mistyped: refused saying what to write, unless
   // a directory of its first part's name ("http:") is here, which makes it the local path it
   // spells (as a directory "gs:" makes "gs://b/k" one, below).
-  if (const std::string url = one_slash_url(text); !url.empty()) {
+  if (const std::string url = mistyped_url(text); !url.empty()) {
     struct ::stat st {};
     if (::stat(text.substr(0, text.find('/')).c_str(), &st) == 0) return Status::ok();
     return {ErrorCode::kInvalidArgument,

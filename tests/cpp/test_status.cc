@@ -83,6 +83,9 @@ TEST(RedactSecrets, AUserPartAfterOneSlashOfAServedSchemeIsHidden) {
       "'./http:/alice:***@h/x.npy')");
   EXPECT_EQ(redact_secrets("HTTPS:/T0k3nT0k3n@h/x"), "HTTPS:/***@h/x");
   EXPECT_EQ(redact_secrets("S3:/AK:sk@b/d/"), "S3:/AK:***@b/d/");
+  // '\\' among the slashes, or none (a Windows habit): the user part all the same.
+  EXPECT_EQ(redact_secrets("http:/\\/u:S3cr3t@h/ http:\\\\u:S3cr3t@h/ http:u:S3cr3t@h/"),
+            "http:/\\/u:***@h/ http:\\\\u:***@h/ http:u:***@h/");
   // Not a served scheme, or inside a longer word: left as it is.
   EXPECT_EQ(redact_secrets("c:/u:x@y gs:/u:x@y xhttp:/u:x@y git+http:/u:x@y"),
             "c:/u:x@y gs:/u:x@y xhttp:/u:x@y git+http:/u:x@y");

@@ -361,6 +361,12 @@ def test_a_save_destination_of_s3_in_another_case_says_what_to_write(tmp_path, m
     ("HTTP:/host/x.npy?token=tok-s3cr3t", "source", "http://host/x.npy?token=***"),
     (["http://host/a.npy", "https:/u:pw-s3cr3t@host/b.npy"], "path",
      "https://u:***@host/b.npy"),
+    # Other than two '/' after the ':' (pass 13, fault 7): a '\\' among them, or none.
+    ("http:/\\/user:pw-s3cr3t@host/x.npy", "source", "http://user:***@host/x.npy"),
+    ("http:\\\\user:pw-s3cr3t@host/x.npy", "source", "http://user:***@host/x.npy"),
+    ("HTTPS:\\\\user:pw-s3cr3t@host/d/", "source", "https://user:***@host/d/"),
+    ("s3:\\\\AK:pw-s3cr3t@bucket/x.npy", "source", "s3://AK:***@bucket/x.npy"),
+    (["http:user:pw-s3cr3t@host/x.npy"], "path", "http://user:***@host/x.npy"),
 ])
 def test_a_url_with_one_slash_after_its_scheme_is_refused_saying_what_to_write(
         tmp_path: pathlib.Path, monkeypatch, source, what: str, url: str) -> None:
@@ -386,10 +392,11 @@ def test_a_url_with_one_slash_is_refused_by_the_cli_and_save(tmp_path, monkeypat
         out = r.stdout + r.stderr
         assert r.returncode != 0, out
         assert "write 'http://user:***@host/x.npy'" in out and "s3cr3t" not in out, out
-    with pytest.raises(ValueError) as e:
-        shardload.save(np.arange(8.0).reshape(4, 2), "s3:/bucket/d/?secret_key=sk-s3cr3t")
-    assert "write 's3://bucket/d/?secret_key=***'" in str(e.value), e.value
-    assert "s3cr3t" not in str(e.value)
+    for dest in ("s3:/bucket/d/?secret_key=sk-s3cr3t", "s3:\\\\bucket/d/?secret_key=sk-s3cr3t"):
+        with pytest.raises(ValueError) as e:
+            shardload.save(np.arange(8.0).reshape(4, 2), dest)
+        assert "write 's3://bucket/d/?secret_key=***'" in str(e.value), e.value
+        assert "s3cr3t" not in str(e.value)
     assert os.listdir(tmp_path) == []  # nothing written to ./s3:/
 
 

@@ -78,11 +78,13 @@ std::string unsupported_scheme(std::string_view path);
 // spelling to say what to write; "" where it is no such URL. Schemes are matched as written:
 // every layer (and Python) tells a URL by its lower-case prefix.
 std::string lower_case_scheme(std::string_view path);
-// `path` as the URL it was meant to be where it spells a served scheme (in any case) with one
-// '/' after its ':' ("http:/user:pw@host/x.npy", "S3:/b/d/"): "http://user:pw@host/x.npy",
-// "s3://b/d/"; "" where it does not. Taken as a local path, such a name would fail as "not
-// found" (printing its user part as a path), or be written to as "./http:/...".
-std::string one_slash_url(std::string_view path);
+// `path` as the URL it was meant to be where it spells a served scheme (in any case) followed
+// by a ':' and other than two '/' ("http:/user:pw@host/x.npy", "http:\\h/x", "http:/\/h/x",
+// "http:h/x", "S3:/b/d/"): "http://user:pw@host/x.npy", "s3://b/d/"; "" where it does not (a
+// URL a backend serves, "http:///h/x" among them, is no mistyped one).
+// Taken as a local path, such a name would fail as "not found" (printing its user part as a
+// path), or be written to as "./http:/...".
+std::string mistyped_url(std::string_view path);
 // "http://..." and "https://...": the URLs the HTTP backend serves (no listing, no globs).
 bool is_http_url(std::string_view path);
 // The backend that serves `url` (by its scheme), or nullptr when this build has none.
