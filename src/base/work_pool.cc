@@ -14,6 +14,11 @@ namespace shardload::detail {
 
 // ---- Job ---------------------------------------------------------------------------
 
+Job::Job(std::function<void()> fn, std::shared_ptr<std::atomic<std::size_t>> unclaimed)
+    : fn_(std::move(fn)), unclaimed_(std::move(unclaimed)) {
+  if (unclaimed_) unclaimed_->fetch_add(1);
+}
+
 void Job::run() noexcept {
   std::exception_ptr error;
   try {
@@ -31,12 +36,18 @@ void Job::run() noexcept {
   cv_.notify_all();
 }
 
-bool Job::run_if_queued() noexcept {
+bool Job::claim() noexcept {
   {
     std::lock_guard lock(mu_);
     if (state_ != State::kQueued) return false;
     state_ = State::kRunning;
   }
+  if (unclaimed_) unclaimed_->fetch_sub(1);
+  return true;
+}
+
+bool Job::run_if_queued() noexcept {
+  if (!claim()) return false;
   run();
   return true;
 }
@@ -112,10 +123,16 @@ void WorkPool::work() noexcept {
     }
     std::shared_ptr<Job> job = std::move(queue_.front());
     queue_.pop_front();
-    lock.unlock();
-    job->run_if_queued();  // false: its waiter took it first
-    job.reset();
-    lock.lock();
+    // Taken under the pool's lock, so that submit() counts this thread busy from the moment
+    // the job is no longer counted as not taken. Not taken: its waiter ran it first.
+    if (job->claim()) {
+      busy_.fetch_add(1);
+      lock.unlock();
+      job->run();
+      job.reset();
+      lock.lock();
+      busy_.fetch_sub(1);
+    }
   }
   --threads_;
   // Notified under the lock: a destructor woken by it may free the pool as soon as it can
@@ -124,10 +141,14 @@ void WorkPool::work() noexcept {
 }
 
 std::shared_ptr<Job> WorkPool::submit(std::function<void()> fn) {
-  auto job = std::make_shared<Job>(std::move(fn));
+  auto job = std::make_shared<Job>(std::move(fn), unclaimed_);
   std::lock_guard lock(mu_);
   queue_.push_back(job);
-  if (queue_.size() > idle_ + starting_ && threads_ < max_threads_) start_thread_locked();
+  // A thread is started for a job not taken when every thread is running one (a thread that
+  // only popped a job its waiter took is back in a moment, not busy).
+  if (unclaimed_->load() + busy_.load() > threads_ && threads_ < max_threads_) {
+    start_thread_locked();
+  }
   wake_.notify_one();
   return job;
 }

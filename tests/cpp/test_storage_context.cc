@@ -94,6 +94,13 @@ TEST(WorkPool, EveryJobAndEveryLaneRunsOnce) {
   for (auto& j : jobs) j->wait();
   for (auto& r : ran) EXPECT_EQ(r.load(), 1);
   EXPECT_LE(pool.most_threads(), 4u);
+  // Lanes their caller ran itself (no thread took them in time) start no threads later on: a
+  // loop of two lanes run many times one after the other never needs more than a few.
+  detail::WorkPool wide;
+  std::atomic<int> sum{0};
+  for (int i = 0; i < 5000; ++i) wide.run(2, [&](std::size_t) { ++sum; });
+  EXPECT_EQ(sum.load(), 10000);
+  EXPECT_LE(wide.most_threads(), 2u);
   for (const std::size_t width : {0u, 1u, 2u, 7u, 40u}) {
     std::vector<std::atomic<int>> lanes(width);
     pool.run(width, [&](std::size_t k) { ++lanes[k]; });

@@ -28,6 +28,7 @@
 //   ECANCELED); a loop then ends as soon as its running items have ended.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
@@ -44,7 +45,10 @@ class WorkPool;
 // One queued piece of work, run once: by a pool thread or by its waiter.
 class Job {
  public:
-  explicit Job(std::function<void()> fn) : fn_(std::move(fn)) {}
+  // `unclaimed`, where given, is a count this job adds one to now and takes back when it is
+  // claimed (the pool's count of queued jobs that no thread or waiter has taken).
+  explicit Job(std::function<void()> fn,
+               std::shared_ptr<std::atomic<std::size_t>> unclaimed = nullptr);
   Job(const Job&) = delete;
   Job& operator=(const Job&) = delete;
 
@@ -58,9 +62,12 @@ class Job {
   bool done() const;
 
  private:
+  friend class WorkPool;
   enum class State { kQueued, kRunning, kDone };
-  void run() noexcept;  // the caller claimed it
+  bool claim() noexcept;  // true: this caller runs it
+  void run() noexcept;    // the caller claimed it
   std::function<void()> fn_;
+  std::shared_ptr<std::atomic<std::size_t>> unclaimed_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   State state_ = State::kQueued;
@@ -105,10 +112,15 @@ class WorkPool {
   mutable std::mutex mu_;
   std::condition_variable wake_;
   std::condition_variable ended_;  // a thread ended (the destructor waits for it)
+  // Jobs queued and not yet taken. The queue also holds jobs their waiters took first, until a
+  // thread pops them: threads are started for the jobs not taken, not for the queue's length.
   std::deque<std::shared_ptr<Job>> queue_;
-  std::size_t threads_ = 0;   // started, not ended
-  std::size_t idle_ = 0;      // waiting for a job
-  std::size_t starting_ = 0;  // started, not yet waiting or working
+  const std::shared_ptr<std::atomic<std::size_t>> unclaimed_ =
+      std::make_shared<std::atomic<std::size_t>>(0);
+  std::atomic<std::size_t> busy_{0};  // threads running a job they took
+  std::size_t threads_ = 0;           // started, not ended
+  std::size_t idle_ = 0;              // waiting for a job
+  std::size_t starting_ = 0;          // started, not yet waiting or working
   std::size_t most_ = 0;
   bool closing_ = false;
 };
