@@ -1,8 +1,10 @@
 // The HDF5 library, loaded privately (detail/hdf5_api.hpp says why), its lock and its
 // error stack.
 #include <dlfcn.h>
+#include <pthread.h>
 
 #include <mutex>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -88,6 +90,56 @@ namespace hdf5 {
 std::mutex& hdf5_mutex() {
   static std::mutex m;
   return m;
+}
+
+namespace {
+
+// The HDF5 calls in flight (every Hdf5Lock's span), as a fork() finds them. A fork while
+// another thread was inside HDF5 (a read in flight, for seconds from object storage) copied
+// that call's lock, HDF5's own or hdf5_mutex, held into the child, with no thread there to
+// let it go: the child's first HDF5 call waited forever (a DataLoader worker forked during a
+// load). Such a child now refuses every HDF5 call instead. (fork() does not wait for the
+// calls to end: Python forks holding its GIL, which a call in flight may be waiting for.)
+struct ForkGate {
+  std::mutex m;
+  std::size_t active = 0;
+  bool copied_in_use = false;  // this process was forked while a call was in flight
+};
+
+ForkGate& gate() {
+  static ForkGate* const g = [] {
+    auto* made = new ForkGate();  // never destroyed: the fork handlers use it
+    ::pthread_atfork([] { gate().m.lock(); }, [] { gate().m.unlock(); },
+                     [] {
+                       ForkGate& c = gate();
+                       c.copied_in_use = c.copied_in_use || c.active > 0;
+                       c.active = 0;
+                       c.m.unlock();
+                     });
+    return made;
+  }();
+  return *g;
+}
+
+}  // namespace
+
+void hdf5_enter() {
+  ForkGate& g = gate();
+  std::lock_guard lock(g.m);
+  if (g.copied_in_use) {
+    throw std::runtime_error(
+        "HDF5 cannot be used in this process: it was forked (a DataLoader worker, "
+        "multiprocessing's 'fork') while another thread was inside HDF5, whose lock it copied "
+        "held; fork while no other thread reads HDF5 (a feed's DataLoader workers: made before "
+        "other loads start), or start such processes with 'spawn' or 'forkserver'");
+  }
+  ++g.active;
+}
+
+void hdf5_leave() {
+  ForkGate& g = gate();
+  std::lock_guard lock(g.m);
+  --g.active;
 }
 
 // The HDF5 error stack of this thread, outermost and innermost message

@@ -90,6 +90,10 @@ void StorageContext::after_fork_child() {
   // The parent's pool, as copied, has threads that are not here and perhaps a lock held by
   // one of them: left alone (leaked), and a new one made at the next pool() call.
   g_context->pool_.store(nullptr, std::memory_order_release);
+  // So have its stores' request slots, taken by requests of threads that are not here (the
+  // child waited forever for them): left alone too, and the child's stores made anew.
+  new std::map<std::string, std::shared_ptr<StoreResources>>(std::move(g_context->stores_));
+  g_context->stores_.clear();
 }
 
 namespace {

@@ -23,13 +23,28 @@ namespace shardload::detail::hdf5 {
 // The one process-wide mutex that serializes a library that is not thread-safe.
 std::mutex& hdf5_mutex();
 
-// Held for the span of one reader call's HDF5 work when the library is not
-// thread-safe; a no-op otherwise. Declared before any Hid of that work, so
-// the handles close while it is held.
+// The span of HDF5 calls of one thread (Hdf5Lock), counted for fork(): a process forked while
+// another thread was inside HDF5 refuses every HDF5 call (hdf5_enter throws
+// std::runtime_error, which each reader call turns into its error) instead of waiting forever
+// for the lock it copied held (hdf5_library.cc says why).
+void hdf5_enter();
+void hdf5_leave();
+
+// Held for the span of one reader call's HDF5 work: hdf5_mutex when the library is not
+// thread-safe, and the span counted for fork() (hdf5_enter) either way; constructed inside the
+// call's try block (it throws in a child forked during an HDF5 call). Declared before any
+// Hid of that work, so the handles close while it is held.
 class Hdf5Lock {
  public:
   explicit Hdf5Lock(const Hdf5Api& api) {
+    hdf5_enter();
     if (!api.thread_safe) lock_.emplace(hdf5_mutex());
+  }
+  Hdf5Lock(const Hdf5Lock&) = delete;
+  Hdf5Lock& operator=(const Hdf5Lock&) = delete;
+  ~Hdf5Lock() {
+    lock_.reset();
+    hdf5_leave();
   }
   void unlock() {
     if (lock_) lock_->unlock();

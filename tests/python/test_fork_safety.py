@@ -1,0 +1,136 @@
+"""A process forked while its parent's threads read (a DataLoader's workers, multiprocessing's
+"fork"): what those threads held at the fork is not the child's to wait for.
+
+Each case runs in a script of its own (a hang there is its alarm, not this test run's): a local
+server holds a GET open until told, so the parent's read is in flight when the main thread forks.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+SERVER = """
+import io, os, signal, sys, threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+import numpy as np
+import shardload, shardload.numpy as sn
+
+OBJECTS = {}
+started, release = threading.Event(), threading.Event()
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    def log_message(self, *args): pass
+    def answer(self, body):
+        data = OBJECTS[self.path.split("?")[0]]
+        first, last, code = 0, len(data) - 1, 200
+        if self.headers.get("Range"):
+            a, z = self.headers["Range"].split("=")[1].split("-")
+            first, last, code = int(a), min(int(z), len(data) - 1), 206
+        if body and code == 206 and self.path.startswith("/slow") and first >= SLOW_FROM:
+            started.set()
+            release.wait(60)
+        self.send_response(code)
+        self.send_header("ETag", '"v1"')
+        self.send_header("Content-Length", str(last + 1 - first))
+        if code == 206:
+            self.send_header("Content-Range", f"bytes {first}-{last}/{len(data)}")
+        self.end_headers()
+        if body: self.wfile.write(data[first:last + 1])
+    def do_GET(self): self.answer(True)
+    def do_HEAD(self): self.answer(False)
+
+server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+server.daemon_threads = True
+threading.Thread(target=server.serve_forever, daemon=True).start()
+URL = f"http://127.0.0.1:{server.server_address[1]}"
+
+def fork_while_in_flight(read_in_parent, read_in_child):
+    result = {}
+    t = threading.Thread(target=lambda: result.update(parent=read_in_parent()), daemon=True)
+    t.start()
+    assert started.wait(60)
+    pid = os.fork()
+    if pid == 0:
+        signal.alarm(30)  # a hang ends here, as a signal the parent reports
+        try:
+            got = read_in_child()
+            print("child:", "read", got.shape, flush=True)
+        except Exception as e:
+            print("child:", type(e).__name__, e, flush=True)
+        os._exit(0)
+    _, status = os.waitpid(pid, 0)
+    release.set()
+    t.join(60)
+    print("child status:", "signal" if os.WIFSIGNALED(status) else os.WEXITSTATUS(status))
+    return result["parent"]
+"""
+
+
+def run(body: str) -> str:
+    script = SERVER + textwrap.dedent(body)
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                       timeout=240)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return r.stdout
+
+
+@pytest.mark.parametrize("max_requests", [1, 4])
+def test_a_child_forked_while_the_parent_holds_every_request_slot_gets_its_own(max_requests):
+    """The parent's reads held every request slot of the store (max_requests) at the fork: the
+    child waited forever for slots no thread of its own would give back (pass 13, fault 8).
+    The child's stores are its own: it loads."""
+    out = run(f"""
+        SLOW_FROM = 0
+        a = np.arange(4000, dtype=np.float32).reshape(1000, 4)
+        buf = io.BytesIO(); np.save(buf, a)
+        for name in ["/fast.npy"] + [f"/slow{{i}}.npy" for i in range({max_requests})]:
+            OBJECTS[name] = buf.getvalue()
+        q = "?max_requests={max_requests}"
+        sn.load([URL + "/fast.npy" + q])  # the store made in the parent
+        slow = [URL + f"/slow{{i}}.npy" + q for i in range({max_requests})]
+        got = fork_while_in_flight(
+            lambda: sn.load(slow, threads={max(4, max_requests)}, overdecompose=1),
+            lambda: sn.load([URL + "/fast.npy" + q], threads=2))
+        assert (got == np.concatenate([a] * {max_requests})).all()
+        """)
+    assert "child: read (1000, 4)" in out and "child status: 0" in out, out
+
+
+def test_a_child_forked_during_an_hdf5_read_refuses_hdf5_instead_of_hanging(tmp_path):
+    """A parent thread was inside HDF5 (a remote read, the chunk's GET held open) at the fork:
+    the child copied HDF5's lock held, and its first HDF5 read, of a local file, waited forever
+    (pass 13, fault 8). It now fails at once, saying why and what to do; the parent's read ends
+    as h5py reads the file, and a child forked with no HDF5 call in flight reads HDF5."""
+    h5py = pytest.importorskip("h5py")
+    import numpy as np
+
+    a = np.random.default_rng(1).standard_normal((20000, 16)).astype(np.float32)
+    with h5py.File(tmp_path / "r.h5", "w") as f:  # fletcher32: read by H5Dread, under HDF5
+        f.create_dataset("x", data=a, chunks=(1000, 16), compression="gzip", fletcher32=True)
+    with h5py.File(tmp_path / "local.h5", "w") as f:
+        f.create_dataset("x", data=a[:10])
+    out = run(f"""
+        SLOW_FROM = 300000  # past the first 256 KiB, which the open fetches outside HDF5
+        OBJECTS["/slow.h5"] = open({str(tmp_path / "r.h5")!r}, "rb").read()
+        local = {str(tmp_path / "local.h5")!r}
+        got = fork_while_in_flight(
+            lambda: sn.load([URL + "/slow.h5"], format="hdf5", dataset="x", threads=1),
+            lambda: sn.load([local], format="hdf5", dataset="x"))
+        import h5py
+        with h5py.File({str(tmp_path / "r.h5")!r}) as f:
+            assert (got == f["x"][()]).all()
+        pid = os.fork()  # no HDF5 call in flight now
+        if pid == 0:
+            print("second child:", sn.load([local], format="hdf5", dataset="x").shape, flush=True)
+            os._exit(0)
+        os.waitpid(pid, 0)
+        """)
+    assert "child status: 0" in out, out
+    assert ("HDF5 cannot be used in this process: it was forked (a DataLoader worker, "
+            "multiprocessing's 'fork') while another thread was inside HDF5" in out), out
+    assert "second child: (10, 16)" in out, out
