@@ -212,9 +212,24 @@ bool has_a_secrets_word(std::string_view key) {
 // URL's option value keeps its '#' (a secret key chosen on MinIO or Ceph may hold one), and
 // where a '#' begins a fragment, hiding the fragment with the value only hides more.
 std::size_t value_end(std::string_view text, std::size_t i) {
-  std::size_t end = i;
-  while (end < text.size() && text[end] != '&' && !is_space(text[end])) {
-    ++end;
+  const auto run_end = [&](std::size_t from) {
+    while (from < text.size() && text[from] != '&' && !is_space(text[from])) ++from;
+    return from;
+  };
+  const auto blanks_end = [&](std::size_t from) {
+    while (from < text.size() && (text[from] == ' ' || text[from] == '\t')) ++from;
+    return from;
+  };
+  std::size_t end = run_end(i);
+  // White space the value holds after all, which the option parser keeps (it ends a value at
+  // '&' only): a value that starts with it ("secret_key= V", as a command line's option may be
+  // typed) runs to the word after it, and white space after which the URL goes on to its next
+  // option ("ab cd&k=v") is the value's.
+  if (end == i && end < text.size() && text[end] != '&') end = run_end(blanks_end(end));
+  for (std::size_t next = run_end(blanks_end(end));
+       end < text.size() && is_space(text[end]) && next < text.size() && text[next] == '&';
+       next = run_end(blanks_end(end))) {
+    end = next;
   }
   while (end > i && trails_url(text[end - 1])) --end;
   return end;

@@ -115,6 +115,20 @@ TEST(RedactSecrets, ATokenAsTheUserNameIsHiddenWhole) {
   EXPECT_EQ(redact_secrets("https://alice:pw@h/x"), "https://alice:***@h/x");
 }
 
+TEST(RedactSecrets, WhiteSpaceAValueHoldsIsHiddenWithIt) {
+  // The option parser ends a value at '&' only: a value typed with a leading space, and white
+  // space after which the URL goes on, are the value's.
+  EXPECT_EQ(redact_secrets("s3://b/x?access_key=AK&secret_key= S3cr3tTail: cannot open"),
+            "s3://b/x?access_key=AK&secret_key=***: cannot open");
+  EXPECT_EQ(redact_secrets("s3://b/x?secret_key=ab S3cr3t&scheme=http: failed"),
+            "s3://b/x?secret_key=***&scheme=http: failed");
+  EXPECT_EQ(redact_secrets("http://h/x?token=abcdef S3cr3tTail&a=b c"),
+            "http://h/x?token=***&a=b c");
+  // A value that ends at white space before the message's words keeps them.
+  EXPECT_EQ(redact_secrets("s3://b/x?secret_key=abc: cannot open: x"),
+            "s3://b/x?secret_key=***: cannot open: x");
+}
+
 TEST(RedactSecrets, EverySecretQueryKeyIsHiddenWithoutRegardToCaseOrEncoding) {
   // SigV2 and CloudFront presigned URLs, a CDN's token, OAuth's access_token (also in a
   // fragment), an API key: the values go, the keys and every other parameter stay.

@@ -626,3 +626,18 @@ def test_a_token_as_the_user_name_with_an_empty_or_constant_password_is_hidden(
         shardload.discover([gone])
     assert_hidden(str(e.value), "://***@")
     assert_hidden(shardload.redact_secrets(f"{url} {gone}"), "://***@127.0.0.1")
+
+
+@pytest.mark.parametrize("value", [" sk-s3cr3tTAILvalue", "  sk-s3cr3tTAILvalue"])
+def test_a_secret_option_typed_with_a_leading_space_is_hidden(value, cli):
+    """`--storage-option "secret_key= V"` (a space after the '='): the command line put it into
+    the URL's query as typed, and the redaction ended the value at the space, so the whole
+    secret printed in every message of inspect (pass 13, fault 5)."""
+    flags = ["--storage-option", "endpoint_override=127.0.0.1:9", "--storage-option",
+             "scheme=http", "--storage-option", "max_attempts=1", "--storage-option",
+             "access_key=AKIAVISIBLE", "--storage-option", f"secret_key={value}"]
+    for extra in ([], ["--json"]):
+        assert_hidden(run(cli, "inspect", "s3://bkt/d/x.npy", "--format", "npy", *flags, *extra,
+                          ok=False), "secret_key=***")
+    url = f"s3://bkt/d/x.npy?secret_key=ab s3cr3tTAIL&access_key=AKIAVISIBLE"
+    assert_hidden(shardload.redact_secrets(f"loading {url}: failed"), "secret_key=***&access")
