@@ -2,8 +2,11 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cctype>
 #include <cstdio>
+#include <deque>
+#include <mutex>
 #include <string_view>
 #include <unordered_set>
 #include <vector>
@@ -226,8 +229,12 @@ std::size_t value_end(std::string_view text, std::size_t i) {
   // typed) runs to the word after it, and white space after which the URL goes on to its next
   // option ("ab cd&k=v") is the value's.
   if (end == i && end < text.size() && text[end] != '&') end = run_end(blanks_end(end));
+  // Not where the words before the white space end as a message's do ("...=V: s3://...&"),
+  // nor over another URL.
   for (std::size_t next = run_end(blanks_end(end));
-       end < text.size() && is_space(text[end]) && next < text.size() && text[next] == '&';
+       end > i && end < text.size() && is_space(text[end]) && !trails_url(text[end - 1]) &&
+       next < text.size() && text[next] == '&' &&
+       text.substr(end, next - end).find("://") == std::string_view::npos;
        next = run_end(blanks_end(end))) {
     end = next;
   }

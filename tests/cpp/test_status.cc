@@ -124,9 +124,12 @@ TEST(RedactSecrets, WhiteSpaceAValueHoldsIsHiddenWithIt) {
             "s3://b/x?secret_key=***&scheme=http: failed");
   EXPECT_EQ(redact_secrets("http://h/x?token=abcdef S3cr3tTail&a=b c"),
             "http://h/x?token=***&a=b c");
-  // A value that ends at white space before the message's words keeps them.
+  // A value that ends at white space before the message's words keeps them, and the URL a
+  // message quotes again after it.
   EXPECT_EQ(redact_secrets("s3://b/x?secret_key=abc: cannot open: x"),
             "s3://b/x?secret_key=***: cannot open: x");
+  EXPECT_EQ(redact_secrets("loading s3://b/x?e=1&secret_key=abcdef: s3://b/x?e=1&k=v: failed"),
+            "loading s3://b/x?e=1&secret_key=***: s3://b/x?e=1&k=v: failed");
 }
 
 TEST(RedactSecrets, EverySecretQueryKeyIsHiddenWithoutRegardToCaseOrEncoding) {
