@@ -543,7 +543,42 @@ std::string hide_quoted(std::string text, const std::vector<std::string>& hidden
   return text;
 }
 
+namespace {
+
+// What hide_in_messages was given, the most recent last (at most kKnownMost values).
+constexpr std::size_t kKnownMost = 64;
+std::mutex g_known_mu;
+std::deque<std::string> g_known;
+std::atomic<bool> g_any_known{false};
+
+}  // namespace
+
+void hide_in_messages(std::string value) {
+  if (value.size() < 6) return;  // as hide_quoted: shorter values would hide ordinary words
+  std::lock_guard lock(g_known_mu);
+  if (std::find(g_known.begin(), g_known.end(), value) != g_known.end()) return;
+  g_known.push_back(std::move(value));
+  if (g_known.size() > kKnownMost) g_known.pop_front();
+  g_any_known.store(true, std::memory_order_release);
+}
+
 std::string redact_secrets(std::string text) {
+  if (g_any_known.load(std::memory_order_acquire)) {
+    // Credentials that are in no URL (a session token from the environment, a request's
+    // signature), where a server's answer quotes them back.
+    std::vector<std::string> known;
+    {
+      std::lock_guard lock(g_known_mu);
+      known.assign(g_known.rbegin(), g_known.rend());
+    }
+    std::sort(known.begin(), known.end(),
+              [](const std::string& a, const std::string& b) { return a.size() > b.size(); });
+    for (const std::string& k : known) {
+      for (std::size_t at = text.find(k); at != std::string::npos; at = text.find(k, at + 3)) {
+        text.replace(at, k.size(), "***");
+      }
+    }
+  }
   std::vector<std::string> hidden;
   if (text.find('@') != std::string::npos && text.find(':') != std::string::npos) {
     text = redact_user_info(text, hidden);

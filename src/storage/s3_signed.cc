@@ -220,7 +220,13 @@ CurlRequest request_for(const S3Endpoint& ep, const std::string& key, const char
     if (!creds.session_token.empty()) {
       lines.push_back("x-amz-security-token: " + creds.session_token);
     }
-    lines.push_back("Authorization: " + sigv4_authorization(r, creds, ep.region, "s3", date));
+    const std::string authorization = sigv4_authorization(r, creds, ep.region, "s3", date);
+    // A server's error page may echo the request's headers: never shown in a message.
+    hide_in_messages(creds.session_token);
+    if (const auto sig = authorization.rfind("Signature="); sig != std::string::npos) {
+      hide_in_messages(authorization.substr(sig + 10));
+    }
+    lines.push_back("Authorization: " + authorization);
     return lines;
   };
   return req;

@@ -641,3 +641,57 @@ def test_a_secret_option_typed_with_a_leading_space_is_hidden(value, cli):
                           ok=False), "secret_key=***")
     url = f"s3://bkt/d/x.npy?secret_key=ab s3cr3tTAIL&access_key=AKIAVISIBLE"
     assert_hidden(shardload.redact_secrets(f"loading {url}: failed"), "secret_key=***&access")
+
+
+def test_a_session_token_in_no_url_is_hidden_where_the_server_echoes_it(cli, tmp_path):
+    """A session token from the environment travels in a header only; a server whose error
+    page echoes the request's headers (a gateway, a debugging proxy) had it printed in the
+    error, since the redaction looked only for values spelled in the URL (pass 13, fault 4).
+    The signed path gives each request's token and signature to the redaction."""
+    import http.server
+    import os
+    import threading
+
+    token = "FwoGZXIvYXdzs3cr3tSESSIONtoken0123456789"
+
+    class Echo(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args):
+            pass
+
+        def answer(self):
+            if self.command == "HEAD":
+                self.send_response(200)
+                self.send_header("Content-Length", "160")
+                self.send_header("ETag", '"e1"')
+                self.end_headers()
+                return
+            body = json.dumps({"token": self.headers.get("x-amz-security-token"),
+                               "auth": self.headers.get("Authorization")}).encode()
+            self.send_response(403)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        do_GET = do_HEAD = answer
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Echo)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        env = {**os.environ, "AWS_ACCESS_KEY_ID": "AKIAVISIBLE", "AWS_SECRET_ACCESS_KEY":
+               "sk-s3cr3tKEY012345", "AWS_SESSION_TOKEN": token, "AWS_EC2_METADATA_DISABLED":
+               "true", "AWS_CONFIG_FILE": os.devnull, "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
+               "AWS_DEFAULT_REGION": "us-east-1"}
+        url = (f"s3://bkt/d/x.npy?endpoint_override=127.0.0.1:{server.server_address[1]}"
+               "&scheme=http&max_attempts=1")
+        r = subprocess.run([str(cli), "inspect", url], capture_output=True, text=True,
+                           timeout=120, env=env)
+        out = r.stdout + r.stderr
+        assert r.returncode != 0 and "HTTP 403" in out, out
+        assert_hidden(out, '"token": "***"')
+        assert "Signature=" not in out or "Signature=***" in out, out
+    finally:
+        server.shutdown()

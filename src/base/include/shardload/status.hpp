@@ -41,6 +41,12 @@ const char* error_code_name(ErrorCode code);
 // shows a credential given in a URL or in storage options.
 std::string redact_secrets(std::string text);
 
+// `value` (a credential that is in no URL: a session token from the environment, a config
+// file or a role, a request's signature) hidden by redact_secrets wherever a text quotes it,
+// as a server's error page may echo a request's headers. Values shorter than 6 bytes are
+// not taken; the 64 most recent are kept.
+void hide_in_messages(std::string value);
+
 // `text` as it may be shown to a person on a terminal: each control character (C0, DEL,
 // C1, and the bidirectional overrides and isolates) and each byte that is not part of valid
 // UTF-8 becomes an escape ("\n", "\r", "\t", "\0", "\x1b", "\u009b", "\u202e",
