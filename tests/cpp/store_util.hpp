@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
 #include <memory>
 #include <span>
 #include <string>
@@ -24,6 +25,39 @@ inline std::unique_ptr<Store> open_test_store(const std::string& driver, const T
   auto s = open_store(dir.path());
   EXPECT_TRUE(s.is_ok()) << s.status().message();
   return s.is_ok() ? std::move(*s) : nullptr;
+}
+
+// The bytes of `key`, or "<missing>" / "<error>".
+inline std::string read_key(Store& store, const std::string& key) {
+  auto info = store.stat(key);
+  if (!info) return "<missing>";
+  std::string out(info->size, '\0');
+  auto got = store.read(key, 0, std::as_writable_bytes(std::span<char>(out)), "");
+  if (!got) return "<error>";
+  out.resize(*got);
+  return out;
+}
+
+// Every key of the store below `prefix` with its bytes and generation, prefixes (directories)
+// with '/' and no bytes: what a test compares before and after.
+inline void walk(Store& store, const std::string& prefix, std::map<std::string, std::string>* out) {
+  auto keys = store.list(prefix);
+  if (!keys) return;
+  for (const std::string& k : *keys) {
+    if (k.back() == '/') {
+      (*out)[k] = "";
+      walk(store, k, out);
+    } else {
+      auto info = store.stat(k);
+      (*out)[k] = read_key(store, k) + "@" + (info ? info->generation : "?");
+    }
+  }
+}
+
+inline std::map<std::string, std::string> everything(Store& store) {
+  std::map<std::string, std::string> out;
+  walk(store, "", &out);
+  return out;
 }
 
 }  // namespace shardload::testing

@@ -24,39 +24,9 @@ namespace {
 using detail::MemoryStore;
 
 using testing::bytes_of;
+using testing::everything;
 using testing::open_test_store;
-
-std::string read_key(Store& store, const std::string& key) {
-  auto info = store.stat(key);
-  if (!info) return "<missing>";
-  std::string out(info->size, '\0');
-  auto got = store.read(key, 0, std::as_writable_bytes(std::span<char>(out)), "");
-  if (!got) return "<error>";
-  out.resize(*got);
-  return out;
-}
-
-// Every key of the store below `prefix` with its bytes and generation, prefixes (directories)
-// with '/' and no bytes: what a test compares before and after.
-void walk(Store& store, const std::string& prefix, std::map<std::string, std::string>* out) {
-  auto keys = store.list(prefix);
-  if (!keys) return;
-  for (const std::string& k : *keys) {
-    if (k.back() == '/') {
-      (*out)[k] = "";
-      walk(store, k, out);
-    } else {
-      auto info = store.stat(k);
-      (*out)[k] = read_key(store, k) + "@" + (info ? info->generation : "?");
-    }
-  }
-}
-
-std::map<std::string, std::string> everything(Store& store) {
-  std::map<std::string, std::string> out;
-  walk(store, "", &out);
-  return out;
-}
+using testing::read_key;
 
 // The check of an overwrite that replaces whatever is at `dest`: each key at its generation now,
 // the keys below a prefix before it.

@@ -29,37 +29,10 @@ using detail::ObjectEntry;
 using detail::ObjectStore;
 using detail::ObjectWriter;
 using testing::bytes_of;
+using testing::everything;
 using testing::open_test_store;
-
-std::string read_key(Store& store, const std::string& key) {
-  auto info = store.stat(key);
-  if (!info) return "<missing>";
-  std::string out(info->size, '\0');
-  auto got = store.read(key, 0, std::as_writable_bytes(std::span<char>(out)), "");
-  if (!got) return "<error>";
-  out.resize(*got);
-  return out;
-}
-
-// Every key below `prefix` with its bytes (prefixes with '/' and no bytes).
-void walk(Store& store, const std::string& prefix, std::map<std::string, std::string>* out) {
-  auto keys = store.list(prefix);
-  if (!keys) return;
-  for (const std::string& k : *keys) {
-    if (k.back() == '/') {
-      (*out)[k] = "";
-      walk(store, k, out);
-    } else {
-      (*out)[k] = read_key(store, k);
-    }
-  }
-}
-
-std::map<std::string, std::string> everything(Store& store) {
-  std::map<std::string, std::string> out;
-  walk(store, "", &out);
-  return out;
-}
+using testing::read_key;
+using testing::walk;
 
 // The keys of `staging` (below its prefix) as the store lists them now.
 std::map<std::string, std::string> staged_keys(Store& store, const Staging& staging) {
