@@ -58,6 +58,16 @@ struct Helpers {
   }
 };
 
+// fetch(i), its exception as the item's status: an exception must not leave a helper thread
+// (the process would end), nor the consuming loop with helpers still running.
+Result<std::uint64_t> fetch_guarded(const FetchItem& fetch, std::size_t i) {
+  try {
+    return fetch(i);
+  } catch (const std::exception& e) {
+    return Status(ErrorCode::kNoMemory, std::string("fetching ahead: ") + e.what());
+  }
+}
+
 }  // namespace
 
 Status fetch_ahead(std::size_t n, std::size_t in_flight, std::uint64_t window_bytes,
@@ -77,13 +87,7 @@ Status fetch_ahead(std::size_t n, std::size_t in_flight, std::uint64_t window_by
         i = s.next++;
         ++s.running;
       }
-      Result<std::uint64_t> got = Status(ErrorCode::kIo, "fetching ahead: no result");
-      try {
-        got = fetch(i);
-      } catch (const std::exception& e) {
-        // An exception must not leave a helper thread: the process would end.
-        got = Status(ErrorCode::kNoMemory, std::string("fetching ahead: ") + e.what());
-      }
+      Result<std::uint64_t> got = fetch_guarded(fetch, i);
       {
         std::lock_guard lock(s.m);
         if (got) {
@@ -130,12 +134,7 @@ Status fetch_ahead(std::size_t n, std::size_t in_flight, std::uint64_t window_by
       }
     }
     if (fetch_here) {
-      Result<std::uint64_t> got = Status(ErrorCode::kIo, "fetching ahead: no result");
-      try {
-        got = fetch(i);
-      } catch (const std::exception& e) {
-        got = Status(ErrorCode::kNoMemory, std::string("fetching ahead: ") + e.what());
-      }
+      Result<std::uint64_t> got = fetch_guarded(fetch, i);
       {
         std::lock_guard lock(s.m);
         --s.running;
