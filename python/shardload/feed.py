@@ -813,6 +813,15 @@ class Feed:
         left = self._n - start
         return left // step if self._drop_last else -(-left // step)
 
+    def _advance(self, epoch: int, start: int, done: int, steps: int, step_rows: int) -> None:
+        """The state after ``done`` of the loop's ``steps`` batches from ``start``: after the
+        epoch's last (or where it has none) already the next epoch's start, so that a state
+        saved then resumes there."""
+        if done == steps:
+            self._epoch, self._position = epoch + 1, 0
+        else:
+            self._position = start + done * step_rows
+
     def __len__(self) -> int:
         """Batches this rank yields in a whole epoch (the same on every rank)."""
         return self._steps(0)
@@ -1001,14 +1010,11 @@ class Feed:
                     error = _agreed(peers, error)
                 if error is not None:
                     raise error
-                if k + 1 == steps:
-                    self._epoch, self._position = epoch + 1, 0
-                else:
-                    self._position = start + (k + 1) * step_rows
+                self._advance(epoch, start, k + 1, steps, step_rows)
                 yield batch
                 del batch
             if steps == 0:
-                self._epoch, self._position = epoch + 1, 0
+                self._advance(epoch, start, 0, 0, step_rows)
         finally:
             for f in pending:
                 f.cancel()
@@ -1143,15 +1149,11 @@ class Feed:
                         agreed = _agreed(peers, error)
                         if agreed is not None:
                             raise agreed
-                    if k + 1 == steps:
-                        # The epoch's last batch: the state is already the next epoch's start.
-                        self._epoch, self._position = epoch + 1, 0
-                    else:
-                        self._position = start + (k + 1) * step_rows
+                    self._advance(epoch, start, k + 1, steps, step_rows)
                     yield batch
                     del batch
             if steps == 0:
-                self._epoch, self._position = epoch + 1, 0
+                self._advance(epoch, start, 0, 0, step_rows)
         finally:
             for f in (*pending, *alone):
                 f.cancel()
