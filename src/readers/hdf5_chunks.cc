@@ -168,6 +168,14 @@ Status storage_in_file(const Hdf5Api& api, hid_t dataset, hid_t type,
                                           " bytes, where its elements (none: a dimension is 0) "
                                           "need 0: the dataspace is damaged");
   }
+  if (!overflow && recorded < bytes) {
+    // HDF5 1.10 bounds its read by the recorded size and leaves the rest of the caller's
+    // buffer as it was (zeros, or rows placed by an earlier tile); newer HDF5s read the
+    // extent. Neither is the file's answer for sure: refuse the disagreement.
+    return Status(ErrorCode::kFormat, "its contiguous storage holds " + std::to_string(recorded) +
+                                          " bytes, where its elements need " +
+                                          std::to_string(bytes) + ": the file is damaged");
+  }
   if (!overflow) bytes = std::max<std::uint64_t>(bytes, recorded);
   if (bytes == 0) return Status::ok();
   if (!overflow && offset <= file_size && bytes <= file_size - offset) return Status::ok();

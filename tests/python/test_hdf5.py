@@ -1063,6 +1063,43 @@ def test_links_virtual_compact_and_hdf5_filters_read_as_h5py_does_or_are_refused
     np.testing.assert_array_equal(shardload.discover(path, dataset="x").read(), want)
 
 
+def shrink_contiguous_record(path: pathlib.Path, claim: int) -> None:
+    """Rewrites the storage size a contiguous layout message records (the 8 bytes after its
+    data address) of the file's one contiguous dataset, h5py `libver="earliest"`; the bytes
+    of every element stay in the file."""
+    with h5py.File(path, "r") as f:
+        d = f["x"]
+        offset, nbytes = d.id.get_offset(), d.dtype.itemsize * d.size
+    raw = bytearray(path.read_bytes())
+    record = offset.to_bytes(8, "little") + nbytes.to_bytes(8, "little")
+    assert raw.count(record) == 1
+    at = raw.find(record) + 8
+    raw[at:at + 8] = claim.to_bytes(8, "little")
+    path.write_bytes(bytes(raw))
+
+
+@pytest.mark.parametrize("shape, dtype, claim", [((6, 4), "<f4", 64), ((6, 4), "<f4", 95),
+                                                 ((6, 4), "<f4", 8), ((1000,), "<i8", 4000)])
+def test_a_contiguous_dataset_recording_less_storage_than_its_elements_is_refused(
+        tmp_path: pathlib.Path, shape: tuple[int, ...], dtype: str, claim: int) -> None:
+    """A contiguous layout message recording fewer bytes than the dataset's elements need:
+    HDF5 1.10 bounded its read by the record and left the rest of the destination as it was
+    (zeros, or rows of another tile: 24.0 read as 1.76e-38, 125 of 1000 values 0), no error.
+    Refused at discovery, naming the file, the dataset and both sizes."""
+    a = (np.arange(np.prod(shape)).reshape(shape) + 1).astype(dtype)
+    path = tmp_path / "shard_0000.h5"
+    with h5py.File(path, "w", libver="earliest") as f:
+        f.create_dataset("x", data=a)
+    shrink_contiguous_record(path, claim)
+    with h5py.File(path, "r") as f:  # the oracle: h5py's HDF5 reads the extent's bytes
+        np.testing.assert_array_equal(f["x"][...], a)
+    msg = (f"{path}: dataset '/x': its contiguous storage holds {claim} bytes, where its "
+           f"elements need {a.nbytes}: the file is damaged")
+    with pytest.raises(shardload.LayoutError) as e:
+        shardload.discover(path, dataset="x")
+    assert msg in str(e.value), str(e.value)
+
+
 @pytest.mark.parametrize("claim", [0, 400, 808])
 def test_a_compact_dataset_whose_stored_size_lies_is_refused(tmp_path: pathlib.Path,
                                                             claim: int) -> None:

@@ -320,6 +320,26 @@ def test_unnormalised_floats_match_h5py(bucket, tmp_path, storage):
                                   want)
 
 
+def test_a_contiguous_dataset_recording_less_storage_than_its_elements_is_refused(
+        bucket, tmp_path):
+    """The remote driver read a contiguous dataset whose layout records 64 of its 96 bytes
+    with zeros in its last rows; it is refused at discovery, naming the URL and the dataset."""
+    from test_hdf5 import shrink_contiguous_record
+
+    a = np.arange(1, 25, dtype="<f4").reshape(6, 4)
+    path = tmp_path / "shard_0000.h5"
+    with h5py.File(path, "w", libver="earliest") as f:
+        f.create_dataset("x", data=a)
+    shrink_contiguous_record(path, 64)
+    bucket.upload("short/shard_0000.h5", path)
+    url = bucket.url("short/shard_0000.h5")
+    with pytest.raises(shardload.LayoutError) as e:
+        shardload.discover(url, storage_options=bucket.options)
+    assert url.split("?")[0] in str(e.value), str(e.value)
+    assert ("dataset '/x': its contiguous storage holds 64 bytes, where its elements need 96"
+            in str(e.value)), str(e.value)
+
+
 @pytest.mark.parametrize("storage", ["contiguous", "chunked", "gzip"])
 def test_storage_past_the_end_of_the_object_is_an_error(bucket, tmp_path, storage):
     """An object cut short whose superblock says it ends there: the dataset's storage runs past
