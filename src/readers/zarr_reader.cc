@@ -267,6 +267,37 @@ class ZarrReader final : public ShardReader {
                 " ns (the chunk was written since)"};
   }
 
+  // A present chunk file keeps its ctime when a directory above it is renamed into place (a
+  // new version's row block published by rename): that rename changes the directory's own
+  // ctime. So each directory on the chunk's path below the array's is held to the same rule,
+  // stat'ed after the open: one swapped before the open shows a later ctime, and one swapped
+  // after it as well (or is gone), which refuses rows that were right rather than pass wrong
+  // ones. One stat per directory level per chunk; none where chunk keys have no '/'.
+  static Status directories_since_discovery(const Request& r, const std::string& path) {
+    if (r.discovered_ns == 0) return Status::ok();
+    std::string dir = path;
+    while (true) {
+      const std::size_t slash = dir.rfind('/');
+      if (slash == std::string::npos) return Status::ok();
+      dir.resize(slash == 0 ? 1 : slash);
+      if (dir.size() <= r.dir.size()) return Status::ok();  // the array's own directory
+      struct ::stat st {};
+      if (::stat(dir.c_str(), &st) != 0) {
+        return {ErrorCode::kChanged, path + ": changed since discovery: its directory " + dir +
+                                         " is gone (" + std::strerror(errno) +
+                                         "): it was moved or deleted during the read"};
+      }
+      const std::int64_t ctime =
+          static_cast<std::int64_t>(st.st_ctim.tv_sec) * 1'000'000'000 + st.st_ctim.tv_nsec;
+      if (ctime <= r.discovered_ns) continue;
+      return {ErrorCode::kChanged, path + ": changed since discovery: its directory " + dir +
+                                       " changed after discovery began (ctime " +
+                                       std::to_string(ctime) + " ns > " +
+                                       std::to_string(r.discovered_ns) +
+                                       " ns): it was renamed into place or written since"};
+    }
+  }
+
   // A local chunk or shard file that is missing holds the fill value, unless it may have been
   // deleted since discovery: a deletion changes its directory's ctime (the nearest directory
   // up to the array's that still exists, when the chunk's own went with it). Where that
@@ -493,6 +524,7 @@ class ZarrReader final : public ShardReader {
     File& f = *opened;
     if (!path_traits(path).flat_keys) {
       SHARDLOAD_RETURN_IF_ERROR(written_since_discovery(r, path, info));
+      SHARDLOAD_RETURN_IF_ERROR(directories_since_discovery(r, path));
     }
     count_decode();
     std::byte* target = direct;
@@ -743,6 +775,7 @@ class ZarrReader final : public ShardReader {
     const File& f = *opened;
     if (!path_traits(path).flat_keys) {
       SHARDLOAD_RETURN_IF_ERROR(written_since_discovery(r, path, info));
+      SHARDLOAD_RETURN_IF_ERROR(directories_since_discovery(r, path));
     }
 
     // The index: one (offset, nbytes) pair per inner chunk, C order.

@@ -351,6 +351,40 @@ def test_a_chunk_changed_after_discovery_is_a_changed_error_naming_it(tmp_path, 
                                   zarr.open_array(str(store), mode="r")[...])
 
 
+@pytest.mark.parametrize("fmt", [2, 3])
+def test_a_chunk_directory_renamed_into_place_after_discovery_is_a_changed_error(tmp_path, fmt):
+    """Another version's row block published by renaming its directory over the chunk's: the
+    chunk files keep their old ctimes, so rows 4-7 were read from the new version beside the
+    old version's others, no error. The directory's own ctime tells the rename."""
+    a = np.arange(30, dtype="float32").reshape(10, 3)
+    kw = {"dimension_separator": "/"} if fmt == 2 else {}
+    for name, values in (("cur", a), ("new", a + 1000)):
+        z = zarr.open_array(str(tmp_path / name / "shard_0000.zarr"), mode="w", shape=a.shape,
+                            chunks=(4, 3), dtype=a.dtype, zarr_format=fmt, **kw)
+        z[...] = values
+    store = tmp_path / "cur" / "shard_0000.zarr"
+    block = "1" if fmt == 2 else "c/1"
+    layout = shardload.discover(tmp_path / "cur", format="zarr")
+    time.sleep(0.05)
+    (store / block).rename(tmp_path / "old_block")
+    (tmp_path / "new" / "shard_0000.zarr" / block).rename(store / block)
+    mixed = zarr.open_array(str(store), mode="r")[...]
+    assert not np.array_equal(mixed, a) and np.array_equal(mixed[:4], a[:4])  # the oracle
+    want = (re.escape(str(store / block / "0")) + r": changed since discovery: its directory " +
+            re.escape(str(store / block)) + r" changed after discovery began")
+    with pytest.raises(shardload.ShardReadError, match=want):
+        layout.read(4, 8)
+    # v3's chunks share the directory c, whose entries the rename changed: all are refused.
+    whole = want if fmt == 2 else r"changed since discovery: its directory .*/c changed after"
+    with pytest.raises(shardload.ShardReadError, match=whole):
+        shardload.numpy.load(layout)
+    if fmt == 2:  # the chunks in directories untouched since still read
+        np.testing.assert_array_equal(layout.read(0, 4), a[0:4])
+    # Rediscovered, the store reads as it now is.
+    np.testing.assert_array_equal(
+        shardload.discover(tmp_path / "cur", format="zarr").read(0, 10), mixed)
+
+
 def test_a_chunk_written_just_before_discovery_is_read(tmp_path):
     """The store written, discovered and read at once, each store of a few chunks, several
     times: no chunk written before discovery began is taken for one written after."""
