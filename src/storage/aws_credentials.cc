@@ -2,7 +2,9 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <unistd.h>
 
+#include <atomic>
 #include <cctype>
 #include <cstdlib>
 #include <fstream>
@@ -187,8 +189,12 @@ AwsCredentials RoleCredentials::current() {
   // One thread fetches while the others sign with the old credentials, still valid for up to
   // five minutes; a source that keeps answering with credentials about to expire, or none,
   // is asked at most every ten seconds.
-  if (expires_ == 0 || now + 300 < expires_ || fetching_ || now < last_try_ + 10) return creds_;
+  // A fetch begun by another process (this one forked while its parent fetched) is not this
+  // process's to wait for: its thread is not here.
+  const bool fetching = fetching_ && fetching_pid_ == ::getpid();
+  if (expires_ == 0 || now + 300 < expires_ || fetching || now < last_try_ + 10) return creds_;
   fetching_ = true;
+  fetching_pid_ = ::getpid();
   last_try_ = now;
   lock.unlock();
   AwsCredentials c;
@@ -203,16 +209,41 @@ AwsCredentials RoleCredentials::current() {
   return creds_;
 }
 
-std::shared_ptr<RoleCredentials> role_credentials() {
-  static std::mutex mu;
-  static bool asked = false;
-  static std::shared_ptr<RoleCredentials> found;
-  std::lock_guard lock(mu);
-  if (!asked) {
-    found = find_role_credentials();
-    asked = true;
+namespace {
+
+// What role_credentials() found, per process: its lock is held across the source's request
+// (a second caller waits for that answer rather than asking again), so a process forked while
+// a thread of its parent asked copies the lock held by a thread it does not have. The child
+// leaves the parent's state alone (leaked) and asks for its own.
+struct FoundRole {
+  pid_t pid = ::getpid();
+  std::mutex mu;
+  bool asked = false;
+  std::shared_ptr<RoleCredentials> found;
+};
+
+FoundRole& found_role() {
+  static std::atomic<FoundRole*> state{nullptr};
+  const pid_t self = ::getpid();
+  FoundRole* now = state.load(std::memory_order_acquire);
+  while (now == nullptr || now->pid != self) {
+    auto* made = new FoundRole();
+    if (state.compare_exchange_strong(now, made, std::memory_order_acq_rel)) return *made;
+    delete made;  // another thread of this process made it first: `now` is that one
   }
-  return found;
+  return *now;
+}
+
+}  // namespace
+
+std::shared_ptr<RoleCredentials> role_credentials() {
+  FoundRole& role = found_role();
+  std::lock_guard lock(role.mu);
+  if (!role.asked) {
+    role.found = find_role_credentials();
+    role.asked = true;
+  }
+  return role.found;
 }
 
 }  // namespace shardload::detail

@@ -18,6 +18,8 @@
 #include "storage/detail/s3_signed.hpp"
 #endif
 
+#include <pthread.h>
+
 #include <arrow/filesystem/filesystem.h>
 #include <arrow/filesystem/s3fs.h>
 #include <arrow/io/interfaces.h>
@@ -28,12 +30,14 @@
 #include <array>
 #include <atomic>
 #include <cerrno>
+#include <condition_variable>
 #include <cstdlib>
 #include <cstring>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <random>
+#include <set>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
@@ -368,6 +372,9 @@ struct SignedOpen {
   bool unverified = false;  // an answer without an ETag: the stat asks the store
   FileInfo seen;
 };
+
+class ArrowRemoteIo;
+ArrowRemoteIo* the_s3_io();
 
 class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
  public:
@@ -919,6 +926,87 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
     return where;
   }
 
+  struct Made {
+    std::shared_ptr<arrow::fs::FileSystem> fs;
+    std::shared_ptr<StoreResources> store;
+#if SHARDLOAD_S3_SIGNED
+    std::shared_ptr<const S3Endpoint> signed_ep;  // with its store; null: Arrow's path only
+#endif
+  };
+
+  // A bucket's file system and store, made without mu_ held (resolve() lets one thread at a
+  // time make a key's).
+  Result<Made> make_store(const std::string& url, const std::string& bucket, const std::string& key,
+                          const std::string& arrow_query, const StoreOptions& retry) {
+    auto finalize_without_a_client_locked = [this] {
+      std::lock_guard lock(mu_);
+      finalize_at_exit_without_a_client();
+    };
+    std::string fs_query = arrow_query;
+#if SHARDLOAD_S3_SIGNED
+    std::shared_ptr<const S3Endpoint> signed_ep;
+    auto ep = s3_signed_endpoint(bucket, arrow_query, retry);
+    // A Ctrl-C during the bucket's HEAD left it unanswered: nothing is kept for the bucket
+    // (its region would be a guess), so that the next call asks again.
+    if (interrupt_requested()) {
+      finalize_without_a_client_locked();
+      return file_error(ErrorCode::kIo, url, "interrupted", ECANCELED);
+    }
+    if (ep) {
+      SHARDLOAD_RETURN_IF_ERROR(curl_init(url));
+      // The region the bucket's HEAD said, for Arrow's client too (LIST, multipart
+      // uploads): the same region as the signed requests', and no HEAD of its own.
+      if (ep->region_from_bucket) {
+        fs_query += (fs_query.empty() ? "?region=" : "&region=") + ep->region;
+      }
+      signed_ep = std::make_shared<const S3Endpoint>(*std::move(ep));
+    }
+#endif
+    auto options = arrow::fs::S3Options::FromUri("s3://" + bucket + fs_query);
+    if (!options.ok()) {
+      finalize_without_a_client_locked();
+      return file_error(ErrorCode::kInvalidArgument, url,
+                        "bad object-storage URL or options: " + options.status().message());
+    }
+    if (retry.anonymous) {
+      options->ConfigureAnonymousCredentials();
+    } else if (!retry.access_key.empty()) {
+      options->ConfigureAccessKey(retry.access_key, retry.secret_key, retry.session_token);
+    }
+#if SHARDLOAD_S3_SIGNED
+    const bool arrows_only = signed_ep == nullptr;
+#else
+    const bool arrows_only = true;
+#endif
+    if (arrows_only) {
+      if (Status st = refuse_an_https_endpoint(url, arrow_query, *options); !st.is_ok()) {
+        finalize_without_a_client_locked();
+        return st;
+      }
+    }
+    options->retry_strategy = std::make_shared<CountingRetryStrategy>(retry, &retries_);
+    options->connect_timeout = retry.connect_timeout;
+    options->request_timeout = retry.request_timeout;
+    auto fs = arrow::fs::S3FileSystem::Make(*options);
+    if (!fs.ok()) {
+      finalize_without_a_client_locked();
+      return file_error(ErrorCode::kInvalidArgument, url,
+                        "bad object-storage URL or options: " + fs.status().message());
+    }
+    Made made;
+    made.fs = *std::move(fs);
+    // The bucket with its query is one store: one limit on its requests in flight.
+    made.store = StorageContext::process().store("s3://" + key, retry);
+#if SHARDLOAD_S3_SIGNED
+    if (signed_ep != nullptr) {
+      auto ep_with_store = std::make_shared<S3Endpoint>(*signed_ep);
+      ep_with_store->store = made.store;
+      made.signed_ep = std::move(ep_with_store);
+    }
+#endif
+    return made;
+  }
+
   // Every request's URL passes here first: none with a dot segment in its key is sent.
   Result<Where> resolve(const std::string& url) {
     SHARDLOAD_RETURN_IF_ERROR(check_object_key(url));
@@ -939,76 +1027,34 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
     if (bucket.empty()) {
       return Status(ErrorCode::kInvalidArgument, url + ": the URL names no bucket");
     }
-    std::lock_guard lock(mu_);
+    std::unique_lock lock(mu_);
     if (!initialized_) {
       const auto st = arrow::fs::EnsureS3Initialized();
       if (!st.ok()) return remote_error(ErrorCode::kIo, url, "cannot initialize S3", st);
       initialized_ = true;
     }
     const std::string key = bucket + query;
+    // A bucket's store is made once, by one thread, outside the lock (its region's HEAD and
+    // the credentials take up to their requests' deadlines): a first open of another bucket
+    // does not wait behind it, nor does a process forked meanwhile (whose copy of the lock
+    // would be held by a thread it does not have); one of the same bucket waits for it.
     auto it = fs_.find(key);
+    while (it == fs_.end() && making_.count(key) != 0) {
+      made_->wait(lock);
+      it = fs_.find(key);
+    }
     if (it == fs_.end()) {
-      std::string fs_query = arrow_query;
+      making_.insert(key);
+      lock.unlock();
+      Result<Made> made = make_store(url, bucket, key, arrow_query, retry);
+      lock.lock();
+      making_.erase(key);
+      made_->notify_all();
+      if (!made.is_ok()) return made.status();
+      it = fs_.emplace(key, std::move(made->fs)).first;
+      stores_.emplace(key, made->store.get());
 #if SHARDLOAD_S3_SIGNED
-      std::shared_ptr<const S3Endpoint> signed_ep;
-      auto ep = s3_signed_endpoint(bucket, arrow_query, retry);
-      // A Ctrl-C during the bucket's HEAD left it unanswered: nothing is kept for the bucket
-      // (its region would be a guess), so that the next call asks again.
-      if (interrupt_requested()) {
-        finalize_at_exit_without_a_client();
-        return file_error(ErrorCode::kIo, url, "interrupted", ECANCELED);
-      }
-      if (ep) {
-        SHARDLOAD_RETURN_IF_ERROR(curl_init(url));
-        // The region the bucket's HEAD said, for Arrow's client too (LIST, multipart
-        // uploads): the same region as the signed requests', and no HEAD of its own.
-        if (ep->region_from_bucket) {
-          fs_query += (fs_query.empty() ? "?region=" : "&region=") + ep->region;
-        }
-        signed_ep = std::make_shared<const S3Endpoint>(*std::move(ep));
-      }
-#endif
-      auto options = arrow::fs::S3Options::FromUri("s3://" + bucket + fs_query);
-      if (!options.ok()) {
-        finalize_at_exit_without_a_client();
-        return file_error(ErrorCode::kInvalidArgument, url,
-                          "bad object-storage URL or options: " + options.status().message());
-      }
-      if (retry.anonymous) {
-        options->ConfigureAnonymousCredentials();
-      } else if (!retry.access_key.empty()) {
-        options->ConfigureAccessKey(retry.access_key, retry.secret_key, retry.session_token);
-      }
-#if SHARDLOAD_S3_SIGNED
-      const bool arrows_only = signed_ep == nullptr;
-#else
-      const bool arrows_only = true;
-#endif
-      if (arrows_only) {
-        if (Status st = refuse_an_https_endpoint(url, arrow_query, *options); !st.is_ok()) {
-          finalize_at_exit_without_a_client();
-          return st;
-        }
-      }
-      options->retry_strategy = std::make_shared<CountingRetryStrategy>(retry, &retries_);
-      options->connect_timeout = retry.connect_timeout;
-      options->request_timeout = retry.request_timeout;
-      auto fs = arrow::fs::S3FileSystem::Make(*options);
-      if (!fs.ok()) {
-        finalize_at_exit_without_a_client();
-        return file_error(ErrorCode::kInvalidArgument, url,
-                          "bad object-storage URL or options: " + fs.status().message());
-      }
-      it = fs_.emplace(key, *std::move(fs)).first;
-      // The bucket with its query is one store: one limit on its requests in flight.
-      std::shared_ptr<StoreResources> store = StorageContext::process().store("s3://" + key, retry);
-      stores_.emplace(key, store.get());
-#if SHARDLOAD_S3_SIGNED
-      if (signed_ep != nullptr) {
-        auto ep_with_store = std::make_shared<S3Endpoint>(*signed_ep);
-        ep_with_store->store = std::move(store);
-        signed_.emplace(key, std::move(ep_with_store));
-      }
+      if (made->signed_ep != nullptr) signed_.emplace(key, std::move(made->signed_ep));
 #endif
       if (!exit_registered_) {
         // Registered after the first client was made, and so after Arrow's own static
@@ -1121,7 +1167,30 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
     exit_registered_early_ = true;
   }
 
+ public:
+  // fork(): the lock is taken before, so that the child's copy is consistent; the child
+  // leaves its parent's clients and stores alone (leaked: their requests' threads, slots
+  // taken and the AWS SDK's state are not its own) and makes its own at its first open.
+  static void before_fork() { the_s3_io()->mu_.lock(); }
+  static void after_fork_parent() { the_s3_io()->mu_.unlock(); }
+  static void after_fork_child() {
+    ArrowRemoteIo* io = the_s3_io();
+    new std::map<std::string, std::shared_ptr<arrow::fs::FileSystem>>(std::move(io->fs_));
+    io->fs_.clear();
+    io->stores_.clear();
+#if SHARDLOAD_S3_SIGNED
+    new std::map<std::string, std::shared_ptr<const S3Endpoint>>(std::move(io->signed_));
+    io->signed_.clear();
+#endif
+    io->making_.clear();                        // by threads the child does not have
+    io->made_ = new std::condition_variable();  // the parent's had their waits
+    io->mu_.unlock();
+  }
+
+ private:
   std::mutex mu_;
+  std::set<std::string> making_;  // keys whose store a thread is making (resolve())
+  std::condition_variable* made_ = new std::condition_variable();  // never destroyed
   bool initialized_ = false;
   bool exit_registered_ = false;
   bool exit_registered_early_ = false;  // before any client was made
@@ -1141,7 +1210,12 @@ thread_local std::string ArrowRemoteIo::t_read_error;
 ArrowRemoteIo* the_s3_io() {
   // Never destroyed: objects may be open in other threads until the very end; its S3
   // clients are let go of at exit, before FinalizeS3.
-  static auto* io = new ArrowRemoteIo();
+  static auto* io = [] {
+    auto* made = new ArrowRemoteIo();
+    ::pthread_atfork(&ArrowRemoteIo::before_fork, &ArrowRemoteIo::after_fork_parent,
+                     &ArrowRemoteIo::after_fork_child);
+    return made;
+  }();
   return io;
 }
 

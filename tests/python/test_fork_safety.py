@@ -31,7 +31,11 @@ class Handler(BaseHTTPRequestHandler):
         if self.headers.get("Range"):
             a, z = self.headers["Range"].split("=")[1].split("-")
             first, last, code = int(a), min(int(z), len(data) - 1), 206
-        if body and code == 206 and self.path.startswith("/slow") and first >= SLOW_FROM:
+        hold = (body and code == 206 and self.path.startswith(globals().get("SLOW_PREFIX", "/slow"))
+                and first >= SLOW_FROM)
+        if self.path in globals().get("HOLD_ONCE", ()) and not started.is_set():
+            hold = True  # the first request for it only
+        if hold:
             started.set()
             release.wait(60)
         self.send_response(code)
@@ -99,6 +103,64 @@ def test_a_child_forked_while_the_parent_holds_every_request_slot_gets_its_own(m
         assert (got == np.concatenate([a] * {max_requests})).all()
         """)
     assert "child: read (1000, 4)" in out and "child status: 0" in out, out
+
+
+@pytest.mark.parametrize("max_requests", [1, 4])
+def test_a_child_forked_while_the_parent_holds_every_s3_request_slot_gets_its_own(max_requests):
+    """As over http, on s3:// (the signed path): the s3 driver kept its own map of the stores
+    it had made, so the child found the parent's, every slot taken, and waited forever
+    (pass 14, fault 5). Its stores are now its own: it loads."""
+    out = run(f"""
+        SLOW_FROM, SLOW_PREFIX = 0, "/bkt/slow"
+        a = np.arange(4000, dtype=np.float32).reshape(1000, 4)
+        buf = io.BytesIO(); np.save(buf, a)
+        for name in ["/bkt/fast.npy"] + [f"/bkt/slow{{i}}.npy" for i in range({max_requests})]:
+            OBJECTS[name] = buf.getvalue()
+        opts = dict(endpoint_override=URL.split("//")[1], scheme="http", region="us-east-1",
+                    access_key="AKIATEST", secret_key="testsecret", max_requests={max_requests})
+        sn.load(["s3://bkt/fast.npy"], storage_options=opts)  # the store made in the parent
+        slow = [f"s3://bkt/slow{{i}}.npy" for i in range({max_requests})]
+        got = fork_while_in_flight(
+            lambda: sn.load(slow, storage_options=opts, threads={max(4, max_requests)},
+                            overdecompose=1),
+            lambda: sn.load(["s3://bkt/fast.npy"], storage_options=opts, threads=2))
+        assert (got == np.concatenate([a] * {max_requests})).all()
+        """)
+    assert "child: read (1000, 4)" in out and "child status: 0" in out, out
+
+
+def test_a_child_forked_while_the_parent_fetches_role_credentials_fetches_its_own():
+    """A parent thread's first s3:// open fetched the role's credentials (a container's
+    endpoint, slow to answer) at the fork: the child copied the lock held across that fetch,
+    and the s3 driver's lock held across the store's making, and its own first s3:// open
+    waited forever (pass 14, fault 4). It now makes its own: its open fails at once (the
+    endpoint is a closed port), and the parent's ends as it would have."""
+    out = run("""
+        import json
+        SLOW_FROM = 0
+        for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN",
+                  "AWS_PROFILE"):
+            os.environ.pop(k, None)
+        os.environ["AWS_SHARED_CREDENTIALS_FILE"] = os.environ["AWS_CONFIG_FILE"] = "/none"
+        os.environ["AWS_CONTAINER_CREDENTIALS_FULL_URI"] = URL + "/creds"
+        OBJECTS["/creds"] = json.dumps({"AccessKeyId": "AKIAROLE", "Token": "roletoken1",
+                                        "SecretAccessKey": "rolesecret1",
+                                        "Expiration": "2099-01-01T00:00:00Z"}).encode()
+        HOLD_ONCE = ("/creds",)
+        opts = dict(endpoint_override="127.0.0.1:9", scheme="http", region="us-east-1",
+                    max_attempts=1)
+        def parent():
+            try:
+                shardload.discover("s3://bkt/d/x.npy", storage_options=opts)
+            except shardload.Error as e:
+                return str(e)
+        said = fork_while_in_flight(
+            parent, lambda: shardload.discover("s3://bkt/d/y.npy", storage_options=opts))
+        print("parent:", said)
+        """)
+    assert "child status: 0" in out, out
+    assert "child: ShardReadError s3://bkt/d/y.npy" in out, out
+    assert "parent: s3://bkt/d/x.npy" in out, out
 
 
 def test_a_child_forked_during_an_hdf5_read_refuses_hdf5_instead_of_hanging(tmp_path):

@@ -4,6 +4,8 @@
 // expire, so they are fetched again ahead of their expiry, while the requests using them go on.
 #pragma once
 
+#include <sys/types.h>
+
 #include <ctime>
 #include <memory>
 #include <mutex>
@@ -34,6 +36,7 @@ class RoleCredentials {
   std::time_t expires_ = 0;  // 0: never
   std::time_t last_try_ = 0;
   bool fetching_ = false;
+  pid_t fetching_pid_ = 0;  // the process whose thread fetches
 };
 
 // The role credentials the default chain ends with: a container's credentials endpoint
