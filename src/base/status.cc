@@ -242,6 +242,13 @@ std::size_t value_end(std::string_view text, std::size_t i) {
   return end;
 }
 
+// A key without the blanks typed around it.
+std::string_view trim_blanks(std::string_view key) {
+  while (!key.empty() && (key.front() == ' ' || key.front() == '\t')) key.remove_prefix(1);
+  while (!key.empty() && (key.back() == ' ' || key.back() == '\t')) key.remove_suffix(1);
+  return key;
+}
+
 // Each query parameter (after '?', '&', ';', which some servers take as '&', or '#' for a
 // fragment, where OAuth puts its tokens) whose key is a secret, with its value replaced by
 // "***". A ';' inside a value does not end it: the rest is hidden with it.
@@ -253,10 +260,16 @@ std::string redact_query(std::string_view text, std::vector<std::string>& hidden
                                       text[i - 1] == ';' || text[i - 1] == '#');
     std::size_t eq = i;
     if (starts_key) {
-      while (eq < text.size() && text[eq] != '=' && text[eq] != '&' && text[eq] != '#' &&
-             text[eq] != '?' && !is_space(text[eq])) {
-        ++eq;
-      }
+      // Blanks around the key's one word belong to it here ("secret_key =V", "& secret_key=V":
+      // an option typed with a space around its key); the key is compared without them.
+      const auto blank = [&](std::size_t k) { return text[k] == ' ' || text[k] == '\t'; };
+      const auto word = [&](std::size_t k) {
+        return text[k] != '=' && text[k] != '&' && text[k] != '#' && text[k] != '?' &&
+               !is_space(text[k]);
+      };
+      while (eq < text.size() && blank(eq)) ++eq;
+      while (eq < text.size() && word(eq)) ++eq;
+      while (eq < text.size() && blank(eq)) ++eq;
     }
     if (starts_key && eq > i && eq < text.size() && text[eq] == '=' &&
         decoded_key(text.substr(i, eq - i)) == "endpoint_override") {
@@ -284,7 +297,7 @@ std::string redact_query(std::string_view text, std::vector<std::string>& hidden
       continue;
     }
     if (!starts_key || eq == i || eq >= text.size() || text[eq] != '=' ||
-        !detail::is_secret_query_key(text.substr(i, eq - i))) {
+        !detail::is_secret_query_key(trim_blanks(text.substr(i, eq - i)))) {
       out += text[i++];
       continue;
     }

@@ -643,6 +643,22 @@ def test_a_secret_option_typed_with_a_leading_space_is_hidden(value, cli):
     assert_hidden(shardload.redact_secrets(f"loading {url}: failed"), "secret_key=***&access")
 
 
+@pytest.mark.parametrize("key", ["secret_key ", " secret_key", "secret_key\t", "  session_token  "])
+def test_a_secret_option_whose_key_is_typed_with_a_space_is_hidden(key, cli):
+    """`--storage-option "secret_key =V"` or `" secret_key=V"` (a space around the key): the
+    redaction ended the key at the space and compared it whole, so no secret key was seen and
+    the whole secret printed in every message of inspect (pass 14, fault 6). The key is
+    compared without its blanks."""
+    flags = ["--storage-option", "endpoint_override=127.0.0.1:9", "--storage-option",
+             "scheme=http", "--storage-option", "max_attempts=1", "--storage-option",
+             "access_key=AKIAVISIBLE", "--storage-option", f"{key}=sk-s3cr3tTAILvalue"]
+    for extra in ([], ["--json"]):
+        assert_hidden(run(cli, "inspect", "s3://bkt/d/x.npy", "--format", "npy", *flags, *extra,
+                          ok=False), "=***", key.strip())  # a tab shows escaped
+    url = f"s3://bkt/d/x.npy?access_key=AKIAVISIBLE&{key}=sk-s3cr3tTAIL&v=1"
+    assert_hidden(shardload.redact_secrets(f"loading {url}: failed"), "=***&v=1")
+
+
 def test_a_session_token_in_no_url_is_hidden_where_the_server_echoes_it(cli, tmp_path):
     """A session token from the environment travels in a header only; a server whose error
     page echoes the request's headers (a gateway, a debugging proxy) had it printed in the
