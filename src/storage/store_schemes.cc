@@ -52,6 +52,17 @@ struct Table {
 std::mutex g_write_mu;
 std::atomic<const Table*> g_table{nullptr};
 
+// The lists replaced and the entries removed: a look-up may still be reading them, so they are
+// kept here, reachable (and so not reported as leaked), never freed.
+struct Retired {
+  std::vector<const Table*> tables;
+  std::vector<Entry*> entries;
+};
+Retired& retired() {
+  static auto* const r = new Retired();
+  return *r;
+}
+
 const Table* table() {
   // The built-in drivers' schemes are registered before the first look-up, whatever the order
   // of static initialisers.
@@ -85,10 +96,12 @@ bool replace_entry(const std::string& label, Entry* e, bool keep_builtin) {
         // The stores it opened are let go; open files keep theirs.
         std::lock_guard stores(old->mu);
         old->stores.clear();
+        retired().entries.push_back(old);
       }
     }
   }
   if (e != nullptr) entries.push_back(e);
+  if (t != nullptr) retired().tables.push_back(t);
   g_table.store(new Table{std::move(entries)}, std::memory_order_release);
   return true;
 }
