@@ -27,9 +27,10 @@ Status check_save_dest(const std::string& dest) {
   if (const std::string url = mistyped_url(dest); !url.empty()) {
     struct ::stat st {};
     if (::stat(dest.substr(0, dest.find('/')).c_str(), &st) != 0) {
-      return argument_error("the destination '" + dest +
-                            "': a URL needs two slashes after the scheme: write '" + url +
-                            "' (a local path spelled so can be written './" + dest + "')");
+      const auto [shown, shown_url] = mistyped_url_shown(dest, url);
+      return argument_error("the destination '" + shown +
+                            "': a URL needs two slashes after the scheme: write '" + shown_url +
+                            "' (a local path spelled so can be written './" + shown + "')");
     }
   }
   // Taken as a local path, "gs://b/k" would be written to "./gs:/b/k" (or fail to find it).

@@ -62,6 +62,25 @@ std::string mistyped_url(std::string_view path) {
   return is_remote_url(spelled) ? spelled : std::string();
 }
 
+std::pair<std::string, std::string> mistyped_url_shown(std::string_view text,
+                                                       const std::string& url) {
+  const std::size_t colon = text.find(':');
+  std::size_t rest = colon + 1;
+  while (rest < text.size() && (text[rest] == '/' || text[rest] == '\\')) ++rest;
+  const auto authority_start = [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '[' ||
+           c == '%' || c == '_' || c == '-';
+  };
+  const std::size_t at = text.rfind('@');
+  if (colon == std::string_view::npos || at == std::string_view::npos || at < rest ||
+      (rest < text.size() && authority_start(text[rest]))) {
+    return {std::string(text), url};
+  }
+  const std::string tail(text.substr(at));
+  return {std::string(text.substr(0, colon + 1)) + "***" + tail,
+          url.substr(0, url.find("://") + 3) + "***" + tail};
+}
+
 bool is_http_url(std::string_view path) {
   return path.starts_with("http://") || path.starts_with("https://");
 }

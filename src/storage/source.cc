@@ -203,10 +203,12 @@ Status check_scheme(std::string_view what, const std::string& text) {
   if (const std::string url = mistyped_url(text); !url.empty()) {
     struct ::stat st {};
     if (::stat(text.substr(0, text.find('/')).c_str(), &st) == 0) return Status::ok();
+    const auto [shown, shown_url] = mistyped_url_shown(text, url);
     return {ErrorCode::kInvalidArgument,
-            std::string(what) + " '" + path_for_message(text) +
-                "': a URL needs two slashes after the scheme: write '" + path_for_message(url) +
-                "' (a local path spelled so can be written './" + path_for_message(text) + "')"};
+            std::string(what) + " '" + path_for_message(shown) +
+                "': a URL needs two slashes after the scheme: write '" +
+                path_for_message(shown_url) + "' (a local path spelled so can be written './" +
+                path_for_message(shown) + "')"};
   }
   const std::string scheme = unsupported_scheme(text);
   struct ::stat st {};

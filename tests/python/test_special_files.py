@@ -400,6 +400,35 @@ def test_a_url_with_one_slash_is_refused_by_the_cli_and_save(tmp_path, monkeypat
     assert os.listdir(tmp_path) == []  # nothing written to ./s3:/
 
 
+@pytest.mark.parametrize("text", [
+    "http: //user:pw-s3cr3t@host/x.npy", "http:/ /user:pw-s3cr3t@host/x.npy",
+    "https:.//user:pw-s3cr3t@host/d/", "http:://user:pw-s3cr3t@host/x.npy",
+    "s3: //AK:pw-s3cr3t@bucket/d/", "http:\t//user:pw-s3cr3t@host/x.npy",
+])
+def test_a_mistyped_url_whose_user_part_redaction_cannot_find_is_shown_hidden(
+        tmp_path: pathlib.Path, monkeypatch, cli, text: str) -> None:
+    """Other text than slashes after the scheme's ':' ("http: //", "https:.//") hid the user
+    part from redaction: the refusal quoted the password (hostile pass 14, fault 1). Shown from
+    the ':' to the last '@' as "***" in the source, the save and the command line."""
+    monkeypatch.chdir(tmp_path)
+    outs = []
+    for call in (shardload.discover, shardload.load):
+        with pytest.raises(ValueError) as e:
+            call(text)
+        outs.append(str(e.value))
+    with pytest.raises(ValueError) as e:
+        shardload.save(np.arange(8.0).reshape(4, 2), text)
+    outs.append(str(e.value))
+    r = subprocess.run([str(cli), "inspect", "--json", text], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode != 0
+    outs.append(r.stdout + r.stderr)
+    for out in outs:
+        assert "a URL needs two slashes after the scheme" in out, out
+        assert "s3cr3t" not in out and ":***@" in out, out
+    assert os.listdir(tmp_path) == []
+
+
 def test_a_local_directory_named_like_a_scheme_with_one_slash_is_read(tmp_path, monkeypatch):
     """A directory literally named "http:" is legal: with it here, "http:/d" is that path (as
     80218dd's "gs:" is), and its other errors hide a user part all the same."""

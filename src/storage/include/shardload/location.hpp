@@ -85,6 +85,13 @@ std::string lower_case_scheme(std::string_view path);
 // Taken as a local path, such a name would fail as "not found" (printing its user part as a
 // path), or be written to as "./http:/...".
 std::string mistyped_url(std::string_view path);
+// `text` (which mistyped_url() took for `url`) and `url` as a refusal may show them. Where
+// what follows the scheme's ':' and its slashes starts a host or a user name, redaction finds
+// the user part in `url` and the two come back as they are; other text there ("http: //",
+// "https:.//", "http:://") would hide the user part from redaction, so everything from the
+// ':' to the last '@' is shown as "***" instead.
+std::pair<std::string, std::string> mistyped_url_shown(std::string_view text,
+                                                       const std::string& url);
 // "http://..." and "https://...": the URLs the HTTP backend serves (no listing, no globs).
 bool is_http_url(std::string_view path);
 // The backend that serves `url` (by its scheme), or nullptr when this build has none.
