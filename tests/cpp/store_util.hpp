@@ -60,4 +60,17 @@ inline std::map<std::string, std::string> everything(Store& store) {
   return out;
 }
 
+// A parameterised test's fresh store (the driver its parameter names) holding one key beside
+// what a test writes ("keep/x", "mine"), which nothing the test does may touch.
+class StoreWithAKeyBeside : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    store_ = open_test_store(GetParam(), dir_);
+    ASSERT_NE(store_, nullptr);
+    ASSERT_TRUE(store_->write("keep/x", bytes_of("mine")));
+  }
+  TempDir dir_;
+  std::unique_ptr<Store> store_;
+};
+
 }  // namespace shardload::testing

@@ -75,16 +75,7 @@ Status save_through(Store& store, const std::string& dest, const PublishSteps& g
   return st;
 }
 
-class SavePublish : public ::testing::TestWithParam<std::string> {
- protected:
-  void SetUp() override {
-    store_ = open_test_store(GetParam(), dir_);
-    ASSERT_NE(store_, nullptr);
-    ASSERT_TRUE(store_->write("keep/x", bytes_of("mine")));
-  }
-  testing::TempDir dir_;
-  std::unique_ptr<Store> store_;
-};
+class SavePublish : public testing::StoreWithAKeyBeside {};
 
 TEST_P(SavePublish, NothingIsVisibleBeforeThePublishAndAllOfItAfter) {
   Store& store = *store_;

@@ -45,16 +45,7 @@ Status write_text(KeySink& sink, std::uint64_t offset, const std::string& text) 
   return sink.write(offset, bytes_of(text));
 }
 
-class StoreSinks : public ::testing::TestWithParam<std::string> {
- protected:
-  void SetUp() override {
-    store_ = open_test_store(GetParam(), dir_);
-    ASSERT_NE(store_, nullptr);
-    ASSERT_TRUE(store_->write("keep/x", bytes_of("mine")));
-  }
-  testing::TempDir dir_;
-  std::unique_ptr<Store> store_;
-};
+class StoreSinks : public testing::StoreWithAKeyBeside {};
 
 TEST_P(StoreSinks, WritesInAnyOrderMakeTheKeyAndUnwrittenBytesAreZeros) {
   Store& store = *store_;
