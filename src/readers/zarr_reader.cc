@@ -272,30 +272,46 @@ class ZarrReader final : public ShardReader {
   // ctime. So each directory on the chunk's path below the array's is held to the same rule,
   // stat'ed after the open: one swapped before the open shows a later ctime, and one swapped
   // after it as well (or is gone), which refuses rows that were right rather than pass wrong
-  // ones. One stat per directory level per chunk; none where chunk keys have no '/'.
+  // ones. A symbolic link on that path, the chunk's own name included, is held to the rule by
+  // its own ctime too: re-pointing one (`ln -sfn`) makes a new link, while what it now leads to
+  // keeps its old times. One lstat per level per chunk, and a stat per directory level.
   static Status directories_since_discovery(const Request& r, const std::string& path) {
     if (r.discovered_ns == 0) return Status::ok();
+    const auto ns = [](const struct ::timespec& t) {
+      return static_cast<std::int64_t>(t.tv_sec) * 1'000'000'000 + t.tv_nsec;
+    };
     std::string dir = path;
-    while (true) {
+    bool chunk = true;  // the chunk's own name: its file is the open's fstat's
+    while (dir.size() > r.dir.size()) {
+      struct ::stat st {};
+      if (::lstat(dir.c_str(), &st) == 0 && S_ISLNK(st.st_mode) &&
+          ns(st.st_ctim) > r.discovered_ns) {
+        return {ErrorCode::kChanged, path + ": changed since discovery: the symbolic link " + dir +
+                                         " on its path was made after discovery began (ctime " +
+                                         std::to_string(ns(st.st_ctim)) + " ns > " +
+                                         std::to_string(r.discovered_ns) +
+                                         " ns): it was re-pointed or replaced since"};
+      }
+      if (!chunk) {
+        if (::stat(dir.c_str(), &st) != 0) {
+          return {ErrorCode::kChanged, path + ": changed since discovery: its directory " + dir +
+                                           " is gone (" + std::strerror(errno) +
+                                           "): it was moved or deleted during the read"};
+        }
+        if (ns(st.st_ctim) > r.discovered_ns) {
+          return {ErrorCode::kChanged, path + ": changed since discovery: its directory " + dir +
+                                           " changed after discovery began (ctime " +
+                                           std::to_string(ns(st.st_ctim)) + " ns > " +
+                                           std::to_string(r.discovered_ns) +
+                                           " ns): it was renamed into place or written since"};
+        }
+      }
+      chunk = false;
       const std::size_t slash = dir.rfind('/');
       if (slash == std::string::npos) return Status::ok();
       dir.resize(slash == 0 ? 1 : slash);
-      if (dir.size() <= r.dir.size()) return Status::ok();  // the array's own directory
-      struct ::stat st {};
-      if (::stat(dir.c_str(), &st) != 0) {
-        return {ErrorCode::kChanged, path + ": changed since discovery: its directory " + dir +
-                                         " is gone (" + std::strerror(errno) +
-                                         "): it was moved or deleted during the read"};
-      }
-      const std::int64_t ctime =
-          static_cast<std::int64_t>(st.st_ctim.tv_sec) * 1'000'000'000 + st.st_ctim.tv_nsec;
-      if (ctime <= r.discovered_ns) continue;
-      return {ErrorCode::kChanged, path + ": changed since discovery: its directory " + dir +
-                                       " changed after discovery began (ctime " +
-                                       std::to_string(ctime) + " ns > " +
-                                       std::to_string(r.discovered_ns) +
-                                       " ns): it was renamed into place or written since"};
     }
+    return Status::ok();
   }
 
   // A local chunk or shard file that is missing holds the fill value, unless it may have been

@@ -385,6 +385,48 @@ def test_a_chunk_directory_renamed_into_place_after_discovery_is_a_changed_error
         shardload.discover(tmp_path / "cur", format="zarr").read(0, 10), mixed)
 
 
+@pytest.mark.parametrize("what", ["chunk file", "chunk directory", "v3 c directory"])
+def test_a_symlink_on_a_chunks_path_re_pointed_after_discovery_is_a_changed_error(tmp_path, what):
+    """A chunk file or directory that is a symbolic link, re-pointed after discovery at another
+    version's (`ln -sfn`): the link is new, the files it leads to are old, and the rows of the
+    other version were read beside this one's, no error. The link's own ctime tells it."""
+    a = np.arange(30, dtype="float32").reshape(10, 3)
+    fmt = 3 if what.startswith("v3") else 2
+    kw = {"dimension_separator": "/" if what == "chunk directory" else "."} if fmt == 2 else {}
+    for name, values in (("v1", a), ("v2", a + 1000), ("cur", a)):
+        z = zarr.open_array(str(tmp_path / name), mode="w", shape=a.shape, chunks=(4, 3),
+                            dtype=a.dtype, zarr_format=fmt, **kw)
+        z[...] = values
+    store = tmp_path / "cur"
+    link = {"chunk file": "1.0", "chunk directory": "1", "v3 c directory": "c"}[what]
+    if (store / link).is_dir():
+        shutil.rmtree(store / link)
+    else:
+        (store / link).unlink()
+    (store / link).symlink_to(tmp_path / "v1" / link)
+    time.sleep(0.05)
+    layout = shardload.discover([store], format="zarr")
+    time.sleep(0.05)
+    np.testing.assert_array_equal(layout.read(0, 10), a)  # links made before discovery: read
+    # ln -sfn: a new link renamed over the old one.
+    (tmp_path / "next").symlink_to(tmp_path / "v2" / link)
+    (tmp_path / "next").rename(store / link)
+    mixed = zarr.open_array(str(store), mode="r")[...]
+    assert not np.array_equal(mixed, a)  # the oracle: another version's rows
+    if fmt == 2:
+        assert np.array_equal(mixed[:4], a[:4])
+    want = (r"changed since discovery: the symbolic link " + re.escape(str(store / link)) +
+            r" on its path was made after discovery began")
+    with pytest.raises(shardload.ShardReadError, match=want):
+        layout.read(4, 8)
+    with pytest.raises(shardload.ShardReadError, match=want):
+        shardload.numpy.load(layout)
+    if fmt == 2:  # chunks off the link still read
+        np.testing.assert_array_equal(layout.read(0, 4), a[:4])
+    np.testing.assert_array_equal(
+        shardload.discover([store], format="zarr").read(0, 10), mixed)
+
+
 def test_a_chunk_written_just_before_discovery_is_read(tmp_path):
     """The store written, discovered and read at once, each store of a few chunks, several
     times: no chunk written before discovery began is taken for one written after."""
