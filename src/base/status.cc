@@ -312,29 +312,46 @@ std::string redact_query(std::string_view text, std::vector<std::string>& hidden
   return out;
 }
 
-// Where the next URL at or after `from` has its scheme's ':': a "://", or a served scheme
-// (http, https, s3, in any case, not inside a longer word) with any other run of '/' and '\'
-// after its ':' ("http:/user:password@host/", "http:\\user:password@host/", none:
-// "http:user:password@host/"): sources refuse those spellings, showing them as written.
-std::size_t next_scheme_mark(std::string_view text, std::size_t from) {
-  for (std::size_t i = text.find(':', from); i != std::string_view::npos;
-       i = text.find(':', i + 1)) {
-    if (text.substr(i).starts_with("://")) return i;
-    for (const std::string_view name : {"http", "https", "s3"}) {
-      if (i < name.size()) continue;
-      const std::size_t begin = i - name.size();
-      bool same = true;
-      for (std::size_t k = 0; k < name.size(); ++k) {
-        same = same && std::tolower(static_cast<unsigned char>(text[begin + k])) == name[k];
-      }
-      const char before = begin == 0 ? ' ' : text[begin - 1];
-      if (same && std::isalnum(static_cast<unsigned char>(before)) == 0 && before != '+' &&
-          before != '-' && before != '.') {
-        return i;
-      }
+// Whether text[0, i) ends with a served scheme's name (http, https, s3, in any case, not
+// inside a longer word).
+bool served_scheme_ends_at(std::string_view text, std::size_t i) {
+  for (const std::string_view name : {"http", "https", "s3"}) {
+    if (i < name.size()) continue;
+    const std::size_t begin = i - name.size();
+    bool same = true;
+    for (std::size_t k = 0; k < name.size(); ++k) {
+      same = same && std::tolower(static_cast<unsigned char>(text[begin + k])) == name[k];
+    }
+    const char before = begin == 0 ? ' ' : text[begin - 1];
+    if (same && std::isalnum(static_cast<unsigned char>(before)) == 0 && before != '+' &&
+        before != '-' && before != '.') {
+      return true;
     }
   }
-  return std::string_view::npos;
+  return false;
+}
+
+// Where the next URL at or after `from` has its scheme's ':': a "://", or a served scheme
+// with any other run of '/' and '\' after its ':' ("http:/user:password@host/",
+// "http:\\user:password@host/", none: "http:user:password@host/"): sources refuse those
+// spellings, showing them as written. A served scheme's name followed by "//" without its ':'
+// ("http//user:password@host/x.npy", a typo as likely as one slash) is a local path, whose
+// "not found" shows it as written: there the position is the name's last letter's, so the
+// user part after the slashes is the URL's as well.
+std::size_t next_scheme_mark(std::string_view text, std::size_t from) {
+  std::size_t mark = std::string_view::npos;
+  for (std::size_t i = text.find(':', from); i != std::string_view::npos;
+       i = text.find(':', i + 1)) {
+    if (text.substr(i).starts_with("://") || served_scheme_ends_at(text, i)) {
+      mark = i;
+      break;
+    }
+  }
+  for (std::size_t i = text.find("//", from + 1); i != std::string_view::npos && i - 1 < mark;
+       i = text.find("//", i + 1)) {
+    if (served_scheme_ends_at(text, i)) return i - 1;
+  }
+  return mark;
 }
 
 // The password of each URL's user part ("scheme://user:password@host"), and a user part
@@ -593,7 +610,8 @@ std::string redact_secrets(std::string text) {
     }
   }
   std::vector<std::string> hidden;
-  if (text.find('@') != std::string::npos && text.find(':') != std::string::npos) {
+  if (text.find('@') != std::string::npos &&
+      (text.find(':') != std::string::npos || text.find("//") != std::string::npos)) {
     text = redact_user_info(text, hidden);
     if (!hidden.empty()) text = hide_echoes(std::move(text), hidden);
   }

@@ -429,6 +429,47 @@ def test_a_mistyped_url_whose_user_part_redaction_cannot_find_is_shown_hidden(
     assert os.listdir(tmp_path) == []
 
 
+@pytest.mark.parametrize("text", [
+    "http//user:pw-s3cr3t@host/x.npy", "https//user:pw-s3cr3t@host/d/",
+    "s3//AK:pw-s3cr3t@bucket/d/x.npy", "HTTP//user:pw-s3cr3t@host:8080/x.npy",
+    "https//TOKEN-s3cr3t@host/d/",
+])
+def test_a_url_without_its_colon_is_a_local_path_whose_user_part_is_hidden(
+        tmp_path: pathlib.Path, monkeypatch, cli, text: str) -> None:
+    """"http//user:password@host/x.npy" (the ':' left out) is a local path: its "not found"
+    printed the password in every output. The user part after a served scheme's name and its
+    slashes is hidden as a URL's is."""
+    monkeypatch.chdir(tmp_path)
+    outs = []
+    for call in (shardload.discover, shardload.load):
+        with pytest.raises(ValueError) as e:
+            call(text)
+        outs.append(str(e.value))
+    with pytest.raises(OSError) as e:
+        shardload.save(np.arange(8.0).reshape(4, 2), text)
+    outs.append(str(e.value))
+    outs.append(shardload.redact_secrets(text))
+    for argv in (["inspect", "--json", text], ["inspect", text]):
+        r = subprocess.run([str(cli), *argv], capture_output=True, text=True, timeout=60)
+        assert r.returncode != 0
+        outs.append(r.stdout + r.stderr)
+    for out in outs:
+        assert "s3cr3t" not in out and "***@" in out, out
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_local_directory_named_http_is_read_through_a_double_slash(tmp_path, monkeypatch):
+    """A directory literally named "http" holding "user:pw@host": "http//user:pw@host/x.npy" is
+    that file, read as numpy reads it, and shown with the user part hidden."""
+    monkeypatch.chdir(tmp_path)
+    a = np.arange(12, dtype="float32").reshape(6, 2)
+    (tmp_path / "http" / "user:pw-s3cr3t@host").mkdir(parents=True)
+    np.save(tmp_path / "http" / "user:pw-s3cr3t@host" / "x.npy", a)
+    layout = shardload.discover("http//user:pw-s3cr3t@host/x.npy")
+    np.testing.assert_array_equal(layout.read(0, 6), np.load("http/user:pw-s3cr3t@host/x.npy"))
+    assert "s3cr3t" not in repr(layout) and "s3cr3t" not in str(layout)
+
+
 def test_a_local_directory_named_like_a_scheme_with_one_slash_is_read(tmp_path, monkeypatch):
     """A directory literally named "http:" is legal: with it here, "http:/d" is that path (as
     80218dd's "gs:" is), and its other errors hide a user part all the same."""
