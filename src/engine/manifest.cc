@@ -20,6 +20,7 @@
 #include "engine/detail/probe.hpp"
 #include "shardload/codec.hpp"
 #include "shardload/location.hpp"
+#include "shardload/storage.hpp"
 #include "storage/detail/context.hpp"
 
 namespace shardload {
@@ -153,16 +154,15 @@ std::string infer_pattern(const Layout& layout, const std::string& dir) {
   return {};
 }
 
-// A store has no rename: one upload of the whole object, which the store makes visible only
-// once complete, gives what the temporary file and rename give locally.
-Result<std::string> write_remote_manifest(const std::string& target,
+// An object store has no rename: the directory's store writes the key whole (Store::write:
+// one upload, which the store makes visible only once complete), which gives what the
+// temporary file and rename give locally.
+Result<std::string> write_remote_manifest(const std::string& directory, const std::string& target,
                                           const std::vector<std::uint8_t>& bytes) {
-  RemoteIo* r = remote_io();
-  if (r == nullptr) {
-    return file_error(ErrorCode::kIo, target,
-                      "object storage is not supported by this build (it needs Arrow)");
-  }
-  SHARDLOAD_RETURN_IF_ERROR(r->write_object(target, bytes.data(), bytes.size()));
+  SHARDLOAD_ASSIGN_OR_RETURN(const std::unique_ptr<Store> store, open_store(directory));
+  SHARDLOAD_RETURN_IF_ERROR(store->write(
+      kManifestName,
+      std::span<const std::byte>(reinterpret_cast<const std::byte*>(bytes.data()), bytes.size())));
   return target;
 }
 
@@ -283,7 +283,7 @@ Result<std::string> write_manifest(const Layout& layout, const std::string& dire
   for (const auto h : sums) put_le(out, h, 8);
   detail::put_le_at(out, 16, out.size() - kHeaderBytes, 8);
   put_le(out, XXH3_64bits(out.data(), out.size()), 8);
-  if (!path_traits(directory).kernel_files) return write_remote_manifest(target, out);
+  if (!path_traits(directory).kernel_files) return write_remote_manifest(directory, target, out);
 
   std::string tmp = join_key(directory, ".shardload.manifest.XXXXXX");
   const int fd = ::mkostemp(tmp.data(), O_CLOEXEC);
