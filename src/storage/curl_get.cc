@@ -15,6 +15,8 @@
 #include <string_view>
 #include <thread>
 
+#include <unistd.h>
+
 namespace shardload::detail {
 
 namespace {
@@ -26,7 +28,7 @@ namespace {
 // Never destroyed: handles of threads that end at exit may still use it.
 class ConnectionPool {
  public:
-  ConnectionPool() : share_(curl_share_init()) {
+  ConnectionPool() : pid_(::getpid()), share_(curl_share_init()) {
     if (share_ == nullptr) return;
     curl_share_setopt(share_, CURLSHOPT_LOCKFUNC, &ConnectionPool::lock);
     curl_share_setopt(share_, CURLSHOPT_UNLOCKFUNC, &ConnectionPool::unlock);
@@ -34,7 +36,13 @@ class ConnectionPool {
     curl_share_setopt(share_, CURLSHOPT_SHARE, CURL_LOCK_DATA_CONNECT);
     curl_share_setopt(share_, CURLSHOPT_SHARE, CURL_LOCK_DATA_DNS);
   }
+  ~ConnectionPool() {
+    if (share_ != nullptr) curl_share_cleanup(share_);
+  }
+  ConnectionPool(const ConnectionPool&) = delete;
+  ConnectionPool& operator=(const ConnectionPool&) = delete;
   CURLSH* share() const { return share_; }
+  pid_t pid() const { return pid_; }
 
  private:
   static void lock(CURL*, curl_lock_data data, curl_lock_access, void* self) {
@@ -48,6 +56,7 @@ class ConnectionPool {
     return i < kLocks ? i : 0;
   }
   static constexpr std::size_t kLocks = CURL_LOCK_DATA_LAST;
+  pid_t pid_;
   CURLSH* share_;
   std::mutex mu_[kLocks];
 };
@@ -55,15 +64,30 @@ class ConnectionPool {
 // The requests one process has in flight at most, about: 16 probes of 8 requests each.
 constexpr long kPooledConnections = 128;
 
+// One pool per process. A child forked from a process that had made requests copied its
+// parent's pool: its idle connections are sockets the parent still uses, so the child's request
+// could go out on the connection a parent thread had just sent on, and read the answer to the
+// parent's request (another object's bytes) or wait behind it for ever; and a lock of the pool
+// held by a parent thread at the fork is held for good. The child leaves the parent's pool
+// alone (leaked: closing it would close the parent's connections' TLS sessions) and makes its
+// own.
 CURLSH* connection_pool() {
-  static auto* pool = new ConnectionPool();
-  return pool->share();
+  static std::atomic<ConnectionPool*> pool{nullptr};
+  const pid_t self = ::getpid();
+  ConnectionPool* now = pool.load(std::memory_order_acquire);
+  while (now == nullptr || now->pid() != self) {
+    auto* made = new ConnectionPool();
+    if (pool.compare_exchange_strong(now, made, std::memory_order_acq_rel)) return made->share();
+    delete made;  // another thread of this process made it first: `now` is that one
+  }
+  return now->share();
 }
 
 // One easy handle per thread, its connections in the process's pool, with the buffer for
 // libcurl's words on a failure (set on the handle, so it lives as long).
 struct Handle {
   CURL* curl = nullptr;
+  pid_t pid = ::getpid();  // the process that made it, whose pool it was given
   char error[CURL_ERROR_SIZE] = {};
   Handle() : curl(curl_easy_init()) {}
   ~Handle() {
@@ -77,6 +101,12 @@ struct Handle {
 // not make one.
 Handle* thread_handle() {
   thread_local Handle h;
+  if (h.pid != ::getpid()) {
+    // Made before this process was forked (the thread that forked): it is tied to the
+    // parent's pool, whose locks its clean-up or reset would take; left alone (leaked).
+    h.curl = curl_easy_init();
+    h.pid = ::getpid();
+  }
   if (h.curl == nullptr) return nullptr;
   curl_easy_reset(h.curl);
   // After the reset, which leaves no option set. The pool keeps up to kPooledConnections idle

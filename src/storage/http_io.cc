@@ -22,6 +22,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "base/detail/fork_lock.hpp"
 #include "shardload/location.hpp"
 #include "storage/detail/context.hpp"
 #include "storage/detail/curl_get.hpp"
@@ -75,6 +76,8 @@ Result<Target> target_of(const std::string& url) {
 
 class CurlRemoteIo final : public RemoteIo {
  public:
+  CurlRemoteIo() { hold_across_fork(&mu_); }  // never destroyed (register_http_io)
+
   Result<int> open(const std::string& url) override {
     FileInfo info;
     return open_stat(url, &info);

@@ -9,6 +9,7 @@
 #include <string_view>
 #include <vector>
 
+#include "base/detail/fork_lock.hpp"
 #include "storage/detail/curl_get.hpp"
 
 namespace shardload::detail {
@@ -253,7 +254,11 @@ bool is_region_name(const std::string& s) {
 // an answer is kept, a failed request is not (its next resolve asks again).
 std::optional<std::string> bucket_region(const std::string& scheme, const std::string& endpoint,
                                          const std::string& bucket, const StoreOptions& options) {
-  static std::mutex mu;
+  static std::mutex& mu = *[] {
+    auto* m = new std::mutex();  // never destroyed: held across a fork
+    hold_across_fork(m);
+    return m;
+  }();
   static std::map<std::string, std::string> known;
   CurlRequest req;
   std::string host;
