@@ -100,15 +100,19 @@ Result<Fd> open_parent(const std::string& root, const std::string& key, bool cre
 std::string leaf_of(const std::string& key) { return key.substr(key.rfind('/') + 1); }
 
 // A key of a staging written in place: the file created at its size, filled by pwrite(2),
-// closed by finish(); deleted on a failure or abort().
+// closed by finish(); deleted on a failure or abort() when this sink made it (`made`), left to
+// the staging when the sink reopened a key made before (reopen_sink: another process's writes
+// may be in it).
 class LocalSink final : public KeySink {
  public:
-  LocalSink(Fd parent, int fd, std::string leaf, std::string path, std::uint64_t size)
+  LocalSink(Fd parent, int fd, std::string leaf, std::string path, std::uint64_t size,
+            bool made = true)
       : parent_(std::move(parent)),
         fd_(fd),
         leaf_(std::move(leaf)),
         path_(std::move(path)),
-        size_(size) {}
+        size_(size),
+        removed_(!made) {}
   ~LocalSink() override { abort(); }
 
   Status write(std::uint64_t offset, std::span<const std::byte> data) override {
@@ -138,8 +142,9 @@ class LocalSink final : public KeySink {
     }
     if (st.is_ok()) {
       finished_ = true;
-    } else {
+    } else if (!removed_) {
       ::unlinkat(parent_.get(), leaf_.c_str(), 0);
+      removed_ = true;
     }
     return st;
   }
@@ -580,6 +585,34 @@ class LocalStore final : public Store {
           sys_what(("cannot size to " + std::to_string(size) + " bytes").c_str(), err), err);
     }
     return std::unique_ptr<KeySink>(new LocalSink(std::move(parent), fd, leaf, path, size));
+  }
+
+  // The file as a sink made it (no link followed, on the way or at the end), for more pwrites:
+  // the same open(2) and pwrite(2) a writer of a file made beforehand does.
+  Result<std::unique_ptr<KeySink>> reopen_key_sink(std::string_view key) override {
+    SHARDLOAD_RETURN_IF_ERROR(check_store_key(key));
+    const std::string k(key);
+    const std::string path = describe(key);
+    SHARDLOAD_ASSIGN_OR_RETURN(Fd parent, open_parent(dir_, k, /*create=*/false));
+    const std::string leaf = leaf_of(k);
+    // O_NONBLOCK: a FIFO put in its place fails (ENXIO) rather than waiting for a reader.
+    Fd fd(::openat(parent.get(), leaf.c_str(), O_WRONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK));
+    if (fd.get() < 0) {
+      const int err = errno;
+      return file_error(ErrorCode::kIo, path, sys_what("cannot open for writing", err), err);
+    }
+    struct ::stat st {};
+    if (::fstat(fd.get(), &st) != 0) {
+      const int err = errno;
+      return file_error(ErrorCode::kIo, path, sys_what("cannot stat", err), err);
+    }
+    if (!S_ISREG(st.st_mode)) {
+      return file_error(ErrorCode::kIo, path, "is not a regular file (a staged key is one)",
+                        EINVAL);
+    }
+    return std::unique_ptr<KeySink>(new LocalSink(std::move(parent), fd.release(), leaf, path,
+                                                  static_cast<std::uint64_t>(st.st_size),
+                                                  /*made=*/false));
   }
 
   Status remove(std::string_view key) override {

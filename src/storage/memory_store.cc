@@ -199,6 +199,101 @@ Result<std::unique_ptr<KeySink>> MemoryStore::open_key_sink(std::string_view key
   return std::unique_ptr<KeySink>(new MemorySink(this, std::string(key), size));
 }
 
+namespace {
+
+// A key of the memory store made before, written into in place (reopen_sink): each write a step
+// of the store, copied into the key under its lock; nothing to put at finish.
+class MemoryReopenedSink final : public KeySink {
+ public:
+  MemoryReopenedSink(MemoryStore* store, std::string key, std::uint64_t size)
+      : store_(store), key_(std::move(key)), size_(size) {}
+
+  Status write(std::uint64_t offset, std::span<const std::byte> data) override {
+    {
+      std::lock_guard lock(mu_);
+      if (!failed_.is_ok()) return failed_;
+      if (done_) return closed();
+    }
+    // Passing the size is the caller's mistake, refused without failing the sink (as a new
+    // key's sink does).
+    if (offset > size_ || data.size() > size_ - offset) {
+      return file_error(ErrorCode::kInvalidArgument, store_->describe(key_),
+                        "write of " + std::to_string(data.size()) + " bytes at offset " +
+                            std::to_string(offset) + " passes the key's size of " +
+                            std::to_string(size_) + " bytes",
+                        EINVAL);
+    }
+    const Status st = store_->sink_write_into(key_, offset, data);
+    if (!st) {
+      std::lock_guard lock(mu_);
+      if (failed_.is_ok()) failed_ = st;
+    }
+    return st;
+  }
+
+  Status finish() override {
+    std::lock_guard lock(mu_);
+    if (done_) return closed();
+    done_ = true;
+    return failed_;
+  }
+
+  void abort() noexcept override {
+    std::lock_guard lock(mu_);
+    done_ = true;
+  }
+
+  [[nodiscard]] std::uint64_t size() const override { return size_; }
+
+ private:
+  Status closed() const {
+    return file_error(ErrorCode::kInvalidArgument, store_->describe(key_),
+                      "the sink is finished or aborted", EBADF);
+  }
+
+  MemoryStore* store_;
+  std::string key_;
+  std::uint64_t size_;
+  std::mutex mu_;
+  Status failed_ = Status::ok();
+  bool done_ = false;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<KeySink>> MemoryStore::reopen_key_sink(std::string_view key) {
+  SHARDLOAD_RETURN_IF_ERROR(check_store_key(key));
+  std::lock_guard lock(mu_);
+  auto it = entries_.find(key);
+  if (it == entries_.end()) {
+    return file_error(ErrorCode::kIo, describe(key), "cannot open for writing: no such key",
+                      ENOENT);
+  }
+  return std::unique_ptr<KeySink>(
+      new MemoryReopenedSink(this, std::string(key), it->second.bytes.size()));
+}
+
+Status MemoryStore::sink_write_into(const std::string& key, std::uint64_t offset,
+                                    std::span<const std::byte> data) {
+  std::lock_guard lock(mu_);
+  auto it = entries_.find(key);
+  if (it == entries_.end()) {
+    return file_error(ErrorCode::kIo, describe(key), "cannot write: the key is gone", ENOENT);
+  }
+  std::string& bytes = it->second.bytes;
+  if (offset > bytes.size() || data.size() > bytes.size() - offset) {
+    return file_error(ErrorCode::kInvalidArgument, describe(key),
+                      "write of " + std::to_string(data.size()) + " bytes at offset " +
+                          std::to_string(offset) + " passes the key's size of " +
+                          std::to_string(bytes.size()) + " bytes",
+                      EINVAL);
+  }
+  SHARDLOAD_RETURN_IF_ERROR(step_locked());
+  if (!data.empty()) std::memcpy(bytes.data() + offset, data.data(), data.size());
+  it->second.generation = next_generation_++;
+  return Status::ok();
+}
+
 Status MemoryStore::sink_step() {
   std::lock_guard lock(mu_);
   return step_locked();

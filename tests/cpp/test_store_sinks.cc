@@ -5,6 +5,9 @@
 // is run against a real S3 server by the save tests (tests/python/test_s3_save.py); here only
 // its failures are injected, through a stand-in ObjectStore.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <map>
@@ -160,6 +163,39 @@ TEST_P(StoreSinks, ABadKeyIsRefusedBeforeAnythingIsMade) {
   store.discard(*staging, {});
 }
 
+// A key made by one sink and finished is filled by others reopened on it (what the other
+// ranks and workers of a save do), each writing its range; an aborted or failed reopened sink
+// leaves the key to the staging, bytes written included.
+TEST_P(StoreSinks, AReopenedSinkWritesIntoTheStagedKeyAndAnAbortLeavesIt) {
+  Store& store = *store_;
+  auto staging = store.stage("out", {});
+  ASSERT_TRUE(staging.is_ok()) << staging.status().message();
+  auto made = store.open_sink(*staging, "s.zarr/0.0", 10);
+  ASSERT_TRUE(made.is_ok()) << made.status().message();
+  ASSERT_TRUE(write_text(**made, 0, "h"));
+  ASSERT_TRUE((*made)->finish());
+  auto first = store.reopen_sink(*staging, "s.zarr/0.0");
+  ASSERT_TRUE(first.is_ok()) << first.status().message();
+  EXPECT_EQ((*first)->size(), 10u);
+  auto second = store.reopen_sink(*staging, "s.zarr/0.0");
+  ASSERT_TRUE(second.is_ok()) << second.status().message();
+  ASSERT_TRUE(write_text(**second, 6, "ghij"));
+  ASSERT_TRUE(write_text(**first, 1, "bc"));
+  EXPECT_EQ(write_text(**first, 8, "xyz").code(), ErrorCode::kInvalidArgument);  // past the size
+  ASSERT_TRUE((*first)->finish());
+  (*second)->abort();
+  second->reset();
+  EXPECT_EQ(read_key(store, staging->prefix + "s.zarr/0.0"), std::string("hbc\0\0\0ghij", 10));
+  // A key nobody made is no reopened sink's.
+  const auto missing = store.reopen_sink(*staging, "s.zarr/1.0");
+  ASSERT_FALSE(missing.is_ok());
+  EXPECT_EQ(missing.status().code(), ErrorCode::kIo);
+  EXPECT_NE(missing.status().message().find("s.zarr/1.0"), std::string::npos)
+      << missing.status().message();
+  EXPECT_EQ(read_key(store, staging->prefix + "s.zarr/1.0"), "<missing>");
+  store.discard(*staging, {});
+}
+
 INSTANTIATE_TEST_SUITE_P(Drivers, StoreSinks, ::testing::Values("local", "memory"),
                          [](const auto& info) { return info.param; });
 
@@ -190,6 +226,68 @@ TEST(StoreSinksLocal, TheFileIsMadeAtItsSizeWhenTheSinkOpens) {
   EXPECT_EQ(info->size, 1000u);
   (*sink)->abort();
   EXPECT_FALSE((*store)->stat(staging->prefix + "shard_0").is_ok());
+  (*store)->discard(*staging, {});
+}
+
+// Several processes write one staged local file, each through a sink of its own on the file
+// the launcher's sink made (as the ranks of a Legate save write one shard): pwrite(2) at
+// disjoint offsets of one file, with no lock, is what makes that safe.
+TEST(StoreSinksLocal, SeveralProcessesWriteOneStagedFile) {
+  testing::TempDir dir;
+  auto store = open_store(dir.path());
+  ASSERT_TRUE(store.is_ok());
+  auto staging = (*store)->stage("out", {});
+  ASSERT_TRUE(staging.is_ok()) << staging.status().message();
+  constexpr int kProcesses = 4;
+  constexpr std::size_t kEach = 1 << 16;
+  {
+    auto made = (*store)->open_sink(*staging, "shard_0", kProcesses * kEach);
+    ASSERT_TRUE(made.is_ok()) << made.status().message();
+    ASSERT_TRUE((*made)->finish());
+  }
+  std::vector<pid_t> children;
+  for (int p = 0; p < kProcesses; ++p) {
+    const pid_t pid = ::fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      // The child has only the staging's plain values and the store's location.
+      auto own = open_store(dir.path());
+      if (!own.is_ok()) ::_exit(2);
+      auto sink = (*own)->reopen_sink(*staging, "shard_0");
+      if (!sink.is_ok()) ::_exit(3);
+      const std::string part(kEach, static_cast<char>('a' + p));
+      if (!(*sink)->write(p * kEach, bytes_of(part)).is_ok() || !(*sink)->finish().is_ok()) {
+        ::_exit(4);
+      }
+      ::_exit(0);
+    }
+    children.push_back(pid);
+  }
+  for (const pid_t pid : children) {
+    int status = 0;
+    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+    ASSERT_TRUE(WIFEXITED(status));
+    EXPECT_EQ(WEXITSTATUS(status), 0);
+  }
+  std::string want;
+  for (int p = 0; p < kProcesses; ++p) want += std::string(kEach, static_cast<char>('a' + p));
+  EXPECT_EQ(read_key(**store, staging->prefix + "shard_0"), want);
+  (*store)->discard(*staging, {});
+}
+
+// A file put in a staged key's place (not a regular file) is refused, not waited on.
+TEST(StoreSinksLocal, AReopenedSinkRefusesWhatIsNotARegularFile) {
+  testing::TempDir dir;
+  auto store = open_store(dir.path());
+  ASSERT_TRUE(store.is_ok());
+  auto staging = (*store)->stage("out", {});
+  ASSERT_TRUE(staging.is_ok()) << staging.status().message();
+  const std::string fifo = staging->location + "/shard_0";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  const auto sink = (*store)->reopen_sink(*staging, "shard_0");
+  ASSERT_FALSE(sink.is_ok());
+  EXPECT_EQ(sink.status().code(), ErrorCode::kIo);
+  EXPECT_NE(sink.status().message().find(fifo), std::string::npos) << sink.status().message();
   (*store)->discard(*staging, {});
 }
 
@@ -427,6 +525,15 @@ TEST_F(StoreSinksObjects, AFailedCommitAbortsTheUpload) {
   EXPECT_FALSE((*sink)->finish().is_ok());
   EXPECT_FALSE(objects_.uploads[0]->committed);
   EXPECT_TRUE(objects_.uploads[0]->aborted);
+}
+
+// An object is uploaded whole by the sink that made it: no sink reopens it.
+TEST_F(StoreSinksObjects, AnObjectIsNeverReopened) {
+  const auto sink = store_->reopen_sink(staging_, "shard_0");
+  ASSERT_FALSE(sink.is_ok());
+  EXPECT_EQ(sink.status().code(), ErrorCode::kIo);
+  EXPECT_EQ(sink.status().sys_errno(), ENOTSUP);
+  EXPECT_TRUE(objects_.uploads.empty());
 }
 
 TEST_F(StoreSinksObjects, ADroppedSinkAbortsItsUpload) {

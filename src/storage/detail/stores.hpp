@@ -81,9 +81,15 @@ class MemoryStore final : public Store {
   // What a MemorySink asks of its store: a write's step, and the finish's step and put.
   Status sink_step();
   Status sink_finish(const std::string& key, std::string bytes);
+  // What a reopened sink asks: a write's step, then `data` copied into the key at `offset`
+  // under the store's lock (a new generation); kIo naming the key when it is gone,
+  // kInvalidArgument when the bytes pass its size.
+  Status sink_write_into(const std::string& key, std::uint64_t offset,
+                         std::span<const std::byte> data);
 
  protected:
   Result<std::unique_ptr<KeySink>> open_key_sink(std::string_view key, std::uint64_t size) override;
+  Result<std::unique_ptr<KeySink>> reopen_key_sink(std::string_view key) override;
 
  public:
   void inject(std::string key, MemoryFault fault);

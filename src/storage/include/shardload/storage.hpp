@@ -185,6 +185,21 @@ class Store {
                                              std::uint64_t size) {
     return open_key_sink(staging.prefix + std::string(key), size);
   }
+  // A sink over `key` of a staging that an open_sink made and finished before, in this process
+  // or in another one: positional writes into the key's bytes, within its size, which is the
+  // key's as it is now; finish() ends the writes. The key stays the staging's whatever happens
+  // (a failed write, abort()): discard() removes it with the staging. This is how several
+  // processes fill one staged key at their own offsets (the ranks of a distributed save, the
+  // workers of a Dask save), each with a sink of its own:
+  //  - local: the file opened again (O_WRONLY, no link followed), each write a pwrite(2);
+  //    finish closes it.
+  //  - memory: each write copied into the key under the store's lock (a new generation).
+  //  - s3:// and http(s)://: refused (kIo, ENOTSUP): an object is uploaded whole by the one sink
+  //    that made it.
+  // kIo naming the key when it is missing or not a regular file; kInvalidArgument for a bad key.
+  Result<std::unique_ptr<KeySink>> reopen_sink(const Staging& staging, std::string_view key) {
+    return reopen_key_sink(staging.prefix + std::string(key));
+  }
 
  protected:
   // The driver's sink for the full key (below the store's location). Default: refused, as a
@@ -193,6 +208,14 @@ class Store {
                                                          std::uint64_t /*size*/) {
     return file_error(ErrorCode::kIo, describe(key),
                       "this store cannot write (" + std::string(scheme()) + " is read-only)",
+                      ENOTSUP);
+  }
+  // The driver's sink over the existing full key. Default: refused, as by an object store,
+  // whose keys are written whole once.
+  virtual Result<std::unique_ptr<KeySink>> reopen_key_sink(std::string_view key) {
+    return file_error(ErrorCode::kIo, describe(key),
+                      "a key of this store cannot be written again once made (" +
+                          std::string(scheme()) + " keys are written whole, by one sink)",
                       ENOTSUP);
   }
 };
