@@ -20,6 +20,7 @@
 #include <string_view>
 
 #include "base/detail/bytes.hpp"
+#include "readers/detail/object_layout.hpp"
 #include "readers/detail/write_files.hpp"
 #include "shardload/formats.hpp"
 #include "shardload/layout.hpp"
@@ -154,72 +155,166 @@ const ShardWriter* saved_store_writer(std::string_view name) {
   return d != nullptr ? d->writer.get() : nullptr;
 }
 
-Status create_shard_files(const std::string& dir, SaveSpec* spec) {
+namespace {
+
+const ObjectShardLayout* layout_of(const SaveSpec& spec) {
+  return object_shard_layout(spec.format);
+}
+
+Status no_writer(const std::string& where, const SaveSpec& spec) {
+  return file_error(ErrorCode::kInvalidArgument, where,
+                    std::string("no writer for the ") + format_name(spec.format) + " format");
+}
+
+std::int64_t rows_of(const SaveSpec& spec, std::int64_t s) {
+  const auto i = static_cast<std::size_t>(s);
+  return spec.offsets[i + 1] - spec.offsets[i];
+}
+
+// The local store at the staging directory `dir`, its keys the dataset's.
+std::unique_ptr<Store> store_at(const std::string& dir) { return make_local_store(dir); }
+
+}  // namespace
+
+Result<ShardPlan> plan_shard(const SaveSpec& spec, std::int64_t s, const std::string& where) {
+  const std::string name = save_shard_name(spec.format, s);
+  ShardPlan plan;
+  plan.rows = rows_of(spec, s);
+  plan.row_bytes = spec.row_bytes;
+  std::int64_t data = 0;
+  if (!mul_ok(plan.rows, spec.row_bytes, &data)) {
+    return file_error(ErrorCode::kInvalidArgument, where + name,
+                      std::to_string(plan.rows) + " rows of " + std::to_string(spec.row_bytes) +
+                          " bytes overflow a file size");
+  }
+  const ObjectShardLayout* layout = layout_of(spec);
+  if (layout == nullptr) return no_writer(where + name, spec);
+  const WriteSpec ws = write_spec(spec);
+  plan.head = layout->head(ws, plan.rows);
+  const auto rb = static_cast<std::uint64_t>(spec.row_bytes);
+  if (layout->chunk_rows == nullptr) {
+    plan.keys.push_back({name, plan.head.size() + static_cast<std::uint64_t>(data)});
+    return plan;
+  }
+  plan.chunk_rows = layout->chunk_rows(ws, plan.rows);
+  if (spec.row_bytes == 0) return plan;  // no bytes: every chunk is missing (the fill)
+  // Zarr v2 stores an edge chunk at full size; its padding stays zeros.
+  for (std::int64_t k = 0; k * plan.chunk_rows < plan.rows; ++k) {
+    plan.keys.push_back(
+        {name + "/" + layout->chunk_name(ws, k), static_cast<std::uint64_t>(plan.chunk_rows) * rb});
+  }
+  return plan;
+}
+
+std::vector<KeyWrite> ShardPlan::writes(std::int64_t lo, std::int64_t hi) const {
+  const auto rb = static_cast<std::uint64_t>(row_bytes);
+  std::vector<KeyWrite> out;
+  if (hi <= lo || row_bytes == 0 || keys.empty()) return out;
+  if (chunk_rows == 0) {
+    out.push_back({0, head.size() + static_cast<std::uint64_t>(lo) * rb, lo, hi});
+    return out;
+  }
+  for (std::int64_t r = lo; r < hi;) {
+    const std::int64_t k = r / chunk_rows;
+    const std::int64_t end = std::min(hi, (k + 1) * chunk_rows);
+    out.push_back(
+        {static_cast<std::size_t>(k), static_cast<std::uint64_t>(r - k * chunk_rows) * rb, r, end});
+    r = end;
+  }
+  return out;
+}
+
+Status plan_shard_keys(const std::string& where, SaveSpec* spec) {
   const auto n = static_cast<std::size_t>(spec->shards());
   spec->data_offset.assign(n, 0);
   spec->chunk_rows.assign(n, 1);
-  const FormatDescriptor* d = writable(spec->format);
-  const WriteSpec ws = write_spec(*spec);
   for (std::size_t s = 0; s < n; ++s) {
-    const std::int64_t rows = spec->offsets[s + 1] - spec->offsets[s];
-    const std::string path =
-        dir + "/" + save_shard_name(spec->format, static_cast<std::int64_t>(s));
-    std::int64_t data = 0;
-    if (!mul_ok(rows, spec->row_bytes, &data)) {
-      return file_error(ErrorCode::kInvalidArgument, path,
-                        std::to_string(rows) + " rows of " + std::to_string(spec->row_bytes) +
-                            " bytes overflow a file size");
-    }
-    if (d == nullptr) {
-      return file_error(ErrorCode::kInvalidArgument, path,
-                        std::string("no writer for the ") + format_name(spec->format) + " format");
-    }
-    ShardPlacement placement;
-    SHARDLOAD_RETURN_IF_ERROR(d->writer->create(path, ws, rows, &placement));
-    spec->data_offset[s] = placement.data_offset;
-    spec->chunk_rows[s] = placement.chunk_rows;
+    SHARDLOAD_ASSIGN_OR_RETURN(const ShardPlan plan,
+                               plan_shard(*spec, static_cast<std::int64_t>(s), where));
+    spec->data_offset[s] = static_cast<std::int64_t>(plan.head.size());
+    if (plan.chunk_rows > 0) spec->chunk_rows[s] = plan.chunk_rows;
   }
   return Status::ok();
 }
 
-Status write_rows(const std::string& dir, const SaveSpec& spec, std::int64_t lo, std::int64_t hi,
-                  const std::byte* src) {
-  const FormatDescriptor* d = writable(spec.format);
-  if (d == nullptr) {
+Status create_shard_keys(Store& store, const Staging& staging, SaveSpec* spec) {
+  const std::string where = store.describe(staging.prefix);
+  SHARDLOAD_RETURN_IF_ERROR(plan_shard_keys(where, spec));
+  for (std::int64_t s = 0; s < spec->shards(); ++s) {
+    SHARDLOAD_ASSIGN_OR_RETURN(const ShardPlan plan, plan_shard(*spec, s, where));
+    for (std::size_t k = 0; k < plan.keys.size(); ++k) {
+      SHARDLOAD_ASSIGN_OR_RETURN(auto sink,
+                                 store.open_sink(staging, plan.keys[k].key, plan.keys[k].size));
+      if (k == 0 && !plan.head.empty()) {
+        SHARDLOAD_RETURN_IF_ERROR(
+            sink->write(0, std::as_bytes(std::span(plan.head.data(), plan.head.size()))));
+      }
+      SHARDLOAD_RETURN_IF_ERROR(sink->finish());
+    }
+  }
+  return Status::ok();
+}
+
+Status write_shard_rows(Store& store, const Staging& staging, const SaveSpec& spec, std::int64_t lo,
+                        std::int64_t hi, const std::byte* src) {
+  if (layout_of(spec) == nullptr) {
     return Status{ErrorCode::kInvalidArgument,
                   std::string("save: no writer for the ") + format_name(spec.format) + " format"};
   }
-  const WriteSpec ws = write_spec(spec);
   std::vector<Piece> pieces;
   pieces_for_rows(spec.offsets, lo, hi, &pieces);
   const auto rb = static_cast<std::int64_t>(spec.row_bytes);
   for (const Piece& p : pieces) {
-    const auto s = static_cast<std::size_t>(p.shard);
-    const ShardPlacement placement{spec.data_offset[s], spec.chunk_rows[s]};
-    SHARDLOAD_RETURN_IF_ERROR(d->writer->write(dir + "/" + save_shard_name(spec.format, p.shard),
-                                               ws, placement, p.lo, p.hi, src + p.dst_row * rb));
+    SHARDLOAD_ASSIGN_OR_RETURN(const ShardPlan plan, plan_shard(spec, p.shard));
+    const std::byte* from = src + p.dst_row * rb;
+    for (const KeyWrite& w : plan.writes(p.lo, p.hi)) {
+      SHARDLOAD_ASSIGN_OR_RETURN(auto sink, store.reopen_sink(staging, plan.keys[w.key].key));
+      const Status st = sink->write(
+          w.offset,
+          std::span(from + (w.lo - p.lo) * rb, static_cast<std::size_t>((w.hi - w.lo) * rb)));
+      const Status done = sink->finish();
+      SHARDLOAD_RETURN_IF_ERROR(st);
+      SHARDLOAD_RETURN_IF_ERROR(done);
+    }
   }
   return Status::ok();
 }
 
-Status write_metadata(const std::string& dir, const SaveSpec& spec,
+Status write_metadata(Store& store, const Staging& staging, const SaveSpec& spec,
                       const std::vector<std::pair<std::string, std::string>>& extra_files) {
-  const FormatDescriptor* d = writable(spec.format);
-  if (d == nullptr) {
+  const ObjectShardLayout* layout = layout_of(spec);
+  if (layout == nullptr) {
     return Status{ErrorCode::kInvalidArgument,
                   std::string("save: no writer for the ") + format_name(spec.format) + " format"};
   }
   std::vector<WrittenShard> shards;
   for (std::int64_t s = 0; s < spec.shards(); ++s) {
     const auto i = static_cast<std::size_t>(s);
-    shards.push_back({save_shard_name(spec.format, s), spec.offsets[i + 1] - spec.offsets[i],
+    shards.push_back({save_shard_name(spec.format, s), rows_of(spec, s),
                       ShardPlacement{spec.data_offset[i], spec.chunk_rows[i]}});
   }
-  SHARDLOAD_RETURN_IF_ERROR(d->writer->finish(dir, write_spec(spec), shards));
-  for (const auto& [name, text] : extra_files) {
-    SHARDLOAD_RETURN_IF_ERROR(write_text(dir + "/" + name, text));
+  SHARDLOAD_ASSIGN_OR_RETURN(ObjectFiles files, layout->metadata(write_spec(spec), shards));
+  files.insert(files.end(), extra_files.begin(), extra_files.end());
+  for (const auto& [name, text] : files) {
+    SHARDLOAD_ASSIGN_OR_RETURN(auto sink, store.open_sink(staging, name, text.size()));
+    SHARDLOAD_RETURN_IF_ERROR(sink->write(0, std::as_bytes(std::span(text.data(), text.size()))));
+    SHARDLOAD_RETURN_IF_ERROR(sink->finish());
   }
   return Status::ok();
+}
+
+Status create_shard_files(const std::string& dir, SaveSpec* spec) {
+  return create_shard_keys(*store_at(dir), Staging{}, spec);
+}
+
+Status write_rows(const std::string& dir, const SaveSpec& spec, std::int64_t lo, std::int64_t hi,
+                  const std::byte* src) {
+  return write_shard_rows(*store_at(dir), Staging{}, spec, lo, hi, src);
+}
+
+Status write_metadata(const std::string& dir, const SaveSpec& spec,
+                      const std::vector<std::pair<std::string, std::string>>& extra_files) {
+  return write_metadata(*store_at(dir), Staging{}, spec, extra_files);
 }
 
 Status write_save_manifest(const std::string& dir, Checksum checksum) {

@@ -23,15 +23,6 @@ std::int64_t shard_rows(const SaveSpec& spec, std::int64_t s) {
   return spec.offsets[i + 1] - spec.offsets[i];
 }
 
-// One whole key (a metadata object, an extra file) through a sink of the store at the prefix.
-Status upload_whole(Store& store, const std::string& key, const std::string& bytes) {
-  Staging in_place;
-  in_place.in_place = true;
-  SHARDLOAD_ASSIGN_OR_RETURN(auto sink, store.open_sink(in_place, key, bytes.size()));
-  SHARDLOAD_RETURN_IF_ERROR(sink->write(0, std::as_bytes(std::span(bytes.data(), bytes.size()))));
-  return sink->finish();
-}
-
 const ObjectShardLayout* layout_of(const SaveSpec& spec) {
   return object_shard_layout(spec.format);
 }
@@ -48,23 +39,16 @@ std::string not_for_object_storage(const SaveSpec& spec) {
 // The objects that hold shard `s`'s rows, below the dataset: the shard itself, or its chunk
 // objects ("shard_0000.zarr/0.0", ...), none for a store without bytes.
 std::vector<std::string> shard_objects(const SaveSpec& spec, std::int64_t s) {
-  const ObjectShardLayout* layout = layout_of(spec);
-  const std::string name = save_shard_name(spec.format, s);
-  if (!chunked(spec)) return {name};
   std::vector<std::string> out;
-  const std::int64_t rows = shard_rows(spec, s);
-  if (spec.row_bytes == 0) return out;
-  const WriteSpec ws = write_spec(spec);
-  const std::int64_t cr = layout->chunk_rows(ws, rows);
-  for (std::int64_t k = 0; k * cr < rows; ++k) {
-    out.push_back(name + "/" + layout->chunk_name(ws, k));
+  if (auto plan = plan_shard(spec, s)) {
+    for (ShardKey& k : plan->keys) out.push_back(std::move(k.key));
   }
   return out;
 }
 
-// The metadata objects of the finished dataset (raw's shardload.json, each Zarr store's
-// .zarray), as (name, contents).
-Result<ObjectFiles> metadata_of(const SaveSpec& spec) {
+// The names of the metadata objects of the finished dataset (raw's shardload.json, each Zarr
+// store's .zarray).
+std::vector<std::string> metadata_names_of(const SaveSpec& spec) {
   const ObjectShardLayout* layout = layout_of(spec);
   const WriteSpec ws = write_spec(spec);
   std::vector<WrittenShard> shards;
@@ -74,7 +58,11 @@ Result<ObjectFiles> metadata_of(const SaveSpec& spec) {
     if (chunked(spec)) placement.chunk_rows = layout->chunk_rows(ws, rows);
     shards.push_back({save_shard_name(spec.format, s), rows, placement});
   }
-  return layout->metadata(ws, shards);
+  std::vector<std::string> out;
+  if (auto files = layout->metadata(ws, shards)) {
+    for (auto& [name, text] : *files) out.push_back(std::move(name));
+  }
+  return out;
 }
 
 // What the store's stage, publish and discard are told of a save to object storage.
@@ -97,75 +85,56 @@ Staging staging_of(const RemoteDest& d) {
 
 }  // namespace
 
-ShardUpload::ShardUpload(std::shared_ptr<Store> store, const SaveSpec& spec, std::int64_t shard)
-    : store_(std::move(store)),
-      name_(save_shard_name(spec.format, shard)),
-      ws_(write_spec(spec)),
-      rows_(shard_rows(spec, shard)) {
+ShardUpload::ShardUpload(std::shared_ptr<Store> store, ShardPlan plan, std::string name)
+    : store_(std::move(store)), plan_(std::move(plan)), name_(std::move(name)) {
   staging_.in_place = true;
-  const ObjectShardLayout* layout = layout_of(spec);
-  chunk_name_ = layout->chunk_name;
-  chunk_rows_ = layout->chunk_rows == nullptr ? 0 : layout->chunk_rows(ws_, rows_);
-  head_ = layout->head(ws_, rows_);
 }
 
 std::string ShardUpload::shown() const { return store_->describe(name_); }
 
-Status ShardUpload::open_next() {
-  std::string key = name_;
-  if (chunk_rows_ > 0) key += '/' + chunk_name_(ws_, chunk_);
-  // Its size is known before its first byte: a chunk is chunk_rows rows (the last padded with
-  // zeros by the sink's finish, as Zarr v2 stores an edge chunk).
-  const auto rb = static_cast<std::uint64_t>(ws_.row_bytes);
-  const std::uint64_t size = chunk_rows_ > 0
-                                 ? static_cast<std::uint64_t>(chunk_rows_) * rb
-                                 : head_.size() + static_cast<std::uint64_t>(rows_) * rb;
-  SHARDLOAD_ASSIGN_OR_RETURN(sink_, store_->open_sink(staging_, key, size));
-  offset_ = 0;
-  if (head_.empty()) return Status::ok();
-  SHARDLOAD_RETURN_IF_ERROR(sink_->write(0, std::as_bytes(std::span(head_.data(), head_.size()))));
-  offset_ = head_.size();
-  return Status::ok();
+Status ShardUpload::open_key(std::size_t k) {
+  // Its size is known before its first byte (a chunk's is chunk_rows rows).
+  SHARDLOAD_ASSIGN_OR_RETURN(sink_,
+                             store_->open_sink(staging_, plan_.keys[k].key, plan_.keys[k].size));
+  key_ = k;
+  if (k != 0 || plan_.head.empty()) return Status::ok();
+  return sink_->write(0, std::as_bytes(std::span(plan_.head.data(), plan_.head.size())));
 }
 
 Status ShardUpload::append(const std::byte* src, std::int64_t rows) {
-  const auto rb = static_cast<std::int64_t>(ws_.row_bytes);
-  if (rows < 0 || rows > rows_ - written_) {
-    return file_error(ErrorCode::kInvalidArgument, shown(),
-                      "the upload was given more rows than the shard's " + std::to_string(rows_),
-                      EINVAL);
+  const auto rb = static_cast<std::int64_t>(plan_.row_bytes);
+  if (rows < 0 || rows > plan_.rows - written_) {
+    return file_error(
+        ErrorCode::kInvalidArgument, shown(),
+        "the upload was given more rows than the shard's " + std::to_string(plan_.rows), EINVAL);
   }
-  while (rows > 0) {
-    if (!sink_) SHARDLOAD_RETURN_IF_ERROR(open_next());
-    // One object takes every row; a chunk takes what is left of its chunk_rows.
-    const std::int64_t n = chunk_rows_ > 0 ? std::min(rows, chunk_rows_ - in_chunk_) : rows;
-    const auto bytes = static_cast<std::size_t>(n * rb);
-    SHARDLOAD_RETURN_IF_ERROR(sink_->write(offset_, std::span(src, bytes)));
-    offset_ += bytes;
-    src += n * rb;
-    rows -= n;
-    written_ += n;
-    in_chunk_ += n;
-    if (chunk_rows_ > 0 && in_chunk_ == chunk_rows_) {
+  for (const KeyWrite& w : plan_.writes(written_, written_ + rows)) {
+    if (!sink_) SHARDLOAD_RETURN_IF_ERROR(open_key(w.key));
+    SHARDLOAD_RETURN_IF_ERROR(sink_->write(
+        w.offset,
+        std::span(src + (w.lo - written_) * rb, static_cast<std::size_t>((w.hi - w.lo) * rb))));
+    // A chunk is finished as it fills, the shard's last key at commit.
+    const bool full =
+        plan_.chunk_rows > 0 && w.hi == (static_cast<std::int64_t>(w.key) + 1) * plan_.chunk_rows;
+    if (full && w.key + 1 < plan_.keys.size()) {
       const Status st = sink_->finish();
       sink_.reset();
       SHARDLOAD_RETURN_IF_ERROR(st);
-      ++chunk_;
-      in_chunk_ = 0;
     }
   }
+  written_ += rows;
   return Status::ok();
 }
 
 Status ShardUpload::commit() {
-  if (written_ != rows_ && ws_.row_bytes != 0) {
+  if (written_ != plan_.rows && plan_.row_bytes != 0) {
     return file_error(ErrorCode::kInvalidArgument, shown(),
                       "the upload got " + std::to_string(written_) + " of the shard's " +
-                          std::to_string(rows_) + " rows",
+                          std::to_string(plan_.rows) + " rows",
                       EINVAL);
   }
-  if (!sink_ && chunk_rows_ == 0) SHARDLOAD_RETURN_IF_ERROR(open_next());  // header only
-  if (!sink_) return Status::ok();  // every chunk full and finished
+  if (!sink_ && plan_.chunk_rows == 0) SHARDLOAD_RETURN_IF_ERROR(open_key(0));  // header only
+  if (!sink_) return Status::ok();  // a store without bytes
   // The rows a Zarr edge chunk lacks are zeros (the fill): the sink's finish writes them.
   const Status st = sink_->finish();
   sink_.reset();
@@ -313,7 +282,9 @@ Result<std::unique_ptr<ShardUpload>> open_shard_upload(const std::string& dir_ur
     return file_error(ErrorCode::kIo, url, not_for_object_storage(spec), ENOTSUP);
   }
   SHARDLOAD_ASSIGN_OR_RETURN(auto store, open_save_store(dir_url));
-  return std::make_unique<ShardUpload>(std::move(store), spec, shard);
+  SHARDLOAD_ASSIGN_OR_RETURN(ShardPlan plan, plan_shard(spec, shard, store->describe("")));
+  return std::make_unique<ShardUpload>(std::move(store), std::move(plan),
+                                       save_shard_name(spec.format, shard));
 }
 
 Status finish_remote_save(const RemoteDest& d, const SaveSpec& spec, const SaveOptions& options) {
@@ -323,15 +294,14 @@ Status finish_remote_save(const RemoteDest& d, const SaveSpec& spec, const SaveO
     if (chunked(spec)) names.insert(save_shard_name(spec.format, s) + "/");
   }
   SHARDLOAD_ASSIGN_OR_RETURN(const auto store, open_save_store(d.dir_url()));
-  SHARDLOAD_ASSIGN_OR_RETURN(const ObjectFiles metadata, metadata_of(spec));
-  for (const auto& [name, text] : metadata) {
-    SHARDLOAD_RETURN_IF_ERROR(upload_whole(*store, name, text));
-    names.insert(name);
-  }
-  for (const auto& [name, text] : options.extra_files) {
-    SHARDLOAD_RETURN_IF_ERROR(upload_whole(*store, name, text));
-    names.insert(name);
-  }
+  // The metadata and extra files through the one writer, with the placement it plans.
+  SaveSpec planned = spec;
+  SHARDLOAD_RETURN_IF_ERROR(plan_shard_keys(store->describe(""), &planned));
+  Staging in_place;
+  in_place.in_place = true;
+  SHARDLOAD_RETURN_IF_ERROR(write_metadata(*store, in_place, planned, options.extra_files));
+  for (auto& name : metadata_names_of(spec)) names.insert(std::move(name));
+  for (const auto& [name, text] : options.extra_files) names.insert(name);
   // The store's publish: the old dataset's objects that no new one replaced deleted, then the
   // manifest, the commit point (the protocol of docs/save.md).
   PublishSteps steps = publish_steps(d, spec, options);
@@ -359,9 +329,7 @@ void abandon_remote_save(const RemoteDest& d, const SaveSpec& spec,
       for (auto& o : shard_objects(spec, s)) names.insert(std::move(o));
       if (chunked(spec)) names.insert(save_shard_name(spec.format, s) + "/");
     }
-    if (auto metadata = metadata_of(spec)) {
-      for (const auto& [name, text] : *metadata) names.insert(name);
-    }
+    for (auto& name : metadata_names_of(spec)) names.insert(std::move(name));
     for (const auto& [name, text] : options.extra_files) names.insert(name);
     steps.keys.assign(names.begin(), names.end());
     (*store)->discard(staging_of(d), steps);

@@ -104,28 +104,6 @@ class NpyReader final : public ShardReader {
 class NpyWriter final : public ShardWriter {
  public:
   [[nodiscard]] bool writes_directories() const override { return false; }
-
-  Status create(const std::string& path, const WriteSpec& spec, std::int64_t rows,
-                ShardPlacement* placement) const override {
-    std::vector<std::int64_t> shape{rows};
-    shape.insert(shape.end(), spec.trailing.begin(), spec.trailing.end());
-    const std::string head = encode_npy_header(spec.dtype, shape);
-    placement->data_offset = static_cast<std::int64_t>(head.size());
-    return create_file(path, head,
-                       placement->data_offset + rows * static_cast<std::int64_t>(spec.row_bytes));
-  }
-
-  Status write(const std::string& path, const WriteSpec& spec, const ShardPlacement& placement,
-               std::int64_t lo, std::int64_t hi, const std::byte* src) const override {
-    const auto rb = static_cast<std::int64_t>(spec.row_bytes);
-    return write_file_at(path, placement.data_offset + lo * rb, src,
-                         static_cast<std::size_t>((hi - lo) * rb));
-  }
-
-  Status finish(const std::string&, const WriteSpec&,
-                const std::vector<WrittenShard>&) const override {
-    return Status::ok();  // every file carries its own header
-  }
 };
 
 }  // namespace

@@ -487,24 +487,6 @@ class RawWriter final : public ShardWriter {
  public:
   [[nodiscard]] bool writes_directories() const override { return false; }
 
-  Status create(const std::string& path, const WriteSpec& spec, std::int64_t rows,
-                ShardPlacement* placement) const override {
-    placement->data_offset = 0;
-    return create_file(path, {}, rows * static_cast<std::int64_t>(spec.row_bytes));
-  }
-
-  Status write(const std::string& path, const WriteSpec& spec, const ShardPlacement& placement,
-               std::int64_t lo, std::int64_t hi, const std::byte* src) const override {
-    const auto rb = static_cast<std::int64_t>(spec.row_bytes);
-    return write_file_at(path, placement.data_offset + lo * rb, src,
-                         static_cast<std::size_t>((hi - lo) * rb));
-  }
-
-  Status finish(const std::string& dir, const WriteSpec& spec,
-                const std::vector<WrittenShard>& shards) const override {
-    return write_text(dir + "/" + kSidecarName, saved_sidecar_text(spec, shards));
-  }
-
   [[nodiscard]] std::vector<std::string> metadata_names() const override { return {kSidecarName}; }
 };
 

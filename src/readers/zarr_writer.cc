@@ -1,14 +1,11 @@
-// The Zarr writer: one v2 store per shard, uncompressed, chunked along axis 0 only, its
-// .zarray written from the ZarrMeta the reader parses (zarr_meta.cc), so that what is
-// written and what is read cannot drift apart.
-#include <sys/stat.h>
-
+// What save writes as Zarr: one v2 store per shard, uncompressed, chunked along axis 0 only
+// (the layout's chunk rows and keys, which the engine's writer fills through the store's
+// sinks), its .zarray written from the ZarrMeta the reader parses (zarr_meta.cc), so that what
+// is written and what is read cannot drift apart; and the names an overwrite knows.
 #include <algorithm>
-#include <cerrno>
 
 #include "readers/detail/object_layout.hpp"
 #include "readers/detail/readers.hpp"
-#include "readers/detail/write_files.hpp"
 #include "readers/detail/zarr.hpp"
 #include "shardload/byte_order.hpp"
 
@@ -48,49 +45,6 @@ std::string chunk_key(const ZarrMeta& m, std::int64_t k) {
 class ZarrWriter final : public ShardWriter {
  public:
   [[nodiscard]] bool writes_directories() const override { return true; }
-
-  Status create(const std::string& path, const WriteSpec& spec, std::int64_t rows,
-                ShardPlacement* placement) const override {
-    if (::mkdir(path.c_str(), 0777) != 0) return sys_error(path, "cannot create", errno);
-    const std::int64_t cr = zarr_save_chunk_rows(spec, rows);
-    placement->data_offset = 0;
-    placement->chunk_rows = cr;
-    if (spec.row_bytes == 0) return Status::ok();  // no bytes: every chunk is missing (fill)
-    const ZarrMeta m = store_meta(spec, rows, cr);
-    const auto chunk_bytes = cr * static_cast<std::int64_t>(spec.row_bytes);
-    for (std::int64_t k = 0; k * cr < rows; ++k) {
-      // Zarr v2 stores an edge chunk at full size; the padding stays zeros.
-      SHARDLOAD_RETURN_IF_ERROR(create_file(path + "/" + chunk_key(m, k), {}, chunk_bytes));
-    }
-    return Status::ok();
-  }
-
-  Status write(const std::string& path, const WriteSpec& spec, const ShardPlacement& placement,
-               std::int64_t lo, std::int64_t hi, const std::byte* src) const override {
-    if (spec.row_bytes == 0) return Status::ok();  // no chunk holds anything
-    const auto rb = static_cast<std::int64_t>(spec.row_bytes);
-    const std::int64_t cr = placement.chunk_rows;
-    // The rows of the shard do not change a key; the meta is only for the key's spelling.
-    const ZarrMeta m = store_meta(spec, hi, cr);
-    for (std::int64_t r = lo; r < hi;) {
-      const std::int64_t k = r / cr;
-      const std::int64_t end = std::min(hi, (k + 1) * cr);
-      SHARDLOAD_RETURN_IF_ERROR(write_file_at(path + "/" + chunk_key(m, k), (r - k * cr) * rb,
-                                              src + (r - lo) * rb,
-                                              static_cast<std::size_t>((end - r) * rb)));
-      r = end;
-    }
-    return Status::ok();
-  }
-
-  Status finish(const std::string& dir, const WriteSpec& spec,
-                const std::vector<WrittenShard>& shards) const override {
-    SHARDLOAD_ASSIGN_OR_RETURN(const ObjectFiles files, zarr_object_metadata(spec, shards));
-    for (const auto& [name, text] : files) {
-      SHARDLOAD_RETURN_IF_ERROR(write_text(dir + "/" + name, text));
-    }
-    return Status::ok();
-  }
 
   [[nodiscard]] std::string store_metadata_name() const override { return kMetadataName; }
 

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/detail/save_files.hpp"
 #include "readers/detail/zarr.hpp"
 #include "shardload/byte_order.hpp"
 #include "shardload/fill.hpp"
@@ -39,7 +40,8 @@ TEST(WritersTest, SaveWritesNpyRawAndZarrAndNothingElse) {
   EXPECT_FALSE(find_format(Format::kNpy)->writer->writes_directories());
 }
 
-// Every writer, awkward dtypes and shapes (empty shards, zero-width rows, one byte and
+// Every format save writes, through the save's one writer (each shard's keys through the
+// store's sinks), awkward dtypes and shapes (empty shards, zero-width rows, one byte and
 // sixteen byte elements), rows written in two disjoint pieces out of order: the format's
 // own reader, through discovery and a fill, gives back exactly the bytes written.
 TEST(WritersTest, EveryWriterRoundTripsThroughItsReader) {
@@ -54,35 +56,29 @@ TEST(WritersTest, EveryWriterRoundTripsThroughItsReader) {
       for (const auto& trailing : trailings) {
         SCOPED_TRACE(d->name + " " + dtype.name() + " " + std::to_string(trailing.size()));
         TempDir dir;
-        WriteSpec spec{dtype, trailing, dtype.size};
+        detail::SaveSpec spec;
+        spec.format = d->format;
+        spec.dtype = dtype;
+        spec.trailing = trailing;
+        spec.row_bytes = dtype.size;
         for (const auto e : trailing) spec.row_bytes *= static_cast<std::size_t>(e);
-        std::vector<WrittenShard> shards;
-        std::int64_t total = 0;
-        for (std::size_t s = 0; s < shard_rows.size(); ++s) {
-          WrittenShard w{NumberPattern{"shard_", 4, d->extensions.front()}.format(
-                             static_cast<std::int64_t>(s)),
-                         shard_rows[s],
-                         {}};
-          ASSERT_TRUE(d->writer->create(dir.file(w.name), spec, w.rows, &w.placement));
-          shards.push_back(w);
-          total += w.rows;
-        }
+        spec.offsets = {0};
+        for (const auto r : shard_rows) spec.offsets.push_back(spec.offsets.back() + r);
+        const std::int64_t total = spec.offsets.back();
+        ASSERT_TRUE(detail::create_shard_files(dir.path(), &spec));
         // Valid elements of the dtype (bool: 0 or 1), different in every row.
         std::vector<std::byte> data(static_cast<std::size_t>(total) * spec.row_bytes);
         for (std::size_t i = 0; i < data.size(); ++i) {
           data[i] = static_cast<std::byte>(dtype.kind == DTypeKind::kBool ? i % 2 : i * 7 % 251);
         }
-        std::int64_t first = 0;
-        for (const WrittenShard& w : shards) {
-          const std::byte* src = data.data() + first * static_cast<std::int64_t>(spec.row_bytes);
-          const std::int64_t mid = w.rows / 2;
-          const auto rb = static_cast<std::int64_t>(spec.row_bytes);
-          ASSERT_TRUE(
-              d->writer->write(dir.file(w.name), spec, w.placement, mid, w.rows, src + mid * rb));
-          ASSERT_TRUE(d->writer->write(dir.file(w.name), spec, w.placement, 0, mid, src));
-          first += w.rows;
+        const auto rb = static_cast<std::int64_t>(spec.row_bytes);
+        for (std::size_t s = 0; s < shard_rows.size(); ++s) {
+          const std::int64_t first = spec.offsets[s];
+          const std::int64_t mid = first + shard_rows[s] / 2, end = spec.offsets[s + 1];
+          ASSERT_TRUE(detail::write_rows(dir.path(), spec, mid, end, data.data() + mid * rb));
+          ASSERT_TRUE(detail::write_rows(dir.path(), spec, first, mid, data.data() + first * rb));
         }
-        ASSERT_TRUE(d->writer->finish(dir.path(), spec, shards));
+        ASSERT_TRUE(detail::write_metadata(dir.path(), spec));
 
         DiscoverOptions opts;
         opts.use_manifest = false;

@@ -52,17 +52,76 @@ bool is_saved_file_name(std::string_view name);
 // file and chunk names an overwrite may replace inside it.
 const ShardWriter* saved_store_writer(std::string_view name);
 
-// Creates every shard in `dir` through the format's writer, at its final size with its
-// headers, data still zeros, and fills data_offset and chunk_rows from the writer.
-// kInvalidArgument ("no writer for the hdf5 format") for a format without a writer.
-Status create_shard_files(const std::string& dir, SaveSpec* spec);
+// --- The one writer of every save: a shard's keys, written through the store's sinks.
+//
+// A shard is the keys its format's layout gives (readers/detail/object_layout.hpp): one key
+// (npy: its header, then the rows; raw: the rows) or a store of chunk keys (Zarr:
+// "shard_0000.zarr/0.0", each chunk_rows rows, the last padded with zeros to full size). Every
+// byte of a save goes into a key through a KeySink (Store::open_sink); what differs between
+// stores is only how a key's sink is had:
+//  - keys that several writers fill (a local directory, the memory store): the launcher makes
+//    every key at its final size with its header (create_shard_keys), then any number of
+//    threads and processes write their rows at their offsets, each through a sink of its own
+//    on the key made (Store::reopen_sink: locally open(2) and pwrite(2)), in any order
+//    (write_rows);
+//  - objects, which cannot be written after they are made: one writer per shard opens each key
+//    as its first rows come and finishes it as it fills (ShardUpload, save_remote.hpp).
 
-// Writes global rows [lo, hi) from `src` (dense C-order rows) into the shard files in `dir`.
+// One key of a shard, below the dataset, and its size in bytes.
+struct ShardKey {
+  std::string key;
+  std::uint64_t size = 0;
+};
+
+// Where shard rows [lo, hi) go: into key `key` (an index into ShardPlan::keys) at byte
+// `offset`.
+struct KeyWrite {
+  std::size_t key = 0;
+  std::uint64_t offset = 0;
+  std::int64_t lo = 0, hi = 0;  // rows of the shard
+};
+
+// One shard's keys, from its format's layout.
+struct ShardPlan {
+  std::string head;             // the bytes before row 0 in the first key (the npy header)
+  std::int64_t rows = 0;        // the shard's rows
+  std::int64_t chunk_rows = 0;  // rows per key of a store of chunks; 0: the shard is one key
+  std::size_t row_bytes = 0;
+  std::vector<ShardKey> keys;  // none for a store without bytes
+
+  // Shard rows [lo, hi) as writes into the keys, in row order.
+  [[nodiscard]] std::vector<KeyWrite> writes(std::int64_t lo, std::int64_t hi) const;
+};
+
+// Shard `s`'s plan. kInvalidArgument naming WHERE + the shard's name for rows whose bytes
+// overflow a file size, and ("no writer for the hdf5 format") for a format without a layout;
+// `where` is what a shard's name follows in those messages ("DIR/").
+Result<ShardPlan> plan_shard(const SaveSpec& spec, std::int64_t s, const std::string& where = {});
+
+// Every shard's plan checked, and data_offset and chunk_rows filled from them (the placement
+// that travels with the spec to the processes that write rows).
+Status plan_shard_keys(const std::string& where, SaveSpec* spec);
+
+// Makes every key of every shard in `staging` at its final size with its header, data still
+// zeros (plan_shard_keys first).
+Status create_shard_keys(Store& store, const Staging& staging, SaveSpec* spec);
+
+// Writes global rows [lo, hi) from `src` (dense C-order rows) into the keys create_shard_keys
+// made, through sinks reopened on them.
+Status write_shard_rows(Store& store, const Staging& staging, const SaveSpec& spec, std::int64_t lo,
+                        std::int64_t hi, const std::byte* src);
+
+// The format's metadata (raw's shardload.json, each Zarr store's .zarray), then the extra
+// files, written last, each a new key through a sink.
+Status write_metadata(Store& store, const Staging& staging, const SaveSpec& spec,
+                      const std::vector<std::pair<std::string, std::string>>& extra_files = {});
+
+// The three above on the local staging directory `dir` (a path, which travels between
+// processes): create_shard_keys, write_shard_rows and write_metadata through the local store
+// at `dir`.
+Status create_shard_files(const std::string& dir, SaveSpec* spec);
 Status write_rows(const std::string& dir, const SaveSpec& spec, std::int64_t lo, std::int64_t hi,
                   const std::byte* src);
-
-// The format's metadata (its writer's finish: raw's shardload.json, each Zarr store's
-// .zarray), then the extra files, written last.
 Status write_metadata(const std::string& dir, const SaveSpec& spec,
                       const std::vector<std::pair<std::string, std::string>>& extra_files = {});
 

@@ -58,34 +58,32 @@ std::int64_t remote_tiles(const SaveSpec& spec);
 // bytes) are uploaded header only by prepare_remote_save.
 bool task_uploads_shard(const SaveSpec& spec, std::int64_t s);
 
-// One shard's upload by one point task, through the store's sinks (Store::open_sink): its rows
-// appended in order, each object finished as it fills (a Zarr chunk of chunk_rows rows; the
-// one object of npy and raw at the end), an object not finished aborted with the upload. The
-// first object is opened on the first rows.
+// One shard's upload by one point task: the save's one writer (ShardPlan's keys through the
+// store's sinks, save_files.hpp) where a key cannot be written after it is made. Its rows come
+// in order; each key is opened on its first rows and finished as it fills (a Zarr chunk of
+// chunk_rows rows), the last at commit; a key not finished is aborted with the upload.
 class ShardUpload {
  public:
   // `store`: the store at the dataset's prefix ("s3://B/P/" and its query), written in place.
-  ShardUpload(std::shared_ptr<Store> store, const SaveSpec& spec, std::int64_t shard);
+  ShardUpload(std::shared_ptr<Store> store, ShardPlan plan, std::string name);
   // The shard's next `rows` rows, dense C-order.
   Status append(const std::byte* src, std::int64_t rows);
-  // After every row: the last object (a Zarr chunk padded with zeros to its full size, as
-  // Zarr v2 stores an edge chunk; a header-only object for a shard without rows).
+  // After every row: the last key (a Zarr chunk padded with zeros to its full size by the
+  // sink's finish, as Zarr v2 stores an edge chunk; a header-only object for a shard without
+  // rows).
   Status commit();
 
  private:
-  Status open_next();
+  Status open_key(std::size_t k);
   [[nodiscard]] std::string shown() const;
 
   std::shared_ptr<Store> store_;
   Staging staging_;  // in place, at the store's location
-  std::string name_, head_;
-  WriteSpec ws_;
-  std::int64_t rows_ = 0;
-  std::int64_t chunk_rows_ = 0;  // 0: the shard is one object
-  std::string (*chunk_name_)(const WriteSpec&, std::int64_t) = nullptr;
+  ShardPlan plan_;
+  std::string name_;
   std::unique_ptr<KeySink> sink_;
-  std::uint64_t offset_ = 0;  // in the open object
-  std::int64_t chunk_ = 0, in_chunk_ = 0, written_ = 0;
+  std::size_t key_ = 0;  // the key sink_ writes
+  std::int64_t written_ = 0;
 };
 
 // The store a save to `dir_url` ("s3://B/P/" and the query) writes through, or the one error

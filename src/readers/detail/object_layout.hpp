@@ -1,7 +1,8 @@
-// How a format's shard is laid out as objects, for a save to object storage: the format
-// side of src/storage/detail/object_store.hpp, which knows stores and nothing of formats.
-// The table lives here, beside the readers and writers that fill it (npy_reader.cc,
-// raw_reader.cc, zarr_writer.cc); the engine's object save (save_remote.cc) reads it.
+// How a format's shard is laid out as keys of a store, for a save to any store (a local
+// directory, the memory store, object storage): the format side of the engine's one writer
+// (engine/detail/save_files.hpp), which knows stores and sinks and nothing of formats. The
+// table lives here, beside the readers that read what it describes (npy_reader.cc,
+// raw_reader.cc, zarr_writer.cc).
 #pragma once
 
 #include <cstdint>
@@ -14,12 +15,10 @@
 
 namespace shardload::detail {
 
-// A format's shard in object storage, for a save, where each object is uploaded whole by one
-// writer: one object (npy, raw: the bytes before its rows, then the rows), or a store of
-// chunk objects (Zarr: each chunk_rows rows, the last padded with zeros to full size, named
-// "SHARD/" + chunk_name(k)); and the metadata objects beside them (name below the dataset,
-// contents). The ShardWriter's create/write/finish write files in place; this is the same
-// layout as objects. Null for a format that save cannot write.
+// A format's shard as keys: one key (npy, raw: the bytes before its rows, then the rows), or a
+// store of chunk keys (Zarr: each chunk_rows rows, the last padded with zeros to full size,
+// named "SHARD/" + chunk_name(k)); and the metadata keys beside them (name below the dataset,
+// contents). Null for a format that save cannot write.
 using ObjectFiles = std::vector<std::pair<std::string, std::string>>;
 struct ObjectShardLayout {
   std::string (*head)(const WriteSpec& spec, std::int64_t rows);
@@ -34,9 +33,8 @@ const ObjectShardLayout* object_shard_layout(Format format);
 std::string npy_object_head(const WriteSpec& spec, std::int64_t rows);
 Result<ObjectFiles> raw_object_metadata(const WriteSpec& spec,
                                         const std::vector<WrittenShard>& shards);
-// The rows of each chunk of a saved Zarr store of `rows` rows (what ZarrWriter::create
-// chooses too), a chunk's key, and each store's ".zarray" from its placement's chunk_rows
-// (which ZarrWriter::finish writes too).
+// The rows of each chunk of a saved Zarr store of `rows` rows, a chunk's key, and each
+// store's ".zarray" from its placement's chunk_rows.
 std::int64_t zarr_save_chunk_rows(const WriteSpec& spec, std::int64_t rows);
 std::string zarr_save_chunk_name(const WriteSpec& spec, std::int64_t k);
 Result<ObjectFiles> zarr_object_metadata(const WriteSpec& spec,

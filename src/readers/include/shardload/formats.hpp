@@ -81,11 +81,10 @@ struct WrittenShard {
   ShardPlacement placement;
 };
 
-// A format's writer, in three steps that fit a distributed save: one process creates every
-// shard at its final size (data zeros) in a staging directory, then any number of processes
-// and threads write disjoint row ranges into them, then one process writes the metadata.
-// Nothing here publishes: the caller builds in a private directory and renames it (see
-// shardload/save.hpp). Stateless and thread-safe; errors are Status naming the file.
+// What a format that save can write says of the names it writes, so that an overwrite knows
+// a saved dataset's entries. The bytes themselves are written by the engine's one writer over
+// the store's sinks (engine/detail/save_files.hpp), from the format's shard layout
+// (readers/detail/object_layout.hpp: its header, chunking and metadata). Stateless.
 class ShardWriter {
  public:
   virtual ~ShardWriter() = default;
@@ -93,22 +92,7 @@ class ShardWriter {
   // Whether a shard is a directory (a store) rather than one regular file.
   [[nodiscard]] virtual bool writes_directories() const = 0;
 
-  // Creates the shard `path` of `rows` rows, new (anything already there is an error), at
-  // its final size, and says where its rows go.
-  virtual Status create(const std::string& path, const WriteSpec& spec, std::int64_t rows,
-                        ShardPlacement* placement) const = 0;
-
-  // Writes the shard's rows [lo, hi) (of the shard, not the dataset) from `src`, dense
-  // C-order rows. Concurrent calls on disjoint ranges are safe.
-  virtual Status write(const std::string& path, const WriteSpec& spec,
-                       const ShardPlacement& placement, std::int64_t lo, std::int64_t hi,
-                       const std::byte* src) const = 0;
-
-  // The format's metadata in `dir`, after every row is written.
-  virtual Status finish(const std::string& dir, const WriteSpec& spec,
-                        const std::vector<WrittenShard>& shards) const = 0;
-
-  // The files finish writes into the dataset directory ("shardload.json"), so that an
+  // The files the format's metadata puts into the dataset directory ("shardload.json"), so that an
   // overwrite knows them as a save's.
   [[nodiscard]] virtual std::vector<std::string> metadata_names() const { return {}; }
 
