@@ -573,6 +573,59 @@ std::string hide_quoted(std::string text, const std::vector<std::string>& hidden
   return text;
 }
 
+namespace detail {
+
+std::string hide_request_secrets(std::string body, const std::vector<std::string>& urls,
+                                 const std::vector<std::string>& header_lines) {
+  if (body.empty()) return body;
+  std::vector<std::string> secrets;
+  for (const std::string& url : urls) {
+    const std::string shown = redact_user_info(url, secrets);
+    (void)redact_query(shown, secrets);
+  }
+  const auto trimmed = [](std::string_view v) {
+    while (!v.empty() && is_space(v.front())) v.remove_prefix(1);
+    while (!v.empty() && is_space(v.back())) v.remove_suffix(1);
+    return v;
+  };
+  for (const std::string& line : header_lines) {
+    const std::size_t colon = line.find(':');
+    if (colon == std::string::npos) continue;
+    const std::string_view name = trimmed(std::string_view(line).substr(0, colon));
+    const std::string_view value = trimmed(std::string_view(line).substr(colon + 1));
+    if (value.empty() || !is_secret_query_key(name)) continue;
+    secrets.emplace_back(value);
+    // "Bearer TOKEN", "Basic BASE64": the credential after the scheme's word.
+    if (const std::size_t space = value.find(' '); space != std::string_view::npos) {
+      secrets.emplace_back(trimmed(value.substr(space + 1)));
+    }
+    // SigV4's "..., Signature=HEX" (and SigV2's "AWS KEY:SIGNATURE" after its ':').
+    if (const std::size_t sig = value.rfind("Signature="); sig != std::string_view::npos) {
+      const std::string_view rest = value.substr(sig + 10);
+      secrets.emplace_back(trimmed(rest.substr(0, rest.find(','))));
+    }
+  }
+  // Longest first, so that hide_quoted's limit on how many it looks for keeps the largest.
+  std::sort(secrets.begin(), secrets.end(), [](const std::string& a, const std::string& b) {
+    return a.size() != b.size() ? a.size() > b.size() : a < b;
+  });
+  secrets.erase(std::unique(secrets.begin(), secrets.end()), secrets.end());
+  body = hide_quoted(std::move(body), secrets);
+  // A secret the kept part of the answer ends inside of: its start is hidden.
+  constexpr std::size_t kShortest = 6;
+  for (const std::string& secret : secrets) {
+    for (std::size_t k = std::min(secret.size() - 1, body.size()); k >= kShortest; --k) {
+      if (body.compare(body.size() - k, k, secret, 0, k) == 0) {
+        body.replace(body.size() - k, k, "***");
+        break;
+      }
+    }
+  }
+  return body;
+}
+
+}  // namespace detail
+
 namespace {
 
 // What hide_in_messages was given, the most recent last (at most kKnownMost values).

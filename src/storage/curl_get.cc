@@ -1,5 +1,6 @@
 #include "storage/detail/curl_get.hpp"
 
+#include "base/detail/secrets.hpp"
 #include "shardload/interrupt.hpp"
 
 #include <algorithm>
@@ -532,7 +533,9 @@ CurlAnswer curl_perform(const CurlRequest& req, void* dst, std::size_t cap, std:
     a.overflow = sink.overflow;
     a.refused = sink.refused;
     if (sink.encoded) a.encoded = a.headers.content_encoding;
-    a.error_body = std::move(sink.error_body);
+    // The request's own secrets (its URL's, its headers' credentials) out of the answer before
+    // a message quotes a cut of it.
+    a.error_body = detail::hide_request_secrets(std::move(sink.error_body), {req.url, url}, lines);
     // An answer stopped on purpose (not the range, refused, encoded): no retry makes it
     // another.
     if (a.overflow || a.refused || sink.encoded) {

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <string>
 
+#include "base/detail/secrets.hpp"
 #include "shardload/status.hpp"
 
 namespace shardload {
@@ -242,6 +243,29 @@ TEST(RedactSecrets, AUserPartsSecretIsHiddenWhereTheMessageEchoesItWithoutTheSch
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   EXPECT_LT(secs, 5.0);
   EXPECT_EQ(out.find(":p"), std::string::npos);
+}
+
+TEST(HideRequestSecrets, AnAnswerLosesTheRequestsOwnSecretsWholeAndWhereItsEndCutsThem) {
+  using detail::hide_request_secrets;
+  const std::vector<std::string> lines = {
+      "Host: h", "x-amz-date: 20260101T000000Z", "x-amz-security-token: FwoGtokenVALUE123",
+      "Authorization: AWS4-HMAC-SHA256 Credential=AKIAX/20260101/us-east-1/s3/aws4_request, "
+      "SignedHeaders=host, Signature=0123456789abcdef"};
+  EXPECT_EQ(
+      hide_request_secrets(R"({"tok":"FwoGtokenVALUE123","sig":"0123456789abcdef"})", {}, lines),
+      R"({"tok":"***","sig":"***"})");
+  // The answer kept up to a cap that falls inside a secret: its start goes too (6 bytes on).
+  EXPECT_EQ(hide_request_secrets(R"({"sig":"0123456789ab)", {}, lines), R"({"sig":"***)");
+  EXPECT_EQ(hide_request_secrets(R"({"sig":"01234)", {}, lines), R"({"sig":"01234)");
+  // The URL's secrets: a user part's password, a token in the query; and a bearer token.
+  EXPECT_EQ(hide_request_secrets("given pw-secret-1 and tk-secret-2 and bearer-3xyz",
+                                 {"http://u:pw-secret-1@h/x?token=tk-secret-2&n=1"},
+                                 {"Authorization: Bearer bearer-3xyz", "Range: bytes=0-9"}),
+            "given *** and *** and ***");
+  // Headers that carry no secret are left, and so is an answer that quotes none.
+  EXPECT_EQ(hide_request_secrets("Range bytes=0-9 for host h", {"http://h/x"},
+                                 {"Range: bytes=0-9", "Host: h"}),
+            "Range bytes=0-9 for host h");
 }
 
 TEST(RedactSecrets, EveryStatusMessageContextAndPathIsRedacted) {

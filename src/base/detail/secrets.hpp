@@ -3,12 +3,26 @@
 // else shows URLs through redact_secrets (shardload/status.hpp), which uses the same list.
 #pragma once
 
+#include <string>
 #include <string_view>
+#include <vector>
 
 namespace shardload::detail {
 
 // `key` (as given: percent-encoded or not, any case) is one of the secret query keys whose
 // values redact_secrets hides (the list and why: status.cc).
 bool is_secret_query_key(std::string_view key);
+
+// `body` (a server's answer to a request, which may quote what the request carried) with each
+// secret of that request replaced by "***": what redact_secrets hides in `urls` (the URL
+// asked and the one a redirect led to: a user part's password, a token in the query), and the
+// values of `header_lines` ("Name: value") whose name names a secret (Authorization whole, the
+// credential after its scheme's word and its Signature=; x-amz-security-token, x-api-key, ...).
+// Values shorter than 6 bytes are left, as hide_quoted leaves them. Where the body ends inside
+// one (the answer was longer than what was kept of it), that start of it goes too. Applied to
+// the answer before any part of it is cut for a message, so that the cut never leaves a piece
+// of a secret to show; each request with its own credentials, whatever others were made since.
+std::string hide_request_secrets(std::string body, const std::vector<std::string>& urls,
+                                 const std::vector<std::string>& header_lines);
 
 }  // namespace shardload::detail

@@ -44,7 +44,8 @@ std::string redact_secrets(std::string text);
 // `value` (a credential that is in no URL: a session token from the environment, a config
 // file or a role, a request's signature) hidden by redact_secrets wherever a text quotes it,
 // as a server's error page may echo a request's headers. Values shorter than 6 bytes are
-// not taken; the 64 most recent are kept.
+// not taken; the 64 most recent are kept. (A request's own answer is cleared of that
+// request's credentials before it is quoted, whatever was signed since.)
 void hide_in_messages(std::string value);
 
 // `text` as it may be shown to a person on a terminal: each control character (C0, DEL,
