@@ -26,8 +26,9 @@ def _with_storage_options(source: object, storage_options: object) -> object:
     if storage_options is None:
         return source
     if not isinstance(storage_options, dict):
+        # The type alone: pairs or a query string would show secret_key's value.
         raise TypeError("storage_options: expected a dict of str keys and str values, found "
-                        f"{_found(storage_options)}")
+                        f"{type(storage_options).__name__}")
     for k, v in storage_options.items():
         if not isinstance(k, str) or not k:
             raise TypeError(f"storage_options: expected non-empty str keys, found {k!r}")

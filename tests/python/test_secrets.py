@@ -878,3 +878,24 @@ def test_an_early_requests_echoed_signature_is_hidden_after_many_more_are_signed
                 os.environ[k] = v
         server.shutdown()
 
+
+@pytest.mark.parametrize("options", [
+    [("secret_key", "sk-s3cr3tVALUE1"), ("access_key", "AKIAVISIBLE")],
+    {"secret_key": "sk-s3cr3tVALUE1", "access_key": "AKIAVISIBLE"}.items(),
+    "secret_key=sk-s3cr3tVALUE1&access_key=AKIAVISIBLE",
+    (("session_token", "tok-s3cr3tVALUE2"),),
+])
+def test_storage_options_of_another_type_are_refused_without_their_values(options):
+    """storage_options given as pairs, dict.items() or a query string were refused quoting
+    their repr, the secret key's value included (hostile pass 15, fault 4): the type alone."""
+    import shardload.numpy
+    calls = (lambda: shardload.discover("s3://bkt/d/x.npy", storage_options=options),
+             lambda: shardload.load("s3://bkt/d/x.npy", storage_options=options),
+             lambda: shardload.numpy.load("s3://bkt/d/x.npy", storage_options=options),
+             lambda: shardload.numpy.save(np.zeros(4), "s3://bkt/d/", storage_options=options))
+    for call in calls:
+        with pytest.raises(TypeError) as e:
+            call()
+        out = str(e.value)
+        assert "storage_options: expected a dict" in out and type(options).__name__ in out, out
+        assert MARK not in out, out
