@@ -7,7 +7,7 @@ import os
 from typing import Any, Unpack
 
 from . import _core, _readers
-from ._args import _PATH_TYPES, DTypeLike, SourceLike, _found, _source
+from ._args import _PATH_TYPES, DTypeLike, SourceLike, _source
 from ._layout import Layout, _made
 from ._options import (_HTTP_STORAGE_OPTIONS, _STORAGE_OPTIONS, DiscoverOptions, StorageOptions,
                        _astype, _decoded, _Options, _options)
