@@ -227,9 +227,17 @@ def _pattern(source: object, pattern: object, reader: _Reader) -> object:
 
 
 # ---- the callbacks, called by the engine from its threads with the GIL taken ----------------
+def _stop_from_exit() -> KeyboardInterrupt:
+    """What a callback's ``sys.exit()`` becomes: the engine cannot carry SystemExit back to the
+    caller, and a read error would hide it, so it ends the call as a Ctrl-C does."""
+    return KeyboardInterrupt("sys.exit() in the reader's callback")
+
+
 def _file_rows(reader: _Reader, path: str) -> int:
     try:
         n = reader.count_rows(path)
+    except SystemExit:
+        raise _stop_from_exit() from None
     except Exception as e:
         raise LayoutError(f"{path}: count_rows(): the reader {reader.name!r} raised "
                           f"{type(e).__name__}: {e}") from None
@@ -251,6 +259,8 @@ def _probe(reader: _Reader, path: str) -> tuple[int, str, tuple[int, ...]]:
         # What a read of no rows returns tells what the reader makes.
         try:
             probe = reader.read(path, 0, 0)
+        except SystemExit:
+            raise _stop_from_exit() from None
         except Exception as e:
             raise LayoutError(f"{path}: read(path, 0, 0), asked for the dtype and the trailing "
                               f"shape: the reader {reader.name!r} raised {type(e).__name__}: "
@@ -314,6 +324,14 @@ def _call_read(reader: _Reader, path: str, a: int, b: int) -> Any:
     sys.setprofile(hook)
     try:
         arr = reader.read(path, a, b)
+    except (KeyboardInterrupt, SystemExit) as e:
+        # A Ctrl-C stays one: the engine fails the read and makes it pending again, so the
+        # caller gets KeyboardInterrupt (a read error would be skipped by a loop that skips
+        # unreadable data, and the Ctrl-C lost).
+        sys.setprofile(previous)
+        if isinstance(e, SystemExit):
+            raise _stop_from_exit() from None
+        raise
     except BaseException as e:
         sys.setprofile(previous)
         if seen:

@@ -315,6 +315,33 @@ elif entry == "interrupt":
             print("INTERRUPT LOST", flush=True)
     except KeyboardInterrupt:
         print("KEYBOARD INTERRUPT", flush=True)
+elif entry in ("interrupt_read", "exit_read", "interrupt_count", "exit_count"):
+    # A Ctrl-C (or a sys.exit()) inside read() or count_rows(), while Layout.read or a load
+    # runs: the caller gets KeyboardInterrupt, never a read error that a loop skipping
+    # unreadable data would swallow.
+    raised = KeyboardInterrupt if entry.startswith("interrupt") else SystemExit
+
+    def stopped_rows(p):
+        if entry.endswith("count"):
+            raise raised
+        return rows(p)
+
+    def stopped_read(p, lo, hi):
+        if entry.endswith("read"):
+            raise raised
+        return read(p, lo, hi)
+
+    shardload.register_reader("stop", count_rows=stopped_rows, read=stopped_read,
+                              dtype="int64", trailing_shape=(2,))
+    try:
+        try:
+            shardload.discover(src + "/shard_{:04d}.npyish", format="stop").read(0, 19)
+        except (shardload.ShardReadError, shardload.LayoutError) as e:
+            for _ in range(100000):
+                pass
+            print("INTERRUPT LOST", type(e).__name__, e, flush=True)
+    except KeyboardInterrupt:
+        print("KEYBOARD INTERRUPT", flush=True)
 print("ENTRY OK", entry, len(threads), flush=True)
 """
 
@@ -334,3 +361,13 @@ def test_a_ctrl_c_inside_a_callback_is_not_lost(tmp_path: pathlib.Path) -> None:
                        capture_output=True, text=True, timeout=240)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-5000:]
     assert "KEYBOARD INTERRUPT" in r.stdout and "INTERRUPT LOST" not in r.stdout
+
+
+@pytest.mark.parametrize("entry", ["interrupt_read", "exit_read", "interrupt_count",
+                                   "exit_count"])
+def test_a_ctrl_c_or_exit_inside_read_or_count_rows_is_a_keyboard_interrupt(
+        tmp_path: pathlib.Path, entry: str) -> None:
+    r = subprocess.run([sys.executable, "-c", _ENTRY, str(tmp_path), entry],
+                       capture_output=True, text=True, timeout=240)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-5000:]
+    assert "KEYBOARD INTERRUPT" in r.stdout and "INTERRUPT LOST" not in r.stdout, r.stdout
