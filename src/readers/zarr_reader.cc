@@ -16,6 +16,7 @@
 // other failure is an error.
 #include <dirent.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -267,51 +268,91 @@ class ZarrReader final : public ShardReader {
                 " ns (the chunk was written since)"};
   }
 
+  // A symbolic link anywhere the chunk's path resolves through (the chunk's own name, a
+  // directory of the store, the store's own name, a link another link leads to, outside the
+  // store too) that was made after discovery began: re-pointing one (`ln -sfn`) makes a new
+  // link, while the files it now leads to keep their old times (a hard-linked copy's, `cp -al`,
+  // even the metadata file's snapshot). The path is walked as the kernel resolves it, one
+  // lstat per name and a readlink per link (at most 40 links, as the kernel allows).
+  static Status links_since_discovery(const Request& r, const std::string& path) {
+    if (r.discovered_ns == 0) return Status::ok();
+    std::string rest = path;
+    if (rest.empty() || rest[0] != '/') {
+      char cwd[4096];
+      if (::getcwd(cwd, sizeof cwd) == nullptr) return Status::ok();
+      rest = std::string(cwd) + "/" + rest;
+    }
+    std::string at;  // resolved so far, without a trailing '/' ("" is the root)
+    int links = 0;
+    while (!rest.empty()) {
+      const std::size_t b = rest.find_first_not_of('/');
+      if (b == std::string::npos) break;
+      const std::size_t e = rest.find('/', b);
+      const std::string name = rest.substr(b, e == std::string::npos ? e : e - b);
+      rest = e == std::string::npos ? std::string() : rest.substr(e);
+      if (name == ".") continue;
+      if (name == "..") {
+        at.resize(at.rfind('/') == std::string::npos ? 0 : at.rfind('/'));
+        continue;
+      }
+      const std::string next = at + "/" + name;
+      struct ::stat st {};
+      if (::lstat(next.c_str(), &st) != 0) return Status::ok();  // the open's checks tell
+      if (!S_ISLNK(st.st_mode)) {
+        at = next;
+        continue;
+      }
+      const std::int64_t ctime =
+          static_cast<std::int64_t>(st.st_ctim.tv_sec) * 1'000'000'000 + st.st_ctim.tv_nsec;
+      if (ctime > r.discovered_ns) {
+        return {ErrorCode::kChanged, path + ": changed since discovery: the symbolic link " + next +
+                                         " on its path was made after discovery began " +
+                                         "(ctime " + std::to_string(ctime) + " ns > " +
+                                         std::to_string(r.discovered_ns) +
+                                         " ns): it was re-pointed or replaced since"};
+      }
+      if (++links > 40) return Status::ok();  // the open failed as ELOOP already
+      std::string target(static_cast<std::size_t>(st.st_size) + 1, '\0');
+      const ssize_t n = ::readlink(next.c_str(), target.data(), target.size());
+      if (n < 0 || static_cast<std::size_t>(n) >= target.size()) return Status::ok();
+      target.resize(static_cast<std::size_t>(n));
+      if (!target.empty() && target[0] == '/') at.clear();
+      rest = target + "/" + rest;
+    }
+    return Status::ok();
+  }
+
   // A present chunk file keeps its ctime when a directory above it is renamed into place (a
   // new version's row block published by rename): that rename changes the directory's own
   // ctime. So each directory on the chunk's path below the array's is held to the same rule,
   // stat'ed after the open: one swapped before the open shows a later ctime, and one swapped
   // after it as well (or is gone), which refuses rows that were right rather than pass wrong
-  // ones. A symbolic link on that path, the chunk's own name included, is held to the rule by
-  // its own ctime too: re-pointing one (`ln -sfn`) makes a new link, while what it now leads to
-  // keeps its old times. One lstat per level per chunk, and a stat per directory level.
+  // ones. One stat per directory level per chunk; none where chunk keys have no '/'. The links
+  // the path resolves through first (links_since_discovery).
   static Status directories_since_discovery(const Request& r, const std::string& path) {
     if (r.discovered_ns == 0) return Status::ok();
-    const auto ns = [](const struct ::timespec& t) {
-      return static_cast<std::int64_t>(t.tv_sec) * 1'000'000'000 + t.tv_nsec;
-    };
+    SHARDLOAD_RETURN_IF_ERROR(links_since_discovery(r, path));
     std::string dir = path;
-    bool chunk = true;  // the chunk's own name: its file is the open's fstat's
-    while (dir.size() > r.dir.size()) {
-      struct ::stat st {};
-      if (::lstat(dir.c_str(), &st) == 0 && S_ISLNK(st.st_mode) &&
-          ns(st.st_ctim) > r.discovered_ns) {
-        return {ErrorCode::kChanged, path + ": changed since discovery: the symbolic link " + dir +
-                                         " on its path was made after discovery began (ctime " +
-                                         std::to_string(ns(st.st_ctim)) + " ns > " +
-                                         std::to_string(r.discovered_ns) +
-                                         " ns): it was re-pointed or replaced since"};
-      }
-      if (!chunk) {
-        if (::stat(dir.c_str(), &st) != 0) {
-          return {ErrorCode::kChanged, path + ": changed since discovery: its directory " + dir +
-                                           " is gone (" + std::strerror(errno) +
-                                           "): it was moved or deleted during the read"};
-        }
-        if (ns(st.st_ctim) > r.discovered_ns) {
-          return {ErrorCode::kChanged, path + ": changed since discovery: its directory " + dir +
-                                           " changed after discovery began (ctime " +
-                                           std::to_string(ns(st.st_ctim)) + " ns > " +
-                                           std::to_string(r.discovered_ns) +
-                                           " ns): it was renamed into place or written since"};
-        }
-      }
-      chunk = false;
+    while (true) {
       const std::size_t slash = dir.rfind('/');
       if (slash == std::string::npos) return Status::ok();
       dir.resize(slash == 0 ? 1 : slash);
+      if (dir.size() <= r.dir.size()) return Status::ok();  // the array's own directory
+      struct ::stat st {};
+      if (::stat(dir.c_str(), &st) != 0) {
+        return {ErrorCode::kChanged, path + ": changed since discovery: its directory " + dir +
+                                         " is gone (" + std::strerror(errno) +
+                                         "): it was moved or deleted during the read"};
+      }
+      const std::int64_t ctime =
+          static_cast<std::int64_t>(st.st_ctim.tv_sec) * 1'000'000'000 + st.st_ctim.tv_nsec;
+      if (ctime <= r.discovered_ns) continue;
+      return {ErrorCode::kChanged, path + ": changed since discovery: its directory " + dir +
+                                       " changed after discovery began (ctime " +
+                                       std::to_string(ctime) + " ns > " +
+                                       std::to_string(r.discovered_ns) +
+                                       " ns): it was renamed into place or written since"};
     }
-    return Status::ok();
   }
 
   // A local chunk or shard file that is missing holds the fill value, unless it may have been

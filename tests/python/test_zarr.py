@@ -12,6 +12,7 @@ import os
 import pathlib
 import re
 import shutil
+import subprocess
 import time
 import warnings
 
@@ -423,6 +424,74 @@ def test_a_symlink_on_a_chunks_path_re_pointed_after_discovery_is_a_changed_erro
         shardload.numpy.load(layout)
     if fmt == 2:  # chunks off the link still read
         np.testing.assert_array_equal(layout.read(0, 4), a[:4])
+    np.testing.assert_array_equal(
+        shardload.discover([store], format="zarr").read(0, 10), mixed)
+
+
+@pytest.mark.parametrize("what", ["chunk file", "chunk directory", "v3 c/1", "current",
+                                  "store link"])
+def test_a_link_anywhere_on_a_chunks_resolved_path_re_pointed_after_discovery_is_refused(
+        tmp_path, what):
+    """The link on the chunk's path unchanged, but one it leads to re-pointed after discovery:
+    a second hop outside the store (`cur/1.0 -> hop -> v1/1.0`), a directory link inside the
+    target (`cur/1.0 -> versions/current/1.0`, `current -> v1`), or the store's own name a link
+    re-pointed at a hard-linked copy (`cp -al`) whose one chunk was rewritten: each read the
+    other version's rows beside this one's, no error. Every link the path resolves through is
+    held to the rule."""
+    a = np.arange(30, dtype="float32").reshape(10, 3)
+    fmt = 3 if what.startswith("v3") else 2
+    kw = {"dimension_separator": "/" if what in ("chunk directory",) else "."} if fmt == 2 else {}
+    rel = {"chunk file": "1.0", "chunk directory": "1", "v3 c/1": "c/1", "current": "1.0",
+           "store link": "1.0"}[what]
+
+    def write(name, values):
+        z = zarr.open_array(str(tmp_path / name), mode="w", shape=a.shape, chunks=(4, 3),
+                            dtype=a.dtype, zarr_format=fmt, **kw)
+        z[...] = values
+
+    for name, values in (("v1", a), ("v2", a + 1000), ("cur", a)):
+        write(name, values)
+    store = tmp_path / "cur"
+    if what == "store link":
+        shutil.rmtree(store)
+        shutil.rmtree(tmp_path / "v2")
+        subprocess.run(["cp", "-al", str(tmp_path / "v1"), str(tmp_path / "v2")], check=True)
+        fresh = tmp_path / "fresh"
+        write("fresh", a + 1000)
+        os.replace(fresh / rel, tmp_path / "v2" / rel)  # the usual writer: a new file renamed
+        store.symlink_to(tmp_path / "v1")
+        hop = store
+    else:
+        if (store / rel).is_dir():
+            shutil.rmtree(store / rel)
+        else:
+            (store / rel).unlink()
+        if what == "current":
+            (tmp_path / "versions").mkdir()
+            (tmp_path / "versions" / "current").symlink_to(tmp_path / "v1")
+            (store / rel).symlink_to(pathlib.Path("..") / "versions" / "current" / rel)
+            hop = tmp_path / "versions" / "current"
+        else:
+            (tmp_path / "hop").symlink_to(tmp_path / "v1" / rel)
+            (store / rel).symlink_to(tmp_path / "hop")
+            hop = tmp_path / "hop"
+    time.sleep(0.05)
+    layout = shardload.discover([store], format="zarr")
+    time.sleep(0.05)
+    np.testing.assert_array_equal(layout.read(0, 10), a)
+    target = tmp_path / "v2" if what in ("current", "store link") else tmp_path / "v2" / rel
+    (tmp_path / "next").symlink_to(target)
+    (tmp_path / "next").rename(hop)  # ln -sfn
+    mixed = zarr.open_array(str(store), mode="r")[...]
+    assert not np.array_equal(mixed, a)  # the oracle: another version's rows
+    if fmt == 2:
+        assert np.array_equal(mixed[:4], a[:4])
+    want = (r"changed since discovery: the symbolic link " + re.escape(str(hop)) +
+            r" on its path was made after discovery began")
+    with pytest.raises(shardload.ShardReadError, match=want):
+        layout.read(4, 8)
+    with pytest.raises(shardload.ShardReadError, match=want):
+        shardload.numpy.load(layout)
     np.testing.assert_array_equal(
         shardload.discover([store], format="zarr").read(0, 10), mixed)
 
