@@ -377,6 +377,19 @@ std::string redact_user_info(std::string_view text, std::vector<std::string>& hi
     // Past any further '/' (or '\'): libcurl takes "http:///user:password@host/" as
     // "http://user:password@host/" and sends the password, so it is the user part there too.
     std::size_t start = scheme + 1;
+    // A served scheme's ':' followed by a short run of other marks among its slashes
+    // ("http: //", "http:/ /", "https:.//", "http:://", "http:\t//"): sources refuse these as
+    // mistyped URLs and quote them; the user part after the run is the URL's.
+    if (!text.substr(scheme).starts_with("://") && text[scheme] == ':') {
+      std::size_t run = start;
+      bool slash = false;
+      while (run < text.size() && run - start < 4 &&
+             std::string_view(" \t.:|/\\").find(text[run]) != std::string_view::npos) {
+        slash = slash || text[run] == '/' || text[run] == '\\';
+        ++run;
+      }
+      if (slash) start = run;
+    }
     while (start < text.size() && (text[start] == '/' || text[start] == '\\')) ++start;
     const std::size_t end = stops(start, "/?#");
     const std::string_view authority = text.substr(start, end - start);
