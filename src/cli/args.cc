@@ -391,13 +391,25 @@ std::optional<int> parse_command_line(const CommandSpec& spec, const Args& args,
       // Repeatable; each one joins the query that every s3:// SOURCE gets below.
       const auto eq = value->find('=');
       if (eq == 0 || eq == std::string::npos || value->find_first_of("&?#") != std::string::npos) {
-        // A secret's value is not shown (nor any part of it: "secret_key=a&b" is one value).
-        const bool secret =
-            eq != std::string::npos && detail::is_secret_query_key(value->substr(0, eq));
-        return usage_error(cmd,
-                           "--storage-option: expected KEY=VALUE (no '&', '?' or '#'), "
-                           "found '" +
-                               (secret ? value->substr(0, eq + 1) + "***" : *value) + "'");
+        // A secret's value is not shown (nor any part of it: "secret_key=a&b" is one value),
+        // nor one typed without its '=' ("secret_key:V", "secret_key V"): what follows a
+        // secret key's name and the first ':', '=' or blank after it is hidden.
+        std::size_t shown = std::string::npos;
+        if (eq != std::string::npos && detail::is_secret_query_key(value->substr(0, eq))) {
+          shown = eq + 1;
+        } else {
+          const std::size_t word = value->find_first_not_of(" \t");
+          const std::size_t end = value->find_first_of(":= \t", word);
+          if (word != std::string::npos && end != std::string::npos &&
+              detail::is_secret_query_key(value->substr(word, end - word))) {
+            shown = end + 1;
+          }
+        }
+        return usage_error(
+            cmd,
+            "--storage-option: expected KEY=VALUE (no '&', '?' or '#'), "
+            "found '" +
+                (shown != std::string::npos ? value->substr(0, shown) + "***" : *value) + "'");
       }
       auto& joined = out->opts[name];
       joined += (joined.empty() ? "" : "&") + *value;

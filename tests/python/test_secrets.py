@@ -899,3 +899,19 @@ def test_storage_options_of_another_type_are_refused_without_their_values(option
         out = str(e.value)
         assert "storage_options: expected a dict" in out and type(options).__name__ in out, out
         assert MARK not in out, out
+
+
+@pytest.mark.parametrize("option", ["secret_key:sk-s3cr3tCLI1", "secret_key sk-s3cr3tCLI1",
+                                    "SECRET_KEY:sk-s3cr3tCLI1", "session_token:tok-s3cr3tCLI2",
+                                    " secret_key\tsk-s3cr3tCLI1"])
+def test_a_storage_option_typed_without_its_equals_sign_is_refused_hidden(cli, option):
+    """`--storage-option secret_key:V` (YAML's, a header's spelling) or "secret_key V": refused
+    for its missing '=', quoting the whole text, secret and all (hostile pass 15, fault 5). A
+    text that starts with a secret key's name shows that name only."""
+    for extra in ([], ["--json"]):
+        out = run(cli, "inspect", "s3://bkt/d/x.npy", "--storage-option", option, *extra,
+                  ok=False)
+        assert_hidden(out, "--storage-option: expected KEY=VALUE", "***'")
+    out = run(cli, "inspect", "s3://bkt/d/x.npy", "--storage-option", "region:us-east-1",
+              ok=False)
+    assert "found 'region:us-east-1'" in out, out  # what is not secret is shown as given
