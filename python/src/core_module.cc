@@ -10,6 +10,7 @@
 
 #include "base/detail/bytes.hpp"
 #include "errors.hpp"
+#include "gil.hpp"
 #include "interrupt.hpp"
 #include "options.hpp"
 #include "py_reader.hpp"
@@ -355,7 +356,7 @@ PYBIND11_MODULE(_core, m) {
         o.checksum = *c;
         const std::string path = dest;
         Result<StagedSave> r = [&] {
-          py::gil_scoped_release release;
+          shardload::python::GilReleased release;
           return staged_save_begin(shape, *dt, path, o);
         }();
         if (!r) throw_status(r.status(), ErrorSite::kWrite);
@@ -391,7 +392,7 @@ PYBIND11_MODULE(_core, m) {
         const auto* data = static_cast<const std::byte*>(array.data());
         const auto bytes = static_cast<std::size_t>(array.nbytes());
         const Status st = [&] {
-          py::gil_scoped_release release;
+          shardload::python::GilReleased release;
           return staged_save_write(s, lo, hi, *dtype, trailing, data, bytes);
         }();
         if (!st) throw_status(st, ErrorSite::kWrite);
@@ -402,7 +403,7 @@ PYBIND11_MODULE(_core, m) {
       [](const py::tuple& handle) {
         const StagedSave s = staged_from_tuple(handle);
         const Status st = [&] {
-          py::gil_scoped_release release;
+          shardload::python::GilReleased release;
           return staged_save_commit(s);
         }();
         if (!st) throw_status(st, ErrorSite::kWrite);
@@ -412,7 +413,7 @@ PYBIND11_MODULE(_core, m) {
       "staged_save_abort",
       [](const py::tuple& handle) {
         const StagedSave s = staged_from_tuple(handle);
-        py::gil_scoped_release release;
+        shardload::python::GilReleased release;
         staged_save_abort(s);
       },
       py::arg("handle"));

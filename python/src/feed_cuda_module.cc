@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "errors.hpp"
+#include "gil.hpp"
 #include "shardload/cuda_backend.hpp"
 #include "shardload/device_batch.hpp"
 #include "shardload/errors.hpp"
@@ -58,7 +59,7 @@ struct DeviceBatch {
     py::array out(py::dtype(dtype.name()), shape);
     Status st;
     {
-      py::gil_scoped_release release;
+      shardload::python::GilReleased release;
       st = copy_to_host(*buffer, out.mutable_data());
     }
     if (!st.is_ok()) throw_status(st, ErrorSite::kRead);
@@ -131,7 +132,7 @@ PYBIND11_MODULE(_feed_cuda, m) {
              const std::vector<std::pair<std::int64_t, std::int64_t>>& ranges,
              std::vector<std::int64_t> shape) {
             Result<std::shared_ptr<DeviceBuffer>> b = [&] {
-              py::gil_scoped_release release;
+              shardload::python::GilReleased release;
               return d.fill_rows(l, ranges);
             }();
             if (!b) throw_status(b.status(), ErrorSite::kRead);
@@ -147,7 +148,7 @@ PYBIND11_MODULE(_feed_cuda, m) {
             std::vector<std::int64_t> shape(host.shape(), host.shape() + host.ndim());
             const DType t = dtype_of(host.dtype());
             Result<std::shared_ptr<DeviceBuffer>> b = [&] {
-              py::gil_scoped_release release;
+              shardload::python::GilReleased release;
               return d.copy(host.data(), static_cast<std::size_t>(host.nbytes()));
             }();
             if (!b) throw_status(b.status(), ErrorSite::kRead);

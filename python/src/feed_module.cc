@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "errors.hpp"
+#include "gil.hpp"
 #include "interrupt.hpp"
 #include "shardload/fill.hpp"
 #include "shardload/io.hpp"
@@ -993,7 +994,7 @@ class AsyncGather {
     if (thread_.joinable()) {
       // Destroyed by Python, with the GIL: its reads need none, and others may run meanwhile.
       if (PyGILState_Check() != 0) {
-        py::gil_scoped_release release;
+        shardload::python::GilReleased release;
         thread_.join();
       } else {
         thread_.join();
@@ -1006,7 +1007,7 @@ class AsyncGather {
   py::array result() {
     if (thread_.joinable()) {
       {
-        py::gil_scoped_release release;
+        shardload::python::GilReleased release;
         thread_.join();
       }
       python::raise_if_interrupted(*wait_);
@@ -1107,7 +1108,7 @@ PYBIND11_MODULE(_feed_core, m) {
         py::array_t<std::int64_t> out(static_cast<py::ssize_t>(o.size()));
         std::int64_t* to = out.mutable_data();
         {
-          py::gil_scoped_release release;
+          shardload::python::GilReleased release;
           o.rows(0, o.size(), to);
         }
         return out;
@@ -1207,7 +1208,7 @@ PYBIND11_MODULE(_feed_core, m) {
         py::array_t<std::int64_t> out(positions.size());
         std::int64_t* o = out.mutable_data();
         {
-          py::gil_scoped_release release;
+          shardload::python::GilReleased release;
           BlockOrder order(static_cast<std::uint64_t>(n), static_cast<std::uint64_t>(block_rows),
                            static_cast<std::uint64_t>(window_blocks), seed, epoch,
                            static_cast<std::size_t>(rounds));

@@ -11,6 +11,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "gil.hpp"
 #include "shardload/interrupt.hpp"
 
 namespace shardload::python {
@@ -38,13 +39,13 @@ auto interruptible(F&& f) -> decltype(f()) {
   try {
     if constexpr (std::is_void_v<decltype(f())>) {
       {
-        py::gil_scoped_release release;
+        GilReleased release;
         f();
       }
       raise_if_interrupted(wait);
     } else {
       auto r = [&] {
-        py::gil_scoped_release release;
+        GilReleased release;
         return f();
       }();
       raise_if_interrupted(wait);

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "errors.hpp"
+#include "gil.hpp"
 #include "interrupt.hpp"
 #include "options.hpp"
 #include "shardload/batches.hpp"
@@ -155,7 +156,7 @@ PYBIND11_MODULE(_legate, m) {
         const std::string dir = directory;
         std::string written;
         {
-          py::gil_scoped_release release;
+          shardload::python::GilReleased release;
           try {
             written = shardload::write_manifest_once(layout, dir, opts);
           } catch (const shardload::Error& e) {
@@ -213,7 +214,7 @@ PYBIND11_MODULE(_legate, m) {
         const std::string path = dest;
         shardload::SaveInfo info;
         {
-          py::gil_scoped_release release;
+          shardload::python::GilReleased release;
           shardload::save(*array, path, opts, &info);
         }
         py::dict d;

@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "errors.hpp"
+#include "gil.hpp"
 #include "shardload/dtype.hpp"
 #include "shardload/io.hpp"
 #include "shardload/reader.hpp"
@@ -110,7 +111,7 @@ class PythonReader final : public ShardReader {
     // snapshot before calling this; it sets the shard's path and snapshot.
     ShardProbe p;
     std::string dtype;
-    if (!Py_IsInitialized()) return stopped(path);
+    if (!Py_IsInitialized() || interpreter_finalizing()) return stopped(path);
     Status st;
     {
       py::gil_scoped_acquire gil;
@@ -152,7 +153,7 @@ class PythonReader final : public ShardReader {
 
   Status call_read(const ReadSpec& spec, const std::string& path, std::int64_t lo, std::int64_t hi,
                    std::byte* dst) {
-    if (!Py_IsInitialized()) return stopped(path);
+    if (!Py_IsInitialized() || interpreter_finalizing()) return stopped(path);
     py::gil_scoped_acquire gil;
     GcPause pause;
     try {

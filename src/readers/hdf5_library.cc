@@ -3,6 +3,7 @@
 #include <dlfcn.h>
 #include <pthread.h>
 
+#include <cstdlib>
 #include <mutex>
 #include <stdexcept>
 #include <string>
@@ -15,6 +16,12 @@
 #endif
 
 namespace shardload::detail {
+
+namespace hdf5 {
+void close_at_exit();
+// H5close, for close_at_exit: a plain pointer, which no static destructor ends before it runs.
+herr_t (*g_close)() = nullptr;
+}  // namespace hdf5
 
 namespace {
 
@@ -52,10 +59,17 @@ Result<Hdf5Api> load_api() {
     return Status(ErrorCode::kFormat, std::string("hdf5: ") + api.path +
                                           " lacks functions shardload needs: " + missing);
   }
+  // HDF5's own exit handler takes HDF5's lock: in a child forked while a parent thread was
+  // inside HDF5 that lock is held for good, and the child never ended through a normal exit
+  // (sys.exit, an uncaught exception), even without an HDF5 call of its own. The library's
+  // end at exit is ours to run (close_at_exit), and not in such a child.
+  api.H5dont_atexit();
   if (api.H5open() < 0 ||
       api.H5get_libversion(&api.version[0], &api.version[1], &api.version[2]) < 0) {
     return Status(ErrorCode::kFormat, std::string("hdf5: ") + api.path + ": H5open failed");
   }
+  hdf5::g_close = api.H5close;
+  std::atexit(&hdf5::close_at_exit);
   // The headers' structs and version-mapped names (H5Dopen2, H5Lvisit, ...)
   // hold within one major.minor release only.
   if (api.version[0] != H5_VERS_MAJOR || api.version[1] != H5_VERS_MINOR) {
@@ -134,6 +148,21 @@ void hdf5_enter() {
         "other loads start), or start such processes with 'spawn' or 'forkserver'");
   }
   ++g.active;
+}
+
+// Registered once the library is open (so it runs where HDF5's own handler would have): the
+// library ends as before, except where another thread is inside HDF5 at the program's end or
+// was at the fork that made this process: then it is left as it is (its files are read-only;
+// the process's end closes them).
+void close_at_exit() {
+  ForkGate& g = gate();
+  {
+    std::lock_guard lock(g.m);
+    // A call in flight (another thread's, at the program's end) holds HDF5's lock, which
+    // H5close would wait for as long as that call takes, or for ever.
+    if (g.copied_in_use || g.active > 0) return;
+  }
+  if (g_close != nullptr) g_close();
 }
 
 void hdf5_leave() {

@@ -29,6 +29,8 @@ namespace shardload::detail {
 // X(name): one HDF5 function, typed by its declaration in the headers.
 #define SHARDLOAD_HDF5_FUNCTIONS(X)                                                                \
   X(H5open)                                                                                        \
+  X(H5dont_atexit)                                                                                 \
+  X(H5close)                                                                                       \
   X(H5get_libversion)                                                                              \
   X(H5is_library_threadsafe)                                                                       \
   X(H5Eset_auto2)                                                                                  \
@@ -45,7 +47,8 @@ namespace shardload::detail {
   X(H5Fclose)                                                                                      \
   X(H5Pset_elink_cb)                                                                               \
   X(H5Dopen2)                                                                                      \
-  X(H5Dclose) X(H5Dget_space) X(H5Dget_type) X(H5Dread) X(H5Sget_simple_extent_type) X(            \
+  X(H5Dclose)                                                                                      \
+  X(H5Dget_space) X(H5Dget_type) X(H5Dread) X(H5Sget_simple_extent_type) X(                        \
       H5Sget_simple_extent_ndims) X(H5Sget_simple_extent_dims) X(H5Sselect_hyperslab)              \
       X(H5Screate_simple) X(H5Sclose) X(H5Tget_class) X(H5Tget_size) X(H5Tget_sign) X(             \
           H5Tget_fields) X(H5Tget_ebias) X(H5Tget_precision) X(H5Tget_offset) X(H5Tget_nmembers)   \
