@@ -11,6 +11,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "base/detail/fork_lock.hpp"
 #include "base/detail/secrets.hpp"
 #include "shardload/io.hpp"
 
@@ -646,6 +647,8 @@ constexpr std::size_t kKnownMost = 64;
 std::mutex g_known_mu;
 std::deque<std::string> g_known;
 std::atomic<bool> g_any_known{false};
+// Taken by every signed request: a child forked while a parent thread held it would wait on it.
+const bool g_known_mu_forks = (detail::hold_across_fork(&g_known_mu), true);
 
 }  // namespace
 
