@@ -118,11 +118,26 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         with proxy._lock:
             proxy._in_flight += 1
             proxy.max_in_flight = max(proxy.max_in_flight, proxy._in_flight)
+        self._unanswered = True
         try:
             self._serve()
         finally:
+            self._answered()
+
+    def _answered(self) -> None:
+        # A request is in flight from its arrival until its answer starts: the client may
+        # have the whole answer and send its next request before this thread's last write
+        # returns, and counting until then saw two requests of a client that had one.
+        if getattr(self, "_unanswered", False):
+            self._unanswered = False
+            proxy: FaultProxy = self.server.proxy  # type: ignore[attr-defined]
             with proxy._lock:
                 proxy._in_flight -= 1
+
+    def send_response_only(self, code, message=None):  # noqa: D102 (BaseHTTPRequestHandler's)
+        if code >= 200:  # not an interim "100 Continue"
+            self._answered()
+        super().send_response_only(code, message)
 
     def _serve(self) -> None:
         proxy: FaultProxy = self.server.proxy  # type: ignore[attr-defined]
