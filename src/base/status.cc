@@ -348,9 +348,16 @@ std::size_t next_scheme_mark(std::string_view text, std::size_t from) {
       break;
     }
   }
-  for (std::size_t i = text.find("//", from + 1); i != std::string_view::npos && i - 1 < mark;
-       i = text.find("//", i + 1)) {
+  // Likewise its name, one of ';', '.', ',', '|' typed for the ':' or none, and a run of '/'
+  // or '\\' ("http;//", "http.//", "http/user:password@host", "http\\user:..."): local paths.
+  for (std::size_t i = text.find_first_of("/\\", from + 1);
+       i != std::string_view::npos && i - 1 < mark; i = text.find_first_of("/\\", i + 1)) {
+    if (text[i - 1] == '/' || text[i - 1] == '\\') continue;  // inside a run
     if (served_scheme_ends_at(text, i)) return i - 1;
+    if (i >= 2 && std::string_view(";.,|").find(text[i - 1]) != std::string_view::npos &&
+        served_scheme_ends_at(text, i - 1)) {
+      return i - 1;
+    }
   }
   return mark;
 }
