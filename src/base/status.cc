@@ -358,6 +358,13 @@ std::size_t next_scheme_mark(std::string_view text, std::size_t from) {
         served_scheme_ends_at(text, i - 1)) {
       return i - 1;
     }
+    // The full-width colon (U+FF1A, what an input method types for ':'): "http\uFF1A//".
+    constexpr std::string_view kFullWidthColon = "\xEF\xBC\x9A";
+    if (i >= kFullWidthColon.size() &&
+        text.substr(i - kFullWidthColon.size(), kFullWidthColon.size()) == kFullWidthColon &&
+        served_scheme_ends_at(text, i - kFullWidthColon.size())) {
+      return i - 1;
+    }
   }
   return mark;
 }

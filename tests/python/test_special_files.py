@@ -456,6 +456,7 @@ def test_a_mistyped_url_in_a_list_is_hidden_in_the_whole_message(tmp_path, monke
     "https//TOKEN-s3cr3t@host/d/", "http;//user:pw-s3cr3t@host/x.npy",
     "http.//user:pw-s3cr3t@host/x.npy", "https,//user:pw-s3cr3t@host/d/",
     "http/user:pw-s3cr3t@host/x.npy", "http\\\\user:pw-s3cr3t@host/x.npy",
+    "http\uff1a//user:pw-s3cr3t@host/x.npy", "s3\uff1a//AK:pw-s3cr3t@bucket/d/x.npy",
 ])
 def test_a_url_without_its_colon_is_a_local_path_whose_user_part_is_hidden(
         tmp_path: pathlib.Path, monkeypatch, cli, text: str) -> None:
