@@ -1,5 +1,6 @@
 // The built-in drivers' schemes (s3://, http(s)://), registered as a store driver's scheme is
-// (their rows: what the store is like, the RemoteIo that serves it); the remote drivers this
+// (their rows: what the store is like, the transport their Store reads through; the adapter
+// reads their keys as it reads every registered store's); the remote drivers this
 // build has, registered with posix_io() at load time, so that a source parsed before any reader
 // exists can name their URLs; the adapter that reads the stores of registered store schemes;
 // and the router that tells posix_io() which paths they serve (the registry's rows).
@@ -52,9 +53,9 @@ constexpr PathTraits kHttp{.kernel_files = false,
 // Registered as any scheme is, also in a build without the driver, whose paths then fail with
 // `missing` rather than be taken for local paths.
 void register_built_in_schemes() {
-  register_remote_scheme("s3", kS3, remote_io, kNoS3);
-  register_remote_scheme("http", kHttp, http_io, kNoHttp);
-  register_remote_scheme("https", kHttp, http_io, kNoHttp);
+  register_remote_scheme("s3", kS3, built_in_reads<remote_io>, remote_io, kNoS3);
+  register_remote_scheme("http", kHttp, built_in_reads<http_io>, http_io, kNoHttp);
+  register_remote_scheme("https", kHttp, built_in_reads<http_io>, http_io, kNoHttp);
 }
 
 namespace {

@@ -15,6 +15,7 @@
 #include "shardload/location.hpp"
 #include "shardload/storage.hpp"
 #include "storage/detail/object_store.hpp"
+#include "storage/detail/store_schemes.hpp"
 #include "storage/detail/stores.hpp"
 
 namespace shardload::detail {
@@ -141,7 +142,7 @@ class ObjectSink final : public KeySink {
   bool finished_ = false;
 };
 
-class RemoteStore final : public Store {
+class RemoteStore final : public Store, public TransportStore {
  public:
   RemoteStore(std::string base, std::string query, RemoteIo* io)
       : base_(std::move(base)), query_(std::move(query)), io_(io) {
@@ -149,6 +150,10 @@ class RemoteStore final : public Store {
     // Shown as it is: a password in the user part ("s3://AK:PASSWORD@B/P/") hidden too.
     shown_ = redact_secrets(base_);
   }
+
+  // The RemoteIo its keys are read and written through: the readers read through it too
+  // (the adapter, store_schemes.cc).
+  [[nodiscard]] RemoteIo* transport() const override { return io_; }
 
   [[nodiscard]] std::string_view scheme() const override { return scheme_; }
   [[nodiscard]] const std::string& location() const override { return shown_; }

@@ -80,7 +80,7 @@ Result<std::unique_ptr<Store>> open_store(std::string_view location) {
   // A registered scheme: a store driver's, or a built-in driver's over its RemoteIo.
   if (const detail::SchemeRow* row = detail::registered_row(location); row != nullptr) {
     if (detail::is_store_scheme(location)) return detail::open_registered_store(location);
-    RemoteIo* const io = row->backend();
+    RemoteIo* const io = row->transport != nullptr ? row->transport() : nullptr;
     if (io == nullptr) {
       return file_error(ErrorCode::kInvalidArgument, std::string(location), row->missing, ENOTSUP);
     }

@@ -2,6 +2,8 @@
 // every reader (shardload/store_schemes.hpp): a RemoteIo over Store's stat, ranged read and list.
 #include "shardload/store_schemes.hpp"
 
+#include <pthread.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
@@ -135,10 +137,35 @@ struct Where {
   std::string key;       // below the store's location ("" for the location itself)
   std::string location;  // "SCHEME://AUTHORITY/", for messages (redacted, no query)
   std::string shown;     // the URL without its query, for messages (redacted)
+  // The store's own transport (TransportStore), which is handed the URL as it is named:
+  // nullptr where the adapter reads the Store's calls.
+  RemoteIo* transport = nullptr;
 };
+
+// The store of a built-in driver's URL: the one its driver makes for the location
+// ("SCHEME://AUTHORITY/" and the URL's query; no request), read through its transport.
+Result<Where> resolve_built_in(Entry* e, std::string_view url) {
+  RemoteIo* const t = e->row.transport();
+  if (t == nullptr) return file_error(ErrorCode::kIo, std::string(url), e->row.missing, ENOTSUP);
+  const auto [name, query] = split_options(url);
+  const std::size_t start = name.find("://") + 3;
+  const std::size_t slash = std::min(name.find('/', start), name.size());
+  SHARDLOAD_ASSIGN_OR_RETURN(std::unique_ptr<Store> store,
+                             make_remote_store(name.substr(0, slash) + "/" + query, t));
+  const auto* const reads = dynamic_cast<const TransportStore*>(store.get());
+  if (reads == nullptr || reads->transport() == nullptr) {
+    return file_error(ErrorCode::kIo, std::string(url), e->row.missing, ENOTSUP);
+  }
+  Where w;
+  w.entry = e;
+  w.transport = reads->transport();
+  w.store = std::move(store);
+  return w;
+}
 
 Result<Where> resolve(std::string_view url) {
   Entry* const e = entry_of(url);
+  if (e != nullptr && e->row.transport != nullptr) return resolve_built_in(e, url);
   if (e == nullptr || !e->scheme.open) {
     return file_error(ErrorCode::kIo, std::string(url),
                       "no store driver is registered for this scheme", ENOTSUP);
@@ -188,29 +215,47 @@ int errno_of(const Status& st) {
   return st.sys_errno() != 0 ? st.sys_errno() : EIO;
 }
 
-// The adapter: any registered Store as the RemoteIo that posix_io() routes the scheme's paths
-// to. Its descriptors are at or above kStoreFdBase.
+// The adapter: the RemoteIo that posix_io() routes every registered scheme's paths to. It
+// reads a key through the Store the registry makes for its URL: a store driver's Store through
+// its calls (stat, ranged read under a generation, list), a built-in driver's through the
+// transport the Store reads with (TransportStore), handed the URL as the reader named it. Its
+// descriptors are at or above kStoreFdBase.
 class StoreIo final : public RemoteIo {
  public:
   Result<int> open(const std::string& url) override {
+    SHARDLOAD_ASSIGN_OR_RETURN(Where w, resolve(url));
+    if (w.transport != nullptr) return add_opened(w, w.transport->open(url));
     FileInfo info;
-    return open_stat(url, &info);
+    return open_stat(std::move(w), &info);
   }
 
   // The open is the stat: its generation conditions every read of this descriptor.
   Result<int> open_stat(const std::string& url, FileInfo* info) override {
     SHARDLOAD_ASSIGN_OR_RETURN(Where w, resolve(url));
-    SHARDLOAD_RETURN_IF_ERROR(check_object(w));
-    auto k = w.store->stat(w.key);
-    if (!k) return named(k.status(), w);
-    *info = info_of(*k);
-    return add(std::move(w), k->generation, k->size);
+    if (w.transport != nullptr) return add_opened(w, w.transport->open_stat(url, info));
+    return open_stat(std::move(w), info);
+  }
+
+  // A store driver's key is read whole or from its end as any other: the Store has one read.
+  Result<int> open_whole(const std::string& url, FileInfo* info, std::size_t expected) override {
+    SHARDLOAD_ASSIGN_OR_RETURN(Where w, resolve(url));
+    if (w.transport != nullptr) {
+      return add_opened(w, w.transport->open_whole(url, info, expected));
+    }
+    return open_stat(std::move(w), info);
+  }
+
+  Result<int> open_tail(const std::string& url, FileInfo* info, std::size_t tail) override {
+    SHARDLOAD_ASSIGN_OR_RETURN(Where w, resolve(url));
+    if (w.transport != nullptr) return add_opened(w, w.transport->open_tail(url, info, tail));
+    return open_stat(std::move(w), info);
   }
 
   // No stat: the snapshot's size bounds the reads, which carry no condition; the caller's
   // check after them (stat) tells a change.
   Result<int> open_known(const std::string& url, const FileInfo& snapshot) override {
     SHARDLOAD_ASSIGN_OR_RETURN(Where w, resolve(url));
+    if (w.transport != nullptr) return add_opened(w, w.transport->open_known(url, snapshot));
     SHARDLOAD_RETURN_IF_ERROR(check_object(w));
     return add(std::move(w), std::string(), snapshot.size);
   }
@@ -219,6 +264,7 @@ class StoreIo final : public RemoteIo {
   Result<FileInfo> stat(int fd, const std::string& path) override {
     const std::shared_ptr<const Open> o = find(fd);
     if (o == nullptr) return file_error(ErrorCode::kIo, path, "not an open key", EBADF);
+    if (o->transport != nullptr) return o->transport->stat(o->transport_fd, path);
     auto k = o->store->stat(o->key);
     if (!k) return k.status().with_path(o->shown);
     return info_of(*k);
@@ -226,6 +272,7 @@ class StoreIo final : public RemoteIo {
 
   Result<FileInfo> stat_path(const std::string& url) override {
     SHARDLOAD_ASSIGN_OR_RETURN(Where w, resolve(url));
+    if (w.transport != nullptr) return w.transport->stat_path(url);
     SHARDLOAD_RETURN_IF_ERROR(check_object(w));
     auto k = w.store->stat(w.key);
     if (!k) return named(k.status(), w);
@@ -234,8 +281,14 @@ class StoreIo final : public RemoteIo {
 
   std::int64_t pread(int fd, void* buf, std::size_t n, std::uint64_t offset) override {
     t_read_error.clear();
+    t_read_by = nullptr;
     const std::shared_ptr<const Open> o = find(fd);
     if (o == nullptr) return -EBADF;
+    if (o->transport != nullptr) {
+      // The transport's own words on a failed read are asked of it (last_read_error).
+      t_read_by = o->transport;
+      return o->transport->pread(o->transport_fd, buf, n, offset);
+    }
     if (n == 0) return 0;
     const Result<std::size_t> got =
         o->deadline.count() > 0
@@ -261,8 +314,15 @@ class StoreIo final : public RemoteIo {
   }
 
   void close(int fd) override {
-    std::lock_guard lock(mu_);
-    files_.erase(fd);
+    std::shared_ptr<const Open> o;
+    {
+      std::lock_guard lock(mu_);
+      const auto it = files_.find(fd);
+      if (it == files_.end()) return;
+      o = std::move(it->second);
+      files_.erase(it);
+    }
+    if (o->transport != nullptr) o->transport->close(o->transport_fd);
   }
 
   // The keys directly under the prefix, by name (a prefix below it without its '/').
@@ -278,6 +338,7 @@ class StoreIo final : public RemoteIo {
           err);
     };
     auto where = resolve(dir_url);
+    if (where && where->transport != nullptr) return where->transport->list(dir_url);
     if (!where) return refused(where.status());
     const Where& w = *where;
     std::string prefix = w.key;
@@ -298,6 +359,7 @@ class StoreIo final : public RemoteIo {
   // A key is an object where its stat finds it, a prefix where keys are listed under it.
   Result<bool> is_object(const std::string& url) override {
     SHARDLOAD_ASSIGN_OR_RETURN(Where w, resolve(url));
+    if (w.transport != nullptr) return w.transport->is_object(url);
     if (!w.key.empty() && w.key.back() != '/') {
       auto k = w.store->stat(w.key);
       if (k) return true;
@@ -310,10 +372,13 @@ class StoreIo final : public RemoteIo {
     return file_error(ErrorCode::kIo, w.shown, "no such object or prefix", ENOENT);
   }
 
-  std::string last_read_error() const override { return t_read_error; }
+  std::string last_read_error() const override {
+    return t_read_by != nullptr ? t_read_by->last_read_error() : t_read_error;
+  }
 
   Status write_object(const std::string& url, const void* data, std::size_t n) override {
     SHARDLOAD_ASSIGN_OR_RETURN(Where w, resolve(url));
+    if (w.transport != nullptr) return w.transport->write_object(url, data, n);
     SHARDLOAD_RETURN_IF_ERROR(check_object(w));
     return named(
         w.store->write(w.key, std::span<const std::byte>(static_cast<const std::byte*>(data), n)),
@@ -328,7 +393,30 @@ class StoreIo final : public RemoteIo {
     std::string generation;  // the reads' condition ("" none)
     std::uint64_t size = 0;
     std::chrono::milliseconds deadline{0};
+    RemoteIo* transport = nullptr;  // a built-in driver's store: its transport's descriptor
+    int transport_fd = -1;
   };
+
+  // The open of a store driver's key: its stat.
+  Result<int> open_stat(Where w, FileInfo* info) {
+    SHARDLOAD_RETURN_IF_ERROR(check_object(w));
+    auto k = w.store->stat(w.key);
+    if (!k) return named(k.status(), w);
+    *info = info_of(*k);
+    return add(std::move(w), k->generation, k->size);
+  }
+
+  // A key its store's transport opened (its descriptor there, or the open's error).
+  Result<int> add_opened(const Where& w, Result<int> opened) {
+    if (!opened) return opened.status();
+    auto o = std::make_shared<Open>();
+    o->store = w.store;
+    o->transport = w.transport;
+    o->transport_fd = *opened;
+    auto fd = insert(std::move(o));
+    if (!fd) w.transport->close(*opened);
+    return fd;
+  }
 
   Result<int> add(Where w, std::string generation, std::uint64_t size) {
     auto o = std::make_shared<Open>();
@@ -338,11 +426,20 @@ class StoreIo final : public RemoteIo {
     o->generation = std::move(generation);
     o->size = size;
     o->deadline = w.entry->scheme.read_deadline;
+    return insert(std::move(o));
+  }
+
+  // The next free descriptor of the adapter's range (numbers go round it, skipping those
+  // still open).
+  Result<int> insert(std::shared_ptr<const Open> o) {
     std::lock_guard lock(mu_);
-    if (next_fd_ == INT_MAX) {
-      return file_error(ErrorCode::kIo, o->shown, "too many keys opened in this process", EMFILE);
+    if (files_.size() >= static_cast<std::size_t>(INT_MAX - kStoreFdBase)) {
+      return file_error(ErrorCode::kIo, o->shown, "too many keys open in this process", EMFILE);
     }
-    const int fd = next_fd_++;
+    while (files_.count(next_fd_) != 0)
+      next_fd_ = next_fd_ == INT_MAX ? kStoreFdBase : next_fd_ + 1;
+    const int fd = next_fd_;
+    next_fd_ = next_fd_ == INT_MAX ? kStoreFdBase : next_fd_ + 1;
     files_.emplace(fd, std::move(o));
     return fd;
   }
@@ -403,15 +500,32 @@ class StoreIo final : public RemoteIo {
   std::unordered_map<int, std::shared_ptr<const Open>> files_;
   int next_fd_ = kStoreFdBase;
   static thread_local std::string t_read_error;
+  static thread_local RemoteIo* t_read_by;  // the transport of this thread's last pread
+
+ public:
+  // fork(): the lock is held across it, so that the child's copy of the open keys is whole
+  // (every remote read passes through here, on any thread, while a DataLoader forks).
+  static void before_fork();
+  static void after_fork();
 };
 
 thread_local std::string StoreIo::t_read_error;
+thread_local RemoteIo* StoreIo::t_read_by = nullptr;
 
-RemoteIo* the_store_io() {
+StoreIo* the_adapter() {
   // Never destroyed: keys may be open in other threads until the very end.
-  static auto* io = new StoreIo();
+  static auto* io = [] {
+    auto* made = new StoreIo();
+    ::pthread_atfork(&StoreIo::before_fork, &StoreIo::after_fork, &StoreIo::after_fork);
+    return made;
+  }();
   return io;
 }
+
+void StoreIo::before_fork() { the_adapter()->mu_.lock(); }
+void StoreIo::after_fork() { the_adapter()->mu_.unlock(); }
+
+RemoteIo* the_store_io() { return the_adapter(); }
 
 // A registered store seen from a prefix of it (open_store of "SCHEME://AUTHORITY/PREFIX/").
 // Saves are not staged through it (the default refuses).
@@ -476,14 +590,15 @@ bool is_store_scheme(std::string_view path) {
   return e != nullptr && static_cast<bool>(e->scheme.open);
 }
 
-void register_remote_scheme(std::string_view scheme, const PathTraits& traits,
-                            RemoteIo* (*backend)(), const char* missing) {
+void register_remote_scheme(std::string_view scheme, const PathTraits& traits, RemoteIo* (*reads)(),
+                            RemoteIo* (*transport)(), const char* missing) {
   auto* e = new Entry();  // never freed (see Entry)
   e->label = std::string(scheme) + "://";
   e->row.prefix = e->label;
   e->row.traits = traits;
   if (e->row.traits.scheme_label.empty()) e->row.traits.scheme_label = e->label;
-  e->row.backend = backend;
+  e->row.backend = reads;
+  e->row.transport = transport;
   e->row.missing = missing;
   replace_entry(e->label, e, false);
 }

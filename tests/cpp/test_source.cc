@@ -468,8 +468,12 @@ TEST(RemoteSource, S3AndHttpBackendsCoexist) {
     auto a = File::open(posix_io(), "s3://b/x");
     auto b = File::open(posix_io(), "https://h/x");
     ASSERT_TRUE(a && b);
-    EXPECT_TRUE(a->fd() >= kRemoteFdBase && a->fd() < kHttpFdBase);
-    EXPECT_GE(b->fd(), kHttpFdBase);
+    // Both through the one adapter, each key by its own store's transport.
+    EXPECT_GE(a->fd(), kStoreFdBase);
+    EXPECT_GE(b->fd(), kStoreFdBase);
+    EXPECT_NE(a->fd(), b->fd());
+    EXPECT_EQ(s3.open_files.size(), 1u);
+    EXPECT_EQ(web.open_files.size(), 1u);
     char buf[8];
     ASSERT_TRUE(a->read_exact(buf, 2, 5).is_ok());
     EXPECT_EQ(std::string(buf, 2), "s3");

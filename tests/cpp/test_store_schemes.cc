@@ -146,13 +146,16 @@ TEST_F(StoreSchemes, RegistrationRefusesMalformedAndBuiltInSchemes) {
 }
 
 TEST_F(StoreSchemes, TheBuiltInDriversAreRegisteredSchemesTooAndStay) {
-  // s3:// and http(s):// are rows of the same registry, each over its driver's own RemoteIo.
+  // s3:// and http(s):// are rows of the same registry, read as every registered store is:
+  // through the one adapter, which reads a key through the Store made for its URL (the
+  // driver's, over its transport).
   EXPECT_EQ(path_traits("s3://b/k.npy").scheme_label, "s3://");
   EXPECT_TRUE(path_traits("s3://b/k.npy").uploads);
   EXPECT_EQ(path_traits("https://h/k.npy").scheme_label, "http(s)://");
   EXPECT_FALSE(path_traits("http://h/k.npy").listable);
-  EXPECT_EQ(remote_io_for("s3://b/k.npy"), remote_io());
-  EXPECT_EQ(remote_io_for("http://h/k.npy"), http_io());
+  EXPECT_EQ(remote_io_for("s3://b/k.npy"), store_io());
+  EXPECT_EQ(remote_io_for("http://h/k.npy"), store_io());
+  EXPECT_EQ(remote_io_for("https://h/k.npy"), store_io());
   unregister_store_scheme("s3");
   unregister_store_scheme("https");
   EXPECT_TRUE(is_remote_url("s3://b/k.npy"));

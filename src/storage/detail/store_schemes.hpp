@@ -19,8 +19,25 @@ namespace shardload::detail {
 struct SchemeRow {
   std::string_view prefix;  // "s3://"
   PathTraits traits;
-  RemoteIo* (*backend)();  // the registered backend that serves it (io.hpp)
-  const char* missing;     // why a build without that backend cannot serve it
+  // What posix_io() routes the scheme's paths to (io.hpp): the one adapter, which reads every
+  // scheme's keys through the Store made for the URL; nullptr where this build cannot serve it.
+  RemoteIo* (*backend)();
+  const char* missing;  // why a build without its driver cannot serve it
+  // A built-in driver's transport (the RemoteIo its Store reads and writes through), or
+  // nullptr: a store driver's scheme, read through its Store's own calls.
+  RemoteIo* (*transport)() = nullptr;
+};
+
+// A store whose driver reads its keys through a RemoteIo of its own, made for what the readers
+// ask (the built-in s3:// and http(s):// drivers): an open that fetches an object's first or
+// last bytes with its snapshot, an open of a known snapshot without a request, ranged reads
+// checked against the snapshot's ETag in parts in flight, the store's limit on requests,
+// retries, deadlines and redacted messages. The adapter reads such a store's keys through it,
+// handing it the URL as the reader named it, so every one of those stays the driver's.
+class TransportStore {
+ public:
+  virtual ~TransportStore() = default;
+  [[nodiscard]] virtual RemoteIo* transport() const = 0;
 };
 
 // The row of the registered scheme `path` is a URL of (a built-in driver's or a store
@@ -31,11 +48,20 @@ const SchemeRow* registered_row(std::string_view path);
 // adapter.
 bool is_store_scheme(std::string_view path);
 
-// Registers a built-in driver's scheme: its traits, the RemoteIo that serves it (`backend`
-// returns nullptr in a build without the driver) and why such a build cannot serve it.
+// Registers a built-in driver's scheme: its traits, its transport (`transport` returns nullptr
+// in a build without the driver), which its Store (make_remote_store) reads and writes through,
+// and why a build without it cannot serve it. Its paths are routed to `reads`: the adapter
+// (built_in_reads), which reads their keys through that Store, where the transport is there.
 // traits.scheme_label "" is "SCHEME://".
-void register_remote_scheme(std::string_view scheme, const PathTraits& traits,
-                            RemoteIo* (*backend)(), const char* missing);
+void register_remote_scheme(std::string_view scheme, const PathTraits& traits, RemoteIo* (*reads)(),
+                            RemoteIo* (*transport)(), const char* missing);
+
+// The router's answer for a built-in scheme whose transport is `Transport`: the adapter, or
+// nullptr in a build without the driver.
+template <RemoteIo* (*Transport)()>
+RemoteIo* built_in_reads() {
+  return Transport() != nullptr ? store_io() : nullptr;
+}
 
 // The built-in drivers' schemes (register.cc), registered before the first look-up.
 void register_built_in_schemes();
