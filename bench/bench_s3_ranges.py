@@ -6,7 +6,8 @@ many byte ranges of one object: two builds of shardload side by side in one run.
                                     [--rounds 3] [--threads 2]
 
 --a / --b are two built checkouts (or their `python` folders), each run in its own processes
-(shardload.numpy.load, no Legate). One moto server on 127.0.0.1 (tests/python/s3_server.py)
+(shardload.numpy.load, no Legate), with the checkout's build/libshardload.so, where it has
+one, first on the library path. One moto server on 127.0.0.1 (tests/python/s3_server.py)
 holds the datasets; every request of a load goes through a counting proxy in front of it
 (tests/python/s3_fault_proxy.py, which forwards and counts, injecting nothing). Per case and
 build: the GETs (ranged and whole), HEADs and LISTs of one load, discovery included, and the
@@ -152,6 +153,12 @@ def main() -> None:
                                 "out": str(out)}
                         proxy.clear()
                         env = {**os.environ, "PYTHONPATH": str(pp)}
+                        # The checkout's own library first: a copied checkout's extension
+                        # still names the library path of the tree it was built in.
+                        if (pp.parent / "build" / "libshardload.so").is_file():
+                            env["LD_LIBRARY_PATH"] = os.pathsep.join(
+                                [str(pp.parent / "build")] +
+                                [x for x in [os.environ.get("LD_LIBRARY_PATH")] if x])
                         p = subprocess.run([py, "-c", CHILD, json.dumps(spec)], env=env,
                                            capture_output=True, text=True, timeout=900)
                         lines = [x for x in p.stdout.splitlines() if x.startswith("RANGES ")]
