@@ -587,8 +587,10 @@ class LocalStore final : public Store {
     return std::unique_ptr<KeySink>(new LocalSink(std::move(parent), fd, leaf, path, size));
   }
 
-  // The file as a sink made it (no link followed, on the way or at the end), for more pwrites:
-  // the same open(2) and pwrite(2) a writer of a file made beforehand does.
+  // The file as a sink made it, for more pwrites: opened by its path, as a writer of a file
+  // made beforehand opens it (O_NOFOLLOW: not through a link at its end), then checked to be
+  // the file reached through the key's directories without following a link (open_parent), so
+  // a directory on the way switched to a link is refused as the key's other writes refuse it.
   Result<std::unique_ptr<KeySink>> reopen_key_sink(std::string_view key) override {
     SHARDLOAD_RETURN_IF_ERROR(check_store_key(key));
     const std::string k(key);
@@ -596,7 +598,7 @@ class LocalStore final : public Store {
     SHARDLOAD_ASSIGN_OR_RETURN(Fd parent, open_parent(dir_, k, /*create=*/false));
     const std::string leaf = leaf_of(k);
     // O_NONBLOCK: a FIFO put in its place fails (ENXIO) rather than waiting for a reader.
-    Fd fd(::openat(parent.get(), leaf.c_str(), O_WRONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK));
+    Fd fd(::open(path.c_str(), O_WRONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK));
     if (fd.get() < 0) {
       const int err = errno;
       return file_error(ErrorCode::kIo, path, sys_what("cannot open for writing", err), err);
@@ -609,6 +611,15 @@ class LocalStore final : public Store {
     if (!S_ISREG(st.st_mode)) {
       return file_error(ErrorCode::kIo, path, "is not a regular file (a staged key is one)",
                         EINVAL);
+    }
+    struct ::stat at {};
+    if (::fstatat(parent.get(), leaf.c_str(), &at, AT_SYMLINK_NOFOLLOW) != 0 ||
+        at.st_dev != st.st_dev || at.st_ino != st.st_ino) {
+      return file_error(ErrorCode::kInvalidArgument, path,
+                        "store key '" + path_for_message(k) +
+                            "': its path no longer leads to the key's file (a directory on the "
+                            "way was replaced); a key does not leave the store's location",
+                        ELOOP);
     }
     return std::unique_ptr<KeySink>(new LocalSink(std::move(parent), fd.release(), leaf, path,
                                                   static_cast<std::uint64_t>(st.st_size),
