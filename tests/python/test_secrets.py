@@ -664,38 +664,11 @@ def test_a_session_token_in_no_url_is_hidden_where_the_server_echoes_it(cli, tmp
     page echoes the request's headers (a gateway, a debugging proxy) had it printed in the
     error, since the redaction looked only for values spelled in the URL (pass 13, fault 4).
     The signed path gives each request's token and signature to the redaction."""
-    import http.server
     import os
-    import threading
 
     token = "FwoGZXIvYXdzs3cr3tSESSIONtoken0123456789"
-
-    class Echo(http.server.BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def log_message(self, *args):
-            pass
-
-        def answer(self):
-            if self.command == "HEAD":
-                self.send_response(200)
-                self.send_header("Content-Length", "160")
-                self.send_header("ETag", '"e1"')
-                self.end_headers()
-                return
-            body = json.dumps({"token": self.headers.get("x-amz-security-token"),
-                               "auth": self.headers.get("Authorization")}).encode()
-            self.send_response(403)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        do_GET = do_HEAD = answer
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Echo)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    server = _echo_server(lambda h: json.dumps({"token": h.headers.get("x-amz-security-token"),
+                                                 "auth": h.headers.get("Authorization")}))
     try:
         env = {**os.environ, "AWS_ACCESS_KEY_ID": "AKIAVISIBLE", "AWS_SECRET_ACCESS_KEY":
                "sk-s3cr3tKEY012345", "AWS_SESSION_TOKEN": token, "AWS_EC2_METADATA_DISABLED":

@@ -400,6 +400,19 @@ def test_a_url_with_one_slash_is_refused_by_the_cli_and_save(tmp_path, monkeypat
     assert os.listdir(tmp_path) == []  # nothing written to ./s3:/
 
 
+def _refusals(text: str, save_error: type) -> list[str]:
+    """The messages of discover, load and save refusing the source or destination `text`."""
+    outs = []
+    for call in (shardload.discover, shardload.load):
+        with pytest.raises(ValueError) as e:
+            call(text)
+        outs.append(str(e.value))
+    with pytest.raises(save_error) as e:
+        shardload.save(np.arange(8.0).reshape(4, 2), text)
+    outs.append(str(e.value))
+    return outs
+
+
 @pytest.mark.parametrize("text", [
     "http: //user:pw-s3cr3t@host/x.npy", "http:/ /user:pw-s3cr3t@host/x.npy",
     "https:.//user:pw-s3cr3t@host/d/", "http:://user:pw-s3cr3t@host/x.npy",
@@ -411,14 +424,7 @@ def test_a_mistyped_url_whose_user_part_redaction_cannot_find_is_shown_hidden(
     part from redaction: the refusal quoted the password (hostile pass 14, fault 1). Shown from
     the ':' to the last '@' as "***" in the source, the save and the command line."""
     monkeypatch.chdir(tmp_path)
-    outs = []
-    for call in (shardload.discover, shardload.load):
-        with pytest.raises(ValueError) as e:
-            call(text)
-        outs.append(str(e.value))
-    with pytest.raises(ValueError) as e:
-        shardload.save(np.arange(8.0).reshape(4, 2), text)
-    outs.append(str(e.value))
+    outs = _refusals(text, ValueError)
     r = subprocess.run([str(cli), "inspect", "--json", text], capture_output=True, text=True,
                        timeout=60)
     assert r.returncode != 0
@@ -464,14 +470,7 @@ def test_a_url_without_its_colon_is_a_local_path_whose_user_part_is_hidden(
     printed the password in every output. The user part after a served scheme's name and its
     slashes is hidden as a URL's is."""
     monkeypatch.chdir(tmp_path)
-    outs = []
-    for call in (shardload.discover, shardload.load):
-        with pytest.raises(ValueError) as e:
-            call(text)
-        outs.append(str(e.value))
-    with pytest.raises(OSError) as e:
-        shardload.save(np.arange(8.0).reshape(4, 2), text)
-    outs.append(str(e.value))
+    outs = _refusals(text, OSError)
     outs.append(shardload.redact_secrets(text))
     for argv in (["inspect", "--json", text], ["inspect", text]):
         r = subprocess.run([str(cli), *argv], capture_output=True, text=True, timeout=60)
