@@ -5,14 +5,12 @@
 // unwinds the thread's C++ frames. pybind11's gil_scoped_release asks from its destructor,
 // which is noexcept: the unwinding stopped there in std::terminate, and a program ending with
 // status 0 (or 130 after Ctrl-C) aborted with a core dump instead. This guard's destructor lets
-// the unwinding through; a thread that finds the interpreter already finalizing does not ask at
-// all and waits for the process's end, as Python 3.14 makes such threads do.
+// the unwinding through, and the thread ends as Python ends its own. (It does not wait for the
+// process's end instead, as Python 3.14 makes such threads do: the finalizing thread's
+// collection may join it, a feed's destructor does, and that waited for ever.)
 #pragma once
 
 #include <Python.h>
-
-#include <chrono>
-#include <thread>
 
 namespace shardload::python {
 
@@ -28,9 +26,6 @@ class GilReleased {
  public:
   GilReleased() : state_(PyEval_SaveThread()) {}
   ~GilReleased() noexcept(false) {
-    if (interpreter_finalizing()) {
-      for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
-    }
     PyEval_RestoreThread(state_);  // may end this thread (above): unwinds from here
   }
   GilReleased(const GilReleased&) = delete;

@@ -42,6 +42,7 @@ def run(tmp_path, fmt: str, ending: str) -> subprocess.CompletedProcess:
         import os, signal, sys, threading, time
         import numpy as np
         import shardload.numpy as sn
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # a test runner may ignore it
         d = {d!r}
         A = np.arange(200000 * 8, dtype="f4").reshape(200000, 8)
         """).format(d=str(tmp_path)) + MAKE[fmt] + textwrap.dedent("""
