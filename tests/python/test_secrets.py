@@ -764,14 +764,13 @@ def test_a_secret_echoed_where_the_quote_cuts_it_shows_no_part_of_it(cli, where)
         server.shutdown()
 
 
-def test_an_early_requests_echoed_signature_is_hidden_after_many_more_are_signed():
+def test_an_early_requests_echoed_signature_is_hidden_after_many_more_are_signed(monkeypatch):
     """The signed path's credentials were hidden from a global list of the 64 most recent: a
     request failing early, whose error was shown after more than 64 others were signed, had
     its own signature printed where the server echoed it (hostile pass 14, fault 8). Each
     request's own credentials now clear its own answer."""
     import hashlib
     import http.server
-    import os
     import threading
     import time
 
@@ -828,11 +827,10 @@ def test_an_early_requests_echoed_signature_is_hidden_after_many_more_are_signed
     server.daemon_threads = True
     server.request_queue_size = 256
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    saved = {k: os.environ.get(k) for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",
-                                            "AWS_SESSION_TOKEN")}
+    for k, v in (("AWS_ACCESS_KEY_ID", "AKIAVISIBLE"),
+                 ("AWS_SECRET_ACCESS_KEY", "sk-s3cr3tKEY0123"), ("AWS_SESSION_TOKEN", token)):
+        monkeypatch.setenv(k, v)
     try:
-        os.environ.update(AWS_ACCESS_KEY_ID="AKIAVISIBLE", AWS_SECRET_ACCESS_KEY="sk-s3cr3tKEY0123",
-                          AWS_SESSION_TOKEN=token)
         options = {"endpoint_override": f"127.0.0.1:{server.server_address[1]}", "scheme": "http",
                    "region": "us-east-1", "max_attempts": 1}
         urls = [f"s3://bkt/d/x{i:04d}.npy" for i in range(n)]
@@ -844,11 +842,6 @@ def test_an_early_requests_echoed_signature_is_hidden_after_many_more_are_signed
         assert _shown_prefix(out, seen["bad"]) == 0, out
         assert _shown_prefix(out, token) == 0, out
     finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
         server.shutdown()
 
 
