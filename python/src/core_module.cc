@@ -240,7 +240,9 @@ PYBIND11_MODULE(_core, m) {
         std::optional<py::error_already_set> raised;
         if (!progress.is_none()) {
           o.on_tile = [&](std::int64_t done, std::int64_t tiles, std::int64_t rows) {
-            py::gil_scoped_acquire hold;
+            // At the program's end the load stops here (a daemon thread's); see gil.hpp.
+            if (python::interpreter_finalizing()) return false;
+            python::GilAcquired hold;
             try {
               progress(done, tiles, rows);
               return true;
@@ -303,7 +305,12 @@ PYBIND11_MODULE(_core, m) {
         if (!c) throw_status(c.status().with_context("save: checksum"), ErrorSite::kWrite);
         o.save.checksum = *c;
         o.save.before_commit = [] {
-          py::gil_scoped_acquire gil;
+          // At the program's end a save in flight publishes nothing (its staging is removed
+          // as the error passes); see gil.hpp.
+          if (python::interpreter_finalizing()) {
+            throw std::runtime_error("save: the interpreter has ended; nothing was published");
+          }
+          python::GilAcquired gil;
           if (PyErr_CheckSignals() != 0) throw py::error_already_set();
         };
         std::vector<std::int64_t> shape;

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <Python.h>
+#include <unistd.h>
 
 namespace shardload::python {
 
@@ -33,6 +34,31 @@ class GilReleased {
 
  private:
   PyThreadState* state_;
+};
+
+// The GIL taken on a thread the engine runs or calls back on (a progress callback, a Python
+// reader's probe and read, a save's look at Ctrl-C before it publishes). pybind11's
+// gil_scoped_acquire lets pthread_exit's unwinding (above) into the engine's frames: a pool's
+// catch-all that keeps a job's error aborts the process there ("exception not rethrown"), a
+// noexcept frame in std::terminate. Such a thread waits for the process's end instead: the
+// engine's pool is never destroyed and the call that waits for it is a thread Python ends too,
+// so nothing waits for it. Callers look at interpreter_finalizing()
+// first where they can give up instead; this covers a finalization that begins while they wait.
+class GilAcquired {
+ public:
+  GilAcquired() {
+    try {
+      state_ = PyGILState_Ensure();
+    } catch (...) {
+      for (;;) ::pause();  // only pthread_exit's unwinding gets here
+    }
+  }
+  ~GilAcquired() { PyGILState_Release(state_); }
+  GilAcquired(const GilAcquired&) = delete;
+  GilAcquired& operator=(const GilAcquired&) = delete;
+
+ private:
+  PyGILState_STATE state_;
 };
 
 }  // namespace shardload::python

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -208,7 +209,10 @@ PYBIND11_MODULE(_legate, m) {
         // Ctrl-C while the save runs (the GIL released) only marks the signal pending; it is
         // looked at before the rename, so that an interrupted save publishes nothing.
         opts.before_commit = [] {
-          py::gil_scoped_acquire gil;
+          if (shardload::python::interpreter_finalizing()) {
+            throw std::runtime_error("save: the interpreter has ended; nothing was published");
+          }
+          shardload::python::GilAcquired gil;
           if (PyErr_CheckSignals() != 0) throw py::error_already_set();
         };
         const std::string path = dest;

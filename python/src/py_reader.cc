@@ -114,7 +114,7 @@ class PythonReader final : public ShardReader {
     if (!Py_IsInitialized() || interpreter_finalizing()) return stopped(path);
     Status st;
     {
-      py::gil_scoped_acquire gil;
+      GilAcquired gil;
       GcPause pause;
       try {
         const py::tuple got = py::reinterpret_borrow<py::object>(callbacks_->probe)(path_str(path));
@@ -154,7 +154,7 @@ class PythonReader final : public ShardReader {
   Status call_read(const ReadSpec& spec, const std::string& path, std::int64_t lo, std::int64_t hi,
                    std::byte* dst) {
     if (!Py_IsInitialized() || interpreter_finalizing()) return stopped(path);
-    py::gil_scoped_acquire gil;
+    GilAcquired gil;
     GcPause pause;
     try {
       std::vector<py::ssize_t> shape{static_cast<py::ssize_t>(hi - lo)};

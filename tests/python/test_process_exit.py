@@ -101,3 +101,56 @@ def test_a_python_reader_in_a_thread_at_the_programs_end(tmp_path):
                        timeout=120)
     assert r.returncode == 0, (r.returncode, r.stdout, r.stderr[-2000:])
     assert "terminate called" not in r.stderr
+
+
+@pytest.mark.parametrize("progress", ["lambda *a: None", "True"], ids=["callback", "bar"])
+def test_a_thread_loading_with_progress_at_the_programs_end(tmp_path, progress):
+    """The progress callback (the user's, or the bar's) takes the GIL on an engine thread: at
+    the program's end Python ended that thread inside the engine's pool, whose catch-all kept
+    the unwinding as a job's error and the process aborted ("exception not rethrown", 134) every
+    time."""
+    np = pytest.importorskip("numpy")
+    np.save(tmp_path / "a.npy", np.ones((400000, 8), "f4"))
+    script = textwrap.dedent("""
+        import threading, time
+        import shardload.numpy as sn
+        def loop():
+            while True:
+                sn.load({src!r}, threads=4, progress={progress})
+        threading.Thread(target=loop, daemon=True).start()
+        time.sleep(0.5)
+        print("main ends", flush=True)
+        """).format(src=[str(tmp_path / "a.npy")], progress=progress)
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, (r.returncode, r.stdout, r.stderr[-2000:])
+    assert "main ends" in r.stdout and "exception not rethrown" not in r.stderr
+
+
+@pytest.mark.parametrize("fmt", ["npy", "zarr"])
+def test_a_thread_saving_at_the_programs_end(tmp_path, fmt):
+    """A background save (a checkpoint writer) in flight at the program's end: the program ends
+    with its status (a save's last look at Ctrl-C took the GIL on the saving thread, and the
+    process aborted about half the time), and what is at the destination loads whole."""
+    import shardload.numpy as sn
+    script = textwrap.dedent("""
+        import threading, time
+        import numpy as np
+        import shardload.numpy as sn
+        def loop(i=0):
+            while True:
+                i += 1
+                sn.save(np.full((400000, 8), i, "f4"), {dest!r}, num_shards=8, format={fmt!r},
+                        overwrite=True)
+        threading.Thread(target=loop, daemon=True).start()
+        time.sleep(0.6)
+        print("main ends", flush=True)
+        """).format(dest=str(tmp_path / "out"), fmt=fmt)
+    for _ in range(4):
+        r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                           timeout=120)
+        assert r.returncode == 0, (r.returncode, r.stdout, r.stderr[-2000:])
+        assert "terminate called" not in r.stderr
+        if (tmp_path / "out").exists():
+            got = sn.load(str(tmp_path / "out"))
+            assert got.shape == (400000, 8) and (got == got[0, 0]).all()
