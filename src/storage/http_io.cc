@@ -67,9 +67,10 @@ Result<Target> target_of(const std::string& url) {
   const auto q = url.find('?');
   Target t;
   SHARDLOAD_ASSIGN_OR_RETURN(
-      const std::string rest,
-      take_store_options(url, q == std::string::npos ? std::string() : url.substr(q), &t.options));
-  t.request_url = encode_raw_path(std::string_view(url).substr(0, q)) + rest;
+      const auto parsed,
+      parsed_store_query(url, q == std::string::npos ? std::string() : url.substr(q)));
+  t.options = parsed->options;
+  t.request_url = encode_raw_path(std::string_view(url).substr(0, q)) + parsed->rest;
   t.store = StorageContext::process().store(origin_of(url), t.options);
   return t;
 }

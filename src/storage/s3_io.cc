@@ -731,13 +731,12 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
 
   Result<int> add_open(const std::string& url, std::shared_ptr<arrow::io::RandomAccessFile> file,
                        std::shared_ptr<SignedOpen> s = nullptr) {
-    StoreOptions options;  // checked already by resolve
-    const auto q = url.find('?');
+    const auto q = url.find('?');  // checked already by resolve
     SHARDLOAD_ASSIGN_OR_RETURN(
-        const std::string ignored,
-        take_store_options(url, q == std::string::npos ? std::string() : url.substr(q), &options,
+        const auto parsed,
+        parsed_store_query(url, q == std::string::npos ? std::string() : url.substr(q),
                            /*credentials=*/true));
-    (void)ignored;
+    const StoreOptions& options = parsed->options;
     RequestSlots* slots = nullptr;  // the signed path's requests hold the endpoint's
     if (file != nullptr) {
       SHARDLOAD_ASSIGN_OR_RETURN(const Where where, resolve(url));
@@ -1013,9 +1012,10 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
     const auto q = url.find('?');
     const std::string base = url.substr(0, q);
     const std::string query = q == std::string::npos ? std::string() : url.substr(q);
-    StoreOptions retry;
-    SHARDLOAD_ASSIGN_OR_RETURN(const std::string arrow_query,
-                               take_store_options(url, query, &retry, /*credentials=*/true));
+    SHARDLOAD_ASSIGN_OR_RETURN(const auto parsed,
+                               parsed_store_query(url, query, /*credentials=*/true));
+    const StoreOptions& retry = parsed->options;
+    const std::string& arrow_query = parsed->rest;
     if (retry.access_key.empty() != retry.secret_key.empty() ||
         (retry.access_key.empty() && !retry.session_token.empty())) {
       return file_error(ErrorCode::kInvalidArgument, url,

@@ -6,8 +6,10 @@
 #include <cmath>
 #include <mutex>
 #include <random>
+#include <unordered_map>
 #include <vector>
 
+#include "base/detail/fork_lock.hpp"
 #include "storage/detail/context.hpp"
 
 namespace shardload::detail {
@@ -126,14 +128,50 @@ Result<std::string> take_store_options(const std::string& url, const std::string
   return rest;
 }
 
+namespace {
+
+// The queries parsed so far: few (one per source's query), so kept for the process; past
+// kMaxKept distinct ones (a program making queries on the fly) the memo starts over.
+struct QueryMemo {
+  static constexpr std::size_t kMaxKept = 4096;
+  std::mutex mu;
+  std::unordered_map<std::string, std::shared_ptr<const ParsedStoreQuery>> kept;
+};
+
+QueryMemo& query_memo() {
+  static QueryMemo* const memo = [] {
+    auto* m = new QueryMemo;  // never destroyed: asked by threads until the process ends
+    hold_across_fork(&m->mu);
+    return m;
+  }();
+  return *memo;
+}
+
+}  // namespace
+
+Result<std::shared_ptr<const ParsedStoreQuery>> parsed_store_query(const std::string& url,
+                                                                   const std::string& query,
+                                                                   bool credentials) {
+  QueryMemo& memo = query_memo();
+  std::string key = (credentials ? "s" : "h") + query;
+  {
+    std::lock_guard lock(memo.mu);
+    if (const auto it = memo.kept.find(key); it != memo.kept.end()) return it->second;
+  }
+  auto parsed = std::make_shared<ParsedStoreQuery>();
+  SHARDLOAD_ASSIGN_OR_RETURN(parsed->rest,
+                             take_store_options(url, query, &parsed->options, credentials));
+  std::lock_guard lock(memo.mu);
+  if (memo.kept.size() >= QueryMemo::kMaxKept) memo.kept.clear();
+  return memo.kept.emplace(std::move(key), std::move(parsed)).first->second;
+}
+
 Result<StoreOptions> store_options_of(const std::string& url) {
-  StoreOptions options;
   const auto q = url.find('?');
   SHARDLOAD_ASSIGN_OR_RETURN(
-      const std::string rest,
-      take_store_options(url, q == std::string::npos ? std::string() : url.substr(q), &options));
-  (void)rest;
-  return options;
+      const auto parsed,
+      parsed_store_query(url, q == std::string::npos ? std::string() : url.substr(q)));
+  return parsed->options;
 }
 
 Result<std::size_t> chunks_in_flight_of(const std::string& url) {

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <string_view>
 
@@ -25,6 +26,22 @@ std::uint64_t fnv1a(std::string_view s);
 // rows http(s) takes.
 Result<std::string> take_store_options(const std::string& url, const std::string& query,
                                        StoreOptions* out, bool credentials = false);
+
+// A query parsed: its options (the defaults for keys it does not name) and what is left of it
+// for the store (Arrow's client, an http(s) server). Immutable, shared by every request of a
+// URL with that query.
+struct ParsedStoreQuery {
+  StoreOptions options;
+  std::string rest;
+};
+
+// take_store_options(url, query, ...), parsed and checked once per distinct query (and
+// `credentials`) in the process and kept: the transports ask it on each open and request and
+// get the parsed options back, not the query split again. A bad query is not kept (its error
+// names the `url` that asked).
+Result<std::shared_ptr<const ParsedStoreQuery>> parsed_store_query(const std::string& url,
+                                                                   const std::string& query,
+                                                                   bool credentials = false);
 
 // The options of `url`'s query, the defaults for keys it does not name.
 Result<StoreOptions> store_options_of(const std::string& url);
