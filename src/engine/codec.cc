@@ -13,7 +13,9 @@ namespace {
 
 // The last byte is the version: 2 added ctime, inode and linked files to the
 // snapshots; 3 row views (a shard's first row and its file's rows); 4 the decode
-// unit grid (Shard::decode_rows). A task never decodes another version's bytes.
+// unit grid (Shard::decode_rows). A task never decodes another version's bytes. A shard's
+// directory identities (Shard::dirs) came later, behind a flag of their own (kHasDirs), so
+// that a layout without them encodes as version 4 did.
 constexpr std::uint8_t kMagic[4] = {'S', 'L', 'L', '4'};
 // Format options alone (encode_format_options): their own magic, so that neither encoding
 // is taken for the other.
@@ -26,8 +28,9 @@ constexpr std::uint8_t kRegular = 4;
 constexpr std::uint8_t kHasLinked = 8;
 constexpr std::uint8_t kView = 16;
 constexpr std::uint8_t kDecodeGrid = 32;
+constexpr std::uint8_t kHasDirs = 64;
 constexpr std::uint8_t kAllFlags =
-    kByteSwap | kFortran | kRegular | kHasLinked | kView | kDecodeGrid;
+    kByteSwap | kFortran | kRegular | kHasLinked | kView | kDecodeGrid | kHasDirs;
 
 class Writer {
  public:
@@ -374,7 +377,8 @@ std::vector<std::uint8_t> encode_layout(const Layout& l) {
     w.u8(static_cast<std::uint8_t>(
         (s.byte_swap ? kByteSwap : 0) | (s.fortran_order ? kFortran : 0) |
         (s.snapshot.regular ? kRegular : 0) | (s.linked.empty() ? 0 : kHasLinked) |
-        (s.is_view() ? kView : 0) | (s.decode_rows > 0 ? kDecodeGrid : 0)));
+        (s.is_view() ? kView : 0) | (s.decode_rows > 0 ? kDecodeGrid : 0) |
+        (s.dirs.empty() ? 0 : kHasDirs)));
     if (s.is_view()) {
       w.varint(static_cast<std::uint64_t>(s.first_row));
       w.varint(static_cast<std::uint64_t>(s.file_rows));
@@ -388,6 +392,14 @@ std::vector<std::uint8_t> encode_layout(const Layout& l) {
         w.str(f.path);
         w.u8(f.snapshot.regular ? 1 : 0);
         put_info(w, f.snapshot);
+      }
+    }
+    if (!s.dirs.empty()) {
+      // The inode only: a device number is the process's own (DirIdentity).
+      w.varint(s.dirs.size());
+      for (const auto& d : s.dirs) {
+        w.str(d.below);
+        w.varint(d.inode);
       }
     }
   }
@@ -452,6 +464,18 @@ Result<Layout> decode_layout(std::span<const std::uint8_t> bytes) {
         if (regular > 1) return bad("linked file flag out of range");
         f.snapshot.regular = regular == 1;
         get_info(r, &f.snapshot);
+      }
+    }
+    if ((flags & kHasDirs) != 0) {
+      // Present only when not empty, so that one encoding means one layout.
+      s.dirs.resize(static_cast<std::size_t>(r.count()));
+      if (r.ok() && s.dirs.empty()) return bad("empty list of directories");
+      for (auto& d : s.dirs) {
+        d.below = r.str();
+        d.inode = r.varint();
+        if (r.ok() && !d.below.empty() && d.below[0] != '/') {
+          return bad("a directory that is not under its shard's path");
+        }
       }
     }
     if (!r.ok()) break;

@@ -509,6 +509,7 @@ std::string probe_difference(const Layout& l, const Shard& s, const ShardProbe& 
   }
   if (p.shard.extra != s.extra) return where + "its format data differs from the manifest's";
   if (p.shard.linked != s.linked) return where + "its linked files differ from the manifest's";
+  // Shard::dirs are not the manifest's to describe: the layout takes the probe's (Renewed).
   return {};
 }
 
@@ -528,12 +529,22 @@ struct Staleness {
   bool copy_of_snapshot_checked = false;
 };
 
+// What a probe at discovery gives a shard of a manifest's layout besides what the manifest says.
+struct Renewed {
+  // The file's snapshot, where the probe found another file equal in all else (a copy).
+  std::optional<FileInfo> snapshot;
+  // Shard::dirs as the probe found them, where it probed: a directory's identity is the
+  // discovery's, as a read compares it, whatever the manifest was written with (a copy's
+  // directories are others, a directory renamed keeps its own).
+  std::optional<std::vector<DirIdentity>> dirs;
+};
+
 // manifest_staleness, where `renewed` (when given, sized to the shards) receives the file's
 // snapshot of each shard whose probe (npy, raw, Zarr locally: the header or metadata read now)
 // equals the manifest's in everything but the file's identity: such a shard is what probing
-// would give, so it is not stale, and the layout takes the snapshot the probe saw.
-Staleness check_manifest(const Manifest& m, IoBackend& io,
-                         std::vector<std::optional<FileInfo>>* renewed) {
+// would give, so it is not stale, and the layout takes the snapshot the probe saw; and the
+// directories of each probed shard (Renewed::dirs).
+Staleness check_manifest(const Manifest& m, IoBackend& io, std::vector<Renewed>* renewed) {
   auto differs = [&](const std::string& path, const FileInfo& then) -> std::string {
     auto now = io.stat_path(path);
     if (!now) return now.status().message();
@@ -570,9 +581,10 @@ Staleness check_manifest(const Manifest& m, IoBackend& io,
           why = std::move(beyond);  // more than a copy: say what
         } else if (renewed != nullptr) {
           why.clear();
-          (*renewed)[i] = seen;
+          (*renewed)[i].snapshot = seen;
         }
       }
+      if (renewed != nullptr) (*renewed)[i].dirs = (**probe).shard.dirs;
       for (const auto& f : shards[i].linked) {
         if (why.empty()) why = differs(f.path, f.snapshot);
       }
@@ -779,7 +791,7 @@ ManifestDiscovery discover_from_manifest(const Source& source, const DiscoverOpt
     m->layout.manifest_state = ManifestState::kTrusted;
   } else {
     IoBackend& io = options.io != nullptr ? *options.io : posix_io();
-    std::vector<std::optional<FileInfo>> renewed(n);
+    std::vector<Renewed> renewed(n);
     const Staleness staleness = check_manifest(*m, io, &renewed);
     const std::string& why = staleness.why;
     if (!why.empty()) {
@@ -804,8 +816,9 @@ ManifestDiscovery discover_from_manifest(const Source& source, const DiscoverOpt
     }
     std::size_t copies = 0;
     for (std::size_t i = 0; i < n; ++i) {
-      if (renewed[i]) {
-        m->layout.shards[i].snapshot = *renewed[i];
+      if (renewed[i].dirs) m->layout.shards[i].dirs = std::move(*renewed[i].dirs);
+      if (renewed[i].snapshot) {
+        m->layout.shards[i].snapshot = *renewed[i].snapshot;
         ++copies;
       }
     }

@@ -166,6 +166,13 @@ class ZarrReader final : public ShardReader {
                                             metadata_path(dir, 3) + " exists)" + hint);
     }
     const int version = v2 != PathKind::kMissing ? 2 : 3;
+    if (path_traits(path).kernel_files) {
+      // The store's directory and the array's, by identity (Shard::dirs): its metadata file
+      // and chunks, hard-linked into another directory (`cp -al`), keep their snapshots.
+      SHARDLOAD_RETURN_IF_ERROR(add_directory(path, "", &p.shard));
+      if (dir != path)
+        SHARDLOAD_RETURN_IF_ERROR(add_directory(path, dir.substr(path.size()), &p.shard));
+    }
     const std::string meta_file = metadata_path(dir, version);
     SHARDLOAD_ASSIGN_OR_RETURN(
         const std::string text,
@@ -238,11 +245,56 @@ class ZarrReader final : public ShardReader {
         }
       });
     }
-    if (ctx_.check_snapshot) status = check_unchanged(meta_file, s.snapshot, std::move(status));
+    if (ctx_.check_snapshot) {
+      // A directory replaced before or while the chunks were read: they may be another
+      // one's. Asked once the chunks are read, so that a cause the chunk reads name (a link
+      // re-pointed, a chunk written) is the one reported.
+      if (status.is_ok()) status = same_directories(s);
+      status = check_unchanged(meta_file, s.snapshot, std::move(status));
+    }
     return status;
   }
 
  private:
+  static Status add_directory(const std::string& path, const std::string& below, Shard* shard) {
+    const std::string dir = path + below;
+    struct ::stat st {};
+    if (::stat(dir.c_str(), &st) != 0) {
+      return {ErrorCode::kIo, dir + ": cannot stat (" + std::strerror(errno) + ")"};
+    }
+    shard->dirs.push_back(
+        {below, static_cast<std::uint64_t>(st.st_dev), static_cast<std::uint64_t>(st.st_ino)});
+    return Status::ok();
+  }
+
+  // Each of the shard's directories (Shard::dirs: the store's and the array's) is the one the
+  // probe found, by identity, links followed: a store or array directory replaced since (by a
+  // rename, or a link re-pointed) at another one whose files are hard links of the discovered
+  // files (`cp -al`, `rsync --link-dest`) passes every file's snapshot and ctime, and would be
+  // read as the discovered store. One stat per directory; the chunks' own directories below
+  // the array's are held to the ctime rule (directories_since_discovery).
+  static Status same_directories(const Shard& s) {
+    for (const auto& d : s.dirs) {
+      const std::string dir = s.path + d.below;
+      struct ::stat st {};
+      if (::stat(dir.c_str(), &st) != 0) {
+        return {ErrorCode::kChanged, dir + ": changed since discovery: the directory is gone (" +
+                                         std::strerror(errno) + ")"};
+      }
+      const auto device = static_cast<std::uint64_t>(st.st_dev);
+      const auto inode = static_cast<std::uint64_t>(st.st_ino);
+      if (inode == d.inode && (d.device == 0 || device == d.device)) continue;
+      std::string was = "inode " + std::to_string(d.inode) + " -> " + std::to_string(inode);
+      if (d.device != 0 && device != d.device) {
+        was += ", device " + std::to_string(d.device) + " -> " + std::to_string(device);
+      }
+      return {ErrorCode::kChanged,
+              dir + ": changed since discovery: another directory than discovery found (" + was +
+                  "): it was replaced, renamed into place or re-pointed by a link, since"};
+    }
+    return Status::ok();
+  }
+
   struct Request {
     const ZarrMeta& m;
     const std::string& dir;

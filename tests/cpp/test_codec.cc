@@ -154,6 +154,28 @@ TEST(Codec, RefusesAnotherVersionAndUnknownFlags) {
   EXPECT_GE(refused_as_flags, 1);
 }
 
+TEST(Codec, AShardsDirectoriesTravelByInodeNotByDevice) {
+  Layout l = sample(2);
+  const auto without = encode_layout(l);
+  l.shards[0].dirs = {{"", 7, 11}, {"/group/a", 7, 12}};
+  const auto bytes = encode_layout(l);
+  auto d = decode_layout(bytes);
+  ASSERT_TRUE(d) << d.status().message();
+  ASSERT_EQ(d->shards[0].dirs.size(), 2u);
+  EXPECT_EQ(d->shards[0].dirs[0], (DirIdentity{"", 0, 11}));
+  EXPECT_EQ(d->shards[0].dirs[1], (DirIdentity{"/group/a", 0, 12}));
+  EXPECT_TRUE(d->shards[1].dirs.empty());
+  EXPECT_EQ(encode_layout(*d), bytes);  // one encoding, one layout
+  // A layout without directories encodes as before they were known.
+  l.shards[0].dirs.clear();
+  EXPECT_EQ(encode_layout(l), without);
+  // A directory that is not under its shard's path is refused.
+  l.shards[0].dirs = {{"elsewhere", 7, 11}};
+  auto bad = decode_layout(encode_layout(l));
+  ASSERT_FALSE(bad);
+  EXPECT_NE(bad.status().message().find("not under its shard's path"), std::string::npos);
+}
+
 TEST(Codec, RejectsEveryTruncationAndCorruption) {
   const auto bytes = encode_layout(sample(5));
   for (std::size_t n = 0; n < bytes.size(); ++n) {

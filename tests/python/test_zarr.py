@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import pickle
 import re
 import shutil
 import subprocess
@@ -912,3 +913,131 @@ def test_numcodecs_filters_and_checksums_are_refused_by_name(tmp_path, kwargs, n
                  zarr_format=3, **kwargs)
     with pytest.raises(shardload.LayoutError, match=rf"unsupported codec '{name}'"):
         shardload.discover(tmp_path, format="zarr")
+
+
+def _hard_linked_copy_with_one_chunk_rewritten(tmp_path, src, dst, kind, chunk, values,
+                                               store="."):
+    """`cp -al src dst`, then one chunk (or shard file) of dst replaced by a new file, as a
+    writer publishes one (a new file renamed over it): every other file of dst is a hard link of
+    src's, the metadata file's too, so each keeps its inode and its times."""
+    subprocess.run(["cp", "-al", str(src), str(dst)], check=True)
+    fresh = tmp_path / "fresh"
+    _swap_store(fresh, values, kind)
+    os.replace(fresh / chunk, dst / store / chunk)  # `store`: the store's place in dst
+    shutil.rmtree(fresh)
+
+
+def _swap_store(path, values, kind):
+    if kind == "v3 sharded":
+        z = zarr.create_array(str(path), shape=values.shape, chunks=(3, 4), shards=(6, 4),
+                              dtype=values.dtype, compressors=None, zarr_format=3,
+                              overwrite=True)
+    else:
+        z = zarr.open_array(str(path), mode="w", shape=values.shape, chunks=(3, 4),
+                            dtype=values.dtype, zarr_format=2 if kind == "v2" else 3)
+    z[...] = values
+
+
+@pytest.mark.parametrize("kind", ["v2", "v3", "v3 sharded"])
+@pytest.mark.parametrize("renamed", ["store", "array in a group", "directory of stores"])
+def test_a_store_replaced_by_rename_with_a_hard_linked_copy_is_a_changed_error(
+        tmp_path, kind, renamed):
+    """A copy made with `cp -al` (or `rsync --link-dest`) before discovery, one chunk rewritten
+    in it, renamed over the discovered store after discovery: its metadata file and its other
+    chunks are the discovered files (hard links: same inodes, old times), the rewritten chunk
+    a file older than discovery, so the copy's rows were read as the discovered store's, no
+    error. The store's and the array's directories are other directories: the read refuses."""
+    a = np.arange(40, dtype="float32").reshape(10, 4)
+    chunk = {"v2": "1.0", "v3": "c/1/0", "v3 sharded": "c/0/0"}[kind]
+    if renamed == "array in a group":
+        group = tmp_path / "g.zarr"
+        zarr.open_group(str(group), mode="w", zarr_format=2 if kind == "v2" else 3)
+        _swap_store(group / "a", a, kind)
+        _hard_linked_copy_with_one_chunk_rewritten(tmp_path, group / "a", group / "a_next", kind,
+                                                   chunk, a + 1000)
+        source, options, swapped = [group], {"dataset": "a"}, group / "a"
+        store, new = group, group / "a_next"
+    elif renamed == "store":
+        _swap_store(tmp_path / "v1", a, kind)
+        _hard_linked_copy_with_one_chunk_rewritten(tmp_path, tmp_path / "v1", tmp_path / "v2",
+                                                   kind, chunk, a + 1000)
+        (tmp_path / "v1").rename(tmp_path / "cur")
+        source, options, swapped = tmp_path / "cur", {}, tmp_path / "cur"
+        store, new = tmp_path / "cur", tmp_path / "v2"
+    else:
+        (tmp_path / "data").mkdir()
+        _swap_store(tmp_path / "data" / "shard_0000.zarr", a, kind)
+        _hard_linked_copy_with_one_chunk_rewritten(tmp_path, tmp_path / "data",
+                                                   tmp_path / "data_next", kind, chunk, a + 1000,
+                                                   store="shard_0000.zarr")
+        source, options, swapped = tmp_path / "data", {}, tmp_path / "data"
+        store, new = tmp_path / "data" / "shard_0000.zarr", tmp_path / "data_next"
+    time.sleep(0.05)
+    layout = shardload.discover(source, format="zarr", **options)
+    time.sleep(0.05)
+    np.testing.assert_array_equal(shardload.numpy.load(layout), a)
+    swapped.rename(tmp_path / "old")
+    new.rename(swapped)  # mv
+    array = store / options.get("dataset", "")
+    now = zarr.open_array(str(store), mode="r", path=options.get("dataset"))[...]
+    assert not np.array_equal(now, a) and np.array_equal(now[6:], a[6:])  # the oracle
+    changed = (array if renamed == "array in a group" else store).as_posix().rstrip("/")
+    want = (r"changed since discovery: another directory than discovery found \(inode \d+ -> "
+            r"\d+(, device \d+ -> \d+)?\): it was replaced")
+    for read in (lambda: shardload.numpy.load(layout), lambda: layout.read(6, 10),
+                 lambda: pickle.loads(pickle.dumps(layout)).read(0, 10)):
+        with pytest.raises(shardload.ShardReadError, match=want) as e:
+            read()
+        assert changed in str(e.value)
+    # Rediscovered, the store reads as it now is.
+    np.testing.assert_array_equal(shardload.numpy.load(shardload.discover(
+        source, format="zarr", **options)), now)
+
+
+def test_a_store_read_after_a_chunk_is_written_beside_others_keeps_its_directories(tmp_path):
+    """The directory rule holds the store's and the array's directories by identity, not by
+    their times: a chunk written in place after discovery is refused by its own ctime, and the
+    chunks beside it, in the same directory, still read."""
+    a = np.arange(40, dtype="float32").reshape(10, 4)
+    _swap_store(tmp_path / "s", a, "v2")
+    time.sleep(0.05)
+    layout = shardload.discover(tmp_path / "s", format="zarr")
+    time.sleep(0.05)
+    z = zarr.open_array(str(tmp_path / "s"), mode="r+")
+    z[3:6] = a[3:6] + 1000
+    with pytest.raises(shardload.ShardReadError, match=r"1\.0: changed since discovery: ctime"):
+        layout.read(3, 6)
+    np.testing.assert_array_equal(layout.read(0, 3), a[0:3])
+    np.testing.assert_array_equal(layout.read(6, 10), a[6:10])
+
+
+def test_a_manifest_keeps_the_directories_and_a_swap_after_discovery_is_refused(tmp_path):
+    """A discovery from the manifest holds the directories the probe found (indexed, renamed,
+    copied alike); the store swapped after it is refused as after probing."""
+    a = np.arange(40, dtype="float32").reshape(10, 4)
+    (tmp_path / "data").mkdir()
+    _swap_store(tmp_path / "data" / "shard_0000.zarr", a, "v2")
+    # Linked before indexing: a new hard link changes the linked file's ctime.
+    _hard_linked_copy_with_one_chunk_rewritten(tmp_path, tmp_path / "data" / "shard_0000.zarr",
+                                               tmp_path / "next", "v2", "1.0", a + 1000)
+    shardload.index(tmp_path / "data", format="zarr")
+    (tmp_path / "data").rename(tmp_path / "moved")  # a directory renamed keeps its identity
+    time.sleep(0.05)
+    for trust in (False, True):
+        layout = shardload.discover(tmp_path / "moved", format="zarr", trust_manifest=trust)
+        assert layout.manifest_state.value == ("trusted" if trust else "used")
+        np.testing.assert_array_equal(shardload.numpy.load(layout), a)
+    used = shardload.discover(tmp_path / "moved", format="zarr")
+    trusted = shardload.discover(tmp_path / "moved", format="zarr", trust_manifest=True)
+    (tmp_path / "moved" / "shard_0000.zarr").rename(tmp_path / "old")
+    (tmp_path / "next").rename(tmp_path / "moved" / "shard_0000.zarr")
+    for layout in (used, trusted):
+        with pytest.raises(shardload.ShardReadError, match=r"shard_0000\.zarr: changed since "
+                           r"discovery: another directory than discovery found"):
+            shardload.numpy.load(layout)
+    # A copy (cp -r): its manifest is still used, the layout holding the copy's directories.
+    shutil.copytree(tmp_path / "moved", tmp_path / "copy")
+    copied = shardload.discover(tmp_path / "copy", format="zarr")
+    assert copied.manifest_state.value == "used"
+    np.testing.assert_array_equal(shardload.numpy.load(copied),
+                                  zarr.open_array(str(tmp_path / "copy" / "shard_0000.zarr"))[...])

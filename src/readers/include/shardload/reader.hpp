@@ -41,6 +41,20 @@ struct LinkedFile {
   friend bool operator==(const LinkedFile&, const LinkedFile&) = default;
 };
 
+// A directory a shard's reads resolve through (a Zarr store's own, its array's in a group),
+// known by its identity as the probe found it: a read that finds another directory at that
+// path (one renamed into place, a hard-linked copy made with `cp -al`, whose files keep their
+// inodes and times) is kChanged. The directory is Shard::path + `below` ("" the shard's own
+// path, "/a/b" one under it), so that it travels with the path. `device` is this process's
+// st_dev and does not travel (another machine numbers its mounts otherwise): 0, not
+// compared; `inode` travels as a snapshot's does.
+struct DirIdentity {
+  std::string below;
+  std::uint64_t device = 0;
+  std::uint64_t inode = 0;
+  friend bool operator==(const DirIdentity&, const DirIdentity&) = default;
+};
+
 struct Shard {
   std::string path;
   // The rows this shard contributes to its layout: all of the file's, or a
@@ -57,6 +71,7 @@ struct Shard {
   FileInfo snapshot;               // the file as discovery saw it
   std::string extra;               // format-specific, opaque outside its reader
   std::vector<LinkedFile> linked;  // other files the data comes from
+  std::vector<DirIdentity> dirs;   // local directories the reads resolve through
   // The decode unit as a regular grid of file rows: the units are rows [j * decode_rows,
   // (j + 1) * decode_rows) of the file (the last one cut at its end), the least a reader
   // decodes to serve any row in them (an HDF5 or Zarr chunk's extent along axis 0, a
