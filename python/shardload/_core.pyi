@@ -85,6 +85,9 @@ def remote_retries() -> int:
 def printable(text: str) -> str:
     """``text`` with each control character and each byte that is not UTF-8 escaped, as every
     message shows a name."""
+def check_source(source: str | bytes) -> None:
+    """Raises as discover() does for a source spelled as no path or URL should be: a mistyped
+    URL (``http:/h/x``), a scheme no backend serves, a NUL."""
 def printable_redacted(text: str) -> str:
     """``printable(text)`` with its secrets hidden, as every message shows a path."""
 def redact_secrets(text: AnyStr) -> AnyStr:

@@ -50,6 +50,7 @@ def _directory(source: object, storage_options: object = None) -> str | bytes:
         raise TypeError(f"source: expected a directory (str, bytes or os.PathLike), found "
                         f"{_found(source)}")
     path = os.fspath(source)
+    _core.check_source(path)  # as discover() spells it out: a mistyped URL is no directory
     if isinstance(path, str) and path.startswith(("http://", "https://")):
         raise ValueError(f"{_core.printable_redacted(path)}: a manifest cannot be "
                          "written over HTTP (no upload, and no listing to index); index a local "
@@ -166,6 +167,7 @@ def verify(source: str | bytes | os.PathLike, *, groups: int | None = None,
     """
     if not isinstance(source, (str, bytes, os.PathLike)):
         raise TypeError(f"source: expected a path, found {_found(source)}")
+    _core.check_source(os.fspath(source))  # as discover() spells it out
     host = _bool("on_host", on_host)
     n = 0 if groups is None else _int("groups", groups)
     if groups is not None and n < 1:

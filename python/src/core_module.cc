@@ -553,6 +553,18 @@ PYBIND11_MODULE(_core, m) {
       py::arg("text"),
       "``text`` with each control character and each byte that is not UTF-8 escaped "
       "(``\\n``, ``\\x1b``, ``\\u009b``), as every message shows a name.");
+  // The check of a source's spelling that discovery makes (a NUL, a mistyped or unsupported
+  // scheme, an unsendable URL), for the entry points that take a directory or a manifest
+  // without discovering it first (index, verify, discover_once): one rule, one message.
+  m.def(
+      "check_source",
+      [](const py::object& source) {
+        const Status st = check_source(Source::directory(path_bytes(source)));
+        if (!st) raise(st);
+      },
+      py::arg("source"),
+      "Raises as discover() does for a source spelled as no path or URL should be: a mistyped "
+      "URL (``http:/h/x``), a scheme no backend serves, a NUL.");
   // Both, in the order every C++ message takes them (escaped, then redacted: a control
   // character inside a secret is part of the word hidden), for a path Python shows.
   m.def(

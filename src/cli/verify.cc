@@ -15,6 +15,7 @@
 #include "shardload/location.hpp"
 #include "shardload/manifest.hpp"
 #include "shardload/manifest_legate.hpp"
+#include "shardload/source.hpp"
 
 namespace shardload::cli {
 
@@ -40,6 +41,8 @@ int cmd_verify(const Args& args) {
   // A directory means its manifest; anything else is the manifest file itself. A URL is a
   // directory unless its key names the manifest (object storage and HTTP have no stat).
   std::string path = p.positional[0];
+  // Spelled as discovery checks it: a mistyped URL is refused, not looked for as a file.
+  if (Status st = check_source(Source::directory(path)); !st) return source_error(cmd, st);
   struct ::stat st {};
   if (!path_traits(path).kernel_files) {
     const std::string key = split_options(path).first;
@@ -72,8 +75,8 @@ int cmd_verify(const Args& args) {
     ticker.stop();
     bar.finish();
     for (const auto& m : r.mismatches) {
-      err << "shardload verify: " << printable_redacted(m.path) << ": "
-          << printable(m.what) << "\n";
+      err << "shardload verify: " << printable_redacted(m.path) << ": " << printable(m.what)
+          << "\n";
     }
     if (r.mismatches.empty()) {
       out << "verified " << r.shards << " shards in " << r.groups

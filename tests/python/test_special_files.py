@@ -586,3 +586,37 @@ def test_a_fifo_in_place_of_a_shard_the_manifest_names_is_an_error_not_a_wait(
         report(check)
         """)
     assert out["type"] is None, out  # verify lists the FIFO as a shard it cannot read
+
+
+@pytest.mark.parametrize("text", [
+    "http:/user:pw-s3cr3t@host/d/", "http: //user:pw-s3cr3t@host/d/",
+    "https:.//user:pw-s3cr3t@host/d/", "s3: //AK:pw-s3cr3t@bucket/d/",
+    "s3:/bucket/d/?secret_key=sk-s3cr3t",
+])
+def test_index_verify_and_discover_once_refuse_a_mistyped_url_as_discover_does(
+        tmp_path: pathlib.Path, monkeypatch, cli, text: str) -> None:
+    """index and verify (and the command line's verify) took a mistyped URL for a local path
+    ("manifest: cannot open", "not a directory") where discover refuses it saying what to
+    write: they make discover's check of the source's spelling first, as the command line's
+    index and discover_once (whose task discovers) do."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValueError) as e:
+        shardload.discover(text)
+    advice = str(e.value).split("': ", 1)[1]  # "a URL needs two slashes ... write '...'"
+    assert advice.startswith("a URL needs two slashes after the scheme: write "), advice
+    calls = {"index": lambda: shardload.index(text),
+             "verify": lambda: shardload.verify(text, on_host=True),
+             "verify on Legate": lambda: shardload.verify(text),
+             "discover_once": lambda: shardload.discover_once(text),
+             "index bytes": lambda: shardload.index(os.fsencode(text))}
+    for name, call in calls.items():
+        with pytest.raises(ValueError) as e:
+            call()
+        assert str(e.value).endswith("': " + advice), (name, str(e.value))
+        assert "s3cr3t" not in str(e.value)
+    for command in ("verify", "index"):
+        r = subprocess.run([str(cli), command, text], capture_output=True, text=True, timeout=60)
+        out = r.stdout + r.stderr
+        assert r.returncode == 2, out
+        assert advice in out and "s3cr3t" not in out, out
+    assert os.listdir(tmp_path) == []
