@@ -13,8 +13,6 @@ namespace shardload {
 
 namespace {
 
-std::atomic<RemoteIo*> g_remote{nullptr};
-std::atomic<RemoteIo*> g_http{nullptr};
 std::atomic<RemoteIo*> g_store{nullptr};
 std::atomic<PathRouter> g_router{nullptr};
 
@@ -116,14 +114,6 @@ std::string descriptor_path(int fd, const std::string& path) {
   return have_proc ? "/proc/self/fd/" + std::to_string(fd) : path;
 }
 
-void set_remote_io(RemoteIo* io) { g_remote.store(io, std::memory_order_release); }
-
-void set_http_io(RemoteIo* io) { g_http.store(io, std::memory_order_release); }
-
-RemoteIo* remote_io() { return g_remote.load(std::memory_order_acquire); }
-
-RemoteIo* http_io() { return g_http.load(std::memory_order_acquire); }
-
 void set_store_io(RemoteIo* io) { g_store.store(io, std::memory_order_release); }
 
 RemoteIo* store_io() { return g_store.load(std::memory_order_acquire); }
@@ -136,18 +126,9 @@ Result<RemoteIo*> routed_io(std::string_view path) {
   return router(path);
 }
 
-RemoteIo* remote_io_for_fd(int fd) {
-  if (fd >= kStoreFdBase) return store_io();
-  if (fd >= kHttpFdBase) return http_io();
-  return fd >= kRemoteFdBase ? remote_io() : nullptr;
-}
-
 std::uint64_t remote_retries() {
-  std::uint64_t n = 0;
-  for (const RemoteIo* r : {remote_io(), http_io(), store_io()}) {
-    if (r != nullptr) n += r->retries();
-  }
-  return n;
+  const RemoteIo* const r = store_io();
+  return r != nullptr ? r->retries() : 0;
 }
 
 Status RemoteIo::write_object(const std::string& url, const void*, std::size_t) {
@@ -208,7 +189,7 @@ class PosixIo final : public IoBackend {
   }
 
   Result<FileInfo> stat(int fd, const std::string& path) override {
-    if (fd >= kRemoteFdBase) return remote_io_for_fd(fd)->stat(fd, path);
+    if (fd >= kRemoteFdBase) return store_io()->stat(fd, path);
     struct ::stat st {};
     if (::fstat(fd, &st) != 0) {
       const int err = errno;
@@ -219,19 +200,30 @@ class PosixIo final : public IoBackend {
   }
 
   std::int64_t pread(int fd, void* buf, std::size_t n, std::uint64_t offset) override {
-    if (fd >= kRemoteFdBase) return remote_io_for_fd(fd)->pread(fd, buf, n, offset);
+    t_routed_read = fd >= kRemoteFdBase;
+    if (t_routed_read) return store_io()->pread(fd, buf, n, offset);
     const ssize_t got = ::pread(fd, buf, n, static_cast<off_t>(offset));
     return got < 0 ? -static_cast<std::int64_t>(errno) : static_cast<std::int64_t>(got);
   }
 
   void close(int fd) override {
     if (fd >= kRemoteFdBase) {
-      remote_io_for_fd(fd)->close(fd);
+      store_io()->close(fd);
     } else {
       ::close(fd);
     }
   }
+
+  // The adapter's words where this thread's last pread went there.
+  std::string last_read_error() const override {
+    return t_routed_read ? store_io()->last_read_error() : std::string();
+  }
+
+ private:
+  static thread_local bool t_routed_read;
 };
+
+thread_local bool PosixIo::t_routed_read = false;
 
 }  // namespace
 
@@ -300,11 +292,9 @@ Status File::read_exact(void* dst, std::size_t n, std::uint64_t offset) const {
     if (got < 0) {
       if (got == -EINTR) continue;
       std::string why = std::strerror(static_cast<int>(-got));
-      if (RemoteIo* r = remote_io_for_fd(fd_); r != nullptr) {
-        // An errno says little of an HTTP failure: the store's own words, where it gave some.
-        const std::string said = r->last_read_error();
-        if (!said.empty()) why += " (" + said + ")";
-      }
+      // An errno says little of an HTTP failure: the backend's own words, where it gave some.
+      const std::string said = io_->last_read_error();
+      if (!said.empty()) why += " (" + said + ")";
       return file_error(ErrorCode::kIo, path_,
                         "read of " + std::to_string(n) + " bytes at offset " +
                             std::to_string(offset) + " failed after " + std::to_string(done) +

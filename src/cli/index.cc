@@ -43,6 +43,7 @@ class CountingIo : public IoBackend {
     bar_->update(bytes_, ++shards_);
     return io_.stat_path(path);
   }
+  std::string last_read_error() const override { return io_.last_read_error(); }
 
  private:
   IoBackend& io_ = posix_io();
@@ -114,8 +115,8 @@ int cmd_index(const Args& args, const IndexSteps& steps) {
     return fail(cmd, "indexing " + src->describe() + ": " + written.status().message());
   }
   bar.finish();
-  std::cout << "wrote " << printable_redacted(*written) << ": "
-            << layout->shards.size() << " shards, " << layout->total_rows() << " rows, checksums "
+  std::cout << "wrote " << printable_redacted(*written) << ": " << layout->shards.size()
+            << " shards, " << layout->total_rows() << " rows, checksums "
             << checksum_name(mopts.checksum) << "\n";
   return 0;
 }

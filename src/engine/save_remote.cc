@@ -202,15 +202,14 @@ Result<RemoteDest> prepare_remote_save(const std::string& dest, const SaveOption
   d.dir = base + "/";
   // An object of the prefix's own name is no dataset to write into (a local save refuses a
   // destination that is a file). The bucket itself is never an object.
-  if (base.find('/', 5) != std::string::npos) {
-    if (RemoteIo* io = remote_io(); io != nullptr) {
-      const auto object = io->is_object(base + d.query);
-      if (object && *object) {
-        return file_error(ErrorCode::kIo, dest,
-                          "the destination is an object (expected a prefix of shards, or "
-                          "nothing); name a prefix",
-                          options.overwrite ? ENOTDIR : EEXIST);
-      }
+  // Asked of the parent prefix's Store: a stat of the prefix's own name there.
+  if (const std::size_t leaf = base.rfind('/'); base.find('/', 5) != std::string::npos) {
+    const auto parent = open_store(base.substr(0, leaf + 1) + d.query);
+    if (parent && (*parent)->stat(base.substr(leaf + 1))) {
+      return file_error(ErrorCode::kIo, dest,
+                        "the destination is an object (expected a prefix of shards, or "
+                        "nothing); name a prefix",
+                        options.overwrite ? ENOTDIR : EEXIST);
     }
   }
 

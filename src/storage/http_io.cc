@@ -1,11 +1,12 @@
-// Objects on an HTTP server through libcurl: the RemoteIo that posix_io() routes "http://" and
-// "https://" URLs to. The snapshot is a HEAD's Content-Length and ETag (its Last-Modified where
-// the server sends no ETag); a read is one ranged GET (Range: bytes=a-b) into the caller's
-// buffer. A server that ignores the Range answers 200 with the whole object: its bytes are
-// taken only where they are exactly the range asked for (from offset 0, the whole object fitting
-// the buffer), never copied as if they were the range. HTTP has no listing: every object is
+// Objects on an HTTP server through libcurl: the transport the "http://" and "https://" driver's
+// Store reads through (transports.hpp). The snapshot is a HEAD's Content-Length and ETag (its
+// Last-Modified where the server sends no ETag); a read is one ranged GET (Range: bytes=a-b) into
+// the caller's buffer. A server that ignores the Range answers 200 with the whole object: its bytes
+// are taken only where they are exactly the range asked for (from offset 0, the whole object
+// fitting the buffer), never copied as if they were the range. HTTP has no listing: every object is
 // named by its URL.
 #include "storage/detail/http_io.hpp"
+#include "storage/detail/transports.hpp"
 
 #include <curl/curl.h>
 
@@ -393,7 +394,7 @@ class CurlRemoteIo final : public RemoteIo {
 
   std::mutex mu_;
   std::unordered_map<int, std::shared_ptr<const Open>> files_;
-  int next_fd_ = kHttpFdBase;
+  int next_fd_ = kTransportFdBase;
   std::atomic<std::uint64_t> retries_{0};
   static thread_local std::string t_read_error;
 };
@@ -405,7 +406,7 @@ thread_local std::string CurlRemoteIo::t_read_error;
 void register_http_io() {
   // Never destroyed: objects may be open in other threads until the very end.
   static auto* io = new CurlRemoteIo();
-  set_http_io(io);
+  set_http_transport(io);
 }
 
 }  // namespace shardload::detail

@@ -1,13 +1,17 @@
 // The built-in drivers' schemes (s3://, http(s)://), registered as a store driver's scheme is
 // (their rows: what the store is like, the transport their Store reads through; the adapter
-// reads their keys as it reads every registered store's); the remote drivers this
-// build has, registered with posix_io() at load time, so that a source parsed before any reader
-// exists can name their URLs; the adapter that reads the stores of registered store schemes;
-// and the router that tells posix_io() which paths they serve (the registry's rows).
+// reads their keys as it reads every registered store's); the transports this build has
+// (transports.hpp), registered at load time, so that a source parsed before any reader exists
+// can name their URLs; the adapter that reads the stores of registered schemes, registered
+// with posix_io(); and the router that tells posix_io() which paths they serve (the registry's
+// rows).
+#include <atomic>
+
 #include "shardload/io.hpp"
 #include "shardload/location.hpp"
 #include "storage/detail/store_schemes.hpp"
 #include "storage/detail/stores.hpp"
+#include "storage/detail/transports.hpp"
 #if SHARDLOAD_WITH_ARROW
 #include "storage/detail/s3_io.hpp"
 #endif
@@ -53,9 +57,35 @@ constexpr PathTraits kHttp{.kernel_files = false,
 // Registered as any scheme is, also in a build without the driver, whose paths then fail with
 // `missing` rather than be taken for local paths.
 void register_built_in_schemes() {
-  register_remote_scheme("s3", kS3, built_in_reads<remote_io>, remote_io, kNoS3);
-  register_remote_scheme("http", kHttp, built_in_reads<http_io>, http_io, kNoHttp);
-  register_remote_scheme("https", kHttp, built_in_reads<http_io>, http_io, kNoHttp);
+  register_remote_scheme("s3", kS3, built_in_reads<s3_transport>, s3_transport, kNoS3);
+  register_remote_scheme("http", kHttp, built_in_reads<http_transport>, http_transport, kNoHttp);
+  register_remote_scheme("https", kHttp, built_in_reads<http_transport>, http_transport, kNoHttp);
+}
+
+namespace {
+
+// Constant-initialized: set by the drivers' registration at load time, in any order.
+std::atomic<RemoteIo*> g_s3{nullptr};
+std::atomic<RemoteIo*> g_http{nullptr};
+
+}  // namespace
+
+RemoteIo* s3_transport() { return g_s3.load(std::memory_order_acquire); }
+
+RemoteIo* http_transport() { return g_http.load(std::memory_order_acquire); }
+
+RemoteIo* set_s3_transport(RemoteIo* io) { return g_s3.exchange(io, std::memory_order_acq_rel); }
+
+RemoteIo* set_http_transport(RemoteIo* io) {
+  return g_http.exchange(io, std::memory_order_acq_rel);
+}
+
+std::uint64_t transport_retries() {
+  std::uint64_t n = 0;
+  for (const RemoteIo* t : {s3_transport(), http_transport()}) {
+    if (t != nullptr) n += t->retries();
+  }
+  return n;
 }
 
 namespace {

@@ -1,6 +1,6 @@
 // Object storage through Arrow's S3 file system (the one inside the pinned pyarrow's libarrow):
-// the RemoteIo that posix_io() routes "s3://" URLs to. A read is one ranged GET
-// (RandomAccessFile::ReadAt) into the caller's buffer; nothing downloads a whole object.
+// the transport the s3:// driver's Store reads and writes through (transports.hpp). A read is one
+// ranged GET (RandomAccessFile::ReadAt) into the caller's buffer; nothing downloads a whole object.
 // Where the credentials are known without the AWS SDK (s3_signed.hpp; the region given, or
 // the bucket's own as its HEAD says), objects are opened and read by GETs signed here and sent
 // through libcurl instead: a GET that also says the object's size and ETag and shows its
@@ -13,6 +13,7 @@
 #include "storage/detail/context.hpp"
 #include "storage/detail/object_store.hpp"
 #include "storage/detail/store_options.hpp"
+#include "storage/detail/transports.hpp"
 #if SHARDLOAD_S3_SIGNED
 #include "storage/detail/curl_get.hpp"
 #include "storage/detail/s3_signed.hpp"
@@ -1200,7 +1201,7 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
   std::map<std::string, std::shared_ptr<const S3Endpoint>> signed_;  // by the same key
 #endif
   std::unordered_map<int, Open> files_;
-  int next_fd_ = kRemoteFdBase;
+  int next_fd_ = kTransportFdBase;
   std::atomic<std::uint64_t> retries_{0};
   static thread_local std::string t_read_error;
 };
@@ -1258,7 +1259,7 @@ void ArrowRemoteIo::finalize_at_exit() {
 }  // namespace
 
 void register_s3_io() {
-  set_remote_io(the_s3_io());
+  set_s3_transport(the_s3_io());
   set_object_store(the_s3_io());
 }
 

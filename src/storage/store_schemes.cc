@@ -23,6 +23,7 @@
 #include "shardload/interrupt.hpp"
 #include "storage/detail/store_schemes.hpp"
 #include "storage/detail/stores.hpp"
+#include "storage/detail/transports.hpp"
 
 namespace shardload {
 namespace detail {
@@ -219,7 +220,8 @@ int errno_of(const Status& st) {
 // reads a key through the Store the registry makes for its URL: a store driver's Store through
 // its calls (stat, ranged read under a generation, list), a built-in driver's through the
 // transport the Store reads with (TransportStore), handed the URL as the reader named it. Its
-// descriptors are at or above kStoreFdBase.
+// descriptors are at or above kRemoteFdBase (the one range posix_io() routes), and its
+// retries are its transports'.
 class StoreIo final : public RemoteIo {
  public:
   Result<int> open(const std::string& url) override {
@@ -376,6 +378,8 @@ class StoreIo final : public RemoteIo {
     return t_read_by != nullptr ? t_read_by->last_read_error() : t_read_error;
   }
 
+  std::uint64_t retries() const override { return transport_retries(); }
+
   Status write_object(const std::string& url, const void* data, std::size_t n) override {
     SHARDLOAD_ASSIGN_OR_RETURN(Where w, resolve(url));
     if (w.transport != nullptr) return w.transport->write_object(url, data, n);
@@ -433,13 +437,13 @@ class StoreIo final : public RemoteIo {
   // still open).
   Result<int> insert(std::shared_ptr<const Open> o) {
     std::lock_guard lock(mu_);
-    if (files_.size() >= static_cast<std::size_t>(INT_MAX - kStoreFdBase)) {
+    if (files_.size() >= static_cast<std::size_t>(INT_MAX - kRemoteFdBase)) {
       return file_error(ErrorCode::kIo, o->shown, "too many keys open in this process", EMFILE);
     }
     while (files_.count(next_fd_) != 0)
-      next_fd_ = next_fd_ == INT_MAX ? kStoreFdBase : next_fd_ + 1;
+      next_fd_ = next_fd_ == INT_MAX ? kRemoteFdBase : next_fd_ + 1;
     const int fd = next_fd_;
-    next_fd_ = next_fd_ == INT_MAX ? kStoreFdBase : next_fd_ + 1;
+    next_fd_ = next_fd_ == INT_MAX ? kRemoteFdBase : next_fd_ + 1;
     files_.emplace(fd, std::move(o));
     return fd;
   }
@@ -498,7 +502,7 @@ class StoreIo final : public RemoteIo {
 
   std::mutex mu_;
   std::unordered_map<int, std::shared_ptr<const Open>> files_;
-  int next_fd_ = kStoreFdBase;
+  int next_fd_ = kRemoteFdBase;
   static thread_local std::string t_read_error;
   static thread_local RemoteIo* t_read_by;  // the transport of this thread's last pread
 

@@ -15,6 +15,7 @@
 #include "shardload/io.hpp"
 #include "shardload/storage.hpp"
 #include "storage/detail/stores.hpp"
+#include "storage/detail/transports.hpp"
 #include "store_util.hpp"
 #include "util.hpp"
 
@@ -171,7 +172,7 @@ INSTANTIATE_TEST_SUITE_P(Drivers, SavePublish, ::testing::Values("local", "memor
                          [](const auto& info) { return info.param; });
 
 TEST(SavePublishStores, AReadOnlyStoreRefusesToStage) {
-  if (http_io() == nullptr) GTEST_SKIP() << "built without http(s)";
+  if (detail::http_transport() == nullptr) GTEST_SKIP() << "built without http(s)";
   auto store = open_store("http://127.0.0.1:9/data/");
   ASSERT_TRUE(store.is_ok()) << store.status().message();
   const auto staging = (*store)->stage("out", {});

@@ -16,6 +16,8 @@
 #include "shardload/location.hpp"
 #include "shardload/manifest.hpp"
 #include "shardload/source.hpp"
+#include "shardload/storage.hpp"
+#include "storage/detail/transports.hpp"
 #include "util.hpp"
 
 namespace shardload {
@@ -266,7 +268,7 @@ namespace {
 // only while nothing else runs.
 class MemoryRemote final : public RemoteIo {
  public:
-  explicit MemoryRemote(int fd_base = kRemoteFdBase) : next_(fd_base) {}
+  MemoryRemote() = default;
   std::map<std::string, std::string> objects;  // by URL without its query
   std::map<int, std::string> open_files;
   std::vector<std::tuple<std::string, std::uint64_t, std::size_t>> reads;  // url, offset, n
@@ -286,8 +288,20 @@ class MemoryRemote final : public RemoteIo {
     info.regular = true;
     return info;
   }
+  // A failed read, as a store that gave up after retrying says it: an errno, its words
+  // (last_read_error) and the retries counted.
+  std::string fail_reads;  // the words; "" reads
+  std::uint64_t retried = 0;
+  std::uint64_t retries() const override { return retried; }
+  std::string last_read_error() const override { return t_said; }
   std::int64_t pread(int fd, void* buf, std::size_t n, std::uint64_t offset) override {
     std::lock_guard<std::mutex> lock(mu_);
+    t_said.clear();
+    if (!fail_reads.empty()) {
+      retried += 2;
+      t_said = fail_reads;
+      return -EIO;
+    }
     reads.emplace_back(open_files.at(fd), offset, n);
     const std::string& s = objects.at(open_files.at(fd));
     if (offset >= s.size()) return 0;
@@ -335,13 +349,16 @@ class MemoryRemote final : public RemoteIo {
 
  private:
   std::mutex mu_;
-  int next_;
+  int next_ = detail::kTransportFdBase;
+  static thread_local std::string t_said;
 };
 
-// Puts `io` in place of the registered backend for one test.
+thread_local std::string MemoryRemote::t_said;
+
+// Puts `io` in place of the s3:// driver's transport for one test.
 struct RemoteSwap {
-  explicit RemoteSwap(RemoteIo* io) : before(remote_io()) { set_remote_io(io); }
-  ~RemoteSwap() { set_remote_io(before); }
+  explicit RemoteSwap(RemoteIo* io) : before(detail::set_s3_transport(io)) {}
+  ~RemoteSwap() { detail::set_s3_transport(before); }
   RemoteSwap(const RemoteSwap&) = delete;
   RemoteSwap& operator=(const RemoteSwap&) = delete;
   RemoteIo* before;
@@ -432,14 +449,51 @@ TEST(RemoteSource, PosixIoRoutesUrlsAndTheirDescriptors) {
   EXPECT_FALSE(Source::parse("s3://b/x"));
 }
 
-// Puts `io` in place of the registered http(s) backend for one test.
+// Puts `io` in place of the http(s):// driver's transport for one test.
 struct HttpSwap {
-  explicit HttpSwap(RemoteIo* io) : before(http_io()) { set_http_io(io); }
-  ~HttpSwap() { set_http_io(before); }
+  explicit HttpSwap(RemoteIo* io) : before(detail::set_http_transport(io)) {}
+  ~HttpSwap() { detail::set_http_transport(before); }
   HttpSwap(const HttpSwap&) = delete;
   HttpSwap& operator=(const HttpSwap&) = delete;
   RemoteIo* before;
 };
+
+// A transport's failed read reaches read_exact's message with the transport's own words,
+// whether the key is read by a reader (posix_io(): the adapter asks the transport that read)
+// or by its store (a File over the transport), and its retries reach remote_retries().
+TEST(RemoteSource, AFailedReadSaysTheTransportsWordsAndItsRetriesAreCounted) {
+  MemoryRemote s3;
+  MemoryRemote web;
+  s3.objects["s3://b/x"] = "hello world";
+  web.objects["https://h/x"] = "hello web";
+  RemoteSwap swap_s3(&s3);
+  HttpSwap swap_web(&web);
+  const std::uint64_t before = remote_retries();
+  auto f = File::open(posix_io(), "s3://b/x");
+  ASSERT_TRUE(f) << f.status().message();
+  s3.fail_reads = "SlowDown: reduce your request rate";
+  char buf[5];
+  const Status read = f->read_exact(buf, 5, 0);
+  ASSERT_FALSE(read.is_ok());
+  EXPECT_NE(read.message().find("(SlowDown: reduce your request rate)"), std::string::npos)
+      << read.message();
+  auto store = open_store("https://h/");
+  ASSERT_TRUE(store) << store.status().message();
+  web.fail_reads = "HTTP 503";
+  std::byte bytes[5];
+  const auto got = (*store)->read("x", 0, bytes, "");
+  ASSERT_FALSE(got);
+  EXPECT_NE(got.status().message().find("(HTTP 503)"), std::string::npos) << got.status().message();
+  EXPECT_EQ(remote_retries() - before, 4u);
+  // A local file's failed read after them says no transport's words.
+  auto local = File::open(posix_io(), "/proc/self/mem");
+  if (local) {
+    const Status st = local->read_exact(buf, 5, 0);
+    ASSERT_FALSE(st.is_ok());
+    EXPECT_EQ(st.message().find("HTTP 503"), std::string::npos) << st.message();
+    EXPECT_EQ(st.message().find("SlowDown"), std::string::npos) << st.message();
+  }
+}
 
 // One answer to "which shards lie side by side" for a raw sidecar and for the positions in
 // its rows list: a URL's query tells stores apart, a local path keeps its '?'.
@@ -457,7 +511,7 @@ TEST(RemoteSource, DirectoryKeyKeepsAUrlsQueryAndALocalPathsName) {
 
 TEST(RemoteSource, S3AndHttpBackendsCoexist) {
   MemoryRemote s3;
-  MemoryRemote web(kHttpFdBase);
+  MemoryRemote web;
   s3.objects["s3://b/x"] = "from s3";
   web.objects["https://h/x"] = "from the web";
   {
@@ -469,8 +523,8 @@ TEST(RemoteSource, S3AndHttpBackendsCoexist) {
     auto b = File::open(posix_io(), "https://h/x");
     ASSERT_TRUE(a && b);
     // Both through the one adapter, each key by its own store's transport.
-    EXPECT_GE(a->fd(), kStoreFdBase);
-    EXPECT_GE(b->fd(), kStoreFdBase);
+    EXPECT_GE(a->fd(), kRemoteFdBase);
+    EXPECT_GE(b->fd(), kRemoteFdBase);
     EXPECT_NE(a->fd(), b->fd());
     EXPECT_EQ(s3.open_files.size(), 1u);
     EXPECT_EQ(web.open_files.size(), 1u);

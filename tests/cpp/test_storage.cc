@@ -17,6 +17,7 @@
 #include "shardload/location.hpp"
 #include "shardload/storage.hpp"
 #include "storage/detail/stores.hpp"
+#include "storage/detail/transports.hpp"
 #include "store_util.hpp"
 #include "util.hpp"
 
@@ -272,7 +273,7 @@ TEST(OpenStore, RefusesWhatNoDriverServes) {
   EXPECT_EQ(gs.status().code(), ErrorCode::kInvalidArgument);
   EXPECT_NE(gs.status().message().find("gs://bucket/p/"), std::string::npos);
   // A location with a dot segment would let a key reach another prefix than the one named.
-  if (remote_io() != nullptr) {
+  if (detail::s3_transport() != nullptr) {
     EXPECT_EQ(open_store("s3://b/x/../y/").status().code(), ErrorCode::kInvalidArgument);
   }
 }
@@ -280,7 +281,7 @@ TEST(OpenStore, RefusesWhatNoDriverServes) {
 // A URL's query begins at its first '?': a key holding one would have its rest taken as the
 // store's options (another endpoint, say) and the key before it written, read or deleted.
 TEST(RemoteStore, AKeyHoldingAQuestionMarkIsRefusedBeforeAnyRequest) {
-  if (remote_io() == nullptr) GTEST_SKIP() << "built without object storage";
+  if (detail::s3_transport() == nullptr) GTEST_SKIP() << "built without object storage";
   // Nothing listens on port 9: a request would fail as an I/O error, not as a refused key.
   for (const std::string location :
        {"s3://b/p/", "s3://b/p/?endpoint_override=127.0.0.1:9&scheme=http&region=us-east-1"}) {
@@ -316,7 +317,7 @@ TEST(RemoteStore, AnHttpKeysPercentHashAndQuestionMarkArePercentEncoded) {
   EXPECT_EQ(url_key("s3://b/p/", "a b.npy"), "a b.npy");
   EXPECT_EQ(url_key("s3://b/p/", "q%2Fx#.npy"), "q%2Fx#.npy");  // S3's client encodes
   EXPECT_EQ(url_key("/data/p/", "q%2Fx#?.npy"), "q%2Fx#?.npy");
-  if (http_io() == nullptr) GTEST_SKIP() << "built without http(s)";
+  if (detail::http_transport() == nullptr) GTEST_SKIP() << "built without http(s)";
   // Nothing listens on port 9: the request fails as an I/O error naming the encoded URL.
   auto store = open_store("http://127.0.0.1:9/p/");
   ASSERT_TRUE(store.is_ok()) << store.status().message();
@@ -332,7 +333,7 @@ TEST(RemoteStore, AnHttpKeysPercentHashAndQuestionMarkArePercentEncoded) {
 // location() is shown as it is (the header says no secret is in it): a password in the
 // location's user part is not either.
 TEST(RemoteStore, TheLocationHoldsNoSecret) {
-  if (remote_io() == nullptr) GTEST_SKIP() << "built without object storage";
+  if (detail::s3_transport() == nullptr) GTEST_SKIP() << "built without object storage";
   for (const std::string location :
        {"s3://AKID:TopSecret1@b/p/", "https://user:TopSecret1@127.0.0.1:9/p/",
         "http://TopSecret1@127.0.0.1:9/p/?token=TopSecret1",
@@ -350,7 +351,7 @@ TEST(RemoteStore, TheLocationHoldsNoSecret) {
 // describe() is for messages and says its secrets are redacted: a password in the location's
 // user part was returned whole.
 TEST(RemoteStore, TheDescribedKeyHoldsNoSecret) {
-  if (remote_io() == nullptr) GTEST_SKIP() << "built without object storage";
+  if (detail::s3_transport() == nullptr) GTEST_SKIP() << "built without object storage";
   for (const std::string location :
        {"s3://AKID:TopSecret1@b/p/", "https://user:TopSecret1@127.0.0.1:9/p/",
         "http://TopSecret1@127.0.0.1:9/p/?token=TopSecret1",

@@ -293,7 +293,7 @@ TEST_F(StoreSchemes, AReadUnderTheOpensGenerationFailsOnceTheKeyChanged) {
   FileInfo info;
   auto f = File::open_stat(posix_io(), url, &info);
   ASSERT_TRUE(f) << f.status().message();
-  EXPECT_GE(f->fd(), kStoreFdBase);
+  EXPECT_GE(f->fd(), kRemoteFdBase);
   EXPECT_EQ(info.size, npy_shard(0, 5).size());
   std::string head(8, '\0');
   ASSERT_TRUE(f->read_exact(head.data(), head.size(), 0));

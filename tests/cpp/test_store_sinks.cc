@@ -21,6 +21,7 @@
 #include "shardload/storage.hpp"
 #include "storage/detail/object_store.hpp"
 #include "storage/detail/stores.hpp"
+#include "storage/detail/transports.hpp"
 #include "store_util.hpp"
 #include "util.hpp"
 
@@ -292,7 +293,7 @@ TEST(StoreSinksLocal, AReopenedSinkRefusesWhatIsNotARegularFile) {
 }
 
 TEST(StoreSinksStores, AReadOnlyStoreRefusesASink) {
-  if (http_io() == nullptr) GTEST_SKIP() << "built without http(s)";
+  if (detail::http_transport() == nullptr) GTEST_SKIP() << "built without http(s)";
   auto store = open_store("http://127.0.0.1:9/data/");
   ASSERT_TRUE(store.is_ok()) << store.status().message();
   Staging staging;

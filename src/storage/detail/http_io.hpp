@@ -5,8 +5,8 @@
 
 namespace shardload::detail {
 
-// Registers the "http://" and "https://" backend with posix_io() (set_http_io). Cheap:
-// libcurl itself is set up on the first URL opened.
+// Registers the "http://" and "https://" transport (set_http_transport, transports.hpp).
+// Cheap: libcurl itself is set up on the first URL opened.
 void register_http_io();
 
 }  // namespace shardload::detail

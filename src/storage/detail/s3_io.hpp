@@ -5,8 +5,8 @@
 
 namespace shardload::detail {
 
-// Registers the "s3://" backend with posix_io() (set_remote_io). Cheap: S3 itself is set up
-// on the first URL opened, and finalized at exit.
+// Registers the "s3://" transport (set_s3_transport, transports.hpp) and its ObjectStore.
+// Cheap: S3 itself is set up on the first URL opened, and finalized at exit.
 void register_s3_io();
 
 }  // namespace shardload::detail

@@ -75,24 +75,28 @@ class IoBackend {
   // Not pure, so that backends written before it keep compiling; the default is the real
   // call, which a counting or failing backend overrides.
   virtual Result<FileInfo> stat_path(const std::string& path);
+  // What the backend said of this thread's last failed pread (which returns only an errno), or
+  // "" when it said nothing: read_exact adds it to its message. An errno says little of an
+  // HTTP failure; a store's backend keeps its own words. The default, and posix_io() for a
+  // local file, says nothing.
+  virtual std::string last_read_error() const { return {}; }
 };
 
 // The process-wide POSIX backend. It is stateless, so sharing it is safe. It also serves the
-// paths that the storage layer routes to a registered RemoteIo (object-store URLs; see
-// set_path_router): open() of such a path hands out a descriptor at or above kRemoteFdBase,
-// which the other calls route there. A local file costs nothing more than the router's answer
-// and the comparison of its descriptor.
+// paths that the storage layer routes to its adapter (every URL of a scheme a store driver
+// serves; see set_path_router): open() of such a path hands out the adapter's descriptor, at
+// or above kRemoteFdBase, which the other calls route there. A local file costs nothing more
+// than the router's answer and the comparison of its descriptor.
 IoBackend& posix_io();
 
-// Object storage ("s3://bucket/key"). The implementation needs Arrow, which this layer does
-// not link: the storage layer registers one (set_remote_io) before the first URL is opened.
-// Its descriptors are at or above kRemoteFdBase, far above any the kernel hands out; its
-// FileInfo is the object's size, its last-modified time as mtime and ctime, and a hash of
-// its ETag as the inode, so that an object overwritten under the same name differs.
-// Discovery probes a directory's objects from several threads at once, and a load's
-// tiles read concurrently: every call of a RemoteIo must be safe to make concurrently.
-inline constexpr int kRemoteFdBase = 1 << 30;
-
+// A backend of keys reached by requests or held by a store ("s3://bucket/key",
+// "https://host/key", a registered store's URL). This layer knows no scheme and links no
+// client: the storage layer implements it (its adapter, and each built-in driver's transport
+// behind it) and registers the adapter (set_store_io) before the first URL is opened. Its
+// FileInfo is the key's size, its last-modified time as mtime and ctime, and a hash of its
+// generation (an ETag) as the inode, so that a key overwritten under the same name differs.
+// Discovery probes a directory's keys from several threads at once, and a load's tiles read
+// concurrently: every call of a RemoteIo must be safe to make concurrently.
 class RemoteIo : public IoBackend {
  public:
   // The objects directly under the "directory" `dir_url` (a prefix ending at a '/'), as
@@ -105,9 +109,6 @@ class RemoteIo : public IoBackend {
   // Requests retried so far in this process (after a 5xx, a SlowDown, a reset or a timeout),
   // for LoadInfo: a load's count is the difference around it.
   virtual std::uint64_t retries() const { return 0; }
-  // What the store said of this thread's last failed pread (which returns only an errno), or
-  // "" when it said nothing; read_exact adds it to its message.
-  virtual std::string last_read_error() const { return {}; }
   // Writes `n` bytes as the whole object `url`, replacing one of that name: readers see the
   // old object or the new one, never part of one (the store makes an object visible only
   // once its upload completed). kIo naming the URL when it fails; the default says this
@@ -115,25 +116,13 @@ class RemoteIo : public IoBackend {
   virtual Status write_object(const std::string& url, const void* data, std::size_t n);
 };
 
-// HTTP servers ("http://host/key", "https://..."): a second RemoteIo (libcurl), registered
-// with set_http_io, whose descriptors are at or above kHttpFdBase so that both backends can
-// hand out descriptors at once. Its FileInfo is the object's Content-Length and a hash of
-// its ETag (or of its Last-Modified where it sends no ETag) as the inode.
-inline constexpr int kHttpFdBase = kRemoteFdBase + (1 << 29);
+// The adapter's descriptors (the one backend posix_io() routes to) are at or above
+// kRemoteFdBase, far above any the kernel hands out, and go round that range.
+inline constexpr int kRemoteFdBase = 1 << 30;
 
-// Every other store (shardload/storage.hpp) reached by a URL: the storage layer's one adapter
-// that reads any Store whose scheme a driver registered (its Store as a RemoteIo), registered
-// with set_store_io; its descriptors are at or above kStoreFdBase (below it, 2^28 for HTTP's).
-inline constexpr int kStoreFdBase = kHttpFdBase + (1 << 28);
-
-void set_remote_io(RemoteIo* io);
-void set_http_io(RemoteIo* io);
+// The storage layer's adapter: the RemoteIo that every routed path and every descriptor at or
+// above kRemoteFdBase go to, or nullptr before it is registered.
 void set_store_io(RemoteIo* io);
-// The registered s3:// backend, or nullptr when this build has none.
-RemoteIo* remote_io();
-// The registered http(s):// backend, or nullptr when this build has none.
-RemoteIo* http_io();
-// The registered adapter of the other stores, or nullptr.
 RemoteIo* store_io();
 // Which backend serves a path, decided by the storage layer (which knows the schemes; this
 // layer knows none): nullptr for a path the kernel's calls reach, the RemoteIo for one it
@@ -143,9 +132,8 @@ using PathRouter = Result<RemoteIo*> (*)(std::string_view path);
 void set_path_router(PathRouter router);
 // The registered router's answer for `path` (nullptr without a router).
 Result<RemoteIo*> routed_io(std::string_view path);
-// The backend whose descriptor `fd` is (>= kRemoteFdBase), or nullptr.
-RemoteIo* remote_io_for_fd(int fd);
-// The retries of the registered backends, or 0 without them.
+// The requests the adapter's stores retried so far in this process (the sum over its
+// transports), or 0 without it.
 std::uint64_t remote_retries();
 
 // What posix_io().open does, for the few callers that need the kernel's

@@ -18,7 +18,7 @@
 //    back shorter than asked before the key's end is refused (EIO), never taken as data; with
 //    a read deadline, a read that has not answered by then fails with ETIMEDOUT;
 //  - list and is_object for discovery.
-// Its descriptors are at or above kStoreFdBase. Every URL in its messages is redacted.
+// Its descriptors are at or above kRemoteFdBase. Every URL in its messages is redacted.
 //
 // Contract: safe from any thread. Registering is meant for a program's start (or a test's set
 // up); a path is routed by the registration in force when it is opened.
