@@ -121,7 +121,7 @@ class LocalSink final : public KeySink {
       if (!failed_.is_ok()) return failed_;
       if (fd_ < 0) return closed();
     }
-    if (offset > size_ || data.size() > size_ - offset) return past_end(offset, data.size());
+    SHARDLOAD_RETURN_IF_ERROR(check_within_key(path_, offset, data.size(), size_));
     if (data.empty()) return Status::ok();
     const Status st =
         write_all(fd_, path_, data.data(), data.size(), static_cast<std::int64_t>(offset));
@@ -162,13 +162,6 @@ class LocalSink final : public KeySink {
   [[nodiscard]] std::uint64_t size() const override { return size_; }
 
  private:
-  Status past_end(std::uint64_t offset, std::size_t n) const {
-    return file_error(ErrorCode::kInvalidArgument, path_,
-                      "write of " + std::to_string(n) + " bytes at offset " +
-                          std::to_string(offset) + " passes the key's size of " +
-                          std::to_string(size_) + " bytes",
-                      EINVAL);
-  }
   Status closed() const {
     return file_error(ErrorCode::kInvalidArgument, path_, "the sink is finished or aborted", EBADF);
   }

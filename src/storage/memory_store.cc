@@ -128,13 +128,8 @@ class MemorySink final : public KeySink {
 
   Status write(std::uint64_t offset, std::span<const std::byte> data) override {
     SHARDLOAD_RETURN_IF_ERROR(usable());
-    if (offset > bytes_.size() || data.size() > bytes_.size() - offset) {
-      return file_error(ErrorCode::kInvalidArgument, store_->describe(key_),
-                        "write of " + std::to_string(data.size()) + " bytes at offset " +
-                            std::to_string(offset) + " passes the key's size of " +
-                            std::to_string(bytes_.size()) + " bytes",
-                        EINVAL);
-    }
+    SHARDLOAD_RETURN_IF_ERROR(
+        check_within_key(store_->describe(key_), offset, data.size(), bytes_.size()));
     const Status st = store_->sink_step();
     if (!st) return fail(st);
     if (!data.empty()) std::memcpy(bytes_.data() + offset, data.data(), data.size());
@@ -216,13 +211,7 @@ class MemoryReopenedSink final : public KeySink {
     }
     // Passing the size is the caller's mistake, refused without failing the sink (as a new
     // key's sink does).
-    if (offset > size_ || data.size() > size_ - offset) {
-      return file_error(ErrorCode::kInvalidArgument, store_->describe(key_),
-                        "write of " + std::to_string(data.size()) + " bytes at offset " +
-                            std::to_string(offset) + " passes the key's size of " +
-                            std::to_string(size_) + " bytes",
-                        EINVAL);
-    }
+    SHARDLOAD_RETURN_IF_ERROR(check_within_key(store_->describe(key_), offset, data.size(), size_));
     const Status st = store_->sink_write_into(key_, offset, data);
     if (!st) {
       std::lock_guard lock(mu_);
@@ -281,13 +270,7 @@ Status MemoryStore::sink_write_into(const std::string& key, std::uint64_t offset
     return file_error(ErrorCode::kIo, describe(key), "cannot write: the key is gone", ENOENT);
   }
   std::string& bytes = it->second.bytes;
-  if (offset > bytes.size() || data.size() > bytes.size() - offset) {
-    return file_error(ErrorCode::kInvalidArgument, describe(key),
-                      "write of " + std::to_string(data.size()) + " bytes at offset " +
-                          std::to_string(offset) + " passes the key's size of " +
-                          std::to_string(bytes.size()) + " bytes",
-                      EINVAL);
-  }
+  SHARDLOAD_RETURN_IF_ERROR(check_within_key(describe(key), offset, data.size(), bytes.size()));
   SHARDLOAD_RETURN_IF_ERROR(step_locked());
   if (!data.empty()) std::memcpy(bytes.data() + offset, data.data(), data.size());
   it->second.generation = next_generation_++;

@@ -104,6 +104,15 @@ Result<std::unique_ptr<Store>> open_store(std::string_view location) {
 
 namespace detail {
 
+Status check_within_key(const std::string& shown, std::uint64_t offset, std::size_t n,
+                        std::uint64_t size) {
+  if (offset <= size && n <= size - offset) return Status::ok();
+  return file_error(ErrorCode::kInvalidArgument, shown,
+                    "write of " + std::to_string(n) + " bytes at offset " + std::to_string(offset) +
+                        " passes the key's size of " + std::to_string(size) + " bytes",
+                    EINVAL);
+}
+
 std::string generation_of(const FileInfo& info) {
   char buf[96];
   std::snprintf(buf, sizeof buf, "%llx.%llx.%llx.%llx", static_cast<unsigned long long>(info.size),

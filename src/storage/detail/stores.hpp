@@ -34,6 +34,12 @@ std::string generation_of_stat(const struct ::stat& st);
 // replaced.
 bool remove_checked_keys(const std::string& dir, const std::vector<ReplacedKey>& keys);
 
+// A sink's check of a write of `n` bytes at `offset` into a key of `size` bytes (Store's
+// open_sink / reopen_sink contract): kInvalidArgument (EINVAL) naming `shown` where the write
+// passes the key's size, a caller's mistake refused without failing the sink; ok where it fits.
+Status check_within_key(const std::string& shown, std::uint64_t offset, std::size_t n,
+                        std::uint64_t size);
+
 // Why `prefix` is not one a store's list() takes ("" for the location itself, else a key
 // followed by '/'); ok when it is.
 Status check_store_prefix(std::string_view prefix);
