@@ -3,6 +3,7 @@
 // hidden staging directory beside the destination, renamed over it or exchanged with it.
 #include <dirent.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <sys/stat.h>
 #include <sys/xattr.h>
 #include <unistd.h>
@@ -99,6 +100,72 @@ Result<Fd> open_parent(const std::string& root, const std::string& key, bool cre
 
 std::string leaf_of(const std::string& key) { return key.substr(key.rfind('/') + 1); }
 
+// The (device, inode) each staged key's file had when this process's sink made it, by the
+// key's full path: a reopened sink refuses another file in its place (a hard link to a file
+// elsewhere, or any file renamed over it), and a publish checks every one once more. Keys made
+// by another process (a rank or worker filling a key that the launcher made) are not known
+// here; their maker checks them at its publish. Held across fork(2), so that a child forked
+// while a thread holds it finds it free.
+class StagedFiles {
+ public:
+  static StagedFiles& get() {
+    static StagedFiles* const files = [] {
+      auto* f = new StagedFiles;  // never destroyed: a sink may outlive static destruction
+      ::pthread_atfork([] { get().mu_.lock(); }, [] { get().mu_.unlock(); },
+                       [] { get().mu_.unlock(); });
+      return f;
+    }();
+    return *files;
+  }
+  void made(const std::string& path, const struct ::stat& st) {
+    std::lock_guard lock(mu_);
+    files_[key_of(path)] = {st.st_dev, st.st_ino};
+  }
+  // A key written again whole (write(): a new file renamed over it) is that new file.
+  void rewritten(const std::string& path, const struct ::stat& st) {
+    std::lock_guard lock(mu_);
+    const auto it = files_.find(key_of(path));
+    if (it != files_.end()) it->second = {st.st_dev, st.st_ino};
+  }
+  void forget(const std::string& path) {
+    std::lock_guard lock(mu_);
+    files_.erase(key_of(path));
+  }
+  // Whether `st` is the file made at `path` (true for a path this process made nothing at).
+  bool is_made(const std::string& path, const struct ::stat& st) {
+    std::lock_guard lock(mu_);
+    const auto it = files_.find(key_of(path));
+    return it == files_.end() || it->second == std::pair{st.st_dev, st.st_ino};
+  }
+  // The files made below the directory `dir`, taken out of the table.
+  std::vector<std::pair<std::string, std::pair<dev_t, ino_t>>> take_below(const std::string& dir) {
+    const std::string prefix = dir + "/";
+    std::vector<std::pair<std::string, std::pair<dev_t, ino_t>>> out;
+    std::lock_guard lock(mu_);
+    for (auto it = files_.lower_bound(prefix);
+         it != files_.end() && it->first.compare(0, prefix.size(), prefix) == 0;) {
+      out.emplace_back(it->first, it->second);
+      it = files_.erase(it);
+    }
+    return out;
+  }
+
+ private:
+  // A key's path as describe() spells it below the root ("//k") or as joined() does ("/k").
+  static std::string key_of(const std::string& path) {
+    return path.starts_with("//") ? path.substr(1) : path;
+  }
+  std::mutex mu_;
+  std::map<std::string, std::pair<dev_t, ino_t>> files_;
+};
+
+Status replaced_staged_file(const std::string& path) {
+  return file_error(ErrorCode::kIo, path,
+                    "is not the file the save made there (replaced during the save, by another "
+                    "file or a link to one); nothing is written into it or published",
+                    ESTALE);
+}
+
 // A key of a staging written in place: the file created at its size, filled by pwrite(2),
 // closed by finish(); deleted on a failure or abort() when this sink made it (`made`), left to
 // the staging when the sink reopened a key made before (reopen_sink: another process's writes
@@ -144,6 +211,7 @@ class LocalSink final : public KeySink {
       finished_ = true;
     } else if (!removed_) {
       ::unlinkat(parent_.get(), leaf_.c_str(), 0);
+      StagedFiles::get().forget(path_);
       removed_ = true;
     }
     return st;
@@ -155,6 +223,7 @@ class LocalSink final : public KeySink {
     if (fd_ >= 0) ::close(std::exchange(fd_, -1));
     if (!removed_) {
       ::unlinkat(parent_.get(), leaf_.c_str(), 0);
+      StagedFiles::get().forget(path_);
       removed_ = true;
     }
   }
@@ -539,6 +608,11 @@ class LocalStore final : public Store {
       const int err = errno;
       s = file_error(ErrorCode::kIo, tmp, sys_what("cannot sync", err), err);
     }
+    struct ::stat written {};
+    if (s.is_ok() && ::fstat(fd, &written) != 0) {
+      const int err = errno;
+      s = file_error(ErrorCode::kIo, tmp, sys_what("cannot stat", err), err);
+    }
     if (::close(fd) != 0 && s.is_ok()) {
       const int err = errno;
       s = file_error(ErrorCode::kIo, tmp, sys_what("cannot close", err), err);
@@ -548,7 +622,11 @@ class LocalStore final : public Store {
       s = file_error(ErrorCode::kIo, path, sys_what("cannot rename the written file over it", err),
                      err);
     }
-    if (!s.is_ok()) ::unlinkat(parent.get(), tmp_leaf.c_str(), 0);
+    if (!s.is_ok()) {
+      ::unlinkat(parent.get(), tmp_leaf.c_str(), 0);
+    } else {
+      StagedFiles::get().rewritten(joined(dir_, k), written);
+    }
     return s;
   }
 
@@ -577,6 +655,14 @@ class LocalStore final : public Store {
           ErrorCode::kIo, path,
           sys_what(("cannot size to " + std::to_string(size) + " bytes").c_str(), err), err);
     }
+    struct ::stat st {};
+    if (::fstat(fd, &st) != 0) {
+      const int err = errno;
+      ::close(fd);
+      ::unlinkat(parent.get(), leaf.c_str(), 0);
+      return file_error(ErrorCode::kIo, path, sys_what("cannot stat", err), err);
+    }
+    StagedFiles::get().made(joined(dir_, k), st);
     return std::unique_ptr<KeySink>(new LocalSink(std::move(parent), fd, leaf, path, size));
   }
 
@@ -605,6 +691,8 @@ class LocalStore final : public Store {
       return file_error(ErrorCode::kIo, path, "is not a regular file (a staged key is one)",
                         EINVAL);
     }
+    // The very file the sink made, not another one renamed or linked into its place.
+    if (!StagedFiles::get().is_made(joined(dir_, k), st)) return replaced_staged_file(path);
     struct ::stat at {};
     if (::fstatat(parent.get(), leaf.c_str(), &at, AT_SYMLINK_NOFOLLOW) != 0 ||
         at.st_dev != st.st_dev || at.st_ino != st.st_ino) {
@@ -672,6 +760,14 @@ class LocalStore final : public Store {
     const std::string dest = joined(dir_, staging.name);
     const std::string& path = staging.location;
     if (steps.seal) SHARDLOAD_RETURN_IF_ERROR(steps.seal(path));
+    // Every key this process made in the staging is still the file it made: a file renamed or
+    // linked over one is never published (its rows are not the save's).
+    for (const auto& [file, id] : StagedFiles::get().take_below(path)) {
+      struct ::stat st {};
+      if (::lstat(file.c_str(), &st) != 0 || std::pair{st.st_dev, st.st_ino} != id) {
+        return replaced_staged_file(file);
+      }
+    }
     for (int attempt = 0;; ++attempt) {
       const bool again = attempt < 3;
       // The destination may have changed since it was first checked: check it again just
@@ -721,6 +817,7 @@ class LocalStore final : public Store {
     // The very directory stage() made, not whatever its path leads to by then.
     if (identity_of(staging.location) != std::pair{staging.dev, staging.ino}) return;
     remove_tree(staging.location);
+    (void)StagedFiles::get().take_below(staging.location);
   }
 
  private:

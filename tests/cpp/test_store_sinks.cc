@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <map>
 #include <memory>
 #include <string>
@@ -290,6 +291,93 @@ TEST(StoreSinksLocal, AReopenedSinkRefusesWhatIsNotARegularFile) {
   EXPECT_EQ(sink.status().code(), ErrorCode::kIo);
   EXPECT_NE(sink.status().message().find(fifo), std::string::npos) << sink.status().message();
   (*store)->discard(*staging, {});
+}
+
+// A staged key's file replaced during the save by another regular file (a hard link to a file
+// outside the staging, renamed over it) is refused when a sink is reopened on it: nothing is
+// written into the outside file.
+TEST(StoreSinksLocal, AReopenedSinkRefusesAnotherFileLinkedIntoItsPlace) {
+  testing::TempDir dir;
+  auto store = open_store(dir.path());
+  ASSERT_TRUE(store.is_ok());
+  auto staging = (*store)->stage("out", {});
+  ASSERT_TRUE(staging.is_ok()) << staging.status().message();
+  {
+    auto made = (*store)->open_sink(*staging, "shard_0", 4);
+    ASSERT_TRUE(made.is_ok()) << made.status().message();
+    ASSERT_TRUE((*made)->finish());
+  }
+  ASSERT_TRUE((*store)->write("outside", bytes_of("keep")));
+  const std::string staged = staging->location + "/shard_0";
+  const std::string tmp = staging->location + "/.x";
+  ASSERT_EQ(::link((dir.path() + "/outside").c_str(), tmp.c_str()), 0);
+  ASSERT_EQ(::rename(tmp.c_str(), staged.c_str()), 0);
+  const auto sink = (*store)->reopen_sink(*staging, "shard_0");
+  ASSERT_FALSE(sink.is_ok());
+  EXPECT_EQ(sink.status().code(), ErrorCode::kIo);
+  EXPECT_NE(sink.status().message().find(staged), std::string::npos) << sink.status().message();
+  EXPECT_NE(sink.status().message().find("not the file the save made"), std::string::npos)
+      << sink.status().message();
+  EXPECT_EQ(read_key(**store, "outside"), "keep");
+  (*store)->discard(*staging, {});
+  EXPECT_EQ(read_key(**store, "outside"), "keep");
+}
+
+// A staged key's file replaced after its rows were written (another regular file of its size)
+// is found by the publish, which then publishes nothing.
+TEST(StoreSinksLocal, APublishRefusesAStagedFileReplacedAfterItsRows) {
+  testing::TempDir dir;
+  auto store = open_store(dir.path());
+  ASSERT_TRUE(store.is_ok());
+  auto staging = (*store)->stage("out", {});
+  ASSERT_TRUE(staging.is_ok()) << staging.status().message();
+  for (const char* key : {"shard_0", "shard_1"}) {
+    auto made = (*store)->open_sink(*staging, key, 4);
+    ASSERT_TRUE(made.is_ok()) << made.status().message();
+    ASSERT_TRUE(write_text(**made, 0, "rows"));
+    ASSERT_TRUE((*made)->finish());
+  }
+  ASSERT_TRUE((*store)->write_staged(*staging, "meta", bytes_of("m")));  // a whole-key write
+  const std::string staged = staging->location + "/shard_1";
+  const std::string tmp = staging->location + "/.x";
+  std::FILE* f = std::fopen(tmp.c_str(), "wb");
+  ASSERT_NE(f, nullptr);
+  ASSERT_EQ(std::fwrite("zero", 1, 4, f), 4u);
+  ASSERT_EQ(std::fclose(f), 0);
+  ASSERT_EQ(::rename(tmp.c_str(), staged.c_str()), 0);
+  bool published = true;
+  const Status st = (*store)->publish(*staging, {}, &published);
+  ASSERT_FALSE(st.is_ok());
+  EXPECT_FALSE(published);
+  EXPECT_NE(st.message().find(staged), std::string::npos) << st.message();
+  EXPECT_EQ(read_key(**store, "out/shard_0"), "<missing>");
+  (*store)->discard(*staging, {});
+}
+
+// Keys written whole into a staging, and sinks' keys left as made, publish as before.
+TEST(StoreSinksLocal, APublishTakesTheStagedFilesItMade) {
+  testing::TempDir dir;
+  auto store = open_store(dir.path());
+  ASSERT_TRUE(store.is_ok());
+  auto staging = (*store)->stage("out", {});
+  ASSERT_TRUE(staging.is_ok()) << staging.status().message();
+  {
+    auto made = (*store)->open_sink(*staging, "z/0.0", 4);
+    ASSERT_TRUE(made.is_ok()) << made.status().message();
+    ASSERT_TRUE((*made)->finish());
+    auto again = (*store)->reopen_sink(*staging, "z/0.0");
+    ASSERT_TRUE(again.is_ok()) << again.status().message();
+    ASSERT_TRUE(write_text(**again, 0, "rows"));
+    ASSERT_TRUE((*again)->finish());
+  }
+  ASSERT_TRUE((*store)->write_staged(*staging, "meta", bytes_of("m")));
+  ASSERT_TRUE((*store)->write_staged(*staging, "meta", bytes_of("n")));
+  bool published = false;
+  const Status st = (*store)->publish(*staging, {}, &published);
+  ASSERT_TRUE(st.is_ok()) << st.message();
+  EXPECT_TRUE(published);
+  EXPECT_EQ(read_key(**store, "out/z/0.0"), "rows");
+  EXPECT_EQ(read_key(**store, "out/meta"), "n");
 }
 
 TEST(StoreSinksStores, AReadOnlyStoreRefusesASink) {
