@@ -16,6 +16,7 @@
 // other failure is an error.
 #include <dirent.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -40,6 +41,8 @@ namespace {
 
 constexpr std::uint64_t kMaxMetadataBytes = std::uint64_t{64} << 20;
 constexpr std::uint64_t kNoChunk = ~std::uint64_t{0};
+// statfs(2)'s f_type of procfs (PROC_SUPER_MAGIC).
+constexpr long kProcfsMagic = 0x9fa0;
 // A remote read fetches its chunk objects ahead while it decodes: at most this many of their
 // encoded bytes wait to be decoded (besides the chunks in flight), as Parquet's window.
 constexpr std::uint64_t kFetchWindowBytes = std::uint64_t{64} << 20;
@@ -325,13 +328,26 @@ class ZarrReader final : public ShardReader {
   // store too) that was made after discovery began: re-pointing one (`ln -sfn`) makes a new
   // link, while the files it now leads to keep their old times (a hard-linked copy's, `cp -al`,
   // even the metadata file's snapshot). The path is walked as the kernel resolves it, one
-  // lstat per name and a readlink per link (at most 40 links, as the kernel allows).
+  // lstat per name and a readlink per link (at most 40 links, as the kernel allows). A link of
+  // procfs (`/proc/self/root`, `/proc/PID/cwd`) is the kernel's, made when first looked up and
+  // never re-pointed by a user: followed by its text, not held to the rule. Called after the
+  // chunk was opened, so a walk that cannot finish (a name gone, a link that cannot be read or
+  // whose text names nothing, too many links) means the path changed or cannot be checked:
+  // the chunk is refused rather than read unchecked.
   static Status links_since_discovery(const Request& r, const std::string& path) {
     if (r.discovered_ns == 0) return Status::ok();
+    const auto unchecked = [&](const std::string& why) -> Status {
+      return {ErrorCode::kChanged, path +
+                                       ": the symbolic links on its path cannot be checked "
+                                       "against discovery's start (" +
+                                       why + "): refused rather than read unchecked"};
+    };
     std::string rest = path;
     if (rest.empty() || rest[0] != '/') {
       char cwd[4096];
-      if (::getcwd(cwd, sizeof cwd) == nullptr) return Status::ok();
+      if (::getcwd(cwd, sizeof cwd) == nullptr) {
+        return unchecked(std::string("the working directory: ") + std::strerror(errno));
+      }
       rest = std::string(cwd) + "/" + rest;
     }
     std::string at;  // resolved so far, without a trailing '/' ("" is the root)
@@ -349,26 +365,41 @@ class ZarrReader final : public ShardReader {
       }
       const std::string next = at + "/" + name;
       struct ::stat st {};
-      if (::lstat(next.c_str(), &st) != 0) return Status::ok();  // the open's checks tell
+      if (::lstat(next.c_str(), &st) != 0) {
+        return unchecked(next + ": " + std::strerror(errno));
+      }
       if (!S_ISLNK(st.st_mode)) {
         at = next;
         continue;
       }
+      struct ::statfs fs {};
+      const bool kernels = ::statfs(at.empty() ? "/" : at.c_str(), &fs) == 0 &&
+                           fs.f_type == static_cast<decltype(fs.f_type)>(kProcfsMagic);
       const std::int64_t ctime =
           static_cast<std::int64_t>(st.st_ctim.tv_sec) * 1'000'000'000 + st.st_ctim.tv_nsec;
-      if (ctime > r.discovered_ns) {
+      if (!kernels && ctime > r.discovered_ns) {
         return {ErrorCode::kChanged, path + ": changed since discovery: the symbolic link " + next +
                                          " on its path was made after discovery began " +
                                          "(ctime " + std::to_string(ctime) + " ns > " +
                                          std::to_string(r.discovered_ns) +
                                          " ns): it was re-pointed or replaced since"};
       }
-      if (++links > 40) return Status::ok();  // the open failed as ELOOP already
-      std::string target(static_cast<std::size_t>(st.st_size) + 1, '\0');
-      const ssize_t n = ::readlink(next.c_str(), target.data(), target.size());
-      if (n < 0 || static_cast<std::size_t>(n) >= target.size()) return Status::ok();
+      if (++links > 40) return unchecked("more than 40 symbolic links");
+      // The buffer grown until the text fits: lstat's size is 0 for procfs's links.
+      std::string target(std::max<std::size_t>(static_cast<std::size_t>(st.st_size) + 1, 256),
+                         '\0');
+      ssize_t n = -1;
+      while (true) {
+        n = ::readlink(next.c_str(), target.data(), target.size());
+        if (n < 0) return unchecked(next + ": " + std::strerror(errno));
+        if (static_cast<std::size_t>(n) < target.size()) break;
+        if (target.size() >= (std::size_t{1} << 20))
+          return unchecked(next + ": its text is too long");
+        target.resize(target.size() * 2);
+      }
       target.resize(static_cast<std::size_t>(n));
-      if (!target.empty() && target[0] == '/') at.clear();
+      if (target.empty()) return unchecked(next + ": an empty link");
+      if (target[0] == '/') at.clear();
       rest = target + "/" + rest;
     }
     return Status::ok();

@@ -1,0 +1,95 @@
+"""Links of procfs on a local Zarr chunk's path: the walk that holds every symbolic link a chunk's
+path resolves through to discovery's start follows them (their text read whole, whatever size
+lstat gives them) and checks the links behind them; where it cannot finish, the chunk is
+refused, never read unchecked. Oracle: zarr-python."""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+
+import numpy as np
+import pytest
+
+zarr = pytest.importorskip("zarr")
+
+import shardload  # noqa: E402
+
+A = np.arange(40, dtype="float32").reshape(10, 4)
+
+pytestmark = pytest.mark.skipif(not os.path.isdir("/proc/self/root"), reason="needs procfs")
+
+
+def write(path, values):
+    z = zarr.open_array(str(path), mode="w", shape=values.shape, chunks=(3, 4),
+                        dtype=values.dtype, zarr_format=2, compressor=None)
+    z[...] = values
+
+
+def through_proc(path) -> str:
+    """``path`` (absolute) spelled through procfs's link to this process's root directory."""
+    return "/proc/self/root" + str(path)
+
+
+def chain(tmp_path):
+    """``cur/1.0 -> /proc/self/root/T/hop -> T/v1/1.0``, made before discovery; v2 holds A + 1000."""
+    write(tmp_path / "v1", A)
+    write(tmp_path / "v2", A + 1000)
+    write(tmp_path / "cur", A)
+    (tmp_path / "hop").symlink_to(tmp_path / "v1" / "1.0")
+    (tmp_path / "cur" / "1.0").unlink()
+    (tmp_path / "cur" / "1.0").symlink_to(through_proc(tmp_path / "hop"))
+    return tmp_path / "cur", tmp_path / "hop"
+
+
+def test_a_link_behind_a_procfs_link_re_pointed_after_discovery_is_refused(tmp_path):
+    """procfs's links have a size of 0 for lstat: the walk read one byte of their text and
+    stopped there, so the link behind (`hop`), re-pointed after discovery at another version,
+    read that version's rows beside this one's, no error."""
+    store, hop = chain(tmp_path)
+    time.sleep(0.05)
+    layout = shardload.discover([store], format="zarr")
+    time.sleep(0.05)
+    (tmp_path / "next").symlink_to(tmp_path / "v2" / "1.0")
+    (tmp_path / "next").rename(hop)  # ln -sfn
+    mixed = zarr.open_array(str(store), mode="r")[...]
+    assert np.array_equal(mixed[3:6], A[3:6] + 1000)  # the oracle: another version's rows
+    want = (r"changed since discovery: the symbolic link " + re.escape(str(hop)) +
+            r" on its path was made after discovery began")
+    with pytest.raises(shardload.ShardReadError, match=want):
+        layout.read(0, 10)
+
+
+def test_a_chain_through_a_procfs_link_unchanged_since_discovery_reads(tmp_path):
+    """procfs makes its links when they are first looked up (their ctime is then), and nobody
+    re-points them: they are followed, not held to discovery's start."""
+    store, _ = chain(tmp_path)
+    time.sleep(0.05)
+    layout = shardload.discover([store], format="zarr")
+    np.testing.assert_array_equal(layout.read(0, 10), zarr.open_array(str(store), mode="r")[...])
+    np.testing.assert_array_equal(layout.read(0, 10), A)
+
+
+def test_a_link_whose_text_names_no_path_is_refused_not_read_unchecked(tmp_path):
+    """A chunk reached through a procfs link whose text is no path (the descriptor of a file
+    deleted since it was opened: `/proc/PID/fd/N` reads `/.../1.0 (deleted)`) cannot be walked
+    to its end, so the links behind it cannot be checked: the chunk is refused, where the walk
+    used to give up at the first name it could not find and pass it."""
+    write(tmp_path / "v1", A)
+    write(tmp_path / "cur", A)
+    fd = os.open(tmp_path / "v1" / "1.0", os.O_RDONLY)
+    try:
+        (tmp_path / "v1" / "1.0").unlink()
+        (tmp_path / "cur" / "1.0").unlink()
+        (tmp_path / "cur" / "1.0").symlink_to(f"/proc/{os.getpid()}/fd/{fd}")
+        assert os.readlink(f"/proc/{os.getpid()}/fd/{fd}").endswith(" (deleted)")
+        np.testing.assert_array_equal(zarr.open_array(str(tmp_path / "cur"), mode="r")[...], A)
+        time.sleep(0.05)
+        layout = shardload.discover([tmp_path / "cur"], format="zarr")
+        with pytest.raises(shardload.ShardReadError,
+                           match=r"1\.0: the symbolic links on its path cannot be checked "
+                                 r"against discovery's start \(.*\(deleted\)"):
+            layout.read(0, 10)
+    finally:
+        os.close(fd)
