@@ -6,6 +6,7 @@
 #include <string>
 
 #include "base/detail/bytes.hpp"
+#include "shardload/store_options.hpp"
 
 namespace shardload {
 
@@ -403,6 +404,28 @@ std::vector<std::uint8_t> encode_layout(const Layout& l) {
       }
     }
   }
+  // The credentials the paths name by handle (shardload/store_options.hpp), so that the
+  // process that decodes the layout reads with them; present only when there are any, so that
+  // a layout without them (a manifest's, whose paths have no query) encodes as it always did.
+  std::vector<std::string> handles;
+  for (const auto& s : l.shards) {
+    credential_handles(s.path, &handles);
+    for (const auto& f : s.linked) credential_handles(f.path, &handles);
+  }
+  std::sort(handles.begin(), handles.end());
+  handles.erase(std::unique(handles.begin(), handles.end()), handles.end());
+  std::vector<std::pair<std::string, std::string>> entries;
+  for (auto& h : handles) {
+    std::string items = credential_items(h);
+    if (!items.empty()) entries.emplace_back(std::move(h), std::move(items));
+  }
+  if (!entries.empty()) {
+    w.varint(entries.size());
+    for (const auto& [handle, items] : entries) {
+      w.str(handle);
+      w.str(items);
+    }
+  }
   return std::move(w.out);
 }
 
@@ -480,8 +503,20 @@ Result<Layout> decode_layout(std::span<const std::uint8_t> bytes) {
     }
     if (!r.ok()) break;
   }
+  std::vector<std::pair<std::string, std::string>> credentials;
+  if (r.ok() && !r.done()) {
+    credentials.resize(static_cast<std::size_t>(r.count()));
+    if (r.ok() && credentials.empty()) return bad("empty credentials section");
+    for (auto& [handle, items] : credentials) {
+      handle = r.str();
+      items = r.str();
+    }
+  }
   if (Status st = check_end(r, format, false); !st) return bad(st.message());
   if (dtype.name() == "invalid") return bad("unknown dtype code");
+  for (const auto& [handle, items] : credentials) {
+    if (Status st = adopt_credentials(handle, items); !st) return bad(st.message());
+  }
   for (const auto d : trailing) {
     if (d < 0) return bad("negative dimension");
   }

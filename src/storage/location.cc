@@ -1,6 +1,7 @@
 // What the store behind a path is like: the traits of its scheme's row (the registry of schemes,
 // store_schemes.cc), and the questions answered from them.
 #include "shardload/location.hpp"
+#include "shardload/store_options.hpp"
 
 #include <array>
 #include <string>
@@ -106,7 +107,11 @@ std::pair<std::string, std::string> split_options(std::string_view path) {
   const std::size_t q =
       path_traits(path).options_in_query ? path.find('?') : std::string_view::npos;
   if (q == std::string_view::npos) return {std::string(path), {}};
-  return {std::string(path.substr(0, q)), std::string(path.substr(q))};
+  // The options as every path made from a source holds them: its secrets by their handle
+  // (seal_credentials), so that a URL given as typed and the paths resolved from it compare
+  // equal, and a path joined from it holds no secret either.
+  const std::string sealed = seal_credentials(path);
+  return {std::string(path.substr(0, q)), sealed.substr(q)};
 }
 
 std::string directory_key(std::string_view path) {

@@ -18,6 +18,7 @@
 #include "shardload/format.hpp"
 #include "shardload/io.hpp"
 #include "shardload/location.hpp"
+#include "shardload/store_options.hpp"
 #include "storage/detail/context.hpp"
 
 namespace shardload {
@@ -164,7 +165,7 @@ void ListingMemo::look_ahead(const std::string& dir_url,
 Source Source::directory(std::string directory, std::string pattern) {
   Source s;
   s.kind = Kind::kDirectory;
-  s.dir_path = std::move(directory);
+  s.dir_path = seal_credentials(directory);
   s.pattern = std::move(pattern);
   return s;
 }
@@ -172,7 +173,7 @@ Source Source::directory(std::string directory, std::string pattern) {
 Source Source::glob(std::string glob) {
   Source s;
   s.kind = Kind::kGlob;
-  s.glob_expr = std::move(glob);
+  s.glob_expr = seal_credentials(glob);
   return s;
 }
 
@@ -180,6 +181,7 @@ Source Source::list(std::vector<std::string> paths) {
   Source s;
   s.kind = Kind::kList;
   s.paths = std::move(paths);
+  for (auto& p : s.paths) p = seal_credentials(p);
   return s;
 }
 

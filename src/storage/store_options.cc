@@ -82,8 +82,85 @@ Result<OptionValue> store_option_value(const std::string& url, const StoreOption
 
 }  // namespace
 
-Result<std::string> take_store_options(const std::string& url, const std::string& query,
+namespace {
+
+constexpr std::string_view kCredentialsKey = "credentials";
+
+// The rows seal_credentials moves out of a URL: the secret ones of the table (secret_key,
+// session_token); access_key, which names the key pair, stays to be shown.
+bool is_credential_key(std::string_view key) {
+  const StoreOptionSpec* row = find_store_option(key);
+  return row != nullptr && row->secret && row->set != nullptr;
+}
+
+bool is_handle(std::string_view h) {
+  return h.size() == 16 && h.find_first_not_of("0123456789abcdef") == std::string_view::npos;
+}
+
+// The credential items of s3:// queries, by handle (seal_credentials).
+struct CredentialTable {
+  std::mutex mu;
+  std::unordered_map<std::string, std::string> items;    // handle -> items
+  std::unordered_map<std::string, std::string> handles;  // items -> the handle sealing gives
+};
+
+CredentialTable& credential_table() {
+  static CredentialTable* const table = [] {
+    auto* t = new CredentialTable;  // never destroyed: asked by threads until the process ends
+    hold_across_fork(&t->mu);
+    return t;
+  }();
+  return *table;
+}
+
+// Calls f(item) for each '&'-separated item of `query` (its '?' left off).
+template <typename F>
+void for_each_item(std::string_view query, F&& f) {
+  std::size_t pos = 0;
+  while (pos < query.size()) {
+    std::size_t amp = query.find('&', pos);
+    if (amp == std::string_view::npos) amp = query.size();
+    f(query.substr(pos, amp - pos));
+    pos = amp + 1;
+  }
+}
+
+// `query` with each "credentials=HANDLE" replaced by the items the handle stands for.
+Result<std::string> expand_credentials(const std::string& url, const std::string& query) {
+  if (query.find(kCredentialsKey) == std::string::npos) return query;
+  std::string out;
+  Status error;
+  for_each_item(std::string_view(query).substr(1), [&](std::string_view item) {
+    std::string_view put = item;
+    std::string items;
+    if (error.is_ok() && item.starts_with(kCredentialsKey) &&
+        item.size() > kCredentialsKey.size() && item[kCredentialsKey.size()] == '=') {
+      const std::string_view handle = item.substr(kCredentialsKey.size() + 1);
+      items = credential_items(handle);
+      if (items.empty()) {
+        error = file_error(
+            ErrorCode::kInvalidArgument, url,
+            "bad object-storage URL or options: credentials=" + std::string(handle) +
+                " names no credentials given to this process (a path copied out of another "
+                "process's layout?); give the credentials again as storage options, or pass "
+                "the Layout itself, whose pickle carries them");
+      }
+      put = items;
+    }
+    out += (out.empty() ? "?" : "&") + std::string(put);
+  });
+  if (!error.is_ok()) return error;
+  return out;
+}
+
+}  // namespace
+
+Result<std::string> take_store_options(const std::string& url, const std::string& given,
                                        StoreOptions* out, bool credentials) {
+  std::string query = given;
+  if (credentials) {
+    SHARDLOAD_ASSIGN_OR_RETURN(query, expand_credentials(url, given));
+  }
   std::string rest;
   std::vector<std::string> seen;  // the table's keys met so far
   std::size_t pos = query.empty() ? 0 : 1;
@@ -241,6 +318,88 @@ const StoreOptionSpec* find_store_option(std::string_view name) {
     if (name == row.name) return &row;
   }
   return nullptr;
+}
+
+std::string seal_credentials(std::string_view url) {
+  const std::size_t q = url.find('?');
+  if (!url.starts_with("s3://") || q == std::string_view::npos) return std::string(url);
+  std::string kept;
+  std::string moved;
+  detail::for_each_item(url.substr(q + 1), [&](std::string_view item) {
+    const std::size_t eq = item.find('=');
+    std::string& to = eq != std::string_view::npos && detail::is_credential_key(item.substr(0, eq))
+                          ? moved
+                          : kept;
+    to += (to.empty() ? "" : "&") + std::string(item);
+  });
+  if (moved.empty()) return std::string(url);
+  detail::CredentialTable& table = detail::credential_table();
+  std::string handle;
+  {
+    std::lock_guard lock(table.mu);
+    if (const auto it = table.handles.find(moved); it != table.handles.end()) handle = it->second;
+  }
+  if (handle.empty()) {
+    // Drawn outside the lock (random_device may read a device).
+    std::random_device rd;
+    for (;;) {
+      const std::uint64_t v = (static_cast<std::uint64_t>(rd()) << 32) ^ rd();
+      constexpr char kHex[] = "0123456789abcdef";
+      handle.assign(16, '0');
+      for (int i = 0; i < 16; ++i) handle[15 - i] = kHex[(v >> (4 * i)) & 0xF];
+      std::lock_guard lock(table.mu);
+      if (const auto it = table.handles.find(moved); it != table.handles.end()) {
+        handle = it->second;  // another thread sealed the same credentials meanwhile
+        break;
+      }
+      if (table.items.emplace(handle, moved).second) {
+        table.handles.emplace(moved, handle);
+        break;
+      }
+    }
+  }
+  kept += (kept.empty() ? "" : "&") + std::string(detail::kCredentialsKey) + "=" + handle;
+  return std::string(url.substr(0, q + 1)) + kept;
+}
+
+void credential_handles(std::string_view url, std::vector<std::string>* out) {
+  const std::size_t q = url.find('?');
+  if (!url.starts_with("s3://") || q == std::string_view::npos) return;
+  detail::for_each_item(url.substr(q + 1), [&](std::string_view item) {
+    const std::string_view key = detail::kCredentialsKey;
+    if (item.size() > key.size() && item.starts_with(key) && item[key.size()] == '=') {
+      out->emplace_back(item.substr(key.size() + 1));
+    }
+  });
+}
+
+std::string credential_items(std::string_view handle) {
+  detail::CredentialTable& table = detail::credential_table();
+  std::lock_guard lock(table.mu);
+  const auto it = table.items.find(std::string(handle));
+  return it == table.items.end() ? std::string() : it->second;
+}
+
+Status adopt_credentials(std::string_view handle, std::string_view items) {
+  bool credential_items_only = !items.empty();
+  detail::for_each_item(items, [&](std::string_view item) {
+    const std::size_t eq = item.find('=');
+    if (eq == std::string_view::npos || !detail::is_credential_key(item.substr(0, eq))) {
+      credential_items_only = false;
+    }
+  });
+  if (!detail::is_handle(handle) || !credential_items_only) {
+    return {ErrorCode::kInvalidArgument, "malformed credentials entry"};
+  }
+  detail::CredentialTable& table = detail::credential_table();
+  std::lock_guard lock(table.mu);
+  const auto [it, added] = table.items.emplace(std::string(handle), std::string(items));
+  if (!added && it->second != items) {
+    return {ErrorCode::kInvalidArgument, "credentials handle " + std::string(handle) +
+                                             " stands for other credentials in this process"};
+  }
+  table.handles.emplace(std::string(items), std::string(handle));  // kept where it is there
+  return Status::ok();
 }
 
 }  // namespace shardload

@@ -19,6 +19,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "shardload/format.hpp"
 #include "shardload/status.hpp"
@@ -192,5 +193,29 @@ inline constexpr std::span<const StoreOptionSpec> store_option_table() { return 
 
 // The row named `name`, or nullptr.
 const StoreOptionSpec* find_store_option(std::string_view name);
+
+// Secrets given as options (secret_key and session_token, the table's secret rows, in an
+// s3:// URL's query, however they came there: the URL as typed, storage_options=, --storage-option)
+// are taken out of the URL where a source is made (Source's constructors, the front ends) and kept
+// in a table of the process under a handle: the URL holds "credentials=HANDLE" instead, and
+// every path made from it (a shard's, a layout's) holds no secret to print. One handle per
+// distinct set of credentials in a process (16 random hex digits, so nothing of the secret);
+// two sets for one bucket are two handles and so two stores. A layout's encoding (its pickle,
+// a Legate tile) carries the entries its paths name, and decoding it adopts them, so another
+// process reads what this one resolved. A handle this process was never given is refused
+// naming the URL (take_store_options).
+//
+// `url` with its credential items moved into the table; `url` as it is where it is no s3://
+// URL or holds none (a URL sealed already among them).
+std::string seal_credentials(std::string_view url);
+// Appends to *out the handles `url`'s query names.
+void credential_handles(std::string_view url, std::vector<std::string>* out);
+// The query items (KEY=VALUE&..., as the URL spelled them) `handle` stands for in this
+// process, or "" where it stands for none.
+std::string credential_items(std::string_view handle);
+// Takes `handle` for `items` from another process (a decoded layout). kInvalidArgument where
+// the handle is malformed, the items are not credential items, or the handle stands for other
+// items here.
+Status adopt_credentials(std::string_view handle, std::string_view items);
 
 }  // namespace shardload
