@@ -11,7 +11,6 @@
 #include <iostream>
 #include <map>
 
-#include "base/detail/secrets.hpp"
 #include "cli/commands.hpp"
 #include "shardload/formats.hpp"
 #include "shardload/interrupt.hpp"
@@ -391,25 +390,20 @@ std::optional<int> parse_command_line(const CommandSpec& spec, const Args& args,
       // Repeatable; each one joins the query that every s3:// SOURCE gets below.
       const auto eq = value->find('=');
       if (eq == 0 || eq == std::string::npos || value->find_first_of("&?#") != std::string::npos) {
-        // A secret's value is not shown (nor any part of it: "secret_key=a&b" is one value),
-        // nor one typed without its '=' ("secret_key:V", "secret_key V"): what follows a
-        // secret key's name and the first ':', '=' or blank after it is hidden.
-        std::size_t shown = std::string::npos;
-        if (eq != std::string::npos && detail::is_secret_query_key(value->substr(0, eq))) {
-          shown = eq + 1;
-        } else {
-          const std::size_t word = value->find_first_not_of(" \t");
-          const std::size_t end = value->find_first_of(":= \t", word);
-          if (word != std::string::npos && end != std::string::npos &&
-              detail::is_secret_query_key(value->substr(word, end - word))) {
-            shown = end + 1;
-          }
-        }
+        // Only the key part is shown, up to the first '=', '%', ':' or blank: what follows it
+        // may be a secret's value however it was typed ("secret_key=a&b", "secret_key:V",
+        // "secret_key%3DV" copied from a URL's query, "=secret_key=V").
+        const std::size_t cut = value->find_first_of("=%: \t\n\r\v\f");
         return usage_error(
-            cmd,
-            "--storage-option: expected KEY=VALUE (no '&', '?' or '#'), "
-            "found '" +
-                (shown != std::string::npos ? value->substr(0, shown) + "***" : *value) + "'");
+            cmd, "--storage-option: expected KEY=VALUE (no '&', '?' or '#'), found '" +
+                     (cut == std::string::npos ? *value : value->substr(0, cut + 1) + "***") + "'");
+      }
+      if (value->find_first_of(" \t\n\r\v\f") < eq) {
+        // A key with a blank in it (" =V", "secret_key =V") is no option's name.
+        return usage_error(cmd, "--storage-option: unknown option '" + value->substr(0, eq) +
+                                    "' (a KEY holds no blank; the options are listed in --help), "
+                                    "found '" +
+                                    value->substr(0, eq + 1) + "***'");
       }
       auto& joined = out->opts[name];
       joined += (joined.empty() ? "" : "&") + *value;
