@@ -127,8 +127,10 @@ class Layout(_core.Layout):
     @property
     def paths(self) -> list[str]:
         """The shard paths in order, as str (names that are not UTF-8 as os.fsdecode gives
-        them): the URLs as given, with their credentials, to be opened; ``print(layout)``,
-        ``describe()`` and every message show them redacted
+        them), to be opened: an ``s3://`` URL's secret options (``secret_key``,
+        ``session_token``) are not in them but in a table of the process, named by
+        ``credentials=HANDLE`` (a pickled Layout carries them); ``print(layout)``,
+        ``describe()`` and every message show URLs redacted
         (:func:`shardload.redact_secrets`)."""
         return super().paths
 
