@@ -83,6 +83,17 @@ const FormatDescriptor* shard_format(std::string_view name, bool is_dir) {
   return nullptr;
 }
 
+// The temporary file a manifest is written through before its rename (manifest.cc: mkostemp's
+// six letters or digits after ".shardload.manifest."), left behind where the writing process
+// was killed: shardload's own, replaced with the dataset by an overwrite.
+bool manifest_leftover(std::string_view name) {
+  constexpr std::string_view stem = ".shardload.manifest.";
+  if (name.size() != stem.size() + 6 || !name.starts_with(stem)) return false;
+  return std::all_of(name.begin() + stem.size(), name.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+  });
+}
+
 // The names a save writes, of the type it writes them; anything else in a directory makes
 // overwrite refuse it.
 bool saved_name(std::string_view name, bool is_dir) {
@@ -495,6 +506,10 @@ struct SavedTree {
                           "not a regular file (a FIFO, device, socket or link is in the way of "
                           "the shard name); remove it first",
                           EINVAL);
+      }
+      if (S_ISREG(es.st_mode) && manifest_leftover(name)) {
+        entries->push_back({name, generation_of_stat(es)});
+        continue;
       }
       if (!saved_name(name, is_dir)) return foreign(name, "which a save does not write");
       const bool fixed = fixed_name(name);

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import shutil
 import pathlib
+import re
 import threading
 import time
 
@@ -277,3 +278,27 @@ def test_a_destination_of_an_unsupported_scheme_is_refused_naming_it(tmp_path, m
     os.makedirs(os.path.dirname(f"./{dest}".rstrip("/")))
     shardload.save(x, f"./{dest}", num_shards=2)
     np.testing.assert_array_equal(np.asarray(shardload.load(f"./{dest}")), x)
+
+
+def test_an_overwrite_replaces_a_manifest_temporary_file_a_killed_index_left(tmp_path):
+    """`index` writes the manifest through `.shardload.manifest.XXXXXX` and renames it; killed
+    in between, it leaves that file, and every overwrite of the dataset was refused from then
+    on (`holds '.shardload.manifest.eBrTZA', which a save does not write`). It is shardload's
+    own: an overwrite replaces it with the dataset. Another name is still a user's file."""
+    import shardload.numpy as sn
+
+    dest = tmp_path / "d"
+    sn.save(np.arange(24.0).reshape(6, 4), dest, num_shards=2)
+    (dest / ".shardload.manifest.eBrTZA").write_bytes(b"SLMF partial")
+    new = np.arange(24.0).reshape(6, 4) * 2
+    sn.save(new, dest, num_shards=3, overwrite=True)
+    np.testing.assert_array_equal(sn.load(dest), new)
+    assert not (dest / ".shardload.manifest.eBrTZA").exists()
+    assert sorted(os.listdir(dest)) == ["shard_0000.npy", "shard_0001.npy", "shard_0002.npy",
+                                        "shardload.manifest"]
+    for other in (".shardload.manifest.eBrTZ", ".shardload.manifest.eBrTZA7",
+                  ".shardload.manifest.eBr-ZA"):
+        (dest / other).write_bytes(b"mine")
+        with pytest.raises(shardload.DestinationExistsError, match=re.escape(other)):
+            sn.save(new, dest, num_shards=3, overwrite=True)
+        (dest / other).unlink()
