@@ -11,6 +11,9 @@
 
 #include "base/detail/fork_lock.hpp"
 #include "storage/detail/context.hpp"
+#if SHARDLOAD_S3_SIGNED
+#include "storage/detail/sigv4.hpp"
+#endif
 
 namespace shardload::detail {
 
@@ -93,8 +96,28 @@ bool is_credential_key(std::string_view key) {
   return row != nullptr && row->secret && row->set != nullptr;
 }
 
+constexpr std::size_t kHandleDigits = 32;
+
 bool is_handle(std::string_view h) {
-  return h.size() == 16 && h.find_first_not_of("0123456789abcdef") == std::string_view::npos;
+  return h.size() == kHandleDigits &&
+         h.find_first_not_of("0123456789abcdef") == std::string_view::npos;
+}
+
+// The handle of a set of credentials: the same in every process (each rank of a job that
+// discovers the same source makes the same paths, which the ranks compare), and nothing of
+// the secret a path could give away (a one-way hash; without OpenSSL, two FNV-1a hashes).
+std::string handle_of(std::string_view items) {
+  const std::string text = "shardload credentials handle\n" + std::string(items);
+#if SHARDLOAD_S3_SIGNED
+  return sha256_hex(text).substr(0, kHandleDigits);
+#else
+  constexpr char kHex[] = "0123456789abcdef";
+  std::string h;
+  for (const std::uint64_t v : {fnv1a(text), fnv1a("\x01" + text)}) {
+    for (int i = 15; i >= 0; --i) h += kHex[(v >> (4 * i)) & 0xF];
+  }
+  return h;
+#endif
 }
 
 // The credential items of s3:// queries, by handle (seal_credentials).
@@ -340,23 +363,14 @@ std::string seal_credentials(std::string_view url) {
     if (const auto it = table.handles.find(moved); it != table.handles.end()) handle = it->second;
   }
   if (handle.empty()) {
-    // Drawn outside the lock (random_device may read a device).
-    std::random_device rd;
-    for (;;) {
-      const std::uint64_t v = (static_cast<std::uint64_t>(rd()) << 32) ^ rd();
-      constexpr char kHex[] = "0123456789abcdef";
-      handle.assign(16, '0');
-      for (int i = 0; i < 16; ++i) handle[15 - i] = kHex[(v >> (4 * i)) & 0xF];
-      std::lock_guard lock(table.mu);
-      if (const auto it = table.handles.find(moved); it != table.handles.end()) {
-        handle = it->second;  // another thread sealed the same credentials meanwhile
-        break;
-      }
-      if (table.items.emplace(handle, moved).second) {
-        table.handles.emplace(moved, handle);
-        break;
-      }
-    }
+    handle = detail::handle_of(moved);
+    std::lock_guard lock(table.mu);
+    const auto [it, added] = table.items.emplace(handle, moved);
+    // Two sets of credentials under one handle would need a collision of 128 bits of SHA-256:
+    // were it met, the URL would keep its secrets (hidden where shown) rather than read with
+    // the other set.
+    if (!added && it->second != moved) return std::string(url);
+    table.handles.emplace(moved, handle);
   }
   kept += (kept.empty() ? "" : "&") + std::string(detail::kCredentialsKey) + "=" + handle;
   return std::string(url.substr(0, q + 1)) + kept;

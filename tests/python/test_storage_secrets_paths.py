@@ -25,7 +25,7 @@ import shardload  # noqa: E402
 MARK = "s3cr3t"
 SECRETS = {"access_key": "AKIAVISIBLE", "secret_key": "wJal-s3cr3t/K7+MDENG",
            "session_token": "FQoG-s3cr3t+tok/=="}
-HANDLE = re.compile(r"credentials=[0-9a-f]{16}")
+HANDLE = re.compile(r"credentials=[0-9a-f]{32}")
 
 # Unpickles a Layout from stdin and prints its values and paths (another process, as a dask
 # worker is).
@@ -74,6 +74,17 @@ def test_storage_options_secrets_stay_out_of_the_layouts_paths(bucket):
     child = load_in_another_process(layout)
     np.testing.assert_array_equal(np.array(child["values"], np.int32), expected)
     assert child["paths"] == list(layout.paths)
+
+    # Another process that discovers the same source itself (another rank) makes the same
+    # paths, which a feed's ranks compare.
+    script = ("import sys, json, shardload; "
+              "print(json.dumps(shardload.discover(sys.argv[1], "
+              "storage_options=json.loads(sys.argv[2])).paths))")
+    done = subprocess.run([sys.executable, "-c", script, bucket.url("d/"),
+                           json.dumps({**bucket.options, **SECRETS})],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == list(layout.paths)
 
 
 def test_url_query_secrets_stay_out_of_the_layouts_paths(bucket):

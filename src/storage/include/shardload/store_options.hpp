@@ -199,7 +199,8 @@ const StoreOptionSpec* find_store_option(std::string_view name);
 // are taken out of the URL where a source is made (Source's constructors, the front ends) and kept
 // in a table of the process under a handle: the URL holds "credentials=HANDLE" instead, and
 // every path made from it (a shard's, a layout's) holds no secret to print. One handle per
-// distinct set of credentials in a process (16 random hex digits, so nothing of the secret);
+// distinct set of credentials (32 hex digits of a one-way hash of them: the same in every
+// process, so ranks that discover alike make equal paths; nothing of the secret to print);
 // two sets for one bucket are two handles and so two stores. A layout's encoding (its pickle,
 // a Legate tile) carries the entries its paths name, and decoding it adopts them, so another
 // process reads what this one resolved. A handle this process was never given is refused
