@@ -134,7 +134,8 @@ Result<arrow::fs::FileInfoVector> list_pages(arrow::fs::FileSystem& fs,
                                              const std::string& url, ErrorCode code,
                                              const std::string& what, RequestSlots* slots,
                                              Failed failed) {
-  arrow::fs::FileInfoGenerator next = fs.GetFileInfoGenerator(sel);
+  // Made under the first page's slot: Arrow's generator sends that page's LIST when it is made.
+  arrow::fs::FileInfoGenerator next;
   arrow::fs::FileInfoVector all;
   std::unordered_set<std::string> seen;
   for (std::int64_t page = 1;; ++page) {
@@ -143,6 +144,7 @@ Result<arrow::fs::FileInfoVector> list_pages(arrow::fs::FileSystem& fs,
     // The page's LIST holds one of the store's slots while it is awaited.
     const RequestSlot slot(slots);
     if (!slot.held()) return file_error(code, url, what + ": interrupted", ECANCELED);
+    if (!next) next = fs.GetFileInfoGenerator(sel);
     arrow::Future<arrow::fs::FileInfoVector> got = next();
     while (!got.Wait(0.05)) {
       if (interrupt_requested()) return file_error(code, url, what + ": interrupted", ECANCELED);
