@@ -313,9 +313,37 @@ std::string redact_query(std::string_view text, std::vector<std::string>& hidden
   return out;
 }
 
-// Whether text[0, i) ends with a served scheme's name (http, https, s3, in any case, not
-// inside a longer word).
+// The names of the schemes registered with the storage layer (add_redacted_scheme), beyond
+// the built-in http, https and s3: a list that is never changed, replaced whole by each
+// addition, the replaced ones never freed (additions are few), so that a redaction reads it
+// without a lock (in a forked child too).
+struct SchemeNames {
+  std::vector<std::string> names;
+};
+std::mutex g_scheme_names_mu;  // taken only by additions, for a moment
+std::atomic<const SchemeNames*> g_scheme_names{nullptr};
+const bool g_scheme_names_mu_forks = (detail::hold_across_fork(&g_scheme_names_mu), true);
+
+// Whether text[0, i) ends with `name` (lower case) in any case, not inside a longer word.
+bool scheme_name_ends_at(std::string_view text, std::size_t i, std::string_view name) {
+  if (i < name.size()) return false;
+  const std::size_t begin = i - name.size();
+  for (std::size_t k = 0; k < name.size(); ++k) {
+    if (std::tolower(static_cast<unsigned char>(text[begin + k])) != name[k]) return false;
+  }
+  const char before = begin == 0 ? ' ' : text[begin - 1];
+  return std::isalnum(static_cast<unsigned char>(before)) == 0 && before != '+' && before != '-' &&
+         before != '.';
+}
+
+// Whether text[0, i) ends with a served scheme's name (http, https, s3 or a registered
+// scheme's, in any case, not inside a longer word).
 bool served_scheme_ends_at(std::string_view text, std::size_t i) {
+  if (const SchemeNames* const more = g_scheme_names.load(std::memory_order_acquire)) {
+    for (const std::string& name : more->names) {
+      if (scheme_name_ends_at(text, i, name)) return true;
+    }
+  }
   for (const std::string_view name : {"http", "https", "s3"}) {
     if (i < name.size()) continue;
     const std::size_t begin = i - name.size();
@@ -650,6 +678,25 @@ std::string hide_request_secrets(std::string body, const std::vector<std::string
     }
   }
   return body;
+}
+
+void add_redacted_scheme(std::string_view name) {
+  if (name.empty()) return;
+  std::string lower(name);
+  for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (lower == "http" || lower == "https" || lower == "s3") return;
+  std::lock_guard lock(g_scheme_names_mu);
+  const SchemeNames* const old = g_scheme_names.load(std::memory_order_acquire);
+  if (old != nullptr &&
+      std::find(old->names.begin(), old->names.end(), lower) != old->names.end()) {
+    return;
+  }
+  auto* const next = new SchemeNames(old == nullptr ? SchemeNames{} : *old);
+  next->names.push_back(std::move(lower));
+  // A redaction may still be reading the list replaced: it is kept, reachable, never freed.
+  static auto* const replaced = new std::vector<const SchemeNames*>();
+  if (old != nullptr) replaced->push_back(old);
+  g_scheme_names.store(next, std::memory_order_release);
 }
 
 }  // namespace detail

@@ -20,6 +20,7 @@
 #include <utility>
 #include <vector>
 
+#include "base/detail/secrets.hpp"
 #include "shardload/interrupt.hpp"
 #include "storage/detail/store_schemes.hpp"
 #include "storage/detail/stores.hpp"
@@ -604,6 +605,7 @@ void register_remote_scheme(std::string_view scheme, const PathTraits& traits, R
   e->row.backend = reads;
   e->row.transport = transport;
   e->row.missing = missing;
+  add_redacted_scheme(scheme);  // its URLs' user parts hidden wherever a message shows them
   replace_entry(e->label, e, false);
 }
 
@@ -638,7 +640,10 @@ Status register_store_scheme(StoreScheme scheme) {
                   "store scheme '" + name + "': served by a built-in driver");
   };
   if (name == "file") return builtin();
-  (void)detail::table();          // the built-in schemes first
+  (void)detail::table();  // the built-in schemes first
+  // Its URLs' user parts are hidden wherever a message shows them, mistyped spellings too,
+  // before any URL of it can be named.
+  detail::add_redacted_scheme(name);
   auto* e = new detail::Entry();  // never freed (see Entry)
   e->scheme = std::move(scheme);
   e->label = name + "://";

@@ -5,6 +5,7 @@
 // own store driver would be read.
 #include <chrono>
 #include <cstddef>
+#include <cstdlib>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -101,3 +102,13 @@ extern "C" unsigned long long shardload_test_memory_reads(const char* scheme) {
   const auto store = store_of(scheme);
   return store == nullptr ? 0 : store->reads();
 }
+
+// Preloaded into another program (LD_PRELOAD, the command line's tests), it registers the scheme
+// named by SHARDLOAD_TEST_MEMORY_SCHEME, if set, as the program starts (after the stores above,
+// which are defined before it in this file).
+namespace {
+[[maybe_unused]] const bool g_registered_from_environment = [] {
+  const char* scheme = std::getenv("SHARDLOAD_TEST_MEMORY_SCHEME");
+  return scheme != nullptr && *scheme != '\0' && shardload_test_memory_register(scheme, 0) == 1;
+}();
+}  // namespace

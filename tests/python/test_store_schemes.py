@@ -7,7 +7,9 @@ are injected per key."""
 from __future__ import annotations
 
 import ctypes
+import os
 import pathlib
+import subprocess
 
 import numpy as np
 import pytest
@@ -169,3 +171,86 @@ def test_secrets_in_its_urls_are_not_shown(store, tmp_path) -> None:
 def test_an_unregistered_scheme_is_refused(library) -> None:
     with pytest.raises(ValueError, match="pymem:// scheme is not supported"):
         shardload.discover("pymem://bucket/ds/")
+
+
+_TYPOS = ["{s}: //alice:{pw}@bucket/d/", "{s}:/ /alice:{pw}@bucket/d/",
+          "{s}:.//alice:{pw}@bucket/d/", "{s}//alice:{pw}@bucket/d/",
+          "{s};//alice:{pw}@bucket/d/", "{s}.//alice:{pw}@bucket/d/", "{s}/alice:{pw}@bucket/d/",
+          "{s}\\alice:{pw}@bucket/d/", "{s}\uff1a//alice:{pw}@bucket/d/"]
+
+
+def _outputs_of(text: str) -> list[str]:
+    """What discover (of the text and of a one-element list), load, save and redact_secrets
+    show of `text`, which each refuses or does not find."""
+    outs = [shardload.redact_secrets(text)]
+    for call in (lambda: shardload.discover(text), lambda: shardload.discover([text]),
+                 lambda: shardload.load(text),
+                 lambda: shardload.save(np.arange(8.0).reshape(4, 2), text)):
+        with pytest.raises(Exception) as e:
+            call()
+        outs.append(f"{e.value} {getattr(e.value, 'filename', '')}")
+    return outs
+
+
+def _cli(scheme: bytes, *argv: str, cwd: pathlib.Path) -> str:
+    """The command line's stdout and stderr, run with `scheme` registered in it (the test
+    library preloaded)."""
+    env = dict(os.environ, LD_PRELOAD=str(BUILD / "libshardload_test_memory_store.so"),
+               SHARDLOAD_TEST_MEMORY_SCHEME=scheme.decode())
+    r = subprocess.run([str(BUILD / "shardload"), *argv], capture_output=True, text=True,
+                       timeout=120, env=env, cwd=cwd)
+    return f"{r.returncode} {r.stdout} {r.stderr}"
+
+
+@pytest.mark.parametrize("scheme", [b"pymem", b"my.store+x-9"])
+@pytest.mark.parametrize("typo", _TYPOS)
+def test_a_registered_schemes_mistyped_url_hides_its_password_in_every_output(
+        library, tmp_path, monkeypatch, scheme, typo) -> None:
+    """A registered scheme's URL typed with a space, a '.' or ';' for the ':', one slash, a
+    backslash or a full-width colon: the refusal or "not found" of discover (of the text or of
+    a list), load, save, redact_secrets and the command line's inspect (plain and --json)
+    printed the password, which the one redaction hid for http, https and s3 only."""
+    pw = "Reg1steredPW"
+    text = typo.format(s=scheme.decode(), pw=pw)
+    monkeypatch.chdir(tmp_path)
+    assert library.shardload_test_memory_register(scheme, 0) == 1
+    try:
+        outs = _outputs_of(text)
+    finally:
+        library.shardload_test_memory_unregister(scheme)
+    for argv in (["inspect", text], ["inspect", "--json", text]):
+        out = _cli(scheme, *argv, cwd=tmp_path)
+        assert not out.startswith("0 "), out
+        outs.append(out)
+    for out in outs:
+        assert pw not in out and "***" in out, (text, out)
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_local_path_spelled_as_a_registered_scheme_shows_no_password(
+        library, tmp_path, monkeypatch) -> None:
+    """"pymem//alice:PW@bucket/d/" (the ':' left out) is a local path where such directories
+    exist: it loads as numpy reads it, and its repr, print() (describe) and the command line's
+    inspect (plain and --json) hide the user part as they hide a URL's."""
+    pw = "Reg1steredPW"
+    d = tmp_path / "pymem" / f"alice:{pw}@bucket" / "d"
+    d.mkdir(parents=True)
+    a = np.arange(12.0).reshape(4, 3)
+    np.save(d / "shard_0000.npy", a)
+    monkeypatch.chdir(tmp_path)
+    text = f"pymem//alice:{pw}@bucket/d/"
+    assert library.shardload_test_memory_register(SCHEME, 0) == 1
+    try:
+        layout = shardload.discover(text)
+        np.testing.assert_array_equal(np.asarray(shardload.load(layout)),
+                                      np.load(d / "shard_0000.npy"))
+        assert pw not in repr(layout)
+        outs = [str(layout), layout.describe()]
+    finally:
+        library.shardload_test_memory_unregister(SCHEME)
+    for argv in (["inspect", text], ["inspect", "--json", text]):
+        out = _cli(SCHEME, *argv, cwd=tmp_path)
+        assert out.startswith("0 "), out
+        outs.append(out)
+    for out in outs:
+        assert pw not in out and "***@bucket" in out, out

@@ -13,6 +13,13 @@ namespace shardload::detail {
 // values redact_secrets hides (the list and why: status.cc).
 bool is_secret_query_key(std::string_view key);
 
+// Makes redact_secrets take `name` (a URL scheme, compared in any case) as it takes http,
+// https and s3: the user part of "NAME://user:password@host" and of its mistyped spellings
+// ("NAME: //", "NAME:/ /", "NAME//", "NAME;//", ...) is hidden. The storage layer calls it for
+// each scheme it registers; a name stays known after its scheme is removed. Thread-safe; a
+// redaction reads the names without a lock.
+void add_redacted_scheme(std::string_view name);
+
 // `body` (a server's answer to a request, which may quote what the request carried) with each
 // secret of that request replaced by "***": what redact_secrets hides in `urls` (the URL
 // asked and the one a redirect led to: a user part's password, a token in the query), and the
