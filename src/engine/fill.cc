@@ -1,6 +1,7 @@
 #include "shardload/fill.hpp"
 
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -9,6 +10,7 @@
 
 #include "engine/detail/lanes.hpp"
 #include "shardload/formats.hpp"
+#include "shardload/interrupt.hpp"
 #include "shardload/io.hpp"
 #include "shardload/location.hpp"
 
@@ -23,6 +25,12 @@ std::string range_string(std::int64_t lo, std::int64_t hi) {
 Status fill_with(ShardReader& reader, const Layout& layout, const std::vector<Piece>& pieces,
                  std::byte* dst) {
   for (const auto& p : pieces) {
+    // A Ctrl-C (a front end's interrupt) ends the fill before its next piece: a row shuffle's
+    // fill is a read per row, hundreds of them, which a Python reader's reads or a slow local
+    // file system kept going long after the interrupt (the requests it ends are remote only).
+    if (interrupt_requested()) {
+      return Status(ErrorCode::kIo, "read stopped: interrupted").with_errno(ECANCELED);
+    }
     if (p.shard < 0 || static_cast<std::size_t>(p.shard) >= layout.shards.size() || p.lo < 0 ||
         p.hi < p.lo || p.hi > layout.shards[static_cast<std::size_t>(p.shard)].rows) {
       return {ErrorCode::kInvalidArgument, "piece outside its shard"};
