@@ -244,7 +244,7 @@ PYBIND11_MODULE(_core, m) {
             if (python::interpreter_finalizing()) return false;
             python::GilAcquired hold;
             try {
-              progress(done, tiles, rows);
+              python::call_python([&] { progress(done, tiles, rows); });
               return true;
             } catch (py::error_already_set& e) {
               raised.emplace(std::move(e));
@@ -311,7 +311,7 @@ PYBIND11_MODULE(_core, m) {
             throw std::runtime_error("save: the interpreter has ended; nothing was published");
           }
           python::GilAcquired gil;
-          if (PyErr_CheckSignals() != 0) throw py::error_already_set();
+          if (python::call_python(PyErr_CheckSignals) != 0) throw py::error_already_set();
         };
         std::vector<std::int64_t> shape;
         for (py::ssize_t d = 0; d < array.ndim(); ++d) shape.push_back(array.shape(d));

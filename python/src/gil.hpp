@@ -4,13 +4,19 @@
 // (a daemon thread whose load was in flight when the program ended) with pthread_exit, which
 // unwinds the thread's C++ frames. pybind11's gil_scoped_release asks from its destructor,
 // which is noexcept: the unwinding stopped there in std::terminate, and a program ending with
-// status 0 (or 130 after Ctrl-C) aborted with a core dump instead. This guard's destructor lets
-// the unwinding through, and the thread ends as Python ends its own. (It does not wait for the
-// process's end instead, as Python 3.14 makes such threads do: the finalizing thread's
-// collection may join it, a feed's destructor does, and that waited for ever.)
+// status 0 (or 130 after Ctrl-C) aborted with a core dump instead. Letting that unwinding
+// through ran the binding's frames' destructors without the GIL while the interpreter
+// finalized: the Python objects they hold (the call's arguments) were released without it, and
+// a save's frames met a noexcept one (std::terminate again). So the guards below stop the
+// unwinding where it starts: a thread that Python ends there waits for the process's end, its
+// frames and what they hold left as they are (leaked on purpose), as Python 3.14 makes such
+// threads wait. Only pthread_exit's unwinding gets there, so only a thread that Python ends:
+// the finalizing thread gets the GIL back as always (its collection may destroy a feed, whose
+// destructor releases the GIL to join its thread), and never waits.
 #pragma once
 
 #include <Python.h>
+#include <cxxabi.h>
 #include <unistd.h>
 
 namespace shardload::python {
@@ -26,8 +32,12 @@ inline bool interpreter_finalizing() {
 class GilReleased {
  public:
   GilReleased() : state_(PyEval_SaveThread()) {}
-  ~GilReleased() noexcept(false) {
-    PyEval_RestoreThread(state_);  // may end this thread (above): unwinds from here
+  ~GilReleased() {
+    try {
+      PyEval_RestoreThread(state_);
+    } catch (...) {
+      for (;;) ::pause();  // only pthread_exit's unwinding gets here (above)
+    }
   }
   GilReleased(const GilReleased&) = delete;
   GilReleased& operator=(const GilReleased&) = delete;
@@ -42,8 +52,8 @@ class GilReleased {
 // catch-all that keeps a job's error aborts the process there ("exception not rethrown"), a
 // noexcept frame in std::terminate. Such a thread waits for the process's end instead: the
 // engine's pool is never destroyed and the call that waits for it is a thread Python ends too,
-// so nothing waits for it. Callers look at interpreter_finalizing()
-// first where they can give up instead; this covers a finalization that begins while they wait.
+// so nothing waits for it. Callers look at interpreter_finalizing() first where they can give
+// up instead; this covers a finalization that begins while they wait.
 class GilAcquired {
  public:
   GilAcquired() {
@@ -60,5 +70,18 @@ class GilAcquired {
  private:
   PyGILState_STATE state_;
 };
+
+// Calls Python code on a thread holding a GilAcquired. Python code may let go of the GIL and
+// take it back (time.sleep, a blocking write): at the interpreter's end that ends the thread
+// from inside `f`, as above, and the unwinding would then release the GIL it no longer holds
+// (Python's fatal error) or reach the engine's frames. The thread waits there instead.
+template <typename F>
+decltype(auto) call_python(F&& f) {
+  try {
+    return f();
+  } catch (abi::__forced_unwind&) {
+    for (;;) ::pause();
+  }
+}
 
 }  // namespace shardload::python

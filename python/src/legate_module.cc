@@ -213,7 +213,9 @@ PYBIND11_MODULE(_legate, m) {
             throw std::runtime_error("save: the interpreter has ended; nothing was published");
           }
           shardload::python::GilAcquired gil;
-          if (PyErr_CheckSignals() != 0) throw py::error_already_set();
+          if (shardload::python::call_python(PyErr_CheckSignals) != 0) {
+            throw py::error_already_set();
+          }
         };
         const std::string path = dest;
         shardload::SaveInfo info;

@@ -117,7 +117,8 @@ class PythonReader final : public ShardReader {
       GilAcquired gil;
       GcPause pause;
       try {
-        const py::tuple got = py::reinterpret_borrow<py::object>(callbacks_->probe)(path_str(path));
+        const py::tuple got = call_python(
+            [&] { return py::reinterpret_borrow<py::object>(callbacks_->probe)(path_str(path)); });
         p.shard.rows = got[0].cast<std::int64_t>();
         dtype = got[1].cast<std::string>();
         for (const auto d : got[2].cast<py::tuple>())
@@ -163,7 +164,9 @@ class PythonReader final : public ShardReader {
       // writes the checked rows through it.
       const py::array view(py::dtype(spec.dtype.name()), shape, static_cast<void*>(dst),
                            py::capsule(dst, [](void*) {}));
-      py::reinterpret_borrow<py::object>(callbacks_->read_into)(path_str(path), lo, hi, view);
+      call_python([&] {
+        py::reinterpret_borrow<py::object>(callbacks_->read_into)(path_str(path), lo, hi, view);
+      });
       return Status::ok();
     } catch (py::error_already_set& e) {
       return status_of(e, ErrorCode::kIo, path);

@@ -103,12 +103,14 @@ def test_a_python_reader_in_a_thread_at_the_programs_end(tmp_path):
     assert "terminate called" not in r.stderr
 
 
-@pytest.mark.parametrize("progress", ["lambda *a: None", "True"], ids=["callback", "bar"])
+@pytest.mark.parametrize("progress", ["lambda *a: None", "True", "lambda *a: time.sleep(0.01)"],
+                         ids=["callback", "bar", "callback-that-sleeps"])
 def test_a_thread_loading_with_progress_at_the_programs_end(tmp_path, progress):
     """The progress callback (the user's, or the bar's) takes the GIL on an engine thread: at
     the program's end Python ended that thread inside the engine's pool, whose catch-all kept
     the unwinding as a job's error and the process aborted ("exception not rethrown", 134) every
-    time."""
+    time. A callback that lets go of the GIL (a sleep, a write) was ended inside it, and the
+    unwinding released a GIL it no longer held: Python's fatal error."""
     np = pytest.importorskip("numpy")
     np.save(tmp_path / "a.npy", np.ones((400000, 8), "f4"))
     script = textwrap.dedent("""
@@ -117,7 +119,8 @@ def test_a_thread_loading_with_progress_at_the_programs_end(tmp_path, progress):
         def loop():
             while True:
                 sn.load({src!r}, threads=4, progress={progress})
-        threading.Thread(target=loop, daemon=True).start()
+        for _ in range(2):
+            threading.Thread(target=loop, daemon=True).start()
         time.sleep(0.5)
         print("main ends", flush=True)
         """).format(src=[str(tmp_path / "a.npy")], progress=progress)
@@ -125,6 +128,7 @@ def test_a_thread_loading_with_progress_at_the_programs_end(tmp_path, progress):
                        timeout=120)
     assert r.returncode == 0, (r.returncode, r.stdout, r.stderr[-2000:])
     assert "main ends" in r.stdout and "exception not rethrown" not in r.stderr
+    assert "Fatal Python error" not in r.stderr
 
 
 @pytest.mark.parametrize("fmt", ["npy", "zarr"])
