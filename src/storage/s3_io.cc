@@ -20,6 +20,7 @@
 #endif
 
 #include <pthread.h>
+#include <unistd.h>
 
 #include <arrow/filesystem/filesystem.h>
 #include <arrow/filesystem/s3fs.h>
@@ -31,6 +32,7 @@
 #include <array>
 #include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
@@ -116,6 +118,94 @@ bool listed_entry(const arrow::fs::FileInfo& fi, const arrow::fs::FileSelector& 
   return !base.empty() && fi.path() == sel.base_dir + "/" + base;
 }
 
+// Calls into Arrow's S3 client, counted, so that fork() waits for those in flight. Arrow's
+// clients share a process-wide lock, held shared by every request and exclusively to make a
+// client or finalize S3: a fork while a parent thread was inside a request left the child's
+// copy held for ever, and the child's first client (or its exit's finalization) waited for it.
+// fork() waits here for a moment with no call in flight, and no call starts until the fork is
+// made. A call's count lasts as long as its requests may (an upload from its open to its end, a
+// listing to its last page, whose later pages Arrow asks for ahead). Where calls are still in
+// flight after kForkWait (a request that does not end, a listing's page waiting for a request
+// slot held by a thread that waits for the fork), the fork goes ahead and the child refuses
+// Arrow's client, naming why, rather than waiting for ever.
+class ArrowCalls {
+ public:
+  static constexpr auto kForkWait = std::chrono::seconds(10);
+  static constexpr auto kExitWait = std::chrono::seconds(5);
+
+  static ArrowCalls& process() {
+    static auto* calls = new ArrowCalls();  // never destroyed: calls may end at exit
+    return *calls;
+  }
+
+  // One call in flight, from its construction to its destruction.
+  class Call {
+   public:
+    Call() { process().enter(); }
+    ~Call() { process().leave(); }
+    Call(const Call&) = delete;
+    Call& operator=(const Call&) = delete;
+  };
+
+  // Registered once the first client is made, after the locks its making takes (the region's
+  // look-up, the context's stores, ...) registered theirs: fork() runs the handlers in
+  // reverse, so this wait comes before any of them is held, and no call waits for the fork.
+  void wait_at_fork() {
+    static std::once_flag once;
+    std::call_once(once, [] {
+      ::pthread_atfork([] { process().before_fork(); }, [] { process().after_fork_parent(); },
+                       [] { process().after_fork_child(); });
+    });
+  }
+
+  // In a child forked while calls were still in flight: Arrow's client there may wait for ever.
+  bool unusable() const { return unusable_; }
+
+  void before_fork() {
+    std::unique_lock lock(mu_);
+    (void)idle_->wait_for(lock, kForkWait, [&] { return in_flight_ == 0; });
+    lock.release();  // held across the fork: no call starts
+  }
+  void after_fork_parent() { mu_.unlock(); }
+
+  // At exit, before S3 is finalized (which would end the clients under the calls in flight of
+  // a daemon thread: a crash): no call starts any more (the thread waits there for the
+  // process's end), and those in flight are waited for, up to kExitWait. True where none is.
+  bool close_at_exit() {
+    std::unique_lock lock(mu_);
+    closing_ = true;
+    return idle_->wait_for(lock, kExitWait, [&] { return in_flight_ == 0; });
+  }
+  void after_fork_child() {
+    unusable_ = unusable_ || in_flight_ != 0;
+    in_flight_ = 0;                         // the parent's threads', not here
+    idle_ = new std::condition_variable();  // the parent's had a waiter that is not here
+    mu_.unlock();
+  }
+
+ private:
+  void enter() {
+    std::unique_lock lock(mu_);
+    if (closing_) {
+      lock.unlock();
+      for (;;) ::pause();
+    }
+    ++in_flight_;
+  }
+  void leave() {
+    std::lock_guard lock(mu_);
+    if (--in_flight_ == 0) idle_->notify_all();
+  }
+
+  std::mutex mu_;
+  std::condition_variable* idle_ = new std::condition_variable();  // never destroyed
+  std::int64_t in_flight_ = 0;
+  bool unusable_ = false;
+  bool closing_ = false;
+};
+
+using ArrowCall = ArrowCalls::Call;
+
 // A listing past this many entries is refused: a server's keys without end would otherwise
 // fill the memory. A dataset's directory holds far fewer shards.
 constexpr std::size_t kMaxListed = 10'000'000;
@@ -134,6 +224,7 @@ Result<arrow::fs::FileInfoVector> list_pages(arrow::fs::FileSystem& fs,
                                              const std::string& url, ErrorCode code,
                                              const std::string& what, RequestSlots* slots,
                                              Failed failed) {
+  const ArrowCall call;  // the listing asks for its pages ahead of this loop
   // Made under the first page's slot: Arrow's generator sends that page's LIST when it is made.
   arrow::fs::FileInfoGenerator next;
   arrow::fs::FileInfoVector all;
@@ -229,8 +320,9 @@ class ArrowObjectWriter final : public ObjectWriter {
   static constexpr std::size_t kSliceBytes = std::size_t{8} << 20;
   static constexpr std::size_t kInFlightBytes = std::size_t{32} << 20;
 
-  ArrowObjectWriter(std::string url, std::shared_ptr<arrow::io::OutputStream> out)
-      : url_(std::move(url)), out_(std::move(out)) {}
+  ArrowObjectWriter(std::string url, std::shared_ptr<arrow::io::OutputStream> out,
+                    std::unique_ptr<ArrowCall> call)
+      : url_(std::move(url)), out_(std::move(out)), call_(std::move(call)) {}
   ~ArrowObjectWriter() override { abort(); }
 
   Status append(const void* data, std::size_t n) override {
@@ -265,6 +357,7 @@ class ArrowObjectWriter final : public ObjectWriter {
     st = out_->Close();
     if (!st.ok()) return fail("cannot complete the upload", st);
     out_.reset();
+    call_.reset();
     return Status::ok();
   }
 
@@ -274,6 +367,7 @@ class ArrowObjectWriter final : public ObjectWriter {
     if (!out_) return;
     (void)out_->Abort();
     out_.reset();
+    call_.reset();
   }
 
  private:
@@ -284,6 +378,7 @@ class ArrowObjectWriter final : public ObjectWriter {
 
   std::string url_;
   std::shared_ptr<arrow::io::OutputStream> out_;
+  std::unique_ptr<ArrowCall> call_;  // from the open to the upload's end: its parts' requests
   std::size_t unflushed_ = 0;
 };
 
@@ -435,7 +530,10 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
     arrow::fs::FileInfo known(where.path, arrow::fs::FileType::File);
     known.set_size(static_cast<std::int64_t>(snapshot.size));
     t_gave_up_after = 0;
-    auto file = where.fs->OpenInputFile(known);
+    auto file = [&] {
+      const ArrowCall call;
+      return where.fs->OpenInputFile(known);
+    }();
     if (!file.ok()) return remote_error(ErrorCode::kIo, url, "cannot open", file.status());
     return add_open(url, *std::move(file));
   }
@@ -571,9 +669,11 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
     }
 #endif
     t_gave_up_after = 0;
+    auto call = std::make_unique<ArrowCall>();
     auto out = where.fs->OpenOutputStream(where.path);
     if (!out.ok()) return remote_error(ErrorCode::kIo, url, "cannot write", out.status());
-    return std::unique_ptr<ObjectWriter>(std::make_unique<ArrowObjectWriter>(url, *std::move(out)));
+    return std::unique_ptr<ObjectWriter>(
+        std::make_unique<ArrowObjectWriter>(url, *std::move(out), std::move(call)));
   }
 
   Status remove(const std::string& url) override {
@@ -585,7 +685,10 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
     if (where.ep != nullptr) return s3_delete(*where.ep, url, key_of(where.path), &retries_);
 #endif
     t_gave_up_after = 0;
-    const auto st = where.fs->DeleteFile(where.path);
+    const auto st = [&] {
+      const ArrowCall call;
+      return where.fs->DeleteFile(where.path);
+    }();
     if (st.ok() || errno_of(st) == ENOENT) return Status::ok();
     return remote_error(ErrorCode::kIo, url, "cannot delete", st);
   }
@@ -598,7 +701,10 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
     std::string path = where.path;
     while (!path.empty() && path.back() == '/') path.pop_back();
     t_gave_up_after = 0;
-    auto info = where.fs->GetFileInfo(path);
+    auto info = [&] {
+      const ArrowCall call;
+      return where.fs->GetFileInfo(path);
+    }();
     if (!info.ok()) return remote_error(ErrorCode::kIo, dir_url, "cannot look at", info.status());
     if (info->type() != arrow::fs::FileType::Directory) return Status::ok();
     // Arrow's DeleteDir takes what is below too: only a prefix with nothing under it.
@@ -612,7 +718,10 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
                             });
     if (!below) return below.status();
     if (!below->empty()) return Status::ok();
-    const auto st = where.fs->DeleteDir(path);
+    const auto st = [&] {
+      const ArrowCall call;
+      return where.fs->DeleteDir(path);
+    }();
     if (st.ok() || errno_of(st) == ENOENT) return Status::ok();
     return remote_error(ErrorCode::kIo, dir_url, "cannot delete the empty prefix's marker", st);
   }
@@ -632,7 +741,10 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
       // Nothing there, or no bucket: a listing that allows a missing prefix may not tell.
       const std::string bucket = sel.base_dir.substr(0, sel.base_dir.find('/'));
       t_gave_up_after = 0;
-      auto b = fs->GetFileInfo(bucket);
+      auto b = [&] {
+        const ArrowCall call;
+        return fs->GetFileInfo(bucket);
+      }();
       if (!b.ok()) return remote_error(ErrorCode::kIo, dir_url, "cannot list", b.status());
       if (b->type() != arrow::fs::FileType::Directory) {
         return file_error(ErrorCode::kIo, dir_url,
@@ -667,7 +779,10 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
     }
 #endif
     t_gave_up_after = 0;
-    auto info = where.fs->GetFileInfo(where.path);
+    auto info = [&] {
+      const ArrowCall call;
+      return where.fs->GetFileInfo(where.path);
+    }();
     if (!info.ok()) return remote_error(ErrorCode::kIo, url, "cannot look up", info.status());
     switch (info->type()) {
       case arrow::fs::FileType::File:
@@ -713,6 +828,7 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
     t_gave_up_after = 0;
     const RequestSlot slot(where.slots);
     if (!slot.held()) return file_error(ErrorCode::kIo, url, "interrupted", ECANCELED);
+    const ArrowCall call;
     arrow::fs::FileInfoGenerator next = where.fs->GetFileInfoGenerator(sel);
     arrow::Future<arrow::fs::FileInfoVector> got = next();
     while (!got.Wait(0.05)) {
@@ -892,7 +1008,10 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
     for (const bool flipped : {false, true}) {
       for (std::size_t i = 0; i < k; ++i) tail[i] = flipped ? ~mark()[i] : mark()[i];
       t_gave_up_after = 0;
-      auto r = file.ReadAt(static_cast<std::int64_t>(offset), static_cast<std::int64_t>(n), dst);
+      auto r = [&] {
+        const ArrowCall call;
+        return file.ReadAt(static_cast<std::int64_t>(offset), static_cast<std::int64_t>(n), dst);
+      }();
       if (!r.ok()) {
         *why = r.status().message();
         if (t_gave_up_after > 0) {
@@ -989,7 +1108,21 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
     options->retry_strategy = std::make_shared<CountingRetryStrategy>(retry, &retries_);
     options->connect_timeout = retry.connect_timeout;
     options->request_timeout = retry.request_timeout;
-    auto fs = arrow::fs::S3FileSystem::Make(*options);
+    if (ArrowCalls::process().unusable()) {
+      finalize_without_a_client_locked();
+      return file_error(
+          ErrorCode::kIo, url,
+          "cannot make an S3 client in this process: it was forked while another thread of "
+          "its parent was inside Arrow's S3 client for more than " +
+              std::to_string(ArrowCalls::kForkWait.count()) +
+              " s, and that client's lock was copied held; fork before, or start the process "
+              "with 'spawn' or 'forkserver'",
+          EDEADLK);
+    }
+    auto fs = [&] {
+      const ArrowCall call;
+      return arrow::fs::S3FileSystem::Make(*options);
+    }();
     if (!fs.ok()) {
       finalize_without_a_client_locked();
       return file_error(ErrorCode::kInvalidArgument, url,
@@ -997,6 +1130,7 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
     }
     Made made;
     made.fs = *std::move(fs);
+    ArrowCalls::process().wait_at_fork();
     // The bucket with its query is one store: one limit on its requests in flight.
     made.store = StorageContext::process().store("s3://" + key, retry);
 #if SHARDLOAD_S3_SIGNED
@@ -1032,7 +1166,10 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
     }
     std::unique_lock lock(mu_);
     if (!initialized_) {
-      const auto st = arrow::fs::EnsureS3Initialized();
+      const auto st = [] {
+        const ArrowCall call;
+        return arrow::fs::EnsureS3Initialized();
+      }();
       if (!st.ok()) return remote_error(ErrorCode::kIo, url, "cannot initialize S3", st);
       initialized_ = true;
     }
@@ -1140,6 +1277,7 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
     t_gave_up_after = 0;
     const RequestSlot slot(where.slots);  // the HEAD
     if (!slot.held()) return file_error(ErrorCode::kIo, url, "interrupted", ECANCELED);
+    const ArrowCall call;
     auto file = where.fs->OpenInputFile(where.path);
     if (!file.ok()) return remote_error(ErrorCode::kIo, url, "cannot open", file.status());
     auto size = (*file)->GetSize();
@@ -1233,6 +1371,7 @@ Status ArrowRemoteIo::write_object(const std::string& url, const void* data, std
   }
 #endif
   t_gave_up_after = 0;
+  const ArrowCall call;
   auto out = where.fs->OpenOutputStream(where.path);
   if (!out.ok()) return remote_error(ErrorCode::kIo, url, "cannot write", out.status());
   t_gave_up_after = 0;
@@ -1249,6 +1388,11 @@ Status ArrowRemoteIo::write_object(const std::string& url, const void* data, std
 }
 
 void ArrowRemoteIo::finalize_at_exit() {
+  // Finalizing waits for the requests in flight: for ever in a child whose copy of Arrow's
+  // lock is held (ArrowCalls), and it ends the clients under a daemon thread's calls. Neither
+  // finalizes; the process ends without it, as with os._exit.
+  ArrowCalls& calls = ArrowCalls::process();
+  if (calls.unusable() || !calls.close_at_exit()) return;
   ArrowRemoteIo* io = the_s3_io();
   {
     std::lock_guard lock(io->mu_);

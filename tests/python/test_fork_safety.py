@@ -267,3 +267,68 @@ def test_a_child_forked_during_an_hdf5_read_ends_through_a_normal_exit(tmp_path,
     assert "child status: 0" in out and "parent read it whole" in out, out
     if child_reads:
         assert "child: LayoutError" in out and "forked" in out, out
+
+
+
+def test_a_child_forked_while_parent_threads_are_inside_arrows_s3_client_loads():
+    """Arrow's S3 clients share a process-wide lock, held by every request in flight: a child
+    forked while parent threads' requests held it waited for ever at its own first client (pass
+    16, fault 7: every child, with an option only Arrow's client takes). The fork now waits for
+    the requests in flight (the server is another process), and every child loads."""
+    script = textwrap.dedent("""
+        import io, os, signal, sys, threading
+        sys.path.insert(0, {tests!r})
+        import boto3, numpy as np
+        import s3_server
+        import shardload.numpy as sn
+        a = np.arange(40000, dtype=np.float32).reshape(10000, 4)
+        with s3_server.serving() as ep:
+            c = boto3.client("s3", endpoint_url=f"http://{{ep}}", region_name="us-east-1")
+            c.create_bucket(Bucket="bkt")
+            b = io.BytesIO(); np.save(b, a)
+            for i in range(4):
+                c.put_object(Bucket="bkt", Key=f"d/shard_{{i:04d}}.npy", Body=b.getvalue())
+            # An option only Arrow's client takes: every request goes through it.
+            so = dict(endpoint_override=ep, scheme="http", region="us-east-1", access_key="AK",
+                      secret_key="SK", allow_bucket_deletion="false")
+            def loop():
+                while True:
+                    sn.load("s3://bkt/d/", storage_options=so, threads=2)
+            for _ in range(3):
+                threading.Thread(target=loop, daemon=True).start()
+            for i in range(6):
+                pid = os.fork()
+                if pid == 0:
+                    signal.alarm(30)  # a hang ends here, as a signal
+                    got = sn.load("s3://bkt/d/", storage_options=so)
+                    os._exit(0 if (got == np.concatenate([a] * 4)).all() else 3)
+                _, status = os.waitpid(pid, 0)
+                print("child status:", os.waitstatus_to_exitcode(status), flush=True)
+        """).format(tests=str(__import__("pathlib").Path(__file__).parent))
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                       timeout=400)
+    statuses = [line for line in r.stdout.splitlines() if line.startswith("child status:")]
+    assert statuses == ["child status: 0"] * 6, r.stdout + r.stderr[-3000:]
+
+
+def test_a_child_forked_while_a_parent_request_inside_arrows_s3_client_never_ends_refuses_it():
+    """Where a request in flight in Arrow's client does not end while the fork waits (here the
+    server answers from the forking process itself, which cannot serve while it forks), the fork
+    goes ahead after the wait and the child refuses Arrow's client, naming why, instead of
+    waiting for ever on the lock it copied held."""
+    out = run("""
+        SLOW_FROM, SLOW_PREFIX = 0, "/bkt/slow"
+        a = np.arange(4000, dtype=np.float32).reshape(1000, 4)
+        buf = io.BytesIO(); np.save(buf, a)
+        OBJECTS["/bkt/fast.npy"] = OBJECTS["/bkt/slow0.npy"] = buf.getvalue()
+        opts = dict(endpoint_override=URL.split("//")[1], scheme="http", region="us-east-1",
+                    access_key="AKIATEST", secret_key="testsecret",
+                    allow_bucket_deletion="false")
+        sn.load(["s3://bkt/fast.npy"], storage_options=opts)
+        got = fork_while_in_flight(
+            lambda: sn.load(["s3://bkt/slow0.npy"], storage_options=opts),
+            lambda: sn.load(["s3://bkt/fast.npy"], storage_options=opts))
+        assert (got == a).all()
+        """)
+    assert "child status: 0" in out, out
+    assert "it was forked while another thread of its parent was inside Arrow's S3" in out, out
