@@ -37,6 +37,17 @@ MAKE = {
 }
 
 
+def ends(script: str) -> subprocess.CompletedProcess:
+    """Runs `script` in a process of its own and checks that it ended with status 0 and no
+    abort of the C++ runtime's or Python's on its standard error."""
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, (r.returncode, r.stdout, r.stderr[-2000:])
+    for abort in ("terminate called", "exception not rethrown", "Fatal Python error"):
+        assert abort not in r.stderr, r.stderr[-2000:]
+    return r
+
+
 def run(tmp_path, fmt: str, ending: str) -> subprocess.CompletedProcess:
     script = textwrap.dedent("""
         import os, signal, sys, threading, time
@@ -97,10 +108,7 @@ def test_a_python_reader_in_a_thread_at_the_programs_end(tmp_path):
         time.sleep(0.5)
         print("main ends", flush=True)
         """).format(d=str(tmp_path))
-    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                       timeout=120)
-    assert r.returncode == 0, (r.returncode, r.stdout, r.stderr[-2000:])
-    assert "terminate called" not in r.stderr
+    ends(script)
 
 
 @pytest.mark.parametrize("progress", ["lambda *a: None", "True", "lambda *a: time.sleep(0.01)"],
@@ -124,11 +132,7 @@ def test_a_thread_loading_with_progress_at_the_programs_end(tmp_path, progress):
         time.sleep(0.5)
         print("main ends", flush=True)
         """).format(src=[str(tmp_path / "a.npy")], progress=progress)
-    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                       timeout=120)
-    assert r.returncode == 0, (r.returncode, r.stdout, r.stderr[-2000:])
-    assert "main ends" in r.stdout and "exception not rethrown" not in r.stderr
-    assert "Fatal Python error" not in r.stderr
+    assert "main ends" in ends(script).stdout
 
 
 @pytest.mark.parametrize("fmt", ["npy", "zarr"])
@@ -151,10 +155,7 @@ def test_a_thread_saving_at_the_programs_end(tmp_path, fmt):
         print("main ends", flush=True)
         """).format(dest=str(tmp_path / "out"), fmt=fmt)
     for _ in range(4):
-        r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                           timeout=120)
-        assert r.returncode == 0, (r.returncode, r.stdout, r.stderr[-2000:])
-        assert "terminate called" not in r.stderr
+        ends(script)
         if (tmp_path / "out").exists():
             got = sn.load(str(tmp_path / "out"))
             assert got.shape == (400000, 8) and (got == got[0, 0]).all()
