@@ -1896,6 +1896,8 @@ import numpy as np
 import shardload
 from shardload.feed import Feed
 
+signal.signal(signal.SIGINT, signal.default_int_handler)  # a test runner may ignore it
+
 d, shuffle, prefetch = sys.argv[1], sys.argv[2], sys.argv[3]
 prefetch = None if prefetch == "None" else int(prefetch)
 for i in range(4):
