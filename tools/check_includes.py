@@ -18,6 +18,12 @@ is_http_url), which asks "is this path remote?" where the question is a more spe
 answers those in storage. Only storage itself, the command line's argument parsing
 (src/cli/args.cc) and the tests of storage may call them.
 
+Also refused outside the storage layer (and its tests): an include of a transport's header
+(object storage's writer, the S3 and HTTP clients, signing, credentials, the transport table)
+and a use of object storage's writing vocabulary (ObjectStore, ObjectWriter,
+writable_object_store, ...). The readers, the engine's save and the front ends reach bytes
+through a Store (shardload/storage.hpp) and name no transport.
+
 Prints each violation as FILE:LINE: message and exits 1 if there is any. --root DIR checks
 another tree laid out the same way (the tests use it on a small one).
 """
@@ -45,6 +51,16 @@ INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"')
 SCHEME_PREDICATE = re.compile(r"\b(is_remote_url|is_http_url)\s*\(")
 # Where they may be called: storage, the argument parsers of the front ends, the tests.
 SCHEME_ALLOWED = ("src/storage/", "src/cli/args.cc", "tests/")
+# Storage's transports: their headers and their names, storage's (and its tests') alone.
+TRANSPORT_HEADERS = {
+    f"storage/detail/{name}.hpp"
+    for name in ("object_store", "s3_io", "s3_signed", "sigv4", "aws_credentials", "curl_get",
+                 "http_io", "transports")
+}
+TRANSPORT_NAME = re.compile(
+    r"\b(ObjectStore|ObjectWriter|ObjectEntry|writable_object_store|object_store_for|"
+    r"set_object_store|check_object_key)\b")
+TRANSPORT_ALLOWED = ("src/storage/", "tests/")
 
 
 def layer_of_file(path: pathlib.Path) -> str | None:
@@ -121,6 +137,25 @@ def check_scheme_predicates(path: pathlib.Path) -> list[str]:
     return problems
 
 
+def check_transports(path: pathlib.Path) -> list[str]:
+    rel = path.relative_to(ROOT).as_posix()
+    if rel.startswith(TRANSPORT_ALLOWED):
+        return []
+    problems = []
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        m = INCLUDE.match(line)
+        if m and m.group(1) in TRANSPORT_HEADERS:
+            problems.append(f'{rel}:{n}: "{m.group(1)}" is a transport of the storage layer; '
+                            "reach the bytes through a Store (shardload/storage.hpp)")
+            continue
+        code = line.split("//", 1)[0]
+        m = TRANSPORT_NAME.search(code)
+        if m:
+            problems.append(f"{rel}:{n}: {m.group(1)} outside the storage layer; write, list and "
+                            "delete through a Store (shardload/storage.hpp)")
+    return problems
+
+
 def main(argv: list[str] | None = None) -> int:
     global ROOT
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -134,7 +169,8 @@ def main(argv: list[str] | None = None) -> int:
             # src/cli is both under src/ and a front end: each file once.
             if p.suffix in SOURCES and p.is_file() and p not in files:
                 files.append(p)
-    problems = [msg for p in files for msg in check(p, public) + check_scheme_predicates(p)]
+    problems = [msg for p in files
+                for msg in check(p, public) + check_scheme_predicates(p) + check_transports(p)]
     for msg in problems:
         print(msg)
     if problems:

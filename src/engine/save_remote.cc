@@ -142,9 +142,9 @@ Status ShardUpload::commit() {
 }
 
 Result<std::shared_ptr<Store>> open_save_store(const std::string& dir_url) {
-  // The one refusal of a URL no store of this build writes (as before any sink existed).
-  SHARDLOAD_RETURN_IF_ERROR(writable_object_store(dir_url).status());
   SHARDLOAD_ASSIGN_OR_RETURN(auto store, open_store(dir_url));
+  // The one refusal of a URL no store of this build writes, before any request.
+  SHARDLOAD_RETURN_IF_ERROR(store->check_writable());
   return std::shared_ptr<Store>(std::move(store));
 }
 
@@ -186,12 +186,13 @@ Result<RemoteDest> prepare_remote_save(const std::string& dest, const SaveOption
     return Status(ErrorCode::kInvalidArgument,
                   "save: " + dest + ": " + not_for_object_storage(spec));
   }
-  // Before any request: the prefix checked below is the one every write and delete uses.
-  SHARDLOAD_RETURN_IF_ERROR(check_object_key(dest));
+  // Before any request, the store at `dest` as given: it refuses a prefix that a request
+  // would not reach as named (an s3:// key's "." or ".." segments), so the prefix checked below
+  // is the one every write and delete uses; and a store that no save can write.
+  SHARDLOAD_RETURN_IF_ERROR(open_save_store(dest).status());
   RemoteDest d;
   d.dest = dest;
   d.overwrite = options.overwrite;
-  SHARDLOAD_ASSIGN_OR_RETURN(d.store, writable_object_store(dest));
   const auto q = dest.find('?');
   std::string base = dest.substr(0, q);
   d.query = q == std::string::npos ? std::string() : dest.substr(q);
@@ -200,6 +201,7 @@ Result<RemoteDest> prepare_remote_save(const std::string& dest, const SaveOption
     return Status(ErrorCode::kInvalidArgument, "save: " + dest + ": the URL names no bucket");
   }
   d.dir = base + "/";
+  SHARDLOAD_ASSIGN_OR_RETURN(d.store, open_save_store(d.dir_url()));
   // An object of the prefix's own name is no dataset to write into (a local save refuses a
   // destination that is a file). The bucket itself is never an object.
   // Asked of the parent prefix's Store: a stat of the prefix's own name there.
@@ -214,16 +216,18 @@ Result<RemoteDest> prepare_remote_save(const std::string& dest, const SaveOption
   }
 
   // The check (stage() runs it before it makes anything): what is there, which an overwrite
-  // replaces. The store then deletes an old manifest first.
-  SHARDLOAD_ASSIGN_OR_RETURN(const auto store, open_store(d.dir_url()));
+  // replaces, as the store lists it (a prefix with its '/', an object and a prefix of one
+  // name both). The store then deletes an old manifest first.
+  Store& store = *d.store;
   PublishSteps steps = publish_steps(d, spec, options);
   steps.check = [&](std::vector<ReplacedKey>* replaced) {
-    SHARDLOAD_ASSIGN_OR_RETURN(const auto entries, d.store->list_entries(d.dir_url()));
-    for (const ObjectEntry& e : entries) {
+    SHARDLOAD_ASSIGN_OR_RETURN(const auto keys, store.list(""));
+    for (const std::string& key : keys) {
+      const bool is_prefix = key.back() == '/';
+      const std::string name = is_prefix ? key.substr(0, key.size() - 1) : key;
       if (!options.overwrite) {
         return file_error(ErrorCode::kIo, dest,
-                          "the destination exists and is not empty (it holds '" + e.name +
-                              (e.prefix ? "/" : "") +
+                          "the destination exists and is not empty (it holds '" + key +
                               "'); pass overwrite to replace a dataset saved there",
                           EEXIST);
       }
@@ -236,28 +240,31 @@ Result<RemoteDest> prepare_remote_save(const std::string& dest, const SaveOption
                               "', which a save does not write; remove it or save elsewhere",
                           EEXIST);
       };
-      const ShardWriter* store_writer = e.prefix ? saved_store_writer(e.name) : nullptr;
-      if (e.prefix ? store_writer == nullptr : !is_saved_file_name(e.name)) {
-        return foreign(e.name, e.prefix);
+      const ShardWriter* store_writer = is_prefix ? saved_store_writer(name) : nullptr;
+      if (is_prefix ? store_writer == nullptr : !is_saved_file_name(name)) {
+        return foreign(name, is_prefix);
       }
-      if (!e.prefix) {
-        replaced->push_back({e.name, ""});
+      if (!is_prefix) {
+        replaced->push_back({name, ""});
         continue;
       }
-      const std::string prefix = e.name + "/";
-      SHARDLOAD_ASSIGN_OR_RETURN(const auto inside, d.store->list_entries(d.url(prefix)));
-      for (const ObjectEntry& f : inside) {
-        if (f.prefix || (f.name != store_writer->store_metadata_name() &&
-                         !store_writer->is_chunk_entry(f.name, 0, -1))) {
-          return foreign(prefix + f.name, f.prefix);
+      SHARDLOAD_ASSIGN_OR_RETURN(const auto inside, store.list(key));
+      for (const std::string& below : inside) {
+        // list() gives the keys below with the prefix in front.
+        const std::string f = below.starts_with(key) ? below.substr(key.size()) : below;
+        const bool f_prefix = !f.empty() && f.back() == '/';
+        const std::string f_name = f_prefix ? f.substr(0, f.size() - 1) : f;
+        if (f_prefix || (f_name != store_writer->store_metadata_name() &&
+                         !store_writer->is_chunk_entry(f_name, 0, -1))) {
+          return foreign(key + f_name, f_prefix);
         }
-        replaced->push_back({prefix + f.name, ""});
+        replaced->push_back({key + f_name, ""});
       }
-      replaced->push_back({prefix, ""});
+      replaced->push_back({key, ""});
     }
     return Status::ok();
   };
-  SHARDLOAD_ASSIGN_OR_RETURN(const Staging staging, store->stage("", steps));
+  SHARDLOAD_ASSIGN_OR_RETURN(const Staging staging, store.stage("", steps));
   for (const ReplacedKey& r : staging.replaced) d.old_names.push_back(r.key);
   // The shards no task uploads: those without rows (or without bytes), header only (a store
   // without chunks is its metadata, written at the end).
@@ -275,12 +282,11 @@ Result<std::unique_ptr<ShardUpload>> open_shard_upload(const std::string& dir_ur
   const auto q = dir_url.find('?');
   const std::string url = dir_url.substr(0, q) + save_shard_name(spec.format, shard) +
                           (q == std::string::npos ? std::string() : dir_url.substr(q));
-  SHARDLOAD_RETURN_IF_ERROR(writable_object_store(url).status());
+  SHARDLOAD_ASSIGN_OR_RETURN(auto store, open_save_store(dir_url));
   if (layout_of(spec) == nullptr) {
     // Refused before any upload (prepare_remote_save); here for a spec that skipped it.
     return file_error(ErrorCode::kIo, url, not_for_object_storage(spec), ENOTSUP);
   }
-  SHARDLOAD_ASSIGN_OR_RETURN(auto store, open_save_store(dir_url));
   SHARDLOAD_ASSIGN_OR_RETURN(ShardPlan plan, plan_shard(spec, shard, store->describe("")));
   return std::make_unique<ShardUpload>(std::move(store), std::move(plan),
                                        save_shard_name(spec.format, shard));
@@ -292,7 +298,9 @@ Status finish_remote_save(const RemoteDest& d, const SaveSpec& spec, const SaveO
     for (auto& o : shard_objects(spec, s)) names.insert(std::move(o));
     if (chunked(spec)) names.insert(save_shard_name(spec.format, s) + "/");
   }
-  SHARDLOAD_ASSIGN_OR_RETURN(const auto store, open_save_store(d.dir_url()));
+  SHARDLOAD_ASSIGN_OR_RETURN(const auto store, d.store != nullptr
+                                                   ? Result<std::shared_ptr<Store>>(d.store)
+                                                   : open_save_store(d.dir_url()));
   // The metadata and extra files through the one writer, with the placement it plans.
   SaveSpec planned = spec;
   SHARDLOAD_RETURN_IF_ERROR(plan_shard_keys(store->describe(""), &planned));
@@ -320,8 +328,6 @@ void abandon_remote_save(const RemoteDest& d, const SaveSpec& spec,
                          const SaveOptions& options) noexcept {
   if (d.overwrite || d.store == nullptr) return;
   try {
-    auto store = open_store(d.dir_url());
-    if (!store) return;
     PublishSteps steps = publish_steps(d, spec, options);
     std::set<std::string> names;
     for (std::int64_t s = 0; s < spec.shards(); ++s) {
@@ -331,7 +337,7 @@ void abandon_remote_save(const RemoteDest& d, const SaveSpec& spec,
     for (auto& name : metadata_names_of(spec)) names.insert(std::move(name));
     for (const auto& [name, text] : options.extra_files) names.insert(name);
     steps.keys.assign(names.begin(), names.end());
-    (*store)->discard(staging_of(d), steps);
+    d.store->discard(staging_of(d), steps);
   } catch (...) {  // best effort on a failure path
   }
 }

@@ -197,7 +197,7 @@ void SaveCommitTask::cpu_variant(legate::TaskContext context) {
     if (!spec) st = spec.status();
     bool published = false;
     if (st && is_object_dest(dest)) {
-      Result<ObjectStore*> store = writable_object_store(dest);
+      Result<std::shared_ptr<Store>> store = open_save_store(remote.dir_url());
       if (store) remote.store = *store;
       st = store ? finish_remote_save(remote, *spec, options) : store.status();
       published = st.is_ok();
@@ -280,7 +280,7 @@ Result<RemoteDest> prepare_remote_save_once(const std::string& dest, const SaveO
   bool ok = r.str(&d.dir) && r.str(&d.query) && r.u64(&olds);
   for (std::uint64_t i = 0; ok && i < olds; ++i) ok = r.str(&d.old_names.emplace_back());
   if (!ok) return malformed("result of the save's preparation");
-  SHARDLOAD_ASSIGN_OR_RETURN(d.store, writable_object_store(dest));
+  SHARDLOAD_ASSIGN_OR_RETURN(d.store, open_save_store(d.dir_url()));
   return d;
 }
 

@@ -161,6 +161,16 @@ class RemoteStore final : public Store, public TransportStore {
     return shown_ + std::string(key);
   }
 
+  // s3:// writes through its ObjectStore (none in a build without Arrow); http(s):// is
+  // read-only. The same words as the refusal of a key's write or sink.
+  [[nodiscard]] Status check_writable() const override {
+    const std::string dir = base_ + query_;
+    if (object_store_for(dir) != nullptr) return check_object_key(dir);
+    if (scheme_ == "s3") return writable_object_store(dir).status();
+    return file_error(ErrorCode::kIo, shown_,
+                      "this store cannot write (" + scheme_ + " is read-only)", ENOTSUP);
+  }
+
   Result<KeyInfo> stat(std::string_view key) override {
     SHARDLOAD_RETURN_IF_ERROR(check_key(key));
     SHARDLOAD_ASSIGN_OR_RETURN(const FileInfo info, io_->stat_path(url(key)));
@@ -347,8 +357,10 @@ Result<std::unique_ptr<Store>> make_remote_store(std::string_view location, Remo
   const std::size_t q = location.find('?');
   std::string base(location.substr(0, q));
   std::string query(q == std::string_view::npos ? std::string_view() : location.substr(q));
+  // The location as given is named (before the '/' is added): "s3://B/keep/.." is refused as
+  // the user spelled it.
+  SHARDLOAD_RETURN_IF_ERROR(check_object_key(std::string(location)));
   if (base.back() != '/') base.push_back('/');
-  SHARDLOAD_RETURN_IF_ERROR(check_object_key(base + query));
   return std::unique_ptr<Store>(new RemoteStore(std::move(base), std::move(query), io));
 }
 

@@ -29,8 +29,9 @@ def _tree(tmp_path: pathlib.Path, files: dict[str, str]) -> pathlib.Path:
 _HEADERS = {
     "src/base/include/shardload/status.hpp": "#pragma once\n",
     "src/storage/detail/object_store.hpp": '#pragma once\n#include "shardload/status.hpp"\n',
+    "src/storage/detail/read_ranges.hpp": '#pragma once\n#include "shardload/status.hpp"\n',
     "src/readers/include/shardload/formats.hpp": "#pragma once\n",
-    "src/readers/detail/zarr.hpp": '#pragma once\n#include "storage/detail/object_store.hpp"\n',
+    "src/readers/detail/zarr.hpp": '#pragma once\n#include "storage/detail/read_ranges.hpp"\n',
 }
 
 
@@ -57,7 +58,7 @@ def test_storage_over_base_and_readers_over_storage_pass(tmp_path: pathlib.Path)
         "src/storage/s3_io.cc": '#include "storage/detail/object_store.hpp"\n'
                                 '#include "shardload/status.hpp"\n',
         "src/readers/zarr_reader.cc": '#include "readers/detail/zarr.hpp"\n'
-                                      '#include "storage/detail/object_store.hpp"\n',
+                                      '#include "storage/detail/read_ranges.hpp"\n',
     })
     got = _run(root)
     assert got.returncode == 0, got.stdout
@@ -108,3 +109,39 @@ def test_a_scheme_predicate_outside_storage_is_refused(tmp_path: pathlib.Path) -
 def test_no_scheme_predicate_outside_storage_in_this_checkout() -> None:
     got = _run(ROOT)
     assert "outside the storage layer" not in got.stdout, got.stdout
+
+
+def test_a_transport_outside_storage_is_refused(tmp_path: pathlib.Path) -> None:
+    # A save reaches its destination through a Store (shardload/storage.hpp): the engine, the
+    # Legate layer, the readers and the front ends neither include a transport's header nor
+    # name object storage's writer. Storage and its tests may; a comment may name them.
+    root = _tree(tmp_path, {
+        **_HEADERS,
+        "src/storage/detail/s3_io.hpp": '#pragma once\n',
+        "src/storage/remote_store.cc": '#include "storage/detail/object_store.hpp"\n'
+                                       "ObjectStore* s = object_store_for(u);\n",
+        "src/engine/detail/save_remote.hpp": '#include "storage/detail/object_store.hpp"\n'
+                                             "// was an ObjectStore* once\n",
+        "src/engine/save_remote.cc": "auto s = writable_object_store(dest);\n",
+        "src/legate/save_once.cc": "std::vector<ObjectEntry> e;\n",
+        "src/readers/zarr_reader.cc": '#include "storage/detail/s3_io.hpp"\n',
+        "python/src/core_module.cc": "Result<ObjectStore*> s;\n",
+        "tests/cpp/test_store_sinks.cc": '#include "storage/detail/object_store.hpp"\n'
+                                         "class Fake : public ObjectStore {};\n",
+    })
+    got = _run(root)
+    assert got.returncode == 1, got.stdout
+    flagged = sorted(line.split(": ", 1)[0] for line in got.stdout.splitlines()[:-1])
+    assert flagged == ["python/src/core_module.cc:1", "src/engine/detail/save_remote.hpp:1",
+                       "src/engine/save_remote.cc:1", "src/legate/save_once.cc:1",
+                       "src/readers/zarr_reader.cc:1"], got.stdout
+    assert ('src/engine/detail/save_remote.hpp:1: "storage/detail/object_store.hpp" is a '
+            "transport of the storage layer") in got.stdout
+    assert ("src/engine/save_remote.cc:1: writable_object_store outside the storage layer; "
+            "write, list and delete through a Store") in got.stdout
+
+
+def test_no_transport_outside_storage_in_this_checkout() -> None:
+    got = _run(ROOT)
+    assert "transport of the storage layer" not in got.stdout, got.stdout
+    assert "through a Store" not in got.stdout, got.stdout

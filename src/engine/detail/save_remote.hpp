@@ -15,7 +15,7 @@
 #include "readers/detail/object_layout.hpp"
 #include "shardload/save_options.hpp"
 #include "shardload/status.hpp"
-#include "storage/detail/object_store.hpp"
+#include "shardload/storage.hpp"
 
 namespace shardload::detail {
 
@@ -24,7 +24,9 @@ struct RemoteDest {
   std::string dest;   // as given, for messages
   std::string dir;    // "s3://B/P/": the prefix, ending in '/', without the query
   std::string query;  // "?endpoint_override=...", or ""
-  ObjectStore* store = nullptr;
+  // The store at the prefix (dir_url()): every listing, write and delete of the save goes
+  // through it. Null until the destination was checked (prepare_remote_save).
+  std::shared_ptr<Store> store;
   // The objects there before, which an overwrite replaces: "shard_0000.npy", a store's
   // "shard_0000.zarr/0.0", and the store itself, "shard_0000.zarr/", after its objects.
   std::vector<std::string> old_names;
@@ -86,8 +88,8 @@ class ShardUpload {
   std::int64_t written_ = 0;
 };
 
-// The store a save to `dir_url` ("s3://B/P/" and the query) writes through, or the one error
-// for a URL that no store of this build writes (kIo, ENOTSUP), naming it.
+// The store a save to `dir_url` ("s3://B/P/" and the query) writes through, or the store's
+// refusal (Store::check_writable: kIo, ENOTSUP for a store this build cannot write), naming it.
 Result<std::shared_ptr<Store>> open_save_store(const std::string& dir_url);
 
 // In a point task: the upload of shard `shard` of the dataset at `dir_url` ("s3://B/P/" and

@@ -132,6 +132,12 @@ class Store {
   // password in the location's user part too; the store's options are not in it).
   [[nodiscard]] virtual std::string describe(std::string_view key) const = 0;
 
+  // Whether a save may write this store: ok, or the store's refusal naming its location, asked
+  // before a save lists, writes or deletes anything. kIo with ENOTSUP where the store is
+  // read-only (http(s)://) or this build has no writer for it (s3:// without Arrow). Default:
+  // ok (a store that cannot write refuses each write too).
+  [[nodiscard]] virtual Status check_writable() const { return Status::ok(); }
+
   virtual Result<KeyInfo> stat(std::string_view key) = 0;
   // Reads up to dst.size() bytes of `key` at `offset` into dst: the bytes read, fewer only at
   // the end of the key (0 at or past it). With `if_generation` not "", kChanged naming the key
