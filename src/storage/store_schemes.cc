@@ -13,6 +13,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <system_error>
 #include <thread>
@@ -533,15 +534,76 @@ void StoreIo::after_fork() { the_adapter()->mu_.unlock(); }
 RemoteIo* the_store_io() { return the_adapter(); }
 
 // A registered store seen from a prefix of it (open_store of "SCHEME://AUTHORITY/PREFIX/").
-// Saves are not staged through it (the default refuses).
+// A save writes through it in place, as to object storage (a key is written whole by its
+// sink; no rename): stage() checks and deletes an old commit key, the keys are written under
+// their final names through the inner store's sinks, publish() deletes the replaced keys the
+// new set did not overwrite and then seals (the commit key last), discard() deletes the new
+// keys of a save to an empty place. A prefix ("a.zarr/") exists only through its keys:
+// nothing to delete for it.
 class PrefixedStore final : public Store {
  public:
   PrefixedStore(std::shared_ptr<Store> inner, std::string scheme, std::string prefix,
-                std::string shown)
+                std::string shown, std::string query)
       : inner_(std::move(inner)),
         scheme_(std::move(scheme)),
         prefix_(std::move(prefix)),
-        shown_(std::move(shown)) {}
+        shown_(std::move(shown)),
+        query_(std::move(query)) {}
+
+  [[nodiscard]] Status check_writable() const override { return inner_->check_writable(); }
+
+  Result<Staging> stage(std::string_view name, const PublishSteps& steps) override {
+    if (!name.empty()) SHARDLOAD_RETURN_IF_ERROR(check_store_key(name));
+    Staging s;
+    s.name = std::string(name);
+    s.prefix = name.empty() ? std::string() : std::string(name) + "/";
+    s.location = staged_location(s.prefix);
+    s.in_place = true;
+    if (steps.check) SHARDLOAD_RETURN_IF_ERROR(steps.check(&s.replaced));
+    // The old commit key first: a reader must not take it for the new keys.
+    if (!steps.commit_key.empty() &&
+        std::any_of(s.replaced.begin(), s.replaced.end(),
+                    [&](const ReplacedKey& r) { return r.key == steps.commit_key; })) {
+      SHARDLOAD_RETURN_IF_ERROR(remove(s.prefix + steps.commit_key));
+    }
+    return s;
+  }
+
+  Status publish(const Staging& staging, const PublishSteps& steps, bool* published) override {
+    *published = false;
+    if (!staging.in_place || staging.location != staged_location(staging.prefix)) {
+      return Status(ErrorCode::kInvalidArgument,
+                    "save: expected a staging of " + describe(staging.prefix) + ", found another");
+    }
+    std::set<std::string> keep(steps.keys.begin(), steps.keys.end());
+    if (!steps.commit_key.empty()) keep.insert(steps.commit_key);
+    for (const ReplacedKey& old : staging.replaced) {
+      if (keep.count(old.key) != 0 || old.key.empty() || old.key.back() == '/') continue;
+      const Status st = remove(staging.prefix + old.key);
+      if (!st) {
+        return file_error(ErrorCode::kIo, describe(staging.prefix),
+                          "cannot delete the old dataset's key '" + old.key + "' (" + st.message() +
+                              "); the new dataset's manifest was not written",
+                          st.sys_errno());
+      }
+    }
+    if (steps.seal) SHARDLOAD_RETURN_IF_ERROR(steps.seal(staging.location));
+    *published = true;
+    return Status::ok();
+  }
+
+  void discard(const Staging& staging, const PublishSteps& steps) noexcept override {
+    if (!staging.in_place || steps.overwrite ||
+        staging.location != staged_location(staging.prefix)) {
+      return;
+    }
+    try {
+      for (const std::string& key : steps.keys) {
+        if (!key.empty() && key.back() != '/') (void)remove(staging.prefix + key);
+      }
+    } catch (...) {  // best effort on a failure path
+    }
+  }
 
   [[nodiscard]] std::string_view scheme() const override { return scheme_; }
   [[nodiscard]] const std::string& location() const override { return shown_; }
@@ -560,8 +622,13 @@ class PrefixedStore final : public Store {
   }
   Result<std::vector<std::string>> list(std::string_view prefix) override {
     SHARDLOAD_RETURN_IF_ERROR(check_store_prefix(prefix));
-    SHARDLOAD_ASSIGN_OR_RETURN(std::vector<std::string> keys,
-                               inner_->list(prefix_ + std::string(prefix)));
+    auto listed = inner_->list(prefix_ + std::string(prefix));
+    // The view's own location lists as empty when nothing is below it (as an object store's
+    // prefix does), not as a missing prefix of the inner store.
+    if (!listed && prefix.empty() && !prefix_.empty() && listed.status().sys_errno() == ENOENT) {
+      return std::vector<std::string>{};
+    }
+    SHARDLOAD_ASSIGN_OR_RETURN(std::vector<std::string> keys, std::move(listed));
     for (std::string& k : keys) {
       if (k.starts_with(prefix_)) k.erase(0, prefix_.size());
     }
@@ -576,11 +643,35 @@ class PrefixedStore final : public Store {
     return inner_->remove(prefix_ + std::string(key));
   }
 
+ protected:
+  Result<std::unique_ptr<KeySink>> open_key_sink(std::string_view key,
+                                                 std::uint64_t size) override {
+    SHARDLOAD_RETURN_IF_ERROR(check_store_key(key));
+    return inner_->open_sink(inner_staging(), key, size);
+  }
+  Result<std::unique_ptr<KeySink>> reopen_key_sink(std::string_view key) override {
+    SHARDLOAD_RETURN_IF_ERROR(check_store_key(key));
+    return inner_->reopen_sink(inner_staging(), key);
+  }
+
  private:
+  // The inner store's keys of this view: a staging whose prefix is the view's.
+  [[nodiscard]] Staging inner_staging() const {
+    Staging s;
+    s.prefix = prefix_;
+    s.in_place = true;
+    return s;
+  }
+  // The URL a writer that writes by URL (the manifest's seal) writes `prefix` of the view by.
+  [[nodiscard]] std::string staged_location(const std::string& prefix) const {
+    return shown_ + prefix + query_;
+  }
+
   std::shared_ptr<Store> inner_;
   std::string scheme_;
   std::string prefix_;
   std::string shown_;
+  std::string query_;  // the location's query ("?..."), or ""
 };
 
 }  // namespace
@@ -618,8 +709,10 @@ Result<std::unique_ptr<Store>> open_registered_store(std::string_view location) 
     if (prefix.back() != '/') prefix += '/';
     SHARDLOAD_RETURN_IF_ERROR(check_store_prefix(prefix).with_path(w.shown));
   }
+  const std::size_t q = location.find('?');
+  std::string query(q == std::string_view::npos ? std::string_view() : location.substr(q));
   return std::unique_ptr<Store>(std::make_unique<PrefixedStore>(
-      std::move(w.store), w.entry->scheme.scheme, std::move(prefix), w.location + prefix));
+      std::move(w.store), w.entry->scheme.scheme, prefix, w.location + prefix, query));
 }
 
 }  // namespace detail
