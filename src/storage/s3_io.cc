@@ -624,7 +624,12 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
       file = std::move(it->second.file);
       files_.erase(it);
     }
-    if (file != nullptr) (void)file->Close();
+    if (file != nullptr) {
+      // The object may hold the last reference to a client let go of (resolve()).
+      const ArrowCall call;
+      (void)file->Close();
+      file.reset();
+    }
   }
 
   Result<std::vector<std::string>> list(const std::string& dir_url) override {
@@ -1212,7 +1217,50 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
 #if SHARDLOAD_S3_SIGNED
     if (auto e = signed_.find(key); e != signed_.end()) w.ep = e->second;
 #endif
+    used_[key] = ++uses_;
+    std::vector<std::shared_ptr<arrow::fs::FileSystem>> retired = retire_beyond_kept(key);
+    lock.unlock();
+    if (!retired.empty()) {
+      // The last reference to a client may be here: its end (its connections closed) is a
+      // call into Arrow's client, which a fork waits for.
+      const ArrowCall call;
+      retired.clear();
+    }
     return w;
+  }
+
+  // The clients kept: each holds the AWS SDK's pool of connections (a libcurl handle per
+  // connection, with descriptors of its own), open for as long as the client lives. A client
+  // was kept per bucket and query for the process's life, so a process that read many buckets
+  // (or one spelled many ways) kept every connection it had ever opened.
+  static constexpr std::size_t kKeptClients = 8;
+
+  // Under mu_: the stores beyond the kKeptClients used last, `current` never among them, taken
+  // out of the maps (a later URL of one makes it again); their clients, for the caller to let
+  // go of after mu_ (an open object or a call in flight holds its client until it ends).
+  std::vector<std::shared_ptr<arrow::fs::FileSystem>> retire_beyond_kept(
+      const std::string& current) {
+    std::vector<std::shared_ptr<arrow::fs::FileSystem>> retired;
+    while (fs_.size() > kKeptClients) {
+      auto oldest = used_.end();
+      for (auto u = used_.begin(); u != used_.end(); ++u) {
+        if (u->first != current && (oldest == used_.end() || u->second < oldest->second)) {
+          oldest = u;
+        }
+      }
+      if (oldest == used_.end()) break;
+      const std::string key = oldest->first;
+      used_.erase(oldest);
+      if (auto f = fs_.find(key); f != fs_.end()) {
+        retired.push_back(std::move(f->second));
+        fs_.erase(f);
+      }
+      stores_.erase(key);
+#if SHARDLOAD_S3_SIGNED
+      signed_.erase(key);
+#endif
+    }
+    return retired;
   }
 
   // Arrow's client (the AWS SDK's) follows a server's redirects, with no knob to stop it: from
@@ -1319,6 +1367,7 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
     new std::map<std::string, std::shared_ptr<arrow::fs::FileSystem>>(std::move(io->fs_));
     io->fs_.clear();
     io->stores_.clear();
+    io->used_.clear();
 #if SHARDLOAD_S3_SIGNED
     new std::map<std::string, std::shared_ptr<const S3Endpoint>>(std::move(io->signed_));
     io->signed_.clear();
@@ -1337,6 +1386,8 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
   bool exit_registered_early_ = false;  // before any client was made
   std::map<std::string, std::shared_ptr<arrow::fs::FileSystem>> fs_;
   std::map<std::string, StoreResources*> stores_;  // by the same key, owned by the context
+  std::map<std::string, std::uint64_t> used_;      // by the same key: when last resolved
+  std::uint64_t uses_ = 0;
 #if SHARDLOAD_S3_SIGNED
   std::map<std::string, std::shared_ptr<const S3Endpoint>> signed_;  // by the same key
 #endif
