@@ -304,15 +304,9 @@ PYBIND11_MODULE(_core, m) {
         const Result<Checksum> c = parse_checksum(checksum);
         if (!c) throw_status(c.status().with_context("save: checksum"), ErrorSite::kWrite);
         o.save.checksum = *c;
-        o.save.before_commit = [] {
-          // At the program's end a save in flight publishes nothing (its staging is removed
-          // as the error passes); see gil.hpp.
-          if (python::interpreter_finalizing()) {
-            throw std::runtime_error("save: the interpreter has ended; nothing was published");
-          }
-          python::GilAcquired gil;
-          if (python::call_python(PyErr_CheckSignals) != 0) throw py::error_already_set();
-        };
+        // At the program's end a save in flight publishes nothing (its staging is removed as
+        // the error passes).
+        o.save.before_commit = python::check_signals_before_commit;
         std::vector<std::int64_t> shape;
         for (py::ssize_t d = 0; d < array.ndim(); ++d) shape.push_back(array.shape(d));
         const auto* data = static_cast<const std::byte*>(array.data());

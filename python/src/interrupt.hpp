@@ -3,11 +3,13 @@
 // long as the server liked. `interruptible` wraps such a call in a shardload::InterruptibleWait:
 // a SIGINT ends the call's remote requests (shardload/interrupt.hpp), and the call then raises
 // the KeyboardInterrupt that Python's handler made instead of the failure the interrupt caused.
-// Included by core_module.cc and legate_module.cc only.
+// Included by core_module.cc and legate_module.cc only, which share the check a save makes
+// before it publishes (check_signals_before_commit).
 #pragma once
 
 #include <pybind11/pybind11.h>
 
+#include <stdexcept>
 #include <type_traits>
 #include <utility>
 
@@ -57,6 +59,18 @@ auto interruptible(F&& f) -> decltype(f()) {
     raise_if_interrupted(wait);  // the KeyboardInterrupt instead of what the interrupt caused
     throw;
   }
+}
+
+// A save's look at Python before it publishes (SaveOptions::before_commit): a Ctrl-C that came
+// while the save ran with the GIL released only marked its signal pending, and raises here, so
+// an interrupted save publishes nothing; at the program's end (gil.hpp) nothing is published
+// either. Called without the GIL.
+inline void check_signals_before_commit() {
+  if (interpreter_finalizing()) {
+    throw std::runtime_error("save: the interpreter has ended; nothing was published");
+  }
+  GilAcquired gil;
+  if (call_python(PyErr_CheckSignals) != 0) throw py::error_already_set();
 }
 
 }  // namespace shardload::python

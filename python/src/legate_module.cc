@@ -208,15 +208,7 @@ PYBIND11_MODULE(_legate, m) {
         }
         // Ctrl-C while the save runs (the GIL released) only marks the signal pending; it is
         // looked at before the rename, so that an interrupted save publishes nothing.
-        opts.before_commit = [] {
-          if (shardload::python::interpreter_finalizing()) {
-            throw std::runtime_error("save: the interpreter has ended; nothing was published");
-          }
-          shardload::python::GilAcquired gil;
-          if (shardload::python::call_python(PyErr_CheckSignals) != 0) {
-            throw py::error_already_set();
-          }
-        };
+        opts.before_commit = shardload::python::check_signals_before_commit;
         const std::string path = dest;
         shardload::SaveInfo info;
         {
