@@ -201,49 +201,51 @@ TEST_P(StoreSinks, AReopenedSinkWritesIntoTheStagedKeyAndAnAbortLeavesIt) {
 INSTANTIATE_TEST_SUITE_P(Drivers, StoreSinks, ::testing::Values("local", "memory"),
                          [](const auto& info) { return info.param; });
 
-TEST(StoreSinksLocal, AKeyAlreadyThereIsNotASinksAndIsLeftAlone) {
-  testing::TempDir dir;
-  auto store = open_store(dir.path());
-  ASSERT_TRUE(store.is_ok());
-  auto staging = (*store)->stage("out", {});
-  ASSERT_TRUE(staging.is_ok()) << staging.status().message();
-  ASSERT_TRUE((*store)->write_staged(*staging, "shard_0", bytes_of("theirs")));
-  const auto sink = (*store)->open_sink(*staging, "shard_0", 4);
+// A local store in a temporary directory, with a staging of "out" made in it.
+class StoreSinksLocal : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto store = open_store(dir_.path());
+    ASSERT_TRUE(store.is_ok()) << store.status().message();
+    store_ = std::move(*store);
+    auto staging = store_->stage("out", {});
+    ASSERT_TRUE(staging.is_ok()) << staging.status().message();
+    staging_ = *std::move(staging);
+  }
+
+  testing::TempDir dir_;
+  std::unique_ptr<Store> store_;
+  Staging staging_;
+};
+
+TEST_F(StoreSinksLocal, AKeyAlreadyThereIsNotASinksAndIsLeftAlone) {
+  ASSERT_TRUE(store_->write_staged(staging_, "shard_0", bytes_of("theirs")));
+  const auto sink = store_->open_sink(staging_, "shard_0", 4);
   ASSERT_FALSE(sink.is_ok());
   EXPECT_EQ(sink.status().sys_errno(), EEXIST);
-  EXPECT_EQ(read_key(**store, staging->prefix + "shard_0"), "theirs");
-  (*store)->discard(*staging, {});
+  EXPECT_EQ(read_key(*store_, staging_.prefix + "shard_0"), "theirs");
+  store_->discard(staging_, {});
 }
 
-TEST(StoreSinksLocal, TheFileIsMadeAtItsSizeWhenTheSinkOpens) {
-  testing::TempDir dir;
-  auto store = open_store(dir.path());
-  ASSERT_TRUE(store.is_ok());
-  auto staging = (*store)->stage("out", {});
-  ASSERT_TRUE(staging.is_ok()) << staging.status().message();
-  auto sink = (*store)->open_sink(*staging, "shard_0", 1000);
+TEST_F(StoreSinksLocal, TheFileIsMadeAtItsSizeWhenTheSinkOpens) {
+  auto sink = store_->open_sink(staging_, "shard_0", 1000);
   ASSERT_TRUE(sink.is_ok()) << sink.status().message();
-  auto info = (*store)->stat(staging->prefix + "shard_0");
+  auto info = store_->stat(staging_.prefix + "shard_0");
   ASSERT_TRUE(info.is_ok()) << info.status().message();
   EXPECT_EQ(info->size, 1000u);
   (*sink)->abort();
-  EXPECT_FALSE((*store)->stat(staging->prefix + "shard_0").is_ok());
-  (*store)->discard(*staging, {});
+  EXPECT_FALSE(store_->stat(staging_.prefix + "shard_0").is_ok());
+  store_->discard(staging_, {});
 }
 
 // Several processes write one staged local file, each through a sink of its own on the file
 // the launcher's sink made (as the ranks of a Legate save write one shard): pwrite(2) at
 // disjoint offsets of one file, with no lock, is what makes that safe.
-TEST(StoreSinksLocal, SeveralProcessesWriteOneStagedFile) {
-  testing::TempDir dir;
-  auto store = open_store(dir.path());
-  ASSERT_TRUE(store.is_ok());
-  auto staging = (*store)->stage("out", {});
-  ASSERT_TRUE(staging.is_ok()) << staging.status().message();
+TEST_F(StoreSinksLocal, SeveralProcessesWriteOneStagedFile) {
   constexpr int kProcesses = 4;
   constexpr std::size_t kEach = 1 << 16;
   {
-    auto made = (*store)->open_sink(*staging, "shard_0", kProcesses * kEach);
+    auto made = store_->open_sink(staging_, "shard_0", kProcesses * kEach);
     ASSERT_TRUE(made.is_ok()) << made.status().message();
     ASSERT_TRUE((*made)->finish());
   }
@@ -253,9 +255,9 @@ TEST(StoreSinksLocal, SeveralProcessesWriteOneStagedFile) {
     ASSERT_GE(pid, 0);
     if (pid == 0) {
       // The child has only the staging's plain values and the store's location.
-      auto own = open_store(dir.path());
+      auto own = open_store(dir_.path());
       if (!own.is_ok()) ::_exit(2);
-      auto sink = (*own)->reopen_sink(*staging, "shard_0");
+      auto sink = (*own)->reopen_sink(staging_, "shard_0");
       if (!sink.is_ok()) ::_exit(3);
       const std::string part(kEach, static_cast<char>('a' + p));
       if (!(*sink)->write(p * kEach, bytes_of(part)).is_ok() || !(*sink)->finish().is_ok()) {
@@ -273,111 +275,91 @@ TEST(StoreSinksLocal, SeveralProcessesWriteOneStagedFile) {
   }
   std::string want;
   for (int p = 0; p < kProcesses; ++p) want += std::string(kEach, static_cast<char>('a' + p));
-  EXPECT_EQ(read_key(**store, staging->prefix + "shard_0"), want);
-  (*store)->discard(*staging, {});
+  EXPECT_EQ(read_key(*store_, staging_.prefix + "shard_0"), want);
+  store_->discard(staging_, {});
 }
 
 // A file put in a staged key's place (not a regular file) is refused, not waited on.
-TEST(StoreSinksLocal, AReopenedSinkRefusesWhatIsNotARegularFile) {
-  testing::TempDir dir;
-  auto store = open_store(dir.path());
-  ASSERT_TRUE(store.is_ok());
-  auto staging = (*store)->stage("out", {});
-  ASSERT_TRUE(staging.is_ok()) << staging.status().message();
-  const std::string fifo = staging->location + "/shard_0";
+TEST_F(StoreSinksLocal, AReopenedSinkRefusesWhatIsNotARegularFile) {
+  const std::string fifo = staging_.location + "/shard_0";
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
-  const auto sink = (*store)->reopen_sink(*staging, "shard_0");
+  const auto sink = store_->reopen_sink(staging_, "shard_0");
   ASSERT_FALSE(sink.is_ok());
   EXPECT_EQ(sink.status().code(), ErrorCode::kIo);
   EXPECT_NE(sink.status().message().find(fifo), std::string::npos) << sink.status().message();
-  (*store)->discard(*staging, {});
+  store_->discard(staging_, {});
 }
 
 // A staged key's file replaced during the save by another regular file (a hard link to a file
 // outside the staging, renamed over it) is refused when a sink is reopened on it: nothing is
 // written into the outside file.
-TEST(StoreSinksLocal, AReopenedSinkRefusesAnotherFileLinkedIntoItsPlace) {
-  testing::TempDir dir;
-  auto store = open_store(dir.path());
-  ASSERT_TRUE(store.is_ok());
-  auto staging = (*store)->stage("out", {});
-  ASSERT_TRUE(staging.is_ok()) << staging.status().message();
+TEST_F(StoreSinksLocal, AReopenedSinkRefusesAnotherFileLinkedIntoItsPlace) {
   {
-    auto made = (*store)->open_sink(*staging, "shard_0", 4);
+    auto made = store_->open_sink(staging_, "shard_0", 4);
     ASSERT_TRUE(made.is_ok()) << made.status().message();
     ASSERT_TRUE((*made)->finish());
   }
-  ASSERT_TRUE((*store)->write("outside", bytes_of("keep")));
-  const std::string staged = staging->location + "/shard_0";
-  const std::string tmp = staging->location + "/.x";
-  ASSERT_EQ(::link((dir.path() + "/outside").c_str(), tmp.c_str()), 0);
+  ASSERT_TRUE(store_->write("outside", bytes_of("keep")));
+  const std::string staged = staging_.location + "/shard_0";
+  const std::string tmp = staging_.location + "/.x";
+  ASSERT_EQ(::link((dir_.path() + "/outside").c_str(), tmp.c_str()), 0);
   ASSERT_EQ(::rename(tmp.c_str(), staged.c_str()), 0);
-  const auto sink = (*store)->reopen_sink(*staging, "shard_0");
+  const auto sink = store_->reopen_sink(staging_, "shard_0");
   ASSERT_FALSE(sink.is_ok());
   EXPECT_EQ(sink.status().code(), ErrorCode::kIo);
   EXPECT_NE(sink.status().message().find(staged), std::string::npos) << sink.status().message();
   EXPECT_NE(sink.status().message().find("not the file the save made"), std::string::npos)
       << sink.status().message();
-  EXPECT_EQ(read_key(**store, "outside"), "keep");
-  (*store)->discard(*staging, {});
-  EXPECT_EQ(read_key(**store, "outside"), "keep");
+  EXPECT_EQ(read_key(*store_, "outside"), "keep");
+  store_->discard(staging_, {});
+  EXPECT_EQ(read_key(*store_, "outside"), "keep");
 }
 
 // A staged key's file replaced after its rows were written (another regular file of its size)
 // is found by the publish, which then publishes nothing.
-TEST(StoreSinksLocal, APublishRefusesAStagedFileReplacedAfterItsRows) {
-  testing::TempDir dir;
-  auto store = open_store(dir.path());
-  ASSERT_TRUE(store.is_ok());
-  auto staging = (*store)->stage("out", {});
-  ASSERT_TRUE(staging.is_ok()) << staging.status().message();
+TEST_F(StoreSinksLocal, APublishRefusesAStagedFileReplacedAfterItsRows) {
   for (const char* key : {"shard_0", "shard_1"}) {
-    auto made = (*store)->open_sink(*staging, key, 4);
+    auto made = store_->open_sink(staging_, key, 4);
     ASSERT_TRUE(made.is_ok()) << made.status().message();
     ASSERT_TRUE(write_text(**made, 0, "rows"));
     ASSERT_TRUE((*made)->finish());
   }
-  ASSERT_TRUE((*store)->write_staged(*staging, "meta", bytes_of("m")));  // a whole-key write
-  const std::string staged = staging->location + "/shard_1";
-  const std::string tmp = staging->location + "/.x";
+  ASSERT_TRUE(store_->write_staged(staging_, "meta", bytes_of("m")));  // a whole-key write
+  const std::string staged = staging_.location + "/shard_1";
+  const std::string tmp = staging_.location + "/.x";
   std::FILE* f = std::fopen(tmp.c_str(), "wb");
   ASSERT_NE(f, nullptr);
   ASSERT_EQ(std::fwrite("zero", 1, 4, f), 4u);
   ASSERT_EQ(std::fclose(f), 0);
   ASSERT_EQ(::rename(tmp.c_str(), staged.c_str()), 0);
   bool published = true;
-  const Status st = (*store)->publish(*staging, {}, &published);
+  const Status st = store_->publish(staging_, {}, &published);
   ASSERT_FALSE(st.is_ok());
   EXPECT_FALSE(published);
   EXPECT_NE(st.message().find(staged), std::string::npos) << st.message();
-  EXPECT_EQ(read_key(**store, "out/shard_0"), "<missing>");
-  (*store)->discard(*staging, {});
+  EXPECT_EQ(read_key(*store_, "out/shard_0"), "<missing>");
+  store_->discard(staging_, {});
 }
 
 // Keys written whole into a staging, and sinks' keys left as made, publish as before.
-TEST(StoreSinksLocal, APublishTakesTheStagedFilesItMade) {
-  testing::TempDir dir;
-  auto store = open_store(dir.path());
-  ASSERT_TRUE(store.is_ok());
-  auto staging = (*store)->stage("out", {});
-  ASSERT_TRUE(staging.is_ok()) << staging.status().message();
+TEST_F(StoreSinksLocal, APublishTakesTheStagedFilesItMade) {
   {
-    auto made = (*store)->open_sink(*staging, "z/0.0", 4);
+    auto made = store_->open_sink(staging_, "z/0.0", 4);
     ASSERT_TRUE(made.is_ok()) << made.status().message();
     ASSERT_TRUE((*made)->finish());
-    auto again = (*store)->reopen_sink(*staging, "z/0.0");
+    auto again = store_->reopen_sink(staging_, "z/0.0");
     ASSERT_TRUE(again.is_ok()) << again.status().message();
     ASSERT_TRUE(write_text(**again, 0, "rows"));
     ASSERT_TRUE((*again)->finish());
   }
-  ASSERT_TRUE((*store)->write_staged(*staging, "meta", bytes_of("m")));
-  ASSERT_TRUE((*store)->write_staged(*staging, "meta", bytes_of("n")));
+  ASSERT_TRUE(store_->write_staged(staging_, "meta", bytes_of("m")));
+  ASSERT_TRUE(store_->write_staged(staging_, "meta", bytes_of("n")));
   bool published = false;
-  const Status st = (*store)->publish(*staging, {}, &published);
+  const Status st = store_->publish(staging_, {}, &published);
   ASSERT_TRUE(st.is_ok()) << st.message();
   EXPECT_TRUE(published);
-  EXPECT_EQ(read_key(**store, "out/z/0.0"), "rows");
-  EXPECT_EQ(read_key(**store, "out/meta"), "n");
+  EXPECT_EQ(read_key(*store_, "out/z/0.0"), "rows");
+  EXPECT_EQ(read_key(*store_, "out/meta"), "n");
 }
 
 TEST(StoreSinksStores, AReadOnlyStoreRefusesASink) {
