@@ -355,22 +355,34 @@ class MemoryRemote final : public RemoteIo {
 
 thread_local std::string MemoryRemote::t_said;
 
-// Puts `io` in place of the s3:// driver's transport for one test.
-struct RemoteSwap {
-  explicit RemoteSwap(RemoteIo* io) : before(detail::set_s3_transport(io)) {}
-  ~RemoteSwap() { detail::set_s3_transport(before); }
-  RemoteSwap(const RemoteSwap&) = delete;
-  RemoteSwap& operator=(const RemoteSwap&) = delete;
+// Puts `io` in place of a driver's transport (`set`: the s3:// or the http(s):// one) for one
+// test, or one block of it.
+template <RemoteIo* (*set)(RemoteIo*)>
+struct TransportSwap {
+  explicit TransportSwap(RemoteIo* io) : before(set(io)) {}
+  ~TransportSwap() { set(before); }
+  TransportSwap(const TransportSwap&) = delete;
+  TransportSwap& operator=(const TransportSwap&) = delete;
   RemoteIo* before;
 };
+using RemoteSwap = TransportSwap<detail::set_s3_transport>;
+using HttpSwap = TransportSwap<detail::set_http_transport>;
 
-TEST(RemoteSource, DirectoryPatternGlobAndListKeepTheQuery) {
-  MemoryRemote m;
+// Objects in memory in place of both remote drivers' transports: s3_ serves s3:// URLs, web_
+// http(s):// ones.
+class RemoteSource : public ::testing::Test {
+ protected:
+  MemoryRemote s3_;
+  MemoryRemote web_;
+  RemoteSwap swap_s3_{&s3_};
+  HttpSwap swap_web_{&web_};
+};
+
+TEST_F(RemoteSource, DirectoryPatternGlobAndListKeepTheQuery) {
   for (const char* n : {"shard_0000.npy", "shard_0001.npy", "shard_0002.npy", "notes.txt"}) {
-    m.objects[std::string("s3://b/d/") + n] = "x";
+    s3_.objects[std::string("s3://b/d/") + n] = "x";
   }
-  m.objects["s3://b/d/sub/shard_0003.npy"] = "x";  // not directly under the prefix
-  RemoteSwap swap(&m);
+  s3_.objects["s3://b/d/sub/shard_0003.npy"] = "x";  // not directly under the prefix
   const std::string q = "?endpoint_override=h:1&scheme=http";
   std::vector<std::string> want;
   for (int i = 0; i < 3; ++i) want.push_back("s3://b/d/shard_000" + std::to_string(i) + ".npy" + q);
@@ -399,7 +411,7 @@ TEST(RemoteSource, DirectoryPatternGlobAndListKeepTheQuery) {
     std::vector<std::string> odd;
     for (int i = 0; i < 2; ++i) {
       odd.push_back(dir + "shard_000" + std::to_string(i) + ".npy");
-      m.objects[odd.back()] = "x";
+      s3_.objects[odd.back()] = "x";
     }
     for (const std::string text :
          {dir, dir + "shard_{:04d}.npy", dir + "shard_*.npy", dir + "shard_000[01].npy"}) {
@@ -413,7 +425,7 @@ TEST(RemoteSource, DirectoryPatternGlobAndListKeepTheQuery) {
     ASSERT_TRUE(object);
     EXPECT_EQ(object->kind, Source::Kind::kList) << odd[1];
   }
-  m.objects.erase("s3://b/d/shard_0001.npy");
+  s3_.objects.erase("s3://b/d/shard_0001.npy");
   auto gap = resolve(*Source::parse("s3://b/d/" + q));
   ASSERT_FALSE(gap);
   EXPECT_NE(gap.status().message().find("s3://b/d/shard_{:04d}.npy" + q + ": gap in the numbering"),
@@ -424,11 +436,9 @@ TEST(RemoteSource, DirectoryPatternGlobAndListKeepTheQuery) {
   EXPECT_EQ(scan->entries, 3);
 }
 
-TEST(RemoteSource, PosixIoRoutesUrlsAndTheirDescriptors) {
-  MemoryRemote m;
-  m.objects["s3://b/x"] = "hello world";
+TEST_F(RemoteSource, PosixIoRoutesUrlsAndTheirDescriptors) {
+  s3_.objects["s3://b/x"] = "hello world";
   {
-    RemoteSwap swap(&m);
     auto f = File::open(posix_io(), "s3://b/x?scheme=http");
     ASSERT_TRUE(f) << f.status().message();
     EXPECT_GE(f->fd(), kRemoteFdBase);
@@ -440,7 +450,7 @@ TEST(RemoteSource, PosixIoRoutesUrlsAndTheirDescriptors) {
     ASSERT_TRUE(st);
     EXPECT_EQ(st->size, 11u);
     *f = File();
-    EXPECT_TRUE(m.open_files.empty());
+    EXPECT_TRUE(s3_.open_files.empty());
   }
   RemoteSwap none(nullptr);
   auto f = File::open(posix_io(), "s3://b/x");
@@ -449,29 +459,16 @@ TEST(RemoteSource, PosixIoRoutesUrlsAndTheirDescriptors) {
   EXPECT_FALSE(Source::parse("s3://b/x"));
 }
 
-// Puts `io` in place of the http(s):// driver's transport for one test.
-struct HttpSwap {
-  explicit HttpSwap(RemoteIo* io) : before(detail::set_http_transport(io)) {}
-  ~HttpSwap() { detail::set_http_transport(before); }
-  HttpSwap(const HttpSwap&) = delete;
-  HttpSwap& operator=(const HttpSwap&) = delete;
-  RemoteIo* before;
-};
-
 // A transport's failed read reaches read_exact's message with the transport's own words,
 // whether the key is read by a reader (posix_io(): the adapter asks the transport that read)
 // or by its store (a File over the transport), and its retries reach remote_retries().
-TEST(RemoteSource, AFailedReadSaysTheTransportsWordsAndItsRetriesAreCounted) {
-  MemoryRemote s3;
-  MemoryRemote web;
-  s3.objects["s3://b/x"] = "hello world";
-  web.objects["https://h/x"] = "hello web";
-  RemoteSwap swap_s3(&s3);
-  HttpSwap swap_web(&web);
+TEST_F(RemoteSource, AFailedReadSaysTheTransportsWordsAndItsRetriesAreCounted) {
+  s3_.objects["s3://b/x"] = "hello world";
+  web_.objects["https://h/x"] = "hello web";
   const std::uint64_t before = remote_retries();
   auto f = File::open(posix_io(), "s3://b/x");
   ASSERT_TRUE(f) << f.status().message();
-  s3.fail_reads = "SlowDown: reduce your request rate";
+  s3_.fail_reads = "SlowDown: reduce your request rate";
   char buf[5];
   const Status read = f->read_exact(buf, 5, 0);
   ASSERT_FALSE(read.is_ok());
@@ -479,7 +476,7 @@ TEST(RemoteSource, AFailedReadSaysTheTransportsWordsAndItsRetriesAreCounted) {
       << read.message();
   auto store = open_store("https://h/");
   ASSERT_TRUE(store) << store.status().message();
-  web.fail_reads = "HTTP 503";
+  web_.fail_reads = "HTTP 503";
   std::byte bytes[5];
   const auto got = (*store)->read("x", 0, bytes, "");
   ASSERT_FALSE(got);
@@ -497,7 +494,7 @@ TEST(RemoteSource, AFailedReadSaysTheTransportsWordsAndItsRetriesAreCounted) {
 
 // One answer to "which shards lie side by side" for a raw sidecar and for the positions in
 // its rows list: a URL's query tells stores apart, a local path keeps its '?'.
-TEST(RemoteSource, DirectoryKeyKeepsAUrlsQueryAndALocalPathsName) {
+TEST_F(RemoteSource, DirectoryKeyKeepsAUrlsQueryAndALocalPathsName) {
   EXPECT_EQ(directory_key("s3://b/d/x.bin"), "s3://b/d");
   EXPECT_EQ(directory_key("s3://b/d/x.bin?endpoint_override=h:1"),
             "s3://b/d?endpoint_override=h:1");
@@ -509,14 +506,10 @@ TEST(RemoteSource, DirectoryKeyKeepsAUrlsQueryAndALocalPathsName) {
   EXPECT_EQ(directory_key("/shard_0000.bin"), "/");
 }
 
-TEST(RemoteSource, S3AndHttpBackendsCoexist) {
-  MemoryRemote s3;
-  MemoryRemote web;
-  s3.objects["s3://b/x"] = "from s3";
-  web.objects["https://h/x"] = "from the web";
+TEST_F(RemoteSource, S3AndHttpBackendsCoexist) {
+  s3_.objects["s3://b/x"] = "from s3";
+  web_.objects["https://h/x"] = "from the web";
   {
-    RemoteSwap swap_s3(&s3);
-    HttpSwap swap_web(&web);
     EXPECT_TRUE(is_remote_url("http://h/x") && is_http_url("https://h/x"));
     EXPECT_FALSE(is_http_url("s3://b/x"));
     auto a = File::open(posix_io(), "s3://b/x");
@@ -526,8 +519,8 @@ TEST(RemoteSource, S3AndHttpBackendsCoexist) {
     EXPECT_GE(a->fd(), kRemoteFdBase);
     EXPECT_GE(b->fd(), kRemoteFdBase);
     EXPECT_NE(a->fd(), b->fd());
-    EXPECT_EQ(s3.open_files.size(), 1u);
-    EXPECT_EQ(web.open_files.size(), 1u);
+    EXPECT_EQ(s3_.open_files.size(), 1u);
+    EXPECT_EQ(web_.open_files.size(), 1u);
     char buf[8];
     ASSERT_TRUE(a->read_exact(buf, 2, 5).is_ok());
     EXPECT_EQ(std::string(buf, 2), "s3");
@@ -535,7 +528,7 @@ TEST(RemoteSource, S3AndHttpBackendsCoexist) {
     EXPECT_EQ(std::string(buf, 3), "web");
     *a = File();
     *b = File();
-    EXPECT_TRUE(s3.open_files.empty() && web.open_files.empty());
+    EXPECT_TRUE(s3_.open_files.empty() && web_.open_files.empty());
     // A URL names an object; HTTP has nothing to list: a URL ending in '/' is a directory
     // only through its manifest (discovery's part), its query kept for every URL made from it.
     auto one = Source::parse("https://h/x?sig=1");
@@ -562,11 +555,10 @@ TEST(RemoteSource, S3AndHttpBackendsCoexist) {
       << f.status().message();
 }
 
-TEST(RemoteSource, HostFillReadsOnlyTheRowsRangesOfEachObject) {
+TEST_F(RemoteSource, HostFillReadsOnlyTheRowsRangesOfEachObject) {
   using testing::npy_bytes;
   using testing::npy_dict;
   using testing::raw;
-  MemoryRemote m;
   std::vector<std::int32_t> all;
   const std::vector<std::int64_t> rows{5, 0, 9, 4};
   for (std::size_t i = 0; i < rows.size(); ++i) {
@@ -574,31 +566,30 @@ TEST(RemoteSource, HostFillReadsOnlyTheRowsRangesOfEachObject) {
     for (std::int64_t e = 0; e < rows[i] * 3; ++e)
       v.push_back(static_cast<std::int32_t>(all.size() + v.size()));
     all.insert(all.end(), v.begin(), v.end());
-    m.objects["s3://b/d/shard_000" + std::to_string(i) + ".npy"] =
+    s3_.objects["s3://b/d/shard_000" + std::to_string(i) + ".npy"] =
         npy_bytes(npy_dict("<i4", false, "(" + std::to_string(rows[i]) + ", 3)"), raw(v));
   }
-  RemoteSwap swap(&m);
   auto layout = try_discover(*Source::parse("s3://b/d/?scheme=http"));
   ASSERT_TRUE(layout) << layout.status().message();
   ASSERT_EQ(layout->total_rows(), 18);
   // One LIST, though the format's scan and the pattern's resolve both need the names; the
   // next discovery lists again.
-  EXPECT_EQ(m.lists, 1);
-  const std::string last = m.objects.at("s3://b/d/shard_0003.npy");
-  m.objects.erase("s3://b/d/shard_0003.npy");
+  EXPECT_EQ(s3_.lists, 1);
+  const std::string last = s3_.objects.at("s3://b/d/shard_0003.npy");
+  s3_.objects.erase("s3://b/d/shard_0003.npy");
   auto again = try_discover(*Source::parse("s3://b/d/?scheme=http"));
   ASSERT_TRUE(again) << again.status().message();
   EXPECT_EQ(again->shards.size(), 3u);
-  EXPECT_EQ(m.lists, 2);
-  m.objects["s3://b/d/shard_0003.npy"] = last;
-  m.reads.clear();
+  EXPECT_EQ(s3_.lists, 2);
+  s3_.objects["s3://b/d/shard_0003.npy"] = last;
+  s3_.reads.clear();
   std::vector<std::int32_t> got((12 - 3) * 3);
   ASSERT_TRUE(fill_rows(*layout, 3, 12, reinterpret_cast<std::byte*>(got.data())).is_ok());
   EXPECT_EQ(got, std::vector<std::int32_t>(all.begin() + 3 * 3, all.begin() + 12 * 3));
   // Rows [3, 5) of shard 0 and [0, 7) of shard 2, each one read at its rows' bytes: no
   // object is read whole.
   std::uint64_t bytes = 0;
-  for (const auto& [url, offset, n] : m.reads) {
+  for (const auto& [url, offset, n] : s3_.reads) {
     EXPECT_GT(offset, 0u) << url;  // past the header
     bytes += n;
   }
@@ -607,15 +598,13 @@ TEST(RemoteSource, HostFillReadsOnlyTheRowsRangesOfEachObject) {
 
 // The manifest of a remote directory: one object written whole, keys relative to the prefix
 // and no query in it; discovery reads it back under the query of the URL it was given.
-TEST(RemoteSource, ManifestIsOneObjectWithoutTheQuery) {
+TEST_F(RemoteSource, ManifestIsOneObjectWithoutTheQuery) {
   using testing::npy_bytes;
   using testing::npy_dict;
-  MemoryRemote m;
   for (int i = 0; i < 3; ++i) {
-    m.objects["s3://b/d/shard_000" + std::to_string(i) + ".npy"] = npy_bytes(
+    s3_.objects["s3://b/d/shard_000" + std::to_string(i) + ".npy"] = npy_bytes(
         npy_dict("<f4", false, "(" + std::to_string(i + 2) + ",)"), std::string(4 * (i + 2), 'x'));
   }
-  RemoteSwap swap(&m);
   const std::string dir = "s3://b/d/?scheme=http";
   auto probed = try_discover(*Source::parse(dir));
   ASSERT_TRUE(probed) << probed.status().message();
@@ -623,7 +612,7 @@ TEST(RemoteSource, ManifestIsOneObjectWithoutTheQuery) {
   auto written = write_manifest(*probed, dir);
   ASSERT_TRUE(written) << written.status().message();
   EXPECT_EQ(*written, "s3://b/d/shardload.manifest?scheme=http");
-  const std::string& bytes = m.objects.at("s3://b/d/shardload.manifest");
+  const std::string& bytes = s3_.objects.at("s3://b/d/shardload.manifest");
   EXPECT_EQ(bytes.find("scheme"), std::string::npos);
   EXPECT_EQ(bytes.find("s3://"), std::string::npos);
   auto read = read_manifest(*written);
@@ -637,7 +626,7 @@ TEST(RemoteSource, ManifestIsOneObjectWithoutTheQuery) {
   EXPECT_EQ(used->shards.size(), 3u);
   EXPECT_EQ(used->shards[1].path, probed->shards[1].path);
   // Another size under the same name: stale, probed again.
-  m.objects["s3://b/d/shard_0001.npy"] =
+  s3_.objects["s3://b/d/shard_0001.npy"] =
       npy_bytes(npy_dict("<f4", false, "(4,)"), std::string(16, 'y'));
   auto stale = try_discover(*Source::parse(dir));
   ASSERT_TRUE(stale) << stale.status().message();
@@ -660,14 +649,14 @@ TEST(RemoteSource, ManifestIsOneObjectWithoutTheQuery) {
   EXPECT_NE(refused.status().message().find("not inside " + dir), std::string::npos)
       << refused.status().message();
   // A refused upload: an error naming the object, the old manifest kept.
-  const std::string before = m.objects.at("s3://b/d/shardload.manifest");
-  m.refuse_writes = true;
+  const std::string before = s3_.objects.at("s3://b/d/shardload.manifest");
+  s3_.refuse_writes = true;
   auto failed = write_manifest(*stale, dir);
   ASSERT_FALSE(failed);
   EXPECT_NE(failed.status().message().find("s3://b/d/shardload.manifest?scheme=http"),
             std::string::npos)
       << failed.status().message();
-  EXPECT_EQ(m.objects.at("s3://b/d/shardload.manifest"), before);
+  EXPECT_EQ(s3_.objects.at("s3://b/d/shardload.manifest"), before);
 }
 
 }  // namespace
