@@ -15,6 +15,7 @@
 // since each costs a request's wait. Only a 404 is a missing chunk (the fill value); any
 // other failure is an error.
 #include <dirent.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
 #include <unistd.h>
@@ -61,7 +62,9 @@ std::string join(const std::string& dir, const std::string& name) {
 
 // An object is a file; a 404 is missing. Any other answer (403, a 5xx after the retries) is
 // an error: reading it as missing would fill real data with the fill value.
-Result<PathKind> path_kind(IoBackend& io, const std::string& path) {
+// `shown`: the name messages give a local path looked up under another name (a held
+// directory's descriptor path), or "" for `path` itself.
+Result<PathKind> path_kind(IoBackend& io, const std::string& path, const std::string& shown = "") {
   if (path_traits(path).flat_keys) {
     // An open is the object's one HEAD, as a stat would be.
     FileInfo info;
@@ -74,11 +77,23 @@ Result<PathKind> path_kind(IoBackend& io, const std::string& path) {
   if (::stat(path.c_str(), &st) != 0) {
     const int err = errno;
     if (err == ENOENT || err == ENOTDIR) return PathKind::kMissing;
-    return Status(ErrorCode::kIo, path + ": cannot stat (" + std::strerror(err) + ")");
+    return Status(ErrorCode::kIo,
+                  (shown.empty() ? path : shown) + ": cannot stat (" + std::strerror(err) + ")");
   }
   if (S_ISREG(st.st_mode)) return PathKind::kFile;
   if (S_ISDIR(st.st_mode)) return PathKind::kDirectory;
   return PathKind::kOther;
+}
+
+// `st` with `from` named `to` in its message and as its file: an open under a held
+// directory's descriptor path reports the path the user gave.
+Status renamed(const Status& st, const std::string& from, const std::string& to) {
+  std::string message = st.message();
+  for (std::size_t at = message.find(from); at != std::string::npos;
+       at = message.find(from, at + to.size())) {
+    message.replace(at, from.size(), to);
+  }
+  return Status(st.code(), message).with_errno(st.sys_errno()).with_path(to);
 }
 
 std::string array_dir(const std::string& store, const std::string& dataset) {
@@ -225,7 +240,22 @@ class ZarrReader final : public ShardReader {
                                  File::open(*ctx_.io, metadata_path(dir, m->zarr_format)));
       SHARDLOAD_RETURN_IF_ERROR(check_snapshot(meta_file, s.snapshot));
     }
-    Request r{*m, dir, lo, hi, dst, ctx_.check_snapshot ? l.discovered_ns : 0};
+    // A local array's directory is opened once, held to the identity discovery found, and every
+    // chunk of this read opened below that descriptor (under its /proc/self/fd name): a store
+    // exchanged with a copy and back between two chunk opens cannot lend the copy's chunks,
+    // which a stat of the directory before and after the chunks would not see.
+    HeldDirectory held;
+    if (ctx_.check_snapshot && path_traits(dir).kernel_files) {
+      Status same = hold_directory(s, dir, &held);
+      if (!same.is_ok()) {
+        // A link on the directory's path re-pointed since is the cause to name, where it is.
+        const Request named{*m, dir, dir, lo, hi, dst, l.discovered_ns};
+        SHARDLOAD_RETURN_IF_ERROR(links_since_discovery(named, dir));
+        return same;
+      }
+    }
+    const std::string at = held.fd >= 0 ? descriptor_path(held.fd, dir) : dir;
+    Request r{*m, dir, at, lo, hi, dst, ctx_.check_snapshot ? l.discovered_ns : 0};
     const std::size_t n = m->shape.size();
     std::vector<std::int64_t> glo(n, 0);
     std::vector<std::int64_t> ghi(n, 0);
@@ -284,23 +314,65 @@ class ZarrReader final : public ShardReader {
         return {ErrorCode::kChanged, dir + ": changed since discovery: the directory is gone (" +
                                          std::strerror(errno) + ")"};
       }
-      const auto device = static_cast<std::uint64_t>(st.st_dev);
-      const auto inode = static_cast<std::uint64_t>(st.st_ino);
-      if (inode == d.inode && (d.device == 0 || device == d.device)) continue;
-      std::string was = "inode " + std::to_string(d.inode) + " -> " + std::to_string(inode);
-      if (d.device != 0 && device != d.device) {
-        was += ", device " + std::to_string(d.device) + " -> " + std::to_string(device);
-      }
-      return {ErrorCode::kChanged,
-              dir + ": changed since discovery: another directory than discovery found (" + was +
-                  "): it was replaced, renamed into place or re-pointed by a link, since"};
+      SHARDLOAD_RETURN_IF_ERROR(same_directory(dir, st, d));
     }
     return Status::ok();
+  }
+
+  static Status same_directory(const std::string& dir, const struct ::stat& st,
+                               const DirIdentity& d) {
+    const auto device = static_cast<std::uint64_t>(st.st_dev);
+    const auto inode = static_cast<std::uint64_t>(st.st_ino);
+    if (inode == d.inode && (d.device == 0 || device == d.device)) return Status::ok();
+    std::string was = "inode " + std::to_string(d.inode) + " -> " + std::to_string(inode);
+    if (d.device != 0 && device != d.device) {
+      was += ", device " + std::to_string(d.device) + " -> " + std::to_string(device);
+    }
+    return {ErrorCode::kChanged,
+            dir + ": changed since discovery: another directory than discovery found (" + was +
+                "): it was replaced, renamed into place or re-pointed by a link, since"};
+  }
+
+  // The array's directory, open (O_PATH) for one read; -1 where none is held.
+  struct HeldDirectory {
+    int fd = -1;
+    HeldDirectory() = default;
+    HeldDirectory(const HeldDirectory&) = delete;
+    HeldDirectory& operator=(const HeldDirectory&) = delete;
+    ~HeldDirectory() {
+      if (fd >= 0) ::close(fd);
+    }
+  };
+
+  // Opens the array's directory `dir` (links followed, as the probe's stat did) and compares
+  // the descriptor's identity with the one the probe recorded for it (Shard::dirs). Nothing is
+  // held for a shard that records no identity for it (one encoded before they were kept).
+  static Status hold_directory(const Shard& s, const std::string& dir, HeldDirectory* held) {
+    const DirIdentity* want = nullptr;
+    for (const auto& d : s.dirs) {
+      if (s.path + d.below == dir) want = &d;
+    }
+    if (want == nullptr) return Status::ok();
+    const int fd = ::open(dir.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) {
+      return {ErrorCode::kChanged, dir + ": changed since discovery: the directory is gone (" +
+                                       std::strerror(errno) + ")"};
+    }
+    held->fd = fd;
+    struct ::stat st {};
+    if (::fstat(fd, &st) != 0) {
+      return {ErrorCode::kIo, dir + ": cannot stat (" + std::strerror(errno) + ")"};
+    }
+    return same_directory(dir, st, *want);
   }
 
   struct Request {
     const ZarrMeta& m;
     const std::string& dir;
+    // The name chunk keys are opened and looked up under: the held directory's descriptor
+    // path ("/proc/self/fd/N") for a local array read with its snapshots checked, else `dir`.
+    // Messages name `dir`.
+    const std::string& at;
     std::int64_t lo;
     std::int64_t hi;
     std::byte* dst;
@@ -342,7 +414,10 @@ class ZarrReader final : public ShardReader {
                                        "against discovery's start (" +
                                        why + "): refused rather than read unchecked"};
     };
-    std::string rest = path;
+    // Where the array's directory is held (Request::at), the walk goes by name up to it and
+    // below it from the held descriptor, as the chunk's open resolves.
+    const bool held = r.at != r.dir;
+    std::string rest = held ? r.dir : path;
     if (rest.empty() || rest[0] != '/') {
       char cwd[4096];
       if (::getcwd(cwd, sizeof cwd) == nullptr) {
@@ -350,23 +425,37 @@ class ZarrReader final : public ShardReader {
       }
       rest = std::string(cwd) + "/" + rest;
     }
-    std::string at;  // resolved so far, without a trailing '/' ("" is the root)
+    std::string at;       // resolved so far, without a trailing '/' ("" is the root)
+    std::string by_name;  // what the held directory's name resolved to
+    bool below = false;   // walking below the held descriptor
     int links = 0;
-    while (!rest.empty()) {
+    while (true) {
+      if (rest.find_first_not_of('/') == std::string::npos) {
+        if (!held || below) break;
+        by_name = at;
+        at = r.at;
+        rest = path.substr(r.dir.size());
+        below = true;
+        continue;
+      }
       const std::size_t b = rest.find_first_not_of('/');
-      if (b == std::string::npos) break;
       const std::size_t e = rest.find('/', b);
       const std::string name = rest.substr(b, e == std::string::npos ? e : e - b);
       rest = e == std::string::npos ? std::string() : rest.substr(e);
       if (name == ".") continue;
       if (name == "..") {
+        if (below && at == r.at) at = by_name;  // above the held directory: by name again
         at.resize(at.rfind('/') == std::string::npos ? 0 : at.rfind('/'));
         continue;
       }
       const std::string next = at + "/" + name;
+      // Named for messages as the user's path, never by the descriptor's name.
+      const std::string shown = held && next.compare(0, r.at.size() + 1, r.at + "/") == 0
+                                    ? r.dir + next.substr(r.at.size())
+                                    : next;
       struct ::stat st {};
       if (::lstat(next.c_str(), &st) != 0) {
-        return unchecked(next + ": " + std::strerror(errno));
+        return unchecked(shown + ": " + std::strerror(errno));
       }
       if (!S_ISLNK(st.st_mode)) {
         at = next;
@@ -378,8 +467,8 @@ class ZarrReader final : public ShardReader {
       const std::int64_t ctime =
           static_cast<std::int64_t>(st.st_ctim.tv_sec) * 1'000'000'000 + st.st_ctim.tv_nsec;
       if (!kernels && ctime > r.discovered_ns) {
-        return {ErrorCode::kChanged, path + ": changed since discovery: the symbolic link " + next +
-                                         " on its path was made after discovery began " +
+        return {ErrorCode::kChanged, path + ": changed since discovery: the symbolic link " +
+                                         shown + " on its path was made after discovery began " +
                                          "(ctime " + std::to_string(ctime) + " ns > " +
                                          std::to_string(r.discovered_ns) +
                                          " ns): it was re-pointed or replaced since"};
@@ -391,18 +480,23 @@ class ZarrReader final : public ShardReader {
       ssize_t n = -1;
       while (true) {
         n = ::readlink(next.c_str(), target.data(), target.size());
-        if (n < 0) return unchecked(next + ": " + std::strerror(errno));
+        if (n < 0) return unchecked(shown + ": " + std::strerror(errno));
         if (static_cast<std::size_t>(n) < target.size()) break;
         if (target.size() >= (std::size_t{1} << 20))
-          return unchecked(next + ": its text is too long");
+          return unchecked(shown + ": its text is too long");
         target.resize(target.size() * 2);
       }
       target.resize(static_cast<std::size_t>(n));
-      if (target.empty()) return unchecked(next + ": an empty link");
+      if (target.empty()) return unchecked(shown + ": an empty link");
       if (target[0] == '/') at.clear();
       rest = target + "/" + rest;
     }
     return Status::ok();
+  }
+
+  // The name a chunk's path (under Request::dir) is looked up and opened under (Request::at).
+  static std::string opened_name(const Request& r, const std::string& path) {
+    return r.at == r.dir ? path : r.at + path.substr(r.dir.size());
   }
 
   // A present chunk file keeps its ctime when a directory above it is renamed into place (a
@@ -422,7 +516,7 @@ class ZarrReader final : public ShardReader {
       dir.resize(slash == 0 ? 1 : slash);
       if (dir.size() <= r.dir.size()) return Status::ok();  // the array's own directory
       struct ::stat st {};
-      if (::stat(dir.c_str(), &st) != 0) {
+      if (::stat(opened_name(r, dir).c_str(), &st) != 0) {
         return {ErrorCode::kChanged, path + ": changed since discovery: its directory " + dir +
                                          " is gone (" + std::strerror(errno) +
                                          "): it was moved or deleted during the read"};
@@ -451,7 +545,7 @@ class ZarrReader final : public ShardReader {
       if (slash == std::string::npos || dir.size() <= r.dir.size()) return Status::ok();
       dir.resize(slash == 0 ? 1 : slash);
       struct ::stat st {};
-      if (::stat(dir.c_str(), &st) != 0) {
+      if (::stat(opened_name(r, dir).c_str(), &st) != 0) {
         if (errno == ENOENT || errno == ENOTDIR) continue;  // gone with the chunk: look above
         return Status::ok();  // the chunk's own look-up said it is missing; nothing to compare
       }
@@ -642,7 +736,8 @@ class ZarrReader final : public ShardReader {
     // A missing chunk: looked up here in a file system; in a flat key space the open's own
     // request tells (open_unit).
     if (!path_traits(path).flat_keys) {
-      SHARDLOAD_ASSIGN_OR_RETURN(const PathKind kind, path_kind(*ctx_.io, path));
+      SHARDLOAD_ASSIGN_OR_RETURN(const PathKind kind,
+                                 path_kind(*ctx_.io, opened_name(r, path), path));
       if (kind == PathKind::kMissing) {
         SHARDLOAD_RETURN_IF_ERROR(missing_since_discovery(r, path));
         fill_box(r, blo, bhi);
@@ -656,7 +751,7 @@ class ZarrReader final : public ShardReader {
     }
     FileInfo info;
     SHARDLOAD_ASSIGN_OR_RETURN(std::optional<File> opened,
-                               open_unit(path, &info, whole_request(r.m, expected)));
+                               open_unit(path, &info, whole_request(r.m, expected), &r));
     if (!opened) {
       fill_box(r, blo, bhi);
       return Status::ok();
@@ -898,7 +993,8 @@ class ZarrReader final : public ShardReader {
     if (!clip(r, origin, m.chunks, &blo, &bhi)) return Status::ok();
     const std::string path = join(r.dir, zarr_chunk_key(m, g));
     if (!path_traits(path).flat_keys) {
-      SHARDLOAD_ASSIGN_OR_RETURN(const PathKind kind, path_kind(*ctx_.io, path));
+      SHARDLOAD_ASSIGN_OR_RETURN(const PathKind kind,
+                                 path_kind(*ctx_.io, opened_name(r, path), path));
       if (kind == PathKind::kMissing) {
         SHARDLOAD_RETURN_IF_ERROR(missing_since_discovery(r, path));
         fill_box(r, blo, bhi);
@@ -907,7 +1003,7 @@ class ZarrReader final : public ShardReader {
       if (kind != PathKind::kFile) return {ErrorCode::kFormat, path + ": not a regular file"};
     }
     FileInfo info;
-    SHARDLOAD_ASSIGN_OR_RETURN(std::optional<File> opened, open_unit(path, &info));
+    SHARDLOAD_ASSIGN_OR_RETURN(std::optional<File> opened, open_unit(path, &info, 0, &r));
     if (!opened) {
       fill_box(r, blo, bhi);
       return Status::ok();
@@ -988,10 +1084,15 @@ class ZarrReader final : public ShardReader {
   // local file was looked up by the caller, so any failure here is an error.
   // `whole`: the bytes a chunk object read whole next is expected to have (its open may
   // fetch them with the snapshot), or 0 for a shard object, read by ranges.
+  // A local file is opened under its name below `r`'s held directory (Request::at) and named
+  // by `path`.
   Result<std::optional<File>> open_unit(const std::string& path, FileInfo* info,
-                                        std::size_t whole = 0) const {
+                                        std::size_t whole = 0, const Request* r = nullptr) const {
     if (!path_traits(path).flat_keys) {
-      SHARDLOAD_ASSIGN_OR_RETURN(File f, File::open(*ctx_.io, path));
+      const std::string name = r == nullptr ? path : opened_name(*r, path);
+      auto fd = ctx_.io->open(name);
+      if (!fd) return renamed(fd.status(), name, path);
+      File f(ctx_.io, fd.value(), path);
       SHARDLOAD_ASSIGN_OR_RETURN(*info, f.stat());
       return std::optional<File>(std::move(f));
     }

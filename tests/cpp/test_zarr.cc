@@ -3,6 +3,8 @@
 // metadata encoding that travels in Shard::extra.
 #include <blosc.h>
 #include <gtest/gtest.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #include <atomic>
@@ -155,6 +157,65 @@ TEST_F(ZarrTest, ChunkChangedWhileReading) {
     EXPECT_EQ(st.code(), ErrorCode::kChanged) << st.message();
     EXPECT_NE(st.message().find(chunk + ": changed while reading"), std::string::npos)
         << st.message();
+  }
+}
+
+// A store exchanged with a copy (renameat2 RENAME_EXCHANGE) just before one chunk's open and
+// exchanged back just after it: a check of the store directory's identity before or after the
+// chunks sees the store each time, so only chunks opened below the directory whose identity
+// was checked keep the copy's rows out. The copy differs in chunk 1.0 only and was made before
+// discovery (its files are no newer than the store's).
+class SwappingIo final : public IoBackend {
+ public:
+  SwappingIo(std::string a, std::string b, std::string key)
+      : a_(std::move(a)), b_(std::move(b)), key_(std::move(key)) {}
+  Result<int> open(const std::string& p) override {
+    const bool hit =
+        p.size() > key_.size() && p.compare(p.size() - key_.size(), key_.size(), key_) == 0;
+    if (hit) exchange();
+    auto fd = posix_io().open(p);
+    if (hit) exchange();
+    return fd;
+  }
+  Result<FileInfo> stat(int fd, const std::string& p) override { return posix_io().stat(fd, p); }
+  std::int64_t pread(int fd, void* buf, std::size_t n, std::uint64_t off) override {
+    return posix_io().pread(fd, buf, n, off);
+  }
+  void close(int fd) override { posix_io().close(fd); }
+  std::atomic<int> swaps{0};
+
+ private:
+  void exchange() {
+    constexpr unsigned kExchange = 2;  // RENAME_EXCHANGE
+    ASSERT_EQ(::syscall(SYS_renameat2, AT_FDCWD, a_.c_str(), AT_FDCWD, b_.c_str(), kExchange), 0)
+        << std::strerror(errno);
+    ++swaps;
+  }
+  std::string a_, b_, key_;
+};
+
+TEST_F(ZarrTest, StoreSwappedWithACopyAndBackAroundAChunkOpenIsNeverRead) {
+  v2_store(0, 6, "null", false);
+  testing::TempDir other;
+  const std::string copy = other.file("copy.zarr");
+  std::filesystem::copy(store(0), copy, std::filesystem::copy_options::recursive);
+  testing::write_file(copy + "/1.0", std::string(3 * 2 * sizeof(std::int32_t), '\x11'));
+  const Layout l = layout();
+  SwappingIo io(store(0), copy, "/1.0");
+  FillOptions o;
+  o.io = &io;
+  std::vector<std::int32_t> out(6 * 3, 77);
+  Status st = fill_rows(l, 0, 6, reinterpret_cast<std::byte*>(out.data()), o);
+  EXPECT_EQ(io.swaps.load(), 2);
+  if (!st) {
+    EXPECT_EQ(st.code(), ErrorCode::kChanged) << st.message();
+    EXPECT_EQ(st.message().find("/proc/"), std::string::npos) << st.message();
+    return;
+  }
+  for (std::int64_t r = 0; r < 6; ++r) {
+    for (std::int64_t c = 0; c < 3; ++c) {
+      EXPECT_EQ(out[static_cast<std::size_t>(r * 3 + c)], value(r, c)) << "cell " << r << "," << c;
+    }
   }
 }
 
