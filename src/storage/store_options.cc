@@ -127,14 +127,7 @@ struct CredentialTable {
   std::unordered_map<std::string, std::string> handles;  // items -> the handle sealing gives
 };
 
-CredentialTable& credential_table() {
-  static CredentialTable* const table = [] {
-    auto* t = new CredentialTable;  // never destroyed: asked by threads until the process ends
-    hold_across_fork(&t->mu);
-    return t;
-  }();
-  return *table;
-}
+CredentialTable& credential_table() { return fork_held<CredentialTable>(); }
 
 // Calls f(item) for each '&'-separated item of `query` (its '?' left off).
 template <typename F>
@@ -238,14 +231,7 @@ struct QueryMemo {
   std::unordered_map<std::string, std::shared_ptr<const ParsedStoreQuery>> kept;
 };
 
-QueryMemo& query_memo() {
-  static QueryMemo* const memo = [] {
-    auto* m = new QueryMemo;  // never destroyed: asked by threads until the process ends
-    hold_across_fork(&m->mu);
-    return m;
-  }();
-  return *memo;
-}
+QueryMemo& query_memo() { return fork_held<QueryMemo>(); }
 
 }  // namespace
 

@@ -13,4 +13,17 @@ namespace shardload::detail {
 // waits on anything else.
 void hold_across_fork(std::mutex* m);
 
+// The process's one T (a struct whose std::mutex `mu` guards the rest of it), made at the first
+// call and never destroyed (threads may ask for it until the process ends), its `mu` held across
+// every fork() as above.
+template <class T>
+T& fork_held() {
+  static T* const made = [] {
+    auto* t = new T;
+    hold_across_fork(&t->mu);
+    return t;
+  }();
+  return *made;
+}
+
 }  // namespace shardload::detail
