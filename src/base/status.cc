@@ -9,6 +9,7 @@
 #include <mutex>
 #include <string_view>
 #include <unordered_set>
+#include <utility>
 #include <vector>
 
 #include "base/detail/fork_lock.hpp"
@@ -360,41 +361,203 @@ bool served_scheme_ends_at(std::string_view text, std::size_t i) {
   return false;
 }
 
-// Where the next URL at or after `from` has its scheme's ':': a "://", or a served scheme
-// with any other run of '/' and '\' after its ':' ("http:/user:password@host/",
+// The spellings of a URL's slashes the redaction takes for them: '/' and '\\', percent-encoded
+// ("%2F", "%5C", as a URL copied out of an encoded query spells them), and the characters
+// that look like them: U+1735 PHILIPPINE SINGLE PUNCTUATION, U+2044 FRACTION SLASH, U+2215
+// DIVISION SLASH, U+2216 SET MINUS, U+2571 and U+2572 (box drawings' diagonals), U+27CB and
+// U+27CD (mathematical diagonals), U+29F5 REVERSE SOLIDUS OPERATOR, U+29F8 BIG SOLIDUS, U+29F9
+// BIG REVERSE SOLIDUS, U+2F03 KANGXI RADICAL SLASH, U+FE68 SMALL REVERSE SOLIDUS and the
+// full-width solidus and reverse solidus (U+FF0F, U+FF3C). Its length in bytes, or 0.
+constexpr std::array<unsigned, 15> kSlashLookAlikes = {0x1735, 0x2044, 0x2215, 0x2216, 0x2571,
+                                                       0x2572, 0x27cb, 0x27cd, 0x29f5, 0x29f8,
+                                                       0x29f9, 0x2f03, 0xfe68, 0xff0f, 0xff3c};
+std::size_t slash_at(std::string_view text, std::size_t i) {
+  const char c = text[i];
+  if (c == '/' || c == '\\') return 1;
+  if (c == '%') {
+    if (i + 2 < text.size() && (text[i + 1] == '2' || text[i + 1] == '5') &&
+        std::tolower(static_cast<unsigned char>(text[i + 2])) == (text[i + 1] == '2' ? 'f' : 'c')) {
+      return 3;
+    }
+    return 0;
+  }
+  if (static_cast<unsigned char>(c) < 0xe1) return 0;
+  const Utf8Sequence seq = utf8_sequence_at(text, i);
+  return std::find(kSlashLookAlikes.begin(), kSlashLookAlikes.end(), seq.code_point) !=
+                 kSlashLookAlikes.end()
+             ? seq.length
+             : 0;
+}
+
+// The white space and format characters of Unicode (categories Zs and Cf, as of Unicode 15):
+// a no-break or zero-width space, a direction mark, a soft hyphen, a byte order mark.
+constexpr std::array<std::pair<unsigned, unsigned>, 25> kBlankRanges = {{
+    {0x20, 0x20},       {0xa0, 0xa0},       {0xad, 0xad},       {0x600, 0x605},
+    {0x61c, 0x61c},     {0x6dd, 0x6dd},     {0x70f, 0x70f},     {0x890, 0x891},
+    {0x8e2, 0x8e2},     {0x1680, 0x1680},   {0x180e, 0x180e},   {0x2000, 0x200f},
+    {0x202a, 0x202f},   {0x205f, 0x2064},   {0x2066, 0x206f},   {0x3000, 0x3000},
+    {0xfeff, 0xfeff},   {0xfff9, 0xfffb},   {0x110bd, 0x110bd}, {0x110cd, 0x110cd},
+    {0x13430, 0x1343f}, {0x1bca0, 0x1bca3}, {0x1d173, 0x1d17a}, {0xe0001, 0xe0001},
+    {0xe0020, 0xe007f},
+}};
+bool is_blank_code_point(unsigned cp) {
+  if (cp < 0x80) return cp == ' ' || cp == '\t';
+  for (const auto& [lo, hi] : kBlankRanges) {
+    if (cp >= lo && cp <= hi) return true;
+  }
+  return false;
+}
+
+// The length of a blank at text[i] ("http:/\u200B/", "http:\u00A0//"): a ' ' or a tab, a Zs
+// or Cf character, or how printable() escapes one or a control ("\t", "\xHH", "\uHHHH"); 0
+// where there is none.
+std::size_t blank_at(std::string_view text, std::size_t i) {
+  const unsigned char c = static_cast<unsigned char>(text[i]);
+  if (c == '\\' && i + 1 < text.size()) {
+    const char e = text[i + 1];
+    if (e == 't' || e == 'n' || e == 'r' || e == '0') return 2;
+    const auto hex_digits = [&](std::size_t n) {
+      unsigned v = 0;
+      if (i + 2 + n > text.size()) return -1;
+      for (std::size_t k = 0; k < n; ++k) {
+        const int h = hex_value(text[i + 2 + k]);
+        if (h < 0) return -1;
+        v = v * 16 + static_cast<unsigned>(h);
+      }
+      return static_cast<int>(v);
+    };
+    if (e == 'x' && hex_digits(2) >= 0) return 4;
+    if (const int cp = e == 'u' ? hex_digits(4) : -1;
+        cp >= 0 && (is_blank_code_point(static_cast<unsigned>(cp)) ||
+                    acts_on_a_terminal(static_cast<unsigned>(cp)))) {
+      return 6;
+    }
+    return 0;
+  }
+  if (c < 0x80) return c == ' ' || c == '\t' ? 1 : 0;
+  const Utf8Sequence seq = utf8_sequence_at(text, i);
+  return seq.length != 0 && is_blank_code_point(seq.code_point) ? seq.length : 0;
+}
+
+// How many bytes of text before i are one mark typed between a scheme's name and its slashes:
+// a code point that is no ASCII letter, digit, white space or slash ("http;//", "hxxps[:]//",
+// "http\u2236//", "http:\u00A0//"), a "%3A" ("http%3A//") or printable()'s escape of a blank;
+// 0 where there is none.
+std::size_t mark_before(std::string_view text, std::size_t i) {
+  if (i == 0) return 0;
+  if (i >= 3 && text[i - 3] == '%' && text[i - 2] == '3' &&
+      std::tolower(static_cast<unsigned char>(text[i - 1])) == 'a') {
+    return 3;
+  }
+  for (const std::size_t n : {std::size_t{6}, std::size_t{4}, std::size_t{2}}) {
+    if (i >= n && text[i - n] == '\\' && blank_at(text, i - n) == n) return n;
+  }
+  const unsigned char c = static_cast<unsigned char>(text[i - 1]);
+  if (c < 0x80) {
+    return std::isalnum(c) != 0 || is_space(static_cast<char>(c)) || c == '/' || c == '\\' ? 0 : 1;
+  }
+  std::size_t k = i - 1;  // back to the sequence's first byte
+  while (k > 0 && i - k < 4 && (static_cast<unsigned char>(text[k]) & 0xc0) == 0x80) --k;
+  const Utf8Sequence seq = utf8_sequence_at(text, k);
+  if (seq.length != i - k || slash_at(text, k) != 0) return 0;
+  return seq.length;
+}
+
+// Whether text[0, i) ends with a word a scheme could be ("hxxps", "s3", "my.store+x-9": a
+// letter, then letters, digits, '+', '-' and '.'), that starts the text or follows none of
+// those characters nor a '/', '\\', '%' or '@' (not a path's part, an escape or an address).
+bool scheme_like_word_ends_at(std::string_view text, std::size_t i) {
+  const auto word = [](unsigned char c) {
+    return std::isalnum(c) != 0 || c == '+' || c == '-' || c == '.';
+  };
+  std::size_t begin = i;
+  while (begin > 0 && word(static_cast<unsigned char>(text[begin - 1]))) --begin;
+  while (begin < i && std::isalpha(static_cast<unsigned char>(text[begin])) == 0) ++begin;
+  if (begin == i || std::isalnum(static_cast<unsigned char>(text[i - 1])) == 0) return false;
+  if (begin == 0) return true;
+  const char before = text[begin - 1];
+  return word(static_cast<unsigned char>(before)) == false && before != '/' && before != '\\' &&
+         before != '%' && before != '@';
+}
+
+// Where a URL's user part may start, as next_scheme_mark finds it.
+struct SchemeMark {
+  std::size_t at = std::string_view::npos;     // the scheme's ':' or its slashes' first
+  std::size_t start = std::string_view::npos;  // the authority's start, where already known
+  bool needs_password = false;                 // a "user:password@" only, not a token alone
+};
+
+// A served scheme's ':' (or any "://") at or after `from`, remembered: a text is looked
+// through for them once, however many slashes redact_user_info is shown first.
+struct ColonMarks {
+  std::size_t from = 0;
+  std::size_t found = std::string_view::npos;
+  bool known = false;
+};
+
+// Where the next URL at or after `from` has its scheme's ':' or its slashes: a "://", or a
+// served scheme's ':' with any other run of slashes after it ("http:/user:password@host/",
 // "http:\\user:password@host/", none: "http:user:password@host/"): sources refuse those
-// spellings, showing them as written. A served scheme's name followed by "//" without its ':'
-// ("http//user:password@host/x.npy", a typo as likely as one slash) is a local path, whose
-// "not found" shows it as written: there the position is the name's last letter's, so the
-// user part after the slashes is the URL's as well.
-std::size_t next_scheme_mark(std::string_view text, std::size_t from) {
-  std::size_t mark = std::string_view::npos;
-  for (std::size_t i = text.find(':', from); i != std::string_view::npos;
-       i = text.find(':', i + 1)) {
-    if (text.substr(i).starts_with("://") || served_scheme_ends_at(text, i)) {
-      mark = i;
-      break;
+// spellings, showing them as written. Or, by one rule rather than a list of typos, two
+// slashes in any spelling (slash_at), blanks between them allowed ("http:/\u200B/"), and a
+// served scheme's name followed by at most 8 marks (mark_before) and one slash: the user part
+// after them is a URL's ("http//user:password@host/x.npy", "http\u2236//", "http%3A%2F%2F",
+// "//user:password@host/x.npy", a local path whose "not found" shows it as written). After
+// two slashes with no scheme-like word and marks before them, only a "user:password@" is
+// taken for a user part ("/data//v@2/x.npy" stays a path).
+SchemeMark next_scheme_mark(std::string_view text, std::size_t from, ColonMarks& colons) {
+  if (!colons.known || colons.from > from ||
+      (colons.found != std::string_view::npos && colons.found < from)) {
+    colons.known = true;
+    colons.from = from;
+    colons.found = std::string_view::npos;
+    for (std::size_t i = text.find(':', from); i != std::string_view::npos;
+         i = text.find(':', i + 1)) {
+      if (text.substr(i).starts_with("://") || served_scheme_ends_at(text, i)) {
+        colons.found = i;
+        break;
+      }
     }
   }
-  // Likewise its name, one of ';', '.', ',', '|' typed for the ':' or none, and a run of '/'
-  // or '\\' ("http;//", "http.//", "http/user:password@host", "http\\user:..."): local paths.
-  for (std::size_t i = text.find_first_of("/\\", from + 1);
-       i != std::string_view::npos && i - 1 < mark; i = text.find_first_of("/\\", i + 1)) {
-    if (text[i - 1] == '/' || text[i - 1] == '\\') continue;  // inside a run
-    if (served_scheme_ends_at(text, i)) return i - 1;
-    if (i >= 2 && std::string_view(";.,|").find(text[i - 1]) != std::string_view::npos &&
-        served_scheme_ends_at(text, i - 1)) {
-      return i - 1;
+  const std::size_t limit = std::min(colons.found, text.size());
+  for (std::size_t i = text.find_first_of("/\\%\xe1\xe2\xef", from); i < limit;
+       i = text.find_first_of("/\\%\xe1\xe2\xef", i + 1)) {
+    const std::size_t first = slash_at(text, i);
+    if (first == 0 || blank_at(text, i) != 0) continue;
+    // The run of slashes from here, blanks among them (at most 3).
+    std::size_t k = i + first;
+    std::size_t end = k;
+    int slashes = 1;
+    for (int blanks = 0; k < text.size();) {
+      if (const std::size_t b = blank_at(text, k); b != 0 && blanks < 3) {
+        ++blanks;
+        k += b;
+      } else if (const std::size_t s = slash_at(text, k); s != 0) {
+        ++slashes;
+        k += s;
+        end = k;
+      } else {
+        break;
+      }
     }
-    // The full-width colon (U+FF1A, what an input method types for ':'): "http\uFF1A//".
-    constexpr std::string_view kFullWidthColon = "\xEF\xBC\x9A";
-    if (i >= kFullWidthColon.size() &&
-        text.substr(i - kFullWidthColon.size(), kFullWidthColon.size()) == kFullWidthColon &&
-        served_scheme_ends_at(text, i - kFullWidthColon.size())) {
-      return i - 1;
+    // What is before it: a served scheme's name, or a scheme-like word, and marks between.
+    bool served = false;
+    bool scheme_like = false;
+    for (std::size_t m = i, marks = 0; marks <= 8; ++marks) {
+      served = served || served_scheme_ends_at(text, m);
+      scheme_like = scheme_like || (marks > 0 && scheme_like_word_ends_at(text, m));
+      const std::size_t n = mark_before(text, m);
+      if (n == 0 || served) break;
+      m -= n;
     }
+    if (slashes >= 2) {
+      // The next search goes on after the run (a long run is looked at once).
+      return {std::max(i, end - 2), end, !served && !scheme_like};
+    }
+    if (served) return {i, end, false};
   }
-  return mark;
+  if (colons.found == std::string_view::npos) return {};
+  return {colons.found, std::string_view::npos, false};
 }
 
 // The password of each URL's user part ("scheme://user:password@host"), and a user part
@@ -415,28 +578,48 @@ std::string redact_user_info(std::string_view text, std::vector<std::string>& hi
     }
     return from;
   };
-  for (std::size_t scheme = next_scheme_mark(text, 0); scheme != std::string_view::npos;
-       scheme = next_scheme_mark(text, std::max(scheme + 2, done))) {
-    // Past any further '/' (or '\'): libcurl takes "http:///user:password@host/" as
-    // "http://user:password@host/" and sends the password, so it is the user part there too.
-    std::size_t start = scheme + 1;
-    // A served scheme's ':' followed by a short run of other marks among its slashes
-    // ("http: //", "http:/ /", "https:.//", "http:://", "http:\t//"): sources refuse these as
-    // mistyped URLs and quote them; the user part after the run is the URL's.
-    if (!text.substr(scheme).starts_with("://") && text[scheme] == ':') {
-      std::size_t run = start;
-      bool slash = false;
-      while (run < text.size() && run - start < 4 &&
-             std::string_view(" \t.:|/\\").find(text[run]) != std::string_view::npos) {
-        slash = slash || text[run] == '/' || text[run] == '\\';
-        ++run;
+  ColonMarks colons;
+  for (SchemeMark mark = next_scheme_mark(text, 0, colons); mark.at != std::string_view::npos;
+       mark = next_scheme_mark(text, std::max(mark.at + 2, done), colons)) {
+    std::size_t start = mark.start;
+    if (start == std::string_view::npos) {
+      // Past any further slashes: libcurl takes "http:///user:password@host/" as
+      // "http://user:password@host/" and sends the password, so it is the user part there too.
+      start = mark.at + 1;
+      // A served scheme's ':' followed by a short run of other marks among its slashes
+      // ("http: //", "http:/ /", "https:.//", "http:://", "http:\t//", "http:\u00A0//"):
+      // sources refuse these as mistyped URLs and quote them; the user part after the run is
+      // the URL's.
+      if (!text.substr(mark.at).starts_with("://")) {
+        std::size_t run = start;
+        bool slash = false;
+        for (int marks = 0; run < text.size() && marks < 6; ++marks) {
+          if (const std::size_t s = slash_at(text, run); s != 0 && blank_at(text, run) == 0) {
+            slash = true;
+            run += s;
+          } else if (const std::size_t b = blank_at(text, run); b != 0) {
+            run += b;
+          } else if (std::string_view(".:|;,").find(text[run]) != std::string_view::npos) {
+            ++run;
+          } else {
+            break;
+          }
+        }
+        if (slash) start = run;
       }
-      if (slash) start = run;
+      while (start < text.size()) {
+        const std::size_t s = slash_at(text, start);
+        if (s == 0 || blank_at(text, start) != 0) break;
+        start += s;
+      }
     }
-    while (start < text.size() && (text[start] == '/' || text[start] == '\\')) ++start;
     const std::size_t end = stops(start, "/?#");
     const std::string_view authority = text.substr(start, end - start);
     std::size_t at = authority.rfind('@');
+    // After two slashes with no scheme before them, the authority as RFC 3986 ends it, none
+    // of the rules below that look further for a password holding a stop: "see //wiki: ask
+    // ops@example.com" is no URL.
+    if (at == std::string_view::npos && mark.needs_password) continue;
     if (at == std::string_view::npos) {
       // "user:pa ss@host": a space in the password ends the authority early (the URL does not
       // work), yet the text up to its '/', '?' or '#' holds "user:...@": the password goes.
@@ -508,6 +691,7 @@ std::string redact_user_info(std::string_view text, std::vector<std::string>& hi
     }
     if (at == std::string_view::npos || at == 0) continue;
     const std::size_t colon = text.substr(start, at).find(':');
+    if (colon == std::string_view::npos && mark.needs_password) continue;
     std::size_t hide = colon == std::string_view::npos ? start : start + colon + 1;
     // "TOKEN:@host" and GitHub's "TOKEN:x-oauth-basic@host": the token is the user name, and the
     // password empty or a constant; the user part goes whole, as "TOKEN@host"'s does.
@@ -740,8 +924,7 @@ std::string redact_secrets(std::string text) {
     }
   }
   std::vector<std::string> hidden;
-  if (text.find('@') != std::string::npos &&
-      (text.find(':') != std::string::npos || text.find("//") != std::string::npos)) {
+  if (text.find('@') != std::string::npos) {
     text = redact_user_info(text, hidden);
     if (!hidden.empty()) text = hide_echoes(std::move(text), hidden);
   }

@@ -92,6 +92,29 @@ TEST(RedactSecrets, AUserPartAfterOneSlashOfAServedSchemeIsHidden) {
             "c:/u:x@y gs:/u:x@y xhttp:/u:x@y git+http:/u:x@y");
 }
 
+TEST(RedactSecrets, AUserPartAfterTwoSlashesInAnySpellingIsHidden) {
+  // One rule rather than a list of typos: two slashes in any spelling ('/', '\\', "%2F", a
+  // look-alike), blanks among them, whatever stands between a scheme-like word and them.
+  for (const std::string text :
+       {"http:\u00a0//", "http:/\u200b/", "http\u2236//", "http\ua789//", "http\ufe55//",
+        "http%3A//", "http%3A%2F%2F", "//", "hxxps[:]//", "http:\uff0f\u2215", "s3;\\\\",
+        "http:/\\u200b/", "http:\\u202e//"}) {
+    EXPECT_EQ(redact_secrets("loading " + text + "alice:pw-S3cr3t@h/x.npy: failed"),
+              "loading " + text + "alice:***@h/x.npy: failed");
+  }
+  // A token alone after a scheme-like word and marks; after bare slashes, only a password.
+  EXPECT_EQ(redact_secrets("http\u2236//T0k3nT0k3n@h/x"), "http\u2236//***@h/x");
+  EXPECT_EQ(redact_secrets("hxxps[:]//T0k3nT0k3n@h/x"), "hxxps[:]//***@h/x");
+  for (const std::string text : {"/data//v@2/x.npy", "s3://b/k//v@2.npy", "data//v@2.npy",
+                                 "see //wiki: ask ops@example.com", "x.npy: //d/e@f"}) {
+    EXPECT_EQ(redact_secrets(text), text);
+  }
+  // A long run of slashes is looked at once (each slash starting a search took minutes).
+  std::string text(400000, '/');
+  text += "u:S3cr3t@h";
+  EXPECT_TRUE(redact_secrets(text).ends_with("/u:***@h"));
+}
+
 TEST(RedactSecrets, APasswordMixingStopsIsHiddenWhole) {
   // A '#' or '?' and then a '=', '/' or space (or a '/' and then a '#' or '?'): the user part
   // runs to its '@' whatever it holds, where the authority is "user:" and no port.

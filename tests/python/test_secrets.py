@@ -917,3 +917,87 @@ def test_a_storage_option_whose_key_holds_a_blank_is_an_unknown_option(cli, opti
     out = run(cli, "inspect", "s3://bkt/d/", "--storage-option", option, ok=False)
     key = option[:option.index("=")]
     assert_hidden(out, f"--storage-option: unknown option '{key}'", f"found '{key}=***'")
+
+
+def _mistyped_separators() -> list[str]:
+    """Every character of Unicode's categories Zs, Cf and Po (as this Python's unicodedata has
+    them), and the look-alikes of ':' and '/' that are in none of them."""
+    import sys
+    import unicodedata
+    chars = [chr(c) for c in range(sys.maxunicode + 1)
+             if unicodedata.category(chr(c)) in ("Zs", "Cf", "Po")]
+    look_alikes = ("\u02d0\u02f8\u0589\u05c3\u0703\u0704\u0903\u0a83\u16ec\u1803\u1809\u205a"
+                   "\u2236\ua4fd\ua789\ufe13\ufe30\ufe55\uff1a"  # ':'
+                   "\u1735\u2044\u2215\u2216\u2571\u2572\u27cb\u27cd\u29f5\u29f8\u29f9\u2f03"
+                   "\ufe68\uff0f\uff3c")  # '/' and '\\'
+    return chars + [c for c in look_alikes if c not in chars]
+
+
+def test_a_mistyped_urls_password_is_hidden_whatever_stands_between_scheme_and_slashes():
+    """A Unicode blank between the scheme's ':' and its slashes ("http:\\u00a0//",
+    "http:/\\u200b/"), a look-alike of ':' ("http\\u2236//"), a percent-encoded ':' or '/', or
+    no scheme at all ("//alice:PW@host/x") hid the user part from the redaction, which knew
+    a list of such marks (hostile pass 16, fault 5): one rule now takes the user part after
+    any two slashes in any spelling. Generated: each Zs, Cf and Po character and each
+    look-alike, for the ':', after the ':', and (a blank) between the slashes."""
+    seps = _mistyped_separators()
+    blanks = [c for c in seps if __import__("unicodedata").category(c) in ("Zs", "Cf")]
+    texts = [f"http{c}//alice:pw-{MARK}@h/x.npy" for c in seps]
+    texts += [f"http:{c}//alice:pw-{MARK}@h/x.npy" for c in seps]
+    texts += [f"http:/{c}/alice:pw-{MARK}@h/x.npy" for c in blanks]
+    texts += [f"{scheme}{colon}{slash}{slash}alice:pw-{MARK}@h/x.npy"
+              for scheme in ("http", "https", "s3", "hxxps", "pymem")
+              for colon in (":", "%3A", "%3a", "\u2236", "\uff1a", "[:]", "")
+              for slash in ("/", "\\", "%2F", "%2f", "%5C", "\u2215", "\uff0f", "\u2044")]
+    texts += [f"//alice:pw-{MARK}@h/x.npy", f"\\\\alice:pw-{MARK}@h/x.npy",
+              f"%2F%2Falice:pw-{MARK}@h/x.npy"]
+    leaks = []
+    for text in texts:
+        for out in (shardload.redact_secrets(f"loading {text}: failed"),
+                    shardload._core.printable_redacted(f"loading {text}: failed")):
+            if MARK in out or "alice:***@h/x.npy: failed" not in out:
+                leaks.append(out)
+    assert not leaks, (len(leaks), len(texts), leaks[:10])
+    # A token alone after a scheme-like word and marks (no password: "http\uff1a//TOKEN@h").
+    for text in (f"http\u2236//tok-{MARK}@h/x", f"http%3A%2F%2Ftok-{MARK}@h/x",
+                 f"hxxps[:]//tok-{MARK}@h/x", f"http:\u00a0//tok-{MARK}@h/x"):
+        assert shardload.redact_secrets(text).endswith("//***@h/x") or \
+            shardload.redact_secrets(text).endswith("%2F***@h/x"), text
+
+
+@pytest.mark.parametrize("text", [
+    "/data//v@2/x.npy", "./runs//model@step3.npy", "s3://b/k//v@2.npy: not found",
+    "/tmp/alice:pw@host/x.npy", "see //wiki: ask ops@example.com", "a:b@c", "x.npy: //d/e@f",
+])
+def test_a_local_path_with_two_slashes_and_an_at_sign_is_shown_as_written(text):
+    """Two slashes with no scheme-like word before them take a "user:password@" only: a
+    path's '@' after a '//' (a version, a step) is shown as written."""
+    assert shardload.redact_secrets(text) == text
+
+
+@pytest.mark.parametrize("text", [
+    "http:\u00a0//alice:pw-s3cr3t@127.0.0.1:9/x.npy", "http:/\u200b/alice:pw-s3cr3t@127.0.0.1:9/x.npy",
+    "http\u2236//alice:pw-s3cr3t@127.0.0.1:9/x.npy", "http\ua789//alice:pw-s3cr3t@127.0.0.1:9/x.npy",
+    "http\ufe55//alice:pw-s3cr3t@127.0.0.1:9/x.npy", "http%3A//alice:pw-s3cr3t@127.0.0.1:9/x.npy",
+    "http%3A%2F%2Falice:pw-s3cr3t@127.0.0.1:9/x.npy", "//alice:pw-s3cr3t@127.0.0.1:9/x.npy",
+    "hxxps[:]//alice:pw-s3cr3t@127.0.0.1:9/x.npy",
+])
+def test_a_mistyped_urls_password_is_hidden_from_every_output(tmp_path, monkeypatch, cli, text):
+    """The spellings of hostile pass 16's fault 5 through every output that shows a source:
+    discover (the text and a list), numpy's load and save, verify, index and the command
+    line's inspect (plain and --json), verify and index."""
+    import shardload.numpy
+    monkeypatch.chdir(tmp_path)
+    outs = []
+    for call in (lambda: shardload.discover(text), lambda: shardload.discover([text]),
+                 lambda: shardload.numpy.load(text),
+                 lambda: shardload.numpy.save(np.ones((2, 2)), text),
+                 lambda: shardload.verify(text, on_host=True), lambda: shardload.index(text)):
+        with pytest.raises(Exception) as e:
+            call()
+        outs.append(f"{e.value!s} {e.value!r} {getattr(e.value, 'filename', '')}")
+    for argv in (["inspect", text], ["inspect", "--json", text], ["verify", text],
+                 ["index", text]):
+        outs.append(run(cli, *argv, ok=False))
+    for out in outs:
+        assert_hidden(out, "***@127.0.0.1:9/x.npy")
