@@ -83,6 +83,26 @@ Result<OptionValue> store_option_value(const std::string& url, const StoreOption
   }
 }
 
+// An option's value goes into request lines and headers (the access key in the Authorization
+// header, the region in its scope, a session token as a header of its own): a CR or LF there
+// would add header lines, a NUL end the value. Refused, percent-encoded or not, naming the key
+// only: the value may be secret.
+Status no_control_characters(const std::string& url, const std::string& key,
+                             const std::string& value) {
+  for (const char c : percent_decoded(value)) {
+    const auto byte = static_cast<unsigned char>(c);
+    if (byte >= 0x20 && byte != 0x7f) continue;
+    static constexpr char kHex[] = "0123456789ABCDEF";
+    const std::string code = {'0', 'x', kHex[byte >> 4], kHex[byte & 15]};
+    return file_error(ErrorCode::kInvalidArgument, url,
+                      "bad object-storage URL or options: " + key + " holds a control character (" +
+                          code +
+                          "; CR, LF, NUL, tab and the other control characters are refused in "
+                          "an option's value, percent-encoded or not)");
+  }
+  return Status::ok();
+}
+
 }  // namespace
 
 namespace {
@@ -209,6 +229,7 @@ Result<std::string> take_store_options(const std::string& url, const std::string
                               "in the URL); give it once");
       }
       seen.push_back(key);
+      SHARDLOAD_RETURN_IF_ERROR(no_control_characters(url, key, value));
     }
     if (row != nullptr && row->set != nullptr &&
         (row->stores & (credentials ? kStoreS3 : kStoreHttp)) != 0) {
