@@ -64,12 +64,15 @@ std::string encode_raw_path(std::string_view url) {
          percent_encode(url.substr(path), [](unsigned char b) { return b > 0x20 && b < 0x7F; });
 }
 
-Result<Target> target_of(const std::string& url) {
+// `sealed` (a path: its user part and its query's secrets by handle) as the request is made:
+// the secrets are put back here only, into the request URL, which nothing shows.
+Result<Target> target_of(const std::string& sealed) {
+  SHARDLOAD_ASSIGN_OR_RETURN(const std::string url, unsealed_http_url(sealed));
   const auto q = url.find('?');
   Target t;
   SHARDLOAD_ASSIGN_OR_RETURN(
       const auto parsed,
-      parsed_store_query(url, q == std::string::npos ? std::string() : url.substr(q)));
+      parsed_store_query(sealed, q == std::string::npos ? std::string() : url.substr(q)));
   t.options = parsed->options;
   t.request_url = encode_raw_path(std::string_view(url).substr(0, q)) + parsed->rest;
   t.store = StorageContext::process().store(origin_of(url), t.options);

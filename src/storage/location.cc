@@ -104,14 +104,15 @@ Result<RemoteIo*> route_path(std::string_view path) {
 }  // namespace detail
 
 std::pair<std::string, std::string> split_options(std::string_view path) {
-  const std::size_t q =
-      path_traits(path).options_in_query ? path.find('?') : std::string_view::npos;
-  if (q == std::string_view::npos) return {std::string(path), {}};
-  // The options as every path made from a source holds them: its secrets by their handle
-  // (seal_credentials), so that a URL given as typed and the paths resolved from it compare
-  // equal, and a path joined from it holds no secret either.
-  const std::string sealed = seal_credentials(path);
-  return {std::string(path.substr(0, q)), sealed.substr(q)};
+  if (!path_traits(path).options_in_query) return {std::string(path), {}};
+  // The name and options as every path made from a source holds them: its secrets by their
+  // handle (seal_credentials; an http(s) URL's user part too, which leaves the name), so that
+  // a URL given as typed and the paths resolved from it compare equal, and a path joined from
+  // it holds no secret either.
+  std::string sealed = seal_credentials(path);
+  const std::size_t q = sealed.find('?');
+  if (q == std::string::npos) return {std::move(sealed), {}};
+  return {sealed.substr(0, q), sealed.substr(q)};
 }
 
 std::string directory_key(std::string_view path) {

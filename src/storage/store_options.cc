@@ -5,11 +5,13 @@
 #include <charconv>
 #include <cmath>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <unordered_map>
 #include <vector>
 
 #include "base/detail/fork_lock.hpp"
+#include "base/detail/secrets.hpp"
 #include "storage/detail/context.hpp"
 #if SHARDLOAD_S3_SIGNED
 #include "storage/detail/sigv4.hpp"
@@ -161,6 +163,137 @@ void for_each_item(std::string_view query, F&& f) {
   }
 }
 
+// The refusal of a handle this process holds no credentials for.
+Status unknown_handle(const std::string& url, std::string_view handle) {
+  return file_error(ErrorCode::kInvalidArgument, url,
+                    "bad object-storage URL or options: credentials=" + std::string(handle) +
+                        " names no credentials given to this process (a path copied out of "
+                        "another process's layout?); give the credentials again as storage "
+                        "options, or pass the Layout itself, whose pickle carries them");
+}
+
+// The handle sealing gives `items`, which the table then holds; "" where the handle stands for
+// other items already (a collision of 128 bits of a one-way hash: the URL then keeps its
+// secrets, hidden where shown, rather than be read with the other ones).
+std::string handle_for(const std::string& items) {
+  CredentialTable& table = credential_table();
+  {
+    std::lock_guard lock(table.mu);
+    if (const auto it = table.handles.find(items); it != table.handles.end()) return it->second;
+  }
+  std::string handle = handle_of(items);
+  std::lock_guard lock(table.mu);
+  const auto [it, added] = table.items.emplace(handle, items);
+  if (!added && it->second != items) return std::string();
+  table.handles.emplace(items, handle);
+  return handle;
+}
+
+// An http(s):// URL's entry in the table: '@', the length of the user part, ':', the user part
+// ("user:password" as the URL spelled it; none where it had none) and the span of the query from
+// its first secret item to its last, the items between included, so that the request sends the
+// query as it was typed, in its order (a server that checks a signature over the raw query).
+// An s3:// entry never begins with '@' (it is secret_key=... / session_token=...).
+constexpr char kHttpEntry = '@';
+
+struct HttpEntry {
+  std::string_view userinfo;
+  std::string_view span;
+};
+
+std::optional<HttpEntry> http_entry(std::string_view items) {
+  if (items.empty() || items[0] != kHttpEntry) return std::nullopt;
+  const std::size_t colon = items.find(':');
+  std::size_t n = 0;
+  const auto [end, ec] = std::from_chars(items.data() + 1, items.data() + colon, n);
+  if (colon == std::string_view::npos || colon == 1 || ec != std::errc() ||
+      end != items.data() + colon || n > items.size() - colon - 1) {
+    return std::nullopt;
+  }
+  return HttpEntry{items.substr(colon + 1, n), items.substr(colon + 1 + n)};
+}
+
+bool is_http(std::string_view url) {
+  return url.starts_with("http://") || url.starts_with("https://");
+}
+
+// "credentials=HANDLE": the handle, else "".
+std::string_view handle_item(std::string_view item) {
+  const std::string_view key = kCredentialsKey;
+  if (item.size() != key.size() + 1 + kHandleDigits || !item.starts_with(key) ||
+      item[key.size()] != '=') {
+    return {};
+  }
+  const std::string_view h = item.substr(key.size() + 1);
+  return is_handle(h) ? h : std::string_view();
+}
+
+// An http(s) query item that holds what the redaction takes for a secret (a value of a key of
+// base/detail/secrets.hpp's one list), a handle excepted (a URL sealed already). The redaction
+// also takes ';' between parameters ("ref=main;token=..."): such an item is one whole.
+bool is_secret_item(std::string_view item) {
+  if (!handle_item(item).empty()) return false;
+  for (std::size_t from = 0; from < item.size();) {
+    std::size_t end = item.find(';', from);
+    if (end == std::string_view::npos) end = item.size();
+    const std::string_view part = item.substr(from, end - from);
+    const std::size_t eq = part.find('=');
+    if (eq != std::string_view::npos && is_secret_query_key(part.substr(0, eq))) return true;
+    from = end + 1;
+  }
+  return false;
+}
+
+std::string seal_http(std::string_view url) {
+  const std::size_t start = url.find("://") + 3;
+  const std::size_t end = std::min(url.find_first_of("/?#", start), url.size());
+  const std::size_t at = url.substr(start, end - start).rfind('@');
+  const std::size_t q = url.find('?', end);
+  std::vector<std::string_view> items;
+  if (q != std::string_view::npos) {
+    for_each_item(url.substr(q + 1), [&](std::string_view item) { items.push_back(item); });
+  }
+  std::size_t first = items.size();
+  std::size_t last = 0;
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    if (!is_secret_item(items[i])) continue;
+    first = std::min(first, i);
+    last = i;
+  }
+  if (at == std::string_view::npos && first == items.size()) return std::string(url);
+  const std::string_view userinfo =
+      at == std::string_view::npos ? std::string_view() : url.substr(start, at);
+  std::string entry = kHttpEntry + std::to_string(userinfo.size()) + ":" + std::string(userinfo);
+  for (std::size_t i = first; i < items.size() && i <= last; ++i) {
+    entry += (i > first ? "&" : "") + std::string(items[i]);
+  }
+  const std::string handle = handle_for(entry);
+  if (handle.empty()) return std::string(url);
+  const std::string sealed_item = std::string(kCredentialsKey) + "=" + handle;
+  const std::size_t from = at == std::string_view::npos ? start : start + at + 1;
+  std::string out = std::string(url.substr(0, start));
+  if (q == std::string_view::npos) {
+    // No query: one is made for the handle, before a fragment if there is one.
+    const std::size_t hash = std::min(url.find('#', end), url.size());
+    return out + std::string(url.substr(from, hash - from)) + "?" + sealed_item +
+           std::string(url.substr(hash));
+  }
+  out += std::string(url.substr(from, q + 1 - from));
+  std::string query;
+  bool placed = false;
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    std::string_view item = items[i];
+    if (i >= first && i <= last) {
+      if (placed) continue;
+      item = sealed_item;
+      placed = true;
+    }
+    query += (query.empty() ? "" : "&") + std::string(item);
+  }
+  if (!placed) query += (query.empty() ? "" : "&") + sealed_item;
+  return out + query;
+}
+
 // `query` with each "credentials=HANDLE" replaced by the items the handle stands for.
 Result<std::string> expand_credentials(const std::string& url, const std::string& query) {
   if (query.find(kCredentialsKey) == std::string::npos) return query;
@@ -173,14 +306,8 @@ Result<std::string> expand_credentials(const std::string& url, const std::string
         item.size() > kCredentialsKey.size() && item[kCredentialsKey.size()] == '=') {
       const std::string_view handle = item.substr(kCredentialsKey.size() + 1);
       items = credential_items(handle);
-      if (items.empty()) {
-        error = file_error(
-            ErrorCode::kInvalidArgument, url,
-            "bad object-storage URL or options: credentials=" + std::string(handle) +
-                " names no credentials given to this process (a path copied out of another "
-                "process's layout?); give the credentials again as storage options, or pass "
-                "the Layout itself, whose pickle carries them");
-      }
+      // An http(s) URL's entry is no s3:// URL's credentials.
+      if (items.empty() || items[0] == kHttpEntry) error = unknown_handle(url, handle);
       put = items;
     }
     out += (out.empty() ? "?" : "&") + std::string(put);
@@ -240,6 +367,48 @@ Result<std::string> take_store_options(const std::string& url, const std::string
     }
   }
   return rest;
+}
+
+Result<std::string> unsealed_http_url(const std::string& url) {
+  std::string out = url;
+  // A URL sealed again after a user part or a secret was added to it names a handle inside a
+  // handle's span: each round puts back one level.
+  for (int round = 0; round < 4 && out.find(kCredentialsKey) != std::string::npos; ++round) {
+    const std::size_t q = out.find('?');
+    if (q == std::string::npos) break;
+    std::string query;
+    std::string userinfo;
+    bool found = false;
+    Status error;
+    for_each_item(std::string_view(out).substr(q + 1), [&](std::string_view item) {
+      std::string items;
+      if (const std::string_view handle = handle_item(item); !handle.empty() && error.is_ok()) {
+        found = true;
+        items = credential_items(handle);
+        const auto entry = http_entry(items);
+        if (!entry) {
+          error = unknown_handle(url, handle);
+          return;
+        }
+        if (!entry->userinfo.empty()) userinfo = entry->userinfo;
+        item = entry->span;
+        if (item.empty()) return;
+      }
+      query += (query.empty() ? "" : "&") + std::string(item);
+    });
+    if (!error.is_ok()) return error;
+    if (!found) break;
+    std::string base = out.substr(0, q);
+    if (!userinfo.empty()) {
+      const std::size_t start = base.find("://") + 3;
+      const std::size_t end = std::min(base.find_first_of("/?#", start), base.size());
+      const std::size_t at = std::string_view(base).substr(start, end - start).rfind('@');
+      base = base.substr(0, start) + userinfo + "@" +
+             base.substr(at == std::string::npos ? start : start + at + 1);
+    }
+    out = query.empty() ? base : base + "?" + query;
+  }
+  return out;
 }
 
 namespace {
@@ -351,6 +520,7 @@ const StoreOptionSpec* find_store_option(std::string_view name) {
 }
 
 std::string seal_credentials(std::string_view url) {
+  if (detail::is_http(url)) return detail::seal_http(url);
   const std::size_t q = url.find('?');
   if (!url.starts_with("s3://") || q == std::string_view::npos) return std::string(url);
   std::string kept;
@@ -363,29 +533,15 @@ std::string seal_credentials(std::string_view url) {
     to += (to.empty() ? "" : "&") + std::string(item);
   });
   if (moved.empty()) return std::string(url);
-  detail::CredentialTable& table = detail::credential_table();
-  std::string handle;
-  {
-    std::lock_guard lock(table.mu);
-    if (const auto it = table.handles.find(moved); it != table.handles.end()) handle = it->second;
-  }
-  if (handle.empty()) {
-    handle = detail::handle_of(moved);
-    std::lock_guard lock(table.mu);
-    const auto [it, added] = table.items.emplace(handle, moved);
-    // Two sets of credentials under one handle would need a collision of 128 bits of SHA-256:
-    // were it met, the URL would keep its secrets (hidden where shown) rather than read with
-    // the other set.
-    if (!added && it->second != moved) return std::string(url);
-    table.handles.emplace(moved, handle);
-  }
+  const std::string handle = detail::handle_for(moved);
+  if (handle.empty()) return std::string(url);
   kept += (kept.empty() ? "" : "&") + std::string(detail::kCredentialsKey) + "=" + handle;
   return std::string(url.substr(0, q + 1)) + kept;
 }
 
 void credential_handles(std::string_view url, std::vector<std::string>* out) {
   const std::size_t q = url.find('?');
-  if (!url.starts_with("s3://") || q == std::string_view::npos) return;
+  if (!(url.starts_with("s3://") || detail::is_http(url)) || q == std::string_view::npos) return;
   detail::for_each_item(url.substr(q + 1), [&](std::string_view item) {
     const std::string_view key = detail::kCredentialsKey;
     if (item.size() > key.size() && item.starts_with(key) && item[key.size()] == '=') {
@@ -403,12 +559,23 @@ std::string credential_items(std::string_view handle) {
 
 Status adopt_credentials(std::string_view handle, std::string_view items) {
   bool credential_items_only = !items.empty();
-  detail::for_each_item(items, [&](std::string_view item) {
-    const std::size_t eq = item.find('=');
-    if (eq == std::string_view::npos || !detail::is_credential_key(item.substr(0, eq))) {
-      credential_items_only = false;
-    }
-  });
+  if (const auto http = detail::http_entry(items)) {
+    // A user part, and a span of a query that begins and ends with a secret item.
+    std::vector<std::string_view> span;
+    detail::for_each_item(http->span, [&](std::string_view item) { span.push_back(item); });
+    const auto secret = [](std::string_view item) {
+      return detail::is_secret_item(item) || !detail::handle_item(item).empty();
+    };
+    credential_items_only = (!http->userinfo.empty() || !span.empty()) &&
+                            (span.empty() || (secret(span.front()) && secret(span.back())));
+  } else {
+    detail::for_each_item(items, [&](std::string_view item) {
+      const std::size_t eq = item.find('=');
+      if (eq == std::string_view::npos || !detail::is_credential_key(item.substr(0, eq))) {
+        credential_items_only = false;
+      }
+    });
+  }
   if (!detail::is_handle(handle) || !credential_items_only) {
     return {ErrorCode::kInvalidArgument, "malformed credentials entry"};
   }

@@ -17,6 +17,7 @@
 #include "shardload/manifest.hpp"
 #include "shardload/source.hpp"
 #include "shardload/storage.hpp"
+#include "shardload/store_options.hpp"
 #include "storage/detail/transports.hpp"
 #include "util.hpp"
 
@@ -500,7 +501,11 @@ TEST_F(RemoteSource, DirectoryKeyKeepsAUrlsQueryAndALocalPathsName) {
             "s3://b/d?endpoint_override=h:1");
   EXPECT_NE(directory_key("s3://b/d/x.bin?region=a"), directory_key("s3://b/d/y.bin?region=b"));
   EXPECT_EQ(directory_key("s3://b/d/x.bin?a=1"), directory_key("s3://b/d/y.bin?a=1"));
-  EXPECT_EQ(directory_key("https://h/d/x?sig=1/2"), "https://h/d?sig=1/2");
+  // An http(s) URL's secret query items are named by their handle (seal_credentials).
+  const std::string http_key = directory_key("https://h/d/x?sig=1/2");
+  EXPECT_EQ(http_key, directory_key("https://h/d/y?sig=1/2"));
+  EXPECT_EQ(http_key, "https://h/d" + seal_credentials("https://h/d/x?sig=1/2").substr(13));
+  EXPECT_TRUE(http_key.starts_with("https://h/d?credentials=")) << http_key;
   EXPECT_EQ(directory_key("/data/d?x/shard_0000.bin"), "/data/d?x");
   EXPECT_EQ(directory_key("shard_0000.bin"), ".");
   EXPECT_EQ(directory_key("/shard_0000.bin"), "/");
@@ -537,7 +542,8 @@ TEST_F(RemoteSource, S3AndHttpBackendsCoexist) {
     auto dir = Source::parse("http://h/d/?sig=1");
     ASSERT_TRUE(dir) << dir.status().message();
     EXPECT_EQ(dir->kind, Source::Kind::kDirectory);
-    EXPECT_EQ(dir->dir_path, "http://h/d/?sig=1");
+    EXPECT_EQ(dir->dir_path, seal_credentials("http://h/d/?sig=1"));
+    EXPECT_EQ(dir->dir_path.find("sig=1"), std::string::npos) << dir->dir_path;
     EXPECT_TRUE(dir->pattern.empty());
     EXPECT_FALSE(Source::parse("http://h/d/", "s_{:04d}.npy"));
     for (const std::string text : {"http://h/d/*.npy", "http://h/d/s_{:04d}.npy"}) {

@@ -27,6 +27,13 @@ std::uint64_t fnv1a(std::string_view s);
 Result<std::string> take_store_options(const std::string& url, const std::string& query,
                                        StoreOptions* out, bool credentials = false);
 
+// An http(s):// URL as its request is sent: each "credentials=HANDLE" of its query replaced by
+// what the handle stands for (seal_credentials): the user part put back before the host, the
+// query's secret span back where the handle is. The URL as it is where it names no handle;
+// kInvalidArgument naming `url` for a handle this process holds nothing for (or an s3:// one).
+// Only the transport's request is made from it; nothing shown is.
+Result<std::string> unsealed_http_url(const std::string& url);
+
 // A query parsed: its options (the defaults for keys it does not name) and what is left of it
 // for the store (Arrow's client, an http(s) server). Immutable, shared by every request of a
 // URL with that query.

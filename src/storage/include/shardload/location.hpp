@@ -105,9 +105,10 @@ std::string directory_key(std::string_view path);
 
 // `path`'s name and its store options apart. A URL's query configures its store and is no
 // part of the key ("s3://b/k?region=x" -> {"s3://b/k", "?region=x"}); a local path has no
-// options (a '?' in it is part of a file name): {path, ""}. The options come back with their
-// secrets sealed (seal_credentials: "credentials=HANDLE" for secret_key and session_token), as
-// every path resolved from a source holds them.
+// options (a '?' in it is part of a file name): {path, ""}. Both come back with their secrets
+// sealed (seal_credentials: "credentials=HANDLE" for s3's secret_key and session_token, for an
+// http(s) URL's user part and its query's secrets), as every path resolved from a source
+// holds them.
 std::pair<std::string, std::string> split_options(std::string_view path);
 
 // `name` in the directory `dir`: `name` alone when `dir` is empty, else one '/' between them

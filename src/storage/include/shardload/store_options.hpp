@@ -194,25 +194,32 @@ inline constexpr std::span<const StoreOptionSpec> store_option_table() { return 
 // The row named `name`, or nullptr.
 const StoreOptionSpec* find_store_option(std::string_view name);
 
-// Secrets given as options (secret_key and session_token, the table's secret rows, in an
-// s3:// URL's query, however they came there: the URL as typed, storage_options=, --storage-option)
-// are taken out of the URL where a source is made (Source's constructors, the front ends) and kept
-// in a table of the process under a handle: the URL holds "credentials=HANDLE" instead, and
-// every path made from it (a shard's, a layout's) holds no secret to print. One handle per
-// distinct set of credentials (32 hex digits of a one-way hash of them: the same in every
-// process, so ranks that discover alike make equal paths; nothing of the secret to print);
-// two sets for one bucket are two handles and so two stores. A layout's encoding (its pickle,
-// a Legate tile) carries the entries its paths name, and decoding it adopts them, so another
-// process reads what this one resolved. A handle this process was never given is refused
-// naming the URL (take_store_options).
+// Secrets given in a URL are taken out of it where a source is made (Source's constructors,
+// split_options, the front ends' joins of storage options) and kept in a table of the process
+// under a handle: the URL holds "credentials=HANDLE" instead, and every path made from it (a
+// shard's, a layout's) holds no secret to print.
+//   s3://: secret_key and session_token (the table's secret rows, in the URL's query however
+//     they came there: the URL as typed, storage_options=, --storage-option); access_key, which
+//     names the key pair, stays.
+//   http(s)://: the user part ("user:password@", which leaves the host) and the query's secret
+//     items, those the redaction hides (redact_secrets: Signature=, X-Amz-Signature=,
+//     X-Amz-Security-Token=, token=, sig=, ...): the span from the first to the last, the items
+//     between with them, so that the request sends the query in the order it was typed. They
+//     are put back only into the URL a request is sent to (http_io).
+// One handle per distinct set of credentials (32 hex digits of a one-way hash of them: the
+// same in every process, so ranks that discover alike make equal paths; nothing of the secret
+// to print); two sets for one bucket or host are two handles and so two stores. A layout's
+// encoding (its pickle, a Legate tile) carries the entries its paths name, and decoding it
+// adopts them, so another process reads what this one resolved. A handle this process was
+// never given is refused naming the URL.
 //
-// `url` with its credential items moved into the table; `url` as it is where it is no s3://
-// URL or holds none (a URL sealed already among them).
+// `url` with its secrets moved into the table; `url` as it is where it is no s3:// or http(s)
+// URL or holds none (a URL sealed already among them: a handle is not sealed again).
 std::string seal_credentials(std::string_view url);
 // Appends to *out the handles `url`'s query names.
 void credential_handles(std::string_view url, std::vector<std::string>* out);
-// The query items (KEY=VALUE&..., as the URL spelled them) `handle` stands for in this
-// process, or "" where it stands for none.
+// What `handle` stands for in this process (an s3:// URL's query items, KEY=VALUE&... as the
+// URL spelled them; an http(s) URL's, "@N:USERINFO" then its query span), or "" where none.
 std::string credential_items(std::string_view handle);
 // Takes `handle` for `items` from another process (a decoded layout). kInvalidArgument where
 // the handle is malformed, the items are not credential items, or the handle stands for other

@@ -1,0 +1,216 @@
+"""An http(s) URL's secrets never enter a path string: its user part (``user:password@``) and a
+signed URL's secret query items (those the redaction hides: ``X-Amz-Signature=``,
+``X-Amz-Security-Token=``, ``token=``, ...) leave every path a layout holds, which names them by a
+handle of the process (``credentials=HANDLE``), and are put back only into the request sent. The
+server here answers only a request with the Basic credentials and the query exactly as typed (in
+its order), so every load below shows that the requests still carry them.
+
+Every secret holds the marker ``s3cr3t``: one search finds any part of any of them."""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import http.server
+import json
+import pickle
+import re
+import subprocess
+import sys
+import threading
+from typing import Iterator
+
+import numpy as np
+import pytest
+
+import shardload
+
+from test_http import Handler, Store
+
+MARK = "s3cr3t"
+USER = "alice"
+PASSWORD = "pw-s3cr3t"
+# A presigned URL's query: secret items (the security token, the signature, a token) with
+# others between and after them, and one of shardload's own keys (taken out of the request).
+SIGNED = ("X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Credential=AKIDVISIBLE%2F20240101"
+          "&X-Amz-Security-Token=tok-s3cr3t%2Bx&X-Amz-SignedHeaders=host"
+          "&X-Amz-Signature=sig-s3cr3t0123&v=1&token=tk-s3cr3t")
+OPTION = "requests_in_flight=2"
+SECRETS = (PASSWORD, "tok-s3cr3t", "sig-s3cr3t0123", "tk-s3cr3t")
+HANDLE = re.compile(r"credentials=[0-9a-f]{32}")
+CHILD = ("import pickle, sys, json; import shardload; "
+         "layout = pickle.loads(sys.stdin.buffer.read()); "
+         "print(json.dumps({'values': layout.read().tolist(), 'paths': list(layout.paths)}))")
+
+
+class Checking(Handler):
+    """Serves a request only with the Basic credentials and the query ``expected``; answers
+    401 / 403 otherwise and counts it in ``store.refused``."""
+
+    def _serve(self, head: bool) -> None:
+        s = self.store
+        want_auth = "Basic " + base64.b64encode(f"{USER}:{PASSWORD}".encode()).decode()
+        query = self.path.partition("?")[2]
+        if self.headers.get("Authorization") != want_auth or query != s.expected:
+            with s.lock:
+                s.refused.append((self.path, self.headers.get("Authorization")))
+            code = 401 if self.headers.get("Authorization") != want_auth else 403
+            self._answer(code, b"<error>refused</error>", head=head)
+            return
+        super()._serve(head)
+
+
+@contextlib.contextmanager
+def checking(expected: str) -> Iterator[tuple[Store, str]]:
+    store = Store()
+    store.expected = expected
+    store.refused = []
+    handler = type("BoundChecking", (Checking,), {"store": store})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield store, f"127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+def dataset(store: Store, prefix: str) -> np.ndarray:
+    parts = [np.arange(8, dtype=np.int32).reshape(4, 2), np.full((3, 2), 7, np.int32),
+             np.arange(6, dtype=np.int32).reshape(3, 2) * 5]
+    for i, p in enumerate(parts):
+        store.put_npy(f"/{prefix}/shard_{i:04d}.npy", p)
+    return np.concatenate(parts)
+
+
+def no_secret(text: str) -> bool:
+    return MARK not in text and f"{USER}:" not in text and "@" not in text.partition("?")[0]
+
+
+def assert_no_secret_in_paths(layout) -> None:
+    paths = list(layout.paths) + list(layout.slice_rows(1, layout.total_rows - 1).paths)
+    paths += list(layout._linked_paths)
+    assert paths
+    for p in paths:
+        assert no_secret(p), p
+        assert HANDLE.search(p), p
+    assert no_secret(str(layout)) and no_secret(repr(layout))
+
+
+@pytest.fixture
+def signed():
+    with checking(SIGNED) as s:
+        yield s
+
+
+def test_a_password_and_a_signed_query_stay_out_of_every_path_and_the_loads_send_them(signed):
+    store, host = signed
+    expected = dataset(store, "d")
+    urls = [f"http://{USER}:{PASSWORD}@{host}/d/shard_{i:04d}.npy?{SIGNED}&{OPTION}"
+            for i in range(3)]
+    layout = shardload.discover(urls)
+    assert_no_secret_in_paths(layout)
+    # The handle stands where the secrets were; the items around them are kept.
+    assert layout.paths[0].startswith(f"http://{host}/d/shard_0000.npy?X-Amz-Algorithm="), \
+        layout.paths[0]
+    assert "X-Amz-Credential=AKIDVISIBLE" in layout.paths[0] and OPTION in layout.paths[0]
+    np.testing.assert_array_equal(layout.read(), expected)
+    np.testing.assert_array_equal(np.asarray(shardload.load(layout)), expected)
+
+    # A pickle (a dask task's, a worker's) carries each secret once, in its credentials
+    # entry, not in each of its paths.
+    data = pickle.dumps(layout)
+    for secret in SECRETS:
+        assert data.count(secret.encode()) == 1, (secret, data.count(secret.encode()))
+    again = pickle.loads(data)
+    assert again == layout
+    assert_no_secret_in_paths(again)
+    np.testing.assert_array_equal(again.read(), expected)
+    done = subprocess.run([sys.executable, "-c", CHILD], input=data, capture_output=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr.decode()
+    child = json.loads(done.stdout)
+    np.testing.assert_array_equal(np.array(child["values"], np.int32), expected)
+    assert child["paths"] == list(layout.paths)
+
+    # One URL, and the same URLs with storage options joined to them.
+    one = shardload.discover(urls[1])
+    assert_no_secret_in_paths(one)
+    np.testing.assert_array_equal(one.read(), expected[4:7])
+    plain = [u.removesuffix("&" + OPTION) for u in urls]
+    joined = shardload.discover(plain, storage_options={"requests_in_flight": 2})
+    assert_no_secret_in_paths(joined)
+    np.testing.assert_array_equal(joined.read(), expected)
+    assert not store.refused, store.refused
+    assert store.requests
+
+
+def test_a_password_alone_goes_back_into_each_request(signed):
+    store, host = signed
+    store.expected = ""
+    expected = dataset(store, "p")
+    layout = shardload.discover([f"http://{USER}:{PASSWORD}@{host}/p/shard_{i:04d}.npy"
+                                 for i in range(3)])
+    assert_no_secret_in_paths(layout)
+    assert layout.paths[2] == f"http://{host}/p/shard_0002.npy?" + \
+        HANDLE.search(layout.paths[2]).group()
+    np.testing.assert_array_equal(layout.read(), expected)
+    assert not store.refused, store.refused
+
+
+def test_a_handle_another_process_was_never_given_is_refused_naming_the_url(signed):
+    store, host = signed
+    dataset(store, "h")
+    layout = shardload.discover(f"http://{USER}:{PASSWORD}@{host}/h/shard_0000.npy?{SIGNED}")
+    script = ("import sys, shardload\n"
+              "try:\n"
+              "    shardload.discover([sys.argv[1]])\n"
+              "except shardload.Error as e:\n"
+              "    print(type(e).__name__, e)\n")
+    done = subprocess.run([sys.executable, "-c", script, layout.paths[0]], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "names no credentials given to this process" in done.stdout, done.stdout
+    assert "shard_0000.npy" in done.stdout and MARK not in done.stdout
+    assert not store.refused, store.refused  # refused before any request
+
+
+def test_command_line_shard_list_holds_no_secret(signed, cli):
+    store, host = signed
+    dataset(store, "c")
+    urls = [f"http://{USER}:{PASSWORD}@{host}/c/shard_{i:04d}.npy?{SIGNED}" for i in range(3)]
+    done = subprocess.run([str(cli), "inspect", "--json", *urls,
+                           "--storage-option", OPTION], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    shards = json.loads(done.stdout)["shards"]
+    assert len(shards) == 3
+    for shard in shards:
+        assert no_secret(shard["path"]) and "credentials=" in shard["path"], shard
+    assert MARK not in done.stdout + done.stderr
+    assert not store.refused, store.refused
+
+
+def test_a_directory_named_by_its_manifest_with_a_password_and_a_token(signed):
+    """A directory over http(s) is named by its manifest (written by shardload.index of an
+    s3:// copy, as test_http_manifest does): the manifest's request and every object's carry
+    the credentials; the paths made from the manifest's names hold the handle only."""
+    pytest.importorskip("moto", reason="moto[server] is installed by scripts/setup.sh")
+    import s3_server
+    from test_http_manifest import npy_bytes, publish
+
+    store, host = signed
+    parts = [np.arange(12, dtype=np.float32).reshape(4, 3), np.ones((2, 3), np.float32)]
+    with s3_server.serving() as endpoint:
+        publish(endpoint, store, "m", {f"shard_{i:04d}.npy": npy_bytes(p)
+                                       for i, p in enumerate(parts)})
+    layout = shardload.discover(f"http://{USER}:{PASSWORD}@{host}/m/?{SIGNED}")
+    assert layout.manifest_state is shardload.ManifestState.USED, layout.manifest_status
+    assert_no_secret_in_paths(layout)
+    assert no_secret(str(layout.manifest_status))
+    np.testing.assert_array_equal(layout.read(), np.concatenate(parts))
+    assert any("shardload.manifest" in p for _, p, _ in store.requests)
+    assert not store.refused, store.refused
