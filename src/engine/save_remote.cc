@@ -190,24 +190,22 @@ Result<RemoteDest> prepare_remote_save(const std::string& dest, const SaveOption
   // would not reach as named (an s3:// key's "." or ".." segments), so the prefix checked below
   // is the one every write and delete uses; and a store that no save can write.
   SHARDLOAD_RETURN_IF_ERROR(open_save_store(dest).status());
+  // The prefix, its query, and the store one prefix up that holds its name, as storage names
+  // them (whatever the scheme): "s3://B/P/D/" is "D" in "s3://B/P/"; a bucket is no name.
+  const Result<StorePlace> place = store_place(dest);
+  if (!place) return Status(ErrorCode::kInvalidArgument, "save: " + place.status().message());
   RemoteDest d;
   d.dest = dest;
   d.overwrite = options.overwrite;
-  const auto q = dest.find('?');
-  std::string base = dest.substr(0, q);
-  d.query = q == std::string::npos ? std::string() : dest.substr(q);
-  while (base.size() > 5 && base.back() == '/') base.pop_back();
-  if (base.size() <= 5) {
-    return Status(ErrorCode::kInvalidArgument, "save: " + dest + ": the URL names no bucket");
-  }
-  d.dir = base + "/";
+  d.query = place->query;
+  d.dir = place->location;
   SHARDLOAD_ASSIGN_OR_RETURN(d.store, open_save_store(d.dir_url()));
   // An object of the prefix's own name is no dataset to write into (a local save refuses a
   // destination that is a file). The bucket itself is never an object.
   // Asked of the parent prefix's Store: a stat of the prefix's own name there.
-  if (const std::size_t leaf = base.rfind('/'); base.find('/', 5) != std::string::npos) {
-    const auto parent = open_store(base.substr(0, leaf + 1) + d.query);
-    if (parent && (*parent)->stat(base.substr(leaf + 1))) {
+  if (!place->name.empty()) {
+    const auto parent = open_store(place->parent);
+    if (parent && (*parent)->stat(place->name)) {
       return file_error(ErrorCode::kIo, dest,
                         "the destination is an object (expected a prefix of shards, or "
                         "nothing); name a prefix",
@@ -279,9 +277,7 @@ Result<RemoteDest> prepare_remote_save(const std::string& dest, const SaveOption
 
 Result<std::unique_ptr<ShardUpload>> open_shard_upload(const std::string& dir_url,
                                                        const SaveSpec& spec, std::int64_t shard) {
-  const auto q = dir_url.find('?');
-  const std::string url = dir_url.substr(0, q) + save_shard_name(spec.format, shard) +
-                          (q == std::string::npos ? std::string() : dir_url.substr(q));
+  const std::string url = join_key(dir_url, save_shard_name(spec.format, shard));
   SHARDLOAD_ASSIGN_OR_RETURN(auto store, open_save_store(dir_url));
   if (layout_of(spec) == nullptr) {
     // Refused before any upload (prepare_remote_save); here for a spec that skipped it.

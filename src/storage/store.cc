@@ -102,6 +102,37 @@ Result<std::unique_ptr<Store>> open_store(std::string_view location) {
   return detail::make_local_store(std::string(location));
 }
 
+Result<StorePlace> store_place(std::string_view location) {
+  const std::size_t q = location.find('?');
+  const std::string_view url = location.substr(0, q);
+  const std::size_t mark = url.find("://");
+  if (mark == std::string_view::npos || mark == 0 || url.starts_with("file://")) {
+    return file_error(ErrorCode::kInvalidArgument, std::string(location),
+                      "not the URL of a store (SCHEME://AUTHORITY/KEY)");
+  }
+  const std::string_view scheme = url.substr(0, mark);
+  const std::size_t key_at = std::min(url.find('/', mark + 3), url.size());
+  if (key_at == mark + 3) {
+    return file_error(ErrorCode::kInvalidArgument, std::string(location),
+                      scheme == "s3" ? "the URL names no bucket" : "the URL names no authority");
+  }
+  std::string_view key = url.substr(std::min(key_at + 1, url.size()));
+  while (!key.empty() && key.back() == '/') key.remove_suffix(1);
+  const std::string root(url.substr(0, key_at));  // "SCHEME://AUTHORITY"
+  StorePlace place;
+  place.query = q == std::string_view::npos ? std::string() : std::string(location.substr(q));
+  place.location = root + "/" + std::string(key) + (key.empty() ? "" : "/");
+  if (!key.empty()) {
+    const std::size_t leaf = key.rfind('/');
+    place.name = std::string(leaf == std::string_view::npos ? key : key.substr(leaf + 1));
+    place.parent =
+        root + "/" +
+        std::string(leaf == std::string_view::npos ? std::string_view() : key.substr(0, leaf + 1)) +
+        place.query;
+  }
+  return place;
+}
+
 namespace detail {
 
 Status check_within_key(const std::string& shown, std::uint64_t offset, std::size_t n,

@@ -554,5 +554,170 @@ TEST(StoreSchemeSave, ASaveToAWritableRegisteredStoreGoesThroughTheObjectPipelin
   EXPECT_EQ(*mine, std::vector<std::string>{"keep/mine.txt"});
 }
 
+// Where a save's prefix sits is storage's answer for every scheme, not the text of an s3:// URL
+// read by its lengths: the prefix, its query, the store one prefix up and the name there.
+TEST(StorePlace, NamesAPrefixsParentAndNameWhateverTheSchemesLength) {
+  struct Case {
+    const char* location;
+    const char* dir;
+    const char* query;
+    const char* parent;
+    const char* name;
+  };
+  for (const Case c : {
+           Case{"s3://b/p/d/?region=x", "s3://b/p/d/", "?region=x", "s3://b/p/?region=x", "d"},
+           Case{"s3://b/d", "s3://b/d/", "", "s3://b/", "d"},
+           Case{"s3://b/d//", "s3://b/d/", "", "s3://b/", "d"},
+           Case{"s3://b", "s3://b/", "", "", ""},
+           Case{"s3://b//?x=1", "s3://b/", "?x=1", "", ""},
+           Case{"m://b/", "m://b/", "", "", ""},
+           Case{"m://b/d", "m://b/d/", "", "m://b/", "d"},
+           Case{"memsave://bucket/a/b/c/", "memsave://bucket/a/b/c/", "", "memsave://bucket/a/b/",
+                "c"},
+       }) {
+    SCOPED_TRACE(c.location);
+    const auto place = store_place(c.location);
+    ASSERT_TRUE(place) << place.status().message();
+    EXPECT_EQ(place->location, c.dir);
+    EXPECT_EQ(place->query, c.query);
+    EXPECT_EQ(place->parent, c.parent);
+    EXPECT_EQ(place->name, c.name);
+  }
+  for (const char* no_bucket : {"s3://", "s3:///p/", "s3://?region=x"}) {
+    const auto place = store_place(no_bucket);
+    ASSERT_FALSE(place) << no_bucket;
+    EXPECT_EQ(place.status().code(), ErrorCode::kInvalidArgument);
+    EXPECT_EQ(place.status().message(), std::string(no_bucket) + ": the URL names no bucket");
+  }
+  const auto no_authority = store_place("m:///d/");
+  ASSERT_FALSE(no_authority);
+  EXPECT_EQ(no_authority.status().message(), "m:///d/: the URL names no authority");
+  EXPECT_FALSE(store_place("/tmp/d/"));
+  EXPECT_FALSE(store_place("file:///tmp/d/"));
+}
+
+// The save to a registered store of a one-letter scheme ("m://b/"): its root is a store like a
+// bucket, and a prefix that is an object there is refused as on s3://. Before, the save read
+// the URL by s3's lengths ("s3://" is 5 characters) and refused "m://b/" as naming no bucket.
+TEST(StoreSchemeSave, ASaveToTheRootOfAStoreWhoseSchemeIsNotS3sLengthIsWritten) {
+  auto store = std::make_shared<MemoryStore>("m://b/");
+  StoreScheme s;
+  s.scheme = "m";
+  s.traits = kObjectStoreTraits;
+  s.traits.writable = true;
+  s.open = [store](std::string_view location) -> Result<std::shared_ptr<Store>> {
+    if (location != "m://b/") {
+      return file_error(ErrorCode::kIo, std::string(location), "no such store", ENOENT);
+    }
+    return std::shared_ptr<Store>(store);
+  };
+  ASSERT_TRUE(register_store_scheme(std::move(s)));
+  struct Unregister {
+    ~Unregister() { unregister_store_scheme("m"); }
+  } unregister;
+
+  const DType i32{DTypeKind::kInt, 4};
+  const std::vector<std::int64_t> shape{7, 2};
+  std::vector<std::int32_t> a(7 * 2);
+  for (std::size_t i = 0; i < a.size(); ++i) a[i] = static_cast<std::int32_t>(i * 3 + 1);
+  const auto* data = reinterpret_cast<const std::byte*>(a.data());
+  HostSaveOptions o;
+  o.save.format = Format::kNpy;
+  o.save.shard_rows = {4, 3};
+  o.threads = 2;
+  const auto saved = host_save(data, shape, i32, "m://b/", o);
+  ASSERT_TRUE(saved) << saved.status().message();
+  EXPECT_TRUE(store->stat(std::string(kManifestName)));
+  auto l = discover_url("m://b/");
+  ASSERT_TRUE(l) << l.status().message();
+  auto got = load_bytes(*l);
+  ASSERT_TRUE(got) << got.status().message();
+  EXPECT_EQ(*got, std::string(reinterpret_cast<const char*>(a.data()), a.size() * 4));
+
+  // A prefix whose name is an object in the store one up: refused, nothing written.
+  ASSERT_TRUE(store->write("sub/obj", as_bytes("x")));
+  const auto onto = host_save(data, shape, i32, "m://b/sub/obj/", o);
+  ASSERT_FALSE(onto);
+  EXPECT_EQ(onto.status().sys_errno(), EEXIST) << onto.status().message();
+  EXPECT_NE(onto.status().message().find("the destination is an object"), std::string::npos)
+      << onto.status().message();
+  EXPECT_EQ(*store->list("sub/"), std::vector<std::string>{"sub/obj"});
+}
+
+// An s3:// URL without a bucket is refused before any request, in the save's words.
+TEST(StoreSchemeSave, AnS3UrlWithoutABucketIsRefusedBeforeAnyRequest) {
+  if (open_store("s3://b/").status().code() == ErrorCode::kInvalidArgument) {
+    GTEST_SKIP() << "built without s3://";
+  }
+  const DType i32{DTypeKind::kInt, 4};
+  const std::vector<std::int32_t> a{1, 2, 3};
+  const std::vector<std::int64_t> shape{3};
+  for (const std::string dest : {"s3://", "s3:///p/"}) {
+    const auto saved =
+        host_save(reinterpret_cast<const std::byte*>(a.data()), shape, i32, dest, {});
+    ASSERT_FALSE(saved) << dest;
+    EXPECT_EQ(saved.status().code(), ErrorCode::kInvalidArgument);
+    EXPECT_EQ(saved.status().message(), "save: " + dest + ": the URL names no bucket");
+  }
+}
+
+// An old dataset's key that the in-place publish cannot delete stops it before the manifest:
+// the error names the key and says the manifest was not written; the key is still there.
+TEST(StoreSchemeSave, AnOldKeyThatCannotBeDeletedStopsThePublishBeforeTheManifest) {
+  auto store = std::make_shared<MemoryStore>("memdel://bucket/");
+  StoreScheme s;
+  s.scheme = "memdel";
+  s.traits = kObjectStoreTraits;
+  s.traits.writable = true;
+  s.open = [store](std::string_view location) -> Result<std::shared_ptr<Store>> {
+    if (location != "memdel://bucket/") {
+      return file_error(ErrorCode::kIo, std::string(location), "no such store", ENOENT);
+    }
+    return std::shared_ptr<Store>(store);
+  };
+  ASSERT_TRUE(register_store_scheme(std::move(s)));
+  struct Unregister {
+    ~Unregister() { unregister_store_scheme("memdel"); }
+  } unregister;
+
+  const DType i32{DTypeKind::kInt, 4};
+  const std::vector<std::int64_t> shape{6, 2};
+  std::vector<std::int32_t> a(12);
+  for (std::size_t i = 0; i < a.size(); ++i) a[i] = static_cast<std::int32_t>(i);
+  const auto* data = reinterpret_cast<const std::byte*>(a.data());
+  // The overwrite's changing steps are counted from its start: the first one that fails as a
+  // delete is the removal of the old third shard (the steps before it are the check and the
+  // writes, whose failures are other errors; each try saves to a prefix of its own).
+  bool seen = false;
+  for (int k = 0; k < 64 && !seen; ++k) {
+    SCOPED_TRACE(k);
+    const std::string prefix = "d" + std::to_string(k) + "/";
+    const std::string dest = "memdel://bucket/" + prefix;
+    HostSaveOptions o;
+    o.save.format = Format::kNpy;
+    o.save.shard_rows = {2, 2, 2};
+    o.threads = 1;
+    ASSERT_TRUE(host_save(data, shape, i32, dest, o));
+    o.save.overwrite = true;
+    o.save.shard_rows = {6};
+    store->fail_step(store->steps() + static_cast<std::uint64_t>(k),
+                     Status(ErrorCode::kIo, "injected delete failure"));
+    const auto over = host_save(data, shape, i32, dest, o);
+    if (over) continue;
+    const std::string& m = over.status().message();
+    if (m.find("cannot delete the old dataset's key") == std::string::npos) continue;
+    seen = true;
+    EXPECT_TRUE(m.find("'shard_0001.npy'") != std::string::npos ||
+                m.find("'shard_0002.npy'") != std::string::npos)
+        << m;
+    EXPECT_NE(m.find("injected delete failure"), std::string::npos) << m;
+    EXPECT_NE(m.find("the new dataset's manifest was not written"), std::string::npos) << m;
+    EXPECT_NE(m.find("memdel://bucket/" + prefix), std::string::npos) << m;
+    EXPECT_FALSE(store->stat(prefix + std::string(kManifestName)));
+    EXPECT_TRUE(store->stat(prefix + "shard_0001.npy") || store->stat(prefix + "shard_0002.npy"));
+  }
+  EXPECT_TRUE(seen) << "no step of the overwrite failed as the delete of an old key";
+}
+
 }  // namespace
 }  // namespace shardload

@@ -29,6 +29,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "shardload/status.hpp"
@@ -118,6 +119,12 @@ class KeySink {
   virtual void abort() noexcept = 0;
   // The key's size, as opened.
   [[nodiscard]] virtual std::uint64_t size() const = 0;
+  // The file the sink writes, as (device, inode), for a store of files; {0, 0} for any other.
+  // A save carries the identities of the keys it made to the processes that fill them, which
+  // refuse a key reopened on another file (a link renamed into the staging).
+  [[nodiscard]] virtual std::pair<std::uint64_t, std::uint64_t> file_identity() const {
+    return {0, 0};
+  }
 };
 
 class Store {
@@ -231,6 +238,23 @@ class Store {
 // the first call). kInvalidArgument for an empty location or a scheme this build has no
 // driver for (s3:// needs Arrow, http(s):// libcurl).
 Result<std::unique_ptr<Store>> open_store(std::string_view location);
+
+// Where the store at a URL `location` ("SCHEME://AUTHORITY/P/NAME/?QUERY", a store reached by
+// URL) sits in its store's name space: its own location ("SCHEME://AUTHORITY/P/NAME/", one '/'
+// at the end, the query apart), the query ("?QUERY" or ""), and the store one prefix up that
+// holds its name ("SCHEME://AUTHORITY/P/?QUERY") with that name ("NAME"), so that a caller can
+// ask whether the name is a key there (a prefix that is an object). A root ("s3://B/", trailing
+// '/'s alike) is the name of nothing: `parent` and `name` empty. A pure function of the text;
+// nothing is asked of a store. kInvalidArgument naming `location` where it names no
+// authority ("s3://", "s3:///P/": "the URL names no bucket"; another scheme's: "no authority")
+// or is no URL (a local path).
+struct StorePlace {
+  std::string location;
+  std::string query;
+  std::string parent;
+  std::string name;
+};
+Result<StorePlace> store_place(std::string_view location);
 
 // Whether `key` is a key a store accepts (see the contract above); kInvalidArgument naming it
 // and saying why when it is not.
