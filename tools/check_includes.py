@@ -18,6 +18,11 @@ is_http_url), which asks "is this path remote?" where the question is a more spe
 answers those in storage. Only storage itself, the command line's argument parsing
 (src/cli/args.cc) and the tests of storage may call them.
 
+Likewise refused there: the same question asked of the text, a test of a path against a
+served scheme's literal prefix ('p.starts_with("s3://")', 'p.rfind("s3://", 0) == 0',
+'p.substr(0, 5) == "s3://"'), which a store driver's scheme would not pass. A literal inside a
+message is no test and is not refused.
+
 Also refused outside the storage layer (and its tests): an include of a transport's header
 (object storage's writer, the S3 and HTTP clients, signing, credentials, the transport table)
 and a use of object storage's writing vocabulary (ObjectStore, ObjectWriter,
@@ -49,6 +54,10 @@ SOURCES = (".cc", ".hpp", ".cu", ".h", ".cuh")
 INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"')
 # Scheme predicates: storage's to ask. A declaration or a call, outside a // comment.
 SCHEME_PREDICATE = re.compile(r"\b(is_remote_url|is_http_url)\s*\(")
+# The same question asked of the text: a served scheme's literal prefix compared with a path.
+SCHEME_LITERAL = r'"(?:s3|https?)://"'
+SCHEME_TEST = re.compile(r"\b(?:starts_with|rfind|find|compare)\s*\(\s*" + SCHEME_LITERAL +
+                         r"|[=!]=\s*" + SCHEME_LITERAL + r"|" + SCHEME_LITERAL + r"\s*[=!]=")
 # Where they may be called: storage, the argument parsers of the front ends, the tests.
 SCHEME_ALLOWED = ("src/storage/", "src/cli/args.cc", "tests/")
 # Storage's transports: their headers and their names, storage's (and its tests') alone.
@@ -122,6 +131,25 @@ def check(path: pathlib.Path, public: dict[str, str]) -> list[str]:
     return problems
 
 
+def code_of(line: str) -> str:
+    """`line` without its // comment; a "//" inside a string or character literal is code."""
+    quote = ""
+    i = 0
+    while i < len(line):
+        c = line[i]
+        if quote:
+            if c == "\\":
+                i += 1
+            elif c == quote:
+                quote = ""
+        elif c in "\"'":
+            quote = c
+        elif line.startswith("//", i):
+            return line[:i]
+        i += 1
+    return line
+
+
 def check_scheme_predicates(path: pathlib.Path) -> list[str]:
     rel = path.relative_to(ROOT).as_posix()
     if rel.startswith(SCHEME_ALLOWED):
@@ -134,6 +162,10 @@ def check_scheme_predicates(path: pathlib.Path) -> list[str]:
             problems.append(f"{rel}:{n}: {m.group(1)}() outside the storage layer; ask the store "
                             "what you need to know instead (shardload/location.hpp: path_traits, "
                             "split_options, join_key)")
+        elif SCHEME_TEST.search(code_of(line)):
+            problems.append(f"{rel}:{n}: a path tested against a scheme's prefix outside the "
+                            "storage layer; ask the store what you need to know instead "
+                            "(shardload/location.hpp: path_traits)")
     return problems
 
 

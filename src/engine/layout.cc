@@ -412,10 +412,12 @@ static Result<Layout> try_discover_at(const Source& source, const DiscoverOption
   SHARDLOAD_RETURN_IF_ERROR(check_source(source));
   // The manifest's check, the format's scan and the pattern's resolve list one directory.
   detail::ListingMemo listings;
-  // An s3:// directory: whether it is a store, and its listing, are asked while the manifest
-  // is looked up (a round trip each, one after the other otherwise). Not when a found
-  // manifest is trusted: then neither is needed; nor for http(s)://, which has no listing.
-  if (source.kind == Source::Kind::kDirectory && source.dir_path.rfind("s3://", 0) == 0 &&
+  // A directory of a store where each answer is a round trip and that lists (s3://, a
+  // registered store's): whether it is a store, and its listing, are asked while the manifest
+  // is looked up (one after the other otherwise). Not when a found manifest is trusted: then
+  // neither is needed; nor for http(s)://, which has no listing.
+  if (const PathTraits traits = path_traits(source.dir_path);
+      source.kind == Source::Kind::kDirectory && traits.round_trips && traits.listable &&
       options.use_manifest && !options.trust_manifest) {
     const FormatDescriptor* asked = find_format(options.format.format);
     const bool may_be_store = source.pattern.empty() && (options.format.format == Format::kAuto ||

@@ -40,7 +40,7 @@ Status check_save_dest(const std::string& dest) {
                           ":// scheme is not supported (save writes local paths and s3:// "
                           "URLs; a local path spelled so can be written './" +
                           dest + "')" +
-                          (lower.starts_with("s3://")
+                          (!lower.empty() && path_traits(lower).writable
                                ? "; a scheme is read in lower case only: write '" + lower + "'"
                                : std::string()));
   }

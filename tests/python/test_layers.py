@@ -106,6 +106,34 @@ def test_a_scheme_predicate_outside_storage_is_refused(tmp_path: pathlib.Path) -
     assert "src/engine/manifest.cc:2: is_http_url() outside the storage layer" in got.stdout
 
 
+def test_a_path_tested_against_a_schemes_prefix_outside_storage_is_refused(
+        tmp_path: pathlib.Path) -> None:
+    # The predicates' question asked of the text ("is it s3://?") is refused as they are: a
+    # registered store driver's scheme would not pass it. A literal in a message, or in a
+    # comment, is no test; storage, the argument parsing and the tests may test.
+    root = _tree(tmp_path, {
+        **_HEADERS,
+        "src/engine/layout.cc": 'bool f(const std::string& p) { return p.rfind("s3://", 0) == 0; }\n',
+        "src/engine/save_options.cc": 'bool g(std::string_view p) { return p.starts_with("https://"); }\n'
+                                      'bool h(const std::string& p) { return p.substr(0, 5) == "s3://"; }\n'
+                                      'bool k(const std::string& p) { return "http://" != p; }\n',
+        "src/readers/zarr_reader.cc": 'std::string m() { return "s3:// keys hold no \'?\'"; }\n'
+                                      '// p.starts_with("s3://") is not asked here\n'
+                                      'int n(const std::string& p) { return p.find("//"); }'
+                                      '  // p.find("s3://")\n',
+        "src/storage/location.cc": 'bool s(std::string_view p) { return p.starts_with("s3://"); }\n',
+        "src/cli/args.cc": 'bool a(std::string_view p) { return p.starts_with("s3://"); }\n',
+        "tests/cpp/test_source.cc": 'bool t(std::string_view p) { return p.starts_with("s3://"); }\n',
+    })
+    got = _run(root)
+    assert got.returncode == 1, got.stdout
+    flagged = sorted(line.split(": ", 1)[0] for line in got.stdout.splitlines()[:-1])
+    assert flagged == ["src/engine/layout.cc:1", "src/engine/save_options.cc:1",
+                       "src/engine/save_options.cc:2", "src/engine/save_options.cc:3"], got.stdout
+    assert ("src/engine/layout.cc:1: a path tested against a scheme's prefix outside the storage "
+            "layer; ask the store what you need to know instead") in got.stdout
+
+
 def test_no_scheme_predicate_outside_storage_in_this_checkout() -> None:
     got = _run(ROOT)
     assert "outside the storage layer" not in got.stdout, got.stdout
