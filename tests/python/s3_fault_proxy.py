@@ -21,10 +21,11 @@ import dataclasses
 import http.client
 import http.server
 import socket
-import socketserver
 import struct
 import threading
 import time
+
+from closing_server import ClosingHTTPServer
 
 ACTIONS = ("500", "503", "403", "slowdown", "reset", "truncate", "delay", "wrong-region",
            "no-validators")
@@ -82,8 +83,7 @@ class Rule:
         return self.ranged is None or self.ranged == has_range
 
 
-class _Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
-    daemon_threads = True
+class _Server(ClosingHTTPServer):
     allow_reuse_address = True
     # socketserver's default backlog is 5: a client opening more connections at once (a
     # discovery probing 8 objects) had the rest wait for a SYN retransmission, a second.

@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 import shardload
+from closing_server import ClosingHTTPServer
 
 
 CUT = -1  # a fault: half the body, then the connection closed
@@ -137,11 +138,11 @@ class Handler(http.server.BaseHTTPRequestHandler):
 def serving(tls: ssl.SSLContext | None = None) -> Iterator[tuple[Store, str]]:
     store = Store()
     handler = type("BoundHandler", (Handler,), {"store": store})
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    server.daemon_threads = True
+    server = ClosingHTTPServer(("127.0.0.1", 0), handler)
     if tls is not None:
         server.socket = tls.wrap_socket(server.socket, server_side=True)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
+                              daemon=True)
     thread.start()
     scheme = "https" if tls is not None else "http"
     try:
