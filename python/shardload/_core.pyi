@@ -90,6 +90,9 @@ def check_source(source: str | bytes) -> None:
     URL (``http:/h/x``), a scheme no backend serves, a NUL."""
 def printable_redacted(text: str) -> str:
     """``printable(text)`` with its secrets hidden, as every message shows a path."""
+def seal_store_url(url: str) -> str:
+    """``url`` with its secrets kept by this process under a handle (``credentials=HANDLE``
+    in their place); other URLs and paths as they are."""
 def redact_secrets(text: AnyStr) -> AnyStr:
     """``text`` with every credential in a URL replaced by ``***`` (the values of secret query
     keys, compared without case, and the password of a URL's user part), as in every

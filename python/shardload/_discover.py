@@ -22,7 +22,9 @@ def _with_storage_options(source: object, storage_options: object) -> object:
     http(s) takes (the rest of such a query goes to the server, so no other key is added
     there). TypeError for options that are not a dict of str keys and str / int / bool values
     (a float too for a row of seconds); ValueError for a source without such URLs. On s3:// a
-    key no row names is left to the store, which refuses it naming the URL."""
+    key no row names is left to the store, which refuses it naming the URL. Each URL made is
+    sealed at once (``_core.seal_store_url``): its secrets, those of ``storage_options`` and
+    the URL's own, are named by a handle in the string handed on."""
     if storage_options is None:
         return source
     if not isinstance(storage_options, dict):
@@ -50,7 +52,8 @@ def _with_storage_options(source: object, storage_options: object) -> object:
     def one(path: object) -> object:
         http = isinstance(path, str) and path.startswith(("http://", "https://"))
         if isinstance(path, str) and (path.startswith("s3://") or (http and not not_http)):
-            return path + ("&" if "?" in path else "?") + query
+            # Sealed at once: the string handed on names the URL's secrets by handle.
+            return _core.seal_store_url(path + ("&" if "?" in path else "?") + query)
         shown = _core.redact_secrets(os.fsdecode(path)) if isinstance(path, _PATH_TYPES) else path
         if http:
             verb = "applies" if len(not_http) == 1 else "apply"

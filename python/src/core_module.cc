@@ -24,6 +24,7 @@
 #include "shardload/plan.hpp"
 #include "shardload/reader_registry.hpp"
 #include "shardload/staged_save.hpp"
+#include "shardload/store_options.hpp"
 
 namespace py = pybind11;
 using namespace shardload;
@@ -569,6 +570,18 @@ PYBIND11_MODULE(_core, m) {
       },
       py::arg("text"),
       "``printable(text)`` with its secrets hidden, as every message shows a path.");
+  // The join of storage options to a source's URL hands this on, so that the string made holds
+  // the URL's secrets by handle only (shardload/store_options.hpp).
+  m.def(
+      "seal_store_url",
+      [](const py::object& url) {
+        if (!py::isinstance<py::str>(url)) raise_type("seal_store_url", "a str", url);
+        return path_str(seal_credentials(path_bytes(url)));
+      },
+      py::arg("url"),
+      "``url`` with its secrets (an s3:// URL's secret_key and session_token, an http(s) URL's "
+      "user part and secret query items) kept by this process under a handle: the URL holds "
+      "``credentials=HANDLE`` instead. Other URLs and paths come back as they are.");
   // The redaction every C++ error's message goes through, for the messages made in Python and
   // as shardload.redact_secrets for the user's own.
   m.def(

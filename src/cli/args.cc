@@ -440,7 +440,8 @@ std::optional<int> parse_command_line(const CommandSpec& spec, const Args& args,
         return usage_error(cmd, "--storage-option applies to s3:// SOURCEs only, found '" +
                                     path_for_message(p) + "'");
       }
-      p += (p.find('?') == std::string::npos ? "?" : "&") + it->second;
+      // Sealed at once: the SOURCE handed on names the URL's secrets by handle.
+      p = seal_credentials(p + (p.find('?') == std::string::npos ? "?" : "&") + it->second);
     }
     out->opts.erase(it);
   }

@@ -24,6 +24,7 @@ import numpy as np
 import pytest
 
 import shardload
+from shardload import _discover
 
 from test_http import Handler, Store
 
@@ -146,6 +147,20 @@ def test_a_password_and_a_signed_query_stay_out_of_every_path_and_the_loads_send
     np.testing.assert_array_equal(joined.read(), expected)
     assert not store.refused, store.refused
     assert store.requests
+
+
+def test_the_python_join_hands_on_a_sealed_url(signed):
+    """storage_options= joined to a URL gives a string that names the secrets by handle."""
+    _, host = signed
+    url = f"https://{USER}:{PASSWORD}@{host}/d/a.npy?{SIGNED}"
+    out = _discover._with_storage_options(url, {"requests_in_flight": 2})
+    assert no_secret(out) and HANDLE.search(out) and out.endswith("requests_in_flight=2"), out
+    many = _discover._with_storage_options([url, url], {"requests_in_flight": 2})
+    assert many == [out, out]
+    # An s3:// URL's key pair given as storage options, likewise.
+    s3 = _discover._with_storage_options(
+        "s3://bkt/d/", {"access_key": "AKIAVISIBLE", "secret_key": "sk-s3cr3t/x+y"})
+    assert MARK not in s3 and HANDLE.search(s3) and "access_key=AKIAVISIBLE" in s3, s3
 
 
 def test_a_password_alone_goes_back_into_each_request(signed):
