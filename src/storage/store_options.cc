@@ -172,6 +172,43 @@ Status unknown_handle(const std::string& url, std::string_view handle) {
                         "options, or pass the Layout itself, whose pickle carries them");
 }
 
+// An s3:// entry's first item binds it to the store it was sealed for: "store=" and a hash of
+// the query's endpoint_override, scheme and access_key (each percent-decoded, "" where absent),
+// so that a URL naming the handle toward another endpoint, over another scheme or with another
+// key id is refused instead of being signed with the secret and sent the session token.
+constexpr std::string_view kStoreBinding = "store=";
+
+std::string store_binding(std::string_view query) {
+  std::string endpoint;
+  std::string scheme;
+  std::string access_key;
+  bool seen[3] = {false, false, false};
+  for_each_item(query, [&](std::string_view item) {
+    const std::size_t eq = item.find('=');
+    if (eq == std::string_view::npos) return;
+    const std::string_view key = item.substr(0, eq);
+    const int i = key == "endpoint_override" ? 0
+                  : key == "scheme"          ? 1
+                  : key == "access_key"      ? 2
+                                             : -1;
+    if (i < 0 || seen[i]) return;
+    seen[i] = true;
+    (i == 0 ? endpoint : i == 1 ? scheme : access_key) = percent_decoded(item.substr(eq + 1));
+  });
+  return std::string(kStoreBinding) +
+         handle_of("store\n" + endpoint + "\n" + scheme + "\n" + access_key);
+}
+
+// The refusal of a handle sealed for another store than the URL's.
+Status handle_of_another_store(const std::string& url, std::string_view handle) {
+  return file_error(ErrorCode::kInvalidArgument, url,
+                    "bad object-storage URL or options: credentials=" + std::string(handle) +
+                        " stands for the credentials of another store (another endpoint_override, "
+                        "scheme or access_key than the URL's they were given with): a handle is "
+                        "used only with the store it was sealed for; give this store's "
+                        "credentials as storage options");
+}
+
 // The handle sealing gives `items`, which the table then holds; "" where the handle stands for
 // other items already (a collision of 128 bits of a one-way hash: the URL then keeps its
 // secrets, hidden where shown, rather than be read with the other ones).
@@ -307,8 +344,18 @@ Result<std::string> expand_credentials(const std::string& url, const std::string
       const std::string_view handle = item.substr(kCredentialsKey.size() + 1);
       items = credential_items(handle);
       // An http(s) URL's entry is no s3:// URL's credentials.
-      if (items.empty() || items[0] == kHttpEntry) error = unknown_handle(url, handle);
-      put = items;
+      if (items.empty() || items[0] == kHttpEntry) {
+        error = unknown_handle(url, handle);
+      } else {
+        // The entry's binding against this query's store; the secret items follow it.
+        const std::size_t amp = items.find('&');
+        if (!items.starts_with(kStoreBinding) || amp == std::string::npos ||
+            std::string_view(items).substr(0, amp) != store_binding(query.substr(1))) {
+          error = handle_of_another_store(url, handle);
+        } else {
+          put = std::string_view(items).substr(amp + 1);
+        }
+      }
     }
     out += (out.empty() ? "?" : "&") + std::string(put);
   });
@@ -533,6 +580,7 @@ std::string seal_credentials(std::string_view url) {
     to += (to.empty() ? "" : "&") + std::string(item);
   });
   if (moved.empty()) return std::string(url);
+  moved = detail::store_binding(url.substr(q + 1)) + "&" + moved;
   const std::string handle = detail::handle_for(moved);
   if (handle.empty()) return std::string(url);
   kept += (kept.empty() ? "" : "&") + std::string(detail::kCredentialsKey) + "=" + handle;
@@ -569,7 +617,15 @@ Status adopt_credentials(std::string_view handle, std::string_view items) {
     credential_items_only = (!http->userinfo.empty() || !span.empty()) &&
                             (span.empty() || (secret(span.front()) && secret(span.back())));
   } else {
-    detail::for_each_item(items, [&](std::string_view item) {
+    // The store binding first (seal_credentials), then the secret items.
+    const std::size_t amp = items.find('&');
+    const std::string_view binding = items.substr(0, amp);
+    credential_items_only =
+        amp != std::string_view::npos &&
+        binding.size() == detail::kStoreBinding.size() + detail::kHandleDigits &&
+        detail::is_handle(binding.substr(detail::kStoreBinding.size()));
+    const std::string_view secrets = credential_items_only ? items.substr(amp + 1) : items;
+    detail::for_each_item(secrets, [&](std::string_view item) {
       const std::size_t eq = item.find('=');
       if (eq == std::string_view::npos || !detail::is_credential_key(item.substr(0, eq))) {
         credential_items_only = false;
