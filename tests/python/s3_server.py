@@ -175,6 +175,16 @@ class Bucket:
         np.save(buf, array)
         self.put(key, buf.getvalue())
 
+    def keys(self, prefix: str = "") -> list[str]:
+        """Every key under ``prefix``, as the server lists it: an empty directory marker
+        ("d/") too, which a delete of Arrow's leaves and the signed path's does not."""
+        got = self.client.list_objects_v2(Bucket=self.name, Prefix=prefix)
+        return sorted(o["Key"] for o in got.get("Contents", []))
+
+    def get(self, key: str) -> bytes:
+        """The object's bytes, as the server has them."""
+        return self.client.get_object(Bucket=self.name, Key=key)["Body"].read()
+
     def upload(self, key: str, path: pathlib.Path) -> None:
         self.put(key, path.read_bytes())
 

@@ -26,15 +26,6 @@ class Bucket(s3_server.Bucket):
     def __init__(self, server: str):
         super().__init__(server, prefix="sv-")
 
-    def keys(self, prefix: str = "") -> list[str]:
-        """Every key under ``prefix``: an empty directory marker ("d/") too, which a delete
-        of Arrow's leaves and the signed path's does not."""
-        got = self.client.list_objects_v2(Bucket=self.name, Prefix=prefix)
-        return sorted(o["Key"] for o in got.get("Contents", []))
-
-    def get(self, key: str) -> bytes:
-        return self.client.get_object(Bucket=self.name, Key=key)["Body"].read()
-
 
 @pytest.fixture
 def bucket(server) -> Bucket:

@@ -23,20 +23,14 @@ from s3_fault_proxy import FaultProxy, Rule  # noqa: E402
 
 
 class Bucket(s3_server.Bucket):
-    """A new bucket (s3_server.Bucket), its keys and objects read back."""
+    """A new bucket (s3_server.Bucket) read through ``endpoint`` (a proxy), written to
+    directly."""
 
     def __init__(self, server: str, endpoint: str | None = None):
         super().__init__(server, endpoint, prefix="m-")
         # Uploads bypass the proxy, which forwards Content-Length bodies only (not the
         # chunked ones the AWS SDK sends).
         self.direct = {**self.options, "endpoint_override": server}
-
-    def keys(self, prefix: str = "") -> list[str]:
-        got = self.client.list_objects_v2(Bucket=self.name, Prefix=prefix)
-        return sorted(o["Key"] for o in got.get("Contents", []))
-
-    def get(self, key: str) -> bytes:
-        return self.client.get_object(Bucket=self.name, Key=key)["Body"].read()
 
 
 @pytest.fixture
