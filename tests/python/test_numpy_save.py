@@ -19,6 +19,7 @@ import pytest
 
 import shardload
 import shardload.numpy as snp
+from conftest import random_array
 from save_interrupt import ctrl_c_during_a_save_publishes_nothing, staging_dirs
 
 
@@ -42,17 +43,6 @@ def read_shard(dest, fmt: str, i: int, dtype, trailing, rows: int) -> np.ndarray
         return np.fromfile(dest / f"shard_{i:04d}.bin", dtype=dtype).reshape(rows, *trailing)
     zarr = pytest.importorskip("zarr")
     return zarr.open_array(str(dest / f"shard_{i:04d}.zarr"), mode="r", zarr_format=2)[...]
-
-
-def random_array(rng, shape, dtype) -> np.ndarray:
-    if dtype == "bool":
-        return rng.integers(0, 2, shape).astype(bool)
-    if np.dtype(dtype).kind in "iu":
-        info = np.iinfo(dtype)
-        return rng.integers(info.min, info.max, shape, dtype=dtype, endpoint=True)
-    if np.dtype(dtype).kind == "c":
-        return (rng.standard_normal(shape) + 1j * rng.standard_normal(shape)).astype(dtype)
-    return rng.standard_normal(shape).astype(dtype)
 
 
 @pytest.mark.parametrize("fmt", ["npy", "raw", "zarr"])

@@ -18,6 +18,7 @@ boto3 = pytest.importorskip("boto3")
 import shardload  # noqa: E402
 
 import s3_server  # noqa: E402
+from conftest import random_array  # noqa: E402
 
 
 class Bucket(s3_server.Bucket):
@@ -37,17 +38,6 @@ def shards_of(a: np.ndarray, num_shards: int) -> list[np.ndarray]:
     per = max(1, -(-a.shape[0] // num_shards))
     return [a[min(i * per, a.shape[0]):min((i + 1) * per, a.shape[0])]
             for i in range(num_shards)]
-
-
-def random_array(rng: np.random.Generator, shape: tuple[int, ...], dtype: str) -> np.ndarray:
-    if dtype == "bool":
-        return rng.integers(0, 2, shape).astype(bool)
-    if np.dtype(dtype).kind in "iu":
-        info = np.iinfo(dtype)
-        return rng.integers(info.min, info.max, shape, dtype=dtype, endpoint=True)
-    if np.dtype(dtype).kind == "c":
-        return (rng.standard_normal(shape) + 1j * rng.standard_normal(shape)).astype(dtype)
-    return rng.standard_normal(shape).astype(dtype)
 
 
 CASES = [  # rows, num_shards, trailing shape, dtype
