@@ -34,6 +34,7 @@
 #include <cerrno>
 #include <chrono>
 #include <condition_variable>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -1206,7 +1207,7 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
         // state for its clients: the handlers run in reverse, so this one runs first and
         // lets go of the clients before S3 is finalized (pyarrow's handler, where
         // pyarrow.fs is imported, may have finalized it already: that is harmless).
-        std::atexit(finalize_at_exit);
+        register_at_exit();
         exit_registered_ = true;
       }
     }
@@ -1344,7 +1345,18 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
     return *std::move(file);
   }
 
-  static void finalize_at_exit();
+  // `status`: the program's exit status, or null where it is not known.
+  static void finalize_at_exit(const int* status);
+
+  // finalize_at_exit is handed the status the program ends with (glibc's on_exit, whose
+  // handlers run in the one list with atexit's, in reverse order of registration).
+  static void register_at_exit() {
+#if defined(__GLIBC__)
+    ::on_exit([](int status, void*) { finalize_at_exit(&status); }, nullptr);
+#else
+    std::atexit([] { finalize_at_exit(nullptr); });
+#endif
+  }
 
   // S3 is initialised but this process may never make a client (its first URL's options were
   // refused): nothing would finalise it, and the AWS SDK's state then crashed the process at
@@ -1352,7 +1364,7 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
   // (above), after that client's own static state, and finalising twice is harmless.
   void finalize_at_exit_without_a_client() {
     if (exit_registered_ || exit_registered_early_) return;
-    std::atexit(finalize_at_exit);
+    register_at_exit();
     exit_registered_early_ = true;
   }
 
@@ -1438,12 +1450,20 @@ Status ArrowRemoteIo::write_object(const std::string& url, const void* data, std
   return Status::ok();
 }
 
-void ArrowRemoteIo::finalize_at_exit() {
+void ArrowRemoteIo::finalize_at_exit(const int* status) {
   // Finalizing waits for the requests in flight: for ever in a child whose copy of Arrow's
   // lock is held (ArrowCalls), and it ends the clients under a daemon thread's calls. Neither
-  // finalizes; the process ends without it, as with os._exit.
+  // finalizes. Nor may the process go on to the static destructors and the exit handlers
+  // registered before this one: Arrow's and the AWS SDK's then tear S3 down under the call in
+  // flight (or with its lock copied held) and crashed the process. It ends here, with the
+  // program's status, once the C streams are flushed; Python's atexit functions and the
+  // handlers registered after this one have run already.
   ArrowCalls& calls = ArrowCalls::process();
-  if (calls.unusable() || !calls.close_at_exit()) return;
+  if (calls.unusable() || !calls.close_at_exit()) {
+    if (status == nullptr) return;  // not known here: left to the process's own end
+    (void)std::fflush(nullptr);
+    ::_exit(*status);
+  }
   ArrowRemoteIo* io = the_s3_io();
   {
     std::lock_guard lock(io->mu_);

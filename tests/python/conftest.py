@@ -197,6 +197,10 @@ SLOW: set[str] = {
     "test_feed_torch.py::test_ddp_on_two_processes_equal_batches_each_sample_once_and_a_resume",
     "test_feed_torch.py::test_ddp_killed_mid_epoch_on_two_processes_resumes_on_three",
     "test_feed_torch.py::test_a_shard_changed_or_gone_under_ddp_fails_every_rank_without_a_hang",
+    "test_fork_safety.py::"
+        "test_a_child_forked_past_the_wait_for_arrows_s3_client_ends_with_its_status",
+    "test_fork_safety.py::"
+        "test_a_program_ending_while_a_daemon_thread_is_stuck_in_arrows_s3_client_ends_cleanly",
     "test_hdf5.py::test_coexists_with_legate_io_hdf5",
     "test_hdf5.py::test_every_dtype_layouts_and_byte_orders",
     "test_hdf5.py::test_gzip_missing_chunks_read_the_fill_value",

@@ -332,3 +332,64 @@ def test_a_child_forked_while_a_parent_request_inside_arrows_s3_client_never_end
         """)
     assert "child status: 0" in out, out
     assert "it was forked while another thread of its parent was inside Arrow's S3" in out, out
+
+
+# A server that accepts and never answers: a call into Arrow's S3 client that does not end.
+SILENT_S3 = """
+import os, socket, sys, threading, time
+import shardload
+ls = socket.socket(); ls.bind(("127.0.0.1", 0)); ls.listen(16); held = []
+threading.Thread(target=lambda: [held.append(ls.accept()) for _ in iter(int, 1)],
+                 daemon=True).start()
+# An option only Arrow's client takes: the daemon's listing is a call into it.
+so = dict(endpoint_override=f"127.0.0.1:{ls.getsockname()[1]}", scheme="http",
+          region="us-east-1", access_key="AK", secret_key="SK", request_timeout="600",
+          allow_bucket_deletion="false")
+def stuck():
+    try: shardload.discover("s3://bkt/d/", storage_options=so)
+    except Exception as e: print("daemon:", e, flush=True)
+threading.Thread(target=stuck, daemon=True).start()
+time.sleep(1.0)
+"""
+
+
+def test_a_program_ending_while_a_daemon_thread_is_stuck_in_arrows_s3_client_ends_cleanly():
+    """At the end S3 is finalized only once the calls in flight into Arrow's client end (up to
+    5 s); past that the static destructors tore S3 down under the stuck call and the process
+    crashed (SIGSEGV) instead of ending with the program's status. Now it ends with that status,
+    its buffered output written (C stdio's too) and Python's atexit functions run."""
+    script = SILENT_S3 + textwrap.dedent("""
+        import atexit, ctypes
+        atexit.register(lambda: print("atexit ran"))
+        libc = ctypes.CDLL(None)
+        libc.printf(b"c stdio buffered\\n")  # a pipe: held in C's buffer until the end
+        print("python buffered")
+        sys.exit(3)
+        """)
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 3, (r.returncode, r.stdout, r.stderr[-2000:])
+    assert "python buffered" in r.stdout and "atexit ran" in r.stdout, r.stdout
+    assert "c stdio buffered" in r.stdout, r.stdout
+
+
+def test_a_child_forked_past_the_wait_for_arrows_s3_client_ends_with_its_status():
+    """A child forked while a parent thread's call into Arrow's client did not end (the fork
+    goes ahead after 10 s) holds that client's lock copied held: it never finalizes S3, and its
+    exit then crashed in the static destructors (SIGSEGV, here and there). It ends with its
+    status."""
+    script = SILENT_S3 + textwrap.dedent("""
+        pid = os.fork()
+        if pid == 0:
+            signal = __import__("signal"); signal.alarm(30)
+            try: shardload.discover("s3://bkt/e/", storage_options=so)
+            except Exception as e: print("child:", type(e).__name__, flush=True)
+            sys.exit(5)
+        _, status = os.waitpid(pid, 0)
+        print("child status:", os.waitstatus_to_exitcode(status), flush=True)
+        os._exit(0)
+        """)
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                       timeout=60)
+    assert "child: LayoutError" in r.stdout, r.stdout + r.stderr[-2000:]
+    assert "child status: 5" in r.stdout, r.stdout + r.stderr[-2000:]
