@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <charconv>
 #include <cmath>
 #include <mutex>
@@ -226,28 +227,70 @@ std::string handle_for(const std::string& items) {
   return handle;
 }
 
-// An http(s):// URL's entry in the table: '@', the length of the user part, ':', the user part
-// ("user:password" as the URL spelled it; none where it had none) and the span of the query from
-// its first secret item to its last, the items between included, so that the request sends the
-// query as it was typed, in its order (a server that checks a signature over the raw query).
-// An s3:// entry never begins with '@' (it is secret_key=... / session_token=...).
+// An http(s):// URL's entry in the table: '@', then two parts each as its length, ':' and its
+// text: the origin it was sealed for (origin_key) and the user part ("user:password" as the URL
+// spelled it; none where it had none); then the span of the query from its first secret item to
+// its last, the items between included, so that the request sends the query as it was typed, in
+// its order (a server that checks a signature over the raw query). An s3:// entry never begins
+// with '@' (it is store=...&secret_key=...).
 constexpr char kHttpEntry = '@';
 
 struct HttpEntry {
+  std::string_view origin;
   std::string_view userinfo;
   std::string_view span;
 };
 
-std::optional<HttpEntry> http_entry(std::string_view items) {
-  if (items.empty() || items[0] != kHttpEntry) return std::nullopt;
-  const std::size_t colon = items.find(':');
+// The part of `*rest` that is a length, ':' and that many bytes, taken off its front.
+std::optional<std::string_view> take_counted(std::string_view* rest) {
+  const std::size_t colon = rest->find(':');
+  if (colon == std::string_view::npos || colon == 0) return std::nullopt;
   std::size_t n = 0;
-  const auto [end, ec] = std::from_chars(items.data() + 1, items.data() + colon, n);
-  if (colon == std::string_view::npos || colon == 1 || ec != std::errc() ||
-      end != items.data() + colon || n > items.size() - colon - 1) {
+  const auto [end, ec] = std::from_chars(rest->data(), rest->data() + colon, n);
+  if (ec != std::errc() || end != rest->data() + colon || n > rest->size() - colon - 1) {
     return std::nullopt;
   }
-  return HttpEntry{items.substr(colon + 1, n), items.substr(colon + 1 + n)};
+  const std::string_view part = rest->substr(colon + 1, n);
+  rest->remove_prefix(colon + 1 + n);
+  return part;
+}
+
+std::optional<HttpEntry> http_entry(std::string_view items) {
+  if (items.empty() || items[0] != kHttpEntry) return std::nullopt;
+  std::string_view rest = items.substr(1);
+  const auto origin = take_counted(&rest);
+  if (!origin) return std::nullopt;
+  const auto userinfo = take_counted(&rest);
+  if (!userinfo) return std::nullopt;
+  return HttpEntry{*origin, *userinfo, rest};
+}
+
+std::string counted(std::string_view text) {
+  return std::to_string(text.size()) + ":" + std::string(text);
+}
+
+// "scheme://host[:port]" of an http(s) URL, lower case, its user part left out: an entry is
+// put back only into a request to the origin it was sealed for, so that a URL naming the handle
+// toward another host never sends it the password or the signature.
+std::string origin_key(std::string_view url) {
+  const std::size_t start = url.find("://") + 3;
+  const std::size_t end = std::min(url.find_first_of("/?#", start), url.size());
+  const std::size_t at = url.substr(start, end - start).rfind('@');
+  std::string out =
+      std::string(url.substr(0, start)) +
+      std::string(url.substr(at == std::string_view::npos ? start : start + at + 1,
+                             end - (at == std::string_view::npos ? start : start + at + 1)));
+  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+// The refusal of an http(s) handle named toward another origin than it was sealed for.
+Status handle_of_another_origin(const std::string& url, std::string_view handle) {
+  return file_error(ErrorCode::kInvalidArgument, url,
+                    "bad URL: credentials=" + std::string(handle) +
+                        " stands for the user part or signed query of a URL of another host "
+                        "(another scheme, host or port): a handle is used only with the origin "
+                        "it was sealed for; give this URL's credentials in it");
 }
 
 bool is_http(std::string_view url) {
@@ -300,7 +343,7 @@ std::string seal_http(std::string_view url) {
   if (at == std::string_view::npos && first == items.size()) return std::string(url);
   const std::string_view userinfo =
       at == std::string_view::npos ? std::string_view() : url.substr(start, at);
-  std::string entry = kHttpEntry + std::to_string(userinfo.size()) + ":" + std::string(userinfo);
+  std::string entry = kHttpEntry + counted(origin_key(url)) + counted(userinfo);
   for (std::size_t i = first; i < items.size() && i <= last; ++i) {
     entry += (i > first ? "&" : "") + std::string(items[i]);
   }
@@ -435,6 +478,10 @@ Result<std::string> unsealed_http_url(const std::string& url) {
         const auto entry = http_entry(items);
         if (!entry) {
           error = unknown_handle(url, handle);
+          return;
+        }
+        if (entry->origin != origin_key(out)) {
+          error = handle_of_another_origin(url, handle);
           return;
         }
         if (!entry->userinfo.empty()) userinfo = entry->userinfo;
@@ -614,7 +661,8 @@ Status adopt_credentials(std::string_view handle, std::string_view items) {
     const auto secret = [](std::string_view item) {
       return detail::is_secret_item(item) || !detail::handle_item(item).empty();
     };
-    credential_items_only = (!http->userinfo.empty() || !span.empty()) &&
+    credential_items_only = detail::is_http(http->origin) &&
+                            (!http->userinfo.empty() || !span.empty()) &&
                             (span.empty() || (secret(span.front()) && secret(span.back())));
   } else {
     // The store binding first (seal_credentials), then the secret items.

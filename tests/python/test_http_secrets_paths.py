@@ -229,3 +229,25 @@ def test_a_directory_named_by_its_manifest_with_a_password_and_a_token(signed):
     np.testing.assert_array_equal(layout.read(), np.concatenate(parts))
     assert any("shardload.manifest" in p for _, p, _ in store.requests)
     assert not store.refused, store.refused
+
+
+def test_a_handle_named_toward_another_host_is_refused_before_any_request(signed):
+    """A handle is put back only into a request to the origin it was sealed for: a path made
+    to name another host (another port) with it is refused naming it, and that host is asked
+    nothing, so it never gets the password or the signature."""
+    store, host = signed
+    dataset(store, "o")
+    layout = shardload.discover(f"http://{USER}:{PASSWORD}@{host}/o/shard_0000.npy?{SIGNED}")
+    with checking(SIGNED) as (other, other_host):
+        other.put("/o/shard_0000.npy", store.objects["/o/shard_0000.npy"])
+        for scheme in ("http", "https"):
+            moved = layout.paths[0].replace(f"http://{host}", f"{scheme}://{other_host}")
+            with pytest.raises(shardload.Error) as e:
+                shardload.discover([moved])
+            text = str(e.value)
+            assert "a handle is used only with the origin it was sealed for" in text, text
+            assert other_host in text and MARK not in text
+        assert not other.requests and not other.refused
+    # Its own host still reads with it.
+    np.testing.assert_array_equal(shardload.discover([layout.paths[0]]).read(),
+                                  np.arange(8, dtype=np.int32).reshape(4, 2))
