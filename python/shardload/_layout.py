@@ -128,7 +128,8 @@ class Layout(_core.Layout):
     def paths(self) -> list[str]:
         """The shard paths in order, as str (names that are not UTF-8 as os.fsdecode gives
         them), to be opened: an ``s3://`` URL's secret options (``secret_key``,
-        ``session_token``) are not in them but in a table of the process, named by
+        ``session_token``) and an ``http(s)://`` URL's user part and secret query items
+        (a signature, a token) are not in them but in a table of the process, named by
         ``credentials=HANDLE`` (a pickled Layout carries them); ``print(layout)``,
         ``describe()`` and every message show URLs redacted
         (:func:`shardload.redact_secrets`)."""
