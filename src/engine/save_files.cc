@@ -24,6 +24,7 @@
 #include "readers/detail/write_files.hpp"
 #include "shardload/formats.hpp"
 #include "shardload/layout.hpp"
+#include "shardload/location.hpp"
 #include "shardload/manifest.hpp"
 #include "shardload/plan.hpp"
 #include "shardload/source.hpp"
@@ -112,6 +113,11 @@ std::vector<std::int64_t> SaveSpec::encode() const {
   v.insert(v.end(), offsets.begin(), offsets.end());
   v.insert(v.end(), data_offset.begin(), data_offset.end());
   v.insert(v.end(), chunk_rows.begin(), chunk_rows.end());
+  // The keys' files, where known: each shard's count of numbers, then the numbers.
+  if (!key_files.empty()) {
+    for (const auto& ids : key_files) v.push_back(static_cast<std::int64_t>(ids.size()));
+    for (const auto& ids : key_files) v.insert(v.end(), ids.begin(), ids.end());
+  }
   return v;
 }
 
@@ -139,14 +145,31 @@ Result<SaveSpec> SaveSpec::decode(std::span<const std::int64_t> v) {
     s.trailing.push_back(e);
   }
   s.row_bytes = static_cast<std::size_t>(row_bytes);
-  if (!next(&n) || n < 1 || static_cast<std::size_t>(n) * 3 + 1 != v.size() - i) return bad();
+  if (!next(&n) || n < 1 || static_cast<std::size_t>(n) * 3 + 1 > v.size() - i) return bad();
   s.offsets.assign(v.begin() + static_cast<std::ptrdiff_t>(i),
                    v.begin() + static_cast<std::ptrdiff_t>(i + n + 1));
   i += static_cast<std::size_t>(n) + 1;
   s.data_offset.assign(v.begin() + static_cast<std::ptrdiff_t>(i),
                        v.begin() + static_cast<std::ptrdiff_t>(i + n));
   i += static_cast<std::size_t>(n);
-  s.chunk_rows.assign(v.begin() + static_cast<std::ptrdiff_t>(i), v.end());
+  s.chunk_rows.assign(v.begin() + static_cast<std::ptrdiff_t>(i),
+                      v.begin() + static_cast<std::ptrdiff_t>(i + n));
+  i += static_cast<std::size_t>(n);
+  if (i < v.size()) {
+    // The keys' files: n counts (even, each at most what is left), then as many numbers.
+    if (v.size() - i < static_cast<std::size_t>(n)) return bad();
+    std::size_t at = i + static_cast<std::size_t>(n);
+    for (std::int64_t k = 0; k < n; ++k) {
+      const std::int64_t count = v[i + static_cast<std::size_t>(k)];
+      if (count < 0 || count % 2 != 0 || static_cast<std::uint64_t>(count) > v.size() - at) {
+        return bad();
+      }
+      s.key_files.emplace_back(v.begin() + static_cast<std::ptrdiff_t>(at),
+                               v.begin() + static_cast<std::ptrdiff_t>(at + count));
+      at += static_cast<std::size_t>(count);
+    }
+    if (at != v.size()) return bad();
+  }
   if (s.offsets.front() != 0 || !std::is_sorted(s.offsets.begin(), s.offsets.end())) return bad();
   return s;
 }
@@ -251,18 +274,31 @@ Status plan_shard_keys(const std::string& where, SaveSpec* spec) {
 Status create_shard_keys(Store& store, const Staging& staging, SaveSpec* spec) {
   const std::string where = store.describe(staging.prefix);
   SHARDLOAD_RETURN_IF_ERROR(plan_shard_keys(where, spec));
+  std::vector<std::vector<std::int64_t>> key_files;
   for (std::int64_t s = 0; s < spec->shards(); ++s) {
     SHARDLOAD_ASSIGN_OR_RETURN(const ShardPlan plan, plan_shard(*spec, s, where));
+    std::vector<std::int64_t> files;
     for (std::size_t k = 0; k < plan.keys.size(); ++k) {
       SHARDLOAD_ASSIGN_OR_RETURN(auto sink,
                                  store.open_sink(staging, plan.keys[k].key, plan.keys[k].size));
+      if (const auto [dev, ino] = sink->file_identity(); dev != 0 || ino != 0) {
+        files.push_back(static_cast<std::int64_t>(dev));
+        files.push_back(static_cast<std::int64_t>(ino));
+      }
       if (k == 0 && !plan.head.empty()) {
         SHARDLOAD_RETURN_IF_ERROR(
             sink->write(0, std::as_bytes(std::span(plan.head.data(), plan.head.size()))));
       }
       SHARDLOAD_RETURN_IF_ERROR(sink->finish());
     }
+    // Every key's file or none (a store of objects): a shard's count is its keys' or 0.
+    if (files.size() != 2 * plan.keys.size()) files.clear();
+    key_files.push_back(std::move(files));
   }
+  if (std::all_of(key_files.begin(), key_files.end(), [](const auto& f) { return f.empty(); })) {
+    key_files.clear();
+  }
+  spec->key_files = std::move(key_files);
   return Status::ok();
 }
 
@@ -278,8 +314,26 @@ Status write_shard_rows(Store& store, const Staging& staging, const SaveSpec& sp
   for (const Piece& p : pieces) {
     SHARDLOAD_ASSIGN_OR_RETURN(const ShardPlan plan, plan_shard(spec, p.shard));
     const std::byte* from = src + p.dst_row * rb;
+    const auto shard = static_cast<std::size_t>(p.shard);
+    const std::vector<std::int64_t>* files =
+        shard < spec.key_files.size() && spec.key_files[shard].size() == 2 * plan.keys.size()
+            ? &spec.key_files[shard]
+            : nullptr;
     for (const KeyWrite& w : plan.writes(p.lo, p.hi)) {
       SHARDLOAD_ASSIGN_OR_RETURN(auto sink, store.reopen_sink(staging, plan.keys[w.key].key));
+      // The very file the save made, whichever process reopens it: another one renamed or
+      // linked into its place (a process that made no key knows no other way) is refused
+      // before a byte goes into it.
+      if (files != nullptr &&
+          sink->file_identity() != std::pair{static_cast<std::uint64_t>((*files)[2 * w.key]),
+                                             static_cast<std::uint64_t>((*files)[2 * w.key + 1])}) {
+        sink->abort();
+        return file_error(ErrorCode::kIo, store.describe(staging.prefix + plan.keys[w.key].key),
+                          "is not the file the save made there (replaced during the save, by "
+                          "another file or a link to one); nothing is written into it or "
+                          "published",
+                          ESTALE);
+      }
       const Status st = sink->write(
           w.offset,
           std::span(from + (w.lo - p.lo) * rb, static_cast<std::size_t>((w.hi - w.lo) * rb)));
@@ -339,7 +393,8 @@ Status write_save_manifest(const std::string& dir, Checksum checksum) {
   ManifestOptions mopts;
   mopts.checksum = checksum;
   SHARDLOAD_ASSIGN_OR_RETURN(const std::string written, write_manifest(layout, dir, mopts));
-  (void)written;
+  // Checked with the staged keys at the publish: another file put in its place is refused.
+  if (path_traits(written).kernel_files) note_staged_file(written);
   return Status::ok();
 }
 

@@ -173,12 +173,13 @@ Status replaced_staged_file(const std::string& path) {
 class LocalSink final : public KeySink {
  public:
   LocalSink(Fd parent, int fd, std::string leaf, std::string path, std::uint64_t size,
-            bool made = true)
+            const struct ::stat& st, bool made = true)
       : parent_(std::move(parent)),
         fd_(fd),
         leaf_(std::move(leaf)),
         path_(std::move(path)),
         size_(size),
+        identity_{static_cast<std::uint64_t>(st.st_dev), static_cast<std::uint64_t>(st.st_ino)},
         removed_(!made) {}
   ~LocalSink() override { abort(); }
 
@@ -229,6 +230,9 @@ class LocalSink final : public KeySink {
   }
 
   [[nodiscard]] std::uint64_t size() const override { return size_; }
+  [[nodiscard]] std::pair<std::uint64_t, std::uint64_t> file_identity() const override {
+    return identity_;
+  }
 
  private:
   Status closed() const {
@@ -239,6 +243,7 @@ class LocalSink final : public KeySink {
   int fd_;
   std::string leaf_, path_;
   std::uint64_t size_;
+  std::pair<std::uint64_t, std::uint64_t> identity_;
   std::mutex mu_;
   Status failed_ = Status::ok();
   bool finished_ = false, removed_ = false;
@@ -663,7 +668,7 @@ class LocalStore final : public Store {
       return file_error(ErrorCode::kIo, path, sys_what("cannot stat", err), err);
     }
     StagedFiles::get().made(joined(dir_, k), st);
-    return std::unique_ptr<KeySink>(new LocalSink(std::move(parent), fd, leaf, path, size));
+    return std::unique_ptr<KeySink>(new LocalSink(std::move(parent), fd, leaf, path, size, st));
   }
 
   // The file as a sink made it, for more pwrites: opened by its path, as a writer of a file
@@ -703,7 +708,7 @@ class LocalStore final : public Store {
                         ELOOP);
     }
     return std::unique_ptr<KeySink>(new LocalSink(std::move(parent), fd.release(), leaf, path,
-                                                  static_cast<std::uint64_t>(st.st_size),
+                                                  static_cast<std::uint64_t>(st.st_size), st,
                                                   /*made=*/false));
   }
 
@@ -902,6 +907,11 @@ bool remove_checked_keys(const std::string& dir, const std::vector<ReplacedKey>&
   }
   if (::rmdir(dir.c_str()) != 0) all = false;
   return all;
+}
+
+void note_staged_file(const std::string& path) {
+  struct ::stat st {};
+  if (::lstat(path.c_str(), &st) == 0) StagedFiles::get().made(path, st);
 }
 
 std::unique_ptr<Store> make_local_store(std::string dir) {

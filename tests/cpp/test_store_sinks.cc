@@ -17,8 +17,10 @@
 #include <thread>
 #include <vector>
 
+#include "engine/detail/save_files.hpp"
 #include "shardload/io.hpp"
 #include "shardload/location.hpp"
+#include "shardload/manifest.hpp"
 #include "shardload/storage.hpp"
 #include "storage/detail/object_store.hpp"
 #include "storage/detail/stores.hpp"
@@ -313,6 +315,71 @@ TEST_F(StoreSinksLocal, AReopenedSinkRefusesAnotherFileLinkedIntoItsPlace) {
   EXPECT_EQ(read_key(*store_, "outside"), "keep");
   store_->discard(staging_, {});
   EXPECT_EQ(read_key(*store_, "outside"), "keep");
+}
+
+// The keys a save made, their files' identities carried with the spec (encoded, as it
+// travels to a Dask worker or a Legate task): a writer in another process, whose table knows
+// none of them, refuses a key whose file is another one (a hard link to a file outside the
+// destination renamed into the staging) before writing into it. Another process is seen here
+// through another spelling of the staging's path (a link to it), which this process's table
+// does not hold either.
+TEST_F(StoreSinksLocal, AWriterOfAnotherProcessRefusesAnotherFileLinkedIntoAStagedKey) {
+  detail::SaveSpec spec;
+  spec.format = SaveFormat::kRaw;
+  spec.dtype = DType{DTypeKind::kFloat, 8};
+  spec.row_bytes = 8;
+  spec.offsets = {0, 4};
+  ASSERT_TRUE(detail::create_shard_files(staging_.location, &spec));
+  const auto travelled = detail::SaveSpec::decode(spec.encode());
+  ASSERT_TRUE(travelled.is_ok()) << travelled.status().message();
+  const std::string alias = dir_.path() + "/alias";
+  ASSERT_EQ(::symlink(staging_.location.c_str(), alias.c_str()), 0);
+  const std::string keep(32, 'k');  // the shard's size
+  ASSERT_TRUE(store_->write("outside", bytes_of(keep)));
+  const std::string staged = staging_.location + "/" + detail::save_shard_name(spec.format, 0);
+  const std::string tmp = staging_.location + "/.x";
+  ASSERT_EQ(::link((dir_.path() + "/outside").c_str(), tmp.c_str()), 0);
+  ASSERT_EQ(::rename(tmp.c_str(), staged.c_str()), 0);
+  const double rows[4] = {1, 2, 3, 4};
+  const Status st =
+      detail::write_rows(alias, *travelled, 0, 4, reinterpret_cast<const std::byte*>(rows));
+  ASSERT_FALSE(st.is_ok());
+  EXPECT_EQ(st.sys_errno(), ESTALE);
+  EXPECT_NE(st.message().find("not the file the save made"), std::string::npos) << st.message();
+  EXPECT_EQ(read_key(*store_, "outside"), keep);
+  // The keys left as made are written through the alias alike.
+  store_->discard(staging_, {});
+  EXPECT_EQ(read_key(*store_, "outside"), keep);
+}
+
+// The manifest a save writes last, just before the publish, is checked with the staged keys:
+// another file renamed over it is never published.
+TEST_F(StoreSinksLocal, APublishRefusesAManifestReplacedBeforeIt) {
+  detail::SaveSpec spec;
+  spec.format = SaveFormat::kNpy;
+  spec.dtype = DType{DTypeKind::kFloat, 8};
+  spec.row_bytes = 8;
+  spec.offsets = {0, 4};
+  ASSERT_TRUE(detail::create_shard_files(staging_.location, &spec));
+  const double rows[4] = {1, 2, 3, 4};
+  ASSERT_TRUE(
+      detail::write_rows(staging_.location, spec, 0, 4, reinterpret_cast<const std::byte*>(rows)));
+  ASSERT_TRUE(detail::write_metadata(staging_.location, spec));
+  ASSERT_TRUE(detail::write_save_manifest(staging_.location, Checksum::kNone));
+  const std::string manifest = manifest_path(staging_.location);
+  const std::string tmp = staging_.location + "/.x";
+  std::FILE* f = std::fopen(tmp.c_str(), "wb");
+  ASSERT_NE(f, nullptr);
+  ASSERT_EQ(std::fwrite("forged", 1, 6, f), 6u);
+  ASSERT_EQ(std::fclose(f), 0);
+  ASSERT_EQ(::rename(tmp.c_str(), manifest.c_str()), 0);
+  bool published = true;
+  const Status st = store_->publish(staging_, {}, &published);
+  ASSERT_FALSE(st.is_ok());
+  EXPECT_FALSE(published);
+  EXPECT_NE(st.message().find(manifest), std::string::npos) << st.message();
+  EXPECT_EQ(read_key(*store_, "out/shardload.manifest"), "<missing>");
+  store_->discard(staging_, {});
 }
 
 // A staged key's file replaced after its rows were written (another regular file of its size)

@@ -190,6 +190,38 @@ def test_a_damaged_handle_touches_nothing(tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["mine"]
 
 
+@pytest.mark.parametrize("fmt", ["raw", "npy"])
+def test_a_worker_process_refuses_a_staged_file_linked_in_from_outside(tmp_path, fmt):
+    """A worker process, which made none of the staged files, wrote its rows through a hard
+    link to a file outside the destination renamed over a staged shard (nothing to compare
+    the file with there): the handle carries the files the save made, and the worker refuses
+    another one before writing. The outside file is unchanged and nothing is published."""
+    import glob
+    import pickle
+    import subprocess
+    import sys
+    handle = _core.staged_save_begin(os.fsencode(tmp_path / "d"), [4, 2], "float64", [4], fmt,
+                                     False, True, "none")
+    staging = os.fsdecode(handle[2])
+    (shard,) = glob.glob(os.path.join(staging, "shard_0000*"))
+    victim = tmp_path / "victim.dat"
+    victim.write_bytes(b"k" * os.path.getsize(shard))
+    os.link(victim, os.path.join(staging, ".x"))
+    os.replace(os.path.join(staging, ".x"), shard)
+    worker = ("import pickle, sys, numpy as np\n"
+              "from shardload import _core\n"
+              "h = pickle.loads(sys.stdin.buffer.read())\n"
+              "_core.staged_save_write(h, 0, 4, np.full((4, 2), 5.0))\n")
+    r = subprocess.run([sys.executable, "-c", worker], input=pickle.dumps(handle),
+                       capture_output=True, timeout=120)
+    err = r.stderr.decode()
+    assert r.returncode != 0, err
+    assert "ShardWriteError" in err and "is not the file the save made there" in err, err
+    assert victim.read_bytes() == b"k" * os.path.getsize(victim)
+    _core.staged_save_abort(handle)
+    assert sorted(os.listdir(tmp_path)) == ["victim.dat"]
+
+
 # ---- dask.distributed: 2 worker processes ----------------------------------------------------
 
 def test_a_cluster_of_two_processes_writes_the_chunks_on_both_workers(tmp_path):

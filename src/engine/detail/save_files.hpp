@@ -31,6 +31,10 @@ struct SaveSpec {
   // Per shard, where its writer put its rows (ShardPlacement).
   std::vector<std::int64_t> data_offset;
   std::vector<std::int64_t> chunk_rows;
+  // Per shard, the (device, inode) of each key create_shard_keys made, two numbers a key in
+  // the plan's order (none where the store has no files): what a process that reopens a key,
+  // this one or another, requires the key's file to be.
+  std::vector<std::vector<std::int64_t>> key_files;
 
   [[nodiscard]] std::int64_t shards() const {
     return static_cast<std::int64_t>(offsets.size()) - 1;
