@@ -22,7 +22,9 @@
 #include <vector>
 
 #include "base/detail/secrets.hpp"
+#include "base/detail/work_pool.hpp"
 #include "shardload/interrupt.hpp"
+#include "storage/detail/context.hpp"
 #include "storage/detail/store_schemes.hpp"
 #include "storage/detail/stores.hpp"
 #include "storage/detail/transports.hpp"
@@ -456,8 +458,9 @@ class StoreIo final : public RemoteIo {
     return it == files_.end() ? nullptr : it->second;
   }
 
-  // The read on a thread of its own into a buffer of its own, waited for until the deadline
-  // (or an interrupt): a read that answers later writes nothing of the caller's.
+  // The read as a job of the process's work pool (the storage context's: no thread of its
+  // own) into a buffer of its own, waited for until the deadline (or an interrupt): a read
+  // that answers later writes nothing of the caller's, and holds a pool thread until then.
   static Result<std::size_t> read_by_deadline(const Open& o, void* buf, std::size_t n,
                                               std::uint64_t offset) {
     struct Pending {
@@ -468,20 +471,30 @@ class StoreIo final : public RemoteIo {
     };
     auto p = std::make_shared<Pending>();
     p->bytes.resize(n);
+    std::shared_ptr<Job> job;
     try {
-      std::thread([p, store = o.store, key = o.key, generation = o.generation, offset] {
-        Result<std::size_t> r = store->read(key, offset, p->bytes, generation);
-        std::lock_guard lock(p->mu);
-        p->got.emplace(std::move(r));
-        p->cv.notify_all();
-      }).detach();
-    } catch (const std::system_error&) {  // no thread to be had: read here, without a limit
+      job = StorageContext::process().pool().submit(
+          [p, store = o.store, key = o.key, generation = o.generation, offset] {
+            Result<std::size_t> r = store->read(key, offset, p->bytes, generation);
+            std::lock_guard lock(p->mu);
+            p->got.emplace(std::move(r));
+            p->cv.notify_all();
+          });
+    } catch (const std::bad_alloc&) {  // nothing to queue it with: read here, without a limit
       return o.store->read(o.key, offset, std::span<std::byte>(static_cast<std::byte*>(buf), n),
                            o.generation);
     }
     const auto until = std::chrono::steady_clock::now() + o.deadline;
     std::unique_lock lock(p->mu);
-    while (!p->got.has_value()) {
+    for (bool first = true; !p->got.has_value(); first = false) {
+      // A job no thread took by the first tick has no thread to be had (the pool starts one
+      // for a job queued while none is idle): it runs here, without a limit, as a read would.
+      if (!first) {
+        lock.unlock();
+        const bool ran_here = job->run_if_queued();
+        lock.lock();
+        if (ran_here) continue;
+      }
       if (interrupt_requested()) {
         return file_error(ErrorCode::kIo, o.shown, "interrupted", ECANCELED);
       }

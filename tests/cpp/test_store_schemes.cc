@@ -12,8 +12,10 @@
 #include <iterator>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "base/detail/work_pool.hpp"
 #include "shardload/host_load.hpp"
 #include "shardload/host_save.hpp"
 #include "shardload/io.hpp"
@@ -23,6 +25,7 @@
 #include "shardload/source.hpp"
 #include "shardload/storage.hpp"
 #include "shardload/store_schemes.hpp"
+#include "storage/detail/context.hpp"
 #include "storage/detail/stores.hpp"
 #include "util.hpp"
 
@@ -328,6 +331,40 @@ TEST_F(StoreSchemes, ASlowReadPastTheDeadlineFailsNamingTheKey) {
       << got.status().message();
   EXPECT_NE(got.status().message().find("read deadline of 100 ms"), std::string::npos)
       << got.status().message();
+}
+
+// A read under a deadline is a job of the storage context's work pool, not a thread of its
+// own: while the late read still runs after the deadline, a thread of the process's pool runs
+// it. Before, each such read started a detached std::thread that no pool counted.
+TEST_F(StoreSchemes, AReadUnderADeadlineRunsOnTheContextsPool) {
+  auto slow = std::make_shared<MemoryStore>("mempool://bucket/");
+  ASSERT_TRUE(slow->write("ds/shard_0000.npy", as_bytes(npy_shard(0, 5))));
+  register_memory("mempool", slow, std::chrono::milliseconds(100));
+  struct Unregister {
+    ~Unregister() { unregister_store_scheme("mempool"); }
+  } unregister;
+  const std::string url = "mempool://bucket/ds/shard_0000.npy";
+  FileInfo info;
+  auto f = File::open_stat(posix_io(), url, &info);
+  ASSERT_TRUE(f) << f.status().message();
+  const detail::WorkPool& pool = detail::StorageContext::process().pool();
+  // An earlier test's late read may still hold a pool thread: wait for it to end.
+  for (int i = 0; i < 400 && pool.threads() != pool.idle_threads(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(25));
+  }
+  ASSERT_EQ(pool.threads() - pool.idle_threads(), 0u) << "nothing else runs on the pool here";
+  slow->inject("ds/shard_0000.npy", MemoryFault{.delay = std::chrono::milliseconds(2000)});
+  std::string head(8, '\0');
+  const Status st = f->read_exact(head.data(), head.size(), 0);
+  ASSERT_FALSE(st);
+  EXPECT_EQ(st.sys_errno(), ETIMEDOUT) << st.message();
+  EXPECT_NE(st.message().find(url), std::string::npos) << st.message();
+  // The read that missed its deadline is still sleeping in the store: on a pool thread.
+  EXPECT_GE(pool.threads() - pool.idle_threads(), 1u);
+  slow->inject("ds/shard_0000.npy", MemoryFault{});
+  // An answer in time is the read's: the same file read again gives its bytes.
+  ASSERT_TRUE(f->read_exact(head.data(), head.size(), 0));
+  EXPECT_EQ(head.substr(1, 5), "NUMPY");
 }
 
 #ifdef SHARDLOAD_TEST_PYTHON
