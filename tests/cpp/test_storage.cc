@@ -189,17 +189,26 @@ TEST(LocalStore, WriteLeavesNoTemporaryBehind) {
   EXPECT_EQ(*keys, std::vector<std::string>{"d/e/f.bin"});
 }
 
-// A directory of the store that is a link to another place: keys below it would write,
-// replace and delete files outside the store's location; refused before a file is touched.
-TEST(LocalStore, AKeyThroughALinkedDirectoryNeverTouchesAFileOutside) {
+// A store's directory `store` in which two directories are links to one outside it
+// (`outside`, holding a file `victim` and a directory `deep`): store/link and
+// store/real/inner; store/real is a real directory.
+class LocalStoreLinks : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::filesystem::create_directories(outside + "/deep");
+    testing::write_file(outside + "/victim", "keep");
+    std::filesystem::create_directories(dir.file("store/real"));
+    std::filesystem::create_directory_symlink(outside, dir.file("store/link"));
+    std::filesystem::create_directory_symlink(outside, dir.file("store/real/inner"));
+  }
+
   testing::TempDir dir;
   const std::string outside = dir.file("outside");
-  std::filesystem::create_directories(outside + "/deep");
-  testing::write_file(outside + "/victim", "keep");
-  std::filesystem::create_directory(dir.file("store"));
-  std::filesystem::create_directory(dir.file("store/real"));
-  std::filesystem::create_directory_symlink(outside, dir.file("store/link"));
-  std::filesystem::create_directory_symlink(outside, dir.file("store/real/inner"));
+};
+
+// A directory of the store that is a link to another place: keys below it would write,
+// replace and delete files outside the store's location; refused before a file is touched.
+TEST_F(LocalStoreLinks, AKeyThroughALinkedDirectoryNeverTouchesAFileOutside) {
   auto store = open_store(dir.file("store"));
   ASSERT_TRUE(store.is_ok()) << store.status().message();
   for (const std::string key : {"link/victim", "link/new", "link/deep/new", "link/made/new",
@@ -222,16 +231,8 @@ TEST(LocalStore, AKeyThroughALinkedDirectoryNeverTouchesAFileOutside) {
 
 // Reading, as writing, never leaves the location through a linked directory, and a link loop
 // is refused at once, never walked.
-TEST(LocalStore, AKeyThroughALinkedDirectoryIsNeitherReadNorListed) {
-  testing::TempDir dir;
-  const std::string outside = dir.file("outside");
-  std::filesystem::create_directories(outside + "/deep");
-  testing::write_file(outside + "/victim", "secret");
-  std::filesystem::create_directory(dir.file("store"));
-  std::filesystem::create_directory(dir.file("store/real"));
+TEST_F(LocalStoreLinks, AKeyThroughALinkedDirectoryIsNeitherReadNorListed) {
   testing::write_file(dir.file("store/real/own.bin"), "own");
-  std::filesystem::create_directory_symlink(outside, dir.file("store/link"));
-  std::filesystem::create_directory_symlink(outside, dir.file("store/real/inner"));
   std::filesystem::create_directory_symlink("loop", dir.file("store/loop"));
   std::filesystem::create_directory_symlink("b", dir.file("store/a"));
   std::filesystem::create_directory_symlink("a", dir.file("store/b"));
