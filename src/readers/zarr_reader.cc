@@ -401,11 +401,13 @@ class ZarrReader final : public ShardReader {
   // link, while the files it now leads to keep their old times (a hard-linked copy's, `cp -al`,
   // even the metadata file's snapshot). The path is walked as the kernel resolves it, one
   // lstat per name and a readlink per link (at most 40 links, as the kernel allows). A link of
-  // procfs (`/proc/self/root`, `/proc/PID/cwd`) is the kernel's, made when first looked up and
-  // never re-pointed by a user: followed by its text, not held to the rule. Called after the
-  // chunk was opened, so a walk that cannot finish (a name gone, a link that cannot be read or
-  // whose text names nothing, too many links) means the path changed or cannot be checked:
-  // the chunk is refused rather than read unchecked.
+  // procfs (`/proc/self/root`, `/proc/PID/cwd`, `/proc/PID/fd/N`) is the kernel's, made when
+  // first looked up and never re-pointed by a user: not held to the rule, and followed as the
+  // kernel follows it, through a descriptor opened on it (O_PATH), never by its text: the text
+  // of another mount namespace's or chroot's root reads "/" while the kernel goes on in that
+  // process's tree. Called after the chunk was opened, so a walk that cannot finish (a name
+  // gone, a link that cannot be read or whose text names nothing, too many links) means the
+  // path changed or cannot be checked: the chunk is refused rather than read unchecked.
   static Status links_since_discovery(const Request& r, const std::string& path) {
     if (r.discovered_ns == 0) return Status::ok();
     const auto unchecked = [&](const std::string& why) -> Status {
@@ -414,10 +416,38 @@ class ZarrReader final : public ShardReader {
                                        "against discovery's start (" +
                                        why + "): refused rather than read unchecked"};
     };
-    // Where the array's directory is held (Request::at), the walk goes by name up to it and
-    // below it from the held descriptor, as the chunk's open resolves.
-    const bool held = r.at != r.dir;
-    std::string rest = held ? r.dir : path;
+    // Directories the walk holds by descriptor ("/proc/self/fd/N", its name for messages): the
+    // array's directory where the read holds it (Request::at), and each procfs link met.
+    struct Held {
+      std::vector<std::pair<std::string, std::string>> names;
+      std::vector<int> fds;
+      ~Held() {
+        for (const int fd : fds) ::close(fd);
+      }
+    } held;
+    const auto shown_of = [&](const std::string& at) {
+      for (const auto& [by_fd, name] : held.names) {
+        if (at.compare(0, by_fd.size(), by_fd) == 0 &&
+            (at.size() == by_fd.size() || at[by_fd.size()] == '/')) {
+          return name + at.substr(by_fd.size());
+        }
+      }
+      return at;
+    };
+    const auto hold = [&](const std::string& name, const std::string& shown,
+                          std::string* at) -> Status {
+      const int fd = ::open(name.c_str(), O_PATH | O_CLOEXEC);
+      if (fd < 0) return unchecked(shown + ": " + std::strerror(errno));
+      held.fds.push_back(fd);
+      *at = "/proc/self/fd/" + std::to_string(fd);
+      held.names.emplace_back(*at, shown);
+      return Status::ok();
+    };
+    const bool below_held = r.at != r.dir;
+    if (below_held) held.names.emplace_back(r.at, r.dir);
+    // Where the array's directory is held, the walk goes by name up to it and below it from
+    // the held descriptor, as the chunk's open resolves.
+    std::string rest = below_held ? r.dir : path;
     if (rest.empty() || rest[0] != '/') {
       char cwd[4096];
       if (::getcwd(cwd, sizeof cwd) == nullptr) {
@@ -425,14 +455,12 @@ class ZarrReader final : public ShardReader {
       }
       rest = std::string(cwd) + "/" + rest;
     }
-    std::string at;       // resolved so far, without a trailing '/' ("" is the root)
-    std::string by_name;  // what the held directory's name resolved to
-    bool below = false;   // walking below the held descriptor
+    std::string at;      // resolved so far, without a trailing '/' ("" is the root)
+    bool below = false;  // walking below the held array directory
     int links = 0;
     while (true) {
       if (rest.find_first_not_of('/') == std::string::npos) {
-        if (!held || below) break;
-        by_name = at;
+        if (!below_held || below) break;
         at = r.at;
         rest = path.substr(r.dir.size());
         below = true;
@@ -444,15 +472,20 @@ class ZarrReader final : public ShardReader {
       rest = e == std::string::npos ? std::string() : rest.substr(e);
       if (name == ".") continue;
       if (name == "..") {
-        if (below && at == r.at) at = by_name;  // above the held directory: by name again
+        if (const std::string shown = shown_of(at); shown != at) {
+          // Above a directory held by descriptor: its parent as the kernel finds it.
+          const std::size_t up = shown.rfind('/');
+          SHARDLOAD_RETURN_IF_ERROR(
+              hold(at + "/..",
+                   up == std::string::npos || up == 0 ? shown + "/.." : shown.substr(0, up), &at));
+          continue;
+        }
         at.resize(at.rfind('/') == std::string::npos ? 0 : at.rfind('/'));
         continue;
       }
       const std::string next = at + "/" + name;
-      // Named for messages as the user's path, never by the descriptor's name.
-      const std::string shown = held && next.compare(0, r.at.size() + 1, r.at + "/") == 0
-                                    ? r.dir + next.substr(r.at.size())
-                                    : next;
+      // Named for messages as the user's path, never by a descriptor's name.
+      const std::string shown = shown_of(next);
       struct ::stat st {};
       if (::lstat(next.c_str(), &st) != 0) {
         return unchecked(shown + ": " + std::strerror(errno));
@@ -461,20 +494,23 @@ class ZarrReader final : public ShardReader {
         at = next;
         continue;
       }
+      if (++links > 40) return unchecked("more than 40 symbolic links");
       struct ::statfs fs {};
       const bool kernels = ::statfs(at.empty() ? "/" : at.c_str(), &fs) == 0 &&
                            fs.f_type == static_cast<decltype(fs.f_type)>(kProcfsMagic);
+      if (kernels) {
+        SHARDLOAD_RETURN_IF_ERROR(hold(next, shown, &at));
+        continue;
+      }
       const std::int64_t ctime =
           static_cast<std::int64_t>(st.st_ctim.tv_sec) * 1'000'000'000 + st.st_ctim.tv_nsec;
-      if (!kernels && ctime > r.discovered_ns) {
+      if (ctime > r.discovered_ns) {
         return {ErrorCode::kChanged, path + ": changed since discovery: the symbolic link " +
                                          shown + " on its path was made after discovery began " +
                                          "(ctime " + std::to_string(ctime) + " ns > " +
                                          std::to_string(r.discovered_ns) +
                                          " ns): it was re-pointed or replaced since"};
       }
-      if (++links > 40) return unchecked("more than 40 symbolic links");
-      // The buffer grown until the text fits: lstat's size is 0 for procfs's links.
       std::string target(std::max<std::size_t>(static_cast<std::size_t>(st.st_size) + 1, 256),
                          '\0');
       ssize_t n = -1;
