@@ -679,6 +679,13 @@ TEST(StoreSchemeSave, ASaveToTheRootOfAStoreWhoseSchemeIsNotS3sLengthIsWritten) 
   EXPECT_NE(onto.status().message().find("the destination is an object"), std::string::npos)
       << onto.status().message();
   EXPECT_EQ(*store->list("sub/"), std::vector<std::string>{"sub/obj"});
+
+  // A URL of the scheme that names no authority is refused, nothing written.
+  const auto none = host_save(data, shape, i32, "m:///d/", o);
+  ASSERT_FALSE(none);
+  EXPECT_NE(none.status().message().find("m:///d/: names no store"), std::string::npos)
+      << none.status().message();
+  EXPECT_FALSE(store->stat("d/" + std::string(kManifestName)));
 }
 
 // An s3:// URL without a bucket is refused before any request, in the save's words.
