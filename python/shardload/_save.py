@@ -231,7 +231,9 @@ def save(
     ``FileExistsError``) when refused, ``ShardWriteError`` (an ``OSError`` with ``filename``)
     when writing fails, ``ValueError`` for bad values, ``TypeError`` for arguments of the
     wrong type. On any error nothing of the new dataset is visible; Ctrl-C during the save
-    raises ``KeyboardInterrupt`` with nothing published.
+    raises ``KeyboardInterrupt`` with nothing published, except during its last milliseconds,
+    the publish step, which it does not stop: the ``KeyboardInterrupt`` raised after it has a
+    note saying the save completed (``docs/save.md``).
 
     ``manifest=True`` (the default) writes ``dest/shardload.manifest`` after every other
     file, before the rename: :func:`discover` and :func:`load` of ``dest`` then read it

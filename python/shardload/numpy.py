@@ -177,7 +177,8 @@ def save(
             object, structured, strings, datetimes, long double); the message names it.
         DestinationExistsError: ``dest`` is taken (see :func:`shardload.save`).
         ShardWriteError: writing failed; the message names the file. Nothing is published.
-        KeyboardInterrupt: Ctrl-C; nothing is published.
+        KeyboardInterrupt: Ctrl-C; nothing is published, unless the signal came during the
+            publish step: then the save completed and the exception's note says so.
     """
     t_call = time.perf_counter()
     path, rows_list = _save._arguments(dest, num_shards=num_shards, shard_rows=shard_rows,

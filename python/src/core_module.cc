@@ -312,8 +312,8 @@ PYBIND11_MODULE(_core, m) {
         for (py::ssize_t d = 0; d < array.ndim(); ++d) shape.push_back(array.shape(d));
         const auto* data = static_cast<const std::byte*>(array.data());
         const std::string path = dest;
-        Result<HostSaveStats> r =
-            python::interruptible([&] { return host_save(data, shape, *dtype, path, o); });
+        Result<HostSaveStats> r = python::interruptible_save(
+            path, [&] { return host_save(data, shape, *dtype, path, o); });
         if (!r) throw_status(r.status(), ErrorSite::kWrite);
         py::dict d;
         d["threads"] = r->threads;

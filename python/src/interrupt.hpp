@@ -10,11 +10,14 @@
 #include <pybind11/pybind11.h>
 
 #include <stdexcept>
+#include <string>
 #include <type_traits>
 #include <utility>
 
+#include "errors.hpp"
 #include "gil.hpp"
 #include "shardload/interrupt.hpp"
+#include "shardload/status.hpp"
 
 namespace shardload::python {
 
@@ -71,6 +74,49 @@ inline void check_signals_before_commit() {
   }
   GilAcquired gil;
   if (call_python(PyErr_CheckSignals) != 0) throw py::error_already_set();
+}
+
+// A Ctrl-C that comes during a save's publish step, after its last look
+// (check_signals_before_commit) to its end (the staged files checked again, the manifest, the
+// renames, an overwritten dataset's removal), does not stop it: the save completes, and the
+// KeyboardInterrupt raised after it says so in a note (BaseException.add_note), for `dest`
+// then holds the new dataset. Called with the GIL held.
+inline void note_published(py::error_already_set& e, const std::string& dest) {
+  if (!e.matches(PyExc_KeyboardInterrupt)) return;
+  const py::object value = e.value();
+  if (!py::hasattr(value, "add_note")) return;
+  value.attr("add_note")(message_str(
+      "the save completed before this interrupt was raised: " + printable_redacted(dest) +
+      " holds the new dataset (with overwrite, the old one is gone)"));
+}
+
+// After a save that published: a signal still pending raises now, with that note.
+inline void raise_signals_after_publish(const std::string& dest) {
+  if (PyErr_CheckSignals() == 0) return;
+  py::error_already_set e;
+  note_published(e, dest);
+  throw e;
+}
+
+// `interruptible` for a save's call (`save` returns a Result or a Status): where the save
+// published, the KeyboardInterrupt raised after it carries note_published's note.
+template <typename F>
+auto interruptible_save(const std::string& dest, F&& save) -> decltype(save()) {
+  bool published = false;
+  auto r = [&] {
+    try {
+      return interruptible([&] {
+        auto done = save();
+        published = done.is_ok();
+        return done;
+      });
+    } catch (py::error_already_set& e) {
+      if (published) note_published(e, dest);
+      throw;
+    }
+  }();
+  if (published) raise_signals_after_publish(dest);
+  return r;
 }
 
 }  // namespace shardload::python

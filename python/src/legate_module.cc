@@ -207,7 +207,7 @@ PYBIND11_MODULE(_legate, m) {
                                   shardload::ErrorSite::kWrite);
         }
         // Ctrl-C while the save runs (the GIL released) only marks the signal pending; it is
-        // looked at before the rename, so that an interrupted save publishes nothing.
+        // looked at before the publish step, so that an interrupted save publishes nothing.
         opts.before_commit = shardload::python::check_signals_before_commit;
         const std::string path = dest;
         shardload::SaveInfo info;
@@ -215,6 +215,8 @@ PYBIND11_MODULE(_legate, m) {
           shardload::python::GilReleased release;
           shardload::save(*array, path, opts, &info);
         }
+        // A Ctrl-C during the publish step: raised now, saying the save completed.
+        shardload::python::raise_signals_after_publish(path);
         py::dict d;
         d["target"] = info.target;
         d["processors"] = info.processors;
