@@ -537,7 +537,9 @@ def save(
     shard files, so ``dest`` must be on a file system every worker sees); then this process
     writes the metadata and the manifest and renames the directory into place. If a chunk's
     computation or write fails (or the computation is interrupted), the staging directory is
-    removed, nothing is published and the error is raised here.
+    removed, nothing is published and the error is raised here. A Ctrl-C during the commit
+    does not stop it: the ``KeyboardInterrupt`` raised after it has a note saying the save
+    completed.
 
     Shard ``i`` holds chunk ``i``'s rows (``x.chunks[0]``, empty chunks included); chunks split
     along trailing axes are first joined (``x.rechunk``), since a shard holds whole rows.

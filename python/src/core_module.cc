@@ -409,6 +409,9 @@ PYBIND11_MODULE(_core, m) {
           return staged_save_commit(s);
         }();
         if (!st) throw_status(st, ErrorSite::kWrite);
+        // A Ctrl-C during the commit (which it does not stop): raised now, saying the save
+        // completed.
+        python::raise_signals_after_publish(s.dest);
       },
       py::arg("handle"));
   m.def(

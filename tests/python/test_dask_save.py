@@ -112,6 +112,75 @@ def test_a_chunk_that_raises_publishes_nothing(tmp_path):
     assert staging_left(tmp_path) == []
 
 
+COMMIT_INTERRUPTED = """
+import os, pathlib, signal, sys, threading, time, traceback
+import numpy as np
+import dask.array as da
+import shardload.numpy as snp
+import shardload.dask as sdask
+dest = pathlib.Path(sys.argv[1])
+snp.save(np.zeros((3000, 2)), dest, num_shards=3000)  # an old dataset whose removal takes a while
+new = np.arange(40000 * 4, dtype=np.float64).reshape(40000, 4)
+x = da.from_array(new, chunks=(5000, 4))
+def staged():
+    return any(".shardload-tmp-" in n for n in os.listdir(dest.parent))
+killed = threading.Event()
+def killer():
+    # Sent once the staging directory is renamed into place: the commit is then removing
+    # the old dataset.
+    while not staged():
+        time.sleep(0.0002)
+    while staged():
+        time.sleep(0.0002)
+    os.kill(os.getpid(), signal.SIGINT)
+    killed.set()
+threading.Thread(target=killer, daemon=True).start()
+outcome = notes = None
+try:
+    try:
+        sdask.save(x, dest, overwrite=True)
+        outcome = "SAVED"
+    except KeyboardInterrupt as e:
+        last = traceback.extract_tb(e.__traceback__)[-1]
+        # Raised by the commit's call itself, or later (after it returned: nothing to check).
+        outcome = "IN THE CALL" if "staged_save_commit" in (last.line or "") else "LATER"
+        notes = getattr(e, "__notes__", [])
+    killed.wait(30)
+except KeyboardInterrupt:
+    outcome = "AFTER THE CALL"
+print("OUTCOME", outcome)
+print("NOTES", notes)
+got = snp.load(dest) if dest.exists() else None
+print("DEST", "new" if got is not None and np.array_equal(got, new) else "other")
+if got is not None and got.shape == new.shape:
+    oracle = np.concatenate([np.load(dest / f"shard_{i:04d}.npy") for i in range(8)])
+    print("NUMPY", "new" if np.array_equal(oracle, new) else "other")
+"""
+
+
+def test_ctrl_c_during_the_commit_completes_the_save_and_says_so(tmp_path):
+    """A SIGINT during the commit (sent once the staging directory is renamed into place, while
+    the commit removes the overwritten dataset's 3000 shards) does not stop it: the
+    KeyboardInterrupt raised after it says in its note that the save completed and where
+    (before: a bare KeyboardInterrupt, with the new dataset in place and the old one gone)."""
+    import subprocess
+    import sys
+    for attempt in range(5):
+        dest = tmp_path / f"o{attempt}"
+        r = subprocess.run([sys.executable, "-c", COMMIT_INTERRUPTED, str(dest)],
+                           capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stdout + r.stderr[-3000:]
+        lines = r.stdout.splitlines()
+        if lines[0] != "OUTCOME IN THE CALL":
+            continue  # the signal came after the commit's call returned: nothing to check
+        assert "the save completed before this interrupt was raised" in lines[1], r.stdout
+        assert str(dest) in lines[1], r.stdout
+        assert "DEST new" in lines and "NUMPY new" in lines, r.stdout
+        assert staging_left(tmp_path) == []
+        return
+    pytest.skip(f"the signal came after the commit five times: {r.stdout}")
+
+
 def test_a_chunk_of_another_dtype_than_the_array_says_fails_the_save(tmp_path):
     a = np.arange(40, dtype="float64").reshape(10, 4)
     # meta says float32, the second block is float64 (the first float32, so that which chunk
