@@ -106,6 +106,24 @@ Status no_control_characters(const std::string& url, const std::string& key,
   return Status::ok();
 }
 
+// Where no endpoint_override names the server, the region goes into the host name of AWS's
+// endpoint (BUCKET.s3.REGION.amazonaws.com): one holding '@', ':', '/' or '#' would name
+// another host, which would get the request signed with the store's secret and its session
+// token. A region's name is letters, digits, '-' and '_' (AWS's, and the custom names of
+// S3-compatible servers).
+Status region_name_only(const std::string& url, const std::string& value) {
+  const std::string region = percent_decoded(value);
+  const bool ok = region.size() <= 63 && std::all_of(region.begin(), region.end(), [](char c) {
+                    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+                           (c >= '0' && c <= '9') || c == '-' || c == '_';
+                  });
+  if (ok) return Status::ok();
+  return file_error(ErrorCode::kInvalidArgument, url,
+                    "bad object-storage URL or options: region must be a region's name (up to 63 "
+                    "letters, digits, '-' and '_'): it goes into the host name of AWS's "
+                    "endpoint, where another character could name another host");
+}
+
 }  // namespace
 
 namespace {
@@ -447,6 +465,7 @@ Result<std::string> take_store_options(const std::string& url, const std::string
       }
       seen.push_back(key);
       SHARDLOAD_RETURN_IF_ERROR(no_control_characters(url, key, value));
+      if (key == "region") SHARDLOAD_RETURN_IF_ERROR(region_name_only(url, value));
     }
     if (row != nullptr && row->set != nullptr &&
         (row->stores & (credentials ? kStoreS3 : kStoreHttp)) != 0) {

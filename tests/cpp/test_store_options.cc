@@ -26,6 +26,8 @@ std::string valid_text(const StoreOptionSpec& row) {
     case OptionKind::kFlag:
       return "true";
     default:
+      // A region goes into a host name: a name of its own, not any text.
+      if (std::string_view(row.name) == "region") return "eu-west-1";
       return "v%2Fw";  // percent-decoded to "v/w"
   }
 }
@@ -125,8 +127,7 @@ TEST(StoreOptionTable, AValueOutsideItsRowsRangeIsRefusedNamingTheKeyAndTheRange
     EXPECT_EQ(rest.status().code(), ErrorCode::kInvalidArgument);
     EXPECT_NE(rest.status().message().find("s3://b/k"), std::string::npos)
         << rest.status().message();
-    EXPECT_NE(rest.status().message().find(expected), std::string::npos)
-        << rest.status().message();
+    EXPECT_NE(rest.status().message().find(expected), std::string::npos) << rest.status().message();
     if (row.kind == OptionKind::kCount && row.lo > 0) {
       auto low = detail::take_store_options(
           "s3://b/k", "?" + std::string(row.name) + "=" + std::to_string(row.lo - 1), &o, true);

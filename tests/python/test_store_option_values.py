@@ -92,3 +92,29 @@ def test_printable_values_still_reach_the_server(endpoint):
     with pytest.raises(Exception):
         shardload.discover("s3://bkt/x.npy", storage_options=options(ep, session_token="T-ok"))
     assert any("T-ok" in line for req in seen for line in req)
+
+
+@pytest.mark.parametrize("region", ["x@{ep}/%23", "x@{ep}/", "x@{ep}%23", "{ep}%2F", "a.b", "a%20b"])
+def test_a_region_that_is_no_regions_name_is_refused_before_any_request(endpoint, monkeypatch,
+                                                                         region):
+    # Without endpoint_override the region goes into the host name of AWS's endpoint
+    # (BUCKET.s3.REGION.amazonaws.com): 'x@HOST:PORT/#' there names HOST:PORT, which would get
+    # the request signed with the secret and the session token.
+    ep, seen = endpoint
+    for var in ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_REGION", "AWS_DEFAULT_REGION"):
+        monkeypatch.delenv(var, raising=False)
+    url = (f"s3://bkt/x.npy?scheme=http&region={region.format(ep=ep)}&access_key=AK"
+           f"&secret_key={SECRET}&session_token=TOKEN987")
+    with pytest.raises(ValueError, match="region must be a region's name") as e:
+        shardload.discover(url)
+    assert SECRET not in str(e.value) and "TOKEN987" not in str(e.value)
+    assert seen == []
+
+
+@pytest.mark.parametrize("region", ["us-east-1", "eu-central-2", "my_minio_Region", ""])
+def test_a_regions_name_is_taken(endpoint, region):
+    # Not refused by the parse: what answers is the server (endpoint_override) or the client.
+    ep, seen = endpoint
+    with pytest.raises(Exception) as e:
+        shardload.discover("s3://bkt/x.npy", storage_options=options(ep, region=region))
+    assert "region must be a region's name" not in str(e.value)
