@@ -689,6 +689,23 @@ std::string redact_user_info(std::string_view text, std::vector<std::string>& hi
         at = last - start;
       }
     }
+    if (at == std::string_view::npos && !authority.empty() && authority[0] != '[') {
+      // "user:pass%40host", "user:pass\uFF20host", "user:pass\uFE6Bhost": the '@' spelled as
+      // the slashes and colons above may be (percent-encoded, a full-width or small
+      // look-alike; the URL does not work). What follows the ':' is no port, so the password
+      // goes, to the last such '@'.
+      const std::size_t colon = authority.find(':');
+      const std::string_view port =
+          colon == std::string_view::npos ? std::string_view() : authority.substr(colon + 1);
+      if (!port.empty() && port.find_first_not_of("0123456789") != std::string_view::npos) {
+        std::size_t last = std::string_view::npos;
+        for (const std::string_view alike : {"%40", "\xEF\xBC\xA0", "\xEF\xB9\xAB"}) {
+          const std::size_t k = port.rfind(alike);
+          if (k != std::string_view::npos && (last == std::string_view::npos || k > last)) last = k;
+        }
+        if (last != std::string_view::npos && last != 0) at = colon + 1 + last;
+      }
+    }
     if (at == std::string_view::npos || at == 0) continue;
     const std::size_t colon = text.substr(start, at).find(':');
     if (colon == std::string_view::npos && mark.needs_password) continue;
@@ -924,7 +941,10 @@ std::string redact_secrets(std::string text) {
     }
   }
   std::vector<std::string> hidden;
-  if (text.find('@') != std::string::npos) {
+  // An '@' as it may be spelled: itself, percent-encoded, a full-width or small look-alike.
+  if (text.find('@') != std::string::npos || text.find("%40") != std::string::npos ||
+      text.find("\xEF\xBC\xA0") != std::string::npos ||
+      text.find("\xEF\xB9\xAB") != std::string::npos) {
     text = redact_user_info(text, hidden);
     if (!hidden.empty()) text = hide_echoes(std::move(text), hidden);
   }

@@ -115,6 +115,22 @@ TEST(RedactSecrets, AUserPartAfterTwoSlashesInAnySpellingIsHidden) {
   EXPECT_TRUE(redact_secrets(text).ends_with("/u:***@h"));
 }
 
+TEST(RedactSecrets, APasswordBeforeAnAtSpelledOtherwiseIsHidden) {
+  // The '@' percent-encoded or a look-alike (U+FF20, U+FE6B), as the slashes and the colon may
+  // be: what follows the ':' is no port, so it is a password.
+  for (const std::string at : {"%40", "\uff20", "\ufe6b"}) {
+    EXPECT_EQ(redact_secrets("loading http://alice:Pw9secretZQ" + at + "127.0.0.1:9/d/x.npy: x"),
+              "loading http://alice:***" + at + "127.0.0.1:9/d/x.npy: x");
+    EXPECT_EQ(redact_secrets("https://alice:Pw9secretZQ" + at + "h/x.npy"),
+              "https://alice:***" + at + "h/x.npy");
+  }
+  // A port, or an encoded '@' in the path, is not a password.
+  for (const std::string text :
+       {"http://h:9/a%40b/x.npy", "s3://b/k%40v.npy", "http://h/a:b%40c"}) {
+    EXPECT_EQ(redact_secrets(text), text);
+  }
+}
+
 TEST(RedactSecrets, APasswordMixingStopsIsHiddenWhole) {
   // A '#' or '?' and then a '=', '/' or space (or a '/' and then a '#' or '?'): the user part
   // runs to its '@' whatever it holds, where the authority is "user:" and no port.
