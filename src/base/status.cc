@@ -560,6 +560,10 @@ SchemeMark next_scheme_mark(std::string_view text, std::size_t from, ColonMarks&
   return {colons.found, std::string_view::npos, false};
 }
 
+// An '@' spelled otherwise: percent-encoded, the full-width and the small look-alike (U+FF20,
+// U+FE6B).
+constexpr std::array<std::string_view, 3> kAtSpellings = {"%40", "\xEF\xBC\xA0", "\xEF\xB9\xAB"};
+
 // The password of each URL's user part ("scheme://user:password@host"), and a user part
 // without a password whole (it is then a token: "https://TOKEN@host" is how some servers
 // take one), replaced by "***". The authority ends at the first '/', '?' or '#' (RFC 3986)
@@ -699,7 +703,7 @@ std::string redact_user_info(std::string_view text, std::vector<std::string>& hi
           colon == std::string_view::npos ? std::string_view() : authority.substr(colon + 1);
       if (!port.empty() && port.find_first_not_of("0123456789") != std::string_view::npos) {
         std::size_t last = std::string_view::npos;
-        for (const std::string_view alike : {"%40", "\xEF\xBC\xA0", "\xEF\xB9\xAB"}) {
+        for (const std::string_view alike : kAtSpellings) {
           const std::size_t k = port.rfind(alike);
           if (k != std::string_view::npos && (last == std::string_view::npos || k > last)) last = k;
         }
@@ -942,9 +946,9 @@ std::string redact_secrets(std::string text) {
   }
   std::vector<std::string> hidden;
   // An '@' as it may be spelled: itself, percent-encoded, a full-width or small look-alike.
-  if (text.find('@') != std::string::npos || text.find("%40") != std::string::npos ||
-      text.find("\xEF\xBC\xA0") != std::string::npos ||
-      text.find("\xEF\xB9\xAB") != std::string::npos) {
+  if (text.find('@') != std::string::npos ||
+      std::any_of(kAtSpellings.begin(), kAtSpellings.end(),
+                  [&](std::string_view at) { return text.find(at) != std::string::npos; })) {
     text = redact_user_info(text, hidden);
     if (!hidden.empty()) text = hide_echoes(std::move(text), hidden);
   }
