@@ -230,6 +230,14 @@ Status check_manifest_writable(const std::string& directory) {
 
 Result<std::string> write_manifest(const Layout& layout, const std::string& directory,
                                    const ManifestOptions& options) {
+  SHARDLOAD_ASSIGN_OR_RETURN(detail::WrittenManifest written,
+                             detail::write_manifest_file(layout, directory, options));
+  return std::move(written.path);
+}
+
+Result<detail::WrittenManifest> detail::write_manifest_file(const Layout& layout,
+                                                            const std::string& directory,
+                                                            const ManifestOptions& options) {
   SHARDLOAD_RETURN_IF_ERROR(check_manifest_writable(directory));
   IoBackend& io = options.io != nullptr ? *options.io : posix_io();
   const std::string target = manifest_path(directory);
@@ -283,7 +291,10 @@ Result<std::string> write_manifest(const Layout& layout, const std::string& dire
   for (const auto h : sums) put_le(out, h, 8);
   detail::put_le_at(out, 16, out.size() - kHeaderBytes, 8);
   put_le(out, XXH3_64bits(out.data(), out.size()), 8);
-  if (!path_traits(directory).kernel_files) return write_remote_manifest(directory, target, out);
+  if (!path_traits(directory).kernel_files) {
+    SHARDLOAD_ASSIGN_OR_RETURN(std::string written, write_remote_manifest(directory, target, out));
+    return WrittenManifest{std::move(written)};
+  }
 
   std::string tmp = join_key(directory, ".shardload.manifest.XXXXXX");
   const int fd = ::mkostemp(tmp.data(), O_CLOEXEC);
@@ -302,7 +313,9 @@ Result<std::string> write_manifest(const Layout& layout, const std::string& dire
   // mkostemp creates 0600; a manifest is for everyone who may read the data.
   const mode_t mask = ::umask(0);
   ::umask(mask);
-  if (::fchmod(fd, 0644 & ~mask) != 0 || ::fsync(fd) != 0) {
+  // The file this descriptor wrote, whatever the path names by the time the caller looks.
+  struct ::stat made {};
+  if (::fchmod(fd, 0644 & ~mask) != 0 || ::fsync(fd) != 0 || ::fstat(fd, &made) != 0) {
     const int err = errno;
     return fail(
         file_error(ErrorCode::kIo, tmp, std::string("cannot sync: ") + std::strerror(err), err));
@@ -326,7 +339,8 @@ Result<std::string> write_manifest(const Layout& layout, const std::string& dire
     ::fsync(dfd);
     ::close(dfd);
   }
-  return target;
+  return WrittenManifest{target, static_cast<std::uint64_t>(made.st_dev),
+                         static_cast<std::uint64_t>(made.st_ino)};
 }
 
 Result<Manifest> read_manifest(const std::string& path) {

@@ -392,9 +392,14 @@ Status write_save_manifest(const std::string& dir, Checksum checksum) {
   SHARDLOAD_ASSIGN_OR_RETURN(const Layout layout, try_discover(Source::directory(dir), opts));
   ManifestOptions mopts;
   mopts.checksum = checksum;
-  SHARDLOAD_ASSIGN_OR_RETURN(const std::string written, write_manifest(layout, dir, mopts));
-  // Checked with the staged keys at the publish: another file put in its place is refused.
-  if (path_traits(written).kernel_files) note_staged_file(written);
+  SHARDLOAD_ASSIGN_OR_RETURN(const WrittenManifest written,
+                             write_manifest_file(layout, dir, mopts));
+  // Checked with the staged keys at the publish: another file put in its place is refused. The
+  // file is the one written through the manifest's descriptor, never what the path names now
+  // (a file renamed over it during the write would be taken for the save's own).
+  if (path_traits(written.path).kernel_files) {
+    note_staged_file(written.path, written.device, written.inode);
+  }
   return Status::ok();
 }
 

@@ -117,9 +117,10 @@ class StagedFiles {
     }();
     return *files;
   }
-  void made(const std::string& path, const struct ::stat& st) {
+  void made(const std::string& path, const struct ::stat& st) { made(path, st.st_dev, st.st_ino); }
+  void made(const std::string& path, dev_t device, ino_t inode) {
     std::lock_guard lock(mu_);
-    files_[key_of(path)] = {st.st_dev, st.st_ino};
+    files_[key_of(path)] = {device, inode};
   }
   // A key written again whole (write(): a new file renamed over it) is that new file.
   void rewritten(const std::string& path, const struct ::stat& st) {
@@ -766,13 +767,18 @@ class LocalStore final : public Store {
     const std::string& path = staging.location;
     if (steps.seal) SHARDLOAD_RETURN_IF_ERROR(steps.seal(path));
     // Every key this process made in the staging is still the file it made: a file renamed or
-    // linked over one is never published (its rows are not the save's).
-    for (const auto& [file, id] : StagedFiles::get().take_below(path)) {
-      struct ::stat st {};
-      if (::lstat(file.c_str(), &st) != 0 || std::pair{st.st_dev, st.st_ino} != id) {
-        return replaced_staged_file(file);
+    // linked over one is never published (its rows are not the save's). Checked last before
+    // each rename, so that only a file put there within those few system calls can pass.
+    const auto made = StagedFiles::get().take_below(path);
+    const auto check_made = [&]() -> Status {
+      for (const auto& [file, id] : made) {
+        struct ::stat st {};
+        if (::lstat(file.c_str(), &st) != 0 || std::pair{st.st_dev, st.st_ino} != id) {
+          return replaced_staged_file(file);
+        }
       }
-    }
+      return Status::ok();
+    };
     for (int attempt = 0;; ++attempt) {
       const bool again = attempt < 3;
       // The destination may have changed since it was first checked: check it again just
@@ -782,6 +788,7 @@ class LocalStore final : public Store {
       struct ::stat st {};
       const bool exists = ::lstat(dest.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
       SHARDLOAD_RETURN_IF_ERROR(take_attributes(path, dest, exists ? &st : nullptr));
+      SHARDLOAD_RETURN_IF_ERROR(check_made());
       if (replaced.empty()) {
         // rename(2) replaces an absent destination or an empty directory in one step.
         if (::rename(path.c_str(), dest.c_str()) == 0) {
@@ -909,9 +916,8 @@ bool remove_checked_keys(const std::string& dir, const std::vector<ReplacedKey>&
   return all;
 }
 
-void note_staged_file(const std::string& path) {
-  struct ::stat st {};
-  if (::lstat(path.c_str(), &st) == 0) StagedFiles::get().made(path, st);
+void note_staged_file(const std::string& path, std::uint64_t device, std::uint64_t inode) {
+  StagedFiles::get().made(path, static_cast<dev_t>(device), static_cast<ino_t>(inode));
 }
 
 std::unique_ptr<Store> make_local_store(std::string dir) {

@@ -263,3 +263,59 @@ def test_overwrite_refuses_a_special_file_named_like_the_manifest(tmp_path, kind
     assert e.value.filename.endswith(MANIFEST)
     assert (tmp_path / "elsewhere").exists() if kind == "symlink" else True
     assert sorted(os.listdir(dest)) == ["shard_0000.npy", "shard_0001.npy", MANIFEST]
+
+
+SUPPORT = pathlib.Path(__file__).resolve().parent / "support"
+
+
+@pytest.fixture(scope="module")
+def swap_manifest_shim(tmp_path_factory) -> pathlib.Path:
+    shim = tmp_path_factory.mktemp("shim") / "swap_manifest.so"
+    subprocess.run(["cc", "-O1", "-shared", "-fPIC", "-o", shim, SUPPORT / "swap_manifest.c",
+                    "-ldl"], check=True)
+    return shim
+
+
+@pytest.mark.parametrize("front", ["numpy", "dask"])
+@pytest.mark.parametrize("mode", ["link", "copy"])
+def test_a_manifest_replaced_right_after_its_write_is_never_published(tmp_path,
+                                                                      swap_manifest_shim,
+                                                                      front, mode):
+    """Another writer renames a file over the staged manifest between its write and the save's
+    record of it (the shim does it right after the manifest's rename, every time): a hard link
+    to a file outside the destination, or another dataset's manifest. The save refuses it as a
+    staged key replaced ("is not the file the save made there"), publishes nothing and removes
+    its staging; the outside file is unchanged."""
+    victim = tmp_path / "victim.dat"
+    if mode == "link":
+        victim.write_bytes(b"V" * 4096)
+    else:
+        shardload.save(np.ones((10, 4)), tmp_path / "other", num_shards=2)
+        victim.write_bytes((tmp_path / "other" / MANIFEST).read_bytes())
+    before = victim.read_bytes()
+    dest = tmp_path / "dest"
+    if front == "numpy":
+        save = f"shardload.numpy.save(a, {str(dest)!r}, num_shards=4)"
+    else:
+        save = ("import dask, dask.array as da, shardload.dask\n"
+                "with dask.config.set(scheduler='threads'):\n"
+                f"    shardload.dask.save(da.from_array(a, chunks=(25, 4)), {str(dest)!r})")
+    script = ("import numpy as np, shardload, shardload.numpy\n"
+              "a = np.full((100, 4), 5.0)\n"
+              "try:\n"
+              + textwrap.indent(save, "    ") + "\n"
+              "    print('SAVED')\n"
+              "except shardload.ShardWriteError as e:\n"
+              "    print('RAISED', e)\n")
+    env = dict(os.environ, LD_PRELOAD=str(swap_manifest_shim), SWAP_MANIFEST_MODE=mode,
+               SWAP_MANIFEST_WITH=str(victim))
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                       timeout=300, env=env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "swap_manifest: swapped" in r.stderr, r.stderr[-3000:]
+    assert "RAISED" in r.stdout, r.stdout
+    assert "is not the file the save made there" in r.stdout, r.stdout
+    assert MANIFEST in r.stdout, r.stdout
+    assert not dest.exists()
+    assert not [p for p in tmp_path.iterdir() if ".shardload-tmp" in p.name]
+    assert victim.read_bytes() == before

@@ -51,10 +51,11 @@ Result<RemoteIo*> route_path(std::string_view path);
 // The local POSIX driver over posix_io(), rooted at the directory `dir`.
 std::unique_ptr<Store> make_local_store(std::string dir);
 
-// The file now at `path`, a key of a local staging written other than through a sink (the
-// manifest a save writes last), kept with the staged keys' identities: the publish refuses
-// another file in its place as it refuses one in a key's.
-void note_staged_file(const std::string& path);
+// The file (`device`, `inode`) made at `path`, a key of a local staging written other than
+// through a sink (the manifest a save writes last; its identity from the descriptor it was
+// written through), kept with the staged keys' identities: the publish refuses another file in
+// its place as it refuses one in a key's.
+void note_staged_file(const std::string& path, std::uint64_t device, std::uint64_t inode);
 // The s3:// and http(s):// drivers over the registered RemoteIo (io.hpp): `location` is the
 // URL of the prefix, its query (the store's options) kept apart and put back on each key's URL.
 Result<std::unique_ptr<Store>> make_remote_store(std::string_view location, RemoteIo* io);

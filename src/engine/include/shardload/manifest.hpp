@@ -81,6 +81,19 @@ Status check_manifest_writable(const std::string& directory);
 Result<std::string> write_manifest(const Layout& layout, const std::string& directory,
                                    const ManifestOptions& options = {});
 
+namespace detail {
+// What write_manifest wrote: its path and, for a local manifest, the (device, inode) of the file
+// written, taken from the descriptor it was written through, so that a file renamed over the
+// path meanwhile is not taken for it ((0, 0) for an object).
+struct WrittenManifest {
+  std::string path;
+  std::uint64_t device = 0;
+  std::uint64_t inode = 0;
+};
+Result<WrittenManifest> write_manifest_file(const Layout& layout, const std::string& directory,
+                                            const ManifestOptions& options = {});
+}  // namespace detail
+
 // Reads and checks a manifest file; its paths are joined to the file's directory.
 Result<Manifest> read_manifest(const std::string& path);
 
