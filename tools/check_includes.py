@@ -23,6 +23,12 @@ served scheme's literal prefix ('p.starts_with("s3://")', 'p.rfind("s3://", 0) =
 'p.substr(0, 5) == "s3://"'), which a store driver's scheme would not pass. A literal inside a
 message is no test and is not refused.
 
+In the Python package (python/shardload/) the same questions are refused outside its argument
+parsing (_args.py): a path tested against a served scheme's prefix ('p.startswith("s3://")',
+'p.startswith((b"http://", b"https://"))', 'p[:5] == "s3://"') or for any scheme ('"://" in
+p'). The binding answers them from storage: _core.path_traits(p) (kernel_files, listable,
+writable, storage_options, ...), _core.split_options, _core.join_key.
+
 Also refused outside the storage layer (and its tests): an include of a transport's header
 (object storage's writer, the S3 and HTTP clients, signing, credentials, the transport table)
 and a use of object storage's writing vocabulary (ObjectStore, ObjectWriter,
@@ -60,6 +66,15 @@ SCHEME_TEST = re.compile(r"\b(?:starts_with|rfind|find|compare)\s*\(\s*" + SCHEM
                          r"|[=!]=\s*" + SCHEME_LITERAL + r"|" + SCHEME_LITERAL + r"\s*[=!]=")
 # Where they may be called: storage, the argument parsers of the front ends, the tests.
 SCHEME_ALLOWED = ("src/storage/", "src/cli/args.cc", "tests/")
+# The same in the Python package: a served scheme's literal (str or bytes) in a prefix test or
+# compared with a path, or "://" looked for in one; its argument parsing may.
+PY_SCHEME_LITERAL = r"""b?(?:"(?:s3|https?)://"|'(?:s3|https?)://')"""
+PY_SCHEME_TEST = re.compile(
+    r"\.(?:startswith|find|rfind|index|rindex)\s*\([^)]*" + PY_SCHEME_LITERAL +
+    r"|[=!]=\s*" + PY_SCHEME_LITERAL + r"|" + PY_SCHEME_LITERAL + r"\s*[=!]=" +
+    r"""|b?(?:"://"|'://')\s+(?:not\s+)?in\b""")
+PY_PACKAGE = "python/shardload/"
+PY_SCHEME_ALLOWED = ("python/shardload/_args.py",)
 # Storage's transports: their headers and their names, storage's (and its tests') alone.
 TRANSPORT_HEADERS = {
     f"storage/detail/{name}.hpp"
@@ -169,6 +184,38 @@ def check_scheme_predicates(path: pathlib.Path) -> list[str]:
     return problems
 
 
+def python_code_of(line: str) -> str:
+    """`line` without its # comment; a "#" inside a string literal is code."""
+    quote = ""
+    i = 0
+    while i < len(line):
+        c = line[i]
+        if quote:
+            if c == "\\":
+                i += 1
+            elif c == quote:
+                quote = ""
+        elif c in "\"'":
+            quote = c
+        elif c == "#":
+            return line[:i]
+        i += 1
+    return line
+
+
+def check_python_scheme_tests(path: pathlib.Path) -> list[str]:
+    rel = path.relative_to(ROOT).as_posix()
+    if not rel.startswith(PY_PACKAGE) or rel.startswith(PY_SCHEME_ALLOWED):
+        return []
+    problems = []
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if PY_SCHEME_TEST.search(python_code_of(line)):
+            problems.append(f"{rel}:{n}: a path tested against a scheme's prefix outside the "
+                            "argument parsing; ask the store what you need to know instead "
+                            "(_core.path_traits, split_options, join_key)")
+    return problems
+
+
 def check_transports(path: pathlib.Path) -> list[str]:
     rel = path.relative_to(ROOT).as_posix()
     if rel.startswith(TRANSPORT_ALLOWED):
@@ -203,6 +250,9 @@ def main(argv: list[str] | None = None) -> int:
                 files.append(p)
     problems = [msg for p in files
                 for msg in check(p, public) + check_scheme_predicates(p) + check_transports(p)]
+    modules = sorted(p for p in (ROOT / PY_PACKAGE).rglob("*.py") if p.is_file())
+    problems += [msg for p in modules for msg in check_python_scheme_tests(p)]
+    files += modules
     for msg in problems:
         print(msg)
     if problems:

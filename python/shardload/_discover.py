@@ -9,8 +9,8 @@ from typing import Any, Unpack
 from . import _core, _readers
 from ._args import _PATH_TYPES, DTypeLike, SourceLike, _source
 from ._layout import Layout, _made
-from ._options import (_HTTP_STORAGE_OPTIONS, _STORAGE_OPTIONS, DiscoverOptions, StorageOptions,
-                       _astype, _decoded, _Options, _options)
+from ._options import (_STORAGE_OPTIONS, DiscoverOptions, StorageOptions, _astype, _decoded,
+                       _Options, _options)
 
 
 # The options a URL takes in its query (the store option table's rows,
@@ -47,18 +47,22 @@ def _with_storage_options(source: object, storage_options: object) -> object:
     query = urlencode({k: (str(v).lower() if isinstance(v, bool) else str(v))
                        for k, v in storage_options.items()})
 
-    not_http = [k for k in storage_options if k not in _HTTP_STORAGE_OPTIONS]
-
     def one(path: object) -> object:
-        http = isinstance(path, str) and path.startswith(("http://", "https://"))
-        if isinstance(path, str) and (path.startswith("s3://") or (http and not not_http)):
+        # Which options the URL's store takes from its query is the store's answer (a str's:
+        # bytes are a local path's spelling here).
+        traits = _core.path_traits(path) if isinstance(path, str) else None
+        takes = traits.storage_options if traits is not None else ()
+        # Where the rest of the query is the server's, only the store's rows may join it.
+        not_taken = [k for k in storage_options if k not in takes] \
+            if traits is not None and traits.query_sent else []
+        if takes and not not_taken:
             # Sealed at once: the string handed on names the URL's secrets by handle.
             return _core.seal_store_url(path + ("&" if "?" in path else "?") + query)
         shown = _core.redact_secrets(os.fsdecode(path)) if isinstance(path, _PATH_TYPES) else path
-        if http:
-            verb = "applies" if len(not_http) == 1 else "apply"
-            raise ValueError(f"storage_options: {', '.join(not_http)} {verb} to s3:// URLs only "
-                             f"(an http(s):// URL takes {', '.join(_HTTP_STORAGE_OPTIONS)}), "
+        if not_taken:
+            verb = "applies" if len(not_taken) == 1 else "apply"
+            raise ValueError(f"storage_options: {', '.join(not_taken)} {verb} to s3:// URLs only "
+                             f"(an {traits.scheme_label} URL takes {', '.join(takes)}), "
                              f"found {shown!r}")
         raise ValueError("storage_options: apply to s3:// URLs only (and the retry, time "
                          f"and request options to http(s):// URLs), found {shown!r}")

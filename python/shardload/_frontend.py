@@ -136,8 +136,8 @@ def check_out_maps_no_source_file(where: str, out: np.ndarray, layout: Layout) -
     files: dict[tuple[int, int], str] = {}
     stores: list[tuple[str, bytes]] = []  # a directory shard (a Zarr store), its real path
     for path in [*layout.paths, *layout._linked_paths]:
-        if "://" in path:
-            continue
+        if not _core.path_traits(path).kernel_files:
+            continue  # a key of a store, no file of this machine's
         try:
             st = os.stat(path)
         except OSError:

@@ -51,12 +51,14 @@ def _directory(source: object, storage_options: object = None) -> str | bytes:
                         f"{_found(source)}")
     path = os.fspath(source)
     _core.check_source(path)  # as discover() spells it out: a mistyped URL is no directory
-    if isinstance(path, str) and path.startswith(("http://", "https://")):
-        raise ValueError(f"{_core.printable_redacted(path)}: a manifest cannot be "
+    traits = _core.path_traits(path)
+    if not traits.writable:
+        # The store's answer, as write_manifest's (an HTTP server takes no upload).
+        raise ValueError(f"{_core.printable_redacted(os.fsdecode(path))}: a manifest cannot be "
                          "written over HTTP (no upload, and no listing to index); index a local "
                          f"or s3:// copy of the objects and serve its {MANIFEST_NAME} beside them")
-    if isinstance(path, str) and path.startswith("s3://"):
-        # A prefix in a bucket: discovery says whether objects are under it.
+    if not traits.kernel_files:
+        # A prefix in a store: discovery says whether keys are under it.
         return _with_storage_options(path, storage_options)  # type: ignore[return-value]
     _with_storage_options(path, storage_options)  # refuses options for a local path
     if not os.path.isdir(path):
@@ -174,12 +176,11 @@ def verify(source: str | bytes | os.PathLike, *, groups: int | None = None,
         raise ValueError(f"groups: expected an int >= 1, found {n}")
     path = os.fsencode(_with_storage_options(  # type: ignore[arg-type]
         os.fspath(source), storage_options))
-    if path.startswith((b"s3://", b"http://", b"https://")):
-        # A directory URL means its manifest; the query stays after the key.
-        key, sep, query = path.partition(b"?")
-        if not key.endswith(b"/" + os.fsencode(MANIFEST_NAME)):
-            path = key + (b"" if key.endswith(b"/") else b"/") + os.fsencode(MANIFEST_NAME) \
-                + sep + query
+    if not _core.path_traits(path).kernel_files:
+        # A directory URL means its manifest; the store's options (a URL's query) stay after
+        # the key, as storage joins them.
+        if not _core.split_options(path)[0].endswith("/" + MANIFEST_NAME):
+            path = os.fsencode(_core.join_key(path, MANIFEST_NAME))
     elif os.path.isdir(path):
         path = os.path.join(path, os.fsencode(MANIFEST_NAME))
     if host:

@@ -65,8 +65,6 @@ class DiscoverOptions(TypedDict, total=False):
 # The store option table's rows (shardload/store_options.hpp): the keys of storage_options=,
 # and the Python types each kind takes besides a str (the query's own spelling of any value).
 _STORAGE_OPTIONS = {name: kind for name, kind, *_ in _core.storage_option_rows()}
-# The rows an http(s):// URL takes in its query (the rest of its query is the server's).
-_HTTP_STORAGE_OPTIONS = tuple(row[0] for row in _core.storage_option_rows() if "http" in row[2])
 _STORAGE_KIND_TYPES: dict[str, tuple[type, ...]] = {
     "count": (int,),
     "number": (int, float),

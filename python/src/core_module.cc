@@ -20,6 +20,7 @@
 #include "shardload/host_load.hpp"
 #include "shardload/host_save.hpp"
 #include "shardload/layout.hpp"
+#include "shardload/location.hpp"
 #include "shardload/manifest.hpp"
 #include "shardload/plan.hpp"
 #include "shardload/reader_registry.hpp"
@@ -585,6 +586,62 @@ PYBIND11_MODULE(_core, m) {
       "``url`` with its secrets (an s3:// URL's secret_key and session_token, an http(s) URL's "
       "user part and secret query items) kept by this process under a handle: the URL holds "
       "``credentials=HANDLE`` instead. Other URLs and paths come back as they are.");
+  // What the store behind a path is like (shardload/location.hpp), so that the front ends ask
+  // storage what they need to know (whether the operating system's file calls reach a path,
+  // whether a directory lists or takes a manifest, which options a URL takes) instead of
+  // testing the path's scheme.
+  py::class_<PathTraits>(m, "PathTraits",
+                         "What the store that serves a path is like (``path_traits(p)``).")
+      .def_readonly("kernel_files", &PathTraits::kernel_files,
+                    "The operating system's file calls (stat, open) reach the path.")
+      .def_readonly("round_trips", &PathTraits::round_trips,
+                    "Each open, stat and read is a request over the network.")
+      .def_readonly("flat_keys", &PathTraits::flat_keys,
+                    "A directory is a prefix of keys, nothing of its own.")
+      .def_readonly("listable", &PathTraits::listable, "A directory can be listed.")
+      .def_readonly("writable", &PathTraits::writable, "Keys can be written (a manifest, a save).")
+      .def_readonly("uploads", &PathTraits::uploads, "Written by uploading whole objects.")
+      .def_readonly("options_in_query", &PathTraits::options_in_query,
+                    "A '?' begins the store's options (a URL's query).")
+      .def_readonly("query_sent", &PathTraits::query_sent,
+                    "The query's other items are sent with each request (the server's).")
+      .def_property_readonly(
+          "scheme_label", [](const PathTraits& t) { return std::string(t.scheme_label); },
+          "The scheme as messages name it (``'s3://'``, ``'http(s)://'``); '' for a local "
+          "path.")
+      .def_property_readonly(
+          "storage_options",
+          [](const PathTraits& t) {
+            py::list names;
+            for (const StoreOptionSpec& row : kStoreOptionTable) {
+              if ((row.stores & t.option_rows) != 0) names.append(row.name);
+            }
+            return py::tuple(names);
+          },
+          "The store option table's rows a URL of this store takes from its query (a tuple "
+          "of names; empty for a local path).");
+  m.def(
+      "path_traits", [](const py::object& path) { return path_traits(path_bytes(path)); },
+      py::arg("path"), "What the store that serves ``path`` (str, bytes or os.PathLike) is like.");
+  // A name joined under a directory, and a path's name apart from its store options, as the
+  // engine makes them (a URL's query is no part of a key and stays at the end).
+  m.def(
+      "join_key",
+      [](const py::object& dir, const py::object& name) {
+        return path_str(join_key(path_bytes(dir), path_bytes(name)));
+      },
+      py::arg("dir"), py::arg("name"),
+      "``name`` in the directory ``dir``: one '/' between them, a URL's options (its query) "
+      "kept at the end, its secrets sealed as ``seal_store_url`` seals them. A str.");
+  m.def(
+      "split_options",
+      [](const py::object& path) {
+        auto [name, options] = split_options(path_bytes(path));
+        return py::make_tuple(path_str(name), path_str(options));
+      },
+      py::arg("path"),
+      "``(name, options)``: a URL's key and its query (``'?...'``, secrets sealed); a local "
+      "path and ``''`` (a '?' in a file name is part of it).");
   // The redaction every C++ error's message goes through, for the messages made in Python and
   // as shardload.redact_secrets for the user's own.
   m.def(

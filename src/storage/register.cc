@@ -9,6 +9,7 @@
 
 #include "shardload/io.hpp"
 #include "shardload/location.hpp"
+#include "shardload/store_options.hpp"
 #include "storage/detail/store_schemes.hpp"
 #include "storage/detail/stores.hpp"
 #include "storage/detail/transports.hpp"
@@ -38,7 +39,8 @@ constexpr PathTraits kS3{.kernel_files = false,
                          .inode_is_identity = false,
                          .options_in_query = true,
                          .key_delimiters = "?",
-                         .scheme_label = "s3://"};
+                         .scheme_label = "s3://",
+                         .option_rows = kStoreS3};
 constexpr PathTraits kHttp{.kernel_files = false,
                            .round_trips = true,
                            .flat_keys = true,
@@ -50,7 +52,9 @@ constexpr PathTraits kHttp{.kernel_files = false,
                            .key_delimiters = "",
                            .encoded_keys = true,
                            .fragment_cut = true,
-                           .scheme_label = "http(s)://"};
+                           .scheme_label = "http(s)://",
+                           .option_rows = kStoreHttp,
+                           .query_sent = true};
 
 }  // namespace
 

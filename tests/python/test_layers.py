@@ -134,6 +134,37 @@ def test_a_path_tested_against_a_schemes_prefix_outside_storage_is_refused(
             "layer; ask the store what you need to know instead") in got.stdout
 
 
+def test_a_python_module_testing_a_paths_scheme_outside_argument_parsing_is_refused(
+        tmp_path: pathlib.Path) -> None:
+    # The Python package asks the binding (_core.path_traits, split_options, join_key) as C++
+    # asks shardload/location.hpp: a prefix test of a served scheme (str or bytes, alone or in
+    # a tuple, or compared), and a "://" looked for in a path, are refused outside _args.py. A
+    # literal in a message or a comment is no test; the tests may test.
+    root = _tree(tmp_path, {
+        **_HEADERS,
+        "python/shardload/_manifest.py":
+            'def a(p):\n    return p.startswith(("http://", "https://"))\n'
+            'def b(p):\n    return p.startswith((b"s3://", b"http://"))\n',
+        "python/shardload/_frontend.py":
+            "def c(p):\n    return '://' in p\n"
+            'def d(p):\n    return p[:5] == "s3://" or "://" not in p\n',
+        "python/shardload/_discover.py":
+            'def e(p):\n    raise ValueError(f"{p}: applies to s3:// URLs only")\n'
+            '# p.startswith("s3://") is not asked here\n'
+            'def f(p):\n    return p.startswith("s3") and p.find("#") < 0  # "://" in p\n',
+        "python/shardload/_args.py": 'def g(p):\n    return p.startswith("s3://")\n',
+        "tests/python/test_x.py": 'def h(p):\n    return p.startswith("s3://")\n',
+    })
+    got = _run(root)
+    assert got.returncode == 1, got.stdout
+    flagged = sorted(line.split(": ", 1)[0] for line in got.stdout.splitlines()[:-1])
+    assert flagged == ["python/shardload/_frontend.py:2", "python/shardload/_frontend.py:4",
+                       "python/shardload/_manifest.py:2", "python/shardload/_manifest.py:4"], \
+        got.stdout
+    assert ("python/shardload/_manifest.py:2: a path tested against a scheme's prefix outside "
+            "the argument parsing; ask the store what you need to know instead") in got.stdout
+
+
 def test_no_scheme_predicate_outside_storage_in_this_checkout() -> None:
     got = _run(ROOT)
     assert "outside the storage layer" not in got.stdout, got.stdout

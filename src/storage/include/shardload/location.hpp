@@ -9,6 +9,7 @@
 // from any thread.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -60,6 +61,14 @@ struct PathTraits {
   bool fragment_cut = false;
   // The scheme as messages name it ("s3://", "http(s)://"); "" for a local path.
   std::string_view scheme_label;
+  // The rows of the store option table a URL of this store takes from its query
+  // (StoreOptionSpec::stores: kStoreS3, kStoreHttp of shardload/store_options.hpp); 0: none
+  // (a local path, and a store driver's scheme, whose driver reads its own options).
+  std::uint32_t option_rows = 0;
+  // An item of the query that is none of those rows is sent with every request (an http(s)
+  // URL's query is the server's), so options may join such a query only as those rows; false:
+  // the whole query is the store's, which refuses an item it does not know, naming the URL.
+  bool query_sent = false;
 };
 
 // The traits of the store that serves `path`.
