@@ -1065,10 +1065,6 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
   // time make a key's).
   Result<Made> make_store(const std::string& url, const std::string& bucket, const std::string& key,
                           const std::string& arrow_query, const StoreOptions& retry) {
-    auto finalize_without_a_client_locked = [this] {
-      std::lock_guard lock(mu_);
-      finalize_at_exit_without_a_client();
-    };
     std::string fs_query = arrow_query;
 #if SHARDLOAD_S3_SIGNED
     std::shared_ptr<const S3Endpoint> signed_ep;
@@ -1076,7 +1072,6 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
     // A Ctrl-C during the bucket's HEAD left it unanswered: nothing is kept for the bucket
     // (its region would be a guess), so that the next call asks again.
     if (interrupt_requested()) {
-      finalize_without_a_client_locked();
       return file_error(ErrorCode::kIo, url, "interrupted", ECANCELED);
     }
     if (ep) {
@@ -1091,7 +1086,6 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
 #endif
     auto options = arrow::fs::S3Options::FromUri("s3://" + bucket + fs_query);
     if (!options.ok()) {
-      finalize_without_a_client_locked();
       return file_error(ErrorCode::kInvalidArgument, url,
                         "bad object-storage URL or options: " + options.status().message());
     }
@@ -1107,7 +1101,6 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
 #endif
     if (arrows_only) {
       if (Status st = refuse_an_https_endpoint(url, arrow_query, *options); !st.is_ok()) {
-        finalize_without_a_client_locked();
         return st;
       }
     }
@@ -1115,7 +1108,6 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
     options->connect_timeout = retry.connect_timeout;
     options->request_timeout = retry.request_timeout;
     if (ArrowCalls::process().unusable()) {
-      finalize_without_a_client_locked();
       return file_error(
           ErrorCode::kIo, url,
           "cannot make an S3 client in this process: it was forked while another thread of "
@@ -1130,7 +1122,6 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
       return arrow::fs::S3FileSystem::Make(*options);
     }();
     if (!fs.ok()) {
-      finalize_without_a_client_locked();
       return file_error(ErrorCode::kInvalidArgument, url,
                         "bad object-storage URL or options: " + fs.status().message());
     }
@@ -1178,6 +1169,10 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
       }();
       if (!st.ok()) return remote_error(ErrorCode::kIo, url, "cannot initialize S3", st);
       initialized_ = true;
+      make_clients_static_state();
+      // S3 is finalized at exit even where this process never makes a client of its own (its
+      // first URL's options refused), else the AWS SDK's state crashed the process at exit.
+      register_at_exit();
     }
     const std::string key = bucket + query;
     // A bucket's store is made once, by one thread, outside the lock (its region's HEAD and
@@ -1203,10 +1198,11 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
       if (made->signed_ep != nullptr) signed_.emplace(key, std::move(made->signed_ep));
 #endif
       if (!exit_registered_) {
-        // Registered after the first client was made, and so after Arrow's own static
-        // state for its clients: the handlers run in reverse, so this one runs first and
-        // lets go of the clients before S3 is finalized (pyarrow's handler, where
-        // pyarrow.fs is imported, may have finalized it already: that is harmless).
+        // Registered again after the first client of the process's own options was made,
+        // and so after any static state of the AWS SDK's that its credentials made: the
+        // handlers run in reverse, so this one runs first and lets go of the clients before
+        // S3 is finalized (pyarrow's handler, where pyarrow.fs is imported, may have
+        // finalized it already: that is harmless).
         register_at_exit();
         exit_registered_ = true;
       }
@@ -1358,14 +1354,17 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
 #endif
   }
 
-  // S3 is initialised but this process may never make a client (its first URL's options were
-  // refused): nothing would finalise it, and the AWS SDK's state then crashed the process at
-  // exit. The handler is registered once here; a client made later registers it again
-  // (above), after that client's own static state, and finalising twice is harmless.
-  void finalize_at_exit_without_a_client() {
-    if (exit_registered_ || exit_registered_early_) return;
-    register_at_exit();
-    exit_registered_early_ = true;
+  // Arrow makes its static state for S3 clients (the finalizer that every client registers
+  // with, the endpoints' cache; the AWS SDK's for a client) when it builds its first client,
+  // and FinalizeS3 uses it. That first client may come after the exit handler was registered
+  // (the region resolver's, made by a first URL's region look-up, after a URL that made no
+  // client), and that state, destroyed before the handler runs, crashed the process at exit.
+  // So one client like the resolver's (anonymous, no endpoint; no request is sent) is made
+  // and let go of here, when S3 is initialised, before the handler is registered. Under mu_.
+  void make_clients_static_state() {
+    if (ArrowCalls::process().unusable()) return;
+    const ArrowCall call;
+    (void)arrow::fs::S3FileSystem::Make(arrow::fs::S3Options::Anonymous());
   }
 
  public:
@@ -1394,8 +1393,7 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
   std::set<std::string> making_;  // keys whose store a thread is making (resolve())
   std::condition_variable* made_ = new std::condition_variable();  // never destroyed
   bool initialized_ = false;
-  bool exit_registered_ = false;
-  bool exit_registered_early_ = false;  // before any client was made
+  bool exit_registered_ = false;  // again, after the first client made
   std::map<std::string, std::shared_ptr<arrow::fs::FileSystem>> fs_;
   std::map<std::string, StoreResources*> stores_;  // by the same key, owned by the context
   std::map<std::string, std::uint64_t> used_;      // by the same key: when last resolved
@@ -1458,6 +1456,11 @@ void ArrowRemoteIo::finalize_at_exit(const int* status) {
   // flight (or with its lock copied held) and crashed the process. It ends here, with the
   // program's status, once the C streams are flushed; Python's atexit functions and the
   // handlers registered after this one have run already.
+  // It is registered more than once (when S3 is initialised, again after the first client):
+  // the last registered runs first and does it all; by the time an earlier one runs, the
+  // static state made between the two is gone, and it touches nothing.
+  static std::atomic<bool> ran{false};
+  if (ran.exchange(true)) return;
   ArrowCalls& calls = ArrowCalls::process();
   if (calls.unusable() || !calls.close_at_exit()) {
     if (status == nullptr) return;  // not known here: left to the process's own end

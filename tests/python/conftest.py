@@ -230,6 +230,7 @@ SLOW: set[str] = {
     "test_runtime_limits.py::test_ctrl_c_during_loads_is_a_keyboard_interrupt_after_the_load",
     "test_runtime_limits.py::test_ctrl_c_while_idle_after_a_load_is_a_keyboard_interrupt",
     "test_runtime_limits.py::test_load_off_the_main_thread_raises_runtime_error",
+    "test_s3.py::test_a_refused_s3_url_then_a_region_look_up_ends_the_process_with_its_status",
     "test_s3_columnar.py::test_an_arrow_ipc_object_is_probed_from_its_footer_and_batch_metadata",
     "test_s3_columnar.py::test_an_arrow_ipc_objects_batches_are_fetched_several_at_once",
     "test_s3_save.py::test_ctrl_c_during_an_s3_save_publishes_no_manifest",

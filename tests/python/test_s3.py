@@ -354,6 +354,36 @@ def test_a_first_s3_url_that_makes_no_client_leaves_the_process_exiting_cleanly(
     assert "FinalizeS3" not in cli.stderr, cli.stderr
 
 
+@pytest.mark.parametrize("first", ["s3://bkt/x.npy?frobnicate=1",
+                                   "s3://bkt/x.npy?allow_bucket_deletion=maybe",
+                                   "s3://a b/x.npy"])
+def test_a_refused_s3_url_then_a_region_look_up_ends_the_process_with_its_status(first):
+    """A first s3:// URL refused while its options are parsed (an option Arrow does not know, a
+    bad value of an option only Arrow takes, an unparsable URL), then a URL whose bucket's region
+    Arrow looks up (no region, no endpoint: the look-up is tried, and fails where AWS cannot be
+    reached): the look-up made Arrow's first client, and with it the static state that S3's
+    finalization uses, after the exit handler was registered; that state was gone when the
+    handler ran, and the process ended with SIGSEGV after the script's last line."""
+    import os
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    env.update({"AWS_EC2_METADATA_DISABLED": "true", "AWS_CONFIG_FILE": os.devnull,
+                "AWS_SHARED_CREDENTIALS_FILE": os.devnull})
+    script = ("import shardload, sys\n"
+              "for url in sys.argv[1:]:\n"
+              "    try:\n"
+              "        shardload.discover(url)\n"
+              "    except ValueError as e:\n"
+              "        print('refused:', type(e).__name__)\n"
+              "print('end of script')\n")
+    py = subprocess.run([sys.executable, "-c", script, first, "s3://bkt/x.npy"], env=env,
+                        capture_output=True, text=True, timeout=300)
+    assert py.stdout.splitlines()[-1:] == ["end of script"], (py.stdout, py.stderr[-2000:])
+    assert py.stdout.startswith("refused: "), py.stdout
+    assert py.returncode == 0, (py.returncode, py.stdout, py.stderr[-2000:])
+
+
 def test_storage_options_checked():
     with pytest.raises(ValueError, match="s3:// URLs only"):
         shardload.discover("/tmp", storage_options={"scheme": "http"})
