@@ -7,9 +7,12 @@ client kept it (docs/object_storage.md, "Connections kept")."""
 
 from __future__ import annotations
 
+import contextlib
 import http.server
 import socket
+import ssl
 import threading
+from typing import Iterator
 
 
 class ClosingHTTPServer(http.server.ThreadingHTTPServer):
@@ -42,3 +45,53 @@ class ClosingHTTPServer(http.server.ThreadingHTTPServer):
                 request.shutdown(socket.SHUT_RDWR)
             except OSError:
                 pass  # closed meanwhile
+
+
+@contextlib.contextmanager
+def serving(handler: type[http.server.BaseHTTPRequestHandler], *,
+            tls: ssl.SSLContext | None = None,
+            poll_interval: float = 0.5) -> Iterator[ClosingHTTPServer]:
+    """A ClosingHTTPServer on 127.0.0.1 (a free port) answering with `handler` from a thread of
+    its own, over TLS where `tls` is given; after the block, shut down, closed with the
+    connections still open, and its thread joined, whatever the block raised."""
+    server = ClosingHTTPServer(("127.0.0.1", 0), handler)
+    if tls is not None:
+        server.socket = tls.wrap_socket(server.socket, server_side=True)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": poll_interval},
+                              daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=10)
+
+
+def address(server: http.server.HTTPServer) -> str:
+    """"127.0.0.1:PORT", the server's host and port as an endpoint_override names them."""
+    return f"127.0.0.1:{server.server_address[1]}"
+
+
+@contextlib.contextmanager
+def recording() -> Iterator[tuple[str, list[list[str]]]]:
+    """Another endpoint: a server that records every request it receives (its request line,
+    then one "Name: value" line per header) and answers 404 with no body. Yields its
+    "127.0.0.1:PORT" and the list of requests, for a test asserting what reached it (most
+    often nothing: a secret never sent elsewhere, a value refused before any request)."""
+    seen: list[list[str]] = []
+
+    class Recorder(http.server.BaseHTTPRequestHandler):
+        def log_message(self, *args) -> None:
+            pass
+
+        def _any(self) -> None:
+            seen.append([self.requestline] + [f"{k}: {v}" for k, v in self.headers.items()])
+            self.send_response(404)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        do_GET = do_HEAD = do_PUT = do_POST = do_DELETE = _any
+
+    with serving(Recorder) as server:
+        yield address(server), seen

@@ -5,42 +5,23 @@ with another key id) is refused naming the URL, before any request: never signed
 sealed secret, never sent the session token. The same store keeps reading with it, also in
 another process (a pickled Layout). Real moto on 127.0.0.1 holds the data; a second server on
 127.0.0.1 records what another endpoint would receive."""
-import http.server
 import pickle
-import threading
 
 import numpy as np
 import pytest
 
 import shardload
 import shardload.numpy as sn
+from closing_server import recording
 
 SECRET, TOKEN = "SECRETsk1234567", "SECRETtok987654"
 
 
 @pytest.fixture
 def other():
-    """Another endpoint: records every request (method, path, headers) and answers 404."""
-    seen = []
-
-    class Recorder(http.server.BaseHTTPRequestHandler):
-        def log_message(self, *args):
-            pass
-
-        def _any(self):
-            seen.append((self.command, self.path, dict(self.headers)))
-            self.send_response(404)
-            self.send_header("Content-Length", "0")
-            self.end_headers()
-
-        do_GET = do_HEAD = do_PUT = do_POST = do_DELETE = _any
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Recorder)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"127.0.0.1:{server.server_address[1]}", seen
-    server.shutdown()
-    thread.join()
+    """Another endpoint: records every request (request line, headers) and answers 404."""
+    with recording() as (endpoint, seen):
+        yield endpoint, seen
 
 
 @pytest.fixture

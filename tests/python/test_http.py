@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 import shardload
-from closing_server import ClosingHTTPServer
+import closing_server
 
 
 CUT = -1  # a fault: half the body, then the connection closed
@@ -138,19 +138,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
 def serving(tls: ssl.SSLContext | None = None) -> Iterator[tuple[Store, str]]:
     store = Store()
     handler = type("BoundHandler", (Handler,), {"store": store})
-    server = ClosingHTTPServer(("127.0.0.1", 0), handler)
-    if tls is not None:
-        server.socket = tls.wrap_socket(server.socket, server_side=True)
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
-                              daemon=True)
-    thread.start()
-    scheme = "https" if tls is not None else "http"
-    try:
-        yield store, f"{scheme}://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join()
+    with closing_server.serving(handler, tls=tls, poll_interval=0.05) as server:
+        scheme = "https" if tls is not None else "http"
+        yield store, f"{scheme}://{closing_server.address(server)}"
 
 
 @pytest.fixture

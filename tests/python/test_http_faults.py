@@ -29,6 +29,7 @@ import numpy as np
 import pytest
 
 import shardload
+import closing_server
 
 TRICKLE_LIMIT_S = 40.0  # no slow answer of these servers lasts longer, whatever the client does
 
@@ -188,19 +189,16 @@ class Handler(http.server.BaseHTTPRequestHandler):
 def serving(tls: ssl.SSLContext | None = None) -> Iterator[tuple[Server, str]]:
     state = Server()
     handler = type("BoundHandler", (Handler,), {"server_state": state})
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    server.daemon_threads = True
-    if tls is not None:
-        server.socket = tls.wrap_socket(server.socket, server_side=True)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    scheme = "https" if tls is not None else "http"
-    try:
-        yield state, f"{scheme}://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=10)
+    with closing_server.serving(handler, tls=tls) as server:
+        scheme = "https" if tls is not None else "http"
+        yield state, f"{scheme}://{closing_server.address(server)}"
+
+
+@contextlib.contextmanager
+def _serving_handler(handler, key: str = "/a.npy") -> Iterator[str]:
+    """`handler` served on 127.0.0.1 for the block: the URL of `key` there."""
+    with closing_server.serving(handler) as server:
+        yield f"http://{closing_server.address(server)}{key}"
 
 
 @pytest.fixture
@@ -708,11 +706,7 @@ def test_a_ranged_get_answered_with_other_bytes_is_refused(lie):
     spoils the connection's next answer) is either the asked rows or such an error."""
     a = np.arange(4000, dtype=np.float64).reshape(1000, 4)
     handler = type("Liar", (_RangeLiar,), {"data": npy_bytes(a), "lie": lie})
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    url = f"http://127.0.0.1:{server.server_address[1]}/a.npy"
-    try:
+    with _serving_handler(handler) as url:
         layout = shardload.discover(url)
         try:
             got = layout.read(100, 900)
@@ -721,9 +715,6 @@ def test_a_ranged_get_answered_with_other_bytes_is_refused(lie):
         else:
             assert lie == "body_past_length", f"read {lie}: {np.array_equal(got, a[100:900])}"
             np.testing.assert_array_equal(got, a[100:900])
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 @pytest.mark.parametrize("where", ["get", "head", "identity", "aws-chunked", "two_lines"])
@@ -764,20 +755,13 @@ def test_an_answer_in_a_content_encoding_is_refused(where):
     handler = (type("Gzips", (Gzips,), {"data": data, "lie": "gzip"}) if where in ("get", "head")
                else type("TwoLines", (TwoLines,), {"data": data, "lie": ""})
                if where == "two_lines" else type("Labels", (Labels,), {"data": data, "lie": ""}))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    url = f"http://127.0.0.1:{server.server_address[1]}/a.npy"
-    try:
+    with _serving_handler(handler) as url:
         if where not in ("get", "head", "two_lines"):  # "identity", S3's "aws-chunked"
             np.testing.assert_array_equal(shardload.discover(url).read(1, 24), a[1:24])
             return
         with pytest.raises(shardload.Error) as e:
             shardload.discover(url).read(1, 24)
         assert url in str(e.value) and "Content-Encoding 'gzip" in str(e.value), str(e.value)
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 def test_a_urls_credentials_go_to_its_own_host_only(web):
@@ -863,17 +847,9 @@ def test_a_206_that_is_not_the_plain_range_asked_is_refused(lie):
                 self._reply(206, [("ETag", '"e1"'), ("ETag", '"e2"'), ("Content-Range", cr)],
                             body)
 
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Lying)
-    server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    url = f"http://127.0.0.1:{server.server_address[1]}/d/x.npy"
-    try:
+    with _serving_handler(Lying, "/d/x.npy") as url:
         with pytest.raises(shardload.Error) as e:
             np.asarray(shardload.load(url))
-    finally:
-        server.shutdown()
-        server.server_close()
     assert url in str(e.value), str(e.value)
 
 
@@ -926,11 +902,7 @@ def test_a_ranged_get_of_another_status_or_a_chunked_body(how):
     the rows; one longer or shorter is refused naming the URL."""
     a = np.arange(4000, dtype=np.float64).reshape(1000, 4)
     handler = type("Other", (_OtherAnswer,), {"data": npy_bytes(a), "how": how})
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    url = f"http://127.0.0.1:{server.server_address[1]}/a.npy"
-    try:
+    with _serving_handler(handler) as url:
         layout = shardload.discover(url)
         if how in ("chunked", "chunked beside a shorter Content-Length"):
             np.testing.assert_array_equal(layout.read(100, 900), a[100:900])
@@ -938,9 +910,6 @@ def test_a_ranged_get_of_another_status_or_a_chunked_body(how):
         with pytest.raises(shardload.ShardReadError) as e:
             layout.read(100, 900)
         assert url in str(e.value), str(e.value)
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 @pytest.mark.parametrize("where", ["a loop", "ftp", "relative, then ftp"])
@@ -964,18 +933,6 @@ def test_a_refused_redirect_hides_the_secrets_of_its_location(web, where):
 
 
 # ---- the last passes' "noticed": a HEAD's Content-Length, a HEAD refused -----------------------
-
-
-@contextlib.contextmanager
-def _serving_handler(handler) -> Iterator[str]:
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/a.npy"
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 @pytest.mark.parametrize("length", ["0x10", "+16", "16 junk", "-16", "1e3", "",

@@ -11,13 +11,11 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import http.server
 import json
 import pickle
 import re
 import subprocess
 import sys
-import threading
 from typing import Iterator
 
 import numpy as np
@@ -26,6 +24,7 @@ import pytest
 import shardload
 from shardload import _discover
 
+import closing_server
 from test_http import Handler, Store
 
 MARK = "s3cr3t"
@@ -67,16 +66,8 @@ def checking(expected: str) -> Iterator[tuple[Store, str]]:
     store.expected = expected
     store.refused = []
     handler = type("BoundChecking", (Checking,), {"store": store})
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield store, f"127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join()
+    with closing_server.serving(handler) as server:
+        yield store, closing_server.address(server)
 
 
 def dataset(store: Store, prefix: str) -> np.ndarray:

@@ -6,6 +6,7 @@ a bound: never wrong data, never a hang."""
 
 from __future__ import annotations
 
+import contextlib
 import faulthandler
 import io
 import sys
@@ -21,6 +22,7 @@ boto3 = pytest.importorskip("boto3")
 import shardload  # noqa: E402
 from shardload import _core  # noqa: E402
 
+import closing_server  # noqa: E402
 from s3_fault_proxy import WRONG_REGION, FaultProxy, Rule  # noqa: E402
 from s3_server import ARROWS_CLIENT  # noqa: E402
 
@@ -373,15 +375,23 @@ def test_requests_of_discovery_leave_other_python_threads_running(data, proxy):
 
 # ---- a LIST that never ends ------------------------------------------------------------------
 
-class _EndlessList:
+class _Endpoint(contextlib.ExitStack):
+    """An S3 endpoint on 127.0.0.1 (closing_server.serving) for a with-block: its
+    "127.0.0.1:PORT" is `endpoint`; closed, with its connections, when the block ends."""
+
+    def serve(self, handler: type) -> None:
+        self.endpoint = closing_server.address(self.enter_context(closing_server.serving(handler)))
+
+
+class _EndlessList(_Endpoint):
     """An S3 endpoint whose every LIST page says IsTruncated with a continuation token: the
     same page again ("repeat", a token that leads back) or a page of a new key ("new", keys
     without end). Every other request is a 404. Counts the LISTs it answered."""
 
     def __init__(self, mode: str):
         import http.server
-        import threading
 
+        super().__init__()
         state = self
         self.lists = 0
 
@@ -418,15 +428,7 @@ class _EndlessList:
                     '<ETag>"e"</ETag><Size>128</Size><StorageClass>STANDARD</StorageClass>'
                     '</Contents></ListBucketResult>').encode())
 
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-        self.endpoint = f"127.0.0.1:{self.server.server_address[1]}"
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        self.serve(Handler)
 
 
 def _discover_in_a_child(endpoint: str, signed: bool) -> "subprocess.Popen":
@@ -476,8 +478,7 @@ def test_a_list_that_never_ends_is_an_error_or_ends_with_ctrl_c(signed):
     is asked after it."""
     import signal
 
-    repeat = _EndlessList("repeat")
-    try:
+    with _EndlessList("repeat") as repeat:
         proc = _discover_in_a_child(repeat.endpoint, signed)
         out, err = _output_within(proc, 60, lambda: f"discovery still listing after 60 s "
                                   f"({repeat.lists} LISTs)")
@@ -486,11 +487,8 @@ def test_a_list_that_never_ends_is_an_error_or_ends_with_ctrl_c(signed):
         asked = repeat.lists
         time.sleep(0.5)
         assert repeat.lists == asked <= 10  # a page or two asked ahead, then none
-    finally:
-        repeat.close()
 
-    endless = _EndlessList("new")
-    try:
+    with _EndlessList("new") as endless:
         proc = _discover_in_a_child(endless.endpoint, signed)
         deadline = time.monotonic() + 60
         while endless.lists < 20 and time.monotonic() < deadline and proc.poll() is None:
@@ -504,11 +502,9 @@ def test_a_list_that_never_ends_is_an_error_or_ends_with_ctrl_c(signed):
         asked = endless.lists
         time.sleep(0.5)
         assert endless.lists <= asked + 1
-    finally:
-        endless.close()
 
 
-class _GzipsRanges:
+class _GzipsRanges(_Endpoint):
     """An S3 endpoint of one object, s3://b/a.npy (`rows` zero bytes of uint8), whose HEAD and
     first bytes are honest and whose every later ranged GET is the gzip of the range with
     Content-Encoding: gzip (an encoding nobody asked for). Its bucket's HEAD names no region."""
@@ -517,8 +513,8 @@ class _GzipsRanges:
         import gzip
         import http.server
         import re
-        import threading
 
+        super().__init__()
         buf = io.BytesIO()
         np.save(buf, np.zeros(rows, np.uint8))
         data = buf.getvalue()
@@ -555,14 +551,7 @@ class _GzipsRanges:
                 self.end_headers()
                 self.wfile.write(body)
 
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-        self.endpoint = f"127.0.0.1:{self.server.server_address[1]}"
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        self.serve(Handler)
 
 
 @pytest.mark.parametrize("client,rows", [
@@ -586,8 +575,7 @@ def test_a_ranged_get_in_a_content_encoding_is_refused_on_both_s3_paths(client, 
         monkeypatch.setenv(k, v)
     for k in ("AWS_REGION", "AWS_DEFAULT_REGION"):
         monkeypatch.delenv(k, raising=False)
-    server = _GzipsRanges(rows)
-    try:
+    with _GzipsRanges(rows) as server:
         options = {"endpoint_override": server.endpoint, "scheme": "http"}
         if client == "signed":
             options["region"] = "us-east-1"
@@ -598,8 +586,6 @@ def test_a_ranged_get_in_a_content_encoding_is_refused_on_both_s3_paths(client, 
         with pytest.raises(shardload.ShardReadError, match=said) as e:
             layout.read(1, rows)
         assert "s3://b/a.npy" in str(e.value)
-    finally:
-        server.close()
 
 
 

@@ -3,13 +3,12 @@ URL's query, raw in storage_options= or --storage-option) would add header lines
 requests the value goes into (the key in the Authorization header, the region in its scope, a
 session token as a header of its own). Each is refused by the one parse, naming the option and
 never its value, before any request."""
-import http.server
 import subprocess
-import threading
 
 import pytest
 
 import shardload
+from closing_server import recording
 
 SECRET = "SECRETsk1234567"
 
@@ -17,26 +16,8 @@ SECRET = "SECRETsk1234567"
 @pytest.fixture
 def endpoint():
     """A server on 127.0.0.1 that records every request it receives (and answers 404)."""
-    seen = []
-
-    class Recorder(http.server.BaseHTTPRequestHandler):
-        def log_message(self, *args):
-            pass
-
-        def _any(self):
-            seen.append([self.requestline] + [f"{k}: {v}" for k, v in self.headers.items()])
-            self.send_response(404)
-            self.send_header("Content-Length", "0")
-            self.end_headers()
-
-        do_GET = do_HEAD = do_PUT = do_POST = do_DELETE = _any
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Recorder)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"127.0.0.1:{server.server_address[1]}", seen
-    server.shutdown()
-    thread.join()
+    with recording() as (ep, seen):
+        yield ep, seen
 
 
 def options(ep, **over):
