@@ -452,6 +452,24 @@ std::size_t mark_before(std::string_view text, std::size_t i) {
   for (const std::size_t n : {std::size_t{6}, std::size_t{4}, std::size_t{2}}) {
     if (i >= n && text[i - n] == '\\' && blank_at(text, i - n) == n) return n;
   }
+  // A "\uHHHH" escape (JSON's, printable()'s) of a code point that is a mark itself: JSON
+  // writes "http", U+2236 RATIO, "//" as "http\u2236//".
+  if (i >= 6 && text[i - 6] == '\\' && text[i - 5] == 'u') {
+    unsigned cp = 0;
+    bool hex = true;
+    for (std::size_t k = i - 4; k < i && hex; ++k) {
+      const int h = hex_value(text[k]);
+      hex = h >= 0;
+      cp = cp * 16 + static_cast<unsigned>(h < 0 ? 0 : h);
+    }
+    if (hex && cp != 0) {
+      const bool mark = cp < 0x80 ? std::isalnum(static_cast<int>(cp)) == 0 &&
+                                        !is_space(static_cast<char>(cp)) && cp != '/' && cp != '\\'
+                                  : std::find(kSlashLookAlikes.begin(), kSlashLookAlikes.end(),
+                                              cp) == kSlashLookAlikes.end();
+      if (mark) return 6;
+    }
+  }
   const unsigned char c = static_cast<unsigned char>(text[i - 1]);
   if (c < 0x80) {
     return std::isalnum(c) != 0 || is_space(static_cast<char>(c)) || c == '/' || c == '\\' ? 0 : 1;
@@ -560,9 +578,10 @@ SchemeMark next_scheme_mark(std::string_view text, std::size_t from, ColonMarks&
   return {colons.found, std::string_view::npos, false};
 }
 
-// An '@' spelled otherwise: percent-encoded, the full-width and the small look-alike (U+FF20,
-// U+FE6B).
-constexpr std::array<std::string_view, 3> kAtSpellings = {"%40", "\xEF\xBC\xA0", "\xEF\xB9\xAB"};
+// An '@' spelled otherwise: percent-encoded, once or twice ("%40", "%2540": a URL encoded
+// into another's query, then again), the full-width and the small look-alike (U+FF20, U+FE6B).
+constexpr std::array<std::string_view, 4> kAtSpellings = {"%40", "%2540", "\xEF\xBC\xA0",
+                                                          "\xEF\xB9\xAB"};
 
 // The password of each URL's user part ("scheme://user:password@host"), and a user part
 // without a password whole (it is then a token: "https://TOKEN@host" is how some servers
@@ -694,21 +713,17 @@ std::string redact_user_info(std::string_view text, std::vector<std::string>& hi
       }
     }
     if (at == std::string_view::npos && !authority.empty() && authority[0] != '[') {
-      // "user:pass%40host", "user:pass\uFF20host", "user:pass\uFE6Bhost": the '@' spelled as
-      // the slashes and colons above may be (percent-encoded, a full-width or small
-      // look-alike; the URL does not work). What follows the ':' is no port, so the password
-      // goes, to the last such '@'.
-      const std::size_t colon = authority.find(':');
-      const std::string_view port =
-          colon == std::string_view::npos ? std::string_view() : authority.substr(colon + 1);
-      if (!port.empty() && port.find_first_not_of("0123456789") != std::string_view::npos) {
-        std::size_t last = std::string_view::npos;
-        for (const std::string_view alike : kAtSpellings) {
-          const std::size_t k = port.rfind(alike);
-          if (k != std::string_view::npos && (last == std::string_view::npos || k > last)) last = k;
-        }
-        if (last != std::string_view::npos && last != 0) at = colon + 1 + last;
+      // "user:pass%40host", "TOKEN%40host", "TOKEN\uFF20host:443", "user:pass%2540host": the
+      // '@' spelled as the slashes and colons above may be (percent-encoded, once or twice, a
+      // full-width or small look-alike; the URL does not work). No host name holds one, so the
+      // authority's last such '@' ends a user part: a password after a ':', else a token
+      // (after bare slashes, which may be a path's, only a password; as for a real '@').
+      std::size_t last = std::string_view::npos;
+      for (const std::string_view alike : kAtSpellings) {
+        const std::size_t k = authority.rfind(alike);
+        if (k != std::string_view::npos && (last == std::string_view::npos || k > last)) last = k;
       }
+      if (last != std::string_view::npos && last != 0) at = last;
     }
     if (at == std::string_view::npos || at == 0) continue;
     const std::size_t colon = text.substr(start, at).find(':');
@@ -738,14 +753,20 @@ std::string redact_user_info(std::string_view text, std::vector<std::string>& hi
 // it is one. An echo ends at an '@' (the authority's end); the word before it is looked at
 // once, back to the previous '@', quote or space, so a text costs its length.
 std::string hide_echoes(std::string text, const std::vector<std::string>& hidden) {
+  // Each as given and percent-decoded (the password as the store may quote it), in lower case:
+  // libcurl quotes a host name it could not resolve folded to lower case, user part and all
+  // where the '@' was a look-alike ("Could not resolve host: token@h").
+  const auto lower = [](std::string v) {
+    for (char& c : v) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    return v;
+  };
   std::unordered_set<std::string> secrets;
   for (const std::string& h : hidden) {
-    secrets.insert(h);
-    std::string decoded = percent_decoded(h);  // the password as the store may quote it
-    if (decoded != h) secrets.insert(std::move(decoded));
+    secrets.insert(lower(h));
+    secrets.insert(lower(percent_decoded(h)));
   }
   const auto is_secret = [&](std::string_view word) {
-    return secrets.count(std::string(word)) != 0;
+    return secrets.count(lower(std::string(word))) != 0;
   };
   std::string out;
   out.reserve(text.size());

@@ -118,7 +118,7 @@ TEST(RedactSecrets, AUserPartAfterTwoSlashesInAnySpellingIsHidden) {
 TEST(RedactSecrets, APasswordBeforeAnAtSpelledOtherwiseIsHidden) {
   // The '@' percent-encoded or a look-alike (U+FF20, U+FE6B), as the slashes and the colon may
   // be: what follows the ':' is no port, so it is a password.
-  for (const std::string at : {"%40", "\uff20", "\ufe6b"}) {
+  for (const std::string at : {"%40", "%2540", "\uff20", "\ufe6b"}) {
     EXPECT_EQ(redact_secrets("loading http://alice:Pw9secretZQ" + at + "127.0.0.1:9/d/x.npy: x"),
               "loading http://alice:***" + at + "127.0.0.1:9/d/x.npy: x");
     EXPECT_EQ(redact_secrets("https://alice:Pw9secretZQ" + at + "h/x.npy"),
@@ -127,6 +127,47 @@ TEST(RedactSecrets, APasswordBeforeAnAtSpelledOtherwiseIsHidden) {
   // A port, or an encoded '@' in the path, is not a password.
   for (const std::string text :
        {"http://h:9/a%40b/x.npy", "s3://b/k%40v.npy", "http://h/a:b%40c"}) {
+    EXPECT_EQ(redact_secrets(text), text);
+  }
+}
+
+TEST(RedactSecrets, ATokenBeforeAnAtSpelledOtherwiseIsHidden) {
+  // A user part without a password, its '@' percent-encoded (once or twice) or a look-alike:
+  // no host name holds one, so what is before it is a token, with a port after it too.
+  for (const std::string at : {"%40", "%2540", "\uff20", "\ufe6b"}) {
+    EXPECT_EQ(redact_secrets("loading https://Pw9secretZQ" + at + "127.0.0.1:9/x.npy: x"),
+              "loading https://***" + at + "127.0.0.1:9/x.npy: x");
+    EXPECT_EQ(redact_secrets("s3://Pw9secretZQ" + at + "bkt/x.npy?region=us-east-1"),
+              "s3://***" + at + "bkt/x.npy?region=us-east-1");
+    EXPECT_EQ(redact_secrets("http\u2236//Pw9secretZQ" + at + "h/x"),
+              "http\u2236//***" + at + "h/x");
+    // After bare slashes (a path's, maybe), only a password: a path's "v%40" stays.
+    for (const std::string text : {"/data//v" + at + "2/x.npy", "x.npy: //d/e" + at + "f",
+                                   "data/v" + at + "2.npy", "s3://b/k" + at + "v.npy"}) {
+      EXPECT_EQ(redact_secrets(text), text);
+    }
+  }
+  // The echo of a token whose '@' was a look-alike, in a store's or libcurl's words (the
+  // latter folds the host name to lower case).
+  EXPECT_EQ(redact_secrets("s3://Pw9secretZQ%40bkt/x.npy: When resolving region for bucket "
+                           "'Pw9secretZQ@bkt': failed"),
+            "s3://***%40bkt/x.npy: When resolving region for bucket '***@bkt': failed");
+  EXPECT_EQ(redact_secrets("https://Pw9secretZQ\uff20h/x.npy: Could not resolve host: "
+                           "pw9secretzq@h"),
+            "https://***\uff20h/x.npy: Could not resolve host: ***@h");
+}
+
+TEST(RedactSecrets, AUrlWrittenWithJsonEscapesIsReadAsWritten) {
+  // JSON writes a look-alike colon as "\u2236": a mark after the scheme's name as the
+  // character itself is, so the user part after the slashes is a URL's (here a token's whole,
+  // its own ':' being a look-alike too).
+  EXPECT_EQ(redact_secrets("loading {\"url\": \"http\\u2236//alice\\u2236Pw9secretZQ@h:9/"
+                           "x.npy\"}: no number field"),
+            "loading {\"url\": \"http\\u2236//***@h:9/x.npy\"}: no number field");
+  EXPECT_EQ(redact_secrets("{\"u\": \"http\\u003a//alice:Pw9secretZQ@h/x\"}"),
+            "{\"u\": \"http\\u003a//alice:***@h/x\"}");
+  // An escape of a letter or digit is no mark: "x\u0041//v@2" stays a path.
+  for (const std::string text : {"/d/x\\u0041//v@2/x.npy", "/d/\\u2236//v@2/x.npy"}) {
     EXPECT_EQ(redact_secrets(text), text);
   }
 }

@@ -1016,3 +1016,31 @@ def test_a_mistyped_urls_password_is_hidden_from_every_output(tmp_path, monkeypa
         outs.append(run(cli, *argv, ok=False))
     for out in outs:
         assert_hidden(out, "***@127.0.0.1:9/x.npy")
+
+
+_AT_SPELLINGS = ["%40", "%2540", "\uff20", "\ufe6b"]
+
+
+@pytest.mark.parametrize("text", [
+    *[f"https://tok-{MARK}{at}127.0.0.1:9/x.npy" for at in _AT_SPELLINGS],
+    *[f"http://alice:pw-{MARK}{at}127.0.0.1:9/x.npy" for at in _AT_SPELLINGS],
+    *[f"s3://tok-{MARK}{at}bkt/x.npy?endpoint_override=127.0.0.1:9&scheme=http&region=r"
+      for at in _AT_SPELLINGS],
+    '{"url": "http\\u2236//alice\\u2236pw-' + MARK + '@127.0.0.1:9/x.npy"}',
+])
+def test_a_user_part_whose_at_is_spelled_otherwise_is_hidden_from_every_output(tmp_path,
+                                                                               monkeypatch, cli,
+                                                                               text):
+    """Hostile pass 18, fault 2: a user part whose '@' is percent-encoded (once or twice) or a
+    look-alike (U+FF20, U+FE6B), a token alone too, and a mistyped URL written with JSON's
+    escapes ("http\\u2236//alice\\u2236PW@host": its look-alike colons) were shown with the
+    secret in discover's error and the command line's inspect (plain and --json)."""
+    monkeypatch.chdir(tmp_path)
+    outs = []
+    with pytest.raises(Exception) as e:
+        shardload.discover(text)
+    outs.append(f"{e.value!s} {e.value!r} {getattr(e.value, 'filename', '')}")
+    for argv in (["inspect", text], ["inspect", "--json", text]):
+        outs.append(run(cli, *argv, ok=False))
+    for out in outs:
+        assert_hidden(out, "***")
