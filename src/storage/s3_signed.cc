@@ -158,15 +158,13 @@ std::string describe(const CurlOutcome& o, const std::string& body) {
 // x-amz-bucket-region names it, a HEAD's only word; a 400 AuthorizationHeaderMalformed whose
 // XML names it), what to do about it: the request went to, or was signed for, the region the
 // URL, the environment or the config file gave.
-bool is_region_name(const std::string& s);
-
 std::string describe(const CurlAnswer& a) {
   std::string text = describe(a.outcome, a.error_body);
   if (a.outcome.curl != CURLE_OK || a.outcome.http < 300 || a.outcome.http >= 500) return text;
   std::string region = a.headers.bucket_region;
   if (region.empty()) region = xml_field(a.error_body, "Region");
   // A name no region has (a lying server's text) is not offered as the region= to add.
-  if (!is_region_name(region)) return text;
+  if (!is_region_name(region, kAwsRegionChars)) return text;
   return text + " (the bucket is in region " + region + ": add region=" + region +
          " to the URL's query or storage_options)";
 }
@@ -233,17 +231,6 @@ CurlRequest request_for(const S3Endpoint& ep, const std::string& key, const char
   return req;
 }
 
-// Whether `s` can be a region's name: a region goes into AWS's host names
-// (BUCKET.s3.REGION.amazonaws.com), so one a server sends must not be able to name another
-// host ("evil.example/", "x@y", ...).
-bool is_region_name(const std::string& s) {
-  if (s.empty() || s.size() > 63) return false;
-  for (const char c : s) {
-    if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-')) return false;
-  }
-  return true;
-}
-
 // The bucket's region as the store says it, where neither the options, the environment nor
 // the config file give one: the x-amz-bucket-region of an unsigned HEAD of the bucket (as
 // Arrow's client asks, and as S3 answers it with a 200, a 301 and a 403 alike). On AWS (no
@@ -285,7 +272,8 @@ std::optional<std::string> bucket_region(const std::string& scheme, const std::s
   const CurlAnswer a = curl_perform(req, nullptr, 0, 0, nullptr);
   std::string region;
   if (a.outcome.curl == CURLE_OK && a.outcome.http != 0) {
-    region = is_region_name(a.headers.bucket_region) ? a.headers.bucket_region : fallback;
+    region = is_region_name(a.headers.bucket_region, kAwsRegionChars) ? a.headers.bucket_region
+                                                                      : fallback;
     if (!region.empty()) {
       std::lock_guard lock(mu);
       known.emplace(req.url, region);

@@ -113,11 +113,7 @@ Status no_control_characters(const std::string& url, const std::string& key,
 // S3-compatible servers).
 Status region_name_only(const std::string& url, const std::string& value) {
   const std::string region = percent_decoded(value);
-  const bool ok = region.size() <= 63 && std::all_of(region.begin(), region.end(), [](char c) {
-                    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-                           (c >= '0' && c <= '9') || c == '-' || c == '_';
-                  });
-  if (ok) return Status::ok();
+  if (region.empty() || is_region_name(region, kRegionChars)) return Status::ok();
   return file_error(ErrorCode::kInvalidArgument, url,
                     "bad object-storage URL or options: region must be a region's name (up to 63 "
                     "letters, digits, '-' and '_'): it goes into the host name of AWS's "

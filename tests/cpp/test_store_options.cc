@@ -136,6 +136,40 @@ TEST(StoreOptionTable, AValueOutsideItsRowsRangeIsRefusedNamingTheKeyAndTheRange
   }
 }
 
+// One check of a region's name, with the alphabet of its source: the store options take the
+// custom names of S3-compatible servers too (upper case, '_'); a region the S3 client reads
+// from a server's answer is offered only when it is one of AWS's.
+TEST(RegionName, OneCheckWithTheAlphabetOfItsSource) {
+  using detail::is_region_name;
+  using detail::kAwsRegionChars;
+  using detail::kRegionChars;
+  EXPECT_TRUE(is_region_name("eu-west-1", kAwsRegionChars));
+  EXPECT_TRUE(is_region_name("eu-west-1", kRegionChars));
+  EXPECT_TRUE(is_region_name(std::string(63, 'z'), kAwsRegionChars));
+  EXPECT_FALSE(is_region_name("My_Region-2", kAwsRegionChars));
+  EXPECT_TRUE(is_region_name("My_Region-2", kRegionChars));
+  for (const std::string bad :
+       {std::string(), std::string(64, 'a'), std::string("x@h:1/#"), std::string("evil.example/"),
+        std::string("a b"), std::string("a\nb"), std::string("r%40h")}) {
+    SCOPED_TRACE(bad);
+    EXPECT_FALSE(is_region_name(bad, kAwsRegionChars));
+    EXPECT_FALSE(is_region_name(bad, kRegionChars));
+  }
+  // The option's parse: a custom name and an empty value (the default) are taken; a character
+  // that could name another host is refused naming the URL.
+  StoreOptions o;
+  for (const char* ok : {"?region=My_Region-2", "?region="}) {
+    auto rest = detail::take_store_options("s3://b/k", ok, &o, true);
+    ASSERT_TRUE(rest.is_ok()) << ok << ": " << rest.status().message();
+    EXPECT_EQ(*rest, ok);
+  }
+  auto bad = detail::take_store_options("s3://b/k", "?region=x%40h%3A1", &o, true);
+  ASSERT_FALSE(bad.is_ok());
+  EXPECT_NE(bad.status().message().find("s3://b/k"), std::string::npos);
+  EXPECT_NE(bad.status().message().find("region must be a region's name"), std::string::npos)
+      << bad.status().message();
+}
+
 TEST(StoreOptionTable, TheSecretRowsAreTheOnesRedactSecretsHides) {
   for (const auto& row : store_option_table()) {
     SCOPED_TRACE(row.name);

@@ -15,6 +15,20 @@
 
 namespace shardload::detail {
 
+// The characters of a region's name: AWS's (lower-case letters, digits and '-'), and what the
+// custom names of S3-compatible servers may hold besides (upper-case letters and '_').
+inline constexpr std::string_view kAwsRegionChars = "abcdefghijklmnopqrstuvwxyz0123456789-";
+inline constexpr std::string_view kRegionChars =
+    "abcdefghijklmnopqrstuvwxyz0123456789-ABCDEFGHIJKLMNOPQRSTUVWXYZ_";
+
+// Whether `s` can be a region's name written with `alphabet` (kAwsRegionChars, kRegionChars): 1
+// to 63 of its characters. A region goes into the host name of AWS's endpoint
+// (BUCKET.s3.REGION.amazonaws.com), so no other character may pass: one could name another
+// host ("x@HOST:PORT/#", "evil.example/").
+inline bool is_region_name(std::string_view s, std::string_view alphabet) {
+  return !s.empty() && s.size() <= 63 && s.find_first_not_of(alphabet) == std::string_view::npos;
+}
+
 // FNV-1a: the same hash of an ETag in every process of a run (discovery and the tasks may
 // be different processes), which std::hash does not promise.
 std::uint64_t fnv1a(std::string_view s);
