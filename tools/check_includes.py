@@ -146,6 +146,15 @@ def check(path: pathlib.Path, public: dict[str, str]) -> list[str]:
     return problems
 
 
+def digit_separator(line: str, i: int) -> bool:
+    """Whether the ' at `i` separates digits of a number (C++14: 1'024, 0xFF'FF), which
+    begins no character literal: the token it sits in starts with a digit."""
+    start = i
+    while start > 0 and (line[start - 1].isalnum() or line[start - 1] in "_'"):
+        start -= 1
+    return line[start].isdigit() and i + 1 < len(line) and line[i + 1].isalnum()
+
+
 def code_of(line: str) -> str:
     """`line` without its // comment; a "//" inside a string or character literal is code."""
     quote = ""
@@ -157,6 +166,8 @@ def code_of(line: str) -> str:
                 i += 1
             elif c == quote:
                 quote = ""
+        elif c == "'" and digit_separator(line, i):
+            pass
         elif c in "\"'":
             quote = c
         elif line.startswith("//", i):

@@ -134,6 +134,21 @@ def test_a_path_tested_against_a_schemes_prefix_outside_storage_is_refused(
             "layer; ask the store what you need to know instead") in got.stdout
 
 
+def test_a_digit_separator_begins_no_character_literal(tmp_path: pathlib.Path) -> None:
+    # C++14's 1'024 and 0xFF'FF: the ' was taken for a character literal's, so the comment
+    # after it was read as code (a scheme test in it refused) until the line's end.
+    root = _tree(tmp_path, {
+        **_HEADERS,
+        "src/engine/layout.cc": "constexpr int kN = 1'024;  // not p.starts_with(\"s3://\")\n"
+                                "int m = 0xFF'FF; bool f(const S& p) { return p.rfind(\"s3://\", 0) "
+                                "== 0; }\n"
+                                "char q = '\\''; char u = u8'a';  // p.find(\"s3://\")\n",
+    })
+    got = _run(root)
+    flagged = sorted(line.split(": ", 1)[0] for line in got.stdout.splitlines()[:-1])
+    assert flagged == ["src/engine/layout.cc:2"], got.stdout
+
+
 def test_a_python_module_testing_a_paths_scheme_outside_argument_parsing_is_refused(
         tmp_path: pathlib.Path) -> None:
     # The Python package asks the binding (_core.path_traits, split_options, join_key) as C++
