@@ -65,7 +65,6 @@ import bisect
 import hashlib
 import logging
 import os
-import re
 import socket
 import sys
 import threading
@@ -513,10 +512,6 @@ def _on_units(layout: Layout, rows: int) -> list[int]:
     return bounds
 
 
-# A URL's scheme: object storage, which a save that several processes fill does not write.
-_URL = re.compile(rb"^[A-Za-z][A-Za-z0-9+.-]*://")
-
-
 def save(
     x: "dask.array.Array",
     dest: "_save.PathLike",
@@ -576,7 +571,9 @@ def save(
     path, _ = _save._arguments(dest, num_shards=None, shard_rows=None, format=format,
                                overwrite=overwrite, manifest=manifest, checksum=checksum,
                                info=None, storage_options=None)
-    if _URL.match(path):
+    if not _core.path_traits(path).kernel_files:
+        # A store's keys (object storage), which a save that several processes fill does not
+        # write; a scheme no store serves is refused by the save's own check of `dest`.
         raise NotImplementedError(
             "save: shardload.dask.save writes to a directory only, found "
             f"{_core.redact_secrets(repr(os.fsdecode(path)))}; "

@@ -242,6 +242,24 @@ def test_arguments_are_checked_as_shardload_save_checks_them(tmp_path):
     assert os.listdir(tmp_path) == []
 
 
+@pytest.mark.parametrize("dest,error,found", [
+    ("s3://bucket/prefix/", NotImplementedError, "writes to a directory only"),
+    ("https://h/prefix/", NotImplementedError, "writes to a directory only"),
+    ("gs://bucket/prefix/", ValueError, "the gs:// scheme is not supported"),
+    ("http:/h/prefix/", ValueError, "a URL needs two slashes after the scheme"),
+])
+def test_a_destination_no_directory_names_is_refused_as_its_store_says(tmp_path, monkeypatch,
+                                                                        dest, error, found):
+    """A store's keys (s3://, http(s)://) are no directory that every worker writes into; a
+    scheme no store serves, or a mistyped URL, is no store at all and is refused as save
+    refuses it (it was taken for object storage by its "SCHEME://" and told to save with
+    shardload.numpy.save, which refuses it too). Nothing is written."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(error, match=found):
+        sdask.save(da.from_array(np.ones((4, 2)), chunks=2), dest)
+    assert os.listdir(tmp_path) == []
+
+
 def test_a_damaged_handle_touches_nothing(tmp_path):
     handle = _core.staged_save_begin(os.fsencode(tmp_path / "d"), [4, 2], "int32", [4], "npy",
                                      False, True, "none")
