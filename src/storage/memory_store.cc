@@ -1,6 +1,7 @@
 // The in-memory store: the drivers' reference in the contract tests, and the store a test
 // injects faults with (failing, short, changing, slow reads).
 #include <algorithm>
+#include <condition_variable>
 #include <cstring>
 #include <mutex>
 #include <string>
@@ -42,13 +43,23 @@ Result<std::size_t> MemoryStore::read(std::string_view key, std::uint64_t offset
                                       std::span<std::byte> dst, std::string_view if_generation) {
   SHARDLOAD_RETURN_IF_ERROR(check_store_key(key));
   std::chrono::milliseconds delay{0};
+  bool hang = false;
   {
     std::lock_guard lock(mu_);
     ++reads_;
-    if (auto f = faults_.find(key); f != faults_.end()) delay = f->second.delay;
+    if (auto f = faults_.find(key); f != faults_.end()) {
+      delay = f->second.delay;
+      hang = f->second.hang;
+    }
   }
   if (delay.count() > 0) std::this_thread::sleep_for(delay);
-  std::lock_guard lock(mu_);
+  std::unique_lock lock(mu_);
+  if (hang) {
+    unhung_.wait(lock, [&] {
+      const auto f = faults_.find(key);
+      return f == faults_.end() || !f->second.hang;
+    });
+  }
   std::size_t short_by = 0;
   if (auto f = faults_.find(key); f != faults_.end()) {
     if (f->second.fail_times > 0) {
@@ -389,6 +400,7 @@ std::uint64_t MemoryStore::steps() const {
 void MemoryStore::inject(std::string key, MemoryFault fault) {
   std::lock_guard lock(mu_);
   faults_[std::move(key)] = std::move(fault);
+  unhung_.notify_all();
 }
 
 std::uint64_t MemoryStore::reads() const {

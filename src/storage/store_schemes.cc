@@ -220,6 +220,9 @@ int errno_of(const Status& st) {
   return st.sys_errno() != 0 ? st.sys_errno() : EIO;
 }
 
+class StoreIo;
+StoreIo* the_adapter();
+
 // The adapter: the RemoteIo that posix_io() routes every registered scheme's paths to. It
 // reads a key through the Store the registry makes for its URL: a store driver's Store through
 // its calls (stat, ranged read under a generation, list), a built-in driver's through the
@@ -401,6 +404,8 @@ class StoreIo final : public RemoteIo {
     std::string generation;  // the reads' condition ("" none)
     std::uint64_t size = 0;
     std::chrono::milliseconds deadline{0};
+    std::size_t max_late = 1;       // the scheme's max_late_reads
+    std::string location;           // the store's, for messages (redacted)
     RemoteIo* transport = nullptr;  // a built-in driver's store: its transport's descriptor
     int transport_fd = -1;
   };
@@ -434,6 +439,8 @@ class StoreIo final : public RemoteIo {
     o->generation = std::move(generation);
     o->size = size;
     o->deadline = w.entry->scheme.read_deadline;
+    o->max_late = std::max<std::size_t>(1, w.entry->scheme.max_late_reads);
+    o->location = std::move(w.location);
     return insert(std::move(o));
   }
 
@@ -460,52 +467,83 @@ class StoreIo final : public RemoteIo {
 
   // The read as a job of the process's work pool (the storage context's: no thread of its
   // own) into a buffer of its own, waited for until the deadline (or an interrupt): a read
-  // that answers later writes nothing of the caller's, and holds a pool thread until then.
+  // that answers later writes nothing of the caller's. The deadline holds whatever the pool
+  // holds: a job that no thread started by then is never run (nor sent), and the waiter never
+  // runs it itself (with no limit). A read past its deadline holds a pool thread until the
+  // store answers, and counts as the store's late read until then; a store with max_late of
+  // them is sent no more reads (refused at once), so that one that hangs holds that many
+  // threads of the pool, not all of them (whose jobs every other load of the process shares).
   static Result<std::size_t> read_by_deadline(const Open& o, void* buf, std::size_t n,
                                               std::uint64_t offset) {
+    StoreIo* const io = the_adapter();
+    if (const std::size_t late = io->late_reads(o.store.get()); late >= o.max_late) {
+      return file_error(
+          ErrorCode::kIo, o.shown,
+          "refused without a request: the store " + o.location + " has not answered " +
+              std::to_string(late) + " earlier reads past their read deadline of " +
+              std::to_string(o.deadline.count()) +
+              " ms, and each still holds a thread of the process's work pool (a store may hold " +
+              std::to_string(o.max_late) +
+              ", its scheme's max_late_reads); its reads are refused until one of them answers",
+          EBUSY);
+    }
     struct Pending {
       std::mutex mu;
       std::condition_variable cv;
       std::optional<Result<std::size_t>> got;
       std::vector<std::byte> bytes;
+      bool started = false;  // a pool thread sent it
+      bool gave_up = false;  // its waiter returned (deadline, interrupt): what it brings is dropped
     };
     auto p = std::make_shared<Pending>();
-    p->bytes.resize(n);
     std::shared_ptr<Job> job;
     try {
+      p->bytes.resize(n);
       job = StorageContext::process().pool().submit(
-          [p, store = o.store, key = o.key, generation = o.generation, offset] {
+          [p, io, store = o.store, key = o.key, generation = o.generation, offset] {
+            {
+              std::lock_guard lock(p->mu);
+              if (p->gave_up) return;  // started after its deadline: never sent
+              p->started = true;
+            }
             Result<std::size_t> r = store->read(key, offset, p->bytes, generation);
             std::lock_guard lock(p->mu);
+            if (p->gave_up) {
+              io->count_late(store.get(), -1);  // its waiter counted it late
+              return;
+            }
             p->got.emplace(std::move(r));
             p->cv.notify_all();
           });
-    } catch (const std::bad_alloc&) {  // nothing to queue it with: read here, without a limit
-      return o.store->read(o.key, offset, std::span<std::byte>(static_cast<std::byte*>(buf), n),
-                           o.generation);
+    } catch (const std::bad_alloc&) {  // nothing to queue it with: not read without its deadline
+      return file_error(ErrorCode::kIo, o.shown, "out of memory to queue the read", ENOMEM);
     }
     const auto until = std::chrono::steady_clock::now() + o.deadline;
     std::unique_lock lock(p->mu);
-    for (bool first = true; !p->got.has_value(); first = false) {
-      // A job no thread took by the first tick has no thread to be had (the pool starts one
-      // for a job queued while none is idle): it runs here, without a limit, as a read would.
-      if (!first) {
-        lock.unlock();
-        const bool ran_here = job->run_if_queued();
-        lock.lock();
-        if (ran_here) continue;
-      }
+    // The waiter's end before an answer: a read sent is late from now on; one not sent never
+    // will be (claimed here, it ends at once).
+    auto give_up = [&](Status st) -> Result<std::size_t> {
+      p->gave_up = true;
+      if (p->started) io->count_late(o.store.get(), +1);
+      lock.unlock();
+      (void)job->run_if_queued();
+      return st;
+    };
+    while (!p->got.has_value()) {
       if (interrupt_requested()) {
-        return file_error(ErrorCode::kIo, o.shown, "interrupted", ECANCELED);
+        return give_up(file_error(ErrorCode::kIo, o.shown, "interrupted", ECANCELED));
       }
       const auto now = std::chrono::steady_clock::now();
       if (now >= until) {
-        return file_error(ErrorCode::kIo, o.shown,
-                          "no answer within the read deadline of " +
-                              std::to_string(o.deadline.count()) + " ms (a read of " +
-                              std::to_string(n) + " bytes at offset " + std::to_string(offset) +
-                              ")",
-                          ETIMEDOUT);
+        return give_up(file_error(
+            ErrorCode::kIo, o.shown,
+            "no answer within the read deadline of " + std::to_string(o.deadline.count()) +
+                " ms (a read of " + std::to_string(n) + " bytes at offset " +
+                std::to_string(offset) + ")" +
+                (p->started ? ""
+                            : "; it was never sent: no thread of the process's work pool was "
+                              "free to send it"),
+            ETIMEDOUT));
       }
       p->cv.wait_until(lock, std::min(until, now + std::chrono::milliseconds(50)));
     }
@@ -515,8 +553,23 @@ class StoreIo final : public RemoteIo {
     return **p->got;
   }
 
+  // The reads of a store past their deadline that its answer has not ended (read_by_deadline),
+  // by store: a store counted here is kept by those reads' jobs.
+  std::size_t late_reads(const Store* store) {
+    std::lock_guard lock(mu_);
+    const auto it = late_.find(store);
+    return it == late_.end() ? 0 : it->second;
+  }
+  void count_late(const Store* store, int by) {
+    std::lock_guard lock(mu_);
+    std::size_t& n = late_[store];
+    n = by > 0 ? n + 1 : n - 1;
+    if (n == 0) late_.erase(store);
+  }
+
   std::mutex mu_;
   std::unordered_map<int, std::shared_ptr<const Open>> files_;
+  std::unordered_map<const Store*, std::size_t> late_;  // under mu_ (late_reads)
   int next_fd_ = kRemoteFdBase;
   static thread_local std::string t_read_error;
   static thread_local RemoteIo* t_read_by;  // the transport of this thread's last pread
@@ -526,6 +579,8 @@ class StoreIo final : public RemoteIo {
   // (every remote read passes through here, on any thread, while a DataLoader forks).
   static void before_fork();
   static void after_fork();
+  // The child has none of its parent's threads: no read of its own is late.
+  static void after_fork_child();
 };
 
 thread_local std::string StoreIo::t_read_error;
@@ -535,7 +590,7 @@ StoreIo* the_adapter() {
   // Never destroyed: keys may be open in other threads until the very end.
   static auto* io = [] {
     auto* made = new StoreIo();
-    ::pthread_atfork(&StoreIo::before_fork, &StoreIo::after_fork, &StoreIo::after_fork);
+    ::pthread_atfork(&StoreIo::before_fork, &StoreIo::after_fork, &StoreIo::after_fork_child);
     return made;
   }();
   return io;
@@ -543,6 +598,11 @@ StoreIo* the_adapter() {
 
 void StoreIo::before_fork() { the_adapter()->mu_.lock(); }
 void StoreIo::after_fork() { the_adapter()->mu_.unlock(); }
+void StoreIo::after_fork_child() {
+  StoreIo* const io = the_adapter();
+  io->late_.clear();
+  io->mu_.unlock();
+}
 
 RemoteIo* the_store_io() { return the_adapter(); }
 

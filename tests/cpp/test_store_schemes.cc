@@ -6,12 +6,16 @@
 #include <gtest/gtest.h>
 
 #include <cerrno>
+#include <chrono>
+#include <condition_variable>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -365,6 +369,155 @@ TEST_F(StoreSchemes, AReadUnderADeadlineRunsOnTheContextsPool) {
   // An answer in time is the read's: the same file read again gives its bytes.
   ASSERT_TRUE(f->read_exact(head.data(), head.size(), 0));
   EXPECT_EQ(head.substr(1, 5), "NUMPY");
+}
+
+// A store that does not answer, registered with a read deadline, read through its adapter:
+// its key opened before it hangs, and the pool's threads, waited for until no job runs (an
+// earlier test's late read may still hold one). Its hang is let go of at the end.
+class HungStore : public ::testing::Test {
+ protected:
+  static constexpr const char* kKey = "ds/shard_0000.npy";
+
+  void open(const std::string& scheme, std::size_t max_late_reads) {
+    scheme_ = scheme;
+    store_ = std::make_shared<MemoryStore>(scheme + "://bucket/");
+    ASSERT_TRUE(store_->write(kKey, as_bytes(npy_shard(0, 5))));
+    StoreScheme s;
+    s.scheme = scheme;
+    s.read_deadline = std::chrono::milliseconds(10);
+    s.max_late_reads = max_late_reads;
+    s.open = [store = store_](std::string_view) -> Result<std::shared_ptr<Store>> {
+      return std::shared_ptr<Store>(store);
+    };
+    ASSERT_TRUE(register_store_scheme(std::move(s)));
+    url_ = scheme + "://bucket/" + kKey;
+    FileInfo info;
+    auto f = File::open_stat(posix_io(), url_, &info);
+    ASSERT_TRUE(f) << f.status().message();
+    file_ = std::make_unique<File>(std::move(*f));
+    for (int i = 0; i < 400 && pool().threads() != pool().idle_threads(); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(25));
+    }
+    ASSERT_EQ(pool().threads() - pool().idle_threads(), 0u) << "nothing else runs on the pool";
+    store_->inject(kKey, MemoryFault{.hang = true});
+  }
+
+  void TearDown() override {
+    if (store_ != nullptr) store_->inject(kKey, MemoryFault{});  // the late reads end
+    file_.reset();
+    if (!scheme_.empty()) unregister_store_scheme(scheme_);
+  }
+
+  static const detail::WorkPool& pool() { return detail::StorageContext::process().pool(); }
+  static std::size_t busy() { return pool().threads() - pool().idle_threads(); }
+
+  Status read() {
+    std::string head(8, '\0');
+    return file_->read_exact(head.data(), head.size(), 0);
+  }
+
+  // A local dataset loaded in the same process: its rows, as numpy wrote them.
+  static void a_local_load_runs() {
+    testing::TempDir dir;
+    std::ofstream(dir.file("shard_0000.npy"), std::ios::binary) << npy_shard(0, 5);
+    std::ofstream(dir.file("shard_0001.npy"), std::ios::binary) << npy_shard(5, 7);
+    auto l = discover_url(dir.path());
+    ASSERT_TRUE(l) << l.status().message();
+    auto got = load_bytes(*l);
+    ASSERT_TRUE(got) << got.status().message();
+    std::string want;
+    for (int i = 0; i < 12 * 4; ++i) {
+      const float v = static_cast<float>(i);
+      want.append(reinterpret_cast<const char*>(&v), sizeof v);
+    }
+    EXPECT_TRUE(*got == want) << "the local load's rows differ";
+  }
+
+  std::string scheme_;
+  std::string url_;
+  std::shared_ptr<MemoryStore> store_;
+  std::unique_ptr<File> file_;
+};
+
+// A read past its deadline holds a pool thread until the store answers. A store that never
+// answers took one more thread with each read, up to every thread of the process's pool (whose
+// jobs every load shares). Its late reads are now bounded by its scheme's max_late_reads: past
+// them, its reads are refused at once, naming the store, and the threads it holds stay that
+// many; a local load still runs, and once the store answers, its reads do again.
+TEST_F(HungStore, AStoreThatDoesNotAnswerHoldsAtMostItsMaxLateReadsThreads) {
+  const std::size_t max_late = StoreScheme{}.max_late_reads;
+  ASSERT_NO_FATAL_FAILURE(open("memhung", max_late));
+  std::size_t timed_out = 0;
+  std::size_t refused = 0;
+  for (std::size_t i = 0; i < 4 * max_late + 8; ++i) {
+    const Status st = read();
+    ASSERT_FALSE(st) << "read " << i << " of a store that does not answer";
+    ASSERT_NE(st.message().find(url_), std::string::npos) << st.message();
+    if (st.sys_errno() == ETIMEDOUT) {
+      ++timed_out;
+    } else {
+      ASSERT_EQ(st.sys_errno(), EBUSY) << st.message();
+      EXPECT_NE(st.message().find("the store memhung://bucket/ has not answered"),
+                std::string::npos)
+          << st.message();
+      EXPECT_NE(st.message().find("max_late_reads"), std::string::npos) << st.message();
+      ++refused;
+    }
+  }
+  EXPECT_GE(timed_out, max_late);
+  EXPECT_GT(refused, 0u) << "every read was sent, each holding a thread";
+  // (a thread started for a read its waiter gave up before it was sent is back in a moment)
+  for (int i = 0; i < 200 && busy() > max_late; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_LE(busy(), max_late) << "the threads a store that does not answer holds";
+  a_local_load_runs();
+  store_->inject(kKey, MemoryFault{});  // it answers: its late reads end, and new ones are sent
+  Status st;
+  for (int i = 0; i < 400; ++i) {
+    st = read();
+    if (st || (st.sys_errno() != EBUSY && st.sys_errno() != ETIMEDOUT)) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(25));
+  }
+  EXPECT_TRUE(st) << st.message();
+}
+
+// When no thread of the pool is free (every one held by late reads: here one store allowed
+// more than the pool has), a read's job that no thread started by its deadline ran on the
+// waiter, with no deadline: for a store that does not answer, for ever. It fails by its
+// deadline (ETIMEDOUT, never sent), and a local load still runs.
+TEST_F(HungStore, AReadWithEveryPoolThreadHeldStillFailsByItsDeadline) {
+  ASSERT_NO_FATAL_FAILURE(open("memhungall", std::size_t{1} << 20));
+  // Reads until every thread the pool may start is held (a job no thread started by its
+  // deadline holds none: more reads than threads may be needed).
+  for (std::size_t i = 0; i < 8 * pool().max_threads() && busy() < pool().max_threads(); ++i) {
+    const Status st = read();
+    ASSERT_FALSE(st) << "read " << i << " of a store that does not answer";
+    ASSERT_EQ(st.sys_errno(), ETIMEDOUT) << st.message();
+  }
+  ASSERT_EQ(busy(), pool().max_threads());
+  // A read that ran on the waiter answers only when the store does: let it go after a while,
+  // so that the failure is a read that answered, not a test that never ends.
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  std::thread watchdog([&] {
+    std::unique_lock lock(mu);
+    if (!cv.wait_for(lock, std::chrono::seconds(60), [&] { return done; })) {
+      store_->inject(kKey, MemoryFault{});
+    }
+  });
+  const Status st = read();
+  {
+    std::lock_guard lock(mu);
+    done = true;
+  }
+  cv.notify_all();
+  watchdog.join();
+  ASSERT_FALSE(st) << "the read ran without its deadline, and answered when the store did";
+  EXPECT_EQ(st.sys_errno(), ETIMEDOUT) << st.message();
+  EXPECT_NE(st.message().find("never sent"), std::string::npos) << st.message();
+  a_local_load_runs();
 }
 
 #ifdef SHARDLOAD_TEST_PYTHON

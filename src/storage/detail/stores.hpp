@@ -3,6 +3,7 @@
 #pragma once
 
 #include <chrono>
+#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -67,6 +68,9 @@ struct MemoryFault {
   std::size_t short_by = 0;            // each read returns this many bytes fewer (lies)
   bool change_after_stat = false;      // the key is rewritten right after each stat
   std::chrono::milliseconds delay{0};  // each read sleeps this long first (slow)
+  // Each read, after the delay, waits until the key's fault is replaced by one without `hang`
+  // (a store that does not answer until the test lets it).
+  bool hang = false;
 };
 
 // A store in memory ("memory"): the reference the drivers' contract tests compare with, and the
@@ -127,6 +131,7 @@ class MemoryStore final : public Store {
 
   std::string location_;
   mutable std::mutex mu_;
+  std::condition_variable unhung_;  // a fault replaced (reads held by `hang` look again)
   std::map<std::string, Entry, std::less<>> entries_;
   std::map<std::string, MemoryFault, std::less<>> faults_;
   std::uint64_t next_generation_ = 1;

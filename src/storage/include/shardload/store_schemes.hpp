@@ -16,7 +16,10 @@
 //  - pread = a ranged read under the generation the open found (none for an open that was
 //    given the snapshot, whose reads the caller's check after them covers); a read that comes
 //    back shorter than asked before the key's end is refused (EIO), never taken as data; with
-//    a read deadline, a read that has not answered by then fails with ETIMEDOUT;
+//    a read deadline, a read that has not answered by then fails with ETIMEDOUT (also one that
+//    no thread of the work pool could start by then: it is never sent), and while the store has
+//    `max_late_reads` reads still unanswered past their deadline, a read is refused at once
+//    (EBUSY, naming the store), so that a store that hangs holds that many threads at most;
 //  - list and is_object for discovery.
 // Its descriptors are at or above kRemoteFdBase. Every URL in its messages is redacted.
 //
@@ -25,6 +28,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstddef>
 #include <functional>
 #include <memory>
 #include <string>
@@ -64,6 +68,10 @@ struct StoreScheme {
   // The most a read may take (0: no limit); a read that has not answered by then fails
   // (ETIMEDOUT, naming the key) and what it brings later is dropped.
   std::chrono::milliseconds read_deadline{0};
+  // With a read deadline: how many reads past it a store (one location and query) may leave
+  // waiting for its answer, each on a thread of the process's work pool; with that many, its
+  // reads are refused at once (EBUSY) until one answers (0 is taken as 1).
+  std::size_t max_late_reads = 16;
 };
 
 // Registers `scheme` (replacing an earlier registration of the same scheme, whose open stores
