@@ -3,7 +3,7 @@
 What the package's Python code uses; not a public interface."""
 
 import os
-from typing import Any, AnyStr, Callable, Sequence, Union
+from typing import Any, AnyStr, Callable, Literal, Sequence, Union, overload
 
 import numpy as np
 
@@ -90,9 +90,13 @@ def check_source(source: str | bytes) -> None:
     URL (``http:/h/x``), a scheme no backend serves, a NUL."""
 def printable_redacted(text: str) -> str:
     """``printable(text)`` with its secrets hidden, as every message shows a path."""
-def seal_store_url(url: str) -> str:
+@overload
+def seal_store_url(url: str, pinned: Literal[False] = ...) -> str: ...
+@overload
+def seal_store_url(url: str, pinned: Literal[True]) -> tuple[str, object]:
     """``url`` with its secrets kept by this process under a handle (``credentials=HANDLE``
-    in their place); other URLs and paths as they are."""
+    in their place); other URLs and paths as they are. ``pinned=True``: with the pin that
+    keeps the handle's entry while it lives (else only the recently sealed ones are kept)."""
 def redact_secrets(text: AnyStr) -> AnyStr:
     """``text`` with every credential in a URL replaced by ``***`` (the values of secret query
     keys, compared without case, and the password of a URL's user part), as in every

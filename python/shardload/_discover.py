@@ -13,6 +13,21 @@ from ._options import (_STORAGE_OPTIONS, DiscoverOptions, StorageOptions, _astyp
                        _Options, _options)
 
 
+class _SealedUrl(str):
+    """A URL sealed by :func:`_with_storage_options` (a str) that keeps its credentials in the
+    process's table while it lives: the table forgets an entry no object pins once newer ones
+    were sealed, and a source of many URLs is sealed before its discovery pins them. Pickled as
+    the str it is."""
+
+    def __new__(cls, url: str, pin: object) -> "_SealedUrl":
+        self = super().__new__(cls, url)
+        self._pin = pin
+        return self
+
+    def __reduce__(self) -> tuple:
+        return (str, (str(self),))
+
+
 # The options a URL takes in its query (the store option table's rows,
 # _options.StorageOptions), which ``storage_options=`` spells as a dict.
 def _with_storage_options(source: object, storage_options: object) -> object:
@@ -57,7 +72,8 @@ def _with_storage_options(source: object, storage_options: object) -> object:
             if traits is not None and traits.query_sent else []
         if takes and not not_taken:
             # Sealed at once: the string handed on names the URL's secrets by handle.
-            return _core.seal_store_url(path + ("&" if "?" in path else "?") + query)
+            return _SealedUrl(*_core.seal_store_url(path + ("&" if "?" in path else "?") + query,
+                                                    pinned=True))
         shown = _core.redact_secrets(os.fsdecode(path)) if isinstance(path, _PATH_TYPES) else path
         if not_taken:
             verb = "applies" if len(not_taken) == 1 else "apply"

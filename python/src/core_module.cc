@@ -578,14 +578,21 @@ PYBIND11_MODULE(_core, m) {
   // the URL's secrets by handle only (shardload/store_options.hpp).
   m.def(
       "seal_store_url",
-      [](const py::object& url) {
+      [](const py::object& url, bool pinned) -> py::object {
         if (!py::isinstance<py::str>(url)) raise_type("seal_store_url", "a str", url);
-        return path_str(seal_credentials(path_bytes(url)));
+        if (!pinned) return path_str(seal_credentials(path_bytes(url)));
+        auto pins = std::make_unique<CredentialPins>();
+        const std::string sealed = seal_credentials(path_bytes(url), pins.get());
+        // Dropped (the entries let go) when the last reference to the capsule goes.
+        py::capsule pin(pins.release(), [](void* p) { delete static_cast<CredentialPins*>(p); });
+        return py::make_tuple(path_str(sealed), pin);
       },
-      py::arg("url"),
+      py::arg("url"), py::arg("pinned") = false,
       "``url`` with its secrets (an s3:// URL's secret_key and session_token, an http(s) URL's "
       "user part and secret query items) kept by this process under a handle: the URL holds "
-      "``credentials=HANDLE`` instead. Other URLs and paths come back as they are.");
+      "``credentials=HANDLE`` instead. Other URLs and paths come back as they are. The table "
+      "keeps an entry only among the recently sealed ones unless something pins it: with "
+      "``pinned=True``, ``(url, pin)``, the pin keeping the URL's entries while it lives.");
   // What the store behind a path is like (shardload/location.hpp), so that the front ends ask
   // storage what they need to know (whether the operating system's file calls reach a path,
   // whether a directory lists or takes a manifest, which options a URL takes) instead of

@@ -514,8 +514,10 @@ Result<Layout> decode_layout(std::span<const std::uint8_t> bytes) {
   }
   if (Status st = check_end(r, format, false); !st) return bad(st.message());
   if (dtype.name() == "invalid") return bad("unknown dtype code");
+  // Pinned until the layout pins them itself.
+  CredentialPins adopted;
   for (const auto& [handle, items] : credentials) {
-    if (Status st = adopt_credentials(handle, items); !st) return bad(st.message());
+    if (Status st = adopt_credentials(handle, items, &adopted); !st) return bad(st.message());
   }
   for (const auto d : trailing) {
     if (d < 0) return bad("negative dimension");

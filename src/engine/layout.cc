@@ -15,6 +15,7 @@
 #include "shardload/location.hpp"
 #include "shardload/manifest.hpp"
 #include "shardload/reader_registry.hpp"
+#include "shardload/store_options.hpp"
 
 namespace shardload {
 
@@ -47,6 +48,20 @@ Result<Layout> assemble_layout(Format format, FormatOptions options, DType dtype
     }
   }
   l.row_bytes = row_bytes;
+  // The credentials its paths name, kept while it is: paths of one source name one handle.
+  CredentialPins pins;
+  std::string_view pinned;
+  const auto pin = [&](const std::string& path) {
+    const std::size_t q = path.find("credentials=");
+    if (q == std::string::npos || std::string_view(path).substr(q) == pinned) return;
+    pin_credentials(path, &pins);
+    pinned = std::string_view(path).substr(q);
+  };
+  for (const auto& s : shards) {
+    pin(s.path);
+    for (const auto& f : s.linked) pin(f.path);
+  }
+  if (!pins.empty()) l.credentials = std::make_shared<const CredentialPins>(std::move(pins));
   l.offsets.reserve(shards.size() + 1);
   l.offsets.push_back(0);
   std::int64_t total = 0;

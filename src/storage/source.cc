@@ -162,18 +162,32 @@ void ListingMemo::look_ahead(const std::string& dir_url,
 
 }  // namespace detail
 
+namespace {
+
+// The entries `pins` holds, for a Source or Layout to keep; null where none.
+std::shared_ptr<const void> kept_pins(CredentialPins pins) {
+  if (pins.empty()) return nullptr;
+  return std::make_shared<const CredentialPins>(std::move(pins));
+}
+
+}  // namespace
+
 Source Source::directory(std::string directory, std::string pattern) {
   Source s;
   s.kind = Kind::kDirectory;
-  s.dir_path = seal_credentials(directory);
+  CredentialPins pins;
+  s.dir_path = seal_credentials(directory, &pins);
   s.pattern = std::move(pattern);
+  s.credentials = kept_pins(std::move(pins));
   return s;
 }
 
 Source Source::glob(std::string glob) {
   Source s;
   s.kind = Kind::kGlob;
-  s.glob_expr = seal_credentials(glob);
+  CredentialPins pins;
+  s.glob_expr = seal_credentials(glob, &pins);
+  s.credentials = kept_pins(std::move(pins));
   return s;
 }
 
@@ -181,7 +195,9 @@ Source Source::list(std::vector<std::string> paths) {
   Source s;
   s.kind = Kind::kList;
   s.paths = std::move(paths);
-  for (auto& p : s.paths) p = seal_credentials(p);
+  CredentialPins pins;
+  for (auto& p : s.paths) p = seal_credentials(p, &pins);
+  s.credentials = kept_pins(std::move(pins));
   return s;
 }
 

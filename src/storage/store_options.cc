@@ -5,6 +5,8 @@
 #include <cctype>
 #include <charconv>
 #include <cmath>
+#include <deque>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <random>
@@ -157,14 +159,85 @@ std::string handle_of(std::string_view items) {
 #endif
 }
 
-// The credential items of s3:// queries, by handle (seal_credentials).
+// An entry of the credentials table: what a handle stands for, and the entries its items name
+// (an http(s) URL sealed again after a user part or a secret was added: its span holds the
+// first handle), kept while it is.
+struct CredentialEntry {
+  std::string handle;
+  std::string items;
+  std::vector<std::shared_ptr<const CredentialEntry>> named;
+};
+
+// The credential items of s3:// and http(s):// URLs, by handle (seal_credentials): an entry
+// lives while a pin of it (CredentialPins) or the recently sealed ones hold it, and leaves the
+// map when the last one is dropped (forget_entry).
 struct CredentialTable {
+  struct Slot {
+    std::weak_ptr<const CredentialEntry> entry;
+    const CredentialEntry* made = nullptr;  // which entry the slot is: the one forget_entry erases
+  };
   std::mutex mu;
-  std::unordered_map<std::string, std::string> items;    // handle -> items
-  std::unordered_map<std::string, std::string> handles;  // items -> the handle sealing gives
+  std::unordered_map<std::string, Slot> slots;  // handle -> entry
+  std::deque<std::shared_ptr<const CredentialEntry>>
+      recent;                    // sealed or adopted last, oldest first
+  std::size_t recent_bytes = 0;  // their items' sizes
 };
 
 CredentialTable& credential_table() { return fork_held<CredentialTable>(); }
+
+// An entry's deleter: its slot leaves the map, unless a new entry took the slot meanwhile (the
+// handle sealed again after the last pin went). The entry is freed outside the lock (the pins
+// it holds may free others).
+void forget_entry(const CredentialEntry* entry) {
+  {
+    CredentialTable& table = credential_table();
+    std::lock_guard lock(table.mu);
+    const auto it = table.slots.find(entry->handle);
+    if (it != table.slots.end() && it->second.made == entry) table.slots.erase(it);
+  }
+  delete entry;
+}
+
+// The entry `handle` stands for, or null. (Every shared_ptr of an entry is declared before a
+// lock of the table is taken, so that the last one is never dropped while it is held.)
+std::shared_ptr<const CredentialEntry> find_entry(std::string_view handle) {
+  std::shared_ptr<const CredentialEntry> found;
+  CredentialTable& table = credential_table();
+  std::lock_guard lock(table.mu);
+  const auto it = table.slots.find(std::string(handle));
+  if (it != table.slots.end()) found = it->second.entry.lock();
+  return found;
+}
+
+// The entry for `handle` and `items`: the table's where it holds one for the handle, else
+// `fresh`, which takes the slot; null where the handle stands for other items. Either way
+// among the recently sealed ones now.
+std::shared_ptr<const CredentialEntry> enter(const std::string& handle, const std::string& items,
+                                             std::shared_ptr<const CredentialEntry> fresh) {
+  std::shared_ptr<const CredentialEntry> entry;
+  std::vector<std::shared_ptr<const CredentialEntry>> dropped;  // freed after the lock
+  CredentialTable& table = credential_table();
+  std::lock_guard lock(table.mu);
+  CredentialTable::Slot& slot = table.slots[handle];
+  entry = slot.entry.lock();
+  if (entry && entry->items != items) return nullptr;
+  if (!entry) {
+    entry = fresh;
+    slot = {entry, entry.get()};
+  }
+  table.recent.push_back(entry);
+  table.recent_bytes += entry->items.size();
+  while (table.recent.size() > kRecentlySealed ||
+         (table.recent_bytes > kRecentlySealedBytes && table.recent.size() > 1)) {
+    table.recent_bytes -= table.recent.front()->items.size();
+    dropped.push_back(std::move(table.recent.front()));
+    table.recent.pop_front();
+  }
+  return entry;
+}
+
+// A new entry (not yet in the table), pinning the entries its items name that the table holds.
+std::shared_ptr<const CredentialEntry> new_entry(std::string handle, std::string items);
 
 // Calls f(item) for each '&'-separated item of `query` (its '?' left off).
 template <typename F>
@@ -178,13 +251,15 @@ void for_each_item(std::string_view query, F&& f) {
   }
 }
 
-// The refusal of a handle this process holds no credentials for.
+// The refusal of a handle this process holds no credentials for: never given, or forgotten
+// (CredentialTable: no object named it any more and newer ones were sealed).
 Status unknown_handle(const std::string& url, std::string_view handle) {
   return file_error(ErrorCode::kInvalidArgument, url,
                     "bad object-storage URL or options: credentials=" + std::string(handle) +
                         " names no credentials given to this process (a path copied out of "
-                        "another process's layout?); give the credentials again as storage "
-                        "options, or pass the Layout itself, whose pickle carries them");
+                        "another process's layout, or out of a layout this process no longer "
+                        "keeps?); give the credentials again as storage options, or pass the "
+                        "Layout itself, whose pickle carries them");
 }
 
 // An s3:// entry's first item binds it to the store it was sealed for: "store=" and a hash of
@@ -224,20 +299,16 @@ Status handle_of_another_store(const std::string& url, std::string_view handle) 
                         "credentials as storage options");
 }
 
-// The handle sealing gives `items`, which the table then holds; "" where the handle stands for
-// other items already (a collision of 128 bits of a one-way hash: the URL then keeps its
-// secrets, hidden where shown, rather than be read with the other ones).
-std::string handle_for(const std::string& items) {
-  CredentialTable& table = credential_table();
-  {
-    std::lock_guard lock(table.mu);
-    if (const auto it = table.handles.find(items); it != table.handles.end()) return it->second;
-  }
+// The handle sealing gives `items`, which the table then holds (pinned into `pins` when
+// given); "" where the handle stands for other items already (a collision of 128 bits of a
+// one-way hash: the URL then keeps its secrets, hidden where shown, rather than be read with
+// the other ones).
+std::string handle_for(const std::string& items, CredentialPins* pins) {
   std::string handle = handle_of(items);
-  std::lock_guard lock(table.mu);
-  const auto [it, added] = table.items.emplace(handle, items);
-  if (!added && it->second != items) return std::string();
-  table.handles.emplace(items, handle);
+  const std::shared_ptr<const CredentialEntry> entry =
+      enter(handle, items, new_entry(handle, items));
+  if (!entry) return std::string();
+  if (pins != nullptr) pins->push_back(entry);
   return handle;
 }
 
@@ -338,7 +409,19 @@ bool is_secret_item(std::string_view item) {
   return false;
 }
 
-std::string seal_http(std::string_view url) {
+std::shared_ptr<const CredentialEntry> new_entry(std::string handle, std::string items) {
+  auto* entry = new CredentialEntry{std::move(handle), std::move(items), {}};
+  if (const auto http = http_entry(entry->items)) {
+    for_each_item(http->span, [&](std::string_view item) {
+      const std::string_view named = handle_item(item);
+      if (named.empty()) return;
+      if (auto found = find_entry(named)) entry->named.push_back(std::move(found));
+    });
+  }
+  return std::shared_ptr<const CredentialEntry>(entry, forget_entry);
+}
+
+std::string seal_http(std::string_view url, CredentialPins* pins) {
   const std::size_t start = url.find("://") + 3;
   const std::size_t end = std::min(url.find_first_of("/?#", start), url.size());
   const std::size_t at = url.substr(start, end - start).rfind('@');
@@ -361,7 +444,7 @@ std::string seal_http(std::string_view url) {
   for (std::size_t i = first; i < items.size() && i <= last; ++i) {
     entry += (i > first ? "&" : "") + std::string(items[i]);
   }
-  const std::string handle = handle_for(entry);
+  const std::string handle = handle_for(entry, pins);
   if (handle.empty()) return std::string(url);
   const std::string sealed_item = std::string(kCredentialsKey) + "=" + handle;
   const std::size_t from = at == std::string_view::npos ? start : start + at + 1;
@@ -532,6 +615,16 @@ struct QueryMemo {
 
 QueryMemo& query_memo() { return fork_held<QueryMemo>(); }
 
+// Whether the table holds every handle `query` ("?..." or "") names.
+bool names_held_handles(const std::string& query) {
+  if (query.find(kCredentialsKey) == std::string::npos) return true;
+  bool held = true;
+  for_each_item(std::string_view(query).substr(1), [&](std::string_view item) {
+    if (const std::string_view h = handle_item(item); !h.empty() && held) held = !!find_entry(h);
+  });
+  return held;
+}
+
 }  // namespace
 
 Result<std::shared_ptr<const ParsedStoreQuery>> parsed_store_query(const std::string& url,
@@ -539,10 +632,14 @@ Result<std::shared_ptr<const ParsedStoreQuery>> parsed_store_query(const std::st
                                                                    bool credentials) {
   QueryMemo& memo = query_memo();
   std::string key = (credentials ? "s" : "h") + query;
+  std::shared_ptr<const ParsedStoreQuery> kept;
   {
     std::lock_guard lock(memo.mu);
-    if (const auto it = memo.kept.find(key); it != memo.kept.end()) return it->second;
+    if (const auto it = memo.kept.find(key); it != memo.kept.end()) kept = it->second;
   }
+  // A query whose handle the table no longer holds is parsed again, and so refused as a
+  // handle never given, whatever this memo kept of it.
+  if (kept && (!credentials || names_held_handles(query))) return kept;
   auto parsed = std::make_shared<ParsedStoreQuery>();
   SHARDLOAD_ASSIGN_OR_RETURN(parsed->rest,
                              take_store_options(url, query, &parsed->options, credentials));
@@ -628,8 +725,21 @@ const StoreOptionSpec* find_store_option(std::string_view name) {
   return nullptr;
 }
 
-std::string seal_credentials(std::string_view url) {
-  if (detail::is_http(url)) return detail::seal_http(url);
+namespace {
+std::string seal_credentials_only(std::string_view url, CredentialPins* pins);
+}  // namespace
+
+std::string seal_credentials(std::string_view url, CredentialPins* pins) {
+  std::string sealed = seal_credentials_only(url, pins);
+  // The handles the URL named already (a URL sealed before, joined with more options).
+  if (pins != nullptr) pin_credentials(sealed, pins);
+  return sealed;
+}
+
+namespace {
+
+std::string seal_credentials_only(std::string_view url, CredentialPins* pins) {
+  if (detail::is_http(url)) return detail::seal_http(url, pins);
   const std::size_t q = url.find('?');
   if (!url.starts_with("s3://") || q == std::string_view::npos) return std::string(url);
   std::string kept;
@@ -643,11 +753,13 @@ std::string seal_credentials(std::string_view url) {
   });
   if (moved.empty()) return std::string(url);
   moved = detail::store_binding(url.substr(q + 1)) + "&" + moved;
-  const std::string handle = detail::handle_for(moved);
+  const std::string handle = detail::handle_for(moved, pins);
   if (handle.empty()) return std::string(url);
   kept += (kept.empty() ? "" : "&") + std::string(detail::kCredentialsKey) + "=" + handle;
   return std::string(url.substr(0, q + 1)) + kept;
 }
+
+}  // namespace
 
 void credential_handles(std::string_view url, std::vector<std::string>* out) {
   const std::size_t q = url.find('?');
@@ -660,14 +772,26 @@ void credential_handles(std::string_view url, std::vector<std::string>* out) {
   });
 }
 
-std::string credential_items(std::string_view handle) {
-  detail::CredentialTable& table = detail::credential_table();
-  std::lock_guard lock(table.mu);
-  const auto it = table.items.find(std::string(handle));
-  return it == table.items.end() ? std::string() : it->second;
+void pin_credentials(std::string_view url, CredentialPins* pins) {
+  std::vector<std::string> handles;
+  credential_handles(url, &handles);
+  for (const auto& h : handles) {
+    if (auto entry = detail::find_entry(h)) pins->push_back(std::move(entry));
+  }
 }
 
-Status adopt_credentials(std::string_view handle, std::string_view items) {
+std::string credential_items(std::string_view handle) {
+  const auto entry = detail::find_entry(handle);
+  return entry ? entry->items : std::string();
+}
+
+std::size_t credential_entries() {
+  detail::CredentialTable& table = detail::credential_table();
+  std::lock_guard lock(table.mu);
+  return table.slots.size();
+}
+
+Status adopt_credentials(std::string_view handle, std::string_view items, CredentialPins* pins) {
   bool credential_items_only = !items.empty();
   if (const auto http = detail::http_entry(items)) {
     // A user part, and a span of a query that begins and ends with a secret item.
@@ -698,14 +822,14 @@ Status adopt_credentials(std::string_view handle, std::string_view items) {
   if (!detail::is_handle(handle) || !credential_items_only) {
     return {ErrorCode::kInvalidArgument, "malformed credentials entry"};
   }
-  detail::CredentialTable& table = detail::credential_table();
-  std::lock_guard lock(table.mu);
-  const auto [it, added] = table.items.emplace(std::string(handle), std::string(items));
-  if (!added && it->second != items) {
-    return {ErrorCode::kInvalidArgument, "credentials handle " + std::string(handle) +
-                                             " stands for other credentials in this process"};
+  const std::string h(handle);
+  const std::string text(items);
+  const auto entry = detail::enter(h, text, detail::new_entry(h, text));
+  if (!entry) {
+    return {ErrorCode::kInvalidArgument,
+            "credentials handle " + h + " stands for other credentials in this process"};
   }
-  table.handles.emplace(std::string(items), std::string(handle));  // kept where it is there
+  if (pins != nullptr) pins->push_back(entry);
   return Status::ok();
 }
 

@@ -4,8 +4,14 @@
 // secret rows are what redact_secrets hides.
 #include <gtest/gtest.h>
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <set>
 #include <string>
+#include <thread>
+#include <utility>
+#include <vector>
 
 #include "base/detail/secrets.hpp"
 #include "shardload/status.hpp"
@@ -177,6 +183,122 @@ TEST(StoreOptionTable, TheSecretRowsAreTheOnesRedactSecretsHides) {
     const std::string url = std::string("s3://b/k?") + row.name + "=S3cr3tValue";
     EXPECT_EQ(redact_secrets(url).find("S3cr3tValue") == std::string::npos, row.secret);
   }
+}
+
+// The credentials table (seal_credentials): an entry lives while a pin holds it, besides among
+// the kRecentlySealed sealed last; then its handle is forgotten.
+
+// The last handle `sealed` names (the one sealing it gave).
+std::string handle_in(const std::string& sealed) {
+  std::vector<std::string> handles;
+  credential_handles(sealed, &handles);
+  EXPECT_FALSE(handles.empty()) << sealed;
+  return handles.empty() ? std::string() : handles.back();
+}
+
+// Seals `n` distinct presigned URLs, keeping none.
+void seal_and_drop(std::size_t n, const std::string& tag) {
+  for (std::size_t i = 0; i < n; ++i) {
+    seal_credentials("https://h/x.npy?X-Amz-Signature=" + tag + std::to_string(i));
+  }
+}
+
+TEST(CredentialTable, AnEntryLivesWhileAPinHoldsItThenAmongTheRecentOnesOnly) {
+  CredentialPins pins;
+  const std::string s3 =
+      seal_credentials("s3://b/k?endpoint_override=h:1&access_key=A&secret_key=S1", &pins);
+  const std::string http = seal_credentials("https://u:p1@h/x?sig=1", &pins);
+  // Sealed again with a password added: the new entry names the first one, kept with it.
+  const std::string again = seal_credentials("https://v:p2@h/x?" + http.substr(http.find('?') + 1));
+  const std::string outer = handle_in(again);
+  const std::string inner = handle_in(http);
+  ASSERT_NE(credential_items(inner), "");
+  seal_and_drop(kRecentlySealed + 10, "a");
+  EXPECT_EQ(credential_items(handle_in(s3)),
+            credential_items(handle_in(
+                seal_credentials("s3://b/k?endpoint_override=h:1&access_key=A&secret_key=S1"))));
+  EXPECT_NE(credential_items(inner), "");
+  EXPECT_EQ(credential_items(outer), "");  // only a string named it
+  pins.clear();
+  EXPECT_EQ(credential_items(inner), "");          // neither pinned nor among the recent ones
+  EXPECT_NE(credential_items(handle_in(s3)), "");  // among them: sealed again above
+  seal_and_drop(kRecentlySealed + 10, "b");
+  EXPECT_EQ(credential_items(handle_in(s3)), "");
+  EXPECT_LE(credential_entries(), kRecentlySealed + 64);
+
+  // A handle inside another entry's span (secret items sealed around a sealed URL's handle) is
+  // pinned by that entry while it is.
+  CredentialPins outer_pins;
+  const std::string http2 = seal_credentials("https://u:p3@h/x?sig=3");
+  const std::string around = seal_credentials(
+      "https://h/x?sig=4&" + http2.substr(http2.find('?') + 1) + "&token=5", &outer_pins);
+  EXPECT_EQ(around.find(handle_in(http2)), std::string::npos) << around;
+  seal_and_drop(kRecentlySealed + 10, "c");
+  EXPECT_NE(credential_items(handle_in(http2)), "");
+  outer_pins.clear();
+  seal_and_drop(kRecentlySealed + 10, "d");
+  EXPECT_EQ(credential_items(handle_in(http2)), "");
+}
+
+TEST(CredentialTable, TheRecentOnesAreBoundedInBytesTooTheLastAlwaysKept) {
+  const std::string big(kRecentlySealedBytes + 1, 'x');
+  const std::string sealed = seal_credentials("https://h/x?sig=" + big);
+  EXPECT_NE(credential_items(handle_in(sealed)), "");
+  seal_credentials("https://h/x?sig=2" + big);
+  EXPECT_EQ(credential_items(handle_in(sealed)), "");
+}
+
+TEST(CredentialTable, ThreadsSealingAtOnceKeepWhatTheyPin) {
+  constexpr int kThreads = 4;
+  constexpr int kEach = 3000;
+  std::vector<CredentialPins> pins(kThreads);
+  std::vector<std::vector<std::pair<std::string, std::string>>> kept(kThreads);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < kEach; ++i) {
+        const std::string tag = std::to_string(t) + "-" + std::to_string(i);
+        if (i % 10 == 0) {
+          const std::string s3 = "s3://b/k?endpoint_override=h:1&access_key=A&secret_key=S" + tag;
+          kept[t].emplace_back(s3, seal_credentials(s3, &pins[t]));
+          // Its own pin and another thread's drops of the same handle race the table.
+          seal_credentials(s3);
+        } else {
+          seal_and_drop(1, tag + "-");
+        }
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  for (int t = 0; t < kThreads; ++t) {
+    for (const auto& [url, sealed] : kept[t]) {
+      const std::string items = credential_items(handle_in(sealed));
+      ASSERT_NE(items.find("secret_key=" + url.substr(url.rfind("=S") + 1)), std::string::npos)
+          << url;
+    }
+  }
+  pins.clear();
+  seal_and_drop(kRecentlySealed + 10, "e");
+  EXPECT_LE(credential_entries(), kRecentlySealed + 64);
+}
+
+TEST(CredentialTable, AForkedChildHoldsWhatTheParentPinned) {
+  CredentialPins pins;
+  const std::string sealed = seal_credentials("https://u:p5@h/x?sig=5", &pins);
+  const std::string handle = handle_in(sealed);
+  seal_and_drop(kRecentlySealed + 10, "f");
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    // The child drops its copy of the pin: the entry goes after newer ones, as in the parent.
+    const bool held = !credential_items(handle).empty();
+    pins.clear();
+    seal_and_drop(kRecentlySealed + 10, "g");
+    ::_exit(held && credential_items(handle).empty() ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  EXPECT_NE(credential_items(handle), "");
 }
 
 }  // namespace

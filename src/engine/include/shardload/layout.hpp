@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -57,6 +58,10 @@ struct Layout : ReadSpec {
   // the URLs it names have their secrets redacted (redact_secrets), as a message's have.
   std::string manifest_status;
   ManifestState manifest_state = ManifestState::kNone;  // the same, as data; not encoded either
+  // The credentials table's entries its paths name (CredentialPins, shardload/store_options.hpp:
+  // taken by assemble_layout), kept while the layout or a copy of it is. Not encoded: the
+  // encoding carries the entries themselves.
+  std::shared_ptr<const void> credentials;
 
   [[nodiscard]] std::int64_t total_rows() const { return offsets.empty() ? 0 : offsets.back(); }
   [[nodiscard]] std::uint64_t total_bytes() const {

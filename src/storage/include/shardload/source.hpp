@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -30,6 +31,9 @@ struct Source {
   std::string pattern;    // kDirectory: "{:0Nd}" or "{}" numbering; empty: the format's default
   std::string glob_expr;  // kGlob
   std::vector<std::string> paths;  // kList
+  // The credentials table's entries its paths name (CredentialPins, shardload/store_options.hpp),
+  // kept while the source is.
+  std::shared_ptr<const void> credentials;
 
   static Source directory(std::string directory, std::string pattern = {});
   static Source glob(std::string glob);

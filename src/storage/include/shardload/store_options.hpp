@@ -14,7 +14,9 @@
 // Contract: StoreOptions is a value; the table is constant data, safe from any thread.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -210,20 +212,39 @@ const StoreOptionSpec* find_store_option(std::string_view name);
 // same in every process, so ranks that discover alike make equal paths; nothing of the secret
 // to print); two sets for one bucket or host are two handles and so two stores. A layout's
 // encoding (its pickle, a Legate tile) carries the entries its paths name, and decoding it
-// adopts them, so another process reads what this one resolved. A handle this process was
-// never given is refused naming the URL.
+// adopts them, so another process reads what this one resolved. A handle this process does
+// not hold is refused naming the URL.
 //
+// The table holds an entry while something holds a pin of it (CredentialPins: a Source, a
+// Layout, the Python front end's sealed source until its discovery is made, an entry sealed
+// over another's handle) and, besides, the kRecentlySealed entries sealed or adopted last
+// (those of at most kRecentlySealedBytes of items, the last one always), for a handle that
+// lives only in a string (a path copied out of a layout, a URL typed again); then it is
+// forgotten, its handle refused as one never given. Threads seal, pin and drop at once; the
+// table is held across fork() (a child holds what the parent held).
+inline constexpr std::size_t kRecentlySealed = 1024;
+inline constexpr std::size_t kRecentlySealedBytes = std::size_t{4} << 20;
+
+// Pins of entries of the table: each keeps its entry while it lives (shared_ptr's count).
+using CredentialPins = std::vector<std::shared_ptr<const void>>;
+
 // `url` with its secrets moved into the table; `url` as it is where it is no s3:// or http(s)
-// URL or holds none (a URL sealed already among them: a handle is not sealed again).
-std::string seal_credentials(std::string_view url);
+// URL or holds none (a URL sealed already among them: a handle is not sealed again). With
+// `pins`, the entry made and those of the handles `url` names already are pinned into it.
+std::string seal_credentials(std::string_view url, CredentialPins* pins = nullptr);
+// Pins into *pins the entries of the handles `url`'s query names that the table holds.
+void pin_credentials(std::string_view url, CredentialPins* pins);
 // Appends to *out the handles `url`'s query names.
 void credential_handles(std::string_view url, std::vector<std::string>* out);
 // What `handle` stands for in this process (an s3:// URL's query items, KEY=VALUE&... as the
 // URL spelled them; an http(s) URL's, "@N:USERINFO" then its query span), or "" where none.
 std::string credential_items(std::string_view handle);
-// Takes `handle` for `items` from another process (a decoded layout). kInvalidArgument where
-// the handle is malformed, the items are not credential items, or the handle stands for other
-// items here.
-Status adopt_credentials(std::string_view handle, std::string_view items);
+// Takes `handle` for `items` from another process (a decoded layout), pinned into `pins` when
+// given. kInvalidArgument where the handle is malformed, the items are not credential items,
+// or the handle stands for other items here.
+Status adopt_credentials(std::string_view handle, std::string_view items,
+                         CredentialPins* pins = nullptr);
+// The number of entries the table holds now (for tests).
+std::size_t credential_entries();
 
 }  // namespace shardload
