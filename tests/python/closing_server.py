@@ -48,13 +48,13 @@ class ClosingHTTPServer(http.server.ThreadingHTTPServer):
 
 
 @contextlib.contextmanager
-def serving(handler: type[http.server.BaseHTTPRequestHandler], *,
+def serving(handler: type[http.server.BaseHTTPRequestHandler], *, host: str = "127.0.0.1",
             tls: ssl.SSLContext | None = None,
             poll_interval: float = 0.5) -> Iterator[ClosingHTTPServer]:
-    """A ClosingHTTPServer on 127.0.0.1 (a free port) answering with `handler` from a thread of
+    """A ClosingHTTPServer on `host` (a free port) answering with `handler` from a thread of
     its own, over TLS where `tls` is given; after the block, shut down, closed with the
     connections still open, and its thread joined, whatever the block raised."""
-    server = ClosingHTTPServer(("127.0.0.1", 0), handler)
+    server = ClosingHTTPServer((host, 0), handler)
     if tls is not None:
         server.socket = tls.wrap_socket(server.socket, server_side=True)
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": poll_interval},

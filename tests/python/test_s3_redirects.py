@@ -10,11 +10,11 @@ blind is written in docs/object_storage.md ("Not yet"), each as a strict xfail h
 
 from __future__ import annotations
 
+import contextlib
 import http.server
 import io
 import os
 import ssl
-import threading
 from collections.abc import Iterator
 
 import numpy as np
@@ -23,6 +23,7 @@ import pytest
 import shardload
 import shardload.numpy as snp
 
+import closing_server
 from test_http_faults import _RangeLiar, _self_signed, npy_bytes, serving
 
 # An option only Arrow's client takes: the URL goes to Arrow's client.
@@ -40,7 +41,7 @@ def _aws_env(monkeypatch):
         monkeypatch.delenv(k, raising=False)
 
 
-class _Redirecting:
+class _Redirecting(contextlib.ExitStack):
     """An S3 endpoint that answers every request (`only_lists`: every LIST, and anything else
     with a 404) `307 Location: <plain>/<same path>` with a 16-byte body, and behind it a plain-http server that serves s3://bkt/d/x.npy
     (np.arange(6.0), 176 bytes) and takes anything else with a 404. Each logs what it saw."""
@@ -48,6 +49,7 @@ class _Redirecting:
     BODY = b"0123456789abcdef"
 
     def __init__(self, tls: ssl.SSLContext | None, only_lists: bool = False):
+        super().__init__()  # the servers, closed (with their connections) when the block ends
         self.rows = np.arange(6.0)
         data = npy_bytes(self.rows)
         self.plain_seen: list[tuple[str, str]] = []
@@ -112,21 +114,10 @@ class _Redirecting:
 
             do_GET = do_HEAD = do_PUT = do_POST = do_DELETE = _any  # noqa: N815
 
-        self.servers = []
-        for handler, wrap in ((Plain, None), (Redirect, tls)):
-            s = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-            s.daemon_threads = True
-            if wrap is not None:
-                s.socket = wrap.wrap_socket(s.socket, server_side=True)
-            threading.Thread(target=s.serve_forever, daemon=True).start()
-            self.servers.append(s)
-        self.plain = f"http://127.0.0.1:{self.servers[0].server_address[1]}"
-        self.endpoint = f"127.0.0.1:{self.servers[1].server_address[1]}"
-
-    def close(self) -> None:
-        for s in self.servers:
-            s.shutdown()
-            s.server_close()
+        plain = self.enter_context(closing_server.serving(Plain))
+        redirect = self.enter_context(closing_server.serving(Redirect, tls=tls))
+        self.plain = f"http://{closing_server.address(plain)}"
+        self.endpoint = closing_server.address(redirect)
 
 
 @pytest.fixture
@@ -136,9 +127,8 @@ def https_redirect(tmp_path, monkeypatch) -> Iterator[tuple[_Redirecting, str]]:
     tls.load_cert_chain(cert, key)
     # shardload's own client takes its CA from the environment.
     monkeypatch.setenv("CURL_CA_BUNDLE", cert)
-    r = _Redirecting(tls)
-    yield r, cert
-    r.close()
+    with _Redirecting(tls) as r:
+        yield r, cert
 
 
 def _options(r: _Redirecting, scheme: str = "https", **more: str) -> dict[str, str]:
@@ -193,28 +183,22 @@ def test_the_signed_paths_object_look_up_follows_no_redirect(https_redirect):
 def test_the_signed_paths_listing_follows_no_redirect():
     """Over plain http here: Arrow's client reads its CA file once per process, so an https
     endpoint's certificate would depend on the tests run before."""
-    r = _Redirecting(None, only_lists=True)
-    try:
+    with _Redirecting(None, only_lists=True) as r:
         with pytest.raises((ValueError, OSError)):
             shardload.discover("s3://bkt/d/", storage_options=_options(r, scheme="http")).read()
         assert r.plain_seen == []
-    finally:
-        r.close()
 
 
 @pytest.mark.xfail(strict=True, reason="open: Arrow's client (an http endpoint) follows a "
                                        "redirect and takes the object's size from its answer "
                                        "(docs/object_storage.md, 'Not yet')")
 def test_an_http_endpoints_redirect_on_arrows_client_never_sizes_an_object():
-    r = _Redirecting(None)
-    try:
+    with _Redirecting(None) as r:
         layout = shardload.discover(["s3://bkt/d/x.npy"], format="raw", dtype="uint8",
                                     trailing_shape=(),
                                     storage_options=_options(r, scheme="http", **_ARROWS))
         got = layout.read()
         assert len(got) == len(npy_bytes(r.rows))  # the object's 176 bytes, not the 16
-    finally:
-        r.close()
 
 
 @pytest.mark.parametrize("client", [
@@ -227,19 +211,13 @@ def test_a_206_of_another_range_is_refused(client):
     signed path compares the Content-Range with the range asked; Arrow's client shows none."""
     rows = np.arange(4000, dtype=np.float64).reshape(1000, 4)
     handler = type("Liar", (_RangeLiar,), {"data": npy_bytes(rows), "lie": "other_range"})
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    srv.daemon_threads = True
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    try:
-        opts = {"endpoint_override": f"127.0.0.1:{srv.server_address[1]}", "scheme": "http",
+    with closing_server.serving(handler) as srv:
+        opts = {"endpoint_override": closing_server.address(srv), "scheme": "http",
                 "region": "us-east-1", "max_attempts": "1",
                 **(_ARROWS if client == "arrow" else {})}
         layout = shardload.discover(["s3://bkt/d/a.npy"], storage_options=opts)
         with pytest.raises(shardload.ShardReadError, match="s3://bkt/d/a.npy"):
             layout.read(100, 900)
-    finally:
-        srv.shutdown()
-        srv.server_close()
 
 
 @pytest.mark.parametrize("client", [

@@ -5,6 +5,7 @@ a recording proxy, and the choice between this path and Arrow's."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import hashlib
 import io
@@ -24,6 +25,7 @@ from botocore.credentials import Credentials  # noqa: E402
 
 import shardload  # noqa: E402
 
+import closing_server  # noqa: E402
 from s3_fault_proxy import FaultProxy, Rule  # noqa: E402
 from s3_server import ARROWS_CLIENT  # noqa: E402
 
@@ -451,7 +453,7 @@ def test_an_empty_object_is_opened_by_a_head_after_its_refused_range(server, pro
     assert empty[:2] == ["GET", "HEAD"], proxy.log
 
 
-class RoleSource:
+class RoleSource(contextlib.ExitStack):
     """A credentials source on 127.0.0.1: the instance metadata service (IMDSv2: a session
     token by PUT, then the role's name and its credentials, each asked with the token) or a
     container's credentials endpoint (one GET with the Authorization token). Each answer of
@@ -464,8 +466,8 @@ class RoleSource:
     def __init__(self, expires_in: int = 6 * 3600, container_token: str | None = None,
                  host: str = "127.0.0.1"):
         import http.server
-        import threading
 
+        super().__init__()
         self.expires_in = expires_in
         self.container_token = container_token
         self.log: list[tuple[str, str, dict[str, str]]] = []
@@ -506,10 +508,10 @@ class RoleSource:
                     return self._answer(200, source.credentials(False, self.headers))
                 self._answer(404, "not found")
 
-        self.httpd = http.server.ThreadingHTTPServer((host, 0), Handler)
+        # Closed, with its connections, when the with-block ends.
+        self.httpd = self.enter_context(closing_server.serving(Handler, host=host))
         self.port = self.httpd.server_address[1]
         self.url = f"http://127.0.0.1:{self.port}"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
 
     def credentials(self, container: bool, headers) -> str:
         import json
@@ -527,13 +529,6 @@ class RoleSource:
         if not container:
             doc |= {"Code": "Success", "Type": "AWS-HMAC"}
         return json.dumps(doc)
-
-    def __enter__(self) -> "RoleSource":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
 
 
 def _load_in_a_new_process(data: Data, proxy: FaultProxy, tmp_path, env: dict[str, str],
