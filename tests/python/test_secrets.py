@@ -11,12 +11,14 @@ Every secret below holds the marker ``s3cr3t``, so one search finds any part of 
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import logging
 import re
 import subprocess
 import urllib.parse
+from typing import Iterator
 
 import numpy as np
 import pytest
@@ -25,6 +27,7 @@ boto3 = pytest.importorskip("boto3")
 
 import shardload  # noqa: E402
 
+import closing_server  # noqa: E402
 from test_http import serving  # noqa: E402
 
 MARK = "s3cr3t"
@@ -693,9 +696,8 @@ def test_a_session_token_in_no_url_is_hidden_where_the_server_echoes_it(cli, tmp
     import os
 
     token = "FwoGZXIvYXdzs3cr3tSESSIONtoken0123456789"
-    server = _echo_server(lambda h: json.dumps({"token": h.headers.get("x-amz-security-token"),
-                                                 "auth": h.headers.get("Authorization")}))
-    try:
+    with _echo_server(lambda h: json.dumps({"token": h.headers.get("x-amz-security-token"),
+                                             "auth": h.headers.get("Authorization")})) as server:
         env = {**os.environ, "AWS_ACCESS_KEY_ID": "AKIAVISIBLE", "AWS_SECRET_ACCESS_KEY":
                "sk-s3cr3tKEY012345", "AWS_SESSION_TOKEN": token, "AWS_EC2_METADATA_DISABLED":
                "true", "AWS_CONFIG_FILE": os.devnull, "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
@@ -708,8 +710,6 @@ def test_a_session_token_in_no_url_is_hidden_where_the_server_echoes_it(cli, tmp
         assert r.returncode != 0 and "HTTP 403" in out, out
         assert_hidden(out, '"token": "***"')
         assert "Signature=" not in out or "Signature=***" in out, out
-    finally:
-        server.shutdown()
 
 
 def _shown_prefix(text: str, secret: str) -> int:
@@ -717,11 +717,11 @@ def _shown_prefix(text: str, secret: str) -> int:
     return max((k for k in range(6, len(secret) + 1) if secret[:k] in text), default=0)
 
 
-def _echo_server(page):
+@contextlib.contextmanager
+def _echo_server(page) -> Iterator[closing_server.ClosingHTTPServer]:
     """A local http server answering each GET of an object with 403 and page(handler), and a
-    HEAD with a size and an ETag."""
+    HEAD with a size and an ETag; closed, with its connections, when the block ends."""
     import http.server
-    import threading
 
     class Echo(http.server.BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -745,10 +745,8 @@ def _echo_server(page):
 
         do_GET = do_HEAD = answer
 
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Echo)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server
+    with closing_server.serving(Echo) as server:
+        yield server
 
 
 @pytest.mark.parametrize("where", ["query", "userinfo"])
@@ -769,8 +767,7 @@ def test_a_secret_echoed_where_the_quote_cuts_it_shows_no_part_of_it(cli, where)
             given = base64.b64decode(auth[6:]).decode().split(":", 1)[1]
         return json.dumps({"error": "forbidden", "detail": "x" * 50, "given": given})
 
-    server = _echo_server(page)
-    try:
+    with _echo_server(page) as server:
         port = server.server_address[1]
         url = (f"http://127.0.0.1:{port}/d/x.npy?token={secret}&max_attempts=1"
                if where == "query" else
@@ -786,8 +783,6 @@ def test_a_secret_echoed_where_the_quote_cuts_it_shows_no_part_of_it(cli, where)
         for out in outs:
             assert "HTTP 403" in out and '"given": "' in out, out
             assert _shown_prefix(out, secret) == 0, out
-    finally:
-        server.shutdown()
 
 
 def test_an_early_requests_echoed_signature_is_hidden_after_many_more_are_signed(monkeypatch):
@@ -849,15 +844,11 @@ def test_an_early_requests_echoed_signature_is_hidden_after_many_more_are_signed
 
         do_GET = do_HEAD = answer
 
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Server)
-    server.daemon_threads = True
-    server.request_queue_size = 256
-    threading.Thread(target=server.serve_forever, daemon=True).start()
     for k, v in (("AWS_ACCESS_KEY_ID", "AKIAVISIBLE"),
                  ("AWS_SECRET_ACCESS_KEY", "sk-s3cr3tKEY0123"), ("AWS_SESSION_TOKEN", token)):
         monkeypatch.setenv(k, v)
-    try:
-        options = {"endpoint_override": f"127.0.0.1:{server.server_address[1]}", "scheme": "http",
+    with closing_server.serving(Server) as server:
+        options = {"endpoint_override": closing_server.address(server), "scheme": "http",
                    "region": "us-east-1", "max_attempts": 1}
         urls = [f"s3://bkt/d/x{i:04d}.npy" for i in range(n)]
         with pytest.raises((OSError, ValueError)) as e:
@@ -867,8 +858,6 @@ def test_an_early_requests_echoed_signature_is_hidden_after_many_more_are_signed
         assert seen["after"] > 64, seen  # the failing request's answer came after 64 others
         assert _shown_prefix(out, seen["bad"]) == 0, out
         assert _shown_prefix(out, token) == 0, out
-    finally:
-        server.shutdown()
 
 
 @pytest.mark.parametrize("options", [
