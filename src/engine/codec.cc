@@ -414,6 +414,13 @@ std::vector<std::uint8_t> encode_layout(const Layout& l) {
   }
   std::sort(handles.begin(), handles.end());
   handles.erase(std::unique(handles.begin(), handles.end()), handles.end());
+  // And the entries those name in turn (an http(s) URL's secret items sealed around another
+  // handle), which the reading process puts back too.
+  for (std::size_t i = 0; i < handles.size(); ++i) {
+    credential_handles_in_items(credential_items(handles[i]), &handles);
+  }
+  std::sort(handles.begin(), handles.end());
+  handles.erase(std::unique(handles.begin(), handles.end()), handles.end());
   std::vector<std::pair<std::string, std::string>> entries;
   for (auto& h : handles) {
     std::string items = credential_items(h);

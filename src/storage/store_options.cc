@@ -772,6 +772,14 @@ void credential_handles(std::string_view url, std::vector<std::string>* out) {
   });
 }
 
+void credential_handles_in_items(std::string_view items, std::vector<std::string>* out) {
+  const auto http = detail::http_entry(items);
+  if (!http) return;
+  detail::for_each_item(http->span, [&](std::string_view item) {
+    if (const std::string_view h = detail::handle_item(item); !h.empty()) out->emplace_back(h);
+  });
+}
+
 void pin_credentials(std::string_view url, CredentialPins* pins) {
   std::vector<std::string> handles;
   credential_handles(url, &handles);

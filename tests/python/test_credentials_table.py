@@ -7,7 +7,10 @@ holds, not by how many secrets it ever sealed."""
 from __future__ import annotations
 
 import gc
+import json
 import pickle
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -15,7 +18,7 @@ import pytest
 import shardload
 from shardload import _core
 
-from test_http_secrets_paths import MARK, PASSWORD, SIGNED, USER, checking, dataset
+from test_http_secrets_paths import CHILD, MARK, PASSWORD, SIGNED, USER, checking, dataset
 
 # More than the recently sealed ones the table keeps (kRecentlySealed, 1024).
 OTHERS = 10_000
@@ -108,3 +111,23 @@ def test_a_forgotten_handle_is_refused_naming_the_url_redacted() -> None:
     message = str(raised.value)
     assert "names no credentials given to this process" in message, message
     assert "s3://bkt/gone/x.npy" in message and MARK not in message, message
+
+
+def test_a_url_sealed_around_a_handle_keeps_and_carries_both_entries() -> None:
+    # Secret items written around a sealed URL's handle: the new entry's span names the first
+    # handle, which it keeps while it is, and a pickle carries both to the process that reads.
+    with checking("sig=A&" + SIGNED + "&token=B") as (store, host):
+        want = np.arange(6, dtype=np.int32)
+        store.put_npy("/n/shard_0000.npy", want)
+        inner = _core.seal_store_url(f"http://{USER}:{PASSWORD}@{host}/n/shard_0000.npy?{SIGNED}")
+        query = inner.partition("?")[2]
+        layout = shardload.discover([f"http://{host}/n/shard_0000.npy?sig=A&{query}&token=B"])
+        del inner
+        seal_and_drop(OTHERS)
+        gc.collect()
+        np.testing.assert_array_equal(layout.read(), want)
+        done = subprocess.run([sys.executable, "-c", CHILD], input=pickle.dumps(layout),
+                              capture_output=True, timeout=120)
+        assert done.returncode == 0, done.stderr.decode()
+        np.testing.assert_array_equal(np.array(json.loads(done.stdout)["values"], np.int32), want)
+        assert not store.refused, store.refused

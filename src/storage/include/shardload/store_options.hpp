@@ -236,6 +236,9 @@ std::string seal_credentials(std::string_view url, CredentialPins* pins = nullpt
 void pin_credentials(std::string_view url, CredentialPins* pins);
 // Appends to *out the handles `url`'s query names.
 void credential_handles(std::string_view url, std::vector<std::string>* out);
+// Appends to *out the handles an entry's `items` name (an http(s) URL's secret items sealed
+// around another handle: its span holds "credentials=HANDLE").
+void credential_handles_in_items(std::string_view items, std::vector<std::string>* out);
 // What `handle` stands for in this process (an s3:// URL's query items, KEY=VALUE&... as the
 // URL spelled them; an http(s) URL's, "@N:USERINFO" then its query span), or "" where none.
 std::string credential_items(std::string_view handle);
