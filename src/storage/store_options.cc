@@ -783,8 +783,13 @@ void credential_handles_in_items(std::string_view items, std::vector<std::string
 void pin_credentials(std::string_view url, CredentialPins* pins) {
   std::vector<std::string> handles;
   credential_handles(url, &handles);
-  for (const auto& h : handles) {
-    if (auto entry = detail::find_entry(h)) pins->push_back(std::move(entry));
+  // And the entries an entry names (pinned by it too where it was made after them; one adopted
+  // before them names none).
+  for (std::size_t i = 0; i < handles.size(); ++i) {
+    if (auto entry = detail::find_entry(handles[i])) {
+      credential_handles_in_items(entry->items, &handles);
+      pins->push_back(std::move(entry));
+    }
   }
 }
 

@@ -240,6 +240,24 @@ TEST(CredentialTable, AnEntryLivesWhileAPinHoldsItThenAmongTheRecentOnesOnly) {
   EXPECT_EQ(credential_items(handle_in(http2)), "");
 }
 
+TEST(CredentialTable, APinOfAnEntryPinsTheEntriesItNamesWhicheverCameFirst) {
+  // As a decoded layout adopts them: the entry that names another before that other.
+  const std::string inner = seal_credentials("https://u:p6@h/x?sig=6");
+  const std::string around =
+      seal_credentials("https://h/x?sig=7&" + inner.substr(inner.find('?') + 1) + "&token=8");
+  const std::string inner_items = credential_items(handle_in(inner));
+  const std::string around_items = credential_items(handle_in(around));
+  seal_and_drop(kRecentlySealed + 10, "h");
+  ASSERT_EQ(credential_items(handle_in(inner)), "");
+  ASSERT_TRUE(adopt_credentials(handle_in(around), around_items).is_ok());
+  ASSERT_TRUE(adopt_credentials(handle_in(inner), inner_items).is_ok());
+  CredentialPins pins;
+  pin_credentials(around, &pins);
+  seal_and_drop(kRecentlySealed + 10, "i");
+  EXPECT_EQ(credential_items(handle_in(around)), around_items);
+  EXPECT_EQ(credential_items(handle_in(inner)), inner_items);
+}
+
 TEST(CredentialTable, TheRecentOnesAreBoundedInBytesTooTheLastAlwaysKept) {
   const std::string big(kRecentlySealedBytes + 1, 'x');
   const std::string sealed = seal_credentials("https://h/x?sig=" + big);

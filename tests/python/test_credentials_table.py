@@ -126,7 +126,13 @@ def test_a_url_sealed_around_a_handle_keeps_and_carries_both_entries() -> None:
         seal_and_drop(OTHERS)
         gc.collect()
         np.testing.assert_array_equal(layout.read(), want)
-        done = subprocess.run([sys.executable, "-c", CHILD], input=pickle.dumps(layout),
+        # The reading process decodes it, then seals 10,000 others before it reads.
+        child = CHILD.replace("layout = pickle.loads(sys.stdin.buffer.read()); ",
+                              "layout = pickle.loads(sys.stdin.buffer.read()); "
+                              "[shardload._core.seal_store_url(f'https://h/x?sig={i}') "
+                              f"for i in range({OTHERS})]; ")
+        assert child != CHILD
+        done = subprocess.run([sys.executable, "-c", child], input=pickle.dumps(layout),
                               capture_output=True, timeout=120)
         assert done.returncode == 0, done.stderr.decode()
         np.testing.assert_array_equal(np.array(json.loads(done.stdout)["values"], np.int32), want)
