@@ -136,7 +136,7 @@ def load(
     else:
         source = _with_storage_options(_source(source), storage_options)
         layout = _decoded(lambda o, dt: _discover_for_job(source, o, dt), checked, cast, "load",
-                          cast_after=True, source=source)
+                          cast_after=True)
         if layout.manifest_state is not ManifestState.NONE:
             # A manifest that could not be used is worth a look; one used or absent is not.
             quiet = layout.manifest_state in (ManifestState.USED, ManifestState.TRUSTED,

@@ -152,7 +152,7 @@ def batches(
     else:
         source = _with_storage_options(_source(source), storage_options)
         layout = _decoded(lambda o, dt: _discover_for_job(source, o, dt), checked, cast,
-                          "batches", cast_after=True, source=source)
+                          "batches", cast_after=True)
     # Past the int64 range no batch is shorter than the dataset anyway.
     rpb = min(rpb, max(layout.total_rows, 1))
     ahead = min(ahead, _INT64_MAX)

@@ -187,7 +187,7 @@ def discover(
     source = _with_storage_options(_source(source), storage_options)
     checked = _options("discover", options)
     return _decoded(lambda o, dt: _discover(source, o, dt), checked, _astype(astype),
-                    "discover", cast_after=False, source=source)
+                    "discover", cast_after=False)
 
 
 def _discover(source: object, options: _Options, dtype: str | None = None) -> Layout:

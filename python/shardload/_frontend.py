@@ -67,7 +67,7 @@ def prepare(where: str, source: object, *, row_range: object, astype: object,
     else:
         source = _with_storage_options(_source(source), storage_options)
         layout = _decoded(lambda o, dt: _discover(source, o, dt), checked, cast, where,
-                          cast_after=True, source=source)
+                          cast_after=True)
         discovery_s = time.perf_counter() - t_call
     if row_range is not None:
         layout = layout.slice_rows(*_rows(row_range, layout.total_rows))

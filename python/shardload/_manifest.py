@@ -128,7 +128,7 @@ def index(
 
         layout = _decoded(
             lambda o, dt: _discover_once(directory, o, dt, use_manifest=False), checked, cast,
-            "index", cast_after=False, source=directory)
+            "index", cast_after=False)
         pattern = checked.pattern
         return _legate.write_manifest_once(layout, os.fsencode(directory), checksum,
                                            os.fsencode(pattern) if pattern else b"")
@@ -138,7 +138,7 @@ def index(
         return _made(_core.discover(directory, o.pattern, o.format_args(dtype), o.discovery,
                                     False))
 
-    layout = _decoded(probe, checked, cast, "index", cast_after=False, source=directory)
+    layout = _decoded(probe, checked, cast, "index", cast_after=False)
     return _core.write_manifest(layout, directory, checksum, checked.pattern)
 
 
@@ -227,7 +227,7 @@ def discover_once(
     cast = _astype(astype)
     _check_thread("shardload.discover_once")
     return _decoded(lambda o, dt: _discover_once(source, o, dt), checked, cast,
-                    "discover_once", cast_after=False, source=source)
+                    "discover_once", cast_after=False)
 
 
 def _discover_once(source: str | bytes | os.PathLike, options: _Options,

@@ -5,14 +5,13 @@ into a chosen type, and which ``astype`` a load or a batch iterator takes."""
 from __future__ import annotations
 
 import dataclasses
-import os
 import warnings
 from typing import Any, Callable, Mapping, Sequence, TypedDict
 
 import numpy as np
 
 from . import _core
-from ._args import (_PATH_TYPES, DTypeLike, _bool, _columns, _count, _dtype, _format, _found,
+from ._args import (DTypeLike, _bool, _columns, _count, _dtype, _format, _found,
                     _number, _pattern, _renamed, _shape, _text, _text_list)
 from ._core import Layout
 from ._errors import Error, LayoutError
@@ -173,29 +172,6 @@ def _dtype_text(dt: np.dtype) -> str:
     return dt.str if dt.byteorder in "<>" else dt.name
 
 
-# The names format="auto" takes for parquet and arrow files, and for the others: the format
-# table's (src/readers/formats.cc), so that a format added there is counted here too.
-_COLUMNAR_EXTENSIONS = tuple(e for row in _core.format_rows() if row["name"] in _COLUMNAR
-                             for e in row["extensions"])
-_OTHER_EXTENSIONS = tuple(e for row in _core.format_rows() if row["name"] not in _COLUMNAR
-                          for e in row["extensions"])
-
-
-def _named_columnar(source: object, pattern: str | bytes | None) -> bool:
-    """Whether format="auto" will find parquet or arrow files by their names, from the names
-    alone (no file is opened): a directory's entries when no pattern is given (some columnar,
-    none of another format), else the source's first path."""
-    try:
-        if pattern is None and isinstance(source, _PATH_TYPES) and os.path.isdir(source):
-            names = [os.fsdecode(n) for n in os.listdir(source)]
-            return any(n.endswith(_COLUMNAR_EXTENSIONS) for n in names) and not any(
-                n.endswith(_OTHER_EXTENSIONS) for n in names)
-        paths = _core.resolve(source, pattern)
-    except (Error, ValueError, OSError):
-        return False  # discovery itself gives the error
-    return bool(paths) and paths[0].rstrip("/").endswith(_COLUMNAR_EXTENSIONS)
-
-
 def _columnar_for_cast(discover_with: Callable[[_Options, str | None], Layout],
                        options: _Options, astype: np.dtype, *,
                        stored: Layout | None = None) -> Layout:
@@ -260,8 +236,7 @@ def _check_fill_cast(layout: Layout, options: _Options, astype: np.dtype, where:
 
 
 def _decoded(discover_with: Callable[[_Options, str | None], Layout], options: _Options,
-             astype: np.dtype | None, where: str, *, cast_after: bool,
-             source: object) -> Layout:
+             astype: np.dtype | None, where: str, *, cast_after: bool) -> Layout:
     """Discovery with ``astype`` decoded into where the format decodes into a chosen type
     (parquet, arrow): ``discover_with(options, dtype)`` discovers with ``dtype`` in place of
     the dtype option. Elsewhere ``astype`` is for the caller to cast after the read
@@ -279,34 +254,64 @@ def _decoded(discover_with: Callable[[_Options, str | None], Layout], options: _
             warnings.warn(f"{where}: dtype= for {layout.format} is deprecated; use astype=",
                           DeprecationWarning, stacklevel=3)
         return layout
-    if options.format in _COLUMNAR or (options.format == "auto" and
-                                       _named_columnar(source, options.pattern)):
-        if options.dtype is not None:
-            raise TypeError(f"{where}: dtype= is the deprecated spelling of astype= for "
-                            "parquet and arrow; pass astype= only")
+    if options.format in _COLUMNAR:
         if cast_after:
             layout = _columnar_for_cast(discover_with, options, astype)
             _check_fill_cast(layout, options, astype, where)
             return layout
         return discover_with(options, _dtype_text(astype))
-    if options.format != "auto" and not cast_after:
-        raise ValueError(f"{where}: astype= is the type parquet and arrow columns are "
-                         f"decoded into; {options.format} files give their own dtype (pass "
-                         "astype= to load() or batches() to cast the array)")
-    layout = discover_with(options, None)
+    if options.format != "auto":
+        if not cast_after:
+            raise ValueError(f"{where}: astype= is the type parquet and arrow columns are "
+                             f"decoded into; {options.format} files give their own dtype (pass "
+                             "astype= to load() or batches() to cast the array)")
+        return discover_with(options, None)
+    # format="auto": whether astype= is a type to decode into is the answer of the format that
+    # discovery finds in the files (their bytes, local or remote), never of their names.
+    if options.dtype is not None:
+        layout = discover_with(options, None)
+        if layout.format in _COLUMNAR:
+            raise TypeError(f"{where}: dtype= is the deprecated spelling of astype= for "
+                            "parquet and arrow; pass astype= only")
+    elif cast_after:
+        try:
+            layout = discover_with(options, None)
+        except LayoutError as stored_error:
+            # Columns of different types have no stored type: parquet and arrow decode them
+            # into astype (a value that does not convert exactly is an error).
+            try:
+                decoded = discover_with(options, _dtype_text(astype))
+            except Error:
+                raise stored_error from None
+            if decoded.format not in _COLUMNAR:
+                raise stored_error from None
+            return decoded
+    else:
+        # The decode into astype, as the engine and the CLI ask it; the readers of the
+        # formats that give their own dtype refuse it, and are then named.
+        try:
+            layout = discover_with(options, _dtype_text(astype))
+        except LayoutError as decoded_error:
+            try:
+                layout = discover_with(options, None)
+            except Error:
+                raise decoded_error from None
+            if layout.format in _COLUMNAR:
+                raise decoded_error from None
+        else:
+            if layout.format in _COLUMNAR:
+                return layout
     if layout.format in _COLUMNAR:
-        # Told by the files' first bytes, not their names.
         layout = _columnar_for_cast(discover_with,
                                     dataclasses.replace(options, format=layout.format),
                                     astype, stored=layout)
         _check_fill_cast(layout, options, astype, where)
         return layout
-    elif not cast_after:
+    if not cast_after:
         raise ValueError(f"{where}: astype= is the type parquet and arrow columns are "
                          f"decoded into; these are {layout.format} files, which give their "
                          "own dtype (pass astype= to load() or batches() to cast the array)")
     return layout
-
 
 
 # The element types a Legate store (legate.core.types) and so a cuPyNumeric array can hold.
