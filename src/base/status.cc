@@ -64,6 +64,8 @@ namespace {
 //   x-obs-security-token, authorization  Authorization=)
 //   temp_url_sig               an OpenStack Swift temporary URL's signature
 //   __token__, hdnts           Akamai's signed URLs (Token Auth: "exp=...~acl=...~hmac=...")
+//   md5, verify                nginx's secure_link download link ("md5=HASH&expires=T") and
+//                              Cloudflare's token authentication ("verify=T-HMAC")
 //   auth_token, x-auth-token,  more spellings of a token, an OAuth 1 request's signature, a
 //   oauth_signature, jwt,      JSON Web Token, a password and an API key
 //   passwd, pwd, api-key, x-api-key, api_token, apitoken, authtoken, auth-token,
@@ -72,7 +74,7 @@ namespace {
 // X-Goog-Credential, AWSAccessKeyId, Key-Pair-Id: the store's own errors name them too, and
 // they tell which credential was refused), a CloudFront Policy (it is what the signature
 // signs), Expires and X-Amz-Date, and every store and request option.
-constexpr std::array<std::string_view, 47> kSecretKeys = {"secret_key",
+constexpr std::array<std::string_view, 49> kSecretKeys = {"secret_key",
                                                           "session_token",
                                                           "x-amz-signature",
                                                           "x-amz-security-token",
@@ -118,7 +120,9 @@ constexpr std::array<std::string_view, 47> kSecretKeys = {"secret_key",
                                                           "authtoken",
                                                           "auth-token",
                                                           "accesstoken",
-                                                          "access-token"};
+                                                          "access-token",
+                                                          "md5",
+                                                          "verify"};
 
 // What a message may put right after a URL, and a URL cannot end with without being
 // unusual: ':' in "URL: what", quotes in "'URL'" or a JSON string, ')' in "(URL)", a

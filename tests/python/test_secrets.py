@@ -48,6 +48,9 @@ QUERY_FORMS = [
     ("encoded_key", "%74oken=enc-s3cr3t&x%2Damz%2Dsignature=enc2-s3cr3t"),
     ("semicolon", "ref=main;token=sc-s3cr3t"),
     ("gitlab", "private_token=gl-s3cr3t&ref=main"),
+    # nginx's secure_link download link; Cloudflare's token authentication
+    ("nginx_secure_link", "md5=nx-s3cr3t_Ab9&expires=2147483647"),
+    ("cloudflare", "verify=1484063137-cf-s3cr3t"),
     # no list names these: a key holding a secret's word is one (status.cc)
     ("by_word", "sas_token=a-s3cr3t&jsessionid=b-s3cr3t&X-Amz-Security-Token2=c-s3cr3t&"
                 "clientSecretV2=d-s3cr3t&dbPassword=e-s3cr3t&my_api_key=f-s3cr3t&"
@@ -64,6 +67,8 @@ VISIBLE = {"sigv4": ["X-Amz-Credential=AKIAVISIBLE", "X-Amz-Signature=***"],
            "encoded_key": ["%74oken=***"],
            "semicolon": ["ref=main;token=***"],
            "gitlab": ["private_token=***&ref=main"],
+           "nginx_secure_link": ["md5=***&expires=2147483647"],
+           "cloudflare": ["verify=***"],
            "by_word": ["sas_token=***&jsessionid=***&X-Amz-Security-Token2=***",
                        "dbPassword=***&my_api_key=***&token_type=bearer",
                        "AWSAccessKeyId=AKIAVISIBLE"],
