@@ -583,9 +583,11 @@ SchemeMark next_scheme_mark(std::string_view text, std::size_t from, ColonMarks&
 }
 
 // An '@' spelled otherwise: percent-encoded, once or twice ("%40", "%2540": a URL encoded
-// into another's query, then again), the full-width and the small look-alike (U+FF20, U+FE6B).
-constexpr std::array<std::string_view, 4> kAtSpellings = {"%40", "%2540", "\xEF\xBC\xA0",
-                                                          "\xEF\xB9\xAB"};
+// into another's query, then again), the full-width and the small look-alike (U+FF20, U+FE6B),
+// and those percent-encoded as a browser or quote() sends what was typed (upper or lower case).
+constexpr std::array<std::string_view, 8> kAtSpellings = {
+    "%40",       "%2540",     "\xEF\xBC\xA0", "\xEF\xB9\xAB",
+    "%EF%BC%A0", "%ef%bc%a0", "%EF%B9%AB",    "%ef%b9%ab"};
 
 // The password of each URL's user part ("scheme://user:password@host"), and a user part
 // without a password whole (it is then a token: "https://TOKEN@host" is how some servers

@@ -1012,7 +1012,9 @@ def test_a_mistyped_urls_password_is_hidden_from_every_output(tmp_path, monkeypa
         assert_hidden(out, "***@127.0.0.1:9/x.npy")
 
 
-_AT_SPELLINGS = ["%40", "%2540", "\uff20", "\ufe6b"]
+# ... and the look-alikes percent-encoded as a browser or quote() sends them, either case.
+_AT_SPELLINGS = ["%40", "%2540", "\uff20", "\ufe6b", "%EF%BC%A0", "%ef%bc%a0", "%EF%B9%AB",
+                 "%ef%b9%ab"]
 
 
 @pytest.mark.parametrize("text", [
