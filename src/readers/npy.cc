@@ -7,6 +7,7 @@
 
 #include "base/detail/checked.hpp"
 #include "shardload/io.hpp"
+#include "shardload/shard_source.hpp"
 
 namespace shardload {
 
@@ -297,9 +298,10 @@ Result<NpyHeader> parse_npy_header(std::span<const std::byte> header) {
   return h;
 }
 
-Result<NpyHeader> probe_npy(IoBackend& io, const std::string& path, FileInfo* info) {
+Result<NpyHeader> probe_npy(ShardSource& source, const std::string& key, FileInfo* info) {
   FileInfo st;
-  SHARDLOAD_ASSIGN_OR_RETURN(File f, File::open_stat(io, path, &st));
+  SHARDLOAD_ASSIGN_OR_RETURN(File f, source.open_stat(key, &st));
+  const std::string& path = f.path();
   if (!st.regular) return Status(ErrorCode::kLayout, path + ": not a regular file");
   // One small read serves almost every header: numpy pads them to 64 or 128 bytes (a
   // larger one costs a second read); a probe copies no more than it needs.
@@ -328,6 +330,10 @@ Result<NpyHeader> probe_npy(IoBackend& io, const std::string& path, FileInfo* in
   }
   if (info != nullptr) *info = st;
   return h;
+}
+
+Result<NpyHeader> probe_npy(IoBackend& io, const std::string& path, FileInfo* info) {
+  return probe_npy(*ShardSource::over(io), path, info);
 }
 
 }  // namespace shardload

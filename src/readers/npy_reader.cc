@@ -22,7 +22,7 @@ class NpyReader final : public ShardReader {
   Result<ShardProbe> probe(const std::string& path) override {
     ShardProbe p;
     p.shard.path = path;
-    SHARDLOAD_ASSIGN_OR_RETURN(NpyHeader h, probe_npy(*ctx_.io, path, &p.shard.snapshot));
+    SHARDLOAD_ASSIGN_OR_RETURN(NpyHeader h, probe_npy(*ctx_.source, path, &p.shard.snapshot));
     p.dtype = h.dtype;
     p.trailing_shape.assign(h.shape.begin() + 1, h.shape.end());
     p.shard.rows = h.shape[0];
@@ -38,7 +38,7 @@ class NpyReader final : public ShardReader {
 
   Status read_rows(const ReadSpec& l, const Shard& s, std::int64_t lo, std::int64_t hi,
                    std::byte* dst) override {
-    SHARDLOAD_ASSIGN_OR_RETURN(const File* fp, open_.get(*ctx_.io, s, ctx_.check_snapshot));
+    SHARDLOAD_ASSIGN_OR_RETURN(const File* fp, open_.get(*ctx_.source, s, ctx_.check_snapshot));
     const File& f = *fp;
     const std::size_t bytes = static_cast<std::size_t>(hi - lo) * l.row_bytes;
     Status read;

@@ -194,7 +194,7 @@ class RawReader final : public ShardReader {
     p.dtype = g.dtype;
     p.trailing_shape = g.trailing_shape;
 
-    SHARDLOAD_ASSIGN_OR_RETURN(File f, File::open_stat(*ctx_.io, path, &p.shard.snapshot));
+    SHARDLOAD_ASSIGN_OR_RETURN(File f, ctx_.source->open_stat(path, &p.shard.snapshot));
     if (!p.shard.snapshot.regular) return Status(ErrorCode::kFormat, path + ": not a regular file");
     const std::uint64_t size = p.shard.snapshot.size;
     SHARDLOAD_ASSIGN_OR_RETURN(const std::optional<std::int64_t> rows_by_size,
@@ -224,7 +224,7 @@ class RawReader final : public ShardReader {
                    std::byte* dst) override {
     const std::size_t bytes = static_cast<std::size_t>(hi - lo) * l.row_bytes;
     if (bytes == 0) return Status::ok();
-    SHARDLOAD_ASSIGN_OR_RETURN(const File* fp, open_.get(*ctx_.io, s, ctx_.check_snapshot));
+    SHARDLOAD_ASSIGN_OR_RETURN(const File* fp, open_.get(*ctx_.source, s, ctx_.check_snapshot));
     const File& f = *fp;
     const std::uint64_t off = s.data_offset + static_cast<std::uint64_t>(lo) * l.row_bytes;
     Status read = f.read_exact(dst, bytes, off);
@@ -429,22 +429,22 @@ class RawReader final : public ShardReader {
       if (remote) {
         // Its GET alone (a look-up first would be a second round trip, asked again by the
         // reader of every probe thread): a 404 is no sidecar.
-        text = read_small_file(*ctx_.io, path, kMaxSidecarBytes, nullptr);
+        text = ctx_.source->read_small(path, kMaxSidecarBytes, nullptr);
         if (!text && text.status().sys_errno() == ENOENT) continue;
         if (!text && text.status().code() == ErrorCode::kIo) {
           return Status(ErrorCode::kIo,
                         path + ": cannot look up the sidecar (" + text.status().message() + ")");
         }
       } else {
-        if (struct ::stat st{}; ::stat(path.c_str(), &st) != 0) {
-          const int err = errno;
+        if (const auto st = ctx_.source->stat(path); !st) {
+          const int err = st.status().sys_errno() != 0 ? st.status().sys_errno() : EIO;
           if (err != ENOENT) {
             return Status(ErrorCode::kIo,
                           path + ": cannot stat the sidecar (" + std::strerror(err) + ")");
           }
           continue;
         }
-        text = read_small_file(*ctx_.io, path, kMaxSidecarBytes, nullptr);
+        text = ctx_.source->read_small(path, kMaxSidecarBytes, nullptr);
       }
       if (!text) return text.status();
       SHARDLOAD_ASSIGN_OR_RETURN(Sidecar s, name == kSidecarName ? parse_sidecar(path, *text)

@@ -17,28 +17,32 @@ Status check_snapshot(const File& f, const FileInfo& snapshot) {
           f.path() + ": changed since discovery: " + snapshot_difference(f.path(), snapshot, now)};
 }
 
-Result<File> open_checked(IoBackend& io, const Shard& shard, bool check) {
-  if (!check) return File::open(io, shard.path);
-  if (path_traits(shard.path).round_trips) {
+Result<File> open_checked(ShardSource& source, const Shard& shard, bool check) {
+  if (!check) return source.open(shard.path);
+  if (source.round_trips(shard.path)) {
     // Asking an object's state is a request (a HEAD) and the check after the reads asks
     // again; that later answer is the one that counts, so the open asks nothing.
-    SHARDLOAD_ASSIGN_OR_RETURN(const int fd, io.open_known(shard.path, shard.snapshot));
-    return File(&io, fd, shard.path);
+    return source.open_known(shard.path, shard.snapshot);
   }
   FileInfo now;
-  SHARDLOAD_ASSIGN_OR_RETURN(File f, File::open_stat(io, shard.path, &now));
+  SHARDLOAD_ASSIGN_OR_RETURN(File f, source.open_stat(shard.path, &now));
   if (now == shard.snapshot) return f;
   return Status(ErrorCode::kChanged, f.path() + ": changed since discovery: " +
                                          snapshot_difference(f.path(), shard.snapshot, now));
 }
 
-Result<const File*> OpenShardFile::get(IoBackend& io, const Shard& shard, bool check) {
+Result<File> open_checked(IoBackend& io, const Shard& shard, bool check) {
+  // The File borrows `io` itself, not the source made over it.
+  return open_checked(*ShardSource::over(io), shard, check);
+}
+
+Result<const File*> OpenShardFile::get(ShardSource& source, const Shard& shard, bool check) {
   if (file_.fd() >= 0 && path_ == shard.path && snapshot_ == shard.snapshot) return &file_;
   reset();
-  SHARDLOAD_ASSIGN_OR_RETURN(file_, open_checked(io, shard, check));
+  SHARDLOAD_ASSIGN_OR_RETURN(file_, open_checked(source, shard, check));
   path_ = shard.path;
   snapshot_ = shard.snapshot;
-  if (path_traits(shard.path).round_trips) {
+  if (source.round_trips(shard.path)) {
     // Kept only for this read: the caller's read is one request, the next opens its own.
     path_.clear();
   }
@@ -270,7 +274,10 @@ Result<std::unique_ptr<ShardReader>> make_unguarded_reader(Format format,
 Result<std::unique_ptr<ShardReader>> make_reader(Format format, const FormatOptions& options,
                                                  const ReaderContext& context) {
   ReaderContext ctx = context;
-  if (ctx.io == nullptr) ctx.io = &posix_io();
+  if (ctx.source == nullptr) {
+    ctx.source = ctx.io == nullptr ? ShardSource::files() : ShardSource::over(*ctx.io);
+  }
+  ctx.io = &ctx.source->io();
   Result<std::unique_ptr<ShardReader>> reader = [&]() -> Result<std::unique_ptr<ShardReader>> {
     try {
       return make_unguarded_reader(format, options, ctx);

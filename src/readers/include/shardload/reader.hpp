@@ -13,7 +13,8 @@
 // reader object serves one thread; it may keep scratch buffers between calls.
 //
 // Contract: make_reader returns an owned reader; a reader is used by one thread at a time
-// and borrows ReaderContext::io, which must outlive it. Shards and ReadSpecs are values the
+// and shares ReaderContext::source (and borrows what that source was made over, which must
+// outlive it). Shards and ReadSpecs are values the
 // caller keeps alive for the call. Errors are Status naming the file (its path also as data);
 // readers never throw (make_reader's wrapper turns a stray exception into a Status).
 #pragma once
@@ -29,6 +30,7 @@
 #include "shardload/format.hpp"
 #include "shardload/io.hpp"
 #include "shardload/location.hpp"
+#include "shardload/shard_source.hpp"
 #include "shardload/status.hpp"
 
 namespace shardload {
@@ -177,6 +179,11 @@ struct ReaderStats {
 inline constexpr std::size_t kDefaultUnitCacheBytes = std::size_t{128} << 20;
 
 struct ReaderContext {
+  // What the readers open their shards from: a shard's path is a key of it (ShardSource).
+  // nullptr: ShardSource::over(*io), or ShardSource::files() without `io`.
+  std::shared_ptr<ShardSource> source;
+  // The backend a source is made over when none is given (the engine's options and the tests
+  // inject one to fail or count calls); make_reader sets it to the source's backend.
   IoBackend* io = nullptr;  // nullptr: posix_io()
   // Scratch for re-ordering or decoding; with unit_cache_bytes, the most
   // extra memory a reader keeps, whatever the tile size.
@@ -217,10 +224,12 @@ inline Status check_snapshot(const File& file, const Shard& shard) {
 
 // Opens the shard's file and, when `check`, compares it with the discovery snapshot as
 // check_snapshot does (the same kChanged error), from the stat the open itself made
-// (IoBackend::open_stat): for a file read in one piece, one system call in five. An object in
-// object storage is opened without a request for its state (IoBackend::open_known) and is
+// (ShardSource::open_stat): for a file read in one piece, one system call in five. An object in
+// object storage is opened without a request for its state (ShardSource::open_known) and is
 // compared only by the check_unchanged that every caller makes after its reads: that check
 // sees any change since discovery, and a HEAD at the open would only repeat it.
+Result<File> open_checked(ShardSource& source, const Shard& shard, bool check);
+// The same through `io` (ShardSource::over(io)), for callers that read shards by a backend.
 Result<File> open_checked(IoBackend& io, const Shard& shard, bool check);
 
 // Called after the last read from an open file that check_snapshot passed:
@@ -244,7 +253,7 @@ Status check_unchanged(const File& file, const FileInfo& snapshot, Status read);
 class OpenShardFile {
  public:
   // The open file of `shard`, opened (and checked when `check`) unless it is the one kept.
-  Result<const File*> get(IoBackend& io, const Shard& shard, bool check);
+  Result<const File*> get(ShardSource& source, const Shard& shard, bool check);
   // Closes the kept file: after a failed read, so that the next read opens afresh.
   void reset() { file_ = File(); }
 
