@@ -303,9 +303,16 @@ Result<const Member*> choose(const std::string& path, const Directory& d, const 
 // CRC-32. Reads the compressed bytes in chunks into the caller's buffer.
 class Inflater {
  public:
+  // `round_trips`: each read of `f` is a request (ShardSource::round_trips), so the input is
+  // read in larger pieces.
   Inflater(const File& f, std::uint64_t offset, std::uint64_t compressed, std::string where,
-           std::vector<std::byte>* in)
-      : f_(f), offset_(offset), compressed_(compressed), where_(std::move(where)), in_(*in) {}
+           std::vector<std::byte>* in, bool round_trips)
+      : f_(f),
+        offset_(offset),
+        compressed_(compressed),
+        where_(std::move(where)),
+        in_(*in),
+        input_chunk_(round_trips ? kRemoteInputChunk : kInputChunk) {}
   Inflater(const Inflater&) = delete;
   Inflater& operator=(const Inflater&) = delete;
   ~Inflater() {
@@ -334,8 +341,7 @@ class Inflater {
                        " bytes) ends after " + std::to_string(produced_) +
                        " bytes of output (truncated)");
         }
-        const std::size_t want =
-            path_traits(f_.path()).round_trips ? kRemoteInputChunk : kInputChunk;
+        const std::size_t want = input_chunk_;
         if (in_.size() < want) in_.resize(want);
         const auto k = static_cast<std::size_t>(std::min<std::uint64_t>(left, in_.size()));
         SHARDLOAD_RETURN_IF_ERROR(f_.read_exact(in_.data(), k, offset_ + consumed_));
@@ -405,6 +411,7 @@ class Inflater {
   std::uint64_t produced_ = 0;
   std::string where_;
   std::vector<std::byte>& in_;
+  std::size_t input_chunk_;
   z_stream zs_{};
   bool init_ = false;
   bool ended_ = false;
@@ -520,7 +527,7 @@ class NpzReader final : public ShardReader {
 
   Result<ShardProbe> probe(const std::string& path) override {
     FileInfo info;
-    SHARDLOAD_ASSIGN_OR_RETURN(File f, File::open_stat(*ctx_.io, path, &info));
+    SHARDLOAD_ASSIGN_OR_RETURN(File f, ctx_.source->open_stat(path, &info));
     if (!info.regular) return Status(ErrorCode::kLayout, path + ": not a regular file");
     SHARDLOAD_ASSIGN_OR_RETURN(const Directory dir, read_directory(f, info.size));
     SHARDLOAD_ASSIGN_OR_RETURN(const Member* m, choose(path, dir, options_.dataset));
@@ -572,7 +579,9 @@ class NpzReader final : public ShardReader {
     // The member's .npy header: read in place, or inflated from the stream's start.
     std::vector<std::byte> head(static_cast<std::size_t>(std::min<std::uint64_t>(m->size, 16)));
     std::unique_ptr<Inflater> z;
-    if (m->method == kDeflated) z = std::make_unique<Inflater>(f, data, m->compressed, where, &in_);
+    if (m->method == kDeflated)
+      z = std::make_unique<Inflater>(f, data, m->compressed, where, &in_,
+                                     ctx_.source->round_trips(path));
     const auto fetch = [&](std::size_t from, std::size_t n) -> Status {
       return z ? z->read(head.data() + from, n) : f.read_exact(head.data() + from, n, data + from);
     };
@@ -622,7 +631,7 @@ class NpzReader final : public ShardReader {
     // A stored member is an .npy file at an offset of the archive.
     if (s.extra.empty()) return npy_->read_rows(l, s, lo, hi, dst);
     SHARDLOAD_ASSIGN_OR_RETURN(const Deflated d, Deflated::decode(s));
-    SHARDLOAD_ASSIGN_OR_RETURN(File f, open_checked(*ctx_.io, s, ctx_.check_snapshot));
+    SHARDLOAD_ASSIGN_OR_RETURN(File f, open_checked(*ctx_.source, s, ctx_.check_snapshot));
     if (ctx_.stats != nullptr) ctx_.stats->decodes.fetch_add(1, std::memory_order_relaxed);
     const std::size_t bytes = static_cast<std::size_t>(hi - lo) * l.row_bytes;
     Status read = inflate_rows(f, l, s, d, lo, hi, dst);
@@ -635,7 +644,8 @@ class NpzReader final : public ShardReader {
  private:
   Status inflate_rows(const File& f, const ReadSpec& l, const Shard& s, const Deflated& d,
                       std::int64_t lo, std::int64_t hi, std::byte* dst) {
-    Inflater z(f, s.data_offset, d.compressed, s.path + ": member '" + d.member + "'", &in_);
+    Inflater z(f, s.data_offset, d.compressed, s.path + ": member '" + d.member + "'", &in_,
+               ctx_.source->round_trips(s.path));
     const auto stored = static_cast<std::uint64_t>(s.stored_rows());
     if (d.header + stored * l.row_bytes != d.size) {
       return npz_error(s.path, "member '" + d.member + "': " + std::to_string(d.size) +
@@ -699,7 +709,7 @@ FormatDescriptor npz_format() {
   d.sniff = sniff_npz;
   // Not contiguous_rows: a deflated member has no byte range of rows. Probing reads the end
   // of the archive, its directory and one header: cheap, but a manifest saves it.
-  // Every read goes through the IoBackend, so a remote archive is read by ranged GETs.
+  // Every read is a key of the reader's ShardSource, so a remote archive is read by ranged GETs.
   d.capabilities = {.parallel_probe = true, .remote_reads = true};
   d.make_reader = [](const FormatOptions& options,
                      const ReaderContext& context) -> Result<std::unique_ptr<ShardReader>> {
