@@ -10,7 +10,7 @@
 // rows and lies inside the request is decoded straight into the destination.
 //
 // A store may also be an object-storage prefix ("s3://bucket/a.zarr"): its
-// metadata and chunks are objects read by key through the IoBackend, a read's chunk objects
+// metadata and chunks are keys of the reader's ShardSource, a read's chunk objects
 // (or a shard's inner chunks) fetched several at once while it decodes them (fetch_ahead),
 // since each costs a request's wait. Only a 404 is a missing chunk (the fill value); any
 // other failure is an error.
@@ -64,11 +64,12 @@ std::string join(const std::string& dir, const std::string& name) {
 // an error: reading it as missing would fill real data with the fill value.
 // `shown`: the name messages give a local path looked up under another name (a held
 // directory's descriptor path), or "" for `path` itself.
-Result<PathKind> path_kind(IoBackend& io, const std::string& path, const std::string& shown = "") {
+Result<PathKind> path_kind(ShardSource& source, const std::string& path,
+                           const std::string& shown = "") {
   if (path_traits(path).flat_keys) {
     // An open is the object's one HEAD, as a stat would be.
     FileInfo info;
-    auto f = File::open_stat(io, path, &info);
+    auto f = source.open_stat(path, &info);
     if (f) return PathKind::kFile;
     if (f.status().sys_errno() == ENOENT) return PathKind::kMissing;
     return f.status();
@@ -157,15 +158,15 @@ class ZarrReader final : public ShardReader {
     // A prefix in object storage exists only through its objects: the metadata's look-ups
     // below say whether it is a store.
     if (!path_traits(path).flat_keys) {
-      SHARDLOAD_ASSIGN_OR_RETURN(const PathKind kind, path_kind(*ctx_.io, path));
+      SHARDLOAD_ASSIGN_OR_RETURN(const PathKind kind, path_kind(*ctx_.source, path));
       if (kind == PathKind::kMissing) return Status(ErrorCode::kFormat, path + ": not found");
       if (kind != PathKind::kDirectory) {
         return Status(ErrorCode::kFormat, path + ": not a directory (a Zarr store is a directory)");
       }
     }
     const std::string dir = array_dir(path, options_.dataset);
-    SHARDLOAD_ASSIGN_OR_RETURN(const PathKind v2, path_kind(*ctx_.io, metadata_path(dir, 2)));
-    SHARDLOAD_ASSIGN_OR_RETURN(const PathKind v3, path_kind(*ctx_.io, metadata_path(dir, 3)));
+    SHARDLOAD_ASSIGN_OR_RETURN(const PathKind v2, path_kind(*ctx_.source, metadata_path(dir, 2)));
+    SHARDLOAD_ASSIGN_OR_RETURN(const PathKind v3, path_kind(*ctx_.source, metadata_path(dir, 3)));
     if (v2 != PathKind::kMissing && v3 != PathKind::kMissing) {
       return Status(ErrorCode::kFormat, dir +
                                             ": both .zarray (v2) and zarr.json (v3) exist; "
@@ -194,7 +195,7 @@ class ZarrReader final : public ShardReader {
     const std::string meta_file = metadata_path(dir, version);
     SHARDLOAD_ASSIGN_OR_RETURN(
         const std::string text,
-        read_small_file(*ctx_.io, meta_file, kMaxMetadataBytes, &p.shard.snapshot));
+        ctx_.source->read_small(meta_file, kMaxMetadataBytes, &p.shard.snapshot));
     bool not_an_array = false;
     auto meta = parse_zarr_metadata(meta_file, text, version, &not_an_array);
     if (!meta) {
@@ -236,8 +237,7 @@ class ZarrReader final : public ShardReader {
     // may follow another geometry or codec than the one decoded.
     File meta_file;
     if (ctx_.check_snapshot) {
-      SHARDLOAD_ASSIGN_OR_RETURN(meta_file,
-                                 File::open(*ctx_.io, metadata_path(dir, m->zarr_format)));
+      SHARDLOAD_ASSIGN_OR_RETURN(meta_file, ctx_.source->open(metadata_path(dir, m->zarr_format)));
       SHARDLOAD_RETURN_IF_ERROR(check_snapshot(meta_file, s.snapshot));
     }
     // A local array's directory is opened once, held to the identity discovery found, and every
@@ -773,7 +773,7 @@ class ZarrReader final : public ShardReader {
     // request tells (open_unit).
     if (!path_traits(path).flat_keys) {
       SHARDLOAD_ASSIGN_OR_RETURN(const PathKind kind,
-                                 path_kind(*ctx_.io, opened_name(r, path), path));
+                                 path_kind(*ctx_.source, opened_name(r, path), path));
       if (kind == PathKind::kMissing) {
         SHARDLOAD_RETURN_IF_ERROR(missing_since_discovery(r, path));
         fill_box(r, blo, bhi);
@@ -967,7 +967,7 @@ class ZarrReader final : public ShardReader {
                         });
   }
 
-  // On a helper thread: touches only `c` (and the IoBackend, which is safe from any thread).
+  // On a helper thread: touches only `c` (and the File's backend, safe from any thread).
   Result<std::uint64_t> fetch_chunk(const ZarrMeta& m, std::size_t expected, RemoteChunk* c) const {
     FileInfo info;
     SHARDLOAD_ASSIGN_OR_RETURN(std::optional<File> opened,
@@ -1030,7 +1030,7 @@ class ZarrReader final : public ShardReader {
     const std::string path = join(r.dir, zarr_chunk_key(m, g));
     if (!path_traits(path).flat_keys) {
       SHARDLOAD_ASSIGN_OR_RETURN(const PathKind kind,
-                                 path_kind(*ctx_.io, opened_name(r, path), path));
+                                 path_kind(*ctx_.source, opened_name(r, path), path));
       if (kind == PathKind::kMissing) {
         SHARDLOAD_RETURN_IF_ERROR(missing_since_discovery(r, path));
         fill_box(r, blo, bhi);
@@ -1126,14 +1126,14 @@ class ZarrReader final : public ShardReader {
                                         std::size_t whole = 0, const Request* r = nullptr) const {
     if (!path_traits(path).flat_keys) {
       const std::string name = r == nullptr ? path : opened_name(*r, path);
-      auto fd = ctx_.io->open(name);
-      if (!fd) return renamed(fd.status(), name, path);
-      File f(ctx_.io, fd.value(), path);
+      auto opened = ctx_.source->open_as(name, path);
+      if (!opened) return renamed(opened.status(), name, path);
+      File f = std::move(opened).value();
       SHARDLOAD_ASSIGN_OR_RETURN(*info, f.stat());
       return std::optional<File>(std::move(f));
     }
-    auto f = whole > 0 ? File::open_whole(*ctx_.io, path, info, whole)
-                       : File::open_stat(*ctx_.io, path, info);
+    auto f =
+        whole > 0 ? ctx_.source->open_whole(path, info, whole) : ctx_.source->open_stat(path, info);
     if (f) return std::optional<File>(std::move(f).value());
     if (f.status().sys_errno() == ENOENT) return std::optional<File>();
     return f.status();

@@ -161,6 +161,11 @@ Result<File> ShardSource::open(const std::string& key) {
   return File(io_, fd, shown(key));
 }
 
+Result<File> ShardSource::open_as(const std::string& key, std::string shown) {
+  SHARDLOAD_ASSIGN_OR_RETURN(const int fd, io_->open(key));
+  return File(io_, fd, std::move(shown));
+}
+
 Result<File> ShardSource::open_stat(const std::string& key, FileInfo* info) {
   SHARDLOAD_ASSIGN_OR_RETURN(const int fd, io_->open_stat(key, info));
   return File(io_, fd, shown(key));

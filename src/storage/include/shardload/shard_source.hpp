@@ -51,6 +51,9 @@ class ShardSource {
 
   // Opens `key` for positional reads.
   Result<File> open(const std::string& key);
+  // open() of `key`, the File named `shown` in messages: a file opened below a held directory
+  // under its descriptor's name ("/proc/self/fd/N/c/0"), named by its path.
+  Result<File> open_as(const std::string& key, std::string shown);
   // Opens `key` and sets `*info` to its snapshot at the open (locally one fstat, which also
   // refuses what is not a regular file).
   Result<File> open_stat(const std::string& key, FileInfo* info);
