@@ -239,15 +239,15 @@ class Hdf5Reader final : public ShardReader {
     ShardProbe p;
     p.shard.path = path;
     // From object storage, the open's own request brings the first window (open_whole).
-    SHARDLOAD_ASSIGN_OR_RETURN(
-        File f, path_traits(path).round_trips
-                    ? File::open_whole(*ctx_.io, path, &p.shard.snapshot, kRemoteWindow)
-                    : File::open_stat(*ctx_.io, path, &p.shard.snapshot));
+    SHARDLOAD_ASSIGN_OR_RETURN(File f,
+                               ctx_.source->round_trips(path)
+                                   ? ctx_.source->open_whole(path, &p.shard.snapshot, kRemoteWindow)
+                                   : ctx_.source->open_stat(path, &p.shard.snapshot));
     if (!p.shard.snapshot.regular) {
       return Status(ErrorCode::kFormat, path + ": not a regular file");
     }
     std::vector<std::byte> head;
-    if (path_traits(path).round_trips) {
+    if (ctx_.source->round_trips(path)) {
       SHARDLOAD_ASSIGN_OR_RETURN(head, remote_head(f, p.shard.snapshot.size));
     }
     std::vector<std::string> external;
@@ -330,7 +330,7 @@ class Hdf5Reader final : public ShardReader {
     for (const auto& name : external) {
       LinkedFile x;
       x.path = external_path(path, name);
-      auto ext = File::open(*ctx_.io, x.path);
+      auto ext = ctx_.source->open(x.path);
       if (!ext) {
         return ext.status().with_context(path + ": dataset '" + dataset_of(p.shard) +
                                          "': external storage file '" + name + "'");
@@ -357,7 +357,7 @@ class Hdf5Reader final : public ShardReader {
     for (const auto& source : source_files) {
       LinkedFile x;
       x.path = source;
-      auto src = File::open(*ctx_.io, x.path);
+      auto src = ctx_.source->open(x.path);
       if (!src) {
         return src.status().with_context(path + ": dataset '" + dataset_of(p.shard) +
                                          "': virtual dataset source file");
@@ -377,7 +377,7 @@ class Hdf5Reader final : public ShardReader {
     std::vector<std::string> files;
     // From object storage a virtual dataset of other files is refused at discovery.
     if (!path_traits(s.path).kernel_files) return files;
-    SHARDLOAD_ASSIGN_OR_RETURN(File f, File::open(*ctx_.io, s.path));
+    SHARDLOAD_ASSIGN_OR_RETURN(File f, ctx_.source->open(s.path));
     try {
       Hdf5Lock lock(api_);
       api_.H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
@@ -397,7 +397,7 @@ class Hdf5Reader final : public ShardReader {
     // with the snapshots: a write through any path moves ctime, and a
     // file renamed over the path moves the replaced inode's ctime.
     if (hi <= lo) return Status::ok();
-    SHARDLOAD_ASSIGN_OR_RETURN(File f, open_checked(*ctx_.io, s, ctx_.check_snapshot));
+    SHARDLOAD_ASSIGN_OR_RETURN(File f, open_checked(*ctx_.source, s, ctx_.check_snapshot));
     if (hdf5_rows_at_offset(s)) {
       // Contiguous rows (see probe): the snapshot check after the read covers the bytes as
       // it covers HDF5's reads. A layout of a build without this (data_offset 0) reads
@@ -413,7 +413,7 @@ class Hdf5Reader final : public ShardReader {
     std::vector<File> linked;
     if (ctx_.check_snapshot) {
       for (const auto& x : s.linked) {
-        SHARDLOAD_ASSIGN_OR_RETURN(File lf, File::open(*ctx_.io, x.path));
+        SHARDLOAD_ASSIGN_OR_RETURN(File lf, ctx_.source->open(x.path));
         SHARDLOAD_RETURN_IF_ERROR(check_snapshot(lf, x.snapshot));
         linked.push_back(std::move(lf));
       }
@@ -446,7 +446,7 @@ class Hdf5Reader final : public ShardReader {
   Status read_dataset(const File& f, const ReadSpec& l, const Shard& s, std::int64_t lo,
                       std::int64_t hi, std::byte* dst) {
     std::vector<std::byte> head;
-    if (path_traits(s.path).round_trips) {
+    if (ctx_.source->round_trips(s.path)) {
       SHARDLOAD_ASSIGN_OR_RETURN(head, remote_head(f, s.snapshot.size));
     }
     try {
@@ -560,7 +560,7 @@ class Hdf5Reader final : public ShardReader {
       boxes.push_back(std::move(b));
       if (!next_chunk(at, first, last)) break;
     }
-    if (path_traits(f.path()).round_trips && api_.H5Dget_chunk_info_by_coord != nullptr) {
+    if (ctx_.source->round_trips(f.path()) && api_.H5Dget_chunk_info_by_coord != nullptr) {
       if (auto done =
               read_direct_remote(lock, f, file_size, d, where, p, mem_type, dst_dims, boxes, dst)) {
         return *done;
@@ -804,11 +804,12 @@ class Hdf5Reader final : public ShardReader {
       d.file = Hid(api_.H5Fopen(path.c_str(), kReadOnly, fapl.get()), api_.H5Fclose);
     } else if (!prefix_uses_origin("HDF5_EXTFILE_PREFIX") &&
                !prefix_uses_origin("HDF5_VDS_PREFIX")) {
-      // An injected IoBackend's descriptor need not be the kernel's.
+      // HDF5 opens the file by its descriptor's name: the kernel's, which an injected
+      // backend's descriptor need not be.
       File own;
       int fd = checked.fd();
-      if (ctx_.io != &posix_io()) {
-        SHARDLOAD_ASSIGN_OR_RETURN(own, File::open(posix_io(), path));
+      if (!ctx_.source->kernel_descriptor(checked)) {
+        SHARDLOAD_ASSIGN_OR_RETURN(own, ShardSource::files()->open(path));
         fd = own.fd();
       }
       open_name = descriptor_path(fd, path);

@@ -1,4 +1,5 @@
-// An HDF5 virtual file driver over shardload's IoBackend, for HDF5 files in object storage.
+// An HDF5 virtual file driver over an open File (a key of the reader's ShardSource), for HDF5 files
+// in object storage.
 //
 // HDF5 opens files by name through its own drivers (sec2: open(2) and pread(2)); an "s3://"
 // or "https://" URL is no name it can open, and the ROS3 driver is not in the distributions'

@@ -229,7 +229,7 @@ inline constexpr std::size_t kRemoteWindow = std::size_t{256} << 10;
 Result<std::vector<std::byte>> remote_head(const File& file, std::uint64_t size);
 
 // A file-access property list whose driver reads the open remote object `file` (`size` bytes,
-// its snapshot's) by ranged reads through its IoBackend (hdf5_remote.cc): HDF5 cannot open an
+// its snapshot's) by ranged reads of that File (hdf5_remote.cc): HDF5 cannot open an
 // object-store URL by name. `head` (may be empty): the object's first bytes (remote_head),
 // which the driver serves reads from before it asks the store. `file` and `head` must stay
 // alive while HDF5 has the file open. Called with the lock held.
