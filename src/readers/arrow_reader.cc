@@ -155,8 +155,8 @@ Result<OpenFile> ArrowReader::open(const std::string& path, bool for_probe,
   // it gets a descriptor that was opened without blocking and found to be
   // a regular file instead (or, for the memory map, which only opens by
   // name, that descriptor's /proc name). For a local file always the kernel's
-  // descriptor, whatever IoBackend the context injects: Arrow reads it itself.
-  // An object in object storage is read through the context's IoBackend instead, by ranges
+  // descriptor (ShardSource::files()), whatever source the context holds: Arrow reads it
+  // itself. An object in object storage is a key of the context's source instead, read by ranges
   // (IoRandomAccessFile); the caller's snapshot checks around the reads hold for it too.
   std::shared_ptr<IoRandomAccessFile> remote;
   File checked;
@@ -168,15 +168,14 @@ Result<OpenFile> ArrowReader::open(const std::string& path, bool for_probe,
       object = std::move(*opened);
     } else if (known != nullptr) {
       info = *known;
-      SHARDLOAD_ASSIGN_OR_RETURN(const int fd, ctx_.io->open_known(path, *known));
-      object = File(ctx_.io, fd, path);
+      SHARDLOAD_ASSIGN_OR_RETURN(object, ctx_.source->open_known(path, *known));
     } else {
-      SHARDLOAD_ASSIGN_OR_RETURN(object, File::open_stat(*ctx_.io, path, &info));
+      SHARDLOAD_ASSIGN_OR_RETURN(object, ctx_.source->open_stat(path, &info));
     }
     remote = std::make_shared<IoRandomAccessFile>(std::move(object),
                                                   static_cast<std::int64_t>(info.size));
   } else {
-    SHARDLOAD_ASSIGN_OR_RETURN(checked, File::open(posix_io(), path));
+    SHARDLOAD_ASSIGN_OR_RETURN(checked, ShardSource::files()->open(path));
   }
   if (format_ == Format::kParquet) {
     return open_parquet(path, for_probe, known, std::move(remote), checked);
@@ -248,7 +247,7 @@ Result<ShardProbe> ArrowReader::probe_impl(const std::string& path) {
   // footer within Arrow's default footer read (64 KiB), an IPC footer within read_ipc_tail's
   // (the same), one request per probe.
   SHARDLOAD_ASSIGN_OR_RETURN(File opened,
-                             File::open_tail(*ctx_.io, path, &p.shard.snapshot, kFooterReadBytes));
+                             ctx_.source->open_tail(path, &p.shard.snapshot, kFooterReadBytes));
   if (!p.shard.snapshot.regular) return Status(ErrorCode::kFormat, path + ": not a regular file");
   // An object is read through this open (one request fewer per object); a local file is
   // opened again by a descriptor of the kernel's (see open).
@@ -348,7 +347,7 @@ Status ArrowReader::read_impl(const ReadSpec& l, const Shard& s, std::int64_t lo
   // Our descriptor stays open over Arrow's reads, so that the file's state
   // after them can be compared with the snapshot (a write through any path
   // moves ctime; a file renamed over the path moves the replaced one's).
-  SHARDLOAD_ASSIGN_OR_RETURN(File file, open_checked(*ctx_.io, s, ctx_.check_snapshot));
+  SHARDLOAD_ASSIGN_OR_RETURN(File file, open_checked(*ctx_.source, s, ctx_.check_snapshot));
   if (hi <= lo) return Status::ok();
   Status read = read_groups(l, s, e, lo, hi, dst);
   if (ctx_.check_snapshot) read = check_unchanged(file, s.snapshot, std::move(read));
@@ -406,7 +405,7 @@ Status ArrowReader::read_groups(const ReadSpec& l, const Shard& s, const ArrowEx
     if (f.ipc->num_record_batches() != static_cast<int>(e.group_rows.size())) {
       return Status(ErrorCode::kChanged, s.path + ": record batch count differs from discovery's");
     }
-    if (path_traits(s.path).round_trips)
+    if (ctx_.source->round_trips(s.path))
       return read_ipc_remote(l, s, e, lo, hi, names, shapes, f, dst);
   }
 
@@ -414,7 +413,7 @@ Status ArrowReader::read_groups(const ReadSpec& l, const Shard& s, const ArrowEx
   // (their column chunks' ranged reads in flight together on Arrow's I/O pool), so that
   // a request's latency is not paid once per group; the window bounds what is buffered.
   constexpr std::int64_t kRemoteWindowBytes = std::int64_t{64} << 20;
-  const bool prefetch = f.parquet && path_traits(s.path).round_trips;
+  const bool prefetch = f.parquet && ctx_.source->round_trips(s.path);
   std::size_t buffered_end = 0;  // groups below this are buffered (or not needed)
   std::int64_t start = 0;        // the file row of group g's first row
   for (std::size_t g = 0; g < e.group_rows.size(); ++g) {

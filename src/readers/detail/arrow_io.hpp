@@ -25,10 +25,11 @@
 namespace shardload::detail {
 
 // ---- an object in object storage as Arrow's random-access file -----------------
-// Parquet and IPC read a remote shard through this: each ReadAt is the IoBackend's ranged
-// read (its retries included), so the footer and only the needed column chunks or batch
-// buffers travel, never the whole object. Thread-safe: Parquet's pre-buffering issues its
-// reads from Arrow's I/O pool, and File serves concurrent positional reads.
+// Parquet and IPC read a remote shard through this: each ReadAt is a ranged read of the
+// File the reader's ShardSource opened (its retries included), so the footer and only the needed
+// column chunks or batch buffers travel, never the whole object. Thread-safe: Parquet's
+// pre-buffering issues its reads from Arrow's I/O pool, and File serves concurrent positional
+// reads.
 class IoRandomAccessFile final : public arrow::io::RandomAccessFile {
  public:
   IoRandomAccessFile(File file, std::int64_t size) : file_(std::move(file)), size_(size) {}
