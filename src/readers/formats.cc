@@ -1,6 +1,7 @@
 // The format table: one descriptor per format. Adding a format is adding its line here.
 #include "shardload/formats.hpp"
 #include "shardload/location.hpp"
+#include "shardload/shard_source.hpp"
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -50,12 +51,12 @@ bool zarr_store(const std::string& path) {
     // the array has chunks).
     auto [base, query] = split_options(path);
     while (!base.empty() && base.back() == '/') base.pop_back();
-    // An open is the one request (and works with any RemoteIo, which stat_path need not).
-    // Both are asked at once: a directory of shards answers two 404s, and one round trip
-    // is all that should cost.
+    // An open is the one request (and works with any store, whose stat_path a RemoteIo need not
+    // have). Both are asked at once: a directory of shards answers two 404s, and one round trip is
+    // all that should cost.
     const auto exists = [&](const char* meta) {
       FileInfo info;
-      return static_cast<bool>(File::open_stat(posix_io(), base + meta + query, &info));
+      return static_cast<bool>(ShardSource::files()->open_stat(base + meta + query, &info));
     };
     bool found[2] = {false, false};
     detail::StorageContext::process().pool().run(
@@ -296,10 +297,10 @@ Format store_format(const std::string& directory) {
 
 Format sniff_format(const std::string& path) {
   if (const Format f = store_format(path); f != Format::kAuto) return f;
-  // Only regular files: File::open refuses anything else without blocking (a FIFO without
+  // Only regular files: the open refuses anything else without blocking (a FIFO without
   // a writer), and reading a FIFO's first bytes would block or consume them.
   FileInfo info;
-  auto file = File::open_stat(posix_io(), path, &info);
+  auto file = ShardSource::files()->open_stat(path, &info);
   if (!file) return Format::kAuto;
   for (const auto& d : formats()) {
     if (d.sniff && d.sniff(*file, info.size)) return d.format;

@@ -50,7 +50,7 @@ struct FormatCapabilities {
   // A probe is cheap enough to repeat at every checked discovery from a manifest (a small
   // header or metadata file); otherwise the manifest's snapshot stands for the metadata.
   bool cheap_reprobe = false;
-  // The reader reads through the IoBackend (positional reads), so its shards may be objects
+  // The reader reads through its ShardSource (positional reads), so its shards may be objects
   // in object storage ("s3://"): discovery refuses a remote source of a format without it.
   bool remote_reads = false;
   // A tile's pieces in different objects may be read at once, each by a reader of its own
@@ -190,8 +190,8 @@ Result<std::string> default_pattern(const FormatOptions& options);
 Format store_format(const std::string& directory);
 
 // What a path holds, from its content alone: a store (store_format), or a regular file
-// whose first bytes some format's sniff recognises; kAuto otherwise. Opens the file
-// through File::open (never blocks on a FIFO or device: those are no regular files).
+// whose first bytes some format's sniff recognises; kAuto otherwise. Opens the file as a key
+// of ShardSource::files() (never blocks on a FIFO or device: those are no regular files).
 Format sniff_format(const std::string& path);
 
 }  // namespace shardload
