@@ -4,6 +4,7 @@
 #include <array>
 #include <atomic>
 #include <cctype>
+#include <cstdint>
 #include <cstdio>
 #include <deque>
 #include <mutex>
@@ -39,6 +40,10 @@ const char* error_code_name(ErrorCode code) {
 }
 
 namespace {
+
+// The work a redaction did on this thread (bytes looked at by its scans, one per lookup in a
+// table): read by the tests, which check that it grows in proportion to the text.
+thread_local std::uint64_t t_redaction_work = 0;
 
 // The query keys whose values are secrets, compared without case (and after percent-decoding:
 // a server decodes "%73ig" to "sig"): whoever holds one of these values can read the data.
@@ -188,32 +193,76 @@ std::vector<std::string> key_words(std::string_view key) {
 //   Key-Pair-Id, oauth_consumer_key), which grant nothing alone and are shown.
 // Keys whose last word says what kind of value they hold, not the value (token_type,
 // oauth_signature_method, X-Amz-Signature-Version, a session's expires) are shown.
-bool has_a_secrets_word(std::string_view key) {
-  const std::vector<std::string> words = key_words(key);
-  if (words.empty()) return false;
-  static constexpr std::array<std::string_view, 9> kDescribes = {
-      "type", "method", "version", "algorithm", "alg", "expires", "expiry", "expiration", "ttl"};
-  for (const std::string_view d : kDescribes) {
-    if (words.back() == d) return false;
-  }
-  static constexpr std::array<std::string_view, 11> kHolding = {
-      "token",   "secret", "signature",   "passw",  "passphrase", "passcode",
-      "session", "sessid", "credentials", "apikey", "privatekey"};
-  static constexpr std::array<std::string_view, 11> kWord = {
-      "sig", "auth", "authorization", "pwd", "pass", "pw", "creds", "jwt", "hmac", "cookie", "sid"};
-  bool key_word = false;
+// What the words of a key hold, as the rule above reads them; `add` takes the words of a key's
+// pieces in order, last first or first last alike, and `last` is the key's last word.
+struct SecretsWords {
+  bool any = false;
+  bool secret = false;  // a word that holds or is a secret's
+  bool key = false;
   bool identifier = false;
-  for (const std::string& w : words) {
-    for (const std::string_view h : kHolding) {
-      if (w.find(h) != std::string::npos) return true;
+  std::string last;
+
+  void add(const std::vector<std::string>& words) {
+    static constexpr std::array<std::string_view, 11> kHolding = {
+        "token",   "secret", "signature",   "passw",  "passphrase", "passcode",
+        "session", "sessid", "credentials", "apikey", "privatekey"};
+    static constexpr std::array<std::string_view, 11> kWord = {
+        "sig",   "auth", "authorization", "pwd",    "pass", "pw",
+        "creds", "jwt",  "hmac",          "cookie", "sid"};
+    for (const std::string& w : words) {
+      any = true;
+      for (const std::string_view h : kHolding) secret = secret || w.find(h) != std::string::npos;
+      for (const std::string_view x : kWord) secret = secret || w == x;
+      key = key || w == "key";
+      identifier = identifier || w == "access" || w == "consumer" || w == "pair" || w == "id";
     }
-    for (const std::string_view x : kWord) {
-      if (w == x) return true;
-    }
-    key_word = key_word || w == "key";
-    identifier = identifier || w == "access" || w == "consumer" || w == "pair" || w == "id";
   }
-  return key_word && !identifier;
+  bool names_a_secret() const {
+    if (!any) return false;
+    static constexpr std::array<std::string_view, 9> kDescribes = {
+        "type", "method", "version", "algorithm", "alg", "expires", "expiry", "expiration", "ttl"};
+    for (const std::string_view d : kDescribes) {
+      if (last == d) return false;
+    }
+    return secret || (key && !identifier);
+  }
+};
+
+bool has_a_secrets_word(std::string_view key) {
+  SecretsWords words;
+  std::vector<std::string> all = key_words(key);
+  words.add(all);
+  if (!all.empty()) words.last = all.back();
+  return words.names_a_secret();
+}
+
+// Whether each key that starts after a ';' inside the word text[begin, end) names a secret (as
+// detail::is_secret_query_key of the rest of the word): found for all of them in one pass from
+// the word's end. A ';' ends no key, so each would otherwise read the rest of the word again.
+// The words of such a key are those of its ';'-separated pieces (a ';' is no letter or digit,
+// and no percent escape holds one); a list key is at most 21 characters, 63 escaped, so a longer
+// key is one only by its words. Each start, ascending, with its verdict.
+std::vector<std::pair<std::size_t, bool>> secret_keys_after_semicolons(std::string_view text,
+                                                                       std::size_t begin,
+                                                                       std::size_t end) {
+  std::vector<std::pair<std::size_t, bool>> out;
+  SecretsWords words;
+  std::size_t piece_end = end;
+  for (std::size_t k = end; k-- > begin;) {
+    ++t_redaction_work;
+    if (text[k] != ';') continue;
+    const std::vector<std::string> piece = key_words(text.substr(k + 1, piece_end - k - 1));
+    t_redaction_work += piece_end - k;
+    if (words.last.empty() && !piece.empty()) words.last = piece.back();
+    words.add(piece);
+    piece_end = k;
+    if (k + 1 >= end) continue;
+    out.emplace_back(k + 1, end - k - 1 <= 64
+                                ? detail::is_secret_query_key(text.substr(k + 1, end - k - 1))
+                                : words.names_a_secret());
+  }
+  std::reverse(out.begin(), out.end());
+  return out;
 }
 
 // The end of the value that starts at text[i]: the next '&', or the end of the URL (a URL
@@ -222,11 +271,15 @@ bool has_a_secrets_word(std::string_view key) {
 // where a '#' begins a fragment, hiding the fragment with the value only hides more.
 std::size_t value_end(std::string_view text, std::size_t i) {
   const auto run_end = [&](std::size_t from) {
+    const std::size_t begin = from;
     while (from < text.size() && text[from] != '&' && !is_space(text[from])) ++from;
+    t_redaction_work += from - begin + 1;
     return from;
   };
   const auto blanks_end = [&](std::size_t from) {
+    const std::size_t begin = from;
     while (from < text.size() && (text[from] == ' ' || text[from] == '\t')) ++from;
+    t_redaction_work += from - begin + 1;
     return from;
   };
   std::size_t end = run_end(i);
@@ -261,11 +314,23 @@ std::string_view trim_blanks(std::string_view key) {
 std::string redact_query(std::string_view text, std::vector<std::string>& hidden) {
   std::string out;
   out.reserve(text.size());
+  // The word of the last key looked at, and the '=' (or what else) after it: a key that starts
+  // after a ';' inside that word ends where it does, and whether it is a secret's is looked up
+  // (secret_keys_after_semicolons), not read again.
+  std::size_t word_begin = 0;
+  std::size_t word_end = 0;
+  std::size_t word_eq = 0;
+  std::vector<std::pair<std::size_t, bool>> inner_keys;
+  bool inner_keys_known = false;
   for (std::size_t i = 0; i < text.size();) {
+    ++t_redaction_work;
     const bool starts_key = i > 0 && (text[i - 1] == '?' || text[i - 1] == '&' ||
                                       text[i - 1] == ';' || text[i - 1] == '#');
+    const bool inner = starts_key && i > word_begin && i < word_end;
     std::size_t eq = i;
-    if (starts_key) {
+    if (inner) {
+      eq = word_eq;
+    } else if (starts_key) {
       // Blanks around the key's one word belong to it here ("secret_key =V", "& secret_key=V":
       // an option typed with a space around its key); the key is compared without them.
       const auto blank = [&](std::size_t k) { return text[k] == ' ' || text[k] == '\t'; };
@@ -274,10 +339,27 @@ std::string redact_query(std::string_view text, std::vector<std::string>& hidden
                !is_space(text[k]);
       };
       while (eq < text.size() && blank(eq)) ++eq;
+      word_begin = eq;
       while (eq < text.size() && word(eq)) ++eq;
+      word_end = eq;
       while (eq < text.size() && blank(eq)) ++eq;
+      word_eq = eq;
+      inner_keys_known = false;
+      t_redaction_work += eq - i;
     }
-    if (starts_key && eq > i && eq < text.size() && text[eq] == '=' &&
+    // Whether the key text[i, eq) names a secret.
+    const auto secret_key = [&]() {
+      if (!inner) return detail::is_secret_query_key(trim_blanks(text.substr(i, eq - i)));
+      if (!inner_keys_known) {
+        inner_keys = secret_keys_after_semicolons(text, word_begin, word_end);
+        inner_keys_known = true;
+      }
+      const auto k =
+          std::lower_bound(inner_keys.begin(), inner_keys.end(), std::make_pair(i, false));
+      return k->second;
+    };
+    // (An escaped key of more than 51 characters decodes to more than endpoint_override's 17.)
+    if (starts_key && eq > i && eq < text.size() && text[eq] == '=' && eq - i <= 51 &&
         decoded_key(text.substr(i, eq - i)) == "endpoint_override") {
       // shardload's endpoint, percent-encoded in the query: a user part in it ("http://
       // user:password@host", "user:password@host") is hidden to its last '@', where the
@@ -302,8 +384,7 @@ std::string redact_query(std::string_view text, std::vector<std::string>& hidden
       i = end;
       continue;
     }
-    if (!starts_key || eq == i || eq >= text.size() || text[eq] != '=' ||
-        !detail::is_secret_query_key(trim_blanks(text.substr(i, eq - i)))) {
+    if (!starts_key || eq == i || eq >= text.size() || text[eq] != '=' || !secret_key()) {
       out += text[i++];
       continue;
     }
@@ -535,6 +616,7 @@ SchemeMark next_scheme_mark(std::string_view text, std::size_t from, ColonMarks&
     colons.found = std::string_view::npos;
     for (std::size_t i = text.find(':', from); i != std::string_view::npos;
          i = text.find(':', i + 1)) {
+      ++t_redaction_work;
       if (text.substr(i).starts_with("://") || served_scheme_ends_at(text, i)) {
         colons.found = i;
         break;
@@ -542,8 +624,12 @@ SchemeMark next_scheme_mark(std::string_view text, std::size_t from, ColonMarks&
     }
   }
   const std::size_t limit = std::min(colons.found, text.size());
-  for (std::size_t i = text.find_first_of("/\\%\xe1\xe2\xef", from); i < limit;
-       i = text.find_first_of("/\\%\xe1\xe2\xef", i + 1)) {
+  // Looked for before the limit only: a search to the text's end from each of many marks would
+  // cost the text's length squared ("@" and then "http:" many times, no slash after them).
+  const std::string_view head = text.substr(0, limit);
+  for (std::size_t i = head.find_first_of("/\\%\xe1\xe2\xef", from); i < limit;
+       i = head.find_first_of("/\\%\xe1\xe2\xef", i + 1)) {
+    ++t_redaction_work;
     const std::size_t first = slash_at(text, i);
     if (first == 0 || blank_at(text, i) != 0) continue;
     // The run of slashes from here, blanks among them (at most 3).
@@ -589,6 +675,140 @@ constexpr std::array<std::string_view, 8> kAtSpellings = {
     "%40",       "%2540",     "\xEF\xBC\xA0", "\xEF\xB9\xAB",
     "%EF%BC%A0", "%ef%bc%a0", "%EF%B9%AB",    "%ef%b9%ab"};
 
+// The answers to the scans redact_user_info makes for each URL mark, from tables built on first
+// use in one pass over the text: a scan from each of many marks over the same long rest of the
+// text ("@" and then "http:" many times, no '/' after them) costs the text's length squared
+// otherwise. A text too long for 32-bit positions is scanned each time.
+class TextScans {
+ public:
+  explicit TextScans(std::string_view text) : text_(text) {}
+
+  // The first position at or after `from` that ends an authority: a '/', '?', '#' or white space.
+  std::size_t authority_end(std::size_t from) {
+    return first_from(authority_end_, from,
+                      [](char c) { return c == '/' || c == '?' || c == '#' || is_space(c); });
+  }
+  // The first '/', '?', '#' or line feed at or after `from`.
+  std::size_t line_stop(std::size_t from) {
+    return first_from(line_stop_, from,
+                      [](char c) { return c == '/' || c == '?' || c == '#' || c == '\n'; });
+  }
+  // The first '/', '=' or white space at or after `from`.
+  std::size_t key_stop(std::size_t from) {
+    return first_from(key_stop_, from, [](char c) { return c == '/' || c == '=' || is_space(c); });
+  }
+  // The first '/' or white space at or after `from`.
+  std::size_t path_stop(std::size_t from) {
+    return first_from(path_stop_, from, [](char c) { return c == '/' || is_space(c); });
+  }
+  std::size_t colon(std::size_t from) {
+    return first_from(colon_, from, [](char c) { return c == ':'; });
+  }
+  std::size_t non_digit(std::size_t from) {
+    return first_from(non_digit_, from, [](char c) { return c < '0' || c > '9'; });
+  }
+  // The first '@', line end or "://" at or after `from`.
+  std::size_t at_or_line_end(std::size_t from) {
+    if (!fits()) {
+      t_redaction_work += text_.size() - std::min(from, text_.size());
+      while (from < text_.size() && !at_or_line_end_at(from)) ++from;
+      return std::min(from, text_.size());
+    }
+    if (at_or_line_end_.empty()) {
+      build_next(at_or_line_end_, [&](std::size_t k) { return at_or_line_end_at(k); });
+    }
+    ++t_redaction_work;
+    return at_or_line_end_[std::min(from, text_.size())];
+  }
+  // The last '@' before `to`, or npos.
+  std::size_t last_at(std::size_t to) {
+    return last_before(last_at_, to, [&](std::size_t q) -> std::size_t {
+      return text_[q - 1] == '@' ? q - 1 : std::string_view::npos;
+    });
+  }
+  // The start of the last '@' spelled otherwise (kAtSpellings) that ends at or before `to`, or
+  // npos.
+  template <typename Spellings>
+  std::size_t last_at_spelling(std::size_t to, const Spellings& spellings) {
+    return last_before(last_spelled_at_, to, [&](std::size_t q) -> std::size_t {
+      std::size_t found = std::string_view::npos;
+      for (const std::string_view s : spellings) {
+        if (q >= s.size() && text_.compare(q - s.size(), s.size(), s) == 0 &&
+            (found == std::string_view::npos || q - s.size() > found)) {
+          found = q - s.size();
+        }
+      }
+      return found;
+    });
+  }
+
+ private:
+  using Table = std::vector<std::uint32_t>;
+  static constexpr std::uint32_t kNone = UINT32_MAX;
+
+  bool fits() const { return text_.size() < kNone; }
+  bool at_or_line_end_at(std::size_t k) const {
+    return text_[k] == '@' || text_[k] == '\n' || text_[k] == '\r' ||
+           text_.compare(k, 3, "://") == 0;
+  }
+  // next[k]: the first position at or after k where `holds` (a position) is true, else size.
+  template <typename Holds>
+  void build_next(Table& next, Holds holds) {
+    next.resize(text_.size() + 1);
+    next[text_.size()] = static_cast<std::uint32_t>(text_.size());
+    for (std::size_t k = text_.size(); k-- > 0;) {
+      next[k] = holds(k) ? static_cast<std::uint32_t>(k) : next[k + 1];
+    }
+    t_redaction_work += text_.size() + 1;
+  }
+  template <typename Stop>
+  std::size_t first_from(Table& next, std::size_t from, Stop stop) {
+    from = std::min(from, text_.size());
+    if (!fits()) {
+      const std::size_t begin = from;
+      while (from < text_.size() && !stop(text_[from])) ++from;
+      t_redaction_work += from - begin + 1;
+      return from;
+    }
+    if (next.empty()) build_next(next, [&](std::size_t k) { return stop(text_[k]); });
+    ++t_redaction_work;
+    return next[from];
+  }
+  // last[q]: the greatest found(q') for q' <= q (found(q'): a start that ends by q', or npos).
+  template <typename Found>
+  std::size_t last_before(Table& last, std::size_t to, Found found) {
+    to = std::min(to, text_.size());
+    if (!fits()) {
+      std::size_t best = std::string_view::npos;
+      for (std::size_t q = 1; q <= to; ++q) {
+        if (const std::size_t f = found(q);
+            f != std::string_view::npos && (best == std::string_view::npos || f > best)) {
+          best = f;
+        }
+      }
+      t_redaction_work += to + 1;
+      return best;
+    }
+    if (last.empty()) {
+      last.resize(text_.size() + 1);
+      last[0] = kNone;
+      for (std::size_t q = 1; q <= text_.size(); ++q) {
+        const std::size_t f = found(q);
+        last[q] = f != std::string_view::npos && (last[q - 1] == kNone || f > last[q - 1])
+                      ? static_cast<std::uint32_t>(f)
+                      : last[q - 1];
+      }
+      t_redaction_work += text_.size() + 1;
+    }
+    ++t_redaction_work;
+    return last[to] == kNone ? std::string_view::npos : last[to];
+  }
+
+  std::string_view text_;
+  Table authority_end_, line_stop_, key_stop_, path_stop_, colon_, non_digit_, at_or_line_end_;
+  Table last_at_, last_spelled_at_;
+};
+
 // The password of each URL's user part ("scheme://user:password@host"), and a user part
 // without a password whole (it is then a token: "https://TOKEN@host" is how some servers
 // take one), replaced by "***". The authority ends at the first '/', '?' or '#' (RFC 3986)
@@ -608,8 +828,10 @@ std::string redact_user_info(std::string_view text, std::vector<std::string>& hi
     return from;
   };
   ColonMarks colons;
+  TextScans scans(text);
   for (SchemeMark mark = next_scheme_mark(text, 0, colons); mark.at != std::string_view::npos;
        mark = next_scheme_mark(text, std::max(mark.at + 2, done), colons)) {
+    ++t_redaction_work;
     std::size_t start = mark.start;
     if (start == std::string_view::npos) {
       // Past any further slashes: libcurl takes "http:///user:password@host/" as
@@ -642,9 +864,15 @@ std::string redact_user_info(std::string_view text, std::vector<std::string>& hi
         start += s;
       }
     }
-    const std::size_t end = stops(start, "/?#");
+    const std::size_t end = scans.authority_end(start);
     const std::string_view authority = text.substr(start, end - start);
-    std::size_t at = authority.rfind('@');
+    // The authority's last '@' (the scans below are table look-ups: see TextScans).
+    const auto last_at_in = [&](std::size_t from, std::size_t to) {
+      const std::size_t k = scans.last_at(to);
+      return k != std::string_view::npos && k >= from ? k : std::string_view::npos;
+    };
+    std::size_t at = last_at_in(start, end);
+    if (at != std::string_view::npos) at -= start;
     // After two slashes with no scheme before them, the authority as RFC 3986 ends it, none
     // of the rules below that look further for a password holding a stop: "see //wiki: ask
     // ops@example.com" is no URL.
@@ -652,18 +880,10 @@ std::string redact_user_info(std::string_view text, std::vector<std::string>& hi
     if (at == std::string_view::npos) {
       // "user:pa ss@host": a space in the password ends the authority early (the URL does not
       // work), yet the text up to its '/', '?' or '#' holds "user:...@": the password goes.
-      std::size_t wide = start;
-      while (wide < text.size() && text[wide] != '/' && text[wide] != '?' && text[wide] != '#' &&
-             text[wide] != '\n') {
-        ++wide;
-      }
-      const std::string_view run = text.substr(start, wide - start);
-      const std::size_t last = run.rfind('@');
-      if (last != std::string_view::npos &&
-          run.substr(0, last).find(':') != std::string_view::npos &&
-          run.substr(0, end - start).find(':') != std::string_view::npos) {
-        at = last;
-      }
+      const std::size_t wide = scans.line_stop(start);
+      const std::size_t last = last_at_in(start, wide);
+      const std::size_t colon = scans.colon(start);
+      if (last != std::string_view::npos && colon < last && colon < end) at = last - start;
     }
     if (at == std::string_view::npos && end < text.size() &&
         (text[end] == '#' || text[end] == '?')) {
@@ -671,16 +891,14 @@ std::string redact_user_info(std::string_view text, std::vector<std::string>& hi
       // RFC 3986 (the URL does not work), yet the text to the next '/' holds an '@' with no
       // '=' or white space before it (no query's key, no message's words): it is the user
       // part's, to its last such '@'.
-      const std::size_t last = text.substr(end, stops(end, "/=") - end).rfind('@');
-      if (last != std::string_view::npos) at = end + last - start;
+      const std::size_t last = last_at_in(end, scans.key_stop(end));
+      if (last != std::string_view::npos) at = last - start;
     }
     if (at == std::string_view::npos && !authority.empty() && authority[0] != '[') {
       // "user:pa/ss@host": a '/' in the password ends the authority early (the URL does not
       // work), yet what follows the ':' is no port: the password still goes, to its '@'.
-      const std::size_t colon = authority.find(':');
-      const std::string_view port =
-          colon == std::string_view::npos ? std::string_view() : authority.substr(colon + 1);
-      if (!port.empty() && port.find_first_not_of("0123456789") != std::string_view::npos) {
+      const std::size_t colon = scans.colon(start);
+      if (colon + 1 < end && scans.non_digit(colon + 1) < end) {
         // The URL's last '@' (before its query), found once per run of text: a message of
         // many such URLs costs its length, not its length squared.
         if (end >= run_end) {
@@ -697,25 +915,14 @@ std::string redact_user_info(std::string_view text, std::vector<std::string>& hi
       // above do not follow. Where the authority is "user:" and a password (what follows the
       // ':' is no port), the user part runs, whatever it holds, to the first '@' on the line
       // before another URL, and then to the last '@' before the '/' or space after that.
-      const std::size_t colon = authority.find(':');
-      const std::string_view port =
-          colon == std::string_view::npos ? std::string_view() : authority.substr(colon + 1);
+      const std::size_t colon = scans.colon(start);
       const bool user_form =
-          colon != std::string_view::npos &&
-          (port.empty() ? end < text.size() && (text[end] == '#' || text[end] == '?')
-                        : port.find_first_not_of("0123456789") != std::string_view::npos);
-      std::size_t first = std::string_view::npos;
-      for (std::size_t k = end; user_form && k < text.size() && text[k] != '\n' &&
-                                text[k] != '\r' && text.compare(k, 3, "://") != 0;
-           ++k) {
-        if (text[k] == '@') {
-          first = k;
-          break;
-        }
-      }
-      if (first != std::string_view::npos) {
-        const std::size_t last = text.substr(0, stops(first, "/")).rfind('@');
-        at = last - start;
+          colon < end &&
+          (colon + 1 == end ? end < text.size() && (text[end] == '#' || text[end] == '?')
+                            : scans.non_digit(colon + 1) < end);
+      if (const std::size_t first = user_form ? scans.at_or_line_end(end) : text.size();
+          first < text.size() && text[first] == '@') {
+        at = scans.last_at(scans.path_stop(first)) - start;
       }
     }
     if (at == std::string_view::npos && !authority.empty() && authority[0] != '[') {
@@ -724,15 +931,12 @@ std::string redact_user_info(std::string_view text, std::vector<std::string>& hi
       // full-width or small look-alike; the URL does not work). No host name holds one, so the
       // authority's last such '@' ends a user part: a password after a ':', else a token
       // (after bare slashes, which may be a path's, only a password; as for a real '@').
-      std::size_t last = std::string_view::npos;
-      for (const std::string_view alike : kAtSpellings) {
-        const std::size_t k = authority.rfind(alike);
-        if (k != std::string_view::npos && (last == std::string_view::npos || k > last)) last = k;
-      }
-      if (last != std::string_view::npos && last != 0) at = last;
+      const std::size_t last = scans.last_at_spelling(end, kAtSpellings);
+      if (last != std::string_view::npos && last > start) at = last - start;
     }
     if (at == std::string_view::npos || at == 0) continue;
-    const std::size_t colon = text.substr(start, at).find(':');
+    const std::size_t colon =
+        scans.colon(start) < start + at ? scans.colon(start) - start : std::string_view::npos;
     if (colon == std::string_view::npos && mark.needs_password) continue;
     std::size_t hide = colon == std::string_view::npos ? start : start + colon + 1;
     // "TOKEN:@host" and GitHub's "TOKEN:x-oauth-basic@host": the token is the user name, and the
@@ -803,6 +1007,8 @@ std::string hide_echoes(std::string text, const std::vector<std::string>& hidden
 
 namespace detail {
 
+std::uint64_t redaction_work() { return t_redaction_work; }
+
 bool is_secret_query_key(std::string_view key) {
   const std::string k = decoded_key(key);
   for (const std::string_view secret : kSecretKeys) {
@@ -812,6 +1018,42 @@ bool is_secret_query_key(std::string_view key) {
 }
 
 }  // namespace detail
+
+namespace {
+
+// `text` with each place that holds `secret` (the leftmost first, none overlapping another)
+// replaced by "***", found in one pass over the text: a search begun again at each place costs
+// the product of the two lengths where the text repeats the start of a long secret (a secret
+// "aa...ab" in a run of a's).
+std::string replace_each(std::string text, std::string_view secret) {
+  if (secret.empty() || secret.size() > text.size()) return text;
+  // border[i]: the length of the longest proper prefix of secret[0, i] that also ends it.
+  std::vector<std::size_t> border(secret.size(), 0);
+  for (std::size_t i = 1, k = 0; i < secret.size(); ++i) {
+    while (k > 0 && secret[i] != secret[k]) k = border[k - 1];
+    if (secret[i] == secret[k]) ++k;
+    border[i] = k;
+  }
+  t_redaction_work += text.size() + secret.size();
+  std::string out;
+  std::size_t done = 0;
+  for (std::size_t i = 0, k = 0; i < text.size(); ++i) {
+    while (k > 0 && text[i] != secret[k]) k = border[k - 1];
+    if (text[i] == secret[k]) ++k;
+    if (k == secret.size()) {
+      if (done == 0) out.reserve(text.size());
+      out.append(text, done, i + 1 - secret.size() - done);
+      out += "***";
+      done = i + 1;
+      k = 0;
+    }
+  }
+  if (done == 0) return text;
+  out.append(text, done);
+  return out;
+}
+
+}  // namespace
 
 // Each other place where the text quotes a secret hidden in it (a server's error page quoting
 // the signature it refused, the token, the password), as it was given or percent-decoded,
@@ -844,20 +1086,7 @@ std::string hide_quoted(std::string text, const std::vector<std::string>& hidden
   // Longest first: a value that holds another is hidden whole.
   std::sort(secrets.begin(), secrets.end(),
             [](const std::string& a, const std::string& b) { return a.size() > b.size(); });
-  for (const std::string& secret : secrets) {
-    if (text.find(secret) == std::string::npos) continue;
-    std::string out;
-    out.reserve(text.size());
-    std::size_t done = 0;
-    for (std::size_t at = text.find(secret); at != std::string::npos;
-         at = text.find(secret, done)) {
-      out.append(text, done, at - done);
-      out += "***";
-      done = at + secret.size();
-    }
-    out.append(text, done);
-    text = std::move(out);
-  }
+  for (const std::string& secret : secrets) text = replace_each(std::move(text), secret);
   return text;
 }
 
@@ -965,11 +1194,7 @@ std::string redact_secrets(std::string text) {
     }
     std::sort(known.begin(), known.end(),
               [](const std::string& a, const std::string& b) { return a.size() > b.size(); });
-    for (const std::string& k : known) {
-      for (std::size_t at = text.find(k); at != std::string::npos; at = text.find(k, at + 3)) {
-        text.replace(at, k.size(), "***");
-      }
-    }
+    for (const std::string& k : known) text = replace_each(std::move(text), k);
   }
   std::vector<std::string> hidden;
   // An '@' as it may be spelled: itself, percent-encoded, a full-width or small look-alike.

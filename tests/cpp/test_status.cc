@@ -2,7 +2,9 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdint>
 #include <string>
+#include <string_view>
 
 #include "base/detail/secrets.hpp"
 #include "shardload/status.hpp"
@@ -299,6 +301,56 @@ TEST(RedactSecrets, TakesTimeInProportionToTheText) {
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   EXPECT_LT(secs, 5.0);  // about 0.1 s; quadratic, it took minutes
   EXPECT_TRUE(out.ends_with(" https://u:***@h/a?token=***")) << out.substr(out.size() - 40);
+}
+
+// The work redact_secrets does on `text`, as its counter tells it.
+std::uint64_t redaction_work_on(const std::string& text) {
+  const std::uint64_t before = detail::redaction_work();
+  (void)redact_secrets(text);
+  return detail::redaction_work() - before;
+}
+
+TEST(RedactSecrets, WorksInProportionToTheTextForOneMarkFollowedByManyOthers) {
+  // One mark and then many others, each of which once made the redaction look again through
+  // the rest of the text: 16 times the text must cost about 16 times the work (its square
+  // would be 256 times). The counter counts the bytes the scans look at.
+  const auto repeat = [](std::string_view head, std::string_view unit, std::string_view tail,
+                         std::size_t size) {
+    std::string text(head);
+    while (text.size() < size) text += unit;
+    return text + std::string(tail);
+  };
+  struct Shape {
+    std::string_view head, unit, tail;
+  };
+  const Shape shapes[] = {
+      {"@", "http:", ""},                      // an '@', then scheme marks and no '/'
+      {"%40", "https:", ""},                   // the '@' percent-encoded
+      {"\xef\xbc\xa0", "s3:", "="},            // the full-width '@'
+      {"x@", "http:\\", ""},                   // a scheme's ':' and a backslash
+      {"x@", "http: ", "@"},                   // a scheme's ':' and a blank
+      {"x@", "http;", "="},                    // a mark in place of the ':'
+      {"@", "http\\u2236", ""},                // a mark written as a \u escape
+      {"?", "a;", "=v"},                       // a key that a ';' does not end
+      {"@=", ";a", "="},                       //
+      {"http://u:p#x ", "a;", "="},            //
+      {"?id;", "x;", "key=v"},                 // the key after the last ';' is a secret's
+      {"http://", "a", "b@h aaaaaaaa"},        // a long token, then a text of its start
+      {"http://h/?token=", "a", "b aaaaaaaa"}  // a long query secret, the same
+  };
+  for (const Shape& s : shapes) {
+    const std::string small = repeat(s.head, s.unit, s.tail, 64 << 10);
+    const std::string large = repeat(s.head, s.unit, s.tail, 1 << 20);
+    const std::uint64_t a = redaction_work_on(small);
+    const std::uint64_t b = redaction_work_on(large);
+    EXPECT_GE(a, small.size()) << s.head << s.unit;  // each byte is looked at
+    EXPECT_LT(b, 24 * a) << s.head << s.unit << ": " << a << " then " << b;
+  }
+  // A long secret whose start the text repeats: hidden where it is repeated whole.
+  std::string token(100000, 'a');
+  token += 'b';
+  std::string text = "http://" + token + "@h/ " + std::string(300000, 'a') + token;
+  EXPECT_EQ(redact_secrets(text), "http://***@h/ " + std::string(300000, 'a') + "***");
 }
 
 TEST(RedactSecrets, AUserPartsSecretIsHiddenWhereTheMessageEchoesItWithoutTheScheme) {

@@ -3,6 +3,7 @@
 // else shows URLs through redact_secrets (shardload/status.hpp), which uses the same list.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -31,5 +32,10 @@ void add_redacted_scheme(std::string_view name);
 // of a secret to show; each request with its own credentials, whatever others were made since.
 std::string hide_request_secrets(std::string body, const std::vector<std::string>& urls,
                                  const std::vector<std::string>& header_lines);
+
+// The work redact_secrets has done on the calling thread so far: the bytes its scans looked at
+// and the look-ups in the tables that spare it rescanning. For tests, which check that a
+// redaction's work grows as its text does, not as its square.
+std::uint64_t redaction_work();
 
 }  // namespace shardload::detail
