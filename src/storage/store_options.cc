@@ -187,7 +187,9 @@ CredentialTable& credential_table() { return fork_held<CredentialTable>(); }
 
 // An entry's deleter: its slot leaves the map, unless a new entry took the slot meanwhile (the
 // handle sealed again after the last pin went). The entry is freed outside the lock (the pins
-// it holds may free others).
+// it holds may free others). Entries that name each other in a chain (each sealed around the
+// handle of the one before) are freed one after another by the outermost call of the thread,
+// not one deleter inside another, whose depth would be the chain's length.
 void forget_entry(const CredentialEntry* entry) {
   {
     CredentialTable& table = credential_table();
@@ -195,7 +197,27 @@ void forget_entry(const CredentialEntry* entry) {
     const auto it = table.slots.find(entry->handle);
     if (it != table.slots.end() && it->second.made == entry) table.slots.erase(it);
   }
-  delete entry;
+  thread_local std::vector<const CredentialEntry*>* pending = nullptr;
+  if (pending != nullptr) {
+    try {
+      pending->push_back(entry);
+      return;
+    } catch (...) {  // no memory to queue it: freed here, one level deeper
+    }
+    delete entry;
+    return;
+  }
+  std::vector<const CredentialEntry*> queue;
+  pending = &queue;
+  for (const CredentialEntry* next = entry; next != nullptr;) {
+    delete next;  // the entries it names whose last pin this was join the queue
+    next = nullptr;
+    if (!queue.empty()) {
+      next = queue.back();
+      queue.pop_back();
+    }
+  }
+  pending = nullptr;
 }
 
 // The entry `handle` stands for, or null. (Every shared_ptr of an entry is declared before a

@@ -4,6 +4,7 @@
 // secret rows are what redact_secrets hides.
 #include <gtest/gtest.h>
 
+#include <pthread.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -256,6 +257,42 @@ TEST(CredentialTable, APinOfAnEntryPinsTheEntriesItNamesWhicheverCameFirst) {
   seal_and_drop(kRecentlySealed + 10, "i");
   EXPECT_EQ(credential_items(handle_in(around)), around_items);
   EXPECT_EQ(credential_items(handle_in(inner)), inner_items);
+}
+
+TEST(CredentialTable, AChainOfEntriesEachNamingTheOneBeforeIsFreedWithoutRecursion) {
+  // Each URL sealed around the handle of the one before: the entries pin each other in a
+  // chain, freed when the newest leaves the recently sealed ones. On a thread of 256 KiB of
+  // stack, a deleter inside a deleter per link overflowed it long before 20,000 links.
+  constexpr int kLinks = 20000;
+  bool freed = false;
+  const auto work = [&] {
+    std::string url = seal_credentials("https://h/x.npy?sig=first");
+    const std::string first = handle_in(url);
+    for (int i = 1; i < kLinks; ++i) {
+      const std::string n = std::to_string(i);
+      url = seal_credentials("https://h/x.npy?sig=A" + n + "&" + url.substr(url.find('?') + 1) +
+                             "&sig=B" + n);
+    }
+    const bool held = !credential_items(first).empty();  // the chain keeps its first link
+    seal_and_drop(kRecentlySealed + 10, "chain");
+    freed = held && credential_items(first).empty();
+  };
+  pthread_attr_t attr;
+  ASSERT_EQ(pthread_attr_init(&attr), 0);
+  ASSERT_EQ(pthread_attr_setstacksize(&attr, 256 << 10), 0);
+  pthread_t thread;
+  ASSERT_EQ(pthread_create(
+                &thread, &attr,
+                [](void* f) -> void* {
+                  (*static_cast<decltype(work)*>(f))();
+                  return nullptr;
+                },
+                const_cast<void*>(static_cast<const void*>(&work))),
+            0);
+  pthread_join(thread, nullptr);
+  pthread_attr_destroy(&attr);
+  EXPECT_TRUE(freed);
+  EXPECT_LE(credential_entries(), kRecentlySealed + 64);
 }
 
 TEST(CredentialTable, TheRecentOnesAreBoundedInBytesTooTheLastAlwaysKept) {
