@@ -140,9 +140,14 @@ Result<std::string> read_small_file(IoBackend& io, const std::string& path, std:
                                     FileInfo* info) {
   SHARDLOAD_ASSIGN_OR_RETURN(File f, File::open(io, path));
   SHARDLOAD_ASSIGN_OR_RETURN(const FileInfo st, f.stat());
-  if (!st.regular) return Status(ErrorCode::kFormat, path + ": not a regular file");
+  return read_small_opened(f, st, max_bytes, info);
+}
+
+Result<std::string> read_small_opened(const File& f, const FileInfo& st, std::uint64_t max_bytes,
+                                      FileInfo* info) {
+  if (!st.regular) return Status(ErrorCode::kFormat, f.path() + ": not a regular file");
   if (st.size > max_bytes) {
-    return Status(ErrorCode::kFormat, path + ": size: " + std::to_string(st.size) +
+    return Status(ErrorCode::kFormat, f.path() + ": size: " + std::to_string(st.size) +
                                           " bytes is more than the " + std::to_string(max_bytes) +
                                           " a metadata file may have");
   }

@@ -10,28 +10,14 @@
 #include <unordered_map>
 #include <utility>
 
+#include "base/detail/json.hpp"
 #include "shardload/location.hpp"
 #include "shardload/storage.hpp"
+#include "storage/detail/store_schemes.hpp"
 
 namespace shardload {
 
 namespace {
-
-// The snapshot the readers compare, from a key's stat: its size, and its generation hashed
-// (FNV-1a, the same in every process) into the inode, so that another generation reads as
-// another file, as the adapter of registered schemes gives it.
-FileInfo info_of(const KeyInfo& k) {
-  std::uint64_t h = 1469598103934665603ull;
-  for (const char c : k.generation) {
-    h ^= static_cast<unsigned char>(c);
-    h *= 1099511628211ull;
-  }
-  FileInfo info;
-  info.size = k.size;
-  info.regular = true;
-  info.inode = h;
-  return info;
-}
 
 int errno_of(const Status& st) {
   if (st.code() == ErrorCode::kChanged) return ESTALE;
@@ -58,7 +44,7 @@ struct ShardSource::Keys final : IoBackend {
   Result<int> open_stat(const std::string& key, FileInfo* info) override {
     SHARDLOAD_RETURN_IF_ERROR(check_store_key(key).with_path(store->describe(key)));
     SHARDLOAD_ASSIGN_OR_RETURN(const KeyInfo k, store->stat(key));
-    *info = info_of(k);
+    *info = detail::generation_info(k);
     return add(Open{key, k.generation});
   }
 
@@ -71,13 +57,13 @@ struct ShardSource::Keys final : IoBackend {
       key = it->second.key;
     }
     SHARDLOAD_ASSIGN_OR_RETURN(const KeyInfo k, store->stat(key));
-    return info_of(k);
+    return detail::generation_info(k);
   }
 
   Result<FileInfo> stat_path(const std::string& key) override {
     SHARDLOAD_RETURN_IF_ERROR(check_store_key(key).with_path(store->describe(key)));
     SHARDLOAD_ASSIGN_OR_RETURN(const KeyInfo k, store->stat(key));
-    return info_of(k);
+    return detail::generation_info(k);
   }
 
   std::int64_t pread(int fd, void* buf, std::size_t n, std::uint64_t offset) override {
@@ -192,16 +178,7 @@ Result<std::string> ShardSource::read_small(const std::string& key, std::uint64_
                                             FileInfo* info) {
   FileInfo st;
   SHARDLOAD_ASSIGN_OR_RETURN(File f, open_stat(key, &st));
-  if (!st.regular) return Status(ErrorCode::kFormat, f.path() + ": not a regular file");
-  if (st.size > max_bytes) {
-    return Status(ErrorCode::kFormat, f.path() + ": size: " + std::to_string(st.size) +
-                                          " bytes is more than the " + std::to_string(max_bytes) +
-                                          " a metadata file may have");
-  }
-  std::string text(static_cast<std::size_t>(st.size), '\0');
-  SHARDLOAD_RETURN_IF_ERROR(f.read_exact(text.data(), text.size(), 0));
-  if (info != nullptr) *info = st;
-  return text;
+  return detail::read_small_opened(f, st, max_bytes, info);
 }
 
 bool ShardSource::round_trips(const std::string& key) const {

@@ -120,21 +120,6 @@ bool valid_scheme(std::string_view s) {
   });
 }
 
-// The FileInfo the readers snapshot and compare: the size, and a hash of the generation as the
-// inode (FNV-1a, the same in every process), so that another generation is another file.
-FileInfo info_of(const KeyInfo& k) {
-  std::uint64_t h = 1469598103934665603ull;
-  for (const char c : k.generation) {
-    h ^= static_cast<unsigned char>(c);
-    h *= 1099511628211ull;
-  }
-  FileInfo info;
-  info.size = k.size;
-  info.regular = true;
-  info.inode = h;
-  return info;
-}
-
 // Where a URL of a registered scheme leads.
 struct Where {
   Entry* entry = nullptr;
@@ -276,7 +261,7 @@ class StoreIo final : public RemoteIo {
     if (o->transport != nullptr) return o->transport->stat(o->transport_fd, path);
     auto k = o->store->stat(o->key);
     if (!k) return k.status().with_path(o->shown);
-    return info_of(*k);
+    return generation_info(*k);
   }
 
   Result<FileInfo> stat_path(const std::string& url) override {
@@ -285,7 +270,7 @@ class StoreIo final : public RemoteIo {
     SHARDLOAD_RETURN_IF_ERROR(check_object(w));
     auto k = w.store->stat(w.key);
     if (!k) return named(k.status(), w);
-    return info_of(*k);
+    return generation_info(*k);
   }
 
   std::int64_t pread(int fd, void* buf, std::size_t n, std::uint64_t offset) override {
@@ -415,7 +400,7 @@ class StoreIo final : public RemoteIo {
     SHARDLOAD_RETURN_IF_ERROR(check_object(w));
     auto k = w.store->stat(w.key);
     if (!k) return named(k.status(), w);
-    *info = info_of(*k);
+    *info = generation_info(*k);
     return add(std::move(w), k->generation, k->size);
   }
 
@@ -748,6 +733,19 @@ class PrefixedStore final : public Store {
 };
 
 }  // namespace
+
+FileInfo generation_info(const KeyInfo& k) {
+  std::uint64_t h = 1469598103934665603ull;
+  for (const char c : k.generation) {
+    h ^= static_cast<unsigned char>(c);
+    h *= 1099511628211ull;
+  }
+  FileInfo info;
+  info.size = k.size;
+  info.regular = true;
+  info.inode = h;
+  return info;
+}
 
 const SchemeRow* registered_row(std::string_view path) {
   const Entry* const e = entry_of(path);

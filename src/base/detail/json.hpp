@@ -56,4 +56,8 @@ Status json_only_keys(const std::string& file, const std::string& where, const J
 Result<std::string> read_small_file(IoBackend& io, const std::string& path, std::uint64_t max_bytes,
                                     FileInfo* info);
 
+// The same for a file already open (`st`: its state at the open), however it was opened.
+Result<std::string> read_small_opened(const File& f, const FileInfo& st, std::uint64_t max_bytes,
+                                      FileInfo* info);
+
 }  // namespace shardload::detail

@@ -14,6 +14,11 @@
 
 namespace shardload::detail {
 
+// The FileInfo the readers snapshot and compare for a key: its size, and a hash of its
+// generation as the inode (FNV-1a, the same in every process), so that another generation reads
+// as another file. The adapter of registered schemes and ShardSource::of_store both give it.
+FileInfo generation_info(const KeyInfo& k);
+
 // One row of the table of schemes a path can name (location.cc's built-in rows, and one per
 // registered scheme).
 struct SchemeRow {
