@@ -155,8 +155,9 @@ def digit_separator(line: str, i: int) -> bool:
     return line[start].isdigit() and i + 1 < len(line) and line[i + 1].isalnum()
 
 
-def code_of(line: str) -> str:
-    """`line` without its // comment; a "//" inside a string or character literal is code."""
+def code_of(line: str, comment: str = "//") -> str:
+    """`line` without its comment (C++ "//", Python "#"); a comment mark inside a string or
+    character literal is code, and so is a C++14 digit separator's quote."""
     quote = ""
     i = 0
     while i < len(line):
@@ -166,11 +167,11 @@ def code_of(line: str) -> str:
                 i += 1
             elif c == quote:
                 quote = ""
-        elif c == "'" and digit_separator(line, i):
+        elif c == "'" and comment == "//" and digit_separator(line, i):
             pass
         elif c in "\"'":
             quote = c
-        elif line.startswith("//", i):
+        elif line.startswith(comment, i):
             return line[:i]
         i += 1
     return line
@@ -195,32 +196,13 @@ def check_scheme_predicates(path: pathlib.Path) -> list[str]:
     return problems
 
 
-def python_code_of(line: str) -> str:
-    """`line` without its # comment; a "#" inside a string literal is code."""
-    quote = ""
-    i = 0
-    while i < len(line):
-        c = line[i]
-        if quote:
-            if c == "\\":
-                i += 1
-            elif c == quote:
-                quote = ""
-        elif c in "\"'":
-            quote = c
-        elif c == "#":
-            return line[:i]
-        i += 1
-    return line
-
-
 def check_python_scheme_tests(path: pathlib.Path) -> list[str]:
     rel = path.relative_to(ROOT).as_posix()
     if not rel.startswith(PY_PACKAGE) or rel.startswith(PY_SCHEME_ALLOWED):
         return []
     problems = []
     for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if PY_SCHEME_TEST.search(python_code_of(line)):
+        if PY_SCHEME_TEST.search(code_of(line, "#")):
             problems.append(f"{rel}:{n}: a path tested against a scheme's prefix outside the "
                             "argument parsing; ask the store what you need to know instead "
                             "(_core.path_traits, split_options, join_key)")
