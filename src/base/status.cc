@@ -671,9 +671,11 @@ SchemeMark next_scheme_mark(std::string_view text, std::size_t from, ColonMarks&
 // An '@' spelled otherwise: percent-encoded, once or twice ("%40", "%2540": a URL encoded
 // into another's query, then again), the full-width and the small look-alike (U+FF20, U+FE6B),
 // and those percent-encoded as a browser or quote() sends what was typed (upper or lower case).
-constexpr std::array<std::string_view, 8> kAtSpellings = {
-    "%40",       "%2540",     "\xEF\xBC\xA0", "\xEF\xB9\xAB",
-    "%EF%BC%A0", "%ef%bc%a0", "%EF%B9%AB",    "%ef%b9%ab"};
+constexpr std::array<std::string_view, 12> kAtSpellings = {
+    "%40", "%2540", "\xEF\xBC\xA0", "\xEF\xB9\xAB", "%EF%BC%A0", "%ef%bc%a0", "%EF%B9%AB",
+    "%ef%b9%ab",
+    // The look-alikes percent-encoded twice, as "%2540" is the '@' itself.
+    "%25EF%25BC%25A0", "%25ef%25bc%25a0", "%25EF%25B9%25AB", "%25ef%25b9%25ab"};
 
 // The answers to the scans redact_user_info makes for each URL mark, from tables built on first
 // use in one pass over the text: a scan from each of many marks over the same long rest of the

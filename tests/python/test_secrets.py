@@ -1014,7 +1014,7 @@ def test_a_mistyped_urls_password_is_hidden_from_every_output(tmp_path, monkeypa
 
 # ... and the look-alikes percent-encoded as a browser or quote() sends them, either case.
 _AT_SPELLINGS = ["%40", "%2540", "\uff20", "\ufe6b", "%EF%BC%A0", "%ef%bc%a0", "%EF%B9%AB",
-                 "%ef%b9%ab"]
+                 "%ef%b9%ab", "%25EF%25BC%25A0", "%25ef%25b9%25ab"]
 
 
 @pytest.mark.parametrize("text", [
