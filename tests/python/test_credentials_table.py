@@ -89,28 +89,28 @@ def test_a_source_of_many_urls_sealed_with_storage_options_is_discovered_whole()
         assert type(pickle.loads(pickle.dumps(sealed[0]))) is str
 
 
-def test_a_forgotten_handle_is_refused_naming_the_url_redacted() -> None:
-    # A handle only a string names: forgotten once more than the recently sealed ones follow.
-    url = f"https://{USER}:{PASSWORD}@127.0.0.1:9/gone/shard_0000.npy?{SIGNED}"
-    sealed = _core.seal_store_url(url)
-    assert "credentials=" in sealed and MARK not in sealed
+def _refused_once_forgotten(sealed: str, shown: str) -> None:
+    """`sealed` is refused as a handle this process no longer holds once more than the recently
+    sealed ones follow it, its URL named (`shown`) and no secret in the message."""
     seal_and_drop(OTHERS)
     gc.collect()
     with pytest.raises(shardload.LayoutError) as raised:
         shardload.discover([sealed])
     message = str(raised.value)
     assert "names no credentials given to this process" in message, message
-    assert "/gone/shard_0000.npy" in message and MARK not in message, message
+    assert shown in message and MARK not in message, message
+
+
+def test_a_forgotten_handle_is_refused_naming_the_url_redacted() -> None:
+    # A handle only a string names: forgotten once more than the recently sealed ones follow.
+    url = f"https://{USER}:{PASSWORD}@127.0.0.1:9/gone/shard_0000.npy?{SIGNED}"
+    sealed = _core.seal_store_url(url)
+    assert "credentials=" in sealed and MARK not in sealed
+    _refused_once_forgotten(sealed, "/gone/shard_0000.npy")
     # s3:// too: refused at the URL's options, before any request.
     s3 = _core.seal_store_url("s3://bkt/gone/x.npy?endpoint_override=127.0.0.1:9&access_key=AK"
                               "&secret_key=sk-s3cr3t&session_token=st-s3cr3t")
-    seal_and_drop(OTHERS)
-    gc.collect()
-    with pytest.raises(shardload.LayoutError) as raised:
-        shardload.discover([s3])
-    message = str(raised.value)
-    assert "names no credentials given to this process" in message, message
-    assert "s3://bkt/gone/x.npy" in message and MARK not in message, message
+    _refused_once_forgotten(s3, "s3://bkt/gone/x.npy")
 
 
 def test_a_url_sealed_around_a_handle_keeps_and_carries_both_entries() -> None:

@@ -81,6 +81,11 @@ def test_this_checkout_points_down() -> None:
     assert not list((ROOT / "src" / "readers").glob("**/s3_*")), "object storage left in readers"
 
 
+def _flagged(got) -> list[str]:
+    """The FILE:LINE of each problem the check printed (its last line is the summary)."""
+    return sorted(line.split(": ", 1)[0] for line in got.stdout.splitlines()[:-1])
+
+
 def test_a_scheme_predicate_outside_storage_is_refused(tmp_path: pathlib.Path) -> None:
     # "Is it remote?" is storage's question: a reader, the engine or a front end asks
     # shardload/location.hpp what it needs to know. Storage itself, the command line's argument
@@ -98,7 +103,7 @@ def test_a_scheme_predicate_outside_storage_is_refused(tmp_path: pathlib.Path) -
     })
     got = _run(root)
     assert got.returncode == 1, got.stdout
-    flagged = sorted(line.split(": ", 1)[0] for line in got.stdout.splitlines()[:-1])
+    flagged = _flagged(got)
     assert flagged == ["src/base/io.cc:1", "src/cli/read.cc:1", "src/engine/manifest.cc:2",
                        "src/readers/zarr_reader.cc:1"], got.stdout
     assert ("src/readers/zarr_reader.cc:1: is_remote_url() outside the storage layer; ask the "
@@ -127,7 +132,7 @@ def test_a_path_tested_against_a_schemes_prefix_outside_storage_is_refused(
     })
     got = _run(root)
     assert got.returncode == 1, got.stdout
-    flagged = sorted(line.split(": ", 1)[0] for line in got.stdout.splitlines()[:-1])
+    flagged = _flagged(got)
     assert flagged == ["src/engine/layout.cc:1", "src/engine/save_options.cc:1",
                        "src/engine/save_options.cc:2", "src/engine/save_options.cc:3"], got.stdout
     assert ("src/engine/layout.cc:1: a path tested against a scheme's prefix outside the storage "
@@ -145,7 +150,7 @@ def test_a_digit_separator_begins_no_character_literal(tmp_path: pathlib.Path) -
                                 "char q = '\\''; char u = u8'a';  // p.find(\"s3://\")\n",
     })
     got = _run(root)
-    flagged = sorted(line.split(": ", 1)[0] for line in got.stdout.splitlines()[:-1])
+    flagged = _flagged(got)
     assert flagged == ["src/engine/layout.cc:2"], got.stdout
 
 
@@ -172,7 +177,7 @@ def test_a_python_module_testing_a_paths_scheme_outside_argument_parsing_is_refu
     })
     got = _run(root)
     assert got.returncode == 1, got.stdout
-    flagged = sorted(line.split(": ", 1)[0] for line in got.stdout.splitlines()[:-1])
+    flagged = _flagged(got)
     assert flagged == ["python/shardload/_frontend.py:2", "python/shardload/_frontend.py:4",
                        "python/shardload/_manifest.py:2", "python/shardload/_manifest.py:4"], \
         got.stdout
@@ -205,7 +210,7 @@ def test_a_transport_outside_storage_is_refused(tmp_path: pathlib.Path) -> None:
     })
     got = _run(root)
     assert got.returncode == 1, got.stdout
-    flagged = sorted(line.split(": ", 1)[0] for line in got.stdout.splitlines()[:-1])
+    flagged = _flagged(got)
     assert flagged == ["python/src/core_module.cc:1", "src/engine/detail/save_remote.hpp:1",
                        "src/engine/save_remote.cc:1", "src/legate/save_once.cc:1",
                        "src/readers/zarr_reader.cc:1"], got.stdout
