@@ -670,12 +670,49 @@ SchemeMark next_scheme_mark(std::string_view text, std::size_t from, ColonMarks&
 
 // An '@' spelled otherwise: percent-encoded, once or twice ("%40", "%2540": a URL encoded
 // into another's query, then again), the full-width and the small look-alike (U+FF20, U+FE6B),
-// and those percent-encoded as a browser or quote() sends what was typed (upper or lower case).
-constexpr std::array<std::string_view, 12> kAtSpellings = {
-    "%40", "%2540", "\xEF\xBC\xA0", "\xEF\xB9\xAB", "%EF%BC%A0", "%ef%bc%a0", "%EF%B9%AB",
-    "%ef%b9%ab",
-    // The look-alikes percent-encoded twice, as "%2540" is the '@' itself.
-    "%25EF%25BC%25A0", "%25ef%25bc%25a0", "%25EF%25B9%25AB", "%25ef%25b9%25ab"};
+// those percent-encoded as a browser or quote() sends what was typed, and encoded twice, as
+// "%2540" is the '@' itself. A percent-escape's hex digits are read in any case, each digit on
+// its own ("%eF%Bc%A0" is what a server decodes), so the spellings are compared that way
+// (spelled_at): only ASCII letters differ in case, never the look-alikes' own bytes.
+constexpr std::array<std::string_view, 8> kAtSpellings = {
+    "%40",       "%2540",     "\xEF\xBC\xA0",    "\xEF\xB9\xAB",
+    "%EF%BC%A0", "%EF%B9%AB", "%25EF%25BC%25A0", "%25EF%25B9%25AB"};
+
+// Whether text[at, at + spelling.size()) is `spelling` with its ASCII letters in any case.
+bool spelled_at(std::string_view text, std::size_t at, std::string_view spelling) {
+  if (at > text.size() || text.size() - at < spelling.size()) return false;
+  for (std::size_t k = 0; k < spelling.size(); ++k) {
+    const auto a = static_cast<unsigned char>(text[at + k]);
+    const auto b = static_cast<unsigned char>(spelling[k]);
+    if (a != b && (a >= 0x80 || std::tolower(a) != std::tolower(b))) return false;
+  }
+  return true;
+}
+
+// The start of an '@' spelled otherwise that ends at `q` (the latest start where two do), or npos.
+std::size_t spelled_at_ending(std::string_view text, std::size_t q) {
+  std::size_t found = std::string_view::npos;
+  const auto consider = [&](std::string_view s) {
+    if (q >= s.size() && spelled_at(text, q - s.size(), s) &&
+        (found == std::string_view::npos || q - s.size() > found)) {
+      found = q - s.size();
+    }
+  };
+  for (const std::string_view s : kAtSpellings) consider(s);
+  return found;
+}
+
+// Whether `text` holds an '@' spelled otherwise anywhere (one pass: every spelling begins with
+// '%' or the look-alikes' first byte 0xEF).
+bool holds_spelled_at(std::string_view text) {
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    if (text[i] != '%' && text[i] != '\xEF') continue;
+    for (const std::string_view s : kAtSpellings) {
+      if (spelled_at(text, i, s)) return true;
+    }
+  }
+  return false;
+}
 
 // The answers to the scans redact_user_info makes for each URL mark, from tables built on first
 // use in one pass over the text: a scan from each of many marks over the same long rest of the
@@ -730,18 +767,9 @@ class TextScans {
   }
   // The start of the last '@' spelled otherwise (kAtSpellings) that ends at or before `to`, or
   // npos.
-  template <typename Spellings>
-  std::size_t last_at_spelling(std::size_t to, const Spellings& spellings) {
-    return last_before(last_spelled_at_, to, [&](std::size_t q) -> std::size_t {
-      std::size_t found = std::string_view::npos;
-      for (const std::string_view s : spellings) {
-        if (q >= s.size() && text_.compare(q - s.size(), s.size(), s) == 0 &&
-            (found == std::string_view::npos || q - s.size() > found)) {
-          found = q - s.size();
-        }
-      }
-      return found;
-    });
+  std::size_t last_at_spelling(std::size_t to) {
+    return last_before(last_spelled_at_, to,
+                       [&](std::size_t q) { return spelled_at_ending(text_, q); });
   }
 
  private:
@@ -933,7 +961,7 @@ std::string redact_user_info(std::string_view text, std::vector<std::string>& hi
       // full-width or small look-alike; the URL does not work). No host name holds one, so the
       // authority's last such '@' ends a user part: a password after a ':', else a token
       // (after bare slashes, which may be a path's, only a password; as for a real '@').
-      const std::size_t last = scans.last_at_spelling(end, kAtSpellings);
+      const std::size_t last = scans.last_at_spelling(end);
       if (last != std::string_view::npos && last > start) at = last - start;
     }
     if (at == std::string_view::npos || at == 0) continue;
@@ -1200,9 +1228,7 @@ std::string redact_secrets(std::string text) {
   }
   std::vector<std::string> hidden;
   // An '@' as it may be spelled: itself, percent-encoded, a full-width or small look-alike.
-  if (text.find('@') != std::string::npos ||
-      std::any_of(kAtSpellings.begin(), kAtSpellings.end(),
-                  [&](std::string_view at) { return text.find(at) != std::string::npos; })) {
+  if (text.find('@') != std::string::npos || holds_spelled_at(text)) {
     text = redact_user_info(text, hidden);
     if (!hidden.empty()) text = hide_echoes(std::move(text), hidden);
   }

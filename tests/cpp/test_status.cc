@@ -134,9 +134,11 @@ TEST(RedactSecrets, APasswordBeforeAnAtSpelledOtherwiseIsHidden) {
 }
 
 TEST(RedactSecrets, ATokenBeforeAnAtSpelledOtherwiseIsHidden) {
-  // A user part without a password, its '@' percent-encoded (once or twice) or a look-alike:
-  // no host name holds one, so what is before it is a token, with a port after it too.
-  for (const std::string at : {"%40", "%2540", "\uff20", "\ufe6b"}) {
+  // A user part without a password, its '@' percent-encoded (once or twice) or a look-alike,
+  // percent-encoded with its hex digits in any case, as a server decodes them: no host name
+  // holds one, so what is before it is a token, with a port after it too.
+  for (const std::string at : {"%40", "%2540", "\uff20", "\ufe6b", "%EF%BC%A0", "%eF%Bc%a0",
+                               "%Ef%b9%aB", "%25eF%25bC%25A0", "%25Ef%25B9%25ab"}) {
     EXPECT_EQ(redact_secrets("loading https://Pw9secretZQ" + at + "127.0.0.1:9/x.npy: x"),
               "loading https://***" + at + "127.0.0.1:9/x.npy: x");
     EXPECT_EQ(redact_secrets("s3://Pw9secretZQ" + at + "bkt/x.npy?region=us-east-1"),

@@ -1012,9 +1012,10 @@ def test_a_mistyped_urls_password_is_hidden_from_every_output(tmp_path, monkeypa
         assert_hidden(out, "***@127.0.0.1:9/x.npy")
 
 
-# ... and the look-alikes percent-encoded as a browser or quote() sends them, either case.
+# ... and the look-alikes percent-encoded as a browser or quote() sends them, either case, and
+# each hex digit in its own case (a server decodes "%eF%Bc%a0" as it does "%EF%BC%A0").
 _AT_SPELLINGS = ["%40", "%2540", "\uff20", "\ufe6b", "%EF%BC%A0", "%ef%bc%a0", "%EF%B9%AB",
-                 "%ef%b9%ab", "%25EF%25BC%25A0", "%25ef%25b9%25ab"]
+                 "%ef%b9%ab", "%25EF%25BC%25A0", "%25ef%25b9%25ab", "%eF%Bc%A0", "%25Ef%25b9%25aB"]
 
 
 @pytest.mark.parametrize("text", [
