@@ -158,11 +158,13 @@ static std::int64_t realtime_ns();
 static Result<Layout> try_discover_paths_at(const std::vector<std::string>& paths,
                                             const DiscoverOptions& given);
 
+static void began_at(Layout& layout, std::int64_t began);
+
 Result<Layout> try_discover_paths(const std::vector<std::string>& paths,
                                   const DiscoverOptions& given) {
   const std::int64_t began = realtime_ns();
   auto l = try_discover_paths_at(paths, given);
-  if (l) l->discovered_ns = began;
+  if (l) began_at(*l, began);
   return l;
 }
 
@@ -404,13 +406,32 @@ std::optional<ManifestState> parse_manifest_state(std::string_view name) {
 
 static Result<Layout> discover_probing(const Source& source, const DiscoverOptions& options);
 
-// Now on the clock file systems stamp change times with (CLOCK_REALTIME), for
-// ReadSpec::discovered_ns: taken before anything is looked at, so a file changed after
-// discovery began has a later change time.
-static std::int64_t realtime_ns() {
+static std::int64_t clock_ns(clockid_t clock) {
   timespec t{};
-  ::clock_gettime(CLOCK_REALTIME, &t);
+  ::clock_gettime(clock, &t);
   return static_cast<std::int64_t>(t.tv_sec) * 1'000'000'000 + t.tv_nsec;
+}
+
+// Now on the clock file systems stamp change times from (CLOCK_REALTIME), for
+// ReadSpec::discovered_ns: taken before anything is looked at, so that a file written before
+// discovery began has a change time no later.
+static std::int64_t realtime_ns() { return clock_ns(CLOCK_REALTIME); }
+
+// Sets the layout's discovered_ns. A file changed after discovery began has a later change time
+// only once the kernel's clock tick has passed `began`: a write stamps the tick's start
+// (CLOCK_REALTIME_COARSE, up to a tick behind), or the precise time where the file was asked its
+// times since its last change. So a layout whose chunks are judged by their change times (Zarr's)
+// is returned only when the tick `began` fell in is over, at most one tick later (and at once
+// where discovery took longer): every write after that has a later stamp. A coarse clock that does
+// not move (the real-time clock set back) is waited for 50 ms at most.
+static void began_at(Layout& layout, std::int64_t began) {
+  layout.discovered_ns = began;
+  if (layout.format != Format::kZarr) return;
+  const std::int64_t give_up = clock_ns(CLOCK_MONOTONIC) + 50'000'000;
+  while (clock_ns(CLOCK_REALTIME_COARSE) <= began && clock_ns(CLOCK_MONOTONIC) < give_up) {
+    timespec nap{0, 200'000};
+    ::nanosleep(&nap, nullptr);
+  }
 }
 
 static Result<Layout> try_discover_at(const Source& source, const DiscoverOptions& options);
@@ -418,7 +439,7 @@ static Result<Layout> try_discover_at(const Source& source, const DiscoverOption
 Result<Layout> try_discover(const Source& source, const DiscoverOptions& options) {
   const std::int64_t began = realtime_ns();
   auto l = try_discover_at(source, options);
-  if (l) l->discovered_ns = began;
+  if (l) began_at(*l, began);
   return l;
 }
 
