@@ -146,6 +146,7 @@ std::size_t on_header(char* data, std::size_t size, std::size_t count, void* use
   const auto value = [&](std::string_view name) { return trim(line.substr(name.size())); };
   if (iequals_prefix(line, "etag:")) h->etag = value("etag:");
   if (iequals_prefix(line, "last-modified:")) h->last_modified = value("last-modified:");
+  if (iequals_prefix(line, "date:")) h->date = value("date:");
   if (iequals_prefix(line, "content-range:")) h->content_range = value("content-range:");
   if (iequals_prefix(line, "content-length:")) {
     const std::string more = value("content-length:");
@@ -294,17 +295,6 @@ std::string redirect_refusal(const std::string& from, const std::string& to) {
   }
   return tls ? "only https:// is followed from an https:// URL"
              : "only http:// and https:// are followed";
-}
-
-// A sleep that an interrupt ends early.
-void interruptible_sleep(std::int64_t ms) {
-  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
-  while (!interrupt_requested()) {
-    const auto left = until - std::chrono::steady_clock::now();
-    if (left <= std::chrono::steady_clock::duration::zero()) return;
-    std::this_thread::sleep_for(
-        std::min<std::chrono::steady_clock::duration>(left, std::chrono::milliseconds(20)));
-  }
 }
 
 std::string seconds_text(std::int64_t ms) {
@@ -601,6 +591,16 @@ bool parse_content_range(const std::string& value, std::uint64_t* first, std::in
     *total = t;
   }
   return true;
+}
+
+void interruptible_sleep(std::int64_t ms) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
+  while (!interrupt_requested()) {
+    const auto left = until - std::chrono::steady_clock::now();
+    if (left <= std::chrono::steady_clock::duration::zero()) return;
+    std::this_thread::sleep_for(
+        std::min<std::chrono::steady_clock::duration>(left, std::chrono::milliseconds(20)));
+  }
 }
 
 }  // namespace shardload::detail

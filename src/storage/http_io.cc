@@ -18,6 +18,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -229,8 +230,46 @@ class CurlRemoteIo final : public RemoteIo {
     return file_error(ErrorCode::kIo, url, msg, curl_errno(o));
   }
 
-  // The object's snapshot: one HEAD (retried like any request); its validators in `validators`.
+  // The object's snapshot: a HEAD (retried like any request); its validators in `validators`.
+  // A Last-Modified that is the only validator tells versions apart only once the server's
+  // clock has left its second (RFC 9110 8.8.2.2: the answer's Date at least a second later):
+  // before that, an object written again within the same second keeps it, and its new bytes
+  // would be read as the snapshot's. Such a snapshot is taken again once that second is over
+  // (at most a second later; a few times, for an object rewritten every second).
   Status head(const std::string& url, const Target& t, FileInfo* info, CurlHeaders* validators) {
+    SHARDLOAD_RETURN_IF_ERROR(head_once(url, t, info, validators));
+    for (int again = 0; again < kWeakSnapshotRetakes; ++again) {
+      const std::int64_t ms = ms_until_strong(*validators);
+      if (ms == 0) break;
+      interruptible_sleep(ms);
+      SHARDLOAD_RETURN_IF_ERROR(head_once(url, t, info, validators));
+    }
+    return Status::ok();
+  }
+
+  static constexpr int kWeakSnapshotRetakes = 3;
+
+  // How long until `h`'s Last-Modified, its only validator, is a strong one (its Date a
+  // second past it), in ms; 0 where it is already, where an ETag is the validator, or where
+  // either date cannot be read (then compared as text, as before). Without a Date (a server
+  // without a clock) this host's clock stands in for it. Where the snapshot is still weak after
+  // the retakes (an object written every second), it is compared as before: by its text, and
+  // the size.
+  static std::int64_t ms_until_strong(const CurlHeaders& h) {
+    if (!h.etag.empty() || h.last_modified.empty()) return 0;
+    const std::time_t modified = curl_getdate(h.last_modified.c_str(), nullptr);
+    if (modified < 0) return 0;
+    std::time_t date = h.date.empty() ? -1 : curl_getdate(h.date.c_str(), nullptr);
+    if (date < 0) date = std::time(nullptr);
+    // A Last-Modified more than a second ahead of the Date is a clock out of step with the
+    // file system's, which waiting does not mend: compared as before.
+    if (date >= modified + 1 || modified - date > 1) return 0;
+    // The second left on the server's clock, one more where the Last-Modified is ahead.
+    return static_cast<std::int64_t>(modified + 1 - date) * 1000 + 50;
+  }
+
+  Status head_once(const std::string& url, const Target& t, FileInfo* info,
+                   CurlHeaders* validators) {
     SHARDLOAD_RETURN_IF_ERROR(is_object(url).status());
     SHARDLOAD_RETURN_IF_ERROR(curl_init(url));
     CurlRequest req;
@@ -277,6 +316,7 @@ class CurlRemoteIo final : public RemoteIo {
     info->regular = true;
     validators->etag = h.etag;
     validators->last_modified = h.last_modified;
+    validators->date = h.date;
     info->inode = fnv1a(h.etag.empty() ? "last-modified:" + h.last_modified : h.etag);
   }
 

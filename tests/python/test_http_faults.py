@@ -9,6 +9,7 @@ serves a slow answer is bounded in bytes and in time, and stops when the client 
 from __future__ import annotations
 
 import contextlib
+import email.utils
 import gzip
 import hashlib
 import http.server
@@ -29,6 +30,7 @@ import numpy as np
 import pytest
 
 import shardload
+import shardload.numpy
 import closing_server
 
 TRICKLE_LIMIT_S = 40.0  # no slow answer of these servers lasts longer, whatever the client does
@@ -295,6 +297,43 @@ def test_a_get_whose_content_range_total_differs_is_refused(web):
         layout.read(0, 10)
     msg = str(e.value)
     assert url in msg and "size" in msg and f"{len(data)}" in msg and f"{len(data) + 24}" in msg
+
+
+def test_an_object_rewritten_within_its_last_modified_second_is_refused(web):
+    """A server that sends no ETag, only a Last-Modified in whole seconds (as `python -m
+    http.server` serves files): an object rewritten at the same size within the second its
+    snapshot was taken in keeps its Last-Modified, and 17 of 20 loads read the new rows as the
+    snapshot's. Such a Last-Modified is weak until the server's Date is a second past it (RFC
+    9110 8.8.2.2): the snapshot is taken again once that second is over (one more HEAD), so a
+    rewrite after discovery carries a later Last-Modified and is refused."""
+    server, base = web
+    server.etag = None
+    a = np.arange(400, dtype=np.float64).reshape(100, 4)
+    url = f"{base}/lm/a.npy"
+
+    def write(data: np.ndarray) -> None:  # a file server's Last-Modified: the write's second
+        server.put("/lm/a.npy", npy_bytes(data), lm=email.utils.formatdate(time.time(),
+                                                                            usegmt=True))
+
+    def heads() -> int:
+        with server.lock:
+            return sum(1 for method, path in server.requests if method == "HEAD")
+
+    server.put("/lm/old.npy", npy_bytes(a))  # last modified in 2024
+    before = heads()
+    shardload.discover(f"{base}/lm/old.npy")
+    heads_of_old = heads() - before
+    for i in range(3):
+        time.sleep(1.0 - time.time() % 1.0 + 0.02)  # a second begins: all of it below in it
+        write(a + i)
+        before = heads()
+        layout = shardload.discover(url)
+        assert heads() - before == heads_of_old + 1  # the snapshot taken again, once
+        write(a + 100 + i)  # the writer's next version, the same size
+        with pytest.raises(shardload.ShardReadError,
+                           match=re.escape(url) + r": changed since discovery"):
+            shardload.numpy.load(layout)
+    np.testing.assert_array_equal(shardload.numpy.load(shardload.discover(url)), a + 102)
 
 
 # ---- item 8: redirects stay within http(s) and never leave https -----------------------------

@@ -23,6 +23,8 @@ namespace shardload::detail {
 struct CurlHeaders {
   std::string etag;
   std::string last_modified;
+  std::string
+      date;  // when the server answered (its clock), which tells how strong Last-Modified is
   std::string content_range;
   std::string content_encoding;  // an encoding of the body (gzip, ...), not the object's bytes
   std::string bucket_region;     // S3's x-amz-bucket-region: where a bucket asked elsewhere is
@@ -50,6 +52,9 @@ std::string curl_describe(const CurlOutcome& o, const std::string& body);
 
 // libcurl's process-wide setup, once; kIo naming `url` when it fails.
 Status curl_init(const std::string& url);
+
+// Sleeps `ms` milliseconds, less where an interrupt is asked for (shardload/interrupt.hpp).
+void interruptible_sleep(std::int64_t ms);
 
 // The deadline of one attempt of a request that moves `bytes` (a GET's range, a PUT's body; 0
 // for a HEAD): max(request_timeout, bytes / 1 MiB per second), in milliseconds. A request of up
