@@ -39,7 +39,12 @@ process of each build also hashes its whole array and A's hash must equal B's.
 
 Prints one line per process, then a Markdown table with a row per case: for the load and for
 discovery, the medians of A and B, B / A (time: under 1 is faster) and the median of each
-round's B / A (the pair run back to back); and the load average before and after the case.
+round's B / A (the pair run back to back); for the load also the CPU time it took (user +
+system time of every thread of the process over the load: the reads' copies, the runtime's
+threads), which other work on a shared machine disturbs far less than the wall time (not the
+work of another process, such as the s3 case's server); and the load average before and after
+the case. --a and --b may name the same build: the ratios of such a run are this machine's
+noise.
 """
 
 from __future__ import annotations
@@ -60,7 +65,7 @@ import time
 import numpy as np
 
 CHILD = r"""
-import hashlib, json, statistics, sys, time
+import hashlib, json, resource, statistics, sys, time
 import numpy as np
 import shardload
 from legate.core import get_legate_runtime
@@ -74,12 +79,17 @@ for _ in range(spec["discovers"]):
 a = shardload.load(layout, overdecompose=spec["k"])  # warm-up: runtime start, first launch
 get_legate_runtime().issue_execution_fence(block=True)
 del a
-times = []
+def cpu_s():  # user + system time of every thread of this process so far
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+times, cpus = [], []
 for i in range(spec["loads"]):
+    c0 = cpu_s()
     t0 = time.perf_counter()
     a = shardload.load(layout, overdecompose=spec["k"])
     get_legate_runtime().issue_execution_fence(block=True)
     times.append(time.perf_counter() - t0)
+    cpus.append(cpu_s() - c0)
     if i + 1 < spec["loads"]:
         del a
 host = np.asarray(a)
@@ -90,7 +100,8 @@ if spec["digest"]:
     h.update(str((host.dtype.str, host.shape)).encode())
     h.update(memoryview(np.ascontiguousarray(host)).cast("B"))
     digest = h.hexdigest()
-print("AB " + json.dumps({"load": statistics.median(times), "discover": statistics.median(disc),
+print("AB " + json.dumps({"load": statistics.median(times), "cpu": statistics.median(cpus),
+                          "discover": statistics.median(disc),
                           "bytes": layout.nbytes, "shape": list(host.shape),
                           "dtype": host.dtype.str, "digest": digest, "file": shardload.__file__}))
 """
@@ -399,8 +410,8 @@ def main() -> None:
                         digests[label] = s["digest"]
                     got[label].append(s)
                     print(f"{name} round {r} {label}: load {s['load']:.4f} s "
-                          f"({s['bytes'] / s['load'] / 1e9:.2f} GB/s), discover "
-                          f"{s['discover'] * 1e3:.3g} ms", flush=True)
+                          f"({s['bytes'] / s['load'] / 1e9:.2f} GB/s, {s['cpu']:.4f} CPU s), "
+                          f"discover {s['discover'] * 1e3:.3g} ms", flush=True)
             if digests["A"] != digests["B"]:
                 sys.exit(f"{name}: the arrays of A and B differ (hashes {digests})")
             shapes = {(tuple(s["shape"]), s["dtype"]) for v in got.values() for s in v}
@@ -408,11 +419,11 @@ def main() -> None:
                 sys.exit(f"{name}: shapes or dtypes differ between runs: {shapes}")
             row = {"case": name, "what": what, "bytes": got["A"][0]["bytes"],
                    "load_avg": (load_before, os.getloadavg()[0])}
-            for m in ("load", "discover"):
+            for m in ("load", "cpu", "discover"):
                 a = [s[m] for s in got["A"]]
                 b = [s[m] for s in got["B"]]
                 row[m] = (statistics.median(a), statistics.median(b),
-                          statistics.median(y / x for x, y in zip(a, b)))
+                          statistics.median(y / x if x else float("nan") for x, y in zip(a, b)))
             results.append(row)
             checked = f"{len(ranges)} row ranges match the oracle" if ranges else "no oracle"
             print(f"{name}: equal (A and B hashes {digests['A']}; {checked})", flush=True)
@@ -421,15 +432,16 @@ def main() -> None:
     finally:
         stack.close()
         shutil.rmtree(tmp, ignore_errors=True)
-    print("\n| case | GB | load A s | load B s | B/A | paired B/A | discover A ms | discover B ms "
-          "| B/A | paired B/A | load average |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("\n| case | GB | load A s | load B s | B/A | paired B/A | load CPU A s | load CPU B s "
+          "| paired B/A | discover A ms | discover B ms | B/A | paired B/A | load average |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for row in results:
         la, lb, lp = row["load"]
+        ca, cb, cp = row["cpu"]
         da, db, dp = row["discover"]
         print(f"| {row['case']} | {row['bytes'] / 1e9:.2f} | {la:.4f} | {lb:.4f} | {lb / la:.3f} "
-              f"| {lp:.3f} | {da * 1e3:.3g} | {db * 1e3:.3g} | {db / da:.3f} | {dp:.3f} "
-              f"| {row['load_avg'][0]:.1f}-{row['load_avg'][1]:.1f} |")
+              f"| {lp:.3f} | {ca:.4f} | {cb:.4f} | {cp:.3f} | {da * 1e3:.3g} | {db * 1e3:.3g} "
+              f"| {db / da:.3f} | {dp:.3f} | {row['load_avg'][0]:.1f}-{row['load_avg'][1]:.1f} |")
     for row in results:
         print(f"{row['case']}: {row['what']}")
 
