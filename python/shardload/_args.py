@@ -170,6 +170,14 @@ def _number(name: str, value: object) -> float | None:
         if math.isinf(f) and np.isfinite(value):
             raise ValueError(f"{name}: {value!s} is past a float64's range (it travels as a "
                              f"float64, in which it would be {f})")
+        # A long double that float64 rounds: where it is a whole number, or rounds to one,
+        # the reader would take the neighbour for an exact integer (2**53 + 1 filling an int
+        # column with 2**53, 1 + 2**-62 with 1 where a fraction is refused). Other fractions
+        # round as any float does.
+        if (isinstance(value, np.floating) and np.isfinite(value) and not math.isinf(f)
+                and type(value)(f) != value and (f.is_integer() or value == np.round(value))):
+            raise ValueError(f"{name}: {value!s} cannot be passed exactly (it travels as a "
+                             f"float64, in which it would be {f!r})")
         return f
     if isinstance(value, (int, np.integer)):
         n = int(value)

@@ -225,6 +225,26 @@ def test_a_long_double_past_float64s_range_is_refused(tmp_path: pathlib.Path) ->
     np.testing.assert_array_equal(got, [1, 1 / 3, 3])
 
 
+def test_a_long_double_that_float64_rounds_to_or_from_a_whole_number_is_refused(
+        tmp_path: pathlib.Path) -> None:
+    """2**53 + 1 as a long double filled an int64 column's nulls with 2**53, and 1 + 2**-62
+    with 1 (a fraction, which is refused as 1.5 is): float64 rounded them to whole numbers the
+    reader took as exact. Refused as the int 2**53 + 1 is; a long double float64 holds exactly
+    is taken, and other fractions round as any float does."""
+    if np.finfo(np.longdouble).nmant <= np.finfo(np.float64).nmant:
+        pytest.skip("this platform's long double is a float64")
+    parquet = tmp_path / "shard_0000.parquet"
+    pq.write_table(pa.table({"a": pa.array([1, None, 3], pa.int64())}), parquet)
+    for fill in (np.longdouble(2**53) + 1, np.longdouble(1) + np.longdouble(2) ** -62,
+                 -(np.longdouble(2**60) + 1)):
+        with pytest.raises(ValueError, match=r"^fill_value: .* cannot be passed exactly \(it "
+                                             r"travels as a float64, in which it would be "):
+            shardload.discover(parquet, format="parquet", columns=["a"], fill_value=fill)
+    got = shardload.discover(parquet, format="parquet", columns=["a"],
+                             fill_value=np.longdouble(2**53)).read()
+    np.testing.assert_array_equal(got, np.array([1, 2**53, 3], dtype=np.int64))
+
+
 def test_fill_value_values(parquet) -> None:
     def read(fill):
         return shardload.discover(parquet, format="parquet", columns=["a"], fill_value=fill).read()
