@@ -172,22 +172,34 @@ def _dtype_text(dt: np.dtype) -> str:
     return dt.str if dt.byteorder in "<>" else dt.name
 
 
+def _decodable(dt: np.dtype) -> bool:
+    """Whether the engine decodes parquet/arrow columns into ``dt``: bool, int8-64,
+    uint8-64, float16/32/64, complex64/128 (a long double is none of them)."""
+    sizes = {"b": (1,), "i": (1, 2, 4, 8), "u": (1, 2, 4, 8), "f": (2, 4, 8), "c": (8, 16)}
+    return dt.itemsize in sizes.get(dt.kind, ())
+
+
 def _columnar_for_cast(discover_with: Callable[[_Options, str | None], Layout],
                        options: _Options, astype: np.dtype, *,
                        stored: Layout | None = None) -> Layout:
     """The parquet/arrow layout that gives load() and batches() ``astype``, with numpy's
     ``astype`` meaning for every format: columns of one stored type that convert to
     ``astype`` without loss (``np.can_cast(..., "safe")``) are decoded straight into it, the
-    same values in one pass; others are read as stored and cast after, as numpy casts
-    (float to int truncates). Columns of different types have no stored type of their own:
-    they are decoded into ``astype``, and a value that does not convert exactly is an error."""
+    same values in one pass; others, and types the engine does not decode into (a long
+    double), are read as stored and cast after, as numpy casts (float to int truncates).
+    Columns of different types have no stored type of their own: they are decoded into
+    ``astype``, and a value that does not convert exactly is an error."""
     if stored is None:
         try:
             stored = discover_with(options, None)
         except LayoutError:
-            # Columns of different types (or a fault the retry reports as well).
+            # Columns of different types (or a fault the retry reports as well); into a type
+            # the engine does not decode into, the error as it is.
+            if not _decodable(astype):
+                raise
             return discover_with(options, _dtype_text(astype))
-    if stored.dtype != astype and np.can_cast(stored.dtype, astype, "safe"):
+    if stored.dtype != astype and _decodable(astype) and \
+            np.can_cast(stored.dtype, astype, "safe"):
         return discover_with(options, _dtype_text(astype))
     return stored
 
@@ -279,6 +291,8 @@ def _decoded(discover_with: Callable[[_Options, str | None], Layout], options: _
         except LayoutError as stored_error:
             # Columns of different types have no stored type: parquet and arrow decode them
             # into astype (a value that does not convert exactly is an error).
+            if not _decodable(astype):
+                raise stored_error from None
             try:
                 decoded = discover_with(options, _dtype_text(astype))
             except Error:
