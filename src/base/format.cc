@@ -1,6 +1,7 @@
 #include "shardload/format.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <cassert>
 #include <cctype>
 #include <cerrno>
@@ -184,6 +185,29 @@ Result<OptionValue> parse_option_text(OptionKind kind, std::string_view text) {
                         " (it overflows to inf; write inf for infinity)");
       }
       const std::size_t sign = s[0] == '-' || s[0] == '+' ? 1 : 0;
+      // Text is read as Python reads the literal: digits alone, or 0x and hex digits alone,
+      // are an int, which must travel exactly; anything else is a float, which rounds.
+      if (s.size() > sign + 2 && s[sign] == '0' && (s[sign + 1] == 'x' || s[sign + 1] == 'X') &&
+          s.find_first_not_of("0123456789abcdefABCDEF", sign + 2) == std::string::npos) {
+        // Exact where its set bits span at most float64's 53.
+        const std::string_view hex = std::string_view(s).substr(sign + 2);
+        const std::size_t first = hex.find_first_not_of('0');
+        if (first != std::string_view::npos) {
+          const auto nibble = [](char c) {
+            return static_cast<unsigned>(c <= '9' ? c - '0' : (c | 0x20) - 'a' + 10);
+          };
+          const std::size_t last = hex.find_last_not_of('0');
+          const std::size_t high = (hex.size() - first - 1) * 4 +
+                                   static_cast<std::size_t>(std::bit_width(nibble(hex[first])));
+          const std::size_t low = (hex.size() - last - 1) * 4 +
+                                  static_cast<std::size_t>(std::countr_zero(nibble(hex[last])));
+          if (high - low > 53) {
+            return Status(ErrorCode::kInvalidArgument,
+                          s + " cannot be passed exactly (it travels as a float64, which holds "
+                              "every int only up to 2**53)");
+          }
+        }
+      }
       if (s.size() > sign && s.find_first_not_of("0123456789", sign) == std::string::npos) {
         std::string digits = s.substr(std::min(s.find_first_not_of('0', sign), s.size() - 1));
         char held[400];

@@ -44,6 +44,9 @@ def test_a_fill_value_the_column_cannot_hold_is_named_as_each_front_end_spells_i
                                   "2**53)"),
     ("int64", "9223372036854775807", "9223372036854775807 cannot be passed exactly"),
     ("uint64", "18446744073709551615", "18446744073709551615 cannot be passed exactly"),
+    # Python's int literal in hex: 2**53 + 1 was taken as 2**53 (strtod reads hex).
+    ("int64", "0x20000000000001", "0x20000000000001 cannot be passed exactly"),
+    ("int64", "-0X1fffffffffffffF", "-0X1fffffffffffffF cannot be passed exactly"),
 ])
 def test_a_fill_value_text_that_a_float64_cannot_carry_is_refused(
         cli: pathlib.Path, tmp_path: pathlib.Path, stored: str, text: str, shown: str):
@@ -62,6 +65,7 @@ def test_a_fill_value_text_that_a_float64_cannot_carry_is_refused(
     ("float64", "inf"), ("float64", "-Infinity"), ("float64", "1e-400"), ("float64", "-0"),
     ("float64", "0x1p-1074"), ("int64", "9007199254740992"), ("int64", "-9223372036854775808"),
     ("uint64", "18446744073709551616"), ("int8", "127"), ("float64", "1e308"),
+    ("int64", "0x20000000000000"), ("int64", "-0x1FFFFFFFFFFFFF"), ("int64", "0x7FFFFFFFFFFFFC00"),
 ])
 def test_a_fill_value_text_a_float64_carries_is_taken(cli: pathlib.Path, tmp_path: pathlib.Path,
                                                       stored: str, text: str):
