@@ -25,6 +25,9 @@ SHAPES = {
     "long token, then its start": ("http://", "a", "b@h " + "a" * 1000),
     "long query secret, then its start": ("http://h/?token=", "a", "b " + "a" * 1000),
     "'http://u:pw@h/ ' x k": ("", "http://u:Pw9secretZQ@h/ ", ""),
+    "'?' then '%26a' x k, '=v'": ("?", "%26a", "=v"),
+    "'?u=' then '%253Fa%253B' x k, '%253Dv'": ("?u=", "%253Fa%253B", "%253Dv"),
+    "'?u=' then '\\u0026a' x k, '=v'": ("?u=", "\\u0026a", "=v"),
 }
 
 

@@ -219,8 +219,9 @@ struct SecretsWords {
   }
   bool names_a_secret() const {
     if (!any) return false;
-    static constexpr std::array<std::string_view, 9> kDescribes = {
-        "type", "method", "version", "algorithm", "alg", "expires", "expiry", "expiration", "ttl"};
+    static constexpr std::array<std::string_view, 10> kDescribes = {
+        "type",    "method", "version",    "algorithm", "alg",
+        "expires", "expiry", "expiration", "ttl",       "path"};
     for (const std::string_view d : kDescribes) {
       if (last == d) return false;
     }
@@ -308,9 +309,75 @@ std::string_view trim_blanks(std::string_view key) {
   return key;
 }
 
+// A query's marks as a URL spells them inside another URL's query value ("?url=https%3A%2F%2Fb
+// %2Fk%3FX-Amz-Signature%3DSIG", a presigned URL passed to a fetching proxy), percent-encoded
+// once or twice ("%253F": encoded again), hex digits in any case, and JSON's "\u0026" for '&'
+// (Go's json.Marshal writes a URL's '&' so). A key starts after one of kEncodedKeyStarts as
+// after a '?', '&', ';' or '#', and ends at an '=' in any spelling of kEncodedEquals. Deeper
+// encodings are not read (each level is one more spelling to look for at every mark).
+constexpr std::array<std::string_view, 9> kEncodedKeyStarts = {
+    "%3F", "%26", "%3B", "%23", "%253F", "%2526", "%253B", "%2523", "\\u0026"};
+constexpr std::array<std::string_view, 2> kEncodedEquals = {"%3D", "%253D"};
+
+bool spelled_at(std::string_view text, std::size_t at, std::string_view spelling);
+
+// The length of the spelling of `spellings` that begins at text[k], or 0.
+template <std::size_t N>
+std::size_t spelling_at(std::string_view text, std::size_t k,
+                        const std::array<std::string_view, N>& spellings) {
+  for (const std::string_view s : spellings) {
+    if (spelled_at(text, k, s)) return s.size();
+  }
+  return 0;
+}
+
+// Whether text[0, i) ends with one of kEncodedKeyStarts: how many times the key after it is
+// encoded beyond what its server decodes (1 after "%26", 2 after "%2526", 0 after "\u0026": a
+// key "%74oken" in a URL encoded once into another's query is spelled "%2574oken"), else -1.
+int encoded_key_start_ends_at(std::string_view text, std::size_t i) {
+  if (i < 3 ||
+      (text[i - 3] != '%' && (i < 5 || text[i - 5] != '%') && (i < 6 || text[i - 6] != '\\'))) {
+    return -1;
+  }
+  for (const std::string_view s : kEncodedKeyStarts) {
+    if (i >= s.size() && spelled_at(text, i - s.size(), s)) {
+      return s[0] == '\\' ? 0 : s.size() == 3 ? 1 : 2;
+    }
+  }
+  return -1;
+}
+
+// Whether the text holds an '=' percent-encoded (kEncodedEquals), where it holds no '=' itself.
+bool holds_encoded_equals(std::string_view text) {
+  for (std::size_t k = text.find('%'); k != std::string_view::npos; k = text.find('%', k + 1)) {
+    if (spelling_at(text, k, kEncodedEquals) != 0) return true;
+  }
+  return false;
+}
+
+// The '=' that ends the key starting at text[i] after one of kEncodedKeyStarts: its position
+// and length, or npos where a '&', '#', '?', white space or another such start comes first.
+// So the scans from the starts of a text never cross one another: together they cost its length.
+std::pair<std::size_t, std::size_t> encoded_key_equals(std::string_view text, std::size_t i) {
+  for (std::size_t k = i; k < text.size(); ++k) {
+    ++t_redaction_work;
+    const char c = text[k];
+    if (c == '&' || c == '#' || c == '?' || is_space(c)) break;
+    if (c == '=') return {k, 1};
+    if (c != '%' && c != '\\') continue;
+    if (const std::size_t n = spelling_at(text, k, kEncodedEquals); n != 0) return {k, n};
+    if (spelling_at(text, k, kEncodedKeyStarts) != 0) break;
+  }
+  return {std::string_view::npos, 0};
+}
+
 // Each query parameter (after '?', '&', ';', which some servers take as '&', or '#' for a
 // fragment, where OAuth puts its tokens) whose key is a secret, with its value replaced by
-// "***". A ';' inside a value does not end it: the rest is hidden with it.
+// "***". A ';' inside a value does not end it: the rest is hidden with it. So too each
+// parameter of a query encoded into a value (kEncodedKeyStarts): its secret's value is hidden
+// to where the outer value ends (the next '&'), the rest of the inner URL with it. And
+// BunnyCDN's token in a URL's path ("https://h/bcdn_token=T&expires=E&token_path=/v/"),
+// a key after a '/'.
 std::string redact_query(std::string_view text, std::vector<std::string>& hidden) {
   std::string out;
   out.reserve(text.size());
@@ -324,8 +391,25 @@ std::string redact_query(std::string_view text, std::vector<std::string>& hidden
   bool inner_keys_known = false;
   for (std::size_t i = 0; i < text.size();) {
     ++t_redaction_work;
-    const bool starts_key = i > 0 && (text[i - 1] == '?' || text[i - 1] == '&' ||
-                                      text[i - 1] == ';' || text[i - 1] == '#');
+    const bool starts_key =
+        i > 0 && (text[i - 1] == '?' || text[i - 1] == '&' || text[i - 1] == ';' ||
+                  text[i - 1] == '#' || (text[i - 1] == '/' && spelled_at(text, i, "bcdn_token=")));
+    if (const int encodings = starts_key ? -1 : encoded_key_start_ends_at(text, i);
+        encodings >= 0) {
+      const auto [eq, eq_size] = encoded_key_equals(text, i);
+      std::string key(trim_blanks(text.substr(i, eq == std::string_view::npos ? 0 : eq - i)));
+      for (int k = 0; k < encodings; ++k) key = percent_decoded(key);
+      if (eq != std::string_view::npos && eq > i && detail::is_secret_query_key(key)) {
+        out.append(text.substr(i, eq + eq_size - i));  // the key and its '='
+        const std::size_t end = value_end(text, eq + eq_size);
+        if (end > eq + eq_size) {
+          out += "***";
+          hidden.emplace_back(text.substr(eq + eq_size, end - eq - eq_size));
+        }
+        i = end;
+        continue;
+      }
+    }
     const bool inner = starts_key && i > word_begin && i < word_end;
     std::size_t eq = i;
     if (inner) {
@@ -1047,6 +1131,12 @@ bool is_secret_query_key(std::string_view key) {
   return has_a_secrets_word(key);
 }
 
+bool query_item_holds_secret(std::string_view item) {
+  std::vector<std::string> hidden;
+  (void)redact_query("?" + std::string(item), hidden);
+  return !hidden.empty();
+}
+
 }  // namespace detail
 
 namespace {
@@ -1232,7 +1322,9 @@ std::string redact_secrets(std::string text) {
     text = redact_user_info(text, hidden);
     if (!hidden.empty()) text = hide_echoes(std::move(text), hidden);
   }
-  if (text.find('=') != std::string::npos) text = redact_query(text, hidden);
+  if (text.find('=') != std::string::npos || holds_encoded_equals(text)) {
+    text = redact_query(text, hidden);
+  }
   if (!hidden.empty()) text = hide_quoted(std::move(text), hidden);
   return text;
 }

@@ -417,9 +417,11 @@ std::string_view handle_item(std::string_view item) {
 
 // An http(s) query item that holds what the redaction takes for a secret (a value of a key of
 // base/detail/secrets.hpp's one list), a handle excepted (a URL sealed already). The redaction
-// also takes ';' between parameters ("ref=main;token=..."): such an item is one whole.
+// also takes ';' between parameters ("ref=main;token=..."), and a query percent-encoded into a
+// value ("url=https%3A%2F%2Fb%2Fk%3Fsig%3DS"): such an item is one whole.
 bool is_secret_item(std::string_view item) {
   if (!handle_item(item).empty()) return false;
+  if (query_item_holds_secret(item)) return true;
   for (std::size_t from = 0; from < item.size();) {
     std::size_t end = item.find(';', from);
     if (end == std::string_view::npos) end = item.size();

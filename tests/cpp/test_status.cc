@@ -249,6 +249,51 @@ TEST(RedactSecrets, EverySecretQueryKeyIsHiddenWithoutRegardToCaseOrEncoding) {
   }
 }
 
+TEST(RedactSecrets, ASecretOfAQueryEncodedIntoAValueIsHidden) {
+  // A presigned URL passed to a fetching proxy (?url=, ?next=): its query's marks are
+  // percent-encoded, in either case, once or twice. The inner secret is hidden to where the
+  // outer value ends; the outer query's next item and the inner identifiers before it stay.
+  EXPECT_EQ(redact_secrets("https://proxy/fetch?url=https%3A%2F%2Fb.s3.amazonaws.com%2Fk.npy%3F"
+                           "X-Amz-Credential%3DAKIA%26X-Amz-Signature%3Dsig9secret%26X-Amz-"
+                           "Date%3D1&b=1: HTTP 502"),
+            "https://proxy/fetch?url=https%3A%2F%2Fb.s3.amazonaws.com%2Fk.npy%3F"
+            "X-Amz-Credential%3DAKIA%26X-Amz-Signature%3D***&b=1: HTTP 502");
+  EXPECT_EQ(redact_secrets("https://h/r.npy?next=%2fx.npy%3ftoken%3dT0k3nSecret%26a%3d1"),
+            "https://h/r.npy?next=%2fx.npy%3ftoken%3d***");
+  EXPECT_EQ(redact_secrets("https://h/r?u=https%253A%252F%252Fb%252Fk%253Fa%253D1%2526sig%253DS1g"
+                           "%2526b%253D2&v=1"),
+            "https://h/r?u=https%253A%252F%252Fb%252Fk%253Fa%253D1%2526sig%253D***&v=1");
+  EXPECT_EQ(redact_secrets("https://h/r?u=https%3A%2F%2Fb%2Fk%3Bsig%3DS1g"),
+            "https://h/r?u=https%3A%2F%2Fb%2Fk%3Bsig%3D***");
+  EXPECT_EQ(redact_secrets("https://h/r?u=https%3A%2F%2Fb%2Fk%23access_token%3DS1g"),
+            "https://h/r?u=https%3A%2F%2Fb%2Fk%23access_token%3D***");
+  // The inner key's own escapes, encoded again with it ("%74oken" as "%2574oken").
+  EXPECT_EQ(redact_secrets("https://h/r?u=%2Fk%3F%2574oken%3DT0k3nSecret&v=%2526%252573ig%253DS"),
+            "https://h/r?u=%2Fk%3F%2574oken%3D***&v=%2526%252573ig%253D***");
+  // The encoded URL alone, with no '=' in the text at all.
+  EXPECT_EQ(redact_secrets("cannot open https%3A%2F%2Fb%2Fk%3Ftoken%3DT0k3nSecret here"),
+            "cannot open https%3A%2F%2Fb%2Fk%3Ftoken%3D*** here");
+  // JSON's "\u0026" for '&' (Go's json.Marshal writes a URL so).
+  EXPECT_EQ(redact_secrets("{\"url\": \"https://h/x.npy?a=1\\u0026token=T0k3nSecret\"}"),
+            "{\"url\": \"https://h/x.npy?a=1\\u0026token=***\"}");
+  // BunnyCDN's token in the path; its token_path names a path, no secret, and stays.
+  EXPECT_EQ(redact_secrets("https://h/bcdn_token=T0k3nSecret&expires=1598024587&"
+                           "token_path=%2Fv%2F/v/x.npy: HTTP 403"),
+            "https://h/bcdn_token=***&expires=1598024587&token_path=%2Fv%2F/v/x.npy: HTTP 403");
+  // An encoded query without a secret, and a key a mark cuts off from its '=', stay.
+  for (const std::string text :
+       {"https://h/r?u=https%3A%2F%2Fb%2Fk%3Fa%3D1%26b%3D2", "s3://b/k?u=x%26tok%26en%3Dv",
+        "https://h/r?u=x%26token&sig2", "/d/bcdn_token.npy", "/d/x_token=1/y.npy"}) {
+    EXPECT_EQ(redact_secrets(text), text);
+  }
+  // Such an item is one to seal whole; an item without a secret is not.
+  EXPECT_TRUE(detail::query_item_holds_secret("url=https%3A%2F%2Fb%2Fk%3Fsig%3DS1g"));
+  EXPECT_TRUE(detail::query_item_holds_secret("u=%2Fk%253Fa%253D1%2526token%253DS1g"));
+  EXPECT_TRUE(detail::query_item_holds_secret("token=T"));
+  EXPECT_FALSE(detail::query_item_holds_secret("url=https%3A%2F%2Fb%2Fk%3Fa%3D1%26b%3D2"));
+  EXPECT_FALSE(detail::query_item_holds_secret("expires=1"));
+}
+
 TEST(RedactSecrets, AHashOrQuestionMarkInAUserPartOrAnOptionsValueHidesNoLess) {
   // A '#' or '?' in the password ends the authority by RFC 3986; the password still goes, to
   // the user part's last '@'.
@@ -331,19 +376,24 @@ TEST(RedactSecrets, WorksInProportionToTheTextForOneMarkFollowedByManyOthers) {
     std::string_view head, unit, tail;
   };
   const Shape shapes[] = {
-      {"@", "http:", ""},                      // an '@', then scheme marks and no '/'
-      {"%40", "https:", ""},                   // the '@' percent-encoded
-      {"\xef\xbc\xa0", "s3:", "="},            // the full-width '@'
-      {"x@", "http:\\", ""},                   // a scheme's ':' and a backslash
-      {"x@", "http: ", "@"},                   // a scheme's ':' and a blank
-      {"x@", "http;", "="},                    // a mark in place of the ':'
-      {"@", "http\\u2236", ""},                // a mark written as a \u escape
-      {"?", "a;", "=v"},                       // a key that a ';' does not end
-      {"@=", ";a", "="},                       //
-      {"http://u:p#x ", "a;", "="},            //
-      {"?id;", "x;", "key=v"},                 // the key after the last ';' is a secret's
-      {"http://", "a", "b@h aaaaaaaa"},        // a long token, then a text of its start
-      {"http://h/?token=", "a", "b aaaaaaaa"}  // a long query secret, the same
+      {"@", "http:", ""},                       // an '@', then scheme marks and no '/'
+      {"%40", "https:", ""},                    // the '@' percent-encoded
+      {"\xef\xbc\xa0", "s3:", "="},             // the full-width '@'
+      {"x@", "http:\\", ""},                    // a scheme's ':' and a backslash
+      {"x@", "http: ", "@"},                    // a scheme's ':' and a blank
+      {"x@", "http;", "="},                     // a mark in place of the ':'
+      {"@", "http\\u2236", ""},                 // a mark written as a \u escape
+      {"?", "a;", "=v"},                        // a key that a ';' does not end
+      {"@=", ";a", "="},                        //
+      {"http://u:p#x ", "a;", "="},             //
+      {"?id;", "x;", "key=v"},                  // the key after the last ';' is a secret's
+      {"http://", "a", "b@h aaaaaaaa"},         // a long token, then a text of its start
+      {"http://h/?token=", "a", "b aaaaaaaa"},  // a long query secret, the same
+      {"?", "%26a", "=v"},                      // keys after encoded marks, no '=' until the end
+      {"?u=", "%253Fa%253B", "%253Dv"},         // encoded twice
+      {"?u=", "\\u0026a", "=v"},                // JSON's '&'
+      {"%26", "a", "%3Dv"},                     // one key without end, its '=' encoded
+      {"?u=", "%26a%3D1", ""}                   // many inner items, none a secret
   };
   for (const Shape& s : shapes) {
     const std::string small = repeat(s.head, s.unit, s.tail, 16 << 10);

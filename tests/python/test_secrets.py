@@ -55,6 +55,12 @@ QUERY_FORMS = [
     ("by_word", "sas_token=a-s3cr3t&jsessionid=b-s3cr3t&X-Amz-Security-Token2=c-s3cr3t&"
                 "clientSecretV2=d-s3cr3t&dbPassword=e-s3cr3t&my_api_key=f-s3cr3t&"
                 "token_type=bearer&AWSAccessKeyId=AKIAVISIBLE"),
+    # a presigned URL passed to a fetching proxy: its query percent-encoded into a value, once
+    # or twice; and a '&' written as JSON's "\u0026" (as Go's json.Marshal writes a URL)
+    ("proxied_presigned", "url=https%3A%2F%2Fb.s3.amazonaws.com%2Fk.npy%3FX-Amz-Credential%3D"
+                          "AKIAVISIBLE%26X-Amz-Signature%3Dnest-s3cr3t%26X-Amz-Date%3D1&alt=media"),
+    ("proxied_twice", "next=%252Fx.npy%253Fa%253D1%2526token%253Dnest2-s3cr3t&alt=media"),
+    ("json_amp", "a=1\\u0026token=js-s3cr3t"),
 ]
 # What of each form must still show (besides the host and the object's name).
 VISIBLE = {"sigv4": ["X-Amz-Credential=AKIAVISIBLE", "X-Amz-Signature=***"],
@@ -72,6 +78,10 @@ VISIBLE = {"sigv4": ["X-Amz-Credential=AKIAVISIBLE", "X-Amz-Signature=***"],
            "by_word": ["sas_token=***&jsessionid=***&X-Amz-Security-Token2=***",
                        "dbPassword=***&my_api_key=***&token_type=bearer",
                        "AWSAccessKeyId=AKIAVISIBLE"],
+           "proxied_presigned": ["url=https%3A%2F%2Fb.s3.amazonaws.com%2Fk.npy%3FX-Amz-Credential"
+                                 "%3DAKIAVISIBLE%26X-Amz-Signature%3D***&alt=media"],
+           "proxied_twice": ["next=%252Fx.npy%253Fa%253D1%2526token%253D***&alt=media"],
+           "json_amp": ["a=1\\u0026token=***"],
            "userinfo": ["alice:***@"]}
 # shardload's own store options for s3:// (a SigV4 key pair and an STS token).
 S3_SECRETS = {"access_key": "AKIAVISIBLE", "secret_key": "wJal-s3cr3t/K7+MDENG",
@@ -105,7 +115,7 @@ def sealed_form(shown: str) -> str:
     items, from the first to the last, one ``credentials=***`` (seal_credentials)."""
     shown = re.sub(r"[^/@]*\*\*\*@|^@", "", shown, count=1)
     items = shown.split("&")
-    secret = [i for i, item in enumerate(items) if "=***" in item]
+    secret = [i for i, item in enumerate(items) if "***" in item]  # "%3D***" too
     if secret:
         items[secret[0]:secret[-1] + 1] = ["credentials=***"]
     return "&".join(items)
@@ -421,9 +431,26 @@ def test_a_key_holding_a_secrets_word_is_hidden(query, visible):
      "temp_url_sig=***&temp_url_expires=1323479485"),
     ("__token__=exp=1~acl=/*~hmac=s3cr3t&x=1", "__token__=***&x=1"),
     ("hdnts=st=1~exp=2~hmac=s3cr3t", "hdnts=***"),
+    # a query percent-encoded into a value (hex digits in lower case; a fragment's token; ';'
+    # between its parameters): its secret is hidden to where the outer value ends
+    ("next=%2fx.npy%3ftoken%3dnx-s3cr3t%26a%3d1&b=2", "next=%2fx.npy%3ftoken%3d***&b=2"),
+    ("u=https%3A%2F%2Fh%2Fk%23access_token%3Dat-s3cr3t&b=2",
+     "u=https%3A%2F%2Fh%2Fk%23access_token%3D***&b=2"),
+    ("u=%2Fk%3Fref%3Dmain%3Bsig%3Dsg-s3cr3t", "u=%2Fk%3Fref%3Dmain%3Bsig%3D***"),
 ])
 def test_more_query_forms_are_hidden(query, visible):
     url = f"http://127.0.0.1:9/d/x.npy?{query}"
+    assert_hidden(shardload.redact_secrets(f"{url}: cannot open"), visible)
+    with pytest.raises(shardload.Error) as e:
+        shardload.discover(url)
+    assert_hidden(str(e.value), visible)
+
+
+def test_a_bunnycdn_token_in_the_path_is_hidden():
+    """BunnyCDN signs a URL in its path ("/bcdn_token=T&expires=E&token_path=/v/"): the token
+    showed in clear, and token_path (a path, no secret) was hidden with the object's name."""
+    url = "http://127.0.0.1:9/bcdn_token=bn-s3cr3t&expires=1598024587&token_path=%2Fv%2F/v/x.npy"
+    visible = "/bcdn_token=***&expires=1598024587&token_path=%2Fv%2F/v/x.npy"
     assert_hidden(shardload.redact_secrets(f"{url}: cannot open"), visible)
     with pytest.raises(shardload.Error) as e:
         shardload.discover(url)

@@ -14,6 +14,11 @@ namespace shardload::detail {
 // values redact_secrets hides (the list and why: status.cc).
 bool is_secret_query_key(std::string_view key);
 
+// Whether redact_secrets hides any part of `item`, one item of a URL's query ("KEY=VALUE", its
+// '?' or '&' left off): a secret key's value, or one of a query percent-encoded into the value
+// ("url=https%3A%2F%2Fb%2Fk%3Fsig%3DS"). The storage layer seals such an item whole.
+bool query_item_holds_secret(std::string_view item);
+
 // Makes redact_secrets take `name` (a URL scheme, compared in any case) as it takes http,
 // https and s3: the user part of "NAME://user:password@host" and of its mistyped spellings
 // ("NAME: //", "NAME:/ /", "NAME//", "NAME;//", ...) is hidden. The storage layer calls it for
