@@ -186,13 +186,15 @@ std::vector<std::string> key_words(std::string_view key) {
 // Beyond the list: a key with a word that names a secret is one, whatever else it is spelled
 // with ("sas_token", "jsessionid", "X-Amz-Security-Token2", "client_secret_v2", "dbPassword"):
 //   a word holding token, secret, signature, passw, passphrase, passcode, session, sessid,
-//   credentials, apikey or privatekey; a word that is sig, auth, authorization, pwd, pass, pw,
-//   creds, jwt, hmac, cookie or sid;
+//   credentials, apikey, privatekey or assertion (OAuth's client_assertion: a signed JWT that
+//   stands for the client's secret, RFC 7523); a word that is sig, auth, authorization, pwd,
+//   pass, pw, creds, jwt, hmac, cookie or sid;
 //   the word key (Google's key=, api_key, private_key, sas_key), unless the key is an
 //   identifier's: with access, consumer, pair or id beside it (access_key, AWSAccessKeyId,
 //   Key-Pair-Id, oauth_consumer_key), which grant nothing alone and are shown.
 // Keys whose last word says what kind of value they hold, not the value (token_type,
-// oauth_signature_method, X-Amz-Signature-Version, a session's expires) are shown.
+// oauth_signature_method, X-Amz-Signature-Version, a session's expires, BunnyCDN's
+// token_path) are shown.
 // What the words of a key hold, as the rule above reads them; `add` takes the words of a key's
 // pieces in order, last first or first last alike, and `last` is the key's last word.
 struct SecretsWords {
@@ -203,9 +205,9 @@ struct SecretsWords {
   std::string last;
 
   void add(const std::vector<std::string>& words) {
-    static constexpr std::array<std::string_view, 11> kHolding = {
+    static constexpr std::array<std::string_view, 12> kHolding = {
         "token",   "secret", "signature",   "passw",  "passphrase", "passcode",
-        "session", "sessid", "credentials", "apikey", "privatekey"};
+        "session", "sessid", "credentials", "apikey", "privatekey", "assertion"};
     static constexpr std::array<std::string_view, 11> kWord = {
         "sig",   "auth", "authorization", "pwd",    "pass", "pw",
         "creds", "jwt",  "hmac",          "cookie", "sid"};

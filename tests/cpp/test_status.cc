@@ -59,6 +59,15 @@ TEST(RedactSecrets, AKeyHoldingASecretsWordIsASecret) {
   EXPECT_EQ(redact_secrets(shown), shown);
 }
 
+TEST(RedactSecrets, AnOAuthClientAssertionIsASecret) {
+  // A signed JWT that stands for the client's secret (RFC 7523); its type stays.
+  EXPECT_EQ(redact_secrets("https://h/o?client_assertion=eyJhbGc.eyJzdWI.c2ln&"
+                           "client_assertion_type=urn%3Aietf%3Aparams%3Aoauth%3Ajwt-bearer&"
+                           "clientAssertion=eyJx"),
+            "https://h/o?client_assertion=***&"
+            "client_assertion_type=urn%3Aietf%3Aparams%3Aoauth%3Ajwt-bearer&clientAssertion=***");
+}
+
 TEST(RedactSecrets, AHiddenValueIsHiddenWhereTheMessageQuotesItAgain) {
   // A server's answer that quotes a hidden value, as given or percent-decoded: hidden there too.
   EXPECT_EQ(redact_secrets("http://u:pw-S3cr3t@h/o?Signature=vjbyPxybd%2BZfKQ%3D&token=T0k3nT0k3n"

@@ -377,6 +377,9 @@ def test_a_credential_option_of_another_library_is_refused_without_its_value(opt
      "url_sig=***&hmac=***&basic_auth=***&ProxyAuthorization=***"),
     ("refresh-token=a-s3cr3t&IdToken=b-s3cr3t&x-ms-signature=c-s3cr3t",
      "refresh-token=***&IdToken=***&x-ms-signature=***"),
+    # OAuth's client assertion, a signed JWT standing for the client's secret (shown before)
+    ("client_assertion=eyJ-s3cr3t&client_assertion_type=urn%3Aietf%3Aparams%3Aoauth%3Ajwt-bearer",
+     "client_assertion=***&client_assertion_type=urn%3Aietf%3Aparams%3Aoauth%3Ajwt-bearer"),
     # The short and other forms of a password, and a session's id or cookie (shown before).
     ("user=u&pass=a-s3cr3t&pw=b-s3cr3t&passphrase=c-s3cr3t&db_passcode=d-s3cr3t",
      "user=u&pass=***&pw=***&passphrase=***&db_passcode=***"),
