@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <variant>
+#include <vector>
 
 #include "shardload/interrupt.hpp"
 #include "storage/detail/store_options.hpp"
@@ -92,8 +93,12 @@ void StorageContext::after_fork_child() {
   g_context->pool_.store(nullptr, std::memory_order_release);
   // So have its stores' request slots, taken by requests of threads that are not here (the
   // child waited forever for them): left alone too, and the child's stores made anew.
-  new std::map<std::string, std::shared_ptr<StoreResources>>(std::move(g_context->stores_));
+  new std::map<std::string, Made>(std::move(g_context->stores_));
+  new std::list<std::pair<std::string, std::shared_ptr<StoreResources>>>(
+      std::move(g_context->recent_));
   g_context->stores_.clear();
+  g_context->recent_.clear();
+  g_context->sweep_at_ = 2 * kRecentStores;
 }
 
 namespace {
@@ -124,11 +129,42 @@ std::string options_key(const StoreOptions& o) {
 std::shared_ptr<StoreResources> StorageContext::store(const std::string& where,
                                                       const StoreOptions& options) {
   const std::string key = where + "#" + options_key(options);
+  std::shared_ptr<StoreResources> found;
+  // Dropped after the lock (a store, its options, may be freed with them).
+  std::vector<std::shared_ptr<StoreResources>> dropped;
   std::lock_guard lock(mu_);
-  auto it = stores_.find(key);
-  if (it == stores_.end())
-    it = stores_.emplace(key, std::make_shared<StoreResources>(options)).first;
-  return it->second;
+  Made& made = stores_[key];
+  found = made.store.lock();
+  if (found == nullptr) {
+    found = std::make_shared<StoreResources>(options);
+    made.store = found;
+  }
+  if (made.recent) {
+    recent_.splice(recent_.begin(), recent_, made.at);
+  } else {
+    recent_.emplace_front(key, found);
+    made.at = recent_.begin();
+    made.recent = true;
+  }
+  while (recent_.size() > kRecentStores) {
+    stores_.at(recent_.back().first).recent = false;
+    dropped.push_back(std::move(recent_.back().second));
+    recent_.pop_back();
+  }
+  if (stores_.size() >= sweep_at_) {
+    // Held by no one now: its next call makes it anew.
+    std::erase_if(stores_,
+                  [](const auto& kv) { return !kv.second.recent && kv.second.store.expired(); });
+    sweep_at_ = 2 * stores_.size() + kRecentStores;
+  }
+  return found;
+}
+
+std::size_t StorageContext::stores_made() {
+  std::lock_guard lock(mu_);
+  std::size_t n = 0;
+  for (const auto& kv : stores_) n += kv.second.store.expired() ? 0 : 1;
+  return n;
 }
 
 }  // namespace shardload::detail

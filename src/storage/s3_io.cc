@@ -584,13 +584,13 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
     std::shared_ptr<SignedOpen> s;
     std::size_t part = 0;
     std::size_t in_flight = 1;
-    RequestSlots* slots = nullptr;
+    std::shared_ptr<StoreResources> store;  // held for the reads: a close may come meanwhile
     {
       std::lock_guard lock(mu_);
       auto it = files_.find(fd);
       if (it == files_.end()) return -EBADF;
       file = it->second.file;
-      slots = it->second.slots;
+      store = it->second.store;
       url = it->second.url;
       s = it->second.signed_open;
       part = it->second.request_bytes;
@@ -600,6 +600,7 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
 #if SHARDLOAD_S3_SIGNED
     if (s != nullptr) return signed_pread(*s, buf, n, offset, part, in_flight);
 #endif
+    RequestSlots* const slots = store != nullptr ? &store->requests : nullptr;
     const std::int64_t got = read_in_parts(
         [&file, slots](void* dst, std::size_t len, std::uint64_t off, std::string* why) {
           const RequestSlot slot(slots);
@@ -807,7 +808,7 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
     std::size_t request_bytes = 0;
     std::size_t requests_in_flight = 1;
     std::shared_ptr<SignedOpen> signed_open;  // the signed path
-    RequestSlots* slots = nullptr;            // Arrow's path: the store's limit
+    std::shared_ptr<StoreResources> store;    // Arrow's path: the store's limit
   };
 
   // Where a URL leads: Arrow's file system for its bucket and query, the object's path in it
@@ -815,9 +816,11 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
   struct Where {
     std::shared_ptr<arrow::fs::FileSystem> fs;
     std::string path;
-    // The store's limit on requests in flight (StorageContext), which lives as long as the
-    // process: Arrow's HEADs, ranged GETs and LISTs hold a slot as the signed path's do.
-    RequestSlots* slots = nullptr;
+    // The store's limit on requests in flight (StorageContext), held with the Where (the
+    // context lets go of stores nothing holds): Arrow's HEADs, ranged GETs and LISTs hold a
+    // slot as the signed path's do.
+    std::shared_ptr<StoreResources> store;
+    RequestSlots* slots = nullptr;  // store's
 #if SHARDLOAD_S3_SIGNED
     std::shared_ptr<const S3Endpoint> ep;
 #else
@@ -862,16 +865,16 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
         parsed_store_query(url, q == std::string::npos ? std::string() : url.substr(q),
                            /*credentials=*/true));
     const StoreOptions& options = parsed->options;
-    RequestSlots* slots = nullptr;  // the signed path's requests hold the endpoint's
+    std::shared_ptr<StoreResources> store;  // the signed path's requests hold the endpoint's
     if (file != nullptr) {
       SHARDLOAD_ASSIGN_OR_RETURN(const Where where, resolve(url));
-      slots = where.slots;
+      store = where.store;
     }
     std::lock_guard lock(mu_);
     const int fd = next_fd_++;
-    files_.emplace(fd,
-                   Open{std::move(file), url, static_cast<std::size_t>(options.request_bytes),
-                        static_cast<std::size_t>(options.requests_in_flight), std::move(s), slots});
+    files_.emplace(fd, Open{std::move(file), url, static_cast<std::size_t>(options.request_bytes),
+                            static_cast<std::size_t>(options.requests_in_flight), std::move(s),
+                            std::move(store)});
     return fd;
   }
 
@@ -1193,7 +1196,7 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
       made_->notify_all();
       if (!made.is_ok()) return made.status();
       it = fs_.emplace(key, std::move(made->fs)).first;
-      stores_.emplace(key, made->store.get());
+      stores_.emplace(key, std::move(made->store));
 #if SHARDLOAD_S3_SIGNED
       if (made->signed_ep != nullptr) signed_.emplace(key, std::move(made->signed_ep));
 #endif
@@ -1210,7 +1213,8 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
     Where w;
     w.fs = it->second;
     w.path = path;
-    w.slots = &stores_.at(key)->requests;
+    w.store = stores_.at(key);
+    w.slots = &w.store->requests;
 #if SHARDLOAD_S3_SIGNED
     if (auto e = signed_.find(key); e != signed_.end()) w.ep = e->second;
 #endif
@@ -1377,6 +1381,7 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
     ArrowRemoteIo* io = the_s3_io();
     new std::map<std::string, std::shared_ptr<arrow::fs::FileSystem>>(std::move(io->fs_));
     io->fs_.clear();
+    new std::map<std::string, std::shared_ptr<StoreResources>>(std::move(io->stores_));
     io->stores_.clear();
     io->used_.clear();
 #if SHARDLOAD_S3_SIGNED
@@ -1395,8 +1400,8 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
   bool initialized_ = false;
   bool exit_registered_ = false;  // again, after the first client made
   std::map<std::string, std::shared_ptr<arrow::fs::FileSystem>> fs_;
-  std::map<std::string, StoreResources*> stores_;  // by the same key, owned by the context
-  std::map<std::string, std::uint64_t> used_;      // by the same key: when last resolved
+  std::map<std::string, std::shared_ptr<StoreResources>> stores_;  // by the same key
+  std::map<std::string, std::uint64_t> used_;  // by the same key: when last resolved
   std::uint64_t uses_ = 0;
 #if SHARDLOAD_S3_SIGNED
   std::map<std::string, std::shared_ptr<const S3Endpoint>> signed_;  // by the same key

@@ -630,12 +630,22 @@ Result<std::string> unsealed_http_url(const std::string& url) {
 namespace {
 
 // The queries parsed so far: few (one per source's query), so kept for the process; past
-// kMaxKept distinct ones (a program making queries on the fly) the memo starts over.
+// kMaxKept distinct ones or kMaxBytes of them (a program making queries on the fly, or given
+// new credentials again and again: each parsed s3:// query holds its secrets) the memo starts
+// over, so that it never holds more than that of credentials the table has forgotten.
 struct QueryMemo {
   static constexpr std::size_t kMaxKept = 4096;
+  static constexpr std::size_t kMaxBytes = 4 << 20;
   std::mutex mu;
   std::unordered_map<std::string, std::shared_ptr<const ParsedStoreQuery>> kept;
+  std::size_t bytes = 0;  // kept's keys, rests and the options' text (bytes_of)
 };
+
+std::size_t bytes_of(const std::string& key, const ParsedStoreQuery& parsed) {
+  const StoreOptions& o = parsed.options;
+  return key.size() + parsed.rest.size() + o.access_key.size() + o.secret_key.size() +
+         o.session_token.size();
+}
 
 QueryMemo& query_memo() { return fork_held<QueryMemo>(); }
 
@@ -667,9 +677,23 @@ Result<std::shared_ptr<const ParsedStoreQuery>> parsed_store_query(const std::st
   auto parsed = std::make_shared<ParsedStoreQuery>();
   SHARDLOAD_ASSIGN_OR_RETURN(parsed->rest,
                              take_store_options(url, query, &parsed->options, credentials));
+  const std::size_t bytes = bytes_of(key, *parsed);
+  // Dropped after the lock.
+  std::unordered_map<std::string, std::shared_ptr<const ParsedStoreQuery>> dropped;
   std::lock_guard lock(memo.mu);
-  if (memo.kept.size() >= QueryMemo::kMaxKept) memo.kept.clear();
+  if (const auto it = memo.kept.find(key); it != memo.kept.end()) return it->second;
+  if (memo.kept.size() >= QueryMemo::kMaxKept || memo.bytes + bytes > QueryMemo::kMaxBytes) {
+    dropped.swap(memo.kept);
+    memo.bytes = 0;
+  }
+  memo.bytes += bytes;
   return memo.kept.emplace(std::move(key), std::move(parsed)).first->second;
+}
+
+std::size_t parsed_queries_bytes() {
+  QueryMemo& memo = query_memo();
+  std::lock_guard lock(memo.mu);
+  return memo.bytes;
 }
 
 Result<StoreOptions> store_options_of(const std::string& url) {

@@ -68,6 +68,40 @@ TEST(StorageContext, OneStoreOneLimitPerPlaceAndOptions) {
   EXPECT_EQ(StoreOptions{}.max_requests, 64);
 }
 
+// A store per credential set (a role's, given anew every hour): the ones nothing holds are let
+// go of beyond the recent ones, their secrets with them; one held stays the same object, its
+// limit the one every holder shares, however many others come and go.
+TEST(StorageContext, StoresOfCredentialsNothingHoldsAreLetGoOf) {
+  auto& context = detail::StorageContext::process();
+  StoreOptions held_options;
+  held_options.access_key = "AK";
+  held_options.secret_key = "held";
+  held_options.max_requests = 2;
+  const auto held = context.store("s3://held-bucket?credentials=h0", held_options);
+  const std::size_t before = context.stores_made();
+  for (int i = 0; i < 2000; ++i) {
+    StoreOptions o;
+    o.access_key = "AK";
+    o.secret_key = std::to_string(i) + std::string(1000, 's');
+    const auto s = context.store("s3://b?credentials=" + std::to_string(i), o);
+    EXPECT_EQ(s->options.secret_key, o.secret_key);
+    EXPECT_EQ(s, context.store("s3://b?credentials=" + std::to_string(i), o));  // while held
+  }
+  EXPECT_LE(context.stores_made(), before + detail::StorageContext::kRecentStores);
+  EXPECT_EQ(held, context.store("s3://held-bucket?credentials=h0", held_options));
+  EXPECT_EQ(held->requests.limit(), 2u);
+  // One asked for again and again stays among the recent ones, nothing else holding it.
+  StoreOptions o;
+  o.secret_key = "again";
+  const detail::StoreResources* first = context.store("s3://again", o).get();
+  for (int i = 0; i < 500; ++i) {
+    StoreOptions other;
+    other.secret_key = "other" + std::to_string(i);
+    (void)context.store("s3://b", other);
+    if (i % 8 == 0) EXPECT_EQ(first, context.store("s3://again", o).get()) << i;
+  }
+}
+
 // Runs f on a thread of its own; a wait that never ends (a deadlock) fails the test program
 // after `limit` instead of hanging it. Not a measure of speed: the limit is a minute.
 template <class F>

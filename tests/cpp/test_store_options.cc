@@ -303,6 +303,23 @@ TEST(CredentialTable, TheRecentOnesAreBoundedInBytesTooTheLastAlwaysKept) {
   EXPECT_EQ(credential_items(handle_in(sealed)), "");
 }
 
+// Each parsed s3:// query holds its credentials: a process given new ones again and again
+// keeps a few MiB of them, not every set it was ever given.
+TEST(CredentialTable, TheParsedQueriesKeptHoldAFewMiBOfSecretsAtMost) {
+  const std::string big(16 << 10, 'k');
+  for (int i = 0; i < 2000; ++i) {
+    const std::string secret = std::to_string(i) + big;
+    const std::string url =
+        seal_credentials("s3://b/k?endpoint_override=h:1&access_key=A&secret_key=" + secret);
+    const auto parsed = detail::parsed_store_query(url, url.substr(url.find('?')), true);
+    ASSERT_TRUE(parsed.is_ok()) << parsed.status().message();
+    EXPECT_EQ((*parsed)->options.secret_key, secret);
+    EXPECT_EQ(detail::parsed_store_query(url, url.substr(url.find('?')), true)->get(),
+              parsed->get());  // kept
+  }
+  EXPECT_LE(detail::parsed_queries_bytes(), (4u << 20) + big.size() + 1000);
+}
+
 TEST(CredentialTable, ThreadsSealingAtOnceKeepWhatTheyPin) {
   constexpr int kThreads = 4;
   constexpr int kEach = 3000;

@@ -239,6 +239,7 @@ SLOW: set[str] = {
     "test_s3_signed.py::test_a_profile_naming_its_own_source_is_left_to_arrows_client",
     "test_s3_signed.py::test_an_instance_roles_credentials_take_the_signed_path",
     "test_s3_signed.py::test_role_credentials_near_their_expiry_are_fetched_again",
+    "test_s3_store_cache.py",
     "test_s3_stream.py::"
         "test_the_store_look_ups_and_the_list_do_not_wait_for_the_manifests_answer",
     "test_save.py::test_a_failed_write_leaves_nothing",

@@ -29,6 +29,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <list>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -100,8 +101,17 @@ class StorageContext {
 
   // The resources of the store at `where` (an s3:// bucket and its query, an http(s)://
   // origin) with `options`: made at the first call for that store and those options, the
-  // same object for every later call. `where` is a key only, never shown.
+  // same object for every later call while anything holds it or it is among the
+  // kRecentStores asked for last. `where` is a key only, never shown.
   std::shared_ptr<StoreResources> store(const std::string& where, const StoreOptions& options);
+
+  // The stores nothing else holds that stay made: each holds its options, credentials
+  // included, and a process that is given new credentials again and again (a role's, every
+  // hour) would otherwise keep every set it was ever given.
+  static constexpr std::size_t kRecentStores = 64;
+
+  // The stores whose resources exist now (held by a caller or among the recent ones).
+  std::size_t stores_made();
 
   // The process's work pool (see above).
   WorkPool& pool();
@@ -135,7 +145,17 @@ class StorageContext {
   std::atomic<WorkPool*> pool_{nullptr};
   std::mutex kept_mu_;
   std::map<std::string, void*> kept_;  // keep's objects, by name and type
-  std::map<std::string, std::shared_ptr<StoreResources>> stores_;
+  // Under mu_: every store made, by its key, while it exists; the ones asked for last, newest
+  // first, held. A store nothing holds leaves the map at the next sweep (sweep_at_: the map's
+  // size that starts one, so that each costs a few calls' worth).
+  struct Made {
+    std::weak_ptr<StoreResources> store;
+    bool recent = false;
+    std::list<std::pair<std::string, std::shared_ptr<StoreResources>>>::iterator at;
+  };
+  std::map<std::string, Made> stores_;
+  std::list<std::pair<std::string, std::shared_ptr<StoreResources>>> recent_;
+  std::size_t sweep_at_ = 2 * kRecentStores;
 };
 
 }  // namespace shardload::detail

@@ -64,6 +64,10 @@ Result<std::shared_ptr<const ParsedStoreQuery>> parsed_store_query(const std::st
                                                                    const std::string& query,
                                                                    bool credentials = false);
 
+// What parsed_store_query keeps, in bytes of text (its queries, their options' credentials):
+// at most a few MiB however many credentials the process is given.
+std::size_t parsed_queries_bytes();
+
 // The options of `url`'s query, the defaults for keys it does not name.
 Result<StoreOptions> store_options_of(const std::string& url);
 
