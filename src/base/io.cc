@@ -295,7 +295,9 @@ Status File::read_exact(void* dst, std::size_t n, std::uint64_t offset) const {
       // An errno says little of an HTTP failure: the backend's own words, where it gave some.
       const std::string said = io_->last_read_error();
       if (!said.empty()) why += " (" + said + ")";
-      return file_error(ErrorCode::kIo, path_,
+      // ESTALE: the file or key is another one than the open found (a store's read under the
+      // open's generation, an NFS file replaced on the server): a change, not a failing disk.
+      return file_error(got == -ESTALE ? ErrorCode::kChanged : ErrorCode::kIo, path_,
                         "read of " + std::to_string(n) + " bytes at offset " +
                             std::to_string(offset) + " failed after " + std::to_string(done) +
                             " bytes: " + why,

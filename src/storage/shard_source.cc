@@ -187,6 +187,15 @@ bool ShardSource::round_trips(const std::string& key) const {
   return keys_ == nullptr && path_traits(key).round_trips;
 }
 
+PathTraits ShardSource::traits(const std::string& key) const {
+  if (keys_ == nullptr) return path_traits(key);
+  PathTraits t;
+  t.kernel_files = false;
+  t.flat_keys = true;
+  t.inode_is_identity = false;  // a snapshot's inode is a hash of the key's generation
+  return t;
+}
+
 bool ShardSource::kernel_descriptor(const File& file) const {
   // An injected backend's descriptors need not be the kernel's; posix_io()'s are, below the
   // range it routes to the store adapter.

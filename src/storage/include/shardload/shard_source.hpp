@@ -30,6 +30,7 @@
 #include <string>
 
 #include "shardload/io.hpp"
+#include "shardload/location.hpp"
 #include "shardload/status.hpp"
 
 namespace shardload {
@@ -75,6 +76,11 @@ class ShardSource {
   // Whether each open, stat and read of `key` is a request (object storage): ask its state
   // once, keep no file open between reads.
   [[nodiscard]] bool round_trips(const std::string& key) const;
+  // What a reader may take of `key` and the keys it names from it (a Zarr array's chunks, an
+  // HDF5 file's external storage): files() and over(io) answer path_traits(key); of_store keys
+  // are a flat name space that only the store's calls reach (no kernel_files, no query), each
+  // open asking the key's state (no round_trips).
+  [[nodiscard]] PathTraits traits(const std::string& key) const;
   // Whether `file`'s descriptor is the kernel's own, for a library that opens the file itself
   // (HDF5 by descriptor_path, Arrow's file reader) or a transfer that needs one (GPU direct).
   [[nodiscard]] bool kernel_descriptor(const File& file) const;
