@@ -300,27 +300,35 @@ class Hdf5Reader final : public ShardReader {
         p.shard.extra += kRowsAtOffset;
       }
       api_.H5Eclear2(H5E_DEFAULT);
-      if (!path_traits(path).kernel_files) {
-        // A virtual dataset's data is in its source files, which HDF5 opens itself by a local
-        // name: none opens from object storage, and HDF5 gives the fill value for every
-        // element instead of an error. Sources in the file itself (".") would read.
+      const PathTraits traits = ctx_.source->traits(path);
+      // Where the files a dataset names are, as a refusal says it: not beside the file on a
+      // file system HDF5 can open by name.
+      const std::string where = !traits.scheme_label.empty() ? "object storage"
+                                : !traits.kernel_files       ? "a store's keys"
+                                                             : "an injected I/O backend's files";
+      if (!ctx_.source->kernel_descriptor(f)) {
+        // A virtual dataset's data is in its source files, which HDF5 opens itself, by name,
+        // with the access list of the file it read through the backend: none opens from object
+        // storage or a store (HDF5 gives the fill value for every element instead of an
+        // error), and the backend's own file is no source. Sources in the file itself (".")
+        // would read.
         const std::vector<std::string> sources = virtual_sources(d.dataset.get());
         if (!sources.empty()) {
           return Status(ErrorCode::kFormat,
                         path + ": dataset '" + d.name +
                             "' is a virtual dataset whose data is in its source files (" +
                             sources.front() + (sources.size() > 1 ? ", ..." : "") +
-                            "), which are not read from object storage; copy the files to a "
-                            "local or shared file system");
+                            "), which are not read from " + where +
+                            "; copy the files to a local or shared file system");
         }
       }
-      if (!external.empty() && !path_traits(path).kernel_files) {
+      if (!external.empty() && !traits.kernel_files) {
         // HDF5 opens external storage itself, by a local name: nothing of the store's.
         return Status(ErrorCode::kFormat,
                       path + ": dataset '" + d.name + "': its data is in external storage files (" +
                           external.front() + (external.size() > 1 ? ", ..." : "") +
-                          "), which are not read from object storage; copy the files to a "
-                          "local or shared file system");
+                          "), which are not read from " + where +
+                          "; copy the files to a local or shared file system");
       }
     } catch (const std::exception& e) {
       return Status(ErrorCode::kFormat, path + ": " + e.what());
@@ -375,8 +383,8 @@ class Hdf5Reader final : public ShardReader {
 
   Result<std::vector<std::string>> other_files_read(const Shard& s) override {
     std::vector<std::string> files;
-    // From object storage a virtual dataset of other files is refused at discovery.
-    if (!path_traits(s.path).kernel_files) return files;
+    // From object storage or a store a virtual dataset of other files is refused at discovery.
+    if (!ctx_.source->traits(s.path).kernel_files) return files;
     SHARDLOAD_ASSIGN_OR_RETURN(File f, ctx_.source->open(s.path));
     try {
       Hdf5Lock lock(api_);
@@ -786,9 +794,10 @@ class Hdf5Reader final : public ShardReader {
                            const std::vector<std::byte>& head) {
     const std::string& path = checked.path();
     OpenDataset d;
-    // Not reachable by the kernel's calls: HDF5 reads it through the backend (a virtual file
-    // driver over the File), never by name.
-    const bool remote = !path_traits(path).kernel_files;
+    // A descriptor that is not the kernel's (an object, a store's key, a file through an
+    // injected backend): HDF5 reads it through the File (a virtual file driver over it), never
+    // by name, so that it reads what the source serves.
+    const bool remote = !ctx_.source->kernel_descriptor(checked);
     (void)take_remote_error();  // nothing of an earlier call's is this one's
     Hid fapl;
     if (remote) {
@@ -804,15 +813,8 @@ class Hdf5Reader final : public ShardReader {
       d.file = Hid(api_.H5Fopen(path.c_str(), kReadOnly, fapl.get()), api_.H5Fclose);
     } else if (!prefix_uses_origin("HDF5_EXTFILE_PREFIX") &&
                !prefix_uses_origin("HDF5_VDS_PREFIX")) {
-      // HDF5 opens the file by its descriptor's name: the kernel's, which an injected
-      // backend's descriptor need not be.
-      File own;
-      int fd = checked.fd();
-      if (!ctx_.source->kernel_descriptor(checked)) {
-        SHARDLOAD_ASSIGN_OR_RETURN(own, ShardSource::files()->open(path));
-        fd = own.fd();
-      }
-      open_name = descriptor_path(fd, path);
+      // HDF5 opens the file by its descriptor's name (the kernel's, see above).
+      open_name = descriptor_path(checked.fd(), path);
       d.file =
           Hid(api_.H5Fopen(open_name.c_str(), kReadOnly, fapl.valid() ? fapl.get() : H5P_DEFAULT),
               api_.H5Fclose);
@@ -1200,7 +1202,7 @@ class Hdf5Reader final : public ShardReader {
     // Where a local shard's link leads (the access list's prefix is the shard's directory);
     // an object's link would be opened on this host, so it is shown as written.
     const bool as_written =
-        link.file.empty() || link.file.front() == '/' || !path_traits(path).kernel_files;
+        link.file.empty() || link.file.front() == '/' || !ctx_.source->traits(path).kernel_files;
     const std::string file = as_written ? link.file : parent_directory(path) + "/" + link.file;
     return Status(ErrorCode::kFormat,
                   path + ": dataset '" + name + "' is stored in another file (" + file +
@@ -1259,7 +1261,7 @@ class Hdf5Reader final : public ShardReader {
   // messages.
   Status hdf5_failure(ErrorCode code, const std::string& what) {
     Status remote = take_remote_error();
-    if (!remote.ok()) {
+    if (!remote.is_ok()) {
       api_.H5Eclear2(H5E_DEFAULT);
       return remote;
     }

@@ -108,7 +108,7 @@ herr_t read(H5FD_t* h, H5FD_mem_t, hid_t, haddr_t addr, std::size_t size, void* 
   if (stored == 0) return 0;
   if (stored >= kSmallRead) {
     Status st = f->file->read_exact(out, stored, addr);
-    if (!st.ok()) {
+    if (!st.is_ok()) {
       t_error = std::move(st);
       return -1;
     }
@@ -119,7 +119,7 @@ herr_t read(H5FD_t* h, H5FD_mem_t, hid_t, haddr_t addr, std::size_t size, void* 
     const auto n = static_cast<std::size_t>(std::min<haddr_t>(kWindow, f->eof - at));
     std::vector<std::byte> w(n);
     Status st = f->file->read_exact(w.data(), n, at);
-    if (!st.ok()) {
+    if (!st.is_ok()) {
       f->window.clear();
       t_error = std::move(st);
       return -1;
