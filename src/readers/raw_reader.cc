@@ -412,7 +412,7 @@ class RawReader final : public ShardReader {
   // storage it is an object too, asked for with the shard URL's query (the store's options).
   Result<Sidecar*> sidecar_for(const std::string& shard_path) {
     // In a flat key space the open's own request answers whether the sidecar is there.
-    const bool remote = path_traits(shard_path).flat_keys;
+    const bool remote = ctx_.source->traits(shard_path).flat_keys;
     const auto [shard_name, query] = split_options(shard_path);
     const std::string dir = parent_dir(shard_name);
     // Keyed as probe_shards counts positions, so that a sidecar and the positions in its

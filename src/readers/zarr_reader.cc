@@ -50,12 +50,13 @@ constexpr std::uint64_t kFetchWindowBytes = std::uint64_t{64} << 20;
 
 enum class PathKind { kMissing, kFile, kDirectory, kOther };
 
-// "dir/name" for a local directory or an object-storage prefix; a URL's query
-// configures the store, so it stays at the end of every key derived from it.
-std::string join(const std::string& dir, const std::string& name) {
-  if (path_traits(dir).kernel_files) return dir + "/" + name;
+// "dir/name" for a local directory, an object-storage prefix or a store's key, `t` the traits
+// of dir's source (ShardSource::traits); a URL's query configures the store, so it stays at the
+// end of every key derived from it.
+std::string join(const PathTraits& t, const std::string& dir, const std::string& name) {
+  if (t.kernel_files) return dir + "/" + name;
   // In a flat key space "a//b" is another key than "a/b": the prefix's trailing '/'s go.
-  auto [key, options] = split_options(dir);
+  auto [key, options] = t.options_in_query ? split_options(dir) : std::pair{dir, std::string()};
   while (!key.empty() && key.back() == '/') key.pop_back();
   return key + "/" + name + options;
 }
@@ -66,7 +67,7 @@ std::string join(const std::string& dir, const std::string& name) {
 // directory's descriptor path), or "" for `path` itself.
 Result<PathKind> path_kind(ShardSource& source, const std::string& path,
                            const std::string& shown = "") {
-  if (path_traits(path).flat_keys) {
+  if (source.traits(path).flat_keys) {
     // An open is the object's one HEAD, as a stat would be.
     FileInfo info;
     auto f = source.open_stat(path, &info);
@@ -97,20 +98,20 @@ Status renamed(const Status& st, const std::string& from, const std::string& to)
   return Status(st.code(), message).with_errno(st.sys_errno()).with_path(to);
 }
 
-std::string array_dir(const std::string& store, const std::string& dataset) {
-  return dataset.empty() ? store : join(store, dataset);
+std::string array_dir(const PathTraits& t, const std::string& store, const std::string& dataset) {
+  return dataset.empty() ? store : join(t, store, dataset);
 }
 
-std::string metadata_path(const std::string& dir, int zarr_format) {
-  return join(dir, zarr_format == 2 ? ".zarray" : "zarr.json");
+std::string metadata_path(const PathTraits& t, const std::string& dir, int zarr_format) {
+  return join(t, dir, zarr_format == 2 ? ".zarray" : "zarr.json");
 }
 
 // The arrays directly inside a store, to suggest a dataset when the root is
 // a group.
-std::string child_arrays(const std::string& dir) {
+std::string child_arrays(const PathTraits& t, const std::string& dir) {
   std::string names;
   // A prefix's children would cost a listing of every chunk key under it.
-  if (!path_traits(dir).kernel_files) return names;
+  if (!t.kernel_files) return names;
   DIR* d = ::opendir(dir.c_str());
   if (d == nullptr) return names;
   int count = 0;
@@ -152,21 +153,29 @@ class ZarrReader final : public ShardReader {
   ZarrReader(const FormatOptions& options, const ReaderContext& ctx)
       : options_(options), ctx_(ctx) {}
 
+  // What the reader's source says of `path` and the keys below it: a store's keys are a flat
+  // name space whatever their text, a path's as its text says.
+  [[nodiscard]] PathTraits traits(const std::string& path) const {
+    return ctx_.source->traits(path);
+  }
+
   Result<ShardProbe> probe(const std::string& path) override {
     ShardProbe p;
     p.shard.path = path;
     // A prefix in object storage exists only through its objects: the metadata's look-ups
     // below say whether it is a store.
-    if (!path_traits(path).flat_keys) {
+    if (!traits(path).flat_keys) {
       SHARDLOAD_ASSIGN_OR_RETURN(const PathKind kind, path_kind(*ctx_.source, path));
       if (kind == PathKind::kMissing) return Status(ErrorCode::kFormat, path + ": not found");
       if (kind != PathKind::kDirectory) {
         return Status(ErrorCode::kFormat, path + ": not a directory (a Zarr store is a directory)");
       }
     }
-    const std::string dir = array_dir(path, options_.dataset);
-    SHARDLOAD_ASSIGN_OR_RETURN(const PathKind v2, path_kind(*ctx_.source, metadata_path(dir, 2)));
-    SHARDLOAD_ASSIGN_OR_RETURN(const PathKind v3, path_kind(*ctx_.source, metadata_path(dir, 3)));
+    const std::string dir = array_dir(traits(path), path, options_.dataset);
+    SHARDLOAD_ASSIGN_OR_RETURN(const PathKind v2,
+                               path_kind(*ctx_.source, metadata_path(traits(dir), dir, 2)));
+    SHARDLOAD_ASSIGN_OR_RETURN(const PathKind v3,
+                               path_kind(*ctx_.source, metadata_path(traits(dir), dir, 3)));
     if (v2 != PathKind::kMissing && v3 != PathKind::kMissing) {
       return Status(ErrorCode::kFormat, dir +
                                             ": both .zarray (v2) and zarr.json (v3) exist; "
@@ -175,24 +184,24 @@ class ZarrReader final : public ShardReader {
     if (v2 == PathKind::kMissing && v3 == PathKind::kMissing) {
       std::string hint;
       if (options_.dataset.empty()) {
-        const std::string arrays = child_arrays(path);
+        const std::string arrays = child_arrays(traits(path), path);
         hint = arrays.empty() ? ""
                               : " (arrays in the store: " + arrays + "; name one with " +
                                     option_mention("dataset") + ")";
       }
       return Status(ErrorCode::kFormat, dir + ": no Zarr array metadata (neither " +
-                                            metadata_path(dir, 2) + " nor " +
-                                            metadata_path(dir, 3) + " exists)" + hint);
+                                            metadata_path(traits(dir), dir, 2) + " nor " +
+                                            metadata_path(traits(dir), dir, 3) + " exists)" + hint);
     }
     const int version = v2 != PathKind::kMissing ? 2 : 3;
-    if (path_traits(path).kernel_files) {
+    if (traits(path).kernel_files) {
       // The store's directory and the array's, by identity (Shard::dirs): its metadata file
       // and chunks, hard-linked into another directory (`cp -al`), keep their snapshots.
       SHARDLOAD_RETURN_IF_ERROR(add_directory(path, "", &p.shard));
       if (dir != path)
         SHARDLOAD_RETURN_IF_ERROR(add_directory(path, dir.substr(path.size()), &p.shard));
     }
-    const std::string meta_file = metadata_path(dir, version);
+    const std::string meta_file = metadata_path(traits(dir), dir, version);
     SHARDLOAD_ASSIGN_OR_RETURN(
         const std::string text,
         ctx_.source->read_small(meta_file, kMaxMetadataBytes, &p.shard.snapshot));
@@ -201,7 +210,7 @@ class ZarrReader final : public ShardReader {
     if (!meta) {
       Status st = meta.status();
       if (not_an_array && options_.dataset.empty()) {
-        const std::string arrays = child_arrays(path);
+        const std::string arrays = child_arrays(traits(path), path);
         if (!arrays.empty()) st = Status(st.code(), st.message() + "; arrays: " + arrays);
       }
       return st;
@@ -231,13 +240,14 @@ class ZarrReader final : public ShardReader {
                                       ") disagrees with the store's metadata (" + m->dtype.name() +
                                       ", shape " + dims_string(m->shape) + ")"};
     }
-    const std::string dir = array_dir(s.path, options_.dataset);
+    const std::string dir = array_dir(traits(s.path), s.path, options_.dataset);
     // The metadata file stays open over the chunk reads and is compared
     // again after them: chunks read under a rewritten .zarray / zarr.json
     // may follow another geometry or codec than the one decoded.
     File meta_file;
     if (ctx_.check_snapshot) {
-      SHARDLOAD_ASSIGN_OR_RETURN(meta_file, ctx_.source->open(metadata_path(dir, m->zarr_format)));
+      SHARDLOAD_ASSIGN_OR_RETURN(
+          meta_file, ctx_.source->open(metadata_path(traits(dir), dir, m->zarr_format)));
       SHARDLOAD_RETURN_IF_ERROR(check_snapshot(meta_file, s.snapshot));
     }
     // A local array's directory is opened once, held to the identity discovery found, and every
@@ -245,7 +255,7 @@ class ZarrReader final : public ShardReader {
     // exchanged with a copy and back between two chunk opens cannot lend the copy's chunks,
     // which a stat of the directory before and after the chunks would not see.
     HeldDirectory held;
-    if (ctx_.check_snapshot && path_traits(dir).kernel_files) {
+    if (ctx_.check_snapshot && traits(dir).kernel_files) {
       Status same = hold_directory(s, dir, &held);
       if (!same.is_ok()) {
         // A link on the directory's path re-pointed since is the cause to name, where it is.
@@ -266,7 +276,7 @@ class ZarrReader final : public ShardReader {
       ghi[k] = (b - 1) / m->chunks[k] + 1;
     }
     Status status;
-    if (path_traits(dir).round_trips && !m->sharded) {
+    if (traits(dir).round_trips && !m->sharded) {
       status = read_chunks_remote(r, glo, ghi);
     } else {
       // for_each_run visits all but the last axis; walk the last one here.
@@ -766,12 +776,12 @@ class ZarrReader final : public ShardReader {
     std::vector<std::int64_t> blo;
     std::vector<std::int64_t> bhi;
     if (!clip(r, origin, r.m.chunks, &blo, &bhi)) return Status::ok();
-    const std::string path = join(r.dir, zarr_chunk_key(r.m, g));
+    const std::string path = join(traits(r.dir), r.dir, zarr_chunk_key(r.m, g));
     const std::size_t expected = unit_bytes(r.m, r.m.chunks);
     std::byte* direct = direct_target(r, origin, r.m.chunks);
     // A missing chunk: looked up here in a file system; in a flat key space the open's own
     // request tells (open_unit).
-    if (!path_traits(path).flat_keys) {
+    if (!traits(path).flat_keys) {
       SHARDLOAD_ASSIGN_OR_RETURN(const PathKind kind,
                                  path_kind(*ctx_.source, opened_name(r, path), path));
       if (kind == PathKind::kMissing) {
@@ -793,7 +803,7 @@ class ZarrReader final : public ShardReader {
       return Status::ok();
     }
     File& f = *opened;
-    if (!path_traits(path).flat_keys) {
+    if (!traits(path).flat_keys) {
       SHARDLOAD_RETURN_IF_ERROR(written_since_discovery(r, path, info));
       SHARDLOAD_RETURN_IF_ERROR(directories_since_discovery(r, path));
     }
@@ -873,7 +883,7 @@ class ZarrReader final : public ShardReader {
         c.origin.resize(n);
         for (std::size_t k = 0; k < n; ++k) c.origin[k] = g[k] * r.m.chunks[k];
         if (!clip(r, c.origin, r.m.chunks, &c.blo, &c.bhi)) continue;
-        c.path = join(r.dir, zarr_chunk_key(r.m, g));
+        c.path = join(traits(r.dir), r.dir, zarr_chunk_key(r.m, g));
         c.key = c.path;
         c.direct = direct_target(r, c.origin, r.m.chunks);
         // An object decoded by the previous call needs no request at all (served now, before
@@ -1027,8 +1037,8 @@ class ZarrReader final : public ShardReader {
     std::vector<std::int64_t> blo;
     std::vector<std::int64_t> bhi;
     if (!clip(r, origin, m.chunks, &blo, &bhi)) return Status::ok();
-    const std::string path = join(r.dir, zarr_chunk_key(m, g));
-    if (!path_traits(path).flat_keys) {
+    const std::string path = join(traits(r.dir), r.dir, zarr_chunk_key(m, g));
+    if (!traits(path).flat_keys) {
       SHARDLOAD_ASSIGN_OR_RETURN(const PathKind kind,
                                  path_kind(*ctx_.source, opened_name(r, path), path));
       if (kind == PathKind::kMissing) {
@@ -1045,7 +1055,7 @@ class ZarrReader final : public ShardReader {
       return Status::ok();
     }
     const File& f = *opened;
-    if (!path_traits(path).flat_keys) {
+    if (!traits(path).flat_keys) {
       SHARDLOAD_RETURN_IF_ERROR(written_since_discovery(r, path, info));
       SHARDLOAD_RETURN_IF_ERROR(directories_since_discovery(r, path));
     }
@@ -1097,7 +1107,7 @@ class ZarrReader final : public ShardReader {
     }
     const std::size_t expected = unit_bytes(m, m.inner_chunks);
     Status status;
-    if (path_traits(path).round_trips) {
+    if (traits(path).round_trips) {
       status = read_inners_remote(r, f, info, path, origin, ilo, ihi, per, entry, expected);
     } else {
       for_each_run(ilo, ihi, [&](const std::vector<std::int64_t>& start) {
@@ -1124,7 +1134,7 @@ class ZarrReader final : public ShardReader {
   // by `path`.
   Result<std::optional<File>> open_unit(const std::string& path, FileInfo* info,
                                         std::size_t whole = 0, const Request* r = nullptr) const {
-    if (!path_traits(path).flat_keys) {
+    if (!traits(path).flat_keys) {
       const std::string name = r == nullptr ? path : opened_name(*r, path);
       auto opened = ctx_.source->open_as(name, path);
       if (!opened) return renamed(opened.status(), name, path);
