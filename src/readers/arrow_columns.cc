@@ -4,6 +4,7 @@
 // decoded batch's columns into row-major rows. Apart from the reader because it depends on
 // neither format's reading: it sees one decoded column at a time.
 #include "readers/detail/arrow_columns.hpp"
+#include "readers/detail/arrow_io.hpp"
 
 #include <arrow/api.h>
 
@@ -507,6 +508,10 @@ Status check_batch(const std::string& where, const arrow::RecordBatch& batch) {
 }
 
 Status arrow_error(const std::string& path, const arrow::Status& st, ErrorCode code) {
+  // A read the File failed keeps its own code (a key changed under the read is kChanged).
+  if (const Status* failed = read_failure(st)) {
+    return Status(failed->code(), path + ": " + failed->message()).with_errno(failed->sys_errno());
+  }
   return Status(code, path + ": " + st.ToString());
 }
 

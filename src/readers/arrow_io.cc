@@ -7,6 +7,12 @@
 
 namespace shardload::detail {
 
+const Status* read_failure(const arrow::Status& st) {
+  const auto& d = st.detail();
+  if (d == nullptr || std::strcmp(d->type_id(), "shardload::ReadFailure") != 0) return nullptr;
+  return &static_cast<const ReadFailure&>(*d).status();
+}
+
 arrow::Status IoRandomAccessFile::Close() {
   closed_ = true;
   return arrow::Status::OK();
@@ -54,9 +60,22 @@ arrow::Result<std::int64_t> IoRandomAccessFile::ReadAt(std::int64_t position, st
     std::memcpy(out, held->data(), static_cast<std::size_t>(n));
     return n;
   }
-  const Status st =
+  {
+    std::lock_guard lock(mu_);
+    if (detached_) return arrow::Status::IOError("a read after its reader returned");
+    ++active_;
+  }
+  Status st =
       file_.read_exact(out, static_cast<std::size_t>(n), static_cast<std::uint64_t>(position));
-  if (!st.is_ok()) return arrow::Status::IOError(st.message());
+  {
+    std::lock_guard lock(mu_);
+    if (--active_ == 0) idle_.notify_all();
+  }
+  if (!st.is_ok()) {
+    std::string message = st.message();
+    return arrow::Status(arrow::StatusCode::IOError, std::move(message),
+                         std::make_shared<ReadFailure>(std::move(st)));
+  }
   return n;
 }
 
@@ -76,6 +95,13 @@ arrow::Result<std::shared_ptr<arrow::Buffer>> IoRandomAccessFile::ReadAt(std::in
 void IoRandomAccessFile::hold(std::int64_t at, std::shared_ptr<arrow::Buffer> bytes) {
   std::lock_guard lock(mu_);
   held_[at] = std::move(bytes);
+}
+
+void IoRandomAccessFile::detach() {
+  std::unique_lock lock(mu_);
+  detached_ = true;
+  idle_.wait(lock, [&] { return active_ == 0; });
+  file_ = File();
 }
 
 void IoRandomAccessFile::drop(std::int64_t at) {

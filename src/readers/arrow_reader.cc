@@ -128,6 +128,7 @@ Result<ArrowExtra> decode_extra(const Shard& shard) {
 }  // namespace
 
 Result<ShardProbe> ArrowReader::probe(const std::string& path) {
+  const DetachKeyed detach{keyed_};
   try {
     return probe_impl(path);
   } catch (const std::exception& e) {
@@ -139,6 +140,7 @@ Result<ShardProbe> ArrowReader::probe(const std::string& path) {
 
 Status ArrowReader::read_rows(const ReadSpec& l, const Shard& s, std::int64_t lo, std::int64_t hi,
                               std::byte* dst) {
+  const DetachKeyed detach{keyed_};
   try {
     return read_impl(l, s, lo, hi, dst);
   } catch (const std::exception& e) {
@@ -154,33 +156,38 @@ Result<OpenFile> ArrowReader::open(const std::string& path, bool for_probe,
   // Arrow opens by name with a plain open, which waits forever on a FIFO;
   // it gets a descriptor that was opened without blocking and found to be
   // a regular file instead (or, for the memory map, which only opens by
-  // name, that descriptor's /proc name). For a local file always the kernel's
-  // descriptor (ShardSource::files()), whatever source the context holds: Arrow reads it
-  // itself. An object in object storage is a key of the context's source instead, read by ranges
-  // (IoRandomAccessFile); the caller's snapshot checks around the reads hold for it too.
-  std::shared_ptr<IoRandomAccessFile> remote;
-  File checked;
-  if (!path_traits(path).kernel_files) {
-    FileInfo info;
-    File object;
-    if (known != nullptr && opened != nullptr) {
-      info = *known;
-      object = std::move(*opened);
-    } else if (known != nullptr) {
-      info = *known;
-      SHARDLOAD_ASSIGN_OR_RETURN(object, ctx_.source->open_known(path, *known));
-    } else {
-      SHARDLOAD_ASSIGN_OR_RETURN(object, ctx_.source->open_stat(path, &info));
-    }
-    remote = std::make_shared<IoRandomAccessFile>(std::move(object),
-                                                  static_cast<std::int64_t>(info.size));
+  // name, that descriptor's /proc name). A key whose descriptor is not the kernel's (an object
+  // in object storage, a store's key, a file through an injected backend) is read by ranges
+  // through its File instead (IoRandomAccessFile); the caller's snapshot checks around the
+  // reads hold for it too.
+  File file;
+  FileInfo info;
+  if (known != nullptr && opened != nullptr) {
+    info = *known;
+    file = std::move(*opened);
+  } else if (known != nullptr) {
+    // An object is opened without asking its state (the caller compares it after the reads);
+    // a local file or a store's key is opened as before, by one open.
+    info = *known;
+    SHARDLOAD_ASSIGN_OR_RETURN(file, ctx_.source->round_trips(path)
+                                         ? ctx_.source->open_known(path, *known)
+                                         : ctx_.source->open(path));
   } else {
-    SHARDLOAD_ASSIGN_OR_RETURN(checked, ShardSource::files()->open(path));
+    SHARDLOAD_ASSIGN_OR_RETURN(file, ctx_.source->open_stat(path, &info));
   }
+  std::shared_ptr<IoRandomAccessFile> keyed;
+  if (!ctx_.source->kernel_descriptor(file)) {
+    keyed = std::make_shared<IoRandomAccessFile>(std::move(file),
+                                                 static_cast<std::int64_t>(info.size), ctx_.source);
+    keyed_.push_back(keyed);
+  }
+  // Footers are kept per snapshot only where reading one again costs requests; a store's key
+  // is named by its store (two stores may hold a key of one name and snapshot).
+  const FileInfo* cached = ctx_.source->round_trips(path) ? known : nullptr;
   if (format_ == Format::kParquet) {
-    return open_parquet(path, for_probe, known, std::move(remote), checked);
+    return open_parquet(path, for_probe, cached, std::move(keyed), file);
   }
-  return open_ipc_file(path, for_probe, projection, known, std::move(remote), checked);
+  return open_ipc_file(path, for_probe, projection, cached, std::move(keyed), file);
 }
 
 Status ArrowReader::rows_changed(const std::string& where, std::int64_t found,
@@ -249,11 +256,11 @@ Result<ShardProbe> ArrowReader::probe_impl(const std::string& path) {
   SHARDLOAD_ASSIGN_OR_RETURN(File opened,
                              ctx_.source->open_tail(path, &p.shard.snapshot, kFooterReadBytes));
   if (!p.shard.snapshot.regular) return Status(ErrorCode::kFormat, path + ": not a regular file");
-  // An object is read through this open (one request fewer per object); a local file is
-  // opened again by a descriptor of the kernel's (see open).
-  const bool remote = !path_traits(path).kernel_files;
-  const FileInfo* known = remote ? &p.shard.snapshot : nullptr;
-  SHARDLOAD_ASSIGN_OR_RETURN(OpenFile f, open(path, true, {}, known, remote ? &opened : nullptr));
+  // A key read by ranges is read through this open (an object's: one request fewer); a
+  // kernel's descriptor is opened again for Arrow's own file (see open).
+  const bool keyed = !ctx_.source->kernel_descriptor(opened);
+  const FileInfo* known = keyed ? &p.shard.snapshot : nullptr;
+  SHARDLOAD_ASSIGN_OR_RETURN(OpenFile f, open(path, true, {}, known, keyed ? &opened : nullptr));
   std::vector<std::string> names = options_.columns;
   std::vector<ColumnShape> shapes;
   SHARDLOAD_ASSIGN_OR_RETURN(std::vector<int> idx, select(path, *f.schema, &names, &shapes));
@@ -310,6 +317,9 @@ Result<ShardProbe> ArrowReader::probe_impl(const std::string& path) {
       const std::string where = path + ": record batch " + std::to_string(b);
       auto batch = f.ipc->ReadRecordBatch(b);
       if (!batch.ok()) {
+        if (read_failure(batch.status()) != nullptr) {
+          return arrow_error(where, batch.status(), ErrorCode::kIo);
+        }
         return Status(ErrorCode::kFormat, where + ": " + batch.status().ToString());
       }
       SHARDLOAD_RETURN_IF_ERROR(check_batch(where, **batch));

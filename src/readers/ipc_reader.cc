@@ -84,6 +84,10 @@ Result<OpenFile> ArrowReader::open_ipc(const std::string& path,
   opts.included_fields = projection;
   auto reader = arrow::ipc::RecordBatchFileReader::Open(file, opts);
   if (!reader.ok()) {
+    // A read the key's store failed is that, not a file Arrow could not read.
+    if (read_failure(reader.status()) != nullptr) {
+      return arrow_error(path, reader.status(), ErrorCode::kIo);
+    }
     return Status(ErrorCode::kFormat, path + ": not a readable Arrow IPC file (Feather v2): " +
                                           reader.status().ToString());
   }
@@ -144,7 +148,11 @@ Result<std::vector<std::int64_t>> ArrowReader::remote_batch_rows(const std::stri
   }
   std::vector<std::int64_t> rows(blocks.size(), 0);
   const std::vector<std::size_t> top_nodes = schema_top_nodes(*f.schema);
-  SHARDLOAD_ASSIGN_OR_RETURN(const std::size_t in_flight, chunks_in_flight_of(path));
+  // A store's key carries no query: a '?' in it is part of its name.
+  std::size_t in_flight = static_cast<std::size_t>(StoreOptions{}.chunks_in_flight);
+  if (ctx_.source->traits(path).options_in_query) {
+    SHARDLOAD_ASSIGN_OR_RETURN(in_flight, chunks_in_flight_of(path));
+  }
   const Status st = fetch_ahead(
       spans.size(), in_flight, kRemoteIpcWindowBytes,
       [&](std::size_t i) -> Result<std::uint64_t> {
@@ -175,6 +183,7 @@ Status ArrowReader::prebuffer_ipc_metadata(const std::string& path,
                                            const std::vector<int>& batches) {
   const arrow::Status st = reader.PreBufferMetadata(batches);
   if (st.ok()) return Status::ok();
+  if (read_failure(st) != nullptr) return arrow_error(path, st, ErrorCode::kIo);
   return Status(ErrorCode::kIo,
                 path + ": cannot read the record batches' metadata: " + st.ToString());
 }

@@ -77,11 +77,16 @@ Result<OpenFile> ArrowReader::open_parquet(const std::string& path, bool for_pro
   parquet::arrow::FileReaderBuilder builder;
   arrow::Status st = builder.Open(*file, parquet::default_reader_properties(), footer);
   if (!st.ok()) {
+    // A read the key's store failed is that, not a file Parquet could not read.
+    if (read_failure(st) != nullptr) return arrow_error(path, st, ErrorCode::kIo);
     return Status(ErrorCode::kFormat, path + ": not a readable Parquet file: " + st.ToString());
   }
   builder.properties(props);
   auto reader = builder.Build();
   if (!reader.ok()) {
+    if (read_failure(reader.status()) != nullptr) {
+      return arrow_error(path, reader.status(), ErrorCode::kIo);
+    }
     return Status(ErrorCode::kFormat,
                   path + ": not a readable Parquet file: " + reader.status().ToString());
   }

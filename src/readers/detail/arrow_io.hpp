@@ -8,6 +8,7 @@
 #include <parquet/metadata.h>
 
 #include <atomic>
+#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
@@ -21,18 +22,41 @@
 
 #include "readers/detail/ipc_file.hpp"
 #include "shardload/io.hpp"
+#include "shardload/shard_source.hpp"
 
 namespace shardload::detail {
 
+// A failed read of the File under an Arrow status (IoRandomAccessFile's reads): the Status
+// read_exact gave (its code, kIo or kChanged, and its message naming the key), which Arrow and
+// Parquet carry back unchanged through their own errors, so that a read the store failed is
+// reported as that, never as a file Arrow found unreadable.
+class ReadFailure final : public arrow::StatusDetail {
+ public:
+  explicit ReadFailure(Status status) : status_(std::move(status)) {}
+  const char* type_id() const override { return "shardload::ReadFailure"; }
+  std::string ToString() const override { return status_.message(); }
+  [[nodiscard]] const Status& status() const { return status_; }
+
+ private:
+  Status status_;
+};
+
+// The read failure `st` carries, or null where it carries none.
+const Status* read_failure(const arrow::Status& st);
+
 // ---- an object in object storage as Arrow's random-access file -----------------
-// Parquet and IPC read a remote shard through this: each ReadAt is a ranged read of the
+// Parquet and IPC read a remote shard, or any key whose descriptor is not the kernel's (a
+// store's key), through this: each ReadAt is a ranged read of the
 // File the reader's ShardSource opened (its retries included), so the footer and only the needed
 // column chunks or batch buffers travel, never the whole object. Thread-safe: Parquet's
 // pre-buffering issues its reads from Arrow's I/O pool, and File serves concurrent positional
 // reads.
 class IoRandomAccessFile final : public arrow::io::RandomAccessFile {
  public:
-  IoRandomAccessFile(File file, std::int64_t size) : file_(std::move(file)), size_(size) {}
+  // `source`: what `file` was opened from, kept while the file is (see Close), since the
+  // File borrows it.
+  IoRandomAccessFile(File file, std::int64_t size, std::shared_ptr<ShardSource> source = nullptr)
+      : source_(std::move(source)), file_(std::move(file)), size_(size) {}
 
   // The object stays open until the last reference goes: a read Arrow issued in the
   // background may still hold one after its reader closed the file.
@@ -55,16 +79,26 @@ class IoRandomAccessFile final : public arrow::io::RandomAccessFile {
   void hold(std::int64_t at, std::shared_ptr<arrow::Buffer> bytes);
   void drop(std::int64_t at);
 
+  // Called by the reader before it returns: waits for the reads running now, closes the File
+  // and fails every later read. A read Arrow issued in the background (a pre-buffer, a
+  // read-ahead) may start, and the last reference go, after the reader is done, when what the
+  // File borrows (an injected backend the caller owns) may be gone.
+  void detach();
+
  private:
   // The held bytes [position, position + n) as a slice, or null where no one hold has them.
   std::shared_ptr<arrow::Buffer> find_held(std::int64_t position, std::int64_t n) const;
 
-  mutable std::mutex mu_;  // guards pos_ and held_; reads from the store need no lock
+  mutable std::mutex mu_;         // guards pos_, held_, active_ and detached_; reads need no lock
+  std::condition_variable idle_;  // active_ went to 0
   std::atomic<bool> closed_{false};
-  const File file_;
+  const std::shared_ptr<ShardSource> source_;  // before file_: outlives it
+  File file_;  // closed by detach(), while what it borrows is still there
   const std::int64_t size_;
   std::int64_t pos_ = 0;
   std::map<std::int64_t, std::shared_ptr<arrow::Buffer>> held_;
+  int active_ = 0;  // reads of file_ running
+  bool detached_ = false;
 };
 
 // Parsed footers of remote objects (Parquet's FileMetaData, an IPC file's footer bytes and

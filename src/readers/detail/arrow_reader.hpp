@@ -74,8 +74,10 @@ class ArrowReader final : public ShardReader {
   // bytes, which the open fetched, cost no other request).
   Result<OpenFile> open(const std::string& path, bool for_probe, const std::vector<int>& projection,
                         const FileInfo* known = nullptr, File* opened = nullptr);
-  // open()'s Parquet and IPC halves (parquet_reader.cc, ipc_reader.cc), after the object or
-  // file is open: `remote` the object (null for a local file), `checked` the local file.
+  // open()'s Parquet and IPC halves (parquet_reader.cc, ipc_reader.cc), after the key is open:
+  // `remote` the key read by ranges (an object, a store's key; null for a kernel's
+  // descriptor), `checked` the kernel's descriptor. `known`: the snapshot its footer is kept
+  // under (remote_footers), or null where none is kept.
   Result<OpenFile> open_parquet(const std::string& path, bool for_probe, const FileInfo* known,
                                 std::shared_ptr<IoRandomAccessFile> remote, File& checked);
   Result<OpenFile> open_ipc_file(const std::string& path, bool for_probe,
@@ -164,6 +166,19 @@ class ArrowReader final : public ShardReader {
   Format format_;
   FormatOptions options_;
   ReaderContext ctx_;
+  // The keys open() read by ranges during the current probe or read, detached when it returns.
+  std::vector<std::shared_ptr<IoRandomAccessFile>> keyed_;
+  // Detaches keyed_ when the probe or read that made it returns.
+  struct DetachKeyed {
+    explicit DetachKeyed(std::vector<std::shared_ptr<IoRandomAccessFile>>& f) : files(f) {}
+    std::vector<std::shared_ptr<IoRandomAccessFile>>& files;
+    DetachKeyed(const DetachKeyed&) = delete;
+    DetachKeyed& operator=(const DetachKeyed&) = delete;
+    ~DetachKeyed() {
+      for (const auto& f : files) f->detach();
+      files.clear();
+    }
+  };
 };
 
 }  // namespace shardload::detail
