@@ -49,11 +49,7 @@ class DecodeOnce : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     dir_ = new testing::TempDir();
-    const std::string script = dir_->file("write.py");
-    std::ofstream(script) << kWriter;
-    const std::string cmd =
-        std::string("'") + SHARDLOAD_TEST_PYTHON + "' '" + script + "' '" + dir_->path() + "'";
-    written_ = std::system(cmd.c_str()) == 0;
+    written_ = testing::run_python_writer(*dir_, kWriter, dir_->path());
   }
   static void TearDownTestSuite() {
     delete dir_;

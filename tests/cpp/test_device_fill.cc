@@ -497,8 +497,7 @@ TEST_F(DeviceFillTest, DeclinedFilesFallBackToStaging) {
 // is one byte range at its offset (after a user block too) and goes direct, as a .npy does; a
 // chunked or byte-swapped one is staged through its reader. h5py writes the files.
 TEST_F(DeviceFillTest, ContiguousHdf5ShardsGoDirect) {
-  const std::string script = dir_.file("write.py");
-  std::ofstream(script) << R"(
+  const std::string script = R"(
 import sys, numpy as np, h5py
 d = sys.argv[1]
 a = np.arange(120 * 5, dtype="<f8").reshape(120, 5)
@@ -516,10 +515,8 @@ with h5py.File(d + "/shard_0004.h5", "w") as f:
     x = h5py.h5d.create(f.id, b"x", t, h5py.h5s.create_simple((10, 5)))
     x.write(h5py.h5s.ALL, h5py.h5s.ALL, np.ascontiguousarray(a[110:]))
 )";
-  const std::string cmd =
-      std::string("'") + SHARDLOAD_TEST_PYTHON + "' '" + script + "' '" + dir_.path() + "'";
-  ASSERT_EQ(std::system(cmd.c_str()), 0) << "h5py could not write the shards";
-  std::filesystem::remove(script);
+  ASSERT_TRUE(testing::run_python_writer(dir_, script, dir_.path()))
+      << "h5py could not write the shards";
   auto found = try_discover(Source::directory(dir_.path()));
   ASSERT_TRUE(found) << found.status().message();
   const Layout& l = *found;

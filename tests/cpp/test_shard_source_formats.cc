@@ -114,11 +114,7 @@ class StoreKeys : public ::testing::TestWithParam<Case> {
     dir_ = new testing::TempDir();
     const std::string files = dir_->file("files");
     std::filesystem::create_directories(files);
-    const std::string script = dir_->file("write.py");
-    std::ofstream(script) << kWriter;
-    const std::string cmd =
-        std::string("'") + SHARDLOAD_TEST_PYTHON + "' '" + script + "' '" + files + "'";
-    written_ = std::system(cmd.c_str()) == 0;
+    written_ = testing::run_python_writer(*dir_, kWriter, files);
   }
   static void TearDownTestSuite() {
     delete dir_;

@@ -570,13 +570,9 @@ class StoreSchemeReaders : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     dir_ = new testing::TempDir();
-    const std::string script = dir_->file("write.py");
-    std::ofstream(script) << kWriter;
     const std::string out = dir_->file("files");
     std::filesystem::create_directory(out);
-    const std::string cmd =
-        std::string("'") + SHARDLOAD_TEST_PYTHON + "' '" + script + "' '" + out + "'";
-    written_ = std::system(cmd.c_str()) == 0;
+    written_ = testing::run_python_writer(*dir_, kWriter, out);
   }
   static void TearDownTestSuite() {
     delete dir_;

@@ -11,6 +11,7 @@
 #include <array>
 #include <atomic>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -36,6 +37,21 @@ class TempDir {
  private:
   std::string path_;
 };
+
+#ifdef SHARDLOAD_TEST_PYTHON
+// Runs `script` (a test's oracle writer: numpy, h5py, zarr, pyarrow) from a file in `dir` as
+// `python write.py out_dir`, with the Python the build found; whether it exited 0.
+inline bool run_python_writer(const TempDir& dir, const std::string& script,
+                              const std::string& out_dir) {
+  const std::string file = dir.file("write.py");
+  std::ofstream(file) << script;
+  const std::string cmd =
+      std::string("'") + SHARDLOAD_TEST_PYTHON + "' '" + file + "' '" + out_dir + "'";
+  const bool ok = std::system(cmd.c_str()) == 0;
+  std::filesystem::remove(file);
+  return ok;
+}
+#endif
 
 inline void write_file(const std::string& path, const std::string& bytes) {
   std::ofstream f(path, std::ios::binary | std::ios::trunc);
