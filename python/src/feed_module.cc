@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -1011,9 +1012,26 @@ class AsyncGather {
   // file, ...) otherwise, on each call.
   py::array result() {
     if (thread_.joinable()) {
+      std::optional<py::error_already_set> raised;
       {
         shardload::python::GilReleased release;
+        // A Ctrl-C leaves Python's signal pending until the main thread looks, and meanwhile
+        // the fill's threads that call a Python reader run starved (each of their instructions
+        // asks for the signal, which only the main thread handles): a fill hung for minutes.
+        // So the wait looks once the interrupt came, takes the KeyboardInterrupt then, and
+        // raises it after the join.
+        while (!finished_.load(std::memory_order_acquire)) {
+          if (!raised && wait_->interrupted()) {
+            shardload::python::GilAcquired gil;
+            if (PyErr_CheckSignals() != 0) raised.emplace();
+          }
+          std::this_thread::sleep_for(std::chrono::microseconds(100));
+        }
         thread_.join();
+      }
+      if (raised) {
+        wait_.reset();
+        throw *raised;
       }
       python::raise_if_interrupted(*wait_);
       wait_.reset();
