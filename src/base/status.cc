@@ -349,10 +349,14 @@ int encoded_key_start_ends_at(std::string_view text, std::size_t i) {
   return -1;
 }
 
-// Whether the text holds an '=' percent-encoded (kEncodedEquals), where it holds no '=' itself.
-bool holds_encoded_equals(std::string_view text) {
-  for (std::size_t k = text.find('%'); k != std::string_view::npos; k = text.find('%', k + 1)) {
-    if (spelling_at(text, k, kEncodedEquals) != 0) return true;
+// Whether `text` holds one of `spellings` anywhere: looked for only where a spelling's first
+// byte stands ('%', '\\' or a look-alike's lead byte, none of them a letter), one pass.
+template <std::size_t N>
+bool holds_spelling(std::string_view text, const std::array<std::string_view, N>& spellings) {
+  for (std::size_t k = 0; k < text.size(); ++k) {
+    const bool may_start = std::any_of(spellings.begin(), spellings.end(),
+                                       [&](std::string_view s) { return s[0] == text[k]; });
+    if (may_start && spelling_at(text, k, spellings) != 0) return true;
   }
   return false;
 }
@@ -786,18 +790,6 @@ std::size_t spelled_at_ending(std::string_view text, std::size_t q) {
   };
   for (const std::string_view s : kAtSpellings) consider(s);
   return found;
-}
-
-// Whether `text` holds an '@' spelled otherwise anywhere (one pass: every spelling begins with
-// '%' or the look-alikes' first byte 0xEF).
-bool holds_spelled_at(std::string_view text) {
-  for (std::size_t i = 0; i < text.size(); ++i) {
-    if (text[i] != '%' && text[i] != '\xEF') continue;
-    for (const std::string_view s : kAtSpellings) {
-      if (spelled_at(text, i, s)) return true;
-    }
-  }
-  return false;
 }
 
 // The answers to the scans redact_user_info makes for each URL mark, from tables built on first
@@ -1320,11 +1312,11 @@ std::string redact_secrets(std::string text) {
   }
   std::vector<std::string> hidden;
   // An '@' as it may be spelled: itself, percent-encoded, a full-width or small look-alike.
-  if (text.find('@') != std::string::npos || holds_spelled_at(text)) {
+  if (text.find('@') != std::string::npos || holds_spelling(text, kAtSpellings)) {
     text = redact_user_info(text, hidden);
     if (!hidden.empty()) text = hide_echoes(std::move(text), hidden);
   }
-  if (text.find('=') != std::string::npos || holds_encoded_equals(text)) {
+  if (text.find('=') != std::string::npos || holds_spelling(text, kEncodedEquals)) {
     text = redact_query(text, hidden);
   }
   if (!hidden.empty()) text = hide_quoted(std::move(text), hidden);
