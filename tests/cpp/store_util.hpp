@@ -3,6 +3,9 @@
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <span>
@@ -25,6 +28,22 @@ inline std::unique_ptr<Store> open_test_store(const std::string& driver, const T
   auto s = open_store(dir.path());
   EXPECT_TRUE(s.is_ok()) << s.status().message();
   return s.is_ok() ? std::move(*s) : nullptr;
+}
+
+// Every regular file below `root` written to `store` as the key `prefix` + its path below
+// `root`: the files a test's Python writer made (h5py, zarr, pyarrow), as a store's keys.
+inline ::testing::AssertionResult put_tree(Store& store, const std::filesystem::path& root,
+                                           const std::string& prefix) {
+  for (const auto& e : std::filesystem::recursive_directory_iterator(root)) {
+    if (!e.is_regular_file()) continue;
+    std::ifstream in(e.path(), std::ios::binary);
+    const std::string bytes((std::istreambuf_iterator<char>(in)), {});
+    const std::string key = prefix + std::filesystem::relative(e.path(), root).generic_string();
+    if (const Status st = store.write(key, bytes_of(bytes)); !st) {
+      return ::testing::AssertionFailure() << key << ": " << st.message();
+    }
+  }
+  return ::testing::AssertionSuccess();
 }
 
 // The bytes of `key`, or "<missing>" / "<error>".

@@ -20,6 +20,7 @@
 #include "shardload/reader.hpp"
 #include "shardload/shard_source.hpp"
 #include "storage/detail/stores.hpp"
+#include "store_util.hpp"
 #include "util.hpp"
 
 namespace shardload {
@@ -124,14 +125,7 @@ class StoreKeys : public ::testing::TestWithParam<Case> {
   void SetUp() override {
     ASSERT_TRUE(written_) << "the writer script failed (h5py, zarr, pyarrow)";
     // Every file the writer made, as the key of its path below the directory.
-    const std::filesystem::path files = dir_->file("files");
-    for (const auto& e : std::filesystem::recursive_directory_iterator(files)) {
-      if (!e.is_regular_file()) continue;
-      std::ifstream in(e.path(), std::ios::binary);
-      const std::string bytes((std::istreambuf_iterator<char>(in)), {});
-      const std::string key = std::filesystem::relative(e.path(), files).generic_string();
-      ASSERT_TRUE(store_->write(key, std::as_bytes(std::span(bytes.data(), bytes.size()))));
-    }
+    ASSERT_TRUE(testing::put_tree(*store_, dir_->file("files"), ""));
   }
 
   static std::string local(const std::string& key) { return dir_->file("files/" + key); }

@@ -31,6 +31,7 @@
 #include "shardload/store_schemes.hpp"
 #include "storage/detail/context.hpp"
 #include "storage/detail/stores.hpp"
+#include "store_util.hpp"
 #include "util.hpp"
 
 namespace shardload {
@@ -582,12 +583,7 @@ class StoreSchemeReaders : public ::testing::Test {
     ASSERT_TRUE(written_) << "the writer script failed (numpy, h5py, zarr, pyarrow)";
     // Every file the writers made, as a key under "d/".
     store_ = std::make_shared<MemoryStore>("memtest://bucket/");
-    const std::filesystem::path root = dir_->file("files");
-    for (const auto& e : std::filesystem::recursive_directory_iterator(root)) {
-      if (!e.is_regular_file()) continue;
-      const std::string key = "d/" + std::filesystem::relative(e.path(), root).string();
-      ASSERT_TRUE(store_->write(key, as_bytes(read_local(e.path().string()))));
-    }
+    ASSERT_TRUE(testing::put_tree(*store_, dir_->file("files"), "d/"));
     register_memory("memtest", store_);
   }
   void TearDown() override { unregister_store_scheme("memtest"); }
