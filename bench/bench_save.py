@@ -21,7 +21,7 @@ otherwise the largest noise of the run). Medians, then the ratios
 bound / save (>= 0.9 is the goal's "90% of the bound") and npsave / save (>= 3), for each
 format.
 
-Memory: for each format, a fresh child process makes the same array, reads ru_maxrss, saves,
+Memory: for each format, a fresh child process makes the same array, reads its peak RSS (VmHWM), saves,
 and reads it again; the growth during the save is what the save needed beside the array.
 
     python bench/bench_save.py --dir /tmp/bench-save [--mb 1024] [--rounds 5] \
@@ -33,7 +33,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import shutil
 import statistics
 import subprocess
@@ -42,17 +41,24 @@ import threading
 import time
 
 MEM_CHILD = r"""
-import json, resource, sys
+import json, sys
 import shardload
 import cupynumeric as cn
 from legate.core import get_legate_runtime
 mb, cols, dest, fmt = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
 rows = mb * (1 << 20) // (4 * cols)
+
+
+def peak():  # VmHWM: this process's own; ru_maxrss starts at the forking parent's peak
+    with open("/proc/self/status") as f:
+        return next(int(l.split()[1]) for l in f if l.startswith("VmHWM:")) * 1024
+
+
 x = cn.arange(rows * cols, dtype=cn.float32).reshape(rows, cols) + 0.5
 get_legate_runtime().issue_execution_fence(block=True)
-before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+before = peak()
 shardload.save(x, dest, format=fmt)
-after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+after = peak()
 print("MEM " + json.dumps({"bytes": rows * cols * 4, "before": before, "after": after}))
 """
 
@@ -198,7 +204,7 @@ def main() -> None:
         print(f"{f}: npsave_only / save:           {med['npsave_only'] / med[sv]:.3f}")
         mem = mems[f]
         grown = mem["after"] - mem["before"]
-        print(f"{f}: memory: array {mem['bytes'] / 2**20:.1f} MiB; ru_maxrss before the save "
+        print(f"{f}: memory: array {mem['bytes'] / 2**20:.1f} MiB; peak before the save "
               f"{mem['before'] / 2**20:.1f} MiB, after {mem['after'] / 2**20:.1f} MiB: the save "
               f"grew the peak by {grown / 2**20:.1f} MiB ({grown / mem['bytes']:.3f} of the "
               f"array)")
