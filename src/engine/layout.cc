@@ -1,6 +1,7 @@
 #include "shardload/layout.hpp"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <ctime>
 #include <iterator>
@@ -417,21 +418,51 @@ static std::int64_t clock_ns(clockid_t clock) {
 // discovery began has a change time no later.
 static std::int64_t realtime_ns() { return clock_ns(CLOCK_REALTIME); }
 
-// Sets the layout's discovered_ns. A file changed after discovery began has a later change time
-// only once the kernel's clock tick has passed `began`: a write stamps the tick's start
-// (CLOCK_REALTIME_COARSE, up to a tick behind), or the precise time where the file was asked its
-// times since its last change. So a layout whose chunks are judged by their change times (Zarr's)
-// is returned only when the tick `began` fell in is over, at most one tick later (and at once
-// where discovery took longer): every write after that has a later stamp. A coarse clock that does
-// not move (the real-time clock set back) is waited for 50 ms at most.
-static void began_at(Layout& layout, std::int64_t began) {
-  layout.discovered_ns = began;
-  if (layout.format != Format::kZarr) return;
+// Returns once the kernel's coarse clock (CLOCK_REALTIME_COARSE) has passed `stamp`, so that
+// every file change from then on is stamped later than `stamp`: a write stamps the tick's start
+// (up to a tick behind the precise clock), or a finer time where the file system has multigrain
+// timestamps and the file was asked its times since its last change. Waits only where `stamp`
+// lies in the current tick or the next (at most a tick or two): a time further ahead was set by
+// hand (`touch -d`) or by a clock stepped back, and no wait passes it. A coarse clock that does
+// not move is waited for 50 ms at most.
+static void wait_out_tick(std::int64_t stamp) {
+  timespec res{};
+  ::clock_getres(CLOCK_REALTIME_COARSE, &res);
+  const std::int64_t tick = std::max<std::int64_t>(
+      static_cast<std::int64_t>(res.tv_sec) * 1'000'000'000 + res.tv_nsec, 1'000'000);
+  const std::int64_t now = clock_ns(CLOCK_REALTIME_COARSE);
+  if (stamp < now || stamp - now >= 2 * tick) return;
   const std::int64_t give_up = clock_ns(CLOCK_MONOTONIC) + 50'000'000;
-  while (clock_ns(CLOCK_REALTIME_COARSE) <= began && clock_ns(CLOCK_MONOTONIC) < give_up) {
+  while (clock_ns(CLOCK_REALTIME_COARSE) <= stamp && clock_ns(CLOCK_MONOTONIC) < give_up) {
     timespec nap{0, 200'000};
     ::nanosleep(&nap, nullptr);
   }
+}
+
+// The change time a later write of a local file must differ from: its ctime (every write sets
+// it, and no one can set it back), its mtime where the snapshot has no ctime.
+static std::int64_t change_stamp(const FileInfo& snapshot) {
+  return snapshot.ctime_ns != 0 ? snapshot.ctime_ns : snapshot.mtime_ns;
+}
+
+// Sets the layout's discovered_ns, and returns only once a change to what discovery saw has a
+// later stamp than what it saw. A local file's snapshot (size, mtime, ctime, inode) tells a
+// rewrite at the same size only by its times: a file written in the tick discovery snapshot it
+// in and rewritten before that tick is over kept them all, and its new rows were read as the
+// discovered ones. Zarr's chunks are judged by their change times against `began` itself (a
+// chunk changed after discovery began is refused), so for Zarr `began` must be passed too.
+static void began_at(Layout& layout, std::int64_t began) {
+  layout.discovered_ns = began;
+  // A store's keys and objects are stamped by no kernel clock: not waited for.
+  std::int64_t stamp = layout.format == Format::kZarr ? began : INT64_MIN;
+  const bool local = !layout.shards.empty() && path_traits(layout.shards[0].path).kernel_files;
+  for (const Shard& s : layout.shards) {
+    if (local) stamp = std::max(stamp, change_stamp(s.snapshot));
+    for (const LinkedFile& f : s.linked) {
+      if (path_traits(f.path).kernel_files) stamp = std::max(stamp, change_stamp(f.snapshot));
+    }
+  }
+  if (stamp != INT64_MIN) wait_out_tick(stamp);
 }
 
 static Result<Layout> try_discover_at(const Source& source, const DiscoverOptions& options);
