@@ -305,9 +305,8 @@ bool known_extension(std::string_view extension) {
 const FormatDescriptor* group_format(const DirectoryScan& scan, const NumberedGroup& g) {
   if (const FormatDescriptor* d = find_format(format_from_extension(g.extension))) return d;
   if (const FormatDescriptor* d = registered_format_for_path(g.extension)) return d;
-  std::string path = scan.directory;
-  if (!path.empty() && path.back() != '/') path += '/';
-  return find_format(sniff_format(path + g.first));
+  // Joined as a key: a URL's options (an s3:// directory's query) stay after the name.
+  return find_format(sniff_format(join_key(scan.directory, g.first)));
 }
 
 std::string group_text(const NumberedGroup& g, const FormatDescriptor& d) {

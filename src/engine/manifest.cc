@@ -700,6 +700,17 @@ Result<std::vector<ChecksumMismatch>> verify_range(const Manifest& m, std::size_
   return out;
 }
 
+// Whether a directory named without a pattern is a store of a format that may be taken (a Zarr
+// array): its metadata keys say so, no listing needed, so probing finds it where it cannot list.
+static bool directory_is_store(const Source& source, const DiscoverOptions& options) {
+  if (!source.pattern.empty()) return false;
+  const Format asked = options.format.format;
+  const FormatDescriptor* asked_d = find_format(asked);
+  if (asked != Format::kAuto && (asked_d == nullptr || !asked_d->is_store)) return false;
+  const Format store = store_format(source.dir_path);
+  return store != Format::kAuto && (asked == Format::kAuto || asked == store);
+}
+
 ManifestDiscovery discover_from_manifest(const Source& source, const DiscoverOptions& options) {
   ManifestDiscovery r;
   const std::string path = manifest_path(source.dir_path);
@@ -708,7 +719,7 @@ ManifestDiscovery discover_from_manifest(const Source& source, const DiscoverOpt
   const bool http = !path_traits(source.dir_path).listable;
   auto m = read_manifest(path);
   if (!m) {
-    if (http && m.status().sys_errno() == ENOENT) {
+    if (http && m.status().sys_errno() == ENOENT && !directory_is_store(source, options)) {
       r.error = file_error(ErrorCode::kLayout, source.dir_path,
                            "HTTP has no directory listing, and no manifest names the objects "
                            "there (" +
