@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <cerrno>
 #include <charconv>
 #include <chrono>
@@ -231,16 +232,19 @@ class CurlRemoteIo final : public RemoteIo {
   }
 
   // The object's snapshot: a HEAD (retried like any request); its validators in `validators`.
-  // A Last-Modified that is the only validator tells versions apart only once the server's
-  // clock has left its second (RFC 9110 8.8.2.2: the answer's Date at least a second later):
-  // before that, an object written again within the same second keeps it, and its new bytes
-  // would be read as the snapshot's. Such a snapshot is taken again once that second is over
-  // (at most a second later; a few times, for an object rewritten every second).
+  // A Last-Modified tells versions apart only once the clock that stamped it has left its
+  // second (RFC 9110 8.8.2.2): before that, an object written again within the same second
+  // keeps it, and its new bytes would be read as the snapshot's. So does an ETag made of it
+  // (nginx's is the Last-Modified's second and the size). Such a snapshot is taken again once
+  // that second is over (at most two seconds later; a few times, for an object rewritten
+  // every second).
   Status head(const std::string& url, const Target& t, FileInfo* info, CurlHeaders* validators) {
     SHARDLOAD_RETURN_IF_ERROR(head_once(url, t, info, validators));
+    std::string waited_out;  // a Last-Modified a second or more has passed since a HEAD gave
     for (int again = 0; again < kWeakSnapshotRetakes; ++again) {
-      const std::int64_t ms = ms_until_strong(*validators);
+      const std::int64_t ms = ms_until_strong(*validators, waited_out);
       if (ms == 0) break;
+      waited_out = validators->last_modified;
       interruptible_sleep(ms);
       SHARDLOAD_RETURN_IF_ERROR(head_once(url, t, info, validators));
     }
@@ -249,21 +253,41 @@ class CurlRemoteIo final : public RemoteIo {
 
   static constexpr int kWeakSnapshotRetakes = 3;
 
-  // How long until `h`'s Last-Modified, its only validator, is a strong one (its Date a
-  // second past it), in ms; 0 where it is already, where an ETag is the validator, or where
-  // either date cannot be read (then compared as text, as before). Without a Date (a server
-  // without a clock) this host's clock stands in for it. Where the snapshot is still weak after
-  // the retakes (an object written every second), it is compared as before: by its text, and
-  // the size.
-  static std::int64_t ms_until_strong(const CurlHeaders& h) {
-    if (!h.etag.empty() || h.last_modified.empty()) return 0;
+  // Whether `etag` is a digest of the object's bytes, which tells versions apart at once: an
+  // S3-compatible store's MD5 ("<32 hex digits>", a multipart upload's "<32 hex>-<parts>").
+  // Any other may be made of the Last-Modified's second and the size (nginx:
+  // "<mtime hex>-<size hex>"), and is taken to be.
+  static bool is_digest_etag(const std::string& etag) {
+    if (etag.size() < 34 || etag.front() != '"' || etag.back() != '"') return false;
+    const std::string_view v(etag.data() + 1, etag.size() - 2);
+    for (std::size_t i = 0; i < 32; ++i) {
+      if (!std::isxdigit(static_cast<unsigned char>(v[i]))) return false;
+    }
+    if (v.size() == 32) return true;
+    if (v[32] != '-' || v.size() == 33) return false;
+    for (std::size_t i = 33; i < v.size(); ++i) {
+      if (!std::isdigit(static_cast<unsigned char>(v[i]))) return false;
+    }
+    return true;
+  }
+
+  // How long until `h`'s snapshot tells versions apart, in ms; 0 where it does already: its
+  // ETag is a digest of the bytes, its Date is a second past its Last-Modified, a second has
+  // passed since a HEAD gave the same Last-Modified (`waited_out`), or a date cannot be read
+  // (then compared as text, as before). Without a Date (a server without a clock) this host's
+  // clock stands in for it. A Last-Modified more than a second ahead of the Date was stamped by
+  // a clock ahead of the server's (another host's, an NFS server's): that clock read at least
+  // the Last-Modified when the HEAD was answered, so a second after the HEAD it has left that
+  // second, whatever its lead. A clock behind the server's cannot be told from an old write.
+  static std::int64_t ms_until_strong(const CurlHeaders& h, const std::string& waited_out) {
+    if (h.last_modified.empty() || is_digest_etag(h.etag)) return 0;
+    if (!waited_out.empty() && h.last_modified == waited_out) return 0;
     const std::time_t modified = curl_getdate(h.last_modified.c_str(), nullptr);
     if (modified < 0) return 0;
     std::time_t date = h.date.empty() ? -1 : curl_getdate(h.date.c_str(), nullptr);
     if (date < 0) date = std::time(nullptr);
-    // A Last-Modified more than a second ahead of the Date is a clock out of step with the
-    // file system's, which waiting does not mend: compared as before.
-    if (date >= modified + 1 || modified - date > 1) return 0;
+    if (date >= modified + 1) return 0;
+    if (modified - date > 1) return 1050;
     // The second left on the server's clock, one more where the Last-Modified is ahead.
     return static_cast<std::int64_t>(modified + 1 - date) * 1000 + 50;
   }
