@@ -735,6 +735,8 @@ class Feed:
                              f"{self._window_blocks}")
         if self._n == 0:
             raise ValueError("Feed: the source has no rows")
+        self._block_rows, self._window_blocks = self._sizes(self._block_rows,
+                                                            self._window_blocks)
         self._check_steps()
         self._epoch = 0
         self._position = 0
@@ -918,8 +920,15 @@ class Feed:
                 (self._drop_last,) = old
                 raise
             self._seed, self._mode = seed, mode
-            self._block_rows, self._window_blocks = block_rows, window
+            self._block_rows, self._window_blocks = self._sizes(block_rows, window)
             self._epoch, self._position = epoch, position
+
+    def _sizes(self, block_rows: int, window: int) -> tuple[int, int]:
+        """The block and window sizes as the order takes them: a block of the rows' count or
+        more is one block, a window of all blocks or more all blocks (the same order). So the
+        state, which holds them as text, stays within STATE_MAX_BYTES for any size given."""
+        block_rows = min(block_rows, self._n)
+        return block_rows, min(window, -(-self._n // block_rows))
 
     # -- the order ------------------------------------------------------------------------------
     def order(self, epoch: Optional[int] = None) -> Order:

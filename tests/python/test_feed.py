@@ -232,14 +232,22 @@ def test_epochs_follow_one_another_and_set_epoch_starts_one(data):
 def test_the_state_is_json_and_at_most_256_bytes(tmp_path):
     d = tmp_path / "d"
     n = write_rows(d, [100, 3])
-    feed = sf.Feed(d, 2, rank=1, world_size=3, shuffle="block", block_rows=10 ** 12,
-                   window_blocks=10 ** 12, seed=2 ** 64 - 1)
+    feed = sf.Feed(d, 2, rank=1, world_size=3, shuffle="block", block_rows=2 ** 63 - 1,
+                   window_blocks=2 ** 63 - 1, seed=2 ** 64 - 1)
+    feed.load_state_dict({**feed.state_dict(), "epoch": 2 ** 64 - 1})
     next(iter(feed))
     state = feed.state_dict()
     encoded = json.dumps(state)
     assert len(encoded.encode()) <= sf.STATE_MAX_BYTES
     assert json.loads(encoded) == state
     assert state["rows"] == n and state["position"] == 6 and state["world_size"] == 3
+    # Sizes far past the rows (a state's are not bounded above) are held as the order takes
+    # them, the rows' count and the blocks': the same order, its state as small (before: a
+    # state of 10**300-row blocks ran and its state_dict() was 755 bytes).
+    order = feed.order()
+    feed.load_state_dict({**state, "shuffle": f"block/{10 ** 300}/{10 ** 300}"})
+    assert json.dumps(feed.state_dict()) == encoded
+    assert feed.order().rows(np.arange(n)).tolist() == order.rows(np.arange(n)).tolist()
 
 
 def take(feed, k):
