@@ -398,8 +398,9 @@ std::string redact_query(std::string_view text, std::vector<std::string>& hidden
   for (std::size_t i = 0; i < text.size();) {
     ++t_redaction_work;
     const bool starts_key =
-        i > 0 && (text[i - 1] == '?' || text[i - 1] == '&' || text[i - 1] == ';' ||
-                  text[i - 1] == '#' || (text[i - 1] == '/' && spelled_at(text, i, "bcdn_token=")));
+        i > 0 &&
+        (text[i - 1] == '?' || text[i - 1] == '&' || text[i - 1] == ';' || text[i - 1] == '#' ||
+         (text[i - 1] == '/' && spelled_at(text, i, detail::kPathTokenKey)));
     if (const int encodings = starts_key ? -1 : encoded_key_start_ends_at(text, i);
         encodings >= 0) {
       const auto [eq, eq_size] = encoded_key_equals(text, i);

@@ -334,17 +334,21 @@ std::string handle_for(const std::string& items, CredentialPins* pins) {
   return handle;
 }
 
-// An http(s):// URL's entry in the table: '@', then two parts each as its length, ':' and its
-// text: the origin it was sealed for (origin_key) and the user part ("user:password" as the URL
-// spelled it; none where it had none); then the span of the query from its first secret item to
-// its last, the items between included, so that the request sends the query as it was typed, in
-// its order (a server that checks a signature over the raw query). An s3:// entry never begins
-// with '@' (it is store=...&secret_key=...).
+// An http(s):// URL's entry in the table: '@', then four parts each as its length, ':' and its
+// text: the origin it was sealed for (origin_key); the user part ("user:password" as the URL
+// spelled it; none where it had none); where the path held BunnyCDN's token (kPathTokenKey),
+// the path before it and the token's text ("bcdn_token=T&", with the '&' that ended it), put back
+// at that place (none where it held none); then the span of the query from its first secret item
+// to its last, the items between included, so that the request sends the query as it was typed,
+// in its order (a server that checks a signature over the raw query). An s3:// entry never
+// begins with '@' (it is store=...&secret_key=...).
 constexpr char kHttpEntry = '@';
 
 struct HttpEntry {
   std::string_view origin;
   std::string_view userinfo;
+  std::string_view path_before;  // "" where the path held no token
+  std::string_view path_token;
   std::string_view span;
 };
 
@@ -369,7 +373,47 @@ std::optional<HttpEntry> http_entry(std::string_view items) {
   if (!origin) return std::nullopt;
   const auto userinfo = take_counted(&rest);
   if (!userinfo) return std::nullopt;
-  return HttpEntry{*origin, *userinfo, rest};
+  const auto path_before = take_counted(&rest);
+  if (!path_before) return std::nullopt;
+  const auto path_token = take_counted(&rest);
+  if (!path_token) return std::nullopt;
+  return HttpEntry{*origin, *userinfo, *path_before, *path_token, rest};
+}
+
+// Where BunnyCDN's token lies in the path of `url` (an http(s) URL whose path begins at
+// `path`): its start and the end of what sealing takes out (its value to the next '&', that '&'
+// included; else to the query or the fragment), or {npos, npos}. The first one only: a path
+// holds one.
+std::pair<std::size_t, std::size_t> path_token_span(std::string_view url, std::size_t path) {
+  const std::size_t path_end = std::min(url.find_first_of("?#", path), url.size());
+  const std::string_view key = kPathTokenKey;
+  const auto is_key_at = [&](std::size_t k) {
+    if (path_end - k < key.size()) return false;
+    for (std::size_t j = 0; j < key.size(); ++j) {
+      if (std::tolower(static_cast<unsigned char>(url[k + j])) != key[j]) return false;
+    }
+    return true;
+  };
+  for (std::size_t k = path; k + 1 < path_end; ++k) {
+    if (url[k] != '/' || !is_key_at(k + 1)) continue;
+    const std::size_t amp = url.find('&', k + 1 + key.size());
+    const std::size_t end = amp < path_end ? amp + 1 : path_end;
+    return {k + 1, end};
+  }
+  return {std::string_view::npos, std::string_view::npos};
+}
+
+// Whether `token` is what path_token_span takes out of a path: the key, a value, and at most
+// the '&' that ended it.
+bool is_path_token(std::string_view token) {
+  const std::string_view key = kPathTokenKey;
+  if (token.size() < key.size()) return false;
+  for (std::size_t j = 0; j < key.size(); ++j) {
+    if (std::tolower(static_cast<unsigned char>(token[j])) != key[j]) return false;
+  }
+  const std::string_view value = token.substr(key.size());
+  const std::size_t amp = value.find_first_of("&?#");
+  return amp == std::string_view::npos || (value[amp] == '&' && amp + 1 == value.size());
 }
 
 std::string counted(std::string_view text) {
@@ -450,6 +494,7 @@ std::string seal_http(std::string_view url, CredentialPins* pins) {
   const std::size_t end = std::min(url.find_first_of("/?#", start), url.size());
   const std::size_t at = url.substr(start, end - start).rfind('@');
   const std::size_t q = url.find('?', end);
+  const auto [token, token_end] = path_token_span(url, end);
   std::vector<std::string_view> items;
   if (q != std::string_view::npos) {
     for_each_item(url.substr(q + 1), [&](std::string_view item) { items.push_back(item); });
@@ -461,10 +506,14 @@ std::string seal_http(std::string_view url, CredentialPins* pins) {
     first = std::min(first, i);
     last = i;
   }
-  if (at == std::string_view::npos && first == items.size()) return std::string(url);
+  const bool tokened = token != std::string_view::npos;
+  if (at == std::string_view::npos && first == items.size() && !tokened) return std::string(url);
   const std::string_view userinfo =
       at == std::string_view::npos ? std::string_view() : url.substr(start, at);
   std::string entry = kHttpEntry + counted(origin_key(url)) + counted(userinfo);
+  entry += tokened ? counted(url.substr(end, token - end)) +
+                         counted(url.substr(token, token_end - token))
+                   : counted("") + counted("");
   for (std::size_t i = first; i < items.size() && i <= last; ++i) {
     entry += (i > first ? "&" : "") + std::string(items[i]);
   }
@@ -473,13 +522,18 @@ std::string seal_http(std::string_view url, CredentialPins* pins) {
   const std::string sealed_item = std::string(kCredentialsKey) + "=" + handle;
   const std::size_t from = at == std::string_view::npos ? start : start + at + 1;
   std::string out = std::string(url.substr(0, start));
+  // The URL before its query, without the user part and the path's token.
+  const auto before = [&](std::size_t to) {
+    if (!tokened) return std::string(url.substr(from, to - from));
+    return std::string(url.substr(from, token - from)) +
+           std::string(url.substr(token_end, to - token_end));
+  };
   if (q == std::string_view::npos) {
     // No query: one is made for the handle, before a fragment if there is one.
     const std::size_t hash = std::min(url.find('#', end), url.size());
-    return out + std::string(url.substr(from, hash - from)) + "?" + sealed_item +
-           std::string(url.substr(hash));
+    return out + before(hash) + "?" + sealed_item + std::string(url.substr(hash));
   }
-  out += std::string(url.substr(from, q + 1 - from));
+  out += before(q) + "?";
   std::string query;
   bool placed = false;
   for (std::size_t i = 0; i < items.size(); ++i) {
@@ -590,6 +644,8 @@ Result<std::string> unsealed_http_url(const std::string& url) {
     if (q == std::string::npos) break;
     std::string query;
     std::string userinfo;
+    std::string_view path_before;
+    std::string_view path_token;
     bool found = false;
     Status error;
     for_each_item(std::string_view(out).substr(q + 1), [&](std::string_view item) {
@@ -607,6 +663,10 @@ Result<std::string> unsealed_http_url(const std::string& url) {
           return;
         }
         if (!entry->userinfo.empty()) userinfo = entry->userinfo;
+        if (!entry->path_token.empty()) {
+          path_before = entry->path_before;
+          path_token = entry->path_token;
+        }
         item = entry->span;
         if (item.empty()) return;
       }
@@ -615,6 +675,21 @@ Result<std::string> unsealed_http_url(const std::string& url) {
     if (!error.is_ok()) return error;
     if (!found) break;
     std::string base = out.substr(0, q);
+    if (!path_token.empty()) {
+      // Where the path before the token is still the one sealed: a path made to name another
+      // place with the handle (another directory) gets no token.
+      const std::size_t start = base.find("://") + 3;
+      const std::size_t path = std::min(base.find('/', start), base.size());
+      if (std::string_view(base).substr(path, path_before.size()) != path_before) {
+        return file_error(ErrorCode::kInvalidArgument, url,
+                          "bad URL: the path token its credentials= handle stands for was sealed "
+                          "after '" +
+                              std::string(path_before) +
+                              "', which this URL's path does not begin with; give this URL's "
+                              "token in it");
+      }
+      base.insert(path + path_before.size(), path_token);
+    }
     if (!userinfo.empty()) {
       const std::size_t start = base.find("://") + 3;
       const std::size_t end = std::min(base.find_first_of("/?#", start), base.size());
@@ -861,9 +936,12 @@ Status adopt_credentials(std::string_view handle, std::string_view items, Creden
     const auto secret = [](std::string_view item) {
       return detail::is_secret_item(item) || !detail::handle_item(item).empty();
     };
-    credential_items_only = detail::is_http(http->origin) &&
-                            (!http->userinfo.empty() || !span.empty()) &&
-                            (span.empty() || (secret(span.front()) && secret(span.back())));
+    const bool tokened = !http->path_token.empty();
+    credential_items_only =
+        detail::is_http(http->origin) && (!http->userinfo.empty() || !span.empty() || tokened) &&
+        (span.empty() || (secret(span.front()) && secret(span.back()))) &&
+        (tokened ? http->path_before.starts_with('/') && detail::is_path_token(http->path_token)
+                 : http->path_before.empty());
   } else {
     // The store binding first (seal_credentials), then the secret items.
     const std::size_t amp = items.find('&');

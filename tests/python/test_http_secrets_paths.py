@@ -242,3 +242,63 @@ def test_a_handle_named_toward_another_host_is_refused_before_any_request(signed
     # Its own host still reads with it.
     np.testing.assert_array_equal(shardload.discover([layout.paths[0]]).read(),
                                   np.arange(8, dtype=np.int32).reshape(4, 2))
+
+
+# BunnyCDN signs a URL in its path: the token segment comes first, the object's path after it.
+PATH_TOKEN = "bcdn_token=bn-s3cr3t&expires=1598024587&token_path=%2Fb%2F"
+
+
+@pytest.mark.parametrize("with_query", [False, True])
+def test_a_path_token_stays_out_of_every_path_and_the_loads_send_it(signed, with_query):
+    """BunnyCDN's token in the path (``/bcdn_token=T&expires=E&token_path=P/...``) was hidden in
+    every output but stayed in ``Layout.paths`` as typed. It is sealed with the URL's other
+    secrets (its user part, its query's), and put back where it was, in the request only: the
+    server serves the objects only under the token's path, and only with the password and the
+    signed query."""
+    store, host = signed
+    store.expected = SIGNED if with_query else ""
+    expected = dataset(store, f"{PATH_TOKEN}/b")
+    query = f"?{SIGNED}" if with_query else ""
+    urls = [f"http://{USER}:{PASSWORD}@{host}/{PATH_TOKEN}/b/shard_{i:04d}.npy{query}"
+            for i in range(3)]
+    layout = shardload.discover(urls)
+    assert_no_secret_in_paths(layout)
+    # The rest of the path stays, and the object's name.
+    assert layout.paths[0].startswith(
+        f"http://{host}/expires=1598024587&token_path=%2Fb%2F/b/shard_0000.npy?"), layout.paths[0]
+    np.testing.assert_array_equal(layout.read(), expected)
+    np.testing.assert_array_equal(layout.slice_rows(5, 9).read(), expected[5:9])
+    data = pickle.dumps(layout)
+    assert data.count(b"bn-s3cr3t") == 1
+    done = subprocess.run([sys.executable, "-c", CHILD], input=data, capture_output=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr.decode()
+    np.testing.assert_array_equal(np.array(json.loads(done.stdout)["values"], np.int32),
+                                  expected)
+    assert not store.refused, store.refused
+    assert all(p.startswith(f"/{PATH_TOKEN}/b/") for _, p, _ in store.requests)
+
+
+def test_a_path_token_alone_is_sealed_and_sent():
+    """A URL whose only secret is its path token (here after a first directory): sealed into a
+    handle all the same, and put back after that directory only."""
+    from test_http import Handler, Store
+
+    store = Store()
+    expected = dataset(store, f"p/{PATH_TOKEN}/a")
+    handler = type("Bound", (Handler,), {"store": store})
+    with closing_server.serving(handler) as server:
+        host = closing_server.address(server)
+        layout = shardload.discover(f"http://{host}/p/{PATH_TOKEN}/a/shard_0001.npy")
+        assert MARK not in layout.paths[0] and HANDLE.search(layout.paths[0]), layout.paths[0]
+        assert layout.paths[0].startswith(f"http://{host}/p/expires=1598024587&"), layout.paths[0]
+        assert MARK not in str(layout)
+        np.testing.assert_array_equal(layout.read(), expected[4:7])
+        # A path made to name another directory with the handle: refused, nothing asked.
+        asked = len(store.requests)
+        moved = layout.paths[0].replace(f"http://{host}/p/", f"http://{host}/q/", 1)
+        with pytest.raises(shardload.Error) as e:
+            shardload.discover([moved])
+        text = str(e.value)
+        assert "path token" in text and "after '/p/'" in text and MARK not in text, text
+        assert len(store.requests) == asked

@@ -112,8 +112,10 @@ SEALED = object()
 def sealed_form(shown: str) -> str:
     """``shown`` (a piece of an http(s) URL as the redaction shows it typed) as a path made
     from that URL shows it: the user part gone from before the host, and the query's secret
-    items, from the first to the last, one ``credentials=***`` (seal_credentials)."""
+    items, from the first to the last, one ``credentials=***`` (seal_credentials); BunnyCDN's
+    token gone from the path (its place kept by the handle too)."""
     shown = re.sub(r"[^/@]*\*\*\*@|^@", "", shown, count=1)
+    shown = re.sub(r"(?i)(?<=/)bcdn_token=\*\*\*(&|(?=[?#]|$))", "", shown, count=1)
     items = shown.split("&")
     secret = [i for i, item in enumerate(items) if "***" in item]  # "%3D***" too
     if secret:

@@ -19,6 +19,11 @@ bool is_secret_query_key(std::string_view key);
 // ("url=https%3A%2F%2Fb%2Fk%3Fsig%3DS"). The storage layer seals such an item whole.
 bool query_item_holds_secret(std::string_view item);
 
+// BunnyCDN's token in a URL's path ("https://h/bcdn_token=T&expires=E&token_path=/v/x.npy"): a
+// key after a '/' (compared without case), its value running to the next '&', which
+// redact_secrets hides and the storage layer seals with the query's secrets.
+inline constexpr std::string_view kPathTokenKey = "bcdn_token=";
+
 // Makes redact_secrets take `name` (a URL scheme, compared in any case) as it takes http,
 // https and s3: the user part of "NAME://user:password@host" and of its mistyped spellings
 // ("NAME: //", "NAME:/ /", "NAME//", "NAME;//", ...) is hidden. The storage layer calls it for
