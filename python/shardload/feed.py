@@ -989,13 +989,19 @@ class Feed:
             if self._iterating:
                 raise RuntimeError("Feed: already being iterated (one loop at a time)")
             self._iterating = True
-        epoch, start = self._epoch, self._position
-        steps = self._steps(start)
-        step_rows = self._batch_size * self._world
-        order = self.order(epoch)
-        shape = (self._batch_size,) + tuple(self._layout.shape[1:])
-        pool = concurrent.futures.ThreadPoolExecutor(max_workers=1,
-                                                     thread_name_prefix="shardload-feed")
+        # Anything raised before the loop's try (a KeyboardInterrupt, a failed mapping) must
+        # not leave the feed marked as iterated: no loop could run on it again.
+        try:
+            epoch, start = self._epoch, self._position
+            steps = self._steps(start)
+            step_rows = self._batch_size * self._world
+            order = self.order(epoch)
+            shape = (self._batch_size,) + tuple(self._layout.shape[1:])
+            pool = concurrent.futures.ThreadPoolExecutor(max_workers=1,
+                                                         thread_name_prefix="shardload-feed")
+        except BaseException:
+            self._end_iterating()
+            raise
 
         def fill(k: int) -> Any:  # the engine's call releases the GIL
             rows = order.rows(self.batch_positions(k, start))
@@ -1028,8 +1034,11 @@ class Feed:
             for f in pending:
                 f.cancel()
             pool.shutdown(wait=True)
-            with self._lock:
-                self._iterating = False
+            self._end_iterating()
+
+    def _end_iterating(self) -> None:
+        with self._lock:
+            self._iterating = False
 
     def torch_dataset(self) -> Any:
         """This feed as a ``torch.utils.data.IterableDataset`` of its batches, for
@@ -1057,25 +1066,26 @@ class Feed:
             if self._iterating:
                 raise RuntimeError("Feed: already being iterated (one loop at a time)")
             self._iterating = True
-        epoch, start = self._epoch, self._position
-        steps = self._steps(start)
-        mine = range(first, steps, stride)
-        order = self.order(epoch)
-        step_rows = self._batch_size * self._world
-        per = self._per_fill
-        fills = [mine[i:i + per] for i in range(0, len(mine), per)]
-        engine = self._cast is None or self._engine_cast
-        maps = self._maps_for(order)
-        ahead = self._ahead or (2 if engine else 1)
-        pending: collections.deque = collections.deque()
-        alone: collections.deque = collections.deque()
-        submitted = 0
+        # Anything raised before the loop's try (a KeyboardInterrupt, a failed mapping) must
+        # not leave the feed marked as iterated: no loop could run on it again.
         try:
+            epoch, start = self._epoch, self._position
+            steps = self._steps(start)
+            mine = range(first, steps, stride)
+            order = self.order(epoch)
+            step_rows = self._batch_size * self._world
+            per = self._per_fill
+            fills = [mine[i:i + per] for i in range(0, len(mine), per)]
+            engine = self._cast is None or self._engine_cast
+            maps = self._maps_for(order)
+            ahead = self._ahead or (2 if engine else 1)
+            pending: collections.deque = collections.deque()
+            alone: collections.deque = collections.deque()
+            submitted = 0
             pool = concurrent.futures.ThreadPoolExecutor(max_workers=1,
                                                          thread_name_prefix="shardload-feed")
         except BaseException:
-            with self._lock:
-                self._iterating = False
+            self._end_iterating()
             raise
 
         def positions(ks: range) -> np.ndarray:
@@ -1168,8 +1178,7 @@ class Feed:
                 f.cancel()
             pending.clear()  # an engine fill still reading is waited for here
             pool.shutdown(wait=True)
-            with self._lock:
-                self._iterating = False
+            self._end_iterating()
 
     def _stream_spec(self, epoch: int, start: int) -> tuple:
         """What the ranks' loops must agree on to cut one stream into disjoint batches."""

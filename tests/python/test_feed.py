@@ -1993,3 +1993,27 @@ def test_a_ctrl_c_ends_a_fill_of_a_python_reader_after_the_reads_in_flight(
     # 997 to 2990 (every fill read ahead read whole, its shards' rows among them).
     assert int(m.group(1)) <= 256, r.stdout
     assert "NEXT EPOCH OK" in r.stdout, r.stdout
+
+
+@pytest.mark.parametrize("mode", ["row", "block"])
+def test_an_interrupt_as_a_loop_starts_leaves_the_feed_usable(data, monkeypatch, mode):
+    """A Ctrl-C that lands in a loop's first statements (the order, the fills, the maps of the
+    first shuffled loop, which read /proc/self/maps) left the feed marked as iterated: every
+    later loop, set_epoch and load_state_dict refused ("already being iterated"). The failure
+    is injected where the maps are made; the next loop then serves the whole epoch."""
+    d, n = data
+    feed = sf.Feed(d, 5, shuffle=mode, seed=4, block_rows=4)
+    real = sf._maps_in_use
+
+    def interrupted(*args, **kwargs):
+        monkeypatch.setattr(sf, "_maps_in_use", real)  # once
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(sf, "_maps_in_use", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        next(iter(feed))
+    assert sf._maps_in_use is real  # the interrupt landed where it was meant to
+    assert feed.position == 0
+    want = run_epoch(sf.Feed(d, 5, shuffle=mode, seed=4, block_rows=4))
+    assert [x.tolist() for x in run_epoch(feed)] == [x.tolist() for x in want]
+    feed.set_epoch(0)
