@@ -166,12 +166,10 @@ Result<OpenFile> ArrowReader::open(const std::string& path, bool for_probe,
     info = *known;
     file = std::move(*opened);
   } else if (known != nullptr) {
-    // An object is opened without asking its state (the caller compares it after the reads);
-    // a local file or a store's key is opened as before, by one open.
+    // Opened with the snapshot the caller compares it with after the reads: an object without
+    // asking its state, a local file by one open, a store's key held to its generation.
     info = *known;
-    SHARDLOAD_ASSIGN_OR_RETURN(file, ctx_.source->round_trips(path)
-                                         ? ctx_.source->open_known(path, *known)
-                                         : ctx_.source->open(path));
+    SHARDLOAD_ASSIGN_OR_RETURN(file, ctx_.source->open_known(path, *known));
   } else {
     SHARDLOAD_ASSIGN_OR_RETURN(file, ctx_.source->open_stat(path, &info));
   }

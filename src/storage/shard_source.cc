@@ -33,7 +33,7 @@ struct ShardSource::Keys final : IoBackend {
 
   struct Open {
     std::string key;
-    std::string generation;  // "" (open(), open_known()): reads carry no condition
+    std::string generation;  // "" (open()): reads carry no condition
   };
 
   Result<int> open(const std::string& key) override {
@@ -45,6 +45,24 @@ struct ShardSource::Keys final : IoBackend {
     SHARDLOAD_RETURN_IF_ERROR(check_store_key(key).with_path(store->describe(key)));
     SHARDLOAD_ASSIGN_OR_RETURN(const KeyInfo k, store->stat(key));
     *info = detail::generation_info(k);
+    return add(Open{key, k.generation});
+  }
+
+  // A key whose snapshot the caller took earlier (discovery's) is asked its state again, as
+  // every open of a store's key is: a key written since is kChanged here, and the generation
+  // found conditions the reads, so one written after this open is kChanged at its read, never
+  // read as the discovered key's bytes.
+  Result<int> open_known(const std::string& key, const FileInfo& snapshot) override {
+    SHARDLOAD_RETURN_IF_ERROR(check_store_key(key).with_path(store->describe(key)));
+    SHARDLOAD_ASSIGN_OR_RETURN(const KeyInfo k, store->stat(key));
+    const FileInfo now = detail::generation_info(k);
+    if (now != snapshot) {
+      std::string what =
+          "size " + std::to_string(snapshot.size) + " -> " + std::to_string(now.size) + " bytes";
+      if (now.inode != snapshot.inode) what += ", overwritten (its generation differs)";
+      return file_error(ErrorCode::kChanged, store->describe(key),
+                        "changed since discovery: " + what);
+    }
     return add(Open{key, k.generation});
   }
 

@@ -245,13 +245,22 @@ class StoreIo final : public RemoteIo {
     return open_stat(std::move(w), info);
   }
 
-  // No stat: the snapshot's size bounds the reads, which carry no condition; the caller's
-  // check after them (stat) tells a change.
+  // Where asking a key's state is a request (round_trips), no stat: the snapshot's size bounds
+  // the reads, which carry no condition; the caller's check after them (stat) tells a change.
+  // Elsewhere the key is asked, as every other open asks it: written since the snapshot it is
+  // kChanged here, and its reads are held to the generation found, never another's bytes.
   Result<int> open_known(const std::string& url, const FileInfo& snapshot) override {
     SHARDLOAD_ASSIGN_OR_RETURN(Where w, resolve(url));
     if (w.transport != nullptr) return add_opened(w, w.transport->open_known(url, snapshot));
     SHARDLOAD_RETURN_IF_ERROR(check_object(w));
-    return add(std::move(w), std::string(), snapshot.size);
+    if (w.entry->row.traits.round_trips) return add(std::move(w), std::string(), snapshot.size);
+    auto k = w.store->stat(w.key);
+    if (!k) return named(k.status(), w);
+    if (const FileInfo now = generation_info(*k); now != snapshot) {
+      return file_error(ErrorCode::kChanged, w.shown,
+                        "changed since discovery: " + snapshot_difference(url, snapshot, now));
+    }
+    return add(std::move(w), k->generation, k->size);
   }
 
   // A fresh stat: the key's state now, which the readers compare with their snapshot.

@@ -163,6 +163,49 @@ TEST(ShardSource, AKeyRewrittenWhileItIsReadFailsTheRead) {
   EXPECT_NE(got.status.message().find("generation"), std::string::npos) << got.status.message();
 }
 
+// A key opened with the snapshot discovery took (open_known) is held to that generation: a key
+// written again after the open fails its read, one written again before it fails the open,
+// each kChanged naming the key; neither reads the new bytes.
+TEST(ShardSource, AKeyOpenedByItsKnownSnapshotIsHeldToItsGeneration) {
+  auto store = std::make_shared<MemoryStore>();
+  std::vector<std::int32_t> values;
+  const std::string bytes = npy_bytes(&values);
+  put(*store, "d/a.npy", bytes);
+  auto source = ShardSource::of_store(store);
+  const auto snapshot = source->stat("d/a.npy");
+  ASSERT_TRUE(snapshot) << snapshot.status().message();
+  std::string other = bytes;  // the same size, its last value's low bit flipped
+  other.back() = static_cast<char>(other.back() ^ 1);
+  {
+    auto f = source->open_known("d/a.npy", *snapshot);
+    ASSERT_TRUE(f) << f.status().message();
+    std::string got(bytes.size(), '\0');
+    ASSERT_TRUE(f->read_exact(got.data(), got.size(), 0));
+    EXPECT_EQ(got, bytes);
+    put(*store, "d/a.npy", other);
+    const Status st = f->read_exact(got.data(), got.size(), 0);
+    ASSERT_FALSE(st) << "read the bytes of a key written after its open";
+    EXPECT_EQ(st.code(), ErrorCode::kChanged) << st.message();
+    EXPECT_NE(st.message().find(store->describe("d/a.npy")), std::string::npos) << st.message();
+  }
+  auto f = source->open_known("d/a.npy", *snapshot);
+  ASSERT_FALSE(f) << "opened a key written since its snapshot";
+  EXPECT_EQ(f.status().code(), ErrorCode::kChanged) << f.status().message();
+  EXPECT_NE(f.status().message().find(store->describe("d/a.npy") + ": changed since discovery"),
+            std::string::npos)
+      << f.status().message();
+  EXPECT_NE(f.status().message().find("generation differs"), std::string::npos)
+      << f.status().message();
+  // Opened with the key's snapshot now, it reads what the key now holds.
+  const auto now = source->stat("d/a.npy");
+  ASSERT_TRUE(now) << now.status().message();
+  auto g = source->open_known("d/a.npy", *now);
+  ASSERT_TRUE(g) << g.status().message();
+  std::string got(other.size(), '\0');
+  ASSERT_TRUE(g->read_exact(got.data(), got.size(), 0));
+  EXPECT_EQ(got, other);
+}
+
 TEST(ShardSource, AKeyOutsideTheStoreIsRefused) {
   auto store = std::make_shared<MemoryStore>();
   auto source = ShardSource::of_store(store);

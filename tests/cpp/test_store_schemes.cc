@@ -320,6 +320,48 @@ TEST_F(StoreSchemes, AReadUnderTheOpensGenerationFailsOnceTheKeyChanged) {
   EXPECT_EQ(now->size, info.size);
 }
 
+// A scheme whose keys cost no request to ask (round_trips false) opens a key of a known snapshot
+// as it opens any other: asked, and held to the generation found, so that a key written again
+// before the open fails it and one written again after fails its read, never read as data.
+TEST_F(StoreSchemes, AKnownSnapshotOfAStoreWithoutRoundTripsIsHeldToItsGeneration) {
+  auto store = std::make_shared<MemoryStore>("memnear://bucket/");
+  const std::string bytes = npy_shard(0, 5);
+  ASSERT_TRUE(store->write("k.npy", as_bytes(bytes)));
+  StoreScheme s;
+  s.scheme = "memnear";
+  s.traits.round_trips = false;
+  s.open = [store](std::string_view) -> Result<std::shared_ptr<Store>> {
+    return std::shared_ptr<Store>(store);
+  };
+  ASSERT_TRUE(register_store_scheme(std::move(s)));
+  struct Unregister {
+    ~Unregister() { unregister_store_scheme("memnear"); }
+  } unregister;
+  const std::string url = "memnear://bucket/k.npy";
+  const auto snapshot = posix_io().stat_path(url);
+  ASSERT_TRUE(snapshot) << snapshot.status().message();
+  std::string other = bytes;
+  other.back() = static_cast<char>(other.back() ^ 1);
+  {
+    auto fd = posix_io().open_known(url, *snapshot);
+    ASSERT_TRUE(fd) << fd.status().message();
+    File f(&posix_io(), *fd, url);
+    ASSERT_TRUE(store->write("k.npy", as_bytes(other)));
+    std::string got(bytes.size(), '\0');
+    const Status st = f.read_exact(got.data(), got.size(), 0);
+    ASSERT_FALSE(st) << "read the bytes of a key written after its open";
+    EXPECT_EQ(st.code(), ErrorCode::kChanged) << st.message();
+    EXPECT_NE(st.message().find(url), std::string::npos) << st.message();
+  }
+  auto fd = posix_io().open_known(url, *snapshot);
+  ASSERT_FALSE(fd) << "opened a key written since its snapshot";
+  EXPECT_EQ(fd.status().code(), ErrorCode::kChanged) << fd.status().message();
+  EXPECT_NE(fd.status().message().find(url + ": changed since discovery"), std::string::npos)
+      << fd.status().message();
+  EXPECT_NE(fd.status().message().find("its generation differs"), std::string::npos)
+      << fd.status().message();
+}
+
 TEST_F(StoreSchemes, ASlowReadPastTheDeadlineFailsNamingTheKey) {
   auto slow = std::make_shared<MemoryStore>("memslow://bucket/");
   ASSERT_TRUE(slow->write("ds/shard_0000.npy", as_bytes(npy_shard(0, 5))));
