@@ -26,8 +26,13 @@ namespace {
 // bytes ahead of them wait in memory until the gap is written, or finish() fills it with zeros.
 class ObjectSink final : public KeySink {
  public:
-  ObjectSink(std::unique_ptr<ObjectWriter> writer, std::string shown, std::uint64_t size)
-      : writer_(std::move(writer)), shown_(std::move(shown)), size_(size) {}
+  ObjectSink(std::unique_ptr<ObjectWriter> writer, std::string shown, std::uint64_t size,
+             ObjectStore* objects, std::string url)
+      : writer_(std::move(writer)),
+        shown_(std::move(shown)),
+        size_(size),
+        objects_(objects),
+        url_(std::move(url)) {}
   ~ObjectSink() override { abort(); }
 
   Status write(std::uint64_t offset, std::span<const std::byte> data) override {
@@ -67,9 +72,20 @@ class ObjectSink final : public KeySink {
       failed_ = st;
       return st;
     }
+    // The ETag the upload was answered with; where the writer was not told it (Arrow's
+    // multipart stream), what a HEAD right after the completion finds (docs/save.md: a limit).
+    etag_ = writer_->etag();
     writer_.reset();
     finished_ = true;
+    if (etag_.empty()) {
+      if (auto h = objects_->head(url_); h && h->size == size_) etag_ = h->etag;
+    }
     return Status::ok();
+  }
+
+  [[nodiscard]] std::string etag() const override {
+    std::lock_guard lock(mu_);
+    return etag_;
   }
 
   void abort() noexcept override {
@@ -132,10 +148,13 @@ class ObjectSink final : public KeySink {
     return Status::ok();
   }
 
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::unique_ptr<ObjectWriter> writer_;
   std::string shown_;  // the key's URL, its secrets hidden
   std::uint64_t size_;
+  ObjectStore* objects_;
+  std::string url_;   // with the query: not for messages
+  std::string etag_;  // after finish
   std::uint64_t sent_ = 0;
   std::map<std::uint64_t, std::string> pending_;
   Status failed_ = Status::ok();
@@ -233,7 +252,17 @@ class RemoteStore final : public Store, public TransportStore {
     }
     SHARDLOAD_ASSIGN_OR_RETURN(auto writer,
                                objects->open_writer(u, static_cast<std::int64_t>(size)));
-    return std::unique_ptr<KeySink>(new ObjectSink(std::move(writer), describe(key), size));
+    return std::unique_ptr<KeySink>(
+        new ObjectSink(std::move(writer), describe(key), size, objects, u));
+  }
+
+  Result<WrittenKey> version(std::string_view key) override {
+    SHARDLOAD_RETURN_IF_ERROR(check_key(key));
+    const std::string u = url(key);
+    ObjectStore* const objects = object_store_for(u);
+    if (objects == nullptr) return Store::version(key);
+    SHARDLOAD_ASSIGN_OR_RETURN(const ObjectHead h, objects->head(u));
+    return WrittenKey{std::string(key), h.size, h.etag};
   }
 
   Status remove(std::string_view key) override {
@@ -315,13 +344,52 @@ class RemoteStore final : public Store, public TransportStore {
       return;
     }
     try {
-      // The prefix was empty when the save began: whatever has these names is this save's.
+      // The prefix was empty when the save began, but another writer may have put an object
+      // at one of the names since: with the save's own keys known, a key is deleted only
+      // while a HEAD still shows the size and ETag its upload was answered with.
+      std::map<std::string, const WrittenKey*> own;
+      for (const WrittenKey& w : steps.own) own.emplace(staging.prefix + w.key, &w);
       for (const bool prefixes : {false, true}) {
         for (const std::string& key : steps.keys) {
           const bool is_prefix = !key.empty() && key.back() == '/';
           if (is_prefix != prefixes) continue;
-          const std::string u = base_ + staging.prefix + key + query_;
-          (void)(is_prefix ? objects->remove_empty_prefix(u) : objects->remove(u));
+          const std::string full = staging.prefix + key;
+          const std::string u = base_ + full + query_;
+          if (is_prefix) {
+            (void)objects->remove_empty_prefix(u);
+            continue;
+          }
+          if (steps.own_known) {
+            const auto it = own.find(full);
+            if (it == own.end()) continue;  // never finished by this save: not its own
+            auto now = objects->head(u);
+            if (!now) {
+              if (now.status().sys_errno() != ENOENT && steps.kept) {
+                steps.kept(describe(full),
+                           "cannot be looked at (" + now.status().message() + "), so it is left");
+              }
+              continue;
+            }
+            const WrittenKey& w = *it->second;
+            if (w.etag.empty()) {
+              if (steps.kept) {
+                steps.kept(describe(full),
+                           "was not answered with an ETag, so whose it is now is unknown; it is "
+                           "left");
+              }
+              continue;
+            }
+            if (now->size != w.size || now->etag != w.etag) {
+              if (steps.kept) {
+                steps.kept(describe(full),
+                           "changed since this save wrote it (another writer?): "
+                           "ETag " +
+                               w.etag + " written, " + now->etag + " found; it is left");
+              }
+              continue;
+            }
+          }
+          (void)objects->remove(u);
         }
       }
     } catch (...) {  // best effort on a failure path

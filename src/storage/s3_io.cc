@@ -416,10 +416,12 @@ class SignedObjectWriter final : public ObjectWriter {
     if (done_) return file_error(ErrorCode::kIo, url_, "cannot write: the upload has ended");
     if (held_.size() != size_) return fail(mismatch(held_.size()));
     done_ = true;
-    const Status st = s3_put(*ep_, url_, key_, held_.data(), held_.size(), retries_);
+    const Status st = s3_put(*ep_, url_, key_, held_.data(), held_.size(), retries_, &etag_);
     std::vector<std::byte>().swap(held_);
     return st;
   }
+
+  [[nodiscard]] std::string etag() const override { return etag_; }
 
   void abort() noexcept override {
     done_ = true;
@@ -446,6 +448,7 @@ class SignedObjectWriter final : public ObjectWriter {
   std::atomic<std::uint64_t>* retries_;
   std::vector<std::byte> held_;
   bool done_ = false;
+  std::string etag_;  // the PUT's answer's
 };
 
 // The first bytes of an object that its open (discovery's) asks for: the size and ETag come
@@ -731,6 +734,36 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
     }();
     if (st.ok() || errno_of(st) == ENOENT) return Status::ok();
     return remote_error(ErrorCode::kIo, dir_url, "cannot delete the empty prefix's marker", st);
+  }
+
+  // A HEAD of its own on the signed path; Arrow's look-up of the object's metadata otherwise.
+  Result<ObjectHead> head(const std::string& url) override {
+    SHARDLOAD_ASSIGN_OR_RETURN(auto where, resolve_object(url));
+    ObjectHead out;
+#if SHARDLOAD_S3_SIGNED
+    if (where.ep != nullptr) {
+      SHARDLOAD_ASSIGN_OR_RETURN(const FileInfo info,
+                                 s3_head(*where.ep, url, key_of(where.path), &retries_, &out.etag));
+      out.size = info.size;
+      return out;
+    }
+#endif
+    t_gave_up_after = 0;
+    const RequestSlot slot(where.slots);
+    if (!slot.held()) return file_error(ErrorCode::kIo, url, "interrupted", ECANCELED);
+    const ArrowCall call;
+    auto file = where.fs->OpenInputFile(where.path);
+    if (!file.ok()) return remote_error(ErrorCode::kIo, url, "cannot look at", file.status());
+    auto size = (*file)->GetSize();
+    if (!size.ok()) return remote_error(ErrorCode::kIo, url, "cannot look at", size.status());
+    auto meta = (*file)->ReadMetadata();
+    if (!meta.ok()) return remote_error(ErrorCode::kIo, url, "cannot look at", meta.status());
+    if (*meta != nullptr) {
+      auto e = (*meta)->Get("ETag");
+      if (e.ok()) out.etag = *e;
+    }
+    out.size = static_cast<std::uint64_t>(*size);
+    return out;
   }
 
   Result<std::vector<ObjectEntry>> list_entries(const std::string& dir_url) override {

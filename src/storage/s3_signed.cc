@@ -458,7 +458,7 @@ S3Get s3_get_tail(const S3Endpoint& ep, const std::string& key, void* dst, std::
 }
 
 Result<FileInfo> s3_head(const S3Endpoint& ep, const std::string& url, const std::string& key,
-                         std::atomic<std::uint64_t>* retries) {
+                         std::atomic<std::uint64_t>* retries, std::string* etag) {
   SHARDLOAD_RETURN_IF_ERROR(curl_init(url));
   const CurlRequest req = request_for(ep, key, "HEAD", {});
   const CurlAnswer a = curl_perform(req, nullptr, 0, 0, retries);
@@ -476,6 +476,7 @@ Result<FileInfo> s3_head(const S3Endpoint& ep, const std::string& url, const std
   info.size = static_cast<std::uint64_t>(a.content_length);
   info.regular = true;
   info.inode = fnv1a(a.headers.etag);
+  if (etag != nullptr) *etag = a.headers.etag;
   return info;
 }
 
@@ -492,7 +493,8 @@ Status s3_delete(const S3Endpoint& ep, const std::string& url, const std::string
 }
 
 Status s3_put(const S3Endpoint& ep, const std::string& url, const std::string& key,
-              const void* data, std::size_t n, std::atomic<std::uint64_t>* retries) {
+              const void* data, std::size_t n, std::atomic<std::uint64_t>* retries,
+              std::string* etag) {
   SHARDLOAD_RETURN_IF_ERROR(curl_init(url));
   // As the AWS SDKs do: over https the body is not hashed into the signature (TLS keeps it
   // whole), over http its SHA-256 is signed, so a body changed on the way is refused.
@@ -505,7 +507,10 @@ Status s3_put(const S3Endpoint& ep, const std::string& url, const std::string& k
   req.body_size = n;
   const CurlAnswer a = curl_perform(req, nullptr, 0, 0, retries);
   const CurlOutcome& o = a.outcome;
-  if (o.curl == CURLE_OK && o.http >= 200 && o.http < 300) return Status::ok();
+  if (o.curl == CURLE_OK && o.http >= 200 && o.http < 300) {
+    if (etag != nullptr) *etag = a.headers.etag;
+    return Status::ok();
+  }
   return answer_error(url, "write", a);
 }
 

@@ -27,6 +27,15 @@ class ObjectWriter {
   virtual Status append(const void* data, std::size_t n) = 0;
   virtual Status commit() = 0;
   virtual void abort() noexcept = 0;
+  // After commit(): the ETag the store answered the upload with, or "" where the writer was
+  // not told it (Arrow's stream keeps its answer to itself).
+  [[nodiscard]] virtual std::string etag() const { return {}; }
+};
+
+// An object as a HEAD finds it: its size and ETag ("" where the store sent none).
+struct ObjectHead {
+  std::uint64_t size = 0;
+  std::string etag;
 };
 
 // What a listing found directly under a prefix.
@@ -55,6 +64,11 @@ class ObjectStore {
   // a listing shows as an empty prefix); nothing where objects remain under it, or where the
   // client's deletes leave no marker.
   virtual Status remove_empty_prefix(const std::string& /*dir_url*/) { return Status::ok(); }
+  // One HEAD of the object `url`: kIo naming the URL, with ENOENT when it is not there.
+  // Default: refused (ENOTSUP), a store that cannot say.
+  virtual Result<ObjectHead> head(const std::string& url) {
+    return file_error(ErrorCode::kIo, url, "cannot look at the object (no HEAD here)", ENOTSUP);
+  }
 };
 
 // Refuses an s3:// URL whose key holds a "." or ".." segment ("s3://B/new/../keep/"): an HTTP

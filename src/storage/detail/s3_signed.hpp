@@ -88,8 +88,9 @@ S3Get s3_get_tail(const S3Endpoint& ep, const std::string& key, void* dst, std::
                   std::atomic<std::uint64_t>* retries);
 
 // One HEAD of `key`: the object's snapshot (kIo naming `url` when it fails; ENOENT for 404).
+// `etag`, where given, gets the answer's ETag as sent ("" for none).
 Result<FileInfo> s3_head(const S3Endpoint& ep, const std::string& url, const std::string& key,
-                         std::atomic<std::uint64_t>* retries);
+                         std::atomic<std::uint64_t>* retries, std::string* etag = nullptr);
 
 // One DELETE of `key`: ok when the store deleted it or it was not there (S3 answers 204 for
 // both); kIo naming `url` otherwise. Unlike Arrow's delete, it leaves no empty "directory"
@@ -100,8 +101,10 @@ Status s3_delete(const S3Endpoint& ep, const std::string& url, const std::string
 // One PUT of `n` bytes at `data` as the object `key`, retried while transient (the whole body
 // again): ok once the store answers 2xx, when the object is there whole; kIo naming `url`
 // otherwise. S3 makes an object visible only when its PUT completes, so a PUT cut short
-// leaves no object, and none of part of the bytes.
+// leaves no object, and none of part of the bytes. `etag`, where given, gets the ETag the
+// store answered the PUT with ("" for none).
 Status s3_put(const S3Endpoint& ep, const std::string& url, const std::string& key,
-              const void* data, std::size_t n, std::atomic<std::uint64_t>* retries);
+              const void* data, std::size_t n, std::atomic<std::uint64_t>* retries,
+              std::string* etag = nullptr);
 
 }  // namespace shardload::detail

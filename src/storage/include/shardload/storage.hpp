@@ -43,6 +43,17 @@ struct KeyInfo {
   friend bool operator==(const KeyInfo&, const KeyInfo&) = default;
 };
 
+// One key as a save wrote it, or as the store has it now (Store::version): the key (below the
+// store's location), its size, and the ETag the store answered for it ("" where the store keeps
+// none: local files, memory). What a save to object storage checks before its commit and before
+// a clean-up deletes a key: a key whose size or ETag is another's is not the save's any more.
+struct WrittenKey {
+  std::string key;
+  std::uint64_t size = 0;
+  std::string etag;
+  friend bool operator==(const WrittenKey&, const WrittenKey&) = default;
+};
+
 // One key that a publish replaces, as the check before it found it.
 struct ReplacedKey {
   // Below the destination: "shard_0000.npy", "shard_0000.zarr/0.0"; a prefix (a directory
@@ -72,6 +83,14 @@ struct PublishSteps {
   // The key seal writes; in place, an old one is deleted by stage(), before any key is written,
   // so that no reader takes the old commit key for the new keys.
   std::string commit_key;
+  // In place, where `own_known`: the keys this save finished, each with the size and ETag its
+  // upload was answered with (KeySink::etag). discard() then deletes a key of `keys` only while
+  // Store::version still shows it so (never one the save did not finish, nor one another
+  // writer put there since), and tells `kept` of each it leaves: its URL for messages and why.
+  // Without it (!own_known) discard deletes `keys` by name.
+  std::vector<WrittenKey> own;
+  bool own_known = false;
+  std::function<void(const std::string& shown, const std::string& why)> kept;
   // In place: the save replaces what was there. discard() then deletes nothing (what it wrote
   // may have replaced an old key of the same name).
   bool overwrite = false;
@@ -119,6 +138,9 @@ class KeySink {
   virtual void abort() noexcept = 0;
   // The key's size, as opened.
   [[nodiscard]] virtual std::uint64_t size() const = 0;
+  // After finish(): the ETag the store answered for the key (an object's upload), "" where the
+  // store keeps none (files, memory). What a save records of the key it wrote (WrittenKey).
+  [[nodiscard]] virtual std::string etag() const { return {}; }
   // The file the sink writes, as (device, inode), for a store of files; {0, 0} for any other.
   // A save carries the identities of the keys it made to the processes that fill them, which
   // refuse a key reopened on another file (a link renamed into the staging).
@@ -146,6 +168,13 @@ class Store {
   [[nodiscard]] virtual Status check_writable() const { return Status::ok(); }
 
   virtual Result<KeyInfo> stat(std::string_view key) = 0;
+  // `key` as the store has it now: its size and ETag (an object's: one HEAD), the ETag ""
+  // where the store keeps none. kIo naming the key, with ENOENT when it is not there. Default:
+  // stat()'s size.
+  virtual Result<WrittenKey> version(std::string_view key) {
+    SHARDLOAD_ASSIGN_OR_RETURN(const KeyInfo info, stat(key));
+    return WrittenKey{std::string(key), info.size, {}};
+  }
   // Reads up to dst.size() bytes of `key` at `offset` into dst: the bytes read, fewer only at
   // the end of the key (0 at or past it). With `if_generation` not "", kChanged naming the key
   // when the key's generation is another one (checked before the read and, where the store
