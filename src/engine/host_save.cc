@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <mutex>
 #include <tuple>
 #include <vector>
 
@@ -126,15 +127,29 @@ Status save_to_object_store(const std::byte* data, const std::string& dest,
   const detail::RemoteDest& d = *prepared;
   const auto t1 = Clock::now();
   stats->prepare_s = seconds(t0, t1);
+  // The keys the uploads finished, each as its upload was answered: the commit checks them,
+  // and a failed save's clean-up deletes them alone, each while it is still the save's.
+  std::mutex own_mu;
+  std::vector<WrittenKey> own;
   struct Abandon {
     const detail::RemoteDest& d;
     const detail::SaveSpec& spec;
     const SaveOptions& options;
+    const std::vector<WrittenKey>& own;
     bool committed = false;
-    ~Abandon() {
-      if (!committed) detail::abandon_remote_save(d, spec, options);
+    // The clean-up now, once: what it left that is not the save's, added to `st`.
+    Status failed(const Status& st) {
+      committed = true;
+      const std::string left = detail::abandon_remote_save(d, spec, options, &own);
+      if (left.empty()) return st;
+      return Status(st.code(), st.message() + "; " + left)
+          .with_path(st.path())
+          .with_errno(st.sys_errno());
     }
-  } abandon{d, *spec, save};
+    ~Abandon() {
+      if (!committed) (void)detail::abandon_remote_save(d, spec, options, &own);
+    }
+  } abandon{d, *spec, save, own};
 
   std::vector<std::int64_t> uploads;
   for (std::int64_t s = 0; s < spec->shards(); ++s) {
@@ -153,15 +168,19 @@ Status save_to_object_store(const std::byte* data, const std::string& dest,
         if (st)
           st = (*upload)->append(data + static_cast<std::size_t>(lo) * spec->row_bytes, hi - lo);
         if (st) st = (*upload)->commit();
+        if (upload) {
+          const std::lock_guard lock(own_mu);
+          own.insert(own.end(), (*upload)->written().begin(), (*upload)->written().end());
+        }
         return st ? st
                   : st.with_context("save shard " + std::to_string(s) + " " + rows_text(lo, hi));
       });
-  if (!written) return written.with_context("saving to " + dest);
+  if (!written) return abandon.failed(written.with_context("saving to " + dest));
   const auto t2 = Clock::now();
   stats->write_s = seconds(t1, t2);
   if (save.before_commit) save.before_commit();
-  const Status finished = detail::finish_remote_save(d, *spec, save);
-  if (!finished) return finished.with_context("saving to " + dest);
+  const Status finished = detail::finish_remote_save(d, *spec, save, &own);
+  if (!finished) return abandon.failed(finished.with_context("saving to " + dest));
   abandon.committed = true;
   stats->commit_s = seconds(t2, Clock::now());
   return Status::ok();

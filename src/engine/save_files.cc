@@ -346,7 +346,8 @@ Status write_shard_rows(Store& store, const Staging& staging, const SaveSpec& sp
 }
 
 Status write_metadata(Store& store, const Staging& staging, const SaveSpec& spec,
-                      const std::vector<std::pair<std::string, std::string>>& extra_files) {
+                      const std::vector<std::pair<std::string, std::string>>& extra_files,
+                      std::vector<WrittenKey>* written) {
   const ObjectShardLayout* layout = layout_of(spec);
   if (layout == nullptr) {
     return Status{ErrorCode::kInvalidArgument,
@@ -364,6 +365,7 @@ Status write_metadata(Store& store, const Staging& staging, const SaveSpec& spec
     SHARDLOAD_ASSIGN_OR_RETURN(auto sink, store.open_sink(staging, name, text.size()));
     SHARDLOAD_RETURN_IF_ERROR(sink->write(0, std::as_bytes(std::span(text.data(), text.size()))));
     SHARDLOAD_RETURN_IF_ERROR(sink->finish());
+    if (written != nullptr) written->push_back({staging.prefix + name, text.size(), sink->etag()});
   }
   return Status::ok();
 }
@@ -382,7 +384,8 @@ Status write_metadata(const std::string& dir, const SaveSpec& spec,
   return write_metadata(*store_at(dir), Staging{}, spec, extra_files);
 }
 
-Status write_save_manifest(const std::string& dir, Checksum checksum) {
+Status write_save_manifest(const std::string& dir, Checksum checksum,
+                           const std::function<Status(const Layout&)>& held_to) {
   // The layout is the one discover() finds for the finished directory, so that discovering
   // the destination later takes the manifest and gets exactly what probing would give.
   // Renaming the directory changes neither the files' inodes nor their times, so the
@@ -390,6 +393,7 @@ Status write_save_manifest(const std::string& dir, Checksum checksum) {
   DiscoverOptions opts;
   opts.use_manifest = false;
   SHARDLOAD_ASSIGN_OR_RETURN(const Layout layout, try_discover(Source::directory(dir), opts));
+  if (held_to) SHARDLOAD_RETURN_IF_ERROR(held_to(layout));
   ManifestOptions mopts;
   mopts.checksum = checksum;
   SHARDLOAD_ASSIGN_OR_RETURN(const WrittenManifest written,

@@ -2,14 +2,19 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstring>
+#include <functional>
+#include <map>
 #include <set>
 #include <span>
 
+#include "engine/detail/lanes.hpp"
 #include "shardload/formats.hpp"
 #include "shardload/io.hpp"
 #include "shardload/location.hpp"
 #include "shardload/manifest.hpp"
 #include "shardload/storage.hpp"
+#include "storage/detail/store_options.hpp"
 
 namespace shardload::detail {
 
@@ -116,11 +121,7 @@ Status ShardUpload::append(const std::byte* src, std::int64_t rows) {
     // A chunk is finished as it fills, the shard's last key at commit.
     const bool full =
         plan_.chunk_rows > 0 && w.hi == (static_cast<std::int64_t>(w.key) + 1) * plan_.chunk_rows;
-    if (full && w.key + 1 < plan_.keys.size()) {
-      const Status st = sink_->finish();
-      sink_.reset();
-      SHARDLOAD_RETURN_IF_ERROR(st);
-    }
+    if (full && w.key + 1 < plan_.keys.size()) SHARDLOAD_RETURN_IF_ERROR(finish_key());
   }
   written_ += rows;
   return Status::ok();
@@ -136,9 +137,89 @@ Status ShardUpload::commit() {
   if (!sink_ && plan_.chunk_rows == 0) SHARDLOAD_RETURN_IF_ERROR(open_key(0));  // header only
   if (!sink_) return Status::ok();  // a store without bytes
   // The rows a Zarr edge chunk lacks are zeros (the fill): the sink's finish writes them.
+  return finish_key();
+}
+
+Status ShardUpload::finish_key() {
   const Status st = sink_->finish();
+  if (st) written_keys_.push_back({plan_.keys[key_].key, sink_->size(), sink_->etag()});
   sink_.reset();
   return st;
+}
+
+namespace {
+
+constexpr std::size_t kU32 = 4, kU64 = 8;
+
+void put_n(std::byte*& p, std::uint64_t v, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) *p++ = static_cast<std::byte>((v >> (8 * i)) & 0xff);
+}
+
+bool get_n(const std::byte*& p, const std::byte* end, std::uint64_t* v, std::size_t n) {
+  if (static_cast<std::size_t>(end - p) < n) return false;
+  *v = 0;
+  for (std::size_t i = 0; i < n; ++i)
+    *v |= std::uint64_t{std::to_integer<std::uint8_t>(*p++)} << (8 * i);
+  return true;
+}
+
+}  // namespace
+
+std::size_t written_record_bytes(const SaveSpec& spec) {
+  std::size_t most = 0;
+  for (std::int64_t s = 0; s < spec.shards(); ++s) {
+    std::size_t bytes = 0;
+    for (const std::string& key : shard_objects(spec, s)) {
+      bytes += kU32 + key.size() + kU64 + kU32 + kWrittenEtagMax;
+    }
+    most = std::max(most, bytes);
+  }
+  return kU32 + most;
+}
+
+void encode_written(const std::vector<WrittenKey>& keys, std::byte* out, std::size_t size) {
+  if (size < kU32) return;
+  std::byte* p = out + kU32;
+  const std::byte* const end = out + size;
+  std::uint64_t n = 0;
+  for (const WrittenKey& w : keys) {
+    const std::string etag = w.etag.size() <= kWrittenEtagMax ? w.etag : std::string();
+    if (static_cast<std::size_t>(end - p) < kU32 + w.key.size() + kU64 + kU32 + etag.size()) {
+      break;  // not sized for it: the keys after it are not carried
+    }
+    put_n(p, w.key.size(), kU32);
+    std::memcpy(p, w.key.data(), w.key.size());
+    p += w.key.size();
+    put_n(p, w.size, kU64);
+    put_n(p, etag.size(), kU32);
+    std::memcpy(p, etag.data(), etag.size());
+    p += etag.size();
+    ++n;
+  }
+  std::byte* head = out;
+  put_n(head, n, kU32);
+}
+
+bool decode_written(const std::byte* in, std::size_t size, std::vector<WrittenKey>* keys) {
+  const std::byte* p = in;
+  const std::byte* const end = in + size;
+  std::uint64_t n = 0;
+  if (!get_n(p, end, &n, kU32)) return false;
+  for (std::uint64_t i = 0; i < n; ++i) {
+    WrittenKey w;
+    std::uint64_t len = 0;
+    if (!get_n(p, end, &len, kU32) || static_cast<std::uint64_t>(end - p) < len) return false;
+    w.key.assign(reinterpret_cast<const char*>(p), static_cast<std::size_t>(len));
+    p += len;
+    if (!get_n(p, end, &w.size, kU64) || !get_n(p, end, &len, kU32) ||
+        static_cast<std::uint64_t>(end - p) < len) {
+      return false;
+    }
+    w.etag.assign(reinterpret_cast<const char*>(p), static_cast<std::size_t>(len));
+    p += len;
+    keys->push_back(std::move(w));
+  }
+  return true;
 }
 
 Result<std::shared_ptr<Store>> open_save_store(const std::string& dir_url) {
@@ -271,6 +352,7 @@ Result<RemoteDest> prepare_remote_save(const std::string& dest, const SaveOption
     if (task_uploads_shard(spec, s)) continue;
     SHARDLOAD_ASSIGN_OR_RETURN(auto empty, open_shard_upload(d.dir_url(), spec, s));
     SHARDLOAD_RETURN_IF_ERROR(empty->commit());
+    d.written.insert(d.written.end(), empty->written().begin(), empty->written().end());
   }
   return d;
 }
@@ -288,7 +370,99 @@ Result<std::unique_ptr<ShardUpload>> open_shard_upload(const std::string& dir_ur
                                        save_shard_name(spec.format, shard));
 }
 
-Status finish_remote_save(const RemoteDest& d, const SaveSpec& spec, const SaveOptions& options) {
+namespace {
+
+// The keys of the save: the uploads' (`own`), the preparation's and the metadata's, by key.
+using OwnKeys = std::map<std::string, WrittenKey>;
+
+OwnKeys own_keys(const RemoteDest& d, const std::vector<WrittenKey>& own,
+                 const std::vector<WrittenKey>& metadata) {
+  OwnKeys out;
+  for (const auto* list : {&d.written, &own, &metadata}) {
+    for (const WrittenKey& w : *list) out[w.key] = w;
+  }
+  return out;
+}
+
+Status changed_during_the_save(const Store& store, const std::string& key, const std::string& how) {
+  return file_error(ErrorCode::kIo, store.describe(key),
+                    "changed during the save (another writer?): " + how +
+                        "; no manifest was written, so the dataset is not published",
+                    ESTALE);
+}
+
+// One key as its upload was answered, looked at once more (a HEAD).
+Status check_own_key(Store& store, const WrittenKey& w) {
+  const std::string& key = w.key;
+  auto now = store.version(key);
+  if (!now) {
+    if (now.status().sys_errno() == ENOENT) {
+      return changed_during_the_save(store, key,
+                                     "it was written with ETag " + w.etag + ", and is gone now");
+    }
+    return now.status().with_context("cannot check what the save wrote");
+  }
+  if (now->size != w.size) {
+    return changed_during_the_save(
+        store, key,
+        "it was written with " + std::to_string(w.size) + " bytes (ETag " + w.etag + "), and is " +
+            std::to_string(now->size) + " bytes (ETag " + now->etag + ") now");
+  }
+  if (!w.etag.empty() && now->etag != w.etag) {
+    return changed_during_the_save(store, key, "ETag was " + w.etag + ", now " + now->etag);
+  }
+  return Status::ok();
+}
+
+// Every key of the save, its HEADs on a few threads (a Zarr save has a key per chunk): the
+// first in key order that is missing or of another size or ETag fails the save, named.
+Status check_own_keys(Store& store, const OwnKeys& own) {
+  std::vector<const WrittenKey*> keys;
+  for (const auto& [key, w] : own) keys.push_back(&w);
+  if (keys.empty()) return Status::ok();
+  constexpr std::size_t kLanes = 16;
+  return first_failure_in_lanes(
+      keys.size(), std::min(kLanes, keys.size()),
+      [&](std::size_t, std::size_t i) { return check_own_key(store, *keys[i]); });
+}
+
+// The manifest's index of the prefix held to the save's keys: every shard it found is one the
+// save wrote, an object shard with the size and ETag its upload was answered with (a store of
+// chunks was checked key by key already). What another writer put there since the check is
+// never recorded as the save's.
+Status check_index(Store& store, const RemoteDest& d, const OwnKeys& own, const Layout& layout) {
+  for (const Shard& shard : layout.shards) {
+    std::string path = shard.path.substr(0, shard.path.find('?'));
+    while (path.size() > 1 && path.back() == '/') path.pop_back();
+    // A shard named otherwise than below the prefix as given cannot be told: its keys were
+    // looked at one by one already.
+    if (!path.starts_with(d.dir) || path.size() == d.dir.size()) continue;
+    const std::string name = path.substr(d.dir.size());
+    if (const auto it = own.find(name); it != own.end()) {
+      const WrittenKey& w = it->second;
+      if (shard.snapshot.size != w.size ||
+          (!w.etag.empty() && shard.snapshot.inode != fnv1a(w.etag))) {
+        return changed_during_the_save(store, name,
+                                       "the manifest's index found another object there than "
+                                       "the one written (ETag " +
+                                           w.etag + ")");
+      }
+      continue;
+    }
+    const auto below = own.lower_bound(name + "/");
+    if (below != own.end() && below->first.starts_with(name + "/")) continue;
+    return file_error(ErrorCode::kIo, redact_secrets(path),
+                      "is in the dataset's prefix, but this save did not write it (another "
+                      "writer?); no manifest was written, so the dataset is not published",
+                      ESTALE);
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+Status finish_remote_save(const RemoteDest& d, const SaveSpec& spec, const SaveOptions& options,
+                          const std::vector<WrittenKey>* own) {
   std::set<std::string> names;
   for (std::int64_t s = 0; s < spec.shards(); ++s) {
     for (auto& o : shard_objects(spec, s)) names.insert(std::move(o));
@@ -302,29 +476,45 @@ Status finish_remote_save(const RemoteDest& d, const SaveSpec& spec, const SaveO
   SHARDLOAD_RETURN_IF_ERROR(plan_shard_keys(store->describe(""), &planned));
   Staging in_place;
   in_place.in_place = true;
-  SHARDLOAD_RETURN_IF_ERROR(write_metadata(*store, in_place, planned, options.extra_files));
+  std::vector<WrittenKey> metadata;
+  SHARDLOAD_RETURN_IF_ERROR(
+      write_metadata(*store, in_place, planned, options.extra_files, &metadata));
   for (auto& name : metadata_names_of(spec)) names.insert(std::move(name));
   for (const auto& [name, text] : options.extra_files) names.insert(name);
+  const OwnKeys mine = own != nullptr ? own_keys(d, *own, metadata) : OwnKeys();
   // The store's publish: the old dataset's objects that no new one replaced deleted, then the
-  // manifest, the commit point (the protocol of docs/save.md).
+  // check of the save's own keys and the manifest, the commit point (the protocol of
+  // docs/save.md).
   PublishSteps steps = publish_steps(d, spec, options);
   steps.keys.assign(names.begin(), names.end());
-  if (options.manifest) {
-    steps.seal = [&](const std::string& location) {
-      return write_save_manifest(location, options.checksum);
-    };
-  } else {
-    steps.commit_key.clear();
-  }
+  steps.seal = [&](const std::string& location) {
+    if (own != nullptr) SHARDLOAD_RETURN_IF_ERROR(check_own_keys(*store, mine));
+    if (!options.manifest) return Status::ok();
+    std::function<Status(const Layout&)> held;
+    if (own != nullptr)
+      held = [&](const Layout& layout) { return check_index(*store, d, mine, layout); };
+    return write_save_manifest(location, options.checksum, held);
+  };
+  if (!options.manifest) steps.commit_key.clear();
   bool published = false;
   return store->publish(staging_of(d), steps, &published);
 }
 
-void abandon_remote_save(const RemoteDest& d, const SaveSpec& spec,
-                         const SaveOptions& options) noexcept {
-  if (d.overwrite || d.store == nullptr) return;
+std::string abandon_remote_save(const RemoteDest& d, const SaveSpec& spec,
+                                const SaveOptions& options,
+                                const std::vector<WrittenKey>* own) noexcept {
+  if (d.overwrite || d.store == nullptr) return {};
+  std::string left;
   try {
     PublishSteps steps = publish_steps(d, spec, options);
+    if (own != nullptr) {
+      steps.own_known = true;
+      steps.own = d.written;
+      steps.own.insert(steps.own.end(), own->begin(), own->end());
+      steps.kept = [&](const std::string& shown, const std::string& why) {
+        left += (left.empty() ? "" : "; ") + shown + " " + why;
+      };
+    }
     std::set<std::string> names;
     for (std::int64_t s = 0; s < spec.shards(); ++s) {
       for (auto& o : shard_objects(spec, s)) names.insert(std::move(o));
@@ -336,6 +526,7 @@ void abandon_remote_save(const RemoteDest& d, const SaveSpec& spec,
     d.store->discard(staging_of(d), steps);
   } catch (...) {  // best effort on a failure path
   }
+  return left.empty() ? left : "the clean-up left what is not this save's: " + left;
 }
 
 }  // namespace shardload::detail

@@ -44,15 +44,42 @@ legate::LogicalArray tileable(const legate::LogicalArray& array) {
   return out;
 }
 
+// The save task's output 0 (tasks.hpp): one slot of `slot` bytes per point along axis 0, every
+// other of the `dims` extents 1.
+legate::LogicalStore written_store(std::size_t dims, std::int64_t points, std::size_t slot) {
+  std::vector<std::uint64_t> extents(dims, 1);
+  extents[0] = static_cast<std::uint64_t>(points) * slot;
+  return legate::Runtime::get_runtime()->create_store(legate::Shape{extents}, legate::uint8());
+}
+
+std::vector<std::uint64_t> written_tile(std::size_t dims, std::size_t slot) {
+  std::vector<std::uint64_t> tile(dims, 1);
+  tile[0] = slot;
+  return tile;
+}
+
+// The keys the points of a launch put in their slots of `store` (waits for the launch).
+void read_written(const legate::LogicalStore& store, std::size_t slot,
+                  std::vector<WrittenKey>* keys) {
+  const legate::PhysicalStore phys = store.get_physical_store(legate::mapping::StoreTarget::SYSMEM);
+  const legate::InlineAllocation alloc = phys.get_inline_allocation();
+  if (!alloc.strides.empty() && alloc.strides[0] != 1) return;
+  const auto* bytes = static_cast<const std::byte*>(alloc.ptr);
+  const auto n = static_cast<std::size_t>(phys.domain().get_volume()) / slot;
+  for (std::size_t i = 0; i < n; ++i) (void)detail::decode_written(bytes + i * slot, slot, keys);
+}
+
 // Shards of chosen rows to object storage, where each shard is one task's upload: one
 // one-point launch per shard with bytes over that shard's slice of the array, on the processor
 // whose share of the rows (as an even tiling would give it) holds the shard's first row, so
 // that an array tiled evenly is mostly uploaded where it lies. The launches run at once: their
 // errors are collected, and the first is thrown once every launch is over, so that nothing is
-// still uploading when the caller cleans up. Returns the number of launches.
-std::int64_t launch_per_shard(const legate::LogicalArray& array, const detail::RemoteDest& d,
-                              const detail::SaveSpec& spec, const legate::mapping::Machine& machine,
-                              const std::string& dest) {
+// still uploading when the caller cleans up. Returns the number of launches, or the first
+// error; the keys every launch's upload finished go into *own either way.
+Result<std::int64_t> launch_per_shard(const legate::LogicalArray& array,
+                                      const detail::RemoteDest& d, const detail::SaveSpec& spec,
+                                      const legate::mapping::Machine& machine,
+                                      std::vector<WrittenKey>* own) {
   auto* runtime = legate::Runtime::get_runtime();
   const legate::LogicalStore store = tileable(array).data();
   const std::string dir = d.dir_url();
@@ -63,6 +90,11 @@ std::int64_t launch_per_shard(const legate::LogicalArray& array, const detail::R
   const std::int64_t share = std::max<std::int64_t>(
       1, (spec.offsets.back() + processors - 1) / static_cast<std::int64_t>(processors));
   std::int64_t launches = 0;
+  const std::size_t slot = detail::written_record_bytes(spec);
+  std::vector<legate::LogicalStore> written;  // each launch's keys
+  const auto read_all = [&] {
+    for (const auto& w : written) read_written(w, slot, own);
+  };
   try {
     {
       legate::Scope deferred{legate::ExceptionMode::DEFERRED};
@@ -76,6 +108,8 @@ std::int64_t launch_per_shard(const legate::LogicalArray& array, const detail::R
         auto task = runtime->create_task(library(), detail::SaveTask::TASK_CONFIG.task_id(),
                                          legate::tuple<std::uint64_t>{1});
         task.add_input(store.slice(0, legate::Slice{lo, hi}));
+        written.push_back(written_store(1, 1, slot));
+        task.add_output(written.back());
         task.add_scalar_arg(legate::Scalar{dir_bytes});
         task.add_scalar_arg(legate::Scalar{ints});
         task.add_scalar_arg(legate::Scalar{hi - lo});
@@ -94,9 +128,10 @@ std::int64_t launch_per_shard(const legate::LogicalArray& array, const detail::R
       runtime->raise_pending_exception();
     } catch (const legate::TaskException&) {
     }
-    throw_status(detail::status_from_task_error(e).with_context("saving to " + dest),
-                 ErrorSite::kWrite);
+    read_all();
+    return detail::status_from_task_error(e);
   }
+  read_all();
   return launches;
 }
 
@@ -124,30 +159,59 @@ void save_to_object_store(const legate::LogicalArray& array, const std::string& 
   const detail::RemoteDest& d = *prepared;
   const auto t1 = Clock::now();
   si->prepare_seconds = std::chrono::duration<double>(t1 - t0).count();
+  // The keys the points' uploads finished, each as its upload was answered (their slots of
+  // the task's output 0): the commit checks them, and a failed save's clean-up deletes them
+  // alone, each while it is still the save's.
+  std::vector<WrittenKey> own;
+  bool cleaned = false;
+  // A failure's clean-up, once, and what it left that is not the save's added to the error.
+  const auto failed = [&](const Status& st) {
+    cleaned = true;
+    const std::string left = detail::abandon_remote_save(d, *spec, options, &own);
+    const Status with = st.with_context("saving to " + dest);
+    if (left.empty()) throw_status(with, ErrorSite::kWrite);
+    throw_status(Status(with.code(), with.message() + "; " + left)
+                     .with_path(with.path())
+                     .with_errno(with.sys_errno()),
+                 ErrorSite::kWrite);
+  };
   try {
     const std::int64_t tiles = detail::remote_tiles(*spec);  // 0 for shards of chosen rows
     si->tiles = tiles;
     if (!detail::uniform_shards(*spec)) {
-      si->tiles = launch_per_shard(array, d, *spec, machine, dest);
+      const Result<std::int64_t> launches = launch_per_shard(array, d, *spec, machine, &own);
+      if (!launches) failed(launches.status());
+      si->tiles = *launches;
     } else if (tiles > 0) {
       const auto extents = array.extents();
       const detail::Tiling tiling = detail::tile_axis0(extents, spec->offsets[1], tiles);
       const legate::Scope scope{machine};
       auto task = detail::tiled_task(library(), detail::SaveTask::TASK_CONFIG.task_id(), tiling);
       task.add_input(tileable(array).data().partition_by_tiling(tiling.tile_shape));
+      const std::size_t slot = detail::written_record_bytes(*spec);
+      const legate::LogicalStore written = written_store(extents.size(), tiles, slot);
+      task.add_output(written.partition_by_tiling(written_tile(extents.size(), slot)));
       const std::string dir = d.dir_url();
       const std::vector<std::uint8_t> dir_bytes(dir.begin(), dir.end());
       task.add_scalar_arg(legate::Scalar{dir_bytes});
       task.add_scalar_arg(legate::Scalar{spec->encode()});
       task.add_scalar_arg(legate::Scalar{spec->offsets[1]});
-      detail::submit_or_throw(std::move(task), ErrorSite::kWrite, "saving to " + dest);
+      Status st = Status::ok();
+      try {
+        legate::Runtime::get_runtime()->submit(std::move(task));
+      } catch (const legate::TaskException& e) {
+        st = detail::status_from_task_error(e);
+      }
+      read_written(written, slot, &own);
+      if (!st) failed(st);
     }
     si->write_seconds = std::chrono::duration<double>(Clock::now() - t1).count();
     // Every rank runs the hook (a pending Ctrl-C aborts before anything is committed).
     if (options.before_commit) options.before_commit();
-    check(detail::finish_remote_save_once(d, *spec, options));
+    const Status committed = detail::finish_remote_save_once(d, *spec, options, own);
+    if (!committed) failed(committed);
   } catch (...) {
-    detail::abandon_remote_save(d, *spec, options);
+    if (!cleaned) (void)detail::abandon_remote_save(d, *spec, options, &own);
     throw;
   }
 }
@@ -243,6 +307,11 @@ void save(const legate::LogicalArray& array, const std::string& dest, const Save
     const legate::Scope scope{machine};
     auto task = detail::tiled_task(lib, detail::SaveTask::TASK_CONFIG.task_id(), tiling);
     task.add_input(tileable(array).data().partition_by_tiling(tiling.tile_shape));
+    // No keys come back from a local save's points (their files are the staging's): a slot of
+    // an empty list each.
+    constexpr std::size_t kSlot = 4;
+    task.add_output(written_store(extents.size(), plan->tiles, kSlot)
+                        .partition_by_tiling(written_tile(extents.size(), kSlot)));
     const std::vector<std::uint8_t> dir_bytes(staging->begin(), staging->end());
     task.add_scalar_arg(legate::Scalar{dir_bytes});
     task.add_scalar_arg(legate::Scalar{spec.encode()});

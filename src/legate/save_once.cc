@@ -28,6 +28,15 @@ void put_str(std::vector<std::uint8_t>& out, const std::string& s) {
   out.insert(out.end(), s.begin(), s.end());
 }
 
+void put_keys(std::vector<std::uint8_t>& out, const std::vector<WrittenKey>& keys) {
+  put_u64(out, keys.size());
+  for (const WrittenKey& w : keys) {
+    put_str(out, w.key);
+    put_u64(out, w.size);
+    put_str(out, w.etag);
+  }
+}
+
 void put_ints(std::vector<std::uint8_t>& out, const std::vector<std::int64_t>& v) {
   put_u64(out, v.size());
   for (const auto x : v) put_u64(out, static_cast<std::uint64_t>(x));
@@ -48,6 +57,16 @@ class Reader {
     if (!u64(&n) || n > b_.size() - pos_) return false;
     s->assign(reinterpret_cast<const char*>(b_.data() + pos_), n);
     pos_ += n;
+    return true;
+  }
+  bool keys(std::vector<WrittenKey>* v) {
+    std::uint64_t n = 0;
+    if (!u64(&n)) return false;
+    for (std::uint64_t i = 0; i < n; ++i) {
+      WrittenKey w;
+      if (!str(&w.key) || !u64(&w.size) || !str(&w.etag)) return false;
+      v->push_back(std::move(w));
+    }
     return true;
   }
   bool ints(std::vector<std::int64_t>* v) {
@@ -141,6 +160,7 @@ void SavePrepareTask::cpu_variant(legate::TaskContext context) {
         put_str(result, d->query);
         put_u64(result, d->old_names.size());
         for (const std::string& name : d->old_names) put_str(result, name);
+        put_keys(result, d->written);
       } else {
         st = d.status();
       }
@@ -158,7 +178,8 @@ void SavePrepareTask::cpu_variant(legate::TaskContext context) {
 }
 
 // Request: staging, dest, overwrite, manifest, checksum, the spec, the extra files; to
-// object storage "staging" is the prefix, and the query and the old objects' names follow.
+// object storage "staging" is the prefix, and the query, the old objects' names, the keys the
+// preparation wrote and those the points' uploads finished follow.
 void SaveCommitTask::cpu_variant(legate::TaskContext context) {
   run_task_body([&] {
     const auto request = scalar_bytes(context, 0);
@@ -182,6 +203,7 @@ void SaveCommitTask::cpu_variant(legate::TaskContext context) {
       options.extra_files.push_back(std::move(f));
     }
     RemoteDest remote;
+    std::vector<WrittenKey> own;
     if (ok && is_object_dest(dest)) {
       remote.dest = dest;
       remote.dir = staging;
@@ -191,6 +213,7 @@ void SaveCommitTask::cpu_variant(legate::TaskContext context) {
       for (std::uint64_t i = 0; ok && i < olds; ++i) {
         ok = r.str(&remote.old_names.emplace_back());
       }
+      ok = ok && r.keys(&remote.written) && r.keys(&own);
     }
     Status st = ok ? Status::ok() : malformed("save commit request");
     Result<SaveSpec> spec = st ? SaveSpec::decode(ints) : Result<SaveSpec>(st);
@@ -199,7 +222,7 @@ void SaveCommitTask::cpu_variant(legate::TaskContext context) {
     if (st && is_object_dest(dest)) {
       Result<std::shared_ptr<Store>> store = open_save_store(remote.dir_url());
       if (store) remote.store = *store;
-      st = store ? finish_remote_save(remote, *spec, options) : store.status();
+      st = store ? finish_remote_save(remote, *spec, options, &own) : store.status();
       published = st.is_ok();
     } else if (st) {
       st = publish_staging(staging, dest, *spec, options, &published);
@@ -279,17 +302,20 @@ Result<RemoteDest> prepare_remote_save_once(const std::string& dest, const SaveO
   Reader r(result);
   bool ok = r.str(&d.dir) && r.str(&d.query) && r.u64(&olds);
   for (std::uint64_t i = 0; ok && i < olds; ++i) ok = r.str(&d.old_names.emplace_back());
+  ok = ok && r.keys(&d.written);
   if (!ok) return malformed("result of the save's preparation");
   SHARDLOAD_ASSIGN_OR_RETURN(d.store, open_save_store(d.dir_url()));
   return d;
 }
 
 Status finish_remote_save_once(const RemoteDest& d, const SaveSpec& spec,
-                               const SaveOptions& options) {
+                               const SaveOptions& options, const std::vector<WrittenKey>& own) {
   std::vector<std::uint8_t> request = commit_request(d.dir, d.dest, spec, options);
   put_str(request, d.query);
   put_u64(request, d.old_names.size());
   for (const std::string& name : d.old_names) put_str(request, name);
+  put_keys(request, d.written);
+  put_keys(request, own);
   std::vector<std::uint8_t> result;
   return run_once(SaveCommitTask::TASK_CONFIG.task_id(), request, &result);
 }

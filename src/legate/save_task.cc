@@ -15,7 +15,25 @@ namespace shardload::detail {
 
 namespace {
 
-Status save_point(legate::TaskContext& context) {
+// Output 0: this point's slot of the keys its upload finished (encode_written), which the
+// launcher reads back for the commit and any clean-up, also after a failure.
+void write_written(legate::TaskContext& context, const std::vector<WrittenKey>& keys) noexcept {
+  try {
+    legate::PhysicalStore store = context.output(0).data();
+    const legate::Domain dom = store.domain();
+    const std::size_t size = dom.get_volume();
+    for (int d = 1; d < dom.get_dim(); ++d) {
+      if (dom.hi()[d] != dom.lo()[d]) return;
+    }
+    if (size == 0) return;
+    const legate::InlineAllocation alloc = store.get_inline_allocation();
+    if (!alloc.strides.empty() && alloc.strides[0] != 1) return;
+    encode_written(keys, static_cast<std::byte*>(alloc.ptr), size);
+  } catch (...) {  // the keys are then not known: the commit refuses what it cannot place
+  }
+}
+
+Status save_point(legate::TaskContext& context, std::vector<WrittenKey>* keys) {
   const auto dir_bytes = context.scalar(0).values<std::uint8_t>();
   const std::string dir(reinterpret_cast<const char*>(dir_bytes.data()), dir_bytes.size());
   const auto ints = context.scalar(1).values<std::int64_t>();
@@ -85,6 +103,14 @@ Status save_point(legate::TaskContext& context) {
     if (!opened) return context_of(opened.status());
     upload = std::move(*opened);
   }
+  // What the upload finished, whatever way this point ends.
+  struct Finished {
+    const std::unique_ptr<ShardUpload>& upload;
+    std::vector<WrittenKey>* keys;
+    ~Finished() {
+      if (upload) *keys = upload->written();
+    }
+  } finished{upload, keys};
   const auto put = [&](std::int64_t a, std::int64_t b, const std::byte* src) {
     return upload ? upload->append(src, b - a) : write_rows(dir, spec, a, b, src);
   };
@@ -126,7 +152,9 @@ Status save_point(legate::TaskContext& context) {
 
 void SaveTask::cpu_variant(legate::TaskContext context) {
   run_task_body([&] {
-    const Status st = save_point(context);
+    std::vector<WrittenKey> keys;
+    const Status st = save_point(context, &keys);
+    write_written(context, keys);
     if (!st) throw_task_error(st);
   });
 }

@@ -1,8 +1,10 @@
-"""Another writer under one ``s3://`` prefix while a save runs (hostile pass 21, F7 and what its
-fixer found): the save must publish only its own objects, and its clean-up must delete only
-them. Neither holds yet; both tests are strict xfails that fail the day the save does hold it
-(then drop the marks). Against moto's S3 server on 127.0.0.1 through tests/python/
-s3_fault_proxy.py, which holds one PUT's answer while the other writer acts."""
+"""Another writer under one ``s3://`` prefix while a save runs: the save publishes only its own
+objects (each key checked against the size and ETag its upload was answered with right before
+the manifest, and the manifest's index held to them), and its clean-up deletes only them. Both
+front ends: ``shardload.numpy.save`` (one process, threads) and ``shardload.save`` (Legate
+point tasks, whose keys travel to the commit in the save task's output). Against moto's S3
+server on 127.0.0.1 through tests/python/s3_fault_proxy.py, which holds one PUT's answer while
+the other writer acts: the order of the two writers is fixed, not raced."""
 
 from __future__ import annotations
 
@@ -32,54 +34,130 @@ def proxied(server):
         yield b, proxy
 
 
+FRONT_ENDS = {"numpy": lambda *a, **k: shardload.numpy.save(*a, **k),
+              "legate": lambda *a, **k: shardload.save(*a, **k)}
+
+
 def _url(b: s3_server.Bucket) -> str:
     return f"s3://{b.name}/ds/?" + "&".join(f"{k}={v}" for k, v in b.options.items())
 
 
-def _other_writer_once_held(b, proxy, held: str) -> threading.Thread:
-    """Puts shard_0001.npy (value 2) half a second after the save's PUT of `held` began."""
+def _other_writer_once_held(b, proxy, held: str, key: str, data: bytes) -> threading.Thread:
+    """Puts `data` at `key` once the save's PUT of `held` has begun (the proxy holds its answer
+    for 2 s, so the save goes on only after this put)."""
     def other() -> None:
         while proxy.requests("PUT", held) == 0:
             time.sleep(0.01)
         time.sleep(0.5)
-        b.put_npy("ds/shard_0001.npy", np.full((4, 4), 2, np.int32))
+        b.put(key, data)
 
     t = threading.Thread(target=other)
     t.start()
     return t
 
 
-@pytest.mark.xfail(strict=True, reason="hostile pass 21 F7: a save to s3:// indexes the prefix "
-                   "as it is at its commit, so its manifest records another writer's object")
+def _npy(value: int) -> bytes:
+    out = io.BytesIO()
+    np.save(out, np.full((4, 4), value, np.int32))
+    return out.getvalue()
+
+
+@pytest.mark.parametrize("front", sorted(FRONT_ENDS))
 @pytest.mark.parametrize("checksum", ["none", "xxh3"])
-def test_a_shard_replaced_before_the_commit_fails_the_save_naming_it(proxied, checksum):
+@pytest.mark.parametrize("upload", ["put", "multipart"])
+def test_a_shard_replaced_before_the_commit_fails_the_save_naming_it(proxied, front, checksum,
+                                                                    upload):
     from s3_fault_proxy import Rule
 
     b, proxy = proxied
+    if upload == "multipart":  # Arrow's multipart stream: its ETag from a HEAD after it
+        b.options = {**b.options, "multipart_threshold": "0"}
     proxy.add(Rule("PUT", path="/ds/shard_0003.npy", action="delay", delay_s=2.0, count=1))
-    t = _other_writer_once_held(b, proxy, "/ds/shard_0003.npy")
+    t = _other_writer_once_held(b, proxy, "/ds/shard_0003.npy", "ds/shard_0001.npy", _npy(2))
     try:
         with pytest.raises(shardload.ShardWriteError) as e:
-            shardload.numpy.save(np.full((16, 4), 1, np.int32), _url(b), num_shards=4,
-                                 overwrite=True, checksum=checksum)
+            FRONT_ENDS[front](np.full((16, 4), 1, np.int32), _url(b), num_shards=4,
+                              overwrite=True, checksum=checksum)
     finally:
         t.join()
-    assert f"s3://{b.name}/ds/shard_0001.npy" in str(e.value), str(e.value)
+    assert f"s3://{b.name}/ds/shard_0001.npy: changed during the save (another writer?): ETag " \
+        "was " in str(e.value), str(e.value)
     assert "ds/shardload.manifest" not in b.keys("ds/")
     assert (np.load(io.BytesIO(b.get("ds/shard_0001.npy"))) == 2).all()
 
 
-@pytest.mark.xfail(strict=True, reason="a failed save's clean-up deletes its keys by name, "
-                   "another writer's object at one of them too")
-def test_a_failed_saves_clean_up_leaves_another_writers_object(proxied):
+@pytest.mark.parametrize("front", sorted(FRONT_ENDS))
+def test_a_zarr_chunk_replaced_before_the_commit_fails_the_save_naming_it(proxied, front):
+    from s3_fault_proxy import Rule
+
+    b, proxy = proxied
+    proxy.add(Rule("PUT", path="/ds/shard_0001.zarr/0.0", action="delay", delay_s=2.0, count=1))
+    other = np.full((8, 4), 2, np.int32).tobytes()  # a chunk of the same size, other rows
+    t = _other_writer_once_held(b, proxy, "/ds/shard_0001.zarr/0.0", "ds/shard_0000.zarr/0.0",
+                                other)
+    try:
+        with pytest.raises(shardload.ShardWriteError) as e:
+            FRONT_ENDS[front](np.full((16, 4), 1, np.int32), _url(b), num_shards=2,
+                              format="zarr", overwrite=True)
+    finally:
+        t.join()
+    assert f"s3://{b.name}/ds/shard_0000.zarr/0.0: changed during the save" in str(e.value), \
+        str(e.value)
+    assert "ds/shardload.manifest" not in b.keys("ds/")
+    assert b.get("ds/shard_0000.zarr/0.0") == other
+
+
+@pytest.mark.parametrize("front", sorted(FRONT_ENDS))
+def test_a_shard_another_writer_adds_before_the_commit_fails_the_save_naming_it(proxied, front):
+    from s3_fault_proxy import Rule
+
+    b, proxy = proxied
+    proxy.add(Rule("PUT", path="/ds/shard_0003.npy", action="delay", delay_s=2.0, count=1))
+    t = _other_writer_once_held(b, proxy, "/ds/shard_0003.npy", "ds/shard_0004.npy", _npy(2))
+    try:
+        with pytest.raises(shardload.ShardWriteError) as e:
+            FRONT_ENDS[front](np.full((16, 4), 1, np.int32), _url(b), num_shards=4,
+                              overwrite=True)
+    finally:
+        t.join()
+    assert f"s3://{b.name}/ds/shard_0004.npy: is in the dataset's prefix, but this save did " \
+        "not write it" in str(e.value), str(e.value)
+    assert "ds/shardload.manifest" not in b.keys("ds/")
+
+
+@pytest.mark.parametrize("front", sorted(FRONT_ENDS))
+def test_a_failed_saves_clean_up_leaves_another_writers_object(proxied, front):
     from s3_fault_proxy import Rule
 
     b, proxy = proxied
     proxy.add(Rule("PUT", path="/ds/shard_0003.npy", action="403", delay_s=2.0, count=None))
-    t = _other_writer_once_held(b, proxy, "/ds/shard_0003.npy")
+    t = _other_writer_once_held(b, proxy, "/ds/shard_0003.npy", "ds/shard_0001.npy", _npy(2))
     try:
-        with pytest.raises(shardload.ShardWriteError):
-            shardload.numpy.save(np.full((16, 4), 1, np.int32), _url(b), num_shards=4)
+        with pytest.raises(shardload.ShardWriteError) as e:
+            FRONT_ENDS[front](np.full((16, 4), 1, np.int32), _url(b), num_shards=4)
     finally:
         t.join()
-    assert "ds/shard_0001.npy" in b.keys("ds/")
+    # The other writer's object stays, and the error says so; the save's own are gone.
+    assert f"s3://{b.name}/ds/shard_0001.npy changed since this save wrote it (another " \
+        "writer?)" in str(e.value), str(e.value)
+    assert b.keys("ds/") == ["ds/shard_0001.npy"]
+    assert (np.load(io.BytesIO(b.get("ds/shard_0001.npy"))) == 2).all()
+
+
+@pytest.mark.parametrize("front", sorted(FRONT_ENDS))
+def test_a_save_left_alone_looks_at_each_of_its_keys_once_before_the_manifest(proxied, front):
+    b, proxy = proxied
+    FRONT_ENDS[front](np.arange(64, dtype=np.int32).reshape(16, 4), _url(b), num_shards=4,
+                      format="raw")
+    assert sorted(b.keys("ds/")) == ["ds/shard_0000.bin", "ds/shard_0001.bin",
+                                     "ds/shard_0002.bin", "ds/shard_0003.bin",
+                                     "ds/shardload.json", "ds/shardload.manifest"]
+    # One HEAD of each key the save wrote (the shards and the format's metadata), none of the
+    # manifest: the check costs a request a key.
+    for key in ["shard_0000.bin", "shard_0001.bin", "shard_0002.bin", "shard_0003.bin",
+                "shardload.json"]:
+        assert proxy.requests("HEAD", f"/ds/{key}") == 1, key
+    assert proxy.requests("HEAD", "/ds/shardload.manifest") == 0
+    np.testing.assert_array_equal(
+        shardload.numpy.load(_url(b)),
+        np.arange(64, dtype=np.int32).reshape(16, 4))

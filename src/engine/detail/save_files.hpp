@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -116,9 +117,11 @@ Status write_shard_rows(Store& store, const Staging& staging, const SaveSpec& sp
                         std::int64_t hi, const std::byte* src);
 
 // The format's metadata (raw's shardload.json, each Zarr store's .zarray), then the extra
-// files, written last, each a new key through a sink.
+// files, written last, each a new key through a sink; `written`, where given, gets each key
+// as its sink finished it (the key below the staging, its size and ETag).
 Status write_metadata(Store& store, const Staging& staging, const SaveSpec& spec,
-                      const std::vector<std::pair<std::string, std::string>>& extra_files = {});
+                      const std::vector<std::pair<std::string, std::string>>& extra_files = {},
+                      std::vector<WrittenKey>* written = nullptr);
 
 // The three above on the local staging directory `dir` (a path, which travels between
 // processes): create_shard_keys, write_shard_rows and write_metadata through the local store
@@ -131,7 +134,10 @@ Status write_metadata(const std::string& dir, const SaveSpec& spec,
 
 // The manifest of the finished dataset in `dir` (DIR/shardload.manifest, as `shardload index`
 // writes it), written after every other file: its presence means the set is complete.
-Status write_save_manifest(const std::string& dir, Checksum checksum);
+// `held_to`, where given, is asked about the dataset's index before anything is written: its
+// refusal is returned and no manifest written.
+Status write_save_manifest(const std::string& dir, Checksum checksum,
+                           const std::function<Status(const Layout&)>& held_to = {});
 
 // `dest` with the directory it is in resolved, once, to its physical path (no "." or ".."
 // segments, no symbolic links): every later step checks, writes, renames and cleans up that

@@ -31,6 +31,9 @@ struct RemoteDest {
   // "shard_0000.zarr/0.0", and the store itself, "shard_0000.zarr/", after its objects.
   std::vector<std::string> old_names;
   bool overwrite = false;
+  // What the preparation wrote itself (the shards without bytes, header only), as their
+  // uploads were answered: part of the save's own keys (finish_remote_save).
+  std::vector<WrittenKey> written;
 
   [[nodiscard]] std::string url(const std::string& name) const { return dir + name + query; }
   [[nodiscard]] std::string dir_url() const { return dir + query; }
@@ -74,8 +77,12 @@ class ShardUpload {
   // sink's finish, as Zarr v2 stores an edge chunk; a header-only object for a shard without
   // rows).
   Status commit();
+  // The keys finished so far (all of the shard's after commit), each with its size and the
+  // ETag its upload was answered with: what the save's commit checks and its clean-up deletes.
+  [[nodiscard]] const std::vector<WrittenKey>& written() const { return written_keys_; }
 
  private:
+  Status finish_key();
   Status open_key(std::size_t k);
   [[nodiscard]] std::string shown() const;
 
@@ -86,7 +93,18 @@ class ShardUpload {
   std::unique_ptr<KeySink> sink_;
   std::size_t key_ = 0;  // the key sink_ writes
   std::int64_t written_ = 0;
+  std::vector<WrittenKey> written_keys_;
 };
+
+// The keys one point task's upload finished (ShardUpload::written) as bytes of a fixed size,
+// which a Legate save carries from each point to its commit: written_record_bytes(spec) holds
+// the keys of any one shard of `spec` (an ETag longer than kWrittenEtagMax is kept as "": not
+// known, so neither checked nor deleted). decode_written appends what `in` holds to *keys;
+// false where the bytes are malformed.
+inline constexpr std::size_t kWrittenEtagMax = 256;
+std::size_t written_record_bytes(const SaveSpec& spec);
+void encode_written(const std::vector<WrittenKey>& keys, std::byte* out, std::size_t size);
+bool decode_written(const std::byte* in, std::size_t size, std::vector<WrittenKey>* keys);
 
 // The store a save to `dir_url` ("s3://B/P/" and the query) writes through, or the store's
 // refusal (Store::check_writable: kIo, ENOTSUP for a store this build cannot write), naming it.
@@ -100,11 +118,27 @@ Result<std::unique_ptr<ShardUpload>> open_shard_upload(const std::string& dir_ur
 // After every shard: the metadata objects, the extra files, then (overwrite) the deletion of
 // the old objects the new dataset did not replace, then the manifest: the commit point. The
 // caller runs options.before_commit before it, on every rank.
-Status finish_remote_save(const RemoteDest& d, const SaveSpec& spec, const SaveOptions& options);
+//
+// `own`: the keys the shards' uploads finished (ShardUpload::written), where known. Then,
+// right before the manifest, every key the save wrote (these, d.written and the metadata
+// objects) is looked at once more (Store::version: a HEAD each) and the save fails, naming the
+// first that is not as its upload was answered ("changed during the save (another
+// writer?): ETag was X, now Y", kIo, ESTALE), with no manifest written; and the manifest's
+// index of the prefix is held to them too: a shard there that the save did not write, or
+// whose size or ETag is not the one written, fails it the same way. Null: no check (a caller
+// that cannot know them).
+Status finish_remote_save(const RemoteDest& d, const SaveSpec& spec, const SaveOptions& options,
+                          const std::vector<WrittenKey>* own = nullptr);
 
-// After a failure before the manifest: a save to an empty prefix deletes what it may have
-// uploaded (best effort); an overwrite leaves the objects as they are (see docs/save.md).
-void abandon_remote_save(const RemoteDest& d, const SaveSpec& spec,
-                         const SaveOptions& options) noexcept;
+// After a failure before the manifest: a save to an empty prefix deletes what it uploaded
+// (best effort); an overwrite leaves the objects as they are (see docs/save.md). With `own`
+// (the keys the uploads finished, as for finish_remote_save), only those keys are deleted,
+// each only while a HEAD still shows the size and ETag its upload was answered with; the
+// returned text names the keys left because another writer's object is there now ("" where
+// none was), for the caller to add to the save's error. Without it, the save's key names are
+// deleted.
+std::string abandon_remote_save(const RemoteDest& d, const SaveSpec& spec,
+                                const SaveOptions& options,
+                                const std::vector<WrittenKey>* own = nullptr) noexcept;
 
 }  // namespace shardload::detail

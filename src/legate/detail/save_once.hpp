@@ -28,9 +28,9 @@ Result<RemoteDest> prepare_remote_save_once(const std::string& dest, const SaveO
                                             SaveSpec* spec);
 
 // finish_remote_save in one point (the metadata objects, the old objects' deletion, the
-// manifest last); the same Status on every rank. options.before_commit is not called: every
-// rank calls it before this.
+// check of `own` and the keys d.written, the manifest last); the same Status on every rank.
+// options.before_commit is not called: every rank calls it before this.
 Status finish_remote_save_once(const RemoteDest& d, const SaveSpec& spec,
-                               const SaveOptions& options);
+                               const SaveOptions& options, const std::vector<WrittenKey>& own);
 
 }  // namespace shardload::detail

@@ -98,12 +98,15 @@ class WriteManifestTask : public legate::LegateTask<WriteManifestTask> {
 // 0 the staging directory's bytes (uint8 array), 1 the SaveSpec (int64 array), 2 tile rows.
 // Each point writes its tile's rows into the shard files the launcher created. With a fourth
 // scalar (int64), a one-point launch whose input is the slice of that shard's rows, which it
-// uploads (shards of chosen rows to object storage).
+// uploads (shards of chosen rows to object storage). Output 0: uint8, one slot per point along
+// axis 0 (every other extent 1), where the point puts the keys its upload finished
+// (encode_written, save_remote.hpp), before it returns or throws: the commit checks them and a
+// failed save's clean-up deletes them alone.
 class SaveTask : public legate::LegateTask<SaveTask> {
  public:
   static inline const auto TASK_CONFIG =  // NOLINT(cert-err58-cpp)
       legate::TaskConfig{legate::LocalTaskID{kSaveTask}}
-          .with_signature(legate::TaskSignature{}.inputs(1).scalars(3, 4))
+          .with_signature(legate::TaskSignature{}.inputs(1).outputs(1).scalars(3, 4))
           .with_variant_options(legate::VariantOptions{}.with_may_throw_exception(true));
 
   static void cpu_variant(legate::TaskContext context);
