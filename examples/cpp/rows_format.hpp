@@ -3,8 +3,9 @@
 //
 // A ".rows" file is one text line, "ROWS <dtype> <rows> [<dim> ...]\n" (at most 256 bytes),
 // then the rows, raw, in this host's byte order and C order. The reader uses only the public
-// API: it opens files through the context's IoBackend (which refuses FIFOs and devices) and
-// checks the discovery snapshot, as the built-in readers do.
+// API: it opens files as keys of the context's ShardSource (local files, a store's keys or an
+// injected backend's alike; a local open refuses FIFOs and devices) and checks the discovery
+// snapshot, as the built-in readers do.
 #pragma once
 
 #include <cstdio>
@@ -23,9 +24,9 @@ class RowsReader final : public shardload::ShardReader {
   explicit RowsReader(const shardload::ReaderContext& context) : context_(context) {}
 
   shardload::Result<shardload::ShardProbe> probe(const std::string& path) override {
-    auto file = shardload::File::open(*context_.io, path);
+    shardload::FileInfo info;
+    auto file = context_.source->open_stat(path, &info);
     if (!file) return file.status();
-    SHARDLOAD_ASSIGN_OR_RETURN(const shardload::FileInfo info, file->stat());
     std::string head(std::min<std::uint64_t>(info.size, 256), '\0');
     if (auto s = file->read_exact(head.data(), head.size(), 0); !s) return s;
     const auto end = head.find('\n');
@@ -62,7 +63,7 @@ class RowsReader final : public shardload::ShardReader {
 
   shardload::Status read_rows(const shardload::ReadSpec& spec, const shardload::Shard& shard,
                               std::int64_t lo, std::int64_t hi, std::byte* dst) override {
-    auto file = shardload::File::open(*context_.io, shard.path);
+    auto file = context_.source->open(shard.path);
     if (!file) return file.status();
     if (context_.check_snapshot) {
       if (auto s = shardload::check_snapshot(*file, shard); !s) return s;

@@ -13,6 +13,7 @@
 #include "shardload/io.hpp"
 #include "shardload/reader.hpp"
 #include "shardload/reader_registry.hpp"
+#include "shardload/shard_source.hpp"
 #include "shardload/status.hpp"
 
 namespace py = pybind11;
@@ -103,7 +104,7 @@ class PythonReader final : public ShardReader {
  public:
   PythonReader(const Callbacks* callbacks, const ReaderContext& context)
       : callbacks_(callbacks),
-        io_(context.io != nullptr ? context.io : &posix_io()),
+        source_(context.source != nullptr ? context.source : ShardSource::files()),
         check_(context.check_snapshot) {}
 
   Result<ShardProbe> probe(const std::string& path) override {
@@ -139,7 +140,7 @@ class PythonReader final : public ShardReader {
                    std::byte* dst) override {
     // Opened without blocking and compared with discovery's snapshot before the user's read()
     // opens it (a FIFO swapped in since would block it for ever), and compared again after.
-    auto file = open_checked(*io_, shard, check_);
+    auto file = open_checked(*source_, shard, check_);
     if (!file) return file.status();
     Status read = call_read(spec, shard.path, lo, hi, dst);
     return check_ ? check_unchanged(*file, shard.snapshot, read) : read;
@@ -178,7 +179,7 @@ class PythonReader final : public ShardReader {
   }
 
   const Callbacks* callbacks_;
-  IoBackend* io_;
+  std::shared_ptr<ShardSource> source_;
   bool check_;
 };
 

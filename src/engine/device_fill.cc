@@ -16,6 +16,7 @@
 #include "shardload/device_fill.hpp"
 #include "shardload/fill.hpp"
 #include "shardload/reader.hpp"
+#include "shardload/shard_source.hpp"
 #include "storage/detail/context.hpp"
 
 namespace shardload {
@@ -117,7 +118,8 @@ class Fill {
   // for all of a format's, FormatDescriptor::contiguous_shard for some): those that are plain
   // are read straight into the staging buffers. nullptr for an unknown format.
   const FormatDescriptor* format_;
-  IoBackend* io_ = nullptr;
+  // What shards are read from: the options' backend's, else the paths' (files()).
+  std::shared_ptr<ShardSource> source_;
 
   std::vector<PieceCut> cuts_;
   std::vector<std::uint64_t> first_chunk_;  // per piece, size pieces + 1
@@ -137,7 +139,7 @@ class Fill {
 };
 
 Status Fill::plan(std::uint64_t dst_bytes) {
-  io_ = options_.io != nullptr ? options_.io : &posix_io();
+  source_ = options_.io != nullptr ? ShardSource::over(*options_.io) : ShardSource::files();
   const std::uint64_t row = layout_.row_bytes;
   const std::size_t buf = pool_.buffer_bytes();
   cuts_.reserve(pieces_.size());
@@ -338,7 +340,7 @@ Status Fill::open_file(std::int64_t shard, ReaderState& st) {
   st.file = File();
   st.file_shard = -1;
   const Shard& s = layout_.shards[static_cast<std::size_t>(shard)];
-  SHARDLOAD_ASSIGN_OR_RETURN(st.file, open_checked(*io_, s, options_.check_snapshot));
+  SHARDLOAD_ASSIGN_OR_RETURN(st.file, open_checked(*source_, s, options_.check_snapshot));
   st.file_shard = shard;
   return Status::ok();
 }
@@ -351,7 +353,7 @@ Status Fill::read_into(const Chunk& c, ReaderState& st, std::byte* buf) {
   }
   if (!st.reader) {
     ReaderContext ctx;
-    ctx.io = io_;
+    ctx.source = source_;
     ctx.scratch_bytes = options_.scratch_bytes;
     ctx.check_snapshot = options_.check_snapshot;
     ctx.unit_cache_bytes = options_.unit_cache_bytes;

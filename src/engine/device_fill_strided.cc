@@ -12,6 +12,7 @@
 #include "engine/detail/strided.hpp"
 #include "shardload/device_fill.hpp"
 #include "shardload/fill.hpp"
+#include "shardload/shard_source.hpp"
 
 namespace shardload {
 
@@ -121,7 +122,7 @@ Status strided_fill(const Layout& layout, std::int64_t lo, std::int64_t hi,
   CopyBackend& backend = pool.backend();
   std::unique_lock pool_lock(pool.in_use());
   FillOptions fo;
-  fo.io = options.io;
+  if (options.io != nullptr) fo.source = ShardSource::over(*options.io);
   fo.scratch_bytes = options.scratch_bytes;
   fo.check_snapshot = options.check_snapshot;
   fo.unit_cache_bytes = options.unit_cache_bytes;

@@ -1,4 +1,5 @@
 #include "shardload/fill.hpp"
+#include "shardload/shard_source.hpp"
 
 #include <algorithm>
 #include <cerrno>
@@ -132,11 +133,11 @@ Status fill_parts(const Layout& layout, const std::vector<std::vector<Piece>>& p
       parts.size(), parts.size(),
       [&](std::size_t, std::size_t j) { return fill_pieces(layout, parts[j], dst, o); });
   if (deferred) {
-    IoBackend& io = options.io != nullptr ? *options.io : posix_io();
+    ShardSource& source = options.source != nullptr ? *options.source : *ShardSource::files();
     for (std::size_t k = 0; k < read.size(); ++k) {
       if (!read[k]) continue;
       const Shard& s = layout.shards[k];
-      Result<FileInfo> now = io.stat_path(s.path);
+      Result<FileInfo> now = source.stat(s.path);
       if (!now) return now.status();
       if (*now != s.snapshot) {
         return file_error(

@@ -16,6 +16,7 @@
 #include "shardload/location.hpp"
 #include "shardload/manifest.hpp"
 #include "shardload/reader_registry.hpp"
+#include "shardload/shard_source.hpp"
 #include "shardload/store_options.hpp"
 
 namespace shardload {
@@ -199,7 +200,7 @@ static Result<Layout> try_discover_paths_at(const std::vector<std::string>& path
     return Status(ErrorCode::kInvalidArgument, "format custom: name the registered reader");
   }
   ReaderContext ctx;
-  ctx.io = options.io;
+  ctx.source = options.io != nullptr ? ShardSource::over(*options.io) : ShardSource::files();
   detail::ProbeResults probes;
   std::vector<FileInfo> custom_info;
   if (custom) {
@@ -211,7 +212,7 @@ static Result<Layout> try_discover_paths_at(const std::vector<std::string>& path
     probes.resize(paths.size());
     custom_info.resize(paths.size());
     for (std::size_t i = 0; i < paths.size(); ++i) {
-      auto file = File::open(ctx.io ? *ctx.io : posix_io(), paths[i]);
+      auto file = ctx.source->open(paths[i]);
       auto stat = file ? file->stat() : Result<FileInfo>(file.status());
       if (!stat) {
         probes[i].emplace(Status(ErrorCode::kLayout, stat.status().message()).with_path(paths[i]));

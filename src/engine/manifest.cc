@@ -20,6 +20,7 @@
 #include "engine/detail/probe.hpp"
 #include "shardload/codec.hpp"
 #include "shardload/location.hpp"
+#include "shardload/shard_source.hpp"
 #include "shardload/storage.hpp"
 #include "storage/detail/context.hpp"
 
@@ -575,7 +576,7 @@ Staleness check_manifest(const Manifest& m, IoBackend& io, std::vector<Renewed>*
     paths.reserve(shards.size());
     for (const auto& s : shards) paths.push_back(s.path);
     ReaderContext ctx;
-    ctx.io = &io;
+    ctx.source = ShardSource::over(io);
     const unsigned threads =
         detail::probe_threads(find_format(layout.format, layout.options.reader), ctx, paths.size(),
                               0, !paths.empty() && path_traits(paths.front()).round_trips);
@@ -637,7 +638,7 @@ Staleness check_manifest(const Manifest& m, IoBackend& io, std::vector<Renewed>*
       }
     };
     ReaderContext ctx;
-    ctx.io = &io;
+    ctx.source = ShardSource::over(io);
     const unsigned threads =
         detail::probe_threads(find_format(Format::kNpy), ctx, shards.size(), 0,
                               !shards.empty() && path_traits(shards.front().path).round_trips);

@@ -12,13 +12,14 @@
 #include "shardload/formats.hpp"
 #include "shardload/io.hpp"
 #include "shardload/location.hpp"
+#include "shardload/shard_source.hpp"
 
 namespace shardload::detail {
 
 unsigned probe_threads(const FormatDescriptor* d, const ReaderContext& ctx, std::size_t count,
                        unsigned requested, bool remote) {
   if (requested > 0) return static_cast<unsigned>(std::min<std::size_t>(requested, count));
-  if (ctx.io != nullptr && ctx.io != &posix_io()) return 1;
+  if (ctx.source != nullptr && ctx.source != ShardSource::files()) return 1;
   if (d == nullptr || !d->capabilities.parallel_probe) return 1;
   if (remote) {
     return static_cast<unsigned>(std::clamp<std::size_t>(count, 1, kRemoteProbeThreads));

@@ -332,8 +332,4 @@ Result<NpyHeader> probe_npy(ShardSource& source, const std::string& key, FileInf
   return h;
 }
 
-Result<NpyHeader> probe_npy(IoBackend& io, const std::string& path, FileInfo* info) {
-  return probe_npy(*ShardSource::over(io), path, info);
-}
-
 }  // namespace shardload

@@ -31,11 +31,6 @@ Result<File> open_checked(ShardSource& source, const Shard& shard, bool check) {
                                          snapshot_difference(f.path(), shard.snapshot, now));
 }
 
-Result<File> open_checked(IoBackend& io, const Shard& shard, bool check) {
-  // The File borrows `io` itself, not the source made over it.
-  return open_checked(*ShardSource::over(io), shard, check);
-}
-
 Result<const File*> OpenShardFile::get(ShardSource& source, const Shard& shard, bool check) {
   if (file_.fd() >= 0 && path_ == shard.path && snapshot_ == shard.snapshot) return &file_;
   reset();
@@ -274,10 +269,7 @@ Result<std::unique_ptr<ShardReader>> make_unguarded_reader(Format format,
 Result<std::unique_ptr<ShardReader>> make_reader(Format format, const FormatOptions& options,
                                                  const ReaderContext& context) {
   ReaderContext ctx = context;
-  if (ctx.source == nullptr) {
-    ctx.source = ctx.io == nullptr ? ShardSource::files() : ShardSource::over(*ctx.io);
-  }
-  ctx.io = &ctx.source->io();
+  if (ctx.source == nullptr) ctx.source = ShardSource::files();
   Result<std::unique_ptr<ShardReader>> reader = [&]() -> Result<std::unique_ptr<ShardReader>> {
     try {
       return make_unguarded_reader(format, options, ctx);

@@ -15,6 +15,7 @@
 
 #include "shardload/fill.hpp"
 #include "shardload/layout.hpp"
+#include "shardload/shard_source.hpp"
 #include "util.hpp"
 
 namespace shardload {
@@ -140,7 +141,7 @@ TEST_P(ArrowFormats, ChangedWhileReading) {
     ASSERT_TRUE(l.is_ok()) << l.status().message();
     testing::ChangingIo io(path, how, testing::ChangingIo::On::kStat, 1);
     FillOptions f;
-    f.io = &io;
+    f.source = ShardSource::over(io);
     std::vector<std::int32_t> v(static_cast<std::size_t>(9 * l->row_elements()));
     Status st = fill_rows(*l, 0, 9, reinterpret_cast<std::byte*>(v.data()), f);
     EXPECT_TRUE(io.changed());

@@ -14,6 +14,7 @@
 
 #include "engine/detail/lanes.hpp"
 #include "shardload/fill.hpp"
+#include "shardload/shard_source.hpp"
 #include "shardload/synth.hpp"
 #include "util.hpp"
 
@@ -154,7 +155,7 @@ TEST_F(FillTest, InterruptedAndPartialReadsAreRetried) {
   for (auto mode : {FaultyIo::Mode::kEintrEvery, FaultyIo::Mode::kShortReads}) {
     FaultyIo io(mode);
     FillOptions o;
-    o.io = &io;
+    o.source = ShardSource::over(io);
     std::vector<std::int32_t> out(96, -1);
     Status st = fill_rows(l, 0, 16, reinterpret_cast<std::byte*>(out.data()), o);
     ASSERT_TRUE(st) << st.message();
@@ -204,7 +205,7 @@ TEST_F(FillTest, PiecesOfOneShardOpenItOnceAndAreEachChecked) {
   }
   CountingIo io;
   FillOptions o;
-  o.io = &io;
+  o.source = ShardSource::over(io);
   std::vector<std::int32_t> out(pieces.size() * 6, -1);
   ASSERT_TRUE(fill_pieces(l, pieces, reinterpret_cast<std::byte*>(out.data()), o));
   EXPECT_EQ(io.opens, 2);
@@ -216,7 +217,7 @@ TEST_F(FillTest, PiecesOfOneShardOpenItOnceAndAreEachChecked) {
   // The shard rewritten in place (size and mtime kept) at the third read: refused.
   ChangingIo changing(dir_.file("shard_0000.npy"), Change::kRewriteInPlace, ChangingIo::On::kPread,
                       3);
-  o.io = &changing;
+  o.source = ShardSource::over(changing);
   Status st = fill_pieces(l, pieces, reinterpret_cast<std::byte*>(out.data()), o);
   ASSERT_TRUE(changing.changed());
   ASSERT_FALSE(st);
@@ -237,7 +238,7 @@ TEST_F(FillTest, PartsCheckEachFileAtItsOpenAndOnceAfterAllTheReads) {
     parts[r / 10].push_back({r / 10, r % 10, r % 10 + 1, at++});
   CountingIo io;
   FillOptions o;
-  o.io = &io;
+  o.source = ShardSource::over(io);
   std::vector<std::int32_t> out(static_cast<std::size_t>(at) * 6, -1);
   ASSERT_TRUE(fill_parts(l, parts, reinterpret_cast<std::byte*>(out.data()), o));
   for (std::size_t i = 0; i < static_cast<std::size_t>(at); ++i) {
@@ -254,7 +255,7 @@ TEST_F(FillTest, PartsCheckEachFileAtItsOpenAndOnceAfterAllTheReads) {
   // named, though every read after it succeeded.
   const std::string path = dir_.file("shard_0000.npy");
   ChangingIo changing(path, Change::kRewriteInPlace, ChangingIo::On::kPread, 3);
-  o.io = &changing;
+  o.source = ShardSource::over(changing);
   Status st = fill_parts(l, parts, reinterpret_cast<std::byte*>(out.data()), o);
   ASSERT_TRUE(changing.changed());
   ASSERT_FALSE(st);
@@ -266,7 +267,7 @@ TEST_F(FillTest, PartsCheckEachFileAtItsOpenAndOnceAfterAllTheReads) {
   c_shard(0, 0, 10);
   const Layout again = layout();
   CountingIo quiet;
-  o.io = &quiet;
+  o.source = ShardSource::over(quiet);
   o.check_snapshot = false;
   ASSERT_TRUE(fill_parts(again, parts, reinterpret_cast<std::byte*>(out.data()), o));
   EXPECT_EQ(quiet.stats + quiet.path_stats, 0);

@@ -19,6 +19,7 @@
 #include "shardload/device_fill.hpp"
 #include "shardload/fill.hpp"
 #include "shardload/host_copy_backend.hpp"
+#include "shardload/shard_source.hpp"
 #include "util.hpp"
 
 namespace shardload {
@@ -41,7 +42,7 @@ struct HostFill {
   Status fill(const Layout& l, std::int64_t lo, std::int64_t hi, std::byte* out,
               const FillCase& c) {
     FillOptions o;
-    o.io = c.io;
+    if (c.io != nullptr) o.source = ShardSource::over(*c.io);
     if (c.config == 1) o.scratch_bytes = 8;
     return fill_rows(l, lo, hi, out, o);
   }

@@ -2,6 +2,7 @@
 
 #include "shardload/io.hpp"
 #include "shardload/npy.hpp"
+#include "shardload/shard_source.hpp"
 #include "util.hpp"
 
 namespace shardload {
@@ -129,28 +130,28 @@ TEST_F(NpyProbe, ExactSizeRequired) {
   const std::string good = npy_bytes(npy_dict("<f4", false, "(3, 4)"), data);
   testing::write_file(dir_.file("good.npy"), good);
   FileInfo info;
-  auto h = probe_npy(posix_io(), dir_.file("good.npy"), &info);
+  auto h = probe_npy(*ShardSource::files(), dir_.file("good.npy"), &info);
   ASSERT_TRUE(h) << h.status().message();
   EXPECT_EQ(info.size, good.size());
 
   testing::write_file(dir_.file("short.npy"), good.substr(0, good.size() - 1));
-  h = probe_npy(posix_io(), dir_.file("short.npy"), &info);
+  h = probe_npy(*ShardSource::files(), dir_.file("short.npy"), &info);
   ASSERT_FALSE(h);
   EXPECT_NE(h.status().message().find(dir_.file("short.npy")), std::string::npos);
   EXPECT_NE(h.status().message().find("truncated"), std::string::npos) << h.status().message();
 
   testing::write_file(dir_.file("long.npy"), good + "z");
-  h = probe_npy(posix_io(), dir_.file("long.npy"), &info);
+  h = probe_npy(*ShardSource::files(), dir_.file("long.npy"), &info);
   ASSERT_FALSE(h);
   EXPECT_NE(h.status().message().find("trailing bytes"), std::string::npos);
 
   testing::write_file(dir_.file("tiny.npy"), good.substr(0, 9));
-  h = probe_npy(posix_io(), dir_.file("tiny.npy"), &info);
+  h = probe_npy(*ShardSource::files(), dir_.file("tiny.npy"), &info);
   ASSERT_FALSE(h);
   EXPECT_NE(h.status().message().find(dir_.file("tiny.npy")), std::string::npos);
 
   testing::write_file(dir_.file("cut-header.npy"), good.substr(0, 40));
-  h = probe_npy(posix_io(), dir_.file("cut-header.npy"), &info);
+  h = probe_npy(*ShardSource::files(), dir_.file("cut-header.npy"), &info);
   ASSERT_FALSE(h);
   EXPECT_NE(h.status().message().find("ends inside the header"), std::string::npos)
       << h.status().message();
@@ -162,7 +163,7 @@ TEST_F(NpyProbe, LongHeaderNeedsSecondRead) {
   dict.insert(dict.size() - 1, std::string(6000, ' '));
   testing::write_file(dir_.file("long-header.npy"), npy_bytes(dict, std::string(16, '\1'), 2));
   FileInfo info;
-  auto h = probe_npy(posix_io(), dir_.file("long-header.npy"), &info);
+  auto h = probe_npy(*ShardSource::files(), dir_.file("long-header.npy"), &info);
   ASSERT_TRUE(h) << h.status().message();
   EXPECT_GT(h->data_offset, 6000u);
 }

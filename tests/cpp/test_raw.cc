@@ -7,6 +7,7 @@
 
 #include "shardload/fill.hpp"
 #include "shardload/layout.hpp"
+#include "shardload/shard_source.hpp"
 #include "util.hpp"
 
 namespace shardload {
@@ -61,7 +62,7 @@ TEST_F(RawTest, ChangedWhileReading) {
     const std::string path = dir_.file("shard_0000.bin");
     testing::ChangingIo io(path, how, testing::ChangingIo::On::kPread, 2, 6);
     FillOptions f;
-    f.io = &io;
+    f.source = ShardSource::over(io);
     std::vector<std::int16_t> out(30);
     Status st = fill_rows(*l, 0, 10, reinterpret_cast<std::byte*>(out.data()), f);
     EXPECT_TRUE(io.changed());

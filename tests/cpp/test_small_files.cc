@@ -13,6 +13,7 @@
 
 #include "shardload/fill.hpp"
 #include "shardload/layout.hpp"
+#include "shardload/shard_source.hpp"
 #include "shardload/source.hpp"
 #include "util.hpp"
 
@@ -135,7 +136,7 @@ TEST(SmallFiles, ReadingAShardOpensWithItsSnapshot) {
   ASSERT_TRUE(layout) << layout.status().message();
   CountingIo io(/*fused=*/true);
   FillOptions opts;
-  opts.io = &io;
+  opts.source = ShardSource::over(io);
   std::vector<float> out(10);
   ASSERT_TRUE(fill_rows(*layout, 0, 5, reinterpret_cast<std::byte*>(out.data()), opts));
   EXPECT_EQ(out[9], 9.0f);

@@ -18,6 +18,7 @@
 #include "readers/detail/zarr.hpp"
 #include "shardload/fill.hpp"
 #include "shardload/layout.hpp"
+#include "shardload/shard_source.hpp"
 #include "storage/detail/fetch_ahead.hpp"
 #include "util.hpp"
 
@@ -148,7 +149,7 @@ TEST_F(ZarrTest, ChunkChangedWhileReading) {
         compressor == "null" ? testing::Change::kRewriteInPlace : testing::Change::kTruncate;
     testing::ChangingIo io(chunk, how, testing::ChangingIo::On::kPread, 2, 4);
     FillOptions o;
-    o.io = &io;
+    o.source = ShardSource::over(io);
     std::vector<std::int32_t> out(9);
     // Rows [3, 6) lie in chunks 1.0 and 1.1 only: pread 1 and 2 are 1.0's.
     Status st = fill_rows(l, 3, 6, reinterpret_cast<std::byte*>(out.data()), o);
@@ -203,7 +204,7 @@ TEST_F(ZarrTest, StoreSwappedWithACopyAndBackAroundAChunkOpenIsNeverRead) {
   const Layout l = layout();
   SwappingIo io(store(0), copy, "/1.0");
   FillOptions o;
-  o.io = &io;
+  o.source = ShardSource::over(io);
   std::vector<std::int32_t> out(6 * 3, 77);
   Status st = fill_rows(l, 0, 6, reinterpret_cast<std::byte*>(out.data()), o);
   EXPECT_EQ(io.swaps.load(), 2);

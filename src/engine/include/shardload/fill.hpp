@@ -29,7 +29,8 @@
 
 namespace shardload {
 
-// A fill's options are exactly what its readers need: the I/O backend, the
+// A fill's options are exactly what its readers need: the source they read from (`source`;
+// ShardSource::over(io) for an injected backend, files() where none is given), the
 // bounded scratch and unit cache (the only extra memory a fill uses, whatever
 // the tile size), whether opened files are checked against their snapshots,
 // and where the readers count their decodes.

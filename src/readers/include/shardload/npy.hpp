@@ -49,11 +49,8 @@ std::string encode_npy_header(const DType& dtype, const std::vector<std::int64_t
 // Reads and validates the header of the .npy key `key` of `source`, including that
 // the key's size is exactly header + data. `info` receives its snapshot. Errors name the key
 // as the source shows it.
-class IoBackend;
 class ShardSource;
 struct FileInfo;
 Result<NpyHeader> probe_npy(ShardSource& source, const std::string& key, FileInfo* info);
-// The same for a path read through `io` (ShardSource::over(io)).
-Result<NpyHeader> probe_npy(IoBackend& io, const std::string& path, FileInfo* info);
 
 }  // namespace shardload

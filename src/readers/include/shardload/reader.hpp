@@ -179,12 +179,11 @@ struct ReaderStats {
 inline constexpr std::size_t kDefaultUnitCacheBytes = std::size_t{128} << 20;
 
 struct ReaderContext {
-  // What the readers open their shards from: a shard's path is a key of it (ShardSource).
-  // nullptr: ShardSource::over(*io), or ShardSource::files() without `io`.
+  // What the readers open their shards from: a shard's path is a key of it (ShardSource), the
+  // one way a reader reads. nullptr: ShardSource::files(). A caller that injects a backend (the
+  // engine's options, the tests: one that fails or counts its calls) gives
+  // ShardSource::over(io).
   std::shared_ptr<ShardSource> source;
-  // The backend a source is made over when none is given (the engine's options and the tests
-  // inject one to fail or count calls); make_reader sets it to the source's backend.
-  IoBackend* io = nullptr;  // nullptr: posix_io()
   // Scratch for re-ordering or decoding; with unit_cache_bytes, the most
   // extra memory a reader keeps, whatever the tile size.
   std::size_t scratch_bytes = std::size_t{4} << 20;
@@ -229,8 +228,6 @@ inline Status check_snapshot(const File& file, const Shard& shard) {
 // compared only by the check_unchanged that every caller makes after its reads: that check
 // sees any change since discovery, and a HEAD at the open would only repeat it.
 Result<File> open_checked(ShardSource& source, const Shard& shard, bool check);
-// The same through `io` (ShardSource::over(io)), for callers that read shards by a backend.
-Result<File> open_checked(IoBackend& io, const Shard& shard, bool check);
 
 // Called after the last read from an open file that check_snapshot passed:
 // kChanged "PATH: changed while reading: ..." when the file now differs from

@@ -85,10 +85,6 @@ class ShardSource {
   // (HDF5 by descriptor_path, Arrow's file reader) or a transfer that needs one (GPU direct).
   [[nodiscard]] bool kernel_descriptor(const File& file) const;
 
-  // The backend the opens go through: for code that has not moved to keys yet (the engine's
-  // device fill), which must read what the readers read.
-  [[nodiscard]] IoBackend& io() const { return *io_; }
-
  private:
   struct Keys;  // of_store's backend over one store
   ShardSource(IoBackend* io, std::unique_ptr<Keys> keys);
