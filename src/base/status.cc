@@ -68,7 +68,10 @@ thread_local std::uint64_t t_redaction_work = 0;
 //   q-signature, x-cos-security-token,  Backblaze B2 download authorization (its query's
 //   x-obs-security-token, authorization  Authorization=)
 //   temp_url_sig               an OpenStack Swift temporary URL's signature
-//   __token__, hdnts           Akamai's signed URLs (Token Auth: "exp=...~acl=...~hmac=...")
+//   __token__, hdnts, hdnea    Akamai's signed URLs (Token Auth: "exp=...~acl=...~hmac=...")
+//   sign                       Tencent Cloud CDN's key authentication (types A and D)
+//   rlkey                      a Dropbox shared link's key ("?rlkey=...&dl=1")
+//   _upt                       Upyun's token anti-leech
 //   md5, verify                nginx's secure_link download link ("md5=HASH&expires=T") and
 //                              Cloudflare's token authentication ("verify=T-HMAC")
 //   auth_token, x-auth-token,  more spellings of a token, an OAuth 1 request's signature, a
@@ -79,7 +82,7 @@ thread_local std::uint64_t t_redaction_work = 0;
 // X-Goog-Credential, AWSAccessKeyId, Key-Pair-Id: the store's own errors name them too, and
 // they tell which credential was refused), a CloudFront Policy (it is what the signature
 // signs), Expires and X-Amz-Date, and every store and request option.
-constexpr std::array<std::string_view, 49> kSecretKeys = {"secret_key",
+constexpr std::array<std::string_view, 53> kSecretKeys = {"secret_key",
                                                           "session_token",
                                                           "x-amz-signature",
                                                           "x-amz-security-token",
@@ -127,7 +130,11 @@ constexpr std::array<std::string_view, 49> kSecretKeys = {"secret_key",
                                                           "accesstoken",
                                                           "access-token",
                                                           "md5",
-                                                          "verify"};
+                                                          "verify",
+                                                          "hdnea",
+                                                          "sign",
+                                                          "rlkey",
+                                                          "_upt"};
 
 // What a message may put right after a URL, and a URL cannot end with without being
 // unusual: ':' in "URL: what", quotes in "'URL'" or a JSON string, ')' in "(URL)", a
@@ -377,9 +384,43 @@ std::pair<std::size_t, std::size_t> encoded_key_equals(std::string_view text, st
   return {std::string_view::npos, 0};
 }
 
+// The encoded '=' (kEncodedEquals) that ends the key starting at text[i] where no plain '='
+// does: its position and length, or npos where a '=', '&', '#', '?', ';' or white space comes
+// first. A query percent-encoded into a value as RFC 3986 allows ('=' and '&' escaped, '?' and
+// ';' left: "?url=https://b/k?token%3DT%26a%3D1", as Spring's UriComponentsBuilder writes a
+// presigned URL given to a proxy) has its first key after a plain '?'. The scan stops at the
+// next mark that starts a key, so the scans from the starts of a text cost its length.
+std::pair<std::size_t, std::size_t> encoded_equals_of_plain_key(std::string_view text,
+                                                                std::size_t i) {
+  for (std::size_t k = i; k < text.size(); ++k) {
+    ++t_redaction_work;
+    const char c = text[k];
+    if (c == '=' || c == '&' || c == '#' || c == '?' || c == ';' || is_space(c)) break;
+    if (c != '%') continue;
+    if (const std::size_t n = spelling_at(text, k, kEncodedEquals); n != 0) return {k, n};
+  }
+  return {std::string_view::npos, 0};
+}
+
+// Where the value of a parameter after a ';' in a URL's path (a path segment's parameter:
+// "https://h/d;sig=S/x.npy", Java's ";jsessionid=...") ends at the latest: at the end of its
+// segment or the next parameter ('/', ';', '?' or '#'), before `end`, so that the rest of the
+// path, the object's name, is not hidden with it.
+std::size_t path_parameter_end(std::string_view text, std::size_t from, std::size_t end) {
+  for (std::size_t k = from; k < end; ++k) {
+    ++t_redaction_work;
+    const char c = text[k];
+    if (c == '/' || c == ';' || c == '?' || c == '#') return k;
+  }
+  return end;
+}
+
 // Each query parameter (after '?', '&', ';', which some servers take as '&', or '#' for a
 // fragment, where OAuth puts its tokens) whose key is a secret, with its value replaced by
-// "***". A ';' inside a value does not end it: the rest is hidden with it. So too each
+// "***". A ';' inside a query's value does not end it: the rest is hidden with it. In a path
+// (no '?' or '#' since the URL's start: since the last white space), a ';' parameter's value
+// ends with its segment (path_parameter_end). A key ending at an encoded '=' after a plain mark
+// is read too (encoded_equals_of_plain_key). So too each
 // parameter of a query encoded into a value (kEncodedKeyStarts): its secret's value is hidden
 // to where the outer value ends (the next '&'), the rest of the inner URL with it. And
 // BunnyCDN's token in a URL's path ("https://h/bcdn_token=T&expires=E&token_path=/v/"),
@@ -395,8 +436,12 @@ std::string redact_query(std::string_view text, std::vector<std::string>& hidden
   std::size_t word_eq = 0;
   std::vector<std::pair<std::size_t, bool>> inner_keys;
   bool inner_keys_known = false;
+  // Whether text[i] lies in a path: no '?' or '#' since the last white space.
+  bool in_path = true;
   for (std::size_t i = 0; i < text.size();) {
     ++t_redaction_work;
+    if (i > 0 && (text[i - 1] == '?' || text[i - 1] == '#')) in_path = false;
+    if (i > 0 && is_space(text[i - 1])) in_path = true;
     const bool starts_key =
         i > 0 &&
         (text[i - 1] == '?' || text[i - 1] == '&' || text[i - 1] == ';' || text[i - 1] == '#' ||
@@ -415,6 +460,23 @@ std::string redact_query(std::string_view text, std::vector<std::string>& hidden
         }
         i = end;
         continue;
+      }
+    }
+    if (starts_key) {
+      const auto [eq, eq_size] = encoded_equals_of_plain_key(text, i);
+      if (eq != std::string_view::npos && eq > i) {
+        std::string key(trim_blanks(text.substr(i, eq - i)));
+        for (std::size_t k = 0; k < (eq_size == 3 ? 1U : 2U); ++k) key = percent_decoded(key);
+        if (detail::is_secret_query_key(key)) {
+          out.append(text.substr(i, eq + eq_size - i));  // the key and its encoded '='
+          const std::size_t end = value_end(text, eq + eq_size);
+          if (end > eq + eq_size) {
+            out += "***";
+            hidden.emplace_back(text.substr(eq + eq_size, end - eq - eq_size));
+          }
+          i = end;
+          continue;
+        }
       }
     }
     const bool inner = starts_key && i > word_begin && i < word_end;
@@ -480,7 +542,12 @@ std::string redact_query(std::string_view text, std::vector<std::string>& hidden
       continue;
     }
     out.append(text.substr(i, eq + 1 - i));  // the key and its '='
-    const std::size_t end = value_end(text, eq + 1);
+    // A path parameter's value is looked for within its segment only: value_end's run to the
+    // next '&' would cross every later parameter again.
+    const bool path_parameter = in_path && text[i - 1] == ';';
+    const std::size_t end = value_end(
+        path_parameter ? text.substr(0, path_parameter_end(text, eq + 1, text.size())) : text,
+        eq + 1);
     if (end > eq + 1) {
       out += "***";
       hidden.emplace_back(text.substr(eq + 1, end - eq - 1));

@@ -355,6 +355,64 @@ std::uint64_t redaction_work_on(const std::string& text) {
   return detail::redaction_work() - before;
 }
 
+TEST(RedactSecrets, AParameterInAPathHidesItsValueNotTheRestOfThePath) {
+  // A ';' parameter of a path segment (Java's ";jsessionid=", a SAS sig typed after ';') keeps
+  // its value hidden, to its segment's end: the object's name after it showed as "***" too.
+  EXPECT_EQ(redact_secrets("https://h/d;sig=S1g/x.npy: HTTP 404"),
+            "https://h/d;sig=***/x.npy: HTTP 404");
+  EXPECT_EQ(redact_secrets("https://h/d;jsessionid=S1d;v=2/x.npy?a=1"),
+            "https://h/d;jsessionid=***;v=2/x.npy?a=1");
+  EXPECT_EQ(redact_secrets("s3://b/k;sig=1/x.npy"), "s3://b/k;sig=***/x.npy");
+  EXPECT_EQ(redact_secrets("D/run;token=T0k/shard_0000.npy: changed"),
+            "D/run;token=***/shard_0000.npy: changed");
+  // A path after white space that follows a query: a path again.
+  EXPECT_EQ(redact_secrets("http://h/x.npy?u=1 and http://h/d;sig=S1g/x.npy"),
+            "http://h/x.npy?u=1 and http://h/d;sig=***/x.npy");
+  // In a query or a fragment a ';' item's value runs to the next '&' as before (some servers
+  // take ';' for '&', and a value may hold '/').
+  EXPECT_EQ(redact_secrets("https://h/x.npy?ref=main;sig=S1g/x/y&a=1"),
+            "https://h/x.npy?ref=main;sig=***&a=1");
+  EXPECT_EQ(redact_secrets("https://h/x.npy#frag;access_token=T/1"),
+            "https://h/x.npy#frag;access_token=***");
+  // In proportion to the text: each parameter's value is looked for within its segment, not to
+  // the next '&' across all the later ones.
+  const auto text_of = [](int parameters) {
+    std::string text = "https://h/d";
+    for (int i = 0; i < parameters; ++i) text += ";sig=x";
+    return text + "/x.npy";
+  };
+  const std::uint64_t small = redaction_work_on(text_of(3125));
+  const std::uint64_t large = redaction_work_on(text_of(50000));
+  EXPECT_LT(large, 24 * small) << small << " then " << large;  // 16 times the text
+}
+
+TEST(RedactSecrets, AKeyEndingAtAnEncodedEqualsAfterAPlainMarkIsRead) {
+  // A presigned URL given as a query value with only '=' and '&' escaped (RFC 3986 lets a
+  // query hold '?', '/' and ':'): its first key follows a plain '?'.
+  EXPECT_EQ(redact_secrets("http://h/x.npy?url=https://b/k.npy?token%3DT0k3nSecret%26a%3D1"),
+            "http://h/x.npy?url=https://b/k.npy?token%3D***");
+  EXPECT_EQ(redact_secrets("http://h/x.npy?u=https://b/k.npy?X-Amz-Signature%253DS1g&v=1"),
+            "http://h/x.npy?u=https://b/k.npy?X-Amz-Signature%253D***&v=1");
+  EXPECT_EQ(redact_secrets("http://h/x.npy#access_token%3DT0k"),
+            "http://h/x.npy#access_token%3D***");
+  EXPECT_EQ(redact_secrets("http://h/x.npy?u=k;sig%3DS1g"), "http://h/x.npy?u=k;sig%3D***");
+  EXPECT_TRUE(detail::query_item_holds_secret("url=https://b/k.npy?token%3DT%26a%3D1"));
+  // Not a secret's key, or a plain '=' first: as before.
+  for (const std::string text : {"http://h/x.npy?url=https://b/k.npy?a%3D1%26b%3D2",
+                                 "http://h/x.npy?q=token%3D1", "http://h/x.npy?%3Dtoken"}) {
+    EXPECT_EQ(redact_secrets(text), text);
+  }
+}
+
+TEST(RedactSecrets, CdnAndHostTokenKeysAreSecrets) {
+  EXPECT_EQ(redact_secrets("https://h/x.npy?hdnea=exp=1~acl=%2F*~hmac=H&dl=1"),
+            "https://h/x.npy?hdnea=***&dl=1");
+  EXPECT_EQ(redact_secrets("https://h/x.npy?sign=1700000000-r-0-S&a=1"),
+            "https://h/x.npy?sign=***&a=1");
+  EXPECT_EQ(redact_secrets("https://h/x.npy?rlkey=K3y&dl=1"), "https://h/x.npy?rlkey=***&dl=1");
+  EXPECT_EQ(redact_secrets("https://h/x.npy?_upt=T0k&a=1"), "https://h/x.npy?_upt=***&a=1");
+}
+
 TEST(RedactSecrets, TakesWorkInProportionToTheText) {
   // A server's error text in a message can be long and crafted: many URLs whose authority a
   // '/' cuts short, each once made the redaction look for an '@' to the end of the text.

@@ -61,6 +61,12 @@ QUERY_FORMS = [
                           "AKIAVISIBLE%26X-Amz-Signature%3Dnest-s3cr3t%26X-Amz-Date%3D1&alt=media"),
     ("proxied_twice", "next=%252Fx.npy%253Fa%253D1%2526token%253Dnest2-s3cr3t&alt=media"),
     ("json_amp", "a=1\\u0026token=js-s3cr3t"),
+    # a presigned URL given to a proxy as RFC 3986 lets a query value hold it ('=' and '&'
+    # escaped, '?' and '/' left: Spring's UriComponentsBuilder writes it so)
+    ("proxied_plain_marks", "url=https://b/k.npy?token%3Dsp-s3cr3t%26a%3D1"),
+    # CDNs' and hosts' own keys: Akamai's hdnea, Tencent's sign, Dropbox's rlkey, Upyun's _upt
+    ("cdn_keys", "hdnea=exp=1~acl=%2Fd%2F%2A~hmac=ak-s3cr3t&sign=1700000000-r-0-tc-s3cr3t&"
+                 "rlkey=db-s3cr3t&dl=1&_upt=up-s3cr3t"),
 ]
 # What of each form must still show (besides the host and the object's name).
 VISIBLE = {"sigv4": ["X-Amz-Credential=AKIAVISIBLE", "X-Amz-Signature=***"],
@@ -75,6 +81,8 @@ VISIBLE = {"sigv4": ["X-Amz-Credential=AKIAVISIBLE", "X-Amz-Signature=***"],
            "gitlab": ["private_token=***&ref=main"],
            "nginx_secure_link": ["md5=***&expires=2147483647"],
            "cloudflare": ["verify=***"],
+           "proxied_plain_marks": ["url=https://b/k.npy?token%3D***"],
+           "cdn_keys": ["hdnea=***&sign=***&rlkey=***&dl=1&_upt=***"],
            "by_word": ["sas_token=***&jsessionid=***&X-Amz-Security-Token2=***",
                        "dbPassword=***&my_api_key=***&token_type=bearer",
                        "AWSAccessKeyId=AKIAVISIBLE"],
