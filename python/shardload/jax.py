@@ -97,8 +97,14 @@ def load(
     Devices: the rows always pass through host memory (a GPU device receives them by
     ``device_put``); peak host memory is about one device's rows beyond the replicated ranges.
 
-    Several processes: the array is whole only if every process read its rows, so after its
-    own read each process reports to the others through ``jax.distributed``'s key-value store
+    Several processes: every process must have found the same dataset (a node-local path
+    whose copies differ would make one array of several datasets' rows, or give the processes
+    different shapes), so after discovery the processes of the sharding compare the array's
+    shape and dtype and each shard's rows and size (through ``jax.distributed``'s key-value
+    store, one exchange): a difference is a LayoutError on each, naming the first shard that
+    differs. Copies whose bytes differ at the same sizes are not told apart. The array is
+    whole only if every process read its rows, so after its own read each process reports to
+    the others through ``jax.distributed``'s key-value store
     and waits for theirs. A process whose read failed raises its own error at once and tells
     the others, which raise the same error type with its message (naming the process, the
     file, the tile and the rows). None of them waits in a device collective; a process that
@@ -138,6 +144,7 @@ def load(
             since discovery, an I/O error, damaged data); the message names the file.
         OutOfMemoryError: this process's rows do not fit its memory (nothing was read).
         TimeoutError: another process did not report within ``timeout``.
+        LayoutError: another process of the sharding found another dataset.
     """
     import jax
 
@@ -149,7 +156,7 @@ def load(
     wait_s = _timeout_arg(timeout)
     peers = _Peers(sharding)
     try:
-        result = _load_here(source, sharding, row_range=row_range, astype=astype,
+        result = _load_here(source, sharding, peers, wait_s, row_range=row_range, astype=astype,
                             threads=threads, overdecompose=overdecompose, info=info,
                             progress=progress, reader=reader,
                             storage_options=storage_options, options=options)
@@ -160,7 +167,8 @@ def load(
     return result
 
 
-def _load_here(source: object, sharding: Any, *, progress: object, row_range: object,
+def _load_here(source: object, sharding: Any, peers: "_Peers", wait_s: float, *,
+               progress: object, row_range: object,
                astype: object,
                threads: object, overdecompose: object, info: object, reader: str | None,
                storage_options: StorageOptions | None,
@@ -181,6 +189,7 @@ def _load_here(source: object, sharding: Any, *, progress: object, row_range: ob
     shape = tuple(int(n) for n in layout.shape)
     index_map = _indices(sharding, shape, row_range is not None)
     ranges = _row_ranges(index_map, shape[0])
+    peers.agree_on(layout, shape, dtype, wait_s)
     reporter = _frontend._Reporter(progress, prepared, WHERE,
                                    rows=sum(hi - lo for lo, hi, _ in ranges),
                                    bar=jax.process_index() == 0)
@@ -385,6 +394,7 @@ class _Peers:
             n = _loads.get(group, 0)
             _loads[group] = n + 1
             self.prefix = f"shardload/jax.load/{group}/{n}"
+            self.layouts = f"shardload/jax.load.layout/{group}/{n}"
 
     def _tell(self, record: dict[str, Any]) -> None:
         if self.client is not None:
@@ -405,28 +415,87 @@ class _Peers:
         if self.client is None:
             return
         self._tell({"type": None})
+        self._wait(self.prefix, timeout, "their rows read", "reading its own")
+
+    def agree_on(self, layout: Layout, shape: tuple[int, ...], dtype: np.dtype,
+                 timeout: float) -> None:
+        """Compares what this process found with the others': the array's shape and dtype and
+        each shard's rows and size; raises a LayoutError naming the first difference (every
+        process finds one, so every process raises)."""
+        if self.client is None:
+            return
+        mine = _summary(layout, shape, dtype)
+        self.client.key_value_set(f"{self.layouts}/{self.me}", json.dumps(mine))
+        theirs = self._wait(self.layouts, timeout, "the dataset they found", "finding its own")
+        for process in sorted(theirs):
+            other = json.loads(theirs[process])
+            if other != mine:
+                difference = _core.redact_secrets(
+                    _summary_difference(layout, mine, other, self.me, process))
+                raise _errors.LayoutError(
+                    f"{WHERE}: processes {self.me} and {process} found different datasets "
+                    f"({difference}): one array of them would mix their rows. Give every "
+                    "process the same files (a node-local path must hold the same copy on "
+                    "every node), or discover once and pass the Layout to every process")
+
+    def _wait(self, prefix: str, timeout: float, what: str, after: str) -> dict[int, str]:
+        """Each other process's value under `prefix`, polled for (so Ctrl-C works) until all
+        are there; a failure another process reported before its value is raised here."""
         deadline = time.monotonic() + timeout
-        pending = set(self.others)
+        got: dict[int, str] = {}
         pause = 0.002
         while True:
-            for key, value in self.client.key_value_dir_get(self.prefix):
-                name = key.rsplit("/", 1)[-1]
-                if not name.isdigit() or int(name) not in pending:
-                    continue
-                process = int(name)
-                pending.discard(process)
-                record = json.loads(value)
-                if record["type"] is not None:
-                    raise _peer_error(process, record)
+            failed = None
+            for where in dict.fromkeys((self.prefix, prefix)):
+                for key, value in self.client.key_value_dir_get(where):
+                    name = key.rsplit("/", 1)[-1]
+                    if not name.isdigit() or int(name) not in self.others:
+                        continue
+                    process = int(name)
+                    if where == self.prefix:
+                        record = json.loads(value)
+                        if record["type"] is not None:
+                            failed = failed or _peer_error(process, record)
+                            continue
+                    if where == prefix:
+                        got[process] = value
+            pending = sorted(set(self.others) - set(got))
             if not pending:
-                return
+                return got
+            if failed is not None:
+                raise failed
             if time.monotonic() > deadline:
-                raise TimeoutError(f"{WHERE}: process(es) {sorted(pending)} did not report "
-                                   f"their rows read within {timeout:g} s of this process "
-                                   f"(process {self.me}) reading its own; the array is not "
-                                   "whole (did every process call load?)")
+                raise TimeoutError(f"{WHERE}: process(es) {pending} did not report {what} "
+                                   f"within {timeout:g} s of this process (process "
+                                   f"{self.me}) {after}; the array is not whole (did every "
+                                   "process call load?)")
             time.sleep(pause)
             pause = min(pause * 2, 0.05)
+
+
+def _summary(layout: Layout, shape: tuple[int, ...], dtype: np.dtype) -> dict[str, Any]:
+    """What the processes of one array must agree on: its shape and dtype, and each shard's
+    first file row, rows and size (not its path: node-local copies may lie elsewhere)."""
+    from . import _feed_core
+
+    return {"shape": list(shape), "dtype": str(dtype),
+            "shards": [[int(first), int(rows), int(size)]
+                       for _, first, rows, size, _ in _feed_core.shard_states(layout)]}
+
+
+def _summary_difference(layout: Layout, mine: Mapping[str, Any], theirs: Mapping[str, Any],
+                        me: int, other: int) -> str:
+    """The first difference between this process's summary and another's, in words."""
+    a, b = mine["shards"], theirs["shards"]
+    for i in range(min(len(a), len(b))):
+        if a[i] != b[i]:
+            return (f"shard {i} ({layout.paths[i]} here) has {a[i][1]} rows, {a[i][2]} bytes "
+                    f"on process {me} but {b[i][1]} rows, {b[i][2]} bytes on process {other}")
+    if len(a) != len(b):
+        return (f"process {me} found {len(a)} shards, an array of {tuple(mine['shape'])}, "
+                f"process {other} {len(b)} shards, {tuple(theirs['shape'])}")
+    return (f"the array is {tuple(mine['shape'])} {mine['dtype']} on process {me} but "
+            f"{tuple(theirs['shape'])} {theirs['dtype']} on process {other}")
 
 
 def _peer_error(process: int, record: Mapping[str, Any]) -> BaseException:

@@ -3,6 +3,7 @@ before it is imported, so each configuration runs in a process of its own.
 
     python jax_worker.py single SPEC.json      # one process, SPEC["devices"] CPU devices
     python jax_worker.py multi SPEC.json ID    # process ID of SPEC["processes"]
+    python jax_worker.py differ SPEC.json ID   # each process loads its own copy, which differ
 
 Results go to SPEC["out"] as .npy arrays and one JSON record per case; the test compares them
 with numpy.
@@ -174,11 +175,30 @@ def multi(spec: dict, me: int) -> None:
     jax.distributed.shutdown()
 
 
+def differ(spec: dict, me: int) -> None:
+    """Each case names a directory per process (a node-local path whose copies differ): both
+    processes load their own, with the same arguments otherwise."""
+    jax = _start(spec, me)
+    import shardload.jax as sj
+
+    records = {}
+    for name, dirs in spec["cases"].items():
+        try:
+            x = sj.load(dirs[me], timeout=60)
+            records[name] = {"shape": list(x.shape)}
+        except Exception as e:
+            records[name] = _error(e)
+    pathlib.Path(spec["out"], f"differ_{me}.json").write_text(json.dumps(records))
+    jax.distributed.shutdown()
+
+
 if __name__ == "__main__":
     try:
         spec = json.loads(pathlib.Path(sys.argv[2]).read_text())
         if sys.argv[1] == "single":
             single(spec)
+        elif sys.argv[1] == "differ":
+            differ(spec, int(sys.argv[3]))
         else:
             multi(spec, int(sys.argv[3]))
     except BaseException:

@@ -231,6 +231,58 @@ def test_two_processes_read_their_rows_and_fail_together(tmp_path: pathlib.Path)
     assert 1.0 <= r[0]["alone_s"] < 10, r[0]["alone_s"]
 
 
+def test_processes_that_found_different_datasets_raise_a_layout_error(
+        tmp_path: pathlib.Path) -> None:
+    """Two processes load one path, node-local storage whose copies differ (here a directory
+    of each process's own): before, both returned one global array, of two datasets' rows, and
+    with a shard more on one they disagreed on its shape. Now every process raises a
+    LayoutError naming the first difference; copies that agree load as before."""
+    rows = np.arange(96, dtype=np.int32).reshape(48, 2)
+    cases = {}
+    for name, splits in {"more": ([8, 8], [8, 8, 8]), "split": ([8, 8], [6, 10]),
+                         "same": ([16, 32], [16, 32])}.items():
+        dirs = []
+        for p, split in enumerate(splits):
+            d = tmp_path / name / f"p{p}"
+            d.mkdir(parents=True)
+            edges = np.cumsum([0] + split)
+            for i, (lo, hi) in enumerate(zip(edges[:-1], edges[1:])):
+                np.save(d / f"shard_{i:04d}.npy", rows[lo:hi])
+            dirs.append(str(d))
+        cases[name] = dirs
+    spec = {"devices": 2, "processes": 2, "port": _free_port(), "out": str(tmp_path),
+            "cases": cases}
+    (tmp_path / "spec.json").write_text(json.dumps(spec))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(HERE.parents[1] / "python")] + os.environ.get("PYTHONPATH", "").split(os.pathsep))}
+    procs = [subprocess.Popen([sys.executable, str(WORKER), "differ",
+                               str(tmp_path / "spec.json"), str(p)], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for p in range(2)]
+    outputs = []
+    try:
+        for proc in procs:
+            outputs.append(proc.communicate(timeout=180)[0])
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    assert [p.returncode for p in procs] == [0, 0], outputs
+    r = [json.loads((tmp_path / f"differ_{p}.json").read_text()) for p in range(2)]
+    for p in range(2):
+        for name in ("more", "split"):
+            got = r[p][name]
+            assert got.get("error") == "LayoutError", (p, name, got)
+            assert (f"processes {p} and {1 - p} found different datasets"
+                    in got["message"]), got
+        assert (f"process {p} found {2 + p} shards, an array of ({16 + 8 * p}, 2), process "
+                f"{1 - p} {3 - p} shards, ({24 - 8 * p}, 2)" in r[p]["more"]["message"]), r[p]
+        assert (f"shard 0 ({cases['split'][p]}/shard_0000.npy here) has "
+                f"{[8, 6][p]} rows" in r[p]["split"]["message"]), r[p]["split"]
+        assert r[p]["same"] == {"shape": [48, 2]}, r[p]["same"]
+
+
 def test_import_shardload_does_not_import_jax() -> None:
     code = ("import sys, shardload, shardload.numpy, shardload.jax; "
             "assert 'jax' not in sys.modules, 'jax imported'")
