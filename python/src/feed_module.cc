@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -991,7 +992,11 @@ class AsyncGather {
         fill.given = rows_.data();
       }
       status_ = fill_gather_cast(l, fill, dst, threads, fn, m);
-      finished_.store(true, std::memory_order_release);
+      {
+        std::lock_guard lock(mu_);
+        finished_.store(true, std::memory_order_release);
+      }
+      finished_cv_.notify_all();
     });
   }
   AsyncGather(const AsyncGather&) = delete;
@@ -1019,14 +1024,28 @@ class AsyncGather {
         // the fill's threads that call a Python reader run starved (each of their instructions
         // asks for the signal, which only the main thread handles): a fill hung for minutes.
         // So the wait looks once the interrupt came, takes the KeyboardInterrupt then, and
-        // raises it after the join.
-        while (!finished_.load(std::memory_order_acquire)) {
-          if (!raised && wait_->interrupted()) {
-            shardload::python::GilAcquired gil;
-            if (PyErr_CheckSignals() != 0) raised.emplace();
+        // raises it after the join. It blocks until the fill ends, waking every kSignalLook to
+        // look for an interrupt (a signal handler cannot wake a condition variable) until it
+        // has taken one.
+        std::unique_lock lock(mu_);
+        const auto finished = [this] { return finished_.load(std::memory_order_acquire); };
+        while (!finished()) {
+          if (raised) {
+            finished_cv_.wait(lock, finished);
+            break;
           }
-          std::this_thread::sleep_for(std::chrono::microseconds(100));
+          if (wait_->interrupted()) {
+            lock.unlock();
+            {
+              shardload::python::GilAcquired gil;
+              if (PyErr_CheckSignals() != 0) raised.emplace();
+            }
+            lock.lock();
+            if (raised) continue;
+          }
+          finished_cv_.wait_for(lock, kSignalLook, finished);
         }
+        lock.unlock();
         thread_.join();
       }
       if (raised) {
@@ -1049,8 +1068,14 @@ class AsyncGather {
   std::vector<std::int64_t> rows_;
   FillOrder order_;
   bool by_order_ = false;
+  // How often result()'s wait looks for a Ctrl-C: a delay no one notices, and a hundred
+  // wake-ups a second at most.
+  static constexpr std::chrono::milliseconds kSignalLook{10};
+
   std::unique_ptr<InterruptibleWait> wait_;
   Status status_;
+  std::mutex mu_;  // finished_'s changes to false -> true, for finished_cv_
+  std::condition_variable finished_cv_;
   std::atomic<bool> finished_{false};
   std::thread thread_;  // last: started once everything it uses is built
 };

@@ -1995,6 +1995,44 @@ def test_a_ctrl_c_ends_a_fill_of_a_python_reader_after_the_reads_in_flight(
     assert "NEXT EPOCH OK" in r.stdout, r.stdout
 
 
+def test_a_fill_s_wait_blocks_instead_of_polling(tmp_path):
+    """The loop's wait for a fill whose reads take a while (a Python reader waiting on its
+    source) slept 100 us at a time: about 5,000 wake-ups of the main thread for half a second
+    of reading. It blocks until the fill ends, waking only to look for a Ctrl-C (every 10 ms).
+    Counted as the main thread's voluntary context switches during the wait."""
+    import threading
+
+    for i in range(2):
+        (tmp_path / f"shard_{i:04d}.slowrow").write_text(str(i))
+    release = threading.Event()
+
+    def read(path, lo, hi):
+        release.wait(30)
+        return np.arange(lo, hi, dtype="f8")
+
+    shardload.register_reader("slowrow", read=read, count_rows=lambda p: 16, dtype="float64",
+                              trailing_shape=(), extension=".slowrow")
+    layout = shardload.discover(tmp_path, format="slowrow")
+    status = pathlib.Path(f"/proc/self/task/{threading.main_thread().native_id}/status")
+    if not status.exists():
+        pytest.skip("needs /proc/self/task")
+
+    def switches() -> int:
+        line = next(x for x in status.read_text().splitlines()
+                    if x.startswith("voluntary_ctxt_switches:"))
+        return int(line.split()[1])
+
+    batches = iter(sf.Feed(layout, 8, prefetch=0))
+    threading.Timer(0.5, release.set).start()
+    before = switches()
+    first = next(batches)
+    woken = switches() - before
+    assert np.asarray(first).shape == (8,) and set(np.asarray(first).tolist()) <= set(range(16))
+    assert release.is_set()  # the wait lasted until the reads were let go
+    # 0.5 s at 10 ms a wake-up is 50; at 100 us, 5,000.
+    assert woken < 500, woken
+
+
 @pytest.mark.parametrize("mode", ["row", "block"])
 def test_an_interrupt_as_a_loop_starts_leaves_the_feed_usable(data, monkeypatch, mode):
     """A Ctrl-C that lands in a loop's first statements (the order, the fills, the maps of the
