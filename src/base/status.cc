@@ -1237,22 +1237,47 @@ std::string replace_each(std::string text, std::string_view secret) {
 
 }  // namespace
 
+// `v` with each of `from` written as `to`.
+std::string each_written_as(std::string_view v, char from, std::string_view to) {
+  std::string out;
+  for (const char c : v) {
+    if (c == from) {
+      out += to;
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
 // Each other place where the text quotes a secret hidden in it (a server's error page quoting
-// the signature it refused, the token, the password), as it was given or percent-decoded,
-// replaced by "***". Values shorter than 6 bytes are left (they would hide ordinary words);
-// at most 32 values are looked for, so that the time stays in proportion to the text.
+// the signature it refused, the token, the password), replaced by "***": as it was given,
+// percent-decoded, or form-decoded ('+' read as a space, as most servers read a query), each
+// also as a JSON encoder that escapes '/' writes it ("\/", PHP's default) and as HTML's numeric
+// character references write '+' and '/' (Go's html/template, OWASP's rule). Values shorter
+// than 6 bytes are left (they would hide ordinary words); at most 64 values are looked for,
+// so that the time stays in proportion to the text.
 std::string hide_quoted(std::string text, const std::vector<std::string>& hidden) {
   constexpr std::size_t kShortest = 6;
-  constexpr std::size_t kMost = 32;
+  constexpr std::size_t kMost = 64;
   std::vector<std::string> secrets;
-  const auto add = [&](std::string v) {
+  const auto add_one = [&](std::string v) {
     if (v.size() < kShortest || secrets.size() >= kMost) return;
     if (std::find(secrets.begin(), secrets.end(), v) == secrets.end())
       secrets.push_back(std::move(v));
   };
+  const auto add = [&](const std::string& v) {
+    add_one(v);
+    if (v.find('/') != std::string::npos) add_one(each_written_as(v, '/', "\\/"));
+    if (v.find_first_of("+/") != std::string::npos) {
+      add_one(each_written_as(each_written_as(v, '+', "&#43;"), '/', "&#x2F;"));
+      add_one(each_written_as(each_written_as(v, '+', "&#x2B;"), '/', "&#47;"));
+    }
+  };
   for (const std::string& h : hidden) {
     add(h);
     add(percent_decoded(h));
+    if (h.find('+') != std::string::npos) add(percent_decoded(each_written_as(h, '+', " ")));
     // A '?' or '#' in a user part's secret: a parser that ends the URL's path there quotes
     // the pieces apart ("'TAIL@bucket/key' after the URL's first '?' is not ...").
     for (std::size_t from = 0; from < h.size();) {

@@ -530,6 +530,23 @@ TEST(HideRequestSecrets, AnAnswerLosesTheRequestsOwnSecretsWholeAndWhereItsEndCu
             "Range bytes=0-9 for host h");
 }
 
+TEST(HideRequestSecrets, AnAnswerQuotingASecretFormDecodedOrEscapedLosesItToo) {
+  using detail::hide_request_secrets;
+  // A server reads a query as a form ('+' a space) and its page quotes the value so, or as a
+  // JSON encoder that escapes '/' writes it, or with HTML's references for '+' and '/'.
+  const std::vector<std::string> urls = {
+      "http://h/x.npy?access_token=ya29.a0Af+hIjk/lmn==&token=abc+defghi&n=1"};
+  for (const std::string quoted :
+       {"ya29.a0Af hIjk/lmn==", "ya29.a0Af+hIjk\\/lmn==", "ya29.a0Af&#43;hIjk&#x2F;lmn==",
+        "ya29.a0Af&#x2B;hIjk&#47;lmn==", "abc defghi", "ya29.a0Af+hIjk/lmn=="}) {
+    EXPECT_EQ(hide_request_secrets("denied: {\"t\": \"" + quoted + "\"}", urls, {}),
+              "denied: {\"t\": \"***\"}")
+        << quoted;
+  }
+  // A value without '+' or '/' has no such spellings, and the rest of the page stays.
+  EXPECT_EQ(hide_request_secrets("a+b c/d for x.npy", urls, {}), "a+b c/d for x.npy");
+}
+
 TEST(RedactSecrets, EveryStatusMessageContextAndPathIsRedacted) {
   const std::string url = "s3://b/k?region=r&secret_key=hunter2";
   const Status s = file_error(ErrorCode::kIo, url, "HTTP 403", 13)
