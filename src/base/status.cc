@@ -516,7 +516,9 @@ std::string redact_query(std::string_view text, std::vector<std::string>& hidden
         decoded_key(text.substr(i, eq - i)) == "endpoint_override") {
       // shardload's endpoint, percent-encoded in the query: a user part in it ("http://
       // user:password@host", "user:password@host") is hidden to its last '@', where the
-      // user-part rule, which looks for a plain "://", does not see it.
+      // user-part rule, which looks for a plain "://", does not see it. The rest of the value
+      // is read on by the query's rules: a query of the endpoint's own ("...:9/?token=S", or
+      // "%3Ftoken%3DS") has its secrets hidden as any other.
       const std::size_t end = value_end(text, eq + 1);
       const std::string_view value = text.substr(eq + 1, end - eq - 1);
       std::size_t at = value.rfind('@');
@@ -528,13 +530,11 @@ std::string redact_query(std::string_view text, std::vector<std::string>& hidden
         }
       }
       out.append(text.substr(i, eq + 1 - i));
+      i = eq + 1;
       if (at != std::string_view::npos && at > 0) {
         out += "***";
-        out.append(value.substr(at));
-      } else {
-        out.append(value);
+        i += at;
       }
-      i = end;
       continue;
     }
     if (!starts_key || eq == i || eq >= text.size() || text[eq] != '=' || !secret_key()) {

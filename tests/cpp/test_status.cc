@@ -547,6 +547,20 @@ TEST(HideRequestSecrets, AnAnswerQuotingASecretFormDecodedOrEscapedLosesItToo) {
   EXPECT_EQ(hide_request_secrets("a+b c/d for x.npy", urls, {}), "a+b c/d for x.npy");
 }
 
+TEST(RedactSecrets, ASecretInTheQueryOfAnEndpointOverrideIsHidden) {
+  // The endpoint's own query, plain or percent-encoded, after a user part or without one.
+  EXPECT_EQ(redact_secrets("s3://b/k.npy?endpoint_override=http://h:9/?token=S3cr3tTok&region=r"),
+            "s3://b/k.npy?endpoint_override=http://h:9/?token=***&region=r");
+  EXPECT_EQ(redact_secrets("s3://b/k.npy?endpoint_override=http%3A%2F%2Fh%3A9%2F%3F"
+                           "X-Amz-Signature%3DSIG123456&region=r"),
+            "s3://b/k.npy?endpoint_override=http%3A%2F%2Fh%3A9%2F%3F"
+            "X-Amz-Signature%3D***&region=r");
+  EXPECT_EQ(redact_secrets("s3://b/k.npy?endpoint_override=http://u:pw99@h:9/?token=Tok123"),
+            "s3://b/k.npy?endpoint_override=***@h:9/?token=***");
+  EXPECT_EQ(redact_secrets("s3://b/k.npy?endpoint_override=http://h:9&region=r"),
+            "s3://b/k.npy?endpoint_override=http://h:9&region=r");
+}
+
 TEST(RedactSecrets, EveryStatusMessageContextAndPathIsRedacted) {
   const std::string url = "s3://b/k?region=r&secret_key=hunter2";
   const Status s = file_error(ErrorCode::kIo, url, "HTTP 403", 13)
