@@ -446,19 +446,24 @@ std::string redact_query(std::string_view text, std::vector<std::string>& hidden
         i > 0 &&
         (text[i - 1] == '?' || text[i - 1] == '&' || text[i - 1] == ';' || text[i - 1] == '#' ||
          (text[i - 1] == '/' && spelled_at(text, i, detail::kPathTokenKey)));
+    // The secret key text[i, eq) and its '=' (eq_size bytes, encoded or not) kept, its value
+    // hidden; i moves past the value.
+    const auto hide_value = [&](std::size_t eq, std::size_t eq_size) {
+      out.append(text.substr(i, eq + eq_size - i));
+      const std::size_t end = value_end(text, eq + eq_size);
+      if (end > eq + eq_size) {
+        out += "***";
+        hidden.emplace_back(text.substr(eq + eq_size, end - eq - eq_size));
+      }
+      i = end;
+    };
     if (const int encodings = starts_key ? -1 : encoded_key_start_ends_at(text, i);
         encodings >= 0) {
       const auto [eq, eq_size] = encoded_key_equals(text, i);
       std::string key(trim_blanks(text.substr(i, eq == std::string_view::npos ? 0 : eq - i)));
       for (int k = 0; k < encodings; ++k) key = percent_decoded(key);
       if (eq != std::string_view::npos && eq > i && detail::is_secret_query_key(key)) {
-        out.append(text.substr(i, eq + eq_size - i));  // the key and its '='
-        const std::size_t end = value_end(text, eq + eq_size);
-        if (end > eq + eq_size) {
-          out += "***";
-          hidden.emplace_back(text.substr(eq + eq_size, end - eq - eq_size));
-        }
-        i = end;
+        hide_value(eq, eq_size);
         continue;
       }
     }
@@ -468,13 +473,7 @@ std::string redact_query(std::string_view text, std::vector<std::string>& hidden
         std::string key(trim_blanks(text.substr(i, eq - i)));
         for (std::size_t k = 0; k < (eq_size == 3 ? 1U : 2U); ++k) key = percent_decoded(key);
         if (detail::is_secret_query_key(key)) {
-          out.append(text.substr(i, eq + eq_size - i));  // the key and its encoded '='
-          const std::size_t end = value_end(text, eq + eq_size);
-          if (end > eq + eq_size) {
-            out += "***";
-            hidden.emplace_back(text.substr(eq + eq_size, end - eq - eq_size));
-          }
-          i = end;
+          hide_value(eq, eq_size);
           continue;
         }
       }

@@ -159,6 +159,30 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def _two_processes(tmp_path: pathlib.Path, mode: str, spec: dict, timeout: float) -> list:
+    """Runs jax_worker.py's `mode` as the 2 processes of one jax.distributed job (2 CPU devices
+    each) and returns the record each wrote to MODE_P.json."""
+    spec = {"devices": 2, "processes": 2, "port": _free_port(), "out": str(tmp_path), **spec}
+    (tmp_path / "spec.json").write_text(json.dumps(spec))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(HERE.parents[1] / "python")] + os.environ.get("PYTHONPATH", "").split(os.pathsep))}
+    procs = [subprocess.Popen([sys.executable, str(WORKER), mode,
+                               str(tmp_path / "spec.json"), str(p)], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for p in range(2)]
+    outputs = []
+    try:
+        for proc in procs:
+            outputs.append(proc.communicate(timeout=timeout)[0])
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    assert [p.returncode for p in procs] == [0, 0], outputs
+    return [json.loads((tmp_path / f"{mode}_{p}.json").read_text()) for p in range(2)]
+
+
 def test_two_processes_read_their_rows_and_fail_together(tmp_path: pathlib.Path) -> None:
     arrays = shards("float32")
     expected = np.concatenate(arrays)
@@ -169,26 +193,7 @@ def test_two_processes_read_their_rows_and_fail_together(tmp_path: pathlib.Path)
         shutil.copytree(source, d)
         shardload.index(d)
         dirs.append(str(d))
-    spec = {"devices": 2, "processes": 2, "port": _free_port(), "out": str(tmp_path),
-            "dirs": dirs}
-    (tmp_path / "spec.json").write_text(json.dumps(spec))
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-        [str(HERE.parents[1] / "python")] + os.environ.get("PYTHONPATH", "").split(os.pathsep))}
-    procs = [subprocess.Popen([sys.executable, str(WORKER), "multi",
-                               str(tmp_path / "spec.json"), str(p)], env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-             for p in range(2)]
-    outputs = []
-    try:
-        for proc in procs:
-            outputs.append(proc.communicate(timeout=120)[0])
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-    assert [p.returncode for p in procs] == [0, 0], outputs
-    r = [json.loads((tmp_path / f"multi_{p}.json").read_text()) for p in range(2)]
+    r = _two_processes(tmp_path, "multi", {"dirs": dirs}, timeout=120)
 
     for p in range(2):
         assert r[p]["devices"] == 4 and r[p]["local"] == 2, r[p]
@@ -250,26 +255,7 @@ def test_processes_that_found_different_datasets_raise_a_layout_error(
                 np.save(d / f"shard_{i:04d}.npy", rows[lo:hi])
             dirs.append(str(d))
         cases[name] = dirs
-    spec = {"devices": 2, "processes": 2, "port": _free_port(), "out": str(tmp_path),
-            "cases": cases}
-    (tmp_path / "spec.json").write_text(json.dumps(spec))
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-        [str(HERE.parents[1] / "python")] + os.environ.get("PYTHONPATH", "").split(os.pathsep))}
-    procs = [subprocess.Popen([sys.executable, str(WORKER), "differ",
-                               str(tmp_path / "spec.json"), str(p)], env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-             for p in range(2)]
-    outputs = []
-    try:
-        for proc in procs:
-            outputs.append(proc.communicate(timeout=180)[0])
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-    assert [p.returncode for p in procs] == [0, 0], outputs
-    r = [json.loads((tmp_path / f"differ_{p}.json").read_text()) for p in range(2)]
+    r = _two_processes(tmp_path, "differ", {"cases": cases}, timeout=180)
     for p in range(2):
         for name in ("more", "split"):
             got = r[p][name]
