@@ -6,7 +6,6 @@ under a scheme. numpy, h5py, pyarrow and zarr write the data and are the oracles
 
 from __future__ import annotations
 
-import ctypes
 import json
 import pathlib
 from collections.abc import Iterator
@@ -15,7 +14,6 @@ import numpy as np
 import pytest
 
 import shardload.numpy
-from conftest import BUILD
 
 h5py = pytest.importorskip("h5py")
 pa = pytest.importorskip("pyarrow")
@@ -134,12 +132,9 @@ def http_store(datasets):
 
 @pytest.fixture(scope="module")
 def scheme_store(datasets):
-    path = BUILD / "libshardload_test_memory_store.so"
-    if not path.exists():
-        pytest.fail(f"{path} is not built; run scripts/setup.sh")
-    lib = ctypes.CDLL(str(path), mode=ctypes.RTLD_GLOBAL)
-    lib.shardload_test_memory_write.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_void_p,
-                                                ctypes.c_size_t]
+    from test_store_schemes import memory_store_library
+
+    lib = memory_store_library()
     assert lib.shardload_test_memory_register(SCHEME, 0) == 1
     root, _ = datasets
     for key, data in _files(root):

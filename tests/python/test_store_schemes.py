@@ -23,6 +23,11 @@ SCHEME = b"pymem"
 
 @pytest.fixture(scope="module")
 def library() -> ctypes.CDLL:
+    return memory_store_library()
+
+
+def memory_store_library() -> ctypes.CDLL:
+    """The test library of in-memory stores (registered as schemes by its calls), typed."""
     path = BUILD / "libshardload_test_memory_store.so"
     if not path.exists():
         pytest.fail(f"{path} is not built; run scripts/setup.sh")
