@@ -748,21 +748,10 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
       return out;
     }
 #endif
-    t_gave_up_after = 0;
-    const RequestSlot slot(where.slots);
-    if (!slot.held()) return file_error(ErrorCode::kIo, url, "interrupted", ECANCELED);
-    const ArrowCall call;
-    auto file = where.fs->OpenInputFile(where.path);
-    if (!file.ok()) return remote_error(ErrorCode::kIo, url, "cannot look at", file.status());
-    auto size = (*file)->GetSize();
-    if (!size.ok()) return remote_error(ErrorCode::kIo, url, "cannot look at", size.status());
-    auto meta = (*file)->ReadMetadata();
-    if (!meta.ok()) return remote_error(ErrorCode::kIo, url, "cannot look at", meta.status());
-    if (*meta != nullptr) {
-      auto e = (*meta)->Get("ETag");
-      if (e.ok()) out.etag = *e;
-    }
-    out.size = static_cast<std::uint64_t>(*size);
+    SHARDLOAD_ASSIGN_OR_RETURN(ArrowLook look,
+                               arrow_look(where, url, "cannot look at", "cannot look at"));
+    out.size = look.size;
+    out.etag = std::move(look.etag);
     return out;
   }
 
@@ -1356,26 +1345,42 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
   Result<std::shared_ptr<arrow::io::RandomAccessFile>> open_object(const std::string& url,
                                                                    FileInfo* info) {
     SHARDLOAD_ASSIGN_OR_RETURN(auto where, resolve_object(url));
+    SHARDLOAD_ASSIGN_OR_RETURN(ArrowLook look,
+                               arrow_look(where, url, "cannot open", "cannot stat"));
+    *info = FileInfo{};
+    info->size = look.size;
+    info->regular = true;
+    info->inode = fnv1a(look.etag);
+    return std::move(look.file);
+  }
+
+  // What one HEAD through Arrow's client tells of an object: the file opened, its size and
+  // ETag. `opening` names a failure of the open, `looking` one of the metadata's look-up.
+  struct ArrowLook {
+    std::shared_ptr<arrow::io::RandomAccessFile> file;
+    std::uint64_t size = 0;
+    std::string etag;
+  };
+  Result<ArrowLook> arrow_look(const auto& where, const std::string& url, const char* opening,
+                               const char* looking) {
     t_gave_up_after = 0;
     const RequestSlot slot(where.slots);  // the HEAD
     if (!slot.held()) return file_error(ErrorCode::kIo, url, "interrupted", ECANCELED);
     const ArrowCall call;
     auto file = where.fs->OpenInputFile(where.path);
-    if (!file.ok()) return remote_error(ErrorCode::kIo, url, "cannot open", file.status());
+    if (!file.ok()) return remote_error(ErrorCode::kIo, url, opening, file.status());
     auto size = (*file)->GetSize();
-    if (!size.ok()) return remote_error(ErrorCode::kIo, url, "cannot stat", size.status());
+    if (!size.ok()) return remote_error(ErrorCode::kIo, url, looking, size.status());
     auto meta = (*file)->ReadMetadata();
-    if (!meta.ok()) return remote_error(ErrorCode::kIo, url, "cannot stat", meta.status());
-    std::string etag;
+    if (!meta.ok()) return remote_error(ErrorCode::kIo, url, looking, meta.status());
+    ArrowLook look;
     if (*meta != nullptr) {
       auto e = (*meta)->Get("ETag");
-      if (e.ok()) etag = *e;
+      if (e.ok()) look.etag = *e;
     }
-    *info = FileInfo{};
-    info->size = static_cast<std::uint64_t>(*size);
-    info->regular = true;
-    info->inode = fnv1a(etag);
-    return *std::move(file);
+    look.size = static_cast<std::uint64_t>(*size);
+    look.file = *std::move(file);
+    return look;
   }
 
   // `status`: the program's exit status, or null where it is not known.
