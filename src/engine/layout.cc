@@ -132,10 +132,15 @@ Result<Layout> slice_rows(const Layout& layout, std::int64_t lo, std::int64_t hi
 }
 
 Result<Format> resolve_format(const std::string& path, const FormatOptions& options) {
+  return resolve_format(path, options, *ShardSource::files());
+}
+
+Result<Format> resolve_format(const std::string& path, const FormatOptions& options,
+                              ShardSource& source) {
   if (options.format != Format::kAuto) return options.format;
   const Format by_ext = format_from_extension(path);
   if (by_ext != Format::kAuto) return by_ext;
-  const Format by_content = sniff_format(path);
+  const Format by_content = sniff_format(path, source);
   if (by_content != Format::kAuto) return by_content;
   return Status(ErrorCode::kLayout,
                 path + ": cannot tell the format from the name or the first bytes; name it with " +
@@ -179,7 +184,10 @@ static Result<Layout> try_discover_paths_at(const std::vector<std::string>& path
       select_format(*d, &options.format);
     }
   }
-  SHARDLOAD_ASSIGN_OR_RETURN(const Format format, resolve_format(paths[0], options.format));
+  ReaderContext ctx;
+  ctx.source = options.io != nullptr ? ShardSource::over(*options.io) : ShardSource::files();
+  SHARDLOAD_ASSIGN_OR_RETURN(const Format format,
+                             resolve_format(paths[0], options.format, *ctx.source));
   // Object storage serves positional reads only: the formats whose readers read through the
   // IoBackend say so (remote_reads); the others open files by name or descriptor themselves.
   const FormatDescriptor* reads = find_format(format, options.format.reader);
@@ -199,8 +207,6 @@ static Result<Layout> try_discover_paths_at(const std::vector<std::string>& path
   if (custom && options.format.reader.empty()) {
     return Status(ErrorCode::kInvalidArgument, "format custom: name the registered reader");
   }
-  ReaderContext ctx;
-  ctx.source = options.io != nullptr ? ShardSource::over(*options.io) : ShardSource::files();
   detail::ProbeResults probes;
   std::vector<FileInfo> custom_info;
   if (custom) {
@@ -303,11 +309,12 @@ bool known_extension(std::string_view extension) {
 
 // The format a numbered group holds: its extension's (a built-in format's, else a registered
 // reader's), else its first entry's content; nullptr when none tells.
-const FormatDescriptor* group_format(const DirectoryScan& scan, const NumberedGroup& g) {
+const FormatDescriptor* group_format(const DirectoryScan& scan, const NumberedGroup& g,
+                                     ShardSource& source) {
   if (const FormatDescriptor* d = find_format(format_from_extension(g.extension))) return d;
   if (const FormatDescriptor* d = registered_format_for_path(g.extension)) return d;
   // Joined as a key: a URL's options (an s3:// directory's query) stay after the name.
-  return find_format(sniff_format(join_key(scan.directory, g.first)));
+  return find_format(sniff_format(join_key(scan.directory, g.first), source));
 }
 
 std::string group_text(const NumberedGroup& g, const FormatDescriptor& d) {
@@ -342,8 +349,10 @@ Result<Source> auto_directory(const Source& s, DiscoverOptions* options) {
   }
   SHARDLOAD_ASSIGN_OR_RETURN(const DirectoryScan scan, scan_directory(s.dir_path));
   std::vector<std::pair<const NumberedGroup*, const FormatDescriptor*>> found;
+  const std::shared_ptr<ShardSource> source =
+      options->io != nullptr ? ShardSource::over(*options->io) : ShardSource::files();
   for (const auto& g : scan.groups) {
-    if (const FormatDescriptor* d = group_format(scan, g)) found.emplace_back(&g, d);
+    if (const FormatDescriptor* d = group_format(scan, g, *source)) found.emplace_back(&g, d);
   }
   if (found.empty()) {
     return Status(ErrorCode::kLayout, path_for_message(s.dir_path) +

@@ -295,12 +295,14 @@ Format store_format(const std::string& directory) {
   return Format::kAuto;
 }
 
-Format sniff_format(const std::string& path) {
+Format sniff_format(const std::string& path) { return sniff_format(path, *ShardSource::files()); }
+
+Format sniff_format(const std::string& path, ShardSource& source) {
   if (const Format f = store_format(path); f != Format::kAuto) return f;
   // Only regular files: the open refuses anything else without blocking (a FIFO without
   // a writer), and reading a FIFO's first bytes would block or consume them.
   FileInfo info;
-  auto file = ShardSource::files()->open_stat(path, &info);
+  auto file = source.open_stat(path, &info);
   if (!file) return Format::kAuto;
   for (const auto& d : formats()) {
     if (d.sniff && d.sniff(*file, info.size)) return d.format;

@@ -237,6 +237,48 @@ TEST_F(LayoutTest, AutoDiscoveryRecognisesWhatTheDirectoryHolds) {
                 dir_.path() + "/part*'");
 }
 
+// A backend that serves each name's bytes from "<name>.real", as a store that is not the
+// files discovery lists would: what the backend serves is what discovery must read.
+class RedirectingIo final : public IoBackend {
+ public:
+  Result<int> open(const std::string& p) override { return posix_io().open(p + ".real"); }
+  Result<FileInfo> stat(int fd, const std::string& p) override {
+    return posix_io().stat(fd, p + ".real");
+  }
+  Result<FileInfo> stat_path(const std::string& p) override {
+    return posix_io().stat_path(p + ".real");
+  }
+  std::int64_t pread(int fd, void* buf, std::size_t n, std::uint64_t off) override {
+    return posix_io().pread(fd, buf, n, off);
+  }
+  void close(int fd) override { posix_io().close(fd); }
+};
+
+// The format of files without a known extension is sniffed through the injected backend, as
+// their probes read: the listed files hold no format, the backend serves .npy bytes.
+TEST_F(LayoutTest, SniffingReadsThroughTheInjectedBackend) {
+  for (int i = 0; i < 2; ++i) {
+    const std::string name = dir_.file("part" + std::to_string(i));
+    testing::write_file(name, "not a format anyone knows");
+    testing::write_file(name + ".real",
+                        npy_bytes(npy_dict("<i2", false, "(3, 2)"), std::string(12, '\0')));
+  }
+  RedirectingIo io;
+  DiscoverOptions options;
+  options.io = &io;
+  auto l = try_discover(Source::directory(dir_.path(), "part{}"), options);
+  ASSERT_TRUE(l) << l.status().message();
+  EXPECT_EQ(l->format, Format::kNpy);
+  EXPECT_EQ(l->total_rows(), 6);
+  EXPECT_EQ(sniff_format(dir_.file("part0")), Format::kAuto);  // the files themselves
+
+  // A directory named alone: its numbered group's format is the backend's too.
+  auto whole = try_discover(Source::directory(dir_.path()), options);
+  ASSERT_TRUE(whole) << whole.status().message();
+  EXPECT_EQ(whole->format, Format::kNpy);
+  EXPECT_EQ(whole->shards.size(), 2u);
+}
+
 // Discovery says what the directory holds only when nothing matches, decided on what
 // resolving found, not on the message: a directory whose name holds that very phrase, with a
 // gap in its numbering, gets the gap error alone.

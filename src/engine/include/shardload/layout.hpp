@@ -175,8 +175,10 @@ Result<Layout> assemble_layout(Format format, FormatOptions options, DType dtype
 Result<Layout> slice_rows(const Layout& layout, std::int64_t lo, std::int64_t hi);
 
 // The format of a dataset whose first shard is `path`: the option when set,
-// else the extension, else what the path holds (sniff_format).
+// else the extension, else what the path holds (sniff_format, through `source` when given).
 Result<Format> resolve_format(const std::string& path, const FormatOptions& options);
+Result<Format> resolve_format(const std::string& path, const FormatOptions& options,
+                              ShardSource& source);
 
 // A human-readable summary: shard count, first and last rows, totals; the shards' paths
 // with their secrets redacted (redact_secrets).

@@ -31,6 +31,8 @@
 
 namespace shardload {
 
+class ShardSource;
+
 // What tells that a shard is unchanged since discovery.
 enum class Freshness : std::uint8_t {
   kFile,          // the shard is a regular file, its snapshot that file's
@@ -191,7 +193,10 @@ Format store_format(const std::string& directory);
 
 // What a path holds, from its content alone: a store (store_format), or a regular file
 // whose first bytes some format's sniff recognises; kAuto otherwise. Opens the file as a key
-// of ShardSource::files() (never blocks on a FIFO or device: those are no regular files).
+// of `source` (ShardSource::files() without one: never blocks on a FIFO or device, those are
+// no regular files), so that discovery through an injected backend sniffs through it too.
+// A store is recognised by its directory's metadata names, which no IoBackend lists.
 Format sniff_format(const std::string& path);
+Format sniff_format(const std::string& path, ShardSource& source);
 
 }  // namespace shardload
