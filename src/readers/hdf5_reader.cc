@@ -28,7 +28,7 @@
 #include "readers/detail/readers.hpp"
 #include "shardload/byte_order.hpp"
 #include "shardload/location.hpp"
-#include "storage/detail/fetch_ahead.hpp"
+#include "storage/detail/read_ranges.hpp"
 #include "storage/detail/store_options.hpp"
 
 namespace shardload::detail {
@@ -37,7 +37,7 @@ namespace {
 
 using namespace hdf5;  // NOLINT(google-build-using-namespace)
 
-// The chunks of one remote read fetched and not yet inflated, at most (fetch_ahead's window).
+// The chunks of one remote read fetched and not yet inflated, at most (fetch_ranges' window).
 constexpr std::uint64_t kRemoteChunkWindowBytes = std::uint64_t{64} << 20;
 
 // Shard::extra of an HDF5 shard: the dataset's path, then this marker where the probe found
@@ -624,23 +624,24 @@ class Hdf5Reader final : public ShardReader {
   // The chunks of read_direct in an object in object storage. H5Dread_chunk would make each
   // chunk's GET under the lock, one task's at a time and one chunk after another; here HDF5
   // says only where each chunk lies (H5Dget_chunk_info_by_coord, under the lock), and the
-  // bytes are fetched outside it, chunks_in_flight at once, while this thread inflates them
-  // in order. The first stored chunk is also read by H5Dread_chunk and compared: an HDF5
-  // whose addresses mean something else (those of a file with a user block) leaves the read
-  // to the caller's path (nullopt), as does a range with no stored chunk. Chunks that are not
-  // stored or skipped a filter are read by H5Dread for their box, as in read_direct.
+  // stored chunks are declared to the storage layer as byte ranges (fetch_ranges: chunks
+  // written next to each other, as HDF5 allocates them, come in one GET), fetched outside the
+  // lock while this thread inflates them as they arrive. The stored chunk at the lowest address,
+  // the first to arrive, is also read by H5Dread_chunk and compared before anything is decoded:
+  // an HDF5 whose addresses mean something else (those of a file with a user block) leaves the
+  // read to the caller's path (nullopt), as does a range with no stored chunk. Chunks that are
+  // not stored or skipped a filter are read by H5Dread for their box, each before the first
+  // stored chunk after it (in the order of the boxes, which is the order of arrival where the
+  // addresses grow with the chunks, as h5py writes them), as read_direct reads them.
   std::optional<Status> read_direct_remote(Hdf5Lock& lock, const File& f, std::uint64_t file_size,
                                            const OpenDataset& d, const std::string& where,
                                            const DirectPlan& p, hid_t mem_type,
                                            const std::vector<hsize_t>& dst_dims,
                                            const std::vector<ChunkBox>& boxes, std::byte* dst) {
-    struct Chunk {
-      haddr_t addr = HADDR_UNDEF;  // undefined: read by H5Dread
-      std::size_t size = 0;
-      std::vector<std::byte> bytes;
-    };
-    std::vector<Chunk> chunks(boxes.size());
-    bool checked = false;
+    std::vector<ByteRange> ranges;
+    std::vector<std::size_t> box_of;  // ranges[k] is boxes[box_of[k]]'s stored bytes
+    std::vector<bool> by_hdf5(boxes.size(), false);
+    std::size_t check = 0;  // the range at the lowest address
     for (std::size_t i = 0; i < boxes.size(); ++i) {
       unsigned mask = 0;
       haddr_t addr = HADDR_UNDEF;
@@ -651,33 +652,26 @@ class Hdf5Reader final : public ShardReader {
           addr > file_size || size > file_size - addr) {
         SHARDLOAD_RETURN_IF_ERROR(take_remote_error());
         api_.H5Eclear2(H5E_DEFAULT);
+        by_hdf5[i] = true;
         continue;
       }
-      if (!checked) {
-        if (stored_.size() < size) stored_.resize(size);
-        std::uint32_t hdf5_mask = 0;
-        if (api_.H5Dread_chunk(d.dataset.get(), H5P_DEFAULT, boxes[i].offset.data(), &hdf5_mask,
-                               stored_.data()) < 0 ||
-            hdf5_mask != 0) {
-          SHARDLOAD_RETURN_IF_ERROR(take_remote_error());
-          api_.H5Eclear2(H5E_DEFAULT);
-          return std::nullopt;
-        }
-        std::vector<std::byte> fetched(static_cast<std::size_t>(size));
-        Status read;
-        {
-          Hdf5Unlocked unlocked(lock);
-          read = f.read_exact(fetched.data(), fetched.size(), addr);
-        }
-        SHARDLOAD_RETURN_IF_ERROR(read);
-        if (std::memcmp(fetched.data(), stored_.data(), fetched.size()) != 0) return std::nullopt;
-        checked = true;
-        chunks[i].bytes = std::move(fetched);
-      }
-      chunks[i].addr = addr;
-      chunks[i].size = static_cast<std::size_t>(size);
+      if (!ranges.empty() && addr < ranges[check].offset) check = ranges.size();
+      ranges.push_back(ByteRange{addr, size, nullptr});
+      box_of.push_back(i);
     }
-    if (!checked) return std::nullopt;
+    if (ranges.empty()) return std::nullopt;
+    {
+      const std::size_t size = static_cast<std::size_t>(ranges[check].length);
+      if (stored_.size() < size) stored_.resize(size);
+      std::uint32_t hdf5_mask = 0;
+      if (api_.H5Dread_chunk(d.dataset.get(), H5P_DEFAULT, boxes[box_of[check]].offset.data(),
+                             &hdf5_mask, stored_.data()) < 0 ||
+          hdf5_mask != 0) {
+        SHARDLOAD_RETURN_IF_ERROR(take_remote_error());
+        api_.H5Eclear2(H5E_DEFAULT);
+        return std::nullopt;
+      }
+    }
     SHARDLOAD_ASSIGN_OR_RETURN(const std::size_t in_flight, chunks_in_flight_of(f.path()));
     // Takes the lock back for what HDF5 reads itself, and gives it up again after.
     struct Relocked {
@@ -687,28 +681,38 @@ class Hdf5Reader final : public ShardReader {
       ~Relocked() { lock.unlock(); }
       Hdf5Lock& lock;
     };
+    std::size_t next_box = 0;  // the boxes before it are read
+    // The boxes before `end` that HDF5 reads itself and are not read yet.
+    const auto read_by_hdf5 = [&](std::size_t end) -> Status {
+      for (; next_box < end; ++next_box) {
+        if (!by_hdf5[next_box]) continue;
+        if (ctx_.stats != nullptr) ctx_.stats->decodes.fetch_add(1, std::memory_order_relaxed);
+        Relocked relocked(lock);
+        const ChunkBox& b = boxes[next_box];
+        SHARDLOAD_RETURN_IF_ERROR(
+            read_box(d, where, mem_type, dst_dims, b.box_lo, b.dst_start, b.count, dst));
+      }
+      return Status::ok();
+    };
+    bool addresses_differ = false;
     Hdf5Unlocked unlocked(lock);
-    return fetch_ahead(
-        chunks.size(), in_flight, kRemoteChunkWindowBytes,
-        [&](std::size_t i) -> Result<std::uint64_t> {
-          Chunk& c = chunks[i];
-          if (c.addr == HADDR_UNDEF || !c.bytes.empty()) return c.bytes.size();
-          c.bytes.resize(c.size);
-          SHARDLOAD_RETURN_IF_ERROR(f.read_exact(c.bytes.data(), c.size, c.addr));
-          return c.size;
-        },
-        [&](std::size_t i) -> Status {
-          Chunk& c = chunks[i];
-          if (ctx_.stats != nullptr) ctx_.stats->decodes.fetch_add(1, std::memory_order_relaxed);
-          if (c.addr == HADDR_UNDEF) {
-            Relocked relocked(lock);
-            return read_box(d, where, mem_type, dst_dims, boxes[i].box_lo, boxes[i].dst_start,
-                            boxes[i].count, dst);
+    Status st = fetch_ranges(
+        f, ranges, CoalesceLimits{}, in_flight, kRemoteChunkWindowBytes,
+        [&](std::size_t k, const std::byte* bytes) -> Status {
+          const std::size_t i = box_of[k];
+          const std::size_t size = static_cast<std::size_t>(ranges[k].length);
+          if (k == check && std::memcmp(bytes, stored_.data(), size) != 0) {
+            addresses_differ = true;
+            return Status(ErrorCode::kIo, where + ": chunk addresses differ from HDF5's read");
           }
-          Status st = decode_chunk(where, d, p, boxes[i], c.bytes.data(), c.size, dst_dims, dst);
-          std::vector<std::byte>().swap(c.bytes);
-          return st;
+          SHARDLOAD_RETURN_IF_ERROR(read_by_hdf5(i));
+          next_box = std::max(next_box, i + 1);
+          if (ctx_.stats != nullptr) ctx_.stats->decodes.fetch_add(1, std::memory_order_relaxed);
+          return decode_chunk(where, d, p, boxes[i], bytes, size, dst_dims, dst);
         });
+    if (addresses_differ) return std::nullopt;
+    SHARDLOAD_RETURN_IF_ERROR(st);
+    return read_by_hdf5(boxes.size());
   }
 
   // One chunk's box through H5Dread, which knows fill values, skipped
