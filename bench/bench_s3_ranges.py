@@ -2,7 +2,8 @@
 """Requests per load over s3://, and the time, for the formats whose readers ask a store for
 many byte ranges of one object: two builds of shardload side by side in one run.
 
-    python bench/bench_s3_ranges.py --a BEFORE --b AFTER [--cases parquet,hdf5,zarr-sharded]
+    python bench/bench_s3_ranges.py --a BEFORE --b AFTER
+                                    [--cases parquet,hdf5,hdf5-small,zarr-sharded]
                                     [--rounds 3] [--threads 2]
 
 --a / --b are two built checkouts (or their `python` folders), each run in its own processes
@@ -17,6 +18,7 @@ the format's own library (pyarrow, h5py, zarr-python) reading the local copy.
   parquet       4 Parquet files of 200,000 rows x 16 float32 columns, snappy, row groups of
                 16,384 rows
   hdf5          4 HDF5 files (h5py) of 200,000 x 16 float32, gzip 1, chunks of 4,096 rows
+  hdf5-small    the same with chunks of 256 rows (16 KiB before gzip): many small chunks
   zarr-sharded  4 Zarr v3 stores of 200,000 x 16 float32, shards of 65,536 rows holding
                 inner chunks of 1,024 rows, zstd 1
 
@@ -76,12 +78,12 @@ def write(case: str, d: pathlib.Path) -> np.ndarray:
             pq.write_table(pa.table({f"c{j:02d}": a[:, j] for j in range(COLS)}),
                            d / f"shard_{i:04d}.parquet", row_group_size=16_384,
                            compression="snappy")
-        elif case == "hdf5":
+        elif case in ("hdf5", "hdf5-small"):
             import h5py
 
             with h5py.File(d / f"shard_{i:04d}.h5", "w") as f:
-                f.create_dataset("data", data=a, chunks=(4096, COLS), compression="gzip",
-                                 compression_opts=1)
+                f.create_dataset("data", data=a, chunks=(4096 if case == "hdf5" else 256, COLS),
+                                 compression="gzip", compression_opts=1)
         else:
             import zarr
 
@@ -97,7 +99,7 @@ def write(case: str, d: pathlib.Path) -> np.ndarray:
 
             t = pq.read_table(d / f"shard_{i:04d}.parquet")
             back.append(np.column_stack([t.column(j).to_numpy() for j in range(COLS)]))
-        elif case == "hdf5":
+        elif case in ("hdf5", "hdf5-small"):
             import h5py
 
             with h5py.File(d / f"shard_{i:04d}.h5", "r") as f:
@@ -110,7 +112,7 @@ def write(case: str, d: pathlib.Path) -> np.ndarray:
 
 
 OPTIONS = {"parquet": {"format": "parquet"}, "hdf5": {"format": "hdf5", "dataset": "data"},
-           "zarr-sharded": {"format": "zarr"}}
+           "hdf5-small": {"format": "hdf5", "dataset": "data"}, "zarr-sharded": {"format": "zarr"}}
 
 
 def build_python(path: str) -> tuple[pathlib.Path, str]:
@@ -127,7 +129,7 @@ def main() -> None:
                                  epilog=__doc__.split("\n", 2)[2])
     ap.add_argument("--a", required=True, help="build A (the baseline): a built checkout")
     ap.add_argument("--b", required=True, help="build B: a built checkout")
-    ap.add_argument("--cases", default="parquet,hdf5,zarr-sharded")
+    ap.add_argument("--cases", default="parquet,hdf5,hdf5-small,zarr-sharded")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2, help="the load's threads")
     args = ap.parse_args()
