@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <mutex>
 #include <optional>
 #include <string_view>
@@ -601,6 +602,12 @@ void interruptible_sleep(std::int64_t ms) {
     std::this_thread::sleep_for(
         std::min<std::chrono::steady_clock::duration>(left, std::chrono::milliseconds(20)));
   }
+}
+
+std::int64_t http_date_seconds(const std::string& value) {
+  if (value.empty()) return 0;
+  const std::time_t t = curl_getdate(value.c_str(), nullptr);
+  return t > 0 ? static_cast<std::int64_t>(t) : 0;
 }
 
 }  // namespace shardload::detail

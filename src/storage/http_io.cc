@@ -342,6 +342,8 @@ class CurlRemoteIo final : public RemoteIo {
     validators->last_modified = h.last_modified;
     validators->date = h.date;
     info->inode = fnv1a(h.etag.empty() ? "last-modified:" + h.last_modified : h.etag);
+    info->modified_s = http_date_seconds(h.last_modified);
+    info->answered_s = http_date_seconds(h.date);
   }
 
   // The snapshot from "Range: bytes=0-0" where the HEAD was refused (HTTP `refused`): the

@@ -936,6 +936,8 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
       s->snapshot.size = g.state.size;
       s->snapshot.regular = true;
       s->snapshot.inode = g.state.has_etag ? g.state.inode : fnv1a("");
+      s->snapshot.modified_s = g.state.modified_s;
+      s->snapshot.answered_s = g.state.answered_s;
       s->unverified = !g.state.has_etag;
     }
     *info = s->snapshot;

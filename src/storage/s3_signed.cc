@@ -389,6 +389,8 @@ S3Get get_range(const S3Endpoint& ep, const std::string& key, void* dst, std::si
     g.state.has_etag = true;
     g.state.inode = fnv1a(a.headers.etag);
   }
+  g.state.modified_s = http_date_seconds(a.headers.last_modified);
+  g.state.answered_s = http_date_seconds(a.headers.date);
   std::uint64_t first = 0;
   std::int64_t total = -1;
   const bool ranged = parse_content_range(a.headers.content_range, &first, &total);
@@ -476,6 +478,8 @@ Result<FileInfo> s3_head(const S3Endpoint& ep, const std::string& url, const std
   info.size = static_cast<std::uint64_t>(a.content_length);
   info.regular = true;
   info.inode = fnv1a(a.headers.etag);
+  info.modified_s = http_date_seconds(a.headers.last_modified);
+  info.answered_s = http_date_seconds(a.headers.date);
   if (etag != nullptr) *etag = a.headers.etag;
   return info;
 }

@@ -122,4 +122,8 @@ bool parse_content_length(const CurlHeaders& headers, curl_off_t* n);
 // "bytes FIRST-LAST/TOTAL": FIRST and TOTAL (-1 where "*" or missing); false when malformed.
 bool parse_content_range(const std::string& value, std::uint64_t* first, std::int64_t* total);
 
+// A date header's value (Date, Last-Modified) in seconds since the epoch: FileInfo::answered_s
+// and modified_s. 0 where it is missing or unreadable, which nothing is judged by.
+std::int64_t http_date_seconds(const std::string& value);
+
 }  // namespace shardload::detail

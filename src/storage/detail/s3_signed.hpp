@@ -63,6 +63,9 @@ struct S3State {
   std::uint64_t inode = 0;
   bool has_size = false;
   bool has_etag = false;
+  // Its Last-Modified and Date (FileInfo::modified_s, answered_s; 0 where it sent none).
+  std::int64_t modified_s = 0;
+  std::int64_t answered_s = 0;
 };
 
 // One ranged GET of [offset, offset + n) of `key` into `dst`, retried while transient.

@@ -35,7 +35,18 @@ struct FileInfo {
   bool regular = false;
   std::int64_t ctime_ns = 0;
   std::uint64_t inode = 0;
-  friend bool operator==(const FileInfo&, const FileInfo&) = default;
+  // What a server answered with an object's snapshot, in seconds since the epoch (0 where it
+  // said nothing): its Last-Modified, and its Date (the server's clock when it answered). A
+  // Zarr chunk object is judged by them against its store's discovery (its Last-Modified later
+  // than the Date discovery read the store's metadata at: written since). Not part of the
+  // snapshot's identity (==): a Date differs in every answer, and neither is kept where a
+  // snapshot is stored (a layout's encoding, a manifest).
+  std::int64_t modified_s = 0;
+  std::int64_t answered_s = 0;
+  friend bool operator==(const FileInfo& a, const FileInfo& b) {
+    return a.size == b.size && a.mtime_ns == b.mtime_ns && a.regular == b.regular &&
+           a.ctime_ns == b.ctime_ns && a.inode == b.inode;
+  }
 };
 
 class IoBackend {
