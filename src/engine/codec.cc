@@ -16,7 +16,9 @@ namespace {
 // snapshots; 3 row views (a shard's first row and its file's rows); 4 the decode
 // unit grid (Shard::decode_rows). A task never decodes another version's bytes. A shard's
 // directory identities (Shard::dirs) came later, behind a flag of their own (kHasDirs), so
-// that a layout without them encodes as version 4 did.
+// that a layout without them encodes as version 4 did; so did a remote Zarr store's server
+// time (Shard::server_snapshot_s), flagged in a second flags byte (kMoreFlags) that only a shard
+// with such a flag has.
 constexpr std::uint8_t kMagic[4] = {'S', 'L', 'L', '4'};
 // Format options alone (encode_format_options): their own magic, so that neither encoding
 // is taken for the other.
@@ -30,8 +32,12 @@ constexpr std::uint8_t kHasLinked = 8;
 constexpr std::uint8_t kView = 16;
 constexpr std::uint8_t kDecodeGrid = 32;
 constexpr std::uint8_t kHasDirs = 64;
+constexpr std::uint8_t kMoreFlags = 128;  // the second flags byte follows
 constexpr std::uint8_t kAllFlags =
-    kByteSwap | kFortran | kRegular | kHasLinked | kView | kDecodeGrid | kHasDirs;
+    kByteSwap | kFortran | kRegular | kHasLinked | kView | kDecodeGrid | kHasDirs | kMoreFlags;
+// The second byte's flags.
+constexpr std::uint8_t kServerTime = 1;
+constexpr std::uint8_t kAllMoreFlags = kServerTime;
 
 class Writer {
  public:
@@ -375,11 +381,13 @@ std::vector<std::uint8_t> encode_layout(const Layout& l) {
     w.str(s.path.substr(prefix));
     w.varint(static_cast<std::uint64_t>(s.rows));
     w.varint(s.data_offset);
+    const std::uint8_t more = s.server_snapshot_s > 0 ? kServerTime : 0;
     w.u8(static_cast<std::uint8_t>(
         (s.byte_swap ? kByteSwap : 0) | (s.fortran_order ? kFortran : 0) |
         (s.snapshot.regular ? kRegular : 0) | (s.linked.empty() ? 0 : kHasLinked) |
         (s.is_view() ? kView : 0) | (s.decode_rows > 0 ? kDecodeGrid : 0) |
-        (s.dirs.empty() ? 0 : kHasDirs)));
+        (s.dirs.empty() ? 0 : kHasDirs) | (more != 0 ? kMoreFlags : 0)));
+    if (more != 0) w.u8(more);
     if (s.is_view()) {
       w.varint(static_cast<std::uint64_t>(s.first_row));
       w.varint(static_cast<std::uint64_t>(s.file_rows));
@@ -403,6 +411,9 @@ std::vector<std::uint8_t> encode_layout(const Layout& l) {
         w.varint(d.inode);
       }
     }
+    // A task that reads a remote Zarr store's chunks judges them by the time discovery took
+    // (a task of Dask's or Legate's, a pickled layout), as the discovering process does.
+    if (s.server_snapshot_s > 0) w.varint(static_cast<std::uint64_t>(s.server_snapshot_s));
   }
   // The credentials the paths name by handle (shardload/store_options.hpp), so that the
   // process that decodes the layout reads with them; present only when there are any, so that
@@ -458,6 +469,11 @@ Result<Layout> decode_layout(std::span<const std::uint8_t> bytes) {
     s.data_offset = r.varint();
     const std::uint8_t flags = r.u8();
     if ((flags & ~kAllFlags) != 0) return bad("unknown shard flags");
+    // Present only when one of its flags is set, so that one encoding means one layout.
+    const std::uint8_t more = (flags & kMoreFlags) != 0 ? r.u8() : 0;
+    if (r.ok() && (flags & kMoreFlags) != 0 && (more == 0 || (more & ~kAllMoreFlags) != 0)) {
+      return bad(more == 0 ? "an empty second flags byte" : "unknown shard flags");
+    }
     s.byte_swap = (flags & kByteSwap) != 0;
     s.fortran_order = (flags & kFortran) != 0;
     s.snapshot.regular = (flags & kRegular) != 0;
@@ -507,6 +523,14 @@ Result<Layout> decode_layout(std::span<const std::uint8_t> bytes) {
           return bad("a directory that is not under its shard's path");
         }
       }
+    }
+    if ((more & kServerTime) != 0) {
+      // Present only when set, so that one encoding means one layout.
+      const std::uint64_t t = r.varint();
+      if (r.ok() && (t == 0 || t > static_cast<std::uint64_t>(INT64_MAX))) {
+        return bad("server time out of range");
+      }
+      s.server_snapshot_s = static_cast<std::int64_t>(t);
     }
     if (!r.ok()) break;
   }

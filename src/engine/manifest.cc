@@ -247,6 +247,8 @@ Result<detail::WrittenManifest> detail::write_manifest_file(const Layout& layout
   rel.manifest_status.clear();
   rel.manifest_state = ManifestState::kNone;
   for (auto& s : rel.shards) {
+    // A server's clock at discovery is that discovery's: a later one takes its own.
+    s.server_snapshot_s = 0;
     SHARDLOAD_RETURN_IF_ERROR(relative_to(directory, &s.path));
     for (auto& f : s.linked) SHARDLOAD_RETURN_IF_ERROR(relative_to(directory, &f.path));
   }
@@ -552,6 +554,9 @@ struct Renewed {
   // discovery's, as a read compares it, whatever the manifest was written with (a copy's
   // directories are others, a directory renamed keeps its own).
   std::optional<std::vector<DirIdentity>> dirs;
+  // Shard::server_snapshot_s as the probe found it, where it probed (a remote Zarr store's
+  // metadata read now): its chunks are judged against this discovery, not the indexing.
+  std::int64_t server_snapshot_s = 0;
 };
 
 // manifest_staleness, where `renewed` (when given, sized to the shards) receives the file's
@@ -599,7 +604,10 @@ Staleness check_manifest(const Manifest& m, IoBackend& io, std::vector<Renewed>*
           (*renewed)[i].snapshot = seen;
         }
       }
-      if (renewed != nullptr) (*renewed)[i].dirs = (**probe).shard.dirs;
+      if (renewed != nullptr) {
+        (*renewed)[i].dirs = (**probe).shard.dirs;
+        (*renewed)[i].server_snapshot_s = (**probe).shard.server_snapshot_s;
+      }
       for (const auto& f : shards[i].linked) {
         if (why.empty()) why = differs(f.path, f.snapshot);
       }
@@ -843,6 +851,7 @@ ManifestDiscovery discover_from_manifest(const Source& source, const DiscoverOpt
     std::size_t copies = 0;
     for (std::size_t i = 0; i < n; ++i) {
       if (renewed[i].dirs) m->layout.shards[i].dirs = std::move(*renewed[i].dirs);
+      m->layout.shards[i].server_snapshot_s = renewed[i].server_snapshot_s;
       if (renewed[i].snapshot) {
         m->layout.shards[i].snapshot = *renewed[i].snapshot;
         ++copies;

@@ -1,6 +1,9 @@
 #include "engine/detail/probe.hpp"
 
 #include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
 #include <exception>
 #include <map>
 #include <memory>
@@ -10,6 +13,7 @@
 
 #include "engine/detail/lanes.hpp"
 #include "shardload/formats.hpp"
+#include "shardload/interrupt.hpp"
 #include "shardload/io.hpp"
 #include "shardload/location.hpp"
 #include "shardload/shard_source.hpp"
@@ -32,6 +36,35 @@ unsigned probe_threads(const FormatDescriptor* d, const ReaderContext& ctx, std:
   const std::size_t by_count = count / kShardsPerThread;
   return static_cast<unsigned>(std::clamp<std::size_t>(by_count, 1, std::max(4u, cores)));
 }
+
+namespace {
+
+std::int64_t steady_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// A remote Zarr store's chunk objects are judged by their Last-Modified against the server's
+// Date when its metadata was read (Shard::server_snapshot_s), both in whole seconds: a chunk
+// written later in that same second would pass. So discovery returns only once that second is
+// over on the server's clock, and every write after it has a later Last-Modified. The answer
+// that carried the Date was sent by the time it arrived (`arrived`, this host's steady clock),
+// so its second was over a second after that at the latest; 50 ms more for clocks that run a
+// little apart. Probing takes that second anyway where it lasts longer; a small store waits
+// for most of it. kIo (ECANCELED) where an interrupt ends the wait.
+Status wait_out_server_second(std::int64_t arrived) {
+  if (arrived == 0) return Status::ok();
+  const std::int64_t until = arrived + 1'050'000'000;
+  while (!interrupt_requested()) {
+    const std::int64_t left = until - steady_ns();
+    if (left <= 0) return Status::ok();
+    std::this_thread::sleep_for(std::chrono::nanoseconds(std::min<std::int64_t>(left, 20'000'000)));
+  }
+  return Status(ErrorCode::kIo, "discovery stopped: interrupted").with_errno(ECANCELED);
+}
+
+}  // namespace
 
 Result<ProbeResults> probe_shards(const std::vector<std::string>& paths, Format format,
                                   const FormatOptions& options, const ReaderContext& ctx,
@@ -70,6 +103,8 @@ Result<ProbeResults> probe_shards(const std::vector<std::string>& paths, Format 
   // Shards taken 64 at a time (one atomic per 64 cheap probes), fewer when there are few per
   // thread, so that every thread gets some (8 objects on 8 threads: one each).
   const std::size_t chunk = std::clamp<std::size_t>(n / (std::max(1u, threads) * 4), 1, 64);
+  // When the last probe that took a server's time (Shard::server_snapshot_s) had its answer.
+  std::atomic<std::int64_t> server_answered{0};
   run_in_lanes(n, readers.size(), chunk, [&](std::size_t lane, std::size_t i) {
     auto& slot = out[i];
     try {
@@ -77,8 +112,15 @@ Result<ProbeResults> probe_shards(const std::vector<std::string>& paths, Format 
     } catch (...) {  // only an allocation of the result itself can get here
       slot.emplace(Status(ErrorCode::kLayout, paths[i] + ": out of memory while probing"));
     }
+    if (slot->is_ok() && (**slot).shard.server_snapshot_s > 0) {
+      const std::int64_t now = steady_ns();
+      std::int64_t seen = server_answered.load();
+      while (seen < now && !server_answered.compare_exchange_weak(seen, now)) {
+      }
+    }
     return slot->is_ok();
   });
+  SHARDLOAD_RETURN_IF_ERROR(wait_out_server_second(server_answered.load()));
   return out;
 }
 

@@ -13,7 +13,9 @@
 // metadata and chunks are keys of the reader's ShardSource, a read's chunk objects
 // (or a shard's inner chunks) fetched several at once while it decodes them (fetch_ahead),
 // since each costs a request's wait. Only a 404 is a missing chunk (the fill value); any
-// other failure is an error.
+// other failure is an error. A chunk or shard object written after discovery read the store's
+// metadata is kChanged: its open's answer says its Last-Modified, which is compared with the
+// server's Date at that read (Shard::server_snapshot_s).
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -34,6 +36,7 @@
 #include "shardload/location.hpp"
 #include "storage/detail/fetch_ahead.hpp"
 #include "storage/detail/read_ranges.hpp"
+#include "storage/detail/server_time.hpp"
 #include "storage/detail/store_options.hpp"
 
 namespace shardload::detail {
@@ -221,6 +224,9 @@ class ZarrReader final : public ShardReader {
     p.shard.byte_swap = meta->dtype.size > 1 && meta->big_endian == host_is_little_endian();
     p.shard.fortran_order = meta->fortran;
     p.shard.extra = encode_zarr_meta(*meta);
+    // The server's clock at the metadata's read: what the chunk objects' Last-Modified are
+    // compared with (0 where the answer had no Date, or the store is local).
+    p.shard.server_snapshot_s = p.shard.snapshot.answered_s;
     const auto& unit = meta->sharded ? meta->inner_chunks : meta->chunks;
     if (!unit.empty()) p.decode_rows = unit[0];
     p.shard.decode_rows = p.decode_rows;
@@ -266,6 +272,7 @@ class ZarrReader final : public ShardReader {
     }
     const std::string at = held.fd >= 0 ? descriptor_path(held.fd, dir) : dir;
     Request r{*m, dir, at, lo, hi, dst, ctx_.check_snapshot ? l.discovered_ns : 0};
+    if (ctx_.check_snapshot) r.server_snapshot_s = s.server_snapshot_s;
     const std::size_t n = m->shape.size();
     std::vector<std::int64_t> glo(n, 0);
     std::vector<std::int64_t> ghi(n, 0);
@@ -388,7 +395,21 @@ class ZarrReader final : public ShardReader {
     std::byte* dst;
     // ReadSpec::discovered_ns where the snapshots are checked, else 0 (not compared).
     std::int64_t discovered_ns;
+    // Shard::server_snapshot_s where the snapshots are checked, else 0 (not compared).
+    std::int64_t server_snapshot_s = 0;
   };
+
+  // A chunk or shard object is too many to snapshot at discovery, but its open's answer says
+  // its Last-Modified by the server's clock: one later than the server's Date when discovery
+  // read the store's metadata was written since (server_time.hpp), and is kChanged, as a
+  // local chunk written since discovery began is, instead of read as it now is. No request of
+  // its own: the time comes with the open's GET (s3://) or HEAD (http(s)://).
+  static Status object_written_since(std::int64_t snapshot_s, const std::string& path,
+                                     const FileInfo& info) {
+    const std::string why = written_after(snapshot_s, info);
+    if (why.empty()) return Status::ok();
+    return file_error(ErrorCode::kChanged, path, "changed since discovery: " + why);
+  }
 
   // Chunk and shard files are too many to snapshot at discovery, but a local one's change
   // time says whether it was written after discovery began: ctime cannot be set by a user
@@ -806,6 +827,8 @@ class ZarrReader final : public ShardReader {
     if (!traits(path).flat_keys) {
       SHARDLOAD_RETURN_IF_ERROR(written_since_discovery(r, path, info));
       SHARDLOAD_RETURN_IF_ERROR(directories_since_discovery(r, path));
+    } else {
+      SHARDLOAD_RETURN_IF_ERROR(object_written_since(r.server_snapshot_s, path, info));
     }
     count_decode();
     std::byte* target = direct;
@@ -898,7 +921,7 @@ class ZarrReader final : public ShardReader {
     const std::size_t expected = unit_bytes(r.m, r.m.chunks);
     return fetch_ahead(
         chunks.size(), in_flight, kFetchWindowBytes,
-        [&](std::size_t i) { return fetch_chunk(r.m, expected, &chunks[i]); },
+        [&](std::size_t i) { return fetch_chunk(r.m, expected, r.server_snapshot_s, &chunks[i]); },
         [&](std::size_t i) { return decode_chunk(r, expected, &chunks[i], r.m.chunks); });
   }
 
@@ -978,7 +1001,8 @@ class ZarrReader final : public ShardReader {
   }
 
   // On a helper thread: touches only `c` (and the File's backend, safe from any thread).
-  Result<std::uint64_t> fetch_chunk(const ZarrMeta& m, std::size_t expected, RemoteChunk* c) const {
+  Result<std::uint64_t> fetch_chunk(const ZarrMeta& m, std::size_t expected,
+                                    std::int64_t server_snapshot_s, RemoteChunk* c) const {
     FileInfo info;
     SHARDLOAD_ASSIGN_OR_RETURN(std::optional<File> opened,
                                open_unit(c->path, &info, whole_request(m, expected)));
@@ -987,6 +1011,7 @@ class ZarrReader final : public ShardReader {
       return std::uint64_t{0};
     }
     const File& f = *opened;
+    SHARDLOAD_RETURN_IF_ERROR(object_written_since(server_snapshot_s, c->path, info));
     SHARDLOAD_RETURN_IF_ERROR(check_chunk_size(m, c->path, info.size, expected));
     std::byte* into = m.codecs.empty() ? c->direct : nullptr;  // distinct rows per chunk
     if (into == nullptr) {
@@ -1058,6 +1083,8 @@ class ZarrReader final : public ShardReader {
     if (!traits(path).flat_keys) {
       SHARDLOAD_RETURN_IF_ERROR(written_since_discovery(r, path, info));
       SHARDLOAD_RETURN_IF_ERROR(directories_since_discovery(r, path));
+    } else {
+      SHARDLOAD_RETURN_IF_ERROR(object_written_since(r.server_snapshot_s, path, info));
     }
 
     // The index: one (offset, nbytes) pair per inner chunk, C order.
@@ -1151,7 +1178,8 @@ class ZarrReader final : public ShardReader {
 
   // Chunk and shard files are too many to snapshot at discovery: each is
   // compared with itself, as it was when opened, after the reads from it.
-  // A chunk replaced between discovery and the read is read as it then is;
+  // A chunk replaced between discovery and the read is told by its time
+  // (a local file's ctime, an object's Last-Modified) where one is known;
   // the metadata's snapshot still guards the array's geometry and codecs.
   Status unchanged(const File& f, const FileInfo& opened, Status read) const {
     if (!ctx_.check_snapshot) return read;

@@ -375,5 +375,31 @@ TEST(Codec, OptionsAfterTheFirstSixTravelOnlyWhenSet) {
   EXPECT_EQ(*alone, o);
 }
 
+// A remote Zarr store's server time at discovery (Shard::server_snapshot_s) reaches the
+// process that decodes the layout (a Dask or Legate task), slices included; a layout without
+// one encodes as before it was known.
+TEST(Codec, AShardsServerTimeTravelsWithIt) {
+  Layout l = sample(3);
+  const auto without = encode_layout(l);
+  l.shards[1].server_snapshot_s = 1796632801;
+  const auto bytes = encode_layout(l);
+  auto d = decode_layout(bytes);
+  ASSERT_TRUE(d) << d.status().message();
+  EXPECT_EQ(d->shards[0].server_snapshot_s, 0);
+  EXPECT_EQ(d->shards[1].server_snapshot_s, 1796632801);
+  EXPECT_EQ(d->shards[2].server_snapshot_s, 0);
+  expect_equal(l, *d);
+  EXPECT_EQ(encode_layout(*d), bytes);  // one encoding, one layout
+  auto sub = slice_rows(*d, d->offsets[1], d->offsets[2]);
+  ASSERT_TRUE(sub) << sub.status().message();
+  auto sub_back = decode_layout(encode_layout(*sub));
+  ASSERT_TRUE(sub_back) << sub_back.status().message();
+  ASSERT_FALSE(sub_back->shards.empty());
+  EXPECT_EQ(sub_back->shards.back().path, l.shards[1].path);
+  EXPECT_EQ(sub_back->shards.back().server_snapshot_s, 1796632801);
+  l.shards[1].server_snapshot_s = 0;
+  EXPECT_EQ(encode_layout(l), without);
+}
+
 }  // namespace
 }  // namespace shardload

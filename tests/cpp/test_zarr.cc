@@ -20,6 +20,7 @@
 #include "shardload/layout.hpp"
 #include "shardload/shard_source.hpp"
 #include "storage/detail/fetch_ahead.hpp"
+#include "storage/detail/server_time.hpp"
 #include "util.hpp"
 
 namespace shardload {
@@ -594,6 +595,51 @@ TEST(FetchAhead, FirstFailureInOrderStopsTheFetches) {
     EXPECT_LE(p.highest.load(), 12u);
     EXPECT_LE(p.fetched.load(), 13u);
   }
+}
+
+// A chunk object's Last-Modified against the server's Date when discovery read its store's
+// metadata (Shard::server_snapshot_s): later is written since; the same second or earlier is
+// read; nothing is judged without both times, nor by a Last-Modified ahead of its own answer's
+// Date (another clock stamped it).
+TEST(ZarrServerTime, AChunkIsWrittenSinceOnlyWhenItsLastModifiedIsLaterThanTheSnapshot) {
+  constexpr std::int64_t kSnapshot = 1796632801;  // Mon, 07 Dec 2026 08:40:01 GMT
+  const auto chunk = [](std::int64_t modified, std::int64_t answered) {
+    FileInfo info;
+    info.size = 96;
+    info.regular = true;
+    info.modified_s = modified;
+    info.answered_s = answered;
+    return info;
+  };
+  const std::string later = detail::written_after(kSnapshot, chunk(kSnapshot + 1, kSnapshot + 3));
+  EXPECT_EQ(later,
+            "its Last-Modified (Mon, 07 Dec 2026 08:40:02 GMT) is later than the server's Date "
+            "when discovery read the store's metadata (Mon, 07 Dec 2026 08:40:01 GMT): the "
+            "object was written since");
+  // The answer's own Date may be missing (a server without a clock): the Last-Modified alone.
+  EXPECT_NE(detail::written_after(kSnapshot, chunk(kSnapshot + 2, 0)), "");
+  EXPECT_EQ(detail::written_after(kSnapshot, chunk(kSnapshot + 2, kSnapshot + 2)).empty(), false);
+  // Within the snapshot's second, or before it: read.
+  EXPECT_EQ(detail::written_after(kSnapshot, chunk(kSnapshot, kSnapshot + 9)), "");
+  EXPECT_EQ(detail::written_after(kSnapshot, chunk(kSnapshot - 3600, kSnapshot + 9)), "");
+  // Nothing to compare: no snapshot time, no Last-Modified.
+  EXPECT_EQ(detail::written_after(0, chunk(kSnapshot + 5, kSnapshot + 9)), "");
+  EXPECT_EQ(detail::written_after(kSnapshot, chunk(0, kSnapshot + 9)), "");
+  // A Last-Modified ahead of the answer's Date was stamped by another clock: not judged.
+  EXPECT_EQ(detail::written_after(kSnapshot, chunk(kSnapshot + 10, kSnapshot + 9)), "");
+}
+
+TEST(ZarrServerTime, AServersTimesAreNoPartOfASnapshotsIdentity) {
+  FileInfo a;
+  a.size = 10;
+  a.regular = true;
+  a.inode = 77;
+  FileInfo b = a;
+  b.modified_s = 1796632801;
+  b.answered_s = 1796632805;
+  EXPECT_EQ(a, b);
+  b.inode = 78;
+  EXPECT_NE(a, b);
 }
 
 }  // namespace

@@ -34,7 +34,8 @@ inline constexpr unsigned kRemoteProbeThreads = 16;
 
 using ProbeResults = std::vector<std::optional<Result<ShardProbe>>>;
 
-// kLayout only when a reader cannot be made (the options do not fit the format).
+// kLayout only when a reader cannot be made (the options do not fit the format); kIo (ECANCELED)
+// when an interrupt ends the wait for a remote Zarr store's server second (probe.cc).
 Result<ProbeResults> probe_shards(const std::vector<std::string>& paths, Format format,
                                   const FormatOptions& options, const ReaderContext& ctx,
                                   unsigned threads);

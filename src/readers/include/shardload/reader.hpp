@@ -82,6 +82,12 @@ struct Shard {
   // ShardReader::decode_unit knows them from `extra`. The plan and the device fill align
   // their cuts to this grid; it counts rows of the file, so a view keeps it unchanged.
   std::int64_t decode_rows = 0;
+  // A remote Zarr store's: the server's clock (its Date, seconds since the epoch) when discovery
+  // read the store's metadata (FileInfo::answered_s). A chunk or shard object whose
+  // Last-Modified is later was written since discovery, and is kChanged. 0: not known (a local
+  // store, a server that sends no Date, a layout from a trusted manifest), nothing compared.
+  // Kept by slice_rows and the layout's encoding; not written into a manifest.
+  std::int64_t server_snapshot_s = 0;
 
   [[nodiscard]] std::int64_t stored_rows() const { return file_rows < 0 ? rows : file_rows; }
   [[nodiscard]] bool is_view() const { return file_rows >= 0; }
