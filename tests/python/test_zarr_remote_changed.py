@@ -80,6 +80,25 @@ def test_a_chunk_put_again_after_discovery_is_a_changed_error_naming_it(tmp_path
     np.testing.assert_array_equal(now.read(0, 12), read_local(local))
 
 
+def test_the_changed_chunks_url_shows_no_secret(tmp_path, bucket):
+    """The error names the chunk's URL as every message does: its secret key hidden."""
+    key, kwargs = CASES["v2"]
+    secret = "g6-s3cr3t-0f-the-bucket"
+    options = {**bucket.options, "access_key": "testing", "secret_key": secret}
+    a = np.arange(36, dtype="float64").reshape(12, 3)
+    local = tmp_path / "a.zarr"
+    write_store(local, a, **kwargs)
+    bucket.upload_tree("a.zarr", local)
+    layout = shardload.discover(bucket.url("a.zarr/"), storage_options=options)
+    rewrite_rows(local, -1)
+    bucket.upload(f"a.zarr/{key}", local / key)
+    with pytest.raises(shardload.ShardReadError,
+                       match=re.escape(bucket.url(f"a.zarr/{key}")) + CHANGED) as e:
+        shardload.numpy.load(layout)
+    assert secret not in str(e.value) and secret not in repr(e.value.args)
+    assert secret not in str(getattr(e.value, "filename", ""))
+
+
 @pytest.mark.parametrize("case", ["v2", "v3-sharded"])
 def test_a_chunk_put_right_after_discovery_returns_is_a_changed_error(tmp_path, bucket, case):
     """Last-Modified and Date have whole seconds: a chunk PUT within the server second in which
