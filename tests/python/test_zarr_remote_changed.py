@@ -80,6 +80,35 @@ def test_a_chunk_put_again_after_discovery_is_a_changed_error_naming_it(tmp_path
     np.testing.assert_array_equal(now.read(0, 12), read_local(local))
 
 
+def test_through_a_checked_manifest_chunks_are_judged_by_this_discovery(tmp_path, bucket):
+    """A manifest keeps no server time: a discovery that checks it probes the stores' metadata
+    again and judges their chunks by that answer, so a chunk PUT since the indexing but before
+    this discovery reads, and one PUT after it is refused. A trusted manifest asks the server
+    nothing, so it has no time to judge by (the documented limit): the chunk reads as it is."""
+    key, kwargs = CASES["v3"]
+    a = np.arange(36, dtype="float64").reshape(12, 3)
+    for name in ("shard_0000.zarr", "shard_0001.zarr"):
+        write_store(tmp_path / name, a, **kwargs)
+        bucket.upload_tree(f"m/{name}", tmp_path / name)
+    shardload.index(bucket.url("m/"), storage_options=bucket.options)
+    time.sleep(1.1)
+    rewrite_rows(tmp_path / "shard_0001.zarr", 7)
+    bucket.upload(f"m/shard_0001.zarr/{key}", tmp_path / "shard_0001.zarr" / key)
+    layout = shardload.discover(bucket.url("m/"), storage_options=bucket.options)
+    assert layout.manifest_state.value == "used", layout.manifest_status
+    want = np.concatenate([a, read_local(tmp_path / "shard_0001.zarr")])
+    np.testing.assert_array_equal(shardload.numpy.load(layout), want)
+    trusted = shardload.discover(bucket.url("m/"), storage_options=bucket.options,
+                                 trust_manifest=True)
+    rewrite_rows(tmp_path / "shard_0001.zarr", 8)
+    bucket.upload(f"m/shard_0001.zarr/{key}", tmp_path / "shard_0001.zarr" / key)
+    with pytest.raises(shardload.ShardReadError,
+                       match=re.escape(bucket.url(f"m/shard_0001.zarr/{key}")) + CHANGED):
+        shardload.numpy.load(layout)
+    want = np.concatenate([a, read_local(tmp_path / "shard_0001.zarr")])
+    np.testing.assert_array_equal(shardload.numpy.load(trusted), want)
+
+
 def test_the_changed_chunks_url_shows_no_secret(tmp_path, bucket):
     """The error names the chunk's URL as every message does: its secret key hidden."""
     key, kwargs = CASES["v2"]
