@@ -190,19 +190,18 @@ def test_a_chunk_put_mid_epoch_fails_the_feeds_batch_naming_it(tmp_path, bucket)
     that needs it raises the ShardReadError naming it, instead of its rows as they now are."""
     import shardload.feed as sf
 
-    key, kwargs = CASES["v2"]
-    a = np.arange(36, dtype="float64").reshape(12, 3)
+    a = np.arange(120, dtype="float64").reshape(40, 3)
     local = tmp_path / "a.zarr"
-    write_store(local, a, **kwargs)
+    write_store(local, a, zarr_format=2, chunks=(4, 3), compressors=numcodecs.Zstd())
     bucket.upload_tree("a.zarr", local)
-    feed = sf.Feed(bucket.url("a.zarr/"), 4, shuffle="none", prefetch=0,
+    feed = sf.Feed(bucket.url("a.zarr/"), 4, shuffle="none", block_rows=4, prefetch=1,
                    storage_options=bucket.options)
     it = iter(feed)
-    np.testing.assert_array_equal(np.asarray(next(it)), a[0:4])  # chunk 0.0
-    rewrite_rows(local, -1)
-    bucket.upload(f"a.zarr/{key}", local / key)  # rows 4-7, the next batch
+    np.testing.assert_array_equal(np.asarray(next(it)), a[0:4])
+    zarr.open_array(str(local), mode="r+")[32:36] = -1  # chunk 8.0, far past the read-ahead
+    bucket.upload("a.zarr/8.0", local / "8.0")
     with pytest.raises(shardload.ShardReadError,
-                       match=re.escape(bucket.url(f"a.zarr/{key}")) + CHANGED):
+                       match=re.escape(bucket.url("a.zarr/8.0")) + CHANGED):
         for _ in it:
             pass
 
