@@ -381,9 +381,9 @@ std::optional<HttpEntry> http_entry(std::string_view items) {
 }
 
 // Where BunnyCDN's token lies in the path of `url` (an http(s) URL whose path begins at
-// `path`): its start and the end of what sealing takes out (its value to the next '&', that '&'
-// included; else to the query or the fragment), or {npos, npos}. The first one only: a path
-// holds one.
+// `path`): its start and the end of what sealing takes out (its value to the next '&' or '/',
+// whichever comes first, that one included, so that the path left is still a path; else to the
+// query or the fragment), or {npos, npos}. The first one only: a path holds one.
 std::pair<std::size_t, std::size_t> path_token_span(std::string_view url, std::size_t path) {
   const std::size_t path_end = std::min(url.find_first_of("?#", path), url.size());
   const std::string_view key = kPathTokenKey;
@@ -396,15 +396,15 @@ std::pair<std::size_t, std::size_t> path_token_span(std::string_view url, std::s
   };
   for (std::size_t k = path; k + 1 < path_end; ++k) {
     if (url[k] != '/' || !is_key_at(k + 1)) continue;
-    const std::size_t amp = url.find('&', k + 1 + key.size());
-    const std::size_t end = amp < path_end ? amp + 1 : path_end;
+    const std::size_t stop = url.find_first_of("&/", k + 1 + key.size());
+    const std::size_t end = stop < path_end ? stop + 1 : path_end;
     return {k + 1, end};
   }
   return {std::string_view::npos, std::string_view::npos};
 }
 
 // Whether `token` is what path_token_span takes out of a path: the key, a value, and at most
-// the '&' that ended it.
+// the '&' or '/' that ended it.
 bool is_path_token(std::string_view token) {
   const std::string_view key = kPathTokenKey;
   if (token.size() < key.size()) return false;
@@ -412,8 +412,9 @@ bool is_path_token(std::string_view token) {
     if (std::tolower(static_cast<unsigned char>(token[j])) != key[j]) return false;
   }
   const std::string_view value = token.substr(key.size());
-  const std::size_t amp = value.find_first_of("&?#");
-  return amp == std::string_view::npos || (value[amp] == '&' && amp + 1 == value.size());
+  const std::size_t stop = value.find_first_of("&/?#");
+  return stop == std::string_view::npos ||
+         ((value[stop] == '&' || value[stop] == '/') && stop + 1 == value.size());
 }
 
 std::string counted(std::string_view text) {
@@ -644,8 +645,9 @@ Result<std::string> unsealed_http_url(const std::string& url) {
     if (q == std::string::npos) break;
     std::string query;
     std::string userinfo;
-    std::string_view path_before;
-    std::string_view path_token;
+    // Copies: the entry's items live only for the call of the lambda below.
+    std::string path_before;
+    std::string path_token;
     bool found = false;
     Status error;
     for_each_item(std::string_view(out).substr(q + 1), [&](std::string_view item) {
@@ -684,7 +686,7 @@ Result<std::string> unsealed_http_url(const std::string& url) {
         return file_error(ErrorCode::kInvalidArgument, url,
                           "bad URL: the path token its credentials= handle stands for was sealed "
                           "after '" +
-                              std::string(path_before) +
+                              path_before +
                               "', which this URL's path does not begin with; give this URL's "
                               "token in it");
       }

@@ -302,3 +302,44 @@ def test_a_path_token_alone_is_sealed_and_sent():
         text = str(e.value)
         assert "path token" in text and "after '/p/'" in text and MARK not in text, text
         assert len(store.requests) == asked
+
+
+def test_a_path_token_is_put_back_whole_whatever_the_lengths_around_it():
+    """BunnyCDN's signer writes ``/bcdn_token=T&expires=E/...``: the token was put back from
+    memory already freed (the entry's items, gone with the call that read them), so whether a
+    URL loaded depended on the lengths of its parts: ``expires=12`` loaded, ``expires=123`` was
+    refused as sealed "after" some garbage. Every length loads, each from its own path."""
+    from test_http import Handler, Store
+
+    store = Store()
+    handler = type("Bound", (Handler,), {"store": store})
+    with closing_server.serving(handler) as server:
+        host = closing_server.address(server)
+        for n in range(1, 41):
+            path = f"/bcdn_token=bn-s3cr3t&expires={'1' * n}/a.npy"
+            expected = np.arange(n * 4, dtype=np.float32).reshape(n, 4)
+            store.put_npy(path, expected)
+            layout = shardload.discover(f"http://{host}{path}")
+            assert MARK not in layout.paths[0] and HANDLE.search(layout.paths[0]), layout.paths[0]
+            np.testing.assert_array_equal(layout.read(), expected)
+        assert all(p.startswith("/bcdn_token=bn-s3cr3t&expires=") for _, p, _ in store.requests)
+
+
+def test_a_path_token_ended_by_a_slash_is_that_segment_alone():
+    """A token segment with nothing after its value (``/bcdn_token=T/b/a.npy``) took the rest of
+    the path with it: the object's URL became the host's root, and discovery asked for objects
+    no one named. The token ends at its segment; the object keeps its path."""
+    from test_http import Handler, Store
+
+    store = Store()
+    expected = dataset(store, "bcdn_token=bn-s3cr3t/b")
+    handler = type("Bound", (Handler,), {"store": store})
+    with closing_server.serving(handler) as server:
+        host = closing_server.address(server)
+        urls = [f"http://{host}/bcdn_token=bn-s3cr3t/b/shard_{i:04d}.npy" for i in range(3)]
+        layout = shardload.discover(urls)
+        assert layout.paths[0].startswith(f"http://{host}/b/shard_0000.npy?credentials="), \
+            layout.paths[0]
+        assert MARK not in str(layout) and MARK not in layout.paths[2]
+        np.testing.assert_array_equal(layout.read(), expected)
+        assert all(p.startswith("/bcdn_token=bn-s3cr3t/b/shard_000") for _, p, _ in store.requests)
