@@ -9,7 +9,9 @@
 // why). Debian's libhdf5 is built thread-safe; when a library is not, calls
 // are serialized by one process-wide mutex, held only around HDF5 calls and
 // never across anything that can wait on a runtime.
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #include <algorithm>
@@ -1062,6 +1064,8 @@ class Hdf5Reader final : public ShardReader {
                         std::vector<VirtualStep>& chain, std::vector<std::string>& done,
                         std::vector<std::string>* files) {
     const std::string here = file_identity(path);
+    Hid opened;
+    std::string opened_id;
     for (const VirtualMapping& m : virtual_mappings(dataset)) {
       if (!m.file || !m.dataset) continue;
       SHARDLOAD_ASSIGN_OR_RETURN(
@@ -1095,15 +1099,18 @@ class Hdf5Reader final : public ShardReader {
                             "more than " +
                             std::to_string(kMaxVirtualDepth) + " deep");
         }
-        Hid other;
         hid_t source_file = file;
         if (target_id != here) {
-          other = Hid(api_.H5Fopen(target.c_str(), kReadOnly, H5P_DEFAULT), api_.H5Fclose);
-          if (!other.valid()) {
+          // Mappings of one file's datasets follow one another: that file is opened once.
+          if (opened_id != target_id) {
+            opened = Hid(api_.H5Fopen(target.c_str(), kReadOnly, H5P_DEFAULT), api_.H5Fclose);
+            opened_id = target_id;
+          }
+          if (!opened.valid()) {
             api_.H5Eclear2(H5E_DEFAULT);  // not HDF5: HDF5 gives the fill value there
             continue;
           }
-          source_file = other.get();
+          source_file = opened.get();
         }
         Hid dapl(api_.H5Pcreate(api_.H5P_CLS_DATASET_ACCESS_ID_g), api_.H5Pclose);
         if (!dapl.valid() || api_.H5Pset_elink_cb(dapl.get(), refuse_external_link, nullptr) < 0) {
@@ -1123,12 +1130,92 @@ class Hdf5Reader final : public ShardReader {
           api_.H5Eclear2(H5E_DEFAULT);  // no such dataset: HDF5 gives the fill value there
           continue;
         }
+        SHARDLOAD_RETURN_IF_ERROR(
+            source_storage(source_file, src.get(), target_id != here ? target : path)
+                .with_context(shard + ": dataset '" + chain.front().shown +
+                              "' is a virtual dataset whose source " + step.shown + " is refused"));
         chain.push_back(step);
         SHARDLOAD_RETURN_IF_ERROR(follow_virtual(source_file, src.get(),
                                                  target_id != here ? target : path, shard, shard_id,
                                                  chain, done, files));
         chain.pop_back();
         done.push_back(step.key);
+      }
+    }
+    return Status::ok();
+  }
+
+  // Why a virtual dataset's source `dataset` (in the HDF5 file `file`, the regular file at
+  // `path`) would not read as its elements: the checks the shard's own dataset gets at
+  // discovery (probe), since HDF5 1.10 reads a source as it reads any dataset: storage past
+  // the end of its file as zeros, a short compact buffer into other memory, a contiguous
+  // layout recording less than its elements need as other rows, unwritten chunks of fill time
+  // 'never' as whatever memory held, an external storage file cut short as zeros. Ok where
+  // its shape or type cannot be had: HDF5's read then fails on its own.
+  Status source_storage(hid_t file, hid_t dataset, const std::string& path) {
+    Hid type(api_.H5Dget_type(dataset), api_.H5Tclose);
+    Hid space(api_.H5Dget_space(dataset), api_.H5Sclose);
+    const int rank = space.valid() && api_.H5Sget_simple_extent_type(space.get()) == H5S_SIMPLE
+                         ? api_.H5Sget_simple_extent_ndims(space.get())
+                         : -1;
+    std::vector<hsize_t> dims(static_cast<std::size_t>(std::max(rank, 0)));
+    if (!type.valid() || rank < 0 ||
+        api_.H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr) < 0) {
+      api_.H5Eclear2(H5E_DEFAULT);
+      return Status::ok();
+    }
+    // Our own descriptor of the file HDF5 opened by name: its size, and the bytes of the
+    // layout message (non-blocking: the name was a regular file a moment ago).
+    const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+    struct ::stat st {};
+    const bool regular = fd >= 0 && ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
+    struct Closer {
+      int fd;
+      ~Closer() {
+        if (fd >= 0) ::close(fd);
+      }
+    } const closer{fd};
+    if (!regular) {
+      return Status(ErrorCode::kFormat, path + ": not a regular file");
+    }
+    const auto size = static_cast<std::uint64_t>(st.st_size);
+    const ReadBytes read = [fd, size](std::uint64_t offset, std::size_t n, std::byte* out) {
+      if (offset > size || n > size - offset) return false;
+      std::size_t done = 0;
+      while (done < n) {
+        const ssize_t got = ::pread(fd, out + done, n - done, static_cast<off_t>(offset + done));
+        if (got <= 0) return false;
+        done += static_cast<std::size_t>(got);
+      }
+      return true;
+    };
+    Status ok = storage_in_file(api_, dataset, type.get(), dims, size);
+    if (ok) ok = chunk_element_size_matches(api_, file, dataset, type.get(), read);
+    if (ok) ok = defined_everywhere(api_, dataset);
+    if (ok) ok = filters_available(api_, dataset);
+    if (ok) ok = source_external_files(dataset, type.get(), dims, path);
+    api_.H5Eclear2(H5E_DEFAULT);
+    return ok;
+  }
+
+  // A source's external storage files, where HDF5 opens them (external_path): each that is
+  // there must be a regular file (a FIFO's plain open waits for a writer) that reaches as far
+  // as the source's data runs in it (HDF5 reads what lies past its end as zeros). A missing
+  // one fails HDF5's read on its own.
+  Status source_external_files(hid_t dataset, hid_t type, const std::vector<hsize_t>& dims,
+                               const std::string& path) {
+    for (const auto& [name, end] : external_ends(api_, dataset, type, dims)) {
+      const std::string full = external_path(path, name);
+      struct ::stat st {};
+      if (::stat(full.c_str(), &st) != 0) continue;
+      if (!S_ISREG(st.st_mode)) {
+        return Status(ErrorCode::kFormat, "external storage file " + full + ": not a regular file");
+      }
+      if (static_cast<std::uint64_t>(st.st_size) < end) {
+        return Status(ErrorCode::kFormat,
+                      "external storage file " + full + " holds " + std::to_string(st.st_size) +
+                          " bytes, but the dataset's data runs to byte " + std::to_string(end) +
+                          " of it: the file is truncated (HDF5 would read the rest as zeros)");
       }
     }
     return Status::ok();
