@@ -9,6 +9,7 @@
 #include <deque>
 #include <mutex>
 #include <string_view>
+#include <tuple>
 #include <unordered_set>
 #include <utility>
 #include <vector>
@@ -78,11 +79,21 @@ thread_local std::uint64_t t_redaction_work = 0;
 //   oauth_signature, jwt,      JSON Web Token, a password and an API key
 //   passwd, pwd, api-key, x-api-key, api_token, apitoken, authtoken, auth-token,
 //   accesstoken, access-token
+//   tempauth                   a SharePoint/OneDrive download link's bearer JWT (what Microsoft
+//                              Graph's @microsoft.graph.downloadUrl returns)
+//   code                       an Azure Functions function key ("?code=KEY"), and OAuth's
+//                              authorization code: both grant access. Only the key "code"
+//                              itself, not the words of "country_code", "status_code": a code
+//                              that is no credential costs only its value shown as ***, as the
+//                              request still carries it; a function key shown gives the function
+//   ticket, otp, _wpnonce      a CAS service ticket, a one-time password, a WordPress nonce
+//   resourcekey                a Google Drive link's resource key (needed with its file id)
+//   accesscode, access_code    a shared link's access code
 // Not secrets, and shown: identifiers that grant nothing alone (access_key, X-Amz-Credential,
 // X-Goog-Credential, AWSAccessKeyId, Key-Pair-Id: the store's own errors name them too, and
 // they tell which credential was refused), a CloudFront Policy (it is what the signature
 // signs), Expires and X-Amz-Date, and every store and request option.
-constexpr std::array<std::string_view, 53> kSecretKeys = {"secret_key",
+constexpr std::array<std::string_view, 61> kSecretKeys = {"secret_key",
                                                           "session_token",
                                                           "x-amz-signature",
                                                           "x-amz-security-token",
@@ -134,7 +145,15 @@ constexpr std::array<std::string_view, 53> kSecretKeys = {"secret_key",
                                                           "hdnea",
                                                           "sign",
                                                           "rlkey",
-                                                          "_upt"};
+                                                          "_upt",
+                                                          "tempauth",
+                                                          "code",
+                                                          "ticket",
+                                                          "otp",
+                                                          "_wpnonce",
+                                                          "resourcekey",
+                                                          "accesscode",
+                                                          "access_code"};
 
 // What a message may put right after a URL, and a URL cannot end with without being
 // unusual: ':' in "URL: what", quotes in "'URL'" or a JSON string, ')' in "(URL)", a
@@ -194,11 +213,16 @@ std::vector<std::string> key_words(std::string_view key) {
 // with ("sas_token", "jsessionid", "X-Amz-Security-Token2", "client_secret_v2", "dbPassword"):
 //   a word holding token, secret, signature, passw, passphrase, passcode, session, sessid,
 //   credentials, apikey, privatekey or assertion (OAuth's client_assertion: a signed JWT that
-//   stands for the client's secret, RFC 7523); a word that is sig, auth, authorization, pwd,
-//   pass, pw, creds, jwt, hmac, cookie or sid;
-//   the word key (Google's key=, api_key, private_key, sas_key), unless the key is an
-//   identifier's: with access, consumer, pair or id beside it (access_key, AWSAccessKeyId,
-//   Key-Pair-Id, oauth_consumer_key), which grant nothing alone and are shown.
+//   stands for the client's secret, RFC 7523), tempauth or wpnonce; a word that is sig, auth,
+//   authorization, pwd, pass, pw, creds, jwt, hmac, cookie, sid, ticket, otp, totp, hotp,
+//   csrf or xsrf, or a password's name in another language (passe of mot_de_passe,
+//   motdepasse, contrasena, contrasenya, contrase: the word before the n with a tilde of
+//   "contrase%C3%B1a", which is no ASCII letter, senha, kennwort, wachtwoord, passord,
+//   salasana, heslo). Not "auth" inside a word ("author", "oauth") nor "nonce" alone (OAuth 1's
+//   nonce is sent in clear and signed), nor "code" as a word (country_code, status_code); the word
+//   key (Google's key=, api_key, private_key, sas_key), unless the key is an identifier's: with
+//   access, consumer, pair or id beside it (access_key, AWSAccessKeyId, Key-Pair-Id,
+//   oauth_consumer_key), which grant nothing alone and are shown.
 // Keys whose last word says what kind of value they hold, not the value (token_type,
 // oauth_signature_method, X-Amz-Signature-Version, a session's expires, BunnyCDN's
 // token_path) are shown.
@@ -212,12 +236,15 @@ struct SecretsWords {
   std::string last;
 
   void add(const std::vector<std::string>& words) {
-    static constexpr std::array<std::string_view, 12> kHolding = {
-        "token",   "secret", "signature",   "passw",  "passphrase", "passcode",
-        "session", "sessid", "credentials", "apikey", "privatekey", "assertion"};
-    static constexpr std::array<std::string_view, 11> kWord = {
-        "sig",   "auth", "authorization", "pwd",    "pass", "pw",
-        "creds", "jwt",  "hmac",          "cookie", "sid"};
+    static constexpr std::array<std::string_view, 14> kHolding = {
+        "token",  "secret",      "signature", "passw",      "passphrase", "passcode", "session",
+        "sessid", "credentials", "apikey",    "privatekey", "assertion",  "tempauth", "wpnonce"};
+    static constexpr std::array<std::string_view, 28> kWord = {
+        "sig",        "auth",       "authorization", "pwd",      "pass",  "pw",
+        "creds",      "jwt",        "hmac",          "cookie",   "sid",   "ticket",
+        "otp",        "totp",       "hotp",          "csrf",     "xsrf",  "passe",
+        "motdepasse", "contrasena", "contrasenya",   "contrase", "senha", "kennwort",
+        "wachtwoord", "passord",    "salasana",      "heslo"};
     for (const std::string& w : words) {
       any = true;
       for (const std::string_view h : kHolding) secret = secret || w.find(h) != std::string::npos;
@@ -553,6 +580,26 @@ std::string redact_query(std::string_view text, std::vector<std::string>& hidden
     }
     i = end;
   }
+  return out;
+}
+
+// Each Oracle Cloud pre-authenticated request's token in `text` (par_token_span) replaced by
+// "***". The shape of the path is looked for rather than the host: a PAR is served on
+// objectstorage.REGION.oraclecloud.com and on a namespace's own host name
+// (NS.objectstorage.REGION.oci.customer-oci.com), and a message may quote it without its host.
+std::string redact_path_tokens(std::string_view text, std::vector<std::string>& hidden) {
+  std::string out;
+  std::size_t done = 0;
+  for (auto [begin, end] = detail::par_token_span(text, 0); begin != std::string_view::npos;
+       std::tie(begin, end) = detail::par_token_span(text, end)) {
+    if (done == 0) out.reserve(text.size());
+    out.append(text.substr(done, begin - done));
+    out += "***";
+    hidden.emplace_back(text.substr(begin, end - begin));
+    done = end;
+  }
+  if (done == 0) return std::string(text);
+  out.append(text.substr(done));
   return out;
 }
 
@@ -1195,7 +1242,32 @@ bool is_secret_query_key(std::string_view key) {
 bool query_item_holds_secret(std::string_view item) {
   std::vector<std::string> hidden;
   (void)redact_query("?" + std::string(item), hidden);
+  if (hidden.empty()) (void)redact_path_tokens(item, hidden);
   return !hidden.empty();
+}
+
+std::pair<std::size_t, std::size_t> par_token_span(std::string_view text, std::size_t from) {
+  constexpr std::size_t npos = std::string_view::npos;
+  // The end of the path segment starting at text[k]: where a '/', '?', '#', white space or a
+  // quote stands.
+  const auto segment_end = [&](std::size_t k) {
+    const std::size_t begin = k;
+    while (k < text.size() && text[k] != '/' && text[k] != '?' && text[k] != '#' &&
+           text[k] != '\'' && text[k] != '"' && !is_space(text[k])) {
+      ++k;
+    }
+    t_redaction_work += k - begin + 1;
+    return k;
+  };
+  for (std::size_t p = text.find("/p/", from); p != npos; p = text.find("/p/", p + 1)) {
+    const std::size_t begin = p + 3;
+    const std::size_t end = segment_end(begin);
+    if (end == begin || text.substr(end, 3) != "/n/") continue;
+    const std::size_t ns_end = segment_end(end + 3);
+    if (ns_end == end + 3 || text.substr(ns_end, 3) != "/b/") continue;
+    return {begin, end};
+  }
+  return {npos, npos};
 }
 
 }  // namespace detail
@@ -1304,7 +1376,7 @@ std::string hide_request_secrets(std::string body, const std::vector<std::string
   std::vector<std::string> secrets;
   for (const std::string& url : urls) {
     const std::string shown = redact_user_info(url, secrets);
-    (void)redact_query(shown, secrets);
+    (void)redact_path_tokens(redact_query(shown, secrets), secrets);
   }
   const auto trimmed = [](std::string_view v) {
     while (!v.empty() && is_space(v.front())) v.remove_prefix(1);
@@ -1411,6 +1483,7 @@ std::string redact_secrets(std::string text) {
   if (text.find('=') != std::string::npos || holds_spelling(text, kEncodedEquals)) {
     text = redact_query(text, hidden);
   }
+  if (text.find("/p/") != std::string::npos) text = redact_path_tokens(text, hidden);
   if (!hidden.empty()) text = hide_quoted(std::move(text), hidden);
   return text;
 }

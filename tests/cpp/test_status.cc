@@ -572,6 +572,76 @@ TEST(RedactSecrets, EveryStatusMessageContextAndPathIsRedacted) {
   EXPECT_EQ(s.message().find("hunter2"), std::string::npos);
 }
 
+TEST(RedactSecrets, CredentialsOfMoreServicesAreHidden) {
+  // A SharePoint/OneDrive download link's bearer JWT (Microsoft Graph's downloadUrl), an Azure
+  // Functions function key, a CAS service ticket, a one-time password, a WordPress nonce,
+  // a Google Drive link's resource key: each key, and the rest of the URL, as given.
+  EXPECT_EQ(redact_secrets("https://t.sharepoint.com/sites/x/_layouts/15/download.aspx?"
+                           "UniqueId=1b2c&Translate=false&tempauth=eyJ0eXAi.e30.c2ln&"
+                           "ApiVersion=2.0"),
+            "https://t.sharepoint.com/sites/x/_layouts/15/download.aspx?"
+            "UniqueId=1b2c&Translate=false&tempauth=***&ApiVersion=2.0");
+  EXPECT_EQ(redact_secrets("https://app.azurewebsites.net/api/get?code=fnKey%3D%3D&name=x.npy"),
+            "https://app.azurewebsites.net/api/get?code=***&name=x.npy");
+  EXPECT_EQ(redact_secrets("https://h/x.npy?ticket=ST-1-abc-cas&otp=123456&_wpnonce=a1b2c3&"
+                           "resourcekey=0-AbC&id=7"),
+            "https://h/x.npy?ticket=***&otp=***&_wpnonce=***&resourcekey=***&id=7");
+  // Spellings of the same: case, another word beside it, an access code.
+  EXPECT_EQ(redact_secrets("https://h/x.npy?TempAuth=1&Code=2&serviceTicket=3&TOTP=4&"
+                           "x_wpnonce=5&accessCode=6&access_code=7&_csrf=8"),
+            "https://h/x.npy?TempAuth=***&Code=***&serviceTicket=***&TOTP=***&"
+            "x_wpnonce=***&accessCode=***&access_code=***&_csrf=***");
+  for (const std::string_view key :
+       {"tempauth", "code", "ticket", "otp", "_wpnonce", "resourcekey", "accesscode"}) {
+    EXPECT_TRUE(detail::is_secret_query_key(key)) << key;
+  }
+}
+
+TEST(RedactSecrets, PasswordsNamedInOtherLanguagesAreHidden) {
+  // French, Spanish (its n with a tilde percent-encoded or not), Catalan, Portuguese, German,
+  // Dutch, Norwegian, Finnish, Czech.
+  EXPECT_EQ(redact_secrets("https://h/x.npy?mot_de_passe=1&motDePasse=2&contrasena=3&"
+                           "contrase%C3%B1a=4&contrase\xc3\xb1"
+                           "a=5&contrasenya=6&senha=7&Kennwort=8&wachtwoord=9&passord=10&"
+                           "salasana=11&heslo=12&lang=fr"),
+            "https://h/x.npy?mot_de_passe=***&motDePasse=***&contrasena=***&"
+            "contrase%C3%B1a=***&contrase\xc3\xb1"
+            "a=***&contrasenya=***&senha=***&Kennwort=***&wachtwoord=***&passord=***&"
+            "salasana=***&heslo=***&lang=fr");
+}
+
+TEST(RedactSecrets, KeysThatOnlyHoldTheseWordsStay) {
+  // A country, postal or status code is no credential, nor is an author, OAuth 1's nonce (sent
+  // in clear and signed), a ticket's type or a passenger: only the key "code" itself is hidden.
+  const std::string shown =
+      "https://h/x.npy?country_code=FR&zipcode=75001&status_code=200&codec=zstd&author=bob&"
+      "oauth_nonce=n1&ticket_type=ST&passenger=2&nonce=3&encoding=gzip";
+  EXPECT_EQ(redact_secrets(shown), shown);
+}
+
+TEST(RedactSecrets, AnOciPreAuthenticatedRequestsPathTokenIsHidden) {
+  // Oracle Cloud's pre-authenticated request: the secret is the path segment after /p/, before
+  // /n/NAMESPACE/b/BUCKET/ (on objectstorage.REGION.oraclecloud.com and on a namespace's own
+  // host name alike); quoted again in the message, it is hidden there too.
+  EXPECT_EQ(redact_secrets("https://objectstorage.us-ashburn-1.oraclecloud.com/p/AbC-dEf_123:x/"
+                           "n/ns/b/bucket/o/d/x.npy: HTTP 404: no PAR AbC-dEf_123:x"),
+            "https://objectstorage.us-ashburn-1.oraclecloud.com/p/***/"
+            "n/ns/b/bucket/o/d/x.npy: HTTP 404: no PAR ***");
+  EXPECT_EQ(redact_secrets("'https://ns.objectstorage.eu-frankfurt-1.oci.customer-oci.com/p/"
+                           "T0k3n/n/ns/b/b/o/' and https://h/p/Z9/n/a/b/c/o/x.npy?token=t"),
+            "'https://ns.objectstorage.eu-frankfurt-1.oci.customer-oci.com/p/"
+            "***/n/ns/b/b/o/' and https://h/p/***/n/a/b/c/o/x.npy?token=***");
+  // Paths of another shape stay.
+  for (const std::string text :
+       {"https://h/p/page-2/index.html", "https://h/p/x/n/y.npy", "/data/p/x/b/y/n/z",
+        "https://h/p//n/ns/b/b/o/x", "https://h/p/x/n//b/b/o/x", "https://h/q/p/"}) {
+    EXPECT_EQ(redact_secrets(text), text);
+  }
+  // The storage layer seals an item that holds such a URL (a proxy's url=) whole.
+  EXPECT_TRUE(detail::query_item_holds_secret("url=https://h/p/T0k3n/n/ns/b/b/o/x.npy"));
+  EXPECT_FALSE(detail::query_item_holds_secret("url=https://h/d/x.npy"));
+}
+
 TEST(Printable, ControlCharactersAndBytesThatAreNotUtf8AreEscaped) {
   EXPECT_EQ(printable("d/shard_0000.npy"), "d/shard_0000.npy");
   EXPECT_EQ(printable(std::string("a\0b\n\r\t\x1b[2J\x07\x7f", 12)),

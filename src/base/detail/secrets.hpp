@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace shardload::detail {
@@ -15,14 +16,22 @@ namespace shardload::detail {
 bool is_secret_query_key(std::string_view key);
 
 // Whether redact_secrets hides any part of `item`, one item of a URL's query ("KEY=VALUE", its
-// '?' or '&' left off): a secret key's value, or one of a query percent-encoded into the value
-// ("url=https%3A%2F%2Fb%2Fk%3Fsig%3DS"). The storage layer seals such an item whole.
+// '?' or '&' left off): a secret key's value, one of a query percent-encoded into the value
+// ("url=https%3A%2F%2Fb%2Fk%3Fsig%3DS"), or a pre-authenticated request's path token in a URL
+// the value holds (par_token_span). The storage layer seals such an item whole.
 bool query_item_holds_secret(std::string_view item);
 
 // BunnyCDN's token in a URL's path ("https://h/bcdn_token=T&expires=E&token_path=/v/x.npy"): a
 // key after a '/' (compared without case), its value running to the next '&', which
 // redact_secrets hides and the storage layer seals with the query's secrets.
 inline constexpr std::string_view kPathTokenKey = "bcdn_token=";
+
+// An Oracle Cloud (OCI) Object Storage pre-authenticated request keeps its secret in the path:
+// "https://objectstorage.R.oraclecloud.com/p/TOKEN/n/NAMESPACE/b/BUCKET/o/OBJECT". The first
+// such TOKEN in text[from, end) (a path segment after "/p/" that "/n/", a segment and "/b/"
+// follow, whatever the host), as [begin, end) positions, or {npos, npos}. redact_secrets hides
+// it; the storage layer does not seal it (Layout.paths holds it as typed).
+std::pair<std::size_t, std::size_t> par_token_span(std::string_view text, std::size_t from);
 
 // Makes redact_secrets take `name` (a URL scheme, compared in any case) as it takes http,
 // https and s3: the user part of "NAME://user:password@host" and of its mistyped spellings
