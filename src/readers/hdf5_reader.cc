@@ -277,7 +277,8 @@ class Hdf5Reader final : public ShardReader {
                                     .with_context(path + ": dataset '" + d.name + "'"));
       SHARDLOAD_RETURN_IF_ERROR(filters_available(api_, d.dataset.get())
                                     .with_context(path + ": dataset '" + d.name + "'"));
-      SHARDLOAD_RETURN_IF_ERROR(no_virtual_cycle(d, path, &source_files));
+      const ShardBytes self{p.shard.snapshot.size, file_bytes(f, head)};
+      SHARDLOAD_RETURN_IF_ERROR(no_virtual_cycle(d, path, &source_files, &self));
       p.dtype = *dtype;
       p.shard.rows = static_cast<std::int64_t>(d.dims[0]);
       for (std::size_t i = 1; i < d.dims.size(); ++i) {
@@ -992,16 +993,28 @@ class Hdf5Reader final : public ShardReader {
   // kMaxVirtualDepth deep.
   static constexpr std::size_t kMaxVirtualDepth = 32;
 
-  // `files`, where given, gets every other file the mappings lead to, each once.
+  // The shard's own bytes where it is no regular file of this host's (an object, a store's
+  // key): its size and reads of it.
+  struct ShardBytes {
+    std::uint64_t size = 0;
+    ReadBytes read;
+  };
+
+  // `files`, where given, gets every other file the mappings lead to, each once. A shard that
+  // is no regular file here is followed through `self` where given, to the datasets of its own
+  // file (source file "."), the only sources HDF5 reads from it; without, not at all.
   Status no_virtual_cycle(const OpenDataset& d, const std::string& path,
-                          std::vector<std::string>* files = nullptr) {
-    const std::string own = file_identity(path);
-    if (own.empty()) return Status::ok();
+                          std::vector<std::string>* files = nullptr,
+                          const ShardBytes* self = nullptr) {
+    std::string own = file_identity(path);
+    if (!own.empty()) self = nullptr;
+    if (own.empty() && self == nullptr) return Status::ok();
+    if (own.empty()) own = "shard";  // no device/inode pair reads so
     std::vector<VirtualStep> chain{
         {own + ":" + (d.name.empty() || d.name[0] != '/' ? "/" + d.name : d.name),
          d.name.empty() || d.name[0] != '/' ? "/" + d.name : d.name}};
     std::vector<std::string> done;
-    return follow_virtual(d.file.get(), d.dataset.get(), path, path, own, chain, done, files);
+    return follow_virtual(d.file.get(), d.dataset.get(), path, path, own, chain, done, files, self);
   }
 
   struct VirtualStep {
@@ -1062,19 +1075,22 @@ class Hdf5Reader final : public ShardReader {
   Status follow_virtual(hid_t file, hid_t dataset, const std::string& path,
                         const std::string& shard, const std::string& shard_id,
                         std::vector<VirtualStep>& chain, std::vector<std::string>& done,
-                        std::vector<std::string>* files) {
-    const std::string here = file_identity(path);
+                        std::vector<std::string>* files, const ShardBytes* self) {
+    const std::string here = self != nullptr ? shard_id : file_identity(path);
     Hid opened;
     std::string opened_id;
     for (const VirtualMapping& m : virtual_mappings(dataset)) {
       if (!m.file || !m.dataset) continue;
+      // Other files of a shard that is no regular file here: HDF5 opens none (probe refuses
+      // them), and their names are not this host's to look up.
+      if (self != nullptr && *m.file != ".") continue;
       SHARDLOAD_ASSIGN_OR_RETURN(
           const auto sources,
           virtual_mapping_sources(path, *m.file, *m.dataset,
                                   shard + ": dataset '" + chain.front().shown + "'"));
       for (const auto& [target, name] : sources) {
         std::string source = name;
-        const std::string target_id = file_identity(target);
+        const std::string target_id = self != nullptr ? shard_id : file_identity(target);
         if (files != nullptr && target_id != shard_id &&
             std::find(files->begin(), files->end(), target) == files->end()) {
           files->push_back(target);
@@ -1131,13 +1147,13 @@ class Hdf5Reader final : public ShardReader {
           continue;
         }
         SHARDLOAD_RETURN_IF_ERROR(
-            source_storage(source_file, src.get(), target_id != here ? target : path)
+            source_storage(source_file, src.get(), target_id != here ? target : path, self)
                 .with_context(shard + ": dataset '" + chain.front().shown +
                               "' is a virtual dataset whose source " + step.shown + " is refused"));
         chain.push_back(step);
         SHARDLOAD_RETURN_IF_ERROR(follow_virtual(source_file, src.get(),
                                                  target_id != here ? target : path, shard, shard_id,
-                                                 chain, done, files));
+                                                 chain, done, files, self));
         chain.pop_back();
         done.push_back(step.key);
       }
@@ -1151,8 +1167,10 @@ class Hdf5Reader final : public ShardReader {
   // the end of its file as zeros, a short compact buffer into other memory, a contiguous
   // layout recording less than its elements need as other rows, unwritten chunks of fill time
   // 'never' as whatever memory held, an external storage file cut short as zeros. Ok where
-  // its shape or type cannot be had: HDF5's read then fails on its own.
-  Status source_storage(hid_t file, hid_t dataset, const std::string& path) {
+  // its shape or type cannot be had: HDF5's read then fails on its own. `self`: the shard's
+  // bytes where it is no regular file here (the source is then one of its own datasets).
+  Status source_storage(hid_t file, hid_t dataset, const std::string& path,
+                        const ShardBytes* self) {
     Hid type(api_.H5Dget_type(dataset), api_.H5Tclose);
     Hid space(api_.H5Dget_space(dataset), api_.H5Sclose);
     const int rank = space.valid() && api_.H5Sget_simple_extent_type(space.get()) == H5S_SIMPLE
@@ -1163,6 +1181,16 @@ class Hdf5Reader final : public ShardReader {
         api_.H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr) < 0) {
       api_.H5Eclear2(H5E_DEFAULT);
       return Status::ok();
+    }
+    if (self != nullptr) {
+      // External storage is refused for such a shard's own dataset in probe; HDF5 would not
+      // open it from there either.
+      Status ok = storage_in_file(api_, dataset, type.get(), dims, self->size);
+      if (ok) ok = chunk_element_size_matches(api_, file, dataset, type.get(), self->read);
+      if (ok) ok = defined_everywhere(api_, dataset);
+      if (ok) ok = filters_available(api_, dataset);
+      api_.H5Eclear2(H5E_DEFAULT);
+      return ok;
     }
     // Our own descriptor of the file HDF5 opened by name: its size, and the bytes of the
     // layout message (non-blocking: the name was a regular file a moment ago).
