@@ -16,9 +16,7 @@
 #include "base/detail/fork_lock.hpp"
 #include "base/detail/secrets.hpp"
 #include "storage/detail/context.hpp"
-#if SHARDLOAD_S3_SIGNED
-#include "storage/detail/sigv4.hpp"
-#endif
+#include "storage/detail/credentials_kdf.hpp"
 
 namespace shardload::detail {
 
@@ -142,21 +140,25 @@ bool is_handle(std::string_view h) {
          h.find_first_not_of("0123456789abcdef") == std::string_view::npos;
 }
 
-// The handle of a set of credentials: the same in every process (each rank of a job that
-// discovers the same source makes the same paths, which the ranks compare), and nothing of
-// the secret a path could give away (a one-way hash; without OpenSSL, two FNV-1a hashes).
-std::string handle_of(std::string_view items) {
-  const std::string text = "shardload credentials handle\n" + std::string(items);
-#if SHARDLOAD_S3_SIGNED
-  return sha256_hex(text).substr(0, kHandleDigits);
-#else
+// The handle of a set of credentials (defined below, after the entries' formats): the contract
+// in shardload/store_options.hpp; "" where scrypt's memory could not be had.
+std::string handle_of(std::string_view items);
+
+// A handle's 32 hex digits: the first 16 bytes of a digest.
+std::string handle_digits(std::string_view raw) {
   constexpr char kHex[] = "0123456789abcdef";
   std::string h;
-  for (const std::uint64_t v : {fnv1a(text), fnv1a("\x01" + text)}) {
-    for (int i = 15; i >= 0; --i) h += kHex[(v >> (4 * i)) & 0xF];
+  for (std::size_t i = 0; i < kHandleDigits / 2 && i < raw.size(); ++i) {
+    const auto byte = static_cast<unsigned char>(raw[i]);
+    h += kHex[byte >> 4];
+    h += kHex[byte & 0xF];
   }
   return h;
-#endif
+}
+
+// SHA-256 of what is not secret (the store binding): nothing there to guess, so no cost to add.
+std::string digest_handle(std::string_view text) {
+  return handle_digits(kdf_sha256("shardload credentials handle\n" + std::string(text)));
 }
 
 // An entry of the credentials table: what a handle stands for, and the entries its items name
@@ -308,7 +310,7 @@ std::string store_binding(std::string_view query) {
     (i == 0 ? endpoint : i == 1 ? scheme : access_key) = percent_decoded(item.substr(eq + 1));
   });
   return std::string(kStoreBinding) +
-         handle_of("store\n" + endpoint + "\n" + scheme + "\n" + access_key);
+         digest_handle("store\n" + endpoint + "\n" + scheme + "\n" + access_key);
 }
 
 // The refusal of a handle sealed for another store than the URL's.
@@ -323,10 +325,11 @@ Status handle_of_another_store(const std::string& url, std::string_view handle) 
 
 // The handle sealing gives `items`, which the table then holds (pinned into `pins` when
 // given); "" where the handle stands for other items already (a collision of 128 bits of a
-// one-way hash: the URL then keeps its secrets, hidden where shown, rather than be read with
-// the other ones).
+// one-way hash) or no handle could be made (scrypt's 16 MiB not to be had): the URL then keeps
+// its secrets, hidden where shown, rather than be read with the other ones.
 std::string handle_for(const std::string& items, CredentialPins* pins) {
   std::string handle = handle_of(items);
+  if (handle.empty()) return handle;
   const std::shared_ptr<const CredentialEntry> entry =
       enter(handle, items, new_entry(handle, items));
   if (!entry) return std::string();
@@ -476,6 +479,101 @@ bool is_secret_item(std::string_view item) {
     from = end + 1;
   }
   return false;
+}
+
+// A handle is HMAC-SHA256 of the items, keyed by scrypt of what of them a person may have
+// chosen (shardload/store_options.hpp): each guess of a password tested against a handle costs
+// scrypt's time and memory, and handles stay the same in every process. What is left out of
+// scrypt's input are runs of kMachineRun letters, digits, '-' and '_' (a signature, a key, a token
+// a program made: too long to guess), and what is not secret: a presigned URL per object then costs
+// scrypt once per user part and signer, not once per object.
+constexpr std::size_t kMachineRun = 40;
+
+bool is_run_char(char c) {
+  return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '-' || c == '_';
+}
+
+// `piece` with its runs of kMachineRun or more run characters left out.
+std::string guessable_part(std::string_view piece) {
+  std::string out;
+  for (std::size_t i = 0; i < piece.size();) {
+    std::size_t j = i;
+    while (j < piece.size() && is_run_char(piece[j])) ++j;
+    if (j == i) {
+      out += piece[i++];
+      continue;
+    }
+    if (j - i < kMachineRun) out.append(piece.substr(i, j - i));
+    i = j;
+  }
+  return out;
+}
+
+// scrypt's salt and password for `items`: the salt names what they are for (an s3:// entry's
+// store binding, an http(s) entry's origin), so that no table of guesses made once serves every
+// store; the password is the secret parts (an s3:// entry's items after the binding; an
+// http(s) entry's user part, path token and the span's secret items), each as guessable_part
+// keeps it, counted. An entry of neither form (none is made) gives all of itself.
+std::pair<std::string, std::string> kdf_input(std::string_view items) {
+  std::string salt = "shardload credentials handle\n";
+  std::string password;
+  if (const auto http = http_entry(items)) {
+    salt += http->origin;
+    password += counted(guessable_part(http->userinfo));
+    password += counted(guessable_part(http->path_token));
+    for_each_item(http->span, [&](std::string_view item) {
+      if (is_secret_item(item)) password += counted(guessable_part(item));
+    });
+    return {salt, password};
+  }
+  const std::size_t amp = items.find('&');
+  if (!items.starts_with(kStoreBinding) || amp == std::string_view::npos) {
+    return {salt, std::string(items)};
+  }
+  salt += items.substr(0, amp);
+  for_each_item(items.substr(amp + 1),
+                [&](std::string_view item) { password += counted(guessable_part(item)); });
+  return {salt, password};
+}
+
+// scrypt's keys by salt and password, so that sealing credentials again (each path of a
+// dataset joined with the same storage options, a URL typed again) costs a look-up. Bounded
+// as the recently sealed entries are; a key made twice by two threads at once is the same key.
+struct HandleKeys {
+  std::mutex mu;
+  std::unordered_map<std::string, std::string> keys;
+  std::deque<std::string> order;  // made first, first
+  std::size_t bytes = 0;
+};
+
+std::string handle_key(const std::string& salt, const std::string& password) {
+  const std::string memo = counted(salt) + password;
+  HandleKeys& made = fork_held<HandleKeys>();
+  {
+    std::lock_guard lock(made.mu);
+    if (const auto it = made.keys.find(memo); it != made.keys.end()) return it->second;
+  }
+  std::string key = kdf_scrypt(password, salt, kHandleScryptN, kHandleScryptR, kHandleScryptP, 32);
+  if (key.empty()) return key;
+  std::lock_guard lock(made.mu);
+  if (made.keys.emplace(memo, key).second) {
+    made.order.push_back(memo);
+    made.bytes += memo.size();
+    while (made.order.size() > kRecentlySealed ||
+           (made.bytes > kRecentlySealedBytes && made.order.size() > 1)) {
+      made.bytes -= made.order.front().size();
+      made.keys.erase(made.order.front());
+      made.order.pop_front();
+    }
+  }
+  return key;
+}
+
+std::string handle_of(std::string_view items) {
+  const auto [salt, password] = kdf_input(items);
+  const std::string key = handle_key(salt, password);
+  if (key.empty()) return key;
+  return handle_digits(kdf_hmac_sha256(key, items));
 }
 
 std::shared_ptr<const CredentialEntry> new_entry(std::string handle, std::string items) {

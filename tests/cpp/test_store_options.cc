@@ -197,10 +197,17 @@ std::string handle_in(const std::string& sealed) {
   return handles.empty() ? std::string() : handles.back();
 }
 
+// A distinct signature as a signer spells one, 64 letters and digits: the tests seal them by
+// the thousand, and a short one would cost scrypt's key each (store_options.hpp).
+std::string signature(const std::string& tag, std::size_t i) {
+  std::string s = tag + std::to_string(i);
+  return std::string(s.size() < 64 ? 64 - s.size() : 0, '0') + s;
+}
+
 // Seals `n` distinct presigned URLs, keeping none.
 void seal_and_drop(std::size_t n, const std::string& tag) {
   for (std::size_t i = 0; i < n; ++i) {
-    seal_credentials("https://h/x.npy?X-Amz-Signature=" + tag + std::to_string(i));
+    seal_credentials("https://h/x.npy?X-Amz-Signature=" + signature(tag, i));
   }
 }
 
@@ -269,9 +276,8 @@ TEST(CredentialTable, AChainOfEntriesEachNamingTheOneBeforeIsFreedWithoutRecursi
     std::string url = seal_credentials("https://h/x.npy?sig=first");
     const std::string first = handle_in(url);
     for (int i = 1; i < kLinks; ++i) {
-      const std::string n = std::to_string(i);
-      url = seal_credentials("https://h/x.npy?sig=A" + n + "&" + url.substr(url.find('?') + 1) +
-                             "&sig=B" + n);
+      url = seal_credentials("https://h/x.npy?sig=" + signature("A", i) + "&" +
+                             url.substr(url.find('?') + 1) + "&sig=" + signature("B", i));
     }
     const bool held = !credential_items(first).empty();  // the chain keeps its first link
     seal_and_drop(kRecentlySealed + 10, "chain");
@@ -331,7 +337,8 @@ TEST(CredentialTable, ThreadsSealingAtOnceKeepWhatTheyPin) {
       for (int i = 0; i < kEach; ++i) {
         const std::string tag = std::to_string(t) + "-" + std::to_string(i);
         if (i % 10 == 0) {
-          const std::string s3 = "s3://b/k?endpoint_override=h:1&access_key=A&secret_key=S" + tag;
+          const std::string s3 =
+              "s3://b/k?endpoint_override=h:1&access_key=A&secret_key=S" + signature(tag, 0);
           kept[t].emplace_back(s3, seal_credentials(s3, &pins[t]));
           // Its own pin and another thread's drops of the same handle race the table.
           seal_credentials(s3);

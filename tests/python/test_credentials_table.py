@@ -126,10 +126,11 @@ def test_a_url_sealed_around_a_handle_keeps_and_carries_both_entries() -> None:
         seal_and_drop(OTHERS)
         gc.collect()
         np.testing.assert_array_equal(layout.read(), want)
-        # The reading process decodes it, then seals 10,000 others before it reads.
+        # The reading process decodes it, then seals 10,000 others before it reads (signatures
+        # as a signer makes them, 64 hex digits: a short one would cost a key of scrypt each).
         child = CHILD.replace("layout = pickle.loads(sys.stdin.buffer.read()); ",
                               "layout = pickle.loads(sys.stdin.buffer.read()); "
-                              "[shardload._core.seal_store_url(f'https://h/x?sig={i}') "
+                              "[shardload._core.seal_store_url(f'https://h/x?sig={i:064x}') "
                               f"for i in range({OTHERS})]; ")
         assert child != CHILD
         done = subprocess.run([sys.executable, "-c", child], input=pickle.dumps(layout),

@@ -208,12 +208,39 @@ const StoreOptionSpec* find_store_option(std::string_view name);
 //     X-Amz-Security-Token=, token=, sig=, ...): the span from the first to the last, the items
 //     between with them, so that the request sends the query in the order it was typed. They
 //     are put back only into the URL a request is sent to (http_io).
-// One handle per distinct set of credentials (32 hex digits of a one-way hash of them: the
-// same in every process, so ranks that discover alike make equal paths; nothing of the secret
-// to print); two sets for one bucket or host are two handles and so two stores. A layout's
-// encoding (its pickle, a Legate tile) carries the entries its paths name, and decoding it
+// One handle per distinct set of credentials (32 hex digits, the same in every process, so ranks
+// that discover alike make equal paths; nothing of the secret to print, nor a fast test of a
+// guess of it: below); two sets for one bucket or host are two handles and so two stores. A
+// layout's encoding (its pickle, a Legate tile) carries the entries its paths name, and decoding it
 // adopts them, so another process reads what this one resolved. A handle this process does
 // not hold is refused naming the URL.
+//
+// How a handle is made. A handle shows wherever a path does (printed, logged, pickled, sent in a
+// bug report), and all that is not secret in what it stands for can be guessed, so checking a
+// guess of the secret against it must be costly: HANDLE = the first 16 bytes, in hex, of
+// HMAC-SHA256(K, ITEMS), K = scrypt(P, S, N=2^14, r=8, p=1, 32 bytes) (RFC 7914: 16 MiB and
+// about 50 ms of a core each; OpenSSL's, else a portable one of the same bytes).
+//   ITEMS, the entry the table keeps: an s3:// URL's "store=B&" and its secret items as its
+//     query held them (B: 32 hex digits of SHA-256 of "shardload credentials handle\nstore\n"
+//     and the endpoint_override, scheme and access_key, percent-decoded, "" where absent,
+//     joined by "\n"); an http(s) URL's '@', then as its length, ':' and its text each of its
+//     origin ("scheme://host[:port]", lower case), user part, path before a path token and
+//     that token ("" and "" where none), then the query's items from its first secret one to
+//     its last.
+//   S = "shardload credentials handle\n" and the store binding ("store=B") or the origin: a
+//     table of guesses made once serves one store, not every one.
+//   P = each secret part as its length, ':' and its text: an s3:// entry's items after the
+//     binding; an http(s) entry's user part, path token and the span's secret items; each with
+//     its runs of 40 or more letters, digits, '-' and '_' left out. Such a run is a key, a
+//     signature or a token a program made, beyond guessing; left out, presigned URLs that differ
+//     in their signatures alone share one K (one scrypt per user part, short token and store,
+//     not one per object).
+// K is kept per process for the last kRecentlySealed (S, P) (kRecentlySealedBytes at most), so
+// the same credentials sealed again cost a look-up and an HMAC. What is left: a secret is as
+// strong as it was chosen (a password among the common ones is still found, at some 20 guesses
+// a second a core, more on many cores); a run of 40 or more letters and digits a person chose is
+// checked at SHA-256's speed; URLs each with its own short signature (under 40 characters:
+// nginx's secure_link md5=, a SigV2 Signature=) cost scrypt once each.
 //
 // The table holds an entry while something holds a pin of it (CredentialPins: a Source, a
 // Layout, the Python front end's sealed source until its discovery is made, an entry sealed
