@@ -509,11 +509,30 @@ std::string guessable_part(std::string_view piece) {
   return out;
 }
 
+// Whether `item` ("KEY=VALUE") is a signature: its value a MAC or signature a signer computed
+// over the URL (SigV2's and CloudFront's Signature=, SigV4's and Google's X-...-Signature=,
+// Azure's sig=, nginx secure_link's md5=, Akamai's hdnea=/hdntl=, Alibaba's auth_key=, Tencent's
+// sign=, Upyun's _upt=, CloudFront's Policy=). No person chooses one and each object has its
+// own: in scrypt's input it would cost a scrypt per object (a signer's base64 is cut into short
+// runs by '+', '/', '~', '%'), and guessing one is forging the signature.
+bool is_signature_item(std::string_view item) {
+  const std::size_t eq = item.find('=');
+  if (eq == std::string_view::npos) return false;
+  std::string key(item.substr(0, eq));
+  for (char& c : key) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (key.ends_with("signature")) return true;
+  for (const std::string_view k :
+       {"sig", "sign", "md5", "hmac", "hdnea", "hdntl", "auth_key", "_upt", "policy"}) {
+    if (key == k) return true;
+  }
+  return false;
+}
+
 // scrypt's salt and password for `items`: the salt names what they are for (an s3:// entry's
 // store binding, an http(s) entry's origin), so that no table of guesses made once serves every
 // store; the password is the secret parts (an s3:// entry's items after the binding; an
-// http(s) entry's user part, path token and the span's secret items), each as guessable_part
-// keeps it, counted. An entry of neither form (none is made) gives all of itself.
+// http(s) entry's user part, path token and the span's secret items but its signatures), each
+// as guessable_part keeps it, counted. An entry of neither form (none is made) gives all of itself.
 std::pair<std::string, std::string> kdf_input(std::string_view items) {
   std::string salt = "shardload credentials handle\n";
   std::string password;
@@ -522,7 +541,9 @@ std::pair<std::string, std::string> kdf_input(std::string_view items) {
     password += counted(guessable_part(http->userinfo));
     password += counted(guessable_part(http->path_token));
     for_each_item(http->span, [&](std::string_view item) {
-      if (is_secret_item(item)) password += counted(guessable_part(item));
+      if (is_secret_item(item) && !is_signature_item(item)) {
+        password += counted(guessable_part(item));
+      }
     });
     return {salt, password};
   }

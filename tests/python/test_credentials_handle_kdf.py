@@ -30,8 +30,17 @@ def guessable(piece: str) -> str:
     return re.sub(r"[A-Za-z0-9_-]{40,}", "", piece)
 
 
+SIGNATURE_KEYS = {"sig", "sign", "md5", "hmac", "hdnea", "hdntl", "auth_key", "_upt", "policy"}
+
+
+def is_signature(item: str) -> bool:
+    """A query item whose value a signer computed over the URL: left out of scrypt's input."""
+    key = item.partition("=")[0].lower()
+    return "=" in item and (key.endswith("signature") or key in SIGNATURE_KEYS)
+
+
 def scrypt_handle(items: bytes, salt_context: str, secret_pieces: list[str]) -> str:
-    password = b"".join(counted(guessable(p)) for p in secret_pieces)
+    password = b"".join(counted(guessable(p)) for p in secret_pieces if not is_signature(p))
     key = hashlib.scrypt(password, salt=DOMAIN + salt_context.encode(), n=1 << 14, r=8, p=1,
                          maxmem=64 << 20, dklen=32)
     return hmac.new(key, items, "sha256").hexdigest()[:32]
@@ -76,8 +85,14 @@ def test_an_s3_handle_is_the_documented_scrypt_keyed_hmac_of_its_items(secrets):
     # A short token and a presigned signature, a plain item between them (in the span, not a
     # secret: left out of scrypt's input).
     ("", f"a=1&token=abc123&b=2&Signature={HEX64}&c=3", ["token=abc123", f"Signature={HEX64}"]),
-    # Both, the signature's long run left out of scrypt's input, the password not.
+    # Both, the signature left out of scrypt's input, the password not.
     ("bob:correct%20horse", f"X-Amz-Signature={HEX64}", [f"X-Amz-Signature={HEX64}"]),
+    # Signatures cut into short runs (CloudFront's base64 with '~', SigV2's percent-encoded
+    # '+' and '/', nginx's md5=): left out whole, the short token beside them kept.
+    ("", "Expires=1700000000&Signature=Ab~cD-e_~fGh&Key-Pair-Id=K2&token=t0k",
+     ["Signature=Ab~cD-e_~fGh", "token=t0k"]),
+    ("", "AWSAccessKeyId=AK&Expires=1&Signature=x%2By%2Fz%3D&md5=q-Z_Wv&sig=ab%2Fcd",
+     ["Signature=x%2By%2Fz%3D", "md5=q-Z_Wv", "sig=ab%2Fcd"]),
 ])
 def test_an_http_handle_is_the_documented_scrypt_keyed_hmac_of_its_items(
         userinfo, query, secret_items):
@@ -104,3 +119,19 @@ def test_the_same_credentials_sealed_again_give_the_same_handle():
     assert all(handle_in(_core.seal_store_url(url)) == first for _ in range(50))
     # Another password, another handle.
     assert handle_in(_core.seal_store_url(url.replace("pw1", "pw2"))) != first
+
+
+def test_urls_that_differ_in_their_signatures_alone_share_one_scrypt_key():
+    """Signed URLs of many objects (each its own signature) make one K: their handles differ
+    (the HMAC covers the items) but each is the oracle's HMAC under the K of the shared parts."""
+    origin = "https://cdn.example"
+    handles = set()
+    for i in range(3):
+        query = f"Expires=1&Signature=s{i}~x%2B{i}&Key-Pair-Id=K"
+        sealed = _core.seal_store_url(f"{origin}/d/shard_{i:04d}.npy?{query}")
+        span = f"Signature=s{i}~x%2B{i}"
+        entry = b"@" + counted(origin) + counted("") + counted("") + counted("") + span.encode()
+        handle = handle_in(sealed)
+        assert handle == scrypt_handle(entry, origin, ["", "", span])
+        handles.add(handle)
+    assert len(handles) == 3

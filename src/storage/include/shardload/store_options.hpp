@@ -230,17 +230,20 @@ const StoreOptionSpec* find_store_option(std::string_view name);
 //   S = "shardload credentials handle\n" and the store binding ("store=B") or the origin: a
 //     table of guesses made once serves one store, not every one.
 //   P = each secret part as its length, ':' and its text: an s3:// entry's items after the
-//     binding; an http(s) entry's user part, path token and the span's secret items; each with
-//     its runs of 40 or more letters, digits, '-' and '_' left out. Such a run is a key, a
-//     signature or a token a program made, beyond guessing; left out, presigned URLs that differ
-//     in their signatures alone share one K (one scrypt per user part, short token and store,
-//     not one per object).
+//     binding; an http(s) entry's user part, path token and the span's secret items but its
+//     signatures (a key ending in "signature", or sig, sign, md5, hmac, hdnea, hdntl, auth_key,
+//     _upt, policy: a MAC a signer computed over the URL, one per object); each with its runs of
+//     40 or more letters, digits, '-' and '_' left out. Such a run is a key, a signature or a
+//     token a program made, beyond guessing; left out, presigned and signed URLs that differ in
+//     their signatures alone share one K (one scrypt per user part, short token and store, not
+//     one per object).
 // K is kept per process for the last kRecentlySealed (S, P) (kRecentlySealedBytes at most), so
 // the same credentials sealed again cost a look-up and an HMAC. What is left: a secret is as
 // strong as it was chosen (a password among the common ones is still found, at some 20 guesses
 // a second a core, more on many cores); a run of 40 or more letters and digits a person chose is
-// checked at SHA-256's speed; URLs each with its own short signature (under 40 characters:
-// nginx's secure_link md5=, a SigV2 Signature=) cost scrypt once each.
+// checked at SHA-256's speed, as is a signature (whose guess is a forgery); URLs each with its
+// own short token under another key (under 40 characters: a per-object token=) cost scrypt
+// once each.
 //
 // The table holds an entry while something holds a pin of it (CredentialPins: a Source, a
 // Layout, the Python front end's sealed source until its discovery is made, an entry sealed
