@@ -217,7 +217,8 @@ class Layout(_core.Layout):
         return bool(self.encode() == other.encode())
 
     def __hash__(self) -> int:
-        return hash(self.encode())
+        # Without the secrets: equal handles stand for equal credentials.
+        return hash(self.encode(credentials=False))
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (_decode_layout, (self.encode(), self.manifest_status, self.manifest_state.value))
@@ -267,10 +268,12 @@ class Layout(_core.Layout):
         first, end = _row_bounds(self.total_rows, lo, hi)
         return _made(super().slice_rows(first, end))
 
-    def encode(self) -> bytes:
+    def encode(self, credentials: bool = True) -> bytes:
         """The layout as bytes for shardload's Legate tasks (private; the format may change
-        between versions)."""
-        return super().encode()
+        between versions). They carry the secrets its paths name by handle; with
+        ``credentials=False`` they are left out (the layout's identity alone, for a hash or a
+        token that is shown: decoded only where the handles are held)."""
+        return super().encode(credentials)
 
     def describe(self, edge_shards: int = 3) -> str:
         """A summary for people, over several lines: format, shard count, dtype, shapes, size,

@@ -160,8 +160,10 @@ def load(
     cast = prepared.cast
 
     reporter = _ChunkProgress.make(progress, layout, len(bounds) - 1, prepared.t_call, where)
-    token = tokenize(hashlib.sha256(layout.encode()).hexdigest(), bounds, str(cast), n_threads,
-                     None if reporter is None else reporter.topic)
+    # The array's name is shown (graph keys, the dashboard, logs): it is made from the layout's
+    # bytes without the secrets its paths name by handle, so that it tests no guess of them.
+    token = tokenize(hashlib.sha256(layout.encode(credentials=False)).hexdigest(), bounds,
+                     str(cast), n_threads, None if reporter is None else reporter.topic)
     name = f"shardload-{token}"
     layout_key = f"shardload-layout-{token}"
     trailing_zeros = (0,) * (layout.ndim - 1)

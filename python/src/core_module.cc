@@ -185,11 +185,13 @@ PYBIND11_MODULE(_core, m) {
       // The package wraps the name in its ManifestState enum (Layout.manifest_state).
       .def_property_readonly("_manifest_state",
                              [](const Layout& l) { return manifest_state_name(l.manifest_state); })
-      .def("encode",
-           [](const Layout& l) {
-             const auto b = encode_layout(l);
-             return py::bytes(reinterpret_cast<const char*>(b.data()), b.size());
-           })
+      .def(
+          "encode",
+          [](const Layout& l, bool credentials) {
+            const auto b = encode_layout(l, credentials);
+            return py::bytes(reinterpret_cast<const char*>(b.data()), b.size());
+          },
+          py::arg("credentials") = true)
       .def(
           "describe",
           [](const Layout& l, std::size_t edge) { return message_str(describe(l, edge)); },

@@ -367,7 +367,7 @@ Status check_end(const Reader& r, Format format, bool auto_ok) {
 
 }  // namespace
 
-std::vector<std::uint8_t> encode_layout(const Layout& l) {
+std::vector<std::uint8_t> encode_layout(const Layout& l, bool credentials) {
   Writer w;
   w.out.assign(std::begin(kMagic), std::end(kMagic));
   put_options(w, l.format, l.options);
@@ -418,8 +418,9 @@ std::vector<std::uint8_t> encode_layout(const Layout& l) {
   // The credentials the paths name by handle (shardload/store_options.hpp), so that the
   // process that decodes the layout reads with them; present only when there are any, so that
   // a layout without them (a manifest's, whose paths have no query) encodes as it always did.
+  // Without them (credentials false), the layout's identity alone.
   std::vector<std::string> handles;
-  for (const auto& s : l.shards) {
+  for (const auto& s : credentials ? std::span<const Shard>(l.shards) : std::span<const Shard>()) {
     credential_handles(s.path, &handles);
     for (const auto& f : s.linked) credential_handles(f.path, &handles);
   }

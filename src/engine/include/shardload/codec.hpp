@@ -19,7 +19,11 @@
 
 namespace shardload {
 
-std::vector<std::uint8_t> encode_layout(const Layout& layout);
+// With `credentials` false, the credential entries its paths name are left out: the bytes of
+// the layout's identity alone (its paths name their credentials by handle), for a token or a
+// hash that is shown (a Dask array's name) and must hold no secret; it decodes only where the
+// handles are held.
+std::vector<std::uint8_t> encode_layout(const Layout& layout, bool credentials = true);
 
 // Rebuilds and re-validates the layout; malformed bytes are kInvalidArgument.
 Result<Layout> decode_layout(std::span<const std::uint8_t> bytes);
