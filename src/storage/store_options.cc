@@ -383,8 +383,8 @@ std::optional<HttpEntry> http_entry(std::string_view items) {
   return HttpEntry{*origin, *userinfo, *path_before, *path_token, rest};
 }
 
-// Where BunnyCDN's token lies in the path of `url` (an http(s) URL whose path begins at
-// `path`): its start and the end of what sealing takes out (its value to the next '&' or '/',
+// Where BunnyCDN's token (else an OCI pre-authenticated request's) lies in the path of `url`
+// (an http(s) URL whose path begins at `path`): its start and the end of what sealing takes out (its value to the next '&' or '/',
 // whichever comes first, that one included, so that the path left is still a path; else to the
 // query or the fragment), or {npos, npos}. The first one only: a path holds one.
 std::pair<std::size_t, std::size_t> path_token_span(std::string_view url, std::size_t path) {
@@ -403,7 +403,17 @@ std::pair<std::size_t, std::size_t> path_token_span(std::string_view url, std::s
     const std::size_t end = stop < path_end ? stop + 1 : path_end;
     return {k + 1, end};
   }
+  // Else an OCI pre-authenticated request's token (".../p/TOKEN/n/NS/b/..."), with its '/'.
+  const auto [begin, end] = par_token_span(url.substr(0, path_end), path);
+  if (begin != std::string_view::npos) return {begin, end + 1};
   return {std::string_view::npos, std::string_view::npos};
+}
+
+// Whether `token`, sealed after `path_before`, is what path_token_span takes out of a path as
+// an OCI pre-authenticated request's token: a segment after "/p/" with its '/'.
+bool is_par_token(std::string_view path_before, std::string_view token) {
+  return path_before.ends_with("/p/") && token.size() >= 2 && token.back() == '/' &&
+         token.find_first_of("/?#") == token.size() - 1;
 }
 
 // Whether `token` is what path_token_span takes out of a path: the key, a value, and at most
@@ -1061,7 +1071,9 @@ Status adopt_credentials(std::string_view handle, std::string_view items, Creden
     credential_items_only =
         detail::is_http(http->origin) && (!http->userinfo.empty() || !span.empty() || tokened) &&
         (span.empty() || (secret(span.front()) && secret(span.back()))) &&
-        (tokened ? http->path_before.starts_with('/') && detail::is_path_token(http->path_token)
+        (tokened ? http->path_before.starts_with('/') &&
+                       (detail::is_path_token(http->path_token) ||
+                        detail::is_par_token(http->path_before, http->path_token))
                  : http->path_before.empty());
   } else {
     // The store binding first (seal_credentials), then the secret items.

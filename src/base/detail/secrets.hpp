@@ -30,7 +30,7 @@ inline constexpr std::string_view kPathTokenKey = "bcdn_token=";
 // "https://objectstorage.R.oraclecloud.com/p/TOKEN/n/NAMESPACE/b/BUCKET/o/OBJECT". The first
 // such TOKEN in text[from, end) (a path segment after "/p/" that "/n/", a segment and "/b/"
 // follow, whatever the host), as [begin, end) positions, or {npos, npos}. redact_secrets hides
-// it; the storage layer does not seal it (Layout.paths holds it as typed).
+// it; the storage layer seals it with its '/' (as BunnyCDN's path token).
 std::pair<std::size_t, std::size_t> par_token_span(std::string_view text, std::size_t from);
 
 // Makes redact_secrets take `name` (a URL scheme, compared in any case) as it takes http,
