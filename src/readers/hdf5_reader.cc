@@ -1078,7 +1078,7 @@ class Hdf5Reader final : public ShardReader {
                         std::vector<std::string>* files, const ShardBytes* self) {
     const std::string here = self != nullptr ? shard_id : file_identity(path);
     Hid opened;
-    std::string opened_id;
+    std::string opened_id, unopened;
     for (const VirtualMapping& m : virtual_mappings(dataset)) {
       if (!m.file || !m.dataset) continue;
       // Other files of a shard that is no regular file here: HDF5 opens none (probe refuses
@@ -1115,16 +1115,23 @@ class Hdf5Reader final : public ShardReader {
                             "more than " +
                             std::to_string(kMaxVirtualDepth) + " deep");
         }
+        const std::string refused = shard + ": dataset '" + chain.front().shown +
+                                    "' is a virtual dataset whose source " + step.shown +
+                                    " is refused";
         hid_t source_file = file;
         if (target_id != here) {
           // Mappings of one file's datasets follow one another: that file is opened once.
           if (opened_id != target_id) {
-            opened = Hid(api_.H5Fopen(target.c_str(), kReadOnly, H5P_DEFAULT), api_.H5Fclose);
+            opened = open_source_file(target, unopened);
             opened_id = target_id;
           }
+          // HDF5 takes a source file it cannot open for a missing one and gives the fill
+          // value for its elements, without a word; this one is there.
           if (!opened.valid()) {
-            api_.H5Eclear2(H5E_DEFAULT);  // not HDF5: HDF5 gives the fill value there
-            continue;
+            return Status(
+                ErrorCode::kFormat,
+                refused + ": not a readable HDF5 file: " + unopened +
+                    unreadable_source_note("no HDF5 file, a damaged one, or unreadable here"));
           }
           source_file = opened.get();
         }
@@ -1143,13 +1150,25 @@ class Hdf5Reader final : public ShardReader {
                             "' in " + t_refused_link.file + "; external links are not followed");
         }
         if (!src.valid()) {
-          api_.H5Eclear2(H5E_DEFAULT);  // no such dataset: HDF5 gives the fill value there
-          continue;
+          // HDF5 gives the fill value for a source dataset it cannot open, as for a missing
+          // one: one that is there (written by a newer HDF5, its header damaged) would load
+          // as the fill value, where h5py or a newer HDF5 reads its values. A store's read that
+          // failed inside HDF5 is named as the store gave it.
+          Status remote = take_remote_error();
+          const std::string why = take_error(api_);
+          if (remote.is_ok() && source_missing(source_file, source, dapl.get())) {
+            remote = take_remote_error();
+            if (remote.is_ok()) continue;
+          }
+          if (!remote.is_ok()) return remote.with_context(refused);
+          return Status(
+              ErrorCode::kFormat,
+              refused + ": it is not a readable dataset: " + why +
+                  unreadable_source_note("written by a newer HDF5, damaged, or no dataset"));
         }
         SHARDLOAD_RETURN_IF_ERROR(
             source_storage(source_file, src.get(), target_id != here ? target : path, self)
-                .with_context(shard + ": dataset '" + chain.front().shown +
-                              "' is a virtual dataset whose source " + step.shown + " is refused"));
+                .with_context(refused));
         chain.push_back(step);
         SHARDLOAD_RETURN_IF_ERROR(follow_virtual(source_file, src.get(),
                                                  target_id != here ? target : path, shard, shard_id,
@@ -1159,6 +1178,51 @@ class Hdf5Reader final : public ShardReader {
       }
     }
     return Status::ok();
+  }
+
+  // A virtual dataset's source file, opened as HDF5 opens it to read the rows: with the
+  // shard's file access list, whose file locks are off (a file a writer holds open reads).
+  // `why`: HDF5's words where it cannot (taken before the list's close clears them).
+  Hid open_source_file(const std::string& target, std::string& why) {
+    Hid fapl(api_.H5Pcreate(api_.H5P_CLS_FILE_ACCESS_ID_g), api_.H5Pclose);
+    if (fapl.valid() && api_.H5Pset_file_locking != nullptr) {
+      api_.H5Pset_file_locking(fapl.get(), 0, 1);
+    }
+    Hid file(api_.H5Fopen(target.c_str(), kReadOnly, fapl.valid() ? fapl.get() : H5P_DEFAULT),
+             api_.H5Fclose);
+    if (!file.valid()) why = take_error(api_);
+    return file;
+  }
+
+  // What a refusal of a source HDF5 cannot open adds: the library's version, and what it
+  // would have done. `causes`: what makes such a source.
+  std::string unreadable_source_note(const char* causes) const {
+    return " (HDF5 " + std::to_string(api_.version[0]) + "." + std::to_string(api_.version[1]) +
+           "." + std::to_string(api_.version[2]) + " cannot open it: " + causes +
+           "; it would read the virtual dataset's fill value in its place)";
+  }
+
+  // Whether the source dataset `name` (from '/') of a virtual mapping is missing from `file`:
+  // no link of that name in its group, or a soft link to nothing. HDF5 gives the fill value
+  // there, and h5py (HDF5 2.0) does too. Anything else HDF5 1.10 cannot open as a dataset
+  // (an object a newer HDF5 wrote, a damaged header, a group, a name under a group that is
+  // not there or under a dataset) it reads as the fill value as well, where h5py reads its
+  // values or refuses it: not missing. An error on the way is no answer: not missing.
+  bool source_missing(hid_t file, const std::string& name, hid_t lapl) {
+    struct Clear {
+      const Hdf5Api& api;
+      ~Clear() { api.H5Eclear2(H5E_DEFAULT); }
+    } const clear{api_};
+    for (std::size_t pos = 1; pos <= name.size();) {
+      const std::size_t next = std::min(name.find('/', pos), name.size());
+      const std::string prefix = name.substr(0, next);
+      pos = next + 1;
+      if (prefix.size() <= 1 || prefix.back() == '/') continue;
+      const htri_t link = api_.H5Lexists(file, prefix.c_str(), lapl);
+      if (link == 0) return next == name.size();
+      if (link < 0) return false;
+    }
+    return api_.H5Oexists_by_name(file, name.c_str(), lapl) == 0;
   }
 
   // Why a virtual dataset's source `dataset` (in the HDF5 file `file`, the regular file at

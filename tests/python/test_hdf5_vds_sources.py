@@ -389,3 +389,177 @@ def test_a_remote_shards_valid_sources_in_its_own_file_read_as_h5py_does(request
     got = layout.read()
     assert got.dtype == want.dtype and got.tobytes() == want.tobytes()
     assert layout.read(90, 235).tobytes() == want[90:235].tobytes()
+
+
+# ---- a source HDF5 cannot open: it gives the fill value, as for a missing one, silently
+
+_NEWER_FILTERS = {
+    "gzip": dict(compression="gzip"),
+    "shuffle+gzip": dict(compression="gzip", shuffle=True),
+    "fletcher32": dict(fletcher32=True),
+}
+
+
+def _newer_dataset(f: h5py.File, name: str, a: np.ndarray, kind: str) -> None:
+    """A filtered chunked dataset in h5py's newest format (libver="latest"): HDF5 2.0 writes
+    its layout message in a version HDF5 1.10 cannot read."""
+    f.create_dataset(name, data=a, chunks=(50, 4), **_NEWER_FILTERS[kind])
+
+
+def _unopenable_reason(path: pathlib.Path, dataset: str) -> str:
+    """HDF5's reason for refusing `dataset` of `path` as a shard: the same words are expected
+    where it is a virtual dataset's source. Skips where h5py's HDF5 wrote it in a format the
+    library reads (the case does not arise then)."""
+    try:
+        shardload.discover(path, format="hdf5", dataset=dataset)
+    except shardload.LayoutError as e:
+        msg = str(e)
+        head = f"'/{dataset}' is not a readable dataset: "
+        assert head in msg, msg
+        return msg[msg.index(head) + len(head):]
+    pytest.skip(f"h5py's HDF5 {h5py.version.hdf5_version} writes libver='latest' filtered "
+                "chunks in a format the library reads")
+
+
+@pytest.mark.parametrize("kind", sorted(_NEWER_FILTERS))
+def test_a_source_dataset_the_library_cannot_open_is_refused_not_read_as_fill(tmp_path, kind):
+    """A whole, undamaged source written by a newer HDF5 (h5py reads it through the mapping)
+    loaded as the virtual dataset's fill value for every element, without a word: HDF5 takes a
+    source dataset it cannot open for a missing one. The same dataset as a shard is refused
+    with HDF5's reason; as a source now too, before anything is read."""
+    with h5py.File(tmp_path / "src.h5", "w", libver="latest") as f:
+        _newer_dataset(f, "y", A, kind)
+    reason = _unopenable_reason(tmp_path / "src.h5", "y")
+    sub = tmp_path / "s"
+    shard = _vds(sub, [("../src.h5", "y", slice(None))])
+    with h5py.File(shard) as f:
+        np.testing.assert_array_equal(f["v"][()], A)
+    msg = _refused(sub, f"{sub}/../src.h5:/y")
+    assert f"is refused: it is not a readable dataset: {reason} (HDF5 1.10" in msg, msg
+    assert "fill value" in msg, msg
+    out = np.full(A.shape, 12345.0, dtype="<f4")
+    with pytest.raises(shardload.LayoutError, match="is not a readable dataset"):
+        shardload.numpy.load(str(sub), out=out)
+    assert (out == 12345.0).all()
+
+
+def test_a_source_the_library_cannot_open_is_refused_in_the_shards_own_file_and_behind_a_vds(
+        tmp_path):
+    """The same source as a dataset of the shard itself (".") and behind a source that is
+    itself a virtual dataset, whose mapping HDF5 follows in turn."""
+    own = tmp_path / "own"
+    own.mkdir()
+    shard = own / "shard_0000.h5"
+    with h5py.File(shard, "w", libver="latest") as f:
+        _newer_dataset(f, "y", A, "gzip")
+    reason = _unopenable_reason(shard, "y")
+    layout = h5py.VirtualLayout(shape=A.shape, dtype="<f4")
+    layout[:] = h5py.VirtualSource(".", "y", shape=A.shape)
+    with h5py.File(shard, "a", libver=("earliest", "v110")) as f:
+        f.create_virtual_dataset("v", layout, fillvalue=-7)
+    with h5py.File(shard) as f:
+        np.testing.assert_array_equal(f["v"][()], A)
+    with pytest.raises(shardload.LayoutError) as e:
+        shardload.discover(own, dataset="v")
+    assert (f"{shard}: dataset '/v' is a virtual dataset whose source /y is refused: it is not "
+            f"a readable dataset: {reason}") in str(e.value), str(e.value)
+
+    with h5py.File(tmp_path / "src.h5", "w", libver="latest") as f:
+        _newer_dataset(f, "y", A, "gzip")
+    with h5py.File(tmp_path / "mid.h5", "w", libver=("earliest", "v110")) as f:
+        layout = h5py.VirtualLayout(shape=A.shape, dtype="<f4")
+        layout[:] = h5py.VirtualSource("src.h5", "y", shape=A.shape)
+        f.create_virtual_dataset("w", layout, fillvalue=-7)
+    sub = tmp_path / "s"
+    shard = _vds(sub, [("../mid.h5", "w", slice(None))])
+    with h5py.File(shard) as f:
+        np.testing.assert_array_equal(f["v"][()], A)
+    msg = _refused(sub, f"{sub}/../src.h5:/y")  # as HDF5 finds it beside mid.h5
+    assert f"it is not a readable dataset: {reason}" in msg, msg
+
+
+def test_a_remote_shards_own_source_the_library_cannot_open_is_refused(request, tmp_path):
+    """From object storage, a dataset of the shard's own file that HDF5 cannot open."""
+    pytest.importorskip("moto", reason="moto[server] is installed by scripts/setup.sh")
+    bucket = request.getfixturevalue("bucket")
+    shard = tmp_path / "v.h5"
+    with h5py.File(shard, "w", libver="latest") as f:
+        _newer_dataset(f, "y", A, "gzip")
+    reason = _unopenable_reason(shard, "y")
+    _own_file_vds(shard, [("y", slice(None))])
+    bucket.upload("v/v.h5", shard)
+    with pytest.raises(shardload.LayoutError) as e:
+        shardload.discover(bucket.url("v/v.h5"), dataset="v", storage_options=bucket.options)
+    msg = str(e.value)
+    assert "v/v.h5" in msg, msg
+    assert (": dataset '/v' is a virtual dataset whose source /y is refused: it is not a "
+            f"readable dataset: {reason}") in msg, msg
+
+
+def test_a_source_dataset_in_the_newest_format_that_the_library_reads_is_read(tmp_path):
+    """No false alarm: unfiltered chunks in the newest format open, and read as h5py reads
+    them."""
+    with h5py.File(tmp_path / "src.h5", "w", libver="latest") as f:
+        f.create_dataset("y", data=A, chunks=(50, 4))
+    sub = tmp_path / "s"
+    shard = _vds(sub, [("../src.h5", "y", slice(None))])
+    with h5py.File(shard) as f:
+        want = f["v"][()]
+    np.testing.assert_array_equal(want, A)
+    got = shardload.discover(sub).read()
+    assert got.dtype == want.dtype and got.tobytes() == want.tobytes()
+
+
+@pytest.mark.parametrize("content", [b"", b"not an HDF5 file\n" * 100], ids=["empty", "text"])
+def test_a_source_file_that_is_there_but_no_hdf5_file_is_refused(tmp_path, content):
+    """HDF5 1.10 took a source file it cannot open for a missing one and gave the fill value;
+    h5py's read fails on it."""
+    (tmp_path / "src.h5").write_bytes(content)
+    sub = tmp_path / "s"
+    shard = _vds(sub, [("../src.h5", "y", slice(None))])
+    with pytest.raises(OSError, match="file signature not found"):
+        with h5py.File(shard) as f:
+            f["v"][()]
+    msg = _refused(sub, f"{sub}/../src.h5:/y")
+    assert "is refused: not a readable HDF5 file: HDF5: " in msg, msg
+    assert "fill value" in msg, msg
+
+
+def _names_file(path: pathlib.Path) -> None:
+    with h5py.File(path, "w") as f:
+        f.create_dataset("y", data=A[0:50])
+        f["dangling"] = h5py.SoftLink("/nothing")
+        f["to_y"] = h5py.SoftLink("/y")
+        f.create_group("g")
+
+
+def test_a_missing_source_dataset_or_a_soft_link_to_nothing_reads_the_fill_value(tmp_path):
+    """Missing is missing (HDF5 and h5py give the fill value): no such name, a soft link to
+    nothing; while a soft link to a dataset reads it. Bit for bit as h5py reads them."""
+    _names_file(tmp_path / "src.h5")
+    sub = tmp_path / "s"
+    shard = _vds(sub, [("../src.h5", "to_y", slice(0, 50)),
+                       ("../src.h5", "dangling", slice(50, 100)),
+                       ("../src.h5", "absent", slice(100, 150)),
+                       ("../src.h5", "g/absent", slice(150, 200))])
+    with h5py.File(shard) as f:
+        want = f["v"][()]
+    np.testing.assert_array_equal(want[:50], A[:50])
+    assert (want[50:] == -7).all()
+    got = shardload.discover(sub).read()
+    assert got.dtype == want.dtype and got.tobytes() == want.tobytes()
+
+
+@pytest.mark.parametrize("name", ["g", "nogroup/y", "y/z"])
+def test_a_source_name_that_is_there_but_no_dataset_is_refused_as_h5py_refuses_it(tmp_path,
+                                                                                  name):
+    """A group, a name under a group that is not there, a name under a dataset: HDF5 1.10
+    gave the fill value, h5py's read fails; refused at discovery."""
+    _names_file(tmp_path / "src.h5")
+    sub = tmp_path / "s"
+    shard = _vds(sub, [("../src.h5", name, slice(None))])
+    with pytest.raises(OSError):
+        with h5py.File(shard) as f:
+            f["v"][()]
+    msg = _refused(sub, f"{sub}/../src.h5:/{name}")
+    assert "is refused: it is not a readable dataset: HDF5: " in msg, msg

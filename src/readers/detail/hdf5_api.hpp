@@ -48,23 +48,24 @@ namespace shardload::detail {
   X(H5Pset_elink_cb)                                                                               \
   X(H5Dopen2)                                                                                      \
   X(H5Dclose)                                                                                      \
-  X(H5Dget_space) X(H5Dget_type) X(H5Dread) X(H5Sget_simple_extent_type) X(                        \
-      H5Sget_simple_extent_ndims) X(H5Sget_simple_extent_dims) X(H5Sselect_hyperslab)              \
-      X(H5Screate_simple) X(H5Sclose) X(H5Tget_class) X(H5Tget_size) X(H5Tget_sign) X(             \
-          H5Tget_fields) X(H5Tget_ebias) X(H5Tget_precision) X(H5Tget_offset) X(H5Tget_nmembers)   \
-          X(H5Tget_member_name) X(H5Tget_member_type) X(H5Tget_member_value) X(H5Tget_super)       \
-              X(H5Tcopy) X(H5Tset_fields) X(H5Tset_size) X(H5Tset_ebias) X(H5Tcreate) X(H5Tinsert) \
-                  X(H5Tenum_create) X(H5Tenum_insert) X(H5Tclose) X(H5free_memory) X(H5Lvisit)     \
-                      X(H5Lexists) X(H5Oopen) X(H5Oclose) X(H5Iget_type) X(H5Dget_create_plist)    \
-                          X(H5Pget_layout) X(H5Pget_chunk) X(H5Pget_nfilters) X(H5Pget_filter2)    \
-                              X(H5Zfilter_avail) X(H5Tget_order) X(H5Tget_member_offset) X(        \
-                                  H5Pget_external_count) X(H5Pget_external) X(H5Pset_elink_prefix) \
-                                  X(H5FDregister) X(H5Pset_driver) X(H5Pget_driver_info)           \
-                                      X(H5Dget_offset) X(H5Dget_storage_size) X(H5Tequal)          \
-                                          X(H5Tset_order) X(H5Tget_norm) X(H5Pget_fill_time)       \
+  X(H5Dget_space)                                                                                  \
+  X(H5Dget_type) X(H5Dread) X(H5Sget_simple_extent_type) X(H5Sget_simple_extent_ndims) X(          \
+      H5Sget_simple_extent_dims) X(H5Sselect_hyperslab) X(H5Screate_simple) X(H5Sclose)            \
+      X(H5Tget_class) X(H5Tget_size) X(H5Tget_sign) X(H5Tget_fields) X(H5Tget_ebias) X(            \
+          H5Tget_precision) X(H5Tget_offset) X(H5Tget_nmembers) X(H5Tget_member_name)              \
+          X(H5Tget_member_type) X(H5Tget_member_value) X(H5Tget_super) X(H5Tcopy) X(H5Tset_fields) \
+              X(H5Tset_size) X(H5Tset_ebias) X(H5Tcreate) X(H5Tinsert) X(H5Tenum_create) X(        \
+                  H5Tenum_insert) X(H5Tclose) X(H5free_memory) X(H5Lvisit) X(H5Lexists) X(H5Oopen) \
+                  X(H5Oclose) X(H5Iget_type) X(H5Dget_create_plist) X(H5Pget_layout)               \
+                      X(H5Pget_chunk) X(H5Pget_nfilters) X(H5Pget_filter2) X(H5Zfilter_avail)      \
+                          X(H5Tget_order) X(H5Tget_member_offset) X(H5Pget_external_count)         \
+                              X(H5Pget_external) X(H5Pset_elink_prefix) X(H5FDregister)            \
+                                  X(H5Pset_driver) X(H5Pget_driver_info) X(H5Dget_offset)          \
+                                      X(H5Dget_storage_size) X(H5Tequal) X(H5Tset_order)           \
+                                          X(H5Tget_norm) X(H5Pget_fill_time)                       \
                                               X(H5Dget_space_status) X(H5Pfill_value_defined)      \
                                                   X(H5Fget_create_plist) X(H5Pget_sizes)           \
-                                                      X(H5Pget_userblock)
+                                                      X(H5Pget_userblock) X(H5Oexists_by_name)
 
 // X(name): one HDF5 global that the H5T_* / H5P_* macros read after H5open().
 #define SHARDLOAD_HDF5_GLOBALS(X) \
