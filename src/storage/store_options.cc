@@ -383,10 +383,11 @@ std::optional<HttpEntry> http_entry(std::string_view items) {
   return HttpEntry{*origin, *userinfo, *path_before, *path_token, rest};
 }
 
-// Where BunnyCDN's token (else an OCI pre-authenticated request's) lies in the path of `url`
-// (an http(s) URL whose path begins at `path`): its start and the end of what sealing takes out (its value to the next '&' or '/',
-// whichever comes first, that one included, so that the path left is still a path; else to the
-// query or the fragment), or {npos, npos}. The first one only: a path holds one.
+// Where BunnyCDN's token (else an OCI pre-authenticated request's, else a secret path
+// parameter) lies in the path of `url` (an http(s) URL whose path begins at `path`): its start
+// and the end of what sealing takes out (BunnyCDN's: its value to the next '&' or '/', whichever
+// comes first, that one included, so that the path left is still a path; else to the query or
+// the fragment), or {npos, npos}. The first one only: a path's others stay (hidden when shown).
 std::pair<std::size_t, std::size_t> path_token_span(std::string_view url, std::size_t path) {
   const std::size_t path_end = std::min(url.find_first_of("?#", path), url.size());
   const std::string_view key = kPathTokenKey;
@@ -406,7 +407,26 @@ std::pair<std::size_t, std::size_t> path_token_span(std::string_view url, std::s
   // Else an OCI pre-authenticated request's token (".../p/TOKEN/n/NS/b/..."), with its '/'.
   const auto [begin, end] = par_token_span(url.substr(0, path_end), path);
   if (begin != std::string_view::npos) return {begin, end + 1};
+  // Else a segment's parameter whose key names a secret (";jsessionid=S", ";sig=S"), from its
+  // ';' to its segment's end or the next ';'.
+  for (std::size_t semi = url.find(';', path); semi < path_end; semi = url.find(';', semi + 1)) {
+    const std::size_t stop = std::min(url.find_first_of("/;", semi + 1), path_end);
+    const std::string_view param = url.substr(semi + 1, stop - semi - 1);
+    const std::size_t eq = param.find('=');
+    if (eq != std::string_view::npos && is_secret_query_key(param.substr(0, eq))) {
+      return {semi, stop};
+    }
+  }
   return {std::string_view::npos, std::string_view::npos};
+}
+
+// Whether `token` is a path parameter path_token_span takes out: ';', a secret key, '=', and a
+// value holding none of "/;?#".
+bool is_path_parameter(std::string_view token) {
+  if (token.size() < 3 || token[0] != ';') return false;
+  const std::size_t eq = token.find('=');
+  return eq != std::string_view::npos && is_secret_query_key(token.substr(1, eq - 1)) &&
+         token.find_first_of("/;?#", 1) == std::string_view::npos;
 }
 
 // Whether `token`, sealed after `path_before`, is what path_token_span takes out of a path as
@@ -1073,7 +1093,8 @@ Status adopt_credentials(std::string_view handle, std::string_view items, Creden
         (span.empty() || (secret(span.front()) && secret(span.back()))) &&
         (tokened ? http->path_before.starts_with('/') &&
                        (detail::is_path_token(http->path_token) ||
-                        detail::is_par_token(http->path_before, http->path_token))
+                        detail::is_par_token(http->path_before, http->path_token) ||
+                        detail::is_path_parameter(http->path_token))
                  : http->path_before.empty());
   } else {
     // The store binding first (seal_credentials), then the secret items.

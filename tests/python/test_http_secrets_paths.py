@@ -343,3 +343,33 @@ def test_a_path_token_ended_by_a_slash_is_that_segment_alone():
         assert MARK not in str(layout) and MARK not in layout.paths[2]
         np.testing.assert_array_equal(layout.read(), expected)
         assert all(p.startswith("/bcdn_token=bn-s3cr3t/b/shard_000") for _, p, _ in store.requests)
+
+
+@pytest.mark.parametrize("where", ["directory", "object"])
+def test_a_secret_path_parameter_is_sealed_and_sent(where):
+    """A segment's parameter whose key names a secret (Java's ``;jsessionid=S``) was hidden
+    where shown but kept in ``Layout.paths`` as typed. It is sealed into the handle and put back
+    in its place in each request only."""
+    from test_http import Handler, Store
+
+    store = Store()
+    param = ";jsessionid=js-s3cr3t0"
+    if where == "directory":
+        expected = dataset(store, f"d{param}")
+        tail = [f"d{param}/shard_{i:04d}.npy" for i in range(3)]
+    else:
+        parts = [np.arange(6, dtype=np.int32).reshape(3, 2) + i for i in range(2)]
+        for i, p in enumerate(parts):
+            store.put_npy(f"/d/shard_{i:04d}.npy{param}", p)
+        expected = np.concatenate(parts)
+        tail = [f"d/shard_{i:04d}.npy{param}" for i in range(2)]
+    handler = type("Bound", (Handler,), {"store": store})
+    with closing_server.serving(handler) as server:
+        host = closing_server.address(server)
+        layout = shardload.discover([f"http://{host}/{t}" for t in tail])
+        for p in layout.paths:
+            assert MARK not in p and "jsessionid" not in p and HANDLE.search(p), p
+        assert MARK not in str(layout)
+        np.testing.assert_array_equal(layout.read(), expected)
+        np.testing.assert_array_equal(pickle.loads(pickle.dumps(layout)).read(), expected)
+        assert all(param in p for _, p, _ in store.requests), store.requests
