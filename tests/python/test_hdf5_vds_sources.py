@@ -73,6 +73,17 @@ def _refused(sub: pathlib.Path, source: str) -> str:
     return msg
 
 
+def _damaged_source_refused_as_h5py_refuses(tmp_path: pathlib.Path, raw: bytearray) -> str:
+    """src.h5 written as ``raw``, mapped whole by s/shard_0000.h5's /v: h5py's read fails, and
+    discovery's refusal (its message) names the source."""
+    (tmp_path / "src.h5").write_bytes(bytes(raw))
+    _vds(tmp_path / "s", [("../src.h5", "y", slice(None))])
+    with pytest.raises(OSError):
+        with h5py.File(tmp_path / "s" / "shard_0000.h5") as f:
+            f["v"][()]
+    return _refused(tmp_path / "s", f"{tmp_path / 's'}/../src.h5:/y")
+
+
 def test_a_contiguous_source_past_the_end_of_its_file_is_refused(tmp_path):
     """F7 (a): rows 237-249 loaded as 0.0 (h5py refuses the source)."""
     with h5py.File(tmp_path / "src.h5", "w") as f:
@@ -131,12 +142,7 @@ def test_a_compact_source_shorter_than_its_elements_is_refused(tmp_path):
     assert raw.count(message) == 1
     at = raw.find(message)
     raw[at + 2:at + 4] = (1000).to_bytes(2, "little")
-    src.write_bytes(bytes(raw))
-    _vds(tmp_path / "s", [("../src.h5", "y", slice(None))])
-    with pytest.raises(OSError):
-        with h5py.File(tmp_path / "s" / "shard_0000.h5") as f:
-            f["v"][()]
-    msg = _refused(tmp_path / "s", f"{tmp_path / 's'}/../src.h5:/y")
+    msg = _damaged_source_refused_as_h5py_refuses(tmp_path, raw)
     assert "its compact storage holds 1000 bytes, where its elements need 4000" in msg, msg
 
 
@@ -167,12 +173,7 @@ def test_a_sources_chunk_layout_recording_another_element_size_is_refused(tmp_pa
     at = raw.find(bytes([3, 2, 3]))  # layout v3, chunked, rank + 1
     assert at != -1 and raw[at + 11:at + 23] == np.array([50, 4, 4], "<u4").tobytes()
     raw[at + 19:at + 23] = (8).to_bytes(4, "little")
-    src.write_bytes(bytes(raw))
-    _vds(tmp_path / "s", [("../src.h5", "y", slice(None))])
-    with pytest.raises(OSError):
-        with h5py.File(tmp_path / "s" / "shard_0000.h5") as f:
-            f["v"][()]
-    msg = _refused(tmp_path / "s", f"{tmp_path / 's'}/../src.h5:/y")
+    msg = _damaged_source_refused_as_h5py_refuses(tmp_path, raw)
     assert "its chunk layout records elements of 8 bytes, where its type's are 4" in msg, msg
 
 
