@@ -235,16 +235,18 @@ class CurlRemoteIo final : public RemoteIo {
   // A Last-Modified tells versions apart only once the clock that stamped it has left its
   // second (RFC 9110 8.8.2.2): before that, an object written again within the same second
   // keeps it, and its new bytes would be read as the snapshot's. So does an ETag made of it
-  // (nginx's is the Last-Modified's second and the size). Such a snapshot is taken again once
-  // that second is over (at most two seconds later; a few times, for an object rewritten
-  // every second).
+  // (nginx's is the Last-Modified's second and the size), also where the server sends it
+  // without the Last-Modified. Such a snapshot is taken again once that second is over (at
+  // most two seconds later; a few times, for an object rewritten every second).
   Status head(const std::string& url, const Target& t, FileInfo* info, CurlHeaders* validators) {
     SHARDLOAD_RETURN_IF_ERROR(head_once(url, t, info, validators));
-    std::string waited_out;  // a Last-Modified a second or more has passed since a HEAD gave
+    // The validator (the Last-Modified, else the ETag) a second or more has passed since a
+    // HEAD gave.
+    std::string waited_out;
     for (int again = 0; again < kWeakSnapshotRetakes; ++again) {
-      const std::int64_t ms = ms_until_strong(*validators, waited_out);
+      const std::int64_t ms = ms_until_strong(*validators, info->size, waited_out);
       if (ms == 0) break;
-      waited_out = validators->last_modified;
+      waited_out = weak_validator(*validators);
       interruptible_sleep(ms);
       SHARDLOAD_RETURN_IF_ERROR(head_once(url, t, info, validators));
     }
@@ -271,19 +273,65 @@ class CurlRemoteIo final : public RemoteIo {
     return true;
   }
 
+  // The validator whose second a snapshot waits out: its Last-Modified, else its ETag.
+  static const std::string& weak_validator(const CurlHeaders& h) {
+    return h.last_modified.empty() ? h.etag : h.last_modified;
+  }
+
+  // The second in nginx's ETag, "<mtime hex>-<size hex>" (or W/ that), whose size is the
+  // object's `size`; -1 for any other ETag.
+  static constexpr std::uint64_t kLastSecondOf9999 = 253402300799;
+  static std::time_t nginx_etag_seconds(const std::string& etag, std::uint64_t size) {
+    std::string_view v = etag;
+    if (v.starts_with("W/")) v.remove_prefix(2);
+    if (v.size() < 5 || v.front() != '"' || v.back() != '"') return -1;
+    v = v.substr(1, v.size() - 2);
+    const std::size_t dash = v.find('-');
+    if (dash == std::string_view::npos) return -1;
+    const auto hex = [](std::string_view part, std::uint64_t* out) {
+      if (part.empty() || part.size() > 16) return false;
+      for (const char c : part) {
+        if (!std::isxdigit(static_cast<unsigned char>(c))) return false;
+      }
+      const auto r = std::from_chars(part.data(), part.data() + part.size(), *out, 16);
+      return r.ec == std::errc() && r.ptr == part.data() + part.size();
+    };
+    std::uint64_t seconds = 0;
+    std::uint64_t tagged_size = 0;
+    if (!hex(v.substr(0, dash), &seconds) || !hex(v.substr(dash + 1), &tagged_size) ||
+        tagged_size != size || seconds > kLastSecondOf9999) {
+      return -1;
+    }
+    return static_cast<std::time_t>(seconds);
+  }
+
   // How long until `h`'s snapshot tells versions apart, in ms; 0 where it does already: its
   // ETag is a digest of the bytes, its Date is a second past its Last-Modified, a second has
-  // passed since a HEAD gave the same Last-Modified (`waited_out`), or a date cannot be read
-  // (then compared as text, as before). Without a Date (a server without a clock) this host's
-  // clock stands in for it. A Last-Modified more than a second ahead of the Date was stamped by
-  // a clock ahead of the server's (another host's, an NFS server's): that clock read at least
-  // the Last-Modified when the HEAD was answered, so a second after the HEAD it has left that
-  // second, whatever its lead. A clock behind the server's cannot be told from an old write.
-  static std::int64_t ms_until_strong(const CurlHeaders& h, const std::string& waited_out) {
-    if (h.last_modified.empty() || is_digest_etag(h.etag)) return 0;
-    if (!waited_out.empty() && h.last_modified == waited_out) return 0;
-    const std::time_t modified = curl_getdate(h.last_modified.c_str(), nullptr);
-    if (modified < 0) return 0;
+  // passed since a HEAD gave the same validator (`waited_out`), it has neither validator (its
+  // size alone is compared), or a date cannot be read (then compared as text, as before).
+  // Without a Date (a server without a clock) this host's clock stands in for it. A
+  // Last-Modified more than a second ahead of the Date was stamped by a clock ahead of the
+  // server's (another host's, an NFS server's): that clock read at least the Last-Modified
+  // when the HEAD was answered, so a second after the HEAD it has left that second, whatever
+  // its lead. A clock behind the server's cannot be told from an old write.
+  // Without a Last-Modified, nginx's ETag (of an object of `size` bytes) gives the second in
+  // its stead; an ETag of another make, which may hold a second nobody can read from it (a
+  // server's W/"<mtime>", a hash of the time and the size), is waited out a second after its
+  // HEAD whenever it comes, by whatever clock stamps it: a write after a HEAD a second later
+  // that gave the same ETag carries a later second.
+  static std::int64_t ms_until_strong(const CurlHeaders& h, std::uint64_t size,
+                                      const std::string& waited_out) {
+    const std::string& validator = weak_validator(h);
+    if (validator.empty() || is_digest_etag(h.etag)) return 0;
+    if (!waited_out.empty() && validator == waited_out) return 0;
+    std::time_t modified = -1;
+    if (!h.last_modified.empty()) {
+      modified = curl_getdate(h.last_modified.c_str(), nullptr);
+      if (modified < 0) return 0;
+    } else {
+      modified = nginx_etag_seconds(h.etag, size);
+      if (modified < 0) return 1050;
+    }
     std::time_t date = h.date.empty() ? -1 : curl_getdate(h.date.c_str(), nullptr);
     if (date < 0) date = std::time(nullptr);
     if (date >= modified + 1) return 0;

@@ -228,8 +228,16 @@ std::string snapshot_difference(std::string_view path, const FileInfo& then, con
   std::string d =
       "size " + std::to_string(then.size) + " -> " + std::to_string(now.size) + " bytes";
   if (then.inode != now.inode) {
-    d += detail::is_store_scheme(path) ? ", overwritten (its generation differs)"
-                                       : ", overwritten (its ETag differs)";
+    // An http(s) snapshot's identity is its ETag, or its Last-Modified where the server sends
+    // no ETag; which one it was is not kept. An answer without a Last-Modified (modified_s 0)
+    // had an ETag.
+    if (detail::is_store_scheme(path)) {
+      d += ", overwritten (its generation differs)";
+    } else if (is_http_url(path) && now.modified_s != 0) {
+      d += ", overwritten (its ETag differs, or its Last-Modified where the server sends no ETag)";
+    } else {
+      d += ", overwritten (its ETag differs)";
+    }
   }
   return d;
 }

@@ -50,8 +50,11 @@ class Server:
         self.objects: dict[str, bytes] = {}
         self.head_objects: dict[str, bytes] = {}  # what HEAD describes, where it lags the GETs
         # "strong" (an MD5 of the bytes, as S3's), "weak", "nginx" (the Last-Modified's second
-        # and the size in hex, as nginx's) or None (Last-Modified only)
+        # and the size in hex, as nginx's), "weak nginx" (W/ that), "mtime" (W/"<the
+        # Last-Modified's second in decimal>") or None (Last-Modified only)
         self.etag: str | None = "strong"
+        self.send_last_modified = True  # False: the ETag is the only validator
+        self.send_date = True  # False: no Date header (a server without a clock)
         self.last_modified: dict[str, str] = {}
         self.head_last_modified: dict[str, str] = {}
         self.honour_if_match = True
@@ -73,8 +76,12 @@ class Server:
     def etag_of(self, data: bytes, lm: str) -> str | None:
         if self.etag is None:
             return None
-        if self.etag == "nginx":
-            return f'"{int(email.utils.parsedate_to_datetime(lm).timestamp()):x}-{len(data):x}"'
+        seconds = int(email.utils.parsedate_to_datetime(lm).timestamp())
+        if self.etag in ("nginx", "weak nginx"):
+            tag = f'"{seconds:x}-{len(data):x}"'
+            return "W/" + tag if self.etag == "weak nginx" else tag
+        if self.etag == "mtime":
+            return f'W/"{seconds}"'
         tag = '"' + hashlib.md5(data).hexdigest() + '"'
         return "W/" + tag if self.etag == "weak" else tag
 
@@ -85,6 +92,11 @@ class Handler(http.server.BaseHTTPRequestHandler):
 
     def log_message(self, *args) -> None:
         pass
+
+    def send_header(self, keyword: str, value: str) -> None:
+        if keyword == "Date" and not self.server_state.send_date:
+            return
+        super().send_header(keyword, value)
 
     def _send(self, code: int, headers: dict[str, str], body: bytes, head: bool) -> None:
         self.send_response(code)
@@ -137,6 +149,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
         tag = s.etag_of(described, headers["Last-Modified"])
         if tag is not None:
             headers["ETag"] = tag
+        if not s.send_last_modified:
+            headers.pop("Last-Modified")
         if not head and not s.get_validators:
             headers.pop("ETag", None)
             headers.pop("Last-Modified", None)
@@ -342,6 +356,69 @@ def test_an_object_rewritten_within_its_last_modified_second_is_refused(web, eta
                            match=re.escape(url) + r": changed since discovery"):
             shardload.numpy.load(layout)
     np.testing.assert_array_equal(shardload.numpy.load(shardload.discover(url)), a + 102)
+
+
+@pytest.mark.parametrize("etag, date", [("nginx", True), ("weak nginx", True),
+                                        ("weak nginx", False), ("mtime", True)])
+def test_an_object_rewritten_within_its_etags_second_without_last_modified_is_refused(
+        web, etag, date):
+    """A server that sends an ETag made of the file's second but no Last-Modified (a front end
+    that drops it): nginx's "<mtime hex>-<size hex>", strong or W/, or W/"<mtime>". An object
+    rewritten at the same size within the second its snapshot was taken in keeps its ETag, and
+    every load read the new rows as the snapshot's (3 of 3). nginx's ETag gives its second,
+    waited out as a Last-Modified's (by the Date, or this host's clock without one); an ETag of
+    another make is waited out a second after its HEAD. Either way the snapshot is taken again
+    once that second is over, so a rewrite after discovery carries another ETag and is
+    refused."""
+    server, base = web
+    server.etag = etag
+    server.send_last_modified = False
+    server.send_date = date
+    a = np.arange(400, dtype=np.float64).reshape(100, 4)
+    url = f"{base}/tag/a.npy"
+
+    def write(data: np.ndarray) -> None:  # the ETag of the write's second
+        server.put("/tag/a.npy", npy_bytes(data), lm=email.utils.formatdate(time.time(),
+                                                                             usegmt=True))
+
+    def heads() -> int:
+        with server.lock:
+            return sum(1 for method, path in server.requests if method == "HEAD")
+
+    for i in range(3):
+        time.sleep(1.0 - time.time() % 1.0 + 0.02)  # a second begins: all of it below in it
+        write(a + i)
+        before = heads()
+        layout = shardload.discover(url)
+        heads_of_new = heads() - before
+        write(a + 100 + i)  # the writer's next version, the same size
+        with pytest.raises(shardload.ShardReadError,
+                           match=re.escape(url) + r": changed since discovery") as e:
+            shardload.numpy.load(layout)
+        # No Last-Modified was sent: the ETag is what differs.
+        assert "overwritten (its ETag differs)" in str(e.value)
+        assert heads_of_new == 2  # the snapshot taken again, once
+    np.testing.assert_array_equal(shardload.numpy.load(shardload.discover(url)), a + 102)
+    # nginx's second is read from its ETag: an old object's is not waited out; another
+    # make's is, whatever its age.
+    server.put("/tag/old.npy", npy_bytes(a))  # written in 2024
+    before = heads()
+    shardload.discover(f"{base}/tag/old.npy")
+    assert heads() - before == (2 if etag == "mtime" else 1)
+
+
+def test_an_object_whose_only_validator_is_its_last_modified_says_so_when_it_changed(web):
+    """The "changed since discovery" message of an object served with a Last-Modified and no
+    ETag named its ETag as what differs (there was none)."""
+    server, base = web
+    server.etag = None
+    a = np.arange(40, dtype=np.int32).reshape(10, 4)
+    server.put("/lmo/a.npy", npy_bytes(a), lm="Mon, 01 Jan 2024 00:00:00 GMT")
+    layout = shardload.discover(f"{base}/lmo/a.npy")
+    server.put("/lmo/a.npy", npy_bytes(a + 1), lm="Tue, 02 Jan 2024 00:00:00 GMT")
+    with pytest.raises(shardload.ShardReadError, match=r"changed since discovery") as e:
+        shardload.numpy.load(layout)
+    assert "its Last-Modified where the server sends no ETag" in str(e.value), str(e.value)
 
 
 # ---- item 8: redirects stay within http(s) and never leave https -----------------------------
