@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <exception>
 #include <set>
+#include <string>
+#include <vector>
 
 #include "shardload/io.hpp"
 
@@ -13,6 +15,47 @@ namespace {
 // Thrown by the parse callback to stop at the first level too deep; caught
 // in parse_json_object, so it never leaves this file.
 struct TooDeep {};
+
+// Why `text`, which the strict parse discarded, is refused: a number past a double's range
+// (valid JSON, which nlohmann cannot hold) named with the key it is the value of, else "not
+// valid JSON". Parsed again, with exceptions, up to the same fault: no deeper than the first
+// parse went.
+std::string why_not_json(std::string_view text) {
+  // The key being read in each open object, innermost last: the fault's is the last one's.
+  std::vector<std::string> keys;
+  auto callback = [&](int depth, Json::parse_event_t event, Json& parsed) {
+    if ((event == Json::parse_event_t::object_start || event == Json::parse_event_t::array_start) &&
+        depth >= kMaxJsonDepth) {
+      throw TooDeep{};
+    }
+    if (event == Json::parse_event_t::object_start) keys.emplace_back();
+    if (event == Json::parse_event_t::object_end && !keys.empty()) keys.pop_back();
+    if (event == Json::parse_event_t::key && !keys.empty() && parsed.is_string()) {
+      keys.back() = parsed.get_ref<const std::string&>().substr(0, 60);
+    }
+    return true;
+  };
+  try {
+    [[maybe_unused]] const Json whole = Json::parse(text.begin(), text.end(), callback,
+                                                    /*allow_exceptions=*/true,
+                                                    /*ignore_comments=*/false);
+  } catch (const Json::out_of_range& e) {
+    // 406: "number overflow parsing '<token>'".
+    const std::string what = e.what();
+    const std::size_t open = what.find("parsing '");
+    const std::size_t close = what.rfind('\'');
+    if (e.id == 406 && open != std::string::npos && close > open + 9) {
+      std::string number = what.substr(open + 9, close - open - 9);
+      if (number.size() > 40) number = number.substr(0, 37) + "...";
+      const std::string key = keys.empty() ? std::string() : keys.back();
+      return (key.empty() ? std::string() : key + ": ") + "the number " + number +
+             " is out of float64's range (magnitudes up to about 1.8e308; valid JSON, but no "
+             "double holds it)";
+    }
+  } catch (...) {
+  }
+  return "not valid JSON";
+}
 
 }  // namespace
 
@@ -60,7 +103,7 @@ Result<Json> parse_json_object(const std::string& file, std::string_view text) {
     }
     Json j = Json::parse(text.begin(), text.end(), callback, /*allow_exceptions=*/false,
                          /*ignore_comments=*/false);
-    if (j.is_discarded()) return Status(ErrorCode::kFormat, file + ": not valid JSON");
+    if (j.is_discarded()) return Status(ErrorCode::kFormat, file + ": " + why_not_json(text));
     if (!duplicate.empty()) {
       return Status(ErrorCode::kFormat, file + ": duplicate key '" + duplicate + "'");
     }

@@ -711,6 +711,22 @@ def test_malformed_metadata_json(tmp_path, fmt):
         shardload.discover(tmp_path, format="zarr")
 
 
+@pytest.mark.parametrize("fmt, dtype, number", [(2, "<f8", "1e400"), (2, "<f8", "-1e400"),
+                                                (3, "float64", "1e400")])
+def test_a_fill_value_past_float64s_range_is_refused_naming_it(tmp_path, fmt, dtype, number):
+    """`1e400` is a JSON number (zarr-python reads it as inf) that no double holds: refused
+    naming fill_value and the range, where it was called "not valid JSON"."""
+    store = tmp_path / "shard_0000.zarr"
+    zarr.create_array(store, shape=(4, 2), chunks=(2, 2), dtype=dtype, zarr_format=fmt,
+                      fill_value=0)
+    path = edit_metadata(store, fmt, lambda m: m.update(fill_value="@FILL@"))
+    path.write_text(path.read_text().replace('"@FILL@"', number))
+    with pytest.raises(shardload.LayoutError,
+                       match=re.escape(f"{path}: fill_value: the number {number} is out of "
+                                       "float64's range")):
+        shardload.discover(tmp_path, format="zarr")
+
+
 def test_metadata_changed_after_discovery(tmp_path):
     store = one_store(tmp_path, 2)
     layout = shardload.discover(tmp_path, format="zarr")
