@@ -241,8 +241,13 @@ class CurlRemoteIo final : public RemoteIo {
   Status head(const std::string& url, const Target& t, FileInfo* info, CurlHeaders* validators) {
     SHARDLOAD_RETURN_IF_ERROR(head_once(url, t, info, validators));
     // The validator (the Last-Modified, else the ETag) a second or more has passed since a
-    // HEAD gave.
+    // HEAD gave: one this process waited out for this URL before (an open at discovery, then
+    // each at reading) tells versions apart already.
     std::string waited_out;
+    {
+      std::lock_guard lock(mu_);
+      if (const auto it = waited_out_.find(url); it != waited_out_.end()) waited_out = it->second;
+    }
     for (int again = 0; again < kWeakSnapshotRetakes; ++again) {
       const std::int64_t ms = ms_until_strong(*validators, info->size, waited_out);
       if (ms == 0) break;
@@ -250,8 +255,16 @@ class CurlRemoteIo final : public RemoteIo {
       interruptible_sleep(ms);
       SHARDLOAD_RETURN_IF_ERROR(head_once(url, t, info, validators));
     }
+    if (!waited_out.empty() && weak_validator(*validators) == waited_out) {
+      std::lock_guard lock(mu_);
+      if (waited_out_.size() >= kWaitedOutKept) waited_out_.clear();
+      waited_out_[url] = waited_out;
+    }
     return Status::ok();
   }
+
+  // URLs whose validator was waited out kept at most (then forgotten, and waited out again).
+  static constexpr std::size_t kWaitedOutKept = 1 << 16;
 
   static constexpr int kWeakSnapshotRetakes = 3;
 
@@ -511,6 +524,8 @@ class CurlRemoteIo final : public RemoteIo {
 
   std::mutex mu_;
   std::unordered_map<int, std::shared_ptr<const Open>> files_;
+  // URL -> the validator a second or more passed between two HEADs of it that gave it (by mu_).
+  std::unordered_map<std::string, std::string> waited_out_;
   int next_fd_ = kTransportFdBase;
   std::atomic<std::uint64_t> retries_{0};
   static thread_local std::string t_read_error;
