@@ -8,6 +8,8 @@ Prints, in milliseconds a seal (`shardload._core.seal_store_url`):
   - again: the same URL sealed again (scrypt's key kept: a look-up and an HMAC);
   - presigned: URLs that differ only in their signature (64 hex digits, left out of scrypt's
     input, so they share one key) with a password and a short token each;
+  - signed: CloudFront-style URLs, each its own short-run signature (base64 cut by '~' and
+    '%2B'), left out of scrypt's input as a signature, so they share one key too;
   - no secret: a URL with nothing to seal, for scale;
 and the scrypt of one guess alone (Python's hashlib, the same parameters): what an attacker pays
 per guess of a password from a handle, per core.
@@ -41,6 +43,9 @@ def main():
     signed = [f"https://u:pw{run}@h.example/d/{i}.npy?token=short&X-Amz-Signature={i:064x}"
               for i in range(a.reps)]
     print(f"presigned (one password)     {per_seal_ms(signed):8.3f} ms")
+    cut = [f"https://h.example/d/{i}.npy?Expires=1&Signature={run}~a%2B{i:x}~b&Key-Pair-Id=K"
+           for i in range(a.reps)]
+    print(f"signed (short-run signatures) {per_seal_ms(cut):7.3f} ms")
     print(f"no secret                    {per_seal_ms(['https://h.example/x.npy'] * a.reps):8.3f} ms")
     t = time.perf_counter()
     for i in range(a.n):
