@@ -407,9 +407,13 @@ std::pair<std::size_t, std::size_t> path_token_span(std::string_view url, std::s
   // Else an OCI pre-authenticated request's token (".../p/TOKEN/n/NS/b/..."), with its '/'.
   const auto [begin, end] = par_token_span(url.substr(0, path_end), path);
   if (begin != std::string_view::npos) return {begin, end + 1};
-  // Else a segment's parameter whose key names a secret (";jsessionid=S", ";sig=S"), from its
-  // ';' to its segment's end or the next ';'.
-  for (std::size_t semi = url.find(';', path); semi < path_end; semi = url.find(';', semi + 1)) {
+  // Else a directory segment's parameter whose key names a secret (";jsessionid=S", ";sig=S"),
+  // from its ';' to its segment's end or the next ';'. Not the object's own (last) segment's:
+  // the names looked up beside the object (a raw file's sidecar, a manifest) are made from the
+  // directory, to which the token sealed after the object's name would not go back.
+  const std::size_t last_segment = url.rfind('/', path_end - 1);
+  for (std::size_t semi = url.find(';', path); semi < last_segment;
+       semi = url.find(';', semi + 1)) {
     const std::size_t stop = std::min(url.find_first_of("/;", semi + 1), path_end);
     const std::string_view param = url.substr(semi + 1, stop - semi - 1);
     const std::size_t eq = param.find('=');
@@ -794,9 +798,11 @@ Result<std::string> unsealed_http_url(const std::string& url) {
     if (q == std::string::npos) break;
     std::string query;
     std::string userinfo;
-    // Copies: the entry's items live only for the call of the lambda below.
-    std::string path_before;
-    std::string path_token;
+    // (path before, token) of each handle that took a token out of the path, in the query's
+    // order, which is the order they were sealed in (a path sealed again after a token was left
+    // in it: a second handle after the first). Copies: the entry's items live only for the call
+    // of the lambda below.
+    std::vector<std::pair<std::string, std::string>> tokens;
     bool found = false;
     Status error;
     for_each_item(std::string_view(out).substr(q + 1), [&](std::string_view item) {
@@ -815,8 +821,7 @@ Result<std::string> unsealed_http_url(const std::string& url) {
         }
         if (!entry->userinfo.empty()) userinfo = entry->userinfo;
         if (!entry->path_token.empty()) {
-          path_before = entry->path_before;
-          path_token = entry->path_token;
+          tokens.emplace_back(entry->path_before, entry->path_token);
         }
         item = entry->span;
         if (item.empty()) return;
@@ -826,7 +831,9 @@ Result<std::string> unsealed_http_url(const std::string& url) {
     if (!error.is_ok()) return error;
     if (!found) break;
     std::string base = out.substr(0, q);
-    if (!path_token.empty()) {
+    // The last sealed first: each was taken out of the path the ones before it had left.
+    for (auto it = tokens.rbegin(); it != tokens.rend(); ++it) {
+      const auto& [path_before, path_token] = *it;
       // Where the path before the token is still the one sealed: a path made to name another
       // place with the handle (another directory) gets no token.
       const std::size_t start = base.find("://") + 3;
