@@ -571,9 +571,18 @@ std::string redact_query(std::string_view text, std::vector<std::string>& hidden
     // A path parameter's value is looked for within its segment only: value_end's run to the
     // next '&' would cross every later parameter again.
     const bool path_parameter = in_path && text[i - 1] == ';';
-    const std::size_t end = value_end(
-        path_parameter ? text.substr(0, path_parameter_end(text, eq + 1, text.size())) : text,
-        eq + 1);
+    // BunnyCDN's token in a path ends at its segment's '/' too, as sealing takes it: a value
+    // run on to the next '&' would be hidden with the object's name, and the token alone, as a
+    // server's answer quotes it, would not be known to hide.
+    const bool path_token = in_path && text[i - 1] == '/';
+    std::size_t limit = text.size();
+    if (path_parameter) {
+      limit = path_parameter_end(text, eq + 1, text.size());
+    } else if (path_token) {
+      limit = std::min(text.find_first_of("/?#", eq + 1), text.size());
+      t_redaction_work += limit - eq;
+    }
+    const std::size_t end = value_end(text.substr(0, limit), eq + 1);
     if (end > eq + 1) {
       out += "***";
       hidden.emplace_back(text.substr(eq + 1, end - eq - 1));

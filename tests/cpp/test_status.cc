@@ -289,6 +289,11 @@ TEST(RedactSecrets, ASecretOfAQueryEncodedIntoAValueIsHidden) {
   EXPECT_EQ(redact_secrets("https://h/bcdn_token=T0k3nSecret&expires=1598024587&"
                            "token_path=%2Fv%2F/v/x.npy: HTTP 403"),
             "https://h/bcdn_token=***&expires=1598024587&token_path=%2Fv%2F/v/x.npy: HTTP 403");
+  // One ended by its segment's '/' (as sealing ends it): the object's name stays, and the
+  // token alone, where a server's answer quotes it, is hidden too.
+  EXPECT_EQ(redact_secrets("https://h/bcdn_token=T0k3nSecret/v/x.npy: HTTP 403: <Error>denied "
+                           "(token T0k3nSecret)</Error>"),
+            "https://h/bcdn_token=***/v/x.npy: HTTP 403: <Error>denied (token ***)</Error>");
   // An encoded query without a secret, and a key a mark cuts off from its '=', stay.
   for (const std::string text :
        {"https://h/r?u=https%3A%2F%2Fb%2Fk%3Fa%3D1%26b%3D2", "s3://b/k?u=x%26tok%26en%3Dv",
