@@ -117,7 +117,14 @@ Result<StorePlace> store_place(std::string_view location) {
                       scheme == "s3" ? "the URL names no bucket" : "the URL names no authority");
   }
   std::string_view key = url.substr(std::min(key_at + 1, url.size()));
-  while (!key.empty() && key.back() == '/') key.remove_suffix(1);
+  // One '/' ends a prefix; more is an empty segment, which names another key than the prefix
+  // ("d//x" is not "d/x"), as everywhere else (check_store_key): taken for the prefix it would
+  // write and replace what lies under "d/", and its own URL would read none of it.
+  if (key.ends_with("//") || key == "/") {
+    return file_error(ErrorCode::kInvalidArgument, std::string(location),
+                      "the URL ends in an empty segment ('//'); name the prefix with one '/'");
+  }
+  if (!key.empty() && key.back() == '/') key.remove_suffix(1);
   const std::string root(url.substr(0, key_at));  // "SCHEME://AUTHORITY"
   StorePlace place;
   place.query = q == std::string_view::npos ? std::string() : std::string(location.substr(q));

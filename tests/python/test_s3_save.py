@@ -793,18 +793,27 @@ def test_dots_spelled_otherwise_are_literal_keys(proxied, key):
     assert writes and not {p.split("?")[0] for p in writes} & kept, writes
 
 
-def test_empty_segments_are_refused_or_trailing(bucket):
-    """"new//keep/" is refused by the listing that checks the prefix, writing nothing; a
-    trailing "keep//" is keep/, checked as keep/ (a save without overwrite is refused)."""
+def test_empty_segments_are_refused_trailing_ones_too(bucket):
+    """"new//keep/" is refused by the listing that checks the prefix, writing nothing. A
+    trailing "keep//" was taken for keep/: with overwrite=True it replaced the dataset there,
+    and a load of its own URL read none of it (it asked for keep//shard_0000.npy). It names
+    another prefix than keep/, and is refused before any request, whatever overwrite says."""
+    import shardload.numpy as snp
+
     keep = np.arange(6.0).reshape(3, 2)
     shardload.save(keep, bucket.url("keep/"), num_shards=1, storage_options=bucket.options)
     before = {k: bucket.get(k) for k in bucket.keys()}
     with pytest.raises(shardload.ShardWriteError, match="Empty path component"):
         shardload.save(np.ones((4, 2)), bucket.url("new//keep/"), storage_options=bucket.options)
-    for dest in ("keep//", "keep///"):
-        with pytest.raises(shardload.DestinationExistsError):
-            shardload.save(np.ones((4, 2)), bucket.url(dest), storage_options=bucket.options)
+    for dest in ("keep//", "keep///", "/"):
+        for overwrite in (False, True):
+            for save in (shardload.save, snp.save):
+                with pytest.raises(ValueError, match=r"ends in an empty segment \('//'\)"):
+                    save(np.ones((4, 2)), bucket.url(dest), overwrite=overwrite,
+                         storage_options=bucket.options)
     assert {k: bucket.get(k) for k in bucket.keys()} == before
+    np.testing.assert_array_equal(
+        np.asarray(shardload.load(bucket.url("keep/"), storage_options=bucket.options)), keep)
 
 
 @pytest.mark.parametrize("path", ["signed", "arrow"])

@@ -272,11 +272,12 @@ Result<std::unique_ptr<Store>> open_store(std::string_view location);
 // URL) sits in its store's name space: its own location ("SCHEME://AUTHORITY/P/NAME/", one '/'
 // at the end, the query apart), the query ("?QUERY" or ""), and the store one prefix up that
 // holds its name ("SCHEME://AUTHORITY/P/?QUERY") with that name ("NAME"), so that a caller can
-// ask whether the name is a key there (a prefix that is an object). A root ("s3://B/", trailing
-// '/'s alike) is the name of nothing: `parent` and `name` empty. A pure function of the text;
-// nothing is asked of a store. kInvalidArgument naming `location` where it names no
-// authority ("s3://", "s3:///P/": "the URL names no bucket"; another scheme's: "no authority")
-// or is no URL (a local path).
+// ask whether the name is a key there (a prefix that is an object). A root ("s3://B/") is the
+// name of nothing: `parent` and `name` empty. A pure function of the text; nothing is asked of
+// a store. kInvalidArgument naming `location` where it names no authority ("s3://",
+// "s3:///P/": "the URL names no bucket"; another scheme's: "no authority"), ends in an empty
+// segment ("s3://B/P//", "s3://B//": another prefix than "P/", never taken for it), or is no
+// URL (a local path).
 struct StorePlace {
   std::string location;
   std::string query;
