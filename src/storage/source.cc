@@ -265,8 +265,11 @@ Result<Source> parse_remote(const std::string& text, const std::string& pattern)
     // A web server has no listing to ask: each object is named, by its URL or by the
     // directory's manifest (a URL ending in '/': its shardload.manifest names the objects,
     // discovery says so when there is none). The query stays part of the URL (a signed URL's),
-    // so wildcards and numbering are refused in the path only.
-    if (!pattern.empty() || key.find_first_of("*?[{") != std::string::npos) {
+    // so wildcards and numbering are refused in the path only (not in the authority, whose
+    // brackets hold an IPv6 address: "http://[::1]:8000/d/x.npy").
+    const std::size_t host = key.find("://") + 3;
+    const std::size_t path = std::min(key.find('/', host), key.size());
+    if (!pattern.empty() || key.find_first_of("*?[{", path) != std::string::npos) {
       return file_error(ErrorCode::kInvalidArgument, text,
                         "http:// and https:// sources name objects, one URL each (a URL or a "
                         "list of URLs), or a directory URL ending in '/' whose "

@@ -633,3 +633,36 @@ def test_an_ipc_object_with_nested_columns_beside_the_read_ones_loads(web):
     got = shardload.load([f"{base}/nested/x.arrow"], columns=["a", "b"])
     want = np.stack([t["a"].to_numpy(), t["b"].to_numpy()], axis=1)
     np.testing.assert_array_equal(np.asarray(got), want)
+
+
+def test_a_url_whose_host_is_an_ipv6_address_loads():
+    """RFC 3986 writes an IPv6 host in brackets (``http://[::1]:8000/d/x.npy``): the brackets
+    were taken for a glob's and the URL refused before any request, in Python and the CLI. The
+    wildcards are looked for in the path only; the object loads, with a token too."""
+    import socket
+
+    class V6(closing_server.ClosingHTTPServer):
+        address_family = socket.AF_INET6
+
+    store = Store()
+    expected = np.arange(12, dtype=np.float32).reshape(4, 3)
+    store.put_npy("/d/x.npy", expected)
+    try:
+        server = V6(("::1", 0), type("Bound", (Handler,), {"store": store}))
+    except OSError as e:
+        pytest.skip(f"no IPv6 loopback here: {e}")
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
+                              daemon=True)
+    thread.start()
+    try:
+        port = server.server_address[1]
+        for url in (f"http://[::1]:{port}/d/x.npy", f"http://[0:0:0:0:0:0:0:1]:{port}/d/x.npy",
+                    f"http://[::1]:{port}/d/x.npy?token=tk-s3cr3t"):
+            np.testing.assert_array_equal(shardload.discover(url).read(), expected)
+        # A glob in the path is still refused as one.
+        with pytest.raises(ValueError, match="a glob"):
+            shardload.discover(f"http://[::1]:{port}/d/*.npy")
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
