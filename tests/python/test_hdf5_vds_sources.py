@@ -61,6 +61,16 @@ def _fill_never(f: h5py.File, name: bytes, a: np.ndarray, written: int) -> None:
     h5py.Dataset(ds)[0:written] = a[0:written]
 
 
+def _compact_size_cut(raw: bytearray) -> bytearray:
+    """The file's one compact layout message for A (layout v3, compact, 4000 bytes) made to
+    say 1000 bytes."""
+    message = bytes([3, 0]) + A.nbytes.to_bytes(2, "little")
+    assert raw.count(message) == 1
+    at = raw.find(message)
+    raw[at + 2:at + 4] = (1000).to_bytes(2, "little")
+    return raw
+
+
 def _refused(sub: pathlib.Path, source: str) -> str:
     """The discovery error of sub's virtual dataset, checked to name the shard and source."""
     with pytest.raises(shardload.LayoutError) as e:
@@ -137,11 +147,7 @@ def test_a_compact_source_shorter_than_its_elements_is_refused(tmp_path):
     src = tmp_path / "src.h5"
     with h5py.File(src, "w") as f:
         _compact(f, b"y", A)
-    raw = bytearray(src.read_bytes())
-    message = bytes([3, 0]) + A.nbytes.to_bytes(2, "little")  # layout v3, compact, 4000 bytes
-    assert raw.count(message) == 1
-    at = raw.find(message)
-    raw[at + 2:at + 4] = (1000).to_bytes(2, "little")
+    raw = _compact_size_cut(bytearray(src.read_bytes()))
     msg = _damaged_source_refused_as_h5py_refuses(tmp_path, raw)
     assert "its compact storage holds 1000 bytes, where its elements need 4000" in msg, msg
 
@@ -205,11 +211,7 @@ def test_a_damaged_source_in_the_shards_own_file_is_refused(tmp_path):
     shard = _vds(tmp_path, [(".", "y", slice(None))])
     with h5py.File(shard, "a") as f:
         _compact(f, b"y", A)
-    raw = bytearray(shard.read_bytes())
-    message = bytes([3, 0]) + A.nbytes.to_bytes(2, "little")
-    assert raw.count(message) == 1
-    at = raw.find(message)
-    raw[at + 2:at + 4] = (1000).to_bytes(2, "little")
+    raw = _compact_size_cut(bytearray(shard.read_bytes()))
     shard.write_bytes(bytes(raw))
     with pytest.raises(shardload.LayoutError) as e:
         shardload.discover(tmp_path, dataset="v")
@@ -325,11 +327,7 @@ def test_a_remote_shards_damaged_source_in_its_own_file_is_refused(request, tmp_
     with h5py.File(shard, "w") as f:
         _compact(f, b"y", A)
     _own_file_vds(shard, [("y", slice(None))])
-    raw = bytearray(shard.read_bytes())
-    message = bytes([3, 0]) + A.nbytes.to_bytes(2, "little")
-    assert raw.count(message) == 1
-    at = raw.find(message)
-    raw[at + 2:at + 4] = (1000).to_bytes(2, "little")
+    raw = _compact_size_cut(bytearray(shard.read_bytes()))
     shard.write_bytes(bytes(raw))
     bucket.upload("v/v.h5", shard)
     url = bucket.url("v/v.h5")
