@@ -1,13 +1,10 @@
 #include "storage/detail/sigv4.hpp"
 
-#include <openssl/evp.h>
-#include <openssl/hmac.h>
-#include <openssl/sha.h>
-
 #include <algorithm>
 #include <cctype>
 
 #include "shardload/location.hpp"
+#include "storage/detail/credentials_kdf.hpp"
 
 namespace shardload::detail {
 
@@ -23,15 +20,8 @@ std::string hex(const unsigned char* p, std::size_t n) {
   return out;
 }
 
-// Raw HMAC-SHA256 (32 bytes). The one-shot call: no context outlives it, so no state of
-// OpenSSL's is shared between calls or threads.
-std::string hmac(std::string_view key, std::string_view data) {
-  unsigned char out[EVP_MAX_MD_SIZE];
-  unsigned int len = 0;
-  HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()),
-       reinterpret_cast<const unsigned char*>(data.data()), data.size(), out, &len);
-  return std::string(reinterpret_cast<const char*>(out), len);
-}
+// Raw HMAC-SHA256 (32 bytes): the credentials handle's, OpenSSL's one-shot call.
+std::string hmac(std::string_view key, std::string_view data) { return kdf_hmac_sha256(key, data); }
 
 std::string lower(std::string_view s) {
   std::string out(s);
@@ -84,9 +74,8 @@ bool unreserved_or_slash(unsigned char c) { return c == '/' || unreserved(c); }
 }  // namespace
 
 std::string sha256_hex(std::string_view data) {
-  unsigned char out[SHA256_DIGEST_LENGTH];
-  SHA256(reinterpret_cast<const unsigned char*>(data.data()), data.size(), out);
-  return hex(out, sizeof out);
+  const std::string digest = kdf_sha256(data);
+  return hex(reinterpret_cast<const unsigned char*>(digest.data()), digest.size());
 }
 
 std::string s3_uri_encode(std::string_view s, bool keep_slash) {
