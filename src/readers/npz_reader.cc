@@ -143,6 +143,24 @@ struct Directory {
   std::uint64_t offset = 0;  // where the central directory starts: members' data ends there
 };
 
+// The refusal of a tail with no end record whose comment reaches the file's end: where a
+// signature is there, what its comment length says against the bytes after it (Python's
+// zipfile reads such an archive; which directory it meant is not known), else not a ZIP.
+Status no_end_record(const std::string& path, const std::vector<std::byte>& tail,
+                     std::uint64_t size) {
+  for (std::size_t pos = tail.size() - kEndBytes + 1; pos-- > 0;) {
+    if (le32(&tail[pos]) != kEndRecord) continue;
+    const std::size_t after = tail.size() - pos - kEndBytes;
+    return npz_error(path, "the end of central directory record at offset " +
+                               std::to_string(size - tail.size() + pos) + " declares a " +
+                               std::to_string(le16(&tail[pos + 20])) + "-byte comment, but " +
+                               std::to_string(after) +
+                               " bytes follow it (truncated, or bytes appended after the "
+                               "archive)");
+  }
+  return npz_error(path, "not a ZIP archive (no end of central directory record)");
+}
+
 // The end record (the last signature whose comment reaches the file's end exactly), then
 // every central directory entry.
 Result<Directory> read_directory(const File& f, std::uint64_t size) {
@@ -157,9 +175,7 @@ Result<Directory> read_directory(const File& f, std::uint64_t size) {
   std::size_t pos = tail - kEndBytes;
   for (;; --pos) {
     if (le32(&buf[pos]) == kEndRecord && pos + kEndBytes + le16(&buf[pos + 20]) == tail) break;
-    if (pos == 0) {
-      return npz_error(path, "not a ZIP archive (no end of central directory record)");
-    }
+    if (pos == 0) return no_end_record(path, buf, size);
   }
   // Python's zipfile takes the last signature in the tail, whatever its comment length says:
   // another one after this record would make it read another directory.

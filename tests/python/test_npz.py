@@ -125,6 +125,15 @@ def test_bad_archives_are_refused_naming_the_file(tmp_path: pathlib.Path) -> Non
 
     refused(good[:-30], r"shard_0000\.npz: not a ZIP archive \(no end of central directory")
     refused(b"PK", r"not a ZIP archive \(2 bytes")
+    # An end record whose comment length does not reach the file's end: bytes appended after
+    # the archive, or its comment cut short. The record's offset and both lengths are named.
+    at = end_record(good)
+    refused(good + b"junk", rf"record at offset {at} declares a 0-byte comment, but 4 bytes "
+                            r"follow it \(truncated, or bytes appended")
+    raw = bytearray(good)
+    raw[at + 20:at + 22] = struct.pack("<H", 40)
+    refused(bytes(raw) + b"c" * 10, rf"record at offset {at} declares a 40-byte comment, but 10 "
+                                    r"bytes follow it")
     # ZIP64: the 32-bit central directory offset says "see the ZIP64 record".
     raw = bytearray(good)
     raw[end_record(good) + 16:end_record(good) + 20] = b"\xff\xff\xff\xff"
