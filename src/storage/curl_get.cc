@@ -149,6 +149,9 @@ std::size_t on_header(char* data, std::size_t size, std::size_t count, void* use
   if (iequals_prefix(line, "last-modified:")) h->last_modified = value("last-modified:");
   if (iequals_prefix(line, "date:")) h->date = value("date:");
   if (iequals_prefix(line, "content-range:")) h->content_range = value("content-range:");
+  if (iequals_prefix(line, "content-type:")) {
+    h->multipart = iequals_prefix(value("content-type:"), "multipart/");
+  }
   if (iequals_prefix(line, "content-length:")) {
     const std::string more = value("content-length:");
     h->content_length = h->has_content_length ? h->content_length + ", " + more : more;
@@ -202,6 +205,10 @@ std::size_t on_body(char* data, std::size_t size, std::size_t count, void* user)
     if (is_encoded(s->headers->content_encoding)) {
       s->encoded = true;
       return 0;  // stops the transfer (CURLE_WRITE_ERROR)
+    }
+    if (code == 206 && s->headers->multipart) {
+      s->overflow = true;  // parts with their own headers: none of it is the range's bytes
+      return 0;            // stops the transfer (CURLE_WRITE_ERROR)
     }
     if (s->req->accept && !s->req->accept(*s->headers)) {
       s->refused = true;
@@ -570,6 +577,17 @@ bool parse_content_length(const CurlHeaders& headers, curl_off_t* n) {
   }
   *n = got;
   return true;
+}
+
+std::string not_the_range_asked(const CurlHeaders& h, const std::string& who,
+                                const std::string& range) {
+  if (h.multipart) {
+    return who +
+           " answered 206 with a multipart body (several ranges in one answer), not the "
+           "single range bytes " +
+           range;
+  }
+  return who + " answered 206 with Content-Range '" + h.content_range + "', not bytes " + range;
 }
 
 bool parse_content_range(const std::string& value, std::uint64_t* first, std::int64_t* total) {

@@ -492,6 +492,11 @@ class CurlRemoteIo final : public RemoteIo {
                       "read (serve the object without an encoding)",
                   EIO);
     }
+    // A multipart answer is longer than the range: said as what it is, not as an ignored
+    // Range.
+    if (o.http == 206 && a.headers.multipart) {
+      return fail(not_the_range_asked(a.headers, "the server", range), EIO);
+    }
     if (a.overflow) {
       return fail("the server ignored the Range request (HTTP " + std::to_string(o.http) +
                       " with more than the " + std::to_string(n) + " bytes asked for at offset " +
@@ -516,8 +521,7 @@ class CurlRemoteIo final : public RemoteIo {
     std::int64_t total = -1;
     const std::string& cr = a.headers.content_range;
     if (!parse_content_range(cr, &first, &total) || first != offset) {
-      return fail("the server answered 206 with Content-Range '" + cr + "', not bytes " + range,
-                  EIO);
+      return fail(not_the_range_asked(a.headers, "the server", range), EIO);
     }
     return static_cast<std::int64_t>(a.got);
   }

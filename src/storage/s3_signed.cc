@@ -415,6 +415,10 @@ S3Get get_range(const S3Endpoint& ep, const std::string& key, void* dst, std::si
                     "': an encoding of the bytes asked for, not the bytes; nothing of it was read",
                 EIO);
   }
+  // A multipart answer is longer than the range: said as what it is, not as an ignored Range.
+  if (o.http == 206 && a.headers.multipart) {
+    return fail(not_the_range_asked(a.headers, "the store", range), EIO);
+  }
   if (a.overflow) {
     return fail("the store ignored the Range request (HTTP " + std::to_string(o.http) +
                     " with more than the " + std::to_string(n) + " bytes asked for" +
@@ -437,9 +441,7 @@ S3Get get_range(const S3Endpoint& ep, const std::string& key, void* dst, std::si
                             ? total >= 0 && first + a.got == static_cast<std::uint64_t>(total)
                             : first == *offset;
   if (!ranged || !as_asked) {
-    return fail("the store answered 206 with Content-Range '" + a.headers.content_range +
-                    "', not bytes " + range,
-                EIO);
+    return fail(not_the_range_asked(a.headers, "the store", range), EIO);
   }
   g.first = first;
   g.got = static_cast<std::int64_t>(a.got);

@@ -32,6 +32,7 @@ struct CurlHeaders {
   // curl_perform, strictly, not by libcurl, which reads "0x10" as 0 and "+16" as 16.
   std::string content_length;
   bool has_content_length = false;
+  bool multipart = false;  // Content-Type multipart/...: parts with their own headers, not bytes
 };
 
 // What one request ended in.
@@ -121,6 +122,12 @@ bool parse_content_length(const CurlHeaders& headers, curl_off_t* n);
 
 // "bytes FIRST-LAST/TOTAL": FIRST and TOTAL (-1 where "*" or missing); false when malformed.
 bool parse_content_range(const std::string& value, std::uint64_t* first, std::int64_t* total);
+
+// The refusal's words for a 206 that is not the one range `range` ("A-B") asked for: a
+// multipart body said as such (its parts' headers are not the object's bytes), else the
+// Content-Range that came. `who`: "the server", "the store".
+std::string not_the_range_asked(const CurlHeaders& h, const std::string& who,
+                                const std::string& range);
 
 // A date header's value (Date, Last-Modified) in seconds since the epoch: FileInfo::answered_s
 // and modified_s. 0 where it is missing or unreadable, which nothing is judged by.
