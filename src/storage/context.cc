@@ -3,10 +3,12 @@
 #include <pthread.h>
 
 #include <chrono>
+#include <cstdio>
 #include <variant>
 #include <vector>
 
 #include "shardload/interrupt.hpp"
+#include "storage/detail/credentials_kdf.hpp"
 #include "storage/detail/store_options.hpp"
 
 namespace shardload::detail {
@@ -103,7 +105,9 @@ void StorageContext::after_fork_child() {
 
 namespace {
 
-// The options as part of a store's key: every row with a field, a secret's by its hash.
+// The options as part of a store's key: every row with a field, a secret's by its SHA-256.
+// Never a short hash: collisions of a 64-bit one can be made, and two credential sets whose
+// keys collided would share one store, its options and credentials those of the first.
 std::string options_key(const StoreOptions& o) {
   std::string key;
   for (const StoreOptionSpec& row : store_option_table()) {
@@ -113,13 +117,17 @@ std::string options_key(const StoreOptions& o) {
     if (const auto* n = std::get_if<std::uint64_t>(&v)) {
       text = std::to_string(*n);
     } else if (const auto* d = std::get_if<double>(&v)) {
-      text = std::to_string(*d);
+      char exact[32];  // every double its own text (std::to_string keeps 6 decimals)
+      std::snprintf(exact, sizeof exact, "%.17g", *d);
+      text = exact;
     } else if (const auto* b = std::get_if<bool>(&v)) {
       text = *b ? "1" : "0";
     } else if (const auto* s = std::get_if<std::string>(&v)) {
-      text = row.secret ? std::to_string(fnv1a(*s)) : *s;
+      text = row.secret ? kdf_sha256(*s) : *s;
     }
-    key += std::string("&") + row.name + "=" + text;
+    // Each value after its length, so that a value holding "&name=" cannot stand for rows
+    // after it: two option sets never make one key.
+    key += std::string("&") + row.name + "=" + std::to_string(text.size()) + ":" + text;
   }
   return key;
 }
@@ -128,7 +136,7 @@ std::string options_key(const StoreOptions& o) {
 
 std::shared_ptr<StoreResources> StorageContext::store(const std::string& where,
                                                       const StoreOptions& options) {
-  const std::string key = where + "#" + options_key(options);
+  const std::string key = std::to_string(where.size()) + ":" + where + options_key(options);
   std::shared_ptr<StoreResources> found;
   // Dropped after the lock (a store, its options, may be freed with them).
   std::vector<std::shared_ptr<StoreResources>> dropped;

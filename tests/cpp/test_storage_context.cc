@@ -21,6 +21,7 @@
 
 #include "shardload/interrupt.hpp"
 #include "storage/detail/context.hpp"
+#include "storage/detail/store_options.hpp"
 
 namespace shardload {
 namespace {
@@ -66,6 +67,37 @@ TEST(StorageContext, OneStoreOneLimitPerPlaceAndOptions) {
   EXPECT_EQ(s1->requests.limit(), 3u);
   EXPECT_EQ(s2->requests.limit(), 5u);
   EXPECT_EQ(StoreOptions{}.max_requests, 64);
+}
+
+// Two strings of one 64-bit FNV-1a hash.
+constexpr const char* kFnvCollisionA = "42c60238ac236e04";
+constexpr const char* kFnvCollisionB = "94cab0c9d7c6e936";
+
+// Two option sets never share a store, however their values are made: two timeouts that agree
+// to six decimals, two secrets whose 64-bit FNV-1a hashes collide (found by a cycle search; the
+// store's key held that hash of a secret before) each get their own store, whose options are
+// theirs.
+TEST(StorageContext, TwoOptionSetsNeverShareAStore) {
+  auto& context = detail::StorageContext::process();
+  const auto own_store = [&](const StoreOptions& a, const StoreOptions& b) {
+    const auto sa = context.store("s3://same-bucket", a);
+    const auto sb = context.store("s3://same-bucket", b);
+    EXPECT_NE(sa.get(), sb.get());
+    EXPECT_EQ(sa->options.secret_key, a.secret_key);
+    EXPECT_EQ(sb->options.secret_key, b.secret_key);
+    EXPECT_EQ(sa->options.request_timeout, a.request_timeout);
+    EXPECT_EQ(sb->options.request_timeout, b.request_timeout);
+  };
+  StoreOptions c, d;
+  c.request_timeout = 0.1234567;
+  d.request_timeout = 0.1234568;
+  own_store(c, d);
+  StoreOptions e, f;
+  e.access_key = f.access_key = "AK";
+  e.secret_key = kFnvCollisionA;
+  f.secret_key = kFnvCollisionB;
+  ASSERT_EQ(detail::fnv1a(e.secret_key), detail::fnv1a(f.secret_key));
+  own_store(e, f);
 }
 
 // A store per credential set (a role's, given anew every hour): the ones nothing holds are let
