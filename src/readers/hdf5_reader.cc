@@ -90,7 +90,7 @@ std::string unopened_text(const Hdf5Api& api, const DatasetList& list) {
   if (list.unopened.empty()) return "";
   std::string s = "; objects HDF5 " + std::to_string(api.version[0]) + "." +
                   std::to_string(api.version[1]) + "." + std::to_string(api.version[2]) +
-                  " cannot open (written by a newer HDF5?): ";
+                  " cannot open (written by a newer HDF5, or damaged): ";
   for (std::size_t i = 0; i < list.unopened.size() && i < 3; ++i) {
     s += (i ? ", " : "") + list.unopened[i];
   }
