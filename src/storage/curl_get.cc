@@ -335,7 +335,9 @@ bool curl_retryable(const CurlOutcome& o) {
 
 int curl_errno(const CurlOutcome& o) {
   if (o.curl == CURLE_OK) {
-    if (o.http == 404 || o.http == 410) return ENOENT;
+    // Only a 404 is a missing object (a Zarr chunk then reads as the fill value): a 410 is a
+    // server refusing one it had (an expired or revoked link), an error like a 403.
+    if (o.http == 404) return ENOENT;
     if (o.http == 401 || o.http == 403) return EACCES;
   }
   if (o.curl == CURLE_OPERATION_TIMEDOUT) return ETIMEDOUT;

@@ -27,7 +27,7 @@ import time
 
 from closing_server import ClosingHTTPServer
 
-ACTIONS = ("500", "503", "403", "slowdown", "reset", "truncate", "delay", "wrong-region",
+ACTIONS = ("500", "503", "403", "410", "slowdown", "reset", "truncate", "delay", "wrong-region",
            "no-validators")
 
 # What AWS answers a request sent to a regional endpoint other than the bucket's: a 301
@@ -37,6 +37,8 @@ WRONG_REGION = "eu-west-3"
 _ERROR_CODES = {"500": (500, "InternalError", "We encountered an internal error."),
                 "503": (503, "ServiceUnavailable", "Please reduce your request rate."),
                 "403": (403, "AccessDenied", "Access Denied"),
+                # A gateway's answer for an object it had and removed, or a link revoked.
+                "410": (410, "Gone", "The object is gone."),
                 "slowdown": (503, "SlowDown", "Please reduce your request rate.")}
 
 # Headers that describe one hop's connection, not the message: never forwarded.

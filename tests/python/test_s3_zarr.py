@@ -212,12 +212,15 @@ def _chunked_store(tmp_path: pathlib.Path, b: Bucket) -> np.ndarray:
     return want
 
 
-def test_403_on_a_chunk_is_an_error_naming_it_never_the_fill_value(tmp_path, proxied):
+@pytest.mark.parametrize("status", ["403", "410"])
+def test_403_on_a_chunk_is_an_error_naming_it_never_the_fill_value(tmp_path, proxied, status):
+    """A chunk refused (403) or gone (410: an object the server had, a link revoked) is an
+    error naming it: only a 404 is a missing chunk, the fill value."""
     b, proxy = proxied
     want = _chunked_store(tmp_path, b)
     layout = shardload.discover(b.url("p.zarr/"), storage_options=b.options)
     # The chunk's one GET (its first bytes, size and ETag: the whole of this small chunk).
-    rule = proxy.add(Rule("GET", path="p.zarr/2.0", ranged=True, action="403", count=None))
+    rule = proxy.add(Rule("GET", path="p.zarr/2.0", ranged=True, action=status, count=None))
     with pytest.raises(shardload.Error) as e:
         layout.read(0, 20)
     assert b.url("p.zarr/2.0") in str(e.value), str(e.value)
