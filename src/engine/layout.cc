@@ -12,6 +12,7 @@
 #include "base/detail/listing_memo.hpp"
 #include "engine/detail/auto_directory.hpp"
 #include "engine/detail/probe.hpp"
+#include "engine/detail/save_files.hpp"
 #include "shardload/formats.hpp"
 #include "shardload/location.hpp"
 #include "shardload/manifest.hpp"
@@ -161,6 +162,39 @@ static std::string remote_format_names_text() {
   return out;
 }
 
+// A list or glob names the shards of one dataset in one format. Refused, naming the file:
+// the dataset's own metadata (a glob D/* over a raw directory matches its sidecar, whose size
+// may be whole rows), and, where the format was told from the first file, a later file whose
+// name says another format (a .npy among .bin shards would be read as raw rows, its header
+// among them).
+static Status check_one_dataset(const std::vector<std::string>& paths, Format format,
+                                bool told_from_first) {
+  for (std::size_t i = 0; i < paths.size(); ++i) {
+    const std::string bare = split_options(paths[i]).first;
+    std::string_view name = bare;
+    while (!name.empty() && name.back() == '/') name.remove_suffix(1);
+    if (const std::size_t slash = name.rfind('/'); slash != std::string_view::npos) {
+      name.remove_prefix(slash + 1);
+    }
+    if (detail::is_dataset_metadata_name(name)) {
+      return file_error(ErrorCode::kLayout, paths[i],
+                        "the dataset's metadata file (" + std::string(name) +
+                            "), not a shard: leave it out of the list or glob (name the "
+                            "shards, e.g. DIR/*.bin)");
+    }
+    if (!told_from_first || i == 0) continue;
+    const Format by_name = format_from_extension(paths[i]);
+    if (by_name != Format::kAuto && by_name != format) {
+      return file_error(ErrorCode::kLayout, paths[i],
+                        std::string("a ") + format_name(by_name) + " file by its name, among " +
+                            format_name(format) + " shards (the format of " + paths[0] +
+                            "): a list or glob holds one format (name " + option_mention("format") +
+                            " to read every file as one)");
+    }
+  }
+  return Status::ok();
+}
+
 static std::int64_t realtime_ns();
 static Result<Layout> try_discover_paths_at(const std::vector<std::string>& paths,
                                             const DiscoverOptions& given);
@@ -188,6 +222,7 @@ static Result<Layout> try_discover_paths_at(const std::vector<std::string>& path
   ctx.source = options.io != nullptr ? ShardSource::over(*options.io) : ShardSource::files();
   SHARDLOAD_ASSIGN_OR_RETURN(const Format format,
                              resolve_format(paths[0], options.format, *ctx.source));
+  SHARDLOAD_RETURN_IF_ERROR(check_one_dataset(paths, format, given.format.format == Format::kAuto));
   // Object storage serves positional reads only: the formats whose readers read through the
   // IoBackend say so (remote_reads); the others open files by name or descriptor themselves.
   const FormatDescriptor* reads = find_format(format, options.format.reader);

@@ -184,6 +184,12 @@ std::string save_shard_name(SaveFormat format, std::int64_t shard) {
 
 bool is_saved_file_name(std::string_view name) { return saved_name(name, false); }
 
+bool is_dataset_metadata_name(std::string_view name) {
+  // shard_meta.json: read as a sidecar, never written, so no part of fixed_name (an overwrite
+  // must not delete it).
+  return fixed_name(name) || name == "shard_meta.json";
+}
+
 const ShardWriter* saved_store_writer(std::string_view name) {
   const FormatDescriptor* d = shard_format(name, true);
   return d != nullptr ? d->writer.get() : nullptr;

@@ -240,3 +240,51 @@ def test_a_named_file_format_does_not_look_for_store_metadata(
     assert any(str(d) in c for c in calls), "the trace shows no call on the directory"
     store = [c for c in calls if ".zarray" in c or "zarr.json" in c]
     assert store == []
+
+
+@pytest.mark.parametrize("other", ["npy", "npz", "h5"])
+def test_a_list_or_glob_of_two_formats_is_refused_naming_the_other_file(
+        tmp_path: pathlib.Path, other: str) -> None:
+    """The format told from a list's first file is not forced on a later file whose name says
+    another: a .npy (.npz, .h5) after raw .bin shards is refused naming it, never read as raw
+    rows (its header among them); format= named reads every file as that format."""
+    a = np.arange(32, dtype="<f4").reshape(8, 4)
+    a.tofile(tmp_path / "part_0.bin")
+    late = tmp_path / f"part_1.{other}"
+    if other == "npy":
+        np.save(late, -a)
+    elif other == "npz":
+        np.savez(late, x=-a)
+    else:
+        with h5py.File(late, "w") as f:
+            f["x"] = -a
+    for source in ([str(tmp_path / "part_0.bin"), str(late)], str(tmp_path / "part_*")):
+        with pytest.raises(shardload.LayoutError) as e:
+            shardload.discover(source, dtype="float32", trailing_shape=(4,))
+        assert f"{late}: a {'hdf5' if other == 'h5' else other} file by its name, among raw " \
+               "shards" in str(e.value), str(e.value)
+    # Named, the format is the user's for every file: the bytes are read as raw rows.
+    layout = shardload.discover([str(tmp_path / "part_0.bin"), str(late)], format="raw",
+                                dtype="float32", trailing_shape=(4,))
+    assert layout.shape[0] == 8 + late.stat().st_size // 16
+
+
+@pytest.mark.parametrize("name", ["shardload.json", "shard_meta.json", "_meta.json"])
+def test_a_glob_over_a_raw_directory_never_takes_its_metadata_for_a_shard(
+        tmp_path: pathlib.Path, name: str) -> None:
+    """D/* over a raw directory matches its sidecar; where the sidecar's size is whole rows it
+    was loaded as rows. It is refused naming it; D/*.bin loads the shards alone."""
+    a = np.arange(64, dtype="<f4").reshape(16, 4)
+    a[:8].tofile(tmp_path / "part_0.bin")
+    a[8:].tofile(tmp_path / "part_1.bin")
+    text = ('{"dtype": "float32", "trailing_shape": [4]}' if name == "shard_meta.json"
+            else '{"dtype": "<f4", "shape": [4]}')
+    (tmp_path / name).write_text(text + " " * (-len(text) % 16))  # whole rows of 16 bytes
+    with pytest.raises(shardload.LayoutError) as e:
+        shardload.discover(str(tmp_path / "*"), format="raw", dtype="float32",
+                           trailing_shape=(4,))
+    assert f"{tmp_path / name}: the dataset's metadata file ({name}), not a shard" in str(
+        e.value), str(e.value)
+    got = shardload.discover(str(tmp_path / "*.bin"), format="raw", dtype="float32",
+                             trailing_shape=(4,))
+    np.testing.assert_array_equal(got.read(0, 16), a)

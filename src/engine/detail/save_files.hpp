@@ -53,6 +53,11 @@ std::string save_shard_name(SaveFormat format, std::int64_t shard);
 // _meta.json. What an overwrite may replace.
 bool is_saved_file_name(std::string_view name);
 
+// Whether `name` is a file a dataset's directory holds beside its shards, never a shard: the
+// CLI's _meta.json, the manifest, a format's metadata (raw's shardload.json) and the seed's
+// raw sidecar shard_meta.json. Discovery refuses a list or glob that names one.
+bool is_dataset_metadata_name(std::string_view name);
+
 // The writer of the store a save names `name` (shard_NNNN.zarr), or null: whose metadata
 // file and chunk names an overwrite may replace inside it.
 const ShardWriter* saved_store_writer(std::string_view name);
