@@ -261,6 +261,21 @@ Result<std::unique_ptr<ShardReader>> make_unguarded_reader(Format format,
                                                      " does not apply (it is for " + takers + ")");
     }
   }
+  // A text option is a name (a dataset, an array, a column): one holding a NUL would be cut
+  // there by the C APIs it reaches (HDF5 opened the dataset named by the text before it).
+  for (const auto& row : format_option_table()) {
+    const std::optional<OptionValue> v = row.get(options);
+    const auto holds_nul = [](const std::string& t) { return t.find('\0') != std::string::npos; };
+    bool nul = false;
+    if (v && std::holds_alternative<std::string>(*v)) nul = holds_nul(std::get<std::string>(*v));
+    if (v && std::holds_alternative<std::vector<std::string>>(*v)) {
+      for (const auto& t : std::get<std::vector<std::string>>(*v)) nul = nul || holds_nul(t);
+    }
+    if (nul) {
+      return Status(ErrorCode::kInvalidArgument,
+                    option_mention(row.name) + " holds a NUL character (a name never does)");
+    }
+  }
   return d->make_reader(options, ctx);
 }
 

@@ -370,3 +370,31 @@ def test_load_accepts_numpy_integers_and_numpy_dtypes(raw, legate_runtime) -> No
     layout = shardload.discover(d, format="raw", dtype="float32", trailing_shape=12, header_bytes=3)
     np.testing.assert_array_equal(np.asarray(shardload.load(layout, overdecompose=np.uint16(2))),
                                   data)
+
+
+def test_a_name_option_holding_a_nul_is_refused_for_every_format(tmp_path) -> None:
+    """dataset= (HDF5, Zarr, npz) and columns= holding a NUL are refused naming the option:
+    HDF5 read the dataset named by the text before the NUL (/x for 'x\\0y'), Zarr gave a
+    wrong reason."""
+    import h5py
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    import zarr
+
+    with h5py.File(tmp_path / "a.h5", "w") as f:
+        f["x"] = np.arange(6.0).reshape(3, 2)
+        f["y"] = -np.arange(6.0).reshape(3, 2)
+    zarr.open_group(str(tmp_path / "s.zarr"), mode="w").create_array(
+        "x", shape=(3, 2), dtype="f8")[...] = 1.0
+    np.savez(tmp_path / "b.npz", x=np.arange(3.0))
+    pq.write_table(pa.table({"a": [1.0, 2.0]}), tmp_path / "c.parquet")
+    cases = [(tmp_path / "a.h5", {"dataset": "x\0y"}), (tmp_path / "a.h5", {"dataset": "/x\0/../y"}),
+             (tmp_path / "s.zarr", {"format": "zarr", "dataset": "x\0y"}),
+             (tmp_path / "b.npz", {"dataset": "x\0"}),
+             (tmp_path / "c.parquet", {"columns": ["a\0b"]})]
+    for path, kw in cases:
+        option = next(iter(k for k in kw if k != "format"))
+        with pytest.raises(ValueError, match=rf"{option}= holds a NUL character") as e:
+            shardload.discover([str(path)], **kw)
+        assert str(path) in str(e.value), (kw, str(e.value))
