@@ -145,10 +145,17 @@ def check_out_maps_no_source_file(where: str, out: np.ndarray, layout: Layout) -
         files[(st.st_dev, st.st_ino)] = path
         if stat.S_ISDIR(st.st_mode):
             stores.append((path, os.fsencode(os.path.realpath(path)) + b"/"))
+    store_files: Optional[dict[tuple[int, int], str]] = None
     for name, identity in mapped:
         # The mapping's own device and inode, else (an overlay file system shows the layer's)
         # the file its path names now.
         shard = files.get(identity)
+        if shard is None and stores:
+            # A store's chunk files by identity too: a hard link to one has another name,
+            # and a name /proc/self/maps escaped (a newline) leads nowhere.
+            if store_files is None:
+                store_files = _files_under([path for path, _ in stores])
+            shard = store_files.get(identity)
         if shard is None:
             try:
                 st = os.stat(name)
@@ -165,6 +172,26 @@ def check_out_maps_no_source_file(where: str, out: np.ndarray, layout: Layout) -
                 f"({_core.redact_secrets(shard)}): the load would write into the files it "
                 "reads, and read rows it had overwritten; pass an array of its own (or a "
                 "copy-on-write mapping, mmap_mode='c')")
+
+
+def _files_under(stores: list[str]) -> dict[tuple[int, int], str]:
+    """The (st_dev, st_ino) of every regular file under each directory of ``stores`` (links
+    not followed), each to its store."""
+    found: dict[tuple[int, int], str] = {}
+    for store in stores:
+        pending = [store]
+        while pending:
+            try:
+                with os.scandir(pending.pop()) as entries:
+                    for entry in entries:
+                        if entry.is_dir(follow_symlinks=False):
+                            pending.append(entry.path)
+                        elif entry.is_file(follow_symlinks=False):
+                            st = entry.stat(follow_symlinks=False)
+                            found[(st.st_dev, st.st_ino)] = store
+            except OSError:
+                continue
+    return found
 
 
 def _shared_files_mapped(address: int, size: int) -> list[tuple[bytes, tuple[int, int]]]:

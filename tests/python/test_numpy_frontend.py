@@ -86,11 +86,19 @@ def _out_over_a_shard(tmp_path, how):
     n = 200_000
     d = tmp_path / "d"
     d.mkdir()
-    if how == "a Zarr chunk":
+    if how.startswith("a Zarr chunk"):
+        # Its store in a directory whose name holds a newline (/proc/self/maps writes it as
+        # \012), or the chunk mapped through a hard link: refused by identity, not by name.
+        if how == "a Zarr chunk, its directory's name holding a newline":
+            d = tmp_path / "new\nline"
+            d.mkdir()
         z = zarr.create_array(d / "shard_0000.zarr", shape=(n,), chunks=(n,), dtype="int64",
                               zarr_format=2, compressors=None, fill_value=0)
         z[:] = np.arange(n)
         mapped = d / "shard_0000.zarr" / "0"
+        if how == "a Zarr chunk through a hard link":
+            os.link(mapped, tmp_path / "chunk")
+            mapped = tmp_path / "chunk"
         return d, (0, n), np.memmap(mapped, np.int64, "r+", shape=(n,)), mapped
     if how == "an HDF5 dataset's external file":
         mapped = tmp_path / "external.bin"
@@ -128,6 +136,8 @@ def _out_over_a_shard(tmp_path, how):
 
 
 @pytest.mark.parametrize("how", ["the same rows", "rows shifted", "a hard link", "a Zarr chunk",
+                                 "a Zarr chunk through a hard link",
+                                 "a Zarr chunk, its directory's name holding a newline",
                                  "an HDF5 dataset's external file",
                                  "an HDF5 virtual dataset's source file"])
 def test_an_out_array_mapped_from_a_file_of_the_source_is_refused(tmp_path, how):
