@@ -442,6 +442,13 @@ class RawReader final : public ShardReader {
             return Status(ErrorCode::kIo,
                           path + ": cannot stat the sidecar (" + std::strerror(err) + ")");
           }
+          // Only no entry at all is no sidecar: a link whose target is gone (moved, a
+          // volume not mounted) would lose the sidecar's header_bytes and read headers as rows.
+          struct ::stat link {};
+          if (ctx_.source->traits(path).kernel_files && ::lstat(path.c_str(), &link) == 0) {
+            return Status(ErrorCode::kLayout,
+                          path + ": the sidecar is a symbolic link whose target does not exist");
+          }
           continue;
         }
         text = ctx_.source->read_small(path, kMaxSidecarBytes, nullptr);

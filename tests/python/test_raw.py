@@ -366,3 +366,32 @@ def test_header_footer_and_row_sizes_at_their_edges_are_refused_naming_the_file(
     # The same files taken as big-endian rows of 4: numpy's reading of the bytes.
     want = np.tile(np.frombuffer(a.tobytes(), ">f4"), 2).reshape(20, 4)
     np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("name", ["shardload.json", "shard_meta.json"])
+def test_a_sidecar_link_whose_target_is_gone_is_refused_not_taken_for_none(
+        tmp_path: pathlib.Path, name: str) -> None:
+    """A sidecar kept elsewhere and linked into the directory: once its target moves, the
+    directory is not one without a sidecar (its header_bytes would be lost and each file's
+    header read as rows, with dtype and trailing_shape given); it is refused naming the link."""
+    d = tmp_path / "d"
+    meta = tmp_path / "meta"
+    d.mkdir()
+    meta.mkdir()
+    rows = np.arange(8, dtype="<f4")
+    # The seed's sidecar has no header_bytes: its shards are rows alone.
+    header = b"" if name == "shard_meta.json" else b"HDR!" * 4
+    for i in range(2):
+        (d / f"shard_{i:04d}.bin").write_bytes(header + rows.tobytes())
+    text = ({"dtype": "float32", "trailing_shape": []} if name == "shard_meta.json"
+            else {"dtype": "<f4", "shape": [], "header_bytes": 16})
+    (meta / name).write_text(json.dumps(text))
+    os.symlink(meta / name, d / name)
+    np.testing.assert_array_equal(
+        shardload.discover(str(d), dtype="float32", trailing_shape=()).read(0, 16),
+        np.concatenate([rows, rows]))
+    meta.rename(tmp_path / "moved")
+    with pytest.raises(shardload.LayoutError) as e:
+        shardload.discover(str(d), dtype="float32", trailing_shape=())
+    assert f"{d / name}: the sidecar is a symbolic link whose target does not exist" in str(
+        e.value), str(e.value)
