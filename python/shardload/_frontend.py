@@ -76,13 +76,18 @@ def prepare(where: str, source: object, *, row_range: object, astype: object,
     return Prepared(layout, cast, discovery_s, t_call, retries_before)
 
 
+# The engine's bound on threads (its 0 is "one per core", which Python spells None).
+MAX_THREADS = 4096
+
+
 def threads_arg(value: object) -> int:
-    """``threads=``: None (one per core the process may run on) or an int >= 1."""
+    """``threads=``: None (one per core the process may run on) or an int from 1 to
+    MAX_THREADS; the engine's 0 for None."""
     if value is None:
         return 0
     n = _int("threads", value)
-    if n < 1:
-        raise ValueError(f"threads: expected an int >= 1 or None, found {n}")
+    if not 1 <= n <= MAX_THREADS:
+        raise ValueError(f"threads: expected an int from 1 to {MAX_THREADS} or None, found {n}")
     return n
 
 

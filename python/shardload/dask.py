@@ -147,8 +147,9 @@ def load(
     except ImportError:
         raise ImportError(f"{where} needs dask (pip install 'dask[array]')") from None
     n_threads = _int("threads", threads)
-    if not 1 <= n_threads <= 4096:  # the engine's bound, checked here rather than per chunk
-        raise ValueError(f"threads: expected an int from 1 to 4096, found {n_threads}")
+    if not 1 <= n_threads <= _frontend.MAX_THREADS:  # checked here rather than per chunk
+        raise ValueError(
+            f"threads: expected an int from 1 to {_frontend.MAX_THREADS}, found {n_threads}")
     k = _frontend.overdecompose_arg(overdecompose)
     rows_arg = _chunks_arg(chunks)
     prepared = _frontend.prepare(where, source, row_range=row_range, astype=astype,

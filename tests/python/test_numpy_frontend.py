@@ -267,8 +267,13 @@ def test_a_shard_changed_after_discovery_is_a_read_error_naming_it(tmp_path):
 
 def test_arguments_are_checked_as_load_checks_them(tmp_path):
     d, _ = write_npy(tmp_path, np.random.default_rng(7))
-    with pytest.raises(ValueError, match="threads"):
-        snp.load(d, threads=0)
+    # One range in Python's terms at both ends (the engine's own offers 0, "one per core",
+    # which Python spells None and refuses as an int).
+    for bad in (0, 4097):
+        with pytest.raises(ValueError, match=rf"threads: expected an int from 1 to 4096 or None, "
+                                             rf"found {bad}$"):
+            snp.load(d, threads=bad)
+    assert snp.load(d, threads=4096).shape[0] > 0
     with pytest.raises(TypeError, match="threads"):
         snp.load(d, threads=1.5)
     with pytest.raises(ValueError, match="overdecompose"):
