@@ -26,6 +26,7 @@
 #include <arrow/filesystem/s3fs.h>
 #include <arrow/io/interfaces.h>
 #include <arrow/util/future.h>
+#include <arrow/util/io_util.h>
 #include <arrow/util/key_value_metadata.h>
 
 #include <algorithm>
@@ -37,6 +38,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <initializer_list>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -50,17 +52,43 @@ namespace shardload::detail {
 
 namespace {
 
-// The errno that best says what Arrow's error was, for Python's exception classes.
-int errno_of(const arrow::Status& st) {
-  const std::string& m = st.message();
-  if (m.find("does not exist") != std::string::npos ||
-      m.find("NO_SUCH_BUCKET") != std::string::npos ||
-      m.find("NoSuchBucket") != std::string::npos || m.find("NoSuchKey") != std::string::npos) {
+// The errno that best says what Arrow's error was, for Python's exception classes and for
+// "missing" (a Zarr chunk's fill value, a delete of what is already gone), told from Arrow's
+// own words only. Its messages quote the object's key and bucket, which may hold any words (a
+// Zarr store under `NoSuchKey/` or `does not exist/`): a 403 or 5xx on such a key read as
+// "missing" was a chunk of fill values without an error. So the errno Arrow attaches comes
+// first (its "Path does not exist", ENOENT), and otherwise the AWS error type it names
+// ("AWS Error NO_SUCH_KEY", "UNKNOWN (HTTP status 404)") is looked for only after every quoted
+// form of the URL's bucket and key is taken out of the message.
+int errno_of(const arrow::Status& st, const std::string& url) {
+  if (const int e = arrow::internal::ErrnoFromStatus(st); e > 0) return e;
+  std::string m = st.message();
+  const std::string base = url.substr(0, url.find('?'));
+  std::string path = base.rfind("s3://", 0) == 0 ? base.substr(5) : base;
+  while (!path.empty() && path.back() == '/') path.pop_back();
+  const auto slash = path.find('/');
+  const std::string bucket = path.substr(0, slash);
+  const std::string key = slash == std::string::npos ? std::string() : path.substr(slash + 1);
+  // The path first, as the key is within it. Arrow quotes a prefix's key with or without its
+  // '/': what is left after the key ("/'") says nothing. Only where a quote opens with it, so
+  // that a short key ("A") takes no letter out of Arrow's own words.
+  for (const std::string& quoted : {"'" + path, "'" + key, "'" + bucket + "'"}) {
+    if (quoted.size() < 2) continue;
+    for (auto at = m.find(quoted); at != std::string::npos; at = m.find(quoted)) {
+      m.erase(at, quoted.size());
+    }
+  }
+  const auto says = [&m](std::initializer_list<const char*> words) {
+    return std::any_of(words.begin(), words.end(),
+                       [&m](const char* w) { return m.find(w) != std::string::npos; });
+  };
+  if (says({"AWS Error NO_SUCH_KEY ", "AWS Error NO_SUCH_BUCKET ", "AWS Error RESOURCE_NOT_FOUND ",
+            "(HTTP status 404)"})) {
     return ENOENT;
   }
-  if (m.find("ACCESS_DENIED") != std::string::npos || m.find("AccessDenied") != std::string::npos ||
-      m.find("403") != std::string::npos || m.find("InvalidAccessKeyId") != std::string::npos ||
-      m.find("SignatureDoesNotMatch") != std::string::npos) {
+  if (says({"AWS Error ACCESS_DENIED ", "AWS Error INVALID_ACCESS_KEY_ID ",
+            "AWS Error SIGNATURE_DOES_NOT_MATCH ", "AWS Error INVALID_SIGNATURE ",
+            "AWS Error INVALID_CLIENT_TOKEN_ID ", "(HTTP status 403)"})) {
     return EACCES;
   }
   return EIO;
@@ -93,7 +121,7 @@ Status remote_error(ErrorCode code, const std::string& url, const std::string& w
   if (t_gave_up_after > 0) {
     msg += " (gave up after " + std::to_string(t_gave_up_after) + " attempts)";
   }
-  return file_error(code, url, msg, errno_of(st));
+  return file_error(code, url, msg, errno_of(st, url));
 }
 
 // The one-level listing of the directory at `path` (an object key prefix, its trailing '/'
@@ -605,13 +633,13 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
 #endif
     RequestSlots* const slots = store != nullptr ? &store->requests : nullptr;
     const std::int64_t got = read_in_parts(
-        [&file, slots](void* dst, std::size_t len, std::uint64_t off, std::string* why) {
+        [&file, &url, slots](void* dst, std::size_t len, std::uint64_t off, std::string* why) {
           const RequestSlot slot(slots);
           if (!slot.held()) {
             *why = "interrupted";
             return std::int64_t{-ECANCELED};
           }
-          return read_range(*file, dst, len, off, why);
+          return read_range(*file, url, dst, len, off, why);
         },
         buf, n, offset, part, in_flight, &t_read_error);
     if (got < 0 && t_read_error.find(kAnswerDidNotFit) != std::string::npos) {
@@ -644,7 +672,7 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
     auto infos =
         list_pages(*fs, sel, dir_url, ErrorCode::kLayout, "cannot list the directory", where.slots,
                    [&](const arrow::Status& st) {
-                     const int err = errno_of(st);
+                     const int err = errno_of(st, dir_url);
                      return file_error(ErrorCode::kLayout, dir_url,
                                        std::string(err == ENOENT ? "shard directory not found"
                                                                  : "cannot list the directory") +
@@ -699,7 +727,7 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
       const ArrowCall call;
       return where.fs->DeleteFile(where.path);
     }();
-    if (st.ok() || errno_of(st) == ENOENT) return Status::ok();
+    if (st.ok() || errno_of(st, url) == ENOENT) return Status::ok();
     return remote_error(ErrorCode::kIo, url, "cannot delete", st);
   }
 
@@ -732,7 +760,7 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
       const ArrowCall call;
       return where.fs->DeleteDir(path);
     }();
-    if (st.ok() || errno_of(st) == ENOENT) return Status::ok();
+    if (st.ok() || errno_of(st, dir_url) == ENOENT) return Status::ok();
     return remote_error(ErrorCode::kIo, dir_url, "cannot delete the empty prefix's marker", st);
   }
 
@@ -1027,8 +1055,8 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
   // equal it, the range is asked again with the pattern's complement, which they cannot
   // equal too. An answer longer than the range fails in the client (kAnswerDidNotFit). An
   // encoding exactly as long as the range still passes (docs/object_storage.md, "Not yet").
-  static std::int64_t read_range(arrow::io::RandomAccessFile& file, void* dst, std::size_t n,
-                                 std::uint64_t offset, std::string* why) {
+  static std::int64_t read_range(arrow::io::RandomAccessFile& file, const std::string& url,
+                                 void* dst, std::size_t n, std::uint64_t offset, std::string* why) {
     const auto size = file.GetSize();  // known since the open: no request
     std::uint64_t want = n;
     if (size.ok()) {
@@ -1050,7 +1078,7 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
         if (t_gave_up_after > 0) {
           *why += " (gave up after " + std::to_string(t_gave_up_after) + " attempts)";
         }
-        return -errno_of(r.status());
+        return -errno_of(r.status(), url);
       }
       got = *r;
       bool untouched = k > 0;
