@@ -180,20 +180,30 @@ def check_out_maps_no_source_file(where: str, out: np.ndarray, layout: Layout) -
 
 
 def _files_under(stores: list[str]) -> dict[tuple[int, int], str]:
-    """The (st_dev, st_ino) of every regular file under each directory of ``stores`` (links
-    not followed), each to its store."""
+    """The (st_dev, st_ino) of every regular file under each directory of ``stores``, each to
+    its store. Links are followed, as the reader follows them to a chunk (a chunk file or a
+    chunk directory linked from a pool); each directory is entered once, so a loop ends."""
     found: dict[tuple[int, int], str] = {}
     for store in stores:
         pending = [store]
+        entered: set[tuple[int, int]] = set()
         while pending:
+            directory = pending.pop()
             try:
-                with os.scandir(pending.pop()) as entries:
+                st = os.stat(directory)
+                if (st.st_dev, st.st_ino) in entered:
+                    continue
+                entered.add((st.st_dev, st.st_ino))
+                with os.scandir(directory) as entries:
                     for entry in entries:
-                        if entry.is_dir(follow_symlinks=False):
-                            pending.append(entry.path)
-                        elif entry.is_file(follow_symlinks=False):
-                            st = entry.stat(follow_symlinks=False)
-                            found[(st.st_dev, st.st_ino)] = store
+                        try:
+                            if entry.is_dir():
+                                pending.append(entry.path)
+                            elif entry.is_file():
+                                target = entry.stat()
+                                found[(target.st_dev, target.st_ino)] = store
+                        except OSError:
+                            continue  # a dangling link: no file to map
             except OSError:
                 continue
     return found

@@ -99,6 +99,15 @@ def _out_over_a_shard(tmp_path, how):
         if how == "a Zarr chunk through a hard link":
             os.link(mapped, tmp_path / "chunk")
             mapped = tmp_path / "chunk"
+        if how == "a Zarr chunk that is a link into a pool":
+            os.rename(mapped, tmp_path / "pooled")
+            os.symlink(tmp_path / "pooled", mapped)
+            mapped = tmp_path / "pooled"
+        if how == "a Zarr chunk under a linked directory":
+            # The store itself reached through a link; its chunk mapped by its real path.
+            os.rename(d / "shard_0000.zarr", tmp_path / "pool.zarr")
+            os.symlink(tmp_path / "pool.zarr", d / "shard_0000.zarr")
+            mapped = tmp_path / "pool.zarr" / "0"
         return d, (0, n), np.memmap(mapped, np.int64, "r+", shape=(n,)), mapped
     if how == "an HDF5 dataset's external file":
         mapped = tmp_path / "external.bin"
@@ -137,6 +146,8 @@ def _out_over_a_shard(tmp_path, how):
 
 @pytest.mark.parametrize("how", ["the same rows", "rows shifted", "a hard link", "a Zarr chunk",
                                  "a Zarr chunk through a hard link",
+                                 "a Zarr chunk that is a link into a pool",
+                                 "a Zarr chunk under a linked directory",
                                  "a Zarr chunk, its directory's name holding a newline",
                                  "an HDF5 dataset's external file",
                                  "an HDF5 virtual dataset's source file"])
