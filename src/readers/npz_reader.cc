@@ -49,7 +49,11 @@ constexpr std::size_t kEndBytes = 22;
 constexpr std::size_t kZip64LocatorBytes = 20;
 constexpr std::uint16_t kStored = 0;
 constexpr std::uint16_t kDeflated = 8;
-constexpr std::uint16_t kEncrypted = 0x1;   // general purpose flag bit 0
+constexpr std::uint16_t kEncrypted = 0x1;  // general purpose flag bit 0
+// Bits 5 and 6: the member's bytes are a patch against another file, or under strong
+// encryption: not the array's bytes. Python's zipfile refuses both.
+constexpr std::uint16_t kPatched = 0x20;
+constexpr std::uint16_t kStrongEncryption = 0x40;
 constexpr std::uint16_t kDescriptor = 0x8;  // bit 3: sizes and CRC follow the data
 constexpr std::uint16_t kUtf8Name = 0x800;  // bit 11: the name is UTF-8, else code page 437
 constexpr std::uint16_t kZip64Extra = 0x0001;
@@ -548,9 +552,13 @@ class NpzReader final : public ShardReader {
     SHARDLOAD_ASSIGN_OR_RETURN(const Directory dir, read_directory(f, info.size));
     SHARDLOAD_ASSIGN_OR_RETURN(const Member* m, choose(path, dir, options_.dataset));
     const std::string where = path + ": member '" + m->name + "'";
-    if ((m->flags & kEncrypted) != 0) {
+    if ((m->flags & (kEncrypted | kStrongEncryption)) != 0) {
       return Status(ErrorCode::kFormat,
                     where + ": encrypted; encrypted archives are not supported");
+    }
+    if ((m->flags & kPatched) != 0) {
+      return Status(ErrorCode::kFormat,
+                    where + ": compressed patched data (flag bit 5) is not supported");
     }
     if (m->method != kStored && m->method != kDeflated) {
       return Status(ErrorCode::kFormat, where + ": compression method " +

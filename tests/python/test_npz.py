@@ -143,6 +143,13 @@ def test_bad_archives_are_refused_naming_the_file(tmp_path: pathlib.Path) -> Non
     flags = central_entry(good) + 8
     raw[flags] |= 1
     refused(bytes(raw), r"member 'x\.npy': encrypted; encrypted archives are not supported")
+    # Strong encryption (bit 6) and patched data (bit 5): not the array's bytes; numpy's
+    # zipfile refuses both.
+    for bit, match in [(6, r"member 'x\.npy': encrypted; encrypted archives are not supported"),
+                       (5, r"member 'x\.npy': compressed patched data \(flag bit 5\)")]:
+        raw = bytearray(good)
+        raw[flags] |= 1 << bit
+        refused(bytes(raw), match)
     # A compression method other than stored and deflated (bzip2 is 12).
     raw = bytearray(good)
     raw[central_entry(good) + 10:central_entry(good) + 12] = struct.pack("<H", 12)
