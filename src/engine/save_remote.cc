@@ -10,6 +10,7 @@
 
 #include "engine/detail/lanes.hpp"
 #include "shardload/formats.hpp"
+#include "shardload/interrupt.hpp"
 #include "shardload/io.hpp"
 #include "shardload/location.hpp"
 #include "shardload/manifest.hpp"
@@ -503,10 +504,38 @@ Status finish_remote_save(const RemoteDest& d, const SaveSpec& spec, const SaveO
 std::string abandon_remote_save(const RemoteDest& d, const SaveSpec& spec,
                                 const SaveOptions& options,
                                 const std::vector<WrittenKey>* own) noexcept {
-  if (d.overwrite || d.store == nullptr) return {};
+  // An overwrite that replaced nothing (the prefix was empty at its check) wrote only keys of
+  // its own, as a save to an empty prefix does; one that replaced a dataset may have put a new
+  // key where an old one was, which the clean-up cannot give back.
+  if ((d.overwrite && !d.old_names.empty()) || d.store == nullptr) return {};
+  // A Ctrl-C ends every request made while it is pending, the clean-up's too, which would then
+  // leave all the save failed on; the clean-up is a HEAD and a DELETE a key, so it runs, and
+  // the interrupt is asked for again after it (a second Ctrl-C meanwhile ends its requests).
+  const bool interrupted = interrupt_requested();
+  if (interrupted) clear_interrupt();
+  struct Again {
+    bool interrupted;
+    ~Again() {
+      if (interrupted) request_interrupt();
+    }
+  } again{interrupted};
   std::string left;
   try {
+    // A key is deleted while it shows the size and ETag its upload was answered with, and a
+    // plain PUT's ETag is the MD5 of its bytes: another writer's object of the same bytes
+    // looks like this save's. A manifest under the prefix is another writer's (this save fails
+    // before its own is written): that writer published a dataset, whose objects those may be.
+    const std::string manifest(kManifestName);
+    if (const auto there = d.store->version(manifest); there) {
+      return "the clean-up found " + d.store->describe(manifest) +
+             ": another writer's manifest is there: nothing deleted";
+    } else if (there.status().sys_errno() != ENOENT) {
+      return "the clean-up cannot look at " + d.store->describe(manifest) + " (" +
+             there.status().message() +
+             "), and another writer's manifest may be there: nothing deleted";
+    }
     PublishSteps steps = publish_steps(d, spec, options);
+    steps.overwrite = false;  // the overwrite replaced nothing (above)
     if (own != nullptr) {
       steps.own_known = true;
       steps.own = d.written;

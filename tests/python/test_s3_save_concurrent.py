@@ -145,6 +145,49 @@ def test_a_failed_saves_clean_up_leaves_another_writers_object(proxied, front):
 
 
 @pytest.mark.parametrize("front", sorted(FRONT_ENDS))
+def test_a_failed_saves_clean_up_deletes_nothing_once_another_writer_published(proxied, server,
+                                                                               front):
+    """The save is held at its check of shard_0001 (a HEAD) while another writer saves the
+    prefix over (overwrite=True) and publishes: its shard_0000 has the bytes of the save's, so
+    the same MD5 ETag; its shard_0001 other bytes. The save then fails on shard_0001, and its
+    clean-up used to delete shard_0000 ("its own" by size and ETag) under the other writer's
+    manifest, a published dataset that then no longer loaded. Now it sees the manifest and
+    deletes nothing, and its error says so."""
+    from s3_fault_proxy import Rule
+
+    b, proxy = proxied
+    rule = proxy.add(Rule("HEAD", path="/ds/shard_0001.npy", action="delay", delay_s=6.0,
+                          count=1))
+    x = np.arange(64, dtype=np.int32).reshape(16, 4)
+    y = x.copy()
+    y[8:] += 1000
+    direct = f"s3://{b.name}/ds/?" + "&".join(
+        f"{k}={v}" for k, v in {**b.options, "endpoint_override": server}.items())
+    published: list[bool] = []
+
+    def other() -> None:
+        while rule.fired == 0:
+            time.sleep(0.01)
+        shardload.numpy.save(y, direct, num_shards=2, overwrite=True)
+        published.append(np.array_equal(shardload.numpy.load(direct), y))
+
+    t = threading.Thread(target=other)
+    t.start()
+    try:
+        with pytest.raises(shardload.ShardWriteError) as e:
+            FRONT_ENDS[front](x, _url(b), num_shards=2)
+    finally:
+        t.join()
+    assert published == [True]
+    assert f"s3://{b.name}/ds/shard_0001.npy: changed during the save (another writer?)" in \
+        str(e.value), str(e.value)
+    assert f"the clean-up found s3://{b.name}/ds/shardload.manifest: another writer's " \
+        "manifest is there: nothing deleted" in str(e.value), str(e.value)
+    assert b.keys("ds/") == ["ds/shard_0000.npy", "ds/shard_0001.npy", "ds/shardload.manifest"]
+    np.testing.assert_array_equal(shardload.numpy.load(direct), y)
+
+
+@pytest.mark.parametrize("front", sorted(FRONT_ENDS))
 def test_a_save_left_alone_looks_at_each_of_its_keys_once_before_the_manifest(proxied, front):
     b, proxy = proxied
     FRONT_ENDS[front](np.arange(64, dtype=np.int32).reshape(16, 4), _url(b), num_shards=4,

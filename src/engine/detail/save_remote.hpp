@@ -130,13 +130,15 @@ Result<std::unique_ptr<ShardUpload>> open_shard_upload(const std::string& dir_ur
 Status finish_remote_save(const RemoteDest& d, const SaveSpec& spec, const SaveOptions& options,
                           const std::vector<WrittenKey>* own = nullptr);
 
-// After a failure before the manifest: a save to an empty prefix deletes what it uploaded
-// (best effort); an overwrite leaves the objects as they are (see docs/save.md). With `own`
-// (the keys the uploads finished, as for finish_remote_save), only those keys are deleted,
-// each only while a HEAD still shows the size and ETag its upload was answered with; the
-// returned text names the keys left because another writer's object is there now ("" where
-// none was), for the caller to add to the save's error. Without it, the save's key names are
-// deleted.
+// After a failure before the manifest: a save to an empty prefix (an overwrite too, where the
+// prefix was empty) deletes what it uploaded (best effort); an overwrite of a dataset leaves the
+// objects as they are (see docs/save.md). Nothing is deleted where a manifest is under the
+// prefix (one HEAD first): another writer published there. With `own` (the keys the uploads
+// finished, as for finish_remote_save), only those keys are deleted, each only while a HEAD
+// still shows the size and ETag its upload was answered with; the returned text names the keys
+// left because another writer's object is there now, or says that another writer's manifest
+// kept everything ("" where neither), for the caller to add to the save's error. Without it,
+// the save's key names are deleted.
 std::string abandon_remote_save(const RemoteDest& d, const SaveSpec& spec,
                                 const SaveOptions& options,
                                 const std::vector<WrittenKey>* own = nullptr) noexcept;
