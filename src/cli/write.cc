@@ -12,6 +12,7 @@
 #include "base/detail/checked.hpp"
 #include "cli/commands.hpp"
 #include "cli/progress.hpp"
+#include "shardload/interrupt.hpp"
 #include "shardload/io.hpp"
 #include "shardload/location.hpp"
 #include "shardload/source.hpp"
@@ -196,6 +197,12 @@ int cmd_write(const Args& args) {
   TerminalBar bar("write", static_cast<std::uint64_t>(a.shape[0]) * row_bytes, a.shards, "shards");
   std::uint64_t first_row = 0;
   for (long long i = 0; i < a.shards; ++i) {
+    // Ctrl-C between shards: main reports the interrupt (status 130); no _meta.json, so the
+    // set is not complete.
+    if (interrupt_requested()) {
+      bar.clear();
+      return 130;
+    }
     NpyWriteSpec spec{a.dtype, {rows[static_cast<std::size_t>(i)]}};
     spec.shape.insert(spec.shape.end(), a.shape.begin() + 1, a.shape.end());
     const std::string path = dir + "/" + pat.format(i);

@@ -11,6 +11,7 @@
 #include "cli/commands.hpp"
 #include "cli/legate_start.hpp"
 #include "cli/progress.hpp"
+#include "shardload/interrupt.hpp"
 #include "shardload/legate.hpp"
 #include "shardload/save.hpp"
 #include "shardload/synth_array.hpp"
@@ -54,6 +55,9 @@ Status check_fits(const WriteArgs& a) {
 
 int cmd_write_legate(const WriteArgs& a) {
   start_legate("write");
+  // Again: the runtime installs a handler of its own, which ends the process with a backtrace
+  // and leaves the uploaded objects without their clean-up.
+  interrupt_on_sigint();
   RankStreams io;
   int rc = 1;
   try {
@@ -69,6 +73,15 @@ int cmd_write_legate(const WriteArgs& a) {
     // refused rather than emptied.
     opts.overwrite = true;
     opts.extra_files = {{"_meta.json", write_meta_json(a, rows)}};
+    // A Ctrl-C that came while the uploads ran (one that no request it ended turned into their
+    // failure) fails the save before its manifest: nothing is published, and the save's
+    // clean-up runs.
+    opts.before_commit = [] {
+      if (interrupt_requested()) {
+        throw_status(Status(ErrorCode::kIo, "interrupted before the manifest was written"),
+                     ErrorSite::kWrite);
+      }
+    };
     // check_fits has sized it. The tasks report nothing as they end: the bar counts this
     // process's bytes written.
     std::uint64_t bytes = a.dtype.size;
@@ -82,7 +95,10 @@ int cmd_write_legate(const WriteArgs& a) {
     io.out << write_summary(a);
     rc = 0;
   } catch (const Error& e) {
-    io.err << "shardload write: error: " << e.message(OptionSpelling::kCli) << "\n";
+    // What an interrupt made fail is reported by main as the interrupt (status 130).
+    if (!interrupt_requested()) {
+      io.err << "shardload write: error: " << e.message(OptionSpelling::kCli) << "\n";
+    }
   }
   const int finish = legate::finish();
   return rc != 0 ? rc : finish;

@@ -8,6 +8,7 @@ import hashlib
 import io
 import json
 import subprocess
+import time
 
 import numpy as np
 import pytest
@@ -765,6 +766,46 @@ def test_ctrl_c_during_an_s3_save_publishes_no_manifest(proxied, server):
     assert r.stdout.split() == ["INTERRUPTED", "IN-TIME"], (r.stdout, r.stderr[-3000:])
     assert rule.fired >= 1
     assert bucket.keys("d/") == []
+
+
+def test_ctrl_c_during_shardload_write_to_s3_ends_with_status_130_and_cleans_up(proxied, cli):
+    """SIGINT to `shardload write` (under Legate) while an upload is held by the proxy: Realm's
+    own handler used to end the process with a backtrace (death by SIGINT) and leave the
+    uploaded shards without a manifest, which a load then read as a smaller dataset. Now the
+    command ends as `read` does, `shardload write: interrupted` and status 130, and the save's
+    clean-up deletes what it uploaded (the prefix was empty)."""
+    import signal
+    import subprocess
+
+    from s3_fault_proxy import Rule
+
+    bucket, proxy = proxied
+    rule = proxy.add(Rule("PUT", path="/w/shard_0002.npy", action="delay", delay_s=5.0,
+                          count=1))
+    query = "?" + "&".join(f"{k}={v}" for k, v in bucket.options.items())
+    proc = subprocess.Popen([str(cli), "write", "--shard-dir", bucket.url("w/") + query,
+                             "--num-shards", "4", "--shape", "4000,16"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    deadline = time.monotonic() + 120
+    while rule.fired == 0 and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert rule.fired == 1, proc.communicate()
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGINT)
+    try:
+        out, err = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        pytest.fail(f"Ctrl-C did not end `shardload write`: {proc.communicate()}")
+    assert proc.returncode == 130, (proc.returncode, err[-3000:])
+    assert err.strip().splitlines()[-1] == "shardload write: interrupted", err[-3000:]
+    assert "backtrace" not in err and "error:" not in err, err[-3000:]
+    assert "wrote" not in out, out
+    time.sleep(6)  # the held PUT goes on to the server after its delay, the client gone
+    # No manifest, and no shard the save finished: only the held PUT's object, which the
+    # proxy forwarded after the client had gone, can be there.
+    assert set(bucket.keys("w/")) <= {"w/shard_0002.npy"}, bucket.keys("w/")
 
 
 @pytest.mark.parametrize("key", ["new/%2e%2e/keep/", "new/.%2E/keep/", "keep/%2e/",
