@@ -56,6 +56,41 @@ def _text(name: str, value: object) -> str | None:
     return value
 
 
+def _utf8(name: str, value: str, what: str) -> str:
+    """``value`` where it is UTF-8 text. A str holding a lone surrogate (``'x\\udcff'``, how
+    os.fsdecode and os.listdir spell a byte that is not UTF-8) is a ValueError naming ``name``:
+    the binding would refuse it with an error naming nothing. ``what``: the option's values,
+    none of which holds such a character ("format names")."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise ValueError(f"{name}: {value!r} is not UTF-8 text (it holds {value[e.start]!r}, "
+                         "a lone surrogate such as os.fsdecode makes of a byte that is not "
+                         f"UTF-8); no {what} holds one") from None
+    return value
+
+
+def _name(name: str, value: str) -> str | bytes:
+    """A name looked up in the files (an HDF5 dataset, a Zarr array's directory, an npz
+    member, a column), which the readers take as bytes: a str that is not UTF-8 text is
+    encoded with os.fsencode, as a path is,
+    so that the ``'x\\udcff'`` os.listdir gives names the bytes ``b'x\\xff'`` (as the command
+    line's ``--dataset`` does); UTF-8 text goes on as it is. A lone surrogate os.fsencode cannot
+    turn into a byte (``'\\ud800'``) names no bytes: a ValueError naming ``name``."""
+    try:
+        value.encode("utf-8")
+        return value
+    except UnicodeEncodeError:
+        pass
+    try:
+        return os.fsencode(value)
+    except UnicodeEncodeError as e:
+        raise ValueError(f"{name}: {value!r} names no bytes ({value[e.start]!r} is a lone "
+                         "surrogate that os.fsencode cannot turn into a byte; a name that is not "
+                         "UTF-8 comes as os.fsdecode or os.listdir gives it, or as bytes "
+                         "decoded with errors='surrogateescape')") from None
+
+
 def _pattern(value: object) -> str | bytes | None:
     """None (not given) or a non-empty str or bytes (a file name pattern may hold bytes that
     are not UTF-8)."""
@@ -87,8 +122,11 @@ def _source(value: object) -> object:
 
 
 def _dtype(value: object, name: str = "dtype") -> str | None:
-    if value is None or isinstance(value, str):
-        return _text(name, value)
+    if value is None:
+        return None
+    if isinstance(value, str):
+        _text(name, value)  # "" refused
+        return _utf8(name, value, "dtype's name")
     if isinstance(value, (np.dtype, type)):
         try:
             dt = np.dtype(value)  # type: ignore[call-overload]
@@ -126,7 +164,7 @@ def _count(name: str, value: object) -> int | None:
     return n
 
 
-def _columns(value: object) -> list[str] | None:
+def _columns(value: object) -> list[str | bytes] | None:
     if value is None:
         return None
     if isinstance(value, (str, bytes)):
@@ -140,7 +178,7 @@ def _columns(value: object) -> list[str] | None:
     if not value:
         raise ValueError("columns: expected at least one column name, found []; leave it out "
                          "for every numeric column")
-    return list(value)
+    return [_name(f"columns[{i}]", c) for i, c in enumerate(value)]
 
 
 def _text_list(name: str, value: object) -> list[str] | None:
@@ -197,7 +235,7 @@ def _format(value: object) -> str:
         raise TypeError(f"format: expected a str, found {_found(value)}")
     if not value:
         raise ValueError("format: expected a format name, found ''")
-    return value
+    return _utf8("format", value, "format's name")
 
 
 def _bool(name: str, value: object) -> bool:

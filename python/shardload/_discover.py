@@ -9,8 +9,8 @@ from typing import Any, Unpack
 from . import _core, _readers
 from ._args import _PATH_TYPES, DTypeLike, SourceLike, _source
 from ._layout import Layout, _made
-from ._options import (_STORAGE_OPTIONS, DiscoverOptions, StorageOptions, _astype, _decoded,
-                       _Options, _options)
+from ._options import (_SECRET_OPTIONS, _STORAGE_OPTIONS, DiscoverOptions, StorageOptions,
+                       _astype, _decoded, _Options, _options)
 
 
 class _SealedUrl(str):
@@ -26,6 +26,25 @@ class _SealedUrl(str):
 
     def __reduce__(self) -> tuple:
         return (str, (str(self),))
+
+
+def _utf8_option(key: str, value: object) -> None:
+    """A ValueError naming the option where its key or str value is not UTF-8 text (holds a
+    lone surrogate, as os.fsdecode spells a byte that is not UTF-8): the query is UTF-8, and
+    urlencode's UnicodeEncodeError named neither. A secret's value is not shown."""
+    for text, what in ((key, "key"), (value, "value")):
+        if not isinstance(text, str):
+            continue
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as e:
+            where = "storage_options" if what == "key" else f"storage_options[{key!r}]"
+            secret = what == "value" and key in _SECRET_OPTIONS
+            shown = "(not shown: a secret)" if secret else repr(text)
+            held = "" if secret else f", {text[e.start]!r}"
+            raise ValueError(f"{where}: the {what} {shown} is not UTF-8 text (it holds a lone "
+                             f"surrogate{held}, such as os.fsdecode makes of a byte that is not "
+                             "UTF-8); a URL's query is UTF-8") from None
 
 
 # The options a URL takes in its query (the store option table's rows,
@@ -55,6 +74,7 @@ def _with_storage_options(source: object, storage_options: object) -> object:
             takes = "a str, int, float or bool" if seconds else "a str, int or bool"
             raise TypeError(f"storage_options[{k!r}]: expected {takes}, found "
                             f"{type(v).__name__}")
+        _utf8_option(k, v)
     if not storage_options:
         return source
     from urllib.parse import urlencode
@@ -135,9 +155,12 @@ def discover(
             the record length that ends a Fortran unformatted file's record
             (``header_bytes=4, footer_bytes=4`` reads one such record per file).
         dataset: hdf5: the dataset in each file; zarr: the array in each store;
-            npz: the array in each archive (default: its only one).
+            npz: the array in each archive (default: its only one). A name that is
+            not UTF-8 is given as os.listdir and os.fsdecode give it (``'x\\udcff'``
+            for the bytes ``b'x\\xff'``) and names those bytes, as a path does.
         columns: parquet/arrow: a list of column names (default: every numeric
-            one); a bare str is refused, not split into letters.
+            one); a bare str is refused, not split into letters. A name that is
+            not UTF-8 is taken as ``dataset`` takes one.
         fill_value: parquet/arrow: the value for nulls (default: nulls are an
             error); a bool, int or float. It travels as a float64, so an int
             beyond 2**53 that float64 cannot hold exactly is refused; whether

@@ -11,10 +11,17 @@ from typing import Any, Callable, Mapping, Sequence, TypedDict
 import numpy as np
 
 from . import _core
-from ._args import (DTypeLike, _bool, _columns, _count, _dtype, _format, _found,
+from ._args import (DTypeLike, _bool, _columns, _count, _dtype, _format, _found, _name,
                     _number, _pattern, _renamed, _shape, _text, _text_list)
 from ._core import Layout
 from ._errors import Error, LayoutError
+
+
+def _name_text(name: str, value: object) -> str | bytes | None:
+    """None (not given) or a non-empty str naming bytes in the files (:func:`_args._name`)."""
+    text = _text(name, value)
+    return None if text is None else _name(name, text)
+
 
 # The formats whose columns are decoded into a type of the caller's choice (astype=).
 _COLUMNAR = ("parquet", "arrow")
@@ -32,6 +39,9 @@ _KIND_CHECKS: dict[str, Callable[[str, object], object]] = {
 }
 _NAMED_CHECKS: dict[str, Callable[[str, object], object]] = {
     "columns": lambda name, value: _columns(value),
+    # A name looked up in the files (an HDF5 dataset, a Zarr array's directory, an npz
+    # member), which may be bytes that are not UTF-8: encoded as a path is.
+    "dataset": lambda name, value: _name_text(name, value),
 }
 _FORMAT_CHECKS = {name: _NAMED_CHECKS.get(name, _KIND_CHECKS[kind])
                   for name, kind in _core.format_option_rows()}
@@ -64,6 +74,9 @@ class DiscoverOptions(TypedDict, total=False):
 # The store option table's rows (shardload/store_options.hpp): the keys of storage_options=,
 # and the Python types each kind takes besides a str (the query's own spelling of any value).
 _STORAGE_OPTIONS = {name: kind for name, kind, *_ in _core.storage_option_rows()}
+# The rows whose values are secrets (secret_key, session_token): never shown in a message.
+_SECRET_OPTIONS = frozenset(name for name, _, _, secret, *_ in _core.storage_option_rows()
+                            if secret)
 _STORAGE_KIND_TYPES: dict[str, tuple[type, ...]] = {
     "count": (int,),
     "number": (int, float),
@@ -351,7 +364,9 @@ def _astype(value: object, *, legate: bool = True) -> np.dtype | None:
                         f"np.float32, found {_found(value)}")
     try:
         dt = np.dtype(value)  # type: ignore[call-overload]
-    except TypeError:
+    except (TypeError, UnicodeEncodeError):
+        # numpy encodes a str to UTF-8 first: a lone surrogate ('f\udcff') is its
+        # UnicodeEncodeError, naming no argument.
         raise ValueError(f"astype: {value!r} is not a numpy dtype") from None
     if dt.fields is not None or dt.subdtype is not None or dt.kind not in "biufc":
         raise ValueError(f"astype: {dt} is not a numeric or bool dtype")
