@@ -168,7 +168,7 @@ static std::string remote_format_names_text() {
 // name says another format (a .npy among .bin shards would be read as raw rows, its header
 // among them).
 static Status check_one_dataset(const std::vector<std::string>& paths, Format format,
-                                bool told_from_first) {
+                                bool told_from_first, ShardSource& source) {
   for (std::size_t i = 0; i < paths.size(); ++i) {
     const std::string bare = split_options(paths[i]).first;
     std::string_view name = bare;
@@ -184,7 +184,13 @@ static Status check_one_dataset(const std::vector<std::string>& paths, Format fo
     }
     if (!told_from_first || i == 0) continue;
     const Format by_name = format_from_extension(paths[i]);
-    if (by_name != Format::kAuto && by_name != format) {
+    // Raw has no magic bytes to refuse another format's file, so a later raw file whose name
+    // says no format (none, ".NPY", "x.npy.1") is sniffed too: one small read each.
+    const Format by_bytes = by_name == Format::kAuto && format == Format::kRaw
+                                ? sniff_format(paths[i], source)
+                                : Format::kAuto;
+    const Format other = by_name != Format::kAuto ? by_name : by_bytes;
+    if (other != Format::kAuto && other != format) {
       return file_error(ErrorCode::kLayout, paths[i],
                         std::string("a ") + format_name(by_name) + " file by its name, among " +
                             format_name(format) + " shards (the format of " + paths[0] +
@@ -222,7 +228,8 @@ static Result<Layout> try_discover_paths_at(const std::vector<std::string>& path
   ctx.source = options.io != nullptr ? ShardSource::over(*options.io) : ShardSource::files();
   SHARDLOAD_ASSIGN_OR_RETURN(const Format format,
                              resolve_format(paths[0], options.format, *ctx.source));
-  SHARDLOAD_RETURN_IF_ERROR(check_one_dataset(paths, format, given.format.format == Format::kAuto));
+  SHARDLOAD_RETURN_IF_ERROR(
+      check_one_dataset(paths, format, given.format.format == Format::kAuto, *ctx.source));
   // Object storage serves positional reads only: the formats whose readers read through the
   // IoBackend say so (remote_reads); the others open files by name or descriptor themselves.
   const FormatDescriptor* reads = find_format(format, options.format.reader);

@@ -288,3 +288,24 @@ def test_a_glob_over_a_raw_directory_never_takes_its_metadata_for_a_shard(
     got = shardload.discover(str(tmp_path / "*.bin"), format="raw", dtype="float32",
                              trailing_shape=(4,))
     np.testing.assert_array_equal(got.read(0, 16), a)
+
+
+@pytest.mark.parametrize("name", ["part_1", "part_1.NPY", "part_1.npy.1"])
+def test_a_later_file_whose_first_bytes_say_another_format_is_refused_among_raw_shards(
+        tmp_path: pathlib.Path, name: str) -> None:
+    """Raw has no magic bytes: a later file whose name says no format but whose first bytes
+    are a .npy's is refused naming it, never read as raw rows (its header among them)."""
+    a = np.arange(32, dtype="<f4").reshape(8, 4)
+    a.tofile(tmp_path / "part_0.bin")
+    np.save(tmp_path / "tmp.npy", -a)
+    (tmp_path / "tmp.npy").rename(tmp_path / name)
+    with pytest.raises(shardload.LayoutError) as e:
+        shardload.discover([str(tmp_path / "part_0.bin"), str(tmp_path / name)],
+                           dtype="float32", trailing_shape=(4,))
+    assert f"{tmp_path / name}: a npy file by its first bytes, among raw shards" in str(
+        e.value), str(e.value)
+    # A raw file without a known extension is still a raw shard.
+    (-a).tofile(tmp_path / name)
+    got = shardload.discover([str(tmp_path / "part_0.bin"), str(tmp_path / name)],
+                             dtype="float32", trailing_shape=(4,))
+    np.testing.assert_array_equal(got.read(0, 16), np.concatenate([a, -a]))
