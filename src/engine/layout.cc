@@ -402,6 +402,16 @@ Result<Source> auto_directory(const Source& s, DiscoverOptions* options) {
                                           scan.describe(known_extension) + scan.suggestion());
   }
   if (found.size() > 1) {
+  const auto ambiguous = [&](const auto& groups) {
+    std::string list;
+    for (const auto& [g, d] : groups) list += (list.empty() ? "" : " and ") + group_text(*g, *d);
+    return Status(ErrorCode::kLayout, path_for_message(s.dir_path) +
+                                          ": holds numbered shards of more than one "
+                                          "kind: " +
+                                          list + "; name one with " + option_mention("pattern") +
+                                          " (and " + option_mention("format") +
+                                          " where the name does not tell)");
+  };
     // Groups of one format under the default naming and others (notes_1.npy beside
     // shard_0000.npy ...): the default naming is what shardload writes and reads.
     const bool one_format = std::all_of(found.begin(), found.end(),
@@ -409,17 +419,18 @@ Result<Source> auto_directory(const Source& s, DiscoverOptions* options) {
     const auto def = std::find_if(found.begin(), found.end(), [](const auto& x) {
       return x.first->pattern == default_pattern(*x.second);
     });
-    if (!one_format || def == found.end()) {
-      std::string list;
-      for (const auto& [g, d] : found) list += (list.empty() ? "" : " and ") + group_text(*g, *d);
-      return Status(ErrorCode::kLayout, path_for_message(s.dir_path) +
-                                            ": holds numbered shards of more than one "
-                                            "kind: " +
-                                            list + "; name one with " + option_mention("pattern") +
-                                            " (and " + option_mention("format") +
-                                            " where the name does not tell)");
+    if (!one_format || def == found.end()) return ambiguous(found);
+    // Unless its own prefix is also spelled otherwise (shard_3.npy or shard_00004.npy beside
+    // shard_0000.npy ...): those are shards of the same run under another padding, which the
+    // default would leave out unsaid.
+    std::vector<std::pair<const NumberedGroup*, const FormatDescriptor*>> same;
+    for (const auto& x : found) {
+      if (x.first->prefix == def->first->prefix && x.first->extension == def->first->extension) {
+        same.push_back(x);
+      }
     }
     found = {*def};
+    if (same.size() > 1) return ambiguous(same);
   }
   select_format(*found[0].second, &options->format);
   return Source::directory(s.dir_path, found[0].first->pattern);

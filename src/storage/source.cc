@@ -676,10 +676,12 @@ Result<DirectoryScan> scan_directory(const std::string& directory) {
   }
   DirectoryScan scan;
   scan.directory = directory;
+  // A name with a leading zero is spelled by one padding only, its width ("0007": {:04d});
+  // any other is spelled by {} and by every padding no wider than its digits ("10000":
+  // {:04d} too, a number past the padding).
   struct Names {
     std::string prefix, ext;
-    int width = 0;
-    std::vector<std::string> names;
+    std::vector<std::pair<std::string, int>> names;  // (name, digits; negative when padded)
   };
   std::vector<Names> groups;
   std::vector<std::pair<std::string, std::vector<std::string>>> exts;
@@ -705,14 +707,11 @@ Result<DirectoryScan> scan_directory(const std::string& directory) {
     auto g = std::find_if(groups.begin(), groups.end(),
                           [&](const Names& n) { return n.prefix == prefix && n.ext == suffix; });
     if (g == groups.end()) {
-      groups.push_back({prefix, suffix, 0, {}});
+      groups.push_back({prefix, suffix, {}});
       g = groups.end() - 1;
     }
-    // A leading zero shows the padding; the widest such run is the width.
-    if (digits.size() > 1 && digits[0] == '0') {
-      g->width = std::max(g->width, static_cast<int>(digits.size()));
-    }
-    g->names.push_back(name);
+    const int n = static_cast<int>(digits.size());
+    g->names.emplace_back(name, n > 1 && digits[0] == '0' ? -n : n);
   }
   const auto by_number = [](const std::string& a, const std::string& b) {
     return natural_less(a, b);
@@ -720,15 +719,44 @@ Result<DirectoryScan> scan_directory(const std::string& directory) {
   // Only the first and last names in natural order are kept: a linear pass, not a sort
   // (with a hundred thousand shards the sorts were a fifth of discovery).
   for (auto& g : groups) {
-    const auto [lo, hi] = std::minmax_element(g.names.begin(), g.names.end(), by_number);
-    NumberedGroup out;
-    out.pattern = g.prefix + (g.width > 0 ? "{:0" + std::to_string(g.width) + "d}" : "{}") + g.ext;
-    out.extension = g.ext;
-    out.first = *lo;
-    out.last = *hi;
-    out.count = static_cast<std::int64_t>(g.names.size());
-    out.directories = std::find(dirs.begin(), dirs.end(), out.first) != dirs.end();
-    scan.groups.push_back(std::move(out));
+    // The paddings the names show. One (or none: {}) spells the whole group when every
+    // unpadded name is at least as wide; otherwise each spelling is a group of its own, so
+    // that a file is never read as a gap under another's padding, nor left out unsaid. An
+    // unpadded name goes to the widest padding that spells it, else to {}.
+    std::vector<int> widths;
+    for (const auto& [name, n] : g.names) {
+      if (n < 0 && std::find(widths.begin(), widths.end(), -n) == widths.end()) {
+        widths.push_back(-n);
+      }
+    }
+    std::sort(widths.begin(), widths.end());
+    std::vector<std::pair<int, std::vector<std::string>>> spellings;  // (width, names)
+    for (auto& [name, n] : g.names) {
+      int width = n < 0 ? -n : 0;
+      if (n > 0) {
+        const auto w = std::upper_bound(widths.begin(), widths.end(), n);
+        if (w != widths.begin()) width = *(w - 1);
+      }
+      auto sp = std::find_if(spellings.begin(), spellings.end(),
+                             [&](const auto& x) { return x.first == width; });
+      if (sp == spellings.end()) {
+        spellings.push_back({width, {}});
+        sp = spellings.end() - 1;
+      }
+      sp->second.push_back(std::move(name));
+    }
+    for (const auto& [width, names] : spellings) {
+      const auto [lo, hi] = std::minmax_element(names.begin(), names.end(), by_number);
+      NumberedGroup out;
+      out.pattern = g.prefix + (width > 0 ? "{:0" + std::to_string(width) + "d}" : "{}") + g.ext;
+      out.prefix = g.prefix;
+      out.extension = g.ext;
+      out.first = *lo;
+      out.last = *hi;
+      out.count = static_cast<std::int64_t>(names.size());
+      out.directories = std::find(dirs.begin(), dirs.end(), out.first) != dirs.end();
+      scan.groups.push_back(std::move(out));
+    }
   }
   std::sort(scan.groups.begin(), scan.groups.end(),
             [](const NumberedGroup& a, const NumberedGroup& b) {

@@ -290,6 +290,82 @@ def test_a_glob_over_a_raw_directory_never_takes_its_metadata_for_a_shard(
     np.testing.assert_array_equal(got.read(0, 16), a)
 
 
+def numbered(d: pathlib.Path, names: list[str]) -> None:
+    """One two-row .npy per name, each holding its file's position in `names`."""
+    d.mkdir(parents=True, exist_ok=True)
+    for i, name in enumerate(names):
+        np.save(d / name, np.full((2, 2), i, dtype=np.int32))
+
+
+FOUR = [f"shard_{i:04d}.npy" for i in range(3)]
+
+
+@pytest.mark.parametrize("stray, other", [
+    ("shard_00003.npy", "shard_{:05d}.npy (1 file, npy)"),  # a wider padding
+    ("shard_3.npy", "shard_{}.npy (1 file, npy)"),  # unpadded, narrower than the padding
+    ("shard_003.npy", "shard_{:03d}.npy (1 file, npy)"),  # a narrower padding
+    ("shard_00002.npy", "shard_{:05d}.npy (1 file, npy)"),  # a number already there
+])
+def test_one_prefix_numbered_in_two_spellings_is_an_error_naming_both(
+        tmp_path: pathlib.Path, stray: str, other: str) -> None:
+    """Names of one prefix and extension that no one padding spells were taken as one group
+    of the widest padding: a wider-padded file made the others a gap of "missing" files that
+    are there, and an unpadded one was dropped without a word. Both spellings are named."""
+    d = tmp_path / "d"
+    numbered(d, FOUR + [stray])
+    with pytest.raises(shardload.LayoutError) as e:
+        shardload.discover(d)
+    msg = str(e.value)
+    assert (f"{d}: holds numbered shards of more than one kind: shard_{{:04d}}.npy "
+            f"(3 files, npy) and {other}; name one with pattern= (and format= where the "
+            "name does not tell)") in msg, msg
+    assert "gap" not in msg, msg
+    # Named, a spelling is the user's: its files alone, in order.
+    got = shardload.discover(d, pattern="shard_{:04d}.npy").read()
+    np.testing.assert_array_equal(got, np.repeat(np.arange(3, dtype=np.int32), 2)[:, None]
+                                  .repeat(2, axis=1))
+
+
+def test_one_spelling_is_still_one_group(tmp_path: pathlib.Path) -> None:
+    """What one spelling covers keeps loading: an unpadded run whose numbers grow a digit
+    (shard_9, shard_10) and a padded run whose numbers outgrow the padding (shard_99,
+    shard_100 under {:02d}), beside other prefixes whose default naming wins."""
+    def want(n: int) -> np.ndarray:
+        return np.repeat(np.arange(n, dtype=np.int32), 2)[:, None].repeat(2, axis=1)
+
+    unpadded = tmp_path / "unpadded"
+    numbered(unpadded, [f"part_{i}.npy" for i in range(12)])
+    layout = shardload.discover(unpadded)
+    assert [pathlib.Path(p).name for p in layout.paths][9:] == [
+        "part_9.npy", "part_10.npy", "part_11.npy"]
+    np.testing.assert_array_equal(layout.read(), want(12))
+    past = tmp_path / "past"
+    numbered(past, [f"part_{i:02d}.npy" for i in range(102)])
+    layout = shardload.discover(past)
+    assert pathlib.Path(layout.paths[-1]).name == "part_101.npy"
+    np.testing.assert_array_equal(layout.read(), want(102))
+    # Past 9999 under the default naming, with another prefix's files beside it: the default
+    # wins and a stray past the end is a gap, as before (no second spelling).
+    default = tmp_path / "default"
+    numbered(default, FOUR + ["shard_0003.npy", "notes_1.npy"])
+    np.testing.assert_array_equal(shardload.discover(default).read(), want(4))
+    np.save(default / "shard_10000.npy", np.zeros((2, 2), np.int32))
+    with pytest.raises(shardload.LayoutError, match=r"shard_\{:04d\}\.npy: gap in the "
+                                                    r"numbering: 9996 of 10001 files missing"):
+        shardload.discover(default)
+
+
+def test_two_spellings_under_an_s3_prefix_are_named_too(bucket) -> None:
+    """An object store's listing goes through the same numbering."""
+    for i, name in enumerate(FOUR + ["shard_3.npy"]):
+        bucket.put_npy(f"d/{name}", np.full((2, 2), i, dtype=np.int32))
+    with pytest.raises(shardload.LayoutError) as e:
+        shardload.discover(bucket.url("d/"), storage_options=bucket.options)
+    msg = str(e.value)
+    assert ("holds numbered shards of more than one kind: shard_{:04d}.npy (3 files, npy) and "
+            "shard_{}.npy (1 file, npy)") in msg, msg
+
+
 @pytest.mark.parametrize("name", ["part_1", "part_1.NPY", "part_1.npy.1"])
 def test_a_later_file_whose_first_bytes_say_another_format_is_refused_among_raw_shards(
         tmp_path: pathlib.Path, name: str) -> None:

@@ -70,9 +70,12 @@ struct NumberPattern {
 bool natural_less(std::string_view a, std::string_view b);
 
 // A directory's names as discovery sees them: the numbered ones grouped by the pattern
-// that writes them ("shard_{:04d}.h5", "part-{}.parquet"), and a count of the rest.
+// that writes them ("shard_{:04d}.h5", "part-{}.parquet"), and a count of the rest. Names of
+// one prefix and extension that no one padding spells (shard_0001.npy beside shard_00002.npy
+// or shard_3.npy) are a group per spelling, each with that prefix.
 struct NumberedGroup {
   std::string pattern;      // a NumberPattern: prefix, {:0Nd} or {}, extension
+  std::string prefix;       // the name before the number ("shard_")
   std::string extension;    // ".h5", or "" when the name has none
   std::string first, last;  // the lowest and highest numbered names
   std::int64_t count = 0;
