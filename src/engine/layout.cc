@@ -192,7 +192,8 @@ static Status check_one_dataset(const std::vector<std::string>& paths, Format fo
     const Format other = by_name != Format::kAuto ? by_name : by_bytes;
     if (other != Format::kAuto && other != format) {
       return file_error(ErrorCode::kLayout, paths[i],
-                        std::string("a ") + format_name(by_name) + " file by its name, among " +
+                        std::string("a ") + format_name(other) + " file by its " +
+                            (by_name != Format::kAuto ? "name" : "first bytes") + ", among " +
                             format_name(format) + " shards (the format of " + paths[0] +
                             "): a list or glob holds one format (name " + option_mention("format") +
                             " to read every file as one)");
@@ -401,7 +402,6 @@ Result<Source> auto_directory(const Source& s, DiscoverOptions* options) {
                                           ": no numbered shards of a known format; the directory " +
                                           scan.describe(known_extension) + scan.suggestion());
   }
-  if (found.size() > 1) {
   const auto ambiguous = [&](const auto& groups) {
     std::string list;
     for (const auto& [g, d] : groups) list += (list.empty() ? "" : " and ") + group_text(*g, *d);
@@ -412,6 +412,7 @@ Result<Source> auto_directory(const Source& s, DiscoverOptions* options) {
                                           " (and " + option_mention("format") +
                                           " where the name does not tell)");
   };
+  if (found.size() > 1) {
     // Groups of one format under the default naming and others (notes_1.npy beside
     // shard_0000.npy ...): the default naming is what shardload writes and reads.
     const bool one_format = std::all_of(found.begin(), found.end(),
@@ -429,8 +430,8 @@ Result<Source> auto_directory(const Source& s, DiscoverOptions* options) {
         same.push_back(x);
       }
     }
-    found = {*def};
     if (same.size() > 1) return ambiguous(same);
+    found = {*def};
   }
   select_format(*found[0].second, &options->format);
   return Source::directory(s.dir_path, found[0].first->pattern);
