@@ -713,7 +713,8 @@ def test_checksums_are_kept_in_the_manifest_and_verify_checks_the_objects(bucket
     assert [m.shard for m in bad] == [1], bad
 
 
-def test_ctrl_c_during_an_s3_save_publishes_no_manifest(proxied, server):
+@pytest.mark.parametrize("front_end", ["shardload.save", "shardload.numpy.save"])
+def test_ctrl_c_during_an_s3_save_publishes_no_manifest(proxied, server, front_end):
     """SIGINT arrives while the save uploads (shard 1's part held back 5 s by the proxy, the
     signal sent once shard 0's object is there): KeyboardInterrupt before the manifest, and
     what was uploaded is deleted."""
@@ -732,7 +733,8 @@ def test_ctrl_c_during_an_s3_save_publishes_no_manifest(proxied, server):
         import boto3, numpy as np
         import shardload
         url, options, server, name = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3], sys.argv[4]
-        shardload.save(np.ones((2, 2)), url + "warm/", storage_options=options)  # Legate up
+        save = shardload.numpy.save if sys.argv[5] == "shardload.numpy.save" else shardload.save
+        save(np.ones((2, 2)), url + "warm/", storage_options=options)  # Legate up, if used
         client = boto3.client("s3", endpoint_url="http://" + server, region_name="us-east-1",
                               aws_access_key_id="testing", aws_secret_access_key="testing")
         def keys():
@@ -749,8 +751,7 @@ def test_ctrl_c_during_an_s3_save_publishes_no_manifest(proxied, server):
         t = threading.Thread(target=interrupt, daemon=True)
         t.start()
         try:
-            shardload.save(np.ones((30, 4), np.float32), url + "d/", num_shards=3,
-                           storage_options=options)
+            save(np.ones((30, 4), np.float32), url + "d/", num_shards=3, storage_options=options)
             print("SAVED")
         except KeyboardInterrupt:
             print("INTERRUPTED")
@@ -758,7 +759,8 @@ def test_ctrl_c_during_an_s3_save_publishes_no_manifest(proxied, server):
         print("LATE" if not late or late[0] else "IN-TIME")
     """)
     r = subprocess.run([sys.executable, "-c", script, bucket.url(), json.dumps(bucket.options),
-                        server, bucket.name], capture_output=True, text=True, timeout=300,
+                        server, bucket.name, front_end], capture_output=True, text=True,
+                       timeout=300,
                        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     assert r.returncode == 0, r.stderr[-3000:]
     if "LATE" in r.stdout:  # shard 0 came more than 5 s after shard 1's part was held back
