@@ -1116,6 +1116,18 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
 #endif
   };
 
+  // Arrow's options or client refused: an IOError is a request that failed (the HeadBucket
+  // that looks up the bucket's region where none is given: no network, DNS, a timeout, a
+  // refusal), not a bad option, and is an I/O error naming the URL; the rest are the options'.
+  static Status options_error(const std::string& url, const arrow::Status& st) {
+    if (st.IsIOError()) {
+      return file_error(ErrorCode::kIo, url, "cannot make the S3 client: " + st.message(),
+                        errno_of(st, url));
+    }
+    return file_error(ErrorCode::kInvalidArgument, url,
+                      "bad object-storage URL or options: " + st.message());
+  }
+
   // A bucket's file system and store, made without mu_ held (resolve() lets one thread at a
   // time make a key's).
   Result<Made> make_store(const std::string& url, const std::string& bucket, const std::string& key,
@@ -1131,19 +1143,17 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
     }
     if (ep) {
       SHARDLOAD_RETURN_IF_ERROR(curl_init(url));
-      // The region the bucket's HEAD said, for Arrow's client too (LIST, multipart
-      // uploads): the same region as the signed requests', and no HEAD of its own.
-      if (ep->region_from_bucket) {
+      // The region found elsewhere than in the options (the environment, the config file,
+      // the bucket's HEAD), for Arrow's client too (LIST, multipart uploads): the same region
+      // as the signed requests', and no HEAD of its own.
+      if (!ep->region_in_options) {
         fs_query += (fs_query.empty() ? "?region=" : "&region=") + ep->region;
       }
       signed_ep = std::make_shared<const S3Endpoint>(*std::move(ep));
     }
 #endif
     auto options = arrow::fs::S3Options::FromUri("s3://" + bucket + fs_query);
-    if (!options.ok()) {
-      return file_error(ErrorCode::kInvalidArgument, url,
-                        "bad object-storage URL or options: " + options.status().message());
-    }
+    if (!options.ok()) return options_error(url, options.status());
     if (retry.anonymous) {
       options->ConfigureAnonymousCredentials();
     } else if (!retry.access_key.empty()) {
@@ -1176,10 +1186,7 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
       const ArrowCall call;
       return arrow::fs::S3FileSystem::Make(*options);
     }();
-    if (!fs.ok()) {
-      return file_error(ErrorCode::kInvalidArgument, url,
-                        "bad object-storage URL or options: " + fs.status().message());
-    }
+    if (!fs.ok()) return options_error(url, fs.status());
     Made made;
     made.fs = *std::move(fs);
     ArrowCalls::process().wait_at_fork();

@@ -342,6 +342,7 @@ std::optional<S3Endpoint> s3_signed_endpoint(const std::string& bucket,
   while (!endpoint.empty() && endpoint.back() == '/') endpoint.pop_back();
   if (endpoint.find('/') != std::string::npos) return std::nullopt;
   ep.region = q["region"];
+  ep.region_in_options = !ep.region.empty();
   if (ep.region.empty()) ep.region = aws_env("AWS_REGION");
   if (ep.region.empty()) ep.region = aws_env("AWS_DEFAULT_REGION");
   if (ep.region.empty()) ep.region = config_file_region();
@@ -349,7 +350,6 @@ std::optional<S3Endpoint> s3_signed_endpoint(const std::string& bucket,
     auto found = bucket_region(scheme, endpoint, bucket, options);
     if (!found) return std::nullopt;  // AWS did not say: Arrow's client, as before
     ep.region = *std::move(found);
-    ep.region_from_bucket = true;
   }
   if (!endpoint.empty()) {
     ep.host = endpoint;

@@ -724,3 +724,64 @@ def test_without_any_credentials_the_load_is_an_error_naming_the_object(server, 
     assert time.monotonic() - t < 120
     assert data.url("d/shard_0000.npy").split("?")[0] in err and "ACCESS_DENIED" in err, err
     assert imds.log == []
+
+
+# A region no host is in: AWS's names for it resolve nowhere, with or without a network, so
+# that AWS is as unreachable from every machine as from one without a network.
+_NOWHERE = "xx-nowhere-9"
+
+
+def _aws_unreachable_env(**env: str) -> dict[str, str]:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "ECS_"))}
+    return clean | {"AWS_ACCESS_KEY_ID": "AKIAEXAMPLE", "AWS_SECRET_ACCESS_KEY": "sk-example",
+                    "AWS_EC2_METADATA_DISABLED": "true", "AWS_CONFIG_FILE": os.devnull,
+                    "AWS_SHARED_CREDENTIALS_FILE": os.devnull, **env}
+
+
+@pytest.mark.parametrize("variable", ["AWS_REGION", "AWS_DEFAULT_REGION"])
+@pytest.mark.parametrize("path", ["d/k.npy", "d/"])
+def test_a_region_from_the_environment_is_given_to_arrows_client_too(variable: str,
+                                                                     path: str) -> None:
+    """On AWS itself (no endpoint) with the region in the environment, Arrow's client is given
+    it, and makes no HeadBucket of its own (outside the retries and the deadline): AWS not
+    answering is an I/O error naming the URL (an OSError), not a bad URL (ValueError)."""
+    import subprocess
+    import sys
+
+    url = f"s3://mybucket/{path}?max_attempts=1&connect_timeout=1"
+    script = ("import sys, shardload\n"
+              "try:\n"
+              "    shardload.discover(sys.argv[1])\n"
+              "except Exception as e:\n"
+              "    print(type(e).__name__, isinstance(e, shardload.Error),\n"
+              "          isinstance(e, OSError), isinstance(e, ValueError))\n"
+              "    print(e)\n")
+    got = subprocess.run([sys.executable, "-c", script, url],
+                         env=_aws_unreachable_env(**{variable: _NOWHERE}), capture_output=True,
+                         text=True, timeout=120)
+    lines = got.stdout.splitlines()
+    assert got.returncode == 0 and len(lines) >= 2, (got.stdout, got.stderr[-3000:])
+    name, is_error, is_os_error, is_value_error = lines[0].split()
+    assert is_error == "True", got.stdout
+    if path.endswith("/"):
+        # Discovery's error (a ValueError too), naming the manifest's URL it could not read.
+        assert name == "LayoutError" and "manifest: cannot open" in lines[1], got.stdout
+    else:
+        assert (name, is_os_error, is_value_error) == ("ShardReadError", "True", "False"), \
+            got.stdout
+    assert "s3://mybucket/d/" in lines[1] and "bad object-storage URL" not in got.stdout
+    assert f"{_NOWHERE}.amazonaws.com" in got.stdout  # the region it was given, not another
+
+
+def test_cli_exits_1_when_aws_does_not_answer_with_the_region_in_the_environment(cli) -> None:
+    """`shardload inspect` of an s3:// URL that AWS does not answer: exit 1 (the source could
+    not be read), not 2 (a usage error, "see --help")."""
+    import subprocess
+
+    url = "s3://mybucket/d/k.npy?max_attempts=1&connect_timeout=1"
+    got = subprocess.run([str(cli), "inspect", url], capture_output=True, text=True,
+                         timeout=120,
+                         env=_aws_unreachable_env(AWS_REGION=_NOWHERE,
+                                                  LEGATE_CONFIG="--bogus"))
+    assert got.returncode == 1, (got.stdout, got.stderr[-3000:])
+    assert "s3://mybucket/d/k.npy" in got.stderr and "bad object-storage URL" not in got.stderr

@@ -28,9 +28,10 @@ struct S3Endpoint {
   std::string host;         // the Host header, as signed
   std::string path_prefix;  // "/bucket" (path-style) or "" (virtual-hosted)
   std::string region;
-  // The region is the bucket's own, as the store said it (no region in the options, the
-  // environment or the config file): Arrow's client for the bucket is given it too.
-  bool region_from_bucket = false;
+  // The region came from the options' `region`. Otherwise (the environment, the config file,
+  // the bucket's HEAD) Arrow's client for the bucket is given it too: left without one, it
+  // would send a HeadBucket of its own to find it, outside the retries and the deadline.
+  bool region_in_options = false;
   bool anonymous = false;  // unsigned requests
   AwsCredentials creds;
   // Credentials of a role (a container's or an instance's), fetched again as they expire:
