@@ -733,11 +733,29 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
 
   Status remove_empty_prefix(const std::string& dir_url) override {
     SHARDLOAD_ASSIGN_OR_RETURN(auto where, resolve(dir_url));
-#if SHARDLOAD_S3_SIGNED
-    if (where.ep != nullptr) return Status::ok();  // its deletes leave no marker
-#endif
     std::string path = where.path;
     while (!path.empty() && path.back() == '/') path.pop_back();
+#if SHARDLOAD_S3_SIGNED
+    if (where.ep != nullptr) {
+      // Its own deletes leave no marker, but another client may have made one (rclone mkdir,
+      // s3fs, the S3 console's "Create folder", Arrow's delete of a store's last object): left
+      // there, a listing shows an empty store beside the new dataset, whose manifest's index
+      // then refuses the prefix (two kinds of shards, or a gap in the numbering).
+      const std::string marker = key_of(path) + "/";
+      auto head = s3_head(*where.ep, dir_url, marker, &retries_);
+      if (!head) return head.status().sys_errno() == ENOENT ? Status::ok() : head.status();
+      if (head->size != 0) {
+        // A marker holds no bytes: an object of this name that does is a user's, kept.
+        return file_error(ErrorCode::kIo, dir_url,
+                          "is an object of " + std::to_string(head->size) +
+                              " bytes (expected an empty directory marker); not deleted",
+                          EEXIST);
+      }
+      SHARDLOAD_ASSIGN_OR_RETURN(const bool empty, nothing_below(where, path, dir_url));
+      if (!empty) return Status::ok();
+      return s3_delete(*where.ep, dir_url, marker, &retries_);
+    }
+#endif
     t_gave_up_after = 0;
     auto info = [&] {
       const ArrowCall call;
@@ -746,16 +764,8 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
     if (!info.ok()) return remote_error(ErrorCode::kIo, dir_url, "cannot look at", info.status());
     if (info->type() != arrow::fs::FileType::Directory) return Status::ok();
     // Arrow's DeleteDir takes what is below too: only a prefix with nothing under it.
-    arrow::fs::FileSelector sel;
-    sel.base_dir = path;
-    sel.recursive = true;
-    sel.allow_not_found = true;
-    auto below = list_pages(*where.fs, sel, dir_url, ErrorCode::kIo, "cannot list", where.slots,
-                            [&](const arrow::Status& st) {
-                              return remote_error(ErrorCode::kIo, dir_url, "cannot list", st);
-                            });
-    if (!below) return below.status();
-    if (!below->empty()) return Status::ok();
+    SHARDLOAD_ASSIGN_OR_RETURN(const bool empty, nothing_below(where, path, dir_url));
+    if (!empty) return Status::ok();
     const auto st = [&] {
       const ArrowCall call;
       return where.fs->DeleteDir(path);
@@ -879,6 +889,22 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
   };
 
   static std::string key_of(const std::string& path) { return path.substr(path.find('/') + 1); }
+
+  // Whether no object is under the prefix `path` ("bucket/key", no '/' at its end), its
+  // marker object aside.
+  Result<bool> nothing_below(const Where& where, const std::string& path,
+                             const std::string& dir_url) {
+    arrow::fs::FileSelector sel;
+    sel.base_dir = path;
+    sel.recursive = true;
+    sel.allow_not_found = true;
+    auto below = list_pages(*where.fs, sel, dir_url, ErrorCode::kIo, "cannot list", where.slots,
+                            [&](const arrow::Status& st) {
+                              return remote_error(ErrorCode::kIo, dir_url, "cannot list", st);
+                            });
+    if (!below) return below.status();
+    return below->empty();
+  }
 
   // Whether anything is listed under the key `where` names, taken as a prefix: the first page
   // of its LIST only.

@@ -492,6 +492,46 @@ def test_a_prefix_spelled_with_glob_characters_is_loaded_as_spelled(bucket, pref
     assert f"the prefix '{bucket.url('*/')}' is taken as spelled" in str(e.value), str(e.value)
 
 
+MARKERS = [  # old format, marker, new format: a marker object the new save does not write
+    ("npy", "shard_0000.zarr/", "npy"),    # another format's store, of a shard's number
+    ("zarr", "shard_0009.zarr/", "zarr"),  # the same format's, beyond both counts
+    ("raw", "shard_0003.zarr/", "raw"),
+    ("npy", "shard_0005.zarr/", "zarr"),   # the new format's, beyond the new count
+]
+
+
+@pytest.mark.parametrize("path", ["signed", "arrow"])
+@pytest.mark.parametrize("manifest", [True, False], ids=["manifest", "no-manifest"])
+@pytest.mark.parametrize("old_fmt,marker,new_fmt", MARKERS)
+def test_overwrite_deletes_an_empty_marker_named_like_a_store_and_publishes(
+        bucket, path, manifest, old_fmt, marker, new_fmt):
+    # An empty "directory" marker object named like a store (rclone mkdir, s3fs, the S3
+    # console's "Create folder" or Arrow's delete of a store's last object leave one) is an
+    # empty store the overwrite replaces: it goes with the old dataset, and the new one is
+    # published (before, it was left, and the manifest's index refused the prefix after the old
+    # dataset was replaced: nothing published, every later overwrite the same).
+    options = bucket.options
+    if path == "arrow":  # Arrow's client writes and deletes
+        options = {**bucket.options, **s3_server.ARROWS_CLIENT}
+    old = np.arange(40.0).reshape(10, 4)
+    new = -np.arange(36.0).reshape(9, 4)
+    shardload.save(old, bucket.url("d/"), num_shards=2, format=old_fmt, storage_options=options)
+    bucket.put("d/" + marker, b"")
+    shardload.save(new, bucket.url("d/"), num_shards=3, format=new_fmt, overwrite=True,
+                   manifest=manifest, storage_options=options)
+    # The oracle: what the same save writes to an empty prefix.
+    shardload.save(new, bucket.url("ref/"), num_shards=3, format=new_fmt, manifest=manifest,
+                   storage_options=options)
+    # Arrow's deletes leave a marker for the dataset's own prefix, which no listing shows.
+    got = [k[len("d/"):] for k in bucket.keys("d/") if k != "d/"]
+    assert got == [k[len("ref/"):] for k in bucket.keys("ref/") if k != "ref/"]
+    back = shardload.load(bucket.url("d/"), storage_options=options)
+    np.testing.assert_array_equal(np.asarray(back), new)
+    if manifest:
+        layout = shardload.discover(bucket.url("d/"), storage_options=options)
+        assert layout.manifest_state is shardload.ManifestState.USED, layout.manifest_status
+
+
 def test_overwrite_refuses_a_store_holding_an_object_a_save_does_not_write(bucket):
     a = np.arange(12, dtype=np.int16).reshape(6, 2)
     shardload.save(a, bucket.url("d/"), num_shards=2, format="zarr",
