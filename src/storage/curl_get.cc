@@ -593,23 +593,31 @@ std::string not_the_range_asked(const CurlHeaders& h, const std::string& who,
 }
 
 bool parse_content_range(const std::string& value, std::uint64_t* first, std::int64_t* total) {
-  const auto digits = value.find_first_of("0123456789*");
-  if (digits == std::string::npos) return false;
+  // RFC 9110 14.4: "bytes FIRST-LAST/COMPLETE" (COMPLETE a number, or '*' where unknown), or a
+  // 416's "bytes */COMPLETE". Nothing looser: an answer that says its bytes otherwise ("items",
+  // "bytes=", no '/', two ranges) cannot be held to the range asked or to the snapshot's size.
+  const auto number = [](std::string_view text, auto* out) {
+    return !text.empty() && text.find_first_not_of("0123456789") == std::string_view::npos &&
+           std::from_chars(text.data(), text.data() + text.size(), *out).ec == std::errc();
+  };
+  std::string_view v = value;
+  if (!iequals_prefix(v, "bytes ")) return false;
+  v.remove_prefix(6);
+  const auto slash = v.find('/');
+  if (slash == std::string_view::npos) return false;
+  const std::string_view range = v.substr(0, slash);
+  const std::string_view complete = v.substr(slash + 1);
   *total = -1;
-  if (value[digits] == '*') {
+  if (complete != "*" && !number(complete, total)) return false;
+  if (range == "*") {
     *first = 0;
-  } else if (std::from_chars(value.data() + digits, value.data() + value.size(), *first).ec !=
-             std::errc()) {
-    return false;
+    return *total >= 0;
   }
-  const auto slash = value.find('/');
-  if (slash != std::string::npos && slash + 1 < value.size() && value[slash + 1] != '*') {
-    std::int64_t t = 0;
-    if (std::from_chars(value.data() + slash + 1, value.data() + value.size(), t).ec !=
-        std::errc()) {
-      return false;
-    }
-    *total = t;
+  const auto dash = range.find('-');
+  std::uint64_t last = 0;
+  if (dash == std::string_view::npos || !number(range.substr(0, dash), first) ||
+      !number(range.substr(dash + 1), &last) || last < *first) {
+    return false;
   }
   return true;
 }

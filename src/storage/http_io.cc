@@ -221,6 +221,14 @@ class CurlRemoteIo final : public RemoteIo {
              std::to_string(total) + " bytes, which differs from the snapshot's " +
              std::to_string(f.size);
     }
+    if (want.etag.empty() && want.last_modified.empty() && !got.content_range.empty() &&
+        total < 0) {
+      // The size is the snapshot's only identity here: an answer that does not say it (a
+      // streamed or proxied body's "bytes A-B/*") could be any version.
+      return "its Content-Range '" + got.content_range +
+             "' gives no complete length, and the snapshot has no ETag or Last-Modified: its "
+             "version cannot be told";
+    }
     return {};
   }
 

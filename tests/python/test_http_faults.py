@@ -1226,3 +1226,55 @@ def test_a_servers_answer_that_echoes_a_secret_of_the_url_shows_it_hidden(echo):
     assert "HTTP 403: " in message and "***" in message.split("HTTP 403: ", 1)[1], message
     for value in secrets.values():
         assert value not in message, message
+
+
+# --- pass 28: a 206 that does not say the object's size, where the size is the snapshot ----------
+
+@pytest.mark.parametrize("content_range", [
+    "bytes {a}-{e}/*", "bytes {a}-{e}", "items {a}-{e}/{n}", "bytes={a}-{e}/{n}",
+    "bytes {a}-{e}/{n}, bytes 0-1/{n}"])
+def test_a_206_that_cannot_be_held_to_a_snapshot_without_validators_is_refused(content_range):
+    """A server that sends no ETag and no Last-Modified: the snapshot is the size alone. The
+    object is rewritten with twice the rows after discovery and the HEAD lags (still the old
+    size, as a cache in front may), so only the 206's Content-Range total tells the version.
+    One whose total is unknown (`/*`, valid HTTP for a streamed body) or that is no plain
+    "bytes A-B/N" is refused naming the URL, never read as the snapshot's rows."""
+    old = npy_bytes(np.arange(4000, dtype="<f8").reshape(1000, 4))
+    new = npy_bytes(-np.arange(8000, dtype="<f8").reshape(2000, 4))
+    served = {"data": old}
+
+    class NoValidators(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args) -> None:
+            pass
+
+        def do_HEAD(self) -> None:  # noqa: N802
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(old)))  # lags: the old size
+            self.send_header("Accept-Ranges", "bytes")
+            self.end_headers()
+
+        def do_GET(self) -> None:  # noqa: N802
+            data = served["data"]
+            m = re.fullmatch(r"bytes=(\d+)-(\d*)", self.headers.get("Range", ""))
+            assert m
+            a = int(m.group(1))
+            e = min(int(m.group(2)) if m.group(2) else len(data) - 1, len(data) - 1)
+            body = data[a:e + 1]
+            self.send_response(206)
+            self.send_header("Content-Range", content_range.format(a=a, e=e, n=len(data)))
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    with _serving_handler(NoValidators, "/x.npy") as url:
+        try:
+            layout = shardload.discover(url)
+        except shardload.Error as e:  # refused at the first GET already: as good
+            assert url in str(e), str(e)
+            return
+        served["data"] = new
+        with pytest.raises(shardload.Error) as e:
+            layout.read(0, 1000)
+    assert url in str(e.value), str(e.value)

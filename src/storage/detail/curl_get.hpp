@@ -120,7 +120,8 @@ bool is_encoded(const std::string& content_encoding);
 // no plain decimal number of bytes fitting 63 bits ("0x10", "+16", "16 junk", "16, 16").
 bool parse_content_length(const CurlHeaders& headers, curl_off_t* n);
 
-// "bytes FIRST-LAST/TOTAL": FIRST and TOTAL (-1 where "*" or missing); false when malformed.
+// "bytes FIRST-LAST/TOTAL" (or a 416's "bytes */TOTAL"): FIRST and TOTAL (-1 where "*");
+// false for anything else.
 bool parse_content_range(const std::string& value, std::uint64_t* first, std::int64_t* total);
 
 // The refusal's words for a 206 that is not the one range `range` ("A-B") asked for: a
