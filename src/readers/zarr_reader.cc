@@ -81,6 +81,12 @@ Result<PathKind> path_kind(ShardSource& source, const std::string& path,
   struct ::stat st {};
   if (::stat(path.c_str(), &st) != 0) {
     const int err = errno;
+    // A link whose target is gone (a chunk or metadata file linked from a pool that was
+    // deleted, a volume not mounted) is no chunk never written: its rows are not the fill value.
+    if (err == ENOENT && ::lstat(path.c_str(), &st) == 0 && S_ISLNK(st.st_mode)) {
+      return Status(ErrorCode::kIo, (shown.empty() ? path : shown) +
+                                        ": a symbolic link whose target does not exist");
+    }
     if (err == ENOENT || err == ENOTDIR) return PathKind::kMissing;
     return Status(ErrorCode::kIo,
                   (shown.empty() ? path : shown) + ": cannot stat (" + std::strerror(err) + ")");

@@ -142,3 +142,31 @@ def test_a_link_re_pointed_in_another_mount_namespace_behind_its_root_link_is_re
     finally:
         ns.kill()
         ns.wait()
+
+
+@pytest.mark.parametrize("zarr_format", [2, 3])
+def test_a_chunk_or_metadata_link_whose_target_is_gone_is_refused_naming_it(tmp_path, zarr_format):
+    """A chunk file linked from a pool whose file was deleted is no chunk never written: its
+    rows are an error naming the link, not the fill value (zarr-python reads them as the fill
+    value; shardload refuses rather than fill real rows); the store's metadata file as such a
+    link is named too, not "neither .zarray nor zarr.json exists"."""
+    store = tmp_path / "s.zarr"
+    z = zarr.create_array(str(store), shape=(4,), chunks=(2,), dtype="<i4",
+                          zarr_format=zarr_format, compressors=None, fill_value=-1)
+    z[...] = [1, 2, 3, 4]
+    chunk = store / ("1" if zarr_format == 2 else "c/1")
+    pool = tmp_path / "pool"
+    pool.mkdir()
+    os.rename(chunk, pool / "1")
+    os.symlink(pool / "1", chunk)
+    np.testing.assert_array_equal(shardload.discover([str(store)]).read(0, 4), [1, 2, 3, 4])
+    os.remove(pool / "1")
+    with pytest.raises(shardload.ShardReadError) as e:
+        shardload.discover([str(store)]).read(0, 4)
+    assert f"{chunk}: a symbolic link whose target does not exist" in str(e.value), str(e.value)
+    meta = store / (".zarray" if zarr_format == 2 else "zarr.json")
+    os.rename(meta, tmp_path / "meta.bak")
+    os.symlink(tmp_path / "gone", meta)
+    with pytest.raises(shardload.LayoutError) as e:
+        shardload.discover([str(store)])
+    assert f"{meta}: a symbolic link whose target does not exist" in str(e.value), str(e.value)
