@@ -1377,6 +1377,29 @@ std::string hide_quoted(std::string text, const std::vector<std::string>& hidden
   return text;
 }
 
+namespace {
+
+// RFC 4648 base64 with padding: how an Authorization header carries "user:password".
+std::string base64(std::string_view in) {
+  static constexpr char kDigits[] =
+      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  out.reserve((in.size() + 2) / 3 * 4);
+  for (std::size_t i = 0; i < in.size(); i += 3) {
+    const std::size_t n = std::min<std::size_t>(3, in.size() - i);
+    std::uint32_t v = 0;
+    for (std::size_t k = 0; k < 3; ++k) {
+      v = (v << 8) | (k < n ? static_cast<unsigned char>(in[i + k]) : 0U);
+    }
+    for (std::size_t k = 0; k < 4; ++k) {
+      out += k <= n ? kDigits[(v >> (18 - 6 * k)) & 0x3F] : '=';
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
 namespace detail {
 
 std::string hide_request_secrets(std::string body, const std::vector<std::string>& urls,
@@ -1386,6 +1409,17 @@ std::string hide_request_secrets(std::string body, const std::vector<std::string
   for (const std::string& url : urls) {
     const std::string shown = redact_user_info(url, secrets);
     (void)redact_path_tokens(redact_query(shown, secrets), secrets);
+    // libcurl sends a URL's user part as "Authorization: Basic BASE64(user:password)" (a
+    // header no line here holds): a server that echoes it would give the password back.
+    const std::size_t scheme = url.find("://");
+    if (scheme == std::string::npos) continue;
+    const std::size_t start = scheme + 3;
+    const std::size_t end = std::min(url.find_first_of("/?#", start), url.size());
+    const std::size_t at = url.rfind('@', end - 1);
+    if (at == std::string::npos || at < start) continue;
+    std::string user = percent_decoded(std::string_view(url).substr(start, at - start));
+    if (user.find(':') == std::string::npos) user += ':';
+    secrets.push_back(base64(user));
   }
   const auto trimmed = [](std::string_view v) {
     while (!v.empty() && is_space(v.front())) v.remove_prefix(1);

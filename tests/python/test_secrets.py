@@ -842,6 +842,35 @@ def test_a_session_token_in_no_url_is_hidden_where_the_server_echoes_it(cli, tmp
         assert "Signature=" not in out or "Signature=***" in out, out
 
 
+@pytest.mark.parametrize("user", ["alice:hunter2-S3cret", "alice:p%40ss-S3cret", "tok-S3cret0123"])
+def test_a_url_passwords_basic_header_echoed_by_the_server_is_hidden(cli, user):
+    """libcurl sends an http(s) URL's user part as "Authorization: Basic BASE64(user:password)";
+    a server whose error page echoes the request's headers gave the password back in base64
+    (pass 28, B5). The Basic credential is hidden as the signed path's headers are, in the
+    error and on the command line."""
+    import base64
+
+    with _echo_server(lambda h: "Authorization: " + str(h.headers.get("Authorization"))) \
+            as server:
+        url = f"http://{user}@127.0.0.1:{server.server_address[1]}/d/x.npy"
+        sent = user if ":" in user else user + ":"
+        encoded = base64.b64encode(shardload_unquote(sent).encode()).decode()
+        with pytest.raises(shardload.Error) as e:
+            shardload.discover(url)
+        shown = str(e.value) + repr(e.value.args)
+        assert "HTTP 403" in shown, shown
+        assert "Basic ***" in shown and encoded not in shown, shown
+        out = run(cli, "inspect", url, ok=False)
+        assert "Basic ***" in out and encoded not in out, out
+
+
+def shardload_unquote(text: str) -> str:
+    """A URL's user part as libcurl sends it: percent-decoded."""
+    import urllib.parse
+
+    return urllib.parse.unquote(text)
+
+
 def _shown_prefix(text: str, secret: str) -> int:
     """The length of the longest start of `secret` (6 bytes or more) that `text` holds."""
     return max((k for k in range(6, len(secret) + 1) if secret[:k] in text), default=0)
