@@ -176,9 +176,14 @@ static Status check_one_dataset(const std::vector<std::string>& paths, Format fo
     if (const std::size_t slash = name.rfind('/'); slash != std::string_view::npos) {
       name.remove_prefix(slash + 1);
     }
-    if (detail::is_dataset_metadata_name(name)) {
+    // The name as the server reads it: an http(s) server (no listing) decodes the URL's path
+    // (shardload%2Ejson is shardload.json there); a file's name and an s3 key are as written.
+    const PathTraits traits = path_traits(paths[i]);
+    const std::string decoded =
+        !traits.kernel_files && !traits.listable ? percent_decoded(name) : std::string(name);
+    if (detail::is_dataset_metadata_name(decoded)) {
       return file_error(ErrorCode::kLayout, paths[i],
-                        "the dataset's metadata file (" + std::string(name) +
+                        "the dataset's metadata file (" + decoded +
                             "), not a shard: leave it out of the list or glob (name the "
                             "shards, e.g. DIR/*.bin)");
     }

@@ -8,6 +8,7 @@ import contextlib
 import hashlib
 import http.server
 import io
+import json
 import re
 import shutil
 import ssl
@@ -666,3 +667,18 @@ def test_a_url_whose_host_is_an_ipv6_address_loads():
         server.shutdown()
         server.server_close()
         thread.join()
+
+
+@pytest.mark.parametrize("spelled", ["shardload.json", "shardload%2Ejson", "%73hardload.json"])
+def test_a_listed_metadata_url_is_refused_however_its_name_is_encoded(spelled):
+    """A list naming a raw directory's sidecar by URL, its name percent-encoded: the server
+    decodes it and serves the sidecar, which was loaded as raw rows (the check compared the
+    name as written). It is refused naming the metadata file, however it is spelled."""
+    with serving() as (store, base):
+        store.decode_paths = True  # as http.server and nginx decode %XX in a path
+        store.put("/d/part_0.bin", np.arange(8, dtype="<u1").tobytes())
+        store.put("/d/shardload.json", json.dumps({"dtype": "u1", "shape": []}).encode())
+        with pytest.raises(shardload.LayoutError) as e:
+            shardload.discover([f"{base}/d/part_0.bin", f"{base}/d/{spelled}"])
+        assert f"{base}/d/{spelled}: the dataset's metadata file (shardload.json), not a shard" \
+            in str(e.value), str(e.value)
