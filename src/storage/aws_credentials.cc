@@ -165,6 +165,13 @@ bool parse_role_credentials(const std::string& text, AwsCredentials* out, std::t
   if (j.contains("Code") && str("Code") != "Success") return false;
   AwsCredentials c{str("AccessKeyId"), str("SecretAccessKey"), str("Token")};
   if (c.access_key.empty() || c.secret_key.empty()) return false;
+  // The values go into request headers: one with a CR or LF would add header lines to every
+  // signed request. Such an answer is no credentials document, as one lacking a key is.
+  for (const std::string* v : {&c.access_key, &c.secret_key, &c.session_token}) {
+    for (const char ch : *v) {
+      if (static_cast<unsigned char>(ch) < 0x20 || ch == 0x7f) return false;
+    }
+  }
   const std::string expiration = str("Expiration");
   std::time_t when = 0;
   if (!expiration.empty() && (when = parse_utc(expiration)) == 0) return false;

@@ -1159,6 +1159,7 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
   Result<Made> make_store(const std::string& url, const std::string& bucket, const std::string& key,
                           const std::string& arrow_query, const StoreOptions& retry) {
     std::string fs_query = arrow_query;
+    SHARDLOAD_RETURN_IF_ERROR(check_environment(url, arrow_query, retry));
 #if SHARDLOAD_S3_SIGNED
     std::shared_ptr<const S3Endpoint> signed_ep;
     auto ep = s3_signed_endpoint(bucket, arrow_query, retry);
@@ -1168,6 +1169,25 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
       return file_error(ErrorCode::kIo, url, "interrupted", ECANCELED);
     }
     if (ep) {
+      // The environment's were checked above: a credential here holding a control character
+      // came from the shared credentials file, a region that is no name from the config file.
+      if (!ep->anonymous && retry.access_key.empty()) {
+        for (const std::string* v :
+             {&ep->creds.access_key, &ep->creds.secret_key, &ep->creds.session_token}) {
+          SHARDLOAD_RETURN_IF_ERROR(refuse_control_character(
+              url,
+              "the shared credentials file (AWS_SHARED_CREDENTIALS_FILE or ~/.aws/credentials)",
+              *v));
+        }
+      }
+      if (!ep->region_in_options && !is_region_name(ep->region, kRegionChars)) {
+        return file_error(ErrorCode::kInvalidArgument, url,
+                          "bad object-storage URL or options: the region of the shared config "
+                          "file's profile (AWS_CONFIG_FILE or ~/.aws/config) must be a region's "
+                          "name (up to 63 letters, digits, '-' and '_'), found another "
+                          "character in it",
+                          EINVAL);
+      }
       SHARDLOAD_RETURN_IF_ERROR(curl_init(url));
       // The region found elsewhere than in the options (the environment, the config file,
       // the bucket's HEAD), for Arrow's client too (LIST, multipart uploads): the same region
@@ -1402,6 +1422,100 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
             "CURL_CA_BUNDLE, not tls_ca_file_path): shardload's own client, which follows no "
             "redirect, then makes the requests",
         EINVAL);
+  }
+
+  // The environment's values are checked as the same values given as options are: a
+  // credential goes into request headers (a CR or LF there adds header lines, a trailing
+  // newline ends the header block early: a bare 403), a region and an endpoint into the URI
+  // Arrow parses ('&k=v' would add an option) and into the signed requests' URL ('#' or '?'
+  // would make the bucket and key a fragment or a query). Named by where they came from,
+  // never shown: a credential is secret.
+  static std::string control_character(const std::string& value) {
+    for (const char c : value) {
+      const auto byte = static_cast<unsigned char>(c);
+      if (byte >= 0x20 && byte != 0x7f) continue;
+      static constexpr char kHex[] = "0123456789ABCDEF";
+      return {'0', 'x', kHex[byte >> 4], kHex[byte & 15]};
+    }
+    return {};
+  }
+
+  static Status refuse_control_character(const std::string& url, const std::string& where,
+                                         const std::string& value) {
+    const std::string code = control_character(value);
+    if (code.empty()) return Status::ok();
+    return file_error(ErrorCode::kInvalidArgument, url,
+                      "bad object-storage credentials: " + where + " holds a control character (" +
+                          code +
+                          "; CR, LF, NUL, tab and the other control characters are refused in a "
+                          "credential, a trailing newline too: it would go into request headers)",
+                      EINVAL);
+  }
+
+  // An endpoint is [http:// or https://]HOST[:PORT][/...]: '#', '?', a blank or a
+  // control character would move the bucket and key out of the request's path ('+' is a
+  // blank as a URL's query writes it; no host name holds one).
+  static Status refuse_bad_endpoint(const std::string& url, const std::string& where,
+                                    const std::string& value) {
+    const std::string code = control_character(value);
+    const auto bad = value.find_first_of("#? +\\");
+    if (code.empty() && bad == std::string::npos) return Status::ok();
+    const std::string found = !code.empty() ? "a control character (" + code + ")"
+                                            : "'" + std::string(1, value[bad]) + "'";
+    return file_error(ErrorCode::kInvalidArgument, url,
+                      "bad object-storage URL or options: " + where +
+                          " must be an endpoint, [http:// or https://]HOST[:PORT], found " + found +
+                          " in it",
+                      EINVAL);
+  }
+
+  // The value of `key` in "?k=v&..." (percent-decoded), or nullopt where it is absent.
+  static std::optional<std::string> query_value(const std::string& query, std::string_view key) {
+    for (std::size_t pos = query.empty() ? 0 : 1; pos < query.size();) {
+      std::size_t amp = query.find('&', pos);
+      if (amp == std::string::npos) amp = query.size();
+      const std::size_t eq = std::min(query.find('=', pos), amp);
+      if (query.compare(pos, eq - pos, key) == 0 && eq - pos == key.size()) {
+        return percent_decoded(eq == amp ? std::string() : query.substr(eq + 1, amp - eq - 1));
+      }
+      pos = amp + 1;
+    }
+    return std::nullopt;
+  }
+
+  static Status check_environment(const std::string& url, const std::string& arrow_query,
+                                  const StoreOptions& options) {
+    if (!options.anonymous && options.access_key.empty()) {
+      for (const char* name : {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN",
+                               "AWS_CONTAINER_AUTHORIZATION_TOKEN"}) {
+        if (const char* v = std::getenv(name)) {
+          SHARDLOAD_RETURN_IF_ERROR(refuse_control_character(url, name, v));
+        }
+      }
+    }
+    if (!query_value(arrow_query, "region")) {
+      for (const char* name : {"AWS_REGION", "AWS_DEFAULT_REGION"}) {
+        const char* v = std::getenv(name);
+        if (v == nullptr || *v == '\0') continue;
+        if (!is_region_name(v, kRegionChars)) {
+          return file_error(ErrorCode::kInvalidArgument, url,
+                            std::string("bad object-storage URL or options: ") + name +
+                                " (environment) must be a region's name (up to 63 letters, "
+                                "digits, '-' and '_'), found another character in it",
+                            EINVAL);
+        }
+        break;  // AWS_DEFAULT_REGION is read only where AWS_REGION is unset
+      }
+    }
+    if (const auto option = query_value(arrow_query, "endpoint_override")) {
+      return refuse_bad_endpoint(url, "endpoint_override", *option);
+    }
+    for (const char* name : {"AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL"}) {
+      const char* v = std::getenv(name);
+      if (v == nullptr || *v == '\0') continue;
+      return refuse_bad_endpoint(url, std::string(name) + " (environment)", v);
+    }
+    return Status::ok();
   }
 
   // Opens the object (one HEAD request) and reads its snapshot: size and ETag.

@@ -49,6 +49,10 @@ TEST(RoleCredentials, WhatIsNotADocumentOfCredentialsIsRefused) {
           R"({"AccessKeyId": "", "SecretAccessKey": "S"})",
           R"({"AccessKeyId": 5, "SecretAccessKey": "S"})",
           R"({"AccessKeyId": "A", "SecretAccessKey": "S", "Expiration": "tomorrow"})",
+          // A value that would add header lines to every signed request.
+          R"({"AccessKeyId": "A", "SecretAccessKey": "S", "Token": "T\r\nX-Injected: 1"})",
+          R"({"AccessKeyId": "A\n", "SecretAccessKey": "S"})",
+          R"({"AccessKeyId": "A", "SecretAccessKey": "S\u0000"})",
       }) {
     EXPECT_FALSE(parse_role_credentials(text, &c, &expires)) << text;
   }

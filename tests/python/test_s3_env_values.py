@@ -1,0 +1,148 @@
+"""Values an s3:// read takes from the environment, the shared credentials and config files
+(credentials, region, endpoint) are checked as the same values given as options are: a
+credential holding a control character would go into every signed request's headers (a
+trailing newline ended the header block: a bare HTTP 403; CR LF added headers), a region or an
+endpoint into the URI Arrow parses and the signed requests' URL ('&k=v' became another option of
+Arrow's, '#' or '?' moved the bucket and key out of the path). Each case runs in a process of
+its own, with the variables set as a user's shell would, against the tests' moto server."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+pytest.importorskip("moto", reason="moto[server] is installed by scripts/setup.sh")
+pytest.importorskip("boto3")
+
+import s3_server  # noqa: E402
+
+CHILD = textwrap.dedent("""
+    import json, sys
+    import shardload.numpy as snp
+    try:
+        got = snp.load(sys.argv[1], storage_options=json.loads(sys.argv[2]))
+        print(json.dumps({"loaded": got.tolist()}))
+    except Exception as e:
+        print(json.dumps({"error": type(e).__name__, "message": str(e)}))
+""")
+
+SECRET = "SECRETVALUE"
+
+
+def _load(url: str, options: dict[str, str], env: dict[str, str]) -> dict:
+    """What a fresh process's shardload.numpy.load(url) gives with only ``env``'s AWS_*
+    variables set (the server's client environment below them)."""
+    full = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    full.update(s3_server.CLIENT_ENV)
+    full.update(env)
+    p = subprocess.run([sys.executable, "-c", CHILD, url, json.dumps(options)], env=full,
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture
+def data(bucket: s3_server.Bucket) -> s3_server.Bucket:
+    bucket.put_npy("d/x.npy", np.arange(6.0))
+    return bucket
+
+
+def test_plain_values_from_the_environment_load(data: s3_server.Bucket) -> None:
+    got = _load(data.url("d/x.npy"), data.options, {"AWS_SESSION_TOKEN": "TOK"})
+    assert got == {"loaded": [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]}
+
+
+@pytest.mark.parametrize("name, value, code", [
+    ("AWS_SESSION_TOKEN", SECRET + "\n", "0x0A"),  # a Kubernetes secret made from a file
+    ("AWS_SESSION_TOKEN", SECRET + "\r\nX-Injected: 1", "0x0D"),
+    ("AWS_ACCESS_KEY_ID", SECRET + "\n", "0x0A"),
+    ("AWS_SECRET_ACCESS_KEY", SECRET + "\tx", "0x09"),
+])
+def test_a_credential_with_a_control_character_is_refused_naming_the_variable(
+        data: s3_server.Bucket, name: str, value: str, code: str) -> None:
+    got = _load(data.url("d/x.npy"), data.options, {name: value})
+    assert got.get("error") == "ValueError", got
+    assert f"{name} holds a control character ({code};" in got["message"], got
+    assert SECRET not in got["message"]
+
+
+def test_a_credentials_file_value_with_a_control_character_is_refused(
+        data: s3_server.Bucket, tmp_path: pathlib.Path) -> None:
+    creds = tmp_path / "credentials"
+    creds.write_bytes(b"[default]\naws_access_key_id = testing\naws_secret_access_key = testing\n"
+                      b"aws_session_token = " + SECRET.encode() + b"\x0bX-Injected: 1\n")
+    env = {"AWS_SHARED_CREDENTIALS_FILE": str(creds), "AWS_ACCESS_KEY_ID": "",
+           "AWS_SECRET_ACCESS_KEY": ""}
+    got = _load(data.url("d/x.npy"), data.options, env)
+    assert got.get("error") == "ValueError", got
+    assert "the shared credentials file (AWS_SHARED_CREDENTIALS_FILE" in got["message"]
+    assert "holds a control character (0x0B;" in got["message"]
+    assert SECRET not in got["message"]
+    # The same file written with CRLF (Windows) is read: a line's end is no part of a value.
+    creds.write_bytes(b"[default]\r\naws_access_key_id = testing\r\n"
+                      b"aws_secret_access_key = testing\r\n")
+    assert _load(data.url("d/x.npy"), data.options, env) == {
+        "loaded": [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]}
+
+
+@pytest.mark.parametrize("name", ["AWS_REGION", "AWS_DEFAULT_REGION"])
+@pytest.mark.parametrize("value", ["us-east-1&secret_key=" + SECRET, "us-east-1#x", "us east 1",
+                                   "us-east-1\r\nx"])
+def test_a_region_from_the_environment_is_a_regions_name(data: s3_server.Bucket, name: str,
+                                                        value: str) -> None:
+    options = {k: v for k, v in data.options.items() if k != "region"}
+    env = {"AWS_REGION": "", "AWS_DEFAULT_REGION": "", name: value}
+    got = _load(data.url("d/x.npy"), options, env)
+    assert got.get("error") == "ValueError", got
+    assert f"{name} (environment) must be a region's name" in got["message"], got
+    assert SECRET not in got["message"]
+    # The region option, given, is the one taken: the environment's is not read.
+    got = _load(data.url("d/x.npy"), data.options, env)
+    assert got == {"loaded": [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]}, got
+
+
+def test_the_config_files_region_is_a_regions_name(data: s3_server.Bucket,
+                                                  tmp_path: pathlib.Path) -> None:
+    config = tmp_path / "config"
+    config.write_text("[default]\nregion = us-east-1&secret_key=CFGX\n")
+    options = {k: v for k, v in data.options.items() if k != "region"}
+    got = _load(data.url("d/x.npy"), options,
+                {"AWS_CONFIG_FILE": str(config), "AWS_DEFAULT_REGION": ""})
+    assert got.get("error") == "ValueError", got
+    assert "the region of the shared config file's profile" in got["message"], got
+
+
+@pytest.mark.parametrize("how", ["option", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3"])
+@pytest.mark.parametrize("tail, found", [("#x", "'#'"), ("?x=1", "'?'"), (" ", "' '"),
+                                         ("\r\nX-Injected: 1", "a control character (0x0D)")])
+def test_an_endpoint_is_host_and_port(data: s3_server.Bucket, server: str, how: str, tail: str,
+                                      found: str) -> None:
+    options = {k: v for k, v in data.options.items() if k != "endpoint_override"}
+    env: dict[str, str] = {}
+    if how == "option":
+        options["endpoint_override"] = server + tail
+        where = "endpoint_override"
+    else:
+        env[how] = f"http://{server}{tail}"
+        where = f"{how} (environment)"
+    got = _load(data.url("d/x.npy"), options, env)
+    assert got.get("error") == "ValueError", got
+    if how == "option" and "\r" in tail:  # refused as any option's value is, before
+        assert "endpoint_override holds a control character (0x0D;" in got["message"], got
+        return
+    if how == "option" and tail == " ":
+        found = "'+'"  # the blank as the URL's query carries it
+    assert f"{where} must be an endpoint, [http:// or https://]HOST[:PORT], found {found}" in \
+        got["message"], got
+    # The endpoint itself, as host:port or as the environment's URL, is read.
+    env = {how: f"http://{server}"} if how != "option" else {}
+    options = {**data.options} if how == "option" else options
+    assert _load(data.url("d/x.npy"), options, env) == {
+        "loaded": [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]}
