@@ -212,8 +212,9 @@ std::string json_path_string(const std::string& bytes);
 // (the seed recipe's script writes one too): foreign, and its values are not read.
 struct WriteMeta {
   std::optional<long long> seed;
-  std::string dtype;     // empty when not recorded
-  bool foreign = false;  // not written by shardload write
+  std::string dtype;                // empty when not recorded
+  std::vector<std::int64_t> shape;  // the array written; empty when not recorded
+  bool foreign = false;             // not written by shardload write
 };
 Result<WriteMeta> read_write_meta(const std::string& dir);
 

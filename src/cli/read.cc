@@ -77,6 +77,16 @@ Result<WriteMeta> read_write_meta(const std::string& dir) {
     }
     m.seed = it->get<long long>();
   }
+  if (auto it = j.find("shape"); it != j.end()) {
+    const auto bad = [&] {
+      return detail::json_error(path, "shape", "a list of non-negative integers", *it);
+    };
+    if (!it->is_array()) return bad();
+    for (const auto& d : *it) {
+      if (!d.is_number_integer() || d.get<long long>() < 0) return bad();
+      m.shape.push_back(d.get<std::int64_t>());
+    }
+  }
   return m;
 }
 
@@ -162,6 +172,7 @@ VerifySeed verify_seed(const ReadArgs& a, const Layout& layout, std::ostream& ou
     return {};
   }
   std::string meta_dtype;
+  std::vector<std::int64_t> meta_shape;
   std::optional<long long> seed = a.seed;
   if (!seed) {
     const Result<WriteMeta> meta = read_write_meta(a.meta_dir);
@@ -177,6 +188,7 @@ VerifySeed verify_seed(const ReadArgs& a, const Layout& layout, std::ostream& ou
     }
     seed = meta->seed;
     meta_dtype = meta->dtype;
+    meta_shape = meta->shape;
   }
   if (!seed) {
     out << "verify:         skipped (no --seed and no _meta.json with a seed in "
@@ -187,6 +199,16 @@ VerifySeed verify_seed(const ReadArgs& a, const Layout& layout, std::ostream& ou
     err << "shardload read: verify: _meta.json says dtype " << meta_dtype << ", the shards hold "
         << layout.dtype.name() << "\n";
     return {std::nullopt, 1};
+  }
+  // The directory as a whole is what write wrote: rows it lost (a shard deleted) would verify
+  // as the seed's values of the rows that are left. A file or pattern of it may be a part.
+  if (!meta_shape.empty() && a.meta_dir == a.source) {
+    const std::vector<std::int64_t> held = layout.shape();
+    if (held != meta_shape) {
+      err << "shardload read: verify: _meta.json says shape " << shape_string(meta_shape)
+          << ", the shards hold " << shape_string(held) << "\n";
+      return {std::nullopt, 1};
+    }
   }
   return {seed, 0};
 }

@@ -53,6 +53,23 @@ def test_read_errors_exit_one_and_name_the_file(tmp_path: pathlib.Path, cli) -> 
     assert r.returncode == 2 and "--overdecompose: expected an integer >= 1" in r.stderr
 
 
+def test_read_of_a_directory_that_lost_its_last_shard_fails_its_verification(
+        tmp_path: pathlib.Path, cli) -> None:
+    """The last shard lost (no gap in the numbering to see), or a _meta.json whose shape is not
+    the shards': the rows left matched the seed and the verification said OK, exit 0. The
+    directory's shape is compared with the one write recorded; a file of it still verifies."""
+    d = tmp_path / "v"
+    assert run(cli, "write", "--shard-dir", d, "--num-shards", "3", "--shape", "9,2",
+               "--seed", "3").returncode == 0
+    assert run(cli, "read", d).returncode == 0
+    os.remove(d / "shard_0002.npy")
+    r = run(cli, "read", d)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "verify: _meta.json says shape (9, 2), the shards hold (8, 2)" in r.stderr, r.stderr
+    one = run(cli, "read", d / "shard_0000.npy")
+    assert one.returncode == 0 and "verify:         OK" in one.stdout, one.stdout + one.stderr
+
+
 def _write_format(fmt: str, d: pathlib.Path, parts: list[np.ndarray]) -> list[str]:
     """Writes the parts as shards of one format with that format's own library; returns the
     format options `read` needs."""
