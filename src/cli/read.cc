@@ -54,7 +54,14 @@ Result<WriteMeta> read_write_meta(const std::string& dir) {
     text = std::move(*found);
   } else {
     struct stat st {};
-    if (::stat(path.c_str(), &st) != 0 && errno == ENOENT) return m;
+    if (::stat(path.c_str(), &st) != 0 && errno == ENOENT) {
+      // A link whose target is gone is no "none there": the verification it asks for would
+      // be skipped without a word.
+      if (::lstat(path.c_str(), &st) == 0 && S_ISLNK(st.st_mode)) {
+        return Status(ErrorCode::kLayout, path + ": a symbolic link whose target does not exist");
+      }
+      return m;
+    }
     SHARDLOAD_ASSIGN_OR_RETURN(text,
                                detail::read_small_file(posix_io(), path, kMaxMetaBytes, nullptr));
   }

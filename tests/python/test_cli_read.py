@@ -70,6 +70,21 @@ def test_read_of_a_directory_that_lost_its_last_shard_fails_its_verification(
     assert one.returncode == 0 and "verify:         OK" in one.stdout, one.stdout + one.stderr
 
 
+def test_read_refuses_a_meta_json_link_whose_target_is_gone(tmp_path: pathlib.Path, cli) -> None:
+    """A _meta.json kept elsewhere and linked into the directory, its target since moved: the
+    verification was skipped as if there were none (exit 0). It fails naming the link."""
+    d = tmp_path / "v"
+    assert run(cli, "write", "--shard-dir", d, "--num-shards", "2", "--shape", "6,2",
+               "--seed", "1").returncode == 0
+    os.rename(d / "_meta.json", tmp_path / "meta.json")
+    os.symlink(tmp_path / "meta.json", d / "_meta.json")
+    assert run(cli, "read", d).returncode == 0
+    os.rename(tmp_path / "meta.json", tmp_path / "moved.json")
+    r = run(cli, "read", d)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert f"{d / '_meta.json'}: a symbolic link whose target does not exist" in r.stderr, r.stderr
+
+
 def _write_format(fmt: str, d: pathlib.Path, parts: list[np.ndarray]) -> list[str]:
     """Writes the parts as shards of one format with that format's own library; returns the
     format options `read` needs."""
