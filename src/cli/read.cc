@@ -85,14 +85,7 @@ Result<WriteMeta> read_write_meta(const std::string& dir) {
     m.seed = it->get<long long>();
   }
   if (auto it = j.find("shape"); it != j.end()) {
-    const auto bad = [&] {
-      return detail::json_error(path, "shape", "a list of non-negative integers", *it);
-    };
-    if (!it->is_array()) return bad();
-    for (const auto& d : *it) {
-      if (!d.is_number_integer() || d.get<long long>() < 0) return bad();
-      m.shape.push_back(d.get<std::int64_t>());
-    }
+    SHARDLOAD_ASSIGN_OR_RETURN(m.shape, detail::json_shape(path, "shape", *it));
   }
   return m;
 }
