@@ -1,6 +1,7 @@
 // Chunk codecs for the Zarr reader, over the real libraries (zlib, zstd, lz4,
 // blosc). Every decoder checks that the input is consumed exactly (blosc: its frame, as
-// numcodecs does; see blosc_decode) and the output has exactly the size the metadata
+// numcodecs does, see blosc_decode; gzip: its members and their zero padding, see
+// inflate_stream) and the output has exactly the size the metadata
 // promises: a corrupt chunk is an error, never a buffer of garbage or a silently short chunk.
 #include <blosc.h>
 #include <lz4.h>
@@ -30,6 +31,12 @@ std::uint32_t load_le32(const std::byte* p) {
 
 // Inflates a zlib (window 15) or gzip (15 + 16) stream. With `grow` set the
 // output grows up to `cap`; else it must fill exactly `expected` bytes.
+//
+// A gzip stream is a series of members (RFC 1952, 2.2: what `cat a.gz b.gz` and parallel
+// writers such as pigz make), each checked against its own CRC-32 and length; the chunk is
+// their concatenation. Zero bytes after a member are padding, as Python's gzip (numcodecs'
+// decoder, so zarr-python's) skips them; anything else after a member is an error, as it is
+// there. A zlib stream is one stream: bytes after it are refused.
 Status inflate_stream(ZarrCodec c, const std::byte* in, std::size_t n, std::byte* out,
                       std::size_t expected, std::vector<std::byte>* grow, std::size_t cap) {
   if (n > UINT_MAX) return corrupt(c, "a chunk of more than 4 GiB");
@@ -38,53 +45,68 @@ Status inflate_stream(ZarrCodec c, const std::byte* in, std::size_t n, std::byte
   if (inflateInit2(&z, window) != Z_OK) return corrupt(c, "inflateInit2 failed");
   z.next_in = reinterpret_cast<Bytef*>(const_cast<std::byte*>(in));
   z.avail_in = static_cast<uInt>(n);
+  const std::size_t limit = grow != nullptr ? cap : expected;
   std::size_t produced = 0;
+  std::size_t members = 0;
   int rc = Z_OK;
   for (;;) {
-    std::byte* dst = out;
-    std::size_t room = 0;
-    if (grow != nullptr) {
-      if (produced == grow->size()) {
-        if (grow->size() >= cap) break;
-        grow->resize(std::min(cap, std::max<std::size_t>(4096, grow->size() * 2)));
-      }
-      dst = grow->data();
-      room = grow->size() - produced;
-    } else {
-      room = expected - produced;
+    // Once the output is full, one byte more of room tells a stream that ends there from
+    // one that would decode to more.
+    std::byte probe{};
+    std::byte* dst = &probe;
+    std::size_t room = 1;
+    if (grow != nullptr && produced == grow->size() && grow->size() < cap) {
+      grow->resize(std::min(cap, std::max<std::size_t>(4096, grow->size() * 2)));
     }
-    room = std::min<std::size_t>(room, UINT_MAX);
-    z.next_out = reinterpret_cast<Bytef*>(dst + produced);
+    if (produced < limit) {
+      dst = (grow != nullptr ? grow->data() : out) + produced;
+      room =
+          std::min<std::size_t>((grow != nullptr ? grow->size() : expected) - produced, UINT_MAX);
+    }
+    z.next_out = reinterpret_cast<Bytef*>(dst);
     z.avail_out = static_cast<uInt>(room);
     rc = inflate(&z, Z_NO_FLUSH);
-    produced += room - z.avail_out;
-    if (rc == Z_STREAM_END) break;
+    const std::size_t wrote = room - z.avail_out;
+    if (dst == &probe && wrote != 0) {
+      inflateEnd(&z);
+      return corrupt(c, grow != nullptr ? "decodes to more than " + std::to_string(cap) + " bytes"
+                                        : "decodes to more than the " + std::to_string(expected) +
+                                              " bytes expected");
+    }
+    produced += wrote;
+    if (rc == Z_STREAM_END) {
+      ++members;
+      if (c != ZarrCodec::kGzip) break;
+      while (z.avail_in != 0 && *z.next_in == 0) {
+        ++z.next_in;
+        --z.avail_in;
+      }
+      // The next member's magic, else the end (or bytes that are no member: refused below).
+      if (z.avail_in < 2 || z.next_in[0] != 0x1f || z.next_in[1] != 0x8b) break;
+      if (inflateReset(&z) != Z_OK) {
+        inflateEnd(&z);
+        return corrupt(c, "inflateReset failed");
+      }
+      continue;
+    }
     if (rc == Z_BUF_ERROR && z.avail_out != 0) break;  // input ended early
     if (rc != Z_OK) break;
-    if (grow == nullptr && produced == expected) {
-      // Full: the stream must end right here; one more call tells.
-      std::byte probe{};
-      z.next_out = reinterpret_cast<Bytef*>(&probe);
-      z.avail_out = 1;
-      rc = inflate(&z, Z_NO_FLUSH);
-      if (z.avail_out == 0) {
-        inflateEnd(&z);
-        return corrupt(c,
-                       "decodes to more than the " + std::to_string(expected) + " bytes expected");
-      }
-      break;
-    }
   }
   const std::string msg = z.msg != nullptr ? z.msg : "";
   const auto left = z.avail_in;
   inflateEnd(&z);
   if (rc != Z_STREAM_END) {
-    if (grow != nullptr && produced >= cap) {
-      return corrupt(c, "decodes to more than " + std::to_string(cap) + " bytes");
-    }
-    return corrupt(c, msg.empty() ? "the stream ends early" : msg);
+    std::string why = msg.empty() ? "the stream ends early" : msg;
+    if (members != 0) why += " in gzip member " + std::to_string(members + 1);
+    return corrupt(c, why);
   }
-  if (left != 0) return corrupt(c, std::to_string(left) + " bytes after the end of the stream");
+  if (left != 0) {
+    return corrupt(c, c == ZarrCodec::kGzip
+                          ? std::to_string(left) +
+                                " bytes after the last gzip member that are neither another "
+                                "member nor zero padding"
+                          : std::to_string(left) + " bytes after the end of the stream");
+  }
   if (grow != nullptr) {
     grow->resize(produced);
   } else if (produced != expected) {
