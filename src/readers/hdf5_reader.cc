@@ -91,17 +91,8 @@ std::string unopened_text(const Hdf5Api& api, const DatasetList& list) {
   std::string s = "; objects HDF5 " + std::to_string(api.version[0]) + "." +
                   std::to_string(api.version[1]) + "." + std::to_string(api.version[2]) +
                   " cannot open (written by a newer HDF5, or damaged): ";
-  for (std::size_t i = 0; i < list.unopened.size() && i < 3; ++i) {
-    s += (i ? ", " : "") + list.unopened[i];
-  }
-  if (list.unopened.size() > 3) s += ", ...";
-  return s;
-}
-
-std::string join(const std::vector<std::string>& v) {
-  std::string s;
-  for (std::size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + v[i];
-  return s.empty() ? "none" : s;
+  // Three: each carries HDF5's reason.
+  return s + listed_names(list.unopened, 3);
 }
 
 // The external link a traversal of this thread last refused (refuse_external_link): the file
@@ -848,7 +839,7 @@ class Hdf5Reader final : public ShardReader {
       if (all.names.size() != 1) {
         return Status(ErrorCode::kFormat,
                       path + ": dataset: expected exactly one dataset when none is named, found " +
-                          std::to_string(all.names.size()) + " (" + join(all.names) +
+                          std::to_string(all.names.size()) + " (" + listed_names(all.names) +
                           "); name one with " + option_mention("dataset") +
                           unopened_text(api_, all));
       }
@@ -861,9 +852,9 @@ class Hdf5Reader final : public ShardReader {
     if (!exists) {
       api_.H5Eclear2(H5E_DEFAULT);
       const DatasetList all = list_datasets(api_, d.file.get());
-      return Status(ErrorCode::kFormat, path + ": dataset '" + d.name +
-                                            "' not found (datasets in the file: " +
-                                            join(all.names) + unopened_text(api_, all) + ")");
+      return Status(ErrorCode::kFormat,
+                    path + ": dataset '" + d.name + "' not found (datasets in the file: " +
+                        listed_names(all.names) + unopened_text(api_, all) + ")");
     }
     d.dataset = Hid(api_.H5Dopen2(d.file.get(), d.name.c_str(), dapl.get()), api_.H5Dclose);
     if (t_refused_link.refused) return refused_link_error(path, d.name);

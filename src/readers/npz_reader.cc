@@ -22,6 +22,7 @@
 #include <charconv>
 #include <climits>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -281,14 +282,15 @@ std::vector<std::string> distinct_names(const Directory& d) {
 
 // The arrays by name ("a, b"); members whose array names collide ("x" and "x.npy") by theirs.
 std::string array_list(const std::vector<std::string>& names) {
-  std::string out;
+  std::map<std::string, std::size_t> uses;
+  for (const auto& n : names) ++uses[array_name(n)];
+  std::vector<std::string> shown;
+  shown.reserve(names.size());
   for (const auto& n : names) {
-    const std::string a = array_name(n);
-    const bool shared = std::count_if(names.begin(), names.end(),
-                                      [&](const std::string& o) { return array_name(o) == a; }) > 1;
-    out += (out.empty() ? "" : ", ") + (shared ? n : a);
+    std::string a = array_name(n);
+    shown.push_back(uses[a] > 1 ? n : std::move(a));
   }
-  return out;
+  return listed_names(std::move(shown));
 }
 
 // The last entry of member name `lookup`: zipfile's name lookup keeps the last one, and an

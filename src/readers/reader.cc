@@ -6,7 +6,9 @@
 #include <memory>
 #include <new>
 
+#include "readers/detail/readers.hpp"
 #include "shardload/formats.hpp"
+#include "shardload/source.hpp"
 
 namespace shardload {
 
@@ -297,5 +299,21 @@ Result<std::unique_ptr<ShardReader>> make_reader(Format format, const FormatOpti
   if (!reader) return reader.status();
   return std::unique_ptr<ShardReader>(new GuardedReader(std::move(reader).value(), ctx));
 }
+
+namespace detail {
+
+std::string listed_names(std::vector<std::string> names, std::size_t shown) {
+  if (names.empty()) return "none";
+  const std::size_t n = std::min(shown, names.size());
+  // Only the names shown need their order: no sort of all 100,000.
+  std::partial_sort(names.begin(), names.begin() + static_cast<std::ptrdiff_t>(n), names.end(),
+                    [](const std::string& a, const std::string& b) { return natural_less(a, b); });
+  std::string out;
+  for (std::size_t i = 0; i < n; ++i) out += (i != 0 ? ", " : "") + names[i];
+  if (names.size() > n) out += ", ... and " + std::to_string(names.size() - n) + " more";
+  return out;
+}
+
+}  // namespace detail
 
 }  // namespace shardload

@@ -25,6 +25,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <deque>
 #include <memory>
 #include <optional>
 
@@ -115,27 +116,93 @@ std::string metadata_path(const PathTraits& t, const std::string& dir, int zarr_
   return join(t, dir, zarr_format == 2 ? ".zarray" : "zarr.json");
 }
 
-// The arrays directly inside a store, to suggest a dataset when the root is
-// a group.
-std::string child_arrays(const PathTraits& t, const std::string& dir) {
-  std::string names;
-  // A prefix's children would cost a listing of every chunk key under it.
-  if (!t.kernel_files) return names;
-  DIR* d = ::opendir(dir.c_str());
-  if (d == nullptr) return names;
-  int count = 0;
-  while (const dirent* e = ::readdir(d)) {
-    const std::string name = e->d_name;
-    if (name == "." || name == "..") continue;
-    const std::string child = dir + "/" + name;
-    if (::access((child + "/.zarray").c_str(), F_OK) == 0 ||
-        ::access((child + "/zarr.json").c_str(), F_OK) == 0) {
-      if (++count <= 5) names += (names.empty() ? "" : ", ") + name;
+// The node_type of the v3 metadata file `file`, or nullopt where it cannot be read or has
+// none. Opened without blocking (a FIFO is refused, not waited on).
+std::optional<std::string> v3_node_type(const std::string& file) {
+  auto text = read_small_file(posix_io(), file, kMaxMetadataBytes, nullptr);
+  if (!text) return std::nullopt;
+  auto j = parse_json_object(file, *text);
+  if (!j) return std::nullopt;
+  const auto it = j->find("node_type");
+  if (it == j->end() || !it->is_string()) return std::nullopt;
+  return it->get<std::string>();
+}
+
+// The arrays in the store at `root` (a local directory) by the paths dataset= takes
+// ("grp/inner"), to suggest one when what was named is no array. An array is a directory
+// holding a .zarray (v2) or a zarr.json whose node_type is "array" (v3); groups (.zgroup, or
+// a zarr.json of another node_type) are walked into, breadth first; arrays are not (their
+// chunks lie below), nor directories that are neither. A store of millions of entries is not
+// read whole for a hint: the walk stops after kWalkEntries entries or kWalkDepth levels (a
+// link back to a parent group is a cycle) and `stopped` says so.
+struct ArraysFound {
+  std::vector<std::string> paths;
+  bool stopped = false;
+};
+
+constexpr std::size_t kWalkEntries = 10000;
+constexpr std::size_t kWalkDepth = 16;
+
+ArraysFound arrays_in_store(const std::string& root) {
+  ArraysFound found;
+  std::size_t entries = 0;
+  std::deque<std::pair<std::string, std::size_t>> groups{{"", 0}};  // (path, depth)
+  while (!groups.empty() && entries <= kWalkEntries) {
+    const auto [rel, depth] = std::move(groups.front());
+    groups.pop_front();
+    const std::string dir = rel.empty() ? root : root + "/" + rel;
+    DIR* d = ::opendir(dir.c_str());
+    if (d == nullptr) continue;
+    while (const dirent* e = ::readdir(d)) {
+      const std::string name = e->d_name;
+      if (name == "." || name == "..") continue;
+      if (++entries > kWalkEntries) {
+        found.stopped = true;
+        break;
+      }
+      // A regular file (a chunk, a metadata file) is no node: no look-ups under it.
+      if (e->d_type == DT_REG) continue;
+      const std::string child = dir + "/" + name;
+      const std::string path = rel.empty() ? name : rel + "/" + name;
+      bool group = false;
+      if (::access((child + "/.zarray").c_str(), F_OK) == 0) {
+        found.paths.push_back(path);
+        continue;
+      }
+      if (::access((child + "/zarr.json").c_str(), F_OK) == 0) {
+        const std::optional<std::string> node = v3_node_type(child + "/zarr.json");
+        if (node == "array") {
+          found.paths.push_back(path);
+          continue;
+        }
+        group = node == "group";
+      } else {
+        group = ::access((child + "/.zgroup").c_str(), F_OK) == 0;
+      }
+      if (!group) continue;
+      if (depth + 1 >= kWalkDepth) {
+        found.stopped = true;
+        continue;
+      }
+      groups.emplace_back(path, depth + 1);
     }
+    ::closedir(d);
   }
-  ::closedir(d);
-  if (count > 5) names += ", ...";
-  return names;
+  return found;
+}
+
+// The store's arrays as a hint names them ("b, grp/inner"), or "" for none found. A prefix in
+// object storage is not walked: its children would cost a listing of every chunk key below.
+std::string arrays_hint(const PathTraits& t, const std::string& root) {
+  if (!t.kernel_files) return "";
+  ArraysFound found = arrays_in_store(root);
+  if (found.paths.empty()) return "";
+  std::string s = listed_names(std::move(found.paths));
+  if (found.stopped) {
+    s += " (perhaps others: the look stopped after " + std::to_string(kWalkEntries) +
+         " entries or " + std::to_string(kWalkDepth) + " levels)";
+  }
+  return s;
 }
 
 std::string dims_string(const std::vector<std::int64_t>& v) { return shape_string(v); }
@@ -191,13 +258,12 @@ class ZarrReader final : public ShardReader {
                                             "cannot tell which array to read");
     }
     if (v2 == PathKind::kMissing && v3 == PathKind::kMissing) {
-      std::string hint;
-      if (options_.dataset.empty()) {
-        const std::string arrays = child_arrays(traits(path), path);
-        hint = arrays.empty() ? ""
-                              : " (arrays in the store: " + arrays + "; name one with " +
-                                    option_mention("dataset") + ")";
-      }
+      // Also when a dataset was named: a group's name, or a misspelt one, gets the ones there are.
+      const std::string arrays = arrays_hint(traits(path), path);
+      const std::string hint = arrays.empty()
+                                   ? ""
+                                   : " (arrays in the store: " + arrays + "; name one with " +
+                                         option_mention("dataset") + ")";
       return Status(ErrorCode::kFormat, dir + ": no Zarr array metadata (neither " +
                                             metadata_path(traits(dir), dir, 2) + " nor " +
                                             metadata_path(traits(dir), dir, 3) + " exists)" + hint);
@@ -218,9 +284,11 @@ class ZarrReader final : public ShardReader {
     auto meta = parse_zarr_metadata(meta_file, text, version, &not_an_array);
     if (!meta) {
       Status st = meta.status();
-      if (not_an_array && options_.dataset.empty()) {
-        const std::string arrays = child_arrays(traits(path), path);
-        if (!arrays.empty()) st = Status(st.code(), st.message() + "; arrays: " + arrays);
+      if (not_an_array) {
+        const std::string arrays = arrays_hint(traits(path), path);
+        if (!arrays.empty()) {
+          st = Status(st.code(), st.message() + "; arrays in the store: " + arrays);
+        }
       }
       return st;
     }

@@ -279,8 +279,8 @@ TEST_F(NpzTest, TheMemberOfExactlyTheNameWinsAsNumpyDoes) {
     auto npy = discover_one(archive, npz("x.npy"));
     ASSERT_TRUE(npy) << npy.status().message();
     EXPECT_EQ(first_value(*npy), 0);
-    EXPECT_NE(error(archive).find(bare_first ? "found 2 (x, x.npy)" : "found 2 (x.npy, x)"),
-              std::string::npos);
+    // Listed in natural order, whatever the directory's.
+    EXPECT_NE(error(archive).find("found 2 (x, x.npy)"), std::string::npos);
   }
 }
 

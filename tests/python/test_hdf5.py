@@ -1829,3 +1829,26 @@ def test_a_dataspace_beyond_its_maximum_or_storage_is_refused_as_h5py_does(
         return
     got = shardload.numpy.load([str(path)], format="hdf5", dataset="x")
     np.testing.assert_array_equal(got, want)
+
+
+# ---- what the file holds, as an error lists it ----------------------------------------------
+
+
+def test_the_datasets_an_error_lists_are_ten_in_natural_order_and_a_count(
+        tmp_path: pathlib.Path) -> None:
+    """2,000 datasets made a message of 15,000 characters; the list is the first ten in natural
+    order (h5py's is by name: d0, d1, d10, d100, ...) and how many more."""
+    with h5py.File(tmp_path / "shard_0000.h5", "w") as f:
+        for i in range(2000):
+            f.create_dataset(f"d{i}", data=np.arange(2))
+        names = sorted(f.keys(), key=lambda n: int(n[1:]))
+    assert names[:3] == ["d0", "d1", "d2"]
+    shown = ", ".join(f"/{n}" for n in names[:10]) + ", ... and 1990 more"
+    with pytest.raises(shardload.LayoutError) as e:
+        shardload.discover(tmp_path, format="hdf5")
+    assert f"found 2000 ({shown}); name one with dataset=" in str(e.value), str(e.value)
+    assert len(str(e.value)) < 500
+    with pytest.raises(shardload.LayoutError) as e:
+        shardload.discover(tmp_path, format="hdf5", dataset="nope")
+    assert f"dataset '/nope' not found (datasets in the file: {shown})" in str(e.value)
+    assert len(str(e.value)) < 500

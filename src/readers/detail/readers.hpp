@@ -1,12 +1,24 @@
 // Constructors of the format readers, one per format; make_reader picks.
 #pragma once
 
+#include <cstddef>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "shardload/formats.hpp"
 #include "shardload/reader.hpp"
 
 namespace shardload::detail {
+
+// How many names a message lists of what a file holds (HDF5's datasets, an archive's arrays, a
+// store's arrays) before it counts the rest.
+inline constexpr std::size_t kListedNames = 10;
+
+// The one rule for those lists: the names in natural order (d2 before d10), the first `shown`
+// of them, then "... and K more"; "none" for none. Unbounded, a file of 100,000 datasets made
+// an error of megabytes, in every traceback and log that carries it.
+std::string listed_names(std::vector<std::string> names, std::size_t shown = kListedNames);
 
 Result<std::unique_ptr<ShardReader>> make_npy_reader(const FormatOptions& options,
                                                      const ReaderContext& context);
