@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "base/detail/json.hpp"
+#include "base/detail/links.hpp"
 #include "cli/commands.hpp"
 #include "shardload/io.hpp"
 #include "shardload/location.hpp"
@@ -55,9 +56,7 @@ Result<WriteMeta> read_write_meta(const std::string& dir) {
   } else {
     struct stat st {};
     if (::stat(path.c_str(), &st) != 0 && errno == ENOENT) {
-      // A link whose target is gone is no "none there": the verification it asks for would
-      // be skipped without a word.
-      if (::lstat(path.c_str(), &st) == 0 && S_ISLNK(st.st_mode)) {
+      if (detail::is_dangling_link(path)) {
         return Status(ErrorCode::kLayout, path + ": a symbolic link whose target does not exist");
       }
       return m;

@@ -29,6 +29,7 @@
 
 #include "base/detail/checked.hpp"
 #include "base/detail/json.hpp"
+#include "base/detail/links.hpp"
 #include "readers/detail/object_layout.hpp"
 #include "readers/detail/readers.hpp"
 #include "readers/detail/write_files.hpp"
@@ -442,10 +443,7 @@ class RawReader final : public ShardReader {
             return Status(ErrorCode::kIo,
                           path + ": cannot stat the sidecar (" + std::strerror(err) + ")");
           }
-          // Only no entry at all is no sidecar: a link whose target is gone (moved, a
-          // volume not mounted) would lose the sidecar's header_bytes and read headers as rows.
-          struct ::stat link {};
-          if (ctx_.source->traits(path).kernel_files && ::lstat(path.c_str(), &link) == 0) {
+          if (ctx_.source->traits(path).kernel_files && detail::is_dangling_link(path)) {
             return Status(ErrorCode::kLayout,
                           path + ": the sidecar is a symbolic link whose target does not exist");
           }

@@ -31,6 +31,7 @@
 
 #include "base/detail/checked.hpp"
 #include "base/detail/json.hpp"
+#include "base/detail/links.hpp"
 #include "readers/detail/readers.hpp"
 #include "readers/detail/zarr.hpp"
 #include "shardload/byte_order.hpp"
@@ -82,9 +83,9 @@ Result<PathKind> path_kind(ShardSource& source, const std::string& path,
   struct ::stat st {};
   if (::stat(path.c_str(), &st) != 0) {
     const int err = errno;
-    // A link whose target is gone (a chunk or metadata file linked from a pool that was
-    // deleted, a volume not mounted) is no chunk never written: its rows are not the fill value.
-    if (err == ENOENT && ::lstat(path.c_str(), &st) == 0 && S_ISLNK(st.st_mode)) {
+    // A chunk linked from a pool that was deleted is no chunk never written: its rows are not
+    // the fill value.
+    if (err == ENOENT && detail::is_dangling_link(path)) {
       return Status(ErrorCode::kIo, (shown.empty() ? path : shown) +
                                         ": a symbolic link whose target does not exist");
     }
