@@ -1,5 +1,7 @@
 #include "shardload/layout.hpp"
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
@@ -143,6 +145,11 @@ Result<Format> resolve_format(const std::string& path, const FormatOptions& opti
   if (by_ext != Format::kAuto) return by_ext;
   const Format by_content = sniff_format(path, source);
   if (by_content != Format::kAuto) return by_content;
+  // A FIFO, socket or device has no first bytes to tell by, and no format= reads it.
+  if (struct ::stat st{}; source.traits(path).kernel_files && ::stat(path.c_str(), &st) == 0 &&
+                          !S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode)) {
+    return Status(ErrorCode::kLayout, path + ": not a regular file");
+  }
   return Status(ErrorCode::kLayout,
                 path + ": cannot tell the format from the name or the first bytes; name it with " +
                     option_mention("format") + " (" + format_names_text() + ")");

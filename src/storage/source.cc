@@ -254,6 +254,22 @@ Status check_url(const std::string& text) {
 
 namespace {
 
+// Whether a source's last part `last`, named as no existing path, is a numbered pattern rather
+// than a glob: it holds a brace and either no wildcard (then the pattern's parse says what is
+// wrong with it) or one field and no escaped brace. A glob's braces are literal, as glob(3)'s
+// and fnmatch(3)'s are, escaped or not: "run{1}/*.npy", "a{b}_*.npy" and "a\{\}_*.npy" are
+// globs, "x[1]_{:04d}.npy" a pattern of names that hold '[' and ']'.
+bool numbered_pattern(std::string_view last) {
+  if (last.find('{') == std::string_view::npos) return false;
+  if (last.find_first_of("*?[") == std::string_view::npos) return true;
+  return last.find("\\{") == std::string_view::npos && last.find("\\}") == std::string_view::npos &&
+         static_cast<bool>(NumberPattern::parse(last));
+}
+
+}  // namespace
+
+namespace {
+
 // Object storage has no directories of its own: a URL ending in '/' is one, a URL naming an
 // object is that object, any other a prefix (asked of the store: one request). The query
 // configures the store, so wildcards and numbering are looked for in the key only, and in its
@@ -281,7 +297,7 @@ Result<Source> parse_remote(const std::string& text, const std::string& pattern)
   }
   const auto slash = key.rfind('/');
   const std::string last = key.substr(slash + 1);
-  if (last.find('{') != std::string::npos) {
+  if (numbered_pattern(last)) {
     if (!pattern.empty()) {
       return Status(ErrorCode::kInvalidArgument,
                     "source '" + text + "' is already a pattern; do not also pass a pattern");
@@ -332,15 +348,18 @@ Result<Source> Source::parse(const std::string& text, const std::string& pattern
   struct ::stat st {};
   if (::stat(text.c_str(), &st) == 0) {
     if (S_ISDIR(st.st_mode)) return directory(text, pattern);
-    if (S_ISREG(st.st_mode)) {
-      if (!pattern.empty()) {
-        return Status(ErrorCode::kInvalidArgument,
-                      "source '" + text + "' is a file; a pattern applies only to a directory");
-      }
-      return list({text});
+    if (!pattern.empty()) {
+      return Status(ErrorCode::kInvalidArgument,
+                    "source '" + text + "' is a file; a pattern applies only to a directory");
     }
+    // A FIFO, socket or device too is a file source, refused as one ("not a regular file"
+    // when it is opened), not taken for a directory.
+    return list({text});
   }
-  if (text.find('{') != std::string::npos) {
+  const auto last_slash = text.rfind('/');
+  if (numbered_pattern(last_slash == std::string::npos
+                           ? std::string_view(text)
+                           : std::string_view(text).substr(last_slash + 1))) {
     if (!pattern.empty()) {
       return Status(ErrorCode::kInvalidArgument,
                     "source '" + text + "' is already a pattern; do not also pass a pattern");
@@ -357,7 +376,8 @@ Result<Source> Source::parse(const std::string& text, const std::string& pattern
                     "source '" + text + "' is a glob; a pattern applies only to a directory");
     }
     // Every part of a glob is a glob: a directory "run[1]" in it is spelled
-    // "run\[1\]" (glob(3) escapes), or named with a pattern or a list.
+    // "run\[1\]" (glob(3) escapes), or named with a pattern or a list. Braces are literal
+    // (no GLOB_BRACE): "run{1}/*.npy", as "run\{1\}/*.npy".
     return glob(text);
   }
   return directory(text, pattern);
@@ -378,23 +398,39 @@ std::string Source::describe() const {
 
 Result<NumberPattern> NumberPattern::parse(std::string_view pattern) {
   SHARDLOAD_RETURN_IF_ERROR(check_no_nul("pattern", std::string(pattern)));
-  const auto open = pattern.find('{');
-  const auto close = pattern.find('}', open == std::string_view::npos ? 0 : open);
   auto bad = [&](const std::string& why) {
     return Status(ErrorCode::kInvalidArgument, "pattern '" + std::string(pattern) + "': " + why +
-                                                   " (expected one field such as {:04d} or {})");
+                                                   " (expected one field such as {:04d} or {}; a "
+                                                   "literal brace is written {{ or }})");
   };
-  if (open == std::string_view::npos || close == std::string_view::npos) {
-    return bad("no number field");
-  }
+  // Python's str.format spelling: "{{" and "}}" are literal braces, so that a name holding
+  // braces ("a{b}_0000.npy") can be numbered at all ('a{{b}}_{:04d}.npy').
   NumberPattern p;
-  p.prefix = std::string(pattern.substr(0, open));
-  p.suffix = std::string(pattern.substr(close + 1));
-  if (p.prefix.find_first_of("{}/") != std::string::npos ||
-      p.suffix.find_first_of("{}/") != std::string::npos) {
-    return bad("more than one field, or a '/' in the file-name pattern");
+  std::string* text = &p.prefix;
+  std::string_view spec;
+  bool field = false;
+  for (std::size_t i = 0; i < pattern.size(); ++i) {
+    const char c = pattern[i];
+    if ((c == '{' || c == '}') && i + 1 < pattern.size() && pattern[i + 1] == c) {
+      text->push_back(c);
+      ++i;
+    } else if (c == '{') {
+      const auto close = pattern.find('}', i + 1);
+      if (close == std::string_view::npos) return bad("no number field");
+      if (field) return bad("more than one field, or a '/' in the file-name pattern");
+      field = true;
+      spec = pattern.substr(i + 1, close - i - 1);
+      text = &p.suffix;
+      i = close;
+    } else if (c == '}') {
+      return bad("a '}' that closes no field");
+    } else if (c == '/') {
+      return bad("more than one field, or a '/' in the file-name pattern");
+    } else {
+      text->push_back(c);
+    }
   }
-  std::string_view spec = pattern.substr(open + 1, close - open - 1);
+  if (!field) return bad("no number field");
   if (spec.empty() || spec == ":d") return p;
   // Accepted: ":0Nd" (zero-padded to N digits) and ":Nd" is rejected since
   // space padding cannot be part of a file name we match.
@@ -410,6 +446,16 @@ Result<NumberPattern> NumberPattern::parse(std::string_view pattern) {
   }
   p.width = width;
   return p;
+}
+
+std::string NumberPattern::escape(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (const char c : text) {
+    out.push_back(c);
+    if (c == '{' || c == '}') out.push_back(c);
+  }
+  return out;
 }
 
 std::string NumberPattern::format(std::int64_t n) const {
@@ -748,7 +794,10 @@ Result<DirectoryScan> scan_directory(const std::string& directory) {
     for (const auto& [width, names] : spellings) {
       const auto [lo, hi] = std::minmax_element(names.begin(), names.end(), by_number);
       NumberedGroup out;
-      out.pattern = g.prefix + (width > 0 ? "{:0" + std::to_string(width) + "d}" : "{}") + g.ext;
+      // The name's own braces are literal: "a{b}_0000.npy" is 'a{{b}}_{:04d}.npy'.
+      out.pattern = NumberPattern::escape(g.prefix) +
+                    (width > 0 ? "{:0" + std::to_string(width) + "d}" : "{}") +
+                    NumberPattern::escape(g.ext);
       out.prefix = g.prefix;
       out.extension = g.ext;
       out.first = *lo;
@@ -794,22 +843,38 @@ std::string DirectoryScan::describe(
   return out + parts;
 }
 
+namespace {
+
+// `text` matched literally by a glob: its wildcards and braces escaped, so that the glob is
+// never taken for a numbered pattern (Source::parse). `text` is a local path's every part
+// (glob(3) reads them all) or an object's last part (a prefix is taken as spelled).
+std::string glob_literal(std::string_view text) {
+  std::string out;
+  for (const char c : text) {
+    if (c == '*' || c == '?' || c == '[' || c == '\\' || c == '{' || c == '}') out += '\\';
+    out += c;
+  }
+  return out;
+}
+
+}  // namespace
+
 std::string DirectoryScan::suggestion() const {
   // A URL's query ends the glob, as it ends every URL derived from the directory's.
   const auto glob = [&](const std::string& name) {
     return path_for_message(is_remote_url(directory) ? join_key(directory, name)
-                                                     : join_path(directory, name));
+                                                     : join_path(glob_literal(directory), name));
   };
   for (const auto& g : groups) {
     return "; pass " + option_mention("pattern", true) + "'" + path_for_message(g.pattern) +
            "' or a glob '" +
-           glob(g.extension.empty() ? g.pattern.substr(0, g.pattern.find('{')) + "*"
-                                    : "*" + g.extension) +
+           glob(g.extension.empty() ? glob_literal(g.prefix) + "*"
+                                    : "*" + glob_literal(g.extension)) +
            "'";
   }
   for (const auto& x : extensions) {
     if (x.extension.empty()) continue;
-    return "; pass a glob '" + glob("*" + x.extension) + "'";
+    return "; pass a glob '" + glob("*" + glob_literal(x.extension)) + "'";
   }
   return {};
 }

@@ -44,6 +44,23 @@ TEST(NumberPattern, FormatAndMatch) {
   }
 }
 
+TEST(NumberPattern, DoubledBracesAreLiteral) {
+  // A name holding braces ("a{b}_0000.npy") is numbered by a pattern that doubles them, as
+  // str.format spells a literal brace; auto-discovery writes its patterns so.
+  auto p = NumberPattern::parse("a{{b}}_{:04d}.n}}py");
+  ASSERT_TRUE(p) << p.status().message();
+  EXPECT_EQ(p->prefix, "a{b}_");
+  EXPECT_EQ(p->suffix, ".n}py");
+  EXPECT_EQ(p->format(3), "a{b}_0003.n}py");
+  EXPECT_EQ(p->match("a{b}_0003.n}py"), 3);
+  EXPECT_EQ(p->match("a{{b}}_0003.n}}py"), -1);
+  for (const char* bad : {"a{b}_{:04d}", "a}_{}", "{{:04d}}", "a{{{:04d"}) {
+    EXPECT_FALSE(NumberPattern::parse(bad)) << bad;
+  }
+  EXPECT_TRUE(NumberPattern::parse("a{{{:04d}}}"));
+  EXPECT_EQ(NumberPattern::parse("a{{{:04d}")->prefix, "a{");
+}
+
 TEST(NaturalOrder, NumbersCompareByValue) {
   std::vector<std::string> v{"f10.npy", "f2.npy", "f1.npy", "f02.npy", "a.npy", "f100.npy", "f9z"};
   std::sort(v.begin(), v.end(), [](const auto& a, const auto& b) { return natural_less(a, b); });
@@ -179,6 +196,32 @@ TEST_F(SourceTest, ExistingDirectoryOrFileBeforePatternOrGlob) {
     ASSERT_TRUE(file);
     EXPECT_EQ(file->kind, Source::Kind::kList) << name;
   }
+}
+
+TEST_F(SourceTest, AGlobsBracesAreLiteral) {
+  // The only brace in a directory part, or braces that make no field: a glob, as glob(3)
+  // reads it (no GLOB_BRACE), escaped or not.
+  const std::string d = dir_.file("run{1}");
+  ASSERT_EQ(::mkdir(d.c_str(), 0755), 0);
+  testing::write_file(d + "/a{b}_0.npy", "");
+  testing::write_file(d + "/a{b}_1.npy", "");
+  const std::vector<std::string> want{d + "/a{b}_0.npy", d + "/a{b}_1.npy"};
+  for (const std::string glob : {"run{1}/*.npy", "run\\{1\\}/*.npy", "run{1}/a{b}_*.npy",
+                                 "run{1}/a\\{b\\}_*.npy", "run{1}/a[{]b[}]_*.npy"}) {
+    auto src = Source::parse(dir_.file(glob));
+    ASSERT_TRUE(src) << glob;
+    EXPECT_EQ(src->kind, Source::Kind::kGlob) << glob;
+    auto paths = resolve(*src);
+    ASSERT_TRUE(paths) << glob << ": " << paths.status().message();
+    EXPECT_EQ(*paths, want) << glob;
+  }
+  // One field and no escaped brace: a numbered pattern, its directory part literal.
+  auto pat = Source::parse(d + "/a{{b}}_{}.npy");
+  ASSERT_TRUE(pat);
+  EXPECT_EQ(pat->kind, Source::Kind::kDirectory);
+  auto paths = resolve(*pat);
+  ASSERT_TRUE(paths) << paths.status().message();
+  EXPECT_EQ(*paths, want);
 }
 
 TEST_F(SourceTest, NulIsRefusedNeverCut) {

@@ -385,3 +385,106 @@ def test_a_later_file_whose_first_bytes_say_another_format_is_refused_among_raw_
     got = shardload.discover([str(tmp_path / "part_0.bin"), str(tmp_path / name)],
                              dtype="float32", trailing_shape=(4,))
     np.testing.assert_array_equal(got.read(0, 16), np.concatenate([a, -a]))
+
+
+# ---- braces in names: literal, never a field of a pattern the user did not write -----------
+
+BRACED = ["a{b}_", "a{}_", "a{0}_", "a{:04d}_", "a}{_"]
+
+
+@pytest.mark.parametrize("prefix", BRACED)
+def test_shards_whose_names_hold_braces_are_found_by_auto_discovery(tmp_path: pathlib.Path,
+                                                                    prefix: str) -> None:
+    """Auto-discovery built the pattern from the names as they are, so 'a{b}_0000.npy' ... was
+    refused with an error about the pattern 'a{b}_{:04d}.npy', which the user never wrote.
+    The names' braces are literal: the shards load in their order, as a list of them does."""
+    d = tmp_path / "d"
+    names = [f"{prefix}{i:04d}.npy" for i in range(3)]
+    numbered(d, names)
+    want = shardload.discover([str(d / n) for n in names]).read()
+    layout = shardload.discover(d)
+    assert layout.paths == [str(d / n) for n in names]
+    np.testing.assert_array_equal(layout.read(), want)
+    # The pattern it stands for, braces doubled as str.format spells them, names them too.
+    escaped = prefix.replace("{", "{{").replace("}", "}}") + "{:04d}.npy"
+    assert escaped.format(2) == names[2]
+    np.testing.assert_array_equal(shardload.discover(d, pattern=escaped).read(), want)
+    np.testing.assert_array_equal(shardload.discover(str(d / escaped)).read(), want)
+    # A glob's braces are literal (glob(3) without GLOB_BRACE), escaped or, where the name is
+    # no numbered pattern of its own ('a{}_*.npy' is one), plain.
+    globs = ["*.npy", prefix.replace("{", "\\{").replace("}", "\\}") + "*.npy",
+             prefix.replace("{", "[{]").replace("}", "[}]") + "*.npy"]
+    if prefix not in ("a{}_", "a{:04d}_"):
+        globs.append(f"{prefix}*.npy")
+    for glob in globs:
+        np.testing.assert_array_equal(shardload.discover(str(d / glob)).read(), want)
+
+
+def test_a_brace_that_is_no_field_is_named_with_its_escape(tmp_path: pathlib.Path) -> None:
+    d = tmp_path / "d"
+    numbered(d, FOUR)
+    with pytest.raises(ValueError, match=re.escape(
+            "pattern 'a{b}_{:04d}.npy': more than one field, or a '/' in the file-name pattern "
+            "(expected one field such as {:04d} or {}; a literal brace is written {{ or }})")):
+        shardload.discover(d, pattern="a{b}_{:04d}.npy")
+    with pytest.raises(ValueError, match=re.escape("pattern 'a}_{:04d}.npy': a '}' that closes "
+                                                   "no field")):
+        shardload.discover(d, pattern="a}_{:04d}.npy")
+
+
+def test_the_cli_inspects_and_suggests_braced_names(tmp_path: pathlib.Path,
+                                                    cli: pathlib.Path) -> None:
+    import subprocess
+    d = tmp_path / "d"
+    numbered(d, [f"a{{b}}_{i:04d}.npy" for i in range(3)])
+    r = subprocess.run([str(cli), "inspect", str(d)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert "shards:         3" in r.stdout, r.stdout
+    # What the suggestion says to pass works as written.
+    t = tmp_path / "t"
+    t.mkdir()
+    for i in range(2):
+        (t / f"r{{x}}_{i}").write_text("not data")
+    with pytest.raises(shardload.LayoutError) as e:
+        shardload.discover(t)
+    msg = str(e.value)
+    glob = f"{t}/r\\{{x\\}}_*"
+    assert f"pass pattern='r{{{{x}}}}_{{}}' or a glob '{glob}'" in msg, msg
+    raw = {"format": "raw", "dtype": "u1", "trailing_shape": ()}
+    assert shardload.discover(t, pattern="r{{x}}_{}", **raw).shape == (16,)
+    assert shardload.discover(glob, **raw).shape == (16,)
+
+
+@pytest.mark.parametrize("name, escaped", [("run{1}", "run\\{1\\}"), ("run{}", "run\\{\\}"),
+                                           ("run[1]", "run\\[1\\]"), ("r{:04d}", "r{:04d}")])
+def test_a_glob_under_a_directory_whose_name_holds_braces(tmp_path: pathlib.Path, name: str,
+                                                          escaped: str) -> None:
+    """'run{1}/*.npy' was taken for a numbered pattern in the directory 'run{1}' (its only
+    brace is in a directory part), and refused for lacking a number field, escaped or not,
+    while docs/errors.md says to escape such a directory in a glob."""
+    d = tmp_path / name
+    numbered(d, ["part_0.npy", "part_1.npy"])
+    want = shardload.discover([str(d / "part_0.npy"), str(d / "part_1.npy")]).read()
+    np.testing.assert_array_equal(shardload.discover(str(tmp_path / escaped / "*.npy")).read(),
+                                  want)
+    if "[" not in name:
+        np.testing.assert_array_equal(shardload.discover(str(d / "*.npy")).read(), want)
+    # A pattern's directory part stays literal.
+    np.testing.assert_array_equal(shardload.discover(str(d / "part_{}.npy")).read(), want)
+
+
+def test_braced_names_under_an_s3_prefix(bucket) -> None:
+    names = [f"a{{b}}_{i:04d}.npy" for i in range(3)]
+    for i, name in enumerate(names):
+        bucket.put_npy(f"br/{name}", np.full((2, 2), i, dtype=np.int32))
+    want = shardload.discover([bucket.url(f"br/{n}") for n in names],
+                              storage_options=bucket.options).read()
+    assert want.shape == (6, 2)
+    layout = shardload.discover(bucket.url("br/"), storage_options=bucket.options)
+    np.testing.assert_array_equal(layout.read(), want)
+    np.testing.assert_array_equal(
+        shardload.discover(bucket.url("br/a{b}_*.npy"), storage_options=bucket.options).read(),
+        want)
+    np.testing.assert_array_equal(
+        shardload.discover(bucket.url("br/a{{b}}_{:04d}.npy"),
+                           storage_options=bucket.options).read(), want)

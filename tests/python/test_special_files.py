@@ -603,6 +603,33 @@ def test_index_verify_and_discover_once_refuse_a_mistyped_url_as_discover_does(
     with pytest.raises(ValueError) as e:
         shardload.discover(text)
     advice = str(e.value).split("': ", 1)[1]  # "a URL needs two slashes ... write '...'"
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("name", ["x.npy", "s.h5", "shard_0000.xyz"])
+def test_a_special_file_named_as_the_source_or_in_a_list_is_not_a_regular_file(
+        tmp_path: pathlib.Path, kind: str, name: str) -> None:
+    """A FIFO, socket or device named as the source itself was "not a directory"; in a list,
+    pattern or glob under a name that says no format it was "cannot tell the format ... name
+    it with format=", which no format= mends. Each is "PATH: not a regular file"."""
+    special = tmp_path / name
+    make_special(special, kind)
+    sources: list[object] = [str(special), [str(special)]]
+    if name.endswith(".xyz"):
+        sources += [str(tmp_path / "shard_{:04d}.xyz"), str(tmp_path / "*.xyz")]
+    for source in sources:
+        out = isolated(f"report(lambda: shardload.discover({source!r}))")
+        assert out["layout"], (source, out)
+        assert f"{special}: not a regular file" in out["msg"], (source, out)
+
+
+@pytest.mark.parametrize("source", ["'/dev/null'", "['/dev/null']"])
+def test_a_device_named_as_the_source_is_not_a_regular_file(source: str, cli) -> None:
+    out = isolated(f"report(lambda: shardload.discover({source}))")
+    assert out["layout"] and "/dev/null: not a regular file" in out["msg"], out
+    r = subprocess.run([str(cli), "inspect", "/dev/null"], capture_output=True, text=True,
+                       timeout=TIMEOUT)
+    assert r.returncode != 0 and "/dev/null: not a regular file" in r.stderr, r.stderr
+
+
     assert advice.startswith("a URL needs two slashes after the scheme: write "), advice
     calls = {"index": lambda: shardload.index(text),
              "verify": lambda: shardload.verify(text, on_host=True),

@@ -59,7 +59,10 @@ struct NumberPattern {
   int width = 0;  // zero-padded minimum width; 0 means plain decimal
   std::string suffix;
 
+  // "shard_{:04d}.npy": one field, {} or {:0Nd}; "{{" and "}}" are literal braces.
   static Result<NumberPattern> parse(std::string_view pattern);
+  // `text` as a pattern's literal part: its braces doubled.
+  static std::string escape(std::string_view text);
   [[nodiscard]] std::string format(std::int64_t n) const;
   // The number a file name stands for, or -1 if the name does not match
   // exactly as format() would write it.
