@@ -6,8 +6,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cstring>
+#include <iterator>
 
 #include "readers/detail/readers.hpp"
 #include "shardload/reader_registry.hpp"
@@ -44,6 +46,11 @@ bool hdf5_sniff(const File& f, std::uint64_t size) {
   return false;
 }
 
+// A store's root metadata: an array's (v2 .zarray, v3 zarr.json) or a group's (v2 .zgroup, v3
+// zarr.json), whose array dataset= names: a v2 group is one store, as a v3 group is, not a
+// directory of numbered shards.
+constexpr const char* kZarrRootMetadata[] = {"/.zarray", "/zarr.json", "/.zgroup"};
+
 bool zarr_store(const std::string& path) {
   if (path_traits(path).flat_keys) {
     // A prefix is a store when its metadata object exists: a HEAD each, never a LIST (a v2
@@ -52,20 +59,21 @@ bool zarr_store(const std::string& path) {
     auto [base, query] = split_options(path);
     while (!base.empty() && base.back() == '/') base.pop_back();
     // An open is the one request (and works with any store, whose stat_path a RemoteIo need not
-    // have). Both are asked at once: a directory of shards answers two 404s, and one round trip is
-    // all that should cost.
+    // have). All are asked at once: a directory of shards answers three 404s, and one round trip
+    // is all that should cost.
     const auto exists = [&](const char* meta) {
       FileInfo info;
       return static_cast<bool>(ShardSource::files()->open_stat(base + meta + query, &info));
     };
-    bool found[2] = {false, false};
-    detail::StorageContext::process().pool().run(
-        2, [&](std::size_t k) { found[k] = exists(k == 0 ? "/.zarray" : "/zarr.json"); });
-    return found[0] || found[1];
+    bool found[std::size(kZarrRootMetadata)] = {};
+    detail::StorageContext::process().pool().run(std::size(kZarrRootMetadata), [&](std::size_t k) {
+      found[k] = exists(kZarrRootMetadata[k]);
+    });
+    return std::find(std::begin(found), std::end(found), true) != std::end(found);
   }
   struct ::stat st {};
   if (::stat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) return false;
-  for (const char* meta : {"/.zarray", "/zarr.json"}) {
+  for (const char* meta : kZarrRootMetadata) {
     if (::access((path + meta).c_str(), F_OK) == 0) return true;
   }
   return false;

@@ -169,11 +169,11 @@ def test_index_writes_the_manifest_object_and_discovery_uses_it(server, proxy):
     probing = len(proxy.log)
     # One GET per object (its first bytes: the header, and the size and ETag with them), no
     # HEAD; besides them one LIST (the format's scan and the pattern's resolve share it) and
-    # the look-ups of the manifest and of Zarr metadata (.zarray and zarr.json).
+    # the look-ups of the manifest and of Zarr metadata (.zarray, zarr.json and .zgroup).
     assert shard_requests(proxy, "d", "GET") == 8, proxy.log
     assert shard_requests(proxy, "d", "HEAD") == 0, proxy.log
     assert sum("list-type=" in t for _, t, _, _ in proxy.log) == 1, proxy.log
-    assert probing - 8 == 4, proxy.log
+    assert probing - 8 == 5, proxy.log
 
     written = shardload.index(b.url("d/"), storage_options=b.direct)
     assert written.startswith(b.url("d/shardload.manifest"))
@@ -232,7 +232,7 @@ def test_the_store_look_ups_and_the_list_do_not_wait_for_the_manifests_answer(se
         asked = {t.split("?")[0].rsplit("/", 1)[-1] if "list-type=" not in t else "LIST": at
                  for (_, t, _, _), at in zip(proxy.log, proxy.arrived)}
         manifest = asked["shardload.manifest"]
-        looked = ["LIST"] + ([".zarray", "zarr.json"] if not kwargs else [])
+        looked = ["LIST"] + ([".zarray", "zarr.json", ".zgroup"] if not kwargs else [])
         assert all(asked[k] - manifest < hold / 2 for k in looked), (kwargs, asked)
         assert kwargs or all(k in asked for k in looked), asked
         # The shards are probed once the manifest's answer (none) is in.

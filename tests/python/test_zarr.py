@@ -123,6 +123,31 @@ def test_v2_group_dataset(tmp_path):
         shardload.discover(tmp_path, format="zarr")
 
 
+@pytest.mark.parametrize("fmt", [2, 3])
+@pytest.mark.parametrize("name", ["grp", "grp.zarr"])
+def test_a_group_passed_as_one_directory_is_one_store(tmp_path, fmt, name):
+    """A v2 group (.zgroup at its root, as zarr-python writes one) passed as its directory with
+    dataset= was taken for a directory of numbered shards ("no numbered shards ... 3 other"),
+    even named *.zarr or with format='zarr', while a v3 group (zarr.json) was a store. Both
+    are one store now, whose array dataset= names."""
+    store = tmp_path / name
+    g = zarr.open_group(str(store), mode="w", zarr_format=fmt)
+    a = g.create_array("a", shape=(5, 2), dtype="u2", chunks=(2, 2))
+    a[...] = np.arange(10, dtype="u2").reshape(5, 2)
+    g.create_group("sub").create_array("b", shape=(1,), dtype="u1", chunks=(1,))
+    want = zarr.open_array(str(store), path="a", mode="r")[...]
+    for source in (str(store), [str(store)]):
+        for options in ({}, {"format": "zarr"}):
+            if isinstance(source, list) and name == "grp" and not options:
+                continue  # neither the name nor a file's first bytes says Zarr
+            layout = shardload.discover(source, dataset="a", **options)
+            assert layout.format == "zarr" and layout.paths == [str(store)]
+            check_ranges(layout, want, [(0, 5), (1, 4)])
+    # Without dataset=, the store's arrays are named, as a v3 group's are.
+    with pytest.raises(shardload.LayoutError, match=r"arrays in the store: a.*|dataset="):
+        shardload.discover(str(store))
+
+
 # ---- codecs ------------------------------------------------------------------------------
 
 V2_COMPRESSORS = {
