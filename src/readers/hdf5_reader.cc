@@ -132,22 +132,55 @@ bool path_exists(const Hdf5Api& api, hid_t file, const std::string& path, hid_t 
   return true;
 }
 
+// `path` as an absolute path: a relative one in the working directory (as it is now).
+std::string absolute_path(const std::string& path) {
+  if (path.empty() || path.front() == '/') return path;
+  std::string cwd(PATH_MAX + 1, '\0');
+  if (::getcwd(cwd.data(), cwd.size()) == nullptr) return path;
+  cwd.resize(std::strlen(cwd.c_str()));
+  return cwd.back() == '/' ? cwd + path : cwd + "/" + path;
+}
+
+// The HDF5_EXTFILE_PREFIX HDF5 uses in front of a relative external storage name, or "" where
+// it uses none (unset, empty or "."): then the name is the working directory's.
+std::string external_env_prefix() {
+  const char* env = std::getenv("HDF5_EXTFILE_PREFIX");
+  const std::string prefix = env != nullptr ? env : "";
+  return prefix == "." ? std::string() : prefix;
+}
+
 // Where HDF5 1.10 itself looks for an external storage file `name` of the
 // dataset in `file` opened with the default access list (H5D__build_file_prefix
 // and H5_combine_path): HDF5_EXTFILE_PREFIX in front of a relative name, with
 // a leading ${ORIGIN} meaning the file's directory; else the name as it is,
-// relative to the working directory.
+// relative to the working directory. For an absolute `file`, made absolute against the
+// working directory as it is now: its layout keeps the file discovery found, which a later
+// working directory (a chdir, a worker started elsewhere) does not change. A relative `file`
+// is itself the working directory's, and so stays its external file.
 std::string external_path(const std::string& file, const std::string& name) {
   if (name.empty() || name.front() == '/') return name;
-  const char* env = std::getenv("HDF5_EXTFILE_PREFIX");
-  std::string prefix = env != nullptr ? env : "";
-  if (prefix.empty() || prefix == ".") return name;
-  if (prefix.rfind("${ORIGIN}", 0) == 0) {
-    const auto slash = file.rfind('/');
-    const std::string dir = slash == std::string::npos ? "." : file.substr(0, slash + 1);
-    prefix = dir + prefix.substr(9);
+  std::string prefix = external_env_prefix();
+  std::string full = name;
+  if (!prefix.empty()) {
+    if (prefix.rfind("${ORIGIN}", 0) == 0) {
+      const auto slash = file.rfind('/');
+      const std::string dir = slash == std::string::npos ? "." : file.substr(0, slash + 1);
+      prefix = dir + prefix.substr(9);
+    }
+    full = prefix.back() == '/' ? prefix + name : prefix + "/" + name;
   }
-  return prefix.back() == '/' ? prefix + name : prefix + "/" + name;
+  return !file.empty() && file.front() == '/' ? absolute_path(full) : full;
+}
+
+// For a message: how HDF5 resolved the relative external storage name `name` to `full`; "" for
+// an absolute one.
+std::string external_resolution(const std::string& name, const std::string& full) {
+  if (name.empty() || name.front() == '/') return {};
+  const std::string prefix = external_env_prefix();
+  return " (a relative name, which HDF5 resolves against " +
+         (prefix.empty() ? std::string("the working directory")
+                         : "HDF5_EXTFILE_PREFIX '" + prefix + "'") +
+         ": " + full + ")";
 }
 
 // The external storage files of a dataset, each once, in the dataset's
@@ -335,7 +368,8 @@ class Hdf5Reader final : public ShardReader {
       auto ext = ctx_.source->open(x.path);
       if (!ext) {
         return ext.status().with_context(path + ": dataset '" + dataset_of(p.shard) +
-                                         "': external storage file '" + name + "'");
+                                         "': external storage file '" + name + "'" +
+                                         external_resolution(name, x.path));
       }
       SHARDLOAD_ASSIGN_OR_RETURN(x.snapshot, ext->stat());
       if (!x.snapshot.regular) {
@@ -384,7 +418,8 @@ class Hdf5Reader final : public ShardReader {
       Hdf5Lock lock(api_);
       api_.H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
       const std::vector<std::byte> head;
-      SHARDLOAD_ASSIGN_OR_RETURN(OpenDataset d, open(f, s.snapshot.size, dataset_of(s), head));
+      SHARDLOAD_ASSIGN_OR_RETURN(OpenDataset d,
+                                 open(f, s.snapshot.size, dataset_of(s), head, &s.linked));
       SHARDLOAD_RETURN_IF_ERROR(no_virtual_cycle(d, s.path, &files));
     } catch (const std::exception& e) {
       return Status(ErrorCode::kFormat, s.path + ": " + e.what());
@@ -454,7 +489,8 @@ class Hdf5Reader final : public ShardReader {
     try {
       Hdf5Lock lock(api_);
       api_.H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
-      SHARDLOAD_ASSIGN_OR_RETURN(OpenDataset d, open(f, s.snapshot.size, dataset_of(s), head));
+      SHARDLOAD_ASSIGN_OR_RETURN(OpenDataset d,
+                                 open(f, s.snapshot.size, dataset_of(s), head, &s.linked));
       const std::string where = s.path + ": dataset '" + d.name + "'";
       // The snapshot guards the file; this guards a layout rebuilt from stale
       // task arguments.
@@ -788,8 +824,11 @@ class Hdf5Reader final : public ShardReader {
   // An object in object storage has no name HDF5 can open: HDF5 reads it through `checked`
   // (of `size` bytes, its snapshot's) by ranged reads (hdf5_remote.cc).
   // `head`: a remote object's first bytes (remote_head), read before the lock was taken.
+  // `linked`: the discovered shard's linked files, whose external storage files the dataset's
+  // relative names are pinned to (pinned_external_prefix); null at discovery.
   Result<OpenDataset> open(const File& checked, std::uint64_t size, const std::string& name,
-                           const std::vector<std::byte>& head) {
+                           const std::vector<std::byte>& head,
+                           const std::vector<LinkedFile>* linked = nullptr) {
     const std::string& path = checked.path();
     OpenDataset d;
     // A descriptor that is not the kernel's (an object, a store's key, a file through an
@@ -863,7 +902,23 @@ class Hdf5Reader final : public ShardReader {
                           path + ": '" + d.name + "' is not a readable dataset: ");
     }
     SHARDLOAD_RETURN_IF_ERROR(check_in_the_shard(d, path));
-    SHARDLOAD_RETURN_IF_ERROR(check_external_files(d, path));
+    std::string efile_prefix;
+    if (linked != nullptr) {
+      SHARDLOAD_ASSIGN_OR_RETURN(efile_prefix, pinned_external_prefix(d, path, *linked));
+    }
+    if (!efile_prefix.empty()) {
+      // The prefix is taken when the dataset is opened: opened again with it.
+      d.dataset = Hid();
+      if (api_.H5Pset_efile_prefix(dapl.get(), efile_prefix.c_str()) < 0) {
+        return Status(ErrorCode::kFormat, path + ": external storage prefix: " + take_error(api_));
+      }
+      d.dataset = Hid(api_.H5Dopen2(d.file.get(), d.name.c_str(), dapl.get()), api_.H5Dclose);
+      if (!d.dataset.valid()) {
+        return hdf5_failure(ErrorCode::kFormat,
+                            path + ": '" + d.name + "' is not a readable dataset: ");
+      }
+    }
+    SHARDLOAD_RETURN_IF_ERROR(check_external_files(d, path, efile_prefix));
     SHARDLOAD_RETURN_IF_ERROR(check_virtual_files(d, path));
     Hid space(api_.H5Dget_space(d.dataset.get()), api_.H5Sclose);
     const H5S_class_t sc =
@@ -1391,21 +1446,15 @@ class Hdf5Reader final : public ShardReader {
   // by the name HDF5 will use (at discovery and before each read): a FIFO,
   // socket or device is refused instead of hanging the read. This narrows
   // but cannot close the window between the check and HDF5's open.
-  Status check_external_files(const OpenDataset& d, const std::string& path) {
+  // `efile_prefix`: the dataset's pinned prefix (pinned_external_prefix), "" for HDF5's search
+  // (external_path).
+  Status check_external_files(const OpenDataset& d, const std::string& path,
+                              const std::string& efile_prefix) {
     Hid dcpl(api_.H5Dget_create_plist(d.dataset.get()), api_.H5Pclose);
     const int count = dcpl.valid() ? api_.H5Pget_external_count(dcpl.get()) : -1;
     if (count <= 0) {
       api_.H5Eclear2(H5E_DEFAULT);
       return Status::ok();
-    }
-    // HDF5's search: HDF5_EXTFILE_PREFIX, else the access list's prefix
-    // (none here), else the working directory; "${ORIGIN}" is the file's
-    // directory. An absolute name is used as it is.
-    std::string prefix;
-    if (const char* env = std::getenv("HDF5_EXTFILE_PREFIX")) prefix = env;
-    constexpr std::string_view kOrigin = "${ORIGIN}";
-    if (prefix.compare(0, kOrigin.size(), kOrigin) == 0) {
-      prefix = parent_directory(path) + prefix.substr(kOrigin.size());
     }
     for (int i = 0; i < count; ++i) {
       std::vector<char> buf(PATH_MAX + 1, '\0');
@@ -1417,10 +1466,9 @@ class Hdf5Reader final : public ShardReader {
                                               std::to_string(i) + ": " + take_error(api_));
       }
       const std::string file = buf.data();
-      std::string full = file;
-      if (!file.empty() && file.front() != '/' && !prefix.empty() && prefix != ".") {
-        full = prefix + (prefix.back() == '/' ? "" : "/") + file;
-      }
+      const std::string full = efile_prefix.empty() || file.empty() || file.front() == '/'
+                                   ? external_path(path, file)
+                                   : efile_prefix + file;
       struct ::stat st {};
       if (::stat(full.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
         return Status(ErrorCode::kFormat, path + ": dataset '" + d.name + "': external file " +
@@ -1428,6 +1476,43 @@ class Hdf5Reader final : public ShardReader {
       }
     }
     return Status::ok();
+  }
+
+  // The directory (ending in '/') in which the dataset's relative external storage names are
+  // to be read so that HDF5 opens the files discovery found (`linked`, each external name's file
+  // in the order external_names gives), where HDF5's own search would now find others: its
+  // search follows the working directory, which a chdir or a worker started elsewhere changes
+  // after discovery. "" where the search finds them as it is. Refused, naming both paths,
+  // where HDF5_EXTFILE_PREFIX is set (HDF5 takes it over the access list's prefix) or this
+  // HDF5 has no H5Pset_efile_prefix.
+  Result<std::string> pinned_external_prefix(const OpenDataset& d, const std::string& path,
+                                             const std::vector<LinkedFile>& linked) {
+    const std::string where = path + ": dataset '" + d.name + "'";
+    SHARDLOAD_ASSIGN_OR_RETURN(const std::vector<std::string> names,
+                               external_names(api_, d.dataset.get(), where));
+    for (std::size_t i = 0; i < names.size() && i < linked.size(); ++i) {
+      const std::string& name = names[i];
+      const std::string& found = linked[i].path;
+      const std::string now = external_path(path, name);
+      if (name.empty() || name.front() == '/' || now == found) continue;
+      const bool ends_with_name =
+          found.size() > name.size() &&
+          found.compare(found.size() - name.size(), name.size(), name) == 0 &&
+          found[found.size() - name.size() - 1] == '/';
+      if (ends_with_name && external_env_prefix().empty() && api_.H5Pset_efile_prefix != nullptr) {
+        return found.substr(0, found.size() - name.size());
+      }
+      return Status(ErrorCode::kFormat,
+                    where + ": external storage file '" + name + "' was " + found +
+                        " at discovery, and HDF5 would now read " + now +
+                        " (a relative name, resolved against " +
+                        (external_env_prefix().empty()
+                             ? std::string("the working directory")
+                             : "HDF5_EXTFILE_PREFIX '" + external_env_prefix() + "'") +
+                        ", which changed since discovery); read in the working directory "
+                        "discovery ran in, or store an absolute name");
+    }
+    return std::string();
   }
 
   // A failed HDF5 call: the store's error where a remote read failed inside it (the URL and

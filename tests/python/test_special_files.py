@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import pickle
 import socket
 import subprocess
 import sys
@@ -240,6 +241,50 @@ def test_hdf5_relative_external_file_resolves_as_before(tmp_path: pathlib.Path) 
         np.testing.assert_array_equal(layout.read(0, 4), a)
     finally:
         os.chdir(cwd)
+
+
+def test_a_relative_external_file_is_the_one_discovery_found_in_any_working_directory(
+        tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """HDF5 (h5py too) resolves a relative external storage name against the working
+    directory. A layout discovered in one directory and read in another (a chdir, an unpickled
+    layout in a worker started elsewhere) was refused as "ext.bin: changed since discovery ...
+    replaced by another file", naming a bare ext.bin that had not changed. The layout keeps the
+    absolute path discovery resolved, and the read reads that file."""
+    data, other = tmp_path / "data", tmp_path / "other"
+    data.mkdir()
+    other.mkdir()
+    np.arange(8, dtype="<i4").tofile(data / "ext.bin")
+    np.full(8, 100, dtype="<i4").tofile(other / "ext.bin")
+    shard = data / "s.h5"
+    monkeypatch.chdir(data)
+    with h5py.File(shard, "w") as f:
+        f.create_dataset("x", shape=(8,), dtype="<i4", external=[("ext.bin", 0, 32)])
+    with h5py.File(shard, "r") as f:
+        want = f["x"][...]  # what HDF5 reads where discovery runs
+    layout = shardload.discover(str(shard))
+    np.testing.assert_array_equal(layout.read(), want)
+    monkeypatch.chdir(other)
+    with h5py.File(shard, "r") as f:
+        assert (f["x"][...] == 100).all()  # HDF5's own search now finds the other file
+    np.testing.assert_array_equal(layout.read(), want)
+    np.testing.assert_array_equal(pickle.loads(pickle.dumps(layout)).read(), want)
+    out = isolated(f"""
+        import os, pickle
+        import numpy as np
+        os.chdir({str(other)!r})
+        layout = pickle.loads(bytes.fromhex({pickle.dumps(layout).hex()!r}))
+        def check():
+            assert (layout.read() == np.arange(8)).all(), layout.read()
+        report(check)
+        """)
+    assert out["type"] is None, out
+    # Discovered where no such file is, the error names the path HDF5 looked at, and why there.
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(shardload.LayoutError) as e:
+        shardload.discover(str(shard))
+    assert (f"{shard}: dataset '/x': external storage file 'ext.bin' (a relative name, which "
+            f"HDF5 resolves against the working directory: {tmp_path}/ext.bin): "
+            f"{tmp_path}/ext.bin: cannot open") in str(e.value), str(e.value)
 
 
 # ---- discovery time is bounded by the files present ----------------------------------------
@@ -558,6 +603,33 @@ def test_special_file_of_unknown_extension_is_not_sniffed_open(tmp_path: pathlib
     assert str(tmp_path / "shard_0000.xyz") in out["msg"] or how == "auto", out
 
 
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("name", ["x.npy", "s.h5", "shard_0000.xyz"])
+def test_a_special_file_named_as_the_source_or_in_a_list_is_not_a_regular_file(
+        tmp_path: pathlib.Path, kind: str, name: str) -> None:
+    """A FIFO, socket or device named as the source itself was "not a directory"; in a list,
+    pattern or glob under a name that says no format it was "cannot tell the format ... name
+    it with format=", which no format= mends. Each is "PATH: not a regular file"."""
+    special = tmp_path / name
+    make_special(special, kind)
+    sources: list[object] = [str(special), [str(special)]]
+    if name.endswith(".xyz"):
+        sources += [str(tmp_path / "shard_{:04d}.xyz"), str(tmp_path / "*.xyz")]
+    for source in sources:
+        out = isolated(f"report(lambda: shardload.discover({source!r}))")
+        assert out["layout"], (source, out)
+        assert f"{special}: not a regular file" in out["msg"], (source, out)
+
+
+@pytest.mark.parametrize("source", ["'/dev/null'", "['/dev/null']"])
+def test_a_device_named_as_the_source_is_not_a_regular_file(source: str, cli) -> None:
+    out = isolated(f"report(lambda: shardload.discover({source}))")
+    assert out["layout"] and "/dev/null: not a regular file" in out["msg"], out
+    r = subprocess.run([str(cli), "inspect", "/dev/null"], capture_output=True, text=True,
+                       timeout=TIMEOUT)
+    assert r.returncode != 0 and "/dev/null: not a regular file" in r.stderr, r.stderr
+
+
 # ---- a seventh hostile pass: a FIFO where an indexed directory's manifest names a shard ----
 
 @pytest.mark.parametrize("trust", [False, True])
@@ -603,33 +675,6 @@ def test_index_verify_and_discover_once_refuse_a_mistyped_url_as_discover_does(
     with pytest.raises(ValueError) as e:
         shardload.discover(text)
     advice = str(e.value).split("': ", 1)[1]  # "a URL needs two slashes ... write '...'"
-@pytest.mark.parametrize("kind", KINDS)
-@pytest.mark.parametrize("name", ["x.npy", "s.h5", "shard_0000.xyz"])
-def test_a_special_file_named_as_the_source_or_in_a_list_is_not_a_regular_file(
-        tmp_path: pathlib.Path, kind: str, name: str) -> None:
-    """A FIFO, socket or device named as the source itself was "not a directory"; in a list,
-    pattern or glob under a name that says no format it was "cannot tell the format ... name
-    it with format=", which no format= mends. Each is "PATH: not a regular file"."""
-    special = tmp_path / name
-    make_special(special, kind)
-    sources: list[object] = [str(special), [str(special)]]
-    if name.endswith(".xyz"):
-        sources += [str(tmp_path / "shard_{:04d}.xyz"), str(tmp_path / "*.xyz")]
-    for source in sources:
-        out = isolated(f"report(lambda: shardload.discover({source!r}))")
-        assert out["layout"], (source, out)
-        assert f"{special}: not a regular file" in out["msg"], (source, out)
-
-
-@pytest.mark.parametrize("source", ["'/dev/null'", "['/dev/null']"])
-def test_a_device_named_as_the_source_is_not_a_regular_file(source: str, cli) -> None:
-    out = isolated(f"report(lambda: shardload.discover({source}))")
-    assert out["layout"] and "/dev/null: not a regular file" in out["msg"], out
-    r = subprocess.run([str(cli), "inspect", "/dev/null"], capture_output=True, text=True,
-                       timeout=TIMEOUT)
-    assert r.returncode != 0 and "/dev/null: not a regular file" in r.stderr, r.stderr
-
-
     assert advice.startswith("a URL needs two slashes after the scheme: write "), advice
     calls = {"index": lambda: shardload.index(text),
              "verify": lambda: shardload.verify(text, on_host=True),

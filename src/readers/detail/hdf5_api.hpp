@@ -49,7 +49,8 @@ namespace shardload::detail {
   X(H5Dopen2)                                                                                      \
   X(H5Dclose)                                                                                      \
   X(H5Dget_space)                                                                                  \
-  X(H5Dget_type) X(H5Dread) X(H5Sget_simple_extent_type) X(H5Sget_simple_extent_ndims) X(          \
+  X(H5Dget_type)                                                                                   \
+  X(H5Dread) X(H5Sget_simple_extent_type) X(H5Sget_simple_extent_ndims) X(                         \
       H5Sget_simple_extent_dims) X(H5Sselect_hyperslab) X(H5Screate_simple) X(H5Sclose)            \
       X(H5Tget_class) X(H5Tget_size) X(H5Tget_sign) X(H5Tget_fields) X(H5Tget_ebias) X(            \
           H5Tget_precision) X(H5Tget_offset) X(H5Tget_nmembers) X(H5Tget_member_name)              \
@@ -88,6 +89,10 @@ struct Hdf5Api {
   // Optional (HDF5 >= 1.10.7): turns off HDF5's own file locks, which fail
   // on file systems without flock and add nothing to read-only access.
   decltype(&::H5Pset_file_locking) H5Pset_file_locking = nullptr;
+  // Optional (HDF5 >= 1.10.0): the directory a dataset's relative external storage names are
+  // read in, so that a read opens the files discovery snapshotted, whatever the working
+  // directory is by then.
+  decltype(&::H5Pset_efile_prefix) H5Pset_efile_prefix = nullptr;
   // Optional (HDF5 >= 1.10.3): the direct chunk read that lets deflate run
   // outside the library's global lock; without them every read is H5Dread.
   decltype(&::H5Dget_chunk_storage_size) H5Dget_chunk_storage_size = nullptr;
