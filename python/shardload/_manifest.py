@@ -31,9 +31,11 @@ _CHECKSUMS = ("none", "xxh3")
 
 @dataclasses.dataclass(frozen=True)
 class ChecksumMismatch:
-    """One shard whose bytes differ from the manifest's checksum, or that cannot be read:
-    ``shard`` (its index in the layout), ``path`` (a str, as os.fsdecode gives it) and
-    ``what`` (``"xxh3 0x... expected, found 0x..."`` or why it cannot be read)."""
+    """One shard whose bytes differ from the manifest's checksum, that cannot be read, or that
+    the directory holds and the manifest does not list: ``shard`` (its index in the layout; for
+    a shard not in the manifest, in the directory's listing), ``path`` (a str, as os.fsdecode
+    gives it) and ``what`` (``"xxh3 0x... expected, found 0x..."``, why it cannot be read, or
+    ``"not in the manifest: added after indexing ..."``)."""
 
     shard: int
     path: str
@@ -83,6 +85,10 @@ def index(
     and with ``checksum="xxh3"`` an XXH3-64 checksum of each file. It is written to a
     temporary file in DIR, synced and renamed over the old one: a reader sees the old
     manifest or the new one, never part of one. An existing manifest is not consulted.
+    It is written only where it describes the directory when it lands: the directory is listed
+    and its shards stat'ed again around the rename (an overwrite of it, or a shard added or
+    replaced, while this ran is a LayoutError, "changed while indexing", and the old manifest
+    stays).
     On several ranks (a Legate job), one rank probes and writes and every rank returns the
     same path or raises the same error.
     For an ``s3://`` prefix the manifest is one object, ``PREFIX/shardload.manifest``,
@@ -106,8 +112,9 @@ def index(
 
     Raises:
         TypeError, ValueError: a bad argument (a source that is not a directory).
-        LayoutError: the shards do not form a dataset, a file changed while its checksum
-            was computed, or the manifest cannot be written (the message names the file).
+        LayoutError: the shards do not form a dataset, the directory changed while it was
+            indexed, or the manifest cannot be written (the message names the file).
+        ShardReadError: a file changed while its checksum was computed.
     """
     checked = _options("index", options)
     if checked.trust_manifest:
@@ -145,7 +152,8 @@ def index(
 def verify(source: str | bytes | os.PathLike, *, groups: int | None = None,
            on_host: bool = False,
            storage_options: StorageOptions | None = None) -> list[ChecksumMismatch]:
-    """Checks every shard against the checksums of its manifest.
+    """Checks every shard against the checksums of its manifest, and the directory's shards
+    against the manifest's list of them (as discovery's check lists them).
 
     Args:
         source: the directory of the shards (its ``shardload.manifest``) or a manifest file;
@@ -159,8 +167,11 @@ def verify(source: str | bytes | os.PathLike, *, groups: int | None = None,
 
     Returns:
         A :class:`ChecksumMismatch` for every shard whose checksum differs or that cannot be
-        read, in shard order; an empty list when every checksum matches. The same records,
-        paths as str, with or without ``on_host``.
+        read, and for every shard the directory holds that the manifest does not list
+        (``what`` "not in the manifest: added after indexing ...", ``shard`` its index in the
+        directory's listing), in shard order; an empty list when every checksum matches and
+        the directory holds the manifest's shards. The same records, paths as str, with or
+        without ``on_host``.
 
     Raises:
         TypeError: an argument of the wrong type.

@@ -513,6 +513,10 @@ PYBIND11_MODULE(_core, m) {
         Result<std::vector<ChecksumMismatch>> v = python::interruptible(
             [&] { return verify_range(*r, 0, r->layout.shards.size(), posix_io()); });
         if (!v) raise(v.status());
+        // As verify_manifest: the directory's shards that the manifest does not list.
+        Result<std::size_t> added =
+            python::interruptible([&] { return add_listing_mismatches(*r, &*v); });
+        if (!added) raise(added.status());
         py::list out;
         for (const auto& mm : *v) {
           out.append(py::make_tuple(mm.shard, path_str(mm.path), message_str(mm.what)));

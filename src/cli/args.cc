@@ -288,7 +288,8 @@ const std::vector<CommandSpec>& commands() {
        "Hashes every shard named in DIR/shardload.manifest (or the manifest file given; DIR\n"
        "may be an s3:// or http(s):// directory URL, read by ranged GETs) in a\n"
        "Legate task, one point per group of shards, and names every file whose checksum\n"
-       "differs or that cannot be read. Exit status 1 when any does.",
+       "differs or that cannot be read, and every shard the directory holds that the\n"
+       "manifest does not list (added after indexing). Exit status 1 when any does.",
        {{"groups", "G", "points of the launch (default four per CPU)"},
         {"storage-option", "KEY=VALUE",
          "s3://, http(s)://: an option of the store (see storage options); repeatable"}},

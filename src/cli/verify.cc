@@ -83,8 +83,14 @@ int cmd_verify(const Args& args) {
           << " groups: every checksum matches\n";
       rc = 0;
     } else {
-      err << "shardload verify: error: " << r.mismatches.size() << " of " << r.shards
-          << " shards differ from " << printable_redacted(path) << "\n";
+      const std::size_t differ = r.mismatches.size() - r.added;
+      err << "shardload verify: error: " << differ << " of " << r.shards << " shards differ from "
+          << printable_redacted(path);
+      if (r.added != 0) {
+        err << ", and " << r.added << (r.added == 1 ? " shard" : " shards") << " of the directory "
+            << (r.added == 1 ? "is" : "are") << " not in it";
+      }
+      err << "\n";
     }
   } catch (const Error& e) {
     // What an interrupt made fail is reported by main as the interrupt.

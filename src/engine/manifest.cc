@@ -13,7 +13,9 @@
 #include <cstring>
 #include <memory>
 #include <optional>
+#include <random>
 #include <span>
+#include <unordered_set>
 
 #include "base/detail/bytes.hpp"
 #include "engine/detail/auto_directory.hpp"
@@ -155,6 +157,93 @@ std::string infer_pattern(const Layout& layout, const std::string& dir) {
   return {};
 }
 
+// The shards `dir` holds now, relative to it ("shard_0003.npy"), with their full paths as
+// discovery spells them: under `pattern`, or without one the directory's own numbered group
+// (what discovery of the directory without a pattern lists). nullopt where nothing is listed: a
+// directory without a listing (HTTP), or one that without a pattern stands for a store (a Zarr
+// array) or holds no numbered group to tell.
+struct Listed {
+  std::vector<std::string> paths;
+  std::vector<std::string> names;
+};
+Result<std::optional<Listed>> shards_listed(const std::string& dir, const std::string& pattern,
+                                            const FormatOptions& format) {
+  if (!path_traits(dir).listable) return std::optional<Listed>{};
+  Source source = Source::directory(dir, pattern);
+  if (pattern.empty()) {
+    DiscoverOptions options;
+    options.format = format;
+    auto own = detail::auto_directory(source, &options);
+    if (!own || own->kind != Source::Kind::kDirectory) return std::optional<Listed>{};
+    source = std::move(own).value();
+  }
+  Listed listed;
+  SHARDLOAD_ASSIGN_OR_RETURN(listed.paths, resolve(source));
+  for (const auto& p : listed.paths) {
+    std::string name = p;
+    if (!relative_to(dir, &name)) name = p;
+    listed.names.push_back(std::move(name));
+  }
+  return std::optional<Listed>(std::move(listed));
+}
+
+// Why the directory no longer holds the layout (`names`, its shards relative to `dir`) as it
+// did when it was discovered, or "": the first shard listed now that the layout lacks or the
+// other way round, then (local files) the first shard whose file is not its snapshot. The
+// listing is compared under an explicit or inferred pattern always; without one only where the
+// directory's own numbered group holds one of the layout's shards, since a C++ caller may write
+// the manifest of any files under the directory (a layout that is part of that group is what a
+// listing taken before an overwrite leaves).
+std::string directory_difference(const Layout& layout, const std::vector<std::string>& names,
+                                 const std::string& dir, const std::string& pattern) {
+  auto listed = shards_listed(dir, pattern, layout.options);
+  if (!listed) return listed.status().message();
+  if (*listed) {
+    const std::unordered_set<std::string> indexed(names.begin(), names.end());
+    const std::unordered_set<std::string> now((*listed)->names.begin(), (*listed)->names.end());
+    const bool overlap = std::any_of(names.begin(), names.end(),
+                                     [&](const std::string& n) { return now.count(n) != 0; });
+    if (!pattern.empty() || overlap) {
+      const std::string counts = " (the listing indexed holds " + std::to_string(names.size()) +
+                                 " shards, the directory " +
+                                 std::to_string((*listed)->names.size()) + ")";
+      for (std::size_t i = 0; i < (*listed)->names.size(); ++i) {
+        if (indexed.count((*listed)->names[i]) == 0) {
+          return path_for_message((*listed)->paths[i]) + " is not in the listing indexed" + counts;
+        }
+      }
+      for (std::size_t i = 0; i < names.size(); ++i) {
+        if (now.count(names[i]) == 0) {
+          return path_for_message(layout.shards[i].path) + " is no longer in the directory" +
+                 counts;
+        }
+      }
+    }
+  }
+  // A store's snapshot is its metadata file's; an object's snapshot (its ETag) would take a
+  // request per shard, which is what indexing already made.
+  const FormatDescriptor* d = find_format(layout.format, layout.options.reader);
+  if (!path_traits(dir).kernel_files ||
+      (d != nullptr && d->capabilities.freshness == Freshness::kMetadataFile)) {
+    return {};
+  }
+  for (const auto& s : layout.shards) {
+    auto now = posix_io().stat_path(s.path);
+    if (!now) return now.status().message();
+    if (*now != s.snapshot) {
+      return path_for_message(s.path) + ": " + snapshot_difference(s.path, s.snapshot, *now);
+    }
+  }
+  return {};
+}
+
+Status changed_while_indexing(const std::string& dir, const std::string& why,
+                              const std::string& outcome) {
+  return file_error(ErrorCode::kLayout, dir.empty() ? "." : dir,
+                    "changed while indexing: " + why + "; " + outcome +
+                        " (run shardload index again once the directory is settled)");
+}
+
 // An object store has no rename: the directory's store writes the key whole (Store::write:
 // one upload, which the store makes visible only once complete), which gives what the
 // temporary file and rename give locally.
@@ -294,26 +383,72 @@ Result<detail::WrittenManifest> detail::write_manifest_file(const Layout& layout
   for (const auto h : sums) put_le(out, h, 8);
   detail::put_le_at(out, 16, out.size() - kHeaderBytes, 8);
   put_le(out, XXH3_64bits(out.data(), out.size()), 8);
+  std::vector<std::string> names;
+  names.reserve(rel.shards.size());
+  for (const auto& s : rel.shards) names.push_back(s.path);
   if (!path_traits(directory).kernel_files) {
+    // A store has no rename into a directory held open: listing the prefix again just before
+    // the upload is what can be done (an overwrite between the two still goes unseen).
+    if (std::string why = directory_difference(layout, names, directory, pattern); !why.empty()) {
+      return changed_while_indexing(directory, why, "the manifest was not written");
+    }
     SHARDLOAD_ASSIGN_OR_RETURN(std::string written, write_remote_manifest(directory, target, out));
     return WrittenManifest{std::move(written)};
   }
 
-  std::string tmp = join_key(directory, ".shardload.manifest.XXXXXX");
-  const int fd = ::mkostemp(tmp.data(), O_CLOEXEC);
+  // The temporary file, the rename and the checks go through one descriptor of the directory:
+  // an overwrite of DIR (a save renaming another directory into its place) while this index ran
+  // would otherwise have the manifest of the listing taken before it renamed, by path, into the
+  // directory that replaced it. The order closes that race: (1) the temporary file is written
+  // into the directory held; (2) the directory held is listed and its shards stat'ed again, and
+  // only then is DIR's identity compared with the one held, so the listing and the stats were
+  // of the held directory (it can be renamed away, not back: this descriptor keeps its inode);
+  // (3) the rename lands in the held directory whatever DIR names by then; (4) DIR's identity
+  // and listing once more: a directory swapped in or changed during (2)-(3) holds no manifest
+  // of ours, or ours is taken back, and the caller is told instead of told it succeeded.
+  const std::string dir_path = directory.empty() ? std::string(".") : directory;
+  const int dfd = ::open(dir_path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  struct ::stat held {};
+  if (dfd < 0 || ::fstat(dfd, &held) != 0) {
+    const int err = errno;
+    if (dfd >= 0) ::close(dfd);
+    return file_error(ErrorCode::kIo, directory,
+                      "cannot create the manifest's temporary file: cannot open the directory: " +
+                          std::string(std::strerror(err)),
+                      err);
+  }
+  std::string tmp_name;
+  int fd = -1;
+  {
+    static constexpr char kLetters[] =
+        "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+    std::random_device seed;
+    std::mt19937_64 gen((static_cast<std::uint64_t>(seed()) << 32) ^ seed());
+    std::uniform_int_distribution<std::size_t> pick(0, sizeof kLetters - 2);
+    for (int attempt = 0; attempt < 100 && fd < 0; ++attempt) {
+      tmp_name = ".shardload.manifest.";
+      for (int i = 0; i < 6; ++i) tmp_name += kLetters[pick(gen)];
+      fd = ::openat(dfd, tmp_name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+      if (fd < 0 && errno != EEXIST) break;
+    }
+  }
+  const std::string tmp = join_key(directory, tmp_name);
   if (fd < 0) {
     const int err = errno;
+    ::close(dfd);
     return file_error(
         ErrorCode::kIo, directory,
         "cannot create the manifest's temporary file: " + std::string(std::strerror(err)), err);
   }
   auto fail = [&](Status st) {
-    ::close(fd);
-    ::unlink(tmp.c_str());
+    if (fd >= 0) ::close(fd);
+    ::unlinkat(dfd, tmp_name.c_str(), 0);
+    ::close(dfd);
     return st;
   };
   if (Status st = detail::write_all(fd, tmp, out.data(), out.size()); !st) return fail(st);
-  // mkostemp creates 0600; a manifest is for everyone who may read the data.
+  // The file's mode as a plain create would give it; a manifest is for everyone who may read
+  // the data.
   const mode_t mask = ::umask(0);
   ::umask(mask);
   // The file this descriptor wrote, whatever the path names by the time the caller looks.
@@ -323,25 +458,50 @@ Result<detail::WrittenManifest> detail::write_manifest_file(const Layout& layout
     return fail(
         file_error(ErrorCode::kIo, tmp, std::string("cannot sync: ") + std::strerror(err), err));
   }
-  if (::close(fd) != 0) {
+  const int closed = ::close(fd);
+  fd = -1;
+  if (closed != 0) {
     const int err = errno;
-    ::unlink(tmp.c_str());
-    return file_error(ErrorCode::kIo, tmp, std::string("cannot close: ") + std::strerror(err), err);
+    return fail(
+        file_error(ErrorCode::kIo, tmp, std::string("cannot close: ") + std::strerror(err), err));
   }
-  if (::rename(tmp.c_str(), target.c_str()) != 0) {
+  // Why DIR is no longer the directory held, or the held directory no longer the layout's.
+  auto moved = [&]() -> std::string {
+    std::string why = directory_difference(layout, names, directory, pattern);
+    if (!why.empty()) return why;
+    struct ::stat now {};
+    if (::stat(dir_path.c_str(), &now) != 0) {
+      return path_for_message(directory) + ": " + std::strerror(errno);
+    }
+    if (now.st_dev != held.st_dev || now.st_ino != held.st_ino) {
+      return "another directory took its place (inode " + std::to_string(held.st_ino) + " -> " +
+             std::to_string(now.st_ino) + "), as an overwrite of it does";
+    }
+    return {};
+  };
+  if (std::string why = moved(); !why.empty()) {
+    return fail(changed_while_indexing(directory, why, "the manifest was not written"));
+  }
+  if (::renameat(dfd, tmp_name.c_str(), dfd, std::string(kManifestName).c_str()) != 0) {
     const int err = errno;
-    ::unlink(tmp.c_str());
-    return file_error(ErrorCode::kIo, target,
-                      std::string("cannot replace with the new manifest: ") + std::strerror(err),
-                      err);
+    return fail(file_error(
+        ErrorCode::kIo, target,
+        std::string("cannot replace with the new manifest: ") + std::strerror(err), err));
   }
   // The rename is durable only once the directory is.
-  const int dfd =
-      ::open(directory.empty() ? "." : directory.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd >= 0) {
-    ::fsync(dfd);
+  ::fsync(dfd);
+  if (std::string why = moved(); !why.empty()) {
+    // Only the file written here: the name may hold another writer's manifest by now.
+    struct ::stat there {};
+    if (::fstatat(dfd, std::string(kManifestName).c_str(), &there, AT_SYMLINK_NOFOLLOW) == 0 &&
+        there.st_dev == made.st_dev && there.st_ino == made.st_ino) {
+      ::unlinkat(dfd, std::string(kManifestName).c_str(), 0);
+      ::fsync(dfd);
+    }
     ::close(dfd);
+    return changed_while_indexing(directory, why, "the manifest written was removed");
   }
+  ::close(dfd);
   return WrittenManifest{target, static_cast<std::uint64_t>(made.st_dev),
                          static_cast<std::uint64_t>(made.st_ino)};
 }
@@ -707,6 +867,59 @@ Result<std::vector<ChecksumMismatch>> verify_range(const Manifest& m, std::size_
     }
   }
   return out;
+}
+
+Result<std::size_t> add_listing_mismatches(const Manifest& m,
+                                           std::vector<ChecksumMismatch>* mismatches) {
+  auto listed = shards_listed(m.directory, m.pattern, m.layout.options);
+  // A listing that fails (a gap in the numbering, nothing left to match) names no shard the
+  // manifest lacks; the shards gone are named by their checksum reads.
+  if (!listed || !*listed) return std::size_t{0};
+  const auto& shards = m.layout.shards;
+  std::vector<std::string> names;
+  names.reserve(shards.size());
+  for (const auto& s : shards) {
+    std::string name = s.path;
+    if (!relative_to(m.directory, &name)) name = s.path;
+    names.push_back(std::move(name));
+  }
+  const std::unordered_set<std::string> indexed(names.begin(), names.end());
+  const std::unordered_set<std::string> now((*listed)->names.begin(), (*listed)->names.end());
+  // Without a recorded pattern, a numbered group that holds none of the manifest's shards is
+  // other files, as discovery says ("not used"), not shards added to these.
+  if (m.pattern.empty() && std::none_of(names.begin(), names.end(),
+                                        [&](const std::string& n) { return now.count(n) != 0; })) {
+    return std::size_t{0};
+  }
+  const std::string counts = "the manifest lists " + std::to_string(shards.size()) +
+                             " shards, the directory holds " +
+                             std::to_string((*listed)->names.size());
+  std::vector<ChecksumMismatch> more;
+  for (std::size_t i = 0; i < (*listed)->names.size(); ++i) {
+    if (indexed.count((*listed)->names[i]) == 0) {
+      more.push_back({i, (*listed)->paths[i],
+                      "not in the manifest: added after indexing (" + counts +
+                          "); its bytes are not verified"});
+    }
+  }
+  const std::size_t added = more.size();
+  for (std::size_t i = 0; i < shards.size(); ++i) {
+    const bool reported = std::any_of(
+        mismatches->begin(), mismatches->end(),
+        [&](const ChecksumMismatch& c) { return c.shard == i && c.path == shards[i].path; });
+    if (now.count(names[i]) == 0 && !reported) {
+      more.push_back({i, shards[i].path,
+                      "in the manifest, not in the directory: gone since "
+                      "indexing (" +
+                          counts + ")"});
+    }
+  }
+  mismatches->insert(mismatches->end(), std::make_move_iterator(more.begin()),
+                     std::make_move_iterator(more.end()));
+  std::stable_sort(
+      mismatches->begin(), mismatches->end(),
+      [](const ChecksumMismatch& a, const ChecksumMismatch& b) { return a.shard < b.shard; });
+  return added;
 }
 
 // Whether a directory named without a pattern is a store of a format that may be taken (a Zarr

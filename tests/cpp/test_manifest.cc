@@ -497,6 +497,88 @@ TEST_F(ManifestTest, AFileChangedBeforeItsChecksumKeepsTheOldManifest) {
   EXPECT_TRUE(leftovers().empty());
 }
 
+// An index whose listing was taken before the directory changed (an overwrite with more
+// shards, between the listing and the write): the manifest would list part of the dataset, and
+// a trusted load would return those shards only. Nothing is written, with or without a
+// pattern, and the error names the directory and the shard the listing lacks.
+TEST_F(ManifestTest, AListingOlderThanTheDirectoryWritesNoManifest) {
+  const std::string path = index();
+  std::string before;
+  read_whole(path, &before);
+  const Layout l = probe(dir.path());
+  write_iota_shard(dir, 5, 5000, 2);
+  for (const std::string pattern : {"", "shard_{:04d}.npy"}) {
+    ManifestOptions o;
+    o.pattern = pattern;
+    auto w = write_manifest(l, dir.path(), o);
+    ASSERT_FALSE(w) << pattern;
+    EXPECT_EQ(w.status().code(), ErrorCode::kLayout);
+    EXPECT_NE(w.status().message().find(dir.path() + ": changed while indexing: " + shard(5) +
+                                        " is not in the listing indexed"),
+              std::string::npos)
+        << w.status().message();
+    std::string after;
+    read_whole(path, &after);
+    EXPECT_EQ(after, before);
+    EXPECT_TRUE(leftovers().empty());
+  }
+  // A shard rewritten since discovery stops the write; a file of another naming beside the
+  // shards does not (the layout of them all is written).
+  std::filesystem::remove(shard(5));
+  write_iota_shard(dir, 0, 0, 2);
+  std::filesystem::copy_file(shard(1), dir.file("part_0.npy"));
+  auto w = write_manifest(l, dir.path());
+  ASSERT_FALSE(w);
+  EXPECT_NE(w.status().message().find(shard(0) + ": "), std::string::npos) << w.status().message();
+  ASSERT_TRUE(write_manifest(probe(dir.path()), dir.path()));
+}
+
+// A shard replaced by another file after discovery (an overwrite keeping the shard count): the
+// snapshots say so without checksums too.
+TEST_F(ManifestTest, AShardReplacedAfterDiscoveryWritesNoManifest) {
+  const Layout l = probe(dir.path());
+  change_file(shard(2), Change::kRenameOver);
+  auto w = write_manifest(l, dir.path());
+  ASSERT_FALSE(w);
+  EXPECT_EQ(w.status().code(), ErrorCode::kLayout);
+  EXPECT_NE(w.status().message().find("changed while indexing: " + shard(2) + ": "),
+            std::string::npos)
+      << w.status().message();
+  EXPECT_FALSE(std::filesystem::exists(dir.file("shardload.manifest")));
+  EXPECT_TRUE(leftovers().empty());
+}
+
+// verify compares the directory's listing with the manifest, as discovery's check does: a
+// shard added after indexing is named (it has no checksum to fail), a shard gone is named once.
+TEST_F(ManifestTest, VerifyNamesAShardAddedAfterIndexing) {
+  const std::string path = index(Checksum::kXxh3);
+  write_iota_shard(dir, 5, 5000, 2);
+  auto m = read_manifest(path);
+  ASSERT_TRUE(m) << m.status().message();
+  auto found = verify_range(*m, 0, 5, posix_io());
+  ASSERT_TRUE(found);
+  EXPECT_TRUE(found->empty());
+  auto added = add_listing_mismatches(*m, &*found);
+  ASSERT_TRUE(added) << added.status().message();
+  EXPECT_EQ(*added, 1u);
+  ASSERT_EQ(found->size(), 1u);
+  EXPECT_EQ((*found)[0].shard, 5u);
+  EXPECT_EQ((*found)[0].path, shard(5));
+  EXPECT_NE((*found)[0].what.find("not in the manifest"), std::string::npos) << (*found)[0].what;
+  auto l = discover_dir();
+  ASSERT_TRUE(l);
+  EXPECT_EQ(l->manifest_state, ManifestState::kStale);  // discovery agrees
+  std::filesystem::remove(shard(5));
+  std::filesystem::remove(shard(4));
+  found = verify_range(*m, 0, 5, posix_io());
+  ASSERT_TRUE(found);
+  added = add_listing_mismatches(*m, &*found);
+  ASSERT_TRUE(added) << added.status().message();
+  EXPECT_EQ(*added, 0u);
+  ASSERT_EQ(found->size(), 1u);  // the failed read names it; the listing adds nothing
+  EXPECT_EQ((*found)[0].shard, 4u);
+}
+
 TEST_F(ManifestTest, VerifyNamesEveryCorruptedFile) {
   const std::string path = index(Checksum::kXxh3);
   auto m = read_manifest(path);

@@ -228,6 +228,58 @@ def test_verify_without_checksums_is_an_error(data, on_host):
         shardload.verify(d, on_host=on_host)
 
 
+@pytest.mark.parametrize("on_host", [False, True])
+def test_verify_names_a_shard_added_after_indexing(tmp_path, on_host):
+    """A shard added after indexing has no checksum to fail, yet discovery of the directory
+    calls the manifest stale for it and loads it: verify names it, whether given the directory
+    or the manifest."""
+    d = tmp_path / "v"
+    write_shards(d, [4] * 3)
+    shardload.index(d, checksum="xxh3")
+    np.save(d / "shard_0003.npy", np.full((4, 3), 7, np.float32))
+    assert shardload.discover(d).manifest_state is shardload.ManifestState.STALE
+    for source in (d, d / MANIFEST):
+        bad = shardload.verify(source, on_host=on_host)
+        assert [(m.shard, m.path) for m in bad] == [(3, str(d / "shard_0003.npy"))], bad
+        assert "not in the manifest" in bad[0].what and "3 shards" in bad[0].what, bad
+    corrupt(d / "shard_0001.npy", 140)
+    bad = shardload.verify(d, on_host=on_host)
+    assert [m.shard for m in bad] == [1, 3] and "expected, found" in bad[0].what, bad
+    # Indexed again, the directory and the manifest agree.
+    shardload.index(d, checksum="xxh3")
+    assert shardload.verify(d, on_host=on_host) == []
+
+
+def test_index_refuses_a_listing_older_than_the_directory(tmp_path):
+    """An index whose listing saw a dataset that an overwrite then replaced (4 shards where the
+    listing saw 3, the probes by path reaching the new files) must not write its manifest over
+    the save's: a trusted load would return 3 of the 4 shards without an error. The write the
+    index makes after its probe, given that layout, refuses naming the directory; the save's
+    manifest stays, and trusted and plain loads give the new dataset (numpy the oracle)."""
+    import shardload.numpy as snp
+    from shardload import _core
+
+    d = tmp_path / "D"
+    new = np.arange(160, dtype=np.float64).reshape(80, 2)
+    snp.save(np.full((60, 2), 1.0), d, num_shards=3)
+    snp.save(new, d, num_shards=4, overwrite=True)
+    saved = (d / MANIFEST).read_bytes()
+    listed_before = shardload.discover([str(d / f"shard_{i:04d}.npy") for i in range(3)])
+    with pytest.raises(shardload.LayoutError, match=re.escape(
+            f"{d}: changed while indexing: {d}/shard_0003.npy is not in the listing indexed")):
+        _core.write_manifest(listed_before, str(d), "none")
+    assert (d / MANIFEST).read_bytes() == saved
+    assert not [p for p in os.listdir(d) if p.startswith(".shardload.manifest")]
+    np.testing.assert_array_equal(snp.load(d, trust_manifest=True), new)
+    np.testing.assert_array_equal(snp.load(d), new)
+    # The same count of shards, other files (the probes saw the old ones): refused as well.
+    old = probed(d)
+    snp.save(new + 1, d, num_shards=4, overwrite=True)
+    with pytest.raises(shardload.LayoutError, match="changed while indexing.*shard_0000.npy"):
+        _core.write_manifest(old, str(d), "none")
+    np.testing.assert_array_equal(snp.load(d, trust_manifest=True), new + 1)
+
+
 def test_discover_once_equals_discover(data):
     d, _ = data
     direct = shardload.discover(d)
@@ -298,6 +350,19 @@ def test_cli_index_verify(cli, tmp_path):
     assert r.returncode == 2 and "--checksum" in r.stderr
     r = run(cli, "index", d / "shard_0000.npy")
     assert r.returncode == 1 and "directory" in r.stderr
+
+
+def test_cli_verify_names_a_shard_added_after_indexing(cli, tmp_path):
+    d = tmp_path / "c"
+    write_shards(d, [3] * 3)
+    assert run(cli, "index", d, "--checksum", "xxh3").returncode == 0
+    np.save(d / "shard_0003.npy", np.full((4, 3), 7, np.float32))
+    r = run(cli, "verify", d)
+    assert r.returncode == 1, (r.stdout, r.stderr)
+    assert f"{d}/shard_0003.npy: not in the manifest: added after indexing" in r.stderr, r.stderr
+    assert ("0 of 3 shards differ from " + str(d / MANIFEST) +
+            ", and 1 shard of the directory is not in it") in r.stderr, r.stderr
+    assert "every checksum matches" not in r.stdout
 
 
 def test_discover_once_with_format_options(tmp_path):

@@ -78,6 +78,12 @@ Status check_manifest_writable(const std::string& directory);
 // Writes the manifest of `layout` (whose shards must all lie under `directory`) to
 // manifest_path(directory), atomically, computing the checksums first (each file read once;
 // a file whose size no longer matches its snapshot is kChanged). Returns the path written.
+// The manifest is published only where it describes the directory as it is when it lands:
+// the directory's shards (under the pattern given or inferred; without one, the directory's
+// own numbered group wherever it holds any of the layout's shards) must be the layout's, each
+// local shard's file its snapshot, and the directory the one the temporary file was written
+// into, before the rename and again after it (the manifest is removed then). Otherwise
+// kLayout naming the directory, "changed while indexing", and the first difference.
 Result<std::string> write_manifest(const Layout& layout, const std::string& directory,
                                    const ManifestOptions& options = {});
 
@@ -122,6 +128,16 @@ struct ChecksumMismatch {
 // per point). kInvalidArgument when the manifest has no checksums or the range is outside.
 Result<std::vector<ChecksumMismatch>> verify_range(const Manifest& manifest, std::size_t lo,
                                                    std::size_t hi, IoBackend& io);
+
+// Adds to `mismatches` (verify_range's, in shard order) what the directory's listing says
+// against the manifest, as discovery's freshness check compares them: each shard the directory
+// holds now that the manifest does not list ("not in the manifest", `shard` its index in the
+// listing), and each listed shard that is gone from it whose checksum read reported nothing;
+// the result is in shard order. Returns how many shards were added. The listing is the one
+// under the manifest's pattern, or without one the directory's own numbered group (as discovery
+// without a pattern finds it); an HTTP directory (no listing) and a Zarr store add nothing.
+Result<std::size_t> add_listing_mismatches(const Manifest& manifest,
+                                           std::vector<ChecksumMismatch>* mismatches);
 
 // What discover() does with a directory source before probing. Exactly one of: a layout
 // (from the manifest, with its manifest_status "manifest: used ..."), an error (a damaged

@@ -33,10 +33,15 @@ struct VerifyReport {
   std::size_t shards = 0;                    // shards checked
   std::int64_t groups = 0;                   // points of the launch
   std::vector<ChecksumMismatch> mismatches;  // in shard order; empty: every checksum matches
+  // Of the mismatches, the shards the directory holds that the manifest does not list
+  // (add_listing_mismatches): their `shard` is their index in the directory's listing.
+  std::size_t added = 0;
 };
 
 // Checks every shard's checksum against the manifest at `manifest_path`, `groups` points
-// (0: four per CPU, at most one per shard), each hashing its range of shards.
+// (0: four per CPU, at most one per shard), each hashing its range of shards; then the
+// directory's listing against the manifest's shards (add_listing_mismatches: a shard added
+// after indexing, or gone, is a mismatch naming it).
 VerifyReport verify_manifest(const std::string& manifest_path, std::int64_t groups = 0);
 
 // discover(source, pattern, format) with trust_manifest, run in one point task for the job.
