@@ -2,13 +2,18 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cctype>
+#include <cerrno>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <iomanip>
+#include <map>
 #include <optional>
 #include <sstream>
 #include <vector>
@@ -34,10 +39,12 @@ StoreOptions source_options() {
   return o;
 }
 
-// One request's answer: whether the source answered at all, and its body where it was a 200.
+// One request's answer: whether the source answered at all, and its body where it was a 200
+// (else what it answered, in words).
 struct Answer {
   bool answered = false;
   std::optional<std::string> body;
+  std::string what;
 };
 
 Answer ask(const std::string& url, const char* method, std::vector<std::string> headers) {
@@ -53,7 +60,17 @@ Answer ask(const std::string& url, const char* method, std::vector<std::string> 
   const CurlAnswer a = curl_perform(req, body.data(), body.size(), 0, nullptr);
   Answer out;
   out.answered = a.outcome.curl == CURLE_OK || a.outcome.http != 0;
-  if (a.outcome.curl != CURLE_OK || a.outcome.http != 200 || a.overflow) return out;
+  if (a.overflow) {
+    out.what = "an answer longer than " + std::to_string(kMaxAnswer) + " bytes";
+    return out;
+  }
+  if (a.outcome.curl != CURLE_OK || a.outcome.http != 200) {
+    out.what = curl_describe(a.outcome, {});
+    if (a.outcome.curl == CURLE_OK && a.outcome.http >= 300 && a.outcome.http < 400) {
+      out.what += " (a redirect: not followed)";
+    }
+    return out;
+  }
   body.resize(a.got);
   out.body = std::move(body);
   return out;
@@ -69,7 +86,8 @@ std::time_t parse_utc(const std::string& s) {
   return timegm(&tm);
 }
 
-bool fetch_container(const std::string& url, AwsCredentials* out, std::time_t* expires) {
+bool fetch_container(const std::string& url, AwsCredentials* out, std::time_t* expires,
+                     std::string* why) {
   std::vector<std::string> headers;
   std::string token = aws_env("AWS_CONTAINER_AUTHORIZATION_TOKEN");
   if (const std::string file = aws_env("AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE"); !file.empty()) {
@@ -77,11 +95,16 @@ bool fetch_container(const std::string& url, AwsCredentials* out, std::time_t* e
     std::getline(in, token);
   }
   if (!token.empty()) headers.push_back("Authorization: " + token);
-  const auto text = ask(url, nullptr, headers).body;
-  return text && parse_role_credentials(*text, out, expires);
+  const Answer a = ask(url, nullptr, headers);
+  if (!a.body) {
+    *why = a.what;
+    return false;
+  }
+  return parse_role_credentials(*a.body, out, expires, why);
 }
 
-bool fetch_instance(const std::string& base, AwsCredentials* out, std::time_t* expires) {
+bool fetch_instance(const std::string& base, AwsCredentials* out, std::time_t* expires,
+                    std::string* /*why*/) {
   // IMDSv2: a session token first; a service that refuses the PUT (IMDSv1 only) is asked
   // without one, as the SDKs do; one that does not answer at all is not asked further.
   std::vector<std::string> headers;
@@ -124,18 +147,37 @@ bool container_url_allowed(const std::string& url) {
          host == "169.254.170.23" || host == "[fd00:ec2::23]";
 }
 
-std::shared_ptr<RoleCredentials> find_role_credentials() {
+// What the chain's last sources give; `final` where the answer is to be kept for the process
+// (the instance's, or none: a container's refusal is asked again).
+RoleLookup find_role_credentials(bool* final) {
+  *final = true;
+  RoleLookup out;
   std::shared_ptr<RoleCredentials> found;
+  std::string named;  // the container's endpoint, as its refusal names it
   if (const std::string rel = aws_env("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI"); !rel.empty()) {
     // A path on ECS's address: one that does not start with '/' would make of the address a
     // user part or a longer name ("@HOST/...", ".HOST/...") and send the token elsewhere.
-    if (rel.front() != '/') return nullptr;
-    const std::string url = "http://169.254.170.2" + rel;
-    found = std::make_shared<RoleCredentials>(url, fetch_container);
+    if (rel.front() != '/') {
+      out.refused =
+          "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI (environment) must be a path on ECS's "
+          "address, starting with '/' (the container's token would go to another host); "
+          "not asked";
+      *final = false;
+      return out;
+    }
+    named = "http://169.254.170.2" + rel + " (AWS_CONTAINER_CREDENTIALS_RELATIVE_URI)";
+    found = std::make_shared<RoleCredentials>("http://169.254.170.2" + rel, fetch_container);
   } else if (const std::string full = aws_env("AWS_CONTAINER_CREDENTIALS_FULL_URI");
              !full.empty()) {
     // One the SDKs refuse is refused here too, not passed over for the instance's.
-    if (!container_url_allowed(full)) return nullptr;
+    if (!container_url_allowed(full)) {
+      out.refused = "AWS_CONTAINER_CREDENTIALS_FULL_URI (environment) " + full +
+                    " is refused: over plain http only a loopback address, localhost or ECS's and "
+                    "EKS's addresses are asked (the container's token would go to another host)";
+      *final = false;
+      return out;
+    }
+    named = full + " (AWS_CONTAINER_CREDENTIALS_FULL_URI)";
     found = std::make_shared<RoleCredentials>(full, fetch_container);
   } else if (!is_true(aws_env("AWS_EC2_METADATA_DISABLED"))) {
     std::string base = aws_env("AWS_EC2_METADATA_SERVICE_ENDPOINT");
@@ -143,8 +185,99 @@ std::shared_ptr<RoleCredentials> find_role_credentials() {
     while (!base.empty() && base.back() == '/') base.pop_back();
     found = std::make_shared<RoleCredentials>(base, fetch_instance);
   }
-  if (found && !found->fetch_now()) return nullptr;
-  return found;
+  std::string why;
+  if (found && !found->fetch_now(&why)) {
+    // No instance off EC2 is the usual case (the chain then has none); a container's
+    // endpoint is named by the environment, so its failure is the load's.
+    if (named.empty()) return out;
+    out.refused = "the container credentials endpoint " + named +
+                  " gave no credentials: " + (why.empty() ? "no answer" : why);
+    *final = false;
+    return out;
+  }
+  out.found = std::move(found);
+  return out;
+}
+
+// The process's standard output, up to kMaxAnswer bytes, and its exit status in words where
+// it failed ("" where it exited 0).
+std::string run_process(const std::string& command, std::string* failed) {
+  std::string text;
+  std::fflush(nullptr);
+  FILE* p = ::popen(command.c_str(), "r");
+  if (p == nullptr) {
+    *failed = std::string("it could not be started: ") + std::strerror(errno);
+    return text;
+  }
+  char buf[4096];
+  std::size_t n = 0;
+  bool over = false;
+  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) {
+    if (text.size() + n > kMaxAnswer) over = true;
+    if (!over) text.append(buf, n);
+  }
+  const int status = ::pclose(p);
+  if (status == -1) {
+    *failed = std::string("its end was not seen: ") + std::strerror(errno);
+  } else if (WIFEXITED(status) && WEXITSTATUS(status) != 0) {
+    *failed = "it exited with status " + std::to_string(WEXITSTATUS(status));
+  } else if (WIFSIGNALED(status)) {
+    *failed = "it was ended by signal " + std::to_string(WTERMSIG(status));
+  } else if (over) {
+    *failed = "its output is longer than " + std::to_string(kMaxAnswer) + " bytes";
+  }
+  return text;
+}
+
+bool fetch_process(const std::string& command, AwsCredentials* out, std::time_t* expires,
+                   std::string* why) {
+  std::string failed;
+  const std::string text = run_process(command, &failed);
+  if (!failed.empty()) {
+    *why = failed;
+    return false;
+  }
+  auto doc = parse_json_object("credential_process output", text);
+  if (!doc) {
+    *why = "its output is not a JSON object";
+    return false;
+  }
+  const Json& j = *doc;
+  const auto it = j.find("Version");
+  if (it == j.end() || !it->is_number_integer() || it->get<long long>() != 1) {
+    *why = "its output has no \"Version\": 1 (the one version the AWS CLI documents)";
+    return false;
+  }
+  AwsCredentials c;
+  std::string expiration;
+  for (const auto& [key, field] :
+       {std::pair{"AccessKeyId", &c.access_key}, std::pair{"SecretAccessKey", &c.secret_key},
+        std::pair{"SessionToken", &c.session_token}, std::pair{"Expiration", &expiration}}) {
+    const auto v = j.find(key);
+    if (v == j.end() || v->is_null()) continue;
+    if (!v->is_string()) {
+      *why = std::string("its output's ") + key + " is not a string";
+      return false;
+    }
+    *field = v->get<std::string>();
+    if (const std::string code = control_character(*field); !code.empty()) {
+      *why = std::string("its output's ") + key + " holds a control character (" + code +
+             "; it would go into request headers)";
+      return false;
+    }
+  }
+  if (c.access_key.empty() || c.secret_key.empty()) {
+    *why = "its output lacks AccessKeyId or SecretAccessKey";
+    return false;
+  }
+  std::time_t when = 0;
+  if (!expiration.empty() && (when = parse_utc(expiration)) == 0) {
+    *why = "its output's Expiration is not an ISO 8601 time";
+    return false;
+  }
+  *out = std::move(c);
+  *expires = when;
+  return true;
 }
 
 }  // namespace
@@ -154,7 +287,23 @@ std::string aws_env(const char* name) {
   return v == nullptr ? std::string() : std::string(v);
 }
 
-bool parse_role_credentials(const std::string& text, AwsCredentials* out, std::time_t* expires) {
+std::string control_character(const std::string& value) {
+  for (const char c : value) {
+    const auto byte = static_cast<unsigned char>(c);
+    if (byte >= 0x20 && byte != 0x7f) continue;
+    static constexpr char kHex[] = "0123456789ABCDEF";
+    return {'0', 'x', kHex[byte >> 4], kHex[byte & 15]};
+  }
+  return {};
+}
+
+bool parse_role_credentials(const std::string& text, AwsCredentials* out, std::time_t* expires,
+                            std::string* why) {
+  std::string ignored;
+  if (why == nullptr) why = &ignored;
+  *why =
+      "its answer is no credentials document (AccessKeyId, SecretAccessKey, Token, "
+      "Expiration)";
   auto doc = parse_json_object("credentials", text);
   if (!doc) return false;
   const Json& j = *doc;
@@ -168,8 +317,10 @@ bool parse_role_credentials(const std::string& text, AwsCredentials* out, std::t
   // The values go into request headers: one with a CR or LF would add header lines to every
   // signed request. Such an answer is no credentials document, as one lacking a key is.
   for (const std::string* v : {&c.access_key, &c.secret_key, &c.session_token}) {
-    for (const char ch : *v) {
-      if (static_cast<unsigned char>(ch) < 0x20 || ch == 0x7f) return false;
+    if (const std::string code = control_character(*v); !code.empty()) {
+      *why = "its answer's credentials hold a control character (" + code +
+             "; it would go into request headers)";
+      return false;
     }
   }
   const std::string expiration = str("Expiration");
@@ -177,13 +328,15 @@ bool parse_role_credentials(const std::string& text, AwsCredentials* out, std::t
   if (!expiration.empty() && (when = parse_utc(expiration)) == 0) return false;
   *out = std::move(c);
   *expires = when;
+  why->clear();
   return true;
 }
 
-bool RoleCredentials::fetch_now() {
+bool RoleCredentials::fetch_now(std::string* why) {
   AwsCredentials c;
   std::time_t expires = 0;
-  if (!fetch_(where_, &c, &expires)) return false;
+  std::string ignored;
+  if (!fetch_(where_, &c, &expires, why != nullptr ? why : &ignored)) return false;
   std::lock_guard lock(mu_);
   creds_ = std::move(c);
   expires_ = expires;
@@ -206,7 +359,8 @@ AwsCredentials RoleCredentials::current() {
   lock.unlock();
   AwsCredentials c;
   std::time_t expires = 0;
-  const bool ok = fetch_(where_, &c, &expires);
+  std::string why;
+  const bool ok = fetch_(where_, &c, &expires, &why);
   lock.lock();
   fetching_ = false;
   if (ok) {
@@ -227,6 +381,8 @@ struct FoundRole {
   std::mutex mu;
   bool asked = false;
   std::shared_ptr<RoleCredentials> found;
+  // A credential_process's, by its command: run once per process (and near its expiry).
+  std::map<std::string, std::shared_ptr<RoleCredentials>> processes;
 };
 
 FoundRole& found_role() {
@@ -243,14 +399,35 @@ FoundRole& found_role() {
 
 }  // namespace
 
-std::shared_ptr<RoleCredentials> role_credentials() {
+RoleLookup role_credentials() {
   FoundRole& role = found_role();
   std::lock_guard lock(role.mu);
-  if (!role.asked) {
-    role.found = find_role_credentials();
+  if (role.asked) return {role.found, {}};
+  bool final = true;
+  RoleLookup got = find_role_credentials(&final);
+  if (final) {
+    role.found = got.found;
     role.asked = true;
   }
-  return role.found;
+  return got;
+}
+
+RoleLookup process_credentials(const std::string& command, const std::string& profile) {
+  FoundRole& role = found_role();
+  std::lock_guard lock(role.mu);
+  if (const auto it = role.processes.find(command); it != role.processes.end()) {
+    return {it->second, {}};
+  }
+  auto found = std::make_shared<RoleCredentials>(command, fetch_process);
+  std::string why;
+  if (!found->fetch_now(&why)) {
+    return {nullptr, "the credential_process of profile '" + profile +
+                         "' in the shared config file (AWS_CONFIG_FILE or ~/.aws/config) gave "
+                         "no credentials: " +
+                         why};
+  }
+  role.processes.emplace(command, found);
+  return {std::move(found), {}};
 }
 
 }  // namespace shardload::detail

@@ -1134,11 +1134,15 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
     return where;
   }
 
+#if SHARDLOAD_S3_SIGNED
+  struct Renewed;
+#endif
   struct Made {
     std::shared_ptr<arrow::fs::FileSystem> fs;
     std::shared_ptr<StoreResources> store;
 #if SHARDLOAD_S3_SIGNED
     std::shared_ptr<const S3Endpoint> signed_ep;  // with its store; null: Arrow's path only
+    std::shared_ptr<Renewed> renewed;             // Arrow's client given a role's keys
 #endif
   };
 
@@ -1154,6 +1158,56 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
                       "bad object-storage URL or options: " + st.message());
   }
 
+#if SHARDLOAD_S3_SIGNED
+  // Arrow's client given a role's (or a credential_process's) keys as explicit ones: the keys
+  // expire, and Arrow's options take a provider of the AWS SDK's type only (whose headers
+  // pyarrow does not ship), so the client is made again with the new keys when the role's
+  // change. What it was made of, to make it again (no AWS SDK object: these outlive S3's
+  // finalization at exit).
+  struct Renewed {
+    std::shared_ptr<RoleCredentials> role;
+    std::string fs_query;  // with the region Arrow's client settled on
+    StoreOptions retry;
+    AwsCredentials creds;  // the keys the client now holds (under mu_)
+  };
+
+  static bool same_keys(const AwsCredentials& a, const AwsCredentials& b) {
+    return a.access_key == b.access_key && a.secret_key == b.secret_key &&
+           a.session_token == b.session_token;
+  }
+
+  // The key's Arrow client made again where its role's keys changed since it was made.
+  void renew_arrow_client(const std::string& key, Renewed& renewed,
+                          std::shared_ptr<arrow::fs::FileSystem>* fs) {
+    const AwsCredentials now = renewed.role->current();
+    {
+      std::lock_guard lock(mu_);
+      if (same_keys(now, renewed.creds)) return;
+    }
+    auto options =
+        arrow::fs::S3Options::FromUri("s3://" + key.substr(0, key.find('?')) + renewed.fs_query);
+    if (!options.ok()) return;
+    options->ConfigureAccessKey(now.access_key, now.secret_key, now.session_token);
+    options->retry_strategy = std::make_shared<CountingRetryStrategy>(renewed.retry, &retries_);
+    options->connect_timeout = renewed.retry.connect_timeout;
+    options->request_timeout = renewed.retry.request_timeout;
+    const ArrowCall call;
+    auto made = arrow::fs::S3FileSystem::Make(*options);
+    // A client that cannot be made again keeps the old keys: the store then says they
+    // expired, naming the URL.
+    if (!made.ok()) return;
+    std::shared_ptr<arrow::fs::FileSystem> old;
+    {
+      std::lock_guard lock(mu_);
+      const auto it = fs_.find(key);
+      if (it == fs_.end() || renewed_.count(key) == 0) return;
+      old = std::exchange(it->second, *std::move(made));
+      renewed.creds = now;
+      *fs = it->second;
+    }
+  }
+#endif
+
   // A bucket's file system and store, made without mu_ held (resolve() lets one thread at a
   // time make a key's).
   Result<Made> make_store(const std::string& url, const std::string& bucket, const std::string& key,
@@ -1161,25 +1215,30 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
     std::string fs_query = arrow_query;
     SHARDLOAD_RETURN_IF_ERROR(check_environment(url, arrow_query, retry));
 #if SHARDLOAD_S3_SIGNED
+    // Found here for both clients: a source the environment names that gives none stops the
+    // load (the AWS SDK's chain, handed the same source, would follow a container endpoint's
+    // redirect and sign with what another host gave), and what is found is handed to Arrow's
+    // client as explicit keys, so its chain never fetches it again on its own terms.
+    SHARDLOAD_ASSIGN_OR_RETURN(const S3Credentials creds, s3_credentials(url, retry));
+    // The environment's were checked above: a credential here holding a control character
+    // came from the shared credentials file (a credential_process's or a role's are checked
+    // as they are fetched).
+    if (!creds.sdk_only && !retry.anonymous && retry.access_key.empty() && !creds.role) {
+      for (const std::string* v :
+           {&creds.creds.access_key, &creds.creds.secret_key, &creds.creds.session_token}) {
+        SHARDLOAD_RETURN_IF_ERROR(refuse_control_character(url, creds.where, *v));
+      }
+    }
     std::shared_ptr<const S3Endpoint> signed_ep;
-    auto ep = s3_signed_endpoint(bucket, arrow_query, retry);
+    auto ep = s3_signed_endpoint(bucket, arrow_query, retry, creds);
     // A Ctrl-C during the bucket's HEAD left it unanswered: nothing is kept for the bucket
     // (its region would be a guess), so that the next call asks again.
     if (interrupt_requested()) {
       return file_error(ErrorCode::kIo, url, "interrupted", ECANCELED);
     }
     if (ep) {
-      // The environment's were checked above: a credential here holding a control character
-      // came from the shared credentials file, a region that is no name from the config file.
-      if (!ep->anonymous && retry.access_key.empty()) {
-        for (const std::string* v :
-             {&ep->creds.access_key, &ep->creds.secret_key, &ep->creds.session_token}) {
-          SHARDLOAD_RETURN_IF_ERROR(refuse_control_character(
-              url,
-              "the shared credentials file (AWS_SHARED_CREDENTIALS_FILE or ~/.aws/credentials)",
-              *v));
-        }
-      }
+      // The environment's region was checked above: one that is no name came from the config
+      // file.
       if (!ep->region_in_options && !is_region_name(ep->region, kRegionChars)) {
         return file_error(ErrorCode::kInvalidArgument, url,
                           "bad object-storage URL or options: the region of the shared config "
@@ -1206,6 +1265,17 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
       options->ConfigureAccessKey(retry.access_key, retry.secret_key, retry.session_token);
     }
 #if SHARDLOAD_S3_SIGNED
+    std::shared_ptr<Renewed> renewed;
+    if (!retry.anonymous && retry.access_key.empty() && !creds.sdk_only) {
+      const AwsCredentials now = creds.role ? creds.role->current() : creds.creds;
+      options->ConfigureAccessKey(now.access_key, now.secret_key, now.session_token);
+      if (creds.role) {
+        renewed = std::make_shared<Renewed>();
+        renewed->role = creds.role;
+        renewed->retry = retry;
+        renewed->creds = now;
+      }
+    }
     const bool arrows_only = signed_ep == nullptr;
 #else
     const bool arrows_only = true;
@@ -1235,6 +1305,17 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
     if (!fs.ok()) return options_error(url, fs.status());
     Made made;
     made.fs = *std::move(fs);
+#if SHARDLOAD_S3_SIGNED
+    if (renewed != nullptr) {
+      // Made again with the region this client settled on: no HeadBucket of its own again.
+      const auto* s3 = dynamic_cast<const arrow::fs::S3FileSystem*>(made.fs.get());
+      renewed->fs_query = fs_query;
+      if (s3 != nullptr && !query_value(fs_query, "region")) {
+        renewed->fs_query += (fs_query.empty() ? "?region=" : "&region=") + s3->region();
+      }
+      made.renewed = std::move(renewed);
+    }
+#endif
     ArrowCalls::process().wait_at_fork();
     // The bucket with its query is one store: one limit on its requests in flight.
     made.store = StorageContext::process().store("s3://" + key, retry);
@@ -1304,6 +1385,7 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
       stores_.emplace(key, std::move(made->store));
 #if SHARDLOAD_S3_SIGNED
       if (made->signed_ep != nullptr) signed_.emplace(key, std::move(made->signed_ep));
+      if (made->renewed != nullptr) renewed_.emplace(key, std::move(made->renewed));
 #endif
       if (!exit_registered_) {
         // Registered again after the first client of the process's own options was made,
@@ -1322,10 +1404,15 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
     w.slots = &w.store->requests;
 #if SHARDLOAD_S3_SIGNED
     if (auto e = signed_.find(key); e != signed_.end()) w.ep = e->second;
+    std::shared_ptr<Renewed> renewed;
+    if (auto r = renewed_.find(key); r != renewed_.end()) renewed = r->second;
 #endif
     used_[key] = ++uses_;
     std::vector<std::shared_ptr<arrow::fs::FileSystem>> retired = retire_beyond_kept(key);
     lock.unlock();
+#if SHARDLOAD_S3_SIGNED
+    if (renewed != nullptr) renew_arrow_client(key, *renewed, &w.fs);
+#endif
     if (!retired.empty()) {
       // The last reference to a client may be here: its end (its connections closed) is a
       // call into Arrow's client, which a fork waits for.
@@ -1364,6 +1451,7 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
       stores_.erase(key);
 #if SHARDLOAD_S3_SIGNED
       signed_.erase(key);
+      renewed_.erase(key);
 #endif
     }
     return retired;
@@ -1459,13 +1547,40 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
                                     const std::string& value) {
     const std::string code = control_character(value);
     const auto bad = value.find_first_of("#? +\\");
-    if (code.empty() && bad == std::string::npos) return Status::ok();
-    const std::string found = !code.empty() ? "a control character (" + code + ")"
-                                            : "'" + std::string(1, value[bad]) + "'";
+    std::string found;
+    if (!code.empty()) {
+      found = "a control character (" + code + ")";
+    } else if (bad != std::string::npos) {
+      found = "'" + std::string(1, value[bad]) + "'";
+    } else {
+      // A path is a prefix both clients put before /BUCKET/KEY (path-style): its segments
+      // are sent and signed as written, so only characters that need no encoding and no dot
+      // segment (a server would resolve it, and the signature name another path).
+      const auto sep = value.find("://");
+      const std::string rest = sep == std::string::npos ? value : value.substr(sep + 3);
+      const auto slash = rest.find('/');
+      std::string path = slash == std::string::npos ? std::string() : rest.substr(slash);
+      while (!path.empty() && path.back() == '/') path.pop_back();
+      for (std::size_t pos = 0; pos < path.size() && found.empty();) {
+        const std::size_t end = std::min(path.find('/', pos + 1), path.size());
+        const std::string segment = path.substr(pos + 1, end - pos - 1);
+        const bool plain = segment.find_first_not_of(
+                               "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+                               "0123456789-._~") == std::string::npos;
+        if (segment.empty() || segment == "." || segment == ".." || !plain) {
+          found = "the path segment '" + segment +
+                  "' (a path's segments are letters, digits, '-', '.', '_' and '~', not '.' "
+                  "or '..' or empty)";
+        }
+        pos = end;
+      }
+      if (found.empty()) return Status::ok();
+    }
     return file_error(ErrorCode::kInvalidArgument, url,
                       "bad object-storage URL or options: " + where +
-                          " must be an endpoint, [http:// or https://]HOST[:PORT], found " + found +
-                          " in it",
+                          " must be an endpoint, [http:// or https://]HOST[:PORT][/PATH], "
+                          "found " +
+                          found + " in it",
                       EINVAL);
   }
 
@@ -1602,6 +1717,8 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
 #if SHARDLOAD_S3_SIGNED
     new std::map<std::string, std::shared_ptr<const S3Endpoint>>(std::move(io->signed_));
     io->signed_.clear();
+    new std::map<std::string, std::shared_ptr<Renewed>>(std::move(io->renewed_));
+    io->renewed_.clear();
 #endif
     io->making_.clear();                        // by threads the child does not have
     io->made_ = new std::condition_variable();  // the parent's had their waits
@@ -1620,6 +1737,7 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
   std::uint64_t uses_ = 0;
 #if SHARDLOAD_S3_SIGNED
   std::map<std::string, std::shared_ptr<const S3Endpoint>> signed_;  // by the same key
+  std::map<std::string, std::shared_ptr<Renewed>> renewed_;          // by the same key
 #endif
   std::unordered_map<int, Open> files_;
   int next_fd_ = kTransportFdBase;

@@ -113,6 +113,22 @@ bool takes_another_source() {
   return false;
 }
 
+// The profile's credential_process in the shared config file, where the AWS SDK's chain would
+// run it: the credentials file has no section for the profile and the config file's profile
+// names no keys and no role (the SDK's profile provider, before the process's, takes those).
+// The SDK for C++ reads it from the config file only.
+std::optional<std::string> own_credential_process() {
+  const std::string credentials = aws_file("AWS_SHARED_CREDENTIALS_FILE", "credentials");
+  if (!credentials.empty() && ini_section(credentials, aws_profile())) return std::nullopt;
+  const auto keys = config_profile();
+  if (!keys || keys->count("aws_access_key_id") != 0 || keys->count("role_arn") != 0) {
+    return std::nullopt;
+  }
+  const auto it = keys->find("credential_process");
+  if (it == keys->end() || it->second.empty()) return std::nullopt;
+  return it->second;
+}
+
 // The profile's region in the shared config file (where `aws configure` writes it), or "".
 std::string config_file_region() {
   const auto keys = config_profile();
@@ -240,6 +256,7 @@ CurlRequest request_for(const S3Endpoint& ep, const std::string& key, const char
 // the region Arrow's client signs for there. Asked once per endpoint and bucket in a process:
 // an answer is kept, a failed request is not (its next resolve asks again).
 std::optional<std::string> bucket_region(const std::string& scheme, const std::string& endpoint,
+                                         const std::string& endpoint_path,
                                          const std::string& bucket, const StoreOptions& options) {
   static std::mutex& mu = *[] {
     auto* m = new std::mutex();  // never destroyed: held across a fork
@@ -251,7 +268,7 @@ std::optional<std::string> bucket_region(const std::string& scheme, const std::s
   std::string host;
   if (!endpoint.empty()) {
     host = endpoint;
-    req.url = scheme + "://" + host + "/" + s3_uri_encode(bucket, false);
+    req.url = scheme + "://" + host + endpoint_path + "/" + s3_uri_encode(bucket, false);
   } else if (bucket.find('.') != std::string::npos) {
     host = "s3.amazonaws.com";
     req.url = scheme + "://" + host + "/" + s3_uri_encode(bucket, false);
@@ -287,9 +304,42 @@ std::optional<std::string> bucket_region(const std::string& scheme, const std::s
 
 }  // namespace
 
+Result<S3Credentials> s3_credentials(const std::string& url, const StoreOptions& options) {
+  S3Credentials c;
+  if (options.anonymous) return c;
+  const auto refused = [&](const std::string& why) {
+    return file_error(ErrorCode::kInvalidArgument, url, "bad object-storage credentials: " + why,
+                      EINVAL);
+  };
+  if (!options.access_key.empty()) {
+    c.creds = {options.access_key, options.secret_key, options.session_token};
+    c.where = "the options";
+  } else if (!aws_env("AWS_ACCESS_KEY_ID").empty() && !aws_env("AWS_SECRET_ACCESS_KEY").empty()) {
+    c.creds = {aws_env("AWS_ACCESS_KEY_ID"), aws_env("AWS_SECRET_ACCESS_KEY"),
+               aws_env("AWS_SESSION_TOKEN")};
+    c.where = "the environment";
+  } else if (auto file = shared_file_credentials()) {
+    c.creds = *std::move(file);
+    c.where = "the shared credentials file (AWS_SHARED_CREDENTIALS_FILE or ~/.aws/credentials)";
+  } else if (const auto command = own_credential_process()) {
+    RoleLookup got = process_credentials(*command, aws_profile());
+    if (!got.found) return refused(got.refused);
+    c.role = std::move(got.found);
+  } else if (takes_another_source()) {
+    c.sdk_only = true;  // SSO, role_arn, a web identity: the AWS SDK's to resolve
+  } else {
+    RoleLookup got = role_credentials();
+    if (!got.refused.empty()) return refused(got.refused);
+    c.role = std::move(got.found);
+    c.sdk_only = c.role == nullptr;  // none found: Arrow's client and its chain, as before
+  }
+  return c;
+}
+
 std::optional<S3Endpoint> s3_signed_endpoint(const std::string& bucket,
                                              const std::string& store_query,
-                                             const StoreOptions& options) {
+                                             const StoreOptions& options,
+                                             const S3Credentials& credentials) {
   std::map<std::string, std::string> q;
   std::size_t pos = store_query.empty() ? 0 : 1;
   while (pos < store_query.size()) {
@@ -307,20 +357,9 @@ std::optional<S3Endpoint> s3_signed_endpoint(const std::string& bucket,
   ep.options = options;
   ep.anonymous = options.anonymous;
   if (!ep.anonymous) {
-    if (!options.access_key.empty()) {
-      ep.creds = {options.access_key, options.secret_key, options.session_token};
-    } else if (!aws_env("AWS_ACCESS_KEY_ID").empty() && !aws_env("AWS_SECRET_ACCESS_KEY").empty()) {
-      ep.creds = {aws_env("AWS_ACCESS_KEY_ID"), aws_env("AWS_SECRET_ACCESS_KEY"),
-                  aws_env("AWS_SESSION_TOKEN")};
-    } else if (auto c = shared_file_credentials()) {
-      ep.creds = *std::move(c);
-    } else if (takes_another_source()) {
-      return std::nullopt;  // a role, a process, SSO, a web identity: the AWS SDK's to resolve
-    } else if (auto role = role_credentials()) {
-      ep.role = std::move(role);
-    } else {
-      return std::nullopt;
-    }
+    if (credentials.sdk_only) return std::nullopt;  // the AWS SDK's to resolve, or none
+    ep.creds = credentials.creds;
+    ep.role = credentials.role;
   }
   std::string scheme = q.count("scheme") != 0 ? q["scheme"] : "https";
   if (scheme != "http" && scheme != "https") return std::nullopt;
@@ -340,20 +379,26 @@ std::optional<S3Endpoint> s3_signed_endpoint(const std::string& bucket,
     if (scheme != "http" && scheme != "https") return std::nullopt;
   }
   while (!endpoint.empty() && endpoint.back() == '/') endpoint.pop_back();
-  if (endpoint.find('/') != std::string::npos) return std::nullopt;
+  // An endpoint's path (checked as plain segments by the caller) is a prefix of every
+  // request's, before /BUCKET/KEY, as Arrow's client (the AWS SDK) sends it.
+  std::string endpoint_path;
+  if (const auto slash = endpoint.find('/'); slash != std::string::npos) {
+    endpoint_path = endpoint.substr(slash);
+    endpoint.resize(slash);
+  }
   ep.region = q["region"];
   ep.region_in_options = !ep.region.empty();
   if (ep.region.empty()) ep.region = aws_env("AWS_REGION");
   if (ep.region.empty()) ep.region = aws_env("AWS_DEFAULT_REGION");
   if (ep.region.empty()) ep.region = config_file_region();
   if (ep.region.empty()) {
-    auto found = bucket_region(scheme, endpoint, bucket, options);
+    auto found = bucket_region(scheme, endpoint, endpoint_path, bucket, options);
     if (!found) return std::nullopt;  // AWS did not say: Arrow's client, as before
     ep.region = *std::move(found);
   }
   if (!endpoint.empty()) {
     ep.host = endpoint;
-    ep.path_prefix = "/" + bucket;
+    ep.path_prefix = endpoint_path + "/" + bucket;
   } else if (bucket.find('.') != std::string::npos) {
     // A dotted name does not match the wildcard certificate of virtual-hosted names.
     ep.host = "s3." + ep.region + ".amazonaws.com";

@@ -236,7 +236,7 @@ SLOW: set[str] = {
     "test_s3_save.py::test_ctrl_c_during_an_s3_save_publishes_no_manifest",
     "test_s3_save.py::"
         "test_shardload_write_to_s3_makes_the_objects_a_local_write_makes_and_read_verifies",
-    "test_s3_signed.py::test_a_profile_naming_its_own_source_is_left_to_arrows_client",
+    "test_s3_signed.py::test_a_profiles_credential_process_is_run_here_and_signs",
     "test_s3_signed.py::test_an_instance_roles_credentials_take_the_signed_path",
     "test_s3_signed.py::test_role_credentials_near_their_expiry_are_fetched_again",
     "test_s3_store_cache.py",

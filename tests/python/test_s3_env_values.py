@@ -8,12 +8,16 @@ its own, with the variables set as a user's shell would, against the tests' moto
 
 from __future__ import annotations
 
+import http.client
+import http.server
 import json
 import os
 import pathlib
 import subprocess
 import sys
 import textwrap
+import threading
+from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -139,10 +143,103 @@ def test_an_endpoint_is_host_and_port(data: s3_server.Bucket, server: str, how: 
         return
     if how == "option" and tail == " ":
         found = "'+'"  # the blank as the URL's query carries it
-    assert f"{where} must be an endpoint, [http:// or https://]HOST[:PORT], found {found}" in \
-        got["message"], got
+    assert f"{where} must be an endpoint, [http:// or https://]HOST[:PORT][/PATH], found " \
+        f"{found}" in got["message"], got
     # The endpoint itself, as host:port or as the environment's URL, is read.
     env = {how: f"http://{server}"} if how != "option" else {}
     options = {**data.options} if how == "option" else options
     assert _load(data.url("d/x.npy"), options, env) == {
         "loaded": [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]}
+
+
+class PrefixProxy:
+    """A server in front of moto that answers only paths under /pfx/ (an S3 store behind a
+    path prefix), forwarding them without it; each request's method, path and User-Agent is
+    logged."""
+
+    def __init__(self, server: str) -> None:
+        self.log: list[tuple[str, str, str]] = []
+        proxy = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def _forward(self) -> None:
+                proxy.log.append((self.command, self.path, self.headers.get("User-Agent", "")))
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length) if length else None
+                if not self.path.startswith("/pfx/"):
+                    self.send_response(404)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
+                conn = http.client.HTTPConnection(server, timeout=30)
+                headers = {k: v for k, v in self.headers.items() if k.lower() != "host"}
+                conn.request(self.command, self.path[len("/pfx"):], body=body, headers=headers)
+                r = conn.getresponse()
+                data = r.read()
+                self.send_response(r.status)
+                for k, v in r.getheaders():
+                    if k.lower() not in ("content-length", "transfer-encoding", "connection"):
+                        self.send_header(k, v)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                if self.command != "HEAD":
+                    self.wfile.write(data)
+                conn.close()
+
+            do_GET = do_HEAD = do_PUT = do_DELETE = do_POST = _forward  # noqa: N815
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.endpoint = f"127.0.0.1:{self.httpd.server_address[1]}"
+
+    def __enter__(self) -> PrefixProxy:
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.fixture
+def prefixed(server: str) -> Iterator[PrefixProxy]:
+    with PrefixProxy(server) as proxy:
+        yield proxy
+
+
+@pytest.mark.parametrize("how", ["option", "AWS_ENDPOINT_URL"])
+def test_an_endpoints_path_prefixes_every_request(data: s3_server.Bucket, prefixed: PrefixProxy,
+                                                  how: str) -> None:
+    """An endpoint with a path (a store behind a path prefix) took Arrow's client alone, the
+    signed path stepping aside (a HEAD per object, its redirects followed, and an https one
+    refused as though no key pair were found): both clients now put the path before
+    /BUCKET/KEY, objects by the signed path's requests."""
+    data.put_npy("dir/shard_0000.npy", np.arange(3.0))
+    options = {k: v for k, v in data.options.items() if k != "endpoint_override"}
+    env: dict[str, str] = {}
+    if how == "option":
+        options["endpoint_override"] = prefixed.endpoint + "/pfx/"
+    else:
+        env[how] = f"http://{prefixed.endpoint}/pfx"
+    assert _load(data.url("d/x.npy"), options, env) == {
+        "loaded": [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]}
+    # The object's requests are shardload's own (the AWS SDK's say so in their User-Agent).
+    objects = [ua for _, p, ua in prefixed.log if "/d/x.npy" in p]
+    assert objects and not any(ua.startswith("aws-sdk") for ua in objects), prefixed.log
+    assert _load(data.url("dir/"), options, env) == {"loaded": [0.0, 1.0, 2.0]}
+    assert all(p.startswith(f"/pfx/{data.name}") for _, p, _ in prefixed.log), prefixed.log
+
+
+@pytest.mark.parametrize("path, segment", [("/pfx/../x", ".."), ("/a//b", ""), ("/a%2Fb", "a%2Fb"),
+                                           ("/./a", ".")])
+def test_an_endpoints_path_is_plain_segments(data: s3_server.Bucket, server: str, path: str,
+                                             segment: str) -> None:
+    options = {**data.options, "endpoint_override": server + path}
+    got = _load(data.url("d/x.npy"), options, {})
+    assert got.get("error") == "ValueError", got
+    assert f"endpoint_override must be an endpoint, [http:// or https://]HOST[:PORT][/PATH], " \
+        f"found the path segment '{segment}'" in got["message"], got

@@ -620,6 +620,16 @@ def test_role_credentials_near_their_expiry_are_fetched_again(server, proxy, tmp
     reqs = _object_requests(proxy, data)
     keys = {h["Authorization"].split("Credential=")[1].split("/")[0] for _, _, h in reqs}
     assert keys and keys <= {f"AKIDROLE{n}" for n in imds.ours[1:]}, (keys, imds.ours)
+    # Arrow's client (the prefix's LIST) is given the keys shardload fetched: the AWS SDK asks
+    # the service for no role's credentials of its own (it followed a container endpoint's
+    # redirects, and took what another host gave).
+    lists = [_lowered(h) for m, t, h in proxy.headers if m == "GET" and "list-type=2" in t]
+    assert lists, proxy.headers
+    for h in lists:
+        key = h["authorization"].split("Credential=")[1].split("/")[0]
+        assert key in {f"AKIDROLE{n}" for n in imds.ours}, (key, imds.ours)
+    assert not any(p.endswith(RoleSource.ROLE) for _, p, h in imds.log
+                   if _lowered(h).get("user-agent", "").startswith("aws-sdk")), imds.log
 
 
 def test_a_containers_credentials_take_the_signed_path(server, proxy, tmp_path):
@@ -672,18 +682,16 @@ def test_a_containers_token_goes_to_no_host_the_sdks_refuse(server, proxy, tmp_p
     assert source.log == [], source.log
 
 
-def _sdk_only(log) -> bool:
-    """Whether every request in a RoleSource's log came from the AWS SDK (Arrow's client)."""
-    return all(_lowered(h).get("user-agent", "").startswith("aws-sdk") for _, _, h in log)
-
-
-def test_a_profile_naming_its_own_source_is_left_to_arrows_client(server, proxy, tmp_path):
-    """A profile that names its own source (here a credential_process, which the AWS SDK
-    runs) comes before any role in the SDK's chain: shardload asks no role source and Arrow's
-    client reads (a HEAD per object), with the process's keys."""
+def test_a_profiles_credential_process_is_run_here_and_signs(server, proxy, tmp_path):
+    """A profile's credential_process comes before any role in the AWS SDK's chain: shardload
+    runs it itself (once; the SDK's run of it was not checked, and a token holding CR LF went
+    into every header block), asks no role source, and its keys sign the object's requests
+    (the signed path) and Arrow's client's alike."""
     data = Data(server)
     process = tmp_path / "creds.sh"
-    process.write_text('#!/bin/sh\necho \'{"Version": 1, "AccessKeyId": "AKIDPROCESS", '
+    runs = tmp_path / "runs"
+    process.write_text(f'#!/bin/sh\necho run >> {runs}\n'
+                       'echo \'{"Version": 1, "AccessKeyId": "AKIDPROCESS", '
                        '"SecretAccessKey": "s"}\'\n')
     process.chmod(0o755)
     config = tmp_path / "config"
@@ -692,9 +700,14 @@ def test_a_profile_naming_its_own_source_is_left_to_arrows_client(server, proxy,
         got = _load_in_a_new_process(data, proxy, tmp_path, {
             "AWS_CONFIG_FILE": str(config), "AWS_EC2_METADATA_SERVICE_ENDPOINT": imds.url})
     np.testing.assert_array_equal(got, data.want)
-    assert _sdk_only(imds.log), imds.log
+    # No role's credentials asked of the instance: shardload asks nothing, and the AWS SDK,
+    # making Arrow's client, asks only what its region look-up asks (a token, the role's list,
+    # the zone), given explicit keys.
+    assert not any(p.endswith(RoleSource.ROLE) for _, p, _ in imds.log), imds.log
+    assert all(_lowered(h).get("user-agent", "").startswith("aws-sdk") for _, _, h in imds.log)
+    assert runs.read_text().splitlines() == ["run"]
     reqs = _object_requests(proxy, data)
-    assert any(m == "HEAD" for m, _, _ in reqs), reqs
+    assert reqs and {m for m, _, _ in reqs} == {"GET"}, reqs
     signed = [_lowered(h).get("authorization", "") for _, _, h in reqs]
     assert all("Credential=AKIDPROCESS/" in a for a in signed), reqs
 

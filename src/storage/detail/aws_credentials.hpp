@@ -23,10 +23,12 @@ class RoleCredentials {
   // (the old ones kept while a fetch fails: the store then says they expired).
   AwsCredentials current();
 
-  // One fetch: false where the source did not answer with credentials.
-  using Fetch = bool (*)(const std::string& where, AwsCredentials* out, std::time_t* expires);
+  // One fetch: false where the source did not answer with credentials, saying why in `why`
+  // (never a credential's value).
+  using Fetch = bool (*)(const std::string& where, AwsCredentials* out, std::time_t* expires,
+                         std::string* why);
   RoleCredentials(std::string where, Fetch fetch) : where_(std::move(where)), fetch_(fetch) {}
-  bool fetch_now();
+  bool fetch_now(std::string* why = nullptr);
 
  private:
   std::string where_;  // the source's URL
@@ -43,15 +45,40 @@ class RoleCredentials {
 // (AWS_CONTAINER_CREDENTIALS_RELATIVE_URI or _FULL_URI, with AWS_CONTAINER_AUTHORIZATION_TOKEN
 // or _FILE), else the instance metadata service (IMDSv2, else v1; at
 // AWS_EC2_METADATA_SERVICE_ENDPOINT or 169.254.169.254) unless AWS_EC2_METADATA_DISABLED is
-// true. The caller asks only where nothing the chain takes first gives credentials. Null
-// where the sources are switched off or do not answer. One answer per process: a source
-// that did not answer is not asked again.
-std::shared_ptr<RoleCredentials> role_credentials();
+// true. The caller asks only where nothing the chain takes first gives credentials.
+// `found` null where the sources are switched off or the instance's does not answer (one
+// answer per process: that source is not asked again). A container's endpoint named by the
+// environment that is refused (a plain-http host the SDKs refuse) or that answers with no
+// credentials (an error, a redirect, which is not followed, a document that is none) gives
+// `refused`, saying why: the caller stops there, as handing the same source to the AWS SDK's
+// chain would follow its redirect and sign with what the other host gave. Not kept: the next
+// call asks again.
+struct RoleLookup {
+  std::shared_ptr<RoleCredentials> found;
+  std::string refused;
+};
+RoleLookup role_credentials();
+
+// The credentials of the profile's `credential_process` (the shared config file's), run as
+// the AWS SDK for C++ runs it (through /bin/sh, its standard output read) and its output
+// parsed as the AWS CLI documents it: {"Version": 1, "AccessKeyId", "SecretAccessKey",
+// "SessionToken", "Expiration"}; run again near the expiry where one is given. shardload runs
+// it itself, rather than leaving it to Arrow's client, because the AWS SDK's headers are not
+// shipped with pyarrow: what the SDK's chain resolves cannot be seen before it signs, and a
+// value holding a control character went into every request's headers. `refused` says why
+// where it gave none (its exit status, output that is no such document, a value holding a
+// control character: named by the field and the byte, never the value); `profile` names it.
+RoleLookup process_credentials(const std::string& command, const std::string& profile);
 
 // Parses a credentials document of either source ({"AccessKeyId", "SecretAccessKey",
 // "Token", "Expiration": "2026-12-03T18:30:00Z"}, an instance's with "Code": "Success"):
 // false where it is not one.
-bool parse_role_credentials(const std::string& text, AwsCredentials* out, std::time_t* expires);
+bool parse_role_credentials(const std::string& text, AwsCredentials* out, std::time_t* expires,
+                            std::string* why = nullptr);
+
+// The first control character of `value` as "0x0A" (below 0x20, or 0x7F), or "" where it
+// holds none: such a value in a request header would add header lines or end the block.
+std::string control_character(const std::string& value);
 
 // The value of an environment variable of the credentials chain; empty where it is unset (the
 // SDKs treat an empty value as unset too).

@@ -26,7 +26,7 @@ namespace shardload::detail {
 struct S3Endpoint {
   std::string origin;       // "scheme://host[:port]"
   std::string host;         // the Host header, as signed
-  std::string path_prefix;  // "/bucket" (path-style) or "" (virtual-hosted)
+  std::string path_prefix;  // "[/endpoint path]/bucket" (path-style) or "" (virtual-hosted)
   std::string region;
   // The region came from the options' `region`. Otherwise (the environment, the config file,
   // the bucket's HEAD) Arrow's client for the bucket is given it too: left without one, it
@@ -43,10 +43,31 @@ struct S3Endpoint {
   std::shared_ptr<StoreResources> store;
 };
 
+// The credentials an s3:// store is signed with, found as the AWS SDK's default chain finds
+// them: the options' key pair; AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (with
+// AWS_SESSION_TOKEN); the shared credentials file's profile holding a key pair only; the
+// config file profile's credential_process (run here: process_credentials()); else, where
+// neither file's profile names a source of its own and no web identity is set, a container's
+// or an instance's role. Those found here are handed to Arrow's client too (explicit keys),
+// so the SDK's chain never fetches the same source again on its own terms (it follows a
+// container endpoint's redirects). `sdk_only`: only the AWS SDK's chain resolves them (SSO,
+// role_arn, web identity, a credentials-file profile holding more than keys), or none was
+// found; Arrow's client then asks its chain, as before. Anonymous options: neither.
+struct S3Credentials {
+  bool sdk_only = false;
+  AwsCredentials creds;                   // where `role` is null
+  std::shared_ptr<RoleCredentials> role;  // a role's or a credential_process's, refreshed
+  std::string where;                      // where `creds` came from, as an error names it
+};
+// kInvalidArgument naming `url` where a source the environment or the config file names
+// gave none (a container endpoint refused, or answering with none; a credential_process that
+// failed, or whose output holds a control character): the load stops there.
+Result<S3Credentials> s3_credentials(const std::string& url, const StoreOptions& options);
+
 // The endpoint for `bucket` with the store options left in `store_query` ("?k=v&..." or "",
 // shardload's own keys taken out into `options`, credentials included), or nullopt where only
-// the AWS SDK knows how to sign or reach the bucket (no key pair in the options, the
-// environment or the shared credentials file, no role's credentials, and not anonymous; an
+// the AWS SDK knows how to sign or reach the bucket (`credentials` sdk_only and not
+// anonymous; an
 // option of Arrow's other than endpoint_override, scheme and region; no region known and AWS
 // not saying the bucket's): those stay on Arrow's path. The region: the options', else
 // AWS_REGION, AWS_DEFAULT_REGION, the shared config file profile's, else the bucket's own as
@@ -54,7 +75,8 @@ struct S3Endpoint {
 // named by an endpoint that does not say), asked once per endpoint and bucket in a process.
 std::optional<S3Endpoint> s3_signed_endpoint(const std::string& bucket,
                                              const std::string& store_query,
-                                             const StoreOptions& options);
+                                             const StoreOptions& options,
+                                             const S3Credentials& credentials);
 
 // What an answer said of the object: its size (a 206's Content-Range total, a 200's length,
 // a HEAD's Content-Length; 0 with has_size false when it did not say) and its ETag's hash

@@ -1,0 +1,248 @@
+"""Credentials an s3:// read takes from a source the environment or the config file names, which
+Arrow's client (the AWS SDK's chain) resolved on its own before: a profile's
+credential_process, and a container's credentials endpoint. A credential_process whose JSON
+held CR LF in a token went raw into every request's headers (the SDK checks nothing); a
+container endpoint that answered shardload's own fetch with a redirect to a plain-http host
+elsewhere was then fetched again by the SDK, which followed the redirect and signed with the
+keys that host gave. Both are now resolved by shardload alone: checked, refused naming the
+source (never the value), and handed to Arrow's client as explicit keys. Each case runs in a
+process of its own (sources are asked once per process) against the tests' moto server, with
+the source served by a small http server or a script here."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import os
+import pathlib
+import socket
+import subprocess
+import sys
+import textwrap
+import threading
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+
+pytest.importorskip("moto", reason="moto[server] is installed by scripts/setup.sh")
+pytest.importorskip("boto3")
+
+import s3_server  # noqa: E402
+
+CHILD = textwrap.dedent("""
+    import json, sys
+    import shardload.numpy as snp
+    try:
+        got = snp.load(sys.argv[1], storage_options=json.loads(sys.argv[2]))
+        print(json.dumps({"loaded": got.tolist()}))
+    except Exception as e:
+        print(json.dumps({"error": type(e).__name__, "message": str(e)}))
+""")
+
+SECRET = "SECRETVALUE"
+WANT = [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
+
+
+def _load(url: str, options: dict[str, str], env: dict[str, str]) -> dict:
+    """What a fresh process's shardload.numpy.load(url) gives with no key pair in the
+    environment or the files, and ``env`` set."""
+    full = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "ECS_"))}
+    full.update({"AWS_EC2_METADATA_DISABLED": "true", "AWS_CONFIG_FILE": os.devnull,
+                 "AWS_SHARED_CREDENTIALS_FILE": os.devnull})
+    full.update(env)
+    p = subprocess.run([sys.executable, "-c", CHILD, url, json.dumps(options)], env=full,
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture
+def data(bucket: s3_server.Bucket) -> s3_server.Bucket:
+    bucket.put_npy("d/x.npy", np.arange(6.0))
+    return bucket
+
+
+def _process(tmp_path: pathlib.Path, document: dict | str, status: int = 0) -> dict[str, str]:
+    """A config file whose default profile's credential_process prints ``document`` (and
+    counts its runs in tmp_path/runs), as the environment that names it."""
+    text = document if isinstance(document, str) else json.dumps(document)
+    (tmp_path / "out.json").write_text(text)
+    script = tmp_path / "creds.sh"
+    script.write_text(f"#!/bin/sh\necho run >> {tmp_path / 'runs'}\n"
+                      f"cat {tmp_path / 'out.json'}\nexit {status}\n")
+    script.chmod(0o755)
+    config = tmp_path / "config"
+    config.write_text(f"[default]\ncredential_process = {script}\n")
+    return {"AWS_CONFIG_FILE": str(config)}
+
+
+def _runs(tmp_path: pathlib.Path) -> int:
+    runs = tmp_path / "runs"
+    return len(runs.read_text().splitlines()) if runs.exists() else 0
+
+
+KEYS = {"Version": 1, "AccessKeyId": "testing", "SecretAccessKey": "testing"}
+
+
+@pytest.mark.parametrize("field, value, code", [
+    ("SessionToken", SECRET + "\r\nX-Injected: from-credential-process", "0x0D"),
+    ("SessionToken", SECRET + "\n", "0x0A"),
+    ("AccessKeyId", "testing\n", "0x0A"),
+    ("SecretAccessKey", SECRET + "\tx", "0x09"),
+])
+def test_a_credential_process_value_with_a_control_character_is_refused(
+        data: s3_server.Bucket, tmp_path: pathlib.Path, field: str, value: str,
+        code: str) -> None:
+    env = _process(tmp_path, {**KEYS, field: value})
+    got = _load(data.url("d/x.npy"), data.options, env)
+    assert got.get("error") == "ValueError", got
+    assert "the credential_process of profile 'default' in the shared config file" in \
+        got["message"], got
+    assert f"its output's {field} holds a control character ({code};" in got["message"], got
+    assert SECRET not in got["message"]
+
+
+def test_a_credential_process_signs_both_clients_and_runs_once(
+        data: s3_server.Bucket, tmp_path: pathlib.Path) -> None:
+    """Its keys load an object (the signed path) and a directory (Arrow's LIST): the process
+    ran once, here, not again by the AWS SDK's chain."""
+    data.put_npy("dir/shard_0000.npy", np.arange(3.0))
+    env = _process(tmp_path, {**KEYS, "SessionToken": "TOK",
+                              "Expiration": "2099-01-01T00:00:00Z"})
+    assert _load(data.url("d/x.npy"), data.options, env) == {"loaded": WANT}
+    assert _runs(tmp_path) == 1
+    assert _load(data.url("dir/"), data.options, env) == {"loaded": [0.0, 1.0, 2.0]}
+    assert _runs(tmp_path) == 2  # one per process
+
+
+@pytest.mark.parametrize("document, status, why", [
+    (KEYS, 3, "it exited with status 3"),
+    ("not json", 0, "its output is not a JSON object"),
+    ({**KEYS, "Version": 2}, 0, "its output has no \"Version\": 1"),
+    ({"Version": 1, "AccessKeyId": "testing"}, 0, "lacks AccessKeyId or SecretAccessKey"),
+])
+def test_a_credential_process_that_gives_none_is_an_error_naming_it(
+        data: s3_server.Bucket, tmp_path: pathlib.Path, document: dict | str, status: int,
+        why: str) -> None:
+    got = _load(data.url("d/x.npy"), data.options, _process(tmp_path, document, status))
+    assert got.get("error") == "ValueError", got
+    assert "the credential_process of profile 'default'" in got["message"], got
+    assert why in got["message"], got
+
+
+def _this_hosts_address() -> str | None:
+    """An IPv4 address of this machine that is not a loopback one, or None."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            s.connect(("10.255.255.255", 9))  # a datagram socket's connect sends nothing
+            address = s.getsockname()[0]
+        except OSError:
+            return None
+    return None if address.startswith("127.") or address == "0.0.0.0" else address
+
+
+class ContainerEndpoint:
+    """A container credentials endpoint on every address of this host: /creds answers with
+    ``answer`` (a credentials document, or a redirect to /elsewhere on ``redirect_to``);
+    /elsewhere answers with keys. Each request's path and User-Agent are logged."""
+
+    def __init__(self, redirect_to: str | None = None, token: str = "TOK") -> None:
+        self.log: list[tuple[str, str]] = []
+        endpoint = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def do_GET(self) -> None:  # noqa: N802
+                endpoint.log.append((self.path, self.headers.get("User-Agent") or ""))
+                if self.path == "/creds" and redirect_to is not None:
+                    self.send_response(302)
+                    self.send_header("Location",
+                                     f"http://{redirect_to}:{endpoint.port}/elsewhere")
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
+                doc = {"AccessKeyId": "testing", "SecretAccessKey": "testing", "Token": token,
+                       "Expiration": "2099-01-01T00:00:00Z"}
+                body = json.dumps(doc).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+        self.httpd = http.server.ThreadingHTTPServer(("0.0.0.0", 0), Handler)
+        self.port = self.httpd.server_address[1]
+        self.url = f"http://127.0.0.1:{self.port}/creds"
+
+    def __enter__(self) -> ContainerEndpoint:
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.fixture
+def elsewhere() -> Iterator[str]:
+    address = _this_hosts_address()
+    if address is None:
+        pytest.skip("this machine has no IPv4 address but loopback ones")
+    yield address
+
+
+def test_a_container_endpoints_redirect_stops_the_load(data: s3_server.Bucket,
+                                                      elsewhere: str) -> None:
+    """The loopback endpoint answers 302 to a plain-http address elsewhere: the load is an
+    error naming the endpoint and the redirect, and the other address is asked nothing (the
+    AWS SDK's chain, handed the same source before, followed it and signed with its keys)."""
+    with ContainerEndpoint(redirect_to=elsewhere) as source:
+        env = {"AWS_CONTAINER_CREDENTIALS_FULL_URI": source.url,
+               "AWS_CONTAINER_AUTHORIZATION_TOKEN": "CONTAINERTOKEN"}
+        got = _load(data.url("d/x.npy"), data.options, env)
+        assert got.get("error") == "ValueError", got
+        assert f"the container credentials endpoint {source.url} " \
+            "(AWS_CONTAINER_CREDENTIALS_FULL_URI) gave no credentials: HTTP 302" in \
+            got["message"], got
+        assert "(a redirect: not followed)" in got["message"], got
+        assert "CONTAINERTOKEN" not in got["message"]
+        assert [p for p, _ in source.log] == ["/creds"], source.log
+
+
+def test_a_container_answer_with_a_control_character_stops_the_load(
+        data: s3_server.Bucket) -> None:
+    with ContainerEndpoint(token=SECRET + "\r\nX-Injected: from-endpoint") as source:
+        got = _load(data.url("d/x.npy"), data.options,
+                    {"AWS_CONTAINER_CREDENTIALS_FULL_URI": source.url})
+        assert got.get("error") == "ValueError", got
+        assert f"the container credentials endpoint {source.url} " in got["message"], got
+        assert "hold a control character (0x0D;" in got["message"], got
+        assert SECRET not in got["message"]
+        assert [p for p, _ in source.log] == ["/creds"], source.log
+
+
+def test_a_container_url_the_sdks_refuse_stops_the_load(data: s3_server.Bucket,
+                                                       elsewhere: str) -> None:
+    with ContainerEndpoint() as source:
+        url = f"http://{elsewhere}:{source.port}/creds"
+        got = _load(data.url("d/x.npy"), data.options,
+                    {"AWS_CONTAINER_CREDENTIALS_FULL_URI": url})
+        assert got.get("error") == "ValueError", got
+        assert f"AWS_CONTAINER_CREDENTIALS_FULL_URI (environment) {url} is refused" in \
+            got["message"], got
+        assert source.log == []
+
+
+def test_a_containers_keys_are_arrows_too(data: s3_server.Bucket) -> None:
+    """A directory's load lists through Arrow's client: it is given the keys shardload
+    fetched, and the AWS SDK does not ask the endpoint again on its own terms."""
+    data.put_npy("dir/shard_0000.npy", np.arange(3.0))
+    with ContainerEndpoint() as source:
+        got = _load(data.url("dir/"), data.options,
+                    {"AWS_CONTAINER_CREDENTIALS_FULL_URI": source.url})
+        assert got == {"loaded": [0.0, 1.0, 2.0]}, got
+        assert len(source.log) == 1, source.log
+        assert not source.log[0][1].startswith("aws-sdk"), source.log
