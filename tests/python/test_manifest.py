@@ -8,6 +8,7 @@ import pathlib
 import pickle
 import re
 import subprocess
+import time
 
 import numpy as np
 import pytest
@@ -278,6 +279,66 @@ def test_index_refuses_a_listing_older_than_the_directory(tmp_path):
     with pytest.raises(shardload.LayoutError, match="changed while indexing.*shard_0000.npy"):
         _core.write_manifest(old, str(d), "none")
     np.testing.assert_array_equal(snp.load(d, trust_manifest=True), new + 1)
+
+
+def test_index_of_a_prefix_refuses_a_listing_older_than_the_prefix(server, bucket, monkeypatch):
+    """B8 in object storage: the index's LIST answered from the old prefix (3 shards) and held
+    while a save overwrites it with 4; the index then probes the 3 keys listed, now the new
+    objects. It must not upload the manifest of that listing over the save's (a trusted load
+    returned 60 of the 80 rows): the prefix is listed again before the upload and it refuses."""
+    import threading
+
+    import s3_fault_proxy as fp
+    import shardload.numpy as snp
+
+    held = threading.Event()
+    left = [1]
+    serve = fp._Handler._serve
+
+    def hold_the_first_listing(self) -> None:
+        if self.command == "GET" and "list-type=2" in self.path and left[0] > 0:
+            left[0] -= 1
+            status, reason, headers, data = self._upstream(self._body())  # the old listing
+            held.set()
+            time.sleep(3)
+            self.send_response_only(status, reason)
+            for k, v in headers:
+                if k.lower() not in ("content-length", "connection", "transfer-encoding"):
+                    self.send_header(k, v)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+            return
+        serve(self)
+
+    monkeypatch.setattr(fp._Handler, "_serve", hold_the_first_listing)
+    url = bucket.url("d/")
+    new = np.full((80, 2), 2.0)
+    snp.save(np.full((60, 2), 1.0), url, num_shards=3, storage_options=bucket.options)
+    proxy = fp.FaultProxy(server)
+    outcome: list[BaseException | str] = []
+
+    def run_index() -> None:
+        try:
+            shardload.index(url, storage_options={**bucket.options,
+                                                  "endpoint_override": proxy.endpoint})
+            outcome.append("written")
+        except shardload.Error as e:
+            outcome.append(e)
+
+    try:
+        t = threading.Thread(target=run_index)
+        t.start()
+        assert held.wait(60)
+        snp.save(new, url, num_shards=4, overwrite=True, storage_options=bucket.options)
+        t.join(120)
+    finally:
+        proxy.close()
+    assert len(outcome) == 1 and isinstance(outcome[0], shardload.LayoutError), outcome
+    assert "changed while indexing" in str(outcome[0]) and "shard_0003.npy" in str(outcome[0])
+    for trust in (False, True):
+        got = snp.load(url, storage_options=bucket.options, trust_manifest=trust)
+        np.testing.assert_array_equal(got, new)
 
 
 def test_discover_once_equals_discover(data):
