@@ -2,11 +2,13 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <functional>
 #include <map>
 #include <set>
 #include <span>
+#include <thread>
 
 #include "engine/detail/lanes.hpp"
 #include "shardload/formats.hpp"
@@ -409,7 +411,7 @@ Status check_own_key(Store& store, const WrittenKey& w) {
         "it was written with " + std::to_string(w.size) + " bytes (ETag " + w.etag + "), and is " +
             std::to_string(now->size) + " bytes (ETag " + now->etag + ") now");
   }
-  if (!w.etag.empty() && now->etag != w.etag) {
+  if (!w.etag.empty() && !same_etag(now->etag, w.etag)) {
     return changed_during_the_save(store, key, "ETag was " + w.etag + ", now " + now->etag);
   }
   return Status::ok();
@@ -427,22 +429,60 @@ Status check_own_keys(Store& store, const OwnKeys& own) {
       [&](std::size_t, std::size_t i) { return check_own_key(store, *keys[i]); });
 }
 
+// A shard's name below the prefix as given ("shard_0000.npy", "shard_0000.zarr"), or "" where
+// its path is spelled otherwise.
+std::string name_below(const RemoteDest& d, const Shard& shard) {
+  std::string path = shard.path.substr(0, shard.path.find('?'));
+  while (path.size() > 1 && path.back() == '/') path.pop_back();
+  if (!path.starts_with(d.dir) || path.size() == d.dir.size()) return {};
+  return path.substr(d.dir.size());
+}
+
+// The manifest's index of the prefix holds every shard the save wrote. The index is made from
+// a listing, and a store whose listings lag its writes (asynchronous container listings, a
+// caching proxy) can leave out the last shards: a manifest of the others, which a trusting
+// reader takes for the whole dataset, would be short without an error (no gap shows a missing
+// trailing shard). *lagging is set where that is why it fails.
+Status check_complete(const Store& store, const RemoteDest& d, const SaveSpec& spec,
+                      const Layout& layout, bool* lagging) {
+  std::set<std::string> found;
+  bool untold = false;
+  for (const Shard& shard : layout.shards) {
+    const std::string name = name_below(d, shard);
+    if (name.empty()) untold = true;
+    found.insert(name);
+  }
+  for (std::int64_t s = 0; s < spec.shards(); ++s) {
+    const std::string name = save_shard_name(spec.format, s);
+    if (found.count(name) != 0) continue;
+    // Shards named otherwise than below the prefix as given: counted instead.
+    if (untold && layout.shards.size() >= static_cast<std::size_t>(spec.shards())) continue;
+    *lagging = true;
+    return file_error(ErrorCode::kIo, store.describe(name),
+                      "written by this save, but the listing of the dataset's prefix does not "
+                      "show it (a listing that lags the writes?): the index found " +
+                          std::to_string(layout.shards.size()) + " of the save's " +
+                          std::to_string(spec.shards()) +
+                          " shards; no manifest was written, so the dataset is not published",
+                      ESTALE);
+  }
+  return Status::ok();
+}
+
 // The manifest's index of the prefix held to the save's keys: every shard it found is one the
 // save wrote, an object shard with the size and ETag its upload was answered with (a store of
 // chunks was checked key by key already). What another writer put there since the check is
 // never recorded as the save's.
 Status check_index(Store& store, const RemoteDest& d, const OwnKeys& own, const Layout& layout) {
   for (const Shard& shard : layout.shards) {
-    std::string path = shard.path.substr(0, shard.path.find('?'));
-    while (path.size() > 1 && path.back() == '/') path.pop_back();
     // A shard named otherwise than below the prefix as given cannot be told: its keys were
     // looked at one by one already.
-    if (!path.starts_with(d.dir) || path.size() == d.dir.size()) continue;
-    const std::string name = path.substr(d.dir.size());
+    const std::string name = name_below(d, shard);
+    if (name.empty()) continue;
     if (const auto it = own.find(name); it != own.end()) {
       const WrittenKey& w = it->second;
       if (shard.snapshot.size != w.size ||
-          (!w.etag.empty() && shard.snapshot.inode != fnv1a(w.etag))) {
+          (!w.etag.empty() && shard.snapshot.inode != etag_hash(w.etag))) {
         return changed_during_the_save(store, name,
                                        "the manifest's index found another object there than "
                                        "the one written (ETag " +
@@ -452,7 +492,7 @@ Status check_index(Store& store, const RemoteDest& d, const OwnKeys& own, const 
     }
     const auto below = own.lower_bound(name + "/");
     if (below != own.end() && below->first.starts_with(name + "/")) continue;
-    return file_error(ErrorCode::kIo, redact_secrets(path),
+    return file_error(ErrorCode::kIo, store.describe(name),
                       "is in the dataset's prefix, but this save did not write it (another "
                       "writer?); no manifest was written, so the dataset is not published",
                       ESTALE);
@@ -491,10 +531,19 @@ Status finish_remote_save(const RemoteDest& d, const SaveSpec& spec, const SaveO
   steps.seal = [&](const std::string& location) {
     if (own != nullptr) SHARDLOAD_RETURN_IF_ERROR(check_own_keys(*store, mine));
     if (!options.manifest) return Status::ok();
-    std::function<Status(const Layout&)> held;
-    if (own != nullptr)
-      held = [&](const Layout& layout) { return check_index(*store, d, mine, layout); };
-    return write_save_manifest(location, options.checksum, held);
+    bool lagging = false;
+    const std::function<Status(const Layout&)> held = [&](const Layout& layout) {
+      SHARDLOAD_RETURN_IF_ERROR(check_complete(*store, d, spec, layout, &lagging));
+      return own != nullptr ? check_index(*store, d, mine, layout) : Status::ok();
+    };
+    // A listing that lags is asked again after a pause (2 more times, 0.5 s and 1 s), then
+    // the save fails naming the shard missing.
+    for (int attempt = 0;; ++attempt) {
+      lagging = false;
+      const Status st = write_save_manifest(location, options.checksum, held);
+      if (st || !lagging || attempt == 2) return st;
+      std::this_thread::sleep_for(std::chrono::milliseconds(500 << attempt));
+    }
   };
   if (!options.manifest) steps.commit_key.clear();
   bool published = false;
@@ -523,8 +572,10 @@ std::string abandon_remote_save(const RemoteDest& d, const SaveSpec& spec,
   try {
     // A key is deleted while it shows the size and ETag its upload was answered with, and a
     // plain PUT's ETag is the MD5 of its bytes: another writer's object of the same bytes
-    // looks like this save's. A manifest under the prefix is another writer's (this save fails
-    // before its own is written): that writer published a dataset, whose objects those may be.
+    // looks like this save's. A manifest under the prefix is another writer's: this save fails
+    // before its own is written, or where its manifest's PUT was not answered and a look found
+    // no object of the bytes it sent there (RemoteStore::write). That writer published a
+    // dataset, whose objects those may be.
     const std::string manifest(kManifestName);
     if (const auto there = d.store->version(manifest); there) {
       return "the clean-up found " + d.store->describe(manifest) +

@@ -186,15 +186,12 @@ class CurlRemoteIo final : public RemoteIo {
   // whose HEAD lags its GETs (a cache or a replica in front) would otherwise serve another
   // version's bytes as the snapshot's.
   static std::string other_version(const Open& f, const CurlHeaders& got) {
-    const auto bare = [](const std::string& etag) {
-      return etag.starts_with("W/") ? etag.substr(2) : etag;
-    };
     const CurlHeaders& want = f.snapshot;
     // Each validator where both answers carry it: a weak and a strong form of one tag agree
-    // (a server may weaken its ETag on some answers); where either lacks an ETag,
+    // (a server may weaken its ETag on some answers: same_etag); where either lacks an ETag,
     // Last-Modified is compared.
     if (!want.etag.empty() && !got.etag.empty()) {
-      if (bare(want.etag) != bare(got.etag)) {
+      if (!same_etag(want.etag, got.etag)) {
         return "its ETag " + got.etag + " differs from the snapshot's " + want.etag;
       }
     } else if (!want.last_modified.empty() && !got.last_modified.empty()) {
@@ -410,7 +407,7 @@ class CurlRemoteIo final : public RemoteIo {
     validators->etag = h.etag;
     validators->last_modified = h.last_modified;
     validators->date = h.date;
-    info->inode = fnv1a(h.etag.empty() ? "last-modified:" + h.last_modified : h.etag);
+    info->inode = h.etag.empty() ? fnv1a("last-modified:" + h.last_modified) : etag_hash(h.etag);
     info->modified_s = http_date_seconds(h.last_modified);
     info->answered_s = http_date_seconds(h.date);
   }

@@ -11,10 +11,12 @@
 #include <string>
 #include <vector>
 
+#include "shardload/interrupt.hpp"
 #include "shardload/io.hpp"
 #include "shardload/location.hpp"
 #include "shardload/storage.hpp"
 #include "storage/detail/object_store.hpp"
+#include "storage/detail/store_options.hpp"
 #include "storage/detail/store_schemes.hpp"
 #include "storage/detail/stores.hpp"
 
@@ -236,7 +238,9 @@ class RemoteStore final : public Store, public TransportStore {
     SHARDLOAD_RETURN_IF_ERROR(check_key(key));
     const std::string u = url(key);
     SHARDLOAD_RETURN_IF_ERROR(check_object_key(u));
-    return io_->write_object(u, data.data(), data.size());
+    const Status st = io_->write_object(u, data.data(), data.size());
+    if (st || st.code() == ErrorCode::kInvalidArgument) return st;
+    return settle_write(key, data, st);
   }
 
   Result<std::unique_ptr<KeySink>> open_key_sink(std::string_view key,
@@ -379,7 +383,7 @@ class RemoteStore final : public Store, public TransportStore {
               }
               continue;
             }
-            if (now->size != w.size || now->etag != w.etag) {
+            if (now->size != w.size || !same_etag(now->etag, w.etag)) {
               if (steps.kept) {
                 steps.kept(describe(full),
                            "changed since this save wrote it (another writer?): "
@@ -397,6 +401,58 @@ class RemoteStore final : public Store, public TransportStore {
   }
 
  private:
+  // A write that failed after its request went out may still have been stored: its answer
+  // lost (a connection cut after the body, a timeout, a Ctrl-C ending the wait), or a 5xx
+  // after the store committed. A save's manifest is the commit point, so "not written" there
+  // means "not published", and a job runner acts on it: the key is looked at (a HEAD, then a
+  // GET of that version) and, holding exactly the bytes sent, the write is done (an object of
+  // those very bytes is what this write leaves, whoever else may have sent them). Otherwise
+  // the failure stands, saying what the key holds. A Ctrl-C that ended the write ends every
+  // request while it is pending, so it is set aside for the look and asked for again after
+  // it (the caller then reports the interrupt, after a write that was done).
+  Status settle_write(std::string_view key, std::span<const std::byte> data, const Status& failed) {
+    const bool interrupted = interrupt_requested();
+    if (interrupted) clear_interrupt();
+    struct Again {
+      bool interrupted;
+      ~Again() {
+        if (interrupted) request_interrupt();
+      }
+    } again{interrupted};
+    const auto failed_and = [&](const std::string& more) {
+      return Status(failed.code(), failed.message() + "; " + more)
+          .with_path(failed.path())
+          .with_errno(failed.sys_errno());
+    };
+    try {
+      auto there = stat(key);
+      if (!there) {
+        if (there.status().sys_errno() == ENOENT) {
+          return failed_and("a look after it found no object there: it was not stored");
+        }
+        return failed_and("whether it was stored cannot be told (" + there.status().message() +
+                          ")");
+      }
+      if (there->size != data.size()) {
+        return failed_and("a look after it found another object there (" +
+                          std::to_string(there->size) + " bytes, not the " +
+                          std::to_string(data.size()) + " sent)");
+      }
+      std::vector<std::byte> back(data.size());
+      auto got = read(key, 0, back, there->generation);
+      if (!got) {
+        return failed_and("whether it was stored cannot be told (" + got.status().message() + ")");
+      }
+      if (*got == data.size() && std::equal(back.begin(), back.end(), data.begin())) {
+        return Status::ok();
+      }
+      return failed_and("a look after it found another object there (of " +
+                        std::to_string(data.size()) + " bytes, but not the bytes sent)");
+    } catch (...) {
+      return failed;
+    }
+  }
+
   // An s3:// key holding a '?' (where the URL's options begin) would reach another key:
   // refused, as a listing's or a manifest's names are (location.hpp). Over http(s) a key's
   // '%', '#' and '?' are percent-encoded in its URL instead (url_key).

@@ -1642,7 +1642,7 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
     *info = FileInfo{};
     info->size = look.size;
     info->regular = true;
-    info->inode = fnv1a(look.etag);
+    info->inode = etag_hash(look.etag);
     return std::move(look.file);
   }
 

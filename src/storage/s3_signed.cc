@@ -423,7 +423,7 @@ S3Get get_range(const S3Endpoint& ep, const std::string& key, void* dst, std::si
                                 : std::to_string(*offset) + "-" + std::to_string(*offset + n - 1);
   CurlRequest req = request_for(ep, key, "GET", {{"Range", "bytes=" + range}});
   req.accept = [&](const CurlHeaders& h) {
-    return !expect || h.etag.empty() || fnv1a(h.etag) == expect_inode;
+    return !expect || h.etag.empty() || etag_hash(h.etag) == expect_inode;
   };
   // A 200 is the whole object, taken as the range only from offset 0 (for a suffix: an
   // object within the n bytes, all of it fitting the buffer).
@@ -432,7 +432,7 @@ S3Get get_range(const S3Endpoint& ep, const std::string& key, void* dst, std::si
   g.status = o.curl == CURLE_OK ? o.http : 0;
   if (!a.headers.etag.empty()) {
     g.state.has_etag = true;
-    g.state.inode = fnv1a(a.headers.etag);
+    g.state.inode = etag_hash(a.headers.etag);
   }
   g.state.modified_s = http_date_seconds(a.headers.last_modified);
   g.state.answered_s = http_date_seconds(a.headers.date);
@@ -524,7 +524,7 @@ Result<FileInfo> s3_head(const S3Endpoint& ep, const std::string& url, const std
   FileInfo info;
   info.size = static_cast<std::uint64_t>(a.content_length);
   info.regular = true;
-  info.inode = fnv1a(a.headers.etag);
+  info.inode = etag_hash(a.headers.etag);
   info.modified_s = http_date_seconds(a.headers.last_modified);
   info.answered_s = http_date_seconds(a.headers.date);
   if (etag != nullptr) *etag = a.headers.etag;

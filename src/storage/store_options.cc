@@ -29,6 +29,37 @@ std::uint64_t fnv1a(std::string_view s) {
   return h;
 }
 
+std::string normalized_etag(std::string_view etag) {
+  while (!etag.empty() && (etag.front() == ' ' || etag.front() == '\t')) etag.remove_prefix(1);
+  while (!etag.empty() && (etag.back() == ' ' || etag.back() == '\t')) etag.remove_suffix(1);
+  if (etag.empty()) return {};
+  if (etag.starts_with("W/")) etag.remove_prefix(2);
+  if (etag.size() >= 2 && etag.front() == '"' && etag.back() == '"') {
+    etag = etag.substr(1, etag.size() - 2);
+  }
+  std::string tag(etag);
+  const std::size_t dash = tag.find('-');
+  const std::string_view hex = std::string_view(tag).substr(0, dash);
+  const bool md5_like =
+      !hex.empty() &&
+      std::all_of(hex.begin(), hex.end(),
+                  [](char c) { return std::isxdigit(static_cast<unsigned char>(c)) != 0; }) &&
+      (dash == std::string::npos ||
+       (dash + 1 < tag.size() &&
+        std::all_of(tag.begin() + static_cast<std::ptrdiff_t>(dash) + 1, tag.end(),
+                    [](char c) { return c >= '0' && c <= '9'; })));
+  if (md5_like) {
+    for (char& c : tag) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  }
+  return '"' + tag + '"';
+}
+
+bool same_etag(std::string_view a, std::string_view b) {
+  return normalized_etag(a) == normalized_etag(b);
+}
+
+std::uint64_t etag_hash(std::string_view etag) { return fnv1a(normalized_etag(etag)); }
+
 namespace {
 
 Result<std::int64_t> int_option(const std::string& url, const std::string& key,

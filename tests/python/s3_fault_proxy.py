@@ -4,7 +4,9 @@ It forwards each request to an upstream S3 server (the tests' moto server) and, 
 the test set matches the request, answers it badly instead: an HTTP error (500, 503, 403), a
 ``SlowDown`` (503 with S3's XML error body), the 301 of a bucket in another region, a reset
 connection, a body cut short (the upstream's Content-Length, fewer bytes, then the connection
-closed), a delay, or the answer without its ETag and Last-Modified. The client
+closed), a delay, the answer without its ETag and Last-Modified, or, for a request the
+upstream does serve: its answer lost (the connection reset after the upstream stored a PUT),
+held back, with its ETag spelled otherwise, or a LIST answer without some keys. The client
 under test is pointed at it with ``endpoint_override``. Pure Python, one thread per
 connection; nothing but the standard library.
 
@@ -20,15 +22,17 @@ from __future__ import annotations
 import dataclasses
 import http.client
 import http.server
+import re
 import socket
 import struct
 import threading
 import time
+from typing import Callable
 
 from closing_server import ClosingHTTPServer
 
 ACTIONS = ("500", "503", "403", "410", "slowdown", "reset", "truncate", "delay", "wrong-region",
-           "no-validators")
+           "no-validators", "lost-answer", "held-answer", "respell-etag", "hide-listed")
 
 # What AWS answers a request sent to a regional endpoint other than the bucket's: a 301
 # naming the bucket's region in a header (a HEAD's only word) and in its XML body.
@@ -56,7 +60,13 @@ class Rule:
     both. ``range``: a substring of the Range header ("bytes=4096-"), or None for any.
     ``action``: one of ACTIONS. ``count``: how many matching requests to spoil (None:
     all of them). ``delay_s``: for "delay", how long to hold the response before forwarding
-    it; for an error, how long to wait before answering it. ``fired`` counts the requests spoiled so far."""
+    it; for an error, how long to wait before answering it; for "held-answer", how long to hold
+    the upstream's answer before sending it. "lost-answer": the request is forwarded (a PUT is
+    stored), then the connection is reset. For both, ``after`` (if given) is called once the
+    upstream answered (another writer acting meanwhile, or a test told the PUT is stored). "respell-etag": the answer's ETag header goes through
+    ``respell``. "hide-listed": a LIST answer without the entries whose key holds ``hide``
+    (a listing that lags the writes); an answer that holds no such key is not counted.
+    ``fired`` counts the requests spoiled so far."""
 
     method: str | None = None
     path: str | None = None
@@ -66,6 +76,9 @@ class Rule:
     count: int | None = 1
     delay_s: float = 0.0
     region: str = WRONG_REGION  # "wrong-region": the region its answer names
+    after: Callable[[], None] | None = None  # "lost-answer", "held-answer"
+    respell: Callable[[str], str] | None = None  # "respell-etag"
+    hide: str = ""  # "hide-listed"
     fired: int = 0
 
     def __post_init__(self) -> None:
@@ -166,6 +179,36 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self._forward(body, truncate=True)
         elif rule.action == "no-validators":
             self._forward(body, drop=("etag", "last-modified"))
+        elif rule.action == "lost-answer":
+            self._upstream(body)
+            if rule.after is not None:
+                rule.after()
+            self._reset()
+        elif rule.action == "held-answer":
+            answer = self._upstream(body)
+            if rule.after is not None:
+                rule.after()
+            proxy._closing.wait(rule.delay_s)
+            self._send(*answer)
+        elif rule.action == "respell-etag":
+            status, reason, headers, data = self._upstream(body)
+            respell = rule.respell or (lambda v: v)
+            headers = [(k, respell(v) if k.lower() == "etag" else v) for k, v in headers]
+            self._send(status, reason, headers, data)
+        elif rule.action == "hide-listed":
+            status, reason, headers, data = self._upstream(body)
+            entry = re.compile(rb"<Contents>(?:(?!</Contents>).)*?<Key>[^<]*" +
+                               re.escape(rule.hide.encode()) + rb"[^<]*</Key>.*?</Contents>",
+                               re.S)
+            data, hidden = entry.subn(b"", data)
+            if hidden == 0:
+                with proxy._lock:
+                    rule.fired -= 1
+            else:
+                data = re.sub(rb"<KeyCount>(\d+)</KeyCount>",
+                              lambda m: b"<KeyCount>%d</KeyCount>" % (int(m.group(1)) - hidden),
+                              data)
+            self._send(status, reason, headers, data)
         else:  # delay
             if proxy._closing.wait(rule.delay_s):
                 self._reset()
@@ -190,7 +233,11 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             conn.close()
 
     def _forward(self, body: bytes, truncate: bool = False, drop: tuple[str, ...] = ()) -> None:
-        status, reason, headers, data = self._upstream(body)
+        self._send(*self._upstream(body), truncate=truncate, drop=drop)
+
+    def _send(self, status: int, reason: str, headers: list[tuple[str, str]], data: bytes,
+              truncate: bool = False, drop: tuple[str, ...] = ()) -> None:
+        """An upstream's answer as the client gets it (Content-Length of ``data``)."""
         self.send_response_only(status, reason)
         length = None
         for k, v in headers:

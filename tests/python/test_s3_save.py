@@ -851,6 +851,203 @@ def test_ctrl_c_during_shardload_write_to_s3_ends_with_status_130_and_cleans_up(
     assert set(bucket.keys("w/")) <= {"w/shard_0002.npy"}, bucket.keys("w/")
 
 
+# ---- the commit's own record: a lagging listing, ETag spellings, a manifest PUT unanswered ----
+
+def test_a_listing_that_lacks_a_trailing_shard_fails_the_save_naming_it(proxied):
+    """Every LIST during the save leaves out shard_0003.npy (a store whose listings lag its
+    writes): the manifest of shards 0-2 was published and the save returned success, and a
+    trusting load then gave 60 of 80 rows without an error. The save knows it wrote that key:
+    it fails naming it, publishes no manifest and deletes what it uploaded."""
+    import shardload.numpy as snp
+    from s3_fault_proxy import Rule
+
+    bucket, proxy = proxied
+    rule = proxy.add(Rule("GET", path="list-type=2", action="hide-listed",
+                          hide="shard_0003.npy", count=None))
+    x = np.arange(160.0).reshape(80, 2)
+    with pytest.raises(shardload.ShardWriteError) as e:
+        snp.save(x, bucket.url("d/"), num_shards=4, storage_options=bucket.options)
+    msg = str(e.value)
+    assert f"s3://{bucket.name}/d/shard_0003.npy: written by this save" in msg, msg
+    assert "does not show it" in msg and "3 of the save's 4 shards" in msg, msg
+    assert "not published" in msg, msg
+    # Asked three times (the lag may pass), then given up.
+    assert rule.fired == 3, rule.fired
+    assert bucket.keys("d/") == []
+
+
+def test_a_listing_that_lags_once_is_asked_again_and_the_manifest_lists_every_shard(proxied):
+    import shardload.numpy as snp
+    from s3_fault_proxy import Rule
+
+    bucket, proxy = proxied
+    rule = proxy.add(Rule("GET", path="list-type=2", action="hide-listed",
+                          hide="shard_0003.npy", count=1))
+    x = np.arange(160.0).reshape(80, 2)
+    snp.save(x, bucket.url("d/"), num_shards=4, storage_options=bucket.options)
+    assert rule.fired == 1
+    direct = {**bucket.options, "endpoint_override": bucket.endpoint}
+    layout = shardload.discover(bucket.url("d/"), storage_options=direct)
+    assert layout.manifest_state is shardload.ManifestState.USED
+    assert layout.num_shards == 4
+    np.testing.assert_array_equal(
+        snp.load(bucket.url("d/"), storage_options=direct, trust_manifest=True), x)
+
+
+RESPELLED = {"unquoted": lambda v: v.strip('"'), "upper-hex": lambda v: v.upper(),
+             "weak": lambda v: "W/" + v}
+
+
+@pytest.mark.parametrize("spelling", sorted(RESPELLED))
+def test_put_answers_spelling_the_etag_otherwise_than_head_save_and_clean_up(proxied,
+                                                                             spelling):
+    """A store whose PUT answers spell the ETag otherwise than its HEADs (unquoted, upper-case
+    hex, "W/"): every save failed as "changed during the save (another writer?)" and its
+    clean-up left the uploaded objects. The ETags are compared in one form: the save
+    completes; and a save failing later still deletes what it uploaded."""
+    import shardload.numpy as snp
+    from s3_fault_proxy import Rule
+
+    bucket, proxy = proxied
+    proxy.add(Rule("PUT", action="respell-etag", respell=RESPELLED[spelling], count=None))
+    x = np.arange(40.0).reshape(20, 2)
+    for front_end in (shardload.numpy.save, shardload.save):
+        prefix = f"{front_end.__module__}/"
+        front_end(x, bucket.url(prefix), num_shards=2, storage_options=bucket.options)
+        assert bucket.keys(prefix) == [prefix + "shard_0000.npy", prefix + "shard_0001.npy",
+                                       prefix + "shardload.manifest"]
+        np.testing.assert_array_equal(
+            snp.load(bucket.url(prefix), storage_options=bucket.options,
+                                 trust_manifest=True), x)
+    # The rewritten answers and a refused upload of shard 2: shards 0 and 1 are deleted.
+    proxy.rules.insert(0, Rule("PUT", path="/f/shard_0002.npy", action="403", count=None))
+    with pytest.raises(shardload.ShardWriteError) as e:
+        snp.save(x, bucket.url("f/"), num_shards=3, storage_options=bucket.options)
+    assert "shard_0002.npy" in str(e.value) and "is left" not in str(e.value), str(e.value)
+    assert bucket.keys("f/") == []
+
+
+def manifest_puts(proxy) -> int:
+    return proxy.requests("PUT", "shardload.manifest")
+
+
+@pytest.mark.parametrize("overwrite", [False, True])
+def test_a_manifest_stored_whose_answer_is_lost_is_the_save_s_success(proxied, overwrite):
+    """The manifest's PUT reaches the store and its answer is lost, every attempt (the
+    connection reset after the upstream stored it): the save raised "another writer's manifest
+    is there" though its own manifest was there and the dataset published (with overwrite, the
+    old one gone). It looks, finds the bytes it sent, and returns success."""
+    import shardload.numpy as snp
+    from s3_fault_proxy import Rule
+
+    bucket, proxy = proxied
+    direct = {**bucket.options, "endpoint_override": bucket.endpoint}
+    x = np.arange(200.0).reshape(100, 2)
+    if overwrite:
+        snp.save(x * 0, bucket.url("d/"), num_shards=3, storage_options=direct)
+    rule = proxy.add(Rule("PUT", path="/d/shardload.manifest", action="lost-answer",
+                          count=None))
+    snp.save(x, bucket.url("d/"), num_shards=2, overwrite=overwrite,
+                         storage_options=bucket.options)
+    assert rule.fired >= 1
+    assert bucket.keys("d/") == ["d/shard_0000.npy", "d/shard_0001.npy", "d/shardload.manifest"]
+    layout = shardload.discover(bucket.url("d/"), storage_options=direct)
+    assert layout.manifest_state is shardload.ManifestState.USED
+    np.testing.assert_array_equal(
+        snp.load(bucket.url("d/"), storage_options=direct, trust_manifest=True), x)
+
+
+def test_a_manifest_put_unanswered_fails_naming_what_the_look_found(proxied, server):
+    """The manifest's PUT unanswered, and what a look finds: nothing (never stored: the save
+    fails so, and deletes what it uploaded), or another writer's manifest put there meanwhile
+    (the save fails naming it, and deletes nothing: that writer's dataset may use the keys)."""
+    import shardload.numpy as snp
+    from s3_fault_proxy import Rule
+
+    bucket, proxy = proxied
+    direct = {**bucket.options, "endpoint_override": bucket.endpoint}
+    x = np.arange(40.0).reshape(20, 2)
+    proxy.add(Rule("PUT", path="/n/shardload.manifest", action="reset", count=None))
+    with pytest.raises(shardload.ShardWriteError) as e:
+        snp.save(x, bucket.url("n/"), num_shards=2,
+                             storage_options={**bucket.options, "max_attempts": "2"})
+    assert "found no object there: it was not stored" in str(e.value), str(e.value)
+    assert bucket.keys("n/") == []
+
+    # Another writer's manifest (another dataset's, of other bytes) lands after this PUT.
+    snp.save(x[:4] + 1, bucket.url("other/"), num_shards=1, storage_options=direct)
+    theirs = bucket.get("other/shardload.manifest")
+    proxy.add(Rule("PUT", path="/a/shardload.manifest", action="lost-answer", count=None,
+                   after=lambda: bucket.put("a/shardload.manifest", theirs)))
+    with pytest.raises(shardload.ShardWriteError) as e:
+        snp.save(x, bucket.url("a/"), num_shards=2,
+                             storage_options={**bucket.options, "max_attempts": "2"})
+    msg = str(e.value)
+    assert "found another object there" in msg, msg
+    assert "another writer's manifest is there: nothing deleted" in msg, msg
+    assert bucket.get("a/shardload.manifest") == theirs
+
+
+@pytest.mark.parametrize("front_end", ["shardload.save", "shardload.numpy.save"])
+def test_ctrl_c_during_the_manifest_put_that_the_store_took_says_the_save_completed(
+        proxied, server, front_end):
+    """SIGINT while the manifest's PUT waits for its answer, which the proxy holds back after
+    the upstream stored it: a bare KeyboardInterrupt (documented as "nothing published") came
+    while the dataset was published. The save looks, finds its own manifest, and the
+    KeyboardInterrupt carries the note that the save completed."""
+    import signal
+    import subprocess
+    import sys
+    import tempfile
+    import textwrap
+
+    import shardload.numpy as snp
+    from s3_fault_proxy import Rule
+
+    bucket, proxy = proxied
+    rule = proxy.add(Rule("PUT", path="/d/shardload.manifest", action="held-answer",
+                          delay_s=4.0, count=None))
+    script = textwrap.dedent("""
+        import json, os, signal, sys, threading, time
+        import numpy as np
+        import shardload, shardload.numpy
+        url, options, fired = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3]
+        save = shardload.numpy.save if sys.argv[4] == "shardload.numpy.save" else shardload.save
+        save(np.ones((2, 2)), url + "warm/", storage_options=options)  # Legate up, if used
+        def interrupt():
+            while not os.path.exists(fired):
+                time.sleep(0.01)
+            time.sleep(0.3)
+            os.kill(os.getpid(), signal.SIGINT)
+        threading.Thread(target=interrupt, daemon=True).start()
+        try:
+            save(np.arange(200.0).reshape(100, 2), url + "d/", num_shards=2,
+                 storage_options=options)
+            print(json.dumps(["SAVED"]))
+        except KeyboardInterrupt as e:
+            print(json.dumps(["INTERRUPTED", getattr(e, "__notes__", [])]))
+    """)
+    with tempfile.TemporaryDirectory() as tmp:
+        fired = f"{tmp}/fired"
+        # Made once the upstream has stored the manifest, its answer then held back.
+        rule.after = lambda: open(fired, "w").close()
+        r = subprocess.run([sys.executable, "-c", script, bucket.url(),
+                            json.dumps(bucket.options), fired, front_end],
+                           capture_output=True, text=True, timeout=300,
+                           preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    assert r.returncode == 0, r.stderr[-3000:]
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    assert got[0] == "INTERRUPTED", (r.stdout, r.stderr[-3000:])
+    assert len(got[1]) == 1 and "the save completed before this interrupt" in got[1][0], got
+    assert f"s3://{bucket.name}/d/" in got[1][0], got
+    assert rule.fired >= 1
+    direct = {**bucket.options, "endpoint_override": bucket.endpoint}
+    assert "d/shardload.manifest" in bucket.keys("d/")
+    np.testing.assert_array_equal(
+        snp.load(bucket.url("d/"), storage_options=direct, trust_manifest=True),
+        np.arange(200.0).reshape(100, 2))
+
+
 @pytest.mark.parametrize("key", ["new/%2e%2e/keep/", "new/.%2E/keep/", "keep/%2e/",
                                  "new/%2e%2e%2fkeep/", "new/\u2025/keep/",
                                  "new/\uff0e\uff0e/keep/", "new/..\\keep/", "new/..;/keep/"])

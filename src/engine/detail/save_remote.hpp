@@ -125,8 +125,12 @@ Result<std::unique_ptr<ShardUpload>> open_shard_upload(const std::string& dir_ur
 // first that is not as its upload was answered ("changed during the save (another
 // writer?): ETag was X, now Y", kIo, ESTALE), with no manifest written; and the manifest's
 // index of the prefix is held to them too: a shard there that the save did not write, or
-// whose size or ETag is not the one written, fails it the same way. Null: no check (a caller
-// that cannot know them).
+// whose size or ETag is not the one written, fails it the same way (ETags compared as
+// same_etag, store_options.hpp). With or without `own`, the index must hold every shard of
+// `spec`: a listing that leaves one out (one that lags the writes) is asked again twice, then
+// fails the save naming the shard (kIo, ESTALE), with no manifest written. A manifest whose
+// PUT got no answer is looked at (RemoteStore::write): this save's own there is a published
+// dataset, and success. Null: no check of the keys (a caller that cannot know them).
 Status finish_remote_save(const RemoteDest& d, const SaveSpec& spec, const SaveOptions& options,
                           const std::vector<WrittenKey>* own = nullptr);
 

@@ -33,6 +33,23 @@ inline bool is_region_name(std::string_view s, std::string_view alphabet) {
 // be different processes), which std::hash does not promise.
 std::uint64_t fnv1a(std::string_view s);
 
+// An ETag in the one form every comparison of two ETags uses (a PUT's answer with a later
+// HEAD's, a snapshot's with a GET's): the answers of one S3-compatible store or gateway may
+// spell one ETag differently (unquoted, upper-case hex, a "W/" prefix), and comparing the text
+// took the object the save wrote for another writer's. The form: the opaque tag in quotes, its
+// hex digits in lower case where it is an MD5-like tag (hex digits, then a multipart upload's
+// "-N"; another tag's case is kept, as RFC 9110 makes it significant). AWS's own spelling is
+// its own form, so the hashes of snapshots made before (in manifests) are unchanged. "" stays
+// "" (no ETag). The weak prefix is dropped on purpose: the question asked of an ETag here is
+// whether an object is still the version written or read, which RFC 9110's weak comparison
+// answers from the opaque tag alone; a gateway that re-encodes answers marks the origin's
+// strong tag weak, and the size is compared beside it everywhere.
+std::string normalized_etag(std::string_view etag);
+// Whether two ETags name one version (normalized_etag of both equal; "" only equals "").
+bool same_etag(std::string_view a, std::string_view b);
+// The hash of an ETag as snapshots keep it (FileInfo::inode): fnv1a of normalized_etag.
+std::uint64_t etag_hash(std::string_view etag);
+
 // Splits shardload's keys (the rows of kStoreOptionTable with a field, shardload/
 // store_options.hpp) out of `query` ("?a=b&c=d" or ""): returns the query left for the store
 // (kInvalidArgument naming `url` for a bad value). `credentials`: an s3:// URL's query (an
