@@ -380,5 +380,27 @@ TEST(CredentialTable, AForkedChildHoldsWhatTheParentPinned) {
   EXPECT_NE(credential_items(handle), "");
 }
 
+// One ETag as a store's PUT, HEAD and GET answers may spell it: one form, and AWS's own
+// spelling is that form (the hashes of snapshots kept in manifests do not change).
+TEST(EtagForm, SpellingsOfOneTagAreTheSameAndAwsSpellingIsItsOwnForm) {
+  const std::string aws = "\"0b7eb34a1b56aeccc50212c6e47396a7\"";
+  EXPECT_EQ(detail::normalized_etag(aws), aws);
+  EXPECT_EQ(detail::etag_hash(aws), detail::fnv1a(aws));
+  for (const char* other :
+       {"0b7eb34a1b56aeccc50212c6e47396a7", "\"0B7EB34A1B56AECCC50212C6E47396A7\"",
+        "W/\"0b7eb34a1b56aeccc50212c6e47396a7\"", " \"0b7eb34a1b56aeccc50212c6e47396a7\" "}) {
+    EXPECT_TRUE(detail::same_etag(other, aws)) << other;
+    EXPECT_EQ(detail::etag_hash(other), detail::etag_hash(aws)) << other;
+  }
+  // A multipart upload's tag folds too; another tag's case is significant (RFC 9110).
+  EXPECT_TRUE(detail::same_etag("\"ABC123-3\"", "\"abc123-3\""));
+  EXPECT_FALSE(detail::same_etag("\"Version-A\"", "\"version-a\""));
+  EXPECT_FALSE(detail::same_etag("\"0b7e\"", "\"0b7f\""));
+  // No ETag stays none: it equals only none, and hashes as before.
+  EXPECT_EQ(detail::normalized_etag(""), "");
+  EXPECT_FALSE(detail::same_etag("", "\"\""));
+  EXPECT_EQ(detail::etag_hash(""), detail::fnv1a(""));
+}
+
 }  // namespace
 }  // namespace shardload
