@@ -17,6 +17,7 @@
 #include "shardload/io.hpp"
 #include "shardload/layout.hpp"
 #include "shardload/location.hpp"
+#include "shardload/source.hpp"
 #include "shardload/store_options.hpp"
 
 namespace shardload::cli {
@@ -73,10 +74,14 @@ std::optional<int> check_file_list(const char* cmd, const std::vector<std::strin
       if (S_ISDIR(st.st_mode) && !has(".zarray") && !has(".zgroup") && !has("zarr.json")) {
         what = "a directory";
       }
-    } else if (pattern_part(p).find('{') != std::string::npos) {
-      what = "a numbered pattern";
-    } else if (pattern_part(p).find_first_of("*?[") != std::string::npos) {
-      what = "a glob";
+    } else if (const std::string last = pattern_part(p);
+               last.find_first_of("{*?[") != std::string::npos) {
+      // Told as discovery tells them ("run{1}/*.npy" is a glob, "x[1]_{:04d}.npy" a pattern):
+      // neither asks a store anything.
+      const auto parsed = Source::parse(p);
+      const bool glob =
+          parsed ? parsed->kind == Source::Kind::kGlob : last.find('{') == std::string::npos;
+      what = glob ? "a glob" : "a numbered pattern";
     }
     if (what != nullptr) {
       // Appended piece by piece: GCC 12 takes a chain of operator+ here for overlapping

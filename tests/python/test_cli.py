@@ -657,7 +657,13 @@ def test_inspect_of_several_sources_says_each_directory_is_a_source_of_its_own(
                              ([d / "shard_0000.npy", d], "a directory", d),
                              ([d / "*.npy", d / "shard_0000.npy"], "a glob", d / "*.npy"),
                              ([d / "shard_0000.npy", d / "shard_{:04d}.npy"],
-                              "a numbered pattern", d / "shard_{:04d}.npy")):
+                              "a numbered pattern", d / "shard_{:04d}.npy"),
+                             # Told as discovery tells them: braces in a directory part, or
+                             # braces that are no field beside a wildcard, make no pattern.
+                             ([d / "shard_0000.npy", tmp_path / "run{1}" / "*.npy"], "a glob",
+                              tmp_path / "run{1}" / "*.npy"),
+                             ([d / "shard_0000.npy", d / "a{b}_*.npy"], "a glob",
+                              d / "a{b}_*.npy")):
         r = run(cli, "inspect", *args, env=NO_LEGATE)
         assert r.returncode == 2, (args, err(r))
         assert (f"'{name}' is {what}, a SOURCE of its own: give one directory, pattern or glob "
