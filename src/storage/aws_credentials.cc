@@ -1,13 +1,18 @@
 #include "storage/detail/aws_credentials.hpp"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cctype>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -19,6 +24,7 @@
 #include <vector>
 
 #include "base/detail/json.hpp"
+#include "shardload/interrupt.hpp"
 #include "storage/detail/curl_get.hpp"
 
 namespace shardload::detail {
@@ -27,6 +33,10 @@ namespace {
 
 // A credentials document is a few hundred bytes; a metadata answer past this is no such thing.
 constexpr std::size_t kMaxAnswer = 64 * 1024;
+
+// The longest a credential_process may take: long enough for a helper that asks for a second
+// factor on the terminal, short enough that a hung one is an error the user sees.
+constexpr double kProcessSeconds = 120;
 
 // The options of a request to a credentials source: the SDKs' one second to connect (an
 // instance's service is a link-local address that answers at once, or nothing is there), a
@@ -199,25 +209,88 @@ RoleLookup find_role_credentials(bool* final) {
   return out;
 }
 
-// The process's standard output, up to kMaxAnswer bytes, and its exit status in words where
-// it failed ("" where it exited 0).
-std::string run_process(const std::string& command, std::string* failed) {
+}  // namespace
+
+std::string run_credential_process(const std::string& command, double seconds,
+                                   std::string* failed) {
   std::string text;
-  std::fflush(nullptr);
-  FILE* p = ::popen(command.c_str(), "r");
-  if (p == nullptr) {
+  int out[2];
+  if (::pipe2(out, O_CLOEXEC) != 0) {
     *failed = std::string("it could not be started: ") + std::strerror(errno);
     return text;
   }
-  char buf[4096];
-  std::size_t n = 0;
-  bool over = false;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) {
-    if (text.size() + n > kMaxAnswer) over = true;
-    if (!over) text.append(buf, n);
+  // Its own process group, so that one kill ends the shell and what it started (a `sleep`
+  // under it would hold the pipe open), and a terminal's Ctrl-C reaches it only through the
+  // interrupt below; SIGINT and SIGPIPE as a fresh process has them, not as a runtime set them.
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, out[1], STDOUT_FILENO);
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  sigset_t none, defaults;
+  sigemptyset(&none);
+  sigemptyset(&defaults);
+  sigaddset(&defaults, SIGINT);
+  sigaddset(&defaults, SIGPIPE);
+  posix_spawnattr_setsigmask(&attr, &none);
+  posix_spawnattr_setsigdefault(&attr, &defaults);
+  posix_spawnattr_setpgroup(&attr, 0);
+  posix_spawnattr_setflags(&attr,
+                           POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+  std::string sh = "sh", dash_c = "-c", cmd = command;
+  char* argv[] = {sh.data(), dash_c.data(), cmd.data(), nullptr};
+  pid_t pid = -1;
+  const int spawned = ::posix_spawn(&pid, "/bin/sh", &actions, &attr, argv, environ);
+  posix_spawn_file_actions_destroy(&actions);
+  posix_spawnattr_destroy(&attr);
+  ::close(out[1]);
+  if (spawned != 0) {
+    ::close(out[0]);
+    *failed = std::string("it could not be started: ") + std::strerror(spawned);
+    return text;
   }
-  const int status = ::pclose(p);
-  if (status == -1) {
+  // A process that never answers (a prompt nobody sees, a hung helper) must not hold the load
+  // for ever, nor past a Ctrl-C: the wait is bounded and looks at the interrupt as requests do.
+  const auto deadline = std::chrono::steady_clock::now() +
+                        std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                            std::chrono::duration<double>(seconds));
+  bool over = false;
+  const char* ended = nullptr;
+  for (;;) {
+    if (interrupt_requested()) {
+      ended = "interrupted";
+      break;
+    }
+    if (std::chrono::steady_clock::now() >= deadline) {
+      ended = "timeout";
+      break;
+    }
+    pollfd p{out[0], POLLIN, 0};
+    const int ready = ::poll(&p, 1, 100);
+    if (ready < 0 && errno != EINTR) break;
+    if (ready <= 0) continue;
+    char buf[4096];
+    const ssize_t n = ::read(out[0], buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;  // its end of the pipe closed: it exited
+    if (text.size() + static_cast<std::size_t>(n) > kMaxAnswer) over = true;
+    if (!over) text.append(buf, static_cast<std::size_t>(n));
+  }
+  ::close(out[0]);
+  if (ended != nullptr) ::kill(-pid, SIGKILL);
+  int status = 0;
+  pid_t waited = -1;
+  while ((waited = ::waitpid(pid, &status, 0)) < 0 && errno == EINTR) {
+  }
+  if (ended != nullptr) {
+    std::ostringstream why;
+    if (std::string_view(ended) == "interrupted") {
+      why << "it was ended by the interrupt";
+    } else {
+      why << "it gave no answer within " << seconds << " s, and was ended";
+    }
+    *failed = why.str();
+  } else if (waited < 0) {
     *failed = std::string("its end was not seen: ") + std::strerror(errno);
   } else if (WIFEXITED(status) && WEXITSTATUS(status) != 0) {
     *failed = "it exited with status " + std::to_string(WEXITSTATUS(status));
@@ -229,10 +302,12 @@ std::string run_process(const std::string& command, std::string* failed) {
   return text;
 }
 
+namespace {
+
 bool fetch_process(const std::string& command, AwsCredentials* out, std::time_t* expires,
                    std::string* why) {
   std::string failed;
-  const std::string text = run_process(command, &failed);
+  const std::string text = run_credential_process(command, kProcessSeconds, &failed);
   if (!failed.empty()) {
     *why = failed;
     return false;

@@ -2,6 +2,10 @@
 // (storage/detail/aws_credentials.hpp), as AWS documents them.
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <thread>
+
+#include "shardload/interrupt.hpp"
 #include "storage/detail/aws_credentials.hpp"
 
 namespace shardload::detail {
@@ -58,6 +62,39 @@ TEST(RoleCredentials, WhatIsNotADocumentOfCredentialsIsRefused) {
   }
   EXPECT_EQ(c.access_key, "keep");  // untouched by a refusal
   EXPECT_EQ(expires, 7);
+}
+
+TEST(CredentialProcess, ItsOutputAndItsExitStatusAreWhatItGave) {
+  std::string failed;
+  EXPECT_EQ(run_credential_process("printf '{\"Version\": 1}'", 10, &failed), R"({"Version": 1})");
+  EXPECT_EQ(failed, "");
+  EXPECT_EQ(run_credential_process("echo partial; exit 3", 10, &failed), "partial\n");
+  EXPECT_EQ(failed, "it exited with status 3");
+}
+
+// A process that never answers (a prompt nobody sees) held the load for ever, past a Ctrl-C.
+TEST(CredentialProcess, OneThatDoesNotAnswerIsEndedAtItsDeadline) {
+  std::string failed;
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_EQ(run_credential_process("sleep 30", 0.5, &failed), "");
+  EXPECT_EQ(failed, "it gave no answer within 0.5 s, and was ended");
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+}
+
+TEST(CredentialProcess, OneStillRunningAtACtrlCIsEnded) {
+  std::string failed;
+  const auto start = std::chrono::steady_clock::now();
+  std::thread ctrl_c([] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    request_interrupt();
+  });
+  // What the shell started too: its output pipe would otherwise stay open.
+  const std::string got = run_credential_process("sleep 30 & wait", 60, &failed);
+  ctrl_c.join();
+  clear_interrupt();
+  EXPECT_EQ(got, "");
+  EXPECT_EQ(failed, "it was ended by the interrupt");
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
 }
 
 }  // namespace

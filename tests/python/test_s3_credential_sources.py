@@ -131,6 +131,56 @@ def test_a_credential_process_that_gives_none_is_an_error_naming_it(
     assert why in got["message"], got
 
 
+
+def test_a_credential_process_that_never_answers_ends_with_ctrl_c(
+        data: s3_server.Bucket, tmp_path: pathlib.Path) -> None:
+    """A credential_process waiting on a prompt nobody sees (or hung) held the load for ever:
+    the pipe was read until it closed, past a Ctrl-C. Now Ctrl-C ends the load at once with
+    KeyboardInterrupt, and the process and what it started are killed (its deadline of 120 s
+    is core_tests' CredentialProcess.OneThatDoesNotAnswerIsEndedAtItsDeadline)."""
+    import signal
+    import time
+
+    script = tmp_path / "creds.sh"
+    script.write_text(f"#!/bin/sh\nsleep 300 &\necho $! > {tmp_path / 'pid'}\nwait\n")
+    script.chmod(0o755)
+    (tmp_path / "config").write_text(f"[default]\ncredential_process = {script}\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "ECS_"))}
+    env.update({"AWS_EC2_METADATA_DISABLED": "true", "AWS_CONFIG_FILE": str(tmp_path / "config"),
+                "AWS_SHARED_CREDENTIALS_FILE": os.devnull})
+    child = ("import json, sys, time\nimport shardload.numpy as snp\nt = time.monotonic()\n"
+             "try:\n    snp.load(sys.argv[1], storage_options=json.loads(sys.argv[2]))\n"
+             "except BaseException as e:\n"
+             "    print(type(e).__name__, round(time.monotonic() - t, 1), flush=True)\n")
+    proc = subprocess.Popen([sys.executable, "-c", child, data.url("d/x.npy"),
+                             json.dumps(data.options)], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    deadline = time.monotonic() + 60
+    while not (tmp_path / "pid").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert (tmp_path / "pid").exists(), proc.communicate(timeout=5)
+    time.sleep(0.3)
+    proc.send_signal(signal.SIGINT)
+    try:
+        out, err = proc.communicate(timeout=20)
+    except subprocess.TimeoutExpired:
+        # The sleeper holds the child's stderr: killed first, or communicate waits for it.
+        os.kill(int((tmp_path / "pid").read_text()), signal.SIGKILL)
+        proc.kill()
+        proc.communicate()
+        pytest.fail("Ctrl-C did not end a load waiting on its credential_process")
+    assert out.startswith("KeyboardInterrupt"), (out, err)
+    sleeper = int((tmp_path / "pid").read_text())
+    deadline = time.monotonic() + 10
+    while pathlib.Path(f"/proc/{sleeper}").exists() and time.monotonic() < deadline:
+        state = pathlib.Path(f"/proc/{sleeper}/stat").read_text(errors="replace").split(") ")[-1]
+        if state.startswith("Z"):
+            break  # killed, not yet reaped by its new parent
+        time.sleep(0.1)
+    else:
+        assert not pathlib.Path(f"/proc/{sleeper}").exists(), "what it started still runs"
+
 def _this_hosts_address() -> str | None:
     """An IPv4 address of this machine that is not a loopback one, or None."""
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:

@@ -70,6 +70,11 @@ RoleLookup role_credentials();
 // control character: named by the field and the byte, never the value); `profile` names it.
 RoleLookup process_credentials(const std::string& command, const std::string& profile);
 
+// Runs `command` through /bin/sh and returns its standard output (up to 64 KiB); `failed` says
+// why where it gave none: its exit status, a signal, output too long, no answer within
+// `seconds` or a Ctrl-C meanwhile (then it and what it started are killed).
+std::string run_credential_process(const std::string& command, double seconds, std::string* failed);
+
 // Parses a credentials document of either source ({"AccessKeyId", "SecretAccessKey",
 // "Token", "Expiration": "2026-12-03T18:30:00Z"}, an instance's with "Code": "Success"):
 // false where it is not one.
