@@ -219,9 +219,18 @@ std::string run_credential_process(const std::string& command, double seconds,
     *failed = std::string("it could not be started: ") + std::strerror(errno);
     return text;
   }
-  // Its own process group, so that one kill ends the shell and what it started (a `sleep`
-  // under it would hold the pipe open), and a terminal's Ctrl-C reaches it only through the
-  // interrupt below; SIGINT and SIGPIPE as a fresh process has them, not as a runtime set them.
+  // With a controlling terminal the process stays in this process group, as the SDKs run it:
+  // a helper that asks for a second factor reads the terminal, which a background group may
+  // not (SIGTTIN stops it), and the terminal's Ctrl-C reaches it as it reaches this process.
+  // Without one nothing can prompt, and a group of its own lets one kill end what it started
+  // too (a `sleep` under the shell would hold the pipe open). SIGINT and SIGPIPE as a fresh
+  // process has them, not as a runtime set them.
+  const bool terminal = [] {
+    const int tty = ::open("/dev/tty", O_RDONLY | O_NOCTTY | O_CLOEXEC);
+    if (tty < 0) return false;
+    ::close(tty);
+    return true;
+  }();
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_adddup2(&actions, out[1], STDOUT_FILENO);
@@ -234,9 +243,12 @@ std::string run_credential_process(const std::string& command, double seconds,
   sigaddset(&defaults, SIGPIPE);
   posix_spawnattr_setsigmask(&attr, &none);
   posix_spawnattr_setsigdefault(&attr, &defaults);
-  posix_spawnattr_setpgroup(&attr, 0);
-  posix_spawnattr_setflags(&attr,
-                           POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+  short flags = POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF;
+  if (!terminal) {
+    posix_spawnattr_setpgroup(&attr, 0);
+    flags |= POSIX_SPAWN_SETPGROUP;
+  }
+  posix_spawnattr_setflags(&attr, flags);
   std::string sh = "sh", dash_c = "-c", cmd = command;
   char* argv[] = {sh.data(), dash_c.data(), cmd.data(), nullptr};
   pid_t pid = -1;
@@ -277,7 +289,7 @@ std::string run_credential_process(const std::string& command, double seconds,
     if (!over) text.append(buf, static_cast<std::size_t>(n));
   }
   ::close(out[0]);
-  if (ended != nullptr) ::kill(-pid, SIGKILL);
+  if (ended != nullptr) ::kill(terminal ? pid : -pid, SIGKILL);
   int status = 0;
   pid_t waited = -1;
   while ((waited = ::waitpid(pid, &status, 0)) < 0 && errno == EINTR) {

@@ -181,6 +181,55 @@ def test_a_credential_process_that_never_answers_ends_with_ctrl_c(
     else:
         assert not pathlib.Path(f"/proc/{sleeper}").exists(), "what it started still runs"
 
+
+def test_a_credential_process_can_ask_on_the_terminal(data: s3_server.Bucket,
+                                                      tmp_path: pathlib.Path) -> None:
+    """A helper that asks for a second factor on the controlling terminal reads the answer
+    typed there: it runs in the load's process group, the terminal's foreground one (in a
+    group of its own it was stopped by SIGTTIN at its read, and the load failed at 120 s)."""
+    import pty
+    import select
+    import time
+
+    script = tmp_path / "creds.sh"
+    script.write_text("#!/bin/sh\nprintf 'MFA code: ' > /dev/tty\nread code < /dev/tty\n"
+                      f"echo \"$code\" > {tmp_path / 'typed'}\n"
+                      f"cat {tmp_path / 'out.json'}\n")
+    script.chmod(0o755)
+    (tmp_path / "out.json").write_text(json.dumps(KEYS))
+    (tmp_path / "config").write_text(f"[default]\ncredential_process = {script}\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "ECS_"))}
+    env.update({"AWS_EC2_METADATA_DISABLED": "true", "AWS_CONFIG_FILE": str(tmp_path / "config"),
+                "AWS_SHARED_CREDENTIALS_FILE": os.devnull})
+    pid, fd = pty.fork()
+    if pid == 0:  # the load, the pseudo-terminal its controlling terminal
+        os.execve(sys.executable, [sys.executable, "-c", CHILD, data.url("d/x.npy"),
+                                   json.dumps(data.options)], env)
+    out = b""
+    typed = False
+    deadline = time.monotonic() + 60
+    try:
+        while time.monotonic() < deadline:
+            if select.select([fd], [], [], 0.2)[0]:
+                try:
+                    chunk = os.read(fd, 4096)
+                except OSError:  # the child's end closed
+                    break
+                if not chunk:
+                    break
+                out += chunk
+            if not typed and b"MFA code:" in out:
+                os.write(fd, b"123456\n")
+                typed = True
+    finally:
+        if os.waitpid(pid, os.WNOHANG)[0] == 0:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+    assert typed, out
+    assert (tmp_path / "typed").read_text().strip() == "123456", out
+    last = out.decode(errors="replace").strip().splitlines()[-1]
+    assert json.loads(last) == {"loaded": WANT}, out
+
 def _this_hosts_address() -> str | None:
     """An IPv4 address of this machine that is not a loopback one, or None."""
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
