@@ -76,7 +76,12 @@ Result<Target> target_of(const std::string& sealed) {
       const auto parsed,
       parsed_store_query(sealed, q == std::string::npos ? std::string() : url.substr(q)));
   t.options = parsed->options;
-  t.request_url = encode_raw_path(std::string_view(url).substr(0, q)) + parsed->rest;
+  // The query's spaces, controls and bytes past ASCII likewise: libcurl refused the first two
+  // ("URL using bad/illegal format"), and a token sent with raw UTF-8 came back from a server
+  // that reads latin-1 as mojibake, which no redaction recognises.
+  t.request_url =
+      encode_raw_path(std::string_view(url).substr(0, q)) +
+      percent_encode(parsed->rest, [](unsigned char b) { return b > 0x20 && b < 0x7F; });
   t.store = StorageContext::process().store(origin_of(url), t.options);
   return t;
 }
