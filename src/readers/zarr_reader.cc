@@ -84,10 +84,19 @@ Result<PathKind> path_kind(ShardSource& source, const std::string& path,
   if (::stat(path.c_str(), &st) != 0) {
     const int err = errno;
     // A chunk linked from a pool that was deleted is no chunk never written: its rows are not
-    // the fill value.
-    if (err == ENOENT && detail::is_dangling_link(path)) {
-      return Status(ErrorCode::kIo, (shown.empty() ? path : shown) +
-                                        ": a symbolic link whose target does not exist");
+    // the fill value. Nor are those of every chunk below such a linked directory (a v2 row
+    // block's "1/", v3's "c/", a group's).
+    if (std::string link; err == ENOENT && detail::is_dangling_link(path, &link)) {
+      const std::string& named = shown.empty() ? path : shown;
+      if (link.size() == path.size()) {
+        return Status(ErrorCode::kIo, named + ": a symbolic link whose target does not exist");
+      }
+      // `link` is a part of `path`, which `shown` names with the same tail.
+      const std::size_t tail = path.size() - link.size();
+      const std::string link_shown =
+          tail < named.size() ? named.substr(0, named.size() - tail) : link;
+      return Status(ErrorCode::kIo, named + ": its directory " + link_shown +
+                                        " is a symbolic link whose target does not exist");
     }
     if (err == ENOENT || err == ENOTDIR) return PathKind::kMissing;
     return Status(ErrorCode::kIo,
@@ -249,6 +258,11 @@ class ZarrReader final : public ShardReader {
       }
     }
     const std::string dir = array_dir(traits(path), path, options_.dataset);
+    if (dir != path && !traits(dir).flat_keys) {
+      // A group on the way to the array that is a link whose target is gone is named as such,
+      // not as an array without metadata; a missing one gets the arrays there are below.
+      SHARDLOAD_RETURN_IF_ERROR(path_kind(*ctx_.source, dir).status());
+    }
     SHARDLOAD_ASSIGN_OR_RETURN(const PathKind v2,
                                path_kind(*ctx_.source, metadata_path(traits(dir), dir, 2)));
     SHARDLOAD_ASSIGN_OR_RETURN(const PathKind v3,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import time
 
 import numpy as np
@@ -170,3 +171,83 @@ def test_a_chunk_or_metadata_link_whose_target_is_gone_is_refused_naming_it(tmp_
     with pytest.raises(shardload.LayoutError) as e:
         shardload.discover([str(store)])
     assert f"{meta}: a symbolic link whose target does not exist" in str(e.value), str(e.value)
+
+
+def _linked_from_pool(store, name: str, pool) -> None:
+    """Moves ``store/name`` (a chunk directory or a group) into ``pool`` and links it back."""
+    pool.mkdir(exist_ok=True)
+    os.rename(store / name, pool / os.path.basename(name))
+    os.symlink(pool / os.path.basename(name), store / name)
+
+
+@pytest.mark.parametrize("zarr_format", [2, 3])
+def test_a_chunk_directory_link_whose_target_is_gone_is_refused_naming_it(tmp_path, zarr_format):
+    """A chunk directory (v2 with "/" keys: the row block's "1/"; v3: the whole "c/") linked
+    from a pool that was deleted: the chunk's own lstat says ENOENT, as for a chunk never
+    written, and every chunk below it read as the fill value, the whole v3 array, no error.
+    zarr-python reads them so (the oracle for the rows while the pool is there); shardload
+    refuses, naming the chunk and the link. A chunk directory that is not there at all, or a
+    linked one whose target is there but lacks the chunk, still reads the fill value."""
+    store = tmp_path / "s.zarr"
+    values = np.arange(1, 17, dtype="<i4").reshape(4, 4)
+    if zarr_format == 2:
+        z = zarr.open_array(str(store), mode="w", shape=(4, 4), chunks=(2, 4), dtype="<i4",
+                            zarr_format=2, dimension_separator="/", fill_value=0, compressor=None)
+        linked, chunk = "1", "1/0"
+    else:
+        z = zarr.create_array(str(store), shape=(4, 4), chunks=(2, 4), dtype="<i4",
+                              compressors=None, fill_value=0)
+        linked, chunk = "c", "c/1/0"
+    z[...] = values
+    pool = tmp_path / "pool"
+    _linked_from_pool(store, linked, pool)
+    np.testing.assert_array_equal(zarr.open_array(str(store), mode="r")[...], values)
+    np.testing.assert_array_equal(shardload.discover([str(store)]).read(), values)
+    # The target there, the chunk in it gone: a chunk never written, as zarr-python reads it.
+    os.rename(pool / chunk, tmp_path / "kept")
+    want = zarr.open_array(str(store), mode="r")[...]
+    assert (want[2:] == 0).all()
+    np.testing.assert_array_equal(shardload.discover([str(store)]).read(), want)
+    os.rename(tmp_path / "kept", pool / chunk)
+    layout = shardload.discover([str(store)])
+    shutil.rmtree(pool)
+    assert (zarr.open_array(str(store), mode="r")[2:] == 0).all()  # the oracle fills them
+    with pytest.raises(shardload.ShardReadError) as e:
+        layout.read()
+    # Each chunk below the link is refused; v3's first is c/0/0.
+    assert re.search(re.escape(f"{store / linked}/") + r"[0-9/]+: its directory " +
+                     re.escape(f"{store / linked} is a symbolic link whose target does not exist"),
+                     str(e.value)), str(e.value)
+    with pytest.raises(shardload.ShardReadError) as e:
+        shardload.load(str(store))
+    assert f"its directory {store / linked} is a symbolic link" in str(e.value), str(e.value)
+    # No link at all: the directory's chunks were never written.
+    os.unlink(store / linked)
+    np.testing.assert_array_equal(shardload.discover([str(store)]).read(),
+                                  zarr.open_array(str(store), mode="r")[...])
+
+
+@pytest.mark.parametrize("zarr_format", [2, 3])
+def test_a_group_link_whose_target_is_gone_is_named_not_taken_for_no_metadata(tmp_path,
+                                                                             zarr_format):
+    """dataset='grp/arr' where the group "grp" is a link into a pool that was deleted: the
+    message was "no Zarr array metadata (neither .../grp/arr/.zarray nor ... exists)", the
+    wording for an array that is not there; it names the link."""
+    store = tmp_path / "g.zarr"
+    g = zarr.open_group(str(store), mode="w", zarr_format=zarr_format)
+    g.create_array("grp/arr", shape=(4,), chunks=(2,), dtype="<i4")[...] = [1, 2, 3, 4]
+    g.create_array("other", shape=(2,), dtype="<i4")
+    pool = tmp_path / "pool"
+    _linked_from_pool(store, "grp", pool)
+    np.testing.assert_array_equal(shardload.discover([str(store)], dataset="grp/arr").read(),
+                                  [1, 2, 3, 4])
+    shutil.rmtree(pool)
+    with pytest.raises(shardload.LayoutError) as e:
+        shardload.discover([str(store)], dataset="grp/arr")
+    assert (f"{store / 'grp/arr'}: its directory {store / 'grp'} is a symbolic link whose target "
+            "does not exist") in str(e.value), str(e.value)
+    assert "no Zarr array metadata" not in str(e.value), str(e.value)
+    # A group that is not there at all keeps its message and the arrays there are.
+    os.unlink(store / "grp")
+    with pytest.raises(shardload.LayoutError, match="no Zarr array metadata.*other"):
+        shardload.discover([str(store)], dataset="grp/arr")
