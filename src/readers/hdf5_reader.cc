@@ -26,6 +26,7 @@
 #include <utility>
 #include <vector>
 
+#include "base/detail/links.hpp"
 #include "readers/detail/hdf5.hpp"
 #include "readers/detail/readers.hpp"
 #include "shardload/byte_order.hpp"
@@ -1083,9 +1084,14 @@ class Hdf5Reader final : public ShardReader {
   // as h5py shows).
   // `odd` gets the first name HDF5 would try that is there but no regular file (a FIFO,
   // whose plain open waits for a writer, a device, a directory): HDF5 would open it first.
+  // `dangling` gets the first one that is a symbolic link whose target is gone, or lies under
+  // one (a source linked from a pool that was deleted, an unmounted volume), and `link` that
+  // link: HDF5 would read the rows it held as the fill value, or take a later name's file.
   static std::optional<std::string> virtual_source_file(const std::string& path,
                                                         const std::string& name,
-                                                        std::string* odd = nullptr) {
+                                                        std::string* odd = nullptr,
+                                                        std::string* dangling = nullptr,
+                                                        std::string* link = nullptr) {
     if (name == ".") return path;
     if (name.empty()) return std::nullopt;
     std::vector<std::string> candidates;
@@ -1110,7 +1116,15 @@ class Hdf5Reader final : public ShardReader {
     candidates.push_back(name);
     for (const std::string& c : candidates) {
       struct stat st {};
-      if (::stat(c.c_str(), &st) != 0) continue;
+      if (::stat(c.c_str(), &st) != 0) {
+        if (std::string to;
+            dangling != nullptr && errno == ENOENT && detail::is_dangling_link(c, &to)) {
+          *dangling = c;
+          if (link != nullptr) *link = std::move(to);
+          return std::nullopt;
+        }
+        continue;
+      }
       if (S_ISREG(st.st_mode)) return c;
       if (odd != nullptr) *odd = c;
       return std::nullopt;
@@ -1388,12 +1402,21 @@ class Hdf5Reader final : public ShardReader {
     const bool blocks = printf_style(file_name) || printf_style(dataset_name);
     for (std::uint64_t b = 0; b < (blocks ? kMaxPrintfBlocks : 1); ++b) {
       const std::string name = blocks ? printf_name(file_name, b) : file_name;
-      std::string odd;
-      const std::optional<std::string> target = virtual_source_file(path, name, &odd);
+      std::string odd, dangling, link;
+      const std::optional<std::string> target =
+          virtual_source_file(path, name, &odd, &dangling, &link);
       if (!odd.empty()) {
         return Status(ErrorCode::kFormat, where + " is a virtual dataset whose source file " + odd +
                                               " is not a regular file (HDF5 would open it to "
                                               "read the rows: a FIFO waits for a writer)");
+      }
+      if (!dangling.empty()) {
+        return Status(
+            ErrorCode::kFormat,
+            where + " is a virtual dataset whose source file " + dangling +
+                (link == dangling ? std::string(" is") : " lies under " + link + ", which is") +
+                " a symbolic link whose target does not exist (HDF5 would read its "
+                "rows as the fill value)");
       }
       if (!target) break;
       out.emplace_back(*target, blocks ? printf_name(dataset_name, b) : dataset_name);

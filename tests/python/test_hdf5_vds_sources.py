@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import pathlib
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -562,3 +563,78 @@ def test_a_source_name_that_is_there_but_no_dataset_is_refused_as_h5py_refuses_i
             f["v"][()]
     msg = _refused(sub, f"{sub}/../src.h5:/{name}")
     assert "is refused: it is not a readable dataset: HDF5: " in msg, msg
+
+
+# ---- a source file that is a symbolic link whose target is gone: no missing source
+
+
+@pytest.mark.parametrize("linked", ["the file", "its directory", "a printf-style block's file"])
+def test_a_source_file_link_whose_target_is_gone_is_refused_not_read_as_fill(tmp_path, linked):
+    """A virtual dataset's source file linked from a pool that was deleted (the file, or a
+    directory on its name): HDF5 (and h5py, the oracle) read its rows as the fill value, as for
+    a source never made, and so did shardload, every row, no error. Refused, at discovery and
+    by every load, naming the source and the link (a layout discovered while the pool was there
+    fails its read: the source is a file it snapshotted).
+    A source that is not there at all still reads the fill value."""
+    pool = tmp_path / "pool"
+    (pool / "data").mkdir(parents=True)
+    sub = tmp_path / "s"
+    if linked == "a printf-style block's file":
+        for b in range(2):
+            with h5py.File(pool / "data" / f"src_{b}.h5", "w") as f:
+                f.create_dataset("y", data=A[b * 125:(b + 1) * 125])
+            os.symlink(pool / "data" / f"src_{b}.h5", tmp_path / f"src_{b}.h5")
+        sub.mkdir()
+        with h5py.File(sub / "shard_0000.h5", "w") as f:
+            dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+            vspace = h5py.h5s.create_simple((250, 4), (h5py.h5s.UNLIMITED, 4))
+            vspace.select_hyperslab((0, 0), (h5py.h5s.UNLIMITED, 1), (125, 4), (125, 4))
+            dcpl.set_virtual(vspace, b"../src_%b.h5", b"/y", h5py.h5s.create_simple((125, 4)))
+            dcpl.set_fill_value(np.array(-7.0, dtype="f4"))
+            h5py.h5d.create(f.id, b"v", h5py.h5t.IEEE_F32LE, vspace, dcpl=dcpl)
+        source, link = f"{sub}/../src_1.h5", f"{sub}/../src_1.h5"
+        gone = pool / "data" / "src_1.h5"
+    else:
+        with h5py.File(pool / "data" / "src.h5", "w") as f:
+            f.create_dataset("y", data=A)
+        if linked == "the file":
+            os.symlink(pool / "data" / "src.h5", tmp_path / "src.h5")
+            _vds(sub, [("../src.h5", "y", slice(None))])
+            source, link = f"{sub}/../src.h5", f"{sub}/../src.h5"
+        else:
+            os.symlink(pool / "data", tmp_path / "data")
+            _vds(sub, [("../data/src.h5", "y", slice(None))])
+            source, link = f"{sub}/../data/src.h5", f"{sub}/../data"
+        gone = pool
+    shard = sub / "shard_0000.h5"
+    with h5py.File(shard) as f:
+        np.testing.assert_array_equal(f["v"][()], A)
+    layout = shardload.discover(sub)
+    np.testing.assert_array_equal(layout.read(), A)
+    if gone.is_dir():
+        shutil.rmtree(gone)
+    else:
+        gone.unlink()
+    with h5py.File(shard) as f:
+        want = f["v"][()]
+    assert (want[125 if linked.startswith("a printf") else 0:] == -7).all()  # the oracle fills
+    said = (f"{shard}: dataset '/v' is a virtual dataset whose source file {source} " +
+            ("is" if link == source else f"lies under {link}, which is") +
+            " a symbolic link whose target does not exist (HDF5 would read its rows as the "
+            "fill value)")
+    with pytest.raises(shardload.LayoutError) as e:
+        shardload.discover(sub)
+    assert said in str(e.value), str(e.value)
+    # A layout of before: the source is a file it snapshotted, which cannot be opened now.
+    with pytest.raises(shardload.ShardReadError) as e:
+        layout.read()
+    assert source in str(e.value), str(e.value)
+    with pytest.raises(shardload.LayoutError) as e:
+        shardload.numpy.load(str(sub))
+    assert said in str(e.value), str(e.value)
+    # No link at all: a missing source, the fill value as h5py reads it.
+    os.unlink(link)
+    with h5py.File(shard) as f:
+        want = f["v"][()]
+    got = shardload.discover(sub).read()
+    assert got.dtype == want.dtype and got.tobytes() == want.tobytes()
