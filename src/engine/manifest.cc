@@ -18,6 +18,7 @@
 #include <unordered_set>
 
 #include "base/detail/bytes.hpp"
+#include "base/detail/links.hpp"
 #include "engine/detail/auto_directory.hpp"
 #include "engine/detail/probe.hpp"
 #include "shardload/codec.hpp"
@@ -968,6 +969,16 @@ ManifestDiscovery discover_from_manifest(const Source& source, const DiscoverOpt
       r.error = file_error(ErrorCode::kLayout, path,
                            "manifest: cannot be trusted for this request: " + why);
     } else {
+    // A manifest linked from a place that is gone is one that cannot be read, not none: it
+    // is never skipped silently, as a damaged one is not (a trusted request would probe). A
+    // directory that is such a link is the listing's to name.
+    if (std::string link; m.status().sys_errno() == ENOENT && path_traits(path).kernel_files &&
+                          detail::is_dangling_link(path, &link) && link == path) {
+      r.error = file_error(ErrorCode::kLayout, path,
+                           "manifest: a symbolic link whose target does not exist; run "
+                           "shardload index again, or delete it");
+      return r;
+    }
       r.note = "manifest: not used: " + why;
       r.state = state;
       if (http) {

@@ -145,6 +145,31 @@ def test_fifo_manifest_is_an_error_not_a_hang(data):
         shardload.discover(d)
 
 
+def test_a_manifest_link_whose_target_is_gone_is_an_error_not_absent(data, tmp_path):
+    """The manifest linked from a pool that was deleted (a volume not mounted) is a manifest
+    that cannot be read, not none: it was "manifest: absent" and the files probed, also with
+    trust_manifest (here short of the shards deleted since indexing, which the trusted
+    manifest's read would have named). Only no entry at all is no manifest."""
+    d, expected = data
+    path = pathlib.Path(shardload.index(d))
+    pool = tmp_path / "pool"
+    pool.mkdir()
+    path.rename(pool / MANIFEST)
+    path.symlink_to(pool / MANIFEST)
+    assert shardload.discover(d).manifest_state is shardload.ManifestState.USED
+    (pool / MANIFEST).unlink()
+    (d / "shard_0005.npy").unlink()
+    for trust in (False, True):
+        with pytest.raises(shardload.LayoutError) as e:
+            shardload.discover(d, trust_manifest=trust)
+        assert (f"{path}: manifest: a symbolic link whose target does not exist; run shardload "
+                "index again, or delete it") in str(e.value), str(e.value)
+    path.unlink()
+    layout = shardload.discover(d)
+    assert layout.manifest_state is shardload.ManifestState.ABSENT
+    np.testing.assert_array_equal(layout.read(), expected[:-4])
+
+
 def test_index_is_atomic(data):
     d, _ = data
     (d / MANIFEST).mkdir()  # the rename cannot replace a directory
