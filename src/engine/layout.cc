@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdint>
 #include <cstdio>
 #include <ctime>
@@ -543,10 +544,28 @@ static void began_at(Layout& layout, std::int64_t began) {
 static Result<Layout> try_discover_at(const Source& source, const DiscoverOptions& options);
 
 Result<Layout> try_discover(const Source& source, const DiscoverOptions& options) {
-  const std::int64_t began = realtime_ns();
-  auto l = try_discover_at(source, options);
-  if (l) began_at(*l, began);
-  return l;
+  const std::string dir = held_directory(source);
+  for (int replaced = 0;; ++replaced) {
+    const std::int64_t began = realtime_ns();
+    const DirectoryVersion before = dir.empty() ? DirectoryVersion{} : directory_version(dir);
+    // A link made in this tick of the coarse clock, and one made over it before the tick is
+    // over, may have the same change time and (the old one's freed) the same inode.
+    if (before.link) wait_out_tick(before.link_ctime_ns);
+    auto l = try_discover_at(source, options);
+    if (dir.empty() || directory_version(dir) == before) {
+      if (l) began_at(*l, began);
+      return l;
+    }
+    if (replaced + 1 == kMaxReplacedDiscoveries) {
+      return Status(ErrorCode::kLayout,
+                    path_for_message(dir) + ": changed during discovery (replaced " +
+                        std::to_string(replaced + 1) +
+                        " times): another version was put in its place (a link re-pointed, a "
+                        "directory renamed onto it) while its files were listed and probed; "
+                        "discover it again once the new version is in place")
+          .with_path(dir);
+    }
+  }
 }
 
 static Result<Layout> try_discover_at(const Source& source, const DiscoverOptions& options) {
@@ -574,6 +593,102 @@ static Result<Layout> try_discover_at(const Source& source, const DiscoverOption
     ManifestDiscovery m = discover_from_manifest(source, options);
     if (m.layout) return std::move(*m.layout);
     if (!m.error.is_ok()) return m.error;
+namespace {
+
+// What a local directory is at one moment: the directory its path reaches (links followed)
+// and, where the path's last part is a symbolic link, that link itself. Publishing a new
+// version under readers re-points a link (`ln -sfn v2 current`: a new link renamed over the
+// old one) or renames a directory onto the path, and discovery reads the path many times (its
+// listing, a sidecar, a manifest, each file's probe), each resolved anew: a publish between
+// two of them paired one version's listing or sidecar with the other's files, a layout that
+// each file's snapshot then vouched for. The link's own inode and change time tell a swap
+// and its undoing (v1, v2, v1 again) apart from no swap, where the directory's identity alone
+// is the same at both ends; a directory's change time is not compared, as it changes with
+// every file written into it, which is no new version.
+struct DirectoryVersion {
+  int error = 0;  // the stat's errno; 0: the directory was found
+  std::uint64_t device = 0;
+  std::uint64_t inode = 0;
+  bool link = false;
+  std::uint64_t link_device = 0;
+  std::uint64_t link_inode = 0;
+  std::int64_t link_ctime_ns = 0;
+  friend bool operator==(const DirectoryVersion&, const DirectoryVersion&) = default;
+};
+
+// Two stats where the path is a link (its own, then its target's), one otherwise.
+DirectoryVersion directory_version(const std::string& dir) {
+  DirectoryVersion v;
+  // A trailing '/' would make lstat follow the link.
+  std::string own = dir;
+  while (own.size() > 1 && own.back() == '/') own.pop_back();
+  struct ::stat st {};
+  if (::lstat(own.c_str(), &st) != 0) {
+    v.error = errno;
+    return v;
+  }
+  if (S_ISLNK(st.st_mode)) {
+    v.link = true;
+    v.link_device = static_cast<std::uint64_t>(st.st_dev);
+    v.link_inode = static_cast<std::uint64_t>(st.st_ino);
+    v.link_ctime_ns =
+        static_cast<std::int64_t>(st.st_ctim.tv_sec) * 1'000'000'000 + st.st_ctim.tv_nsec;
+    if (::stat(own.c_str(), &st) != 0) {
+      v.error = errno;
+      return v;
+    }
+  }
+  v.device = static_cast<std::uint64_t>(st.st_dev);
+  v.inode = static_cast<std::uint64_t>(st.st_ino);
+  return v;
+}
+
+// The one local directory a discovery of `source` lists and reads its files from: a
+// directory's (a pattern's), a glob's literal leading directory, a list's where every file is
+// in one; empty where there is none (object storage, a list over several directories).
+std::string held_directory(const Source& source) {
+  std::string dir;
+  switch (source.kind) {
+    case Source::Kind::kDirectory:
+      dir = source.dir_path;
+      break;
+    case Source::Kind::kGlob: {
+      const std::string& g = source.glob_expr;
+      const std::size_t wild = g.find_first_of("*?[\\");
+      const std::size_t slash = g.rfind('/', wild == std::string::npos ? g.size() : wild);
+      if (slash != std::string::npos) dir = g.substr(0, slash == 0 ? 1 : slash);
+      break;
+    }
+    case Source::Kind::kList:
+      for (const auto& p : source.paths) {
+        const std::string bare = split_options(p).first;
+        const std::size_t slash = bare.rfind('/');
+        if (slash == std::string::npos) return {};
+        const std::string parent = bare.substr(0, slash == 0 ? 1 : slash);
+        if (!dir.empty() && parent != dir) return {};
+        dir = parent;
+      }
+      break;
+  }
+  if (dir.empty() || !path_traits(dir).kernel_files || dir.find("://") != std::string::npos) {
+    return {};
+  }
+  return dir;
+}
+
+// Discoveries of a directory replaced while each ran, before the last is refused: a publish
+// lands between two reads only now and then, so a few tries pass one; a directory re-pointed
+// without pause is refused rather than waited on without end.
+constexpr int kMaxReplacedDiscoveries = 4;
+
+}  // namespace
+
+// One discovery describes one version of its directory (option (a) of reading it through one
+// held descriptor or comparing its identity around the whole discovery: the identity is two
+// stats at most on either side, where a descriptor would have to reach every reader's opens,
+// the paths they record and the messages they write, all kept as the user spelled them).
+// A discovery during which the directory was replaced is done again; at load, each file's
+// snapshot refuses a version put in place after it.
     // A note names shards (a stale one's URL): it is shown, so its secrets are not kept.
     manifest_note = redact_secrets(std::move(m.note));
     manifest_state = m.state;
