@@ -543,56 +543,6 @@ static void began_at(Layout& layout, std::int64_t began) {
 
 static Result<Layout> try_discover_at(const Source& source, const DiscoverOptions& options);
 
-Result<Layout> try_discover(const Source& source, const DiscoverOptions& options) {
-  const std::string dir = held_directory(source);
-  for (int replaced = 0;; ++replaced) {
-    const std::int64_t began = realtime_ns();
-    const DirectoryVersion before = dir.empty() ? DirectoryVersion{} : directory_version(dir);
-    // A link made in this tick of the coarse clock, and one made over it before the tick is
-    // over, may have the same change time and (the old one's freed) the same inode.
-    if (before.link) wait_out_tick(before.link_ctime_ns);
-    auto l = try_discover_at(source, options);
-    if (dir.empty() || directory_version(dir) == before) {
-      if (l) began_at(*l, began);
-      return l;
-    }
-    if (replaced + 1 == kMaxReplacedDiscoveries) {
-      return Status(ErrorCode::kLayout,
-                    path_for_message(dir) + ": changed during discovery (replaced " +
-                        std::to_string(replaced + 1) +
-                        " times): another version was put in its place (a link re-pointed, a "
-                        "directory renamed onto it) while its files were listed and probed; "
-                        "discover it again once the new version is in place")
-          .with_path(dir);
-    }
-  }
-}
-
-static Result<Layout> try_discover_at(const Source& source, const DiscoverOptions& options) {
-  // Its names are checked before its manifest is looked for in the directory they name.
-  SHARDLOAD_RETURN_IF_ERROR(check_source(source));
-  // The manifest's check, the format's scan and the pattern's resolve list one directory.
-  detail::ListingMemo listings;
-  // A directory of a store where each answer is a round trip and that lists (s3://, a
-  // registered store's): whether it is a store, and its listing, are asked while the manifest
-  // is looked up (one after the other otherwise). Not when a found manifest is trusted: then
-  // neither is needed; nor for http(s)://, which has no listing.
-  if (const PathTraits traits = path_traits(source.dir_path);
-      source.kind == Source::Kind::kDirectory && traits.round_trips && traits.listable &&
-      options.use_manifest && !options.trust_manifest) {
-    const FormatDescriptor* asked = find_format(options.format.format);
-    const bool may_be_store = source.pattern.empty() && (options.format.format == Format::kAuto ||
-                                                         (asked && asked->is_store));
-    listings.look_ahead(
-        source.dir_path,
-        may_be_store ? std::function<Format(const std::string&)>(store_format) : nullptr);
-  }
-  std::string manifest_note;
-  ManifestState manifest_state = ManifestState::kNone;
-  if (source.kind == Source::Kind::kDirectory && options.use_manifest) {
-    ManifestDiscovery m = discover_from_manifest(source, options);
-    if (m.layout) return std::move(*m.layout);
-    if (!m.error.is_ok()) return m.error;
 namespace {
 
 // What a local directory is at one moment: the directory its path reaches (links followed)
@@ -689,6 +639,56 @@ constexpr int kMaxReplacedDiscoveries = 4;
 // the paths they record and the messages they write, all kept as the user spelled them).
 // A discovery during which the directory was replaced is done again; at load, each file's
 // snapshot refuses a version put in place after it.
+Result<Layout> try_discover(const Source& source, const DiscoverOptions& options) {
+  const std::string dir = held_directory(source);
+  for (int replaced = 0;; ++replaced) {
+    const std::int64_t began = realtime_ns();
+    const DirectoryVersion before = dir.empty() ? DirectoryVersion{} : directory_version(dir);
+    // A link made in this tick of the coarse clock, and one made over it before the tick is
+    // over, may have the same change time and (the old one's freed) the same inode.
+    if (before.link) wait_out_tick(before.link_ctime_ns);
+    auto l = try_discover_at(source, options);
+    if (dir.empty() || directory_version(dir) == before) {
+      if (l) began_at(*l, began);
+      return l;
+    }
+    if (replaced + 1 == kMaxReplacedDiscoveries) {
+      return Status(ErrorCode::kLayout,
+                    path_for_message(dir) + ": changed during discovery (replaced " +
+                        std::to_string(replaced + 1) +
+                        " times): another version was put in its place (a link re-pointed, a "
+                        "directory renamed onto it) while its files were listed and probed; "
+                        "discover it again once the new version is in place")
+          .with_path(dir);
+    }
+  }
+}
+
+static Result<Layout> try_discover_at(const Source& source, const DiscoverOptions& options) {
+  // Its names are checked before its manifest is looked for in the directory they name.
+  SHARDLOAD_RETURN_IF_ERROR(check_source(source));
+  // The manifest's check, the format's scan and the pattern's resolve list one directory.
+  detail::ListingMemo listings;
+  // A directory of a store where each answer is a round trip and that lists (s3://, a
+  // registered store's): whether it is a store, and its listing, are asked while the manifest
+  // is looked up (one after the other otherwise). Not when a found manifest is trusted: then
+  // neither is needed; nor for http(s)://, which has no listing.
+  if (const PathTraits traits = path_traits(source.dir_path);
+      source.kind == Source::Kind::kDirectory && traits.round_trips && traits.listable &&
+      options.use_manifest && !options.trust_manifest) {
+    const FormatDescriptor* asked = find_format(options.format.format);
+    const bool may_be_store = source.pattern.empty() && (options.format.format == Format::kAuto ||
+                                                         (asked && asked->is_store));
+    listings.look_ahead(
+        source.dir_path,
+        may_be_store ? std::function<Format(const std::string&)>(store_format) : nullptr);
+  }
+  std::string manifest_note;
+  ManifestState manifest_state = ManifestState::kNone;
+  if (source.kind == Source::Kind::kDirectory && options.use_manifest) {
+    ManifestDiscovery m = discover_from_manifest(source, options);
+    if (m.layout) return std::move(*m.layout);
+    if (!m.error.is_ok()) return m.error;
     // A note names shards (a stale one's URL): it is shown, so its secrets are not kept.
     manifest_note = redact_secrets(std::move(m.note));
     manifest_state = m.state;
