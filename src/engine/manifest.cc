@@ -20,6 +20,7 @@
 #include "base/detail/bytes.hpp"
 #include "base/detail/links.hpp"
 #include "engine/detail/auto_directory.hpp"
+#include "engine/detail/lanes.hpp"
 #include "engine/detail/probe.hpp"
 #include "shardload/codec.hpp"
 #include "shardload/location.hpp"
@@ -224,9 +225,24 @@ std::string directory_difference(const Layout& layout, const std::vector<std::st
   // A store's snapshot is its metadata file's; an object's snapshot (its ETag) would take a
   // request per shard, which is what indexing already made.
   const FormatDescriptor* d = find_format(layout.format, layout.options.reader);
-  if (!path_traits(dir).kernel_files ||
-      (d != nullptr && d->capabilities.freshness == Freshness::kMetadataFile)) {
-    return {};
+  if (d != nullptr && d->capabilities.freshness == Freshness::kMetadataFile) return {};
+  if (!path_traits(dir).kernel_files) {
+    // An overwrite of a prefix that keeps the shards' names (as many shards) puts other
+    // objects under them, which the names cannot tell: each object's size and ETag (a HEAD
+    // each, on a few threads) against the snapshot its probe took, or a manifest of the old
+    // objects' snapshots mixed with the new ones' goes up over the overwrite's own.
+    constexpr std::size_t kLanes = 16;
+    const std::size_t n = layout.shards.size();
+    const Status first = detail::first_failure_in_lanes(
+        n, std::min(kLanes, n), [&](std::size_t, std::size_t i) -> Status {
+          const Shard& s = layout.shards[i];
+          auto now = posix_io().stat_path(s.path);
+          if (!now) return now.status();
+          if (*now == s.snapshot) return Status::ok();
+          return Status(ErrorCode::kChanged, path_for_message(s.path) + ": " +
+                                                 snapshot_difference(s.path, s.snapshot, *now));
+        });
+    return first ? std::string() : first.message();
   }
   for (const auto& s : layout.shards) {
     auto now = posix_io().stat_path(s.path);

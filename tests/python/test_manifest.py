@@ -366,6 +366,42 @@ def test_index_of_a_prefix_refuses_a_listing_older_than_the_prefix(server, bucke
         np.testing.assert_array_equal(got, new)
 
 
+@pytest.mark.parametrize("rows", [[20, 20, 20], [4, 16, 40]], ids=["same-sizes", "other-sizes"])
+def test_index_of_a_prefix_refuses_an_overwrite_that_keeps_the_shard_names(server, bucket, rows):
+    """An overwrite of the prefix with as many shards (the same names, other objects) while
+    the index probes it: the index's listing before the upload compared names only, and it
+    uploaded a manifest of shard_0000's old snapshot and the new ones of the others over the
+    overwrite's own (every trusted load then failed, "changed since discovery", until indexed
+    again). Each shard's size and ETag is compared too: it refuses, naming the shard, and the
+    overwrite's manifest stays."""
+    import s3_fault_proxy as fp
+    import shardload.numpy as snp
+
+    url = bucket.url("d/")
+    snp.save(np.full((60, 2), 1.0), url, num_shards=3, storage_options=bucket.options)
+    new = np.arange(2.0 * sum(rows)).reshape(-1, 2)
+    saved = []
+
+    def overwrite() -> None:  # once the probe of shard_0001 is answered, before its answer
+        snp.save(new, url, shard_rows=rows, overwrite=True, storage_options=bucket.options)
+        saved.append(True)
+
+    with fp.FaultProxy(server) as proxy:
+        rule = proxy.add(fp.Rule(None, path="/d/shard_0001.npy", action="held-answer",
+                                 count=1, after=overwrite))
+        with pytest.raises(shardload.LayoutError) as e:
+            shardload.index(url, storage_options={**bucket.options,
+                                                  "endpoint_override": proxy.endpoint})
+    assert rule.fired == 1 and saved == [True]
+    msg = str(e.value)
+    assert "changed while indexing" in msg and "the manifest was not written" in msg, msg
+    # The lowest shard whose probe saw the old object: shard_0000's, or the held shard_0001's.
+    assert re.search(rf"s3://{bucket.name}/d/shard_000[01]\.npy[?][^:]*: .*ETag", msg), msg
+    for trust in (False, True):
+        got = snp.load(url, storage_options=bucket.options, trust_manifest=trust)
+        np.testing.assert_array_equal(got, new)
+
+
 def test_discover_once_equals_discover(data):
     d, _ = data
     direct = shardload.discover(d)
