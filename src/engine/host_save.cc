@@ -140,7 +140,7 @@ Status save_to_object_store(const std::byte* data, const std::string& dest,
     // The clean-up now, once: what it left that is not the save's, added to `st`.
     Status failed(const Status& st) {
       committed = true;
-      const std::string left = detail::abandon_remote_save(d, spec, options, &own);
+      const std::string left = detail::abandon_remote_save(d, spec, options, &own, &st);
       if (left.empty()) return st;
       return Status(st.code(), st.message() + "; " + left)
           .with_path(st.path())

@@ -500,6 +500,98 @@ Status check_index(Store& store, const RemoteDest& d, const OwnKeys& own, const 
   return Status::ok();
 }
 
+// A Ctrl-C ends every request made while it is pending, a clean-up's too, which would then
+// leave all the save failed on; a clean-up is a HEAD and a DELETE a key, so it runs, and the
+// interrupt is asked for again after it (a second Ctrl-C meanwhile ends its requests).
+class InterruptSetAside {
+ public:
+  InterruptSetAside() : interrupted_(interrupt_requested()) {
+    if (interrupted_) clear_interrupt();
+  }
+  ~InterruptSetAside() {
+    if (interrupted_) request_interrupt();
+  }
+  InterruptSetAside(const InterruptSetAside&) = delete;
+  InterruptSetAside& operator=(const InterruptSetAside&) = delete;
+
+ private:
+  bool interrupted_;
+};
+
+// Whether `failure` is the failed write of d's manifest that the store did not refuse (no
+// answer, a 5xx, a timeout, a Ctrl-C), whose look (RemoteStore::write) found neither the bytes
+// sent nor another object: that manifest may still appear, a store whose reads lag its writes
+// showing it later. It is told by its URL and its errno (EACCES, ENOENT: refused).
+bool manifest_may_appear(const RemoteDest& d, const Status& failure) {
+  const auto bare = [](const std::string& url) { return url.substr(0, url.find('?')); };
+  if (failure.is_ok() ||
+      bare(failure.path()) != bare(redact_secrets(d.url(std::string(kManifestName))))) {
+    return false;
+  }
+  return failure.sys_errno() != EACCES && failure.sys_errno() != ENOENT;
+}
+
+// Why a failed save's clean-up deletes nothing at all, or "". A manifest under the prefix is
+// another writer's (this save fails before its own is written, or where a look found another
+// object than its own there: RemoteStore::write), or its own that the store took after all:
+// either way a published dataset, whose objects those may be. And where this save's manifest
+// may still appear, deleting its shards would publish a manifest of deleted shards: everything
+// stays, a dataset whole where the manifest appears.
+std::string kept_whole(const RemoteDest& d, Store& store, const Status* failure) {
+  const std::string manifest(kManifestName);
+  const bool may_appear = failure != nullptr && manifest_may_appear(d, *failure);
+  if (const auto there = store.version(manifest); there) {
+    return "the clean-up found " + store.describe(manifest) +
+           (may_appear ? ": a manifest is there (another writer's, or this save's, stored "
+                         "after all): nothing deleted"
+                       : ": another writer's manifest is there: nothing deleted");
+  } else if (there.status().sys_errno() != ENOENT) {
+    return "the clean-up cannot look at " + store.describe(manifest) + " (" +
+           there.status().message() +
+           "), and another writer's manifest may be there: nothing deleted";
+  }
+  if (may_appear) {
+    return "nothing deleted: this save's manifest may still appear at " + store.describe(manifest) +
+           ", and it names these objects (there, the dataset is published; if it does not "
+           "appear, the prefix holds this save's objects without a manifest: save again with "
+           "overwrite)";
+  }
+  return {};
+}
+
+// After a failed commit of a save to an empty prefix: the metadata objects it wrote (each Zarr
+// store's .zarray, raw's sidecar, the extra files), deleted as abandon_remote_save deletes the
+// shards, each only while a HEAD shows what was written. They are written here, at the commit
+// (a Legate save's in a task of its own), so abandon_remote_save does not know them; left, a
+// Zarr store of its .zarray alone reads as its fill value, and the prefix refuses a new save as
+// not empty. Returns `failed`, with the keys left because they are another's now added.
+Status drop_metadata(const RemoteDest& d, Store& store, const SaveSpec& spec,
+                     const SaveOptions& options, const std::vector<WrittenKey>& metadata,
+                     const Status& failed) noexcept {
+  if ((d.overwrite && !d.old_names.empty()) || metadata.empty()) return failed;
+  const InterruptSetAside set_aside;
+  std::string left;
+  try {
+    // What keeps everything is said once, by abandon_remote_save.
+    if (!kept_whole(d, store, &failed).empty()) return failed;
+    PublishSteps steps = publish_steps(d, spec, options);
+    steps.overwrite = false;
+    steps.own_known = true;
+    steps.own = metadata;
+    for (const WrittenKey& w : metadata) steps.keys.push_back(w.key);
+    steps.kept = [&](const std::string& shown, const std::string& why) {
+      left += (left.empty() ? "" : "; ") + shown + " " + why;
+    };
+    store.discard(staging_of(d), steps);
+  } catch (...) {  // best effort on a failure path
+  }
+  if (left.empty()) return failed;
+  return Status(failed.code(),
+                failed.message() + "; the clean-up left what is not this save's: " + left)
+      .with_path(failed.path())
+      .with_errno(failed.sys_errno());
+}
+
 }  // namespace
 
 Status finish_remote_save(const RemoteDest& d, const SaveSpec& spec, const SaveOptions& options,
@@ -518,8 +610,9 @@ Status finish_remote_save(const RemoteDest& d, const SaveSpec& spec, const SaveO
   Staging in_place;
   in_place.in_place = true;
   std::vector<WrittenKey> metadata;
-  SHARDLOAD_RETURN_IF_ERROR(
-      write_metadata(*store, in_place, planned, options.extra_files, &metadata));
+  if (Status st = write_metadata(*store, in_place, planned, options.extra_files, &metadata); !st) {
+    return drop_metadata(d, *store, spec, options, metadata, st);
+  }
   for (auto& name : metadata_names_of(spec)) names.insert(std::move(name));
   for (const auto& [name, text] : options.extra_files) names.insert(name);
   const OwnKeys mine = own != nullptr ? own_keys(d, *own, metadata) : OwnKeys();
@@ -547,44 +640,25 @@ Status finish_remote_save(const RemoteDest& d, const SaveSpec& spec, const SaveO
   };
   if (!options.manifest) steps.commit_key.clear();
   bool published = false;
-  return store->publish(staging_of(d), steps, &published);
+  const Status st = store->publish(staging_of(d), steps, &published);
+  if (st || published) return st;
+  return drop_metadata(d, *store, spec, options, metadata, st);
 }
 
 std::string abandon_remote_save(const RemoteDest& d, const SaveSpec& spec,
-                                const SaveOptions& options,
-                                const std::vector<WrittenKey>* own) noexcept {
+                                const SaveOptions& options, const std::vector<WrittenKey>* own,
+                                const Status* failure) noexcept {
   // An overwrite that replaced nothing (the prefix was empty at its check) wrote only keys of
   // its own, as a save to an empty prefix does; one that replaced a dataset may have put a new
   // key where an old one was, which the clean-up cannot give back.
   if ((d.overwrite && !d.old_names.empty()) || d.store == nullptr) return {};
-  // A Ctrl-C ends every request made while it is pending, the clean-up's too, which would then
-  // leave all the save failed on; the clean-up is a HEAD and a DELETE a key, so it runs, and
-  // the interrupt is asked for again after it (a second Ctrl-C meanwhile ends its requests).
-  const bool interrupted = interrupt_requested();
-  if (interrupted) clear_interrupt();
-  struct Again {
-    bool interrupted;
-    ~Again() {
-      if (interrupted) request_interrupt();
-    }
-  } again{interrupted};
+  const InterruptSetAside set_aside;
   std::string left;
   try {
     // A key is deleted while it shows the size and ETag its upload was answered with, and a
     // plain PUT's ETag is the MD5 of its bytes: another writer's object of the same bytes
-    // looks like this save's. A manifest under the prefix is another writer's: this save fails
-    // before its own is written, or where its manifest's PUT was not answered and a look found
-    // no object of the bytes it sent there (RemoteStore::write). That writer published a
-    // dataset, whose objects those may be.
-    const std::string manifest(kManifestName);
-    if (const auto there = d.store->version(manifest); there) {
-      return "the clean-up found " + d.store->describe(manifest) +
-             ": another writer's manifest is there: nothing deleted";
-    } else if (there.status().sys_errno() != ENOENT) {
-      return "the clean-up cannot look at " + d.store->describe(manifest) + " (" +
-             there.status().message() +
-             "), and another writer's manifest may be there: nothing deleted";
-    }
+    // looks like this save's.
+    if (std::string why = kept_whole(d, *d.store, failure); !why.empty()) return why;
     PublishSteps steps = publish_steps(d, spec, options);
     steps.overwrite = false;  // the overwrite replaced nothing (above)
     if (own != nullptr) {

@@ -167,7 +167,7 @@ void save_to_object_store(const legate::LogicalArray& array, const std::string& 
   // A failure's clean-up, once, and what it left that is not the save's added to the error.
   const auto failed = [&](const Status& st) {
     cleaned = true;
-    const std::string left = detail::abandon_remote_save(d, *spec, options, &own);
+    const std::string left = detail::abandon_remote_save(d, *spec, options, &own, &st);
     const Status with = st.with_context("saving to " + dest);
     if (left.empty()) throw_status(with, ErrorSite::kWrite);
     throw_status(Status(with.code(), with.message() + "; " + left)

@@ -4,11 +4,13 @@
 // deadlines and errors.
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <limits>
 #include <map>
 #include <mutex>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "shardload/interrupt.hpp"
@@ -410,6 +412,15 @@ class RemoteStore final : public Store, public TransportStore {
   // the failure stands, saying what the key holds. A Ctrl-C that ended the write ends every
   // request while it is pending, so it is set aside for the look and asked for again after
   // it (the caller then reports the interrupt, after a write that was done).
+  //
+  // Only a write the store refused (an answer of 401/403, or 404: no bucket; EACCES, ENOENT)
+  // is known not to be stored where the look finds nothing. After any other failure a 404 is
+  // no proof: a store whose reads lag its writes (a caching proxy, an eventually consistent
+  // store) answers it for a while after a PUT it took, as its listings lag. The look is then
+  // asked again twice (0.5 s and 1 s after, as the save's listing is), and finding nothing
+  // still, the failure says that whether the key was stored cannot be told: a save's
+  // clean-up (abandon_remote_save) then deletes nothing, since its manifest may yet appear,
+  // and that manifest must not name deleted shards.
   Status settle_write(std::string_view key, std::span<const std::byte> data, const Status& failed) {
     const bool interrupted = interrupt_requested();
     if (interrupted) clear_interrupt();
@@ -424,32 +435,54 @@ class RemoteStore final : public Store, public TransportStore {
           .with_path(failed.path())
           .with_errno(failed.sys_errno());
     };
-    try {
-      auto there = stat(key);
-      if (!there) {
-        if (there.status().sys_errno() == ENOENT) {
-          return failed_and("a look after it found no object there: it was not stored");
-        }
-        return failed_and("whether it was stored cannot be told (" + there.status().message() +
-                          ")");
-      }
-      if (there->size != data.size()) {
-        return failed_and("a look after it found another object there (" +
-                          std::to_string(there->size) + " bytes, not the " +
-                          std::to_string(data.size()) + " sent)");
+    const bool refused = failed.sys_errno() == EACCES || failed.sys_errno() == ENOENT;
+    // "" where the key holds the bytes sent, else what it holds; ENOENT where a HEAD, or the
+    // GET after it, finds nothing.
+    const auto look = [&]() -> Result<std::string> {
+      SHARDLOAD_ASSIGN_OR_RETURN(const KeyInfo there, stat(key));
+      if (there.size != data.size()) {
+        return "(" + std::to_string(there.size) + " bytes, not the " + std::to_string(data.size()) +
+               " sent)";
       }
       std::vector<std::byte> back(data.size());
-      auto got = read(key, 0, back, there->generation);
-      if (!got) {
-        return failed_and("whether it was stored cannot be told (" + got.status().message() + ")");
+      SHARDLOAD_ASSIGN_OR_RETURN(const std::size_t got, read(key, 0, back, there.generation));
+      if (got == data.size() && std::equal(back.begin(), back.end(), data.begin())) {
+        return std::string();
       }
-      if (*got == data.size() && std::equal(back.begin(), back.end(), data.begin())) {
-        return Status::ok();
+      return "(of " + std::to_string(data.size()) + " bytes, but not the bytes sent)";
+    };
+    try {
+      Result<std::string> found = look();
+      for (int n = 1; !refused && n < 3 && !found && found.status().sys_errno() == ENOENT; ++n) {
+        pause_ms(250 << n);
+        found = look();
       }
-      return failed_and("a look after it found another object there (of " +
-                        std::to_string(data.size()) + " bytes, but not the bytes sent)");
+      if (!found) {
+        if (found.status().sys_errno() != ENOENT) {
+          return failed_and("whether it was stored cannot be told (" + found.status().message() +
+                            ")");
+        }
+        if (refused) {
+          return failed_and("a look after it found no object there: it was not stored");
+        }
+        return failed_and(
+            "whether it was stored cannot be told: the store did not refuse the write, and 3 "
+            "looks over 1.5 s after it found no object there, as a store whose reads lag its "
+            "writes (a caching proxy, an eventually consistent store) answers for a while");
+      }
+      if (found->empty()) return Status::ok();
+      return failed_and("a look after it found another object there " + *found);
     } catch (...) {
       return failed;
+    }
+  }
+
+  // Sleeps `ms`, less where an interrupt is asked for (a second Ctrl-C during a look's pause:
+  // the look after it then fails, and its failure says so).
+  static void pause_ms(int ms) {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
+    while (!interrupt_requested() && std::chrono::steady_clock::now() < until) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
   }
 

@@ -1,14 +1,14 @@
 """A fault-injecting HTTP proxy on 127.0.0.1 for the object-storage tests (test_s3_faults.py).
 
 It forwards each request to an upstream S3 server (the tests' moto server) and, where a rule
-the test set matches the request, answers it badly instead: an HTTP error (500, 503, 403), a
-``SlowDown`` (503 with S3's XML error body), the 301 of a bucket in another region, a reset
-connection, a body cut short (the upstream's Content-Length, fewer bytes, then the connection
-closed), a delay, the answer without its ETag and Last-Modified, or, for a request the
-upstream does serve: its answer lost (the connection reset after the upstream stored a PUT),
-held back, with its ETag spelled otherwise, or a LIST answer without some keys. The client
-under test is pointed at it with ``endpoint_override``. Pure Python, one thread per
-connection; nothing but the standard library.
+the test set matches the request, answers it badly instead: an HTTP error (500, 503, 403, a
+404 for a key that is there), a ``SlowDown`` (503 with S3's XML error body), the 301 of a
+bucket in another region, a reset connection, a body cut short (the upstream's
+Content-Length, fewer bytes, then the connection closed), a delay, the answer without its ETag
+and Last-Modified, or, for a request the upstream does serve: its answer lost (the connection
+reset after the upstream stored a PUT), held back, with its ETag spelled otherwise, or a LIST
+answer without some keys. The client under test is pointed at it with ``endpoint_override``.
+Pure Python, one thread per connection; nothing but the standard library.
 
     proxy = FaultProxy("127.0.0.1:9000")
     proxy.add(Rule("GET", path="shard_0001", ranged=True, action="slowdown", count=2))
@@ -31,7 +31,7 @@ from typing import Callable
 
 from closing_server import ClosingHTTPServer
 
-ACTIONS = ("500", "503", "403", "410", "slowdown", "reset", "truncate", "delay", "wrong-region",
+ACTIONS = ("500", "503", "403", "404", "410", "slowdown", "reset", "truncate", "delay", "wrong-region",
            "no-validators", "lost-answer", "held-answer", "respell-etag", "hide-listed")
 
 # What AWS answers a request sent to a regional endpoint other than the bucket's: a 301
@@ -41,6 +41,9 @@ WRONG_REGION = "eu-west-3"
 _ERROR_CODES = {"500": (500, "InternalError", "We encountered an internal error."),
                 "503": (503, "ServiceUnavailable", "Please reduce your request rate."),
                 "403": (403, "AccessDenied", "Access Denied"),
+                # A key the store has, answered as missing: a read that lags the PUT (a
+                # caching proxy, an eventually consistent store).
+                "404": (404, "NoSuchKey", "The specified key does not exist."),
                 # A gateway's answer for an object it had and removed, or a link revoked.
                 "410": (410, "Gone", "The object is gone."),
                 "slowdown": (503, "SlowDown", "Please reduce your request rate.")}

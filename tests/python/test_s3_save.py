@@ -9,6 +9,7 @@ import io
 import json
 import subprocess
 import time
+from typing import Callable
 
 import numpy as np
 import pytest
@@ -958,21 +959,31 @@ def test_a_manifest_stored_whose_answer_is_lost_is_the_save_s_success(proxied, o
 
 
 def test_a_manifest_put_unanswered_fails_naming_what_the_look_found(proxied, server):
-    """The manifest's PUT unanswered, and what a look finds: nothing (never stored: the save
-    fails so, and deletes what it uploaded), or another writer's manifest put there meanwhile
-    (the save fails naming it, and deletes nothing: that writer's dataset may use the keys)."""
+    """The manifest's PUT refused or unanswered, and what a look finds: nothing after a refusal
+    (never stored: the save fails so, and deletes what it uploaded); nothing after no answer
+    (which a store that lags its writes also answers for a while: whether it was stored cannot
+    be told, and nothing is deleted); or another writer's manifest put there meanwhile (the
+    save fails naming it, and deletes nothing: that writer's dataset may use the keys)."""
     import shardload.numpy as snp
     from s3_fault_proxy import Rule
 
     bucket, proxy = proxied
     direct = {**bucket.options, "endpoint_override": bucket.endpoint}
     x = np.arange(40.0).reshape(20, 2)
+    proxy.add(Rule("PUT", path="/r/shardload.manifest", action="403", count=None))
+    with pytest.raises(shardload.ShardWriteError) as e:
+        snp.save(x, bucket.url("r/"), num_shards=2, storage_options=bucket.options)
+    assert "found no object there: it was not stored" in str(e.value), str(e.value)
+    assert bucket.keys("r/") == []
+
     proxy.add(Rule("PUT", path="/n/shardload.manifest", action="reset", count=None))
     with pytest.raises(shardload.ShardWriteError) as e:
         snp.save(x, bucket.url("n/"), num_shards=2,
                              storage_options={**bucket.options, "max_attempts": "2"})
-    assert "found no object there: it was not stored" in str(e.value), str(e.value)
-    assert bucket.keys("n/") == []
+    msg = str(e.value)
+    assert "whether it was stored cannot be told" in msg and "not stored" not in msg, msg
+    assert "nothing deleted: this save's manifest may still appear" in msg, msg
+    assert bucket.keys("n/") == ["n/shard_0000.npy", "n/shard_0001.npy"]
 
     # Another writer's manifest (another dataset's, of other bytes) lands after this PUT.
     snp.save(x[:4] + 1, bucket.url("other/"), num_shards=1, storage_options=direct)
@@ -984,8 +995,155 @@ def test_a_manifest_put_unanswered_fails_naming_what_the_look_found(proxied, ser
                              storage_options={**bucket.options, "max_attempts": "2"})
     msg = str(e.value)
     assert "found another object there" in msg, msg
-    assert "another writer's manifest is there: nothing deleted" in msg, msg
+    assert "a manifest is there (another writer's, or this save's, stored after all): " \
+        "nothing deleted" in msg, msg
     assert bucket.get("a/shardload.manifest") == theirs
+
+
+def lagging_manifest_reads(proxy, prefix: str, count: int | None) -> Callable[[], None]:
+    """What a "lost-answer" rule's ``after`` calls: from the first time on (the PUT's retries
+    call it again), the first ``count`` (None: every) HEADs and GETs of ``prefix``'s manifest
+    are answered 404, as a store whose reads lag its writes answers right after a PUT. The
+    rules are in the returned function's ``rules``."""
+    from s3_fault_proxy import Rule
+
+    rules = [Rule(m, path=f"/{prefix}shardload.manifest", action="404", count=count)
+             for m in ("HEAD", "GET")]
+
+    def start() -> None:
+        with proxy._lock:
+            if not any(r in proxy.rules for r in rules):
+                proxy.rules[0:0] = rules
+
+    start.rules = rules  # type: ignore[attr-defined]
+    return start
+
+
+@pytest.mark.parametrize("front_end", ["shardload.save", "shardload.numpy.save"])
+def test_a_manifest_stored_unanswered_whose_reads_lag_deletes_no_shard_under_it(
+        proxied, front_end):
+    """The manifest's PUT stored, its answer lost, and every look at it answered 404 (a read
+    that lags the PUT: a caching proxy, an eventually consistent store). The save took the 404
+    for "not stored" and its clean-up deleted the shards: the manifest, there all along,
+    published a dataset of deleted shards (every load failed). A 404 after a write the store
+    did not refuse is no proof: the save says that whether it was stored cannot be told and
+    deletes nothing, and once the store shows the manifest the dataset is whole."""
+    import shardload.numpy as snp
+    from s3_fault_proxy import Rule
+
+    save = shardload.save if front_end == "shardload.save" else snp.save
+    bucket, proxy = proxied
+    direct = {**bucket.options, "endpoint_override": bucket.endpoint}
+    x = np.arange(40.0).reshape(20, 2)
+    rule = proxy.add(Rule("PUT", path="/d/shardload.manifest", action="lost-answer",
+                          count=None, after=lagging_manifest_reads(proxy, "d/", None)))
+    with pytest.raises(shardload.ShardWriteError) as e:
+        save(x, bucket.url("d/"), num_shards=2,
+             storage_options={**bucket.options, "max_attempts": "2"})
+    msg = str(e.value)
+    assert rule.fired >= 1
+    assert "whether it was stored cannot be told" in msg and "not stored" not in msg, msg
+    assert f"nothing deleted: this save's manifest may still appear at s3://{bucket.name}/d/" \
+        f"shardload.manifest" in msg, msg
+    assert bucket.keys("d/") == ["d/shard_0000.npy", "d/shard_0001.npy", "d/shardload.manifest"]
+    np.testing.assert_array_equal(
+        snp.load(bucket.url("d/"), storage_options=direct, trust_manifest=True), x)
+
+
+def test_an_overwrite_whose_manifest_reads_lag_does_not_say_it_was_not_stored(proxied):
+    """The same with overwrite: the new dataset was published (the old one's third shard
+    deleted) while the error said "it was not stored". It says that this cannot be told."""
+    import shardload.numpy as snp
+    from s3_fault_proxy import Rule
+
+    bucket, proxy = proxied
+    direct = {**bucket.options, "endpoint_override": bucket.endpoint}
+    snp.save(np.full((30, 2), 7.0), bucket.url("d/"), num_shards=3, storage_options=direct)
+    x = np.arange(40.0).reshape(20, 2)
+    proxy.add(Rule("PUT", path="/d/shardload.manifest", action="lost-answer", count=None,
+                   after=lagging_manifest_reads(proxy, "d/", None)))
+    with pytest.raises(shardload.ShardWriteError) as e:
+        snp.save(x, bucket.url("d/"), num_shards=2, overwrite=True,
+                 storage_options={**bucket.options, "max_attempts": "2"})
+    msg = str(e.value)
+    assert "whether it was stored cannot be told" in msg and "not stored" not in msg, msg
+    np.testing.assert_array_equal(
+        snp.load(bucket.url("d/"), storage_options=direct, trust_manifest=True), x)
+
+
+def test_a_manifest_whose_reads_lag_a_moment_is_found_by_the_look_asked_again(proxied):
+    """The looks after the unanswered PUT answered 404 twice (a HEAD, then the GET after the
+    next HEAD), then the store shows the manifest: the look asked again after a pause finds
+    the save's own bytes, and the save succeeds."""
+    import shardload.numpy as snp
+    from s3_fault_proxy import Rule
+
+    bucket, proxy = proxied
+    direct = {**bucket.options, "endpoint_override": bucket.endpoint}
+    x = np.arange(40.0).reshape(20, 2)
+    lag = lagging_manifest_reads(proxy, "d/", 1)
+    proxy.add(Rule("PUT", path="/d/shardload.manifest", action="lost-answer", count=None,
+                   after=lag))
+    snp.save(x, bucket.url("d/"), num_shards=2,
+             storage_options={**bucket.options, "max_attempts": "2"})
+    assert sum(r.fired for r in lag.rules) == 2, [r.fired for r in lag.rules]
+    np.testing.assert_array_equal(
+        snp.load(bucket.url("d/"), storage_options=direct, trust_manifest=True), x)
+
+
+@pytest.mark.parametrize("front_end", ["shardload.save", "shardload.numpy.save"])
+@pytest.mark.parametrize("fmt,fault", [("zarr", "manifest-refused"), ("raw", "manifest-refused"),
+                                       ("raw", "listing-lags")])
+def test_a_failed_commit_to_an_empty_prefix_deletes_its_metadata_objects(proxied, front_end,
+                                                                        fmt, fault):
+    """A Zarr or raw save to an empty prefix failing at its commit, after its metadata objects
+    went up (the manifest's PUT refused; a listing that never shows a shard): the clean-up
+    deleted the chunks and shards but left each store's .zarray (raw: shardload.json). A load
+    of the prefix then gave the whole shape as zeros (Zarr's fill value) without an error,
+    and a new save there was refused as "not empty". The prefix is empty again."""
+    import shardload.numpy as snp
+    from s3_fault_proxy import Rule
+
+    save = shardload.save if front_end == "shardload.save" else snp.save
+    bucket, proxy = proxied
+    if fault == "manifest-refused":
+        proxy.add(Rule("PUT", path="/d/shardload.manifest", action="403", count=None))
+    else:
+        proxy.add(Rule("GET", path="list-type=2", action="hide-listed",
+                       hide="shard_0002", count=None))
+    x = np.arange(1, 241, dtype="f8").reshape(60, 4)
+    with pytest.raises(shardload.ShardWriteError) as e:
+        save(x, bucket.url("d/"), num_shards=3, format=fmt, storage_options=bucket.options)
+    assert "is left" not in str(e.value), str(e.value)
+    assert bucket.keys("d/") == []
+    proxy.clear()
+    save(x, bucket.url("d/"), num_shards=3, format=fmt, storage_options=bucket.options)
+    np.testing.assert_array_equal(snp.load(bucket.url("d/"), storage_options=bucket.options), x)
+
+
+def test_a_failed_commit_leaves_a_metadata_object_another_writer_replaced(proxied):
+    """The clean-up deletes a metadata object only while it is the one this save wrote: a
+    sidecar another writer put in its place after the save's check of its keys stays, named."""
+    import shardload.numpy as snp
+    from s3_fault_proxy import Rule
+
+    bucket, proxy = proxied
+    theirs: list[bytes] = []
+
+    def replace() -> None:  # the same sidecar, of other bytes (another writer's ETag)
+        theirs.append(bucket.get("d/shardload.json") + b"\n")
+        bucket.put("d/shardload.json", theirs[0])
+
+    proxy.add(Rule("HEAD", path="/d/shardload.json", action="held-answer", count=1,
+                   after=replace))
+    proxy.add(Rule("PUT", path="/d/shardload.manifest", action="403", count=None))
+    x = np.arange(1, 241, dtype="f8").reshape(60, 4)
+    with pytest.raises(shardload.ShardWriteError) as e:
+        snp.save(x, bucket.url("d/"), num_shards=3, format="raw", storage_options=bucket.options)
+    msg = str(e.value)
+    assert f"s3://{bucket.name}/d/shardload.json changed since this save wrote it" in msg, msg
+    assert bucket.keys("d/") == ["d/shardload.json"]
+    assert bucket.get("d/shardload.json") == theirs[0]
 
 
 @pytest.mark.parametrize("front_end", ["shardload.save", "shardload.numpy.save"])

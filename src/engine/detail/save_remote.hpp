@@ -130,21 +130,28 @@ Result<std::unique_ptr<ShardUpload>> open_shard_upload(const std::string& dir_ur
 // `spec`: a listing that leaves one out (one that lags the writes) is asked again twice, then
 // fails the save naming the shard (kIo, ESTALE), with no manifest written. A manifest whose
 // PUT got no answer is looked at (RemoteStore::write): this save's own there is a published
-// dataset, and success. Null: no check of the keys (a caller that cannot know them).
+// dataset, and success. Null: no check of the keys (a caller that cannot know them). On a
+// failure that published nothing, a save to an empty prefix deletes the metadata objects it
+// wrote, each while it is still the one written (as abandon_remote_save does the shards).
 Status finish_remote_save(const RemoteDest& d, const SaveSpec& spec, const SaveOptions& options,
                           const std::vector<WrittenKey>* own = nullptr);
 
 // After a failure before the manifest: a save to an empty prefix (an overwrite too, where the
 // prefix was empty) deletes what it uploaded (best effort); an overwrite of a dataset leaves the
 // objects as they are (see docs/save.md). Nothing is deleted where a manifest is under the
-// prefix (one HEAD first): another writer published there. With `own` (the keys the uploads
-// finished, as for finish_remote_save), only those keys are deleted, each only while a HEAD
-// still shows the size and ETag its upload was answered with; the returned text names the keys
-// left because another writer's object is there now, or says that another writer's manifest
-// kept everything ("" where neither), for the caller to add to the save's error. Without it,
-// the save's key names are deleted.
+// prefix (one HEAD first): another writer published there. Nor where `failure` (the save's
+// error, where known) is the manifest's PUT that the store did not refuse and whose look found
+// nothing (RemoteStore::write: "whether it was stored cannot be told"): a store whose reads lag
+// its writes may show that manifest later, and it names the shards. With `own` (the keys the
+// uploads finished, as for finish_remote_save), only those keys are deleted, each only while a
+// HEAD still shows the size and ETag its upload was answered with; the returned text names the
+// keys left because another writer's object is there now, or says what kept everything (""
+// where neither), for the caller to add to the save's error. Without it, the save's key names
+// are deleted. (The metadata objects, which the commit writes, finish_remote_save deletes
+// itself on its failure, by the same rules.)
 std::string abandon_remote_save(const RemoteDest& d, const SaveSpec& spec,
                                 const SaveOptions& options,
-                                const std::vector<WrittenKey>* own = nullptr) noexcept;
+                                const std::vector<WrittenKey>* own = nullptr,
+                                const Status* failure = nullptr) noexcept;
 
 }  // namespace shardload::detail
