@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "base/detail/bytes.hpp"
+#include "base/detail/links.hpp"
 #include "shardload/io.hpp"
 #include "shardload/storage.hpp"
 #include "storage/detail/stores.hpp"
@@ -566,10 +567,15 @@ class LocalStore final : public Store {
       struct ::stat st {};
       if (::fstatat(::dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0) continue;  // gone
       // A link to a file is a key (read as the file it names, as discovery reads a linked
-      // shard); a link to a directory is no prefix: the keys below it are refused.
-      if (S_ISLNK(st.st_mode) && ::fstatat(::dirfd(d), e->d_name, &st, 0) == 0 &&
-          !S_ISREG(st.st_mode)) {
-        continue;
+      // shard); a link to a directory is no prefix: the keys below it are refused. A link
+      // whose target is gone is a key too, whose read names it: left out, a listing of
+      // numbered shards would end before it, its rows dropped without a word.
+      if (S_ISLNK(st.st_mode)) {
+        if (::fstatat(::dirfd(d), e->d_name, &st, 0) != 0) {
+          if (errno == ENOENT) keys.push_back(std::string(prefix) + name);
+          continue;
+        }
+        if (!S_ISREG(st.st_mode)) continue;
       }
       if (S_ISREG(st.st_mode)) {
         keys.push_back(std::string(prefix) + name);
@@ -863,6 +869,11 @@ class LocalStore final : public Store {
     if (fd < 0) {
       const int err = errno;
       if (err == ENXIO) return file_error(ErrorCode::kIo, path, "not a regular file");  // socket
+      // A key linked from a file that is gone is no key never written (ENOENT, which a reader
+      // takes for a missing chunk and fills with the fill value): no errno of "none there".
+      if (err == ENOENT && is_dangling_link(path)) {
+        return file_error(ErrorCode::kIo, path, "a symbolic link whose target does not exist");
+      }
       return file_error(ErrorCode::kIo, path, sys_what("cannot open", err), err);
     }
     File file(&posix_io(), fd, path);

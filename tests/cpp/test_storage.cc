@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
@@ -177,6 +178,33 @@ TEST(LocalStore, RefusesWhatIsNotARegularFileWithoutBlocking) {
     EXPECT_EQ(got.status().code(), ErrorCode::kIo) << key;
     EXPECT_FALSE((*store)->stat(key).is_ok()) << key;
   }
+}
+
+// A key that is a link whose target is gone (a pool file deleted) is no key never written:
+// its stat and read name it without ENOENT (which a Zarr reader takes for a missing chunk, the
+// fill value), and a listing has it (left out, numbered shards would end before it).
+TEST(LocalStore, AKeyLinkWhoseTargetIsGoneIsNamedNotMissing) {
+  testing::TempDir dir;
+  auto store = open_store(dir.path());
+  ASSERT_TRUE(store.is_ok());
+  testing::write_file(dir.file("a.bin"), "abcd");
+  ASSERT_EQ(::symlink(dir.file("gone").c_str(), dir.file("b.bin").c_str()), 0);
+  std::string buf(4, '\0');
+  auto got = (*store)->read("b.bin", 0, std::as_writable_bytes(std::span<char>(buf)), "");
+  ASSERT_FALSE(got.is_ok());
+  EXPECT_NE(got.status().sys_errno(), ENOENT);
+  EXPECT_NE(got.status().message().find(dir.file("b.bin") +
+                                        ": a symbolic link whose target does not exist"),
+            std::string::npos)
+      << got.status().message();
+  auto st = (*store)->stat("b.bin");
+  ASSERT_FALSE(st.is_ok());
+  EXPECT_NE(st.status().sys_errno(), ENOENT) << st.status().message();
+  auto keys = (*store)->list("");
+  ASSERT_TRUE(keys.is_ok()) << keys.status().message();
+  EXPECT_EQ(*keys, (std::vector<std::string>{"a.bin", "b.bin"}));
+  // No entry at all is still missing.
+  EXPECT_EQ((*store)->stat("c.bin").status().sys_errno(), ENOENT);
 }
 
 TEST(LocalStore, WriteLeavesNoTemporaryBehind) {
