@@ -8,9 +8,11 @@
 
 #include <algorithm>
 #include <array>
+#include <cerrno>
 #include <cstring>
 #include <iterator>
 
+#include "base/detail/links.hpp"
 #include "readers/detail/readers.hpp"
 #include "shardload/reader_registry.hpp"
 #include "shardload/source.hpp"
@@ -75,6 +77,9 @@ bool zarr_store(const std::string& path) {
   if (::stat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) return false;
   for (const char* meta : kZarrRootMetadata) {
     if (::access((path + meta).c_str(), F_OK) == 0) return true;
+    // Metadata linked from a place that is gone still makes a store, whose reader names the
+    // link: taken for none, the store was "no numbered shards of a known format".
+    if (errno == ENOENT && detail::is_dangling_link(path + meta)) return true;
   }
   return false;
 }

@@ -251,3 +251,21 @@ def test_a_group_link_whose_target_is_gone_is_named_not_taken_for_no_metadata(tm
     os.unlink(store / "grp")
     with pytest.raises(shardload.LayoutError, match="no Zarr array metadata.*other"):
         shardload.discover([str(store)], dataset="grp/arr")
+
+
+@pytest.mark.parametrize("zarr_format", [2, 3])
+def test_a_store_passed_as_its_directory_whose_metadata_link_is_gone_is_named(tmp_path,
+                                                                              zarr_format):
+    """The store passed as a directory (not as a list of one): telling a store from a directory
+    of shards took its metadata link whose target is gone for no metadata, and said "no
+    numbered shards of a known format"; the store's reader names the link."""
+    store = tmp_path / "s.zarr"
+    zarr.create_array(str(store), shape=(4,), chunks=(2,), dtype="<i4",
+                      zarr_format=zarr_format)[...] = [1, 2, 3, 4]
+    meta = store / (".zarray" if zarr_format == 2 else "zarr.json")
+    meta.unlink()
+    meta.symlink_to(tmp_path / "gone")
+    for load in (lambda: shardload.discover(str(store)), lambda: shardload.load(str(store))):
+        with pytest.raises(shardload.LayoutError) as e:
+            load()
+        assert f"{meta}: a symbolic link whose target does not exist" in str(e.value), str(e.value)
