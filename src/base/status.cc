@@ -6,6 +6,7 @@
 #include <cctype>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <deque>
 #include <mutex>
 #include <string_view>
@@ -465,10 +466,33 @@ std::string redact_query(std::string_view text, std::vector<std::string>& hidden
   bool inner_keys_known = false;
   // Whether text[i] lies in a path: no '?' or '#' since the last white space.
   bool in_path = true;
+  // Whether a URL's "://" stands since the last white space. Where none does, the text is a
+  // local path (or a URL typed without its scheme, which is read as one): it has no query, and
+  // a "?key=" or "#key=" in it is part of a file's or a directory's name, which holds no '/'.
+  // A secret key's value is hidden there to the next '/' only, so that the names after it
+  // (the shard's own) are shown; the value itself stays hidden, as a scheme-less URL's token
+  // would be secret.
+  bool in_url = false;
+  // The first '/' at or after `from` (the value's end in a local path): kept from one key to
+  // the next, so that the scans over a text cost its length.
+  std::size_t next_slash = 0;
+  bool slash_known = false;
+  const auto local_limit = [&](std::size_t from) {
+    if (in_url) return text.size();
+    if (!slash_known || next_slash < from) {
+      slash_known = true;
+      const std::size_t found = text.find('/', from);
+      t_redaction_work += (found == std::string_view::npos ? text.size() : found) - from + 1;
+      next_slash = found == std::string_view::npos ? text.size() : found;
+    }
+    return next_slash;
+  };
   for (std::size_t i = 0; i < text.size();) {
     ++t_redaction_work;
     if (i > 0 && (text[i - 1] == '?' || text[i - 1] == '#')) in_path = false;
     if (i > 0 && is_space(text[i - 1])) in_path = true;
+    if (i > 0 && is_space(text[i - 1])) in_url = false;
+    if (i >= 3 && text[i - 1] == '/' && text[i - 2] == '/' && text[i - 3] == ':') in_url = true;
     const bool starts_key =
         i > 0 &&
         (text[i - 1] == '?' || text[i - 1] == '&' || text[i - 1] == ';' || text[i - 1] == '#' ||
@@ -477,7 +501,7 @@ std::string redact_query(std::string_view text, std::vector<std::string>& hidden
     // hidden; i moves past the value.
     const auto hide_value = [&](std::size_t eq, std::size_t eq_size) {
       out.append(text.substr(i, eq + eq_size - i));
-      const std::size_t end = value_end(text, eq + eq_size);
+      const std::size_t end = value_end(text.substr(0, local_limit(eq + eq_size)), eq + eq_size);
       if (end > eq + eq_size) {
         out += "***";
         hidden.emplace_back(text.substr(eq + eq_size, end - eq - eq_size));
@@ -575,9 +599,9 @@ std::string redact_query(std::string_view text, std::vector<std::string>& hidden
     // run on to the next '&' would be hidden with the object's name, and the token alone, as a
     // server's answer quotes it, would not be known to hide.
     const bool path_token = in_path && text[i - 1] == '/';
-    std::size_t limit = text.size();
+    std::size_t limit = local_limit(eq + 1);
     if (path_parameter) {
-      limit = path_parameter_end(text, eq + 1, text.size());
+      limit = path_parameter_end(text, eq + 1, limit);
     } else if (path_token) {
       limit = std::min(text.find_first_of("/?#", eq + 1), text.size());
       t_redaction_work += limit - eq;
@@ -1330,13 +1354,52 @@ std::string each_written_as(std::string_view v, char from, std::string_view to) 
   return out;
 }
 
+namespace {
+
+// `v` as a page that quotes it in a URL's query or a form writes it: every byte but RFC 3986's
+// unreserved ones percent-encoded, in upper-case hex (Python's quote, JavaScript's
+// encodeURIComponent but for its few marks), in lower-case hex, and with a space as '+'
+// (a form's encoding). None where nothing needs encoding (then it is written as it is).
+std::vector<std::string> percent_spellings(std::string_view v) {
+  const auto unreserved = [](unsigned char c) {
+    return std::isalnum(c) != 0 || c == '-' || c == '.' || c == '_' || c == '~';
+  };
+  if (std::all_of(v.begin(), v.end(), [&](char c) { return unreserved(c); })) return {};
+  std::string upper;
+  std::string lower;
+  std::string form;
+  for (const char ch : v) {
+    const auto c = static_cast<unsigned char>(ch);
+    if (unreserved(c)) {
+      upper += ch;
+      lower += ch;
+      form += ch;
+      continue;
+    }
+    static constexpr char kUpper[] = "0123456789ABCDEF";
+    static constexpr char kLower[] = "0123456789abcdef";
+    const std::string u = {'%', kUpper[c >> 4], kUpper[c & 15]};
+    upper += u;
+    lower += {'%', kLower[c >> 4], kLower[c & 15]};
+    form += c == ' ' ? std::string("+") : u;
+  }
+  std::vector<std::string> out = {upper};
+  if (lower != upper) out.push_back(std::move(lower));
+  if (form != upper) out.push_back(std::move(form));
+  return out;
+}
+
+}  // namespace
+
 // Each other place where the text quotes a secret hidden in it (a server's error page quoting
 // the signature it refused, the token, the password), replaced by "***": as it was given,
 // percent-decoded, or form-decoded ('+' read as a space, as most servers read a query), each
 // also as a JSON encoder that escapes '/' writes it ("\/", PHP's default) and as HTML's numeric
-// character references write '+' and '/' (Go's html/template, OWASP's rule). Values shorter
-// than 6 bytes are left (they would hide ordinary words); at most 64 values are looked for,
-// so that the time stays in proportion to the text.
+// character references write '+' and '/' (Go's html/template, OWASP's rule), and the decoded
+// value percent-encoded again (percent_spellings: a page quoting a header or the URL in a
+// "?next=" or a log line, "Basic%20BASE64%3D"). Values shorter than 6 bytes are left (they
+// would hide ordinary words); at most 64 values are looked for, so that the time stays in
+// proportion to the text.
 std::string hide_quoted(std::string text, const std::vector<std::string>& hidden) {
   constexpr std::size_t kShortest = 6;
   constexpr std::size_t kMost = 64;
@@ -1370,6 +1433,10 @@ std::string hide_quoted(std::string text, const std::vector<std::string>& hidden
       from = cut + 1;
     }
   }
+  // Percent-encoded again after every other spelling: where the limit is met, these go first.
+  for (const std::string& h : hidden) {
+    for (std::string& spelled : percent_spellings(percent_decoded(h))) add_one(std::move(spelled));
+  }
   // Longest first: a value that holds another is hidden whole.
   std::sort(secrets.begin(), secrets.end(),
             [](const std::string& a, const std::string& b) { return a.size() > b.size(); });
@@ -1398,6 +1465,52 @@ std::string base64(std::string_view in) {
   return out;
 }
 
+// The credentials libcurl sends for a URL's user part (in "Authorization: Basic ..." for the
+// URL asked, "Proxy-Authorization: Basic ..." for a proxy's URL), as a page may quote them:
+// base64 of "user:password", its user and password cut at the raw part's first ':' and each
+// percent-decoded then, as libcurl does ("a%3Ab@h" is the user "a:b" with no password, sent
+// as "a:b:"); that base64 without its padding and in base64url (a page's own re-encoding).
+// None where the URL has no user part.
+std::vector<std::string> basic_credentials(std::string_view url) {
+  std::size_t start = url.find("://");
+  start = start == std::string_view::npos ? 0 : start + 3;
+  const std::size_t end = std::min(url.find_first_of("/?#", start), url.size());
+  const std::size_t at = end == 0 ? std::string_view::npos : url.rfind('@', end - 1);
+  if (at == std::string_view::npos || at < start) return {};
+  const std::string_view raw = url.substr(start, at - start);
+  const std::size_t colon = raw.find(':');
+  const std::string user = percent_decoded(raw.substr(0, colon));
+  const std::string password =
+      colon == std::string_view::npos ? std::string() : percent_decoded(raw.substr(colon + 1));
+  std::vector<std::string> out = {base64(user + ":" + password)};
+  std::string bare = out[0];
+  while (!bare.empty() && bare.back() == '=') bare.pop_back();
+  if (bare != out[0]) out.push_back(bare);
+  const std::string url_safe = each_written_as(each_written_as(bare, '+', "-"), '/', "_");
+  if (url_safe != bare) out.push_back(url_safe);
+  return out;
+}
+
+// The proxies libcurl takes from the environment for a request (http_proxy for http://,
+// https_proxy or HTTPS_PROXY for https://, all_proxy or ALL_PROXY for any), each a URL whose
+// user part libcurl sends to the proxy. Read each time: the environment may change between
+// requests, and libcurl reads it for each one. HTTP_PROXY, which libcurl leaves alone (a CGI
+// program's Proxy header would set it), is taken too: it is a secret of the environment all
+// the same.
+std::vector<std::string> environment_proxies() {
+  std::vector<std::string> out;
+  for (const char* name :
+       {"http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY", "all_proxy", "ALL_PROXY"}) {
+    const char* v = std::getenv(name);
+    if (v == nullptr || *v == '\0') continue;
+    std::string url = v;
+    // libcurl takes a proxy without a scheme for an http:// one.
+    if (url.find("://") == std::string::npos) url = "http://" + url;
+    if (std::find(out.begin(), out.end(), url) == out.end()) out.push_back(std::move(url));
+  }
+  return out;
+}
+
 }  // namespace
 
 namespace detail {
@@ -1406,20 +1519,15 @@ std::string hide_request_secrets(std::string body, const std::vector<std::string
                                  const std::vector<std::string>& header_lines) {
   if (body.empty()) return body;
   std::vector<std::string> secrets;
-  for (const std::string& url : urls) {
+  std::vector<std::string> all = urls;
+  for (std::string& proxy : environment_proxies()) all.push_back(std::move(proxy));
+  for (const std::string& url : all) {
     const std::string shown = redact_user_info(url, secrets);
     (void)redact_path_tokens(redact_query(shown, secrets), secrets);
-    // libcurl sends a URL's user part as "Authorization: Basic BASE64(user:password)" (a
-    // header no line here holds): a server that echoes it would give the password back.
-    const std::size_t scheme = url.find("://");
-    if (scheme == std::string::npos) continue;
-    const std::size_t start = scheme + 3;
-    const std::size_t end = std::min(url.find_first_of("/?#", start), url.size());
-    const std::size_t at = url.rfind('@', end - 1);
-    if (at == std::string::npos || at < start) continue;
-    std::string user = percent_decoded(std::string_view(url).substr(start, at - start));
-    if (user.find(':') == std::string::npos) user += ':';
-    secrets.push_back(base64(user));
+    // libcurl sends a URL's user part as "Authorization: Basic BASE64(user:password)", a
+    // proxy's as "Proxy-Authorization: Basic ..." (headers no line here holds): a server or
+    // proxy that echoes it would give the password back.
+    for (std::string& basic : basic_credentials(url)) secrets.push_back(std::move(basic));
   }
   const auto trimmed = [](std::string_view v) {
     while (!v.empty() && is_space(v.front())) v.remove_prefix(1);
@@ -1449,8 +1557,14 @@ std::string hide_request_secrets(std::string body, const std::vector<std::string
   });
   secrets.erase(std::unique(secrets.begin(), secrets.end()), secrets.end());
   body = hide_quoted(std::move(body), secrets);
-  // A secret the kept part of the answer ends inside of: its start is hidden.
+  // A secret the kept part of the answer ends inside of: its start is hidden, percent-encoded
+  // too (a page quoting it so, cut there).
   constexpr std::size_t kShortest = 6;
+  for (std::size_t i = 0, n = secrets.size(); i < n; ++i) {
+    for (std::string& spelled : percent_spellings(percent_decoded(secrets[i]))) {
+      secrets.push_back(std::move(spelled));
+    }
+  }
   for (const std::string& secret : secrets) {
     for (std::size_t k = std::min(secret.size() - 1, body.size()); k >= kShortest; --k) {
       if (body.compare(body.size() - k, k, secret, 0, k) == 0) {

@@ -864,6 +864,117 @@ def test_a_url_passwords_basic_header_echoed_by_the_server_is_hidden(cli, user):
         assert "Basic ***" in out and encoded not in out, out
 
 
+def _quoted_lower(text: str) -> str:
+    """``text`` percent-encoded with lower-case hex digits (as some encoders write them)."""
+    return re.sub(r"%[0-9A-F]{2}", lambda m: m.group(0).lower(),
+                  urllib.parse.quote(text, safe=""))
+
+
+def _echoes(text: str, credential: str) -> list[str]:
+    """The spellings of ``credential`` (a Basic header's base64) that ``text`` holds."""
+    return [f for f in (credential, urllib.parse.quote(credential, safe=""),
+                        _quoted_lower(credential)) if f in text]
+
+
+_ECHO_PAGES = {
+    "plain": lambda auth: "denied: Authorization: " + auth,
+    "quoted": lambda auth: "auth=" + urllib.parse.quote(auth, safe=""),  # a log line, ?next=
+    "quoted_lower": lambda auth: "auth=" + _quoted_lower(auth),
+}
+
+
+@pytest.mark.parametrize("page", sorted(_ECHO_PAGES))
+@pytest.mark.parametrize("user", ["u:zz%3F%3F%3E%3E~~1", "alice:hunter2%2FS3cret%2Bx",
+                                  "tok%3AS3cret-01234"])
+def test_a_basic_header_echoed_in_any_spelling_is_hidden(cli, user, page):
+    """The Authorization libcurl made of a URL's user part was hidden only as its exact base64:
+    a page quoting it percent-encoded ("Basic%20dTp6ej8%2FPj5%2BfjE%3D") showed it, and a
+    user part whose only ':' is encoded ("tok%3AS3cret", the user "tok:S3cret" and no
+    password to libcurl, which sends "tok:S3cret:") was encoded otherwise than libcurl does,
+    and shown even verbatim (pass 29, B1). The header the server got is the oracle."""
+    got: list[str] = []
+
+    def answer(h) -> str:
+        auth = str(h.headers.get("Authorization"))
+        got.append(auth)
+        return _ECHO_PAGES[page](auth)
+
+    with _echo_server(answer) as server:
+        url = f"http://{user}@127.0.0.1:{server.server_address[1]}/d/x.npy"
+        with pytest.raises(shardload.Error) as e:
+            shardload.discover(url)
+        out = run(cli, "inspect", url, ok=False)
+    assert got and got[-1].startswith("Basic "), got
+    credential = got[-1].split()[1]
+    for shown in (str(e.value) + repr(e.value.args), out):
+        assert "HTTP 403" in shown, shown
+        assert not _echoes(shown, credential), shown
+        assert "Basic" in shown and "***" in shown, shown
+
+
+@pytest.mark.parametrize("page", sorted(_ECHO_PAGES))
+def test_a_proxys_basic_credentials_echoed_by_it_are_hidden(cli, monkeypatch, page):
+    """libcurl sends the user part of http_proxy (http://USER:PASSWORD@HOST:PORT) as
+    "Proxy-Authorization: Basic BASE64(USER:PASSWORD)"; a proxy whose 403 page echoes it gave
+    the proxy's password back in every error and in `inspect` (pass 29, B1). The proxy's
+    credentials, from the environment, are hidden as a URL's are, in every spelling."""
+    got: list[str] = []
+
+    def answer(h) -> str:
+        auth = str(h.headers.get("Proxy-Authorization"))
+        got.append(auth)
+        return _ECHO_PAGES[page](auth)
+
+    with _echo_server(answer) as proxy:
+        monkeypatch.setenv("http_proxy",
+                           f"http://pu:proxy%2Fpw%2B9@127.0.0.1:{proxy.server_address[1]}")
+        monkeypatch.delenv("no_proxy", raising=False)
+        monkeypatch.delenv("NO_PROXY", raising=False)
+        url = "http://example.invalid/d/x.npy"
+        with pytest.raises(shardload.Error) as e:
+            shardload.discover(url)
+        out = run(cli, "inspect", url, ok=False)
+    assert got and got[-1].startswith("Basic "), got
+    credential = got[-1].split()[1]
+    import base64
+
+    assert base64.b64decode(credential) == b"pu:proxy/pw+9"
+    for shown in (str(e.value) + repr(e.value.args), out):
+        assert "HTTP 403" in shown, shown
+        assert not _echoes(shown, credential), shown
+        assert "proxy/pw+9" not in shown and "proxy%2Fpw%2B9" not in shown, shown
+
+
+def test_a_local_directory_named_with_a_query_shows_its_shard_names(tmp_path, cli):
+    """A local directory whose name holds "?token=" (a name wget keeps, an experiment's): the
+    hidden value ran over every '/' after it, so each message and describe() named the
+    directory for every shard, never the damaged one (pass 29, A5). A local path has no query;
+    the value is hidden to the end of its name only (as a scheme-less URL's token would be),
+    and the shards' names follow it."""
+    d = tmp_path / "run?token=tk-s3cr3t"
+    d.mkdir()
+    np.save(d / "shard_0000.npy", np.arange(3))
+    np.save(d / "shard_0001.npy", np.arange(3))
+    (d / "shard_0002.npy").write_bytes(b"\x93NUMPY garbage")
+    with pytest.raises(shardload.Error) as e:
+        shardload.discover(str(d))
+    out = run(cli, "inspect", str(d), ok=False)
+    for shown in (str(e.value), out):
+        assert "run?token=***/shard_0002.npy: header" in shown, shown
+        assert "tk-s3cr3t" not in shown, shown
+    (d / "shard_0002.npy").unlink()
+    text = shardload.discover(str(d)).describe()
+    for i in (0, 1):
+        assert f"run?token=***/shard_000{i}.npy: 3" in text, text
+    assert "tk-s3cr3t" not in text, text
+    assert shardload.redact_secrets("/data/exp?key=train/shard_0001.npy") == \
+        "/data/exp?key=***/shard_0001.npy"
+    assert shardload.redact_secrets("exp#code=42/a.npy") == "exp#code=***/a.npy"
+    # A URL has a query, whose value may hold a '/': hidden to its end, as before.
+    assert shardload.redact_secrets("https://h/d/x.npy?token=tk/s3cr3t&a=1 x/y") == \
+        "https://h/d/x.npy?token=***&a=1 x/y"
+
+
 def shardload_unquote(text: str) -> str:
     """A URL's user part as libcurl sends it: percent-decoded."""
     import urllib.parse
