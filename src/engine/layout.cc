@@ -170,6 +170,42 @@ static std::string remote_format_names_text() {
   return out;
 }
 
+// The last segment of `path`, trailing '/'s left out.
+static std::string_view last_segment(std::string_view path) {
+  while (!path.empty() && path.back() == '/') path.remove_suffix(1);
+  if (const std::size_t slash = path.rfind('/'); slash != std::string_view::npos) {
+    path.remove_prefix(slash + 1);
+  }
+  return path;
+}
+
+// The name of the file an http(s) server resolves `url` to: the path (its query and fragment
+// left out) percent-decoded first and cut into segments after, as nginx, Python's http.server
+// and object stores decode "%2F" to a '/' that separates segments ("x%2Fshardload.json" is
+// the file shardload.json in x); then its dot segments resolved and empty ones merged, as
+// such servers resolve them. A server that refuses an encoded '/' (Apache's default) serves
+// no file by that name at all, so taking the name as decoded refuses nothing it would serve.
+static std::string served_file_name(std::string_view url) {
+  std::size_t start = url.find("://");
+  start = start == std::string_view::npos ? 0 : url.find('/', start + 3);
+  if (start == std::string_view::npos) return {};
+  std::string_view path = url.substr(start);
+  path = path.substr(0, path.find_first_of("?#"));
+  const std::string decoded = percent_decoded(path);
+  std::vector<std::string_view> segments;
+  for (std::size_t pos = 0; pos <= decoded.size();) {
+    const std::size_t end = std::min(decoded.find('/', pos), decoded.size());
+    const std::string_view segment(decoded.data() + pos, end - pos);
+    if (segment == "..") {
+      if (!segments.empty()) segments.pop_back();
+    } else if (!segment.empty() && segment != ".") {
+      segments.push_back(segment);
+    }
+    pos = end + 1;
+  }
+  return segments.empty() ? std::string() : std::string(segments.back());
+}
+
 // A list or glob names the shards of one dataset in one format. Refused, naming the file:
 // the dataset's own metadata (a glob D/* over a raw directory matches its sidecar, whose size
 // may be whole rows), and, where the format was told from the first file, a later file whose
@@ -179,16 +215,12 @@ static Status check_one_dataset(const std::vector<std::string>& paths, Format fo
                                 bool told_from_first, ShardSource& source) {
   for (std::size_t i = 0; i < paths.size(); ++i) {
     const std::string bare = split_options(paths[i]).first;
-    std::string_view name = bare;
-    while (!name.empty() && name.back() == '/') name.remove_suffix(1);
-    if (const std::size_t slash = name.rfind('/'); slash != std::string_view::npos) {
-      name.remove_prefix(slash + 1);
-    }
     // The name as the server reads it: an http(s) server (no listing) decodes the URL's path
     // (shardload%2Ejson is shardload.json there); a file's name and an s3 key are as written.
     const PathTraits traits = path_traits(paths[i]);
-    const std::string decoded =
-        !traits.kernel_files && !traits.listable ? percent_decoded(name) : std::string(name);
+    const std::string decoded = !traits.kernel_files && !traits.listable
+                                    ? served_file_name(bare)
+                                    : std::string(last_segment(bare));
     if (detail::is_dataset_metadata_name(decoded)) {
       return file_error(ErrorCode::kLayout, paths[i],
                         "the dataset's metadata file (" + decoded +

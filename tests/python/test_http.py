@@ -669,15 +669,22 @@ def test_a_url_whose_host_is_an_ipv6_address_loads():
         thread.join()
 
 
-@pytest.mark.parametrize("spelled", ["shardload.json", "shardload%2Ejson", "%73hardload.json"])
+@pytest.mark.parametrize("spelled", ["shardload.json", "shardload%2Ejson", "%73hardload.json",
+                                     "x%2Fshardload.json", "x%2fshardload.json",
+                                     "x%2F..%2Fshardload.json", "shardload.json?v=1"])
 def test_a_listed_metadata_url_is_refused_however_its_name_is_encoded(spelled):
     """A list naming a raw directory's sidecar by URL, its name percent-encoded: the server
     decodes it and serves the sidecar, which was loaded as raw rows (the check compared the
-    name as written). It is refused naming the metadata file, however it is spelled."""
+    name as written). It is refused naming the metadata file, however it is spelled: its '/'
+    encoded too ("x%2Fshardload.json" is the sidecar of x/ to a server that decodes the path
+    before it resolves it; the check took the last segment before decoding), or followed by a
+    query the server does not read."""
     with serving() as (store, base):
         store.decode_paths = True  # as http.server and nginx decode %XX in a path
         store.put("/d/part_0.bin", np.arange(8, dtype="<u1").tobytes())
-        store.put("/d/shardload.json", json.dumps({"dtype": "u1", "shape": []}).encode())
+        side = json.dumps({"dtype": "u1", "shape": []}).encode()
+        store.put("/d/shardload.json", side)
+        store.put("/d/x/shardload.json", side)
         with pytest.raises(shardload.LayoutError) as e:
             shardload.discover([f"{base}/d/part_0.bin", f"{base}/d/{spelled}"])
         assert f"{base}/d/{spelled}: the dataset's metadata file (shardload.json), not a shard" \
