@@ -26,6 +26,7 @@
 #include "base/detail/json.hpp"
 #include "shardload/interrupt.hpp"
 #include "storage/detail/curl_get.hpp"
+#include "storage/detail/store_options.hpp"
 
 namespace shardload::detail {
 
@@ -347,8 +348,8 @@ bool fetch_process(const std::string& command, AwsCredentials* out, std::time_t*
       return false;
     }
     *field = v->get<std::string>();
-    if (const std::string code = control_character(*field); !code.empty()) {
-      *why = std::string("its output's ") + key + " holds a control character (" + code +
+    if (const CredentialCharacter bad = bad_credential_character(*field); !bad.kind.empty()) {
+      *why = std::string("its output's ") + key + " holds " + bad.kind + " (" + bad.code +
              "; it would go into request headers)";
       return false;
     }
@@ -404,8 +405,8 @@ bool parse_role_credentials(const std::string& text, AwsCredentials* out, std::t
   // The values go into request headers: one with a CR or LF would add header lines to every
   // signed request. Such an answer is no credentials document, as one lacking a key is.
   for (const std::string* v : {&c.access_key, &c.secret_key, &c.session_token}) {
-    if (const std::string code = control_character(*v); !code.empty()) {
-      *why = "its answer's credentials hold a control character (" + code +
+    if (const CredentialCharacter bad = bad_credential_character(*v); !bad.kind.empty()) {
+      *why = "its answer's credentials hold " + bad.kind + " (" + bad.code +
              "; it would go into request headers)";
       return false;
     }

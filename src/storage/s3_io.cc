@@ -1530,13 +1530,11 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
 
   static Status refuse_control_character(const std::string& url, const std::string& where,
                                          const std::string& value) {
-    const std::string code = control_character(value);
-    if (code.empty()) return Status::ok();
+    const CredentialCharacter bad = bad_credential_character(value);
+    if (bad.kind.empty()) return Status::ok();
     return file_error(ErrorCode::kInvalidArgument, url,
-                      "bad object-storage credentials: " + where + " holds a control character (" +
-                          code +
-                          "; CR, LF, NUL, tab and the other control characters are refused in a "
-                          "credential, a trailing newline too: it would go into request headers)",
+                      "bad object-storage credentials: " + where + " holds " + bad.kind + " (" +
+                          bad.code + "; " + bad.why() + ")",
                       EINVAL);
   }
 

@@ -146,6 +146,17 @@ Status region_name_only(const std::string& url, const std::string& value) {
   const std::string region = percent_decoded(value);
   if (region.empty() || is_region_name(region, kRegionChars)) return Status::ok();
   return file_error(ErrorCode::kInvalidArgument, url,
+// A credential option's value (access_key, secret_key, session_token) holding a character
+// beyond ASCII, percent-encoded or not (a control one is refused for every option above):
+// refused naming the key only.
+Status ascii_credential(const std::string& url, const std::string& key, const std::string& value) {
+  const CredentialCharacter bad = bad_credential_character(percent_decoded(value));
+  if (bad.kind.empty()) return Status::ok();
+  return file_error(ErrorCode::kInvalidArgument, url,
+                    "bad object-storage URL or options: " + key + " holds " + bad.kind + " (" +
+                        bad.code + "; " + bad.why() + ")");
+}
+
                     "bad object-storage URL or options: region must be a region's name (up to 63 "
                     "letters, digits, '-' and '_'): it goes into the host name of AWS's "
                     "endpoint, where another character could name another host");
@@ -777,6 +788,34 @@ Result<std::string> take_store_options(const std::string& url, const std::string
   std::string rest;
   std::vector<std::string> seen;  // the table's keys met so far
   std::size_t pos = query.empty() ? 0 : 1;
+CredentialCharacter bad_credential_character(std::string_view value) {
+  static constexpr char kHex[] = "0123456789ABCDEF";
+  const auto hex = [](unsigned v, int digits) {
+    std::string out;
+    for (int k = digits - 1; k >= 0; --k) out += kHex[(v >> (4 * k)) & 15];
+    return out;
+  };
+  for (std::size_t i = 0; i < value.size(); ++i) {
+    const auto byte = static_cast<unsigned char>(value[i]);
+    if (byte < 0x20 || byte == 0x7f) return {"a control character", "0x" + hex(byte, 2)};
+    if (byte < 0x80) continue;
+    const Utf8Sequence seq = utf8_sequence_at(value, i);
+    if (seq.length == 0) return {"a non-ASCII character", "0x" + hex(byte, 2)};
+    return {"a non-ASCII character", "U+" + hex(seq.code_point, seq.code_point > 0xFFFF ? 6 : 4)};
+  }
+  return {};
+}
+
+std::string CredentialCharacter::why() const {
+  if (kind == "a control character") {
+    return "CR, LF, NUL, tab and the other control characters are refused in a credential, a "
+           "trailing newline too: it would go into request headers";
+  }
+  return "a credential is ASCII: a character beyond it (a C1 control, a look-alike copied from "
+         "a document, text read in another encoding) would go into the signed request's "
+         "headers as UTF-8, answered by a bare HTTP 403";
+}
+
   while (pos < query.size()) {
     std::size_t amp = query.find('&', pos);
     if (amp == std::string::npos) amp = query.size();
@@ -816,6 +855,9 @@ Result<std::string> take_store_options(const std::string& url, const std::string
     } else {
       rest += (rest.empty() ? "?" : "&") + item;
     }
+      if (key == "access_key" || key == "secret_key" || key == "session_token") {
+        SHARDLOAD_RETURN_IF_ERROR(ascii_credential(url, key, value));
+      }
   }
   return rest;
 }

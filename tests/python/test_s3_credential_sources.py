@@ -103,6 +103,19 @@ def test_a_credential_process_value_with_a_control_character_is_refused(
     assert SECRET not in got["message"]
 
 
+@pytest.mark.parametrize("field", ["SessionToken", "SecretAccessKey"])
+def test_a_credential_process_value_with_a_non_ascii_character_is_refused(
+        data: s3_server.Bucket, tmp_path: pathlib.Path, field: str) -> None:
+    """A C1 control (U+0085, NEL) in its output went into the signed headers as UTF-8 (a bare
+    HTTP 403): AWS's keys and tokens are ASCII, so the output is refused as with a control
+    character, naming the field and the character's code, never the value."""
+    env = _process(tmp_path, {**KEYS, field: SECRET + "\u0085END"})
+    got = _load(data.url("d/x.npy"), data.options, env)
+    assert got.get("error") == "ValueError", got
+    assert f"its output's {field} holds a non-ASCII character (U+0085;" in got["message"], got
+    assert SECRET not in got["message"]
+
+
 def test_a_credential_process_signs_both_clients_and_runs_once(
         data: s3_server.Bucket, tmp_path: pathlib.Path) -> None:
     """Its keys load an object (the signed path) and a directory (Arrow's LIST): the process

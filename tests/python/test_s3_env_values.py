@@ -77,6 +77,32 @@ def test_a_credential_with_a_control_character_is_refused_naming_the_variable(
     assert SECRET not in got["message"]
 
 
+@pytest.mark.parametrize("value, code", [
+    (SECRET + "\u0085END", "U+0085"),  # NEL: a C1 control, as UTF-8 0xC2 0x85
+    (SECRET + "\u009bEND", "U+009B"),  # CSI
+    (SECRET + "\u2028END", "U+2028"),  # a line separator
+    (SECRET + "\u00e9END", "U+00E9"),  # a letter beyond ASCII
+])
+@pytest.mark.parametrize("how", ["AWS_SESSION_TOKEN", "AWS_SECRET_ACCESS_KEY", "session_token",
+                                 "secret_key"])
+def test_a_credential_with_a_non_ascii_character_is_refused_naming_where_it_came_from(
+        data: s3_server.Bucket, how: str, value: str, code: str) -> None:
+    """A credential holding a character beyond ASCII (a C1 control, a look-alike copied from a
+    document) went into the signed request's headers as UTF-8: a bare HTTP 403. AWS's keys and
+    tokens are ASCII: it is refused before any request, as a control character is, naming the
+    variable or option and the character's code, never the value."""
+    options, env = dict(data.options), {}
+    if how.startswith("AWS_"):
+        env[how] = value
+    else:
+        options.update({"access_key": "testing", "secret_key": "testing", how: value})
+    got = _load(data.url("d/x.npy"), options, env)
+    assert got.get("error") == "ValueError", got
+    assert f"{how} holds a non-ASCII character ({code}; a credential is ASCII" in got["message"], \
+        got
+    assert SECRET not in got["message"] and value[len(SECRET):] not in got["message"], got
+
+
 def test_a_credentials_file_value_with_a_control_character_is_refused(
         data: s3_server.Bucket, tmp_path: pathlib.Path) -> None:
     creds = tmp_path / "credentials"

@@ -109,3 +109,17 @@ std::int64_t read_in_parts(const RangeRead& read, void* buf, std::size_t n, std:
                            std::size_t part, std::size_t in_flight, std::string* why);
 
 }  // namespace shardload::detail
+// The first character of a credential that no request header may carry: `kind` "a control
+// character" (below 0x20, or 0x7F: a CR or LF would add header lines) or "a non-ASCII
+// character" (AWS's keys and tokens are ASCII: one beyond it, a C1 control such as U+0085 or a
+// look-alike copied from a document, goes into the signed headers as UTF-8, answered by a
+// bare 403), and its `code` ("0x0A", "U+0085", "0xE9" where the bytes are no UTF-8). Both
+// empty where the value holds none. The code alone is shown, never the value.
+struct CredentialCharacter {
+  std::string kind;
+  std::string code;
+  // Why such a character is refused, for the message after the code.
+  std::string why() const;
+};
+CredentialCharacter bad_credential_character(std::string_view value);
+
