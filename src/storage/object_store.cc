@@ -41,6 +41,24 @@ Status check_object_key(const std::string& url) {
                             "the one named); name the key without them",
                         EINVAL);
     }
+    // An empty segment ("a//x", a prefix "a//"): a LIST of the prefix "a//" answers for "a/"
+    // (Arrow's client drops the empty segment at its end, and refuses one inside), while GETs
+    // name "a//x" as spelled, so a directory, glob or pattern would read other objects than it
+    // listed, or index them. A trailing one is refused in the words a save destination's is
+    // (store_place). The bucket's own (empty: "s3:///P") is refused where it is parsed.
+    if (segment.empty() && at != 0 && slash != path.size()) {
+      if (path.find_first_not_of('/', slash) == std::string_view::npos) {
+        return file_error(ErrorCode::kInvalidArgument, url,
+                          "the URL ends in an empty segment ('//'); name the prefix with one '/'",
+                          EINVAL);
+      }
+      return file_error(ErrorCode::kInvalidArgument, url,
+                        "the key holds an empty segment ('//'); object keys with empty segments "
+                        "are refused (a listing of a prefix 'P//' answers for 'P/', so the "
+                        "objects listed would not be the ones read); name the key with one '/' "
+                        "between its parts",
+                        EINVAL);
+    }
     at = slash + 1;
   }
   return Status::ok();

@@ -20,6 +20,7 @@
 #include "shardload/location.hpp"
 #include "shardload/store_options.hpp"
 #include "storage/detail/context.hpp"
+#include "storage/detail/object_store.hpp"
 
 namespace shardload {
 
@@ -243,8 +244,11 @@ Status check_scheme(std::string_view what, const std::string& text) {
 }
 
 // An http(s) URL with a fragment or without a host names, in its request, another object
-// than the one written (location.hpp: unsendable_url).
+// than the one written (location.hpp: unsendable_url). An s3:// key with a '.', '..' or empty
+// segment is refused naming the source as given, before its manifest is asked for: a
+// directory's LIST of "a//" answers for "a/" while its objects would be read as "a//NAME".
 Status check_url(const std::string& text) {
+  SHARDLOAD_RETURN_IF_ERROR(detail::check_object_key(text));
   const std::string why = unsendable_url(text);
   if (why.empty()) return Status::ok();
   return file_error(ErrorCode::kInvalidArgument, text, why);

@@ -393,6 +393,50 @@ def test_storage_options_checked():
         shardload.discover("s3://b/d/x.npy", storage_options={"no_such_option": "1"})
 
 
+EMPTY_SEGMENT_SOURCES = ["a//", "a///", "a//shard_*.npy", "a//shard_{:04d}.npy",
+                         "a//shard_0000.npy", "x//a/", "a//b/shard_0000.npy"]
+
+
+@pytest.mark.parametrize("path", ["signed", "arrow"])
+def test_a_source_whose_key_holds_an_empty_segment_is_refused_before_any_request(
+        server: str, path: str) -> None:
+    """s3://B/a// was listed as a/ (the LIST drops an empty segment at the prefix's end) while
+    the names listed were read as a//NAME: with 3 shards under a// and 2 under a/, a load gave
+    a//'s first 2 shards and no error, and index wrote a//shardload.manifest of those 2. A
+    source whose key holds an empty segment anywhere is refused naming it, before any request
+    (as a save to one is): a discovery, a load and an index send none and write nothing."""
+    import shardload.numpy as snp
+    from s3_fault_proxy import FaultProxy
+
+    with FaultProxy(server) as proxy:
+        bucket = Bucket(server, endpoint=proxy.endpoint)
+        options = bucket.options if path == "signed" else {**bucket.options,
+                                                           **s3_server.ARROWS_CLIENT}
+        x = np.arange(24.0).reshape(12, 2)
+        for i in range(3):
+            bucket.put_npy(f"a//shard_{i:04d}.npy", x[4 * i:4 * i + 4])
+        for i in range(2):
+            bucket.put_npy(f"a/shard_{i:04d}.npy", np.ones((4, 2)))
+        before = {k: bucket.get(k) for k in bucket.keys()}
+        proxy.log.clear()
+        refused = r"(the key holds|the URL ends in) an empty segment \('//'\)"
+        for key in EMPTY_SEGMENT_SOURCES:
+            source = bucket.url(key)
+            shown = source[:source.rfind("/") + 1]  # a glob's or a pattern's prefix at least
+            with pytest.raises(ValueError, match=refused) as e:
+                shardload.discover(source, storage_options=options)
+            assert shown in str(e.value), str(e.value)
+        with pytest.raises(ValueError, match=refused):
+            snp.load(bucket.url("a//"), storage_options=options)
+        with pytest.raises(ValueError, match=refused):
+            shardload.index(bucket.url("a//"), storage_options=options)
+        assert proxy.log == []
+        assert {k: bucket.get(k) for k in bucket.keys()} == before
+        # The prefix spelled with one '/' is a/, and loads.
+        np.testing.assert_array_equal(snp.load(bucket.url("a/"), storage_options=options),
+                                      np.ones((8, 2)))
+
+
 def test_a_key_with_an_empty_segment_lists_no_phantom_entry(bucket):
     """A key `d//x.npy` makes a LIST of `d/` answer the common prefix `d//`, which Arrow names
     `d` like the directory itself: no glob or directory of `d/` takes it for an entry `d/d`

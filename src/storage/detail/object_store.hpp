@@ -74,7 +74,9 @@ class ObjectStore {
 // Refuses an s3:// URL whose key holds a "." or ".." segment ("s3://B/new/../keep/"): an HTTP
 // client or a server that resolves dot segments would send the request for another key (or
 // bucket) than the one named and checked, so a write or a delete could land outside the
-// prefix a save checked. kInvalidArgument naming the URL; ok for any other URL.
+// prefix a save checked. Likewise an empty segment ("s3://B/a//x", "s3://B/a//"): a listing of
+// "a//" answers for "a/" while reads name "a//x". kInvalidArgument naming the URL; ok for any
+// other URL.
 Status check_object_key(const std::string& url);
 
 void set_object_store(ObjectStore* store);
