@@ -139,15 +139,21 @@ struct ReadArgs {
 std::optional<int> parse_read_args(const Args& args, ReadArgs* out);
 // What `read` verifies against: the seed of --seed, else of the _meta.json `shardload write`
 // put beside the shards; without one (or --no-verify) the line saying why, and rc 0; rc 1
-// after an error on `err` (an unreadable _meta.json, a dtype other than the shards').
+// after an error on `err` (an unreadable _meta.json, a dtype other than the shards'). A
+// SOURCE that is a part of the directory (a shard, a pattern or glob of some) holds the
+// values of its rows in the dataset: `first_row` is where the part begins there, told by
+// _meta.json's rows and the shards' numbers (`place` says so in the verify line); a part
+// whose place cannot be told is skipped, saying why.
 struct VerifySeed {
   std::optional<long long> seed;
   int rc = 0;
+  std::int64_t first_row = 0;
+  std::string place;  // " at rows [A, B) of the dataset in D", or "" for the whole SOURCE
 };
 VerifySeed verify_seed(const ReadArgs& a, const Layout& layout, std::ostream& out,
                        std::ostream& err);
 // The verify line for `bad` mismatching elements; the exit status (1 when any differ).
-int report_verify(std::int64_t bad, const Layout& layout, long long seed, std::ostream& out);
+int report_verify(std::int64_t bad, const Layout& layout, const VerifySeed& v, std::ostream& out);
 // Without Legate: the dataset filled into host memory by the engine's threads (read_host.cc).
 int cmd_read_host(const ReadArgs& args);
 #ifdef SHARDLOAD_WITH_LEGATE
@@ -214,6 +220,7 @@ struct WriteMeta {
   std::optional<long long> seed;
   std::string dtype;                // empty when not recorded
   std::vector<std::int64_t> shape;  // the array written; empty when not recorded
+  std::vector<std::int64_t> rows;   // each shard's rows, shard_0000.npy's first
   bool foreign = false;             // not written by shardload write
 };
 Result<WriteMeta> read_write_meta(const std::string& dir);

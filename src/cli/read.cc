@@ -43,6 +43,52 @@ Result<std::optional<std::string>> remote_meta_text(const std::string& url, std:
   return std::optional<std::string>();
 }
 
+// Where a part of a directory `write` wrote (a shard, a pattern or a glob of some) lies in
+// the dataset: write's values are a function of the element's index in the whole array, so a
+// part beginning at the dataset's row R holds the seed's values from R on, not from 0. Its
+// shards are named by write's numbering; `rows` is _meta.json's. `first_row` where the part's
+// shards are consecutive shards of the dataset, each holding the rows _meta.json records;
+// `unknown` says why its place cannot be told; `error` where a shard's rows are not the ones
+// recorded (the directory changed since it was written).
+struct PartPlace {
+  std::optional<std::int64_t> first_row;
+  std::string unknown;
+  std::string error;
+};
+
+PartPlace part_place(const Layout& layout, const std::vector<std::int64_t>& rows) {
+  const NumberPattern written{"shard_", 4, ".npy"};  // write.cc's naming
+  PartPlace place;
+  std::int64_t previous = -1;
+  std::int64_t first = 0;
+  for (const Shard& s : layout.shards) {
+    const std::string name = s.path.substr(s.path.rfind('/') + 1);
+    const std::int64_t n = written.match(name);
+    if (n < 0 || static_cast<std::size_t>(n) >= rows.size()) {
+      place.unknown = printable_redacted(name) + " is none of the " + std::to_string(rows.size()) +
+                      " shards _meta.json records";
+      return place;
+    }
+    if (s.rows != rows[static_cast<std::size_t>(n)]) {
+      place.error = "_meta.json says " + printable_redacted(name) + " holds " +
+                    std::to_string(rows[static_cast<std::size_t>(n)]) + " rows, it holds " +
+                    std::to_string(s.rows);
+      return place;
+    }
+    if (previous < 0) {
+      for (std::int64_t i = 0; i < n; ++i) first += rows[static_cast<std::size_t>(i)];
+    } else if (n != previous + 1) {
+      place.unknown = "its shards are not consecutive shards of the dataset (" +
+                      written.format(previous) + " is followed by " + printable_redacted(name) +
+                      ")";
+      return place;
+    }
+    previous = n;
+  }
+  place.first_row = first;
+  return place;
+}
+
 }  // namespace
 
 Result<WriteMeta> read_write_meta(const std::string& dir) {
@@ -85,6 +131,9 @@ Result<WriteMeta> read_write_meta(const std::string& dir) {
   }
   if (auto it = j.find("shape"); it != j.end()) {
     SHARDLOAD_ASSIGN_OR_RETURN(m.shape, detail::json_shape(path, "shape", *it));
+  }
+  if (auto it = j.find("rows"); it != j.end()) {
+    SHARDLOAD_ASSIGN_OR_RETURN(m.rows, detail::json_shape(path, "rows", *it));
   }
   return m;
 }
@@ -172,7 +221,16 @@ VerifySeed verify_seed(const ReadArgs& a, const Layout& layout, std::ostream& ou
   }
   std::string meta_dtype;
   std::vector<std::int64_t> meta_shape;
+  std::vector<std::int64_t> meta_rows;
   std::optional<long long> seed = a.seed;
+  const bool part = a.meta_dir != a.source;
+  if (seed && part) {
+    // --seed of a part: _meta.json, where write left one, still tells the part's place; without
+    // one the part is verified as a dataset of its own, from its row 0.
+    if (const Result<WriteMeta> meta = read_write_meta(a.meta_dir); meta && !meta->foreign) {
+      meta_rows = meta->rows;
+    }
+  }
   if (!seed) {
     const Result<WriteMeta> meta = read_write_meta(a.meta_dir);
     if (!meta) {
@@ -188,6 +246,7 @@ VerifySeed verify_seed(const ReadArgs& a, const Layout& layout, std::ostream& ou
     seed = meta->seed;
     meta_dtype = meta->dtype;
     meta_shape = meta->shape;
+    meta_rows = meta->rows;
   }
   if (!seed) {
     out << "verify:         skipped (no --seed and no _meta.json with a seed in "
@@ -201,7 +260,7 @@ VerifySeed verify_seed(const ReadArgs& a, const Layout& layout, std::ostream& ou
   }
   // The directory as a whole is what write wrote: rows it lost (a shard deleted) would verify
   // as the seed's values of the rows that are left. A file or pattern of it may be a part.
-  if (!meta_shape.empty() && a.meta_dir == a.source) {
+  if (!meta_shape.empty() && !part) {
     const std::vector<std::int64_t> held = layout.shape();
     if (held != meta_shape) {
       err << "shardload read: verify: _meta.json says shape " << shape_string(meta_shape)
@@ -209,17 +268,36 @@ VerifySeed verify_seed(const ReadArgs& a, const Layout& layout, std::ostream& ou
       return {std::nullopt, 1};
     }
   }
-  return {seed, 0};
+  VerifySeed v{seed, 0};
+  if (part && !meta_rows.empty()) {
+    const PartPlace place = part_place(layout, meta_rows);
+    if (!place.error.empty()) {
+      err << "shardload read: verify: " << place.error << "\n";
+      return {std::nullopt, 1};
+    }
+    if (!place.first_row) {
+      out << "verify:         skipped (" << printable_redacted(a.source)
+          << " is a part of the dataset in " << printable_redacted(a.meta_dir)
+          << " whose place in it cannot be told: " << place.unknown << ")\n";
+      return {};
+    }
+    v.first_row = *place.first_row;
+    v.place = " at rows [" + std::to_string(v.first_row) + ", " +
+              std::to_string(v.first_row + layout.total_rows()) + ") of the dataset in " +
+              printable_redacted(a.meta_dir);
+  }
+  return v;
 }
 
-int report_verify(std::int64_t bad, const Layout& layout, long long seed, std::ostream& out) {
+int report_verify(std::int64_t bad, const Layout& layout, const VerifySeed& v, std::ostream& out) {
   const auto elements = layout.total_bytes() / layout.dtype.size;
   if (bad != 0) {
     out << "verify:         FAILED: " << bad << " of " << elements << " elements differ from seed "
-        << seed << "\n";
+        << *v.seed << v.place << "\n";
     return 1;
   }
-  out << "verify:         OK (" << elements << " elements match seed " << seed << ")\n";
+  out << "verify:         OK (" << elements << " elements match seed " << *v.seed << v.place
+      << ")\n";
   return 0;
 }
 

@@ -25,17 +25,19 @@ namespace shardload::cli {
 namespace {
 
 // Elements of the dataset that differ from synth_fill(seed), compared a bounded block at a
-// time (the same values the Legate verify task computes per tile).
-std::int64_t count_host_mismatches(const std::byte* data, const Layout& layout,
-                                   std::uint64_t seed) {
+// time (the same values the Legate verify task computes per tile). The data begins at the
+// written dataset's row `first_row` (a part of it), whose values those are.
+std::int64_t count_host_mismatches(const std::byte* data, const Layout& layout, std::uint64_t seed,
+                                   std::int64_t first_row) {
   const std::size_t size = layout.dtype.size;
   const std::uint64_t elements = layout.total_bytes() / size;
+  const std::uint64_t skipped = static_cast<std::uint64_t>(first_row) * (layout.row_bytes / size);
   constexpr std::uint64_t kBlock = std::uint64_t{1} << 20;
   std::vector<std::byte> want(static_cast<std::size_t>(std::min(elements, kBlock)) * size);
   std::int64_t bad = 0;
   for (std::uint64_t first = 0; first < elements; first += kBlock) {
     const auto count = static_cast<std::size_t>(std::min(kBlock, elements - first));
-    synth_fill(layout.dtype, seed, first, count, want.data());
+    synth_fill(layout.dtype, seed, skipped + first, count, want.data());
     const std::byte* got = data + first * size;
     if (std::memcmp(got, want.data(), count * size) == 0) continue;
     for (std::size_t i = 0; i < count; ++i) {
@@ -108,8 +110,8 @@ int cmd_read_host(const ReadArgs& a) {
   const VerifySeed v = verify_seed(a, layout, std::cout, std::cerr);
   if (!v.seed) return v.rc;
   const std::int64_t bad =
-      count_host_mismatches(data.get(), layout, static_cast<std::uint64_t>(*v.seed));
-  return report_verify(bad, layout, *v.seed, std::cout);
+      count_host_mismatches(data.get(), layout, static_cast<std::uint64_t>(*v.seed), v.first_row);
+  return report_verify(bad, layout, v, std::cout);
 }
 
 }  // namespace shardload::cli

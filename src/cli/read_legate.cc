@@ -106,9 +106,9 @@ int run(const ReadArgs& a, std::ostream& out, std::ostream& err) {
   }
   const VerifySeed v = verify_seed(a, layout, out, err);
   if (!v.seed) return v.rc;
-  const std::int64_t bad =
-      count_synth_mismatches(*array, layout, info, static_cast<std::uint64_t>(*v.seed));
-  return report_verify(bad, layout, *v.seed, out);
+  const std::int64_t bad = count_synth_mismatches(*array, layout, info,
+                                                  static_cast<std::uint64_t>(*v.seed), v.first_row);
+  return report_verify(bad, layout, v, out);
 }
 
 }  // namespace

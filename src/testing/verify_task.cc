@@ -20,12 +20,13 @@ namespace {
 
 // Input 0: a loaded array tiled along axis 0; output 0: one int64 per tile,
 // the count of elements that differ from synth_fill(seed). Scalars: 0 dtype
-// kind, 1 dtype size, 2 seed. Each point finds its rows from its piece.
+// kind, 1 dtype size, 2 seed, 3 the written dataset's row that is the array's
+// row 0. Each point finds its rows from its piece.
 class VerifyTask : public legate::LegateTask<VerifyTask> {
  public:
   static inline const auto TASK_CONFIG =  // NOLINT(cert-err58-cpp)
       legate::TaskConfig{legate::LocalTaskID{detail::kDemoVerifyTask}}.with_signature(
-          legate::TaskSignature{}.inputs(1).outputs(1).scalars(3));
+          legate::TaskSignature{}.inputs(1).outputs(1).scalars(4));
 
   static void cpu_variant(legate::TaskContext context);
 };
@@ -38,6 +39,7 @@ void VerifyTask::cpu_variant(legate::TaskContext context) {
   dtype.kind = static_cast<DTypeKind>(context.scalar(0).value<std::int32_t>());
   dtype.size = static_cast<std::uint8_t>(context.scalar(1).value<std::int32_t>());
   const auto seed = context.scalar(2).value<std::uint64_t>();
+  const auto first_row = context.scalar(3).value<std::int64_t>();
   std::int64_t mismatches = 0;
 
   const legate::Domain dom = in.domain();
@@ -64,7 +66,8 @@ void VerifyTask::cpu_variant(legate::TaskContext context) {
     for (std::int64_t a = 0; a < rows; a += chunk) {
       const std::int64_t n = std::min(chunk, rows - a);
       const std::size_t count = static_cast<std::size_t>(n) * row_elements;
-      const std::uint64_t first = static_cast<std::uint64_t>(dom.lo()[0] + a) * row_elements;
+      const std::uint64_t first =
+          static_cast<std::uint64_t>(first_row + dom.lo()[0] + a) * row_elements;
       synth_fill(dtype, seed, first, count, want.data());
       const std::byte* actual = base + static_cast<std::size_t>(a) * alloc.strides[0];
       if (!dense) {
@@ -106,7 +109,8 @@ legate::Library demo_library() {
 
 // Counts elements that differ from synth_fill(seed), one verify task per tile.
 std::int64_t count_synth_mismatches(const legate::LogicalArray& array, const Layout& layout,
-                                    const LoadInfo& info, std::uint64_t seed) {
+                                    const LoadInfo& info, std::uint64_t seed,
+                                    std::int64_t first_row) {
   auto* runtime = legate::Runtime::get_runtime();
   if (info.tiles == 0 || layout.row_bytes == 0) return 0;
   std::vector<std::uint64_t> extents;
@@ -121,6 +125,7 @@ std::int64_t count_synth_mismatches(const legate::LogicalArray& array, const Lay
   task.add_scalar_arg(legate::Scalar{static_cast<std::int32_t>(layout.dtype.kind)});
   task.add_scalar_arg(legate::Scalar{static_cast<std::int32_t>(layout.dtype.size)});
   task.add_scalar_arg(legate::Scalar{seed});
+  task.add_scalar_arg(legate::Scalar{first_row});
   runtime->submit(std::move(task));
   const auto phys = counts.get_physical_store();
   const legate::InlineAllocation alloc = phys.get_inline_allocation();

@@ -70,6 +70,57 @@ def test_read_of_a_directory_that_lost_its_last_shard_fails_its_verification(
     assert one.returncode == 0 and "verify:         OK" in one.stdout, one.stdout + one.stderr
 
 
+@pytest.mark.parametrize("program", ["shardload", "shardload-core"])
+def test_read_of_a_part_of_a_directory_verifies_it_at_its_rows_in_the_dataset(
+        tmp_path: pathlib.Path, cli, program: str) -> None:
+    """`read D/shard_0001.npy` of an intact dataset said "FAILED: 534 of 534 elements differ"
+    (exit 1): the seed's values were those of the part's own rows from 0, and write's are those
+    of the element's index in the whole array. A part (a shard, a glob or pattern of some) is
+    verified at its rows in the dataset, from _meta.json's rows and the shards' numbers, under
+    Legate and on host threads; one whose place cannot be told is skipped, saying why."""
+    exe = cli.parent / program
+    d = tmp_path / "ds"
+    assert run(cli, "write", "--shard-dir", d, "--num-shards", "3", "--shape", "300,2",
+               "--seed", "7").returncode == 0
+    rows = json.loads((d / "_meta.json").read_text())["rows"]
+    assert len(rows) == 3 and min(rows) > 0, rows
+    starts = [0, rows[0], rows[0] + rows[1], 300]
+    whole = np.concatenate([np.load(d / f"shard_{i:04d}.npy") for i in range(3)])
+    # The oracle: write's values are those of each element's index in the whole array.
+    np.testing.assert_array_equal(whole.ravel(), synth("float32", 7, 0, 600))
+    for part, lo, hi in [("shard_0000.npy", 0, starts[1]), ("shard_0001.npy", starts[1], starts[2]),
+                         ("shard_0002.npy", starts[2], 300), ("shard_000[12].npy", starts[1], 300),
+                         ("shard_{:04d}.npy", 0, 300)]:
+        r = run(exe, "read", d / part)
+        assert r.returncode == 0, (part, r.stdout, r.stderr)
+        assert (f"verify:         OK ({(hi - lo) * 2} elements match seed 7 at rows [{lo}, {hi}) "
+                f"of the dataset in {d})") in r.stdout, (part, r.stdout)
+    # --seed names the values; _meta.json still tells the place.
+    r = run(exe, "read", d / "shard_0001.npy", "--seed", "7")
+    assert r.returncode == 0 and f"at rows [{starts[1]}, {starts[2]})" in r.stdout, r.stdout
+    r = run(exe, "read", d / "shard_0001.npy", "--seed", "8")
+    assert r.returncode == 1 and "verify:         FAILED" in r.stdout, r.stdout
+    # Shards that are not consecutive: no one place.
+    r = run(exe, "read", d / "shard_000[02].npy")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert (f"verify:         skipped ({d}/shard_000[02].npy is a part of the dataset in {d} "
+            "whose place in it cannot be told: its shards are not consecutive shards of the "
+            "dataset (shard_0000.npy is followed by shard_0002.npy))") in r.stdout, r.stdout
+    # One value changed in shard 1: that element differs, at its place.
+    damaged = whole[starts[1]:starts[2]].copy()
+    damaged[5, 1] += 1
+    np.save(d / "shard_0001.npy", damaged)
+    r = run(exe, "read", d / "shard_0001.npy")
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert f"verify:         FAILED: 1 of {(starts[2] - starts[1]) * 2} elements differ" in r.stdout
+    # A shard that lost rows is not the shard _meta.json records.
+    np.save(d / "shard_0001.npy", whole[starts[1]:starts[2] - 1])
+    r = run(exe, "read", d / "shard_0001.npy")
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert (f"shardload read: verify: _meta.json says shard_0001.npy holds {rows[1]} rows, it "
+            f"holds {rows[1] - 1}") in r.stderr, r.stderr
+
+
 def test_read_refuses_a_meta_json_link_whose_target_is_gone(tmp_path: pathlib.Path, cli) -> None:
     """A _meta.json kept elsewhere and linked into the directory, its target since moved: the
     verification was skipped as if there were none (exit 0). It fails naming the link."""

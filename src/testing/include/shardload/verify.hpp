@@ -4,8 +4,9 @@
 // the command line's `read --verify` uses it.
 //
 // The Legate runtime must be started; the array must be the one load(layout, ..., &info)
-// returned (its tiling is info's). Throws what Legate throws; a dtype mismatch counts every
-// element.
+// returned (its tiling is info's). Its row 0 is the written dataset's row `first_row` (a part
+// of the dataset: a shard, some consecutive shards), whose values it is compared with. Throws
+// what Legate throws; a dtype mismatch counts every element.
 #pragma once
 
 #include <legate.h>
@@ -17,6 +18,7 @@
 namespace shardload {
 
 std::int64_t count_synth_mismatches(const legate::LogicalArray& array, const Layout& layout,
-                                    const LoadInfo& info, std::uint64_t seed);
+                                    const LoadInfo& info, std::uint64_t seed,
+                                    std::int64_t first_row = 0);
 
 }  // namespace shardload
