@@ -38,9 +38,13 @@ Status fill_with(ShardReader& reader, const Layout& layout, const std::vector<Pi
     }
     std::byte* out = dst + static_cast<std::size_t>(p.dst_row) * layout.row_bytes;
     const Shard& s = layout.shards[static_cast<std::size_t>(p.shard)];
-    // Pieces count rows of the shard's view; the reader reads rows of the file.
-    Status st = reader.read_rows(layout, s, s.first_row + p.lo, s.first_row + p.hi, out);
-    if (!st.is_ok()) return st.with_context(range_string(p.lo, p.hi));
+    // Pieces count rows of the shard's view; the reader reads rows of the file, and the error
+    // names those: a view cut at a tile's first row (Legate's tiles, a row_range) counts from
+    // its cut, where the damaged chunk is not.
+    const std::int64_t lo = s.first_row + p.lo;
+    const std::int64_t hi = s.first_row + p.hi;
+    Status st = reader.read_rows(layout, s, lo, hi, out);
+    if (!st.is_ok()) return st.with_context(range_string(lo, hi));
     if (layout.dtype.kind == DTypeKind::kBool) {
       normalize_bools(out, static_cast<std::size_t>(p.hi - p.lo) * layout.row_bytes);
     }

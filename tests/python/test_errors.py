@@ -113,3 +113,27 @@ def test_the_lowest_failing_tile_is_reported(tmp_path: pathlib.Path, how: str) -
         assert e.value.errno is None, str(e.value)
         assert "changed since discovery" in str(e.value)
         assert f"tile 1 (rows [{info.tile_rows}, " in str(e.value)
+
+
+@pytest.mark.parametrize("row_range", [None, (4, 8)])
+def test_a_tiles_read_error_names_the_files_rows(tmp_path: pathlib.Path,
+                                                  row_range: tuple[int, int] | None) -> None:
+    """A Legate tile reads a view of its shard cut at the tile's first row, and "reading rows
+    [A, B)" counted from that cut: a damaged Zarr chunk of the file's rows [6, 8) was reported
+    as rows [0, 2) or [0, 4). The rows named are the file's, as Layout.read names them."""
+    zarr = pytest.importorskip("zarr")
+    store = tmp_path / "z.zarr"
+    z = zarr.open_array(str(store), mode="w", shape=(8, 3), chunks=(2, 3), dtype="i4",
+                        zarr_format=2, compressor=None, fill_value=0)
+    z[:] = np.arange(24).reshape(8, 3)
+    first = row_range[0] if row_range else 0  # the file's row that is the load's row 0
+    _, info = shardload.load(store, row_range=row_range, overdecompose=4, info=True)
+    assert (6 - first) // info.tile_rows > 0, info  # the chunk's tile is not the first
+    with open(store / "3.0", "ab") as f:  # the chunk of rows [6, 8)
+        f.write(b"xx")
+    with pytest.raises(shardload.ShardReadError) as e:
+        shardload.load(store, row_range=row_range, overdecompose=4)
+    lo = (6 - first) // info.tile_rows * info.tile_rows  # the failing tile's rows of the layout
+    hi = min(lo + info.tile_rows, 8 - first)
+    assert (f"(rows [{lo}, {hi})): reading rows [{first + lo}, {first + hi}): {store}/3.0: "
+            "size: 26 bytes, expected 24") in str(e.value), str(e.value)
