@@ -471,7 +471,19 @@ struct FoundRole {
   std::shared_ptr<RoleCredentials> found;
   // A credential_process's, by its command: run once per process (and near its expiry).
   std::map<std::string, std::shared_ptr<RoleCredentials>> processes;
+  // Its last failure, by its command, and when it ended: one load asks for credentials per
+  // request (a directory's manifest, its LIST, each shard), and a helper that prompts (SSO,
+  // a second factor) would prompt again for each. Given again for kProcessFailureSeconds.
+  struct Failure {
+    std::string why;
+    std::chrono::steady_clock::time_point at;
+  };
+  std::map<std::string, Failure> process_failures;
 };
+
+// How long a failed credential_process is answered by its failure: longer than the requests of
+// one load take after it (ms apart), short enough that a retry after logging in runs it anew.
+constexpr double kProcessFailureSeconds = 10;
 
 FoundRole& found_role() {
   static std::atomic<FoundRole*> state{nullptr};
@@ -506,13 +518,32 @@ RoleLookup process_credentials(const std::string& command, const std::string& pr
   if (const auto it = role.processes.find(command); it != role.processes.end()) {
     return {it->second, {}};
   }
+  const auto refused = [&profile](const std::string& why) {
+    return RoleLookup{nullptr, "the credential_process of profile '" + profile +
+                                   "' in the shared config file (AWS_CONFIG_FILE or "
+                                   "~/.aws/config) gave no credentials: " +
+                                   why};
+  };
+  const auto now = std::chrono::steady_clock::now();
+  if (const auto it = role.process_failures.find(command); it != role.process_failures.end()) {
+    const double ago = std::chrono::duration<double>(now - it->second.at).count();
+    if (ago < kProcessFailureSeconds) {
+      std::ostringstream when;
+      when << std::fixed << std::setprecision(1) << ago;
+      return refused(it->second.why + " (when it was run " + when.str() +
+                     " s ago; a failed run is run again only after " +
+                     std::to_string(static_cast<int>(kProcessFailureSeconds)) + " s)");
+    }
+    role.process_failures.erase(it);
+  }
   auto found = std::make_shared<RoleCredentials>(command, fetch_process);
   std::string why;
   if (!found->fetch_now(&why)) {
-    return {nullptr, "the credential_process of profile '" + profile +
-                         "' in the shared config file (AWS_CONFIG_FILE or ~/.aws/config) gave "
-                         "no credentials: " +
-                         why};
+    // A Ctrl-C's end is no answer of the helper's: the next load runs it again.
+    if (!interrupt_requested()) {
+      role.process_failures[command] = {why, std::chrono::steady_clock::now()};
+    }
+    return refused(why);
   }
   role.processes.emplace(command, found);
   return {std::move(found), {}};

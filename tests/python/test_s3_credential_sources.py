@@ -145,6 +145,48 @@ def test_a_credential_process_that_gives_none_is_an_error_naming_it(
 
 
 
+def test_a_failing_credential_process_runs_once_for_a_directory(
+        data: s3_server.Bucket, tmp_path: pathlib.Path) -> None:
+    """A directory's load asks for credentials per request (its manifest, its LIST, each
+    shard), and a credential_process that failed was run again for each: 5 runs, 5 prompts of
+    an SSO or second-factor helper, for one load. Its failure is given again, without a run,
+    for 10 s; then it is run again (a retry after logging in)."""
+    import time
+
+    for i in range(6):
+        data.put_npy(f"dir/shard_{i:04d}.npy", np.arange(3.0) + i)
+    env = _process(tmp_path, KEYS, status=3)
+    got = _load(data.url("dir/"), data.options, env)
+    assert "the credential_process of profile 'default'" in got.get("message", ""), got
+    assert "it exited with status 3" in got["message"], got
+    assert _runs(tmp_path) == 1
+    # In one process: a second load at once gives the failure without a run, a third 10 s
+    # after the first failure runs it again.
+    child = textwrap.dedent("""
+        import json, sys, time
+        import shardload.numpy as snp
+        for wait in (0, 0, 10.5):
+            time.sleep(wait)
+            try:
+                snp.load(sys.argv[1], storage_options=json.loads(sys.argv[2]))
+            except Exception as e:
+                print(json.dumps(str(e)), flush=True)
+    """)
+    full = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "ECS_"))}
+    full.update({"AWS_EC2_METADATA_DISABLED": "true", "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
+                 **env})
+    (tmp_path / "runs").unlink()
+    t = time.monotonic()
+    p = subprocess.run([sys.executable, "-c", child, data.url("dir/"), json.dumps(data.options)],
+                       env=full, capture_output=True, text=True, timeout=120)
+    assert time.monotonic() - t >= 10.5
+    messages = [json.loads(line) for line in p.stdout.splitlines()]
+    assert len(messages) == 3 and all("it exited with status 3" in m for m in messages), \
+        (p.stdout, p.stderr)
+    assert "s ago; a failed run is run again only after 10 s)" in messages[1], messages[1]
+    assert _runs(tmp_path) == 2  # the third load ran it again
+
+
 def test_a_credential_process_that_never_answers_ends_with_ctrl_c(
         data: s3_server.Bucket, tmp_path: pathlib.Path) -> None:
     """A credential_process waiting on a prompt nobody sees (or hung) held the load for ever:

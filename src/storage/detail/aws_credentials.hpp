@@ -68,6 +68,8 @@ RoleLookup role_credentials();
 // value holding a control character went into every request's headers. `refused` says why
 // where it gave none (its exit status, output that is no such document, a value holding a
 // control character: named by the field and the byte, never the value); `profile` names it.
+// A failure is given again, without a new run, for 10 s after it (one load's requests each ask,
+// and a helper that prompts would prompt for each), unless a Ctrl-C ended the run.
 RoleLookup process_credentials(const std::string& command, const std::string& profile);
 
 // Runs `command` through /bin/sh and returns its standard output (up to 64 KiB); `failed` says
