@@ -1214,6 +1214,25 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
                           const std::string& arrow_query, const StoreOptions& retry) {
     std::string fs_query = arrow_query;
     SHARDLOAD_RETURN_IF_ERROR(check_environment(url, arrow_query, retry));
+    // The environment's endpoint with its scheme in capitals goes to Arrow's client as the
+    // option, in lower case: the AWS SDK reads the variable itself, and took "HTTP" of
+    // HTTP://H:P for the host.
+    if (!query_value(arrow_query, "endpoint_override")) {
+      for (const char* name : {"AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL"}) {
+        const char* v = std::getenv(name);
+        if (v == nullptr || *v == '\0') continue;
+        if (std::string lowered = lowercase_scheme(v); lowered != v) {
+          std::string encoded;
+          for (const char c : lowered) {
+            encoded += c == '%'   ? std::string("%25")
+                       : c == '&' ? std::string("%26")
+                                  : std::string(1, c);
+          }
+          fs_query += (fs_query.empty() ? "?endpoint_override=" : "&endpoint_override=") + encoded;
+        }
+        break;
+      }
+    }
 #if SHARDLOAD_S3_SIGNED
     // Found here for both clients: a source the environment names that gives none stops the
     // load (the AWS SDK's chain, handed the same source, would follow a container endpoint's

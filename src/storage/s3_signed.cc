@@ -373,6 +373,7 @@ std::optional<S3Endpoint> s3_signed_endpoint(const std::string& bucket,
     endpoint = aws_env("AWS_ENDPOINT_URL_S3");
     if (endpoint.empty()) endpoint = aws_env("AWS_ENDPOINT_URL");
   }
+  endpoint = lowercase_scheme(std::move(endpoint));
   if (const auto sep = endpoint.find("://"); sep != std::string::npos) {
     scheme = endpoint.substr(0, sep);
     endpoint = endpoint.substr(sep + 3);

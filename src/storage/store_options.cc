@@ -60,6 +60,15 @@ bool same_etag(std::string_view a, std::string_view b) {
 
 std::uint64_t etag_hash(std::string_view etag) { return fnv1a(normalized_etag(etag)); }
 
+std::string lowercase_scheme(std::string endpoint) {
+  const std::size_t end = endpoint.find_first_of(":%");  // "%3A" where percent-encoded
+  if (end == std::string::npos) return endpoint;
+  std::string scheme = endpoint.substr(0, end);
+  for (char& c : scheme) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (scheme == "http" || scheme == "https") endpoint.replace(0, end, scheme);
+  return endpoint;
+}
+
 namespace {
 
 Result<std::int64_t> int_option(const std::string& url, const std::string& key,
@@ -852,6 +861,8 @@ std::string CredentialCharacter::why() const {
         (row->stores & (credentials ? kStoreS3 : kStoreHttp)) != 0) {
       SHARDLOAD_ASSIGN_OR_RETURN(const OptionValue v, store_option_value(url, *row, value));
       row->set(v, out);
+    } else if (credentials && key == "endpoint_override" && eq != std::string::npos) {
+      rest += (rest.empty() ? "?" : "&") + key + "=" + lowercase_scheme(value);
     } else {
       rest += (rest.empty() ? "?" : "&") + item;
     }

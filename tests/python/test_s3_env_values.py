@@ -269,3 +269,23 @@ def test_an_endpoints_path_is_plain_segments(data: s3_server.Bucket, server: str
     assert got.get("error") == "ValueError", got
     assert f"endpoint_override must be an endpoint, [http:// or https://]HOST[:PORT][/PATH], " \
         f"found the path segment '{segment}'" in got["message"], got
+
+
+@pytest.mark.parametrize("scheme", ["HTTP", "Http", "hTtP"])
+@pytest.mark.parametrize("how", ["option", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3"])
+def test_an_endpoints_scheme_in_capitals_is_http(data: s3_server.Bucket, server: str, how: str,
+                                                 scheme: str) -> None:
+    """A scheme is case-insensitive (RFC 3986 3.1; boto3 and the AWS CLI take HTTP://H:P): an
+    endpoint written HTTP://H:P passed the endpoint check and was then taken as a host named
+    HTTP ("Could not resolve host: HTTP"). It is http://H:P, for an object (the signed path's
+    requests) and for a prefix (Arrow's client lists it)."""
+    data.put_npy("dir/shard_0000.npy", np.arange(3.0))
+    options = {k: v for k, v in data.options.items() if k != "endpoint_override"}
+    env: dict[str, str] = {}
+    if how == "option":
+        options["endpoint_override"] = f"{scheme}://{server}"
+    else:
+        env[how] = f"{scheme}://{server}"
+    assert _load(data.url("d/x.npy"), options, env) == {
+        "loaded": [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]}
+    assert _load(data.url("dir/"), options, env) == {"loaded": [0.0, 1.0, 2.0]}

@@ -50,6 +50,12 @@ bool same_etag(std::string_view a, std::string_view b);
 // The hash of an ETag as snapshots keep it (FileInfo::inode): fnv1a of normalized_etag.
 std::uint64_t etag_hash(std::string_view etag);
 
+// An endpoint (endpoint_override's value, percent-encoded or not, or an AWS_ENDPOINT_URL*
+// variable's) whose scheme is http or https in any case, with that scheme in lower case: a
+// scheme is case-insensitive (RFC 3986 3.1; boto3 takes HTTP://H:P), and the AWS SDK, which
+// compares it as written, took "HTTP" for the host. Any other value as it is.
+std::string lowercase_scheme(std::string endpoint);
+
 // Splits shardload's keys (the rows of kStoreOptionTable with a field, shardload/
 // store_options.hpp) out of `query` ("?a=b&c=d" or ""): returns the query left for the store
 // (kInvalidArgument naming `url` for a bad value). `credentials`: an s3:// URL's query (an
