@@ -457,9 +457,14 @@ Result<detail::WrittenManifest> detail::write_manifest_file(const Layout& layout
         ErrorCode::kIo, directory,
         "cannot create the manifest's temporary file: " + std::string(std::strerror(err)), err);
   }
+  // The manifest the rename replaces, linked aside until the checks after the rename pass:
+  // a change they find takes the new one back and puts this one back in its place (cli.md:
+  // "index fails, the old manifest kept"), where removing the new one alone left none.
+  std::string aside;
   auto fail = [&](Status st) {
     if (fd >= 0) ::close(fd);
     ::unlinkat(dfd, tmp_name.c_str(), 0);
+    if (!aside.empty()) ::unlinkat(dfd, aside.c_str(), 0);
     ::close(dfd);
     return st;
   };
@@ -499,6 +504,11 @@ Result<detail::WrittenManifest> detail::write_manifest_file(const Layout& layout
   if (std::string why = moved(); !why.empty()) {
     return fail(changed_while_indexing(directory, why, "the manifest was not written"));
   }
+  // The temporary file's name is this call's alone (O_EXCL): so is this one. A file system
+  // without hard links keeps no old manifest, as before.
+  if (::linkat(dfd, std::string(kManifestName).c_str(), dfd, (tmp_name + ".old").c_str(), 0) == 0) {
+    aside = tmp_name + ".old";
+  }
   if (::renameat(dfd, tmp_name.c_str(), dfd, std::string(kManifestName).c_str()) != 0) {
     const int err = errno;
     return fail(file_error(
@@ -510,14 +520,24 @@ Result<detail::WrittenManifest> detail::write_manifest_file(const Layout& layout
   if (std::string why = moved(); !why.empty()) {
     // Only the file written here: the name may hold another writer's manifest by now.
     struct ::stat there {};
+    bool put_back = false;
     if (::fstatat(dfd, std::string(kManifestName).c_str(), &there, AT_SYMLINK_NOFOLLOW) == 0 &&
         there.st_dev == made.st_dev && there.st_ino == made.st_ino) {
-      ::unlinkat(dfd, std::string(kManifestName).c_str(), 0);
+      // One rename replaces the new manifest with the old: no moment without one.
+      put_back = !aside.empty() &&
+                 ::renameat(dfd, aside.c_str(), dfd, std::string(kManifestName).c_str()) == 0;
+      if (put_back) aside.clear();
+      if (!put_back) ::unlinkat(dfd, std::string(kManifestName).c_str(), 0);
       ::fsync(dfd);
     }
+    if (!aside.empty()) ::unlinkat(dfd, aside.c_str(), 0);
     ::close(dfd);
-    return changed_while_indexing(directory, why, "the manifest written was removed");
+    return changed_while_indexing(directory, why,
+                                  put_back ? "the manifest written was removed and the old "
+                                             "manifest was put back"
+                                           : "the manifest written was removed");
   }
+  if (!aside.empty()) ::unlinkat(dfd, aside.c_str(), 0);
   ::close(dfd);
   return WrittenManifest{target, static_cast<std::uint64_t>(made.st_dev),
                          static_cast<std::uint64_t>(made.st_ino)};

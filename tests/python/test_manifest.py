@@ -678,3 +678,56 @@ def test_a_manifest_whose_rows_lie_is_stale_or_fails_the_read_naming_the_shard(t
         else:
             assert (f"rows differ from the layout's: its 4 row groups hold 100 rows, the layout "
                     f"says {lie}") in str(e.value), e.value
+
+
+def test_index_failing_after_its_rename_keeps_the_old_manifest(tmp_path):
+    """docs/cli.md: "index fails, the old manifest kept, where DIR changed while it was
+    indexed". A change found after the rename (a shard added and removed in a loop, as a writer
+    adding one does) took back the manifest written by deleting it, and the old one, which the
+    rename had replaced, was gone with it. The old one is put back: after every failed index the
+    directory holds the manifest it held before, byte for byte."""
+    import threading
+
+    d = tmp_path / "ds"
+    d.mkdir()
+    for i in range(3):
+        np.save(d / f"shard_{i:04d}.npy", np.full((4, 2), i, "<i4"))
+    extra = tmp_path / "extra.npy"
+    np.save(extra, np.full((4, 2), 9, "<i4"))
+    shardload.index(str(d))
+    m = d / "shardload.manifest"
+    stop = threading.Event()
+
+    def churn() -> None:
+        while not stop.is_set():
+            try:
+                os.link(extra, d / "shard_0003.npy")
+            except FileExistsError:
+                pass
+            try:
+                os.remove(d / "shard_0003.npy")
+            except FileNotFoundError:
+                pass
+
+    after_rename: list[str] = []
+    th = threading.Thread(target=churn, daemon=True)
+    th.start()
+    try:
+        t = time.monotonic()
+        while time.monotonic() - t < 60 and len(after_rename) < 3:
+            before = m.read_bytes()
+            try:
+                shardload.index(str(d))
+            except shardload.Error as e:  # a shard gone during discovery is another error
+                msg = str(e)
+                if "the manifest written was removed" not in msg:
+                    assert m.read_bytes() == before
+                    continue
+                after_rename.append(msg)
+                assert m.exists() and m.read_bytes() == before, msg
+                assert "the old manifest was put back" in msg, msg
+    finally:
+        stop.set()
+        th.join()
+    assert after_rename, "no index failed after its rename in 60 s"
+    assert not [p.name for p in d.iterdir() if p.name.startswith(".shardload.manifest")]
