@@ -90,6 +90,26 @@ inline void note_published(py::error_already_set& e, const std::string& dest) {
       " holds the new dataset (with overwrite, the old one is gone)"));
 }
 
+// A Ctrl-C that came while the save's manifest PUT went unanswered, whose look could not tell
+// whether the store took it (RemoteStore::settle_write: "whether it was stored cannot be
+// told"; after a Ctrl-C the look is short): `dest` may hold the new dataset, and a bare
+// KeyboardInterrupt would say that nothing was published. The note says so, with the save's
+// error (what it left, and why). Called with the GIL held.
+inline void note_maybe_published(py::error_already_set& e, const std::string& dest,
+                                 const Status& failed) {
+  if (!e.matches(PyExc_KeyboardInterrupt) || failed.is_ok() ||
+      failed.message().find("whether it was stored cannot be told") == std::string::npos) {
+    return;
+  }
+  const py::object value = e.value();
+  if (!py::hasattr(value, "add_note")) return;
+  value.attr("add_note")(message_str(
+      "the save may have completed before this interrupt was raised: " + printable_redacted(dest) +
+      " may hold the new dataset (the store may have taken its manifest; with overwrite, the "
+      "old one may be gone): " +
+      failed.message()));
+}
+
 // After a save that published: a signal still pending raises now, with that note.
 inline void raise_signals_after_publish(const std::string& dest) {
   if (PyErr_CheckSignals() == 0) return;
@@ -103,15 +123,25 @@ inline void raise_signals_after_publish(const std::string& dest) {
 template <typename F>
 auto interruptible_save(const std::string& dest, F&& save) -> decltype(save()) {
   bool published = false;
+  Status failed;
   auto r = [&] {
     try {
       return interruptible([&] {
         auto done = save();
         published = done.is_ok();
+        if constexpr (std::is_same_v<std::decay_t<decltype(done)>, Status>) {
+          if (!published) failed = done;
+        } else {
+          if (!published) failed = done.status();
+        }
         return done;
       });
     } catch (py::error_already_set& e) {
-      if (published) note_published(e, dest);
+      if (published) {
+        note_published(e, dest);
+      } else {
+        note_maybe_published(e, dest, failed);
+      }
       throw;
     }
   }();

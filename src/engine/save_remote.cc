@@ -505,18 +505,25 @@ Status check_index(Store& store, const RemoteDest& d, const OwnKeys& own, const 
 // interrupt is asked for again after it (a second Ctrl-C meanwhile ends its requests).
 class InterruptSetAside {
  public:
-  InterruptSetAside() : interrupted_(interrupt_requested()) {
+  InterruptSetAside() : interrupted_(interrupt_requested()), outer_(t_set_aside) {
     if (interrupted_) clear_interrupt();
+    t_set_aside = outer_ || interrupted_;
   }
   ~InterruptSetAside() {
+    t_set_aside = outer_;
     if (interrupted_) request_interrupt();
   }
+  // Whether a Ctrl-C is set aside on this thread now.
+  static bool active() { return t_set_aside; }
   InterruptSetAside(const InterruptSetAside&) = delete;
   InterruptSetAside& operator=(const InterruptSetAside&) = delete;
 
  private:
+  static thread_local bool t_set_aside;
   bool interrupted_;
+  bool outer_;
 };
+thread_local bool InterruptSetAside::t_set_aside = false;
 
 // Whether `failure` is the failed write of d's manifest that the store did not refuse (no
 // answer, a 5xx, a timeout, a Ctrl-C), whose look (RemoteStore::write) found neither the bytes
@@ -540,6 +547,14 @@ bool manifest_may_appear(const RemoteDest& d, const Status& failure) {
 std::string kept_whole(const RemoteDest& d, Store& store, const Status* failure) {
   const std::string manifest(kManifestName);
   const bool may_appear = failure != nullptr && manifest_may_appear(d, *failure);
+  // Where the manifest may appear, nothing is deleted whatever a look finds; after a Ctrl-C
+  // that look (its attempts on a store gone quiet: 150 s with the defaults) is not made.
+  if (may_appear && InterruptSetAside::active()) {
+    return "nothing deleted: this save's manifest may still appear at " + store.describe(manifest) +
+           ", and it names these objects (there, the dataset is published; if it does not "
+           "appear, the prefix holds this save's objects without a manifest: save again with "
+           "overwrite)";
+  }
   if (const auto there = store.version(manifest); there) {
     return "the clean-up found " + store.describe(manifest) +
            (may_appear ? ": a manifest is there (another writer's, or this save's, stored "

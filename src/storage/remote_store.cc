@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <condition_variable>
 #include <limits>
 #include <map>
 #include <mutex>
@@ -421,15 +422,46 @@ class RemoteStore final : public Store, public TransportStore {
   // still, the failure says that whether the key was stored cannot be told: a save's
   // clean-up (abandon_remote_save) then deletes nothing, since its manifest may yet appear,
   // and that manifest must not name deleted shards.
+  //
+  // A Ctrl-C is set aside for one look only, and for kInterruptedLook at most: the interrupt is
+  // asked for again then, which ends the look's request as it ends any other. Its attempts and
+  // their request_timeout (150 s with the defaults, on a store gone quiet) held the interrupt;
+  // a look that cannot tell says so, and the caller says the dataset may be published.
+  static constexpr std::chrono::seconds kInterruptedLook{5};
   Status settle_write(std::string_view key, std::span<const std::byte> data, const Status& failed) {
     const bool interrupted = interrupt_requested();
     if (interrupted) clear_interrupt();
     struct Again {
       bool interrupted;
+      std::mutex mu;
+      std::condition_variable cv;
+      bool done = false;
+      std::thread timer;
       ~Again() {
-        if (interrupted) request_interrupt();
+        if (!interrupted) return;
+        if (timer.joinable()) {
+          {
+            const std::lock_guard lock(mu);
+            done = true;
+          }
+          cv.notify_all();
+          timer.join();
+        }
+        request_interrupt();
       }
     } again{interrupted};
+    if (interrupted) {
+      try {
+        again.timer = std::thread([&again] {
+          std::unique_lock lock(again.mu);
+          if (!again.cv.wait_for(lock, kInterruptedLook, [&again] { return again.done; })) {
+            request_interrupt();
+          }
+        });
+      } catch (...) {  // no thread: no look, which cannot then tell
+        request_interrupt();
+      }
+    }
     const auto failed_and = [&](const std::string& more) {
       return Status(failed.code(), failed.message() + "; " + more)
           .with_path(failed.path())
@@ -453,7 +485,9 @@ class RemoteStore final : public Store, public TransportStore {
     };
     try {
       Result<std::string> found = look();
-      for (int n = 1; !refused && n < 3 && !found && found.status().sys_errno() == ENOENT; ++n) {
+      for (int n = 1;
+           !refused && !interrupted && n < 3 && !found && found.status().sys_errno() == ENOENT;
+           ++n) {
         pause_ms(250 << n);
         found = look();
       }
@@ -464,6 +498,13 @@ class RemoteStore final : public Store, public TransportStore {
         }
         if (refused) {
           return failed_and("a look after it found no object there: it was not stored");
+        }
+        if (interrupted) {
+          return failed_and(
+              "whether it was stored cannot be told: the store did not refuse the write, and "
+              "the one look a Ctrl-C allows found no object there, as a store whose reads lag "
+              "its writes (a caching proxy, an eventually consistent store) answers for a "
+              "while");
         }
         return failed_and(
             "whether it was stored cannot be told: the store did not refuse the write, and 3 "

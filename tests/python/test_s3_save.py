@@ -1302,3 +1302,82 @@ def test_a_destination_of_odd_characters_writes_exactly_those_keys(bucket, prefi
                              want + "shardload.manifest"]
     np.testing.assert_array_equal(
         snp.load(bucket.url(prefix), storage_options=bucket.options), a)
+
+
+def test_ctrl_c_with_the_manifest_look_held_by_a_quiet_store_ends_soon_and_says_so(proxied):
+    """SIGINT while the manifest's PUT waits for its answer (the upstream stored it), and from
+    then on the store holds every HEAD and GET of the manifest (a store gone quiet). The look
+    after the unanswered PUT ran through the pending Ctrl-C with every attempt (150 s with the
+    defaults: 5 attempts of request_timeout 30 s), then raised a bare KeyboardInterrupt, which
+    docs/save.md says published nothing, while the dataset was published. Under a pending
+    Ctrl-C the look is one attempt of a few seconds, and the KeyboardInterrupt that cannot tell
+    carries a note saying that the dataset may be published."""
+    import signal
+    import subprocess
+    import sys
+    import tempfile
+    import textwrap
+
+    import shardload.numpy as snp
+    from s3_fault_proxy import Rule
+
+    bucket, proxy = proxied
+    quiet = [Rule(m, path="/d/shardload.manifest", action="delay", delay_s=100, count=None)
+             for m in ("HEAD", "GET")]
+
+    def go_quiet() -> None:  # the upstream has stored the manifest, its answer held back
+        with proxy._lock:
+            if not any(r in proxy.rules for r in quiet):
+                proxy.rules[0:0] = quiet
+        open(fired, "w").close()
+
+    rule = proxy.add(Rule("PUT", path="/d/shardload.manifest", action="held-answer",
+                          delay_s=4.0, count=None, after=go_quiet))
+    script = textwrap.dedent("""
+        import json, os, signal, sys, threading, time
+        import numpy as np
+        import shardload.numpy
+        url, options, fired = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3]
+        sent = []
+        def interrupt():
+            while not os.path.exists(fired):
+                time.sleep(0.01)
+            time.sleep(0.3)
+            sent.append(time.monotonic())
+            os.kill(os.getpid(), signal.SIGINT)
+        threading.Thread(target=interrupt, daemon=True).start()
+        try:
+            shardload.numpy.save(np.arange(200.0).reshape(100, 2), url + "d/", num_shards=2,
+                                 storage_options=options)
+            print(json.dumps(["SAVED"]))
+        except KeyboardInterrupt as e:
+            print(json.dumps(["INTERRUPTED", time.monotonic() - sent[0],
+                              getattr(e, "__notes__", [])]))
+    """)
+    with tempfile.TemporaryDirectory() as tmp:
+        fired = f"{tmp}/fired"
+        try:
+            r = subprocess.run([sys.executable, "-c", script, bucket.url(),
+                                json.dumps(bucket.options), fired],
+                               capture_output=True, text=True, timeout=60,
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+        except subprocess.TimeoutExpired:
+            pytest.fail("the save was still running 60 s after it began (the look under a "
+                        "pending Ctrl-C waited out its attempts)")
+    assert r.returncode == 0, r.stderr[-3000:]
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    assert got[0] == "INTERRUPTED", (r.stdout, r.stderr[-3000:])
+    assert got[1] < 15, got
+    assert rule.fired >= 1 and sum(q.fired for q in quiet) >= 1
+    assert len(got[2]) == 1, got
+    note = got[2][0]
+    assert "the save may have completed before this interrupt was raised" in note, note
+    assert f"s3://{bucket.name}/d/" in note and "whether it was stored cannot be told" in note, \
+        note
+    # The store took the manifest: the dataset is published, none of its objects deleted.
+    proxy.clear()
+    direct = {**bucket.options, "endpoint_override": bucket.endpoint}
+    assert bucket.keys("d/") == ["d/shard_0000.npy", "d/shard_0001.npy", "d/shardload.manifest"]
+    np.testing.assert_array_equal(
+        snp.load(bucket.url("d/"), storage_options=direct, trust_manifest=True),
+        np.arange(200.0).reshape(100, 2))
