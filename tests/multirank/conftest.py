@@ -114,6 +114,18 @@ class Job:
 _TRACE_LINE = re.compile(r'^\d+\s+(\w+)\((.*)\)\s+=\s+(-?\d+)')
 
 
+# A quoted name and the descriptor before it, as strace -y prints them ("3</d>, \"x\"",
+# "AT_FDCWD</cwd>, \"x\""), or a name alone (open, rename).
+_NAME = re.compile(r'(?:(?:AT_FDCWD|\d+)<((?:[^>\\]|\\.)*)>,\s*)?"((?:[^"\\]|\\.)*)"')
+
+
+def _paths(args: str) -> list[str]:
+    """A call's names as paths: one relative to a descriptor (openat or renameat through a
+    directory held open, as index writes its manifest) joined to that descriptor's path."""
+    return [os.path.join(d, name) if d and not name.startswith("/") else name
+            for d, name in _NAME.findall(args)]
+
+
 def _parse_trace(path: pathlib.Path) -> list[tuple[str, str, str]]:
     calls = []
     if not path.exists():
@@ -124,10 +136,11 @@ def _parse_trace(path: pathlib.Path) -> list[tuple[str, str, str]]:
             continue  # an unfinished/resumed pair or a failed call: nothing was opened
         call, args = m.group(1), m.group(2)
         strings = re.findall(r'"((?:[^"\\]|\\.)*)"', args)
+        paths = _paths(args)
         if call.startswith("open") and strings:
-            calls.append((call, strings[0], args.split(strings[0] + '"', 1)[-1]))
+            calls.append((call, paths[0], args.split(strings[0] + '"', 1)[-1]))
         elif call.startswith("rename") and len(strings) >= 2:
-            calls.append((call, strings[0], strings[1]))
+            calls.append((call, paths[0], paths[1]))
     return calls
 
 

@@ -3,7 +3,8 @@
 # status in SHARDLOAD_MR_OUT/rank<R>.{out,err,rc}. With SHARDLOAD_MR_TRACE=1 the command runs
 # under strace, which records every file this rank's process (all threads) opens or renames in
 # SHARDLOAD_MR_OUT/rank<R>.trace: the tests count per rank which files each rank touched.
-# --seccomp-bpf stops the process only at those calls, so the rest runs at full speed.
+# --seccomp-bpf stops the process only at those calls, so the rest runs at full speed; -y prints
+# each descriptor's path, so a name opened or renamed through a held directory is known.
 r=${OMPI_COMM_WORLD_RANK:?not started by mpirun}
 out=${SHARDLOAD_MR_OUT:?}
 mkdir -p "$out"
@@ -16,7 +17,7 @@ if [ -n "${SHARDLOAD_MR_HIDE:-}" ] && [ "${SHARDLOAD_MR_HIDE%%:*}" = "$r" ]; the
          "$hide" "$@"
 fi
 if [ "${SHARDLOAD_MR_TRACE:-0}" = 1 ]; then
-  set -- strace -f -qq --seccomp-bpf -e trace=open,openat,openat2,rename,renameat,renameat2 \
+  set -- strace -f -qq -y --seccomp-bpf -e trace=open,openat,openat2,rename,renameat,renameat2 \
          -e signal=none -o "$out/rank$r.trace" "$@"
 fi
 "$@" >"$out/rank$r.out" 2>"$out/rank$r.err"
