@@ -9,6 +9,7 @@
 #include <optional>
 #include <vector>
 
+#include "base/detail/checked.hpp"
 #include "base/detail/json.hpp"
 #include "base/detail/links.hpp"
 #include "cli/commands.hpp"
@@ -134,6 +135,21 @@ Result<WriteMeta> read_write_meta(const std::string& dir) {
   }
   if (auto it = j.find("rows"); it != j.end()) {
     SHARDLOAD_ASSIGN_OR_RETURN(m.rows, detail::json_shape(path, "rows", *it));
+  }
+  // A part's place in the dataset is summed from `rows`: a damaged or crafted list (one that
+  // overflows, or no list at all) would place it anywhere, and its verdict would be wrong.
+  if (!m.shape.empty()) {
+    std::int64_t total = 0;
+    for (const std::int64_t r : m.rows) {
+      if (!detail::checked_add(total, r, &total)) {
+        return Status(ErrorCode::kLayout, path + ": rows: they add up to more than int64 holds");
+      }
+    }
+    if (total != m.shape[0]) {
+      return Status(ErrorCode::kLayout, path + ": rows: they add up to " + std::to_string(total) +
+                                            ", where shape[0] is " + std::to_string(m.shape[0]) +
+                                            ": the file is damaged");
+    }
   }
   return m;
 }

@@ -121,6 +121,30 @@ def test_read_of_a_part_of_a_directory_verifies_it_at_its_rows_in_the_dataset(
             f"holds {rows[1] - 1}") in r.stderr, r.stderr
 
 
+
+@pytest.mark.parametrize("rows, why", [
+    ([2**63 - 1, 1, 1], "rows: they add up to more than int64 holds"),
+    ([], "rows: they add up to 0, where shape[0] is 300"),
+    ([100, 100, 101], "rows: they add up to 301, where shape[0] is 300"),
+])
+def test_read_of_a_part_refuses_a_meta_json_whose_rows_do_not_add_up(
+        tmp_path: pathlib.Path, cli, rows: list[int], why: str) -> None:
+    """A part's place is summed from _meta.json's rows: a list that overflowed put it at
+    negative rows, and an empty one fell back to a FAILED against the values of rows from 0.
+    rows that do not add up to shape[0] make _meta.json damaged, named with why."""
+    d = tmp_path / "ds"
+    assert run(cli, "write", "--shard-dir", d, "--num-shards", "3", "--shape", "300,2",
+               "--seed", "7").returncode == 0
+    meta = json.loads((d / "_meta.json").read_text())
+    meta["rows"] = rows
+    (d / "_meta.json").write_text(json.dumps(meta))
+    for source in (d / "shard_0001.npy", d):
+        r = run(cli, "read", source)
+        assert r.returncode == 1, (source, r.stdout, r.stderr)
+        assert f"{d}/_meta.json: {why}: the file is damaged" in r.stdout + r.stderr \
+            if "int64" not in why else f"{d}/_meta.json: {why}" in r.stdout + r.stderr, \
+            (source, r.stdout, r.stderr)
+
 def test_read_refuses_a_meta_json_link_whose_target_is_gone(tmp_path: pathlib.Path, cli) -> None:
     """A _meta.json kept elsewhere and linked into the directory, its target since moved: the
     verification was skipped as if there were none (exit 0). It fails naming the link."""
