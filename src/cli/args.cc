@@ -5,12 +5,14 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
 #include <charconv>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
 #include <map>
 
+#include "base/detail/links.hpp"
 #include "cli/commands.hpp"
 #include "shardload/formats.hpp"
 #include "shardload/interrupt.hpp"
@@ -68,8 +70,12 @@ std::optional<int> check_file_list(const char* cmd, const std::vector<std::strin
     struct ::stat st {};
     const char* what = nullptr;
     if (::stat(p.c_str(), &st) == 0) {
+      // Metadata linked from a place that is gone still makes a store (a file of the list),
+      // whose reader names the link, not "a directory".
       const auto has = [&](const char* meta) {
-        return ::access((p + "/" + meta).c_str(), F_OK) == 0;
+        const std::string file = p + "/" + meta;
+        return ::access(file.c_str(), F_OK) == 0 ||
+               (errno == ENOENT && detail::is_dangling_link(file));
       };
       if (S_ISDIR(st.st_mode) && !has(".zarray") && !has(".zgroup") && !has("zarr.json")) {
         what = "a directory";

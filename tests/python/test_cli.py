@@ -681,6 +681,14 @@ def test_inspect_of_several_sources_says_each_directory_is_a_source_of_its_own(
         stores.append(tmp_path / f"z{i}.zarr")
     r = run(cli, "inspect", *stores)
     assert r.returncode == 0 and "shape:          (6, 2)" in out(r), err(r)
+    # A store whose .zarray is a link whose target is gone is still a store of the list, whose
+    # reader names the link (it was "a directory, a SOURCE of its own").
+    meta = stores[1] / ".zarray"
+    meta.unlink()
+    meta.symlink_to(tmp_path / "gone")
+    r = run(cli, "inspect", *stores, env=NO_LEGATE)
+    assert r.returncode != 0 and "a SOURCE of its own" not in err(r), err(r)
+    assert f"{meta}: a symbolic link whose target does not exist" in err(r), err(r)
 
 
 def test_a_malformed_source_is_a_usage_error_before_legate(cli, tmp_path: pathlib.Path) -> None:
