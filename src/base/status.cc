@@ -443,6 +443,20 @@ std::size_t path_parameter_end(std::string_view text, std::size_t from, std::siz
   return end;
 }
 
+// Whether `key` names an AWS secret access key or session token (shardload's option, AWS's
+// and boto3's spellings): their values hold '/' as they are (a secret key is 40 base64
+// characters), so a '/' does not end them, even where the text is a local path.
+bool holds_slashes(std::string_view key) {
+  if (key.size() > 3 * 21) return false;  // longer, even escaped, than the longest below
+  const std::string k = decoded_key(key);
+  for (const std::string_view name :
+       {"secret_key", "session_token", "aws_secret_access_key", "secret_access_key",
+        "aws_session_token", "x-amz-security-token", "security-token"}) {
+    if (k == name) return true;
+  }
+  return false;
+}
+
 // Each query parameter (after '?', '&', ';', which some servers take as '&', or '#' for a
 // fragment, where OAuth puts its tokens) whose key is a secret, with its value replaced by
 // "***". A ';' inside a query's value does not end it: the rest is hidden with it. In a path
@@ -471,14 +485,15 @@ std::string redact_query(std::string_view text, std::vector<std::string>& hidden
   // a "?key=" or "#key=" in it is part of a file's or a directory's name, which holds no '/'.
   // A secret key's value is hidden there to the next '/' only, so that the names after it
   // (the shard's own) are shown; the value itself stays hidden, as a scheme-less URL's token
-  // would be secret.
+  // would be secret. An AWS secret access key or session token (holds_slashes) is hidden to
+  // its end all the same: it holds '/' as it is, and no name of a file is spelled with one.
   bool in_url = false;
   // The first '/' at or after `from` (the value's end in a local path): kept from one key to
   // the next, so that the scans over a text cost its length.
   std::size_t next_slash = 0;
   bool slash_known = false;
-  const auto local_limit = [&](std::size_t from) {
-    if (in_url) return text.size();
+  const auto local_limit = [&](std::size_t from, std::string_view key) {
+    if (in_url || holds_slashes(key)) return text.size();
     if (!slash_known || next_slash < from) {
       slash_known = true;
       const std::size_t found = text.find('/', from);
@@ -499,9 +514,10 @@ std::string redact_query(std::string_view text, std::vector<std::string>& hidden
          (text[i - 1] == '/' && spelled_at(text, i, detail::kPathTokenKey)));
     // The secret key text[i, eq) and its '=' (eq_size bytes, encoded or not) kept, its value
     // hidden; i moves past the value.
-    const auto hide_value = [&](std::size_t eq, std::size_t eq_size) {
+    const auto hide_value = [&](std::size_t eq, std::size_t eq_size, std::string_view key) {
       out.append(text.substr(i, eq + eq_size - i));
-      const std::size_t end = value_end(text.substr(0, local_limit(eq + eq_size)), eq + eq_size);
+      const std::size_t end =
+          value_end(text.substr(0, local_limit(eq + eq_size, key)), eq + eq_size);
       if (end > eq + eq_size) {
         out += "***";
         hidden.emplace_back(text.substr(eq + eq_size, end - eq - eq_size));
@@ -514,7 +530,7 @@ std::string redact_query(std::string_view text, std::vector<std::string>& hidden
       std::string key(trim_blanks(text.substr(i, eq == std::string_view::npos ? 0 : eq - i)));
       for (int k = 0; k < encodings; ++k) key = percent_decoded(key);
       if (eq != std::string_view::npos && eq > i && detail::is_secret_query_key(key)) {
-        hide_value(eq, eq_size);
+        hide_value(eq, eq_size, key);
         continue;
       }
     }
@@ -524,7 +540,7 @@ std::string redact_query(std::string_view text, std::vector<std::string>& hidden
         std::string key(trim_blanks(text.substr(i, eq - i)));
         for (std::size_t k = 0; k < (eq_size == 3 ? 1U : 2U); ++k) key = percent_decoded(key);
         if (detail::is_secret_query_key(key)) {
-          hide_value(eq, eq_size);
+          hide_value(eq, eq_size, key);
           continue;
         }
       }
@@ -599,7 +615,7 @@ std::string redact_query(std::string_view text, std::vector<std::string>& hidden
     // run on to the next '&' would be hidden with the object's name, and the token alone, as a
     // server's answer quotes it, would not be known to hide.
     const bool path_token = in_path && text[i - 1] == '/';
-    std::size_t limit = local_limit(eq + 1);
+    std::size_t limit = local_limit(eq + 1, trim_blanks(text.substr(i, eq - i)));
     if (path_parameter) {
       limit = path_parameter_end(text, eq + 1, limit);
     } else if (path_token) {

@@ -970,6 +970,9 @@ def test_a_local_directory_named_with_a_query_shows_its_shard_names(tmp_path, cl
     assert shardload.redact_secrets("/data/exp?key=train/shard_0001.npy") == \
         "/data/exp?key=***/shard_0001.npy"
     assert shardload.redact_secrets("exp#code=42/a.npy") == "exp#code=***/a.npy"
+    # An AWS secret key or session token holds '/' as it is: hidden whole wherever it stands.
+    assert shardload.redact_secrets("b/p/?secret_key=wJal/K7+MD&session_token=FQo/x==&a=1") == \
+        "b/p/?secret_key=***&session_token=***&a=1"
     # A URL has a query, whose value may hold a '/': hidden to its end, as before.
     assert shardload.redact_secrets("https://h/d/x.npy?token=tk/s3cr3t&a=1 x/y") == \
         "https://h/d/x.npy?token=***&a=1 x/y"
