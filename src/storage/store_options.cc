@@ -146,15 +146,6 @@ Status no_control_characters(const std::string& url, const std::string& key,
   return Status::ok();
 }
 
-// Where no endpoint_override names the server, the region goes into the host name of AWS's
-// endpoint (BUCKET.s3.REGION.amazonaws.com): one holding '@', ':', '/' or '#' would name
-// another host, which would get the request signed with the store's secret and its session
-// token. A region's name is letters, digits, '-' and '_' (AWS's, and the custom names of
-// S3-compatible servers).
-Status region_name_only(const std::string& url, const std::string& value) {
-  const std::string region = percent_decoded(value);
-  if (region.empty() || is_region_name(region, kRegionChars)) return Status::ok();
-  return file_error(ErrorCode::kInvalidArgument, url,
 // A credential option's value (access_key, secret_key, session_token) holding a character
 // beyond ASCII, percent-encoded or not (a control one is refused for every option above):
 // refused naming the key only.
@@ -166,6 +157,15 @@ Status ascii_credential(const std::string& url, const std::string& key, const st
                         bad.code + "; " + bad.why() + ")");
 }
 
+// Where no endpoint_override names the server, the region goes into the host name of AWS's
+// endpoint (BUCKET.s3.REGION.amazonaws.com): one holding '@', ':', '/' or '#' would name
+// another host, which would get the request signed with the store's secret and its session
+// token. A region's name is letters, digits, '-' and '_' (AWS's, and the custom names of
+// S3-compatible servers).
+Status region_name_only(const std::string& url, const std::string& value) {
+  const std::string region = percent_decoded(value);
+  if (region.empty() || is_region_name(region, kRegionChars)) return Status::ok();
+  return file_error(ErrorCode::kInvalidArgument, url,
                     "bad object-storage URL or options: region must be a region's name (up to 63 "
                     "letters, digits, '-' and '_'): it goes into the host name of AWS's "
                     "endpoint, where another character could name another host");
@@ -788,15 +788,6 @@ Result<std::string> expand_credentials(const std::string& url, const std::string
 
 }  // namespace
 
-Result<std::string> take_store_options(const std::string& url, const std::string& given,
-                                       StoreOptions* out, bool credentials) {
-  std::string query = given;
-  if (credentials) {
-    SHARDLOAD_ASSIGN_OR_RETURN(query, expand_credentials(url, given));
-  }
-  std::string rest;
-  std::vector<std::string> seen;  // the table's keys met so far
-  std::size_t pos = query.empty() ? 0 : 1;
 CredentialCharacter bad_credential_character(std::string_view value) {
   static constexpr char kHex[] = "0123456789ABCDEF";
   const auto hex = [](unsigned v, int digits) {
@@ -825,6 +816,15 @@ std::string CredentialCharacter::why() const {
          "headers as UTF-8, answered by a bare HTTP 403";
 }
 
+Result<std::string> take_store_options(const std::string& url, const std::string& given,
+                                       StoreOptions* out, bool credentials) {
+  std::string query = given;
+  if (credentials) {
+    SHARDLOAD_ASSIGN_OR_RETURN(query, expand_credentials(url, given));
+  }
+  std::string rest;
+  std::vector<std::string> seen;  // the table's keys met so far
+  std::size_t pos = query.empty() ? 0 : 1;
   while (pos < query.size()) {
     std::size_t amp = query.find('&', pos);
     if (amp == std::string::npos) amp = query.size();
@@ -855,6 +855,9 @@ std::string CredentialCharacter::why() const {
       }
       seen.push_back(key);
       SHARDLOAD_RETURN_IF_ERROR(no_control_characters(url, key, value));
+      if (key == "access_key" || key == "secret_key" || key == "session_token") {
+        SHARDLOAD_RETURN_IF_ERROR(ascii_credential(url, key, value));
+      }
       if (key == "region") SHARDLOAD_RETURN_IF_ERROR(region_name_only(url, value));
     }
     if (row != nullptr && row->set != nullptr &&
@@ -866,9 +869,6 @@ std::string CredentialCharacter::why() const {
     } else {
       rest += (rest.empty() ? "?" : "&") + item;
     }
-      if (key == "access_key" || key == "secret_key" || key == "session_token") {
-        SHARDLOAD_RETURN_IF_ERROR(ascii_credential(url, key, value));
-      }
   }
   return rest;
 }
