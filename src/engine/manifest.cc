@@ -222,8 +222,7 @@ std::string directory_difference(const Layout& layout, const std::vector<std::st
       }
     }
   }
-  // A store's snapshot is its metadata file's; an object's snapshot (its ETag) would take a
-  // request per shard, which is what indexing already made.
+  // A store's snapshot is its metadata file's.
   const FormatDescriptor* d = find_format(layout.format, layout.options.reader);
   if (d != nullptr && d->capabilities.freshness == Freshness::kMetadataFile) return {};
   if (!path_traits(dir).kernel_files) {
@@ -990,6 +989,16 @@ ManifestDiscovery discover_from_manifest(const Source& source, const DiscoverOpt
                            ENOENT);
       return r;
     }
+    // A manifest linked from a place that is gone is one that cannot be read, not none: it
+    // is never skipped silently, as a damaged one is not (a trusted request would probe). A
+    // directory that is such a link is the listing's to name.
+    if (std::string link; m.status().sys_errno() == ENOENT && path_traits(path).kernel_files &&
+                          detail::is_dangling_link(path, &link) && link == path) {
+      r.error = file_error(ErrorCode::kLayout, path,
+                           "manifest: a symbolic link whose target does not exist; run "
+                           "shardload index again, or delete it");
+      return r;
+    }
     if (m.status().sys_errno() == ENOENT || m.status().sys_errno() == ENOTDIR) {
       // Without one, discovery probes as before; trusting a manifest that is not there
       // cannot mean anything else.
@@ -1005,16 +1014,6 @@ ManifestDiscovery discover_from_manifest(const Source& source, const DiscoverOpt
       r.error = file_error(ErrorCode::kLayout, path,
                            "manifest: cannot be trusted for this request: " + why);
     } else {
-    // A manifest linked from a place that is gone is one that cannot be read, not none: it
-    // is never skipped silently, as a damaged one is not (a trusted request would probe). A
-    // directory that is such a link is the listing's to name.
-    if (std::string link; m.status().sys_errno() == ENOENT && path_traits(path).kernel_files &&
-                          detail::is_dangling_link(path, &link) && link == path) {
-      r.error = file_error(ErrorCode::kLayout, path,
-                           "manifest: a symbolic link whose target does not exist; run "
-                           "shardload index again, or delete it");
-      return r;
-    }
       r.note = "manifest: not used: " + why;
       r.state = state;
       if (http) {
