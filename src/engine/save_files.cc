@@ -353,7 +353,8 @@ Status write_shard_rows(Store& store, const Staging& staging, const SaveSpec& sp
 
 Status write_metadata(Store& store, const Staging& staging, const SaveSpec& spec,
                       const std::vector<std::pair<std::string, std::string>>& extra_files,
-                      std::vector<WrittenKey>* written) {
+                      std::vector<WrittenKey>* written,
+                      std::vector<std::pair<std::string, std::string>>* begun) {
   const ObjectShardLayout* layout = layout_of(spec);
   if (layout == nullptr) {
     return Status{ErrorCode::kInvalidArgument,
@@ -368,6 +369,7 @@ Status write_metadata(Store& store, const Staging& staging, const SaveSpec& spec
   SHARDLOAD_ASSIGN_OR_RETURN(ObjectFiles files, layout->metadata(write_spec(spec), shards));
   files.insert(files.end(), extra_files.begin(), extra_files.end());
   for (const auto& [name, text] : files) {
+    if (begun != nullptr) begun->emplace_back(staging.prefix + name, text);
     SHARDLOAD_ASSIGN_OR_RETURN(auto sink, store.open_sink(staging, name, text.size()));
     SHARDLOAD_RETURN_IF_ERROR(sink->write(0, std::as_bytes(std::span(text.data(), text.size()))));
     SHARDLOAD_RETURN_IF_ERROR(sink->finish());

@@ -574,30 +574,82 @@ std::string kept_whole(const RemoteDest& d, Store& store, const Status* failure)
   return {};
 }
 
+// The keys of metadata objects whose upload was begun (with the bytes sent), as
+// write_metadata records them before each PUT.
+using BegunKeys = std::vector<std::pair<std::string, std::string>>;
+
+// A metadata object whose upload failed unanswered (a Ctrl-C, a connection cut after the
+// body, a timeout) may have been stored all the same, and a Zarr store of its .zarray alone
+// reads as its fill value: a HEAD looks, and a GET of that version; exactly the bytes sent
+// there is deleted (an object of those very bytes is what this upload leaves, as a plain PUT's
+// MD5 ETag says of the keys answered), nothing there is nothing to do, anything else is left
+// and named through `kept`.
+void drop_unanswered(Store& store, const std::string& key, const std::string& sent,
+                     const std::function<void(const std::string&, const std::string&)>& kept) {
+  const std::string was = "was being uploaded when the save failed, and ";
+  auto there = store.stat(key);
+  if (!there) {
+    if (there.status().sys_errno() != ENOENT) {
+      kept(store.describe(key),
+           was + "cannot be looked at (" + there.status().message() + "), so it is left");
+    }
+    return;
+  }
+  std::string why;
+  if (there->size != sent.size()) {
+    why = std::to_string(there->size) + " bytes, not the " + std::to_string(sent.size()) + " sent";
+  } else {
+    std::vector<std::byte> back(sent.size());
+    const auto got = store.read(key, 0, back, there->generation);
+    if (!got) {
+      kept(store.describe(key),
+           was + "cannot be read (" + got.status().message() + "), so it is left");
+      return;
+    }
+    const auto bytes = std::as_bytes(std::span(sent.data(), sent.size()));
+    if (*got == sent.size() && std::equal(back.begin(), back.end(), bytes.begin())) {
+      (void)store.remove(key);
+      return;
+    }
+    why = "of " + std::to_string(sent.size()) + " bytes, but not the bytes sent";
+  }
+  kept(store.describe(key),
+       was + "holds another object (" + why + "; another writer?); it is left");
+}
+
 // After a failed commit of a save to an empty prefix: the metadata objects it wrote (each Zarr
 // store's .zarray, raw's sidecar, the extra files), deleted as abandon_remote_save deletes the
 // shards, each only while a HEAD shows what was written. They are written here, at the commit
 // (a Legate save's in a task of its own), so abandon_remote_save does not know them; left, a
 // Zarr store of its .zarray alone reads as its fill value, and the prefix refuses a new save as
-// not empty. Returns `failed`, with the keys left because they are another's now added.
+// not empty. The one whose upload got no answer (`begun`, not in `metadata`) is looked at
+// (drop_unanswered). Returns `failed`, with the keys left because they are another's now added.
 Status drop_metadata(const RemoteDest& d, Store& store, const SaveSpec& spec,
                      const SaveOptions& options, const std::vector<WrittenKey>& metadata,
-                     const Status& failed) noexcept {
-  if ((d.overwrite && !d.old_names.empty()) || metadata.empty()) return failed;
+                     const BegunKeys& begun, const Status& failed) noexcept {
+  if ((d.overwrite && !d.old_names.empty()) || (metadata.empty() && begun.empty())) {
+    return failed;
+  }
   const InterruptSetAside set_aside;
   std::string left;
   try {
     // What keeps everything is said once, by abandon_remote_save.
     if (!kept_whole(d, store, &failed).empty()) return failed;
+    const auto kept = [&](const std::string& shown, const std::string& why) {
+      left += (left.empty() ? "" : "; ") + shown + " " + why;
+    };
+    std::set<std::string> answered;
+    for (const WrittenKey& w : metadata) answered.insert(w.key);
+    for (const auto& [key, sent] : begun) {
+      if (answered.count(key) == 0) drop_unanswered(store, key, sent, kept);
+    }
     PublishSteps steps = publish_steps(d, spec, options);
     steps.overwrite = false;
     steps.own_known = true;
     steps.own = metadata;
     for (const WrittenKey& w : metadata) steps.keys.push_back(w.key);
-    steps.kept = [&](const std::string& shown, const std::string& why) {
-      left += (left.empty() ? "" : "; ") + shown + " " + why;
-    };
-    store.discard(staging_of(d), steps);
+    steps.kept = kept;
+    if (!metadata.empty()) store.discard(staging_of(d), steps);
   } catch (...) {  // best effort on a failure path
   }
   if (left.empty()) return failed;
@@ -625,8 +677,10 @@ Status finish_remote_save(const RemoteDest& d, const SaveSpec& spec, const SaveO
   Staging in_place;
   in_place.in_place = true;
   std::vector<WrittenKey> metadata;
-  if (Status st = write_metadata(*store, in_place, planned, options.extra_files, &metadata); !st) {
-    return drop_metadata(d, *store, spec, options, metadata, st);
+  BegunKeys begun;
+  if (Status st = write_metadata(*store, in_place, planned, options.extra_files, &metadata, &begun);
+      !st) {
+    return drop_metadata(d, *store, spec, options, metadata, begun, st);
   }
   for (auto& name : metadata_names_of(spec)) names.insert(std::move(name));
   for (const auto& [name, text] : options.extra_files) names.insert(name);
@@ -657,7 +711,7 @@ Status finish_remote_save(const RemoteDest& d, const SaveSpec& spec, const SaveO
   bool published = false;
   const Status st = store->publish(staging_of(d), steps, &published);
   if (st || published) return st;
-  return drop_metadata(d, *store, spec, options, metadata, st);
+  return drop_metadata(d, *store, spec, options, metadata, begun, st);
 }
 
 std::string abandon_remote_save(const RemoteDest& d, const SaveSpec& spec,

@@ -1146,6 +1146,125 @@ def test_a_failed_commit_leaves_a_metadata_object_another_writer_replaced(proxie
     assert bucket.get("d/shardload.json") == theirs[0]
 
 
+METADATA_OF = {"zarr": "shard_0000.zarr/.zarray", "raw": "shardload.json"}
+
+
+@pytest.mark.parametrize("fmt", ["zarr", "raw"])
+def test_a_metadata_put_stored_whose_answer_is_lost_is_deleted_by_the_clean_up(proxied, fmt):
+    """A metadata object's PUT that the store took, its answer lost on every attempt (the
+    connection reset after the body): the clean-up deleted only the keys whose uploads were
+    answered and left it, and a load of the prefix gave a Zarr store's shape as zeros (its fill
+    value) without an error. A key whose upload was begun is looked at: holding the bytes sent,
+    it is deleted, and the prefix is empty again."""
+    import shardload.numpy as snp
+    from s3_fault_proxy import Rule
+
+    bucket, proxy = proxied
+    rule = proxy.add(Rule("PUT", path=f"/d/{METADATA_OF[fmt]}", action="lost-answer",
+                          count=None))
+    x = np.arange(1, 241, dtype="f8").reshape(60, 4)
+    with pytest.raises(shardload.ShardWriteError) as e:
+        snp.save(x, bucket.url("d/"), num_shards=3, format=fmt,
+                 storage_options={**bucket.options, "max_attempts": "2"})
+    assert METADATA_OF[fmt] in str(e.value), str(e.value)
+    assert "is left" not in str(e.value), str(e.value)
+    assert rule.fired >= 1
+    assert bucket.keys("d/") == []
+
+
+def test_an_unanswered_metadata_put_whose_key_holds_another_object_leaves_it_named(proxied):
+    """The look at a metadata object whose PUT went unanswered deletes it only where it holds
+    the bytes sent: a sidecar another writer put there after the store took the save's is
+    left, and the save's error names it."""
+    import shardload.numpy as snp
+    from s3_fault_proxy import Rule
+
+    bucket, proxy = proxied
+    theirs = b'{"another": "writer"}'
+    proxy.add(Rule("PUT", path="/d/shardload.json", action="lost-answer", count=None,
+                   after=lambda: bucket.put("d/shardload.json", theirs)))
+    x = np.arange(1, 241, dtype="f8").reshape(60, 4)
+    with pytest.raises(shardload.ShardWriteError) as e:
+        snp.save(x, bucket.url("d/"), num_shards=3, format="raw",
+                 storage_options={**bucket.options, "max_attempts": "2"})
+    msg = str(e.value)
+    assert (f"the clean-up left what is not this save's: s3://{bucket.name}/d/shardload.json "
+            "was being uploaded when the save failed, and holds another object (") in msg, msg
+    assert "another writer?); it is left" in msg, msg
+    assert bucket.keys("d/") == ["d/shardload.json"]
+    assert bucket.get("d/shardload.json") == theirs
+
+
+@pytest.mark.parametrize("front_end", ["shardload.save", "shardload.numpy.save"])
+@pytest.mark.parametrize("fmt", ["zarr", "raw"])
+def test_ctrl_c_during_a_metadata_put_the_store_took_leaves_nothing_of_the_save(
+        proxied, front_end, fmt):
+    """SIGINT while the PUT of the first metadata object (shard_0000.zarr/.zarray; raw's
+    shardload.json) of a save to an empty prefix waits for its answer, which the proxy holds
+    after the upstream stored it: the clean-up deleted the chunks (shards) and left that object,
+    whose upload it did not know had been stored, and a load of the prefix gave (20, 4) zeros
+    without an error. The prefix now holds nothing of the save. (The Legate front end commits
+    in a task after its last look at Python, which a Ctrl-C does not stop: the save completes
+    and says so, the dataset whole.)"""
+    import signal
+    import subprocess
+    import sys
+    import tempfile
+    import textwrap
+
+    import shardload.numpy as snp
+    from s3_fault_proxy import Rule
+
+    bucket, proxy = proxied
+    rule = proxy.add(Rule("PUT", path=f"/d/{METADATA_OF[fmt]}", action="held-answer",
+                          delay_s=4.0, count=None))
+    script = textwrap.dedent("""
+        import json, os, signal, sys, threading, time
+        import numpy as np
+        import shardload, shardload.numpy
+        url, options, fired, fmt = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3], sys.argv[5]
+        save = shardload.numpy.save if sys.argv[4] == "shardload.numpy.save" else shardload.save
+        save(np.ones((2, 2)), url + "warm/", storage_options=options)  # Legate up, if used
+        def interrupt():
+            while not os.path.exists(fired):
+                time.sleep(0.01)
+            time.sleep(0.3)
+            os.kill(os.getpid(), signal.SIGINT)
+        threading.Thread(target=interrupt, daemon=True).start()
+        try:
+            save(np.arange(1, 241, dtype="f8").reshape(60, 4), url + "d/", num_shards=3,
+                 format=fmt, storage_options=options)
+            print(json.dumps(["SAVED"]))
+        except KeyboardInterrupt as e:
+            print(json.dumps(["INTERRUPTED", getattr(e, "__notes__", [])]))
+        except Exception as e:
+            print(json.dumps([type(e).__name__, str(e)]))
+    """)
+    with tempfile.TemporaryDirectory() as tmp:
+        fired = f"{tmp}/fired"
+        # Made once the upstream has stored the object, its answer then held back.
+        rule.after = lambda: open(fired, "w").close()
+        r = subprocess.run([sys.executable, "-c", script, bucket.url(),
+                            json.dumps(bucket.options), fired, front_end, fmt],
+                           capture_output=True, text=True, timeout=300,
+                           preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    assert r.returncode == 0, r.stderr[-3000:]
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    assert rule.fired >= 1
+    direct = {**bucket.options, "endpoint_override": bucket.endpoint}
+    if front_end == "shardload.save":
+        assert got[0] == "INTERRUPTED" and len(got[1]) == 1, (got, r.stderr[-3000:])
+        assert "the save completed before this interrupt" in got[1][0], got
+        np.testing.assert_array_equal(
+            snp.load(bucket.url("d/"), storage_options=direct, trust_manifest=True),
+            np.arange(1, 241, dtype="f8").reshape(60, 4))
+        return
+    assert got == ["INTERRUPTED", []], (got, r.stderr[-3000:])
+    assert bucket.keys("d/") == []
+    with pytest.raises(shardload.Error):
+        snp.load(bucket.url("d/"), storage_options=direct)
+
+
 @pytest.mark.parametrize("front_end", ["shardload.save", "shardload.numpy.save"])
 def test_ctrl_c_during_the_manifest_put_that_the_store_took_says_the_save_completed(
         proxied, server, front_end):

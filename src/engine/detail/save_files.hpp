@@ -123,10 +123,14 @@ Status write_shard_rows(Store& store, const Staging& staging, const SaveSpec& sp
 
 // The format's metadata (raw's shardload.json, each Zarr store's .zarray), then the extra
 // files, written last, each a new key through a sink; `written`, where given, gets each key
-// as its sink finished it (the key below the staging, its size and ETag).
+// as its sink finished it (the key below the staging, its size and ETag). `begun`, where
+// given, gets each key and the bytes sent before its upload starts: an upload that fails
+// unanswered (a Ctrl-C, a connection cut, a timeout) may still have been stored, and a
+// clean-up must know to look there.
 Status write_metadata(Store& store, const Staging& staging, const SaveSpec& spec,
                       const std::vector<std::pair<std::string, std::string>>& extra_files = {},
-                      std::vector<WrittenKey>* written = nullptr);
+                      std::vector<WrittenKey>* written = nullptr,
+                      std::vector<std::pair<std::string, std::string>>* begun = nullptr);
 
 // The three above on the local staging directory `dir` (a path, which travels between
 // processes): create_shard_keys, write_shard_rows and write_metadata through the local store
