@@ -375,16 +375,6 @@ std::string aws_env(const char* name) {
   return v == nullptr ? std::string() : std::string(v);
 }
 
-std::string control_character(const std::string& value) {
-  for (const char c : value) {
-    const auto byte = static_cast<unsigned char>(c);
-    if (byte >= 0x20 && byte != 0x7f) continue;
-    static constexpr char kHex[] = "0123456789ABCDEF";
-    return {'0', 'x', kHex[byte >> 4], kHex[byte & 15]};
-  }
-  return {};
-}
-
 bool parse_role_credentials(const std::string& text, AwsCredentials* out, std::time_t* expires,
                             std::string* why) {
   std::string ignored;

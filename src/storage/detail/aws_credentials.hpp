@@ -83,10 +83,6 @@ std::string run_credential_process(const std::string& command, double seconds, s
 bool parse_role_credentials(const std::string& text, AwsCredentials* out, std::time_t* expires,
                             std::string* why = nullptr);
 
-// The first control character of `value` as "0x0A" (below 0x20, or 0x7F), or "" where it
-// holds none: such a value in a request header would add header lines or end the block.
-std::string control_character(const std::string& value);
-
 // The value of an environment variable of the credentials chain; empty where it is unset (the
 // SDKs treat an empty value as unset too).
 std::string aws_env(const char* name);
