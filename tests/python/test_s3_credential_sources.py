@@ -29,18 +29,9 @@ pytest.importorskip("moto", reason="moto[server] is installed by scripts/setup.s
 pytest.importorskip("boto3")
 
 import s3_server  # noqa: E402
+# The child process that loads and its data, as the environment's values are tried.
+from test_s3_env_values import CHILD, SECRET, data  # noqa: E402,F401 (data: a fixture)
 
-CHILD = textwrap.dedent("""
-    import json, sys
-    import shardload.numpy as snp
-    try:
-        got = snp.load(sys.argv[1], storage_options=json.loads(sys.argv[2]))
-        print(json.dumps({"loaded": got.tolist()}))
-    except Exception as e:
-        print(json.dumps({"error": type(e).__name__, "message": str(e)}))
-""")
-
-SECRET = "SECRETVALUE"
 WANT = [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
 
 
@@ -55,12 +46,6 @@ def _load(url: str, options: dict[str, str], env: dict[str, str]) -> dict:
                        capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
     return json.loads(p.stdout.strip().splitlines()[-1])
-
-
-@pytest.fixture
-def data(bucket: s3_server.Bucket) -> s3_server.Bucket:
-    bucket.put_npy("d/x.npy", np.arange(6.0))
-    return bucket
 
 
 def _process(tmp_path: pathlib.Path, document: dict | str, status: int = 0) -> dict[str, str]:
