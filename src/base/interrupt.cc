@@ -2,6 +2,7 @@
 
 #include <signal.h>
 #include <unistd.h>
+#include "base/detail/interrupt_aside.hpp"
 
 #include <atomic>
 #include <csignal>
@@ -123,3 +124,43 @@ InterruptibleWait::~InterruptibleWait() {
 }
 
 }  // namespace shardload
+
+namespace shardload::detail {
+
+namespace {
+thread_local bool t_set_aside = false;
+}  // namespace
+
+InterruptSetAside::InterruptSetAside(std::optional<std::chrono::milliseconds> most)
+    : interrupted_(interrupt_requested()), outer_(t_set_aside) {
+  if (!interrupted_) return;
+  clear_interrupt();
+  t_set_aside = true;
+  if (!most) return;
+  try {
+    timer_ = std::thread([this, wait = *most] {
+      std::unique_lock lock(mu_);
+      if (!cv_.wait_for(lock, wait, [this] { return done_; })) request_interrupt();
+    });
+  } catch (...) {  // no thread to bound the work: the interrupt ends it at once
+    request_interrupt();
+  }
+}
+
+InterruptSetAside::~InterruptSetAside() {
+  if (!interrupted_) return;
+  if (timer_.joinable()) {
+    {
+      const std::lock_guard lock(mu_);
+      done_ = true;
+    }
+    cv_.notify_all();
+    timer_.join();
+  }
+  t_set_aside = outer_;
+  request_interrupt();
+}
+
+bool InterruptSetAside::active() { return t_set_aside; }
+
+}  // namespace shardload::detail

@@ -10,6 +10,7 @@
 #include <span>
 #include <thread>
 
+#include "base/detail/interrupt_aside.hpp"
 #include "engine/detail/lanes.hpp"
 #include "shardload/formats.hpp"
 #include "shardload/interrupt.hpp"
@@ -501,29 +502,12 @@ Status check_index(Store& store, const RemoteDest& d, const OwnKeys& own, const 
 }
 
 // A Ctrl-C ends every request made while it is pending, a clean-up's too, which would then
-// leave all the save failed on; a clean-up is a HEAD and a DELETE a key, so it runs, and the
-// interrupt is asked for again after it (a second Ctrl-C meanwhile ends its requests).
-class InterruptSetAside {
- public:
-  InterruptSetAside() : interrupted_(interrupt_requested()), outer_(t_set_aside) {
-    if (interrupted_) clear_interrupt();
-    t_set_aside = outer_ || interrupted_;
-  }
-  ~InterruptSetAside() {
-    t_set_aside = outer_;
-    if (interrupted_) request_interrupt();
-  }
-  // Whether a Ctrl-C is set aside on this thread now.
-  static bool active() { return t_set_aside; }
-  InterruptSetAside(const InterruptSetAside&) = delete;
-  InterruptSetAside& operator=(const InterruptSetAside&) = delete;
-
- private:
-  static thread_local bool t_set_aside;
-  bool interrupted_;
-  bool outer_;
-};
-thread_local bool InterruptSetAside::t_set_aside = false;
+// leave all the save failed on; a clean-up is a HEAD and a DELETE a key, so it runs through it,
+// for this long at most: on a store gone quiet each request would hold the interrupt for its
+// attempts x request_timeout, and a clean-up makes two a key. What it has not done by then is
+// left and said so.
+constexpr std::chrono::seconds kInterruptedCleanUp{10};
+using detail::InterruptSetAside;
 
 // Whether `failure` is the failed write of d's manifest that the store did not refuse (no
 // answer, a 5xx, a timeout, a Ctrl-C), whose look (RemoteStore::write) found neither the bytes
@@ -630,7 +614,7 @@ Status drop_metadata(const RemoteDest& d, Store& store, const SaveSpec& spec,
   if ((d.overwrite && !d.old_names.empty()) || (metadata.empty() && begun.empty())) {
     return failed;
   }
-  const InterruptSetAside set_aside;
+  const InterruptSetAside set_aside(kInterruptedCleanUp);
   std::string left;
   try {
     // What keeps everything is said once, by abandon_remote_save.
@@ -721,7 +705,7 @@ std::string abandon_remote_save(const RemoteDest& d, const SaveSpec& spec,
   // its own, as a save to an empty prefix does; one that replaced a dataset may have put a new
   // key where an old one was, which the clean-up cannot give back.
   if ((d.overwrite && !d.old_names.empty()) || d.store == nullptr) return {};
-  const InterruptSetAside set_aside;
+  const InterruptSetAside set_aside(kInterruptedCleanUp);
   std::string left;
   try {
     // A key is deleted while it shows the size and ETag its upload was answered with, and a

@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
-#include <condition_variable>
 #include <limits>
 #include <map>
 #include <mutex>
@@ -14,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "base/detail/interrupt_aside.hpp"
 #include "shardload/interrupt.hpp"
 #include "shardload/io.hpp"
 #include "shardload/location.hpp"
@@ -429,39 +429,8 @@ class RemoteStore final : public Store, public TransportStore {
   // a look that cannot tell says so, and the caller says the dataset may be published.
   static constexpr std::chrono::seconds kInterruptedLook{5};
   Status settle_write(std::string_view key, std::span<const std::byte> data, const Status& failed) {
-    const bool interrupted = interrupt_requested();
-    if (interrupted) clear_interrupt();
-    struct Again {
-      bool interrupted;
-      std::mutex mu;
-      std::condition_variable cv;
-      bool done = false;
-      std::thread timer;
-      ~Again() {
-        if (!interrupted) return;
-        if (timer.joinable()) {
-          {
-            const std::lock_guard lock(mu);
-            done = true;
-          }
-          cv.notify_all();
-          timer.join();
-        }
-        request_interrupt();
-      }
-    } again{interrupted};
-    if (interrupted) {
-      try {
-        again.timer = std::thread([&again] {
-          std::unique_lock lock(again.mu);
-          if (!again.cv.wait_for(lock, kInterruptedLook, [&again] { return again.done; })) {
-            request_interrupt();
-          }
-        });
-      } catch (...) {  // no thread: no look, which cannot then tell
-        request_interrupt();
-      }
-    }
+    const detail::InterruptSetAside again(kInterruptedLook);
+    const bool interrupted = again.interrupted();
     const auto failed_and = [&](const std::string& more) {
       return Status(failed.code(), failed.message() + "; " + more)
           .with_path(failed.path())

@@ -1423,6 +1423,68 @@ def test_a_destination_of_odd_characters_writes_exactly_those_keys(bucket, prefi
         snp.load(bucket.url(prefix), storage_options=bucket.options), a)
 
 
+def test_ctrl_c_with_the_clean_up_held_by_a_quiet_store_ends_soon(proxied):
+    """SIGINT while a shard's PUT waits for its answer, and from then on the store holds every
+    request under the prefix (a store gone quiet). The clean-up runs through the pending Ctrl-C
+    (it deletes what the save wrote), and each of its HEADs and DELETEs held the interrupt for
+    every attempt (150 s each with the defaults). It runs 10 s at most under a Ctrl-C: then the
+    interrupt ends its requests, and what it has not done is left."""
+    import signal
+    import subprocess
+    import sys
+    import tempfile
+    import textwrap
+
+    from s3_fault_proxy import Rule
+
+    bucket, proxy = proxied
+    quiet = [Rule(m, path="/d/", action="delay", delay_s=100, count=None)
+             for m in ("HEAD", "GET", "DELETE")]
+    quiet.append(Rule("GET", path="prefix=d", action="delay", delay_s=100, count=None))
+
+    def go_quiet() -> None:  # the upstream has stored the shard, its answer held back
+        with proxy._lock:
+            if not any(r in proxy.rules for r in quiet):
+                proxy.rules[0:0] = quiet
+        open(fired, "w").close()
+
+    proxy.add(Rule("PUT", path="/d/shard_0001.npy", action="held-answer", delay_s=4.0,
+                   count=None, after=go_quiet))
+    script = textwrap.dedent("""
+        import json, os, signal, sys, threading, time
+        import numpy as np
+        import shardload.numpy
+        url, options, fired = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3]
+        sent = []
+        def interrupt():
+            while not os.path.exists(fired):
+                time.sleep(0.01)
+            time.sleep(0.3)
+            sent.append(time.monotonic())
+            os.kill(os.getpid(), signal.SIGINT)
+        threading.Thread(target=interrupt, daemon=True).start()
+        try:
+            shardload.numpy.save(np.arange(200.0).reshape(100, 2), url + "d/", num_shards=2,
+                                 storage_options=options)
+            print(json.dumps(["SAVED"]))
+        except KeyboardInterrupt as e:
+            print(json.dumps(["INTERRUPTED", time.monotonic() - sent[0]]))
+    """)
+    with tempfile.TemporaryDirectory() as tmp:
+        fired = f"{tmp}/fired"
+        try:
+            r = subprocess.run([sys.executable, "-c", script, bucket.url(),
+                                json.dumps(bucket.options), fired],
+                               capture_output=True, text=True, timeout=90,
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+        except subprocess.TimeoutExpired:
+            pytest.fail("the save was still running 90 s after it began (its clean-up under a "
+                        "pending Ctrl-C waited out every request's attempts)")
+    assert r.returncode == 0, r.stderr[-3000:]
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    assert got[0] == "INTERRUPTED" and got[1] < 30, (got, r.stderr[-3000:])
+    assert sum(q.fired for q in quiet) >= 1
+
 def test_ctrl_c_with_the_manifest_look_held_by_a_quiet_store_ends_soon_and_says_so(proxied):
     """SIGINT while the manifest's PUT waits for its answer (the upstream stored it), and from
     then on the store holds every HEAD and GET of the manifest (a store gone quiet). The look
