@@ -1423,17 +1423,55 @@ def test_a_destination_of_odd_characters_writes_exactly_those_keys(bucket, prefi
         snp.load(bucket.url(prefix), storage_options=bucket.options), a)
 
 
+_SAVE_THEN_CTRL_C = """
+import json, os, signal, sys, threading, time
+import numpy as np
+import shardload.numpy
+url, options, fired = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3]
+sent = []
+def interrupt():
+    while not os.path.exists(fired):
+        time.sleep(0.01)
+    time.sleep(0.3)
+    sent.append(time.monotonic())
+    os.kill(os.getpid(), signal.SIGINT)
+threading.Thread(target=interrupt, daemon=True).start()
+try:
+    shardload.numpy.save(np.arange(200.0).reshape(100, 2), url + "d/", num_shards=2,
+                         storage_options=options)
+    print(json.dumps(["SAVED"]))
+except KeyboardInterrupt as e:
+    print(json.dumps(["INTERRUPTED", time.monotonic() - sent[0], getattr(e, "__notes__", [])]))
+"""
+
+
+def _save_then_ctrl_c(bucket, fired: str, timeout: float, stuck: str) -> list:
+    """What shardload.numpy.save of 100 rows to bucket's d/ in a child process gives when it
+    gets SIGINT 0.3 s after the file ``fired`` appears: ["SAVED"], or ["INTERRUPTED", seconds
+    from the SIGINT, the KeyboardInterrupt's notes]. The test fails saying ``stuck`` where the
+    child still runs after ``timeout`` s."""
+    import signal
+    import subprocess
+    import sys
+
+    try:
+        r = subprocess.run([sys.executable, "-c", _SAVE_THEN_CTRL_C, bucket.url(),
+                            json.dumps(bucket.options), fired],
+                           capture_output=True, text=True, timeout=timeout,
+                           preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"the save was still running {timeout:.0f} s after it began ({stuck})")
+    assert r.returncode == 0, r.stderr[-3000:]
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
 def test_ctrl_c_with_the_clean_up_held_by_a_quiet_store_ends_soon(proxied):
     """SIGINT while a shard's PUT waits for its answer, and from then on the store holds every
     request under the prefix (a store gone quiet). The clean-up runs through the pending Ctrl-C
     (it deletes what the save wrote), and each of its HEADs and DELETEs held the interrupt for
     every attempt (150 s each with the defaults). It runs 10 s at most under a Ctrl-C: then the
     interrupt ends its requests, and what it has not done is left."""
-    import signal
-    import subprocess
-    import sys
     import tempfile
-    import textwrap
 
     from s3_fault_proxy import Rule
 
@@ -1450,40 +1488,13 @@ def test_ctrl_c_with_the_clean_up_held_by_a_quiet_store_ends_soon(proxied):
 
     proxy.add(Rule("PUT", path="/d/shard_0001.npy", action="held-answer", delay_s=4.0,
                    count=None, after=go_quiet))
-    script = textwrap.dedent("""
-        import json, os, signal, sys, threading, time
-        import numpy as np
-        import shardload.numpy
-        url, options, fired = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3]
-        sent = []
-        def interrupt():
-            while not os.path.exists(fired):
-                time.sleep(0.01)
-            time.sleep(0.3)
-            sent.append(time.monotonic())
-            os.kill(os.getpid(), signal.SIGINT)
-        threading.Thread(target=interrupt, daemon=True).start()
-        try:
-            shardload.numpy.save(np.arange(200.0).reshape(100, 2), url + "d/", num_shards=2,
-                                 storage_options=options)
-            print(json.dumps(["SAVED"]))
-        except KeyboardInterrupt as e:
-            print(json.dumps(["INTERRUPTED", time.monotonic() - sent[0]]))
-    """)
     with tempfile.TemporaryDirectory() as tmp:
         fired = f"{tmp}/fired"
-        try:
-            r = subprocess.run([sys.executable, "-c", script, bucket.url(),
-                                json.dumps(bucket.options), fired],
-                               capture_output=True, text=True, timeout=90,
-                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-        except subprocess.TimeoutExpired:
-            pytest.fail("the save was still running 90 s after it began (its clean-up under a "
-                        "pending Ctrl-C waited out every request's attempts)")
-    assert r.returncode == 0, r.stderr[-3000:]
-    got = json.loads(r.stdout.strip().splitlines()[-1])
-    assert got[0] == "INTERRUPTED" and got[1] < 30, (got, r.stderr[-3000:])
+        got = _save_then_ctrl_c(bucket, fired, 90, "its clean-up under a pending Ctrl-C waited "
+                                "out every request's attempts")
+    assert got[0] == "INTERRUPTED" and got[1] < 30, got
     assert sum(q.fired for q in quiet) >= 1
+
 
 def test_ctrl_c_with_the_manifest_look_held_by_a_quiet_store_ends_soon_and_says_so(proxied):
     """SIGINT while the manifest's PUT waits for its answer (the upstream stored it), and from
@@ -1493,11 +1504,7 @@ def test_ctrl_c_with_the_manifest_look_held_by_a_quiet_store_ends_soon_and_says_
     docs/save.md says published nothing, while the dataset was published. Under a pending
     Ctrl-C the look is one attempt of a few seconds, and the KeyboardInterrupt that cannot tell
     carries a note saying that the dataset may be published."""
-    import signal
-    import subprocess
-    import sys
     import tempfile
-    import textwrap
 
     import shardload.numpy as snp
     from s3_fault_proxy import Rule
@@ -1514,40 +1521,11 @@ def test_ctrl_c_with_the_manifest_look_held_by_a_quiet_store_ends_soon_and_says_
 
     rule = proxy.add(Rule("PUT", path="/d/shardload.manifest", action="held-answer",
                           delay_s=4.0, count=None, after=go_quiet))
-    script = textwrap.dedent("""
-        import json, os, signal, sys, threading, time
-        import numpy as np
-        import shardload.numpy
-        url, options, fired = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3]
-        sent = []
-        def interrupt():
-            while not os.path.exists(fired):
-                time.sleep(0.01)
-            time.sleep(0.3)
-            sent.append(time.monotonic())
-            os.kill(os.getpid(), signal.SIGINT)
-        threading.Thread(target=interrupt, daemon=True).start()
-        try:
-            shardload.numpy.save(np.arange(200.0).reshape(100, 2), url + "d/", num_shards=2,
-                                 storage_options=options)
-            print(json.dumps(["SAVED"]))
-        except KeyboardInterrupt as e:
-            print(json.dumps(["INTERRUPTED", time.monotonic() - sent[0],
-                              getattr(e, "__notes__", [])]))
-    """)
     with tempfile.TemporaryDirectory() as tmp:
         fired = f"{tmp}/fired"
-        try:
-            r = subprocess.run([sys.executable, "-c", script, bucket.url(),
-                                json.dumps(bucket.options), fired],
-                               capture_output=True, text=True, timeout=60,
-                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-        except subprocess.TimeoutExpired:
-            pytest.fail("the save was still running 60 s after it began (the look under a "
-                        "pending Ctrl-C waited out its attempts)")
-    assert r.returncode == 0, r.stderr[-3000:]
-    got = json.loads(r.stdout.strip().splitlines()[-1])
-    assert got[0] == "INTERRUPTED", (r.stdout, r.stderr[-3000:])
+        got = _save_then_ctrl_c(bucket, fired, 60, "the look under a pending Ctrl-C waited out "
+                                "its attempts")
+    assert got[0] == "INTERRUPTED", got
     assert got[1] < 15, got
     assert rule.fired >= 1 and sum(q.fired for q in quiet) >= 1
     assert len(got[2]) == 1, got
