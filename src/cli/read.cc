@@ -242,10 +242,15 @@ VerifySeed verify_seed(const ReadArgs& a, const Layout& layout, std::ostream& ou
   const bool part = a.meta_dir != a.source;
   if (seed && part) {
     // --seed of a part: _meta.json, where write left one, still tells the part's place; without
-    // one the part is verified as a dataset of its own, from its row 0.
-    if (const Result<WriteMeta> meta = read_write_meta(a.meta_dir); meta && !meta->foreign) {
-      meta_rows = meta->rows;
+    // one the part is verified as a dataset of its own, from its row 0. A damaged one tells no
+    // place: taken for none, the part was compared from row 0 and FAILED.
+    const Result<WriteMeta> meta = read_write_meta(a.meta_dir);
+    if (!meta) {
+      err << "shardload read: verify: "
+          << spell_options(meta.status().message(), OptionSpelling::kCli) << "\n";
+      return {std::nullopt, 1};
     }
+    if (!meta->foreign) meta_rows = meta->rows;
   }
   if (!seed) {
     const Result<WriteMeta> meta = read_write_meta(a.meta_dir);
