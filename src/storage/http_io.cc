@@ -55,15 +55,18 @@ std::string origin_of(std::string_view url) {
   return std::string(url.substr(0, end));
 }
 
+// The bytes a URL the user writes keeps as they are: a space, a control or a byte past ASCII is
+// in no URL (libcurl refuses the first two), so it is percent-encoded; '%' and what is encoded
+// already stay as written.
+bool kept_in_written_url(unsigned char b) { return b > 0x20 && b < 0x7F; }
+
 // `url` up to its query, with each space, control and byte past ASCII of its path
-// percent-encoded: a URL holds none of them (libcurl refuses the first two), and a user who
-// names "https://h/a b.npy" means the object "a b.npy". What is already encoded stays so.
+// percent-encoded: a user who names "https://h/a b.npy" means the object "a b.npy".
 std::string encode_raw_path(std::string_view url) {
   const auto scheme = url.find("://");
   const auto path = url.find('/', scheme == std::string_view::npos ? 0 : scheme + 3);
   if (path == std::string_view::npos) return std::string(url);
-  return std::string(url.substr(0, path)) +
-         percent_encode(url.substr(path), [](unsigned char b) { return b > 0x20 && b < 0x7F; });
+  return std::string(url.substr(0, path)) + percent_encode(url.substr(path), kept_in_written_url);
 }
 
 // `sealed` (a path: its user part and its query's secrets by handle) as the request is made:
@@ -79,9 +82,8 @@ Result<Target> target_of(const std::string& sealed) {
   // The query's spaces, controls and bytes past ASCII likewise: libcurl refused the first two
   // ("URL using bad/illegal format"), and a token sent with raw UTF-8 came back from a server
   // that reads latin-1 as mojibake, which no redaction recognises.
-  t.request_url =
-      encode_raw_path(std::string_view(url).substr(0, q)) +
-      percent_encode(parsed->rest, [](unsigned char b) { return b > 0x20 && b < 0x7F; });
+  t.request_url = encode_raw_path(std::string_view(url).substr(0, q)) +
+                  percent_encode(parsed->rest, kept_in_written_url);
   t.store = StorageContext::process().store(origin_of(url), t.options);
   return t;
 }
