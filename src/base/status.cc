@@ -1405,13 +1405,33 @@ std::vector<std::string> percent_spellings(std::string_view v) {
   return out;
 }
 
+// `v`'s bytes each read as one ISO-8859-1 character, written in UTF-8: how a server that
+// decodes a query as latin-1 (a servlet container's default) quotes a token typed past ASCII
+// (U+00E9 echoed as U+00C3 U+00A9). Empty where `v` is ASCII.
+std::string read_as_latin1(std::string_view v) {
+  if (std::all_of(v.begin(), v.end(), [](char c) { return static_cast<unsigned char>(c) < 0x80; }))
+    return {};
+  std::string out;
+  for (const char ch : v) {
+    const auto c = static_cast<unsigned char>(ch);
+    if (c < 0x80) {
+      out += ch;
+    } else {
+      out += static_cast<char>(0xC0 | (c >> 6));
+      out += static_cast<char>(0x80 | (c & 0x3F));
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 // Each other place where the text quotes a secret hidden in it (a server's error page quoting
 // the signature it refused, the token, the password), replaced by "***": as it was given,
 // percent-decoded, or form-decoded ('+' read as a space, as most servers read a query), each
 // also as a JSON encoder that escapes '/' writes it ("\/", PHP's default) and as HTML's numeric
-// character references write '+' and '/' (Go's html/template, OWASP's rule), and the decoded
+// character references write '+' and '/' (Go's html/template, OWASP's rule), its bytes past
+// ASCII read as latin-1 (read_as_latin1), and the decoded
 // value percent-encoded again (percent_spellings: a page quoting a header or the URL in a
 // "?next=" or a log line, "Basic%20BASE64%3D"). Values shorter than 6 bytes are left (they
 // would hide ordinary words); at most 64 values are looked for, so that the time stays in
@@ -1437,6 +1457,7 @@ std::string hide_quoted(std::string text, const std::vector<std::string>& hidden
     add(h);
     add(percent_decoded(h));
     if (h.find('+') != std::string::npos) add(percent_decoded(each_written_as(h, '+', " ")));
+    add(read_as_latin1(percent_decoded(h)));
     // A '?' or '#' in a user part's secret: a parser that ends the URL's path there quotes
     // the pieces apart ("'TAIL@bucket/key' after the URL's first '?' is not ...").
     for (std::size_t from = 0; from < h.size();) {

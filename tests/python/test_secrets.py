@@ -1022,6 +1022,29 @@ def _echo_server(page) -> Iterator[closing_server.ClosingHTTPServer]:
         yield server
 
 
+def test_a_token_past_ascii_echoed_as_latin1_is_hidden(cli):
+    """A token typed past ASCII goes percent-encoded as UTF-8; a server that decodes the query
+    as latin-1 (a servlet container's default) quotes it as mojibake ("\u00c3\u00a9" for
+    "\u00e9"), which no rule hid (hostile pass 29, B8): that spelling is hidden too."""
+    import urllib.parse as up
+
+    secret = "TOK\u00e92xyz-s3cret-token"
+    mojibake = secret.encode().decode("latin-1")
+
+    def page(h):
+        return "query was " + up.unquote(up.urlsplit(h.path).query, encoding="latin-1")
+
+    with _echo_server(page) as server:
+        url = f"http://127.0.0.1:{server.server_address[1]}/d/x.npy?token={secret}"
+        with pytest.raises(shardload.Error) as e:
+            shardload.load(url)
+        r = subprocess.run([str(cli), "inspect", url], capture_output=True, text=True,
+                           timeout=120)
+        for out in (str(e.value) + repr(e.value.args), r.stdout + r.stderr):
+            assert "HTTP 403" in out and "query was token=" in out, out
+            assert _shown_prefix(out, mojibake) == 0 and _shown_prefix(out, secret) == 0, out
+
+
 @pytest.mark.parametrize("where", ["query", "userinfo"])
 def test_a_secret_echoed_where_the_quote_cuts_it_shows_no_part_of_it(cli, where):
     """A server's error page quoting the request's token (or the password sent from the URL's
