@@ -1537,16 +1537,6 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
   // Arrow parses ('&k=v' would add an option) and into the signed requests' URL ('#' or '?'
   // would make the bucket and key a fragment or a query). Named by where they came from,
   // never shown: a credential is secret.
-  static std::string control_character(const std::string& value) {
-    for (const char c : value) {
-      const auto byte = static_cast<unsigned char>(c);
-      if (byte >= 0x20 && byte != 0x7f) continue;
-      static constexpr char kHex[] = "0123456789ABCDEF";
-      return {'0', 'x', kHex[byte >> 4], kHex[byte & 15]};
-    }
-    return {};
-  }
-
   static Status refuse_control_character(const std::string& url, const std::string& where,
                                          const std::string& value) {
     const CredentialCharacter bad = bad_credential_character(value);
@@ -1562,7 +1552,7 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
   // blank as a URL's query writes it; no host name holds one).
   static Status refuse_bad_endpoint(const std::string& url, const std::string& where,
                                     const std::string& value) {
-    const std::string code = control_character(value);
+    const std::string code = control_character_code(value);
     const auto bad = value.find_first_of("#? +\\");
     std::string found;
     if (!code.empty()) {

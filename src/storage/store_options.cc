@@ -132,18 +132,13 @@ Result<OptionValue> store_option_value(const std::string& url, const StoreOption
 // only: the value may be secret.
 Status no_control_characters(const std::string& url, const std::string& key,
                              const std::string& value) {
-  for (const char c : percent_decoded(value)) {
-    const auto byte = static_cast<unsigned char>(c);
-    if (byte >= 0x20 && byte != 0x7f) continue;
-    static constexpr char kHex[] = "0123456789ABCDEF";
-    const std::string code = {'0', 'x', kHex[byte >> 4], kHex[byte & 15]};
-    return file_error(ErrorCode::kInvalidArgument, url,
-                      "bad object-storage URL or options: " + key + " holds a control character (" +
-                          code +
-                          "; CR, LF, NUL, tab and the other control characters are refused in "
-                          "an option's value, percent-encoded or not)");
-  }
-  return Status::ok();
+  const std::string code = control_character_code(percent_decoded(value));
+  if (code.empty()) return Status::ok();
+  return file_error(ErrorCode::kInvalidArgument, url,
+                    "bad object-storage URL or options: " + key + " holds a control character (" +
+                        code +
+                        "; CR, LF, NUL, tab and the other control characters are refused in "
+                        "an option's value, percent-encoded or not)");
 }
 
 // A credential option's value (access_key, secret_key, session_token) holding a character
@@ -787,6 +782,15 @@ Result<std::string> expand_credentials(const std::string& url, const std::string
 }
 
 }  // namespace
+
+std::string control_character_code(std::string_view value) {
+  static constexpr char kHex[] = "0123456789ABCDEF";
+  for (const char c : value) {
+    const auto byte = static_cast<unsigned char>(c);
+    if (byte < 0x20 || byte == 0x7f) return {'0', 'x', kHex[byte >> 4], kHex[byte & 15]};
+  }
+  return {};
+}
 
 CredentialCharacter bad_credential_character(std::string_view value) {
   static constexpr char kHex[] = "0123456789ABCDEF";

@@ -114,6 +114,10 @@ using RangeRead =
 std::int64_t read_in_parts(const RangeRead& read, void* buf, std::size_t n, std::uint64_t offset,
                            std::size_t part, std::size_t in_flight, std::string* why);
 
+// "0xNN" for the first C0 control character or DEL in `value`, "" where it holds none: the
+// code alone is shown in a refusal, never the value (it may be secret).
+std::string control_character_code(std::string_view value);
+
 // The first character of a credential that no request header may carry: `kind` "a control
 // character" (below 0x20, or 0x7F: a CR or LF would add header lines) or "a non-ASCII
 // character" (AWS's keys and tokens are ASCII: one beyond it, a C1 control such as U+0085 or a
