@@ -231,6 +231,8 @@ std::optional<int> parse_read_args(const Args& args, ReadArgs* out) {
 
 VerifySeed verify_seed(const ReadArgs& a, const Layout& layout, std::ostream& out,
                        std::ostream& err) {
+  VerifySeed failed;
+  failed.rc = 1;
   if (!a.verify) {
     out << "verify:         skipped (--no-verify)\n";
     return {};
@@ -248,7 +250,7 @@ VerifySeed verify_seed(const ReadArgs& a, const Layout& layout, std::ostream& ou
     if (!meta) {
       err << "shardload read: verify: "
           << spell_options(meta.status().message(), OptionSpelling::kCli) << "\n";
-      return {std::nullopt, 1};
+      return failed;
     }
     if (!meta->foreign) meta_rows = meta->rows;
   }
@@ -257,7 +259,7 @@ VerifySeed verify_seed(const ReadArgs& a, const Layout& layout, std::ostream& ou
     if (!meta) {
       err << "shardload read: verify: "
           << spell_options(meta.status().message(), OptionSpelling::kCli) << "\n";
-      return {std::nullopt, 1};
+      return failed;
     }
     if (meta->foreign) {
       out << "verify:         skipped (_meta.json in " << printable_redacted(a.meta_dir)
@@ -277,7 +279,7 @@ VerifySeed verify_seed(const ReadArgs& a, const Layout& layout, std::ostream& ou
   if (!meta_dtype.empty() && meta_dtype != layout.dtype.name()) {
     err << "shardload read: verify: _meta.json says dtype " << meta_dtype << ", the shards hold "
         << layout.dtype.name() << "\n";
-    return {std::nullopt, 1};
+    return failed;
   }
   // The directory as a whole is what write wrote: rows it lost (a shard deleted) would verify
   // as the seed's values of the rows that are left. A file or pattern of it may be a part.
@@ -286,15 +288,16 @@ VerifySeed verify_seed(const ReadArgs& a, const Layout& layout, std::ostream& ou
     if (held != meta_shape) {
       err << "shardload read: verify: _meta.json says shape " << shape_string(meta_shape)
           << ", the shards hold " << shape_string(held) << "\n";
-      return {std::nullopt, 1};
+      return failed;
     }
   }
-  VerifySeed v{seed, 0};
+  VerifySeed v;
+  v.seed = seed;
   if (part && !meta_rows.empty()) {
     const PartPlace place = part_place(layout, meta_rows);
     if (!place.error.empty()) {
       err << "shardload read: verify: " << place.error << "\n";
-      return {std::nullopt, 1};
+      return failed;
     }
     if (!place.first_row) {
       out << "verify:         skipped (" << printable_redacted(a.source)
