@@ -68,6 +68,18 @@ def serving(handler: type[http.server.BaseHTTPRequestHandler], *, host: str = "1
         thread.join(timeout=10)
 
 
+def this_hosts_address() -> str | None:
+    """An IPv4 address of this machine that is not a loopback one (where a route out leaves
+    from), or None where it has none: a host a test can name that is not 127.0.0.1."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            s.connect(("10.255.255.255", 9))  # a datagram socket's connect sends nothing
+            address = s.getsockname()[0]
+        except OSError:
+            return None
+    return None if address.startswith("127.") or address == "0.0.0.0" else address
+
+
 def address(server: http.server.HTTPServer) -> str:
     """"127.0.0.1:PORT", the server's host and port as an endpoint_override names them."""
     return f"127.0.0.1:{server.server_address[1]}"

@@ -11,15 +11,14 @@ the source served by a small http server or a script here."""
 
 from __future__ import annotations
 
+import contextlib
 import http.server
 import json
 import os
 import pathlib
-import socket
 import subprocess
 import sys
 import textwrap
-import threading
 from collections.abc import Iterator
 
 import numpy as np
@@ -28,6 +27,7 @@ import pytest
 pytest.importorskip("moto", reason="moto[server] is installed by scripts/setup.sh")
 pytest.importorskip("boto3")
 
+import closing_server  # noqa: E402
 import s3_server  # noqa: E402
 # The child process that loads and its data, as the environment's values are tried.
 from test_s3_env_values import CHILD, SECRET, data  # noqa: E402,F401 (data: a fixture)
@@ -127,7 +127,6 @@ def test_a_credential_process_that_gives_none_is_an_error_naming_it(
     assert got.get("error") == "ValueError", got
     assert "the credential_process of profile 'default'" in got["message"], got
     assert why in got["message"], got
-
 
 
 def test_a_failing_credential_process_runs_once_for_a_directory(
@@ -270,23 +269,14 @@ def test_a_credential_process_can_ask_on_the_terminal(data: s3_server.Bucket,
     last = out.decode(errors="replace").strip().splitlines()[-1]
     assert json.loads(last) == {"loaded": WANT}, out
 
-def _this_hosts_address() -> str | None:
-    """An IPv4 address of this machine that is not a loopback one, or None."""
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        try:
-            s.connect(("10.255.255.255", 9))  # a datagram socket's connect sends nothing
-            address = s.getsockname()[0]
-        except OSError:
-            return None
-    return None if address.startswith("127.") or address == "0.0.0.0" else address
 
-
-class ContainerEndpoint:
+class ContainerEndpoint(contextlib.ExitStack):
     """A container credentials endpoint on every address of this host: /creds answers with
     ``answer`` (a credentials document, or a redirect to /elsewhere on ``redirect_to``);
     /elsewhere answers with keys. Each request's path and User-Agent are logged."""
 
     def __init__(self, redirect_to: str | None = None, token: str = "TOK") -> None:
+        super().__init__()
         self.log: list[tuple[str, str]] = []
         endpoint = self
 
@@ -312,22 +302,14 @@ class ContainerEndpoint:
                 self.end_headers()
                 self.wfile.write(body)
 
-        self.httpd = http.server.ThreadingHTTPServer(("0.0.0.0", 0), Handler)
+        self.httpd = self.enter_context(closing_server.serving(Handler, host="0.0.0.0"))
         self.port = self.httpd.server_address[1]
         self.url = f"http://127.0.0.1:{self.port}/creds"
-
-    def __enter__(self) -> ContainerEndpoint:
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
 
 
 @pytest.fixture
 def elsewhere() -> Iterator[str]:
-    address = _this_hosts_address()
+    address = closing_server.this_hosts_address()
     if address is None:
         pytest.skip("this machine has no IPv4 address but loopback ones")
     yield address

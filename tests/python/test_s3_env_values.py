@@ -8,6 +8,7 @@ its own, with the variables set as a user's shell would, against the tests' moto
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import http.server
 import json
@@ -16,7 +17,6 @@ import pathlib
 import subprocess
 import sys
 import textwrap
-import threading
 from collections.abc import Iterator
 
 import numpy as np
@@ -25,6 +25,7 @@ import pytest
 pytest.importorskip("moto", reason="moto[server] is installed by scripts/setup.sh")
 pytest.importorskip("boto3")
 
+import closing_server  # noqa: E402
 import s3_server  # noqa: E402
 
 CHILD = textwrap.dedent("""
@@ -178,12 +179,13 @@ def test_an_endpoint_is_host_and_port(data: s3_server.Bucket, server: str, how: 
         "loaded": [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]}
 
 
-class PrefixProxy:
+class PrefixProxy(contextlib.ExitStack):
     """A server in front of moto that answers only paths under /pfx/ (an S3 store behind a
     path prefix), forwarding them without it; each request's method, path and User-Agent is
     logged."""
 
     def __init__(self, server: str) -> None:
+        super().__init__()
         self.log: list[tuple[str, str, str]] = []
         proxy = self
 
@@ -219,16 +221,8 @@ class PrefixProxy:
 
             do_GET = do_HEAD = do_PUT = do_DELETE = do_POST = _forward  # noqa: N815
 
-        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.endpoint = f"127.0.0.1:{self.httpd.server_address[1]}"
-
-    def __enter__(self) -> PrefixProxy:
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        self.httpd = self.enter_context(closing_server.serving(Handler))
+        self.endpoint = closing_server.address(self.httpd)
 
 
 @pytest.fixture

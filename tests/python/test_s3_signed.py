@@ -644,20 +644,6 @@ def test_a_containers_credentials_take_the_signed_path(server, proxy, tmp_path):
     assert {(m, p) for m, p, _ in source.log} == {("GET", "/creds")}
 
 
-def _this_hosts_address() -> str | None:
-    """An IPv4 address of this machine that is not a loopback one (where a route out
-    leaves from), or None where it has none."""
-    import socket
-
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        try:
-            s.connect(("10.255.255.255", 9))  # a datagram socket's connect sends nothing
-            address = s.getsockname()[0]
-        except OSError:
-            return None
-    return None if address.startswith("127.") or address == "0.0.0.0" else address
-
-
 @pytest.mark.parametrize("variable", ["FULL_URI", "RELATIVE_URI"])
 def test_a_containers_token_goes_to_no_host_the_sdks_refuse(server, proxy, tmp_path, variable):
     """AWS_CONTAINER_CREDENTIALS_FULL_URI=http://127.0.0.1@HOST/creds passed the check of a
@@ -666,7 +652,7 @@ def test_a_containers_token_goes_to_no_host_the_sdks_refuse(server, proxy, tmp_p
     http://HOST/creds itself is refused, as the SDKs refuse it. A relative URI that does not
     start with '/' ("@HOST/creds") made of ECS's address a user part the same way. Neither
     is asked now: the load ends without credentials, and HOST saw no request."""
-    address = _this_hosts_address()
+    address = closing_server.this_hosts_address()
     if address is None:
         pytest.skip("this machine has no IPv4 address but loopback ones")
     data = Data(server)
