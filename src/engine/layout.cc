@@ -1,12 +1,14 @@
 #include "shardload/layout.hpp"
 
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstdint>
 #include <cstdio>
 #include <ctime>
+#include <deque>
 #include <iterator>
 #include <sstream>
 
@@ -577,51 +579,129 @@ static Result<Layout> try_discover_at(const Source& source, const DiscoverOption
 
 namespace {
 
-// What a local directory is at one moment: the directory its path reaches (links followed)
-// and, where the path's last part is a symbolic link, that link itself. Publishing a new
+// What a local directory's path reaches at one moment: each directory and symbolic link met
+// while resolving it, from its first part to the directory itself, every link followed as the
+// kernel follows it (a link within a link's target, "..", "." included). Publishing a new
 // version under readers re-points a link (`ln -sfn v2 current`: a new link renamed over the
-// old one) or renames a directory onto the path, and discovery reads the path many times (its
-// listing, a sidecar, a manifest, each file's probe), each resolved anew: a publish between
-// two of them paired one version's listing or sidecar with the other's files, a layout that
-// each file's snapshot then vouched for. The link's own inode and change time tell a swap
-// and its undoing (v1, v2, v1 again) apart from no swap, where the directory's identity alone
-// is the same at both ends; a directory's change time is not compared, as it changes with
-// every file written into it, which is no new version.
-struct DirectoryVersion {
-  int error = 0;  // the stat's errno; 0: the directory was found
+// old one) or renames or exchanges a directory onto the path, and discovery reads the path
+// many times (its listing, a sidecar, a manifest, each file's probe), each resolved anew: a
+// publish between two of them paired one version's listing or sidecar with the other's files,
+// a layout that each file's snapshot then vouched for. A swap and its undoing (v1, v2, v1)
+// leave every directory the path reaches the same, so identities alone miss it wherever the
+// swapped link or directory lies on the path (`current/.`, `current/sub`, a glob under it):
+// a link is a new one after a swap (its inode or change time differs), and a directory renamed
+// or exchanged, and back, has a later change time. A directory's change time also moves when
+// a file is made or removed in it, which is no new version: then its modification time moves
+// with it, to the same instant, while a rename sets the change time alone. So a directory
+// counts as moved only where its change time moved past its modification time.
+struct PathPart {
+  bool link = false;
   std::uint64_t device = 0;
   std::uint64_t inode = 0;
-  bool link = false;
-  std::uint64_t link_device = 0;
-  std::uint64_t link_inode = 0;
-  std::int64_t link_ctime_ns = 0;
-  friend bool operator==(const DirectoryVersion&, const DirectoryVersion&) = default;
+  std::int64_t ctime_ns = 0;
+  std::int64_t mtime_ns = 0;
 };
 
-// Two stats where the path is a link (its own, then its target's), one otherwise.
-DirectoryVersion directory_version(const std::string& dir) {
-  DirectoryVersion v;
-  // A trailing '/' would make lstat follow the link.
-  std::string own = dir;
-  while (own.size() > 1 && own.back() == '/') own.pop_back();
-  struct ::stat st {};
-  if (::lstat(own.c_str(), &st) != 0) {
-    v.error = errno;
-    return v;
+bool same_part(const PathPart& before, const PathPart& after) {
+  if (before.link != after.link || before.device != after.device || before.inode != after.inode) {
+    return false;
   }
-  if (S_ISLNK(st.st_mode)) {
-    v.link = true;
-    v.link_device = static_cast<std::uint64_t>(st.st_dev);
-    v.link_inode = static_cast<std::uint64_t>(st.st_ino);
-    v.link_ctime_ns =
-        static_cast<std::int64_t>(st.st_ctim.tv_sec) * 1'000'000'000 + st.st_ctim.tv_nsec;
-    if (::stat(own.c_str(), &st) != 0) {
+  if (before.ctime_ns == after.ctime_ns) return true;
+  // A link is never written in place: any change to it is a new version.
+  return !after.link && after.ctime_ns == after.mtime_ns;
+}
+
+struct DirectoryVersion {
+  int error = 0;  // the errno of the part that could not be resolved; 0: the directory was found
+  std::vector<PathPart> parts;
+
+  // Not symmetric: a directory whose change time moved since `before` is the same one only
+  // where this later look finds its modification time moved with it.
+  bool same_as_before(const DirectoryVersion& before) const {
+    return error == before.error && parts.size() == before.parts.size() &&
+           std::equal(before.parts.begin(), before.parts.end(), parts.begin(), same_part);
+  }
+  // The latest change time compared: a change made in its clock tick may be stamped the same.
+  std::int64_t latest_ctime_ns() const {
+    std::int64_t t = INT64_MIN;
+    for (const auto& p : parts) t = std::max(t, p.ctime_ns);
+    return t;
+  }
+};
+
+std::int64_t stat_ns(const struct ::timespec& t) {
+  return static_cast<std::int64_t>(t.tv_sec) * 1'000'000'000 + t.tv_nsec;
+}
+
+// One lstat per part of the path and per part of each link's target met, one readlink per link.
+// The parts are walked by name, as the kernel would: the path is not opened, so a directory
+// without search permission below an ancestor fails here as its listing would.
+DirectoryVersion directory_version(const std::string& dir) {
+  constexpr int kMaxLinks = 40;  // the kernel's own limit (ELOOP)
+  DirectoryVersion v;
+  std::deque<std::string> left;
+  const auto push_front_parts = [&left](std::string_view path) {
+    std::vector<std::string> parts;
+    for (std::size_t pos = 0; pos <= path.size();) {
+      const std::size_t end = std::min(path.find('/', pos), path.size());
+      if (end > pos) parts.emplace_back(path.substr(pos, end - pos));
+      pos = end + 1;
+    }
+    left.insert(left.begin(), parts.begin(), parts.end());
+  };
+  // `at`: the part resolved so far, links in it already replaced by what they reach ("" for
+  // the working directory, "/" for the root), so ".." below it is its parent by name.
+  std::string at = !dir.empty() && dir[0] == '/' ? "/" : "";
+  push_front_parts(dir);
+  int links = 0;
+  while (!left.empty()) {
+    const std::string name = std::move(left.front());
+    left.pop_front();
+    if (name == ".") continue;
+    if (name == "..") {
+      const std::size_t slash = at.rfind('/');
+      const std::string_view last = slash == std::string::npos
+                                        ? std::string_view(at)
+                                        : std::string_view(at).substr(slash + 1);
+      if (at == "/") continue;
+      if (at.empty() || last == "..") {
+        at += at.empty() ? ".." : "/..";
+      } else {
+        at.erase(slash == std::string::npos ? 0 : (slash == 0 ? 1 : slash));
+      }
+      continue;
+    }
+    const std::string next = at.empty() ? name : (at == "/" ? "/" + name : at + "/" + name);
+    struct ::stat st {};
+    if (::lstat(next.c_str(), &st) != 0) {
       v.error = errno;
       return v;
     }
+    PathPart part;
+    part.link = S_ISLNK(st.st_mode);
+    part.device = static_cast<std::uint64_t>(st.st_dev);
+    part.inode = static_cast<std::uint64_t>(st.st_ino);
+    part.ctime_ns = stat_ns(st.st_ctim);
+    part.mtime_ns = stat_ns(st.st_mtim);
+    v.parts.push_back(part);
+    if (!part.link) {
+      at = next;
+      continue;
+    }
+    if (++links > kMaxLinks) {
+      v.error = ELOOP;
+      return v;
+    }
+    std::string target(static_cast<std::size_t>(st.st_size > 0 ? st.st_size : 4095) + 1, '\0');
+    const ssize_t n = ::readlink(next.c_str(), target.data(), target.size());
+    if (n < 0) {
+      v.error = errno;
+      return v;
+    }
+    target.resize(static_cast<std::size_t>(n));
+    if (!target.empty() && target[0] == '/') at = "/";
+    push_front_parts(target);
   }
-  v.device = static_cast<std::uint64_t>(st.st_dev);
-  v.inode = static_cast<std::uint64_t>(st.st_ino);
   return v;
 }
 
@@ -665,10 +745,11 @@ constexpr int kMaxReplacedDiscoveries = 4;
 
 }  // namespace
 
-// One discovery describes one version of its directory (option (a) of reading it through one
-// held descriptor or comparing its identity around the whole discovery: the identity is two
-// stats at most on either side, where a descriptor would have to reach every reader's opens,
-// the paths they record and the messages they write, all kept as the user spelled them).
+// One discovery describes one version of its directory (of reading it through one held
+// descriptor or comparing what its path reaches around the whole discovery, the second: one
+// lstat per part of the path on either side, where a descriptor would have to reach every
+// reader's opens (HDF5's and user readers' by name), the paths they record and the messages
+// they write, all kept as the user spelled them).
 // A discovery during which the directory was replaced is done again; at load, each file's
 // snapshot refuses a version put in place after it.
 Result<Layout> try_discover(const Source& source, const DiscoverOptions& options) {
@@ -677,10 +758,11 @@ Result<Layout> try_discover(const Source& source, const DiscoverOptions& options
     const std::int64_t began = realtime_ns();
     const DirectoryVersion before = dir.empty() ? DirectoryVersion{} : directory_version(dir);
     // A link made in this tick of the coarse clock, and one made over it before the tick is
-    // over, may have the same change time and (the old one's freed) the same inode.
-    if (before.link) wait_out_tick(before.link_ctime_ns);
+    // over, may have the same change time and (the old one's freed) the same inode; a
+    // directory renamed twice in the tick its change time was read in, the same change time.
+    if (!before.parts.empty()) wait_out_tick(before.latest_ctime_ns());
     auto l = try_discover_at(source, options);
-    if (dir.empty() || directory_version(dir) == before) {
+    if (dir.empty() || directory_version(dir).same_as_before(before)) {
       if (l) began_at(*l, began);
       return l;
     }

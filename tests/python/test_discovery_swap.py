@@ -62,13 +62,16 @@ def write_version(d: pathlib.Path, fmt: str, count: int, value: int) -> None:
 
 
 def discover_swapping(shim: pathlib.Path, link: pathlib.Path, steps: str,
-                      every: str | None = None, mode: str = "link") -> tuple[dict, str]:
+                      every: str | None = None, mode: str = "link",
+                      source: str | None = None) -> tuple[dict, str]:
+    """Discovers and reads `source` (the link's path unless told) in a subprocess whose opens
+    swap `link` as `steps` says (support/swap_link.c)."""
     env = dict(os.environ, LD_PRELOAD=str(shim), SWAP_LINK=str(link), SWAP_LINK_STEPS=steps,
                SWAP_LINK_MODE=mode)
     if every is not None:
         env["SWAP_LINK_EVERY"] = every
-    r = subprocess.run([sys.executable, "-c", SCRIPT, str(link)], capture_output=True, text=True,
-                       timeout=300, env=env)
+    r = subprocess.run([sys.executable, "-c", SCRIPT, source or str(link)], capture_output=True,
+                       text=True, timeout=300, env=env)
     assert r.returncode == 0, r.stderr[-3000:]
     return json.loads(r.stdout.strip().splitlines()[-1]), r.stderr
 
@@ -151,3 +154,65 @@ def test_a_link_swapped_during_every_discovery_is_refused_naming_the_directory(
     assert "layout_error" in got, got
     message = got["layout_error"]
     assert f"{current}: changed during discovery (replaced 4 times)" in message, message
+
+
+V1_WHOLE = {"shards": 3, "dtype": "int32", "shape": [12, 2], "values": [1]}
+
+
+@pytest.mark.parametrize("spelling", ["/.", "/sub", "/sub/*.npy", "/sub/shard_{:04d}.npy"])
+def test_a_link_above_the_directory_swapped_and_back_during_discovery_is_seen(
+        tmp_path: pathlib.Path, swap_link_shim: pathlib.Path, spelling: str) -> None:
+    """The source reaches its directory through `current` without ending in it (`current/.`,
+    `current/sub`, a glob or pattern under it); `current` goes to v2 as shard 1 is opened and
+    back to v1 as shard 2 is. Every directory the path reaches is v1's at both ends, so
+    discovery kept v1's listing with shard 1 probed in v2 (the read then failed, or with the
+    next swap read v2's first 3 shards as the whole dataset). The link met on the way is another
+    one, so the discovery is done again: v1, whole."""
+    for v, count in {1: 3, 2: 40}.items():
+        write_version(tmp_path / f"v{v}", "npy", count, v)
+        write_version(tmp_path / f"v{v}" / "sub", "npy", count, v)
+    current = tmp_path / "current"
+    current.symlink_to("v1")
+    got, err = discover_swapping(swap_link_shim, current, "shard_0001.npy=v2,shard_0002.npy=v1",
+                                 source=str(current) + spelling)
+    assert err.count("swap_link: ") == 2, err[-3000:]
+    assert got == V1_WHOLE
+
+
+@pytest.mark.parametrize("spelling", ["", "/sub"], ids=["current", "current/sub"])
+def test_a_directory_exchanged_and_back_during_discovery_is_seen(
+        tmp_path: pathlib.Path, swap_link_shim: pathlib.Path, spelling: str) -> None:
+    """No link: `current` (v1) is exchanged with `next` (v2) as shard 1 is opened and exchanged
+    back as shard 2 is (renameat2's RENAME_EXCHANGE, twice), the source `current` itself or
+    `current/sub` below it. `current` is v1's directory at both ends, so discovery kept v1's
+    listing with shard 1 probed in v2. The exchanged directory's change time moved past its
+    modification time (a rename sets the one alone), so the discovery is done again: v1,
+    whole."""
+    for name, (v, count) in {"current": (1, 3), "next": (2, 40)}.items():
+        write_version(tmp_path / name, "npy", count, v)
+        write_version(tmp_path / name / "sub", "npy", count, v)
+    current = tmp_path / "current"
+    got, err = discover_swapping(swap_link_shim, current,
+                                 "shard_0001.npy=next,shard_0002.npy=next", mode="exchange",
+                                 source=str(current) + spelling)
+    assert err.count("swap_link: ") == 2, err[-3000:]
+    assert got == V1_WHOLE
+
+
+@pytest.mark.parametrize("where", ["parent", "directory"])
+def test_a_file_written_beside_the_dataset_during_every_discovery_is_no_new_version(
+        tmp_path: pathlib.Path, swap_link_shim: pathlib.Path, where: str) -> None:
+    """Another writer makes a file in the directory above the dataset (`where="parent"`), or in
+    the dataset's own directory, at every open of shard 0, during discovery and the read. Each
+    sets that directory's change time, as a rename does, but its modification time with it: no
+    new version, so no discovery is done again and none is refused as replaced; the layout is
+    v1's, whole."""
+    write_version(tmp_path / "v1", "npy", 3, 1)
+    current = tmp_path / "current"
+    current.symlink_to("v1")
+    written = tmp_path if where == "parent" else tmp_path / "v1"
+    got, err = discover_swapping(swap_link_shim, written, "x=other,x=other", every="shard_0000.npy",
+                                 mode="write", source=str(current))
+    assert "swap_link: wrote" in err, err[-3000:]
+    assert got == V1_WHOLE
+    assert len(list(written.glob("other.*"))) == err.count("swap_link: wrote") >= 2

@@ -5,7 +5,10 @@
  * it reach the other version. SWAP_LINK_STEPS is "NAME=TARGET,NAME=TARGET,...": at the first
  * open of a path whose last part is NAME, the link is pointed at TARGET; each step once, in
  * order. SWAP_LINK_MODE=exchange: SWAP_LINK is a directory and TARGET one beside it, the
- * two exchanged instead (a directory renamed into place). SWAP_LINK_EVERY=NAME instead re-points
+ * two exchanged instead (a directory renamed into place). SWAP_LINK_MODE=write: SWAP_LINK is a
+ * directory and TARGET a file name: a new file TARGET.N (N counting from 0) is made in it instead,
+ * as another writer makes files beside a dataset, which is no new version of it.
+ * SWAP_LINK_EVERY=NAME instead re-points
  * the link at every open of NAME, between the two targets of SWAP_LINK_STEPS (a publisher that
  * never pauses). Each swap is written to stderr. A swap that lands between discovery's listing and
  * its probes, or between a sidecar's read and the files', lands there every time, where a second
@@ -52,8 +55,23 @@ static const char* last_part(const char* path) {
   return slash == NULL ? path : slash + 1;
 }
 
+static int written = 0;
+
 static void repoint(const char* link, const char* target) {
   const char* mode = getenv("SWAP_LINK_MODE");
+  if (mode != NULL && strcmp(mode, "write") == 0) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s.%d", link, target, written++);
+    static int (*real_open_write)(const char*, int, ...) = NULL;
+    if (real_open_write == NULL) real_open_write = dlsym(RTLD_NEXT, "open");
+    const int fd = real_open_write(path, O_WRONLY | O_CREAT | O_EXCL, 0644);
+    if (fd < 0 || write(fd, "x", 1) != 1 || close(fd) != 0) {
+      fprintf(stderr, "swap_link: the write failed\n");
+      abort();
+    }
+    fprintf(stderr, "swap_link: wrote %s\n", path);
+    return;
+  }
   if (mode != NULL && strcmp(mode, "exchange") == 0) {
     /* SWAP_LINK is a directory, TARGET another beside it: the two exchanged in one step, as a
      * save with overwrite=True puts a new version in place (renameat2's RENAME_EXCHANGE). */
