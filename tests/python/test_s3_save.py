@@ -760,54 +760,23 @@ def test_ctrl_c_during_an_s3_save_publishes_no_manifest(proxied, server, front_e
     signal sent once shard 0's object is there): KeyboardInterrupt before the manifest, and
     what was uploaded is deleted, by either front end (numpy's clean-up requests were refused
     while the interrupt was pending, and its uploaded shards left)."""
-    import signal
-    import subprocess
-    import sys
-    import textwrap
+    import tempfile
 
     from s3_fault_proxy import Rule
 
     bucket, proxy = proxied
     rule = proxy.add(Rule("PUT", path="/d/shard_0001.npy", action="delay", delay_s=5.0,
                           count=None))
-    script = textwrap.dedent("""
-        import json, os, signal, sys, threading, time
-        import boto3, numpy as np
-        import shardload, shardload.numpy
-        url, options, server, name = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3], sys.argv[4]
-        save = shardload.numpy.save if sys.argv[5] == "shardload.numpy.save" else shardload.save
-        save(np.ones((2, 2)), url + "warm/", storage_options=options)  # Legate up, if used
-        client = boto3.client("s3", endpoint_url="http://" + server, region_name="us-east-1",
-                              aws_access_key_id="testing", aws_secret_access_key="testing")
-        def keys():
-            got = client.list_objects_v2(Bucket=name, Prefix="d/").get("Contents", [])
-            return {o["Key"] for o in got}
-        late = []
-        def interrupt():
-            deadline = time.monotonic() + 120
-            while "d/shard_0000.npy" not in keys() and time.monotonic() < deadline:
-                time.sleep(0.01)
-            late.append("d/shardload.manifest" in keys())
-            if not late[0]:
-                os.kill(os.getpid(), signal.SIGINT)
-        t = threading.Thread(target=interrupt, daemon=True)
-        t.start()
-        try:
-            save(np.ones((30, 4), np.float32), url + "d/", num_shards=3, storage_options=options)
-            print("SAVED")
-        except KeyboardInterrupt:
-            print("INTERRUPTED")
-        t.join(timeout=130)
-        print("LATE" if not late or late[0] else "IN-TIME")
-    """)
-    r = subprocess.run([sys.executable, "-c", script, bucket.url(), json.dumps(bucket.options),
-                        server, bucket.name, front_end], capture_output=True, text=True,
-                       timeout=300,
-                       preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    assert r.returncode == 0, r.stderr[-3000:]
-    if "LATE" in r.stdout:  # shard 0 came more than 5 s after shard 1's part was held back
+    with tempfile.TemporaryDirectory() as tmp:
+        fired = f"{tmp}/fired"
+        # Made once the upstream has stored shard 0 (its answer sent at once).
+        proxy.add(Rule("PUT", path="/d/shard_0000.npy", action="held-answer", delay_s=0.0,
+                       count=None, after=lambda: open(fired, "w").close()))
+        got = _save_then_ctrl_c(bucket, fired, 300, "the interrupted save", front_end=front_end,
+                                shape=(30, 4), dtype="float32", num_shards=3)
+    if got[0] == "SAVED":  # shard 0 came more than 5 s after shard 1's part was held back
         pytest.skip("the signal came after the save")
-    assert r.stdout.split() == ["INTERRUPTED", "IN-TIME"], (r.stdout, r.stderr[-3000:])
+    assert got[0] == "INTERRUPTED", got
     assert rule.fired >= 1
     assert bucket.keys("d/") == []
 
@@ -1206,11 +1175,7 @@ def test_ctrl_c_during_a_metadata_put_the_store_took_leaves_nothing_of_the_save(
     without an error. The prefix now holds nothing of the save. (The Legate front end commits
     in a task after its last look at Python, which a Ctrl-C does not stop: the save completes
     and says so, the dataset whole.)"""
-    import signal
-    import subprocess
-    import sys
     import tempfile
-    import textwrap
 
     import shardload.numpy as snp
     from s3_fault_proxy import Rule
@@ -1218,48 +1183,22 @@ def test_ctrl_c_during_a_metadata_put_the_store_took_leaves_nothing_of_the_save(
     bucket, proxy = proxied
     rule = proxy.add(Rule("PUT", path=f"/d/{METADATA_OF[fmt]}", action="held-answer",
                           delay_s=4.0, count=None))
-    script = textwrap.dedent("""
-        import json, os, signal, sys, threading, time
-        import numpy as np
-        import shardload, shardload.numpy
-        url, options, fired, fmt = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3], sys.argv[5]
-        save = shardload.numpy.save if sys.argv[4] == "shardload.numpy.save" else shardload.save
-        save(np.ones((2, 2)), url + "warm/", storage_options=options)  # Legate up, if used
-        def interrupt():
-            while not os.path.exists(fired):
-                time.sleep(0.01)
-            time.sleep(0.3)
-            os.kill(os.getpid(), signal.SIGINT)
-        threading.Thread(target=interrupt, daemon=True).start()
-        try:
-            save(np.arange(1, 241, dtype="f8").reshape(60, 4), url + "d/", num_shards=3,
-                 format=fmt, storage_options=options)
-            print(json.dumps(["SAVED"]))
-        except KeyboardInterrupt as e:
-            print(json.dumps(["INTERRUPTED", getattr(e, "__notes__", [])]))
-        except Exception as e:
-            print(json.dumps([type(e).__name__, str(e)]))
-    """)
     with tempfile.TemporaryDirectory() as tmp:
         fired = f"{tmp}/fired"
         # Made once the upstream has stored the object, its answer then held back.
         rule.after = lambda: open(fired, "w").close()
-        r = subprocess.run([sys.executable, "-c", script, bucket.url(),
-                            json.dumps(bucket.options), fired, front_end, fmt],
-                           capture_output=True, text=True, timeout=300,
-                           preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    assert r.returncode == 0, r.stderr[-3000:]
-    got = json.loads(r.stdout.strip().splitlines()[-1])
+        got = _save_then_ctrl_c(bucket, fired, 300, "the interrupted save", front_end=front_end,
+                                fmt=fmt, shape=(60, 4), start=1, num_shards=3)
     assert rule.fired >= 1
     direct = {**bucket.options, "endpoint_override": bucket.endpoint}
     if front_end == "shardload.save":
-        assert got[0] == "INTERRUPTED" and len(got[1]) == 1, (got, r.stderr[-3000:])
-        assert "the save completed before this interrupt" in got[1][0], got
+        assert got[0] == "INTERRUPTED" and len(got[2]) == 1, got
+        assert "the save completed before this interrupt" in got[2][0], got
         np.testing.assert_array_equal(
             snp.load(bucket.url("d/"), storage_options=direct, trust_manifest=True),
             np.arange(1, 241, dtype="f8").reshape(60, 4))
         return
-    assert got == ["INTERRUPTED", []], (got, r.stderr[-3000:])
+    assert got[0] == "INTERRUPTED" and got[2] == [], got
     assert bucket.keys("d/") == []
     with pytest.raises(shardload.Error):
         snp.load(bucket.url("d/"), storage_options=direct)
@@ -1272,11 +1211,7 @@ def test_ctrl_c_during_the_manifest_put_that_the_store_took_says_the_save_comple
     the upstream stored it: a bare KeyboardInterrupt (documented as "nothing published") came
     while the dataset was published. The save looks, finds its own manifest, and the
     KeyboardInterrupt carries the note that the save completed."""
-    import signal
-    import subprocess
-    import sys
     import tempfile
-    import textwrap
 
     import shardload.numpy as snp
     from s3_fault_proxy import Rule
@@ -1284,39 +1219,14 @@ def test_ctrl_c_during_the_manifest_put_that_the_store_took_says_the_save_comple
     bucket, proxy = proxied
     rule = proxy.add(Rule("PUT", path="/d/shardload.manifest", action="held-answer",
                           delay_s=4.0, count=None))
-    script = textwrap.dedent("""
-        import json, os, signal, sys, threading, time
-        import numpy as np
-        import shardload, shardload.numpy
-        url, options, fired = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3]
-        save = shardload.numpy.save if sys.argv[4] == "shardload.numpy.save" else shardload.save
-        save(np.ones((2, 2)), url + "warm/", storage_options=options)  # Legate up, if used
-        def interrupt():
-            while not os.path.exists(fired):
-                time.sleep(0.01)
-            time.sleep(0.3)
-            os.kill(os.getpid(), signal.SIGINT)
-        threading.Thread(target=interrupt, daemon=True).start()
-        try:
-            save(np.arange(200.0).reshape(100, 2), url + "d/", num_shards=2,
-                 storage_options=options)
-            print(json.dumps(["SAVED"]))
-        except KeyboardInterrupt as e:
-            print(json.dumps(["INTERRUPTED", getattr(e, "__notes__", [])]))
-    """)
     with tempfile.TemporaryDirectory() as tmp:
         fired = f"{tmp}/fired"
         # Made once the upstream has stored the manifest, its answer then held back.
         rule.after = lambda: open(fired, "w").close()
-        r = subprocess.run([sys.executable, "-c", script, bucket.url(),
-                            json.dumps(bucket.options), fired, front_end],
-                           capture_output=True, text=True, timeout=300,
-                           preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    assert r.returncode == 0, r.stderr[-3000:]
-    got = json.loads(r.stdout.strip().splitlines()[-1])
-    assert got[0] == "INTERRUPTED", (r.stdout, r.stderr[-3000:])
-    assert len(got[1]) == 1 and "the save completed before this interrupt" in got[1][0], got
-    assert f"s3://{bucket.name}/d/" in got[1][0], got
+        got = _save_then_ctrl_c(bucket, fired, 300, "the interrupted save", front_end=front_end)
+    assert got[0] == "INTERRUPTED", got
+    assert len(got[2]) == 1 and "the save completed before this interrupt" in got[2][0], got
+    assert f"s3://{bucket.name}/d/" in got[2][0], got
     assert rule.fired >= 1
     direct = {**bucket.options, "endpoint_override": bucket.endpoint}
     assert "d/shardload.manifest" in bucket.keys("d/")
@@ -1426,8 +1336,11 @@ def test_a_destination_of_odd_characters_writes_exactly_those_keys(bucket, prefi
 _SAVE_THEN_CTRL_C = """
 import json, os, signal, sys, threading, time
 import numpy as np
-import shardload.numpy
-url, options, fired = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3]
+import shardload, shardload.numpy
+url, options, fired, args = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3], json.loads(sys.argv[4])
+save = shardload.save if args["front_end"] == "shardload.save" else shardload.numpy.save
+if args["front_end"] == "shardload.save":
+    save(np.ones((2, 2)), url + "warm/", storage_options=options)  # Legate up
 sent = []
 def interrupt():
     while not os.path.exists(fired):
@@ -1436,27 +1349,39 @@ def interrupt():
     sent.append(time.monotonic())
     os.kill(os.getpid(), signal.SIGINT)
 threading.Thread(target=interrupt, daemon=True).start()
+shape = args["shape"]
+x = np.arange(args["start"], args["start"] + int(np.prod(shape)), dtype=args["dtype"]).reshape(shape)
 try:
-    shardload.numpy.save(np.arange(200.0).reshape(100, 2), url + "d/", num_shards=2,
-                         storage_options=options)
+    save(x, url + "d/", num_shards=args["num_shards"], format=args["fmt"], storage_options=options)
     print(json.dumps(["SAVED"]))
 except KeyboardInterrupt as e:
     print(json.dumps(["INTERRUPTED", time.monotonic() - sent[0], getattr(e, "__notes__", [])]))
+except Exception as e:
+    print(json.dumps([type(e).__name__, str(e)]))
 """
 
 
-def _save_then_ctrl_c(bucket, fired: str, timeout: float, stuck: str) -> list:
-    """What shardload.numpy.save of 100 rows to bucket's d/ in a child process gives when it
-    gets SIGINT 0.3 s after the file ``fired`` appears: ["SAVED"], or ["INTERRUPTED", seconds
-    from the SIGINT, the KeyboardInterrupt's notes]. The test fails saying ``stuck`` where the
-    child still runs after ``timeout`` s."""
+def _save_then_ctrl_c(bucket, fired: str, timeout: float, stuck: str, *,
+                      front_end: str = "shardload.numpy.save", fmt: str = "npy",
+                      shape: tuple[int, ...] = (100, 2), start: int = 0, dtype: str = "f8",
+                      num_shards: int = 2, options: dict | None = None) -> list:
+    """What ``front_end`` (shardload.numpy.save, or shardload.save: Legate, warmed up first) of
+    ``numpy.arange(start, ...)`` of ``shape`` and ``dtype`` to bucket's d/ in ``num_shards``
+    shards of ``fmt`` gives in a child process that gets SIGINT 0.3 s after the file ``fired``
+    appears: ["SAVED"], ["INTERRUPTED", seconds from the SIGINT, the KeyboardInterrupt's
+    notes], or [the exception's type name, its message]. ``options``: the storage options,
+    the bucket's by default. The test fails saying ``stuck`` where the child still runs after
+    ``timeout`` s."""
     import signal
     import subprocess
     import sys
 
+    args = {"front_end": front_end, "fmt": fmt, "shape": list(shape), "start": start,
+            "dtype": dtype, "num_shards": num_shards}
     try:
         r = subprocess.run([sys.executable, "-c", _SAVE_THEN_CTRL_C, bucket.url(),
-                            json.dumps(bucket.options), fired],
+                            json.dumps(options if options is not None else bucket.options),
+                            fired, json.dumps(args)],
                            capture_output=True, text=True, timeout=timeout,
                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     except subprocess.TimeoutExpired:
