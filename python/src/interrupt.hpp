@@ -91,16 +91,13 @@ inline void note_published(py::error_already_set& e, const std::string& dest) {
 }
 
 // A Ctrl-C that came while the save's manifest PUT went unanswered, whose look could not tell
-// whether the store took it (RemoteStore::settle_write: "whether it was stored cannot be
-// told"; after a Ctrl-C the look is short): `dest` may hold the new dataset, and a bare
-// KeyboardInterrupt would say that nothing was published. The note says so, with the save's
-// error (what it left, and why). Called with the GIL held.
+// whether the store took it (RemoteStore::settle_write's "whether it was stored cannot be
+// told", as data: Status::stored_untold; after a Ctrl-C the look is short): `dest` may hold the
+// new dataset, and a bare KeyboardInterrupt would say that nothing was published. The note says
+// so, with the save's error (what it left, and why). Called with the GIL held.
 inline void note_maybe_published(py::error_already_set& e, const std::string& dest,
                                  const Status& failed) {
-  if (!e.matches(PyExc_KeyboardInterrupt) || failed.is_ok() ||
-      failed.message().find("whether it was stored cannot be told") == std::string::npos) {
-    return;
-  }
+  if (!e.matches(PyExc_KeyboardInterrupt) || failed.is_ok() || !failed.stored_untold()) return;
   const py::object value = e.value();
   if (!py::hasattr(value, "add_note")) return;
   value.attr("add_note")(message_str(
@@ -108,6 +105,17 @@ inline void note_maybe_published(py::error_already_set& e, const std::string& de
       " may hold the new dataset (the store may have taken its manifest; with overwrite, the "
       "old one may be gone): " +
       failed.message()));
+}
+
+// A save that failed with `failed` while a Ctrl-C is pending (a front end whose requests the
+// interrupt does not end: the Legate save): the KeyboardInterrupt is raised now, in place of the
+// save's error, with note_maybe_published's note where the save may have published; returns
+// where no signal is pending (the caller raises the save's error). Called with the GIL held.
+inline void raise_pending_interrupt_of_failed_save(const std::string& dest, const Status& failed) {
+  if (PyErr_CheckSignals() == 0) return;
+  py::error_already_set e;
+  note_maybe_published(e, dest, failed);
+  throw e;
 }
 
 // After a save that published: a signal still pending raises now, with that note.

@@ -211,9 +211,18 @@ PYBIND11_MODULE(_legate, m) {
         opts.before_commit = shardload::python::check_signals_before_commit;
         const std::string path = dest;
         shardload::SaveInfo info;
-        {
+        try {
           shardload::python::GilReleased release;
           shardload::save(*array, path, opts, &info);
+        } catch (const shardload::Error& e) {
+          // A Ctrl-C during the publish step does not end its requests: where the manifest's
+          // PUT then failed and whether the store took it cannot be told, the KeyboardInterrupt
+          // says the dataset may be published, as numpy.save's does (the save's error is in
+          // the note). Otherwise the save's error, the interrupt raised after it.
+          if (e.status().stored_untold()) {
+            shardload::python::raise_pending_interrupt_of_failed_save(path, e.status());
+          }
+          throw;
         }
         // A Ctrl-C during the publish step: raised now, saying the save completed.
         shardload::python::raise_signals_after_publish(path);

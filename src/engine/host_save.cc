@@ -129,27 +129,32 @@ Status save_to_object_store(const std::byte* data, const std::string& dest,
   stats->prepare_s = seconds(t0, t1);
   // The keys the uploads finished, each as its upload was answered: the commit checks them,
   // and a failed save's clean-up deletes them alone, each while it is still the save's.
+  // And the keys whose uploads sent every byte and got no answer, which the store may have
+  // made all the same: the clean-up deletes them where they are provably those bytes.
   std::mutex own_mu;
   std::vector<WrittenKey> own;
+  std::vector<WrittenKey> begun;
   struct Abandon {
     const detail::RemoteDest& d;
     const detail::SaveSpec& spec;
     const SaveOptions& options;
     const std::vector<WrittenKey>& own;
+    const std::vector<WrittenKey>& begun;
     bool committed = false;
     // The clean-up now, once: what it left that is not the save's, added to `st`.
     Status failed(const Status& st) {
       committed = true;
-      const std::string left = detail::abandon_remote_save(d, spec, options, &own, &st);
+      const std::string left = detail::abandon_remote_save(d, spec, options, &own, &st, &begun);
       if (left.empty()) return st;
       return Status(st.code(), st.message() + "; " + left)
           .with_path(st.path())
-          .with_errno(st.sys_errno());
+          .with_errno(st.sys_errno())
+          .with_stored_untold(st.stored_untold());
     }
     ~Abandon() {
-      if (!committed) (void)detail::abandon_remote_save(d, spec, options, &own);
+      if (!committed) (void)detail::abandon_remote_save(d, spec, options, &own, nullptr, &begun);
     }
-  } abandon{d, *spec, save, own};
+  } abandon{d, *spec, save, own, begun};
 
   std::vector<std::int64_t> uploads;
   for (std::int64_t s = 0; s < spec->shards(); ++s) {
@@ -171,6 +176,7 @@ Status save_to_object_store(const std::byte* data, const std::string& dest,
         if (upload) {
           const std::lock_guard lock(own_mu);
           own.insert(own.end(), (*upload)->written().begin(), (*upload)->written().end());
+          begun.insert(begun.end(), (*upload)->begun().begin(), (*upload)->begun().end());
         }
         return st ? st
                   : st.with_context("save shard " + std::to_string(s) + " " + rows_text(lo, hi));

@@ -18,6 +18,7 @@
 #include "shardload/location.hpp"
 #include "shardload/manifest.hpp"
 #include "shardload/storage.hpp"
+#include "storage/detail/md5.hpp"
 #include "storage/detail/store_options.hpp"
 
 namespace shardload::detail {
@@ -146,7 +147,11 @@ Status ShardUpload::commit() {
 
 Status ShardUpload::finish_key() {
   const Status st = sink_->finish();
-  if (st) written_keys_.push_back({plan_.keys[key_].key, sink_->size(), sink_->etag()});
+  if (st) {
+    written_keys_.push_back({plan_.keys[key_].key, sink_->size(), sink_->etag()});
+  } else if (std::string md5 = sink_->sent_md5(); !md5.empty()) {
+    begun_keys_.push_back({plan_.keys[key_].key, sink_->size(), std::move(md5)});
+  }
   sink_.reset();
   return st;
 }
@@ -173,57 +178,82 @@ std::size_t written_record_bytes(const SaveSpec& spec) {
   std::size_t most = 0;
   for (std::int64_t s = 0; s < spec.shards(); ++s) {
     std::size_t bytes = 0;
+    std::size_t longest = 0;
     for (const std::string& key : shard_objects(spec, s)) {
       bytes += kU32 + key.size() + kU64 + kU32 + kWrittenEtagMax;
+      longest = std::max(longest, key.size());
     }
-    most = std::max(most, bytes);
+    // And room for the one begun key (its MD5 is 32 hex digits).
+    most = std::max(most, bytes + kU32 + longest + kU64 + kU32 + kWrittenEtagMax);
   }
-  return kU32 + most;
+  return 2 * kU32 + most;
 }
 
-void encode_written(const std::vector<WrittenKey>& keys, std::byte* out, std::size_t size) {
-  if (size < kU32) return;
-  std::byte* p = out + kU32;
-  const std::byte* const end = out + size;
+namespace {
+
+// A count, then the keys that fit in [*p, end); *p is moved past them.
+void encode_keys(const std::vector<WrittenKey>& keys, std::byte** p, const std::byte* end) {
+  if (static_cast<std::size_t>(end - *p) < kU32) return;
+  std::byte* head = *p;
+  *p += kU32;
   std::uint64_t n = 0;
   for (const WrittenKey& w : keys) {
     const std::string etag = w.etag.size() <= kWrittenEtagMax ? w.etag : std::string();
-    if (static_cast<std::size_t>(end - p) < kU32 + w.key.size() + kU64 + kU32 + etag.size()) {
+    // Room is kept for the count after these.
+    if (static_cast<std::size_t>(end - *p) <
+        kU32 + w.key.size() + kU64 + kU32 + etag.size() + kU32) {
       break;  // not sized for it: the keys after it are not carried
     }
-    put_n(p, w.key.size(), kU32);
-    std::memcpy(p, w.key.data(), w.key.size());
-    p += w.key.size();
-    put_n(p, w.size, kU64);
-    put_n(p, etag.size(), kU32);
-    std::memcpy(p, etag.data(), etag.size());
-    p += etag.size();
+    put_n(*p, w.key.size(), kU32);
+    std::memcpy(*p, w.key.data(), w.key.size());
+    *p += w.key.size();
+    put_n(*p, w.size, kU64);
+    put_n(*p, etag.size(), kU32);
+    std::memcpy(*p, etag.data(), etag.size());
+    *p += etag.size();
     ++n;
   }
-  std::byte* head = out;
   put_n(head, n, kU32);
 }
 
-bool decode_written(const std::byte* in, std::size_t size, std::vector<WrittenKey>* keys) {
-  const std::byte* p = in;
-  const std::byte* const end = in + size;
+bool decode_keys(const std::byte** p, const std::byte* end, std::vector<WrittenKey>* keys) {
   std::uint64_t n = 0;
-  if (!get_n(p, end, &n, kU32)) return false;
+  if (!get_n(*p, end, &n, kU32)) return false;
   for (std::uint64_t i = 0; i < n; ++i) {
     WrittenKey w;
     std::uint64_t len = 0;
-    if (!get_n(p, end, &len, kU32) || static_cast<std::uint64_t>(end - p) < len) return false;
-    w.key.assign(reinterpret_cast<const char*>(p), static_cast<std::size_t>(len));
-    p += len;
-    if (!get_n(p, end, &w.size, kU64) || !get_n(p, end, &len, kU32) ||
-        static_cast<std::uint64_t>(end - p) < len) {
+    if (!get_n(*p, end, &len, kU32) || static_cast<std::uint64_t>(end - *p) < len) return false;
+    w.key.assign(reinterpret_cast<const char*>(*p), static_cast<std::size_t>(len));
+    *p += len;
+    if (!get_n(*p, end, &w.size, kU64) || !get_n(*p, end, &len, kU32) ||
+        static_cast<std::uint64_t>(end - *p) < len) {
       return false;
     }
-    w.etag.assign(reinterpret_cast<const char*>(p), static_cast<std::size_t>(len));
-    p += len;
-    keys->push_back(std::move(w));
+    w.etag.assign(reinterpret_cast<const char*>(*p), static_cast<std::size_t>(len));
+    *p += len;
+    if (keys != nullptr) keys->push_back(std::move(w));
   }
   return true;
+}
+
+}  // namespace
+
+void encode_written(const std::vector<WrittenKey>& keys, std::byte* out, std::size_t size,
+                    const std::vector<WrittenKey>& begun) {
+  std::byte* p = out;
+  const std::byte* const end = out + size;
+  encode_keys(keys, &p, end);
+  encode_keys(begun, &p, end);
+}
+
+bool decode_written(const std::byte* in, std::size_t size, std::vector<WrittenKey>* keys,
+                    std::vector<WrittenKey>* begun) {
+  const std::byte* p = in;
+  const std::byte* const end = in + size;
+  if (!decode_keys(&p, end, keys)) return false;
+  // A slot without room for the begun keys' count carries none.
+  if (static_cast<std::size_t>(end - p) < kU32) return true;
+  return decode_keys(&p, end, begun);
 }
 
 Result<std::shared_ptr<Store>> open_save_store(const std::string& dir_url) {
@@ -601,6 +631,70 @@ void drop_unanswered(Store& store, const std::string& key, const std::string& se
        was + "holds another object (" + why + "; another writer?); it is left");
 }
 
+// A key whose upload sent every byte and got no answer (ShardUpload::begun: `w`, the MD5 of
+// the bytes sent as its ETag) may have been stored all the same: left, a first shard alone
+// loads as a dataset of its own rows. A HEAD looks: nothing there is nothing to do; an object of
+// that size whose ETag is that MD5 (a plain PUT's ETag is the MD5 of its bytes) is deleted; one
+// whose ETag is no plain MD5 (a multipart upload's, a digest of its parts' digests, cut where
+// the store's client chose) or none is read back and deleted where its bytes have that MD5.
+// Anything else is another writer's, left and named through `kept`; so is what cannot be
+// looked at or read.
+void drop_begun(Store& store, const WrittenKey& w,
+                const std::function<void(const std::string&, const std::string&)>& kept) {
+  const std::string was = "was being uploaded when the save failed, and ";
+  const auto another = [&](const std::string& why) {
+    kept(store.describe(w.key),
+         was + "holds another object (" + why + "; another writer?); it is left");
+  };
+  auto now = store.version(w.key);
+  if (!now) {
+    if (now.status().sys_errno() != ENOENT) {
+      kept(store.describe(w.key),
+           was + "cannot be looked at (" + now.status().message() + "), so it is left");
+    }
+    return;
+  }
+  if (now->size != w.size) {
+    another(std::to_string(now->size) + " bytes, not the " + std::to_string(w.size) + " sent");
+    return;
+  }
+  const std::string etag = normalized_etag(now->etag);
+  if (same_etag(etag, w.etag)) {
+    (void)store.remove(w.key);
+    return;
+  }
+  if (!etag.empty() && etag.find('-') == std::string::npos) {
+    another("ETag " + now->etag + ", where the bytes sent have the MD5 " + w.etag);
+    return;
+  }
+  const auto there = store.stat(w.key);
+  if (!there) {
+    kept(store.describe(w.key),
+         was + "cannot be looked at (" + there.status().message() + "), so it is left");
+    return;
+  }
+  constexpr std::size_t kPiece = std::size_t{8} << 20;
+  std::vector<std::byte> piece(static_cast<std::size_t>(std::min<std::uint64_t>(w.size, kPiece)));
+  Md5 md5;
+  for (std::uint64_t at = 0; at < w.size;) {
+    const auto n = static_cast<std::size_t>(std::min<std::uint64_t>(w.size - at, kPiece));
+    const auto got = store.read(w.key, at, std::span(piece.data(), n), there->generation);
+    if (!got || *got != n) {
+      kept(store.describe(w.key), was + "cannot be read back to compare with the bytes sent (" +
+                                      (got ? "short read" : got.status().message()) +
+                                      "), so it is left");
+      return;
+    }
+    md5.update(std::span(piece.data(), n));
+    at += n;
+  }
+  if (md5.hex() == w.etag) {
+    (void)store.remove(w.key);
+    return;
+  }
+  another("of " + std::to_string(w.size) + " bytes, but not the bytes sent");
+}
+
 // After a failed commit of a save to an empty prefix: the metadata objects it wrote (each Zarr
 // store's .zarray, raw's sidecar, the extra files), deleted as abandon_remote_save deletes the
 // shards, each only while a HEAD shows what was written. They are written here, at the commit
@@ -640,7 +734,8 @@ Status drop_metadata(const RemoteDest& d, Store& store, const SaveSpec& spec,
   return Status(failed.code(),
                 failed.message() + "; the clean-up left what is not this save's: " + left)
       .with_path(failed.path())
-      .with_errno(failed.sys_errno());
+      .with_errno(failed.sys_errno())
+      .with_stored_untold(failed.stored_untold());
 }
 
 }  // namespace
@@ -700,7 +795,8 @@ Status finish_remote_save(const RemoteDest& d, const SaveSpec& spec, const SaveO
 
 std::string abandon_remote_save(const RemoteDest& d, const SaveSpec& spec,
                                 const SaveOptions& options, const std::vector<WrittenKey>* own,
-                                const Status* failure) noexcept {
+                                const Status* failure,
+                                const std::vector<WrittenKey>* begun) noexcept {
   // An overwrite that replaced nothing (the prefix was empty at its check) wrote only keys of
   // its own, as a save to an empty prefix does; one that replaced a dataset may have put a new
   // key where an old one was, which the clean-up cannot give back.
@@ -714,13 +810,14 @@ std::string abandon_remote_save(const RemoteDest& d, const SaveSpec& spec,
     if (std::string why = kept_whole(d, *d.store, failure); !why.empty()) return why;
     PublishSteps steps = publish_steps(d, spec, options);
     steps.overwrite = false;  // the overwrite replaced nothing (above)
+    const auto kept = [&](const std::string& shown, const std::string& why) {
+      left += (left.empty() ? "" : "; ") + shown + " " + why;
+    };
     if (own != nullptr) {
       steps.own_known = true;
       steps.own = d.written;
       steps.own.insert(steps.own.end(), own->begin(), own->end());
-      steps.kept = [&](const std::string& shown, const std::string& why) {
-        left += (left.empty() ? "" : "; ") + shown + " " + why;
-      };
+      steps.kept = kept;
     }
     std::set<std::string> names;
     for (std::int64_t s = 0; s < spec.shards(); ++s) {
@@ -731,6 +828,15 @@ std::string abandon_remote_save(const RemoteDest& d, const SaveSpec& spec,
     for (const auto& [name, text] : options.extra_files) names.insert(name);
     steps.keys.assign(names.begin(), names.end());
     d.store->discard(staging_of(d), steps);
+    // The uploads that got no answer: only with the save's own keys known (without them,
+    // discard deleted every name already).
+    if (own != nullptr && begun != nullptr) {
+      std::set<std::string> answered;
+      for (const WrittenKey& w : steps.own) answered.insert(w.key);
+      for (const WrittenKey& w : *begun) {
+        if (answered.count(w.key) == 0 && names.count(w.key) != 0) drop_begun(*d.store, w, kept);
+      }
+    }
   } catch (...) {  // best effort on a failure path
   }
   return left.empty() ? left : "the clean-up left what is not this save's: " + left;

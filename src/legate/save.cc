@@ -58,15 +58,18 @@ std::vector<std::uint64_t> written_tile(std::size_t dims, std::size_t slot) {
   return tile;
 }
 
-// The keys the points of a launch put in their slots of `store` (waits for the launch).
+// The keys the points of a launch put in their slots of `store` (waits for the launch): those
+// their uploads finished, and those begun without an answer.
 void read_written(const legate::LogicalStore& store, std::size_t slot,
-                  std::vector<WrittenKey>* keys) {
+                  std::vector<WrittenKey>* keys, std::vector<WrittenKey>* begun) {
   const legate::PhysicalStore phys = store.get_physical_store(legate::mapping::StoreTarget::SYSMEM);
   const legate::InlineAllocation alloc = phys.get_inline_allocation();
   if (!alloc.strides.empty() && alloc.strides[0] != 1) return;
   const auto* bytes = static_cast<const std::byte*>(alloc.ptr);
   const auto n = static_cast<std::size_t>(phys.domain().get_volume()) / slot;
-  for (std::size_t i = 0; i < n; ++i) (void)detail::decode_written(bytes + i * slot, slot, keys);
+  for (std::size_t i = 0; i < n; ++i) {
+    (void)detail::decode_written(bytes + i * slot, slot, keys, begun);
+  }
 }
 
 // Shards of chosen rows to object storage, where each shard is one task's upload: one
@@ -75,11 +78,13 @@ void read_written(const legate::LogicalStore& store, std::size_t slot,
 // that an array tiled evenly is mostly uploaded where it lies. The launches run at once: their
 // errors are collected, and the first is thrown once every launch is over, so that nothing is
 // still uploading when the caller cleans up. Returns the number of launches, or the first
-// error; the keys every launch's upload finished go into *own either way.
+// error; the keys every launch's upload finished go into *own either way, those begun without
+// an answer into *begun.
 Result<std::int64_t> launch_per_shard(const legate::LogicalArray& array,
                                       const detail::RemoteDest& d, const detail::SaveSpec& spec,
                                       const legate::mapping::Machine& machine,
-                                      std::vector<WrittenKey>* own) {
+                                      std::vector<WrittenKey>* own,
+                                      std::vector<WrittenKey>* begun) {
   auto* runtime = legate::Runtime::get_runtime();
   const legate::LogicalStore store = tileable(array).data();
   const std::string dir = d.dir_url();
@@ -93,7 +98,7 @@ Result<std::int64_t> launch_per_shard(const legate::LogicalArray& array,
   const std::size_t slot = detail::written_record_bytes(spec);
   std::vector<legate::LogicalStore> written;  // each launch's keys
   const auto read_all = [&] {
-    for (const auto& w : written) read_written(w, slot, own);
+    for (const auto& w : written) read_written(w, slot, own, begun);
   };
   try {
     {
@@ -163,23 +168,28 @@ void save_to_object_store(const legate::LogicalArray& array, const std::string& 
   // the task's output 0): the commit checks them, and a failed save's clean-up deletes them
   // alone, each while it is still the save's.
   std::vector<WrittenKey> own;
+  // The keys whose uploads sent every byte and got no answer: the clean-up deletes each where
+  // it is provably those bytes (abandon_remote_save).
+  std::vector<WrittenKey> begun;
   bool cleaned = false;
   // A failure's clean-up, once, and what it left that is not the save's added to the error.
   const auto failed = [&](const Status& st) {
     cleaned = true;
-    const std::string left = detail::abandon_remote_save(d, *spec, options, &own, &st);
+    const std::string left = detail::abandon_remote_save(d, *spec, options, &own, &st, &begun);
     const Status with = st.with_context("saving to " + dest);
     if (left.empty()) throw_status(with, ErrorSite::kWrite);
     throw_status(Status(with.code(), with.message() + "; " + left)
                      .with_path(with.path())
-                     .with_errno(with.sys_errno()),
+                     .with_errno(with.sys_errno())
+                     .with_stored_untold(with.stored_untold()),
                  ErrorSite::kWrite);
   };
   try {
     const std::int64_t tiles = detail::remote_tiles(*spec);  // 0 for shards of chosen rows
     si->tiles = tiles;
     if (!detail::uniform_shards(*spec)) {
-      const Result<std::int64_t> launches = launch_per_shard(array, d, *spec, machine, &own);
+      const Result<std::int64_t> launches =
+          launch_per_shard(array, d, *spec, machine, &own, &begun);
       if (!launches) failed(launches.status());
       si->tiles = *launches;
     } else if (tiles > 0) {
@@ -202,7 +212,7 @@ void save_to_object_store(const legate::LogicalArray& array, const std::string& 
       } catch (const legate::TaskException& e) {
         st = detail::status_from_task_error(e);
       }
-      read_written(written, slot, &own);
+      read_written(written, slot, &own, &begun);
       if (!st) failed(st);
     }
     si->write_seconds = std::chrono::duration<double>(Clock::now() - t1).count();
@@ -211,7 +221,7 @@ void save_to_object_store(const legate::LogicalArray& array, const std::string& 
     const Status committed = detail::finish_remote_save_once(d, *spec, options, own);
     if (!committed) failed(committed);
   } catch (...) {
-    if (!cleaned) (void)detail::abandon_remote_save(d, *spec, options, &own);
+    if (!cleaned) (void)detail::abandon_remote_save(d, *spec, options, &own, nullptr, &begun);
     throw;
   }
 }

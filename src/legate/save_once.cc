@@ -90,12 +90,15 @@ Status malformed(const char* what) {
   return {ErrorCode::kInvalidArgument, std::string("save: malformed ") + what};
 }
 
-// The outcome of a step: the Status whole (code, errno and path as data, so every rank throws
-// the same typed exception the rank that did the work would have), then the step's result.
+// The outcome of a step: the Status whole (code, errno, path and whether a write's outcome
+// cannot be told as data, so every rank throws the same typed exception the rank that did the
+// work would have), then the step's result. The code's word carries the last in bit 32.
+constexpr std::uint64_t kStoredUntoldBit = std::uint64_t{1} << 32;
+
 std::vector<std::uint8_t> encode_outcome(const Status& st,
                                          const std::vector<std::uint8_t>& result) {
   std::vector<std::uint8_t> out;
-  put_u64(out, static_cast<std::uint64_t>(st.code()));
+  put_u64(out, static_cast<std::uint64_t>(st.code()) | (st.stored_untold() ? kStoredUntoldBit : 0));
   put_u64(out, static_cast<std::uint64_t>(static_cast<std::int64_t>(st.sys_errno())));
   put_str(out, st.path());
   put_str(out, st.message());
@@ -123,15 +126,19 @@ Status run_once(legate::LocalTaskID id, const std::vector<std::uint8_t>& request
   std::uint64_t err = 0;
   std::string path;
   std::string message;
-  if (!r.u64(&code) || !r.u64(&err) || !r.str(&path) || !r.str(&message) ||
-      code > static_cast<std::uint64_t>(ErrorCode::kNoMemory)) {
+  const bool ok = r.u64(&code) && r.u64(&err) && r.str(&path) && r.str(&message);
+  const bool untold = (code & kStoredUntoldBit) != 0;
+  code &= ~kStoredUntoldBit;
+  if (!ok || code > static_cast<std::uint64_t>(ErrorCode::kNoMemory)) {
     return malformed("result of a save step");
   }
   result->assign(bytes.begin() + static_cast<std::ptrdiff_t>(32 + path.size() + message.size()),
                  bytes.end());
   if (code == static_cast<std::uint64_t>(ErrorCode::kOk)) return Status::ok();
-  return Status{static_cast<ErrorCode>(code), message}.with_path(path).with_errno(
-      static_cast<int>(static_cast<std::int64_t>(err)));
+  return Status{static_cast<ErrorCode>(code), message}
+      .with_path(path)
+      .with_errno(static_cast<int>(static_cast<std::int64_t>(err)))
+      .with_stored_untold(untold);
 }
 
 }  // namespace

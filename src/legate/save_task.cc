@@ -15,9 +15,11 @@ namespace shardload::detail {
 
 namespace {
 
-// Output 0: this point's slot of the keys its upload finished (encode_written), which the
-// launcher reads back for the commit and any clean-up, also after a failure.
-void write_written(legate::TaskContext& context, const std::vector<WrittenKey>& keys) noexcept {
+// Output 0: this point's slot of the keys its upload finished and the one it began without an
+// answer (encode_written), which the launcher reads back for the commit and any clean-up, also
+// after a failure.
+void write_written(legate::TaskContext& context, const std::vector<WrittenKey>& keys,
+                   const std::vector<WrittenKey>& begun) noexcept {
   try {
     legate::PhysicalStore store = context.output(0).data();
     const legate::Domain dom = store.domain();
@@ -28,12 +30,13 @@ void write_written(legate::TaskContext& context, const std::vector<WrittenKey>& 
     if (size == 0) return;
     const legate::InlineAllocation alloc = store.get_inline_allocation();
     if (!alloc.strides.empty() && alloc.strides[0] != 1) return;
-    encode_written(keys, static_cast<std::byte*>(alloc.ptr), size);
+    encode_written(keys, static_cast<std::byte*>(alloc.ptr), size, begun);
   } catch (...) {  // the keys are then not known: the commit refuses what it cannot place
   }
 }
 
-Status save_point(legate::TaskContext& context, std::vector<WrittenKey>* keys) {
+Status save_point(legate::TaskContext& context, std::vector<WrittenKey>* keys,
+                  std::vector<WrittenKey>* begun) {
   const auto dir_bytes = context.scalar(0).values<std::uint8_t>();
   const std::string dir(reinterpret_cast<const char*>(dir_bytes.data()), dir_bytes.size());
   const auto ints = context.scalar(1).values<std::int64_t>();
@@ -107,10 +110,14 @@ Status save_point(legate::TaskContext& context, std::vector<WrittenKey>* keys) {
   struct Finished {
     const std::unique_ptr<ShardUpload>& upload;
     std::vector<WrittenKey>* keys;
+    std::vector<WrittenKey>* begun;
     ~Finished() {
-      if (upload) *keys = upload->written();
+      if (upload) {
+        *keys = upload->written();
+        *begun = upload->begun();
+      }
     }
-  } finished{upload, keys};
+  } finished{upload, keys, begun};
   const auto put = [&](std::int64_t a, std::int64_t b, const std::byte* src) {
     return upload ? upload->append(src, b - a) : write_rows(dir, spec, a, b, src);
   };
@@ -153,8 +160,9 @@ Status save_point(legate::TaskContext& context, std::vector<WrittenKey>* keys) {
 void SaveTask::cpu_variant(legate::TaskContext context) {
   run_task_body([&] {
     std::vector<WrittenKey> keys;
-    const Status st = save_point(context, &keys);
-    write_written(context, keys);
+    std::vector<WrittenKey> begun;
+    const Status st = save_point(context, &keys, &begun);
+    write_written(context, keys, begun);
     if (!st) throw_task_error(st);
   });
 }

@@ -18,6 +18,7 @@
 #include "shardload/io.hpp"
 #include "shardload/location.hpp"
 #include "shardload/storage.hpp"
+#include "storage/detail/md5.hpp"
 #include "storage/detail/object_store.hpp"
 #include "storage/detail/store_options.hpp"
 #include "storage/detail/store_schemes.hpp"
@@ -71,6 +72,9 @@ class ObjectSink final : public KeySink {
       SHARDLOAD_RETURN_IF_ERROR(drain());
     }
     SHARDLOAD_RETURN_IF_ERROR(zeros(size_ - sent_));
+    // Every byte is sent: the commit's request (the PUT, or the multipart completion) may make
+    // the object whatever its answer, and the digest tells it for the one who cleans up.
+    sent_md5_ = md5_.hex();
     const Status st = writer_->commit();
     if (!st) {
       writer_->abort();
@@ -91,6 +95,11 @@ class ObjectSink final : public KeySink {
   [[nodiscard]] std::string etag() const override {
     std::lock_guard lock(mu_);
     return etag_;
+  }
+
+  [[nodiscard]] std::string sent_md5() const override {
+    std::lock_guard lock(mu_);
+    return sent_md5_;
   }
 
   void abort() noexcept override {
@@ -125,6 +134,7 @@ class ObjectSink final : public KeySink {
       failed_ = st;
       return st;
     }
+    md5_.update(std::span(static_cast<const std::byte*>(data), n));
     sent_ += n;
     return Status::ok();
   }
@@ -158,8 +168,10 @@ class ObjectSink final : public KeySink {
   std::string shown_;  // the key's URL, its secrets hidden
   std::uint64_t size_;
   ObjectStore* objects_;
-  std::string url_;   // with the query: not for messages
-  std::string etag_;  // after finish
+  std::string url_;       // with the query: not for messages
+  std::string etag_;      // after finish
+  Md5 md5_;               // of the bytes sent
+  std::string sent_md5_;  // once every byte was sent
   std::uint64_t sent_ = 0;
   std::map<std::uint64_t, std::string> pending_;
   Status failed_ = Status::ok();
@@ -463,22 +475,26 @@ class RemoteStore final : public Store, public TransportStore {
       if (!found) {
         if (found.status().sys_errno() != ENOENT) {
           return failed_and("whether it was stored cannot be told (" + found.status().message() +
-                            ")");
+                            ")")
+              .with_stored_untold();
         }
         if (refused) {
           return failed_and("a look after it found no object there: it was not stored");
         }
         if (interrupted) {
           return failed_and(
-              "whether it was stored cannot be told: the store did not refuse the write, and "
-              "the one look a Ctrl-C allows found no object there, as a store whose reads lag "
-              "its writes (a caching proxy, an eventually consistent store) answers for a "
-              "while");
+                     "whether it was stored cannot be told: the store did not refuse the write, "
+                     "and the one look a Ctrl-C allows found no object there, as a store whose "
+                     "reads lag its writes (a caching proxy, an eventually consistent store) "
+                     "answers for a while")
+              .with_stored_untold();
         }
         return failed_and(
-            "whether it was stored cannot be told: the store did not refuse the write, and 3 "
-            "looks over 1.5 s after it found no object there, as a store whose reads lag its "
-            "writes (a caching proxy, an eventually consistent store) answers for a while");
+                   "whether it was stored cannot be told: the store did not refuse the write, and "
+                   "3 looks over 1.5 s after it found no object there, as a store whose reads lag "
+                   "its writes (a caching proxy, an eventually consistent store) answers for a "
+                   "while")
+            .with_stored_untold();
       }
       if (found->empty()) return Status::ok();
       return failed_and("a look after it found another object there " + *found);

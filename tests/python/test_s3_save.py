@@ -1164,6 +1164,138 @@ def test_an_unanswered_metadata_put_whose_key_holds_another_object_leaves_it_nam
     assert bucket.get("d/shardload.json") == theirs
 
 
+# The first object of shard 0 in each format, whose upload a test holds back.
+SHARD0_OF = {"npy": "shard_0000.npy", "raw": "shard_0000.bin", "zarr": "shard_0000.zarr/0.0"}
+
+
+@pytest.mark.parametrize("front_end", ["shardload.save", "shardload.numpy.save"])
+@pytest.mark.parametrize("upload", UPLOADS)
+def test_a_shard_put_stored_whose_answer_is_lost_is_deleted_by_the_clean_up(proxied, front_end,
+                                                                           upload):
+    """A shard's upload to an empty prefix that the store took, its answer lost on every
+    attempt (the connection reset after the body; for a multipart upload, after its
+    completion): the clean-up deleted only the keys whose uploads were answered and left it,
+    so the prefix was no longer empty (a first shard left alone loads as a dataset of its own
+    rows). The key whose upload sent every byte is looked at: a plain PUT's object whose ETag
+    is the MD5 of the bytes sent, or a multipart upload's whose bytes read back have it, is
+    deleted, by either front end (Legate carries the key from its task)."""
+    import shardload.numpy as snp
+    from s3_fault_proxy import Rule
+
+    save = shardload.save if front_end == "shardload.save" else snp.save
+    bucket, proxy = proxied
+    multipart = bool(upload)
+    rule = proxy.add(Rule("POST" if multipart else "PUT",
+                          path="/d/shard_0001.npy" + ("?uploadId=" if multipart else ""),
+                          action="lost-answer", count=None))
+    x = np.arange(1, 241, dtype="f8").reshape(60, 4)
+    with pytest.raises(shardload.ShardWriteError) as e:
+        save(x, bucket.url("d/"), num_shards=3,
+             storage_options={**bucket.options, **upload, "max_attempts": "2"})
+    assert "shard_0001.npy" in str(e.value), str(e.value)
+    assert "is left" not in str(e.value), str(e.value)
+    assert rule.fired >= 1
+    assert bucket.keys("d/") == []
+
+
+def test_an_unanswered_shard_put_whose_key_holds_another_object_leaves_it_named(proxied):
+    """The look at a shard whose upload got no answer deletes it only where it is provably
+    the bytes sent: an object another writer put there after the store took the save's is
+    left, and the save's error names it."""
+    import shardload.numpy as snp
+    from s3_fault_proxy import Rule
+
+    bucket, proxy = proxied
+    theirs = b"another writer's object"
+    proxy.add(Rule("PUT", path="/d/shard_0001.npy", action="lost-answer", count=None,
+                   after=lambda: bucket.put("d/shard_0001.npy", theirs)))
+    x = np.arange(1, 241, dtype="f8").reshape(60, 4)
+    with pytest.raises(shardload.ShardWriteError) as e:
+        snp.save(x, bucket.url("d/"), num_shards=3,
+                 storage_options={**bucket.options, "max_attempts": "2"})
+    msg = str(e.value)
+    assert (f"the clean-up left what is not this save's: s3://{bucket.name}/d/shard_0001.npy "
+            f"was being uploaded when the save failed, and holds another object ({len(theirs)} "
+            "bytes, not the ") in msg, msg
+    assert "another writer?); it is left" in msg, msg
+    assert bucket.keys("d/") == ["d/shard_0001.npy"]
+    assert bucket.get("d/shard_0001.npy") == theirs
+
+
+@pytest.mark.parametrize("front_end,fmt", [("shardload.numpy.save", "npy"),
+                                           ("shardload.numpy.save", "raw"),
+                                           ("shardload.numpy.save", "zarr"),
+                                           ("shardload.save", "npy")])
+def test_ctrl_c_during_a_shard_put_the_store_took_leaves_nothing_of_the_save(proxied, front_end,
+                                                                           fmt):
+    """SIGINT while the upload of shard 0's first object (shard_0000.npy; raw's .bin; a Zarr
+    store's first chunk) to an empty prefix waits for its answer, which the proxy holds after
+    the upstream stored it: the clean-up deleted the keys whose uploads were answered and left
+    that one, so a load of the prefix gave shard 0's 20 rows as the whole dataset without an
+    error. The key whose upload sent every byte is looked at, and holding those bytes it is
+    deleted: the prefix holds nothing of the save. (Legate's requests run through a Ctrl-C:
+    its upload is answered, and the clean-up deletes it as one the save wrote.)"""
+    import tempfile
+
+    import shardload.numpy as snp
+    from s3_fault_proxy import Rule
+
+    bucket, proxy = proxied
+    rule = proxy.add(Rule("PUT", path=f"/d/{SHARD0_OF[fmt]}", action="held-answer",
+                          delay_s=4.0, count=None))
+    with tempfile.TemporaryDirectory() as tmp:
+        fired = f"{tmp}/fired"
+        # Made once the upstream has stored the object, its answer then held back.
+        rule.after = lambda: open(fired, "w").close()
+        got = _save_then_ctrl_c(bucket, fired, 300, "the interrupted save", front_end=front_end,
+                                fmt=fmt, shape=(60, 4), start=1, num_shards=3)
+    assert rule.fired >= 1
+    assert got[0] == "INTERRUPTED" and got[2] == [], got
+    assert bucket.keys("d/") == []
+    direct = {**bucket.options, "endpoint_override": bucket.endpoint}
+    with pytest.raises(shardload.Error):
+        snp.load(bucket.url("d/"), storage_options=direct)
+
+
+@pytest.mark.parametrize("front_end", ["shardload.save", "shardload.numpy.save"])
+def test_ctrl_c_while_a_manifest_put_fails_untold_says_the_save_may_have_completed(
+        proxied, front_end):
+    """SIGINT while the manifest's PUT is answered 500 on every attempt (nothing stored),
+    whose look then cannot tell whether the store took it: shardload.numpy.save's
+    KeyboardInterrupt said the dataset may be published, but the Legate save, whose requests
+    run through a Ctrl-C, raised the save's error and then a bare KeyboardInterrupt, which
+    docs/save.md says published nothing. Both front ends now carry the note."""
+    import tempfile
+    import threading
+
+    from s3_fault_proxy import Rule
+
+    bucket, proxy = proxied
+    rule = proxy.add(Rule("PUT", path="/d/shardload.manifest", action="500", delay_s=0.5,
+                          count=None))
+    with tempfile.TemporaryDirectory() as tmp:
+        fired = f"{tmp}/fired"
+
+        def tell() -> None:  # the manifest's first PUT has come
+            deadline = time.monotonic() + 290
+            while rule.fired == 0 and time.monotonic() < deadline:
+                time.sleep(0.01)
+            open(fired, "w").close()
+
+        threading.Thread(target=tell, daemon=True).start()
+        got = _save_then_ctrl_c(bucket, fired, 300, "the interrupted save", front_end=front_end,
+                                options={**bucket.options, "max_attempts": "3"})
+    assert rule.fired >= 1
+    assert got[0] == "INTERRUPTED", got
+    assert len(got[2]) == 1, got
+    note = got[2][0]
+    assert "the save may have completed before this interrupt was raised" in note, note
+    assert f"s3://{bucket.name}/d/" in note and "whether it was stored cannot be told" in note, \
+        note
+    # Nothing was stored: no manifest, and nothing deleted, since it might have appeared.
+    assert "d/shardload.manifest" not in bucket.keys("d/")
+
+
 @pytest.mark.parametrize("front_end", ["shardload.save", "shardload.numpy.save"])
 @pytest.mark.parametrize("fmt", ["zarr", "raw"])
 def test_ctrl_c_during_a_metadata_put_the_store_took_leaves_nothing_of_the_save(

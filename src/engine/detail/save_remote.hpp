@@ -80,6 +80,12 @@ class ShardUpload {
   // The keys finished so far (all of the shard's after commit), each with its size and the
   // ETag its upload was answered with: what the save's commit checks and its clean-up deletes.
   [[nodiscard]] const std::vector<WrittenKey>& written() const { return written_keys_; }
+  // The key whose upload sent every byte and then failed (its answer never came: a Ctrl-C, a
+  // lost answer, a timeout; or a refusal), with its size and the MD5 of the bytes sent in place
+  // of an ETag (KeySink::sent_md5): the store may have made the object all the same, and a
+  // clean-up deletes it where it is provably those bytes (abandon_remote_save). At most one:
+  // an upload stops at its first failure.
+  [[nodiscard]] const std::vector<WrittenKey>& begun() const { return begun_keys_; }
 
  private:
   Status finish_key();
@@ -94,17 +100,21 @@ class ShardUpload {
   std::size_t key_ = 0;  // the key sink_ writes
   std::int64_t written_ = 0;
   std::vector<WrittenKey> written_keys_;
+  std::vector<WrittenKey> begun_keys_;
 };
 
-// The keys one point task's upload finished (ShardUpload::written) as bytes of a fixed size,
-// which a Legate save carries from each point to its commit: written_record_bytes(spec) holds
-// the keys of any one shard of `spec` (an ETag longer than kWrittenEtagMax is kept as "": not
-// known, so neither checked nor deleted). decode_written appends what `in` holds to *keys;
-// false where the bytes are malformed.
+// The keys one point task's upload finished (ShardUpload::written), and the one it began and
+// got no answer for (ShardUpload::begun), as bytes of a fixed size, which a Legate save carries
+// from each point to its commit and clean-up: written_record_bytes(spec) holds the keys of any
+// one shard of `spec` and one begun key (an ETag longer than kWrittenEtagMax is kept as "": not
+// known, so neither checked nor deleted). decode_written appends what `in` holds to *keys and
+// *begun (where given); false where the bytes are malformed.
 inline constexpr std::size_t kWrittenEtagMax = 256;
 std::size_t written_record_bytes(const SaveSpec& spec);
-void encode_written(const std::vector<WrittenKey>& keys, std::byte* out, std::size_t size);
-bool decode_written(const std::byte* in, std::size_t size, std::vector<WrittenKey>* keys);
+void encode_written(const std::vector<WrittenKey>& keys, std::byte* out, std::size_t size,
+                    const std::vector<WrittenKey>& begun = {});
+bool decode_written(const std::byte* in, std::size_t size, std::vector<WrittenKey>* keys,
+                    std::vector<WrittenKey>* begun = nullptr);
 
 // The store a save to `dir_url` ("s3://B/P/" and the query) writes through, or the store's
 // refusal (Store::check_writable: kIo, ENOTSUP for a store this build cannot write), naming it.
@@ -147,11 +157,17 @@ Status finish_remote_save(const RemoteDest& d, const SaveSpec& spec, const SaveO
 // HEAD still shows the size and ETag its upload was answered with; the returned text names the
 // keys left because another writer's object is there now, or says what kept everything (""
 // where neither), for the caller to add to the save's error. Without it, the save's key names
-// are deleted. (The metadata objects, which the commit writes, finish_remote_save deletes
-// itself on its failure, by the same rules.)
+// are deleted. `begun` (with `own`): the keys whose uploads sent every byte and got no answer
+// (ShardUpload::begun, the MD5 of the bytes sent as the ETag), which the store may have made
+// all the same (left, a first shard alone loads as a dataset of its rows): each is deleted
+// where a HEAD shows an object of that size whose ETag is that MD5 (a plain PUT's), or, for
+// another ETag (a multipart upload's, whose parts the store cut), whose bytes read back have
+// that MD5; anything else there is left and named. (The metadata objects, which the commit
+// writes, finish_remote_save deletes itself on its failure, by the same rules.)
 std::string abandon_remote_save(const RemoteDest& d, const SaveSpec& spec,
                                 const SaveOptions& options,
                                 const std::vector<WrittenKey>* own = nullptr,
-                                const Status* failure = nullptr) noexcept;
+                                const Status* failure = nullptr,
+                                const std::vector<WrittenKey>* begun = nullptr) noexcept;
 
 }  // namespace shardload::detail

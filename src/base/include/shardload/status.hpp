@@ -131,11 +131,25 @@ class [[nodiscard]] Status {
     return s;
   }
 
+  // A write to object storage that failed unanswered (no answer, a 5xx, a timeout, a Ctrl-C)
+  // and whose look after it could not tell whether the store took it (RemoteStore's "whether it
+  // was stored cannot be told"): for a save's manifest, the dataset may be published. As data,
+  // so that a front end decides on it and not on the message's words; it survives with_context,
+  // with_path and with_errno, and a Status rebuilt from another's message copies it
+  // (with_stored_untold).
+  [[nodiscard]] bool stored_untold() const { return stored_untold_; }
+  [[nodiscard]] Status with_stored_untold(bool untold = true) const {
+    Status s = *this;
+    s.stored_untold_ = untold;
+    return s;
+  }
+
  private:
   ErrorCode code_ = ErrorCode::kOk;
   std::string message_;
   std::string path_;
   int sys_errno_ = 0;
+  bool stored_untold_ = false;
 };
 
 // The message of an error about `path` without the "PATH: " in front that file_error puts

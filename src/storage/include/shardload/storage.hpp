@@ -141,6 +141,11 @@ class KeySink {
   // After finish(): the ETag the store answered for the key (an object's upload), "" where the
   // store keeps none (files, memory). What a save records of the key it wrote (WrittenKey).
   [[nodiscard]] virtual std::string etag() const { return {}; }
+  // Once finish() has sent every byte, answered or not: the MD5 of the key's bytes as 32 hex
+  // digits (what S3 answers a plain PUT of them with), "" before that and for a store that
+  // keeps no ETag. A finish whose answer never came (a Ctrl-C, a lost answer, a timeout) may
+  // still have made the object; a save's clean-up tells it is this upload's by the digest.
+  [[nodiscard]] virtual std::string sent_md5() const { return {}; }
   // The file the sink writes, as (device, inode), for a store of files; {0, 0} for any other.
   // A save carries the identities of the keys it made to the processes that fill them, which
   // refuse a key reopened on another file (a link renamed into the staging).
