@@ -1323,12 +1323,13 @@ std::pair<std::size_t, std::size_t> par_token_span(std::string_view text, std::s
 
 namespace {
 
-// `text` with each place that holds `secret` (the leftmost first, none overlapping another)
-// replaced by "***", found in one pass over the text: a search begun again at each place costs
-// the product of the two lengths where the text repeats the start of a long secret (a secret
-// "aa...ab" in a run of a's).
-std::string replace_each(std::string text, std::string_view secret) {
-  if (secret.empty() || secret.size() > text.size()) return text;
+// Calls found(end) for each place that holds `secret` in `text` (the leftmost first, none
+// overlapping another; `end` one past its last byte), found in one pass over the text: a search
+// begun again at each place costs the product of the two lengths where the text repeats the
+// start of a long secret (a secret "aa...ab" in a run of a's).
+template <typename Found>
+void find_each(std::string_view text, std::string_view secret, Found&& found) {
+  if (secret.empty() || secret.size() > text.size()) return;
   // border[i]: the length of the longest proper prefix of secret[0, i] that also ends it.
   std::vector<std::size_t> border(secret.size(), 0);
   for (std::size_t i = 1, k = 0; i < secret.size(); ++i) {
@@ -1337,20 +1338,169 @@ std::string replace_each(std::string text, std::string_view secret) {
     border[i] = k;
   }
   t_redaction_work += text.size() + secret.size();
-  std::string out;
-  std::size_t done = 0;
   for (std::size_t i = 0, k = 0; i < text.size(); ++i) {
     while (k > 0 && text[i] != secret[k]) k = border[k - 1];
     if (text[i] == secret[k]) ++k;
     if (k == secret.size()) {
-      if (done == 0) out.reserve(text.size());
-      out.append(text, done, i + 1 - secret.size() - done);
-      out += "***";
-      done = i + 1;
+      found(i + 1);
       k = 0;
     }
   }
+}
+
+// `text` with each place that holds `secret` (as find_each finds them) replaced by "***".
+std::string replace_each(std::string text, std::string_view secret) {
+  std::string out;
+  std::size_t done = 0;
+  find_each(text, secret, [&](std::size_t end) {
+    if (done == 0) out.reserve(text.size());
+    out.append(text, done, end - secret.size() - done);
+    out += "***";
+    done = end;
+  });
   if (done == 0) return text;
+  out.append(text, done);
+  return out;
+}
+
+// A page's text with the escapes it may write a character in decoded, each decoded byte
+// keeping where its spelling starts in the text (from[i]; from[size] is the text's end): so
+// that a secret is found however each of its characters is spelt, one escaped and the next
+// not (.NET's JSON writer escapes '+' as "\u002B" and leaves '/', an XML writer "&#43;"), and
+// the whole spelling is hidden.
+struct DecodedText {
+  std::string bytes;
+  std::vector<std::size_t> from;
+};
+
+void append_byte(char byte, std::size_t at, DecodedText* out) {
+  out->bytes += byte;
+  out->from.push_back(at);
+}
+
+void append_utf8(std::uint32_t cp, std::size_t at, DecodedText* out) {
+  const auto put = [&](unsigned v) { append_byte(static_cast<char>(v), at, out); };
+  if (cp < 0x80) {
+    put(cp);
+  } else if (cp < 0x800) {
+    put(0xC0 | (cp >> 6));
+    put(0x80 | (cp & 0x3F));
+  } else if (cp < 0x10000) {
+    put(0xE0 | (cp >> 12));
+    put(0x80 | ((cp >> 6) & 0x3F));
+    put(0x80 | (cp & 0x3F));
+  } else {
+    put(0xF0 | (cp >> 18));
+    put(0x80 | ((cp >> 12) & 0x3F));
+    put(0x80 | ((cp >> 6) & 0x3F));
+    put(0x80 | (cp & 0x3F));
+  }
+}
+
+// The value of `digits` hex (base 16) or decimal digits at text[i, i + n), or -1.
+long digits_value(std::string_view text, std::size_t i, std::size_t n, int base) {
+  if (n == 0 || n > 8 || i + n > text.size()) return -1;
+  long v = 0;
+  for (std::size_t k = i; k < i + n; ++k) {
+    const int d =
+        base == 16 ? hex_value(text[k]) : (text[k] >= '0' && text[k] <= '9' ? text[k] - '0' : -1);
+    if (d < 0) return -1;
+    v = v * base + d;
+  }
+  return v;
+}
+
+// Decoded: "%XX" (hex in either case) and "%25XX" (encoded twice) to the byte; JSON's
+// "\uXXXX", "\/", "\\" and "\""; HTML's and XML's "&#DDD;", "&#xHH;" and the five named
+// references of XML. A code point past Unicode or a surrogate is left as written.
+DecodedText decoded_text(std::string_view text) {
+  t_redaction_work += text.size();
+  DecodedText out;
+  out.bytes.reserve(text.size());
+  out.from.reserve(text.size() + 1);
+  const auto valid = [](long cp) {
+    return cp >= 0 && cp <= 0x10FFFF && (cp < 0xD800 || cp > 0xDFFF);
+  };
+  for (std::size_t i = 0; i < text.size();) {
+    const char c = text[i];
+    if (c == '%') {
+      const long twice = text.compare(i + 1, 2, "25") == 0 ? digits_value(text, i + 3, 2, 16) : -1;
+      const long once = digits_value(text, i + 1, 2, 16);
+      if (twice >= 0 || once >= 0) {
+        append_byte(static_cast<char>(twice >= 0 ? twice : once), i, &out);
+        i += twice >= 0 ? 5 : 3;
+        continue;
+      }
+    } else if (c == '\\' && i + 1 < text.size()) {
+      const char e = text[i + 1];
+      if (e == 'u') {
+        if (const long cp = digits_value(text, i + 2, 4, 16); valid(cp)) {
+          append_utf8(static_cast<std::uint32_t>(cp), i, &out);
+          i += 6;
+          continue;
+        }
+      } else if (e == '/' || e == '\\' || e == '"') {
+        append_utf8(static_cast<unsigned char>(e), i, &out);
+        i += 2;
+        continue;
+      }
+    } else if (c == '&') {
+      const std::size_t semi = text.find(';', i);
+      if (semi != std::string_view::npos && semi - i <= 12) {
+        const std::string_view ref = text.substr(i + 1, semi - i - 1);
+        long cp = -1;
+        if (ref.size() > 2 && ref[0] == '#' && (ref[1] == 'x' || ref[1] == 'X')) {
+          cp = digits_value(text, i + 3, ref.size() - 2, 16);
+        } else if (ref.size() > 1 && ref[0] == '#') {
+          cp = digits_value(text, i + 2, ref.size() - 1, 10);
+        } else if (ref == "amp") {
+          cp = '&';
+        } else if (ref == "lt") {
+          cp = '<';
+        } else if (ref == "gt") {
+          cp = '>';
+        } else if (ref == "quot") {
+          cp = '"';
+        } else if (ref == "apos") {
+          cp = '\'';
+        }
+        if (valid(cp)) {
+          append_utf8(static_cast<std::uint32_t>(cp), i, &out);
+          i = semi + 1;
+          continue;
+        }
+      }
+    }
+    append_byte(c, i, &out);
+    ++i;
+  }
+  out.from.push_back(text.size());
+  return out;
+}
+
+// `text` with each place whose decoded_text holds one of `secrets` replaced by "***" (whole
+// spellings: an escape a place begins or ends inside of is hidden whole).
+std::string hide_decoded(std::string text, const std::vector<std::string>& secrets) {
+  const DecodedText decoded = decoded_text(text);
+  if (decoded.bytes.size() == text.size()) return text;  // no escape: the plain search found all
+  std::vector<std::pair<std::size_t, std::size_t>> places;
+  for (const std::string& secret : secrets) {
+    find_each(decoded.bytes, secret, [&](std::size_t end) {
+      places.emplace_back(decoded.from[end - secret.size()], decoded.from[end]);
+    });
+  }
+  if (places.empty()) return text;
+  std::sort(places.begin(), places.end());
+  std::string out;
+  std::size_t done = 0;
+  for (const auto& [begin, end] : places) {
+    if (end <= done) continue;
+    if (begin >= done) {
+      out.append(text, done, begin - done);
+      out += "***";
+    }
+    done = end;
+  }
   out.append(text, done);
   return out;
 }
@@ -1428,14 +1578,14 @@ std::string read_as_latin1(std::string_view v) {
 
 // Each other place where the text quotes a secret hidden in it (a server's error page quoting
 // the signature it refused, the token, the password), replaced by "***": as it was given,
-// percent-decoded, or form-decoded ('+' read as a space, as most servers read a query), each
-// also as a JSON encoder that escapes '/' writes it ("\/", PHP's default) and as HTML's numeric
-// character references write '+' and '/' (Go's html/template, OWASP's rule), its bytes past
-// ASCII read as latin-1 (read_as_latin1), and the decoded
-// value percent-encoded again (percent_spellings: a page quoting a header or the URL in a
-// "?next=" or a log line, "Basic%20BASE64%3D"). Values shorter than 6 bytes are left (they
-// would hide ordinary words); at most 64 values are looked for, so that the time stays in
-// proportion to the text.
+// percent-decoded, or form-decoded ('+' read as a space, as most servers read a query), its
+// bytes past ASCII read as latin-1 (read_as_latin1), without a base64 padding, and percent-encoded
+// again (percent_spellings: a page quoting a header or the URL in a "?next=" or a log line,
+// "Basic%20BASE64%3D"); then each decoded value in the text with its escapes decoded
+// (decoded_text: percent-encoding once or twice, JSON's, HTML's and XML's), so that any
+// character of it may be escaped and the next not. Values shorter than 6 bytes are left (they
+// would hide ordinary words); at most 64 values are looked for in each pass, so that the time
+// stays in proportion to the text.
 std::string hide_quoted(std::string text, const std::vector<std::string>& hidden) {
   constexpr std::size_t kShortest = 6;
   constexpr std::size_t kMost = 64;
@@ -1445,28 +1595,24 @@ std::string hide_quoted(std::string text, const std::vector<std::string>& hidden
     if (std::find(secrets.begin(), secrets.end(), v) == secrets.end())
       secrets.push_back(std::move(v));
   };
-  const auto add = [&](const std::string& v) {
-    add_one(v);
-    if (v.find('/') != std::string::npos) add_one(each_written_as(v, '/', "\\/"));
-    if (v.find_first_of("+/") != std::string::npos) {
-      add_one(each_written_as(each_written_as(v, '+', "&#43;"), '/', "&#x2F;"));
-      add_one(each_written_as(each_written_as(v, '+', "&#x2B;"), '/', "&#47;"));
-    }
-  };
   for (const std::string& h : hidden) {
-    add(h);
-    add(percent_decoded(h));
-    if (h.find('+') != std::string::npos) add(percent_decoded(each_written_as(h, '+', " ")));
-    add(read_as_latin1(percent_decoded(h)));
+    add_one(h);
+    add_one(percent_decoded(h));
+    if (h.find('+') != std::string::npos) add_one(percent_decoded(each_written_as(h, '+', " ")));
+    add_one(read_as_latin1(percent_decoded(h)));
+    // A base64 token quoted without its padding (a page trimming '=' as a URL's value).
+    if (const std::string value = percent_decoded(h); value.ends_with('=')) {
+      add_one(value.substr(0, value.find_last_not_of('=') + 1));
+    }
     // A '?' or '#' in a user part's secret: a parser that ends the URL's path there quotes
     // the pieces apart ("'TAIL@bucket/key' after the URL's first '?' is not ...").
     for (std::size_t from = 0; from < h.size();) {
       const std::size_t cut = h.find_first_of("?#", from);
       if (cut == std::string::npos) {
-        if (from > 0) add(h.substr(from));
+        if (from > 0) add_one(h.substr(from));
         break;
       }
-      add(h.substr(from, cut - from));
+      add_one(h.substr(from, cut - from));
       from = cut + 1;
     }
   }
@@ -1478,7 +1624,23 @@ std::string hide_quoted(std::string text, const std::vector<std::string>& hidden
   std::sort(secrets.begin(), secrets.end(),
             [](const std::string& a, const std::string& b) { return a.size() > b.size(); });
   for (const std::string& secret : secrets) text = replace_each(std::move(text), secret);
-  return text;
+  // Then the values as the server decoded them, in the text with its escapes decoded: a
+  // character escaped and the next not, as real encoders write them.
+  std::vector<std::string> decoded;
+  const auto add_decoded = [&](std::string v) {
+    if (v.size() < kShortest || decoded.size() >= kMost) return;
+    if (std::find(decoded.begin(), decoded.end(), v) == decoded.end())
+      decoded.push_back(std::move(v));
+  };
+  for (const std::string& h : hidden) {
+    const std::string value = percent_decoded(h);
+    add_decoded(value);
+    add_decoded(read_as_latin1(value));
+    if (value.ends_with('=')) add_decoded(value.substr(0, value.find_last_not_of('=') + 1));
+    if (h.find('+') != std::string::npos)
+      add_decoded(percent_decoded(each_written_as(h, '+', " ")));
+  }
+  return hide_decoded(std::move(text), decoded);
 }
 
 namespace {

@@ -842,6 +842,51 @@ def test_a_session_token_in_no_url_is_hidden_where_the_server_echoes_it(cli, tmp
         assert "Signature=" not in out or "Signature=***" in out, out
 
 
+_TOKEN_ESCAPES = {
+    # .NET's System.Text.Json escapes '+' (and '<', '>', '&', "'"), not '/'.
+    "json_plus": lambda t: t.replace("+", "\\u002B"),
+    "json_plus_and_slash": lambda t: t.replace("/", "\\/").replace("+", "\\u002b"),
+    "json_every_mark": lambda t: "".join(c if c.isalnum() else f"\\u{ord(c):04X}" for c in t),
+    "xml_plus": lambda t: t.replace("+", "&#43;"),
+    "html_plus_and_equals": lambda t: t.replace("+", "&#x2B;").replace("=", "&#x3D;"),
+    "html_equals": lambda t: t.replace("=", "&#x3d;"),
+    "percent_twice": lambda t: urllib.parse.quote(urllib.parse.quote(t, safe=""), safe=""),
+    "no_padding": lambda t: t.rstrip("="),
+}
+_SESSION_TOKEN = "IQoJb3JpZ2luX2VjEJr//////////wEaCXVzLWVhc3QtMSJHMEUCIQD+abc/def+ghi=="
+
+
+@pytest.mark.parametrize("escape", sorted(_TOKEN_ESCAPES))
+def test_a_token_echoed_with_some_of_its_characters_escaped_is_hidden(cli, escape):
+    """A token holding '+' and '/' (every STS session token) echoed by a page that escapes one
+    of them and not the other (.NET's JSON writer: "\\u002B" for '+', '/' as it is; an XML
+    writer's "&#43;") was shown: only whole spellings, each character escaped alike, were
+    looked for (hostile pass 30, B2). Each character may now be spelt its own way: the
+    session token of the signed path and an http(s) URL's ?token= alike."""
+    import os
+
+    spell = _TOKEN_ESCAPES[escape]
+    page = {"s3": lambda h: '{"t":"%s"}' % spell(h.headers.get("x-amz-security-token") or ""),
+            "http": lambda h: '{"t":"%s"}' % spell(urllib.parse.parse_qs(
+                urllib.parse.urlsplit(h.path).query).get("token", [""])[0])}
+    for where in ("s3", "http"):
+        with _echo_server(page[where]) as server:
+            port = server.server_address[1]
+            env = {**os.environ, "AWS_ACCESS_KEY_ID": "AKIAVISIBLE", "AWS_SECRET_ACCESS_KEY":
+                   "sk-s3cr3tKEY012345", "AWS_SESSION_TOKEN": _SESSION_TOKEN,
+                   "AWS_EC2_METADATA_DISABLED": "true", "AWS_CONFIG_FILE": os.devnull,
+                   "AWS_SHARED_CREDENTIALS_FILE": os.devnull, "AWS_DEFAULT_REGION": "us-east-1"}
+            url = (f"s3://bkt/d/x.npy?endpoint_override=127.0.0.1:{port}&scheme=http"
+                   "&max_attempts=1" if where == "s3" else
+                   f"http://127.0.0.1:{port}/d/x.npy?max_attempts=1&token="
+                   + urllib.parse.quote(_SESSION_TOKEN, safe=""))
+            r = subprocess.run([str(cli), "inspect", url], capture_output=True, text=True,
+                               timeout=120, env=env)
+            out = r.stdout + r.stderr
+            assert r.returncode != 0 and "HTTP 403" in out and '"t":"***' in out, (where, out)
+            assert "ghi" not in out and "IQoJ" not in out, (where, out)
+
+
 @pytest.mark.parametrize("user", ["alice:hunter2-S3cret", "alice:p%40ss-S3cret", "tok-S3cret0123"])
 def test_a_url_passwords_basic_header_echoed_by_the_server_is_hidden(cli, user):
     """libcurl sends an http(s) URL's user part as "Authorization: Basic BASE64(user:password)";
