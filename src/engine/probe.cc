@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "base/detail/links.hpp"
 #include "engine/detail/lanes.hpp"
 #include "shardload/formats.hpp"
 #include "shardload/interrupt.hpp"
@@ -71,12 +72,22 @@ Result<ProbeResults> probe_shards(const std::vector<std::string>& paths, Format 
                                   unsigned threads) {
   const std::size_t n = paths.size();
   ProbeResults out(n);
-  // Each shard's position among the shards of its directory (ShardReader::probe_at), by the
-  // directory_key a reader finds its sidecar by.
+  // Each shard's position among the shards of its directory (ShardReader::probe_at), keyed as
+  // a reader keys its sidecar: the directory the kernel resolves, however it is spelled
+  // ("D/a.bin", "E/../D/b.bin"), whose sidecar's "rows" list counts its shards together.
   std::vector<std::size_t> position(n);
   {
+    std::map<std::string, std::string> key_of;  // asked once per spelling
     std::map<std::string, std::size_t> seen;
-    for (std::size_t i = 0; i < n; ++i) position[i] = seen[directory_key(paths[i])]++;
+    for (std::size_t i = 0; i < n; ++i) {
+      auto [spelled, fresh] = key_of.try_emplace(directory_key(paths[i]));
+      if (fresh) {
+        spelled->second = ctx.source == nullptr || ctx.source->traits(paths[i]).kernel_files
+                              ? detail::resolved_directory_key(spelled->first)
+                              : spelled->first;
+      }
+      position[i] = seen[spelled->second]++;
+    }
   }
   // Each lane has a reader of its own: readers keep scratch and caches (the first's siblings
   // share what is the same for every shard). A reader that cannot be made past the first

@@ -416,11 +416,18 @@ class RawReader final : public ShardReader {
     const bool remote = ctx_.source->traits(shard_path).flat_keys;
     const auto [shard_name, query] = split_options(shard_path);
     const std::string dir = parent_dir(shard_name);
-    // Keyed as probe_shards counts positions, so that a sidecar and the positions in its
-    // "rows" list always agree on what one directory is.
-    const std::string key = directory_key(shard_path);
     // Held while the sidecar is fetched: a sibling asking for the same one waits for it.
     std::lock_guard lock(sidecars_->mu);
+    // Keyed as probe_shards counts positions, so that a sidecar and the positions in its
+    // "rows" list always agree on what one directory is: the one the kernel resolves, asked
+    // once per spelling.
+    auto [spelled, fresh] = sidecars_->key_of.try_emplace(directory_key(shard_path));
+    if (fresh) {
+      spelled->second = ctx_.source->traits(shard_path).kernel_files
+                            ? detail::resolved_directory_key(spelled->first)
+                            : spelled->first;
+    }
+    const std::string& key = spelled->second;
     auto& by_dir = sidecars_->by_dir;
     auto it = by_dir.find(key);
     if (it != by_dir.end()) return it->second ? &*it->second : nullptr;
@@ -464,11 +471,12 @@ class RawReader final : public ShardReader {
   FormatOptions options_;
   ReaderContext ctx_;
   OpenShardFile open_;  // the file read last, for the next piece of the same shard
-  // Each directory's sidecar (none: nullopt), by directory_key; shared by siblings, read-only
-  // once made (a map's entries stay where they are).
+  // Each directory's sidecar (none: nullopt), by detail::resolved_directory_key; shared by
+  // siblings, read-only once made (a map's entries stay where they are).
   struct Sidecars {
     std::mutex mu;
     std::map<std::string, std::optional<Sidecar>> by_dir;
+    std::map<std::string, std::string> key_of;  // detail::resolved_directory_key by directory_key
   };
   std::shared_ptr<Sidecars> sidecars_;
 };

@@ -205,6 +205,40 @@ def test_sidecar_rows_by_position_on_several_probe_threads(tmp_path, threads):
         shardload.discover(tmp_path / "w", format="raw", probe_threads=threads)
 
 
+@pytest.mark.parametrize("threads", [1, 4])
+def test_sidecar_rows_count_one_directory_however_it_is_spelled(tmp_path: pathlib.Path,
+                                                                threads: int) -> None:
+    # "rows" lists the shards of one directory in the source's order: the directory the kernel
+    # resolves, so D/a.bin and E/../D/b.bin (or a link to D) are shards 0 and 1 of D.
+    d, e = tmp_path / "D", tmp_path / "E"
+    e.mkdir()
+    a = np.full((2, 2), 1, "<i4")
+    b = np.full((5, 2), 2, "<i4")
+    d.mkdir()
+    a.tofile(d / "a.bin")
+    b.tofile(d / "b.bin")
+    (d / "shardload.json").write_text(json.dumps({"dtype": "<i4", "shape": [2], "rows": [2, 5]}))
+    (tmp_path / "L").symlink_to(d)
+    expected = np.concatenate([a, b])
+    for other in [f"{e}/../D/b.bin", f"{tmp_path}/L/b.bin", f"{d}/./b.bin"]:
+        layout = shardload.discover([str(d / "a.bin"), other], format="raw",
+                                    probe_threads=threads)
+        assert list(layout.shard_rows) == [2, 5], other
+        np.testing.assert_array_equal(layout.read(), expected)
+    # Counted together, a wrong entry is still refused for its own shard, and one file listed
+    # twice by two spellings is two shards of D (a list of one entry is too short).
+    (d / "shardload.json").write_text(json.dumps({"dtype": "<i4", "shape": [2], "rows": [2, 3]}))
+    with pytest.raises(shardload.LayoutError,
+                       match=r"E/\.\./D/b\.bin: rows: .*says 3 rows, but the file's size 40 "
+                             r"holds 5"):
+        shardload.discover([str(d / "a.bin"), f"{e}/../D/b.bin"], format="raw",
+                           probe_threads=threads)
+    (d / "shardload.json").write_text(json.dumps({"dtype": "<i4", "shape": [2], "rows": [2]}))
+    with pytest.raises(shardload.LayoutError, match=r"rows: lists 1 shards?, but .*L/a\.bin"):
+        shardload.discover([str(d / "a.bin"), f"{tmp_path}/L/a.bin"], format="raw",
+                           probe_threads=threads)
+
+
 def test_no_dtype_or_no_shape(tmp_path):
     write_raw(tmp_path, [np.zeros((2, 3), "float32")])
     with pytest.raises(shardload.LayoutError, match=r"shard_0000\.bin: raw files need a dtype"):

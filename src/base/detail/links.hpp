@@ -37,4 +37,14 @@ namespace shardload::detail {
   }
 }
 
+// The directory `dir` (a local path) as the kernel resolves it, its device and inode, where it
+// can be stat'ed; else `dir` as spelled. One directory spelled two ways ("D", "E/../D", a link to
+// D) is one key, as the sidecar that both spellings find is one file.
+[[nodiscard]] inline std::string resolved_directory_key(const std::string& dir) {
+  struct ::stat st {};
+  if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) return dir;
+  // A NUL leads the key: no spelling holds one, so no spelled key equals it.
+  return std::string(1, '\0') + std::to_string(st.st_dev) + ":" + std::to_string(st.st_ino);
+}
+
 }  // namespace shardload::detail
