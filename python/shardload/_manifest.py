@@ -34,8 +34,9 @@ class ChecksumMismatch:
     """One shard whose bytes differ from the manifest's checksum, that cannot be read, or that
     the directory holds and the manifest does not list: ``shard`` (its index in the layout; for
     a shard not in the manifest, in the directory's listing), ``path`` (a str, as os.fsdecode
-    gives it) and ``what`` (``"xxh3 0x... expected, found 0x..."``, why it cannot be read, or
-    ``"not in the manifest: added after indexing ..."``)."""
+    gives it) and ``what`` (``"xxh3 0x... expected, found 0x..."``, why it cannot be read,
+    ``"not in the manifest: added after indexing ..."``, or for a shard's linked file, ``path``
+    that file, ``"linked file of ...: changed after indexing ..."``)."""
 
     shard: int
     path: str
@@ -169,8 +170,11 @@ def verify(source: str | bytes | os.PathLike, *, groups: int | None = None,
         A :class:`ChecksumMismatch` for every shard whose checksum differs or that cannot be
         read, and for every shard the directory holds that the manifest does not list
         (``what`` "not in the manifest: added after indexing ...", ``shard`` its index in the
-        directory's listing), in shard order; an empty list when every checksum matches and
-        the directory holds the manifest's shards. The same records, paths as str, with or
+        directory's listing), and for every linked file (an HDF5 shard's external storage or
+        virtual-dataset source file) whose snapshot differs from the manifest's (``what``
+        "linked file of ...: changed after indexing ...", ``shard`` the shard's index), in
+        shard order; an empty list when every checksum matches and the directory holds the
+        manifest's shards and linked files as indexed. The same records, paths as str, with or
         without ``on_host``.
 
     Raises:

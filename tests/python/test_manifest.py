@@ -276,6 +276,86 @@ def test_verify_names_a_shard_added_after_indexing(tmp_path, on_host):
     assert shardload.verify(d, on_host=on_host) == []
 
 
+def write_linked_h5(d: pathlib.Path, kind: str) -> list[pathlib.Path]:
+    """Two HDF5 shards whose data lies in a linked file inside `d`: external storage or a
+    virtual dataset's source file. Returns the linked files."""
+    h5py = pytest.importorskip("h5py")
+    d.mkdir()
+    linked = []
+    for i in range(2):
+        a = np.arange(12, dtype="<i4").reshape(6, 2) + 100 * i
+        if kind == "external":
+            ext = d / f"ext{i}.extern"
+            a.tofile(ext)
+            with h5py.File(d / f"shard_{i:04d}.h5", "w") as f:
+                f.create_dataset("x", shape=a.shape, dtype=a.dtype,
+                                 external=[(str(ext), 0, a.nbytes)])
+        else:
+            ext = d / f"src{i}.h5src"
+            with h5py.File(ext, "w") as f:
+                f.create_dataset("s", data=a)
+            lay = h5py.VirtualLayout(shape=a.shape, dtype=a.dtype)
+            lay[...] = h5py.VirtualSource(ext.name, "s", shape=a.shape)
+            with h5py.File(d / f"shard_{i:04d}.h5", "w") as f:
+                f.create_virtual_dataset("x", lay)
+        linked.append(ext)
+    return linked
+
+
+def change_linked(path: pathlib.Path, kind: str, how: str) -> None:
+    """Row 1 of the linked file becomes -7: in place with its size and mtime kept, or in an
+    edited copy renamed over it."""
+    import shutil
+
+    import h5py
+
+    st = path.stat()
+    target = path if how == "in_place" else path.with_name(path.name + ".tmp")
+    if target != path:
+        shutil.copy(path, target)
+    if kind == "external":
+        with open(target, "r+b") as f:
+            f.seek(8)
+            f.write(np.int32(-7).tobytes())
+    else:
+        with h5py.File(target, "r+") as f:
+            f["s"][1, 0] = -7
+    if target == path:
+        os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    else:
+        os.rename(target, path)
+
+
+@pytest.mark.parametrize("on_host", [False, True])
+@pytest.mark.parametrize("kind", ["external", "vds"])
+@pytest.mark.parametrize("how", ["in_place", "copy"])
+def test_verify_names_a_linked_file_changed_after_indexing(tmp_path, on_host, kind, how):
+    """An HDF5 shard's external storage or virtual-dataset source file is covered by its
+    snapshot, not a checksum: changed after indexing (the shard file itself untouched), the
+    data discovery loads differs from what was indexed, and verify names the linked file."""
+    import shardload.numpy as snp
+
+    d = tmp_path / "h"
+    linked = write_linked_h5(d, kind)
+    shardload.index(d, checksum="xxh3")
+    indexed = snp.load(d)
+    assert shardload.verify(d, on_host=on_host) == []
+    change_linked(linked[1], kind, how)
+    layout = shardload.discover(d)
+    assert layout.manifest_state is shardload.ManifestState.STALE
+    assert str(linked[1]) in layout.manifest_status
+    assert snp.load(d)[7, 0] == -7 and indexed[7, 0] == 102  # numpy's oracle: the data changed
+    for source in (d, d / MANIFEST):
+        bad = shardload.verify(source, on_host=on_host)
+        assert [(m.shard, m.path) for m in bad] == [(1, str(linked[1]))], bad
+        assert bad[0].what.startswith(f"linked file of {d}/shard_0001.h5: changed after "
+                                      "indexing ("), bad
+        assert "its bytes are not verified" in bad[0].what, bad
+    # Indexed again, the manifest holds the linked file as it is.
+    shardload.index(d, checksum="xxh3")
+    assert shardload.verify(d, on_host=on_host) == []
+
+
 def test_index_refuses_a_listing_older_than_the_directory(tmp_path):
     """An index whose listing saw a dataset that an overwrite then replaced (4 shards where the
     listing saw 3, the probes by path reaching the new files) must not write its manifest over
@@ -484,6 +564,19 @@ def test_cli_verify_names_a_shard_added_after_indexing(cli, tmp_path):
     assert f"{d}/shard_0003.npy: not in the manifest: added after indexing" in r.stderr, r.stderr
     assert ("0 of 3 shards differ from " + str(d / MANIFEST) +
             ", and 1 shard of the directory is not in it") in r.stderr, r.stderr
+    assert "every checksum matches" not in r.stdout
+
+
+def test_cli_verify_names_a_linked_file_changed_after_indexing(cli, tmp_path):
+    d = tmp_path / "h"
+    linked = write_linked_h5(d, "vds")
+    assert run(cli, "index", d, "--checksum", "xxh3").returncode == 0
+    change_linked(linked[0], "vds", "in_place")
+    r = run(cli, "verify", d)
+    assert r.returncode == 1, (r.stdout, r.stderr)
+    assert (f"{linked[0]}: linked file of {d}/shard_0000.h5: changed after indexing ("
+            in r.stderr), r.stderr
+    assert f"1 of 2 shards differ from {d / MANIFEST}" in r.stderr, r.stderr
     assert "every checksum matches" not in r.stdout
 
 

@@ -132,10 +132,13 @@ Result<std::vector<ChecksumMismatch>> verify_range(const Manifest& manifest, std
 // Adds to `mismatches` (verify_range's, in shard order) what the directory's listing says
 // against the manifest, as discovery's freshness check compares them: each shard the directory
 // holds now that the manifest does not list ("not in the manifest", `shard` its index in the
-// listing), and each listed shard that is gone from it whose checksum read reported nothing;
-// the result is in shard order. Returns how many shards were added. The listing is the one
-// under the manifest's pattern, or without one the directory's own numbered group (as discovery
-// without a pattern finds it); an HTTP directory (no listing) and a Zarr store add nothing.
+// listing), each listed shard that is gone from it whose checksum read reported nothing, and
+// each linked file (HDF5 external storage, a virtual dataset's source file) whose snapshot is
+// not the manifest's (`shard` its shard's index, `path` the linked file), which no checksum
+// covers and which discovery calls the manifest stale for; the result is in shard order. Returns
+// how many shards were added. The listing is the one under the manifest's pattern, or without one
+// the directory's own numbered group (as discovery without a pattern finds it); an HTTP directory
+// (no listing) and a Zarr store add nothing.
 Result<std::size_t> add_listing_mismatches(const Manifest& manifest,
                                            std::vector<ChecksumMismatch>* mismatches);
 
