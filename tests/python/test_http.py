@@ -683,7 +683,7 @@ def test_a_url_whose_host_is_an_ipv6_address_loads():
 @pytest.mark.parametrize("spelling", ["{};jsessionid=ABC", "{};v=1", "{}/.;x"])
 @pytest.mark.xfail(strict=True, reason="served_file_name (src/engine/layout.cc) does not cut "
                    "';' path parameters yet: the metadata file is loaded as rows")
-def test_a_listed_metadata_url_with_path_parameters_is_refused(name, spelling):
+def test_a_listed_metadata_url_with_path_parameters_is_refused(name: str, spelling: str) -> None:
     """A servlet container (Tomcat, Jetty) cuts each segment's path parameters before it maps
     the path to a file, so "shardload.json;jsessionid=ABC" is served as the sidecar, whose
     bytes a list read as raw were loaded as rows. The name compared is the one such a server

@@ -329,7 +329,8 @@ def change_linked(path: pathlib.Path, kind: str, how: str) -> None:
 @pytest.mark.parametrize("on_host", [False, True])
 @pytest.mark.parametrize("kind", ["external", "vds"])
 @pytest.mark.parametrize("how", ["in_place", "copy"])
-def test_verify_names_a_linked_file_changed_after_indexing(tmp_path, on_host, kind, how):
+def test_verify_names_a_linked_file_changed_after_indexing(tmp_path: pathlib.Path, on_host: bool,
+                                                           kind: str, how: str) -> None:
     """An HDF5 shard's external storage or virtual-dataset source file is covered by its
     snapshot, not a checksum: changed after indexing (the shard file itself untouched), the
     data discovery loads differs from what was indexed, and verify names the linked file."""
@@ -567,7 +568,8 @@ def test_cli_verify_names_a_shard_added_after_indexing(cli, tmp_path):
     assert "every checksum matches" not in r.stdout
 
 
-def test_cli_verify_names_a_linked_file_changed_after_indexing(cli, tmp_path):
+def test_cli_verify_names_a_linked_file_changed_after_indexing(cli: pathlib.Path,
+                                                               tmp_path: pathlib.Path) -> None:
     d = tmp_path / "h"
     linked = write_linked_h5(d, "vds")
     assert run(cli, "index", d, "--checksum", "xxh3").returncode == 0
