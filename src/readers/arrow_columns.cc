@@ -128,6 +128,9 @@ bool cast_value(S v, D* out) {
   }
 }
 
+// The value as stored: the shortest digits that read back as it ("1e-09", "1e+300", "5e-324"),
+// so a value refused is never shown as one that would cast ("0.000000" for 1e-09). A half float
+// is shown through float, which holds it exactly.
 template <typename S>
 std::string value_string(S v) {
   if constexpr (std::is_same_v<S, bool>) {
@@ -135,8 +138,12 @@ std::string value_string(S v) {
   } else if constexpr (kIsInt<S>) {
     return std::to_string(v);
   } else {
-    std::string s = std::to_string(static_cast<double>(v));
-    return s;
+    using W = std::conditional_t<std::is_same_v<S, double>, double, float>;
+    const W w = static_cast<W>(v);
+    if (std::isnan(w)) return "nan";  // a NaN's sign bit means nothing to a cast
+    char buf[64];
+    const auto r = std::to_chars(buf, buf + sizeof buf, w);
+    return std::string(buf, r.ptr);
   }
 }
 

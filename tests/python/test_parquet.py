@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pathlib
+import re
 
 import numpy as np
 import pytest
@@ -434,6 +435,17 @@ def test_load_astype_a_long_double_reads_as_stored_and_casts(tmp_path, fmt, asty
     (pa.array([1, 2**64 - 1], pa.uint64()), "int64", 1, "18446744073709551615"),
     (pa.array([1.0, np.nan]), "int32", 1, "nan"),
     (pa.array(np.array([0.0, np.nan], np.float32)), "bool", 1, "nan"),
+    # A float is shown as stored, in the shortest digits that read back as it (as repr shows
+    # it), never rounded to 6 decimals: "0.000000" for 1e-09 named a value that casts.
+    (pa.array([0.0, 1e-9]), "int64", 1, "1e-09"),
+    (pa.array([0.0, -4e-7]), "int32", 1, "-4e-07"),
+    (pa.array([0.0, 5e-324]), "int16", 1, "5e-324"),
+    (pa.array([0.0, -1e-300]), "uint64", 1, "-1e-300"),
+    (pa.array([0.0, 1e300]), "int64", 1, "1e+300"),
+    (pa.array([0.0, 2.0**63]), "int64", 1, "9223372036854775808"),
+    (pa.array([0.0, 1.5]), "int32", 1, "1.5"),
+    (pa.array(np.array([0.0, 0.1], np.float32)), "int8", 1, "0.1"),
+    (pa.array(np.array([0.0, 2.0**-24], np.float16)), "uint8", 1, "5.9604645e-08"),
 ])
 def test_a_decode_astype_that_would_lose_a_value_names_its_row(tmp_path, fmt, values, astype,
                                                                 row, shown):
@@ -441,6 +453,6 @@ def test_a_decode_astype_that_would_lose_a_value_names_its_row(tmp_path, fmt, va
     path = tmp_path / f"shard_0000.{EXT[fmt]}"
     write(path, pa.table({"a": values}), fmt, 2)
     with pytest.raises(shardload.ShardReadError,
-                       match=rf"{path}: column 'a': row {row}: value {shown} cannot be cast "
+                       match=rf"{path}: column 'a': row {row}: value {re.escape(shown)} cannot be cast "
                              rf"exactly to {astype}"):
         shardload.discover(tmp_path, format=fmt, astype=astype).read()
