@@ -26,8 +26,10 @@ constexpr std::uint64_t kMaxMetaBytes = std::uint64_t{1} << 20;
 
 // The text of the _meta.json of the source URL `url`: below its key (a prefix, as `write`
 // makes it), else beside it (the key is a glob, a pattern or an object); nullopt where neither
-// object is there.
-Result<std::optional<std::string>> remote_meta_text(const std::string& url, std::string* path) {
+// object is there. `beside_dir`, where given and the object lies beside the key, is the URL of
+// the directory holding it (with the source's options): the key is then a part of it.
+Result<std::optional<std::string>> remote_meta_text(const std::string& url, std::string* path,
+                                                    std::string* beside_dir = nullptr) {
   auto [base, query] = split_options(url);
   std::vector<std::string> dirs;
   if (!base.empty() && base.back() != '/') {
@@ -35,10 +37,15 @@ Result<std::optional<std::string>> remote_meta_text(const std::string& url, std:
     base.resize(base.rfind('/') + 1);
   }
   dirs.push_back(base);
-  for (const auto& dir : dirs) {
-    *path = dir + "_meta.json" + query;
+  for (std::size_t i = 0; i < dirs.size(); ++i) {
+    *path = dirs[i] + "_meta.json" + query;
     auto text = detail::read_small_file(posix_io(), *path, kMaxMetaBytes, nullptr);
-    if (text) return std::optional<std::string>(std::move(*text));
+    if (text) {
+      if (beside_dir != nullptr && i == 1) {
+        *beside_dir = dirs[i].substr(0, dirs[i].size() - 1) + query;
+      }
+      return std::optional<std::string>(std::move(*text));
+    }
     if (text.status().sys_errno() != ENOENT) return text.status();
   }
   return std::optional<std::string>();
@@ -63,7 +70,10 @@ PartPlace part_place(const Layout& layout, const std::vector<std::int64_t>& rows
   std::int64_t previous = -1;
   std::int64_t first = 0;
   for (const Shard& s : layout.shards) {
-    const std::string name = s.path.substr(s.path.rfind('/') + 1);
+    // A URL's options are no part of its name (a local name may hold a '?').
+    const std::string bare =
+        path_traits(s.path).kernel_files ? s.path : split_options(s.path).first;
+    const std::string name = bare.substr(bare.rfind('/') + 1);
     const std::int64_t n = written.match(name);
     if (n < 0 || static_cast<std::size_t>(n) >= rows.size()) {
       place.unknown = printable_redacted(name) + " is none of the " + std::to_string(rows.size()) +
@@ -241,12 +251,26 @@ VerifySeed verify_seed(const ReadArgs& a, const Layout& layout, std::ostream& ou
   std::vector<std::int64_t> meta_shape;
   std::vector<std::int64_t> meta_rows;
   std::optional<long long> seed = a.seed;
-  const bool part = a.meta_dir != a.source;
+  std::string meta_dir = a.meta_dir;
+  bool part = a.meta_dir != a.source;
+  if (!path_traits(a.source).kernel_files) {
+    // Whether a URL names the dataset or a part of it (a shard, a glob of some) is told only
+    // by where its _meta.json lies, below the key or beside it; taken for the dataset, a part
+    // was held to the whole dataset's shape and values from row 0, and FAILED intact. An error
+    // here is read_write_meta's to report.
+    std::string path;
+    std::string beside;
+    if (const auto found = remote_meta_text(a.source, &path, &beside);
+        found && *found && !beside.empty()) {
+      meta_dir = beside;
+      part = true;
+    }
+  }
   if (seed && part) {
     // --seed of a part: _meta.json, where write left one, still tells the part's place; without
     // one the part is verified as a dataset of its own, from its row 0. A damaged one tells no
     // place: taken for none, the part was compared from row 0 and FAILED.
-    const Result<WriteMeta> meta = read_write_meta(a.meta_dir);
+    const Result<WriteMeta> meta = read_write_meta(meta_dir);
     if (!meta) {
       err << "shardload read: verify: "
           << spell_options(meta.status().message(), OptionSpelling::kCli) << "\n";
@@ -255,14 +279,14 @@ VerifySeed verify_seed(const ReadArgs& a, const Layout& layout, std::ostream& ou
     if (!meta->foreign) meta_rows = meta->rows;
   }
   if (!seed) {
-    const Result<WriteMeta> meta = read_write_meta(a.meta_dir);
+    const Result<WriteMeta> meta = read_write_meta(meta_dir);
     if (!meta) {
       err << "shardload read: verify: "
           << spell_options(meta.status().message(), OptionSpelling::kCli) << "\n";
       return failed;
     }
     if (meta->foreign) {
-      out << "verify:         skipped (_meta.json in " << printable_redacted(a.meta_dir)
+      out << "verify:         skipped (_meta.json in " << printable_redacted(meta_dir)
           << " was not written by shardload write)\n";
       return {};
     }
@@ -273,7 +297,7 @@ VerifySeed verify_seed(const ReadArgs& a, const Layout& layout, std::ostream& ou
   }
   if (!seed) {
     out << "verify:         skipped (no --seed and no _meta.json with a seed in "
-        << printable_redacted(a.meta_dir) << ")\n";
+        << printable_redacted(meta_dir) << ")\n";
     return {};
   }
   if (!meta_dtype.empty() && meta_dtype != layout.dtype.name()) {
@@ -301,14 +325,14 @@ VerifySeed verify_seed(const ReadArgs& a, const Layout& layout, std::ostream& ou
     }
     if (!place.first_row) {
       out << "verify:         skipped (" << printable_redacted(a.source)
-          << " is a part of the dataset in " << printable_redacted(a.meta_dir)
+          << " is a part of the dataset in " << printable_redacted(meta_dir)
           << " whose place in it cannot be told: " << place.unknown << ")\n";
       return {};
     }
     v.first_row = *place.first_row;
     v.place = " at rows [" + std::to_string(v.first_row) + ", " +
               std::to_string(v.first_row + layout.total_rows()) + ") of the dataset in " +
-              printable_redacted(a.meta_dir);
+              printable_redacted(meta_dir);
   }
   return v;
 }

@@ -3,6 +3,7 @@ environment), verifies against _meta.json's seed, and reports failures by exit s
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import pathlib
@@ -120,6 +121,52 @@ def test_read_of_a_part_of_a_directory_verifies_it_at_its_rows_in_the_dataset(
     assert (f"shardload read: verify: _meta.json says shard_0001.npy holds {rows[1]} rows, it "
             f"holds {rows[1] - 1}") in r.stderr, r.stderr
 
+
+
+def test_read_of_a_part_of_a_dataset_written_to_object_storage_verifies_it_at_its_rows(
+        bucket, cli) -> None:
+    """`read s3://B/D/shard_0002.npy` of a dataset `write` made in s3:// (likewise over
+    http(s)) was held to the whole dataset: "_meta.json says shape (20, 3), the shards hold
+    (6, 3)", exit 1, and with --seed "FAILED", for intact objects. Whether a URL is the dataset
+    or a part is told by where its _meta.json lies (below the key, or beside it); a part is
+    verified at its rows in the dataset, as a local one is."""
+    pytest.importorskip("moto", reason="moto[server] is installed by scripts/setup.sh")
+    from test_http import serving as http_serving
+
+    url = bucket.url("w")
+    query = "?" + "&".join(f"{k}={v}" for k, v in bucket.options.items())
+    assert run(cli, "write", "--shard-dir", url + query, "--num-shards", "4", "--shape", "20,3",
+               "--dtype", "int16", "--seed", "9").returncode == 0
+    rows = json.loads(bucket.get("w/_meta.json"))["rows"]
+    starts = np.concatenate([[0], np.cumsum(rows)]).tolist()
+    assert len(rows) == 4 and len(set(rows)) > 1 and starts[-1] == 20, rows
+    # The oracle: write's values are those of each element's index in the whole array.
+    whole = np.concatenate([np.load(io.BytesIO(bucket.get(f"w/shard_{i:04d}.npy")))
+                            for i in range(4)])
+    np.testing.assert_array_equal(whole.ravel(), synth("int16", 9, 0, 60))
+    for part, lo, hi in [("shard_0002.npy", starts[2], starts[3]),
+                         ("shard_000[23].npy", starts[2], 20), ("shard_0000.npy", 0, starts[1]),
+                         ("shard_*.npy", 0, 20)]:
+        r = run(cli, "read", f"{url}/{part}{query}")
+        assert r.returncode == 0, (part, r.stdout, r.stderr)
+        assert (f"verify:         OK ({(hi - lo) * 3} elements match seed 9 at rows [{lo}, {hi}) "
+                f"of the dataset in {url}?") in r.stdout, (part, r.stdout)
+    r = run(cli, "read", f"{url}/shard_0002.npy{query}", "--seed", "9")
+    assert r.returncode == 0 and f"at rows [{starts[2]}, {starts[3]})" in r.stdout, r.stdout
+    r = run(cli, "read", f"{url}/shard_0002.npy{query}", "--seed", "8")
+    assert r.returncode == 1 and "verify:         FAILED" in r.stdout, r.stdout
+    # The prefix itself is the dataset: its shape is _meta.json's.
+    r = run(cli, "read", url + query)
+    assert r.returncode == 0 and "verify:         OK (60 elements match seed 9)\n" in r.stdout, \
+        r.stdout
+    # The same objects over http(s): a file beside its _meta.json is a part too.
+    with http_serving() as (store, base):
+        for key in bucket.keys("w/"):
+            store.put("/" + key, bucket.get(key))
+        r = run(cli, "read", f"{base}/w/shard_0002.npy")
+        assert r.returncode == 0, (r.stdout, r.stderr)
+        assert (f"verify:         OK ({(starts[3] - starts[2]) * 3} elements match seed 9 at rows "
+                f"[{starts[2]}, {starts[3]}) of the dataset in {base}/w)") in r.stdout, r.stdout
 
 
 @pytest.mark.parametrize("rows, why", [

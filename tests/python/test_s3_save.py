@@ -216,11 +216,15 @@ def test_shardload_write_to_s3_makes_the_objects_a_local_write_makes_and_read_ve
             assert bucket.get(f"w/{n}") == (local / n).read_bytes(), n
     rows = json.loads((local / "_meta.json").read_text())["rows"]
     assert len(set(rows)) > 1, rows  # the shards are ragged
-    for source in [url + "/", url, url + "/shard_*.npy"]:
+    # The prefix is the dataset; a glob of its shards, beside its _meta.json, a part of it
+    # (here all of it), verified at its rows in the dataset as a local part is.
+    whole = f" at rows [0, 23) of the dataset in {url}{query}"
+    for source, place in [(url + "/", ""), (url, ""), (url + "/shard_*.npy", whole)]:
         read = subprocess.run([str(cli), "read", source + query], capture_output=True,
                               text=True)
         assert read.returncode == 0, (source, read.stderr)
-        assert "verify:         OK (69 elements match seed 9)" in read.stdout, read.stdout
+        assert f"verify:         OK (69 elements match seed 9{place})\n" in read.stdout, \
+            read.stdout
     # No _meta.json: verification is skipped, not failed.
     bucket.client.delete_object(Bucket=bucket.name, Key="w/_meta.json")
     read = subprocess.run([str(cli), "read", url + "/" + query], capture_output=True, text=True,
