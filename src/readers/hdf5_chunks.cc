@@ -63,6 +63,15 @@ Status filters_available(const Hdf5Api& api, hid_t dataset) {
 
 namespace {
 
+// Whether the dataset's edge chunks (those reaching past its extent in some dimension) are
+// stored unfiltered: H5D_CHUNK_DONT_FILTER_PARTIAL_CHUNKS, a layout flag their filter mask
+// does not show. Such a chunk holds its raw bytes, which HDF5's own read takes as they are.
+bool edge_chunks_unfiltered(const Hdf5Api& api, hid_t dcpl) {
+  unsigned opts = 0;
+  return api.H5Pget_chunk_opts != nullptr && api.H5Pget_chunk_opts(dcpl, &opts) >= 0 &&
+         (opts & H5D_CHUNK_DONT_FILTER_PARTIAL_CHUNKS) != 0;
+}
+
 // The memory type of `dtype` with its numbers in the other byte order than the host's; invalid
 // where HDF5 cannot build it. h5py's complex is built member by member: each half has its own
 // order.
@@ -293,6 +302,9 @@ Status chunks_in_file(const Hdf5Api& api, hid_t dataset, const std::vector<hsize
     if (chunk[i] == 0 || (i > 0 && dims[i] == 0)) return Status::ok();  // nothing stored
     last[i] = (dims[i] - 1) / chunk[i];
   }
+  // An edge chunk of such a dataset is its raw bytes whatever its mask says: held to the
+  // filters' size, a valid file was called damaged.
+  const bool edges_raw = edge_chunks_unfiltered(api, dcpl.get());
   first[0] = static_cast<hsize_t>(lo) / chunk[0];
   last[0] = static_cast<hsize_t>(hi - 1) / chunk[0];
   std::vector<hsize_t> at = first, offset(rank, 0);
@@ -304,9 +316,12 @@ Status chunks_in_file(const Hdf5Api& api, hid_t dataset, const std::vector<hsize
     // A chunk HDF5 cannot locate is left to H5Dread, which reports why.
     if (api.H5Dget_chunk_info_by_coord(dataset, offset.data(), &mask, &addr, &size) >= 0) {
       SHARDLOAD_RETURN_IF_ERROR(chunk_in_file(addr, size, file_size, offset));
+      bool edge = false;
+      for (std::size_t i = 0; i < rank; ++i) edge = edge || offset[i] + chunk[i] > dims[i];
       bool raw = false;
       std::string names;
-      const std::optional<std::uint64_t> need = stored_bytes(mask, &raw, &names);
+      const std::optional<std::uint64_t> need =
+          stored_bytes(edges_raw && edge ? ~0u : mask, &raw, &names);
       if (addr != HADDR_UNDEF && need && raw_bytes != 0 && (raw ? size < *need : size != *need)) {
         std::string where;
         for (std::size_t i = 0; i < rank; ++i) {
@@ -330,9 +345,9 @@ Status chunks_in_file(const Hdf5Api& api, hid_t dataset, const std::vector<hsize
 // The direct plan when the dataset is chunked, filtered by exactly deflate
 // (optionally after shuffle), and stored in a type whose bytes are the
 // destination's up to byte order. Anything else (fletcher32, szip, nbit,
-// scale-offset, unknown filters, padded compounds, VAX order) is nullopt and
-// read by H5Dread, which handles it exactly. Called with the lock held; leaves
-// HDF5's error stack for the caller to clear.
+// scale-offset, unknown filters, padded compounds, VAX order, edge chunks
+// stored unfiltered) is nullopt and read by H5Dread, which handles it exactly. Called with the lock
+// held; leaves HDF5's error stack for the caller to clear.
 std::optional<DirectPlan> direct_plan(const Hdf5Api& api, hid_t dataset, DType dtype,
                                       const std::vector<hsize_t>& dims) {
   if (api.H5Dget_chunk_storage_size == nullptr || api.H5Dread_chunk == nullptr) return std::nullopt;
@@ -342,6 +357,13 @@ std::optional<DirectPlan> direct_plan(const Hdf5Api& api, hid_t dataset, DType d
   if (!dcpl.valid() || api.H5Pget_layout(dcpl.get()) != H5D_CHUNKED) return std::nullopt;
   p.chunk.assign(dims.size(), 0);
   if (api.H5Pget_chunk(dcpl.get(), rank, p.chunk.data()) != rank) return std::nullopt;
+  // An edge chunk stored unfiltered reads with mask 0, as a deflated one: inflated here it was
+  // refused as corrupt. H5Dread knows the flag; a dataset without edge chunks needs no care.
+  if (edge_chunks_unfiltered(api, dcpl.get())) {
+    for (std::size_t i = 0; i < dims.size(); ++i) {
+      if (p.chunk[i] != 0 && dims[i] % p.chunk[i] != 0) return std::nullopt;
+    }
+  }
 
   // The pipeline in write order: [shuffle,] deflate; read undoes it backwards.
   const int nfilters = api.H5Pget_nfilters(dcpl.get());

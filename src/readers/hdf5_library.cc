@@ -57,6 +57,8 @@ Result<Hdf5Api> load_api() {
   api.H5Dget_chunk_info_by_coord = reinterpret_cast<decltype(api.H5Dget_chunk_info_by_coord)>(
       ::dlsym(h, "H5Dget_chunk_info_by_coord"));
   api.H5Oget_info2 = reinterpret_cast<decltype(api.H5Oget_info2)>(::dlsym(h, "H5Oget_info2"));
+  api.H5Pget_chunk_opts =
+      reinterpret_cast<decltype(api.H5Pget_chunk_opts)>(::dlsym(h, "H5Pget_chunk_opts"));
   if (!missing.empty()) {
     return Status(ErrorCode::kFormat, std::string("hdf5: ") + api.path +
                                           " lacks functions shardload needs: " + missing);

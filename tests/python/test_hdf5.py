@@ -1852,3 +1852,73 @@ def test_the_datasets_an_error_lists_are_ten_in_natural_order_and_a_count(
         shardload.discover(tmp_path, format="hdf5", dataset="nope")
     assert f"dataset '/nope' not found (datasets in the file: {shown})" in str(e.value)
     assert len(str(e.value)) < 500
+
+
+# ---- edge chunks stored unfiltered (H5D_CHUNK_DONT_FILTER_PARTIAL_CHUNKS) -------------------
+
+
+def _h5_library():
+    """h5py's own HDF5 library, for a property h5py offers no call for."""
+    import ctypes
+    import glob
+
+    libs = [p for p in glob.glob(os.path.join(os.path.dirname(h5py.__file__), "..",
+                                              "h5py.libs", "libhdf5-*")) if "_hl" not in p]
+    try:
+        lib = ctypes.CDLL(libs[0]) if libs else ctypes.CDLL(h5py.h5.__file__)
+        lib.H5Pset_chunk_opts.argtypes = [ctypes.c_int64, ctypes.c_uint]
+        lib.H5Pget_chunk_opts.argtypes = [ctypes.c_int64, ctypes.POINTER(ctypes.c_uint)]
+    except (OSError, AttributeError):
+        pytest.skip("h5py's HDF5 library is not reachable to set H5Pset_chunk_opts")
+    return lib
+
+
+@pytest.mark.parametrize("where", ["local", "s3"])
+@pytest.mark.parametrize("filters", [["deflate"], ["shuffle", "deflate"], ["fletcher32"],
+                                     ["shuffle", "fletcher32"], ["shuffle"]])
+@pytest.mark.parametrize("dtype, shape, chunks", [
+    ("<i4", (10, 3), (4, 3)),    # an edge chunk in rows
+    (">f8", (10, 5), (4, 2)),    # in rows and in columns
+    ("<u2", (9, 4), (2, 3)),     # both, a chunk of one row at the end
+    ("<i4", (8, 2), (4, 1)),     # no edge chunk: the flag changes nothing
+])
+def test_edge_chunks_stored_unfiltered_read_as_h5py_reads_them(tmp_path, server, where, filters,
+                                                              dtype, shape, chunks) -> None:
+    """H5Pset_chunk_opts(H5D_CHUNK_DONT_FILTER_PARTIAL_CHUNKS) stores the chunks reaching past
+    the extent unfiltered, and their filter mask does not say so: such files were refused as
+    damaged ("deflate: corrupt chunk: incorrect header check", "its chunk at (8, 0) holds 48
+    bytes, but its filters (fletcher32) need 52"). h5py as the oracle, whole and from a row."""
+    import ctypes
+
+    from h5py import h5d, h5p, h5s, h5t
+
+    lib = _h5_library()
+    a = (np.random.default_rng(9).standard_normal(shape) * 1000).astype(dtype)
+    path = tmp_path / "shard_0000.h5"
+    # v110: the layout message that carries the flag, in a file HDF5 1.10 opens.
+    with h5py.File(path, "w", libver=("v110", "v110")) as f:
+        dcpl = h5p.create(h5p.DATASET_CREATE)
+        dcpl.set_chunk(chunks)
+        for name in filters:
+            {"shuffle": dcpl.set_shuffle, "deflate": lambda: dcpl.set_deflate(4),
+             "fletcher32": dcpl.set_fletcher32}[name]()
+        assert lib.H5Pset_chunk_opts(dcpl.id, 0x0002) >= 0  # H5D_CHUNK_DONT_FILTER_PARTIAL_CHUNKS
+        ds = h5d.create(f.id, b"x", h5t.py_create(np.dtype(dtype)), h5s.create_simple(shape),
+                        dcpl=dcpl)
+        h5py.Dataset(ds)[...] = a
+    with h5py.File(path, "r") as f:
+        ref = f["x"][...]
+        opts = ctypes.c_uint(0)  # the flag as the file records it
+        assert lib.H5Pget_chunk_opts(f["x"].id.get_create_plist().id, ctypes.byref(opts)) >= 0
+        assert opts.value == 0x0002
+    np.testing.assert_array_equal(ref, a)
+    source, options = path, {}
+    if where == "s3":
+        import s3_server
+
+        bucket = s3_server.Bucket(server)
+        bucket.upload("h/shard_0000.h5", path)
+        source, options = bucket.url("h/shard_0000.h5"), {"storage_options": bucket.options}
+    layout = shardload.discover(source, format="hdf5", **options)
+    np.testing.assert_array_equal(layout.read(), ref)
+    np.testing.assert_array_equal(layout.read(5, shape[0]), ref[5:])

@@ -103,6 +103,9 @@ struct Hdf5Api {
   // Optional (HDF5 >= 1.10.3): where a dataset's object header lies, so that its layout
   // message can be checked (hdf5_header.cc).
   decltype(&::H5Oget_info2) H5Oget_info2 = nullptr;
+  // HDF5 >= 1.10.0: whether a dataset's edge chunks are stored unfiltered
+  // (H5D_CHUNK_DONT_FILTER_PARTIAL_CHUNKS), which their filter mask does not say.
+  decltype(&::H5Pget_chunk_opts) H5Pget_chunk_opts = nullptr;
 #define SHARDLOAD_HDF5_GLOBAL(name) hid_t name = -1;
   SHARDLOAD_HDF5_GLOBALS(SHARDLOAD_HDF5_GLOBAL)
 #undef SHARDLOAD_HDF5_GLOBAL
