@@ -273,9 +273,11 @@ class Hdf5Reader final : public ShardReader {
     if (!p.shard.snapshot.regular) {
       return Status(ErrorCode::kFormat, path + ": not a regular file");
     }
-    std::vector<std::byte> head;
+    // The metadata read here is kept for the reads of this snapshot (RemoteMetadata).
+    std::optional<RemoteMetadata> meta;
     if (ctx_.source->round_trips(path)) {
-      SHARDLOAD_ASSIGN_OR_RETURN(head, remote_head(f, p.shard.snapshot.size));
+      meta.emplace(path, p.shard.snapshot);
+      SHARDLOAD_RETURN_IF_ERROR(meta->fetch_head(f, p.shard.snapshot.size));
     }
     std::vector<std::string> external;
     std::vector<std::pair<std::string, std::uint64_t>> external_end;
@@ -284,7 +286,7 @@ class Hdf5Reader final : public ShardReader {
       Hdf5Lock lock(api_);
       api_.H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
       SHARDLOAD_ASSIGN_OR_RETURN(OpenDataset d,
-                                 open(f, p.shard.snapshot.size, options_.dataset, head));
+                                 open(f, p.shard.snapshot.size, options_.dataset, meta));
       Hid type(api_.H5Dget_type(d.dataset.get()), api_.H5Tclose);
       if (!type.valid()) {
         return Status(ErrorCode::kFormat,
@@ -296,13 +298,13 @@ class Hdf5Reader final : public ShardReader {
           storage_in_file(api_, d.dataset.get(), type.get(), d.dims, p.shard.snapshot.size)
               .with_context(path + ": dataset '" + d.name + "'"));
       SHARDLOAD_RETURN_IF_ERROR(chunk_element_size_matches(api_, d.file.get(), d.dataset.get(),
-                                                           type.get(), file_bytes(f, head))
+                                                           type.get(), file_bytes(f, meta))
                                     .with_context(path + ": dataset '" + d.name + "'"));
       SHARDLOAD_RETURN_IF_ERROR(defined_everywhere(api_, d.dataset.get())
                                     .with_context(path + ": dataset '" + d.name + "'"));
       SHARDLOAD_RETURN_IF_ERROR(filters_available(api_, d.dataset.get())
                                     .with_context(path + ": dataset '" + d.name + "'"));
-      const ShardBytes self{p.shard.snapshot.size, file_bytes(f, head)};
+      const ShardBytes self{p.shard.snapshot.size, file_bytes(f, meta)};
       SHARDLOAD_RETURN_IF_ERROR(no_virtual_cycle(d, path, &source_files, &self));
       p.dtype = *dtype;
       p.shard.rows = static_cast<std::int64_t>(d.dims[0]);
@@ -418,9 +420,9 @@ class Hdf5Reader final : public ShardReader {
     try {
       Hdf5Lock lock(api_);
       api_.H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
-      const std::vector<std::byte> head;
+      std::optional<RemoteMetadata> none;
       SHARDLOAD_ASSIGN_OR_RETURN(OpenDataset d,
-                                 open(f, s.snapshot.size, dataset_of(s), head, &s.linked));
+                                 open(f, s.snapshot.size, dataset_of(s), none, &s.linked));
       SHARDLOAD_RETURN_IF_ERROR(no_virtual_cycle(d, s.path, &files));
     } catch (const std::exception& e) {
       return Status(ErrorCode::kFormat, s.path + ": " + e.what());
@@ -456,42 +458,44 @@ class Hdf5Reader final : public ShardReader {
         linked.push_back(std::move(lf));
       }
     }
-    Status read = read_dataset(f, l, s, lo, hi, dst);
+    // What HDF5 reads of a remote object's metadata, and what other reads of its snapshot
+    // kept (RemoteMetadata); the check below covers both.
+    std::optional<RemoteMetadata> meta;
+    if (ctx_.source->round_trips(s.path)) meta.emplace(s.path, s.snapshot);
+    Status read = read_dataset(f, l, s, lo, hi, dst, meta);
     if (ctx_.check_snapshot) {
       read = check_unchanged(f, s.snapshot, std::move(read));
       for (std::size_t i = 0; i < linked.size(); ++i) {
         read = check_unchanged(linked[i], s.linked[i].snapshot, std::move(read));
       }
     }
+    if (meta && read.code() == ErrorCode::kChanged) meta->forget();
     return read;
   }
 
  private:
-  // Reads of `f`'s bytes for the reader's own parsing; a remote object's are served from
-  // `head` (remote_head) where it holds them, so that a header in it costs no request.
-  static ReadBytes file_bytes(const File& f, const std::vector<std::byte>& head) {
-    return [&f, &head](std::uint64_t offset, std::size_t n, std::byte* out) {
-      if (offset <= head.size() && n <= head.size() - offset) {
-        std::memcpy(out, head.data() + offset, n);
-        return true;
-      }
+  // Reads of `f`'s bytes for the reader's own parsing; a remote object's are served from its
+  // metadata (the head, what earlier reads kept) where it holds them, so that a header there
+  // costs no request.
+  static ReadBytes file_bytes(const File& f, std::optional<RemoteMetadata>& meta) {
+    if (meta) return meta->reader(f);
+    return [&f](std::uint64_t offset, std::size_t n, std::byte* out) {
       return f.read_exact(out, n, offset).is_ok();
     };
   }
 
   // HDF5 opens the file through `f` (see open()), the descriptor whose state
   // read_rows compares with the snapshot afterwards.
+  // `meta`: a remote object's metadata (read_rows); its head is fetched here when no earlier
+  // read's is held.
   Status read_dataset(const File& f, const ReadSpec& l, const Shard& s, std::int64_t lo,
-                      std::int64_t hi, std::byte* dst) {
-    std::vector<std::byte> head;
-    if (ctx_.source->round_trips(s.path)) {
-      SHARDLOAD_ASSIGN_OR_RETURN(head, remote_head(f, s.snapshot.size));
-    }
+                      std::int64_t hi, std::byte* dst, std::optional<RemoteMetadata>& meta) {
+    if (meta && !meta->held()) SHARDLOAD_RETURN_IF_ERROR(meta->fetch_head(f, s.snapshot.size));
     try {
       Hdf5Lock lock(api_);
       api_.H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
       SHARDLOAD_ASSIGN_OR_RETURN(OpenDataset d,
-                                 open(f, s.snapshot.size, dataset_of(s), head, &s.linked));
+                                 open(f, s.snapshot.size, dataset_of(s), meta, &s.linked));
       const std::string where = s.path + ": dataset '" + d.name + "'";
       // The snapshot guards the file; this guards a layout rebuilt from stale
       // task arguments.
@@ -513,7 +517,7 @@ class Hdf5Reader final : public ShardReader {
       Status in_file = storage_in_file(api_, d.dataset.get(), type.get(), d.dims, s.snapshot.size);
       if (in_file) {
         in_file = chunk_element_size_matches(api_, d.file.get(), d.dataset.get(), type.get(),
-                                             file_bytes(f, head));
+                                             file_bytes(f, meta));
       }
       if (in_file) in_file = chunks_in_file(api_, d.dataset.get(), d.dims, lo, hi, s.snapshot.size);
       // A layout from a manifest was not probed by this process, whose HDF5 may lack a filter.
@@ -525,7 +529,8 @@ class Hdf5Reader final : public ShardReader {
       const std::optional<DirectPlan> plan = direct_plan(api_, d.dataset.get(), l.dtype, d.dims);
       api_.H5Eclear2(H5E_DEFAULT);  // the plan's probing leaves nothing to report
       if (plan) {
-        return read_direct(lock, f, s.snapshot.size, d, where, *plan, mem_type.get(), lo, hi, dst);
+        return read_direct(lock, f, s.snapshot.size, d, where, *plan, mem_type.get(), lo, hi, dst,
+                           meta ? &*meta : nullptr);
       }
       std::vector<hsize_t> start(d.dims.size(), 0), count = d.dims;
       start[0] = static_cast<hsize_t>(lo);
@@ -570,7 +575,7 @@ class Hdf5Reader final : public ShardReader {
   // `file_size`: the snapshot's, which every range read from `f` lies within.
   Status read_direct(Hdf5Lock& lock, const File& f, std::uint64_t file_size, const OpenDataset& d,
                      const std::string& where, const DirectPlan& p, hid_t mem_type, std::int64_t lo,
-                     std::int64_t hi, std::byte* dst) {
+                     std::int64_t hi, std::byte* dst, RemoteMetadata* meta) {
     const std::size_t rank = d.dims.size();
     std::vector<hsize_t> dst_dims = d.dims;
     dst_dims[0] = static_cast<hsize_t>(hi - lo);
@@ -600,8 +605,8 @@ class Hdf5Reader final : public ShardReader {
       if (!next_chunk(at, first, last)) break;
     }
     if (ctx_.source->round_trips(f.path()) && api_.H5Dget_chunk_info_by_coord != nullptr) {
-      if (auto done =
-              read_direct_remote(lock, f, file_size, d, where, p, mem_type, dst_dims, boxes, dst)) {
+      if (auto done = read_direct_remote(lock, f, file_size, d, where, p, mem_type, dst_dims, boxes,
+                                         dst, meta)) {
         return *done;
       }
     }
@@ -660,7 +665,9 @@ class Hdf5Reader final : public ShardReader {
   // lock while this thread inflates them as they arrive. The stored chunk at the lowest address,
   // the first to arrive, is also read by H5Dread_chunk and compared before anything is decoded:
   // an HDF5 whose addresses mean something else (those of a file with a user block) leaves the
-  // read to the caller's path (nullopt), as does a range with no stored chunk. Chunks that are
+  // read to the caller's path (nullopt), as does a range with no stored chunk. HDF5 reads that
+  // chunk through `meta`, lent the fetched bytes (RemoteMetadata::lend): a read of exactly the
+  // chunk's address and size costs no second request, one elsewhere asks the store. Chunks that are
   // not stored or skipped a filter are read by H5Dread for their box, each before the first
   // stored chunk after it (in the order of the boxes, which is the order of arrival where the
   // addresses grow with the chunks, as h5py writes them), as read_direct reads them.
@@ -668,7 +675,8 @@ class Hdf5Reader final : public ShardReader {
                                            const OpenDataset& d, const std::string& where,
                                            const DirectPlan& p, hid_t mem_type,
                                            const std::vector<hsize_t>& dst_dims,
-                                           const std::vector<ChunkBox>& boxes, std::byte* dst) {
+                                           const std::vector<ChunkBox>& boxes, std::byte* dst,
+                                           RemoteMetadata* meta) {
     std::vector<ByteRange> ranges;
     std::vector<std::size_t> box_of;  // ranges[k] is boxes[box_of[k]]'s stored bytes
     std::vector<bool> by_hdf5(boxes.size(), false);
@@ -691,18 +699,6 @@ class Hdf5Reader final : public ShardReader {
       box_of.push_back(i);
     }
     if (ranges.empty()) return std::nullopt;
-    {
-      const std::size_t size = static_cast<std::size_t>(ranges[check].length);
-      if (stored_.size() < size) stored_.resize(size);
-      std::uint32_t hdf5_mask = 0;
-      if (api_.H5Dread_chunk(d.dataset.get(), H5P_DEFAULT, boxes[box_of[check]].offset.data(),
-                             &hdf5_mask, stored_.data()) < 0 ||
-          hdf5_mask != 0) {
-        SHARDLOAD_RETURN_IF_ERROR(take_remote_error());
-        api_.H5Eclear2(H5E_DEFAULT);
-        return std::nullopt;
-      }
-    }
     SHARDLOAD_ASSIGN_OR_RETURN(const std::size_t in_flight, chunks_in_flight_of(f.path()));
     // Takes the lock back for what HDF5 reads itself, and gives it up again after.
     struct Relocked {
@@ -725,23 +721,44 @@ class Hdf5Reader final : public ShardReader {
       }
       return Status::ok();
     };
-    bool addresses_differ = false;
+    // HDF5's read of the chunk at ranges[check], `bytes` its fetched bytes: ok where they are
+    // the same; else the read is left to the caller's path (left_to_hdf5), or the store's error.
+    bool left_to_hdf5 = false;
+    const auto same_as_hdf5 = [&](std::size_t k, const std::byte* bytes) -> Status {
+      const std::size_t size = static_cast<std::size_t>(ranges[k].length);
+      Relocked relocked(lock);
+      if (stored_.size() < size) stored_.resize(size);
+      if (meta != nullptr) meta->lend(ranges[k].offset, bytes, size);
+      std::uint32_t hdf5_mask = 0;
+      const bool read =
+          api_.H5Dread_chunk(d.dataset.get(), H5P_DEFAULT, boxes[box_of[k]].offset.data(),
+                             &hdf5_mask, stored_.data()) >= 0 &&
+          hdf5_mask == 0;
+      if (meta != nullptr) meta->lend(0, nullptr, 0);
+      if (!read) {
+        SHARDLOAD_RETURN_IF_ERROR(take_remote_error());
+        api_.H5Eclear2(H5E_DEFAULT);
+      }
+      if (!read || std::memcmp(bytes, stored_.data(), size) != 0) {
+        left_to_hdf5 = true;
+        return Status(ErrorCode::kIo, where + ": chunk addresses differ from HDF5's read");
+      }
+      return Status::ok();
+    };
     Hdf5Unlocked unlocked(lock);
-    Status st = fetch_ranges(
-        f, ranges, CoalesceLimits{}, in_flight, kRemoteChunkWindowBytes,
-        [&](std::size_t k, const std::byte* bytes) -> Status {
-          const std::size_t i = box_of[k];
-          const std::size_t size = static_cast<std::size_t>(ranges[k].length);
-          if (k == check && std::memcmp(bytes, stored_.data(), size) != 0) {
-            addresses_differ = true;
-            return Status(ErrorCode::kIo, where + ": chunk addresses differ from HDF5's read");
-          }
-          SHARDLOAD_RETURN_IF_ERROR(read_by_hdf5(i));
-          next_box = std::max(next_box, i + 1);
-          if (ctx_.stats != nullptr) ctx_.stats->decodes.fetch_add(1, std::memory_order_relaxed);
-          return decode_chunk(where, d, p, boxes[i], bytes, size, dst_dims, dst);
-        });
-    if (addresses_differ) return std::nullopt;
+    Status st =
+        fetch_ranges(f, ranges, CoalesceLimits{}, in_flight, kRemoteChunkWindowBytes,
+                     [&](std::size_t k, const std::byte* bytes) -> Status {
+                       const std::size_t i = box_of[k];
+                       const std::size_t size = static_cast<std::size_t>(ranges[k].length);
+                       if (k == check) SHARDLOAD_RETURN_IF_ERROR(same_as_hdf5(k, bytes));
+                       SHARDLOAD_RETURN_IF_ERROR(read_by_hdf5(i));
+                       next_box = std::max(next_box, i + 1);
+                       if (ctx_.stats != nullptr)
+                         ctx_.stats->decodes.fetch_add(1, std::memory_order_relaxed);
+                       return decode_chunk(where, d, p, boxes[i], bytes, size, dst_dims, dst);
+                     });
+    if (left_to_hdf5) return std::nullopt;
     SHARDLOAD_RETURN_IF_ERROR(st);
     return read_by_hdf5(boxes.size());
   }
@@ -824,11 +841,12 @@ class Hdf5Reader final : public ShardReader {
   //
   // An object in object storage has no name HDF5 can open: HDF5 reads it through `checked`
   // (of `size` bytes, its snapshot's) by ranged reads (hdf5_remote.cc).
-  // `head`: a remote object's first bytes (remote_head), read before the lock was taken.
+  // `meta`: a remote object's metadata (RemoteMetadata), its head fetched before the lock was
+  // taken; none for other files.
   // `linked`: the discovered shard's linked files, whose external storage files the dataset's
   // relative names are pinned to (pinned_external_prefix); null at discovery.
   Result<OpenDataset> open(const File& checked, std::uint64_t size, const std::string& name,
-                           const std::vector<std::byte>& head,
+                           std::optional<RemoteMetadata>& meta,
                            const std::vector<LinkedFile>* linked = nullptr) {
     const std::string& path = checked.path();
     OpenDataset d;
@@ -839,7 +857,8 @@ class Hdf5Reader final : public ShardReader {
     (void)take_remote_error();  // nothing of an earlier call's is this one's
     Hid fapl;
     if (remote) {
-      SHARDLOAD_ASSIGN_OR_RETURN(fapl, remote_access_list(api_, checked, size, head));
+      SHARDLOAD_ASSIGN_OR_RETURN(fapl,
+                                 remote_access_list(api_, checked, size, meta ? &*meta : nullptr));
     } else {
       fapl = Hid(api_.H5Pcreate(api_.H5P_CLS_FILE_ACCESS_ID_g), api_.H5Pclose);
     }

@@ -190,3 +190,54 @@ def test_unstored_and_filter_skipped_chunks_between_stored_ones_match_h5py(bucke
     got = snp.load(src, storage_options=bucket.options, dataset="x", threads=2,
                    overdecompose=3)
     assert got.dtype == want.dtype and got.tobytes() == want.tobytes()
+
+
+@pytest.mark.parametrize("kind", ["s3", "http"])
+def test_the_chunk_index_is_fetched_once_for_all_the_reads_of_an_object(tmp_path, s3_endpoint,
+                                                                       kind):
+    """HDF5 reads a chunked dataset's index (B-tree nodes that lie among the chunks, one 256 KiB
+    window GET each) in every read that opens the object, and HDF5 1.10 walks it from its first
+    node to find a chunk: 8 reads of an object of N chunks made about 4 GETs of its metadata
+    each. The driver's metadata reads are kept per snapshot (hdf5_remote.cc), so the index costs
+    at most one GET per node for all the reads together: a node holds at least 32 of the 64
+    chunks of h5py's default index, so at most N / 32 + 1, with one window at the file's start
+    and one GET of chunks per read. Values equal h5py's; an object overwritten after its reads
+    is refused with the old layout and read anew with a new one."""
+    n_chunks, chunk_rows, cols, reads = 400, 128, 16, 8
+    rows = n_chunks * chunk_rows
+    path = tmp_path / "shard_0000.h5"
+
+    def write(seed: int) -> np.ndarray:
+        a = np.round(np.random.default_rng(seed).standard_normal((rows, cols), dtype=np.float32), 2)
+        with h5py.File(path, "w") as f:
+            f.create_dataset("x", data=a, chunks=(chunk_rows, cols), compression="gzip",
+                             compression_opts=1)
+        return a
+
+    want = write(1)
+    with remote(kind, lambda: s3_endpoint) as (put, url, options, gets, clear):
+        put(path.name, path)
+        layout = shardload.discover(url(path.name), storage_options=options, dataset="x")
+        clear()
+        step = rows // reads  # whole chunks: each read's chunks come in one GET
+        for lo in range(0, rows, step):
+            got = layout.read(lo, lo + step)
+            assert got.dtype == want.dtype and got.tobytes() == want[lo:lo + step].tobytes(), lo
+        fetched = gets(path.name)
+        index_nodes = -(-n_chunks // 32) + 1
+        bound = index_nodes + 1 + reads
+        assert len(fetched) <= bound, (len(fetched), bound, sorted(fetched))
+        # Again, the metadata held: one GET of chunks per read and nothing else.
+        clear()
+        for lo in range(0, rows, step):
+            assert layout.read(lo, lo + step).tobytes() == want[lo:lo + step].tobytes(), lo
+        assert len(gets(path.name)) == reads, sorted(gets(path.name))
+        # Overwritten (other values, the same shape and chunks): the old layout is refused, a
+        # new discovery reads the new values, not the old snapshot's metadata.
+        want = write(2)
+        put(path.name, path)
+        with pytest.raises(shardload.ShardReadError) as e:
+            layout.read(0, step)
+        assert "changed" in str(e.value), e.value
+        layout = shardload.discover(url(path.name), storage_options=options, dataset="x")
+        assert layout.read(0, rows).tobytes() == want.tobytes()

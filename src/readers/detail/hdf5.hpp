@@ -218,23 +218,75 @@ void copy_box(const DirectPlan& p, const std::byte* raw, const std::vector<hsize
               const std::vector<hsize_t>& dst_dims, const std::vector<hsize_t>& dst_start,
               const std::vector<hsize_t>& count, std::byte* dst);
 
-// How many of a remote object's first bytes to fetch before HDF5 opens it (remote_head): the
-// superblock and, in most files (h5py's among them), every object header lie in them, and the
-// driver's small reads are served from a window of this size.
+// How many of a remote object's first bytes to fetch before HDF5 opens it (RemoteMetadata::
+// fetch_head): the superblock and, in most files (h5py's among them), every object header lie
+// in them, and the driver's small reads are served from a window of this size.
 inline constexpr std::size_t kRemoteWindow = std::size_t{256} << 10;
 
-// The first kRemoteWindow bytes of the remote object `file` (all of it when smaller), read
-// without the HDF5 lock: fetched before the lock is taken, the request of one task's open
-// overlaps the others' instead of queuing behind their HDF5 calls.
-Result<std::vector<std::byte>> remote_head(const File& file, std::uint64_t size);
+// The metadata of one remote object (its URL at one snapshot) as one reader call reads it, and
+// what other calls of this process read of the same snapshot. HDF5 opens the object anew for
+// each read and reads its metadata again: the superblock, the object headers, and the nodes of
+// a chunked dataset's chunk index, which lie among the chunks (HDF5 writes a node where the
+// index grows), so that each node cost a window GET, in every read; and HDF5 1.10 walks the
+// index from its first node to find one chunk's address. What a call reads of the object's
+// metadata (its driver's small reads other than raw data, and the reader's own header parsing)
+// is kept in a process-wide cache, keyed by the URL and the snapshot, which every call of that
+// snapshot reads before it asks the store: a node is fetched once per process, not once per
+// read. Raw data (chunks, contiguous rows) is never kept. A call that reads what another kept
+// compares the object with its snapshot after its reads, as it does for what it fetched itself:
+// the bytes were fetched before that check, from the object as it was then, so kept bytes are
+// as safe as fetched ones. The cache holds at most kRemoteMetadataBytes, the least recently
+// used objects' dropped first, and one snapshot of a URL (a newer one opened replaces it).
+inline constexpr std::size_t kRemoteMetadataBytes = std::size_t{16} << 20;
+
+class RemoteMetadata {
+ public:
+  RemoteMetadata(std::string path, const FileInfo& snapshot);
+  RemoteMetadata(const RemoteMetadata&) = delete;
+  RemoteMetadata& operator=(const RemoteMetadata&) = delete;
+
+  // Whether metadata of this snapshot is kept.
+  [[nodiscard]] bool held() const;
+  // Fetches the first kRemoteWindow bytes of `file` (all of it when smaller), which the reads
+  // below serve from; called without the HDF5 lock: fetched before the lock is taken, the
+  // request of one task's open overlaps the others' instead of queuing behind their HDF5 calls.
+  Status fetch_head(const File& file, std::uint64_t size);
+  // Copies [offset, offset + n) into `out` from the head or the cache (keeping what the head
+  // served); false where neither has all of it. `raw` (a read of raw data): from the head or
+  // the lent range only, and not kept.
+  bool copy(std::uint64_t offset, std::size_t n, std::byte* out, bool raw = false);
+  // Keeps a metadata read fetched from the store (or the head) in the cache.
+  void keep(std::uint64_t offset, const std::byte* bytes, std::size_t n);
+  // The raw data range [offset, offset + n) at `bytes`, fetched by the caller: a raw read of
+  // exactly it is served from there (lend(0, nullptr, 0) ends the loan). The remote chunk
+  // path's check that HDF5 reads a chunk where its index says: HDF5 reading it elsewhere asks
+  // the store, whose bytes then differ.
+  void lend(std::uint64_t offset, const std::byte* bytes, std::size_t n);
+  // Reads `n` bytes at `offset` of `file` for the reader's own parsing: from the head or the
+  // cache where they are there, else from the store (kept).
+  [[nodiscard]] ReadBytes reader(const File& file);
+  // Drops what the cache holds of this snapshot: the check after a read found the object
+  // changed.
+  void forget();
+
+  struct Extents;
+
+ private:
+  std::string path_;
+  FileInfo snapshot_;
+  std::vector<std::byte> head_;
+  std::uint64_t lent_at_ = 0;
+  const std::byte* lent_ = nullptr;
+  std::size_t lent_size_ = 0;
+};
 
 // A file-access property list whose driver reads the open remote object `file` (`size` bytes,
 // its snapshot's) by ranged reads of that File (hdf5_remote.cc): HDF5 cannot open an
-// object-store URL by name. `head` (may be empty): the object's first bytes (remote_head),
-// which the driver serves reads from before it asks the store. `file` and `head` must stay
-// alive while HDF5 has the file open. Called with the lock held.
+// object-store URL by name. `metadata` (may be null): what the driver serves reads from before
+// it asks the store, and where it keeps what it read. `file` and `metadata` must stay alive
+// while HDF5 has the file open. Called with the lock held.
 Result<Hid> remote_access_list(const Hdf5Api& api, const File& file, std::uint64_t size,
-                               const std::vector<std::byte>& head);
+                               RemoteMetadata* metadata);
 
 // The error a read of that driver met during this thread's last HDF5 call (the store's words,
 // naming the URL), cleared; ok() when none. HDF5 itself reports such a failure only as "read
