@@ -97,14 +97,54 @@ std::time_t parse_utc(const std::string& s) {
   return timegm(&tm);
 }
 
+// The token a container's credentials endpoint is asked with: the file
+// AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE names (read at each fetch: EKS Pod Identity rotates
+// it), else the variable AWS_CONTAINER_AUTHORIZATION_TOKEN (checked with the environment's
+// other credentials). The file's one trailing line end is no part of the token (a file written
+// with CR LF, a secret made from a file); any other control character or one beyond ASCII is
+// refused as the variable's is, naming the file, never the token: a CR added a header line to
+// the endpoint's request, a NUL cut the token short, a non-ASCII byte went out raw. `refused`
+// says why where there is none to send.
+bool container_token(std::string* token, std::string* refused) {
+  *token = aws_env("AWS_CONTAINER_AUTHORIZATION_TOKEN");
+  const std::string file = aws_env("AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE");
+  if (file.empty()) return true;
+  const std::string named = "AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE (environment) " + file;
+  std::ifstream in(file, std::ios::binary);
+  if (!in) {
+    *refused = named + " cannot be read: " + std::strerror(errno);
+    return false;
+  }
+  std::string text(kMaxAnswer + 1, '\0');
+  in.read(text.data(), static_cast<std::streamsize>(text.size()));
+  if (in.bad()) {
+    *refused = named + " cannot be read: " + std::strerror(errno);
+    return false;
+  }
+  text.resize(static_cast<std::size_t>(in.gcount()));
+  if (text.size() > kMaxAnswer) {
+    *refused =
+        named + " is longer than " + std::to_string(kMaxAnswer) + " bytes: no token is that long";
+    return false;
+  }
+  if (text.ends_with("\r\n")) {
+    text.resize(text.size() - 2);
+  } else if (text.ends_with('\n')) {
+    text.pop_back();
+  }
+  if (const CredentialCharacter bad = bad_credential_character(text); !bad.kind.empty()) {
+    *refused = named + " holds " + bad.kind + " (" + bad.code + "; " + bad.why() + ")";
+    return false;
+  }
+  *token = std::move(text);
+  return true;
+}
+
 bool fetch_container(const std::string& url, AwsCredentials* out, std::time_t* expires,
                      std::string* why) {
   std::vector<std::string> headers;
-  std::string token = aws_env("AWS_CONTAINER_AUTHORIZATION_TOKEN");
-  if (const std::string file = aws_env("AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE"); !file.empty()) {
-    std::ifstream in(file);
-    std::getline(in, token);
-  }
+  std::string token;
+  if (!container_token(&token, why)) return false;
   if (!token.empty()) headers.push_back("Authorization: " + token);
   const Answer a = ask(url, nullptr, headers);
   if (!a.body) {
@@ -197,6 +237,13 @@ RoleLookup find_role_credentials(bool* final) {
     found = std::make_shared<RoleCredentials>(base, fetch_instance);
   }
   std::string why;
+  // A token that cannot be sent stops the load before the endpoint is asked, in the words of
+  // the variable's refusal.
+  if (std::string token; !named.empty() && !container_token(&token, &why)) {
+    out.refused = why;
+    *final = false;
+    return out;
+  }
   if (found && !found->fetch_now(&why)) {
     // No instance off EC2 is the usual case (the chain then has none); a container's
     // endpoint is named by the environment, so its failure is the load's.

@@ -20,6 +20,7 @@ import subprocess
 import sys
 import textwrap
 from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 import pytest
@@ -270,22 +271,54 @@ def test_a_credential_process_can_ask_on_the_terminal(data: s3_server.Bucket,
     assert json.loads(last) == {"loaded": WANT}, out
 
 
+class _Lines:
+    """A request handler's input that keeps the lines read from it, as they came."""
+
+    def __init__(self, f: Any) -> None:
+        self._f = f
+        self._lines: list[bytes] = []
+
+    def readline(self, *size: int) -> bytes:
+        line = self._f.readline(*size)
+        self._lines.append(line)
+        return line
+
+    def take(self) -> list[bytes]:
+        lines, self._lines = self._lines, []
+        return lines
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._f, name)
+
+
 class ContainerEndpoint(contextlib.ExitStack):
     """A container credentials endpoint on every address of this host: /creds answers with
     ``answer`` (a credentials document, or a redirect to /elsewhere on ``redirect_to``);
-    /elsewhere answers with keys. Each request's path and User-Agent are logged."""
+    /elsewhere answers with keys. Each request's path and User-Agent are logged, and its
+    Authorization header's raw bytes (None where it has none)."""
 
     def __init__(self, redirect_to: str | None = None, token: str = "TOK") -> None:
         super().__init__()
         self.log: list[tuple[str, str]] = []
+        self.authorization: list[bytes | None] = []
         endpoint = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
             def log_message(self, *args: object) -> None:
                 pass
 
+            def setup(self) -> None:
+                super().setup()
+                self.rfile = _Lines(self.rfile)
+
             def do_GET(self) -> None:  # noqa: N802
                 endpoint.log.append((self.path, self.headers.get("User-Agent") or ""))
+                # The header's line as it came: the parsed headers take a bare CR for a line end.
+                lines = self.rfile.take()
+                got = [line for line in lines if line.lower().startswith(b"authorization:")]
+                endpoint.authorization.append(
+                    got[0][len(b"authorization:"):].lstrip(b" ").removesuffix(b"\r\n")
+                    if got else None)
                 if self.path == "/creds" and redirect_to is not None:
                     self.send_response(302)
                     self.send_header("Location",
@@ -367,3 +400,66 @@ def test_a_containers_keys_are_arrows_too(data: s3_server.Bucket) -> None:
         assert got == {"loaded": [0.0, 1.0, 2.0]}, got
         assert len(source.log) == 1, source.log
         assert not source.log[0][1].startswith("aws-sdk"), source.log
+
+
+@pytest.mark.parametrize("written", [b"CONTAINERTOKEN", b"CONTAINERTOKEN\n",
+                                     b"CONTAINERTOKEN\r\n"])
+def test_a_token_files_line_end_is_no_part_of_the_token(
+        data: s3_server.Bucket, tmp_path: pathlib.Path, written: bytes) -> None:
+    """A token file written with a line end (by an editor, by Windows, by `kubectl create
+    secret --from-file`) sends the token without it, as the credentials file's lines are read:
+    the CR of CR LF went out as the token's last byte."""
+    token_file = tmp_path / "token"
+    token_file.write_bytes(written)
+    with ContainerEndpoint() as source:
+        got = _load(data.url("d/x.npy"), data.options,
+                    {"AWS_CONTAINER_CREDENTIALS_FULL_URI": source.url,
+                     "AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE": str(token_file)})
+        assert got == {"loaded": WANT}, got
+        assert source.authorization == [b"CONTAINERTOKEN"], source.authorization
+
+
+@pytest.mark.parametrize("written, found", [
+    (SECRET.encode() + b"\rX-Injected: from-token-file\n", "a control character (0x0D;"),
+    (SECRET.encode() + b"\r\n\r\n", "a control character (0x0D;"),  # one line end is stripped
+    (SECRET.encode() + b"\n\n", "a control character (0x0A;"),
+    (SECRET.encode() + b"\x00CUT\n", "a control character (0x00;"),
+    (SECRET.encode() + b"\tx", "a control character (0x09;"),
+    ((SECRET + "\u00e9\u0085\n").encode(), "a non-ASCII character (U+00E9;"),
+    (SECRET.encode() + b"\xe9\n", "a non-ASCII character (0xE9;"),  # latin-1, no UTF-8
+])
+def test_a_token_file_with_a_control_or_non_ascii_character_is_refused(
+        data: s3_server.Bucket, tmp_path: pathlib.Path, written: bytes, found: str) -> None:
+    """The token read from AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE is checked as the variable
+    AWS_CONTAINER_AUTHORIZATION_TOKEN is: refused before any request, naming the variable and
+    the file, never the token. Sent, a CR added a header line to the endpoint's request, a NUL
+    cut the token short without a word, a non-ASCII character went out as raw UTF-8."""
+    token_file = tmp_path / "token"
+    token_file.write_bytes(written)
+    with ContainerEndpoint() as source:
+        got = _load(data.url("d/x.npy"), data.options,
+                    {"AWS_CONTAINER_CREDENTIALS_FULL_URI": source.url,
+                     "AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE": str(token_file)})
+        assert got.get("error") == "ValueError", got
+        assert "bad object-storage credentials: AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE " \
+            f"(environment) {token_file} holds {found}" in got["message"], got
+        assert SECRET not in got["message"], got
+        assert source.log == [], source.log
+
+
+def test_a_token_file_that_cannot_be_read_is_refused(data: s3_server.Bucket,
+                                                     tmp_path: pathlib.Path) -> None:
+    """The file names the token to send: one missing is an error naming it, not a request sent
+    with the variable's token or none."""
+    missing = tmp_path / "no-such-token"
+    with ContainerEndpoint() as source:
+        got = _load(data.url("d/x.npy"), data.options,
+                    {"AWS_CONTAINER_CREDENTIALS_FULL_URI": source.url,
+                     "AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE": str(missing),
+                     "AWS_CONTAINER_AUTHORIZATION_TOKEN": SECRET})
+        assert got.get("error") == "ValueError", got
+        assert "bad object-storage credentials: AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE " \
+            f"(environment) {missing} cannot be read: No such file or directory" in \
+            got["message"], got
+        assert SECRET not in got["message"], got
+        assert source.log == [], source.log
