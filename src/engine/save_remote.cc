@@ -384,9 +384,22 @@ Result<RemoteDest> prepare_remote_save(const std::string& dest, const SaveOption
   if (chunked(spec)) return d;
   for (std::int64_t s = 0; s < spec.shards(); ++s) {
     if (task_uploads_shard(spec, s)) continue;
-    SHARDLOAD_ASSIGN_OR_RETURN(auto empty, open_shard_upload(d.dir_url(), spec, s));
-    SHARDLOAD_RETURN_IF_ERROR(empty->commit());
-    d.written.insert(d.written.end(), empty->written().begin(), empty->written().end());
+    auto empty = open_shard_upload(d.dir_url(), spec, s);
+    Status st = empty.status();
+    if (st) st = (*empty)->commit();
+    if (!st) {
+      // The caller's clean-up is not set up yet: what the preparation uploaded, and the one
+      // whose upload got no answer (which the store may have made: a shard alone would load as
+      // a dataset of its own), are deleted here as a failed save's are.
+      const std::vector<WrittenKey> none;
+      const std::vector<WrittenKey> begun = empty ? (*empty)->begun() : none;
+      const std::string left = abandon_remote_save(d, spec, options, &none, &st, &begun);
+      if (left.empty()) return st;
+      return Status(st.code(), st.message() + "; " + left)
+          .with_path(st.path())
+          .with_errno(st.sys_errno());
+    }
+    d.written.insert(d.written.end(), (*empty)->written().begin(), (*empty)->written().end());
   }
   return d;
 }

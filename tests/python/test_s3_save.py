@@ -1226,6 +1226,28 @@ def test_an_unanswered_shard_put_whose_key_holds_another_object_leaves_it_named(
     assert bucket.get("d/shard_0001.npy") == theirs
 
 
+@pytest.mark.parametrize("front_end", ["shardload.save", "shardload.numpy.save"])
+def test_an_empty_shard_put_stored_whose_answer_is_lost_is_deleted(proxied, front_end):
+    """The shards without rows are uploaded (header only) before any other, while the save
+    gets its destination ready: one of them stored by the store, its answer lost on every
+    attempt, failed the save and was left, the save's clean-up not set up yet, so the prefix
+    was no longer empty. It is deleted as a failed save's keys are."""
+    import shardload.numpy as snp
+    from s3_fault_proxy import Rule
+
+    save = shardload.save if front_end == "shardload.save" else snp.save
+    bucket, proxy = proxied
+    rule = proxy.add(Rule("PUT", path="/d/shard_0005.npy", action="lost-answer", count=None))
+    x = np.arange(30, dtype="f4").reshape(10, 3)  # 6 shards: 2, 2, 2, 2, 2, 0 rows
+    with pytest.raises(shardload.ShardWriteError) as e:
+        save(x, bucket.url("d/"), num_shards=6,
+             storage_options={**bucket.options, "max_attempts": "2"})
+    assert "shard_0005.npy" in str(e.value), str(e.value)
+    assert "is left" not in str(e.value), str(e.value)
+    assert rule.fired >= 1
+    assert bucket.keys("d/") == []
+
+
 @pytest.mark.parametrize("front_end,fmt", [("shardload.numpy.save", "npy"),
                                            ("shardload.numpy.save", "raw"),
                                            ("shardload.numpy.save", "zarr"),
