@@ -20,6 +20,7 @@
 #endif
 
 #include <pthread.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <arrow/filesystem/filesystem.h>
@@ -1348,6 +1349,49 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
     return made;
   }
 
+  // What the credentials chain reads where the options give no key pair, as the environment and
+  // the shared files stand now: the key pair and session token, the profile and the files'
+  // paths, and each file's identity (device, inode, size, modification and change times: a
+  // file rewritten in place or renamed over). A store made of other values is made again
+  // (resolve()), so that a load after the user corrected the environment or a tool renewed the
+  // file signs with the new credentials; with nothing changed the store, and what it found
+  // (a credential_process's, a role's), is kept. The values stay in this process's memory, as
+  // the environment's do.
+  static std::string credential_sources() {
+    std::string out;
+    const auto value = [&out](const char* name) -> std::string {
+      const char* v = std::getenv(name);
+      const std::string got = v == nullptr ? std::string() : std::string(v);
+      out += got;
+      out += '\0';
+      return got;
+    };
+    for (const char* name : {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN",
+                             "AWS_PROFILE", "AWS_DEFAULT_PROFILE"}) {
+      value(name);
+    }
+    const std::string home = value("HOME");
+    for (const auto& [variable, name] : {std::pair{"AWS_SHARED_CREDENTIALS_FILE", "credentials"},
+                                         std::pair{"AWS_CONFIG_FILE", "config"}}) {
+      std::string path = value(variable);
+      if (path.empty() && !home.empty()) path = home + "/.aws/" + name;
+      struct stat st {};
+      if (path.empty() || ::stat(path.c_str(), &st) != 0) {
+        out += "none";
+      } else {
+        for (const auto n :
+             {static_cast<long long>(st.st_dev), static_cast<long long>(st.st_ino),
+              static_cast<long long>(st.st_size), static_cast<long long>(st.st_mtim.tv_sec),
+              static_cast<long long>(st.st_mtim.tv_nsec), static_cast<long long>(st.st_ctim.tv_sec),
+              static_cast<long long>(st.st_ctim.tv_nsec)}) {
+          out += std::to_string(n) + ',';
+        }
+      }
+      out += '\0';
+    }
+    return out;
+  }
+
   // Every request's URL passes here first: none with a dot segment in its key is sent.
   Result<Where> resolve(const std::string& url) {
     SHARDLOAD_RETURN_IF_ERROR(check_object_key(url));
@@ -1369,6 +1413,9 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
     if (bucket.empty()) {
       return Status(ErrorCode::kInvalidArgument, url + ": the URL names no bucket");
     }
+    // Keys in the options (or none asked for) leave the chain unread.
+    const std::string sources =
+        retry.anonymous || !retry.access_key.empty() ? std::string() : credential_sources();
     std::unique_lock lock(mu_);
     if (!initialized_) {
       const auto st = [] {
@@ -1392,6 +1439,18 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
       made_->wait(lock);
       it = fs_.find(key);
     }
+    // A store of credentials the environment or the files no longer give: made again.
+    std::vector<std::shared_ptr<arrow::fs::FileSystem>> stale;
+    if (it != fs_.end() && made_of_[key] != sources) {
+      stale.push_back(std::move(it->second));
+      fs_.erase(it);
+      stores_.erase(key);
+#if SHARDLOAD_S3_SIGNED
+      signed_.erase(key);
+      renewed_.erase(key);
+#endif
+      it = fs_.end();
+    }
     if (it == fs_.end()) {
       making_.insert(key);
       lock.unlock();
@@ -1399,7 +1458,16 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
       lock.lock();
       making_.erase(key);
       made_->notify_all();
-      if (!made.is_ok()) return made.status();
+      if (!made.is_ok()) {
+        made_of_.erase(key);
+        lock.unlock();
+        if (!stale.empty()) {
+          const ArrowCall call;
+          stale.clear();
+        }
+        return made.status();
+      }
+      made_of_[key] = sources;
       it = fs_.emplace(key, std::move(made->fs)).first;
       stores_.emplace(key, std::move(made->store));
 #if SHARDLOAD_S3_SIGNED
@@ -1428,6 +1496,7 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
 #endif
     used_[key] = ++uses_;
     std::vector<std::shared_ptr<arrow::fs::FileSystem>> retired = retire_beyond_kept(key);
+    for (auto& fs : stale) retired.push_back(std::move(fs));
     lock.unlock();
 #if SHARDLOAD_S3_SIGNED
     if (renewed != nullptr) renew_arrow_client(key, *renewed, &w.fs);
@@ -1468,6 +1537,7 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
         fs_.erase(f);
       }
       stores_.erase(key);
+      made_of_.erase(key);
 #if SHARDLOAD_S3_SIGNED
       signed_.erase(key);
       renewed_.erase(key);
@@ -1721,6 +1791,7 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
     new std::map<std::string, std::shared_ptr<StoreResources>>(std::move(io->stores_));
     io->stores_.clear();
     io->used_.clear();
+    io->made_of_.clear();
 #if SHARDLOAD_S3_SIGNED
     new std::map<std::string, std::shared_ptr<const S3Endpoint>>(std::move(io->signed_));
     io->signed_.clear();
@@ -1740,7 +1811,8 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
   bool exit_registered_ = false;  // again, after the first client made
   std::map<std::string, std::shared_ptr<arrow::fs::FileSystem>> fs_;
   std::map<std::string, std::shared_ptr<StoreResources>> stores_;  // by the same key
-  std::map<std::string, std::uint64_t> used_;  // by the same key: when last resolved
+  std::map<std::string, std::uint64_t> used_;   // by the same key: when last resolved
+  std::map<std::string, std::string> made_of_;  // by the same key: its credential_sources()
   std::uint64_t uses_ = 0;
 #if SHARDLOAD_S3_SIGNED
   std::map<std::string, std::shared_ptr<const S3Endpoint>> signed_;  // by the same key
