@@ -1363,6 +1363,25 @@ std::string replace_each(std::string text, std::string_view secret) {
   return out;
 }
 
+// UTF-8 of code point `cp` appended to `out`.
+void put_utf8(std::uint32_t cp, std::string* out) {
+  if (cp < 0x80) {
+    *out += static_cast<char>(cp);
+  } else if (cp < 0x800) {
+    *out += static_cast<char>(0xC0 | (cp >> 6));
+    *out += static_cast<char>(0x80 | (cp & 0x3F));
+  } else if (cp < 0x10000) {
+    *out += static_cast<char>(0xE0 | (cp >> 12));
+    *out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    *out += static_cast<char>(0x80 | (cp & 0x3F));
+  } else {
+    *out += static_cast<char>(0xF0 | (cp >> 18));
+    *out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
+    *out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    *out += static_cast<char>(0x80 | (cp & 0x3F));
+  }
+}
+
 // A page's text with the escapes it may write a character in decoded, each decoded byte
 // keeping where its spelling starts in the text (from[i]; from[size] is the text's end): so
 // that a secret is found however each of its characters is spelt, one escaped and the next
@@ -1379,22 +1398,9 @@ void append_byte(char byte, std::size_t at, DecodedText* out) {
 }
 
 void append_utf8(std::uint32_t cp, std::size_t at, DecodedText* out) {
-  const auto put = [&](unsigned v) { append_byte(static_cast<char>(v), at, out); };
-  if (cp < 0x80) {
-    put(cp);
-  } else if (cp < 0x800) {
-    put(0xC0 | (cp >> 6));
-    put(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    put(0xE0 | (cp >> 12));
-    put(0x80 | ((cp >> 6) & 0x3F));
-    put(0x80 | (cp & 0x3F));
-  } else {
-    put(0xF0 | (cp >> 18));
-    put(0x80 | ((cp >> 12) & 0x3F));
-    put(0x80 | ((cp >> 6) & 0x3F));
-    put(0x80 | (cp & 0x3F));
-  }
+  std::string bytes;
+  put_utf8(cp, &bytes);
+  for (const char b : bytes) append_byte(b, at, out);
 }
 
 // The value of `digits` hex (base 16) or decimal digits at text[i, i + n), or -1.
@@ -1437,6 +1443,13 @@ DecodedText decoded_text(std::string_view text) {
         if (const long cp = digits_value(text, i + 2, 4, 16); valid(cp)) {
           append_utf8(static_cast<std::uint32_t>(cp), i, &out);
           i += 6;
+          continue;
+        }
+      } else if (e == 'x') {
+        // A byte string's repr (Python's b'...\xc3\xa9'), a C or shell escape.
+        if (const long byte = digits_value(text, i + 2, 2, 16); byte >= 0) {
+          append_byte(static_cast<char>(byte), i, &out);
+          i += 4;
           continue;
         }
       } else if (e == '/' || e == '\\' || e == '"') {
@@ -1555,21 +1568,36 @@ std::vector<std::string> percent_spellings(std::string_view v) {
   return out;
 }
 
-// `v`'s bytes each read as one ISO-8859-1 character, written in UTF-8: how a server that
-// decodes a query as latin-1 (a servlet container's default) quotes a token typed past ASCII
-// (U+00E9 echoed as U+00C3 U+00A9). Empty where `v` is ASCII.
-std::string read_as_latin1(std::string_view v) {
+// How a server that decodes a query or a Basic credential in a single-byte charset quotes a
+// secret typed past ASCII (sent as UTF-8): each byte read as one character and written in
+// UTF-8. ISO-8859-1 (a servlet container's default); Windows-1252, which gives 0x80-0x9F
+// other characters (WHATWG's reading of the label "latin-1" too: a browser's, many servers'),
+// its five unassigned bytes as the C1 controls WHATWG maps them to or as U+FFFD (Python's
+// "replace"); and latin-1 twice (a page decoding the echo again). None where `v` is ASCII.
+std::vector<std::string> single_byte_readings(std::string_view v) {
   if (std::all_of(v.begin(), v.end(), [](char c) { return static_cast<unsigned char>(c) < 0x80; }))
     return {};
-  std::string out;
-  for (const char ch : v) {
-    const auto c = static_cast<unsigned char>(ch);
-    if (c < 0x80) {
-      out += ch;
-    } else {
-      out += static_cast<char>(0xC0 | (c >> 6));
-      out += static_cast<char>(0x80 | (c & 0x3F));
+  static constexpr std::uint16_t kCp1252[32] = {
+      0x20AC, 0,      0x201A, 0x0192, 0x201E, 0x2026, 0x2020, 0x2021, 0x02C6, 0x2030, 0x0160,
+      0x2039, 0x0152, 0,      0x017D, 0,      0,      0x2018, 0x2019, 0x201C, 0x201D, 0x2022,
+      0x2013, 0x2014, 0x02DC, 0x2122, 0x0161, 0x203A, 0x0153, 0,      0x017E, 0x0178};
+  const auto reading = [&](std::string_view in, int charset) {
+    std::string out;
+    for (const char ch : in) {
+      const auto c = static_cast<unsigned char>(ch);
+      std::uint32_t cp = c;
+      if (charset != 0 && c >= 0x80 && c < 0xA0) {
+        cp = kCp1252[c - 0x80] != 0 ? kCp1252[c - 0x80] : (charset == 1 ? c : 0xFFFD);
+      }
+      put_utf8(cp, &out);
     }
+    return out;
+  };
+  std::vector<std::string> out = {reading(v, 0)};
+  out.push_back(reading(out[0], 0));
+  for (const int charset : {1, 2}) {
+    std::string r = reading(v, charset);
+    if (std::find(out.begin(), out.end(), r) == out.end()) out.push_back(std::move(r));
   }
   return out;
 }
@@ -1579,9 +1607,9 @@ std::string read_as_latin1(std::string_view v) {
 // Each other place where the text quotes a secret hidden in it (a server's error page quoting
 // the signature it refused, the token, the password), replaced by "***": as it was given,
 // percent-decoded, or form-decoded ('+' read as a space, as most servers read a query), its
-// bytes past ASCII read as latin-1 (read_as_latin1), without a base64 padding, and percent-encoded
-// again (percent_spellings: a page quoting a header or the URL in a "?next=" or a log line,
-// "Basic%20BASE64%3D"); then each decoded value in the text with its escapes decoded
+// bytes past ASCII read in a single-byte charset (single_byte_readings), without a base64 padding,
+// and percent-encoded again (percent_spellings: a page quoting a header or the URL in a "?next=" or
+// a log line, "Basic%20BASE64%3D"); then each decoded value in the text with its escapes decoded
 // (decoded_text: percent-encoding once or twice, JSON's, HTML's and XML's), so that any
 // character of it may be escaped and the next not. Values shorter than 6 bytes are left (they
 // would hide ordinary words); at most 64 values are looked for in each pass, so that the time
@@ -1599,7 +1627,7 @@ std::string hide_quoted(std::string text, const std::vector<std::string>& hidden
     add_one(h);
     add_one(percent_decoded(h));
     if (h.find('+') != std::string::npos) add_one(percent_decoded(each_written_as(h, '+', " ")));
-    add_one(read_as_latin1(percent_decoded(h)));
+    for (std::string& r : single_byte_readings(percent_decoded(h))) add_one(std::move(r));
     // A base64 token quoted without its padding (a page trimming '=' as a URL's value).
     if (const std::string value = percent_decoded(h); value.ends_with('=')) {
       add_one(value.substr(0, value.find_last_not_of('=') + 1));
@@ -1635,7 +1663,7 @@ std::string hide_quoted(std::string text, const std::vector<std::string>& hidden
   for (const std::string& h : hidden) {
     const std::string value = percent_decoded(h);
     add_decoded(value);
-    add_decoded(read_as_latin1(value));
+    for (std::string& r : single_byte_readings(value)) add_decoded(std::move(r));
     if (value.ends_with('=')) add_decoded(value.substr(0, value.find_last_not_of('=') + 1));
     if (h.find('+') != std::string::npos)
       add_decoded(percent_decoded(each_written_as(h, '+', " ")));
