@@ -187,6 +187,10 @@ static std::string_view last_segment(std::string_view path) {
 // the file shardload.json in x); then its dot segments resolved and empty ones merged, as
 // such servers resolve them. A server that refuses an encoded '/' (Apache's default) serves
 // no file by that name at all, so taking the name as decoded refuses nothing it would serve.
+// Each segment's path parameters (";jsessionid=X", ";v=1") are cut before, as servlet
+// containers (Tomcat, Jetty) cut them before they map the path to a file ("shardload.json;v=1"
+// is shardload.json there, "x/.;y/shardload.json" too), and a '\\' separates segments as on
+// Windows servers (IIS).
 static std::string served_file_name(std::string_view url) {
   std::size_t start = url.find("://");
   start = start == std::string_view::npos ? 0 : url.find('/', start + 3);
@@ -196,8 +200,9 @@ static std::string served_file_name(std::string_view url) {
   const std::string decoded = percent_decoded(path);
   std::vector<std::string_view> segments;
   for (std::size_t pos = 0; pos <= decoded.size();) {
-    const std::size_t end = std::min(decoded.find('/', pos), decoded.size());
-    const std::string_view segment(decoded.data() + pos, end - pos);
+    const std::size_t end = std::min(decoded.find_first_of("/\\", pos), decoded.size());
+    std::string_view segment(decoded.data() + pos, end - pos);
+    segment = segment.substr(0, segment.find(';'));
     if (segment == "..") {
       if (!segments.empty()) segments.pop_back();
     } else if (!segment.empty() && segment != ".") {
@@ -223,9 +228,19 @@ static Status check_one_dataset(const std::vector<std::string>& paths, Format fo
     const std::string decoded = !traits.kernel_files && !traits.listable
                                     ? served_file_name(bare)
                                     : std::string(last_segment(bare));
-    if (detail::is_dataset_metadata_name(decoded)) {
+    // A Windows server (IIS) also serves a name in any case and with trailing dots or
+    // blanks ("SHARDLOAD.JSON.") as the file.
+    std::string windows = decoded;
+    if (!traits.kernel_files && !traits.listable) {
+      while (!windows.empty() && (windows.back() == '.' || windows.back() == ' ')) {
+        windows.pop_back();
+      }
+      for (char& c : windows) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    }
+    const std::string& meta = detail::is_dataset_metadata_name(decoded) ? decoded : windows;
+    if (detail::is_dataset_metadata_name(meta)) {
       return file_error(ErrorCode::kLayout, paths[i],
-                        "the dataset's metadata file (" + decoded +
+                        "the dataset's metadata file (" + meta +
                             "), not a shard: leave it out of the list or glob (name the "
                             "shards, e.g. DIR/*.bin)");
     }
