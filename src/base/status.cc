@@ -1417,8 +1417,9 @@ long digits_value(std::string_view text, std::size_t i, std::size_t n, int base)
 }
 
 // Decoded: "%XX" (hex in either case) and "%25XX" (encoded twice) to the byte; JSON's
-// "\uXXXX", "\/", "\\" and "\""; HTML's and XML's "&#DDD;", "&#xHH;" and the five named
-// references of XML. A code point past Unicode or a surrogate is left as written.
+// "\uXXXX", "\/", "\\" and "\""; "\xHH" (a byte string's repr, JavaScript); HTML's and XML's
+// "&#DDD;", "&#xHH;", the five named references of XML and HTML5's names of marks ("&plus;"). A
+// code point past Unicode or a surrogate is left as written.
 DecodedText decoded_text(std::string_view text) {
   t_redaction_work += text.size();
   DecodedText out;
@@ -1476,6 +1477,15 @@ DecodedText decoded_text(std::string_view text) {
           cp = '"';
         } else if (ref == "apos") {
           cp = '\'';
+        } else {
+          // HTML5's names of the marks a token holds.
+          static constexpr std::pair<std::string_view, char> kMarks[] = {
+              {"plus", '+'},   {"sol", '/'},    {"equals", '='}, {"percnt", '%'},
+              {"colon", ':'},  {"quest", '?'},  {"num", '#'},    {"lowbar", '_'},
+              {"period", '.'}, {"commat", '@'}, {"excl", '!'},   {"dollar", '$'}};
+          for (const auto& [name, mark] : kMarks) {
+            if (ref == name) cp = mark;
+          }
         }
         if (valid(cp)) {
           append_utf8(static_cast<std::uint32_t>(cp), i, &out);

@@ -851,6 +851,8 @@ _TOKEN_ESCAPES = {
     "html_plus_and_equals": lambda t: t.replace("+", "&#x2B;").replace("=", "&#x3D;"),
     "html_equals": lambda t: t.replace("=", "&#x3d;"),
     "percent_twice": lambda t: urllib.parse.quote(urllib.parse.quote(t, safe=""), safe=""),
+    "html5_names": lambda t: t.replace("+", "&plus;").replace("/", "&sol;").replace("=", "&equals;"),
+    "javascript_hex": lambda t: t.replace("+", "\\x2B"),
     "no_padding": lambda t: t.rstrip("="),
 }
 _SESSION_TOKEN = "IQoJb3JpZ2luX2VjEJr//////////wEaCXVzLWVhc3QtMSJHMEUCIQD+abc/def+ghi=="
