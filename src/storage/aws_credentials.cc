@@ -6,6 +6,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -110,18 +111,38 @@ bool container_token(std::string* token, std::string* refused) {
   const std::string file = aws_env("AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE");
   if (file.empty()) return true;
   const std::string named = "AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE (environment) " + file;
-  std::ifstream in(file, std::ios::binary);
-  if (!in) {
+  // Opened without waiting: a FIFO no one writes held the load in open() for good.
+  const int fd = ::open(file.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) {
     *refused = named + " cannot be read: " + std::strerror(errno);
+    return false;
+  }
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    const int err = errno;
+    ::close(fd);
+    *refused = named + (S_ISREG(st.st_mode) || st.st_mode == 0
+                            ? " cannot be read: " + std::string(std::strerror(err))
+                            : std::string(" is not a regular file (a FIFO, device, socket or "
+                                          "directory): a token file is one"));
     return false;
   }
   std::string text(kMaxAnswer + 1, '\0');
-  in.read(text.data(), static_cast<std::streamsize>(text.size()));
-  if (in.bad()) {
-    *refused = named + " cannot be read: " + std::strerror(errno);
-    return false;
+  std::size_t got = 0;
+  while (got < text.size()) {
+    const ssize_t n = ::read(fd, text.data() + got, text.size() - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const int err = errno;
+      ::close(fd);
+      *refused = named + " cannot be read: " + std::strerror(err);
+      return false;
+    }
+    if (n == 0) break;
+    got += static_cast<std::size_t>(n);
   }
-  text.resize(static_cast<std::size_t>(in.gcount()));
+  ::close(fd);
+  text.resize(got);
   if (text.size() > kMaxAnswer) {
     *refused =
         named + " is longer than " + std::to_string(kMaxAnswer) + " bytes: no token is that long";

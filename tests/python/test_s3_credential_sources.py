@@ -463,3 +463,34 @@ def test_a_token_file_that_cannot_be_read_is_refused(data: s3_server.Bucket,
             got["message"], got
         assert SECRET not in got["message"], got
         assert source.log == [], source.log
+
+
+@pytest.mark.parametrize("kind", ["fifo", "directory"])
+def test_a_token_file_that_is_not_a_regular_file_is_refused(data: s3_server.Bucket,
+                                                            tmp_path: pathlib.Path,
+                                                            kind: str) -> None:
+    """A FIFO no one writes held the load in the file's open for good (until Ctrl-C): it is
+    refused at once naming it, as a directory is, and the endpoint is asked nothing."""
+    token_file = tmp_path / "token"
+    if kind == "fifo":
+        os.mkfifo(token_file)
+    else:
+        token_file.mkdir()
+    full = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "ECS_"))}
+    full.update({"AWS_EC2_METADATA_DISABLED": "true", "AWS_CONFIG_FILE": os.devnull,
+                 "AWS_SHARED_CREDENTIALS_FILE": os.devnull})
+    with ContainerEndpoint() as source:
+        full.update({"AWS_CONTAINER_CREDENTIALS_FULL_URI": source.url,
+                     "AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE": str(token_file)})
+        try:
+            p = subprocess.run([sys.executable, "-c", CHILD, data.url("d/x.npy"),
+                                json.dumps(data.options)], env=full, capture_output=True,
+                               text=True, timeout=30)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"the load of a token file that is a {kind} did not end in 30 s")
+        assert p.returncode == 0, p.stderr
+        got = json.loads(p.stdout.strip().splitlines()[-1])
+        assert got.get("error") == "ValueError", got
+        assert "bad object-storage credentials: AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE " \
+            f"(environment) {token_file} is not a regular file" in got["message"], got
+        assert source.log == [], source.log
