@@ -19,6 +19,13 @@
 #include <cxxabi.h>
 #include <unistd.h>
 
+// base/detail/environment.hpp's (libshardload.so), declared here: not every module that
+// includes this header sees the library's sources.
+namespace shardload::detail {
+void take_environment_snapshot();
+void read_environment_only_when(int (*may_read_now)());
+}  // namespace shardload::detail
+
 namespace shardload::python {
 
 inline bool interpreter_finalizing() {
@@ -29,9 +36,12 @@ inline bool interpreter_finalizing() {
 #endif
 }
 
+// Before it lets go, the GIL's thread copies the environment for the engine's threads, which
+// never read it themselves (base/detail/environment.hpp): Python changes it with the GIL held,
+// and a getenv on another thread while a new variable moved the array crashed the process.
 class GilReleased {
  public:
-  GilReleased() : state_(PyEval_SaveThread()) {}
+  GilReleased() : state_((take_environment(), PyEval_SaveThread())) {}
   ~GilReleased() {
     try {
       PyEval_RestoreThread(state_);
@@ -43,6 +53,11 @@ class GilReleased {
   GilReleased& operator=(const GilReleased&) = delete;
 
  private:
+  static void take_environment() {
+    detail::read_environment_only_when(&PyGILState_Check);
+    detail::take_environment_snapshot();
+  }
+
   PyThreadState* state_;
 };
 

@@ -9,12 +9,14 @@
 #include <cstdlib>
 #include <deque>
 #include <mutex>
+#include <optional>
 #include <string_view>
 #include <tuple>
 #include <unordered_set>
 #include <utility>
 #include <vector>
 
+#include "base/detail/environment.hpp"
 #include "base/detail/fork_lock.hpp"
 #include "base/detail/secrets.hpp"
 #include "shardload/io.hpp"
@@ -1728,19 +1730,19 @@ std::vector<std::string> basic_credentials(std::string_view url) {
   return out;
 }
 
-// The proxies libcurl takes from the environment for a request (http_proxy for http://,
-// https_proxy or HTTPS_PROXY for https://, all_proxy or ALL_PROXY for any), each a URL whose
-// user part libcurl sends to the proxy. Read each time: the environment may change between
-// requests, and libcurl reads it for each one. HTTP_PROXY, which libcurl leaves alone (a CGI
-// program's Proxy header would set it), is taken too: it is a secret of the environment all
-// the same.
+// The proxies the environment names for a request (http_proxy for http://, https_proxy or
+// HTTPS_PROXY for https://, all_proxy or ALL_PROXY for any), each a URL whose user part libcurl
+// sends to the proxy. Read each time, as the requests read them (through environment_value:
+// an engine thread reads the copy its call took, never the environment itself, which Python
+// may be moving). HTTP_PROXY, which libcurl leaves alone (a CGI program's Proxy header would
+// set it), is taken too: it is a secret of the environment all the same.
 std::vector<std::string> environment_proxies() {
   std::vector<std::string> out;
   for (const char* name :
        {"http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY", "all_proxy", "ALL_PROXY"}) {
-    const char* v = std::getenv(name);
-    if (v == nullptr || *v == '\0') continue;
-    std::string url = v;
+    std::optional<std::string> v = detail::environment_value(name);
+    if (!v || v->empty()) continue;
+    std::string url = *std::move(v);
     // libcurl takes a proxy without a scheme for an http:// one.
     if (url.find("://") == std::string::npos) url = "http://" + url;
     if (std::find(out.begin(), out.end(), url) == out.end()) out.push_back(std::move(url));

@@ -24,6 +24,7 @@
 #include <sstream>
 #include <vector>
 
+#include "base/detail/environment.hpp"
 #include "base/detail/json.hpp"
 #include "shardload/interrupt.hpp"
 #include "storage/detail/curl_get.hpp"
@@ -439,8 +440,8 @@ bool fetch_process(const std::string& command, AwsCredentials* out, std::time_t*
 }  // namespace
 
 std::string aws_env(const char* name) {
-  const char* v = std::getenv(name);
-  return v == nullptr ? std::string() : std::string(v);
+  // Never getenv on an engine thread: see base/detail/environment.hpp.
+  return environment_value(name).value_or(std::string());
 }
 
 bool parse_role_credentials(const std::string& text, AwsCredentials* out, std::time_t* expires,

@@ -1,5 +1,6 @@
 #include "storage/detail/curl_get.hpp"
 
+#include "base/detail/environment.hpp"
 #include "base/detail/secrets.hpp"
 #include "shardload/interrupt.hpp"
 
@@ -12,6 +13,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <initializer_list>
 #include <mutex>
 #include <optional>
 #include <string_view>
@@ -252,14 +254,45 @@ int on_seek(void* user, curl_off_t offset, int origin) {
   return CURL_SEEKFUNC_OK;
 }
 
-// Where the CA certificates of https:// are: CURL_CA_BUNDLE, else SSL_CERT_FILE, else
-// libcurl's own default. libcurl reads neither variable itself (the curl program does).
-const char* ca_bundle() {
+// Where the CA certificates of https:// are: CURL_CA_BUNDLE, else SSL_CERT_FILE, else ""
+// (libcurl's own default). libcurl reads neither variable itself (the curl program does).
+std::string ca_bundle() {
   for (const char* name : {"CURL_CA_BUNDLE", "SSL_CERT_FILE"}) {
-    const char* v = std::getenv(name);
-    if (v != nullptr && *v != '\0') return v;
+    std::optional<std::string> v = environment_value(name);
+    if (v && !v->empty()) return *std::move(v);
   }
-  return nullptr;
+  return {};
+}
+
+// The first of `names` set to a value that is not empty, or "".
+std::string first_set(std::initializer_list<const char*> names) {
+  for (const char* name : names) {
+    std::optional<std::string> v = environment_value(name);
+    if (v && !v->empty()) return *std::move(v);
+  }
+  return {};
+}
+
+// The proxy settings libcurl would read from the environment for `url`, given to it instead
+// ("" where none): libcurl reads the variables with getenv on every transfer, on the engine's
+// threads, and a getenv while Python added a variable on another thread (setenv moving the
+// array) read freed memory and crashed the process. These come from environment_value (the
+// copy the call took). The names are libcurl's: http_proxy for http:// (only in lower case),
+// https_proxy or HTTPS_PROXY for https://, then all_proxy or ALL_PROXY; no_proxy or NO_PROXY.
+struct Proxies {
+  std::string proxy;
+  std::string no_proxy;
+};
+Proxies proxies_for(const std::string& url) {
+  Proxies p;
+  if (iequals_prefix(url, "https://")) {
+    p.proxy = first_set({"https_proxy", "HTTPS_PROXY"});
+  } else {
+    p.proxy = first_set({"http_proxy"});
+  }
+  if (p.proxy.empty()) p.proxy = first_set({"all_proxy", "ALL_PROXY"});
+  p.no_proxy = first_set({"no_proxy", "NO_PROXY"});
+  return p;
 }
 
 // The bytes a second a request's deadline allows for at least (see request_deadline_ms).
@@ -456,7 +489,12 @@ CurlAnswer curl_perform(const CurlRequest& req, void* dst, std::size_t cap, std:
       curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_header);
       curl_easy_setopt(c, CURLOPT_HEADERDATA, &a.headers);
       curl_easy_setopt(c, CURLOPT_ERRORBUFFER, h->error);
-      if (const char* ca = ca_bundle()) curl_easy_setopt(c, CURLOPT_CAINFO, ca);
+      const std::string ca = ca_bundle();
+      if (!ca.empty()) curl_easy_setopt(c, CURLOPT_CAINFO, ca.c_str());
+      // Both set (libcurl copies them), so that libcurl reads neither from the environment.
+      const Proxies proxies = proxies_for(url);
+      curl_easy_setopt(c, CURLOPT_PROXY, proxies.proxy.c_str());
+      curl_easy_setopt(c, CURLOPT_NOPROXY, proxies.no_proxy.c_str());
       if (req.method != nullptr) curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, req.method);
       if (req.head) {
         curl_easy_setopt(c, CURLOPT_NOBODY, 1L);

@@ -9,6 +9,7 @@
 // signed here too. Listing and multipart uploads stay on Arrow. Arrow's client follows
 // redirects (to plain http too), so an https endpoint is never reached through it alone.
 #include "storage/detail/s3_io.hpp"
+#include "base/detail/environment.hpp"
 #include "shardload/interrupt.hpp"
 #include "storage/detail/context.hpp"
 #include "storage/detail/object_store.hpp"
@@ -1220,8 +1221,8 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
     // HTTP://H:P for the host.
     if (!query_value(arrow_query, "endpoint_override")) {
       for (const char* name : {"AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL"}) {
-        const char* v = std::getenv(name);
-        if (v == nullptr || *v == '\0') continue;
+        const std::string v = environment_value(name).value_or(std::string());
+        if (v.empty()) continue;
         if (std::string lowered = lowercase_scheme(v); lowered != v) {
           std::string encoded;
           for (const char c : lowered) {
@@ -1360,14 +1361,18 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
   static std::string credential_sources() {
     std::string out;
     const auto value = [&out](const char* name) -> std::string {
-      const char* v = std::getenv(name);
-      const std::string got = v == nullptr ? std::string() : std::string(v);
+      const std::string got = environment_value(name).value_or(std::string());
       out += got;
       out += '\0';
       return got;
     };
-    for (const char* name : {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN",
-                             "AWS_PROFILE", "AWS_DEFAULT_PROFILE"}) {
+    for (const char* name :
+         {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE",
+          "AWS_DEFAULT_PROFILE", "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+          "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", "AWS_CONTAINER_AUTHORIZATION_TOKEN",
+          "AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE", "AWS_EC2_METADATA_DISABLED",
+          "AWS_EC2_METADATA_SERVICE_ENDPOINT", "AWS_ROLE_ARN", "AWS_WEB_IDENTITY_TOKEN_FILE",
+          "AWS_ROLE_SESSION_NAME"}) {
       value(name);
     }
     const std::string home = value("HOME");
@@ -1387,6 +1392,21 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
           out += std::to_string(n) + ',';
         }
       }
+      out += '\0';
+    }
+    return out;
+  }
+
+  // Which server a store of the environment's choosing talks to: the endpoint and region
+  // variables as they stand now, read whatever the options say (one they override only makes
+  // a store again when it changes). A store made under others is made again (resolve()): a
+  // process that pointed AWS_ENDPOINT_URL at another server read, listed and wrote the first
+  // one's objects under the same names, without an error.
+  static std::string server_sources() {
+    std::string out;
+    for (const char* name :
+         {"AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL", "AWS_REGION", "AWS_DEFAULT_REGION"}) {
+      out += environment_value(name).value_or(std::string());
       out += '\0';
     }
     return out;
@@ -1415,7 +1435,8 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
     }
     // Keys in the options (or none asked for) leave the chain unread.
     const std::string sources =
-        retry.anonymous || !retry.access_key.empty() ? std::string() : credential_sources();
+        server_sources() +
+        (retry.anonymous || !retry.access_key.empty() ? std::string() : credential_sources());
     std::unique_lock lock(mu_);
     if (!initialized_) {
       const auto st = [] {
@@ -1439,7 +1460,8 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
       made_->wait(lock);
       it = fs_.find(key);
     }
-    // A store of credentials the environment or the files no longer give: made again.
+    // A store of a server or credentials the environment or the files no longer name: made
+    // again.
     std::vector<std::shared_ptr<arrow::fs::FileSystem>> stale;
     if (it != fs_.end() && made_of_[key] != sources) {
       stale.push_back(std::move(it->second));
@@ -1557,7 +1579,7 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
     std::string endpoint = options.endpoint_override;
     for (const char* name : {"AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL"}) {
       if (!endpoint.empty()) break;
-      if (const char* v = std::getenv(name)) endpoint = v;
+      endpoint = environment_value(name).value_or(std::string());
     }
     if (endpoint.empty()) return Status::ok();
     std::string scheme = options.scheme;
@@ -1680,15 +1702,15 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
     if (!options.anonymous && options.access_key.empty()) {
       for (const char* name : {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN",
                                "AWS_CONTAINER_AUTHORIZATION_TOKEN"}) {
-        if (const char* v = std::getenv(name)) {
-          SHARDLOAD_RETURN_IF_ERROR(refuse_control_character(url, name, v));
+        if (const auto v = environment_value(name)) {
+          SHARDLOAD_RETURN_IF_ERROR(refuse_control_character(url, name, *v));
         }
       }
     }
     if (!query_value(arrow_query, "region")) {
       for (const char* name : {"AWS_REGION", "AWS_DEFAULT_REGION"}) {
-        const char* v = std::getenv(name);
-        if (v == nullptr || *v == '\0') continue;
+        const std::string v = environment_value(name).value_or(std::string());
+        if (v.empty()) continue;
         if (!is_region_name(v, kRegionChars)) {
           return file_error(ErrorCode::kInvalidArgument, url,
                             std::string("bad object-storage URL or options: ") + name +
@@ -1703,8 +1725,8 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
       return refuse_bad_endpoint(url, "endpoint_override", *option);
     }
     for (const char* name : {"AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL"}) {
-      const char* v = std::getenv(name);
-      if (v == nullptr || *v == '\0') continue;
+      const std::string v = environment_value(name).value_or(std::string());
+      if (v.empty()) continue;
       return refuse_bad_endpoint(url, std::string(name) + " (environment)", v);
     }
     return Status::ok();
