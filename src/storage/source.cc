@@ -14,6 +14,7 @@
 #include <system_error>
 #include <utility>
 
+#include "base/detail/links.hpp"
 #include "base/detail/listing_memo.hpp"
 #include "shardload/format.hpp"
 #include "shardload/io.hpp"
@@ -27,6 +28,22 @@ namespace shardload {
 namespace {
 
 Status layout_error(const std::string& msg) { return {ErrorCode::kLayout, msg}; }
+
+// "D: shard directory not found (No such file or directory)", with the errno (Python's
+// SourceNotFoundError), whichever way the source names D (a directory, a pattern, a glob).
+// Where D is, or lies under, a symbolic link whose target is gone, that is said: the link's
+// target was moved, deleted or unmounted, which "not found" alone hides.
+Status directory_not_found(const std::string& dir, int err) {
+  std::string what = std::string("shard directory not found (") + std::strerror(err) + ")";
+  if (std::string link; err == ENOENT && detail::is_dangling_link(dir, &link)) {
+    const std::string bare =
+        dir.size() > 1 && dir.back() == '/' ? dir.substr(0, dir.find_last_not_of('/') + 1) : dir;
+    what += link == bare
+                ? ": it is a symbolic link whose target does not exist"
+                : ": it lies under " + link + ", a symbolic link whose target does not exist";
+  }
+  return file_error(ErrorCode::kLayout, dir, what, err);
+}
 
 bool is_digit(char c) { return c >= '0' && c <= '9'; }
 
@@ -545,9 +562,7 @@ Result<std::vector<std::string>> resolve_directory(const Source& s, bool* nothin
   } else {
     struct ::stat st {};
     if (::stat(s.dir_path.c_str(), &st) != 0) {
-      const int err = errno;
-      return file_error(ErrorCode::kLayout, s.dir_path,
-                        std::string("shard directory not found (") + std::strerror(err) + ")", err);
+      return directory_not_found(s.dir_path, errno);
     }
     if (!S_ISDIR(st.st_mode)) return layout_error(s.dir_path + ": not a directory");
     DIR* d = ::opendir(s.dir_path.c_str());
@@ -644,10 +659,21 @@ Result<std::vector<std::string>> resolve_remote_glob(const Source& s, bool* noth
   return paths;
 }
 
+// The directory ::glob could not open, and why (its error callback takes no argument of ours).
+thread_local std::string t_glob_failed;
+thread_local int t_glob_errno = 0;
+int glob_failed(const char* path, int err) {
+  t_glob_failed = path;
+  t_glob_errno = err;
+  return 1;
+}
+
 Result<std::vector<std::string>> resolve_glob(const Source& s, bool* nothing_matches) {
   if (is_remote_url(s.glob_expr)) return resolve_remote_glob(s, nothing_matches);
   glob_t g{};
-  const int rc = ::glob(s.glob_expr.c_str(), GLOB_ERR, nullptr, &g);
+  t_glob_failed.clear();
+  t_glob_errno = 0;
+  const int rc = ::glob(s.glob_expr.c_str(), GLOB_ERR, glob_failed, &g);
   std::vector<std::string> paths;
   if (rc == 0) {
     paths.assign(g.gl_pathv, g.gl_pathv + g.gl_pathc);
@@ -656,6 +682,18 @@ Result<std::vector<std::string>> resolve_glob(const Source& s, bool* nothing_mat
   if (rc == GLOB_NOMATCH || (rc == 0 && paths.empty())) {
     *nothing_matches = true;
     return layout_error(s.glob_expr + ": no files match the glob");
+  }
+  if (rc == GLOB_ABORTED && !t_glob_failed.empty() &&
+      (t_glob_errno == ENOENT || t_glob_errno == ENOTDIR)) {
+    // A directory of the glob that is not there (a typo, a link whose target is gone): what
+    // a directory or pattern source under it says, not a failed read.
+    return directory_not_found(t_glob_failed, t_glob_errno);
+  }
+  if (rc == GLOB_ABORTED && !t_glob_failed.empty()) {
+    return file_error(ErrorCode::kLayout, t_glob_failed,
+                      "cannot list the directory (" + std::string(std::strerror(t_glob_errno)) +
+                          "), expanding the glob " + s.glob_expr,
+                      t_glob_errno);
   }
   if (rc != 0) return layout_error(s.glob_expr + ": the glob could not be expanded (read error)");
   std::sort(paths.begin(), paths.end(),
@@ -702,9 +740,7 @@ Result<DirectoryScan> scan_directory(const std::string& directory) {
   } else {
     struct ::stat st {};
     if (::stat(directory.c_str(), &st) != 0) {
-      const int err = errno;
-      return file_error(ErrorCode::kLayout, directory,
-                        std::string("shard directory not found (") + std::strerror(err) + ")", err);
+      return directory_not_found(directory, errno);
     }
     if (!S_ISDIR(st.st_mode)) return layout_error(directory + ": not a directory");
     DIR* d = ::opendir(directory.c_str());

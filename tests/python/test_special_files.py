@@ -8,6 +8,7 @@ TIMEOUT seconds instead of stalling the suite.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import pathlib
@@ -285,6 +286,37 @@ def test_a_relative_external_file_is_the_one_discovery_found_in_any_working_dire
     assert (f"{shard}: dataset '/x': external storage file 'ext.bin' (a relative name, which "
             f"HDF5 resolves against the working directory: {tmp_path}/ext.bin): "
             f"{tmp_path}/ext.bin: cannot open") in str(e.value), str(e.value)
+
+
+@pytest.mark.parametrize("glob", ["dta/*.npy", "gone/*.npy", "gone/sub/*.npy"])
+def test_a_glob_whose_directory_is_missing_is_a_missing_directory(
+        tmp_path: pathlib.Path, glob: str, cli) -> None:
+    """A local glob whose directory is missing (a typo) or is a link whose target is gone failed
+    as "the glob could not be expanded (read error)", a plain LayoutError without an errno,
+    where the same directory as a source is SourceNotFoundError "shard directory not found (No
+    such file or directory)". It is that, and says a dangling link is one."""
+    (tmp_path / "data").mkdir()
+    np.save(tmp_path / "data" / "shard_0000.npy", np.zeros((2, 2)))
+    os.symlink(tmp_path / "moved", tmp_path / "gone")
+    directory = str(tmp_path / glob.rsplit("/", 1)[0])
+    with pytest.raises(shardload.SourceNotFoundError) as e:
+        shardload.discover(str(tmp_path / glob))
+    assert e.value.errno == errno.ENOENT, e.value
+    assert f"{directory}: shard directory not found (No such file or directory)" in str(e.value)
+    if glob.startswith("gone/sub"):
+        assert (f"it lies under {tmp_path / 'gone'}, a symbolic link whose target does not "
+                "exist") in str(e.value), str(e.value)
+    elif glob.startswith("gone"):
+        assert "it is a symbolic link whose target does not exist" in str(e.value), str(e.value)
+    else:
+        assert "symbolic link" not in str(e.value), str(e.value)
+    # The directory as the source says the same.
+    with pytest.raises(shardload.SourceNotFoundError) as d:
+        shardload.discover(directory)
+    assert str(d.value).split(": ", 1)[1] == str(e.value).split(": ", 1)[1], (d.value, e.value)
+    r = subprocess.run([str(cli), "inspect", str(tmp_path / glob)], capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode != 0 and "shard directory not found" in r.stderr, r.stderr
 
 
 # ---- discovery time is bounded by the files present ----------------------------------------
