@@ -270,11 +270,27 @@ static Result<Layout> try_discover_paths_at(const std::vector<std::string>& path
 
 static void began_at(Layout& layout, std::int64_t began);
 
+// A layout's local files by the paths the kernel resolves now (detail::anchored_path), its
+// linked files' too: a relative path is resolved against the working directory, and a read
+// after a chdir, or in a worker started elsewhere, opened another directory's file of that
+// name, which the snapshot refused as "changed since discovery" though nothing changed.
+// An injected backend's names are its own.
+static void anchor_paths(Layout& layout, const DiscoverOptions& options) {
+  if (options.io != nullptr) return;
+  for (auto& s : layout.shards) {
+    s.path = detail::anchored_path(s.path);
+    for (auto& f : s.linked) f.path = detail::anchored_path(f.path);
+  }
+}
+
 Result<Layout> try_discover_paths(const std::vector<std::string>& paths,
                                   const DiscoverOptions& given) {
   const std::int64_t began = realtime_ns();
   auto l = try_discover_paths_at(paths, given);
-  if (l) began_at(*l, began);
+  if (l) {
+    began_at(*l, began);
+    anchor_paths(*l, given);
+  }
   return l;
 }
 
@@ -778,7 +794,10 @@ Result<Layout> try_discover(const Source& source, const DiscoverOptions& options
     if (!before.parts.empty()) wait_out_tick(before.latest_ctime_ns());
     auto l = try_discover_at(source, options);
     if (dir.empty() || directory_version(dir).same_as_before(before)) {
-      if (l) began_at(*l, began);
+      if (l) {
+        began_at(*l, began);
+        anchor_paths(*l, options);
+      }
       return l;
     }
     if (replaced + 1 == kMaxReplacedDiscoveries) {

@@ -129,7 +129,13 @@ Status relative_to(const std::string& dir, std::string* path) {
     }
     return Status::ok();
   }
-  const std::string prefix = shard_in(dir, "");
+  std::string prefix = shard_in(dir, "");
+  if (!path->empty() && path->front() == '/' && (prefix.empty() || prefix.front() != '/')) {
+    // A discovered layout names its local files by absolute paths (detail::anchored_path),
+    // the directory is as the caller spelled it: anchored as they were ("." too).
+    prefix = detail::anchored_path(prefix + "x");
+    prefix.pop_back();
+  }
   if (path->size() <= prefix.size() || path->compare(0, prefix.size(), prefix) != 0) {
     return Status(ErrorCode::kInvalidArgument,
                   path_for_message(*path) + ": not inside " + path_for_message(dir) +
@@ -151,8 +157,10 @@ std::string infer_pattern(const Layout& layout, const std::string& dir) {
   if (!scan) return {};
   for (const auto& g : scan->groups) {
     if (static_cast<std::size_t>(g.count) == layout.shards.size() &&
-        shard_in(dir, g.first) == layout.shards.front().path &&
-        shard_in(dir, g.last) == layout.shards.back().path) {
+        detail::anchored_path(shard_in(dir, g.first)) ==
+            detail::anchored_path(layout.shards.front().path) &&
+        detail::anchored_path(shard_in(dir, g.last)) ==
+            detail::anchored_path(layout.shards.back().path)) {
       return g.pattern;
     }
   }

@@ -1,5 +1,8 @@
 #include "engine/detail/probe.hpp"
 
+#include <limits.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
@@ -20,6 +23,18 @@
 #include "shardload/shard_source.hpp"
 
 namespace shardload::detail {
+
+std::string anchored_path(const std::string& path) {
+  if (path.empty() || path.front() == '/' || path.find("://") != std::string::npos ||
+      !path_traits(path).kernel_files) {
+    return path;
+  }
+  std::string cwd(PATH_MAX + 1, '\0');
+  if (::getcwd(cwd.data(), cwd.size()) == nullptr) return path;
+  cwd.resize(std::char_traits<char>::length(cwd.c_str()));
+  if (cwd.back() != '/') cwd += '/';
+  return cwd + path;
+}
 
 unsigned probe_threads(const FormatDescriptor* d, const ReaderContext& ctx, std::size_t count,
                        unsigned requested, bool remote) {

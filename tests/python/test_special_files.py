@@ -288,6 +288,63 @@ def test_a_relative_external_file_is_the_one_discovery_found_in_any_working_dire
             f"{tmp_path}/ext.bin: cannot open") in str(e.value), str(e.value)
 
 
+# Every format a relative source is discovered in: how two trees write the same names.
+def _write_relative_tree(root: pathlib.Path, value: int) -> None:
+    for sub in ("npy", "raw", "h5", "parquet", "zarr"):
+        (root / "d" / sub).mkdir(parents=True)
+    for i in range(2):
+        a = np.full((3, 2), value + i, "<i4")
+        np.save(root / "d" / "npy" / f"shard_{i:04d}.npy", a)
+        a.tofile(root / "d" / "raw" / f"shard_{i:04d}.bin")
+        with h5py.File(root / "d" / "h5" / f"shard_{i:04d}.h5", "w") as f:
+            f["x"] = a
+        pq.write_table(pa.table({"a": a[:, 0]}), root / "d" / "parquet" / f"shard_{i:04d}.parquet")
+        z = zarr.open_array(root / "d" / "zarr" / f"shard_{i:04d}.zarr", mode="w", shape=(3, 2),
+                            chunks=(3, 2), dtype="<i4", zarr_format=2)
+        z[...] = a
+    (root / "d" / "raw" / "shardload.json").write_text(json.dumps({"dtype": "<i4", "shape": [2]}))
+
+
+@pytest.mark.parametrize("fmt", ["npy", "raw", "h5", "parquet", "zarr"])
+def test_a_relative_source_is_read_from_the_files_discovery_found_in_any_working_directory(
+        tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, fmt: str) -> None:
+    """A source named by a relative path kept relative shard paths in the layout: after a chdir
+    to a tree holding files of the same names (or unpickled in a worker started elsewhere) every
+    format failed with "d/npy/shard_0000.npy: changed since discovery ... replaced by another
+    file" though no file changed, and where no such file was, "cannot open". The layout names
+    the files discovery found."""
+    first, other, empty = tmp_path / "first", tmp_path / "other", tmp_path / "empty"
+    _write_relative_tree(first, 1)
+    _write_relative_tree(other, 100)
+    empty.mkdir()
+    source = f"d/{fmt}"
+    want = np.asarray(shardload.load(str(first / source)))
+    assert want.min() == 1 and want.max() == 2, want
+    monkeypatch.chdir(first)
+    layout = shardload.discover(source)
+    blob = pickle.dumps(layout)
+    np.save(tmp_path / "want.npy", want)
+    for where in (other, empty):
+        monkeypatch.chdir(where)
+        np.testing.assert_array_equal(np.asarray(shardload.load(layout)), want)
+        np.testing.assert_array_equal(np.asarray(shardload.load(pickle.loads(blob))), want)
+    out = isolated(f"""
+        import os, pickle
+        import numpy as np
+        os.chdir({str(other)!r})
+        layout = pickle.loads(bytes.fromhex({blob.hex()!r}))
+        want = np.load({str(tmp_path / "want.npy")!r})
+        def check():
+            got = np.asarray(shardload.load(layout))
+            assert (got == want).all(), got
+        report(check)
+        """)
+    assert out["type"] is None, out
+    # The paths it names are the files discovery found.
+    assert all(pathlib.Path(p).is_absolute() and pathlib.Path(p).is_relative_to(first / source)
+               for p in layout.paths), layout.paths
+
+
 @pytest.mark.parametrize("glob", ["dta/*.npy", "gone/*.npy", "gone/sub/*.npy"])
 def test_a_glob_whose_directory_is_missing_is_a_missing_directory(
         tmp_path: pathlib.Path, glob: str, cli) -> None:

@@ -40,4 +40,12 @@ Result<ProbeResults> probe_shards(const std::vector<std::string>& paths, Format 
                                   const FormatOptions& options, const ReaderContext& ctx,
                                   unsigned threads);
 
+// `path` as the kernel resolves it now: a local relative path with the working directory put
+// before it ("/w/d/shard_0000.npy" of "d/shard_0000.npy"), anything else (an absolute path, a
+// URL, a store's key) as it is, and so is a relative path where the working directory cannot
+// be told. A layout names its files so (try_discover), so that it reads the files discovery
+// found after a chdir, or unpickled in a worker started elsewhere. Purely textual ("./d/x" is
+// "/w/./d/x"): two paths one prefixes keep that relation.
+std::string anchored_path(const std::string& path);
+
 }  // namespace shardload::detail
