@@ -51,6 +51,8 @@ Result<Hdf5Api> load_api() {
       reinterpret_cast<decltype(api.H5Pset_file_locking)>(::dlsym(h, "H5Pset_file_locking"));
   api.H5Pset_efile_prefix =
       reinterpret_cast<decltype(api.H5Pset_efile_prefix)>(::dlsym(h, "H5Pset_efile_prefix"));
+  api.H5Pset_virtual_prefix =
+      reinterpret_cast<decltype(api.H5Pset_virtual_prefix)>(::dlsym(h, "H5Pset_virtual_prefix"));
   api.H5Dget_chunk_storage_size = reinterpret_cast<decltype(api.H5Dget_chunk_storage_size)>(
       ::dlsym(h, "H5Dget_chunk_storage_size"));
   api.H5Dread_chunk = reinterpret_cast<decltype(api.H5Dread_chunk)>(::dlsym(h, "H5Dread_chunk"));

@@ -922,15 +922,20 @@ class Hdf5Reader final : public ShardReader {
                           path + ": '" + d.name + "' is not a readable dataset: ");
     }
     SHARDLOAD_RETURN_IF_ERROR(check_in_the_shard(d, path));
-    std::string efile_prefix;
+    std::string efile_prefix, vds_prefix;
     if (linked != nullptr) {
       SHARDLOAD_ASSIGN_OR_RETURN(efile_prefix, pinned_external_prefix(d, path, *linked));
+      SHARDLOAD_ASSIGN_OR_RETURN(vds_prefix, pinned_virtual_prefix(d, path, *linked));
     }
-    if (!efile_prefix.empty()) {
-      // The prefix is taken when the dataset is opened: opened again with it.
+    if (!efile_prefix.empty() || !vds_prefix.empty()) {
+      // The prefixes are taken when the dataset is opened: opened again with them.
       d.dataset = Hid();
-      if (api_.H5Pset_efile_prefix(dapl.get(), efile_prefix.c_str()) < 0) {
+      if (!efile_prefix.empty() && api_.H5Pset_efile_prefix(dapl.get(), efile_prefix.c_str()) < 0) {
         return Status(ErrorCode::kFormat, path + ": external storage prefix: " + take_error(api_));
+      }
+      if (!vds_prefix.empty() && api_.H5Pset_virtual_prefix(dapl.get(), vds_prefix.c_str()) < 0) {
+        return Status(ErrorCode::kFormat,
+                      path + ": virtual dataset source prefix: " + take_error(api_));
       }
       d.dataset = Hid(api_.H5Dopen2(d.file.get(), d.name.c_str(), dapl.get()), api_.H5Dclose);
       if (!d.dataset.valid()) {
@@ -1555,6 +1560,91 @@ class Hdf5Reader final : public ShardReader {
                         "discovery ran in, or store an absolute name");
     }
     return std::string();
+  }
+
+  // The directory (ending in '/') HDF5 is to look in first for the virtual dataset's relative
+  // source names so that it opens the files discovery found (`linked`, the shard's linked files,
+  // which hold each source once), where its own search would now find others or none: after
+  // HDF5_VDS_PREFIX's directories and before the shard's own, it looks in the working
+  // directory, which a chdir or a worker started elsewhere changes after discovery. "" where
+  // the search finds them as it is. Refused, naming both paths, where no one directory serves
+  // (sources found in several that the search now misses, HDF5_VDS_PREFIX set, which HDF5
+  // takes before the access list's prefix, or an HDF5 without H5Pset_virtual_prefix).
+  Result<std::string> pinned_virtual_prefix(const OpenDataset& d, const std::string& path,
+                                            const std::vector<LinkedFile>& linked) {
+    std::vector<std::string> names;
+    const auto add = [&names](const std::string& name) {
+      if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
+    };
+    for (const VirtualMapping& m : virtual_mappings(d.dataset.get())) {
+      if (!m.file || m.file->empty() || *m.file == "." || m.file->front() == '/') continue;
+      if (!printf_style(*m.file)) {
+        add(*m.file);
+        continue;
+      }
+      // A printf-style name's blocks: those discovery found are among the linked files.
+      for (std::uint64_t b = 0; b <= linked.size(); ++b) add(printf_name(*m.file, b));
+    }
+    api_.H5Eclear2(H5E_DEFAULT);
+    const auto discovered = [&](const std::string& file) {
+      return std::any_of(linked.begin(), linked.end(),
+                         [&](const LinkedFile& x) { return x.path == file; });
+    };
+    // Where HDF5 finds `name` now, made absolute as the layout's paths are; "" for nowhere.
+    const auto found_now = [&](const std::string& name) {
+      const std::optional<std::string> now = virtual_source_file(path, name);
+      return now ? absolute_path(*now) : std::string();
+    };
+    const auto refuse = [&](const std::string& name, const std::string& found,
+                            const std::string& now, const std::string& why) {
+      return Status(ErrorCode::kFormat,
+                    path + ": dataset '" + d.name + "': virtual dataset source file '" + name +
+                        "' was " + found + " at discovery, and HDF5 would now read " +
+                        (now.empty() ? std::string("none (its fill value)") : now) +
+                        " (a relative name, resolved against the working directory, which "
+                        "changed since discovery" +
+                        why +
+                        "); read in the working directory discovery ran in, or store an "
+                        "absolute name");
+    };
+    std::string prefix;
+    std::string pinned_found;
+    for (const std::string& name : names) {
+      const std::string now = found_now(name);
+      if (!now.empty() && discovered(now)) continue;
+      const std::string tail = "/" + name;
+      const auto at = std::find_if(linked.begin(), linked.end(), [&](const LinkedFile& x) {
+        return x.path.size() > tail.size() &&
+               x.path.compare(x.path.size() - tail.size(), tail.size(), tail) == 0;
+      });
+      // Not found at discovery either: HDF5 gave its fill value then too.
+      if (at == linked.end()) continue;
+      const std::string dir = at->path.substr(0, at->path.size() - name.size());
+      if (api_.H5Pset_virtual_prefix == nullptr) return refuse(name, at->path, now, "");
+      if (!prefix.empty() && dir != prefix) {
+        return refuse(name, at->path, now,
+                      "; its sources were found in " + prefix + " and " + dir +
+                          ", and one prefix can lead HDF5 to one of them");
+      }
+      prefix = dir;
+      pinned_found = at->path;
+    }
+    if (prefix.empty()) return prefix;
+    // HDF5 takes a file under HDF5_VDS_PREFIX first, then the prefix, before the shard's own
+    // directory and the working directory: no source may now be taken from another file.
+    for (const std::string& name : names) {
+      std::string now = found_now(name);
+      const bool from_env = !now.empty() &&
+                            now != absolute_path(path.substr(0, path.rfind('/') + 1) + name) &&
+                            now != absolute_path(name);
+      struct ::stat st {};
+      if (const std::string first = prefix + name;
+          !from_env && ::stat(first.c_str(), &st) == 0 && S_ISREG(st.st_mode)) {
+        now = first;
+      }
+      if (!now.empty() && !discovered(now)) return refuse(name, pinned_found, now, "");
+    }
+    return prefix;
   }
 
   // A failed HDF5 call: the store's error where a remote read failed inside it (the URL and

@@ -345,6 +345,51 @@ def test_a_relative_source_is_read_from_the_files_discovery_found_in_any_working
                for p in layout.paths), layout.paths
 
 
+def test_a_relative_virtual_dataset_source_is_the_one_discovery_found_in_any_working_directory(
+        tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """HDF5 (h5py too) looks for a virtual dataset's relative source name beside the file, then
+    in the working directory. A layout whose source discovery found in the working directory
+    and read in another (a chdir, unpickled in a worker started elsewhere) was refused as
+    "src.h5: changed since discovery ... replaced by another file" where that directory holds
+    another src.h5, and "src.h5: cannot open" where it holds none. The read has HDF5 look in
+    the directory discovery found it in (H5Pset_virtual_prefix)."""
+    shards, first, other, empty = (tmp_path / n for n in ("shards", "first", "other", "empty"))
+    for d in (shards, first, other, empty):
+        d.mkdir()
+    for d, v in ((first, 1), (other, 2)):
+        with h5py.File(d / "src.h5", "w") as f:
+            f["s"] = np.arange(8, dtype="<i4").reshape(4, 2) * v
+    monkeypatch.chdir(first)
+    vds = h5py.VirtualLayout(shape=(4, 2), dtype="<i4")
+    vds[...] = h5py.VirtualSource("src.h5", "s", shape=(4, 2))
+    shard = shards / "v.h5"
+    with h5py.File(shard, "w") as f:
+        f.create_virtual_dataset("x", vds, fillvalue=-1)
+    with h5py.File(shard, "r") as f:
+        want = f["x"][...]  # what HDF5 reads where discovery runs
+    with h5py.File(first / "src.h5", "r") as f:
+        np.testing.assert_array_equal(want, f["s"][...])
+    layout = shardload.discover(str(shard))
+    np.testing.assert_array_equal(layout.read(), want)
+    blob = pickle.dumps(layout)
+    for where in (other, empty):
+        monkeypatch.chdir(where)
+        with h5py.File(shard, "r") as f:
+            assert not (f["x"][...] == want).all()  # HDF5's own search finds another or none
+        np.testing.assert_array_equal(layout.read(), want)
+        np.testing.assert_array_equal(pickle.loads(blob).read(), want)
+    out = isolated(f"""
+        import os, pickle
+        import numpy as np
+        os.chdir({str(other)!r})
+        layout = pickle.loads(bytes.fromhex({blob.hex()!r}))
+        def check():
+            assert (layout.read() == np.arange(8).reshape(4, 2)).all(), layout.read()
+        report(check)
+        """)
+    assert out["type"] is None, out
+
+
 @pytest.mark.parametrize("glob", ["dta/*.npy", "gone/*.npy", "gone/sub/*.npy"])
 def test_a_glob_whose_directory_is_missing_is_a_missing_directory(
         tmp_path: pathlib.Path, glob: str, cli) -> None:

@@ -93,6 +93,9 @@ struct Hdf5Api {
   // read in, so that a read opens the files discovery snapshotted, whatever the working
   // directory is by then.
   decltype(&::H5Pset_efile_prefix) H5Pset_efile_prefix = nullptr;
+  // Optional (HDF5 >= 1.10.2): the directory a virtual dataset's relative source names are
+  // looked for in first, likewise.
+  decltype(&::H5Pset_virtual_prefix) H5Pset_virtual_prefix = nullptr;
   // Optional (HDF5 >= 1.10.3): the direct chunk read that lets deflate run
   // outside the library's global lock; without them every read is H5Dread.
   decltype(&::H5Dget_chunk_storage_size) H5Dget_chunk_storage_size = nullptr;
