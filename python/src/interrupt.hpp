@@ -107,6 +107,22 @@ inline void note_maybe_published(py::error_already_set& e, const std::string& de
       failed.message()));
 }
 
+// A Ctrl-C that failed a save whose clean-up did not leave the destination as it was (an object
+// it could not delete, another writer's it left, its time under the Ctrl-C run out): the
+// save's error says what is left, and a bare KeyboardInterrupt would say nothing. The note
+// carries that error. (note_maybe_published's carries it already.) Called with the GIL held.
+inline void note_clean_up_left(py::error_already_set& e, const Status& failed) {
+  if (!e.matches(PyExc_KeyboardInterrupt) || failed.is_ok() || failed.stored_untold() ||
+      failed.message().find("the clean-up ") == std::string::npos) {
+    return;
+  }
+  const py::object value = e.value();
+  if (!py::hasattr(value, "add_note")) return;
+  value.attr("add_note")(message_str(
+      "the save published nothing, and its clean-up left objects under the destination: " +
+      failed.message()));
+}
+
 // A save that failed with `failed` while a Ctrl-C is pending (a front end whose requests the
 // interrupt does not end: the Legate save): the KeyboardInterrupt is raised now, in place of the
 // save's error, with note_maybe_published's note where the save may have published; returns
@@ -115,6 +131,7 @@ inline void raise_pending_interrupt_of_failed_save(const std::string& dest, cons
   if (PyErr_CheckSignals() == 0) return;
   py::error_already_set e;
   note_maybe_published(e, dest, failed);
+  note_clean_up_left(e, failed);
   throw e;
 }
 
@@ -149,6 +166,7 @@ auto interruptible_save(const std::string& dest, F&& save) -> decltype(save()) {
         note_published(e, dest);
       } else {
         note_maybe_published(e, dest, failed);
+        note_clean_up_left(e, failed);
       }
       throw;
     }

@@ -149,6 +149,16 @@ Status ShardUpload::finish_key() {
   const Status st = sink_->finish();
   if (st) {
     written_keys_.push_back({plan_.keys[key_].key, sink_->size(), sink_->etag()});
+    // A completion without an ETag told (Arrow's multipart stream, whose look after it a
+    // Ctrl-C ends: the stream completes an upload after the interrupt, once its last part is
+    // answered) is told by the MD5 of the bytes sent, as an unanswered upload is: else the
+    // clean-up cannot tell it from another writer's, and a first shard left alone loads as the
+    // whole dataset.
+    if (written_keys_.back().etag.empty()) {
+      if (std::string md5 = sink_->sent_md5(); !md5.empty()) {
+        begun_keys_.push_back({plan_.keys[key_].key, sink_->size(), std::move(md5)});
+      }
+    }
   } else if (std::string md5 = sink_->sent_md5(); !md5.empty()) {
     begun_keys_.push_back({plan_.keys[key_].key, sink_->size(), std::move(md5)});
   }
@@ -605,22 +615,83 @@ std::string kept_whole(const RemoteDest& d, Store& store, const Status* failure)
 // write_metadata records them before each PUT.
 using BegunKeys = std::vector<std::pair<std::string, std::string>>;
 
+// The time the clean-up phase now beginning may hold a pending Ctrl-C: what is left of
+// kInterruptedCleanUp since the save's clean-up first ran under it. The phases (the metadata's
+// at a failed commit, then the shards') each had the whole bound, twice the documented time.
+std::chrono::milliseconds clean_up_time(const RemoteDest& d) {
+  using std::chrono::milliseconds;
+  if (!interrupt_requested() || d.clean_up == nullptr) return kInterruptedCleanUp;
+  const std::lock_guard lock(d.clean_up->mu);
+  const auto now = std::chrono::steady_clock::now();
+  if (!d.clean_up->began) d.clean_up->began = now;
+  const auto left =
+      std::chrono::duration_cast<milliseconds>(*d.clean_up->began + kInterruptedCleanUp - now);
+  return std::max(left, milliseconds(0));
+}
+
+// What a clean-up left, for the save's error: objects at the save's names that are not (or may
+// not be) its own, and the save's own objects it could not delete, with what it kept with them.
+struct Left {
+  std::string another;
+  std::string own;
+  void add_another(const std::string& shown, const std::string& why) {
+    another += (another.empty() ? "" : "; ") + shown + " " + why;
+  }
+  void add_own(const std::string& what) { own += (own.empty() ? "" : "; ") + what; }
+  [[nodiscard]] std::string text() const {
+    std::string out;
+    if (!another.empty()) out = "the clean-up left what is not this save's: " + another;
+    if (!own.empty()) {
+      out += (out.empty() ? "" : "; ") +
+             std::string("the clean-up could not delete all that this save wrote, and left: ") +
+             own + " (delete what is left, or save there again with overwrite)";
+    }
+    return out;
+  }
+};
+
+// Deletes the save's own `key`; false (named in `left`) where its DELETE failed.
+bool removed(Store& store, const std::string& key, Left& left) {
+  const Status st = store.remove(key);
+  if (st) return true;
+  left.add_own(store.describe(key) + " (its DELETE failed: " + st.message() + ")");
+  return false;
+}
+
+// A key of the save as its upload was answered (`w`, with the ETag of that answer), deleted
+// while a HEAD still shows it so; another object there is left and named. Returns whether the
+// save's own object is still there: its DELETE failed, or it cannot be looked at.
+bool drop_answered(Store& store, const WrittenKey& w, Left& left) {
+  auto now = store.version(w.key);
+  if (!now) {
+    if (now.status().sys_errno() == ENOENT) return false;
+    left.add_own(store.describe(w.key) + " (cannot be looked at: " + now.status().message() + ")");
+    return true;
+  }
+  if (now->size != w.size || !same_etag(now->etag, w.etag)) {
+    left.add_another(store.describe(w.key),
+                     "changed since this save wrote it (another writer?): "
+                     "ETag " +
+                         w.etag + " written, " + now->etag + " found; it is left");
+    return false;
+  }
+  return !removed(store, w.key, left);
+}
+
 // A metadata object whose upload failed unanswered (a Ctrl-C, a connection cut after the
 // body, a timeout) may have been stored all the same, and a Zarr store of its .zarray alone
 // reads as its fill value: a HEAD looks, and a GET of that version; exactly the bytes sent
 // there is deleted (an object of those very bytes is what this upload leaves, as a plain PUT's
 // MD5 ETag says of the keys answered), nothing there is nothing to do, anything else is left
-// and named through `kept`.
-void drop_unanswered(Store& store, const std::string& key, const std::string& sent,
-                     const std::function<void(const std::string&, const std::string&)>& kept) {
+// and named. Returns whether what may be the save's object is still there.
+bool drop_unanswered(Store& store, const std::string& key, const std::string& sent, Left& left) {
   const std::string was = "was being uploaded when the save failed, and ";
   auto there = store.stat(key);
   if (!there) {
-    if (there.status().sys_errno() != ENOENT) {
-      kept(store.describe(key),
-           was + "cannot be looked at (" + there.status().message() + "), so it is left");
-    }
-    return;
+    if (there.status().sys_errno() == ENOENT) return false;
+    left.add_own(store.describe(key) + " (" + was +
+                 "cannot be looked at: " + there.status().message() + ")");
+    return true;
   }
   std::string why;
   if (there->size != sent.size()) {
@@ -629,63 +700,56 @@ void drop_unanswered(Store& store, const std::string& key, const std::string& se
     std::vector<std::byte> back(sent.size());
     const auto got = store.read(key, 0, back, there->generation);
     if (!got) {
-      kept(store.describe(key),
-           was + "cannot be read (" + got.status().message() + "), so it is left");
-      return;
+      left.add_own(store.describe(key) + " (" + was + "cannot be read: " + got.status().message() +
+                   ")");
+      return true;
     }
     const auto bytes = std::as_bytes(std::span(sent.data(), sent.size()));
     if (*got == sent.size() && std::equal(back.begin(), back.end(), bytes.begin())) {
-      (void)store.remove(key);
-      return;
+      return !removed(store, key, left);
     }
     why = "of " + std::to_string(sent.size()) + " bytes, but not the bytes sent";
   }
-  kept(store.describe(key),
-       was + "holds another object (" + why + "; another writer?); it is left");
+  left.add_another(store.describe(key),
+                   was + "holds another object (" + why + "; another writer?); it is left");
+  return false;
 }
 
-// A key whose upload sent every byte and got no answer (ShardUpload::begun: `w`, the MD5 of
-// the bytes sent as its ETag) may have been stored all the same: left, a first shard alone
-// loads as a dataset of its own rows. A HEAD looks: nothing there is nothing to do; an object of
-// that size whose ETag is that MD5 (a plain PUT's ETag is the MD5 of its bytes) is deleted; one
-// whose ETag is no plain MD5 (a multipart upload's, a digest of its parts' digests, cut where
-// the store's client chose) or none is read back and deleted where its bytes have that MD5.
-// Anything else is another writer's, left and named through `kept`; so is what cannot be
-// looked at or read.
-void drop_begun(Store& store, const WrittenKey& w,
-                const std::function<void(const std::string&, const std::string&)>& kept) {
+// A key whose upload sent every byte and got no answer, or an answer without an ETag
+// (ShardUpload::begun: `w`, the MD5 of the bytes sent as its ETag), may be the save's object:
+// left, a first shard alone loads as a dataset of its own rows. A HEAD looks: nothing there is
+// nothing to do; an object of that size whose ETag is that MD5 (a plain PUT's ETag is the MD5
+// of its bytes) is deleted; one whose ETag is no plain MD5 (a multipart upload's, a digest of
+// its parts' digests, cut where the store's client chose) or none is read back and deleted
+// where its bytes have that MD5. Anything else is another writer's, left and named. Returns
+// whether what may be the save's object is still there (not looked at, not read, not deleted).
+bool drop_begun(Store& store, const WrittenKey& w, Left& left) {
   const std::string was = "was being uploaded when the save failed, and ";
   const auto another = [&](const std::string& why) {
-    kept(store.describe(w.key),
-         was + "holds another object (" + why + "; another writer?); it is left");
+    left.add_another(store.describe(w.key),
+                     was + "holds another object (" + why + "; another writer?); it is left");
+    return false;
+  };
+  const auto unknown = [&](const std::string& why) {
+    left.add_own(store.describe(w.key) + " (" + was + why + ")");
+    return true;
   };
   auto now = store.version(w.key);
   if (!now) {
-    if (now.status().sys_errno() != ENOENT) {
-      kept(store.describe(w.key),
-           was + "cannot be looked at (" + now.status().message() + "), so it is left");
-    }
-    return;
+    if (now.status().sys_errno() == ENOENT) return false;
+    return unknown("cannot be looked at: " + now.status().message());
   }
   if (now->size != w.size) {
-    another(std::to_string(now->size) + " bytes, not the " + std::to_string(w.size) + " sent");
-    return;
+    return another(std::to_string(now->size) + " bytes, not the " + std::to_string(w.size) +
+                   " sent");
   }
   const std::string etag = normalized_etag(now->etag);
-  if (same_etag(etag, w.etag)) {
-    (void)store.remove(w.key);
-    return;
-  }
+  if (same_etag(etag, w.etag)) return !removed(store, w.key, left);
   if (!etag.empty() && etag.find('-') == std::string::npos) {
-    another("ETag " + now->etag + ", where the bytes sent have the MD5 " + w.etag);
-    return;
+    return another("ETag " + now->etag + ", where the bytes sent have the MD5 " + w.etag);
   }
   const auto there = store.stat(w.key);
-  if (!there) {
-    kept(store.describe(w.key),
-         was + "cannot be looked at (" + there.status().message() + "), so it is left");
-    return;
-  }
+  if (!there) return unknown("cannot be looked at: " + there.status().message());
   constexpr std::size_t kPiece = std::size_t{8} << 20;
   std::vector<std::byte> piece(static_cast<std::size_t>(std::min<std::uint64_t>(w.size, kPiece)));
   Md5 md5;
@@ -693,20 +757,38 @@ void drop_begun(Store& store, const WrittenKey& w,
     const auto n = static_cast<std::size_t>(std::min<std::uint64_t>(w.size - at, kPiece));
     const auto got = store.read(w.key, at, std::span(piece.data(), n), there->generation);
     if (!got || *got != n) {
-      kept(store.describe(w.key), was + "cannot be read back to compare with the bytes sent (" +
-                                      (got ? "short read" : got.status().message()) +
-                                      "), so it is left");
-      return;
+      return unknown("cannot be read back to compare with the bytes sent: " +
+                     (got ? std::string("short read") : got.status().message()));
     }
     md5.update(std::span(piece.data(), n));
     at += n;
   }
-  if (md5.hex() == w.etag) {
-    (void)store.remove(w.key);
-    return;
-  }
-  another("of " + std::to_string(w.size) + " bytes, but not the bytes sent");
+  if (md5.hex() == w.etag) return !removed(store, w.key, left);
+  return another("of " + std::to_string(w.size) + " bytes, but not the bytes sent");
 }
+
+// The metadata object of shard `s`'s store (Zarr's "shard_0000.zarr/.zarray"), or "" for a
+// format whose shards are single objects.
+std::string store_metadata(const SaveSpec& spec, std::int64_t s) {
+  if (!chunked(spec)) return {};
+  const std::string below = save_shard_name(spec.format, s) + "/";
+  for (const std::string& name : metadata_names_of(spec)) {
+    if (name.starts_with(below)) return name;
+  }
+  return {};
+}
+
+// The object a load of the prefix starts from, among the metadata: the first store's metadata
+// (Zarr), raw's sidecar; "" for npy.
+std::string first_metadata(const SaveSpec& spec) {
+  if (chunked(spec)) return store_metadata(spec, 0);
+  const std::vector<std::string> names = metadata_names_of(spec);
+  return names.empty() ? std::string() : names.front();
+}
+
+constexpr const char* kRanOut =
+    "the clean-up ran out of its time under the Ctrl-C before it was done, and left the save's "
+    "objects it had not deleted";
 
 // After a failed commit of a save to an empty prefix: the metadata objects it wrote (each Zarr
 // store's .zarray, raw's sidecar, the extra files), deleted as abandon_remote_save deletes the
@@ -714,38 +796,58 @@ void drop_begun(Store& store, const WrittenKey& w,
 // (a Legate save's in a task of its own), so abandon_remote_save does not know them; left, a
 // Zarr store of its .zarray alone reads as its fill value, and the prefix refuses a new save as
 // not empty. The one whose upload got no answer (`begun`, not in `metadata`) is looked at
-// (drop_unanswered). Returns `failed`, with the keys left because they are another's now added.
+// (drop_unanswered). The first store's .zarray (raw: the sidecar) goes first, and where it
+// stays (its DELETE failing) every other is kept: abandon_remote_save then keeps the chunks
+// of each store whose .zarray is left, and everything after a first one left, so the prefix
+// holds whole stores, never a .zarray without its chunks. Returns `failed`, with what was
+// left added.
 Status drop_metadata(const RemoteDest& d, Store& store, const SaveSpec& spec,
-                     const SaveOptions& options, const std::vector<WrittenKey>& metadata,
+                     const SaveOptions& /*options*/, const std::vector<WrittenKey>& metadata,
                      const BegunKeys& begun, const Status& failed) noexcept {
   if ((d.overwrite && !d.old_names.empty()) || (metadata.empty() && begun.empty())) {
     return failed;
   }
-  const InterruptSetAside set_aside(kInterruptedCleanUp);
-  std::string left;
+  const std::chrono::milliseconds time = clean_up_time(d);
+  const InterruptSetAside set_aside(time);
+  Left left;
   try {
     // What keeps everything is said once, by abandon_remote_save.
-    if (!kept_whole(d, store, &failed).empty()) return failed;
-    const auto kept = [&](const std::string& shown, const std::string& why) {
-      left += (left.empty() ? "" : "; ") + shown + " " + why;
-    };
-    std::set<std::string> answered;
-    for (const WrittenKey& w : metadata) answered.insert(w.key);
-    for (const auto& [key, sent] : begun) {
-      if (answered.count(key) == 0) drop_unanswered(store, key, sent, kept);
+    if (time.count() == 0) {
+      left.add_own(kRanOut);
+    } else if (kept_whole(d, store, &failed).empty()) {
+      // Each key once, in key order, the first metadata first.
+      std::map<std::string, std::function<bool()>> drops;
+      for (const auto& [key, sent] : begun) {
+        drops[key] = [&, key = key, sent = sent] {
+          return drop_unanswered(store, key, sent, left);
+        };
+      }
+      for (const WrittenKey& w : metadata) {
+        drops[w.key] = [&, w = w] { return drop_answered(store, w, left); };
+      }
+      const std::string first = first_metadata(spec);
+      bool go_on = true;
+      if (const auto it = drops.find(first); it != drops.end()) {
+        if (it->second()) {
+          go_on = false;
+          if (drops.size() > 1) {
+            left.add_own("the save's other metadata objects, kept with " + store.describe(first) +
+                         " so that no store is left as its metadata without its chunks (which "
+                         "loads as its fill value)");
+          }
+        }
+        drops.erase(it);
+      }
+      for (auto& [key, drop] : drops) {
+        if (!go_on) break;
+        (void)drop();
+      }
     }
-    PublishSteps steps = publish_steps(d, spec, options);
-    steps.overwrite = false;
-    steps.own_known = true;
-    steps.own = metadata;
-    for (const WrittenKey& w : metadata) steps.keys.push_back(w.key);
-    steps.kept = kept;
-    if (!metadata.empty()) store.discard(staging_of(d), steps);
   } catch (...) {  // best effort on a failure path
   }
-  if (left.empty()) return failed;
-  return Status(failed.code(),
-                failed.message() + "; the clean-up left what is not this save's: " + left)
+  const std::string text = left.text();
+  if (text.empty()) return failed;
+  return Status(failed.code(), failed.message() + "; " + text)
       .with_path(failed.path())
       .with_errno(failed.sys_errno())
       .with_stored_untold(failed.stored_untold());
@@ -814,45 +916,103 @@ std::string abandon_remote_save(const RemoteDest& d, const SaveSpec& spec,
   // its own, as a save to an empty prefix does; one that replaced a dataset may have put a new
   // key where an old one was, which the clean-up cannot give back.
   if ((d.overwrite && !d.old_names.empty()) || d.store == nullptr) return {};
-  const InterruptSetAside set_aside(kInterruptedCleanUp);
-  std::string left;
+  const std::chrono::milliseconds time = clean_up_time(d);
+  const InterruptSetAside set_aside(time);
+  Store& store = *d.store;
+  Left left;
   try {
     // A key is deleted while it shows the size and ETag its upload was answered with, and a
     // plain PUT's ETag is the MD5 of its bytes: another writer's object of the same bytes
     // looks like this save's.
-    if (std::string why = kept_whole(d, *d.store, failure); !why.empty()) return why;
-    PublishSteps steps = publish_steps(d, spec, options);
-    steps.overwrite = false;  // the overwrite replaced nothing (above)
-    const auto kept = [&](const std::string& shown, const std::string& why) {
-      left += (left.empty() ? "" : "; ") + shown + " " + why;
-    };
+    if (time.count() == 0) return Left{"", kRanOut}.text();
+    if (std::string why = kept_whole(d, store, failure); !why.empty()) return why;
+    // The save's keys as their uploads were answered, and those that sent every byte and got
+    // no answer, or none with an ETag (which the store may have made all the same).
+    std::map<std::string, WrittenKey> answered, unanswered;
     if (own != nullptr) {
-      steps.own_known = true;
-      steps.own = d.written;
-      steps.own.insert(steps.own.end(), own->begin(), own->end());
-      steps.kept = kept;
-    }
-    std::set<std::string> names;
-    for (std::int64_t s = 0; s < spec.shards(); ++s) {
-      for (auto& o : shard_objects(spec, s)) names.insert(std::move(o));
-      if (chunked(spec)) names.insert(save_shard_name(spec.format, s) + "/");
-    }
-    for (auto& name : metadata_names_of(spec)) names.insert(std::move(name));
-    for (const auto& [name, text] : options.extra_files) names.insert(name);
-    steps.keys.assign(names.begin(), names.end());
-    d.store->discard(staging_of(d), steps);
-    // The uploads that got no answer: only with the save's own keys known (without them,
-    // discard deleted every name already).
-    if (own != nullptr && begun != nullptr) {
-      std::set<std::string> answered;
-      for (const WrittenKey& w : steps.own) answered.insert(w.key);
-      for (const WrittenKey& w : *begun) {
-        if (answered.count(w.key) == 0 && names.count(w.key) != 0) drop_begun(*d.store, w, kept);
+      for (const auto* list : {&d.written, own}) {
+        for (const WrittenKey& w : *list) answered[w.key] = w;
       }
+      if (begun != nullptr) {
+        for (const WrittenKey& w : *begun) {
+          const auto it = answered.find(w.key);
+          if (it == answered.end() || it->second.etag.empty()) unanswered[w.key] = w;
+        }
+      }
+    }
+    // Whether the save's own object at `key` is still there once the clean-up is done with it.
+    const auto drop = [&](const std::string& key) {
+      if (own == nullptr) return !removed(store, key, left);
+      if (const auto it = unanswered.find(key); it != unanswered.end()) {
+        return drop_begun(store, it->second, left);
+      }
+      const auto it = answered.find(key);
+      if (it == answered.end()) return false;  // never finished by this save: not its own
+      if (it->second.etag.empty()) {
+        left.add_another(store.describe(key),
+                         "was not answered with an ETag, so whose it is now is unknown; it is "
+                         "left");
+        return false;
+      }
+      return drop_answered(store, it->second, left);
+    };
+    // Shard by shard from the first, which a load of the prefix starts from: where the first
+    // shard stays (its DELETE failing, or its store's metadata left), everything after it is
+    // kept too, for a first shard left alone loads as the whole dataset. Where a store's
+    // metadata is there, its chunks are kept with it (the metadata alone loads as its fill
+    // value). Without the save's keys known, its names are deleted.
+    std::vector<std::string> markers;
+    std::set<std::string> stores;  // the stores' metadata names
+    bool blocked = false;
+    for (std::int64_t s = 0; s < spec.shards(); ++s) {
+      bool stays = false;
+      if (const std::string meta = store_metadata(spec, s); !meta.empty()) {
+        stores.insert(meta);
+        if (own == nullptr) (void)removed(store, meta, left);
+        const auto there = store.version(meta);
+        if (there || there.status().sys_errno() != ENOENT) {
+          stays = true;
+          left.add_own("the chunks of " + store.describe(save_shard_name(spec.format, s) + "/") +
+                       ", kept with its " + store.describe(meta) +
+                       (there ? ", which is there"
+                              : ", which cannot be looked at (" + there.status().message() + ")") +
+                       ", so that the store loads as written, not as its fill value");
+        } else {
+          markers.push_back(save_shard_name(spec.format, s) + "/");
+        }
+      }
+      if (!stays) {
+        for (const std::string& key : shard_objects(spec, s)) {
+          if (drop(key)) stays = true;
+        }
+      }
+      if (stays && s == 0) {
+        blocked = true;
+        if (spec.shards() == 1) continue;
+        left.add_own(
+            "every other object of the save, kept with its first shard so that the "
+            "first shard is not left alone (it would load as the whole dataset)");
+        break;
+      }
+    }
+    // What is not a shard's: raw's sidecar and the extra files (without the save's keys known:
+    // with them, drop_metadata deleted those at the failed commit).
+    if (own == nullptr && !blocked) {
+      for (const std::string& name : metadata_names_of(spec)) {
+        if (!stores.contains(name)) (void)removed(store, name, left);
+      }
+      for (const auto& [name, text] : options.extra_files) (void)removed(store, name, left);
+    }
+    // The stores' prefixes emptied (a marker a store's client may have made).
+    if (!markers.empty()) {
+      PublishSteps steps = publish_steps(d, spec, options);
+      steps.overwrite = false;
+      steps.keys = markers;
+      store.discard(staging_of(d), steps);
     }
   } catch (...) {  // best effort on a failure path
   }
-  return left.empty() ? left : "the clean-up left what is not this save's: " + left;
+  return left.text();
 }
 
 }  // namespace shardload::detail

@@ -1623,3 +1623,120 @@ def test_ctrl_c_with_the_manifest_look_held_by_a_quiet_store_ends_soon_and_says_
     np.testing.assert_array_equal(
         snp.load(bucket.url("d/"), storage_options=direct, trust_manifest=True),
         np.arange(200.0).reshape(100, 2))
+
+
+@pytest.mark.parametrize("front_end", ["shardload.save", "shardload.numpy.save"])
+@pytest.mark.parametrize("fmt,stuck", [("zarr", "shard_0000.zarr/.zarray"),
+                                       ("npy", "shard_0000.npy"),
+                                       ("raw", "shardload.json")])
+def test_a_failed_commit_whose_clean_up_cannot_delete_the_first_object_loads_no_part_as_whole(
+        proxied, front_end, fmt, stuck):
+    """A save to an empty prefix failing at its commit (the manifest's PUT refused) whose
+    clean-up cannot delete one object (its DELETE answered 500 on every attempt): the clean-up
+    went on deleting the rest, and said nothing of it. A Zarr prefix was left holding the first
+    store's .zarray alone, which loaded as the whole store's shape of zeros (the fill value)
+    without an error; npy's first shard left alone loaded as the whole dataset. Where the first
+    object stays, the save's others stay with it (a store keeps its chunks with its .zarray):
+    the prefix loads as the whole array, or fails; never as a part of it, nor as zeros. The
+    save's error names what was left."""
+    import shardload.numpy as snp
+    from s3_fault_proxy import Rule
+
+    save = shardload.save if front_end == "shardload.save" else snp.save
+    bucket, proxy = proxied
+    proxy.add(Rule("PUT", path="/d/shardload.manifest", action="403", count=None))
+    refused = proxy.add(Rule("DELETE", path=f"/d/{stuck}", action="500", count=None))
+    x = np.arange(1, 801, dtype="f4").reshape(200, 4)
+    with pytest.raises(shardload.ShardWriteError) as e:
+        save(x, bucket.url("d/"), num_shards=4, format=fmt,
+             storage_options={**bucket.options, "max_attempts": "2", "backoff_ms": "1"})
+    msg = str(e.value)
+    assert refused.fired >= 1
+    assert "the clean-up could not delete all that this save wrote, and left: " in msg, msg
+    assert f"s3://{bucket.name}/d/{stuck} (its DELETE failed: " in msg, msg
+    left = bucket.keys("d/")
+    assert f"d/{stuck}" in left, left
+    proxy.clear()
+    direct = {**bucket.options, "endpoint_override": bucket.endpoint}
+    try:
+        y = snp.load(bucket.url("d/"), storage_options=direct)
+    except shardload.Error:
+        return  # a prefix that fails to load is no wrong data
+    np.testing.assert_array_equal(y, x)
+
+
+def test_ctrl_c_while_a_multipart_shard_completes_leaves_nothing_of_the_save(proxied):
+    """SIGINT while shard 0's multipart upload waits for its last part's answer (held 5 s by
+    the proxy after the store took it): Arrow's stream sent the CompleteMultipartUpload once
+    that answer came, after the interrupt, and the look at its ETag, ended by the Ctrl-C, found
+    none; the clean-up then left that object as one whose owner it could not tell, and a load
+    of the prefix gave shard 0's rows as the whole dataset without an error. A completion
+    without an ETag is told by the MD5 of the bytes sent, read back: the object is deleted,
+    and the prefix holds nothing of the save."""
+    import tempfile
+
+    import shardload.numpy as snp
+    from s3_fault_proxy import Rule
+
+    bucket, proxy = proxied
+    rule = proxy.add(Rule("PUT", path="/d/shard_0000.npy?partNumber=2", action="held-answer",
+                          delay_s=5.0, count=1))
+    with tempfile.TemporaryDirectory() as tmp:
+        fired = f"{tmp}/fired"
+        rule.after = lambda: open(fired, "w").close()
+        # 2 shards of 10 MiB: parts of 8 MiB and 2 MiB each.
+        got = _save_then_ctrl_c(bucket, fired, 120, "the interrupted multipart save",
+                                shape=(2 * 10 * 2**20 // 4 // 256, 256), dtype="f4",
+                                options={**bucket.options, "multipart_threshold": "0"})
+    assert rule.fired == 1
+    assert got[0] == "INTERRUPTED", got
+    completions = [t for t in proxy.log if t[0] == "POST" and "shard_0000.npy?uploadId=" in t[1]]
+    assert bucket.keys("d/") == [], (bucket.keys("d/"), completions)
+    direct = {**bucket.options, "endpoint_override": bucket.endpoint}
+    with pytest.raises(shardload.Error):
+        snp.load(bucket.url("d/"), storage_options=direct)
+
+
+def test_ctrl_c_with_slow_deletes_bounds_the_whole_clean_up_and_names_what_it_left(proxied):
+    """SIGINT while the last store's .zarray PUT waits for its answer (held after the store
+    took it), the store answering each DELETE after 2 s: the clean-up of the metadata ran 10 s
+    under the pending Ctrl-C, then that of the chunks 10 s more (the KeyboardInterrupt 20 s
+    after the SIGINT, where 10 s at most is documented), deleting the chunks of stores whose
+    .zarray it never reached, and the KeyboardInterrupt said nothing of what was left. One
+    bound for the whole clean-up; a store whose .zarray is left keeps its chunks; the
+    KeyboardInterrupt's note names what is left; the prefix never loads as zeros."""
+    import tempfile
+
+    import shardload.numpy as snp
+    from s3_fault_proxy import Rule
+
+    bucket, proxy = proxied
+    proxy.add(Rule("DELETE", path="/d/", action="delay", delay_s=2.0, count=None))
+    rule = proxy.add(Rule("PUT", path="/d/shard_0007.zarr/.zarray", action="held-answer",
+                          delay_s=4.0, count=None))
+    with tempfile.TemporaryDirectory() as tmp:
+        fired = f"{tmp}/fired"
+        rule.after = lambda: open(fired, "w").close()
+        got = _save_then_ctrl_c(bucket, fired, 120, "the clean-up under a pending Ctrl-C",
+                                fmt="zarr", shape=(160, 4), start=1, dtype="f4",
+                                num_shards=8)
+    assert rule.fired >= 1
+    assert got[0] == "INTERRUPTED", got
+    assert got[1] < 15, got
+    assert len(got[2]) == 1, got
+    note = got[2][0]
+    assert "the save published nothing, and its clean-up left objects" in note, note
+    proxy.clear()
+    left = bucket.keys("d/")
+    assert left, note
+    for s in range(8):
+        store = f"d/shard_{s:04d}.zarr/"
+        if f"{store}.zarray" in left:
+            assert f"{store}0.0" in left, left  # never a .zarray without its chunk
+    direct = {**bucket.options, "endpoint_override": bucket.endpoint}
+    x = np.arange(1, 641, dtype="f4").reshape(160, 4)
+    try:
+        y = snp.load(bucket.url("d/"), storage_options=direct)
+    except shardload.Error:
+        return
+    np.testing.assert_array_equal(y, x)

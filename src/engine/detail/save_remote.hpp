@@ -6,8 +6,11 @@
 // returns Status.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
+#include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -18,6 +21,14 @@
 #include "shardload/storage.hpp"
 
 namespace shardload::detail {
+
+// Under a pending Ctrl-C a failed save's clean-up runs through the interrupt for a bounded
+// time: one bound for all of it (the metadata's at a failed commit, then the shards'), so its
+// phases share when it began.
+struct CleanUpClock {
+  std::mutex mu;
+  std::optional<std::chrono::steady_clock::time_point> began;
+};
 
 // Where a save to object storage writes, and what was there before it.
 struct RemoteDest {
@@ -34,6 +45,8 @@ struct RemoteDest {
   // What the preparation wrote itself (the shards without bytes, header only), as their
   // uploads were answered: part of the save's own keys (finish_remote_save).
   std::vector<WrittenKey> written;
+  // Shared by the copies of this destination, as the clean-up's phases are.
+  std::shared_ptr<CleanUpClock> clean_up = std::make_shared<CleanUpClock>();
 
   [[nodiscard]] std::string url(const std::string& name) const { return dir + name + query; }
   [[nodiscard]] std::string dir_url() const { return dir + query; }
@@ -83,8 +96,9 @@ class ShardUpload {
   // The key whose upload sent every byte and then failed (its answer never came: a Ctrl-C, a
   // lost answer, a timeout; or a refusal), with its size and the MD5 of the bytes sent in place
   // of an ETag (KeySink::sent_md5): the store may have made the object all the same, and a
-  // clean-up deletes it where it is provably those bytes (abandon_remote_save). At most one:
-  // an upload stops at its first failure.
+  // clean-up deletes it where it is provably those bytes (abandon_remote_save). At most one
+  // failed: an upload stops at its first failure. A key finished whose completion told no ETag
+  // (Arrow's multipart stream, its look after the completion ended by a Ctrl-C) is here too.
   [[nodiscard]] const std::vector<WrittenKey>& begun() const { return begun_keys_; }
 
  private:
@@ -163,7 +177,12 @@ Status finish_remote_save(const RemoteDest& d, const SaveSpec& spec, const SaveO
 // where a HEAD shows an object of that size whose ETag is that MD5 (a plain PUT's), or, for
 // another ETag (a multipart upload's, whose parts the store cut), whose bytes read back have
 // that MD5; anything else there is left and named. (The metadata objects, which the commit
-// writes, finish_remote_save deletes itself on its failure, by the same rules.)
+// writes, finish_remote_save deletes itself on its failure, by the same rules.) Shard by shard
+// from the first, a store's metadata looked at first: a store whose metadata is still there
+// keeps its chunks, and where the first shard stays (a DELETE that fails, a key that cannot be
+// looked at), every later one stays too, for a first shard alone loads as the whole dataset;
+// the returned text names what the save's own was left. Under a Ctrl-C, this and
+// finish_remote_save's clean-up share one bound (RemoteDest::clean_up).
 std::string abandon_remote_save(const RemoteDest& d, const SaveSpec& spec,
                                 const SaveOptions& options,
                                 const std::vector<WrittenKey>* own = nullptr,
