@@ -1145,27 +1145,30 @@ def test_a_metadata_put_stored_whose_answer_is_lost_is_deleted_by_the_clean_up(p
     assert bucket.keys("d/") == []
 
 
-def test_an_unanswered_metadata_put_whose_key_holds_another_object_leaves_it_named(proxied):
-    """The look at a metadata object whose PUT went unanswered deletes it only where it holds
-    the bytes sent: a sidecar another writer put there after the store took the save's is
-    left, and the save's error names it."""
+@pytest.mark.parametrize("key, fmt", [("shardload.json", "raw"), ("shard_0001.npy", "npy")])
+def test_an_unanswered_put_whose_key_holds_another_object_leaves_it_named(proxied, key, fmt):
+    """The look at a key whose upload got no answer (a metadata object, a shard) deletes it
+    only where it is provably the bytes sent: an object another writer put there after the
+    store took the save's is left, and the save's error names it."""
     import shardload.numpy as snp
     from s3_fault_proxy import Rule
 
     bucket, proxy = proxied
-    theirs = b'{"another": "writer"}'
-    proxy.add(Rule("PUT", path="/d/shardload.json", action="lost-answer", count=None,
-                   after=lambda: bucket.put("d/shardload.json", theirs)))
+    theirs = b'{"another": "writer"}' if key.endswith(".json") else b"another writer's object"
+    proxy.add(Rule("PUT", path=f"/d/{key}", action="lost-answer", count=None,
+                   after=lambda: bucket.put(f"d/{key}", theirs)))
     x = np.arange(1, 241, dtype="f8").reshape(60, 4)
     with pytest.raises(shardload.ShardWriteError) as e:
-        snp.save(x, bucket.url("d/"), num_shards=3, format="raw",
+        snp.save(x, bucket.url("d/"), num_shards=3, format=fmt,
                  storage_options={**bucket.options, "max_attempts": "2"})
     msg = str(e.value)
-    assert (f"the clean-up left what is not this save's: s3://{bucket.name}/d/shardload.json "
+    assert (f"the clean-up left what is not this save's: s3://{bucket.name}/d/{key} "
             "was being uploaded when the save failed, and holds another object (") in msg, msg
+    if fmt == "npy":
+        assert f"another object ({len(theirs)} bytes, not the " in msg, msg
     assert "another writer?); it is left" in msg, msg
-    assert bucket.keys("d/") == ["d/shardload.json"]
-    assert bucket.get("d/shardload.json") == theirs
+    assert bucket.keys("d/") == [f"d/{key}"]
+    assert bucket.get(f"d/{key}") == theirs
 
 
 # The first object of shard 0 in each format, whose upload a test holds back.
@@ -1200,30 +1203,6 @@ def test_a_shard_put_stored_whose_answer_is_lost_is_deleted_by_the_clean_up(prox
     assert "is left" not in str(e.value), str(e.value)
     assert rule.fired >= 1
     assert bucket.keys("d/") == []
-
-
-def test_an_unanswered_shard_put_whose_key_holds_another_object_leaves_it_named(proxied):
-    """The look at a shard whose upload got no answer deletes it only where it is provably
-    the bytes sent: an object another writer put there after the store took the save's is
-    left, and the save's error names it."""
-    import shardload.numpy as snp
-    from s3_fault_proxy import Rule
-
-    bucket, proxy = proxied
-    theirs = b"another writer's object"
-    proxy.add(Rule("PUT", path="/d/shard_0001.npy", action="lost-answer", count=None,
-                   after=lambda: bucket.put("d/shard_0001.npy", theirs)))
-    x = np.arange(1, 241, dtype="f8").reshape(60, 4)
-    with pytest.raises(shardload.ShardWriteError) as e:
-        snp.save(x, bucket.url("d/"), num_shards=3,
-                 storage_options={**bucket.options, "max_attempts": "2"})
-    msg = str(e.value)
-    assert (f"the clean-up left what is not this save's: s3://{bucket.name}/d/shard_0001.npy "
-            f"was being uploaded when the save failed, and holds another object ({len(theirs)} "
-            "bytes, not the ") in msg, msg
-    assert "another writer?); it is left" in msg, msg
-    assert bucket.keys("d/") == ["d/shard_0001.npy"]
-    assert bucket.get("d/shard_0001.npy") == theirs
 
 
 @pytest.mark.parametrize("front_end", ["shardload.save", "shardload.numpy.save"])
