@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import pathlib
-from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -19,19 +18,10 @@ pytest.importorskip("boto3")
 
 import shardload  # noqa: E402
 
-import s3_server  # noqa: E402
 from s3_server import Bucket  # noqa: E402
+from test_s3_rclone import rclone  # noqa: E402,F401 (a fixture: rclone serve s3 once a module)
 
 WANT = np.arange(12.0).reshape(6, 2)
-
-
-@pytest.fixture(scope="module")
-def rclone() -> Iterator[str]:
-    try:
-        with s3_server.serving(kind="rclone") as endpoint:
-            yield endpoint
-    except RuntimeError as e:  # not installed, or it did not start
-        pytest.fail(str(e))
 
 
 @pytest.fixture
