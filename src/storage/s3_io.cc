@@ -1437,6 +1437,7 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
     const std::string sources =
         server_sources() +
         (retry.anonymous || !retry.access_key.empty() ? std::string() : credential_sources());
+    SHARDLOAD_RETURN_IF_ERROR(refuse_blocking_shared_files(url));
     std::unique_lock lock(mu_);
     if (!initialized_) {
       const auto st = [] {
@@ -1695,6 +1696,32 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
       pos = amp + 1;
     }
     return std::nullopt;
+  }
+
+  // The shared files are opened and read to their end, here and by the AWS SDK (its
+  // initialization reads the config file): a FIFO no one writes held the load in open() for
+  // good. Asked before the SDK is initialized. /dev/null (no file) is a device and stays.
+  static Status refuse_blocking_shared_files(const std::string& url) {
+    const std::string home = environment_value("HOME").value_or(std::string());
+    for (const auto& [variable, name] : {std::pair{"AWS_SHARED_CREDENTIALS_FILE", "credentials"},
+                                         std::pair{"AWS_CONFIG_FILE", "config"}}) {
+      const auto set = environment_value(variable);
+      const std::string path = set && !set->empty() ? *set
+                               : home.empty()       ? std::string()
+                                                    : home + "/.aws/" + name;
+      struct stat st {};
+      if (path.empty() || ::stat(path.c_str(), &st) != 0) continue;
+      if (S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode)) {
+        return file_error(ErrorCode::kInvalidArgument, url,
+                          std::string("bad object-storage credentials: the shared ") + name +
+                              " file " + path + " (" + variable +
+                              (set && !set->empty() ? "" : " unset: ~/.aws/" + std::string(name)) +
+                              ") is a " + (S_ISFIFO(st.st_mode) ? "FIFO" : "socket") +
+                              ", not a regular file: it would be read to its end",
+                          EINVAL);
+      }
+    }
+    return Status::ok();
   }
 
   static Status check_environment(const std::string& url, const std::string& arrow_query,

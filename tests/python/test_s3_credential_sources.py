@@ -494,3 +494,29 @@ def test_a_token_file_that_is_not_a_regular_file_is_refused(data: s3_server.Buck
         assert "bad object-storage credentials: AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE " \
             f"(environment) {token_file} is not a regular file" in got["message"], got
         assert source.log == [], source.log
+
+
+@pytest.mark.parametrize("variable, name", [("AWS_SHARED_CREDENTIALS_FILE", "credentials"),
+                                            ("AWS_CONFIG_FILE", "config")])
+def test_a_shared_file_that_is_a_fifo_is_refused(data: s3_server.Bucket, tmp_path: pathlib.Path,
+                                                 variable: str, name: str) -> None:
+    """The shared credentials and config files are read to their end, by shardload and by the
+    AWS SDK as Arrow initializes it: a FIFO no one writes held the load in the file's open for
+    good (until Ctrl-C; hostile pass 30, B1's rest). It is refused at once naming it; the
+    load's own keys do not matter (the SDK reads the config file whatever they are)."""
+    fifo = tmp_path / name
+    os.mkfifo(fifo)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "ECS_"))}
+    env.update({"AWS_EC2_METADATA_DISABLED": "true", "AWS_CONFIG_FILE": os.devnull,
+                "AWS_SHARED_CREDENTIALS_FILE": os.devnull, variable: str(fifo)})
+    try:
+        p = subprocess.run([sys.executable, "-c", CHILD, data.url("d/x.npy"),
+                            json.dumps(data.options)], env=env, capture_output=True, text=True,
+                           timeout=30)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"the load with {variable} naming a FIFO did not end in 30 s")
+    assert p.returncode == 0, p.stderr
+    got = json.loads(p.stdout.strip().splitlines()[-1])
+    assert got.get("error") == "ValueError", got
+    assert f"bad object-storage credentials: the shared {name} file {fifo} ({variable}) is a " \
+        "FIFO, not a regular file" in got["message"], got
