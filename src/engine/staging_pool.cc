@@ -4,6 +4,7 @@
 #include <new>
 #include <string>
 
+#include "base/detail/environment.hpp"
 #include "engine/detail/device_fill.hpp"
 #include "shardload/device_fill.hpp"
 #include "storage/detail/context.hpp"
@@ -32,9 +33,10 @@ constexpr std::size_t kMaxTotalBytes = std::size_t{64} << 30;
 }  // namespace
 
 Status detail::env_number(const char* var, std::uint64_t lo, std::uint64_t hi, std::uint64_t* out) {
-  const char* text = std::getenv(var);
-  if (text == nullptr) return Status::ok();
-  const std::string s(text);
+  // Not getenv: a staging pool may be made on an engine thread (base/detail/environment.hpp).
+  const std::optional<std::string> text = detail::environment_value(var);
+  if (!text) return Status::ok();
+  const std::string s(*text);
   std::uint64_t v = 0;
   bool ok = !s.empty() && s.size() <= 19;
   for (const char c : s) {

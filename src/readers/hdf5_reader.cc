@@ -26,6 +26,7 @@
 #include <utility>
 #include <vector>
 
+#include "base/detail/environment.hpp"
 #include "base/detail/links.hpp"
 #include "readers/detail/hdf5.hpp"
 #include "readers/detail/readers.hpp"
@@ -145,8 +146,8 @@ std::string absolute_path(const std::string& path) {
 // The HDF5_EXTFILE_PREFIX HDF5 uses in front of a relative external storage name, or "" where
 // it uses none (unset, empty or "."): then the name is the working directory's.
 std::string external_env_prefix() {
-  const char* env = std::getenv("HDF5_EXTFILE_PREFIX");
-  const std::string prefix = env != nullptr ? env : "";
+  const std::string prefix =
+      detail::environment_value("HDF5_EXTFILE_PREFIX").value_or(std::string());
   return prefix == "." ? std::string() : prefix;
 }
 
@@ -1120,7 +1121,9 @@ class Hdf5Reader final : public ShardReader {
     if (name.empty()) return std::nullopt;
     std::vector<std::string> candidates;
     if (name[0] != '/') {
-      if (const char* env = std::getenv("HDF5_VDS_PREFIX"); env != nullptr && *env) {
+      if (const std::string env =
+              detail::environment_value("HDF5_VDS_PREFIX").value_or(std::string());
+          !env.empty()) {
         constexpr std::string_view kOrigin = "${ORIGIN}";
         const std::string_view list = env;
         for (std::size_t at = 0; at <= list.size();) {
@@ -1660,8 +1663,8 @@ class Hdf5Reader final : public ShardReader {
   }
 
   static bool prefix_uses_origin(const char* variable) {
-    const char* v = std::getenv(variable);
-    return v != nullptr && std::string_view(v).find("${ORIGIN}") != std::string_view::npos;
+    return detail::environment_value(variable).value_or(std::string()).find("${ORIGIN}") !=
+           std::string::npos;
   }
 
   static std::string parent_directory(const std::string& path) {
