@@ -934,8 +934,8 @@ static std::vector<ChecksumMismatch> linked_file_mismatches(const Manifest& m) {
   return out;
 }
 
-Result<std::size_t> add_listing_mismatches(const Manifest& m,
-                                           std::vector<ChecksumMismatch>* mismatches) {
+static Result<std::size_t> add_listing_and_linked_mismatches(
+    const Manifest& m, std::vector<ChecksumMismatch>* mismatches) {
   std::vector<ChecksumMismatch> linked = linked_file_mismatches(m);
   mismatches->insert(mismatches->end(), std::make_move_iterator(linked.begin()),
                      std::make_move_iterator(linked.end()));
@@ -990,6 +990,25 @@ Result<std::size_t> add_listing_mismatches(const Manifest& m,
   std::stable_sort(
       mismatches->begin(), mismatches->end(),
       [](const ChecksumMismatch& a, const ChecksumMismatch& b) { return a.shard < b.shard; });
+  return added;
+}
+
+Result<std::size_t> add_listing_mismatches(const Manifest& m,
+                                           std::vector<ChecksumMismatch>* mismatches) {
+  SHARDLOAD_ASSIGN_OR_RETURN(const std::size_t added,
+                             add_listing_and_linked_mismatches(m, mismatches));
+  // Every checksum, linked file and name matching, discovery may still call the manifest stale
+  // (a raw directory's shardload.json rewritten: its probe says another dtype than the
+  // manifest) and read the files instead: then "every checksum matches" said nothing of what a
+  // load reads. Its check, as discovery runs it, names what differs. Local directories: the
+  // check of an object store's costs a HEAD per object, and its sidecar is not a linked file.
+  if (mismatches->empty() && path_traits(m.directory).kernel_files) {
+    if (std::string why = manifest_staleness(m, posix_io()); !why.empty()) {
+      mismatches->push_back({0, m.path,
+                             "discovery calls this manifest stale: " + std::move(why) +
+                                 " (it reads the files instead; index the directory again)"});
+    }
+  }
   return added;
 }
 

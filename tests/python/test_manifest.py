@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import pathlib
 import pickle
+import json
 import re
 import subprocess
 import time
@@ -355,6 +356,38 @@ def test_verify_names_a_linked_file_changed_after_indexing(tmp_path: pathlib.Pat
     # Indexed again, the manifest holds the linked file as it is.
     shardload.index(d, checksum="xxh3")
     assert shardload.verify(d, on_host=on_host) == []
+
+
+@pytest.mark.parametrize("rewrite", [{"dtype": "<f4"}, {"dtype": ">i4"}, {"header_bytes": 8}])
+@pytest.mark.parametrize("on_host", [True, False])
+def test_verify_names_a_raw_sidecar_rewritten_after_indexing(cli: pathlib.Path,
+                                                             tmp_path: pathlib.Path,
+                                                             on_host: bool, rewrite: dict) -> None:
+    """A raw directory's shardload.json rewritten after indexing (another dtype, byte order or
+    header) leaves every shard's bytes and checksum as they were, yet discovery calls the
+    manifest stale and reads the same bytes as other values; verify said "every checksum
+    matches" (hostile pass 30, A3's rest). It names the staleness discovery finds, and the
+    CLI exits 1."""
+    import shardload.numpy as snp
+
+    d = tmp_path / "r"
+    d.mkdir()
+    for i in range(2):
+        (d / f"shard_{i:04d}.bin").write_bytes(np.arange(8 * i, 8 * i + 8, dtype="<i4").tobytes())
+    sidecar = {"dtype": "<i4", "shape": [2]}
+    (d / "shardload.json").write_text(json.dumps(sidecar))
+    shardload.index(d, checksum="xxh3")
+    assert shardload.verify(d, on_host=on_host) == []
+    (d / "shardload.json").write_text(json.dumps({**sidecar, **rewrite}))
+    assert shardload.discover(d).manifest_state is shardload.ManifestState.STALE
+    bad = shardload.verify(d, on_host=on_host)
+    assert [m.path for m in bad] == [str(d / MANIFEST)], bad
+    assert bad[0].what.startswith("discovery calls this manifest stale: "), bad
+    r = run(cli, "verify", d)
+    assert r.returncode == 1 and "discovery calls this manifest stale" in r.stderr, r.stderr
+    shardload.index(d, checksum="xxh3")
+    assert shardload.verify(d, on_host=on_host) == []
+    np.testing.assert_array_equal(snp.load(d, trust_manifest=True), snp.load(d))
 
 
 def test_index_refuses_a_listing_older_than_the_directory(tmp_path):
