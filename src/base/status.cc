@@ -1629,12 +1629,13 @@ std::vector<std::string> single_byte_readings(std::string_view v) {
 std::string hide_quoted(std::string text, const std::vector<std::string>& hidden) {
   constexpr std::size_t kShortest = 6;
   constexpr std::size_t kMost = 64;
-  std::vector<std::string> secrets;
-  const auto add_one = [&](std::string v) {
-    if (v.size() < kShortest || secrets.size() >= kMost) return;
-    if (std::find(secrets.begin(), secrets.end(), v) == secrets.end())
-      secrets.push_back(std::move(v));
+  // Adds v to `to` once, where it is long enough and `to` not full.
+  const auto add_to = [&](std::vector<std::string>& to, std::string v) {
+    if (v.size() < kShortest || to.size() >= kMost) return;
+    if (std::find(to.begin(), to.end(), v) == to.end()) to.push_back(std::move(v));
   };
+  std::vector<std::string> secrets;
+  const auto add_one = [&](std::string v) { add_to(secrets, std::move(v)); };
   for (const std::string& h : hidden) {
     add_one(h);
     add_one(percent_decoded(h));
@@ -1667,11 +1668,7 @@ std::string hide_quoted(std::string text, const std::vector<std::string>& hidden
   // Then the values as the server decoded them, in the text with its escapes decoded: a
   // character escaped and the next not, as real encoders write them.
   std::vector<std::string> decoded;
-  const auto add_decoded = [&](std::string v) {
-    if (v.size() < kShortest || decoded.size() >= kMost) return;
-    if (std::find(decoded.begin(), decoded.end(), v) == decoded.end())
-      decoded.push_back(std::move(v));
-  };
+  const auto add_decoded = [&](std::string v) { add_to(decoded, std::move(v)); };
   for (const std::string& h : hidden) {
     const std::string value = percent_decoded(h);
     add_decoded(value);
