@@ -402,6 +402,19 @@ def test_a_containers_keys_are_arrows_too(data: s3_server.Bucket) -> None:
         assert not source.log[0][1].startswith("aws-sdk"), source.log
 
 
+def _load_with_token_file(data: s3_server.Bucket, tmp_path: pathlib.Path,
+                          written: bytes) -> tuple[dict, ContainerEndpoint]:
+    """The child's load of data's d/x.npy with no keys but a container endpoint whose token is
+    read from a file holding `written`; the endpoint, for what it was sent."""
+    token_file = tmp_path / "token"
+    token_file.write_bytes(written)
+    with ContainerEndpoint() as source:
+        got = _load(data.url("d/x.npy"), data.options,
+                    {"AWS_CONTAINER_CREDENTIALS_FULL_URI": source.url,
+                     "AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE": str(token_file)})
+    return got, source
+
+
 @pytest.mark.parametrize("written", [b"CONTAINERTOKEN", b"CONTAINERTOKEN\n",
                                      b"CONTAINERTOKEN\r\n"])
 def test_a_token_files_line_end_is_no_part_of_the_token(
@@ -409,14 +422,9 @@ def test_a_token_files_line_end_is_no_part_of_the_token(
     """A token file written with a line end (by an editor, by Windows, by `kubectl create
     secret --from-file`) sends the token without it, as the credentials file's lines are read:
     the CR of CR LF went out as the token's last byte."""
-    token_file = tmp_path / "token"
-    token_file.write_bytes(written)
-    with ContainerEndpoint() as source:
-        got = _load(data.url("d/x.npy"), data.options,
-                    {"AWS_CONTAINER_CREDENTIALS_FULL_URI": source.url,
-                     "AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE": str(token_file)})
-        assert got == {"loaded": WANT}, got
-        assert source.authorization == [b"CONTAINERTOKEN"], source.authorization
+    got, source = _load_with_token_file(data, tmp_path, written)
+    assert got == {"loaded": WANT}, got
+    assert source.authorization == [b"CONTAINERTOKEN"], source.authorization
 
 
 @pytest.mark.parametrize("written, found", [
@@ -434,17 +442,13 @@ def test_a_token_file_with_a_control_or_non_ascii_character_is_refused(
     AWS_CONTAINER_AUTHORIZATION_TOKEN is: refused before any request, naming the variable and
     the file, never the token. Sent, a CR added a header line to the endpoint's request, a NUL
     cut the token short without a word, a non-ASCII character went out as raw UTF-8."""
+    got, source = _load_with_token_file(data, tmp_path, written)
     token_file = tmp_path / "token"
-    token_file.write_bytes(written)
-    with ContainerEndpoint() as source:
-        got = _load(data.url("d/x.npy"), data.options,
-                    {"AWS_CONTAINER_CREDENTIALS_FULL_URI": source.url,
-                     "AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE": str(token_file)})
-        assert got.get("error") == "ValueError", got
-        assert "bad object-storage credentials: AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE " \
-            f"(environment) {token_file} holds {found}" in got["message"], got
-        assert SECRET not in got["message"], got
-        assert source.log == [], source.log
+    assert got.get("error") == "ValueError", got
+    assert "bad object-storage credentials: AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE " \
+        f"(environment) {token_file} holds {found}" in got["message"], got
+    assert SECRET not in got["message"], got
+    assert source.log == [], source.log
 
 
 def test_a_token_file_that_cannot_be_read_is_refused(data: s3_server.Bucket,

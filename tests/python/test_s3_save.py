@@ -1240,21 +1240,10 @@ def test_ctrl_c_during_a_shard_put_the_store_took_leaves_nothing_of_the_save(pro
     error. The key whose upload sent every byte is looked at, and holding those bytes it is
     deleted: the prefix holds nothing of the save. (Legate's requests run through a Ctrl-C:
     its upload is answered, and the clean-up deletes it as one the save wrote.)"""
-    import tempfile
-
     import shardload.numpy as snp
-    from s3_fault_proxy import Rule
 
     bucket, proxy = proxied
-    rule = proxy.add(Rule("PUT", path=f"/d/{SHARD0_OF[fmt]}", action="held-answer",
-                          delay_s=4.0, count=None))
-    with tempfile.TemporaryDirectory() as tmp:
-        fired = f"{tmp}/fired"
-        # Made once the upstream has stored the object, its answer then held back.
-        rule.after = lambda: open(fired, "w").close()
-        got = _save_then_ctrl_c(bucket, fired, 300, "the interrupted save", front_end=front_end,
-                                fmt=fmt, shape=(60, 4), start=1, num_shards=3)
-    assert rule.fired >= 1
+    got = _ctrl_c_while_a_put_is_held(bucket, proxy, f"/d/{SHARD0_OF[fmt]}", front_end, fmt)
     assert got[0] == "INTERRUPTED" and got[2] == [], got
     assert bucket.keys("d/") == []
     direct = {**bucket.options, "endpoint_override": bucket.endpoint}
@@ -1312,21 +1301,10 @@ def test_ctrl_c_during_a_metadata_put_the_store_took_leaves_nothing_of_the_save(
     without an error. The prefix now holds nothing of the save. (The Legate front end commits
     in a task after its last look at Python, which a Ctrl-C does not stop: the save completes
     and says so, the dataset whole.)"""
-    import tempfile
-
     import shardload.numpy as snp
-    from s3_fault_proxy import Rule
 
     bucket, proxy = proxied
-    rule = proxy.add(Rule("PUT", path=f"/d/{METADATA_OF[fmt]}", action="held-answer",
-                          delay_s=4.0, count=None))
-    with tempfile.TemporaryDirectory() as tmp:
-        fired = f"{tmp}/fired"
-        # Made once the upstream has stored the object, its answer then held back.
-        rule.after = lambda: open(fired, "w").close()
-        got = _save_then_ctrl_c(bucket, fired, 300, "the interrupted save", front_end=front_end,
-                                fmt=fmt, shape=(60, 4), start=1, num_shards=3)
-    assert rule.fired >= 1
+    got = _ctrl_c_while_a_put_is_held(bucket, proxy, f"/d/{METADATA_OF[fmt]}", front_end, fmt)
     direct = {**bucket.options, "endpoint_override": bucket.endpoint}
     if front_end == "shardload.save":
         assert got[0] == "INTERRUPTED" and len(got[2]) == 1, got
@@ -1496,6 +1474,23 @@ except KeyboardInterrupt as e:
 except Exception as e:
     print(json.dumps([type(e).__name__, str(e)]))
 """
+
+
+def _ctrl_c_while_a_put_is_held(bucket, proxy, path: str, front_end: str, fmt: str) -> list:
+    """A (60, 4) save in 3 shards by `front_end` in `fmt`, sent SIGINT once the upstream has
+    stored the PUT of `path`, whose answer the proxy then holds 4 s: the child's report."""
+    import tempfile
+
+    from s3_fault_proxy import Rule
+
+    rule = proxy.add(Rule("PUT", path=path, action="held-answer", delay_s=4.0, count=None))
+    with tempfile.TemporaryDirectory() as tmp:
+        fired = f"{tmp}/fired"
+        rule.after = lambda: open(fired, "w").close()
+        got = _save_then_ctrl_c(bucket, fired, 300, "the interrupted save", front_end=front_end,
+                                fmt=fmt, shape=(60, 4), start=1, num_shards=3)
+    assert rule.fired >= 1
+    return got
 
 
 def _save_then_ctrl_c(bucket, fired: str, timeout: float, stuck: str, *,
