@@ -8,6 +8,7 @@ import hashlib
 import io
 import json
 import subprocess
+import threading
 import time
 from typing import Callable
 
@@ -773,12 +774,22 @@ def test_ctrl_c_during_an_s3_save_publishes_no_manifest(proxied, server, front_e
                           count=None))
     with tempfile.TemporaryDirectory() as tmp:
         fired = f"{tmp}/fired"
-        # Made once the upstream has stored shard 0 (its answer sent at once).
+
+        def when_shard_1_is_held() -> None:
+            # Made once the upstream has stored shard 0 (its answer sent at once) and shard 1's
+            # PUT is held: a front end that sent shard 1 first (Legate's tasks may) had it
+            # through its delay, and the save complete, before a signal sent on shard 0 alone.
+            def wait() -> None:
+                while proxy.requests("PUT", "/d/shard_0001.npy") == 0:
+                    time.sleep(0.01)
+                open(fired, "w").close()
+            threading.Thread(target=wait, daemon=True).start()
+
         proxy.add(Rule("PUT", path="/d/shard_0000.npy", action="held-answer", delay_s=0.0,
-                       count=None, after=lambda: open(fired, "w").close()))
+                       count=None, after=when_shard_1_is_held))
         got = _save_then_ctrl_c(bucket, fired, 300, "the interrupted save", front_end=front_end,
                                 shape=(30, 4), dtype="float32", num_shards=3)
-    if got[0] == "SAVED":  # shard 0 came more than 5 s after shard 1's part was held back
+    if got[0] == "SAVED":  # shard 1's PUT was held more than 5 s before shard 0 was stored
         pytest.skip("the signal came after the save")
     assert got[0] == "INTERRUPTED", got
     assert rule.fired >= 1
@@ -1468,6 +1479,7 @@ shape = args["shape"]
 x = np.arange(args["start"], args["start"] + int(np.prod(shape)), dtype=args["dtype"]).reshape(shape)
 try:
     save(x, url + "d/", num_shards=args["num_shards"], format=args["fmt"], storage_options=options)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a signal the save ended before is none of it
     print(json.dumps(["SAVED"]))
 except KeyboardInterrupt as e:
     print(json.dumps(["INTERRUPTED", time.monotonic() - sent[0], getattr(e, "__notes__", [])]))
