@@ -444,6 +444,13 @@ std::string aws_env(const char* name) {
   return environment_value(name).value_or(std::string());
 }
 
+std::string aws_file(const char* variable, const char* name) {
+  std::string path = aws_env(variable);
+  if (!path.empty()) return path;
+  const std::string home = aws_env("HOME");
+  return home.empty() ? std::string() : home + "/.aws/" + name;
+}
+
 bool parse_role_credentials(const std::string& text, AwsCredentials* out, std::time_t* expires,
                             std::string* why) {
   std::string ignored;

@@ -1360,11 +1360,9 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
   // the environment's do.
   static std::string credential_sources() {
     std::string out;
-    const auto value = [&out](const char* name) -> std::string {
-      const std::string got = environment_value(name).value_or(std::string());
-      out += got;
+    const auto value = [&out](const char* name) {
+      out += environment_value(name).value_or(std::string());
       out += '\0';
-      return got;
     };
     for (const char* name :
          {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE",
@@ -1375,11 +1373,11 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
           "AWS_ROLE_SESSION_NAME"}) {
       value(name);
     }
-    const std::string home = value("HOME");
+    value("HOME");
     for (const auto& [variable, name] : {std::pair{"AWS_SHARED_CREDENTIALS_FILE", "credentials"},
                                          std::pair{"AWS_CONFIG_FILE", "config"}}) {
-      std::string path = value(variable);
-      if (path.empty() && !home.empty()) path = home + "/.aws/" + name;
+      value(variable);
+      const std::string path = aws_file(variable, name);
       struct stat st {};
       if (path.empty() || ::stat(path.c_str(), &st) != 0) {
         out += "none";
@@ -1702,21 +1700,18 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
   // initialization reads the config file): a FIFO no one writes held the load in open() for
   // good. Asked before the SDK is initialized. /dev/null (no file) is a device and stays.
   static Status refuse_blocking_shared_files(const std::string& url) {
-    const std::string home = environment_value("HOME").value_or(std::string());
     for (const auto& [variable, name] : {std::pair{"AWS_SHARED_CREDENTIALS_FILE", "credentials"},
                                          std::pair{"AWS_CONFIG_FILE", "config"}}) {
-      const auto set = environment_value(variable);
-      const std::string path = set && !set->empty() ? *set
-                               : home.empty()       ? std::string()
-                                                    : home + "/.aws/" + name;
+      const std::string path = aws_file(variable, name);
+      const bool set = !aws_env(variable).empty();
       struct stat st {};
       if (path.empty() || ::stat(path.c_str(), &st) != 0) continue;
       if (S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode)) {
         return file_error(ErrorCode::kInvalidArgument, url,
                           std::string("bad object-storage credentials: the shared ") + name +
                               " file " + path + " (" + variable +
-                              (set && !set->empty() ? "" : " unset: ~/.aws/" + std::string(name)) +
-                              ") is a " + (S_ISFIFO(st.st_mode) ? "FIFO" : "socket") +
+                              (set ? "" : " unset: ~/.aws/" + std::string(name)) + ") is a " +
+                              (S_ISFIFO(st.st_mode) ? "FIFO" : "socket") +
                               ", not a regular file: it would be read to its end",
                           EINVAL);
       }

@@ -50,14 +50,6 @@ std::optional<std::map<std::string, std::string>> ini_section(const std::string&
   return keys;
 }
 
-// A file the AWS SDK reads: the variable's path, else ~/.aws/NAME ("" without HOME).
-std::string aws_file(const char* variable, const char* name) {
-  std::string path = aws_env(variable);
-  if (!path.empty()) return path;
-  const std::string home = aws_env("HOME");
-  return home.empty() ? std::string() : home + "/.aws/" + name;
-}
-
 std::string aws_profile() {
   const std::string profile = aws_env("AWS_PROFILE");
   return profile.empty() ? "default" : profile;

@@ -87,4 +87,8 @@ bool parse_role_credentials(const std::string& text, AwsCredentials* out, std::t
 // SDKs treat an empty value as unset too).
 std::string aws_env(const char* name);
 
+// A file the AWS SDK reads: the variable's path (AWS_SHARED_CREDENTIALS_FILE,
+// AWS_CONFIG_FILE), else ~/.aws/NAME ("" without HOME).
+std::string aws_file(const char* variable, const char* name);
+
 }  // namespace shardload::detail
