@@ -254,16 +254,6 @@ int on_seek(void* user, curl_off_t offset, int origin) {
   return CURL_SEEKFUNC_OK;
 }
 
-// Where the CA certificates of https:// are: CURL_CA_BUNDLE, else SSL_CERT_FILE, else ""
-// (libcurl's own default). libcurl reads neither variable itself (the curl program does).
-std::string ca_bundle() {
-  for (const char* name : {"CURL_CA_BUNDLE", "SSL_CERT_FILE"}) {
-    std::optional<std::string> v = environment_value(name);
-    if (v && !v->empty()) return *std::move(v);
-  }
-  return {};
-}
-
 // The first of `names` set to a value that is not empty, or "".
 std::string first_set(std::initializer_list<const char*> names) {
   for (const char* name : names) {
@@ -272,6 +262,10 @@ std::string first_set(std::initializer_list<const char*> names) {
   }
   return {};
 }
+
+// Where the CA certificates of https:// are: CURL_CA_BUNDLE, else SSL_CERT_FILE, else ""
+// (libcurl's own default). libcurl reads neither variable itself (the curl program does).
+std::string ca_bundle() { return first_set({"CURL_CA_BUNDLE", "SSL_CERT_FILE"}); }
 
 // The proxy settings libcurl would read from the environment for `url`, given to it instead
 // ("" where none): libcurl reads the variables with getenv on every transfer, on the engine's
