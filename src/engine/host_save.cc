@@ -9,8 +9,7 @@
 #include <vector>
 
 #include "engine/detail/lanes.hpp"
-#include "engine/detail/save_files.hpp"
-#include "engine/detail/save_remote.hpp"
+#include "engine/detail/save_job.hpp"
 #include "shardload/host_load.hpp"
 #include "shardload/interrupt.hpp"
 #include "shardload/plan.hpp"
@@ -43,30 +42,6 @@ std::string rows_text(std::int64_t lo, std::int64_t hi) {
   t += range_text(lo, hi);
   t += ')';
   return t;
-}
-
-// Where a local save stages: `dest` resolved once to the directory it is in
-// (physical_destination), checked for the overwrite rules, and its staging directory made with
-// the shard files; errors with "saving to DEST" in front.
-struct LocalStaging {
-  std::string physical;
-  std::string path;
-};
-
-Result<LocalStaging> begin_staging(const std::string& dest, bool overwrite,
-                                   detail::SaveSpec* spec) {
-  const auto check = [&](const Status& st) {
-    return st ? st : st.with_context("saving to " + dest);
-  };
-  LocalStaging s;
-  Result<std::string> physical = detail::physical_destination(dest);
-  if (!physical) return check(physical.status());
-  s.physical = std::move(*physical);
-  SHARDLOAD_RETURN_IF_ERROR(check(detail::check_destination(s.physical, overwrite)));
-  Result<std::string> staging = detail::prepare_staging(s.physical, spec);
-  if (!staging) return check(staging.status());
-  s.path = std::move(*staging);
-  return s;
 }
 
 // The checks of a save's arguments that host_save and staged_save_begin share, and the spec
@@ -111,87 +86,6 @@ Status run_items(std::int64_t n, std::int64_t threads,
       });
 }
 
-// To object storage (shardload/save.hpp): the listing and the shards without bytes, then one
-// upload per shard with bytes, then the metadata objects and the manifest last.
-Status save_to_object_store(const std::byte* data, const std::string& dest,
-                            const HostSaveOptions& options, std::int64_t threads,
-                            detail::SaveSpec* spec, HostSaveStats* stats) {
-  const SaveOptions& save = options.save;
-  const auto t0 = Clock::now();
-  Result<detail::RemoteDest> prepared = detail::prepare_remote_save(dest, save, *spec);
-  if (!prepared) {
-    // Argument errors say "save: ..." themselves; the destination's get its name in front.
-    if (prepared.status().code() == ErrorCode::kInvalidArgument) return prepared.status();
-    return prepared.status().with_context("saving to " + dest);
-  }
-  const detail::RemoteDest& d = *prepared;
-  const auto t1 = Clock::now();
-  stats->prepare_s = seconds(t0, t1);
-  // The keys the uploads finished, each as its upload was answered: the commit checks them,
-  // and a failed save's clean-up deletes them alone, each while it is still the save's.
-  // And the keys whose uploads sent every byte and got no answer, which the store may have
-  // made all the same: the clean-up deletes them where they are provably those bytes.
-  std::mutex own_mu;
-  std::vector<WrittenKey> own;
-  std::vector<WrittenKey> begun;
-  struct Abandon {
-    const detail::RemoteDest& d;
-    const detail::SaveSpec& spec;
-    const SaveOptions& options;
-    const std::vector<WrittenKey>& own;
-    const std::vector<WrittenKey>& begun;
-    bool committed = false;
-    // The clean-up now, once: what it left that is not the save's, added to `st`.
-    Status failed(const Status& st) {
-      committed = true;
-      const std::string left = detail::abandon_remote_save(d, spec, options, &own, &st, &begun);
-      if (left.empty()) return st;
-      return Status(st.code(), st.message() + "; " + left)
-          .with_path(st.path())
-          .with_errno(st.sys_errno())
-          .with_stored_untold(st.stored_untold());
-    }
-    ~Abandon() {
-      if (!committed) (void)detail::abandon_remote_save(d, spec, options, &own, nullptr, &begun);
-    }
-  } abandon{d, *spec, save, own, begun};
-
-  std::vector<std::int64_t> uploads;
-  for (std::int64_t s = 0; s < spec->shards(); ++s) {
-    if (detail::task_uploads_shard(*spec, s)) uploads.push_back(s);
-  }
-  stats->tiles = static_cast<std::int64_t>(uploads.size());
-  stats->threads = std::max<std::int64_t>(
-      1, std::min<std::int64_t>(threads, static_cast<std::int64_t>(uploads.size())));
-  const Status written =
-      run_items(static_cast<std::int64_t>(uploads.size()), stats->threads, [&](std::int64_t i) {
-        const std::int64_t s = uploads[static_cast<std::size_t>(i)];
-        const std::int64_t lo = spec->offsets[static_cast<std::size_t>(s)];
-        const std::int64_t hi = spec->offsets[static_cast<std::size_t>(s) + 1];
-        auto upload = detail::open_shard_upload(d.dir_url(), *spec, s);
-        Status st = upload.status();
-        if (st)
-          st = (*upload)->append(data + static_cast<std::size_t>(lo) * spec->row_bytes, hi - lo);
-        if (st) st = (*upload)->commit();
-        if (upload) {
-          const std::lock_guard lock(own_mu);
-          own.insert(own.end(), (*upload)->written().begin(), (*upload)->written().end());
-          begun.insert(begun.end(), (*upload)->begun().begin(), (*upload)->begun().end());
-        }
-        return st ? st
-                  : st.with_context("save shard " + std::to_string(s) + " " + rows_text(lo, hi));
-      });
-  if (!written) return abandon.failed(written.with_context("saving to " + dest));
-  const auto t2 = Clock::now();
-  stats->write_s = seconds(t1, t2);
-  if (save.before_commit) save.before_commit();
-  const Status finished = detail::finish_remote_save(d, *spec, save, &own);
-  if (!finished) return abandon.failed(finished.with_context("saving to " + dest));
-  abandon.committed = true;
-  stats->commit_s = seconds(t2, Clock::now());
-  return Status::ok();
-}
-
 }  // namespace
 
 Result<HostSaveStats> host_save(const std::byte* data, std::span<const std::int64_t> shape,
@@ -209,50 +103,61 @@ Result<HostSaveStats> host_save(const std::byte* data, std::span<const std::int6
   SHARDLOAD_ASSIGN_OR_RETURN(detail::SaveSpec spec,
                              save_spec(shape, dtype, dest, save, cores, &total_bytes));
   if (data == nullptr && total_bytes > 0) return argument_error("the array's data is null");
-  const std::int64_t rows = shape[0];
 
   HostSaveStats stats;
   stats.shards = spec.shards();
   stats.bytes = static_cast<std::uint64_t>(total_bytes);
-  if (detail::is_object_dest(dest)) {
-    SHARDLOAD_RETURN_IF_ERROR(save_to_object_store(data, dest, options, threads, &spec, &stats));
-    return stats;
-  }
-
-  // The checks, the commit and any clean-up in the directory `dest` was in when the save
-  // began (physical_destination).
-  const auto check = [&](const Status& st) {
-    return st ? st : st.with_context("saving to " + dest);
-  };
-  SHARDLOAD_ASSIGN_OR_RETURN(const LocalStaging staged, begin_staging(dest, save.overwrite, &spec));
-  const std::string& physical = staged.physical;
-  const std::string& staging = staged.path;
-  detail::StagingGuard guard{staging};
+  SHARDLOAD_ASSIGN_OR_RETURN(const detail::SaveJob job,
+                             detail::SaveJob::begin(dest, save, std::move(spec)));
+  // The keys the units' writers finished, each as its upload was answered: the publish checks
+  // them, and a failed save's clean-up deletes them alone, each while it is still the save's.
+  // And the keys whose uploads sent every byte and got no answer, which the store may have
+  // made all the same: the clean-up deletes them where they are provably those bytes.
+  std::mutex own_mu;
+  std::vector<WrittenKey> own;
+  std::vector<WrittenKey> begun;
+  detail::SaveJobGuard guard{job, &own, &begun};
   const auto t1 = Clock::now();
   stats.prepare_s = seconds(t0, t1);
 
-  if (rows > 0 && spec.row_bytes > 0) {
-    // Several tiles per thread, so that an interrupt is seen between tiles soon.
-    SHARDLOAD_ASSIGN_OR_RETURN(const ReadPlan plan, make_plan(spec.offsets, threads, 4));
-    stats.tiles = plan.tiles;
-    stats.threads = std::max<std::int64_t>(1, std::min(threads, plan.tiles));
-    const Status written = run_items(plan.tiles, stats.threads, [&](std::int64_t t) {
-      const std::int64_t lo = plan.tile_begin(t);
-      const std::int64_t hi = plan.tile_end(t);
-      const Status st = detail::write_rows(staging, spec, lo, hi,
-                                           data + static_cast<std::size_t>(lo) * spec.row_bytes);
-      return st ? st : st.with_context("save tile " + std::to_string(t) + " " + rows_text(lo, hi));
-    });
-    SHARDLOAD_RETURN_IF_ERROR(check(written));
+  // Several tiles per thread where any thread may write any rows, so that an interrupt is seen
+  // between tiles soon.
+  SHARDLOAD_ASSIGN_OR_RETURN(const detail::SaveUnits units, job.units(threads, 4));
+  const auto n = static_cast<std::int64_t>(units.list.size());
+  stats.tiles = n;
+  stats.threads = std::max<std::int64_t>(1, std::min(threads, n));
+  const Status written = run_items(n, stats.threads, [&](std::int64_t i) {
+    const detail::SaveUnit& u = units.list[static_cast<std::size_t>(i)];
+    std::vector<WrittenKey> keys;
+    std::vector<WrittenKey> sent;
+    const Status st =
+        job.write(u, data + static_cast<std::size_t>(u.lo) * job.spec().row_bytes, &keys, &sent);
+    {
+      const std::lock_guard lock(own_mu);
+      own.insert(own.end(), keys.begin(), keys.end());
+      begun.insert(begun.end(), sent.begin(), sent.end());
+    }
+    if (st) return st;
+    const std::string what =
+        u.shard >= 0 ? "save shard " + std::to_string(u.shard) : "save tile " + std::to_string(i);
+    return st.with_context(what + " " + rows_text(u.lo, u.hi));
+  });
+  if (!written) {
+    guard.done = true;
+    return job.failed(written.with_context("saving to " + dest), &own, &begun);
   }
   const auto t2 = Clock::now();
   stats.write_s = seconds(t1, t2);
 
   if (save.before_commit) save.before_commit();
   bool published = false;
-  const Status committed = detail::publish_staging(staging, physical, spec, save, &published);
-  guard.keep = published;  // what is left at the staging path then is not ours to remove
-  SHARDLOAD_RETURN_IF_ERROR(check(committed));
+  const Status committed = job.publish(&own, &published);
+  guard.done = true;
+  if (!committed) {
+    const Status st = committed.with_context("saving to " + dest);
+    // What is at dest once published is the new dataset, not the save's to remove.
+    return published ? st : job.failed(st, &own, &begun);
+  }
   stats.commit_s = seconds(t2, Clock::now());
   return stats;
 }
@@ -261,7 +166,7 @@ namespace {
 
 // The staging path of a StagedSave names a staging directory (make_staging_dir's marker in
 // its last segment), so that a damaged one cannot make write or abort touch another tree.
-Status check_staged(const StagedSave& save, detail::SaveSpec* spec) {
+Result<detail::SaveJob> staged_job(const StagedSave& save) {
   const std::size_t slash = save.staging.rfind('/');
   const std::string name =
       slash == std::string::npos ? save.staging : save.staging.substr(slash + 1);
@@ -269,8 +174,14 @@ Status check_staged(const StagedSave& save, detail::SaveSpec* spec) {
     return argument_error("expected the staging directory of a staged save, found '" +
                           save.staging + "'");
   }
-  SHARDLOAD_ASSIGN_OR_RETURN(*spec, detail::SaveSpec::decode(save.spec));
-  return Status::ok();
+  SHARDLOAD_ASSIGN_OR_RETURN(detail::SaveSpec spec, detail::SaveSpec::decode(save.spec));
+  SaveOptions o;
+  o.format = spec.format;
+  o.overwrite = save.overwrite;
+  o.manifest = save.manifest;
+  o.checksum = save.checksum;
+  return detail::SaveJob::staged(save.dest, save.physical, save.staging,
+                                 {save.staging_dev, save.staging_ino}, std::move(spec), o);
 }
 
 }  // namespace
@@ -281,19 +192,15 @@ Result<StagedSave> staged_save_begin(std::span<const std::int64_t> shape, DType 
   SHARDLOAD_ASSIGN_OR_RETURN(
       detail::SaveSpec spec,
       save_spec(shape, dtype, dest, options, default_host_threads(), &total_bytes));
-  if (detail::is_object_dest(dest)) {
-    return argument_error("a save that several processes fill writes to a directory only, found '" +
-                          dest +
-                          "' (for object storage save the computed array with host_save: "
-                          "shardload.numpy.save)");
-  }
-  SHARDLOAD_ASSIGN_OR_RETURN(LocalStaging staged, begin_staging(dest, options.overwrite, &spec));
+  SHARDLOAD_ASSIGN_OR_RETURN(
+      const detail::SaveJob job,
+      detail::SaveJob::begin(dest, options, std::move(spec), /*several_processes=*/true));
   StagedSave s;
   s.dest = dest;
-  s.physical = std::move(staged.physical);
-  s.staging = std::move(staged.path);
-  std::tie(s.staging_dev, s.staging_ino) = detail::directory_identity(s.staging);
-  s.spec = spec.encode();
+  s.physical = job.physical();
+  s.staging = job.staging();
+  std::tie(s.staging_dev, s.staging_ino) = job.identity();
+  s.spec = job.spec().encode();
   s.overwrite = options.overwrite;
   s.manifest = options.manifest;
   s.checksum = options.checksum;
@@ -303,8 +210,8 @@ Result<StagedSave> staged_save_begin(std::span<const std::int64_t> shape, DType 
 Status staged_save_write(const StagedSave& save, std::int64_t lo, std::int64_t hi, DType dtype,
                          std::span<const std::int64_t> trailing, const std::byte* data,
                          std::size_t bytes) {
-  detail::SaveSpec spec;
-  SHARDLOAD_RETURN_IF_ERROR(check_staged(save, &spec));
+  SHARDLOAD_ASSIGN_OR_RETURN(const detail::SaveJob job, staged_job(save));
+  const detail::SaveSpec& spec = job.spec();
   const std::int64_t rows = spec.offsets.back();
   if (lo < 0 || hi < lo || hi > rows) {
     return argument_error(range_text(lo, hi) + ": expected a range within the save's " +
@@ -325,28 +232,21 @@ Status staged_save_write(const StagedSave& save, std::int64_t lo, std::int64_t h
                           " bytes, found " + std::to_string(bytes));
   }
   if (want == 0) return Status::ok();
-  const Status st = detail::write_rows(save.staging, spec, lo, hi, data);
+  const Status st = job.write({lo, hi, -1}, data, nullptr, nullptr);
   return st ? st : st.with_context("saving to " + save.dest + " " + rows_text(lo, hi));
 }
 
 Status staged_save_commit(const StagedSave& save) {
-  detail::SaveSpec spec;
-  SHARDLOAD_RETURN_IF_ERROR(check_staged(save, &spec));
-  SaveOptions o;
-  o.format = spec.format;
-  o.overwrite = save.overwrite;
-  o.manifest = save.manifest;
-  o.checksum = save.checksum;
+  SHARDLOAD_ASSIGN_OR_RETURN(const detail::SaveJob job, staged_job(save));
   bool published = false;
-  const Status st = detail::publish_staging(save.staging, save.physical, spec, o, &published);
-  if (!published) staged_save_abort(save);
+  const Status st = job.publish(nullptr, &published);
+  if (!published) (void)job.abandon(nullptr, &st, nullptr);
   return st ? st : st.with_context("saving to " + save.dest);
 }
 
 void staged_save_abort(const StagedSave& save) noexcept {
-  detail::SaveSpec spec;
-  if (!check_staged(save, &spec) || save.staging_ino == 0) return;
-  detail::remove_tree_if_same(save.staging, {save.staging_dev, save.staging_ino});
+  const Result<detail::SaveJob> job = staged_job(save);
+  if (job) (void)job->abandon(nullptr, nullptr, nullptr);
 }
 
 }  // namespace shardload
