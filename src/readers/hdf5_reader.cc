@@ -278,6 +278,7 @@ class Hdf5Reader final : public ShardReader {
     std::optional<RemoteMetadata> meta;
     if (ctx_.source->round_trips(path)) {
       meta.emplace(path, p.shard.snapshot);
+      meta->forget_url();
       SHARDLOAD_RETURN_IF_ERROR(meta->fetch_head(f, p.shard.snapshot.size));
     }
     std::vector<std::string> external;

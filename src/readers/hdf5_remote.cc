@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "readers/detail/hdf5.hpp"
+#include "storage/detail/store_options.hpp"
 
 namespace shardload::detail::hdf5 {
 
@@ -262,12 +263,24 @@ MetadataCache& cache() {
   return *c;
 }
 
+// Whether a remote snapshot tells versions apart by more than their size: the stores hash an
+// ETag, else the Last-Modified, into `inode` (http_io.cc, s3_io.cc), and these two hashes are
+// what an answer with neither gives.
+bool validated(const FileInfo& snapshot) {
+  static const std::uint64_t none_http = fnv1a("last-modified:");
+  static const std::uint64_t none_s3 = fnv1a("");
+  return snapshot.inode != none_http && snapshot.inode != none_s3;
+}
+
 }  // namespace
 
 RemoteMetadata::RemoteMetadata(std::string path, const FileInfo& snapshot)
-    : path_(std::move(path)), snapshot_(snapshot) {}
+    : path_(std::move(path)), snapshot_(snapshot) {
+  if (!validated(snapshot_)) own_ = std::make_shared<Extents>();
+}
 
 bool RemoteMetadata::held() const {
+  if (own_) return false;
   MetadataCache& c = cache();
   std::lock_guard lock(c.mu);
   return c.find(path_, snapshot_) != nullptr;
@@ -291,6 +304,7 @@ bool RemoteMetadata::copy(std::uint64_t offset, std::size_t n, std::byte* out, b
     return true;
   }
   if (raw) return false;
+  if (own_) return own_->copy(offset, n, out);
   MetadataCache& c = cache();
   std::lock_guard lock(c.mu);
   const CacheEntry* e = c.find(path_, snapshot_);
@@ -298,6 +312,12 @@ bool RemoteMetadata::copy(std::uint64_t offset, std::size_t n, std::byte* out, b
 }
 
 void RemoteMetadata::keep(std::uint64_t offset, const std::byte* bytes, std::size_t n) {
+  if (own_) {
+    if (own_->holding(offset, n) == nullptr && n <= kRemoteMetadataBytes - own_->bytes) {
+      own_->add(offset, bytes, n);
+    }
+    return;
+  }
   MetadataCache& c = cache();
   std::lock_guard lock(c.mu);
   CacheEntry* e = c.find(path_, snapshot_);
@@ -338,10 +358,17 @@ ReadBytes RemoteMetadata::reader(const File& file) {
 }
 
 void RemoteMetadata::forget() {
+  if (own_) own_ = std::make_shared<Extents>();
   MetadataCache& c = cache();
   std::lock_guard lock(c.mu);
   const auto it = c.by_path.find(path_);
   if (it != c.by_path.end() && it->second->snapshot == snapshot_) c.drop(it);
+}
+
+void RemoteMetadata::forget_url() {
+  MetadataCache& c = cache();
+  std::lock_guard lock(c.mu);
+  if (const auto it = c.by_path.find(path_); it != c.by_path.end()) c.drop(it);
 }
 
 Result<Hid> remote_access_list(const Hdf5Api& api, const File& file, std::uint64_t size,

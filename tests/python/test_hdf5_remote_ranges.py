@@ -9,6 +9,7 @@ in order or in reverse order, over s3:// (moto behind a counting proxy) and over
 from __future__ import annotations
 
 import contextlib
+import io
 import pathlib
 import zlib
 from typing import Iterator
@@ -241,3 +242,48 @@ def test_the_chunk_index_is_fetched_once_for_all_the_reads_of_an_object(tmp_path
         assert "changed" in str(e.value), e.value
         layout = shardload.discover(url(path.name), storage_options=options, dataset="x")
         assert layout.read(0, rows).tobytes() == want.tobytes()
+
+
+def _same_size_versions() -> tuple[np.ndarray, bytes, np.ndarray, bytes]:
+    """Two HDF5 files of one size whose unfiltered chunks lie in opposite orders: the first's
+    chunk index read over the second's bytes puts every chunk's rows at another chunk's place."""
+    def h5bytes(data: np.ndarray, order: range) -> bytes:
+        buf = io.BytesIO()
+        with h5py.File(buf, "w", libver="earliest") as f:
+            x = f.create_dataset("x", shape=data.shape, dtype=data.dtype, chunks=(4, 3))
+            for k in order:
+                x[k * 4:(k + 1) * 4] = data[k * 4:(k + 1) * 4]
+        return buf.getvalue()
+
+    old = np.arange(48, dtype=np.float32).reshape(16, 3)
+    new = old + 1000
+    a, b = h5bytes(old, range(4)), h5bytes(new, range(3, -1, -1))
+    assert len(a) == len(b) and a != b
+    return old, a, new, b
+
+
+@pytest.mark.parametrize("validator", ["last-modified", "none"])
+def test_an_object_replaced_at_the_same_size_is_read_anew_by_a_new_discovery(validator):
+    """A server without ETags: the snapshot is the Last-Modified (which a copy made with its
+    time kept, `cp -p`/`rsync -t`, keeps) or, without one, the size alone. An object replaced by
+    one of the same size between two discoveries in one process was read through the metadata
+    the process kept of the first version: the old chunk index over the new bytes, rows at
+    other chunks' places, neither version, no error. A discovery reads the object's metadata
+    anew; without any validator the metadata is not kept past one read, so a layout read after
+    such a replacement reads the new version (docs/object_storage.md), never a mix."""
+    old, a, new, b = _same_size_versions()
+    with http_serving() as (store, base):
+        store.etag = False
+        store.last_modified = validator == "last-modified"
+        store.put("/d/shard_0000.h5", a)
+        url = f"{base}/d/shard_0000.h5"
+        np.testing.assert_array_equal(snp.load(url, dataset="x"), old)
+        layout = shardload.discover(url, dataset="x")
+        np.testing.assert_array_equal(layout.read(0, 16), old)
+        store.put("/d/shard_0000.h5", b)
+        np.testing.assert_array_equal(snp.load(url, dataset="x"), new)
+        if validator == "none":
+            store.put("/d/shard_0000.h5", a)
+            np.testing.assert_array_equal(layout.read(0, 16), old)
+            store.put("/d/shard_0000.h5", b)
+            np.testing.assert_array_equal(layout.read(0, 16), new)

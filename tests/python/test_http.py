@@ -38,6 +38,7 @@ class Store:
         self.lock = threading.Lock()
         self.ignore_range = False  # answer every GET with 200 and the whole object
         self.etag = True  # send an ETag (else only Last-Modified)
+        self.last_modified = True  # send a Last-Modified (neither: the size tells versions apart)
         self.fail_next: dict[str, list[int]] = {}  # path -> statuses to answer first, in order
         self.decode_paths = False  # look objects up by the percent-decoded path, as most servers
         # Cut each segment's path parameters (";jsessionid=X") first and resolve dot segments
@@ -117,7 +118,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
         if data is None:
             self._answer(404, b"<error>not found</error>", head=head)
             return
-        headers = {"Last-Modified": "Mon, 01 Jan 2024 00:00:00 GMT"}
+        headers = {"Last-Modified": "Mon, 01 Jan 2024 00:00:00 GMT"} if s.last_modified else {}
         if s.etag:
             headers["ETag"] = '"' + hashlib.md5(data).hexdigest() + '"'
         if_match = self.headers.get("If-Match")

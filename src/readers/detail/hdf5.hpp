@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -268,12 +269,20 @@ class RemoteMetadata {
   // Drops what the cache holds of this snapshot: the check after a read found the object
   // changed.
   void forget();
+  // Drops what the cache holds of this URL, whatever its snapshot: a discovery reads the object
+  // as it is now. A snapshot told by a Last-Modified that a copy kept (`cp -p`) names two
+  // versions alike, and the old one's chunk index read over the new bytes mixes the two.
+  void forget_url();
 
   struct Extents;
 
  private:
   std::string path_;
   FileInfo snapshot_;
+  // A snapshot with no validator (no ETag, no Last-Modified: the size alone) names every version
+  // of that size alike, so nothing of it is kept past this call: its own extents, not the
+  // process's (docs/object_storage.md: such an object replaced reads as the new version).
+  std::shared_ptr<Extents> own_;
   std::vector<std::byte> head_;
   std::uint64_t lent_at_ = 0;
   const std::byte* lent_ = nullptr;
