@@ -273,10 +273,6 @@ Result<std::shared_ptr<Store>> open_save_store(const std::string& dir_url) {
   return std::shared_ptr<Store>(std::move(store));
 }
 
-// What the kernel's file calls cannot reach goes through the object pipeline, which refuses a
-// store that cannot be written (prepare_remote_save).
-bool is_object_dest(const std::string& dest) { return !path_traits(dest).kernel_files; }
-
 bool uniform_shards(const SaveSpec& spec) {
   const std::int64_t rows = spec.offsets.back();
   if (rows == 0) return true;

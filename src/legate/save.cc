@@ -3,8 +3,7 @@
 #include <chrono>
 #include <cstring>
 
-#include "engine/detail/save_files.hpp"
-#include "engine/detail/save_remote.hpp"
+#include "engine/detail/save_job.hpp"
 #include "legate/detail/launch.hpp"
 #include "legate/detail/save_once.hpp"
 #include "legate/detail/tasks.hpp"
@@ -72,30 +71,27 @@ void read_written(const legate::LogicalStore& store, std::size_t slot,
   }
 }
 
-// Shards of chosen rows to object storage, where each shard is one task's upload: one
-// one-point launch per shard with bytes over that shard's slice of the array, on the processor
-// whose share of the rows (as an even tiling would give it) holds the shard's first row, so
-// that an array tiled evenly is mostly uploaded where it lies. The launches run at once: their
+// Units of their own sizes (shards of chosen rows to object storage, each uploaded whole by one
+// writer): one one-point launch per unit over that unit's slice of the array, on the processor
+// whose share of the rows (as an even tiling would give it) holds the unit's first row, so
+// that an array tiled evenly is mostly written where it lies. The launches run at once: their
 // errors are collected, and the first is thrown once every launch is over, so that nothing is
-// still uploading when the caller cleans up. Returns the number of launches, or the first
-// error; the keys every launch's upload finished go into *own either way, those begun without
+// still writing when the caller cleans up. Returns the number of launches, or the first
+// error; the keys every launch's writer finished go into *own either way, those begun without
 // an answer into *begun.
-Result<std::int64_t> launch_per_shard(const legate::LogicalArray& array,
-                                      const detail::RemoteDest& d, const detail::SaveSpec& spec,
-                                      const legate::mapping::Machine& machine,
-                                      std::vector<WrittenKey>* own,
-                                      std::vector<WrittenKey>* begun) {
+Result<std::int64_t> launch_per_unit(const legate::LogicalArray& array, const detail::SaveJob& job,
+                                     const std::vector<std::uint8_t>& job_bytes,
+                                     const detail::SaveUnits& units,
+                                     const legate::mapping::Machine& machine,
+                                     std::vector<WrittenKey>* own, std::vector<WrittenKey>* begun) {
   auto* runtime = legate::Runtime::get_runtime();
   const legate::LogicalStore store = tileable(array).data();
-  const std::string dir = d.dir_url();
-  const std::vector<std::uint8_t> dir_bytes(dir.begin(), dir.end());
-  const std::vector<std::int64_t> ints = spec.encode();
   const auto processors = static_cast<std::uint32_t>(machine.count());
   // An even tiling's rows per processor.
   const std::int64_t share = std::max<std::int64_t>(
-      1, (spec.offsets.back() + processors - 1) / static_cast<std::int64_t>(processors));
+      1, (job.spec().offsets.back() + processors - 1) / static_cast<std::int64_t>(processors));
   std::int64_t launches = 0;
-  const std::size_t slot = detail::written_record_bytes(spec);
+  const std::size_t slot = job.written_record_bytes();
   std::vector<legate::LogicalStore> written;  // each launch's keys
   const auto read_all = [&] {
     for (const auto& w : written) read_written(w, slot, own, begun);
@@ -103,22 +99,18 @@ Result<std::int64_t> launch_per_shard(const legate::LogicalArray& array,
   try {
     {
       legate::Scope deferred{legate::ExceptionMode::DEFERRED};
-      for (std::int64_t s = 0; s < spec.shards(); ++s) {
-        if (!detail::task_uploads_shard(spec, s)) continue;
-        const auto lo = spec.offsets[static_cast<std::size_t>(s)];
-        const auto hi = spec.offsets[static_cast<std::size_t>(s) + 1];
+      for (const detail::SaveUnit& u : units.list) {
         const auto p =
-            static_cast<std::uint32_t>(std::min<std::int64_t>(processors - 1, lo / share));
+            static_cast<std::uint32_t>(std::min<std::int64_t>(processors - 1, u.lo / share));
         const legate::Scope on{machine.slice(p, p + 1)};
         auto task = runtime->create_task(library(), detail::SaveTask::TASK_CONFIG.task_id(),
                                          legate::tuple<std::uint64_t>{1});
-        task.add_input(store.slice(0, legate::Slice{lo, hi}));
+        task.add_input(store.slice(0, legate::Slice{u.lo, u.hi}));
         written.push_back(written_store(1, 1, slot));
         task.add_output(written.back());
-        task.add_scalar_arg(legate::Scalar{dir_bytes});
-        task.add_scalar_arg(legate::Scalar{ints});
-        task.add_scalar_arg(legate::Scalar{hi - lo});
-        task.add_scalar_arg(legate::Scalar{s});
+        task.add_scalar_arg(legate::Scalar{job_bytes});
+        task.add_scalar_arg(legate::Scalar{u.hi - u.lo});
+        task.add_scalar_arg(legate::Scalar{u.shard});
         runtime->submit(std::move(task));
         ++launches;
       }
@@ -138,92 +130,6 @@ Result<std::int64_t> launch_per_shard(const legate::LogicalArray& array,
   }
   read_all();
   return launches;
-}
-
-// A save to object storage (save_remote.hpp): one launch whose tile i is shard i, each point
-// uploading its shard whole, then the metadata objects and the manifest last. The steps
-// before and after the launch run once for the job (save_once.hpp), so that on several ranks
-// one rank lists the prefix and commits while every rank's tiles upload. Times go into *si
-// (the caller sets the commit's).
-void save_to_object_store(const legate::LogicalArray& array, const std::string& dest,
-                          const SaveOptions& options, const legate::mapping::Machine& machine,
-                          detail::SaveSpec* spec, SaveInfo* si) {
-  using Clock = std::chrono::steady_clock;
-  const auto t0 = Clock::now();
-  const auto check = [&](const Status& st) {
-    if (!st) throw_status(st.with_context("saving to " + dest), ErrorSite::kWrite);
-  };
-  auto prepared = detail::prepare_remote_save_once(dest, options, spec);
-  if (!prepared) {
-    // Argument errors say "save: ..." themselves; the destination's get its name in front.
-    if (prepared.status().code() == ErrorCode::kInvalidArgument) {
-      throw_status(prepared.status(), ErrorSite::kWrite);
-    }
-    check(prepared.status());
-  }
-  const detail::RemoteDest& d = *prepared;
-  const auto t1 = Clock::now();
-  si->prepare_seconds = std::chrono::duration<double>(t1 - t0).count();
-  // The keys the points' uploads finished, each as its upload was answered (their slots of
-  // the task's output 0): the commit checks them, and a failed save's clean-up deletes them
-  // alone, each while it is still the save's.
-  std::vector<WrittenKey> own;
-  // The keys whose uploads sent every byte and got no answer: the clean-up deletes each where
-  // it is provably those bytes (abandon_remote_save).
-  std::vector<WrittenKey> begun;
-  bool cleaned = false;
-  // A failure's clean-up, once, and what it left that is not the save's added to the error.
-  const auto failed = [&](const Status& st) {
-    cleaned = true;
-    const std::string left = detail::abandon_remote_save(d, *spec, options, &own, &st, &begun);
-    const Status with = st.with_context("saving to " + dest);
-    if (left.empty()) throw_status(with, ErrorSite::kWrite);
-    throw_status(Status(with.code(), with.message() + "; " + left)
-                     .with_path(with.path())
-                     .with_errno(with.sys_errno())
-                     .with_stored_untold(with.stored_untold()),
-                 ErrorSite::kWrite);
-  };
-  try {
-    const std::int64_t tiles = detail::remote_tiles(*spec);  // 0 for shards of chosen rows
-    si->tiles = tiles;
-    if (!detail::uniform_shards(*spec)) {
-      const Result<std::int64_t> launches =
-          launch_per_shard(array, d, *spec, machine, &own, &begun);
-      if (!launches) failed(launches.status());
-      si->tiles = *launches;
-    } else if (tiles > 0) {
-      const auto extents = array.extents();
-      const detail::Tiling tiling = detail::tile_axis0(extents, spec->offsets[1], tiles);
-      const legate::Scope scope{machine};
-      auto task = detail::tiled_task(library(), detail::SaveTask::TASK_CONFIG.task_id(), tiling);
-      task.add_input(tileable(array).data().partition_by_tiling(tiling.tile_shape));
-      const std::size_t slot = detail::written_record_bytes(*spec);
-      const legate::LogicalStore written = written_store(extents.size(), tiles, slot);
-      task.add_output(written.partition_by_tiling(written_tile(extents.size(), slot)));
-      const std::string dir = d.dir_url();
-      const std::vector<std::uint8_t> dir_bytes(dir.begin(), dir.end());
-      task.add_scalar_arg(legate::Scalar{dir_bytes});
-      task.add_scalar_arg(legate::Scalar{spec->encode()});
-      task.add_scalar_arg(legate::Scalar{spec->offsets[1]});
-      Status st = Status::ok();
-      try {
-        legate::Runtime::get_runtime()->submit(std::move(task));
-      } catch (const legate::TaskException& e) {
-        st = detail::status_from_task_error(e);
-      }
-      read_written(written, slot, &own, &begun);
-      if (!st) failed(st);
-    }
-    si->write_seconds = std::chrono::duration<double>(Clock::now() - t1).count();
-    // Every rank runs the hook (a pending Ctrl-C aborts before anything is committed).
-    if (options.before_commit) options.before_commit();
-    const Status committed = detail::finish_remote_save_once(d, *spec, options, own);
-    if (!committed) failed(committed);
-  } catch (...) {
-    if (!cleaned) (void)detail::abandon_remote_save(d, *spec, options, &own, nullptr, &begun);
-    throw;
-  }
 }
 
 }  // namespace
@@ -288,56 +194,70 @@ void save(const legate::LogicalArray& array, const std::string& dest, const Save
   si.shards = spec.shards();
   si.bytes = static_cast<std::uint64_t>(rows) * spec.row_bytes;
 
-  const auto check = [&](const Status& st) {
-    if (!st) throw_status(st.with_context("saving to " + dest), ErrorSite::kWrite);
+  // One rank begins the job (checks the destination, stages it), whose state every rank then
+  // uses (save_once.hpp). Errors name dest themselves.
+  const Result<detail::SaveJob> begun_job = detail::begin_save_once(dest, options, spec);
+  if (!begun_job) throw_status(begun_job.status(), ErrorSite::kWrite);
+  const detail::SaveJob& job = *begun_job;
+  const std::vector<std::uint8_t> job_bytes = job.encode();
+  // The keys the points' writers finished, each as its upload was answered (their slots of the
+  // task's output 0): the publish checks them, and a failed save's clean-up deletes them alone,
+  // each while it is still the save's. And the keys whose uploads sent every byte and got no
+  // answer: the clean-up deletes each where it is provably those bytes.
+  std::vector<WrittenKey> own;
+  std::vector<WrittenKey> begun;
+  detail::SaveJobGuard guard{job, &own, &begun};
+  // A failure's clean-up, once, and what it left that is not the save's added to the error.
+  const auto failed = [&](const Status& st) {
+    guard.done = true;
+    throw_status(job.failed(st.with_context("saving to " + dest), &own, &begun), ErrorSite::kWrite);
   };
-  if (detail::is_object_dest(dest)) {
-    save_to_object_store(array, dest, options, machine, &spec, &si);
-    si.commit_seconds = seconds(t0, Clock::now()) - si.prepare_seconds - si.write_seconds;
-    if (info != nullptr) *info = si;
-    return;
-  }
-  // Every rank checks (the same answer everywhere); one rank makes the staging directory and
-  // its files, whose name every rank then uses (save_once.hpp). All of it, the commit and any
-  // clean-up in the directory `dest` was in when the save began.
-  const auto physical = detail::physical_destination(dest);
-  check(physical.status());
-  check(detail::check_destination(*physical, options.overwrite));
-  auto staging = detail::prepare_save_once(*physical, &spec);
-  if (!staging) check(staging.status());
-  detail::StagingGuard guard{*staging};
   const auto t1 = Clock::now();
   si.prepare_seconds = seconds(t0, t1);
 
-  if (rows > 0 && spec.row_bytes > 0) {
-    const auto plan = make_plan(spec.offsets, processors, 1);
-    check(plan.status());
-    si.tiles = plan->tiles;
-    const detail::Tiling tiling = detail::tile_axis0(extents, plan->tile_rows, plan->tiles);
+  const Result<detail::SaveUnits> units = job.units(processors, 1);
+  if (!units) failed(units.status());
+  si.tiles = static_cast<std::int64_t>(units->list.size());
+  if (!units->list.empty() && units->tile_rows == 0) {
+    const Result<std::int64_t> launches =
+        launch_per_unit(array, job, job_bytes, *units, machine, &own, &begun);
+    if (!launches) failed(launches.status());
+    si.tiles = *launches;
+  } else if (!units->list.empty()) {
+    const auto tiles = static_cast<std::int64_t>(units->list.size());
+    const detail::Tiling tiling = detail::tile_axis0(extents, units->tile_rows, tiles);
     const legate::Scope scope{machine};
     auto task = detail::tiled_task(lib, detail::SaveTask::TASK_CONFIG.task_id(), tiling);
     task.add_input(tileable(array).data().partition_by_tiling(tiling.tile_shape));
-    // No keys come back from a local save's points (their files are the staging's): a slot of
-    // an empty list each.
-    constexpr std::size_t kSlot = 4;
-    task.add_output(written_store(extents.size(), plan->tiles, kSlot)
-                        .partition_by_tiling(written_tile(extents.size(), kSlot)));
-    const std::vector<std::uint8_t> dir_bytes(staging->begin(), staging->end());
-    task.add_scalar_arg(legate::Scalar{dir_bytes});
-    task.add_scalar_arg(legate::Scalar{spec.encode()});
-    task.add_scalar_arg(legate::Scalar{plan->tile_rows});
-    detail::submit_or_throw(std::move(task), ErrorSite::kWrite, "saving to " + dest);
+    const std::size_t slot = job.written_record_bytes();
+    const legate::LogicalStore written = written_store(extents.size(), tiles, slot);
+    task.add_output(written.partition_by_tiling(written_tile(extents.size(), slot)));
+    task.add_scalar_arg(legate::Scalar{job_bytes});
+    task.add_scalar_arg(legate::Scalar{units->tile_rows});
+    Status st = Status::ok();
+    try {
+      runtime->submit(std::move(task));
+    } catch (const legate::TaskException& e) {
+      st = detail::status_from_task_error(e);
+    }
+    read_written(written, slot, &own, &begun);
+    if (!st) failed(st);
   }
   const auto t2 = Clock::now();
   si.write_seconds = seconds(t1, t2);
 
   // Every rank runs the hook (a pending Ctrl-C aborts before anything is published), then one
-  // rank writes the metadata and renames; every rank reads back whether it was published.
+  // rank publishes; every rank reads back whether it was published.
   if (options.before_commit) options.before_commit();
   bool published = false;
-  const Status committed = detail::commit_save_once(*staging, *physical, spec, options, &published);
-  guard.keep = published;  // what is left at the staging path then is not ours to remove
-  check(committed);
+  const Status committed = detail::publish_save_once(job, own, &published);
+  if (!committed) {
+    // What is at dest once published is the new dataset, not the save's to remove.
+    if (!published) failed(committed);
+    guard.done = true;
+    throw_status(committed.with_context("saving to " + dest), ErrorSite::kWrite);
+  }
+  guard.done = true;
   si.commit_seconds = seconds(t2, Clock::now());
   if (info != nullptr) *info = si;
 }

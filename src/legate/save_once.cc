@@ -2,16 +2,14 @@
 // replication every rank runs the program and calls save(), but one staging directory must be
 // made and filled, by every rank's tiles alike, and renamed into place once. Each step runs in
 // a one-point task (the rank that runs it does the file work) whose outcome, error included,
-// every rank reads back from the task's output and acts on alike. A save to object storage
-// takes the same two steps: its listing, the empty shards, then the metadata objects and the
-// manifest are made once, by the rank that runs the step.
+// every rank reads back from the task's output and acts on alike: the job's begin and its
+// publish (engine/detail/save_job.hpp), whatever the store.
 #include <cerrno>
 #include <cstring>
 #include <span>
 
 #include "base/detail/bytes.hpp"
-#include "engine/detail/save_files.hpp"
-#include "engine/detail/save_remote.hpp"
+#include "engine/detail/save_job.hpp"
 #include "legate/detail/load_body.hpp"
 #include "legate/detail/point_task.hpp"
 #include "legate/detail/tasks.hpp"
@@ -143,9 +141,8 @@ Status run_once(legate::LocalTaskID id, const std::vector<std::uint8_t>& request
 
 }  // namespace
 
-// Request: dest, the spec, overwrite. Result: to a local dest, the staging directory and the
-// spec with its files' offsets; to object storage, the prefix, its query and the objects
-// there before (the RemoteDest every rank rebuilds).
+// Request: dest, the spec, the options a job keeps (overwrite, manifest, checksum, the extra
+// files). Result: the job (SaveJob::encode), which every rank decodes.
 void SavePrepareTask::cpu_variant(legate::TaskContext context) {
   run_task_body([&] {
     const auto request = scalar_bytes(context, 0);
@@ -153,53 +150,11 @@ void SavePrepareTask::cpu_variant(legate::TaskContext context) {
     std::string dest;
     std::vector<std::int64_t> ints;
     std::uint64_t overwrite = 0;
-    std::vector<std::uint8_t> result;
-    Status st = r.str(&dest) && r.ints(&ints) && r.u64(&overwrite) ? Status::ok()
-                                                                   : malformed("save request");
-    Result<SaveSpec> spec = st ? SaveSpec::decode(ints) : Result<SaveSpec>(st);
-    if (!spec) st = spec.status();
-    if (st && is_object_dest(dest)) {
-      SaveOptions options;
-      options.overwrite = overwrite != 0;
-      Result<RemoteDest> d = prepare_remote_save(dest, options, *spec);
-      if (d) {
-        put_str(result, d->dir);
-        put_str(result, d->query);
-        put_u64(result, d->old_names.size());
-        for (const std::string& name : d->old_names) put_str(result, name);
-        put_keys(result, d->written);
-      } else {
-        st = d.status();
-      }
-    } else if (st) {
-      Result<std::string> staging = prepare_staging(dest, &*spec);
-      if (staging) {
-        put_str(result, *staging);
-        put_ints(result, spec->encode());
-      } else {
-        st = staging.status();
-      }
-    }
-    write_point_result(context, encode_outcome(st, result));
-  });
-}
-
-// Request: staging, dest, overwrite, manifest, checksum, the spec, the extra files; to
-// object storage "staging" is the prefix, and the query, the old objects' names, the keys the
-// preparation wrote and those the points' uploads finished follow.
-void SaveCommitTask::cpu_variant(legate::TaskContext context) {
-  run_task_body([&] {
-    const auto request = scalar_bytes(context, 0);
-    Reader r(request);
-    std::string staging;
-    std::string dest;
-    std::uint64_t overwrite = 0;
     std::uint64_t manifest = 0;
     std::uint64_t checksum = 0;
-    std::vector<std::int64_t> ints;
     std::uint64_t extras = 0;
-    bool ok = r.str(&staging) && r.str(&dest) && r.u64(&overwrite) && r.u64(&manifest) &&
-              r.u64(&checksum) && r.ints(&ints) && r.u64(&extras);
+    bool ok = r.str(&dest) && r.ints(&ints) && r.u64(&overwrite) && r.u64(&manifest) &&
+              r.u64(&checksum) && r.u64(&extras);
     SaveOptions options;
     options.overwrite = overwrite != 0;
     options.manifest = manifest != 0;
@@ -209,85 +164,72 @@ void SaveCommitTask::cpu_variant(legate::TaskContext context) {
       ok = r.str(&f.first) && r.str(&f.second);
       options.extra_files.push_back(std::move(f));
     }
-    RemoteDest remote;
-    std::vector<WrittenKey> own;
-    if (ok && is_object_dest(dest)) {
-      remote.dest = dest;
-      remote.dir = staging;
-      remote.overwrite = options.overwrite;
-      std::uint64_t olds = 0;
-      ok = r.str(&remote.query) && r.u64(&olds);
-      for (std::uint64_t i = 0; ok && i < olds; ++i) {
-        ok = r.str(&remote.old_names.emplace_back());
-      }
-      ok = ok && r.keys(&remote.written) && r.keys(&own);
-    }
-    Status st = ok ? Status::ok() : malformed("save commit request");
+    std::vector<std::uint8_t> result;
+    Status st = ok ? Status::ok() : malformed("save request");
     Result<SaveSpec> spec = st ? SaveSpec::decode(ints) : Result<SaveSpec>(st);
     if (!spec) st = spec.status();
-    bool published = false;
-    if (st && is_object_dest(dest)) {
-      Result<std::shared_ptr<Store>> store = open_save_store(remote.dir_url());
-      if (store) remote.store = *store;
-      st = store ? finish_remote_save(remote, *spec, options, &own) : store.status();
-      published = st.is_ok();
-    } else if (st) {
-      st = publish_staging(staging, dest, *spec, options, &published);
+    if (st) {
+      options.format = spec->format;
+      Result<SaveJob> job = SaveJob::begin(dest, options, std::move(*spec));
+      if (job) {
+        result = job->encode();
+      } else {
+        st = job.status();
+      }
     }
+    write_point_result(context, encode_outcome(st, result));
+  });
+}
+
+// Request: the job (SaveJob::encode), then the keys the units' writers finished. Result:
+// whether the dataset was published.
+void SaveCommitTask::cpu_variant(legate::TaskContext context) {
+  run_task_body([&] {
+    const auto request = scalar_bytes(context, 0);
+    Reader r(request);
+    std::string bytes;
+    std::vector<WrittenKey> own;
+    Status st = r.str(&bytes) && r.keys(&own) ? Status::ok() : malformed("save commit request");
+    const std::span<const std::uint8_t> job_bytes(
+        reinterpret_cast<const std::uint8_t*>(bytes.data()), bytes.size());
+    Result<SaveJob> job = st ? SaveJob::decode(job_bytes) : Result<SaveJob>(st);
+    if (!job) st = job.status();
+    bool published = false;
+    if (st) st = job->publish(&own, &published);
     std::vector<std::uint8_t> result;
     put_u64(result, published ? 1 : 0);
     write_point_result(context, encode_outcome(st, result));
   });
 }
 
-namespace {
-
-std::vector<std::uint8_t> prepare_request(const std::string& dest, bool overwrite, SaveSpec* spec) {
-  // The spec's encoding carries every per-shard field; create_shard_files fills them in.
-  const auto n = static_cast<std::size_t>(spec->shards());
-  spec->data_offset.assign(n, 0);
-  spec->chunk_rows.assign(n, 1);
+Result<SaveJob> begin_save_once(const std::string& dest, const SaveOptions& options,
+                                SaveSpec spec) {
+  // The spec's encoding carries every per-shard field; the job's begin fills them in.
+  const auto n = static_cast<std::size_t>(spec.shards());
+  spec.data_offset.assign(n, 0);
+  spec.chunk_rows.assign(n, 1);
   std::vector<std::uint8_t> request;
   put_str(request, dest);
-  put_ints(request, spec->encode());
-  put_u64(request, overwrite ? 1 : 0);
-  return request;
-}
-
-std::vector<std::uint8_t> commit_request(const std::string& staging, const std::string& dest,
-                                         const SaveSpec& spec, const SaveOptions& options) {
-  std::vector<std::uint8_t> request;
-  put_str(request, staging);
-  put_str(request, dest);
+  put_ints(request, spec.encode());
   put_u64(request, options.overwrite ? 1 : 0);
   put_u64(request, options.manifest ? 1 : 0);
   put_u64(request, static_cast<std::uint64_t>(options.checksum));
-  put_ints(request, spec.encode());
   put_u64(request, options.extra_files.size());
   for (const auto& [name, text] : options.extra_files) {
     put_str(request, name);
     put_str(request, text);
   }
-  return request;
-}
-
-}  // namespace
-
-Result<std::string> prepare_save_once(const std::string& dest, SaveSpec* spec) {
-  const std::vector<std::uint8_t> request = prepare_request(dest, false, spec);
   std::vector<std::uint8_t> result;
   SHARDLOAD_RETURN_IF_ERROR(run_once(SavePrepareTask::TASK_CONFIG.task_id(), request, &result));
-  Reader r(result);
-  std::string staging;
-  std::vector<std::int64_t> ints;
-  if (!r.str(&staging) || !r.ints(&ints)) return malformed("result of the save's preparation");
-  SHARDLOAD_ASSIGN_OR_RETURN(*spec, SaveSpec::decode(ints));
-  return staging;
+  return SaveJob::decode(result);
 }
 
-Status commit_save_once(const std::string& staging, const std::string& dest, const SaveSpec& spec,
-                        const SaveOptions& options, bool* published) {
-  const std::vector<std::uint8_t> request = commit_request(staging, dest, spec, options);
+Status publish_save_once(const SaveJob& job, const std::vector<WrittenKey>& own, bool* published) {
+  const std::vector<std::uint8_t> bytes = job.encode();
+  std::vector<std::uint8_t> request;
+  put_u64(request, bytes.size());
+  request.insert(request.end(), bytes.begin(), bytes.end());
+  put_keys(request, own);
   std::vector<std::uint8_t> result;
   const Status st = run_once(SaveCommitTask::TASK_CONFIG.task_id(), request, &result);
   // A step that failed before its body ran (a task error) carries no result: not published.
@@ -295,36 +237,6 @@ Status commit_save_once(const std::string& staging, const std::string& dest, con
   std::uint64_t flag = 0;
   *published = r.u64(&flag) && flag != 0;
   return st;
-}
-
-Result<RemoteDest> prepare_remote_save_once(const std::string& dest, const SaveOptions& options,
-                                            SaveSpec* spec) {
-  const std::vector<std::uint8_t> request = prepare_request(dest, options.overwrite, spec);
-  std::vector<std::uint8_t> result;
-  SHARDLOAD_RETURN_IF_ERROR(run_once(SavePrepareTask::TASK_CONFIG.task_id(), request, &result));
-  RemoteDest d;
-  d.dest = dest;
-  d.overwrite = options.overwrite;
-  std::uint64_t olds = 0;
-  Reader r(result);
-  bool ok = r.str(&d.dir) && r.str(&d.query) && r.u64(&olds);
-  for (std::uint64_t i = 0; ok && i < olds; ++i) ok = r.str(&d.old_names.emplace_back());
-  ok = ok && r.keys(&d.written);
-  if (!ok) return malformed("result of the save's preparation");
-  SHARDLOAD_ASSIGN_OR_RETURN(d.store, open_save_store(d.dir_url()));
-  return d;
-}
-
-Status finish_remote_save_once(const RemoteDest& d, const SaveSpec& spec,
-                               const SaveOptions& options, const std::vector<WrittenKey>& own) {
-  std::vector<std::uint8_t> request = commit_request(d.dir, d.dest, spec, options);
-  put_str(request, d.query);
-  put_u64(request, d.old_names.size());
-  for (const std::string& name : d.old_names) put_str(request, name);
-  put_keys(request, d.written);
-  put_keys(request, own);
-  std::vector<std::uint8_t> result;
-  return run_once(SaveCommitTask::TASK_CONFIG.task_id(), request, &result);
 }
 
 }  // namespace shardload::detail

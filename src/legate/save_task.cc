@@ -1,12 +1,11 @@
-// The CPU variant of the save task: each point writes the rows of its piece of the store
-// straight from the store into the shard files (positional writes, no copy) when the piece is
-// dense C-order, else through one bounded buffer.
+// The CPU variant of the save task: each point writes its unit of the save's job (save_job.hpp)
+// straight from its piece of the store (no copy) when the piece is dense C-order, else through
+// one bounded buffer.
 #include <cstring>
 #include <memory>
 #include <new>
 
-#include "engine/detail/save_files.hpp"
-#include "engine/detail/save_remote.hpp"
+#include "engine/detail/save_job.hpp"
 #include "engine/detail/strided.hpp"
 #include "legate/detail/load_body.hpp"
 #include "legate/detail/tasks.hpp"
@@ -35,26 +34,28 @@ void write_written(legate::TaskContext& context, const std::vector<WrittenKey>& 
   }
 }
 
+// Scalars: the job (SaveJob::encode), the tile's rows, and, for a one-point launch over one
+// unit's slice of the array, the unit's shard.
 Status save_point(legate::TaskContext& context, std::vector<WrittenKey>* keys,
                   std::vector<WrittenKey>* begun) {
-  const auto dir_bytes = context.scalar(0).values<std::uint8_t>();
-  const std::string dir(reinterpret_cast<const char*>(dir_bytes.data()), dir_bytes.size());
-  const auto ints = context.scalar(1).values<std::int64_t>();
-  SHARDLOAD_ASSIGN_OR_RETURN(const SaveSpec spec,
-                             SaveSpec::decode(std::span(ints.data(), ints.size())));
-  const auto tile_rows = context.scalar(2).value<std::int64_t>();
-  const std::int64_t total = spec.offsets.back();
-  // A fourth scalar names the one shard of a one-point launch over that shard's slice of the
+  const auto job_bytes = context.scalar(0).values<std::uint8_t>();
+  SHARDLOAD_ASSIGN_OR_RETURN(const SaveJob job,
+                             SaveJob::decode(std::span(job_bytes.data(), job_bytes.size())));
+  const SaveSpec& spec = job.spec();
+  const auto tile_rows = context.scalar(1).value<std::int64_t>();
+  // A third scalar names the one shard of a one-point launch over that shard's slice of the
   // array (shards of chosen rows to object storage): its rows are the slice's, counted from 0.
-  const bool one_shard = context.num_scalars() > 3;
+  const bool one_shard = context.num_scalars() > 2;
   const std::int64_t t =
-      one_shard ? context.scalar(3).value<std::int64_t>() : context.get_task_index()[0];
+      one_shard ? context.scalar(2).value<std::int64_t>() : context.get_task_index()[0];
   if (one_shard && (t < 0 || t >= spec.shards())) {
     return {ErrorCode::kInvalidArgument, "save task: no shard " + std::to_string(t)};
   }
-  const std::int64_t lo = one_shard ? spec.offsets[static_cast<std::size_t>(t)] : t * tile_rows;
-  const std::int64_t hi =
-      one_shard ? spec.offsets[static_cast<std::size_t>(t) + 1] : std::min(total, lo + tile_rows);
+  const SaveUnit unit = one_shard ? SaveUnit{spec.offsets[static_cast<std::size_t>(t)],
+                                             spec.offsets[static_cast<std::size_t>(t) + 1], t}
+                                  : job.tile_unit(tile_rows, t);
+  const std::int64_t lo = unit.lo;
+  const std::int64_t hi = unit.hi;
   const auto context_of = [&](const Status& st) {
     return st.with_context("save " + std::string(one_shard ? "shard " : "tile ") +
                            std::to_string(t) + " (rows [" + std::to_string(lo) + ", " +
@@ -93,43 +94,29 @@ Status save_point(legate::TaskContext& context, std::vector<WrittenKey>* keys,
     skip.push_back(want_lo - got_lo);
   }
   if (hi <= lo || spec.row_bytes == 0) return Status::ok();
-  // To object storage, tile t is shard t, which this point uploads whole: its rows in order,
-  // each object completed as it fills (an upload not completed is aborted).
-  std::unique_ptr<ShardUpload> upload;
-  if (is_object_dest(dir)) {
-    if (t + 1 >= static_cast<std::int64_t>(spec.offsets.size()) ||
-        spec.offsets[static_cast<std::size_t>(t)] != lo ||
-        spec.offsets[static_cast<std::size_t>(t) + 1] != hi) {
-      return context_of({ErrorCode::kInvalidArgument, "save task: the tile is not one shard"});
-    }
-    auto opened = open_shard_upload(dir, spec, t);
-    if (!opened) return context_of(opened.status());
-    upload = std::move(*opened);
-  }
-  // What the upload finished, whatever way this point ends.
+  // The unit's writer (an upload of a whole shard is completed as it fills; one not completed
+  // is aborted).
+  auto opened = job.open(unit);
+  if (!opened) return context_of(opened.status());
+  const std::unique_ptr<SaveUnitWriter> writer = std::move(*opened);
+  // What the writer finished, whatever way this point ends.
   struct Finished {
-    const std::unique_ptr<ShardUpload>& upload;
+    const SaveUnitWriter& writer;
     std::vector<WrittenKey>* keys;
     std::vector<WrittenKey>* begun;
     ~Finished() {
-      if (upload) {
-        *keys = upload->written();
-        *begun = upload->begun();
-      }
+      *keys = writer.written();
+      *begun = writer.begun();
     }
-  } finished{upload, keys, begun};
-  const auto put = [&](std::int64_t a, std::int64_t b, const std::byte* src) {
-    return upload ? upload->append(src, b - a) : write_rows(dir, spec, a, b, src);
-  };
-  const auto done = [&]() { return upload ? upload->commit() : Status::ok(); };
+  } finished{*writer, keys, begun};
   const legate::InlineAllocation alloc = store.get_inline_allocation();
   auto* ptr = static_cast<std::byte*>(alloc.ptr);
   for (std::size_t d = 0; d < dim; ++d) {
     ptr += static_cast<std::size_t>(skip[d]) * alloc.strides[d];
   }
   if (is_dense_c_order(extents, alloc.strides, spec.dtype.size)) {
-    Status st = put(lo, hi, ptr);
-    if (st) st = done();
+    Status st = writer->append(ptr, hi - lo);
+    if (st) st = writer->finish();
     return st ? st : context_of(st);
   }
   // Not dense C-order (a transposed or sliced view): gather bounded chunks of rows into dense
@@ -148,10 +135,10 @@ Status save_point(legate::TaskContext& context, std::vector<WrittenKey>* keys,
     const std::int64_t b = std::min(hi - lo, a + chunk_rows);
     scatter_rows(buf.get(), b - a, extents, alloc.strides, spec.dtype.size,
                  ptr + static_cast<std::size_t>(a) * alloc.strides[0], gather);
-    const Status st = put(lo + a, lo + b, buf.get());
+    const Status st = writer->append(buf.get(), b - a);
     if (!st) return context_of(st);
   }
-  const Status st = done();
+  const Status st = writer->finish();
   return st ? st : context_of(st);
 }
 

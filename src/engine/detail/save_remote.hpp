@@ -52,9 +52,6 @@ struct RemoteDest {
   [[nodiscard]] std::string dir_url() const { return dir + query; }
 };
 
-// Whether save(dest) writes to object storage (an "s3://", "http://" or "https://" URL).
-bool is_object_dest(const std::string& dest);
-
 // Checks the options and the destination and gets it ready, before any shard is uploaded:
 // kInvalidArgument for what object storage cannot take (a format without a writer, an
 // http(s):// destination); kIo with EEXIST for a prefix that holds

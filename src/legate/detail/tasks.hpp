@@ -95,18 +95,18 @@ class WriteManifestTask : public legate::LegateTask<WriteManifestTask> {
 };
 
 // Input 0: the array, tiled along axis 0 (tile t is rows [t x tile rows, ...)). Scalars:
-// 0 the staging directory's bytes (uint8 array), 1 the SaveSpec (int64 array), 2 tile rows.
-// Each point writes its tile's rows into the shard files the launcher created. With a fourth
-// scalar (int64), a one-point launch whose input is the slice of that shard's rows, which it
-// uploads (shards of chosen rows to object storage). Output 0: uint8, one slot per point along
-// axis 0 (every other extent 1), where the point puts the keys its upload finished
-// (encode_written, save_remote.hpp), before it returns or throws: the commit checks them and a
-// failed save's clean-up deletes them alone.
+// 0 the save's job (SaveJob::encode, save_job.hpp; uint8 array), 1 tile rows. Each point
+// writes its tile, the job's unit t (SaveJob::tile_unit). With a third scalar (int64), a
+// one-point launch whose input is the slice of that shard's rows, which it writes whole
+// (shards of chosen rows to object storage). Output 0: uint8, one slot per point along axis 0
+// (every other extent 1), where the point puts the keys its writer finished and began
+// (encode_written, save_remote.hpp), before it returns or throws: the publish checks them and
+// a failed save's clean-up deletes them alone.
 class SaveTask : public legate::LegateTask<SaveTask> {
  public:
   static inline const auto TASK_CONFIG =  // NOLINT(cert-err58-cpp)
       legate::TaskConfig{legate::LocalTaskID{kSaveTask}}
-          .with_signature(legate::TaskSignature{}.inputs(1).outputs(1).scalars(3, 4))
+          .with_signature(legate::TaskSignature{}.inputs(1).outputs(1).scalars(2, 3))
           .with_variant_options(legate::VariantOptions{}.with_may_throw_exception(true));
 
   static void cpu_variant(legate::TaskContext context);
