@@ -1385,24 +1385,28 @@ void put_utf8(std::uint32_t cp, std::string* out) {
 }
 
 // A page's text with the escapes it may write a character in decoded, each decoded byte
-// keeping where its spelling starts in the text (from[i]; from[size] is the text's end): so
-// that a secret is found however each of its characters is spelt, one escaped and the next
-// not (.NET's JSON writer escapes '+' as "\u002B" and leaves '/', an XML writer "&#43;"), and
-// the whole spelling is hidden.
+// keeping where its spelling starts and ends in the text (from[i], to[i]): so that a secret is
+// found however each of its characters is spelt, one escaped and the next not (.NET's JSON
+// writer escapes '+' as "\u002B" and leaves '/', an XML writer "&#43;"), or with a line break
+// inside it, and the whole spelling is hidden. quoted_printable: the text holds an '=' that
+// quoted-printable would read otherwise (decoded_text's second reading).
 struct DecodedText {
   std::string bytes;
   std::vector<std::size_t> from;
+  std::vector<std::size_t> to;
+  bool quoted_printable = false;
 };
 
-void append_byte(char byte, std::size_t at, DecodedText* out) {
+void append_byte(char byte, std::size_t at, std::size_t end, DecodedText* out) {
   out->bytes += byte;
   out->from.push_back(at);
+  out->to.push_back(end);
 }
 
-void append_utf8(std::uint32_t cp, std::size_t at, DecodedText* out) {
+void append_utf8(std::uint32_t cp, std::size_t at, std::size_t end, DecodedText* out) {
   std::string bytes;
   put_utf8(cp, &bytes);
-  for (const char b : bytes) append_byte(b, at, out);
+  for (const char b : bytes) append_byte(b, at, end, out);
 }
 
 // The value of `digits` hex (base 16) or decimal digits at text[i, i + n), or -1.
@@ -1418,45 +1422,82 @@ long digits_value(std::string_view text, std::size_t i, std::size_t n, int base)
   return v;
 }
 
+// Where a line break at text[i] ends, with the blanks that begin the next line ("\n",
+// "\r\n", "\r", then spaces and tabs: a header folded, a PEM-style block of 64 or 76
+// columns), or i where none begins there.
+std::size_t line_break_end(std::string_view text, std::size_t i) {
+  std::size_t j = i;
+  if (j < text.size() && text[j] == '\r') ++j;
+  if (j < text.size() && text[j] == '\n') ++j;
+  if (j == i) return i;
+  while (j < text.size() && (text[j] == ' ' || text[j] == '\t')) ++j;
+  return j;
+}
+
 // Decoded: "%XX" (hex in either case) and "%25XX" (encoded twice) to the byte; JSON's
 // "\uXXXX", "\/", "\\" and "\""; "\xHH" (a byte string's repr, JavaScript); HTML's and XML's
 // "&#DDD;", "&#xHH;", the five named references of XML and HTML5's names of marks ("&plus;"). A
-// code point past Unicode or a surrogate is left as written.
-DecodedText decoded_text(std::string_view text) {
+// code point past Unicode or a surrogate is left as written. A line break, with the blanks
+// after it, is read as nothing: a token wrapped across lines is one word to its reader. With
+// quoted_printable, quoted-printable's "=XX" is read as its byte and its soft line break
+// ("=" at a line's end) as nothing too; without, as written, since "t=2Bx" is as likely a
+// query's value "2Bx" (hide_decoded reads the text both ways where it holds such an '=').
+DecodedText decoded_text(std::string_view text, bool quoted_printable) {
   t_redaction_work += text.size();
   DecodedText out;
   out.bytes.reserve(text.size());
-  out.from.reserve(text.size() + 1);
+  out.from.reserve(text.size());
+  out.to.reserve(text.size());
   const auto valid = [](long cp) {
     return cp >= 0 && cp <= 0x10FFFF && (cp < 0xD800 || cp > 0xDFFF);
   };
   for (std::size_t i = 0; i < text.size();) {
     const char c = text[i];
-    if (c == '%') {
+    if (const std::size_t next = line_break_end(text, i); next > i) {
+      i = next;
+      continue;
+    }
+    if (c == '=') {
+      const std::size_t soft = line_break_end(text, i + 1);
+      const long byte = digits_value(text, i + 1, 2, 16);
+      if (soft > i + 1 || byte >= 0) {
+        out.quoted_printable = true;
+        if (quoted_printable) {
+          if (soft > i + 1) {
+            i = soft;
+          } else {
+            append_byte(static_cast<char>(byte), i, i + 3, &out);
+            i += 3;
+          }
+          continue;
+        }
+      }
+    } else if (c == '%') {
       const long twice = text.compare(i + 1, 2, "25") == 0 ? digits_value(text, i + 3, 2, 16) : -1;
       const long once = digits_value(text, i + 1, 2, 16);
       if (twice >= 0 || once >= 0) {
-        append_byte(static_cast<char>(twice >= 0 ? twice : once), i, &out);
-        i += twice >= 0 ? 5 : 3;
+        const std::size_t n = twice >= 0 ? 5 : 3;
+        append_byte(static_cast<char>(twice >= 0 ? twice : once), i, i + n, &out);
+        i += n;
         continue;
       }
     } else if (c == '\\' && i + 1 < text.size()) {
       const char e = text[i + 1];
       if (e == 'u') {
         if (const long cp = digits_value(text, i + 2, 4, 16); valid(cp)) {
-          append_utf8(static_cast<std::uint32_t>(cp), i, &out);
+          append_utf8(static_cast<std::uint32_t>(cp), i, i + 6, &out);
           i += 6;
           continue;
         }
       } else if (e == 'x') {
         // A byte string's repr (Python's b'...\xc3\xa9'), a C or shell escape.
         if (const long byte = digits_value(text, i + 2, 2, 16); byte >= 0) {
-          append_byte(static_cast<char>(byte), i, &out);
+          append_byte(static_cast<char>(byte), i, i + 4, &out);
           i += 4;
           continue;
         }
       } else if (e == '/' || e == '\\' || e == '"') {
-        append_utf8(static_cast<unsigned char>(e), i, &out);
+        append_utf8(static_cast<unsigned char>(e), i, i + 2, &out);
         i += 2;
         continue;
       }
@@ -1490,29 +1531,37 @@ DecodedText decoded_text(std::string_view text) {
           }
         }
         if (valid(cp)) {
-          append_utf8(static_cast<std::uint32_t>(cp), i, &out);
+          append_utf8(static_cast<std::uint32_t>(cp), i, semi + 1, &out);
           i = semi + 1;
           continue;
         }
       }
     }
-    append_byte(c, i, &out);
+    append_byte(c, i, i + 1, &out);
     ++i;
   }
-  out.from.push_back(text.size());
   return out;
 }
 
 // `text` with each place whose decoded_text holds one of `secrets` replaced by "***" (whole
-// spellings: an escape a place begins or ends inside of is hidden whole).
+// spellings: an escape a place begins or ends inside of is hidden whole). The text is read
+// once as written and, where it holds an '=' quoted-printable would read otherwise, once more
+// as quoted-printable: two readings, so the search stays linear in the text.
 std::string hide_decoded(std::string text, const std::vector<std::string>& secrets) {
-  const DecodedText decoded = decoded_text(text);
-  if (decoded.bytes.size() == text.size()) return text;  // no escape: the plain search found all
   std::vector<std::pair<std::size_t, std::size_t>> places;
-  for (const std::string& secret : secrets) {
-    find_each(decoded.bytes, secret, [&](std::size_t end) {
-      places.emplace_back(decoded.from[end - secret.size()], decoded.from[end]);
-    });
+  DecodedText decoded = decoded_text(text, /*quoted_printable=*/false);
+  for (const bool quoted_printable : {false, true}) {
+    if (quoted_printable) {
+      if (!decoded.quoted_printable) break;
+      decoded = decoded_text(text, /*quoted_printable=*/true);
+    }
+    // No escape and no line break: the plain search found all.
+    if (decoded.bytes.size() == text.size()) continue;
+    for (const std::string& secret : secrets) {
+      find_each(decoded.bytes, secret, [&](std::size_t end) {
+        places.emplace_back(decoded.from[end - secret.size()], decoded.to[end - 1]);
+      });
+    }
   }
   if (places.empty()) return text;
   std::sort(places.begin(), places.end());
@@ -1622,8 +1671,9 @@ std::vector<std::string> single_byte_readings(std::string_view v) {
 // bytes past ASCII read in a single-byte charset (single_byte_readings), without a base64 padding,
 // and percent-encoded again (percent_spellings: a page quoting a header or the URL in a "?next=" or
 // a log line, "Basic%20BASE64%3D"); then each decoded value in the text with its escapes decoded
-// (decoded_text: percent-encoding once or twice, JSON's, HTML's and XML's), so that any
-// character of it may be escaped and the next not. Values shorter than 6 bytes are left (they
+// (decoded_text: percent-encoding once or twice, JSON's, HTML's, XML's and quoted-printable's)
+// and its line breaks read as nothing, so that any character of it may be escaped and the next
+// not, and a token may be wrapped across lines. Values shorter than 6 bytes are left (they
 // would hide ordinary words); at most 64 values are looked for in each pass, so that the time
 // stays in proportion to the text.
 std::string hide_quoted(std::string text, const std::vector<std::string>& hidden) {

@@ -465,7 +465,8 @@ TEST(RedactSecrets, WorksInProportionToTheTextForOneMarkFollowedByManyOthers) {
       {"?u=", "%253Fa%253B", "%253Dv"},         // encoded twice
       {"?u=", "\\u0026a", "=v"},                // JSON's '&'
       {"%26", "a", "%3Dv"},                     // one key without end, its '=' encoded
-      {"?u=", "%26a%3D1", ""}                   // many inner items, none a secret
+      {"?u=", "%26a%3D1", ""},                  // many inner items, none a secret
+      {"?token=abcdefg ", "a=2B=\r\n\n ", ""}   // quoted-printable escapes and line breaks
   };
   for (const Shape& s : shapes) {
     const std::string small = repeat(s.head, s.unit, s.tail, 16 << 10);
@@ -550,6 +551,36 @@ TEST(HideRequestSecrets, AnAnswerQuotingASecretFormDecodedOrEscapedLosesItToo) {
   }
   // A value without '+' or '/' has no such spellings, and the rest of the page stays.
   EXPECT_EQ(hide_request_secrets("a+b c/d for x.npy", urls, {}), "a+b c/d for x.npy");
+}
+
+TEST(HideRequestSecrets, AnAnswerQuotingASecretQuotedPrintableOrWrappedLosesItToo) {
+  using detail::hide_request_secrets;
+  // A mail-like body's quoted-printable ("=2B" for '+', "=3D" for '=', a soft line break "="
+  // at a line's end) and a token wrapped across lines (a PEM-style block, a folded header).
+  const std::string token = "IQoJb3JpZ2luX2VjEJr//////////wEaCXVzLWVhc3QtMSJHMEUCIQD+abc/def+ghi==";
+  const std::vector<std::string> lines = {"x-amz-security-token: " + token};
+  for (const std::string quoted :
+       {"IQoJb3JpZ2luX2VjEJr//////////wEaCXVzLWVhc3QtMSJHMEUCIQD=2Babc/def=2Bghi=3D=3D",
+        "IQoJb3JpZ2luX2VjEJr=2F=2F//////=\r\n//wEaCXVzLWVhc3QtMSJHMEUCIQD=2Babc/def=2Bghi=3D=3D",
+        "IQoJb3JpZ2luX2VjEJr//////////wEaCXVzLWVhc3Qt=\nMSJHMEUCIQD=2babc/def+ghi=3d=3d",
+        "IQoJb3JpZ2luX2VjEJr//////////wEaCXVzLWVhc3QtMSJH\nMEUCIQD+abc/def+ghi==",
+        "IQoJb3JpZ2luX2VjEJr//////\r\n////wEaCXVzLWVhc3QtMSJHMEUCIQD+abc/def+ghi==",
+        "IQoJb3JpZ2luX2VjEJr//////////wEaCXVz\r\n LWVhc3QtMSJHMEUCIQD+abc/def\r\n\t+ghi==",
+        "IQoJb3JpZ2luX2VjEJr//////////wEaCXVz\nLWVhc3QtMSJHMEUCIQD\\u002Babc/def+ghi=="}) {
+    // The line after the token stays on its own line.
+    EXPECT_EQ(hide_request_secrets("denied: t=" + quoted + "\nnext line", {}, lines),
+              "denied: t=***\nnext line")
+        << quoted;
+  }
+  // A value after a query's '=' that begins as a quoted-printable escape would ("2B..."),
+  // with another character escaped: read as written too.
+  EXPECT_EQ(
+      hide_request_secrets("t=2Bsecret&#43;value;", {"http://h/x?token=2Bsecret%2Bvalue"}, {}),
+      "t=***;");
+  // Values shorter than 6 bytes stay, and so do line breaks and escapes that hold no secret.
+  EXPECT_EQ(hide_request_secrets("t=a=2Bb/c", {}, {"x-amz-security-token: a+b/c"}), "t=a=2Bb/c");
+  EXPECT_EQ(hide_request_secrets("IQoJb3JpZ2lu\nX2VjEJr x=3D=\r\nmore", {}, lines),
+            "IQoJb3JpZ2lu\nX2VjEJr x=3D=\r\nmore");
 }
 
 TEST(RedactSecrets, ASecretInTheQueryOfAnEndpointOverrideIsHidden) {

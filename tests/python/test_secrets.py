@@ -12,6 +12,7 @@ Every secret below holds the marker ``s3cr3t``, so one search finds any part of 
 from __future__ import annotations
 
 import contextlib
+import email.quoprimime
 import io
 import json
 import logging
@@ -854,6 +855,14 @@ _TOKEN_ESCAPES = {
     "html5_names": lambda t: t.replace("+", "&plus;").replace("/", "&sol;").replace("=", "&equals;"),
     "javascript_hex": lambda t: t.replace("+", "\\x2B"),
     "no_padding": lambda t: t.rstrip("="),
+    # Quoted-printable (a mail-like body): the standard library's encoder, '=' as "=3D" and a
+    # soft line break ("=" at a line's end) at 40 columns; and '+' as "=2B" too.
+    "quoted_printable": lambda t: email.quoprimime.body_encode(t, maxlinelen=40, eol="\r\n"),
+    "quoted_printable_marks": lambda t: "".join(f"={ord(c):02X}" if c in "+=" else c for c in t),
+    # Wrapped across lines: a PEM-style block of 64 columns, CR LF at 32, a folded header.
+    "wrapped_64": lambda t: "\n".join(t[i:i + 64] for i in range(0, len(t), 64)),
+    "wrapped_crlf": lambda t: "\r\n".join(t[i:i + 32] for i in range(0, len(t), 32)),
+    "folded": lambda t: "\r\n ".join(t[i:i + 30] for i in range(0, len(t), 30)),
 }
 _SESSION_TOKEN = "IQoJb3JpZ2luX2VjEJr//////////wEaCXVzLWVhc3QtMSJHMEUCIQD+abc/def+ghi=="
 
@@ -864,7 +873,9 @@ def test_a_token_echoed_with_some_of_its_characters_escaped_is_hidden(cli, escap
     of them and not the other (.NET's JSON writer: "\\u002B" for '+', '/' as it is; an XML
     writer's "&#43;") was shown: only whole spellings, each character escaped alike, were
     looked for (hostile pass 30, B2). Each character may now be spelt its own way: the
-    session token of the signed path and an http(s) URL's ?token= alike."""
+    session token of the signed path and an http(s) URL's ?token= alike. Quoted-printable
+    ("=2B", "=3D", soft line breaks) and a token wrapped across lines were shown too (B2's
+    residuals): read as their readers read them."""
     import os
 
     spell = _TOKEN_ESCAPES[escape]
