@@ -1350,6 +1350,27 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
     return made;
   }
 
+  // The shared credentials and config files where the environment puts them now, each stat()ed
+  // once per resolve: the store's key (credential_sources) and the refusal of a FIFO or a socket
+  // (refuse_blocking_shared_files) read the same look.
+  struct SharedFile {
+    const char* variable;
+    const char* name;
+    bool found = false;  // a path, and stat() answered for it
+    std::string path;
+    struct stat st {};
+  };
+  using SharedFiles = std::array<SharedFile, 2>;
+  static SharedFiles shared_files() {
+    SharedFiles files = {SharedFile{"AWS_SHARED_CREDENTIALS_FILE", "credentials"},
+                         SharedFile{"AWS_CONFIG_FILE", "config"}};
+    for (SharedFile& file : files) {
+      file.path = aws_file(file.variable, file.name);
+      file.found = !file.path.empty() && ::stat(file.path.c_str(), &file.st) == 0;
+    }
+    return files;
+  }
+
   // What the credentials chain reads where the options give no key pair, as the environment and
   // the shared files stand now: the key pair and session token, the profile and the files'
   // paths, and each file's identity (device, inode, size, modification and change times: a
@@ -1358,7 +1379,7 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
   // file signs with the new credentials; with nothing changed the store, and what it found
   // (a credential_process's, a role's), is kept. The values stay in this process's memory, as
   // the environment's do.
-  static std::string credential_sources() {
+  static std::string credential_sources(const SharedFiles& files) {
     std::string out;
     const auto value = [&out](const char* name) {
       out += environment_value(name).value_or(std::string());
@@ -1374,14 +1395,12 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
       value(name);
     }
     value("HOME");
-    for (const auto& [variable, name] : {std::pair{"AWS_SHARED_CREDENTIALS_FILE", "credentials"},
-                                         std::pair{"AWS_CONFIG_FILE", "config"}}) {
-      value(variable);
-      const std::string path = aws_file(variable, name);
-      struct stat st {};
-      if (path.empty() || ::stat(path.c_str(), &st) != 0) {
+    for (const SharedFile& file : files) {
+      value(file.variable);
+      if (!file.found) {
         out += "none";
       } else {
+        const struct stat& st = file.st;
         for (const auto n :
              {static_cast<long long>(st.st_dev), static_cast<long long>(st.st_ino),
               static_cast<long long>(st.st_size), static_cast<long long>(st.st_mtim.tv_sec),
@@ -1431,11 +1450,12 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
     if (bucket.empty()) {
       return Status(ErrorCode::kInvalidArgument, url + ": the URL names no bucket");
     }
+    const SharedFiles files = shared_files();
     // Keys in the options (or none asked for) leave the chain unread.
     const std::string sources =
         server_sources() +
-        (retry.anonymous || !retry.access_key.empty() ? std::string() : credential_sources());
-    SHARDLOAD_RETURN_IF_ERROR(refuse_blocking_shared_files(url));
+        (retry.anonymous || !retry.access_key.empty() ? std::string() : credential_sources(files));
+    SHARDLOAD_RETURN_IF_ERROR(refuse_blocking_shared_files(url, files));
     std::unique_lock lock(mu_);
     if (!initialized_) {
       const auto st = [] {
@@ -1699,13 +1719,14 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
   // The shared files are opened and read to their end, here and by the AWS SDK (its
   // initialization reads the config file): a FIFO no one writes held the load in open() for
   // good. Asked before the SDK is initialized. /dev/null (no file) is a device and stays.
-  static Status refuse_blocking_shared_files(const std::string& url) {
-    for (const auto& [variable, name] : {std::pair{"AWS_SHARED_CREDENTIALS_FILE", "credentials"},
-                                         std::pair{"AWS_CONFIG_FILE", "config"}}) {
-      const std::string path = aws_file(variable, name);
+  static Status refuse_blocking_shared_files(const std::string& url, const SharedFiles& files) {
+    for (const SharedFile& file : files) {
+      if (!file.found) continue;
+      const char* const variable = file.variable;
+      const char* const name = file.name;
+      const std::string& path = file.path;
       const bool set = !aws_env(variable).empty();
-      struct stat st {};
-      if (path.empty() || ::stat(path.c_str(), &st) != 0) continue;
+      const struct stat& st = file.st;
       if (S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode)) {
         return file_error(ErrorCode::kInvalidArgument, url,
                           std::string("bad object-storage credentials: the shared ") + name +
