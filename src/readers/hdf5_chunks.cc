@@ -345,9 +345,9 @@ Status chunks_in_file(const Hdf5Api& api, hid_t dataset, const std::vector<hsize
 // The direct plan when the dataset is chunked, filtered by exactly deflate
 // (optionally after shuffle), and stored in a type whose bytes are the
 // destination's up to byte order. Anything else (fletcher32, szip, nbit,
-// scale-offset, unknown filters, padded compounds, VAX order, edge chunks
-// stored unfiltered) is nullopt and read by H5Dread, which handles it exactly. Called with the lock
-// held; leaves HDF5's error stack for the caller to clear.
+// scale-offset, unknown filters, padded compounds, VAX order) is nullopt and
+// read by H5Dread, which handles it exactly. Called with the lock held; leaves
+// HDF5's error stack for the caller to clear.
 std::optional<DirectPlan> direct_plan(const Hdf5Api& api, hid_t dataset, DType dtype,
                                       const std::vector<hsize_t>& dims) {
   if (api.H5Dget_chunk_storage_size == nullptr || api.H5Dread_chunk == nullptr) return std::nullopt;
@@ -358,12 +358,8 @@ std::optional<DirectPlan> direct_plan(const Hdf5Api& api, hid_t dataset, DType d
   p.chunk.assign(dims.size(), 0);
   if (api.H5Pget_chunk(dcpl.get(), rank, p.chunk.data()) != rank) return std::nullopt;
   // An edge chunk stored unfiltered reads with mask 0, as a deflated one: inflated here it was
-  // refused as corrupt. H5Dread knows the flag; a dataset without edge chunks needs no care.
-  if (edge_chunks_unfiltered(api, dcpl.get())) {
-    for (std::size_t i = 0; i < dims.size(); ++i) {
-      if (p.chunk[i] != 0 && dims[i] % p.chunk[i] != 0) return std::nullopt;
-    }
-  }
+  // refused as corrupt. Those chunks go to H5Dread, which knows the flag (unfiltered_edge).
+  p.edges_unfiltered = edge_chunks_unfiltered(api, dcpl.get());
 
   // The pipeline in write order: [shuffle,] deflate; read undoes it backwards.
   const int nfilters = api.H5Pget_nfilters(dcpl.get());

@@ -571,7 +571,8 @@ class Hdf5Reader final : public ShardReader {
   // (H5Dread_chunk); inflating, unshuffling and copying run outside any HDF5
   // call (and outside Hdf5Lock), in parallel across tasks. A chunk that is
   // not stored (its rows read as the fill value), skipped a filter (filter
-  // mask), or cannot be read directly for any other reason is read by H5Dread
+  // mask), is an edge chunk stored unfiltered (DirectPlan::unfiltered_edge),
+  // or cannot be read directly for any other reason is read by H5Dread
   // for just its box, so the result stays what H5Dread gives. From object
   // storage, see read_direct_remote.
   // `file_size`: the snapshot's, which every range read from `f` lies within.
@@ -617,6 +618,7 @@ class Hdf5Reader final : public ShardReader {
       std::uint32_t mask = 0;
       if (ctx_.stats != nullptr) ctx_.stats->decodes.fetch_add(1, std::memory_order_relaxed);
       bool direct =
+          !p.unfiltered_edge(b.offset, d.dims) &&
           api_.H5Dget_chunk_storage_size(d.dataset.get(), b.offset.data(), &stored) >= 0 &&
           stored > 0 && stored <= kMaxDirectChunkBytes;
       if (direct) {
@@ -687,7 +689,8 @@ class Hdf5Reader final : public ShardReader {
       unsigned mask = 0;
       haddr_t addr = HADDR_UNDEF;
       hsize_t size = 0;
-      if (api_.H5Dget_chunk_info_by_coord(d.dataset.get(), boxes[i].offset.data(), &mask, &addr,
+      if (p.unfiltered_edge(boxes[i].offset, d.dims) ||
+          api_.H5Dget_chunk_info_by_coord(d.dataset.get(), boxes[i].offset.data(), &mask, &addr,
                                           &size) < 0 ||
           addr == HADDR_UNDEF || size == 0 || size > kMaxDirectChunkBytes || mask != 0 ||
           addr > file_size || size > file_size - addr) {

@@ -1922,3 +1922,44 @@ def test_edge_chunks_stored_unfiltered_read_as_h5py_reads_them(tmp_path, server,
     layout = shardload.discover(source, format="hdf5", **options)
     np.testing.assert_array_equal(layout.read(), ref)
     np.testing.assert_array_equal(layout.read(5, shape[0]), ref[5:])
+
+
+@pytest.mark.parametrize("where", ["local", "s3"])
+def test_edge_chunks_stored_unfiltered_leave_the_others_to_the_direct_path(tmp_path, server,
+                                                                          where) -> None:
+    """A dataset whose edge chunks are stored unfiltered was read by H5Dread as a whole, its
+    every deflated chunk inflated under HDF5's global lock one task at a time; only the edge
+    chunks need H5Dread. Seen through a damaged inner chunk: the direct path names the chunk
+    it inflates (HDF5's own error does not), and the edge chunk and the others still read
+    as h5py reads them."""
+    from h5py import h5d, h5p, h5s, h5t
+
+    lib = _h5_library()
+    a = np.arange(30, dtype="<i4").reshape(10, 3)
+    path = tmp_path / "shard_0000.h5"
+    with h5py.File(path, "w", libver=("v110", "v110")) as f:
+        dcpl = h5p.create(h5p.DATASET_CREATE)
+        dcpl.set_chunk((4, 3))
+        dcpl.set_deflate(4)
+        assert lib.H5Pset_chunk_opts(dcpl.id, 0x0002) >= 0  # H5D_CHUNK_DONT_FILTER_PARTIAL_CHUNKS
+        ds = h5d.create(f.id, b"data", h5t.py_create(a.dtype), h5s.create_simple(a.shape),
+                        dcpl=dcpl)
+        h5py.Dataset(ds)[...] = a
+    corrupt_hdf5_chunk(path, "data", 1)  # the chunk of rows [4, 8); rows [8, 10) are the edge's
+    with h5py.File(path, "r") as f:
+        np.testing.assert_array_equal(f["data"][:4], a[:4])
+        np.testing.assert_array_equal(f["data"][8:], a[8:])
+    source, options = path, {}
+    if where == "s3":
+        import s3_server
+
+        bucket = s3_server.Bucket(server)
+        bucket.upload("h/shard_0000.h5", path)
+        source, options = bucket.url("h/shard_0000.h5"), {"storage_options": bucket.options}
+    layout = shardload.discover(source, format="hdf5", **options)
+    np.testing.assert_array_equal(layout.read(0, 4), a[:4])
+    np.testing.assert_array_equal(layout.read(8, 10), a[8:])
+    with pytest.raises(shardload.ShardReadError,
+                       match=r"reading rows \[2, 9\): .*shard_0000\.h5\S*: dataset '/data': "
+                             r"chunk of rows \[4, 8\) at \(4, 0\): deflate: corrupt chunk"):
+        layout.read(2, 9)

@@ -120,6 +120,19 @@ struct DirectPlan {
   std::size_t swap_unit = 0;    // 0: stored in host order; else swap units of this size
   std::size_t chunk_bytes = 0;  // decoded bytes of a chunk (edge chunks are stored whole)
   std::size_t chunk_elems = 0;
+  // The chunks reaching past the extent are stored unfiltered
+  // (H5D_CHUNK_DONT_FILTER_PARTIAL_CHUNKS), which their filter mask does not show: H5Dread,
+  // which knows the flag, reads those; the others are deflated as any.
+  bool edges_unfiltered = false;
+
+  // Whether the chunk at `offset` (in elements) of a dataset of `dims` is one H5Dread must read.
+  bool unfiltered_edge(const std::vector<hsize_t>& offset, const std::vector<hsize_t>& dims) const {
+    if (!edges_unfiltered) return false;
+    for (std::size_t i = 0; i < dims.size(); ++i) {
+      if (offset[i] + chunk[i] > dims[i]) return true;
+    }
+    return false;
+  }
 };
 
 // Rows along axis 0 of a chunked dataset's chunk; 0 for contiguous or compact storage.
