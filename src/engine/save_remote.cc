@@ -288,13 +288,6 @@ bool task_uploads_shard(const SaveSpec& spec, std::int64_t s) {
   return spec.row_bytes > 0 && shard_rows(spec, s) > 0;
 }
 
-std::int64_t remote_tiles(const SaveSpec& spec) {
-  const std::int64_t rows = spec.offsets.back();
-  if (rows == 0 || spec.row_bytes == 0 || !uniform_shards(spec)) return 0;
-  const std::int64_t per = spec.offsets[1];
-  return (rows + per - 1) / per;
-}
-
 Result<RemoteDest> prepare_remote_save(const std::string& dest, const SaveOptions& options,
                                        const SaveSpec& spec) {
   if (const PathTraits traits = path_traits(dest); !traits.writable) {

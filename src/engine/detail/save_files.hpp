@@ -216,15 +216,4 @@ Result<std::string> prepare_staging(const std::string& dest, SaveSpec* spec);
 Status publish_staging(const std::string& staging, const std::string& dest, const SaveSpec& spec,
                        const SaveOptions& options, bool* published);
 
-// Removes the staging directory unless the save completed (keep): the very directory the save
-// made, not whatever its path leads to by then.
-struct StagingGuard {
-  std::string path;
-  std::pair<std::uint64_t, std::uint64_t> identity = directory_identity(path);
-  bool keep = false;
-  ~StagingGuard() {
-    if (!keep && !path.empty()) remove_tree_if_same(path, identity);
-  }
-};
-
 }  // namespace shardload::detail

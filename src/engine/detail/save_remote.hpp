@@ -1,9 +1,9 @@
-// The object-storage side of a save (src/engine/save_remote.cc): a destination "s3://B/P/".
-// A store has no rename and no positional write into an object, so each shard is one object
-// (or, for Zarr, a store of chunk objects) that one point task uploads whole, in order, the
-// launch tiled so that tile i is shard i; one rank (save_once.hpp) uploads the empty shards
-// and the metadata objects, then the manifest last: the commit point. Free of Legate;
-// returns Status.
+// The object-storage side of a save (src/engine/save_remote.cc): a destination "s3://B/P/",
+// reached through SaveJob (save_job.hpp), whose in-place begin, units, publish and abandon
+// these are. A store has no rename and no positional write into an object, so each shard is
+// one object (or, for Zarr, a store of chunk objects) that one writer uploads whole, in order;
+// the job's begin uploads the empty shards, its publish the metadata objects, then the
+// manifest last: the commit point. Free of any runtime; returns Status.
 #pragma once
 
 #include <chrono>
@@ -63,11 +63,10 @@ Result<RemoteDest> prepare_remote_save(const std::string& dest, const SaveOption
                                        const SaveSpec& spec);
 
 // Whether every shard has the rows of the first but a shorter last one with rows and empty ones
-// after it (what num_shards makes): then one launch whose tile i is shard i uploads them, with
-// remote_tiles(spec) tiles of `spec.offsets[1]` rows (0 for other shards). Shards of chosen rows
+// after it (what num_shards makes): then the shards with rows are units of `spec.offsets[1]`
+// rows, one launch whose tile i is shard i (SaveJob::units). Shards of chosen rows
 // (SaveOptions:: shard_rows) get a one-point launch each instead.
 bool uniform_shards(const SaveSpec& spec);
-std::int64_t remote_tiles(const SaveSpec& spec);
 
 // Whether a point task uploads shard `s`: it has bytes. The others (no rows, or rows of no
 // bytes) are uploaded header only by prepare_remote_save.
