@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "base/detail/environment.hpp"
 #include "readers/detail/hdf5.hpp"
 
 #ifndef SHARDLOAD_HDF5_LIBRARY
@@ -40,6 +41,10 @@ Result<Hdf5Api> load_api() {
                                           api.path + ": " + (e ? e : "unknown error") +
                                           " (install Debian's libhdf5-dev, see scripts/setup.sh)");
   }
+  // HDF5 reads its variables as it starts (HDF5_EXTFILE_PREFIX, HDF5_VDS_PREFIX,
+  // HDF5_USE_FILE_LOCKING, on the engine thread that opens the process's first HDF5 file):
+  // its getenv waits for the environment's writers as the other libraries' do.
+  guard_environment_of_loaded_libraries();
   std::string missing;
   // dlsym on the handle searches only this library and its dependencies.
 #define SHARDLOAD_HDF5_LOAD(name)                                     \

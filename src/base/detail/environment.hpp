@@ -24,7 +24,20 @@ std::optional<std::string> environment_value(const char* name);
 void take_environment_snapshot();
 
 // From now on only threads for which `may_read_now()` returns nonzero read the environment
-// itself (Python: PyGILState_Check). Thread-safe; the last call counts.
+// itself (Python: PyGILState_Check). Thread-safe; the last call counts. The first call also
+// guards the libraries' own reads (guard_environment_of_loaded_libraries).
 void read_environment_only_when(int (*may_read_now)());
+
+// Libraries the engine calls read the environment themselves, on its threads: the AWS SDK and
+// libcurl inside Arrow's S3 client as a client is made and on each of its requests
+// (AWS_LAMBDA_FUNCTION_NAME), HDF5 as it starts (its prefixes, HDF5_USE_FILE_LOCKING). No copy
+// reaches them, so every library loaded in the process (not the C library, the loader or
+// shardload) is made to call getenv and secure_getenv under a shared lock, and setenv,
+// unsetenv, putenv and clearenv (Python's os.environ writes) under the same lock held alone: a
+// reader never walks the array a writer is moving. The lock is held for the C library's call
+// alone, which takes no lock a holder of this one waits for. Called again after a library is
+// loaded (HDF5); does nothing before read_environment_only_when was called (the program and
+// the C++ tests, which change no environment on another thread, keep the libraries' calls).
+void guard_environment_of_loaded_libraries();
 
 }  // namespace shardload::detail
