@@ -263,20 +263,11 @@ MetadataCache& cache() {
   return *c;
 }
 
-// Whether a remote snapshot tells versions apart by more than their size: the stores hash an
-// ETag, else the Last-Modified, into `inode` (http_io.cc, s3_io.cc), and these two hashes are
-// what an answer with neither gives.
-bool validated(const FileInfo& snapshot) {
-  static const std::uint64_t none_http = fnv1a("last-modified:");
-  static const std::uint64_t none_s3 = fnv1a("");
-  return snapshot.inode != none_http && snapshot.inode != none_s3;
-}
-
 }  // namespace
 
 RemoteMetadata::RemoteMetadata(std::string path, const FileInfo& snapshot)
     : path_(std::move(path)), snapshot_(snapshot) {
-  if (!validated(snapshot_)) own_ = std::make_shared<Extents>();
+  if (!etag_snapshot(snapshot_)) own_ = std::make_shared<Extents>();
 }
 
 bool RemoteMetadata::held() const {

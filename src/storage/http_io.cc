@@ -414,7 +414,8 @@ class CurlRemoteIo final : public RemoteIo {
     validators->etag = h.etag;
     validators->last_modified = h.last_modified;
     validators->date = h.date;
-    info->inode = h.etag.empty() ? fnv1a("last-modified:" + h.last_modified) : etag_hash(h.etag);
+    info->inode =
+        h.etag.empty() ? no_etag_hash("last-modified:" + h.last_modified) : etag_hash(h.etag);
     info->modified_s = http_date_seconds(h.last_modified);
     info->answered_s = http_date_seconds(h.date);
   }

@@ -991,7 +991,7 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
       s->first_at = g.first;
       s->snapshot.size = g.state.size;
       s->snapshot.regular = true;
-      s->snapshot.inode = g.state.has_etag ? g.state.inode : fnv1a("");
+      s->snapshot.inode = g.state.has_etag ? g.state.inode : no_etag_hash("");
       s->snapshot.modified_s = g.state.modified_s;
       s->snapshot.answered_s = g.state.answered_s;
       s->unverified = !g.state.has_etag;

@@ -60,6 +60,18 @@ bool same_etag(std::string_view a, std::string_view b) {
 
 std::uint64_t etag_hash(std::string_view etag) { return fnv1a(normalized_etag(etag)); }
 
+namespace {
+constexpr std::uint64_t kNoEtagMark = 0x53484c44'00000000ull;  // "SHLD"
+}  // namespace
+
+std::uint64_t no_etag_hash(std::string_view validator) {
+  return kNoEtagMark | (fnv1a(validator) & 0xffffffffull);
+}
+
+bool etag_snapshot(const FileInfo& snapshot) {
+  return (snapshot.inode & ~0xffffffffull) != kNoEtagMark;
+}
+
 std::string lowercase_scheme(std::string endpoint) {
   const std::size_t end = endpoint.find_first_of(":%");  // "%3A" where percent-encoded
   if (end == std::string::npos) return endpoint;

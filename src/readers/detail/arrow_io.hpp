@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "readers/detail/ipc_file.hpp"
+#include "storage/detail/store_options.hpp"
 #include "shardload/io.hpp"
 #include "shardload/shard_source.hpp"
 
@@ -109,8 +110,9 @@ class IoRandomAccessFile final : public arrow::io::RandomAccessFile {
 // snapshot, or the first piece read on a rank, parses it; later opens of that snapshot take
 // it (a footer is only read, never changed, once parsed); a probe always reads its object's
 // own (discovery validates the files as they are). A piece's reads are checked against
-// the same snapshot (the ETag), so a footer kept for it never describes other bytes. Bounded
-// by the footers' serialized bytes; the oldest go first.
+// the same snapshot (the ETag), so a footer kept for it never describes other bytes; a
+// snapshot told by no ETag (etag_snapshot) may name another version alike, and nothing is kept
+// for it. Bounded by the footers' serialized bytes; the oldest go first.
 template <typename T>
 class FooterCache {
  public:
@@ -118,6 +120,7 @@ class FooterCache {
   static constexpr std::size_t kMaxEntries = 4096;
 
   std::shared_ptr<T> find(const std::string& path, const FileInfo& snap) {
+    if (!etag_snapshot(snap)) return nullptr;
     const std::string k = key(path, snap);
     std::lock_guard lock(mu_);
     const auto it = entries_.find(k);
@@ -127,6 +130,7 @@ class FooterCache {
   void put(const std::string& path, const FileInfo& snap, std::shared_ptr<T> value,
            std::size_t bytes) {
     if (bytes > kMaxBytes / 4) return;  // a footer this large would push out the rest
+    if (!etag_snapshot(snap)) return;
     std::string k = key(path, snap);
     std::lock_guard lock(mu_);
     if (!entries_.emplace(k, std::move(value)).second) return;

@@ -292,9 +292,9 @@ class RemoteMetadata {
  private:
   std::string path_;
   FileInfo snapshot_;
-  // A snapshot with no validator (no ETag, no Last-Modified: the size alone) names every version
-  // of that size alike, so nothing of it is kept past this call: its own extents, not the
-  // process's (docs/object_storage.md: such an object replaced reads as the new version).
+  // A snapshot told by no ETag (a Last-Modified, or the size alone) may name two versions alike
+  // (etag_snapshot), so nothing of it is kept past this call: its own extents, not the
+  // process's (an object replaced so reads as the new version, as every other format does).
   std::shared_ptr<Extents> own_;
   std::vector<std::byte> head_;
   std::uint64_t lent_at_ = 0;

@@ -10,6 +10,7 @@
 #include <string>
 #include <string_view>
 
+#include "shardload/io.hpp"
 #include "shardload/status.hpp"
 #include "shardload/store_options.hpp"
 
@@ -49,6 +50,17 @@ std::string normalized_etag(std::string_view etag);
 bool same_etag(std::string_view a, std::string_view b);
 // The hash of an ETag as snapshots keep it (FileInfo::inode): fnv1a of normalized_etag.
 std::uint64_t etag_hash(std::string_view etag);
+// The inode of a remote snapshot told by something other than an ETag (a Last-Modified, or
+// nothing at all but its size): a hash of `validator` under a mark in its high 32 bits, so
+// that etag_snapshot() can tell it from an ETag's hash (which meets the mark once in 2^32,
+// and is then only taken for an unsure one).
+std::uint64_t no_etag_hash(std::string_view validator);
+// Whether a remote object's snapshot names one version of it: its ETag's hash. One told by a
+// Last-Modified names every version a copy made with its time kept (`cp -p`) or a rewrite in
+// the same second; one told by its size alone, every version of that size. What a process
+// keeps of an object across reads (parsed footers, HDF5's metadata) is kept by such a
+// snapshot only: a read checks the object against its snapshot, which then cannot tell.
+bool etag_snapshot(const FileInfo& snapshot);
 
 // An endpoint (endpoint_override's value, percent-encoded or not, or an AWS_ENDPOINT_URL*
 // variable's) whose scheme is http or https in any case, with that scheme in lower case: a
