@@ -231,7 +231,9 @@ PYBIND11_MODULE(_core, m) {
       [](const Layout& l, const py::array& out, std::int64_t threads, std::int64_t k,
          const py::object& progress) {
         const auto want = static_cast<py::ssize_t>(l.total_bytes());
-        if (!out.dtype().is(numpy_dtype(l.dtype)) || (out.flags() & py::array::c_style) == 0 ||
+        // By value, as numpy compares dtypes: an equal dtype may be another object (unpickled,
+        // copied, a byte order spelled '='), and a byte order that differs is not equal.
+        if (!out.dtype().equal(numpy_dtype(l.dtype)) || (out.flags() & py::array::c_style) == 0 ||
             !out.writeable() || out.nbytes() != want) {
           throw py::value_error("host_load: expected a writable C-contiguous " +
                                 std::string(py::str(numpy_dtype(l.dtype))) + " array of " +

@@ -80,6 +80,51 @@ def test_out_is_filled_in_place_and_checked(tmp_path):
         snp.load(d, out=[0])
 
 
+@pytest.mark.parametrize("spelling", ["np.float32", "'<f4'", "unpickled", "deepcopy",
+                                      "newbyteorder('=')", "'>f4' made native"])
+def test_out_of_an_equal_dtype_that_is_another_object_is_filled(tmp_path, spelling: str):
+    """An out= whose dtype equals the result's by value but is another dtype object (sent
+    pickled from another process, deep-copied, a big-endian file's dtype made native) was
+    refused by the C++ check, which compared dtypes by identity: "host_load: expected a
+    writable C-contiguous float32 array", for exactly such an array (hostile pass 31, A3).
+    numpy, the oracle, calls the dtypes equal; the load fills out= as np.load would read."""
+    import copy
+    import pickle
+
+    a = np.arange(12, dtype="<f4").reshape(4, 3)
+    np.save(tmp_path / "shard_0000.npy", a)
+    dtype = {"np.float32": np.dtype(np.float32), "'<f4'": np.dtype("<f4"),
+             "unpickled": pickle.loads(pickle.dumps(np.dtype("f4"))),
+             "deepcopy": copy.deepcopy(np.dtype("f4")),
+             "newbyteorder('=')": np.dtype("f4").newbyteorder("="),
+             "'>f4' made native": np.dtype(">f4").newbyteorder("=")}[spelling]
+    assert dtype == np.float32  # numpy's equality: the result's dtype
+    out = np.full((4, 3), -1, dtype)
+    assert snp.load(tmp_path, out=out) is out
+    np.testing.assert_array_equal(out, np.load(tmp_path / "shard_0000.npy"))
+    for astype in ("float32", "float64"):  # astype= naming the stored type, and a cast
+        want = a.astype(astype)
+        out = np.full((4, 3), -1, pickle.loads(pickle.dumps(np.dtype(astype))))
+        assert snp.load(tmp_path, out=out, astype=astype) is out
+        np.testing.assert_array_equal(out, want)
+
+
+def test_the_core_fill_still_refuses_an_out_of_the_other_byte_order(tmp_path):
+    """By value, dtypes of another byte order differ: the core's fill (below the front end's
+    own check) refuses a big-endian out= for little-endian float32 rows rather than fill it
+    with bytes it would read as other values."""
+    from shardload import _core
+
+    np.save(tmp_path / "shard_0000.npy", np.arange(12, dtype="<f4").reshape(4, 3))
+    layout = shardload.discover(tmp_path)
+    big = np.zeros((4, 3), ">f4")
+    with pytest.raises(ValueError, match="expected a writable C-contiguous float32 array"):
+        _core.host_load(layout, big)
+    native = np.zeros((4, 3), np.dtype(">f4").newbyteorder("="))
+    _core.host_load(layout, native)
+    np.testing.assert_array_equal(native, np.arange(12, dtype="<f4").reshape(4, 3))
+
+
 def _out_over_a_shard(tmp_path, how):
     """A dataset and an ``out=`` array that maps (MAP_SHARED) one of its files, as ``how``
     says; returns (source, row_range, out, the mapped file)."""
