@@ -521,7 +521,8 @@ PYBIND11_MODULE(_core, m) {
         if (!added) raise(added.status());
         py::list out;
         for (const auto& mm : *v) {
-          out.append(py::make_tuple(mm.shard, path_str(mm.path), message_str(mm.what)));
+          out.append(py::make_tuple(mm.shard, path_str(mm.path),
+                                    message_str(spell_options(mm.what, OptionSpelling::kPython))));
         }
         return out;
       },

@@ -18,6 +18,7 @@
 #include "interrupt.hpp"
 #include "options.hpp"
 #include "shardload/batches.hpp"
+#include "shardload/format.hpp"
 #include "shardload/io.hpp"
 #include "shardload/layout.hpp"
 #include "shardload/legate.hpp"
@@ -122,7 +123,8 @@ PYBIND11_MODULE(_legate, m) {
         py::list out;
         for (const auto& mm : report.mismatches) {
           out.append(py::make_tuple(mm.shard, py::bytes(mm.path),
-                                    shardload::python::message_str(mm.what)));
+                                    shardload::python::message_str(shardload::spell_options(
+                                        mm.what, shardload::OptionSpelling::kPython))));
         }
         return py::make_tuple(report.shards, report.groups, out);
       },

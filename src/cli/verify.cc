@@ -74,18 +74,29 @@ int cmd_verify(const Args& args) {
     const VerifyReport r = verify_manifest(path, groups);
     ticker.stop();
     bar.finish();
+    // The core marks the options a message names (a stale manifest's reason from discovery);
+    // the command line spells them as its flags, as every other message of it does.
+    std::size_t stale = 0;
     for (const auto& m : r.mismatches) {
-      err << "shardload verify: " << printable_redacted(m.path) << ": " << printable(m.what)
-          << "\n";
+      err << "shardload verify: " << printable_redacted(m.path) << ": "
+          << printable(spell_options(m.what, OptionSpelling::kCli)) << "\n";
+      if (m.path == path) ++stale;  // the manifest itself, not a shard
     }
     if (r.mismatches.empty()) {
       out << "verified " << r.shards << " shards in " << r.groups
           << " groups: every checksum matches\n";
       rc = 0;
     } else {
-      const std::size_t differ = r.mismatches.size() - r.added;
-      err << "shardload verify: error: " << differ << " of " << r.shards << " shards differ from "
-          << printable_redacted(path);
+      const std::size_t differ = r.mismatches.size() - r.added - stale;
+      if (differ == 0 && r.added == 0) {
+        // No shard differs: discovery's reason (a sidecar changed or gone) is the error.
+        err << "shardload verify: error: every one of the " << r.shards
+            << " shards matches its checksum, but discovery calls " << printable_redacted(path)
+            << " stale";
+      } else {
+        err << "shardload verify: error: " << differ << " of " << r.shards << " shards differ from "
+            << printable_redacted(path);
+      }
       if (r.added != 0) {
         err << ", and " << r.added << (r.added == 1 ? " shard" : " shards") << " of the directory "
             << (r.added == 1 ? "is" : "are") << " not in it";

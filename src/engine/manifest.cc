@@ -748,6 +748,9 @@ struct Staleness {
   // The first difference is another file of the indexed size, in a format checked by its
   // snapshot alone (the manifest would be believed for metadata no one read): a copy.
   bool copy_of_snapshot_checked = false;
+  // The probe of the files themselves failed (`why` is its error): discovery, which probes
+  // them in the manifest's place, fails the same way rather than reading them.
+  bool probe_failed = false;
 };
 
 // What a probe at discovery gives a shard of a manifest's layout besides what the manifest says.
@@ -790,11 +793,11 @@ Staleness check_manifest(const Manifest& m, IoBackend& io, std::vector<Renewed>*
         detail::probe_threads(find_format(layout.format, layout.options.reader), ctx, paths.size(),
                               0, !paths.empty() && path_traits(paths.front()).round_trips);
     auto probes = detail::probe_shards(paths, layout.format, layout.options, ctx, threads);
-    if (!probes) return {probes.status().message()};
+    if (!probes) return {probes.status().message(), false, true};
     for (std::size_t i = 0; i < shards.size(); ++i) {
       const auto& probe = (*probes)[i];
       if (!probe) return {path_for_message(shards[i].path) + ": not probed"};  // not reached
-      if (!*probe) return {probe->status().message()};
+      if (!*probe) return {probe->status().message(), false, true};
       const FileInfo& seen = (**probe).shard.snapshot;
       std::string why = probe_difference(layout, shards[i], **probe);
       if (!why.empty() && another_file_same_size(shards[i].path, shards[i].snapshot, seen)) {
@@ -993,6 +996,34 @@ static Result<std::size_t> add_listing_and_linked_mismatches(
   return added;
 }
 
+// What changed beside a raw directory's shards, for verify's message where every checksum
+// matches and every shard's snapshot too: its sidecar, which no checksum covers (added,
+// rewritten or removed since indexing); "" where that is not what differs.
+static std::string sidecar_change(const Manifest& m) {
+  if (m.layout.format != Format::kRaw || m.layout.shards.empty()) return {};
+  for (const auto& s : m.layout.shards) {
+    auto now = posix_io().stat_path(s.path);
+    if (!now || *now != s.snapshot) return {};
+  }
+  const std::string& first = m.layout.shards.front().path;
+  const std::size_t slash = first.rfind('/');
+  const std::string dir = slash == std::string::npos ? std::string(".") : first.substr(0, slash);
+  std::string present;
+  for (const char* name : {"shardload.json", "shard_meta.json"}) {
+    const std::string path = dir + "/" + name;
+    struct ::stat st {};
+    if (::stat(path.c_str(), &st) == 0) {
+      present += (present.empty() ? "" : " or ") + path_for_message(path);
+    }
+  }
+  if (present.empty()) {
+    return "no shard changed: the directory's sidecar (shardload.json or shard_meta.json) was "
+           "removed since indexing";
+  }
+  return "no shard changed: the directory's sidecar " + present +
+         " was written or changed since indexing";
+}
+
 Result<std::size_t> add_listing_mismatches(const Manifest& m,
                                            std::vector<ChecksumMismatch>* mismatches) {
   SHARDLOAD_ASSIGN_OR_RETURN(const std::size_t added,
@@ -1003,10 +1034,20 @@ Result<std::size_t> add_listing_mismatches(const Manifest& m,
   // load reads. Its check, as discovery runs it, names what differs. Local directories: the
   // check of an object store's costs a HEAD per object, and its sidecar is not a linked file.
   if (mismatches->empty() && path_traits(m.directory).kernel_files) {
-    if (std::string why = manifest_staleness(m, posix_io()); !why.empty()) {
-      mismatches->push_back({0, m.path,
-                             "discovery calls this manifest stale: " + std::move(why) +
-                                 " (it reads the files instead; index the directory again)"});
+    if (Staleness st = check_manifest(m, posix_io(), nullptr); !st.why.empty()) {
+      // Every shard matched its checksum: saying what changed beside them (a raw directory's
+      // sidecar) points at the fix, where "shards differ" would not.
+      std::string found = sidecar_change(m);
+      if (!found.empty()) found = "; " + found;
+      mismatches->push_back(
+          {0, m.path,
+           st.probe_failed
+               ? "every shard matches its checksum, but discovery calls this manifest stale "
+                 "and fails probing the files in its place: " +
+                     st.why + found
+               : "every shard matches its checksum, but discovery calls this manifest stale: " +
+                     st.why + found +
+                     " (it reads the files in its place; index the directory again)"});
     }
   }
   return added;

@@ -382,12 +382,63 @@ def test_verify_names_a_raw_sidecar_rewritten_after_indexing(cli: pathlib.Path,
     assert shardload.discover(d).manifest_state is shardload.ManifestState.STALE
     bad = shardload.verify(d, on_host=on_host)
     assert [m.path for m in bad] == [str(d / MANIFEST)], bad
-    assert bad[0].what.startswith("discovery calls this manifest stale: "), bad
+    assert bad[0].what.startswith("every shard matches its checksum, but discovery calls this "
+                                  "manifest stale: "), bad
+    assert f"the directory's sidecar {d / 'shardload.json'} was written or changed" in bad[0].what
     r = run(cli, "verify", d)
     assert r.returncode == 1 and "discovery calls this manifest stale" in r.stderr, r.stderr
     shardload.index(d, checksum="xxh3")
     assert shardload.verify(d, on_host=on_host) == []
     np.testing.assert_array_equal(snp.load(d, trust_manifest=True), snp.load(d))
+
+
+@pytest.mark.parametrize("case", ["sidecar_removed", "sidecar_added"])
+@pytest.mark.parametrize("on_host", [True, False])
+def test_verify_spells_the_options_a_stale_reason_names_and_says_what_changed(
+        cli: pathlib.Path, tmp_path: pathlib.Path, on_host: bool, case: str) -> None:
+    """verify passed discovery's stale reason through with the core's option marks (0x1f:
+    "pass \\x1fdtype\\x1f", "differs from \\x1fdtype=\\x1ffloat32"), said discovery "reads
+    the files instead" where it fails, and the CLI counted "1 of 2 shards differ" where only
+    the sidecar changed (hostile pass 31, A2). The reason is spelled as discovery spells it in
+    each front end (dtype= in Python, --dtype on the command line), says that discovery fails,
+    names the sidecar, and the CLI's summary says no shard differs."""
+    d = tmp_path / "r"
+    d.mkdir()
+    for i in range(2):
+        np.arange(12, dtype=np.float32).reshape(4, 3).tofile(d / f"shard_{i:04d}.bin")
+    if case == "sidecar_removed":
+        (d / "shard_meta.json").write_text(json.dumps(
+            {"dtype": "float32", "trailing_shape": [3], "rows_per_shard": 4}))
+        r = run(cli, "index", "--checksum", "xxh3", d)
+        assert r.returncode == 0, r.stderr
+        (d / "shard_meta.json").unlink()
+        python_says, cli_says = "pass dtype= or write", "pass --dtype or write"
+        found = "sidecar (shardload.json or shard_meta.json) was removed since indexing"
+    else:
+        r = run(cli, "index", "--checksum", "xxh3", "--dtype", "float32", "--trailing-shape", "3",
+                d)
+        assert r.returncode == 0, r.stderr
+        (d / "shardload.json").write_text(json.dumps({"dtype": "float64", "shape": [3]}))
+        python_says, cli_says = "differs from dtype=float32", "differs from --dtype=float32"
+        found = f"sidecar {d / 'shardload.json'} was written or changed since indexing"
+    # The oracle: discovery's own message, with the options the manifest was indexed with.
+    indexed = {} if case == "sidecar_removed" else {"dtype": "float32", "trailing_shape": (3,)}
+    with pytest.raises(shardload.LayoutError) as e:
+        shardload.discover(d, **indexed)
+    assert python_says in str(e.value), e.value
+    bad = shardload.verify(d, on_host=on_host)
+    assert [(m.shard, m.path) for m in bad] == [(0, str(d / MANIFEST))], bad
+    what = bad[0].what
+    assert "\x1f" not in what and python_says in what, what
+    assert what.startswith("every shard matches its checksum, but discovery calls this manifest "
+                           "stale and fails probing the files in its place: "), what
+    assert found in what and "reads the files" not in what, what
+    r = run(cli, "verify", d)
+    assert r.returncode == 1, r.stderr
+    assert "x1f" not in r.stderr and cli_says in r.stderr and found in r.stderr, r.stderr
+    assert "shards differ" not in r.stderr, r.stderr
+    assert (f"error: every one of the 2 shards matches its checksum, but discovery calls "
+            f"{d / MANIFEST} stale") in r.stderr, r.stderr
 
 
 def test_index_refuses_a_listing_older_than_the_directory(tmp_path):
