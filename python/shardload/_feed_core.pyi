@@ -55,9 +55,10 @@ class Gather:
         """Whether the reads have ended."""
     def cancel(self) -> bool:
         """False: a started gather is not called off (as a running future)."""
-def shard_states(layout: Layout) -> list[tuple[bytes, int, int, int, int]]:
-    """Each shard's (path, first file row, rows, size, mtime in ns): what the ranks of a job
-    compare before they share one stream."""
+def shard_states(layout: Layout) -> list[tuple[bytes, int, int, int, int, int]]:
+    """Each shard's (path, first file row, rows, size, mtime in ns, version): what the ranks
+    of a job compare before they share one stream. The version is an object's snapshot
+    identity (the hash of its ETag, else of its Last-Modified), 0 for a local file."""
 def permute(xs: np.ndarray[Any, Any], n: int, keys: Sequence[int],
             inverse: bool = False) -> np.ndarray[Any, Any]:
     """The keyed bijection of ``[0, n)`` (a Feistel network over the smallest ``4**h >= n``,

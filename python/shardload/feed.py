@@ -315,16 +315,18 @@ def _peers(source: str) -> "_TorchPeers | _JaxPeers":
 
 def _fingerprint(layout: Layout) -> tuple:
     """What every rank must agree on: the rows, the dtype and row shape, and each shard's
-    path, first file row, rows, size and modification time."""
+    path, first file row, rows, size and modification time, and an object's version (the
+    hash of its ETag, else of its Last-Modified; 0 for a local file)."""
     return (int(layout.total_rows), str(layout.dtype), tuple(layout.shape[1:]),
             tuple(_feed_core.shard_states(layout)))
 
 
 def _describe_shard(state: tuple) -> str:
-    path, first, rows, size, mtime = state
+    path, first, rows, size, mtime, version = state
     view = f" from file row {first}" if first else ""
-    return (f"{os.fsdecode(path)!r}: {rows} rows{view}, {size} bytes, modified at "
-            f"{mtime} ns")
+    # An object's snapshot has no modification time: its version (ETag) tells a rewrite.
+    when = f"version {version:#018x}" if version else f"modified at {mtime} ns"
+    return f"{os.fsdecode(path)!r}: {rows} rows{view}, {size} bytes, {when}"
 
 
 def _layout_difference(mine: tuple, theirs: tuple, rank: int) -> str:

@@ -1179,15 +1179,19 @@ PYBIND11_MODULE(_feed_core, m) {
       .def_property_readonly("usable", &Maps::usable);
 
   // What the ranks of a job compare before they share one stream (shardload.feed): each
-  // shard's path, first file row, rows, size and modification time. The change time and
-  // inode are left out: a copy of the dataset on each node's own disk keeps the rest.
+  // shard's path, first file row, rows, size and modification time, and an object's version.
+  // A local file's change time and inode are left out: a copy of the dataset on each node's
+  // own disk keeps the rest. An object (http(s)://, s3://) has no modification time in its
+  // snapshot; its identity (the inode field: the hash of its ETag, else of its Last-Modified)
+  // is what tells a rewrite of the same size, and every rank reads the one object.
   m.def(
       "shard_states",
       [](const Layout& l) {
         py::list out;
         for (const Shard& s : l.shards) {
+          const std::uint64_t version = path_traits(s.path).kernel_files ? 0 : s.snapshot.inode;
           out.append(py::make_tuple(py::bytes(s.path), s.first_row, s.rows, s.snapshot.size,
-                                    s.snapshot.mtime_ns));
+                                    s.snapshot.mtime_ns, version));
         }
         return out;
       },

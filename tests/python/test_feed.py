@@ -1507,6 +1507,36 @@ def test_ranks_that_found_different_datasets_show_no_secret_of_a_url(monkeypatch
     assert shown in msg or "credentials=***" in msg, msg
 
 
+def test_ranks_that_found_an_object_rewritten_at_the_same_size_raise_the_same_error(
+        monkeypatch):
+    """An http(s) shard rewritten with the same size between two ranks' discoveries (a
+    regenerated shard of the same shape): the fingerprint held a modification time of 0 and no
+    ETag, so the digests were equal and the feeds built; the rank with the older snapshot
+    then failed its first read mid-epoch (hostile pass 31, B2). The object's version (its ETag,
+    else its Last-Modified) is in the fingerprint: both ranks raise docs/feed.md's LayoutError
+    at construction, naming the object."""
+    sys.path.insert(0, str(pathlib.Path(__file__).parent))
+    from test_http import serving
+
+    with serving() as (store, base):  # an ETag (md5) and a Last-Modified that never changes
+        a = np.arange(20, dtype=np.int32).reshape(10, 2)
+        url = f"{base}/d/s1.npy"
+        store.put_npy("/d/s1.npy", a)
+        layouts = [shardload.discover(url)]
+        store.put_npy("/d/s1.npy", a + 1000)  # the same size, other rows
+        layouts.append(shardload.discover(url))
+        # The oracle: the two discoveries are two versions of the object.
+        np.testing.assert_array_equal(layouts[1].read(0, 10), a + 1000)
+        with pytest.raises(shardload.ShardReadError):
+            layouts[0].read(0, 2)
+        got = on_ranks(monkeypatch, 2, lambda r: sf.Feed(layouts[r], 2))
+    assert all(isinstance(e, shardload.LayoutError) for e in got), got
+    assert str(got[0]) == str(got[1])
+    msg = str(got[0])
+    assert msg.startswith("Feed: the ranks found different datasets (shard "), msg
+    assert "s1.npy" in msg and "10 rows, 208 bytes, version 0x" in msg, msg
+
+
 def test_a_discovery_error_on_one_rank_is_raised_on_every_rank(data, monkeypatch):
     d, n = data
     got = on_ranks(monkeypatch, 2,
