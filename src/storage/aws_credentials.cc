@@ -68,6 +68,7 @@ Answer ask(const std::string& url, const char* method, std::vector<std::string> 
   req.options = &options;
   req.method = method;
   req.follow_redirects = false;
+  req.direct = true;
   req.headers = [headers = std::move(headers)] { return headers; };
   std::string body(kMaxAnswer, '\0');
   const CurlAnswer a = curl_perform(req, body.data(), body.size(), 0, nullptr);

@@ -485,8 +485,9 @@ CurlAnswer curl_perform(const CurlRequest& req, void* dst, std::size_t cap, std:
       curl_easy_setopt(c, CURLOPT_ERRORBUFFER, h->error);
       const std::string ca = ca_bundle();
       if (!ca.empty()) curl_easy_setopt(c, CURLOPT_CAINFO, ca.c_str());
-      // Both set (libcurl copies them), so that libcurl reads neither from the environment.
-      const Proxies proxies = proxies_for(url);
+      // Both set (libcurl copies them), so that libcurl reads neither from the environment; a
+      // direct request sets "" (no proxy) and "*" (no host through one).
+      const Proxies proxies = req.direct ? Proxies{"", "*"} : proxies_for(url);
       curl_easy_setopt(c, CURLOPT_PROXY, proxies.proxy.c_str());
       curl_easy_setopt(c, CURLOPT_NOPROXY, proxies.no_proxy.c_str());
       if (req.method != nullptr) curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, req.method);

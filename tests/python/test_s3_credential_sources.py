@@ -524,3 +524,83 @@ def test_a_shared_file_that_is_a_fifo_is_refused(data: s3_server.Bucket, tmp_pat
     assert got.get("error") == "ValueError", got
     assert f"bad object-storage credentials: the shared {name} file {fifo} ({variable}) is a " \
         "FIFO, not a regular file" in got["message"], got
+
+
+class _Recorder(contextlib.ExitStack):
+    """An http server on 127.0.0.1 that logs each request (method, target as sent, its
+    Authorization and IMDS token headers): as ``proxy`` it answers 502 to all; as a credentials
+    source it is a container's endpoint (/creds, with the token) and an instance metadata
+    service (IMDSv2), answering with keys."""
+
+    def __init__(self, proxy: bool) -> None:
+        super().__init__()
+        self.log: list[tuple[str, str, str | None, str | None]] = []
+        recorder = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def _answer(self, status: int, body: str) -> None:
+                data = body.encode()
+                self.send_response(status)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def _any(self) -> None:
+                recorder.log.append((self.command, self.path, self.headers.get("Authorization"),
+                                     self.headers.get("X-aws-ec2-metadata-token")))
+                if proxy:
+                    return self._answer(502, "a proxy")
+                role = "/latest/meta-data/iam/security-credentials/"
+                keys = json.dumps({"AccessKeyId": "testing", "SecretAccessKey": "testing",
+                                   "Token": "roletoken", "Code": "Success",
+                                   "Expiration": "2099-01-01T00:00:00Z"})
+                if self.command == "PUT" and self.path == "/latest/api/token":
+                    return self._answer(200, "imds-session")
+                if self.path == "/creds":
+                    return self._answer(200, keys)
+                if self.path == role:
+                    return self._answer(200, "train-role\n")
+                if self.path == role + "train-role":
+                    return self._answer(200, keys)
+                self._answer(404, "not found")
+
+            do_GET = do_PUT = do_HEAD = do_POST = _any  # noqa: N815
+
+        self.httpd = self.enter_context(closing_server.serving(Handler))
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+
+
+@pytest.mark.parametrize("proxy_variable", ["http_proxy", "all_proxy"])
+@pytest.mark.parametrize("source", ["container", "instance"])
+def test_credentials_sources_are_asked_directly_never_through_a_proxy(
+        data: s3_server.Bucket, proxy_variable: str, source: str) -> None:
+    """A container's credentials endpoint and the instance metadata service are asked
+    directly, whatever proxy the environment names, as botocore asks them: through
+    http_proxy the container's token went in plain http to the proxy host (hostile pass 31,
+    B1), and the proxy answered for the credentials. The object requests still take the
+    proxy where the environment says so; here no_proxy exempts the store ("localhost", the
+    credentials' source being 127.0.0.1), so that the load can end."""
+    options = dict(data.options,
+                   endpoint_override=data.options["endpoint_override"].replace("127.0.0.1",
+                                                                               "localhost"))
+    with _Recorder(proxy=True) as proxy, _Recorder(proxy=False) as creds:
+        env = {proxy_variable: proxy.url, "no_proxy": "localhost"}
+        if source == "container":
+            env |= {"AWS_CONTAINER_CREDENTIALS_FULL_URI": creds.url + "/creds",
+                    "AWS_CONTAINER_AUTHORIZATION_TOKEN": "CONTAINERTOKEN"}
+        else:
+            env |= {"AWS_EC2_METADATA_DISABLED": "false",
+                    "AWS_EC2_METADATA_SERVICE_ENDPOINT": creds.url}
+        got = _load(data.url("d/x.npy"), options, env)
+    assert proxy.log == [], proxy.log
+    assert got == {"loaded": WANT}, got
+    if source == "container":
+        assert ("GET", "/creds", "CONTAINERTOKEN", None) in creds.log, creds.log
+    else:
+        assert ("PUT", "/latest/api/token", None, None) in creds.log, creds.log
+        assert ("GET", "/latest/meta-data/iam/security-credentials/train-role", None,
+                "imds-session") in creds.log, creds.log
+

@@ -84,6 +84,11 @@ struct CurlRequest {
   std::size_t body_size = 0;
   bool follow_redirects = true;      // a signed request is not: the signature names the host
   std::size_t error_body_cap = 200;  // how much of an error answer's body is kept
+  // Sent straight to its host, never through a proxy the environment names: a credentials
+  // endpoint's (a container's, the instance metadata service), as the SDKs ask them. Through
+  // http_proxy the container's token went in plain http to the proxy host, and the proxy's own
+  // instance role answered for the instance's.
+  bool direct = false;
   // Called once the headers of a 200 or 206 answer are in, before any of its body is kept:
   // false refuses the answer (nothing is written into the buffer; `refused` says so).
   std::function<bool(const CurlHeaders&)> accept;
