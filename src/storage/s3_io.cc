@@ -44,6 +44,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <set>
 #include <unordered_map>
@@ -1351,8 +1352,8 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
   }
 
   // The shared credentials and config files where the environment puts them now, each stat()ed
-  // once per resolve: the store's key (credential_sources) and the refusal of a FIFO or a socket
-  // (refuse_blocking_shared_files) read the same look.
+  // once per resolve: the store's key (credential_sources) and the refusal of what is no
+  // regular file or too large (refuse_blocking_shared_files) read the same look.
   struct SharedFile {
     const char* variable;
     const char* name;
@@ -1718,7 +1719,27 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
 
   // The shared files are opened and read to their end, here and by the AWS SDK (its
   // initialization reads the config file): a FIFO no one writes held the load in open() for
-  // good. Asked before the SDK is initialized. /dev/null (no file) is a device and stays.
+  // good, and a device that never ends (/dev/zero, /dev/urandom, a terminal) was read with
+  // memory growing until the process was killed, Ctrl-C unheard. So only a regular file (a
+  // link to one included) or /dev/null (no file) is read, and none larger than a credentials
+  // or config file is (kMaxSharedFile). Asked before the SDK is initialized.
+  static constexpr off_t kMaxSharedFile = off_t{1} << 20;
+  static bool is_dev_null(const struct stat& st) {
+    static const std::optional<dev_t> null_device = []() -> std::optional<dev_t> {
+      struct stat n {};
+      if (::stat("/dev/null", &n) != 0 || !S_ISCHR(n.st_mode)) return std::nullopt;
+      return n.st_rdev;
+    }();
+    return S_ISCHR(st.st_mode) && null_device && st.st_rdev == *null_device;
+  }
+  static const char* file_kind(mode_t mode) {
+    if (S_ISFIFO(mode)) return "FIFO";
+    if (S_ISSOCK(mode)) return "socket";
+    if (S_ISCHR(mode)) return "character device";
+    if (S_ISBLK(mode)) return "block device";
+    if (S_ISDIR(mode)) return "directory";
+    return "file of another kind";
+  }
   static Status refuse_blocking_shared_files(const std::string& url, const SharedFiles& files) {
     for (const SharedFile& file : files) {
       if (!file.found) continue;
@@ -1727,15 +1748,24 @@ class ArrowRemoteIo final : public RemoteIo, public ObjectStore {
       const std::string& path = file.path;
       const bool set = !aws_env(variable).empty();
       const struct stat& st = file.st;
-      if (S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode)) {
-        return file_error(ErrorCode::kInvalidArgument, url,
-                          std::string("bad object-storage credentials: the shared ") + name +
-                              " file " + path + " (" + variable +
-                              (set ? "" : " unset: ~/.aws/" + std::string(name)) + ") is a " +
-                              (S_ISFIFO(st.st_mode) ? "FIFO" : "socket") +
-                              ", not a regular file: it would be read to its end",
-                          EINVAL);
+      const std::string named = std::string("bad object-storage credentials: the shared ") + name +
+                                " file " + path + " (" + variable +
+                                (set ? "" : " unset: ~/.aws/" + std::string(name)) + ")";
+      if (S_ISREG(st.st_mode)) {
+        if (st.st_size > kMaxSharedFile) {
+          return file_error(ErrorCode::kInvalidArgument, url,
+                            named + " is " + std::to_string(st.st_size) + " bytes, more than the " +
+                                std::to_string(kMaxSharedFile) + " (1 MiB) a shared " + name +
+                                " file may be",
+                            EINVAL);
+        }
+        continue;
       }
+      if (is_dev_null(st)) continue;
+      return file_error(ErrorCode::kInvalidArgument, url,
+                        named + " is a " + file_kind(st.st_mode) +
+                            ", not a regular file (nor /dev/null): it would be read to its end",
+                        EINVAL);
     }
     return Status::ok();
   }

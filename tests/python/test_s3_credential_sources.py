@@ -604,3 +604,88 @@ def test_credentials_sources_are_asked_directly_never_through_a_proxy(
         assert ("GET", "/latest/meta-data/iam/security-credentials/train-role", None,
                 "imds-session") in creds.log, creds.log
 
+
+def _load_bounded(url: str, options: dict[str, str], env: dict[str, str],
+                  timeout: float = 20) -> dict:
+    """_load's answer, in a child whose address space is bounded (4 GiB) and that is killed
+    after ``timeout`` seconds: a test of what read for ever fails instead of hanging."""
+    import resource
+
+    def bound() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))
+
+    full = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "ECS_"))}
+    full.update({"AWS_EC2_METADATA_DISABLED": "true", "AWS_CONFIG_FILE": os.devnull,
+                 "AWS_SHARED_CREDENTIALS_FILE": os.devnull})
+    full.update(env)
+    try:
+        p = subprocess.run([sys.executable, "-c", CHILD, url, json.dumps(options)], env=full,
+                           capture_output=True, text=True, timeout=timeout, preexec_fn=bound)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"the load with {env} did not end in {timeout} s")
+    assert p.returncode == 0, p.stderr[-2000:]
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("variable, name", [("AWS_SHARED_CREDENTIALS_FILE", "credentials"),
+                                            ("AWS_CONFIG_FILE", "config")])
+@pytest.mark.parametrize("path, kind", [("/dev/zero", "character device"),
+                                        ("/dev/urandom", "character device"),
+                                        ("directory", "directory")])
+def test_a_shared_file_that_is_no_regular_file_is_refused(
+        data: s3_server.Bucket, tmp_path: pathlib.Path, variable: str, name: str, path: str,
+        kind: str) -> None:
+    """A shared credentials or config file that is a device other than /dev/null was read to
+    its end, which /dev/zero and /dev/urandom have not: the load spun, its memory growing,
+    Ctrl-C unheard (hostile pass 31, B4). Anything but a regular file or /dev/null is refused
+    at once naming the file and the variable, keys in the options or not (the AWS SDK reads
+    the config file whatever they are)."""
+    if path == "directory":
+        path = str(tmp_path / name)
+        os.mkdir(path)
+    got = _load_bounded(data.url("d/x.npy"), data.options, {variable: path})
+    assert got.get("error") == "ValueError", got
+    assert f"bad object-storage credentials: the shared {name} file {path} ({variable}) is a " \
+        f"{kind}, not a regular file" in got["message"], got
+
+
+@pytest.mark.parametrize("variable, name", [("AWS_SHARED_CREDENTIALS_FILE", "credentials"),
+                                            ("AWS_CONFIG_FILE", "config")])
+def test_a_shared_file_larger_than_one_mib_is_refused(data: s3_server.Bucket,
+                                                      tmp_path: pathlib.Path, variable: str,
+                                                      name: str) -> None:
+    """The shared files are read whole, by shardload and by the AWS SDK: one of gigabytes
+    (a path set wrong, to a data file) took as much memory. Past 1 MiB, which no
+    credentials or config file nears, it is refused naming it and its size; at 1 MiB it is
+    read."""
+    def write(size: int) -> None:
+        head = b"[default]\n#"
+        big.write_bytes(head + b"x" * (size - len(head) - 1) + b"\n")
+
+    big = tmp_path / name
+    write((1 << 20) + 1)
+    env = {variable: str(big), "AWS_ACCESS_KEY_ID": "testing",
+           "AWS_SECRET_ACCESS_KEY": "testing"}
+    got = _load_bounded(data.url("d/x.npy"), data.options, env)
+    assert got.get("error") == "ValueError", got
+    assert f"bad object-storage credentials: the shared {name} file {big} ({variable}) is " \
+        f"{(1 << 20) + 1} bytes, more than the {1 << 20} (1 MiB)" in got["message"], got
+    write(1 << 20)
+    assert _load_bounded(data.url("d/x.npy"), data.options, env) == {"loaded": WANT}
+
+
+def test_a_shared_file_that_links_to_a_regular_file_is_read(data: s3_server.Bucket,
+                                                           tmp_path: pathlib.Path) -> None:
+    """A link to a regular file (dotfiles kept in a repository) is read as that file: its
+    keys sign the load, as /dev/null (no file) loads with the options' keys."""
+    real = tmp_path / "real-credentials"
+    real.write_text("[default]\naws_access_key_id = testing\naws_secret_access_key = testing\n")
+    link = tmp_path / "credentials"
+    link.symlink_to(real)
+    options = {k: v for k, v in data.options.items() if k not in ("access_key", "secret_key")}
+    assert _load_bounded(data.url("d/x.npy"), options,
+                         {"AWS_SHARED_CREDENTIALS_FILE": str(link)}) == {"loaded": WANT}
+    assert _load_bounded(data.url("d/x.npy"), options,
+                         {"AWS_SHARED_CREDENTIALS_FILE": os.devnull,
+                          "AWS_ACCESS_KEY_ID": "testing",
+                          "AWS_SECRET_ACCESS_KEY": "testing"}) == {"loaded": WANT}
