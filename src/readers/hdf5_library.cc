@@ -103,6 +103,23 @@ Result<Hdf5Api> load_api() {
     return Status(ErrorCode::kFormat,
                   std::string("hdf5: ") + api.path + " lacks globals shardload needs: " + missing);
   }
+  // HDF5 keeps one open file per path and refuses to open it again with other file locking
+  // ("file locking flag values don't match"). The reader opens shards and checks virtual
+  // dataset sources with locks off (a file a writer holds open reads), but HDF5 1.10 opens a
+  // virtual dataset's sources itself with a copy of the library's default file access list,
+  // which does not carry the shard's locking: a source one thread's discovery checked while
+  // another thread's read had it open was refused, or its rows read as the fill value. The
+  // default list gets the reader's setting, so that every open of a file in the process, the
+  // library's own included, takes one (HDF5_USE_FILE_LOCKING still overrides it for all).
+  if (api.H5Pset_file_locking != nullptr) {
+    const auto* defaults = static_cast<const hid_t*>(::dlsym(h, "H5P_LST_FILE_ACCESS_ID_g"));
+    if (defaults == nullptr || api.H5Pset_file_locking(*defaults, 0, 1) < 0) {
+      return Status(ErrorCode::kFormat,
+                    std::string("hdf5: ") + api.path +
+                        ": cannot turn file locks off in the default file access list, which "
+                        "HDF5 opens virtual dataset sources with");
+    }
+  }
   hbool_t ts = 0;
   api.thread_safe = api.H5is_library_threadsafe(&ts) >= 0 && ts;
   return api;

@@ -1271,8 +1271,10 @@ class Hdf5Reader final : public ShardReader {
     return Status::ok();
   }
 
-  // A virtual dataset's source file, opened as HDF5 opens it to read the rows: with the
-  // shard's file access list, whose file locks are off (a file a writer holds open reads).
+  // A virtual dataset's source file, opened as HDF5 opens it to read the rows: with file locks
+  // off, as the default file access list HDF5 opens sources with has them (load_api), so that
+  // this open and the library's own of the same file are one file, never refused as a second
+  // open with other locking.
   // `why`: HDF5's words where it cannot (taken before the list's close clears them).
   Hid open_source_file(const std::string& target, std::string& why) {
     Hid fapl(api_.H5Pcreate(api_.H5P_CLS_FILE_ACCESS_ID_g), api_.H5Pclose);

@@ -16,6 +16,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import threading
 
 import numpy as np
 import pytest
@@ -638,3 +639,46 @@ def test_a_source_file_link_whose_target_is_gone_is_refused_not_read_as_fill(tmp
         want = f["v"][()]
     got = shardload.discover(sub).read()
     assert got.dtype == want.dtype and got.tobytes() == want.tobytes()
+
+
+@pytest.mark.parametrize("other", ["the same virtual dataset", "its source as a shard"])
+def test_two_threads_loading_a_virtual_dataset_and_its_source_read_as_h5py_does(
+        tmp_path: pathlib.Path, other: str) -> None:
+    """HDF5 keeps one open file per path and refuses to open it again with other file locking.
+    The reader opens shards and checks a virtual dataset's sources with locks off; HDF5 1.10
+    opens the sources itself with its default file access list, locks on: two threads loading
+    at once were refused at discovery ('file locking flag values don't match') or read the
+    source's rows as the fill value."""
+    src = tmp_path / "src" / "shard_0000.h5"
+    src.parent.mkdir()
+    with h5py.File(src, "w") as f:
+        f.create_dataset("x", data=A)
+    shard = _vds(tmp_path / "vds", [(str(src), "x", slice(None))])
+    with h5py.File(shard, "r") as f:
+        want = f["v"][()]
+    np.testing.assert_array_equal(want, A)
+    dirs = [shard.parent, shard.parent if other.startswith("the same") else src.parent]
+    loads = 200
+    failures: list[str] = []
+    done = [0, 0]
+
+    def run(i: int) -> None:
+        for _ in range(loads):
+            try:
+                got = shardload.numpy.load(str(dirs[i]), format="hdf5")
+            except Exception as e:  # noqa: BLE001 (every failure is counted and shown)
+                failures.append(f"{dirs[i]}: {type(e).__name__}: {e}")
+                continue
+            if got.dtype != want.dtype or got.tobytes() != want.tobytes():
+                rows = int((got != want).any(axis=1).sum()) if got.shape == want.shape else -1
+                failures.append(f"{dirs[i]}: {rows} rows differ from h5py's (-7: the fill value): "
+                                f"{got[(got != want).any(axis=1)][:2] if rows > 0 else got.shape}")
+            done[i] += 1
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not failures, f"{len(failures)} of {2 * loads} loads failed, first: {failures[0]}"
+    assert done == [loads, loads]
