@@ -26,6 +26,45 @@ std::uint64_t get_le(const std::uint8_t* p, int bytes) {
   return v;
 }
 
+void put_word(std::vector<std::uint8_t>& out, std::uint64_t v) { put_le(out, v, 8); }
+
+void put_word_str(std::vector<std::uint8_t>& out, std::string_view s) {
+  put_word(out, s.size());
+  out.insert(out.end(), s.begin(), s.end());
+}
+
+void put_word_ints(std::vector<std::uint8_t>& out, std::span<const std::int64_t> v) {
+  put_word(out, v.size());
+  for (const std::int64_t x : v) put_word(out, static_cast<std::uint64_t>(x));
+}
+
+bool WordReader::u64(std::uint64_t* v) {
+  if (b_.size() - pos_ < 8) return false;
+  *v = get_le(b_.data() + pos_, 8);
+  pos_ += 8;
+  return true;
+}
+
+bool WordReader::str(std::string* s) {
+  std::uint64_t n = 0;
+  if (!u64(&n) || n > b_.size() - pos_) return false;
+  s->assign(reinterpret_cast<const char*>(b_.data() + pos_), n);
+  pos_ += n;
+  return true;
+}
+
+bool WordReader::ints(std::vector<std::int64_t>* v) {
+  std::uint64_t n = 0;
+  if (!u64(&n) || n > (b_.size() - pos_) / 8) return false;
+  v->resize(n);
+  for (auto& x : *v) {
+    std::uint64_t u = 0;
+    (void)u64(&u);
+    x = static_cast<std::int64_t>(u);
+  }
+  return true;
+}
+
 void put_varint(std::vector<std::uint8_t>& out, std::uint64_t v) {
   while (v >= 0x80) {
     out.push_back(static_cast<std::uint8_t>(v | 0x80));

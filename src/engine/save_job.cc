@@ -15,38 +15,6 @@ Status context(const Status& st, const std::string& dest) {
   return st ? st : st.with_context("saving to " + dest);
 }
 
-// --- The job's bytes: little-endian words, strings and lists prefixed by their counts.
-
-void put_u64(std::vector<std::uint8_t>& out, std::uint64_t v) { put_le(out, v, 8); }
-
-void put_str(std::vector<std::uint8_t>& out, const std::string& s) {
-  put_u64(out, s.size());
-  out.insert(out.end(), s.begin(), s.end());
-}
-
-class Reader {
- public:
-  explicit Reader(std::span<const std::uint8_t> b) : b_(b) {}
-  bool u64(std::uint64_t* v) {
-    if (b_.size() - pos_ < 8) return false;
-    *v = get_le(b_.data() + pos_, 8);
-    pos_ += 8;
-    return true;
-  }
-  bool str(std::string* s) {
-    std::uint64_t n = 0;
-    if (!u64(&n) || n > b_.size() - pos_) return false;
-    s->assign(reinterpret_cast<const char*>(b_.data() + pos_), n);
-    pos_ += n;
-    return true;
-  }
-  [[nodiscard]] bool at_end() const { return pos_ == b_.size(); }
-
- private:
-  std::span<const std::uint8_t> b_;
-  std::size_t pos_ = 0;
-};
-
 // Keys made at begin, filled at their offsets through sinks reopened on them.
 class ReopenedWriter final : public SaveUnitWriter {
  public:
@@ -86,6 +54,26 @@ class UploadWriter final : public SaveUnitWriter {
 };
 
 }  // namespace
+
+void put_keys(std::vector<std::uint8_t>& out, const std::vector<WrittenKey>& keys) {
+  put_word(out, keys.size());
+  for (const WrittenKey& w : keys) {
+    put_word_str(out, w.key);
+    put_word(out, w.size);
+    put_word_str(out, w.etag);
+  }
+}
+
+bool get_keys(WordReader& r, std::vector<WrittenKey>* keys) {
+  std::uint64_t n = 0;
+  if (!r.u64(&n)) return false;
+  for (std::uint64_t i = 0; i < n; ++i) {
+    WrittenKey w;
+    if (!r.str(&w.key) || !r.u64(&w.size) || !r.str(&w.etag)) return false;
+    keys->push_back(std::move(w));
+  }
+  return true;
+}
 
 Result<SaveJob> SaveJob::begin(const std::string& dest, const SaveOptions& options, SaveSpec spec,
                                bool several_processes) {
@@ -147,56 +135,42 @@ SaveJob SaveJob::staged(std::string dest, std::string physical, std::string stag
 
 std::vector<std::uint8_t> SaveJob::encode() const {
   std::vector<std::uint8_t> out;
-  put_u64(out, in_place_ ? 1 : 0);
-  put_str(out, dest_);
-  const std::vector<std::int64_t> ints = spec_.encode();
-  put_u64(out, ints.size());
-  for (const std::int64_t x : ints) put_u64(out, static_cast<std::uint64_t>(x));
-  put_u64(out, options_.overwrite ? 1 : 0);
-  put_u64(out, options_.manifest ? 1 : 0);
-  put_u64(out, static_cast<std::uint64_t>(options_.checksum));
-  put_u64(out, options_.extra_files.size());
+  put_word(out, in_place_ ? 1 : 0);
+  put_word_str(out, dest_);
+  put_word_ints(out, spec_.encode());
+  put_word(out, options_.overwrite ? 1 : 0);
+  put_word(out, options_.manifest ? 1 : 0);
+  put_word(out, static_cast<std::uint64_t>(options_.checksum));
+  put_word(out, options_.extra_files.size());
   for (const auto& [name, text] : options_.extra_files) {
-    put_str(out, name);
-    put_str(out, text);
+    put_word_str(out, name);
+    put_word_str(out, text);
   }
   if (!in_place_) {
-    put_str(out, physical_);
-    put_str(out, staging_);
-    put_u64(out, identity_.first);
-    put_u64(out, identity_.second);
+    put_word_str(out, physical_);
+    put_word_str(out, staging_);
+    put_word(out, identity_.first);
+    put_word(out, identity_.second);
     return out;
   }
-  put_str(out, remote_.dir);
-  put_str(out, remote_.query);
-  put_u64(out, remote_.old_names.size());
-  for (const std::string& name : remote_.old_names) put_str(out, name);
-  put_u64(out, remote_.written.size());
-  for (const WrittenKey& w : remote_.written) {
-    put_str(out, w.key);
-    put_u64(out, w.size);
-    put_str(out, w.etag);
-  }
+  put_word_str(out, remote_.dir);
+  put_word_str(out, remote_.query);
+  put_word(out, remote_.old_names.size());
+  for (const std::string& name : remote_.old_names) put_word_str(out, name);
+  put_keys(out, remote_.written);
   return out;
 }
 
 Result<SaveJob> SaveJob::decode(std::span<const std::uint8_t> bytes) {
   const Status malformed(ErrorCode::kInvalidArgument, "save: malformed save job");
-  Reader r(bytes);
+  WordReader r(bytes);
   SaveJob job;
   std::uint64_t in_place = 0;
-  std::uint64_t count = 0;
-  if (!r.u64(&in_place) || in_place > 1 || !r.str(&job.dest_) || !r.u64(&count) ||
-      count > bytes.size() / 8) {
+  std::vector<std::int64_t> ints;
+  if (!r.u64(&in_place) || in_place > 1 || !r.str(&job.dest_) || !r.ints(&ints)) {
     return malformed;
   }
   job.in_place_ = in_place != 0;
-  std::vector<std::int64_t> ints(count);
-  for (auto& x : ints) {
-    std::uint64_t u = 0;
-    if (!r.u64(&u)) return malformed;
-    x = static_cast<std::int64_t>(u);
-  }
   SHARDLOAD_ASSIGN_OR_RETURN(job.spec_, SaveSpec::decode(ints));
   std::uint64_t overwrite = 0, manifest = 0, checksum = 0, extras = 0;
   if (!r.u64(&overwrite) || !r.u64(&manifest) || !r.u64(&checksum) || !r.u64(&extras)) {
@@ -226,14 +200,7 @@ Result<SaveJob> SaveJob::decode(std::span<const std::uint8_t> bytes) {
   for (std::uint64_t i = 0; i < olds; ++i) {
     if (!r.str(&d.old_names.emplace_back())) return malformed;
   }
-  std::uint64_t keys = 0;
-  if (!r.u64(&keys)) return malformed;
-  for (std::uint64_t i = 0; i < keys; ++i) {
-    WrittenKey w;
-    if (!r.str(&w.key) || !r.u64(&w.size) || !r.str(&w.etag)) return malformed;
-    d.written.push_back(std::move(w));
-  }
-  if (!r.at_end()) return malformed;
+  if (!get_keys(r, &d.written) || !r.at_end()) return malformed;
   SHARDLOAD_ASSIGN_OR_RETURN(d.store, open_save_store(d.dir_url()));
   return job;
 }

@@ -19,71 +19,6 @@ namespace shardload::detail {
 
 namespace {
 
-void put_u64(std::vector<std::uint8_t>& out, std::uint64_t v) { put_le(out, v, 8); }
-
-void put_str(std::vector<std::uint8_t>& out, const std::string& s) {
-  put_u64(out, s.size());
-  out.insert(out.end(), s.begin(), s.end());
-}
-
-void put_keys(std::vector<std::uint8_t>& out, const std::vector<WrittenKey>& keys) {
-  put_u64(out, keys.size());
-  for (const WrittenKey& w : keys) {
-    put_str(out, w.key);
-    put_u64(out, w.size);
-    put_str(out, w.etag);
-  }
-}
-
-void put_ints(std::vector<std::uint8_t>& out, const std::vector<std::int64_t>& v) {
-  put_u64(out, v.size());
-  for (const auto x : v) put_u64(out, static_cast<std::uint64_t>(x));
-}
-
-// Reads what the put_ functions wrote, in order; every read fails once the bytes run out.
-class Reader {
- public:
-  explicit Reader(std::span<const std::uint8_t> b) : b_(b) {}
-  bool u64(std::uint64_t* v) {
-    if (b_.size() - pos_ < 8) return false;
-    *v = get_le(b_.data() + pos_, 8);
-    pos_ += 8;
-    return true;
-  }
-  bool str(std::string* s) {
-    std::uint64_t n = 0;
-    if (!u64(&n) || n > b_.size() - pos_) return false;
-    s->assign(reinterpret_cast<const char*>(b_.data() + pos_), n);
-    pos_ += n;
-    return true;
-  }
-  bool keys(std::vector<WrittenKey>* v) {
-    std::uint64_t n = 0;
-    if (!u64(&n)) return false;
-    for (std::uint64_t i = 0; i < n; ++i) {
-      WrittenKey w;
-      if (!str(&w.key) || !u64(&w.size) || !str(&w.etag)) return false;
-      v->push_back(std::move(w));
-    }
-    return true;
-  }
-  bool ints(std::vector<std::int64_t>* v) {
-    std::uint64_t n = 0;
-    if (!u64(&n) || n > (b_.size() - pos_) / 8) return false;
-    v->resize(n);
-    for (auto& x : *v) {
-      std::uint64_t u = 0;
-      (void)u64(&u);
-      x = static_cast<std::int64_t>(u);
-    }
-    return true;
-  }
-
- private:
-  std::span<const std::uint8_t> b_;
-  std::size_t pos_ = 0;
-};
-
 Status malformed(const char* what) {
   return {ErrorCode::kInvalidArgument, std::string("save: malformed ") + what};
 }
@@ -96,10 +31,11 @@ constexpr std::uint64_t kStoredUntoldBit = std::uint64_t{1} << 32;
 std::vector<std::uint8_t> encode_outcome(const Status& st,
                                          const std::vector<std::uint8_t>& result) {
   std::vector<std::uint8_t> out;
-  put_u64(out, static_cast<std::uint64_t>(st.code()) | (st.stored_untold() ? kStoredUntoldBit : 0));
-  put_u64(out, static_cast<std::uint64_t>(static_cast<std::int64_t>(st.sys_errno())));
-  put_str(out, st.path());
-  put_str(out, st.message());
+  put_word(out,
+           static_cast<std::uint64_t>(st.code()) | (st.stored_untold() ? kStoredUntoldBit : 0));
+  put_word(out, static_cast<std::uint64_t>(static_cast<std::int64_t>(st.sys_errno())));
+  put_word_str(out, st.path());
+  put_word_str(out, st.message());
   out.insert(out.end(), result.begin(), result.end());
   return out;
 }
@@ -119,7 +55,7 @@ Status run_once(legate::LocalTaskID id, const std::vector<std::uint8_t>& request
   } catch (const legate::TaskException& e) {
     return status_from_task_error(e);
   }
-  Reader r(bytes);
+  WordReader r(bytes);
   std::uint64_t code = 0;
   std::uint64_t err = 0;
   std::string path;
@@ -146,7 +82,7 @@ Status run_once(legate::LocalTaskID id, const std::vector<std::uint8_t>& request
 void SavePrepareTask::cpu_variant(legate::TaskContext context) {
   run_task_body([&] {
     const auto request = scalar_bytes(context, 0);
-    Reader r(request);
+    WordReader r(request);
     std::string dest;
     std::vector<std::int64_t> ints;
     std::uint64_t overwrite = 0;
@@ -186,10 +122,11 @@ void SavePrepareTask::cpu_variant(legate::TaskContext context) {
 void SaveCommitTask::cpu_variant(legate::TaskContext context) {
   run_task_body([&] {
     const auto request = scalar_bytes(context, 0);
-    Reader r(request);
+    WordReader r(request);
     std::string bytes;
     std::vector<WrittenKey> own;
-    Status st = r.str(&bytes) && r.keys(&own) ? Status::ok() : malformed("save commit request");
+    Status st =
+        r.str(&bytes) && get_keys(r, &own) ? Status::ok() : malformed("save commit request");
     const std::span<const std::uint8_t> job_bytes(
         reinterpret_cast<const std::uint8_t*>(bytes.data()), bytes.size());
     Result<SaveJob> job = st ? SaveJob::decode(job_bytes) : Result<SaveJob>(st);
@@ -197,7 +134,7 @@ void SaveCommitTask::cpu_variant(legate::TaskContext context) {
     bool published = false;
     if (st) st = job->publish(&own, &published);
     std::vector<std::uint8_t> result;
-    put_u64(result, published ? 1 : 0);
+    put_word(result, published ? 1 : 0);
     write_point_result(context, encode_outcome(st, result));
   });
 }
@@ -209,15 +146,15 @@ Result<SaveJob> begin_save_once(const std::string& dest, const SaveOptions& opti
   spec.data_offset.assign(n, 0);
   spec.chunk_rows.assign(n, 1);
   std::vector<std::uint8_t> request;
-  put_str(request, dest);
-  put_ints(request, spec.encode());
-  put_u64(request, options.overwrite ? 1 : 0);
-  put_u64(request, options.manifest ? 1 : 0);
-  put_u64(request, static_cast<std::uint64_t>(options.checksum));
-  put_u64(request, options.extra_files.size());
+  put_word_str(request, dest);
+  put_word_ints(request, spec.encode());
+  put_word(request, options.overwrite ? 1 : 0);
+  put_word(request, options.manifest ? 1 : 0);
+  put_word(request, static_cast<std::uint64_t>(options.checksum));
+  put_word(request, options.extra_files.size());
   for (const auto& [name, text] : options.extra_files) {
-    put_str(request, name);
-    put_str(request, text);
+    put_word_str(request, name);
+    put_word_str(request, text);
   }
   std::vector<std::uint8_t> result;
   SHARDLOAD_RETURN_IF_ERROR(run_once(SavePrepareTask::TASK_CONFIG.task_id(), request, &result));
@@ -227,13 +164,13 @@ Result<SaveJob> begin_save_once(const std::string& dest, const SaveOptions& opti
 Status publish_save_once(const SaveJob& job, const std::vector<WrittenKey>& own, bool* published) {
   const std::vector<std::uint8_t> bytes = job.encode();
   std::vector<std::uint8_t> request;
-  put_u64(request, bytes.size());
+  put_word(request, bytes.size());
   request.insert(request.end(), bytes.begin(), bytes.end());
   put_keys(request, own);
   std::vector<std::uint8_t> result;
   const Status st = run_once(SaveCommitTask::TASK_CONFIG.task_id(), request, &result);
   // A step that failed before its body ran (a task error) carries no result: not published.
-  Reader r(result);
+  WordReader r(result);
   std::uint64_t flag = 0;
   *published = r.u64(&flag) && flag != 0;
   return st;

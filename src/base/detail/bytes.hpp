@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "shardload/status.hpp"
@@ -20,6 +21,27 @@ void put_le(std::vector<std::uint8_t>& out, std::uint64_t v, int bytes);
 void put_le_at(std::span<std::uint8_t> out, std::size_t at, std::uint64_t v, int bytes);
 // The value put_le wrote at p (the caller checks that `bytes` bytes are there).
 std::uint64_t get_le(const std::uint8_t* p, int bytes);
+
+// Words of 8 bytes (put_le), and strings and lists of words after their counts: the encoding
+// of a save job and of the Legate save's task messages.
+void put_word(std::vector<std::uint8_t>& out, std::uint64_t v);
+void put_word_str(std::vector<std::uint8_t>& out, std::string_view s);
+void put_word_ints(std::vector<std::uint8_t>& out, std::span<const std::int64_t> v);
+
+// Reads what put_word, put_word_str and put_word_ints wrote, in order; every read fails (false)
+// once the bytes run out, so a count that promises more than the bytes hold allocates nothing.
+class WordReader {
+ public:
+  explicit WordReader(std::span<const std::uint8_t> b) : b_(b) {}
+  [[nodiscard]] bool u64(std::uint64_t* v);
+  [[nodiscard]] bool str(std::string* s);
+  [[nodiscard]] bool ints(std::vector<std::int64_t>* v);
+  [[nodiscard]] bool at_end() const { return pos_ == b_.size(); }
+
+ private:
+  std::span<const std::uint8_t> b_;
+  std::size_t pos_ = 0;
+};
 
 // Appends v in 7-bit groups, least significant first, the high bit marking "more follows".
 void put_varint(std::vector<std::uint8_t>& out, std::uint64_t v);

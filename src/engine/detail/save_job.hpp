@@ -21,6 +21,7 @@
 #include <utility>
 #include <vector>
 
+#include "base/detail/bytes.hpp"
 #include "engine/detail/save_files.hpp"
 #include "engine/detail/save_remote.hpp"
 #include "shardload/save_options.hpp"
@@ -59,6 +60,11 @@ class SaveUnitWriter {
   [[nodiscard]] virtual std::vector<WrittenKey> written() const { return {}; }
   [[nodiscard]] virtual std::vector<WrittenKey> begun() const { return {}; }
 };
+
+// A list of keys as words (base/detail/bytes.hpp): the job's own and those a Legate task
+// message carries. get_keys appends to *keys; false where the bytes run out.
+void put_keys(std::vector<std::uint8_t>& out, const std::vector<WrittenKey>& keys);
+[[nodiscard]] bool get_keys(WordReader& r, std::vector<WrittenKey>* keys);
 
 class SaveJob {
  public:
