@@ -240,6 +240,26 @@ void read_environment_only_when(int (*may_read_now)()) {
   guard_environment_of_loaded_libraries();
 }
 
+std::vector<std::string> environment_entries() {
+  int (*const may_read)() = g_may_read.load();
+  std::shared_ptr<const Snapshot> s;
+  if (may_read == nullptr || may_read() != 0) {
+    s = read_all();
+    if (may_read != nullptr) {
+      const std::lock_guard lock(g_mu);
+      g_snapshot = s;
+    }
+  } else {
+    const std::lock_guard lock(g_mu);
+    s = g_snapshot;
+  }
+  std::vector<std::string> out;
+  if (s == nullptr) return out;
+  out.reserve(s->size());
+  for (const auto& [name, value] : *s) out.push_back(name + "=" + value);
+  return out;
+}
+
 std::optional<std::string> environment_value(const char* name) {
   int (*const may_read)() = g_may_read.load();
   std::shared_ptr<const Snapshot> s;

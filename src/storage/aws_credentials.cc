@@ -56,6 +56,7 @@ StoreOptions source_options() {
 // (else what it answered, in words).
 struct Answer {
   bool answered = false;
+  bool redirect = false;  // a 3xx, not followed
   std::optional<std::string> body;
   std::string what;
 };
@@ -82,6 +83,7 @@ Answer ask(const std::string& url, const char* method, std::vector<std::string> 
     out.what = curl_describe(a.outcome, {});
     if (a.outcome.curl == CURLE_OK && a.outcome.http >= 300 && a.outcome.http < 400) {
       out.what += " (a redirect: not followed)";
+      out.redirect = true;
     }
     return out;
   }
@@ -178,22 +180,30 @@ bool fetch_container(const std::string& url, AwsCredentials* out, std::time_t* e
 }
 
 bool fetch_instance(const std::string& base, AwsCredentials* out, std::time_t* expires,
-                    std::string* /*why*/) {
+                    std::string* why) {
+  // A redirect is said in `why` (no answer, or no role, leaves it empty: the chain has none):
+  // the AWS SDK's chain, handed the same service, follows it to the other host with the
+  // session token and signs with the keys that host gives, so it stops the load.
+  const auto redirected = [why](const Answer& a, const std::string& url) {
+    if (a.redirect) *why = url + " answered " + a.what;
+    return a.redirect;
+  };
   // IMDSv2: a session token first; a service that refuses the PUT (IMDSv1 only) is asked
   // without one, as the SDKs do; one that does not answer at all is not asked further.
   std::vector<std::string> headers;
-  const Answer token =
-      ask(base + "/latest/api/token", "PUT", {"X-aws-ec2-metadata-token-ttl-seconds: 21600"});
-  if (!token.answered) return false;
+  const std::string token_url = base + "/latest/api/token";
+  const Answer token = ask(token_url, "PUT", {"X-aws-ec2-metadata-token-ttl-seconds: 21600"});
+  if (!token.answered || redirected(token, token_url)) return false;
   if (token.body) headers.push_back("X-aws-ec2-metadata-token: " + *token.body);
   const std::string dir = base + "/latest/meta-data/iam/security-credentials/";
-  const auto roles = ask(dir, nullptr, headers).body;
-  if (!roles) return false;
-  std::string role = roles->substr(0, roles->find('\n'));
+  const Answer roles = ask(dir, nullptr, headers);
+  if (redirected(roles, dir) || !roles.body) return false;
+  std::string role = roles.body->substr(0, roles.body->find('\n'));
   while (!role.empty() && std::isspace(static_cast<unsigned char>(role.back()))) role.pop_back();
   if (role.empty() || role.find('/') != std::string::npos) return false;
-  const auto text = ask(dir + role, nullptr, headers).body;
-  return text && parse_role_credentials(*text, out, expires);
+  const Answer text = ask(dir + role, nullptr, headers);
+  if (redirected(text, dir + role)) return false;
+  return text.body && parse_role_credentials(*text.body, out, expires);
 }
 
 bool is_true(std::string v) {
@@ -215,6 +225,9 @@ bool container_url_allowed(const std::string& url) {
   } else {
     host = host.substr(0, host.find(':'));
   }
+  // A host name is case-insensitive (RFC 3986 3.2.2): "LOCALHOST" is localhost, as the SDKs
+  // (botocore compares the parsed, lower-cased host) ask it.
+  for (char& c : host) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   in_addr v4{};
   const bool loopback_v4 = host.rfind("127.", 0) == 0 && inet_pton(AF_INET, host.c_str(), &v4) == 1;
   return host == "localhost" || loopback_v4 || host == "[::1]" || host == "169.254.170.2" ||
@@ -227,7 +240,8 @@ RoleLookup find_role_credentials(bool* final) {
   *final = true;
   RoleLookup out;
   std::shared_ptr<RoleCredentials> found;
-  std::string named;  // the container's endpoint, as its refusal names it
+  std::string named;     // the container's endpoint, as its refusal names it
+  std::string instance;  // the instance metadata service, as its refusal names it
   if (const std::string rel = aws_env("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI"); !rel.empty()) {
     // A path on ECS's address: one that does not start with '/' would make of the address a
     // user part or a longer name ("@HOST/...", ".HOST/...") and send the token elsewhere.
@@ -257,6 +271,9 @@ RoleLookup find_role_credentials(bool* final) {
     std::string base = aws_env("AWS_EC2_METADATA_SERVICE_ENDPOINT");
     if (base.empty()) base = "http://169.254.169.254";
     while (!base.empty() && base.back() == '/') base.pop_back();
+    instance = base + (aws_env("AWS_EC2_METADATA_SERVICE_ENDPOINT").empty()
+                           ? " (the default address)"
+                           : " (AWS_EC2_METADATA_SERVICE_ENDPOINT)");
     found = std::make_shared<RoleCredentials>(base, fetch_instance);
   }
   std::string why;
@@ -269,8 +286,14 @@ RoleLookup find_role_credentials(bool* final) {
   }
   if (found && !found->fetch_now(&why)) {
     // No instance off EC2 is the usual case (the chain then has none); a container's
-    // endpoint is named by the environment, so its failure is the load's.
-    if (named.empty()) return out;
+    // endpoint is named by the environment, so its failure is the load's, as is an instance's
+    // redirect (the only failure of one that says why).
+    if (named.empty() && why.empty()) return out;
+    if (named.empty()) {
+      out.refused = "the instance metadata service " + instance + " gave no credentials: " + why;
+      *final = false;
+      return out;
+    }
     out.refused = "the container credentials endpoint " + named +
                   " gave no credentials: " + (why.empty() ? "no answer" : why);
     *final = false;
@@ -322,8 +345,16 @@ std::string run_credential_process(const std::string& command, double seconds,
   posix_spawnattr_setflags(&attr, flags);
   std::string sh = "sh", dash_c = "-c", cmd = command;
   char* argv[] = {sh.data(), dash_c.data(), cmd.data(), nullptr};
+  // Not `environ`: a setenv on another thread (Python's os.environ) may move and free that
+  // array while the child's copy is made (EFAULT, or a helper without its variables). The
+  // helper gets the environment as the engine's threads read it (base/detail/environment.hpp).
+  std::vector<std::string> entries = environment_entries();
+  std::vector<char*> envp;
+  envp.reserve(entries.size() + 1);
+  for (std::string& e : entries) envp.push_back(e.data());
+  envp.push_back(nullptr);
   pid_t pid = -1;
-  const int spawned = ::posix_spawn(&pid, "/bin/sh", &actions, &attr, argv, environ);
+  const int spawned = ::posix_spawn(&pid, "/bin/sh", &actions, &attr, argv, envp.data());
   posix_spawn_file_actions_destroy(&actions);
   posix_spawnattr_destroy(&attr);
   ::close(out[1]);

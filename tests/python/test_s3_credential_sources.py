@@ -689,3 +689,156 @@ def test_a_shared_file_that_links_to_a_regular_file_is_read(data: s3_server.Buck
                          {"AWS_SHARED_CREDENTIALS_FILE": os.devnull,
                           "AWS_ACCESS_KEY_ID": "testing",
                           "AWS_SECRET_ACCESS_KEY": "testing"}) == {"loaded": WANT}
+
+
+@pytest.mark.parametrize("host", ["LOCALHOST", "Localhost"])
+def test_a_container_url_naming_localhost_in_capitals_is_asked(data: s3_server.Bucket,
+                                                              host: str) -> None:
+    """A host name is case-insensitive: LOCALHOST is localhost, which botocore asks (it
+    compares the parsed, lower-cased host); it was refused as "not localhost"."""
+    with ContainerEndpoint() as source:
+        url = f"http://{host}:{source.port}/creds"
+        got = _load(data.url("d/x.npy"), data.options,
+                    {"AWS_CONTAINER_CREDENTIALS_FULL_URI": url,
+                     "AWS_CONTAINER_AUTHORIZATION_TOKEN": "CONTAINERTOKEN"})
+        assert got == {"loaded": WANT}, got
+        assert [p for p, _ in source.log] == ["/creds"], source.log
+
+
+_RACE = textwrap.dedent(r"""
+    import itertools, json, os, sys, threading, time
+    import shardload.numpy
+    url, opts, seconds, tmp = sys.argv[1], json.loads(sys.argv[2]), float(sys.argv[3]), sys.argv[4]
+    stop = time.monotonic() + seconds
+    loads, errors, count = [0], [], itertools.count(1)
+    def reader(me):
+        while time.monotonic() < stop:
+            n = next(count)
+            # A new command each time, so that the process is run for each load.
+            with open(f"{tmp}/config.{me}", "w") as f:
+                f.write(f"[default]\ncredential_process = {tmp}/creds.sh {n}\n")
+            os.replace(f"{tmp}/config.{me}", f"{tmp}/config")
+            try:
+                got = shardload.numpy.load(url, storage_options=opts)
+                assert got.tolist() == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0], got
+                loads[0] += 1
+            except Exception as e:
+                errors.append(str(e)[:400])
+    threads = [threading.Thread(target=reader, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    i = 0
+    while time.monotonic() < stop:
+        os.environ[f"SHARDLOAD_RACE_{i}"] = "x" * (i % 50)
+        i += 1
+        if i % 500 == 0:
+            for j in range(i - 500, i):
+                os.environ.pop(f"SHARDLOAD_RACE_{j}", None)
+    for t in threads:
+        t.join()
+    print(json.dumps({"loads": loads[0], "writes": i, "errors": errors[:3],
+                      "nerrors": len(errors)}))
+""")
+
+
+def test_a_credential_process_runs_whole_while_another_thread_writes_the_environment(
+        data: s3_server.Bucket, tmp_path: pathlib.Path) -> None:
+    """Loads on two threads run a credential_process (a new command each) while the main
+    thread adds and removes variables with os.environ. The process was spawned with the live
+    ``environ``, which glibc's setenv moves and frees: it was not started ("Bad address") or
+    ran without the variables set before (hostile pass 32, B F3). Each run here checks that
+    CHECKME, set before the process started, reached it."""
+    (tmp_path / "out.json").write_text(json.dumps(KEYS))
+    script = tmp_path / "creds.sh"
+    script.write_text(f"#!/bin/sh\necho run >> {tmp_path / 'runs'}\n"
+                      '[ "$CHECKME" = yes ] || { echo "env lost" >&2; exit 3; }\n'
+                      f"cat {tmp_path / 'out.json'}\n")
+    script.chmod(0o755)
+    (tmp_path / "config").write_text(f"[default]\ncredential_process = {script}\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "ECS_"))}
+    env.update({"AWS_EC2_METADATA_DISABLED": "true", "AWS_CONFIG_FILE": str(tmp_path / "config"),
+                "AWS_SHARED_CREDENTIALS_FILE": os.devnull, "CHECKME": "yes"})
+    p = subprocess.run([sys.executable, "-c", _RACE, data.url("d/x.npy"),
+                        json.dumps(data.options), "4", str(tmp_path)],
+                       env=env, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    got = json.loads(p.stdout.strip().splitlines()[-1])
+    assert got["nerrors"] == 0 and got["loads"] > 0, got
+    assert _runs(tmp_path) > 1, got  # run again and again (two loads may share a command)
+
+
+class _RedirectingInstance(contextlib.ExitStack):
+    """An instance metadata service on every address of this host that, asked at 127.0.0.1,
+    answers the step ``step`` (token, role, creds) with a 307 to the same path at ``elsewhere``
+    (standing for another host), where it answers with other keys. Each request is logged:
+    method, path, Host and IMDS token headers."""
+
+    def __init__(self, step: str, elsewhere: str) -> None:
+        super().__init__()
+        self.log: list[tuple[str, str, str, str | None]] = []
+        service = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def _answer(self, status: int, body: str, location: str | None = None) -> None:
+                data = body.encode()
+                self.send_response(status)
+                if location is not None:
+                    self.send_header("Location", location)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def _any(self) -> None:
+                host = self.headers.get("Host") or ""
+                service.log.append((self.command, self.path, host,
+                                    self.headers.get("X-aws-ec2-metadata-token")))
+                there = host.startswith(elsewhere)
+                role = "/latest/meta-data/iam/security-credentials/"
+                at = {"/latest/api/token": "token", role: "role", role + "myrole": "creds"}
+                if at.get(self.path) == step and not there:
+                    return self._answer(307, "", f"http://{elsewhere}:{service.port}{self.path}")
+                if self.command == "PUT" and self.path == "/latest/api/token":
+                    return self._answer(200, "IMDSTOKEN")
+                if self.path == role:
+                    return self._answer(200, "myrole")
+                if self.path == role + "myrole":
+                    key = "OTHERKEY" if there else "testing"
+                    return self._answer(200, json.dumps(
+                        {"Code": "Success", "AccessKeyId": key, "SecretAccessKey": "testing",
+                         "Token": "TOK", "Expiration": "2099-01-01T00:00:00Z"}))
+                self._answer(404, "not found")
+
+            do_GET = do_PUT = _any  # noqa: N815
+
+        self.httpd = self.enter_context(closing_server.serving(Handler, host="0.0.0.0"))
+        self.port = self.httpd.server_address[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+
+
+@pytest.mark.parametrize("step, path", [
+    ("token", "/latest/api/token"),
+    ("role", "/latest/meta-data/iam/security-credentials/"),
+    ("creds", "/latest/meta-data/iam/security-credentials/myrole"),
+])
+def test_an_instance_metadata_services_redirect_stops_the_load(
+        data: s3_server.Bucket, elsewhere: str, step: str, path: str) -> None:
+    """The instance metadata service answers a step with a redirect to another host: the load
+    is an error naming the service and the redirect, and the other host is asked nothing.
+    shardload did not follow it, found none, and Arrow's client then ran the AWS SDK's chain,
+    which followed it, sent the session token there and signed with that host's keys
+    (hostile pass 32, B F2)."""
+    with _RedirectingInstance(step, elsewhere) as service:
+        got = _load(data.url("d/x.npy"), data.options,
+                    {"AWS_EC2_METADATA_DISABLED": "false",
+                     "AWS_EC2_METADATA_SERVICE_ENDPOINT": service.url})
+        assert got.get("error") == "ValueError", (got, service.log)
+        assert f"the instance metadata service {service.url} " \
+            "(AWS_EC2_METADATA_SERVICE_ENDPOINT) gave no credentials: " \
+            f"{service.url}{path} answered HTTP 307" in got["message"], got
+        assert "(a redirect: not followed)" in got["message"], got
+        assert "IMDSTOKEN" not in got["message"]
+        assert [entry for entry in service.log if entry[2].startswith(elsewhere)] == [], \
+            service.log

@@ -12,12 +12,18 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace shardload::detail {
 
 // The value of the variable `name`, or nullopt where it is unset: read from the environment
 // where this thread may read it (the copy is then renewed with it), else from the last copy.
 std::optional<std::string> environment_value(const char* name);
+
+// The whole environment as "NAME=VALUE" entries, read as environment_value reads one variable:
+// what a process this thread starts is given (a credential_process), never the live array,
+// which a setenv on another thread may move and free while it is copied.
+std::vector<std::string> environment_entries();
 
 // Copies the whole environment for the threads that may not read it. Called by a thread that
 // may (a Python thread holding the GIL), before it lets them run.
