@@ -114,6 +114,18 @@ std::optional<std::size_t> stored_swap_unit(const Hdf5Api& api, hid_t type, DTyp
   return unit > 1 ? unit : std::size_t{0};
 }
 
+// Whether a contiguous dataset's storage was never allocated (never written: it reads as its
+// fill value). H5Dget_offset alone does not say: it adds the file's base address (the user
+// block's size) to the undefined address too, so behind a user block of 512 bytes an
+// unallocated dataset's offset is 511, not HADDR_UNDEF.
+static bool never_allocated(const Hdf5Api& api, hid_t dataset) {
+  H5D_space_status_t status = H5D_SPACE_STATUS_ERROR;
+  if (api.H5Dget_space_status(dataset, &status) >= 0 && status == H5D_SPACE_STATUS_NOT_ALLOCATED) {
+    return true;
+  }
+  return api.H5Dget_offset(dataset) == HADDR_UNDEF;
+}
+
 std::optional<ContiguousRows> contiguous_rows(const Hdf5Api& api, hid_t dataset, hid_t type,
                                               DType dtype, const std::vector<hsize_t>& dims,
                                               std::uint64_t file_size) {
@@ -130,9 +142,10 @@ std::optional<ContiguousRows> contiguous_rows(const Hdf5Api& api, hid_t dataset,
     if (bytes > std::numeric_limits<std::uint64_t>::max() / d) return std::nullopt;
     bytes *= d;
   }
-  // Unallocated storage (HADDR_UNDEF) reads as the fill value; H5Dread gives that.
+  // Unallocated storage reads as the fill value; H5Dread gives that.
+  if (never_allocated(api, dataset)) return std::nullopt;
   const haddr_t offset = api.H5Dget_offset(dataset);
-  if (offset == HADDR_UNDEF || api.H5Dget_storage_size(dataset) != bytes || offset > file_size ||
+  if (api.H5Dget_storage_size(dataset) != bytes || offset > file_size ||
       bytes > file_size - offset) {
     return std::nullopt;
   }
@@ -163,8 +176,8 @@ Status storage_in_file(const Hdf5Api& api, hid_t dataset, hid_t type,
       api.H5Pget_external_count(dcpl.get()) != 0) {
     return Status::ok();
   }
+  if (never_allocated(api, dataset)) return Status::ok();  // never written: the fill value
   const haddr_t offset = api.H5Dget_offset(dataset);
-  if (offset == HADDR_UNDEF) return Status::ok();  // never written: the fill value
   // What HDF5 reads: the elements' bytes, or the storage size its layout message records
   // when that is larger. An extent past 2^64 is past any file's end too.
   std::uint64_t bytes = api.H5Tget_size(type);

@@ -134,6 +134,28 @@ def test_contiguous_storage_never_written_reads_the_fill_value(tmp_path: pathlib
     check_all_ranges(layout, expected)
 
 
+@pytest.mark.parametrize("userblock", [512, 4096])
+@pytest.mark.parametrize("dtype", ["<f4", ">i2", ">f8", "<u8"])
+def test_contiguous_storage_never_written_behind_a_user_block_reads_the_fill_value(
+        tmp_path: pathlib.Path, userblock: int, dtype: str) -> None:
+    """Behind a user block, HDF5's H5Dget_offset adds the block's size to an unallocated
+    dataset's undefined address too (511 for 512 bytes): such a dataset was refused as "its
+    contiguous storage holds 0 bytes, where its elements need 600: the file is damaged"
+    (hostile pass 32, A2). It reads as its fill value, as h5py reads it, with and without a
+    written shard beside it."""
+    with h5py.File(tmp_path / "shard_0000.h5", "w", userblock_size=userblock) as f:
+        f.create_dataset("data", shape=(50, 3), dtype=dtype, fillvalue=7)
+    with h5py.File(tmp_path / "shard_0000.h5") as f:
+        alone = f["data"][:]
+    np.testing.assert_array_equal(shardload.numpy.load(tmp_path / "shard_0000.h5"), alone)
+    written = np.arange(12, dtype=dtype).reshape(4, 3)
+    with h5py.File(tmp_path / "shard_0001.h5", "w", userblock_size=userblock) as f:
+        f.create_dataset("data", data=written)
+    layout = shardload.discover(tmp_path, format="hdf5")
+    expected = np.concatenate([alone, written]).astype(np.dtype(dtype).newbyteorder("="))
+    check_all_ranges(layout, expected, step=7)
+
+
 def test_external_storage_is_snapshotted(tmp_path: pathlib.Path) -> None:
     # The data of a dataset with external storage lives in another file: it is
     # snapshotted at discovery and refused when it changed, like the file.
