@@ -771,7 +771,12 @@ struct Renewed {
 // equals the manifest's in everything but the file's identity: such a shard is what probing
 // would give, so it is not stale, and the layout takes the snapshot the probe saw; and the
 // directories of each probed shard (Renewed::dirs).
-Staleness check_manifest(const Manifest& m, IoBackend& io, std::vector<Renewed>* renewed) {
+// With `bytes_verified` (verify's question over http(s), where every shard's checksum matched)
+// a shard's snapshot is not compared, nor its linked files': a web server's ETag and
+// Last-Modified never match those of the copy that was indexed, so discovery always probes
+// there, and what matters is whether the probe reads the objects as the manifest says.
+Staleness check_manifest(const Manifest& m, IoBackend& io, std::vector<Renewed>* renewed,
+                         bool bytes_verified = false) {
   auto differs = [&](const std::string& path, const FileInfo& then) -> std::string {
     auto now = io.stat_path(path);
     if (!now) return now.status().message();
@@ -799,7 +804,9 @@ Staleness check_manifest(const Manifest& m, IoBackend& io, std::vector<Renewed>*
       if (!probe) return {path_for_message(shards[i].path) + ": not probed"};  // not reached
       if (!*probe) return {probe->status().message(), false, true};
       const FileInfo& seen = (**probe).shard.snapshot;
-      std::string why = probe_difference(layout, shards[i], **probe);
+      Shard as_indexed = shards[i];
+      if (bytes_verified) as_indexed.snapshot = seen;
+      std::string why = probe_difference(layout, as_indexed, **probe);
       if (!why.empty() && another_file_same_size(shards[i].path, shards[i].snapshot, seen)) {
         Shard same = shards[i];
         same.snapshot = seen;
@@ -816,11 +823,11 @@ Staleness check_manifest(const Manifest& m, IoBackend& io, std::vector<Renewed>*
         (*renewed)[i].server_snapshot_s = (**probe).shard.server_snapshot_s;
       }
       for (const auto& f : shards[i].linked) {
-        if (why.empty()) why = differs(f.path, f.snapshot);
+        if (why.empty() && !bytes_verified) why = differs(f.path, f.snapshot);
       }
       if (!why.empty()) return {why};
     }
-  } else {
+  } else if (!bytes_verified) {
     // HDF5, Parquet, Arrow and a user's reader (and remote .npy): the snapshot of each file
     // (and of each linked file); their metadata is taken from the manifest while the
     // snapshots match. On as many threads as probing as many .npy files would use, so that
@@ -999,20 +1006,22 @@ static Result<std::size_t> add_listing_and_linked_mismatches(
 // What changed beside a raw directory's shards, for verify's message where every checksum
 // matches and every shard's snapshot too: its sidecar, which no checksum covers (added,
 // rewritten or removed since indexing); "" where that is not what differs.
-static std::string sidecar_change(const Manifest& m) {
+static std::string sidecar_change(const Manifest& m, bool bytes_verified) {
   if (m.layout.format != Format::kRaw || m.layout.shards.empty()) return {};
-  for (const auto& s : m.layout.shards) {
+  // Over http(s) the checksums, not the snapshots, say that no shard changed.
+  for (const auto& s : bytes_verified ? std::span<const Shard>() : std::span(m.layout.shards)) {
     auto now = posix_io().stat_path(s.path);
     if (!now || *now != s.snapshot) return {};
   }
-  const std::string& first = m.layout.shards.front().path;
+  // An object's URL carries the store's options as its query: the sidecar is asked for with
+  // them, as the raw reader asks (and named without them).
+  const auto [first, query] = split_options(m.layout.shards.front().path);
   const std::size_t slash = first.rfind('/');
   const std::string dir = slash == std::string::npos ? std::string(".") : first.substr(0, slash);
   std::string present;
   for (const char* name : {"shardload.json", "shard_meta.json"}) {
     const std::string path = dir + "/" + name;
-    struct ::stat st {};
-    if (::stat(path.c_str(), &st) == 0) {
+    if (posix_io().stat_path(path + query)) {
       present += (present.empty() ? "" : " or ") + path_for_message(path);
     }
   }
@@ -1031,13 +1040,17 @@ Result<std::size_t> add_listing_mismatches(const Manifest& m,
   // Every checksum, linked file and name matching, discovery may still call the manifest stale
   // (a raw directory's shardload.json rewritten: its probe says another dtype than the
   // manifest) and read the files instead: then "every checksum matches" said nothing of what a
-  // load reads. Its check, as discovery runs it, names what differs. Local directories: the
-  // check of an object store's costs a HEAD per object, and its sidecar is not a linked file.
-  if (mismatches->empty() && path_traits(m.directory).kernel_files) {
-    if (Staleness st = check_manifest(m, posix_io(), nullptr); !st.why.empty()) {
+  // load reads. Its check, as discovery runs it, names what differs: in object storage and
+  // over http(s) too, where discovery asks the same (a HEAD per object, beside verify's reading
+  // of every byte). Over http(s) the objects' snapshots never match an indexed copy's, and
+  // their checksums just matched: there the question is whether the probe reads them as the
+  // manifest says.
+  if (mismatches->empty()) {
+    const bool http = !path_traits(m.directory).listable;
+    if (Staleness st = check_manifest(m, posix_io(), nullptr, http); !st.why.empty()) {
       // Every shard matched its checksum: saying what changed beside them (a raw directory's
       // sidecar) points at the fix, where "shards differ" would not.
-      std::string found = sidecar_change(m);
+      std::string found = sidecar_change(m, http);
       if (!found.empty()) found = "; " + found;
       mismatches->push_back(
           {0, m.path,

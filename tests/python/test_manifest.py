@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pathlib
 import pickle
@@ -439,6 +440,80 @@ def test_verify_spells_the_options_a_stale_reason_names_and_says_what_changed(
     assert "shards differ" not in r.stderr, r.stderr
     assert (f"error: every one of the 2 shards matches its checksum, but discovery calls "
             f"{d / MANIFEST} stale") in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("changed", [True, False])
+@pytest.mark.parametrize("on_host", [True, False])
+@pytest.mark.parametrize("place", ["s3", "http"])
+def test_verify_of_a_remote_raw_directory_names_a_sidecar_rewritten_after_indexing(
+        cli: pathlib.Path, tmp_path: pathlib.Path, server: str, place: str, on_host: bool,
+        changed: bool) -> None:
+    """An s3:// or http:// raw directory whose shardload.json was rewritten after indexing
+    (another dtype: the same bytes read as other values): discovery calls the manifest stale
+    and loads int32, yet verify passed (`[]`, exit 0, "every checksum matches"); its check
+    of what discovery would say ran for local directories only (hostile pass 32, A1). It names
+    it as for a local directory. Over http the objects' snapshots never match the indexed
+    copy's (discovery always probes there): with the sidecar as indexed, verify passes."""
+    import closing_server
+    import s3_server
+    import shardload.numpy as snp
+    from test_http import Handler, Store
+
+    a = np.arange(12, dtype="<f4").reshape(6, 2)
+    files = {"shard_0000.bin": a[:3].tobytes(), "shard_0001.bin": a[3:].tobytes(),
+             "shardload.json": json.dumps({"dtype": "<f4", "shape": [2]}).encode()}
+    rewritten = json.dumps({"dtype": "<i4", "shape": [2]}).encode()  # same bytes, other values
+    with contextlib.ExitStack() as stack:
+        if place == "s3":
+            b = s3_server.Bucket(server)
+            for name, data in files.items():
+                b.put(f"d/{name}", data)
+            query = "?" + "&".join(f"{k}={v}" for k, v in b.options.items())
+            url, shown = f"s3://{b.name}/d/{query}", f"s3://{b.name}/d/"
+            shardload.index(url, checksum="xxh3")
+            if changed:
+                b.put("d/shardload.json", rewritten)
+            flags = [f"--storage-option={k}={v}" for k, v in b.options.items()]
+        else:
+            # A web server serving a copy of a directory indexed locally, as docs/manifest.md
+            # describes: its ETags are not the local files' snapshots.
+            d = tmp_path / "d"
+            d.mkdir()
+            for name, data in files.items():
+                (d / name).write_bytes(data)
+            shardload.index(d, checksum="xxh3")
+            store = Store()
+            for f in d.iterdir():
+                store.objects[f"/d/{f.name}"] = f.read_bytes()
+            if changed:
+                store.objects["/d/shardload.json"] = rewritten
+            handler = type("BoundHandler", (Handler,), {"store": store})
+            web = stack.enter_context(closing_server.serving(handler, poll_interval=0.05))
+            url = shown = f"http://{closing_server.address(web)}/d/"
+            flags = []
+        # The oracle: what discovery and a load make of the directory now.
+        layout = shardload.discover(url)
+        assert layout.manifest_state is shardload.ManifestState.STALE or \
+            (place == "s3" and not changed), layout.manifest_state
+        assert layout.dtype == (np.int32 if changed else np.float32), layout.dtype
+        np.testing.assert_array_equal(snp.load(url), a.view("<i4") if changed else a)
+        bad = shardload.verify(url, on_host=on_host)
+        r = run(cli, "verify", shown, *flags)
+        if not changed:
+            assert bad == [], bad
+            assert r.returncode == 0 and "every checksum matches" in r.stdout, r.stderr
+            return
+        assert [m.shard for m in bad] == [0] and bad[0].path.startswith(shown + MANIFEST), bad
+        what = bad[0].what
+        assert what.startswith("every shard matches its checksum, but discovery calls this "
+                               "manifest stale: "), what
+        assert "the file says dtype int32, the manifest float32" in what, what
+        assert (f"no shard changed: the directory's sidecar {shown}shardload.json was written "
+                "or changed since indexing") in what, what
+        assert r.returncode == 1, (r.stdout, r.stderr)
+        assert "every checksum matches" not in r.stdout, r.stdout
+        assert "error: every one of the 2 shards matches its checksum, but discovery calls " \
+            f"{shown}{MANIFEST}" in r.stderr, r.stderr
 
 
 def test_index_refuses_a_listing_older_than_the_directory(tmp_path):
