@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -223,16 +224,44 @@ int guard_library(dl_phdr_info* info, std::size_t, void*) {
 
 }  // namespace
 
+#if defined(__x86_64__) || defined(__aarch64__)
+namespace {
+
+// The loader's count of libraries loaded in the process so far (dlpi_adds), and the count the
+// last pass over them saw: a library loaded since (a C extension imported after the first
+// load, which calls setenv through its own slots) is redirected by the next call.
+std::atomic<unsigned long long> g_guarded_adds{0};
+
+int loads_so_far(dl_phdr_info* info, std::size_t size, void* out) {
+  if (size >= offsetof(dl_phdr_info, dlpi_subs)) {
+    *static_cast<unsigned long long*>(out) = info->dlpi_adds;
+  }
+  return 1;  // the first entry carries it
+}
+
+}  // namespace
+#endif
+
 void guard_environment_of_loaded_libraries() {
   if (!g_guarding.load()) return;
 #if defined(__x86_64__) || defined(__aarch64__)
   const std::lock_guard lock(g_guard_mu);
+  unsigned long long adds = 0;
+  ::dl_iterate_phdr(&loads_so_far, &adds);
   ::dl_iterate_phdr(&guard_library, nullptr);
+  g_guarded_adds.store(adds);
 #endif
 }
 
 void read_environment_only_when(int (*may_read_now)()) {
   g_may_read.store(may_read_now);
+#if defined(__x86_64__) || defined(__aarch64__)
+  if (g_guarding.load()) {
+    unsigned long long adds = 0;
+    ::dl_iterate_phdr(&loads_so_far, &adds);
+    if (adds != g_guarded_adds.load()) guard_environment_of_loaded_libraries();
+  }
+#endif
   if (g_guarding.exchange(true)) return;
   // A child forked while another thread of its parent held the lock (a getenv, a setenv) has
   // no such thread: its lock is made anew. Nothing waits for the lock at the fork itself.

@@ -17,6 +17,7 @@ import io
 import json
 import os
 import pathlib
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -46,6 +47,12 @@ RACE = textwrap.dedent("""
         json.loads(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4]), sys.argv[5] == "1", \\
         int(sys.argv[6])
     want = json.loads(sys.argv[7])
+    lib = None
+    if len(sys.argv) > 8:
+        # A C library loaded after the first call, which sets variables through its own slots.
+        import ctypes
+        shardload.numpy.load(source, **kwargs)
+        lib = ctypes.CDLL(sys.argv[8])
     stop = time.monotonic() + seconds
     loads, errors, count = [0], [], itertools.count(1)
     def reader():
@@ -66,6 +73,10 @@ RACE = textwrap.dedent("""
         t.start()
     i = 0
     while time.monotonic() < stop:
+        if lib is not None:
+            lib.add_vars(i, 200)
+            i += 200
+            continue
         os.environ[f"SHARDLOAD_RACE_{i}"] = "x" * (i % 50)
         i += 1
         if i % 500 == 0:
@@ -80,12 +91,12 @@ SECONDS = 8.0
 
 
 def _race(source: str | list[str], kwargs: dict, shards: int, env: dict[str, str],
-          fresh: bool = False, threads: int = 2) -> dict:
+          fresh: bool = False, threads: int = 2, late_library: str | None = None) -> dict:
     """Races loads of `shards` shards, shard i a (2, 2) int32 array of i."""
     want = np.repeat(np.arange(shards, dtype=np.int32), 2)[:, None].repeat(2, axis=1)
     p = subprocess.run([sys.executable, "-c", RACE, json.dumps(source), json.dumps(kwargs),
                         str(2 * shards), str(SECONDS), "1" if fresh else "0", str(threads),
-                        json.dumps(want.tolist())],
+                        json.dumps(want.tolist())] + ([late_library] if late_library else []),
                        env={**os.environ, **env}, capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, (p.returncode, p.stderr[-2000:])
     got = json.loads(p.stdout.strip().splitlines()[-1])
@@ -115,6 +126,40 @@ def test_an_s3_load_survives_variables_added_on_another_thread(shards: s3_server
         options.update(s3_server.ARROWS_CLIENT)
     _race(shards.url("d/*.npy"), {"storage_options": options}, 32, s3_server.CLIENT_ENV,
           fresh=True)
+
+
+LATE_LIBRARY = r"""
+#include <stdio.h>
+#include <stdlib.h>
+void add_vars(int from, int n) {
+  char k[64];
+  for (int i = from; i < from + n; ++i) {
+    snprintf(k, sizeof k, "SHARDLOAD_LATE_%d", i);
+    setenv(k, "xxxxxxxxxxxxxxxxxxxxxxxx", 1);
+  }
+  for (int i = from; i < from + n; ++i) {
+    snprintf(k, sizeof k, "SHARDLOAD_LATE_%d", i);
+    unsetenv(k);
+  }
+}
+"""
+
+
+def test_a_c_library_loaded_after_the_first_load_that_sets_variables_races_no_load(
+        shards: s3_server.Bucket, tmp_path: pathlib.Path) -> None:
+    """A C extension imported after the first load calls setenv through its own slots, which
+    the first call's pass over the libraries did not see: each call redirects the libraries the
+    loader loaded since (dlpi_adds). Before: exit -11 within seconds."""
+    compiler = shutil.which("cc") or shutil.which("gcc")
+    if compiler is None:
+        pytest.skip("no C compiler to build the late library")
+    (tmp_path / "late.c").write_text(LATE_LIBRARY)
+    lib = tmp_path / "late.so"
+    subprocess.run([compiler, "-shared", "-fPIC", "-O1", "-o", str(lib), str(tmp_path / "late.c")],
+                   check=True)
+    options = dict(shards.options, **s3_server.ARROWS_CLIENT)
+    _race(shards.url("d/*.npy"), {"storage_options": options}, 32, s3_server.CLIENT_ENV,
+          fresh=True, threads=4, late_library=str(lib))
 
 
 def test_an_http_load_survives_variables_added_on_another_thread() -> None:

@@ -42,8 +42,10 @@ void read_environment_only_when(int (*may_read_now)());
 // unsetenv, putenv and clearenv (Python's os.environ writes) under the same lock held alone: a
 // reader never walks the array a writer is moving. The lock is held for the C library's call
 // alone, which takes no lock a holder of this one waits for. Called again after a library is
-// loaded (HDF5); does nothing before read_environment_only_when was called (the program and
-// the C++ tests, which change no environment on another thread, keep the libraries' calls).
+// loaded (HDF5), and by read_environment_only_when (every Python call) where the loader has
+// loaded a library since the last pass; does nothing before read_environment_only_when was called
+// (the program and the C++ tests, which change no environment on another thread, keep the
+// libraries' calls).
 void guard_environment_of_loaded_libraries();
 
 }  // namespace shardload::detail
