@@ -680,6 +680,12 @@ class ZarrReader final : public ShardReader {
       const std::int64_t ctime =
           static_cast<std::int64_t>(st.st_ctim.tv_sec) * 1'000'000'000 + st.st_ctim.tv_nsec;
       if (ctime <= r.discovered_ns) continue;
+      // An entry made or removed in the directory (Zarr v3's chunks share `c/`: another chunk
+      // row written) sets its mtime and ctime to one instant; a rename or exchange onto its
+      // path sets the ctime alone. The chunk's own file is held to its own ctime.
+      if (st.st_mtim.tv_sec == st.st_ctim.tv_sec && st.st_mtim.tv_nsec == st.st_ctim.tv_nsec) {
+        continue;
+      }
       return {ErrorCode::kChanged, path + ": changed since discovery: its directory " + dir +
                                        " changed after discovery began (ctime " +
                                        std::to_string(ctime) + " ns > " +
