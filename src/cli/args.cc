@@ -41,6 +41,9 @@ int fail(const char* cmd, const std::string& msg) {
 }
 
 int usage_error(const char* cmd, const std::string& msg) {
+  // As in fail(): an argument refused because of the interrupt (credentials whose
+  // credential_process it ended) is no usage error.
+  if (interrupt_requested()) return 2;
   std::cerr << "shardload " << cmd << ": "
             << printable_redacted(spell_options(msg, OptionSpelling::kCli)) << "; see 'shardload "
             << cmd << " --help'\n";

@@ -172,12 +172,15 @@ def test_a_failing_credential_process_runs_once_for_a_directory(
     assert _runs(tmp_path) == 2  # the third load ran it again
 
 
+@pytest.mark.parametrize("caller", ["python", "inspect", "inspect --json"])
 def test_a_credential_process_that_never_answers_ends_with_ctrl_c(
-        data: s3_server.Bucket, tmp_path: pathlib.Path) -> None:
+        data: s3_server.Bucket, tmp_path: pathlib.Path, cli: pathlib.Path, caller: str) -> None:
     """A credential_process waiting on a prompt nobody sees (or hung) held the load for ever:
     the pipe was read until it closed, past a Ctrl-C. Now Ctrl-C ends the load at once with
     KeyboardInterrupt, and the process and what it started are killed (its deadline of 120 s
-    is core_tests' CredentialProcess.OneThatDoesNotAnswerIsEndedAtItsDeadline)."""
+    is core_tests' CredentialProcess.OneThatDoesNotAnswerIsEndedAtItsDeadline). The command
+    line says only that it was interrupted (it printed a usage error first, "bad object-storage
+    credentials: ... ended by the interrupt; see 'shardload inspect --help'")."""
     import signal
     import time
 
@@ -192,8 +195,12 @@ def test_a_credential_process_that_never_answers_ends_with_ctrl_c(
              "try:\n    snp.load(sys.argv[1], storage_options=json.loads(sys.argv[2]))\n"
              "except BaseException as e:\n"
              "    print(type(e).__name__, round(time.monotonic() - t, 1), flush=True)\n")
-    proc = subprocess.Popen([sys.executable, "-c", child, data.url("d/x.npy"),
-                             json.dumps(data.options)], env=env, stdout=subprocess.PIPE,
+    if caller == "python":
+        args = [sys.executable, "-c", child, data.url("d/x.npy"), json.dumps(data.options)]
+    else:
+        query = "&".join(f"{k}={v}" for k, v in data.options.items())
+        args = [str(cli), *caller.split(), data.url("d/x.npy") + "?" + query]
+    proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 60
@@ -210,7 +217,11 @@ def test_a_credential_process_that_never_answers_ends_with_ctrl_c(
         proc.kill()
         proc.communicate()
         pytest.fail("Ctrl-C did not end a load waiting on its credential_process")
-    assert out.startswith("KeyboardInterrupt"), (out, err)
+    if caller == "python":
+        assert out.startswith("KeyboardInterrupt"), (out, err)
+    else:
+        assert proc.returncode == 130, (out, err)
+        assert err.strip() == "shardload inspect: interrupted", err
     sleeper = int((tmp_path / "pid").read_text())
     deadline = time.monotonic() + 10
     while pathlib.Path(f"/proc/{sleeper}").exists() and time.monotonic() < deadline:
