@@ -1047,20 +1047,28 @@ Result<std::size_t> add_listing_mismatches(const Manifest& m,
   // manifest says.
   if (mismatches->empty()) {
     const bool http = !path_traits(m.directory).listable;
-    if (Staleness st = check_manifest(m, posix_io(), nullptr, http); !st.why.empty()) {
+    // Given the place for renewed snapshots, as discovery gives it: a shard that is another
+    // file of the indexed size and header (a copy: cp -r, a restore) is what probing gives,
+    // and discovery uses the manifest.
+    std::vector<Renewed> renewed(m.layout.shards.size());
+    if (Staleness st = check_manifest(m, posix_io(), &renewed, http); !st.why.empty()) {
       // Every shard matched its checksum: saying what changed beside them (a raw directory's
       // sidecar) points at the fix, where "shards differ" would not.
       std::string found = sidecar_change(m, http);
       if (!found.empty()) found = "; " + found;
+      // Discovery's reason quotes a shard's URL as the engine holds it (a credentials handle
+      // in its query): hidden as every message hides it.
       mismatches->push_back(
           {0, m.path,
-           st.probe_failed
-               ? "every shard matches its checksum, but discovery calls this manifest stale "
-                 "and fails probing the files in its place: " +
-                     st.why + found
-               : "every shard matches its checksum, but discovery calls this manifest stale: " +
-                     st.why + found +
-                     " (it reads the files in its place; index the directory again)"});
+           redact_secrets(
+               st.probe_failed
+                   ? "every shard matches its checksum, but discovery calls this manifest stale "
+                     "and fails probing the files in its place: " +
+                         st.why + found
+                   : "every shard matches its checksum, but discovery calls this manifest "
+                     "stale: " +
+                         st.why + found +
+                         " (it reads the files in its place; index the directory again)")});
     }
   }
   return added;

@@ -516,6 +516,79 @@ def test_verify_of_a_remote_raw_directory_names_a_sidecar_rewritten_after_indexi
             f"{shown}{MANIFEST}" in r.stderr, r.stderr
 
 
+def test_verify_over_http_hides_the_credentials_of_the_url_in_discoverys_reason(
+        tmp_path: pathlib.Path) -> None:
+    """verify's stale-sidecar message over http(s) quoted discovery's reason with a shard's
+    URL as the engine holds it: `?credentials=<32 hex>`, where every other line (the
+    manifest's path, discovery's manifest_status) shows `credentials=***` (hostile pass 32,
+    A4). The password and token of the URL are shown in no form."""
+    import re
+
+    from test_http import serving
+
+    d = tmp_path / "d"
+    d.mkdir()
+    a = np.arange(12, dtype="<f4").reshape(6, 2)
+    a[:3].tofile(d / "shard_0000.bin")
+    a[3:].tofile(d / "shard_0001.bin")
+    (d / "shardload.json").write_text(json.dumps({"dtype": "<f4", "shape": [2]}))
+    shardload.index(d, checksum="xxh3")
+    with serving() as (store, base):
+        for f in d.iterdir():
+            store.put(f"/c/{f.name}", f.read_bytes())
+        store.put("/c/shardload.json", json.dumps({"dtype": "<i4", "shape": [2]}).encode())
+        host = base.split("://")[1]
+        url = f"http://user:S3cr3tPassw0rd@{host}/c/?token=T0k3nValue123456"
+        # The oracle: discovery's own status shows the handle hidden.
+        layout = shardload.discover(url)
+        assert "credentials=***" in layout.manifest_status, layout.manifest_status
+        bad = shardload.verify(url, on_host=True)
+        assert len(bad) == 1 and "the file says dtype int32" in bad[0].what, bad
+        # `path` is the URL the process can open again (its repr hides the handle); `what`
+        # is text for a person.
+        shown = repr(bad) + bad[0].what
+        assert "shard_0000.bin?credentials=***: the file says" in bad[0].what, bad[0].what
+        assert not re.findall(r"credentials=[0-9a-f]{16,}", shown), shown
+        assert "S3cr3tPassw0rd" not in shown and "T0k3nValue123456" not in shown, shown
+
+
+@pytest.mark.parametrize("how", [["-r"], ["-a"]])
+@pytest.mark.parametrize("kind", ["npy", "raw"])
+def test_verify_of_a_copied_directory_passes_where_discovery_uses_its_manifest(
+        cli: pathlib.Path, tmp_path: pathlib.Path, kind: str, how: list[str]) -> None:
+    """A copy of an indexed directory (cp -r, cp -a: new inodes, same sizes and headers) is
+    used by discovery (docs/manifest.md, "A copied directory"), yet verify failed, exit 1,
+    "discovery calls this manifest stale: ... replaced by another file" (hostile pass 32, A5):
+    its check did not take a copy's snapshots as discovery does. With the copy's sidecar
+    rewritten (raw), verify still names it."""
+    d = tmp_path / "orig"
+    d.mkdir()
+    for i in range(2):
+        part = np.arange(10.0).reshape(5, 2) + i
+        if kind == "npy":
+            np.save(d / f"shard_{i:04d}.npy", part)
+        else:
+            part.tofile(d / f"shard_{i:04d}.bin")
+    if kind == "raw":
+        (d / "shardload.json").write_text(json.dumps({"dtype": "<f8", "shape": [2]}))
+    shardload.index(d, checksum="xxh3")
+    copy = tmp_path / "copy"
+    subprocess.run(["cp", *how, str(d), str(copy)], check=True)
+    # The oracle: discovery of the copy uses the manifest.
+    assert shardload.discover(copy).manifest_state is shardload.ManifestState.USED
+    for on_host in (True, False):
+        assert shardload.verify(copy, on_host=on_host) == []
+    r = run(cli, "verify", copy)
+    assert r.returncode == 0 and "every checksum matches" in r.stdout, (r.stdout, r.stderr)
+    if kind == "raw":
+        (copy / "shardload.json").write_text(json.dumps({"dtype": "<i8", "shape": [2]}))
+        assert shardload.discover(copy).manifest_state is shardload.ManifestState.STALE
+        bad = shardload.verify(copy, on_host=True)
+        assert [m.path for m in bad] == [str(copy / MANIFEST)], bad
+        assert "the file says dtype int64, the manifest float64" in bad[0].what, bad
+        assert run(cli, "verify", copy).returncode == 1
+
+
 def test_index_refuses_a_listing_older_than_the_directory(tmp_path):
     """An index whose listing saw a dataset that an overwrite then replaced (4 shards where the
     listing saw 3, the probes by path reaching the new files) must not write its manifest over
