@@ -75,6 +75,41 @@ bool get_keys(WordReader& r, std::vector<WrittenKey>* keys) {
   return true;
 }
 
+void put_save_request(std::vector<std::uint8_t>& out, const std::string& dest, const SaveSpec& spec,
+                      const SaveOptions& options) {
+  put_word_str(out, dest);
+  put_word_ints(out, spec.encode());
+  put_word(out, options.overwrite ? 1 : 0);
+  put_word(out, options.manifest ? 1 : 0);
+  put_word(out, static_cast<std::uint64_t>(options.checksum));
+  put_word(out, options.extra_files.size());
+  for (const auto& [name, text] : options.extra_files) {
+    put_word_str(out, name);
+    put_word_str(out, text);
+  }
+}
+
+Status get_save_request(WordReader& r, std::string* dest, SaveSpec* spec, SaveOptions* options) {
+  const Status malformed(ErrorCode::kInvalidArgument, "save: malformed save request");
+  std::vector<std::int64_t> ints;
+  std::uint64_t overwrite = 0, manifest = 0, checksum = 0, extras = 0;
+  if (!r.str(dest) || !r.ints(&ints) || !r.u64(&overwrite) || !r.u64(&manifest) ||
+      !r.u64(&checksum) || !r.u64(&extras)) {
+    return malformed;
+  }
+  SHARDLOAD_ASSIGN_OR_RETURN(*spec, SaveSpec::decode(ints));
+  options->format = spec->format;
+  options->overwrite = overwrite != 0;
+  options->manifest = manifest != 0;
+  options->checksum = static_cast<Checksum>(checksum);
+  for (std::uint64_t i = 0; i < extras; ++i) {
+    std::pair<std::string, std::string> f;
+    if (!r.str(&f.first) || !r.str(&f.second)) return malformed;
+    options->extra_files.push_back(std::move(f));
+  }
+  return Status::ok();
+}
+
 Result<SaveJob> SaveJob::begin(const std::string& dest, const SaveOptions& options, SaveSpec spec,
                                bool several_processes) {
   SaveJob job;
@@ -136,16 +171,7 @@ SaveJob SaveJob::staged(std::string dest, std::string physical, std::string stag
 std::vector<std::uint8_t> SaveJob::encode() const {
   std::vector<std::uint8_t> out;
   put_word(out, in_place_ ? 1 : 0);
-  put_word_str(out, dest_);
-  put_word_ints(out, spec_.encode());
-  put_word(out, options_.overwrite ? 1 : 0);
-  put_word(out, options_.manifest ? 1 : 0);
-  put_word(out, static_cast<std::uint64_t>(options_.checksum));
-  put_word(out, options_.extra_files.size());
-  for (const auto& [name, text] : options_.extra_files) {
-    put_word_str(out, name);
-    put_word_str(out, text);
-  }
+  put_save_request(out, dest_, spec_, options_);
   if (!in_place_) {
     put_word_str(out, physical_);
     put_word_str(out, staging_);
@@ -166,24 +192,10 @@ Result<SaveJob> SaveJob::decode(std::span<const std::uint8_t> bytes) {
   WordReader r(bytes);
   SaveJob job;
   std::uint64_t in_place = 0;
-  std::vector<std::int64_t> ints;
-  if (!r.u64(&in_place) || in_place > 1 || !r.str(&job.dest_) || !r.ints(&ints)) {
-    return malformed;
-  }
+  if (!r.u64(&in_place) || in_place > 1) return malformed;
   job.in_place_ = in_place != 0;
-  SHARDLOAD_ASSIGN_OR_RETURN(job.spec_, SaveSpec::decode(ints));
-  std::uint64_t overwrite = 0, manifest = 0, checksum = 0, extras = 0;
-  if (!r.u64(&overwrite) || !r.u64(&manifest) || !r.u64(&checksum) || !r.u64(&extras)) {
-    return malformed;
-  }
-  job.options_.format = job.spec_.format;
-  job.options_.overwrite = overwrite != 0;
-  job.options_.manifest = manifest != 0;
-  job.options_.checksum = static_cast<Checksum>(checksum);
-  for (std::uint64_t i = 0; i < extras; ++i) {
-    std::pair<std::string, std::string> f;
-    if (!r.str(&f.first) || !r.str(&f.second)) return malformed;
-    job.options_.extra_files.push_back(std::move(f));
+  if (Status st = get_save_request(r, &job.dest_, &job.spec_, &job.options_); !st) {
+    return st.code() == ErrorCode::kInvalidArgument ? malformed : st;
   }
   if (!job.in_place_) {
     if (!r.str(&job.physical_) || !r.str(&job.staging_) || !r.u64(&job.identity_.first) ||

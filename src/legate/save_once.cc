@@ -84,29 +84,12 @@ void SavePrepareTask::cpu_variant(legate::TaskContext context) {
     const auto request = scalar_bytes(context, 0);
     WordReader r(request);
     std::string dest;
-    std::vector<std::int64_t> ints;
-    std::uint64_t overwrite = 0;
-    std::uint64_t manifest = 0;
-    std::uint64_t checksum = 0;
-    std::uint64_t extras = 0;
-    bool ok = r.str(&dest) && r.ints(&ints) && r.u64(&overwrite) && r.u64(&manifest) &&
-              r.u64(&checksum) && r.u64(&extras);
+    SaveSpec spec;
     SaveOptions options;
-    options.overwrite = overwrite != 0;
-    options.manifest = manifest != 0;
-    options.checksum = static_cast<Checksum>(checksum);
-    for (std::uint64_t i = 0; ok && i < extras; ++i) {
-      std::pair<std::string, std::string> f;
-      ok = r.str(&f.first) && r.str(&f.second);
-      options.extra_files.push_back(std::move(f));
-    }
+    Status st = get_save_request(r, &dest, &spec, &options);
     std::vector<std::uint8_t> result;
-    Status st = ok ? Status::ok() : malformed("save request");
-    Result<SaveSpec> spec = st ? SaveSpec::decode(ints) : Result<SaveSpec>(st);
-    if (!spec) st = spec.status();
     if (st) {
-      options.format = spec->format;
-      Result<SaveJob> job = SaveJob::begin(dest, options, std::move(*spec));
+      Result<SaveJob> job = SaveJob::begin(dest, options, std::move(spec));
       if (job) {
         result = job->encode();
       } else {
@@ -146,16 +129,7 @@ Result<SaveJob> begin_save_once(const std::string& dest, const SaveOptions& opti
   spec.data_offset.assign(n, 0);
   spec.chunk_rows.assign(n, 1);
   std::vector<std::uint8_t> request;
-  put_word_str(request, dest);
-  put_word_ints(request, spec.encode());
-  put_word(request, options.overwrite ? 1 : 0);
-  put_word(request, options.manifest ? 1 : 0);
-  put_word(request, static_cast<std::uint64_t>(options.checksum));
-  put_word(request, options.extra_files.size());
-  for (const auto& [name, text] : options.extra_files) {
-    put_word_str(request, name);
-    put_word_str(request, text);
-  }
+  put_save_request(request, dest, spec, options);
   std::vector<std::uint8_t> result;
   SHARDLOAD_RETURN_IF_ERROR(run_once(SavePrepareTask::TASK_CONFIG.task_id(), request, &result));
   return SaveJob::decode(result);

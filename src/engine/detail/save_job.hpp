@@ -66,6 +66,14 @@ class SaveUnitWriter {
 void put_keys(std::vector<std::uint8_t>& out, const std::vector<WrittenKey>& keys);
 [[nodiscard]] bool get_keys(WordReader& r, std::vector<WrittenKey>* keys);
 
+// What a save is asked (its destination, spec and the options a job keeps: overwrite,
+// manifest, checksum, the extra files) as words: a job's encoding carries it, and so does the
+// Legate save's prepare task, whose rank begins the job. get_save_request fills `options`'
+// format from the spec; kInvalidArgument where the bytes run out or the spec is malformed.
+void put_save_request(std::vector<std::uint8_t>& out, const std::string& dest, const SaveSpec& spec,
+                      const SaveOptions& options);
+Status get_save_request(WordReader& r, std::string* dest, SaveSpec* spec, SaveOptions* options);
+
 class SaveJob {
  public:
   // Checks `dest` and stages the save: errors name it ("saving to DEST"; argument errors say
