@@ -1895,6 +1895,19 @@ def _h5_library():
     return lib
 
 
+
+def _discover_at(path: pathlib.Path, where: str, server: str):
+    """The HDF5 file discovered where it is ("local"), or uploaded to a bucket of the s3 server
+    and discovered there ("s3")."""
+    if where == "local":
+        return shardload.discover(path, format="hdf5")
+    import s3_server
+
+    bucket = s3_server.Bucket(server)
+    bucket.upload("h/shard_0000.h5", path)
+    return shardload.discover(bucket.url("h/shard_0000.h5"), format="hdf5",
+                              storage_options=bucket.options)
+
 @pytest.mark.parametrize("where", ["local", "s3"])
 @pytest.mark.parametrize("filters", [["deflate"], ["shuffle", "deflate"], ["fletcher32"],
                                      ["shuffle", "fletcher32"], ["shuffle"]])
@@ -1934,14 +1947,7 @@ def test_edge_chunks_stored_unfiltered_read_as_h5py_reads_them(tmp_path, server,
         assert lib.H5Pget_chunk_opts(f["x"].id.get_create_plist().id, ctypes.byref(opts)) >= 0
         assert opts.value == 0x0002
     np.testing.assert_array_equal(ref, a)
-    source, options = path, {}
-    if where == "s3":
-        import s3_server
-
-        bucket = s3_server.Bucket(server)
-        bucket.upload("h/shard_0000.h5", path)
-        source, options = bucket.url("h/shard_0000.h5"), {"storage_options": bucket.options}
-    layout = shardload.discover(source, format="hdf5", **options)
+    layout = _discover_at(path, where, server)
     np.testing.assert_array_equal(layout.read(), ref)
     np.testing.assert_array_equal(layout.read(5, shape[0]), ref[5:])
 
@@ -1971,14 +1977,7 @@ def test_edge_chunks_stored_unfiltered_leave_the_others_to_the_direct_path(tmp_p
     with h5py.File(path, "r") as f:
         np.testing.assert_array_equal(f["data"][:4], a[:4])
         np.testing.assert_array_equal(f["data"][8:], a[8:])
-    source, options = path, {}
-    if where == "s3":
-        import s3_server
-
-        bucket = s3_server.Bucket(server)
-        bucket.upload("h/shard_0000.h5", path)
-        source, options = bucket.url("h/shard_0000.h5"), {"storage_options": bucket.options}
-    layout = shardload.discover(source, format="hdf5", **options)
+    layout = _discover_at(path, where, server)
     np.testing.assert_array_equal(layout.read(0, 4), a[:4])
     np.testing.assert_array_equal(layout.read(8, 10), a[8:])
     with pytest.raises(shardload.ShardReadError,
