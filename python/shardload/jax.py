@@ -480,7 +480,7 @@ def _summary(layout: Layout, shape: tuple[int, ...], dtype: np.dtype) -> dict[st
 
     return {"shape": list(shape), "dtype": str(dtype),
             "shards": [[int(first), int(rows), int(size)]
-                       for _, first, rows, size, _ in _feed_core.shard_states(layout)]}
+                       for _, first, rows, size, *_ in _feed_core.shard_states(layout)]}
 
 
 def _summary_difference(layout: Layout, mine: Mapping[str, Any], theirs: Mapping[str, Any],
